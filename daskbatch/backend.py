@@ -1,0 +1,50 @@
+"""Array-library plumbing: the namespace of an array, the one non-standard call, host copies.
+
+Every statistic is written against the array API standard and resolves its
+namespace with :func:`namespace`, so the same code runs on NumPy, CuPy and
+``array_api_strict`` blocks. The single escape hatch is :func:`bincount`,
+which the standard lacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_array
+
+from daskbatch._typing import Array, Namespace
+
+__all__ = ["bincount", "device", "namespace", "to_numpy"]
+
+
+def namespace(*arrays: Array) -> Namespace:
+    """Array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...)."""
+    return array_namespace(*arrays)
+
+
+def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
+    """Occurrences of each non-negative integer in the 1-D ``idx``, as int64 of length ``minlength``.
+
+    NumPy and CuPy have a native ``bincount`` (array-api-compat's namespaces
+    expose the whole library). Other namespaces fall back to a standard
+    sort + ``searchsorted``, which is O(n log n) but exact.
+    """
+    native = getattr(xp, "bincount", None)
+    if native is not None:
+        return xp.astype(native(idx, minlength=minlength), xp.int64)
+    ordered = xp.sort(idx)
+    bounds = xp.arange(minlength + 1, dtype=idx.dtype, device=device(idx))
+    positions = xp.searchsorted(ordered, bounds)
+    return xp.astype(positions[1:] - positions[:-1], xp.int64)
+
+
+def to_numpy(a: Any) -> np.ndarray:
+    """Host NumPy copy of an array from any supported backend (no copy for NumPy input)."""
+    if is_numpy_array(a):
+        return a
+    if is_cupy_array(a):
+        return a.get()
+    if isinstance(a, (int, float, bool, np.generic)):
+        return np.asarray(a)
+    return np.from_dlpack(a)

@@ -1,0 +1,51 @@
+"""The click group every ``daskbatch`` command hangs from, and shared error handling."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit codes shared by every command (documented in ``daskbatch --help``).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_PLAN = 3
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to resume
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=(
+        "Exit codes: 0 success, 1 unexpected failure, 2 bad input, 3 plan does not fit, "
+        "75 interrupted (resumable: run the same command again)."
+    ),
+)
+@click.version_option(package_name="daskbatch")
+def main() -> None:
+    """Out-of-core per-feature statistics over chunked (samples x features) arrays."""
+
+
+def user_errors(func: F) -> F:
+    """Turn expected errors into a one-line message and a non-zero exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from daskbatch.errors import PlanError
+
+        try:
+            return func(*args, **kwargs)
+        except PlanError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_PLAN)
+        except (ValueError, TypeError, FileNotFoundError, KeyError, OSError) as exc:
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            click.echo(f"error: {msg}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,115 @@
+"""Turn what users pass (paths, Datasets, NumPy or Dask arrays) into validated Dask arrays."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+#: dtype kinds a statistic accepts: bool, signed and unsigned integers, floats.
+NUMERIC_KINDS = frozenset("biuf")
+LABEL_KINDS = frozenset("biu")
+
+
+@dataclass
+class FeatureMatrix:
+    """A validated (samples × features) Dask array, its optional label and where they came from."""
+
+    x: da.Array
+    label: da.Array | None
+    feature_names: tuple[str, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def check_numeric(dtype: Any, what: str) -> None:
+    """Raise TypeError unless ``dtype`` is bool, integer or real floating point."""
+    dt = np.dtype(dtype)
+    if dt.kind not in NUMERIC_KINDS:
+        raise TypeError(
+            f"{what} has dtype {dt}; daskbatch computes statistics of real numbers "
+            "(float16/32/64, integers or bool)"
+        )
+
+
+def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+    if isinstance(a, da.Array):
+        return a
+    arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
+    if arr.ndim == 2:
+        return da.from_array(arr, chunks=(rows_per_chunk or "auto", -1))
+    return da.from_array(arr, chunks="auto")
+
+
+def as_feature_matrix(
+    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None
+) -> FeatureMatrix:
+    """Coerce and validate the inputs of :func:`daskbatch.describe`.
+
+    Parameters
+    ----------
+    x : path, URL, Dataset, dask or NumPy array
+        The (samples × features) data.
+    label : array, name of an array in the same store, or None
+        One integer class per sample.
+    feature_names : sequence of str, optional
+        Overrides names found in the store.
+    what : str, optional
+        How to call ``x`` in messages (defaults to its path or "x").
+    """
+    provenance: dict[str, Any] = {}
+    names: tuple[str, ...] | None = None
+    if isinstance(x, (str, os.PathLike)):
+        from daskbatch.dataset import open_dataset
+
+        label_name = label if isinstance(label, str) else None
+        x = open_dataset(os.fspath(x), label=label_name)
+        if label_name is not None:
+            label = None
+    if hasattr(x, "x") and hasattr(x, "feature_names"):  # a daskbatch Dataset
+        dataset = x
+        x = dataset.x
+        if label is None:
+            label = dataset.label
+        names = tuple(str(n) for n in dataset.feature_names)
+        provenance.update(dataset.provenance())
+        what = what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
+    what = what or "x"
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        x = np.asarray(x)
+    check_numeric(x.dtype, what)
+    if x.ndim != 2:
+        hint = " (for one feature use x[:, None])" if x.ndim == 1 else ""
+        raise ValueError(f"{what} has shape {tuple(x.shape)}; expected 2-D (samples, features){hint}")
+    rows, n_features = x.shape
+    if rows == 0 or n_features == 0:
+        raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
+    x = _as_dask(x)
+    if x.numblocks[1] != 1:
+        # Every statistic sees whole rows; co-moments need all features together.
+        x = x.rechunk({1: -1})
+
+    y = None
+    if label is not None:
+        y = _as_dask(label)
+        if y.ndim != 1:
+            raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
+        if np.dtype(y.dtype).kind not in LABEL_KINDS:
+            raise TypeError(
+                f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
+                "(cast with y.astype(int) if the values are whole numbers)"
+            )
+        if y.shape[0] != rows:
+            raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
+
+    if feature_names is not None:
+        names = tuple(str(n) for n in feature_names)
+    if names is None:
+        names = tuple(f"f{i}" for i in range(n_features))
+    if len(names) != n_features:
+        raise ValueError(f"{len(names)} feature names for {n_features} features")
+    provenance.setdefault("source", what)
+    provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
+    return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance)

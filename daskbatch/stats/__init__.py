@@ -1,0 +1,21 @@
+"""Mergeable statistics: each has ``chunk(x, y) -> state``, ``merge(a, b) -> state``, ``finalize(state)``.
+
+They are written once against the array API (NumPy, CuPy, array_api_strict)
+and never import dask, zarr or cupy.
+"""
+
+from daskbatch.stats._base import Bundle, Statistic, merge_all
+from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
+from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
+from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
+from daskbatch.stats.mutual_info import mutual_information
+from daskbatch.stats.quantile import histogram_quantile
+
+#: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label).
+STATISTICS = {"moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": Histogram}
+
+__all__ = [
+    "STATISTICS", "Bundle", "CoMoments", "CoMomentsResult", "CoMomentsState", "Histogram",
+    "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Statistic",
+    "histogram_quantile", "merge_all", "mutual_information",
+]

@@ -1,0 +1,178 @@
+"""Per-feature fixed-width histograms, optionally split by an integer class label.
+
+Bins follow ``numpy.histogram``: ``bins`` equal-width bins between ``lo`` and
+``hi`` (edges as ``numpy.linspace``), each half-open except the last, which
+includes ``hi``. Values below ``lo``, above ``hi`` and NaN are counted apart
+(underflow, overflow, NaN), never dropped. Counts are exact int64 and merge by
+addition, so any chunking and merge order gives bitwise identical results.
+
+With ``by_label=True`` each chunk also receives the label vector and counts
+(feature-bin × class) joint tables, the input of mutual information. The
+number of classes is discovered per chunk (largest label + 1) and merged by
+padding with zeros, so it need not be known in advance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.backend import bincount, device, namespace
+from daskbatch.stats._base import as_float64
+
+#: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
+UNDERFLOW = 0
+
+
+@dataclass(frozen=True, eq=False)
+class HistogramState:
+    """Counts (D, bins + 3, K): slots ``[underflow, bin_0 … bin_{bins-1}, overflow, nan]``, K classes (1 without label)."""
+
+    counts: Array
+
+
+@dataclass(frozen=True, eq=False)
+class HistogramResult:
+    """Finalized histogram: in-range ``counts`` (D, bins), ``edges`` (D, bins + 1), out-of-range and NaN counts (D,).
+
+    ``joint`` (D, bins + 2, K) holds the class split of underflow, bins and
+    overflow when a label was given, else None.
+    """
+
+    counts: Array
+    edges: Array
+    underflow: Array
+    overflow: Array
+    nan_count: Array
+    joint: Array | None
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Per-feature histogram with ``bins`` fixed-width bins on ``[lo[d], hi[d]]``.
+
+    Parameters
+    ----------
+    bins : int
+        Number of equal-width bins per feature.
+    lo, hi : tuple of float
+        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
+    by_label : bool, default False
+        Count (bin × class) joint tables from the integer label passed to ``chunk``.
+    """
+
+    bins: int
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    by_label: bool = False
+    name = "hist"
+
+    def __post_init__(self) -> None:
+        if int(self.bins) != self.bins or self.bins < 1:
+            raise ValueError(f"bins must be a positive integer, got {self.bins!r}")
+        if len(self.lo) != len(self.hi):
+            raise ValueError(f"lo and hi differ in length: {len(self.lo)} != {len(self.hi)}")
+        for d, (lo, hi) in enumerate(zip(self.lo, self.hi, strict=True)):
+            if not (lo < hi) or lo in (float("inf"), float("-inf")) or hi in (float("inf"), float("-inf")):
+                raise ValueError(
+                    f"feature {d}: histogram range must be finite with lo < hi, got ({lo}, {hi})"
+                )
+
+    @property
+    def n_slots(self) -> int:
+        return self.bins + 3
+
+    def edges(self, xp: Namespace, dev: object = None) -> Array:
+        """Bin edges (D, bins + 1) in float64, computed as ``numpy.linspace`` does."""
+        lo = xp.asarray(self.lo, dtype=xp.float64, device=dev)
+        hi = xp.asarray(self.hi, dtype=xp.float64, device=dev)
+        step = (hi - lo) / self.bins
+        i = xp.astype(xp.arange(self.bins + 1, device=dev), xp.float64)
+        edges = i[None, :] * step[:, None] + lo[:, None]
+        last = xp.arange(self.bins + 1, device=dev) == self.bins
+        return xp.where(last[None, :], hi[:, None], edges)
+
+    def empty(self, xp: Namespace, dev: object = None, n_classes: int = 1) -> HistogramState:
+        """The identity of :meth:`merge`."""
+        shape = (len(self.lo), self.n_slots, n_classes)
+        return HistogramState(counts=xp.zeros(shape, dtype=xp.int64, device=dev))
+
+    def slots(self, x: Array) -> Array:
+        """Slot index (R, D) of every value of ``x``: 0 underflow, 1..bins bins, bins+1 overflow, bins+2 NaN."""
+        xp = namespace(x)
+        rows, n_features = x.shape
+        dev = device(x)
+        x = as_float64(x)
+        edges = self.edges(xp, dev)
+        lo, hi = edges[:, 0], edges[:, -1]
+        nan = xp.isnan(x)
+        under = x < lo
+        over = x > hi
+        outside = nan | under | over
+        scaled = (xp.where(outside, lo, x) - lo) * (self.bins / (hi - lo))
+        idx = xp.astype(xp.clip(xp.floor(scaled), 0.0, float(self.bins - 1)), xp.int64)
+        del scaled
+        # The scaled index can be one off at a bin edge: settle it against the
+        # edges themselves, as numpy.histogram does.
+        flat_edges = xp.reshape(edges, (-1,))
+        base = xp.arange(n_features, dtype=xp.int64, device=dev) * (self.bins + 1)
+
+        def edge_at(i: Array) -> Array:
+            return xp.reshape(xp.take(flat_edges, xp.reshape(i + base, (-1,))), (rows, n_features))
+
+        idx = xp.where(x < edge_at(idx), idx - 1, idx)
+        idx = xp.where((x >= edge_at(idx + 1)) & (idx < self.bins - 1), idx + 1, idx)
+        slot = idx + 1
+        slot = xp.where(under, xp.zeros_like(slot), slot)
+        slot = xp.where(over, xp.full_like(slot, self.bins + 1), slot)
+        return xp.where(nan, xp.full_like(slot, self.bins + 2), slot)
+
+    def chunk(self, x: Array, y: Array | None = None, /) -> HistogramState:
+        xp = namespace(x)
+        rows, n_features = x.shape
+        if n_features != len(self.lo):
+            raise ValueError(f"histogram has {len(self.lo)} ranges but the chunk has {n_features} features")
+        if rows == 0:
+            return self.empty(xp, device(x))
+        flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
+        n_classes = 1
+        if self.by_label:
+            if y is None:
+                raise ValueError("a histogram by label needs the label of every chunk")
+            labels = xp.astype(y, xp.int64)
+            if xp.any(labels < 0):
+                raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
+            n_classes = int(xp.max(labels)) + 1
+            flat = flat * n_classes + labels[:, None]
+        size = n_features * self.n_slots * n_classes
+        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=size)
+        return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
+
+    def merge(self, a: HistogramState, b: HistogramState, /) -> HistogramState:
+        xp = namespace(a.counts, b.counts)
+        ka, kb = a.counts.shape[2], b.counts.shape[2]
+        ca, cb = a.counts, b.counts
+        if ka < kb:
+            ca = _pad_classes(xp, ca, kb)
+        elif kb < ka:
+            cb = _pad_classes(xp, cb, ka)
+        return HistogramState(counts=ca + cb)
+
+    def finalize(self, s: HistogramState, /) -> HistogramResult:
+        xp = namespace(s.counts)
+        total = xp.sum(s.counts, axis=2)
+        joint = s.counts[:, : self.bins + 2, :] if self.by_label else None
+        return HistogramResult(
+            counts=total[:, 1 : self.bins + 1],
+            edges=self.edges(xp, device(s.counts)),
+            underflow=total[:, UNDERFLOW],
+            overflow=total[:, self.bins + 1],
+            nan_count=total[:, self.bins + 2],
+            joint=joint,
+        )
+
+
+def _pad_classes(xp: Namespace, counts: Array, n_classes: int) -> Array:
+    d, slots, k = counts.shape
+    pad = xp.zeros((d, slots, n_classes - k), dtype=counts.dtype, device=device(counts))
+    return xp.concat([counts, pad], axis=2)

@@ -1,0 +1,248 @@
+"""Per-feature moments: counts, mean, variance, skewness, kurtosis, min and max.
+
+Each chunk is reduced in float64 with a corrected two-pass algorithm about a
+per-chunk reference value (the first finite value of each feature), and chunks
+are merged with the pairwise updates of Chan, Golub & LeVeque (1979) for the
+mean and M2 and of Pébay (2008) for M3 and M4.
+
+Why the reference value: a state stores its mean as ``shift + mean``, where
+``shift`` is an exact data value and ``mean`` is small. Differences of means
+between states, the delicate term of every merge, are then formed from an
+exact difference of data values plus a difference of small numbers, which is
+almost extended precision: for ``1e8 + N(0, 1)`` the variance keeps ~15 digits
+where a plain Chan merge of chunk means keeps ~11.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.backend import device, namespace
+from daskbatch.stats._base import as_float64, safe_divisor
+
+NanPolicy = Literal["omit", "propagate", "raise"]
+
+
+@dataclass(frozen=True, eq=False)
+class MomentsState:
+    """Mergeable per-feature state; every field is a float64 vector of length D.
+
+    ``n`` counts finite values; ``shift + mean`` is their mean; ``m2``, ``m3``,
+    ``m4`` are sums of powers of deviations from it. ``fmin``/``fmax`` are the
+    finite extrema; NaN and ±inf values are counted apart.
+    """
+
+    n: Array
+    shift: Array
+    mean: Array
+    m2: Array
+    m3: Array
+    m4: Array
+    fmin: Array
+    fmax: Array
+    nan_count: Array
+    posinf_count: Array
+    neginf_count: Array
+
+
+@dataclass(frozen=True, eq=False)
+class MomentsResult:
+    """Finalized per-feature moments (vectors of length D, on the state's device)."""
+
+    count: Array
+    nan_count: Array
+    posinf_count: Array
+    neginf_count: Array
+    mean: Array
+    var: Array
+    std: Array
+    skew: Array
+    kurtosis: Array
+    min: Array
+    max: Array
+
+
+def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
+    """The identity of :meth:`Moments.merge`: the state of a chunk with no rows."""
+    zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
+    inf = xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev)
+    return MomentsState(
+        n=zeros, shift=zeros, mean=zeros, m2=zeros, m3=zeros, m4=zeros,
+        fmin=inf, fmax=-inf, nan_count=zeros, posinf_count=zeros, neginf_count=zeros,
+    )
+
+
+def first_finite(xp: Namespace, x: Array, finite: Array) -> Array:
+    """Per column, the first finite value of ``x`` (0 where a column has none)."""
+    rows, cols = x.shape
+    first_row = xp.argmax(xp.astype(finite, xp.int8), axis=0)
+    flat = first_row * cols + xp.arange(cols, dtype=first_row.dtype, device=device(x))
+    values = xp.take(xp.reshape(x, (-1,)), flat)
+    return xp.where(xp.isfinite(values), values, xp.zeros_like(values))
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Count, NaN/inf counts, mean, variance, skewness, excess kurtosis, min and max over axis 0.
+
+    Parameters
+    ----------
+    ddof : int, default 1
+        Delta degrees of freedom of the variance (divides by ``n - ddof``;
+        the array API calls it ``correction``).
+    bias : bool, default True
+        Biased skewness and kurtosis, like ``scipy.stats.skew``/``kurtosis``
+        defaults; ``False`` applies the usual small-sample corrections.
+    nan_policy : {"omit", "propagate", "raise"}, default "omit"
+        ``"omit"`` ignores NaN values; ``"propagate"`` makes every moment of a
+        feature with a NaN NaN. ``"raise"`` is enforced by the caller, which
+        knows where the data came from; here it behaves like ``"omit"``.
+
+    Notes
+    -----
+    ±inf values count towards ``count``, ``min`` and ``max``; the mean of a
+    feature with infinities is ±inf (NaN if both signs occur) and its higher
+    moments are NaN, as with ``numpy.nanmean``/``nanvar``. A feature with no
+    finite value has NaN moments.
+    """
+
+    ddof: int = 1
+    bias: bool = True
+    nan_policy: NanPolicy = "omit"
+    name = "moments"
+
+    def chunk(self, x: Array, y: Array | None = None, /) -> MomentsState:
+        xp = namespace(x)
+        rows, n_features = x.shape
+        if rows == 0:
+            return empty_moments(xp, n_features, device(x))
+        x = as_float64(x)
+        finite = xp.isfinite(x)
+        nan = xp.isnan(x)
+        zero = xp.zeros_like(x)
+        count = xp.sum(xp.astype(finite, xp.float64), axis=0)
+        shift = first_finite(xp, x, finite)
+        # Deviations from the reference value; non-finite entries become exact zeros.
+        y_shift = xp.where(finite, x - shift, zero)
+        del zero
+        n_safe = safe_divisor(xp, count)
+        approx_mean = xp.sum(y_shift, axis=0) / n_safe
+        dev = xp.where(finite, y_shift - approx_mean, y_shift)
+        del y_shift
+        # Corrected two-pass: the residual mean `e` of the deviations fixes the
+        # rounding of `approx_mean` (Chan, Golub & LeVeque 1983, eq. 1.7).
+        s1 = xp.sum(dev, axis=0)
+        sq = dev * dev
+        s2 = xp.sum(sq, axis=0)
+        s3 = xp.sum(sq * dev, axis=0)
+        s4 = xp.sum(sq * sq, axis=0)
+        del sq, dev
+        e = s1 / n_safe
+        m2 = s2 - count * e * e
+        m3 = s3 - 3.0 * e * s2 + 2.0 * count * e**3
+        m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * count * e**4
+        inf = xp.full_like(x, xp.inf)
+        fmin = xp.min(xp.where(finite, x, inf), axis=0)
+        fmax = xp.max(xp.where(finite, x, -inf), axis=0)
+        return MomentsState(
+            n=count,
+            shift=shift,
+            mean=approx_mean + e,
+            m2=xp.where(m2 > 0, m2, xp.zeros_like(m2)),
+            m3=m3,
+            m4=xp.where(m4 > 0, m4, xp.zeros_like(m4)),
+            fmin=fmin,
+            fmax=fmax,
+            nan_count=xp.sum(xp.astype(nan, xp.float64), axis=0),
+            posinf_count=xp.sum(xp.astype(x == xp.inf, xp.float64), axis=0),
+            neginf_count=xp.sum(xp.astype(x == -xp.inf, xp.float64), axis=0),
+        )
+
+    def merge(self, a: MomentsState, b: MomentsState, /) -> MomentsState:
+        xp = namespace(a.mean, b.mean)
+        na, nb = a.n, b.n
+        n = na + nb
+        n_safe = safe_divisor(xp, n)
+        # Keep a's reference value (b's when a is empty); express both means about it.
+        shift = xp.where(na > 0, a.shift, b.shift)
+        mean_a = (a.shift - shift) + a.mean
+        mean_b = (b.shift - shift) + b.mean
+        delta = mean_b - mean_a
+        wb = nb / n_safe
+        mean = xp.where(na > 0, xp.where(nb > 0, mean_a + delta * wb, mean_a), mean_b)
+        d2 = delta * delta
+        nab = na * nb
+        m2 = a.m2 + b.m2 + d2 * nab / n_safe
+        m3 = (
+            a.m3 + b.m3
+            + d2 * delta * nab * (na - nb) / (n_safe * n_safe)
+            + 3.0 * delta * (na * b.m2 - nb * a.m2) / n_safe
+        )
+        m4 = (
+            a.m4 + b.m4
+            + d2 * d2 * nab * (na * na - nab + nb * nb) / (n_safe * n_safe * n_safe)
+            + 6.0 * d2 * (na * na * b.m2 + nb * nb * a.m2) / (n_safe * n_safe)
+            + 4.0 * delta * (na * b.m3 - nb * a.m3) / n_safe
+        )
+        return MomentsState(
+            n=n,
+            shift=shift,
+            mean=mean,
+            m2=m2,
+            m3=m3,
+            m4=m4,
+            fmin=xp.minimum(a.fmin, b.fmin),
+            fmax=xp.maximum(a.fmax, b.fmax),
+            nan_count=a.nan_count + b.nan_count,
+            posinf_count=a.posinf_count + b.posinf_count,
+            neginf_count=a.neginf_count + b.neginf_count,
+        )
+
+    def finalize(self, s: MomentsState, /) -> MomentsResult:
+        xp = namespace(s.mean)
+        nan = xp.full_like(s.mean, xp.nan)
+        inf = xp.full_like(s.mean, xp.inf)
+        n = s.n
+        has_pos, has_neg = s.posinf_count > 0, s.neginf_count > 0
+        has_inf = has_pos | has_neg
+        mean = xp.where(n > 0, s.shift + s.mean, nan)
+        mean = xp.where(has_pos & ~has_neg, inf, xp.where(has_neg & ~has_pos, -inf, mean))
+        mean = xp.where(has_pos & has_neg, nan, mean)
+
+        dof = n - self.ddof
+        var = xp.where((dof > 0) & ~has_inf, s.m2 / safe_divisor(xp, dof), nan)
+        n_safe = safe_divisor(xp, n)
+        m2 = s.m2 / n_safe
+        varies = (m2 > 0) & ~has_inf
+        m2_safe = xp.where(varies, m2, xp.ones_like(m2))
+        skew = xp.where(varies, (s.m3 / n_safe) / m2_safe**1.5, nan)
+        kurt = xp.where(varies, (s.m4 / n_safe) / (m2_safe * m2_safe) - 3.0, nan)
+        if not self.bias:
+            # Adjusted Fisher-Pearson skewness and unbiased excess kurtosis (scipy's bias=False).
+            skew = xp.where(n > 2, skew * xp.sqrt(n * (n - 1.0)) / safe_divisor(xp, n - 2.0), nan)
+            kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
+            kurt = xp.where(n > 3, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, nan)
+
+        count = n + s.posinf_count + s.neginf_count
+        vmin = xp.where(has_neg, -inf, xp.where(n > 0, s.fmin, xp.where(has_pos, inf, nan)))
+        vmax = xp.where(has_pos, inf, xp.where(n > 0, s.fmax, xp.where(has_neg, -inf, nan)))
+        if self.nan_policy == "propagate":
+            poisoned = s.nan_count > 0
+            mean, var, skew, kurt, vmin, vmax = (
+                xp.where(poisoned, nan, v) for v in (mean, var, skew, kurt, vmin, vmax)
+            )
+        return MomentsResult(
+            count=count,
+            nan_count=s.nan_count,
+            posinf_count=s.posinf_count,
+            neginf_count=s.neginf_count,
+            mean=mean,
+            var=var,
+            std=xp.sqrt(var),
+            skew=skew,
+            kurtosis=kurt,
+            min=vmin,
+            max=vmax,
+        )

@@ -1,0 +1,218 @@
+"""The result of :func:`daskbatch.describe`: per-feature statistics with labels, views and storage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats.quantile import histogram_quantile
+
+#: Per-feature vectors, in the order tables show them.
+PER_FEATURE = (
+    "count", "nan_count", "posinf_count", "neginf_count",
+    "mean", "std", "var", "min", "max", "skew", "kurtosis",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Summary:
+    """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
+
+    Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
+    and ``hist_edges`` (D, bins + 1). Statistics that were not asked for are
+    None. ``provenance`` records what was computed from what.
+
+    Examples
+    --------
+    >>> import numpy as np, daskbatch as db
+    >>> s = db.describe(np.arange(12.0).reshape(6, 2), stats=("moments",))
+    >>> s.mean
+    array([5., 6.])
+    """
+
+    feature_names: tuple[str, ...]
+    count: np.ndarray
+    nan_count: np.ndarray
+    posinf_count: np.ndarray
+    neginf_count: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    std: np.ndarray
+    skew: np.ndarray
+    kurtosis: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    cov: np.ndarray | None = None
+    corr: np.ndarray | None = None
+    cov_count: int | None = None
+    hist_counts: np.ndarray | None = None
+    hist_edges: np.ndarray | None = None
+    underflow: np.ndarray | None = None
+    overflow: np.ndarray | None = None
+    joint_counts: np.ndarray | None = None
+    mi: np.ndarray | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+    # ----------------------------------------------------------------- views
+    def quantile(self, q: float | Any) -> np.ndarray:
+        """Approximate quantiles from the histograms, within one bin width of the exact value.
+
+        Parameters
+        ----------
+        q : float or array_like of float
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        ndarray
+            Shape (D,) for a scalar ``q``, else (D, len(q)).
+        """
+        if self.hist_counts is None:
+            raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
+        assert self.hist_edges is not None and self.underflow is not None and self.overflow is not None
+        return histogram_quantile(
+            self.hist_counts, self.hist_edges, self.underflow, self.overflow, self.min, self.max, q
+        )
+
+    def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
+        """The ``k`` feature pairs with the largest absolute correlation, as (a, b, r)."""
+        if self.corr is None:
+            return []
+        upper = np.triu_indices(self.n_features, k=1)
+        r = self.corr[upper]
+        finite = np.isfinite(r)
+        order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
+        names = self.feature_names
+        return [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+
+    def top_mi(self, k: int = 10) -> list[tuple[str, float]]:
+        """The ``k`` features with the largest mutual information with the label."""
+        if self.mi is None:
+            return []
+        order = np.argsort(-np.nan_to_num(self.mi, nan=-1.0), kind="stable")[: max(k, 0)]
+        return [(self.feature_names[i], float(self.mi[i])) for i in order]
+
+    def to_dataframe(self) -> Any:
+        """Per-feature table (pandas DataFrame indexed by feature name)."""
+        import pandas as pd
+
+        columns = {name: getattr(self, name) for name in PER_FEATURE}
+        if self.mi is not None:
+            columns["mi"] = self.mi
+        if self.hist_counts is not None:
+            for label, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
+                columns[label] = self.quantile(q)
+        return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
+
+    def to_xarray(self) -> Any:
+        """All statistics as an ``xarray.Dataset`` (dims ``feature``, ``feature2``, ``bin``, ``edge``, ``class``)."""
+        import xarray as xr
+
+        data: dict[str, Any] = {name: ("feature", getattr(self, name)) for name in PER_FEATURE}
+        if self.cov is not None:
+            data["cov"] = (("feature", "feature2"), self.cov)
+            data["corr"] = (("feature", "feature2"), self.corr)
+        if self.hist_counts is not None:
+            data["hist_counts"] = (("feature", "bin"), self.hist_counts)
+            data["hist_edges"] = (("feature", "edge"), self.hist_edges)
+            data["underflow"] = ("feature", self.underflow)
+            data["overflow"] = ("feature", self.overflow)
+        if self.joint_counts is not None:
+            data["joint_counts"] = (("feature", "slot", "class"), self.joint_counts)
+        if self.mi is not None:
+            data["mi"] = ("feature", self.mi)
+        names = list(self.feature_names)
+        coords = {"feature": names}
+        if self.cov is not None:
+            coords["feature2"] = names
+        attrs = {"provenance": json.dumps(self.provenance, default=str)}
+        if self.cov_count is not None:
+            attrs["cov_count"] = int(self.cov_count)
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    @classmethod
+    def from_xarray(cls, ds: Any) -> Summary:
+        """Inverse of :meth:`to_xarray`."""
+        def get(name: str) -> np.ndarray | None:
+            return np.asarray(ds[name].values) if name in ds else None
+
+        kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
+        for name in ("cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi"):
+            kwargs[name] = get(name)
+        cov_count = ds.attrs.get("cov_count")
+        return cls(
+            feature_names=tuple(str(f) for f in ds["feature"].values),
+            cov_count=None if cov_count is None else int(cov_count),
+            provenance=json.loads(ds.attrs.get("provenance", "{}")),
+            **kwargs,
+        )
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> str:
+        """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`)."""
+        target = os.fspath(path)
+        self.to_xarray().to_zarr(target, mode="w" if overwrite else "w-", consolidated=False)
+        return target
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict of every statistic (NaN/inf as ``null``/strings are left to the encoder)."""
+        out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                out[f.name] = np.where(np.isfinite(value), value, np.nan).tolist() if value.dtype.kind == "f" else value.tolist()
+        if self.cov_count is not None:
+            out["cov_count"] = int(self.cov_count)
+        return out
+
+    # ---------------------------------------------------------------- reprs
+    def __repr__(self) -> str:
+        parts = [f"<daskbatch.Summary: {int(self.provenance.get('rows', 0)):,} rows × {self.n_features} features>"]
+        table = self.to_dataframe()
+        with _pandas_display():
+            parts.append(table.head(20).to_string(float_format=lambda v: f"{v:.6g}"))
+        if self.n_features > 20:
+            parts.append(f"... {self.n_features - 20} more features")
+        return "\n".join(parts)
+
+    def _repr_html_(self) -> str:
+        table = self.to_dataframe().head(50)
+        head = (
+            f"<p><b>daskbatch.Summary</b>: {int(self.provenance.get('rows', 0)):,} rows × "
+            f"{self.n_features} features; source: {self.provenance.get('source', 'array')}</p>"
+        )
+        extra = ""
+        if self.corr is not None:
+            pairs = "".join(f"<li>{a} ~ {b}: r = {r:+.3f}</li>" for a, b, r in self.top_correlated(5))
+            extra += f"<p>Top correlated pairs</p><ul>{pairs}</ul>"
+        if self.mi is not None:
+            tops = "".join(f"<li>{n}: {v:.4f} nats</li>" for n, v in self.top_mi(5))
+            extra += f"<p>Top features by mutual information with the label</p><ul>{tops}</ul>"
+        return head + table.to_html(float_format=lambda v: f"{v:.6g}") + extra
+
+
+def load_summary(path: str | os.PathLike[str]) -> Summary:
+    """Read a :class:`Summary` written by :meth:`Summary.save`."""
+    import xarray as xr
+
+    with xr.open_zarr(os.fspath(path), consolidated=False) as ds:
+        return Summary.from_xarray(ds.load())
+
+
+class _pandas_display:
+    def __enter__(self) -> None:
+        import pandas as pd
+
+        self._ctx = pd.option_context("display.width", 160, "display.max_columns", 20)
+        self._ctx.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)
