@@ -14,12 +14,13 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0+unknown"
 
 from daskbatch import config as _config  # noqa: F401  (loads defaults into dask.config)
+from daskbatch.accumulator import Accumulator
 from daskbatch.describe import describe
 from daskbatch.errors import CheckpointMismatchError, DataError, PlanError
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
 
 __all__ = [
-    "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Histogram", "Moments",
+    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Histogram", "Moments",
     "PlanError", "Summary", "__version__", "describe", "load_summary", "mutual_information",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -12,7 +13,6 @@ import numpy as np
 from daskbatch.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.reduce import resolve_split_every, tree_reduce
 from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
-from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.summary import Summary
 
 DEFAULT_STATS = ("moments", "cov", "hist", "mi")
@@ -92,6 +92,8 @@ def describe(
     miller_madow: bool = False,
     feature_names: Sequence[str] | None = None,
     progress: bool = False,
+    checkpoint: str | os.PathLike[str] | None = None,
+    force: bool = False,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -129,6 +131,12 @@ def describe(
         Names for the features (else from the store, else ``f0, f1, ...``).
     progress : bool, default False
         Show a progress bar (distributed's when a client is active).
+    checkpoint : path, optional
+        Directory for merged partial states of completed block ranges. A
+        re-run with the same inputs computes only what is missing and returns
+        a result bitwise identical to an uninterrupted run.
+    force : bool, default False
+        Discard a checkpoint that belongs to other inputs instead of refusing.
 
     Returns
     -------
@@ -159,7 +167,8 @@ def describe(
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
         first.append(histogram)
 
-    results = dict(zip((s.name for s in first), _run(Bundle(tuple(first)), data, fan_in, progress), strict=True))
+    run = _Runner(data, fan_in, progress, checkpoint, force)
+    results = dict(zip((s.name for s in first), run(Bundle(tuple(first))), strict=True))
     m = results["moments"]
     if nan_policy == "raise" and np.any(m.nan_count > 0):
         bad = np.flatnonzero(m.nan_count > 0)
@@ -169,7 +178,7 @@ def describe(
     if want_hist and histogram is None:
         lo, hi = histogram_ranges(None, n_features, m.min, m.max)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
-        (results["hist"],) = _run(Bundle((histogram,)), data, fan_in, progress)
+        (results["hist"],) = run(Bundle((histogram,)))
         passes = 2
 
     provenance = dict(data.provenance)
@@ -181,38 +190,33 @@ def describe(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
-    return _summary(data, results, provenance, mi_base=mi_base, miller_madow=miller_madow)
-
-
-def _run(bundle: Bundle, data: FeatureMatrix, split_every: int, progress: bool) -> tuple[Any, ...]:
-    needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
-    graph = tree_reduce(bundle, data.x, data.label if needs_label else None, split_every=split_every)
-    return _compute(graph, progress)
-
-
-def _summary(
-    data: FeatureMatrix, results: dict[str, Any], provenance: dict[str, Any], *, mi_base: Any, miller_madow: bool
-) -> Summary:
-    m = results["moments"]
-    kwargs: dict[str, Any] = {}
-    if "cov" in results:
-        c = results["cov"]
-        kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
-    if "hist" in results:
-        h = results["hist"]
-        kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
-        if h.joint is not None:
-            kwargs.update(
-                joint_counts=h.joint,
-                mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
-            )
-            provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
-    return Summary(
-        feature_names=data.feature_names,
-        count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count, neginf_count=m.neginf_count,
-        mean=m.mean, var=m.var, std=m.std, skew=m.skew, kurtosis=m.kurtosis, min=m.min, max=m.max,
-        provenance=provenance, **kwargs,
+    return Summary.from_results(
+        data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
     )
+
+
+class _Runner:
+    """Runs one pass (a Bundle) over the data, through a checkpoint directory when asked."""
+
+    def __init__(
+        self, data: FeatureMatrix, split_every: int, progress: bool,
+        checkpoint: str | os.PathLike[str] | None, force: bool,
+    ) -> None:
+        self.data, self.split_every, self.progress = data, split_every, progress
+        self.checkpoint, self.force = checkpoint, force
+
+    def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
+        needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
+        label = self.data.label if needs_label else None
+        if self.checkpoint is not None:
+            from daskbatch.checkpoint import run_checkpointed
+
+            return run_checkpointed(
+                bundle, self.data, label, split_every=self.split_every, progress=self.progress,
+                directory=self.checkpoint, force=self.force,
+            )
+        graph = tree_reduce(bundle, self.data.x, label, split_every=self.split_every)
+        return _compute(graph, self.progress)
 
 
 def _version() -> str:

@@ -13,3 +13,7 @@ class DataError(ValueError):
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint belongs to a different input or statistics spec."""
+
+
+class Interrupted(Exception):
+    """A run was stopped (SIGTERM at a walltime); its checkpoint holds what finished."""

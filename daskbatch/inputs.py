@@ -34,6 +34,19 @@ def check_numeric(dtype: Any, what: str) -> None:
         )
 
 
+def check_label(y: Any, rows: int, what: str = "x") -> None:
+    """Raise unless ``y`` is a 1-D integer (or bool) label with one value per row."""
+    if y.ndim != 1:
+        raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
+    if np.dtype(y.dtype).kind not in LABEL_KINDS:
+        raise TypeError(
+            f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
+            "(cast with y.astype(int) if the values are whole numbers)"
+        )
+    if y.shape[0] != rows:
+        raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
+
+
 def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
     if isinstance(a, da.Array):
         return a
@@ -94,15 +107,7 @@ def as_feature_matrix(
     y = None
     if label is not None:
         y = _as_dask(label)
-        if y.ndim != 1:
-            raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
-        if np.dtype(y.dtype).kind not in LABEL_KINDS:
-            raise TypeError(
-                f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
-                "(cast with y.astype(int) if the values are whole numbers)"
-            )
-        if y.shape[0] != rows:
-            raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
+        check_label(y, rows, what)
 
     if feature_names is not None:
         names = tuple(str(n) for n in feature_names)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 
 #: Per-feature vectors, in the order tables show them.
@@ -106,6 +107,8 @@ class Summary:
         import pandas as pd
 
         columns = {name: getattr(self, name) for name in PER_FEATURE}
+        for name in ("count", "nan_count", "posinf_count", "neginf_count"):
+            columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
         if self.mi is not None:
             columns["mi"] = self.mi
         if self.hist_counts is not None:
@@ -130,7 +133,8 @@ class Summary:
             data["joint_counts"] = (("feature", "slot", "class"), self.joint_counts)
         if self.mi is not None:
             data["mi"] = ("feature", self.mi)
-        names = list(self.feature_names)
+        # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
+        names = np.array(self.feature_names, dtype=object)
         coords = {"feature": names}
         if self.cov is not None:
             coords["feature2"] = names
@@ -138,6 +142,38 @@ class Summary:
         if self.cov_count is not None:
             attrs["cov_count"] = int(self.cov_count)
         return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    @classmethod
+    def from_results(
+        cls,
+        feature_names: tuple[str, ...],
+        results: dict[str, Any],
+        provenance: dict[str, Any],
+        *,
+        mi_base: Any = "e",
+        miller_madow: bool = False,
+    ) -> Summary:
+        """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``)."""
+        m = results["moments"]
+        kwargs: dict[str, Any] = {}
+        if "cov" in results:
+            c = results["cov"]
+            kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
+        if "hist" in results:
+            h = results["hist"]
+            kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
+            if h.joint is not None:
+                kwargs.update(
+                    joint_counts=h.joint,
+                    mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
+                )
+                provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
+        return cls(
+            feature_names=tuple(feature_names),
+            count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
+            neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,
+            kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, **kwargs,
+        )
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:

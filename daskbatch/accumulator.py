@@ -1,0 +1,150 @@
+"""``Accumulator``: the same statistics over a stream of in-memory batches (no Dask needed)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from daskbatch.backend import namespace
+from daskbatch.describe import NAN_POLICIES, histogram_ranges, normalize_stats
+from daskbatch.inputs import check_label, check_numeric
+from daskbatch.reduce import to_host
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.summary import Summary
+
+
+class Accumulator:
+    """Mergeable running statistics for batches that are not Dask arrays (e.g. a data loader).
+
+    Parameters
+    ----------
+    stats : sequence of {"moments", "cov", "hist", "mi"}, optional
+        Defaults to moments and co-moments, plus histograms and mutual
+        information when ``range`` is given. A stream is read once, so
+        histograms need ``range`` up front.
+    bins : int, default 64
+        Histogram bins per feature.
+    range : (lo, hi) or array of shape (D, 2), optional
+        Histogram range(s).
+    ddof, bias, nan_policy
+        As in :func:`daskbatch.describe`.
+    feature_names : sequence of str, optional
+        Names of the features.
+
+    Examples
+    --------
+    >>> import numpy as np, daskbatch as db
+    >>> acc = db.Accumulator(stats=("moments",))
+    >>> for batch in np.array_split(np.arange(10.0).reshape(5, 2), 3):
+    ...     _ = acc.update(batch)
+    >>> acc.summary().mean
+    array([4., 5.])
+    """
+
+    def __init__(
+        self,
+        stats: str | Sequence[str] | None = None,
+        *,
+        bins: int = 64,
+        range: Any = None,  # noqa: A002 - numpy.histogram's name
+        ddof: int = 1,
+        bias: bool = True,
+        nan_policy: Literal["omit", "propagate"] = "omit",
+        feature_names: Sequence[str] | None = None,
+    ) -> None:
+        if stats is None:
+            stats = ("moments", "cov") + (("hist", "mi") if range is not None else ())
+        self.stats = normalize_stats(stats)
+        if nan_policy not in NAN_POLICIES[:2]:
+            raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {nan_policy!r}")
+        if ("hist" in self.stats or "mi" in self.stats) and range is None:
+            raise ValueError(
+                "histograms of a stream need range=(lo, hi) (or one per feature): a stream is read once"
+            )
+        self.bins, self.range, self.ddof, self.bias, self.nan_policy = bins, range, ddof, bias, nan_policy
+        self.feature_names = None if feature_names is None else tuple(str(n) for n in feature_names)
+        self._bundle: Bundle | None = None
+        self._state: tuple[Any, ...] | None = None
+        self._rows = 0
+        self._batches = 0
+
+    def _make_bundle(self, n_features: int) -> Bundle:
+        stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
+        if "cov" in self.stats:
+            stats.append(CoMoments(ddof=self.ddof))
+        if "hist" in self.stats or "mi" in self.stats:
+            lo, hi = histogram_ranges(self.range, n_features)
+            stats.append(Histogram(bins=self.bins, lo=lo, hi=hi, by_label="mi" in self.stats))
+        return Bundle(tuple(stats))
+
+    def __repr__(self) -> str:
+        return f"<daskbatch.Accumulator stats={list(self.stats)} rows={self._rows:,} batches={self._batches}>"
+
+    @property
+    def rows(self) -> int:
+        """Rows seen so far."""
+        return self._rows
+
+    def update(self, batch: Any, label: Any = None) -> Accumulator:
+        """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels."""
+        xp = namespace(batch) if hasattr(batch, "__array_namespace__") else None
+        if xp is None:
+            batch = np.asarray(batch)
+        check_numeric(batch.dtype, "batch")
+        if batch.ndim != 2:
+            raise ValueError(f"batch has shape {tuple(batch.shape)}; expected 2-D (samples, features)")
+        n_features = batch.shape[1]
+        if self._bundle is None:
+            if self.feature_names is not None and len(self.feature_names) != n_features:
+                raise ValueError(f"{len(self.feature_names)} feature names for {n_features} features")
+            self._bundle = self._make_bundle(n_features)
+        if self._state is not None and n_features != self._n_features:
+            raise ValueError(
+                f"batch {self._batches} has {n_features} features; earlier batches had {self._n_features}"
+            )
+        if "mi" in self.stats:
+            if label is None:
+                raise ValueError(f"batch {self._batches}: mutual information needs the label of every batch")
+            label = label if hasattr(label, "__array_namespace__") else np.asarray(label)
+            check_label(label, batch.shape[0], "batch")
+        state = self._bundle.chunk(batch, label)
+        self._state = state if self._state is None else self._bundle.merge(self._state, state)
+        self._n_features = n_features
+        self._rows += int(batch.shape[0])
+        self._batches += 1
+        return self
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """Fold ``other`` (same settings) into this accumulator, as if its batches came here."""
+        if (other.stats, other.bins, other.ddof, other.nan_policy) != (self.stats, self.bins, self.ddof, self.nan_policy):
+            raise ValueError("cannot merge accumulators with different stats, bins, ddof or nan_policy")
+        if other._state is None:
+            return self
+        if self._state is None:
+            self._bundle, self._state, self._n_features = other._bundle, other._state, other._n_features
+        else:
+            if other._bundle != self._bundle:
+                raise ValueError("cannot merge accumulators with different histogram ranges or feature counts")
+            assert self._bundle is not None
+            self._state = self._bundle.merge(self._state, other._state)
+        self._rows += other._rows
+        self._batches += other._batches
+        return self
+
+    def summary(self) -> Summary:
+        """The statistics of every batch seen so far."""
+        if self._state is None or self._bundle is None:
+            raise ValueError("no batches yet: call update(batch) first")
+        results = to_host(self._bundle.finalize(self._state))
+        by_name = dict(zip((s.name for s in self._bundle.stats), results, strict=True))
+        names = self.feature_names or tuple(f"f{i}" for i in range(self._n_features))
+        provenance = {
+            "source": "Accumulator", "rows": self._rows, "batches": self._batches,
+            "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
+            "nan_policy": self.nan_policy,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        return Summary.from_results(names, by_name, provenance)

@@ -1,0 +1,24 @@
+"""``daskbatch demo``: the end-to-end tour on generated data."""
+
+from __future__ import annotations
+
+import click
+
+from daskbatch.cli._group import main, user_errors
+
+
+@main.command("demo")
+@click.option("--rows", default=2_000_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--features", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--classes", default=3, show_default=True, type=click.IntRange(min=2))
+@click.option("--workers", default=None, type=click.IntRange(min=1), help="Worker processes (default: cores, at most 4).")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="Threads per worker.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Directory for data and results (default: a new temporary one).")
+@click.option("--seed", default=0, show_default=True)
+@user_errors
+def demo_command(rows: int, features: int, classes: int, workers: int | None, threads: int, out_dir: str | None, seed: int) -> None:
+    """Generate a labelled dataset, start a local cluster, and print its full summary."""
+    from daskbatch.demo import run_demo
+
+    run_demo(rows=rows, features=features, classes=classes, workers=workers,
+             threads_per_worker=threads, out_dir=out_dir, seed=seed, echo=click.echo)

@@ -1,0 +1,102 @@
+"""``daskbatch describe``: the full summary of a Zarr store, from a shell or a batch job."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from daskbatch.cli._config_file import config_option
+from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+
+
+def parse_range(text: str | None) -> tuple[float, float] | None:
+    """``"LO:HI"`` -> (lo, hi)."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise click.BadParameter(f"expected LO:HI (e.g. -5:5), got {text!r}") from None
+    return lo, hi
+
+
+@main.command("describe")
+@click.argument("store")
+@click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
+@click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
+@click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
+@click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
+@click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass).")
+@click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
+@click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
+@click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the summary as JSON ('-' for stdout).")
+@click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Directory for resumable partial states.")
+@click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
+@config_option
+@user_errors
+def describe_command(
+    store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
+    nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
+    checkpoint: str | None, force: bool, progress: bool, top: int,
+) -> None:
+    """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
+
+    Prints a table and writes the summary to --out (Zarr) and/or --json.
+    Runs on the threaded scheduler unless a cluster option is given.
+    Exit code 75 means interrupted but resumable: run the same command again.
+    """
+    from daskbatch.dataset import open_dataset
+    from daskbatch.describe import describe
+    from daskbatch.errors import Interrupted
+
+    dataset = open_dataset(store, x=x_name, label=label)
+    try:
+        summary = describe(
+            dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
+            nan_policy=nan_policy, split_every=split_every, progress=progress,
+            checkpoint=checkpoint, force=force,
+        )
+    except Interrupted as exc:
+        click.echo(f"interrupted: {exc}; partial results kept in {checkpoint}; run again to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo(format_report(summary, top=top))
+    if out:
+        summary.save(out)
+        click.echo(f"summary written to {out}")
+    if json_path:
+        text = json.dumps(summary.to_json(), default=str)
+        if json_path == "-":
+            click.echo(text)
+        else:
+            with open(json_path, "w") as f:
+                f.write(text)
+            click.echo(f"summary written to {json_path}")
+
+
+def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> str:
+    """The human-readable report printed by ``describe`` and ``demo``."""
+    import pandas as pd
+
+    table = summary.to_dataframe()  # type: ignore[attr-defined]
+    columns = [c for c in ("count", "nan_count", "mean", "std", "min", "max", "skew", "kurtosis", "mi") if c in table]
+    lines = [repr(summary).splitlines()[0]]
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        lines.append(table[columns].head(max_features).to_string(float_format=lambda v: f"{v:.5g}"))
+    if len(table) > max_features:
+        lines.append(f"... and {len(table) - max_features} more features")
+    pairs = summary.top_correlated(top)  # type: ignore[attr-defined]
+    if pairs:
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r, {summary.cov_count:,} complete rows):")  # type: ignore[attr-defined]
+        lines.extend(f"  {a:>12} ~ {b:<12} r = {r:+.4f}" for a, b, r in pairs)
+    ranked = summary.top_mi(top)  # type: ignore[attr-defined]
+    if ranked:
+        units = summary.provenance.get("mi_units", "nats")  # type: ignore[attr-defined]
+        lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
+        lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked)
+    return "\n".join(lines)
