@@ -54,9 +54,10 @@ def run_demo(
     ) as cluster, Client(cluster) as client:
         echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {client.dashboard_link}")
         echo(f"Writing a synthetic dataset ({rows:,} x {features} float32, {classes} classes) to {store} ...")
+        correlated = min(4, features // 4)
         dataset = synth(
-            rows, features, classes=classes, informative=min(8, features), correlated=min(4, features // 4),
-            seed=seed, path=store, overwrite=True,
+            rows, features, classes=classes, informative=min(8, features - correlated),
+            correlated=correlated, seed=seed, path=store, overwrite=True,
         )
         t1 = time.perf_counter()
         echo(f"  written in {t1 - t0:.1f} s")

@@ -25,11 +25,24 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
         import dask.config
 
         dask.config.update(dask.config.config, dask_settings)
-    defaults: dict[str, Any] = {key.replace("-", "_"): val for key, val in loaded.items()}
-    known = {p.name for p in ctx.command.params}
-    unknown = sorted(set(defaults) - known)
+    # Keys are the options' long names ("nan-policy", "json", "x"), mapped to click's parameter names.
+    by_flag: dict[str, str] = {}
+    for p in ctx.command.params:
+        if p.name is None or p.name == "config" or isinstance(p, click.Argument):
+            continue
+        for opt in p.opts:
+            if opt.startswith("--"):
+                by_flag[opt[2:].replace("-", "_")] = p.name
+    defaults: dict[str, Any] = {}
+    unknown = []
+    for key, val in loaded.items():
+        name = by_flag.get(str(key).replace("-", "_"))
+        if name is None:
+            unknown.append(key)
+        else:
+            defaults[name] = val
     if unknown:
-        raise click.BadParameter(f"{value}: unknown option(s) {unknown}; known: {sorted(known - {'config'})}")
+        raise click.BadParameter(f"{value}: unknown option(s) {sorted(unknown)}; known: {sorted(by_flag)}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 

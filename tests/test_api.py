@@ -1,0 +1,116 @@
+"""End-to-end behaviour of the public API: describe, Summary, Accumulator, on real stores and clusters."""
+
+from __future__ import annotations
+
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import daskbatch as db
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(42)
+    x = rng.normal(size=(3000, 5)) * [1.0, 2.0, 0.5, 3.0, 1.0] + [0.0, 10.0, -5.0, 1e3, 0.0]
+    y = rng.integers(0, 3, size=3000)
+    x[:, 4] += y  # informative feature
+    return x.astype(np.float32), y.astype(np.int16)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, data: tuple[np.ndarray, np.ndarray]) -> str:
+    x, y = data
+    path = str(tmp_path_factory.mktemp("api") / "data.zarr")
+    root = zarr.open_group(path, mode="w")
+    root.create_array("X", data=x, chunks=(500, 5))
+    root.create_array("y", data=y, chunks=(500,))
+    return path
+
+
+def test_describe_store_path_matches_numpy(store: str, data: tuple[np.ndarray, np.ndarray]) -> None:
+    x, y = data
+    ref = x.astype(np.float64)
+    s = db.describe(store, label="y")
+    np.testing.assert_allclose(s.mean, ref.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(s.std, ref.std(axis=0, ddof=1), rtol=1e-12)
+    np.testing.assert_allclose(s.cov, np.cov(ref.T), rtol=1e-11, atol=1e-12)
+    assert s.cov_count == 3000
+    for d in range(5):
+        counts, _ = np.histogram(ref[:, d], bins=s.hist_edges[d])
+        np.testing.assert_array_equal(s.hist_counts[d], counts)
+    assert s.top_mi(1)[0][0] == "f4"
+    assert s.provenance["passes"] == 2 and s.provenance["rows"] == 3000
+
+
+def test_same_result_on_a_real_cluster(store: str) -> None:
+    from distributed import Client, LocalCluster
+
+    local = db.describe(store, label="y")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, Client(cluster):
+        remote = db.describe(store, label="y")
+    for name in ("mean", "var", "skew", "kurtosis", "cov", "hist_counts", "mi"):
+        np.testing.assert_array_equal(getattr(local, name), getattr(remote, name), err_msg=name)
+
+
+def test_summary_roundtrip_and_views(tmp_path, store: str) -> None:
+    s = db.describe(store, label="y", bins=16)
+    back = db.load_summary(s.save(tmp_path / "stats.zarr"))
+    for name in ("mean", "cov", "corr", "hist_counts", "hist_edges", "mi", "joint_counts"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(s, name), err_msg=name)
+    assert back.feature_names == s.feature_names and back.cov_count == s.cov_count
+    assert back.provenance["stats"] == s.provenance["stats"]
+    ds = s.to_xarray()
+    assert ds["cov"].dims == ("feature", "feature2") and ds["hist_counts"].dims == ("feature", "bin")
+    table = s.to_dataframe()
+    assert list(table.index) == list(s.feature_names) and table["count"].dtype == np.int64
+    assert "Top correlated pairs" in s._repr_html_() and "f4" in repr(s)
+    json.dumps(s.to_json())
+
+
+def test_accumulator_matches_describe(data: tuple[np.ndarray, np.ndarray]) -> None:
+    x, y = data
+    whole = db.describe(da.from_array(x, chunks=(700, 5)), y, range=(-20.0, 1020.0), bins=32)
+    first, second = db.Accumulator(range=(-20.0, 1020.0), bins=32), db.Accumulator(range=(-20.0, 1020.0), bins=32)
+    for start in range(0, 1500, 333):
+        first.update(x[start : min(start + 333, 1500)], y[start : min(start + 333, 1500)])
+    second.update(x[1500:], y[1500:])
+    s = first.merge(second).summary()
+    np.testing.assert_allclose(s.mean, whole.mean, rtol=1e-14)
+    np.testing.assert_allclose(s.var, whole.var, rtol=1e-12)
+    np.testing.assert_allclose(s.cov, whole.cov, rtol=1e-11, atol=1e-12)
+    np.testing.assert_array_equal(s.hist_counts, whole.hist_counts)
+    np.testing.assert_allclose(s.mi, whole.mi, rtol=1e-12)
+    assert first.rows == 3000
+
+
+def test_accumulator_bad_input() -> None:
+    with pytest.raises(ValueError, match="range"):
+        db.Accumulator(stats=("moments", "hist"))
+    acc = db.Accumulator(stats=("moments",))
+    with pytest.raises(ValueError, match="no batches"):
+        acc.summary()
+    acc.update(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="batch 1 has 3 features; earlier batches had 2"):
+        acc.update(np.ones((3, 3)))
+    with pytest.raises(TypeError, match="complex"):
+        acc.update(np.ones((3, 2), dtype=complex))
+    mi = db.Accumulator(range=(0, 1))
+    with pytest.raises(ValueError, match="label"):
+        mi.update(np.ones((3, 2)))
+
+
+def test_describe_rejects_bad_inputs(store: str) -> None:
+    with pytest.raises(ValueError, match="unknown statistic"):
+        db.describe(np.ones((4, 2)), stats=("moments", "median"))
+    with pytest.raises(ValueError, match=r"label has 3 values but x has 4 rows"):
+        db.describe(np.ones((4, 2)), np.zeros(3, dtype=int))
+    with pytest.raises(TypeError, match="label has dtype float64"):
+        db.describe(np.ones((4, 2)), np.zeros(4))
+    with pytest.raises(ValueError, match="range must be"):
+        db.describe(np.ones((4, 2)), range=[(0, 1)] * 3)
+    with pytest.raises(ValueError, match="split_every must be at least 2"):
+        db.describe(np.ones((4, 2)), split_every=1)

@@ -1,0 +1,105 @@
+"""``daskbatch describe`` and ``daskbatch demo`` on real Zarr stores, through the click entry point."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+import zarr
+from click.testing import CliRunner
+
+import daskbatch as db
+from daskbatch.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def store(tmp_path: pathlib.Path) -> tuple[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2000, 4)).astype(np.float32)
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("X", data=x, chunks=(256, 4))
+    root.create_array("y", data=(x[:, 0] > 0).astype(np.int8), chunks=(256,))
+    return str(tmp_path / "d.zarr"), x
+
+
+def test_describe_writes_zarr_and_json(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+    path, x = store
+    out, js = tmp_path / "s.zarr", tmp_path / "s.json"
+    result = CliRunner().invoke(
+        main, ["describe", path, "--label", "y", "--out", str(out), "--json", str(js), "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Top 4 features by mutual information" in result.output and "f0" in result.output
+    summary = db.load_summary(out)
+    np.testing.assert_allclose(summary.mean, x.astype(np.float64).mean(axis=0), rtol=1e-12)
+    payload = json.loads(js.read_text())
+    assert payload["feature_names"] == ["f0", "f1", "f2", "f3"]
+    np.testing.assert_allclose(payload["std"], x.astype(np.float64).std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_describe_config_file_sets_options(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+    path, _ = store
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("bins: 8\nrange: '-4:4'\nstats: moments,hist\ndask:\n  daskbatch:\n    split-every: 3\n")
+    out = tmp_path / "s.zarr"
+    result = CliRunner().invoke(main, ["describe", path, "--config", str(cfg), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    s = db.load_summary(out)
+    assert s.hist_counts.shape == (4, 8) and s.cov is None
+    assert s.provenance["passes"] == 1 and s.provenance["split_every"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["describe", "{tmp}/missing.zarr"], "missing.zarr"),
+        (["describe", "{store}", "--range", "5"], "LO:HI"),
+        (["describe", "{store}", "--stats", "moments,median"], "unknown statistic"),
+        (["describe", "{store}", "--x", "nope"], "nope"),
+        (["describe", "{store}", "--config", "{tmp}/bad.yaml"], "unknown option"),
+    ],
+)
+def test_describe_bad_input_one_line_and_exit_2(
+    tmp_path: pathlib.Path, store: tuple[str, np.ndarray], args: list[str], message: str
+) -> None:
+    (tmp_path / "bad.yaml").write_text("binz: 3\n")
+    argv = [a.format(tmp=tmp_path, store=store[0]) for a in args]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+    top = runner.invoke(main, ["--help"])
+    assert top.exit_code == 0 and "Exit codes" in top.output
+    for name in main.commands:
+        sub = runner.invoke(main, [name, "--help"])
+        assert sub.exit_code == 0, name
+        assert "Usage" in sub.output
+
+
+def test_demo_small(tmp_path: pathlib.Path) -> None:
+    result = CliRunner().invoke(
+        main, ["demo", "--rows", "20000", "--features", "6", "--workers", "1", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "dashboard" in result.output and "Results saved" in result.output
+    assert db.load_summary(tmp_path / "summary.zarr").mi is not None
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", readme, re.S)
+    assert block is not None and readme.index("```bash") < 40
+    demo, tests = block.group(1).strip().splitlines()
+    assert demo.startswith("python3 -m venv .venv") and demo.endswith("daskbatch demo")
+    assert tests.startswith("python3 -m venv .venv") and "pytest" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci.splitlines()
