@@ -10,7 +10,7 @@ from typing import Any, Literal
 import dask
 import numpy as np
 
-from daskbatch.inputs import FeatureMatrix, as_feature_matrix
+from daskbatch.inputs import FeatureMatrix, as_feature_matrix, to_device
 from daskbatch.reduce import resolve_split_every, tree_reduce
 from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
 from daskbatch.summary import Summary
@@ -94,6 +94,7 @@ def describe(
     progress: bool = False,
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
+    device: Literal["cpu", "gpu"] = "cpu",
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -137,6 +138,10 @@ def describe(
         a result bitwise identical to an uninterrupted run.
     force : bool, default False
         Discard a checkpoint that belongs to other inputs instead of refusing.
+    device : {"cpu", "gpu"}, default "cpu"
+        ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
+        merges states there. Blocks that already are CuPy arrays stay on the GPU
+        either way.
 
     Returns
     -------
@@ -150,7 +155,7 @@ def describe(
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     names = normalize_stats(stats)
-    data = as_feature_matrix(x, label, feature_names=feature_names)
+    data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
     if data.label is None:
         names = tuple(n for n in names if n != "mi")
     want_hist = "hist" in names or "mi" in names

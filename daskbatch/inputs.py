@@ -118,3 +118,25 @@ def as_feature_matrix(
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance)
+
+
+def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
+    """Move every block to the GPU once (``cupy.asarray`` per block) when ``device="gpu"``.
+
+    Statistics then run and merge on the device; only final results come back.
+    """
+    if device == "cpu":
+        return data
+    if device != "gpu":
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
+
+    def move(a: da.Array) -> da.Array:
+        return a.map_blocks(cupy.asarray, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
+
+    label = None if data.label is None else move(data.label)
+    provenance = {**data.provenance, "device": "gpu"}
+    return FeatureMatrix(x=move(data.x), label=label, feature_names=data.feature_names, provenance=provenance)
