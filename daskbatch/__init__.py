@@ -15,12 +15,19 @@ except PackageNotFoundError:  # running from a source tree
 
 from daskbatch import config as _config  # noqa: F401  (loads defaults into dask.config)
 from daskbatch.accumulator import Accumulator
+from daskbatch.cluster import cluster
+from daskbatch.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.describe import describe
-from daskbatch.errors import CheckpointMismatchError, DataError, PlanError
+from daskbatch.errors import CheckpointMismatchError, DataError, Interrupted, PlanError
+from daskbatch.planner import Plan, plan
+from daskbatch.resources import Resources
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
+from daskbatch.synth import synth
 
 __all__ = [
-    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Histogram", "Moments",
-    "PlanError", "Summary", "__version__", "describe", "load_summary", "mutual_information",
+    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
+    "Histogram", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
+    "cluster", "describe", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
+    "synth",
 ]

@@ -209,6 +209,15 @@ class Summary:
             out["cov_count"] = int(self.cov_count)
         return out
 
+    def plot(self, kind: str = "hist", **kwargs: Any) -> Any:
+        """Plot with matplotlib: ``kind`` is ``"hist"``, ``"corr"`` or ``"mi"`` (see :mod:`daskbatch.plotting`)."""
+        from daskbatch import plotting
+
+        plotters = {"hist": plotting.plot_histograms, "corr": plotting.plot_correlation, "mi": plotting.plot_mi}
+        if kind not in plotters:
+            raise ValueError(f"kind must be one of {sorted(plotters)}, got {kind!r}")
+        return plotters[kind](self, **kwargs)
+
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
         parts = [f"<daskbatch.Summary: {int(self.provenance.get('rows', 0)):,} rows × {self.n_features} features>"]

@@ -42,6 +42,20 @@ def test_describe_writes_zarr_and_json(tmp_path: pathlib.Path, store: tuple[str,
     np.testing.assert_allclose(payload["std"], x.astype(np.float64).std(axis=0, ddof=1), rtol=1e-12)
 
 
+@pytest.fixture()
+def restore_dask_config():
+    """A config file's ``dask:`` mapping changes the process-wide dask config, as it should in a job."""
+    import copy
+
+    import dask.config
+
+    saved = copy.deepcopy(dask.config.config)
+    yield
+    dask.config.config.clear()
+    dask.config.config.update(saved)
+
+
+@pytest.mark.usefixtures("restore_dask_config")
 def test_describe_config_file_sets_options(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
     path, _ = store
     cfg = tmp_path / "job.yaml"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
 from daskbatch.backend import device, namespace
 from daskbatch.stats._base import as_float64, safe_divisor
@@ -71,6 +72,8 @@ class CoMoments:
         rows, n_features = x.shape
         if rows == 0:
             return empty_comoments(xp, n_features, device(x))
+        if kernels.supports(x):  # compiled CPU centring + one GEMM, same state (daskbatch/kernels)
+            return CoMomentsState(*kernels.comoments(x))
         x = as_float64(x)
         complete = xp.all(xp.isfinite(x), axis=1)
         n = xp.sum(xp.astype(complete, xp.float64))
@@ -96,7 +99,9 @@ class CoMoments:
         shift = xp.where(a.n > 0, a.shift, b.shift)
         mean_a = (a.shift - shift) + a.mean
         mean_b = (b.shift - shift) + b.mean
-        delta = mean_b - mean_a
+        # Zero against an empty side, whose foreign shift would make delta the whole
+        # mean: its square overflows for |mean| above ~1e154 and inf * 0 gives NaN.
+        delta = xp.where((a.n > 0) & (b.n > 0), mean_b - mean_a, xp.zeros_like(mean_a))
         mean = xp.where(a.n > 0, xp.where(b.n > 0, mean_a + delta * (b.n / n_safe), mean_a), mean_b)
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta, delta)
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)

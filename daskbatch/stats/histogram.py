@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
 from daskbatch.backend import bincount, device, namespace
 from daskbatch.stats._base import as_float64
@@ -134,8 +135,8 @@ class Histogram:
             raise ValueError(f"histogram has {len(self.lo)} ranges but the chunk has {n_features} features")
         if rows == 0:
             return self.empty(xp, device(x))
-        flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
         n_classes = 1
+        labels = None
         if self.by_label:
             if y is None:
                 raise ValueError("a histogram by label needs the label of every chunk")
@@ -143,6 +144,11 @@ class Histogram:
             if xp.any(labels < 0):
                 raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
             n_classes = int(xp.max(labels)) + 1
+        if kernels.supports(x):  # compiled CPU loop, same counts bit for bit (daskbatch/kernels)
+            counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes)
+            return HistogramState(counts=counts)
+        flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
+        if labels is not None:
             flat = flat * n_classes + labels[:, None]
         size = n_features * self.n_slots * n_classes
         counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=size)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
 from daskbatch.backend import device, namespace
 from daskbatch.stats._base import as_float64, safe_divisor
@@ -118,6 +119,8 @@ class Moments:
         rows, n_features = x.shape
         if rows == 0:
             return empty_moments(xp, n_features, device(x))
+        if kernels.supports(x):  # compiled CPU loop, same state (daskbatch/kernels)
+            return MomentsState(*kernels.moments(x))
         x = as_float64(x)
         finite = xp.isfinite(x)
         nan = xp.isnan(x)
@@ -169,7 +172,10 @@ class Moments:
         shift = xp.where(na > 0, a.shift, b.shift)
         mean_a = (a.shift - shift) + a.mean
         mean_b = (b.shift - shift) + b.mean
-        delta = mean_b - mean_a
+        # Zero unless both sides hold values: against an empty side (shift 0) the
+        # difference is the whole mean, whose powers overflow (inf * 0 = NaN) for
+        # |mean| above ~1e77, so merging an empty or all-NaN chunk must add nothing.
+        delta = xp.where((na > 0) & (nb > 0), mean_b - mean_a, xp.zeros_like(mean_a))
         wb = nb / n_safe
         mean = xp.where(na > 0, xp.where(nb > 0, mean_a + delta * wb, mean_a), mean_b)
         d2 = delta * delta

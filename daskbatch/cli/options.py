@@ -1,0 +1,118 @@
+"""Click options shared by commands that run on a cluster: ``--cluster``, ``--address``, ``--scheduler-file``.
+
+Use :func:`cluster_options` on a command and :func:`client_from_options` in its body::
+
+    @main.command()
+    @cluster_options
+    def describe(..., cluster, address, scheduler_file):
+        with client_from_options(cluster, address, scheduler_file):
+            ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import click
+
+from daskbatch.cluster import KINDS
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``--cluster`` values: the cluster kinds, plus "threads" for dask's threaded scheduler (no cluster).
+CLUSTER_CHOICES = (*KINDS, "threads")
+
+
+@overload
+def cluster_options(func: F, /) -> F: ...
+
+
+@overload
+def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...
+
+
+def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
+    """Add ``--cluster``, ``--address`` and ``--scheduler-file`` to a click command.
+
+    Parameters
+    ----------
+    func : callable, optional
+        The command; use bare (``@cluster_options``) or called (``@cluster_options(default="threads")``).
+    default : str, default "auto"
+        Default of ``--cluster``.
+
+    Returns
+    -------
+    callable
+        The decorated command, receiving ``cluster``, ``address`` and ``scheduler_file``.
+    """
+    if default not in CLUSTER_CHOICES:
+        raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
+
+    def decorate(f: F) -> F:
+        f = click.option(
+            "--scheduler-file",
+            type=click.Path(dir_okay=False),
+            envvar="DASKBATCH_SCHEDULER_FILE",
+            help="Connect to the scheduler that wrote this file (dask scheduler "
+            "--scheduler-file, dask-mpi); env DASKBATCH_SCHEDULER_FILE. Overrides --cluster.",
+        )(f)
+        f = click.option(
+            "--address",
+            metavar="ADDR",
+            help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.",
+        )(f)
+        f = click.option(
+            "--cluster",
+            type=click.Choice(CLUSTER_CHOICES),
+            default=default,
+            show_default=True,
+            help="Cluster to start: auto (one dask-cuda worker per GPU, else local), local, "
+            "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
+            "threads (no cluster: dask's threaded scheduler).",
+        )(f)
+        return f
+
+    return decorate(func) if func is not None else decorate
+
+
+@contextlib.contextmanager
+def client_from_options(
+    cluster: str = "auto",
+    address: str | None = None,
+    scheduler_file: str | None = None,
+    **kwargs: Any,
+) -> Iterator[Client | None]:
+    """Client for the parsed options (None with ``--cluster threads``); closes what it started.
+
+    Parameters
+    ----------
+    cluster, address, scheduler_file
+        The values of the options added by :func:`cluster_options`.
+    **kwargs
+        Passed to :func:`daskbatch.cluster.cluster` (``plan=``, ``n_workers=`` ...).
+
+    Yields
+    ------
+    distributed.Client or None
+    """
+    if address and scheduler_file:
+        raise click.UsageError("give --address or --scheduler-file, not both")
+    if cluster == "threads" and not (address or scheduler_file):
+        yield None
+        return
+    from daskbatch.cluster import cluster as start_cluster
+
+    with start_cluster(cluster, address=address, scheduler_file=scheduler_file, **kwargs) as client:
+        try:
+            link = client.dashboard_link
+        except Exception:  # no dashboard available
+            link = None
+        if link:
+            click.echo(f"dashboard: {link}", err=True)
+        yield client

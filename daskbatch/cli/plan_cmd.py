@@ -1,0 +1,98 @@
+"""``daskbatch plan STORE``: show the chunking and memory arithmetic, without a cluster or compute."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from daskbatch.cli._group import main, user_errors
+from daskbatch.memory_model import STATISTICS
+
+__all__ = ["plan_command"]
+
+
+def _parse_stats(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STATISTICS]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown statistic(s) {unknown or text!r}; choose from {','.join(STATISTICS)}",
+            param_hint="--stats",
+        )
+    # describe always computes moments; plan for what it will run
+    return tuple(dict.fromkeys(["moments", *names]))
+
+
+@main.command("plan")
+@click.argument("store")
+@click.option("--x", "x_name", default="X", show_default=True, help="Samples x features array in the store.")
+@click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
+@click.option(
+    "--stats", default=",".join(STATISTICS), show_default=True, help="Comma-separated statistics."
+)
+@click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
+@click.option(
+    "--classes", "n_classes", type=click.IntRange(min=1), default=None,
+    help="Label classes for 'mi' (default: from the store's attributes).",
+)
+@click.option(
+    "--memory", default="auto", show_default=True,
+    help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
+    "this machine's (0.5), or auto (this machine's, shared by --workers).",
+)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1), help="Workers.")
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=None,
+    help="Threads per worker [default: cores / workers on CPU, 1 on GPU].",
+)
+@click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--split-every", type=click.IntRange(min=2), default=None, help="Merge fan-in.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of text.")
+@user_errors
+def plan_command(
+    store: str,
+    x_name: str,
+    label: str | None,
+    stats: str,
+    bins: int,
+    n_classes: int | None,
+    memory: str,
+    workers: int,
+    threads: int | None,
+    device: str,
+    split_every: int | None,
+    as_json: bool,
+) -> None:
+    """Plan chunk rows, merge fan-in and feature tiles for STORE and explain the arithmetic.
+
+    Reads only the store's metadata; starts no cluster. Exit code 3 when the
+    plan cannot fit the memory given.
+    """
+    from daskbatch.cluster import resources_from_machine
+    from daskbatch.dataset import open_dataset
+    from daskbatch.planner import plan, recorded_n_classes
+
+    names = _parse_stats(stats)
+    ds = open_dataset(store, x=x_name, label=label)
+    skipped = None
+    if "mi" in names:
+        if ds.label is None:
+            names, skipped = tuple(n for n in names if n != "mi"), "mi skipped: the store has no label"
+        elif n_classes is None and recorded_n_classes(ds) is None:
+            raise click.UsageError("statistic 'mi' needs the number of classes: pass --classes K")
+    resources = resources_from_machine(
+        n_workers=workers, threads_per_worker=threads, memory=memory, device=device
+    )
+    result = plan(
+        ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
+    )
+    if as_json:
+        out = result.to_dict()
+        out["store"] = str(store)
+        out["skipped"] = skipped
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(result.explain())
+        if skipped:
+            click.echo(f"  note: {skipped}")

@@ -1,0 +1,377 @@
+"""Clusters in, :class:`~daskbatch.resources.Resources` out.
+
+* :func:`cluster` starts (or connects to) a cluster and yields a
+  ``distributed.Client``: a local CPU cluster, one CUDA worker per GPU
+  (dask-cuda), a SLURM/PBS cluster (dask-jobqueue), or an existing scheduler
+  by address or scheduler file (batch jobs, dask-mpi).
+* :func:`resources_from_client`, :func:`resources_from_machine` and
+  :func:`resources_auto` turn a running cluster, or this machine, into the
+  plain value the planner reads; the planner never sees a client.
+
+distributed is imported inside functions and dask-cuda, dask-jobqueue,
+pynvml and psutil only where needed, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from daskbatch.resources import Resources
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from daskbatch.planner import Plan
+
+__all__ = [
+    "KINDS",
+    "cluster",
+    "cuda_device_count",
+    "gpu_memory_bytes",
+    "machine_memory_bytes",
+    "parse_memory",
+    "resources_auto",
+    "resources_from_client",
+    "resources_from_machine",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Values of ``cluster(kind=...)`` and of the CLI's ``--cluster``.
+KINDS = ("auto", "local", "cuda", "slurm", "pbs")
+
+_HPC_HINT = "install the HPC extra: pip install 'daskbatch[hpc]' (dask-jobqueue)"
+_GPU_HINT = "install the GPU extra: pip install 'daskbatch[gpu]' (dask-cuda, cupy)"
+
+
+# ---------------------------------------------------------------- this machine
+
+
+def machine_memory_bytes() -> int:
+    """Total physical memory of this machine in bytes."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def cuda_device_count() -> int:
+    """CUDA devices visible to this process (0 without a GPU or without pynvml)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip()])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # no pynvml, no driver or no device: treat all alike as "no GPU"
+        return 0
+
+
+def gpu_memory_bytes(*, free: bool = True) -> int | None:
+    """Free (or total) memory of this process's first visible GPU, via NVML; None if unknown."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        if first.isdigit():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
+        else:  # GPU-/MIG- UUIDs are allowed in CUDA_VISIBLE_DEVICES
+            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.free if free else info.total)
+    except Exception:
+        return None
+
+
+def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
+    """Bytes from a dask-cuda style memory spec.
+
+    Parameters
+    ----------
+    value : int, float, str or None
+        ``int``: bytes; ``float`` in (0, 1] (or a string such as ``"0.5"``): a
+        fraction of ``total_bytes``; ``str``: a size such as ``"16GiB"``;
+        ``"auto"`` or None: ``total_bytes``.
+    total_bytes : int
+        What a fraction and ``"auto"`` refer to.
+
+    Returns
+    -------
+    int
+        Bytes, at least 1.
+    """
+    from dask.utils import parse_bytes
+
+    if isinstance(value, bool):
+        raise ValueError(f"memory must be bytes, a fraction or 'auto', got {value!r}")
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return int(total_bytes)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            value = int(text)
+        else:
+            try:
+                value = float(text)  # "0.5" is a fraction, as in dask-cuda; "1e9" is bytes
+                value = int(value) if value > 1 else value
+            except ValueError:
+                try:
+                    value = int(parse_bytes(text))
+                except ValueError as exc:
+                    raise ValueError(
+                        f"cannot read memory {text!r}: give bytes ('16GiB'), a fraction (0.5) or 'auto'"
+                    ) from exc
+    if isinstance(value, float):
+        if not 0 < value <= 1:
+            raise ValueError(f"a memory fraction must be in (0, 1], got {value}")
+        return max(1, int(total_bytes * value))
+    if int(value) < 1:
+        raise ValueError(f"memory must be positive, got {value!r}")
+    return int(value)
+
+
+def resources_from_machine(
+    *,
+    n_workers: int = 1,
+    threads_per_worker: int | None = None,
+    memory: int | float | str | None = "auto",
+    device: str = "cpu",
+) -> Resources:
+    """Resources for ``n_workers`` workers sharing this machine (no cluster needed).
+
+    Parameters
+    ----------
+    n_workers : int, default 1
+        Workers that will share the machine.
+    threads_per_worker : int, optional
+        Default: CPU cores / workers on CPU, 1 on GPU.
+    memory : int, float, str or None, default "auto"
+        Per-worker memory (GPU memory with ``device="gpu"``); fractions and
+        ``"auto"`` split the machine's total (the GPU's free memory) between workers.
+    device : {"cpu", "gpu"}
+        Where the kernels run.
+
+    Returns
+    -------
+    Resources
+    """
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    host_total = machine_memory_bytes()
+    host_per_worker = max(1, host_total // n_workers)
+    if device == "gpu":
+        gpu_total = gpu_memory_bytes()
+        needs_probe = memory is None or isinstance(memory, float) or (
+            isinstance(memory, str) and (memory.strip().lower() == "auto" or "." in memory)
+        )
+        if gpu_total is None and needs_probe:
+            raise ValueError(
+                "cannot read this machine's GPU memory (no pynvml or no GPU); pass --memory "
+                "as bytes, e.g. --memory 16GiB"
+            )
+        dev = parse_memory(memory, total_bytes=gpu_total or 1)
+        return Resources(
+            host_per_worker, threads_per_worker or 1, n_workers, device_memory_bytes=dev, device="gpu"
+        )
+    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // n_workers)
+    mem = parse_memory(memory, total_bytes=host_per_worker)
+    return Resources(mem, threads, n_workers, device="cpu")
+
+
+# ---------------------------------------------------------------- a running cluster
+
+
+def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
+    """Device memory for one worker (runs on the worker): dask-cuda's limit, else NVML free."""
+    data = dask_worker.data
+    # dask-cuda's DeviceHostFile keeps the spill limit in a zict.Buffer; ProxifyHostFile in its manager.
+    limit = getattr(getattr(data, "device_buffer", None), "n", None)
+    if not limit:
+        limit = getattr(getattr(data, "manager", None), "_device_memory_limit", None)
+    plugins = getattr(dask_worker, "plugins", {}).values()
+    is_cuda = type(data).__module__.startswith("dask_cuda") or any(
+        type(p).__module__.startswith("dask_cuda") for p in plugins
+    )
+    if device == "cpu" or (device is None and not is_cuda and not limit):
+        return None
+    if limit and not math.isinf(limit):
+        return int(limit)
+    return gpu_memory_bytes()
+
+
+def resources_from_client(client: Client, *, device: str | None = None) -> Resources:
+    """Resources of the workers a client sees (the most constrained worker decides).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A connected client.
+    device : {"cpu", "gpu"} or None
+        None: GPU when the workers are dask-cuda workers.
+
+    Returns
+    -------
+    Resources
+        Smallest ``memory_limit`` (machine memory where a worker has no limit),
+        largest ``nthreads``, number of workers, and device memory from
+        dask-cuda's ``device_memory_limit`` or NVML.
+    """
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        raise ValueError(
+            f"the cluster at {client.scheduler.address} has no workers yet; start workers "
+            "(or call client.wait_for_workers) before planning, or pass --memory"
+        )
+    limits = [int(w.get("memory_limit") or 0) for w in workers.values()]
+    memory = min(limits) if all(limits) else min([m for m in limits if m] or [machine_memory_bytes()])
+    threads = max(int(w["nthreads"]) for w in workers.values())
+    probes = client.run(_probe_device_memory, device=device)
+    dev = [v for v in probes.values() if v]
+    if device == "gpu" and not dev:
+        raise ValueError("device='gpu' but no worker reports GPU memory (no dask-cuda, no pynvml)")
+    return Resources(
+        memory_bytes=memory,
+        threads_per_worker=threads,
+        n_workers=len(workers),
+        device_memory_bytes=min(dev) if dev else None,
+        device="gpu" if dev else "cpu",
+    )
+
+
+def resources_auto(*, device: str | None = None) -> Resources:
+    """Resources of the live distributed client if there is one, else of this machine."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # ValueError: no client in this process
+        client = None
+    if client is not None:
+        return resources_from_client(client, device=device)
+    if device is None:
+        device = "gpu" if cuda_device_count() and gpu_memory_bytes() else "cpu"
+    return resources_from_machine(
+        n_workers=max(1, cuda_device_count()) if device == "gpu" else 1, device=device
+    )
+
+
+# ---------------------------------------------------------------- starting clusters
+
+
+@contextlib.contextmanager
+def cluster(
+    kind: str = "auto",
+    *,
+    address: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
+    plan: Plan | None = None,
+    **kwargs: Any,
+) -> Iterator[Client]:
+    """Start or connect to a Dask cluster and yield a client; closing closes what was started.
+
+    Parameters
+    ----------
+    kind : {"auto", "local", "cuda", "slurm", "pbs"}, default "auto"
+        ``"auto"``: one dask-cuda worker per GPU when CUDA devices and dask-cuda
+        are present, else a ``distributed.LocalCluster``. ``"slurm"``/``"pbs"``:
+        dask-jobqueue (``jobs=N`` picks how many jobs to scale to, default 1).
+        Ignored when ``address`` or ``scheduler_file`` is given.
+    address : str, optional
+        Connect to a running scheduler (not closed on exit).
+    scheduler_file : path, optional
+        Connect through a scheduler file (``dask scheduler --scheduler-file``,
+        dask-mpi); not closed on exit.
+    plan : Plan, optional
+        For ``"cuda"``: sizes the RMM pool from the plan unless ``rmm_pool_size`` is given.
+    **kwargs
+        Passed to the cluster class (``LocalCluster``, ``LocalCUDACluster``,
+        ``SLURMCluster``, ``PBSCluster``) or, when connecting, to ``Client``.
+
+    Yields
+    ------
+    distributed.Client
+
+    Examples
+    --------
+    >>> import daskbatch as db  # doctest: +SKIP
+    >>> with db.cluster("local", n_workers=2, threads_per_worker=1) as client:  # doctest: +SKIP
+    ...     resources = db.cluster_resources(client)
+    """
+    from distributed import Client
+
+    if address is not None and scheduler_file is not None:
+        raise ValueError("give either address or scheduler_file, not both")
+    if address is not None or scheduler_file is not None:
+        sf = os.fspath(scheduler_file) if scheduler_file is not None else None
+        with Client(address, scheduler_file=sf, **kwargs) as client:
+            _log_dashboard(client, "connected to")
+            yield client  # an external cluster: only our client is closed
+        return
+    started = _start_cluster(kind, plan, kwargs)
+    try:
+        with Client(started) as client:
+            _log_dashboard(client, "started")
+            yield client
+    finally:
+        started.close()
+
+
+def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
+    """A started cluster object of ``kind`` (``auto`` resolved here)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown cluster kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if kind == "auto":
+        kind = "cuda" if cuda_device_count() and _has_module("dask_cuda") else "local"
+        logger.info("daskbatch: cluster kind 'auto' -> %r", kind)
+    if kind == "local":
+        from distributed import LocalCluster
+
+        return LocalCluster(**kwargs)
+    if kind == "cuda":
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError as exc:
+            raise ImportError(f"cluster kind 'cuda' needs dask-cuda: {_GPU_HINT}") from exc
+        opts = dict(kwargs)
+        if plan is not None and "rmm_pool_size" not in opts:
+            opts["rmm_pool_size"] = _rmm_pool_bytes(plan)
+        opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])  # CuPy allocates from RMM
+        return LocalCUDACluster(**opts)  # spilling to host stays on (dask-cuda's default)
+    try:
+        import dask_jobqueue
+    except ImportError as exc:
+        raise ImportError(f"cluster kind {kind!r} needs dask-jobqueue: {_HPC_HINT}") from exc
+    opts = dict(kwargs)
+    jobs = int(opts.pop("jobs", 1))
+    cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+    started = cls(**opts)
+    started.scale(jobs=jobs)
+    return started
+
+
+def _rmm_pool_bytes(plan: Plan) -> int:
+    """Initial RMM pool: every thread's largest task plus the reserve, rounded up to 256 MiB."""
+    step = 256 * 2**20
+    need = (plan.task_bytes + plan.reserved_bytes) * plan.resources.threads_per_worker
+    return -(-need // step) * step
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _log_dashboard(client: Client, verb: str) -> None:
+    try:
+        link = client.dashboard_link
+    except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
+        link = "(no dashboard)"
+    logger.info("daskbatch: %s %s; dashboard: %s", verb, client.scheduler.address, link)

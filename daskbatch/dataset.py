@@ -1,0 +1,428 @@
+"""Open a (samples x features) Zarr array, with its labels and feature names, as dask arrays.
+
+:func:`open_dataset` is the one entry point for data that already sits in a Zarr
+store (v2 or v3, local path or fsspec URL, a group of named arrays, a bare
+array, or an xarray-written store).  It returns a small :class:`Dataset`:
+dask arrays whose blocks are whole storage chunks along the sample axis (so no
+storage chunk is decoded twice) and span all features, plus the facts a summary
+needs to say where its numbers came from (:meth:`Dataset.provenance`).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+from dask.utils import parse_bytes
+
+from daskbatch.errors import DataError
+from daskbatch.integrity import (
+    BlockReader,
+    chunk_key,
+    describe,
+    missing_chunks,
+    storage_chunks,
+)
+
+__all__ = [
+    "Dataset",
+    "IncompleteStoreWarning",
+    "MissingChunksWarning",
+    "open_dataset",
+    "open_zarr",
+]
+
+#: Upper bound of one dask block under ``chunks="auto"`` when the
+#: ``daskbatch.target-chunk-bytes`` dask config key is unset.
+AUTO_CHUNK_BYTES = 128 * 2**20
+
+#: Group attribute written by daskbatch (synth, ingest) naming the arrays.
+LAYOUT_ATTR = "daskbatch"
+#: Group attribute holding the ingest manifest summary (``complete`` flag).
+INGEST_ATTR = "daskbatch_ingest"
+
+Chunks = Literal["auto", "storage"] | int
+
+
+class MissingChunksWarning(UserWarning):
+    """Chunks of the array are absent from the store; zarr would return fill values."""
+
+
+class IncompleteStoreWarning(UserWarning):
+    """The store was written by an ingest that has not finished."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Dataset:
+    """A (samples x features) dask array with labels, names and provenance.
+
+    Attributes
+    ----------
+    x : dask.array.Array
+        Samples x features; one block spans all features.
+    label : dask.array.Array or None
+        1-D labels aligned with the rows of ``x``.
+    feature_names : list of str
+        One name per column of ``x``.
+    store_chunks : tuple of int
+        Chunk (or shard) shape of ``x`` in the store.
+    path : str or None
+        Store path or URL; ``None`` for data that was never written.
+    array_name : str or None
+        Path of ``x`` inside the store.
+    attrs : dict
+        Group and array attributes (synthetic ground truth lives in ``attrs["synth"]``).
+    missing_chunks : list of tuple of int
+        Grid positions of chunks of ``x`` absent from the store.
+    """
+
+    x: da.Array
+    label: da.Array | None
+    feature_names: list[str]
+    store_chunks: tuple[int, ...]
+    path: str | None = None
+    array_name: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    missing_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    label_name: str | None = None
+    zarr_format: int | None = None
+    missing_chunk_keys: list[str] = field(default_factory=list)
+    complete: bool = True
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(samples, features)``."""
+        return (int(self.x.shape[0]), int(self.x.shape[1]))
+
+    def provenance(self) -> dict[str, Any]:
+        """JSON-able facts about where the data came from.
+
+        Returns
+        -------
+        dict
+            ``path``, ``array``, ``label``, ``shape``, ``dtype``, ``store_chunks``,
+            ``dask_chunk_rows``, ``zarr_format``, ``missing_chunks`` (grid positions),
+            ``missing_chunk_keys`` and ``complete``.
+        """
+        return {
+            "path": self.path,
+            "array": self.array_name,
+            "label": self.label_name,
+            "shape": list(self.shape),
+            "dtype": str(self.x.dtype),
+            "store_chunks": list(self.store_chunks),
+            "dask_chunk_rows": int(self.x.chunks[0][0]) if self.x.chunks[0] else 0,
+            "zarr_format": self.zarr_format,
+            "missing_chunks": [list(c) for c in self.missing_chunks],
+            "missing_chunk_keys": list(self.missing_chunk_keys),
+            "complete": self.complete,
+        }
+
+    def _summary_rows(self) -> list[tuple[str, str]]:
+        rows, cols = self.shape
+        where = self.path or "(in memory, not written)"
+        if self.zarr_format:
+            where += f"  (zarr v{self.zarr_format})"
+        names = self.feature_names
+        shown = ", ".join(names[:6]) + (f", ... ({len(names)} total)" if len(names) > 6 else "")
+        label = "none"
+        if self.label is not None:
+            label = f"{self.label_name or '(lazy)'!s} {self.label.dtype}"
+        missing = "none"
+        if self.missing_chunks:
+            missing = f"{len(self.missing_chunks)}: " + ", ".join(self.missing_chunk_keys[:5])
+            if len(self.missing_chunks) > 5:
+                missing += ", ..."
+        out = [
+            ("store", where),
+            (
+                "x",
+                f"{self.array_name or '(lazy)'} {self.x.dtype} ({rows:,} x {cols:,}), "
+                f"{_fmt_bytes(self.x.nbytes)}",
+            ),
+            (
+                "chunks",
+                f"storage {self.store_chunks}, dask {self.x.numblocks[0]} blocks of "
+                f"{self.x.chunks[0][0] if self.x.chunks[0] else 0:,} rows",
+            ),
+            ("label", label),
+            ("features", shown),
+            ("missing chunks", missing),
+        ]
+        if not self.complete:
+            out.append(("complete", "NO: ingest did not finish; re-run it"))
+        return out
+
+    def __repr__(self) -> str:
+        rows = self._summary_rows()
+        width = max(len(k) for k, _ in rows)
+        return "<daskbatch.Dataset>\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in self._summary_rows()
+        )
+        return f"<b>daskbatch.Dataset</b><table>{body}</table>"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def _open_node(
+    path_or_url: Any, storage_options: Mapping[str, Any] | None
+) -> tuple[zarr.Group | zarr.Array, str]:
+    """Open a store read-only; return the root node and a printable location."""
+    if isinstance(path_or_url, zarr.Group | zarr.Array):
+        return path_or_url, str(getattr(path_or_url.store, "root", path_or_url.store))
+    where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
+    if not isinstance(where, str):
+        raise TypeError(f"expected a path, URL or zarr group/array, got {type(where).__name__}")
+    kwargs: dict[str, Any] = {"mode": "r"}
+    if storage_options:
+        kwargs["storage_options"] = dict(storage_options)
+    try:
+        return zarr.open(where, **kwargs), where
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+        raise DataError(f"no Zarr store at {where!r}") from exc
+
+
+def _array_names(group: zarr.Group) -> list[str]:
+    return sorted(name for name, _ in group.arrays())
+
+
+def _get_array(
+    root: zarr.Group | zarr.Array, name: str | None, where: str, what: str
+) -> zarr.Array:
+    if isinstance(root, zarr.Array):
+        if what != "x":
+            raise DataError(f"{where!r} is a single array, not a group with a {what} array {name!r}")
+        return root  # a bare array: the x name only matters inside a group
+    if name is None:
+        raise DataError(f"{where!r} is a group; name the {what} array (have: {_array_names(root)})")
+    try:
+        node = root[name]
+    except KeyError as exc:
+        raise DataError(
+            f"{what} array {name!r} not found in {where!r}; arrays there: {_array_names(root)}"
+        ) from exc
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{name!r} in {where!r} is a group, not a {what} array")
+    return node
+
+
+def _row_chunks(arr: zarr.Array, chunks: Chunks) -> int:
+    """Rows per dask block: whole storage chunks unless the caller gives an int."""
+    rows = int(arr.shape[0])
+    store_rows = storage_chunks(arr)[0]
+    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
+        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    if isinstance(chunks, int):
+        if chunks <= 0:
+            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
+        per = chunks
+    elif chunks == "storage":
+        per = store_rows
+    elif chunks == "auto":
+        target = parse_bytes(dask.config.get("daskbatch.target-chunk-bytes", AUTO_CHUNK_BYTES))
+        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
+        per = store_rows * max(1, target // (store_rows * row_bytes))
+    else:
+        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    return max(1, min(per, rows)) if rows else 1
+
+
+def _as_dask(arr: zarr.Array, row_chunks: int, where: str) -> da.Array:
+    reader = BlockReader(arr)
+    chunks = (row_chunks,) + tuple(arr.shape[1:])
+    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
+    return da.from_array(
+        reader,
+        chunks=chunks,
+        name=f"daskbatch-read-{token}",
+        asarray=False,
+        fancy=False,
+        inline_array=True,
+        meta=np.empty((0,) * arr.ndim, dtype=arr.dtype),
+    )
+
+
+def _feature_names(root: zarr.Group | zarr.Array, arr: zarr.Array, n: int) -> list[str]:
+    """Names from attrs, else from an xarray dimension coordinate, else f0, f1, ..."""
+    for attrs in (arr.attrs, root.attrs if isinstance(root, zarr.Group) else {}):
+        names = attrs.get("feature_names")
+        if names is not None and len(names) == n:
+            return [str(v) for v in names]
+    dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+    if dims and len(dims) == 2 and dims[1] and isinstance(root, zarr.Group):
+        coord = root.get(dims[1])
+        if isinstance(coord, zarr.Array) and coord.ndim == 1 and coord.shape[0] == n:
+            values = coord[:]
+            return [v.decode() if isinstance(v, bytes) else str(v) for v in values.tolist()]
+    return [f"f{i}" for i in range(n)]
+
+
+def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    # xarray's bookkeeping (_ARRAY_DIMENSIONS, _FillValue) is not user metadata.
+    return {k: v for k, v in dict(attrs).items() if not k.startswith("_")}
+
+
+def open_dataset(
+    path_or_url: Any,
+    x: str = "X",
+    label: str | None = None,
+    *,
+    chunks: Chunks = "auto",
+    storage_options: Mapping[str, Any] | None = None,
+    strict: bool = False,
+) -> Dataset:
+    """Open a (samples x features) array in a Zarr store as a :class:`Dataset`.
+
+    Parameters
+    ----------
+    path_or_url : str, os.PathLike, zarr.Group or zarr.Array
+        Local path or fsspec URL (``file://``, ``memory://``, ``s3://`` ...) of a
+        Zarr v2 or v3 store: a group holding named arrays or a bare 2-D array.
+    x : str, default "X"
+        Name of the samples x features array inside a group (ignored for a bare array).
+    label : str, optional
+        Name of a 1-D label array.  By default the label array recorded by
+        daskbatch (``synth``/``ingest`` stores) is used, if any.
+    chunks : {"auto", "storage"} or int, default "auto"
+        Rows per dask block.  ``"auto"``: the largest whole multiple of the storage
+        chunk rows within ``daskbatch.target-chunk-bytes`` (dask config); ``"storage"``:
+        one storage chunk per block; an int is used as given.
+    storage_options : dict, optional
+        Passed to fsspec for URLs.
+    strict : bool, default False
+        Raise :class:`~daskbatch.errors.DataError` if chunks are missing from the
+        store instead of warning (:class:`MissingChunksWarning`).
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    DataError
+        No store, no such array, wrong shape, label length mismatch, or missing
+        chunks under ``strict=True``.
+    """
+    root, where = _open_node(path_or_url, storage_options)
+    group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
+    layout = group_attrs.get(LAYOUT_ATTR, {}) if isinstance(group_attrs.get(LAYOUT_ATTR), dict) else {}
+    arr = _get_array(root, x, where, "x")
+    if arr.ndim != 2:
+        raise DataError(
+            f"{describe(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
+        )
+    row_chunks = _row_chunks(arr, chunks)
+    xd = _as_dask(arr, row_chunks, where)
+
+    label_name = label if label is not None else layout.get("label")
+    label_arr = None
+    yd = None
+    if label_name is not None:
+        label_arr = _get_array(root, label_name, where, "label")
+        if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
+            raise DataError(
+                f"label {describe(label_arr)} has shape {label_arr.shape}; expected "
+                f"({arr.shape[0]},) to match the rows of {arr.path!r}"
+            )
+        yd = _as_dask(label_arr, row_chunks, where)
+
+    ingest = group_attrs.get(INGEST_ATTR)
+    complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
+    if not complete:
+        warnings.warn(
+            f"{where!r} was written by an ingest that did not finish; its data is incomplete. "
+            "Re-run the same ingest command to finish it.",
+            IncompleteStoreWarning,
+            stacklevel=2,
+        )
+
+    missing = missing_chunks(arr)
+    keys = [chunk_key(arr, c) for c in missing]
+    label_missing = missing_chunks(label_arr) if label_arr is not None else []
+    if missing or label_missing:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} chunk(s) of {describe(arr)} are missing: {_first(keys)}")
+        if label_missing:
+            lkeys = [chunk_key(label_arr, c) for c in label_missing]  # type: ignore[arg-type]
+            parts.append(f"{len(lkeys)} chunk(s) of label {label_arr.path!r} are missing: {_first(lkeys)}")  # type: ignore[union-attr]
+        msg = "; ".join(parts) + (
+            " (zarr reads the fill value in their place; writers that skip chunks equal to the "
+            "fill value also leave them out)"
+        )
+        if strict:
+            raise DataError(msg)
+        if complete:  # an unfinished ingest was already reported above
+            warnings.warn(
+                msg + "; pass strict=True to make this an error", MissingChunksWarning, stacklevel=2
+            )
+
+    attrs = {**group_attrs, **_clean_attrs(arr.attrs)}
+    return Dataset(
+        x=xd,
+        label=yd,
+        feature_names=_feature_names(root, arr, int(arr.shape[1])),
+        store_chunks=storage_chunks(arr),
+        path=where,
+        array_name=arr.path,
+        attrs=attrs,
+        missing_chunks=missing,
+        label_name=label_arr.path if label_arr is not None else None,
+        zarr_format=int(arr.metadata.zarr_format),
+        missing_chunk_keys=keys,
+        complete=complete,
+    )
+
+
+def _first(keys: list[str], n: int = 10) -> str:
+    return ", ".join(keys[:n]) + (f", ... ({len(keys)} in all)" if len(keys) > n else "")
+
+
+def open_zarr(
+    path: Any,
+    component: str | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    chunks: Chunks = "auto",
+) -> da.Array:
+    """Open one Zarr array as a dask array aligned to its storage chunks.
+
+    Parameters
+    ----------
+    path : str, os.PathLike, zarr.Group or zarr.Array
+        Store path or fsspec URL.
+    component : str, optional
+        Array name inside a group; default ``"X"`` (ignored for a bare array).
+    storage_options : dict, optional
+        Passed to fsspec for URLs.
+    chunks : {"auto", "storage"} or int, default "auto"
+        As in :func:`open_dataset`.
+
+    Returns
+    -------
+    dask.array.Array
+        Blocks of whole storage chunks along axis 0, one block along axis 1.
+    """
+    return open_dataset(
+        path, x=component or "X", chunks=chunks, storage_options=storage_options
+    ).x

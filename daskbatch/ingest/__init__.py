@@ -1,0 +1,336 @@
+"""Ingest many batch files into one chunked Zarr store, in constant memory, resumably.
+
+>>> report = ingest("batches/*.npz", "data.zarr", x_key="X", label_key="y")  # doctest: +SKIP
+>>> print(report.summary())  # doctest: +SKIP
+
+Pass 1 (:mod:`~daskbatch.ingest.scan`) reads headers only and reports every bad
+file before anything is written.  Pass 2 (:mod:`~daskbatch.ingest.write`) runs
+one task per output chunk on a small thread pool, with at most ``workers``
+chunks in flight, so memory does not grow with the number of files.  Progress
+is recorded in a manifest (:mod:`~daskbatch.ingest.manifest`): re-running the
+same call after an interruption writes only the missing chunks; a run with
+different inputs is refused with the difference named.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskbatch.dataset import INGEST_ATTR, LAYOUT_ATTR
+from daskbatch.errors import DataError
+from daskbatch.ingest.manifest import DoneLog, describe_difference, read_done, read_manifest, write_manifest
+from daskbatch.ingest.scan import Scan, as_json, expand_sources, scan_sources
+from daskbatch.ingest.write import ChunkWriter
+
+__all__ = ["IngestReport", "expand_sources", "ingest", "scan_sources"]
+
+#: Output chunks default to about this many bytes (rounded down to a power-of-two row count).
+DEFAULT_CHUNK_BYTES = 16 * 2**20
+COMPRESSORS = ("zstd", "lz4", "none")
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What an ingest run did.
+
+    Attributes
+    ----------
+    path : str
+        Output store.
+    rows, features : int
+        Shape of ``X``.
+    files : int
+        Number of source files.
+    chunks, chunks_written : int
+        Output chunks in all, and written by this run (fewer after a resume).
+    nbytes : int
+        Uncompressed bytes of the output arrays.
+    bytes_written : int
+        Bytes the output arrays occupy in the store.
+    seconds : float
+        Wall time of this run.
+    """
+
+    path: str
+    rows: int
+    features: int
+    files: int
+    chunks: int
+    chunks_written: int
+    nbytes: int
+    bytes_written: int
+    seconds: float
+
+    @property
+    def ratio(self) -> float:
+        """Compression ratio (uncompressed / stored)."""
+        return self.nbytes / self.bytes_written if self.bytes_written else float("nan")
+
+    @property
+    def throughput_bytes(self) -> float:
+        """Uncompressed bytes per second written by this run."""
+        frac = self.chunks_written / self.chunks if self.chunks else 0.0
+        return self.nbytes * frac / self.seconds if self.seconds > 0 else float("nan")
+
+    def summary(self) -> str:
+        """The final line the CLI prints."""
+        resumed = ""
+        if self.chunks_written < self.chunks:
+            resumed = f" ({self.chunks - self.chunks_written} of {self.chunks} chunks were already done)"
+        return (
+            f"ingested {self.rows:,} rows x {self.features:,} features from {self.files:,} files "
+            f"into {self.path}: {self.bytes_written / 2**20:,.1f} MiB written, "
+            f"compression ratio {self.ratio:.2f}, {self.throughput_bytes / 2**20:,.1f} MiB/s "
+            f"in {self.seconds:.1f} s{resumed}"
+        )
+
+
+def _default_chunk_rows(features: int, itemsize: int) -> int:
+    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, features * itemsize))
+    return 1 << (rows.bit_length() - 1)
+
+
+def _codec(name: str) -> Any:
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    if name == "zstd":
+        return ZstdCodec(level=1)
+    if name == "lz4":
+        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+    if name == "none":
+        return None
+    raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {name!r}")
+
+
+def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
+    """Decide between fresh start, resume, already-complete or refusal.
+
+    Returns (create, done): ``create`` says the store must be (re)created.
+    """
+    if not os.path.exists(out):
+        return True, set()
+    old = read_manifest(out) if os.path.isdir(out) else None
+    if overwrite:
+        if os.path.isdir(out) and not os.path.islink(out):
+            shutil.rmtree(out)
+        else:
+            os.remove(out)
+        return True, set()
+    if old is None:
+        raise FileExistsError(
+            f"{out!r} already exists and is not a daskbatch ingest output; "
+            "pass --overwrite (overwrite=True) to replace it"
+        )
+    diffs = describe_difference(old, doc)
+    if diffs:
+        raise DataError(
+            f"{out!r} was started from different inputs: " + "; ".join(diffs)
+            + ". Re-run with the original inputs to resume, or pass --overwrite to start again"
+        )
+    return False, read_done(out)
+
+
+def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
+    import zarr
+
+    group = zarr.open_group(
+        out, mode="w-", zarr_format=3,
+        attributes={
+            LAYOUT_ATTR: {"x": "X", "label": "y" if scan.label_key else None},
+            INGEST_ATTR: {"complete": False, "scan_sha256": doc["scan_sha256"]},
+        },
+    )
+    codec = _codec(compressor)
+    group.create_array(
+        "X", shape=(scan.rows, scan.features), chunks=(chunk_rows, scan.features),
+        dtype=np.dtype(scan.dtype), compressors=codec, dimension_names=("sample", "feature"),
+        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+    )
+    if scan.label_key:
+        group.create_array(
+            "y", shape=(scan.rows,), chunks=(chunk_rows,), dtype=np.dtype(scan.label_dtype),
+            compressors=codec, dimension_names=("sample",),
+            config={"write_empty_chunks": True},
+        )
+    write_manifest(out, doc)
+
+
+def ingest(
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    x_key: str | None = None,
+    label_key: str | None = None,
+    dtype: str | np.dtype | None = None,
+    chunk_rows: int | None = None,
+    compressor: str = "zstd",
+    workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> IngestReport:
+    """Copy many batch files into one Zarr v3 store (arrays ``X`` and optional ``y``).
+
+    Parameters
+    ----------
+    sources : str, path or iterable of them
+        Files or glob patterns: ``.npy``, ``.npz`` (arrays by key), ``.h5``/``.hdf5``
+        (needs h5py) or Zarr stores.  Globs are sorted naturally (``b2`` before ``b10``).
+    out : str or path
+        Local path of the output store.
+    x_key : str, optional
+        Key of the samples x features array in .npz/HDF5/Zarr sources (default ``"X"``).
+    label_key : str, optional
+        Key of a 1-D label array with one entry per row; written as ``y``.
+    dtype : str or numpy.dtype, optional
+        Output dtype (inputs must cast to it within their kind); default: the
+        inputs' dtype, which must then be the same for all files.
+    chunk_rows : int, optional
+        Rows per output chunk; default about 16 MiB per chunk.
+    compressor : {"zstd", "lz4", "none"}
+        Codec of the output arrays.
+    workers : int, optional
+        Chunks written in parallel (default: CPU count).  Peak memory is about
+        ``workers`` x (one chunk + one source batch).
+    overwrite : bool, default False
+        Replace an existing ``out``.  Without it an unfinished ingest of the same
+        inputs is resumed, and anything else is refused.
+    progress : bool, default False
+        Show a progress bar on stderr.
+
+    Returns
+    -------
+    IngestReport
+
+    Raises
+    ------
+    DataError
+        Bad sources (all listed), or ``out`` was started from different inputs.
+    FileExistsError
+        ``out`` exists and is not a daskbatch ingest output.
+    OSError
+        Writing failed (disk full, permissions); the store stays marked incomplete
+        and the same call resumes it.
+    """
+    t0 = time.perf_counter()
+    out = os.fspath(out)
+    if "://" in out:
+        raise ValueError(f"ingest writes to local paths only, got {out!r}")
+    if compressor not in COMPRESSORS:
+        raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {compressor!r}")
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+
+    paths = expand_sources(sources)
+    if os.path.abspath(out) in paths:
+        raise ValueError(f"the output {out!r} is also one of the sources")
+    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype)
+    chunk_rows = chunk_rows or _default_chunk_rows(scan.features, np.dtype(scan.dtype).itemsize)
+    n_chunks = -(-scan.rows // chunk_rows)
+    doc = {
+        "scan_sha256": scan.checksum(),
+        "options": {"chunk_rows": chunk_rows, "compressor": compressor},
+        "scan": as_json(scan),
+    }
+    create, done = _prepare_output(out, doc, overwrite)
+    parent = os.path.dirname(os.path.abspath(out))
+    if create and not os.path.exists(parent):
+        raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+    try:
+        if create:
+            _create(out, scan, chunk_rows, compressor, doc)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}") from exc
+
+    import zarr
+
+    group = zarr.open_group(out, mode="r+")
+    todo = [c for c in range(n_chunks) if c not in done]
+    if todo or not group.attrs.get(INGEST_ATTR, {}).get("complete"):
+        # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
+        zx = group["X"].with_config({"write_empty_chunks": True})
+        zy = group["y"].with_config({"write_empty_chunks": True}) if scan.label_key else None
+        _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, n_chunks, workers, progress)
+        # Only now, with every chunk in the log, is the store complete.
+        missing = set(range(n_chunks)) - read_done(out)
+        if missing:  # pragma: no cover - _run raises before this can happen
+            raise DataError(f"{len(missing)} chunks of {out!r} were not written")
+        group.update_attributes(
+            {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
+        )
+    x = group["X"]
+    nbytes = x.nbytes + (group["y"].nbytes if scan.label_key else 0)
+    stored = x.nbytes_stored() + (group["y"].nbytes_stored() if scan.label_key else 0)
+    return IngestReport(
+        path=out, rows=scan.rows, features=scan.features, files=len(scan.sources),
+        chunks=n_chunks, chunks_written=len(todo), nbytes=int(nbytes),
+        bytes_written=int(stored), seconds=time.perf_counter() - t0,
+    )
+
+
+def _run(writer: ChunkWriter, out: str, todo: list[int], n_chunks: int, workers: int, progress: bool) -> None:
+    """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
+    import click
+
+    log = DoneLog(out)
+    bar = None
+    if progress:
+        bar = click.progressbar(length=n_chunks, label="ingest", file=sys.stderr, show_pos=True, show_eta=True)
+        bar.__enter__()
+        bar.update(n_chunks - len(todo))
+    pending = iter(todo)
+    running: dict[Future[int], int] = {}
+    error: BaseException | None = None
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
+    try:
+        for c in pending:
+            running[pool.submit(writer.write, c)] = c
+            if len(running) < workers:
+                continue
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            _collect(finished, running, log, bar)
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            _collect(finished, running, log, bar)
+    except BaseException as exc:  # also KeyboardInterrupt: stop cleanly, keep the log
+        error = exc
+        for f in running:
+            f.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        # Chunks that finished while we were stopping are complete: record them too.
+        if error is not None:
+            for f, c in running.items():
+                if f.done() and not f.cancelled() and f.exception() is None:
+                    log.add(c)
+        log.close()
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
+def _collect(finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Any) -> None:
+    for f in finished:
+        c = running.pop(f)
+        try:
+            f.result()
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"writing output chunk {c} failed: {exc.strerror or exc}. The store is left "
+                "incomplete; fix the cause and re-run the same command to resume",
+            ) from exc
+        log.add(c)
+        if bar is not None:
+            bar.update(1)

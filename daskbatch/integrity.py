@@ -1,0 +1,159 @@
+"""Find missing and corrupt chunks of a Zarr array, and name them in errors.
+
+Zarr returns the fill value for a chunk that is absent from the store, so a
+summary of a store with lost chunks would silently include invented rows.
+:func:`missing_chunks` lists the absent chunks by comparing the keys the
+array should have with the keys the store holds.  :class:`BlockReader` reads
+blocks for dask and turns a decode failure into a :class:`~daskbatch.errors.DataError`
+that names the array, the chunk key and its grid position, chained to the codec
+error.
+
+For a sharded array the unit that can go missing is the shard (one object in
+the store), so "chunk" below means the shard when the array is sharded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import zarr
+
+from daskbatch.errors import DataError
+
+__all__ = ["BlockReader", "chunk_key", "missing_chunks", "storage_chunks"]
+
+
+def storage_chunks(arr: zarr.Array) -> tuple[int, ...]:
+    """Shape of one stored object of ``arr``: the shard if sharded, else the chunk."""
+    return tuple(arr.shards or arr.chunks)
+
+
+def _grid(arr: zarr.Array) -> tuple[int, ...]:
+    return tuple(
+        math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, storage_chunks(arr), strict=True)
+    )
+
+
+def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
+    """The store key of the chunk at grid position ``coords``, relative to the store root."""
+    key = arr.metadata.encode_chunk_key(tuple(int(c) for c in coords))
+    prefix = arr.path.strip("/")
+    return f"{prefix}/{key}" if prefix else key
+
+
+def _store_label(arr: zarr.Array) -> str:
+    """A short readable name for the store holding ``arr`` (path or URL)."""
+    store = arr.store
+    root = getattr(store, "root", None) or getattr(store, "path", None)
+    return str(root) if root is not None else repr(store)
+
+
+def describe(arr: zarr.Array) -> str:
+    """``'<store>' array '<path>'`` for messages."""
+    return f"array {arr.path or '/'!r} in {_store_label(arr)!r}"
+
+
+def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
+    """Grid positions of chunks of ``arr`` that are absent from its store.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array to check.
+
+    Returns
+    -------
+    list of tuple of int
+        Sorted grid positions (shard positions for a sharded array).
+    """
+    grid = _grid(arr)
+    expected = math.prod(grid)
+    if expected == 0:
+        return []
+    # Cheap path: one listing, counted by zarr itself.
+    if arr.nchunks_initialized == arr.nchunks:
+        return []
+    present = _stored_keys(arr)
+    missing = []
+    for coords in itertools.product(*(range(g) for g in grid)):
+        if arr.metadata.encode_chunk_key(coords) not in present:
+            missing.append(tuple(int(c) for c in coords))
+    return missing
+
+
+def _stored_keys(arr: zarr.Array) -> set[str]:
+    """Keys under ``arr``'s prefix, relative to it (one store listing)."""
+    # zarr 3 stores only list asynchronously; zarr's own ``sync`` runs the coroutine
+    # on zarr's event loop, which async fsspec file systems are bound to.
+    from zarr.core.sync import sync
+
+    prefix = arr.store_path.path.strip("/")
+
+    async def _collect() -> set[str]:
+        keys = set()
+        async for key in arr.store_path.store.list_prefix(prefix + "/" if prefix else ""):
+            keys.add(key[len(prefix) + 1 :] if prefix else key)
+        return keys
+
+    return sync(_collect())
+
+
+class BlockReader:
+    """Array-like wrapper over a zarr array for ``dask.array.from_array``.
+
+    ``reader[selection]`` reads like the zarr array, but a chunk that cannot be
+    read or decoded raises :class:`DataError` naming the array, the chunk key and
+    its grid position, chained (``raise ... from``) to the codec error.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array to read.
+    """
+
+    def __init__(self, arr: zarr.Array) -> None:
+        self.arr = arr
+        self.shape = tuple(arr.shape)
+        self.dtype = np.dtype(arr.dtype)
+        self.ndim = len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"BlockReader({describe(self.arr)})"
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        try:
+            return np.asarray(self.arr[selection])
+        except DataError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any codec/store error; re-raised below
+            self._raise_for_chunk(selection, exc)
+            raise  # unreachable: _raise_for_chunk always raises
+
+    def _raise_for_chunk(self, selection: Any, exc: Exception) -> None:
+        """Find the chunk inside ``selection`` that fails, and raise a DataError for it."""
+        chunks = storage_chunks(self.arr)
+        sel = selection if isinstance(selection, tuple) else (selection,)
+        sel = sel + (slice(None),) * (self.ndim - len(sel))
+        ranges = []
+        for s, n, c in zip(sel, self.shape, chunks, strict=True):
+            start, stop, _ = s.indices(n) if isinstance(s, slice) else (int(s), int(s) + 1, 1)
+            ranges.append(range(start // c, max(start // c + 1, math.ceil(stop / c))))
+        for coords in itertools.product(*ranges):
+            region = tuple(
+                slice(i * c, min((i + 1) * c, n))
+                for i, c, n in zip(coords, chunks, self.shape, strict=True)
+            )
+            try:
+                self.arr[region]
+            except Exception as inner:  # noqa: BLE001 - the chunk we are looking for
+                raise DataError(
+                    f"cannot read chunk {chunk_key(self.arr, coords)!r} (grid position "
+                    f"{coords}) of {describe(self.arr)}: {type(inner).__name__}: {inner}"
+                ) from inner
+        # The failure did not reproduce chunk by chunk: report the selection.
+        raise DataError(
+            f"cannot read rows {sel[0]} of {describe(self.arr)}: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -1,0 +1,122 @@
+"""Compiled CPU kernels for the per-chunk step of the statistics (NumPy chunks only).
+
+The statistics in :mod:`daskbatch.stats` are written once against the array
+API; that code stays the reference and the GPU (CuPy) path. On the CPU its
+whole-chunk temporaries (a float64 copy, masks, ``where`` results, a slot index
+array for ``bincount``) cost several times the time of reading the chunk, so
+``chunk()`` hands NumPy chunks to the numba loops here, which cast element by
+element and return the very same state fields.
+
+The kernels are used when numba imports and ``daskbatch.kernels`` is true in
+``dask.config`` (``DASK_DASKBATCH__KERNELS=false`` turns them off, e.g. to
+compare against the reference path). numba is imported on first use only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+__all__ = ["available", "comoments", "enabled", "histogram", "moments", "supports"]
+
+#: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
+_KINDS = frozenset("biuf")
+
+
+@functools.cache
+def available() -> bool:
+    """True when numba can be imported (the kernels compile on first call, then come from its cache)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def enabled() -> bool:
+    """True when the kernels are available and not switched off by ``daskbatch.kernels``."""
+    import dask.config
+
+    return bool(dask.config.get("daskbatch.kernels", True)) and available()
+
+
+def supports(x: Any) -> bool:
+    """Whether ``x`` is a 2-D NumPy chunk the kernels read (and they are enabled)."""
+    return (
+        type(x) is np.ndarray
+        and x.ndim == 2
+        and x.dtype.kind in _KINDS
+        and x.dtype.isnative
+        and enabled()
+    )
+
+
+@functools.cache
+def _half_table() -> np.ndarray:
+    # float64 value of every float16 bit pattern: exact, and numba lacks float16.
+    return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table."""
+    if x.dtype == np.float16:
+        return x.view(np.uint16), _half_table()
+    return x, None
+
+
+def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Fields of :class:`~daskbatch.stats.moments.MomentsState` for the chunk ``x`` (R, D), R > 0.
+
+    In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
+    posinf_count, neginf_count (float64 vectors of length D).
+    """
+    from daskbatch.kernels._numba import moments_chunk
+
+    return moments_chunk(*_bits(x))
+
+
+def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fields ``(n, shift, mean, c)`` of :class:`~daskbatch.stats.comoments.CoMomentsState` for ``x`` (R, D).
+
+    The kernel centres the complete rows into one float64 block; the
+    co-moment matrix is then a single BLAS product ``devᵀ dev``.
+    """
+    from daskbatch.kernels._numba import centred_complete_rows
+
+    n, shift, mean, dev, e = centred_complete_rows(*_bits(x))
+    c = dev.T @ dev
+    c -= n * (e[:, None] * e[None, :])
+    return np.asarray(float(n)), shift, mean, c
+
+
+def histogram(
+    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None = None, n_classes: int = 1
+) -> np.ndarray:
+    """Counts (D, bins + 3, K) int64 of :class:`~daskbatch.stats.histogram.HistogramState` for ``x`` (R, D).
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (R, D)
+        The chunk, any dtype the kernels read.
+    lo, hi : sequence of float, length D
+        Range of each feature, as given to :class:`~daskbatch.stats.histogram.Histogram`.
+    bins : int
+        Equal-width bins per feature.
+    labels : numpy.ndarray of int, shape (R,), optional
+        Class of every row, already checked to lie in ``0 .. n_classes - 1``.
+    n_classes : int, default 1
+        K, the size of the last axis of the counts.
+    """
+    from daskbatch.kernels._numba import histogram_counts
+
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    # The float64 expressions of Histogram.edges and Histogram.slots, so that
+    # edges and scaled indices round alike.
+    step = (hi - lo) / bins
+    scale = bins / (hi - lo)
+    lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
+    data, lut = _bits(x)
+    return histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes))

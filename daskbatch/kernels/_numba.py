@@ -1,0 +1,233 @@
+"""The compiled loops: per-chunk moments, co-moment centring and histogram counting.
+
+All kernels live in this one module on purpose: numba's on-disk cache
+(``cache=True``) is invalidated by the time stamp of the file that defines a
+function only, so a helper edited in another file would leave stale machine
+code behind.
+
+Every kernel reads the chunk in C order (rows outside, features inside), casts
+each element to float64 as it is loaded (``_load``) and never materialises a
+float64 copy of the chunk. ``nogil=True`` lets dask's threads run chunks in
+parallel; the kernels themselves are serial (dask parallelises over chunks).
+
+Sums run in blocks of :data:`BLOCK` rows whose partial sums are added to the
+totals, which bounds the rounding error by ``(BLOCK + rows / BLOCK) * eps``
+rather than ``rows * eps`` of one running sum.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+#: Rows per block of partial sums.
+BLOCK = 128
+
+_jit = numba.njit(nogil=True, cache=True)
+
+
+def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
+    """``v`` as float64; ``lut`` is None, or the float16 table when ``v`` holds float16 bits."""
+    raise NotImplementedError("only callable from compiled code")
+
+
+@overload(_load, inline="always")
+def _load_impl(v, lut):  # noqa: ANN001, ANN202
+    # Chosen at compile time from the type of `lut`: numba has no float16 arrays,
+    # so float16 chunks arrive as their uint16 bits plus a 65536-entry table.
+    if isinstance(lut, types.NoneType):
+        return lambda v, lut: np.float64(v)
+    return lambda v, lut: lut[v]
+
+
+@_jit
+def _finite(v: float) -> bool:
+    # One compare that is False for NaN and ±inf, and vectorises.
+    return abs(v) < np.inf
+
+
+@_jit
+def moments_chunk(x, lut):  # noqa: ANN001, ANN201
+    """Per-column count, shift, mean, M2, M3, M4, finite min/max and NaN/±inf counts of a chunk.
+
+    Pass 1 sums ``x - shift`` over finite values (``shift`` = first finite
+    value of the column); pass 2 sums the powers of the deviations from that
+    mean; the corrected two-pass formulas are those of
+    :meth:`daskbatch.stats.moments.Moments.chunk`.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for j in range(d):
+        for i in range(rows):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                shift[j] = v
+                break
+
+    count = np.zeros(d, dtype=np.int64)
+    nan = np.zeros(d, dtype=np.int64)
+    posinf = np.zeros(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    total = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                part[j] += (v - shift[j]) if fin else 0.0
+                count[j] += fin
+                nan[j] += v != v
+                posinf[j] += v == np.inf
+                fmin[j] = v if (fin and v < fmin[j]) else fmin[j]
+                fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
+        for j in range(d):
+            total[j] += part[j]
+
+    n = count.astype(np.float64)
+    n_safe = np.where(n > 0, n, 1.0)
+    approx_mean = total / n_safe
+
+    s1 = np.zeros(d)
+    s2 = np.zeros(d)
+    s3 = np.zeros(d)
+    s4 = np.zeros(d)
+    p1 = np.zeros(d)
+    p2 = np.zeros(d)
+    p3 = np.zeros(d)
+    p4 = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        p1[:] = 0.0
+        p2[:] = 0.0
+        p3[:] = 0.0
+        p4[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
+                sq = dev * dev
+                p1[j] += dev
+                p2[j] += sq
+                p3[j] += sq * dev
+                p4[j] += sq * sq
+        for j in range(d):
+            s1[j] += p1[j]
+            s2[j] += p2[j]
+            s3[j] += p3[j]
+            s4[j] += p4[j]
+
+    e = s1 / n_safe
+    m2 = s2 - n * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * n * (e * e * e)
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * (e * e * e * e)
+    neginf = rows - count - nan - posinf
+    return (
+        n, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0), fmin, fmax,
+        nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
+    )
+
+
+@_jit
+def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
+    """Deviations (n, D) float64 of the complete rows of ``x`` from their corrected mean.
+
+    Returns ``(n, shift, mean, dev, e)``: ``shift`` is the first complete row,
+    ``mean`` the corrected mean about it, ``e`` the residual mean of ``dev``
+    (subtracted from the co-moments as ``n e eᵀ``). Rows holding any NaN or
+    ±inf are left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for i in range(rows):
+        ok = True
+        for j in range(d):
+            ok &= _finite(_load(x[i, j], lut))
+        if ok:
+            for j in range(d):
+                shift[j] = _load(x[i, j], lut)
+            break
+
+    complete = np.zeros(rows, dtype=np.bool_)
+    n = 0
+    total = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            ok = True
+            for j in range(d):
+                ok &= _finite(_load(x[i, j], lut))
+            if ok:
+                complete[i] = True
+                n += 1
+                for j in range(d):
+                    part[j] += _load(x[i, j], lut) - shift[j]
+        for j in range(d):
+            total[j] += part[j]
+    n_safe = max(n, 1)
+    approx_mean = total / n_safe
+
+    dev = np.empty((n, d))
+    s1 = np.zeros(d)
+    k = 0
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            if complete[i]:
+                for j in range(d):
+                    v = (_load(x[i, j], lut) - shift[j]) - approx_mean[j]
+                    dev[k, j] = v
+                    part[j] += v
+                k += 1
+        for j in range(d):
+            s1[j] += part[j]
+    e = s1 / n_safe
+    return n, shift, approx_mean + e, dev, e
+
+
+@_jit
+def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes):  # noqa: ANN001, ANN201
+    """Counts (D, bins + 3, K) int64 of slot ``[under, bins…, over, nan]`` × class.
+
+    The slot of a value follows :meth:`daskbatch.stats.histogram.Histogram.slots`
+    step by step (scaled index, clipped, then settled against the edges), so
+    counts are bitwise those of the array-API path and of ``numpy.histogram``.
+    Edge ``i`` is formed as ``i * step + lo``, the expression of
+    :meth:`~daskbatch.stats.histogram.Histogram.edges`, instead of being looked
+    up: the settle step then vectorises. The last edge (``hi``) is never needed
+    there, since a value in the last bin cannot move up. ``labels`` is an int64
+    class per row, or an empty array for K = 1.
+    """
+    rows, d = x.shape
+    n_slots = bins + 3
+    counts = np.zeros(d * n_slots * n_classes, dtype=np.int64)
+    by_label = labels.shape[0] > 0
+    top = float(bins - 1)
+    over_slot = float(bins + 1)
+    nan_slot = float(bins + 2)
+    slot = np.empty(d, dtype=np.int64)
+    for i in range(rows):
+        # Slots of one row, branch-free so that the loop vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            f = math.floor((v - lo[j]) * scale[j])
+            f = f if f < top else top  # also turns a NaN into `top`
+            f = f if f > 0.0 else 0.0
+            f -= np.float64(v < f * step[j] + lo[j])
+            f += np.float64((v >= (f + 1.0) * step[j] + lo[j]) & (f < top))
+            f += 1.0
+            f = 0.0 if v < lo[j] else f
+            f = over_slot if v > hi[j] else f
+            f = nan_slot if v != v else f
+            slot[j] = (j * n_slots + np.int64(f)) * n_classes
+        # ... then one scattered increment per value.
+        k = labels[i] if by_label else 0
+        for j in range(d):
+            counts[slot[j] + k] += 1
+    return counts.reshape((d, n_slots, n_classes))

@@ -1,0 +1,234 @@
+"""How many bytes one task of the statistics engine holds at its peak (the planner's model).
+
+Pure (stdlib only). The numbers in the tables below describe the chunk kernels
+of :mod:`daskbatch.stats`; they are checked against ``tracemalloc``
+measurements in ``tests/test_plan_memory.py`` (projected must stay between
+1x and 2x of measured), so tune them there when a kernel changes.
+
+Model (in the spirit of cubed's projected memory):
+
+* one chunk task holds the raw block (``rows x D x itemsize``), a float64 copy
+  of it, the chunk-sized temporaries of the *hungriest* requested statistic
+  (all statistics run fused in one task, one after another), transient
+  state-sized copies made while building a state, and the states of all
+  requested statistics;
+* one merge task holds ``split_every`` input states, the old and new running results and
+  the largest statistic's merge temporaries (``MERGE_TEMPORARIES``); every task
+  also carries ``TASK_OVERHEAD_BYTES`` of small vectors and Python objects.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MERGE_TEMPORARIES",
+    "ROW_TEMPORARIES",
+    "STATE_COPIES",
+    "STATISTICS",
+    "TASK_OVERHEAD_BYTES",
+    "TEMPORARIES",
+    "chunk_task_terms",
+    "merge_task_bytes",
+    "projected_task_bytes",
+    "state_bytes",
+]
+
+#: Statistics the engine knows, in the order they are reported.
+STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
+
+#: Chunk-sized (``rows x D``) temporaries alive at a kernel's peak, counted by dtype.
+#: Measured with tracemalloc on NumPy (tests/test_plan_memory.py): beyond the float64 copy,
+#: moments peak at ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at
+#: ~36 B; the table keeps a little margin.
+TEMPORARIES: dict[str, dict[str, int]] = {
+    "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
+    "cov": {"float64": 4},  # zeros, shifted and centred blocks, and one expression temporary
+    "hist": {"float64": 2, "int64": 3, "bool": 3},  # scaled values, bin/slot/flat index, masks
+    "mi": {"float64": 2, "int64": 3, "bool": 3},  # as hist; labels are counted apart
+}
+
+#: Bytes per row of row-length temporaries (co-moments: the complete-row mask and its casts;
+#: mi: the int64 copy of the labels), on top of the input labels.
+ROW_TEMPORARIES: dict[str, int] = {"moments": 0, "cov": 16, "hist": 0, "mi": 16}
+
+#: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
+#: the outer-product correction of co-moments; the bincount output and its cast for histograms.
+STATE_COPIES: dict[str, int] = {"moments": 0, "cov": 2, "hist": 1, "mi": 1}
+
+#: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
+#: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
+MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0}
+
+#: Small arrays (length-D vectors) and Python objects every task allocates besides the above.
+TASK_OVERHEAD_BYTES = 256 * 2**10
+
+_ITEMSIZE = {"float64": 8, "int64": 8, "bool": 1}
+_LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (only "mi" reads them)
+
+
+def state_bytes(
+    stat: str,
+    n_features: int,
+    *,
+    bins: int = 64,
+    n_classes: int | None = None,
+    feature_tile: int | None = None,
+) -> int:
+    """Bytes of one state of ``stat`` over ``n_features`` features.
+
+    Parameters
+    ----------
+    stat : {"moments", "cov", "hist", "mi"}
+        Statistic name.
+    n_features : int
+        Features (columns) of the input.
+    bins : int, default 64
+        Regular bins per feature (``hist`` and ``mi`` add under/overflow and NaN bins).
+    n_classes : int or None
+        Classes of the label (``mi`` only).
+    feature_tile : int or None
+        Tile width when co-moments are computed per pair of feature tiles; the
+        state is then that of one tile pair.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    d = n_features
+    if stat == "moments":
+        return 11 * d * 8  # n, mean, m2, m3, m4, min, max, nan/inf counts... ~11 vectors
+    if stat == "cov":
+        if feature_tile is not None and feature_tile < d:
+            t = feature_tile
+            return t * t * 8 + 2 * (2 * t) * 8  # tile-pair block + two vectors for each side
+        return d * d * 8 + 2 * d * 8
+    if stat == "hist":
+        return d * (bins + 3) * 8
+    if stat == "mi":
+        if n_classes is None:
+            raise ValueError("statistic 'mi' needs n_classes (the number of label classes)")
+        return d * (bins + 3) * n_classes * 8
+    raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
+
+
+def chunk_task_terms(
+    rows: int,
+    n_features: int,
+    itemsize: int,
+    stats: tuple[str, ...],
+    *,
+    bins: int = 64,
+    n_classes: int | None = None,
+    feature_tile: int | None = None,
+) -> dict[str, int]:
+    """The terms of :func:`projected_task_bytes`, by name (for ``Plan.explain``)."""
+    elems = rows * n_features
+    temps = {s: elems * sum(_ITEMSIZE[k] * n for k, n in TEMPORARIES[s].items()) for s in stats}
+    states = {
+        s: state_bytes(s, n_features, bins=bins, n_classes=n_classes, feature_tile=feature_tile)
+        for s in stats
+    }
+    transient = {
+        s: temps[s] + rows * ROW_TEMPORARIES[s] + STATE_COPIES[s] * states[s] for s in stats
+    }
+    return {
+        "raw": elems * itemsize,
+        "float64 copy": elems * 8,
+        "labels": rows * _LABEL_ITEMSIZE if "mi" in stats else 0,
+        "temporaries": max(transient.values(), default=0),
+        "states": sum(states.values()),
+        "overhead": TASK_OVERHEAD_BYTES,
+    }
+
+
+def projected_task_bytes(
+    rows: int,
+    n_features: int,
+    itemsize: int,
+    stats: tuple[str, ...],
+    *,
+    bins: int = 64,
+    n_classes: int | None = None,
+    feature_tile: int | None = None,
+) -> int:
+    """Projected peak bytes of one fused chunk task over ``rows x n_features`` input.
+
+    Parameters
+    ----------
+    rows, n_features : int
+        Shape of the chunk.
+    itemsize : int
+        Bytes per input element (1 to 8).
+    stats : tuple of str
+        Statistics computed together in the task.
+    bins, n_classes, feature_tile
+        As in :func:`state_bytes`.
+
+    Returns
+    -------
+    int
+        Bytes: raw block + float64 copy + (labels) + the largest statistic's
+        temporaries + all states.
+    """
+    terms = chunk_task_terms(
+        rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes, feature_tile=feature_tile
+    )
+    return sum(terms.values())
+
+
+def merge_terms(
+    stats: tuple[str, ...],
+    n_features: int,
+    split_every: int,
+    *,
+    bins: int = 64,
+    n_classes: int | None = None,
+    feature_tile: int | None = None,
+) -> dict[str, int]:
+    """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
+    states = {
+        s: state_bytes(s, n_features, bins=bins, n_classes=n_classes, feature_tile=feature_tile)
+        for s in stats
+    }
+    total = sum(states.values())
+    return {
+        "input states": split_every * total,
+        # the old running result stays alive until the new one is complete
+        "running results": 2 * total,
+        "temporaries": max((MERGE_TEMPORARIES[s] * b for s, b in states.items()), default=0),
+        "overhead": TASK_OVERHEAD_BYTES,
+    }
+
+
+def merge_task_bytes(
+    stats: tuple[str, ...],
+    n_features: int,
+    split_every: int,
+    *,
+    bins: int = 64,
+    n_classes: int | None = None,
+    feature_tile: int | None = None,
+) -> int:
+    """Projected peak bytes of one merge task folding ``split_every`` fused states.
+
+    Parameters
+    ----------
+    stats : tuple of str
+        Statistics whose states travel together.
+    n_features : int
+        Features of the input.
+    split_every : int
+        States merged by one task.
+    bins, n_classes, feature_tile
+        As in :func:`state_bytes`.
+
+    Returns
+    -------
+    int
+        Bytes: ``split_every`` inputs + the old and new running results + the
+        largest statistic's merge temporaries (statistics merge one after another).
+    """
+    terms = merge_terms(
+        stats, n_features, split_every, bins=bins, n_classes=n_classes, feature_tile=feature_tile
+    )
+    return sum(terms.values())

@@ -1,0 +1,509 @@
+"""The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker.
+
+Pure: integers, tuples and dataclasses in and out; stdlib only at module
+level (dask, zarr and the cluster module are imported lazily, inside
+:func:`plan`, only to read an array's shape and the live configuration).
+
+Rules (see STYLE.md section 3.6):
+
+* budget per task = ``(device memory or host memory) x memory_fraction /
+  threads_per_worker - reserved_bytes``;
+* chunks span all features; their rows are a whole multiple of the storage
+  chunk rows (no stored chunk is decoded twice) or the full length;
+* a chunk is as large as the budget, ``target_chunk_bytes`` of input and
+  ``2 x`` total threads of parallelism all allow;
+* the merge fan-in is lowered when ``split_every + 1`` states do not fit; when
+  even three states do not fit, co-moments are planned per pair of feature tiles;
+* anything that cannot fit raises :class:`~daskbatch.errors.PlanError` before
+  any compute, naming the number to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from daskbatch.errors import PlanError
+from daskbatch.memory_model import (
+    STATISTICS,
+    chunk_task_terms,
+    merge_task_bytes,
+    merge_terms,
+    projected_task_bytes,
+    state_bytes,
+)
+from daskbatch.resources import Resources, format_bytes
+
+__all__ = ["Plan", "PlanError", "Resources", "plan", "plan_chunks", "projected_task_bytes"]
+
+# Fallbacks matching daskbatch.yaml, so the pure core needs no dask.config.
+DEFAULT_SPLIT_EVERY = 8
+DEFAULT_MEMORY_FRACTION = 0.5
+DEFAULT_RESERVED_BYTES = 256 * 2**20
+DEFAULT_TARGET_CHUNK_BYTES = 64 * 2**20
+MIN_SPLIT_EVERY = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chunking and reduction plan that fits every task in a worker's memory budget.
+
+    Build it with :func:`plan` or :func:`plan_chunks`; ``print(plan.explain())``
+    shows the arithmetic. All byte quantities are ints.
+    """
+
+    shape: tuple[int, int]
+    itemsize: int
+    dtype: str | None
+    storage_chunks: tuple[int, int]
+    stats: tuple[str, ...]
+    bins: int
+    n_classes: int | None
+    resources: Resources
+    memory_fraction: float
+    reserved_bytes: int
+    target_chunk_bytes: int
+    budget_bytes: int
+    chunk_rows: int
+    n_chunks: int
+    split_every: int
+    feature_tile: int | None
+    n_tile_pairs: int
+    states_bytes: int
+    chunk_task_bytes: int
+    merge_task_bytes: int
+    n_tasks: int
+    limited_by: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def chunks(self) -> tuple[int, int]:
+        """Dask chunk shape to rechunk the input to: ``(chunk_rows, n_features)``."""
+        return (self.chunk_rows, self.shape[1])
+
+    @property
+    def task_bytes(self) -> int:
+        """Projected peak of the largest task (chunk or merge)."""
+        return max(self.chunk_task_bytes, self.merge_task_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-ready) of every field plus ``chunks`` and ``task_bytes``."""
+        out = dataclasses.asdict(self)
+        out["chunks"] = list(self.chunks)
+        out["task_bytes"] = self.task_bytes
+        return out
+
+    def explain(self) -> str:
+        """The plan's arithmetic in words and numbers (what ``daskbatch plan`` prints)."""
+        return _explain(self)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.explain())}</pre>"
+
+
+def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:
+    """``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``: how the per-task budget is computed."""
+    mem = format_bytes(resources.planning_memory_bytes)
+    which = "GPU " if resources.device_memory_bytes else ""
+    threads = resources.threads_per_worker
+    return (
+        f"{mem} {which}x {memory_fraction:g} / {threads} thread{'s' if threads != 1 else ''}"
+        f" - {format_bytes(reserved_bytes)}"
+    )
+
+
+def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:
+    """Bytes one task may use: memory x fraction / threads per worker - reserved."""
+    share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
+    return int(share) - reserved_bytes
+
+
+def plan_chunks(
+    shape: tuple[int, ...],
+    itemsize: int,
+    storage_chunks: tuple[int, ...],
+    resources: Resources,
+    *,
+    stats: tuple[str, ...] | list[str] = STATISTICS,
+    bins: int = 64,
+    n_classes: int | None = None,
+    split_every: int | None = None,
+    memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+    reserved_bytes: int = DEFAULT_RESERVED_BYTES,
+    target_chunk_bytes: int = DEFAULT_TARGET_CHUNK_BYTES,
+    dtype: str | None = None,
+) -> Plan:
+    """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(rows, n_features)``.
+    itemsize : int
+        Bytes per input element.
+    storage_chunks : tuple of int
+        The store's chunk shape; planned chunk rows are whole multiples of ``storage_chunks[0]``.
+    resources : Resources
+        One worker's memory and threads, and the number of workers.
+    stats : sequence of {"moments", "cov", "hist", "mi"}
+        Statistics computed together in one pass.
+    bins : int, default 64
+        Bins per feature for ``hist`` and ``mi``.
+    n_classes : int, optional
+        Label classes; required with ``mi``.
+    split_every : int, optional
+        Merge fan-in (default 8); lowered, with a note, when that many states do not fit.
+    memory_fraction : float, default 0.5
+        Share of a worker's memory its tasks may plan to use.
+    reserved_bytes : int, default 256 MiB
+        Per-task overhead not available to data.
+    target_chunk_bytes : int, default 64 MiB
+        Preferred input bytes per chunk when memory allows more.
+    dtype : str, optional
+        Input dtype name, only for :meth:`Plan.explain`.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    PlanError
+        When the budget is empty, one storage chunk does not fit, or the states
+        do not fit even with a fan-in of 2 and feature tiles.
+    ValueError
+        On malformed input (shape, chunks, statistics, bins, classes).
+    """
+    stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
+    n_rows, n_features = int(shape[0]), int(shape[1])
+    storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
+    se0 = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
+    if se0 < MIN_SPLIT_EVERY:
+        raise ValueError(f"split_every must be >= {MIN_SPLIT_EVERY}, got {split_every}")
+    formula = budget_formula(resources, memory_fraction, reserved_bytes)
+    budget = budget_bytes(resources, memory_fraction, reserved_bytes)
+    if budget <= 0:
+        raise PlanError(
+            f"the per-task budget is {format_bytes(budget)} ({formula}); "
+            "raise --memory or lower --threads"
+        )
+    kw: dict[str, Any] = {"bins": bins, "n_classes": n_classes}
+    notes: list[str] = []
+
+    # Merge fan-in and feature tiles: states must fit split_every + 1 (+ temporaries) times.
+    tile: int | None = None
+    se = next(
+        (
+            k
+            for k in range(se0, MIN_SPLIT_EVERY - 1, -1)
+            if merge_task_bytes(stats_t, n_features, k, **kw) <= budget
+        ),
+        None,
+    )
+    if se is None:
+        se = MIN_SPLIT_EVERY
+        if "cov" not in stats_t or n_features < 2:
+            raise _states_error(stats_t, se, n_features, budget, formula, kw)
+        tile = _largest_tile(stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw)
+        if tile is None:
+            raise _states_error(stats_t, se, n_features, budget, formula, kw)
+        cov_full = state_bytes("cov", n_features)
+        notes.append(
+            f"the {n_features:,} x {n_features:,} co-moment state ({format_bytes(cov_full)}) "
+            f"does not fit a merge task even with split_every {se}: co-moments are planned "
+            f"in feature tiles of {tile:,}"
+        )
+    if se != se0:
+        notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
+
+    def chunk_bytes(rows: int) -> int:
+        return projected_task_bytes(rows, n_features, itemsize, stats_t, feature_tile=tile, **kw)
+
+    if n_rows == 0:
+        chunk_rows, limited_by = 0, "data"
+    else:
+        need = chunk_bytes(storage_rows)
+        if need > budget:
+            one = "one storage chunk" if storage_rows < n_rows else "the whole array"
+            raise PlanError(
+                f"a {storage_rows:,}-row chunk ({one}, {n_features:,} features x {itemsize} B) "
+                f"needs {format_bytes(need)} > budget {format_bytes(budget)} ({formula}); "
+                "use --memory or rechunk the store to fewer rows per chunk"
+            )
+        chunk_rows, limited_by = _choose_rows(
+            n_rows, storage_rows, n_features * itemsize, chunk_bytes, budget,
+            target_chunk_bytes, resources.total_threads,
+        )
+    n_chunks = max(1, math.ceil(n_rows / chunk_rows)) if chunk_rows else 1
+    n_tiles = math.ceil(n_features / tile) if tile else 0
+    n_tile_pairs = n_tiles * (n_tiles + 1) // 2
+    trees = n_tile_pairs + (1 if set(stats_t) - {"cov"} else 0) if tile else 1
+    return Plan(
+        shape=(n_rows, n_features), itemsize=itemsize, dtype=dtype,
+        storage_chunks=(int(storage_chunks[0]), int(storage_chunks[1])), stats=stats_t,
+        bins=bins, n_classes=n_classes, resources=resources, memory_fraction=memory_fraction,
+        reserved_bytes=reserved_bytes, target_chunk_bytes=target_chunk_bytes,
+        budget_bytes=budget, chunk_rows=chunk_rows, n_chunks=n_chunks, split_every=se,
+        feature_tile=tile, n_tile_pairs=n_tile_pairs,
+        states_bytes=sum(state_bytes(s, n_features, feature_tile=tile, **kw) for s in stats_t),
+        chunk_task_bytes=chunk_bytes(chunk_rows),
+        merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
+        n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
+    )
+
+
+def _check_inputs(
+    shape: tuple[int, ...],
+    itemsize: int,
+    storage_chunks: tuple[int, ...],
+    stats: tuple[str, ...] | list[str],
+    bins: int,
+    n_classes: int | None,
+) -> tuple[str, ...]:
+    """Validate the arguments of :func:`plan_chunks`; return the statistics in canonical order."""
+    if len(shape) != 2 or any(int(n) < 0 for n in shape):
+        raise ValueError(f"expected a 2-D (samples x features) shape, got {tuple(shape)}")
+    if len(storage_chunks) != 2 or any(int(c) < 1 for c in storage_chunks):
+        raise ValueError(f"storage chunks must be 2 positive ints, got {tuple(storage_chunks)}")
+    if not 1 <= int(itemsize) <= 16:
+        raise ValueError(f"itemsize must be between 1 and 16 bytes, got {itemsize}")
+    unknown = [s for s in stats if s not in STATISTICS]
+    if unknown or not stats:
+        raise ValueError(
+            f"unknown or no statistics {unknown or list(stats)}; choose from {', '.join(STATISTICS)}"
+        )
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    if "mi" in stats and (n_classes is None or n_classes < 1):
+        raise ValueError(
+            f"statistic 'mi' needs the number of label classes (--classes K), got {n_classes}"
+        )
+    return tuple(s for s in STATISTICS if s in stats)
+
+
+def _largest_tile(
+    stats: tuple[str, ...],
+    n_features: int,
+    n_rows: int,
+    storage_rows: int,
+    itemsize: int,
+    split_every: int,
+    budget: int,
+    kw: dict[str, Any],
+) -> int | None:
+    """Widest co-moment tile whose merge task and one-storage-chunk task both fit (or None)."""
+    rows = min(storage_rows, n_rows)
+
+    def fits(t: int) -> bool:
+        merge = merge_task_bytes(stats, n_features, split_every, feature_tile=t, **kw)
+        chunk = projected_task_bytes(rows, n_features, itemsize, stats, feature_tile=t, **kw)
+        return merge <= budget and chunk <= budget
+
+    if not fits(1):
+        return None
+    lo, hi = 1, n_features - 1  # both bytes grow with t: binary search the last fitting width
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _choose_rows(
+    n_rows: int,
+    storage_rows: int,
+    row_bytes: int,
+    chunk_bytes: Any,
+    budget: int,
+    target_bytes: int,
+    total_threads: int,
+) -> tuple[int, str]:
+    """Chunk rows (a multiple of ``storage_rows`` or ``n_rows``) and what limited them."""
+    k_max = math.ceil(n_rows / storage_rows)
+
+    def rows(k: int) -> int:
+        return min(k * storage_rows, n_rows)
+
+    lo, hi = 1, k_max  # largest k whose task fits the budget (bytes grow with k)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if chunk_bytes(rows(mid)) <= budget else (lo, mid - 1)
+    limits = {  # on a tie the first name is reported, so the most telling comes first
+        "data": k_max,
+        "memory budget": lo,
+        # ceil(k_max / k) >= 2 x threads keeps every thread busy with a spare chunk each
+        "parallelism": max(1, k_max // (2 * total_threads)),
+        "target chunk size": max(1, target_bytes // max(1, storage_rows * row_bytes)),
+    }
+    k = min(limits.values())
+    limited_by = next(name for name, v in limits.items() if v == k)
+    return rows(k), limited_by
+
+
+def _tree_tasks(n_chunks: int, split_every: int) -> int:
+    """Chunk tasks + merge tasks of a ``split_every``-ary tree over ``n_chunks`` leaves."""
+    total, n = n_chunks, n_chunks
+    while n > 1:
+        n = math.ceil(n / split_every)
+        total += n
+    return total
+
+
+def _states_error(
+    stats: tuple[str, ...],
+    split_every: int,
+    n_features: int,
+    budget: int,
+    formula: str,
+    kw: dict[str, Any],
+) -> PlanError:
+    sizes = {s: state_bytes(s, n_features, **kw) for s in stats}
+    states = sum(sizes.values())
+    big = max(sizes, key=lambda s: sizes[s])
+    hint = {
+        "moments": "select fewer features",
+        "cov": "select fewer features",
+        "hist": "lower --bins",
+        "mi": "lower --bins or --classes",
+    }[big]
+    return PlanError(
+        f"merging {split_every + 1} states of {format_bytes(states)} "
+        f"(largest: '{big}' {format_bytes(sizes[big])} for {n_features:,} features) needs "
+        f"{format_bytes(merge_task_bytes(stats, n_features, split_every, **kw))} > budget "
+        f"{format_bytes(budget)} ({formula}); {hint} or raise --memory"
+    )
+
+
+def _explain(p: Plan) -> str:
+    """Text of :meth:`Plan.explain`."""
+    n_rows, d = p.shape
+    kw: dict[str, Any] = {"bins": p.bins, "n_classes": p.n_classes}
+    dtype = p.dtype or f"{p.itemsize}-byte-element"
+    stat_text = ", ".join(p.stats)
+    if {"hist", "mi"} & set(p.stats):
+        stat_text += f" ({p.bins} bins" + (f", {p.n_classes} classes)" if "mi" in p.stats else ")")
+    fits = "<=" if p.task_bytes <= p.budget_bytes else ">"
+    lines = [
+        f"Plan for a {n_rows:,} x {d:,} {dtype} array (storage chunks "
+        f"{p.storage_chunks[0]:,} x {p.storage_chunks[1]:,}); statistics: {stat_text}",
+        f"  resources: {p.resources.describe()}",
+        f"  budget per task: {budget_formula(p.resources, p.memory_fraction, p.reserved_bytes)}"
+        f" = {format_bytes(p.budget_bytes)}",
+    ]
+    if p.chunk_rows:
+        per_storage = p.chunk_rows / min(p.storage_chunks[0], n_rows)
+        lines.append(
+            f"  chunk: {p.chunk_rows:,} rows ({_plural(per_storage, 'storage chunk')}) x {d:,} features = "
+            f"{format_bytes(p.chunk_rows * d * p.itemsize)} of input; limited by {p.limited_by}"
+        )
+    terms = chunk_task_terms(p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, **kw)
+    lines.append(
+        "  chunk task: "
+        + " + ".join(f"{format_bytes(v)} {k}" for k, v in terms.items() if v)
+        + f" = {format_bytes(p.chunk_task_bytes)}"
+    )
+    per_state = ", ".join(
+        f"{s} {format_bytes(state_bytes(s, d, feature_tile=p.feature_tile, **kw))}" for s in p.stats
+    )
+    lines.append(f"  states: {per_state} (together {format_bytes(p.states_bytes)})")
+    mterms = merge_terms(p.stats, d, p.split_every, feature_tile=p.feature_tile, **kw)
+    lines.append(
+        f"  merge task ({p.split_every} states in): "
+        + " + ".join(f"{format_bytes(v)} {k}" for k, v in mterms.items() if v)
+        + f" = {format_bytes(p.merge_task_bytes)}"
+    )
+    lines.append(
+        f"  largest task: {format_bytes(p.task_bytes)} {fits} budget {format_bytes(p.budget_bytes)}"
+    )
+    threads = p.resources.total_threads
+    lines.append(
+        f"  {_plural(p.n_chunks, 'chunk')} for {_plural(threads, 'thread')} "
+        f"(aim: >= {2 * threads} when the data allow), split_every {p.split_every} -> "
+        f"{p.n_tasks:,} tasks"
+    )
+    if p.feature_tile:
+        n_tiles = math.ceil(d / p.feature_tile)
+        lines.append(
+            f"  co-moments in feature tiles of {p.feature_tile:,}: {n_tiles} x {n_tiles} tiles, "
+            f"{p.n_tile_pairs:,} tile pairs, each a reduction of its own"
+        )
+    lines.extend(f"  note: {n}" for n in p.notes)
+    return "\n".join(lines)
+
+
+def recorded_n_classes(obj: Any) -> int | None:
+    """Label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
+    n = getattr(obj, "n_classes", None)
+    if n is None:
+        synth = (getattr(obj, "attrs", None) or {}).get("synth")
+        n = synth.get("classes") if isinstance(synth, dict) else None
+    return int(n) if n is not None else None
+
+
+def _plural(n: float, word: str, plural: str | None = None) -> str:
+    """``1 chunk``, ``2 chunks``, ``1,000 chunks``, ``2.5 storage chunks``."""
+    text = f"{n:,}" if isinstance(n, int) else f"{n:,.4g}"
+    return f"{text} {word if n == 1 else (plural or word + 's')}"
+
+
+def plan(
+    x_or_dataset: Any,
+    *,
+    stats: tuple[str, ...] | list[str] = STATISTICS,
+    bins: int = 64,
+    n_classes: int | None = None,
+    resources: Resources | str | None = None,
+    split_every: int | None = None,
+) -> Plan:
+    """Plan a computation over a dask array, zarr array or ``Dataset`` (reads config lazily).
+
+    Parameters
+    ----------
+    x_or_dataset : dask.array.Array, zarr.Array, numpy.ndarray or Dataset
+        Anything with ``shape``, ``dtype`` and (optionally) ``chunks``; a
+        ``Dataset`` contributes ``.x``, ``.store_chunks`` and, when it has one,
+        ``.n_classes``.
+    stats, bins, n_classes, split_every
+        As in :func:`plan_chunks`; ``split_every`` defaults to ``daskbatch.split-every``.
+    resources : Resources, "auto" or None
+        ``None``/``"auto"``: from the live distributed client when there is one,
+        else this machine (see :func:`daskbatch.cluster.resources_auto`).
+
+    Returns
+    -------
+    Plan
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskbatch.planner import plan, Resources
+    >>> p = plan(np.zeros((1000, 4)), stats=("moments",), resources=Resources(2**30))
+    >>> p.chunk_rows
+    1000
+    """
+    x = getattr(x_or_dataset, "x", x_or_dataset)
+    chunks = getattr(x_or_dataset, "store_chunks", None) or getattr(x, "chunks", None) or x.shape
+    storage = tuple(max(c) if isinstance(c, tuple) else c for c in chunks)  # dask: tuple of tuples
+    if n_classes is None and "mi" in stats:
+        n_classes = recorded_n_classes(x_or_dataset)
+    if resources is None or resources == "auto":
+        from daskbatch.cluster import resources_auto
+
+        resources = resources_auto()
+    if not isinstance(resources, Resources):
+        raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
+    from dask.utils import parse_bytes
+
+    from daskbatch import config
+
+    return plan_chunks(
+        tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
+        n_classes=n_classes,
+        split_every=split_every if split_every is not None else int(config.get("split-every")),
+        memory_fraction=float(config.get("memory-fraction")),
+        reserved_bytes=parse_bytes(config.get("reserved-memory")),
+        target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
+        dtype=str(x.dtype),
+    )

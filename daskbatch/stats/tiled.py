@@ -1,0 +1,140 @@
+"""Cross co-moments of two groups of features: one (I, J) tile of a wide covariance matrix.
+
+When the D x D co-moment state of :class:`~daskbatch.stats.comoments.CoMoments`
+does not fit a worker, the matrix is computed per pair of feature tiles. A
+chunk of a tile is the block ``[x_I | x_J]`` (side ``a`` = the first
+``split`` columns, side ``b`` = the rest), or just ``x_I`` for a diagonal
+tile (``split=None``: both sides are the same columns). The centring is the
+corrected two-pass of ``CoMoments`` about the first complete row, so diagonal
+tiles agree with the untiled matrix up to the rounding of the GEMM, and
+states merge with ``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``.
+
+Complete cases are decided for the whole row, across *all* features, as the
+untiled statistic does: the caller passes that row mask as ``y``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.backend import device, namespace
+from daskbatch.stats._base import as_float64, safe_divisor
+from daskbatch.stats.comoments import _outer
+
+
+@dataclass(frozen=True, eq=False)
+class CrossCoMomentsState:
+    """``n`` complete rows (0-d); per side the mean ``shift + mean``; the cross co-moments ``c`` (Da, Db)."""
+
+    n: Array
+    shift_a: Array
+    mean_a: Array
+    shift_b: Array
+    mean_b: Array
+    c: Array
+
+
+def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Array, Array, Array]:
+    """``(n, shift, mean, dev, e)`` of the rows of ``x`` marked ``complete``.
+
+    ``dev`` are deviations from the approximate mean (zero on other rows), ``e``
+    their residual mean: ``shift + mean + e`` is the mean and
+    ``devᵀdev - n eeᵀ`` the co-moment matrix (the corrected two-pass algorithm).
+    """
+    x = as_float64(x)
+    n = xp.sum(xp.astype(complete, xp.float64))
+    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
+    shift = xp.where(n > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
+    keep = complete[:, None]
+    zero = xp.zeros_like(x)
+    y_shift = xp.where(keep, x - shift, zero)
+    n_safe = safe_divisor(xp, n)
+    approx_mean = xp.sum(y_shift, axis=0) / n_safe
+    dev = xp.where(keep, y_shift - approx_mean, zero)
+    e = xp.sum(dev, axis=0) / n_safe
+    return n, shift, approx_mean, dev, e
+
+
+@dataclass(frozen=True)
+class CrossCoMoments:
+    """Co-moments between the first ``split`` columns of a chunk and the others.
+
+    Parameters
+    ----------
+    split : int or None
+        Width of side ``a``; None for a diagonal tile (both sides are all columns).
+    """
+
+    split: int | None = None
+    name = "xcov"
+
+    def _sides(self, width: int) -> tuple[slice, slice]:
+        if self.split is None:
+            return slice(0, width), slice(0, width)
+        return slice(0, self.split), slice(self.split, width)
+
+    def chunk(self, x: Array, y: Array | None = None, /) -> CrossCoMomentsState:
+        xp = namespace(x)
+        rows, width = x.shape
+        sa, sb = self._sides(width)
+        if rows == 0:  # the identity of merge
+            zeros = xp.zeros((width,), dtype=xp.float64, device=device(x))
+            c = xp.zeros((zeros[sa].shape[0], zeros[sb].shape[0]), dtype=xp.float64, device=device(x))
+            n0 = xp.zeros((), dtype=xp.float64, device=device(x))
+            return CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb], c=c)
+        if y is None:
+            complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
+        else:
+            complete = xp.astype(y, xp.bool)
+        n, shift, mean, dev, e = centred(xp, x, complete)
+        c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
+        mean = mean + e
+        return CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
+
+    def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
+        xp = namespace(a.c, b.c)
+        n = a.n + b.n
+        n_safe = safe_divisor(xp, n)
+
+        def side(shift_a: Array, mean_a: Array, shift_b: Array, mean_b: Array) -> tuple[Array, Array, Array]:
+            shift = xp.where(a.n > 0, shift_a, shift_b)
+            ma, mb = (shift_a - shift) + mean_a, (shift_b - shift) + mean_b
+            delta = mb - ma
+            mean = xp.where(a.n > 0, xp.where(b.n > 0, ma + delta * (b.n / n_safe), ma), mb)
+            return shift, mean, delta
+
+        shift_a, mean_a, delta_a = side(a.shift_a, a.mean_a, b.shift_a, b.mean_a)
+        shift_b, mean_b, delta_b = side(a.shift_b, a.mean_b, b.shift_b, b.mean_b)
+        c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta_a, delta_b)
+        return CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
+
+    def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsState:
+        # A tile's correlation needs the variances of both sides, which live in
+        # the diagonal tiles: see daskbatch.tiled_cov.finalize_tile.
+        return s
+
+
+def finalize_tile(
+    s: CrossCoMomentsState, var_a: Array, var_b: Array, ddof: int, diagonal: bool
+) -> tuple[Array, Array]:
+    """Covariance and correlation of one tile, as ``CoMoments.finalize`` computes them.
+
+    ``var_a`` / ``var_b`` are the co-moment diagonals (sums of squared
+    deviations) of both sides, from the diagonal tiles.
+    """
+    xp = namespace(s.c)
+    dof = s.n - ddof
+    nan = xp.full_like(s.c, xp.nan)
+    cov = xp.where(dof > 0, s.c / safe_divisor(xp, dof), nan)
+
+    def scale(diag: Array) -> Array:
+        varies = diag > 0
+        return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, diag, xp.ones_like(diag))), xp.nan)
+
+    corr = xp.clip(s.c * _outer(xp, scale(var_a), scale(var_b)), -1.0, 1.0)
+    if diagonal:
+        eye = xp.eye(var_a.shape[0], dtype=xp.bool, device=device(s.c))
+        corr = xp.where(eye & (var_a > 0)[:, None], xp.ones_like(corr), corr)
+    corr = xp.where(s.n > 1, corr, nan)
+    return cov, corr

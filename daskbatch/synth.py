@@ -1,0 +1,337 @@
+"""Deterministic synthetic (samples x features) data with known ground truth.
+
+Every row is a function of ``(seed, row index)`` only: rows are generated in
+fixed internal blocks of :data:`BLOCK_ROWS` rows, each from its own counter-based
+Philox stream keyed by ``SeedSequence(seed, spawn_key=(1, block))``, and then
+sliced.  Any ``chunk_rows`` (or any number of rows) therefore gives bitwise
+identical values for the rows they share.
+
+The model, for ``Q = features - correlated`` base features and ``P = correlated``
+mixed ones::
+
+    y        ~ Categorical(priors)                       (only with classes=K)
+    x_base   = mu + scale * z + delta[y]                 delta is 0 off the informative features
+    x_mixed  = offset + W @ x_base + noise * z'          each row of W mixes two base features
+
+with ``z, z'`` independent standard normal.  The population mean and covariance
+follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+from daskbatch.dataset import LAYOUT_ATTR, Dataset, open_dataset
+
+__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "synth"]
+
+#: Rows per internal generator block; fixed forever so data never change.
+BLOCK_ROWS = 4096
+#: Above this many features the covariance is left out of the attrs (JSON size).
+MAX_COV_FEATURES = 256
+
+
+@dataclass(frozen=True)
+class SynthModel:
+    """Parameters of the generator, drawn from ``seed`` (never from the row count)."""
+
+    features: int
+    classes: int | None
+    mu: np.ndarray  # (Q,) base means
+    scale: np.ndarray  # (Q,) base standard deviations
+    informative: np.ndarray  # indices into the base features
+    delta: np.ndarray  # (K, Q) class offsets, zero off the informative features
+    priors: np.ndarray  # (K,)
+    sources: np.ndarray  # (P, 2) base features each mixed feature combines
+    weights: np.ndarray  # (P, 2)
+    offset: np.ndarray  # (P,)
+    noise: np.ndarray  # (P,)
+
+    @property
+    def n_base(self) -> int:
+        return int(self.mu.shape[0])
+
+
+def _model(
+    features: int, classes: int | None, informative: int | None, correlated: int, seed: int
+) -> SynthModel:
+    if features < 1:
+        raise ValueError(f"features must be >= 1, got {features}")
+    if not 0 <= correlated < features:
+        raise ValueError(
+            f"correlated must be in [0, features - 1] = [0, {features - 1}], got {correlated}"
+        )
+    if classes is not None and classes < 2:
+        raise ValueError(f"classes must be >= 2 (or None for no label), got {classes}")
+    q = features - correlated
+    if informative is None:
+        informative = min(q, max(1, q // 4)) if classes else 0
+    if informative and not classes:
+        raise ValueError("informative features need classes=K (class-dependent means)")
+    if not 0 <= informative <= q:
+        raise ValueError(
+            f"informative must be in [0, features - correlated] = [0, {q}], got {informative}"
+        )
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    # Different means and scales per feature so that summaries look like real data.
+    mu = np.round(rng.uniform(-20.0, 20.0, q), 3)
+    scale = np.round(np.exp(rng.uniform(np.log(0.1), np.log(10.0), q)), 3)
+    k = classes or 1
+    inf_idx = np.sort(rng.choice(q, size=informative, replace=False)).astype(np.int64)
+    delta = np.zeros((k, q))
+    if classes:
+        delta[:, inf_idx] = rng.uniform(-1.5, 1.5, (k, informative)) * scale[inf_idx]
+    priors = np.arange(k, 2 * k, dtype=np.float64)  # mildly imbalanced: k : k+1 : ... : 2k-1
+    priors /= priors.sum()
+    sources = np.array(
+        [rng.choice(q, size=2, replace=q < 2) for _ in range(correlated)], dtype=np.int64
+    ).reshape(correlated, 2)
+    weights = np.round(rng.uniform(-1.5, 1.5, (correlated, 2)), 3)
+    offset = np.round(rng.uniform(-5.0, 5.0, correlated), 3)
+    noise = np.round(rng.uniform(0.1, 1.0, correlated), 3)
+    return SynthModel(features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise)
+
+
+def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
+    """Population mean, covariance and class means of the model, in float64.
+
+    Parameters
+    ----------
+    model : SynthModel
+
+    Returns
+    -------
+    dict
+        ``mean`` (D,), ``cov`` (D, D), ``class_means`` (K, D) and ``priors`` (K,).
+    """
+    q, p = model.n_base, model.features - model.n_base
+    w = np.zeros((p, q))
+    for i, ((a, b), (wa, wb)) in enumerate(zip(model.sources, model.weights, strict=True)):
+        w[i, a] += wa
+        w[i, b] += wb
+    dbar = model.priors @ model.delta
+    centred = model.delta - dbar
+    cov_b = np.diag(model.scale**2) + (centred.T * model.priors) @ centred
+    mean_b = model.mu + dbar
+    cov = np.empty((q + p, q + p))
+    cov[:q, :q] = cov_b
+    cov[:q, q:] = cov_b @ w.T
+    cov[q:, :q] = w @ cov_b
+    cov[q:, q:] = w @ cov_b @ w.T + np.diag(model.noise**2)
+    mean = np.concatenate([mean_b, model.offset + w @ mean_b])
+    class_b = model.mu + model.delta
+    class_means = np.concatenate([class_b, model.offset + class_b @ w.T], axis=1)
+    return {"mean": mean, "cov": cov, "class_means": class_means, "priors": model.priors}
+
+
+def _block_rng(seed: int, block: int) -> np.random.Generator:
+    return np.random.Generator(np.random.Philox(np.random.SeedSequence(seed, spawn_key=(1, block))))
+
+
+def _labels_block(rng: np.random.Generator, model: SynthModel) -> np.ndarray:
+    u = rng.random(BLOCK_ROWS)
+    return np.minimum(np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1).astype(np.int32)
+
+
+def _x_block(seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """One full internal block of rows (BLOCK_ROWS x features), written into ``out`` if given."""
+    rng = _block_rng(seed, block)
+    y = _labels_block(rng, model) if model.classes else None
+    x = rng.standard_normal((BLOCK_ROWS, model.features), dtype=dtype, out=out)
+    q = model.n_base
+    # One contiguous affine pass over all columns (mixed columns get their noise/offset).
+    x *= np.concatenate([model.scale, model.noise]).astype(dtype)
+    x += np.concatenate([model.mu, model.offset]).astype(dtype)
+    if y is not None and len(model.informative):
+        shift = np.zeros((len(model.priors), model.features), dtype=dtype)
+        shift[:, :q] = model.delta
+        x += shift[y]
+    for i in range(model.features - q):
+        (a, b), (wa, wb) = model.sources[i], model.weights[i]
+        col = x[:, q + i]
+        col += dtype.type(wa) * x[:, a]
+        col += dtype.type(wb) * x[:, b]
+    return x
+
+
+def _rows(seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str) -> np.ndarray:
+    """Rows ``[start, stop)`` of X (``what="x"``) or y, assembled from whole internal blocks."""
+    if what == "x":
+        out = np.empty((stop - start, model.features), dtype=dtype)
+    else:
+        out = np.empty((stop - start,), dtype=np.int32)
+    for block in range(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS)):
+        b0 = block * BLOCK_ROWS
+        lo, hi = max(start, b0), min(stop, b0 + BLOCK_ROWS)
+        if what == "y":
+            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[lo - b0 : hi - b0]
+        elif lo == b0 and hi == b0 + BLOCK_ROWS:
+            _x_block(seed, block, model, dtype, out=out[lo - start : hi - start])  # no copy
+        else:
+            out[lo - start : hi - start] = _x_block(seed, block, model, dtype)[lo - b0 : hi - b0]
+    return out
+
+
+def _lazy(rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int) -> tuple[da.Array, da.Array | None]:
+    row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
+    starts = np.cumsum((0,) + row_chunks[:-1])
+    token = dask.base.tokenize(seed, rows, chunk_rows, str(dtype), model.features, model.classes,
+                               model.informative, model.sources)
+
+    def x_part(block_id: tuple[int, ...] | None = None) -> np.ndarray:
+        i = block_id[0]  # type: ignore[index]
+        return _rows(seed, int(starts[i]), int(starts[i]) + row_chunks[i], model, dtype, "x")
+
+    def y_part(block_id: tuple[int, ...] | None = None) -> np.ndarray:
+        i = block_id[0]  # type: ignore[index]
+        return _rows(seed, int(starts[i]), int(starts[i]) + row_chunks[i], model, dtype, "y")
+
+    x = da.map_blocks(
+        x_part, chunks=(row_chunks, (model.features,)), dtype=dtype,
+        meta=np.empty((0, 0), dtype=dtype), name=f"daskbatch-synth-x-{token}",
+    )
+    y = None
+    if model.classes:
+        y = da.map_blocks(
+            y_part, chunks=(row_chunks,), dtype=np.int32,
+            meta=np.empty((0,), dtype=np.int32), name=f"daskbatch-synth-y-{token}",
+        )
+    return x, y
+
+
+def _truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dict[str, Any]:
+    truth = ground_truth(model)
+    q = model.n_base
+    out: dict[str, Any] = {
+        "seed": seed,
+        "rows": rows,
+        "features": model.features,
+        "dtype": str(dtype),
+        "classes": model.classes,
+        "informative": model.informative.tolist(),
+        "correlated": list(range(q, model.features)),
+        "correlated_sources": model.sources.tolist(),
+        "true_mean": truth["mean"].tolist(),
+        "true_std": np.sqrt(np.diag(truth["cov"])).tolist(),
+        "block_rows": BLOCK_ROWS,
+        "generator": "numpy Philox, SeedSequence(seed, spawn_key=(1, block))",
+    }
+    if model.features <= MAX_COV_FEATURES:
+        out["true_cov"] = truth["cov"].tolist()
+    if model.classes:
+        out["class_priors"] = truth["priors"].tolist()
+        out["class_means"] = truth["class_means"].tolist()
+    return out
+
+
+def synth(
+    rows: int,
+    features: int,
+    *,
+    classes: int | None = None,
+    informative: int | None = None,
+    correlated: int = 0,
+    chunk_rows: int = 65536,
+    dtype: str | np.dtype = "float32",
+    seed: int = 0,
+    path: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+) -> Dataset:
+    """Make a deterministic synthetic dataset with known ground truth.
+
+    Parameters
+    ----------
+    rows, features : int
+        Shape of ``X``.
+    classes : int, optional
+        Number of classes K; adds an int32 label ``y`` in ``0..K-1``.
+    informative : int, optional
+        Base features whose mean depends on the class (default: a quarter of them
+        when ``classes`` is given, else none).
+    correlated : int, default 0
+        Features (the last ones) that are linear mixes of two base features plus noise.
+    chunk_rows : int, default 65536
+        Rows per storage chunk and per dask block.  Does not change the values.
+    dtype : {"float32", "float64"}
+        Data type of ``X``; generated directly in this type.
+    seed : int, default 0
+        Seed; data depend on ``(seed, row index)`` only.
+    path : str or os.PathLike, optional
+        Write a Zarr v3 group with arrays ``X`` (and ``y``), zstd-compressed, and
+        open it back.  ``None`` returns lazy dask arrays.
+    overwrite : bool, default False
+        Replace an existing store at ``path``.
+
+    Returns
+    -------
+    Dataset
+        Ground truth (``true_mean``, ``true_cov``, ``informative``, ``class_priors``,
+        ``class_means``, ...) is in ``attrs["synth"]``.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype("float32"), np.dtype("float64")):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    model = _model(features, classes, informative, correlated, seed)
+    x, y = _lazy(rows, chunk_rows, model, dtype, seed)
+    names = [f"f{i}" for i in range(features)]
+    attrs: dict[str, Any] = {
+        "synth": _truth_attrs(model, seed, rows, dtype),
+        "feature_names": names,
+        LAYOUT_ATTR: {"x": "X", "label": "y" if y is not None else None},
+    }
+    if path is None:
+        return Dataset(
+            x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs
+        )
+    _write(path, x, y, attrs, chunk_rows, overwrite)
+    return open_dataset(path, chunks="auto")
+
+
+def _write(
+    path: str | os.PathLike[str],
+    x: da.Array,
+    y: da.Array | None,
+    attrs: dict[str, Any],
+    chunk_rows: int,
+    overwrite: bool,
+) -> None:
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    where = os.fspath(path)
+    if "://" not in where and os.path.exists(where) and not overwrite:
+        raise FileExistsError(f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it")
+    try:
+        group = zarr.open_group(where, mode="w" if overwrite else "w-", zarr_format=3, attributes=attrs)
+    except zarr.errors.ContainsGroupError as exc:
+        raise FileExistsError(f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it") from exc
+    rows, features = x.shape
+    # zstd level 1: random normals barely compress, so favour speed.
+    codec = ZstdCodec(level=1)
+    zx = group.create_array(
+        "X", shape=(rows, features), chunks=(max(1, min(chunk_rows, rows)), features), dtype=x.dtype,
+        compressors=codec, dimension_names=("sample", "feature"),
+        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+    )
+    targets, sources = [zx], [x]
+    if y is not None:
+        zy = group.create_array(
+            "y", shape=(rows,), chunks=(max(1, min(chunk_rows, rows)),), dtype=np.int32,
+            compressors=codec, dimension_names=("sample",),
+            config={"write_empty_chunks": True},
+        )
+        targets.append(zy)
+        sources.append(y)
+    if rows:
+        # Dask blocks equal storage chunks, so each chunk has exactly one writer.
+        da.store(sources, targets, lock=False)

@@ -1,0 +1,273 @@
+"""Conformance laws for mergeable statistics, and the hypothesis strategies they draw from.
+
+Subclass :class:`StatisticLaws` in a test module, implement ``make`` and
+``reference``, and every law below runs for that statistic on every backend
+of the ``xp`` fixture (the pattern of zarr's ``StoreTests``)::
+
+    class TestMoments(StatisticLaws):
+        def make(self, n_features):
+            return Moments()
+
+        def reference(self, x, y=None):
+            return {"mean": ..., "var": ...}
+
+Needs ``hypothesis`` (a test dependency) and an ``xp`` fixture that returns an
+array-API namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from daskbatch.backend import to_numpy
+from daskbatch.stats._base import merge_all
+
+__all__ = [
+    "StatisticLaws",
+    "assert_results_close",
+    "assert_states_equal",
+    "chunk_sizes",
+    "labels_for",
+    "merge_tree",
+    "sample_arrays",
+    "split_points",
+]
+
+#: Column shapes: (scale, offset) of ``k * scale + offset`` for integer ``k``.
+#: Small integer multiples keep higher moments well conditioned while the
+#: offsets exercise cancellation (1e8) and huge magnitudes (1e200 absorbs ``k``).
+_SCALES = (0.125, 1.0, 2.0**-20)
+_OFFSETS = (0.0, 1e6, -1e8, 1e200)
+_SPECIAL = (math.nan, math.inf, -math.inf)
+
+
+@st.composite
+def sample_arrays(
+    draw: st.DrawFn,
+    *,
+    min_rows: int = 0,
+    max_rows: int = 32,
+    min_features: int = 1,
+    max_features: int = 4,
+    nonfinite: bool = False,
+) -> np.ndarray:
+    """A float64 (rows, features) array; axis 0 holds samples.
+
+    Column ``j`` is ``k * scale[j] + offset[j]`` with small integers ``k`` and a
+    scale and offset drawn per column, so columns range from well conditioned
+    to ``1e8``-shifted and constant. With ``nonfinite=True`` some entries are
+    NaN, +inf or -inf.
+    """
+    rows = draw(st.integers(min_rows, max_rows))
+    features = draw(st.integers(min_features, max_features))
+    shape = (rows, features)
+    ks = draw(hnp.arrays(np.int16, shape, elements=st.integers(-1000, 1000)))
+    scale = np.asarray(draw(st.lists(st.sampled_from(_SCALES), min_size=features, max_size=features)))
+    offset = np.asarray(draw(st.lists(st.sampled_from(_OFFSETS), min_size=features, max_size=features)))
+    x = ks.astype(np.float64) * scale + offset
+    if nonfinite:
+        # 0 keeps the value; 1, 2, 3 pick NaN, +inf, -inf. Mostly zeros (fill).
+        kind = draw(hnp.arrays(np.int8, shape, elements=st.integers(0, 3), fill=st.just(0)))
+        for code, value in enumerate(_SPECIAL, start=1):
+            x[kind == code] = value
+    return x
+
+
+def split_points(n: int, *, max_pieces: int = 6) -> st.SearchStrategy[list[int]]:
+    """Sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces."""
+    return st.lists(st.integers(0, n), max_size=max_pieces - 1).map(sorted)
+
+
+def chunk_sizes(n: int, *, max_chunks: int = 6) -> st.SearchStrategy[tuple[int, ...]]:
+    """Dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks)."""
+    return split_points(n, max_pieces=max_chunks).map(
+        lambda cuts: tuple(int(b - a) for a, b in zip([0, *cuts], [*cuts, n], strict=True))
+    )
+
+
+def labels_for(n: int, *, max_classes: int = 4) -> st.SearchStrategy[np.ndarray]:
+    """Integer class labels ``0..K-1`` (int64) for ``n`` samples."""
+    return st.lists(st.integers(0, max_classes - 1), min_size=n, max_size=n).map(
+        lambda v: np.asarray(v, dtype=np.int64)
+    )
+
+
+def merge_tree(stat: Any, states: Sequence[Any], data: st.DataObject) -> Any:
+    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``."""
+    if len(states) == 1:
+        return states[0]
+    cut = data.draw(st.integers(1, len(states) - 1))
+    return stat.merge(merge_tree(stat, states[:cut], data), merge_tree(stat, states[cut:], data))
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return dict(value)
+    raise TypeError(f"expected a dataclass or dict, got {type(value).__name__}")
+
+
+def _host(a: Any) -> Any:
+    return None if a is None else np.asarray(to_numpy(a))
+
+
+def assert_results_close(
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-9,
+    exact: Sequence[str] = (),
+    fields: Sequence[str] | None = None,
+) -> None:
+    """Compare two results (dataclasses or dicts of arrays) field by field; NaN equals NaN.
+
+    ``exact`` names fields that must match bitwise (counts); only ``fields``
+    (default: every field of ``expected``) are compared.
+    """
+    got, want = _fields(actual), _fields(expected)
+    for name in fields if fields is not None else want:
+        a, b = _host(got[name]), _host(want[name])
+        if a is None or b is None:
+            assert a is None and b is None, f"{name}: {a!r} vs {b!r}"
+            continue
+        assert a.shape == b.shape, f"{name}: shape {a.shape} != expected {b.shape}"
+        if name in exact or a.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        else:
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+
+
+def assert_states_equal(a: Any, b: Any) -> None:
+    """Bitwise equality of two states (or results), field by field, NaN equal to NaN."""
+    fa, fb = _fields(a), _fields(b)
+    assert fa.keys() == fb.keys()
+    for name in fa:
+        x, y = _host(fa[name]), _host(fb[name])
+        if x is None or y is None:
+            assert x is None and y is None, name
+            continue
+        assert x.shape == y.shape and x.dtype == y.dtype, f"{name}: {x.shape}/{x.dtype} vs {y.shape}/{y.dtype}"
+        np.testing.assert_array_equal(x, y, err_msg=name, strict=True)
+
+
+class StatisticLaws:
+    """Laws every mergeable statistic obeys; subclass and implement :meth:`make` and :meth:`reference`.
+
+    Class attributes tune the suite: ``uses_label`` passes a class label to
+    ``chunk``; ``exact`` demands bitwise equality across chunkings and merge
+    orders (integer counts); ``nonfinite`` mixes NaN/±inf into the data;
+    ``rtol``/``atol`` bound rounding; ``ill_conditioned_offset`` (None to
+    skip) is added to data in the ill-conditioning law.
+    """
+
+    uses_label: bool = False
+    exact: bool = False
+    nonfinite: bool = True
+    rtol: float = 1e-10
+    atol: float = 1e-9
+    ill_conditioned_offset: float | None = 1e8
+
+    def make(self, n_features: int) -> Any:
+        """The statistic under test for data with ``n_features`` columns."""
+        raise NotImplementedError
+
+    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict[str, Any]:
+        """Expected finalized fields for the whole of ``x`` (host NumPy oracle)."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- helpers
+    def _draw(self, data: st.DataObject, min_rows: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
+        x = data.draw(sample_arrays(min_rows=min_rows, nonfinite=self.nonfinite), label="x")
+        y = data.draw(labels_for(x.shape[0]), label="y") if self.uses_label else None
+        return x, y
+
+    def _states(self, xp: Any, stat: Any, x: np.ndarray, y: np.ndarray | None, cuts: list[int]) -> list[Any]:
+        xs = np.split(x, cuts)
+        ys = np.split(y, cuts) if y is not None else [None] * len(xs)
+        return [stat.chunk(xp.asarray(a), None if b is None else xp.asarray(b)) for a, b in zip(xs, ys, strict=True)]
+
+    def _compare(self, actual: Any, expected: Any) -> None:
+        if self.exact:
+            assert_results_close(actual, expected, rtol=0, atol=0, exact=tuple(_fields(expected)))
+        else:
+            assert_results_close(actual, expected, rtol=self.rtol, atol=self.atol)
+
+    # -------------------------------------------------------------- laws
+    @given(data=st.data())
+    def test_matches_reference_under_any_chunking(self, xp: Any, data: st.DataObject) -> None:
+        x, y = self._draw(data)
+        cuts = data.draw(split_points(x.shape[0]), label="cuts")
+        stat = self.make(x.shape[1])
+        result = stat.finalize(merge_all(stat, self._states(xp, stat, x, y, cuts)))
+        self._compare(result, self.reference(x, y))
+
+    @given(data=st.data())
+    def test_merge_order_does_not_matter(self, xp: Any, data: st.DataObject) -> None:
+        x, y = self._draw(data)
+        cuts = data.draw(split_points(x.shape[0], max_pieces=8), label="cuts")
+        stat = self.make(x.shape[1])
+        states = self._states(xp, stat, x, y, cuts)
+        left = stat.finalize(merge_all(stat, states))
+        tree = stat.finalize(merge_tree(stat, states, data))
+        if self.exact:
+            assert_states_equal(left, tree)
+        else:
+            assert_results_close(tree, left, rtol=self.rtol, atol=self.atol)
+
+    @given(data=st.data())
+    def test_empty_chunk_is_identity(self, xp: Any, data: st.DataObject) -> None:
+        x, y = self._draw(data)
+        stat = self.make(x.shape[1])
+        (state,) = self._states(xp, stat, x, y, [])
+        (empty,) = self._states(xp, stat, x[:0], None if y is None else y[:0], [])
+        assert_states_equal(stat.merge(empty, state), state)
+        assert_states_equal(stat.merge(state, empty), state)
+        assert_states_equal(stat.merge(empty, empty), empty)
+
+    @given(data=st.data())
+    def test_merge_is_associative(self, xp: Any, data: st.DataObject) -> None:
+        x, y = self._draw(data, min_rows=3)
+        cuts = sorted(data.draw(st.lists(st.integers(1, x.shape[0] - 1), min_size=2, max_size=2), label="cuts"))
+        stat = self.make(x.shape[1])
+        a, b, c = self._states(xp, stat, x, y, cuts)
+        one = stat.finalize(stat.merge(stat.merge(a, b), c))
+        two = stat.finalize(stat.merge(a, stat.merge(b, c)))
+        if self.exact:
+            assert_states_equal(one, two)
+        else:
+            assert_results_close(one, two, rtol=self.rtol, atol=self.atol)
+
+    def test_integer_and_bool_input_match_float64(self, xp: Any) -> None:
+        rng = np.random.default_rng(7)
+        ints = rng.integers(-100, 101, size=(37, 2))
+        y = rng.integers(0, 3, 37) if self.uses_label else None
+        yy = None if y is None else xp.asarray(y)
+        stat = self.make(2)
+        want = stat.finalize(stat.chunk(xp.asarray(ints.astype(np.float64)), yy))
+        for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+            cast = np.abs(ints) if np.dtype(dtype).kind == "u" else ints
+            ref = want if cast is ints else stat.finalize(stat.chunk(xp.asarray(cast.astype(np.float64)), yy))
+            assert_states_equal(stat.finalize(stat.chunk(xp.asarray(cast.astype(dtype)), yy)), ref)
+        flags = ints > 0
+        want = stat.finalize(stat.chunk(xp.asarray(flags.astype(np.float64)), yy))
+        assert_states_equal(stat.finalize(stat.chunk(xp.asarray(flags), yy)), want)
+
+    def test_ill_conditioned(self, xp: Any) -> None:
+        if self.ill_conditioned_offset is None:
+            return
+        rng = np.random.default_rng(42)
+        x = self.ill_conditioned_offset + rng.standard_normal((3000, 3))
+        y = rng.integers(0, 3, 3000) if self.uses_label else None
+        stat = self.make(3)
+        states = self._states(xp, stat, x, y, [1, 700, 701, 2048])
+        self._compare(stat.finalize(merge_all(stat, states)), self.reference(x, y))

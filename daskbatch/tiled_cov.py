@@ -1,0 +1,225 @@
+"""Covariance and correlation of many features, computed and stored per tile of features.
+
+For D features a co-moment state holds D x D float64 values (D = 50,000:
+20 GB), more than one worker can hold, let alone merge ``split_every`` of.
+:func:`tiled_covariance` splits the features into tiles of ``tile`` columns and
+runs one tree reduction (:func:`daskbatch.reduce.tree_reduce`) per pair of
+tiles ``I <= J`` of the cross co-moments
+(:class:`daskbatch.stats.tiled.CrossCoMoments`). Each finished tile is written
+by its own task straight into Zarr arrays ``cov`` and ``corr`` of shape (D, D),
+chunked (tile, tile), with its mirror image below the diagonal; nothing of
+size D x D ever reaches one process. Correlation needs the variances of both
+sides of a tile, which come from the (small) diagonals of the diagonal tiles.
+
+Rows count only when every one of the D features is finite, as in the untiled
+:class:`~daskbatch.stats.comoments.CoMoments`; that row mask is computed once
+per row block and shared by all tiles.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+from daskbatch.reduce import tree_reduce
+from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
+
+__all__ = ["TiledCov", "open_tiled_cov", "tiled_covariance"]
+
+
+@dataclass(frozen=True)
+class TiledCov:
+    """A covariance / correlation matrix stored as (tile, tile) chunks of a Zarr group.
+
+    Attributes
+    ----------
+    path : str
+        The Zarr group holding ``cov``, ``corr`` (D, D) and ``mean`` (D,).
+    n : int
+        Complete rows used (finite in every feature).
+    tile : int
+        Features per tile (the chunk width of ``cov`` and ``corr``).
+    n_features : int
+        D.
+    ddof : int
+        Delta degrees of freedom of ``cov``.
+    feature_names : tuple of str
+        Names used by :meth:`top_correlated`.
+    """
+
+    path: str
+    n: int
+    tile: int
+    n_features: int
+    ddof: int
+    feature_names: tuple[str, ...]
+
+    @property
+    def cov(self) -> da.Array:
+        """Covariance (D, D), lazily read from Zarr."""
+        return da.from_zarr(self.path, component="cov")
+
+    @property
+    def corr(self) -> da.Array:
+        """Pearson correlation (D, D), lazily read from Zarr."""
+        return da.from_zarr(self.path, component="corr")
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Means (D,) over the complete rows."""
+        import zarr
+
+        return np.asarray(zarr.open_array(self.path, path="mean", mode="r")[...])
+
+    def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
+        """The ``k`` pairs with the largest absolute correlation, as ``(a, b, r)``, read tile by tile.
+
+        Same order as :meth:`daskbatch.Summary.top_correlated` (ties by row, then column).
+        """
+        if k <= 0:
+            return []
+        n_tiles = math.ceil(self.n_features / self.tile)
+        parts = [
+            dask.delayed(_top_of_tile)(self.path, i, j, self.tile, k)
+            for i in range(n_tiles) for j in range(i, n_tiles)
+        ]
+        rows, cols, r = (np.concatenate(v) for v in zip(*dask.compute(*parts), strict=True))
+        order = np.lexsort((cols, rows, -np.abs(r)))[:k]
+        names = self.feature_names
+        return [(names[rows[o]], names[cols[o]], float(r[o])) for o in order]
+
+
+def _top_of_tile(path: str, ti: int, tj: int, tile: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The k strongest finite pairs ``i < j`` of one tile of ``corr`` (global indices)."""
+    import zarr
+
+    corr = zarr.open_array(path, path="corr", mode="r")
+    i0, j0 = ti * tile, tj * tile
+    block = np.asarray(corr[i0 : i0 + tile, j0 : j0 + tile])
+    ii, jj = np.indices(block.shape)
+    keep = np.isfinite(block) & (ii + i0 < jj + j0)
+    rows, cols, r = ii[keep] + i0, jj[keep] + j0, block[keep]
+    order = np.lexsort((cols, rows, -np.abs(r)))[:k]
+    return rows[order], cols[order], r[order]
+
+
+def tiled_covariance(
+    x: da.Array,
+    *,
+    tile: int,
+    out: str | os.PathLike[str],
+    ddof: int = 1,
+    split_every: int | None = None,
+    feature_names: Any = None,
+    overwrite: bool = False,
+) -> TiledCov:
+    """Covariance and correlation of the columns of ``x``, tile by tile, into a Zarr group.
+
+    Parameters
+    ----------
+    x : dask.array.Array, shape (samples, features)
+        Any chunking; row blocks are kept, columns are sliced per tile.
+    tile : int
+        Features per tile (the planner's ``Plan.feature_tile``).
+    out : path or URL
+        Zarr group to create, readable and writable by every worker.
+    ddof : int, default 1
+        Delta degrees of freedom of the covariance.
+    split_every : int, optional
+        Fan-in of each tile's merge tree (``daskbatch.split-every`` by default).
+    feature_names : sequence of str, optional
+        Names for :meth:`TiledCov.top_correlated` (default ``f0, f1, ...``).
+    overwrite : bool, default False
+        Replace an existing group at ``out``.
+
+    Returns
+    -------
+    TiledCov
+    """
+    import zarr
+
+    if x.ndim != 2:
+        raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
+    n_features = int(x.shape[1])
+    if int(tile) != tile or tile < 1:
+        raise ValueError(f"tile must be a positive number of features, got {tile!r}")
+    tile = min(int(tile), n_features)
+    names = tuple(str(n) for n in feature_names) if feature_names is not None else tuple(
+        f"f{i}" for i in range(n_features)
+    )
+    if len(names) != n_features:
+        raise ValueError(f"{len(names)} feature names for {n_features} features")
+    where = os.fspath(out)
+    if "://" not in where and os.path.exists(where) and not overwrite:
+        raise FileExistsError(f"{where!r} already exists; pass overwrite=True to replace it")
+    group = zarr.open_group(where, mode="w", attributes={"daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}})
+    for name in ("cov", "corr"):
+        group.create_array(name, shape=(n_features, n_features), chunks=(tile, tile), dtype="f8", fill_value=np.nan)
+    group.create_array("mean", shape=(n_features,), chunks=(tile,), dtype="f8", fill_value=np.nan)
+
+    complete = da.isfinite(x).all(axis=1)  # one pass over whole rows, shared by every tile
+    starts = list(range(0, n_features, tile))
+    side = {i: x[:, a : a + tile] for i, a in enumerate(starts)}
+    states: dict[tuple[int, int], Any] = {}
+    for i in side:
+        for j in range(i, len(starts)):
+            block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)
+            stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]))
+            states[i, j] = tree_reduce(
+                stat, block.rechunk({1: -1}), complete, split_every=split_every, finalize=False
+            )
+    diag = {i: dask.delayed(_co_diagonal)(states[i, i]) for i in side}
+    writes = [
+        dask.delayed(_write_tile)(states[i, j], diag[i], diag[j], where, starts[i], starts[j], ddof, i == j)
+        for i, j in states
+    ]
+    counts = set(dask.compute(*writes))
+    if len(counts) != 1:  # every tile sees the same complete rows
+        raise AssertionError(f"tiles disagree on the number of complete rows: {sorted(counts)}")
+    n = int(counts.pop())
+    group.attrs.update({"daskbatch_tiled_cov": {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}})
+    return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names)
+
+
+def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
+    """Reopen the result of :func:`tiled_covariance` from its Zarr group."""
+    import zarr
+
+    where = os.fspath(path)
+    group = zarr.open_group(where, mode="r")
+    meta = group.attrs["daskbatch_tiled_cov"]
+    return TiledCov(
+        path=where, n=int(meta["n"]), tile=int(meta["tile"]), n_features=int(group["cov"].shape[0]),
+        ddof=int(meta["ddof"]), feature_names=tuple(meta["feature_names"]),
+    )
+
+
+def _co_diagonal(s: CrossCoMomentsState) -> np.ndarray:
+    return np.diagonal(s.c).copy()
+
+
+def _write_tile(
+    s: CrossCoMomentsState, var_a: np.ndarray, var_b: np.ndarray, path: str,
+    a: int, b: int, ddof: int, diagonal: bool,
+) -> float:
+    """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return ``n``."""
+    import zarr
+
+    cov, corr = finalize_tile(s, var_a, var_b, ddof, diagonal)
+    wa, wb = cov.shape
+    # Each (tile, tile) chunk has exactly one writer: tile (I, J) owns chunks (I, J) and (J, I).
+    for name, values in (("cov", cov), ("corr", corr)):
+        arr = zarr.open_array(path, path=name, mode="r+")
+        arr[a : a + wa, b : b + wb] = values
+        if not diagonal:
+            arr[b : b + wb, a : a + wa] = values.T
+    if diagonal:
+        mean = np.where(s.n > 0, s.shift_a + s.mean_a, np.nan)
+        zarr.open_array(path, path="mean", mode="r+")[a : a + wa] = mean
+    return float(s.n)

@@ -1,0 +1,130 @@
+"""cluster(): start, connect and close; Resources from a live cluster and from this machine."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from distributed import Client, LocalCluster
+
+from daskbatch.cluster import (
+    cluster,
+    parse_memory,
+    resources_auto,
+    resources_from_client,
+    resources_from_machine,
+)
+from daskbatch.planner import Resources, plan
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def local():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, memory_limit="1GiB", processes=False,
+        dashboard_address=":0",
+    ) as lc:
+        yield lc
+
+
+def test_resources_from_client(local):
+    with Client(local) as client:
+        r = resources_from_client(client)
+    assert r == Resources(memory_bytes=GiB, threads_per_worker=1, n_workers=2, device="cpu")
+
+
+def test_resources_auto_prefers_live_client(local):
+    with Client(local):
+        assert resources_auto().n_workers == 2
+        p = plan(__import__("numpy").zeros((4000, 4)), stats=("moments",), resources="auto")
+        assert p.resources.memory_bytes == GiB
+    # no client any more: this machine
+    r = resources_auto(device="cpu")
+    assert r.n_workers == 1 and r.threads_per_worker == (os.cpu_count() or 1)
+
+
+def test_connect_by_address_does_not_close_external(local):
+    with cluster(address=local.scheduler_address) as client:
+        assert resources_from_client(client).n_workers == 2
+    assert local.status.name == "running"
+    with Client(local) as again:  # still usable
+        assert len(again.scheduler_info()["workers"]) == 2
+
+
+def test_connect_by_scheduler_file(local, tmp_path):
+    import json
+
+    sf = tmp_path / "scheduler.json"
+    sf.write_text(json.dumps({"address": local.scheduler_address}))
+    with cluster(scheduler_file=sf) as client:
+        assert client.scheduler.address == local.scheduler_address
+
+
+def test_local_cluster_starts_and_closes():
+    with cluster("local", n_workers=1, threads_per_worker=1, processes=False,
+                 dashboard_address=":0", memory_limit="512MiB") as client:
+        started = client.cluster
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert resources_from_client(client).memory_bytes == 512 * 2**20
+    assert client.status == "closed"
+    assert started.status.name == "closed"
+
+
+def test_bad_kind_and_both_targets():
+    with pytest.raises(ValueError, match="unknown cluster kind 'k8s'"):
+        with cluster("k8s"):
+            pass
+    with pytest.raises(ValueError, match="not both"):
+        with cluster(address="tcp://x:1", scheduler_file="s.json"):
+            pass
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_jobqueue_missing_names_extra(kind):
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"daskbatch\[hpc\]"):
+            with cluster(kind):
+                pass
+    else:
+        pytest.skip("dask-jobqueue is installed; starting a batch cluster needs a queue")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("auto", 8 * GiB), (None, 8 * GiB), ("16GiB", 16 * GiB), (1000, 1000), ("0.5", 4 * GiB),
+     (0.25, 2 * GiB), ("1e9", 10**9)],
+)
+def test_parse_memory(value, expected):
+    assert parse_memory(value, total_bytes=8 * GiB) == expected
+
+
+@pytest.mark.parametrize("value", ["lots", 2.0, 0, True])
+def test_parse_memory_rejects(value):
+    with pytest.raises(ValueError):
+        parse_memory(value, total_bytes=GiB)
+
+
+def test_resources_from_machine():
+    r = resources_from_machine(n_workers=2, threads_per_worker=3, memory="4GiB")
+    assert r == Resources(4 * GiB, 3, 2)
+    half = resources_from_machine(memory=0.5)
+    assert half.memory_bytes == resources_from_machine().memory_bytes // 2
+
+
+@pytest.mark.gpu
+def test_cuda_cluster():
+    pytest.importorskip("dask_cuda")
+    with cluster("cuda", dashboard_address=":0") as client:
+        r = resources_from_client(client)
+        assert r.device == "gpu" and r.device_memory_bytes
+        assert r.n_workers >= 1
+
+        def allocator_is_rmm():
+            import cupy
+
+            return "rmm" in str(cupy.cuda.get_allocator()).lower()
+
+        assert all(client.run(allocator_is_rmm).values())

@@ -1,0 +1,111 @@
+"""The planner's memory model is honest: measured <= projected <= 2 x measured.
+
+``tracemalloc`` sees NumPy's allocations, so the peak of one real chunk task
+(the fused ``Bundle.chunk`` on a freshly read block) and of one real merge task
+(``merge_all`` over ``split_every`` states the worker holds) is measured and
+compared with :func:`projected_task_bytes` / :func:`merge_task_bytes`. Sizes are
+chosen so that data, not interpreter objects, dominate (the model's fixed
+``TASK_OVERHEAD_BYTES`` covers the rest). When a kernel changes, tune the tables
+in ``daskbatch/memory_model.py`` until this passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from daskbatch.memory_model import merge_task_bytes, projected_task_bytes
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, merge_all
+
+BINS, CLASSES, SPLIT_EVERY = 16, 4, 8
+
+
+def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
+    make = {
+        "moments": lambda: Moments(),
+        "cov": lambda: CoMoments(),
+        "hist": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d),
+        "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True),
+    }
+    return Bundle(tuple(make[s]() for s in stats))
+
+
+def _data(dtype: str, rows: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = (rng.random((rows, d)) * 1.2 - 0.1) * (100 if np.dtype(dtype).kind == "i" else 1)
+    return x.astype(dtype), (np.arange(rows) % CLASSES).astype(np.int64)
+
+
+def _peak(func) -> int:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        func()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _copy_state(state):
+    return tuple(
+        type(s)(**{f.name: np.copy(getattr(s, f.name)) for f in dataclasses.fields(s)})
+        for s in state
+    )
+
+
+CHUNK_CASES = [
+    (rows, d, stats)
+    for rows, d in [(65_536, 1), (8192, 8), (4096, 64), (1024, 512)]
+    for stats in [("moments",), ("cov",), ("hist",), ("mi",), ("moments", "cov", "hist", "mi")]
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
+@pytest.mark.parametrize(("rows", "d", "stats"), CHUNK_CASES)
+def test_chunk_task_model_is_honest(dtype, rows, d, stats):
+    src, ysrc = _data(dtype, rows, d)
+    bundle = _bundle(stats, d)
+    use_y = "mi" in stats
+
+    def task():
+        x, y = src.copy(), ysrc.copy()  # the block as read from the store, inside the task
+        bundle.chunk(x, y if use_y else None)
+
+    task()  # warm caches and imports outside the measurement
+    measured = _peak(task)
+    projected = projected_task_bytes(
+        rows, d, src.dtype.itemsize, stats, bins=BINS, n_classes=CLASSES
+    )
+    assert measured <= projected <= 2 * measured, (measured, projected)
+
+
+MERGE_CASES = [
+    (512, ("cov",)),
+    (512, ("mi",)),
+    (512, ("moments", "cov", "hist", "mi")),
+    (1500, ("moments",)),
+    (1500, ("hist",)),
+    (1500, ("moments", "cov", "hist", "mi")),
+]
+
+
+@pytest.mark.parametrize(("d", "stats"), MERGE_CASES)
+def test_merge_task_model_is_honest(d, stats):
+    src, ysrc = _data("float32", 64 * SPLIT_EVERY, d)
+    bundle = _bundle(stats, d)
+    y = ysrc if "mi" in stats else None
+    states = [
+        bundle.chunk(src[i::SPLIT_EVERY], None if y is None else y[i::SPLIT_EVERY])
+        for i in range(SPLIT_EVERY)
+    ]
+
+    def task():
+        held = [_copy_state(s) for s in states]  # the inputs the worker holds for the task
+        merge_all(bundle, held)
+
+    measured = _peak(task)
+    projected = merge_task_bytes(stats, d, SPLIT_EVERY, bins=BINS, n_classes=CLASSES)
+    assert measured <= projected <= 2 * measured, (measured, projected)

@@ -1,0 +1,108 @@
+"""synth: bitwise determinism, ground truth, and the written store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from daskbatch.synth import BLOCK_ROWS, synth
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint8)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 333, BLOCK_ROWS, 5000, 12000])
+def test_bitwise_identical_across_chunk_rows(chunk_rows):
+    kw = dict(classes=3, informative=2, correlated=2, seed=7)
+    ref = synth(12000, 6, chunk_rows=12000, **kw)
+    rows = 12000 if chunk_rows > 1 else 700  # chunk_rows=1 is slow; a prefix suffices
+    other = synth(rows, 6, chunk_rows=chunk_rows, **kw)
+    np.testing.assert_array_equal(_bits(other.x.compute()), _bits(ref.x[:rows].compute()))
+    np.testing.assert_array_equal(other.label.compute(), ref.label[:rows].compute())
+
+
+def test_row_values_do_not_depend_on_row_count():
+    short = synth(5000, 4, seed=3).x.compute()
+    long = synth(9000, 4, seed=3).x.compute()
+    np.testing.assert_array_equal(_bits(short), _bits(long[:5000]))
+
+
+def test_seed_and_dtype():
+    a = synth(1000, 3, seed=1).x.compute()
+    b = synth(1000, 3, seed=2).x.compute()
+    assert not np.array_equal(a, b)
+    x64 = synth(1000, 3, seed=1, dtype="float64").x
+    assert x64.dtype == np.float64
+    with pytest.raises(ValueError, match="float32 or float64"):
+        synth(10, 3, dtype="int8")
+
+
+def test_ground_truth_matches_sample():
+    n, d = 200_000, 8
+    ds = synth(n, d, classes=3, informative=3, correlated=2, chunk_rows=50_000, seed=11)
+    x = ds.x.compute().astype(np.float64)
+    truth = ds.attrs["synth"]
+    mean, cov = np.array(truth["true_mean"]), np.array(truth["true_cov"])
+    std = np.sqrt(np.diag(cov))
+    # Standard error of the mean is std / sqrt(n); allow 5 of them.
+    assert np.all(np.abs(x.mean(axis=0) - mean) < 5 * std / np.sqrt(n))
+    sample_cov = np.cov(x, rowvar=False)
+    # Covariance: compare correlations, whose standard error is about 1/sqrt(n).
+    corr_s = sample_cov / np.outer(std, std)
+    corr_t = cov / np.outer(std, std)
+    assert np.abs(corr_s - corr_t).max() < 6 / np.sqrt(n)
+    assert np.allclose(np.sqrt(np.diag(sample_cov)), std, rtol=0.02)
+    # correlated features really are correlated with their sources
+    for i, (a, b) in zip(truth["correlated"], truth["correlated_sources"], strict=True):
+        assert abs(corr_t[i, a]) + abs(corr_t[i, b]) > 0.05
+
+
+def test_labels_and_informative_features():
+    ds = synth(60_000, 6, classes=4, informative=2, seed=5, chunk_rows=20_000)
+    x, y = ds.x.compute(), ds.label.compute()
+    assert y.dtype == np.int32 and set(np.unique(y)) == {0, 1, 2, 3}
+    truth = ds.attrs["synth"]
+    priors = np.array(truth["class_priors"])
+    np.testing.assert_allclose(np.bincount(y) / len(y), priors, atol=0.01)
+    class_means = np.array(truth["class_means"])
+    inf = truth["informative"]
+    others = [j for j in range(6) if j not in inf]
+    for k in range(4):
+        np.testing.assert_allclose(x[y == k].mean(axis=0), class_means[k], atol=0.1 * np.abs(class_means).max() + 0.2)
+    # Only the informative features have class-dependent means.
+    assert np.ptp(class_means[:, others], axis=0).max() == 0
+    assert np.ptp(class_means[:, inf], axis=0).min() > 0
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="correlated"):
+        synth(10, 3, correlated=3)
+    with pytest.raises(ValueError, match="informative"):
+        synth(10, 3, informative=2)
+    with pytest.raises(ValueError, match="classes"):
+        synth(10, 3, classes=1)
+
+
+def test_written_store(tmp_path):
+    path = tmp_path / "s.zarr"
+    lazy = synth(10_000, 5, classes=2, chunk_rows=3000, seed=4)
+    ds = synth(10_000, 5, classes=2, chunk_rows=3000, seed=4, path=path)
+    np.testing.assert_array_equal(_bits(ds.x.compute()), _bits(lazy.x.compute()))
+    np.testing.assert_array_equal(ds.label.compute(), lazy.label.compute())
+    assert ds.store_chunks == (3000, 5) and ds.label_name == "y"
+    assert ds.attrs["synth"]["true_mean"] == lazy.attrs["synth"]["true_mean"]
+    g = zarr.open_group(str(path), mode="r")
+    assert g.metadata.zarr_format == 3
+    assert "zstd" in str(g["X"].compressors[0]).lower()
+    with pytest.raises(FileExistsError, match="s.zarr.*overwrite"):
+        synth(100, 5, path=path)
+    again = synth(100, 5, path=path, overwrite=True)
+    assert again.shape == (100, 5) and again.label is None
+
+
+def test_empty_and_tiny():
+    ds = synth(0, 3)
+    assert ds.x.shape == (0, 3)
+    assert synth(1, 1).x.compute().shape == (1, 1)
