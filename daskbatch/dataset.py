@@ -211,7 +211,9 @@ def _get_array(
 ) -> zarr.Array:
     if isinstance(root, zarr.Array):
         if what != "x":
-            raise DataError(f"{where!r} is a single array, not a group with a {what} array {name!r}")
+            raise DataError(
+                f"{where!r} is a single array, not a group with a {what} array {name!r}"
+            )
         return root  # a bare array: the x name only matters inside a group
     if name is None:
         raise DataError(f"{where!r} is a group; name the {what} array (have: {_array_names(root)})")
@@ -325,7 +327,9 @@ def open_dataset(
     """
     root, where = _open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
-    layout = group_attrs.get(LAYOUT_ATTR, {}) if isinstance(group_attrs.get(LAYOUT_ATTR), dict) else {}
+    layout = (
+        group_attrs.get(LAYOUT_ATTR, {}) if isinstance(group_attrs.get(LAYOUT_ATTR), dict) else {}
+    )
     arr = _get_array(root, x, where, "x")
     if arr.ndim != 2:
         raise DataError(
@@ -365,7 +369,9 @@ def open_dataset(
             parts.append(f"{len(missing)} chunk(s) of {describe(arr)} are missing: {_first(keys)}")
         if label_missing:
             lkeys = [chunk_key(label_arr, c) for c in label_missing]  # type: ignore[arg-type]
-            parts.append(f"{len(lkeys)} chunk(s) of label {label_arr.path!r} are missing: {_first(lkeys)}")  # type: ignore[union-attr]
+            parts.append(
+                f"{len(lkeys)} chunk(s) of label {label_arr.path!r} are missing: {_first(lkeys)}"
+            )  # type: ignore[union-attr]
         msg = "; ".join(parts) + (
             " (zarr reads the fill value in their place; writers that skip chunks equal to the "
             "fill value also leave them out)"
@@ -423,6 +429,4 @@ def open_zarr(
     dask.array.Array
         Blocks of whole storage chunks along axis 0, one block along axis 1.
     """
-    return open_dataset(
-        path, x=component or "X", chunks=chunks, storage_options=storage_options
-    ).x
+    return open_dataset(path, x=component or "X", chunks=chunks, storage_options=storage_options).x

@@ -95,6 +95,7 @@ def describe(
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
     device: Literal["cpu", "gpu"] = "cpu",
+    plan: Any = "auto",
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -138,6 +139,13 @@ def describe(
         a result bitwise identical to an uninterrupted run.
     force : bool, default False
         Discard a checkpoint that belongs to other inputs instead of refusing.
+    plan : "auto", Plan, Resources or None, default "auto"
+        How to chunk and reduce. ``"auto"`` plans from the live cluster's
+        workers (or this machine) with :func:`daskbatch.plan`, rechunks to its
+        chunk rows and uses its ``split_every``; a :class:`~daskbatch.Resources`
+        plans for that budget; a :class:`~daskbatch.Plan` is used as given;
+        None keeps the input's chunks. A plan that cannot fit raises
+        :class:`~daskbatch.PlanError` before anything is computed.
     device : {"cpu", "gpu"}, default "cpu"
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
@@ -159,7 +167,10 @@ def describe(
     if data.label is None:
         names = tuple(n for n in names if n != "mi")
     want_hist = "hist" in names or "mi" in names
-    fan_in = resolve_split_every(split_every)
+    if split_every is not None:
+        resolve_split_every(split_every)  # validate before planning
+    chosen = _apply_plan(plan, data, names, bins=bins, split_every=split_every, device=device)
+    fan_in = resolve_split_every(split_every if split_every is not None or chosen is None else chosen.split_every)
     n_features = data.x.shape[1]
 
     moments = Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)
@@ -192,12 +203,58 @@ def describe(
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=range is not None,
+        plan=None if chosen is None else {
+            "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
+            "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
+        },
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
     return Summary.from_results(
         data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
     )
+
+
+def _apply_plan(
+    plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str
+) -> Any:
+    """Plan the run (raising PlanError before any compute) and rechunk ``data.x`` to it."""
+    from daskbatch import config
+    from daskbatch.planner import Plan, recorded_n_classes
+    from daskbatch.planner import plan as make_plan
+    from daskbatch.resources import Resources
+
+    if plan is None:
+        return None
+    if isinstance(plan, Plan):
+        chosen = plan
+    elif plan == "auto" or isinstance(plan, Resources):
+        resources = plan
+        if plan == "auto":
+            from daskbatch.cluster import resources_auto
+
+            resources = resources_auto(device=device if device == "gpu" else None)
+        source = data.source if data.source is not None else data.x
+        n_classes = None
+        if "mi" in names:
+            # The number of classes is found while counting; plan with what the store
+            # records, else with a configured assumption (daskbatch.assumed-classes).
+            n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
+        chosen = make_plan(
+            source, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every,
+        )
+    else:
+        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
+    if chosen.shape != tuple(data.x.shape):
+        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    if data.x.chunks[0] != _regular(chosen.chunk_rows, data.x.shape[0]):
+        data.x = data.x.rechunk({0: chosen.chunk_rows})
+    return chosen
+
+
+def _regular(rows: int, total: int) -> tuple[int, ...]:
+    full, rest = divmod(total, rows)
+    return (rows,) * full + ((rest,) if rest else ())
 
 
 class _Runner:

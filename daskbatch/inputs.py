@@ -22,6 +22,8 @@ class FeatureMatrix:
     label: da.Array | None
     feature_names: tuple[str, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
+    source: Any = None
 
 
 def check_numeric(dtype: Any, what: str) -> None:
@@ -74,6 +76,7 @@ def as_feature_matrix(
     """
     provenance: dict[str, Any] = {}
     names: tuple[str, ...] | None = None
+    source = None
     if isinstance(x, (str, os.PathLike)):
         from daskbatch.dataset import open_dataset
 
@@ -82,7 +85,7 @@ def as_feature_matrix(
         if label_name is not None:
             label = None
     if hasattr(x, "x") and hasattr(x, "feature_names"):  # a daskbatch Dataset
-        dataset = x
+        dataset = source = x
         x = dataset.x
         if label is None:
             label = dataset.label
@@ -117,7 +120,7 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance)
+    return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
 
 
 def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
@@ -139,4 +142,6 @@ def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
 
     label = None if data.label is None else move(data.label)
     provenance = {**data.provenance, "device": "gpu"}
-    return FeatureMatrix(x=move(data.x), label=label, feature_names=data.feature_names, provenance=provenance)
+    return FeatureMatrix(
+        x=move(data.x), label=label, feature_names=data.feature_names, provenance=provenance, source=data.source
+    )

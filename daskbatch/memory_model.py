@@ -8,7 +8,8 @@ measurements in ``tests/test_plan_memory.py`` (projected must stay between
 Model (in the spirit of cubed's projected memory):
 
 * one chunk task holds the raw block (``rows x D x itemsize``), a float64 copy
-  of it, the chunk-sized temporaries of the *hungriest* requested statistic
+  of it (the array-API path; of the compiled CPU kernels only co-moments make one),
+  the chunk-sized temporaries of the *hungriest* requested statistic
   (all statistics run fused in one task, one after another), transient
   state-sized copies made while building a state, and the states of all
   requested statistics;
@@ -20,7 +21,9 @@ Model (in the spirit of cubed's projected memory):
 from __future__ import annotations
 
 __all__ = [
+    "FLOAT64_COPIES",
     "MERGE_TEMPORARIES",
+    "PATHS",
     "ROW_TEMPORARIES",
     "STATE_COPIES",
     "STATISTICS",
@@ -35,24 +38,44 @@ __all__ = [
 #: Statistics the engine knows, in the order they are reported.
 STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 
-#: Chunk-sized (``rows x D``) temporaries alive at a kernel's peak, counted by dtype.
-#: Measured with tracemalloc on NumPy (tests/test_plan_memory.py): beyond the float64 copy,
-#: moments peak at ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at
-#: ~36 B; the table keeps a little margin.
-TEMPORARIES: dict[str, dict[str, int]] = {
-    "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
-    "cov": {"float64": 4},  # zeros, shifted and centred blocks, and one expression temporary
-    "hist": {"float64": 2, "int64": 3, "bool": 3},  # scaled values, bin/slot/flat index, masks
-    "mi": {"float64": 2, "int64": 3, "bool": 3},  # as hist; labels are counted apart
+#: The two ways a chunk kernel runs: "compiled" = the numba CPU loops of
+#: :mod:`daskbatch.kernels` (NumPy chunks, the default on CPU); "array-api" = the
+#: reference array-API code (CuPy on GPU, array_api_strict, or ``daskbatch.kernels: false``).
+PATHS: tuple[str, ...] = ("compiled", "array-api")
+
+#: Float64 copies of the chunk a kernel makes (compiled co-moments: the centred block).
+FLOAT64_COPIES: dict[str, dict[str, int]] = {
+    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 0},
+    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1},
+}
+
+#: Further chunk-sized (``rows x D``) temporaries alive at a kernel's peak, by dtype.
+#: array-api, measured with tracemalloc on NumPy (tests/test_plan_memory.py): moments peak at
+#: ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at ~36 B; the
+#: table keeps a little margin. The compiled loops work element by element: none.
+TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
+    "compiled": {"moments": {}, "cov": {}, "hist": {}, "mi": {}},
+    "array-api": {
+        "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
+        "cov": {"float64": 4},  # zeros, shifted and centred blocks, one expression temporary
+        "hist": {"float64": 2, "int64": 3, "bool": 3},  # scaled values, slot/flat index, masks
+        "mi": {"float64": 2, "int64": 3, "bool": 3},  # as hist; labels are counted apart
+    },
 }
 
 #: Bytes per row of row-length temporaries (co-moments: the complete-row mask and its casts;
-#: mi: the int64 copy of the labels), on top of the input labels.
-ROW_TEMPORARIES: dict[str, int] = {"moments": 0, "cov": 16, "hist": 0, "mi": 16}
+#: mi: the int64 copy of the labels and its checks), on top of the input labels.
+ROW_TEMPORARIES: dict[str, dict[str, int]] = {
+    "compiled": {"moments": 0, "cov": 8, "hist": 0, "mi": 16},
+    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 16},
+}
 
 #: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
 #: the outer-product correction of co-moments; the bincount output and its cast for histograms.
-STATE_COPIES: dict[str, int] = {"moments": 0, "cov": 2, "hist": 1, "mi": 1}
+STATE_COPIES: dict[str, dict[str, int]] = {
+    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0},
+    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1},
+}
 
 #: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
 #: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
@@ -120,20 +143,28 @@ def chunk_task_terms(
     bins: int = 64,
     n_classes: int | None = None,
     feature_tile: int | None = None,
+    path: str = "compiled",
 ) -> dict[str, int]:
     """The terms of :func:`projected_task_bytes`, by name (for ``Plan.explain``)."""
+    if path not in PATHS:
+        raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
-    temps = {s: elems * sum(_ITEMSIZE[k] * n for k, n in TEMPORARIES[s].items()) for s in stats}
+    temps = {
+        s: elems * sum(_ITEMSIZE[k] * n for k, n in TEMPORARIES[path][s].items()) for s in stats
+    }
     states = {
         s: state_bytes(s, n_features, bins=bins, n_classes=n_classes, feature_tile=feature_tile)
         for s in stats
     }
     transient = {
-        s: temps[s] + rows * ROW_TEMPORARIES[s] + STATE_COPIES[s] * states[s] for s in stats
+        s: temps[s] + rows * ROW_TEMPORARIES[path][s] + STATE_COPIES[path][s] * states[s]
+        for s in stats
     }
+    # Statistics run one after another, so one float64 copy is alive at a time at most.
+    copies = max((FLOAT64_COPIES[path][s] for s in stats), default=0)
     return {
         "raw": elems * itemsize,
-        "float64 copy": elems * 8,
+        "float64 copy": copies * elems * 8,
         "labels": rows * _LABEL_ITEMSIZE if "mi" in stats else 0,
         "temporaries": max(transient.values(), default=0),
         "states": sum(states.values()),
@@ -150,6 +181,7 @@ def projected_task_bytes(
     bins: int = 64,
     n_classes: int | None = None,
     feature_tile: int | None = None,
+    path: str = "compiled",
 ) -> int:
     """Projected peak bytes of one fused chunk task over ``rows x n_features`` input.
 
@@ -163,15 +195,18 @@ def projected_task_bytes(
         Statistics computed together in the task.
     bins, n_classes, feature_tile
         As in :func:`state_bytes`.
+    path : {"compiled", "array-api"}, default "compiled"
+        Which kernels run the chunk (see :data:`PATHS`).
 
     Returns
     -------
     int
         Bytes: raw block + float64 copy + (labels) + the largest statistic's
-        temporaries + all states.
+        temporaries + all states + a fixed overhead.
     """
     terms = chunk_task_terms(
-        rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes, feature_tile=feature_tile
+        rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,
+        feature_tile=feature_tile, path=path,
     )
     return sum(terms.values())
 

@@ -78,6 +78,7 @@ class Plan:
     n_tasks: int
     limited_by: str
     notes: tuple[str, ...] = ()
+    kernel_path: str = "compiled"
 
     @property
     def chunks(self) -> tuple[int, int]:
@@ -135,6 +136,7 @@ def plan_chunks(
     reserved_bytes: int = DEFAULT_RESERVED_BYTES,
     target_chunk_bytes: int = DEFAULT_TARGET_CHUNK_BYTES,
     dtype: str | None = None,
+    compiled_kernels: bool = True,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure).
 
@@ -164,6 +166,9 @@ def plan_chunks(
         Preferred input bytes per chunk when memory allows more.
     dtype : str, optional
         Input dtype name, only for :meth:`Plan.explain`.
+    compiled_kernels : bool, default True
+        Whether CPU chunks run the compiled (numba) kernels, which make no
+        chunk-sized temporaries; GPU plans always model the array-API path.
 
     Returns
     -------
@@ -190,6 +195,7 @@ def plan_chunks(
             f"the per-task budget is {format_bytes(budget)} ({formula}); "
             "raise --memory or lower --threads"
         )
+    path = "compiled" if resources.device == "cpu" and compiled_kernels else "array-api"
     kw: dict[str, Any] = {"bins": bins, "n_classes": n_classes}
     notes: list[str] = []
 
@@ -207,7 +213,9 @@ def plan_chunks(
         se = MIN_SPLIT_EVERY
         if "cov" not in stats_t or n_features < 2:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
-        tile = _largest_tile(stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw)
+        tile = _largest_tile(
+            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path
+        )
         if tile is None:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
         cov_full = state_bytes("cov", n_features)
@@ -220,7 +228,9 @@ def plan_chunks(
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
     def chunk_bytes(rows: int) -> int:
-        return projected_task_bytes(rows, n_features, itemsize, stats_t, feature_tile=tile, **kw)
+        return projected_task_bytes(
+            rows, n_features, itemsize, stats_t, feature_tile=tile, path=path, **kw
+        )
 
     if n_rows == 0:
         chunk_rows, limited_by = 0, "data"
@@ -252,6 +262,7 @@ def plan_chunks(
         chunk_task_bytes=chunk_bytes(chunk_rows),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
+        kernel_path=path,
     )
 
 
@@ -293,13 +304,16 @@ def _largest_tile(
     split_every: int,
     budget: int,
     kw: dict[str, Any],
+    path: str,
 ) -> int | None:
     """Widest co-moment tile whose merge task and one-storage-chunk task both fit (or None)."""
     rows = min(storage_rows, n_rows)
 
     def fits(t: int) -> bool:
         merge = merge_task_bytes(stats, n_features, split_every, feature_tile=t, **kw)
-        chunk = projected_task_bytes(rows, n_features, itemsize, stats, feature_tile=t, **kw)
+        chunk = projected_task_bytes(
+            rows, n_features, itemsize, stats, feature_tile=t, path=path, **kw
+        )
         return merge <= budget and chunk <= budget
 
     if not fits(1):
@@ -388,7 +402,8 @@ def _explain(p: Plan) -> str:
     lines = [
         f"Plan for a {n_rows:,} x {d:,} {dtype} array (storage chunks "
         f"{p.storage_chunks[0]:,} x {p.storage_chunks[1]:,}); statistics: {stat_text}",
-        f"  resources: {p.resources.describe()}",
+        f"  resources: {p.resources.describe()}; kernels: "
+        + ("compiled CPU (numba)" if p.kernel_path == "compiled" else "array API"),
         f"  budget per task: {budget_formula(p.resources, p.memory_fraction, p.reserved_bytes)}"
         f" = {format_bytes(p.budget_bytes)}",
     ]
@@ -398,7 +413,9 @@ def _explain(p: Plan) -> str:
             f"  chunk: {p.chunk_rows:,} rows ({_plural(per_storage, 'storage chunk')}) x {d:,} features = "
             f"{format_bytes(p.chunk_rows * d * p.itemsize)} of input; limited by {p.limited_by}"
         )
-    terms = chunk_task_terms(p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, **kw)
+    terms = chunk_task_terms(
+        p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path, **kw
+    )
     lines.append(
         "  chunk task: "
         + " + ".join(f"{format_bytes(v)} {k}" for k, v in terms.items() if v)
@@ -496,7 +513,7 @@ def plan(
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
     from dask.utils import parse_bytes
 
-    from daskbatch import config
+    from daskbatch import config, kernels
 
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
@@ -506,4 +523,5 @@ def plan(
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
         dtype=str(x.dtype),
+        compiled_kernels=kernels.enabled(),
     )

@@ -95,7 +95,9 @@ def _model(
     weights = np.round(rng.uniform(-1.5, 1.5, (correlated, 2)), 3)
     offset = np.round(rng.uniform(-5.0, 5.0, correlated), 3)
     noise = np.round(rng.uniform(0.1, 1.0, correlated), 3)
-    return SynthModel(features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise)
+    return SynthModel(
+        features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise
+    )
 
 
 def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
@@ -136,10 +138,14 @@ def _block_rng(seed: int, block: int) -> np.random.Generator:
 
 def _labels_block(rng: np.random.Generator, model: SynthModel) -> np.ndarray:
     u = rng.random(BLOCK_ROWS)
-    return np.minimum(np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1).astype(np.int32)
+    return np.minimum(
+        np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1
+    ).astype(np.int32)
 
 
-def _x_block(seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+def _x_block(
+    seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None
+) -> np.ndarray:
     """One full internal block of rows (BLOCK_ROWS x features), written into ``out`` if given."""
     rng = _block_rng(seed, block)
     y = _labels_block(rng, model) if model.classes else None
@@ -160,7 +166,9 @@ def _x_block(seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.
     return x
 
 
-def _rows(seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str) -> np.ndarray:
+def _rows(
+    seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str
+) -> np.ndarray:
     """Rows ``[start, stop)`` of X (``what="x"``) or y, assembled from whole internal blocks."""
     if what == "x":
         out = np.empty((stop - start, model.features), dtype=dtype)
@@ -170,7 +178,9 @@ def _rows(seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, 
         b0 = block * BLOCK_ROWS
         lo, hi = max(start, b0), min(stop, b0 + BLOCK_ROWS)
         if what == "y":
-            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[lo - b0 : hi - b0]
+            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[
+                lo - b0 : hi - b0
+            ]
         elif lo == b0 and hi == b0 + BLOCK_ROWS:
             _x_block(seed, block, model, dtype, out=out[lo - start : hi - start])  # no copy
         else:
@@ -178,11 +188,21 @@ def _rows(seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, 
     return out
 
 
-def _lazy(rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int) -> tuple[da.Array, da.Array | None]:
+def _lazy(
+    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int
+) -> tuple[da.Array, da.Array | None]:
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
     starts = np.cumsum((0,) + row_chunks[:-1])
-    token = dask.base.tokenize(seed, rows, chunk_rows, str(dtype), model.features, model.classes,
-                               model.informative, model.sources)
+    token = dask.base.tokenize(
+        seed,
+        rows,
+        chunk_rows,
+        str(dtype),
+        model.features,
+        model.classes,
+        model.informative,
+        model.sources,
+    )
 
     def x_part(block_id: tuple[int, ...] | None = None) -> np.ndarray:
         i = block_id[0]  # type: ignore[index]
@@ -193,14 +213,20 @@ def _lazy(rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: 
         return _rows(seed, int(starts[i]), int(starts[i]) + row_chunks[i], model, dtype, "y")
 
     x = da.map_blocks(
-        x_part, chunks=(row_chunks, (model.features,)), dtype=dtype,
-        meta=np.empty((0, 0), dtype=dtype), name=f"daskbatch-synth-x-{token}",
+        x_part,
+        chunks=(row_chunks, (model.features,)),
+        dtype=dtype,
+        meta=np.empty((0, 0), dtype=dtype),
+        name=f"daskbatch-synth-x-{token}",
     )
     y = None
     if model.classes:
         y = da.map_blocks(
-            y_part, chunks=(row_chunks,), dtype=np.int32,
-            meta=np.empty((0,), dtype=np.int32), name=f"daskbatch-synth-y-{token}",
+            y_part,
+            chunks=(row_chunks,),
+            dtype=np.int32,
+            meta=np.empty((0,), dtype=np.int32),
+            name=f"daskbatch-synth-y-{token}",
         )
     return x, y
 
@@ -310,24 +336,38 @@ def _write(
 
     where = os.fspath(path)
     if "://" not in where and os.path.exists(where) and not overwrite:
-        raise FileExistsError(f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it")
+        raise FileExistsError(
+            f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
+        )
     try:
-        group = zarr.open_group(where, mode="w" if overwrite else "w-", zarr_format=3, attributes=attrs)
+        group = zarr.open_group(
+            where, mode="w" if overwrite else "w-", zarr_format=3, attributes=attrs
+        )
     except zarr.errors.ContainsGroupError as exc:
-        raise FileExistsError(f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it") from exc
+        raise FileExistsError(
+            f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
+        ) from exc
     rows, features = x.shape
     # zstd level 1: random normals barely compress, so favour speed.
     codec = ZstdCodec(level=1)
     zx = group.create_array(
-        "X", shape=(rows, features), chunks=(max(1, min(chunk_rows, rows)), features), dtype=x.dtype,
-        compressors=codec, dimension_names=("sample", "feature"),
+        "X",
+        shape=(rows, features),
+        chunks=(max(1, min(chunk_rows, rows)), features),
+        dtype=x.dtype,
+        compressors=codec,
+        dimension_names=("sample", "feature"),
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
     )
     targets, sources = [zx], [x]
     if y is not None:
         zy = group.create_array(
-            "y", shape=(rows,), chunks=(max(1, min(chunk_rows, rows)),), dtype=np.int32,
-            compressors=codec, dimension_names=("sample",),
+            "y",
+            shape=(rows,),
+            chunks=(max(1, min(chunk_rows, rows)),),
+            dtype=np.int32,
+            compressors=codec,
+            dimension_names=("sample",),
             config={"write_empty_chunks": True},
         )
         targets.append(zy)

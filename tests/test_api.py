@@ -114,3 +114,13 @@ def test_describe_rejects_bad_inputs(store: str) -> None:
         db.describe(np.ones((4, 2)), range=[(0, 1)] * 3)
     with pytest.raises(ValueError, match="split_every must be at least 2"):
         db.describe(np.ones((4, 2)), split_every=1)
+
+
+def test_describe_follows_the_plan_and_refuses_one_that_cannot_fit(store: str) -> None:
+    plan = db.plan(db.open_dataset(store, label="y"), stats=("moments", "cov"), resources=db.Resources(memory_bytes=2**30))
+    s = db.describe(store, stats=("moments", "cov"), plan=plan)
+    assert s.provenance["chunk_rows"] == plan.chunk_rows and s.provenance["split_every"] == plan.split_every
+    with pytest.raises(db.PlanError, match="budget"):
+        db.describe(store, plan=db.Resources(memory_bytes=2**20))
+    untouched = db.describe(da.from_array(np.ones((100, 2)), chunks=(7, 2)), stats=("moments",), plan=None)
+    assert untouched.provenance["chunk_rows"] == 7

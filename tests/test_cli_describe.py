@@ -31,7 +31,7 @@ def test_describe_writes_zarr_and_json(tmp_path: pathlib.Path, store: tuple[str,
     path, x = store
     out, js = tmp_path / "s.zarr", tmp_path / "s.json"
     result = CliRunner().invoke(
-        main, ["describe", path, "--label", "y", "--out", str(out), "--json", str(js), "--no-progress"]
+        main, ["describe", path, "--label", "y", "--out", str(out), "--json", str(js), "--no-progress", "--cluster", "threads"]
     )
     assert result.exit_code == 0, result.output
     assert "Top 4 features by mutual information" in result.output and "f0" in result.output
@@ -61,7 +61,7 @@ def test_describe_config_file_sets_options(tmp_path: pathlib.Path, store: tuple[
     cfg = tmp_path / "job.yaml"
     cfg.write_text("bins: 8\nrange: '-4:4'\nstats: moments,hist\ndask:\n  daskbatch:\n    split-every: 3\n")
     out = tmp_path / "s.zarr"
-    result = CliRunner().invoke(main, ["describe", path, "--config", str(cfg), "--out", str(out), "--no-progress"])
+    result = CliRunner().invoke(main, ["describe", path, "--config", str(cfg), "--out", str(out), "--no-progress", "--cluster", "threads"])
     assert result.exit_code == 0, result.output
     s = db.load_summary(out)
     assert s.hist_counts.shape == (4, 8) and s.cov is None

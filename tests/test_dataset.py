@@ -105,9 +105,7 @@ def test_xarray_store_feature_names(tmp_path, zarr_format):
     xr = pytest.importorskip("xarray")
     names = ["temp", "pressure", "wind"]
     data = np.random.default_rng(0).random((50, 3)).astype("f4")
-    xds = xr.Dataset(
-        {"obs": (("sample", "feature"), data)}, coords={"feature": names}
-    )
+    xds = xr.Dataset({"obs": (("sample", "feature"), data)}, coords={"feature": names})
     with warnings.catch_warnings():
         # xarray's fixed-width strings have no v3 spec yet; that is xarray's business.
         warnings.simplefilter("ignore")
@@ -177,7 +175,9 @@ def test_corrupt_chunk_names_key_and_position(tmp_path, zarr_format):
         f.write(b"\xff" * 24)  # clobber the zstd frame header
     ds = open_dataset(path)
     key = "X/c/5/0" if zarr_format == 3 else "X/5.0"
-    with pytest.raises(DataError, match=rf"chunk '{key}' \(grid position \(5, 0\)\) of array 'X'") as err:
+    with pytest.raises(
+        DataError, match=rf"chunk '{key}' \(grid position \(5, 0\)\) of array 'X'"
+    ) as err:
         ds.x.compute()
     assert err.value.__cause__ is not None
     assert not isinstance(err.value.__cause__, DataError)
@@ -194,9 +194,12 @@ def test_truncated_chunk_under_distributed(tmp_path):
     with open(chunk, "r+b") as f:
         f.truncate(10)
     ds = open_dataset(path, chunks="storage")
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster, distributed.Client(cluster):
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
         with pytest.raises(DataError, match=r"X/c/2/0.*\(2, 0\)"):
             ds.x.sum().compute()
 
@@ -216,3 +219,25 @@ def test_repr(tmp_path):
     text = repr(ds)
     assert "g.zarr" in text and "(1,000 x 5)" in text and "y int32" in text
     assert "<table>" in ds._repr_html_()
+
+
+def test_sharded_store_aligns_to_shards(tmp_path):
+    path = tmp_path / "sh.zarr"
+    g = zarr.open_group(str(path), mode="w")
+    a = g.create_array("X", shape=(ROWS, COLS), chunks=(50, COLS), shards=(200, COLS), dtype="f4")
+    a[:] = _data()
+    ds = open_dataset(path, chunks="storage")
+    assert ds.store_chunks == (200, COLS) and ds.x.chunks[0] == (200,) * 5
+    np.testing.assert_array_equal(ds.x.compute(), _data())
+    os.remove(path / "X" / "c" / "2" / "0")
+    with pytest.raises(DataError, match=r"X/c/2/0"):
+        open_dataset(path, strict=True)
+
+
+def test_columns_chunked_in_store_still_one_block_wide(tmp_path):
+    path = tmp_path / "cols.zarr"
+    a = zarr.create_array(str(path), shape=(ROWS, COLS), chunks=(CHUNK, 2), dtype="f4")
+    a[:] = _data()
+    x = open_zarr(path)
+    assert x.numblocks[1] == 1 and all(c % CHUNK == 0 for c in x.chunks[0][:-1])
+    np.testing.assert_array_equal(x.compute(), _data())

@@ -80,7 +80,12 @@ def test_mixed_formats_and_natural_order(tmp_path):
         f["X"] = xs[3]
     z = zarr.open_group(str(tmp_path / "e.zarr"), mode="w")
     z.create_array("X", shape=xs[4].shape, chunks=(32, D), dtype="f4")[:] = xs[4]
-    sources = [str(tmp_path / "b_*.npy"), tmp_path / "c.npz", tmp_path / "d.h5", tmp_path / "e.zarr"]
+    sources = [
+        str(tmp_path / "b_*.npy"),
+        tmp_path / "c.npz",
+        tmp_path / "d.h5",
+        tmp_path / "e.zarr",
+    ]
     ingest(sources, tmp_path / "out.zarr", chunk_rows=45)
     got = open_dataset(tmp_path / "out.zarr").x.compute()
     np.testing.assert_array_equal(got, np.concatenate(xs))
@@ -91,7 +96,9 @@ def test_dtype_rules(tmp_path):
     np.save(tmp_path / "a.npy", rng.standard_normal((10, D)).astype("f4"))
     np.save(tmp_path / "b.npy", rng.standard_normal((10, D)))  # float64
     np.save(tmp_path / "c.npy", rng.integers(0, 9, (10, D)))
-    with pytest.raises(DataError, match=r"mixed dtypes: float32 .*a\.npy.*float64 .*b\.npy.*--dtype"):
+    with pytest.raises(
+        DataError, match=r"mixed dtypes: float32 .*a\.npy.*float64 .*b\.npy.*--dtype"
+    ):
         ingest(str(tmp_path / "*.npy"), tmp_path / "o.zarr")
     assert not (tmp_path / "o.zarr").exists()
     report = ingest(str(tmp_path / "*.npy"), tmp_path / "o.zarr", dtype="float32")
@@ -140,7 +147,10 @@ def test_every_bad_file_is_named_before_writing(tmp_path):
     with pytest.raises(DataError) as err:
         ingest(str(tmp_path / "*.npy"), out)
     msg = str(err.value)
-    assert "truncated.npy: file is truncated: header says (20, 5) float32 = 400 bytes, found 360" in msg
+    assert (
+        "truncated.npy: file is truncated: header says (20, 5) float32 = 400 bytes, found 360"
+        in msg
+    )
     assert "one_d.npy: x has shape (5,); expected 2-D" in msg
 
 
@@ -156,7 +166,9 @@ def test_existing_output_refused_unless_overwrite(tmp_path):
     out = tmp_path / "out.zarr"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
-    with pytest.raises(FileExistsError, match=r"out\.zarr.*not a daskbatch ingest output.*--overwrite"):
+    with pytest.raises(
+        FileExistsError, match=r"out\.zarr.*not a daskbatch ingest output.*--overwrite"
+    ):
         ingest(str(tmp_path / "a.npy"), out)
     assert (out / "precious.txt").exists()
     ingest(str(tmp_path / "a.npy"), out, overwrite=True)
@@ -195,8 +207,12 @@ def test_unwritable_output(tmp_path):
 def _run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": REPO}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-        timeout=timeout, cwd=REPO,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=REPO,
     )
 
 
@@ -216,14 +232,16 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
         from daskbatch.ingest import ingest
         try:
-            ingest({str(src / '*.npy')!r}, {str(out)!r}, chunk_rows=256, workers=2)
+            ingest({str(src / "*.npy")!r}, {str(out)!r}, chunk_rows=256, workers=2)
         except OSError as exc:
             print("ERR", exc)
             sys.exit(3)
     """
     proc = _run_py(code)
     assert proc.returncode == 3, proc.stderr
-    assert "writing output chunk" in proc.stdout and "re-run the same command to resume" in proc.stdout
+    assert (
+        "writing output chunk" in proc.stdout and "re-run the same command to resume" in proc.stdout
+    )
     assert zarr.open_group(str(out), mode="r").attrs["daskbatch_ingest"]["complete"] is False
     done = read_done(str(out))
     assert done and len(done) < 8
@@ -272,8 +290,22 @@ def test_cli_ingest(tmp_path):
     _write_npz(tmp_path, xs, ys)
     runner = CliRunner()
     out = str(tmp_path / "o.zarr")
-    res = runner.invoke(main, ["ingest", str(tmp_path / "*.npz"), out, "--label-key", "y",
-                               "--chunk-rows", "16", "--compressor", "lz4", "--workers", "2"])
+    res = runner.invoke(
+        main,
+        [
+            "ingest",
+            str(tmp_path / "*.npz"),
+            out,
+            "--label-key",
+            "y",
+            "--chunk-rows",
+            "16",
+            "--compressor",
+            "lz4",
+            "--workers",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "ingested 81 rows x 5 features from 2 files" in res.output
     assert "compression ratio" in res.output and "MiB/s" in res.output
@@ -294,3 +326,12 @@ def test_zip_member_offset_is_exact(tmp_path):
         assert zf.getinfo("X.npy").compress_type == zipfile.ZIP_STORED
     ingest(str(tmp_path / "a.npz"), tmp_path / "o.zarr", chunk_rows=5)
     np.testing.assert_array_equal(open_dataset(tmp_path / "o.zarr").x.compute(), x)
+
+
+def test_interrupted_creation_is_restarted(tmp_path):
+    """A store left without its manifest (killed while being created) is ours to redo."""
+    np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
+    out = tmp_path / "out.zarr"
+    zarr.open_group(str(out), mode="w", attributes={"daskbatch_ingest": {"complete": False}})
+    report = ingest(str(tmp_path / "a.npy"), out)
+    assert report.rows == 10 and open_dataset(out).complete

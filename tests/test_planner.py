@@ -38,7 +38,17 @@ def test_gpu_budget_uses_device_memory():
     r = Resources(64 * GiB, device_memory_bytes=8 * GiB, device="gpu")
     p = plan_chunks((100_000, 64), 4, (1000, 64), r, stats=("moments",))
     assert p.budget_bytes == 4 * GiB - 256 * MiB
+    assert p.kernel_path == "array-api"  # CuPy runs the array-API kernels
     assert "GPU" in p.explain()
+
+
+def test_compiled_kernels_plan_larger_chunks():
+    r = Resources(GiB)
+    kw = {"stats": ("moments", "hist"), "target_chunk_bytes": GiB}
+    fast = plan_chunks((10**7, 256), 4, (1000, 256), r, **kw)
+    ref = plan_chunks((10**7, 256), 4, (1000, 256), r, compiled_kernels=False, **kw)
+    assert (fast.kernel_path, ref.kernel_path) == ("compiled", "array-api")
+    assert fast.chunk_rows > ref.chunk_rows
 
 
 @pytest.mark.parametrize(
@@ -215,8 +225,10 @@ def test_invariants(rows, d, itemsize, storage_rows, memory, threads, workers, s
     d=st.integers(1, 5000),
     itemsize=st.sampled_from([1, 2, 4, 8]),
     stats=stats_sets,
+    path=st.sampled_from(["compiled", "array-api"]),
 )
-def test_model_is_monotone_in_rows(rows, d, itemsize, stats):
-    a = projected_task_bytes(rows, d, itemsize, stats, n_classes=3)
-    b = projected_task_bytes(rows + 1, d, itemsize, stats, n_classes=3)
-    assert rows * d * (itemsize + 8) < a < b
+def test_model_is_monotone_in_rows(rows, d, itemsize, stats, path):
+    a = projected_task_bytes(rows, d, itemsize, stats, n_classes=3, path=path)
+    b = projected_task_bytes(rows + 1, d, itemsize, stats, n_classes=3, path=path)
+    floor = rows * d * (itemsize + (8 if path == "array-api" else 0))  # raw (+ float64 copy)
+    assert floor < a < b

@@ -70,7 +70,9 @@ def test_labels_and_informative_features():
     inf = truth["informative"]
     others = [j for j in range(6) if j not in inf]
     for k in range(4):
-        np.testing.assert_allclose(x[y == k].mean(axis=0), class_means[k], atol=0.1 * np.abs(class_means).max() + 0.2)
+        np.testing.assert_allclose(
+            x[y == k].mean(axis=0), class_means[k], atol=0.1 * np.abs(class_means).max() + 0.2
+        )
     # Only the informative features have class-dependent means.
     assert np.ptp(class_means[:, others], axis=0).max() == 0
     assert np.ptp(class_means[:, inf], axis=0).min() > 0
@@ -106,3 +108,63 @@ def test_empty_and_tiny():
     ds = synth(0, 3)
     assert ds.x.shape == (0, 3)
     assert synth(1, 1).x.compute().shape == (1, 1)
+
+
+def test_cli_synth(tmp_path):
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    out = str(tmp_path / "s.zarr")
+    runner = CliRunner()
+    res = runner.invoke(
+        main,
+        [
+            "synth",
+            out,
+            "--rows",
+            "5000",
+            "--features",
+            "6",
+            "--classes",
+            "3",
+            "--informative",
+            "2",
+            "--correlated",
+            "1",
+            "--chunk-rows",
+            "1000",
+            "--seed",
+            "9",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "wrote 5,000 rows x 6 features" in res.output
+    ref = synth(5000, 6, classes=3, informative=2, correlated=1, seed=9)
+    from daskbatch.dataset import open_dataset
+
+    np.testing.assert_array_equal(open_dataset(out).x.compute(), ref.x.compute())
+    res = runner.invoke(main, ["synth", out, "--rows", "10", "--features", "6"])
+    assert res.exit_code == 2 and "already exists" in res.output and "--overwrite" in res.output
+    res = runner.invoke(
+        main, ["synth", out, "--rows", "10", "--features", "3", "--correlated", "3", "--overwrite"]
+    )
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "correlated" in res.output
+
+
+def test_write_under_distributed_client(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        ds = synth(20_000, 4, classes=2, chunk_rows=4000, path=tmp_path / "d.zarr")
+        got = ds.x.compute()
+    np.testing.assert_array_equal(got, synth(20_000, 4, classes=2).x.compute())
+
+
+def test_memory_url():
+    ds = synth(3000, 3, chunk_rows=1000, path="memory://daskbatch-synth-test.zarr", overwrite=True)
+    np.testing.assert_array_equal(ds.x.compute(), synth(3000, 3).x.compute())

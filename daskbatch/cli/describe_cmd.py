@@ -9,6 +9,7 @@ import click
 
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli.options import client_from_options, cluster_options
 
 
 def parse_range(text: str | None) -> tuple[float, float] | None:
@@ -38,18 +39,21 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
+@cluster_options
 @config_option
 @user_errors
 def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
     checkpoint: str | None, force: bool, progress: bool, top: int,
+    cluster: str, address: str | None, scheduler_file: str | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
 
     Prints a table and writes the summary to --out (Zarr) and/or --json.
-    Runs on the threaded scheduler unless a cluster option is given.
-    Exit code 75 means interrupted but resumable: run the same command again.
+    Starts a local cluster by default (--cluster threads for none), or joins
+    one with --address / --scheduler-file. Exit code 75 means interrupted but
+    resumable: run the same command again.
     """
     from daskbatch.dataset import open_dataset
     from daskbatch.describe import describe
@@ -57,11 +61,12 @@ def describe_command(
 
     dataset = open_dataset(store, x=x_name, label=label)
     try:
-        summary = describe(
-            dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
-            nan_policy=nan_policy, split_every=split_every, progress=progress,
-            checkpoint=checkpoint, force=force,
-        )
+        with client_from_options(cluster, address, scheduler_file):
+            summary = describe(
+                dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
+                nan_policy=nan_policy, split_every=split_every, progress=progress,
+                checkpoint=checkpoint, force=force,
+            )
     except Interrupted as exc:
         click.echo(f"interrupted: {exc}; partial results kept in {checkpoint}; run again to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -27,7 +27,13 @@ import numpy as np
 
 from daskbatch.dataset import INGEST_ATTR, LAYOUT_ATTR
 from daskbatch.errors import DataError
-from daskbatch.ingest.manifest import DoneLog, describe_difference, read_done, read_manifest, write_manifest
+from daskbatch.ingest.manifest import (
+    DoneLog,
+    describe_difference,
+    read_done,
+    read_manifest,
+    write_manifest,
+)
 from daskbatch.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.ingest.write import ChunkWriter
 
@@ -85,7 +91,9 @@ class IngestReport:
         """The final line the CLI prints."""
         resumed = ""
         if self.chunks_written < self.chunks:
-            resumed = f" ({self.chunks - self.chunks_written} of {self.chunks} chunks were already done)"
+            resumed = (
+                f" ({self.chunks - self.chunks_written} of {self.chunks} chunks were already done)"
+            )
         return (
             f"ingested {self.rows:,} rows x {self.features:,} features from {self.files:,} files "
             f"into {self.path}: {self.bytes_written / 2**20:,.1f} MiB written, "
@@ -125,6 +133,10 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
         else:
             os.remove(out)
         return True, set()
+    if old is None and _unfinished_creation(out):
+        # Interrupted while creating the store (before its manifest): nothing to keep.
+        shutil.rmtree(out)
+        return True, set()
     if old is None:
         raise FileExistsError(
             f"{out!r} already exists and is not a daskbatch ingest output; "
@@ -133,17 +145,32 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
     diffs = describe_difference(old, doc)
     if diffs:
         raise DataError(
-            f"{out!r} was started from different inputs: " + "; ".join(diffs)
+            f"{out!r} was started from different inputs: "
+            + "; ".join(diffs)
             + ". Re-run with the original inputs to resume, or pass --overwrite to start again"
         )
     return False, read_done(out)
+
+
+def _unfinished_creation(out: str) -> bool:
+    """True for a store this module began creating but left without a manifest."""
+    import json
+
+    try:
+        with open(os.path.join(out, "zarr.json")) as f:
+            attrs = json.load(f).get("attributes", {})
+    except (OSError, ValueError):
+        return False
+    return isinstance(attrs.get(INGEST_ATTR), dict) and attrs[INGEST_ATTR].get("complete") is False
 
 
 def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
     import zarr
 
     group = zarr.open_group(
-        out, mode="w-", zarr_format=3,
+        out,
+        mode="w-",
+        zarr_format=3,
         attributes={
             LAYOUT_ATTR: {"x": "X", "label": "y" if scan.label_key else None},
             INGEST_ATTR: {"complete": False, "scan_sha256": doc["scan_sha256"]},
@@ -151,14 +178,22 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
     )
     codec = _codec(compressor)
     group.create_array(
-        "X", shape=(scan.rows, scan.features), chunks=(chunk_rows, scan.features),
-        dtype=np.dtype(scan.dtype), compressors=codec, dimension_names=("sample", "feature"),
+        "X",
+        shape=(scan.rows, scan.features),
+        chunks=(chunk_rows, scan.features),
+        dtype=np.dtype(scan.dtype),
+        compressors=codec,
+        dimension_names=("sample", "feature"),
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
     )
     if scan.label_key:
         group.create_array(
-            "y", shape=(scan.rows,), chunks=(chunk_rows,), dtype=np.dtype(scan.label_dtype),
-            compressors=codec, dimension_names=("sample",),
+            "y",
+            shape=(scan.rows,),
+            chunks=(chunk_rows,),
+            dtype=np.dtype(scan.label_dtype),
+            compressors=codec,
+            dimension_names=("sample",),
             config={"write_empty_chunks": True},
         )
     write_manifest(out, doc)
@@ -251,7 +286,9 @@ def ingest(
         if create:
             _create(out, scan, chunk_rows, compressor, doc)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}") from exc
+        raise OSError(
+            exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
+        ) from exc
 
     import zarr
 
@@ -273,20 +310,30 @@ def ingest(
     nbytes = x.nbytes + (group["y"].nbytes if scan.label_key else 0)
     stored = x.nbytes_stored() + (group["y"].nbytes_stored() if scan.label_key else 0)
     return IngestReport(
-        path=out, rows=scan.rows, features=scan.features, files=len(scan.sources),
-        chunks=n_chunks, chunks_written=len(todo), nbytes=int(nbytes),
-        bytes_written=int(stored), seconds=time.perf_counter() - t0,
+        path=out,
+        rows=scan.rows,
+        features=scan.features,
+        files=len(scan.sources),
+        chunks=n_chunks,
+        chunks_written=len(todo),
+        nbytes=int(nbytes),
+        bytes_written=int(stored),
+        seconds=time.perf_counter() - t0,
     )
 
 
-def _run(writer: ChunkWriter, out: str, todo: list[int], n_chunks: int, workers: int, progress: bool) -> None:
+def _run(
+    writer: ChunkWriter, out: str, todo: list[int], n_chunks: int, workers: int, progress: bool
+) -> None:
     """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
     import click
 
     log = DoneLog(out)
     bar = None
     if progress:
-        bar = click.progressbar(length=n_chunks, label="ingest", file=sys.stderr, show_pos=True, show_eta=True)
+        bar = click.progressbar(
+            length=n_chunks, label="ingest", file=sys.stderr, show_pos=True, show_eta=True
+        )
         bar.__enter__()
         bar.update(n_chunks - len(todo))
     pending = iter(todo)
@@ -320,7 +367,9 @@ def _run(writer: ChunkWriter, out: str, todo: list[int], n_chunks: int, workers:
             bar.__exit__(None, None, None)
 
 
-def _collect(finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Any) -> None:
+def _collect(
+    finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Any
+) -> None:
     for f in finished:
         c = running.pop(f)
         try:

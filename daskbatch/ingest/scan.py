@@ -193,10 +193,14 @@ def _npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype, int]:
 
 def _check_payload(where: str, shape: tuple[int, ...], dtype: np.dtype, have: int) -> None:
     if dtype.hasobject:
-        raise ValueError(f"{where} holds Python objects (dtype {dtype}); only numeric arrays can be ingested")
+        raise ValueError(
+            f"{where} holds Python objects (dtype {dtype}); only numeric arrays can be ingested"
+        )
     need = int(np.prod(shape)) * dtype.itemsize
     if have < need:
-        raise ValueError(f"{where} is truncated: header says {shape} {dtype} = {need} bytes, found {have}")
+        raise ValueError(
+            f"{where} is truncated: header says {shape} {dtype} = {need} bytes, found {have}"
+        )
 
 
 def _scan_npy(path: str, size: int) -> Part:
@@ -215,7 +219,9 @@ def _scan_npz_member(zf: zipfile.ZipFile, path: str, key: str, what: str) -> Par
         info = zf.getinfo(name)
     except KeyError:
         keys = sorted(n[:-4] for n in zf.namelist() if n.endswith(".npy"))
-        raise ValueError(f"missing {what} key {key!r} (keys in file: {', '.join(keys) or 'none'})") from None
+        raise ValueError(
+            f"missing {what} key {key!r} (keys in file: {', '.join(keys) or 'none'})"
+        ) from None
     with zf.open(info) as member:
         shape, fortran, dtype, header = _npy_header(member)
     _check_payload(f"member {key!r}", shape, dtype, info.file_size - header)
@@ -247,7 +253,9 @@ def _scan_h5(path: str, x_key: str, label_key: str | None) -> tuple[Part, Part |
         if not isinstance(node, h5py.Dataset):
             keys = []
             f.visititems(lambda n, o: keys.append(n) if isinstance(o, h5py.Dataset) else None)
-            raise ValueError(f"missing {what} key {key!r} (datasets in file: {', '.join(keys) or 'none'})")
+            raise ValueError(
+                f"missing {what} key {key!r} (datasets in file: {', '.join(keys) or 'none'})"
+            )
         return Part(tuple(int(s) for s in node.shape), np.dtype(node.dtype).str)
 
     with h5py.File(path, "r") as f:
@@ -264,7 +272,9 @@ def _scan_zarr(path: str, x_key: str | None, label_key: str | None) -> tuple[Par
         if isinstance(node, zarr.Group):
             if key is None or key not in node:
                 have = sorted(n for n, _ in node.arrays())
-                raise ValueError(f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})")
+                raise ValueError(
+                    f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})"
+                )
             arr = node[key]
         elif what == "label":
             raise ValueError(f"is a single array; it has no label key {key!r}")
@@ -282,7 +292,9 @@ def _scan_one(path: str, x_key: str | None, label_key: str | None) -> Source:
         raise ValueError("empty file (0 bytes)")
     if kind == "npy":
         if label_key:
-            raise ValueError(".npy files hold one array; --label-key needs .npz, HDF5 or Zarr sources")
+            raise ValueError(
+                ".npy files hold one array; --label-key needs .npz, HDF5 or Zarr sources"
+            )
         x, label = _scan_npy(path, st.st_size), None
     elif kind == "npz":
         x, label = _scan_npz(path, x_key or "X", label_key)
@@ -293,7 +305,9 @@ def _scan_one(path: str, x_key: str | None, label_key: str | None) -> Source:
     if len(x.shape) != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (rows, features)")
     if label is not None and label.shape != (x.shape[0],):
-        raise ValueError(f"label has shape {label.shape} but x has {x.shape[0]} rows; expected ({x.shape[0]},)")
+        raise ValueError(
+            f"label has shape {label.shape} but x has {x.shape[0]} rows; expected ({x.shape[0]},)"
+        )
     return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label)
 
 
@@ -352,7 +366,9 @@ def scan_sources(
             by_dtype.setdefault(np.dtype(s.x.dtype).name, []).append(s.path)
         if len(by_dtype) > 1:
             parts = [f"{d} ({len(v)} file(s), e.g. {v[0]})" for d, v in sorted(by_dtype.items())]
-            problems.append("mixed dtypes: " + "; ".join(parts) + "; pass --dtype/dtype= to cast them all")
+            problems.append(
+                "mixed dtypes: " + "; ".join(parts) + "; pass --dtype/dtype= to cast them all"
+            )
         else:
             target = np.dtype(sources[0].x.dtype).newbyteorder("=")
     if target is not None:
@@ -361,11 +377,15 @@ def scan_sources(
         for s in sources:
             src = np.dtype(s.x.dtype)
             if not np.can_cast(src, target, casting="same_kind"):
-                problems.append(f"{s.path}: dtype {src} cannot be cast to {target} (same-kind casting)")
+                problems.append(
+                    f"{s.path}: dtype {src} cannot be cast to {target} (same-kind casting)"
+                )
     label_dtype = None
     if label_key and sources:
         ldts = [np.dtype(s.label.dtype) for s in sources if s.label is not None]
-        bad = [s for s in sources if s.label is not None and np.dtype(s.label.dtype).kind not in "biuf"]
+        bad = [
+            s for s in sources if s.label is not None and np.dtype(s.label.dtype).kind not in "biuf"
+        ]
         for s in bad:
             problems.append(f"{s.path}: label dtype {s.label.dtype} is not numeric")  # type: ignore[union-attr]
         if ldts and not bad:
@@ -387,7 +407,5 @@ def as_json(scan: Scan) -> dict[str, Any]:
         "label_dtype": scan.label_dtype,
         "rows": scan.rows,
         "features": scan.features,
-        "sources": [
-            {**s.identity(), "kind": s.kind, "x_part": asdict(s.x)} for s in scan.sources
-        ],
+        "sources": [{**s.identity(), "kind": s.kind, "x_part": asdict(s.x)} for s in scan.sources],
     }

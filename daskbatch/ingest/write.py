@@ -103,7 +103,9 @@ class ChunkWriter:
                 # Assignment casts into the buffer; no temporary for mapped sources.
                 xbuf[p.dest : p.dest + p.stop - p.start] = self._read(src, "x", p.start, p.stop)
                 if ybuf is not None:
-                    ybuf[p.dest : p.dest + p.stop - p.start] = self._read(src, "label", p.start, p.stop)
+                    ybuf[p.dest : p.dest + p.stop - p.start] = self._read(
+                        src, "label", p.start, p.stop
+                    )
             except (OSError, ValueError, KeyError, EOFError) as exc:
                 raise DataError(
                     f"cannot read rows {p.start}:{p.stop} of {src.path} (for output chunk {chunk}): "
@@ -119,8 +121,12 @@ class ChunkWriter:
         key = (self.scan.x_key or "X") if what == "x" else self.scan.label_key
         if src.kind in ("npy", "npz") and part.offset is not None:
             mm = np.memmap(
-                src.path, dtype=np.dtype(part.dtype), mode="r", offset=part.offset,
-                shape=part.shape, order="F" if part.fortran else "C",
+                src.path,
+                dtype=np.dtype(part.dtype),
+                mode="r",
+                offset=part.offset,
+                shape=part.shape,
+                order="F" if part.fortran else "C",
             )
             return mm[start:stop]
         if src.kind == "npz":

@@ -52,12 +52,14 @@ def _finite(v: float) -> bool:
 
 @_jit
 def moments_chunk(x, lut):  # noqa: ANN001, ANN201
-    """Per-column count, shift, mean, M2, M3, M4, finite min/max and NaN/±inf counts of a chunk.
+    """Per-column sums of a chunk for the corrected two-pass moments.
 
-    Pass 1 sums ``x - shift`` over finite values (``shift`` = first finite
-    value of the column); pass 2 sums the powers of the deviations from that
-    mean; the corrected two-pass formulas are those of
-    :meth:`daskbatch.stats.moments.Moments.chunk`.
+    Pass 1 finds ``count`` (finite values), ``shift`` (first finite value),
+    ``approx_mean`` (mean of ``x - shift``), the finite min/max and the NaN and
+    +inf counts; pass 2 sums the first four powers of the deviations
+    ``(x - shift) - approx_mean`` (``s1`` … ``s4``). The caller applies the
+    corrections of :meth:`daskbatch.stats.moments.Moments.chunk` (kept out of
+    the compiled code: array expressions in numba compile slowly).
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -90,9 +92,9 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
         for j in range(d):
             total[j] += part[j]
 
-    n = count.astype(np.float64)
-    n_safe = np.where(n > 0, n, 1.0)
-    approx_mean = total / n_safe
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / max(count[j], 1)
 
     s1 = np.zeros(d)
     s2 = np.zeros(d)
@@ -122,25 +124,18 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
             s3[j] += p3[j]
             s4[j] += p4[j]
 
-    e = s1 / n_safe
-    m2 = s2 - n * e * e
-    m3 = s3 - 3.0 * e * s2 + 2.0 * n * (e * e * e)
-    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * (e * e * e * e)
-    neginf = rows - count - nan - posinf
-    return (
-        n, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0), fmin, fmax,
-        nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
-    )
+    return count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
 
 @_jit
 def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
-    """Deviations (n, D) float64 of the complete rows of ``x`` from their corrected mean.
+    """Deviations (n, D) float64 of the complete rows of ``x`` from their approximate mean.
 
-    Returns ``(n, shift, mean, dev, e)``: ``shift`` is the first complete row,
-    ``mean`` the corrected mean about it, ``e`` the residual mean of ``dev``
-    (subtracted from the co-moments as ``n e eᵀ``). Rows holding any NaN or
-    ±inf are left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+    Returns ``(n, shift, approx_mean, dev, s1)``: ``shift`` is the first
+    complete row, ``approx_mean`` the mean of the rows less ``shift``,
+    ``dev`` the rows less both and ``s1`` its column sums (the residual that
+    corrects the mean and the co-moments). Rows holding any NaN or ±inf are
+    left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -171,7 +166,9 @@ def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
         for j in range(d):
             total[j] += part[j]
     n_safe = max(n, 1)
-    approx_mean = total / n_safe
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / n_safe
 
     dev = np.empty((n, d))
     s1 = np.zeros(d)
@@ -187,8 +184,7 @@ def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
                 k += 1
         for j in range(d):
             s1[j] += part[j]
-    e = s1 / n_safe
-    return n, shift, approx_mean + e, dev, e
+    return n, shift, approx_mean, dev, s1
 
 
 @_jit

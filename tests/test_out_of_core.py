@@ -1,0 +1,95 @@
+"""Out-of-core proof (CI size): data 4x the workers' total memory, no restart, numpy's answer.
+
+One worker process with ``memory_limit=256 MiB`` (its interpreter with numpy,
+dask, zarr and daskbatch already takes ~130 MB of that) describes a 1 GiB
+float64 Zarr array on disk (4.0x the cluster's memory), with chunk rows chosen
+by the planner. The run must complete without the nanny restarting the worker,
+the worker's peak RSS must stay under distributed's pause threshold, and
+the result must equal numpy's on the whole array loaded in this process.
+``benchmarks/bench_out_of_core.py`` runs the same at a larger size.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import daskbatch as db
+from daskbatch.dataset import open_dataset
+from daskbatch.planner import plan
+from daskbatch.resources import Resources
+
+distributed = pytest.importorskip("distributed")
+
+MEMORY_LIMIT = 256 * 2**20
+N_FEATURES = 8
+STORAGE_ROWS = 32_768  # 2 MiB storage chunks
+ROWS = 4 * MEMORY_LIMIT // (8 * N_FEATURES)  # 1 GiB of float64: 4x the one worker's memory
+# The planner's budget for one task: 256 MiB x 0.5 - 80 MiB = 48 MiB; the other half of
+# the limit holds the worker's interpreter (~130 MB) and distributed's buffers.
+PLAN_CONFIG = {"daskbatch.memory-fraction": 0.5, "daskbatch.reserved-memory": "80MiB"}
+
+
+def weyl_block(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+    """Deterministic, cheap, correlated columns: fractional parts of i times irrationals."""
+    start = block_info[None]["array-location"][0][0] if block_info else 0  # type: ignore[index]
+    i = np.arange(start, start + block.shape[0], dtype=np.float64)[:, None]
+    j = np.arange(N_FEATURES, dtype=np.float64)[None, :]
+    own = np.modf(i * np.sqrt(2.0 + j))[0]
+    shared = np.modf(i * 0.6180339887498949)[0]
+    return (100.0 * j - 50.0) + (1.0 + j) * own + (j % 3) * shared
+
+
+def write_store(path: Path) -> None:
+    group = zarr.open_group(path, mode="w")
+    target = group.create_array("X", shape=(ROWS, N_FEATURES), chunks=(STORAGE_ROWS, N_FEATURES),
+                                dtype="f8", compressors=None)
+    lazy = da.zeros((ROWS, N_FEATURES), chunks=(STORAGE_ROWS, N_FEATURES)).map_blocks(weyl_block, dtype="f8")
+    da.store(lazy, target, lock=False)
+
+
+def worker_facts() -> tuple[int, float]:
+    """(pid, peak RSS in bytes) of the worker process this runs in."""
+    import resource
+
+    return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+@pytest.mark.slow
+def test_data_four_times_cluster_memory(tmp_path: Path) -> None:
+    path = tmp_path / "big.zarr"
+    write_store(path)
+    ds = open_dataset(path)
+    assert ds.x.nbytes >= 4 * MEMORY_LIMIT
+
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, memory_limit=MEMORY_LIMIT, processes=True,
+        dashboard_address=None,
+    ) as cluster, distributed.Client(cluster) as client, dask.config.set(PLAN_CONFIG):
+        p = plan(ds, stats=("moments", "cov"), resources=Resources(MEMORY_LIMIT, 1, 1))
+        assert p.feature_tile is None and p.n_chunks > 1
+        data = open_dataset(path, chunks=p.chunk_rows)
+        before = client.run(worker_facts)
+        summary = db.describe(data, stats=("moments", "cov"), split_every=p.split_every)
+        after = client.run(worker_facts)
+
+    # The same worker processes before and after: none was restarted (for memory or else).
+    assert {a: pid for a, (pid, _) in before.items()} == {a: pid for a, (pid, _) in after.items()}
+    (peak,) = (rss for _, rss in after.values())
+    pause = distributed.utils.parse_bytes("1B") * MEMORY_LIMIT * dask.config.get(
+        "distributed.worker.memory.pause")
+    assert peak < pause, f"worker peaked at {peak / 2**20:.0f} MiB (pause at {pause / 2**20:.0f} MiB)"
+
+    x = np.asarray(zarr.open_array(path, path="X", mode="r")[...])  # the in-memory reference
+    np.testing.assert_array_equal(summary.count, np.full(N_FEATURES, ROWS))
+    np.testing.assert_allclose(summary.mean, x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(summary.var, x.var(axis=0, ddof=1), rtol=1e-10)
+    np.testing.assert_array_equal(summary.min, x.min(axis=0))
+    np.testing.assert_array_equal(summary.max, x.max(axis=0))
+    np.testing.assert_allclose(summary.cov, np.cov(x, rowvar=False), rtol=1e-9, atol=1e-12)
