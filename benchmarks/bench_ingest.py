@@ -98,8 +98,9 @@ def run(method: str, files: list[str], out: str, chunk_rows: int, workers: int) 
         + textwrap.dedent(
             """
         wall = time.perf_counter() - t0
-        print(json.dumps({"wall_s": wall,
-                          "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                          "peak_rss_mib": ru.ru_maxrss / 1024}))
         """
         )
     )
@@ -145,8 +146,9 @@ def main() -> None:
         f"(made in {time.perf_counter() - t:.0f} s); machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs; chunk rows {args.chunk_rows}; workers {args.workers}"
     )
-    print("| method | files | data MiB | wall s | peak RSS MiB | MiB/s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"# load average before: {os.getloadavg()[0]:.1f}")
+    print("| method | files | data MiB | wall s | CPU s | peak RSS MiB | MiB/s (wall) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     counts = [int(n) for n in args.scaling.split(",") if n] or [args.files]
     for n in counts:
         for method in args.methods.split(","):
@@ -158,11 +160,13 @@ def main() -> None:
             # The best wall time of the repeats, and the largest peak RSS seen.
             r = {
                 "wall_s": min(x["wall_s"] for x in runs),
+                "cpu_s": min(x["cpu_s"] for x in runs),
                 "peak_rss_mib": max(x["peak_rss_mib"] for x in runs),
             }
             mib = n * args.rows * args.features * 4 / 2**20
             print(
-                f"| {method} | {n} | {mib:,.0f} | {r['wall_s']:.1f} | {r['peak_rss_mib']:,.0f} | "
+                f"| {method} | {n} | {mib:,.0f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                f"{r['peak_rss_mib']:,.0f} | "
                 f"{mib / r['wall_s']:,.0f} |",
                 flush=True,
             )

@@ -145,6 +145,6 @@ class Accumulator:
             "source": "Accumulator", "rows": self._rows, "batches": self._batches,
             "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
             "nan_policy": self.nan_policy,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance)

@@ -64,7 +64,8 @@ def _compute(delayed_obj: Any, progress: bool) -> Any:
     if not progress:
         return dask.compute(delayed_obj)[0]
     try:
-        from distributed import get_client, progress as dist_progress
+        from distributed import get_client
+        from distributed import progress as dist_progress
 
         client = get_client()
     except (ImportError, ValueError):
@@ -192,7 +193,7 @@ def describe(
         raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
     passes = 1
     if want_hist and histogram is None:
-        lo, hi = histogram_ranges(None, n_features, m.min, m.max)
+        lo, hi = histogram_ranges(None, n_features, m.finite_min, m.finite_max)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
         (results["hist"],) = run(Bundle((histogram,)))
         passes = 2
@@ -207,7 +208,7 @@ def describe(
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
         },
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
     return Summary.from_results(

@@ -5,13 +5,18 @@ from __future__ import annotations
 import math
 import re
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
 import scipy.stats
+from hypothesis import given
+from hypothesis import strategies as st
 from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
+from daskbatch.backend import to_numpy
+from daskbatch.testing import assert_results_close, assert_states_equal, labels_for, sample_arrays
 
 # --------------------------------------------------------------------- helpers
 
@@ -96,12 +101,17 @@ def test_histogram_counts_equal_numpy_exactly(mixed, rows: int) -> None:
     np.testing.assert_array_equal(s.overflow, np.zeros(4))
 
 
-def test_histogram_with_range_counts_outside_and_nan_apart() -> None:
+#: (lo, hi, bins) where the scaled index ``floor((x - lo) * bins / (hi - lo))`` of a value one
+#: ulp from an edge lands one bin too high (-2, 1, 27; 0.2, 4.4, 15) or too low (1.2573..., 26).
+EDGE_CASES = [(-2.5, 4.0, 13), (-2.0, 1.0, 27), (0.2, 4.4, 15), (1.257302210933933, 4.257302210933933, 26)]
+
+
+@pytest.mark.parametrize("lo, hi, bins", EDGE_CASES)
+def test_histogram_with_range_counts_outside_and_nan_apart(lo: float, hi: float, bins: int) -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(0, 3, (500, 2))
     x[::37, 0] = np.nan
     x[5, 1], x[6, 1] = np.inf, -np.inf
-    lo, hi, bins = -2.5, 4.0, 13
     edges = np.histogram_bin_edges([], bins=bins, range=(lo, hi))
     # values exactly on every edge and one ulp either side: the cases rounding gets wrong
     x[100 : 100 + 3 * (bins + 1), 1] = np.concatenate(
@@ -323,11 +333,6 @@ def test_infinities() -> None:
     assert s.cov_count == 2  # rows 0 and 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: describe.histogram_ranges falls back to (0, 1) for a feature holding ±inf "
-    "instead of using its finite min/max",
-)
 def test_histogram_range_of_feature_with_infinity_uses_finite_values() -> None:
     x = np.column_stack([np.arange(100.0), np.arange(100.0)])
     x[5, 0] = np.inf
@@ -416,3 +421,38 @@ def test_unknown_statistic_and_split_every() -> None:
         db.describe(np.ones((3, 2)), stats=("moments", "median"))
     with pytest.raises(ValueError, match="split_every must be at least 2"):
         db.describe(np.ones((3, 2)), split_every=1)
+
+
+@pytest.mark.parametrize("lo, hi, bins", EDGE_CASES)
+def test_histogram_slots_at_edges_every_backend(xp, lo: float, hi: float, bins: int) -> None:
+    """The array-API path (strict, cupy) and the CPU path bin edge values exactly as numpy does."""
+    from daskbatch.stats import Histogram
+
+    edges = np.histogram_bin_edges([], bins=bins, range=(lo, hi))
+    v = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf), [np.nan]])
+    x = np.column_stack([v, v[::-1]])
+    hist = Histogram(bins=bins, lo=(lo, lo), hi=(hi, hi))
+    got = hist.finalize(hist.chunk(xp.asarray(x)))
+    for d in range(2):
+        counts, _ = np.histogram(x[~np.isnan(x[:, d]), d], bins=bins, range=(lo, hi))
+        np.testing.assert_array_equal(np.asarray(to_numpy(got.counts))[d], counts)
+        assert int(to_numpy(got.underflow)[d]) == 1 and int(to_numpy(got.overflow)[d]) == 1
+
+
+@given(x=sample_arrays(min_rows=1, max_rows=40, nonfinite=True), data=st.data())
+def test_compiled_kernels_match_array_api_path(x: np.ndarray, data: st.DataObject) -> None:
+    """numpy chunks go through the compiled kernels; they must agree with the array-API reference code."""
+    from daskbatch.stats import CoMoments, Histogram, Moments
+
+    features = x.shape[1]
+    y = data.draw(labels_for(x.shape[0]))
+    hist = Histogram(bins=6, lo=(-100.0,) * features, hi=(100.0,) * features, by_label=True)
+    for stat in (Moments(), CoMoments(), hist):
+        with dask.config.set({"daskbatch.kernels": True}):
+            fast = stat.chunk(x, y)
+        with dask.config.set({"daskbatch.kernels": False}):
+            slow = stat.chunk(x, y)
+        if stat is hist:
+            assert_states_equal(fast, slow)
+        else:
+            assert_results_close(stat.finalize(fast), stat.finalize(slow), rtol=1e-12, atol=1e-12)

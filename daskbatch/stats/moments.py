@@ -63,6 +63,8 @@ class MomentsResult:
     kurtosis: Array
     min: Array
     max: Array
+    finite_min: Array
+    finite_max: Array
 
 
 def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
@@ -251,4 +253,6 @@ class Moments:
             kurtosis=kurt,
             min=vmin,
             max=vmax,
+            finite_min=xp.where(n > 0, s.fmin, nan),
+            finite_max=xp.where(n > 0, s.fmax, nan),
         )
