@@ -19,6 +19,7 @@ from daskbatch.cluster import cluster
 from daskbatch.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.describe import describe
 from daskbatch.errors import CheckpointMismatchError, DataError, Interrupted, PlanError
+from daskbatch.ingest import IngestReport, ingest
 from daskbatch.planner import Plan, plan
 from daskbatch.resources import Resources
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
@@ -27,7 +28,7 @@ from daskbatch.synth import synth
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
-    "Histogram", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
-    "cluster", "describe", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
+    "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
+    "cluster", "describe", "ingest", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
     "synth",
 ]

@@ -6,12 +6,11 @@ makes them part of the group.
 
 from __future__ import annotations
 
-from daskbatch.cli._group import main
-
 # Command modules register themselves on ``main`` when imported.
 from daskbatch.cli import data_cmd as _data_cmd  # noqa: E402,F401
 from daskbatch.cli import demo_cmd as _demo_cmd  # noqa: E402,F401
 from daskbatch.cli import describe_cmd as _describe_cmd  # noqa: E402,F401
 from daskbatch.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
+from daskbatch.cli._group import main
 
 __all__ = ["main"]
