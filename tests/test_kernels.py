@@ -20,9 +20,11 @@ from daskbatch.stats._base import merge_all
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 
-DTYPES = [
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "bool",
+# Each dtype compiles three kernels on a cold numba cache (~3 s); the common ones stay
+# in the quick run, the rest are marked slow.
+_slow = pytest.mark.slow
+DTYPES = ["float32", "float64", "int64", "bool"] + [
+    pytest.param(d, marks=_slow) for d in ("float16", "int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64")
 ]
 MOMENT_FIELDS = ("n", "shift", "mean", "m2", "m3", "m4", "fmin", "fmax", "nan_count", "posinf_count", "neginf_count")
 

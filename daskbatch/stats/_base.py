@@ -76,3 +76,24 @@ def safe_divisor(xp: Any, n: Array) -> Array:
     """``n`` with zeros replaced by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0."""
     return xp.where(n > 0, n, xp.ones_like(n))
 
+
+
+def merge_shifted_means(
+    xp: Any, na: Array, nb: Array, shift_a: Array, mean_a: Array, shift_b: Array, mean_b: Array
+) -> tuple[Array, Array, Array]:
+    """Merge two means held as ``shift + mean``: returns ``(shift, mean, delta)`` of the union.
+
+    The union keeps a's reference value (b's when a is empty) and ``delta`` is
+    b's mean minus a's. The difference of reference values is exact for nearby
+    data (Sterbenz), so ``delta`` keeps almost double-length precision. Against
+    an empty side ``delta`` is zero: the foreign reference would make it the
+    whole mean, whose powers overflow for huge values (and ``inf * 0`` is NaN).
+    """
+    shift = xp.where(na > 0, shift_a, shift_b)
+    ma = (shift_a - shift) + mean_a
+    mb = (shift_b - shift) + mean_b
+    both = (na > 0) & (nb > 0)
+    delta = xp.where(both, mb - ma, xp.zeros_like(ma))
+    weight_b = nb / safe_divisor(xp, na + nb)
+    mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
+    return shift, mean, delta

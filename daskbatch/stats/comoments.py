@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
 from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, safe_divisor
+from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +52,55 @@ def _outer(xp: Namespace, a: Array, b: Array) -> Array:
     return a[:, None] * b[None, :]
 
 
+def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Array, Array, Array]:
+    """``(n, shift, mean, dev, e)`` of the rows of ``x`` marked ``complete`` (corrected two-pass).
+
+    ``shift`` is the first complete row, ``dev`` the deviations of ``x - shift``
+    from their approximate mean ``mean`` (zero on other rows), and ``e`` the
+    residual mean of ``dev``: the rows' mean is ``shift + mean + e`` and their
+    co-moment matrix ``devᵀdev - n eeᵀ``, the residual removing the rounding
+    of ``mean``.
+    """
+    if x.dtype != xp.float64:  # centred never writes into x, so float64 input needs no copy
+        x = as_float64(x)
+    n = xp.sum(xp.astype(complete, xp.float64))
+    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
+    shift = xp.where(n > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
+    keep = complete[:, None]
+    zero = xp.zeros_like(x)
+    y_shift = xp.where(keep, x - shift, zero)
+    n_safe = safe_divisor(xp, n)
+    approx_mean = xp.sum(y_shift, axis=0) / n_safe
+    dev = xp.where(keep, y_shift - approx_mean, zero)
+    e = xp.sum(dev, axis=0) / n_safe
+    return n, shift, approx_mean, dev, e
+
+
+def covariance_and_correlation(
+    c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
+) -> tuple[Array, Array]:
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
+
+    ``m2_a``/``m2_b`` are the sums of squared deviations of the row and column
+    features (the co-moment diagonals); ``diagonal`` marks a block on the main
+    diagonal, whose varying features get an exact 1 on it.
+    """
+    xp = namespace(c)
+    dof = n - ddof
+    nan = xp.full_like(c, xp.nan)
+    cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
+
+    def inv_sqrt(m2: Array) -> Array:
+        varies = m2 > 0
+        return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
+
+    corr = xp.clip(c * _outer(xp, inv_sqrt(m2_a), inv_sqrt(m2_b)), -1.0, 1.0)
+    if diagonal:
+        eye = xp.eye(m2_a.shape[0], dtype=xp.bool, device=device(c))
+        corr = xp.where(eye & (m2_a > 0)[:, None], xp.ones_like(corr), corr)
+    return cov, xp.where(n > 1, corr, nan)
+
+
 @dataclass(frozen=True)
 class CoMoments:
     """Sample covariance and Pearson correlation over axis 0, complete cases only.
@@ -76,19 +125,7 @@ class CoMoments:
             return CoMomentsState(*kernels.comoments(x))
         x = as_float64(x)
         complete = xp.all(xp.isfinite(x), axis=1)
-        n = xp.sum(xp.astype(complete, xp.float64))
-        first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
-        shift = xp.where(n > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
-        keep = complete[:, None]
-        zero = xp.zeros_like(x)
-        y_shift = xp.where(keep, x - shift, zero)
-        n_safe = safe_divisor(xp, n)
-        approx_mean = xp.sum(y_shift, axis=0) / n_safe
-        dev = xp.where(keep, y_shift - approx_mean, zero)
-        del y_shift, zero
-        # Corrected two-pass: the residual mean of the deviations removes the
-        # rounding of `approx_mean` from the co-moments.
-        e = xp.sum(dev, axis=0) / n_safe
+        n, shift, approx_mean, dev, e = centred(xp, x, complete)
         c = xp.matmul(xp.matrix_transpose(dev), dev) - n * _outer(xp, e, e)
         return CoMomentsState(n=n, shift=shift, mean=approx_mean + e, c=c)
 
@@ -96,27 +133,13 @@ class CoMoments:
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
-        shift = xp.where(a.n > 0, a.shift, b.shift)
-        mean_a = (a.shift - shift) + a.mean
-        mean_b = (b.shift - shift) + b.mean
-        # Zero against an empty side, whose foreign shift would make delta the whole
-        # mean: its square overflows for |mean| above ~1e154 and inf * 0 gives NaN.
-        delta = xp.where((a.n > 0) & (b.n > 0), mean_b - mean_a, xp.zeros_like(mean_a))
-        mean = xp.where(a.n > 0, xp.where(b.n > 0, mean_a + delta * (b.n / n_safe), mean_a), mean_b)
+        shift, mean, delta = merge_shifted_means(xp, a.n, b.n, a.shift, a.mean, b.shift, b.mean)
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta, delta)
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
     def finalize(self, s: CoMomentsState, /) -> CoMomentsResult:
         xp = namespace(s.c)
-        dof = s.n - self.ddof
-        nan = xp.full_like(s.c, xp.nan)
-        cov = xp.where(dof > 0, s.c / safe_divisor(xp, dof), nan)
         diag = xp.linalg.diagonal(s.c) if hasattr(xp, "linalg") else xp.diagonal(s.c)
-        varies = diag > 0
-        scale = xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, diag, xp.ones_like(diag))), xp.nan)
-        corr = xp.clip(s.c * _outer(xp, scale, scale), -1.0, 1.0)
-        eye = xp.eye(diag.shape[0], dtype=xp.bool, device=device(s.c))
-        corr = xp.where(eye & varies[:, None], xp.ones_like(corr), corr)
-        corr = xp.where(s.n > 1, corr, nan)
+        cov, corr = covariance_and_correlation(s.c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)

@@ -21,7 +21,7 @@ from typing import Literal
 from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
 from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, safe_divisor
+from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 
@@ -170,16 +170,7 @@ class Moments:
         na, nb = a.n, b.n
         n = na + nb
         n_safe = safe_divisor(xp, n)
-        # Keep a's reference value (b's when a is empty); express both means about it.
-        shift = xp.where(na > 0, a.shift, b.shift)
-        mean_a = (a.shift - shift) + a.mean
-        mean_b = (b.shift - shift) + b.mean
-        # Zero unless both sides hold values: against an empty side (shift 0) the
-        # difference is the whole mean, whose powers overflow (inf * 0 = NaN) for
-        # |mean| above ~1e77, so merging an empty or all-NaN chunk must add nothing.
-        delta = xp.where((na > 0) & (nb > 0), mean_b - mean_a, xp.zeros_like(mean_a))
-        wb = nb / n_safe
-        mean = xp.where(na > 0, xp.where(nb > 0, mean_a + delta * wb, mean_a), mean_b)
+        shift, mean, delta = merge_shifted_means(xp, na, nb, a.shift, a.mean, b.shift, b.mean)
         d2 = delta * delta
         nab = na * nb
         m2 = a.m2 + b.m2 + d2 * nab / n_safe

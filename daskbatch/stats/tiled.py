@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._typing import Array
 from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, safe_divisor
-from daskbatch.stats.comoments import _outer
+from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.comoments import _outer, centred, covariance_and_correlation
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,27 +33,6 @@ class CrossCoMomentsState:
     shift_b: Array
     mean_b: Array
     c: Array
-
-
-def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Array, Array, Array]:
-    """``(n, shift, mean, dev, e)`` of the rows of ``x`` marked ``complete``.
-
-    ``dev`` are deviations from the approximate mean (zero on other rows), ``e``
-    their residual mean: ``shift + mean + e`` is the mean and
-    ``devᵀdev - n eeᵀ`` the co-moment matrix (the corrected two-pass algorithm).
-    """
-    x = as_float64(x)
-    n = xp.sum(xp.astype(complete, xp.float64))
-    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
-    shift = xp.where(n > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
-    keep = complete[:, None]
-    zero = xp.zeros_like(x)
-    y_shift = xp.where(keep, x - shift, zero)
-    n_safe = safe_divisor(xp, n)
-    approx_mean = xp.sum(y_shift, axis=0) / n_safe
-    dev = xp.where(keep, y_shift - approx_mean, zero)
-    e = xp.sum(dev, axis=0) / n_safe
-    return n, shift, approx_mean, dev, e
 
 
 @dataclass(frozen=True)
@@ -96,16 +75,8 @@ class CrossCoMoments:
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
-
-        def side(shift_a: Array, mean_a: Array, shift_b: Array, mean_b: Array) -> tuple[Array, Array, Array]:
-            shift = xp.where(a.n > 0, shift_a, shift_b)
-            ma, mb = (shift_a - shift) + mean_a, (shift_b - shift) + mean_b
-            delta = mb - ma
-            mean = xp.where(a.n > 0, xp.where(b.n > 0, ma + delta * (b.n / n_safe), ma), mb)
-            return shift, mean, delta
-
-        shift_a, mean_a, delta_a = side(a.shift_a, a.mean_a, b.shift_a, b.mean_a)
-        shift_b, mean_b, delta_b = side(a.shift_b, a.mean_b, b.shift_b, b.mean_b)
+        shift_a, mean_a, delta_a = merge_shifted_means(xp, a.n, b.n, a.shift_a, a.mean_a, b.shift_a, b.mean_a)
+        shift_b, mean_b, delta_b = merge_shifted_means(xp, a.n, b.n, a.shift_b, a.mean_b, b.shift_b, b.mean_b)
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta_a, delta_b)
         return CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
 
@@ -123,18 +94,4 @@ def finalize_tile(
     ``var_a`` / ``var_b`` are the co-moment diagonals (sums of squared
     deviations) of both sides, from the diagonal tiles.
     """
-    xp = namespace(s.c)
-    dof = s.n - ddof
-    nan = xp.full_like(s.c, xp.nan)
-    cov = xp.where(dof > 0, s.c / safe_divisor(xp, dof), nan)
-
-    def scale(diag: Array) -> Array:
-        varies = diag > 0
-        return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, diag, xp.ones_like(diag))), xp.nan)
-
-    corr = xp.clip(s.c * _outer(xp, scale(var_a), scale(var_b)), -1.0, 1.0)
-    if diagonal:
-        eye = xp.eye(var_a.shape[0], dtype=xp.bool, device=device(s.c))
-        corr = xp.where(eye & (var_a > 0)[:, None], xp.ones_like(corr), corr)
-    corr = xp.where(s.n > 1, corr, nan)
-    return cov, corr
+    return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
