@@ -342,7 +342,8 @@ class _PassStore:
 # --------------------------------------------------------------------------- manifest
 
 def _open_pass(
-    directory: Path, items: dict[str, str], pass_name: str, spec: dict[str, str], force: bool
+    directory: Path, items: dict[str, str], pass_name: str, spec: dict[str, str], force: bool,
+    layout: dict[str, int],
 ) -> Path:
     """Check (or create) the manifest; return the folder of this pass."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -379,10 +380,26 @@ def _open_pass(
             _remove_pass(directory / _pass_folder(pass_name))
     manifest["input"] = items
     manifest["passes"][pass_name] = spec
+    manifest["layout"] = layout
     _write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode())
     folder = directory / _pass_folder(pass_name)
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
+    """``{"chunk_rows", "split_every"}`` of the run that wrote the checkpoint in ``directory``, if any.
+
+    A resumed run reuses them, so a checkpoint stays valid when the cluster
+    (and with it the automatic plan) differs from the first run's.
+    """
+    try:
+        layout = json.loads((Path(directory) / MANIFEST).read_text()).get("layout")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(layout, dict) and {"chunk_rows", "split_every"} <= set(layout):
+        return {k: int(layout[k]) for k in ("chunk_rows", "split_every")}
+    return None
 
 
 def _pass_folder(pass_name: str) -> str:
@@ -463,7 +480,8 @@ def run_checkpointed(
     n_blocks = int(x.numblocks[0])
     items = input_items(data, s)
     spec = spec_items(bundle)
-    folder = _open_pass(Path(directory), items, bundle.name, spec, force)
+    layout = {"chunk_rows": int(x.chunks[0][0]), "split_every": s}
+    folder = _open_pass(Path(directory), items, bundle.name, spec, force, layout)
     store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
     store.scan()
     reused = store.covered_blocks()

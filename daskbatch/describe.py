@@ -97,6 +97,7 @@ def describe(
     force: bool = False,
     device: Literal["cpu", "gpu"] = "cpu",
     plan: Any = "auto",
+    cov_out: str | os.PathLike[str] | None = None,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -147,6 +148,11 @@ def describe(
         plans for that budget; a :class:`~daskbatch.Plan` is used as given;
         None keeps the input's chunks. A plan that cannot fit raises
         :class:`~daskbatch.PlanError` before anything is computed.
+    cov_out : path, optional
+        Where the tiled covariance goes when the plan tiles it (a D × D
+        co-moment state too large for one worker): a Zarr group with ``cov``
+        and ``corr`` written tile by tile by the workers. Default: a new
+        temporary directory, named in ``summary.provenance["tiled_cov"]``.
     device : {"cpu", "gpu"}, default "cpu"
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
@@ -170,13 +176,19 @@ def describe(
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:
         resolve_split_every(split_every)  # validate before planning
+    resumed = _resume_layout(checkpoint, force, plan)
+    if resumed is not None:
+        # Resume on the grid the checkpoint was written with, whatever this cluster would plan.
+        plan, split_every = None, split_every if split_every is not None else resumed["split_every"]
+        data.x = data.x.rechunk({0: resumed["chunk_rows"]})
     chosen = _apply_plan(plan, data, names, bins=bins, split_every=split_every, device=device)
     fan_in = resolve_split_every(split_every if split_every is not None or chosen is None else chosen.split_every)
     n_features = data.x.shape[1]
 
     moments = Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)
     first: list[Any] = [moments]
-    if "cov" in names:
+    tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
+    if "cov" in names and not tiled:
         first.append(CoMoments(ddof=ddof))
     histogram = None
     if want_hist and range is not None:
@@ -199,6 +211,9 @@ def describe(
         passes = 2
 
     provenance = dict(data.provenance)
+    if tiled:
+        assert chosen is not None
+        results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
     provenance.update(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
@@ -214,6 +229,31 @@ def describe(
     return Summary.from_results(
         data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
     )
+
+
+def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
+    """Covariance tile by tile into Zarr (the D × D state does not fit one worker)."""
+    import tempfile
+
+    from daskbatch.stats.comoments import CoMomentsResult
+    from daskbatch.tiled_cov import tiled_covariance
+
+    out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
+    tc = tiled_covariance(
+        data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
+        feature_names=data.feature_names, overwrite=True,
+    )
+    # The matrices stay in the store; the summary keeps the row count and the path.
+    result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
+    return result, {"path": out, "tile": tile}
+
+
+def _resume_layout(checkpoint: Any, force: bool, plan: Any) -> dict[str, int] | None:
+    if checkpoint is None or force or plan != "auto":
+        return None
+    from daskbatch.checkpoint import recorded_layout
+
+    return recorded_layout(checkpoint)
 
 
 def _apply_plan(

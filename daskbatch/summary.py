@@ -87,6 +87,9 @@ class Summary:
     def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
         """The ``k`` feature pairs with the largest absolute correlation, as (a, b, r)."""
         if self.corr is None:
+            tiled = self.provenance.get("tiled_cov")
+            if tiled:  # too wide to hold: ranked tile by tile from the store
+                return self.tiled_cov().top_correlated(k)
             return []
         upper = np.triu_indices(self.n_features, k=1)
         r = self.corr[upper]
@@ -94,6 +97,15 @@ class Summary:
         order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
         names = self.feature_names
         return [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+
+    def tiled_cov(self) -> Any:
+        """The tiled covariance store (``.cov``/``.corr`` as dask arrays) when the plan tiled it."""
+        from daskbatch.tiled_cov import open_tiled_cov
+
+        tiled = self.provenance.get("tiled_cov")
+        if not tiled:
+            raise ValueError("this summary's covariance was not tiled: use .cov and .corr")
+        return open_tiled_cov(tiled["path"])
 
     def top_mi(self, k: int = 10) -> list[tuple[str, float]]:
         """The ``k`` features with the largest mutual information with the label."""

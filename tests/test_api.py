@@ -124,3 +124,31 @@ def test_describe_follows_the_plan_and_refuses_one_that_cannot_fit(store: str) -
         db.describe(store, plan=db.Resources(memory_bytes=2**20))
     untouched = db.describe(da.from_array(np.ones((100, 2)), chunks=(7, 2)), stats=("moments",), plan=None)
     assert untouched.provenance["chunk_rows"] == 7
+
+
+def test_checkpoint_resumes_on_its_own_grid_whatever_the_plan(tmp_path, store: str) -> None:
+    ckpt = tmp_path / "ckpt"
+    small = db.plan(db.open_dataset(store), stats=("moments",), resources=db.Resources(memory_bytes=2**30))
+    first = db.describe(store, stats=("moments",), plan=small, checkpoint=ckpt)
+    again = db.describe(store, stats=("moments",), checkpoint=ckpt)  # "auto" might choose another grid
+    assert again.provenance["chunk_rows"] == first.provenance["chunk_rows"]
+    np.testing.assert_array_equal(again.var, first.var)
+
+
+def test_wide_covariance_is_tiled_into_zarr_when_the_plan_says_so(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2000, 400))
+    x[:, 1] += x[:, 0]
+    x[:, 399] -= x[:, 3]
+    dx = da.from_array(x, chunks=(100, 400))
+    tight = db.Resources(memory_bytes=2 * (256 * 2**20 + 3 * 2**20))  # 3 MiB per task: 400 x 400 merges do not fit
+    plan = db.plan(dx, stats=("moments", "cov"), resources=tight)
+    assert plan.feature_tile is not None and plan.feature_tile < 400
+    s = db.describe(dx, stats=("moments", "cov"), plan=plan, cov_out=tmp_path / "cov.zarr")
+    ref = db.describe(dx, stats=("moments", "cov"), plan=None)
+    assert s.cov is None and s.cov_count == 2000
+    assert s.provenance["tiled_cov"]["path"] == str(tmp_path / "cov.zarr")
+    np.testing.assert_allclose(s.tiled_cov().cov.compute(), ref.cov, rtol=1e-12, atol=1e-14)
+    assert [p[:2] for p in s.top_correlated(2)] == [p[:2] for p in ref.top_correlated(2)]
+    back = db.load_summary(s.save(tmp_path / "s.zarr"))
+    assert back.top_correlated(1)[0][:2] == ("f0", "f1")

@@ -37,6 +37,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the summary as JSON ('-' for stdout).")
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Directory for resumable partial states.")
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
+@click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
 @cluster_options
@@ -45,7 +46,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
-    checkpoint: str | None, force: bool, progress: bool, top: int,
+    checkpoint: str | None, force: bool, cov_out: str | None, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
@@ -55,20 +56,25 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
+    from daskbatch.checkpoint import sigterm_as_interrupt
     from daskbatch.dataset import open_dataset
     from daskbatch.describe import describe
     from daskbatch.errors import Interrupted
 
     dataset = open_dataset(store, x=x_name, label=label)
+    if cov_out is None and out is not None:
+        cov_out = f"{out.rstrip('/')}.cov.zarr"
     try:
-        with client_from_options(cluster, address, scheduler_file):
+        # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
+        with sigterm_as_interrupt(), client_from_options(cluster, address, scheduler_file):
             summary = describe(
                 dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
                 nan_policy=nan_policy, split_every=split_every, progress=progress,
-                checkpoint=checkpoint, force=force,
+                checkpoint=checkpoint, force=force, cov_out=cov_out,
             )
-    except Interrupted as exc:
-        click.echo(f"interrupted: {exc}; partial results kept in {checkpoint}; run again to resume", err=True)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
+        click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(format_report(summary, top=top))
     if out:
