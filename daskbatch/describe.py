@@ -288,14 +288,11 @@ def _apply_plan(
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    if data.x.chunks[0] != _regular(chosen.chunk_rows, data.x.shape[0]):
+    # Only split blocks larger than planned (memory, parallelism): merging smaller
+    # blocks would add a concatenating copy and grow peak memory for no gain.
+    if max(data.x.chunks[0]) > chosen.chunk_rows:
         data.x = data.x.rechunk({0: chosen.chunk_rows})
     return chosen
-
-
-def _regular(rows: int, total: int) -> tuple[int, ...]:
-    full, rest = divmod(total, rows)
-    return (rows,) * full + ((rest,) if rest else ())
 
 
 class _Runner:
