@@ -7,7 +7,8 @@ measurements in ``tests/test_plan_memory.py`` (projected must stay between
 
 Model (in the spirit of cubed's projected memory):
 
-* one chunk task holds the raw block (``rows x D x itemsize``), a float64 copy
+* one chunk task holds the raw block (``rows x D x itemsize``), the buffers of
+  reading it from a compressed store (``READ_BUFFERS``), a float64 copy
   of it (the array-API path; of the compiled CPU kernels only co-moments make one),
   the chunk-sized temporaries of the *hungriest* requested statistic
   (all statistics run fused in one task, one after another), transient
@@ -24,6 +25,7 @@ __all__ = [
     "FLOAT64_COPIES",
     "MERGE_TEMPORARIES",
     "PATHS",
+    "READ_BUFFERS",
     "ROW_TEMPORARIES",
     "STATE_COPIES",
     "STATISTICS",
@@ -80,6 +82,12 @@ STATE_COPIES: dict[str, dict[str, int]] = {
 #: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
 #: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
 MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0}
+
+#: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
+#: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
+#: at the read's peak). zarr's async read path leaves them in reference cycles that only the
+#: garbage collector frees, so they are still alive while the kernels run.
+READ_BUFFERS = 2
 
 #: Small arrays (length-D vectors) and Python objects every task allocates besides the above.
 TASK_OVERHEAD_BYTES = 256 * 2**10
@@ -164,6 +172,7 @@ def chunk_task_terms(
     copies = max((FLOAT64_COPIES[path][s] for s in stats), default=0)
     return {
         "raw": elems * itemsize,
+        "read buffers": READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
         "labels": rows * _LABEL_ITEMSIZE if "mi" in stats else 0,
         "temporaries": max(transient.values(), default=0),
@@ -201,8 +210,8 @@ def projected_task_bytes(
     Returns
     -------
     int
-        Bytes: raw block + float64 copy + (labels) + the largest statistic's
-        temporaries + all states + a fixed overhead.
+        Bytes: raw block + read buffers + float64 copy + (labels) + the largest
+        statistic's temporaries + all states + a fixed overhead.
     """
     terms = chunk_task_terms(
         rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,

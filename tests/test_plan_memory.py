@@ -3,7 +3,8 @@
 ``tracemalloc`` sees NumPy's allocations, so the peak of one real chunk task
 (the fused ``Bundle.chunk`` on a freshly read block) and of one real merge task
 (``merge_all`` over ``split_every`` states the worker holds) is measured and
-compared with :func:`projected_task_bytes` / :func:`merge_task_bytes`. Sizes are
+compared with :func:`projected_task_bytes` / :func:`merge_task_bytes`; the
+chunk task reads its block from a real compressed Zarr store, as a worker does. Sizes are
 chosen so that data, not interpreter objects, dominate (the model's fixed
 ``TASK_OVERHEAD_BYTES`` covers the rest). When a kernel changes, tune the tables
 in ``daskbatch/memory_model.py`` until this passes.
@@ -23,6 +24,7 @@ import tracemalloc
 import dask.config
 import numpy as np
 import pytest
+import zarr
 
 from daskbatch.memory_model import merge_task_bytes, projected_task_bytes
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, merge_all
@@ -73,13 +75,15 @@ CHUNK_CASES = [
 @pytest.mark.parametrize("path", ["array-api", "compiled"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
 @pytest.mark.parametrize(("rows", "d", "stats"), CHUNK_CASES)
-def test_chunk_task_model_is_honest(dtype, rows, d, stats, path):
+def test_chunk_task_model_is_honest(tmp_path, dtype, rows, d, stats, path):
     src, ysrc = _data(dtype, rows, d)
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=src.shape, chunks=src.shape, dtype=src.dtype)
+    store[:] = src
     bundle = _bundle(stats, d)
     use_y = "mi" in stats
 
     def task():
-        x = src.copy()  # the block as read from the store, inside the task
+        x = store[:]  # the block read and decoded from a compressed store, inside the task
         bundle.chunk(x, ysrc.copy() if use_y else None)
 
     with dask.config.set({"daskbatch.kernels": path == "compiled"}):
