@@ -31,13 +31,11 @@ MEMORY_LIMIT = 256 * 2**20
 N_FEATURES = 8
 STORAGE_ROWS = 32_768  # 2 MiB storage chunks
 ROWS = 4 * MEMORY_LIMIT // (8 * N_FEATURES)  # 1 GiB of float64: 4x the one worker's memory
-# The planner's budget for one task: 256 MiB x 0.5 - 112 MiB = 16 MiB. The rest holds the
-# worker's interpreter (~160 MB with numba, zarr and distributed) and what the memory
-# model leaves out (measured peaks run ~1.6x the projected task bytes: zarr's decoded
-# storage chunks next to the concatenated block).
+# The planner's budget for one task: 256 MiB x 0.5 - 96 MiB = 32 MiB (read buffers
+# included). The rest holds the worker's interpreter (~160 MB with zarr and distributed).
 # The array-API kernels: the numba ones cost ~80 MB more per worker the first time they
 # compile, which a 256 MiB worker cannot spare (the benchmark runs them, with more memory).
-PLAN_CONFIG = {"daskbatch.memory-fraction": 0.5, "daskbatch.reserved-memory": "112MiB", "daskbatch.kernels": False}
+PLAN_CONFIG = {"daskbatch.memory-fraction": 0.5, "daskbatch.reserved-memory": "96MiB", "daskbatch.kernels": False}
 
 
 def weyl_block(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
