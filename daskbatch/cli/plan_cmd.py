@@ -80,7 +80,11 @@ def plan_command(
         if ds.label is None:
             names, skipped = tuple(n for n in names if n != "mi"), "mi skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:
-            raise click.UsageError("statistic 'mi' needs the number of classes: pass --classes K")
+            # Counting finds the classes; the plan assumes what describe assumes (no label read here).
+            from daskbatch import config
+
+            n_classes = int(config.get("assumed-classes"))
+            skipped = f"the store does not record its classes: planned for {n_classes} (pass --classes K)"
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
