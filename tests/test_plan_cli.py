@@ -53,10 +53,11 @@ def test_plan_without_label_skips_mi(store):
     assert "mi skipped" in r.output
 
 
-def test_plan_mi_needs_classes(store):
+def test_plan_mi_without_classes_assumes_the_configured_number(store):
     r = run(store, "--label", "y", "--memory", "4GiB")
-    assert r.exit_code == 2
-    assert "--classes" in r.output
+    assert r.exit_code == 0, r.output
+    assert "planned for 32 (pass --classes K)" in r.output
+    assert "32 classes" in r.output
 
 
 def test_plan_error_exit_3_one_line(store):
