@@ -584,8 +584,8 @@ def report(results: dict[str, Any], scaling: dict[str, Any], args: argparse.Name
         f"Reproduce: `{command} --out benchmarks/RESULTS.md`",
         "",
         f"Times are medians of {args.repeat} runs (fewer where the runs passed {args.budget:.0f} s; each "
-        "contender in its own process, after a warm-up on two chunks); the machine's 2 cores were shared with "
-        "other work, so single runs vary. Peak = largest RSS of the process "
+        "contender in its own process, after a warm-up on two chunks); load average "
+        f"{os.getloadavg()[0]:.1f} when the report was written. Peak = largest RSS of the process "
         "and its children during the timed runs; 'above start' subtracts the RSS before them "
         "(interpreter, imports, in-memory data).",
         "",
