@@ -30,22 +30,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib
-import io
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from daskbatch.checkpoint_files import (
+    TMP_PREFIX,
+    DamagedCheckpoint,
+    decode_state,
+    encode_state,
+    read_header,
+    write_atomic,
+)
 from daskbatch.errors import CheckpointMismatchError, Interrupted
+from daskbatch.interrupts import sigterm_as_interrupt
 from daskbatch.stats._base import merge_all
 
 __all__ = [
@@ -58,55 +63,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "daskbatch-checkpoint.json"
 _SUFFIX = ".ckpt"
-_TMP_PREFIX = ".tmp-"
-
-
-# --------------------------------------------------------------------------- signals
-
-_signals = threading.local()
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`~daskbatch.errors.Interrupted` raised in the main thread.
-
-    A checkpoint file being written when the signal arrives is finished first
-    (the exception is raised right after it), so what is on disk stays whole.
-    Outside the main thread (where Python cannot install handlers) this does nothing.
-
-    Examples
-    --------
-    >>> with sigterm_as_interrupt():          # doctest: +SKIP
-    ...     describe("data.zarr", checkpoint="ckpt")
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if getattr(_signals, "depth", 0) > 0:
-            _signals.pending = True  # raised when the write in progress is done
-            return
-        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _no_interrupt() -> Iterator[None]:
-    """Hold back an Interrupted from :func:`sigterm_as_interrupt` until the block is done."""
-    _signals.depth = getattr(_signals, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _signals.depth -= 1
-        if _signals.depth == 0 and getattr(_signals, "pending", False):
-            _signals.pending = False
-            raise Interrupted("interrupted by SIGTERM")
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -167,83 +123,6 @@ def _first_difference(old: dict[str, str], new: dict[str, str]) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- files
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` via a fsynced temporary file and a rename."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.getpid()}")
-    with _no_interrupt():
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-
-
-def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
-    """A header line (JSON, with the payload's sha256) followed by an ``.npz`` of ``state``'s arrays."""
-    arrays: dict[str, np.ndarray] = {}
-    types, fields = [], []
-    for i, part in enumerate(state):
-        cls = type(part)
-        if not (dataclasses.is_dataclass(part) and cls.__module__.startswith("daskbatch.stats.")):
-            raise TypeError(f"cannot checkpoint a state of type {cls.__qualname__}")
-        types.append(f"{cls.__module__}:{cls.__qualname__}")
-        names = [f.name for f in dataclasses.fields(part)]
-        fields.append(names)
-        for name in names:
-            arrays[f"s{i}.{name}"] = np.asarray(getattr(part, name))
-    buf = io.BytesIO()
-    np.savez(buf, allow_pickle=False, **arrays)
-    payload = buf.getvalue()
-    header = dict(meta, types=types, fields=fields, nbytes=len(payload),
-                  sha256=hashlib.sha256(payload).hexdigest())
-    return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
-
-
-class DamagedCheckpoint(Exception):
-    """A checkpoint file is truncated, corrupt or from another checkpoint (internal)."""
-
-
-def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off."""
-    raw = path.read_bytes()
-    line, sep, payload = raw.partition(b"\n")
-    try:
-        header = json.loads(line)
-    except ValueError as exc:
-        raise DamagedCheckpoint(f"{path}: unreadable header") from exc
-    if not sep or not isinstance(header, dict) or header.get("nbytes") != len(payload):
-        raise DamagedCheckpoint(f"{path}: truncated ({len(payload)} of {header.get('nbytes')} payload bytes)"
-                                if isinstance(header, dict) else f"{path}: unreadable header")
-    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-        raise DamagedCheckpoint(f"{path}: checksum mismatch")
-    return header, payload
-
-
-def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-    """The state tuple written by :func:`encode_state` (only daskbatch.stats classes are built)."""
-    parts = []
-    with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-        for i, (spec, names) in enumerate(zip(header["types"], header["fields"], strict=True)):
-            module, _, qualname = spec.partition(":")
-            if not module.startswith("daskbatch.stats."):
-                raise DamagedCheckpoint(f"state type {spec!r} is not a daskbatch statistic")
-            cls = getattr(importlib.import_module(module), qualname)
-            parts.append(cls(**{name: npz[f"s{i}.{name}"] for name in names}))
-    return tuple(parts)
-
-
 # --------------------------------------------------------------------------- the tree
 
 def level_sizes(n_blocks: int, split_every: int) -> list[int]:
@@ -275,7 +154,7 @@ class _PassStore:
 
     def scan(self) -> None:
         """Find valid node files; delete damaged, foreign, superseded and temporary ones."""
-        for p in self.folder.glob(f"{_TMP_PREFIX}*"):
+        for p in self.folder.glob(f"{TMP_PREFIX}*"):
             p.unlink(missing_ok=True)
         found: set[tuple[int, int]] = set()
         for p in sorted(self.folder.glob(f"L*{_SUFFIX}")):
@@ -313,7 +192,7 @@ class _PassStore:
         start, stop = node_blocks(level, index, self.n_blocks, self.s)
         meta = {"format": FORMAT_VERSION, "pass": self.digest, "level": level, "index": index,
                 "blocks": [start, stop], "written": time.time()}
-        _write_atomic(self.path(level, index), encode_state(state, meta))
+        write_atomic(self.path(level, index), encode_state(state, meta))
         self.nodes[(level, index)] = state
         if level + 1 < len(self.sizes):
             self._merge_up(level, index // self.s)
@@ -381,7 +260,7 @@ def _open_pass(
     manifest["input"] = items
     manifest["passes"][pass_name] = spec
     manifest["layout"] = layout
-    _write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode())
     folder = directory / _pass_folder(pass_name)
     folder.mkdir(exist_ok=True)
     return folder
@@ -411,7 +290,7 @@ def _remove_pass(folder: Path) -> None:
     if not folder.is_dir():
         return
     for p in folder.iterdir():
-        if p.suffix == _SUFFIX or p.name.startswith(_TMP_PREFIX) or p.name == "runs.jsonl":
+        if p.suffix == _SUFFIX or p.name.startswith(TMP_PREFIX) or p.name == "runs.jsonl":
             p.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()

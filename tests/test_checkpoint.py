@@ -240,7 +240,7 @@ def test_mismatch_names_the_item_and_force_starts_fresh(tmp_path: Path, store: P
 
 
 def test_sigterm_waits_for_a_write_in_progress() -> None:
-    from daskbatch.checkpoint import _no_interrupt
+    from daskbatch.interrupts import no_interrupt as _no_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_as_interrupt():
