@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).parents[1] / "daskbatch"
 FORBIDDEN = ("dask", "distributed", "zarr", "cupy")
 PURE = sorted(
     [p for p in (PACKAGE / "stats").glob("*.py")]
-    + [PACKAGE / name for name in ("backend.py", "planner.py", "resources.py") if (PACKAGE / name).exists()]
+    + [PACKAGE / name for name in ("backend.py", "planner.py", "plan_text.py", "resources.py") if (PACKAGE / name).exists()]
 )
 
 
