@@ -117,3 +117,10 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
     assert tests.startswith("python3 -m venv .venv") and "pytest" in tests
     ci = (ROOT / ".ci" / "run").read_text()
     assert tests in ci.splitlines()
+
+
+def test_commands_are_also_reachable_as_dask_batch() -> None:
+    from importlib.metadata import entry_points
+
+    (ep,) = [ep for ep in entry_points(group="dask_cli") if ep.value == "daskbatch.cli:main"]
+    assert ep.load() is main and main.name == "batch"  # dask registers it under the group's name

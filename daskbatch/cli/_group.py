@@ -20,6 +20,7 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to re
 
 
 @click.group(
+    name="batch",  # the subcommand name under `dask` (dask_cli entry point): `dask batch ...`
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=(
         "Exit codes: 0 success, 1 unexpected failure, 2 bad input, 3 plan does not fit, "
