@@ -274,7 +274,7 @@ def _apply_plan(
         if plan == "auto":
             from daskbatch.cluster import resources_auto
 
-            resources = resources_auto(device=device if device == "gpu" else None)
+            resources = resources_auto(device=device)
         source = data.source if data.source is not None else data.x
         n_classes = None
         if "mi" in names:
