@@ -27,6 +27,7 @@ __all__ = [
     "PATHS",
     "READ_BUFFERS",
     "ROW_TEMPORARIES",
+    "COMOMENT_BLOCK_ROWS",
     "STATE_COPIES",
     "STATISTICS",
     "TASK_OVERHEAD_BYTES",
@@ -45,11 +46,16 @@ STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 #: reference array-API code (CuPy on GPU, array_api_strict, or ``daskbatch.kernels: false``).
 PATHS: tuple[str, ...] = ("compiled", "array-api")
 
-#: Float64 copies of the chunk a kernel makes (compiled co-moments: the centred block).
+#: Float64 copies of the chunk a kernel makes (the compiled co-moments centre
+#: :data:`COMOMENT_BLOCK_ROWS` rows at a time instead: see ``chunk_task_terms``).
 FLOAT64_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 0},
+    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0},
     "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1},
 }
+
+#: Rows the compiled co-moment kernel centres into one float64 buffer at a time
+#: (``daskbatch.kernels.COMOMENT_BLOCK_ROWS``; a test keeps the two equal).
+COMOMENT_BLOCK_ROWS = 4096
 
 #: Further chunk-sized (``rows x D``) temporaries alive at a kernel's peak, by dtype.
 #: array-api, measured with tracemalloc on NumPy (tests/test_plan_memory.py): moments peak at
@@ -170,6 +176,8 @@ def chunk_task_terms(
     }
     # Statistics run one after another, so one float64 copy is alive at a time at most.
     copies = max((FLOAT64_COPIES[path][s] for s in stats), default=0)
+    if path == "compiled" and "cov" in stats:
+        transient["cov"] += min(rows, COMOMENT_BLOCK_ROWS) * n_features * 8  # the centring buffer
     return {
         "raw": elems * itemsize,
         "read buffers": READ_BUFFERS * elems * itemsize,

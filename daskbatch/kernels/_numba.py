@@ -128,14 +128,13 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
 
 
 @_jit
-def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
-    """Deviations (n, D) float64 of the complete rows of ``x`` from their approximate mean.
+def complete_rows_mean(x, lut):  # noqa: ANN001, ANN201
+    """Which rows of ``x`` are complete (no NaN or ±inf), and their approximate mean.
 
-    Returns ``(n, shift, approx_mean, dev, s1)``: ``shift`` is the first
-    complete row, ``approx_mean`` the mean of the rows less ``shift``,
-    ``dev`` the rows less both and ``s1`` its column sums (the residual that
-    corrects the mean and the co-moments). Rows holding any NaN or ±inf are
-    left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+    Returns ``(n, shift, approx_mean, complete)``: ``shift`` is the first
+    complete row and ``approx_mean`` the mean of the complete rows less
+    ``shift``. Rows holding any NaN or ±inf are left out, as
+    :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -169,9 +168,23 @@ def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
     approx_mean = np.empty(d)
     for j in range(d):
         approx_mean[j] = total[j] / n_safe
+    return n, shift, approx_mean, complete
 
-    dev = np.empty((n, d))
+
+@_jit
+def centre_rows(x, lut, complete, shift, approx_mean):  # noqa: ANN001, ANN201
+    """Deviations (k, D) float64 of the complete rows of ``x`` (k of them) and their column sums.
+
+    The rows less ``shift`` less ``approx_mean``; the sums are the residual that
+    corrects the mean and the co-moments (the corrected two-pass algorithm).
+    """
+    rows, d = x.shape
+    k = 0
+    for i in range(rows):
+        k += complete[i]
+    dev = np.empty((k, d))
     s1 = np.zeros(d)
+    part = np.zeros(d)
     k = 0
     for i0 in range(0, rows, BLOCK):
         part[:] = 0.0
@@ -184,7 +197,7 @@ def centred_complete_rows(x, lut):  # noqa: ANN001, ANN201
                 k += 1
         for j in range(d):
             s1[j] += part[j]
-    return n, shift, approx_mean, dev, s1
+    return dev, s1
 
 
 @_jit
