@@ -65,8 +65,9 @@ def as_feature_matrix(
 
     Parameters
     ----------
-    x : path, URL, Dataset, dask or NumPy array
-        The (samples × features) data.
+    x : path, URL, Dataset, xarray.DataArray, dask or NumPy array
+        The (samples × features) data; a DataArray's second dimension
+        coordinate gives the feature names.
     label : array, name of an array in the same store, or None
         One integer class per sample.
     feature_names : sequence of str, optional
@@ -92,6 +93,12 @@ def as_feature_matrix(
         names = tuple(str(n) for n in dataset.feature_names)
         provenance.update(dataset.provenance())
         what = what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
+    if hasattr(x, "dims") and hasattr(x, "coords") and hasattr(x, "variable"):  # an xarray.DataArray
+        if names is None and x.ndim == 2 and x.dims[1] in x.coords:
+            names = tuple(str(n) for n in x.coords[x.dims[1]].values)
+        if what is None and x.name is not None:
+            what = f"DataArray {x.name!r}"
+        x = x.data
     what = what or "x"
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = np.asarray(x)

@@ -152,3 +152,18 @@ def test_wide_covariance_is_tiled_into_zarr_when_the_plan_says_so(tmp_path) -> N
     assert [p[:2] for p in s.top_correlated(2)] == [p[:2] for p in ref.top_correlated(2)]
     back = db.load_summary(s.save(tmp_path / "s.zarr"))
     assert back.top_correlated(1)[0][:2] == ("f0", "f1")
+
+
+def test_xarray_dataarray_input_keeps_feature_names(data: tuple[np.ndarray, np.ndarray]) -> None:
+    import xarray as xr
+
+    x, y = data
+    arr = xr.DataArray(
+        da.from_array(x, chunks=(1000, 5)), dims=("sample", "feature"),
+        coords={"feature": ["a", "b", "c", "d", "e"]}, name="X",
+    )
+    s = db.describe(arr, y, stats=("moments", "mi"))
+    assert s.feature_names == ("a", "b", "c", "d", "e") and s.top_mi(1)[0][0] == "e"
+    np.testing.assert_allclose(s.mean, x.astype(np.float64).mean(axis=0), rtol=1e-13)
+    with pytest.raises(TypeError, match="DataArray 'X' has dtype complex128"):
+        db.describe(arr.astype(complex))
