@@ -211,12 +211,12 @@ class Summary:
         return target
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able dict of every statistic (NaN/inf as ``null``/strings are left to the encoder)."""
+        """Dict of every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``."""
         out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.ndarray):
-                out[f.name] = np.where(np.isfinite(value), value, np.nan).tolist() if value.dtype.kind == "f" else value.tolist()
+                out[f.name] = _json_values(value)
         if self.cov_count is not None:
             out["cov_count"] = int(self.cov_count)
         return out
@@ -254,6 +254,14 @@ class Summary:
             tops = "".join(f"<li>{n}: {v:.4f} nats</li>" for n, v in self.top_mi(5))
             extra += f"<p>Top features by mutual information with the label</p><ul>{tops}</ul>"
         return head + table.to_html(float_format=lambda v: f"{v:.6g}") + extra
+
+
+def _json_values(a: np.ndarray) -> Any:
+    """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
+    if a.dtype.kind != "f":
+        return a.tolist()
+    flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
+    return np.array(flat, dtype=object).reshape(a.shape).tolist()
 
 
 def load_summary(path: str | os.PathLike[str]) -> Summary:

@@ -68,7 +68,10 @@ def test_summary_roundtrip_and_views(tmp_path, store: str) -> None:
     table = s.to_dataframe()
     assert list(table.index) == list(s.feature_names) and table["count"].dtype == np.int64
     assert "Top correlated pairs" in s._repr_html_() and "f4" in repr(s)
-    json.dumps(s.to_json())
+    json.dumps(s.to_json(), allow_nan=False)
+    odd = db.describe(np.array([[1.0, np.inf], [np.nan, 2.0], [3.0, 4.0]]), stats=("moments",))
+    payload = json.loads(json.dumps(odd.to_json(), allow_nan=False))
+    assert payload["max"] == [3.0, "inf"] and payload["skew"][1] is None
 
 
 def test_accumulator_matches_describe(data: tuple[np.ndarray, np.ndarray]) -> None:
