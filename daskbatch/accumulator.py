@@ -70,6 +70,7 @@ class Accumulator:
         self._state: tuple[Any, ...] | None = None
         self._rows = 0
         self._batches = 0
+        self._n_features = 0
 
     def _make_bundle(self, n_features: int) -> Bundle:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]

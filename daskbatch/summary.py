@@ -150,7 +150,7 @@ class Summary:
         coords = {"feature": names}
         if self.cov is not None:
             coords["feature2"] = names
-        attrs = {"provenance": json.dumps(self.provenance, default=str)}
+        attrs: dict[str, Any] = {"provenance": json.dumps(self.provenance, default=str)}
         if self.cov_count is not None:
             attrs["cov_count"] = int(self.cov_count)
         return xr.Dataset(data, coords=coords, attrs=attrs)
