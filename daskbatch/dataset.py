@@ -380,7 +380,7 @@ def open_dataset(
             raise DataError(msg)
         if complete:  # an unfinished ingest was already reported above
             warnings.warn(
-                msg + "; pass strict=True to make this an error", MissingChunksWarning, stacklevel=2
+                msg + "; pass strict=True (--strict) to make this an error", MissingChunksWarning, stacklevel=2
             )
 
     attrs = {**group_attrs, **_clean_attrs(arr.attrs)}

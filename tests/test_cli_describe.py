@@ -124,3 +124,21 @@ def test_commands_are_also_reachable_as_dask_batch() -> None:
 
     (ep,) = [ep for ep in entry_points(group="dask_cli") if ep.value == "daskbatch.cli:main"]
     assert ep.load() is main and main.name == "batch"  # dask registers it under the group's name
+
+
+def test_missing_chunk_warns_in_one_line_and_strict_refuses(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+    path, _ = store
+    import subprocess
+    import sys
+
+    (pathlib.Path(path) / "X" / "c" / "3" / "0").unlink()
+    # In a real process, as a user sees it (pytest would turn the warning into an error).
+    warned = subprocess.run(
+        [sys.executable, "-m", "daskbatch", "describe", path, "--cluster", "threads", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert warned.returncode == 0, warned.stderr
+    first = warned.stderr.strip().splitlines()[0]
+    assert first.startswith("warning: 1 chunk(s) of array 'X'") and "X/c/3/0" in first
+    refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads", "--strict"])
+    assert refused.exit_code == 2 and "X/c/3/0" in refused.output

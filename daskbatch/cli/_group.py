@@ -30,6 +30,14 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to re
 @click.version_option(package_name="daskbatch")
 def main() -> None:
     """Out-of-core per-feature statistics over chunked (samples x features) arrays."""
+    import warnings
+
+    # Warnings (a missing chunk, an incomplete store) read as one line in a terminal or job log.
+    warnings.formatwarning = _one_line_warning
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> str:
+    return f"warning: {message}\n"
 
 
 def user_errors(func: F) -> F:

@@ -31,6 +31,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass).")
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--strict", is_flag=True, help="Refuse a store with missing chunks (default: warn and list them in the provenance).")
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
@@ -45,7 +46,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @user_errors
 def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
-    nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
+    strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
     checkpoint: str | None, force: bool, cov_out: str | None, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None,
 ) -> None:
@@ -61,7 +62,7 @@ def describe_command(
     from daskbatch.describe import describe
     from daskbatch.errors import Interrupted
 
-    dataset = open_dataset(store, x=x_name, label=label)
+    dataset = open_dataset(store, x=x_name, label=label, strict=strict)
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     try:
