@@ -98,6 +98,7 @@ def describe(
     device: Literal["cpu", "gpu"] = "cpu",
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
+    cache: bool = False,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -153,6 +154,11 @@ def describe(
         co-moment state too large for one worker): a Zarr group with ``cov``
         and ``corr`` written tile by tile by the workers. Default: a new
         temporary directory, named in ``summary.provenance["tiled_cov"]``.
+    cache : bool, default False
+        When two passes are needed (no ``range``), keep the decoded chunks in
+        memory (``persist``) so that each is read and decoded once. Faster when
+        the data fit in the workers' memory (distributed spills to disk
+        otherwise); peak memory then grows with the data.
     device : {"cpu", "gpu"}, default "cpu"
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
@@ -196,6 +202,8 @@ def describe(
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
         first.append(histogram)
 
+    if cache and want_hist and range is None and checkpoint is None:
+        data.x = data.x.persist()  # both passes read the decoded blocks from memory
     run = _Runner(data, fan_in, progress, checkpoint, force)
     results = dict(zip((s.name for s in first), run(Bundle(tuple(first))), strict=True))
     m = results["moments"]
@@ -218,7 +226,7 @@ def describe(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=range is not None,
+        range_given=range is not None, cached=bool(cache and passes == 2 and checkpoint is None),
         plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),

@@ -170,3 +170,11 @@ def test_xarray_dataarray_input_keeps_feature_names(data: tuple[np.ndarray, np.n
     np.testing.assert_allclose(s.mean, x.astype(np.float64).mean(axis=0), rtol=1e-13)
     with pytest.raises(TypeError, match="DataArray 'X' has dtype complex128"):
         db.describe(arr.astype(complex))
+
+
+def test_cache_gives_the_same_summary(store: str) -> None:
+    plain = db.describe(store, label="y", plan=None)
+    cached = db.describe(store, label="y", plan=None, cache=True)
+    assert cached.provenance["cached"] and not plain.provenance["cached"]
+    for name in ("mean", "var", "cov", "hist_counts", "mi"):
+        np.testing.assert_array_equal(getattr(cached, name), getattr(plain, name), err_msg=name)

@@ -39,6 +39,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Directory for resumable partial states.")
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
+@click.option("--cache", is_flag=True, help="Keep decoded chunks in memory between the two passes (data that fit the workers' memory).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
 @cluster_options
@@ -47,7 +48,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
-    checkpoint: str | None, force: bool, cov_out: str | None, progress: bool, top: int,
+    checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
@@ -71,7 +72,7 @@ def describe_command(
             summary = describe(
                 dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
                 nan_policy=nan_policy, split_every=split_every, progress=progress,
-                checkpoint=checkpoint, force=force, cov_out=cov_out,
+                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
             )
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
