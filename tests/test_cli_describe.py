@@ -142,3 +142,11 @@ def test_missing_chunk_warns_in_one_line_and_strict_refuses(tmp_path: pathlib.Pa
     assert first.startswith("warning: 1 chunk(s) of array 'X'") and "X/c/3/0" in first
     refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads", "--strict"])
     assert refused.exit_code == 2 and "X/c/3/0" in refused.output
+
+
+def test_info_reports_versions_gpus_and_config() -> None:
+    result = CliRunner().invoke(main, ["info", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.output)
+    assert facts["packages"]["daskbatch"] and facts["packages"]["dask"]
+    assert facts["config"]["split-every"] == 8 and isinstance(facts["cuda_devices"], int)
