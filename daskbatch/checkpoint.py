@@ -409,24 +409,13 @@ def _unit_graph(bundle: Any, x: Any, label: Any, s: int, n_blocks: int) -> Calla
     return make
 
 
-def _distributed_client() -> Any:
-    """The distributed client ``dask.compute`` would use now, or None."""
-    from dask.base import get_scheduler
-
-    scheduler = get_scheduler()
-    owner = getattr(scheduler, "__self__", None)
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    return owner if isinstance(owner, Client) else None
-
-
 def _compute_units(units: list[int], make: Callable[[int], Any], on_unit: Callable[[int, Any], None]) -> None:
     """Compute the units, handing each state to ``on_unit`` (in this thread) as soon as it exists."""
     if not units:
         return
-    client = _distributed_client()
+    from daskbatch.cluster import active_client
+
+    client = active_client()
     if client is not None:
         from distributed import as_completed
 

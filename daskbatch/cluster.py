@@ -245,14 +245,25 @@ def resources_from_client(client: Client, *, device: str | None = None) -> Resou
     )
 
 
-def resources_auto(*, device: str | None = None) -> Resources:
-    """Resources of the live distributed client if there is one, else of this machine."""
-    try:
-        from distributed import get_client
+def active_client() -> Any:
+    """The distributed client ``dask.compute`` would use now, or None.
 
-        client = get_client()
-    except (ImportError, ValueError):  # ValueError: no client in this process
-        client = None
+    This honours ``dask.config.set(scheduler=...)``: with a client alive but the
+    threaded scheduler chosen, work runs (and is planned) on the threads.
+    """
+    from dask.base import get_scheduler
+
+    owner = getattr(get_scheduler(), "__self__", None)
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    return owner if isinstance(owner, Client) else None
+
+
+def resources_auto(*, device: str | None = None) -> Resources:
+    """Resources of the distributed client dask would compute on, else of this machine."""
+    client = active_client()
     if client is not None:
         return resources_from_client(client, device=device)
     if device is None:

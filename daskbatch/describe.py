@@ -63,16 +63,16 @@ def histogram_ranges(
 def _compute(delayed_obj: Any, progress: bool) -> Any:
     if not progress:
         return dask.compute(delayed_obj)[0]
-    try:
-        from distributed import get_client
-        from distributed import progress as dist_progress
+    from daskbatch.cluster import active_client
 
-        client = get_client()
-    except (ImportError, ValueError):
+    client = active_client()
+    if client is None:
         from dask.diagnostics import ProgressBar
 
         with ProgressBar():
             return dask.compute(delayed_obj)[0]
+    from distributed import progress as dist_progress
+
     future = client.compute(delayed_obj)
     dist_progress(future)
     return future.result()
