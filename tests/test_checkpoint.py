@@ -147,6 +147,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
+#: Seconds each block sleeps in the subprocess: long enough that a loaded machine still
+#: sees the first checkpoints and signals the run well before it could finish.
+BLOCK_DELAY_S = 0.25
+
+
 def start_and_stop(tmp_path: Path, store: Path, sig: int, *, min_blocks: int = 4) -> tuple[subprocess.Popen, set[int]]:
     """Run the slow describe in a subprocess; send ``sig`` once ``min_blocks`` are checkpointed."""
     script = tmp_path / "run.py"
@@ -154,7 +159,7 @@ def start_and_stop(tmp_path: Path, store: Path, sig: int, *, min_blocks: int = 4
     ckpt = tmp_path / "ckpt"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(store), str(ckpt), "0.1", str(ROWS_PER_BLOCK)],
+        [sys.executable, str(script), str(store), str(ckpt), str(BLOCK_DELAY_S), str(ROWS_PER_BLOCK)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     folder = ckpt / "pass-moments-cov"
