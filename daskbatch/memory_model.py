@@ -71,10 +71,11 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
     },
 }
 
-#: Bytes per row of row-length temporaries (co-moments: the complete-row mask and its casts;
-#: mi: the int64 copy of the labels and its checks), on top of the input labels.
+#: Bytes per row of row-length temporaries (co-moments: the complete-row mask, plus its casts on
+#: the array-API path; mi: the int64 copy of the labels and the bool mask that checks them),
+#: on top of the input labels.
 ROW_TEMPORARIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 8, "hist": 0, "mi": 16},
+    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 9},
     "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 16},
 }
 
@@ -91,12 +92,13 @@ MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0}
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
 #: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
-#: at the read's peak). zarr's async read path leaves them in reference cycles that only the
-#: garbage collector frees, so they are still alive while the kernels run.
+#: at the read's peak). Usually they are freed when the read returns, but now and then zarr
+#: still holds them while the kernels run (seen with tracemalloc, garbage collector on or off),
+#: so the model counts them alongside the kernels' arrays.
 READ_BUFFERS = 2
 
 #: Small arrays (length-D vectors) and Python objects every task allocates besides the above.
-TASK_OVERHEAD_BYTES = 256 * 2**10
+TASK_OVERHEAD_BYTES = 128 * 2**10
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "bool": 1}
 _LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (only "mi" reads them)

@@ -9,11 +9,15 @@ chosen so that data, not interpreter objects, dominate (the model's fixed
 ``TASK_OVERHEAD_BYTES`` covers the rest). When a kernel changes, tune the tables
 in ``daskbatch/memory_model.py`` until this passes.
 
-Both kernel paths are checked. The array-API path (``daskbatch.kernels: false``;
-the code CuPy runs) allocates through NumPy only, so both bounds hold. The
-compiled CPU kernels allocate their arrays (co-moments' centred block, histogram
-counts) through numba's runtime, which tracemalloc does not see: there only the
-upper bound ``measured <= projected`` is checked.
+Both kernel paths are checked, both bounds on each. The compiled CPU kernels
+take their chunk- and state-sized arrays (the complete-row mask, the centring
+buffer, the histogram counts) from NumPy, so tracemalloc sees them as it sees
+the array-API path's; inside numba only length-D vectors are allocated.
+
+The model adds the read buffers to the kernels' arrays because sometimes zarr
+still holds a block's read buffers while the kernels run; when it does not,
+the measured peak is the larger of the two phases, which is why the lower
+bound is 2x and not tighter.
 """
 
 from __future__ import annotations
@@ -92,9 +96,7 @@ def test_chunk_task_model_is_honest(tmp_path, dtype, rows, d, stats, path):
     projected = projected_task_bytes(
         rows, d, src.dtype.itemsize, stats, bins=BINS, n_classes=CLASSES, path=path
     )
-    assert measured <= projected, (measured, projected)
-    if path == "array-api":
-        assert projected <= 2 * measured, (measured, projected)
+    assert measured <= projected <= 2 * measured, (measured, projected)
 
 
 MERGE_CASES = [

@@ -110,13 +110,16 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     from daskbatch.kernels._numba import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
-    n, shift, approx_mean, complete = complete_rows_mean(data, lut)
-    d = x.shape[1]
+    rows, d = x.shape
+    complete = np.empty(rows, dtype=np.bool_)
+    n, shift, approx_mean = complete_rows_mean(data, lut, complete)
     c = np.zeros((d, d))
     s1 = np.zeros(d)
-    for start in range(0, x.shape[0], COMOMENT_BLOCK_ROWS):
+    buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))  # one buffer, reused by every block
+    for start in range(0, rows, COMOMENT_BLOCK_ROWS):
         stop = start + COMOMENT_BLOCK_ROWS
-        dev, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean)
+        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer)
+        dev = buffer[:k]
         c += dev.T @ dev  # numpy hands Aᵀ·A to BLAS syrk
         s1 += part
     e = s1 / max(n, 1)
@@ -152,4 +155,6 @@ def histogram(
     scale = bins / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     data, lut = _bits(x)
-    return histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes))
+    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int64)
+    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1))
+    return counts

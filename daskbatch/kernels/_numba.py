@@ -5,6 +5,11 @@ All kernels live in this one module on purpose: numba's on-disk cache
 function only, so a helper edited in another file would leave stale machine
 code behind.
 
+Arrays that grow with the chunk or the state (the complete-row mask, the
+centring buffer, the histogram counts) are allocated by the callers in
+:mod:`daskbatch.kernels` with NumPy and passed in, so that ``tracemalloc`` and
+the memory model see them; the kernels allocate only length-D vectors.
+
 Every kernel reads the chunk in C order (rows outside, features inside), casts
 each element to float64 as it is loaded (``_load``) and never materialises a
 float64 copy of the chunk. ``nogil=True`` lets dask's threads run chunks in
@@ -128,13 +133,13 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
 
 
 @_jit
-def complete_rows_mean(x, lut):  # noqa: ANN001, ANN201
+def complete_rows_mean(x, lut, complete):  # noqa: ANN001, ANN201
     """Which rows of ``x`` are complete (no NaN or ±inf), and their approximate mean.
 
-    Returns ``(n, shift, approx_mean, complete)``: ``shift`` is the first
-    complete row and ``approx_mean`` the mean of the complete rows less
-    ``shift``. Rows holding any NaN or ±inf are left out, as
-    :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+    Fills ``complete`` (bool, one per row) and returns ``(n, shift,
+    approx_mean)``: ``shift`` is the first complete row and ``approx_mean`` the
+    mean of the complete rows less ``shift``. Rows holding any NaN or ±inf are
+    left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -147,7 +152,7 @@ def complete_rows_mean(x, lut):  # noqa: ANN001, ANN201
                 shift[j] = _load(x[i, j], lut)
             break
 
-    complete = np.zeros(rows, dtype=np.bool_)
+    complete[:] = False
     n = 0
     total = np.zeros(d)
     part = np.zeros(d)
@@ -168,21 +173,18 @@ def complete_rows_mean(x, lut):  # noqa: ANN001, ANN201
     approx_mean = np.empty(d)
     for j in range(d):
         approx_mean[j] = total[j] / n_safe
-    return n, shift, approx_mean, complete
+    return n, shift, approx_mean
 
 
 @_jit
-def centre_rows(x, lut, complete, shift, approx_mean):  # noqa: ANN001, ANN201
-    """Deviations (k, D) float64 of the complete rows of ``x`` (k of them) and their column sums.
+def centre_rows(x, lut, complete, shift, approx_mean, dev):  # noqa: ANN001, ANN201
+    """Deviations of the complete rows of ``x`` into ``dev[:k]`` (float64), and their column sums.
 
     The rows less ``shift`` less ``approx_mean``; the sums are the residual that
     corrects the mean and the co-moments (the corrected two-pass algorithm).
+    Returns ``(k, s1)``: how many rows of ``dev`` were written, and the sums.
     """
     rows, d = x.shape
-    k = 0
-    for i in range(rows):
-        k += complete[i]
-    dev = np.empty((k, d))
     s1 = np.zeros(d)
     part = np.zeros(d)
     k = 0
@@ -197,12 +199,12 @@ def centre_rows(x, lut, complete, shift, approx_mean):  # noqa: ANN001, ANN201
                 k += 1
         for j in range(d):
             s1[j] += part[j]
-    return dev, s1
+    return k, s1
 
 
 @_jit
-def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes):  # noqa: ANN001, ANN201
-    """Counts (D, bins + 3, K) int64 of slot ``[under, bins…, over, nan]`` × class.
+def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts):  # noqa: ANN001, ANN201
+    """Add to ``counts`` (D·(bins + 3)·K int64, flat) the counts of slot ``[under, bins…, over, nan]`` × class.
 
     The slot of a value follows :meth:`daskbatch.stats.histogram.Histogram.slots`
     step by step (scaled index, clipped, then settled against the edges), so
@@ -215,7 +217,6 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes):  # n
     """
     rows, d = x.shape
     n_slots = bins + 3
-    counts = np.zeros(d * n_slots * n_classes, dtype=np.int64)
     by_label = labels.shape[0] > 0
     top = float(bins - 1)
     over_slot = float(bins + 1)
@@ -239,4 +240,3 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes):  # n
         k = labels[i] if by_label else 0
         for j in range(d):
             counts[slot[j] + k] += 1
-    return counts.reshape((d, n_slots, n_classes))
