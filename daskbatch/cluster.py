@@ -283,6 +283,7 @@ def cluster(
     address: str | None = None,
     scheduler_file: str | os.PathLike[str] | None = None,
     plan: Plan | None = None,
+    wait_for_workers: int | None = None,
     **kwargs: Any,
 ) -> Iterator[Client]:
     """Start or connect to a Dask cluster and yield a client; closing closes what was started.
@@ -301,6 +302,12 @@ def cluster(
         dask-mpi); not closed on exit.
     plan : Plan, optional
         For ``"cuda"``: sizes the RMM pool from the plan unless ``rmm_pool_size`` is given.
+    wait_for_workers : int, optional
+        Yield only once this many workers are connected, waiting at most
+        ``daskbatch.worker-timeout`` (then ``TimeoutError``). Default: 1 when
+        joining a scheduler or starting ``"slurm"``/``"pbs"`` jobs, whose workers
+        arrive on their own time (a batch job's ``dask worker``, a queued job);
+        0 for local clusters, which start with their workers.
     **kwargs
         Passed to the cluster class (``LocalCluster``, ``LocalCUDACluster``,
         ``SLURMCluster``, ``PBSCluster``) or, when connecting, to ``Client``.
@@ -323,15 +330,37 @@ def cluster(
         sf = os.fspath(scheduler_file) if scheduler_file is not None else None
         with Client(address, scheduler_file=sf, **kwargs) as client:
             _log_dashboard(client, "connected to")
+            _wait_for_workers(client, 1 if wait_for_workers is None else wait_for_workers)
             yield client  # an external cluster: only our client is closed
         return
     started = _start_cluster(kind, plan, kwargs)
+    if wait_for_workers is None:
+        wait_for_workers = 1 if kind in ("slurm", "pbs") else 0
     try:
         with Client(started) as client:
             _log_dashboard(client, "started")
+            _wait_for_workers(client, wait_for_workers)
             yield client
     finally:
         started.close()
+
+
+def _wait_for_workers(client: Client, n_workers: int) -> None:
+    """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``."""
+    if n_workers < 1:
+        return
+    import dask.config
+
+    timeout = dask.config.get("daskbatch.worker-timeout", "10 minutes")
+    try:
+        client.wait_for_workers(n_workers, timeout=timeout)
+    except TimeoutError as exc:
+        have = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise TimeoutError(
+            f"{have} of {n_workers} worker(s) joined the scheduler at {client.scheduler.address} "
+            f"within {timeout}; start the workers (e.g. dask worker --scheduler-file ...) or raise "
+            "the daskbatch.worker-timeout setting"
+        ) from exc
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:

@@ -61,6 +61,31 @@ def test_connect_by_scheduler_file(local, tmp_path):
         assert client.scheduler.address == local.scheduler_address
 
 
+def test_joining_waits_for_workers_that_arrive_late():
+    """A batch job starts its workers beside the client: joining waits for them."""
+    import threading
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as lc:
+        late = threading.Timer(1.0, lc.scale, args=(1,))  # the worker joins a second after the client
+        late.start()
+        try:
+            with cluster(address=lc.scheduler_address, wait_for_workers=1) as client:
+                assert len(client.scheduler_info()["workers"]) == 1
+                assert client.submit(sum, [1, 2]).result() == 3
+        finally:
+            late.join()
+
+
+def test_joining_without_workers_times_out_with_advice():
+    import dask
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as lc:
+        with dask.config.set({"daskbatch.worker-timeout": "1s"}):
+            with pytest.raises(TimeoutError, match=r"0 of 2 worker\(s\) joined .* within 1s"):
+                with cluster(address=lc.scheduler_address, wait_for_workers=2):
+                    pass
+
+
 def test_local_cluster_starts_and_closes():
     with cluster("local", n_workers=1, threads_per_worker=1, processes=False,
                  dashboard_address=":0", memory_limit="512MiB") as client:

