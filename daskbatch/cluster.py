@@ -35,6 +35,7 @@ __all__ = [
     "gpu_memory_bytes",
     "machine_memory_bytes",
     "parse_memory",
+    "resolve_kind",
     "resources_auto",
     "resources_from_client",
     "resources_from_machine",
@@ -363,13 +364,25 @@ def _wait_for_workers(client: Client, n_workers: int) -> None:
         ) from exc
 
 
-def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
-    """A started cluster object of ``kind`` (``auto`` resolved here)."""
+def resolve_kind(kind: str) -> str:
+    """The cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``.
+
+    ``"auto"`` is ``"cuda"`` when CUDA devices are visible and dask-cuda is
+    installed, else ``"local"``; other kinds are returned as they are.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown cluster kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if kind != "auto":
+        return kind
+    return "cuda" if cuda_device_count() and _has_module("dask_cuda") else "local"
+
+
+def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
+    """A started cluster object of ``kind`` (``auto`` resolved here)."""
+    resolved = resolve_kind(kind)
     if kind == "auto":
-        kind = "cuda" if cuda_device_count() and _has_module("dask_cuda") else "local"
-        logger.info("daskbatch: cluster kind 'auto' -> %r", kind)
+        logger.info("daskbatch: cluster kind 'auto' -> %r", resolved)
+    kind = resolved
     if kind == "local":
         from distributed import LocalCluster
 

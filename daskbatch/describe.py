@@ -264,13 +264,66 @@ def _resume_layout(checkpoint: Any, force: bool, plan: Any) -> dict[str, int] | 
     return recorded_layout(checkpoint)
 
 
+def plan_describe(
+    x: Any,
+    label: Any = None,
+    *,
+    stats: str | Sequence[str] = DEFAULT_STATS,
+    bins: int = 64,
+    split_every: int | None = None,
+    resources: Any = "auto",
+) -> Any:
+    """The plan :func:`describe` makes for the same arguments, without computing anything.
+
+    Useful before a cluster exists: to size a GPU worker's RMM pool, or to
+    stop a batch job early (:class:`~daskbatch.PlanError`) when nothing fits.
+
+    Parameters
+    ----------
+    x, label, stats, bins, split_every
+        As in :func:`describe` (``mi`` is dropped without a label).
+    resources : Resources or "auto", default "auto"
+        The workers to plan for; ``"auto"``: those of the active client, else this machine.
+
+    Returns
+    -------
+    Plan
+    """
+    names = normalize_stats(stats)
+    data = as_feature_matrix(x, label)
+    if data.label is None:
+        names = tuple(n for n in names if n != "mi")
+    if isinstance(resources, str) and resources == "auto":
+        from daskbatch.cluster import resources_auto
+
+        resources = resources_auto()
+    return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
+
+
+def _plan_names(
+    data: FeatureMatrix, names: tuple[str, ...], *, bins: int, resources: Any, split_every: int | None
+) -> Any:
+    """Plan the statistics ``names`` over ``data`` (from its store when there is one)."""
+    from daskbatch import config
+    from daskbatch.planner import plan as make_plan
+    from daskbatch.planner import recorded_n_classes
+
+    source = data.source if data.source is not None else data.x
+    n_classes = None
+    if "mi" in names:
+        # The number of classes is found while counting; plan with what the store
+        # records, else with a configured assumption (daskbatch.assumed-classes).
+        n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
+    return make_plan(
+        source, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every,
+    )
+
+
 def _apply_plan(
     plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str
 ) -> Any:
     """Plan the run (raising PlanError before any compute) and rechunk ``data.x`` to it."""
-    from daskbatch import config
-    from daskbatch.planner import Plan, recorded_n_classes
-    from daskbatch.planner import plan as make_plan
+    from daskbatch.planner import Plan
     from daskbatch.resources import Resources
 
     if plan is None:
@@ -283,15 +336,7 @@ def _apply_plan(
             from daskbatch.cluster import resources_auto
 
             resources = resources_auto(device=device)
-        source = data.source if data.source is not None else data.x
-        n_classes = None
-        if "mi" in names:
-            # The number of classes is found while counting; plan with what the store
-            # records, else with a configured assumption (daskbatch.assumed-classes).
-            n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
-        chosen = make_plan(
-            source, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every,
-        )
+        chosen = _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
     else:
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):

@@ -150,3 +150,43 @@ def test_info_reports_versions_gpus_and_config() -> None:
     facts = json.loads(result.output)
     assert facts["packages"]["daskbatch"] and facts["packages"]["dask"]
     assert facts["config"]["split-every"] == 8 and isinstance(facts["cuda_devices"], int)
+
+
+def test_describe_device_gpu_without_cupy_is_one_line_exit_2(store: tuple[str, np.ndarray]) -> None:
+    pytest.importorskip("numpy")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed: --device gpu would run")
+    result = CliRunner().invoke(main, ["describe", store[0], "--cluster", "threads", "--device", "gpu"])
+    assert result.exit_code == 2, result.output
+    assert "needs CuPy: pip install 'daskbatch[gpu]'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_describe_device_auto_is_cpu_on_cpu_workers(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+    out = tmp_path / "s.json"
+    result = CliRunner().invoke(
+        main,
+        ["describe", store[0], "--stats", "moments", "--cluster", "local", "--no-progress", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    provenance = json.loads(out.read_text())["provenance"]
+    assert provenance.get("device", "cpu") == "cpu"
+    np.testing.assert_allclose(json.loads(out.read_text())["mean"], store[1].mean(axis=0, dtype=np.float64), rtol=1e-12)
+
+
+def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) -> None:
+    from daskbatch.describe import plan_describe
+
+    ds = db.open_dataset(store[0], label="y")
+    resources = db.Resources(memory_bytes=4 * 2**30, threads_per_worker=2, n_workers=1)
+    p = plan_describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, resources=resources)
+    s = db.describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, plan=resources, range=(-4, 4))
+    assert s.provenance["plan"]["task_bytes"] == p.task_bytes
+    assert s.provenance["chunk_rows"] == min(p.chunk_rows, max(ds.x.chunks[0]))  # blocks are split, never merged
+    assert set(p.stats) == {"moments", "cov", "hist", "mi"}
+    unlabelled = plan_describe(db.open_dataset(store[0]), bins=16, resources=resources)
+    assert "mi" not in unlabelled.stats

@@ -86,6 +86,17 @@ def test_joining_without_workers_times_out_with_advice():
                     pass
 
 
+def test_resolve_kind():
+    from daskbatch.cluster import cuda_device_count, resolve_kind
+
+    assert resolve_kind("local") == "local" and resolve_kind("slurm") == "slurm"
+    assert resolve_kind("auto") in ("cuda", "local")
+    if cuda_device_count() == 0:
+        assert resolve_kind("auto") == "local"
+    with pytest.raises(ValueError, match="unknown cluster kind 'gpu'"):
+        resolve_kind("gpu")
+
+
 def test_local_cluster_starts_and_closes():
     with cluster("local", n_workers=1, threads_per_worker=1, processes=False,
                  dashboard_address=":0", memory_limit="512MiB") as client:

@@ -52,7 +52,8 @@ def user_errors(func: F) -> F:
         except PlanError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_PLAN)
-        except (ValueError, TypeError, FileNotFoundError, KeyError, OSError) as exc:
+        except (ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError) as exc:
+            # ImportError: an optional extra is missing (its message names the pip install).
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.echo(f"error: {msg}", err=True)
             sys.exit(EXIT_BAD_INPUT)

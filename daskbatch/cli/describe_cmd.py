@@ -40,6 +40,11 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--cache", is_flag=True, help="Keep decoded chunks in memory between the two passes (data that fit the workers' memory).")
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
+    help="Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
+    "when the workers are dask-cuda workers.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
 @cluster_options
@@ -48,7 +53,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 def describe_command(
     store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
-    checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, progress: bool, top: int,
+    checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
@@ -59,22 +64,35 @@ def describe_command(
     resumable: run the same command again.
     """
     from daskbatch.checkpoint import sigterm_as_interrupt
+    from daskbatch.cluster import cuda_device_count, resolve_kind, resources_from_client, resources_from_machine
     from daskbatch.dataset import open_dataset
-    from daskbatch.describe import describe
+    from daskbatch.describe import describe, plan_describe
     from daskbatch.errors import Interrupted
 
     dataset = open_dataset(store, x=x_name, label=label, strict=strict)
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
+    stat_names = stats.split(",")
+    starts_gpu_cluster = not (address or scheduler_file) and cluster != "threads" and resolve_kind(cluster) == "cuda"
+    cluster_kwargs = {}
+    if starts_gpu_cluster:
+        # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
+        # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
+        gpus = resources_from_machine(n_workers=cuda_device_count(), device="gpu")
+        cluster_kwargs["plan"] = plan_describe(
+            dataset, stats=stat_names, bins=bins, split_every=split_every, resources=gpus
+        )
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
         with sigterm_as_interrupt(), client_from_options(
-            cluster, address, scheduler_file, wait_for_workers=wait_for_workers
-        ):
+            cluster, address, scheduler_file, wait_for_workers=wait_for_workers, **cluster_kwargs
+        ) as client:
+            if device == "auto":
+                device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
-                dataset, stats=stats.split(","), bins=bins, range=parse_range(range_), ddof=ddof,
+                dataset, stats=stat_names, bins=bins, range=parse_range(range_), ddof=ddof,
                 nan_policy=nan_policy, split_every=split_every, progress=progress,
-                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
+                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache, device=device,
             )
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
