@@ -481,8 +481,27 @@ def machine() -> dict[str, str]:
     return {
         "cpu": model, "cores": str(os.cpu_count()), "memory": mem, "python": platform.python_version(),
         "numpy": np.__version__, "dask": dask.__version__, "zarr": zarr.__version__, "numba": numba.__version__,
-        "os": platform.platform(),
+        "os": platform.platform(), "gpu": gpu_name(),
     }
+
+
+def gpu_name() -> str:
+    """The first CUDA device with its memory, CuPy and CUDA versions; "" without CuPy or a device."""
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        runtime = cupy.cuda.runtime.runtimeGetVersion()
+        return (f"{name} ({props['totalGlobalMem'] / 2**30:.0f} GiB), CuPy {cupy.__version__}, "
+                f"CUDA runtime {runtime // 1000}.{runtime % 1000 // 10}")
+    except Exception:  # no cupy, no driver, no device: a CPU-only record
+        return ""
+
+
+def section_title(device: str) -> str:
+    """The RESULTS.md section a run writes: CPU and GPU runs keep separate sections."""
+    return "## describe" if device == "cpu" else "## describe — GPU"
 
 
 def spawn(name: str, args: argparse.Namespace, store: Path, subset_rows: int | None = None) -> dict[str, Any]:
@@ -516,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bins", type=int, default=64)
     p.add_argument("--only", nargs="*", help="run only these contenders")
     p.add_argument("--data-dir", default=str(ROOT / "benchmarks" / "_data"))
-    p.add_argument("--out", default=None, help="write the '## describe' section of this Markdown file")
+    p.add_argument("--out", default=None,
+                   help="write this run's section of a Markdown file ('## describe', or '## describe — GPU')")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per contender")
     p.add_argument("--budget", type=float, default=30.0,
                    help="stop repeating a contender once its timed runs exceed this many seconds")
@@ -561,8 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results, scaling, args, command, machine())
     print(text)
     if args.out:
-        write_section(Path(args.out), text)
-        print(f"wrote the '## describe' section of {args.out}")
+        title = section_title(args.device)
+        write_section(Path(args.out), text, title)
+        print(f"wrote the '{title}' section of {args.out}")
     return 0
 
 
@@ -575,7 +596,7 @@ def report(results: dict[str, Any], scaling: dict[str, Any], args: argparse.Name
     ok = {k: v for k, v in results.items() if "error" not in v}
     ref = ok.get("describe", {}).get("median")
     lines = [
-        "## describe",
+        section_title(args.device),
         "",
         f"Data: {args.rows:,} x {args.features} float32 Zarr store ({mb:,.0f} MB raw), chunks of "
         f"{args.chunk_rows:,} rows, zstd level 1, page cache warm; label with {N_CLASSES} classes, {args.bins} bins. "
@@ -583,7 +604,8 @@ def report(results: dict[str, Any], scaling: dict[str, Any], args: argparse.Name
         + f"; device: {args.device}.",
         "",
         f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory']}; Python {mach['python']}, NumPy {mach['numpy']}, "
-        f"Dask {mach['dask']}, Zarr {mach['zarr']}, numba {mach['numba']}; {mach['os']}.",
+        f"Dask {mach['dask']}, Zarr {mach['zarr']}, numba {mach['numba']}; {mach['os']}."
+        + (f" GPU: {mach['gpu']}." if args.device == "gpu" and mach.get("gpu") else ""),
         "",
         f"Reproduce: `{command} --out benchmarks/RESULTS.md`",
         "",
@@ -654,11 +676,11 @@ def targets(ok: dict[str, Any], scaling: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace (or append) the '## describe' section of ``path``; other sections are left alone."""
+def write_section(path: Path, text: str, title: str = "## describe") -> None:
+    """Replace (or append) the ``title`` section of ``path``; other sections are left alone."""
     old = path.read_text() if path.exists() else "# Benchmark results\n\n"
     lines = old.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == "## describe"), None)
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == title), None)
     if start is None:
         new = old.rstrip("\n") + "\n\n" + text
     else:
