@@ -61,3 +61,61 @@ def test_accumulator_on_gpu(data: tuple[np.ndarray, np.ndarray]) -> None:
         cpu.update(x[start : start + 60_000], y[start : start + 60_000])
         gpu.update(cupy.asarray(x[start : start + 60_000]), cupy.asarray(y[start : start + 60_000]))
     _compare(cpu.summary(), gpu.summary())
+
+
+def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(tmp_path, data: tuple[np.ndarray, np.ndarray]) -> None:
+    """The whole GPU route: Zarr store -> dask-cuda workers (RMM pool from the plan) -> CuPy states."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("dask_cuda")
+    import zarr
+
+    from daskbatch.cluster import cluster, cuda_device_count, resources_from_machine
+    from daskbatch.describe import plan_describe
+
+    x, y = data
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("X", data=x, chunks=(25_000, x.shape[1]))
+    root.create_array("y", data=y, chunks=(25_000,))
+    ds = db.open_dataset(tmp_path / "d.zarr", label="y")
+    cpu = db.describe(ds)
+    gpus = resources_from_machine(n_workers=cuda_device_count(), device="gpu")
+    p = plan_describe(ds, resources=gpus)
+    with cluster("cuda", plan=p, dashboard_address=":0") as client:
+
+        def pool_in_use() -> str:
+            import rmm
+
+            return type(rmm.mr.get_current_device_resource()).__name__
+
+        assert all("Pool" in name for name in client.run(pool_in_use).values())
+        gpu = db.describe(ds, device="gpu")
+    assert gpu.provenance["device"] == "gpu"
+    _compare(cpu, gpu)
+
+
+def test_describe_cli_picks_the_gpu_on_dask_cuda_workers(tmp_path, data: tuple[np.ndarray, np.ndarray]) -> None:
+    pytest.importorskip("cupy")
+    pytest.importorskip("dask_cuda")
+    import json
+    import subprocess
+    import sys
+
+    import zarr
+
+    x, y = data
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("X", data=x, chunks=(25_000, x.shape[1]))
+    root.create_array("y", data=y, chunks=(25_000,))
+    out = tmp_path / "s.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "daskbatch", "describe", str(tmp_path / "d.zarr"), "--label", "y",
+         "--cluster", "cuda", "--no-progress", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(out.read_text())
+    assert summary["provenance"]["device"] == "gpu"
+    cpu = db.describe(db.open_dataset(tmp_path / "d.zarr", label="y"))
+    mean = np.array([np.nan if v is None else float(v) for v in summary["mean"]])  # JSON: null, "inf"
+    np.testing.assert_allclose(mean, cpu.mean, rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(summary["hist_counts"]), cpu.hist_counts)
