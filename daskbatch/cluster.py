@@ -394,7 +394,7 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
             raise ImportError(f"cluster kind 'cuda' needs dask-cuda: {_GPU_HINT}") from exc
         opts = dict(kwargs)
         if plan is not None and "rmm_pool_size" not in opts:
-            opts["rmm_pool_size"] = _rmm_pool_bytes(plan)
+            opts["rmm_pool_size"] = plan.rmm_pool_bytes
         opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])  # CuPy allocates from RMM
         return LocalCUDACluster(**opts)  # spilling to host stays on (dask-cuda's default)
     try:
@@ -407,13 +407,6 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
     started = cls(**opts)
     started.scale(jobs=jobs)
     return started
-
-
-def _rmm_pool_bytes(plan: Plan) -> int:
-    """Initial RMM pool: every thread's largest task plus the reserve, rounded up to 256 MiB."""
-    step = 256 * 2**20
-    need = (plan.task_bytes + plan.reserved_bytes) * plan.resources.threads_per_worker
-    return -(-need // step) * step
 
 
 def _has_module(name: str) -> bool:

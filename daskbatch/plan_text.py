@@ -68,6 +68,12 @@ def explain_plan(p: Plan) -> str:
             f"  co-moments in feature tiles of {p.feature_tile:,}: {n_tiles} x {n_tiles} tiles, "
             f"{p.n_tile_pairs:,} tile pairs, each a reduction of its own"
         )
+    if p.resources.device == "gpu":
+        lines.append(
+            f"  RMM pool per GPU worker: {p.resources.threads_per_worker} x ({format_bytes(p.task_bytes)} "
+            f"largest task + {format_bytes(p.reserved_bytes)} reserved), rounded up = "
+            f"{format_bytes(p.rmm_pool_bytes)} (rmm_pool_size of cluster('cuda', plan=...))"
+        )
     lines.extend(f"  note: {n}" for n in p.notes)
     return "\n".join(lines)
 

@@ -43,6 +43,8 @@ DEFAULT_MEMORY_FRACTION = 0.5
 DEFAULT_RESERVED_BYTES = 256 * 2**20
 DEFAULT_TARGET_CHUNK_BYTES = 64 * 2**20
 MIN_SPLIT_EVERY = 2
+#: Granularity of a planned RMM pool (:attr:`Plan.rmm_pool_bytes`).
+RMM_POOL_STEP_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,23 @@ class Plan:
         """Projected peak of the largest task (chunk or merge)."""
         return max(self.chunk_task_bytes, self.merge_task_bytes)
 
+    @property
+    def rmm_pool_bytes(self) -> int:
+        """Initial RMM pool for one GPU worker: every thread's largest task plus the reserve.
+
+        Rounded up to a multiple of 256 MiB (what ``cluster("cuda", plan=...)``
+        passes as dask-cuda's ``rmm_pool_size``; the pool may still grow).
+        """
+        step = RMM_POOL_STEP_BYTES
+        need = (self.task_bytes + self.reserved_bytes) * self.resources.threads_per_worker
+        return -(-need // step) * step
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-ready) of every field plus ``chunks`` and ``task_bytes``."""
+        """Plain dict (JSON-ready) of every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``."""
         out = dataclasses.asdict(self)
         out["chunks"] = list(self.chunks)
         out["task_bytes"] = self.task_bytes
+        out["rmm_pool_bytes"] = self.rmm_pool_bytes
         return out
 
     def explain(self) -> str:

@@ -103,8 +103,8 @@ def test_cluster_options_and_helper():
 
     @click.command()
     @cluster_options(default="threads")
-    def cmd(cluster, address, scheduler_file):
-        with client_from_options(cluster, address, scheduler_file) as client:
+    def cmd(cluster, address, scheduler_file, wait_for_workers):
+        with client_from_options(cluster, address, scheduler_file, wait_for_workers=wait_for_workers) as client:
             seen["client"] = client
 
     r = CliRunner().invoke(cmd, [])
@@ -123,12 +123,12 @@ def test_cluster_options_local():
 
     @click.command()
     @cluster_options
-    def cmd(cluster, address, scheduler_file):
-        kw = {"n_workers": 1, "processes": False, "dashboard_address": ":0"}
+    def cmd(cluster, address, scheduler_file, wait_for_workers):
+        kw = {"n_workers": 1, "processes": False, "dashboard_address": ":0", "wait_for_workers": wait_for_workers}
         with client_from_options(cluster, address, scheduler_file, **kw) as client:
             seen["n"] = len(client.scheduler_info()["workers"])
             seen["client"] = client
 
-    r = CliRunner().invoke(cmd, ["--cluster", "local"])
+    r = CliRunner().invoke(cmd, ["--cluster", "local", "--wait-for-workers", "1"])
     assert r.exit_code == 0, r.output
     assert seen["n"] == 1 and seen["client"].status == "closed"

@@ -42,6 +42,24 @@ def test_gpu_budget_uses_device_memory():
     assert "GPU" in p.explain()
 
 
+@given(
+    threads=st.integers(1, 8),
+    device_gib=st.integers(8, 141),
+    features=st.integers(1, 512),
+)
+def test_rmm_pool_holds_every_threads_largest_task_within_the_device(threads, device_gib, features):
+    r = Resources(8 * 2**30, threads, 1, device_memory_bytes=device_gib * 2**30, device="gpu")
+    p = plan_chunks((4_000_000, features), 4, (4096, features), r, stats=("moments", "cov", "hist"),
+                    compiled_kernels=False)
+    step = 256 * 2**20
+    need = threads * (p.task_bytes + p.reserved_bytes)
+    assert p.rmm_pool_bytes % step == 0
+    assert need <= p.rmm_pool_bytes < need + step
+    assert p.rmm_pool_bytes <= device_gib * 2**30  # the budget keeps the pool inside the device
+    assert "RMM pool per GPU worker" in p.explain()
+    assert p.to_dict()["rmm_pool_bytes"] == p.rmm_pool_bytes
+
+
 def test_compiled_kernels_plan_larger_chunks():
     r = Resources(GiB)
     kw = {"stats": ("moments", "hist"), "target_chunk_bytes": GiB}
