@@ -14,7 +14,7 @@ import html
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -264,17 +264,46 @@ def _as_dask(arr: zarr.Array, row_chunks: int, where: str) -> da.Array:
     )
 
 
+def json_object(value: object) -> dict[str, Any]:
+    """An attribute value as a dict when it is a JSON object.
+
+    Zarr types attribute values as any JSON; daskbatch's own attributes
+    (:data:`LAYOUT_ATTR`, :data:`INGEST_ATTR`) are objects when present.
+
+    Parameters
+    ----------
+    value : object
+        An attribute value, or ``None`` for an absent attribute.
+
+    Returns
+    -------
+    dict
+        ``value`` itself if it is a dict, else an empty dict.
+    """
+    return value if isinstance(value, dict) else {}
+
+
+def _dimension_names(arr: zarr.Array) -> tuple[str | None, ...]:
+    """v3 ``dimension_names``, else xarray's v2 ``_ARRAY_DIMENSIONS`` attribute, else ``()``."""
+    dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+    # The attribute is untyped JSON: use it only if it is a list of names.
+    if isinstance(dims, list | tuple) and all(d is None or isinstance(d, str) for d in dims):
+        return tuple(dims)
+    return ()
+
+
 def _feature_names(root: zarr.Group | zarr.Array, arr: zarr.Array, n: int) -> list[str]:
     """Names from attrs, else from an xarray dimension coordinate, else f0, f1, ..."""
     for attrs in (arr.attrs, root.attrs if isinstance(root, zarr.Group) else {}):
         names = attrs.get("feature_names")
-        if names is not None and len(names) == n:
+        # Untyped JSON: a list of n values; a string is one name, not n of them.
+        if isinstance(names, Collection) and not isinstance(names, str) and len(names) == n:
             return [str(v) for v in names]
-    dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
-    if dims and len(dims) == 2 and dims[1] and isinstance(root, zarr.Group):
+    dims = _dimension_names(arr)
+    if len(dims) == 2 and dims[1] and isinstance(root, zarr.Group):
         coord = root.get(dims[1])
         if isinstance(coord, zarr.Array) and coord.ndim == 1 and coord.shape[0] == n:
-            values = coord[:]
+            values = np.asarray(coord[:])
             return [v.decode() if isinstance(v, bytes) else str(v) for v in values.tolist()]
     return [f"f{i}" for i in range(n)]
 
@@ -327,9 +356,7 @@ def open_dataset(
     """
     root, where = _open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
-    layout = (
-        group_attrs.get(LAYOUT_ATTR, {}) if isinstance(group_attrs.get(LAYOUT_ATTR), dict) else {}
-    )
+    layout = json_object(group_attrs.get(LAYOUT_ATTR))
     arr = _get_array(root, x, where, "x")
     if arr.ndim != 2:
         raise DataError(
@@ -339,6 +366,11 @@ def open_dataset(
     xd = _as_dask(arr, row_chunks, where)
 
     label_name = label if label is not None else layout.get("label")
+    if label_name is not None and not isinstance(label_name, str):
+        raise DataError(
+            f"{where!r} records label {label_name!r} in its {LAYOUT_ATTR!r} attribute; "
+            "expected an array name"
+        )
     label_arr = None
     yd = None
     if label_name is not None:
@@ -367,11 +399,11 @@ def open_dataset(
         parts = []
         if missing:
             parts.append(f"{len(missing)} chunk(s) of {describe(arr)} are missing: {_first(keys)}")
-        if label_missing:
-            lkeys = [chunk_key(label_arr, c) for c in label_missing]  # type: ignore[arg-type]
+        if label_arr is not None and label_missing:
+            lkeys = [chunk_key(label_arr, c) for c in label_missing]
             parts.append(
                 f"{len(lkeys)} chunk(s) of label {label_arr.path!r} are missing: {_first(lkeys)}"
-            )  # type: ignore[union-attr]
+            )
         msg = "; ".join(parts) + (
             " (zarr reads the fill value in their place; writers that skip chunks equal to the "
             "fill value also leave them out)"

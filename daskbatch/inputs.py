@@ -145,7 +145,8 @@ def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
         raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
 
     def move(a: da.Array) -> da.Array:
-        return a.map_blocks(cupy.asarray, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
+        # The function, not the method: typeshed's functools.wraps does not bind self.
+        return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 
     label = None if data.label is None else move(data.label)
     provenance = {**data.provenance, "device": "gpu"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,7 +226,9 @@ class Summary:
         """Plot with matplotlib: ``kind`` is ``"hist"``, ``"corr"`` or ``"mi"`` (see :mod:`daskbatch.plotting`)."""
         from daskbatch import plotting
 
-        plotters = {"hist": plotting.plot_histograms, "corr": plotting.plot_correlation, "mi": plotting.plot_mi}
+        plotters: dict[str, Callable[..., Any]] = {
+            "hist": plotting.plot_histograms, "corr": plotting.plot_correlation, "mi": plotting.plot_mi
+        }
         if kind not in plotters:
             raise ValueError(f"kind must be one of {sorted(plotters)}, got {kind!r}")
         return plotters[kind](self, **kwargs)

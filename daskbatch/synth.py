@@ -374,4 +374,5 @@ def _write(
         sources.append(y)
     if rows:
         # Dask blocks equal storage chunks, so each chunk has exactly one writer.
-        da.store(sources, targets, lock=False)
+        # dask annotates targets as numpy ArrayLike, but it only needs __setitem__ (zarr.Array has it).
+        da.store(sources, targets, lock=False)  # type: ignore[arg-type]

@@ -21,14 +21,18 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.array as da
 import numpy as np
 
+from daskbatch.errors import DataError
 from daskbatch.reduce import tree_reduce
 from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = ["TiledCov", "open_tiled_cov", "tiled_covariance"]
 
@@ -102,7 +106,8 @@ def _top_of_tile(path: str, ti: int, tj: int, tile: int, k: int) -> tuple[np.nda
     corr = zarr.open_array(path, path="corr", mode="r")
     i0, j0 = ti * tile, tj * tile
     block = np.asarray(corr[i0 : i0 + tile, j0 : j0 + tile])
-    ii, jj = np.indices(block.shape)
+    grid = np.indices(block.shape)
+    ii, jj = grid[0], grid[1]  # numpy's stubs type unpacking an array as scalars
     keep = np.isfinite(block) & (ii + i0 < jj + j0)
     rows, cols, r = ii[keep] + i0, jj[keep] + j0, block[keep]
     order = np.lexsort((cols, rows, -np.abs(r)))[:k]
@@ -193,11 +198,33 @@ def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
 
     where = os.fspath(path)
     group = zarr.open_group(where, mode="r")
-    meta = group.attrs["daskbatch_tiled_cov"]
+    meta = _meta(group, where)
     return TiledCov(
-        path=where, n=int(meta["n"]), tile=int(meta["tile"]), n_features=int(group["cov"].shape[0]),
+        path=where, n=int(meta["n"]), tile=int(meta["tile"]),
+        n_features=int(_array(group, "cov", where).shape[0]),
         ddof=int(meta["ddof"]), feature_names=tuple(meta["feature_names"]),
     )
+
+
+def _meta(group: zarr.Group, where: str) -> dict[str, Any]:
+    """The ``daskbatch_tiled_cov`` attribute of the group (KeyError if absent)."""
+    meta = group.attrs["daskbatch_tiled_cov"]
+    if not isinstance(meta, dict):
+        raise DataError(
+            f"{where!r}: attribute 'daskbatch_tiled_cov' is a {type(meta).__name__}, not an object"
+        )
+    # Values are untyped JSON: tiled_covariance writes ints and a list of feature names.
+    return meta
+
+
+def _array(group: zarr.Group, name: str, where: str) -> zarr.Array:
+    """Array ``name`` of the group, or a DataError naming what is there instead."""
+    import zarr
+
+    node = group[name]
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{name!r} in {where!r} is a Zarr group, not an array")
+    return node
 
 
 def _co_diagonal(s: CrossCoMomentsState) -> np.ndarray:

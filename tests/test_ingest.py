@@ -154,6 +154,16 @@ def test_every_bad_file_is_named_before_writing(tmp_path):
     assert "one_d.npy: x has shape (5,); expected 2-D" in msg
 
 
+def test_zarr_source_whose_key_is_a_group_is_named(tmp_path):
+    src = zarr.open_group(str(tmp_path / "src.zarr"), mode="w")
+    src.create_array("X", data=np.zeros((10, D), "f4"))
+    src.create_group("y")  # a group where the label array should be
+    with pytest.raises(DataError) as err:
+        ingest([tmp_path / "src.zarr"], tmp_path / "out.zarr", x_key="X", label_key="y")
+    assert "src.zarr: label key 'y' is a Zarr group, not an array" in str(err.value)
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_missing_sources(tmp_path):
     with pytest.raises(DataError, match=r"nomatch_\*\.npz: no files match"):
         ingest(str(tmp_path / "nomatch_*.npz"), tmp_path / "o.zarr")

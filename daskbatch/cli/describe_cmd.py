@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Literal, cast
 
 import click
 
@@ -64,10 +65,16 @@ def describe_command(
     resumable: run the same command again.
     """
     from daskbatch.checkpoint import sigterm_as_interrupt
-    from daskbatch.cluster import cuda_device_count, resolve_kind, resources_from_client, resources_from_machine
+    from daskbatch.cluster import (
+        cuda_device_count,
+        resolve_kind,
+        resources_from_client,
+        resources_from_machine,
+    )
     from daskbatch.dataset import open_dataset
     from daskbatch.describe import describe, plan_describe
     from daskbatch.errors import Interrupted
+    from daskbatch.stats.moments import NanPolicy
 
     dataset = open_dataset(store, x=x_name, label=label, strict=strict)
     if cov_out is None and out is not None:
@@ -91,8 +98,10 @@ def describe_command(
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
                 dataset, stats=stat_names, bins=bins, range=parse_range(range_), ddof=ddof,
-                nan_policy=nan_policy, split_every=split_every, progress=progress,
-                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache, device=device,
+                # click.Choice has validated both; "auto" was resolved to cpu or gpu above.
+                nan_policy=cast(NanPolicy, nan_policy), split_every=split_every, progress=progress,
+                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
+                device=cast(Literal["cpu", "gpu"], device),
             )
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""

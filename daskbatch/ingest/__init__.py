@@ -21,11 +21,11 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch.dataset import INGEST_ATTR, LAYOUT_ATTR
+from daskbatch.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
 from daskbatch.errors import DataError
 from daskbatch.ingest.manifest import (
     DoneLog,
@@ -36,6 +36,9 @@ from daskbatch.ingest.manifest import (
 )
 from daskbatch.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.ingest.write import ChunkWriter
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = ["IngestReport", "expand_sources", "ingest", "scan_sources"]
 
@@ -294,10 +297,14 @@ def ingest(
 
     group = zarr.open_group(out, mode="r+")
     todo = [c for c in range(n_chunks) if c not in done]
-    if todo or not group.attrs.get(INGEST_ATTR, {}).get("complete"):
+    if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
         # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
-        zx = group["X"].with_config({"write_empty_chunks": True})
-        zy = group["y"].with_config({"write_empty_chunks": True}) if scan.label_key else None
+        zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
+        zy = (
+            _output_array(group, "y", out).with_config({"write_empty_chunks": True})
+            if scan.label_key
+            else None
+        )
         _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, n_chunks, workers, progress)
         # Only now, with every chunk in the log, is the store complete.
         missing = set(range(n_chunks)) - read_done(out)
@@ -306,9 +313,10 @@ def ingest(
         group.update_attributes(
             {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
         )
-    x = group["X"]
-    nbytes = x.nbytes + (group["y"].nbytes if scan.label_key else 0)
-    stored = x.nbytes_stored() + (group["y"].nbytes_stored() if scan.label_key else 0)
+    x = _output_array(group, "X", out)
+    y = _output_array(group, "y", out) if scan.label_key else None
+    nbytes = x.nbytes + (y.nbytes if y is not None else 0)
+    stored = x.nbytes_stored() + (y.nbytes_stored() if y is not None else 0)
     return IngestReport(
         path=out,
         rows=scan.rows,
@@ -320,6 +328,16 @@ def ingest(
         bytes_written=int(stored),
         seconds=time.perf_counter() - t0,
     )
+
+
+def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
+    """Array ``name`` of the output store (a group there means it was tampered with)."""
+    import zarr
+
+    node = group[name]
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{name!r} in {out!r} is a Zarr group, not an array")
+    return node
 
 
 def _run(

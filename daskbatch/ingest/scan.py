@@ -268,7 +268,6 @@ def _scan_zarr(path: str, x_key: str | None, label_key: str | None) -> tuple[Par
     node = zarr.open(path, mode="r")
 
     def part(key: str | None, what: str) -> Part:
-        arr = node
         if isinstance(node, zarr.Group):
             if key is None or key not in node:
                 have = sorted(n for n, _ in node.arrays())
@@ -276,8 +275,12 @@ def _scan_zarr(path: str, x_key: str | None, label_key: str | None) -> tuple[Par
                     f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})"
                 )
             arr = node[key]
+            if not isinstance(arr, zarr.Array):
+                raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
         elif what == "label":
             raise ValueError(f"is a single array; it has no label key {key!r}")
+        else:
+            arr = node
         return Part(tuple(int(s) for s in arr.shape), np.dtype(arr.dtype).str)
 
     return part(x_key, "x"), (part(label_key, "label") if label_key else None)

@@ -119,6 +119,8 @@ class ChunkWriter:
     def _read(self, src: Source, what: str, start: int, stop: int) -> np.ndarray:
         part: Part = src.x if what == "x" else src.label  # type: ignore[assignment]
         key = (self.scan.x_key or "X") if what == "x" else self.scan.label_key
+        if key is None:  # pragma: no cover - labels are read only when the scan has a label key
+            raise ValueError(f"no {what} key to read from {src.path}")
         if src.kind in ("npy", "npz") and part.offset is not None:
             mm = np.memmap(
                 src.path,
@@ -135,7 +137,7 @@ class ChunkWriter:
                 cache.array = None  # drop the previous batch before inflating the next
                 with np.load(src.path, allow_pickle=False) as z:
                     cache.array = z[key]
-                cache.key = (src.path, key)  # type: ignore[assignment]
+                cache.key = (src.path, key)
             return cache.array[start:stop]  # type: ignore[index]
         if src.kind == "h5":
             import h5py
@@ -146,4 +148,7 @@ class ChunkWriter:
 
         node = zarr.open(src.path, mode="r")
         arr = node[key] if isinstance(node, zarr.Group) else node
-        return arr[start:stop]
+        if not isinstance(arr, zarr.Array):
+            raise ValueError(f"{key!r} in {src.path} is a Zarr group, not an array")
+        # zarr types reads as any array-like; with the default buffers they are numpy arrays.
+        return np.asarray(arr[start:stop])
