@@ -18,7 +18,13 @@ from daskbatch.accumulator import Accumulator
 from daskbatch.cluster import cluster
 from daskbatch.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.describe import describe
-from daskbatch.errors import CheckpointMismatchError, DataError, Interrupted, PlanError
+from daskbatch.errors import (
+    CheckpointMismatchError,
+    DataError,
+    DeviceUnavailableError,
+    Interrupted,
+    PlanError,
+)
 from daskbatch.ingest import IngestReport, ingest
 from daskbatch.planner import Plan, plan
 from daskbatch.resources import Resources
@@ -27,7 +33,7 @@ from daskbatch.summary import Summary, load_summary
 from daskbatch.synth import synth
 
 __all__ = [
-    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
+    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
     "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
     "cluster", "describe", "ingest", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
     "synth",

@@ -35,6 +35,7 @@ __all__ = [
     "gpu_memory_bytes",
     "machine_memory_bytes",
     "parse_memory",
+    "require_cuda",
     "resolve_kind",
     "resources_auto",
     "resources_from_client",
@@ -364,6 +365,31 @@ def _wait_for_workers(client: Client, n_workers: int) -> None:
         ) from exc
 
 
+def require_cuda() -> int:
+    """The number of visible CUDA devices, after checking that a ``"cuda"`` cluster can start.
+
+    Raises
+    ------
+    ImportError
+        dask-cuda is not installed (the message names the extra to install).
+    DeviceUnavailableError
+        No CUDA device is visible to this process.
+    """
+    if not _has_module("dask_cuda"):
+        raise ImportError(f"cluster kind 'cuda' needs dask-cuda: {_GPU_HINT}")
+    n = cuda_device_count()
+    if n == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        from daskbatch.errors import DeviceUnavailableError
+
+        raise DeviceUnavailableError(
+            f"cluster kind 'cuda' needs a CUDA device, and none is visible{where}; "
+            "use --cluster local (or auto) on this machine"
+        )
+    return n
+
+
 def resolve_kind(kind: str) -> str:
     """The cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``.
 
@@ -388,10 +414,9 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
 
         return LocalCluster(**kwargs)
     if kind == "cuda":
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError as exc:
-            raise ImportError(f"cluster kind 'cuda' needs dask-cuda: {_GPU_HINT}") from exc
+        require_cuda()
+        from dask_cuda import LocalCUDACluster
+
         opts = dict(kwargs)
         if plan is not None and "rmm_pool_size" not in opts:
             opts["rmm_pool_size"] = plan.rmm_pool_bytes

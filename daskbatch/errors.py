@@ -15,5 +15,9 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint belongs to a different input or statistics spec."""
 
 
+class DeviceUnavailableError(RuntimeError):
+    """A GPU was asked for (a ``"cuda"`` cluster) but this machine shows none."""
+
+
 class Interrupted(Exception):
     """A run was stopped (SIGTERM at a walltime); its checkpoint holds what finished."""

@@ -190,3 +190,15 @@ def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) 
     assert set(p.stats) == {"moments", "cov", "hist", "mi"}
     unlabelled = plan_describe(db.open_dataset(store[0]), bins=16, resources=resources)
     assert "mi" not in unlabelled.stats
+
+
+def test_describe_cluster_cuda_without_a_gpu_is_one_line_exit_2(store: tuple[str, np.ndarray]) -> None:
+    from daskbatch.cluster import _has_module, cuda_device_count
+
+    if _has_module("dask_cuda") and cuda_device_count():
+        pytest.skip("this machine can start a CUDA cluster")
+    result = CliRunner().invoke(main, ["describe", store[0], "--cluster", "cuda"])
+    assert result.exit_code == 2, result.output
+    expected = "needs dask-cuda" if not _has_module("dask_cuda") else "needs a CUDA device, and none is visible"
+    assert expected in result.output
+    assert "Traceback" not in result.output

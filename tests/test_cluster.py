@@ -162,3 +162,17 @@ def test_cuda_cluster():
             return "rmm" in str(cupy.cuda.get_allocator()).lower()
 
         assert all(client.run(allocator_is_rmm).values())
+
+
+def test_require_cuda_names_what_is_missing(monkeypatch):
+    from daskbatch.cluster import _has_module, require_cuda
+    from daskbatch.errors import DeviceUnavailableError
+
+    if not _has_module("dask_cuda"):
+        with pytest.raises(ImportError, match=r"needs dask-cuda: .*daskbatch\[gpu\]"):
+            require_cuda()
+        return
+    # dask-cuda is here: hide every device from this process.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(DeviceUnavailableError, match=r"none is visible \(CUDA_VISIBLE_DEVICES=''\)"):
+        require_cuda()

@@ -45,15 +45,18 @@ def user_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from daskbatch.errors import PlanError
+        from daskbatch.errors import DeviceUnavailableError, PlanError
 
         try:
             return func(*args, **kwargs)
         except PlanError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_PLAN)
-        except (ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError) as exc:
-            # ImportError: an optional extra is missing (its message names the pip install).
+        except (
+            ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError, DeviceUnavailableError
+        ) as exc:
+            # ImportError: an optional extra is missing (its message names the pip install);
+            # DeviceUnavailableError: no CUDA device for --cluster cuda.
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.echo(f"error: {msg}", err=True)
             sys.exit(EXIT_BAD_INPUT)

@@ -66,7 +66,7 @@ def describe_command(
     """
     from daskbatch.checkpoint import sigterm_as_interrupt
     from daskbatch.cluster import (
-        cuda_device_count,
+        require_cuda,
         resolve_kind,
         resources_from_client,
         resources_from_machine,
@@ -85,7 +85,7 @@ def describe_command(
     if starts_gpu_cluster:
         # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
-        gpus = resources_from_machine(n_workers=cuda_device_count(), device="gpu")
+        gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
             dataset, stats=stat_names, bins=bins, split_every=split_every, resources=gpus
         )
