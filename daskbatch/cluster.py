@@ -15,7 +15,6 @@ pynvml and psutil only where needed, so importing this module is cheap.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 from collections.abc import Iterator
@@ -41,8 +40,6 @@ __all__ = [
     "resources_from_client",
     "resources_from_machine",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: Values of ``cluster(kind=...)`` and of the CLI's ``--cluster``.
 KINDS = ("auto", "local", "cuda", "slurm", "pbs")
@@ -331,16 +328,17 @@ def cluster(
     if address is not None or scheduler_file is not None:
         sf = os.fspath(scheduler_file) if scheduler_file is not None else None
         with Client(address, scheduler_file=sf, **kwargs) as client:
-            _log_dashboard(client, "connected to")
+            _print_dashboard(client, "connected to")
             _wait_for_workers(client, 1 if wait_for_workers is None else wait_for_workers)
             yield client  # an external cluster: only our client is closed
         return
+    kind = resolve_kind(kind)
     started = _start_cluster(kind, plan, kwargs)
     if wait_for_workers is None:
         wait_for_workers = 1 if kind in ("slurm", "pbs") else 0
     try:
         with Client(started) as client:
-            _log_dashboard(client, "started")
+            _print_dashboard(client, f"started a {kind} cluster at")
             _wait_for_workers(client, wait_for_workers)
             yield client
     finally:
@@ -404,11 +402,7 @@ def resolve_kind(kind: str) -> str:
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
-    """A started cluster object of ``kind`` (``auto`` resolved here)."""
-    resolved = resolve_kind(kind)
-    if kind == "auto":
-        logger.info("daskbatch: cluster kind 'auto' -> %r", resolved)
-    kind = resolved
+    """A started cluster object of ``kind`` (one of :data:`KINDS` other than ``"auto"``)."""
     if kind == "local":
         from distributed import LocalCluster
 
@@ -440,9 +434,12 @@ def _has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _log_dashboard(client: Client, verb: str) -> None:
+def _print_dashboard(client: Client, verb: str) -> None:
+    """One line on stderr: the scheduler and its dashboard link (a batch log keeps it too)."""
+    import sys
+
     try:
         link = client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
         link = "(no dashboard)"
-    logger.info("daskbatch: %s %s; dashboard: %s", verb, client.scheduler.address, link)
+    print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=sys.stderr, flush=True)

@@ -97,10 +97,13 @@ def test_resolve_kind():
         resolve_kind("gpu")
 
 
-def test_local_cluster_starts_and_closes():
+def test_local_cluster_starts_and_closes(capsys):
     with cluster("local", n_workers=1, threads_per_worker=1, processes=False,
                  dashboard_address=":0", memory_limit="512MiB") as client:
         started = client.cluster
+        printed = capsys.readouterr().err
+        assert f"daskbatch: started a local cluster at {client.scheduler.address}; dashboard: http" in printed
+        assert client.dashboard_link in printed
         assert client.submit(sum, [1, 2]).result() == 3
         assert resources_from_client(client).memory_bytes == 512 * 2**20
     assert client.status == "closed"

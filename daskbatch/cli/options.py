@@ -118,11 +118,6 @@ def client_from_options(
         return
     from daskbatch.cluster import cluster as start_cluster
 
+    # cluster() prints the scheduler and its dashboard link on stderr.
     with start_cluster(cluster, address=address, scheduler_file=scheduler_file, **kwargs) as client:
-        try:
-            link = client.dashboard_link
-        except Exception:  # no dashboard available
-            link = None
-        if link:
-            click.echo(f"dashboard: {link}", err=True)
         yield client
