@@ -63,20 +63,26 @@ def test_accumulator_on_gpu(data: tuple[np.ndarray, np.ndarray]) -> None:
     _compare(cpu.summary(), gpu.summary())
 
 
-def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(tmp_path, data: tuple[np.ndarray, np.ndarray]) -> None:
-    """The whole GPU route: Zarr store -> dask-cuda workers (RMM pool from the plan) -> CuPy states."""
-    pytest.importorskip("cupy")
-    pytest.importorskip("dask_cuda")
+@pytest.fixture()
+def store(tmp_path, data: tuple[np.ndarray, np.ndarray]) -> str:
+    """``data`` as a Zarr store (X, y) in 25,000-row chunks."""
     import zarr
-
-    from daskbatch.cluster import cluster, cuda_device_count, resources_from_machine
-    from daskbatch.describe import plan_describe
 
     x, y = data
     root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
     root.create_array("X", data=x, chunks=(25_000, x.shape[1]))
     root.create_array("y", data=y, chunks=(25_000,))
-    ds = db.open_dataset(tmp_path / "d.zarr", label="y")
+    return str(tmp_path / "d.zarr")
+
+
+def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(store: str) -> None:
+    """The whole GPU route: Zarr store -> dask-cuda workers (RMM pool from the plan) -> CuPy states."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("dask_cuda")
+    from daskbatch.cluster import cluster, cuda_device_count, resources_from_machine
+    from daskbatch.describe import plan_describe
+
+    ds = db.open_dataset(store, label="y")
     cpu = db.describe(ds)
     gpus = resources_from_machine(n_workers=cuda_device_count(), device="gpu")
     p = plan_describe(ds, resources=gpus)
@@ -93,29 +99,23 @@ def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(tmp_path, data: tupl
     _compare(cpu, gpu)
 
 
-def test_describe_cli_picks_the_gpu_on_dask_cuda_workers(tmp_path, data: tuple[np.ndarray, np.ndarray]) -> None:
+def test_describe_cli_picks_the_gpu_on_dask_cuda_workers(tmp_path, store: str) -> None:
     pytest.importorskip("cupy")
     pytest.importorskip("dask_cuda")
     import json
     import subprocess
     import sys
 
-    import zarr
-
-    x, y = data
-    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
-    root.create_array("X", data=x, chunks=(25_000, x.shape[1]))
-    root.create_array("y", data=y, chunks=(25_000,))
     out = tmp_path / "s.json"
     result = subprocess.run(
-        [sys.executable, "-m", "daskbatch", "describe", str(tmp_path / "d.zarr"), "--label", "y",
+        [sys.executable, "-m", "daskbatch", "describe", store, "--label", "y",
          "--cluster", "cuda", "--no-progress", "--json", str(out)],
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(out.read_text())
     assert summary["provenance"]["device"] == "gpu"
-    cpu = db.describe(db.open_dataset(tmp_path / "d.zarr", label="y"))
+    cpu = db.describe(db.open_dataset(store, label="y"))
     mean = np.array([np.nan if v is None else float(v) for v in summary["mean"]])  # JSON: null, "inf"
     np.testing.assert_allclose(mean, cpu.mean, rtol=1e-12)
     np.testing.assert_array_equal(np.asarray(summary["hist_counts"]), cpu.hist_counts)
