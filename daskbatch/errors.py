@@ -19,5 +19,11 @@ class DeviceUnavailableError(RuntimeError):
     """A GPU was asked for (a ``"cuda"`` cluster) but this machine shows none."""
 
 
-class Interrupted(Exception):
-    """A run was stopped (SIGTERM at a walltime); its checkpoint holds what finished."""
+class Interrupted(BaseException):
+    """A run was stopped (SIGTERM at a walltime); its checkpoint holds what finished.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: the signal arrives wherever
+    the main thread happens to be, often inside a library's ``except Exception``
+    fallback (dask's tokenize tries pickle, then cloudpickle, then gives up
+    quietly), which must not swallow it.
+    """
