@@ -15,6 +15,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import psutil
@@ -65,9 +66,22 @@ def queue(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Pa
     return jobs
 
 
-def _job_alive(jobs: pathlib.Path) -> bool:
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _jobs_end(jobs: pathlib.Path, timeout: float = 60) -> bool:
+    """Whether every submitted job's processes are gone within ``timeout`` s (a kill takes a moment)."""
     pids = [int(p.read_text()) for p in jobs.glob("*.pid")]
-    return any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_running(pid) for pid in pids):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 @pytest.mark.parametrize("kind", ["slurm", "pbs"])
@@ -88,7 +102,7 @@ def test_jobqueue_cluster_waits_for_its_job_and_computes(kind: str, queue: pathl
     submitted = (queue / "submitted.log").read_text().splitlines()
     assert len(submitted) == 1 and submitted[0].startswith(submit)
     assert (queue / "cancelled.log").read_text().split()[0] in ("scancel", "qdel")
-    assert not _job_alive(queue)
+    assert _jobs_end(queue)
 
 
 def test_describe_cli_starts_a_slurm_cluster_from_dask_config(queue: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -111,6 +125,6 @@ def test_describe_cli_starts_a_slurm_cluster_from_dask_config(queue: pathlib.Pat
     assert result.returncode == 0, result.stdout + result.stderr
     assert (queue / "submitted.log").read_text().startswith("sbatch ")
     assert (queue / "cancelled.log").read_text().startswith("scancel ")
-    assert not _job_alive(queue)
+    assert _jobs_end(queue)
     x = db.open_dataset(store).x.compute().astype(np.float64)
     np.testing.assert_allclose(json.loads(out.read_text())["mean"], x.mean(axis=0), rtol=1e-12)
