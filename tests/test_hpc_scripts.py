@@ -8,16 +8,20 @@ Everything else is what a job runs: ``dask scheduler`` and ``dask worker``
 ``daskbatch describe --scheduler-file --wait-for-workers --config --checkpoint``,
 and the results and logs in the job's directory.
 
-The walltime path is followed too. The workers are frozen (SIGSTOP) once they
-have joined, so the run cannot finish first; the batch system's warning signal
-then reaches the script, ``describe`` exits 75 and the job asks to be requeued
-(SLURM) or resubmits itself (PBS). The next job of the same id (directory)
-runs to the end, and its results match NumPy on the same data.
+The walltime path is followed too. In the SLURM test the worker is frozen
+(SIGSTOP) once the first checkpoint unit is on disk, then SLURM's warning
+signal reaches the script: ``describe`` exits 75, the job asks to be requeued,
+and the requeued job (same id, same directory, new scheduler and worker)
+computes only the blocks that were missing. In the PBS test the workers are
+frozen as soon as they join, ``describe`` exits 75 on SIGTERM and the job
+resubmits itself. Both reruns are checked against NumPy on the same data.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import pathlib
 import shutil
@@ -65,23 +69,33 @@ def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
         **os.environ,
         "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
-        "STORE": str(store),
+        "STORE": str(store),  # small: the PBS test interrupts before any block is done
         "CONFIG": str(EXAMPLES / "daskbatch.yaml"),
         "TMPDIR": str(tmp_path / "node-tmp"),
         "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "false",  # a small machine: no spilling surprises
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Walltime:
+    """How a test plays the batch system's walltime warning on a running job.
+
+    Once ``freeze_when()`` holds, the job's workers (``is_worker``) are frozen
+    with SIGSTOP, so that nothing more finishes; once ``signal_when()`` holds
+    too, ``signum`` goes to the batch script.
+    """
+
+    freeze_when: Callable[[], bool]
+    is_worker: Callable[[psutil.Process], bool]
+    signum: signal.Signals
+    signal_when: Callable[[], bool] = lambda: True
+
+
 def _run_job(
-    script: pathlib.Path,
-    env: dict[str, str],
-    cwd: pathlib.Path,
-    interrupt: tuple[pathlib.Path, Callable[[psutil.Process], bool], signal.Signals] | None = None,
+    script: pathlib.Path, env: dict[str, str], cwd: pathlib.Path, walltime: Walltime | None = None
 ) -> tuple[int, str]:
     """Run a batch script as the batch system would; return its exit code and output.
 
-    ``interrupt = (worker_log, is_worker, signum)``: once a worker has joined
-    (``worker_log`` says so), freeze the workers and send ``signum`` to the script.
     Whatever the job left running (scheduler, workers) is killed at the end, as
     the batch system does when a job ends.
     """
@@ -90,13 +104,11 @@ def _run_job(
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        if interrupt is not None:
-            worker_log, is_worker, signum = interrupt
-            _wait_for(lambda: "Registered to" in _text(worker_log), proc, what=f"a worker in {worker_log}")
-            _freeze_workers(proc.pid, is_worker)
-            describe_log = worker_log.parent / "describe.log"
-            _wait_for(lambda: "dashboard:" in _text(describe_log), proc, what="describe to connect")
-            proc.send_signal(signum)
+        if walltime is not None:
+            _wait_for(walltime.freeze_when, proc, what="the moment to freeze the workers", poll=0.002)
+            _freeze_workers(proc.pid, walltime.is_worker)
+            _wait_for(walltime.signal_when, proc, what="the moment to signal the job")
+            proc.send_signal(walltime.signum)
         out, _ = proc.communicate(timeout=240)
         return proc.returncode, out
     finally:
@@ -129,14 +141,16 @@ def _text(path: pathlib.Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen, *, what: str, timeout: float = 120) -> None:
+def _wait_for(
+    condition: Callable[[], bool], proc: subprocess.Popen, *, what: str, timeout: float = 120, poll: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None:
             raise AssertionError(f"the job ended (exit {proc.returncode}) while waiting for {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(poll)
 
 
 def _freeze_workers(job_pid: int, is_worker: Callable[[psutil.Process], bool]) -> None:
@@ -176,9 +190,21 @@ def _check_results(jobdir: pathlib.Path, store: str) -> None:
     assert (jobdir / "stats.json").stat().st_size > 0
 
 
-def test_slurm_script_runs_requeues_on_walltime_signal_and_resumes(job_env, tmp_path):
+def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_blocks(job_env, tmp_path):
+    # 20 blocks of 100,000 rows, merged in pairs: 10 checkpoint units, each a few
+    # milliseconds of work, so the workers are frozen with most units still to do.
+    store = tmp_path / "big.zarr"
+    db.synth(2_000_000, 8, classes=3, informative=2, chunk_rows=100_000, path=store)
+    config = tmp_path / "job-config.yaml"
+    config.write_text(
+        (EXAMPLES / "daskbatch.yaml").read_text()
+        .replace("split-every: 16", "split-every: 2")
+        .replace("target-chunk-bytes: 128MiB", "target-chunk-bytes: 4MiB")
+    )
     env = {
         **job_env,
+        "STORE": str(store),
+        "CONFIG": str(config),
         "SLURM_SUBMIT_DIR": str(tmp_path),
         "SLURM_JOB_ID": "4242",
         "SLURM_CPUS_PER_TASK": "1",
@@ -187,23 +213,31 @@ def test_slurm_script_runs_requeues_on_walltime_signal_and_resumes(job_env, tmp_
     jobdir = tmp_path / "daskbatch-4242"
     script = EXAMPLES / "slurm.sbatch"
 
-    # 1. SLURM's USR1 (--signal=B:USR1@300) arrives while the workers are busy.
-    rc, out = _run_job(
-        script, env, tmp_path, interrupt=(jobdir / "logs" / "workers.log", _is_dask_worker, signal.SIGUSR1)
-    )
+    # 1. SLURM's USR1 (--signal=B:USR1@300) arrives once some blocks are checkpointed.
+    rc, out = _run_job(script, env, tmp_path, Walltime(
+        freeze_when=lambda: any((jobdir / "checkpoint").glob("pass-*/L*.ckpt")),
+        is_worker=_is_dask_worker,
+        signum=signal.SIGUSR1,
+    ))
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     assert "interrupted, resumable: requeueing" in out
     assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4242"]
-    assert "Plan for a 40,000 x 6 float32 array" in _text(jobdir / "plan.txt")
-    assert (jobdir / "job.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
+    assert "Plan for a 2,000,000 x 8 float32 array" in _text(jobdir / "plan.txt")
+    assert (jobdir / "job.yaml").read_text() == config.read_text()
     assert not (jobdir / "stats.zarr").exists()
 
-    # 2. The requeued job keeps its id, so it finds the same directory and checkpoint.
+    # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,
+    #    and with new scheduler and workers computes only the blocks that were missing.
     rc, out = _run_job(script, env, tmp_path)
     assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
     assert f"results: {jobdir}/stats.zarr" in out
-    assert "daskbatch describe exit code: 75" in _text(jobdir / "logs" / "describe.log")
-    assert "daskbatch describe exit code: 0" in _text(jobdir / "logs" / "describe.log")
+    log = _text(jobdir / "logs" / "describe.log")
+    assert "daskbatch describe exit code: 75" in log and "daskbatch describe exit code: 0" in log
+    (runs,) = (jobdir / "checkpoint").glob("pass-*/runs.jsonl")
+    last = json.loads(runs.read_text().splitlines()[-1])
+    assert last["blocks"] == 20
+    assert 0 < last["reused_blocks"] < 20, last
+    assert last["computed_blocks"] == 20 - last["reused_blocks"]
     _check_results(jobdir, env["STORE"])
 
 
@@ -228,9 +262,13 @@ def test_pbs_script_runs_with_dask_mpi_resubmits_on_sigterm_and_resumes(job_env,
     jobdir = tmp_path / "daskbatch-777"
 
     # 1. PBS sends SIGTERM at the walltime.
-    rc, out = _run_job(
-        script, env, tmp_path, interrupt=(jobdir / "logs" / "dask-mpi.log", _is_mpi_worker_rank, signal.SIGTERM)
-    )
+    # Frozen as soon as a worker rank joins, so no block finishes before the signal.
+    rc, out = _run_job(script, env, tmp_path, Walltime(
+        freeze_when=lambda: "Registered to" in _text(jobdir / "logs" / "dask-mpi.log"),
+        is_worker=_is_mpi_worker_rank,
+        signum=signal.SIGTERM,
+        signal_when=lambda: "dashboard:" in _text(jobdir / "logs" / "describe.log"),
+    ))
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     resubmit = _text(tmp_path / "batch-system.log").splitlines()
     assert resubmit == [f"qsub -v STORE={env['STORE']},CONFIG={env['CONFIG']},JOBDIR={jobdir},SCRIPT={script} {script}"]
