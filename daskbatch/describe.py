@@ -175,10 +175,8 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-    names = normalize_stats(stats)
     data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
-    if data.label is None:
-        names = tuple(n for n in names if n != "mi")
+    names = _stat_names(stats, data)
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:
         resolve_split_every(split_every)  # validate before planning
@@ -289,15 +287,19 @@ def plan_describe(
     -------
     Plan
     """
-    names = normalize_stats(stats)
     data = as_feature_matrix(x, label)
-    if data.label is None:
-        names = tuple(n for n in names if n != "mi")
+    names = _stat_names(stats, data)
     if isinstance(resources, str) and resources == "auto":
         from daskbatch.cluster import resources_auto
 
         resources = resources_auto()
     return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
+
+
+def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, ...]:
+    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label."""
+    names = normalize_stats(stats)
+    return names if data.label is not None else tuple(n for n in names if n != "mi")
 
 
 def _plan_names(

@@ -80,9 +80,10 @@ def describe_command(
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     stat_names = stats.split(",")
-    starts_gpu_cluster = not (address or scheduler_file) and cluster != "threads" and resolve_kind(cluster) == "cuda"
+    if not (address or scheduler_file) and cluster != "threads":
+        cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}
-    if starts_gpu_cluster:
+    if cluster == "cuda" and not (address or scheduler_file):
         # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
