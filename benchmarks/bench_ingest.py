@@ -38,7 +38,7 @@ REPO = os.path.dirname(HERE)
 
 RUNNERS = {
     "daskbatch": """
-        from daskbatch.ingest import ingest
+        from daskbatch.io.ingest import ingest
         ingest(files, out, chunk_rows=chunk_rows, workers=workers, compressor="zstd")
     """,
     "naive": """

@@ -2,7 +2,7 @@
 
 Starts a ``LocalCluster`` of process workers with a low ``memory_limit``, writes
 (or reuses) a float64 store ``--ratio`` times the workers' total memory, plans
-the chunking with :func:`daskbatch.planner.plan`, runs :func:`daskbatch.describe`
+the chunking with :func:`daskbatch.planning.search.plan`, runs :func:`daskbatch.describe`
 and reports: wall time, worker restarts (pids before/after), each worker's
 baseline and peak RSS against the plan's projected task bytes, and the largest
 relative difference from a two-pass numpy reference streamed chunk by chunk.
@@ -82,9 +82,9 @@ def main() -> dict[str, Any]:
     import distributed
 
     import daskbatch as db
-    from daskbatch.dataset import open_dataset
-    from daskbatch.planner import plan
-    from daskbatch.resources import Resources
+    from daskbatch.io.dataset import open_dataset
+    from daskbatch.planning.resources import Resources
+    from daskbatch.plans import plan
 
     limit = parse_bytes(args.memory_limit)
     rows = math.ceil(args.ratio * args.workers * limit / (8 * args.features))

@@ -6,17 +6,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("daskbatch")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+unknown"
-
 from daskbatch import config as _config  # noqa: F401  (loads defaults into dask.config)
+from daskbatch._version import __version__
 from daskbatch.accumulator import Accumulator
-from daskbatch.cluster import cluster
-from daskbatch.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.describe import describe
 from daskbatch.errors import (
     CheckpointMismatchError,
@@ -25,12 +17,15 @@ from daskbatch.errors import (
     Interrupted,
     PlanError,
 )
-from daskbatch.ingest import IngestReport, ingest
-from daskbatch.planner import Plan, plan
-from daskbatch.resources import Resources
+from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
+from daskbatch.io.ingest import IngestReport, ingest
+from daskbatch.io.synth import synth
+from daskbatch.planning.resources import Resources
+from daskbatch.planning.search import Plan
+from daskbatch.plans import plan
+from daskbatch.runtime.cluster import cluster
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
-from daskbatch.synth import synth
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",

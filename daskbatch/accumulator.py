@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch.backend import namespace
-from daskbatch.describe import NAN_POLICIES, histogram_ranges, normalize_stats
-from daskbatch.inputs import check_label, check_numeric
-from daskbatch.reduce import to_host
+from daskbatch.engine.inputs import check_label, check_numeric
+from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats.backend import namespace
+from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats
 from daskbatch.summary import Summary
 
 

@@ -7,7 +7,7 @@ import tempfile
 import time
 from typing import Any
 
-from daskbatch.cli.describe_cmd import format_report
+from daskbatch.report import format_report
 
 
 def run_demo(
@@ -41,7 +41,7 @@ def run_demo(
     from distributed import Client, LocalCluster
 
     from daskbatch.describe import describe
-    from daskbatch.synth import synth
+    from daskbatch.io.synth import synth
 
     out_dir = out_dir or tempfile.mkdtemp(prefix="daskbatch-demo-")
     os.makedirs(out_dir, exist_ok=True)

@@ -10,60 +10,17 @@ from typing import Any, Literal
 import dask
 import numpy as np
 
-from daskbatch.inputs import FeatureMatrix, as_feature_matrix, to_device
-from daskbatch.reduce import resolve_split_every, tree_reduce
-from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, to_device
+from daskbatch.engine.reduce import resolve_split_every, tree_reduce
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES, histogram_ranges, normalize_stats
 from daskbatch.summary import Summary
-
-DEFAULT_STATS = ("moments", "cov", "hist", "mi")
-NAN_POLICIES = ("omit", "propagate", "raise")
-
-
-def normalize_stats(stats: str | Sequence[str]) -> tuple[str, ...]:
-    """Validate statistic names (``"moments"`` is always computed and listed first)."""
-    names = (stats,) if isinstance(stats, str) else tuple(stats)
-    names = tuple(n.strip() for part in names for n in part.split(",") if n.strip())
-    unknown = [n for n in names if n not in STATISTICS]
-    if unknown:
-        raise ValueError(f"unknown statistic(s) {unknown}; choose from {sorted(STATISTICS)}")
-    return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
-
-
-def histogram_ranges(
-    range_: Any, n_features: int, vmin: np.ndarray | None = None, vmax: np.ndarray | None = None
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-feature (lo, hi) from a user range, or from finite extrema found by a first pass.
-
-    A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
-    """
-    if range_ is not None:
-        r = np.asarray(range_, dtype=np.float64)
-        if r.shape == (2,):
-            r = np.broadcast_to(r, (n_features, 2))
-        if r.shape != (n_features, 2):
-            raise ValueError(
-                f"range must be (lo, hi) or one (lo, hi) per feature, shape ({n_features}, 2); got shape {r.shape}"
-            )
-        lo, hi = r[:, 0].copy(), r[:, 1].copy()
-    else:
-        assert vmin is not None and vmax is not None
-        empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
-        lo = np.where(empty, 0.0, vmin)
-        hi = np.where(empty, 1.0, vmax)
-        same = lo == hi
-        lo, hi = np.where(same, lo - 0.5, lo), np.where(same, hi + 0.5, hi)
-    bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
-    if bad.any():
-        d = int(np.argmax(bad))
-        raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
-    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
 
 
 def _compute(delayed_obj: Any, progress: bool) -> Any:
     if not progress:
         return dask.compute(delayed_obj)[0]
-    from daskbatch.cluster import active_client
+    from daskbatch.runtime.cluster import active_client
 
     client = active_client()
     if client is None:
@@ -241,8 +198,8 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     """Covariance tile by tile into Zarr (the D × D state does not fit one worker)."""
     import tempfile
 
+    from daskbatch.engine.tiled import tiled_covariance
     from daskbatch.stats.comoments import CoMomentsResult
-    from daskbatch.tiled_cov import tiled_covariance
 
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
     tc = tiled_covariance(
@@ -257,7 +214,7 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
 def _resume_layout(checkpoint: Any, force: bool, plan: Any) -> dict[str, int] | None:
     if checkpoint is None or force or plan != "auto":
         return None
-    from daskbatch.checkpoint import recorded_layout
+    from daskbatch.engine.checkpoint.run import recorded_layout
 
     return recorded_layout(checkpoint)
 
@@ -290,7 +247,7 @@ def plan_describe(
     data = as_feature_matrix(x, label)
     names = _stat_names(stats, data)
     if isinstance(resources, str) and resources == "auto":
-        from daskbatch.cluster import resources_auto
+        from daskbatch.runtime.cluster import resources_auto
 
         resources = resources_auto()
     return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
@@ -307,8 +264,8 @@ def _plan_names(
 ) -> Any:
     """Plan the statistics ``names`` over ``data`` (from its store when there is one)."""
     from daskbatch import config
-    from daskbatch.planner import plan as make_plan
-    from daskbatch.planner import recorded_n_classes
+    from daskbatch.planning.search import recorded_n_classes
+    from daskbatch.plans import plan as make_plan
 
     source = data.source if data.source is not None else data.x
     n_classes = None
@@ -325,8 +282,8 @@ def _apply_plan(
     plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str
 ) -> Any:
     """Plan the run (raising PlanError before any compute) and rechunk ``data.x`` to it."""
-    from daskbatch.planner import Plan
-    from daskbatch.resources import Resources
+    from daskbatch.planning.resources import Resources
+    from daskbatch.planning.search import Plan
 
     if plan is None:
         return None
@@ -335,7 +292,7 @@ def _apply_plan(
     elif plan == "auto" or isinstance(plan, Resources):
         resources = plan
         if plan == "auto":
-            from daskbatch.cluster import resources_auto
+            from daskbatch.runtime.cluster import resources_auto
 
             resources = resources_auto(device=device)
         chosen = _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
@@ -364,7 +321,7 @@ class _Runner:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
         if self.checkpoint is not None:
-            from daskbatch.checkpoint import run_checkpointed
+            from daskbatch.engine.checkpoint.run import run_checkpointed
 
             return run_checkpointed(
                 bundle, self.data, label, split_every=self.split_every, progress=self.progress,
@@ -375,6 +332,6 @@ class _Runner:
 
 
 def _version() -> str:
-    from daskbatch import __version__
+    from daskbatch._version import __version__
 
     return __version__

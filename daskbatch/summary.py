@@ -101,7 +101,7 @@ class Summary:
 
     def tiled_cov(self) -> Any:
         """The tiled covariance store (``.cov``/``.corr`` as dask arrays) when the plan tiled it."""
-        from daskbatch.tiled_cov import open_tiled_cov
+        from daskbatch.engine.tiled import open_tiled_cov
 
         tiled = self.provenance.get("tiled_cov")
         if not tiled:

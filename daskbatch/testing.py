@@ -23,12 +23,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from daskbatch.backend import to_numpy
 from daskbatch.stats._base import merge_all
+from daskbatch.stats.backend import to_numpy
 
 __all__ = [
     "StatisticLaws",
@@ -163,11 +164,15 @@ def assert_states_equal(a: Any, b: Any) -> None:
 class StatisticLaws:
     """Laws every mergeable statistic obeys; subclass and implement :meth:`make` and :meth:`reference`.
 
-    Class attributes tune the suite: ``uses_label`` passes a class label to
+    Class attributes declare what the statistic does, and the laws that do not
+    apply skip with that reason: ``uses_label`` passes a class label to
     ``chunk``; ``exact`` demands bitwise equality across chunkings and merge
     orders (integer counts); ``nonfinite`` mixes NaN/±inf into the data;
     ``rtol``/``atol`` bound rounding; ``ill_conditioned_offset`` (None to
-    skip) is added to data in the ill-conditioning law.
+    skip) is added to data in the ill-conditioning law; ``options_only``
+    marks a variant whose options change ``finalize`` only: the oracle laws
+    run, while the merge and input-dtype laws are left to the sibling class
+    with default options (they skip, saying so).
     """
 
     uses_label: bool = False
@@ -176,6 +181,11 @@ class StatisticLaws:
     rtol: float = 1e-10
     atol: float = 1e-9
     ill_conditioned_offset: float | None = 1e8
+    options_only: bool = False
+
+    def _skip_if_options_only(self) -> None:
+        if self.options_only:
+            pytest.skip(f"{type(self).__name__} varies options of finalize only; its sibling checks this law")
 
     def make(self, n_features: int) -> Any:
         """The statistic under test for data with ``n_features`` columns."""
@@ -213,6 +223,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_order_does_not_matter(self, xp: Any, data: st.DataObject) -> None:
+        self._skip_if_options_only()
         x, y = self._draw(data)
         cuts = data.draw(split_points(x.shape[0], max_pieces=8), label="cuts")
         stat = self.make(x.shape[1])
@@ -226,6 +237,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_empty_chunk_is_identity(self, xp: Any, data: st.DataObject) -> None:
+        self._skip_if_options_only()
         x, y = self._draw(data)
         stat = self.make(x.shape[1])
         (state,) = self._states(xp, stat, x, y, [])
@@ -236,6 +248,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_is_associative(self, xp: Any, data: st.DataObject) -> None:
+        self._skip_if_options_only()
         x, y = self._draw(data, min_rows=3)
         cuts = sorted(data.draw(st.lists(st.integers(1, x.shape[0] - 1), min_size=2, max_size=2), label="cuts"))
         stat = self.make(x.shape[1])
@@ -248,6 +261,7 @@ class StatisticLaws:
             assert_results_close(one, two, rtol=self.rtol, atol=self.atol)
 
     def test_integer_and_bool_input_match_float64(self, xp: Any) -> None:
+        self._skip_if_options_only()
         rng = np.random.default_rng(7)
         ints = rng.integers(-100, 101, size=(37, 2))
         y = rng.integers(0, 3, 37) if self.uses_label else None

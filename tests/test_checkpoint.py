@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.checkpoint import MANIFEST, read_runs, sigterm_as_interrupt
-from daskbatch.dataset import open_dataset
+from daskbatch.engine.checkpoint.run import MANIFEST, read_runs, sigterm_as_interrupt
 from daskbatch.errors import CheckpointMismatchError, Interrupted
-from daskbatch.synth import synth
+from daskbatch.io.dataset import open_dataset
+from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[1]
 # Keep the input's chunks (no planning): the tests are about given block grids.
@@ -124,8 +124,8 @@ SCRIPT = textwrap.dedent(
     import dataclasses, sys, time
     import dask
     import daskbatch as db
-    from daskbatch.checkpoint import sigterm_as_interrupt
-    from daskbatch.dataset import open_dataset
+    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+    from daskbatch.io.dataset import open_dataset
     from daskbatch.errors import Interrupted
 
     path, ckpt, delay, rows = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
@@ -245,7 +245,7 @@ def test_mismatch_names_the_item_and_force_starts_fresh(tmp_path: Path, store: P
 
 
 def test_sigterm_waits_for_a_write_in_progress() -> None:
-    from daskbatch.interrupts import no_interrupt as _no_interrupt
+    from daskbatch.runtime.interrupts import no_interrupt as _no_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_as_interrupt():

@@ -7,14 +7,15 @@ import os
 import pytest
 from distributed import Client, LocalCluster
 
-from daskbatch.cluster import (
+from daskbatch.planning.search import Resources
+from daskbatch.plans import plan
+from daskbatch.runtime.cluster import (
     cluster,
     parse_memory,
     resources_auto,
     resources_from_client,
     resources_from_machine,
 )
-from daskbatch.planner import Resources, plan
 
 GiB = 2**30
 
@@ -87,7 +88,7 @@ def test_joining_without_workers_times_out_with_advice():
 
 
 def test_resolve_kind():
-    from daskbatch.cluster import cuda_device_count, resolve_kind
+    from daskbatch.runtime.cluster import cuda_device_count, resolve_kind
 
     assert resolve_kind("local") == "local" and resolve_kind("slurm") == "slurm"
     assert resolve_kind("auto") in ("cuda", "local")
@@ -168,8 +169,8 @@ def test_cuda_cluster():
 
 
 def test_require_cuda_names_what_is_missing(monkeypatch):
-    from daskbatch.cluster import _has_module, require_cuda
     from daskbatch.errors import DeviceUnavailableError
+    from daskbatch.runtime.cluster import _has_module, require_cuda
 
     if not _has_module("dask_cuda"):
         with pytest.raises(ImportError, match=r"needs dask-cuda: .*daskbatch\[gpu\]"):

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import zarr
 
-from daskbatch.dataset import (
+from daskbatch.errors import DataError
+from daskbatch.io.dataset import (
     IncompleteStoreWarning,
     MissingChunksWarning,
     open_dataset,
     open_zarr,
 )
-from daskbatch.errors import DataError
 
 ROWS, COLS, CHUNK = 1000, 5, 100
 

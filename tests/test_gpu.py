@@ -79,8 +79,8 @@ def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(store: str) -> None:
     """The whole GPU route: Zarr store -> dask-cuda workers (RMM pool from the plan) -> CuPy states."""
     pytest.importorskip("cupy")
     pytest.importorskip("dask_cuda")
-    from daskbatch.cluster import cluster, cuda_device_count, resources_from_machine
     from daskbatch.describe import plan_describe
+    from daskbatch.runtime.cluster import cluster, cuda_device_count, resources_from_machine
 
     ds = db.open_dataset(store, label="y")
     cpu = db.describe(ds)

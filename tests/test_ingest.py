@@ -15,11 +15,11 @@ import zarr
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.dataset import IncompleteStoreWarning, open_dataset
 from daskbatch.errors import DataError
-from daskbatch.ingest import ingest
-from daskbatch.ingest.manifest import DONE_FILE, read_done
-from daskbatch.ingest.write import pieces
+from daskbatch.io.dataset import IncompleteStoreWarning, open_dataset
+from daskbatch.io.ingest import ingest
+from daskbatch.io.ingest.manifest import DONE_FILE, read_done
+from daskbatch.io.ingest.write import pieces
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = 5
@@ -241,7 +241,7 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-        from daskbatch.ingest import ingest
+        from daskbatch.io.ingest import ingest
         try:
             ingest({str(src / "*.npy")!r}, {str(out)!r}, chunk_rows=256, workers=2)
         except OSError as exc:
@@ -272,7 +272,7 @@ def test_torn_done_log_line_is_ignored(tmp_path):
 def _peak_rss(src: str, out: str) -> int:
     code = f"""
         import resource
-        from daskbatch.ingest import ingest
+        from daskbatch.io.ingest import ingest
         ingest({src!r}, {out!r}, chunk_rows=4096, workers=2)
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     """
@@ -363,7 +363,7 @@ def test_sigkill_then_same_command_resumes(tmp_path):
         np.save(src / f"b{i}.npy", x)
     out = tmp_path / "out.zarr"
     code = f"""
-        from daskbatch.ingest import ingest
+        from daskbatch.io.ingest import ingest
         ingest({str(src / "*.npy")!r}, {str(out)!r}, chunk_rows=40, workers=1)
     """
     env = {**os.environ, "PYTHONPATH": REPO}

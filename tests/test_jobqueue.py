@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import daskbatch as db
-from daskbatch.cluster import cluster, resources_from_client
+from daskbatch.runtime.cluster import cluster, resources_from_client
 
 pytest.importorskip("dask_jobqueue")
 pytestmark = pytest.mark.slow

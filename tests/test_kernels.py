@@ -1,4 +1,4 @@
-"""The numba CPU kernels (daskbatch/kernels) agree with the array-API reference path.
+"""The numba CPU kernels (daskbatch/stats/kernels) agree with the array-API reference path.
 
 The reference is the same ``chunk()`` with ``daskbatch.kernels`` switched off
 (and, once, the ``array_api_strict`` backend, which never takes the kernels).
@@ -14,8 +14,7 @@ import dask.config
 import numpy as np
 import pytest
 
-from daskbatch import kernels
-from daskbatch.stats import CoMoments, Histogram, Moments
+from daskbatch.stats import CoMoments, Histogram, Moments, kernels
 from daskbatch.stats._base import merge_all
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
@@ -225,6 +224,7 @@ def test_supports_only_native_numpy_2d_real() -> None:
 
 
 def test_memory_model_knows_the_comoment_block_size() -> None:
-    from daskbatch import kernels, memory_model
+    from daskbatch.planning import memory as memory_model
+    from daskbatch.stats import kernels
 
     assert memory_model.COMOMENT_BLOCK_ROWS == kernels.COMOMENT_BLOCK_ROWS

@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 
 from daskbatch.stats import CoMoments, Histogram, Moments
+from daskbatch.stats.tiled import CrossCoMoments
 from daskbatch.testing import StatisticLaws
 
 NAN = math.nan
@@ -146,10 +147,7 @@ class TestMoments(StatisticLaws):
 class TestMomentsPopulationUnbiasedPropagate(StatisticLaws):
     """Other options: only the oracle law (the merge laws do not depend on them)."""
 
-    test_merge_order_does_not_matter = None
-    test_empty_chunk_is_identity = None
-    test_merge_is_associative = None
-    test_integer_and_bool_input_match_float64 = None
+    options_only = True
 
     def make(self, n_features: int) -> Moments:
         return Moments(ddof=0, bias=False, nan_policy="propagate")
@@ -170,10 +168,7 @@ class TestCoMomentsDdof0(StatisticLaws):
     """ddof=0 on finite data: only the oracle law."""
 
     nonfinite = False
-    test_merge_order_does_not_matter = None
-    test_empty_chunk_is_identity = None
-    test_merge_is_associative = None
-    test_integer_and_bool_input_match_float64 = None
+    options_only = True
 
     def make(self, n_features: int) -> CoMoments:
         return CoMoments(ddof=0)
@@ -201,3 +196,19 @@ class TestHistogramByLabel(StatisticLaws):
 
     def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
         return histogram_reference(x, y, self.make(x.shape[1]))
+
+
+class TestCrossCoMoments(StatisticLaws):
+    """The tile statistic of the tiled covariance: co-moments between the first columns and the rest."""
+
+    def make(self, n_features: int) -> CrossCoMoments:
+        return CrossCoMoments(split=n_features // 2 if n_features > 1 else None)
+
+    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+        full = comoments_reference(x, ddof=0)
+        d = x.shape[1]
+        split = d // 2 if d > 1 else d
+        a, b = (slice(0, split), slice(split, d)) if d > 1 else (slice(0, d), slice(0, d))
+        n = full["n"]
+        c = full["cov"] * n if n > 0 else np.zeros((d, d))
+        return {"n": n, "mean_a": full["mean"][a], "mean_b": full["mean"][b], "c": c[a, b]}

@@ -1,7 +1,13 @@
-"""Layering: the statistics, backend, planner and resources modules import no dask, distributed, zarr or cupy.
+"""Layering: imports inside daskbatch point down the layers, and the pure layers stay light.
 
-An AST scan of module-level imports (function bodies may import lazily), followed
-through daskbatch's own modules, so ``stats -> daskbatch.config -> dask`` is caught too.
+Two checks from an AST scan of the package:
+
+- **Direction and cycles.** Every import of a daskbatch module, at module level or
+  inside a function, goes to the same layer or one below (see ``LAYERS``), and the
+  module-level import graph has no cycle.
+- **Light layers.** ``stats`` and ``planning`` import no dask, distributed, zarr or
+  cupy at module level (function bodies may import lazily), followed through
+  daskbatch's own modules, so ``stats -> daskbatch.config -> dask`` is caught too.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import pytest
 PACKAGE = Path(__file__).parents[1] / "daskbatch"
 FORBIDDEN = ("dask", "distributed", "zarr", "cupy")
 PURE = sorted(
-    [p for p in (PACKAGE / "stats").glob("*.py")]
-    + [PACKAGE / name for name in ("backend.py", "planner.py", "plan_text.py", "resources.py") if (PACKAGE / name).exists()]
+    list((PACKAGE / "stats").rglob("*.py"))
+    + list((PACKAGE / "planning").glob("*.py"))
 )
 
 
@@ -96,11 +102,114 @@ def test_no_heavy_imports_at_module_level(path: Path) -> None:
 
 def test_scan_sees_what_it_should() -> None:
     """The scanner itself: module-level, nested and relative imports count; lazy ones do not."""
-    assert any(p.name == "moments.py" for p in PURE) and PACKAGE / "backend.py" in PURE
-    found = {m for _, m in module_level_imports(PACKAGE / "reduce.py")}
-    assert {"dask", "dask.array", "daskbatch.stats.moments"} <= found
-    assert forbidden_chain(PACKAGE / "reduce.py") is not None
+    assert any(p.name == "moments.py" for p in PURE) and PACKAGE / "stats" / "backend.py" in PURE
+    found = {m for _, m in module_level_imports(PACKAGE / "engine" / "reduce.py")}
+    assert {"dask", "dask.array", "daskbatch.stats._base"} <= found
+    assert forbidden_chain(PACKAGE / "engine" / "reduce.py") is not None
     lazy = {m for _, m in module_level_imports(PACKAGE / "stats" / "_base.py")}
-    assert "daskbatch.backend" not in lazy  # imported inside as_float64 only
+    assert "daskbatch.stats.backend" not in lazy  # imported inside as_float64 only
     rel = {m for _, m in module_level_imports(PACKAGE / "stats" / "moments.py")}
     assert "daskbatch.stats._base" in rel
+
+
+# Layers from the bottom up: a module may import its own layer or any layer below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("daskbatch._typing", "daskbatch._version", "daskbatch.errors", "daskbatch.config"),
+    ("daskbatch.stats",),
+    ("daskbatch.planning",),
+    ("daskbatch.io", "daskbatch.runtime"),
+    ("daskbatch.engine",),
+    ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
+     "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
+     "daskbatch.transform", "daskbatch.map_batches", "daskbatch.outputs", "daskbatch.progress",
+     "daskbatch.jobs", "daskbatch.plans"),
+    ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
+)
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS of the longest prefix matching ``module`` (a KeyError names unplaced modules)."""
+    best: tuple[int, int] | None = None
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    if best is None:
+        raise KeyError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
+    return best[0]
+
+
+def all_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every daskbatch import in ``path``, lazy ones included."""
+    found: list[tuple[int, str]] = []
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            # ``from pkg import sub`` imports the submodule pkg.sub when there is one.
+            subs = [f"{name}.{a.name}" for a in node.names if _source_of(f"{name}.{a.name}") is not None]
+            found.extend((node.lineno, s) for s in subs) if subs else found.append((node.lineno, name))
+    return [(line, m) for line, m in found if m.split(".")[0] == "daskbatch"]
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in MODULES:
+        layer_of(module_name(path))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    here = module_name(path)
+    upward = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} (layer {layer_of(module)} > {layer_of(here)})"
+        for line, module in all_imports(path)
+        if layer_of(module) > layer_of(here)
+    ]
+    assert not upward, "; ".join(upward)
+
+
+def test_no_import_cycle() -> None:
+    """Module-level imports form a DAG (a cycle is reported as its chain of modules)."""
+    graph = {
+        module_name(p): {
+            m for _, m in module_level_imports(p)
+            if m.split(".")[0] == "daskbatch" and m != "daskbatch" and _source_of(m) is not None
+        }
+        for p in MODULES
+    }
+    state: dict[str, int] = {}
+
+    def visit(node: str, chain: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            # A package's __init__ importing its own submodules is how packages are built.
+            if nxt == node or nxt.startswith(node + "."):
+                continue
+            if state.get(nxt) == 1:
+                cycle = chain[chain.index(nxt):] + [nxt] if nxt in chain else [node, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if state.get(nxt) is None:
+                visit(nxt, [*chain, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
+    assert layer_of("daskbatch.planning.search") < layer_of("daskbatch.runtime.cluster")
+    assert layer_of("daskbatch.stats.kernels._numba") == layer_of("daskbatch.stats")
+    assert layer_of("daskbatch.cli.describe_cmd") > layer_of("daskbatch.describe")

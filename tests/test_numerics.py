@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
-from daskbatch.backend import to_numpy
+from daskbatch.stats.backend import to_numpy
 from daskbatch.testing import assert_results_close, assert_states_equal, labels_for, sample_arrays
 
 # --------------------------------------------------------------------- helpers

@@ -21,9 +21,9 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.dataset import open_dataset
-from daskbatch.planner import plan
-from daskbatch.resources import Resources
+from daskbatch.io.dataset import open_dataset
+from daskbatch.planning.resources import Resources
+from daskbatch.plans import plan
 
 distributed = pytest.importorskip("distributed")
 

@@ -12,8 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daskbatch.errors import PlanError
-from daskbatch.memory_model import STATISTICS, merge_task_bytes, projected_task_bytes, state_bytes
-from daskbatch.planner import Plan, Resources, plan, plan_chunks
+from daskbatch.planning.memory import (
+    STATISTICS,
+    merge_task_bytes,
+    projected_task_bytes,
+    state_bytes,
+)
+from daskbatch.planning.search import Plan, Resources, plan_chunks
+from daskbatch.plans import plan
 
 GiB, MiB = 2**30, 2**20
 
@@ -183,8 +189,8 @@ def test_plan_wrapper_reads_dask_array():
 
 
 def test_planner_imports_stdlib_only():
-    pkg = pathlib.Path(__file__).parents[1] / "daskbatch"
-    for name in ("planner.py", "plan_text.py", "memory_model.py", "resources.py"):
+    pkg = pathlib.Path(__file__).parents[1] / "daskbatch" / "planning"
+    for name in ("search.py", "explain.py", "memory.py", "resources.py"):
         tree = ast.parse((pkg / name).read_text())
         top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
         mods = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]

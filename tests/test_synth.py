@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zarr
 
-from daskbatch.synth import BLOCK_ROWS, synth
+from daskbatch.io.synth import BLOCK_ROWS, synth
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -141,7 +141,7 @@ def test_cli_synth(tmp_path):
     assert res.exit_code == 0, res.output
     assert "wrote 5,000 rows x 6 features" in res.output
     ref = synth(5000, 6, classes=3, informative=2, correlated=1, seed=9)
-    from daskbatch.dataset import open_dataset
+    from daskbatch.io.dataset import open_dataset
 
     np.testing.assert_array_equal(open_dataset(out).x.compute(), ref.x.compute())
     res = runner.invoke(main, ["synth", out, "--rows", "10", "--features", "6"])
@@ -168,3 +168,12 @@ def test_write_under_distributed_client(tmp_path):
 def test_memory_url():
     ds = synth(3000, 3, chunk_rows=1000, path="memory://daskbatch-synth-test.zarr", overwrite=True)
     np.testing.assert_array_equal(ds.x.compute(), synth(3000, 3).x.compute())
+
+
+def test_synth_takes_the_path_first_like_the_cli(tmp_path) -> None:
+    ds = synth(tmp_path / "p.zarr", rows=500, features=3, seed=2)
+    np.testing.assert_array_equal(ds.x.compute(), synth(500, 3, seed=2).x.compute())
+    with pytest.raises(TypeError, match="needs rows and features"):
+        synth(tmp_path / "q.zarr", rows=10)
+    with pytest.raises(TypeError, match="two paths"):
+        synth(tmp_path / "q.zarr", rows=10, features=2, path=tmp_path / "r.zarr")

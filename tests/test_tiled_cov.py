@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import zarr
 
+from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.tiled import open_tiled_cov, tiled_covariance
 from daskbatch.errors import PlanError
-from daskbatch.planner import plan_chunks
-from daskbatch.reduce import tree_reduce
-from daskbatch.resources import Resources
+from daskbatch.planning.resources import Resources
+from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import CoMoments
 from daskbatch.stats.tiled import CrossCoMoments
 from daskbatch.summary import Summary
-from daskbatch.tiled_cov import open_tiled_cov, tiled_covariance
 
 D = 40
 

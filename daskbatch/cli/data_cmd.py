@@ -55,7 +55,7 @@ def synth_cmd(
     """Write a deterministic synthetic dataset (Zarr v3: X, y) with ground truth in its attrs."""
     import time
 
-    from daskbatch.synth import synth
+    from daskbatch.io.synth import synth
 
     t0 = time.perf_counter()
     ds = synth(
@@ -118,7 +118,7 @@ def ingest_cmd(
 
     Re-running the same command after an interruption finishes the remaining chunks.
     """
-    from daskbatch.ingest import ingest
+    from daskbatch.io.ingest import ingest
 
     if len(paths) < 2:
         raise click.UsageError("give at least one source and the output store")
@@ -156,7 +156,7 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
     """Describe a Zarr store: arrays, shape, chunks, feature names, missing chunks."""
     import warnings
 
-    from daskbatch.dataset import open_dataset
+    from daskbatch.io.dataset import open_dataset
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -11,6 +11,7 @@ import click
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli.options import client_from_options, cluster_options
+from daskbatch.report import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | None:
@@ -64,16 +65,16 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
-    from daskbatch.checkpoint import sigterm_as_interrupt
-    from daskbatch.cluster import (
+    from daskbatch.describe import describe, plan_describe
+    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+    from daskbatch.errors import Interrupted
+    from daskbatch.io.dataset import open_dataset
+    from daskbatch.runtime.cluster import (
         require_cuda,
         resolve_kind,
         resources_from_client,
         resources_from_machine,
     )
-    from daskbatch.dataset import open_dataset
-    from daskbatch.describe import describe, plan_describe
-    from daskbatch.errors import Interrupted
     from daskbatch.stats.moments import NanPolicy
 
     dataset = open_dataset(store, x=x_name, label=label, strict=strict)
@@ -120,26 +121,3 @@ def describe_command(
             with open(json_path, "w") as f:
                 f.write(text)
             click.echo(f"summary written to {json_path}")
-
-
-def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> str:
-    """The human-readable report printed by ``describe`` and ``demo``."""
-    import pandas as pd
-
-    table = summary.to_dataframe()  # type: ignore[attr-defined]
-    columns = [c for c in ("count", "nan_count", "mean", "std", "min", "max", "skew", "kurtosis", "mi") if c in table]
-    lines = [repr(summary).splitlines()[0]]
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        lines.append(table[columns].head(max_features).to_string(float_format=lambda v: f"{v:.5g}"))
-    if len(table) > max_features:
-        lines.append(f"... and {len(table) - max_features} more features")
-    pairs = summary.top_correlated(top)  # type: ignore[attr-defined]
-    if pairs:
-        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r, {summary.cov_count:,} complete rows):")  # type: ignore[attr-defined]
-        lines.extend(f"  {a:>12} ~ {b:<12} r = {r:+.4f}" for a, b, r in pairs)
-    ranked = summary.top_mi(top)  # type: ignore[attr-defined]
-    if ranked:
-        units = summary.provenance.get("mi_units", "nats")  # type: ignore[attr-defined]
-        lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
-        lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked)
-    return "\n".join(lines)

@@ -26,7 +26,7 @@ def info_command(as_json: bool) -> None:
     """Versions, visible GPUs and the effective daskbatch settings (for bug reports and job logs)."""
     import dask.config
 
-    from daskbatch.cluster import cuda_device_count
+    from daskbatch.runtime.cluster import cuda_device_count
 
     facts = {
         "python": platform.python_version(),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
-from daskbatch.cluster import KINDS
+from daskbatch.runtime.cluster import KINDS
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -105,7 +105,7 @@ def client_from_options(
     cluster, address, scheduler_file
         The values of the options added by :func:`cluster_options`.
     **kwargs
-        Passed to :func:`daskbatch.cluster.cluster` (``plan=``, ``n_workers=`` ...).
+        Passed to :func:`daskbatch.runtime.cluster.cluster` (``plan=``, ``n_workers=`` ...).
 
     Yields
     ------
@@ -116,7 +116,7 @@ def client_from_options(
     if cluster == "threads" and not (address or scheduler_file):
         yield None
         return
-    from daskbatch.cluster import cluster as start_cluster
+    from daskbatch.runtime.cluster import cluster as start_cluster
 
     # cluster() prints the scheduler and its dashboard link on stderr.
     with start_cluster(cluster, address=address, scheduler_file=scheduler_file, **kwargs) as client:

@@ -7,21 +7,19 @@ import json
 import click
 
 from daskbatch.cli._group import main, user_errors
-from daskbatch.memory_model import STATISTICS
+from daskbatch.planning.memory import STATISTICS
 
 __all__ = ["plan_command"]
 
 
 def _parse_stats(text: str) -> tuple[str, ...]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in STATISTICS]
-    if unknown or not names:
-        raise click.BadParameter(
-            f"unknown statistic(s) {unknown or text!r}; choose from {','.join(STATISTICS)}",
-            param_hint="--stats",
-        )
-    # describe always computes moments; plan for what it will run
-    return tuple(dict.fromkeys(["moments", *names]))
+    """``--stats`` through the one spec describe uses (moments always first)."""
+    from daskbatch.stats.spec import normalize_stats
+
+    try:
+        return normalize_stats(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--stats") from None
 
 
 @main.command("plan")
@@ -69,9 +67,10 @@ def plan_command(
     Reads only the store's metadata; starts no cluster. Exit code 3 when the
     plan cannot fit the memory given.
     """
-    from daskbatch.cluster import resources_from_machine
-    from daskbatch.dataset import open_dataset
-    from daskbatch.planner import plan, recorded_n_classes
+    from daskbatch.io.dataset import open_dataset
+    from daskbatch.planning.search import recorded_n_classes
+    from daskbatch.plans import plan
+    from daskbatch.runtime.cluster import resources_from_machine
 
     names = _parse_stats(stats)
     ds = open_dataset(store, x=x_name, label=label)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
-from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats import kernels
+from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.backend import device, namespace
 
 
 @dataclass(frozen=True, eq=False)
-class CoMomentsState:
+class CoMomentsState(State):
     """``n`` complete rows (0-d), their mean ``shift + mean`` (D,) and co-moment matrix ``c`` (D, D)."""
 
     n: Array
@@ -121,7 +121,7 @@ class CoMoments:
         rows, n_features = x.shape
         if rows == 0:
             return empty_comoments(xp, n_features, device(x))
-        if kernels.supports(x):  # compiled CPU centring + one GEMM, same state (daskbatch/kernels)
+        if kernels.supports(x):  # compiled CPU centring + one GEMM, same state (daskbatch/stats/kernels)
             return CoMomentsState(*kernels.comoments(x))
         x = as_float64(x)
         complete = xp.all(xp.isfinite(x), axis=1)

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
-from daskbatch.backend import bincount, device, namespace
-from daskbatch.stats._base import as_float64
+from daskbatch.stats import kernels
+from daskbatch.stats._base import State, as_float64
+from daskbatch.stats.backend import bincount, device, namespace
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
 UNDERFLOW = 0
 
 
 @dataclass(frozen=True, eq=False)
-class HistogramState:
+class HistogramState(State):
     """Counts (D, bins + 3, K): slots ``[underflow, bin_0 … bin_{bins-1}, overflow, nan]``, K classes (1 without label)."""
 
     counts: Array
@@ -144,7 +144,7 @@ class Histogram:
             if xp.any(labels < 0):
                 raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
             n_classes = int(xp.max(labels)) + 1
-        if kernels.supports(x):  # compiled CPU loop, same counts bit for bit (daskbatch/kernels)
+        if kernels.supports(x):  # compiled CPU loop, same counts bit for bit (daskbatch/stats/kernels)
             counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes)
             return HistogramState(counts=counts)
         flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots

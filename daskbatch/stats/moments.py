@@ -18,16 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from daskbatch import kernels
 from daskbatch._typing import Array, Namespace
-from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats import kernels
+from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.backend import device, namespace
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 
 
 @dataclass(frozen=True, eq=False)
-class MomentsState:
+class MomentsState(State):
     """Mergeable per-feature state; every field is a float64 vector of length D.
 
     ``n`` counts finite values; ``shift + mean`` is their mean; ``m2``, ``m3``,
@@ -121,7 +121,7 @@ class Moments:
         rows, n_features = x.shape
         if rows == 0:
             return empty_moments(xp, n_features, device(x))
-        if kernels.supports(x):  # compiled CPU loop, same state (daskbatch/kernels)
+        if kernels.supports(x):  # compiled CPU loop, same state (daskbatch/stats/kernels)
             return MomentsState(*kernels.moments(x))
         x = as_float64(x)
         finite = xp.isfinite(x)

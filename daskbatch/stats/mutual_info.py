@@ -6,7 +6,7 @@ import math
 from typing import Literal
 
 from daskbatch._typing import Array
-from daskbatch.backend import namespace
+from daskbatch.stats.backend import namespace
 
 
 def mutual_information(

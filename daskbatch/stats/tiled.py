@@ -18,19 +18,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array
-from daskbatch.backend import device, namespace
-from daskbatch.stats._base import as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _outer, centred, covariance_and_correlation
 
 
 @dataclass(frozen=True, eq=False)
-class CrossCoMomentsState:
+class CrossCoMomentsState(State):
     """``n`` complete rows (0-d); per side the mean ``shift + mean``; the cross co-moments ``c`` (Da, Db)."""
 
     n: Array
     shift_a: Array
     mean_a: Array
     shift_b: Array
+    mean_b: Array
+    c: Array
+
+
+@dataclass(frozen=True, eq=False)
+class CrossCoMomentsResult:
+    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations)."""
+
+    n: Array
+    mean_a: Array
     mean_b: Array
     c: Array
 
@@ -53,7 +63,14 @@ class CrossCoMoments:
             return slice(0, width), slice(0, width)
         return slice(0, self.split), slice(self.split, width)
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> CrossCoMomentsState:
+    def chunk(
+        self, x: Array, label: Array | None = None, /, *, complete: Array | None = None
+    ) -> CrossCoMomentsState:
+        """State of one chunk over its ``complete`` rows (default: the rows with every value finite).
+
+        ``label`` is unused (co-moments do not depend on the class); tiles of one
+        matrix share the one mask ``complete`` so that every tile sees the same rows.
+        """
         xp = namespace(x)
         rows, width = x.shape
         sa, sb = self._sides(width)
@@ -62,10 +79,10 @@ class CrossCoMoments:
             c = xp.zeros((zeros[sa].shape[0], zeros[sb].shape[0]), dtype=xp.float64, device=device(x))
             n0 = xp.zeros((), dtype=xp.float64, device=device(x))
             return CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb], c=c)
-        if y is None:
+        if complete is None:
             complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
         else:
-            complete = xp.astype(y, xp.bool)
+            complete = xp.astype(complete, xp.bool)
         n, shift, mean, dev, e = centred(xp, x, complete)
         c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
@@ -80,10 +97,21 @@ class CrossCoMoments:
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta_a, delta_b)
         return CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
 
-    def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsState:
-        # A tile's correlation needs the variances of both sides, which live in
-        # the diagonal tiles: see daskbatch.tiled_cov.finalize_tile.
-        return s
+    def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
+        """Row count, means (NaN without rows) and co-moment of the tile.
+
+        A tile's covariance and correlation need the variances of both sides,
+        which live in the diagonal tiles: the engine merges states and calls
+        :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`).
+        """
+        xp = namespace(s.c)
+        nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
+        return CrossCoMomentsResult(
+            n=s.n,
+            mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
+            mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
+            c=s.c,
+        )
 
 
 def finalize_tile(

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskbatch.errors import PlanError
-from daskbatch.memory_model import (
+from daskbatch.planning.memory import (
     STATISTICS,
     merge_task_bytes,
     projected_task_bytes,
     state_bytes,
 )
-from daskbatch.resources import Resources, format_bytes
+from daskbatch.planning.resources import Resources, format_bytes
 
-__all__ = ["Plan", "PlanError", "Resources", "plan", "plan_chunks", "projected_task_bytes"]
+__all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "projected_task_bytes"]
 
 # Fallbacks matching daskbatch.yaml, so the pure core needs no dask.config.
 DEFAULT_SPLIT_EVERY = 8
@@ -111,7 +111,7 @@ class Plan:
 
     def explain(self) -> str:
         """The plan's arithmetic in words and numbers (what ``daskbatch plan`` prints)."""
-        from daskbatch.plan_text import explain_plan
+        from daskbatch.planning.explain import explain_plan
 
         return explain_plan(self)
 
@@ -412,64 +412,3 @@ def recorded_n_classes(obj: Any) -> int | None:
         n = synth.get("classes") if isinstance(synth, dict) else None
     return int(n) if n is not None else None
 
-
-def plan(
-    x_or_dataset: Any,
-    *,
-    stats: tuple[str, ...] | list[str] = STATISTICS,
-    bins: int = 64,
-    n_classes: int | None = None,
-    resources: Resources | str | None = None,
-    split_every: int | None = None,
-) -> Plan:
-    """Plan a computation over a dask array, zarr array or ``Dataset`` (reads config lazily).
-
-    Parameters
-    ----------
-    x_or_dataset : dask.array.Array, zarr.Array, numpy.ndarray or Dataset
-        Anything with ``shape``, ``dtype`` and (optionally) ``chunks``; a
-        ``Dataset`` contributes ``.x``, ``.store_chunks`` and, when it has one,
-        ``.n_classes``.
-    stats, bins, n_classes, split_every
-        As in :func:`plan_chunks`; ``split_every`` defaults to ``daskbatch.split-every``.
-    resources : Resources, "auto" or None
-        ``None``/``"auto"``: from the live distributed client when there is one,
-        else this machine (see :func:`daskbatch.cluster.resources_auto`).
-
-    Returns
-    -------
-    Plan
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from daskbatch.planner import plan, Resources
-    >>> p = plan(np.zeros((1000, 4)), stats=("moments",), resources=Resources(2**30))
-    >>> p.chunk_rows
-    1000
-    """
-    x = getattr(x_or_dataset, "x", x_or_dataset)
-    chunks = getattr(x_or_dataset, "store_chunks", None) or getattr(x, "chunks", None) or x.shape
-    storage = tuple(max(c) if isinstance(c, tuple) else c for c in chunks)  # dask: tuple of tuples
-    if n_classes is None and "mi" in stats:
-        n_classes = recorded_n_classes(x_or_dataset)
-    if resources is None or resources == "auto":
-        from daskbatch.cluster import resources_auto
-
-        resources = resources_auto()
-    if not isinstance(resources, Resources):
-        raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
-    from dask.utils import parse_bytes
-
-    from daskbatch import config, kernels
-
-    return plan_chunks(
-        tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
-        n_classes=n_classes,
-        split_every=split_every if split_every is not None else int(config.get("split-every")),
-        memory_fraction=float(config.get("memory-fraction")),
-        reserved_bytes=parse_bytes(config.get("reserved-memory")),
-        target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
-        dtype=str(x.dtype),
-        compiled_kernels=kernels.enabled(),
-    )

@@ -1,4 +1,4 @@
-"""Clusters in, :class:`~daskbatch.resources.Resources` out.
+"""Clusters in, :class:`~daskbatch.planning.resources.Resources` out.
 
 * :func:`cluster` starts (or connects to) a cluster and yields a
   ``distributed.Client``: a local CPU cluster, one CUDA worker per GPU
@@ -20,12 +20,12 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from daskbatch.resources import Resources
+from daskbatch.planning.resources import Resources
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from daskbatch.planner import Plan
+    from daskbatch.planning.search import Plan
 
 __all__ = [
     "KINDS",
@@ -318,8 +318,9 @@ def cluster(
     Examples
     --------
     >>> import daskbatch as db  # doctest: +SKIP
+    >>> from daskbatch.runtime.cluster import resources_from_client  # doctest: +SKIP
     >>> with db.cluster("local", n_workers=2, threads_per_worker=1) as client:  # doctest: +SKIP
-    ...     resources = db.cluster_resources(client)
+    ...     resources = resources_from_client(client)  # what plans see
     """
     from distributed import Client
 

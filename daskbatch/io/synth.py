@@ -27,7 +27,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from daskbatch.dataset import LAYOUT_ATTR, Dataset, open_dataset
+from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 
 __all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "synth"]
 
@@ -257,9 +257,12 @@ def _truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> di
 
 
 def synth(
-    rows: int,
-    features: int,
+    rows_or_path: int | str | os.PathLike[str] | None = None,
+    n_features: int | None = None,
+    /,
     *,
+    rows: int | None = None,
+    features: int | None = None,
     classes: int | None = None,
     informative: int | None = None,
     correlated: int = 0,
@@ -271,8 +274,15 @@ def synth(
 ) -> Dataset:
     """Make a deterministic synthetic dataset with known ground truth.
 
+    Called as ``synth(rows, features, ...)``, or like the CLI with the store's
+    path first: ``synth("data.zarr", rows=1000, features=8, ...)``.
+
     Parameters
     ----------
+    rows_or_path : int, str or os.PathLike
+        ``rows``, or the store's ``path`` (then give ``rows=`` and ``features=``).
+    n_features : int, optional
+        ``features``, given by position.
     rows, features : int
         Shape of ``X``.
     classes : int, optional
@@ -300,6 +310,20 @@ def synth(
         Ground truth (``true_mean``, ``true_cov``, ``informative``, ``class_priors``,
         ``class_means``, ...) is in ``attrs["synth"]``.
     """
+    if isinstance(rows_or_path, (str, os.PathLike)):
+        if path is not None:
+            raise TypeError(f"synth() got two paths: {os.fspath(rows_or_path)!r} and path={os.fspath(path)!r}")
+        path = rows_or_path
+    elif rows_or_path is not None:
+        if rows is not None:
+            raise TypeError("synth() got rows both by position and as rows=")
+        rows = int(rows_or_path)
+    if n_features is not None:
+        if features is not None:
+            raise TypeError("synth() got features both by position and as features=")
+        features = n_features
+    if rows is None or features is None:
+        raise TypeError("synth() needs rows and features, e.g. synth('data.zarr', rows=1000, features=8)")
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype("float32"), np.dtype("float64")):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")

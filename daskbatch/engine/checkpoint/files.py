@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.interrupts import no_interrupt
+from daskbatch.runtime.interrupts import no_interrupt
 
 __all__ = ["DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "write_atomic"]
 

@@ -1,6 +1,6 @@
 """What one worker of a cluster offers a computation: a plain value the planner reads.
 
-Pure (stdlib only): :mod:`daskbatch.cluster` builds a :class:`Resources` from a
+Pure (stdlib only): :mod:`daskbatch.runtime.cluster` builds a :class:`Resources` from a
 live client, ``daskbatch plan`` builds one from command-line numbers, and the
 planner never sees a client.
 """
@@ -71,8 +71,7 @@ class Resources:
 
 
 def format_bytes(n: int | float) -> str:
-    """Human-readable binary units, as ``dask.utils.format_bytes`` writes them (``3.10 GiB``)."""
-    for prefix, k in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("ki", 2**10)):
-        if abs(n) >= k * 0.9:
-            return f"{n / k:.2f} {prefix}B"
-    return f"{int(n)} B"
+    """``dask.utils.format_bytes`` (``3.10 GiB``), imported on use so this layer stays free of dask."""
+    from dask.utils import format_bytes as dask_format_bytes
+
+    return dask_format_bytes(int(n))

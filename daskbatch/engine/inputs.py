@@ -79,7 +79,7 @@ def as_feature_matrix(
     names: tuple[str, ...] | None = None
     source = None
     if isinstance(x, (str, os.PathLike)):
-        from daskbatch.dataset import open_dataset
+        from daskbatch.io.dataset import open_dataset
 
         label_name = label if isinstance(label, str) else None
         x = open_dataset(os.fspath(x), label=label_name)

@@ -20,18 +20,10 @@ from dask.delayed import Delayed
 from dask.sizeof import sizeof
 
 from daskbatch import config
+from daskbatch.engine.sizeof import register as register_sizeof
 from daskbatch.stats._base import merge_all
-from daskbatch.stats.comoments import CoMomentsState
-from daskbatch.stats.histogram import HistogramState
-from daskbatch.stats.moments import MomentsState
 
-
-@sizeof.register(MomentsState)
-@sizeof.register(CoMomentsState)
-@sizeof.register(HistogramState)
-def _sizeof_state(state: Any) -> int:
-    # Without this dask would size states with sys.getsizeof (~56 bytes).
-    return sum(int(getattr(f, "nbytes", 8)) for f in vars(state).values())
+register_sizeof(sizeof)  # every graph with states in its tasks is built here
 
 
 def resolve_split_every(split_every: int | None) -> int:
@@ -45,12 +37,13 @@ def resolve_split_every(split_every: int | None) -> int:
 def tree_reduce(
     stat: Any,
     x: da.Array,
-    y: da.Array | None = None,
+    label: da.Array | None = None,
     *,
+    complete: da.Array | None = None,
     split_every: int | None = None,
     finalize: bool = True,
 ) -> Delayed:
-    """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of ``y``).
+    """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of ``label``).
 
     Parameters
     ----------
@@ -58,8 +51,12 @@ def tree_reduce(
         Anything with ``name``, ``chunk(x, y)``, ``merge(a, b)`` and ``finalize(state)``.
     x : dask.array.Array, shape (samples, features)
         Chunked along axis 0 only.
-    y : dask.array.Array, shape (samples,), optional
-        A label, rechunked to the row blocks of ``x``.
+    label : dask.array.Array, shape (samples,), optional
+        The class label, rechunked to the row blocks of ``x``; passed to ``chunk`` by position.
+    complete : dask.array.Array of bool, shape (samples,), optional
+        Rows to use, rechunked like ``label`` and passed to ``chunk`` as
+        ``complete=`` (for statistics that share one complete-row mask, such as
+        the tiles of :class:`~daskbatch.stats.tiled.CrossCoMoments`).
     split_every : int, optional
         Fan-in of the merge tree; ``daskbatch.split-every`` from dask.config by default.
     finalize : bool, default True
@@ -75,18 +72,20 @@ def tree_reduce(
             f"tree_reduce needs a 2-D array chunked along axis 0 only; got numblocks={x.numblocks}"
         )
     fan_in = resolve_split_every(split_every)
-    token = tokenize(x.name, None if y is None else y.name, stat, fan_in, finalize)
+    token = tokenize(
+        x.name, None if label is None else label.name, None if complete is None else complete.name,
+        stat, fan_in, finalize,
+    )
     x_blocks = x.to_delayed().ravel()
-    if y is not None:
-        y = y.rechunk((x.chunks[0],))
-        y_blocks = list(y.to_delayed().ravel())
-    else:
-        y_blocks = [None] * len(x_blocks)
+    label_blocks = _row_blocks(label, x, len(x_blocks))
+    complete_blocks = _row_blocks(complete, x, len(x_blocks))
 
     chunk_name = f"daskbatch-{stat.name}-chunk-{token}"
     states = [
-        dask.delayed(stat.chunk)(xb, yb, dask_key_name=(chunk_name, i))
-        for i, (xb, yb) in enumerate(zip(x_blocks, y_blocks, strict=True))
+        dask.delayed(stat.chunk)(
+            xb, lb, dask_key_name=(chunk_name, i), **({} if cb is None else {"complete": cb})
+        )
+        for i, (xb, lb, cb) in enumerate(zip(x_blocks, label_blocks, complete_blocks, strict=True))
     ]
     merge = functools.partial(merge_all, stat)
     level = 0
@@ -98,6 +97,13 @@ def tree_reduce(
         level += 1
     last = stat.finalize if finalize else _identity
     return dask.delayed(_on_host(last))(states[0], dask_key_name=f"daskbatch-finalize-{token}")
+
+
+def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Any]:
+    """The delayed blocks of a per-row array aligned to the row blocks of ``x`` (Nones if absent)."""
+    if rows is None:
+        return [None] * n_blocks
+    return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
 
 
 def _identity(state: Any) -> Any:
@@ -115,7 +121,7 @@ def _on_host(func: Any) -> Any:
 
 def to_host(value: Any) -> Any:
     """``value`` with every array in it (inside tuples and dataclasses) copied to host NumPy."""
-    from daskbatch.backend import to_numpy
+    from daskbatch.stats.backend import to_numpy
 
     if isinstance(value, tuple):
         return tuple(to_host(v) for v in value)

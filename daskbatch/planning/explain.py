@@ -1,13 +1,13 @@
-"""The words and numbers of :meth:`daskbatch.planner.Plan.explain` (what ``daskbatch plan`` prints)."""
+"""The words and numbers of :meth:`daskbatch.planning.search.Plan.explain` (what ``daskbatch plan`` prints)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from daskbatch.memory_model import chunk_task_terms, merge_terms, state_bytes
-from daskbatch.planner import Plan, budget_formula
-from daskbatch.resources import format_bytes
+from daskbatch.planning.memory import chunk_task_terms, merge_terms, state_bytes
+from daskbatch.planning.resources import format_bytes
+from daskbatch.planning.search import Plan, budget_formula
 
 __all__ = ["explain_plan"]
 

@@ -1,6 +1,6 @@
 """Checkpoint / resume of one pass of :func:`daskbatch.describe`.
 
-A pass is a ``split_every``-ary tree reduction (:func:`daskbatch.reduce.tree_reduce`).
+A pass is a ``split_every``-ary tree reduction (:func:`daskbatch.engine.reduce.tree_reduce`).
 Its level-0 groups (blocks ``[j*s, (j+1)*s)``) are the checkpoint *units*: each
 is computed as a tree reduction of its own, with ``finalize=False``, and its
 merged state is written to disk as soon as it arrives. Whenever all ``s``
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.checkpoint_files import (
+from daskbatch.engine.checkpoint.files import (
     TMP_PREFIX,
     DamagedCheckpoint,
     decode_state,
@@ -50,7 +50,7 @@ from daskbatch.checkpoint_files import (
     write_atomic,
 )
 from daskbatch.errors import CheckpointMismatchError, Interrupted
-from daskbatch.interrupts import sigterm_as_interrupt
+from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.stats._base import merge_all
 
 __all__ = [
@@ -77,7 +77,7 @@ def _short(value: Any) -> str:
 
 def input_items(data: Any, split_every: int) -> dict[str, str]:
     """What identifies the input of a pass: store, array metadata, chunk grid, version."""
-    from daskbatch import __version__
+    from daskbatch._version import __version__
 
     x, prov = data.x, data.provenance
     path = prov.get("path")
@@ -352,7 +352,7 @@ def run_checkpointed(
     Interrupted
         SIGTERM under :func:`sigterm_as_interrupt`; finished units are on disk.
     """
-    from daskbatch.reduce import resolve_split_every, to_host
+    from daskbatch.engine.reduce import resolve_split_every, to_host
 
     s = resolve_split_every(split_every)
     x = data.x
@@ -399,7 +399,7 @@ def run_checkpointed(
 
 
 def _unit_graph(bundle: Any, x: Any, label: Any, s: int, n_blocks: int) -> Callable[[int], Any]:
-    from daskbatch.reduce import tree_reduce
+    from daskbatch.engine.reduce import tree_reduce
 
     def make(unit: int) -> Any:
         a, b = node_blocks(0, unit, n_blocks, s)
@@ -413,7 +413,7 @@ def _compute_units(units: list[int], make: Callable[[int], Any], on_unit: Callab
     """Compute the units, handing each state to ``on_unit`` (in this thread) as soon as it exists."""
     if not units:
         return
-    from daskbatch.cluster import active_client
+    from daskbatch.runtime.cluster import active_client
 
     client = active_client()
     if client is not None:

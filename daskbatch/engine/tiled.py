@@ -3,7 +3,7 @@
 For D features a co-moment state holds D x D float64 values (D = 50,000:
 20 GB), more than one worker can hold, let alone merge ``split_every`` of.
 :func:`tiled_covariance` splits the features into tiles of ``tile`` columns and
-runs one tree reduction (:func:`daskbatch.reduce.tree_reduce`) per pair of
+runs one tree reduction (:func:`daskbatch.engine.reduce.tree_reduce`) per pair of
 tiles ``I <= J`` of the cross co-moments
 (:class:`daskbatch.stats.tiled.CrossCoMoments`). Each finished tile is written
 by its own task straight into Zarr arrays ``cov`` and ``corr`` of shape (D, D),
@@ -27,8 +27,8 @@ import dask
 import dask.array as da
 import numpy as np
 
+from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
-from daskbatch.reduce import tree_reduce
 from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ def tiled_covariance(
             block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)
             stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]))
             states[i, j] = tree_reduce(
-                stat, block.rechunk({1: -1}), complete, split_every=split_every, finalize=False
+                stat, block.rechunk({1: -1}), complete=complete, split_every=split_every, finalize=False
             )
     diag = {i: dask.delayed(_co_diagonal)(states[i, i]) for i in side}
     writes = [

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.ingest.scan import Part, Scan, Source
+from daskbatch.io.ingest.scan import Part, Scan, Source
 
 __all__ = ["ChunkWriter", "pieces"]
 

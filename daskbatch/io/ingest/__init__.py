@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
 from daskbatch.errors import DataError
-from daskbatch.ingest.manifest import (
+from daskbatch.io.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
+from daskbatch.io.ingest.manifest import (
     DoneLog,
     describe_difference,
     read_done,
     read_manifest,
     write_manifest,
 )
-from daskbatch.ingest.scan import Scan, as_json, expand_sources, scan_sources
-from daskbatch.ingest.write import ChunkWriter
+from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
+from daskbatch.io.ingest.write import ChunkWriter
 
 if TYPE_CHECKING:
     import zarr

@@ -81,7 +81,7 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
     In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
     posinf_count, neginf_count (float64 vectors of length D).
     """
-    from daskbatch.kernels._numba import moments_chunk
+    from daskbatch.stats.kernels._numba import moments_chunk
 
     count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x))
     n = count.astype(np.float64)
@@ -107,7 +107,7 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     ``devᵀ dev`` each (about twice as fast as centring the whole chunk first,
     and the float64 copy no longer grows with the chunk).
     """
-    from daskbatch.kernels._numba import centre_rows, complete_rows_mean
+    from daskbatch.stats.kernels._numba import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
     rows, d = x.shape
@@ -145,7 +145,7 @@ def histogram(
     n_classes : int, default 1
         K, the size of the last axis of the counts.
     """
-    from daskbatch.kernels._numba import histogram_counts
+    from daskbatch.stats.kernels._numba import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)

@@ -22,10 +22,10 @@ import dask
 import dask.array as da
 import numpy as np
 import zarr
-from dask.utils import parse_bytes
+from dask.utils import format_bytes, parse_bytes
 
 from daskbatch.errors import DataError
-from daskbatch.integrity import (
+from daskbatch.io.integrity import (
     BlockReader,
     chunk_key,
     describe,
@@ -147,7 +147,7 @@ class Dataset:
             (
                 "x",
                 f"{self.array_name or '(lazy)'} {self.x.dtype} ({rows:,} x {cols:,}), "
-                f"{_fmt_bytes(self.x.nbytes)}",
+                f"{format_bytes(int(self.x.nbytes))}",
             ),
             (
                 "chunks",
@@ -174,14 +174,6 @@ class Dataset:
             for k, v in self._summary_rows()
         )
         return f"<b>daskbatch.Dataset</b><table>{body}</table>"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError  # pragma: no cover
 
 
 def _open_node(

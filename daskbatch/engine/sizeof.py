@@ -1,0 +1,26 @@
+"""dask's memory accounting for daskbatch states (``dask.sizeof``).
+
+Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
+state (built in or a user's) is measured by its arrays' bytes.
+:mod:`daskbatch.engine.reduce`, which builds every graph whose tasks hold
+states, registers it on import. Not through a ``dask.sizeof`` entry point:
+dask loads those while ``dask.sizeof`` itself is being imported, and importing
+the ``daskbatch`` package imports ``dask.array``, so the entry point would make
+``import dask.array`` circular in every environment where daskbatch is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daskbatch.stats._base import State
+
+
+def sizeof_state(state: State) -> int:
+    """Bytes of a state's arrays (``State.nbytes``)."""
+    return state.nbytes
+
+
+def register(sizeof: Any) -> None:
+    """Register :func:`sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook)."""
+    sizeof.register(State)(sizeof_state)

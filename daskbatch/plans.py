@@ -1,0 +1,101 @@
+"""``plan``: the one place where data, configuration and the live cluster meet the pure planner.
+
+:mod:`daskbatch.planning` computes a :class:`~daskbatch.planning.search.Plan` from
+integers and a :class:`~daskbatch.planning.resources.Resources`; it reads no
+configuration and never sees a cluster. This module gathers those inputs (a
+store opened from its path, ``dask.config`` settings, the workers of the active
+client or this machine) and hands them down. :func:`daskbatch.describe` and both
+CLI commands (``plan`` and ``describe``) plan through here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from daskbatch.planning.memory import STATISTICS
+from daskbatch.planning.resources import Resources
+from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
+
+
+def plan(
+    x_or_dataset: Any,
+    *,
+    stats: Sequence[str] = STATISTICS,
+    bins: int = 64,
+    n_classes: int | None = None,
+    resources: Resources | str | None = "auto",
+    split_every: int | None = None,
+    device: str | None = None,
+) -> Plan:
+    """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
+
+    Parameters
+    ----------
+    x_or_dataset : path or URL of a Zarr store, Dataset, dask.array.Array, zarr.Array or numpy.ndarray
+        Anything with ``shape``, ``dtype`` and (optionally) ``chunks``; a path is
+        opened with :func:`daskbatch.open_dataset` (metadata only). A ``Dataset``
+        contributes its storage chunks and, when it records them, its classes.
+    stats : sequence of {"moments", "cov", "hist", "mi"}
+        The statistics to plan for.
+    bins : int, default 64
+        Histogram bins per feature.
+    n_classes : int, optional
+        Label classes for ``"mi"``; default: what the data record.
+    resources : Resources, "auto" or None, default "auto"
+        The workers to plan for. ``"auto"``/None: those of the active
+        ``distributed`` client, else this machine.
+    split_every : int, optional
+        Merge fan-in; default ``daskbatch.split-every``.
+    device : {"cpu", "gpu"}, optional
+        With ``resources="auto"`` and no client: plan for this machine's memory
+        or its GPUs; default: its GPUs when it has any.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    PlanError
+        When nothing fits; the message names the number to change.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import daskbatch as db
+    >>> p = db.plan(np.zeros((1000, 4)), stats=("moments",), resources=db.Resources(2**30))
+    >>> p.chunk_rows
+    1000
+    """
+    from dask.utils import parse_bytes
+
+    from daskbatch import config
+    from daskbatch.stats import kernels
+
+    if isinstance(x_or_dataset, (str, os.PathLike)):
+        from daskbatch.io.dataset import open_dataset
+
+        x_or_dataset = open_dataset(x_or_dataset)
+    x = getattr(x_or_dataset, "x", x_or_dataset)
+    chunks = getattr(x_or_dataset, "store_chunks", None) or getattr(x, "chunks", None) or x.shape
+    storage = tuple(max(c) if isinstance(c, tuple) else c for c in chunks)  # dask: tuple of tuples
+    if n_classes is None and "mi" in stats:
+        n_classes = recorded_n_classes(x_or_dataset)
+    if resources is None or (isinstance(resources, str) and resources == "auto"):
+        from daskbatch.runtime.cluster import resources_auto
+
+        resources = resources_auto(device=device)
+    if not isinstance(resources, Resources):
+        raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
+    return plan_chunks(
+        tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
+        n_classes=n_classes,
+        split_every=split_every if split_every is not None else int(config.get("split-every")),
+        memory_fraction=float(config.get("memory-fraction")),
+        reserved_bytes=parse_bytes(config.get("reserved-memory")),
+        target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
+        dtype=str(x.dtype),
+        compiled_kernels=kernels.enabled(),
+    )

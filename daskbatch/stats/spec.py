@@ -1,0 +1,59 @@
+"""What to compute: statistic names from user input, NaN policies and histogram ranges.
+
+The one place that turns what a user asks for (``stats="moments,cov"``, a
+``range``) into what :func:`daskbatch.describe`, :class:`daskbatch.Accumulator`,
+:func:`daskbatch.plan` and the CLI compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats import STATISTICS
+
+DEFAULT_STATS = ("moments", "cov", "hist", "mi")
+NAN_POLICIES = ("omit", "propagate", "raise")
+
+
+def normalize_stats(stats: str | Sequence[str]) -> tuple[str, ...]:
+    """Validate statistic names (``"moments"`` is always computed and listed first)."""
+    names = (stats,) if isinstance(stats, str) else tuple(stats)
+    names = tuple(n.strip() for part in names for n in part.split(",") if n.strip())
+    unknown = [n for n in names if n not in STATISTICS]
+    if unknown:
+        raise ValueError(f"unknown statistic(s) {unknown}; choose from {sorted(STATISTICS)}")
+    return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
+
+
+def histogram_ranges(
+    range_: Any, n_features: int, vmin: np.ndarray | None = None, vmax: np.ndarray | None = None
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-feature (lo, hi) from a user range, or from finite extrema found by a first pass.
+
+    A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
+    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
+    """
+    if range_ is not None:
+        r = np.asarray(range_, dtype=np.float64)
+        if r.shape == (2,):
+            r = np.broadcast_to(r, (n_features, 2))
+        if r.shape != (n_features, 2):
+            raise ValueError(
+                f"range must be (lo, hi) or one (lo, hi) per feature, shape ({n_features}, 2); got shape {r.shape}"
+            )
+        lo, hi = r[:, 0].copy(), r[:, 1].copy()
+    else:
+        assert vmin is not None and vmax is not None
+        empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
+        lo = np.where(empty, 0.0, vmin)
+        hi = np.where(empty, 1.0, vmax)
+        same = lo == hi
+        lo, hi = np.where(same, lo - 0.5, lo), np.where(same, hi + 0.5, hi)
+    bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
+    if bad.any():
+        d = int(np.argmax(bad))
+        raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
