@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,16 +221,16 @@ class Summary:
             out["cov_count"] = int(self.cov_count)
         return out
 
-    def plot(self, kind: str = "hist", **kwargs: Any) -> Any:
-        """Plot with matplotlib: ``kind`` is ``"hist"``, ``"corr"`` or ``"mi"`` (see :mod:`daskbatch.plotting`)."""
-        from daskbatch import plotting
+    @property
+    def plot(self) -> Any:
+        """Figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
 
-        plotters: dict[str, Callable[..., Any]] = {
-            "hist": plotting.plot_histograms, "corr": plotting.plot_correlation, "mi": plotting.plot_mi
-        }
-        if kind not in plotters:
-            raise ValueError(f"kind must be one of {sorted(plotters)}, got {kind!r}")
-        return plotters[kind](self, **kwargs)
+        Each returns a matplotlib Figure (see :mod:`daskbatch.plotting`);
+        ``summary.plot("corr")`` picks one by kind.
+        """
+        from daskbatch.plotting import SummaryPlot
+
+        return SummaryPlot(self)
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
