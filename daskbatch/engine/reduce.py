@@ -3,8 +3,8 @@
 Only public dask API is used (``Array.to_delayed`` and ``dask.delayed``).
 The tree's shape and merge order depend only on the number of blocks and
 ``split_every``, so results are bitwise identical from run to run and between
-one worker and many. Task keys read well on the dashboard:
-``daskbatch-<stats>-chunk``, ``daskbatch-merge``, ``daskbatch-finalize``.
+one worker and many. Task keys read well on the dashboard (``dask.utils.key_split``):
+``db-chunk``, ``db-merge``, ``db-result``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from daskbatch.engine.sizeof import register as register_sizeof
 from daskbatch.stats._base import merge_all
 
 register_sizeof(sizeof)  # every graph with states in its tasks is built here
+
+
+#: Task-name prefixes of a pass, as the dashboard shows them (``key_split`` of the keys).
+TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"}
 
 
 def resolve_split_every(split_every: int | None) -> int:
@@ -80,7 +84,10 @@ def tree_reduce(
     label_blocks = _row_blocks(label, x, len(x_blocks))
     complete_blocks = _row_blocks(complete, x, len(x_blocks))
 
-    chunk_name = f"daskbatch-{stat.name}-chunk-{token}"
+    # Short prefixes that dask.utils.key_split keeps whole (the dashboard groups and
+    # labels tasks by them): "daskbatch-finalize-<token>" used to split to "daskbatch",
+    # and long prefixes were cut off in the task stream.
+    chunk_name = f"{TASK_PREFIXES['chunk']}-{token}"
     states = [
         dask.delayed(stat.chunk)(
             xb, lb, dask_key_name=(chunk_name, i), **({} if cb is None else {"complete": cb})
@@ -91,12 +98,12 @@ def tree_reduce(
     level = 0
     while len(states) > 1:
         states = [
-            dask.delayed(merge)(states[i : i + fan_in], dask_key_name=(f"daskbatch-merge-{token}", level, j))
+            dask.delayed(merge)(states[i : i + fan_in], dask_key_name=(f"{TASK_PREFIXES['merge']}-{token}", level, j))
             for j, i in enumerate(range(0, len(states), fan_in))
         ]
         level += 1
     last = stat.finalize if finalize else _identity
-    return dask.delayed(_on_host(last))(states[0], dask_key_name=f"daskbatch-finalize-{token}")
+    return dask.delayed(_on_host(last))(states[0], dask_key_name=f"{TASK_PREFIXES['result']}-{token}")
 
 
 def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Any]:
