@@ -21,6 +21,7 @@ from dask.sizeof import sizeof
 
 from daskbatch import config
 from daskbatch.stats._base import merge_all
+from daskbatch.stats.class_moments import ClassMomentsState
 from daskbatch.stats.comoments import CoMomentsState
 from daskbatch.stats.histogram import HistogramState
 from daskbatch.stats.moments import MomentsState
@@ -29,6 +30,7 @@ from daskbatch.stats.moments import MomentsState
 @sizeof.register(MomentsState)
 @sizeof.register(CoMomentsState)
 @sizeof.register(HistogramState)
+@sizeof.register(ClassMomentsState)
 def _sizeof_state(state: Any) -> int:
     # Without this dask would size states with sys.getsizeof (~56 bytes).
     return sum(int(getattr(f, "nbytes", 8)) for f in vars(state).values())

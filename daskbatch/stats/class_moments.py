@@ -68,19 +68,22 @@ def empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: obj
 
 
 def _one_class(xp: Namespace, x: Array) -> tuple[Array, Array, Array, Array]:
-    """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of float64 ``x``.
+    """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of ``x``.
 
     Corrected two-pass about the column's first finite value, as in
-    :meth:`daskbatch.stats.moments.Moments.chunk`.
+    :meth:`daskbatch.stats.moments.Moments.chunk`; temporaries are released
+    as soon as possible (the planner's memory model counts them).
     """
+    x = as_float64(x)
     finite = xp.isfinite(x)
-    zero = xp.zeros_like(x)
     count = xp.sum(xp.astype(finite, xp.float64), axis=0)
     shift = first_finite(xp, x, finite)
-    y_shift = xp.where(finite, x - shift, zero)
+    dev = xp.where(finite, x - shift, 0.0)
+    del x
     n_safe = safe_divisor(xp, count)
-    approx_mean = xp.sum(y_shift, axis=0) / n_safe
-    dev = xp.where(finite, y_shift - approx_mean, zero)
+    approx_mean = xp.sum(dev, axis=0) / n_safe
+    dev = xp.where(finite, dev - approx_mean, 0.0)
+    del finite
     # The residual mean `e` of the deviations corrects the rounding of `approx_mean`.
     e = xp.sum(dev, axis=0) / n_safe
     m2 = xp.sum(dev * dev, axis=0) - count * e * e
@@ -126,10 +129,11 @@ class ClassMoments:
         n_classes = highest + 1 if self.n_classes is None else int(self.n_classes)
         if highest >= n_classes:
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
-        x = as_float64(x)
-        # Rows grouped by class: each class is then one contiguous slice.
+        # Rows grouped by class (in the input dtype: each slice is cast on its own, so
+        # the float64 temporaries are those of one class at a time).
         order = xp.argsort(labels, stable=True)
         x = xp.take(x, order, axis=0)
+        del order
         sizes = to_numpy(bincount(xp, labels, minlength=n_classes))
         parts: list[tuple[Array, Array, Array, Array]] = []
         start = 0
