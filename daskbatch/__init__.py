@@ -26,15 +26,17 @@ from daskbatch.errors import (
     PlanError,
 )
 from daskbatch.ingest import IngestReport, ingest
+from daskbatch.pca import PCA, pca
 from daskbatch.planner import Plan, plan
 from daskbatch.resources import Resources
+from daskbatch.select import Selection, load_selection, select
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
 from daskbatch.synth import synth
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
-    "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
-    "cluster", "describe", "ingest", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
-    "synth",
+    "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError", "Resources", "Selection",
+    "Summary", "__version__", "cluster", "describe", "ingest", "load_selection", "load_summary", "mutual_information",
+    "open_dataset", "open_zarr", "pca", "plan", "select", "synth",
 ]
