@@ -250,9 +250,9 @@ def select(
         alive &= var > min_variance
     if max_corr is not None:
         assert corr is not None
-        for i, j, r in _correlation_filter(corr, values, alive, max_corr):
-            reason[i] = f"|corr| {r:.2f} with {names[j]} (more relevant)"
-            alive[i] = False
+        for dropped, partner, r in _correlation_filter(corr, values, alive, max_corr):
+            reason[dropped] = f"|corr| {r:.2f} with {names[partner]} (more relevant)"
+            alive[dropped] = False
 
     rank = _rank(values)
     if score == "mrmr":
