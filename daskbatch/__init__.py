@@ -20,16 +20,18 @@ from daskbatch.errors import (
 from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.io.ingest import IngestReport, ingest
 from daskbatch.io.synth import synth
+from daskbatch.pca import PCA, pca
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan
 from daskbatch.plans import plan
 from daskbatch.runtime.cluster import cluster
+from daskbatch.select import Selection, load_selection, select
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
-    "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
-    "cluster", "describe", "ingest", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
-    "synth",
+    "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError", "Resources", "Selection",
+    "Summary", "__version__", "cluster", "describe", "ingest", "load_selection", "load_summary", "mutual_information",
+    "open_dataset", "open_zarr", "pca", "plan", "select", "synth",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, to_device
 from daskbatch.engine.reduce import resolve_split_every, tree_reduce
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES, histogram_ranges, normalize_stats
 from daskbatch.summary import Summary
 
@@ -65,10 +65,12 @@ def describe(
         Samples along axis 0, features along axis 1. Float, integer and bool
         dtypes are accepted; everything accumulates in float64.
     label : array of int, or name of an array in the same store, optional
-        Class of every sample (0..K-1), for mutual information.
-    stats : sequence of {"moments", "cov", "hist", "mi"}
+        Class of every sample (0..K-1), for mutual information and per-class moments.
+    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments"}
         What to compute. Moments are always included; ``"mi"`` is skipped
-        when no label is given.
+        when no label is given. ``"class_moments"`` (per-class count, mean
+        and M2, the input of :func:`daskbatch.select`'s ANOVA F and chi2
+        scores) needs a label and runs in the first pass.
     bins : int, default 64
         Histogram bins per feature.
     range : (lo, hi) or array of shape (D, 2), optional
@@ -151,6 +153,8 @@ def describe(
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     if "cov" in names and not tiled:
         first.append(CoMoments(ddof=ddof))
+    if "class_moments" in names:  # by label: the runner passes the label to this bundle
+        first.append(ClassMoments(ddof=ddof))
     histogram = None
     if want_hist and range is not None:
         lo, hi = histogram_ranges(range, n_features)
@@ -256,6 +260,8 @@ def plan_describe(
 def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, ...]:
     """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label."""
     names = normalize_stats(stats)
+    if "class_moments" in names and data.label is None:
+        raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
     return names if data.label is not None else tuple(n for n in names if n != "mi")
 
 
@@ -269,7 +275,7 @@ def _plan_names(
 
     source = data.source if data.source is not None else data.x
     n_classes = None
-    if "mi" in names:
+    if "mi" in names or "class_moments" in names:
         # The number of classes is found while counting; plan with what the store
         # records, else with a configured assumption (daskbatch.assumed-classes).
         n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from daskbatch.planning.memory import STATISTICS
+from daskbatch.planning.memory import DEFAULT_STATISTICS
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
 
@@ -22,7 +22,7 @@ from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
 def plan(
     x_or_dataset: Any,
     *,
-    stats: Sequence[str] = STATISTICS,
+    stats: Sequence[str] = DEFAULT_STATISTICS,
     bins: int = 64,
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
@@ -81,7 +81,7 @@ def plan(
     x = getattr(x_or_dataset, "x", x_or_dataset)
     chunks = getattr(x_or_dataset, "store_chunks", None) or getattr(x, "chunks", None) or x.shape
     storage = tuple(max(c) if isinstance(c, tuple) else c for c in chunks)  # dask: tuple of tuples
-    if n_classes is None and "mi" in stats:
+    if n_classes is None and ("mi" in stats or "class_moments" in stats):
         n_classes = recorded_n_classes(x_or_dataset)
     if resources is None or (isinstance(resources, str) and resources == "auto"):
         from daskbatch.runtime.cluster import resources_auto

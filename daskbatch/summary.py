@@ -19,6 +19,9 @@ PER_FEATURE = (
     "mean", "std", "var", "min", "max", "skew", "kurtosis",
 )
 
+#: Per-(feature, class) arrays of the per-class moments.
+CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
+
 
 @dataclass(frozen=True, eq=False)
 class Summary:
@@ -57,6 +60,11 @@ class Summary:
     overflow: np.ndarray | None = None
     joint_counts: np.ndarray | None = None
     mi: np.ndarray | None = None
+    #: Per-(feature, class) count, mean and M2 of the finite values, (D, K) each
+    #: (``stats=[..., "class_moments"]``): the input of ANOVA F and chi2 in :func:`daskbatch.select`.
+    class_count: np.ndarray | None = None
+    class_mean: np.ndarray | None = None
+    class_m2: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -145,6 +153,9 @@ class Summary:
             data["joint_counts"] = (("feature", "slot", "class"), self.joint_counts)
         if self.mi is not None:
             data["mi"] = ("feature", self.mi)
+        for name in CLASS_FIELDS:
+            if getattr(self, name) is not None:
+                data[name] = (("feature", "class"), getattr(self, name))
         # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
         names = np.array(self.feature_names, dtype=object)
         coords = {"feature": names}
@@ -180,6 +191,10 @@ class Summary:
                     mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
                 )
                 provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
+        if "class_moments" in results:
+            cm = results["class_moments"]
+            kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
+            provenance.setdefault("n_classes", int(cm.count.shape[1]))
         return cls(
             feature_names=tuple(feature_names),
             count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
@@ -194,7 +209,8 @@ class Summary:
             return np.asarray(ds[name].values) if name in ds else None
 
         kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
-        for name in ("cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi"):
+        for name in ("cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
+                     *CLASS_FIELDS):
             kwargs[name] = get(name)
         cov_count = ds.attrs.get("cov_count")
         return cls(

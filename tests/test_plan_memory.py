@@ -31,7 +31,7 @@ import pytest
 import zarr
 
 from daskbatch.planning.memory import merge_task_bytes, projected_task_bytes
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, merge_all
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, merge_all
 
 BINS, CLASSES, SPLIT_EVERY = 16, 4, 8
 
@@ -42,6 +42,7 @@ def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
         "cov": lambda: CoMoments(),
         "hist": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d),
         "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True),
+        "class_moments": lambda: ClassMoments(),
     }
     return Bundle(tuple(make[s]() for s in stats))
 
@@ -72,7 +73,10 @@ def _copy_state(state):
 CHUNK_CASES = [
     (rows, d, stats)
     for rows, d in [(65_536, 1), (8192, 8), (4096, 64), (1024, 512)]
-    for stats in [("moments",), ("cov",), ("hist",), ("mi",), ("moments", "cov", "hist", "mi")]
+    for stats in [
+        ("moments",), ("cov",), ("hist",), ("mi",), ("class_moments",), ("moments", "cov", "hist", "mi"),
+        ("moments", "cov", "class_moments"),
+    ]
 ]
 
 
@@ -84,7 +88,9 @@ def test_chunk_task_model_is_honest(tmp_path, dtype, rows, d, stats, path):
     store = zarr.create_array(str(tmp_path / "x.zarr"), shape=src.shape, chunks=src.shape, dtype=src.dtype)
     store[:] = src
     bundle = _bundle(stats, d)
-    use_y = "mi" in stats
+    use_y = "mi" in stats or "class_moments" in stats
+    if "class_moments" in stats:
+        ysrc = np.zeros_like(ysrc)  # one class: the worst case of the per-class temporaries
 
     def task():
         x = store[:]  # the block read and decoded from a compressed store, inside the task
@@ -106,6 +112,8 @@ MERGE_CASES = [
     (1500, ("moments",)),
     (1500, ("hist",)),
     (1500, ("moments", "cov", "hist", "mi")),
+    (512, ("class_moments",)),
+    (1500, ("moments", "class_moments")),
 ]
 
 
@@ -113,7 +121,7 @@ MERGE_CASES = [
 def test_merge_task_model_is_honest(d, stats):
     src, ysrc = _data("float32", 64 * SPLIT_EVERY, d)
     bundle = _bundle(stats, d)
-    y = ysrc if "mi" in stats else None
+    y = ysrc if "mi" in stats or "class_moments" in stats else None
     states = [
         bundle.chunk(src[i::SPLIT_EVERY], None if y is None else y[i::SPLIT_EVERY])
         for i in range(SPLIT_EVERY)

@@ -7,7 +7,7 @@ import json
 import click
 
 from daskbatch.cli._group import main, user_errors
-from daskbatch.planning.memory import STATISTICS
+from daskbatch.planning.memory import DEFAULT_STATISTICS
 
 __all__ = ["plan_command"]
 
@@ -27,7 +27,7 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--x", "x_name", default="X", show_default=True, help="Samples x features array in the store.")
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
-    "--stats", default=",".join(STATISTICS), show_default=True, help="Comma-separated statistics."
+    "--stats", default=",".join(DEFAULT_STATISTICS), show_default=True, help="Comma-separated statistics."
 )
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
 @click.option(
@@ -75,7 +75,9 @@ def plan_command(
     names = _parse_stats(stats)
     ds = open_dataset(store, x=x_name, label=label)
     skipped = None
-    if "mi" in names:
+    if "class_moments" in names and ds.label is None:
+        raise click.UsageError("statistic 'class_moments' needs a label (--label)")
+    if "mi" in names or "class_moments" in names:
         if ds.label is None:
             names, skipped = tuple(n for n in names if n != "mi"), "mi skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:

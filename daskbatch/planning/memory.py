@@ -28,6 +28,7 @@ __all__ = [
     "READ_BUFFERS",
     "ROW_TEMPORARIES",
     "COMOMENT_BLOCK_ROWS",
+    "DEFAULT_STATISTICS",
     "STATE_COPIES",
     "STATISTICS",
     "TASK_OVERHEAD_BYTES",
@@ -39,7 +40,10 @@ __all__ = [
 ]
 
 #: Statistics the engine knows, in the order they are reported.
-STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
+STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi", "class_moments")
+
+#: What is planned when no statistics are named (``describe``'s default).
+DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 
 #: The two ways a chunk kernel runs: "compiled" = the numba CPU loops of
 #: :mod:`daskbatch.kernels` (NumPy chunks, the default on CPU); "array-api" = the
@@ -49,8 +53,8 @@ PATHS: tuple[str, ...] = ("compiled", "array-api")
 #: Float64 copies of the chunk a kernel makes (the compiled co-moments centre
 #: :data:`COMOMENT_BLOCK_ROWS` rows at a time instead: see ``chunk_task_terms``).
 FLOAT64_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0},
-    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1},
+    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1},
+    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1, "class_moments": 1},
 }
 
 #: Rows the compiled co-moment kernel centres into one float64 buffer at a time
@@ -62,12 +66,16 @@ COMOMENT_BLOCK_ROWS = 4096
 #: ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at ~36 B; the
 #: table keeps a little margin. The compiled loops work element by element: none.
 TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
-    "compiled": {"moments": {}, "cov": {}, "hist": {}, "mi": {}},
+    "compiled": {"moments": {}, "cov": {}, "hist": {}, "mi": {}, "class_moments": {"float64": 3, "bool": 2}},
     "array-api": {
         "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
         "cov": {"float64": 4},  # zeros, shifted and centred blocks, one expression temporary
         "hist": {"float64": 2, "int64": 3, "bool": 3},  # scaled values, slot/flat index, masks
         "mi": {"float64": 2, "int64": 3, "bool": 3},  # as hist; labels are counted apart
+        # class_moments has no compiled loop (both paths): the class-sorted copy of the block
+        # is counted in FLOAT64_COPIES, these are one class's float64 cast, deviations and
+        # squares and its finite mask, for the worst case of a block holding a single class.
+        "class_moments": {"float64": 3, "bool": 2},
     },
 }
 
@@ -75,20 +83,20 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
 #: the array-API path; mi: the int64 copy of the labels and the bool mask that checks them),
 #: on top of the input labels.
 ROW_TEMPORARIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 9},
-    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 16},
+    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 9, "class_moments": 24},
+    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 16, "class_moments": 24},
 }
 
 #: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
 #: the outer-product correction of co-moments; the bincount output and its cast for histograms.
 STATE_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0},
-    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1},
+    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0, "class_moments": 1},
+    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1, "class_moments": 1},
 }
 
 #: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
 #: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
-MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0}
+MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0, "class_moments": 2}
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
 #: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
@@ -101,7 +109,8 @@ READ_BUFFERS = 2
 TASK_OVERHEAD_BYTES = 128 * 2**10
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "bool": 1}
-_LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (only "mi" reads them)
+_LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (only these statistics read them)
+_BY_LABEL = ("mi", "class_moments")
 
 
 def state_bytes(
@@ -116,14 +125,14 @@ def state_bytes(
 
     Parameters
     ----------
-    stat : {"moments", "cov", "hist", "mi"}
+    stat : {"moments", "cov", "hist", "mi", "class_moments"}
         Statistic name.
     n_features : int
         Features (columns) of the input.
     bins : int, default 64
         Regular bins per feature (``hist`` and ``mi`` add under/overflow and NaN bins).
     n_classes : int or None
-        Classes of the label (``mi`` only).
+        Classes of the label (``mi`` and ``class_moments`` only).
     feature_tile : int or None
         Tile width when co-moments are computed per pair of feature tiles; the
         state is then that of one tile pair.
@@ -147,6 +156,10 @@ def state_bytes(
         if n_classes is None:
             raise ValueError("statistic 'mi' needs n_classes (the number of label classes)")
         return d * (bins + 3) * n_classes * 8
+    if stat == "class_moments":
+        if n_classes is None:
+            raise ValueError("statistic 'class_moments' needs n_classes (the number of label classes)")
+        return 4 * d * n_classes * 8  # n, shift, mean, m2 per (feature, class)
     raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
 
 
@@ -184,7 +197,7 @@ def chunk_task_terms(
         "raw": elems * itemsize,
         "read buffers": READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
-        "labels": rows * _LABEL_ITEMSIZE if "mi" in stats else 0,
+        "labels": rows * _LABEL_ITEMSIZE if set(_BY_LABEL) & set(stats) else 0,
         "temporaries": max(transient.values(), default=0),
         "states": sum(states.values()),
         "overhead": TASK_OVERHEAD_BYTES,

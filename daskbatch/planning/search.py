@@ -28,6 +28,7 @@ from typing import Any
 
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
+    DEFAULT_STATISTICS,
     STATISTICS,
     merge_task_bytes,
     projected_task_bytes,
@@ -142,7 +143,7 @@ def plan_chunks(
     storage_chunks: tuple[int, ...],
     resources: Resources,
     *,
-    stats: tuple[str, ...] | list[str] = STATISTICS,
+    stats: tuple[str, ...] | list[str] = DEFAULT_STATISTICS,
     bins: int = 64,
     n_classes: int | None = None,
     split_every: int | None = None,
@@ -164,7 +165,7 @@ def plan_chunks(
         The store's chunk shape; planned chunk rows are whole multiples of ``storage_chunks[0]``.
     resources : Resources
         One worker's memory and threads, and the number of workers.
-    stats : sequence of {"moments", "cov", "hist", "mi"}
+    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments"}
         Statistics computed together in one pass.
     bins : int, default 64
         Bins per feature for ``hist`` and ``mi``.
@@ -302,10 +303,11 @@ def _check_inputs(
         )
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
-    if "mi" in stats and (n_classes is None or n_classes < 1):
-        raise ValueError(
-            f"statistic 'mi' needs the number of label classes (--classes K), got {n_classes}"
-        )
+    for by_label in ("mi", "class_moments"):
+        if by_label in stats and (n_classes is None or n_classes < 1):
+            raise ValueError(
+                f"statistic {by_label!r} needs the number of label classes (--classes K), got {n_classes}"
+            )
     return tuple(s for s in STATISTICS if s in stats)
 
 

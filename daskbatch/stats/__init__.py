@@ -5,6 +5,7 @@ and never import dask, zarr or cupy.
 """
 
 from daskbatch.stats._base import Bundle, Statistic, merge_all
+from daskbatch.stats.class_moments import ClassMoments, ClassMomentsResult, ClassMomentsState
 from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
 from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
 from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
@@ -12,10 +13,13 @@ from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 
 #: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label).
-STATISTICS = {"moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": Histogram}
+STATISTICS = {
+    "moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": Histogram, "class_moments": ClassMoments,
+}
 
 __all__ = [
-    "STATISTICS", "Bundle", "CoMoments", "CoMomentsResult", "CoMomentsState", "Histogram",
+    "STATISTICS", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",
+    "CoMomentsResult", "CoMomentsState", "Histogram",
     "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Statistic",
     "histogram_quantile", "merge_all", "mutual_information",
 ]

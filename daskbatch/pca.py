@@ -1,0 +1,202 @@
+"""Principal components from a summary's covariance, with no further pass over the data.
+
+The principal axes of centred data are the eigenvectors of its covariance, and
+the explained variances its eigenvalues, so :func:`pca` needs only what
+:func:`daskbatch.describe` already computed:
+
+* an in-memory covariance (D x D) is decomposed by ``numpy.linalg.eigh`` in float64;
+* a tiled covariance (a Zarr store too large to hold, see :mod:`daskbatch.tiled_cov`)
+  by ``scipy.sparse.linalg.eigsh`` (implicitly restarted Lanczos) on a
+  ``LinearOperator`` whose product reads the store tile by tile, for
+  ``n_components`` much smaller than D.
+
+Results equal ``sklearn.decomposition.PCA(svd_solver="full")`` on the same
+data: explained variance with ``n - 1`` degrees of freedom whatever the
+summary's ``ddof``, ratio to the total variance (the trace), and component
+signs fixed as sklearn's ``svd_flip(u_based_decision=False)`` does: the entry of
+largest magnitude of each component is positive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from daskbatch._typing import Array
+
+__all__ = ["PCA", "pca"]
+
+
+@dataclass(frozen=True, eq=False)
+class PCA:
+    """A fitted principal component analysis (host NumPy arrays, float64).
+
+    Attributes
+    ----------
+    components : ndarray, shape (n_components, D)
+        Principal axes, by decreasing explained variance (sklearn's ``components_``).
+    explained_variance : ndarray, shape (n_components,)
+        Eigenvalues of the covariance with ``n - 1`` degrees of freedom.
+    explained_variance_ratio : ndarray, shape (n_components,)
+        Share of the total variance (trace of the covariance).
+    singular_values : ndarray, shape (n_components,)
+        ``sqrt(explained_variance * (n - 1))``, those of the centred data.
+    mean : ndarray, shape (D,)
+        Per-feature mean subtracted by :meth:`transform`.
+    n_samples : int
+        Rows the covariance was computed from (complete rows).
+    feature_names : tuple of str
+    method : {"eigh", "eigsh"}
+        The eigensolver used.
+    """
+
+    components: np.ndarray
+    explained_variance: np.ndarray
+    explained_variance_ratio: np.ndarray
+    singular_values: np.ndarray
+    mean: np.ndarray
+    n_samples: int
+    feature_names: tuple[str, ...]
+    method: str
+
+    @property
+    def n_components(self) -> int:
+        return int(self.components.shape[0])
+
+    def transform(self, x: Array) -> Array:
+        """Project a (rows, D) block (NumPy, CuPy or any array-API array) onto the components.
+
+        Returns ``(x - mean) @ components.T`` in float64, in ``x``'s namespace and device.
+        """
+        from daskbatch.stats._base import as_float64
+        from daskbatch.stats.backend import device, namespace
+
+        xp = namespace(x)
+        if x.ndim != 2 or x.shape[1] != self.mean.shape[0]:
+            raise ValueError(f"x has shape {tuple(x.shape)}; expected (rows, {self.mean.shape[0]})")
+        dev = device(x)
+        mean = xp.asarray(self.mean, dtype=xp.float64, device=dev)
+        comps = xp.asarray(self.components, dtype=xp.float64, device=dev)
+        return xp.matmul(as_float64(x) - mean, xp.matrix_transpose(comps))
+
+
+def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eigsh"] = "auto") -> PCA:
+    """Principal components of the data a summary describes, from its covariance.
+
+    Parameters
+    ----------
+    summary : Summary
+        With a covariance (``stats=[..., "cov"]``), in memory or tiled.
+    n_components : int
+        Components to keep: 1..D with ``eigh``, 1..D-1 with ``eigsh``.
+    method : {"auto", "eigh", "eigsh"}, default "auto"
+        ``eigh`` decomposes the whole in-memory matrix; ``eigsh`` finds the
+        leading eigenpairs with Lanczos (the only choice for a tiled
+        covariance, and what ``"auto"`` picks for one).
+
+    Returns
+    -------
+    PCA
+
+    Notes
+    -----
+    The covariance counts complete rows only; ``mean`` is the summary's
+    per-feature mean (over each feature's finite values), which is the
+    complete-row mean whenever no row holds a NaN or infinity. A tiled
+    covariance brings its own complete-row mean.
+    """
+    names = tuple(summary.feature_names)
+    d = len(names)
+    if method not in ("auto", "eigh", "eigsh"):
+        raise ValueError(f"method must be 'auto', 'eigh' or 'eigsh', got {method!r}")
+    if summary.cov is not None:
+        n = int(summary.cov_count)
+        ddof = int(summary.provenance.get("ddof", 1))
+        cov = np.asarray(summary.cov, dtype=np.float64)
+        mean = np.asarray(summary.mean, dtype=np.float64)
+        tiled = None
+        method = "eigh" if method == "auto" else method
+    elif summary.provenance.get("tiled_cov"):
+        tiled = summary.tiled_cov()
+        n, ddof, cov, mean = int(tiled.n), int(tiled.ddof), None, tiled.mean
+        if method == "eigh":
+            raise ValueError("the covariance is tiled (too large to hold): use method='eigsh' or 'auto'")
+        method = "eigsh"
+    else:
+        raise ValueError("pca needs the covariance: describe(..., stats=[..., 'cov'])")
+    top = d if method == "eigh" else d - 1
+    if isinstance(n_components, bool) or int(n_components) != n_components or not 1 <= n_components <= top:
+        raise ValueError(f"n_components must be an integer in [1, {top}] for method {method!r}, got {n_components!r}")
+    if n - ddof <= 0 or n < 2:
+        raise ValueError(f"pca needs at least 2 complete rows (and more than ddof={ddof}); the covariance has {n}")
+    # sklearn's explained variance divides by n - 1 whatever ddof the summary used.
+    scale = (n - ddof) / (n - 1.0)
+    k = int(n_components)
+    if tiled is None:
+        assert cov is not None
+        if not np.all(np.isfinite(cov)):
+            raise ValueError("the covariance holds NaN or inf values; pca needs a finite covariance")
+        total = float(np.trace(cov)) * scale
+        if method == "eigh":
+            values, vectors = np.linalg.eigh(cov)
+            values, vectors = values[::-1][:k], vectors[:, ::-1][:, :k]
+        else:
+            values, vectors = _lanczos(_dense_operator(cov), d, k)
+    else:
+        import dask.array as da
+
+        lazy = tiled.cov
+        total = float(da.diagonal(lazy).sum().compute()) * scale
+        values, vectors = _lanczos(_tiled_operator(lazy), d, k)
+    values = np.maximum(values * scale, 0.0)  # rounding can leave -1e-17 where sklearn's S**2 is >= 0
+    components = _flip_signs(vectors.T.copy())
+    return PCA(
+        components=components,
+        explained_variance=values,
+        explained_variance_ratio=values / total if total > 0 else np.full(k, np.nan),
+        singular_values=np.sqrt(values * (n - 1.0)),
+        mean=np.array(mean, dtype=np.float64),
+        n_samples=n,
+        feature_names=names,
+        method=method,
+    )
+
+
+def _flip_signs(components: np.ndarray) -> np.ndarray:
+    """Make the entry of largest magnitude of each row positive (sklearn's svd_flip on Vt)."""
+    biggest = np.argmax(np.abs(components), axis=1)
+    signs = np.sign(components[np.arange(components.shape[0]), biggest])
+    signs[signs == 0] = 1.0
+    return components * signs[:, None]
+
+
+def _dense_operator(cov: np.ndarray) -> Any:
+    from scipy.sparse.linalg import aslinearoperator
+
+    return aslinearoperator(cov)
+
+
+def _tiled_operator(lazy: Any) -> Any:
+    """A LinearOperator ``v -> C v`` over a dask (D, D) matrix read from Zarr tile by tile."""
+    from scipy.sparse.linalg import LinearOperator
+
+    d = int(lazy.shape[0])
+
+    def matmat(v: np.ndarray) -> np.ndarray:
+        # Each product is one dask computation: row tiles in parallel, each reading its chunks.
+        return np.asarray(lazy.dot(np.asarray(v, dtype=np.float64)).compute())
+
+    return LinearOperator((d, d), matvec=matmat, matmat=matmat, dtype=np.float64)
+
+
+def _lanczos(op: Any, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest eigenpairs of symmetric ``op``, by decreasing eigenvalue."""
+    from scipy.sparse.linalg import eigsh
+
+    # A fixed start vector: the same input gives the same result, run after run.
+    v0 = np.random.default_rng(0).standard_normal(d)
+    values, vectors = eigsh(op, k=k, which="LA", v0=v0)
+    order = np.argsort(values)[::-1]
+    return values[order], vectors[:, order]

@@ -1,0 +1,135 @@
+"""Per-feature relevance scores from a :class:`~daskbatch.Summary`, with no further pass over the data.
+
+* ``f_classif``: ANOVA F and its p-value from the per-class moments, equal to
+  ``sklearn.feature_selection.f_classif`` (which forms the same sums of
+  squares as raw power sums; here they come from per-class M2 and means).
+* ``chi2``: chi-squared of the per-class sums of non-negative features against
+  their expectation under independence, equal to ``sklearn.feature_selection.chi2``.
+* ``mutual_info``: the binned mutual information already in ``summary.mi``.
+* ``population_variance``: the ddof=0 variance ``VarianceThreshold`` uses.
+
+Values are left out per feature as in the summary (NaN and ±inf are not
+counted), so for data without them the per-class counts are the class sizes
+sklearn uses. Classes with no value of a feature take no part in its tests,
+as classes absent from ``y`` take no part in sklearn's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+__all__ = ["chi2", "f_classif", "mutual_info", "population_variance"]
+
+
+def _class_arrays(summary: Any, score: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if summary.class_count is None:
+        raise ValueError(
+            f"score {score!r} needs per-class moments: describe(x, label, stats=[..., 'class_moments'])"
+        )
+    return (
+        np.asarray(summary.class_count, dtype=np.float64),
+        np.asarray(summary.class_mean, dtype=np.float64),
+        np.asarray(summary.class_m2, dtype=np.float64),
+    )
+
+
+def f_classif(summary: Any) -> tuple[np.ndarray, np.ndarray]:
+    """ANOVA F-value and p-value of every feature against the label.
+
+    Parameters
+    ----------
+    summary : Summary
+        With per-class moments (``stats=[..., "class_moments"]``).
+
+    Returns
+    -------
+    f, p : ndarray of float64, shape (D,)
+        As ``sklearn.feature_selection.f_classif``. A constant feature has
+        ``F = p = NaN`` (0 / 0); one constant within each class but not overall
+        has ``F = inf``, ``p = 0``. sklearn reports the same wherever its sums of
+        squares cancel exactly (say integer-valued features); elsewhere its
+        ``sum(x**2) - sum(x)**2 / n`` leaves rounding noise where this has 0.
+    """
+    n, mean, m2 = _class_arrays(summary, "f")
+    present = n > 0
+    total = n.sum(axis=1)
+    n_classes = present.sum(axis=1).astype(np.float64)
+    # Means relative to the first present class: differences of nearby means stay exact.
+    first = np.argmax(present, axis=1)
+    ref = np.take_along_axis(mean, first[:, None], axis=1)
+    rel = np.where(present, mean - ref, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grand = (n * rel).sum(axis=1) / total
+        ss_between = (n * (rel - grand[:, None]) ** 2).sum(axis=1)
+        ss_within = np.where(present, m2, 0.0).sum(axis=1)
+        ms_between = ss_between / (n_classes - 1.0)
+        ms_within = ss_within / (total - n_classes)
+        f = ms_between / ms_within
+    return f, special.fdtrc(n_classes - 1.0, total - n_classes, f)
+
+
+def chi2(summary: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Chi-squared statistic and p-value of every non-negative feature against the label.
+
+    The observed value of (feature, class) is the sum of the feature over the
+    class (``count * mean``); the expected one is the feature's total times the
+    class's share of the samples.
+
+    Parameters
+    ----------
+    summary : Summary
+        With per-class moments (``stats=[..., "class_moments"]``).
+
+    Returns
+    -------
+    chi2, p : ndarray of float64, shape (D,)
+        As ``sklearn.feature_selection.chi2`` (NaN for a feature that sums to 0).
+
+    Raises
+    ------
+    ValueError
+        Naming the features with a negative minimum.
+    """
+    n, mean, _ = _class_arrays(summary, "chi2")
+    negative = np.flatnonzero(np.asarray(summary.min) < 0)
+    if negative.size:
+        listed = ", ".join(f"{summary.feature_names[i]} (min {summary.min[i]:g})" for i in negative[:10])
+        more = f" and {negative.size - 10} more" if negative.size > 10 else ""
+        raise ValueError(f"chi2 needs non-negative features; negative values in {listed}{more}")
+    present = n > 0
+    observed = np.where(present, n * mean, 0.0)
+    total = n.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = (n / total) * observed.sum(axis=1, keepdims=True)
+        terms = (observed - expected) ** 2 / expected
+    stat = np.where(present, terms, 0.0).sum(axis=1)
+    return stat, special.chdtrc(present.sum(axis=1) - 1.0, stat)
+
+
+def mutual_info(summary: Any) -> np.ndarray:
+    """The binned mutual information of every feature with the label (``summary.mi``)."""
+    if summary.mi is None:
+        raise ValueError("score 'mi' needs the joint histograms: describe(x, label, stats=[..., 'mi'])")
+    return np.asarray(summary.mi, dtype=np.float64)
+
+
+def population_variance(summary: Any, *, threshold: float | None = None) -> np.ndarray:
+    """The ddof=0 variance of every feature's finite values, as ``numpy.nanvar``.
+
+    ``summary.var`` divides by ``n - ddof`` (``ddof`` from its provenance);
+    this divides by ``n``. With ``threshold == 0`` the smaller of the variance
+    and the range (max - min) is returned, as ``VarianceThreshold`` does.
+    """
+    ddof = int(summary.provenance.get("ddof", 1))
+    n = np.asarray(summary.count, dtype=np.float64) - summary.posinf_count - summary.neginf_count
+    var = np.asarray(summary.var, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A single value has variance 0 though n - ddof may be 0.
+        pop = np.where(n - ddof > 0, var * (n - ddof) / n, np.where(n >= 1, 0.0, np.nan))
+    if threshold == 0:
+        ptp = np.asarray(summary.max, dtype=np.float64) - summary.min
+        pop = np.fmin(pop, ptp)
+    return pop

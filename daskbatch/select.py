@@ -1,0 +1,465 @@
+"""Feature selection from a :class:`~daskbatch.Summary`: scores, filters and the reason for every drop.
+
+:func:`select` reads nothing but the summary. It works as a scikit-learn
+pipeline of up to three steps, each on the features the previous ones kept:
+
+1. ``min_variance``: ``VarianceThreshold`` (keep ddof=0 variance ``> min_variance``);
+2. ``max_corr``: of every pair with ``|corr| > max_corr`` keep the more
+   relevant feature (greedy, most relevant first: a feature is dropped when it
+   is too correlated with one already kept);
+3. the mode: ``SelectKBest`` (``"k"``), ``SelectPercentile``, ``SelectFpr``,
+   ``SelectFdr`` (Benjamini-Hochberg as sklearn implements it) or ``SelectFwe``
+   on the score; or mRMR's greedy pick.
+
+Scores: ``"f"`` (ANOVA F, ``f_classif``), ``"chi2"``, ``"mi"`` (binned mutual
+information), ``"variance"`` (ddof=0) and ``"mrmr"`` (mutual information as
+relevance, mean ``|corr|`` with the features picked so far as redundancy).
+
+Ties follow sklearn: ``SelectKBest`` keeps the last ``k`` of a stable ascending
+sort, so of equal scores the later feature ranks higher; ``SelectPercentile``
+keeps tied features in index order. NaN scores rank lowest, as sklearn's
+``_clean_nans`` makes them; NaN p-values never pass a test.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from daskbatch import scores as _scores
+
+__all__ = ["SCORES", "MODES", "Selection", "load_selection", "select"]
+
+Score = Literal["f", "chi2", "mi", "variance", "mrmr"]
+Mode = Literal["k", "percentile", "fpr", "fdr", "fwe"]
+
+SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr")
+MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
+#: sklearn's defaults: SelectKBest(k=10), SelectPercentile(percentile=10), alpha=0.05.
+DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
+_HEADER = "# daskbatch-selection "
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """The outcome of :func:`select`: per-feature score, p-value, rank, decision and reason.
+
+    Attributes
+    ----------
+    feature_names : tuple of str
+    score : ndarray of float64, shape (D,)
+        The score (for ``"mrmr"``: the mRMR criterion when the feature was
+        picked, or after the last pick; NaN for features dropped by a filter).
+    pvalue : ndarray of float64 or None
+        p-values of ``"f"`` and ``"chi2"``; None for the other scores.
+    rank : ndarray of int64
+        1 for the best feature (``"mrmr"``: pick order, then the rest).
+    selected : ndarray of bool
+    reason : tuple of str
+        Why each feature was dropped ("" when selected).
+    score_name, mode : str
+    param : float or str
+        The mode's k, percentile or alpha.
+    min_variance, max_corr : float or None
+    """
+
+    feature_names: tuple[str, ...]
+    score: np.ndarray
+    pvalue: np.ndarray | None
+    rank: np.ndarray
+    selected: np.ndarray
+    reason: tuple[str, ...]
+    score_name: str
+    mode: str
+    param: Any
+    min_variance: float | None = None
+    max_corr: float | None = None
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Indices of the selected features, ascending."""
+        return np.flatnonzero(self.selected)
+
+    @property
+    def selected_names(self) -> tuple[str, ...]:
+        """Names of the selected features, in feature order."""
+        return tuple(self.feature_names[i] for i in self.indices)
+
+    def to_dataframe(self) -> Any:
+        """One row per feature (pandas DataFrame indexed by feature name)."""
+        import pandas as pd
+
+        columns: dict[str, Any] = {"score": self.score}
+        if self.pvalue is not None:
+            columns["pvalue"] = self.pvalue
+        columns.update(rank=self.rank, selected=self.selected, reason=list(self.reason))
+        return pd.DataFrame(columns, index=pd.Index(list(self.feature_names), name="feature"))
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "score": self.score_name, "mode": self.mode, "param": self.param,
+            "min_variance": self.min_variance, "max_corr": self.max_corr,
+        }
+
+    def save(self, path: str | os.PathLike[str], *, format: Literal["csv", "json"] | None = None) -> str:  # noqa: A002
+        """Write to ``path`` as CSV (a ``#`` header line with the settings, then the table) or JSON.
+
+        ``format`` defaults to the file's suffix (``.json``, else CSV). Read back with :func:`load_selection`.
+        """
+        target = os.fspath(path)
+        kind = format or ("json" if target.lower().endswith(".json") else "csv")
+        if kind == "json":
+            out = dict(self._meta(), feature_names=list(self.feature_names), score_values=_json_floats(self.score),
+                       pvalue=None if self.pvalue is None else _json_floats(self.pvalue),
+                       rank=self.rank.tolist(), selected=self.selected.tolist(), reason=list(self.reason))
+            text = json.dumps(out, indent=1)
+        elif kind == "csv":
+            # pandas writes floats with repr: they read back bit for bit.
+            text = _HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
+        else:
+            raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return target
+
+    def __repr__(self) -> str:
+        n = int(self.selected.sum())
+        names = ", ".join(self.selected_names[:10]) + (", ..." if n > 10 else "")
+        return (f"<daskbatch.Selection: {n} of {len(self.feature_names)} features by {self.score_name} "
+                f"({self.mode}={self.param}): {names}>")
+
+
+def load_selection(path: str | os.PathLike[str]) -> Selection:
+    """Read a :class:`Selection` written by :meth:`Selection.save` (CSV or JSON, told apart by content)."""
+    with open(os.fspath(path), encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("{"):
+        d = json.loads(text)
+        pvalue = None if d["pvalue"] is None else _from_json_floats(d["pvalue"])
+        return Selection(
+            feature_names=tuple(d["feature_names"]), score=_from_json_floats(d["score_values"]), pvalue=pvalue,
+            rank=np.asarray(d["rank"], dtype=np.int64), selected=np.asarray(d["selected"], dtype=bool),
+            reason=tuple(d["reason"]), score_name=d["score"], mode=d["mode"], param=d["param"],
+            min_variance=d["min_variance"], max_corr=d["max_corr"],
+        )
+    import pandas as pd
+
+    first, _, body = text.partition("\n")
+    if not first.startswith(_HEADER):
+        raise ValueError(f"{os.fspath(path)!r} is not a saved selection (no {_HEADER.strip()!r} line)")
+    meta = json.loads(first[len(_HEADER):])
+    table = pd.read_csv(io.StringIO(body), dtype={"feature": str, "reason": str}, keep_default_na=False,
+                        na_values={"score": [""], "pvalue": [""]})
+    return Selection(
+        feature_names=tuple(table["feature"]), score=table["score"].to_numpy(np.float64),
+        pvalue=table["pvalue"].to_numpy(np.float64) if "pvalue" in table else None,
+        rank=table["rank"].to_numpy(np.int64), selected=table["selected"].to_numpy(bool),
+        reason=tuple(table["reason"]), score_name=meta["score"], mode=meta["mode"], param=meta["param"],
+        min_variance=meta["min_variance"], max_corr=meta["max_corr"],
+    )
+
+
+def _json_floats(a: np.ndarray) -> list[Any]:
+    return [None if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else v)
+            for v in a.tolist()]
+
+
+def _from_json_floats(values: Sequence[Any]) -> np.ndarray:
+    return np.asarray([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+# ------------------------------------------------------------------ select
+
+
+def select(
+    summary: Any,
+    *,
+    score: Score = "f",
+    mode: Mode = "k",
+    param: float | str | None = None,
+    min_variance: float | None = None,
+    max_corr: float | None = None,
+) -> Selection:
+    """Select features from a summary's statistics, with the reason for every feature dropped.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe`. Scores ``"f"``/``"chi2"`` need
+        ``stats=[..., "class_moments"]``, ``"mi"``/``"mrmr"`` need ``"mi"``,
+        ``max_corr`` and ``"mrmr"`` need ``"cov"`` (in memory or tiled).
+    score : {"f", "chi2", "mi", "variance", "mrmr"}, default "f"
+        The relevance score (see the module docstring).
+    mode : {"k", "percentile", "fpr", "fdr", "fwe"}, default "k"
+        As sklearn's ``SelectKBest``, ``SelectPercentile``, ``SelectFpr``,
+        ``SelectFdr``, ``SelectFwe``. p-value modes need ``"f"`` or ``"chi2"``;
+        ``"mrmr"`` takes ``"k"`` or ``"percentile"``.
+    param : int, float or "all", optional
+        ``k`` (int or ``"all"``; at most the number of features left, else all
+        are kept), percentile (0-100) or alpha (0-1). Default as sklearn: 10,
+        10, 0.05.
+    min_variance : float, optional
+        Drop features whose ddof=0 variance is not above it (``VarianceThreshold``).
+    max_corr : float, optional
+        Drop the less relevant feature of every pair with ``|corr| > max_corr`` (in [0, 1]).
+
+    Returns
+    -------
+    Selection
+    """
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    value = _check_param(mode, DEFAULT_PARAM[mode] if param is None else param)
+    if score == "mrmr" and mode not in ("k", "percentile"):
+        raise ValueError(f"score 'mrmr' picks greedily and has no p-values: use mode 'k' or 'percentile', not {mode!r}")
+    if min_variance is not None and not (min_variance >= 0):
+        raise ValueError(f"min_variance must be >= 0, got {min_variance}")
+    if max_corr is not None and not (0 <= max_corr <= 1):
+        raise ValueError(f"max_corr must be in [0, 1], got {max_corr}")
+
+    names = tuple(summary.feature_names)
+    pvalue = None
+    if score == "f":
+        values, pvalue = _scores.f_classif(summary)
+    elif score == "chi2":
+        values, pvalue = _scores.chi2(summary)
+    elif score == "variance":
+        values = _scores.population_variance(summary)
+    else:
+        values = _scores.mutual_info(summary)
+    if mode in ("fpr", "fdr", "fwe") and pvalue is None:
+        raise ValueError(f"mode {mode!r} needs p-values; score {score!r} has none (use 'f' or 'chi2')")
+    corr = _Correlations(summary) if (max_corr is not None or score == "mrmr") else None
+
+    d = len(names)
+    reason = [""] * d
+    alive = np.ones(d, dtype=bool)
+    if min_variance is not None:
+        var = _scores.population_variance(summary, threshold=min_variance)
+        for i in np.flatnonzero(~(var > min_variance)):
+            reason[i] = f"variance {var[i]:.3g} not above min_variance {min_variance:g}"
+        alive &= var > min_variance
+    if max_corr is not None:
+        assert corr is not None
+        for dropped, partner, r in _correlation_filter(corr, values, alive, max_corr):
+            reason[dropped] = f"|corr| {r:.2f} with {names[partner]} (more relevant)"
+            alive[dropped] = False
+
+    rank = _rank(values)
+    if score == "mrmr":
+        assert corr is not None
+        values, rank, chosen = _mrmr(values, alive, corr, mode, value)
+        for i in np.flatnonzero(alive & ~chosen):
+            reason[i] = f"not among the {int(chosen.sum())} picked by mRMR"
+    else:
+        chosen = np.zeros(d, dtype=bool)
+        idx = np.flatnonzero(alive)
+        p_alive = None if pvalue is None else pvalue[idx]
+        keep, why = _mode_mask(mode, value, values[idx], p_alive)
+        chosen[idx[keep]] = True
+        for i, text in zip(idx, why, strict=True):
+            if text:
+                reason[i] = text
+    return Selection(
+        feature_names=names, score=np.asarray(values, dtype=np.float64), pvalue=pvalue,
+        rank=rank, selected=chosen, reason=tuple(reason), score_name=score, mode=mode, param=value,
+        min_variance=min_variance, max_corr=max_corr,
+    )
+
+
+def _check_param(mode: str, value: Any) -> Any:
+    if mode == "k":
+        if value == "all":
+            return "all"
+        if isinstance(value, bool) or not float(value).is_integer() or value < 0:
+            raise ValueError(f"k must be a non-negative integer or 'all', got {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        raise ValueError(f"mode {mode!r} needs a number, got {value!r}")
+    if mode == "percentile":
+        if not 0 <= value <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {value}")
+        return value
+    if not 0 <= value <= 1:
+        raise ValueError(f"alpha of mode {mode!r} must be in [0, 1], got {value}")
+    return float(value)
+
+
+def _clean(values: np.ndarray) -> np.ndarray:
+    """NaN replaced by the lowest float, as sklearn's ``_clean_nans``."""
+    return np.where(np.isnan(values), np.finfo(np.float64).min, values)
+
+
+def _order(values: np.ndarray) -> np.ndarray:
+    """Indices best first: reversed stable ascending sort (SelectKBest's tie rule: later wins)."""
+    return np.argsort(_clean(values), kind="mergesort")[::-1]
+
+
+def _rank(values: np.ndarray) -> np.ndarray:
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[_order(values)] = np.arange(1, len(values) + 1)
+    return rank
+
+
+def _mode_mask(mode: str, value: Any, s: np.ndarray, p: np.ndarray | None) -> tuple[np.ndarray, list[str]]:
+    """sklearn's support mask of ``mode`` over scores ``s`` (p-values ``p``), and drop reasons."""
+    n = len(s)
+    if mode == "k":
+        mask = np.zeros(n, dtype=bool)
+        if value == "all" or value >= n:
+            mask[:] = True
+        elif value > 0:
+            mask[np.argsort(_clean(s), kind="mergesort")[-value:]] = True
+        return mask, ["" if m else f"not in top k={value}" for m in mask]
+    if mode == "percentile":
+        if value == 100 or n == 0:
+            mask = np.ones(n, dtype=bool)
+        elif value == 0:
+            mask = np.zeros(n, dtype=bool)
+        else:
+            cleaned = _clean(s)
+            threshold = np.percentile(cleaned, 100 - value)
+            mask = cleaned > threshold
+            ties = np.flatnonzero(cleaned == threshold)
+            if len(ties):
+                mask[ties[: int(n * value / 100) - mask.sum()]] = True
+        return mask, ["" if m else f"not in top {value:g}%" for m in mask]
+    assert p is not None
+    if n == 0:
+        return np.zeros(0, dtype=bool), []
+    if mode == "fpr":
+        mask = p < value
+        return mask, ["" if m else f"p={q:.3g} not < fpr {value:g}" for m, q in zip(mask, p, strict=True)]
+    if mode == "fwe":
+        mask = p < value / n
+        return mask, ["" if m else f"p={q:.3g} not < fwe {value:g} / {n} features"
+                      for m, q in zip(mask, p, strict=True)]
+    # fdr: Benjamini-Hochberg exactly as sklearn's SelectFdr.
+    sv = np.sort(p)
+    passing = sv[sv <= value / n * np.arange(1, n + 1)]
+    if passing.size == 0:
+        return np.zeros(n, dtype=bool), [f"p={q:.3g}: none passes Benjamini-Hochberg at fdr {value:g}" for q in p]
+    cutoff = passing.max()
+    mask = p <= cutoff
+    return mask, ["" if m else f"p={q:.3g} > Benjamini-Hochberg cutoff {cutoff:.3g} (fdr {value:g})"
+                  for m, q in zip(mask, p, strict=True)]
+
+
+# ------------------------------------------------------------ correlations
+
+
+class _Correlations:
+    """Pearson correlations of a summary, from memory or tile by tile from its tiled store."""
+
+    def __init__(self, summary: Any) -> None:
+        self.corr = summary.corr
+        self.tiled = None
+        if self.corr is None:
+            if not summary.provenance.get("tiled_cov"):
+                raise ValueError("max_corr and mrmr need correlations: describe(..., stats=[..., 'cov'])")
+            self.tiled = summary.tiled_cov()
+
+    def pairs_above(self, threshold: float) -> list[tuple[int, int, float]]:
+        """Every pair ``i < j`` with ``|corr| > threshold``, as ``(i, j, |r|)`` (NaN never counts)."""
+        if self.corr is not None:
+            return _pairs_in_block(np.asarray(self.corr), 0, 0, threshold)
+        import zarr
+
+        tiled = self.tiled
+        assert tiled is not None
+        store = zarr.open_array(tiled.path, path="corr", mode="r")
+        found: list[tuple[int, int, float]] = []
+        for a in range(0, tiled.n_features, tiled.tile):
+            for b in range(a, tiled.n_features, tiled.tile):
+                block = np.asarray(store[a : a + tiled.tile, b : b + tiled.tile])
+                found.extend(_pairs_in_block(block, a, b, threshold))
+        return found
+
+    def column(self, j: int) -> np.ndarray:
+        """``|corr[:, j]|`` with NaN (constant features) as 0."""
+        if self.corr is not None:
+            col = np.asarray(self.corr[:, j])
+        else:
+            import zarr
+
+            assert self.tiled is not None
+            col = np.asarray(zarr.open_array(self.tiled.path, path="corr", mode="r")[:, j])
+        return np.nan_to_num(np.abs(col), nan=0.0)
+
+
+def _pairs_in_block(block: np.ndarray, a: int, b: int, threshold: float) -> list[tuple[int, int, float]]:
+    r = np.abs(block)
+    rows, cols = np.nonzero(np.nan_to_num(r, nan=0.0) > threshold)
+    keep = rows + a < cols + b
+    return [(int(i) + a, int(j) + b, float(r[i, j])) for i, j in zip(rows[keep], cols[keep], strict=True)]
+
+
+def _correlation_filter(
+    corr: _Correlations, relevance: np.ndarray, alive: np.ndarray, max_corr: float
+) -> list[tuple[int, int, float]]:
+    """``(dropped, kept partner, |r|)``: most relevant first, drop what is too close to a kept feature."""
+    partners: dict[int, list[tuple[int, float]]] = {}
+    for i, j, r in corr.pairs_above(max_corr):
+        if alive[i] and alive[j]:
+            partners.setdefault(i, []).append((j, r))
+            partners.setdefault(j, []).append((i, r))
+    kept: set[int] = set()
+    dropped = []
+    for i in (int(v) for v in _order(relevance) if alive[v]):
+        close = [(r, j) for j, r in partners.get(i, []) if j in kept]
+        if close:
+            r, j = max(close)
+            dropped.append((i, j, r))
+        else:
+            kept.add(i)
+    return dropped
+
+
+def _mrmr(
+    relevance: np.ndarray, alive: np.ndarray, corr: _Correlations, mode: str, value: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy mRMR (difference form): pick ``argmax relevance - mean |corr| with the picked``.
+
+    Returns the criterion of every candidate (when picked, or after the last
+    pick; NaN outside the candidates), the rank (pick order, then the rest of
+    the candidates by criterion, then the others by relevance) and the picks.
+    """
+    d = len(relevance)
+    cand = np.flatnonzero(alive)
+    if mode == "k":
+        n_pick = len(cand) if value == "all" else min(int(value), len(cand))
+    else:
+        n_pick = len(cand) if value == 100 else int(len(cand) * value / 100)
+    rel = _clean(relevance)
+    redundancy = np.zeros(d)
+    criterion = np.full(d, np.nan)
+    open_ = alive.copy()
+    picks: list[int] = []
+    for step in range(n_pick):
+        crit = rel - (redundancy / step if step else 0.0)
+        masked = np.where(open_, crit, -np.inf)
+        best = d - 1 - int(np.argmax(masked[::-1]))  # ties: the later feature, as SelectKBest
+        criterion[best] = crit[best]
+        picks.append(best)
+        open_[best] = False
+        redundancy += corr.column(best)
+    rest = np.flatnonzero(open_)
+    if len(rest):
+        crit = rel - (redundancy / len(picks) if picks else 0.0)
+        criterion[rest] = crit[rest]
+    order = picks + [int(i) for i in _order(np.where(open_, criterion, np.nan)) if open_[i]]
+    order += [int(i) for i in _order(relevance) if not alive[i]]
+    rank = np.empty(d, dtype=np.int64)
+    rank[order] = np.arange(1, d + 1)
+    chosen = np.zeros(d, dtype=bool)
+    chosen[picks] = True
+    return criterion, rank, chosen

@@ -1,0 +1,178 @@
+"""Per-class moments: count, mean and M2 of every feature within every class of a label.
+
+The inputs of ANOVA F (``sklearn.feature_selection.f_classif``) and of chi2
+(the per-class sums ``count * mean``), computed in the same pass as the
+per-feature moments. Layout is (D, K): feature by class.
+
+Each chunk orders its rows by class (one stable argsort of the labels) and
+reduces every class's contiguous slice with the corrected two-pass algorithm of
+:mod:`daskbatch.stats.moments`, about a reference value per (feature, class):
+the first finite value of that feature in that class. A feature that is
+constant within a class therefore has an M2 of exactly zero, which ANOVA needs
+to tell constant features apart. States merge with the pairwise update of
+Chan, Golub & LeVeque (1979) in float64, never as a sum of squares minus
+``n * mean**2``.
+
+As in :mod:`daskbatch.stats.histogram`, labels are class numbers 0..K-1 and
+the number of classes is found per chunk (largest label + 1) unless given;
+states with fewer classes are padded with empty classes when merged, so a
+class may be absent from any number of chunks. Only finite values count:
+NaN and ±inf are left out per feature (the summary's own counts say where).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats.moments import first_finite
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMomentsState(State):
+    """Mergeable state; every field is float64 of shape (D, K).
+
+    ``n`` counts the finite values of feature d in class k, ``shift + mean``
+    is their mean and ``m2`` the sum of squared deviations from it. Classes
+    with ``n == 0`` hold zeros in every field.
+    """
+
+    n: Array
+    shift: Array
+    mean: Array
+    m2: Array
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMomentsResult:
+    """Finalized per-(feature, class) moments, each of shape (D, K).
+
+    ``mean`` and ``var`` are NaN where a class has no finite value of a
+    feature (``var`` also where ``count <= ddof``); ``sum`` is
+    ``count * mean`` (0 for empty classes), the observed total chi2 uses.
+    """
+
+    count: Array
+    mean: Array
+    m2: Array
+    var: Array
+    sum: Array
+
+
+def empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: object = None) -> ClassMomentsState:
+    """The identity of :meth:`ClassMoments.merge`: the state of a chunk with no rows."""
+    zeros = xp.zeros((n_features, n_classes), dtype=xp.float64, device=dev)
+    return ClassMomentsState(n=zeros, shift=zeros, mean=zeros, m2=zeros)
+
+
+def _one_class(xp: Namespace, x: Array) -> tuple[Array, Array, Array, Array]:
+    """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of ``x``.
+
+    Corrected two-pass about the column's first finite value, as in
+    :meth:`daskbatch.stats.moments.Moments.chunk`; temporaries are released
+    as soon as possible (the planner's memory model counts them).
+    """
+    x = as_float64(x)
+    finite = xp.isfinite(x)
+    count = xp.sum(xp.astype(finite, xp.float64), axis=0)
+    shift = first_finite(xp, x, finite)
+    dev = xp.where(finite, x - shift, 0.0)
+    del x
+    n_safe = safe_divisor(xp, count)
+    approx_mean = xp.sum(dev, axis=0) / n_safe
+    dev = xp.where(finite, dev - approx_mean, 0.0)
+    del finite
+    # The residual mean `e` of the deviations corrects the rounding of `approx_mean`.
+    e = xp.sum(dev, axis=0) / n_safe
+    m2 = xp.sum(dev * dev, axis=0) - count * e * e
+    return count, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
+
+
+@dataclass(frozen=True)
+class ClassMoments:
+    """Count, mean and variance of every feature within every class of an integer label.
+
+    Parameters
+    ----------
+    ddof : int, default 1
+        Delta degrees of freedom of the per-class variance.
+    n_classes : int, optional
+        Number of classes K. When given, every state has K classes and a
+        label ``>= K`` is an error; when not, K is found from the data.
+    """
+
+    ddof: int = 1
+    n_classes: int | None = None
+    name = "class_moments"
+    #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
+    by_label = True
+
+    def __post_init__(self) -> None:
+        if self.n_classes is not None and (int(self.n_classes) != self.n_classes or self.n_classes < 1):
+            raise ValueError(f"n_classes must be a positive integer, got {self.n_classes!r}")
+
+    def chunk(self, x: Array, y: Array | None = None, /) -> ClassMomentsState:
+        xp = namespace(x)
+        rows, n_features = x.shape
+        if rows == 0:
+            return empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
+        if y is None:
+            raise ValueError("per-class moments need the label of every chunk")
+        labels = xp.astype(y, xp.int64)
+        if labels.shape != (rows,):
+            raise ValueError(f"the label has shape {tuple(labels.shape)}; expected ({rows},) for this chunk")
+        lowest, highest = int(xp.min(labels)), int(xp.max(labels))
+        if lowest < 0:
+            raise ValueError(f"labels must be class numbers 0..K-1; found {lowest}")
+        n_classes = highest + 1 if self.n_classes is None else int(self.n_classes)
+        if highest >= n_classes:
+            raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
+        # Rows grouped by class (in the input dtype: each slice is cast on its own, so
+        # the float64 temporaries are those of one class at a time).
+        order = xp.argsort(labels, stable=True)
+        x = xp.take(x, order, axis=0)
+        del order
+        sizes = to_numpy(bincount(xp, labels, minlength=n_classes))
+        parts: list[tuple[Array, Array, Array, Array]] = []
+        start = 0
+        empty = xp.zeros((n_features,), dtype=xp.float64, device=device(x))
+        for size in (int(s) for s in sizes):
+            if size == 0:
+                parts.append((empty, empty, empty, empty))
+            else:
+                parts.append(_one_class(xp, x[start : start + size, :]))
+            start += size
+        n, shift, mean, m2 = (xp.stack([p[i] for p in parts], axis=1) for i in range(4))
+        return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
+
+    def merge(self, a: ClassMomentsState, b: ClassMomentsState, /) -> ClassMomentsState:
+        xp = namespace(a.n, b.n)
+        ka, kb = a.n.shape[1], b.n.shape[1]
+        if ka < kb:
+            a = _pad_classes(xp, a, kb)
+        elif kb < ka:
+            b = _pad_classes(xp, b, ka)
+        na, nb = a.n, b.n
+        n = na + nb
+        shift, mean, delta = merge_shifted_means(xp, na, nb, a.shift, a.mean, b.shift, b.mean)
+        m2 = a.m2 + b.m2 + delta * delta * (na * nb) / safe_divisor(xp, n)
+        return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
+
+    def finalize(self, s: ClassMomentsState, /) -> ClassMomentsResult:
+        xp = namespace(s.n)
+        nan = xp.full_like(s.mean, xp.nan)
+        has = s.n > 0
+        mean = xp.where(has, s.shift + s.mean, nan)
+        dof = s.n - self.ddof
+        var = xp.where(dof > 0, s.m2 / safe_divisor(xp, dof), nan)
+        total = xp.where(has, s.n * (s.shift + s.mean), xp.zeros_like(s.mean))
+        return ClassMomentsResult(count=s.n, mean=mean, m2=s.m2, var=var, sum=total)
+
+
+def _pad_classes(xp: Namespace, s: ClassMomentsState, n_classes: int) -> ClassMomentsState:
+    """``s`` with empty classes appended up to ``n_classes``."""
+    d, k = s.n.shape
+    pad = xp.zeros((d, n_classes - k), dtype=xp.float64, device=device(s.n))
+    return ClassMomentsState(*(xp.concat([v, pad], axis=1) for v in (s.n, s.shift, s.mean, s.m2)))
