@@ -116,7 +116,8 @@ def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ..
     negative value raises a ValueError naming the same.
     """
     label = label.rechunk((rows,))
-    return label.map_blocks(_check_block, classes=classes, dtype=label.dtype, meta=label._meta)
+    # The function, not the method: typeshed's functools.wraps does not bind self.
+    return da.map_blocks(_check_block, label, classes=classes, dtype=label.dtype, meta=label._meta)
 
 
 def _check_block(block: Any, *, classes: tuple[int, ...] | None, block_info: dict[Any, Any] | None = None) -> Any:

@@ -252,6 +252,7 @@ def describe(
         plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
+            "n_classes": chosen.n_classes,
         },
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
