@@ -185,3 +185,22 @@ def test_declared_classes_over_the_limit_are_refused_before_reading() -> None:
     x, y = make_data()
     with dask.config.set({"daskbatch.max-classes": 2}), pytest.raises(ValueError, match="more than daskbatch.max-classes"):
         db.describe(x, y, classes=VALUES)
+
+
+def test_histogram_by_value_on_every_backend(xp) -> None:
+    x, y = make_data()
+    hist = Histogram(bins=BINS, lo=(-4.0,) * FEATURES, hi=(12.0,) * FEATURES, by_label=True, classes=VALUES)
+    with dask.config.set({"daskbatch.kernels": False}):  # the array-API path, as on a GPU
+        got = hist.chunk(xp.asarray(x), xp.asarray(y))
+    want = hist.chunk(x, y)  # numpy (compiled kernels)
+    np.testing.assert_array_equal(np.asarray(got.counts), want.counts)
+
+
+@pytest.mark.gpu
+def test_gpu_describe_maps_class_values() -> None:
+    x, y = make_data()
+    cpu = db.describe(x, y, bins=BINS, stats=("moments", "mi"))
+    gpu = db.describe(x, y, bins=BINS, stats=("moments", "mi"), device="gpu")
+    np.testing.assert_array_equal(gpu.classes, VALUES)
+    np.testing.assert_array_equal(gpu.joint_counts, cpu.joint_counts)
+    np.testing.assert_allclose(gpu.mi, cpu.mi, rtol=1e-12)
