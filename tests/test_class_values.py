@@ -114,6 +114,7 @@ def test_cli_classes_option(tmp_path) -> None:
             "--no-progress", "--cluster", "threads", "--json", str(js)]
     r = CliRunner().invoke(main, [*args, "--classes", "0,1,7,9"])
     assert r.exit_code == 0, r.output
+    assert "mutual information with the label (nats; 4 classes [0, 1, 7, 9])" in r.output
     assert json.loads(js.read_text())["classes"] == [0, 1, 7, 9]
     r = CliRunner().invoke(main, [*args, "--classes", "0,1"])
     assert r.exit_code == 2
