@@ -8,10 +8,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats.backend import namespace
+from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats
 from daskbatch.summary import Summary
 
@@ -33,6 +35,10 @@ class Accumulator:
         As in :func:`daskbatch.describe`.
     feature_names : sequence of str, optional
         Names of the features.
+    classes : sequence of int, optional
+        Class values of the labels (for ``"mi"``); a label outside them is an
+        error. Without it the labels must be ``0..K-1`` with K at most
+        ``daskbatch.max-classes``.
 
     Examples
     --------
@@ -54,6 +60,7 @@ class Accumulator:
         bias: bool = True,
         nan_policy: Literal["omit", "propagate"] = "omit",
         feature_names: Sequence[str] | None = None,
+        classes: Sequence[int] | None = None,
     ) -> None:
         if stats is None:
             stats = ("moments", "cov") + (("hist", "mi") if range is not None else ())
@@ -66,6 +73,8 @@ class Accumulator:
             )
         self.bins, self.range, self.ddof, self.bias, self.nan_policy = bins, range, ddof, bias, nan_policy
         self.feature_names = None if feature_names is None else tuple(str(n) for n in feature_names)
+        self.max_classes = max_classes()
+        self.classes = None if classes is None else validate_classes(classes, self.max_classes)
         self._bundle: Bundle | None = None
         self._state: tuple[Any, ...] | None = None
         self._rows = 0
@@ -78,7 +87,11 @@ class Accumulator:
             stats.append(CoMoments(ddof=self.ddof))
         if "hist" in self.stats or "mi" in self.stats:
             lo, hi = histogram_ranges(self.range, n_features)
-            stats.append(Histogram(bins=self.bins, lo=lo, hi=hi, by_label="mi" in self.stats))
+            by_label = "mi" in self.stats
+            stats.append(Histogram(
+                bins=self.bins, lo=lo, hi=hi, by_label=by_label, classes=self.classes if by_label else None,
+                max_classes=self.max_classes,
+            ))
         return Bundle(tuple(stats))
 
     def __repr__(self) -> str:

@@ -56,6 +56,7 @@ def describe(
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
+    classes: Sequence[int] | None = None,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -65,7 +66,8 @@ def describe(
         Samples along axis 0, features along axis 1. Float, integer and bool
         dtypes are accepted; everything accumulates in float64.
     label : array of int, or name of an array in the same store, optional
-        Class of every sample (0..K-1), for mutual information and per-class moments.
+        Class of every sample (any integers, e.g. ``{0, 1, 7}``), for mutual
+        information and per-class moments.
     stats : sequence of {"moments", "cov", "hist", "mi", "class_moments"}
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean
@@ -122,6 +124,13 @@ def describe(
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
         either way.
+    classes : sequence of int, optional
+        The class values of ``label``; a label outside them is an error naming
+        the value and its rows. Default: what the store records, else the
+        distinct values found by a scan of the label array alone (before the
+        plan is made, so it knows the number of classes), at most
+        ``daskbatch.max-classes``. They become the ``class`` coordinate of the
+        summary (see :mod:`daskbatch.engine.class_labels`).
 
     Returns
     -------
@@ -144,8 +153,23 @@ def describe(
         # Resume on the grid the checkpoint was written with, whatever this cluster would plan.
         plan, split_every = None, split_every if split_every is not None else resumed["split_every"]
         data.x = data.x.rechunk({0: resumed["chunk_rows"]})
-    chosen = _apply_plan(plan, data, names, bins=bins, split_every=split_every, device=device)
+    class_values, classes_from = None, None
+    if "mi" in names or "class_moments" in names:
+        from daskbatch.engine.class_labels import resolve_classes
+
+        class_values, classes_from = resolve_classes(
+            data, classes, split_every=resolve_split_every(split_every), compute=lambda d: _compute(d, progress)
+        )
+    chosen = _apply_plan(
+        plan, data, names, bins=bins, split_every=split_every, device=device,
+        n_classes=None if class_values is None else len(class_values),
+    )
     fan_in = resolve_split_every(split_every if split_every is not None or chosen is None else chosen.split_every)
+    if class_values is not None and classes_from != "label scan":
+        from daskbatch.engine.class_labels import checked_label
+
+        assert data.label is not None
+        data.label = checked_label(data.label, data.x.chunks[0], class_values)
     n_features = data.x.shape[1]
 
     moments = Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)
@@ -154,11 +178,11 @@ def describe(
     if "cov" in names and not tiled:
         first.append(CoMoments(ddof=ddof))
     if "class_moments" in names:  # by label: the runner passes the label to this bundle
-        first.append(ClassMoments(ddof=ddof))
+        first.append(ClassMoments(ddof=ddof, classes=class_values))
     histogram = None
     if want_hist and range is not None:
         lo, hi = histogram_ranges(range, n_features)
-        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
+        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
         first.append(histogram)
 
     if cache and want_hist and range is None and checkpoint is None:
@@ -173,7 +197,7 @@ def describe(
     passes = 1
     if want_hist and histogram is None:
         lo, hi = histogram_ranges(None, n_features, m.finite_min, m.finite_max)
-        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
+        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
         (results["hist"],) = run(Bundle((histogram,)))
         passes = 2
 
@@ -185,10 +209,11 @@ def describe(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=range is not None, cached=bool(cache and passes == 2 and checkpoint is None),
+        range_given=range is not None, classes_from=classes_from, cached=bool(cache and passes == 2 and checkpoint is None),
         plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
+            "n_classes": chosen.n_classes,
         },
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
@@ -231,6 +256,7 @@ def plan_describe(
     bins: int = 64,
     split_every: int | None = None,
     resources: Any = "auto",
+    classes: Sequence[int] | None = None,
 ) -> Any:
     """The plan :func:`describe` makes for the same arguments, without computing anything.
 
@@ -243,6 +269,9 @@ def plan_describe(
         As in :func:`describe` (``mi`` is dropped without a label).
     resources : Resources or "auto", default "auto"
         The workers to plan for; ``"auto"``: those of the active client, else this machine.
+    classes : sequence of int, optional
+        The label's class values (their number sizes the ``mi`` tables); else
+        what the store records, else ``daskbatch.assumed-classes``.
 
     Returns
     -------
@@ -254,7 +283,13 @@ def plan_describe(
         from daskbatch.runtime.cluster import resources_auto
 
         resources = resources_auto()
-    return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
+    n_classes = None
+    if classes is not None and "mi" in names:
+        from daskbatch.engine.class_labels import max_classes
+        from daskbatch.stats.classes import validate_classes
+
+        n_classes = len(validate_classes(classes, max_classes()))
+    return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes)
 
 
 def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, ...]:
@@ -266,7 +301,8 @@ def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, .
 
 
 def _plan_names(
-    data: FeatureMatrix, names: tuple[str, ...], *, bins: int, resources: Any, split_every: int | None
+    data: FeatureMatrix, names: tuple[str, ...], *, bins: int, resources: Any, split_every: int | None,
+    n_classes: int | None = None,
 ) -> Any:
     """Plan the statistics ``names`` over ``data`` (from its store when there is one)."""
     from daskbatch import config
@@ -274,18 +310,20 @@ def _plan_names(
     from daskbatch.plans import plan as make_plan
 
     source = data.source if data.source is not None else data.x
-    n_classes = None
-    if "mi" in names or "class_moments" in names:
-        # The number of classes is found while counting; plan with what the store
-        # records, else with a configured assumption (daskbatch.assumed-classes).
+    if ("mi" in names or "class_moments" in names) and n_classes is None:
+        # Classes not known yet (plan_describe reads nothing): plan with what the
+        # store records, else with a configured assumption (daskbatch.assumed-classes).
         n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
+    elif "mi" not in names and "class_moments" not in names:
+        n_classes = None
     return make_plan(
         source, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every,
     )
 
 
 def _apply_plan(
-    plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str
+    plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str,
+    n_classes: int | None = None,
 ) -> Any:
     """Plan the run (raising PlanError before any compute) and rechunk ``data.x`` to it."""
     from daskbatch.planning.resources import Resources
@@ -301,7 +339,9 @@ def _apply_plan(
             from daskbatch.runtime.cluster import resources_auto
 
             resources = resources_auto(device=device)
-        chosen = _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
+        chosen = _plan_names(
+            data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
+        )
     else:
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):

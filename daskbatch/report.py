@@ -21,6 +21,11 @@ def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> 
     ranked = summary.top_mi(top)  # type: ignore[attr-defined]
     if ranked:
         units = summary.provenance.get("mi_units", "nats")  # type: ignore[attr-defined]
+        classes = getattr(summary, "classes", None)
+        if classes is not None:
+            from daskbatch.stats.classes import format_classes
+
+            units += f"; {len(classes)} classes {format_classes(classes.tolist())}"
         lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
         lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked)
     return "\n".join(lines)

@@ -28,8 +28,10 @@ class Summary:
     """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
 
     Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
-    and ``hist_edges`` (D, bins + 1). Statistics that were not asked for are
-    None. ``provenance`` records what was computed from what.
+    and ``hist_edges`` (D, bins + 1). With a label, ``joint_counts`` is
+    (D, bins + 2, K) and ``classes`` (K,) holds the label value of each of its
+    class columns (the ``class`` coordinate of :meth:`to_xarray`). Statistics
+    that were not asked for are None. ``provenance`` records what was computed from what.
 
     Examples
     --------
@@ -66,6 +68,7 @@ class Summary:
     class_mean: np.ndarray | None = None
     class_m2: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    classes: np.ndarray | None = None
 
     @property
     def n_features(self) -> int:
@@ -161,6 +164,8 @@ class Summary:
         coords = {"feature": names}
         if self.cov is not None:
             coords["feature2"] = names
+        if self.joint_counts is not None and self.classes is not None:
+            coords["class"] = np.asarray(self.classes, dtype=np.int64)
         attrs: dict[str, Any] = {"provenance": json.dumps(self.provenance, default=str)}
         if self.cov_count is not None:
             attrs["cov_count"] = int(self.cov_count)
@@ -186,9 +191,13 @@ class Summary:
             h = results["hist"]
             kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
             if h.joint is not None:
+                classes = getattr(h, "classes", None)
+                if classes is None:
+                    classes = np.arange(h.joint.shape[2], dtype=np.int64)
                 kwargs.update(
                     joint_counts=h.joint,
                     mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
+                    classes=np.asarray(classes, dtype=np.int64),
                 )
                 provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
         if "class_moments" in results:
@@ -213,6 +222,10 @@ class Summary:
                      *CLASS_FIELDS):
             kwargs[name] = get(name)
         cov_count = ds.attrs.get("cov_count")
+        if "class" in ds.coords:
+            kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
+        elif kwargs["joint_counts"] is not None:  # written before the coordinate existed: 0..K-1
+            kwargs["classes"] = np.arange(kwargs["joint_counts"].shape[2], dtype=np.int64)
         return cls(
             feature_names=tuple(str(f) for f in ds["feature"].values),
             cov_count=None if cov_count is None else int(cov_count),

@@ -34,6 +34,7 @@ from daskbatch.planning.memory import merge_task_bytes, projected_task_bytes
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, merge_all
 
 BINS, CLASSES, SPLIT_EVERY = 16, 4, 8
+CLASS_VALUES = (0, 1, 7, 9)  # CLASSES values, not 0..K-1: the mapping's dearest (searchsorted) path
 
 
 def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
@@ -41,8 +42,9 @@ def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
         "moments": lambda: Moments(),
         "cov": lambda: CoMoments(),
         "hist": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d),
-        "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True),
-        "class_moments": lambda: ClassMoments(),
+        # As describe counts it: labels mapped to the columns of their (non-contiguous) class values.
+        "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True, classes=CLASS_VALUES),
+        "class_moments": lambda: ClassMoments(classes=CLASS_VALUES),
     }
     return Bundle(tuple(make[s]() for s in stats))
 
@@ -50,7 +52,7 @@ def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
 def _data(dtype: str, rows: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     x = (rng.random((rows, d)) * 1.2 - 0.1) * (100 if np.dtype(dtype).kind == "i" else 1)
-    return x.astype(dtype), (np.arange(rows) % CLASSES).astype(np.int64)
+    return x.astype(dtype), np.asarray(CLASS_VALUES, dtype=np.int64)[np.arange(rows) % CLASSES]
 
 
 def _peak(func) -> int:

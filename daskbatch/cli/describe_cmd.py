@@ -25,10 +25,25 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def parse_classes(text: str | None) -> list[int] | None:
+    """``"0,1,7"`` -> [0, 1, 7]."""
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers (e.g. 0,1,7), got {text!r}") from None
+
+
 @main.command("describe")
 @click.argument("store")
 @click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
+@click.option(
+    "--classes", "classes_", default=None, metavar="V1,V2,...",
+    help="Class values of the label (e.g. 0,1,7); a label outside them is an error. "
+    "Default: recorded by the store, else found by scanning the label array.",
+)
 @click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass).")
@@ -53,7 +68,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @config_option
 @user_errors
 def describe_command(
-    store: str, x_name: str, label: str | None, stats: str, bins: int, range_: str | None, ddof: int,
+    store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
     checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
@@ -81,6 +96,7 @@ def describe_command(
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     stat_names = stats.split(",")
+    classes = parse_classes(classes_)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}
@@ -89,7 +105,7 @@ def describe_command(
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=stat_names, bins=bins, split_every=split_every, resources=gpus
+            dataset, stats=stat_names, bins=bins, split_every=split_every, resources=gpus, classes=classes
         )
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
@@ -103,7 +119,7 @@ def describe_command(
                 # click.Choice has validated both; "auto" was resolved to cpu or gpu above.
                 nan_policy=cast(NanPolicy, nan_policy), split_every=split_every, progress=progress,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
-                device=cast(Literal["cpu", "gpu"], device),
+                device=cast(Literal["cpu", "gpu"], device), classes=classes,
             )
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""

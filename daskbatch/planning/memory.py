@@ -80,11 +80,12 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
 }
 
 #: Bytes per row of row-length temporaries (co-moments: the complete-row mask, plus its casts on
-#: the array-API path; mi: the int64 copy of the labels and the bool mask that checks them),
-#: on top of the input labels.
+#: the array-API path; mi: the int64 copy of the labels, their searchsorted and clipped class
+#: columns, the class values taken back and the bool mask that checks them), on top of the
+#: input labels.
 ROW_TEMPORARIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 9, "class_moments": 24},
-    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 16, "class_moments": 24},
+    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 25, "class_moments": 24},
+    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 32, "class_moments": 24},
 }
 
 #: Transient state-sized arrays a kernel builds next to its state: the GEMM result and

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats.classes import label_codes
 from daskbatch.stats.moments import first_finite
 
 
@@ -101,10 +102,15 @@ class ClassMoments:
     n_classes : int, optional
         Number of classes K. When given, every state has K classes and a
         label ``>= K`` is an error; when not, K is found from the data.
+    classes : tuple of int, optional
+        The sorted class values (e.g. ``(0, 1, 7)``): labels map to columns by
+        value, as in :class:`~daskbatch.stats.histogram.Histogram`; a label that
+        is not one of them is an error naming it. Sets K to ``len(classes)``.
     """
 
     ddof: int = 1
     n_classes: int | None = None
+    classes: tuple[int, ...] | None = None
     name = "class_moments"
     #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
     by_label = True
@@ -112,6 +118,12 @@ class ClassMoments:
     def __post_init__(self) -> None:
         if self.n_classes is not None and (int(self.n_classes) != self.n_classes or self.n_classes < 1):
             raise ValueError(f"n_classes must be a positive integer, got {self.n_classes!r}")
+        if self.classes is not None:
+            object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
+            if self.n_classes is None:
+                object.__setattr__(self, "n_classes", len(self.classes))
+            elif self.n_classes != len(self.classes):
+                raise ValueError(f"n_classes={self.n_classes} but {len(self.classes)} class values were given")
 
     def chunk(self, x: Array, y: Array | None = None, /) -> ClassMomentsState:
         xp = namespace(x)
@@ -120,7 +132,7 @@ class ClassMoments:
             return empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
         if y is None:
             raise ValueError("per-class moments need the label of every chunk")
-        labels = xp.astype(y, xp.int64)
+        labels = label_codes(xp, y, self.classes) if self.classes is not None else xp.astype(y, xp.int64)
         if labels.shape != (rows,):
             raise ValueError(f"the label has shape {tuple(labels.shape)}; expected ({rows},) for this chunk")
         lowest, highest = int(xp.min(labels)), int(xp.max(labels))

@@ -7,9 +7,12 @@ includes ``hi``. Values below ``lo``, above ``hi`` and NaN are counted apart
 addition, so any chunking and merge order gives bitwise identical results.
 
 With ``by_label=True`` each chunk also receives the label vector and counts
-(feature-bin × class) joint tables, the input of mutual information. The
-number of classes is discovered per chunk (largest label + 1) and merged by
-padding with zeros, so it need not be known in advance.
+(feature-bin × class) joint tables, the input of mutual information. With
+``classes`` (the sorted class values, see :mod:`daskbatch.stats.classes`) the
+table has one column per class value and each label is mapped to its column,
+so ``{0, 1, 7}`` makes three columns and a label of ``2**40`` one. Without it
+the labels must be ``0..K-1``: K is discovered per chunk (largest label + 1,
+at most ``max_classes``) and merged by padding with zeros.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64
 from daskbatch.stats.backend import bincount, device, namespace
+from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
 UNDERFLOW = 0
@@ -37,7 +41,8 @@ class HistogramResult:
     """Finalized histogram: in-range ``counts`` (D, bins), ``edges`` (D, bins + 1), out-of-range and NaN counts (D,).
 
     ``joint`` (D, bins + 2, K) holds the class split of underflow, bins and
-    overflow when a label was given, else None.
+    overflow when a label was given, else None; ``classes`` (K,) the class
+    value of each of its columns.
     """
 
     counts: Array
@@ -46,6 +51,7 @@ class HistogramResult:
     overflow: Array
     nan_count: Array
     joint: Array | None
+    classes: Array | None = None
 
 
 @dataclass(frozen=True)
@@ -60,12 +66,20 @@ class Histogram:
         Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
     by_label : bool, default False
         Count (bin × class) joint tables from the integer label passed to ``chunk``.
+    classes : sequence of int, optional
+        The distinct class values (kept sorted): one table column each, a
+        label outside them is an error. Without it labels must be ``0..K-1``.
+    max_classes : int, default 1000
+        Without ``classes``: the largest K a chunk may ask for (a stray huge
+        label would otherwise allocate a table of that many columns).
     """
 
     bins: int
     lo: tuple[float, ...]
     hi: tuple[float, ...]
     by_label: bool = False
+    classes: tuple[int, ...] | None = None
+    max_classes: int = DEFAULT_MAX_CLASSES
     name = "hist"
 
     def __post_init__(self) -> None:
@@ -78,6 +92,11 @@ class Histogram:
                 raise ValueError(
                     f"feature {d}: histogram range must be finite with lo < hi, got ({lo}, {hi})"
                 )
+        if self.classes is not None:
+            if not self.by_label:
+                raise ValueError("classes are only used with by_label=True")
+            # Stored sorted, as a tuple of ints: labels are mapped by their rank among them.
+            object.__setattr__(self, "classes", validate_classes(self.classes, max(self.max_classes, len(self.classes))))
 
     @property
     def n_slots(self) -> int:
@@ -133,17 +152,27 @@ class Histogram:
         rows, n_features = x.shape
         if n_features != len(self.lo):
             raise ValueError(f"histogram has {len(self.lo)} ranges but the chunk has {n_features} features")
+        n_classes = 1 if self.classes is None else len(self.classes)
         if rows == 0:
-            return self.empty(xp, device(x))
-        n_classes = 1
+            return self.empty(xp, device(x), n_classes)
         labels = None
         if self.by_label:
             if y is None:
                 raise ValueError("a histogram by label needs the label of every chunk")
-            labels = xp.astype(y, xp.int64)
-            if xp.any(labels < 0):
-                raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
-            n_classes = int(xp.max(labels)) + 1
+            if y.shape[0] != rows:
+                raise ValueError(f"the chunk has {rows:,} rows but {y.shape[0]:,} labels")
+            if self.classes is not None:
+                labels = label_codes(xp, y, self.classes)
+            else:
+                labels = xp.astype(y, xp.int64)
+                if xp.any(labels < 0):
+                    raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
+                n_classes = int(xp.max(labels)) + 1
+                if n_classes > self.max_classes:
+                    raise ValueError(
+                        f"label value {n_classes - 1} asks for {n_classes:,} classes 0..{n_classes - 1}, "
+                        f"more than max_classes ({self.max_classes:,}); give the class values (classes=[...])"
+                    )
         if kernels.supports(x):  # compiled CPU loop, same counts bit for bit (daskbatch/stats/kernels)
             counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes)
             return HistogramState(counts=counts)
@@ -168,6 +197,13 @@ class Histogram:
         xp = namespace(s.counts)
         total = xp.sum(s.counts, axis=2)
         joint = s.counts[:, : self.bins + 2, :] if self.by_label else None
+        classes = None
+        if self.by_label:
+            dev = device(s.counts)
+            classes = (
+                xp.arange(s.counts.shape[2], dtype=xp.int64, device=dev) if self.classes is None
+                else xp.asarray(self.classes, dtype=xp.int64, device=dev)
+            )
         return HistogramResult(
             counts=total[:, 1 : self.bins + 1],
             edges=self.edges(xp, device(s.counts)),
@@ -175,6 +211,7 @@ class Histogram:
             overflow=total[:, self.bins + 1],
             nan_count=total[:, self.bins + 2],
             joint=joint,
+            classes=classes,
         )
 
 
