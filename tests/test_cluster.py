@@ -173,7 +173,7 @@ def test_require_cuda_names_what_is_missing(monkeypatch):
     from daskbatch.runtime.cluster import _has_module, require_cuda
 
     if not _has_module("dask_cuda"):
-        with pytest.raises(ImportError, match=r"needs dask-cuda: .*daskbatch\[gpu\]"):
+        with pytest.raises(ImportError, match=r"needs dask-cuda: .*daskbatch\[gpu-cu12\]' or 'daskbatch\[gpu-cu13\]"):
             require_cuda()
         return
     # dask-cuda is here: hide every device from this process.

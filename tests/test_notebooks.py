@@ -33,6 +33,15 @@ def test_hpc_batch_runs() -> None:
     assert len(ns["summary"].top_mi(3)) == 3
 
 
+def test_gpu_notebook_runs_on_the_cpu_without_a_gpu(monkeypatch, capsys) -> None:
+    # No CUDA device visible (as on a machine without one): the notebook says so and uses the CPU.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    ns = run_notebook(NOTEBOOKS / "02-gpu.ipynb")
+    assert "no CUDA device: running on the CPU" in capsys.readouterr().out
+    assert ns["device"] == "cpu"
+    assert ns["summary"].mean.shape == (128,) and ns["summary"].mi is not None
+
+
 @pytest.mark.gpu
 def test_gpu_notebook_runs() -> None:
     pytest.importorskip("dask_cuda")

@@ -9,7 +9,7 @@
   plain value the planner reads; the planner never sees a client.
 
 distributed is imported inside functions and dask-cuda, dask-jobqueue,
-pynvml and psutil only where needed, so importing this module is cheap.
+rmm and pynvml only where needed, so importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KINDS",
     "cluster",
+    "cuda_cluster_options",
     "cuda_device_count",
     "gpu_memory_bytes",
     "machine_memory_bytes",
@@ -45,17 +46,25 @@ __all__ = [
 KINDS = ("auto", "local", "cuda", "slurm", "pbs")
 
 _HPC_HINT = "install the HPC extra: pip install 'daskbatch[hpc]' (dask-jobqueue)"
-_GPU_HINT = "install the GPU extra: pip install 'daskbatch[gpu]' (dask-cuda, cupy)"
+_GPU_HINT = (
+    "install the GPU extra for your driver's CUDA major version (nvidia-smi shows it): "
+    "pip install 'daskbatch[gpu-cu12]' or 'daskbatch[gpu-cu13]' (cupy, dask-cuda, rmm)"
+)
 
 
 # ---------------------------------------------------------------- this machine
 
 
 def machine_memory_bytes() -> int:
-    """Total physical memory of this machine in bytes."""
-    import psutil
+    """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit.
 
-    return int(psutil.virtual_memory().total)
+    This is Dask's own figure (``distributed.system.MEMORY_LIMIT``), so that a
+    batch job or container with a memory limit plans within it, not within
+    the whole node's memory.
+    """
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT)
 
 
 def cuda_device_count() -> int:
@@ -412,11 +421,8 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
         require_cuda()
         from dask_cuda import LocalCUDACluster
 
-        opts = dict(kwargs)
-        if plan is not None and "rmm_pool_size" not in opts:
-            opts["rmm_pool_size"] = plan.rmm_pool_bytes
-        opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])  # CuPy allocates from RMM
-        return LocalCUDACluster(**opts)  # spilling to host stays on (dask-cuda's default)
+        # Spilling to host stays on (dask-cuda's default).
+        return LocalCUDACluster(**cuda_cluster_options(kwargs, plan))
     try:
         import dask_jobqueue
     except ImportError as exc:
@@ -427,6 +433,51 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
     started = cls(**opts)
     started.scale(jobs=jobs)
     return started
+
+
+def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``dask_cuda.LocalCUDACluster``: ``kwargs`` plus an RMM pool.
+
+    With rmm importable, each worker gets an RMM pool (sized from ``plan``
+    unless ``kwargs`` has ``rmm_pool_size``) and CuPy allocates from it. Without
+    rmm, the workers use CuPy's own allocator: no pool, and a one-line note on
+    stderr says so.
+
+    Parameters
+    ----------
+    kwargs : dict
+        The caller's options for ``LocalCUDACluster``; not modified.
+    plan : Plan, optional
+        Sizes the pool (:attr:`Plan.rmm_pool_bytes`).
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ImportError
+        ``kwargs`` asks for an RMM option but rmm cannot be imported.
+    """
+    opts = dict(kwargs)
+    try:
+        import rmm  # noqa: F401  (only whether it imports matters here)
+    except ImportError:
+        asked = sorted(k for k in opts if k.startswith("rmm_") and opts[k] not in (None, False))
+        if asked:
+            raise ImportError(f"{', '.join(asked)} needs rmm, which cannot be imported: {_GPU_HINT}") from None
+        import sys
+
+        print(
+            "daskbatch: rmm is not installed, so the GPU workers have no RMM pool "
+            f"(CuPy's own allocator); {_GPU_HINT}",
+            file=sys.stderr, flush=True,
+        )
+        return opts
+    if plan is not None and "rmm_pool_size" not in opts:
+        opts["rmm_pool_size"] = plan.rmm_pool_bytes
+    opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])  # CuPy allocates from RMM
+    return opts
 
 
 def _has_module(name: str) -> bool:

@@ -1,0 +1,65 @@
+"""cluster("cuda") options: an RMM pool when rmm imports, CuPy's own allocator (and a note) when not.
+
+Only the option building is tested here (no CUDA device on CPU machines): the
+cluster itself is started by ``tests/test_cluster.py::test_cuda_cluster`` on GPUs.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from daskbatch.planning.search import Resources
+from daskbatch.plans import plan
+from daskbatch.runtime.cluster import cuda_cluster_options, machine_memory_bytes
+
+GiB = 2**30
+
+
+@pytest.fixture()
+def gpu_plan():
+    gpu = Resources(8 * GiB, 1, 1, device_memory_bytes=16 * GiB, device="gpu")
+    return plan(np.zeros((10_000, 8), dtype=np.float32), stats=("moments", "cov"), resources=gpu)
+
+
+def test_without_rmm_no_pool_no_allocator_and_a_note(monkeypatch, capsys, gpu_plan):
+    monkeypatch.setitem(sys.modules, "rmm", None)  # `import rmm` raises ImportError
+    kwargs = {"n_workers": 2, "dashboard_address": ":0"}
+    opts = cuda_cluster_options(kwargs, gpu_plan)
+    assert opts == kwargs and opts is not kwargs
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rmm is not installed, so the GPU workers have no RMM pool" in err[0]
+    assert "daskbatch[gpu-cu12]" in err[0]
+
+
+def test_without_rmm_an_explicit_pool_is_an_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rmm", None)
+    with pytest.raises(ImportError, match=r"^rmm_pool_size needs rmm, which cannot be imported"):
+        cuda_cluster_options({"rmm_pool_size": "4GiB"})
+
+
+def test_with_rmm_the_plan_sizes_the_pool(monkeypatch, capsys, gpu_plan):
+    # Only whether `import rmm` succeeds matters to the option building.
+    monkeypatch.setitem(sys.modules, "rmm", types.ModuleType("rmm"))
+    opts = cuda_cluster_options({"n_workers": 1}, gpu_plan)
+    assert opts == {
+        "n_workers": 1,
+        "rmm_pool_size": gpu_plan.rmm_pool_bytes,
+        "rmm_allocator_external_lib_list": ["cupy"],
+    }
+    assert gpu_plan.rmm_pool_bytes % (256 * 2**20) == 0
+    # The caller's own pool size and allocator list win.
+    mine = cuda_cluster_options({"rmm_pool_size": "1GiB", "rmm_allocator_external_lib_list": []}, gpu_plan)
+    assert mine == {"rmm_pool_size": "1GiB", "rmm_allocator_external_lib_list": []}
+    assert capsys.readouterr().err == ""
+
+
+def test_machine_memory_is_dasks_cgroup_aware_limit():
+    import psutil
+    from distributed.system import MEMORY_LIMIT
+
+    assert machine_memory_bytes() == MEMORY_LIMIT
+    assert 0 < machine_memory_bytes() <= psutil.virtual_memory().total
