@@ -56,6 +56,7 @@ def describe(
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
+    missing: Literal["raise", "skip", "fill"] = "raise",
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -122,6 +123,10 @@ def describe(
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
         either way.
+    missing : {"raise", "skip", "fill"}, default "raise"
+        Chunks absent from a store given by path: refuse, compute on the rows
+        whose chunks are present, or read zarr's fill values (see
+        :func:`daskbatch.open_dataset`; the summary's provenance lists them).
 
     Returns
     -------
@@ -134,7 +139,7 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-    data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
+    data = to_device(as_feature_matrix(x, label, feature_names=feature_names, missing=missing), device)
     names = _stat_names(stats, data)
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:
