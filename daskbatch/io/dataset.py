@@ -423,11 +423,12 @@ def open_dataset(
 
     absent = find_missing(arr, label_arr)
     if absent and missing == "raise":
-        raise DataError(
-            absent.message(arr, label_arr)
-            + "; zarr would read fill values in their place. Restore them, or pass "
-            "missing='skip' (--missing skip) to compute on the rows present"
+        remedy = (
+            "the ingest that wrote them did not finish: re-run the same ingest command"
+            if not complete
+            else "restore them, or pass missing='skip' (--missing skip) to compute on the rows present"
         )
+        raise DataError(f"{absent.message(arr, label_arr)}; zarr would read fill values in their place; {remedy}")
     if absent:
         what = "left out" if missing == "skip" else "read as fill values"
         warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
