@@ -429,10 +429,10 @@ def open_dataset(
             else "restore them, or pass missing='skip' (--missing skip) to compute on the rows present"
         )
         raise DataError(f"{absent.message(arr, label_arr)}; zarr would read fill values in their place; {remedy}")
+    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if missing == "skip" else Missing())
     if absent:
         what = "left out" if missing == "skip" else "read as fill values"
         warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
-    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if missing == "skip" else Missing())
 
     attrs = {**group_attrs, **_clean_attrs(arr.attrs)}
     return Dataset(
