@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.errors import DataError
-from daskbatch.integrity import verify_store
+from daskbatch.io.integrity import verify_store
 
 ROWS, FEATURES, CHUNK = 2000, 4, 500
 POSITIONS = 10

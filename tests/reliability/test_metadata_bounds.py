@@ -54,7 +54,7 @@ def cli(*argv):
 
 timed("open_dataset", lambda: db.open_dataset(store))
 timed("describe", lambda: db.describe(store, plan=None))
-timed("verify_store", lambda: __import__("daskbatch.verify").verify.verify_store(store))
+timed("verify_store", lambda: __import__("daskbatch.io.verify").io.verify.verify_store(store))
 timed("cli inspect", cli("inspect", store))
 timed("cli plan", cli("plan", store))
 timed("cli describe", cli("describe", store, "--cluster", "threads", "--no-progress"))

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.dataset import MissingChunksWarning
 from daskbatch.errors import DataError
+from daskbatch.io.dataset import MissingChunksWarning
 
 ROWS, FEATURES, CHUNK = 1200, 3, 200
 
