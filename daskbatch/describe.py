@@ -57,6 +57,7 @@ def describe(
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
     classes: Sequence[int] | None = None,
+    missing: Literal["raise", "skip", "fill"] = "raise",
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -131,6 +132,10 @@ def describe(
         plan is made, so it knows the number of classes), at most
         ``daskbatch.max-classes``. They become the ``class`` coordinate of the
         summary (see :mod:`daskbatch.engine.class_labels`).
+    missing : {"raise", "skip", "fill"}, default "raise"
+        Chunks absent from a store given by path: refuse, compute on the rows
+        whose chunks are present, or read zarr's fill values (see
+        :func:`daskbatch.open_dataset`; the summary's provenance lists them).
 
     Returns
     -------
@@ -143,7 +148,7 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-    data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
+    data = to_device(as_feature_matrix(x, label, feature_names=feature_names, missing=missing), device)
     names = _stat_names(stats, data)
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:

@@ -236,7 +236,11 @@ class Summary:
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> str:
         """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`)."""
         target = os.fspath(path)
-        self.to_xarray().to_zarr(target, mode="w" if overwrite else "w-", consolidated=False)
+        ds = self.to_xarray()
+        ds.to_zarr(
+            target, mode="w" if overwrite else "w-", consolidated=False,
+            encoding=_checksummed_encoding(ds), write_empty_chunks=True,
+        )
         return target
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +297,15 @@ def _json_values(a: np.ndarray) -> Any:
         return a.tolist()
     flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
     return np.array(flat, dtype=object).reshape(a.shape).tolist()
+
+
+def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
+    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
+    from zarr.codecs import ZstdCodec
+
+    from daskbatch.io.integrity import checksummed
+
+    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
 
 
 def load_summary(path: str | os.PathLike[str]) -> Summary:

@@ -126,22 +126,25 @@ def test_commands_are_also_reachable_as_dask_batch() -> None:
     assert ep.load() is main and main.name == "batch"  # dask registers it under the group's name
 
 
-def test_missing_chunk_warns_in_one_line_and_strict_refuses(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+def test_missing_chunk_refuses_by_default_and_skip_warns_in_one_line(
+    tmp_path: pathlib.Path, store: tuple[str, np.ndarray]
+) -> None:
     path, _ = store
     import subprocess
     import sys
 
     (pathlib.Path(path) / "X" / "c" / "3" / "0").unlink()
+    refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads"])
+    assert refused.exit_code == 2 and "X/c/3/0" in refused.output and "--missing skip" in refused.output
     # In a real process, as a user sees it (pytest would turn the warning into an error).
     warned = subprocess.run(
-        [sys.executable, "-m", "daskbatch", "describe", path, "--cluster", "threads", "--no-progress"],
+        [sys.executable, "-m", "daskbatch", "describe", path, "--cluster", "threads", "--no-progress",
+         "--missing", "skip"],
         capture_output=True, text=True, timeout=120,
     )
     assert warned.returncode == 0, warned.stderr
     first = warned.stderr.strip().splitlines()[0]
-    assert first.startswith("warning: 1 chunk(s) of array 'X'") and "X/c/3/0" in first
-    refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads", "--strict"])
-    assert refused.exit_code == 2 and "X/c/3/0" in refused.output
+    assert first.startswith("warning: 1 chunk(s) of array 'X'") and "X/c/3/0" in first and "left out" in first
 
 
 def test_info_reports_versions_gpus_and_config() -> None:

@@ -256,7 +256,10 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
     assert zarr.open_group(str(out), mode="r").attrs["daskbatch_ingest"]["complete"] is False
     done = read_done(str(out))
     assert done and len(done) < 8
-    with pytest.warns(IncompleteStoreWarning, match="did not finish"):
+    with (
+        pytest.warns(IncompleteStoreWarning, match="did not finish"),
+        pytest.raises(DataError, match=r"chunk\(s\) of array 'X'.*are missing.*re-run the same ingest"),
+    ):
         open_dataset(out)
     report = ingest(str(src / "*.npy"), out, chunk_rows=256, workers=2)
     assert report.chunks_written == 8 - len(done)

@@ -153,17 +153,25 @@ def ingest_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print provenance as JSON.")
 @user_errors
 def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
-    """Describe a Zarr store: arrays, shape, chunks, feature names, missing chunks."""
+    """Describe a Zarr store: arrays, shape, chunks, feature names, missing chunks.
+
+    Reads metadata and the store's key listing only: missing chunks (of X and
+    the label) are found, but no chunk is decoded, so corrupt or truncated
+    chunks are not; `daskbatch verify STORE` decodes and checks every chunk.
+    """
     import warnings
 
     from daskbatch.io.dataset import open_dataset
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = open_dataset(store, x=x_name, label=label)
+        # "fill": list missing chunks instead of refusing; nothing is read here.
+        ds = open_dataset(store, x=x_name, label=label, missing="fill")
+    not_decoded = f"chunks not decoded: run daskbatch verify {store}"
     if as_json:
-        click.echo(json.dumps(ds.provenance(), indent=2))
+        click.echo(json.dumps({**ds.provenance(), "chunks_decoded": False, "note": not_decoded}, indent=2))
     else:
         click.echo(repr(ds))
+        click.echo(f"  {not_decoded}")
     for w in caught:
         click.echo(f"warning: {w.message}", err=True)

@@ -48,7 +48,12 @@ def parse_classes(text: str | None) -> list[int] | None:
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass).")
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
-@click.option("--strict", is_flag=True, help="Refuse a store with missing chunks (default: warn and list them in the provenance).")
+@click.option(
+    "--missing", type=click.Choice(["raise", "skip", "fill"]), default="raise", show_default=True,
+    help="Chunks absent from STORE: refuse (naming them), compute on the rows whose chunks are present, "
+    "or read zarr's fill values; skip and fill are recorded in the summary's provenance.",
+)
+@click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise (the default).")
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
@@ -69,7 +74,7 @@ def parse_classes(text: str | None) -> list[int] | None:
 @user_errors
 def describe_command(
     store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None, ddof: int,
-    strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
+    missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
     checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool, top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
@@ -84,6 +89,7 @@ def describe_command(
     from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
     from daskbatch.errors import Interrupted
     from daskbatch.io.dataset import open_dataset
+    from daskbatch.io.missing import MissingPolicy
     from daskbatch.runtime.cluster import (
         require_cuda,
         resolve_kind,
@@ -92,7 +98,8 @@ def describe_command(
     )
     from daskbatch.stats.moments import NanPolicy
 
-    dataset = open_dataset(store, x=x_name, label=label, strict=strict)
+    # click.Choice has validated --missing.
+    dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     stat_names = stats.split(",")

@@ -59,7 +59,7 @@ def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
 
 
 def as_feature_matrix(
-    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None
+    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "raise"
 ) -> FeatureMatrix:
     """Coerce and validate the inputs of :func:`daskbatch.describe`.
 
@@ -74,6 +74,8 @@ def as_feature_matrix(
         Overrides names found in the store.
     what : str, optional
         How to call ``x`` in messages (defaults to its path or "x").
+    missing : {"raise", "skip", "fill"}, default "raise"
+        Absent chunks of a store given by path (see :func:`daskbatch.open_dataset`).
     """
     provenance: dict[str, Any] = {}
     names: tuple[str, ...] | None = None
@@ -82,7 +84,7 @@ def as_feature_matrix(
         from daskbatch.io.dataset import open_dataset
 
         label_name = label if isinstance(label, str) else None
-        x = open_dataset(os.fspath(x), label=label_name)
+        x = open_dataset(os.fspath(x), label=label_name, missing=missing)  # type: ignore[arg-type]
         if label_name is not None:
             label = None
     if hasattr(x, "x") and hasattr(x, "feature_names"):  # a daskbatch Dataset

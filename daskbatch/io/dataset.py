@@ -27,11 +27,11 @@ from dask.utils import format_bytes, parse_bytes
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
     BlockReader,
-    chunk_key,
+    check_chunk_count,
     describe,
-    missing_chunks,
     storage_chunks,
 )
+from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
 
 __all__ = [
     "Dataset",
@@ -54,7 +54,7 @@ Chunks = Literal["auto", "storage"] | int
 
 
 class MissingChunksWarning(UserWarning):
-    """Chunks of the array are absent from the store; zarr would return fill values."""
+    """Chunks are absent from the store and ``open_dataset(missing=...)`` skipped their rows or filled them."""
 
 
 class IncompleteStoreWarning(UserWarning):
@@ -83,6 +83,14 @@ class Dataset:
         Group and array attributes (synthetic ground truth lives in ``attrs["synth"]``).
     missing_chunks : list of tuple of int
         Grid positions of chunks of ``x`` absent from the store.
+    label_missing_chunks : list of tuple of int
+        Grid positions of chunks of the label absent from the store.
+    missing_policy : {"raise", "skip", "fill"}
+        What ``open_dataset`` did about them (see there).
+    skipped_rows : list of (int, int)
+        Row ranges of the store left out of ``x`` and ``label`` (``missing="skip"``).
+    complete : bool
+        False when the store was written by an ingest that did not finish.
     """
 
     x: da.Array
@@ -97,6 +105,10 @@ class Dataset:
     zarr_format: int | None = None
     missing_chunk_keys: list[str] = field(default_factory=list)
     complete: bool = True
+    label_missing_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    label_missing_chunk_keys: list[str] = field(default_factory=list)
+    missing_policy: str = "raise"
+    skipped_rows: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -111,7 +123,10 @@ class Dataset:
         dict
             ``path``, ``array``, ``label``, ``shape``, ``dtype``, ``store_chunks``,
             ``dask_chunk_rows``, ``zarr_format``, ``missing_chunks`` (grid positions),
-            ``missing_chunk_keys`` and ``complete``.
+            ``missing_chunk_keys``, ``label_missing_chunks``, ``label_missing_chunk_keys``,
+            ``missing_policy``, ``rows_skipped``, ``skipped_rows`` (row ranges),
+            ``ingest_complete`` and ``complete`` (False when an ingest did not finish or
+            any chunk of ``x`` or the label is absent, whatever the policy).
         """
         return {
             "path": self.path,
@@ -124,7 +139,13 @@ class Dataset:
             "zarr_format": self.zarr_format,
             "missing_chunks": [list(c) for c in self.missing_chunks],
             "missing_chunk_keys": list(self.missing_chunk_keys),
-            "complete": self.complete,
+            "label_missing_chunks": [list(c) for c in self.label_missing_chunks],
+            "label_missing_chunk_keys": list(self.label_missing_chunk_keys),
+            "missing_policy": self.missing_policy,
+            "rows_skipped": sum(b - a for a, b in self.skipped_rows),
+            "skipped_rows": [list(r) for r in self.skipped_rows],
+            "ingest_complete": self.complete,
+            "complete": self.complete and not (self.missing_chunks or self.label_missing_chunks),
         }
 
     def _summary_rows(self) -> list[tuple[str, str]]:
@@ -138,10 +159,13 @@ class Dataset:
         if self.label is not None:
             label = f"{self.label_name or '(lazy)'!s} {self.label.dtype}"
         missing = "none"
-        if self.missing_chunks:
-            missing = f"{len(self.missing_chunks)}: " + ", ".join(self.missing_chunk_keys[:5])
-            if len(self.missing_chunks) > 5:
-                missing += ", ..."
+        keys = self.missing_chunk_keys + self.label_missing_chunk_keys
+        if keys:
+            missing = f"{len(keys):,}: " + ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+            if self.skipped_rows:
+                missing += f" ({sum(b - a for a, b in self.skipped_rows):,} rows skipped)"
+            elif self.missing_policy == "fill":
+                missing += " (read as fill values)"
         out = [
             ("store", where),
             (
@@ -241,7 +265,7 @@ def _row_chunks(arr: zarr.Array, chunks: Chunks) -> int:
     return max(1, min(per, rows)) if rows else 1
 
 
-def _as_dask(arr: zarr.Array, row_chunks: int, where: str) -> da.Array:
+def _as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
     reader = BlockReader(arr)
     chunks = (row_chunks,) + tuple(arr.shape[1:])
     token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
@@ -312,6 +336,7 @@ def open_dataset(
     *,
     chunks: Chunks = "auto",
     storage_options: Mapping[str, Any] | None = None,
+    missing: MissingPolicy = "raise",
     strict: bool = False,
 ) -> Dataset:
     """Open a (samples x features) array in a Zarr store as a :class:`Dataset`.
@@ -332,9 +357,16 @@ def open_dataset(
         one storage chunk per block; an int is used as given.
     storage_options : dict, optional
         Passed to fsspec for URLs.
+    missing : {"raise", "skip", "fill"}, default "raise"
+        Chunks of ``x`` or the label absent from the store (found from one listing
+        of each array's keys): ``"raise"`` refuses with a
+        :class:`~daskbatch.errors.DataError` naming the first keys and their
+        count; ``"skip"`` leaves out the rows those chunks cover (``x`` and the
+        label keep only rows whose chunks are all present); ``"fill"`` keeps
+        zarr's semantics, reading the fill value in their place.  Either way the
+        provenance lists them and says ``complete: False``.
     strict : bool, default False
-        Raise :class:`~daskbatch.errors.DataError` if chunks are missing from the
-        store instead of warning (:class:`MissingChunksWarning`).
+        Kept for callers of earlier versions: ``True`` insists on ``missing="raise"``.
 
     Returns
     -------
@@ -343,9 +375,14 @@ def open_dataset(
     Raises
     ------
     DataError
-        No store, no such array, wrong shape, label length mismatch, or missing
-        chunks under ``strict=True``.
+        No store, no such array, wrong shape, label length mismatch, missing
+        chunks under ``missing="raise"``, or more chunks (or dask blocks) than
+        ``daskbatch.max-chunks`` (checked from the metadata before anything else).
     """
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
+    if strict and missing != "raise":
+        raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
     root, where = _open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     layout = json_object(group_attrs.get(LAYOUT_ATTR))
@@ -355,7 +392,8 @@ def open_dataset(
             f"{describe(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
         )
     row_chunks = _row_chunks(arr, chunks)
-    xd = _as_dask(arr, row_chunks, where)
+    # Before any listing or graph: a shape the metadata claims may have nothing behind it.
+    check_chunk_count(arr, blocks=math.ceil(int(arr.shape[0]) / row_chunks))
 
     label_name = label if label is not None else layout.get("label")
     if label_name is not None and not isinstance(label_name, str):
@@ -364,7 +402,6 @@ def open_dataset(
             "expected an array name"
         )
     label_arr = None
-    yd = None
     if label_name is not None:
         label_arr = _get_array(root, label_name, where, "label")
         if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
@@ -372,7 +409,7 @@ def open_dataset(
                 f"label {describe(label_arr)} has shape {label_arr.shape}; expected "
                 f"({arr.shape[0]},) to match the rows of {arr.path!r}"
             )
-        yd = _as_dask(label_arr, row_chunks, where)
+        check_chunk_count(label_arr)
 
     ingest = group_attrs.get(INGEST_ATTR)
     complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
@@ -384,28 +421,18 @@ def open_dataset(
             stacklevel=2,
         )
 
-    missing = missing_chunks(arr)
-    keys = [chunk_key(arr, c) for c in missing]
-    label_missing = missing_chunks(label_arr) if label_arr is not None else []
-    if missing or label_missing:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} chunk(s) of {describe(arr)} are missing: {_first(keys)}")
-        if label_arr is not None and label_missing:
-            lkeys = [chunk_key(label_arr, c) for c in label_missing]
-            parts.append(
-                f"{len(lkeys)} chunk(s) of label {label_arr.path!r} are missing: {_first(lkeys)}"
-            )
-        msg = "; ".join(parts) + (
-            " (zarr reads the fill value in their place; writers that skip chunks equal to the "
-            "fill value also leave them out)"
+    absent = find_missing(arr, label_arr)
+    if absent and missing == "raise":
+        remedy = (
+            "the ingest that wrote them did not finish: re-run the same ingest command"
+            if not complete
+            else "restore them, or pass missing='skip' (--missing skip) to compute on the rows present"
         )
-        if strict:
-            raise DataError(msg)
-        if complete:  # an unfinished ingest was already reported above
-            warnings.warn(
-                msg + "; pass strict=True (--strict) to make this an error", MissingChunksWarning, stacklevel=2
-            )
+        raise DataError(f"{absent.message(arr, label_arr)}; zarr would read fill values in their place; {remedy}")
+    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if missing == "skip" else Missing())
+    if absent:
+        what = "left out" if missing == "skip" else "read as fill values"
+        warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
 
     attrs = {**group_attrs, **_clean_attrs(arr.attrs)}
     return Dataset(
@@ -416,16 +443,34 @@ def open_dataset(
         path=where,
         array_name=arr.path,
         attrs=attrs,
-        missing_chunks=missing,
+        missing_chunks=absent.x_chunks,
         label_name=label_arr.path if label_arr is not None else None,
         zarr_format=int(arr.metadata.zarr_format),
-        missing_chunk_keys=keys,
+        missing_chunk_keys=absent.x_keys,
         complete=complete,
+        label_missing_chunks=absent.label_chunks,
+        label_missing_chunk_keys=absent.label_keys,
+        missing_policy=missing,
+        skipped_rows=absent.row_ranges if missing == "skip" else [],
     )
 
 
-def _first(keys: list[str], n: int = 10) -> str:
-    return ", ".join(keys[:n]) + (f", ... ({len(keys)} in all)" if len(keys) > n else "")
+def _readers(
+    arr: zarr.Array, label: zarr.Array | None, row_chunks: int, where: str, skip: Missing
+) -> tuple[da.Array, da.Array | None]:
+    """Dask arrays over ``arr`` and ``label`` without the rows of ``skip``'s chunks."""
+    if not skip.row_ranges:
+        yd = _as_dask(label, row_chunks, where) if label is not None else None
+        return _as_dask(arr, row_chunks, where), yd
+    # Blocks break where a skipped range starts or stops; keep the others, in order.
+    sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip.row_ranges)
+    xd = _as_dask(arr, sizes, where)
+    x = da.concatenate([xd.blocks[i] for i in keep], axis=0)
+    y = None
+    if label is not None:
+        yd = _as_dask(label, sizes, where)
+        y = da.concatenate([yd.blocks[i] for i in keep], axis=0)
+    return x, y
 
 
 def open_zarr(

@@ -10,20 +10,124 @@ error.
 
 For a sharded array the unit that can go missing is the shard (one object in
 the store), so "chunk" below means the shard when the array is sharded.
+
+Metadata alone can claim any shape: :func:`check_chunk_count` refuses an array
+with more chunks than ``daskbatch.max-chunks`` before anything enumerates its
+grid or builds a graph over it, so a store that claims 10^15 rows with no data
+behind them fails at once instead of exhausting memory.  Stores that daskbatch
+writes carry a CRC-32C checksum on every chunk (:func:`checksummed`), so a
+flipped byte fails the read instead of changing the numbers;
+:func:`verify_store` decodes every chunk of a store and reports what is wrong.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dask.config
 import numpy as np
 import zarr
 
 from daskbatch.errors import DataError
 
-__all__ = ["BlockReader", "chunk_key", "missing_chunks", "storage_chunks"]
+if TYPE_CHECKING:
+    from daskbatch.io.verify import VerifyReport
+
+__all__ = [
+    "BlockReader",
+    "check_chunk_count",
+    "checksummed",
+    "chunk_key",
+    "max_chunks",
+    "missing_chunks",
+    "storage_chunks",
+    "verify_store",
+]
+
+#: ``daskbatch.max-chunks`` when the dask config does not set it.
+DEFAULT_MAX_CHUNKS = 200_000
+
+
+def checksummed(compressor: Any | None) -> tuple[Any, ...]:
+    """The ``compressors`` of an array daskbatch writes: ``compressor`` then a CRC-32C checksum.
+
+    The checksum is computed over the compressed bytes and checked by zarr on
+    every read, so any changed or missing byte of a stored chunk raises instead
+    of decoding to different numbers (zstd's own frame checksum is off in zarr).
+
+    Parameters
+    ----------
+    compressor : zarr BytesBytesCodec or None
+        The compressor (``None``: store the raw bytes, still checksummed).
+
+    Returns
+    -------
+    tuple
+        Codecs for ``zarr.create_array(..., compressors=...)``.
+    """
+    from zarr.codecs import Crc32cCodec
+
+    return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
+
+
+def max_chunks() -> int:
+    """The configured ``daskbatch.max-chunks``: the most chunks one array may have."""
+    value = dask.config.get("daskbatch.max-chunks", DEFAULT_MAX_CHUNKS)
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"daskbatch.max-chunks must be a whole number, got {value!r}") from None
+    if limit < 1:
+        raise ValueError(f"daskbatch.max-chunks must be at least 1, got {limit}")
+    return limit
+
+
+def chunk_count(arr: zarr.Array) -> int:
+    """Number of stored objects (chunks, or shards when sharded) ``arr``'s metadata describes."""
+    return math.prod(_grid(arr))
+
+
+def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
+    """Refuse ``arr`` when its chunk grid (or ``blocks`` dask blocks) exceeds ``daskbatch.max-chunks``.
+
+    Only arithmetic on the metadata: runs before anything lists, enumerates or
+    builds a task graph, so a store whose metadata claims an absurd shape fails
+    in microseconds.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array to check.
+    blocks : int, optional
+        Dask blocks a reader would build over it (checked against the same limit).
+
+    Raises
+    ------
+    DataError
+        One line naming the array, its shape, its chunk count and the limit.
+    """
+    limit = max_chunks()
+    n = chunk_count(arr)
+    if n > limit:
+        shape = " x ".join(f"{s:,}" for s in arr.shape)
+        raise DataError(
+            f"{describe(arr)} has {n:,} chunks (shape {shape}, chunks {storage_chunks(arr)}) > "
+            f"daskbatch.max-chunks {limit:,}; rechunk the store (or raise daskbatch.max-chunks)"
+        )
+    if blocks is not None and blocks > limit:
+        raise DataError(
+            f"reading {describe(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
+            "ask for more rows per block (chunks=...)"
+        )
+
+
+def verify_store(path_or_url: Any, **kwargs: Any) -> VerifyReport:
+    """Decode and check every chunk of every array in a store; see :func:`daskbatch.io.verify.verify_store`."""
+    from daskbatch.io.verify import verify_store as _verify
+
+    return _verify(path_or_url, **kwargs)
 
 
 def storage_chunks(arr: zarr.Array) -> tuple[int, ...]:
@@ -68,13 +172,21 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     -------
     list of tuple of int
         Sorted grid positions (shard positions for a sharded array).
+
+    Raises
+    ------
+    DataError
+        The array has more chunks than ``daskbatch.max-chunks`` (checked first).
+
+    Notes
+    -----
+    One listing of the keys under the array's prefix tells what is stored (zarr's
+    own ``nchunks_initialized`` would do the same listing); the expected keys are
+    compared with it only after :func:`check_chunk_count` has bounded the grid.
     """
+    check_chunk_count(arr)
     grid = _grid(arr)
-    expected = math.prod(grid)
-    if expected == 0:
-        return []
-    # Cheap path: one listing, counted by zarr itself.
-    if arr.nchunks_initialized == arr.nchunks:
+    if math.prod(grid) == 0:
         return []
     present = _stored_keys(arr)
     missing = []

@@ -36,6 +36,7 @@ from daskbatch.io.ingest.manifest import (
 )
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
+from daskbatch.io.integrity import checksummed
 
 if TYPE_CHECKING:
     import zarr
@@ -179,7 +180,8 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
             INGEST_ATTR: {"complete": False, "scan_sha256": doc["scan_sha256"]},
         },
     )
-    codec = _codec(compressor)
+    # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
+    codec = checksummed(_codec(compressor))
     group.create_array(
         "X",
         shape=(scan.rows, scan.features),

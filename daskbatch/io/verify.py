@@ -1,0 +1,319 @@
+"""Decode every chunk of every array in a Zarr store and report the missing, corrupt and truncated ones.
+
+``daskbatch inspect`` reads only metadata and the store listing; this is the
+check that reads the data.  Each chunk is decoded on its own (a few at a time
+on a thread pool), so memory stays at a few chunks whatever the store's size.
+A decode that fails is classified from the stored bytes:
+
+* ``missing``: no object under the chunk's key (zarr would read fill values);
+* ``truncated``: the object is empty, or shorter than its encoding says it is
+  (an uncompressed chunk's fixed size, or the blocks a zstd frame header
+  announces);
+* ``corrupt``: anything else that does not decode, above all a CRC-32C checksum
+  mismatch.
+
+An array without a checksum codec can only fail where the compressor notices:
+a flipped byte that still decompresses goes unseen, and the report says which
+arrays are in that case.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import zarr
+
+from daskbatch.io.integrity import (
+    _grid,
+    _stored_keys,
+    check_chunk_count,
+    chunk_key,
+    storage_chunks,
+)
+
+__all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
+
+Kind = Literal["missing", "corrupt", "truncated"]
+#: Problems listed by :meth:`VerifyReport.summary` before "... and N more".
+LISTED = 20
+#: The 4 bytes every zstd frame starts with (RFC 8878, section 3.1.1).
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+@dataclass(frozen=True)
+class ChunkProblem:
+    """One chunk that is absent or does not decode."""
+
+    array: str
+    key: str
+    position: tuple[int, ...]
+    kind: Kind
+    detail: str
+
+    def line(self) -> str:
+        """``kind key (grid position): detail`` for a report."""
+        return f"{self.kind:<9} {self.key} (grid position {self.position}): {self.detail}"
+
+
+@dataclass(frozen=True)
+class ArrayCheck:
+    """What was checked in one array."""
+
+    name: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    n_chunks: int
+    decoded: int
+    checksum: bool
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify_store`.
+
+    Attributes
+    ----------
+    path : str
+        The store.
+    arrays : list of ArrayCheck
+        One entry per array, in path order.
+    problems : list of ChunkProblem
+        Missing, corrupt and truncated chunks, by array then grid position.
+    """
+
+    path: str
+    arrays: list[ArrayCheck] = field(default_factory=list)
+    problems: list[ChunkProblem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every chunk of every array is present and decodes."""
+        return not self.problems
+
+    def counts(self) -> dict[str, int]:
+        """Problems by kind (``missing``, ``corrupt``, ``truncated``), zeros included."""
+        found = Counter(p.kind for p in self.problems)
+        return {kind: found.get(kind, 0) for kind in ("missing", "corrupt", "truncated")}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: ``path``, ``ok``, ``counts``, ``arrays`` and ``problems``."""
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "arrays": [asdict(a) for a in self.arrays],
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+    def summary(self, listed: int = LISTED) -> str:
+        """Lines for a terminal: one per array, the first ``listed`` problems, then the verdict."""
+        lines = [f"verify {self.path}"]
+        for a in self.arrays:
+            lines.append(
+                f"  {a.name}: {a.n_chunks:,} chunks of {a.chunks}, {a.decoded:,} decoded"
+                + ("" if a.checksum else "  (no checksum: flipped bytes that still decode go unseen)")
+            )
+        for p in self.problems[:listed]:
+            lines.append(f"  {p.line()}")
+        if len(self.problems) > listed:
+            lines.append(f"  ... and {len(self.problems) - listed:,} more")
+        total = sum(a.n_chunks for a in self.arrays)
+        if self.ok:
+            lines.append(f"OK: all {total:,} chunks of {len(self.arrays)} array(s) present and decoded")
+        else:
+            counts = ", ".join(f"{n:,} {kind}" for kind, n in self.counts().items() if n)
+            lines.append(f"FAILED: {counts} of {total:,} chunks")
+        return "\n".join(lines)
+
+
+def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
+    if isinstance(root, zarr.Array):
+        return [root]
+    found = [node for _, node in root.members(max_depth=None) if isinstance(node, zarr.Array)]
+    return sorted(found, key=lambda a: a.path)
+
+
+def _has_checksum(arr: zarr.Array) -> bool:
+    from zarr.codecs import Crc32cCodec, ShardingCodec
+
+    codecs = getattr(arr.metadata, "codecs", None)
+    if codecs is None:  # zarr v2 metadata: numcodecs compressor and filters
+        return False
+    for codec in codecs:
+        if isinstance(codec, Crc32cCodec):
+            return True
+        if isinstance(codec, ShardingCodec):
+            return any(isinstance(c, Crc32cCodec) for c in codec.codecs)
+    return False
+
+
+def _zstd_needs(buf: bytes) -> int | None:
+    """Bytes a zstd frame at the start of ``buf`` says it spans; None if ``buf`` is no zstd frame.
+
+    Walks the frame header and block headers (RFC 8878, section 3.1.1). When
+    ``buf`` ends early the result is larger than ``len(buf)``: the frame was cut.
+    """
+    if len(buf) < 5 or buf[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = buf[4]
+    single_segment = (descriptor >> 5) & 1
+    pos = 5 + (0 if single_segment else 1)  # window descriptor
+    pos += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
+    pos += ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]  # frame content size
+    while True:
+        if pos + 3 > len(buf):
+            return pos + 3
+        header = int.from_bytes(buf[pos : pos + 3], "little")
+        block_type = (header >> 1) & 3
+        if block_type == 3:  # reserved: not a frame any encoder writes
+            return None
+        pos += 3 + (1 if block_type == 1 else header >> 3)  # RLE blocks store one byte
+        if header & 1:  # last block
+            return pos + (4 if (descriptor >> 2) & 1 else 0)
+        if pos > len(buf):
+            return pos
+
+
+def _expected_size(arr: zarr.Array, raw: bytes) -> int | None:
+    """Smallest size the stored object of one chunk must have, when its encoding tells."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+
+    codecs = getattr(arr.metadata, "codecs", None)
+    if codecs is None:
+        return None
+    trailer = 4 if any(isinstance(c, Crc32cCodec) for c in codecs) else 0
+    rest = [c for c in codecs if not isinstance(c, Crc32cCodec)]
+    if len(rest) == 1 and isinstance(rest[0], BytesCodec):
+        itemsize = arr.dtype.itemsize  # type: ignore[union-attr]
+        return math.prod(storage_chunks(arr)) * itemsize + trailer
+    if len(rest) == 2 and isinstance(rest[1], ZstdCodec):
+        needs = _zstd_needs(raw)
+        return None if needs is None else needs + trailer
+    return None
+
+
+def _classify(arr: zarr.Array, raw: bytes | None, exc: BaseException) -> tuple[Kind, str]:
+    reason = f"{type(exc).__name__}: {exc}"
+    if raw is None:  # vanished between the listing and the read
+        return "missing", "absent from the store"
+    if not raw:
+        return "truncated", f"the stored object is empty ({reason})"
+    need = _expected_size(arr, raw)
+    if need is not None and len(raw) < need:
+        return "truncated", f"{len(raw):,} bytes stored, its encoding needs at least {need:,} ({reason})"
+    return "corrupt", reason
+
+
+def _raw(arr: zarr.Array, key: str) -> bytes | None:
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    buf = sync(arr.store_path.store.get(key, prototype=default_buffer_prototype()))
+    return None if buf is None else buf.to_bytes()
+
+
+def _check_chunk(arr: zarr.Array, coords: tuple[int, ...]) -> ChunkProblem | None:
+    """Decode the chunk at ``coords``; None when it decodes."""
+    chunks = storage_chunks(arr)
+    region = tuple(
+        slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(coords, chunks, arr.shape, strict=True)
+    )
+    try:
+        arr[region]  # decoded and dropped: only whether it decodes matters here
+        return None
+    except Exception as exc:  # noqa: BLE001 - any codec or store failure is the finding
+        key = chunk_key(arr, coords)
+        kind, detail = _classify(arr, _raw(arr, key), exc)
+        return ChunkProblem(arr.path, key, coords, kind, detail)
+
+
+def _bounded_map(pool: ThreadPoolExecutor, fn: Any, items: Iterator[Any], window: int) -> Iterator[Any]:
+    """``pool.map`` with at most ``window`` tasks in flight, so memory stays at a few chunks."""
+    pending: deque[Future[Any]] = deque()
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def verify_store(
+    path_or_url: Any,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+) -> VerifyReport:
+    """Decode every chunk of every array in a Zarr store and report the ones that fail.
+
+    Parameters
+    ----------
+    path_or_url : str, os.PathLike, zarr.Group or zarr.Array
+        The store (local path or fsspec URL), as for :func:`daskbatch.open_dataset`.
+    storage_options : dict, optional
+        Passed to fsspec for URLs.
+    threads : int, optional
+        Chunks decoded at once (default: the CPU count, at most 8); memory is
+        about this many decoded chunks.
+
+    Returns
+    -------
+    VerifyReport
+        ``report.ok`` is True when every chunk is present and decodes.
+
+    Raises
+    ------
+    DataError
+        No store there, or an array with more chunks than ``daskbatch.max-chunks``
+        (checked for every array, from the metadata, before any chunk is read).
+    """
+    from daskbatch.io.dataset import _open_node
+
+    root, where = _open_node(path_or_url, storage_options)
+    arrays = _arrays(root)
+    for arr in arrays:
+        check_chunk_count(arr)
+    n_threads = threads or min(8, os.cpu_count() or 1)
+    if n_threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    report = VerifyReport(path=str(where))
+    with ThreadPoolExecutor(n_threads, thread_name_prefix="daskbatch-verify") as pool:
+        for arr in arrays:
+            grid = _grid(arr)
+            present = _stored_keys(arr)
+            to_decode = []
+            for coords in itertools.product(*(range(g) for g in grid)):
+                pos = tuple(int(c) for c in coords)
+                key = chunk_key(arr, pos)
+                rel = arr.metadata.encode_chunk_key(pos)
+                if rel in present:
+                    to_decode.append(pos)
+                else:
+                    report.problems.append(
+                        ChunkProblem(arr.path, key, pos, "missing", "absent from the store")
+                    )
+            found = [
+                p
+                for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads)
+                if p is not None
+            ]
+            report.problems.extend(found)
+            report.arrays.append(
+                ArrayCheck(
+                    name=arr.path,
+                    shape=tuple(int(s) for s in arr.shape),
+                    chunks=storage_chunks(arr),
+                    n_chunks=math.prod(grid),
+                    decoded=len(to_decode) - len(found),
+                    checksum=_has_checksum(arr),
+                )
+            )
+    report.problems.sort(key=lambda p: (p.array, p.position))
+    return report
