@@ -247,7 +247,8 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
     """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
 
     The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
-    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]``, mirrored for
+    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
+    overflow key), mirrored for
     negative values, zero for magnitudes below ``min_magnitude``, ±inf at the
     ends and NaN last. Slots stay float64 until the end so that the row loop
     vectorises (numba's ``math.ceil`` would return an integer).

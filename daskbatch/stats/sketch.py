@@ -16,8 +16,8 @@ counts per feature (about 27,600 slots, 221 KB, with the defaults).
 Outside the magnitude range the bound does not hold:
 
 * ``0 < |v| < min_magnitude`` counts as zero (absolute error below ``min_magnitude``);
-* ``|v| > max_magnitude`` joins the outermost bucket of its sign; estimates
-  there are clipped to the finite extrema, which are tracked exactly;
+* ``|v|`` beyond the bucket of ``max_magnitude`` goes to an overflow bucket
+  of its sign, which answers the finite extreme of that side (tracked exactly);
 * ``±inf`` have buckets of their own at both ends (a quantile that lands on
   them is ``±inf``, as numpy's); NaN is counted apart and left out, as
   :class:`~daskbatch.stats.moments.Moments` does with ``nan_policy="omit"``.
@@ -121,15 +121,19 @@ class Sketch:
 
     @property
     def key_range(self) -> tuple[int, int]:
-        """Smallest and largest bucket key, ``ceil(log_gamma m)`` of the two magnitudes."""
+        """Smallest and largest bucket key: ``ceil(log_gamma min_magnitude)`` and the overflow key.
+
+        The overflow key, one above ``ceil(log_gamma max_magnitude)``, collects
+        every larger magnitude.
+        """
         return (
             math.ceil(math.log(self.min_magnitude) / self.ln_gamma),
-            math.ceil(math.log(self.max_magnitude) / self.ln_gamma),
+            math.ceil(math.log(self.max_magnitude) / self.ln_gamma) + 1,
         )
 
     @property
     def n_buckets(self) -> int:
-        """Buckets per sign."""
+        """Buckets per sign, the overflow bucket included."""
         k_min, k_max = self.key_range
         return k_max - k_min + 1
 
@@ -155,7 +159,7 @@ class Sketch:
         bucketed = (a >= self.min_magnitude) & (a < xp.inf)
         logs = xp.log(xp.where(bucketed, a, xp.ones_like(a))) / self.ln_gamma
         del a
-        # Clamp before the cast: magnitudes above max_magnitude join the outermost bucket.
+        # Clamp before the cast: larger magnitudes go to the overflow bucket.
         key = xp.astype(xp.clip(xp.ceil(logs), float(k_min), float(k_max)), xp.int64) - k_min
         del logs
         slot = xp.where(x > 0, key + (n + 2), n - key)
@@ -213,12 +217,16 @@ class Sketch:
 
 
 def sketch_values(sketch: Sketch) -> np.ndarray:
-    """The value every slot answers (float64, length ``n_slots``), in slot order."""
-    k_min, k_max = sketch.key_range
-    keys = np.arange(k_min, k_max + 1, dtype=np.float64)
+    """The value every slot answers (float64, length ``n_slots``), in slot order.
+
+    The two overflow slots (1 and ``n_slots - 2``) hold NaN: they answer the
+    feature's finite extremes, which :func:`sketch_quantile` fills in.
+    """
+    k_min, k_top = sketch.key_range
+    keys = np.arange(k_min, k_top, dtype=np.float64)
     # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
     mid = np.exp(keys * sketch.ln_gamma) * (1.0 - sketch.alpha)
-    return np.concatenate([[-np.inf], -mid[::-1], [0.0], mid, [np.inf]])
+    return np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
 
 
 def sketch_quantile(
@@ -242,8 +250,8 @@ def sketch_quantile(
     sketch : Sketch
         The layout the counts were made with.
     vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature; finite estimates are clipped into them (NaN or
-        infinite extrema clip nothing).
+        Extrema of each feature: the overflow slots answer them, and finite
+        estimates are clipped into them (NaN or infinite extrema clip nothing).
     q : float or array_like
         Probabilities in [0, 1].
 
@@ -263,6 +271,7 @@ def sketch_quantile(
         raise ValueError(f"{width} sketch slots from slot {first_slot} exceed the layout's {sketch.n_slots}")
     lo = np.where(np.isfinite(vmin), vmin, -np.inf)
     hi = np.where(np.isfinite(vmax), vmax, np.inf)
+    overflow_neg, overflow_pos = 1 - first_slot, sketch.n_slots - 2 - first_slot
     out = np.full((n_features, qs.size), np.nan)
     for d in range(n_features):
         cdf = np.cumsum(counts[d], dtype=np.int64)
@@ -272,6 +281,7 @@ def sketch_quantile(
         rank = np.maximum(np.ceil(qs * total), 1.0)  # numpy's inverted_cdf rank, 1-based
         slot = np.searchsorted(cdf, rank, side="left")
         v = values[slot]
+        v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))
         finite = np.isfinite(v)
         out[d] = np.where(finite, np.clip(v, lo[d], hi[d]), v)
     return out[:, 0] if np.ndim(q) == 0 else out
