@@ -24,6 +24,7 @@ from daskbatch.errors import (
     DeviceUnavailableError,
     Interrupted,
     PlanError,
+    RangeWarning,
 )
 from daskbatch.ingest import IngestReport, ingest
 from daskbatch.planner import Plan, plan
@@ -34,7 +35,8 @@ from daskbatch.synth import synth
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
-    "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "Resources", "Summary", "__version__",
+    "Histogram", "IngestReport", "Interrupted", "Moments", "Plan", "PlanError", "RangeWarning", "Resources", "Summary",
+    "__version__",
     "cluster", "describe", "ingest", "load_summary", "mutual_information", "open_dataset", "open_zarr", "plan",
     "synth",
 ]

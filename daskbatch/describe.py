@@ -11,8 +11,9 @@ import dask
 import numpy as np
 
 from daskbatch.inputs import FeatureMatrix, as_feature_matrix, to_device
+from daskbatch.ranges import TAIL, flag_out_of_range, robust_ranges
 from daskbatch.reduce import resolve_split_every, tree_reduce
-from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.summary import Summary
 
 DEFAULT_STATS = ("moments", "cov", "hist", "mi")
@@ -29,15 +30,31 @@ def normalize_stats(stats: str | Sequence[str]) -> tuple[str, ...]:
     return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
 
 
+def is_minmax(range_: Any) -> bool:
+    """Whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``)."""
+    if isinstance(range_, str):
+        if range_ != "minmax":
+            raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
+        return True
+    return False
+
+
 def histogram_ranges(
-    range_: Any, n_features: int, vmin: np.ndarray | None = None, vmax: np.ndarray | None = None
+    range_: Any,
+    n_features: int,
+    vmin: np.ndarray | None = None,
+    vmax: np.ndarray | None = None,
+    quantiles: np.ndarray | None = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-feature (lo, hi) from a user range, or from finite extrema found by a first pass.
+    """Per-feature (lo, hi) from a user range, or from what a first pass found.
 
     A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
+    Without one (None or ``"minmax"``) ranges come from the finite extrema
+    ``vmin``/``vmax``, narrowed to the robust ranges of :mod:`daskbatch.ranges`
+    when the sketch's tail ``quantiles`` (D, 2) are given. Found ranges follow
+    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
     """
-    if range_ is not None:
+    if range_ is not None and not is_minmax(range_):
         r = np.asarray(range_, dtype=np.float64)
         if r.shape == (2,):
             r = np.broadcast_to(r, (n_features, 2))
@@ -49,6 +66,8 @@ def histogram_ranges(
     else:
         assert vmin is not None and vmax is not None
         empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
+        if quantiles is not None:
+            vmin, vmax = robust_ranges(quantiles, vmin, vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
         same = lo == hi
@@ -109,15 +128,23 @@ def describe(
         dtypes are accepted; everything accumulates in float64.
     label : array of int, or name of an array in the same store, optional
         Class of every sample (0..K-1), for mutual information.
-    stats : sequence of {"moments", "cov", "hist", "mi"}
+    stats : sequence of {"moments", "cov", "hist", "mi", "sketch"}
         What to compute. Moments are always included; ``"mi"`` is skipped
-        when no label is given.
+        when no label is given; ``"sketch"`` (quantiles within 0.5 %, see
+        :class:`~daskbatch.stats.Sketch`) is added whenever histogram ranges
+        are found from the data.
     bins : int, default 64
         Histogram bins per feature.
-    range : (lo, hi) or array of shape (D, 2), optional
-        Histogram range(s). When given, everything takes one pass; when not,
-        a first pass finds each feature's min and max (fused with the moments
-        and co-moments) and a second pass counts.
+    range : (lo, hi), array of shape (D, 2), "minmax" or None
+        Histogram range(s). When given, everything takes one pass. When not,
+        a first pass (fused with the moments and co-moments) fills a quantile
+        sketch, and the second pass counts over each feature's
+        ``[0.1 %, 99.9 %]`` quantiles widened by 5 % of their span on each side
+        (clipped to its min and max), so that a few extreme values cannot
+        squeeze the rest into one bin; values outside are kept in the
+        underflow and overflow counts. ``"minmax"``: each feature's min and max.
+        More than 1 % of a feature's values outside its range raises a
+        :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
     ddof : int, default 1
         Delta degrees of freedom of variance and covariance.
     bias : bool, default True
@@ -176,7 +203,7 @@ def describe(
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
-    names = _stat_names(stats, data)
+    names = _stat_names(stats, data, range)
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:
         resolve_split_every(split_every)  # validate before planning
@@ -194,13 +221,16 @@ def describe(
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     if "cov" in names and not tiled:
         first.append(CoMoments(ddof=ddof))
+    if "sketch" in names:
+        first.append(Sketch())
     histogram = None
-    if want_hist and range is not None:
+    explicit = range is not None and not is_minmax(range)
+    if want_hist and explicit:
         lo, hi = histogram_ranges(range, n_features)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
         first.append(histogram)
 
-    if cache and want_hist and range is None and checkpoint is None:
+    if cache and want_hist and not explicit and checkpoint is None:
         data.x = data.x.persist()  # both passes read the decoded blocks from memory
     run = _Runner(data, fan_in, progress, checkpoint, force)
     results = dict(zip((s.name for s in first), run(Bundle(tuple(first))), strict=True))
@@ -211,7 +241,8 @@ def describe(
         raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
     passes = 1
     if want_hist and histogram is None:
-        lo, hi = histogram_ranges(None, n_features, m.finite_min, m.finite_max)
+        tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
+        lo, hi = histogram_ranges(range, n_features, m.finite_min, m.finite_max, quantiles=tails)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names)
         (results["hist"],) = run(Bundle((histogram,)))
         passes = 2
@@ -224,7 +255,7 @@ def describe(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=range is not None, cached=bool(cache and passes == 2 and checkpoint is None),
+        range_given=explicit, cached=bool(cache and passes == 2 and checkpoint is None),
         plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
@@ -232,9 +263,14 @@ def describe(
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
-    return Summary.from_results(
+    if want_hist:
+        provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
+    summary = Summary.from_results(
         data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
     )
+    if summary.out_of_range_fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
+    return summary
 
 
 def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
@@ -296,10 +332,15 @@ def plan_describe(
     return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every)
 
 
-def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, ...]:
-    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label."""
+def _stat_names(stats: str | Sequence[str], data: FeatureMatrix, range_: Any = None) -> tuple[str, ...]:
+    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label,
+    with ``sketch`` when histogram ranges are to be found from the data (``range_`` None)."""
     names = normalize_stats(stats)
-    return names if data.label is not None else tuple(n for n in names if n != "mi")
+    if data.label is None:
+        names = tuple(n for n in names if n != "mi")
+    if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
+        names += ("sketch",)
+    return names
 
 
 def _plan_names(

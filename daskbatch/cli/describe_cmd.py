@@ -13,14 +13,14 @@ from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli.options import client_from_options, cluster_options
 
 
-def parse_range(text: str | None) -> tuple[float, float] | None:
-    """``"LO:HI"`` -> (lo, hi)."""
-    if text is None:
-        return None
+def parse_range(text: str | None) -> tuple[float, float] | str | None:
+    """``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through."""
+    if text is None or text == "minmax":
+        return text
     try:
         lo, hi = (float(v) for v in text.split(":"))
     except ValueError:
-        raise click.BadParameter(f"expected LO:HI (e.g. -5:5), got {text!r}") from None
+        raise click.BadParameter(f"expected LO:HI (e.g. -5:5) or minmax, got {text!r}") from None
     return lo, hi
 
 
@@ -30,7 +30,7 @@ def parse_range(text: str | None) -> tuple[float, float] | None:
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
 @click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
-@click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass).")
+@click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--strict", is_flag=True, help="Refuse a store with missing chunks (default: warn and list them in the provenance).")
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
