@@ -31,7 +31,7 @@ import pytest
 import zarr
 
 from daskbatch.memory_model import merge_task_bytes, projected_task_bytes
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, merge_all
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch, merge_all
 
 BINS, CLASSES, SPLIT_EVERY = 16, 4, 8
 
@@ -42,6 +42,7 @@ def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
         "cov": lambda: CoMoments(),
         "hist": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d),
         "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True),
+        "sketch": lambda: Sketch(),
     }
     return Bundle(tuple(make[s]() for s in stats))
 
@@ -73,7 +74,7 @@ CHUNK_CASES = [
     (rows, d, stats)
     for rows, d in [(65_536, 1), (8192, 8), (4096, 64), (1024, 512)]
     for stats in [("moments",), ("cov",), ("hist",), ("mi",), ("moments", "cov", "hist", "mi")]
-]
+] + [(rows, d, ("sketch",)) for rows, d in [(262_144, 1), (8192, 8), (4096, 64)]]  # its state is 221 kB a feature
 
 
 @pytest.mark.parametrize("path", ["array-api", "compiled"])
@@ -106,6 +107,7 @@ MERGE_CASES = [
     (1500, ("moments",)),
     (1500, ("hist",)),
     (1500, ("moments", "cov", "hist", "mi")),
+    (64, ("sketch",)),
 ]
 
 
