@@ -304,6 +304,7 @@ def plan_describe(
     *,
     stats: str | Sequence[str] = DEFAULT_STATS,
     bins: int = 64,
+    range: Any = None,  # noqa: A002 - describe's name
     split_every: int | None = None,
     resources: Any = "auto",
 ) -> Any:
@@ -314,8 +315,9 @@ def plan_describe(
 
     Parameters
     ----------
-    x, label, stats, bins, split_every
-        As in :func:`describe` (``mi`` is dropped without a label).
+    x, label, stats, bins, range, split_every
+        As in :func:`describe` (``mi`` is dropped without a label; without
+        ``range`` the quantile sketch is planned for).
     resources : Resources or "auto", default "auto"
         The workers to plan for; ``"auto"``: those of the active client, else this machine.
 
@@ -324,7 +326,7 @@ def plan_describe(
     Plan
     """
     data = as_feature_matrix(x, label)
-    names = _stat_names(stats, data)
+    names = _stat_names(stats, data, range)
     if isinstance(resources, str) and resources == "auto":
         from daskbatch.cluster import resources_auto
 

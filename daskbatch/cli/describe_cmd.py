@@ -88,7 +88,8 @@ def describe_command(
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=stat_names, bins=bins, split_every=split_every, resources=gpus
+            dataset, stats=stat_names, bins=bins, range=parse_range(range_), split_every=split_every,
+            resources=gpus,
         )
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
