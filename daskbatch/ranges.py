@@ -73,7 +73,7 @@ def flag_out_of_range(
     list of str
         The flagged features (empty when none).
     """
-    bad = np.flatnonzero(fraction > limit)
+    bad = [int(i) for i in np.flatnonzero(fraction > limit)]
     names = [feature_names[i] for i in bad]
     if names:
         listed = ", ".join(f"{feature_names[i]} ({fraction[i]:.1%})" for i in bad[:5])
