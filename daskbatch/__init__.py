@@ -16,6 +16,7 @@ from daskbatch.errors import (
     DeviceUnavailableError,
     Interrupted,
     PlanError,
+    RangeWarning,
 )
 from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.io.ingest import IngestReport, ingest
@@ -31,7 +32,7 @@ from daskbatch.summary import Summary, load_summary
 
 __all__ = [
     "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
-    "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError", "Resources", "Selection",
-    "Summary", "__version__", "cluster", "describe", "ingest", "load_selection", "load_summary", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "select", "synth",
+    "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError", "RangeWarning", "Resources",
+    "Selection", "Summary", "__version__", "cluster", "describe", "ingest", "load_selection", "load_summary",
+    "mutual_information", "open_dataset", "open_zarr", "pca", "plan", "select", "synth",
 ]

@@ -12,8 +12,15 @@ import numpy as np
 
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, to_device
 from daskbatch.engine.reduce import resolve_split_every, tree_reduce
-from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
-from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES, histogram_ranges, normalize_stats
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats.ranges import TAIL, flag_out_of_range
+from daskbatch.stats.spec import (
+    DEFAULT_STATS,
+    NAN_POLICIES,
+    histogram_ranges,
+    is_minmax,
+    normalize_stats,
+)
 from daskbatch.summary import Summary
 
 
@@ -69,17 +76,25 @@ def describe(
     label : array of int, or name of an array in the same store, optional
         Class of every sample (any integers, e.g. ``{0, 1, 7}``), for mutual
         information and per-class moments.
-    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments"}
+    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean
         and M2, the input of :func:`daskbatch.select`'s ANOVA F and chi2
-        scores) needs a label and runs in the first pass.
+        scores) needs a label and runs in the first pass. ``"sketch"``
+        (quantiles within 0.5 %, see :class:`~daskbatch.stats.Sketch`) is
+        added whenever histogram ranges are found from the data.
     bins : int, default 64
         Histogram bins per feature.
-    range : (lo, hi) or array of shape (D, 2), optional
-        Histogram range(s). When given, everything takes one pass; when not,
-        a first pass finds each feature's min and max (fused with the moments
-        and co-moments) and a second pass counts.
+    range : (lo, hi), array of shape (D, 2), "minmax" or None
+        Histogram range(s). When given, everything takes one pass. When not,
+        a first pass (fused with the moments and co-moments) fills a quantile
+        sketch, and the second pass counts over each feature's
+        ``[0.1 %, 99.9 %]`` quantiles widened by 5 % of their span on each side
+        (clipped to its min and max), so that a few extreme values cannot
+        squeeze the rest into one bin; values outside are kept in the
+        underflow and overflow counts. ``"minmax"``: each feature's min and max.
+        More than 1 % of a feature's values outside its range raises a
+        :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
     ddof : int, default 1
         Delta degrees of freedom of variance and covariance.
     bias : bool, default True
@@ -149,7 +164,7 @@ def describe(
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     data = to_device(as_feature_matrix(x, label, feature_names=feature_names, missing=missing), device)
-    names = _stat_names(stats, data)
+    names = _stat_names(stats, data, range)
     want_hist = "hist" in names or "mi" in names
     if split_every is not None:
         resolve_split_every(split_every)  # validate before planning
@@ -184,13 +199,16 @@ def describe(
         first.append(CoMoments(ddof=ddof))
     if "class_moments" in names:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
+    if "sketch" in names:
+        first.append(Sketch())
     histogram = None
-    if want_hist and range is not None:
+    explicit = range is not None and not is_minmax(range)
+    if want_hist and explicit:
         lo, hi = histogram_ranges(range, n_features)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
         first.append(histogram)
 
-    if cache and want_hist and range is None and checkpoint is None:
+    if cache and want_hist and not explicit and checkpoint is None:
         data.x = data.x.persist()  # both passes read the decoded blocks from memory
     run = _Runner(data, fan_in, progress, checkpoint, force)
     results = dict(zip((s.name for s in first), run(Bundle(tuple(first))), strict=True))
@@ -201,7 +219,8 @@ def describe(
         raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
     passes = 1
     if want_hist and histogram is None:
-        lo, hi = histogram_ranges(None, n_features, m.finite_min, m.finite_max)
+        tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
+        lo, hi = histogram_ranges(range, n_features, m.finite_min, m.finite_max, quantiles=tails)
         histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
         (results["hist"],) = run(Bundle((histogram,)))
         passes = 2
@@ -214,7 +233,7 @@ def describe(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=passes,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=range is not None, classes_from=classes_from, cached=bool(cache and passes == 2 and checkpoint is None),
+        range_given=explicit, classes_from=classes_from, cached=bool(cache and passes == 2 and checkpoint is None),
         plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
@@ -223,9 +242,14 @@ def describe(
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
-    return Summary.from_results(
+    if want_hist:
+        provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
+    summary = Summary.from_results(
         data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
     )
+    if summary.out_of_range_fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
+    return summary
 
 
 def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
@@ -259,6 +283,7 @@ def plan_describe(
     *,
     stats: str | Sequence[str] = DEFAULT_STATS,
     bins: int = 64,
+    range: Any = None,  # noqa: A002 - describe's name
     split_every: int | None = None,
     resources: Any = "auto",
     classes: Sequence[int] | None = None,
@@ -270,8 +295,9 @@ def plan_describe(
 
     Parameters
     ----------
-    x, label, stats, bins, split_every
-        As in :func:`describe` (``mi`` is dropped without a label).
+    x, label, stats, bins, range, split_every
+        As in :func:`describe` (``mi`` is dropped without a label; without
+        ``range`` the quantile sketch is planned for).
     resources : Resources or "auto", default "auto"
         The workers to plan for; ``"auto"``: those of the active client, else this machine.
     classes : sequence of int, optional
@@ -283,7 +309,7 @@ def plan_describe(
     Plan
     """
     data = as_feature_matrix(x, label)
-    names = _stat_names(stats, data)
+    names = _stat_names(stats, data, range)
     if isinstance(resources, str) and resources == "auto":
         from daskbatch.runtime.cluster import resources_auto
 
@@ -297,12 +323,17 @@ def plan_describe(
     return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes)
 
 
-def _stat_names(stats: str | Sequence[str], data: FeatureMatrix) -> tuple[str, ...]:
-    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label."""
+def _stat_names(stats: str | Sequence[str], data: FeatureMatrix, range_: Any = None) -> tuple[str, ...]:
+    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label,
+    with ``sketch`` when histogram ranges are to be found from the data (``range_`` None)."""
     names = normalize_stats(stats)
     if "class_moments" in names and data.label is None:
         raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
-    return names if data.label is not None else tuple(n for n in names if n != "mi")
+    if data.label is None:
+        names = tuple(n for n in names if n != "mi")
+    if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
+        names += ("sketch",)
+    return names
 
 
 def _plan_names(

@@ -27,3 +27,12 @@ class Interrupted(BaseException):
     fallback (dask's tokenize tries pickle, then cloudpickle, then gives up
     quietly), which must not swallow it.
     """
+
+
+class RangeWarning(UserWarning):
+    """More than a small fraction of some feature's values fell outside its histogram range.
+
+    Those values are still counted (underflow/overflow), but histograms, mutual
+    information and histogram quantiles of the feature see them only as two
+    lumps; ``Summary.out_of_range_fraction`` gives the fraction per feature.
+    """

@@ -12,6 +12,7 @@ import numpy as np
 
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
+from daskbatch.stats.sketch import Sketch, sketch_quantile
 
 #: Per-feature vectors, in the order tables show them.
 PER_FEATURE = (
@@ -30,8 +31,12 @@ class Summary:
     Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
     and ``hist_edges`` (D, bins + 1). With a label, ``joint_counts`` is
     (D, bins + 2, K) and ``classes`` (K,) holds the label value of each of its
-    class columns (the ``class`` coordinate of :meth:`to_xarray`). Statistics
-    that were not asked for are None. ``provenance`` records what was computed from what.
+    class columns (the ``class`` coordinate of :meth:`to_xarray`).
+    ``sketch_counts`` (D, W) is the window of quantile-sketch slots that holds
+    every count (its layout and first slot in ``provenance["sketch"]``) and
+    ``sketch_extrema`` (D, 2) the finite minimum and maximum it answers for its
+    overflow buckets. Statistics that were not asked for are None.
+    ``provenance`` records what was computed from what.
 
     Examples
     --------
@@ -67,6 +72,8 @@ class Summary:
     class_count: np.ndarray | None = None
     class_mean: np.ndarray | None = None
     class_m2: np.ndarray | None = None
+    sketch_counts: np.ndarray | None = None
+    sketch_extrema: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     classes: np.ndarray | None = None
 
@@ -75,25 +82,50 @@ class Summary:
         return len(self.feature_names)
 
     # ----------------------------------------------------------------- views
-    def quantile(self, q: float | Any) -> np.ndarray:
-        """Approximate quantiles from the histograms, within one bin width of the exact value.
+    def quantile(self, q: float | Any, method: str = "auto") -> np.ndarray:
+        """Approximate quantiles from the quantile sketch or from the histograms.
 
         Parameters
         ----------
         q : float or array_like of float
             Probabilities in [0, 1].
+        method : {"auto", "sketch", "histogram"}, default "auto"
+            ``"sketch"``: within the sketch's relative accuracy (0.5 % by
+            default) of ``numpy.quantile(..., method="inverted_cdf")``, for
+            magnitudes in its range; ``"histogram"``: interpolated within the
+            bin that holds the exact quantile (one bin width);
+            ``"auto"``: the sketch when the summary has one.
 
         Returns
         -------
         ndarray
             Shape (D,) for a scalar ``q``, else (D, len(q)).
         """
+        if method not in ("auto", "sketch", "histogram"):
+            raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
+        if method == "sketch" or (method == "auto" and self.sketch_counts is not None):
+            if self.sketch_counts is None or self.sketch_extrema is None:
+                raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
+            spec = self.provenance["sketch"]
+            layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]))
+            return sketch_quantile(
+                self.sketch_counts, int(spec["first_slot"]), layout,
+                self.sketch_extrema[:, 0], self.sketch_extrema[:, 1], q,
+            )
         if self.hist_counts is None:
             raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
         assert self.hist_edges is not None and self.underflow is not None and self.overflow is not None
         return histogram_quantile(
             self.hist_counts, self.hist_edges, self.underflow, self.overflow, self.min, self.max, q
         )
+
+    @property
+    def out_of_range_fraction(self) -> np.ndarray | None:
+        """Per feature, the fraction of its values (NaN left out) outside its histogram range; None without histograms."""
+        if self.underflow is None or self.overflow is None:
+            return None
+        n = self.count
+        return (self.underflow + self.overflow) / np.where(n > 0, n, 1.0)
 
     def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
         """The ``k`` feature pairs with the largest absolute correlation, as (a, b, r)."""
@@ -134,7 +166,7 @@ class Summary:
             columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
         if self.mi is not None:
             columns["mi"] = self.mi
-        if self.hist_counts is not None:
+        if self.hist_counts is not None or self.sketch_counts is not None:
             for label, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
                 columns[label] = self.quantile(q)
         return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
@@ -159,6 +191,9 @@ class Summary:
         for name in CLASS_FIELDS:
             if getattr(self, name) is not None:
                 data[name] = (("feature", "class"), getattr(self, name))
+        if self.sketch_counts is not None:
+            data["sketch_counts"] = (("feature", "sketch_slot"), self.sketch_counts)
+            data["sketch_extrema"] = (("feature", "extreme"), self.sketch_extrema)
         # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
         names = np.array(self.feature_names, dtype=object)
         coords = {"feature": names}
@@ -187,6 +222,8 @@ class Summary:
         if "cov" in results:
             c = results["cov"]
             kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
+        if "sketch" in results:
+            kwargs.update(_sketch_fields(results["sketch"], provenance))
         if "hist" in results:
             h = results["hist"]
             kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
@@ -218,8 +255,10 @@ class Summary:
             return np.asarray(ds[name].values) if name in ds else None
 
         kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
-        for name in ("cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
-                     *CLASS_FIELDS):
+        for name in (
+            "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
+            "sketch_counts", "sketch_extrema", *CLASS_FIELDS,
+        ):
             kwargs[name] = get(name)
         cov_count = ds.attrs.get("cov_count")
         if "class" in ds.coords:
@@ -289,6 +328,24 @@ class Summary:
             tops = "".join(f"<li>{n}: {v:.4f} nats</li>" for n, v in self.top_mi(5))
             extra += f"<p>Top features by mutual information with the label</p><ul>{tops}</ul>"
         return head + table.to_html(float_format=lambda v: f"{v:.6g}") + extra
+
+
+def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Summary fields of a finalized sketch: the window of slots that hold counts, and the finite extrema.
+
+    The full layout holds ~27,600 slots per feature; data rarely span more
+    than a few decades, so the summary keeps only the columns from the first to
+    the last non-empty slot over all features (and records where they start).
+    """
+    counts = np.asarray(r.counts)
+    used = np.flatnonzero(counts.any(axis=0))
+    first, stop = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 0)
+    provenance["sketch"] = {
+        "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
+        "first_slot": first,
+    }
+    extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
+    return {"sketch_counts": np.ascontiguousarray(counts[:, first:stop]), "sketch_extrema": extrema}
 
 
 def _json_values(a: np.ndarray) -> Any:

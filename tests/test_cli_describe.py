@@ -188,7 +188,7 @@ def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) 
     resources = db.Resources(memory_bytes=4 * 2**30, threads_per_worker=2, n_workers=1)
     # describe finds the label's classes (0 and 1) before planning; plan_describe reads
     # nothing, so it is told them (else it assumes daskbatch.assumed-classes).
-    p = plan_describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, resources=resources, classes=[0, 1])
+    p = plan_describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, range=(-4, 4), resources=resources, classes=[0, 1])
     s = db.describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, plan=resources, range=(-4, 4))
     assert s.provenance["plan"]["task_bytes"] == p.task_bytes
     assert p.n_classes == s.provenance["plan"]["n_classes"] == 2
@@ -197,7 +197,7 @@ def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) 
     assert s.provenance["chunk_rows"] == min(p.chunk_rows, max(ds.x.chunks[0]))  # blocks are split, never merged
     assert set(p.stats) == {"moments", "cov", "hist", "mi"}
     unlabelled = plan_describe(db.open_dataset(store[0]), bins=16, resources=resources)
-    assert "mi" not in unlabelled.stats
+    assert "mi" not in unlabelled.stats and "sketch" in unlabelled.stats  # ranges found from the data
 
 
 def test_describe_cluster_cuda_without_a_gpu_is_one_line_exit_2(store: tuple[str, np.ndarray]) -> None:

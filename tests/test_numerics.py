@@ -117,7 +117,8 @@ def test_histogram_with_range_counts_outside_and_nan_apart(lo: float, hi: float,
     x[100 : 100 + 3 * (bins + 1), 1] = np.concatenate(
         [edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)]
     )
-    s = db.describe(da.from_array(x, chunks=(61, -1)), stats="hist", bins=bins, range=(lo, hi))
+    with pytest.warns(db.RangeWarning, match="2 of 2 feature"):  # N(0, 3) spills far beyond these ranges
+        s = db.describe(da.from_array(x, chunks=(61, -1)), stats="hist", bins=bins, range=(lo, hi))
     for d in range(2):
         col = x[:, d]
         valid = ~np.isnan(col)
@@ -133,7 +134,10 @@ def test_histogram_with_range_counts_outside_and_nan_apart(lo: float, hi: float,
 def test_histogram_per_feature_ranges() -> None:
     x = np.column_stack([np.linspace(0, 1, 50), np.linspace(-10, 10, 50)])
     ranges = np.array([[0.25, 0.75], [-20.0, 0.0]])
-    s = db.describe(x, stats="hist", bins=4, range=ranges)
+    with pytest.warns(db.RangeWarning, match="f0 \\(52.0%\\), f1 \\(50.0%\\)"):  # half of each is outside
+        s = db.describe(x, stats="hist", bins=4, range=ranges)
+    assert s.provenance["out_of_range"] == ["f0", "f1"]
+    np.testing.assert_array_equal(s.out_of_range_fraction, [0.52, 0.5])
     for d in range(2):
         counts, edges = np.histogram(x[:, d], bins=4, range=tuple(ranges[d]))
         np.testing.assert_array_equal(s.hist_counts[d], counts)
@@ -442,17 +446,18 @@ def test_histogram_slots_at_edges_every_backend(xp, lo: float, hi: float, bins: 
 @given(x=sample_arrays(min_rows=1, max_rows=40, nonfinite=True), data=st.data())
 def test_compiled_kernels_match_array_api_path(x: np.ndarray, data: st.DataObject) -> None:
     """numpy chunks go through the compiled kernels; they must agree with the array-API reference code."""
-    from daskbatch.stats import CoMoments, Histogram, Moments
+    from daskbatch.stats import CoMoments, Histogram, Moments, Sketch
 
     features = x.shape[1]
     y = data.draw(labels_for(x.shape[0]))
     hist = Histogram(bins=6, lo=(-100.0,) * features, hi=(100.0,) * features, by_label=True)
-    for stat in (Moments(), CoMoments(), hist):
+    sketch = Sketch()
+    for stat in (Moments(), CoMoments(), hist, sketch):
         with dask.config.set({"daskbatch.kernels": True}):
             fast = stat.chunk(x, y)
         with dask.config.set({"daskbatch.kernels": False}):
             slow = stat.chunk(x, y)
-        if stat is hist:
+        if stat is hist or stat is sketch:
             assert_states_equal(fast, slow)
         else:
             assert_results_close(stat.finalize(fast), stat.finalize(slow), rtol=1e-12, atol=1e-12)

@@ -41,7 +41,8 @@ def test_plan_json_with_label(store):
             "--classes", "3", "--bins", "8", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["stats"] == ["moments", "cov", "hist", "mi"] and d["n_classes"] == 3
+    # describe computes the quantile sketch whenever it finds histogram ranges itself
+    assert d["stats"] == ["moments", "cov", "hist", "mi", "sketch"] and d["n_classes"] == 3
     assert d["chunk_rows"] % 1000 == 0 and d["task_bytes"] <= d["budget_bytes"]
     assert d["resources"] == {"memory_bytes": 2 * 2**30, "threads_per_worker": 1, "n_workers": 2,
                               "device_memory_bytes": None, "device": "cpu"}

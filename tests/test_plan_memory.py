@@ -31,7 +31,7 @@ import pytest
 import zarr
 
 from daskbatch.planning.memory import merge_task_bytes, projected_task_bytes
-from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, merge_all
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch, merge_all
 
 BINS, CLASSES, SPLIT_EVERY = 16, 4, 8
 CLASS_VALUES = (0, 1, 7, 9)  # CLASSES values, not 0..K-1: the mapping's dearest (searchsorted) path
@@ -45,6 +45,7 @@ def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
         # As describe counts it: labels mapped to the columns of their (non-contiguous) class values.
         "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True, classes=CLASS_VALUES),
         "class_moments": lambda: ClassMoments(classes=CLASS_VALUES),
+        "sketch": lambda: Sketch(),
     }
     return Bundle(tuple(make[s]() for s in stats))
 
@@ -79,7 +80,7 @@ CHUNK_CASES = [
         ("moments",), ("cov",), ("hist",), ("mi",), ("class_moments",), ("moments", "cov", "hist", "mi"),
         ("moments", "cov", "class_moments"),
     ]
-]
+] + [(rows, d, ("sketch",)) for rows, d in [(262_144, 1), (8192, 8), (4096, 64)]]  # its state is 221 kB a feature
 
 
 @pytest.mark.parametrize("path", ["array-api", "compiled"])
@@ -116,6 +117,7 @@ MERGE_CASES = [
     (1500, ("moments", "cov", "hist", "mi")),
     (512, ("class_moments",)),
     (1500, ("moments", "class_moments")),
+    (64, ("sketch",)),
 ]
 
 

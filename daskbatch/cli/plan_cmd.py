@@ -27,7 +27,9 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--x", "x_name", default="X", show_default=True, help="Samples x features array in the store.")
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
-    "--stats", default=",".join(DEFAULT_STATISTICS), show_default=True, help="Comma-separated statistics."
+    # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
+    "--stats", default=",".join((*DEFAULT_STATISTICS, "sketch")), show_default=True,
+    help="Comma-separated statistics.",
 )
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
 @click.option(

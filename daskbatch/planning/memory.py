@@ -30,6 +30,7 @@ __all__ = [
     "COMOMENT_BLOCK_ROWS",
     "DEFAULT_STATISTICS",
     "STATE_COPIES",
+    "SKETCH_SLOTS",
     "STATISTICS",
     "TASK_OVERHEAD_BYTES",
     "TEMPORARIES",
@@ -40,10 +41,14 @@ __all__ = [
 ]
 
 #: Statistics the engine knows, in the order they are reported.
-STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi", "class_moments")
+STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi", "class_moments", "sketch")
 
 #: What is planned when no statistics are named (``describe``'s default).
 DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
+
+#: int64 counts per feature of the default quantile sketch (``Sketch().n_slots + 1``:
+#: both signs' log and overflow buckets, zero, ±inf and NaN; a test keeps the two equal).
+SKETCH_SLOTS = 27638
 
 #: The two ways a chunk kernel runs: "compiled" = the numba CPU loops of
 #: :mod:`daskbatch.kernels` (NumPy chunks, the default on CPU); "array-api" = the
@@ -53,8 +58,8 @@ PATHS: tuple[str, ...] = ("compiled", "array-api")
 #: Float64 copies of the chunk a kernel makes (the compiled co-moments centre
 #: :data:`COMOMENT_BLOCK_ROWS` rows at a time instead: see ``chunk_task_terms``).
 FLOAT64_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1},
-    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1, "class_moments": 1},
+    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
+    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
 }
 
 #: Rows the compiled co-moment kernel centres into one float64 buffer at a time
@@ -66,7 +71,9 @@ COMOMENT_BLOCK_ROWS = 4096
 #: ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at ~36 B; the
 #: table keeps a little margin. The compiled loops work element by element: none.
 TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
-    "compiled": {"moments": {}, "cov": {}, "hist": {}, "mi": {}, "class_moments": {"float64": 3, "bool": 2}},
+    "compiled": {
+        "moments": {}, "cov": {}, "hist": {}, "mi": {}, "class_moments": {"float64": 3, "bool": 2}, "sketch": {},
+    },
     "array-api": {
         "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
         "cov": {"float64": 4},  # zeros, shifted and centred blocks, one expression temporary
@@ -76,6 +83,7 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
         # is counted in FLOAT64_COPIES, these are one class's float64 cast, deviations and
         # squares and its finite mask, for the worst case of a block holding a single class.
         "class_moments": {"float64": 3, "bool": 2},
+        "sketch": {"float64": 3, "int64": 3, "bool": 3},  # magnitudes, logs, keys, slots; masks
     },
 }
 
@@ -84,20 +92,20 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
 #: columns, the class values taken back and the bool mask that checks them), on top of the
 #: input labels.
 ROW_TEMPORARIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 25, "class_moments": 24},
-    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 32, "class_moments": 24},
+    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 25, "class_moments": 24, "sketch": 0},
+    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 32, "class_moments": 24, "sketch": 0},
 }
 
 #: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
 #: the outer-product correction of co-moments; the bincount output and its cast for histograms.
 STATE_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0, "class_moments": 1},
-    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1, "class_moments": 1},
+    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
+    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
 }
 
 #: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
 #: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
-MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0, "class_moments": 2}
+MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0, "class_moments": 2, "sketch": 0}
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
 #: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
@@ -126,7 +134,7 @@ def state_bytes(
 
     Parameters
     ----------
-    stat : {"moments", "cov", "hist", "mi", "class_moments"}
+    stat : {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
         Statistic name.
     n_features : int
         Features (columns) of the input.
@@ -161,6 +169,8 @@ def state_bytes(
         if n_classes is None:
             raise ValueError("statistic 'class_moments' needs n_classes (the number of label classes)")
         return 4 * d * n_classes * 8  # n, shift, mean, m2 per (feature, class)
+    if stat == "sketch":
+        return d * SKETCH_SLOTS * 8 + 2 * d * 8  # counts, finite extrema
     raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
 
 

@@ -397,6 +397,7 @@ def _states_error(
         "cov": "select fewer features",
         "hist": "lower --bins",
         "mi": "lower --bins or --classes",
+        "sketch": "give histogram ranges (--range) instead of the quantile sketch",
     }[big]
     return PlanError(
         f"merging {split_every + 1} states of {format_bytes(states)} "

@@ -11,15 +11,19 @@ from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
 from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
+from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 
-#: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label).
+#: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label;
+#: "sketch" the quantile sketch, also computed whenever histogram ranges are found from the data).
 STATISTICS = {
     "moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": Histogram, "class_moments": ClassMoments,
+    "sketch": Sketch,
 }
 
 __all__ = [
     "STATISTICS", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",
     "CoMomentsResult", "CoMomentsState", "Histogram",
-    "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Statistic",
+    "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Sketch",
+    "SketchResult", "SketchState", "Statistic",
     "histogram_quantile", "merge_all", "mutual_information",
 ]

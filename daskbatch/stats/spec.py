@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.stats import STATISTICS
+from daskbatch.stats.ranges import robust_ranges
 
 DEFAULT_STATS = ("moments", "cov", "hist", "mi")
 NAN_POLICIES = ("omit", "propagate", "raise")
@@ -28,15 +29,31 @@ def normalize_stats(stats: str | Sequence[str]) -> tuple[str, ...]:
     return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
 
 
+def is_minmax(range_: Any) -> bool:
+    """Whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``)."""
+    if isinstance(range_, str):
+        if range_ != "minmax":
+            raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
+        return True
+    return False
+
+
 def histogram_ranges(
-    range_: Any, n_features: int, vmin: np.ndarray | None = None, vmax: np.ndarray | None = None
+    range_: Any,
+    n_features: int,
+    vmin: np.ndarray | None = None,
+    vmax: np.ndarray | None = None,
+    quantiles: np.ndarray | None = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-feature (lo, hi) from a user range, or from finite extrema found by a first pass.
+    """Per-feature (lo, hi) from a user range, or from what a first pass found.
 
     A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
+    Without one (None or ``"minmax"``) ranges come from the finite extrema
+    ``vmin``/``vmax``, narrowed to the robust ranges of :mod:`daskbatch.stats.ranges`
+    when the sketch's tail ``quantiles`` (D, 2) are given. Found ranges follow
+    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
     """
-    if range_ is not None:
+    if range_ is not None and not is_minmax(range_):
         r = np.asarray(range_, dtype=np.float64)
         if r.shape == (2,):
             r = np.broadcast_to(r, (n_features, 2))
@@ -48,6 +65,8 @@ def histogram_ranges(
     else:
         assert vmin is not None and vmax is not None
         empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
+        if quantiles is not None:
+            vmin, vmax = robust_ranges(quantiles, vmin, vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
         same = lo == hi

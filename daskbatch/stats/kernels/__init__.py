@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["available", "comoments", "enabled", "histogram", "moments", "supports"]
+__all__ = ["available", "comoments", "enabled", "histogram", "moments", "sketch", "supports"]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _KINDS = frozenset("biuf")
@@ -158,3 +158,25 @@ def histogram(
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int64)
     histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1))
     return counts
+
+
+def sketch(
+    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fields ``(counts, fmin, fmax)`` of :class:`~daskbatch.stats.sketch.SketchState` for ``x`` (R, D).
+
+    ``counts`` is (D, 2 * n_buckets + 4) int64; the parameters are those of
+    :class:`~daskbatch.stats.sketch.Sketch` (``key_range`` gives ``k_min, k_max``).
+    """
+    from daskbatch.stats.kernels._numba import sketch_counts
+
+    d = x.shape[1]
+    data, lut = _bits(x)
+    counts = np.zeros((d, 2 * n_buckets + 4), dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    sketch_counts(
+        data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets),
+        counts.reshape(-1), fmin, fmax,
+    )
+    return counts, fmin, fmax

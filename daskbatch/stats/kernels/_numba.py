@@ -240,3 +240,43 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
         k = labels[i] if by_label else 0
         for j in range(d):
             counts[slot[j] + k] += 1
+
+
+@_jit
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+    """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
+
+    The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
+    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
+    overflow key), mirrored for
+    negative values, zero for magnitudes below ``min_magnitude``, ±inf at the
+    ends and NaN last. Slots stay float64 until the end so that the row loop
+    vectorises (numba's ``math.ceil`` would return an integer).
+    """
+    rows, d = x.shape
+    width = 2 * n + 4
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    zero_slot = float(n + 1)
+    posinf_slot = float(2 * n + 2)
+    nan_slot = float(2 * n + 3)
+    slot = np.empty(d, dtype=np.int64)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            key = np.ceil(np.log(a if bucketed else 1.0) / ln_gamma)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            s = key + (n + 2.0) if v > 0.0 else n - key
+            s = s if bucketed else zero_slot
+            s = posinf_slot if v == np.inf else s
+            s = 0.0 if v == -np.inf else s
+            s = nan_slot if v != v else s
+            slot[j] = j * width + np.int64(s)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        for j in range(d):
+            counts[slot[j]] += 1

@@ -1,0 +1,124 @@
+"""Histogram ranges found from the data: robust to stray values, flagged when a given range misses the data."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import daskbatch as db
+from daskbatch.cli.describe_cmd import parse_range
+from daskbatch.stats.ranges import TAIL, WIDEN
+
+ROWS = 50_000
+
+
+@pytest.fixture(scope="module")
+def labelled() -> tuple[np.ndarray, np.ndarray]:
+    """Feature 0 depends on a 3-class label; features 1-3 are noise of other shapes."""
+    rng = np.random.default_rng(2024)
+    y = rng.integers(0, 3, ROWS)
+    x = np.column_stack([
+        rng.normal(size=ROWS) + 0.8 * y,
+        rng.lognormal(0.0, 1.0, ROWS),
+        rng.standard_t(3, ROWS),
+        rng.uniform(-1.0, 1.0, ROWS),
+    ])
+    return x, y
+
+
+def test_a_single_extreme_value_changes_no_mi_and_no_median(labelled: tuple[np.ndarray, np.ndarray]) -> None:
+    """The issue's case: one value of 1e9 once took feature 0's MI from 0.18 to 0 and its median to 7.8e6."""
+    x, y = labelled
+    clean = db.describe(da.from_array(x, chunks=(7_000, -1)), y)
+    stray = x.copy()
+    stray[12_345, 0] = 1e9
+    hit = db.describe(da.from_array(stray, chunks=(7_000, -1)), y)
+    assert clean.mi[0] > 0.1
+    np.testing.assert_allclose(hit.mi, clean.mi, rtol=0.02)
+    alpha = hit.provenance["sketch"]["alpha"]
+    exact = np.quantile(x, 0.5, axis=0, method="inverted_cdf")
+    np.testing.assert_allclose(hit.quantile(0.5), exact, rtol=alpha)
+    np.testing.assert_allclose(clean.quantile(0.5), exact, rtol=alpha)
+    # The stray value is kept, in the overflow count, and the maximum is still exact.
+    assert hit.overflow[0] >= 1 and hit.max[0] == 1e9
+    assert hit.hist_counts[0].sum() + hit.underflow[0] + hit.overflow[0] == ROWS
+    # Nearly every bin is used, where min/max ranges put all but one value into one bin.
+    assert np.count_nonzero(hit.hist_counts[0]) >= 60
+    old = db.describe(stray, y, range="minmax")
+    assert np.count_nonzero(old.hist_counts[0]) == 2 and old.mi[0] < 0.01
+
+
+def test_found_ranges_span_the_tail_quantiles_widened(labelled: tuple[np.ndarray, np.ndarray]) -> None:
+    x, y = labelled
+    s = db.describe(x, y, stats=("hist",))
+    q = np.quantile(x, [TAIL, 1 - TAIL], axis=0, method="inverted_cdf")
+    span = q[1] - q[0]
+    lo = np.maximum(q[0] - WIDEN * span, x.min(axis=0))
+    hi = np.minimum(q[1] + WIDEN * span, x.max(axis=0))
+    alpha = s.provenance["sketch"]["alpha"]
+    tol = 2 * alpha * np.abs(q).max(axis=0)  # each tail quantile is within alpha of the exact one
+    assert np.all(np.abs(s.hist_edges[:, 0] - lo) <= tol) and np.all(np.abs(s.hist_edges[:, -1] - hi) <= tol)
+    assert s.hist_edges[3, 0] == x[:, 3].min() and s.hist_edges[3, -1] == x[:, 3].max()  # uniform: clipped
+    assert np.all(s.out_of_range_fraction < 2 * TAIL + 0.001)
+    assert s.provenance["range"] == "quantiles" and s.provenance["out_of_range"] == []
+
+
+def test_minmax_keeps_the_extrema_and_nearly_constant_features_fall_back_to_them() -> None:
+    x = np.zeros((5_000, 3))
+    x[:3, 0] = [4.0, -2.0, 1.0]  # 99.94 % zeros: the tail quantiles span nothing
+    x[:, 1] = np.arange(5_000.0)
+    x[:, 2] = 7.5  # constant: numpy's (v - 0.5, v + 0.5)
+    for range_ in (None, "minmax"):
+        s = db.describe(x, stats="hist", bins=8, range=range_)
+        np.testing.assert_array_equal(s.hist_edges[0], np.linspace(-2.0, 4.0, 9))
+        np.testing.assert_array_equal(s.hist_edges[2], np.linspace(7.0, 8.0, 9))
+    s = db.describe(x, stats="hist", bins=8, range="minmax")
+    np.testing.assert_array_equal(s.hist_edges[1], np.linspace(0.0, 4_999.0, 9))
+    assert s.provenance["range"] == "minmax" and "sketch" not in s.provenance["stats"]
+    with pytest.raises(ValueError, match="'minmax' or None; got 'quantiles'"):
+        db.describe(x, stats="hist", range="quantiles")
+
+
+def test_a_range_that_misses_unscaled_data_warns_and_is_flagged() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4_000, 4)) * [1.0, 50.0, 3.0, 1e3] + [0.0, 0.0, 1e2, 0.0]
+    with pytest.warns(db.RangeWarning, match=r"3 of 4 feature\(s\) have more than 1% .*f1 .*f2 .*f3"):
+        s = db.describe(x, stats="hist", range=(-5.0, 5.0))
+    assert s.provenance["out_of_range"] == ["f1", "f2", "f3"]
+    assert s.out_of_range_fraction[0] < 0.01 and s.out_of_range_fraction[2] == 1.0
+    expected = (np.sum(x < -5.0, axis=0) + np.sum(x > 5.0, axis=0)) / 4_000
+    np.testing.assert_array_equal(s.out_of_range_fraction, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        db.describe(x, stats="hist")  # ranges from the data: nothing to flag
+
+
+def test_summary_quantiles_from_the_sketch_survive_save_and_load(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    x = np.column_stack([
+        rng.lognormal(0.0, 2.5, 20_000),
+        rng.pareto(1.2, 20_000),
+        np.where(rng.random(20_000) < 0.3, 0.0, rng.standard_cauchy(20_000)),
+    ])
+    s = db.describe(da.from_array(x, chunks=(3_000, -1)), stats=("moments", "sketch"))
+    assert s.hist_counts is None and s.sketch_counts is not None
+    qs = np.linspace(0.01, 0.99, 25)
+    exact = np.quantile(x, qs, axis=0, method="inverted_cdf").T
+    np.testing.assert_allclose(s.quantile(qs), exact, rtol=0.01)
+    back = db.load_summary(s.save(tmp_path / "s.zarr"))
+    np.testing.assert_array_equal(back.quantile(qs), s.quantile(qs))
+    assert back.provenance["sketch"] == s.provenance["sketch"]
+    assert list(back.to_dataframe()["median"]) == list(s.quantile(0.5))
+    with pytest.raises(ValueError, match="from histograms"):
+        s.quantile(0.5, method="histogram")
+    both = db.describe(x, stats=("hist",))
+    assert not np.array_equal(both.quantile(qs, method="histogram"), both.quantile(qs))
+    with pytest.raises(ValueError, match="method must be"):
+        both.quantile(0.5, method="exact")
+
+
+def test_cli_range_accepts_minmax() -> None:
+    assert parse_range("minmax") == "minmax" and parse_range("-5:5") == (-5.0, 5.0) and parse_range(None) is None

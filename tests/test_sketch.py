@@ -1,0 +1,165 @@
+"""The quantile sketch: the law suite, its relative-error bound against numpy, and its edge cases."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daskbatch.planning.memory import SKETCH_SLOTS
+from daskbatch.stats import STATISTICS, Sketch
+from daskbatch.stats._base import merge_all
+from daskbatch.stats.backend import to_numpy
+from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
+
+SKETCH = Sketch()
+#: The bound the issue asks for; the default alpha (0.5 %) leaves a factor two for rounding.
+BOUND = 0.01
+
+
+def sketch_reference(x: np.ndarray, sk: Sketch) -> dict[str, np.ndarray]:
+    """Slot counts, value by value with numpy's log, following the documented layout."""
+    n = sk.n_buckets
+    k_min, k_max = sk.key_range
+    counts = np.zeros((x.shape[1], sk.n_slots), dtype=np.int64)
+    nans = np.zeros(x.shape[1], dtype=np.int64)
+    lo = np.full(x.shape[1], np.nan)
+    hi = np.full(x.shape[1], np.nan)
+    for d, col in enumerate(x.T):
+        for v in col:
+            if math.isnan(v):
+                nans[d] += 1
+            elif v == math.inf:
+                counts[d, -1] += 1
+            elif v == -math.inf:
+                counts[d, 0] += 1
+            elif abs(v) < sk.min_magnitude:
+                counts[d, n + 1] += 1
+            else:
+                key = int(min(max(np.ceil(np.log(abs(v)) / sk.ln_gamma), k_min), k_max)) - k_min
+                counts[d, n + 2 + key if v > 0 else n - key] += 1
+        fin = col[np.isfinite(col)]
+        if fin.size:
+            lo[d], hi[d] = fin.min(), fin.max()
+    return {"counts": counts, "nan_count": nans, "finite_min": lo, "finite_max": hi}
+
+
+class TestSketch(StatisticLaws):
+    exact = True
+
+    def make(self, n_features: int) -> Sketch:
+        return SKETCH
+
+    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+        return sketch_reference(x, SKETCH)
+
+
+# ------------------------------------------------------------------ data
+def draw_column(kind: str, n: int, seed: int) -> np.ndarray:
+    """Heavy-tailed, signed, zero-heavy or constant float64 samples."""
+    rng = np.random.default_rng(seed)
+    if kind == "lognormal":
+        return rng.lognormal(0.0, 2.5, n)
+    if kind == "pareto":
+        return rng.pareto(1.2, n) + 1.0
+    if kind == "cauchy":
+        return rng.standard_cauchy(n)
+    if kind == "signed":
+        return rng.choice([-1.0, 1.0], n) * rng.lognormal(3.0, 1.5, n)
+    if kind == "zeros":
+        return np.where(rng.random(n) < 0.3, 0.0, rng.standard_cauchy(n))
+    if kind == "constant":
+        return np.full(n, -2.718281828)
+    raise AssertionError(kind)
+
+
+KINDS = ("lognormal", "pareto", "cauchy", "signed", "zeros", "constant")
+
+
+def assert_within_bound(est: np.ndarray, exact: np.ndarray, bound: float) -> None:
+    """Relative error at most ``bound``; an exact zero must be estimated as zero."""
+    err = np.abs(est - exact)
+    assert np.all(err <= bound * np.abs(exact)), (est, exact, err / np.abs(exact))
+
+
+@given(
+    kind=st.sampled_from(KINDS),
+    n=st.integers(1, 4000),
+    seed=st.integers(0, 2**32 - 1),
+    qs=st.lists(st.floats(0.01, 0.99), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_quantiles_within_bound_of_numpy(
+    xp: Any, kind: str, n: int, seed: int, qs: list[float], data: st.DataObject
+) -> None:
+    x = np.stack([draw_column(kind, n, seed), draw_column("cauchy", n, seed + 1)], axis=1)
+    cuts = data.draw(split_points(n), label="cuts")
+    states = [SKETCH.chunk(xp.asarray(part)) for part in np.split(x, cuts)]
+    est = SKETCH.finalize(merge_all(SKETCH, states)).quantile(np.asarray(qs))
+    for d in range(2):
+        exact = np.quantile(x[:, d], qs, method="inverted_cdf")
+        assert_within_bound(est[d], exact, SKETCH.alpha * (1 + 1e-9))
+        assert_within_bound(est[d], exact, BOUND)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_heavy_tailed_samples(kind: str) -> None:
+    """200,000 values, 99 quantiles from 1 % to 99 %: all within the bound."""
+    x = draw_column(kind, 200_000, 11)[:, None]
+    qs = np.linspace(0.01, 0.99, 99)
+    est = SKETCH.finalize(SKETCH.chunk(x)).quantile(qs)[0]
+    assert_within_bound(est, np.quantile(x[:, 0], qs, method="inverted_cdf"), SKETCH.alpha * (1 + 1e-9))
+
+
+@given(
+    kind=st.sampled_from(KINDS), n=st.integers(0, 300), seed=st.integers(0, 2**32 - 1), data=st.data()
+)
+def test_any_chunking_and_merge_order_is_bitwise_identical(
+    xp: Any, kind: str, n: int, seed: int, data: st.DataObject
+) -> None:
+    x = np.stack([draw_column(kind, n, seed), draw_column("signed", n, seed)], axis=1)
+    x[::7, 1] = np.nan
+    whole = SKETCH.chunk(xp.asarray(x))
+    cuts = data.draw(split_points(n, max_pieces=8), label="cuts")
+    states = [SKETCH.chunk(xp.asarray(part)) for part in np.split(x, cuts)]
+    assert_states_equal(merge_tree(SKETCH, states, data), whole)
+
+
+def test_values_outside_the_magnitudes_and_nonfinite() -> None:
+    sk = Sketch(alpha=0.01, min_magnitude=1e-6, max_magnitude=1e6)
+    x = np.array([[1e-9], [-1e-9], [0.0], [5e7], [-3e9], [np.inf], [-np.inf], [np.nan], [2.0]])
+    r = sk.finalize(sk.chunk(x))
+    assert int(to_numpy(r.nan_count)[0]) == 1 and int(to_numpy(r.counts).sum()) == 8
+    # Tiny magnitudes count as zero; huge ones go to the overflow buckets.
+    # Ranks 1..8 of the sorted values -inf, -3e9, -1e-9, 0, 1e-9, 2, 5e7, inf.
+    q = r.quantile(np.arange(1, 9) / 8)[0]
+    assert q[0] == -np.inf and q[-1] == np.inf
+    assert q[1] == -3e9  # the negative overflow bucket answers the finite minimum
+    assert q[2] == q[3] == q[4] == 0.0  # -1e-9, 0, 1e-9
+    assert abs(q[5] - 2.0) <= 0.01 * 2.0
+    assert q[6] == 5e7  # the positive overflow bucket answers the finite maximum
+
+
+def test_empty_and_all_nan_features_give_nan() -> None:
+    r = SKETCH.finalize(SKETCH.chunk(np.array([[np.nan, 1.0], [np.nan, 1.0]])))
+    q = r.quantile([0.5])
+    assert np.isnan(q[0, 0]) and q[1, 0] == 1.0
+    assert np.isnan(SKETCH.finalize(SKETCH.chunk(np.empty((0, 3)))).quantile(0.5)).all()
+
+
+def test_bad_parameters_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        Sketch(alpha=0.0)
+    with pytest.raises(ValueError, match="min_magnitude"):
+        Sketch(min_magnitude=1.0, max_magnitude=0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        SKETCH.finalize(SKETCH.chunk(np.ones((2, 1)))).quantile(1.5)
+
+
+def test_registry_and_memory_model_agree_on_the_layout() -> None:
+    assert STATISTICS["sketch"] is Sketch
+    assert SKETCH_SLOTS == SKETCH.n_slots + 1
