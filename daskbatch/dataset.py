@@ -97,6 +97,9 @@ class Dataset:
     zarr_format: int | None = None
     missing_chunk_keys: list[str] = field(default_factory=list)
     complete: bool = True
+    #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
+    zarr_x: Any = None
+    zarr_label: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -429,6 +432,8 @@ def open_dataset(
         zarr_format=int(arr.metadata.zarr_format),
         missing_chunk_keys=keys,
         complete=complete,
+        zarr_x=arr,
+        zarr_label=label_arr,
     )
 
 

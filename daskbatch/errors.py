@@ -27,3 +27,7 @@ class Interrupted(BaseException):
     fallback (dask's tokenize tries pickle, then cloudpickle, then gives up
     quietly), which must not swallow it.
     """
+
+
+class LockHeldError(OSError):
+    """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
