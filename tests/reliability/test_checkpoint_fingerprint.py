@@ -137,3 +137,11 @@ def test_in_memory_data_with_other_values_is_refused(tmp_path: Path) -> None:
     again = describe(ds, checkpoint=tmp_path)
     assert read_runs(tmp_path, "moments")[-1]["computed_blocks"] == 0
     assert_bitwise(again, describe(ds))
+
+
+@pytest.mark.gpu
+def test_device_is_part_of_the_fingerprint(tmp_path: Path) -> None:
+    store, ck = make_store(tmp_path / "data.zarr", seed=1), tmp_path / "ck"
+    describe(store, checkpoint=ck)
+    with pytest.raises(CheckpointMismatchError, match=r"array backend \(numpy .* in the checkpoint, cupy .* now"):
+        describe(store, checkpoint=ck, device="gpu")
