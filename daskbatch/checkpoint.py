@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -47,7 +48,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -360,6 +361,36 @@ def _append_run(path: Path, run: dict[str, Any]) -> None:
         f.write((b"\n" if torn else b"") + json.dumps(run).encode() + b"\n")
 
 
+# --------------------------------------------------------------------------- one run at a time
+
+def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
+    """The run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes).
+
+    Each pass takes the lock too; holding it across them keeps another run from
+    slipping in between two passes and failing this one halfway.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        directory = kwargs.get("checkpoint")
+        if not isinstance(directory, (str, os.PathLike)):
+            return func(*args, **kwargs)
+        with checkpoint_lock(directory):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
 # --------------------------------------------------------------------------- running
 
 def run_checkpointed(
@@ -415,8 +446,7 @@ def run_checkpointed(
     spec = spec_items(bundle)
     _pass_folder(bundle.name)  # a plain name, before anything is written
     folder_root = Path(directory)
-    folder_root.mkdir(parents=True, exist_ok=True)
-    with RunLock(folder_root / LOCK_NAME, f"checkpoint directory {directory}"):
+    with checkpoint_lock(folder_root):
         folder = _open_pass(folder_root, items, bundle.name, spec, force,
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
         state = _run_pass(_PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s),

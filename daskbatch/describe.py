@@ -10,6 +10,7 @@ from typing import Any, Literal
 import dask
 import numpy as np
 
+from daskbatch.checkpoint import holding_checkpoint_lock
 from daskbatch.inputs import FeatureMatrix, as_feature_matrix, to_device
 from daskbatch.reduce import resolve_split_every, tree_reduce
 from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
@@ -78,6 +79,7 @@ def _compute(delayed_obj: Any, progress: bool) -> Any:
     return future.result()
 
 
+@holding_checkpoint_lock
 def describe(
     x: Any,
     label: Any = None,

@@ -52,6 +52,11 @@ LOCK_NAME = "daskbatch.lock"
 #: A lock file this young that cannot be parsed is still being written by its holder.
 _WRITING_GRACE_S = 5.0
 
+#: Locks this process holds: real path -> [thread id, depth]. A thread that holds a
+#: lock may take it again (describe holds it for all its passes, each pass takes it).
+_HELD: dict[str, list[int]] = {}
+_HELD_GUARD = threading.Lock()
+
 
 def output_lock_path(out: str | os.PathLike[str]) -> Path:
     """The lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete)."""
@@ -104,6 +109,8 @@ class RunLock:
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._key = os.path.realpath(self.path)
+        self._nested = False
 
     # ------------------------------------------------------------------ acquire / release
 
@@ -115,7 +122,21 @@ class RunLock:
         self.release()
 
     def acquire(self) -> None:
-        """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it."""
+        """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it.
+
+        Taking a lock this thread already holds only counts one level deeper.
+        """
+        with _HELD_GUARD:
+            held = _HELD.get(self._key)
+            if held is not None and held[0] == threading.get_ident():
+                held[1] += 1
+                self._nested = True
+                return
+        self._acquire_file()
+        with _HELD_GUARD:
+            _HELD[self._key] = [threading.get_ident(), 1]
+
+    def _acquire_file(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "token": self.token}
         content = json.dumps(me).encode()
         for _ in range(10):  # a few rounds: another run may take over the same stale lock meanwhile
@@ -134,7 +155,14 @@ class RunLock:
         raise LockHeldError(f"{self.what} is in use: could not take {self.path} (other runs keep taking it)")
 
     def release(self) -> None:
-        """Stop the heartbeat and delete the lock file if it is still ours."""
+        """Stop the heartbeat and delete the lock file if it is still ours (outermost level only)."""
+        with _HELD_GUARD:
+            held = _HELD.get(self._key)
+            if self._nested:
+                if held is not None:
+                    held[1] -= 1
+                return
+            _HELD.pop(self._key, None)
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()

@@ -248,3 +248,37 @@ def test_second_ingest_into_one_output_fails_at_once(tmp_path: Path) -> None:
     assert sorted(done) == ["0", "1", "2", "3", "4"]  # each chunk once
     assert not lock.exists()
     assert open_dataset(out).complete
+
+
+def test_describe_holds_the_lock_between_its_passes(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between pass 1 and pass 2 no other run may take the directory (it would fail this run halfway)."""
+    import daskbatch.checkpoint as checkpoint
+
+    original, holders = checkpoint.run_checkpointed, []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        result = original(*args, **kwargs)  # type: ignore[arg-type]
+        lock = tmp_path / "daskbatch.lock"
+        holders.append(json.loads(lock.read_text())["pid"] if lock.exists() else None)
+        return result
+
+    monkeypatch.setattr(checkpoint, "run_checkpointed", spy)
+    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), split_every=2, plan=None,
+                checkpoint=tmp_path)
+    assert holders == [os.getpid(), os.getpid()]  # still held after each pass returned
+    assert not (tmp_path / "daskbatch.lock").exists()
+
+
+def test_another_thread_of_this_process_is_refused(tmp_path: Path, store: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from daskbatch.checkpoint import checkpoint_lock
+
+    ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
+    with checkpoint_lock(tmp_path):
+        describe(ds, checkpoint=tmp_path)  # the holding thread may run
+        with ThreadPoolExecutor(1) as pool, pytest.raises(OSError, match=f"held by pid {os.getpid()}"):
+            pool.submit(describe, ds, checkpoint=tmp_path).result()
+    assert not (tmp_path / "daskbatch.lock").exists()
