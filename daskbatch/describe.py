@@ -10,6 +10,7 @@ from typing import Any, Literal
 import dask
 import numpy as np
 
+from daskbatch.engine.checkpoint.run import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, to_device
 from daskbatch.engine.reduce import resolve_split_every, tree_reduce
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
@@ -42,6 +43,7 @@ def _compute(delayed_obj: Any, progress: bool) -> Any:
     return future.result()
 
 
+@holding_checkpoint_lock
 def describe(
     x: Any,
     label: Any = None,

@@ -36,3 +36,7 @@ class RangeWarning(UserWarning):
     information and histogram quantiles of the feature see them only as two
     lumps; ``Summary.out_of_range_fraction`` gives the fraction per feature.
     """
+
+
+class LockHeldError(OSError):
+    """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""

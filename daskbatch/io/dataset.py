@@ -109,6 +109,9 @@ class Dataset:
     label_missing_chunk_keys: list[str] = field(default_factory=list)
     missing_policy: str = "raise"
     skipped_rows: list[tuple[int, int]] = field(default_factory=list)
+    #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
+    zarr_x: Any = None
+    zarr_label: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -452,6 +455,8 @@ def open_dataset(
         label_missing_chunk_keys=absent.label_keys,
         missing_policy=missing,
         skipped_rows=absent.row_ranges if missing == "skip" else [],
+        zarr_x=arr,
+        zarr_label=label_arr,
     )
 
 

@@ -1,8 +1,16 @@
-"""The checkpoint file format: one JSON header line (sha256, length, metadata) then an ``.npz``.
+"""The checkpoint file format: a checksum line, one JSON header line (metadata), then an ``.npz``.
+
+::
+
+    daskbatch-checkpoint-node 2 sha256=<hex>      covers every byte below
+    {"blocks": ..., "fields": ..., "index": ..., "level": ..., "nbytes": ..., "pass": ..., "types": ...}
+    <npz payload>
 
 Files are written atomically (temporary file, fsync, rename); reading verifies
-length and checksum and rebuilds only state classes of :mod:`daskbatch.stats`
-from plain arrays (``allow_pickle=False``).
+the checksum over header *and* payload, then the header's fields against the
+payload, and rebuilds only state classes of :mod:`daskbatch.stats` from plain
+arrays (``allow_pickle=False``). Whatever is wrong with a file surfaces as
+:class:`DamagedCheckpoint`, never as another exception.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import importlib
 import io
 import json
 import os
+import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +35,10 @@ __all__ = ["DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "re
 
 #: Prefix of files being written (left behind only by a kill, and ignored then).
 TMP_PREFIX = ".tmp-"
+#: First line of a node file, followed by ``sha256=<hex of everything after this line>``.
+MAGIC = "daskbatch-checkpoint-node 2"
+_FIRST_LINE = re.compile(rb"daskbatch-checkpoint-node 2 sha256=([0-9a-f]{64})")
+_STATS = "daskbatch.stats."
 
 def fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
@@ -48,12 +62,16 @@ def write_atomic(path: Path, payload: bytes) -> None:
 
 
 def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
-    """A header line (JSON, with the payload's sha256) followed by an ``.npz`` of ``state``'s arrays."""
+    """A checksum line, a JSON header line and an ``.npz`` of ``state``'s arrays.
+
+    The sha256 on the first line covers every byte after it (header and
+    payload), so an edited header is detected like a flipped payload bit.
+    """
     arrays: dict[str, np.ndarray] = {}
     types, fields = [], []
     for i, part in enumerate(state):
         cls = type(part)
-        if not (dataclasses.is_dataclass(part) and cls.__module__.startswith("daskbatch.stats.")):
+        if not (dataclasses.is_dataclass(part) and cls.__module__.startswith(_STATS)):
             raise TypeError(f"cannot checkpoint a state of type {cls.__qualname__}")
         types.append(f"{cls.__module__}:{cls.__qualname__}")
         names = [f.name for f in dataclasses.fields(part)]
@@ -63,9 +81,9 @@ def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, allow_pickle=False, **arrays)
     payload = buf.getvalue()
-    header = dict(meta, types=types, fields=fields, nbytes=len(payload),
-                  sha256=hashlib.sha256(payload).hexdigest())
-    return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+    header = dict(meta, types=types, fields=fields, nbytes=len(payload))
+    body = json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+    return f"{MAGIC} sha256={hashlib.sha256(body).hexdigest()}\n".encode() + body
 
 
 class DamagedCheckpoint(Exception):
@@ -73,29 +91,86 @@ class DamagedCheckpoint(Exception):
 
 
 def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off."""
-    raw = path.read_bytes()
-    line, sep, payload = raw.partition(b"\n")
+    """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off.
+
+    Checks, in order: the first line, the checksum over header and payload, the
+    header's fields and types, and that the ``.npz`` holds exactly the arrays
+    the header names for state classes of :mod:`daskbatch.stats` (without
+    reading them), so that :func:`decode_state` cannot fail on a file that passed.
+    """
     try:
-        header = json.loads(line)
-    except ValueError as exc:
-        raise DamagedCheckpoint(f"{path}: unreadable header") from exc
-    if not sep or not isinstance(header, dict) or header.get("nbytes") != len(payload):
-        raise DamagedCheckpoint(f"{path}: truncated ({len(payload)} of {header.get('nbytes')} payload bytes)"
-                                if isinstance(header, dict) else f"{path}: unreadable header")
-    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-        raise DamagedCheckpoint(f"{path}: checksum mismatch")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DamagedCheckpoint(f"{path}: unreadable ({exc})") from exc
+    first, sep, body = raw.partition(b"\n")
+    match = _FIRST_LINE.fullmatch(first)
+    if not sep or match is None:
+        raise DamagedCheckpoint(f"{path}: not a daskbatch checkpoint file (first line {first[:40]!r})")
+    if hashlib.sha256(body).hexdigest() != match.group(1).decode():
+        line, _, payload = body.partition(b"\n")
+        nbytes = _header_or_none(line).get("nbytes")
+        if isinstance(nbytes, int) and nbytes != len(payload):
+            raise DamagedCheckpoint(f"{path}: truncated ({len(payload)} of {nbytes} payload bytes)")
+        raise DamagedCheckpoint(f"{path}: checksum mismatch (header or payload changed)")
+    line, _, payload = body.partition(b"\n")
+    header = _header_or_none(line)
+    _check_header(path, header, payload)
     return header, payload
 
 
+def _header_or_none(line: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(line)
+    except ValueError:
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def _check_header(path: Path, header: dict[str, Any], payload: bytes) -> None:
+    """Raise :class:`DamagedCheckpoint` unless ``header`` describes ``payload`` as encode_state writes it."""
+    for key, kind in (("level", int), ("index", int), ("pass", str), ("types", list), ("fields", list),
+                      ("nbytes", int)):
+        if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
+            raise DamagedCheckpoint(f"{path}: header field {key!r} missing or not {kind.__name__}")
+    if header["nbytes"] != len(payload) or len(header["types"]) != len(header["fields"]):
+        raise DamagedCheckpoint(f"{path}: header does not match its payload")
+    expected: set[str] = set()
+    for i, (spec, names) in enumerate(zip(header["types"], header["fields"], strict=True)):
+        cls = _state_class(path, spec)
+        if not isinstance(names, list) or names != [f.name for f in dataclasses.fields(cls)]:
+            raise DamagedCheckpoint(f"{path}: fields {names!r} are not those of {spec}")
+        expected.update(f"s{i}.{name}" for name in names)
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+            members = set(npz.files)
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise DamagedCheckpoint(f"{path}: payload is not an .npz ({exc})") from exc
+    if members != expected:
+        raise DamagedCheckpoint(f"{path}: payload arrays {sorted(members)} differ from the header's")
+
+
+def _state_class(path: Path | None, spec: object) -> type:
+    """The dataclass a ``"module:qualname"`` names, only from :mod:`daskbatch.stats`."""
+    module, _, qualname = str(spec).partition(":")
+    if not module.startswith(_STATS) or not qualname.isidentifier():
+        raise DamagedCheckpoint(f"{path}: state type {spec!r} is not a daskbatch statistic")
+    try:
+        cls = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError) as exc:
+        raise DamagedCheckpoint(f"{path}: unknown state type {spec!r}") from exc
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise DamagedCheckpoint(f"{path}: {spec!r} is not a state class")
+    return cls
+
+
 def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-    """The state tuple written by :func:`encode_state` (only daskbatch.stats classes are built)."""
+    """The state tuple written by :func:`encode_state` (only daskbatch.stats classes are built).
+
+    ``header`` and ``payload`` come from :func:`read_header`, which has checked them.
+    """
     parts = []
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
         for i, (spec, names) in enumerate(zip(header["types"], header["fields"], strict=True)):
-            module, _, qualname = spec.partition(":")
-            if not module.startswith("daskbatch.stats."):
-                raise DamagedCheckpoint(f"state type {spec!r} is not a daskbatch statistic")
-            cls = getattr(importlib.import_module(module), qualname)
+            cls = _state_class(None, spec)
             parts.append(cls(**{name: npz[f"s{i}.{name}"] for name in names}))
     return tuple(parts)

@@ -17,27 +17,38 @@ Layout of a checkpoint directory::
     DIR/pass-<stats>/L<level>-<index>.ckpt   merged states (JSON header line + .npz)
     DIR/pass-<stats>/runs.jsonl        one line per run: blocks reused / computed
 
-Every node file starts with a one-line JSON header carrying the sha256 and
-length of its ``.npz`` payload and the digest of the pass it belongs to; it is
-written to a temporary file, fsynced and renamed, so a kill leaves either the
-whole file or none. A damaged or truncated file is detected, deleted and its
-blocks computed again; it is never merged. Payloads hold plain arrays
-(``allow_pickle=False``) of state dataclasses from :mod:`daskbatch.stats`.
+Every node file starts with a sha256 over the rest of it (a JSON header with
+the digest of the pass it belongs to, then the ``.npz`` payload,
+:mod:`daskbatch.checkpoint_files`); it is written to a temporary file, fsynced
+and renamed, so a kill leaves either the whole file or none. A damaged,
+truncated or edited file is detected, logged, deleted and its blocks computed
+again; it is never merged. Payloads hold plain arrays (``allow_pickle=False``)
+of state dataclasses from :mod:`daskbatch.stats`.
+
+The manifest's fingerprint (:mod:`daskbatch.engine.checkpoint.fingerprint`) identifies
+the data (real path or URL, array metadata, a content token from the store's
+listing) and every setting that changes bits; a run on other data or settings
+is refused with the differing items named. One run at a time holds
+``DIR/daskbatch.lock`` (:mod:`daskbatch.runtime.runlock`) while it works on a pass.
+Pass names in the manifest are plain names (``[A-Za-z0-9_-]+``), never paths,
+and ``force`` deletes only the files this module writes, inside ``DIR``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -49,8 +60,11 @@ from daskbatch.engine.checkpoint.files import (
     read_header,
     write_atomic,
 )
+from daskbatch.engine.checkpoint.fingerprint import differences
+from daskbatch.engine.checkpoint.fingerprint import input_items as _fingerprint_items
 from daskbatch.errors import CheckpointMismatchError, Interrupted
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
+from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 from daskbatch.stats._base import merge_all
 
 __all__ = [
@@ -60,9 +74,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Bumped whenever the on-disk layout changes; part of the fingerprint.
-FORMAT_VERSION = 1
+#: 2: checksum over header and payload; the data's real path, metadata and content token.
+FORMAT_VERSION = 2
 MANIFEST = "daskbatch-checkpoint.json"
 _SUFFIX = ".ckpt"
+#: A pass name, and so the folder ``pass-<name>``: a plain name, never a path.
+PASS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_NODE_FILE = re.compile(r"L\d+-\d{6,}\.ckpt")
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -76,30 +94,8 @@ def _short(value: Any) -> str:
 
 
 def input_items(data: Any, split_every: int) -> dict[str, str]:
-    """What identifies the input of a pass: store, array metadata, chunk grid, version."""
-    from daskbatch._version import __version__
-
-    x, prov = data.x, data.provenance
-    path = prov.get("path")
-    source = str(path) if path else f"in-memory dask array {x.name}"
-    label = prov.get("label") or (None if data.label is None else getattr(data.label, "name", "?"))
-    rows = tuple(int(c) for c in x.chunks[0])
-    grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
-    if len(set(rows[:-1])) > 1:
-        grid += ", irregular sha256 " + hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
-    return {
-        "format": str(FORMAT_VERSION),
-        "source": source,
-        "array": str(prov.get("array")),
-        "label": str(label),
-        "shape": str(tuple(int(n) for n in x.shape)),
-        "dtype": str(x.dtype),
-        "store chunks": str(prov.get("store_chunks")),
-        "zarr format": str(prov.get("zarr_format")),
-        "chunk grid": grid,
-        "split_every": str(split_every),
-        "daskbatch version": str(__version__),
-    }
+    """What identifies the input of a pass (:func:`daskbatch.engine.checkpoint.fingerprint.input_items`)."""
+    return _fingerprint_items(data, split_every, FORMAT_VERSION)
 
 
 def spec_items(bundle: Any) -> dict[str, str]:
@@ -114,13 +110,6 @@ def spec_items(bundle: Any) -> dict[str, str]:
 
 def _digest(items: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-
-
-def _first_difference(old: dict[str, str], new: dict[str, str]) -> str | None:
-    for key in list(new) + [k for k in old if k not in new]:
-        if old.get(key) != new.get(key):
-            return f"{key} ({old.get(key, 'absent')} in the checkpoint, {new.get(key, 'absent')} now)"
-    return None
 
 
 # --------------------------------------------------------------------------- the tree
@@ -165,7 +154,7 @@ class _PassStore:
                     raise DamagedCheckpoint(f"{p}: belongs to another checkpoint")
                 if key[0] >= len(self.sizes) or key[1] >= self.sizes[key[0]]:
                     raise DamagedCheckpoint(f"{p}: outside this merge tree")
-            except (DamagedCheckpoint, KeyError, TypeError, ValueError, OSError) as exc:
+            except DamagedCheckpoint as exc:  # read_header turns whatever is wrong into this
                 log.warning("checkpoint file %s is damaged (%s); its blocks are computed again", p, exc)
                 self.damaged.append(p.name)
                 p.unlink(missing_ok=True)
@@ -225,45 +214,70 @@ def _open_pass(
     layout: dict[str, int],
 ) -> Path:
     """Check (or create) the manifest; return the folder of this pass."""
-    directory.mkdir(parents=True, exist_ok=True)
     manifest_path = directory / MANIFEST
     manifest: dict[str, Any] = {"input": items, "passes": {}}
     if manifest_path.exists():
-        try:
-            manifest = json.loads(manifest_path.read_text())
-            old_items, passes = manifest["input"], manifest["passes"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointMismatchError(
-                f"{manifest_path} is not a daskbatch checkpoint manifest ({exc}); "
-                "remove it or choose another --checkpoint directory"
-            ) from exc
-        differs = _first_difference(old_items, items)
-        if differs is not None:
+        manifest = _read_manifest(manifest_path)
+        diffs = differences(manifest["input"], items)
+        if diffs:
             if not force:
                 raise CheckpointMismatchError(
-                    f"checkpoint {directory} belongs to another input: {differs}; "
-                    "pass force=True (--force) to start fresh or choose another directory"
+                    f"checkpoint {directory} was written for other data: {'; '.join(diffs)}; "
+                    "use --force (force=True) to discard it, or choose another directory"
                 )
-            log.warning("checkpoint %s: %s; starting fresh (force)", directory, differs)
-            for name in passes:
-                _remove_pass(directory / _pass_folder(name))
+            log.warning("checkpoint %s: %s; starting fresh (force)", directory, "; ".join(diffs))
+            for name in manifest["passes"]:
+                _remove_pass(directory, name)
             manifest = {"input": items, "passes": {}}
         old_spec = manifest["passes"].get(pass_name)
-        if old_spec is not None and (differs := _first_difference(old_spec, spec)) is not None:
+        if old_spec is not None and (diffs := differences(old_spec, spec)):
             if not force:
                 raise CheckpointMismatchError(
-                    f"checkpoint {directory} was written for other statistics: {differs}; "
-                    "pass force=True (--force) to start fresh or choose another directory"
+                    f"checkpoint {directory} was written for other statistics: {'; '.join(diffs)}; "
+                    "use --force (force=True) to discard it, or choose another directory"
                 )
-            log.warning("checkpoint %s: %s; starting this pass fresh (force)", directory, differs)
-            _remove_pass(directory / _pass_folder(pass_name))
+            log.warning("checkpoint %s: %s; starting this pass fresh (force)", directory, "; ".join(diffs))
+            _remove_pass(directory, pass_name)
     manifest["input"] = items
     manifest["passes"][pass_name] = spec
     manifest["layout"] = layout
     write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode())
     folder = directory / _pass_folder(pass_name)
+    if folder.is_symlink():
+        raise CheckpointMismatchError(
+            f"{folder} is a symbolic link; daskbatch writes only into folders it created there"
+        )
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest, checked: string items, passes under plain names (never paths)."""
+    def bad(why: str) -> CheckpointMismatchError:
+        return CheckpointMismatchError(
+            f"{path} is not a daskbatch checkpoint manifest ({why}); "
+            "remove it or choose another --checkpoint directory"
+        )
+
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise bad(str(exc)) from exc
+    if not isinstance(manifest, dict) or not _is_items(manifest.get("input")):
+        raise bad("no 'input' fingerprint")
+    passes = manifest.get("passes")
+    if not isinstance(passes, dict):
+        raise bad("no 'passes'")
+    for name, spec in passes.items():
+        if not PASS_NAME.fullmatch(name):
+            raise bad(f"pass name {name!r} is not a plain name")
+        if not _is_items(spec):
+            raise bad(f"pass {name!r} has no parameters")
+    return manifest
+
+
+def _is_items(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
 def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
@@ -277,21 +291,33 @@ def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(layout, dict) and {"chunk_rows", "split_every"} <= set(layout):
-        return {k: int(layout[k]) for k in ("chunk_rows", "split_every")}
+        try:
+            return {k: int(layout[k]) for k in ("chunk_rows", "split_every")}
+        except (TypeError, ValueError):
+            return None
     return None
 
 
 def _pass_folder(pass_name: str) -> str:
+    if not PASS_NAME.fullmatch(pass_name):
+        raise ValueError(f"checkpoint pass name {pass_name!r} is not a plain name ([A-Za-z0-9_-]+)")
     return f"pass-{pass_name}"
 
 
-def _remove_pass(folder: Path) -> None:
-    """Delete only the files this module writes (never a user's other files)."""
-    if not folder.is_dir():
+def _remove_pass(directory: Path, pass_name: str) -> None:
+    """Delete only the files this module writes, in ``directory``'s own pass folder (never a user's other files).
+
+    A pass folder that is a symbolic link is left alone: its files are not in ``directory``.
+    """
+    folder = directory / _pass_folder(pass_name)
+    if folder.is_symlink() or not folder.is_dir():
+        if folder.is_symlink():
+            log.warning("checkpoint %s: %s is a symbolic link; not following it", directory, folder)
         return
     for p in folder.iterdir():
-        if p.suffix == _SUFFIX or p.name.startswith(TMP_PREFIX) or p.name == "runs.jsonl":
-            p.unlink()
+        ours = _NODE_FILE.fullmatch(p.name) or p.name.startswith(TMP_PREFIX) or p.name == "runs.jsonl"
+        if ours and (p.is_symlink() or p.is_file()):
+            p.unlink()  # a link itself, never what it points to
     with contextlib.suppress(OSError):
         folder.rmdir()
 
@@ -301,11 +327,68 @@ def read_runs(directory: str | os.PathLike[str], pass_name: str) -> list[dict[st
 
     Each entry has ``blocks``, ``reused_blocks``, ``computed_blocks``,
     ``computed_units``, ``damaged`` (file names recomputed) and ``pid``.
+    Lines that are not JSON objects (a torn last line, garbage) are skipped
+    with a warning that says how many.
     """
     path = Path(directory) / _pass_folder(pass_name) / "runs.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs, skipped = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict):
+            runs.append(entry)
+        else:
+            skipped += 1
+    if skipped:
+        log.warning("%s: skipped %d unreadable line(s) of %d", path, skipped, skipped + len(runs))
+    return runs
+
+
+def _append_run(path: Path, run: dict[str, Any]) -> None:
+    """Append one line to the run log, on a line of its own even after a torn last line."""
+    with open(path, "ab+") as f:
+        f.seek(0, os.SEEK_END)
+        torn = False
+        if f.tell():
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        f.write((b"\n" if torn else b"") + json.dumps(run).encode() + b"\n")
+
+
+# --------------------------------------------------------------------------- one run at a time
+
+def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
+    """The run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes).
+
+    Each pass takes the lock too; holding it across them keeps another run from
+    slipping in between two passes and failing this one halfway.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        directory = kwargs.get("checkpoint")
+        if not isinstance(directory, (str, os.PathLike)):
+            return func(*args, **kwargs)
+        with checkpoint_lock(directory):
+            return func(*args, **kwargs)
+
+    return wrapper
 
 
 # --------------------------------------------------------------------------- running
@@ -348,7 +431,9 @@ def run_checkpointed(
     Raises
     ------
     CheckpointMismatchError
-        The directory belongs to another input or statistics spec (the item is named).
+        The directory belongs to other data, settings or statistics (every differing item is named).
+    LockHeldError
+        Another live run works on the same directory (the lock file and its holder are named).
     Interrupted
         SIGTERM under :func:`sigterm_as_interrupt`; finished units are on disk.
     """
@@ -359,19 +444,30 @@ def run_checkpointed(
     n_blocks = int(x.numblocks[0])
     items = input_items(data, s)
     spec = spec_items(bundle)
-    layout = {"chunk_rows": int(x.chunks[0][0]), "split_every": s}
-    folder = _open_pass(Path(directory), items, bundle.name, spec, force, layout)
-    store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
+    _pass_folder(bundle.name)  # a plain name, before anything is written
+    folder_root = Path(directory)
+    with checkpoint_lock(folder_root):
+        folder = _open_pass(folder_root, items, bundle.name, spec, force,
+                            {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
+        state = _run_pass(_PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s),
+                          bundle, x, label, progress, directory)
+    return to_host(bundle.finalize(state))
+
+
+def _run_pass(
+    store: _PassStore, bundle: Any, x: Any, label: Any, progress: bool, directory: str | os.PathLike[str],
+) -> tuple[Any, ...]:
+    """Compute what ``store`` lacks (the caller holds the lock); the root state."""
+    s, n_blocks = store.s, store.n_blocks
     store.scan()
     reused = store.covered_blocks()
     todo = [j for j in range(store.sizes[0]) if not store.covered(j)]
     computed = sum(node_blocks(0, j, n_blocks, s)[1] - node_blocks(0, j, n_blocks, s)[0] for j in todo)
     log.info("checkpoint %s: %d of %d blocks on disk, computing %d units (%d blocks)",
-             folder, reused, n_blocks, len(todo), computed)
+             store.folder, reused, n_blocks, len(todo), computed)
     run = {"pid": os.getpid(), "started": time.time(), "blocks": n_blocks, "reused_blocks": reused,
            "computed_blocks": computed, "computed_units": len(todo), "damaged": store.damaged}
-    with open(folder / "runs.jsonl", "a") as f:
-        f.write(json.dumps(run) + "\n")
+    _append_run(store.folder / "runs.jsonl", run)
 
     if label is not None:
         label = label.rechunk((x.chunks[0],))
@@ -395,7 +491,7 @@ def run_checkpointed(
     finally:
         if progress and todo:
             print(file=sys.stderr)
-    return to_host(bundle.finalize(store.root()))
+    return store.root()
 
 
 def _unit_graph(bundle: Any, x: Any, label: Any, s: int, n_blocks: int) -> Callable[[int], Any]:

@@ -9,19 +9,22 @@ one task per output chunk on a small thread pool, with at most ``workers``
 chunks in flight, so memory does not grow with the number of files.  Progress
 is recorded in a manifest (:mod:`~daskbatch.ingest.manifest`): re-running the
 same call after an interruption writes only the missing chunks; a run with
-different inputs is refused with the difference named.
+different inputs is refused with the difference named.  One run at a time
+writes an output: a second fails at once naming the first
+(:mod:`daskbatch.runtime.runlock`, lock file ``.<name>.daskbatch-lock`` beside the output).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -37,6 +40,7 @@ from daskbatch.io.ingest.manifest import (
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import checksummed
+from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
     import zarr
@@ -204,6 +208,31 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
     write_manifest(out, doc)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _one_run_per_output(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the output's run lock around ``func(sources, out, ...)``.
+
+    Two ingests into one output would append each chunk twice to the done log
+    and race on creating the store; the second now stops before touching it.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        given = args[1] if len(args) > 1 else kwargs.get("out")
+        out = os.fspath(given) if isinstance(given, (str, os.PathLike)) else ""
+        parent = os.path.dirname(os.path.abspath(out)) if out else ""
+        if not out or "://" in out or not os.path.isdir(parent):
+            return func(*args, **kwargs)  # ingest itself names what is wrong with ``out``
+        with RunLock(output_lock_path(out), f"ingest output {out}"):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@_one_run_per_output
 def ingest(
     sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -254,6 +283,8 @@ def ingest(
     ------
     DataError
         Bad sources (all listed), or ``out`` was started from different inputs.
+    LockHeldError
+        Another live ingest writes ``out`` (the lock file and its holder are named).
     FileExistsError
         ``out`` exists and is not a daskbatch ingest output.
     OSError

@@ -1,0 +1,259 @@
+"""What a checkpoint was written for: which data, and every setting that changes the bits.
+
+A checkpoint may only be resumed on the very data and settings that wrote it;
+anything else would merge states of other numbers (or of the same numbers
+computed differently) into a result that claims to be bitwise identical to an
+uninterrupted run. :func:`input_items` lists what identifies a pass's input as
+readable ``name -> value`` strings, so that a mismatch can say what differs:
+
+* where the data live: the resolved real path of a local store (relative,
+  absolute and symlinked spellings of one store agree), the normalised URL of
+  an fsspec store, or "in memory";
+* the arrays' metadata (shape, dtype, storage chunks, codecs, fill value) of ``x``
+  and of the label;
+* a content token: for a store, a sha256 over the names, sizes and modification
+  times of the arrays' files, from one listing (no chunk is read, so it costs
+  the same for a huge store as ``ls -l``); for in-memory data, dask's
+  ``tokenize`` of the arrays;
+* the settings that change bits: merge fan-in and chunk grid, the array backend,
+  whether the numba kernels run (``daskbatch.kernels``) and their version, and
+  daskbatch's version. The statistics' own parameters (bins, ranges, ddof,
+  nan_policy, ...) are in :func:`daskbatch.checkpoint.spec_items`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HINTS", "differences", "input_items"]
+
+#: What a difference in an item most likely means, for the mismatch message.
+HINTS = {
+    "source": "another store",
+    "x content": "the store was rewritten since",
+    "label content": "the label was rewritten since",
+    "kernels": "daskbatch.kernels setting changed",
+    "array backend": "another device or library version",
+    "daskbatch version": "daskbatch was upgraded",
+}
+
+#: File-info fields that change when an object store's object is rewritten (first one present wins).
+_VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "generation", "ETag", "etag", "created")
+
+
+def input_items(data: Any, split_every: int, format_version: int) -> dict[str, str]:
+    """What identifies the input of a pass, as printable strings.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
+    split_every : int
+        Fan-in of the merge tree.
+    format_version : int
+        The checkpoint layout version.
+
+    Returns
+    -------
+    dict of str to str
+    """
+    from daskbatch._version import __version__
+
+    x = data.x
+    rows = tuple(int(c) for c in x.chunks[0])
+    grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
+    if len(set(rows[:-1])) > 1:
+        grid += ", irregular sha256 " + hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+    source = getattr(data, "source", None)
+    zx = getattr(source, "zarr_x", None)
+    items = {"format": str(format_version)}
+    if zx is not None:
+        items["source"] = store_location(zx)
+        items.update(array_items("x", zx))
+    else:
+        items["source"] = "in-memory data"
+        items["x content"] = f"dask token {_tokenize(x)}"
+    items.update(_label_items(data, source))
+    items.update({
+        "shape": str(tuple(int(n) for n in x.shape)),
+        "dtype": str(x.dtype),
+        "chunk grid": grid,
+        "split_every": str(split_every),
+        **setting_items(x),
+        "daskbatch version": str(__version__),
+    })
+    return items
+
+
+def _label_items(data: Any, source: Any) -> dict[str, str]:
+    label = data.label
+    if label is None:
+        return {"label": "none"}
+    stored = getattr(source, "label", None)
+    zlabel = getattr(source, "zarr_label", None)
+    # The label is the store's when its graph holds the Dataset's reading layer
+    # (a rechunk or a move to the GPU keeps that layer); else it was given in memory.
+    if zlabel is not None and stored is not None and stored.name in getattr(label.dask, "layers", {}):
+        return array_items("label", zlabel)
+    return {"label": "in-memory data", "label content": f"dask token {_tokenize(label)}"}
+
+
+def _tokenize(a: Any) -> str:
+    from dask.base import tokenize
+
+    return tokenize(a)
+
+
+def setting_items(x: Any) -> dict[str, str]:
+    """Settings outside the statistics that change the bits of the result."""
+    import dask.config
+
+    from daskbatch.stats import kernels
+
+    meta = getattr(x, "_meta", None)
+    lib = type(meta).__module__.split(".")[0] if meta is not None else "numpy"
+    version = getattr(__import__(lib), "__version__", "?")
+    on = lib == "numpy" and kernels.enabled()
+    compiled = ""
+    if on:
+        import numba
+
+        compiled = f" (numba {numba.__version__})"
+    return {
+        "array backend": f"{lib} {version}",
+        "kernels": f"daskbatch.kernels={dask.config.get('daskbatch.kernels', True)}, "
+                   f"{'used' if on else 'not used'}{compiled}",
+    }
+
+
+# --------------------------------------------------------------------------- stores
+
+def array_items(what: str, arr: Any) -> dict[str, str]:
+    """Metadata and content token of the zarr array ``arr`` (``what`` is ``"x"`` or ``"label"``)."""
+    meta = arr.metadata.to_dict()
+    codecs = {k: meta[k] for k in ("codecs", "compressor", "compressors", "filters", "order") if k in meta}
+    return {
+        what: str(arr.path),
+        f"{what} shape": str(tuple(int(n) for n in arr.shape)),
+        f"{what} dtype": str(arr.dtype),
+        f"{what} store chunks": str(tuple(arr.shards or arr.chunks)),
+        f"{what} codecs": json.dumps(codecs, sort_keys=True, default=str),
+        f"{what} fill value": json.dumps(meta.get("fill_value"), default=str),
+        f"{what} content": content_token(arr),
+    }
+
+
+def store_location(arr: Any) -> str:
+    """The store of ``arr`` as one canonical string: a real local path or a normalised URL."""
+    store = arr.store
+    root = getattr(store, "root", None)
+    if root is not None:  # LocalStore
+        return os.path.realpath(root)
+    fs = getattr(store, "fs", None)
+    if fs is not None:  # FsspecStore
+        path = store.path
+        if _is_local(fs):
+            return os.path.realpath(path)
+        return str(fs.unstrip_protocol(path))
+    return f"{type(store).__name__} {id(store):#x} (in this process only)"
+
+
+def content_token(arr: Any) -> str:
+    """``"<n> files, <bytes>, sha256 <digest>"`` over the names, sizes and mtimes of ``arr``'s files.
+
+    One listing of the array's prefix; no file is opened. A store rewritten in
+    place (another seed, an edited chunk) gets new sizes or modification times.
+    """
+    from dask.utils import format_bytes
+
+    digest = hashlib.sha256()
+    n = total = 0
+    for name, size, version in sorted(_listing(arr)):
+        digest.update(f"{name}\0{size}\0{version}\n".encode())
+        n += 1
+        total += size
+    return f"{n} files, {format_bytes(total)}, sha256 {digest.hexdigest()[:20]}"
+
+
+def _listing(arr: Any) -> Iterator[tuple[str, int, str]]:
+    """(name relative to the array, size, version stamp) of every stored object of ``arr``."""
+    store = arr.store
+    prefix = arr.store_path.path.strip("/")
+    root = getattr(store, "root", None)
+    fs = getattr(store, "fs", None)
+    if root is not None:
+        yield from _walk(Path(root) / prefix if prefix else Path(root))
+        return
+    if fs is not None:
+        base = f"{store.path.rstrip('/')}/{prefix}" if prefix else store.path
+        if _is_local(fs):
+            yield from _walk(Path(base))
+            return
+        found = _find(fs, base)
+        for name, info in found.items():
+            stamp = next((str(info[k]) for k in _VERSION_FIELDS if info.get(k) is not None), "")
+            yield name[len(base):].lstrip("/"), int(info.get("size") or 0), stamp
+        return
+    # Another store type (in memory, zip): names only.
+    from zarr.core.sync import sync
+
+    async def keys() -> list[str]:
+        return [k async for k in store.list_prefix(f"{prefix}/" if prefix else "")]
+
+    for key in sync(keys()):
+        yield key, 0, "names only"
+
+
+def _walk(top: Path) -> Iterator[tuple[str, int, str]]:
+    """Files under ``top`` with size and mtime_ns, by ``os.scandir`` (stat only, no reads)."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=True):
+                stack.append(Path(entry.path))
+            else:
+                st = entry.stat(follow_symlinks=True)
+                yield os.path.relpath(entry.path, top), st.st_size, str(st.st_mtime_ns)
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = getattr(fs, "protocol", "")
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    inner = getattr(fs, "sync_fs", None)  # fsspec's AsyncFileSystemWrapper around a sync one
+    if inner is not None:
+        return _is_local(inner)
+    return bool({"file", "local"} & set(protocols))
+
+
+def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
+    """``fs.find(base, detail=True)``, on zarr's event loop for the async file systems zarr uses."""
+    if getattr(fs, "async_impl", False):
+        from zarr.core.sync import sync
+
+        return dict(sync(fs._find(base, detail=True)))
+    return dict(fs.find(base, detail=True))
+
+
+# --------------------------------------------------------------------------- messages
+
+def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """``"<item> (<old> in the checkpoint, <new> now[: hint])"`` for every item that differs."""
+    out = []
+    for key in list(new) + [k for k in old if k not in new]:
+        if old.get(key) != new.get(key):
+            hint = HINTS.get(key)
+            if key == "x content" and old.get("source") != new.get("source"):
+                hint = None  # another store altogether; "source" says so
+            out.append(f"{key} ({old.get(key, 'absent')} in the checkpoint, {new.get(key, 'absent')} now"
+                       + (f": {hint})" if hint else ")"))
+    return out

@@ -1,0 +1,253 @@
+"""One run at a time on a checkpoint directory or an ingest output: a lock file with stale detection.
+
+Two runs that share a checkpoint directory (or write one ingest output) would
+delete and merge each other's files. :class:`RunLock` serialises them: the
+first run creates the lock file with ``O_CREAT | O_EXCL`` (atomic, also on
+NFSv3 and later) and writes its holder (pid, host, start time) into it; a
+second run **fails at once** with a one-line :class:`~daskbatch.errors.LockHeldError`
+naming the lock file and the holder. It does not wait: a second run on the
+same directory is almost always a job submitted twice, and a batch job that
+waits would burn its walltime doing nothing.
+
+A lock left behind by a run that died (SIGKILL, node crash) is *stale* and is
+taken over, with a warning:
+
+* on the same host, when its pid is no longer running (or now belongs to a
+  process started after the lock was taken: the pid was reused);
+* on another host (whose pids cannot be checked), when the file's modification
+  time is older than ``daskbatch.lock-stale-after`` (dask config, default 5
+  minutes): the holder refreshes it every quarter of that time.
+
+Caveats: the stale test on another host compares this host's clock with the
+file server's modification time, so hosts whose clocks differ by more than
+the timeout can misjudge it; containers that share a host name but not a pid
+namespace look like one host. ``fcntl.flock`` is not used because on NFS it
+is either emulated with POSIX locks (released only when the server's lease
+expires) or, with ``nolock`` mounts, local to one client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from daskbatch.errors import LockHeldError
+
+__all__ = ["LOCK_NAME", "RunLock", "output_lock_path"]
+
+log = logging.getLogger(__name__)
+
+#: Lock file inside a checkpoint directory.
+LOCK_NAME = "daskbatch.lock"
+#: A lock file this young that cannot be parsed is still being written by its holder.
+_WRITING_GRACE_S = 5.0
+
+#: Locks this process holds: real path -> [thread id, depth]. A thread that holds a
+#: lock may take it again (describe holds it for all its passes, each pass takes it).
+_HELD: dict[str, list[int]] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def output_lock_path(out: str | os.PathLike[str]) -> Path:
+    """The lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete)."""
+    path = Path(os.path.abspath(out))
+    return path.with_name(f".{path.name}.daskbatch-lock")
+
+
+def _stale_after() -> float:
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("daskbatch.lock-stale-after", "5 minutes"), default="s"))
+
+
+def _process_started(pid: int) -> float | None:
+    """Start time (epoch seconds) of process ``pid``, None if it does not exist."""
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:  # exists, owned by someone else
+        return 0.0
+
+
+class RunLock:
+    """An exclusive lock file held for the duration of a ``with`` block.
+
+    Parameters
+    ----------
+    path : path
+        The lock file (its folder must exist).
+    what : str
+        What is locked, for messages (``"checkpoint directory ck"``).
+    stale_after : float, optional
+        Seconds without a heartbeat after which a lock held on another host is
+        stale; default ``daskbatch.lock-stale-after``.
+
+    Raises
+    ------
+    LockHeldError
+        On entry, when a live run holds the lock.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str, stale_after: float | None = None) -> None:
+        self.path = Path(path)
+        self.what = what
+        self.stale_after = _stale_after() if stale_after is None else float(stale_after)
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._key = os.path.realpath(self.path)
+        self._nested = False
+
+    # ------------------------------------------------------------------ acquire / release
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it.
+
+        Taking a lock this thread already holds only counts one level deeper.
+        """
+        with _HELD_GUARD:
+            held = _HELD.get(self._key)
+            if held is not None and held[0] == threading.get_ident():
+                held[1] += 1
+                self._nested = True
+                return
+        self._acquire_file()
+        with _HELD_GUARD:
+            _HELD[self._key] = [threading.get_ident(), 1]
+
+    def _acquire_file(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "token": self.token}
+        content = json.dumps(me).encode()
+        for _ in range(10):  # a few rounds: another run may take over the same stale lock meanwhile
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._judge_existing()
+                continue
+            try:
+                os.write(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._start_heartbeat()
+            return
+        raise LockHeldError(f"{self.what} is in use: could not take {self.path} (other runs keep taking it)")
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lock file if it is still ours (outermost level only)."""
+        with _HELD_GUARD:
+            held = _HELD.get(self._key)
+            if self._nested:
+                if held is not None:
+                    held[1] -= 1
+                return
+            _HELD.pop(self._key, None)
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+        holder = _read(self.path)[0]
+        if holder is not None and holder.get("token") == self.token:
+            self.path.unlink(missing_ok=True)
+        elif holder is not None:
+            log.warning("%s was taken over by pid %s on %s while this run held it",
+                        self.path, holder.get("pid"), holder.get("host"))
+
+    # ------------------------------------------------------------------ the holder
+
+    def _judge_existing(self) -> None:
+        """Return when the existing lock is gone or was stale (and removed); raise when it is held."""
+        holder, raw, age = _read(self.path)
+        if raw is None:
+            return  # released meanwhile: try again
+        reason = self._stale_reason(holder, age)
+        if reason is None:
+            raise LockHeldError(f"{self.what} is in use by another run: lock file {self.path} is held by "
+                                f"{_who(holder)}; if no such run is alive, delete the lock file")
+        log.warning("%s: taking over a stale lock (%s)", self.path, reason)
+        self._break(raw)
+
+    def _stale_reason(self, holder: dict[str, Any] | None, age: float) -> str | None:
+        if holder is None:
+            return None if age < _WRITING_GRACE_S else f"unreadable and {age:.0f} s old"
+        pid, host, since = holder["pid"], holder["host"], holder["since"]
+        if host == socket.gethostname():
+            started = _process_started(pid)
+            if started is None:
+                return f"pid {pid} on {host} is not running"
+            if started > since + 1.0:  # 1 s: create_time is rounded by some kernels
+                return f"pid {pid} on {host} was reused by a process started after the lock was taken"
+            return None
+        if age > self.stale_after:
+            return f"held by pid {pid} on {host}, no heartbeat for {age:.0f} s (over {self.stale_after:.0f} s)"
+        return None
+
+    def _break(self, raw: bytes) -> None:
+        """Remove the lock file if it still holds ``raw`` (another run may have replaced it meanwhile)."""
+        aside = self.path.with_name(f"{self.path.name}.stale-{self.token}")
+        try:
+            os.rename(self.path, aside)  # atomic: of several runs taking over, one moves it
+        except FileNotFoundError:
+            return
+        if aside.read_bytes() != raw:
+            # A fresh lock went up between our read and the rename: put it back, never over another.
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, self.path)
+        aside.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def _start_heartbeat(self) -> None:
+        self._stop.clear()
+        interval = max(0.05, self.stale_after / 4)
+
+        def beat() -> None:
+            while not self._stop.wait(interval):
+                with contextlib.suppress(OSError):
+                    os.utime(self.path)
+
+        self._heartbeat = threading.Thread(target=beat, name="daskbatch-lock-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+
+def _read(path: Path) -> tuple[dict[str, Any] | None, bytes | None, float]:
+    """(holder or None if unparseable, raw bytes or None if absent, age in seconds by mtime)."""
+    try:
+        raw = path.read_bytes()
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return None, None, 0.0
+    try:
+        holder = json.loads(raw)
+    except ValueError:
+        return None, raw, age
+    ok = (isinstance(holder, dict) and isinstance(holder.get("pid"), int) and isinstance(holder.get("host"), str)
+          and isinstance(holder.get("since"), (int, float)))
+    return (holder if ok else None), raw, age
+
+
+def _who(holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        return "a run that is still writing it"
+    since = datetime.datetime.fromtimestamp(holder["since"]).isoformat(sep=" ", timespec="seconds")
+    return f"pid {holder['pid']} on host {holder['host']} since {since}"
