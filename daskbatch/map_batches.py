@@ -370,7 +370,7 @@ def map_batches(
                        cancel=cancel, progress=label, total=store.blocks)
         ranges: list[tuple[int, int]] = []
         if on_error == "flag":  # from the store: batches flagged by earlier, interrupted runs count too
-            ranges = row_ranges(np.asarray(store.group["failed"][:]))
+            ranges = row_ranges(np.asarray(store.writer.arrays["failed"][:]))
         if not store.complete:
             prov = {**attrs["provenance"], "failed_rows": [list(r) for r in ranges]}
             store.finish({"provenance": prov})

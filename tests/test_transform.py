@@ -239,3 +239,16 @@ def test_gpu_blocks_match_cpu(tmp_path: Path) -> None:
     on_device = da.from_array(x, chunks=(64, -1)).map_blocks(cupy.asarray)
     auto = db.transform(on_device, [db.steps.project(s, 2)], tmp_path / "auto.zarr", chunk_rows=64)
     np.testing.assert_allclose(auto.open().x.compute(), db.pca(s, 2).transform(x), rtol=1e-10, atol=1e-10)
+
+
+def test_runs_on_a_distributed_client(tmp_path: Path) -> None:
+    """With a Client as the scheduler the blocks run as its futures, and the store is the same."""
+    from distributed import Client
+
+    x = data(rows=400)
+    s = db.describe(x, stats=["moments"], plan=None)
+    local = db.transform(x, [db.steps.standardize(s)], tmp_path / "local.zarr", chunk_rows=64)
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        remote = db.transform(x, [db.steps.standardize(s)], tmp_path / "remote.zarr", chunk_rows=64)
+    assert remote.written == local.written == tuple(range(7))
+    assert chunk_bytes(remote.path) == chunk_bytes(local.path)

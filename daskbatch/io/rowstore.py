@@ -257,7 +257,8 @@ class RowStore:
             cls._create(out, kind, rows, chunk_rows, arrays, attrs, doc)
         import zarr
 
-        group = zarr.open_group(out, mode="r+")
+        # An absolute path: the writer travels to workers that may start elsewhere.
+        group = zarr.open_group(os.path.abspath(out), mode="r+")
         return cls(out, group, rows, chunk_rows, [a.name for a in arrays])
 
     @staticmethod
@@ -308,9 +309,10 @@ class RowStore:
         for spec in arrays:
             dtype = np.dtype(spec.dtype)
             two_d = spec.columns is not None
+            shape: tuple[int, ...] = (rows,) if spec.columns is None else (rows, spec.columns)
             group.create_array(
                 spec.name,
-                shape=(rows, spec.columns) if two_d else (rows,),
+                shape=shape,
                 chunks=(max(1, chunk_rows), max(1, spec.columns or 1)) if two_d else (max(1, chunk_rows),),
                 dtype=dtype,
                 # Unwritten float rows read as NaN, not as plausible zeros.
