@@ -78,6 +78,7 @@ def transform_command(
             progress=sys.stderr.isatty() if progress is None else progress,
         )
     except (Interrupted, KeyboardInterrupt) as exc:
-        click.echo(f"interrupted: {exc}; run the same command again to resume", err=True)
+        why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
+        click.echo(f"interrupted: {why}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(report.summary())
