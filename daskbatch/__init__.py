@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from daskbatch import config as _config  # noqa: F401  (loads defaults into dask.config)
+from daskbatch import steps
 from daskbatch._version import __version__
 from daskbatch.accumulator import Accumulator
 from daskbatch.describe import describe
@@ -21,6 +22,7 @@ from daskbatch.errors import (
 from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.io.ingest import IngestReport, ingest
 from daskbatch.io.synth import synth
+from daskbatch.map_batches import BatchError, map_batches
 from daskbatch.pca import PCA, pca
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan
@@ -29,10 +31,12 @@ from daskbatch.runtime.cluster import cluster
 from daskbatch.select import Selection, load_selection, select
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
 from daskbatch.summary import Summary, load_summary
+from daskbatch.transform import transform
 
 __all__ = [
-    "Accumulator", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset", "DeviceUnavailableError",
-    "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError", "RangeWarning", "Resources",
-    "Selection", "Summary", "__version__", "cluster", "describe", "ingest", "load_selection", "load_summary",
-    "mutual_information", "open_dataset", "open_zarr", "pca", "plan", "select", "synth",
+    "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
+    "DeviceUnavailableError", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
+    "RangeWarning", "Resources", "Selection", "Summary", "__version__", "cluster", "describe", "ingest",
+    "load_selection", "load_summary", "map_batches", "mutual_information", "open_dataset", "open_zarr", "pca",
+    "plan", "select", "steps", "synth", "transform",
 ]

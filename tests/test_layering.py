@@ -121,7 +121,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.engine",),
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
-     "daskbatch.transform", "daskbatch.map_batches", "daskbatch.outputs", "daskbatch.progress",
+     "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.outputs", "daskbatch.progress",
      "daskbatch.jobs", "daskbatch.plans", "daskbatch.scores"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )

@@ -13,6 +13,7 @@ from daskbatch.cli import describe_cmd as _describe_cmd  # noqa: E402,F401
 from daskbatch.cli import info_cmd as _info_cmd  # noqa: E402,F401
 from daskbatch.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
 from daskbatch.cli import select_cmd as _select_cmd  # noqa: E402,F401
+from daskbatch.cli import transform_cmd as _transform_cmd  # noqa: E402,F401
 from daskbatch.cli import verify_cmd as _verify_cmd  # noqa: E402,F401
 from daskbatch.cli._group import main
 

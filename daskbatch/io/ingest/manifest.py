@@ -27,9 +27,9 @@ DONE_FILE = "daskbatch-ingest-done.log"
 VERSION = 1
 
 
-def write_manifest(out: str, doc: dict[str, Any]) -> None:
-    """Write the manifest atomically (temp file + rename)."""
-    path = os.path.join(out, MANIFEST_FILE)
+def write_manifest(out: str, doc: dict[str, Any], *, name: str = MANIFEST_FILE) -> None:
+    """Write the manifest atomically (temp file + rename); ``name`` lets other writers keep their own."""
+    path = os.path.join(out, name)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"version": VERSION, **doc}, f)
@@ -38,10 +38,10 @@ def write_manifest(out: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(out: str) -> dict[str, Any] | None:
+def read_manifest(out: str, *, name: str = MANIFEST_FILE) -> dict[str, Any] | None:
     """The manifest of ``out``, or None if it has none (not an ingest output)."""
     try:
-        with open(os.path.join(out, MANIFEST_FILE)) as f:
+        with open(os.path.join(out, name)) as f:
             return json.load(f)
     except FileNotFoundError:
         return None
@@ -49,10 +49,10 @@ def read_manifest(out: str) -> dict[str, Any] | None:
         return None
 
 
-def read_done(out: str) -> set[int]:
+def read_done(out: str, *, name: str = DONE_FILE) -> set[int]:
     """Indices of output chunks recorded as complete."""
     try:
-        with open(os.path.join(out, DONE_FILE)) as f:
+        with open(os.path.join(out, name)) as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
         return set()
@@ -63,8 +63,8 @@ def read_done(out: str) -> set[int]:
 class DoneLog:
     """Append-only record of finished chunks (used by the driver thread only)."""
 
-    def __init__(self, out: str) -> None:
-        self._f: IO[str] = open(os.path.join(out, DONE_FILE), "a")  # noqa: SIM115 - closed in close()
+    def __init__(self, out: str, *, name: str = DONE_FILE) -> None:
+        self._f: IO[str] = open(os.path.join(out, name), "a")  # noqa: SIM115 - closed in close()
 
     def add(self, index: int) -> None:
         self._f.write(f"{index}\n")

@@ -1,0 +1,258 @@
+"""Run one dask task per row block, hand each result to the driver as it finishes, stop cleanly.
+
+:func:`run_blocks` is the loop under :func:`daskbatch.transform` and
+:func:`daskbatch.map_batches`.  Each block is one task ``fn(i, *args[i])``;
+``on_done(i, result)`` runs in the calling thread as soon as that task has
+finished (that is where a done-log line is appended, so the log only ever
+names blocks that were written completely).
+
+* **Local schedulers** (threads, sync): one ``dask.compute`` over all blocks,
+  with a dask callback that reports finished tasks.  A stop request (a
+  ``threading.Event``, SIGINT or SIGTERM) keeps dask from starting any further
+  task of this run; the tasks already running finish and are reported, and
+  nothing is left writing in the background when the call returns.
+* **A distributed client** (the default scheduler): ``client.compute`` and
+  ``as_completed``; a stop cancels the blocks not yet finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import dask
+from dask.callbacks import Callback
+
+from daskbatch.errors import Interrupted
+
+__all__ = ["on_device", "run_blocks"]
+
+DEVICES = ("auto", "cpu", "gpu")
+
+
+def check_device(device: str) -> None:
+    """Raise for an unknown device, or ``"gpu"`` without CuPy."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "gpu":
+        try:
+            import cupy  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
+
+
+def on_device(block: Any, device: str) -> Any:
+    """``block`` where it should be computed: as it is (auto), on the host (cpu) or the GPU (gpu).
+
+    ``"gpu"`` makes one host-to-device copy (``cupy.asarray``) per block.
+    """
+    if device == "auto":
+        return block
+    if device == "gpu":
+        import cupy
+
+        return cupy.asarray(block)
+    from daskbatch.stats.backend import to_numpy
+
+    return to_numpy(block)
+
+
+class _Stop(Exception):
+    """Raised in dask's scheduler loop to start no further task."""
+
+
+class _Tracker:
+    """Blocks running and finished in this process (so a stop can wait for the running ones)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.running = 0
+        self.finished: dict[int, Any] = {}
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def tracked(i: int, *args: Any) -> Any:
+            with self.cond:
+                self.running += 1
+            try:
+                result = fn(i, *args)
+                with self.cond:
+                    self.finished[i] = result
+                return result
+            finally:
+                with self.cond:
+                    self.running -= 1
+                    self.cond.notify_all()
+
+        return tracked
+
+    def wait_idle(self) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.running == 0)
+
+
+def _client() -> Any:
+    """The distributed Client that dask would compute on, or None."""
+    from dask.base import get_scheduler
+
+    get = get_scheduler()
+    owner = getattr(get, "__self__", None)
+    return owner if owner is not None and type(owner).__module__.startswith("distributed") else None
+
+
+@contextlib.contextmanager
+def _signals_set(stop: threading.Event) -> Iterator[list[str]]:
+    """SIGINT and SIGTERM set ``stop`` (main thread only); yields the names of signals received."""
+    got: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        got.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_blocks(
+    fn: Callable[..., Any],
+    args: Mapping[int, tuple[Any, ...]],
+    *,
+    name: str,
+    on_done: Callable[[int, Any], None],
+    cancel: threading.Event | None = None,
+    progress: str | None = None,
+    total: int | None = None,
+) -> None:
+    """Compute ``fn(i, *args[i])`` for every block ``i``, calling ``on_done(i, result)`` as each finishes.
+
+    Parameters
+    ----------
+    fn : callable
+        The per-block task; ``args[i]`` may hold dask collections (the block's data).
+    args : mapping of int to tuple
+        The blocks to run and their arguments.
+    name : str
+        Prefix of the task keys (the dashboard shows it).
+    on_done : callable
+        Called in this thread with each finished block and its result.
+    cancel : threading.Event, optional
+        Set it (from another thread) to stop at the next block boundary.
+    progress : str, optional
+        Label of a progress bar on stderr (none if None).
+    total : int, optional
+        Blocks of the whole job, for the bar (default ``len(args)``).
+
+    Raises
+    ------
+    Interrupted
+        After a stop (``cancel`` set, SIGINT or SIGTERM); the finished blocks were reported.
+    """
+    from dask import delayed
+
+    stop = cancel if cancel is not None else threading.Event()
+    total = len(args) if total is None else total
+    bar = None
+    if progress:
+        import click
+
+        bar = click.progressbar(length=total, label=progress, file=sys.stderr, show_pos=True, show_eta=True)
+        bar.__enter__()
+        bar.update(total - len(args))
+
+    finished: set[int] = set()
+
+    def done(i: int, result: Any) -> None:
+        on_done(i, result)
+        finished.add(i)
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        with _signals_set(stop) as got:
+            client = _client()
+            if client is not None:
+                tasks = [delayed(fn, pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
+                _run_distributed(client, tasks, list(args), done, stop)
+            else:
+                _run_local(fn, args, name, done, stop)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if stop.is_set() and len(finished) < len(args):
+        why = f"by {got[0]}" if got else "by request"
+        raise Interrupted(f"stopped {why} at a block boundary; what finished is kept, run the same call again to resume")
+
+
+def _run_local(
+    fn: Callable[..., Any], args: Mapping[int, tuple[Any, ...]], name: str,
+    done: Callable[[int, Any], None], stop: threading.Event,
+) -> None:
+    from dask import delayed
+
+    tracker = _Tracker()
+    keys = {f"{name}-{i}": i for i in args}
+    tasks = [delayed(tracker.wrap(fn), pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
+    reported: set[int] = set()
+    ours: list[Any] = []
+
+    def start(dsk: Any) -> None:
+        if not ours and any(k in dsk for k in keys):
+            ours.append(dsk)
+
+    def pretask(key: Any, dsk: Any, state: Any) -> None:
+        # Only this run's graph: another computation in another thread carries on.
+        if stop.is_set() and ours and dsk is ours[0]:
+            raise _Stop
+
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        i = keys.get(key) if isinstance(key, str) else None
+        if i is not None and dsk is ours[0]:
+            reported.add(i)
+            done(i, result)
+
+    # Our tracker lives in this process: threads (or sync), never processes.
+    scheduler = dask.config.get("scheduler", None)
+    scheduler = "sync" if scheduler in ("sync", "synchronous", "single-threaded") else "threads"
+    try:
+        with Callback(start=start, pretask=pretask, posttask=posttask):
+            dask.compute(*tasks, scheduler=scheduler)
+    except _Stop:
+        pass
+    finally:
+        # Tasks already running when dask stopped (on a stop or an error) finish first, and count.
+        tracker.wait_idle()
+        for i, result in sorted(tracker.finished.items()):
+            if i not in reported:
+                reported.add(i)
+                done(i, result)
+
+
+def _run_distributed(
+    client: Any, tasks: list[Any], blocks: list[int], done: Callable[[int, Any], None], stop: threading.Event
+) -> None:
+    from distributed import as_completed
+
+    futures = client.compute(tasks)
+    index = {f.key: i for f, i in zip(futures, blocks, strict=True)}
+    pending = set(futures)
+    try:
+        for fut in as_completed(futures):
+            pending.discard(fut)
+            if fut.status == "cancelled":
+                continue
+            done(index[fut.key], fut.result())
+            if stop.is_set():
+                break
+    finally:
+        if pending:
+            client.cancel(list(pending))

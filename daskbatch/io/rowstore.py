@@ -1,0 +1,358 @@
+"""A resumable Zarr v3 output of row blocks: one chunk per block, a done-log, a ``complete`` flag.
+
+:func:`daskbatch.transform` and :func:`daskbatch.map_batches` write their
+results here.  The store follows ingest's recipe (:mod:`daskbatch.io.ingest.manifest`):
+
+- ``daskbatch-output.json`` describes the job (input fingerprint, steps,
+  options); it is written last when the store is created, so a store without
+  it was interrupted while being created and is simply made again;
+- ``daskbatch-output-done.log`` gets one block index per line, appended only
+  after that block's chunks were written completely.  A re-run of the same job
+  writes only the blocks missing from the log; a different job is refused
+  with the difference named.
+- group attributes ``daskbatch_output`` (the kind of job, the marker that
+  makes the path daskbatch's to replace) and ``complete`` (true once every
+  block is in the log).
+
+Every array has chunks of ``chunk_rows`` rows spanning all columns, a zstd +
+crc32c codec chain (a corrupt chunk fails its checksum instead of decoding to
+garbage) and ``write_empty_chunks``: every block is on disk once written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskbatch.errors import DataError
+from daskbatch.io.dataset import LAYOUT_ATTR
+from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
+
+if TYPE_CHECKING:
+    import zarr
+
+__all__ = ["OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "layout", "row_ranges"]
+
+#: Group attribute naming the job that wrote a store ("transform", "map_batches").
+OUTPUT_ATTR = "daskbatch_output"
+MANIFEST_FILE = "daskbatch-output.json"
+DONE_FILE = "daskbatch-output-done.log"
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One output array: ``columns`` None for a 1-D (per-row) array."""
+
+    name: str
+    dtype: np.dtype
+    columns: int | None = None
+    dims: tuple[str, ...] = ("sample", "feature")
+
+
+@dataclass(frozen=True)
+class OutputReport:
+    """What a run writing a row-block store did.
+
+    Attributes
+    ----------
+    path : str
+        The output store.
+    rows, features : int
+        Shape of the output ``X``.
+    feature_names : tuple of str
+    blocks : int
+        Row blocks (output chunks) in all.
+    written : tuple of int
+        Blocks this run wrote (the others were already in the done-log).
+    seconds : float
+        Wall time of this run.
+    failed_rows : tuple of (int, int)
+        Row ranges ``[start, stop)`` that ``map_batches(on_error="flag")`` flagged.
+    """
+
+    path: str
+    rows: int
+    features: int
+    feature_names: tuple[str, ...]
+    blocks: int
+    written: tuple[int, ...]
+    seconds: float
+    failed_rows: tuple[tuple[int, int], ...] = ()
+
+    def summary(self) -> str:
+        """One line for the CLI."""
+        skipped = self.blocks - len(self.written)
+        resumed = f" ({skipped} already done)" if skipped else ""
+        return (
+            f"wrote {self.rows:,} rows x {self.features:,} features to {self.path}: "
+            f"{len(self.written)} of {self.blocks} row blocks in {self.seconds:.1f} s{resumed}"
+        )
+
+    def open(self) -> Any:
+        """The output as a :class:`~daskbatch.Dataset`."""
+        from daskbatch.io.dataset import open_dataset
+
+        return open_dataset(self.path)
+
+
+def row_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each run of True in a 1-D boolean ``mask``."""
+    padded = np.concatenate([[False], np.asarray(mask, dtype=bool), [False]])
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+class RegionWriter:
+    """Writes block ``i``'s rows of every output array (picklable: it travels to workers).
+
+    Parameters
+    ----------
+    arrays : dict of str to zarr.Array
+    rows, chunk_rows : int
+    """
+
+    def __init__(self, arrays: dict[str, Any], rows: int, chunk_rows: int) -> None:
+        self.arrays = arrays
+        self.rows = rows
+        self.chunk_rows = chunk_rows
+
+    def bounds(self, block: int) -> tuple[int, int]:
+        lo = block * self.chunk_rows
+        return lo, min(lo + self.chunk_rows, self.rows)
+
+    def write(self, block: int, values: dict[str, np.ndarray]) -> None:
+        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays)."""
+        lo, hi = self.bounds(block)
+        for name, v in values.items():
+            if v.shape[0] != hi - lo:
+                raise ValueError(f"block {block} of {name!r} has {v.shape[0]} rows, expected {hi - lo}")
+            self.arrays[name][lo:hi] = v
+
+
+def _is_output(path: str) -> str | None:
+    """The kind of daskbatch output at ``path`` (its ``daskbatch_output`` attribute), or None."""
+    try:
+        with open(os.path.join(path, "zarr.json")) as f:
+            kind = json.load(f).get("attributes", {}).get(OUTPUT_ATTR)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _inside(a: str, b: str) -> bool:
+    """True when path ``a`` is ``b`` or lies inside it."""
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Dotted keys at which two JSON documents differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _differences(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+        return out
+    return [] if old == new else [where or "(document)"]
+
+
+class RowStore:
+    """An output store being written; use :meth:`open` to create or resume one.
+
+    Attributes
+    ----------
+    path : str
+    rows, chunk_rows, blocks : int
+    done : set of int
+        Blocks already in the done-log when the store was opened.
+    writer : RegionWriter
+    """
+
+    def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str]) -> None:
+        self.path = path
+        self.group = group
+        self.rows = rows
+        self.chunk_rows = chunk_rows
+        self.blocks = -(-rows // chunk_rows) if rows else 0
+        self.done = read_done(path, name=DONE_FILE)
+        # write_empty_chunks is a runtime setting: a block of fill values must still be stored.
+        arrays = {n: group[n].with_config({"write_empty_chunks": True}) for n in names}  # type: ignore[union-attr]
+        self.writer = RegionWriter(arrays, rows, chunk_rows)
+        self._log: DoneLog | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def todo(self) -> list[int]:
+        """Blocks not yet in the done-log, in order."""
+        return [b for b in range(self.blocks) if b not in self.done]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.group.attrs.get("complete"))
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        kind: str,
+        rows: int,
+        chunk_rows: int,
+        arrays: list[ArraySpec],
+        attrs: dict[str, Any],
+        doc: dict[str, Any],
+        overwrite: bool = False,
+        protect: tuple[str, ...] = (),
+    ) -> RowStore:
+        """Create the store, or resume the same job's unfinished one.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Local path of the output.
+        kind : str
+            The job, stored as the ``daskbatch_output`` attribute.
+        rows, chunk_rows : int
+            Rows of every array, and per chunk (= per block).
+        arrays : list of ArraySpec
+        attrs : dict
+            Further group attributes (feature names, provenance), JSON-able.
+        doc : dict
+            What must match for a resume (input fingerprint, steps, options), JSON-able.
+        overwrite : bool, default False
+            Replace an existing daskbatch output (never anything else).
+        protect : tuple of str
+            Paths the output must not overlap (the input store).
+
+        Raises
+        ------
+        ValueError
+            ``path`` is or overlaps a protected path, or is a URL.
+        FileExistsError
+            ``path`` exists and is not a daskbatch output.
+        DataError
+            ``path`` holds a different job's output (without ``overwrite``).
+        """
+        out = os.fspath(path)
+        if "://" in out:
+            raise ValueError(f"outputs are written to local paths only, got {out!r}")
+        real = os.path.realpath(out)
+        for p in protect:
+            rp = os.path.realpath(p)
+            if _inside(real, rp) or _inside(rp, real):
+                raise ValueError(f"refusing to write the output {out!r} over the input {p!r}: choose another path")
+        doc = json.loads(json.dumps(doc))  # compare as it reads back: tuples become lists
+        if os.path.lexists(out):
+            create = cls._existing(out, kind, doc, overwrite)
+        else:
+            create = True
+        if create:
+            parent = os.path.dirname(os.path.abspath(out))
+            if not os.path.isdir(parent):
+                raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+            cls._create(out, kind, rows, chunk_rows, arrays, attrs, doc)
+        import zarr
+
+        # An absolute path: the writer travels to workers that may start elsewhere.
+        group = zarr.open_group(os.path.abspath(out), mode="r+")
+        return cls(out, group, rows, chunk_rows, [a.name for a in arrays])
+
+    @staticmethod
+    def _existing(out: str, kind: str, doc: dict[str, Any], overwrite: bool) -> bool:
+        """Decide about an existing ``out``: True to (re)create it, False to resume."""
+        if os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out):
+            os.rmdir(out)  # an empty directory holds nothing to protect
+            return True
+        found = _is_output(out) if os.path.isdir(out) and not os.path.islink(out) else None
+        if found is None:
+            raise FileExistsError(
+                f"{out!r} already exists and is not a daskbatch output; daskbatch does not replace "
+                "other data (even with overwrite): choose another path or remove it yourself"
+            )
+        if overwrite:
+            shutil.rmtree(out)
+            return True
+        old = read_manifest(out, name=MANIFEST_FILE)
+        if old is None:  # interrupted while being created: nothing written yet
+            shutil.rmtree(out)
+            return True
+        if found != kind:
+            raise DataError(
+                f"{out!r} holds a daskbatch {found} output, not {kind}; pass overwrite=True (--overwrite) to replace it"
+            )
+        old.pop("version", None)
+        diffs = _differences(old, doc)
+        if diffs:
+            raise DataError(
+                f"{out!r} was started by a different {kind} (differs in {', '.join(diffs[:6])}"
+                f"{', ...' if len(diffs) > 6 else ''}); re-run the original call to resume it, "
+                "or pass overwrite=True (--overwrite) to start again"
+            )
+        return False
+
+    @staticmethod
+    def _create(
+        out: str, kind: str, rows: int, chunk_rows: int, arrays: list[ArraySpec],
+        attrs: dict[str, Any], doc: dict[str, Any],
+    ) -> None:
+        import zarr
+        from zarr.codecs import Crc32cCodec, ZstdCodec
+
+        group = zarr.open_group(
+            out, mode="w-", zarr_format=3,
+            attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
+        )
+        for spec in arrays:
+            dtype = np.dtype(spec.dtype)
+            two_d = spec.columns is not None
+            shape: tuple[int, ...] = (rows,) if spec.columns is None else (rows, spec.columns)
+            group.create_array(
+                spec.name,
+                shape=shape,
+                chunks=(max(1, chunk_rows), max(1, spec.columns or 1)) if two_d else (max(1, chunk_rows),),
+                dtype=dtype,
+                # Unwritten float rows read as NaN, not as plausible zeros.
+                fill_value=np.nan if dtype.kind == "f" else 0,
+                compressors=(ZstdCodec(level=1), Crc32cCodec()),
+                dimension_names=spec.dims if two_d else spec.dims[:1],
+                config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+            )
+        # Last: a store with a manifest was created completely.
+        write_manifest(out, doc, name=MANIFEST_FILE)
+
+    def mark_done(self, block: int) -> None:
+        """Record ``block`` as written (append to the done-log and flush)."""
+        with self._lock:
+            if self._log is None:
+                self._log = DoneLog(self.path, name=DONE_FILE)
+            self._log.add(block)
+            self.done.add(block)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def finish(self, attrs: dict[str, Any] | None = None) -> None:
+        """Check that every block is logged, then set ``complete`` (and ``attrs``)."""
+        self.close()
+        missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
+        if missing:
+            raise DataError(
+                f"{len(missing)} row blocks of {self.path!r} were not written (first: {min(missing)}); "
+                "re-run the same call to finish them"
+            )
+        self.group.update_attributes({**(attrs or {}), "complete": True})
+
+
+def layout(label: bool, mask: str | None = None) -> dict[str, Any]:
+    """The ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it."""
+    out: dict[str, Any] = {"x": "X", "label": "y" if label else None}
+    if mask:
+        out["mask"] = mask
+    return {LAYOUT_ATTR: out}

@@ -1,0 +1,213 @@
+"""Apply steps (select, standardize, clip, project) to a whole dataset, out of core, into a Zarr store.
+
+>>> import daskbatch as db
+>>> summary = db.load_summary("stats.zarr")                                   # doctest: +SKIP
+>>> report = db.transform("data.zarr", [db.steps.standardize(summary)],      # doctest: +SKIP
+...                       out="z.zarr")
+
+One dask task per row block reads the block, runs the steps (on the GPU when
+the block is there) and writes the block's output chunk; the done-log in the
+output store (:mod:`daskbatch.io.rowstore`) makes a killed or interrupted run
+resumable: the same call again computes only the missing blocks, and the
+store ends bitwise identical to an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from daskbatch.engine.blockrun import check_device, on_device, run_blocks
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
+from daskbatch.steps import Step, apply_all, bind_all
+
+__all__ = ["transform"]
+
+KIND = "transform"
+
+
+def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
+    """What identifies the input of a job: path, array, shape, dtype and row chunks (JSON-able).
+
+    In-memory inputs have no path; their dask name (a hash of their values for
+    NumPy arrays) stands in for it.
+    """
+    source = data.source
+    path = getattr(source, "path", None)
+    out: dict[str, Any] = {
+        "path": os.path.abspath(path) if path and "://" not in path else path,
+        "array": getattr(source, "array_name", None),
+        "label": getattr(source, "label_name", None) if data.label is not None else None,
+        "shape": [int(s) for s in data.x.shape],
+        "dtype": str(data.x.dtype),
+        "chunks": [int(c) for c in data.x.chunks[0][:1]],
+        "store_chunks": list(getattr(source, "store_chunks", ()) or ()) or None,
+    }
+    if path is None:
+        out["dask_name"] = data.x.name
+    return out
+
+
+def local_path(data: FeatureMatrix) -> tuple[str, ...]:
+    """The input's local store path, which the output must not overlap."""
+    path = getattr(data.source, "path", None)
+    return (path,) if path and "://" not in path else ()
+
+
+def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
+    """X and label in blocks of ``chunk_rows`` rows (default: the input's blocks, made regular)."""
+    x, y = data.x, data.label
+    rows = int(x.shape[0])
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    per = int(chunk_rows or max(x.chunks[0]))
+    per = max(1, min(per, rows))
+    # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
+    if any(c != per for c in x.chunks[0][:-1]) or x.chunks[0][-1] > per:
+        x = x.rechunk({0: per})
+    if y is not None and y.chunks[0] != x.chunks[0]:
+        y = y.rechunk({0: per})
+    return x, y, per
+
+
+def _created() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _transform_block(
+    i: int, xb: Any, yb: Any, *, steps: list[Step], writer: RegionWriter, device: str, dtype: np.dtype
+) -> None:
+    from daskbatch.stats.backend import to_numpy
+
+    result = to_numpy(apply_all(steps, on_device(xb, device)))
+    values = {"X": np.asarray(result, dtype=dtype)}
+    if yb is not None:
+        values["y"] = to_numpy(yb)
+    writer.write(i, values)
+
+
+def transform(
+    dataset: Any,
+    steps: Sequence[Step],
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    chunk_rows: int | None = None,
+    dtype: str | np.dtype | None = None,
+    device: Literal["auto", "cpu", "gpu"] = "auto",
+    progress: bool = False,
+    cancel: threading.Event | None = None,
+) -> OutputReport:
+    """Run ``steps`` over every row of ``dataset`` and write the result to a Zarr store ``out``.
+
+    Parameters
+    ----------
+    dataset : path, Dataset, dask or NumPy array
+        The (samples x features) input; a store's label array is carried through.
+    steps : sequence of steps
+        From :mod:`daskbatch.steps` (``select``, ``standardize``, ``clip``,
+        ``project``), applied in order.
+    out : str or os.PathLike
+        Local path of the output store: ``X`` (rows x output features), ``y``
+        when the input has a label, ``feature_names`` and ``provenance``
+        attributes, ``daskbatch_output="transform"`` and ``complete``.
+    overwrite : bool, default False
+        Start again over an existing daskbatch output.  Without it an unfinished
+        run of the same job is resumed, a different job refused.  Never
+        replaces the input or a path daskbatch did not write.
+    chunk_rows : int, optional
+        Rows per block and output chunk (default: the input's dask blocks).
+    dtype : str or numpy.dtype, optional
+        Output dtype (default: what the steps give, float64 after any arithmetic).
+    device : {"auto", "cpu", "gpu"}, default "auto"
+        ``"auto"`` runs each block where it is (a CuPy block stays on the GPU);
+        ``"gpu"`` copies each block to the GPU once; ``"cpu"`` to the host.
+        Results are copied to the host for writing.
+    progress : bool, default False
+        A progress bar on stderr.
+    cancel : threading.Event, optional
+        Set it to stop at the next block boundary (SIGINT and SIGTERM do the same).
+
+    Returns
+    -------
+    OutputReport
+        ``written`` lists the blocks this run computed.
+
+    Raises
+    ------
+    ValueError
+        A step does not fit the input's features, or ``out`` overlaps the input.
+    FileExistsError
+        ``out`` exists and is not a daskbatch output.
+    DataError
+        ``out`` holds a different job's unfinished output.
+    Interrupted
+        Stopped by ``cancel`` or a signal; the finished blocks are kept.
+    """
+    t0 = time.perf_counter()
+    check_device(device)
+    data = as_feature_matrix(dataset)
+    steps = list(steps)
+    if not steps:
+        raise ValueError("transform needs at least one step (see daskbatch.steps)")
+    bound, names = bind_all(steps, data.feature_names)
+    # The steps on an empty host block: output width and dtype without touching the data.
+    probe = apply_all(bound, np.zeros((1, len(data.feature_names)), dtype=data.x.dtype))
+    if probe.ndim != 2 or probe.shape[1] != len(names):
+        raise ValueError(f"the steps give blocks of shape {tuple(probe.shape)}, expected (rows, {len(names)})")
+    out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(str(probe.dtype))
+
+    x, y, per = regular_rows(data, chunk_rows)
+    rows = int(x.shape[0])
+    fingerprint = input_fingerprint(data)
+    described = [s.describe() for s in bound]
+    doc = {"kind": KIND, "input": fingerprint, "steps": described,
+           "options": {"chunk_rows": per, "dtype": str(out_dtype)}}
+    arrays = [ArraySpec("X", out_dtype, len(names))]
+    if y is not None:
+        arrays.append(ArraySpec("y", np.dtype(y.dtype), None, ("sample",)))
+    from daskbatch._version import __version__
+
+    attrs = {
+        **layout(y is not None),
+        "feature_names": list(names),
+        "provenance": {
+            "input": fingerprint, "steps": described,
+            "summaries": [d["summary"] for d in described if d.get("summary")],
+            "chunk_rows": per, "dtype": str(out_dtype),
+            "daskbatch_version": __version__, "created": _created(),
+        },
+    }
+    store = RowStore.open(out, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs, doc=doc,
+                          overwrite=overwrite, protect=local_path(data))
+    todo = store.todo
+    written: list[int] = []
+
+    def done(i: int, _: Any) -> None:
+        store.mark_done(i)
+        written.append(i)
+
+    try:
+        if todo:
+            xb = x.to_delayed().ravel()
+            yb = y.to_delayed().ravel() if y is not None else [None] * len(xb)
+            import functools
+
+            fn = functools.partial(_transform_block, steps=bound, writer=store.writer, device=device, dtype=out_dtype)
+            run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=done,
+                       cancel=cancel, progress="transform" if progress else None, total=store.blocks)
+        if not store.complete:
+            store.finish()
+    finally:
+        store.close()
+    return OutputReport(
+        path=store.path, rows=rows, features=len(names), feature_names=names, blocks=store.blocks,
+        written=tuple(sorted(written)), seconds=time.perf_counter() - t0,
+    )
