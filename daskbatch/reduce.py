@@ -84,8 +84,9 @@ def tree_reduce(
         y_blocks = [None] * len(x_blocks)
 
     chunk_name = f"daskbatch-{stat.name}-chunk-{token}"
+    chunk = functools.partial(_chunk_task, stat)
     states = [
-        dask.delayed(stat.chunk)(xb, yb, dask_key_name=(chunk_name, i))
+        dask.delayed(chunk)(xb, yb, dask_key_name=(chunk_name, i))
         for i, (xb, yb) in enumerate(zip(x_blocks, y_blocks, strict=True))
     ]
     merge = functools.partial(merge_all, stat)
@@ -98,6 +99,14 @@ def tree_reduce(
         level += 1
     last = stat.finalize if finalize else _identity
     return dask.delayed(_on_host(last))(states[0], dask_key_name=f"daskbatch-finalize-{token}")
+
+
+def _chunk_task(stat: Any, x: Any, y: Any) -> Any:
+    """``stat.chunk(x, y)`` with one BLAS/numba thread when other dask threads run beside it."""
+    from daskbatch.thread_limits import limited
+
+    with limited():
+        return stat.chunk(x, y)
 
 
 def _identity(state: Any) -> Any:
