@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+from array_api_compat import is_array_api_obj
 
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
-from daskbatch.stats.backend import namespace
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats
 from daskbatch.summary import Summary
@@ -104,8 +104,9 @@ class Accumulator:
 
     def update(self, batch: Any, label: Any = None) -> Accumulator:
         """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels."""
-        xp = namespace(batch) if hasattr(batch, "__array_namespace__") else None
-        if xp is None:
+        # Arrays of any array-API library (CuPy included, which may lack __array_namespace__)
+        # stay where they are: NumPy would copy them to the host, or refuse (CuPy).
+        if not is_array_api_obj(batch):
             batch = np.asarray(batch)
         check_numeric(batch.dtype, "batch")
         if batch.ndim != 2:
@@ -122,7 +123,7 @@ class Accumulator:
         if "mi" in self.stats:
             if label is None:
                 raise ValueError(f"batch {self._batches}: mutual information needs the label of every batch")
-            label = label if hasattr(label, "__array_namespace__") else np.asarray(label)
+            label = label if is_array_api_obj(label) else np.asarray(label)
             check_label(label, batch.shape[0], "batch")
         state = self._bundle.chunk(batch, label)
         self._state = state if self._state is None else self._bundle.merge(self._state, state)

@@ -26,12 +26,26 @@ class FeatureMatrix:
     source: Any = None
 
 
+def dtype_kind(dtype: Any) -> str:
+    """NumPy's kind letter of ``dtype``; for another array-API library's dtype (``array_api_strict.float64``), of its namesake."""
+    try:
+        return np.dtype(dtype).kind
+    except TypeError:
+        try:
+            return np.dtype(str(dtype).rsplit(".", 1)[-1]).kind
+        except TypeError:
+            return "?"
+
+
 def check_numeric(dtype: Any, what: str) -> None:
     """Raise TypeError unless ``dtype`` is bool, integer or real floating point."""
-    dt = np.dtype(dtype)
-    if dt.kind not in NUMERIC_KINDS:
+    if dtype_kind(dtype) not in NUMERIC_KINDS:
+        try:
+            dtype = np.dtype(dtype)  # NumPy's name for it ("complex128", not "<class 'complex'>")
+        except TypeError:
+            pass
         raise TypeError(
-            f"{what} has dtype {dt}; daskbatch computes statistics of real numbers "
+            f"{what} has dtype {dtype}; daskbatch computes statistics of real numbers "
             "(float16/32/64, integers or bool)"
         )
 
@@ -40,7 +54,7 @@ def check_label(y: Any, rows: int, what: str = "x") -> None:
     """Raise unless ``y`` is a 1-D integer (or bool) label with one value per row."""
     if y.ndim != 1:
         raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
-    if np.dtype(y.dtype).kind not in LABEL_KINDS:
+    if dtype_kind(y.dtype) not in LABEL_KINDS:
         raise TypeError(
             f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
             "(cast with y.astype(int) if the values are whole numbers)"

@@ -88,8 +88,9 @@ def tree_reduce(
     # labels tasks by them): "daskbatch-finalize-<token>" used to split to "daskbatch",
     # and long prefixes were cut off in the task stream.
     chunk_name = f"{TASK_PREFIXES['chunk']}-{token}"
+    chunk = functools.partial(_chunk_task, stat)
     states = [
-        dask.delayed(stat.chunk)(
+        dask.delayed(chunk)(
             xb, lb, dask_key_name=(chunk_name, i), **({} if cb is None else {"complete": cb})
         )
         for i, (xb, lb, cb) in enumerate(zip(x_blocks, label_blocks, complete_blocks, strict=True))
@@ -111,6 +112,14 @@ def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Any]:
     if rows is None:
         return [None] * n_blocks
     return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
+
+
+def _chunk_task(stat: Any, x: Any, label: Any, **masks: Any) -> Any:
+    """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
+    from daskbatch.runtime.thread_limits import limited
+
+    with limited():
+        return stat.chunk(x, label, **masks)
 
 
 def _identity(state: Any) -> Any:

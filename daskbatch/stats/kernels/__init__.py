@@ -1,4 +1,4 @@
-"""Compiled CPU kernels for the per-chunk step of the statistics (NumPy chunks only).
+"""Compiled kernels for the per-chunk step of the statistics: numba on NumPy chunks, numba-cuda on CuPy chunks.
 
 The statistics in :mod:`daskbatch.stats` are written once against the array
 API; that code stays the reference and the GPU (CuPy) path. On the CPU its
@@ -10,6 +10,13 @@ element and return the very same state fields.
 The kernels are used when numba imports and ``daskbatch.kernels`` is true in
 ``dask.config`` (``DASK_DASKBATCH__KERNELS=false`` turns them off, e.g. to
 compare against the reference path). numba is imported on first use only.
+
+This module is the one dispatch point: :func:`route` names the path a chunk
+takes from its array type and the setting, "cpu" (NumPy chunk: the numba
+loops of :mod:`daskbatch.kernels._numba`), "gpu" (CuPy chunk and a CUDA
+device numba-cuda can use: :mod:`daskbatch.kernels._cuda` driven by
+:mod:`daskbatch.kernels._gpu`) or None (the array-API reference code).
+:func:`moments`, :func:`comoments` and :func:`histogram` follow it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["available", "comoments", "enabled", "histogram", "moments", "sketch", "supports"]
+__all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports"]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _KINDS = frozenset("biuf")
@@ -42,15 +49,40 @@ def enabled() -> bool:
     return bool(dask.config.get("daskbatch.kernels", True)) and available()
 
 
+@functools.cache
+def gpu_available() -> bool:
+    """True when numba-cuda imports and sees a CUDA device (or runs under its simulator)."""
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # no numba-cuda, no driver, a broken toolkit: all mean "not here"
+        return False
+
+
+def route(x: Any) -> str | None:
+    """Which kernels read the chunk ``x``: "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
+
+    2-D chunks of bool, integers or floats only; float16 on the GPU and
+    non-native byte order stay on the reference path.
+    """
+    if type(x) is np.ndarray:
+        return "cpu" if _readable(x) and enabled() else None
+    from array_api_compat import is_cupy_array
+
+    if is_cupy_array(x) and _readable(x) and x.dtype != np.float16 and enabled() and gpu_available():
+        return "gpu"
+    return None
+
+
+def _readable(x: Any) -> bool:
+    # NumPy and CuPy arrays only: their dtypes are NumPy dtypes.
+    return bool(x.ndim == 2 and x.dtype.kind in _KINDS and x.dtype.isnative)
+
+
 def supports(x: Any) -> bool:
-    """Whether ``x`` is a 2-D NumPy chunk the kernels read (and they are enabled)."""
-    return (
-        type(x) is np.ndarray
-        and x.ndim == 2
-        and x.dtype.kind in _KINDS
-        and x.dtype.isnative
-        and enabled()
-    )
+    """Whether compiled kernels (CPU or GPU, see :func:`route`) read the chunk ``x``."""
+    return route(x) is not None
 
 
 @functools.cache
@@ -81,6 +113,10 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
     In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
     posinf_count, neginf_count (float64 vectors of length D).
     """
+    if type(x) is not np.ndarray:
+        from daskbatch.stats.kernels import _gpu
+
+        return _gpu.moments(x)
     from daskbatch.stats.kernels._numba import moments_chunk
 
     count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x))
@@ -107,6 +143,10 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     ``devᵀ dev`` each (about twice as fast as centring the whole chunk first,
     and the float64 copy no longer grows with the chunk).
     """
+    if type(x) is not np.ndarray:
+        from daskbatch.stats.kernels import _gpu
+
+        return _gpu.comoments(x)
     from daskbatch.stats.kernels._numba import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
@@ -145,6 +185,10 @@ def histogram(
     n_classes : int, default 1
         K, the size of the last axis of the counts.
     """
+    if type(x) is not np.ndarray:
+        from daskbatch.stats.kernels import _gpu
+
+        return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
     from daskbatch.stats.kernels._numba import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)

@@ -1,0 +1,116 @@
+"""One BLAS (and numba) thread per dask thread while chunk tasks run side by side.
+
+The co-moments hand each chunk to BLAS (``devᵀ dev``), and OpenBLAS/MKL start
+as many threads as there are cores. Under a scheduler that already runs one
+task per core, every task's BLAS call then spreads over all cores too: cores
+are oversubscribed and the threads mostly wait on each other. Inside a chunk
+task :func:`limited` caps BLAS (threadpoolctl) and numba's parallel regions
+at one thread, but only when the task has company, i.e. when the threaded
+scheduler or a distributed worker runs more than one thread; a synchronous
+scheduler or a one-thread worker leaves the libraries alone.
+
+OpenBLAS and MKL keep one process-wide setting, so the limit is counted: the
+first task to enter sets it, the last to leave restores it, and tasks that
+overlap never see it lifted under them. numba's setting is per thread.
+
+Known wrinkle (OpenBLAS 0.3.31, seen on the 2-core test machine): the raise
+back to the old count made when the last task leaves is sometimes ignored,
+so BLAS may keep one thread in that process after the computation (the
+statistics are unaffected; ``threadpoolctl.threadpool_limits`` raises it
+again). The tests check the limit in a fresh process for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["limited", "scheduler_threads"]
+
+_lock = threading.Lock()
+_inside = 0  # chunk tasks inside the limit now
+_restore: Any = None  # threadpoolctl's limiter of the first task in, until the last leaves
+_controller: Any = None  # (len(sys.modules) when scanned, threadpoolctl.ThreadpoolController)
+
+
+def scheduler_threads() -> int:
+    """How many tasks the scheduler running this one may run at once in this process (1 if unknown)."""
+    try:
+        from distributed import get_worker
+
+        return int(getattr(get_worker(), "nthreads", 1))
+    except (ImportError, ValueError):  # not inside a distributed worker
+        pass
+    import dask.threaded
+
+    # The threaded scheduler runs tasks on threads of its executors; the
+    # synchronous one on the caller's thread, which is in none. A thread is
+    # matched to its executor by name ("<prefix>_<k>"): the executor's set of
+    # threads is filled only after a new thread has started its first task.
+    # (_thread_name_prefix and _max_workers are ThreadPoolExecutor's own fields; dask reads the latter too.)
+    prefix = threading.current_thread().name.rpartition("_")[0]
+    pools = [dask.threaded.default_pool]
+    pools += [p for by_count in list(dask.threaded.pools.values()) for p in list(by_count.values())]
+    for pool in pools:
+        if pool is not None and prefix and prefix == getattr(pool, "_thread_name_prefix", None):
+            return int(getattr(pool, "_max_workers", 1))
+    return 1
+
+
+@contextlib.contextmanager
+def limited() -> Iterator[None]:
+    """Run the body with one BLAS and one numba thread if other tasks may run beside it."""
+    if scheduler_threads() <= 1:
+        yield
+        return
+    _enter_blas()
+    numba_before = _set_numba_threads(1)
+    try:
+        yield
+    finally:
+        if numba_before is not None:
+            _set_numba_threads(numba_before, restore=True)
+        _leave_blas()
+
+
+def _enter_blas() -> None:
+    global _inside, _restore, _controller
+    with _lock:
+        if _inside == 0:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:  # a dependency, but a missing one must not stop the statistics
+                _restore = None
+            else:
+                # Scanning the loaded libraries costs ~4 ms, so the scan is kept until
+                # Python imports something new (which is how a BLAS such as SciPy's gets loaded).
+                if _controller is None or _controller[0] != len(sys.modules):
+                    _controller = (len(sys.modules), ThreadpoolController())
+                _restore = _controller[1].limit(limits=1, user_api="blas")
+        _inside += 1
+
+
+def _leave_blas() -> None:
+    global _inside, _restore
+    with _lock:
+        _inside -= 1
+        if _inside == 0 and _restore is not None:
+            _restore.restore_original_limits()
+            _restore = None
+
+
+def _set_numba_threads(n: int, restore: bool = False) -> int | None:
+    """Set numba's threads for this thread; return the old count (None without numba or a threading layer)."""
+    try:
+        import numba  # a dependency; the chunk's kernels load it anyway
+    except ImportError:
+        return None
+    try:
+        before = numba.get_num_threads()
+        numba.set_num_threads(n if restore else min(n, before))
+    except Exception:  # no threading layer on this platform: nothing runs in parallel anyway
+        return None
+    return before

@@ -1,0 +1,314 @@
+"""Host side of the GPU kernels: launch shapes, device buffers and the co-moments' SYRK.
+
+The kernels of :mod:`daskbatch.kernels._cuda` take CuPy arrays (the GPU path
+of :func:`daskbatch.kernels.moments` and friends) or numba device arrays (the
+tests, under numba's CUDA simulator). A :class:`_Backend` hides the
+difference: where buffers come from (CuPy's memory pool, or RMM when CuPy is
+set to allocate from it, so buffers are reused from block to block), which
+stream the kernels run on (CuPy's current stream, so they are ordered with
+the CuPy work around them and with :mod:`daskbatch.kernels._staging`'s
+copies) and how results are handed back (CuPy arrays stay on the device).
+
+Nothing here synchronises with the host: a chunk's state is complete when the
+stream reaches it, which is when CuPy next reads it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CENTRE_BUFFER_BYTES",
+    "SHARED_BYTES",
+    "comoments",
+    "histogram",
+    "histogram_layout",
+    "moments",
+    "row_groups",
+]
+
+#: Threads a first-pass launch aims at: enough to fill an H100/H200 a few times over.
+TARGET_THREADS = 2**19
+#: Fewest rows a thread of a first-pass kernel walks (fewer: the fold costs more than it saves).
+MIN_GROUP_ROWS = 32
+#: Largest grid y dimension CUDA allows.
+MAX_GRID_Y = 65_535
+#: Threads per block along the features.
+FEATURE_THREADS = 128
+#: Bytes of the float64 centring buffer of the co-moments (row blocks of at most this size).
+CENTRE_BUFFER_BYTES = 256 * 2**20
+#: Shared memory a histogram block may use for its private counters (the default per-block limit).
+SHARED_BYTES = 48 * 2**10
+#: Threads of a histogram block, and the blocks a histogram launch aims at.
+HIST_THREADS = 256
+HIST_TARGET_BLOCKS = 1024
+#: Fewest rows a histogram block counts (its flush of private counters must pay off).
+HIST_MIN_BLOCK_ROWS = 256
+
+
+def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) -> tuple[int, int]:
+    """``(rows_per_group, groups)`` for a first-pass kernel over an (R, D) chunk (R > 0)."""
+    if rows_per_group is None:
+        target = max(1, TARGET_THREADS // max(n_features, 1))
+        rows_per_group = max(MIN_GROUP_ROWS, math.ceil(rows / target))
+    rows_per_group = max(int(rows_per_group), math.ceil(rows / MAX_GRID_Y), 1)
+    return rows_per_group, math.ceil(rows / rows_per_group)
+
+
+def histogram_layout(
+    rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES
+) -> tuple[int, int, int] | None:
+    """``(tile, lanes, rows_per_block)`` of the privatised histogram, or None when a tile does not fit.
+
+    A tile of features keeps ``tile * (bins + 3) * n_classes`` uint32 counters
+    in shared memory; tiles narrower than 4 features (or all features) read
+    too little of each row to be worth it, and the counts go to global memory
+    with atomics instead.
+    """
+    per_feature = (bins + 3) * n_classes * 4
+    tile = min(32, n_features, shared_bytes // per_feature)
+    if tile < min(4, n_features):
+        return None
+    lanes = max(1, min(HIST_THREADS // tile, rows))
+    n_tiles = math.ceil(n_features / tile)
+    row_blocks = max(1, min(math.ceil(HIST_TARGET_BLOCKS / n_tiles), math.ceil(rows / HIST_MIN_BLOCK_ROWS)))
+    row_blocks = min(row_blocks, MAX_GRID_Y)
+    return tile, lanes, math.ceil(rows / row_blocks)
+
+
+class _Backend:
+    """CuPy arrays on CuPy's current stream."""
+
+    def __init__(self) -> None:
+        import cupy
+        from numba import cuda
+
+        self.xp = cupy
+        self.cuda = cuda
+        # numba would otherwise wait on the stream CuPy names in __cuda_array_interface__
+        # before every launch (a host synchronisation); we launch on that very stream.
+        ptr = cupy.cuda.get_current_stream().ptr
+        # CuPy's null stream is the legacy default stream, which numba names apart.
+        self.stream = cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
+
+    def zeros(self, shape: Any, dtype: Any) -> Any:
+        return self.xp.zeros(shape, dtype=dtype)
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        return self.xp.empty(shape, dtype=dtype)
+
+    def full(self, shape: Any, value: Any, dtype: Any) -> Any:
+        return self.xp.full(shape, value, dtype=dtype)
+
+    def arg(self, a: Any) -> Any:
+        return self.cuda.as_cuda_array(a, sync=False)
+
+    def launch(self, kernel: Any, grid: Any, block: Any, *args: Any, shared: int = 0) -> None:
+        kernel[grid, block, self.stream, shared](*(self.arg(a) if hasattr(a, "__cuda_array_interface__") else a for a in args))
+
+    def asarray(self, a: np.ndarray) -> Any:
+        return self.xp.asarray(a)
+
+    def result(self, a: Any) -> Any:
+        return a
+
+    def gram_buffer(self, d: int) -> Any:
+        """Zeros (D, D) in C order, for :meth:`gram` to add to."""
+        return self.xp.zeros((d, d), dtype=np.float64)
+
+    def gram(self, dev: Any, c: Any) -> None:
+        """``c += devᵀ dev`` on the upper triangle at least (cuBLAS SYRK; GEMM when CuPy lacks it)."""
+        cublas = getattr(self.xp, "cublas", None)
+        syrk = getattr(cublas, "syrk", None)
+        if syrk is not None:
+            # C-ordered ``c`` so that CuPy passes ``dev`` (C order) to cuBLAS without a copy.
+            syrk("T", dev, out=c, alpha=1.0, beta=1.0, lower=False)
+        else:
+            c += self.xp.matmul(dev.T, dev)
+
+
+class _SimBackend(_Backend):
+    """numba device arrays (numba's CUDA simulator in the tests, or a GPU without CuPy)."""
+
+    def __init__(self) -> None:
+        from numba import cuda
+
+        self.cuda = cuda
+        self.stream = 0
+
+    def zeros(self, shape: Any, dtype: Any) -> Any:
+        return self.cuda.to_device(np.zeros(shape, dtype=dtype))
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        return self.cuda.device_array(shape, dtype=dtype)
+
+    def full(self, shape: Any, value: Any, dtype: Any) -> Any:
+        return self.cuda.to_device(np.full(shape, value, dtype=dtype))
+
+    def arg(self, a: Any) -> Any:
+        return a
+
+    def asarray(self, a: np.ndarray) -> Any:
+        return self.cuda.to_device(a)
+
+    def result(self, a: Any) -> Any:
+        return a.copy_to_host()
+
+    def gram_buffer(self, d: int) -> Any:
+        # NaN below the diagonal: the kernels must never read the lower triangle.
+        host = np.full((d, d), np.nan)
+        host[np.triu(np.ones((d, d), dtype=bool))] = 0.0
+        return self.cuda.to_device(host)
+
+    def gram(self, dev: Any, c: Any) -> None:
+        # What a SYRK does: the upper triangle only; the lower one keeps whatever it held.
+        host = c.copy_to_host()
+        block = dev.copy_to_host()
+        upper = np.triu(np.ones(host.shape, dtype=bool))
+        host[upper] += (block.T @ block)[upper]
+        c.copy_to_device(host)
+
+
+def _backend(x: Any) -> _Backend:
+    from array_api_compat import is_cupy_array
+
+    return _Backend() if is_cupy_array(x) else _SimBackend()
+
+
+def _readable(x: Any) -> Any:
+    """``x`` as the kernels read it: bool as its uint8 bytes (0 or 1)."""
+    if x.dtype == np.bool_:
+        return x.view(np.uint8)
+    return x
+
+
+def _first_pass_shape(d: int, groups: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    threads = min(FEATURE_THREADS, d)
+    return (math.ceil(d / threads), groups), (threads, 1)
+
+
+def _vector_shape(d: int) -> tuple[int, int]:
+    threads = min(FEATURE_THREADS, d)
+    return math.ceil(d / threads), threads
+
+
+def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
+    """Fields of :class:`~daskbatch.stats.moments.MomentsState` for the device chunk ``x`` (R, D), R > 0.
+
+    Two reads of ``x``: the first finds the reference value, the sum about
+    it, extrema and NaN/inf counts; the second sums the centred powers.
+    Buffers: (4 + 3) x G x D float64/int64 partials and one (11, D) result.
+    """
+    be = _backend(x)
+    from daskbatch.stats.kernels import _cuda as k
+
+    x = _readable(x)
+    rows, d = x.shape
+    rpg, groups = row_groups(rows, d, rows_per_group)
+    part = be.empty((4, groups, d), np.float64)
+    counts = be.empty((3, groups, d), np.int64)
+    out = be.empty((11, d), np.float64)
+    grid, block = _first_pass_shape(d, groups)
+    vgrid, vblock = _vector_shape(d)
+    be.launch(k.moments_partials, grid, block, x, rpg, part, counts)
+    be.launch(k.moments_finish, vgrid, vblock, part, counts, rows, out)
+    be.launch(k.moments_powers, grid, block, x, rpg, out, part)
+    be.launch(k.moments_correct, vgrid, vblock, part, out)
+    out = be.result(out)
+    return tuple(out[i] for i in range(11))
+
+
+def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None = None) -> tuple[Any, ...]:
+    """Fields ``(n, shift, mean, c)`` of :class:`~daskbatch.stats.comoments.CoMomentsState` for the device chunk ``x``.
+
+    Three reads of ``x`` (complete rows; their sum about the first one; the
+    centring), the centring going block by block into one float64 buffer of at
+    most :data:`CENTRE_BUFFER_BYTES` whose ``devᵀ dev`` a SYRK adds to ``c``.
+    """
+    be = _backend(x)
+    from daskbatch.stats.kernels import _cuda as k
+
+    x = _readable(x)
+    rows, d = x.shape
+    rpg, groups = row_groups(rows, d, rows_per_group)
+    grid, block = _first_pass_shape(d, groups)
+    vgrid, vblock = _vector_shape(d)
+    bad = be.zeros((rows,), np.uint8)
+    first = be.full((1,), rows, np.int64)
+    part = be.empty((groups, d), np.float64)
+    n_rows = be.empty((groups,), np.int64)
+    n_out = be.empty((1,), np.float64)
+    centre = be.empty((3, d), np.float64)
+    be.launch(k.mark_incomplete, grid, block, x, rpg, bad)
+    be.launch(k.first_complete, math.ceil(rows / 256), min(256, rows), bad, first)
+    be.launch(k.complete_sums, grid, block, x, rpg, bad, first, part, n_rows)
+    be.launch(k.complete_mean, vgrid, vblock, x, first, part, n_rows, n_out, centre)
+
+    if block_rows is None:
+        block_rows = CENTRE_BUFFER_BYTES // (8 * d)
+    block_rows = max(1, min(rows, block_rows))
+    dev = be.empty((block_rows, d), np.float64)
+    c = be.gram_buffer(d)
+    for start in range(0, rows, block_rows):
+        kb = min(block_rows, rows - start)
+        brpg, bgroups = row_groups(kb, d, rows_per_group)
+        bgrid, bblock = _first_pass_shape(d, bgroups)
+        be.launch(k.centre_block, bgrid, bblock, x, start, brpg, bad, centre, dev[:kb], part)
+        be.launch(k.add_group_sums, vgrid, vblock, part, bgroups, centre)
+        be.gram(dev[:kb], c)
+    mean = be.empty((d,), np.float64)
+    be.launch(k.finish_mean, vgrid, vblock, centre, n_out, mean)
+    tile = 16
+    be.launch(k.symmetric_correction, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
+    n = be.result(n_out).reshape(())
+    centre = be.result(centre)
+    return n, centre[0], be.result(mean), be.result(c)
+
+
+def histogram(
+    x: Any,
+    lo: Any,
+    hi: Any,
+    bins: int,
+    labels: Any = None,
+    n_classes: int = 1,
+    shared_bytes: int = SHARED_BYTES,
+) -> Any:
+    """Counts (D, bins + 3, K) int64 of :class:`~daskbatch.stats.histogram.HistogramState` for the device chunk ``x``.
+
+    One read of ``x``: slot and count together, into per-block shared-memory
+    counters when a tile of features fits in ``shared_bytes`` (else straight
+    into the global counts). ``labels`` is an int64 device vector of classes
+    already checked to lie in ``0 .. n_classes - 1``.
+    """
+    be = _backend(x)
+    from daskbatch.stats.kernels import _cuda as k
+
+    x = _readable(x)
+    rows, d = x.shape
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    # The float64 expressions of Histogram.edges / Histogram.slots, on the host.
+    step = (hi - lo) / bins
+    scale = bins / (hi - lo)
+    vectors = [be.asarray(v) for v in (lo, hi, step, scale)]
+    by_label = labels is not None
+    if labels is None:
+        labels = be.zeros((1,), np.int64)
+    counts = be.zeros((d * (bins + 3) * n_classes,), np.int64)
+    layout = histogram_layout(rows, d, bins, n_classes, shared_bytes)
+    if layout is not None:
+        tile, lanes, rows_per_block = layout
+        grid = (math.ceil(d / tile), math.ceil(rows / rows_per_block))
+        shared = tile * (bins + 3) * n_classes * 4
+        be.launch(k.histogram_shared, grid, tile * lanes, x, *vectors, int(bins), labels, by_label,
+                  int(n_classes), tile, rows_per_block, counts, shared=shared)
+    else:
+        rpg, groups = row_groups(rows, d)
+        grid, block = _first_pass_shape(d, groups)
+        be.launch(k.histogram_global, grid, block, x, *vectors, int(bins), labels, by_label,
+                  int(n_classes), rpg, counts)
+    return be.result(counts).reshape(d, bins + 3, n_classes)

@@ -1,0 +1,274 @@
+"""The GPU kernels (daskbatch/kernels/_cuda.py) agree with the array-API reference path.
+
+Two ways to run them:
+
+* on any machine, under numba's CUDA simulator: the ``sim`` tests below run
+  in a subprocess started with ``NUMBA_ENABLE_CUDASIM=1`` (the simulator must
+  be chosen before ``numba.cuda`` is first imported, so the main test process
+  is left alone); they feed NumPy chunks through ``cuda.to_device`` on small
+  arrays (the simulator runs every GPU thread as a Python thread);
+* on a CUDA machine (``@pytest.mark.gpu``): CuPy chunks through the statistics'
+  own ``chunk()``, which routes them to the kernels, against NumPy chunks on
+  the CPU path.
+
+Moments and co-moments agree to 1e-12 relative, histogram counts and the
+NaN/±inf counts exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dask.config
+import numpy as np
+import pytest
+
+from daskbatch.stats import CoMoments, Histogram, Moments, kernels
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+sim = pytest.mark.skipif(not SIMULATED, reason="runs in the simulator subprocess")
+MOMENT_FIELDS = ("n", "shift", "mean", "m2", "m3", "m4", "fmin", "fmax", "nan_count", "posinf_count", "neginf_count")
+EXACT = ("n", "shift", "fmin", "fmax", "nan_count", "posinf_count", "neginf_count")
+
+
+def host(a):  # noqa: ANN001, ANN201
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def reference(stat, x, y=None):  # noqa: ANN001, ANN201
+    """``stat.chunk`` on the array-API path (NumPy)."""
+    with dask.config.set({"daskbatch.kernels": False}):
+        return stat.chunk(x, y)
+
+
+def assert_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    for i, f in enumerate(MOMENT_FIELDS):
+        g = host(got[i] if isinstance(got, tuple) else getattr(got, f))
+        r = np.asarray(getattr(ref, f))
+        assert g.dtype == np.float64, f
+        if f in EXACT:
+            np.testing.assert_array_equal(g, r, err_msg=f)
+        else:
+            scale = np.max(np.abs(r), initial=0.0)
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * scale, err_msg=f)
+
+
+def assert_comoments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    n, shift, mean, c = (host(v) for v in got)
+    assert float(n) == float(ref.n)
+    np.testing.assert_array_equal(shift, ref.shift)
+    np.testing.assert_allclose(mean, ref.mean, rtol=rtol, atol=rtol * np.max(np.abs(ref.mean), initial=0.0))
+    np.testing.assert_allclose(c, ref.c, rtol=rtol, atol=rtol * np.max(np.abs(ref.c), initial=0.0))
+    np.testing.assert_array_equal(c, c.T)
+
+
+def chunk(dtype: str = "float32", rows: int = 50, cols: int = 4, seed: int = 0, nonfinite: bool = True) -> np.ndarray:
+    """Skewed, offset values; with NaN, ±inf, a column whose first finite value comes late."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random((rows, cols)) < 0.3
+    base = rng.gamma(2.0, 3.0, size=(rows, cols)) + 100 + np.arange(cols)
+    if np.dtype(dtype).kind in "iu":
+        return np.round(base * 10).astype(dtype)
+    x = base.astype(dtype)
+    if nonfinite:
+        x[3, 0] = np.nan
+        x[7, 1] = np.inf
+        x[8, 1] = -np.inf
+        x[9, 2] = np.inf
+        x[:20, 3] = np.nan  # the reference value comes from a later group of rows
+    return x
+
+
+def hist_for(x: np.ndarray, bins: int = 7, by_label: bool = False) -> Histogram:
+    finite = np.where(np.isfinite(x), x, np.nan).astype(np.float64)
+    lo, hi = np.nanmin(finite, axis=0), np.nanmax(finite, axis=0)
+    # A range inside the data: under- and overflow, values on the edges.
+    return Histogram(bins, tuple(lo + 1.0), tuple(np.maximum(hi - 2.0, lo + 2.0)), by_label=by_label)
+
+
+# --- under the simulator ----------------------------------------------------------------------
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("rows_per_group", [None, 8])
+def test_sim_moments(dtype: str, rows_per_group: int | None) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    assert_moments(_gpu.moments(cuda.to_device(x), rows_per_group=rows_per_group), reference(Moments(), x))
+
+
+@sim
+def test_sim_moments_edge_chunks() -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk()
+    x[:, 1] = np.nan  # no finite value at all
+    x[:, 2] = 7.0  # constant
+    for part in (x, x[:1], x[5:9]):
+        assert_moments(_gpu.moments(cuda.to_device(np.ascontiguousarray(part)), rows_per_group=3),
+                       reference(Moments(), part))
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("block_rows", [None, 16])
+def test_sim_comoments(dtype: str, block_rows: int | None) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    got = _gpu.comoments(cuda.to_device(x), rows_per_group=8, block_rows=block_rows)
+    assert_comoments(got, reference(CoMoments(), x))
+
+
+@sim
+def test_sim_comoments_without_complete_rows() -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk()
+    x[:, 0] = np.nan
+    got = _gpu.comoments(cuda.to_device(x), rows_per_group=8)
+    assert_comoments(got, reference(CoMoments(), x))
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("shared_bytes", [None, 0])  # privatised counts / global atomics
+@pytest.mark.parametrize("by_label", [False, True])
+def test_sim_histogram(dtype: str, shared_bytes: int | None, by_label: bool) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    h = hist_for(x, by_label=by_label)
+    y = np.random.default_rng(1).integers(0, 3, size=x.shape[0])
+    ref = reference(h, x, y if by_label else None)
+    labels = cuda.to_device(y.astype(np.int64)) if by_label else None
+    options = {} if shared_bytes is None else {"shared_bytes": shared_bytes}
+    got = _gpu.histogram(x=cuda.to_device(x), lo=h.lo, hi=h.hi, bins=h.bins, labels=labels,
+                         n_classes=3 if by_label else 1, **options)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref.counts)
+    assert got.sum() == x.size
+
+
+@sim
+def test_sim_histogram_on_the_edges() -> None:
+    """Values exactly on every bin edge (the scaled index is one off there) count as numpy.histogram counts them."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    h = Histogram(10, (0.1, -3.0), (0.7, 1e-3))
+    edges = np.asarray(h.edges(np)).T  # (bins + 1, 2)
+    x = np.concatenate([edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)])
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins)
+    np.testing.assert_array_equal(got, reference(h, x).counts)
+    for j in range(2):
+        inside = x[:, j][(x[:, j] >= h.lo[j]) & (x[:, j] <= h.hi[j])]
+        np.testing.assert_array_equal(got[j, 1:-2, 0], np.histogram(inside, bins=h.bins, range=(h.lo[j], h.hi[j]))[0])
+
+
+@pytest.mark.skipif(SIMULATED, reason="this is the test that starts the simulator")
+def test_kernels_under_the_cuda_simulator() -> None:
+    pytest.importorskip("numba.cuda")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "test_sim_", __file__],
+        capture_output=True, text=True, env=env, cwd=root, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert " passed" in last and "skipped" not in last and "failed" not in last, result.stdout[-2000:]
+
+
+def test_route_follows_the_array_and_the_setting() -> None:
+    x = np.zeros((3, 2), dtype=np.float32)
+    assert kernels.route(x) == ("cpu" if kernels.available() else None)
+    assert kernels.route(x[:, 0]) is None
+    with dask.config.set({"daskbatch.kernels": False}):
+        assert kernels.route(x) is None
+
+
+# --- on a CUDA device with CuPy ---------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def big() -> tuple[np.ndarray, np.ndarray]:
+    """A chunk large enough for many row groups and histogram blocks."""
+    x = chunk("float32", rows=60_000, cols=37, seed=4)
+    y = np.random.default_rng(5).integers(0, 4, size=x.shape[0]).astype(np.int32)
+    return x, y
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
+def test_gpu_moments_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -> None:
+    cupy = pytest.importorskip("cupy")
+    x = big[0].astype(dtype) if dtype != "bool" else big[0] > 104
+    d = cupy.asarray(x)
+    assert kernels.route(d) == "gpu"
+    state = Moments().chunk(d)
+    assert isinstance(state.mean, cupy.ndarray)
+    assert_moments(state, reference(Moments(), x))
+
+
+@gpu
+@pytest.mark.parametrize("block_rows", [None, 7_000])
+def test_gpu_comoments_equal_cpu(big: tuple[np.ndarray, np.ndarray], block_rows: int | None) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    got = _gpu.comoments(cupy.asarray(x), block_rows=block_rows)
+    assert isinstance(got[3], cupy.ndarray)
+    assert_comoments(got, reference(CoMoments(), x))
+    state = CoMoments().chunk(cupy.asarray(x))  # through the dispatch
+    assert_comoments((state.n, state.shift, state.mean, state.c), reference(CoMoments(), x))
+
+
+@gpu
+@pytest.mark.parametrize("n_classes", [4, 40])  # 40 classes: no tile fits in shared memory
+def test_gpu_histogram_bitwise_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_classes: int) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    y = np.random.default_rng(6).integers(0, n_classes, size=x.shape[0]).astype(np.int32)
+    h = hist_for(x, bins=64, by_label=True)
+    assert (_gpu.histogram_layout(x.shape[0], x.shape[1], 64, n_classes) is None) == (n_classes == 40)
+    state = h.chunk(cupy.asarray(x), cupy.asarray(y))
+    np.testing.assert_array_equal(state.counts.get(), reference(h, x, y).counts)
+    plain = hist_for(x, bins=64)
+    np.testing.assert_array_equal(plain.chunk(cupy.asarray(x)).counts.get(), reference(plain, x).counts)
+
+
+@gpu
+def test_gpu_kernels_run_on_cupys_current_stream(big: tuple[np.ndarray, np.ndarray]) -> None:
+    cupy = pytest.importorskip("cupy")
+    x = big[0]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        d = cupy.asarray(x)
+        state = Moments().chunk(d)
+        mean = state.mean * 1.0  # CuPy work after the kernels on the same stream
+    stream.synchronize()
+    assert_moments(state, reference(Moments(), x))
+    np.testing.assert_array_equal(mean.get(), host(state.mean))
