@@ -1,1 +1,8 @@
-"""engine/checkpoint."""
+"""Checkpoint / resume of the passes of :func:`daskbatch.describe`.
+
+- :mod:`~daskbatch.engine.checkpoint.run`: a pass through a checkpoint directory;
+- :mod:`~daskbatch.engine.checkpoint.manifest`: what the directory belongs to, and its run logs;
+- :mod:`~daskbatch.engine.checkpoint.fingerprint`: what identifies the data and settings;
+- :mod:`~daskbatch.engine.checkpoint.files`: one checksummed state file;
+- :mod:`~daskbatch.engine.checkpoint.lock`: one run at a time.
+"""

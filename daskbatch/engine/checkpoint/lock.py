@@ -1,0 +1,39 @@
+"""One run at a time on a checkpoint directory (``DIR/daskbatch.lock``, :mod:`daskbatch.runtime.runlock`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+from daskbatch.runtime.runlock import LOCK_NAME, RunLock
+
+
+def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
+    """The run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes).
+
+    Each pass takes the lock too; holding it across them keeps another run from
+    slipping in between two passes and failing this one halfway.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        directory = kwargs.get("checkpoint")
+        if not isinstance(directory, (str, os.PathLike)):
+            return func(*args, **kwargs)
+        with checkpoint_lock(directory):
+            return func(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,217 @@
+"""The manifest of a checkpoint directory: what data and statistics it belongs to, and its run logs.
+
+``DIR/daskbatch-checkpoint.json`` holds the fingerprint of the input
+(:mod:`daskbatch.engine.checkpoint.fingerprint`), the parameters of every pass
+and the layout (chunk rows, fan-in) it was written with; ``DIR/pass-<name>/runs.jsonl``
+logs each run. Pass names are plain names, never paths, and removing a pass
+deletes only the files daskbatch writes there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daskbatch.engine.checkpoint.files import TMP_PREFIX, write_atomic
+from daskbatch.engine.checkpoint.fingerprint import differences
+from daskbatch.engine.checkpoint.fingerprint import input_items as _fingerprint_items
+from daskbatch.errors import CheckpointMismatchError
+
+log = logging.getLogger("daskbatch.engine.checkpoint")
+
+#: Bumped whenever the on-disk layout changes; part of the fingerprint.
+#: 2: checksum over header and payload; the data's real path, metadata and content token.
+FORMAT_VERSION = 2
+MANIFEST = "daskbatch-checkpoint.json"
+_SUFFIX = ".ckpt"
+#: A pass name, and so the folder ``pass-<name>``: a plain name, never a path.
+PASS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_NODE_FILE = re.compile(r"L\d+-\d{6,}\.ckpt")
+
+
+def _short(value: Any) -> str:
+    """Printable form of a spec value; long sequences become a length and digest."""
+    if isinstance(value, (tuple, list, np.ndarray)) and len(value) > 8:
+        digest = hashlib.sha256(repr(tuple(np.asarray(value).tolist())).encode()).hexdigest()
+        return f"{len(value)} values, sha256 {digest[:16]}"
+    return repr(value)
+
+
+def input_items(data: Any, split_every: int) -> dict[str, str]:
+    """What identifies the input of a pass (:func:`daskbatch.engine.checkpoint.fingerprint.input_items`)."""
+    return _fingerprint_items(data, split_every, FORMAT_VERSION)
+
+
+def spec_items(bundle: Any) -> dict[str, str]:
+    """Every parameter of every statistic of ``bundle`` (ranges of a histogram included)."""
+    items: dict[str, str] = {}
+    for stat in bundle.stats:
+        items[f"{stat.name}.type"] = type(stat).__qualname__
+        for f in dataclasses.fields(stat):
+            items[f"{stat.name}.{f.name}"] = _short(getattr(stat, f.name))
+    return items
+
+
+def _digest(items: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+
+
+def open_pass(
+    directory: Path, items: dict[str, str], pass_name: str, spec: dict[str, str], force: bool,
+    layout: dict[str, int],
+) -> Path:
+    """Check (or create) the manifest; return the folder of this pass."""
+    manifest_path = directory / MANIFEST
+    manifest: dict[str, Any] = {"input": items, "passes": {}}
+    if manifest_path.exists():
+        manifest = read_manifest(manifest_path)
+        diffs = differences(manifest["input"], items)
+        if diffs:
+            if not force:
+                raise CheckpointMismatchError(
+                    f"checkpoint {directory} was written for other data: {'; '.join(diffs)}; "
+                    "use --force (force=True) to discard it, or choose another directory"
+                )
+            log.warning("checkpoint %s: %s; starting fresh (force)", directory, "; ".join(diffs))
+            for name in manifest["passes"]:
+                remove_pass(directory, name)
+            manifest = {"input": items, "passes": {}}
+        old_spec = manifest["passes"].get(pass_name)
+        if old_spec is not None and (diffs := differences(old_spec, spec)):
+            if not force:
+                raise CheckpointMismatchError(
+                    f"checkpoint {directory} was written for other statistics: {'; '.join(diffs)}; "
+                    "use --force (force=True) to discard it, or choose another directory"
+                )
+            log.warning("checkpoint %s: %s; starting this pass fresh (force)", directory, "; ".join(diffs))
+            remove_pass(directory, pass_name)
+    manifest["input"] = items
+    manifest["passes"][pass_name] = spec
+    manifest["layout"] = layout
+    write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    folder = directory / pass_folder(pass_name)
+    if folder.is_symlink():
+        raise CheckpointMismatchError(
+            f"{folder} is a symbolic link; daskbatch writes only into folders it created there"
+        )
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest, checked: string items, passes under plain names (never paths)."""
+    def bad(why: str) -> CheckpointMismatchError:
+        return CheckpointMismatchError(
+            f"{path} is not a daskbatch checkpoint manifest ({why}); "
+            "remove it or choose another --checkpoint directory"
+        )
+
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise bad(str(exc)) from exc
+    if not isinstance(manifest, dict) or not _is_items(manifest.get("input")):
+        raise bad("no 'input' fingerprint")
+    passes = manifest.get("passes")
+    if not isinstance(passes, dict):
+        raise bad("no 'passes'")
+    for name, spec in passes.items():
+        if not PASS_NAME.fullmatch(name):
+            raise bad(f"pass name {name!r} is not a plain name")
+        if not _is_items(spec):
+            raise bad(f"pass {name!r} has no parameters")
+    return manifest
+
+
+def _is_items(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
+    """``{"chunk_rows", "split_every"}`` of the run that wrote the checkpoint in ``directory``, if any.
+
+    A resumed run reuses them, so a checkpoint stays valid when the cluster
+    (and with it the automatic plan) differs from the first run's.
+    """
+    try:
+        layout = json.loads((Path(directory) / MANIFEST).read_text()).get("layout")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(layout, dict) and {"chunk_rows", "split_every"} <= set(layout):
+        try:
+            return {k: int(layout[k]) for k in ("chunk_rows", "split_every")}
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def pass_folder(pass_name: str) -> str:
+    if not PASS_NAME.fullmatch(pass_name):
+        raise ValueError(f"checkpoint pass name {pass_name!r} is not a plain name ([A-Za-z0-9_-]+)")
+    return f"pass-{pass_name}"
+
+
+def remove_pass(directory: Path, pass_name: str) -> None:
+    """Delete only the files this module writes, in ``directory``'s own pass folder (never a user's other files).
+
+    A pass folder that is a symbolic link is left alone: its files are not in ``directory``.
+    """
+    folder = directory / pass_folder(pass_name)
+    if folder.is_symlink() or not folder.is_dir():
+        if folder.is_symlink():
+            log.warning("checkpoint %s: %s is a symbolic link; not following it", directory, folder)
+        return
+    for p in folder.iterdir():
+        ours = _NODE_FILE.fullmatch(p.name) or p.name.startswith(TMP_PREFIX) or p.name == "runs.jsonl"
+        if ours and (p.is_symlink() or p.is_file()):
+            p.unlink()  # a link itself, never what it points to
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
+def read_runs(directory: str | os.PathLike[str], pass_name: str) -> list[dict[str, Any]]:
+    """The run log of one pass (``pass_name`` is the bundle's name, e.g. ``"moments-cov"``).
+
+    Each entry has ``blocks``, ``reused_blocks``, ``computed_blocks``,
+    ``computed_units``, ``damaged`` (file names recomputed) and ``pid``.
+    Lines that are not JSON objects (a torn last line, garbage) are skipped
+    with a warning that says how many.
+    """
+    path = Path(directory) / pass_folder(pass_name) / "runs.jsonl"
+    if not path.exists():
+        return []
+    runs, skipped = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if isinstance(entry, dict):
+            runs.append(entry)
+        else:
+            skipped += 1
+    if skipped:
+        log.warning("%s: skipped %d unreadable line(s) of %d", path, skipped, skipped + len(runs))
+    return runs
+
+
+def append_run(path: Path, run: dict[str, Any]) -> None:
+    """Append one line to the run log, on a line of its own even after a torn last line."""
+    with open(path, "ab+") as f:
+        f.seek(0, os.SEEK_END)
+        torn = False
+        if f.tell():
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        f.write((b"\n" if torn else b"") + json.dumps(run).encode() + b"\n")
