@@ -1,46 +1,41 @@
-"""``describe``: every requested statistic of a (samples × features) array in one or two passes."""
+"""``describe``: every requested statistic of a (samples × features) array in one or two passes.
+
+A straight pipeline, each step taking the previous one's (immutable) value:
+
+    inputs -> statistics -> layout (plan, or the checkpoint's) -> rechunk -> device -> passes -> Summary
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
-import dask
 import numpy as np
 
-from daskbatch.engine.checkpoint.run import holding_checkpoint_lock
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, to_device
-from daskbatch.engine.reduce import resolve_split_every, tree_reduce
+from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.passes import PassRunner, compute
+from daskbatch.engine.reduce import resolve_split_every
+from daskbatch.plans import plan_describe, plan_statistics
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
+    describe_names,
     histogram_ranges,
     is_minmax,
-    normalize_stats,
 )
 from daskbatch.summary import Summary
 
+__all__ = ["describe", "plan_describe"]
 
-def _compute(delayed_obj: Any, progress: bool) -> Any:
-    if not progress:
-        return dask.compute(delayed_obj)[0]
-    from daskbatch.runtime.cluster import active_client
-
-    client = active_client()
-    if client is None:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar():
-            return dask.compute(delayed_obj)[0]
-    from distributed import progress as dist_progress
-
-    future = client.compute(delayed_obj)
-    dist_progress(future)
-    return future.result()
+log = logging.getLogger(__name__)
 
 
 @holding_checkpoint_lock
@@ -165,78 +160,50 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-    data = to_device(as_feature_matrix(x, label, feature_names=feature_names, missing=missing), device)
-    names = _stat_names(stats, data, range)
-    want_hist = "hist" in names or "mi" in names
-    if split_every is not None:
-        resolve_split_every(split_every)  # validate before planning
-    resumed = _resume_layout(checkpoint, force, plan)
-    if resumed is not None:
-        # Resume on the grid the checkpoint was written with, whatever this cluster would plan.
-        plan, split_every = None, split_every if split_every is not None else resumed["split_every"]
-        data.x = data.x.rechunk({0: resumed["chunk_rows"]})
-    class_values, classes_from = None, None
-    if "mi" in names or "class_moments" in names:
-        from daskbatch.engine.class_labels import resolve_classes
-
-        class_values, classes_from = resolve_classes(
-            data, classes, split_every=resolve_split_every(split_every), compute=lambda d: _compute(d, progress)
-        )
-    chosen = _apply_plan(
-        plan, data, names, bins=bins, split_every=split_every, device=device,
-        n_classes=None if class_values is None else len(class_values),
-    )
-    fan_in = resolve_split_every(split_every if split_every is not None or chosen is None else chosen.split_every)
+    device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    names = describe_names(stats, labelled=data.label is not None, range_=range)
+    layout = _layout(plan, split_every, checkpoint, force)
+    class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
+    chosen = _planned(layout, data, names, bins=bins, device=device, n_classes=class_values)
+    fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
+                                 chosen.split_every if chosen is not None else None)
+    data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
+                      chosen.chunk_rows if chosen is not None else None)
     if class_values is not None and classes_from != "label scan":
         from daskbatch.engine.class_labels import checked_label
 
         assert data.label is not None
-        data.label = checked_label(data.label, data.x.chunks[0], class_values)
-    n_features = data.x.shape[1]
+        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
+    data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
 
-    moments = Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)
-    first: list[Any] = [moments]
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
-    if "cov" in names and not tiled:
-        first.append(CoMoments(ddof=ddof))
-    if "class_moments" in names:  # by label: the runner passes the label to this bundle
-        first.append(ClassMoments(ddof=ddof, classes=class_values))
-    if "sketch" in names:
-        first.append(Sketch())
-    histogram = None
     explicit = range is not None and not is_minmax(range)
-    if want_hist and explicit:
-        lo, hi = histogram_ranges(range, n_features)
-        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
-        first.append(histogram)
-
-    if cache and want_hist and not explicit and checkpoint is None:
-        data.x = data.x.persist()  # both passes read the decoded blocks from memory
-    run = _Runner(data, fan_in, progress, checkpoint, force)
-    results = dict(zip((s.name for s in first), run(Bundle(tuple(first))), strict=True))
-    m = results["moments"]
-    if nan_policy == "raise" and np.any(m.nan_count > 0):
-        bad = np.flatnonzero(m.nan_count > 0)
-        listed = ", ".join(f"{data.feature_names[i]} ({int(m.nan_count[i])})" for i in bad[:10])
-        raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
-    passes = 1
-    if want_hist and histogram is None:
-        tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
-        lo, hi = histogram_ranges(range, n_features, m.finite_min, m.finite_max, quantiles=tails)
-        histogram = Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
-        (results["hist"],) = run(Bundle((histogram,)))
-        passes = 2
-
+    two_passes = ("hist" in names or "mi" in names) and not explicit
+    if cache and two_passes and checkpoint is None:
+        data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
+    run = PassRunner(data, fan_in, progress, checkpoint, force)
+    first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None)
+    with _span(data):
+        results = dict(zip((s.name for s in first.stats), run(first), strict=True))
+        _check_nan_policy(results["moments"], nan_policy, data)
+        if two_passes:
+            tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
+            m = results["moments"]
+            lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
+            (results["hist"],) = run(Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
+                                                       classes=class_values),)))
     provenance = dict(data.provenance)
     if tiled:
-        assert chosen is not None
+        assert chosen is not None and chosen.feature_tile is not None
         results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
     provenance.update(
-        stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
-        nan_policy=nan_policy, split_every=fan_in, passes=passes,
+        stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
+        nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=explicit, classes_from=classes_from, cached=bool(cache and passes == 2 and checkpoint is None),
-        plan=None if chosen is None else {
+        range_given=explicit, classes_from=classes_from, cached=bool(cache and two_passes and checkpoint is None),
+        layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
             "n_classes": chosen.n_classes,
@@ -244,14 +211,152 @@ def describe(
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
     )
-    if want_hist:
+    if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
-    summary = Summary.from_results(
-        data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow
-    )
+    summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow)
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
+
+
+# ------------------------------------------------------------------ the steps
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How the blocks are laid out: decided once, from the checkpoint, the user or the plan.
+
+    ``chunk_rows`` and ``split_every`` are None where the plan (or the input's
+    chunks, or the configured fan-in) decides; ``plan`` is what to plan with
+    (None: do not plan); ``source`` says which for the provenance.
+    """
+
+    plan: Any
+    chunk_rows: int | None
+    split_every: int | None
+    source: str
+
+    @property
+    def split_every_or_default(self) -> int:
+        return resolve_split_every(self.split_every)
+
+
+def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> _Layout:
+    """The layout of this run: what the user asked for, else a checkpoint's recorded one, else the plan's.
+
+    Resuming needs the grid and fan-in the checkpoint was written with (the
+    cluster, and with it the automatic plan, may have changed since), so
+    without a request of their own a resumed run takes the recorded layout
+    and says so (log and ``provenance["layout"]``). A layout the user asked
+    for explicitly (``split_every``, a Plan, Resources, or ``plan=None`` for the
+    input's blocks) is never overridden: when it differs from the checkpoint's,
+    the checkpoint's fingerprint refuses the run, naming every differing item.
+    """
+    if split_every is not None:
+        resolve_split_every(split_every)  # validate before anything else
+    automatic = isinstance(plan, str) and plan == "auto"
+    recorded = None
+    if checkpoint is not None and not force and automatic:
+        from daskbatch.engine.checkpoint.manifest import recorded_layout
+
+        recorded = recorded_layout(checkpoint)
+    if recorded is None:
+        return _Layout(plan, None, split_every, "plan" if plan is not None else "input chunks")
+    fan_in = split_every if split_every is not None else recorded["split_every"]
+    log.info("resuming on the checkpoint's layout: chunk_rows=%s, split_every=%s", f"{recorded['chunk_rows']:,}", fan_in)
+    return _Layout(None, recorded["chunk_rows"], fan_in, "checkpoint")
+
+
+def _class_values(
+    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: bool
+) -> tuple[tuple[int, ...] | None, str | None]:
+    """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
+    if "mi" not in names and "class_moments" not in names:
+        return None, None
+    from daskbatch.engine.class_labels import resolve_classes
+
+    return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress))
+
+
+def _planned(
+    layout: _Layout, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, device: str,
+    n_classes: tuple[int, ...] | None,
+) -> Any:
+    """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
+    from daskbatch.planning.resources import Resources
+    from daskbatch.planning.search import Plan
+
+    plan = layout.plan
+    if plan is None:
+        return None
+    if isinstance(plan, Plan):
+        chosen = plan
+    elif (isinstance(plan, str) and plan == "auto") or isinstance(plan, Resources):
+        chosen = plan_statistics(
+            data, names, bins=bins, resources=plan, split_every=layout.split_every,
+            n_classes=None if n_classes is None else len(n_classes), device=device,
+        )
+    else:
+        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
+    if chosen.shape != tuple(data.x.shape):
+        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    return chosen
+
+
+def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
+    """``data`` with blocks of at most ``chunk_rows`` rows.
+
+    Only blocks larger than that are split (memory, parallelism): merging
+    smaller blocks would add a concatenating copy and grow peak memory for no gain.
+    """
+    if chunk_rows is None or max(data.x.chunks[0]) <= chunk_rows:
+        return data
+    return dataclasses.replace(data, x=data.x.rechunk({0: chunk_rows}))
+
+
+def _histogram(
+    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None
+) -> Histogram:
+    lo, hi = histogram_ranges(range_, n_features)
+    return Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
+
+
+def _first_pass(
+    names: tuple[str, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
+    class_values: tuple[int, ...] | None, histogram: Histogram | None,
+) -> Bundle:
+    """The statistics of the first pass, fused: each block is read and cast once for all of them."""
+    first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
+    if "cov" in names and not tiled:
+        first.append(CoMoments(ddof=ddof))
+    if "class_moments" in names:  # by label: the runner passes the label to this bundle
+        first.append(ClassMoments(ddof=ddof, classes=class_values))
+    if "sketch" in names:
+        first.append(Sketch())
+    if histogram is not None:
+        first.append(histogram)
+    return Bundle(tuple(first))
+
+
+def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
+    if nan_policy == "raise" and np.any(m.nan_count > 0):
+        bad = np.flatnonzero(m.nan_count > 0)
+        listed = ", ".join(f"{data.feature_names[i]} ({int(m.nan_count[i])})" for i in bad[:10])
+        raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
+
+
+@contextlib.contextmanager
+def _span(data: FeatureMatrix) -> Iterator[None]:
+    """One ``distributed`` span per describe call, so the dashboard groups its tasks."""
+    from daskbatch.runtime.cluster import active_client
+
+    if active_client() is None:
+        yield
+        return
+    from distributed import span
+
+    with span("daskbatch-describe"):
+        yield
 
 
 def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
@@ -269,150 +374,6 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     # The matrices stay in the store; the summary keeps the row count and the path.
     result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
     return result, {"path": out, "tile": tile}
-
-
-def _resume_layout(checkpoint: Any, force: bool, plan: Any) -> dict[str, int] | None:
-    if checkpoint is None or force or plan != "auto":
-        return None
-    from daskbatch.engine.checkpoint.run import recorded_layout
-
-    return recorded_layout(checkpoint)
-
-
-def plan_describe(
-    x: Any,
-    label: Any = None,
-    *,
-    stats: str | Sequence[str] = DEFAULT_STATS,
-    bins: int = 64,
-    range: Any = None,  # noqa: A002 - describe's name
-    split_every: int | None = None,
-    resources: Any = "auto",
-    classes: Sequence[int] | None = None,
-) -> Any:
-    """The plan :func:`describe` makes for the same arguments, without computing anything.
-
-    Useful before a cluster exists: to size a GPU worker's RMM pool, or to
-    stop a batch job early (:class:`~daskbatch.PlanError`) when nothing fits.
-
-    Parameters
-    ----------
-    x, label, stats, bins, range, split_every
-        As in :func:`describe` (``mi`` is dropped without a label; without
-        ``range`` the quantile sketch is planned for).
-    resources : Resources or "auto", default "auto"
-        The workers to plan for; ``"auto"``: those of the active client, else this machine.
-    classes : sequence of int, optional
-        The label's class values (their number sizes the ``mi`` tables); else
-        what the store records, else ``daskbatch.assumed-classes``.
-
-    Returns
-    -------
-    Plan
-    """
-    data = as_feature_matrix(x, label)
-    names = _stat_names(stats, data, range)
-    if isinstance(resources, str) and resources == "auto":
-        from daskbatch.runtime.cluster import resources_auto
-
-        resources = resources_auto()
-    n_classes = None
-    if classes is not None and "mi" in names:
-        from daskbatch.engine.class_labels import max_classes
-        from daskbatch.stats.classes import validate_classes
-
-        n_classes = len(validate_classes(classes, max_classes()))
-    return _plan_names(data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes)
-
-
-def _stat_names(stats: str | Sequence[str], data: FeatureMatrix, range_: Any = None) -> tuple[str, ...]:
-    """The statistics to compute: ``stats`` normalised, without ``mi`` when there is no label,
-    with ``sketch`` when histogram ranges are to be found from the data (``range_`` None)."""
-    names = normalize_stats(stats)
-    if "class_moments" in names and data.label is None:
-        raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
-    if data.label is None:
-        names = tuple(n for n in names if n != "mi")
-    if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
-        names += ("sketch",)
-    return names
-
-
-def _plan_names(
-    data: FeatureMatrix, names: tuple[str, ...], *, bins: int, resources: Any, split_every: int | None,
-    n_classes: int | None = None,
-) -> Any:
-    """Plan the statistics ``names`` over ``data`` (from its store when there is one)."""
-    from daskbatch import config
-    from daskbatch.planning.search import recorded_n_classes
-    from daskbatch.plans import plan as make_plan
-
-    source = data.source if data.source is not None else data.x
-    if ("mi" in names or "class_moments" in names) and n_classes is None:
-        # Classes not known yet (plan_describe reads nothing): plan with what the
-        # store records, else with a configured assumption (daskbatch.assumed-classes).
-        n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
-    elif "mi" not in names and "class_moments" not in names:
-        n_classes = None
-    return make_plan(
-        source, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every,
-    )
-
-
-def _apply_plan(
-    plan: Any, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, split_every: int | None, device: str,
-    n_classes: int | None = None,
-) -> Any:
-    """Plan the run (raising PlanError before any compute) and rechunk ``data.x`` to it."""
-    from daskbatch.planning.resources import Resources
-    from daskbatch.planning.search import Plan
-
-    if plan is None:
-        return None
-    if isinstance(plan, Plan):
-        chosen = plan
-    elif plan == "auto" or isinstance(plan, Resources):
-        resources = plan
-        if plan == "auto":
-            from daskbatch.runtime.cluster import resources_auto
-
-            resources = resources_auto(device=device)
-        chosen = _plan_names(
-            data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
-        )
-    else:
-        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
-    if chosen.shape != tuple(data.x.shape):
-        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    # Only split blocks larger than planned (memory, parallelism): merging smaller
-    # blocks would add a concatenating copy and grow peak memory for no gain.
-    if max(data.x.chunks[0]) > chosen.chunk_rows:
-        data.x = data.x.rechunk({0: chosen.chunk_rows})
-    return chosen
-
-
-class _Runner:
-    """Runs one pass (a Bundle) over the data, through a checkpoint directory when asked."""
-
-    def __init__(
-        self, data: FeatureMatrix, split_every: int, progress: bool,
-        checkpoint: str | os.PathLike[str] | None, force: bool,
-    ) -> None:
-        self.data, self.split_every, self.progress = data, split_every, progress
-        self.checkpoint, self.force = checkpoint, force
-
-    def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
-        needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
-        label = self.data.label if needs_label else None
-        if self.checkpoint is not None:
-            from daskbatch.engine.checkpoint.run import run_checkpointed
-
-            return run_checkpointed(
-                bundle, self.data, label, split_every=self.split_every, progress=self.progress,
-                directory=self.checkpoint, force=self.force,
-            )
-        graph = tree_reduce(bundle, self.data.x, label, split_every=self.split_every)
-        return _compute(graph, self.progress)
 
 
 def _version() -> str:

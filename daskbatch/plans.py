@@ -99,3 +99,77 @@ def plan(
         dtype=str(x.dtype),
         compiled_kernels=kernels.enabled(),
     )
+
+
+def plan_statistics(
+    data: Any,
+    names: Sequence[str],
+    *,
+    bins: int,
+    resources: Resources | str | None = "auto",
+    split_every: int | None = None,
+    n_classes: int | None = None,
+    device: str | None = None,
+) -> Plan:
+    """Plan the statistics ``names`` over a :class:`~daskbatch.engine.inputs.FeatureMatrix`.
+
+    From its store when it has one (storage chunks, recorded classes). Without
+    ``n_classes`` for ``mi``/``class_moments``, plans with what the store records,
+    else with ``daskbatch.assumed-classes``.
+    """
+    from daskbatch import config
+
+    source = data.source if data.source is not None else data.x
+    labelled = "mi" in names or "class_moments" in names
+    if labelled and n_classes is None:
+        n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
+    return plan(
+        source, stats=tuple(names), bins=bins, n_classes=n_classes if labelled else None,
+        resources=resources, split_every=split_every, device=device,
+    )
+
+
+def plan_describe(
+    x: Any,
+    label: Any = None,
+    *,
+    stats: str | Sequence[str] = DEFAULT_STATISTICS,
+    bins: int = 64,
+    range: Any = None,  # noqa: A002 - describe's name
+    split_every: int | None = None,
+    resources: Any = "auto",
+    classes: Sequence[int] | None = None,
+) -> Plan:
+    """The plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
+
+    Useful before a cluster exists: to size a GPU worker's RMM pool, or to
+    stop a batch job early (:class:`~daskbatch.PlanError`) when nothing fits.
+
+    Parameters
+    ----------
+    x, label, stats, bins, range, split_every
+        As in :func:`daskbatch.describe` (``mi`` is dropped without a label;
+        without ``range`` the quantile sketch is planned for).
+    resources : Resources or "auto", default "auto"
+        The workers to plan for; ``"auto"``: those of the active client, else this machine.
+    classes : sequence of int, optional
+        The label's class values (their number sizes the ``mi`` tables); else
+        what the store records, else ``daskbatch.assumed-classes``.
+
+    Returns
+    -------
+    Plan
+    """
+    from daskbatch.engine.class_labels import max_classes
+    from daskbatch.engine.inputs import as_feature_matrix
+    from daskbatch.stats.classes import validate_classes
+    from daskbatch.stats.spec import describe_names
+
+    data = as_feature_matrix(x, label)
+    names = describe_names(stats, labelled=data.label is not None, range_=range)
+    n_classes = None
+    if classes is not None and "mi" in names:
+        n_classes = len(validate_classes(classes, max_classes()))
+    return plan_statistics(
+        data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
+    )

@@ -237,8 +237,12 @@ def test_mismatch_names_the_item_and_force_starts_fresh(tmp_path: Path, store: P
     with pytest.raises(CheckpointMismatchError, match=r"hist\.bins \(16 in the checkpoint, 8 now\)"):
         describe(ds, stats=("moments", "hist"), bins=8, split_every=2, checkpoint=tmp_path)
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)
+    # plan=None asks for the input's own blocks: another grid than the checkpoint's is refused, named
     with pytest.raises(CheckpointMismatchError, match="chunk grid"):
-        describe(other, stats="moments", split_every=2, checkpoint=tmp_path)
+        describe(other, stats=("moments", "hist"), bins=16, split_every=2, checkpoint=tmp_path)
+    # the automatic plan resumes on the checkpoint's layout, and says so in the provenance
+    resumed = db.describe(other, stats=("moments", "hist"), bins=16, split_every=2, checkpoint=tmp_path, plan="auto")
+    assert resumed.provenance["layout"] == "checkpoint" and resumed.provenance["chunk_rows"] == ROWS_PER_BLOCK
     forced = describe(other, stats=("moments", "hist"), bins=8, split_every=3, checkpoint=tmp_path, force=True)
     assert_bitwise_equal(describe(other, stats=("moments", "hist"), bins=8, split_every=3), forced)
     assert "3" == __import__("json").loads((tmp_path / MANIFEST).read_text())["input"]["split_every"]

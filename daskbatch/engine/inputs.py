@@ -14,9 +14,13 @@ NUMERIC_KINDS = frozenset("biuf")
 LABEL_KINDS = frozenset("biu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeatureMatrix:
-    """A validated (samples × features) Dask array, its optional label and where they came from."""
+    """A validated (samples × features) Dask array, its optional label and where they came from.
+
+    Immutable: each step of a pipeline (rechunk, move to the GPU) makes a new
+    one with :func:`dataclasses.replace`.
+    """
 
     x: da.Array
     label: da.Array | None
@@ -146,19 +150,30 @@ def as_feature_matrix(
     return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
 
 
-def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
-    """Move every block to the GPU once (``cupy.asarray`` per block) when ``device="gpu"``.
+def device_module(device: str) -> Any:
+    """CuPy for ``device="gpu"``, None for ``"cpu"``; a one-line error for anything else or a missing CuPy.
 
-    Statistics then run and merge on the device; only final results come back.
+    Checked first by :func:`daskbatch.describe`, before planning for the device.
     """
     if device == "cpu":
-        return data
+        return None
     if device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     try:
         import cupy
     except ImportError as exc:
         raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
+    return cupy
+
+
+def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
+    """Move every block to the GPU once (``cupy.asarray`` per block) when ``device="gpu"``.
+
+    Statistics then run and merge on the device; only final results come back.
+    """
+    cupy = device_module(device)
+    if cupy is None:
+        return data
 
     def move(a: da.Array) -> da.Array:
         # The function, not the method: typeshed's functools.wraps does not bind self.

@@ -76,3 +76,20 @@ def histogram_ranges(
         d = int(np.argmax(bad))
         raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
     return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+
+def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = None) -> tuple[str, ...]:
+    """What :func:`daskbatch.describe` computes for ``stats``.
+
+    ``stats`` normalised (moments first), without ``mi`` when there is no label,
+    and with ``sketch`` when histogram ranges are to be found from the data
+    (``range_`` None). ``class_moments`` without a label is an error.
+    """
+    names = normalize_stats(stats)
+    if "class_moments" in names and not labelled:
+        raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
+    if not labelled:
+        names = tuple(n for n in names if n != "mi")
+    if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
+        names += ("sketch",)
+    return names
