@@ -10,7 +10,9 @@ from typing import Any, Literal
 import dask
 import numpy as np
 
+from daskbatch.arguments import strict_int
 from daskbatch.inputs import FeatureMatrix, as_feature_matrix, to_device
+from daskbatch.outputs import check_output
 from daskbatch.reduce import resolve_split_every, tree_reduce
 from daskbatch.stats import STATISTICS, Bundle, CoMoments, Histogram, Moments
 from daskbatch.summary import Summary
@@ -35,7 +37,8 @@ def histogram_ranges(
     """Per-feature (lo, hi) from a user range, or from finite extrema found by a first pass.
 
     A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
+    Found ranges follow ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
+    (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
     """
     if range_ is not None:
         r = np.asarray(range_, dtype=np.float64)
@@ -51,8 +54,12 @@ def histogram_ranges(
         empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
+        # A constant feature gets a range around its value: +-0.5 as numpy.histogram, widened to
+        # 4096 float64 steps of v from |v| >= 2**40, where 0.5 would leave bins too few steps wide
+        # (and from 2**53 no room at all: v - 0.5 == v).
         same = lo == hi
-        lo, hi = np.where(same, lo - 0.5, lo), np.where(same, hi + 0.5, hi)
+        half = np.maximum(0.5, np.spacing(np.abs(lo)) * 4096)
+        lo, hi = np.where(same, lo - half, lo), np.where(same, hi + half, hi)
     bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
     if bad.any():
         d = int(np.argmax(bad))
@@ -175,6 +182,7 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     data = to_device(as_feature_matrix(x, label, feature_names=feature_names), device)
     names = _stat_names(stats, data)
     want_hist = "hist" in names or "mi" in names
@@ -194,6 +202,8 @@ def describe(
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     if "cov" in names and not tiled:
         first.append(CoMoments(ddof=ddof))
+    if tiled and cov_out is not None:  # refuse an unusable cov_out before computing anything
+        check_output(cov_out, kind="tiled_cov", what="cov_out", protected=_protected(data, checkpoint))
     histogram = None
     if want_hist and range is not None:
         lo, hi = histogram_ranges(range, n_features)
@@ -247,11 +257,16 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
-        feature_names=data.feature_names, overwrite=True,
+        feature_names=data.feature_names, protected=_protected(data),
     )
     # The matrices stay in the store; the summary keeps the row count and the path.
     result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
     return result, {"path": out, "tile": tile}
+
+
+def _protected(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, Any]:
+    """Paths an output of this run must stay clear of: the input store and the checkpoint."""
+    return {"the input store": data.provenance.get("path"), "the checkpoint directory": checkpoint}
 
 
 def _resume_layout(checkpoint: Any, force: bool, plan: Any) -> dict[str, int] | None:
