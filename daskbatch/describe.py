@@ -58,8 +58,11 @@ def histogram_ranges(
         # 4096 float64 steps of v from |v| >= 2**40, where 0.5 would leave bins too few steps wide
         # (and from 2**53 no room at all: v - 0.5 == v).
         same = lo == hi
-        half = np.maximum(0.5, np.spacing(np.abs(lo)) * 4096)
-        lo, hi = np.where(same, lo - half, lo), np.where(same, hi + half, hi)
+        ulp = np.abs(lo) - np.nextafter(np.abs(lo), 0.0)  # the step below |v| (np.spacing overflows at max)
+        half = np.maximum(0.5, ulp * 4096)
+        big = np.finfo(np.float64).max  # a constant at +-max keeps a finite range (its value on the edge)
+        lo = np.where(same, np.maximum(lo, half - big) - half, lo)
+        hi = np.where(same, np.minimum(hi, big - half) + half, hi)
     bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
     if bad.any():
         d = int(np.argmax(bad))
