@@ -49,7 +49,7 @@ def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     if isinstance(value, numbers.Integral):
         result = int(value)
     elif float(value).is_integer():
-        result = int(value)
+        result = int(float(value))
     else:
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and result < minimum:

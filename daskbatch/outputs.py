@@ -34,6 +34,7 @@ from daskbatch.errors import DataError
 __all__ = [
     "MARKER",
     "OutputError",
+    "OutputExistsError",
     "OutputTarget",
     "check_output",
     "check_separate",
@@ -56,6 +57,10 @@ Form = Literal["zarr", "file"]
 
 class OutputError(DataError):
     """An output path is unusable or would destroy something; the message names the path and the way out."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The path holds something that is not a daskbatch output of the kind being written."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +235,7 @@ def check_output(
         found = output_kind(where)
         if found != kind:
             noun = _NOUNS.get(kind, f"daskbatch {kind} output")
-            raise OutputError(
+            raise OutputExistsError(
                 f"{what} {where} already exists and is not a {noun}; choose another path "
                 f"(or pass --overwrite / overwrite=True to replace it)"
             )

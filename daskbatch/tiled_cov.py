@@ -185,7 +185,7 @@ def _fill_tiles(
     import zarr
 
     n_features = int(x.shape[1])
-    attrs = {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}}
+    attrs: dict[str, Any] = {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}}
     group = zarr.open_group(where, mode="w-", attributes=attrs)
     for name in ("cov", "corr"):
         group.create_array(name, shape=(n_features, n_features), chunks=(tile, tile), dtype="f8", fill_value=np.nan)

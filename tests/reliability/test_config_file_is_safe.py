@@ -23,6 +23,8 @@ FAST = ["--cluster", "threads", "--no-progress", "--stats", "moments"]
 @pytest.fixture(autouse=True)
 def restore_dask_config() -> Iterator[None]:
     """Accepted settings change the process-wide dask config, as they should in a job."""
+    import distributed  # noqa: F401 - its defaults join dask.config on import: snapshot them too
+
     saved = copy.deepcopy(dask.config.config)
     yield
     dask.config.config.clear()
