@@ -7,6 +7,7 @@ import tempfile
 import time
 from typing import Any
 
+from daskbatch.io.outputs import OutputTarget, staged
 from daskbatch.report import format_report
 
 
@@ -46,6 +47,7 @@ def run_demo(
     out_dir = out_dir or tempfile.mkdtemp(prefix="daskbatch-demo-")
     os.makedirs(out_dir, exist_ok=True)
     store = os.path.join(out_dir, "data.zarr")
+    summary_target = _check_demo_dir(out_dir, store)
     n_workers = workers or max(1, min(4, os.cpu_count() or 1))
 
     t0 = time.perf_counter()
@@ -67,9 +69,30 @@ def run_demo(
     echo(f"\n  summary computed in {t2 - t1:.1f} s ({rows / max(t2 - t1, 1e-9):,.0f} rows/s)\n")
     echo(format_report(summary, top=10))
     results = os.path.join(out_dir, "summary.zarr")
-    summary.save(results)
+    summary.save(summary_target.path)  # checked before the compute; an earlier demo's is replaced
     table = os.path.join(out_dir, "summary.csv")
-    summary.to_dataframe().to_csv(table)
+    with staged(table) as tmp:
+        summary.to_dataframe().to_csv(tmp)
     echo(f"\nResults saved: {results} (load with daskbatch.load_summary) and {table}")
     echo(f"Total time {time.perf_counter() - t0:.1f} s")
     return out_dir
+
+
+def _check_demo_dir(out_dir: str, store: str) -> OutputTarget:
+    """Refuse an ``out_dir`` whose data.zarr / summary.csv were not written by an earlier demo (they are replaced)."""
+    import zarr
+
+    from daskbatch.io.outputs import OutputError, check_output
+
+    earlier = False
+    if os.path.lexists(store):
+        try:
+            earlier = "synth" in zarr.open_group(store, mode="r").attrs
+        except (OSError, ValueError):  # not a Zarr group: not ours
+            earlier = False
+        if not earlier:
+            raise OutputError(f"--out {out_dir} holds a data.zarr that the demo did not write; choose another directory")
+    table = os.path.join(out_dir, "summary.csv")
+    if os.path.lexists(table) and not earlier:
+        raise OutputError(f"--out {out_dir} holds a summary.csv that the demo did not write; choose another directory")
+    return check_output(os.path.join(out_dir, "summary.zarr"), kind="summary", what="--out")

@@ -17,10 +17,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch._arguments import strict_int
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every
+from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_statistics
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
@@ -160,6 +162,7 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
@@ -176,6 +179,9 @@ def describe(
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
     data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
+    if cov_out is not None and chosen is not None and chosen.feature_tile is not None:
+        # refuse an unusable cov_out before computing anything
+        check_output(cov_out, kind="tiled_cov", what="cov_out", protected=_protected(data, checkpoint))
 
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     explicit = range is not None and not is_minmax(range)
@@ -369,11 +375,16 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
-        feature_names=data.feature_names, overwrite=True,
+        feature_names=data.feature_names, protected=_protected(data),
     )
     # The matrices stay in the store; the summary keeps the row count and the path.
     result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
     return result, {"path": out, "tile": tile}
+
+
+def _protected(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, Any]:
+    """Paths an output of this run must stay clear of: the input store and the checkpoint."""
+    return {"the input store": data.provenance.get("path"), "the checkpoint directory": checkpoint}
 
 
 def _version() -> str:

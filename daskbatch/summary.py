@@ -272,15 +272,47 @@ class Summary:
             **kwargs,
         )
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> str:
-        """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`)."""
-        target = os.fspath(path)
-        ds = self.to_xarray()
-        ds.to_zarr(
-            target, mode="w" if overwrite else "w-", consolidated=False,
-            encoding=_checksummed_encoding(ds), write_empty_chunks=True,
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+        """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
+
+        Parameters
+        ----------
+        path : str or path
+            The store to create. An existing summary there is replaced once the
+            new one is completely written; anything else is refused.
+        overwrite : bool, default False
+            Also replace a path that is not a daskbatch summary. The summary's
+            own input store (``provenance["path"]``) and tiled covariance are
+            never written over, into, or replaced as part of a parent directory.
+
+        Returns
+        -------
+        str
+            ``path``.
+
+        Raises
+        ------
+        daskbatch.io.outputs.OutputError
+            Before anything is written, with a message naming the path.
+        """
+        from daskbatch.io.outputs import MARKER, check_output, write_output
+
+        tiled = self.provenance.get("tiled_cov") or {}
+        target = check_output(
+            path, kind="summary", what="path", overwrite=overwrite,
+            protected={
+                "the summary's input store": self.provenance.get("path"),
+                "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
+            },
         )
-        return target
+        ds = self.to_xarray()
+        ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
+        return write_output(
+            target,
+            lambda tmp: ds.to_zarr(
+                tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True
+            ),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Dict of every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``."""
@@ -366,11 +398,47 @@ def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
 
 
 def load_summary(path: str | os.PathLike[str]) -> Summary:
-    """Read a :class:`Summary` written by :meth:`Summary.save`."""
+    """Read a :class:`Summary` written by :meth:`Summary.save`.
+
+    Raises
+    ------
+    DataError
+        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all).
+    """
     import xarray as xr
 
-    with xr.open_zarr(os.fspath(path), consolidated=False) as ds:
+    where = os.fspath(path)
+    _check_is_summary(where)
+    with xr.open_zarr(where, consolidated=False) as ds:
         return Summary.from_xarray(ds.load())
+
+
+def _check_is_summary(where: str) -> None:
+    """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
+    import zarr
+
+    from daskbatch.errors import DataError
+    from daskbatch.io.outputs import MARKER
+
+    if "://" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
+    try:
+        group = zarr.open_group(where, mode="r")
+    except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)
+        raise DataError(
+            f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
+        ) from None
+    marker = group.attrs.get(MARKER)
+    arrays = sorted(name for name, _ in group.arrays())
+    # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
+    legacy = marker is None and "provenance" in group.attrs and {"feature", "mean", "count"} <= set(arrays)
+    if marker != "summary" and not legacy:
+        held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
+        kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
+        raise DataError(
+            f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
+            "or give a path written by Summary.save / describe --out"
+        )
 
 
 class _pandas_display:

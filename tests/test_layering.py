@@ -114,14 +114,14 @@ def test_scan_sees_what_it_should() -> None:
 
 # Layers from the bottom up: a module may import its own layer or any layer below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("daskbatch._typing", "daskbatch._version", "daskbatch.errors", "daskbatch.config"),
+    ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config"),
     ("daskbatch.stats",),
     ("daskbatch.planning",),
     ("daskbatch.io", "daskbatch.runtime"),
     ("daskbatch.engine",),
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
-     "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.outputs", "daskbatch.progress",
+     "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
      "daskbatch.jobs", "daskbatch.plans", "daskbatch.scores"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )

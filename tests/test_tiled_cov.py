@@ -94,8 +94,11 @@ def test_top_correlated_and_reopen(tmp_path: Path) -> None:
     again = open_tiled_cov(tmp_path / "c.zarr")
     assert (again.n, again.tile, again.feature_names) == (result.n, 16, tuple(names))
     assert again.top_correlated(3) == top[:3]
+    # Its own earlier store is replaced; anything else is refused.
+    assert tiled_covariance(x, tile=16, out=tmp_path / "c.zarr", feature_names=names).top_correlated(3) == top[:3]
+    (tmp_path / "other").mkdir()
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        tiled_covariance(x, tile=16, out=tmp_path / "c.zarr")
+        tiled_covariance(x, tile=16, out=tmp_path / "other")
 
 
 def test_tiles_are_written_by_workers(tmp_path: Path) -> None:

@@ -1,11 +1,64 @@
-"""``--config FILE``: option defaults (and dask settings) from a YAML file, for batch jobs."""
+"""``--config FILE``: option defaults (and dask settings) from a YAML file, for batch jobs.
+
+Every option value in the file is checked against its option's type before
+the command runs, and the ``dask:`` mapping is limited to the settings in
+:mod:`daskbatch.cli._dask_settings` unless ``--allow-dask-config`` is given;
+both fail with one line naming the key.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NoReturn
 
 import click
 import yaml
+
+from daskbatch.cli._dask_settings import flatten, refused_setting
+from daskbatch.cli._group import EXIT_BAD_INPUT
+
+#: ctx.meta keys: the file's ``dask:`` mapping, applied once --allow-dask-config is known.
+_PENDING = "daskbatch.config.dask"
+_SOURCE = "daskbatch.config.path"
+#: Options a job file may not set for itself.
+_NOT_FROM_FILE = ("config", "allow_dask_config")
+
+
+def _fail(ctx: click.Context, message: str) -> NoReturn:
+    """One line on stderr and exit code 2 (click's BadParameter would print usage lines too)."""
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(EXIT_BAD_INPUT)
+    raise AssertionError("unreachable")  # ctx.exit raises
+
+
+def _expected(param: click.Parameter) -> tuple[str, tuple[type, ...]]:
+    """What a value for ``param`` must be, in words and as Python types (YAML gives these)."""
+    kind = param.type
+    if isinstance(param, click.Option) and param.is_flag:
+        return "true or false", (bool,)
+    if isinstance(kind, click.types.IntParamType):
+        return "an integer", (int,)
+    if isinstance(kind, click.types.FloatParamType):
+        return "a number", (int, float)
+    if isinstance(kind, click.types.BoolParamType):
+        return "true or false", (bool,)
+    if isinstance(kind, click.Choice):
+        return f"one of {', '.join(map(str, kind.choices))}", (str,)
+    if isinstance(kind, click.Path):
+        return "a path (a string)", (str,)
+    return "a string", (str, int, float)  # e.g. --memory 16GiB, which YAML may read as a number
+
+
+def _check_value(ctx: click.Context, source: str, key: str, param: click.Parameter, value: Any) -> Any:
+    """``value`` checked against ``param``'s type; a one-line error naming ``key`` otherwise."""
+    words, types = _expected(param)
+    # bool is an int to Python, never an integer or a string to a user.
+    if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+        _fail(ctx, f"{source}: {key} must be {words}, got {value!r} ({type(value).__name__})")
+    try:
+        return param.type_cast_value(ctx, value) if value is not None else None
+    except click.BadParameter as exc:
+        _fail(ctx, f"{source}: {key}: {exc.format_message()}")
 
 
 def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -15,40 +68,76 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
         with open(value) as f:
             loaded = yaml.safe_load(f) or {}
     except OSError as exc:
-        raise click.BadParameter(f"cannot read {value}: {exc.strerror}") from exc
+        _fail(ctx, f"cannot read --config {value}: {exc.strerror}")
     except yaml.YAMLError as exc:
-        raise click.BadParameter(f"{value} is not valid YAML: {exc}") from exc
+        _fail(ctx, f"--config {value} is not valid YAML: {' '.join(str(exc).split())}")
     if not isinstance(loaded, dict):
-        raise click.BadParameter(f"{value} must hold a mapping of option names to values")
+        _fail(ctx, f"--config {value} must hold a mapping of option names to values")
     dask_settings = loaded.pop("dask", None)
-    if dask_settings:
-        import dask.config
-
-        dask.config.update(dask.config.config, dask_settings)
-    # Keys are the options' long names ("nan-policy", "json", "x"), mapped to click's parameter names.
-    by_flag: dict[str, str] = {}
+    if dask_settings is not None:
+        if not isinstance(dask_settings, dict):
+            _fail(ctx, f"{value}: dask must be a mapping of dask settings, got {type(dask_settings).__name__}")
+        # Applied by the command once --allow-dask-config (which may come later) is known.
+        ctx.meta[_PENDING], ctx.meta[_SOURCE] = dask_settings, value
+    # Keys are the options' long names ("nan-policy", "json", "x"), mapped to click's parameters.
+    by_flag: dict[str, click.Parameter] = {}
     for p in ctx.command.params:
-        if p.name is None or p.name == "config" or isinstance(p, click.Argument):
+        if p.name is None or p.name in _NOT_FROM_FILE or isinstance(p, click.Argument):
             continue
         for opt in p.opts:
             if opt.startswith("--"):
-                by_flag[opt[2:].replace("-", "_")] = p.name
+                by_flag[opt[2:].replace("-", "_")] = p
     defaults: dict[str, Any] = {}
     unknown = []
     for key, val in loaded.items():
-        name = by_flag.get(str(key).replace("-", "_"))
-        if name is None:
-            unknown.append(key)
-        else:
-            defaults[name] = val
+        target = by_flag.get(str(key).replace("-", "_"))
+        if target is None:
+            unknown.append(str(key))
+            continue
+        _check_value(ctx, value, str(key), target, val)
+        assert target.name is not None
+        defaults[target.name] = val
     if unknown:
-        raise click.BadParameter(f"{value}: unknown option(s) {sorted(unknown)}; known: {sorted(by_flag)}")
+        _fail(ctx, f"{value}: unknown option(s) {sorted(unknown)}; known: {sorted(by_flag)}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
 
+def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
+    """Merge the job file's ``dask:`` mapping into dask.config, refusing unsafe keys unless ``allow``."""
+    settings = ctx.meta.pop(_PENDING, None)
+    if not settings:
+        return
+    source = ctx.meta.get(_SOURCE, "--config")
+    if not allow:
+        for key, val in flatten(settings):
+            why = refused_setting(key, val)
+            if why is not None:
+                _fail(
+                    ctx,
+                    f"{source}: dask setting {key} {why}; pass --allow-dask-config if you trust this file "
+                    "(or set it in dask's own config)",
+                )
+    import dask.config
+
+    dask.config.update(dask.config.config, settings)
+
+
 def config_option(func: Any) -> Any:
-    """Add ``--config FILE`` (YAML: option names as keys, plus an optional ``dask:`` mapping)."""
+    """Add ``--config FILE`` (YAML: option names as keys, plus an optional ``dask:`` mapping) and
+    ``--allow-dask-config``."""
+
+    @functools.wraps(func)
+    def command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
+        _apply_dask_settings(click.get_current_context(), allow_dask_config)
+        return func(*args, **kwargs)
+
+    command = click.option(
+        "--allow-dask-config",
+        is_flag=True,
+        help="Accept any setting in the --config file's 'dask:' mapping. Without it only settings that "
+        "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
+    )(command)
     return click.option(
         "--config",
         type=click.Path(dir_okay=False),
@@ -57,4 +146,4 @@ def config_option(func: Any) -> Any:
         callback=_load,
         help="YAML file of option values (keys as option names, e.g. bins: 128) and an optional "
         "'dask:' mapping of dask config. Command-line options win.",
-    )(func)
+    )(command)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import sys
 from collections.abc import Callable
@@ -45,6 +46,7 @@ def user_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
         from daskbatch.errors import DeviceUnavailableError, PlanError
 
         try:
@@ -53,8 +55,12 @@ def user_errors(func: F) -> F:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_PLAN)
         except (
-            ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError, DeviceUnavailableError
+            ValueError, TypeError, FileNotFoundError, KeyError, OSError, ImportError, DeviceUnavailableError,
+            concurrent.futures.CancelledError,
         ) as exc:
+            if is_lost_scheduler(exc, connecting=False):  # not bad input, though CommClosedError is an OSError
+                click.echo(f"error: lost the scheduler ({describe_lost(exc)}); run the command again", err=True)
+                sys.exit(EXIT_FAILURE)
             # ImportError: an optional extra is missing (its message names the pip install);
             # DeviceUnavailableError: no CUDA device for --cluster cuda.
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -9,8 +9,9 @@ from typing import Literal, cast
 import click
 
 from daskbatch.cli._config_file import config_option
-from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli.options import client_from_options, cluster_options
+from daskbatch.io.outputs import OutputTarget, check_output, write_json
 from daskbatch.report import format_report
 
 
@@ -57,7 +58,12 @@ def parse_classes(text: str | None) -> list[int] | None:
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the summary as JSON ('-' for stdout).")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the summary as JSON ('-' for stdout).")
+@click.option(
+    "--overwrite", is_flag=True,
+    help="Let --out and --json replace a path that is not a daskbatch summary (an earlier summary is "
+    "replaced anyway). The input store is never written over.",
+)
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Directory for resumable partial states.")
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
@@ -75,7 +81,8 @@ def parse_classes(text: str | None) -> list[int] | None:
 def describe_command(
     store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
-    checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool, top: int,
+    overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
+    top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
@@ -85,6 +92,7 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
+    from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
     from daskbatch.describe import describe, plan_describe
     from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
     from daskbatch.errors import Interrupted
@@ -98,6 +106,8 @@ def describe_command(
     )
     from daskbatch.stats.moments import NanPolicy
 
+    # Every output path is checked before anything is opened or computed.
+    targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if cov_out is None and out is not None:
@@ -115,11 +125,13 @@ def describe_command(
             dataset, stats=stat_names, bins=bins, range=parse_range(range_), split_every=split_every,
             resources=gpus, classes=classes,
         )
+    connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
         with sigterm_as_interrupt(), client_from_options(
             cluster, address, scheduler_file, wait_for_workers=wait_for_workers, **cluster_kwargs
         ) as client:
+            connected = True
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
@@ -133,15 +145,47 @@ def describe_command(
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
         click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if not (connected and is_lost_scheduler(exc)):
+            raise
+        if checkpoint:
+            click.echo(
+                f"interrupted, resumable: lost the scheduler ({describe_lost(exc)}); finished blocks are "
+                f"kept in {checkpoint}, run the same command to resume", err=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        click.echo(
+            f"error: lost the scheduler during the computation ({describe_lost(exc)}); nothing was "
+            "written: run the command again (with --checkpoint to keep finished blocks)", err=True,
+        )
+        sys.exit(EXIT_FAILURE)
     click.echo(format_report(summary, top=top))
-    if out:
-        summary.save(out)
+    if "out" in targets:
+        summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
         click.echo(f"summary written to {out}")
-    if json_path:
-        text = json.dumps(summary.to_json(), default=str)
-        if json_path == "-":
-            click.echo(text)
-        else:
-            with open(json_path, "w") as f:
-                f.write(text)
-            click.echo(f"summary written to {json_path}")
+    if "json" in targets:
+        write_json(targets["json"], summary.to_json())
+        click.echo(f"summary written to {json_path}")
+    elif json_path == "-":
+        click.echo(json.dumps(summary.to_json(), default=str))
+
+
+def _check_outputs(
+    store: str, out: str | None, json_path: str | None, cov_out: str | None, checkpoint: str | None,
+    overwrite: bool,
+) -> dict[str, OutputTarget]:
+    """Check --out, --json and --cov-out against the disk and each other (one-line OutputError)."""
+    protected: dict[str, str | None] = {"the input store": store, "the --checkpoint directory": checkpoint}
+    targets: dict[str, OutputTarget] = {}
+    if out is not None:
+        targets["out"] = check_output(out, kind="summary", what="--out", overwrite=overwrite, protected=protected)
+        protected["--out"] = out
+    if json_path is not None and json_path != "-":
+        targets["json"] = check_output(
+            json_path, kind="summary", form="file", what="--json", overwrite=overwrite, protected=protected
+        )
+        protected["--json"] = json_path
+    if cov_out is not None:
+        # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
+        targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
+    return targets

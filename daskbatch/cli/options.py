@@ -116,8 +116,14 @@ def client_from_options(
     if cluster == "threads" and not (address or scheduler_file):
         yield None
         return
+    import distributed  # noqa: F401 - sets up the log handlers one_line_distributed_logs quiets
+
+    from daskbatch.cli._lost_scheduler import one_line_distributed_logs
     from daskbatch.runtime.cluster import cluster as start_cluster
 
-    # cluster() prints the scheduler and its dashboard link on stderr.
-    with start_cluster(cluster, address=address, scheduler_file=scheduler_file, **kwargs) as client:
+    # cluster() prints the scheduler and its dashboard link on stderr. Losing the scheduler
+    # makes distributed log tracebacks while the client closes: kept to one line each.
+    with one_line_distributed_logs(), start_cluster(
+        cluster, address=address, scheduler_file=scheduler_file, **kwargs
+    ) as client:
         yield client

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,15 @@ def check_label(y: Any, rows: int, what: str = "x") -> None:
         raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
 
 
+def _check_known_chunks(a: Any, what: str) -> None:
+    """Refuse a dask array whose chunk sizes are unknown (NaN), as boolean indexing leaves them."""
+    if any(math.isnan(n) for n in a.shape):
+        raise ValueError(
+            f"{what} has unknown chunk sizes (shape {tuple(a.shape)}), e.g. after boolean indexing; "
+            f"call {'x' if what == 'x' else 'it'}.compute_chunk_sizes() first"
+        )
+
+
 def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
     if isinstance(a, da.Array):
         return a
@@ -126,6 +136,7 @@ def as_feature_matrix(
     if x.ndim != 2:
         hint = " (for one feature use x[:, None])" if x.ndim == 1 else ""
         raise ValueError(f"{what} has shape {tuple(x.shape)}; expected 2-D (samples, features){hint}")
+    _check_known_chunks(x, what)
     rows, n_features = x.shape
     if rows == 0 or n_features == 0:
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
@@ -135,8 +146,14 @@ def as_feature_matrix(
         x = x.rechunk({1: -1})
 
     y = None
+    if isinstance(label, str):
+        raise TypeError(
+            f"label {label!r} is a name, and a label name needs x to be a store path or a Dataset "
+            f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
+        )
     if label is not None:
         y = _as_dask(label)
+        _check_known_chunks(y, "label")
         check_label(y, rows, what)
 
     if feature_names is not None:

@@ -20,6 +20,7 @@ from dask.delayed import Delayed
 from dask.sizeof import sizeof
 
 from daskbatch import config
+from daskbatch._arguments import strict_int
 from daskbatch.engine.sizeof import register as register_sizeof
 from daskbatch.stats._base import merge_all
 
@@ -32,10 +33,9 @@ TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"
 
 def resolve_split_every(split_every: int | None) -> int:
     """``split_every`` or the configured default, validated (>= 2)."""
-    value = int(split_every if split_every is not None else config.get("split-every"))
-    if value < 2:
-        raise ValueError(f"split_every must be at least 2, got {value}")
-    return value
+    if split_every is None:
+        return strict_int(config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2)
+    return strict_int(split_every, "split_every", minimum=2)
 
 
 def tree_reduce(

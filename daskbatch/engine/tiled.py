@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
+from daskbatch.io.outputs import MARKER, check_output, write_output
 from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
 
 if TYPE_CHECKING:
@@ -123,6 +125,7 @@ def tiled_covariance(
     split_every: int | None = None,
     feature_names: Any = None,
     overwrite: bool = False,
+    protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
 ) -> TiledCov:
     """Covariance and correlation of the columns of ``x``, tile by tile, into a Zarr group.
 
@@ -141,14 +144,16 @@ def tiled_covariance(
     feature_names : sequence of str, optional
         Names for :meth:`TiledCov.top_correlated` (default ``f0, f1, ...``).
     overwrite : bool, default False
-        Replace an existing group at ``out``.
+        Replace something at ``out`` that is not a tiled covariance (an earlier
+        tiled covariance is replaced either way, once the new one is complete).
+    protected : mapping of description to path, optional
+        Paths ``out`` must not be, lie inside or hold (the input store), e.g.
+        ``{"the input store": "data.zarr"}``.
 
     Returns
     -------
     TiledCov
     """
-    import zarr
-
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
     n_features = int(x.shape[1])
@@ -160,10 +165,28 @@ def tiled_covariance(
     )
     if len(names) != n_features:
         raise ValueError(f"{len(names)} feature names for {n_features} features")
-    where = os.fspath(out)
-    if "://" not in where and os.path.exists(where) and not overwrite:
-        raise FileExistsError(f"{where!r} already exists; pass overwrite=True to replace it")
-    group = zarr.open_group(where, mode="w", attributes={"daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}})
+    # Checked before any compute; the tiles go to a temporary sibling renamed into place when all are written.
+    target = check_output(out, kind="tiled_cov", what="cov_out", overwrite=overwrite, protected=protected)
+    where = target.path
+    found: list[int] = []
+
+    def fill(into: str) -> None:
+        found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names))
+
+    write_output(target, fill)
+    n = found[0]
+    return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names)
+
+
+def _fill_tiles(
+    x: da.Array, where: str, *, tile: int, ddof: int, split_every: int | None, names: tuple[str, ...]
+) -> int:
+    """Create the group at ``where``, compute and write every tile; return the number of complete rows."""
+    import zarr
+
+    n_features = int(x.shape[1])
+    attrs: dict[str, Any] = {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}}
+    group = zarr.open_group(where, mode="w-", attributes=attrs)
     for name in ("cov", "corr"):
         group.create_array(name, shape=(n_features, n_features), chunks=(tile, tile), dtype="f8", fill_value=np.nan)
     group.create_array("mean", shape=(n_features,), chunks=(tile,), dtype="f8", fill_value=np.nan)
@@ -188,8 +211,10 @@ def tiled_covariance(
     if len(counts) != 1:  # every tile sees the same complete rows
         raise AssertionError(f"tiles disagree on the number of complete rows: {sorted(counts)}")
     n = int(counts.pop())
-    group.attrs.update({"daskbatch_tiled_cov": {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}})
-    return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names)
+    group.attrs.update(
+        {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}}
+    )
+    return n
 
 
 def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:

@@ -51,7 +51,8 @@ def histogram_ranges(
     Without one (None or ``"minmax"``) ranges come from the finite extrema
     ``vmin``/``vmax``, narrowed to the robust ranges of :mod:`daskbatch.stats.ranges`
     when the sketch's tail ``quantiles`` (D, 2) are given. Found ranges follow
-    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``.
+    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
+    (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
     """
     if range_ is not None and not is_minmax(range_):
         r = np.asarray(range_, dtype=np.float64)
@@ -69,8 +70,15 @@ def histogram_ranges(
             vmin, vmax = robust_ranges(quantiles, vmin, vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
+        # A constant feature gets a range around its value: +-0.5 as numpy.histogram, widened to
+        # 4096 float64 steps of v from |v| >= 2**40, where 0.5 would leave bins too few steps wide
+        # (and from 2**53 no room at all: v - 0.5 == v).
         same = lo == hi
-        lo, hi = np.where(same, lo - 0.5, lo), np.where(same, hi + 0.5, hi)
+        ulp = np.abs(lo) - np.nextafter(np.abs(lo), 0.0)  # the step below |v| (np.spacing overflows at max)
+        half = np.maximum(0.5, ulp * 4096)
+        big = np.finfo(np.float64).max  # a constant at +-max keeps a finite range (its value on the edge)
+        lo = np.where(same, np.maximum(lo, half - big) - half, lo)
+        hi = np.where(same, np.minimum(hi, big - half) + half, hi)
     bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
     if bad.any():
         d = int(np.argmax(bad))

@@ -40,6 +40,7 @@ from daskbatch.io.ingest.manifest import (
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import checksummed
+from daskbatch.io.outputs import check_separate
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
@@ -304,8 +305,8 @@ def ingest(
         raise ValueError(f"workers must be >= 1, got {workers}")
 
     paths = expand_sources(sources)
-    if os.path.abspath(out) in paths:
-        raise ValueError(f"the output {out!r} is also one of the sources")
+    # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
+    check_separate(out, "the output", {f"the source {p}": p for p in paths})
     scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype)
     chunk_rows = chunk_rows or _default_chunk_rows(scan.features, np.dtype(scan.dtype).itemsize)
     n_chunks = -(-scan.rows // chunk_rows)

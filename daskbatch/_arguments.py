@@ -1,0 +1,57 @@
+"""Strict checks of numeric arguments, so that ``bins=True`` or ``split_every=2.5`` fail instead of being rounded."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+__all__ = ["strict_int"]
+
+
+def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int, refusing bools, non-integral floats and non-numbers.
+
+    Integral floats (``8.0``, as YAML or arithmetic may produce) are accepted.
+
+    Parameters
+    ----------
+    value : object
+        What the user passed.
+    name : str
+        The argument's name, for the message.
+    minimum : int, optional
+        Smallest allowed value.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        ``value`` is a bool or not a number.
+    ValueError
+        ``value`` is a non-integral number or below ``minimum``.
+
+    Examples
+    --------
+    >>> strict_int(8.0, "bins")
+    8
+    >>> strict_int(True, "bins")
+    Traceback (most recent call last):
+    ...
+    TypeError: bins must be an integer, got True (a bool)
+    """
+    # bool is an int subclass: True would silently mean 1.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        kind = "a bool" if isinstance(value, bool) else f"a {type(value).__name__}"
+        raise TypeError(f"{name} must be an integer, got {value!r} ({kind})")
+    if isinstance(value, numbers.Integral):
+        result = int(value)
+    elif float(value).is_integer():
+        result = int(float(value))
+    else:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and result < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {result}")
+    return result

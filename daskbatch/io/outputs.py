@@ -1,0 +1,354 @@
+"""Where daskbatch writes its results, checked before any compute and replaced only when complete.
+
+Every writer (``Summary.save``, the ``describe`` CLI's ``--out``/``--json``, the
+tiled covariance store) goes through this module, which
+
+* checks a path before anything is computed: its directory exists and is
+  writable, it is not the input store, inside it or a directory holding it, and
+  it is either new, an earlier daskbatch output of the same kind (recognised by
+  the :data:`MARKER` attribute that every output carries), or ``overwrite`` was
+  asked for;
+* writes into a hidden temporary sibling (``.NAME.tmp-<pid>-<hex>``) and renames
+  it into place, so that an interrupted or failed write never leaves half an
+  output, and an old output is removed only once the new one is complete.
+
+Remote URLs (``s3://...``) cannot be renamed atomically: they are checked the
+same way, and an output of ours there is replaced in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from daskbatch.errors import DataError
+
+__all__ = [
+    "MARKER",
+    "OutputError",
+    "OutputExistsError",
+    "OutputTarget",
+    "check_output",
+    "check_separate",
+    "output_kind",
+    "write_json",
+    "write_output",
+]
+
+#: Root attribute (Zarr) or first key (JSON) naming what kind of daskbatch output a path holds.
+MARKER = "daskbatch_output"
+
+#: What each kind is called in messages.
+_NOUNS = {"summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance"}
+
+#: Written by tiled_covariance before the marker existed; still recognised as ours.
+_LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
+
+Form = Literal["zarr", "file"]
+
+
+class OutputError(DataError):
+    """An output path is unusable or would destroy something; the message names the path and the way out."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The path holds something that is not a daskbatch output of the kind being written."""
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """A checked output path.
+
+    Attributes
+    ----------
+    path : str
+        The path as given.
+    kind : str
+        The marker value written with the output (``"summary"``, ``"tiled_cov"``).
+    form : {"zarr", "file"}
+        A Zarr store (a directory) or a single file.
+    what : str
+        How messages call the path (``"--out"``, ``"path"``, ``"cov_out"``).
+    overwrite : bool
+        Whether something that is not our output may be replaced.
+    protected : mapping of str to str
+        Paths the output must stay clear of, by description (``"the input store"``).
+    """
+
+    path: str
+    kind: str
+    form: Form
+    what: str
+    overwrite: bool
+    protected: Mapping[str, str]
+
+    @property
+    def is_url(self) -> bool:
+        return _is_url(self.path)
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _real(path: str) -> str:
+    """Comparable form of a path: symlinks resolved for local paths, trailing slashes dropped for URLs."""
+    return path.rstrip("/") if _is_url(path) else os.path.realpath(os.path.abspath(path))
+
+
+def _contains(outer: str, inner: str) -> bool:
+    """True when ``inner`` is ``outer`` or lies below it (both already :func:`_real`)."""
+    if _is_url(outer) != _is_url(inner):
+        return False
+    if _is_url(outer):
+        return inner == outer or inner.startswith(outer + "/")
+    return os.path.commonpath([outer, inner]) == outer
+
+
+def check_separate(path: str, what: str, protected: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse ``path`` when it is, lies inside, or holds any of the ``protected`` paths.
+
+    Parameters
+    ----------
+    path : str
+        The output.
+    what : str
+        How messages call it.
+    protected : mapping of description to path
+        E.g. ``{"the input store": "data.zarr"}``; None values are skipped.
+
+    Raises
+    ------
+    OutputError
+    """
+    mine = _real(path)
+    for description, other in protected.items():
+        if other is None:
+            continue
+        theirs = _real(os.fspath(other))
+        if mine == theirs:
+            relation = "is"
+        elif _contains(theirs, mine):
+            relation = "is inside"
+        elif _contains(mine, theirs):
+            relation = "holds"
+        else:
+            continue
+        raise OutputError(f"{what} {path} {relation} {description}; choose another path")
+
+
+def output_kind(path: str | os.PathLike[str]) -> str | None:
+    """The kind of daskbatch output at ``path`` (its :data:`MARKER`), or None for anything else."""
+    where = os.fspath(path)
+    if not _is_url(where) and os.path.isfile(where):
+        return _json_kind(where)
+    import zarr
+
+    try:
+        attrs = dict(zarr.open_group(where, mode="r").attrs)
+    except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
+        return None
+    kind = attrs.get(MARKER)
+    if isinstance(kind, str):
+        return kind
+    return next((k for k, attr in _LEGACY_ATTRS.items() if isinstance(attrs.get(attr), dict)), None)
+
+
+def _json_kind(path: str) -> str | None:
+    """The marker of a JSON file written by :func:`write_json` (its first key), from its first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head)
+    return found.group(1) if found else None
+
+
+def _exists(path: str) -> bool:
+    if not _is_url(path):
+        return os.path.lexists(path)
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(path)
+    return bool(fs.exists(where))
+
+
+def check_output(
+    path: str | os.PathLike[str],
+    *,
+    kind: str,
+    form: Form = "zarr",
+    what: str = "path",
+    overwrite: bool = False,
+    protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+) -> OutputTarget:
+    """Check that ``path`` can take a new output of ``kind``, before anything is computed.
+
+    Parameters
+    ----------
+    path : str or path
+        Where the output will go.
+    kind : str
+        ``"summary"`` or ``"tiled_cov"``: an existing output of the same kind may be replaced.
+    form : {"zarr", "file"}, default "zarr"
+        A Zarr store or a single file (a JSON document).
+    what : str, default "path"
+        How messages call the path (the option or argument name).
+    overwrite : bool, default False
+        Also replace something that is not a daskbatch output of this kind.
+    protected : mapping of description to path, optional
+        Paths never to write into, over, or as a parent of (the input store).
+
+    Returns
+    -------
+    OutputTarget
+
+    Raises
+    ------
+    OutputError
+        With a one-line message naming the path and what to do.
+    """
+    where = os.fspath(path)
+    if not where:
+        raise OutputError(f"{what} is an empty path; give a path to write to")
+    guarded = {k: os.fspath(v) for k, v in (protected or {}).items() if v is not None}
+    check_separate(where, what, guarded)
+    target = OutputTarget(path=where, kind=kind, form=form, what=what, overwrite=overwrite, protected=guarded)
+    if not target.is_url:
+        parent = os.path.dirname(os.path.abspath(where))
+        if not os.path.isdir(parent):
+            raise OutputError(f"{what} {where}: directory {parent} does not exist; create it or choose another path")
+        if not _can_create_in(parent):
+            raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path")
+        if form == "file" and os.path.isdir(where):
+            raise OutputError(f"{what} {where} is a directory; give a file name")
+    if _exists(where) and not overwrite:
+        found = output_kind(where)
+        if found != kind:
+            noun = _NOUNS.get(kind, f"daskbatch {kind} output")
+            raise OutputExistsError(
+                f"{what} {where} already exists and is not a {noun}; choose another path "
+                f"(or pass --overwrite / overwrite=True to replace it)"
+            )
+    return target
+
+
+def _can_create_in(directory: str) -> bool:
+    """Whether a file can be created in ``directory``, by trying (os.access says yes to root on read-only mounts)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".daskbatch-probe-"):
+            return True
+    except OSError:
+        return False
+
+
+def _sibling(path: str, tag: str) -> str:
+    """A hidden, unused name beside ``path``: ``.NAME.<tag>-<pid>-<hex>``."""
+    parent, name = os.path.split(os.path.abspath(path))
+    return os.path.join(parent, f".{name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _remove(path: str) -> None:
+    """Delete a file, a symlink (not what it points to) or a directory tree."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def write_output(target: OutputTarget, write: Callable[[str], Any]) -> str:
+    """Write an output through a temporary sibling and rename it into place.
+
+    Parameters
+    ----------
+    target : OutputTarget
+        From :func:`check_output` (checked again here: the disk may have changed during compute).
+    write : callable
+        Called with the path to write to (a fresh, not yet existing path);
+        must create the complete output there.
+
+    Returns
+    -------
+    str
+        ``target.path``.
+    """
+    target = check_output(
+        target.path, kind=target.kind, form=target.form, what=target.what,
+        overwrite=target.overwrite, protected=target.protected,
+    )
+    if target.is_url:
+        _write_remote(target, write)
+        return target.path
+    with staged(target.path) as tmp:
+        write(tmp)
+    return target.path
+
+
+@contextlib.contextmanager
+def staged(path: str) -> Iterator[str]:
+    """Yield a temporary sibling of ``path`` to fill; on success it replaces ``path``, on failure it is removed.
+
+    An existing ``path`` is moved aside first and deleted only after the new
+    output is in place (put back if the rename fails). Callers must have
+    checked ``path`` with :func:`check_output`.
+    """
+    tmp = _sibling(path, "tmp")
+    try:
+        yield tmp
+        if not os.path.lexists(tmp):
+            raise OutputError(f"nothing was written to {path}")
+        if os.path.isfile(tmp) and not os.path.isdir(path):
+            os.replace(tmp, path)  # atomic for single files
+            return
+        old = None
+        if os.path.lexists(path):
+            old = _sibling(path, "old")
+            os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            if old is not None:
+                os.rename(old, path)
+            raise
+        if old is not None:
+            _remove(old)
+    except BaseException:
+        if os.path.lexists(tmp):
+            _remove(tmp)
+        raise
+
+
+def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
+    """Object stores have no rename: replace an allowed existing output in place."""
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(target.path)
+    if fs.exists(where):
+        fs.rm(where, recursive=True)
+    write(target.path)
+
+
+def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
+    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically."""
+    text = json.dumps({MARKER: target.kind, **payload}, default=str)
+
+    def write(tmp: str) -> None:
+        if target.is_url:
+            import fsspec
+
+            with fsspec.open(tmp, "w") as f:
+                f.write(text)
+        else:
+            with open(tmp, "w") as f:
+                f.write(text)
+
+    return write_output(target, write)

@@ -1,0 +1,120 @@
+"""Losing the scheduler during ``describe`` ends with one line and the right exit code.
+
+It used to exit 1 after a 70-line ``FutureCancelledError`` traceback. Now a
+run with ``--checkpoint`` exits 75 ("interrupted, resumable"), one without
+exits 1, each with one line of its own and no traceback.
+
+A real ``dask scheduler`` and ``dask worker`` run as subprocesses, and so does
+the CLI; the scheduler is killed once the run's tasks are on it. Dask blocks
+of 10 rows (``daskbatch.target-chunk-bytes``) make the compute last seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import zarr
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def slow_store(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "d.zarr"
+    x = np.random.default_rng(0).normal(size=(20_000, 4))
+    zarr.open_group(str(path), mode="w").create_array("X", data=x, chunks=(2_000, 4))
+    return path
+
+
+@pytest.fixture()
+def env() -> dict[str, str]:
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "DASK_DASKBATCH__TARGET_CHUNK_BYTES": "320",  # 10 rows of 4 float64 per task: ~2,000 tasks
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s",
+    }
+
+
+@pytest.fixture()
+def scheduler_file(tmp_path: pathlib.Path, env: dict[str, str]) -> Iterator[tuple[pathlib.Path, subprocess.Popen[bytes]]]:
+    """A scheduler and one single-threaded worker, as separate processes."""
+    sf = tmp_path / "scheduler.json"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "dask", "scheduler", "--scheduler-file", str(sf), "--no-dashboard", "--port", "0"], **quiet
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "dask", "worker", "--scheduler-file", str(sf), "--nthreads", "1", "--no-dashboard"], **quiet
+    )
+    try:
+        yield sf, scheduler
+    finally:
+        for proc in (worker, scheduler):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+
+
+def tasks_on(sf: pathlib.Path) -> int:
+    """How many tasks the scheduler holds (asked through a short-lived client)."""
+    from distributed import Client
+
+    with Client(scheduler_file=str(sf), timeout="20s") as client:
+        client.wait_for_workers(1, timeout=60)
+        return int(client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)))
+
+
+def kill_scheduler_mid_run(
+    sf: pathlib.Path, scheduler: subprocess.Popen[bytes], env: dict[str, str], store: pathlib.Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    deadline = time.monotonic() + 60
+    while not sf.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tasks_on(sf) == 0  # the worker is up and nothing runs yet
+    run = subprocess.Popen(
+        [sys.executable, "-m", "daskbatch", "describe", str(store), "--scheduler-file", str(sf),
+         "--no-progress", "--stats", "moments", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    from distributed import Client
+
+    with Client(scheduler_file=str(sf), timeout="20s") as watch:
+        while run.poll() is None and time.monotonic() < deadline:
+            if watch.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) > 0:
+                break
+            time.sleep(0.02)
+    assert run.poll() is None, "the run ended before its tasks were seen: make the store slower"
+    scheduler.send_signal(signal.SIGKILL)
+    out, err = run.communicate(timeout=120)
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+@pytest.mark.slow  # three processes and ~2,000 tasks: about 20 s on two cores
+@pytest.mark.parametrize("with_checkpoint", [True, False], ids=["checkpoint", "no-checkpoint"])
+def test_lost_scheduler_is_one_line_with_its_exit_code(
+    tmp_path: pathlib.Path, slow_store: pathlib.Path, scheduler_file: tuple[pathlib.Path, subprocess.Popen[bytes]],
+    env: dict[str, str], with_checkpoint: bool,
+) -> None:
+    sf, scheduler = scheduler_file
+    checkpoint = tmp_path / "ckpt"
+    args = ["--checkpoint", str(checkpoint)] if with_checkpoint else []
+    done = kill_scheduler_mid_run(sf, scheduler, env, slow_store, *args)
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    if with_checkpoint:
+        assert done.returncode == 75, done.stderr
+        assert last.startswith("interrupted, resumable: lost the scheduler") and str(checkpoint) in last, last
+    else:
+        assert done.returncode == 1, done.stderr
+        assert last.startswith("error: lost the scheduler") and "--checkpoint" in last, last
+    assert done.stderr.count("lost the scheduler") == 1
