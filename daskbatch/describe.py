@@ -233,7 +233,7 @@ def describe(
         results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
     provenance.update(
         stats=list(names), bins=bins if want_hist else None, ddof=ddof, bias=bias,
-        nan_policy=nan_policy, split_every=fan_in, passes=passes,
+        nan_policy=nan_policy, split_every=fan_in, passes=passes, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, cached=bool(cache and passes == 2 and checkpoint is None),
         plan=None if chosen is None else {
@@ -400,8 +400,18 @@ class _Runner:
     ) -> None:
         self.data, self.split_every, self.progress = data, split_every, progress
         self.checkpoint, self.force = checkpoint, force
+        self.seconds: list[float] = []  # wall time of each pass, for provenance (batch job reports)
 
     def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return self._run(bundle)
+        finally:
+            self.seconds.append(round(time.perf_counter() - t0, 6))
+
+    def _run(self, bundle: Bundle) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
         if self.checkpoint is not None:
