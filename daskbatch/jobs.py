@@ -501,6 +501,7 @@ def _finish(job: JobSpec, report: JobReport, t0: float) -> None:
 
 def _run(job: JobSpec, report: JobReport) -> None:
     from daskbatch.describe import describe, plan_describe
+    from daskbatch.errors import PlanError
     from daskbatch.io.dataset import open_dataset
     from daskbatch.runtime.cluster import resources_from_client
 
@@ -528,8 +529,13 @@ def _run(job: JobSpec, report: JobReport) -> None:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
         with _phase(report, "plan"):
             resources = _resources(job, client)
-            plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job),
-                                 resources=resources, classes=job.statistics.classes)
+            try:
+                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job),
+                                     resources=resources, classes=job.statistics.classes)
+            except PlanError as exc:
+                # The planner speaks of command-line options; say which job keys they are.
+                raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
+                                "dask config daskbatch.memory-fraction, daskbatch.reserved-memory)") from None
         report.plan = plan
         log.info("plan:\n%s", plan.explain())
         device = job.cluster.device

@@ -387,11 +387,11 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 at = f" (line {mark.line + 1})" if mark is not None else ""
-                raise JobConfigError(f"{where} is not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+                raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, Mapping):
-            raise JobConfigError(f"{where} must hold a mapping of sections (input, statistics, ...), "
+            raise JobConfigError(f"{where}: must hold a mapping of sections (input, statistics, ...), "
                                  f"got {_describe_value(loaded)}")
     values = _merge(effective_config(), _check_section(where, None, JobSpec, loaded))
     job = _build(values)
