@@ -326,6 +326,42 @@ def _pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
     return _Moments(names, mean, cov, int(summary.cov_count), dict(summary.provenance))
 
 
+#: Provenance that must agree for a saved summary to stand for a new one.
+_SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins", "ddof", "bias", "nan_policy",
+                    "range", "missing_policy", "classes_from")
+
+
+def _saved_twin(path: str, summary: Any) -> Any:
+    """The summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
+
+    The steps of a transform record the summary they come from (its creation
+    time included), and a transform store refuses to resume under other steps:
+    reusing the saved twin keeps a re-run of the same job on the same data
+    resumable, while any change in the numbers writes the new summary.
+    """
+    if "://" in path or not os.path.exists(path):
+        return None
+    from daskbatch.summary import load_summary
+
+    try:
+        saved = load_summary(path)
+    except Exception as exc:  # unreadable or not a summary: it is replaced
+        log.info("summary: %s cannot be read as a summary (%s); writing it again", path, exc)
+        return None
+    if tuple(saved.feature_names) != tuple(summary.feature_names):
+        return None
+    a, b = saved.provenance, summary.provenance
+    if any(a.get(k) != b.get(k) for k in _SAME_PROVENANCE) or saved.cov_count != summary.cov_count:
+        return None
+    for f in dataclasses.fields(summary):
+        new, old = getattr(summary, f.name), getattr(saved, f.name)
+        if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
+            if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape
+                    and new.dtype == old.dtype and np.array_equal(new, old, equal_nan=new.dtype.kind in "fc")):
+                return None
+    return saved
+
+
 def _build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
     from daskbatch import steps as st
 
@@ -562,7 +598,14 @@ def _run(job: JobSpec, report: JobReport) -> None:
         path = job.output_path("summary")
         if path is not None:
             with _phase(report, "write summary"):
-                summary.save(path)
+                saved = _saved_twin(path, summary)
+                if saved is None:
+                    summary.save(path)
+                else:
+                    # A re-run (after an interruption, say) found the same statistics: keep the saved
+                    # summary, whose provenance the transform store's steps recorded, so it resumes.
+                    log.info("summary: %s already holds these statistics (bitwise); kept", path)
+                    summary = saved
             report.outputs["summary"] = path
 
         selection = None

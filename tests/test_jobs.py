@@ -8,6 +8,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import dask.config
 import numpy as np
@@ -204,3 +205,32 @@ def test_log_of_a_batch_job(tmp_path: pathlib.Path, store: str) -> None:
     ), last
     z = db.open_dataset(out / "transformed.zarr").x.compute()
     assert z.shape == (ROWS, 3) and z.min() >= -5 and z.max() <= 5
+
+
+def test_rerun_after_an_interrupted_transform_resumes(tmp_path: pathlib.Path, store: str) -> None:
+    """A re-run recomputes the summary (bitwise the same), keeps the saved one, and resumes the transform."""
+    import shutil
+
+    import zarr
+
+    job = write_job(tmp_path, store, transform={"steps": ["select", "standardize"], "chunk_rows": 1000})
+    assert CliRunner().invoke(main, ["run", str(job)]).exit_code == 0
+    out = tmp_path / "out" / "transformed.zarr"
+    first = db.open_dataset(out).x.compute()
+    # What a kill during the transform leaves: two blocks logged, the others neither logged nor written.
+    log = out / "daskbatch-output-done.log"
+    kept = log.read_text().splitlines()[:2]
+    log.write_text("".join(f"{line}\n" for line in kept))
+    zarr.open_group(str(out), mode="r+").attrs["complete"] = False
+    for block in set(range(ROWS // 1000)) - {int(b) for b in kept}:
+        shutil.rmtree(out / "X" / "c" / str(block))
+    time.sleep(1.1)  # the new summary's creation time (whole seconds) differs from the saved one's
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    again = db.open_dataset(out)
+    np.testing.assert_array_equal(again.x.compute(), first)
+    assert zarr.open_group(str(out), mode="r").attrs["complete"] is True
+    # A different selection is a different transform: refused, naming the way out (exit 2).
+    job.write_text(job.read_text().replace("selection: {}", "") + "selection: {param: 3}\n")
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 2 and "was started by a different transform" in result.output
