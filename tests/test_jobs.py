@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
+from daskbatch.io.dataset import MissingChunksWarning
 from daskbatch.jobspec import JobConfigError, defaults, load_job, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -234,3 +235,25 @@ def test_rerun_after_an_interrupted_transform_resumes(tmp_path: pathlib.Path, st
     job.write_text(job.read_text().replace("selection: {}", "") + "selection: {param: 3}\n")
     result = CliRunner().invoke(main, ["run", str(job)])
     assert result.exit_code == 2 and "was started by a different transform" in result.output
+
+
+def test_report_names_skipped_chunks(tmp_path: pathlib.Path, store: str) -> None:
+    import shutil
+
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(store, damaged)
+    shutil.rmtree(damaged / "X" / "c" / "2")  # rows 2,000-2,999 of X are gone
+    job = write_job(tmp_path, str(damaged), statistics={"missing": "skip"})
+    with pytest.warns(MissingChunksWarning, match="X/c/2/0"):
+        result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    missing = report["missing"]
+    assert missing["complete"] is False and missing["missing_policy"] == "skip"
+    assert missing["missing_chunks"] == [[2, 0]] and missing["rows_skipped"] == 1000
+    assert missing["skipped_rows"] == [[2000, 3000]]
+    assert db.open_dataset(tmp_path / "out" / "transformed.zarr").x.shape == (ROWS - 1000, FEATURES)  # k=10 of 10
+
+    job = write_job(tmp_path, str(damaged))  # the default refuses, naming the chunk (exit 2)
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 2 and "X/c/2/0" in result.output, result.output
