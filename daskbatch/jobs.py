@@ -382,10 +382,12 @@ def _build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
 # ------------------------------------------------------------------ cluster and resources
 
 
-def _memory_limit(job: JobSpec) -> Any:
+def _memory_limit(job: JobSpec, kind: str) -> Any:
+    """Host memory limit of each worker the job starts: cluster.memory, else the budget (not on GPUs,
+    where the budget is the device's memory)."""
     if job.cluster.memory is not None:
         return job.cluster.memory
-    return None if job.memory == "auto" else job.memory
+    return None if job.memory == "auto" or kind == "cuda" else job.memory
 
 
 @contextlib.contextmanager
@@ -401,10 +403,11 @@ def _client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
         with dask.config.set(settings):
             yield None
         return
-    from daskbatch.runtime.cluster import cluster
+    from daskbatch.runtime.cluster import cluster, resolve_kind
 
     kwargs: dict[str, Any] = {}
-    limit = _memory_limit(job)
+    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    limit = _memory_limit(job, kind)
     if spec.kind in ("address", "scheduler_file"):
         with cluster(address=spec.address if spec.kind == "address" else None,
                      scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
@@ -420,7 +423,7 @@ def _client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
                            ("memory_limit", limit)):
             if value is not None:
                 kwargs[key] = value
-    with cluster(spec.kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
+    with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
         yield client
 
 

@@ -130,8 +130,8 @@ class ClusterSpec:
     n_workers: int | None = _key(None, "Workers to start (jobs for slurm/pbs); null: the cluster's default.")
     threads: int | None = _key(None, "Threads per worker (cores for slurm/pbs); null: the cluster's default.")
     memory: str | int | None = _key(
-        None, "Memory limit of each worker the job starts (e.g. 8GiB); null: the job's memory when given, "
-        "else the cluster's default."
+        None, "Host memory limit of each worker the job starts (e.g. 8GiB); null: the job's memory when given "
+        "(not for cuda, where that is GPU memory), else the cluster's default."
     )
     wait_for_workers: int | None = _key(
         None, "Start once this many workers are connected; null: 1 when joining or with slurm/pbs."
