@@ -206,7 +206,7 @@ def describe(
         results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
     provenance.update(
         stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
-        nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
+        nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, cached=bool(cache and two_passes and checkpoint is None),
         layout=layout.source, plan=None if chosen is None else {

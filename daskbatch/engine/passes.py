@@ -9,7 +9,8 @@ identical results.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask
@@ -67,9 +68,18 @@ class PassRunner:
     progress: bool = False
     checkpoint: str | os.PathLike[str] | None = None
     force: bool = False
+    #: Wall time of each pass run so far, in seconds (for provenance and batch-job reports).
+    seconds: list[float] = field(default_factory=list)
 
     def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
         """Finalized results of every statistic of ``bundle``, as host NumPy arrays."""
+        t0 = time.perf_counter()
+        try:
+            return self._run(bundle)
+        finally:
+            self.seconds.append(round(time.perf_counter() - t0, 6))
+
+    def _run(self, bundle: Bundle) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
         if self.checkpoint is not None:

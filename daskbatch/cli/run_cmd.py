@@ -1,0 +1,72 @@
+"""``daskbatch run JOB``: a whole batch job (describe, select, transform, report) from one YAML file."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+
+import click
+
+from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.jobspec import reference
+
+_EPILOG = (
+    "Exit codes: 0 ok, 1 failure, 2 bad input (an unknown key, a wrong type, a missing store), "
+    "3 the plan does not fit the memory budget, 75 interrupted (run the same command again to resume).\n\n"
+    "Every key of the job file, with its default (the same keys can be set in dask config as "
+    "daskbatch.job.<section>.<key>, e.g. DASK_DASKBATCH__JOB__CLUSTER__KIND=threads; the file wins):\n\n"
+    "\b\n" + reference()
+)
+
+
+@contextlib.contextmanager
+def fallback_logging() -> Iterator[None]:
+    """INFO records of ``daskbatch.*`` on stderr, with timestamps, unless logging is configured already.
+
+    The command line's own logging setup (or an application embedding the
+    command) takes precedence: this only fills the gap, and undoes itself.
+    """
+    logger = logging.getLogger("daskbatch")
+    if logger.hasHandlers():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@main.command("run", epilog=_EPILOG)
+@click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
+@user_errors
+def run_command(job_file: str) -> None:
+    """Run the batch job described by the YAML file JOB.
+
+    Describes the input store within the memory budget, selects features from
+    the summary, writes the rows through the transform steps into a new store,
+    and writes a JSON report (versions, plan, counts, missing chunks, timings,
+    peak memory, outputs). The log (stderr) shows the plan, each phase's time
+    and the peak memory, and ends with one summary line.
+    """
+    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+    from daskbatch.errors import Interrupted
+    from daskbatch.jobs import run_job
+
+    with fallback_logging():
+        try:
+            # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
+            with sigterm_as_interrupt():
+                run_job(job_file)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            click.echo(f"interrupted: {exc or 'keyboard interrupt'}; run the same command again to resume "
+                       "(the checkpoint and the transform store keep what finished)", err=True)
+            sys.exit(EXIT_INTERRUPTED)

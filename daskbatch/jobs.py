@@ -1,0 +1,648 @@
+"""``run_job``: a whole batch job from one file: describe, select, transform, and a report.
+
+>>> import daskbatch as db
+>>> from daskbatch.jobs import run_job
+>>> report = run_job("job.yaml")                       # doctest: +SKIP
+>>> print(report.summary_line())                       # doctest: +SKIP
+daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote results/transformed.zarr
+
+The job file's schema (every key, its default and its meaning) is in
+:mod:`daskbatch.jobspec`. The run:
+
+1. opens the store (metadata only) and starts (or joins) the cluster;
+2. plans within the job's memory budget and logs ``plan.explain()``; a plan
+   that cannot fit raises :class:`~daskbatch.PlanError` before any compute;
+3. describes the data (one or two passes, checkpointed when asked), selects
+   features from the summary, and writes the rows through the steps into the
+   transform store (resumable);
+4. writes the JSON report atomically: versions, the job, the plan, counts,
+   missing chunks, per-phase timings, peak memory and the outputs. A job that
+   fails still writes its report, with ``status`` and ``error``.
+
+Progress goes to the ``daskbatch.jobs`` logger at INFO: the plan, one line per
+phase with its time and the peak memory so far, and one final summary line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import numpy as np
+
+from daskbatch.jobspec import JobConfigError, JobSpec, load_job
+
+__all__ = ["JobReport", "run_job"]
+
+log = logging.getLogger("daskbatch.jobs")
+
+#: Packages whose versions the report records (those absent are recorded as null).
+PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "scipy", "xarray",
+            "pandas", "cupy", "dask-cuda", "dask-jobqueue")
+_MISSING_KEYS = ("missing_policy", "complete", "missing_chunks", "missing_chunk_keys", "label_missing_chunks",
+                 "label_missing_chunk_keys", "rows_skipped", "skipped_rows")
+
+
+@dataclass
+class JobReport:
+    """What a job did: the numbers of its JSON report, and its final log line.
+
+    Attributes
+    ----------
+    job : JobSpec
+        The effective job (defaults, config and file merged).
+    source : str
+        The job file (or "job" for a mapping).
+    status : {"ok", "failed", "plan_error", "interrupted", "bad_input"}
+    error : str or None
+        The one-line error of a job that did not finish.
+    plan : Plan or None
+    rows, features : int
+        Shape of the input (rows in the store, features of ``x``).
+    selected : int or None
+        Features the selection kept (None without a selection).
+    output_features : int or None
+        Columns of the transform store.
+    timings : dict of str to float
+        Seconds per phase (open, cluster, plan, describe, write summary, select,
+        transform, total); ``describe_passes`` lists each pass of describe.
+    peak_memory : dict
+        ``process_bytes`` (this process's ru_maxrss) and, on a cluster,
+        ``workers_bytes`` (each worker's ru_maxrss by address).
+    missing : dict
+        The input's missing or skipped chunks (from the summary's provenance).
+    outputs : dict of str to str
+        Path of every output written (summary, selection, transform, report).
+    started, finished : str
+        ISO times (UTC).
+    """
+
+    job: JobSpec
+    source: str
+    status: str = "ok"
+    error: str | None = None
+    plan: Any = None
+    rows: int | None = None
+    features: int | None = None
+    selected: int | None = None
+    output_features: int | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+    peak_memory: dict[str, Any] = field(default_factory=dict)
+    missing: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    started: str = ""
+    finished: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the whole job."""
+        return float(self.timings.get("total", 0.0))
+
+    def summary_line(self) -> str:
+        """``daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote z.zarr``."""
+        parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {self.seconds:.1f} s"]
+        if self.rows is not None and self.features is not None:
+            parts.append(f"{self.rows:,} rows x {self.features:,} features")
+        if self.selected is not None:
+            parts.append(f"selected {self.selected:,}")
+        wrote = [p for k, p in self.outputs.items() if k != "report"]
+        if wrote:
+            parts.append("wrote " + ", ".join(wrote))
+        if "report" in self.outputs:
+            parts.append(f"report {self.outputs['report']}")
+        if self.error:
+            parts.append(self.error)
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's content."""
+        return {
+            "status": self.status,
+            "error": self.error,
+            "job_file": self.source,
+            "started": self.started,
+            "finished": self.finished,
+            "versions": versions(),
+            "python": sys.version.split()[0],
+            "job": self.job.to_dict(),
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "counts": {"rows": self.rows, "features": self.features, "selected": self.selected,
+                       "output_features": self.output_features},
+            "missing": self.missing,
+            "timings": self.timings,
+            "peak_memory": self.peak_memory,
+            "outputs": self.outputs,
+        }
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of daskbatch and its dependencies (None when not installed)."""
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    from daskbatch._version import __version__
+
+    out["daskbatch"] = __version__
+    return out
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _bytes(n: float | None) -> str:
+    from dask.utils import format_bytes
+
+    return "-" if n is None else format_bytes(int(n))
+
+
+def process_peak_rss() -> int:
+    """This process's peak resident memory in bytes (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _peak_memory(client: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"process_bytes": process_peak_rss()}
+    if client is not None:
+        try:
+            out["workers_bytes"] = {str(k): int(v) for k, v in client.run(process_peak_rss).items()}
+        except Exception as exc:  # a worker gone or unreachable must not fail a finished job
+            log.warning("could not read the workers' peak memory: %s", exc)
+    return out
+
+
+def _memory_words(peak: Mapping[str, Any]) -> str:
+    text = f"peak memory {_bytes(peak.get('process_bytes'))} (this process)"
+    workers = peak.get("workers_bytes")
+    if workers:
+        text += f", {_bytes(max(workers.values()))} (largest of {len(workers)} worker(s))"
+    return text
+
+
+@contextlib.contextmanager
+def _phase(report: JobReport, name: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    yield
+    report.timings[name] = round(time.perf_counter() - t0, 3)
+
+
+def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"daskbatch": {"split-every": 16}}`` -> ``{"daskbatch.split-every": 16}``.
+
+    ``dask.config.set`` replaces the whole value at a key, so a nested mapping
+    would wipe the other settings of its section.
+    """
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def _write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:
+    """Write JSON to a temporary file beside ``path``, then ``os.replace``: readers never see half a report."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2, default=_json_default, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and inf as strings (strict JSON has neither)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------ what to compute
+
+
+def needed_stats(job: JobSpec) -> list[str]:
+    """The statistics of the job: as given, else what its selection and transform need."""
+    given = job.statistics.stats
+    if given is not None:
+        return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)
+    names = ["moments"]
+    if _selection_needed(job):
+        score = job.selection.score
+        if score in ("f", "chi2"):
+            names.append("class_moments")
+        if score in ("mi", "mrmr"):
+            names += ["hist", "mi"]
+        if job.selection.max_corr is not None or score == "mrmr":
+            names.append("cov")
+    if _transform_needed(job) and "project" in job.transform.steps and "cov" not in names:
+        names.append("cov")
+    return names
+
+
+def _transform_needed(job: JobSpec) -> bool:
+    return bool(job.transform.steps) and job.outputs.transform is not None
+
+
+def _selection_needed(job: JobSpec) -> bool:
+    return job.outputs.selection is not None or (_transform_needed(job) and "select" in job.transform.steps)
+
+
+@dataclass(frozen=True)
+class _Moments:
+    """The first two moments of the data as some steps leave them: what :func:`daskbatch.pca` reads."""
+
+    feature_names: tuple[str, ...]
+    mean: np.ndarray
+    cov: np.ndarray
+    cov_count: int
+    provenance: dict[str, Any]
+
+
+def _pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
+    """The summary's moments after the steps ``before`` (select: a subset; standardize: the correlations)."""
+    d = len(summary.feature_names)
+    idx = selection.indices if "select" in before else np.arange(d)
+    standardized = "standardize" in before
+    if summary.cov is not None:
+        cov = np.asarray(summary.cov, dtype=np.float64)[np.ix_(idx, idx)]
+    elif summary.provenance.get("tiled_cov"):
+        if idx.size == d and not standardized:
+            return summary  # the whole tiled covariance: pca's Lanczos reads it tile by tile
+        lazy = summary.tiled_cov().cov
+        cov = np.asarray(lazy[idx][:, idx].compute(), dtype=np.float64)
+    else:
+        raise ValueError("the project step needs the covariance: add 'cov' to statistics.stats")
+    mean = np.asarray(summary.mean, dtype=np.float64)[idx]
+    if standardized:
+        # z = (x - mean) / std: mean 0, cov_ij / (std_i std_j); constant features (std 0) become 0.
+        std = np.asarray(summary.std, dtype=np.float64)[idx]
+        inv = np.divide(1.0, std, out=np.zeros_like(std), where=std != 0)
+        cov, mean = cov * np.outer(inv, inv), np.zeros_like(mean)
+    names = tuple(str(summary.feature_names[i]) for i in idx)
+    return _Moments(names, mean, cov, int(summary.cov_count), dict(summary.provenance))
+
+
+#: Provenance that must agree for a saved summary to stand for a new one.
+_SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins", "ddof", "bias", "nan_policy",
+                    "range", "missing_policy", "classes_from")
+
+
+def _saved_twin(path: str, summary: Any) -> Any:
+    """The summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
+
+    The steps of a transform record the summary they come from (its creation
+    time included), and a transform store refuses to resume under other steps:
+    reusing the saved twin keeps a re-run of the same job on the same data
+    resumable, while any change in the numbers writes the new summary.
+    """
+    if "://" in path or not os.path.exists(path):
+        return None
+    from daskbatch.summary import load_summary
+
+    try:
+        saved = load_summary(path)
+    except Exception as exc:  # unreadable or not a summary: it is replaced
+        log.info("summary: %s cannot be read as a summary (%s); writing it again", path, exc)
+        return None
+    if tuple(saved.feature_names) != tuple(summary.feature_names):
+        return None
+    a, b = saved.provenance, summary.provenance
+    if any(a.get(k) != b.get(k) for k in _SAME_PROVENANCE) or saved.cov_count != summary.cov_count:
+        return None
+    for f in dataclasses.fields(summary):
+        new, old = getattr(summary, f.name), getattr(saved, f.name)
+        if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
+            if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape
+                    and new.dtype == old.dtype and np.array_equal(new, old, equal_nan=new.dtype.kind in "fc")):
+                return None
+    return saved
+
+
+def _build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
+    from daskbatch import steps as st
+
+    built: list[Any] = []
+    for i, name in enumerate(job.transform.steps):
+        if name == "select":
+            built.append(st.select(selection))
+        elif name == "standardize":
+            built.append(st.standardize(summary))
+        elif name == "clip":
+            lo, hi = job.transform.clip
+            built.append(st.clip(lo, hi))
+        else:
+            built.append(st.project(_pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
+    return built
+
+
+# ------------------------------------------------------------------ cluster and resources
+
+
+def _memory_limit(job: JobSpec, kind: str) -> Any:
+    """Host memory limit of each worker the job starts: cluster.memory, else the budget (not on GPUs,
+    where the budget is the device's memory)."""
+    if job.cluster.memory is not None:
+        return job.cluster.memory
+    return None if job.memory == "auto" or kind == "cuda" else job.memory
+
+
+@contextlib.contextmanager
+def _client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
+    """The client of the job's cluster (None for kind threads), closed on exit if the job started it."""
+    import dask
+
+    spec = job.cluster
+    if spec.kind == "threads":
+        settings: dict[str, Any] = {"scheduler": "threads"}
+        if spec.threads:
+            settings["num_workers"] = spec.threads
+        with dask.config.set(settings):
+            yield None
+        return
+    from daskbatch.runtime.cluster import cluster, resolve_kind
+
+    kwargs: dict[str, Any] = {}
+    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    limit = _memory_limit(job, kind)
+    if spec.kind in ("address", "scheduler_file"):
+        with cluster(address=spec.address if spec.kind == "address" else None,
+                     scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
+                     wait_for_workers=spec.wait_for_workers) as client:
+            yield client
+        return
+    if spec.kind in ("slurm", "pbs"):
+        for key, value in (("jobs", spec.n_workers), ("cores", spec.threads), ("memory", limit)):
+            if value is not None:
+                kwargs[key] = value
+    else:
+        for key, value in (("n_workers", spec.n_workers), ("threads_per_worker", spec.threads),
+                           ("memory_limit", limit)):
+            if value is not None:
+                kwargs[key] = value
+    with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
+        yield client
+
+
+def _resources(job: JobSpec, client: Any) -> Any:
+    """The workers the plan must fit: the cluster's (or this machine's), with the job's memory budget."""
+    from daskbatch.runtime.cluster import (
+        parse_memory,
+        resources_from_client,
+        resources_from_machine,
+    )
+
+    if client is None:
+        return resources_from_machine(n_workers=1, threads_per_worker=job.cluster.threads, memory=job.memory)
+    device = None if job.cluster.device == "auto" else job.cluster.device
+    found = resources_from_client(client, device=device)
+    if job.memory == "auto":
+        return found
+    if found.device == "gpu":
+        total = found.device_memory_bytes or 1
+        return dataclasses.replace(found, device_memory_bytes=parse_memory(job.memory, total_bytes=total))
+    return dataclasses.replace(found, memory_bytes=parse_memory(job.memory, total_bytes=found.memory_bytes))
+
+
+def _cuda_plan(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
+    """For a cuda cluster: the plan for this machine's GPUs, made before the cluster (it sizes the RMM pool)."""
+    from daskbatch.describe import plan_describe
+    from daskbatch.runtime.cluster import require_cuda, resolve_kind, resources_from_machine
+
+    kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
+    if kind != "cuda":
+        return None
+    gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
+    return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job), resources=gpus,
+                         classes=job.statistics.classes)
+
+
+def _range(job: JobSpec) -> Any:
+    r = job.statistics.range
+    return (float(r[0]), float(r[1])) if isinstance(r, list) else r
+
+
+# ------------------------------------------------------------------ the job
+
+
+def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
+    """Run the batch job of a YAML file (or mapping): describe, select, transform, report.
+
+    Parameters
+    ----------
+    source : path or mapping
+        The job file (schema: :mod:`daskbatch.jobspec`, ``daskbatch run --help``),
+        or its content. Keys it leaves out come from ``daskbatch.job.*`` in
+        dask.config, then from the schema's defaults.
+
+    Returns
+    -------
+    JobReport
+        Also written as JSON to ``outputs.report`` (default ``report.json`` in
+        ``outputs.dir``).
+
+    Raises
+    ------
+    JobConfigError
+        The job file names an unknown key or a value of the wrong type.
+    PlanError
+        The work cannot fit the memory budget (before any compute).
+    Interrupted
+        SIGTERM while describing (when the caller turned it into
+        :class:`~daskbatch.Interrupted`); re-running the job resumes from the
+        checkpoint and the transform store's done-log.
+    """
+    t0 = time.perf_counter()
+    job, where = load_job(source)
+    report = JobReport(job=job, source=where, started=_now())
+    import dask
+
+    try:
+        with dask.config.set(_flatten(job.dask or {})):
+            _run(job, report)
+    except BaseException as exc:
+        from daskbatch.errors import Interrupted, PlanError
+
+        if isinstance(exc, PlanError):
+            report.status = "plan_error"
+        elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
+            report.status = "interrupted"
+        elif isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
+            report.status = "bad_input"
+        else:
+            report.status = "failed"
+        report.error = f"{type(exc).__name__}: {exc}"
+        _finish(job, report, t0)
+        raise
+    _finish(job, report, t0)
+    return report
+
+
+def _finish(job: JobSpec, report: JobReport, t0: float) -> None:
+    report.timings["total"] = round(time.perf_counter() - t0, 3)
+    report.finished = _now()
+    if not report.peak_memory:
+        report.peak_memory = _peak_memory(None)
+    path = job.output_path("report")
+    if path is not None:
+        report.outputs["report"] = path
+        try:
+            _write_json_atomic(path, _json_safe(report.to_dict()))
+        except OSError as exc:
+            if report.status == "ok":
+                raise
+            log.error("could not write the report %s: %s", path, exc)
+    (log.info if report.status == "ok" else log.error)("%s", report.summary_line())
+
+
+def _run(job: JobSpec, report: JobReport) -> None:
+    from daskbatch.describe import describe, plan_describe
+    from daskbatch.errors import PlanError
+    from daskbatch.io.dataset import open_dataset
+    from daskbatch.runtime.cluster import resources_from_client
+
+    folder = job.outputs.dir
+    if "://" not in folder:
+        os.makedirs(folder, exist_ok=True)
+    log.info("daskbatch run %s: input %s; cluster %s; memory %s; outputs in %s", report.source, job.input.store,
+             job.cluster.kind, job.memory, os.path.abspath(folder) if "://" not in folder else folder)
+    with _phase(report, "open"):
+        assert job.input.store is not None  # load_job checked it
+        dataset = open_dataset(job.input.store, x=job.input.x, label=job.input.label,
+                               missing=job.statistics.missing)
+    report.rows, report.features = int(dataset.x.shape[0]), int(dataset.x.shape[1])
+    log.info("input: %s rows x %s features (%s), label %s", f"{report.rows:,}", f"{report.features:,}",
+             dataset.x.dtype, dataset.label_name if dataset.label is not None else "none")
+    stats = needed_stats(job)
+    if dataset.label is None and _selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):
+        raise JobConfigError(
+            f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} has "
+            "none: set input.label, or selection.score: variance"
+        )
+    cuda_plan = _cuda_plan(job, dataset, stats)
+    t_cluster = time.perf_counter()
+    with _client(job, cuda_plan) as client:
+        report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
+        with _phase(report, "plan"):
+            resources = _resources(job, client)
+            try:
+                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job),
+                                     resources=resources, classes=job.statistics.classes)
+            except PlanError as exc:
+                # The planner speaks of command-line options; say which job keys they are.
+                raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
+                                "dask config daskbatch.memory-fraction, daskbatch.reserved-memory)") from None
+        report.plan = plan
+        log.info("plan:\n%s", plan.explain())
+        device = job.cluster.device
+        if device == "auto":
+            device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
+
+        with _phase(report, "describe"):
+            summary = describe(
+                dataset, stats=stats, bins=job.statistics.bins, range=_range(job), ddof=job.statistics.ddof,
+                nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
+                device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
+            )
+        passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
+        report.timings["describe_passes"] = passes
+        prov = summary.provenance
+        report.missing = {k: prov.get(k) for k in _MISSING_KEYS if k in prov}
+        per_pass = ", ".join(f"pass {i + 1} {s:.1f} s" for i, s in enumerate(passes))
+        log.info("describe: %d pass(es) in %.1f s (%s); %s", len(passes), report.timings["describe"], per_pass,
+                 _memory_words(_peak_memory(None)))
+        if not prov.get("complete", True):
+            log.warning("the input is incomplete: %s missing chunk(s) of x, %s of the label, %s rows skipped",
+                        len(prov.get("missing_chunks", [])), len(prov.get("label_missing_chunks", [])),
+                        prov.get("rows_skipped", 0))
+        path = job.output_path("summary")
+        if path is not None:
+            with _phase(report, "write summary"):
+                saved = _saved_twin(path, summary)
+                if saved is None:
+                    summary.save(path)
+                else:
+                    # A re-run (after an interruption, say) found the same statistics: keep the saved
+                    # summary, whose provenance the transform store's steps recorded, so it resumes.
+                    log.info("summary: %s already holds these statistics (bitwise); kept", path)
+                    summary = saved
+            report.outputs["summary"] = path
+
+        selection = None
+        if _selection_needed(job):
+            from daskbatch.select import select
+
+            with _phase(report, "select"):
+                s = job.selection
+                selection = select(summary, score=s.score, mode=s.mode, param=s.param,
+                                   min_variance=s.min_variance, max_corr=s.max_corr)
+            report.selected = int(selection.selected.sum())
+            shown = ", ".join(selection.selected_names[:10]) + (", ..." if report.selected > 10 else "")
+            log.info("select: %d of %d features by %s (%s=%s) in %.2f s: %s", report.selected, report.features,
+                     s.score, s.mode, selection.param, report.timings["select"], shown)
+            path = job.output_path("selection")
+            if path is not None:
+                selection.save(path)
+                report.outputs["selection"] = path
+
+        if _transform_needed(job):
+            from daskbatch.transform import transform
+
+            out = job.output_path("transform")
+            assert out is not None
+            with _phase(report, "transform"):
+                built = _build_steps(job, summary, selection)
+                done = transform(
+                    dataset, built, out, overwrite=job.transform.overwrite,
+                    chunk_rows=job.transform.chunk_rows or plan.chunk_rows, dtype=job.transform.dtype,
+                    device=device,  # type: ignore[arg-type]
+                )
+            report.output_features = done.features
+            report.outputs["transform"] = out
+            log.info("transform (%s): %s; %s", ", ".join(job.transform.steps), done.summary(),
+                     _memory_words(_peak_memory(None)))
+        report.peak_memory = _peak_memory(client)
+    log.info("%s", _memory_words(report.peak_memory))

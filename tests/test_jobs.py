@@ -1,0 +1,259 @@
+"""``daskbatch run`` jobs and ``daskbatch config --show``, on real Zarr stores through the click entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import dask.config
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import daskbatch as db
+from daskbatch.cli import main
+from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.jobspec import JobConfigError, defaults, load_job, reference
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROWS, FEATURES = 6000, 10
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("jobs") / "data.zarr"
+    db.synth(path, rows=ROWS, features=FEATURES, classes=3, chunk_rows=1000, seed=11)
+    return str(path)
+
+
+def write_job(folder: pathlib.Path, store: str, **sections: object) -> pathlib.Path:
+    job = {"input": {"store": store}, "cluster": {"kind": "threads", "threads": 2}, "memory": "2GiB",
+           "outputs": {"dir": str(folder / "out")}}
+    for key, value in sections.items():
+        job[key] = {**job[key], **value} if isinstance(job.get(key), dict) and isinstance(value, dict) else value
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def test_job_end_to_end_equals_sklearn_pipeline(tmp_path: pathlib.Path, store: str) -> None:
+    """select (f, k=4) -> standardize -> project (k=3) equals SelectKBest -> StandardScaler -> PCA."""
+    from sklearn.decomposition import PCA
+    from sklearn.feature_selection import SelectKBest, f_classif
+    from sklearn.preprocessing import StandardScaler
+
+    job = write_job(tmp_path, store, selection={"param": 4},
+                    transform={"steps": ["select", "standardize", "project"], "k": 3})
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    for name in ("summary.zarr", "selection.csv", "transformed.zarr", "report.json"):
+        assert (out / name).exists(), name
+    assert not [p for p in os.listdir(out) if p.startswith(".report-")]  # the temporary file was renamed
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "ok" and report["error"] is None
+    assert report["versions"]["daskbatch"] == db.__version__ and report["versions"]["dask"]
+    assert report["plan"]["shape"] == [ROWS, FEATURES] and report["plan"]["chunk_rows"] >= 1000
+    assert report["counts"] == {"rows": ROWS, "features": FEATURES, "selected": 4, "output_features": 3}
+    assert report["missing"]["complete"] is True and report["missing"]["missing_chunks"] == []
+    timings = report["timings"]
+    assert {"open", "plan", "describe", "select", "transform", "total"} <= set(timings)
+    assert len(timings["describe_passes"]) == 1  # f needs class moments only: one pass, no histograms
+    assert timings["total"] >= timings["describe"] > 0
+    assert report["peak_memory"]["process_bytes"] > 10 * 2**20
+    assert report["outputs"]["transform"] == str(out / "transformed.zarr")
+    assert report["job"]["selection"]["param"] == 4 and report["job"]["cluster"]["kind"] == "threads"
+
+    data = db.open_dataset(store)
+    x, y = data.x.compute().astype(np.float64), data.label.compute()
+    kbest = SelectKBest(f_classif, k=4).fit(x, y)
+    assert db.load_selection(out / "selection.csv").selected.tolist() == kbest.get_support().tolist()
+    z = StandardScaler().fit_transform(kbest.transform(x))
+    expected = PCA(n_components=3, svd_solver="full").fit_transform(z)
+    got = db.open_dataset(out / "transformed.zarr")
+    # daskbatch standardizes with ddof=1 (the summary's), StandardScaler with ddof=0.
+    np.testing.assert_allclose(got.x.compute() * np.sqrt(ROWS / (ROWS - 1)), expected, rtol=1e-7, atol=1e-9)
+    np.testing.assert_array_equal(got.label.compute(), y)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("input: {store: S}\nstatistics: {binz: 32}\n", "unknown key 'statistics.binz'; did you mean 'statistics.bins'?"),
+        ("input: {store: S}\nbins: 32\n", "unknown key 'bins'; did you mean 'statistics.bins'?"),
+        ("input: {store: S}\ncluster: {kindd: threads}\n", "unknown key 'cluster.kindd'; did you mean 'cluster.kind'?"),
+        ("input: {store: S}\nstatistics: {bins: many}\n", "'statistics.bins' expects an integer, got 'many' (str)"),
+        ("input: {store: S}\ncluster: {kind: slurmm}\n", "'cluster.kind' expects one of 'auto', 'local'"),
+        ("input: {store: S}\ntransform: {steps: select}\n", "'transform.steps' expects a list of"),
+        ("input: {store: S}\nselection: {max_corr: high}\n", "'selection.max_corr' expects a number or null"),
+        ("input: {store: S}\ncluster: threads\n", "'cluster' must be a mapping"),
+        ("statistics: {bins: 8}\n", "'input.store' is required"),
+        ("- a list\n", "must hold a mapping"),
+        ("input: {store: S\n", "not valid YAML (line"),
+    ],
+)
+def test_bad_job_files_are_one_line_errors(tmp_path: pathlib.Path, store: str, content: str, message: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(content.replace("S", store))
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {job}: ")
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_key_spellings_and_types(store: str) -> None:
+    job, _ = load_job({"input": {"store": store}, "statistics": {"nan-policy": "raise", "range": [-3, 3]},
+                       "memory": 0.5, "selection": {"param": "all"}})
+    assert job.statistics.nan_policy == "raise"
+    assert job.statistics.range == [-3.0, 3.0] and all(isinstance(v, float) for v in job.statistics.range)
+    assert job.memory == 0.5 and job.selection.param == "all"
+    with pytest.raises(JobConfigError, match=r"'input.x' expects a string, got 3 \(int\)"):
+        load_job({"input": {"store": store, "x": 3}})
+    with pytest.raises(JobConfigError, match="'transform.overwrite' expects true or false, got 1"):
+        load_job({"input": {"store": store}, "transform": {"overwrite": 1}})
+    with pytest.raises(JobConfigError, match="clips before project"):
+        load_job({"input": {"store": store}, "transform": {"steps": ["clip", "project"]}})
+
+
+def test_dask_config_sets_job_keys_and_the_file_wins(tmp_path: pathlib.Path, store: str) -> None:
+    with dask.config.set({"daskbatch.job.statistics.bins": 16, "daskbatch.job.cluster.kind": "threads",
+                          "daskbatch.job.outputs.dir": str(tmp_path)}):
+        job, _ = load_job({"input": {"store": store}})
+        assert (job.statistics.bins, job.cluster.kind, job.outputs.dir) == (16, "threads", str(tmp_path))
+        assert job.statistics.ddof == 1  # untouched keys keep their defaults
+        job, _ = load_job({"input": {"store": store}, "statistics": {"bins": 8}})
+        assert job.statistics.bins == 8 and job.cluster.kind == "threads"
+        shown = yaml.safe_load(CliRunner().invoke(main, ["config", "--show"]).output)
+        assert shown["daskbatch"]["job"]["statistics"]["bins"] == 16
+    with dask.config.set({"daskbatch.job.statistics.bins": "many"}):
+        with pytest.raises(JobConfigError, match=r"dask config daskbatch.job: 'statistics.bins' expects an integer"):
+            load_job({"input": {"store": store}})
+    with dask.config.set({"daskbatch.job.statistics.binz": 3}):
+        result = CliRunner().invoke(main, ["config", "--show"])
+        assert result.exit_code == 2 and "did you mean 'statistics.bins'?" in result.output
+
+
+def test_config_show_yaml_and_json() -> None:
+    result = CliRunner().invoke(main, ["config", "--show"])
+    assert result.exit_code == 0, result.output
+    shown = yaml.safe_load(result.output)["daskbatch"]
+    assert shown["split-every"] == dask.config.get("daskbatch.split-every")
+    assert shown["job"]["transform"]["steps"] == ["select", "standardize"]
+    assert shown["job"]["outputs"]["report"] == "report.json"
+    as_json = json.loads(CliRunner().invoke(main, ["config", "--show", "--json"]).output)
+    assert as_json == yaml.safe_load(result.output)
+
+
+def test_job_defaults_in_daskbatch_yaml_match_the_schema() -> None:
+    with open(ROOT / "daskbatch" / "daskbatch.yaml") as f:
+        assert yaml.safe_load(f)["daskbatch"]["job"] == defaults()
+
+
+def test_docs_hold_the_rendered_schema() -> None:
+    """docs/jobs.md shows every key with its default and doc, as ``daskbatch run --help`` does."""
+    text = (ROOT / "docs" / "jobs.md").read_text()
+    assert reference() in text, "docs/jobs.md is stale: paste daskbatch.jobspec.reference() into it"
+    help_text = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "  bins: 64  # Histogram bins per feature." in help_text and "75 interrupted" in help_text
+
+
+def test_plan_that_cannot_fit_exits_3_before_compute(tmp_path: pathlib.Path, store: str) -> None:
+    job = write_job(tmp_path, store, memory="1MiB")
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 3, result.output
+    assert "error: the per-task budget" in result.output
+    out = tmp_path / "out"
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "plan_error" and "PlanError" in report["error"]
+    assert report["plan"] is None and report["counts"]["rows"] == ROWS
+    assert not (out / "summary.zarr").exists() and not (out / "transformed.zarr").exists()
+
+
+def test_log_of_a_batch_job(tmp_path: pathlib.Path, store: str) -> None:
+    """The log a batch system keeps (stdout and stderr to a file): plan, phase times, the final line.
+
+    The selection's k comes from the environment (dask config ``daskbatch.job.selection.param``).
+    """
+    job = write_job(tmp_path, store, transform={"steps": ["select", "standardize", "clip"]})
+    log = tmp_path / "job.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DASKBATCH__JOB__SELECTION__PARAM": "3"}
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "daskbatch", "run", str(job)], stdout=f, stderr=subprocess.STDOUT,
+                              env=env, cwd=tmp_path, timeout=300)
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert "plan:\nPlan for a 6,000 x 10 float32 array" in text and "budget per task:" in text
+    assert re.search(r"INFO daskbatch\.jobs: describe: 1 pass\(es\) in \d+\.\d s \(pass 1 \d+\.\d s\); "
+                     r"peak memory [\d.]+ [MGk]i?B", text), text
+    assert re.search(r"select: 3 of 10 features by f \(k=3\) in \d+\.\d\d s", text), text
+    assert re.search(r"transform \(select, standardize, clip\): wrote 6,000 rows x 3 features", text), text
+    last = text.strip().splitlines()[-1]
+    out = tmp_path / "out"
+    assert re.fullmatch(
+        rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ INFO daskbatch\.jobs: daskbatch run: done in \d+\.\d s; "
+        rf"6,000 rows x 10 features; selected 3; wrote {re.escape(str(out / 'summary.zarr'))}, .*"
+        rf"{re.escape(str(out / 'transformed.zarr'))}; report {re.escape(str(out / 'report.json'))}",
+        last,
+    ), last
+    z = db.open_dataset(out / "transformed.zarr").x.compute()
+    assert z.shape == (ROWS, 3) and z.min() >= -5 and z.max() <= 5
+
+
+def test_rerun_after_an_interrupted_transform_resumes(tmp_path: pathlib.Path, store: str) -> None:
+    """A re-run recomputes the summary (bitwise the same), keeps the saved one, and resumes the transform."""
+    import shutil
+
+    import zarr
+
+    job = write_job(tmp_path, store, transform={"steps": ["select", "standardize"], "chunk_rows": 1000})
+    assert CliRunner().invoke(main, ["run", str(job)]).exit_code == 0
+    out = tmp_path / "out" / "transformed.zarr"
+    first = db.open_dataset(out).x.compute()
+    # What a kill during the transform leaves: two blocks logged, the others neither logged nor written.
+    log = out / "daskbatch-output-done.log"
+    kept = log.read_text().splitlines()[:2]
+    log.write_text("".join(f"{line}\n" for line in kept))
+    zarr.open_group(str(out), mode="r+").attrs["complete"] = False
+    for block in set(range(ROWS // 1000)) - {int(b) for b in kept}:
+        shutil.rmtree(out / "X" / "c" / str(block))
+    time.sleep(1.1)  # the new summary's creation time (whole seconds) differs from the saved one's
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    again = db.open_dataset(out)
+    np.testing.assert_array_equal(again.x.compute(), first)
+    assert zarr.open_group(str(out), mode="r").attrs["complete"] is True
+    # A different selection is a different transform: refused, naming the way out (exit 2).
+    job.write_text(job.read_text().replace("selection: {}", "") + "selection: {param: 3}\n")
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 2 and "was started by a different transform" in result.output
+
+
+def test_report_names_skipped_chunks(tmp_path: pathlib.Path, store: str) -> None:
+    import shutil
+
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(store, damaged)
+    shutil.rmtree(damaged / "X" / "c" / "2")  # rows 2,000-2,999 of X are gone
+    job = write_job(tmp_path, str(damaged), statistics={"missing": "skip"})
+    with pytest.warns(MissingChunksWarning, match="X/c/2/0"):
+        result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    missing = report["missing"]
+    assert missing["complete"] is False and missing["missing_policy"] == "skip"
+    assert missing["missing_chunks"] == [[2, 0]] and missing["rows_skipped"] == 1000
+    assert missing["skipped_rows"] == [[2000, 3000]]
+    assert db.open_dataset(tmp_path / "out" / "transformed.zarr").x.shape == (ROWS - 1000, FEATURES)  # k=10 of 10
+
+    job = write_job(tmp_path, str(damaged))  # the default refuses, naming the chunk (exit 2)
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 2 and "X/c/2/0" in result.output, result.output
