@@ -29,14 +29,22 @@ from daskbatch.planning.search import Plan
 from daskbatch.plans import plan
 from daskbatch.runtime.cluster import cluster
 from daskbatch.select import Selection, load_selection, select
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, mutual_information
+from daskbatch.stats import (
+    Bundle,
+    CoMoments,
+    Footprint,
+    Histogram,
+    Moments,
+    State,
+    mutual_information,
+)
 from daskbatch.summary import Summary, load_summary
 from daskbatch.transform import transform
 
 __all__ = [
     "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
-    "DeviceUnavailableError", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
-    "RangeWarning", "Resources", "Selection", "Summary", "__version__", "cluster", "describe", "ingest",
+    "DeviceUnavailableError", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
+    "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "describe", "ingest",
     "load_selection", "load_summary", "map_batches", "mutual_information", "open_dataset", "open_zarr", "pca",
     "plan", "select", "steps", "synth", "transform",
 ]

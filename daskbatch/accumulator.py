@@ -14,7 +14,7 @@ from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats.classes import validate_classes
-from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats
+from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats, user_statistics
 from daskbatch.summary import Summary
 
 
@@ -23,10 +23,11 @@ class Accumulator:
 
     Parameters
     ----------
-    stats : sequence of {"moments", "cov", "hist", "mi"}, optional
+    stats : sequence of {"moments", "cov", "hist", "mi"} and statistic objects, optional
         Defaults to moments and co-moments, plus histograms and mutual
         information when ``range`` is given. A stream is read once, so
-        histograms need ``range`` up front.
+        histograms need ``range`` up front. A user's statistic (see
+        :func:`daskbatch.describe`) lands in ``summary().extra[name]``.
     bins : int, default 64
         Histogram bins per feature.
     range : (lo, hi) or array of shape (D, 2), optional
@@ -52,7 +53,7 @@ class Accumulator:
 
     def __init__(
         self,
-        stats: str | Sequence[str] | None = None,
+        stats: str | Sequence[Any] | None = None,
         *,
         bins: int = 64,
         range: Any = None,  # noqa: A002 - numpy.histogram's name
@@ -65,6 +66,7 @@ class Accumulator:
         if stats is None:
             stats = ("moments", "cov") + (("hist", "mi") if range is not None else ())
         self.stats = normalize_stats(stats)
+        self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
         if nan_policy not in NAN_POLICIES[:2]:
             raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {nan_policy!r}")
         if ("hist" in self.stats or "mi" in self.stats) and range is None:
@@ -92,7 +94,7 @@ class Accumulator:
                 bins=self.bins, lo=lo, hi=hi, by_label=by_label, classes=self.classes if by_label else None,
                 max_classes=self.max_classes,
             ))
-        return Bundle(tuple(stats))
+        return Bundle((*stats, *self.user_stats))
 
     def __repr__(self) -> str:
         return f"<daskbatch.Accumulator stats={list(self.stats)} rows={self._rows:,} batches={self._batches}>"

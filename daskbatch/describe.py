@@ -30,8 +30,10 @@ from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
     describe_names,
+    footprint_of,
     histogram_ranges,
     is_minmax,
+    user_statistics,
 )
 from daskbatch.summary import Summary
 
@@ -82,6 +84,10 @@ def describe(
         scores) needs a label and runs in the first pass. ``"sketch"``
         (quantiles within 0.5 %, see :class:`~daskbatch.stats.Sketch`) is
         added whenever histogram ranges are found from the data.
+        Names, or statistic objects of your own: anything with a plain ``name``,
+        ``chunk(x, label=None) -> state``, ``merge(a, b) -> state`` and
+        ``finalize(state)`` (see the README's "Your own statistic"); it is
+        fused into the first pass and its result lands in ``summary.extra[name]``.
     bins : int, default 64
         Histogram bins per feature.
     range : (lo, hi), array of shape (D, 2), "minmax" or None
@@ -166,9 +172,11 @@ def describe(
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
+    custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
     class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
-    chosen = _planned(layout, data, names, bins=bins, device=device, n_classes=class_values)
+    chosen = _planned(layout, data, (*names, *map(footprint_of, custom)), bins=bins, device=device,
+                      n_classes=class_values)
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)
     data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
@@ -190,7 +198,8 @@ def describe(
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None)
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
+                        custom=custom)
     with _span(data):
         results = dict(zip((s.name for s in first.stats), run(first), strict=True))
         _check_nan_policy(results["moments"], nan_policy, data)
@@ -285,7 +294,7 @@ def _class_values(
 
 
 def _planned(
-    layout: _Layout, data: FeatureMatrix, names: tuple[str, ...], *, bins: int, device: str,
+    layout: _Layout, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
     n_classes: tuple[int, ...] | None,
 ) -> Any:
     """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
@@ -329,7 +338,7 @@ def _histogram(
 
 def _first_pass(
     names: tuple[str, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
-    class_values: tuple[int, ...] | None, histogram: Histogram | None,
+    class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
 ) -> Bundle:
     """The statistics of the first pass, fused: each block is read and cast once for all of them."""
     first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
@@ -341,7 +350,7 @@ def _first_pass(
         first.append(Sketch())
     if histogram is not None:
         first.append(histogram)
-    return Bundle(tuple(first))
+    return Bundle((*first, *custom))
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

@@ -14,15 +14,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from daskbatch.planning.memory import DEFAULT_STATISTICS
+from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
+from daskbatch.stats.footprint import Footprint
 
 
 def plan(
     x_or_dataset: Any,
     *,
-    stats: Sequence[str] = DEFAULT_STATISTICS,
+    stats: Sequence[str | Footprint] = DEFAULT_STATISTICS,
     bins: int = 64,
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
@@ -81,7 +82,7 @@ def plan(
     x = getattr(x_or_dataset, "x", x_or_dataset)
     chunks = getattr(x_or_dataset, "store_chunks", None) or getattr(x, "chunks", None) or x.shape
     storage = tuple(max(c) if isinstance(c, tuple) else c for c in chunks)  # dask: tuple of tuples
-    if n_classes is None and ("mi" in stats or "class_moments" in stats):
+    if n_classes is None and any(footprint(s).needs_classes for s in stats):
         n_classes = recorded_n_classes(x_or_dataset)
     if resources is None or (isinstance(resources, str) and resources == "auto"):
         from daskbatch.runtime.cluster import resources_auto
@@ -103,7 +104,7 @@ def plan(
 
 def plan_statistics(
     data: Any,
-    names: Sequence[str],
+    names: Sequence[str | Footprint],
     *,
     bins: int,
     resources: Resources | str | None = "auto",
@@ -120,7 +121,7 @@ def plan_statistics(
     from daskbatch import config
 
     source = data.source if data.source is not None else data.x
-    labelled = "mi" in names or "class_moments" in names
+    labelled = any(footprint(s).needs_classes for s in names)
     if labelled and n_classes is None:
         n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
     return plan(

@@ -24,6 +24,10 @@ PER_FEATURE = (
 CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
 
 
+#: Result names of the built-in statistics (anything else in describe's results is a user's).
+BUILT_IN_RESULTS = frozenset({"moments", "cov", "hist", "mi", "class_moments", "sketch"})
+
+
 @dataclass(frozen=True, eq=False)
 class Summary:
     """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
@@ -75,6 +79,9 @@ class Summary:
     sketch_counts: np.ndarray | None = None
     sketch_extrema: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
+    #: Kept in memory only: ``save`` records their names in the provenance, not their values.
+    extra: dict[str, Any] = field(default_factory=dict)
     classes: np.ndarray | None = None
 
     @property
@@ -241,8 +248,11 @@ class Summary:
             cm = results["class_moments"]
             kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
             provenance.setdefault("n_classes", int(cm.count.shape[1]))
+        extra = {name: r for name, r in results.items() if name not in BUILT_IN_RESULTS}
+        if extra:
+            provenance["user_statistics"] = sorted(extra)
         return cls(
-            feature_names=tuple(feature_names),
+            feature_names=tuple(feature_names), extra=extra,
             count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
             neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,
             kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, **kwargs,

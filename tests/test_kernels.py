@@ -221,10 +221,3 @@ def test_supports_only_native_numpy_2d_real() -> None:
     assert not kernels.supports(x.astype(">f4"))
     with dask.config.set({"daskbatch.kernels": False}):
         assert not kernels.supports(x)
-
-
-def test_memory_model_knows_the_comoment_block_size() -> None:
-    from daskbatch.planning import memory as memory_model
-    from daskbatch.stats import kernels
-
-    assert memory_model.COMOMENT_BLOCK_ROWS == kernels.COMOMENT_BLOCK_ROWS

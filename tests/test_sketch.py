@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daskbatch.planning.memory import SKETCH_SLOTS
 from daskbatch.stats import STATISTICS, Sketch
 from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.sketch import SKETCH_SLOTS
 from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
 
 SKETCH = Sketch()
@@ -162,4 +162,4 @@ def test_bad_parameters_name_the_problem() -> None:
 
 def test_registry_and_memory_model_agree_on_the_layout() -> None:
     assert STATISTICS["sketch"] is Sketch
-    assert SKETCH_SLOTS == SKETCH.n_slots + 1
+    assert SKETCH_SLOTS == SKETCH.n_slots + 1  # the footprint sizes the default sketch

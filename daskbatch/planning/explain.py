@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from daskbatch.planning.memory import chunk_task_terms, merge_terms, state_bytes
+from daskbatch.planning.memory import chunk_task_terms, merge_terms, stat_name, state_bytes
 from daskbatch.planning.resources import format_bytes
 from daskbatch.planning.search import Plan, budget_formula
 
@@ -17,7 +17,7 @@ def explain_plan(p: Plan) -> str:
     n_rows, d = p.shape
     kw: dict[str, Any] = {"bins": p.bins, "n_classes": p.n_classes}
     dtype = p.dtype or f"{p.itemsize}-byte-element"
-    stat_text = ", ".join(p.stats)
+    stat_text = ", ".join(stat_name(s) for s in p.stats)
     if {"hist", "mi"} & set(p.stats):
         stat_text += f" ({p.bins} bins" + (f", {p.n_classes} classes)" if "mi" in p.stats else ")")
     fits = "<=" if p.task_bytes <= p.budget_bytes else ">"
@@ -44,7 +44,7 @@ def explain_plan(p: Plan) -> str:
         + f" = {format_bytes(p.chunk_task_bytes)}"
     )
     per_state = ", ".join(
-        f"{s} {format_bytes(state_bytes(s, d, feature_tile=p.feature_tile, **kw))}" for s in p.stats
+        f"{stat_name(s)} {format_bytes(state_bytes(s, d, feature_tile=p.feature_tile, **kw))}" for s in p.stats
     )
     lines.append(f"  states: {per_state} (together {format_bytes(p.states_bytes)})")
     mterms = merge_terms(p.stats, d, p.split_every, feature_tile=p.feature_tile, **kw)

@@ -1,9 +1,11 @@
 """How many bytes one task of the statistics engine holds at its peak (the planner's model).
 
-Pure (stdlib only). The numbers in the tables below describe the chunk kernels
-of :mod:`daskbatch.stats`; they are checked against ``tracemalloc``
-measurements in ``tests/test_plan_memory.py`` (projected must stay between
-1x and 2x of measured), so tune them there when a kernel changes.
+Pure (no dask, zarr or cupy). It keeps no table per statistic: every statistic
+declares its :class:`~daskbatch.stats.footprint.Footprint` (state size and
+temporaries per kernel path) next to its state, and this module adds them up,
+so a user's statistic with a footprint is planned like a built-in one. The
+footprints are checked against ``tracemalloc`` in ``tests/test_plan_memory.py``
+(projected must stay between 1x and 2x of measured).
 
 Model (in the spirit of cubed's projected memory):
 
@@ -15,97 +17,38 @@ Model (in the spirit of cubed's projected memory):
   state-sized copies made while building a state, and the states of all
   requested statistics;
 * one merge task holds ``split_every`` input states, the old and new running results and
-  the largest statistic's merge temporaries (``MERGE_TEMPORARIES``); every task
+  the largest statistic's merge temporaries (``Footprint.merge_temporaries``); every task
   also carries ``TASK_OVERHEAD_BYTES`` of small vectors and Python objects.
 """
 
 from __future__ import annotations
 
+from daskbatch.stats import FOOTPRINTS
+from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+
 __all__ = [
-    "FLOAT64_COPIES",
-    "MERGE_TEMPORARIES",
+    "DEFAULT_STATISTICS",
     "PATHS",
     "READ_BUFFERS",
-    "ROW_TEMPORARIES",
-    "COMOMENT_BLOCK_ROWS",
-    "DEFAULT_STATISTICS",
-    "STATE_COPIES",
-    "SKETCH_SLOTS",
     "STATISTICS",
     "TASK_OVERHEAD_BYTES",
-    "TEMPORARIES",
+    "StatLike",
     "chunk_task_terms",
+    "footprint",
     "merge_task_bytes",
     "projected_task_bytes",
+    "stat_name",
     "state_bytes",
 ]
 
 #: Statistics the engine knows, in the order they are reported.
-STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi", "class_moments", "sketch")
+STATISTICS: tuple[str, ...] = tuple(FOOTPRINTS)
 
 #: What is planned when no statistics are named (``describe``'s default).
 DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 
-#: int64 counts per feature of the default quantile sketch (``Sketch().n_slots + 1``:
-#: both signs' log and overflow buckets, zero, ±inf and NaN; a test keeps the two equal).
-SKETCH_SLOTS = 27638
-
-#: The two ways a chunk kernel runs: "compiled" = the numba CPU loops of
-#: :mod:`daskbatch.kernels` (NumPy chunks, the default on CPU); "array-api" = the
-#: reference array-API code (CuPy on GPU, array_api_strict, or ``daskbatch.kernels: false``).
-PATHS: tuple[str, ...] = ("compiled", "array-api")
-
-#: Float64 copies of the chunk a kernel makes (the compiled co-moments centre
-#: :data:`COMOMENT_BLOCK_ROWS` rows at a time instead: see ``chunk_task_terms``).
-FLOAT64_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
-    "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
-}
-
-#: Rows the compiled co-moment kernel centres into one float64 buffer at a time
-#: (``daskbatch.kernels.COMOMENT_BLOCK_ROWS``; a test keeps the two equal).
-COMOMENT_BLOCK_ROWS = 4096
-
-#: Further chunk-sized (``rows x D``) temporaries alive at a kernel's peak, by dtype.
-#: array-api, measured with tracemalloc on NumPy (tests/test_plan_memory.py): moments peak at
-#: ~3-4 float64 + 2 bool per element, co-moments at 4 float64, histograms at ~36 B; the
-#: table keeps a little margin. The compiled loops work element by element: none.
-TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
-    "compiled": {
-        "moments": {}, "cov": {}, "hist": {}, "mi": {}, "class_moments": {"float64": 3, "bool": 2}, "sketch": {},
-    },
-    "array-api": {
-        "moments": {"float64": 4, "bool": 3},  # shifted values, deviations, powers, casts; masks
-        "cov": {"float64": 4},  # zeros, shifted and centred blocks, one expression temporary
-        "hist": {"float64": 2, "int64": 3, "bool": 3},  # scaled values, slot/flat index, masks
-        "mi": {"float64": 2, "int64": 3, "bool": 3},  # as hist; labels are counted apart
-        # class_moments has no compiled loop (both paths): the class-sorted copy of the block
-        # is counted in FLOAT64_COPIES, these are one class's float64 cast, deviations and
-        # squares and its finite mask, for the worst case of a block holding a single class.
-        "class_moments": {"float64": 3, "bool": 2},
-        "sketch": {"float64": 3, "int64": 3, "bool": 3},  # magnitudes, logs, keys, slots; masks
-    },
-}
-
-#: Bytes per row of row-length temporaries (co-moments: the complete-row mask, plus its casts on
-#: the array-API path; mi: the int64 copy of the labels, their searchsorted and clipped class
-#: columns, the class values taken back and the bool mask that checks them), on top of the
-#: input labels.
-ROW_TEMPORARIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 25, "class_moments": 24, "sketch": 0},
-    "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 32, "class_moments": 24, "sketch": 0},
-}
-
-#: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
-#: the outer-product correction of co-moments; the bincount output and its cast for histograms.
-STATE_COPIES: dict[str, dict[str, int]] = {
-    "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
-    "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
-}
-
-#: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
-#: running results (co-moments: the outer product and its scaled copy; moments: ~20 vectors).
-MERGE_TEMPORARIES: dict[str, int] = {"moments": 1, "cov": 3, "hist": 0, "mi": 0, "class_moments": 2, "sketch": 0}
+#: The kernel paths (see :data:`daskbatch.stats.footprint.KERNEL_PATHS`).
+PATHS: tuple[str, ...] = KERNEL_PATHS
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
 #: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
@@ -118,12 +61,29 @@ READ_BUFFERS = 2
 TASK_OVERHEAD_BYTES = 128 * 2**10
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "bool": 1}
-_LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (only these statistics read them)
-_BY_LABEL = ("mi", "class_moments")
+_LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (read once for all statistics)
+
+#: A statistic named by its name (built in) or by its own :class:`Footprint` (a user's).
+StatLike = str | Footprint
+
+
+def footprint(stat: StatLike) -> Footprint:
+    """The footprint of ``stat``: a built-in statistic's by name, or ``stat`` itself."""
+    if isinstance(stat, Footprint):
+        return stat
+    try:
+        return FOOTPRINTS[stat]
+    except KeyError:
+        raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}") from None
+
+
+def stat_name(stat: StatLike) -> str:
+    """The name of ``stat`` (for messages and ``Plan.explain``)."""
+    return stat.name if isinstance(stat, Footprint) else stat
 
 
 def state_bytes(
-    stat: str,
+    stat: StatLike,
     n_features: int,
     *,
     bins: int = 64,
@@ -134,14 +94,14 @@ def state_bytes(
 
     Parameters
     ----------
-    stat : {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
-        Statistic name.
+    stat : str or Footprint
+        Statistic name (one of :data:`STATISTICS`) or a statistic's footprint.
     n_features : int
         Features (columns) of the input.
     bins : int, default 64
         Regular bins per feature (``hist`` and ``mi`` add under/overflow and NaN bins).
     n_classes : int or None
-        Classes of the label (``mi`` and ``class_moments`` only).
+        Classes of the label (statistics that need them: ``mi``, ``class_moments``).
     feature_tile : int or None
         Tile width when co-moments are computed per pair of feature tiles; the
         state is then that of one tile pair.
@@ -151,34 +111,14 @@ def state_bytes(
     int
         Bytes.
     """
-    d = n_features
-    if stat == "moments":
-        return 11 * d * 8  # n, mean, m2, m3, m4, min, max, nan/inf counts... ~11 vectors
-    if stat == "cov":
-        if feature_tile is not None and feature_tile < d:
-            t = feature_tile
-            return t * t * 8 + 2 * (2 * t) * 8  # tile-pair block + two vectors for each side
-        return d * d * 8 + 2 * d * 8
-    if stat == "hist":
-        return d * (bins + 3) * 8
-    if stat == "mi":
-        if n_classes is None:
-            raise ValueError("statistic 'mi' needs n_classes (the number of label classes)")
-        return d * (bins + 3) * n_classes * 8
-    if stat == "class_moments":
-        if n_classes is None:
-            raise ValueError("statistic 'class_moments' needs n_classes (the number of label classes)")
-        return 4 * d * n_classes * 8  # n, shift, mean, m2 per (feature, class)
-    if stat == "sketch":
-        return d * SKETCH_SLOTS * 8 + 2 * d * 8  # counts, finite extrema
-    raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
+    return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 
 def chunk_task_terms(
     rows: int,
     n_features: int,
     itemsize: int,
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     *,
     bins: int = 64,
     n_classes: int | None = None,
@@ -189,28 +129,22 @@ def chunk_task_terms(
     if path not in PATHS:
         raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
-    temps = {
-        s: elems * sum(_ITEMSIZE[k] * n for k, n in TEMPORARIES[path][s].items()) for s in stats
-    }
-    states = {
-        s: state_bytes(s, n_features, bins=bins, n_classes=n_classes, feature_tile=feature_tile)
-        for s in stats
-    }
-    transient = {
-        s: temps[s] + rows * ROW_TEMPORARIES[path][s] + STATE_COPIES[path][s] * states[s]
-        for s in stats
-    }
+    prints = [footprint(s) for s in stats]
+    states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
+    transient = []
+    for f, state in zip(prints, states, strict=True):
+        temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
+        extra = min(rows, f.centring_rows) * n_features * 8 if path == "compiled" else 0  # centring buffer
+        transient.append(temps + rows * f.row_bytes[path] + f.state_copies[path] * state + extra)
     # Statistics run one after another, so one float64 copy is alive at a time at most.
-    copies = max((FLOAT64_COPIES[path][s] for s in stats), default=0)
-    if path == "compiled" and "cov" in stats:
-        transient["cov"] += min(rows, COMOMENT_BLOCK_ROWS) * n_features * 8  # the centring buffer
+    copies = max((f.float64_copies[path] for f in prints), default=0)
     return {
         "raw": elems * itemsize,
         "read buffers": READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
-        "labels": rows * _LABEL_ITEMSIZE if set(_BY_LABEL) & set(stats) else 0,
-        "temporaries": max(transient.values(), default=0),
-        "states": sum(states.values()),
+        "labels": rows * _LABEL_ITEMSIZE if any(f.reads_label for f in prints) else 0,
+        "temporaries": max(transient, default=0),
+        "states": sum(states),
         "overhead": TASK_OVERHEAD_BYTES,
     }
 
@@ -219,7 +153,7 @@ def projected_task_bytes(
     rows: int,
     n_features: int,
     itemsize: int,
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     *,
     bins: int = 64,
     n_classes: int | None = None,
@@ -255,7 +189,7 @@ def projected_task_bytes(
 
 
 def merge_terms(
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     n_features: int,
     split_every: int,
     *,
@@ -264,22 +198,20 @@ def merge_terms(
     feature_tile: int | None = None,
 ) -> dict[str, int]:
     """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
-    states = {
-        s: state_bytes(s, n_features, bins=bins, n_classes=n_classes, feature_tile=feature_tile)
-        for s in stats
-    }
-    total = sum(states.values())
+    prints = [footprint(s) for s in stats]
+    states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
+    total = sum(states)
     return {
         "input states": split_every * total,
         # the old running result stays alive until the new one is complete
         "running results": 2 * total,
-        "temporaries": max((MERGE_TEMPORARIES[s] * b for s, b in states.items()), default=0),
+        "temporaries": max((f.merge_temporaries * b for f, b in zip(prints, states, strict=True)), default=0),
         "overhead": TASK_OVERHEAD_BYTES,
     }
 
 
 def merge_task_bytes(
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     n_features: int,
     split_every: int,
     *,

@@ -30,11 +30,15 @@ from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
     DEFAULT_STATISTICS,
     STATISTICS,
+    StatLike,
+    footprint,
     merge_task_bytes,
     projected_task_bytes,
+    stat_name,
     state_bytes,
 )
 from daskbatch.planning.resources import Resources, format_bytes
+from daskbatch.stats.footprint import Footprint
 
 __all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "projected_task_bytes"]
 
@@ -60,7 +64,7 @@ class Plan:
     itemsize: int
     dtype: str | None
     storage_chunks: tuple[int, int]
-    stats: tuple[str, ...]
+    stats: tuple[StatLike, ...]
     bins: int
     n_classes: int | None
     resources: Resources
@@ -105,6 +109,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready) of every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``."""
         out = dataclasses.asdict(self)
+        out["stats"] = [stat_name(s) for s in self.stats]  # a user's statistic by its name
         out["chunks"] = list(self.chunks)
         out["task_bytes"] = self.task_bytes
         out["rmm_pool_bytes"] = self.rmm_pool_bytes
@@ -143,7 +148,7 @@ def plan_chunks(
     storage_chunks: tuple[int, ...],
     resources: Resources,
     *,
-    stats: tuple[str, ...] | list[str] = DEFAULT_STATISTICS,
+    stats: tuple[StatLike, ...] | list[StatLike] = DEFAULT_STATISTICS,
     bins: int = 64,
     n_classes: int | None = None,
     split_every: int | None = None,
@@ -285,10 +290,10 @@ def _check_inputs(
     shape: tuple[int, ...],
     itemsize: int,
     storage_chunks: tuple[int, ...],
-    stats: tuple[str, ...] | list[str],
+    stats: tuple[StatLike, ...] | list[StatLike],
     bins: int,
     n_classes: int | None,
-) -> tuple[str, ...]:
+) -> tuple[StatLike, ...]:
     """Validate the arguments of :func:`plan_chunks`; return the statistics in canonical order."""
     if len(shape) != 2 or any(int(n) < 0 for n in shape):
         raise ValueError(f"expected a 2-D (samples x features) shape, got {tuple(shape)}")
@@ -296,23 +301,25 @@ def _check_inputs(
         raise ValueError(f"storage chunks must be 2 positive ints, got {tuple(storage_chunks)}")
     if not 1 <= int(itemsize) <= 16:
         raise ValueError(f"itemsize must be between 1 and 16 bytes, got {itemsize}")
-    unknown = [s for s in stats if s not in STATISTICS]
+    unknown = [s for s in stats if not isinstance(s, Footprint) and s not in STATISTICS]
     if unknown or not stats:
         raise ValueError(
-            f"unknown or no statistics {unknown or list(stats)}; choose from {', '.join(STATISTICS)}"
+            f"unknown or no statistics {unknown or list(stats)}; choose from {', '.join(STATISTICS)} "
+            "(or pass a statistic's Footprint)"
         )
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
-    for by_label in ("mi", "class_moments"):
-        if by_label in stats and (n_classes is None or n_classes < 1):
+    for stat in stats:
+        if footprint(stat).needs_classes and (n_classes is None or n_classes < 1):
             raise ValueError(
-                f"statistic {by_label!r} needs the number of label classes (--classes K), got {n_classes}"
+                f"statistic {stat_name(stat)!r} needs the number of label classes (--classes K), got {n_classes}"
             )
-    return tuple(s for s in STATISTICS if s in stats)
+    # Built-in statistics in their canonical order, then a user's in the order given.
+    return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))
 
 
 def _largest_tile(
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     n_features: int,
     n_rows: int,
     storage_rows: int,
@@ -382,14 +389,14 @@ def _tree_tasks(n_chunks: int, split_every: int) -> int:
 
 
 def _states_error(
-    stats: tuple[str, ...],
+    stats: tuple[StatLike, ...],
     split_every: int,
     n_features: int,
     budget: int,
     formula: str,
     kw: dict[str, Any],
 ) -> PlanError:
-    sizes = {s: state_bytes(s, n_features, **kw) for s in stats}
+    sizes = {stat_name(s): state_bytes(s, n_features, **kw) for s in stats}
     states = sum(sizes.values())
     big = max(sizes, key=lambda s: sizes[s])
     hint = {
@@ -398,7 +405,7 @@ def _states_error(
         "hist": "lower --bins",
         "mi": "lower --bins or --classes",
         "sketch": "give histogram ranges (--range) instead of the quantile sketch",
-    }[big]
+    }.get(big, f"leave out statistic {big!r}")
     return PlanError(
         f"merging {split_every + 1} states of {format_bytes(states)} "
         f"(largest: '{big}' {format_bytes(sizes[big])} for {n_features:,} features) needs "

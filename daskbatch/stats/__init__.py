@@ -4,9 +4,11 @@ They are written once against the array API (NumPy, CuPy, array_api_strict)
 and never import dask, zarr or cupy.
 """
 
-from daskbatch.stats._base import Bundle, Statistic, merge_all
+from daskbatch.stats import class_moments, comoments, histogram, moments, sketch
+from daskbatch.stats._base import Bundle, State, Statistic, merge_all
 from daskbatch.stats.class_moments import ClassMoments, ClassMomentsResult, ClassMomentsState
 from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
+from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
 from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
 from daskbatch.stats.mutual_info import mutual_information
@@ -20,8 +22,15 @@ STATISTICS = {
     "sketch": Sketch,
 }
 
+#: What each statistic holds in memory, by name (the planner's memory model adds these up).
+FOOTPRINTS: dict[str, Footprint] = {
+    f.name: f
+    for f in (moments.FOOTPRINT, comoments.FOOTPRINT, histogram.FOOTPRINT, histogram.MI_FOOTPRINT,
+              class_moments.FOOTPRINT, sketch.FOOTPRINT)
+}
+
 __all__ = [
-    "STATISTICS", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",
+    "FOOTPRINTS", "STATISTICS", "Footprint", "State", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",
     "CoMomentsResult", "CoMomentsState", "Histogram",
     "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Sketch",
     "SketchResult", "SketchState", "Statistic",

@@ -28,6 +28,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
+from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.moments import first_finite
 
 
@@ -188,3 +189,25 @@ def _pad_classes(xp: Namespace, s: ClassMomentsState, n_classes: int) -> ClassMo
     d, k = s.n.shape
     pad = xp.zeros((d, n_classes - k), dtype=xp.float64, device=device(s.n))
     return ClassMomentsState(*(xp.concat([v, pad], axis=1) for v in (s.n, s.shift, s.mean, s.m2)))
+
+
+def _class_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> int:
+    if k is None:
+        raise ValueError("statistic 'class_moments' needs n_classes (the number of label classes)")
+    return 4 * d * k * 8  # n, shift, mean, m2 per (feature, class)
+
+
+#: Memory of :class:`ClassMoments` for the planner (no compiled loop: both paths the same):
+#: the class-sorted copy of the block, then one class's float64 cast, deviations and squares
+#: and its finite mask, for the worst case of a block holding a single class.
+FOOTPRINT = Footprint(
+    name="class_moments",
+    state=_class_state_bytes,
+    float64_copies={"compiled": 1, "array-api": 1},
+    temporaries={"compiled": {"float64": 3, "bool": 2}, "array-api": {"float64": 3, "bool": 2}},
+    row_bytes={"compiled": 24, "array-api": 24},
+    state_copies={"compiled": 1, "array-api": 1},
+    merge_temporaries=2,
+    reads_label=True,
+    needs_classes=True,
+)

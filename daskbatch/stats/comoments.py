@@ -15,6 +15,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.footprint import Footprint
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,3 +144,26 @@ class CoMoments:
         cov, corr = covariance_and_correlation(s.c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
+
+
+def _comoment_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> int:
+    if tile is not None and tile < d:
+        return tile * tile * 8 + 2 * (2 * tile) * 8  # tile-pair block + two vectors for each side
+    return d * d * 8 + 2 * d * 8
+
+
+#: Memory of :class:`CoMoments` for the planner: the array API makes 4 chunk-sized float64
+#: temporaries (zeros, shifted and centred blocks, one expression temporary) and a
+#: float64 copy; the compiled kernel centres :data:`~daskbatch.stats.kernels.COMOMENT_BLOCK_ROWS`
+#: rows at a time instead. Both keep the complete-row mask (plus its casts on the array-API
+#: path) and the GEMM result and outer-product correction next to the state.
+FOOTPRINT = Footprint(
+    name="cov",
+    state=_comoment_state_bytes,
+    float64_copies={"compiled": 0, "array-api": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 4}},
+    row_bytes={"compiled": 1, "array-api": 16},
+    state_copies={"compiled": 2, "array-api": 2},
+    merge_temporaries=3,  # the outer product and its scaled copy
+    centring_rows=kernels.COMOMENT_BLOCK_ROWS,
+)

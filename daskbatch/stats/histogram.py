@@ -24,6 +24,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64
 from daskbatch.stats.backend import bincount, device, namespace
 from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
+from daskbatch.stats.footprint import Footprint
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
 UNDERFLOW = 0
@@ -219,3 +220,36 @@ def _pad_classes(xp: Namespace, counts: Array, n_classes: int) -> Array:
     d, slots, k = counts.shape
     pad = xp.zeros((d, slots, n_classes - k), dtype=counts.dtype, device=device(counts))
     return xp.concat([counts, pad], axis=2)
+
+
+#: Memory of :class:`Histogram` for the planner: the array API makes a float64 copy, scaled
+#: values, slot and flat indices and masks; the bincount output and its cast sit next to the
+#: state. The state is ``bins`` + under/overflow and NaN counts per feature.
+FOOTPRINT = Footprint(
+    name="hist",
+    state=lambda d, bins, k, tile: d * (bins + 3) * 8,
+    float64_copies={"compiled": 0, "array-api": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}},
+    state_copies={"compiled": 0, "array-api": 1},
+)
+
+
+def _joint_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> int:
+    if k is None:
+        raise ValueError("statistic 'mi' needs n_classes (the number of label classes)")
+    return d * (bins + 3) * k * 8
+
+
+#: :class:`Histogram` by label (``"mi"``): as ``hist``, per class, plus the label's row
+#: temporaries (its int64 copy, searchsorted and clipped class columns, the class values
+#: taken back and the bool mask that checks them).
+MI_FOOTPRINT = Footprint(
+    name="mi",
+    state=_joint_state_bytes,
+    float64_copies={"compiled": 0, "array-api": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}},
+    row_bytes={"compiled": 25, "array-api": 32},
+    state_copies={"compiled": 0, "array-api": 1},
+    reads_label=True,
+    needs_classes=True,
+)

@@ -22,6 +22,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.footprint import Footprint
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 
@@ -247,3 +248,15 @@ class Moments:
             finite_min=xp.where(n > 0, s.fmin, nan),
             finite_max=xp.where(n > 0, s.fmax, nan),
         )
+
+
+#: Memory of :class:`Moments` for the planner (array API, measured with tracemalloc on NumPy:
+#: ~3-4 float64 + 2 bool per element at the peak: shifted values, deviations, powers, casts;
+#: masks. The compiled loops work element by element). The state holds ~11 vectors.
+FOOTPRINT = Footprint(
+    name="moments",
+    state=lambda d, bins, k, tile: 11 * d * 8,
+    float64_copies={"compiled": 0, "array-api": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 4, "bool": 3}},
+    merge_temporaries=1,  # ~20 vectors of one merge
+)

@@ -35,6 +35,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats.footprint import Footprint
 
 __all__ = ["Sketch", "SketchResult", "SketchState", "sketch_quantile", "sketch_values"]
 
@@ -285,3 +286,18 @@ def sketch_quantile(
         finite = np.isfinite(v)
         out[d] = np.where(finite, np.clip(v, lo[d], hi[d]), v)
     return out[:, 0] if np.ndim(q) == 0 else out
+
+
+#: int64 counts per feature of the default sketch (both signs' log and overflow buckets,
+#: zero, ±inf and NaN).
+SKETCH_SLOTS = Sketch().n_slots + 1
+
+#: Memory of :class:`Sketch` for the planner: the array API makes a float64 copy and
+#: magnitudes, logs, keys, slots and masks; the bincount output sits next to the state.
+FOOTPRINT = Footprint(
+    name="sketch",
+    state=lambda d, bins, k, tile: d * SKETCH_SLOTS * 8 + 2 * d * 8,  # counts, finite extrema
+    float64_copies={"compiled": 0, "array-api": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 3, "int64": 3, "bool": 3}},
+    state_copies={"compiled": 0, "array-api": 1},
+)

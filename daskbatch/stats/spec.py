@@ -7,26 +7,85 @@ The one place that turns what a user asks for (``stats="moments,cov"``, a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from daskbatch.stats import STATISTICS
+from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import robust_ranges
 
 DEFAULT_STATS = ("moments", "cov", "hist", "mi")
 NAN_POLICIES = ("omit", "propagate", "raise")
 
 
-def normalize_stats(stats: str | Sequence[str]) -> tuple[str, ...]:
-    """Validate statistic names (``"moments"`` is always computed and listed first)."""
-    names = (stats,) if isinstance(stats, str) else tuple(stats)
-    names = tuple(n.strip() for part in names for n in part.split(",") if n.strip())
+def normalize_stats(stats: Any) -> tuple[str, ...]:
+    """Validate statistic names (``"moments"`` is always computed and listed first).
+
+    ``stats`` is a name, a comma-separated string of names, or a sequence of
+    names and statistic objects; the objects (a user's statistics) are left to
+    :func:`user_statistics`.
+    """
+    items = _items(stats)
+    names = tuple(n.strip() for part in items if isinstance(part, str) for n in part.split(",") if n.strip())
     unknown = [n for n in names if n not in STATISTICS]
     if unknown:
         raise ValueError(f"unknown statistic(s) {unknown}; choose from {sorted(STATISTICS)}")
     return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
+
+
+def _items(stats: Any) -> tuple[Any, ...]:
+    if isinstance(stats, str) or is_statistic(stats):
+        return (stats,)
+    return tuple(stats)
+
+
+def is_statistic(obj: Any) -> bool:
+    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``."""
+    return isinstance(getattr(obj, "name", None), str) and all(
+        callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
+    )
+
+
+#: A user's statistic name doubles as a task-name and checkpoint-folder part: a plain name.
+_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def user_statistics(stats: Any) -> tuple[Any, ...]:
+    """The statistic objects among ``stats`` (a user's own), checked against the protocol.
+
+    Each needs a plain ``name`` that no built-in statistic uses, and ``chunk(x,
+    label=None)``, ``merge(a, b)`` and ``finalize(state)``; its state should
+    subclass :class:`~daskbatch.stats._base.State` (dask then sees its size).
+    An optional ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
+    lets the planner size its tasks; without one a cautious default is used.
+    """
+    found: list[Any] = []
+    for obj in _items(stats):
+        if isinstance(obj, str):
+            continue
+        if not is_statistic(obj):
+            raise TypeError(
+                f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "
+                "chunk(x, label=None), merge(a, b) and finalize(state) methods"
+            )
+        if not _PLAIN_NAME.fullmatch(obj.name) or obj.name in STATISTICS:
+            raise ValueError(
+                f"statistic name {obj.name!r} must be a plain name ([A-Za-z][A-Za-z0-9_]*) "
+                f"other than the built-in {sorted(STATISTICS)}"
+            )
+        if obj.name in {s.name for s in found}:
+            raise ValueError(f"two statistics are named {obj.name!r}")
+        found.append(obj)
+    return tuple(found)
+
+
+def footprint_of(stat: Any) -> Footprint:
+    """The memory footprint a statistic declares (``stat.footprint``), else a cautious default."""
+    declared = getattr(stat, "footprint", None)
+    return declared if isinstance(declared, Footprint) else generic_footprint(stat.name)
 
 
 def is_minmax(range_: Any) -> bool:

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.runtime.interrupts import no_interrupt
+from daskbatch.stats._base import State
 
 __all__ = ["DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "write_atomic"]
 
@@ -71,8 +73,11 @@ def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
     types, fields = [], []
     for i, part in enumerate(state):
         cls = type(part)
-        if not (dataclasses.is_dataclass(part) and cls.__module__.startswith(_STATS)):
-            raise TypeError(f"cannot checkpoint a state of type {cls.__qualname__}")
+        if not (dataclasses.is_dataclass(part) and (cls.__module__.startswith(_STATS) or isinstance(part, State))):
+            raise TypeError(
+                f"cannot checkpoint a state of type {cls.__qualname__}: states are dataclasses of arrays "
+                "deriving from daskbatch.State"
+            )
         types.append(f"{cls.__module__}:{cls.__qualname__}")
         names = [f.name for f in dataclasses.fields(part)]
         fields.append(names)
@@ -150,14 +155,24 @@ def _check_header(path: Path, header: dict[str, Any], payload: bytes) -> None:
 
 
 def _state_class(path: Path | None, spec: object) -> type:
-    """The dataclass a ``"module:qualname"`` names, only from :mod:`daskbatch.stats`."""
+    """The state dataclass a ``"module:qualname"`` names: never imports anything new.
+
+    Classes of :mod:`daskbatch.stats`, or a user's :class:`~daskbatch.stats._base.State`
+    subclass from a module this process has already imported (the statistic that
+    wrote it is running): a header cannot make the reader import arbitrary code.
+    """
     module, _, qualname = str(spec).partition(":")
-    if not module.startswith(_STATS) or not qualname.isidentifier():
+    if not qualname.isidentifier():
         raise DamagedCheckpoint(f"{path}: state type {spec!r} is not a daskbatch statistic")
-    try:
-        cls = getattr(importlib.import_module(module), qualname)
-    except (ImportError, AttributeError) as exc:
-        raise DamagedCheckpoint(f"{path}: unknown state type {spec!r}") from exc
+    if module.startswith(_STATS):
+        try:
+            cls = getattr(importlib.import_module(module), qualname)
+        except (ImportError, AttributeError) as exc:
+            raise DamagedCheckpoint(f"{path}: unknown state type {spec!r}") from exc
+    else:
+        cls = getattr(sys.modules.get(module), qualname, None)
+        if not (isinstance(cls, type) and issubclass(cls, State)):
+            raise DamagedCheckpoint(f"{path}: state type {spec!r} is not a daskbatch statistic's state")
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise DamagedCheckpoint(f"{path}: {spec!r} is not a state class")
     return cls

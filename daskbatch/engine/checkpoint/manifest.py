@@ -55,9 +55,13 @@ def spec_items(bundle: Any) -> dict[str, str]:
     """Every parameter of every statistic of ``bundle`` (ranges of a histogram included)."""
     items: dict[str, str] = {}
     for stat in bundle.stats:
-        items[f"{stat.name}.type"] = type(stat).__qualname__
-        for f in dataclasses.fields(stat):
-            items[f"{stat.name}.{f.name}"] = _short(getattr(stat, f.name))
+        name: str = stat.name
+        items[f"{name}.type"] = f"{type(stat).__module__}.{type(stat).__qualname__}"
+        if dataclasses.is_dataclass(stat):
+            for f in dataclasses.fields(stat):
+                items[f"{name}.{f.name}"] = _short(getattr(stat, f.name))
+        else:  # a user's statistic that is not a dataclass: its repr stands for its parameters
+            items[f"{name}.repr"] = repr(stat)
     return items
 
 
