@@ -65,8 +65,8 @@ def key_value_table(rows: Iterable[tuple[str, str] | tuple[str, str, str]]) -> s
     body = []
     for row in rows:
         key, value = row[0], row[1]
-        cls = row[2] if len(row) > 2 else ""  # type: ignore[misc]
-        body.append(f"<tr><th>{escape(key)}</th><td class='txt {cls}'>{escape(value)}</td></tr>")
+        cls = ("txt " + row[2]) if len(row) > 2 and row[2] else "txt"  # type: ignore[misc]
+        body.append(f"<tr><th>{escape(key)}</th><td class='{cls}'>{escape(value)}</td></tr>")
     return f"<table><tbody>{''.join(body)}</tbody></table>"
 
 
