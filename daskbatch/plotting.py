@@ -18,11 +18,37 @@ __all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
 
 
 def _figure(width: float, height: float) -> Any:
-    # Figure() instead of pyplot: no global state, no GUI backend needed, and
-    # Jupyter still renders a returned Figure through its _repr_png_.
+    # Figure() instead of pyplot: no global state, no GUI backend needed.
     from matplotlib.figure import Figure
 
+    _show_figures_inline(Figure)
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _show_figures_inline(figure_class: type) -> None:
+    """In a Jupyter kernel, have a returned Figure shown as a PNG, as ``%matplotlib inline`` would.
+
+    IPython registers its PNG formatter for figures only once pyplot's inline
+    backend has been loaded; a Figure made without pyplot would otherwise show
+    as ``<Figure size ...>`` text. A formatter already there (the user's
+    ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
+    """
+    import sys
+
+    if "ipykernel" not in sys.modules:  # not in a notebook kernel: nothing to register
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        png.lookup_by_type(figure_class)
+    except KeyError:
+        from IPython.core.pylabtools import print_figure
+
+        png.for_type(figure_class, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def _feature_index(summary: Any, features: Sequence[str | int] | None, default: Sequence[int]) -> list[int]:
@@ -132,7 +158,7 @@ def histograms(
     if summary.hist_counts is None:
         raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
     default = (
-        [summary.feature_names.index(n) for n, _ in summary.top_mi(8)]
+        [summary.feature_names.index(n) for n in summary.top_mi(8).index]
         if summary.mi is not None else range(min(8, summary.n_features))
     )
     index = _feature_index(summary, features, default)
@@ -198,10 +224,10 @@ def mi(summary: Any, *, k: int = 20) -> Any:
     matplotlib.figure.Figure
     """
     ranked = summary.top_mi(k)
-    if not ranked:
+    if ranked.empty:
         raise ValueError("this summary has no mutual information: describe(x, label, ...)")
-    names = [n for n, _ in ranked][::-1]
-    values = np.asarray([v for _, v in ranked][::-1])
+    names = [str(n) for n in ranked.index][::-1]
+    values = ranked.to_numpy(dtype=np.float64)[::-1]
     fig = _figure(6.5, 0.28 * len(names) + 1.5)
     ax = fig.add_subplot()
     ax.barh(names, values, color="tab:blue")

@@ -15,11 +15,11 @@ def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> 
     if len(table) > max_features:
         lines.append(f"... and {len(table) - max_features} more features")
     pairs = summary.top_correlated(top)  # type: ignore[attr-defined]
-    if pairs:
+    if len(pairs):
         lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r, {summary.cov_count:,} complete rows):")  # type: ignore[attr-defined]
-        lines.extend(f"  {a:>12} ~ {b:<12} r = {r:+.4f}" for a, b, r in pairs)
+        lines.extend(f"  {a:>12} ~ {b:<12} r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
     ranked = summary.top_mi(top)  # type: ignore[attr-defined]
-    if ranked:
+    if len(ranked):
         units = summary.provenance.get("mi_units", "nats")  # type: ignore[attr-defined]
         classes = getattr(summary, "classes", None)
         if classes is not None:
@@ -27,5 +27,5 @@ def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> 
 
             units += f"; {len(classes)} classes {format_classes(classes.tolist())}"
         lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
-        lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked)
+        lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked.items())
     return "\n".join(lines)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,12 @@ PER_FEATURE = (
 
 #: Per-(feature, class) arrays of the per-class moments.
 CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
+
+#: Variables that :meth:`Summary.to_xarray` stores as int64 counts.
+COUNT_FIELDS_INT = (
+    "count", "nan_count", "posinf_count", "neginf_count", "class_count",
+    "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts",
+)
 
 
 #: Result names of the built-in statistics (anything else in describe's results is a user's).
@@ -89,7 +94,7 @@ class Summary:
         return len(self.feature_names)
 
     # ----------------------------------------------------------------- views
-    def quantile(self, q: float | Any, method: str = "auto") -> np.ndarray:
+    def quantile(self, q: float | Any, method: str = "auto") -> Any:
         """Approximate quantiles from the quantile sketch or from the histograms.
 
         Parameters
@@ -105,8 +110,10 @@ class Summary:
 
         Returns
         -------
-        ndarray
-            Shape (D,) for a scalar ``q``, else (D, len(q)).
+        pandas.Series or pandas.DataFrame
+            Indexed by feature name: a Series named ``q`` for a scalar ``q``,
+            else a DataFrame with one column per probability (``.to_numpy()``
+            gives the (D,) or (D, len(q)) array).
         """
         if method not in ("auto", "sketch", "histogram"):
             raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
@@ -115,16 +122,33 @@ class Summary:
                 raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
             spec = self.provenance["sketch"]
             layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]))
-            return sketch_quantile(
+            values = sketch_quantile(
                 self.sketch_counts, int(spec["first_slot"]), layout,
                 self.sketch_extrema[:, 0], self.sketch_extrema[:, 1], q,
             )
+            return self._labelled_quantiles(values, q)
         if self.hist_counts is None:
             raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
         assert self.hist_edges is not None and self.underflow is not None and self.overflow is not None
-        return histogram_quantile(
+        values = histogram_quantile(
             self.hist_counts, self.hist_edges, self.underflow, self.overflow, self.min, self.max, q
         )
+        return self._labelled_quantiles(values, q)
+
+    def _labelled_quantiles(self, values: np.ndarray, q: Any) -> Any:
+        """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature."""
+        import pandas as pd
+
+        index = self._feature_index()
+        if np.ndim(q) == 0:
+            return pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+        return pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+
+    def _feature_index(self) -> Any:
+        import pandas as pd
+
+        return pd.Index(list(self.feature_names), name="feature")
 
     @property
     def out_of_range_fraction(self) -> np.ndarray | None:
@@ -134,19 +158,30 @@ class Summary:
         n = self.count
         return (self.underflow + self.overflow) / np.where(n > 0, n, 1.0)
 
-    def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
-        """The ``k`` feature pairs with the largest absolute correlation, as (a, b, r)."""
+    def top_correlated(self, k: int = 10) -> Any:
+        """The ``k`` feature pairs with the largest absolute correlation.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``feature_a``, ``feature_b`` and ``r`` (Pearson), strongest
+            first; empty without a covariance.
+        """
+        import pandas as pd
+
         if self.corr is None:
             tiled = self.provenance.get("tiled_cov")
-            if tiled:  # too wide to hold: ranked tile by tile from the store
-                return self.tiled_cov().top_correlated(k)
-            return []
-        upper = np.triu_indices(self.n_features, k=1)
-        r = self.corr[upper]
-        finite = np.isfinite(r)
-        order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
-        names = self.feature_names
-        return [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+            # too wide to hold: ranked tile by tile from the store
+            pairs = self.tiled_cov().top_correlated(k) if tiled else []
+        else:
+            upper = np.triu_indices(self.n_features, k=1)
+            r = self.corr[upper]
+            finite = np.isfinite(r)
+            order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
+            names = self.feature_names
+            pairs = [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+        table = pd.DataFrame(pairs, columns=["feature_a", "feature_b", "r"])
+        return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
 
     def tiled_cov(self) -> Any:
         """The tiled covariance store (``.cov``/``.corr`` as dask arrays) when the plan tiled it."""
@@ -157,12 +192,22 @@ class Summary:
             raise ValueError("this summary's covariance was not tiled: use .cov and .corr")
         return open_tiled_cov(tiled["path"])
 
-    def top_mi(self, k: int = 10) -> list[tuple[str, float]]:
-        """The ``k`` features with the largest mutual information with the label."""
+    def top_mi(self, k: int = 10) -> Any:
+        """The ``k`` features with the largest mutual information with the label.
+
+        Returns
+        -------
+        pandas.Series
+            MI (in ``provenance["mi_units"]``) indexed by feature name, largest
+            first; empty without a label.
+        """
+        import pandas as pd
+
         if self.mi is None:
-            return []
+            return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
         order = np.argsort(-np.nan_to_num(self.mi, nan=-1.0), kind="stable")[: max(k, 0)]
-        return [(self.feature_names[i], float(self.mi[i])) for i in order]
+        index = pd.Index([self.feature_names[i] for i in order], name="feature", dtype=object)
+        return pd.Series(self.mi[order].astype(np.float64), index=index, name="mi")
 
     def to_dataframe(self) -> Any:
         """Per-feature table (pandas DataFrame indexed by feature name)."""
@@ -175,42 +220,77 @@ class Summary:
             columns["mi"] = self.mi
         if self.hist_counts is not None or self.sketch_counts is not None:
             for label, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
-                columns[label] = self.quantile(q)
+                columns[label] = self.quantile(q).to_numpy()
         return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
 
     def to_xarray(self) -> Any:
-        """All statistics as an ``xarray.Dataset`` (dims ``feature``, ``feature2``, ``bin``, ``edge``, ``class``)."""
+        """All statistics as an ``xarray.Dataset`` with CF-style labels.
+
+        Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
+        ``edge``, ``slot`` (-1: below the range, then the bins, then above),
+        ``class`` (the label values), ``sketch_slot`` and ``extreme``, each with
+        a coordinate; ``bin_centre`` (feature, bin) holds the centre of every
+        bin. Variables carry ``long_name``, ``units`` where the statistic has
+        its own (``"1"`` for counts, ``"nat"``/``"bit"`` for ``mi``) and the
+        settings they depend on (``ddof``, ``bias``); counts are int64. The
+        provenance becomes one dataset attribute per key (see
+        :mod:`daskbatch.summary_attrs`).
+        """
         import xarray as xr
 
-        data: dict[str, Any] = {name: ("feature", getattr(self, name)) for name in PER_FEATURE}
+        from daskbatch.summary_attrs import FORMAT, count_array, encode_provenance, variable_attrs
+
+        def var(dims: Any, name: str, values: Any) -> Any:
+            if name in COUNT_FIELDS_INT:
+                values = count_array(values)
+            return xr.Variable(dims, values, attrs=variable_attrs(name, self.provenance, self.cov_count))
+
+        data: dict[str, Any] = {name: var("feature", name, getattr(self, name)) for name in PER_FEATURE}
         if self.cov is not None:
-            data["cov"] = (("feature", "feature2"), self.cov)
-            data["corr"] = (("feature", "feature2"), self.corr)
-        if self.hist_counts is not None:
-            data["hist_counts"] = (("feature", "bin"), self.hist_counts)
-            data["hist_edges"] = (("feature", "edge"), self.hist_edges)
-            data["underflow"] = ("feature", self.underflow)
-            data["overflow"] = ("feature", self.overflow)
-        if self.joint_counts is not None:
-            data["joint_counts"] = (("feature", "slot", "class"), self.joint_counts)
-        if self.mi is not None:
-            data["mi"] = ("feature", self.mi)
-        for name in CLASS_FIELDS:
-            if getattr(self, name) is not None:
-                data[name] = (("feature", "class"), getattr(self, name))
-        if self.sketch_counts is not None:
-            data["sketch_counts"] = (("feature", "sketch_slot"), self.sketch_counts)
-            data["sketch_extrema"] = (("feature", "extreme"), self.sketch_extrema)
+            data["cov"] = var(("feature", "feature2"), "cov", self.cov)
+            data["corr"] = var(("feature", "feature2"), "corr", self.corr)
         # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
         names = np.array(self.feature_names, dtype=object)
-        coords = {"feature": names}
+        coords: dict[str, Any] = {"feature": ("feature", names, {"long_name": "feature"})}
         if self.cov is not None:
-            coords["feature2"] = names
-        if self.joint_counts is not None and self.classes is not None:
-            coords["class"] = np.asarray(self.classes, dtype=np.int64)
-        attrs: dict[str, Any] = {"provenance": json.dumps(self.provenance, default=str)}
+            coords["feature2"] = ("feature2", names, {"long_name": "feature (second of a pair)"})
+        if self.hist_counts is not None:
+            assert self.hist_edges is not None
+            data["hist_counts"] = var(("feature", "bin"), "hist_counts", self.hist_counts)
+            data["hist_edges"] = var(("feature", "edge"), "hist_edges", self.hist_edges)
+            data["underflow"] = var("feature", "underflow", self.underflow)
+            data["overflow"] = var("feature", "overflow", self.overflow)
+            bins = self.hist_counts.shape[1]
+            coords["bin"] = ("bin", np.arange(bins, dtype=np.int64), {"long_name": "histogram bin"})
+            coords["edge"] = ("edge", np.arange(bins + 1, dtype=np.int64), {"long_name": "histogram edge"})
+            # Every feature has its own range, so the centres are (feature, bin).
+            centres = 0.5 * (self.hist_edges[:, :-1] + self.hist_edges[:, 1:])
+            coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
+        if self.joint_counts is not None:
+            data["joint_counts"] = var(("feature", "slot", "class"), "joint_counts", self.joint_counts)
+            slots = self.joint_counts.shape[1]
+            coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
+                "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
+            })
+        if self.mi is not None:
+            data["mi"] = var("feature", "mi", self.mi)
+        for name in CLASS_FIELDS:
+            if getattr(self, name) is not None:
+                data[name] = var(("feature", "class"), name, getattr(self, name))
+        if self.classes is not None and ("joint_counts" in data or "class_count" in data):
+            coords["class"] = ("class", np.asarray(self.classes, dtype=np.int64), {"long_name": "label value"})
+        if self.sketch_counts is not None:
+            data["sketch_counts"] = var(("feature", "sketch_slot"), "sketch_counts", self.sketch_counts)
+            data["sketch_extrema"] = var(("feature", "extreme"), "sketch_extrema", self.sketch_extrema)
+            first = int(self.provenance.get("sketch", {}).get("first_slot", 0))
+            width = self.sketch_counts.shape[1]
+            coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
+                                     {"long_name": "quantile sketch slot"})
+            coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
+        attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
         if self.cov_count is not None:
             attrs["cov_count"] = int(self.cov_count)
+        attrs.update(encode_provenance(self.provenance))
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
     @classmethod
@@ -264,12 +344,17 @@ class Summary:
         def get(name: str) -> np.ndarray | None:
             return np.asarray(ds[name].values) if name in ds else None
 
+        from daskbatch.summary_attrs import COUNT_FIELDS, decode_provenance
+
         kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
         for name in (
             "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
             "sketch_counts", "sketch_extrema", *CLASS_FIELDS,
         ):
             kwargs[name] = get(name)
+        for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
+            if kwargs[name] is not None:
+                kwargs[name] = kwargs[name].astype(np.float64)
         cov_count = ds.attrs.get("cov_count")
         if "class" in ds.coords:
             kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
@@ -278,7 +363,7 @@ class Summary:
         return cls(
             feature_names=tuple(str(f) for f in ds["feature"].values),
             cov_count=None if cov_count is None else int(cov_count),
-            provenance=json.loads(ds.attrs.get("provenance", "{}")),
+            provenance=decode_provenance(dict(ds.attrs)),
             **kwargs,
         )
 
@@ -348,28 +433,14 @@ class Summary:
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
-        parts = [f"<daskbatch.Summary: {int(self.provenance.get('rows', 0)):,} rows × {self.n_features} features>"]
-        table = self.to_dataframe()
-        with _pandas_display():
-            parts.append(table.head(20).to_string(float_format=lambda v: f"{v:.6g}"))
-        if self.n_features > 20:
-            parts.append(f"... {self.n_features - 20} more features")
-        return "\n".join(parts)
+        from daskbatch.reprs import summary_text
+
+        return summary_text(self)
 
     def _repr_html_(self) -> str:
-        table = self.to_dataframe().head(50)
-        head = (
-            f"<p><b>daskbatch.Summary</b>: {int(self.provenance.get('rows', 0)):,} rows × "
-            f"{self.n_features} features; source: {self.provenance.get('source', 'array')}</p>"
-        )
-        extra = ""
-        if self.corr is not None:
-            pairs = "".join(f"<li>{a} ~ {b}: r = {r:+.3f}</li>" for a, b, r in self.top_correlated(5))
-            extra += f"<p>Top correlated pairs</p><ul>{pairs}</ul>"
-        if self.mi is not None:
-            tops = "".join(f"<li>{n}: {v:.4f} nats</li>" for n, v in self.top_mi(5))
-            extra += f"<p>Top features by mutual information with the label</p><ul>{tops}</ul>"
-        return head + table.to_html(float_format=lambda v: f"{v:.6g}") + extra
+        from daskbatch.reprs import summary_html
+
+        return summary_html(self)
 
 
 def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -441,7 +512,8 @@ def _check_is_summary(where: str) -> None:
     marker = group.attrs.get(MARKER)
     arrays = sorted(name for name, _ in group.arrays())
     # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
-    legacy = marker is None and "provenance" in group.attrs and {"feature", "mean", "count"} <= set(arrays)
+    described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
+    legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
     if marker != "summary" and not legacy:
         held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
         kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
@@ -449,14 +521,3 @@ def _check_is_summary(where: str) -> None:
             f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
             "or give a path written by Summary.save / describe --out"
         )
-
-
-class _pandas_display:
-    def __enter__(self) -> None:
-        import pandas as pd
-
-        self._ctx = pd.option_context("display.width", 160, "display.max_columns", 20)
-        self._ctx.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        self._ctx.__exit__(*exc)

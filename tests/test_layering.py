@@ -114,7 +114,8 @@ def test_scan_sees_what_it_should() -> None:
 
 # Layers from the bottom up: a module may import its own layer or any layer below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config"),
+    ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config",
+     "daskbatch._html"),
     ("daskbatch.stats",),
     ("daskbatch.planning",),
     ("daskbatch.io", "daskbatch.runtime"),
@@ -122,7 +123,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
      "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
-     "daskbatch.jobs", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores"),
+     "daskbatch.jobs", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs",
+     "daskbatch.summary_attrs"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))

@@ -1,48 +1,153 @@
-"""The notebooks run top to bottom (code cells executed in order, as a kernel would)."""
+"""The notebooks run top to bottom in a real Jupyter kernel (nbclient), with figures inline.
+
+Each is stored without outputs; the test executes a copy in memory, with a
+last cell of checks appended, and looks at what the kernel sent back: a PNG
+for every plot cell, no error anywhere.
+"""
 
 from __future__ import annotations
 
 import pathlib
+import time
 
 import pytest
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
 
-def run_notebook(path: pathlib.Path) -> dict:
+def stored(name: str):  # -> nbformat.NotebookNode
     nbformat = pytest.importorskip("nbformat")
-    notebook = nbformat.read(path, as_version=4)
-    namespace: dict = {"__name__": "__main__"}
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     for i, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code":
-            continue
-        assert not cell.get("outputs"), f"{path.name} cell {i}: outputs must be stripped"
-        exec(compile(cell.source, f"{path.name}[{i}]", "exec"), namespace)
-    return namespace
+        if cell.cell_type == "code":
+            assert not cell.get("outputs"), f"{name} cell {i}: outputs must be stripped"
+            assert cell.get("execution_count") is None, f"{name} cell {i}: execution count must be stripped"
+    return notebook
 
 
-def test_quickstart_runs() -> None:
+def run_notebook(name: str, tmp_path: pathlib.Path, monkeypatch, checks: str = "", timeout: int = 240):
+    """Execute ``name`` in a python3 kernel started in ``tmp_path``; ``checks`` runs last, in the same kernel."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    notebook = stored(name)
+    if checks:
+        notebook.cells.append(nbformat.v4.new_code_cell(checks))
+    # The kernel's own default (matplotlib-inline), as in Jupyter; a backend set
+    # for the test run (MPLBACKEND=Agg) would hide the figures.
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    client = nbclient.NotebookClient(
+        notebook, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    started = time.perf_counter()
+    client.execute()
+    notebook.metadata["wall_seconds"] = time.perf_counter() - started
+    return notebook
+
+
+def outputs_of(notebook, needle: str) -> list[dict]:
+    """Outputs of the one code cell whose source contains ``needle``."""
+    cells = [c for c in notebook.cells if c.cell_type == "code" and needle in c.source]
+    assert len(cells) == 1, f"{len(cells)} cells contain {needle!r}"
+    return cells[0].outputs
+
+
+def has_png(outputs: list[dict]) -> bool:
+    return any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def html_of(outputs: list[dict]) -> str:
+    return "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+
+
+def figures_as_text(notebook) -> list[str]:
+    """``<Figure ...>``/``<Axes ...>`` results that came without an image (what a non-inline backend gives)."""
+    return [
+        o["data"]["text/plain"]
+        for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+        if o.get("data", {}).get("text/plain", "").startswith(("<Figure", "<Axes", "[<Axes"))
+        and "image/png" not in o["data"]
+    ]
+
+
+def text_of(notebook) -> str:
+    return "".join(
+        o.get("text", "") + o.get("data", {}).get("text/plain", "")
+        for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+    )
+
+
+def test_every_notebook_is_stored_without_outputs() -> None:
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert {"01-quickstart.ipynb", "04-feature-selection.ipynb", "05-explore.ipynb"} <= set(names)
+    for name in names:
+        stored(name)
+
+
+def test_quickstart_runs_with_inline_figures(tmp_path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
-    ns = run_notebook(NOTEBOOKS / "01-quickstart.ipynb")
-    assert ns["summary"].mi is not None
+    nb = run_notebook("01-quickstart.ipynb", tmp_path, monkeypatch, checks=(
+        "import pandas as pd\n"
+        "assert summary.mi is not None\n"
+        "assert isinstance(summary.top_mi(5), pd.Series) and isinstance(summary.top_correlated(5), pd.DataFrame)\n"
+    ))
+    for cell in ("plot.histograms", "plot.correlation", "plot.mi"):
+        assert has_png(outputs_of(nb, cell)), cell
+    assert "matplotlib.use" not in "".join(c.source for c in nb.cells)
+    html = html_of(outputs_of(nb, "summary = db.describe"))
+    assert "daskbatch.Summary: 200,000 rows × 16 features" in html
+    assert not figures_as_text(nb)
+
+
+def test_explore_notebook(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    nb = run_notebook("05-explore.ipynb", tmp_path, monkeypatch, checks=(
+        "import numpy as np\n"
+        "assert len(after.feature_names) == 10 and after.feature_names == selection.selected_names\n"
+        "assert np.abs(after.mean).max() < 1e-6 and np.abs(after.std - 1).max() < 1e-6\n"
+        "informative = {f'f{i}' for i in synth['informative']}\n"
+        "assert informative <= set(selection.selected_names)  # F keeps every informative feature\n"
+    ))
+    for cell in ("plot.histograms", "plot.correlation", "plot.mi"):
+        assert has_png(outputs_of(nb, cell)), cell
+    assert "daskbatch.Summary" in html_of(outputs_of(nb, "summary = db.describe"))
+    assert "daskbatch.Dataset" in html_of(outputs_of(nb, "selected = db.open_dataset"))
+    assert nb.metadata["wall_seconds"] < 60, nb.metadata["wall_seconds"]
+    assert not figures_as_text(nb)
+
+
+def test_feature_selection_notebook(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    nb = run_notebook("04-feature-selection.ipynb", tmp_path, monkeypatch, checks=(
+        "import numpy as np\n"
+        "assert set(by_f.selected_names) >= {f'f{i}' for i in truth}  # all 6 informative among the 8\n"
+        "assert by_chi2.pvalue is not None and by_mrmr.selected.sum() == 8\n"
+        "assert np.all(np.diff(ratio) <= 0) and 0 < ratio.sum() <= 1\n"
+        "out = db.open_dataset(f'{workdir}/mrmr.zarr', label='y')\n"
+        "assert out.feature_names == list(by_mrmr.selected_names) and out.label is not None\n"
+    ))
+    assert has_png(outputs_of(nb, "ax.bar("))
+    assert nb.metadata["wall_seconds"] < 60, nb.metadata["wall_seconds"]
+    assert not figures_as_text(nb)
 
 
 @pytest.mark.slow
-def test_hpc_batch_runs() -> None:
-    ns = run_notebook(NOTEBOOKS / "03-hpc-batch.ipynb")
-    assert len(ns["summary"].top_mi(3)) == 3
+def test_hpc_batch_runs(tmp_path, monkeypatch) -> None:
+    run_notebook("03-hpc-batch.ipynb", tmp_path, monkeypatch, checks="assert len(summary.top_mi(3)) == 3\n")
 
 
-def test_gpu_notebook_runs_on_the_cpu_without_a_gpu(monkeypatch, capsys) -> None:
+def test_gpu_notebook_runs_on_the_cpu_without_a_gpu(tmp_path, monkeypatch) -> None:
     # No CUDA device visible (as on a machine without one): the notebook says so and uses the CPU.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    ns = run_notebook(NOTEBOOKS / "02-gpu.ipynb")
-    assert "no CUDA device: running on the CPU" in capsys.readouterr().out
-    assert ns["device"] == "cpu"
-    assert ns["summary"].mean.shape == (128,) and ns["summary"].mi is not None
+    nb = run_notebook("02-gpu.ipynb", tmp_path, monkeypatch, checks=(
+        "assert device == 'cpu'\n"
+        "assert summary.mean.shape == (128,) and summary.mi is not None\n"
+    ))
+    assert "no CUDA device: running on the CPU" in text_of(nb)
 
 
 @pytest.mark.gpu
-def test_gpu_notebook_runs() -> None:
+def test_gpu_notebook_runs(tmp_path, monkeypatch) -> None:
     pytest.importorskip("dask_cuda")
-    run_notebook(NOTEBOOKS / "02-gpu.ipynb")
+    nb = run_notebook("02-gpu.ipynb", tmp_path, monkeypatch, checks="assert device == 'gpu'\n", timeout=600)
+    assert "daskbatch.Summary" in html_of(outputs_of(nb, "summary = db.describe"))

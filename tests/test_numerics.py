@@ -191,7 +191,8 @@ def test_quantiles_within_one_bin_of_inverted_cdf(mixed, q: float) -> None:
     assert np.all(np.abs(got - want) <= width * (1 + 1e-12)), (got, want, width)
     many = s.quantile([q, 0.5])
     assert many.shape == (4, 2)
-    np.testing.assert_array_equal(many[:, 0], got)
+    assert list(many.columns) == [q, 0.5] and list(many.index) == list(s.feature_names)
+    np.testing.assert_array_equal(many.iloc[:, 0], got)
 
 
 def test_quantile_rejects_bad_probabilities(mixed) -> None:
@@ -346,7 +347,7 @@ def test_histogram_range_of_feature_with_infinity_uses_finite_values() -> None:
     np.testing.assert_array_equal(s.hist_edges[0], edges)
     np.testing.assert_array_equal(s.hist_counts[0], counts)
     assert s.overflow[0] == 1
-    assert abs(s.quantile(0.5)[0] - np.quantile(x[:, 0], 0.5, method="inverted_cdf")) <= edges[1] - edges[0]
+    assert abs(s.quantile(0.5).iloc[0] - np.quantile(x[:, 0], 0.5, method="inverted_cdf")) <= edges[1] - edges[0]
 
 
 def test_constant_feature() -> None:

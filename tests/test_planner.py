@@ -177,7 +177,9 @@ def test_explain_to_dict_html():
     d = json.loads(json.dumps(p.to_dict()))
     assert d["chunks"] == [p.chunk_rows, 8] and d["task_bytes"] == p.task_bytes
     assert d["resources"]["memory_bytes"] == 4 * GiB
-    assert p._repr_html_().startswith("<pre>")
+    html = p._repr_html_()
+    assert "daskbatch.Plan: 10,000 × 8 int16" in html and "budget per task" in html
+    assert "<td class='txt db-ok'>" in html  # the largest task fits its budget
 
 
 def test_plan_wrapper_reads_dask_array():

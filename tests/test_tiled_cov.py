@@ -86,7 +86,7 @@ def test_top_correlated_and_reopen(tmp_path: Path) -> None:
         "count", "nan_count", "posinf_count", "neginf_count", "mean", "var", "std", "skew", "kurtosis", "min", "max")},
         corr=result.corr.compute())
     top = result.top_correlated(25)
-    assert top == summary.top_correlated(25)
+    assert top == list(summary.top_correlated(25).itertuples(index=False, name=None))
     assert len(top) == 25 and all(a != b for a, b, _ in top)
     r = {(a, b): v for a, b, v in top}
     i, j = int(top[0][0][1:]), int(top[0][1][1:])

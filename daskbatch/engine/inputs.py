@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,11 +94,12 @@ def as_feature_matrix(
 
     Parameters
     ----------
-    x : path, URL, Dataset, xarray.DataArray, dask or NumPy array
+    x : path, URL, Dataset, xarray.DataArray, pandas or dask DataFrame, dask or NumPy array
         The (samples × features) data; a DataArray's second dimension
-        coordinate gives the feature names.
-    label : array, name of an array in the same store, or None
-        One integer class per sample.
+        coordinate or a DataFrame's columns give the feature names.
+    label : array, pandas or dask Series, name of an array in the same store or of a column, or None
+        One integer class per sample. With a DataFrame, a column name takes
+        that column as the label (and leaves it out of the features).
     feature_names : sequence of str, optional
         Overrides names found in the store.
     what : str, optional
@@ -123,6 +125,10 @@ def as_feature_matrix(
         names = tuple(str(n) for n in dataset.feature_names)
         provenance.update(dataset.provenance())
         what = what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
+    frame = _from_dataframe(x, label, what)
+    if frame is not None:  # pandas or dask DataFrame: its columns are the features
+        x, label, names, what = frame
+    label = _from_series(label)
     if hasattr(x, "dims") and hasattr(x, "coords") and hasattr(x, "variable"):  # an xarray.DataArray
         if names is None and x.ndim == 2 and x.dims[1] in x.coords:
             names = tuple(str(n) for n in x.coords[x.dims[1]].values)
@@ -165,6 +171,54 @@ def as_feature_matrix(
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
+
+
+def _is_instance(obj: Any, module: str, name: str) -> bool:
+    """``isinstance(obj, module.name)`` without importing ``module`` (not imported: obj cannot be one)."""
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return cls is not None and isinstance(obj, cls)
+
+
+def _from_dataframe(x: Any, label: Any, what: str | None) -> tuple[Any, Any, tuple[str, ...], str] | None:
+    """Array, label, column names and name in messages of a pandas or dask DataFrame (None for anything else)."""
+    is_pandas = _is_instance(x, "pandas", "DataFrame")
+    if not (is_pandas or _is_instance(x, "dask.dataframe", "DataFrame")):
+        return None
+    what = what or "DataFrame"
+    if isinstance(label, str):
+        if label not in x.columns:
+            raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
+        label, x = x[label], x.drop(columns=[label])
+    import pandas as pd
+
+    bad = [str(c) for c, t in x.dtypes.items() if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
+    if bad:
+        raise TypeError(
+            f"{what} has non-numeric column(s) {', '.join(bad[:10])}; daskbatch computes statistics of real "
+            "numbers: drop them or encode them first"
+        )
+    names = tuple(str(c) for c in x.columns)
+    if is_pandas:
+        if isinstance(label, pd.Series) and not label.index.equals(x.index):
+            raise ValueError(f"the label's index does not match the rows of the {what}: use label.reindex(df.index)")
+        plain = all(isinstance(t, np.dtype) for t in x.dtypes)
+        # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
+        array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        array = x.to_dask_array(lengths=True)
+    return array, label, names, what
+
+
+def _from_series(label: Any) -> Any:
+    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
+    if _is_instance(label, "pandas", "Series"):
+        if label.isna().any():
+            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
+        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
+    if _is_instance(label, "dask.dataframe", "Series"):
+        return label.to_dask_array(lengths=True)
+    return label
 
 
 def device_module(device: str) -> Any:

@@ -10,7 +10,6 @@ needs to say where its numbers came from (:meth:`Dataset.provenance`).
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import warnings
@@ -195,12 +194,19 @@ class Dataset:
         return "<daskbatch.Dataset>\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
     def _repr_html_(self) -> str:
-        body = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in self._summary_rows()
+        from daskbatch import _html
+
+        rows, cols = self.shape
+        problems = {"missing chunks"} if self.missing_chunk_keys or self.label_missing_chunk_keys else set()
+        if not self.complete:
+            problems.add("complete")
+        table = _html.key_value_table(
+            (k, v, "db-warn" if k in problems else "") for k, v in self._summary_rows()
         )
-        return f"<b>daskbatch.Dataset</b><table>{body}</table>"
+        head = f"daskbatch.Dataset: {rows:,} × {cols:,} {self.x.dtype}"
+        if self.label is not None:
+            head += f", label {self.label_name or '(lazy)'}"
+        return _html.repr_block(_html.escape(head), table, subtitle=_html.escape(self.path or "in memory"))
 
 
 def _open_node(

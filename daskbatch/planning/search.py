@@ -21,7 +21,6 @@ Rules (see STYLE.md section 3.6):
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -122,7 +121,27 @@ class Plan:
         return explain_plan(self)
 
     def _repr_html_(self) -> str:
-        return f"<pre>{html.escape(self.explain())}</pre>"
+        """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
+        from daskbatch import _html
+        from daskbatch.planning.explain import plan_rows
+
+        title, rows = plan_rows(self)
+        styled = []
+        for key, value in rows:
+            cls = ""
+            if key == "largest task":
+                cls = "db-ok" if self.task_bytes <= self.budget_bytes else "db-bad"
+            elif key == "note":
+                cls = "db-warn"
+            styled.append((key or "tasks", value, cls))
+        n_rows, d = self.shape
+        head = (
+            f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {self.n_chunks:,} chunk"
+            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {self.n_tasks:,} tasks"
+        )
+        return _html.repr_block(
+            _html.escape(head), _html.key_value_table(styled), subtitle=_html.escape(title)
+        )
 
 
 def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:

@@ -34,7 +34,7 @@ def test_constant_feature_is_counted_in_one_bin(value: float, dtype: type) -> No
     b = int(np.flatnonzero(counts)[0])
     assert edges[b] <= v64 <= edges[b + 1]  # ... the one holding the value
     assert np.all(np.diff(edges) > 0)  # distinct edges, not a collapsed range
-    assert abs(s.quantile(0.5)[0] - v64) <= edges[b + 1] - edges[b]
+    assert abs(s.quantile(0.5).iloc[0] - v64) <= edges[b + 1] - edges[b]
 
 
 def test_small_constants_keep_numpys_range_beside_a_huge_one() -> None:

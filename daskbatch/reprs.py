@@ -1,0 +1,336 @@
+"""What a :class:`~daskbatch.Summary` looks like in a notebook and a terminal.
+
+The table shows each column with one number format (the same decimals, or
+scientific notation, down the column, so digits line up), counts with
+thousands separators, leaves out count columns that are zero for every
+feature, and flags the features worth a second look:
+
+* **constant**: standard deviation 0 (nothing to learn from them);
+* **outside range**: more than ``OUT_OF_RANGE_LIMIT`` of the values fell outside
+  the histogram range (histograms, MI and histogram quantiles then see only the
+  rest);
+* **NaN-heavy**: more than ``NAN_HEAVY`` of the values are NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskbatch import _html
+from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
+
+__all__ = ["NAN_HEAVY", "FeatureFlags", "feature_flags", "format_column", "summary_html", "summary_text"]
+
+#: Fraction of NaN values above which a feature is flagged.
+NAN_HEAVY = 0.05
+#: Features shown by the HTML and the text repr.
+HTML_ROWS = 50
+TEXT_ROWS = 20
+#: Significant digits of each value of a float column.
+DIGITS = 4
+#: Most decimals written in positional notation.
+MAX_DECIMALS = 8
+#: Count columns that are left out when they are zero for every feature.
+ZERO_HIDDEN = ("nan_count", "posinf_count", "neginf_count")
+#: Names listed in one warning before "and N more".
+LISTED = 8
+
+
+# ------------------------------------------------------------------ numbers
+def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
+    """Strings for one column, every value with the same number of significant digits.
+
+    Parameters
+    ----------
+    values : ndarray, shape (n,)
+        The column.
+    integer : bool, default False
+        Counts: whole numbers with thousands separators.
+    digits : int, default 4
+        Significant digits of each value, written in positional notation with
+        thousands separators (``12,345``, ``0.3425``, ``-0.00006050``, at most
+        ``MAX_DECIMALS`` decimals; a value that rounds to zero there is ``0``).
+        A column whose largest magnitude is below 1e-4 or from 1e15 is written
+        in scientific notation throughout (``3.425e-05``): one notation per column.
+
+    Returns
+    -------
+    list of str
+        ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if integer:
+        return [f"{int(round(x)):,}" if np.isfinite(x) else _special(x) for x in v]
+    finite = np.abs(v[np.isfinite(v)])
+    big = float(finite.max()) if finite.size else 0.0
+    if big != 0.0 and (big < 1e-4 or big >= 1e15):
+        return [f"{x:.{digits - 1}e}" if np.isfinite(x) else _special(x) for x in v]
+    out = []
+    for x in v:
+        if not np.isfinite(x):
+            out.append(_special(x))
+            continue
+        decimals = 0 if x == 0 else min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), MAX_DECIMALS)
+        text = f"{x:,.{decimals}f}"
+        out.append("0" if float(text.replace(",", "")) == 0.0 else text)
+    return out
+
+
+def _special(x: float) -> str:
+    return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _percent(f: float) -> str:
+    return f"{f:.1%}" if f >= 0.001 else f"{f:.2g}%"
+
+
+# ---------------------------------------------------------------- warnings
+@dataclass(frozen=True)
+class FeatureFlags:
+    """Indices of the features worth a second look (see the module docstring)."""
+
+    constant: np.ndarray
+    out_of_range: np.ndarray
+    nan_heavy: np.ndarray
+    out_fraction: np.ndarray | None
+    nan_fraction: np.ndarray
+
+    def notes(self, i: int) -> list[str]:
+        """Short notes for feature ``i`` (empty when it is fine)."""
+        notes = []
+        if i in self._constant:
+            notes.append("constant")
+        if i in self._out and self.out_fraction is not None:
+            notes.append(f"{_percent(float(self.out_fraction[i]))} outside range")
+        if i in self._nan:
+            notes.append(f"{_percent(float(self.nan_fraction[i]))} NaN")
+        return notes
+
+    @property
+    def _constant(self) -> set[int]:
+        return set(self.constant.tolist())
+
+    @property
+    def _out(self) -> set[int]:
+        return set(self.out_of_range.tolist())
+
+    @property
+    def _nan(self) -> set[int]:
+        return set(self.nan_heavy.tolist())
+
+    def messages(self, names: Sequence[str]) -> list[str]:
+        """One plain-text line per kind of warning, naming the features."""
+        lines = []
+        if self.constant.size:
+            lines.append(f"{_count(self.constant.size, 'constant feature')} (std 0): {_listed(names, self.constant)}")
+        if self.out_of_range.size:
+            frac = self.out_fraction
+            lines.append(
+                f"{_count(self.out_of_range.size, 'feature')} with more than {OUT_OF_RANGE_LIMIT:.0%} of the "
+                "values outside the histogram range: "
+                + _listed(names, self.out_of_range, None if frac is None else [_percent(float(f)) for f in frac])
+                + " (describe(..., range='minmax') covers every value)"
+            )
+        if self.nan_heavy.size:
+            lines.append(
+                f"{_count(self.nan_heavy.size, 'feature')} with more than {NAN_HEAVY:.0%} NaN: "
+                + _listed(names, self.nan_heavy, [_percent(float(f)) for f in self.nan_fraction])
+            )
+        return lines
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _listed(names: Sequence[str], index: np.ndarray, extra: Sequence[str] | None = None) -> str:
+    shown = [names[i] + (f" ({extra[i]})" if extra is not None else "") for i in index[:LISTED]]
+    more = f" and {index.size - LISTED:,} more" if index.size > LISTED else ""
+    return ", ".join(shown) + more
+
+
+def feature_flags(summary: Any) -> FeatureFlags:
+    """The constant, mostly-outside-the-range and NaN-heavy features of ``summary``."""
+    std = np.asarray(summary.std, dtype=np.float64)
+    constant = np.flatnonzero(np.isfinite(std) & (std == 0))
+    fraction = summary.out_of_range_fraction
+    out = np.zeros(summary.n_features, dtype=bool)
+    if fraction is not None:
+        out |= np.asarray(fraction) > OUT_OF_RANGE_LIMIT
+    flagged = set(summary.provenance.get("out_of_range") or ())  # what describe warned about
+    out |= np.array([n in flagged for n in summary.feature_names], dtype=bool)
+    nan = np.asarray(summary.nan_count, dtype=np.float64)
+    total = np.asarray(summary.count, dtype=np.float64) + nan
+    nan_fraction = nan / np.where(total > 0, total, 1.0)
+    return FeatureFlags(
+        constant=constant,
+        out_of_range=np.flatnonzero(out),
+        nan_heavy=np.flatnonzero(nan_fraction > NAN_HEAVY),
+        out_fraction=None if fraction is None else np.asarray(fraction, dtype=np.float64),
+        nan_fraction=nan_fraction,
+    )
+
+
+# ------------------------------------------------------------------- table
+#: (column, summary attribute or quantile, integer?) in the order shown; var is left out (std²).
+COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("count", "count", True),
+    ("nan_count", "nan_count", True),
+    ("posinf_count", "posinf_count", True),
+    ("neginf_count", "neginf_count", True),
+    ("mean", "mean", False),
+    ("std", "std", False),
+    ("min", "min", False),
+    ("q25", "q25", False),
+    ("median", "median", False),
+    ("q75", "q75", False),
+    ("max", "max", False),
+    ("skew", "skew", False),
+    ("kurtosis", "kurtosis", False),
+    ("mi", "mi", False),
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """Formatted cells of the first ``rows`` features."""
+
+    columns: list[str]
+    cells: list[list[str]]  # one list per column
+    warn: dict[str, np.ndarray]  # column -> bool mask over the shown rows
+    hidden: list[str]
+    shown: int
+
+
+def build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
+    """The formatted columns of the first ``rows`` features; all-zero count columns left out."""
+    shown = min(rows, summary.n_features)
+    values: dict[str, np.ndarray] = {}
+    quantiles = None
+    if summary.hist_counts is not None or summary.sketch_counts is not None:
+        quantiles = np.asarray(summary.quantile([0.25, 0.5, 0.75]), dtype=np.float64)
+    for column, source, _ in COLUMNS:
+        if source in ("q25", "median", "q75"):
+            if quantiles is not None:
+                values[column] = quantiles[:, ("q25", "median", "q75").index(source)]
+            continue
+        value = getattr(summary, source)
+        if value is not None:
+            values[column] = np.asarray(value)
+    hidden = [c for c in ZERO_HIDDEN if c in values and not np.any(values[c])]
+    columns = [c for c, _, _ in COLUMNS if c in values and c not in hidden]
+    integer = {c for c, _, is_int in COLUMNS if is_int}
+    # Formats come from the shown rows: they are what the reader compares.
+    cells = [format_column(values[c][:shown], integer=c in integer) for c in columns]
+    idx = np.arange(shown)
+    warn = {
+        "std": np.isin(idx, flags.constant),
+        "nan_count": np.isin(idx, flags.nan_heavy),
+    }
+    return Table(columns=columns, cells=cells, warn=warn, hidden=hidden, shown=shown)
+
+
+def _header(summary: Any) -> str:
+    prov = summary.provenance
+    rows = int(prov.get("rows", 0))
+    return f"{rows:,} rows × {summary.n_features:,} features"
+
+
+def _details(summary: Any) -> list[str]:
+    prov = summary.provenance
+    parts = []
+    if prov.get("dtype"):
+        parts.append(str(prov["dtype"]))
+    if prov.get("source"):
+        parts.append(f"source: {prov['source']}")
+    if prov.get("stats"):
+        parts.append("statistics: " + ", ".join(map(str, prov["stats"])))
+    if prov.get("passes"):
+        parts.append(f"{prov['passes']} pass{'es' if prov['passes'] != 1 else ''}")
+    return parts
+
+
+def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for key, value in provenance.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        rows.append((str(key), text if len(text) <= 200 else text[:197] + "..."))
+    return rows
+
+
+def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
+    """The notebook view of a summary (``Summary._repr_html_``)."""
+    flags = feature_flags(summary)
+    table = build_table(summary, rows, flags)
+    names = summary.feature_names
+    body_rows = []
+    for r in range(table.shown):
+        notes = flags.notes(r)
+        cells = [col[r] for col in table.cells] + ["; ".join(notes)]
+        classes = [
+            "num" + (" db-warn" if c in table.warn and table.warn[c][r] else "") for c in table.columns
+        ] + ["txt"]
+        body_rows.append((names[r], cells, classes, "db-warn" if notes else ""))
+    parts = [_html.warning_list(_html.escape(m) for m in flags.messages(names))]
+    parts.append(_html.table("feature", [*table.columns, "notes"], body_rows))
+    foot = []
+    if table.shown < summary.n_features:
+        foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
+    if table.hidden:
+        foot.append("zero for every feature, not shown: " + ", ".join(table.hidden))
+    if foot:
+        parts.append("<div class='db-muted'>" + "; ".join(_html.escape(f) for f in foot) + "</div>")
+    if summary.corr is not None:  # a tiled covariance would need a pass over its store: not in a repr
+        top = summary.top_correlated(5)
+        if len(top):
+            pair_rows = [
+                (f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)
+            ]
+            rows_note = f" ({summary.cov_count:,} complete rows)" if summary.cov_count is not None else ""
+            parts.append(_html.details(
+                f"Top correlated pairs{rows_note}", _html.table("pair", ["Pearson r"], pair_rows), open=True
+            ))
+    if summary.mi is not None:
+        top_mi = summary.top_mi(5)
+        units = summary.provenance.get("mi_units", "nats")
+        mi_rows = [(str(n), [v], ["num"], "") for n, v in zip(top_mi.index, format_column(top_mi.to_numpy()), strict=True)]
+        parts.append(_html.details(
+            f"Top features by mutual information with the label ({units})",
+            _html.table("feature", ["mi"], mi_rows), open=True,
+        ))
+    parts.append(_html.details("provenance", _html.key_value_table(_provenance_rows(summary.provenance))))
+    subtitle = _html.escape(" · ".join(_details(summary)))
+    return _html.repr_block(f"daskbatch.Summary: {_html.escape(_header(summary))}", *parts, subtitle=subtitle)
+
+
+def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
+    """The terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
+    flags = feature_flags(summary)
+    table = build_table(summary, rows, flags)
+    names = [str(n) for n in summary.feature_names[: table.shown]]
+    notes = ["; ".join(flags.notes(r)) for r in range(table.shown)]
+    columns = [("feature", names, "<"), *((c, cells, ">") for c, cells in zip(table.columns, table.cells, strict=True))]
+    if any(notes):
+        columns.append(("notes", notes, "<"))
+    widths = [max(len(title), *(len(v) for v in cells)) if cells else len(title) for title, cells, _ in columns]
+    lines = [f"<daskbatch.Summary: {_header(summary)}>"]
+    extra = _details(summary)
+    if extra:
+        lines.append("  " + " · ".join(extra))
+    lines.extend(f"! {m}" for m in flags.messages(summary.feature_names))
+    lines.append("  ".join(f"{t:{a}{w}}" for (t, _, a), w in zip(columns, widths, strict=True)).rstrip())
+    for r in range(table.shown):
+        lines.append(
+            "  ".join(f"{cells[r]:{a}{w}}" for (_, cells, a), w in zip(columns, widths, strict=True)).rstrip()
+        )
+    if table.shown < summary.n_features:
+        lines.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
+    if table.hidden:
+        lines.append("zero for every feature, not shown: " + ", ".join(table.hidden))
+    return "\n".join(lines)
