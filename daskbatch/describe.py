@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from collections.abc import Sequence
@@ -141,7 +142,10 @@ def describe(
     device : {"cpu", "gpu"}, default "cpu"
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
-        either way.
+        either way. How host blocks travel is ``daskbatch.gpu-transfer``:
+        ``"block"`` (a copy task per block) or ``"staged"`` (each chunk task
+        copies its block in parts through pinned buffers, overlapping the copy
+        of one part with the reduction of the previous).
     classes : sequence of int, optional
         The class values of ``label``; a label outside them is an error naming
         the value and its rows. Default: what the store records, else the
@@ -262,6 +266,8 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     from daskbatch.stats.comoments import CoMomentsResult
 
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
+    if data.stage_rows is not None:  # the tiles' tasks take device blocks: move them block by block
+        data = to_device(dataclasses.replace(data, stage_rows=None), "gpu", transfer="block")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
         feature_names=data.feature_names, overwrite=True,
@@ -404,14 +410,19 @@ class _Runner:
     def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
+        stat: Any = bundle
+        if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
+            from daskbatch.engine.staged import Staged
+
+            stat = Staged(bundle, self.data.stage_rows)
         if self.checkpoint is not None:
             from daskbatch.engine.checkpoint.run import run_checkpointed
 
             return run_checkpointed(
-                bundle, self.data, label, split_every=self.split_every, progress=self.progress,
+                stat, self.data, label, split_every=self.split_every, progress=self.progress,
                 directory=self.checkpoint, force=self.force,
             )
-        graph = tree_reduce(bundle, self.data.x, label, split_every=self.split_every)
+        graph = tree_reduce(stat, self.data.x, label, split_every=self.split_every)
         return _compute(graph, self.progress)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,9 @@ class FeatureMatrix:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
     source: Any = None
+    #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
+    #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
+    stage_rows: int | None = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -146,26 +150,43 @@ def as_feature_matrix(
     return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
 
 
-def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
-    """Move every block to the GPU once (``cupy.asarray`` per block) when ``device="gpu"``.
+def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> FeatureMatrix:
+    """Move the blocks to the GPU when ``device="gpu"``, as ``transfer`` says.
 
+    ``transfer="block"`` adds one ``cupy.asarray`` task per block; ``"staged"``
+    leaves the blocks on the host and sets :attr:`FeatureMatrix.stage_rows`, so
+    that each chunk task copies its block in parts through pinned buffers while
+    it reduces the previous part (:mod:`daskbatch.engine.staged`). The default
+    is ``daskbatch.gpu-transfer`` (parts of ``daskbatch.gpu-staging-bytes``).
     Statistics then run and merge on the device; only final results come back.
     """
     if device == "cpu":
         return data
     if device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    from daskbatch import config
+    from daskbatch.engine.staged import TRANSFERS, part_rows_for
+
+    transfer = str(config.get("gpu-transfer")) if transfer is None else transfer
+    if transfer not in TRANSFERS:
+        raise ValueError(f"gpu transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
     try:
         import cupy
     except ImportError as exc:
         raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
+
+    provenance = {**data.provenance, "device": "gpu", "gpu_transfer": transfer}
+    if transfer == "staged":
+        from dask.utils import parse_bytes
+
+        rows = part_rows_for(data.x.shape[1], data.x.dtype.itemsize, parse_bytes(config.get("gpu-staging-bytes")))
+        return dataclasses.replace(data, provenance=provenance, stage_rows=rows)
 
     def move(a: da.Array) -> da.Array:
         # The function, not the method: typeshed's functools.wraps does not bind self.
         return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 
     label = None if data.label is None else move(data.label)
-    provenance = {**data.provenance, "device": "gpu"}
     return FeatureMatrix(
         x=move(data.x), label=label, feature_names=data.feature_names, provenance=provenance, source=data.source
     )

@@ -105,6 +105,7 @@ def spec_items(bundle: Any) -> dict[str, str]:
         items[f"{stat.name}.type"] = type(stat).__qualname__
         for f in dataclasses.fields(stat):
             items[f"{stat.name}.{f.name}"] = _short(getattr(stat, f.name))
+    items.update(getattr(bundle, "settings", {}))  # e.g. how a GPU run stages its blocks
     return items
 
 
