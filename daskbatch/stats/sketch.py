@@ -176,7 +176,7 @@ class Sketch:
         dev = device(x)
         if rows == 0:
             return self.empty(xp, n_features, dev)
-        if kernels.supports(x):  # compiled CPU loop (daskbatch/kernels), same state
+        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets
