@@ -25,7 +25,7 @@ def explain_plan(p: Plan) -> str:
         f"Plan for a {n_rows:,} x {d:,} {dtype} array (storage chunks "
         f"{p.storage_chunks[0]:,} x {p.storage_chunks[1]:,}); statistics: {stat_text}",
         f"  resources: {p.resources.describe()}; kernels: "
-        + ("compiled CPU (numba)" if p.kernel_path == "compiled" else "array API"),
+        + {"compiled": "compiled CPU (numba)", "gpu-compiled": "compiled GPU (numba-cuda)"}.get(p.kernel_path, "array API"),
         f"  budget per task: {budget_formula(p.resources, p.memory_fraction, p.reserved_bytes)}"
         f" = {format_bytes(p.budget_bytes)}",
     ]

@@ -14,6 +14,13 @@ Model (in the spirit of cubed's projected memory):
   (all statistics run fused in one task, one after another), transient
   state-sized copies made while building a state, and the states of all
   requested statistics;
+* on the GPU (path ``"gpu-compiled"``: the numba-cuda kernels of
+  :mod:`daskbatch.stats.kernels._gpu`) one chunk task holds, in device memory,
+  the block (decoded on the host, so no read buffers), its labels, the buffers
+  of the hungriest kernel (:func:`gpu_kernel_bytes`: the moments' per-group
+  partials, the co-moments' partials and float64 centring buffer of at most
+  :data:`GPU_CENTRE_BUFFER_BYTES`) and the states; the array-API statistics
+  without a GPU kernel (sketch, class moments) keep their array-API tables;
 * one merge task holds ``split_every`` input states, the old and new running results and
   the largest statistic's merge temporaries (``MERGE_TEMPORARIES``); every task
   also carries ``TASK_OVERHEAD_BYTES`` of small vectors and Python objects.
@@ -23,6 +30,10 @@ from __future__ import annotations
 
 __all__ = [
     "FLOAT64_COPIES",
+    "GPU_CENTRE_BUFFER_BYTES",
+    "GPU_MAX_GRID_Y",
+    "GPU_MIN_GROUP_ROWS",
+    "GPU_TARGET_THREADS",
     "MERGE_TEMPORARIES",
     "PATHS",
     "READ_BUFFERS",
@@ -35,6 +46,7 @@ __all__ = [
     "TASK_OVERHEAD_BYTES",
     "TEMPORARIES",
     "chunk_task_terms",
+    "gpu_kernel_bytes",
     "merge_task_bytes",
     "projected_task_bytes",
     "state_bytes",
@@ -50,16 +62,27 @@ DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 #: both signs' log and overflow buckets, zero, ±inf and NaN; a test keeps the two equal).
 SKETCH_SLOTS = 27638
 
-#: The two ways a chunk kernel runs: "compiled" = the numba CPU loops of
+#: The ways a chunk kernel runs: "compiled" = the numba CPU loops of
 #: :mod:`daskbatch.kernels` (NumPy chunks, the default on CPU); "array-api" = the
-#: reference array-API code (CuPy on GPU, array_api_strict, or ``daskbatch.kernels: false``).
-PATHS: tuple[str, ...] = ("compiled", "array-api")
+#: reference array-API code (array_api_strict, CuPy without numba-cuda, or
+#: ``daskbatch.kernels: false``); "gpu-compiled" = the numba-cuda kernels on CuPy
+#: chunks (device memory; the default on GPU).
+PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
+
+#: Launch shape and buffer cap of the GPU kernels (``daskbatch.stats.kernels._gpu``'s
+#: ``TARGET_THREADS``, ``MIN_GROUP_ROWS``, ``MAX_GRID_Y`` and ``CENTRE_BUFFER_BYTES``; a test keeps them equal).
+GPU_TARGET_THREADS = 2**19
+GPU_MIN_GROUP_ROWS = 32
+GPU_MAX_GRID_Y = 65_535
+GPU_CENTRE_BUFFER_BYTES = 256 * 2**20
 
 #: Float64 copies of the chunk a kernel makes (the compiled co-moments centre
 #: :data:`COMOMENT_BLOCK_ROWS` rows at a time instead: see ``chunk_task_terms``).
 FLOAT64_COPIES: dict[str, dict[str, int]] = {
     "compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
     "array-api": {"moments": 1, "cov": 1, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
+    # The GPU kernels read the block's own dtype; sketch and class moments have no GPU kernel.
+    "gpu-compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 1},
 }
 
 #: Rows the compiled co-moment kernel centres into one float64 buffer at a time
@@ -85,6 +108,11 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
         "class_moments": {"float64": 3, "bool": 2},
         "sketch": {"float64": 3, "int64": 3, "bool": 3},  # magnitudes, logs, keys, slots; masks
     },
+    # Their own buffers are counted by gpu_kernel_bytes (they do not grow with the whole chunk).
+    "gpu-compiled": {
+        "moments": {}, "cov": {}, "hist": {}, "mi": {},
+        "class_moments": {"float64": 3, "bool": 2}, "sketch": {"float64": 3, "int64": 3, "bool": 3},
+    },
 }
 
 #: Bytes per row of row-length temporaries (co-moments: the complete-row mask, plus its casts on
@@ -94,6 +122,9 @@ TEMPORARIES: dict[str, dict[str, dict[str, int]]] = {
 ROW_TEMPORARIES: dict[str, dict[str, int]] = {
     "compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 25, "class_moments": 24, "sketch": 0},
     "array-api": {"moments": 0, "cov": 16, "hist": 0, "mi": 32, "class_moments": 24, "sketch": 0},
+    # cov: the incomplete-row flags (uint8); mi: int64 labels, their searchsorted, clipped and
+    # taken-back copies and the bool check of label_codes, plus the label block itself (int32).
+    "gpu-compiled": {"moments": 0, "cov": 1, "hist": 0, "mi": 40, "class_moments": 24, "sketch": 0},
 }
 
 #: Transient state-sized arrays a kernel builds next to its state: the GEMM result and
@@ -101,6 +132,8 @@ ROW_TEMPORARIES: dict[str, dict[str, int]] = {
 STATE_COPIES: dict[str, dict[str, int]] = {
     "compiled": {"moments": 0, "cov": 2, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 0},
     "array-api": {"moments": 0, "cov": 2, "hist": 1, "mi": 1, "class_moments": 1, "sketch": 1},
+    # SYRK adds into the state in place; the histogram kernels count into the state.
+    "gpu-compiled": {"moments": 0, "cov": 0, "hist": 0, "mi": 0, "class_moments": 1, "sketch": 1},
 }
 
 #: State-sized temporaries of one pairwise merge on top of the inputs and the old and new
@@ -174,6 +207,38 @@ def state_bytes(
     raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
 
 
+def _gpu_group_features(rows: int, n_features: int) -> int:
+    """Bound on ``groups x D`` of a GPU first-pass launch: ``groups <= min(ceil(rows / 32), max(1, 2**19 // D), 65,535)``.
+
+    (``_gpu.row_groups`` gives at least 32 rows and at least ``rows / target``
+    rows to a group, and makes at most the grid's 65,535 groups.) The bound, unlike the exact count, never falls as rows
+    or features grow, so the planner's searches over rows stay valid.
+    """
+    return min(
+        -(-rows // GPU_MIN_GROUP_ROWS) * n_features,
+        max(n_features, GPU_TARGET_THREADS),
+        GPU_MAX_GRID_Y * n_features,
+    )
+
+
+def gpu_kernel_bytes(stat: str, rows: int, n_features: int) -> int:
+    """Device bytes of the GPU kernel's own buffers for ``stat`` on a ``rows x n_features`` chunk (states apart).
+
+    * moments: float64 partials (4 x groups x D) and int64 counts (3 x groups x D);
+    * cov: float64 partials (groups x D) and row counts, and the float64
+      centring buffer of ``min(rows, GPU_CENTRE_BUFFER_BYTES / 8D)`` rows;
+    * hist, mi: only length-D vectors (the counts are the state);
+    * sketch, class moments: no GPU kernel (their array-API temporaries are counted apart).
+    """
+    g_d = _gpu_group_features(rows, n_features)
+    if stat == "moments":
+        return 7 * 8 * g_d
+    if stat == "cov":
+        centre = min(rows * n_features * 8, max(8 * n_features, GPU_CENTRE_BUFFER_BYTES))
+        return 8 * g_d + 8 * -(-rows // GPU_MIN_GROUP_ROWS) + centre
+    return 0
+
+
 def chunk_task_terms(
     rows: int,
     n_features: int,
@@ -204,9 +269,13 @@ def chunk_task_terms(
     copies = max((FLOAT64_COPIES[path][s] for s in stats), default=0)
     if path == "compiled" and "cov" in stats:
         transient["cov"] += min(rows, COMOMENT_BLOCK_ROWS) * n_features * 8  # the centring buffer
+    if path == "gpu-compiled":
+        for s in stats:
+            transient[s] += gpu_kernel_bytes(s, rows, n_features)
     return {
         "raw": elems * itemsize,
-        "read buffers": READ_BUFFERS * elems * itemsize,
+        # A GPU task gets its block decoded (on the host): device memory holds no read buffers.
+        "read buffers": 0 if path == "gpu-compiled" else READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
         "labels": rows * _LABEL_ITEMSIZE if set(_BY_LABEL) & set(stats) else 0,
         "temporaries": max(transient.values(), default=0),
@@ -238,8 +307,8 @@ def projected_task_bytes(
         Statistics computed together in the task.
     bins, n_classes, feature_tile
         As in :func:`state_bytes`.
-    path : {"compiled", "array-api"}, default "compiled"
-        Which kernels run the chunk (see :data:`PATHS`).
+    path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
+        Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
 
     Returns
     -------
