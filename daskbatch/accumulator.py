@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +40,12 @@ class Accumulator:
         Class values of the labels (for ``"mi"``); a label outside them is an
         error. Without it the labels must be ``0..K-1`` with K at most
         ``daskbatch.max-classes``.
+    device : {None, "gpu"}, default None
+        None reduces each batch where it lives (NumPy on the CPU, CuPy on the
+        GPU). ``"gpu"`` copies host batches to the GPU: one by one in
+        :meth:`update`, and with the copy of the next batch in flight while
+        the current one is reduced in :meth:`update_many` (pinned buffers,
+        two CUDA streams; states identical to :meth:`update` one by one).
 
     Examples
     --------
@@ -62,7 +68,11 @@ class Accumulator:
         nan_policy: Literal["omit", "propagate"] = "omit",
         feature_names: Sequence[str] | None = None,
         classes: Sequence[int] | None = None,
+        device: Literal["gpu"] | None = None,
     ) -> None:
+        if device not in (None, "gpu"):
+            raise ValueError(f"device must be None or 'gpu', got {device!r}")
+        self.device = device
         if stats is None:
             stats = ("moments", "cov") + (("hist", "mi") if range is not None else ())
         self.stats = normalize_stats(stats)
@@ -106,6 +116,74 @@ class Accumulator:
 
     def update(self, batch: Any, label: Any = None) -> Accumulator:
         """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels."""
+        batch, label = self._checked(batch, label, self._batches)
+        if self.device == "gpu":
+            import cupy
+
+            batch = cupy.asarray(batch)
+            label = None if label is None else cupy.asarray(label)
+        assert self._bundle is not None
+        state = self._bundle.chunk(batch, label)
+        self._state = state if self._state is None else self._bundle.merge(self._state, state)
+        self._count(batch)
+        return self
+
+    def update_many(self, batches: Iterable[Any]) -> Accumulator:
+        """Add every batch of ``batches`` (arrays, or ``(batch, label)`` pairs), in order.
+
+        The states are those of calling :meth:`update` on each batch in turn.
+        With ``device="gpu"`` host batches go through pinned buffers on a copy
+        stream, so that batch *i + 1* is read from ``batches`` and copied while
+        batch *i* is reduced. A bad batch raises before anything of this call
+        is added (the accumulator keeps the state it had).
+        """
+        seen: list[int] = []  # rows of the batches taken, committed at the end
+        bundle_before, features_before = self._bundle, self._n_features
+
+        def parts() -> Iterator[tuple[Any, Any]]:
+            for item in batches:
+                batch, label = self._checked(*self._pair(item), self._batches + len(seen))
+                seen.append(int(batch.shape[0]))
+                self._n_features = int(batch.shape[1])  # later batches are checked against it
+                yield batch, label
+
+        try:
+            if self.device == "gpu":
+                from daskbatch.stats.kernels._staging import stager
+
+                state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
+            else:
+                state = self._state
+                for batch, label in parts():
+                    new = self._chunk(batch, label)
+                    state = new if state is None else self._merge(state, new)
+        except BaseException:
+            self._bundle, self._n_features = bundle_before, features_before
+            raise
+        self._state = state
+        self._rows += sum(seen)
+        self._batches += len(seen)
+        return self
+
+    def _chunk(self, batch: Any, label: Any) -> tuple[Any, ...]:
+        assert self._bundle is not None
+        return self._bundle.chunk(batch, label)
+
+    def _merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+        assert self._bundle is not None
+        return self._bundle.merge(a, b)
+
+    @staticmethod
+    def _pair(item: Any) -> tuple[Any, Any]:
+        """``(batch, label)`` from an item of :meth:`update_many` (a batch alone has no label)."""
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ValueError(f"expected a batch or a (batch, label) pair, got a tuple of {len(item)}")
+            return item[0], item[1]
+        return item, None
+
+    def _checked(self, batch: Any, label: Any, index: int) -> tuple[Any, Any]:
+        """``batch`` and ``label`` validated (and the statistics made on the first batch)."""
         # Arrays of any array-API library (CuPy included, which may lack __array_namespace__)
         # stay where they are: NumPy would copy them to the host, or refuse (CuPy).
         if not is_array_api_obj(batch):
@@ -118,21 +196,23 @@ class Accumulator:
             if self.feature_names is not None and len(self.feature_names) != n_features:
                 raise ValueError(f"{len(self.feature_names)} feature names for {n_features} features")
             self._bundle = self._make_bundle(n_features)
-        if self._state is not None and n_features != self._n_features:
+        if (self._state is not None or index > self._batches) and n_features != self._n_features:
             raise ValueError(
-                f"batch {self._batches} has {n_features} features; earlier batches had {self._n_features}"
+                f"batch {index} has {n_features} features; earlier batches had {self._n_features}"
             )
         if "mi" in self.stats:
             if label is None:
-                raise ValueError(f"batch {self._batches}: mutual information needs the label of every batch")
+                raise ValueError(f"batch {index}: mutual information needs the label of every batch")
             label = label if is_array_api_obj(label) else np.asarray(label)
             check_label(label, batch.shape[0], "batch")
-        state = self._bundle.chunk(batch, label)
-        self._state = state if self._state is None else self._bundle.merge(self._state, state)
-        self._n_features = n_features
+        elif label is not None:
+            label = None  # only mutual information reads labels
+        return batch, label
+
+    def _count(self, batch: Any) -> None:
+        self._n_features = int(batch.shape[1])
         self._rows += int(batch.shape[0])
         self._batches += 1
-        return self
 
     def merge(self, other: Accumulator) -> Accumulator:
         """Fold ``other`` (same settings) into this accumulator, as if its batches came here."""

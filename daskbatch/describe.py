@@ -144,7 +144,10 @@ def describe(
     device : {"cpu", "gpu"}, default "cpu"
         ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
-        either way.
+        either way. How host blocks travel is ``daskbatch.gpu-transfer``:
+        ``"block"`` (a copy task per block) or ``"staged"`` (each chunk task
+        copies its block in parts through pinned buffers, overlapping the copy
+        of one part with the reduction of the previous).
     classes : sequence of int, optional
         The class values of ``label``; a label outside them is an error naming
         the value and its rows. Default: what the store records, else the
@@ -382,6 +385,8 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     from daskbatch.stats.comoments import CoMomentsResult
 
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
+    if data.stage_rows is not None:  # the tiles' tasks take device blocks: move them block by block
+        data = to_device(dataclasses.replace(data, stage_rows=None), "gpu", transfer="block")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
         feature_names=data.feature_names, protected=_protected(data),

@@ -98,7 +98,8 @@ def plan(
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
         dtype=str(x.dtype),
-        compiled_kernels=kernels.enabled(),
+        # On the GPU the kernels also need numba-cuda and a device it sees (else CuPy runs the array-API code).
+        compiled_kernels=kernels.enabled() and (resources.device != "gpu" or kernels.gpu_available()),
     )
 
 

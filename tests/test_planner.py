@@ -44,7 +44,7 @@ def test_gpu_budget_uses_device_memory():
     r = Resources(64 * GiB, device_memory_bytes=8 * GiB, device="gpu")
     p = plan_chunks((100_000, 64), 4, (1000, 64), r, stats=("moments",))
     assert p.budget_bytes == 4 * GiB - 256 * MiB
-    assert p.kernel_path == "array-api"  # CuPy runs the array-API kernels
+    assert p.kernel_path == "gpu-compiled"  # the numba-cuda kernels, in device memory
     assert "GPU" in p.explain()
 
 

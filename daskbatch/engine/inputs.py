@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -30,6 +31,9 @@ class FeatureMatrix:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
     source: Any = None
+    #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
+    #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
+    stage_rows: int | None = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -237,21 +241,35 @@ def device_module(device: str) -> Any:
     return cupy
 
 
-def to_device(data: FeatureMatrix, device: str) -> FeatureMatrix:
-    """Move every block to the GPU once (``cupy.asarray`` per block) when ``device="gpu"``.
+def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> FeatureMatrix:
+    """Move the blocks to the GPU when ``device="gpu"``, as ``transfer`` says.
 
+    ``transfer="block"`` adds one ``cupy.asarray`` task per block; ``"staged"``
+    leaves the blocks on the host and sets :attr:`FeatureMatrix.stage_rows`, so
+    that each chunk task copies its block in parts through pinned buffers while
+    it reduces the previous part (:mod:`daskbatch.engine.staged`). The default
+    is ``daskbatch.gpu-transfer`` (parts of ``daskbatch.gpu-staging-bytes``).
     Statistics then run and merge on the device; only final results come back.
     """
-    cupy = device_module(device)
-    if cupy is None:
+    if device == "cpu":
         return data
+    from daskbatch import config
+    from daskbatch.engine.staged import TRANSFERS, part_rows_for
+
+    transfer = str(config.get("gpu-transfer")) if transfer is None else transfer
+    if transfer not in TRANSFERS:  # checked before CuPy is needed: a setting's typo is named first
+        raise ValueError(f"gpu transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
+    cupy = device_module(device)
+    provenance = {**data.provenance, "device": "gpu", "gpu_transfer": transfer}
+    if transfer == "staged":
+        from dask.utils import parse_bytes
+
+        rows = part_rows_for(data.x.shape[1], data.x.dtype.itemsize, parse_bytes(config.get("gpu-staging-bytes")))
+        return dataclasses.replace(data, provenance=provenance, stage_rows=rows)
 
     def move(a: da.Array) -> da.Array:
         # The function, not the method: typeshed's functools.wraps does not bind self.
         return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 
     label = None if data.label is None else move(data.label)
-    provenance = {**data.provenance, "device": "gpu"}
-    return FeatureMatrix(
-        x=move(data.x), label=label, feature_names=data.feature_names, provenance=provenance, source=data.source
-    )
+    return dataclasses.replace(data, x=move(data.x), label=label, provenance=provenance)

@@ -82,12 +82,17 @@ class PassRunner:
     def _run(self, bundle: Bundle) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
+        stat: Any = bundle
+        if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
+            from daskbatch.engine.staged import Staged
+
+            stat = Staged(bundle, self.data.stage_rows)
         if self.checkpoint is not None:
             # Looked up on the module at call time (tests wrap it to watch the lock).
             from daskbatch.engine.checkpoint import run as checkpointed
 
             return checkpointed.run_checkpointed(
-                bundle, self.data, label, split_every=self.split_every, progress=self.progress,
+                stat, self.data, label, split_every=self.split_every, progress=self.progress,
                 directory=self.checkpoint, force=self.force,
             )
-        return compute(tree_reduce(bundle, self.data.x, label, split_every=self.split_every), self.progress)
+        return compute(tree_reduce(stat, self.data.x, label, split_every=self.split_every), self.progress)

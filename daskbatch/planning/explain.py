@@ -36,7 +36,7 @@ def plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
     )
     lines: list[tuple[str, str]] = [
         ("resources", f"{p.resources.describe()}; kernels: "
-         + ("compiled CPU (numba)" if p.kernel_path == "compiled" else "array API")),
+         + {"compiled": "compiled CPU (numba)", "gpu-compiled": "compiled GPU (numba-cuda)"}.get(p.kernel_path, "array API")),
         ("budget per task", f"{budget_formula(p.resources, p.memory_fraction, p.reserved_bytes)}"
          f" = {format_bytes(p.budget_bytes)}"),
     ]

@@ -16,6 +16,13 @@ Model (in the spirit of cubed's projected memory):
   (all statistics run fused in one task, one after another), transient
   state-sized copies made while building a state, and the states of all
   requested statistics;
+* on the GPU (path ``"gpu-compiled"``: the numba-cuda kernels of
+  :mod:`daskbatch.stats.kernels._gpu`) one chunk task holds, in device memory,
+  the block (decoded on the host, so no read buffers), its labels, the buffers
+  of the hungriest kernel (:func:`gpu_kernel_bytes`: the moments' per-group
+  partials, the co-moments' partials and float64 centring buffer, capped) and
+  the states; the statistics without a GPU kernel (sketch, class moments)
+  declare their array-API temporaries for that path;
 * one merge task holds ``split_every`` input states, the old and new running results and
   the largest statistic's merge temporaries (``Footprint.merge_temporaries``); every task
   also carries ``TASK_OVERHEAD_BYTES`` of small vectors and Python objects.
@@ -35,6 +42,7 @@ __all__ = [
     "StatLike",
     "chunk_task_terms",
     "footprint",
+    "gpu_kernel_bytes",
     "merge_task_bytes",
     "projected_task_bytes",
     "stat_name",
@@ -114,6 +122,17 @@ def state_bytes(
     return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 
+def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int) -> int:
+    """Device bytes of ``stat``'s GPU kernel's own buffers on a ``rows x n_features`` chunk (states apart).
+
+    From the statistic's ``Footprint.device_buffers`` (the moments' per-group
+    partials; the co-moments' partials and capped float64 centring buffer); 0
+    for statistics whose GPU kernels keep nothing but their state.
+    """
+    f = footprint(stat)
+    return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features))
+
+
 def chunk_task_terms(
     rows: int,
     n_features: int,
@@ -135,12 +154,15 @@ def chunk_task_terms(
     for f, state in zip(prints, states, strict=True):
         temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
         extra = min(rows, f.centring_rows) * n_features * 8 if path == "compiled" else 0  # centring buffer
+        if path == "gpu-compiled" and f.device_buffers is not None:
+            extra += f.device_buffers(rows, n_features)
         transient.append(temps + rows * f.row_bytes[path] + f.state_copies[path] * state + extra)
     # Statistics run one after another, so one float64 copy is alive at a time at most.
     copies = max((f.float64_copies[path] for f in prints), default=0)
     return {
         "raw": elems * itemsize,
-        "read buffers": READ_BUFFERS * elems * itemsize,
+        # A GPU task gets its block decoded (on the host): device memory holds no read buffers.
+        "read buffers": 0 if path == "gpu-compiled" else READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
         "labels": rows * _LABEL_ITEMSIZE if any(f.reads_label for f in prints) else 0,
         "temporaries": max(transient, default=0),
@@ -172,8 +194,8 @@ def projected_task_bytes(
         Statistics computed together in the task.
     bins, n_classes, feature_tile
         As in :func:`state_bytes`.
-    path : {"compiled", "array-api"}, default "compiled"
-        Which kernels run the chunk (see :data:`PATHS`).
+    path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
+        Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
 
     Returns
     -------

@@ -206,8 +206,9 @@ def plan_chunks(
     dtype : str, optional
         Input dtype name, only for :meth:`Plan.explain`.
     compiled_kernels : bool, default True
-        Whether CPU chunks run the compiled (numba) kernels, which make no
-        chunk-sized temporaries; GPU plans always model the array-API path.
+        Whether chunks run the compiled kernels (numba on the CPU, numba-cuda
+        on the GPU: path "compiled" or "gpu-compiled"), which make no
+        chunk-sized temporaries; False models the array-API path.
 
     Returns
     -------
@@ -234,7 +235,7 @@ def plan_chunks(
             f"the per-task budget is {format_bytes(budget)} ({formula}); "
             "raise --memory or lower --threads"
         )
-    path = "compiled" if resources.device == "cpu" and compiled_kernels else "array-api"
+    path = ("gpu-compiled" if resources.device == "gpu" else "compiled") if compiled_kernels else "array-api"
     kw: dict[str, Any] = {"bins": bins, "n_classes": n_classes}
     notes: list[str] = []
 

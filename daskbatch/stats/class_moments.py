@@ -28,7 +28,7 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
 from daskbatch.stats.moments import first_finite
 
 
@@ -203,10 +203,10 @@ def _class_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> in
 FOOTPRINT = Footprint(
     name="class_moments",
     state=_class_state_bytes,
-    float64_copies={"compiled": 1, "array-api": 1},
-    temporaries={"compiled": {"float64": 3, "bool": 2}, "array-api": {"float64": 3, "bool": 2}},
-    row_bytes={"compiled": 24, "array-api": 24},
-    state_copies={"compiled": 1, "array-api": 1},
+    float64_copies=dict.fromkeys(KERNEL_PATHS, 1),
+    temporaries={p: {"float64": 3, "bool": 2} for p in KERNEL_PATHS},
+    row_bytes=dict.fromkeys(KERNEL_PATHS, 24),
+    state_copies=dict.fromkeys(KERNEL_PATHS, 1),
     merge_temporaries=2,
     reads_label=True,
     needs_classes=True,

@@ -16,6 +16,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.kernels import _gpu
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,10 +161,12 @@ def _comoment_state_bytes(d: int, bins: int, k: int | None, tile: int | None) ->
 FOOTPRINT = Footprint(
     name="cov",
     state=_comoment_state_bytes,
-    float64_copies={"compiled": 0, "array-api": 1},
-    temporaries={"compiled": {}, "array-api": {"float64": 4}},
-    row_bytes={"compiled": 1, "array-api": 16},
-    state_copies={"compiled": 2, "array-api": 2},
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
+    temporaries={"compiled": {}, "array-api": {"float64": 4}, "gpu-compiled": {}},
+    # gpu: the incomplete-row flags (uint8); SYRK adds into the state in place
+    row_bytes={"compiled": 1, "array-api": 16, "gpu-compiled": 1},
+    state_copies={"compiled": 2, "array-api": 2, "gpu-compiled": 0},
     merge_temporaries=3,  # the outer product and its scaled copy
     centring_rows=kernels.COMOMENT_BLOCK_ROWS,
+    device_buffers=_gpu.comoments_buffer_bytes,
 )

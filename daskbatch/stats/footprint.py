@@ -19,8 +19,10 @@ __all__ = ["KERNEL_PATHS", "Footprint", "StateSize", "generic_footprint"]
 
 #: The ways a chunk kernel runs: "compiled" = the numba CPU loops of
 #: :mod:`daskbatch.stats.kernels` (NumPy chunks, the default on CPU); "array-api" = the
-#: reference array-API code (CuPy on GPU, array_api_strict, or ``daskbatch.kernels: false``).
-KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api")
+#: reference array-API code (array_api_strict, CuPy without numba-cuda, or
+#: ``daskbatch.kernels: false``); "gpu-compiled" = the numba-cuda kernels on CuPy chunks
+#: (device memory; the default on GPU).
+KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
 
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
 StateSize = Callable[[int, int, "int | None", "int | None"], int]
@@ -57,6 +59,9 @@ class Footprint:
         The state grows with the number of classes (``n_classes`` is required).
     centring_rows : int
         Compiled path only: rows centred into one float64 buffer at a time.
+    device_buffers : callable, optional
+        ``device_buffers(rows, n_features)``: bytes of the GPU kernel's own
+        buffers on the "gpu-compiled" path (launch partials, centring buffer).
     """
 
     name: str
@@ -69,6 +74,7 @@ class Footprint:
     reads_label: bool = False
     needs_classes: bool = False
     centring_rows: int = 0
+    device_buffers: Callable[[int, int], int] | None = None
 
 
 def generic_footprint(name: str) -> Footprint:

@@ -228,9 +228,9 @@ def _pad_classes(xp: Namespace, counts: Array, n_classes: int) -> Array:
 FOOTPRINT = Footprint(
     name="hist",
     state=lambda d, bins, k, tile: d * (bins + 3) * 8,
-    float64_copies={"compiled": 0, "array-api": 1},
-    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}},
-    state_copies={"compiled": 0, "array-api": 1},
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
+    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}, "gpu-compiled": {}},
+    state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},  # the GPU kernel counts into the state
 )
 
 
@@ -246,10 +246,11 @@ def _joint_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> in
 MI_FOOTPRINT = Footprint(
     name="mi",
     state=_joint_state_bytes,
-    float64_copies={"compiled": 0, "array-api": 1},
-    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}},
-    row_bytes={"compiled": 25, "array-api": 32},
-    state_copies={"compiled": 0, "array-api": 1},
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
+    temporaries={"compiled": {}, "array-api": {"float64": 2, "int64": 3, "bool": 3}, "gpu-compiled": {}},
+    # gpu: the label codes as on the array-API path, plus the label block itself (int32)
+    row_bytes={"compiled": 25, "array-api": 32, "gpu-compiled": 40},
+    state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
     reads_label=True,
     needs_classes=True,
 )

@@ -23,6 +23,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.kernels import _gpu
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 
@@ -256,7 +257,8 @@ class Moments:
 FOOTPRINT = Footprint(
     name="moments",
     state=lambda d, bins, k, tile: 11 * d * 8,
-    float64_copies={"compiled": 0, "array-api": 1},
-    temporaries={"compiled": {}, "array-api": {"float64": 4, "bool": 3}},
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
+    temporaries={"compiled": {}, "array-api": {"float64": 4, "bool": 3}, "gpu-compiled": {}},
     merge_temporaries=1,  # ~20 vectors of one merge
+    device_buffers=_gpu.moments_buffer_bytes,
 )

@@ -177,7 +177,7 @@ class Sketch:
         dev = device(x)
         if rows == 0:
             return self.empty(xp, n_features, dev)
-        if kernels.supports(x):  # compiled CPU loop (daskbatch/kernels), same state
+        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets
@@ -297,7 +297,12 @@ SKETCH_SLOTS = Sketch().n_slots + 1
 FOOTPRINT = Footprint(
     name="sketch",
     state=lambda d, bins, k, tile: d * SKETCH_SLOTS * 8 + 2 * d * 8,  # counts, finite extrema
-    float64_copies={"compiled": 0, "array-api": 1},
-    temporaries={"compiled": {}, "array-api": {"float64": 3, "int64": 3, "bool": 3}},
-    state_copies={"compiled": 0, "array-api": 1},
+    # no GPU kernel: on the GPU the array-API code runs
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+    temporaries={
+        "compiled": {},
+        "array-api": {"float64": 3, "int64": 3, "bool": 3},
+        "gpu-compiled": {"float64": 3, "int64": 3, "bool": 3},
+    },
+    state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
 )

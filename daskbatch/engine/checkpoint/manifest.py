@@ -62,6 +62,7 @@ def spec_items(bundle: Any) -> dict[str, str]:
                 items[f"{name}.{f.name}"] = _short(getattr(stat, f.name))
         else:  # a user's statistic that is not a dataclass: its repr stands for its parameters
             items[f"{name}.repr"] = repr(stat)
+    items.update(getattr(bundle, "settings", {}))  # e.g. how a GPU run stages its blocks
     return items
 
 

@@ -49,6 +49,32 @@ HIST_TARGET_BLOCKS = 1024
 HIST_MIN_BLOCK_ROWS = 256
 
 
+def group_features_bound(rows: int, n_features: int) -> int:
+    """Bound on ``groups x D`` of a first-pass launch (:func:`row_groups`), for the planner.
+
+    ``row_groups`` gives a group at least ``MIN_GROUP_ROWS`` rows and at least
+    ``rows / target`` rows, and makes at most ``MAX_GRID_Y`` groups. The bound,
+    unlike the exact count, never falls as rows or features grow, so the
+    planner's searches over rows stay valid.
+    """
+    return min(
+        -(-rows // MIN_GROUP_ROWS) * n_features,
+        max(n_features, TARGET_THREADS),
+        MAX_GRID_Y * n_features,
+    )
+
+
+def moments_buffer_bytes(rows: int, n_features: int) -> int:
+    """Device bytes of the moments kernel's own buffers: float64 partials (4 x groups x D), int64 counts (3 x)."""
+    return 7 * 8 * group_features_bound(rows, n_features)
+
+
+def comoments_buffer_bytes(rows: int, n_features: int) -> int:
+    """Device bytes of the co-moments kernel's buffers: partials, row counts, the capped float64 centring buffer."""
+    centre = min(rows * n_features * 8, max(8 * n_features, CENTRE_BUFFER_BYTES))
+    return 8 * group_features_bound(rows, n_features) + 8 * -(-rows // MIN_GROUP_ROWS) + centre
+
+
 def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) -> tuple[int, int]:
     """``(rows_per_group, groups)`` for a first-pass kernel over an (R, D) chunk (R > 0)."""
     if rows_per_group is None:

@@ -1,0 +1,99 @@
+"""Chunk tasks that reduce host blocks on the GPU with overlapped copies (``daskbatch.gpu-transfer: staged``).
+
+With ``describe(device="gpu")`` every block is normally moved to the GPU by a
+task of its own (``cupy.asarray``, a synchronous copy from pageable memory)
+before the chunk task reduces it. With the ``staged`` transfer the blocks stay
+on the host and the chunk task itself splits its block into parts of
+:attr:`Staged.part_rows` rows, copies them through the calling thread's pinned
+double buffer (:mod:`daskbatch.stats.kernels._staging`) and reduces part *i*
+while part *i + 1* is in flight, folding the parts' states left to right.
+
+The split depends only on the block's rows and ``part_rows`` (fixed when the
+graph is built), so results are bitwise reproducible, between runs and between
+one worker and many; they differ from the ``block`` transfer's in the last
+bits (one more level of merges), which is why a checkpoint records the
+transfer (:attr:`Staged.settings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TRANSFERS", "Staged", "part_rows_for"]
+
+#: How ``describe(device="gpu")`` moves host blocks to the GPU: a copy task per block, or staged in the chunk task.
+TRANSFERS = ("block", "staged")
+
+
+def part_rows_for(n_features: int, itemsize: int, part_bytes: int) -> int:
+    """Rows of one staged part: ``part_bytes`` of input (at least one row)."""
+    return max(1, int(part_bytes) // max(1, int(n_features) * int(itemsize)))
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A statistic (or :class:`~daskbatch.stats.Bundle`) whose chunk step stages host blocks to the GPU.
+
+    It has the statistic's ``name``, ``stats``, ``merge`` and ``finalize``;
+    only ``chunk`` differs, and only for host NumPy blocks (device blocks go
+    straight to the statistic).
+
+    Parameters
+    ----------
+    inner : Statistic or Bundle
+        What to compute.
+    part_rows : int
+        Rows per staged part (see :func:`part_rows_for`).
+    """
+
+    inner: Any
+    part_rows: int
+
+    def __post_init__(self) -> None:
+        if int(self.part_rows) < 1:
+            raise ValueError(f"part_rows must be at least 1, got {self.part_rows}")
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def stats(self) -> tuple[Any, ...]:
+        return tuple(getattr(self.inner, "stats", (self.inner,)))
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """What a checkpoint records besides the statistics: the transfer changes the last bits."""
+        return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
+
+    def chunk(self, x: Any, y: Any = None, /, **masks: Any) -> Any:
+        """The statistic's state of the block ``x`` (with its label ``y`` and per-row ``masks``)."""
+        if type(x) is not np.ndarray:
+            return self.inner.chunk(x, y, **masks)
+        from daskbatch.stats.kernels._staging import split_rows, stager
+
+        keys = tuple(masks)
+        if x.shape[0] == 0:  # nothing to copy: the statistic's empty state, on the device
+            import cupy
+
+            return self._chunk_parts(keys, cupy.asarray(x), None if y is None else cupy.asarray(y),
+                                     *(cupy.asarray(masks[k]) for k in keys))
+        parts = (
+            (x[a:b], None if y is None else np.asarray(y[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
+            for a, b in split_rows(x.shape[0], int(self.part_rows))
+        )
+        return stager().reduce(parts, lambda *arrays: self._chunk_parts(keys, *arrays), self.inner.merge)
+
+    def _chunk_parts(self, keys: tuple[str, ...], x: Any, y: Any, *masks: Any) -> Any:
+        if keys:
+            return self.inner.chunk(x, y, **dict(zip(keys, masks, strict=True)))
+        return self.inner.chunk(x, y)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.inner.merge(a, b)
+
+    def finalize(self, state: Any) -> Any:
+        return self.inner.finalize(state)

@@ -1,0 +1,147 @@
+"""The planner's device-memory model of the GPU kernels (path "gpu-compiled").
+
+On any machine: the model's constants are the kernels' own, its bound on the
+launch's partials holds and is tight where it should be, the projection grows
+with rows and features (the planner's searches rely on it) and has the
+expected terms; a GPU plan picks the path. On a CUDA machine: one real chunk
+task (the block and labels moved to the device, the fused ``Bundle.chunk``)
+peaks, by CuPy's own pool counted after every allocation, at no more than the
+projection and at no less than half of it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daskbatch.planning import memory
+from daskbatch.planning.memory import (
+    chunk_task_terms,
+    gpu_kernel_bytes,
+    projected_task_bytes,
+    state_bytes,
+)
+from daskbatch.planning.resources import Resources
+from daskbatch.planning.search import plan_chunks
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats.kernels import _gpu
+
+DEFAULT = ("moments", "cov", "hist", "mi")
+BINS, CLASS_VALUES = 16, (0, 1, 7, 9)
+GiB = 2**30
+
+
+@given(rows=st.integers(1, 10**8), d=st.integers(1, 10**6))
+def test_partials_bound_holds_and_is_tight_for_small_chunks(rows: int, d: int) -> None:
+    _, groups = _gpu.row_groups(rows, d)
+    bound = _gpu.group_features_bound(rows, d)
+    assert groups * d <= bound
+    if rows <= _gpu.MIN_GROUP_ROWS * min(max(1, _gpu.TARGET_THREADS // d), _gpu.MAX_GRID_Y):
+        assert bound == groups * d  # the launch gives every group 32 rows: no slack
+
+
+@given(
+    rows=st.integers(1, 10**7),
+    d=st.integers(1, 6000),
+    itemsize=st.sampled_from([1, 2, 4, 8]),
+    stats=st.sampled_from([("moments",), ("cov",), ("mi",), DEFAULT, ("moments", "sketch"), ("class_moments",)]),
+)
+def test_projection_grows_with_rows_and_features(rows: int, d: int, itemsize: int, stats: tuple[str, ...]) -> None:
+    def f(r: int, c: int) -> int:
+        return projected_task_bytes(r, c, itemsize, stats, n_classes=3, path="gpu-compiled")
+
+    assert rows * d * itemsize < f(rows, d) < f(rows + 1, d)
+    assert f(rows, d) < f(rows, d + 1)
+
+
+def test_projection_has_the_expected_terms() -> None:
+    rows, d = 100_000, 64
+    terms = chunk_task_terms(rows, d, 4, DEFAULT, bins=BINS, n_classes=4, path="gpu-compiled")
+    groups = math.ceil(rows / 32)  # 32 rows a group: 3,125 groups
+    moments = 7 * 8 * groups * d  # 4 float64 + 3 int64 partials per group and feature
+    cov = 8 * groups * d + 8 * groups + rows * d * 8 + rows  # partials, row counts, centring buffer, row flags
+    assert gpu_kernel_bytes("moments", rows, d) == moments
+    assert gpu_kernel_bytes("cov", rows, d) == cov - rows
+    assert gpu_kernel_bytes("hist", rows, d) == gpu_kernel_bytes("mi", rows, d) == 0
+    assert terms == {
+        "raw": rows * d * 4,
+        "read buffers": 0,  # decoded on the host
+        "float64 copy": 0,  # the kernels read float32
+        "labels": rows * 8,
+        "temporaries": max(moments, cov, 40 * rows),
+        "states": sum(state_bytes(s, d, bins=BINS, n_classes=4) for s in DEFAULT),
+        "overhead": memory.TASK_OVERHEAD_BYTES,
+    }
+    wide = chunk_task_terms(30_000, 5_000, 4, ("cov",), path="gpu-compiled")
+    assert gpu_kernel_bytes("cov", 30_000, 5_000) - 8 * 2**19 - 8 * 938 == _gpu.CENTRE_BUFFER_BYTES  # capped
+    assert wide["float64 copy"] == 0
+    sketch = chunk_task_terms(rows, d, 4, ("moments", "sketch"), path="gpu-compiled")
+    assert sketch["float64 copy"] == rows * d * 8  # no GPU kernel: the array-API path's copy
+
+
+def test_gpu_plan_uses_the_gpu_model() -> None:
+    r = Resources(64 * GiB, 1, 1, device_memory_bytes=80 * GiB, device="gpu")
+    p = plan_chunks((1_000_000, 5_000), 4, (25_000, 5_000), r, n_classes=4)
+    assert p.kernel_path == "gpu-compiled"
+    assert p.chunk_task_bytes == projected_task_bytes(p.chunk_rows, 5_000, 4, p.stats, n_classes=4, path="gpu-compiled")
+    assert "compiled GPU (numba-cuda)" in p.explain()
+    ref = plan_chunks((1_000_000, 5_000), 4, (25_000, 5_000), r, n_classes=4, compiled_kernels=False)
+    assert ref.kernel_path == "array-api" and ref.chunk_task_bytes > p.chunk_task_bytes
+
+
+# --- on a CUDA device ----------------------------------------------------------------------------
+
+
+def _bundle(stats: tuple[str, ...], d: int) -> Bundle:
+    make = {
+        "moments": Moments, "cov": CoMoments,
+        "hist": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d),
+        "mi": lambda: Histogram(BINS, (0.0,) * d, (1.0,) * d, by_label=True, classes=CLASS_VALUES),
+    }
+    return Bundle(tuple(make[s]() for s in stats))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("rows", "d", "stats"),
+    [(100_000, 64, DEFAULT), (20_000, 500, DEFAULT), (200_000, 8, ("moments", "cov")), (4_096, 2_000, ("moments", "cov")),
+     (50_000, 100, ("moments",)), (50_000, 100, ("mi",))],
+)
+def test_gpu_chunk_task_model_is_honest(rows: int, d: int, stats: tuple[str, ...]) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats import kernels
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((rows, d)) * 1.2 - 0.1).astype(np.float32)
+    y = np.asarray(CLASS_VALUES, dtype=np.int64)[np.arange(rows) % len(CLASS_VALUES)]
+    bundle = _bundle(stats, d)
+    use_y = "mi" in stats
+    assert kernels.route(cupy.asarray(x[:2])) == "gpu"
+    bundle.chunk(cupy.asarray(x[:1000]), cupy.asarray(y[:1000]) if use_y else None)  # compile outside
+    cupy.cuda.Device().synchronize()
+
+    pool = cupy.cuda.MemoryPool()
+    peak = 0
+
+    def malloc(size: int):  # noqa: ANN202
+        nonlocal peak
+        mem = pool.malloc(size)
+        peak = max(peak, pool.used_bytes())  # a peak is reached right after an allocation
+        return mem
+
+    cupy.cuda.set_allocator(malloc)
+    try:
+        xd = cupy.asarray(x)  # the block (and labels) the chunk task gets on the device
+        yd = cupy.asarray(y) if use_y else None
+        state = bundle.chunk(xd, yd)
+        cupy.cuda.Device().synchronize()
+        del state, xd, yd
+    finally:
+        cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
+        pool.free_all_blocks()
+    projected = projected_task_bytes(rows, d, 4, stats, bins=BINS, n_classes=len(CLASS_VALUES), path="gpu-compiled")
+    assert peak <= projected <= 2 * peak, (peak, projected)
