@@ -122,7 +122,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
      "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
-     "daskbatch.jobs", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores"),
+     "daskbatch.jobs", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.incremental"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
