@@ -37,7 +37,7 @@ from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.registry import Kept, statistic_params
 from daskbatch.summary import Summary
 
-__all__ = ["describe_settings", "merge", "update"]
+__all__ = ["describe_settings", "labelled_statistics", "merge", "update"]
 
 #: describe options that would change the statistics: update takes them from the summary.
 FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
@@ -115,6 +115,9 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     if fixed:
         raise TypeError(f"update takes {', '.join(fixed)} from the summary; leave them out")
     _check_has_states(summary, "the summary")
+    labelled = labelled_statistics(summary)
+    if labelled and label is None and getattr(new_rows, "label", None) is None:
+        raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
     from daskbatch.describe import describe
 
     settings = describe_settings(summary)
@@ -146,6 +149,17 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     if summary.provenance.get("split_every") is not None:
         settings["split_every"] = int(summary.provenance["split_every"])
     return settings
+
+
+def labelled_statistics(summary: Summary) -> list[str]:
+    """What in ``summary`` needs the label of new rows (``"mutual information"``, ``"per-class moments"``)."""
+    states = summary.states or {}
+    found = []
+    if "hist" in states and states["hist"].statistic.by_label:
+        found.append("mutual information")
+    if "class_moments" in states:
+        found.append("per-class moments")
+    return found
 
 
 # ------------------------------------------------------------------ checks

@@ -29,7 +29,7 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     ValueError
         STATS is not a summary, holds no states, or is the input store.
     """
-    from daskbatch.incremental import describe_settings
+    from daskbatch.incremental import describe_settings, labelled_statistics
     from daskbatch.io.outputs import check_separate
     from daskbatch.summary import load_summary
 
@@ -42,6 +42,9 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     check_separate(stats_path, "--update", {"the input store": store})
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
+    labelled = labelled_statistics(previous)
+    if labelled and ctx.params.get("label") is None:
+        raise click.UsageError(f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label")
     del settings["feature_names"]  # the store's own names, checked against the summary's by the merge
     if ctx.get_parameter_source("split_every") in _GIVEN:  # the merge tree's fan-in changes no setting
         settings["split_every"] = ctx.params["split_every"]

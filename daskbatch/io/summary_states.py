@@ -136,7 +136,8 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
     try:
         arrays = {f: np.asarray(group[f][...]) for f in expected}
     except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
-        raise DataError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise DataError(f"{where} cannot be read ({type(exc).__name__}: {first_line})") from None
     if _digest(str(statistic_name), params, arrays) != attrs.get("sha256"):
         raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
     return Kept(statistic, state_cls(**arrays))
