@@ -213,7 +213,8 @@ def describe(
         stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=explicit, classes_from=classes_from, miller_madow=miller_madow, cached=bool(cache and two_passes and checkpoint is None),
+        range_given=explicit, classes_from=classes_from, miller_madow=miller_madow,
+        cached=bool(cache and two_passes and checkpoint is None),
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),

@@ -193,7 +193,8 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
     assert first.states is not None and second.states is not None
     a, b = set(first.states), set(second.states)
     if a != b:
-        hint = " (the new rows need a label for 'mi' and 'class_moments')" if {"hist", "class_moments"} & (a ^ b) else ""
+        labelled = {"hist", "class_moments"} & (a ^ b)
+        hint = " (the new rows need a label for 'mi' and 'class_moments')" if labelled else ""
         raise ValueError(
             f"the summaries hold different statistics: {', '.join(sorted(a))} vs {', '.join(sorted(b))}{hint}"
         )
@@ -204,7 +205,9 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
     for name in sorted(a):
         sa, sb = first.states[name].statistic, second.states[name].statistic
         if type(sa) is not type(sb):
-            raise ValueError(f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other")
+            raise ValueError(
+                f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other"
+            )
         pa, pb = statistic_params(sa), statistic_params(sb)
         if isinstance(sa, Histogram) and (pa["lo"], pa["hi"]) != (pb["lo"], pb["hi"]):
             raise ValueError(_range_difference(first.feature_names, sa, sb))
@@ -271,7 +274,8 @@ def _with_classes(kept: Kept, values: tuple[int, ...], union: tuple[int, ...]) -
         return out
 
     state = kept.state
-    spread_state = type(state)(**{f.name: spread(np.asarray(getattr(state, f.name))) for f in dataclasses.fields(state)})
+    fields = {f.name: spread(np.asarray(getattr(state, f.name))) for f in dataclasses.fields(state)}
+    spread_state = type(state)(**fields)
     sized = {"n_classes": len(union)} if isinstance(kept.statistic, ClassMoments) else {}
     statistic = dataclasses.replace(kept.statistic, classes=union, **sized)
     return Kept(statistic, spread_state)

@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 #: Options whose values come from STATS under --update (parameter name -> option).
-FROM_SUMMARY = {"stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy"}
+FROM_SUMMARY = {
+    "stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy",
+}
 
 _GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT,
           click.core.ParameterSource.DEFAULT_MAP)
