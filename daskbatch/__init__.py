@@ -19,6 +19,7 @@ from daskbatch.errors import (
     PlanError,
     RangeWarning,
 )
+from daskbatch.incremental import merge
 from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.io.ingest import IngestReport, ingest
 from daskbatch.io.synth import synth
@@ -45,6 +46,6 @@ __all__ = [
     "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
     "DeviceUnavailableError", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
     "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "describe", "ingest",
-    "load_selection", "load_summary", "map_batches", "mutual_information", "open_dataset", "open_zarr", "pca",
+    "load_selection", "load_summary", "map_batches", "merge", "mutual_information", "open_dataset", "open_zarr", "pca",
     "plan", "select", "steps", "synth", "transform",
 ]

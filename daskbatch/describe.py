@@ -21,11 +21,12 @@ from daskbatch._arguments import strict_int
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
-from daskbatch.engine.reduce import resolve_split_every
+from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_statistics
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
+from daskbatch.stats.registry import STATE_CLASSES, Kept
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
@@ -204,14 +205,18 @@ def describe(
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
                         custom=custom)
     with _span(data):
-        results = dict(zip((s.name for s in first.stats), run(first), strict=True))
+        # The merged states are kept with the summary (it can then be merged and updated,
+        # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
+        kept = _kept(first, run(first, finalize=False))
+        results = {name: to_host(k.finalize()) for name, k in kept.items()}
         _check_nan_policy(results["moments"], nan_policy, data)
         if two_passes:
             tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
             m = results["moments"]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
-            (results["hist"],) = run(Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
-                                                       classes=class_values),)))
+            second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
+            kept.update(_kept(second, run(second, finalize=False)))
+            results["hist"] = to_host(kept["hist"].finalize())
     provenance = dict(data.provenance)
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
@@ -220,7 +225,8 @@ def describe(
         stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=explicit, classes_from=classes_from, cached=bool(cache and two_passes and checkpoint is None),
+        range_given=explicit, classes_from=classes_from, miller_madow=miller_madow,
+        cached=bool(cache and two_passes and checkpoint is None),
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
@@ -231,7 +237,8 @@ def describe(
     )
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
-    summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow)
+    summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
+                                   states=None if tiled else _mergeable(kept))  # a tiled covariance has no state to keep
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
@@ -354,6 +361,17 @@ def _first_pass(
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))
+
+
+def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
+    """Each statistic of ``bundle`` with its merged state, by name."""
+    return {s.name: Kept(s, state) for s, state in zip(bundle.stats, states, strict=True)}
+
+
+def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
+    """The states a summary keeps: a user's statistics are left out, since a summary
+    saves and merges only states it can rebuild from plain arrays (:mod:`daskbatch.stats.registry`)."""
+    return {name: k for name, k in kept.items() if type(k.statistic) in STATE_CLASSES}
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

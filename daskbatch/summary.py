@@ -88,6 +88,11 @@ class Summary:
     #: Kept in memory only: ``save`` records their names in the provenance, not their values.
     extra: dict[str, Any] = field(default_factory=dict)
     classes: np.ndarray | None = None
+    #: The merged, un-finalized state of every statistic, by name (``"moments"``, ``"hist"``, ...),
+    #: with the statistic that made it (:class:`daskbatch.stats.registry.Kept`): what
+    #: :meth:`update` and :func:`daskbatch.merge` continue from. None for a summary without them
+    #: (a tiled covariance, one saved by an older daskbatch).
+    states: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_features(self) -> int:
@@ -302,8 +307,12 @@ class Summary:
         *,
         mi_base: Any = "e",
         miller_madow: bool = False,
+        states: dict[str, Any] | None = None,
     ) -> Summary:
-        """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``)."""
+        """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
+
+        ``states`` are the merged states the results were finalized from (kept for :meth:`update`).
+        """
         m = results["moments"]
         kwargs: dict[str, Any] = {}
         if "cov" in results:
@@ -335,7 +344,7 @@ class Summary:
             feature_names=tuple(feature_names), extra=extra,
             count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
             neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,
-            kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, **kwargs,
+            kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, states=states, **kwargs,
         )
 
     @classmethod
@@ -391,23 +400,44 @@ class Summary:
             Before anything is written, with a message naming the path.
         """
         from daskbatch.io.outputs import MARKER, check_output, write_output
+        from daskbatch.io.summary_states import write_states
 
         tiled = self.provenance.get("tiled_cov") or {}
-        target = check_output(
-            path, kind="summary", what="path", overwrite=overwrite,
-            protected={
-                "the summary's input store": self.provenance.get("path"),
-                "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
-            },
-        )
+        protected = {
+            "the summary's input store": self.provenance.get("path"),
+            "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
+        }
+        for i, source in enumerate(self.provenance.get("sources") or ()):  # a merged summary's inputs
+            if isinstance(source, dict):
+                protected[f"input store {i} of the merged summary"] = source.get("path")
+        target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
         ds = self.to_xarray()
         ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
-        return write_output(
-            target,
-            lambda tmp: ds.to_zarr(
-                tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True
-            ),
-        )
+
+        def write(tmp: str) -> None:
+            ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+            if self.states is not None:
+                write_states(tmp, self.states)
+
+        return write_output(target, write)
+
+    def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
+        """This summary with ``new_rows`` added: what describe gives on all the rows together.
+
+        ``new_rows`` are described with this summary's settings (statistics,
+        bins, ddof, ...) and, for histograms, its ranges, and the states are
+        merged (see :func:`daskbatch.merge`). ``options`` go to
+        :func:`daskbatch.describe` (``progress``, ``device``, ``checkpoint``,
+        ``classes``, ...), but not those that change the statistics.
+
+        Returns
+        -------
+        Summary
+            A new summary; this one is unchanged.
+        """
+        from daskbatch.incremental import update
+
+        return update(self, new_rows, label, **options)
 
     def to_json(self) -> dict[str, Any]:
         """Dict of every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``."""
@@ -488,10 +518,13 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
     """
     import xarray as xr
 
+    from daskbatch.io.summary_states import read_states
+
     where = os.fspath(path)
     _check_is_summary(where)
     with xr.open_zarr(where, consolidated=False) as ds:
-        return Summary.from_xarray(ds.load())
+        summary = Summary.from_xarray(ds.load())
+    return dataclasses.replace(summary, states=read_states(where))
 
 
 def _check_is_summary(where: str) -> None:

@@ -88,3 +88,11 @@ def test_bad_statistics_get_one_line_errors(data: np.ndarray) -> None:
         db.describe(data, stats=[Clash()], plan=None)
     with pytest.raises(ValueError, match="two statistics are named 'l1'"):
         db.describe(data, stats=[L1Norm(), L1Norm()], plan=None)
+
+
+def test_a_summary_with_a_users_statistic_saves_the_built_in_states(tmp_path, data: np.ndarray) -> None:
+    s = db.describe(data, stats=["moments", L1Norm()], plan=None)
+    s.save(tmp_path / "s.zarr")
+    back = db.load_summary(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(back.mean, s.mean)
+    assert back.provenance["user_statistics"] == ["l1"] and "l1" not in back.extra

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import click
 
@@ -58,6 +58,11 @@ def parse_classes(text: str | None) -> list[int] | None:
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
+@click.option(
+    "--update", "update_path", type=click.Path(), default=None, metavar="STATS",
+    help="Add STORE's rows to the saved summary STATS: describe them with STATS's settings and histogram "
+    "ranges, merge, and write the result to --out (default: replace STATS once complete).",
+)
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the summary as JSON ('-' for stdout).")
 @click.option(
     "--overwrite", is_flag=True,
@@ -80,8 +85,8 @@ def parse_classes(text: str | None) -> list[int] | None:
 @user_errors
 def describe_command(
     store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None, ddof: int,
-    missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, json_path: str | None,
-    overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
+    missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
+    json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
     top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
@@ -106,13 +111,23 @@ def describe_command(
     )
     from daskbatch.stats.moments import NanPolicy
 
+    settings: dict[str, Any] = {
+        "stats": stats.split(","), "bins": bins, "range": parse_range(range_), "ddof": ddof,
+        # click.Choice has validated it.
+        "nan_policy": cast(NanPolicy, nan_policy), "split_every": split_every,
+    }
+    previous = None
+    if update_path is not None:
+        from daskbatch.cli._update import update_settings
+
+        previous, settings = update_settings(click.get_current_context(), update_path, store)
+        out = update_path if out is None else out
     # Every output path is checked before anything is opened or computed.
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
-    stat_names = stats.split(",")
     classes = parse_classes(classes_)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
@@ -122,8 +137,8 @@ def describe_command(
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=stat_names, bins=bins, range=parse_range(range_), split_every=split_every,
-            resources=gpus, classes=classes,
+            dataset, stats=settings["stats"], bins=settings["bins"], range=settings["range"],
+            split_every=settings["split_every"], resources=gpus, classes=classes,
         )
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
     try:
@@ -135,12 +150,15 @@ def describe_command(
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
-                dataset, stats=stat_names, bins=bins, range=parse_range(range_), ddof=ddof,
-                # click.Choice has validated both; "auto" was resolved to cpu or gpu above.
-                nan_policy=cast(NanPolicy, nan_policy), split_every=split_every, progress=progress,
+                dataset, **settings, progress=progress,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
+                # "auto" was resolved to cpu or gpu above.
                 device=cast(Literal["cpu", "gpu"], device), classes=classes,
             )
+            if previous is not None:
+                from daskbatch.incremental import merge
+
+                summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
         click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
@@ -162,7 +180,7 @@ def describe_command(
     click.echo(format_report(summary, top=top))
     if "out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
-        click.echo(f"summary written to {out}")
+        click.echo(f"{'updated summary' if previous is not None else 'summary'} written to {out}")
     if "json" in targets:
         write_json(targets["json"], summary.to_json())
         click.echo(f"summary written to {json_path}")

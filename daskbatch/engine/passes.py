@@ -71,15 +71,19 @@ class PassRunner:
     #: Wall time of each pass run so far, in seconds (for provenance and batch-job reports).
     seconds: list[float] = field(default_factory=list)
 
-    def __call__(self, bundle: Bundle) -> tuple[Any, ...]:
-        """Finalized results of every statistic of ``bundle``, as host NumPy arrays."""
+    def __call__(self, bundle: Bundle, *, finalize: bool = True) -> tuple[Any, ...]:
+        """Finalized results of every statistic of ``bundle``, as host NumPy arrays.
+
+        With ``finalize=False``, their merged states instead (host NumPy):
+        ``bundle.finalize`` of those gives the same results bit for bit on the CPU.
+        """
         t0 = time.perf_counter()
         try:
-            return self._run(bundle)
+            return self._run(bundle, finalize)
         finally:
             self.seconds.append(round(time.perf_counter() - t0, 6))
 
-    def _run(self, bundle: Bundle) -> tuple[Any, ...]:
+    def _run(self, bundle: Bundle, finalize: bool) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
         stat: Any = bundle
@@ -93,6 +97,7 @@ class PassRunner:
 
             return checkpointed.run_checkpointed(
                 stat, self.data, label, split_every=self.split_every, progress=self.progress,
-                directory=self.checkpoint, force=self.force,
+                directory=self.checkpoint, force=self.force, finalize=finalize,
             )
-        return compute(tree_reduce(stat, self.data.x, label, split_every=self.split_every), self.progress)
+        graph = tree_reduce(stat, self.data.x, label, split_every=self.split_every, finalize=finalize)
+        return compute(graph, self.progress)

@@ -187,6 +187,7 @@ def run_checkpointed(
     progress: bool,
     directory: str | os.PathLike[str],
     force: bool,
+    finalize: bool = True,
 ) -> tuple[Any, ...]:
     """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``.
 
@@ -206,6 +207,8 @@ def run_checkpointed(
         Checkpoint directory (created if missing).
     force : bool
         Discard a checkpoint written for another input or statistics instead of refusing.
+    finalize : bool, default True
+        Return the finalized results; else the merged root state (host NumPy).
 
     Returns
     -------
@@ -236,7 +239,7 @@ def run_checkpointed(
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
         state = _run_pass(_PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s),
                           bundle, x, label, progress, directory)
-    return to_host(bundle.finalize(state))
+    return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 
 def _run_pass(

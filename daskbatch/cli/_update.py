@@ -1,0 +1,53 @@
+"""``daskbatch describe --update STATS NEW.zarr``: the settings the new rows are described with.
+
+The new rows must be counted exactly as the saved summary's were (the same
+statistics, bins, histogram ranges, ddof, ...) for the merge to be exact, so
+those settings come from STATS, and giving one of them on the command line (or
+in a ``--config`` file) is an error rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+#: Options whose values come from STATS under --update (parameter name -> option).
+FROM_SUMMARY = {
+    "stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy",
+}
+
+_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT,
+          click.core.ParameterSource.DEFAULT_MAP)
+
+
+def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[Any, dict[str, Any]]:
+    """The summary at ``stats_path`` and the describe arguments that continue it.
+
+    Raises
+    ------
+    click.UsageError
+        An option that STATS decides was given.
+    ValueError
+        STATS is not a summary, holds no states, or is the input store.
+    """
+    from daskbatch.incremental import describe_settings, labelled_statistics
+    from daskbatch.io.outputs import check_separate
+    from daskbatch.summary import load_summary
+
+    given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} cannot be combined with --update: the new rows are described with "
+            f"the settings of {stats_path}"
+        )
+    check_separate(stats_path, "--update", {"the input store": store})
+    previous = load_summary(stats_path)
+    settings = describe_settings(previous)  # a summary without states is refused here, before any compute
+    labelled = labelled_statistics(previous)
+    if labelled and ctx.params.get("label") is None:
+        raise click.UsageError(f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label")
+    del settings["feature_names"]  # the store's own names, checked against the summary's by the merge
+    if ctx.get_parameter_source("split_every") in _GIVEN:  # the merge tree's fan-in changes no setting
+        settings["split_every"] = ctx.params["split_every"]
+    return previous, settings

@@ -1,0 +1,324 @@
+"""Incremental summaries: merge two summaries, or add new rows to one, as if all rows were described at once.
+
+Every summary made by :func:`daskbatch.describe` keeps the merged states of its
+statistics (``Summary.states``). Merging two summaries merges those states with
+the statistics' own ``merge`` (Chan et al. and Pébay updates for moments and
+co-moments, sums for counts) and finalizes them as ``describe`` does, so
+
+* counts, histograms, joint (feature-bin × class) tables, mutual information
+  and the quantile sketch equal those of ``describe`` on the concatenated rows
+  bit for bit, and
+* moments, co-moments and per-class moments agree to rounding (a different
+  merge order than describe's tree: within about 1e-15 relative).
+
+Histograms merge only when they count the same bins on the same ranges: a
+summary whose ranges were found from its data passes them on, and
+:func:`update` describes the new rows with exactly those ranges (values of the
+new rows outside them are counted as underflow and overflow, and flagged as
+``describe`` flags them). Summaries whose labels have different class values
+are merged on the union of the values (each table column moves to its value's
+place, which is exact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from daskbatch.engine.reduce import to_host
+from daskbatch.stats import ClassMoments, Histogram
+from daskbatch.stats.classes import format_classes
+from daskbatch.stats.ranges import flag_out_of_range
+from daskbatch.stats.registry import Kept, statistic_params
+from daskbatch.summary import Summary
+
+__all__ = ["describe_settings", "labelled_statistics", "merge", "update"]
+
+#: describe options that would change the statistics: update takes them from the summary.
+FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
+
+#: Provenance items that describe the settings (the same for every part), kept by a merge.
+_SETTINGS = ("stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features")
+
+#: Parameters that may differ between the parts of a merge: class values are merged as a union.
+_CLASS_PARAMS = ("classes", "n_classes", "max_classes")
+
+
+def merge(first: Summary, second: Summary) -> Summary:
+    """The summary of the rows of both: what ``describe`` gives on ``first``'s rows followed by ``second``'s.
+
+    Parameters
+    ----------
+    first, second : Summary
+        Summaries of the same features with the same settings (statistics,
+        bins, histogram ranges, ddof, bias, nan_policy, MI units), each with
+        its states (every summary from :func:`daskbatch.describe` has them,
+        saved and loaded with it).
+
+    Returns
+    -------
+    Summary
+        A new summary; its provenance lists the merged sources and their rows.
+
+    Raises
+    ------
+    ValueError
+        A one-line message naming what differs, or the summary without states.
+
+    Examples
+    --------
+    >>> import numpy as np, daskbatch as db
+    >>> x = np.arange(20.0).reshape(10, 2)
+    >>> a = db.describe(x[:4], stats="moments")
+    >>> b = db.describe(x[4:], stats="moments")
+    >>> db.merge(a, b).mean
+    array([ 9., 10.])
+    """
+    for summary, which in ((first, "first"), (second, "second")):
+        _check_has_states(summary, f"the {which} summary")
+    assert first.states is not None and second.states is not None
+    _check_same_features(first, second)
+    _check_same_settings(first, second)
+    a, b = _on_common_classes(first.states, second.states)
+    merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
+    return _summary(first, second, merged)
+
+
+def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -> Summary:
+    """``summary`` with ``new_rows`` added: :func:`merge` of it and ``describe(new_rows)`` with its settings.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary with states (from :func:`daskbatch.describe` or :func:`daskbatch.load_summary`).
+    new_rows : array, Dataset or path
+        What :func:`daskbatch.describe` accepts; the same features.
+    label : array or name, optional
+        The new rows' labels, when the summary has mutual information or per-class moments.
+    **options
+        Passed to :func:`daskbatch.describe` (``progress``, ``device``,
+        ``checkpoint``, ``classes``, ``plan``, ``missing`` ...). Options that
+        change the statistics (``stats``, ``bins``, ``range``, ``ddof``,
+        ``bias``, ``nan_policy``, ``mi_base``, ``miller_madow``) come from the
+        summary and cannot be given.
+
+    Returns
+    -------
+    Summary
+    """
+    fixed = sorted(set(options) & set(FIXED_OPTIONS))
+    if fixed:
+        raise TypeError(f"update takes {', '.join(fixed)} from the summary; leave them out")
+    _check_has_states(summary, "the summary")
+    labelled = labelled_statistics(summary)
+    if labelled and label is None and getattr(new_rows, "label", None) is None:
+        raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
+    from daskbatch.describe import describe
+
+    settings = describe_settings(summary)
+    if _carries_names(new_rows):
+        del settings["feature_names"]  # the store's own names, checked against the summary's by merge
+    settings.update(options)
+    return merge(summary, describe(new_rows, label, **settings))
+
+
+def describe_settings(summary: Summary) -> dict[str, Any]:
+    """The :func:`daskbatch.describe` arguments that reproduce ``summary``'s statistics on other rows.
+
+    Histogram ranges are the summary's own (its edges' first and last values),
+    so new rows are counted in the same bins.
+    """
+    _check_has_states(summary, "the summary")
+    assert summary.states is not None
+    moments = summary.states["moments"].statistic
+    settings: dict[str, Any] = {
+        "stats": list(summary.provenance.get("stats") or summary.states),
+        "ddof": moments.ddof, "bias": moments.bias, "nan_policy": moments.nan_policy,
+        "mi_base": 2 if summary.provenance.get("mi_units") == "bits" else "e",
+        "miller_madow": bool(summary.provenance.get("miller_madow", False)),
+        "feature_names": list(summary.feature_names),
+    }
+    if "hist" in summary.states:
+        hist = summary.states["hist"].statistic
+        settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
+    if summary.provenance.get("split_every") is not None:
+        settings["split_every"] = int(summary.provenance["split_every"])
+    return settings
+
+
+def labelled_statistics(summary: Summary) -> list[str]:
+    """What in ``summary`` needs the label of new rows (``"mutual information"``, ``"per-class moments"``)."""
+    states = summary.states or {}
+    found = []
+    if "hist" in states and states["hist"].statistic.by_label:
+        found.append("mutual information")
+    if "class_moments" in states:
+        found.append("per-class moments")
+    return found
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _check_has_states(summary: Summary, which: str) -> None:
+    if summary.states is not None:
+        return
+    if summary.provenance.get("tiled_cov"):
+        why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
+    else:
+        why = "it was made without them (an Accumulator, or saved by an older daskbatch)"
+    raise ValueError(f"{which} holds no mergeable states ({why}); describe all the rows together instead")
+
+
+def _check_same_features(first: Summary, second: Summary) -> None:
+    a, b = first.feature_names, second.feature_names
+    if len(a) != len(b):
+        raise ValueError(f"the summaries have {len(a)} and {len(b)} features; merge needs the same features")
+    differ = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    if differ:
+        i = differ[0]
+        raise ValueError(
+            f"feature names differ at {len(differ)} position(s), first at {i}: {a[i]!r} vs {b[i]!r}; "
+            "merge needs the same features in the same order"
+        )
+
+
+def _check_same_settings(first: Summary, second: Summary) -> None:
+    """One line naming the first setting that differs (statistics, their parameters, MI units)."""
+    assert first.states is not None and second.states is not None
+    a, b = set(first.states), set(second.states)
+    if a != b:
+        labelled = {"hist", "class_moments"} & (a ^ b)
+        hint = " (the new rows need a label for 'mi' and 'class_moments')" if labelled else ""
+        raise ValueError(
+            f"the summaries hold different statistics: {', '.join(sorted(a))} vs {', '.join(sorted(b))}{hint}"
+        )
+    for key in ("mi_units", "miller_madow"):
+        va, vb = first.provenance.get(key), second.provenance.get(key)
+        if va != vb and va is not None and vb is not None:
+            raise ValueError(f"the summaries differ in {key}: {va!r} vs {vb!r}")
+    for name in sorted(a):
+        sa, sb = first.states[name].statistic, second.states[name].statistic
+        if type(sa) is not type(sb):
+            raise ValueError(
+                f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other"
+            )
+        pa, pb = statistic_params(sa), statistic_params(sb)
+        if isinstance(sa, Histogram) and (pa["lo"], pa["hi"]) != (pb["lo"], pb["hi"]):
+            raise ValueError(_range_difference(first.feature_names, sa, sb))
+        for key in pa:
+            if key not in _CLASS_PARAMS and key not in ("lo", "hi") and pa[key] != pb[key]:
+                raise ValueError(f"the summaries' {name!r} statistics differ in {key}: {pa[key]!r} vs {pb[key]!r}")
+
+
+def _range_difference(names: tuple[str, ...], a: Histogram, b: Histogram) -> str:
+    lo_a, hi_a, lo_b, hi_b = (np.asarray(v, dtype=np.float64) for v in (a.lo, a.hi, b.lo, b.hi))
+    differ = np.flatnonzero((lo_a != lo_b) | (hi_a != hi_b))
+    d = int(differ[0])
+    more = f" and {differ.size - 1} more feature(s)" if differ.size > 1 else ""
+    return (
+        f"the summaries' histogram ranges differ: {names[d]!r} [{lo_a[d]!r}, {hi_a[d]!r}] vs "
+        f"[{lo_b[d]!r}, {hi_b[d]!r}]{more}; describe the second part with range= the first's "
+        "(Summary.update does)"
+    )
+
+
+# ------------------------------------------------------------------ class values
+
+
+def _class_values(kept: Kept) -> tuple[int, ...] | None:
+    """The class value of each class column of ``kept``'s state; None when it has no class axis."""
+    stat = kept.statistic
+    if isinstance(stat, Histogram) and stat.by_label:
+        return stat.classes if stat.classes is not None else tuple(range(kept.state.counts.shape[2]))
+    if isinstance(stat, ClassMoments):
+        return stat.classes if stat.classes is not None else tuple(range(kept.state.n.shape[1]))
+    return None
+
+
+def _on_common_classes(a: Mapping[str, Kept], b: Mapping[str, Kept]) -> tuple[dict[str, Kept], dict[str, Kept]]:
+    """Both summaries' states with class columns on the union of their class values.
+
+    Each class column moves to its value's place among the union and the new
+    columns hold the merge identity (zeros), so merging is exact.
+    """
+    from daskbatch.engine.class_labels import max_classes
+
+    out_a, out_b = dict(a), dict(b)
+    for name in a:
+        ca, cb = _class_values(a[name]), _class_values(b[name])
+        if ca is None or cb is None or ca == cb:
+            continue
+        union = tuple(sorted(set(ca) | set(cb)))
+        if len(union) > max_classes():
+            raise ValueError(
+                f"the summaries' class values {format_classes(ca)} and {format_classes(cb)} make {len(union):,} "
+                f"classes, more than daskbatch.max-classes ({max_classes():,})"
+            )
+        out_a[name], out_b[name] = _with_classes(a[name], ca, union), _with_classes(b[name], cb, union)
+    return out_a, out_b
+
+
+def _with_classes(kept: Kept, values: tuple[int, ...], union: tuple[int, ...]) -> Kept:
+    """``kept`` with its class columns (for ``values``) placed among ``union``'s."""
+    where = np.searchsorted(np.asarray(union), np.asarray(values))
+
+    def spread(a: np.ndarray) -> np.ndarray:
+        out = np.zeros((*a.shape[:-1], len(union)), dtype=a.dtype)
+        out[..., where] = a
+        return out
+
+    state = kept.state
+    fields = {f.name: spread(np.asarray(getattr(state, f.name))) for f in dataclasses.fields(state)}
+    spread_state = type(state)(**fields)
+    sized = {"n_classes": len(union)} if isinstance(kept.statistic, ClassMoments) else {}
+    statistic = dataclasses.replace(kept.statistic, classes=union, **sized)
+    return Kept(statistic, spread_state)
+
+
+# ------------------------------------------------------------------ the result
+
+
+def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summary:
+    """The merged summary: finalized as describe does, with the merge in its provenance."""
+    from daskbatch._version import __version__
+
+    results = {name: to_host(k.finalize()) for name, k in merged.items()}
+    provenance = {k: v for k, v in first.provenance.items() if k in _SETTINGS}
+    sources = _sources(first.provenance) + _sources(second.provenance)
+    provenance.update(
+        source=f"merge of {len(sources)} summaries",
+        rows=sum(int(s.get("rows") or 0) for s in sources),
+        sources=sources,
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        daskbatch_version=__version__,
+    )
+    summary = Summary.from_results(
+        first.feature_names, results, provenance,
+        mi_base=2 if first.provenance.get("mi_units") == "bits" else "e",
+        miller_madow=bool(first.provenance.get("miller_madow", False)),
+        states=merged,
+    )
+    if summary.out_of_range_fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, first.feature_names)
+    return summary
+
+
+def _sources(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a summary was made from: the sources of a merged one, else its own source, path and rows."""
+    if isinstance(provenance.get("sources"), list):
+        return [dict(s) for s in provenance["sources"]]
+    keys = ("source", "path", "rows", "created", "range")
+    return [{k: provenance[k] for k in keys if k in provenance}]
+
+
+def _carries_names(x: Any) -> bool:
+    """Whether ``x`` brings its own feature names (a store path, a Dataset, a named DataArray)."""
+    if isinstance(x, (str, os.PathLike)) or (hasattr(x, "x") and hasattr(x, "feature_names")):
+        return True
+    return hasattr(x, "dims") and hasattr(x, "coords") and getattr(x, "ndim", 0) == 2 and x.dims[1] in x.coords
