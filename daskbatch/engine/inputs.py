@@ -82,7 +82,8 @@ def _check_known_chunks(a: Any, what: str) -> None:
         )
 
 
-def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+def _in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+    """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
     if isinstance(a, da.Array):
         return a
     arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
@@ -150,7 +151,7 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or n_features == 0:
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = _as_dask(x)
+    x = _in_memory_as_dask(x)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
@@ -162,7 +163,7 @@ def as_feature_matrix(
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        y = _as_dask(label)
+        y = _in_memory_as_dask(label)
         _check_known_chunks(y, "label")
         check_label(y, rows, what)
 
