@@ -60,17 +60,17 @@ def check_numeric(dtype: Any, what: str) -> None:
         )
 
 
-def check_label(y: Any, rows: int, what: str = "x") -> None:
-    """Raise unless ``y`` is a 1-D integer (or bool) label with one value per row."""
-    if y.ndim != 1:
-        raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
-    if dtype_kind(y.dtype) not in LABEL_KINDS:
+def check_label(label: Any, rows: int, what: str = "x") -> None:
+    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row."""
+    if label.ndim != 1:
+        raise ValueError(f"label has shape {tuple(label.shape)}; expected 1-D with one class per sample")
+    if dtype_kind(label.dtype) not in LABEL_KINDS:
         raise TypeError(
-            f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
+            f"label has dtype {label.dtype}; mutual information needs integer class labels 0..K-1 "
             "(cast with y.astype(int) if the values are whole numbers)"
         )
-    if y.shape[0] != rows:
-        raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
+    if label.shape[0] != rows:
+        raise ValueError(f"label has {label.shape[0]:,} values but {what} has {rows:,} rows")
 
 
 def _check_known_chunks(a: Any, what: str) -> None:
@@ -156,16 +156,15 @@ def as_feature_matrix(
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
 
-    y = None
     if isinstance(label, str):
         raise TypeError(
             f"label {label!r} is a name, and a label name needs x to be a store path or a Dataset "
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        y = _in_memory_as_dask(label)
-        _check_known_chunks(y, "label")
-        check_label(y, rows, what)
+        label = _in_memory_as_dask(label)
+        _check_known_chunks(label, "label")
+        check_label(label, rows, what)
 
     if feature_names is not None:
         names = tuple(str(n) for n in feature_names)
@@ -175,7 +174,7 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
+    return FeatureMatrix(x=x, label=label, feature_names=names, provenance=provenance, source=source)
 
 
 def _is_instance(obj: Any, module: str, name: str) -> bool:

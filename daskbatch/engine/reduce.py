@@ -52,7 +52,7 @@ def tree_reduce(
     Parameters
     ----------
     stat : Statistic or Bundle
-        Anything with ``name``, ``chunk(x, y)``, ``merge(a, b)`` and ``finalize(state)``.
+        Anything with ``name``, ``chunk(x, label)``, ``merge(a, b)`` and ``finalize(state)``.
     x : dask.array.Array, shape (samples, features)
         Chunked along axis 0 only.
     label : dask.array.Array, shape (samples,), optional

@@ -69,28 +69,28 @@ class Staged:
         """What a checkpoint records besides the statistics: the transfer changes the last bits."""
         return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
 
-    def chunk(self, x: Any, y: Any = None, /, **masks: Any) -> Any:
-        """The statistic's state of the block ``x`` (with its label ``y`` and per-row ``masks``)."""
+    def chunk(self, x: Any, label: Any = None, /, **masks: Any) -> Any:
+        """The statistic's state of the block ``x`` (with its label ``label`` and per-row ``masks``)."""
         if type(x) is not np.ndarray:
-            return self.inner.chunk(x, y, **masks)
+            return self.inner.chunk(x, label, **masks)
         from daskbatch.stats.kernels._staging import split_rows, stager
 
         keys = tuple(masks)
         if x.shape[0] == 0:  # nothing to copy: the statistic's empty state, on the device
             import cupy
 
-            return self._chunk_parts(keys, cupy.asarray(x), None if y is None else cupy.asarray(y),
+            return self._chunk_parts(keys, cupy.asarray(x), None if label is None else cupy.asarray(label),
                                      *(cupy.asarray(masks[k]) for k in keys))
         parts = (
-            (x[a:b], None if y is None else np.asarray(y[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
+            (x[a:b], None if label is None else np.asarray(label[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
             for a, b in split_rows(x.shape[0], int(self.part_rows))
         )
         return stager().reduce(parts, lambda *arrays: self._chunk_parts(keys, *arrays), self.inner.merge)
 
-    def _chunk_parts(self, keys: tuple[str, ...], x: Any, y: Any, *masks: Any) -> Any:
+    def _chunk_parts(self, keys: tuple[str, ...], x: Any, label: Any, *masks: Any) -> Any:
         if keys:
-            return self.inner.chunk(x, y, **dict(zip(keys, masks, strict=True)))
-        return self.inner.chunk(x, y)
+            return self.inner.chunk(x, label, **dict(zip(keys, masks, strict=True)))
+        return self.inner.chunk(x, label)
 
     def merge(self, a: Any, b: Any) -> Any:
         return self.inner.merge(a, b)

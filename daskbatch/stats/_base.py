@@ -24,7 +24,7 @@ class Statistic(Protocol[S, R]):
     #: Short name used in task keys and the CLI (``"moments"``, ``"cov"``, ...).
     name: str
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> S: ...
+    def chunk(self, x: Array, label: Array | None = None, /) -> S: ...
 
     def merge(self, a: S, b: S, /) -> S: ...
 
@@ -71,8 +71,8 @@ class Bundle:
     def name(self) -> str:
         return "-".join(s.name for s in self.stats)
 
-    def chunk(self, x: Array, y: Array | None = None) -> tuple[Any, ...]:
-        return tuple(s.chunk(x, y) for s in self.stats)
+    def chunk(self, x: Array, label: Array | None = None, /) -> tuple[Any, ...]:
+        return tuple(s.chunk(x, label) for s in self.stats)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(s.merge(sa, sb) for s, sa, sb in zip(self.stats, a, b, strict=True))

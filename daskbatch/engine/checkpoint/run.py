@@ -287,8 +287,8 @@ def _unit_graph(bundle: Any, x: Any, label: Any, s: int, n_blocks: int) -> Calla
 
     def make(unit: int) -> Any:
         a, b = node_blocks(0, unit, n_blocks, s)
-        y = None if label is None else label.blocks[a:b]
-        return tree_reduce(bundle, x.blocks[a:b], y, split_every=s, finalize=False)
+        label_blocks = None if label is None else label.blocks[a:b]
+        return tree_reduce(bundle, x.blocks[a:b], label_blocks, split_every=s, finalize=False)
 
     return make
 
