@@ -7,10 +7,13 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
+
+if TYPE_CHECKING:
+    from daskbatch.io.dataset import Dataset
 
 #: dtype kinds a statistic accepts: bool, signed and unsigned integers, floats.
 NUMERIC_KINDS = frozenset("biuf")
@@ -30,7 +33,7 @@ class FeatureMatrix:
     feature_names: tuple[str, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
-    source: Any = None
+    source: Dataset | None = None
     #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
     #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
     stage_rows: int | None = None
