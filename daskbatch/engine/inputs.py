@@ -70,7 +70,7 @@ def check_label(label: Any, rows: int, what: str = "x") -> None:
     if dtype_kind(label.dtype) not in LABEL_KINDS:
         raise TypeError(
             f"label has dtype {label.dtype}; mutual information needs integer class labels 0..K-1 "
-            "(cast with y.astype(int) if the values are whole numbers)"
+            "(cast with label.astype(int) if the values are whole numbers)"
         )
     if label.shape[0] != rows:
         raise ValueError(f"label has {label.shape[0]:,} values but {what} has {rows:,} rows")

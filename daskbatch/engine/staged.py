@@ -76,7 +76,7 @@ class Staged(Generic[S, R]):
         return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
 
     def chunk(self, x: Array, label: Array | None = None, /, **masks: Array) -> S:
-        """The statistic's state of the block ``x`` (with its label ``label`` and per-row ``masks``)."""
+        """The statistic's state of the block ``x`` (with its ``label`` and per-row ``masks``)."""
         if type(x) is not np.ndarray:
             return self.inner.chunk(x, label, **masks)
         from daskbatch.stats.kernels._staging import split_rows, stager

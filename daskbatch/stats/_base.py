@@ -74,6 +74,9 @@ def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
 class Bundle:
     """Several statistics computed in one pass: each chunk is read and cast once.
 
+    A :class:`BundleLike`: a statistic whose states and results are tuples,
+    one item per statistic of ``stats``.
+
     Parameters
     ----------
     stats : tuple of Statistic

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
+    from daskbatch.io.dataset import Dataset
 
 __all__ = ["HINTS", "differences", "input_items"]
 
@@ -93,7 +94,7 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
     return items
 
 
-def _label_items(data: FeatureMatrix, source: Any) -> dict[str, str]:
+def _label_items(data: FeatureMatrix, source: Dataset | None) -> dict[str, str]:
     label = data.label
     if label is None:
         return {"label": "none"}
