@@ -8,7 +8,7 @@ of the ``xp`` fixture (the pattern of zarr's ``StoreTests``)::
         def make(self, n_features):
             return Moments()
 
-        def reference(self, x, y=None):
+        def reference(self, x, label=None):
             return {"mean": ..., "var": ...}
 
 Needs ``hypothesis`` (a test dependency) and an ``xp`` fixture that returns an
@@ -191,20 +191,20 @@ class StatisticLaws:
         """The statistic under test for data with ``n_features`` columns."""
         raise NotImplementedError
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict[str, Any]:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict[str, Any]:
         """Expected finalized fields for the whole of ``x`` (host NumPy oracle)."""
         raise NotImplementedError
 
     # ----------------------------------------------------------- helpers
     def _draw(self, data: st.DataObject, min_rows: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
         x = data.draw(sample_arrays(min_rows=min_rows, nonfinite=self.nonfinite), label="x")
-        y = data.draw(labels_for(x.shape[0]), label="y") if self.uses_label else None
-        return x, y
+        label = data.draw(labels_for(x.shape[0]), label="label") if self.uses_label else None
+        return x, label
 
-    def _states(self, xp: Any, stat: Any, x: np.ndarray, y: np.ndarray | None, cuts: list[int]) -> list[Any]:
+    def _states(self, xp: Any, stat: Any, x: np.ndarray, label: np.ndarray | None, cuts: list[int]) -> list[Any]:
         xs = np.split(x, cuts)
-        ys = np.split(y, cuts) if y is not None else [None] * len(xs)
-        return [stat.chunk(xp.asarray(a), None if b is None else xp.asarray(b)) for a, b in zip(xs, ys, strict=True)]
+        labels = np.split(label, cuts) if label is not None else [None] * len(xs)
+        return [stat.chunk(xp.asarray(a), None if b is None else xp.asarray(b)) for a, b in zip(xs, labels, strict=True)]
 
     def _compare(self, actual: Any, expected: Any) -> None:
         if self.exact:
@@ -215,19 +215,19 @@ class StatisticLaws:
     # -------------------------------------------------------------- laws
     @given(data=st.data())
     def test_matches_reference_under_any_chunking(self, xp: Any, data: st.DataObject) -> None:
-        x, y = self._draw(data)
+        x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0]), label="cuts")
         stat = self.make(x.shape[1])
-        result = stat.finalize(merge_all(stat, self._states(xp, stat, x, y, cuts)))
-        self._compare(result, self.reference(x, y))
+        result = stat.finalize(merge_all(stat, self._states(xp, stat, x, label, cuts)))
+        self._compare(result, self.reference(x, label))
 
     @given(data=st.data())
     def test_merge_order_does_not_matter(self, xp: Any, data: st.DataObject) -> None:
         self._skip_if_options_only()
-        x, y = self._draw(data)
+        x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0], max_pieces=8), label="cuts")
         stat = self.make(x.shape[1])
-        states = self._states(xp, stat, x, y, cuts)
+        states = self._states(xp, stat, x, label, cuts)
         left = stat.finalize(merge_all(stat, states))
         tree = stat.finalize(merge_tree(stat, states, data))
         if self.exact:
@@ -238,10 +238,10 @@ class StatisticLaws:
     @given(data=st.data())
     def test_empty_chunk_is_identity(self, xp: Any, data: st.DataObject) -> None:
         self._skip_if_options_only()
-        x, y = self._draw(data)
+        x, label = self._draw(data)
         stat = self.make(x.shape[1])
-        (state,) = self._states(xp, stat, x, y, [])
-        (empty,) = self._states(xp, stat, x[:0], None if y is None else y[:0], [])
+        (state,) = self._states(xp, stat, x, label, [])
+        (empty,) = self._states(xp, stat, x[:0], None if label is None else label[:0], [])
         assert_states_equal(stat.merge(empty, state), state)
         assert_states_equal(stat.merge(state, empty), state)
         assert_states_equal(stat.merge(empty, empty), empty)
@@ -249,10 +249,10 @@ class StatisticLaws:
     @given(data=st.data())
     def test_merge_is_associative(self, xp: Any, data: st.DataObject) -> None:
         self._skip_if_options_only()
-        x, y = self._draw(data, min_rows=3)
+        x, label = self._draw(data, min_rows=3)
         cuts = sorted(data.draw(st.lists(st.integers(1, x.shape[0] - 1), min_size=2, max_size=2), label="cuts"))
         stat = self.make(x.shape[1])
-        a, b, c = self._states(xp, stat, x, y, cuts)
+        a, b, c = self._states(xp, stat, x, label, cuts)
         one = stat.finalize(stat.merge(stat.merge(a, b), c))
         two = stat.finalize(stat.merge(a, stat.merge(b, c)))
         if self.exact:
@@ -264,24 +264,24 @@ class StatisticLaws:
         self._skip_if_options_only()
         rng = np.random.default_rng(7)
         ints = rng.integers(-100, 101, size=(37, 2))
-        y = rng.integers(0, 3, 37) if self.uses_label else None
-        yy = None if y is None else xp.asarray(y)
+        label = rng.integers(0, 3, 37) if self.uses_label else None
+        label_xp = None if label is None else xp.asarray(label)
         stat = self.make(2)
-        want = stat.finalize(stat.chunk(xp.asarray(ints.astype(np.float64)), yy))
+        want = stat.finalize(stat.chunk(xp.asarray(ints.astype(np.float64)), label_xp))
         for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
             cast = np.abs(ints) if np.dtype(dtype).kind == "u" else ints
-            ref = want if cast is ints else stat.finalize(stat.chunk(xp.asarray(cast.astype(np.float64)), yy))
-            assert_states_equal(stat.finalize(stat.chunk(xp.asarray(cast.astype(dtype)), yy)), ref)
+            ref = want if cast is ints else stat.finalize(stat.chunk(xp.asarray(cast.astype(np.float64)), label_xp))
+            assert_states_equal(stat.finalize(stat.chunk(xp.asarray(cast.astype(dtype)), label_xp)), ref)
         flags = ints > 0
-        want = stat.finalize(stat.chunk(xp.asarray(flags.astype(np.float64)), yy))
-        assert_states_equal(stat.finalize(stat.chunk(xp.asarray(flags), yy)), want)
+        want = stat.finalize(stat.chunk(xp.asarray(flags.astype(np.float64)), label_xp))
+        assert_states_equal(stat.finalize(stat.chunk(xp.asarray(flags), label_xp)), want)
 
     def test_ill_conditioned(self, xp: Any) -> None:
         if self.ill_conditioned_offset is None:
             return
         rng = np.random.default_rng(42)
         x = self.ill_conditioned_offset + rng.standard_normal((3000, 3))
-        y = rng.integers(0, 3, 3000) if self.uses_label else None
+        label = rng.integers(0, 3, 3000) if self.uses_label else None
         stat = self.make(3)
-        states = self._states(xp, stat, x, y, [1, 700, 701, 2048])
-        self._compare(stat.finalize(merge_all(stat, states)), self.reference(x, y))
+        states = self._states(xp, stat, x, label, [1, 700, 701, 2048])
+        self._compare(stat.finalize(merge_all(stat, states)), self.reference(x, label))

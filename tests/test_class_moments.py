@@ -51,9 +51,9 @@ class TestClassMoments(StatisticLaws):
     def make(self, n_features: int) -> ClassMoments:
         return ClassMoments()
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
-        assert y is not None
-        return class_moments_reference(x, y)
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        assert label is not None
+        return class_moments_reference(x, label)
 
 
 class TestClassMomentsFixedClassesDdof0(StatisticLaws):
@@ -64,9 +64,9 @@ class TestClassMomentsFixedClassesDdof0(StatisticLaws):
     def make(self, n_features: int) -> ClassMoments:
         return ClassMoments(ddof=0, n_classes=6)
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
-        assert y is not None
-        return class_moments_reference(x, y, ddof=0, n_classes=6)
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        assert label is not None
+        return class_moments_reference(x, label, ddof=0, n_classes=6)
 
 
 @given(data=st.data())

@@ -140,7 +140,7 @@ class TestMoments(StatisticLaws):
     def make(self, n_features: int) -> Moments:
         return Moments()
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return moments_reference(x)
 
 
@@ -152,7 +152,7 @@ class TestMomentsPopulationUnbiasedPropagate(StatisticLaws):
     def make(self, n_features: int) -> Moments:
         return Moments(ddof=0, bias=False, nan_policy="propagate")
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return moments_reference(x, ddof=0, bias=False, nan_policy="propagate")
 
 
@@ -160,7 +160,7 @@ class TestCoMoments(StatisticLaws):
     def make(self, n_features: int) -> CoMoments:
         return CoMoments()
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return comoments_reference(x)
 
 
@@ -173,7 +173,7 @@ class TestCoMomentsDdof0(StatisticLaws):
     def make(self, n_features: int) -> CoMoments:
         return CoMoments(ddof=0)
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return comoments_reference(x, ddof=0)
 
 
@@ -183,7 +183,7 @@ class TestHistogram(StatisticLaws):
     def make(self, n_features: int) -> Histogram:
         return histogram_for(n_features)
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return histogram_reference(x, None, self.make(x.shape[1]))
 
 
@@ -194,8 +194,8 @@ class TestHistogramByLabel(StatisticLaws):
     def make(self, n_features: int) -> Histogram:
         return histogram_for(n_features, by_label=True)
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
-        return histogram_reference(x, y, self.make(x.shape[1]))
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        return histogram_reference(x, label, self.make(x.shape[1]))
 
 
 class TestCrossCoMoments(StatisticLaws):
@@ -204,7 +204,7 @@ class TestCrossCoMoments(StatisticLaws):
     def make(self, n_features: int) -> CrossCoMoments:
         return CrossCoMoments(split=n_features // 2 if n_features > 1 else None)
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         full = comoments_reference(x, ddof=0)
         d = x.shape[1]
         split = d // 2 if d > 1 else d

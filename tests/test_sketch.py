@@ -54,7 +54,7 @@ class TestSketch(StatisticLaws):
     def make(self, n_features: int) -> Sketch:
         return SKETCH
 
-    def reference(self, x: np.ndarray, y: np.ndarray | None = None) -> dict:
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return sketch_reference(x, SKETCH)
 
 

@@ -28,10 +28,10 @@ def blas():
 
 class Probe(Moments):
     name = "probe"
-    def chunk(self, x, y=None):
+    def chunk(self, x, label=None):
         # reported through a module that cloudpickle keeps by reference
         sys.modules["json"].seen.append((blas(), numba.get_num_threads()))
-        return super().chunk(x, y)
+        return super().chunk(x, label)
 
 json.seen = []
 before = blas()

@@ -25,7 +25,7 @@ are refused by dtype (:func:`daskbatch.inputs.check_label`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -40,6 +40,11 @@ from daskbatch.stats.classes import (
     validate_classes,
 )
 
+if TYPE_CHECKING:
+    from dask.delayed import Delayed
+
+    from daskbatch.engine.inputs import FeatureMatrix
+
 __all__ = ["checked_label", "max_classes", "recorded_classes", "resolve_classes"]
 
 
@@ -51,7 +56,7 @@ def max_classes() -> int:
     return value
 
 
-def recorded_classes(data: Any) -> tuple[int, ...] | None:
+def recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
     """The class values the store records for ``data.label``, or None.
 
     Only a label read from the store itself counts: a label passed alongside a
@@ -67,11 +72,11 @@ def recorded_classes(data: Any) -> tuple[int, ...] | None:
 
 
 def resolve_classes(
-    data: Any,
+    data: FeatureMatrix,
     classes: Any,
     *,
     split_every: int,
-    compute: Callable[[Any], Any],
+    compute: Callable[[Delayed], Any],
 ) -> tuple[tuple[int, ...], str]:
     """The sorted class values of ``data.label`` and where they came from.
 
@@ -103,6 +108,8 @@ def resolve_classes(
         return recorded, "store"
     from daskbatch.engine.reduce import tree_reduce
 
+    if data.label is None:
+        raise ValueError("the class values of the label were asked for, but the data has no label")
     label = checked_label(data.label, data.label.chunks[0], None)  # negative values stop the scan
     found = compute(tree_reduce(ClassValues(max_classes=limit), label[:, None], split_every=split_every))
     return tuple(int(v) for v in np.asarray(found)), "label scan"

@@ -7,10 +7,13 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
+
+if TYPE_CHECKING:
+    from daskbatch.io.dataset import Dataset
 
 #: dtype kinds a statistic accepts: bool, signed and unsigned integers, floats.
 NUMERIC_KINDS = frozenset("biuf")
@@ -30,7 +33,7 @@ class FeatureMatrix:
     feature_names: tuple[str, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
-    source: Any = None
+    source: Dataset | None = None
     #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
     #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
     stage_rows: int | None = None
@@ -60,17 +63,17 @@ def check_numeric(dtype: Any, what: str) -> None:
         )
 
 
-def check_label(y: Any, rows: int, what: str = "x") -> None:
-    """Raise unless ``y`` is a 1-D integer (or bool) label with one value per row."""
-    if y.ndim != 1:
-        raise ValueError(f"label has shape {tuple(y.shape)}; expected 1-D with one class per sample")
-    if dtype_kind(y.dtype) not in LABEL_KINDS:
+def check_label(label: Any, rows: int, what: str = "x") -> None:
+    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row."""
+    if label.ndim != 1:
+        raise ValueError(f"label has shape {tuple(label.shape)}; expected 1-D with one class per sample")
+    if dtype_kind(label.dtype) not in LABEL_KINDS:
         raise TypeError(
-            f"label has dtype {y.dtype}; mutual information needs integer class labels 0..K-1 "
-            "(cast with y.astype(int) if the values are whole numbers)"
+            f"label has dtype {label.dtype}; mutual information needs integer class labels 0..K-1 "
+            "(cast with label.astype(int) if the values are whole numbers)"
         )
-    if y.shape[0] != rows:
-        raise ValueError(f"label has {y.shape[0]:,} values but {what} has {rows:,} rows")
+    if label.shape[0] != rows:
+        raise ValueError(f"label has {label.shape[0]:,} values but {what} has {rows:,} rows")
 
 
 def _check_known_chunks(a: Any, what: str) -> None:
@@ -82,7 +85,8 @@ def _check_known_chunks(a: Any, what: str) -> None:
         )
 
 
-def _as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+def _in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+    """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
     if isinstance(a, da.Array):
         return a
     arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
@@ -150,21 +154,20 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or n_features == 0:
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = _as_dask(x)
+    x = _in_memory_as_dask(x)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
 
-    y = None
     if isinstance(label, str):
         raise TypeError(
             f"label {label!r} is a name, and a label name needs x to be a store path or a Dataset "
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        y = _as_dask(label)
-        _check_known_chunks(y, "label")
-        check_label(y, rows, what)
+        label = _in_memory_as_dask(label)
+        _check_known_chunks(label, "label")
+        check_label(label, rows, what)
 
     if feature_names is not None:
         names = tuple(str(n) for n in feature_names)
@@ -174,7 +177,7 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(x=x, label=y, feature_names=names, provenance=provenance, source=source)
+    return FeatureMatrix(x=x, label=label, feature_names=names, provenance=provenance, source=source)
 
 
 def _is_instance(obj: Any, module: str, name: str) -> bool:

@@ -17,7 +17,7 @@ import dask
 
 from daskbatch.engine.inputs import FeatureMatrix
 from daskbatch.engine.reduce import tree_reduce
-from daskbatch.stats._base import Bundle
+from daskbatch.stats._base import Bundle, BundleLike
 
 __all__ = ["PassRunner", "compute"]
 
@@ -86,7 +86,7 @@ class PassRunner:
     def _run(self, bundle: Bundle, finalize: bool) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
-        stat: Any = bundle
+        stat: BundleLike = bundle
         if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
             from daskbatch.engine.staged import Staged
 

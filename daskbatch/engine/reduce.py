@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dask
 import dask.array as da
@@ -21,8 +22,13 @@ from dask.sizeof import sizeof
 
 from daskbatch import config
 from daskbatch._arguments import strict_int
+from daskbatch._typing import Array
 from daskbatch.engine.sizeof import register as register_sizeof
-from daskbatch.stats._base import merge_all
+from daskbatch.stats._base import Statistic, merge_all
+
+S = TypeVar("S")
+R = TypeVar("R")
+T = TypeVar("T")
 
 register_sizeof(sizeof)  # every graph with states in its tasks is built here
 
@@ -39,7 +45,7 @@ def resolve_split_every(split_every: int | None) -> int:
 
 
 def tree_reduce(
-    stat: Any,
+    stat: Statistic[S, R],
     x: da.Array,
     label: da.Array | None = None,
     *,
@@ -52,7 +58,7 @@ def tree_reduce(
     Parameters
     ----------
     stat : Statistic or Bundle
-        Anything with ``name``, ``chunk(x, y)``, ``merge(a, b)`` and ``finalize(state)``.
+        Anything with ``name``, ``chunk(x, label)``, ``merge(a, b)`` and ``finalize(state)``.
     x : dask.array.Array, shape (samples, features)
         Chunked along axis 0 only.
     label : dask.array.Array, shape (samples,), optional
@@ -103,18 +109,18 @@ def tree_reduce(
             for j, i in enumerate(range(0, len(states), fan_in))
         ]
         level += 1
-    last = stat.finalize if finalize else _identity
+    last: Callable[[S], R | S] = stat.finalize if finalize else _identity
     return dask.delayed(_on_host(last))(states[0], dask_key_name=f"{TASK_PREFIXES['result']}-{token}")
 
 
-def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Any]:
+def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delayed] | list[None]:
     """The delayed blocks of a per-row array aligned to the row blocks of ``x`` (Nones if absent)."""
     if rows is None:
         return [None] * n_blocks
     return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
 
 
-def _chunk_task(stat: Any, x: Any, label: Any, **masks: Any) -> Any:
+def _chunk_task(stat: Statistic[S, Any], x: Array, label: Array | None, **masks: Array) -> S:
     """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
     from daskbatch.runtime.thread_limits import limited
 
@@ -122,14 +128,14 @@ def _chunk_task(stat: Any, x: Any, label: Any, **masks: Any) -> Any:
         return stat.chunk(x, label, **masks)
 
 
-def _identity(state: Any) -> Any:
+def _identity(state: T) -> T:
     return state
 
 
-def _on_host(func: Any) -> Any:
+def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
     """Wrap ``func`` so its (dataclass / tuple of dataclass) result holds NumPy arrays."""
 
-    def run(state: Any) -> Any:
+    def run(state: S) -> T:
         return to_host(func(state))
 
     return run

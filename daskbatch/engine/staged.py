@@ -18,14 +18,20 @@ transfer (:attr:`Staged.settings`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
+
+from daskbatch._typing import Array
+from daskbatch.stats._base import Statistic
 
 __all__ = ["TRANSFERS", "Staged", "part_rows_for"]
 
 #: How ``describe(device="gpu")`` moves host blocks to the GPU: a copy task per block, or staged in the chunk task.
 TRANSFERS = ("block", "staged")
+
+S = TypeVar("S")
+R = TypeVar("R")
 
 
 def part_rows_for(n_features: int, itemsize: int, part_bytes: int) -> int:
@@ -34,7 +40,7 @@ def part_rows_for(n_features: int, itemsize: int, part_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
-class Staged:
+class Staged(Generic[S, R]):
     """A statistic (or :class:`~daskbatch.stats.Bundle`) whose chunk step stages host blocks to the GPU.
 
     It has the statistic's ``name``, ``stats``, ``merge`` and ``finalize``;
@@ -49,7 +55,7 @@ class Staged:
         Rows per staged part (see :func:`part_rows_for`).
     """
 
-    inner: Any
+    inner: Statistic[S, R]
     part_rows: int
 
     def __post_init__(self) -> None:
@@ -61,7 +67,7 @@ class Staged:
         return str(self.inner.name)
 
     @property
-    def stats(self) -> tuple[Any, ...]:
+    def stats(self) -> tuple[Statistic[Any, Any], ...]:
         return tuple(getattr(self.inner, "stats", (self.inner,)))
 
     @property
@@ -69,31 +75,32 @@ class Staged:
         """What a checkpoint records besides the statistics: the transfer changes the last bits."""
         return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
 
-    def chunk(self, x: Any, y: Any = None, /, **masks: Any) -> Any:
-        """The statistic's state of the block ``x`` (with its label ``y`` and per-row ``masks``)."""
+    def chunk(self, x: Array, label: Array | None = None, /, **masks: Array) -> S:
+        """The statistic's state of the block ``x`` (with its ``label`` and per-row ``masks``)."""
         if type(x) is not np.ndarray:
-            return self.inner.chunk(x, y, **masks)
+            return self.inner.chunk(x, label, **masks)
         from daskbatch.stats.kernels._staging import split_rows, stager
 
         keys = tuple(masks)
         if x.shape[0] == 0:  # nothing to copy: the statistic's empty state, on the device
             import cupy
 
-            return self._chunk_parts(keys, cupy.asarray(x), None if y is None else cupy.asarray(y),
+            return self._chunk_parts(keys, cupy.asarray(x), None if label is None else cupy.asarray(label),
                                      *(cupy.asarray(masks[k]) for k in keys))
         parts = (
-            (x[a:b], None if y is None else np.asarray(y[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
+            (x[a:b], None if label is None else np.asarray(label[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
             for a, b in split_rows(x.shape[0], int(self.part_rows))
         )
-        return stager().reduce(parts, lambda *arrays: self._chunk_parts(keys, *arrays), self.inner.merge)
+        state = stager().reduce(parts, lambda *arrays: self._chunk_parts(keys, *arrays), self.inner.merge)
+        return cast(S, state)  # not None: x has rows, so there is at least one part
 
-    def _chunk_parts(self, keys: tuple[str, ...], x: Any, y: Any, *masks: Any) -> Any:
+    def _chunk_parts(self, keys: tuple[str, ...], x: Array, label: Array | None, *masks: Array) -> S:
         if keys:
-            return self.inner.chunk(x, y, **dict(zip(keys, masks, strict=True)))
-        return self.inner.chunk(x, y)
+            return self.inner.chunk(x, label, **dict(zip(keys, masks, strict=True)))
+        return self.inner.chunk(x, label)
 
-    def merge(self, a: Any, b: Any) -> Any:
+    def merge(self, a: S, b: S) -> S:
         return self.inner.merge(a, b)
 
-    def finalize(self, state: Any) -> Any:
+    def finalize(self, state: S) -> R:
         return self.inner.finalize(state)

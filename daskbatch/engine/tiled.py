@@ -35,6 +35,7 @@ from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_
 
 if TYPE_CHECKING:
     import zarr
+    from dask.delayed import Delayed
 
 __all__ = ["TiledCov", "open_tiled_cov", "tiled_covariance"]
 
@@ -194,7 +195,7 @@ def _fill_tiles(
     complete = da.isfinite(x).all(axis=1)  # one pass over whole rows, shared by every tile
     starts = list(range(0, n_features, tile))
     side = {i: x[:, a : a + tile] for i, a in enumerate(starts)}
-    states: dict[tuple[int, int], Any] = {}
+    states: dict[tuple[int, int], Delayed] = {}
     for i in side:
         for j in range(i, len(starts)):
             block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)

@@ -26,8 +26,8 @@ from dask.utils import format_bytes, parse_bytes
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
     BlockReader,
+    array_label,
     check_chunk_count,
-    describe,
     storage_chunks,
 )
 from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
@@ -274,7 +274,8 @@ def _row_chunks(arr: zarr.Array, chunks: Chunks) -> int:
     return max(1, min(per, rows)) if rows else 1
 
 
-def _as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
+def _zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
+    """A lazy Dask array over ``arr`` read block by block through :class:`BlockReader` (errors name the chunk)."""
     reader = BlockReader(arr)
     chunks = (row_chunks,) + tuple(arr.shape[1:])
     token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
@@ -398,7 +399,7 @@ def open_dataset(
     arr = _get_array(root, x, where, "x")
     if arr.ndim != 2:
         raise DataError(
-            f"{describe(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
+            f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
         )
     row_chunks = _row_chunks(arr, chunks)
     # Before any listing or graph: a shape the metadata claims may have nothing behind it.
@@ -415,7 +416,7 @@ def open_dataset(
         label_arr = _get_array(root, label_name, where, "label")
         if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
             raise DataError(
-                f"label {describe(label_arr)} has shape {label_arr.shape}; expected "
+                f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
                 f"({arr.shape[0]},) to match the rows of {arr.path!r}"
             )
         check_chunk_count(label_arr)
@@ -471,15 +472,15 @@ def _readers(
 ) -> tuple[da.Array, da.Array | None]:
     """Dask arrays over ``arr`` and ``label`` without the rows of ``skip``'s chunks."""
     if not skip.row_ranges:
-        yd = _as_dask(label, row_chunks, where) if label is not None else None
-        return _as_dask(arr, row_chunks, where), yd
+        yd = _zarr_as_dask(label, row_chunks, where) if label is not None else None
+        return _zarr_as_dask(arr, row_chunks, where), yd
     # Blocks break where a skipped range starts or stops; keep the others, in order.
     sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip.row_ranges)
-    xd = _as_dask(arr, sizes, where)
+    xd = _zarr_as_dask(arr, sizes, where)
     x = da.concatenate([xd.blocks[i] for i in keep], axis=0)
     y = None
     if label is not None:
-        yd = _as_dask(label, sizes, where)
+        yd = _zarr_as_dask(label, sizes, where)
         y = da.concatenate([yd.blocks[i] for i in keep], axis=0)
     return x, y
 

@@ -113,12 +113,12 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
     if n > limit:
         shape = " x ".join(f"{s:,}" for s in arr.shape)
         raise DataError(
-            f"{describe(arr)} has {n:,} chunks (shape {shape}, chunks {storage_chunks(arr)}) > "
+            f"{array_label(arr)} has {n:,} chunks (shape {shape}, chunks {storage_chunks(arr)}) > "
             f"daskbatch.max-chunks {limit:,}; rechunk the store (or raise daskbatch.max-chunks)"
         )
     if blocks is not None and blocks > limit:
         raise DataError(
-            f"reading {describe(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
+            f"reading {array_label(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
             "ask for more rows per block (chunks=...)"
         )
 
@@ -155,8 +155,8 @@ def _store_label(arr: zarr.Array) -> str:
     return str(root) if root is not None else repr(store)
 
 
-def describe(arr: zarr.Array) -> str:
-    """``'<store>' array '<path>'`` for messages."""
+def array_label(arr: zarr.Array) -> str:
+    """``array '<path>' in '<store>'`` for messages."""
     return f"array {arr.path or '/'!r} in {_store_label(arr)!r}"
 
 
@@ -233,7 +233,7 @@ class BlockReader:
         self.ndim = len(self.shape)
 
     def __repr__(self) -> str:
-        return f"BlockReader({describe(self.arr)})"
+        return f"BlockReader({array_label(self.arr)})"
 
     def __getitem__(self, selection: Any) -> np.ndarray:
         try:
@@ -263,9 +263,9 @@ class BlockReader:
             except Exception as inner:  # noqa: BLE001 - the chunk we are looking for
                 raise DataError(
                     f"cannot read chunk {chunk_key(self.arr, coords)!r} (grid position "
-                    f"{coords}) of {describe(self.arr)}: {type(inner).__name__}: {inner}"
+                    f"{coords}) of {array_label(self.arr)}: {type(inner).__name__}: {inner}"
                 ) from inner
         # The failure did not reproduce chunk by chunk: report the selection.
         raise DataError(
-            f"cannot read rows {sel[0]} of {describe(self.arr)}: {type(exc).__name__}: {exc}"
+            f"cannot read rows {sel[0]} of {array_label(self.arr)}: {type(exc).__name__}: {exc}"
         ) from exc

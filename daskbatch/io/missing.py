@@ -17,7 +17,7 @@ from typing import Literal
 import zarr
 
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import chunk_key, describe, missing_chunks, storage_chunks
+from daskbatch.io.integrity import array_label, chunk_key, missing_chunks, storage_chunks
 
 __all__ = ["MISSING_POLICIES", "Missing", "MissingPolicy", "find_missing", "row_blocks"]
 
@@ -62,7 +62,7 @@ class Missing:
         """One line naming the first few absent keys of each array and their count."""
         parts = []
         if self.x_keys:
-            parts.append(f"{len(self.x_keys):,} chunk(s) of {describe(x)} are missing: {_first(self.x_keys)}")
+            parts.append(f"{len(self.x_keys):,} chunk(s) of {array_label(x)} are missing: {_first(self.x_keys)}")
         if self.label_keys and label is not None:
             parts.append(
                 f"{len(self.label_keys):,} chunk(s) of label {label.path!r} are missing: "

@@ -1,4 +1,4 @@
-"""Mergeable statistics: each has ``chunk(x, y) -> state``, ``merge(a, b) -> state``, ``finalize(state)``.
+"""Mergeable statistics: each has ``chunk(x, label) -> state``, ``merge(a, b) -> state``, ``finalize(state)``.
 
 They are written once against the array API (NumPy, CuPy, array_api_strict)
 and never import dask, zarr or cupy.

@@ -21,14 +21,29 @@ class Statistic(Protocol[S, R]):
     ``merge`` is associative up to rounding, and ``chunk(x[:0])`` is its identity.
     """
 
-    #: Short name used in task keys and the CLI (``"moments"``, ``"cov"``, ...).
-    name: str
+    @property
+    def name(self) -> str:
+        """Short name used in task keys and the CLI (``"moments"``, ``"cov"``, ...)."""
+        ...
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> S: ...
+    def chunk(self, x: Array, label: Array | None = None, /) -> S: ...
 
     def merge(self, a: S, b: S, /) -> S: ...
 
     def finalize(self, state: S, /) -> R: ...
+
+
+class BundleLike(Statistic[tuple[Any, ...], tuple[Any, ...]], Protocol):
+    """Several statistics run as one: states and results are tuples, one item per statistic.
+
+    A :class:`Bundle`, or a bundle whose chunk step stages host blocks to the
+    GPU (:class:`~daskbatch.engine.staged.Staged`).
+    """
+
+    @property
+    def stats(self) -> tuple[Statistic[Any, Any], ...]:
+        """The fused statistics, in the order of the items of the states and results."""
+        ...
 
 
 class State:
@@ -59,20 +74,23 @@ def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
 class Bundle:
     """Several statistics computed in one pass: each chunk is read and cast once.
 
+    A :class:`BundleLike`: a statistic whose states and results are tuples,
+    one item per statistic of ``stats``.
+
     Parameters
     ----------
     stats : tuple of Statistic
         The statistics; their states travel together as a tuple.
     """
 
-    stats: tuple[Any, ...]
+    stats: tuple[Statistic[Any, Any], ...]
 
     @property
     def name(self) -> str:
         return "-".join(s.name for s in self.stats)
 
-    def chunk(self, x: Array, y: Array | None = None) -> tuple[Any, ...]:
-        return tuple(s.chunk(x, y) for s in self.stats)
+    def chunk(self, x: Array, label: Array | None = None, /) -> tuple[Any, ...]:
+        return tuple(s.chunk(x, label) for s in self.stats)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(s.merge(sa, sb) for s, sa, sb in zip(self.stats, a, b, strict=True))

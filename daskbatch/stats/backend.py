@@ -44,7 +44,8 @@ def to_numpy(a: Any) -> np.ndarray:
     if is_numpy_array(a):
         return a
     if is_cupy_array(a):
-        return a.get()
+        host: np.ndarray = a.get()
+        return host
     if isinstance(a, (int, float, bool, np.generic)):
         return np.asarray(a)
     return np.from_dlpack(a)

@@ -126,14 +126,14 @@ class ClassMoments:
             elif self.n_classes != len(self.classes):
                 raise ValueError(f"n_classes={self.n_classes} but {len(self.classes)} class values were given")
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> ClassMomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /) -> ClassMomentsState:
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
             return empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
-        if y is None:
+        if label is None:
             raise ValueError("per-class moments need the label of every chunk")
-        labels = label_codes(xp, y, self.classes) if self.classes is not None else xp.astype(y, xp.int64)
+        labels = label_codes(xp, label, self.classes) if self.classes is not None else xp.astype(label, xp.int64)
         if labels.shape != (rows,):
             raise ValueError(f"the label has shape {tuple(labels.shape)}; expected ({rows},) for this chunk")
         lowest, highest = int(xp.min(labels)), int(xp.max(labels))

@@ -32,11 +32,11 @@ DEFAULT_MAX_CLASSES = 1000
 _INT64_MAX = 2**63 - 1
 
 
-def as_int64_labels(xp: Namespace, y: Array) -> Array:
-    """``y`` (integer or bool) as int64, refusing uint64 values that int64 cannot hold."""
-    if y.dtype == xp.uint64 and y.shape[0] and int(xp.max(y)) > _INT64_MAX:
-        raise ValueError(f"label value {int(xp.max(y))} does not fit in int64")
-    return xp.astype(y, xp.int64)
+def as_int64_labels(xp: Namespace, label: Array) -> Array:
+    """``label`` (integer or bool) as int64, refusing uint64 values that int64 cannot hold."""
+    if label.dtype == xp.uint64 and label.shape[0] and int(xp.max(label)) > _INT64_MAX:
+        raise ValueError(f"label value {int(xp.max(label))} does not fit in int64")
+    return xp.astype(label, xp.int64)
 
 
 def format_classes(values: Sequence[int], shown: int = 10) -> str:
@@ -105,20 +105,20 @@ class UnknownClassError(ValueError):
         return (type(self), (self.value, self.row, self.count, self.classes, self.rows))
 
 
-def label_codes(xp: Namespace, y: Array, classes: tuple[int, ...]) -> Array:
+def label_codes(xp: Namespace, label: Array, classes: tuple[int, ...]) -> Array:
     """Column of every label in a table over the sorted ``classes``: int64 in ``0 .. K-1``.
 
     Raises a one-line ValueError naming the first label that is not a class value.
     """
     k = len(classes)
-    labels = as_int64_labels(xp, y)
+    labels = as_int64_labels(xp, label)
     first = classes[0]
     if classes[-1] - first == k - 1:
         # Contiguous values (the usual 0..K-1): an offset, no search.
         codes = labels - first if first else labels
         bad = (codes < 0) | (codes >= k)
     else:
-        values = xp.asarray(classes, dtype=xp.int64, device=device(y))
+        values = xp.asarray(classes, dtype=xp.int64, device=device(label))
         codes = xp.clip(xp.searchsorted(values, labels), 0, k - 1)
         bad = xp.take(values, codes) != labels
     if xp.any(bad):
@@ -138,7 +138,7 @@ class ClassValuesState(State):
 class ClassValues:
     """The distinct values of an integer label, merged by set union (a mergeable statistic).
 
-    The labels are ``y`` when given (fused with other statistics in a
+    The labels are ``label`` when given (fused with other statistics in a
     :class:`~daskbatch.stats.Bundle`), else the single column of ``x`` (a scan
     of the label alone, passed as an (N, 1) array). The state holds at most
     ``max_classes`` values: a chunk or a merge that finds more raises, naming
@@ -162,8 +162,8 @@ class ClassValues:
         """The identity of :meth:`merge`."""
         return ClassValuesState(values=xp.zeros((0,), dtype=xp.int64, device=dev))
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> ClassValuesState:
-        labels = y if y is not None else x
+    def chunk(self, x: Array, label: Array | None = None, /) -> ClassValuesState:
+        labels = label if label is not None else x
         xp = namespace(labels)
         labels = xp.reshape(labels, (-1,))
         if labels.shape[0] == 0:

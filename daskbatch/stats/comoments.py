@@ -118,7 +118,7 @@ class CoMoments:
     #: Couples all features: a chunk must span every column.
     joint = True
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> CoMomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /) -> CoMomentsState:
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:

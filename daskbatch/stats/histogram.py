@@ -148,7 +148,7 @@ class Histogram:
         slot = xp.where(over, xp.full_like(slot, self.bins + 1), slot)
         return xp.where(nan, xp.full_like(slot, self.bins + 2), slot)
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> HistogramState:
+    def chunk(self, x: Array, label: Array | None = None, /) -> HistogramState:
         xp = namespace(x)
         rows, n_features = x.shape
         if n_features != len(self.lo):
@@ -158,14 +158,14 @@ class Histogram:
             return self.empty(xp, device(x), n_classes)
         labels = None
         if self.by_label:
-            if y is None:
+            if label is None:
                 raise ValueError("a histogram by label needs the label of every chunk")
-            if y.shape[0] != rows:
-                raise ValueError(f"the chunk has {rows:,} rows but {y.shape[0]:,} labels")
+            if label.shape[0] != rows:
+                raise ValueError(f"the chunk has {rows:,} rows but {label.shape[0]:,} labels")
             if self.classes is not None:
-                labels = label_codes(xp, y, self.classes)
+                labels = label_codes(xp, label, self.classes)
             else:
-                labels = xp.astype(y, xp.int64)
+                labels = xp.astype(label, xp.int64)
                 if xp.any(labels < 0):
                     raise ValueError(f"labels must be class numbers 0..K-1; found {int(xp.min(labels))}")
                 n_classes = int(xp.max(labels)) + 1

@@ -118,7 +118,7 @@ class Moments:
     nan_policy: NanPolicy = "omit"
     name = "moments"
 
-    def chunk(self, x: Array, y: Array | None = None, /) -> MomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /) -> MomentsState:
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:

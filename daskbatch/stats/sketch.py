@@ -171,7 +171,7 @@ class Sketch:
         return xp.where(xp.isnan(x), xp.full_like(slot, 2 * n + 3), slot)
 
     # ------------------------------------------------------- the contract
-    def chunk(self, x: Array, y: Array | None = None, /) -> SketchState:
+    def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
         xp = namespace(x)
         rows, n_features = x.shape
         dev = device(x)

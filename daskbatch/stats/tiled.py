@@ -10,7 +10,7 @@ tiles agree with the untiled matrix up to the rounding of the GEMM, and
 states merge with ``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``.
 
 Complete cases are decided for the whole row, across *all* features, as the
-untiled statistic does: the caller passes that row mask as ``y``.
+untiled statistic does: the caller passes that row mask as ``complete``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,11 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from daskbatch.engine.inputs import FeatureMatrix
+    from daskbatch.io.dataset import Dataset
 
 __all__ = ["HINTS", "differences", "input_items"]
 
@@ -46,7 +50,7 @@ HINTS = {
 _VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "generation", "ETag", "etag", "created")
 
 
-def input_items(data: Any, split_every: int, format_version: int) -> dict[str, str]:
+def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> dict[str, str]:
     """What identifies the input of a pass, as printable strings.
 
     Parameters
@@ -90,7 +94,7 @@ def input_items(data: Any, split_every: int, format_version: int) -> dict[str, s
     return items
 
 
-def _label_items(data: Any, source: Any) -> dict[str, str]:
+def _label_items(data: FeatureMatrix, source: Dataset | None) -> dict[str, str]:
     label = data.label
     if label is None:
         return {"label": "none"}

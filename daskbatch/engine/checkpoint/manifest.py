@@ -17,7 +17,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from daskbatch.engine.checkpoint.files import TMP_PREFIX, write_atomic
 from daskbatch.engine.checkpoint.fingerprint import differences
 from daskbatch.engine.checkpoint.fingerprint import input_items as _fingerprint_items
 from daskbatch.errors import CheckpointMismatchError
+
+if TYPE_CHECKING:
+    from daskbatch.engine.inputs import FeatureMatrix
+    from daskbatch.stats._base import BundleLike
 
 log = logging.getLogger("daskbatch.engine.checkpoint")
 
@@ -46,12 +50,12 @@ def _short(value: Any) -> str:
     return repr(value)
 
 
-def input_items(data: Any, split_every: int) -> dict[str, str]:
+def input_items(data: FeatureMatrix, split_every: int) -> dict[str, str]:
     """What identifies the input of a pass (:func:`daskbatch.engine.checkpoint.fingerprint.input_items`)."""
     return _fingerprint_items(data, split_every, FORMAT_VERSION)
 
 
-def spec_items(bundle: Any) -> dict[str, str]:
+def spec_items(bundle: BundleLike) -> dict[str, str]:
     """Every parameter of every statistic of ``bundle`` (ranges of a histogram included)."""
     items: dict[str, str] = {}
     for stat in bundle.stats:

@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daskbatch.engine.checkpoint.files import (
     TMP_PREFIX,
@@ -68,7 +68,13 @@ from daskbatch.engine.checkpoint.manifest import (
 )
 from daskbatch.errors import Interrupted
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
-from daskbatch.stats._base import merge_all
+from daskbatch.stats._base import BundleLike, merge_all
+
+if TYPE_CHECKING:
+    import dask.array as da
+    from dask.delayed import Delayed
+
+    from daskbatch.engine.inputs import FeatureMatrix
 
 __all__ = [
     "FORMAT_VERSION", "MANIFEST", "Interrupted", "checkpoint_lock", "holding_checkpoint_lock", "read_runs",
@@ -98,7 +104,7 @@ def node_blocks(level: int, index: int, n_blocks: int, split_every: int) -> tupl
 class _PassStore:
     """Node files of one pass, with the merge-up of complete sibling groups."""
 
-    def __init__(self, folder: Path, bundle: Any, digest: str, n_blocks: int, split_every: int) -> None:
+    def __init__(self, folder: Path, bundle: BundleLike, digest: str, n_blocks: int, split_every: int) -> None:
         self.folder, self.bundle, self.digest = folder, bundle, digest
         self.n_blocks, self.s = n_blocks, split_every
         self.sizes = level_sizes(n_blocks, split_every)
@@ -179,9 +185,9 @@ class _PassStore:
 # --------------------------------------------------------------------------- running
 
 def run_checkpointed(
-    bundle: Any,
-    data: Any,
-    label: Any,
+    bundle: BundleLike,
+    data: FeatureMatrix,
+    label: da.Array | None,
     *,
     split_every: int | None,
     progress: bool,
@@ -243,7 +249,8 @@ def run_checkpointed(
 
 
 def _run_pass(
-    store: _PassStore, bundle: Any, x: Any, label: Any, progress: bool, directory: str | os.PathLike[str],
+    store: _PassStore, bundle: BundleLike, x: da.Array, label: da.Array | None, progress: bool,
+    directory: str | os.PathLike[str],
 ) -> tuple[Any, ...]:
     """Compute what ``store`` lacks (the caller holds the lock); the root state."""
     s, n_blocks = store.s, store.n_blocks
@@ -282,18 +289,22 @@ def _run_pass(
     return store.root()
 
 
-def _unit_graph(bundle: Any, x: Any, label: Any, s: int, n_blocks: int) -> Callable[[int], Any]:
+def _unit_graph(
+    bundle: BundleLike, x: da.Array, label: da.Array | None, s: int, n_blocks: int
+) -> Callable[[int], Delayed]:
     from daskbatch.engine.reduce import tree_reduce
 
-    def make(unit: int) -> Any:
+    def make(unit: int) -> Delayed:
         a, b = node_blocks(0, unit, n_blocks, s)
-        y = None if label is None else label.blocks[a:b]
-        return tree_reduce(bundle, x.blocks[a:b], y, split_every=s, finalize=False)
+        label_blocks = None if label is None else label.blocks[a:b]
+        return tree_reduce(bundle, x.blocks[a:b], label_blocks, split_every=s, finalize=False)
 
     return make
 
 
-def _compute_units(units: list[int], make: Callable[[int], Any], on_unit: Callable[[int, Any], None]) -> None:
+def _compute_units(
+    units: list[int], make: Callable[[int], Delayed], on_unit: Callable[[int, tuple[Any, ...]], None]
+) -> None:
     """Compute the units, handing each state to ``on_unit`` (in this thread) as soon as it exists."""
     if not units:
         return

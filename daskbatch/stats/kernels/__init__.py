@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._typing import Array
+
 __all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports"]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
@@ -168,19 +170,21 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 def histogram(
-    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None = None, n_classes: int = 1
-) -> np.ndarray:
+    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1
+) -> Array:
     """Counts (D, bins + 3, K) int64 of :class:`~daskbatch.stats.histogram.HistogramState` for ``x`` (R, D).
+
+    The counts are on the device of ``x``.
 
     Parameters
     ----------
-    x : numpy.ndarray, shape (R, D)
+    x : numpy.ndarray or cupy.ndarray, shape (R, D)
         The chunk, any dtype the kernels read.
     lo, hi : sequence of float, length D
         Range of each feature, as given to :class:`~daskbatch.stats.histogram.Histogram`.
     bins : int
         Equal-width bins per feature.
-    labels : numpy.ndarray of int, shape (R,), optional
+    labels : numpy.ndarray or cupy.ndarray of int, shape (R,), optional
         Class of every row, already checked to lie in ``0 .. n_classes - 1``.
     n_classes : int, default 1
         K, the size of the last axis of the counts.
