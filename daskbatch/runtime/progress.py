@@ -386,12 +386,24 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     if client is None:
         from dask.callbacks import Callback
 
+        def start(dsk: Any) -> None:
+            # Counting every task: those that run are the optimized graph's (fused, renamed),
+            # which this first start after entering the callback sees.
+            if prefix is None and not started:
+                started.append(True)
+                keys.clear()
+                keys.update(dsk)
+                progress.set_total(len(keys))
+
         def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
             if key in keys:  # the callback sees every computation of this process: count ours only
                 progress.advance()
 
-        with Callback(posttask=posttask):
-            return dask.compute(graph)[0]
+        started: list[bool] = []
+        with Callback(start=start, posttask=posttask):
+            result = dask.compute(graph)[0]
+        progress.update(progress.total or 0)
+        return result
     return _compute_distributed(client, graph, progress, keys)
 
 
@@ -416,7 +428,9 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
                 break  # result() raises it
             progress.advance()
             future.release()
-        return result.result()
+        value = result.result()
+        result.release()  # at once: the client's reference would otherwise go with the garbage
+        return value
     except BaseException:
         client.cancel(futures)
         raise
