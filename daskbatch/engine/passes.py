@@ -37,7 +37,7 @@ def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> An
     """
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
-    with Progress(title, unit="tasks", show=progress) as bar:
+    with Progress(title, show=progress) as bar:
         return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
 
 

@@ -380,6 +380,8 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
         keys = {k for k in keys if key_split(k) == prefix}
     else:
         prefix = None
+        if progress.unit == "blocks":
+            progress.unit = "tasks"  # what is counted now
     if progress.total is None:
         progress.set_total(len(keys))
     client = active_client()
