@@ -163,5 +163,29 @@ def is_quiet() -> bool:
 
 
 def setup_from_context(ctx: click.Context) -> None:
-    """Configure logging from the options parsed so far (the main group's callback calls this)."""
+    """Configure logging from the options parsed so far (the main group's callback calls this).
+
+    What was there before comes back when the command ends, so that running
+    the commands in-process (click's test runner, ``dask batch`` from Python)
+    leaves the logging of the caller as it was.
+    """
+    root = ctx.find_root()
+    if "daskbatch.logging.saved" not in root.meta:
+        root.meta["daskbatch.logging.saved"] = True
+        root.call_on_close(_snapshot())
     configure(_settings(ctx))
+
+
+def _snapshot() -> Any:
+    """A function that puts back the loggers' levels and handlers and the warning hook as they are now."""
+    loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask")]
+    saved = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
+    showwarning = warnings.showwarning
+
+    def restore() -> None:
+        for lg, level, handlers in saved:
+            lg.setLevel(level)
+            lg.handlers[:] = handlers
+        warnings.showwarning = showwarning
+
+    return restore
