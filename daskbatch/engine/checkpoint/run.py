@@ -36,7 +36,6 @@ and ``force`` deletes only the files this module writes, inside ``DIR``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -236,14 +235,13 @@ def run_checkpointed(
     with checkpoint_lock(folder_root):
         folder = open_pass(folder_root, items, bundle.name, spec, force,
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
-        owned = None if isinstance(progress, Progress) else Progress(
-            f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]), nbytes=int(x.nbytes),
-            show=bool(progress))
-        with owned if owned is not None else contextlib.nullcontext():
-            bar = owned if owned is not None else progress
-            assert isinstance(bar, Progress)
-            state = _run_pass(_PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s),
-                              bundle, x, label, bar, directory)
+        store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
+        if isinstance(progress, Progress):  # the caller's (describe's "pass i/n")
+            state = _run_pass(store, bundle, x, label, progress, directory)
+        else:
+            with Progress(f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]),
+                          nbytes=int(x.nbytes), show=progress) as bar:
+                state = _run_pass(store, bundle, x, label, bar, directory)
     return to_host(bundle.finalize(state))
 
 
