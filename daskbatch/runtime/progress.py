@@ -101,7 +101,10 @@ class Progress:
         self._t0 = time.perf_counter()
         log.info("%s: started%s", self.title, self._size_text())
         if self._show:
-            self._display = _display_for(self.title, self.total)
+            try:
+                self._display = _display_for(self.title, self.total)
+            except Exception as exc:  # a bar must never fail the computation it shows
+                log.debug("no progress bar for %s: %s", self.title, exc)
             self._draw(force=True)
 
     def close(self, *, ok: bool = True) -> None:
@@ -113,7 +116,8 @@ class Progress:
             self.seconds = time.perf_counter() - (self._t0 or time.perf_counter())
             complete = ok and (self.total is None or self.done >= self.total)
             if self._display is not None:
-                self._display.close(self._status(final=True), ok=complete)
+                with contextlib.suppress(Exception):  # as in _draw: the result matters, not the bar
+                    self._display.close(self._status(final=True), ok=complete)
         if complete:
             log.info("%s: done, %s", self.title, self._result_text())
         else:
@@ -224,7 +228,11 @@ class Progress:
             if not force and now - self._drawn_at < REDRAW_S and self.done < (self.total or 0):
                 return
             self._drawn_at = now
-            self._display.draw(self.done, self._status())
+            try:
+                self._display.draw(self.done, self._status())
+            except Exception as exc:  # e.g. a widget whose kernel comm went away: stop drawing, carry on
+                log.debug("progress bar of %s stopped: %s", self.title, exc)
+                self._display = None
 
 
 def _si(value: float) -> str:
