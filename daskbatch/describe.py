@@ -24,6 +24,7 @@ from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_statistics
+from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
 from daskbatch.stats.registry import STATE_CLASSES, Kept
@@ -43,6 +44,7 @@ __all__ = ["describe", "plan_describe"]
 log = logging.getLogger(__name__)
 
 
+@logged_run("describe")
 @holding_checkpoint_lock
 def describe(
     x: Any,
@@ -118,7 +120,9 @@ def describe(
     feature_names : sequence of str, optional
         Names for the features (else from the store, else ``f0, f1, ...``).
     progress : bool, default False
-        Show a progress bar (distributed's when a client is active).
+        Show a progress bar per pass: a widget in Jupyter, a labelled line on
+        stderr in a terminal, nothing otherwise (the passes' start, end and
+        throughput are logged at INFO either way).
     checkpoint : path, optional
         Directory for merged partial states of completed block ranges. A
         re-run with the same inputs computes only what is missing and returns
@@ -200,7 +204,7 @@ def describe(
     two_passes = ("hist" in names or "mi" in names) and not explicit
     if cache and two_passes and checkpoint is None:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
-    run = PassRunner(data, fan_in, progress, checkpoint, force)
+    run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
                         custom=custom)
@@ -215,7 +219,7 @@ def describe(
             m = results["moments"]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
             second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
-            kept.update(_kept(second, run(second, finalize=False)))
+            kept.update(_kept(second, run(second, 2, finalize=False)))
             results["hist"] = to_host(kept["hist"].finalize())
     provenance = dict(data.provenance)
     if tiled:
@@ -300,7 +304,7 @@ def _class_values(
         return None, None
     from daskbatch.engine.class_labels import resolve_classes
 
-    return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress))
+    return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress, "label scan"))
 
 
 def _planned(
@@ -325,6 +329,8 @@ def _planned(
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
+        log.info("%s", line)
     return chosen
 
 

@@ -268,7 +268,7 @@ def map_batches(
     overwrite : bool, default False
         Start an existing daskbatch output again (see :func:`daskbatch.transform`).
     progress : bool, default False
-        A progress bar on stderr.
+        A progress bar: a widget in Jupyter, a line on stderr in a terminal (start and end are logged either way).
     cancel : threading.Event, optional
         Set it to stop at the next batch boundary (SIGINT and SIGTERM do the same);
         with ``out`` the finished batches are kept and a re-run resumes.
@@ -327,7 +327,7 @@ def map_batches(
 
         fn = functools.partial(_batch, runner=runner, per=per, writer=None)
         run_blocks(fn, {i: (xb[i], None) for i in range(len(xb))}, name="db-map-batches", on_done=place,
-                   cancel=cancel, progress=label)
+                   cancel=cancel, progress=label, rows=rows)
         if on_error != "flag":
             return result
         _warn_flagged(sorted(failed), runner.name)
@@ -367,7 +367,7 @@ def map_batches(
         if todo:
             fn = functools.partial(_batch, runner=runner, per=per, writer=store.writer)
             run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-map-batches", on_done=done,
-                       cancel=cancel, progress=label, total=store.blocks)
+                       cancel=cancel, progress=label, total=store.blocks, rows=rows)
         ranges: list[tuple[int, int]] = []
         if on_error == "flag":  # from the store: batches flagged by earlier, interrupted runs count too
             ranges = row_ranges(np.asarray(store.writer.arrays["failed"][:]))

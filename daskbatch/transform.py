@@ -202,7 +202,8 @@ def transform(
 
             fn = functools.partial(_transform_block, steps=bound, writer=store.writer, device=device, dtype=out_dtype)
             run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=done,
-                       cancel=cancel, progress="transform" if progress else None, total=store.blocks)
+                       cancel=cancel, progress="transform" if progress else None, total=store.blocks,
+                       rows=rows)
         if not store.complete:
             store.finish()
     finally:

@@ -144,7 +144,9 @@ def test_missing_chunk_refuses_by_default_and_skip_warns_in_one_line(
     )
     assert warned.returncode == 0, warned.stderr
     first = warned.stderr.strip().splitlines()[0]
-    assert first.startswith("warning: 1 chunk(s) of array 'X'") and "X/c/3/0" in first and "left out" in first
+    # One timestamped log line, naming the warning's category.
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d WARNING MissingChunksWarning: 1 chunk\(s\) of array 'X'", first)
+    assert "X/c/3/0" in first and "left out" in first
 
 
 def test_info_reports_versions_gpus_and_config() -> None:

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from daskbatch.cli._logging import LoggingGroup, logging_params, setup_from_context
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit codes shared by every command (documented in ``daskbatch --help``).
@@ -22,6 +24,8 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to re
 
 @click.group(
     name="batch",  # the subcommand name under `dask` (dask_cli entry point): `dask batch ...`
+    cls=LoggingGroup,  # -v, -q and --log-level here and on every command
+    params=logging_params(),
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=(
         "Exit codes: 0 success, 1 unexpected failure, 2 bad input, 3 plan does not fit, "
@@ -30,15 +34,14 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to re
 )
 @click.version_option(package_name="daskbatch")
 def main() -> None:
-    """Out-of-core per-feature statistics over chunked (samples x features) arrays."""
-    import warnings
+    """Out-of-core per-feature statistics over chunked (samples x features) arrays.
 
-    # Warnings (a missing chunk, an incomplete store) read as one line in a terminal or job log.
-    warnings.formatwarning = _one_line_warning
-
-
-def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> str:
-    return f"warning: {message}\n"
+    Log lines (timestamped, on stderr) record the plan, each pass with its
+    throughput, reused checkpoint blocks, warnings and a summary per run:
+    -v for more, -q for errors only, --log-level to choose.
+    """
+    # Warnings (a missing chunk, an incomplete store, a range) become one log line each.
+    setup_from_context(click.get_current_context())
 
 
 def user_errors(func: F) -> F:

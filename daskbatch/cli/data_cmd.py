@@ -8,6 +8,7 @@ import sys
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._logging import is_quiet
 
 
 @main.command("synth")
@@ -134,14 +135,15 @@ def ingest_cmd(
             compressor=compressor,
             workers=workers,
             overwrite=overwrite,
-            progress=True,
+            progress=not is_quiet(),  # drawn on a terminal only; the log has start and end
         )
     except KeyboardInterrupt:
         click.echo(
             f"interrupted: {out} is incomplete; run the same command again to resume", err=True
         )
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(report.summary())
+    if not is_quiet():
+        click.echo(report.summary())
 
 
 @main.command("inspect")

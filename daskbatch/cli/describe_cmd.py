@@ -10,6 +10,7 @@ import click
 
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options
 from daskbatch.io.outputs import OutputTarget, check_output, write_json
 from daskbatch.report import format_report
@@ -78,7 +79,8 @@ def parse_classes(text: str | None) -> list[int] | None:
     help="Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
     "when the workers are dask-cuda workers.",
 )
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="A progress bar per pass on stderr, when stderr is a terminal (the log records the passes either way).")
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
 @cluster_options
 @config_option
@@ -111,6 +113,7 @@ def describe_command(
     )
     from daskbatch.stats.moments import NanPolicy
 
+    quiet = is_quiet()
     settings: dict[str, Any] = {
         "stats": stats.split(","), "bins": bins, "range": parse_range(range_), "ddof": ddof,
         # click.Choice has validated it.
@@ -150,7 +153,7 @@ def describe_command(
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
-                dataset, **settings, progress=progress,
+                dataset, **settings, progress=progress and not quiet,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
                 # "auto" was resolved to cpu or gpu above.
                 device=cast(Literal["cpu", "gpu"], device), classes=classes,
@@ -177,13 +180,18 @@ def describe_command(
             "written: run the command again (with --checkpoint to keep finished blocks)", err=True,
         )
         sys.exit(EXIT_FAILURE)
-    click.echo(format_report(summary, top=top))
+    # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
+    report_to_stderr = json_path == "-"
+    if not quiet:
+        click.echo(format_report(summary, top=top), err=report_to_stderr)
     if "out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
-        click.echo(f"{'updated summary' if previous is not None else 'summary'} written to {out}")
+        if not quiet:
+            click.echo(f"{'updated summary' if previous is not None else 'summary'} written to {out}", err=report_to_stderr)
     if "json" in targets:
         write_json(targets["json"], summary.to_json())
-        click.echo(f"summary written to {json_path}")
+        if not quiet:
+            click.echo(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
         click.echo(json.dumps(summary.to_json(), default=str))
 

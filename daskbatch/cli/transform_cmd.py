@@ -7,6 +7,7 @@ import sys
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._logging import is_quiet
 
 
 def _bounds(text: str) -> tuple[float | None, float | None]:
@@ -43,12 +44,13 @@ def _pca_spec(text: str) -> tuple[str, int]:
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Output dtype [default: float64 after arithmetic].")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
               help="gpu: copy each block to the GPU once; auto: compute where the blocks are.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: when stderr is a terminal].")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bar on stderr, when stderr is a terminal (the log records start and end either way).")
 @user_errors
 def transform_command(
     store: str, selection: str | None, standardize: str | None, clip_: str | None, pca_: str | None, out: str,
     overwrite: bool, label: str | None, chunk_rows: int | None, dtype: str | None, device: str,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Write STORE's rows through the given steps into a new Zarr store (--out).
 
@@ -75,10 +77,11 @@ def transform_command(
     try:
         report = db.transform(
             dataset, steps, out, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, device=device,  # type: ignore[arg-type]
-            progress=sys.stderr.isatty() if progress is None else progress,
+            progress=progress and not is_quiet(),
         )
     except (Interrupted, KeyboardInterrupt) as exc:
         why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
         click.echo(f"interrupted: {why}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(report.summary())
+    if not is_quiet():
+        click.echo(report.summary())

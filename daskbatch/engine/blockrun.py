@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -28,6 +27,7 @@ import dask
 from dask.callbacks import Callback
 
 from daskbatch.errors import Interrupted
+from daskbatch.runtime.progress import Progress
 
 __all__ = ["on_device", "run_blocks"]
 
@@ -132,6 +132,7 @@ def run_blocks(
     cancel: threading.Event | None = None,
     progress: str | None = None,
     total: int | None = None,
+    rows: int | None = None,
 ) -> None:
     """Compute ``fn(i, *args[i])`` for every block ``i``, calling ``on_done(i, result)`` as each finishes.
 
@@ -148,9 +149,13 @@ def run_blocks(
     cancel : threading.Event, optional
         Set it (from another thread) to stop at the next block boundary.
     progress : str, optional
-        Label of a progress bar on stderr (none if None).
+        Label of a progress bar (a widget in Jupyter, a line on a terminal's
+        stderr); None draws none. Start and end are logged either way, under
+        this label or ``name``.
     total : int, optional
-        Blocks of the whole job, for the bar (default ``len(args)``).
+        Blocks of the whole job, for the bar (default ``len(args)``); the others are counted as done.
+    rows : int, optional
+        Rows of the whole job, for rows/s.
 
     Raises
     ------
@@ -161,33 +166,22 @@ def run_blocks(
 
     stop = cancel if cancel is not None else threading.Event()
     total = len(args) if total is None else total
-    bar = None
-    if progress:
-        import click
-
-        bar = click.progressbar(length=total, label=progress, file=sys.stderr, show_pos=True, show_eta=True)
-        bar.__enter__()
-        bar.update(total - len(args))
-
     finished: set[int] = set()
+    bar = Progress(progress or name, total, rows=rows, show=bool(progress))
 
     def done(i: int, result: Any) -> None:
         on_done(i, result)
         finished.add(i)
-        if bar is not None:
-            bar.update(1)
+        bar.advance()
 
-    try:
-        with _signals_set(stop) as got:
-            client = _client()
-            if client is not None:
-                tasks = [delayed(fn, pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
-                _run_distributed(client, tasks, list(args), done, stop)
-            else:
-                _run_local(fn, args, name, done, stop)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+    with bar, _signals_set(stop) as got:
+        bar.skip(total - len(args))
+        client = _client()
+        if client is not None:
+            tasks = [delayed(fn, pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
+            _run_distributed(client, tasks, list(args), done, stop)
+        else:
+            _run_local(fn, args, name, done, stop)
     if stop.is_set() and len(finished) < len(args):
         why = f"by {got[0]}" if got else "by request"
         raise Interrupted(f"stopped {why} at a block boundary; what finished is kept, run the same call again to resume")

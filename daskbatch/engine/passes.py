@@ -13,36 +13,33 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import dask
-
 from daskbatch.engine.inputs import FeatureMatrix
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.reduce import TASK_PREFIXES, tree_reduce
+from daskbatch.runtime.joblog import note_pass
+from daskbatch.runtime.progress import Progress
+from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats._base import Bundle, BundleLike
 
 __all__ = ["PassRunner", "compute"]
 
 
-def compute(graph: Any, progress: bool) -> Any:
-    """Compute ``graph`` on the active scheduler, with a progress bar when asked.
+def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> Any:
+    """Compute ``graph`` on the active scheduler (threads or a ``distributed`` client), with progress.
 
-    Under a ``distributed`` client the computation goes through the client (its
-    progress bar, or widget in Jupyter); otherwise through dask's local scheduler.
+    Parameters
+    ----------
+    graph : dask collection
+    progress : bool or Progress
+        A :class:`~daskbatch.runtime.progress.Progress` to advance by the graph's
+        chunk tasks (its blocks); True or False: a new one named ``title``,
+        drawn when True (log lines either way).
+    title : str
+        Label of a new Progress.
     """
-    if not progress:
-        return dask.compute(graph)[0]
-    from daskbatch.runtime.cluster import active_client
-
-    client = active_client()
-    if client is None:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar():
-            return dask.compute(graph)[0]
-    from distributed import progress as dist_progress
-
-    future = client.compute(graph)
-    dist_progress(future)
-    return future.result()
+    if isinstance(progress, Progress):
+        return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
+    with Progress(title, show=progress) as bar:
+        return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
 
 
 @dataclass(frozen=True)
@@ -56,11 +53,13 @@ class PassRunner:
     split_every : int
         Fan-in of every merge tree (resolved once by the caller).
     progress : bool
-        Show progress while computing.
+        Draw a progress bar while computing (pass start and end are logged either way).
     checkpoint : path, optional
         Checkpoint directory; None computes directly.
     force : bool
         Discard a checkpoint written for other data instead of refusing.
+    passes : int
+        Passes of the whole run, for the labels (``pass 1/2: moments+cov+sketch``).
     """
 
     data: FeatureMatrix
@@ -68,22 +67,23 @@ class PassRunner:
     progress: bool = False
     checkpoint: str | os.PathLike[str] | None = None
     force: bool = False
+    passes: int = 1
     #: Wall time of each pass run so far, in seconds (for provenance and batch-job reports).
     seconds: list[float] = field(default_factory=list)
 
-    def __call__(self, bundle: Bundle, *, finalize: bool = True) -> tuple[Any, ...]:
-        """Finalized results of every statistic of ``bundle``, as host NumPy arrays.
+    def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
+        """Results of every statistic of ``bundle`` (pass ``index`` of the run), as host NumPy arrays.
 
         With ``finalize=False``, their merged states instead (host NumPy):
         ``bundle.finalize`` of those gives the same results bit for bit on the CPU.
         """
         t0 = time.perf_counter()
         try:
-            return self._run(bundle, finalize)
+            return self._run(bundle, index, finalize)
         finally:
             self.seconds.append(round(time.perf_counter() - t0, 6))
 
-    def _run(self, bundle: Bundle, finalize: bool) -> tuple[Any, ...]:
+    def _run(self, bundle: Bundle, index: int, finalize: bool) -> tuple[Any, ...]:
         needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
         label = self.data.label if needs_label else None
         stat: BundleLike = bundle
@@ -91,13 +91,20 @@ class PassRunner:
             from daskbatch.engine.staged import Staged
 
             stat = Staged(bundle, self.data.stage_rows)
-        if self.checkpoint is not None:
-            # Looked up on the module at call time (tests wrap it to watch the lock).
-            from daskbatch.engine.checkpoint import run as checkpointed
+        x = self.data.x
+        title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
+        with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
+                      show=self.progress) as bar:
+            if self.checkpoint is not None:
+                # Looked up on the module at call time (tests wrap it to watch the lock).
+                from daskbatch.engine.checkpoint import run as checkpointed
 
-            return checkpointed.run_checkpointed(
-                stat, self.data, label, split_every=self.split_every, progress=self.progress,
-                directory=self.checkpoint, force=self.force, finalize=finalize,
-            )
-        graph = tree_reduce(stat, self.data.x, label, split_every=self.split_every, finalize=finalize)
-        return compute(graph, self.progress)
+                result = checkpointed.run_checkpointed(
+                    stat, self.data, label, split_every=self.split_every, progress=bar,
+                    directory=self.checkpoint, force=self.force, finalize=finalize,
+                )
+            else:
+                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize)
+                result = compute(graph, bar)
+        note_pass(int(x.shape[0]), int(x.shape[1]))
+        return result

@@ -487,11 +487,20 @@ def _has_module(name: str) -> bool:
 
 
 def _print_dashboard(client: Client, verb: str) -> None:
-    """One line on stderr: the scheduler and its dashboard link (a batch log keeps it too)."""
+    """One line: the scheduler and its dashboard link (a batch log keeps it too).
+
+    A log line where daskbatch's logging is set up (the CLI: timestamped, and
+    gone with ``--quiet``), else printed on stderr (a script, a notebook).
+    """
+    import logging
     import sys
 
     try:
         link = client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
         link = "(no dashboard)"
-    print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=sys.stderr, flush=True)
+    log = logging.getLogger(__name__)
+    if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
+        log.info("%s %s; dashboard: %s", verb, client.scheduler.address, link)
+    else:
+        print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=sys.stderr, flush=True)

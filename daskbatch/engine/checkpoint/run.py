@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +67,7 @@ from daskbatch.engine.checkpoint.manifest import (
 )
 from daskbatch.errors import Interrupted
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
+from daskbatch.runtime.progress import Progress
 from daskbatch.stats._base import BundleLike, merge_all
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def run_checkpointed(
     label: da.Array | None,
     *,
     split_every: int | None,
-    progress: bool,
+    progress: bool | Progress,
     directory: str | os.PathLike[str],
     force: bool,
     finalize: bool = True,
@@ -207,8 +207,9 @@ def run_checkpointed(
         Passed to ``chunk`` with each block (histograms by label).
     split_every : int, optional
         Fan-in of the merge tree (``daskbatch.split-every`` by default).
-    progress : bool
-        Report units as they complete.
+    progress : bool or Progress
+        Advanced by the blocks on disk (reused) and by each unit's blocks as it
+        is written; True or False: a new one, drawn when True.
     directory : path
         Checkpoint directory (created if missing).
     force : bool
@@ -243,13 +244,18 @@ def run_checkpointed(
     with checkpoint_lock(folder_root):
         folder = open_pass(folder_root, items, bundle.name, spec, force,
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
-        state = _run_pass(_PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s),
-                          bundle, x, label, progress, directory)
+        store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
+        if isinstance(progress, Progress):  # the caller's (describe's "pass i/n")
+            state = _run_pass(store, bundle, x, label, progress, directory)
+        else:
+            with Progress(f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]),
+                          nbytes=int(x.nbytes), show=progress) as bar:
+                state = _run_pass(store, bundle, x, label, bar, directory)
     return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 
 def _run_pass(
-    store: _PassStore, bundle: BundleLike, x: da.Array, label: da.Array | None, progress: bool,
+    store: _PassStore, bundle: BundleLike, x: da.Array, label: da.Array | None, progress: Progress,
     directory: str | os.PathLike[str],
 ) -> tuple[Any, ...]:
     """Compute what ``store`` lacks (the caller holds the lock); the root state."""
@@ -263,18 +269,16 @@ def _run_pass(
     run = {"pid": os.getpid(), "started": time.time(), "blocks": n_blocks, "reused_blocks": reused,
            "computed_blocks": computed, "computed_units": len(todo), "damaged": store.damaged}
     append_run(store.folder / "runs.jsonl", run)
+    progress.skip(reused)
 
     if label is not None:
         label = label.rechunk((x.chunks[0],))
     make = _unit_graph(bundle, x, label, s, n_blocks)
-    done = 0
 
     def on_unit(unit: int, state: tuple[Any, ...]) -> None:
-        nonlocal done
         store.put(0, unit, state)
-        done += 1
-        if progress:
-            print(f"\rcheckpointed {done}/{len(todo)} units", end="", file=sys.stderr, flush=True)
+        start, stop = node_blocks(0, unit, n_blocks, s)
+        progress.advance(stop - start)
 
     try:
         _compute_units(todo, make, on_unit)
@@ -283,9 +287,6 @@ def _run_pass(
             f"{exc}: {store.covered_blocks()} of {n_blocks} blocks of pass '{bundle.name}' are "
             f"checkpointed in {directory}; run the same command again to resume"
         ) from exc
-    finally:
-        if progress and todo:
-            print(file=sys.stderr)
     return store.root()
 
 

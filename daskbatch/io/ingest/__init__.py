@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,6 +40,7 @@ from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import checksummed
 from daskbatch.io.outputs import check_separate
+from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
@@ -274,7 +274,8 @@ def ingest(
         Replace an existing ``out``.  Without it an unfinished ingest of the same
         inputs is resumed, and anything else is refused.
     progress : bool, default False
-        Show a progress bar on stderr.
+        Show a progress bar: a widget in Jupyter, a line on stderr in a terminal
+        (start and end are logged either way).
 
     Returns
     -------
@@ -339,7 +340,11 @@ def ingest(
             if scan.label_key
             else None
         )
-        _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, n_chunks, workers, progress)
+        bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
+                       nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize, show=progress)
+        with bar:
+            bar.skip(n_chunks - len(todo))
+            _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, workers, bar)
         # Only now, with every chunk in the log, is the store complete.
         missing = set(range(n_chunks)) - read_done(out)
         if missing:  # pragma: no cover - _run raises before this can happen
@@ -375,19 +380,10 @@ def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
 
 
 def _run(
-    writer: ChunkWriter, out: str, todo: list[int], n_chunks: int, workers: int, progress: bool
+    writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Progress
 ) -> None:
     """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
-    import click
-
     log = DoneLog(out)
-    bar = None
-    if progress:
-        bar = click.progressbar(
-            length=n_chunks, label="ingest", file=sys.stderr, show_pos=True, show_eta=True
-        )
-        bar.__enter__()
-        bar.update(n_chunks - len(todo))
     pending = iter(todo)
     running: dict[Future[int], int] = {}
     error: BaseException | None = None
@@ -415,12 +411,10 @@ def _run(
                 if f.done() and not f.cancelled() and f.exception() is None:
                     log.add(c)
         log.close()
-        if bar is not None:
-            bar.__exit__(None, None, None)
 
 
 def _collect(
-    finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Any
+    finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Progress
 ) -> None:
     for f in finished:
         c = running.pop(f)
@@ -433,5 +427,4 @@ def _collect(
                 "incomplete; fix the cause and re-run the same command to resume",
             ) from exc
         log.add(c)
-        if bar is not None:
-            bar.update(1)
+        bar.advance()

@@ -1,0 +1,191 @@
+"""Logging of the ``daskbatch`` command line: timestamped lines on stderr, warnings among them.
+
+Every command logs through the ``daskbatch`` logger (``daskbatch.jobs``,
+``daskbatch.runtime.progress``, ...): the plan, the start and end of each pass
+with its throughput, the blocks a checkpoint reused, and one summary line per
+run. A batch job's log therefore tells what ran, how fast, and what was reused::
+
+    2025-06-01 12:00:03 INFO pass 1/2: moments+cov+sketch: done, 120/120 blocks in 9.8 s (102,040 rows/s, 25.0 MiB/s)
+
+Options, accepted by the main group and by every command (``daskbatch -v
+describe ...`` and ``daskbatch describe ... -v`` alike):
+
+* ``-v/--verbose``: DEBUG lines too (with the logger's name); ``-vv`` also dask's and distributed's.
+* ``-q/--quiet``: errors only; no progress bar and no report table (``--json -`` still prints the JSON).
+* ``--log-level LEVEL``: the level itself; it wins over ``-v`` and ``-q`` for the log
+  (``-q`` still hides the bar and the table).
+
+Warnings (``RangeWarning``, ``MissingChunksWarning``, ...) become one WARNING line
+each, naming their category.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import warnings
+from typing import Any, TextIO
+
+import click
+
+__all__ = ["LEVELS", "LoggingGroup", "LogSettings", "configure", "is_quiet", "logging_params"]
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DATEFMT = "%Y-%m-%d %H:%M:%S"
+_META_KEY = "daskbatch.logging"
+
+
+@dataclasses.dataclass
+class LogSettings:
+    """What the logging options asked for (the main group's, then the command's)."""
+
+    verbose: int = 0
+    quiet: bool = False
+    log_level: str | None = None
+
+    @property
+    def level(self) -> int:
+        if self.log_level is not None:
+            return int(getattr(logging, self.log_level.upper()))
+        if self.quiet:
+            return logging.ERROR
+        return logging.DEBUG if self.verbose else logging.INFO
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the current ``sys.stderr`` (click's test runner swaps it), clearing a terminal bar first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns one: always stderr here
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from daskbatch.runtime.progress import line_cleared
+
+        with line_cleared():
+            super().emit(record)
+
+
+def configure(settings: LogSettings) -> None:
+    """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent."""
+    level = settings.level
+    handler = next((h for h in _logger().handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        _logger().addHandler(handler)
+    verbose = level <= logging.DEBUG
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(asctime)s %(levelname)s %(message)s"
+    handler.setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
+    _logger().setLevel(level)
+    # dask and distributed keep their own handlers: only their level follows ours.
+    quiet_others = logging.ERROR if settings.quiet and settings.log_level is None else None
+    for name in ("distributed", "dask"):
+        other = logging.getLogger(name)
+        if settings.verbose >= 2:
+            other.setLevel(logging.DEBUG)
+        elif quiet_others is not None:
+            other.setLevel(quiet_others)
+    warnings.showwarning = _log_warning
+
+
+def _logger() -> logging.Logger:
+    return logging.getLogger("daskbatch")
+
+
+def _log_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int,
+    file: TextIO | None = None, line: str | None = None,
+) -> None:
+    """A warning as one log line: ``WARNING RangeWarning: 3 features have ...``."""
+    text = " ".join(str(message).split())
+    logging.getLogger("daskbatch.warnings").warning("%s: %s", category.__name__, text)
+
+
+# ---------------------------------------------------------------------- click
+
+
+def _settings(ctx: click.Context) -> LogSettings:
+    meta = ctx.find_root().meta
+    if _META_KEY not in meta:
+        meta[_META_KEY] = LogSettings()
+    return meta[_META_KEY]  # type: ignore[no-any-return]
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Option callback: note a value given on the command line, and apply it at once."""
+    from click.core import ParameterSource
+
+    if param.name is None or ctx.get_parameter_source(param.name) not in (
+        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT,
+    ):
+        return value
+    settings = _settings(ctx)
+    setattr(settings, param.name, value.upper() if param.name == "log_level" else value)
+    if ctx.parent is not None:  # a command's option: the group has configured logging already
+        configure(settings)
+    return value
+
+
+def logging_params() -> list[click.Option]:
+    """``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command)."""
+    return [
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_remember,
+                     help="More log lines: DEBUG (-vv: dask's and distributed's too)."),
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_remember,
+                     help="Errors only: no log lines, progress bar or report (JSON output stays)."),
+        click.Option(["--log-level"], type=click.Choice(LEVELS, case_sensitive=False), metavar="LEVEL",
+                     expose_value=False, callback=_remember,
+                     help=f"Log level ({', '.join(LEVELS)}); default INFO."),
+    ]
+
+
+class LoggingGroup(click.Group):
+    """A click group whose commands all take the logging options (before or after their name)."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        taken = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+        cmd.params.extend(p for p in logging_params() if not taken.intersection(p.opts))
+        super().add_command(cmd, name)
+
+
+def is_quiet() -> bool:
+    """Whether ``-q/--quiet`` was given to the running command (False outside click)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and _settings(ctx).quiet
+
+
+def setup_from_context(ctx: click.Context) -> None:
+    """Configure logging from the options parsed so far (the main group's callback calls this).
+
+    What was there before comes back when the command ends, so that running
+    the commands in-process (click's test runner, ``dask batch`` from Python)
+    leaves the logging of the caller as it was.
+    """
+    root = ctx.find_root()
+    if "daskbatch.logging.saved" not in root.meta:
+        root.meta["daskbatch.logging.saved"] = True
+        root.call_on_close(_snapshot())
+    configure(_settings(ctx))
+
+
+def _snapshot() -> Any:
+    """A function that puts back the loggers' levels and handlers and the warning hook as they are now."""
+    loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask")]
+    saved = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
+    showwarning = warnings.showwarning
+
+    def restore() -> None:
+        for lg, level, handlers in saved:
+            lg.setLevel(level)
+            lg.handlers[:] = handlers
+        warnings.showwarning = showwarning
+
+    return restore

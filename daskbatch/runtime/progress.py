@@ -1,0 +1,446 @@
+"""Progress of long computations: one helper for describe's passes, ingest, transform and map_batches.
+
+A :class:`Progress` counts the units (blocks, chunks, tasks) of one labelled
+step and shows them where the user looks:
+
+* in Jupyter (an IPython kernel): an ipywidgets bar, displayed with
+  ``IPython.display.display`` when the step starts (under the threaded
+  scheduler and under ``distributed`` alike);
+* in a terminal (stderr is a TTY): one labelled line on stderr, redrawn in place,
+  e.g. ``pass 1/2: moments+cov+sketch  37/120 blocks  1.2M rows/s  ETA 0:42``;
+* anywhere else (a batch job's log, a pipe, a file): nothing is drawn.
+
+Whatever is shown, the start and the end of every step are logged at INFO
+(time, rows/s and bytes/s), so that a batch log records them as lines.
+
+:func:`compute` computes a dask graph on the active scheduler and advances a
+Progress as the graph's tasks of one key prefix (the pass's ``db-chunk`` tasks)
+finish: through a :class:`dask.callbacks.Callback` on the local schedulers, and
+under a ``distributed`` client through futures on those tasks' keys (submitted
+with the graph in one ``Client.get``, each released as soon as it finishes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import logging
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, TextIO
+
+__all__ = ["Progress", "compute", "line_cleared"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two redraws of a bar (a widget update is a message to the browser).
+REDRAW_S = 0.1
+
+# Erase the terminal line and return to its start.
+_CLEAR = "\r\x1b[2K"
+
+
+class Progress:
+    """The progress of one labelled step: a bar where one can be seen, log lines always.
+
+    Parameters
+    ----------
+    title : str
+        What runs, chosen by the caller: ``"pass 1/2: moments+cov+sketch"``, ``"ingest"``.
+    total : int, optional
+        Units of the whole step; None until :func:`compute` counts the graph's tasks.
+    unit : str, default "blocks"
+        Name of a unit in the bar and the log.
+    rows, nbytes : int, optional
+        Rows and (decoded) bytes of the whole step, for rows/s and bytes/s.
+    show : bool, default False
+        Draw a bar (a widget in Jupyter, a line on a terminal's stderr); log lines are written either way.
+
+    Examples
+    --------
+    >>> with Progress("ingest", 12, unit="chunks", show=False) as bar:
+    ...     for _ in range(12):
+    ...         bar.advance()
+    >>> bar.done
+    12
+    """
+
+    def __init__(
+        self, title: str, total: int | None = None, *, unit: str = "blocks", rows: int | None = None,
+        nbytes: int | None = None, show: bool = False,
+    ) -> None:
+        self.title, self.total, self.unit = title, total, unit
+        self.rows, self.nbytes = rows, nbytes
+        self.done = 0
+        self.skipped = 0  # done before this run (a checkpoint's or an output's finished blocks)
+        self.seconds: float | None = None  # set when closed
+        self._show = show
+        self._display: _Terminal | _Widget | None = None
+        self._lock = threading.RLock()
+        self._t0: float | None = None
+        self._drawn_at = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Progress:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(ok=exc_type is None)
+
+    def start(self) -> None:
+        """Log the start and show the bar (Jupyter: display the widget now, in the calling cell)."""
+        self._t0 = time.perf_counter()
+        log.info("%s: started%s", self.title, self._size_text())
+        if self._show:
+            try:
+                self._display = _display_for(self.title, self.total)
+            except Exception as exc:  # a bar must never fail the computation it shows
+                log.debug("no progress bar for %s: %s", self.title, exc)
+            self._draw(force=True)
+
+    def close(self, *, ok: bool = True) -> None:
+        """Finish the bar and log the end: units, time and throughput (or where it stopped)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.seconds = time.perf_counter() - (self._t0 or time.perf_counter())
+            complete = ok and (self.total is None or self.done >= self.total)
+            if self._display is not None:
+                with contextlib.suppress(Exception):  # as in _draw: the result matters, not the bar
+                    self._display.close(self._status(final=True), ok=complete)
+        if complete:
+            log.info("%s: done, %s", self.title, self._result_text())
+        else:
+            log.info("%s: stopped at %s", self.title, self._result_text())
+
+    # ------------------------------------------------------------------ counting
+
+    def skip(self, n: int) -> None:
+        """Count ``n`` units that were done before this run (reused), outside the throughput."""
+        with self._lock:
+            self.skipped += n
+            self.done += n
+        self._draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more finished units (any thread)."""
+        with self._lock:
+            self.done += n
+        self._draw()
+
+    def update(self, done: int) -> None:
+        """Set the number of finished units (any thread; never goes backwards)."""
+        with self._lock:
+            self.done = max(self.done, done)
+        self._draw()
+
+    def set_total(self, total: int) -> None:
+        """Set the number of units once it is known (a widget's bar grows to it)."""
+        with self._lock:
+            self.total = total
+            if isinstance(self._display, _Widget):
+                self._display.set_total(total)
+        self._draw(force=True)
+
+    # ------------------------------------------------------------------ figures
+
+    @property
+    def elapsed(self) -> float:
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+
+    def rows_per_s(self) -> float | None:
+        """Rows computed by this run per second (reused units left out), once something finished."""
+        computed, seconds = self.done - self.skipped, self.elapsed
+        if not (self.rows and self.total and computed > 0 and seconds > 0):
+            return None
+        return computed / self.total * self.rows / seconds
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate so far, once something finished."""
+        computed = self.done - self.skipped
+        if self.total is None or computed <= 0:
+            return None
+        return (self.total - self.done) * self.elapsed / computed
+
+    # ------------------------------------------------------------------ text
+
+    def _status(self, *, final: bool = False) -> str:
+        done = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}"
+        parts = [self.title, f"{done} {self.unit}"]
+        rate = self.rows_per_s()
+        if rate:
+            parts.append(f"{_si(rate)} rows/s")
+        eta = None if final else self.eta()
+        if eta is not None and self.done < (self.total or 0):
+            parts.append(f"ETA {_clock(eta)}")
+        elif final and self.seconds is not None:
+            parts.append(f"in {_clock(self.seconds)}")
+        return "  ".join(parts)
+
+    def _size_text(self) -> str:
+        from dask.utils import format_bytes
+
+        parts = [f"{self.total:,} {self.unit}"] if self.total is not None else []
+        if self.rows is not None:
+            parts.append(f"{self.rows:,} rows")
+        if self.nbytes is not None:
+            parts.append(format_bytes(self.nbytes))
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def _result_text(self) -> str:
+        from dask.utils import format_bytes
+
+        computed = self.done - self.skipped
+        seconds = self.seconds or 0.0
+        of = f"/{self.total:,}" if self.total is not None else ""
+        text = f"{self.done:,}{of} {self.unit}"
+        if self.skipped:
+            text += f" ({self.skipped:,} reused, {computed:,} computed)"
+        text += f" in {seconds:.1f} s"
+        if self.total and computed > 0 and seconds > 0:
+            share = computed / self.total
+            figures = []
+            if self.rows:
+                figures.append(f"{share * self.rows / seconds:,.0f} rows/s")
+            if self.nbytes:
+                figures.append(f"{format_bytes(int(share * self.nbytes / seconds))}/s")
+            if figures:
+                text += f" ({', '.join(figures)})"
+        return text
+
+    # ------------------------------------------------------------------ drawing
+
+    def _draw(self, *, force: bool = False) -> None:
+        with self._lock:
+            if self._display is None or self._closed:
+                return
+            now = time.perf_counter()
+            if not force and now - self._drawn_at < REDRAW_S and self.done < (self.total or 0):
+                return
+            self._drawn_at = now
+            try:
+                self._display.draw(self.done, self._status())
+            except Exception as exc:  # e.g. a widget whose kernel comm went away: stop drawing, carry on
+                log.debug("progress bar of %s stopped: %s", self.title, exc)
+                self._display = None
+
+
+def _si(value: float) -> str:
+    """1234567 -> '1.2M' (the rate in a bar)."""
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{suffix}"
+    return f"{value:.0f}"
+
+
+def _clock(seconds: float) -> str:
+    """42 -> '0:42', 3723 -> '1:02:03'."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+# ---------------------------------------------------------------------- displays
+
+
+def _in_jupyter() -> bool:
+    """True inside an IPython kernel (Jupyter, VS Code notebooks), not in a terminal IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
+    """The bar for where this process shows things, or None (not a TTY: log lines only)."""
+    if _in_jupyter():
+        try:
+            return _Widget(title, total)
+        except ImportError:  # no ipywidgets: Jupyter renders a carriage return on stderr as well
+            return _Terminal(plain=True)
+    stream = sys.stderr
+    if stream is not None and stream.isatty():
+        return _Terminal()
+    return None
+
+
+class _Widget:
+    """An ipywidgets bar with the title before it and the counts after it, displayed at once."""
+
+    def __init__(self, title: str, total: int | None) -> None:
+        from IPython.display import display
+        from ipywidgets import HTML, HBox, IntProgress, Layout
+
+        self.label = HTML(f"<b>{html.escape(title)}</b>")
+        self.bar = IntProgress(min=0, max=max(total or 1, 1), value=0, layout=Layout(width="40%"))
+        self.text = HTML("")
+        self.box = HBox([self.label, self.bar, self.text])
+        display(self.box)
+
+    def set_total(self, total: int) -> None:
+        self.bar.max = max(total, 1)
+
+    def draw(self, done: int, status: str) -> None:
+        self.bar.value = min(done, self.bar.max)
+        # The status starts with the title, which the label shows already.
+        self.text.value = html.escape(status.split("  ", 1)[-1])
+
+    def close(self, status: str, *, ok: bool) -> None:
+        if ok:
+            self.bar.value = self.bar.max
+        self.bar.bar_style = "success" if ok else "danger"
+        self.text.value = html.escape(status.split("  ", 1)[-1])
+
+
+_active_line: list[_Terminal] = []  # the terminal bar drawn now, if any (log lines clear it first)
+
+
+class _Terminal:
+    """One line on stderr, redrawn in place (``\\r`` and erase-line), ended with a newline when closed."""
+
+    def __init__(self, *, plain: bool = False) -> None:
+        self.plain = plain  # Jupyter without ipywidgets: \r only, no escape sequences
+        self.text = ""
+        _active_line[:] = [self]
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr  # looked up each time: tests and click swap it
+
+    def _fit(self, text: str) -> str:
+        width = shutil.get_terminal_size((100, 24)).columns
+        return text if len(text) < width else text[: max(width - 2, 10)] + "…"
+
+    def draw(self, done: int, status: str) -> None:
+        self.text = self._fit(status)
+        self._write(self.text)
+
+    def clear(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self.stream.write("\r" if self.plain else _CLEAR)
+            self.stream.flush()
+
+    def _write(self, text: str, end: str = "") -> None:
+        with contextlib.suppress(ValueError, OSError):  # a closed stream must not fail the computation
+            self.stream.write(("\r" if self.plain else _CLEAR) + text + end)
+            self.stream.flush()
+
+    def close(self, status: str, *, ok: bool) -> None:
+        self._write(self._fit(status), end="\n")
+        if _active_line and _active_line[0] is self:
+            _active_line.clear()
+
+
+@contextlib.contextmanager
+def line_cleared() -> Iterator[None]:
+    """Erase the terminal bar for the duration of the block (a log line is written there), then redraw it."""
+    bars = list(_active_line)
+    for bar in bars:
+        bar.clear()
+    try:
+        yield
+    finally:
+        for bar in bars:
+            if _active_line and _active_line[0] is bar:
+                bar._write(bar.text)
+
+
+# ---------------------------------------------------------------------- computing with progress
+
+
+def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any:
+    """``dask.compute(graph)[0]`` on the active scheduler, advancing ``progress`` as tasks finish.
+
+    Parameters
+    ----------
+    graph : dask collection
+        A single collection (a ``Delayed`` from :func:`~daskbatch.engine.reduce.tree_reduce`).
+    progress : Progress
+        Advanced by one for each finished task whose ``key_split`` is ``prefix``;
+        its total is set to their number when it has none.
+    prefix : str, optional
+        Task prefix to count (``"db-chunk"``: a pass's blocks); every task when
+        None or when the graph has no task of that prefix.
+
+    Returns
+    -------
+    object
+        The computed value.
+    """
+    import dask
+    from dask.utils import key_split
+
+    from daskbatch.runtime.cluster import active_client
+
+    keys = set(graph.__dask_graph__())
+    if prefix is not None and any(key_split(k) == prefix for k in keys):
+        keys = {k for k in keys if key_split(k) == prefix}
+    else:
+        prefix = None
+        if progress.unit == "blocks":
+            progress.unit = "tasks"  # what is counted now
+    if progress.total is None:
+        progress.set_total(len(keys))
+    client = active_client()
+    if client is None:
+        from dask.callbacks import Callback
+
+        def start(dsk: Any) -> None:
+            # Counting every task: those that run are the optimized graph's (fused, renamed),
+            # which this first start after entering the callback sees.
+            if prefix is None and not started:
+                started.append(True)
+                keys.clear()
+                keys.update(dsk)
+                progress.set_total(len(keys))
+
+        def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            if key in keys:  # the callback sees every computation of this process: count ours only
+                progress.advance()
+
+        started: list[bool] = []
+        with Callback(start=start, posttask=posttask):
+            result = dask.compute(graph)[0]
+        progress.update(progress.total or 0)
+        return result
+    return _compute_distributed(client, graph, progress, keys)
+
+
+def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: set[Any]) -> Any:
+    """Submit ``graph`` once, with futures on its ``watched`` keys; advance ``progress`` as they finish.
+
+    The futures of the watched keys (a pass's chunk tasks) are released as soon
+    as they finish, so their states live no longer than the merges need them.
+    """
+    from dask.delayed import Delayed
+    from distributed import as_completed
+
+    if not isinstance(graph, Delayed):  # one key only: the bar jumps at the end
+        result = client.compute(graph).result()
+        progress.update(progress.total or 0)
+        return result
+    futures = client.get(graph.__dask_graph__(), [graph.key, *watched], sync=False)
+    result, blocks = futures[0], futures[1:]
+    try:
+        for future in as_completed(blocks):
+            if future.status == "error":
+                break  # result() raises it
+            progress.advance()
+            future.release()
+        value = result.result()
+        result.release()  # at once: the client's reference would otherwise go with the garbage
+        return value
+    except BaseException:
+        client.cancel(futures)
+        raise
