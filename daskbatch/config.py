@@ -1,4 +1,4 @@
-"""daskbatch's defaults, loaded into ``dask.config`` under the ``daskbatch`` key.
+"""Defaults of daskbatch, loaded into ``dask.config`` under the ``daskbatch`` key.
 
 Override with ``dask.config.set({"daskbatch.split-every": 16})`` or, in a batch
 script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directories.

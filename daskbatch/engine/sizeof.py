@@ -1,4 +1,4 @@
-"""dask's memory accounting for daskbatch states (``dask.sizeof``).
+"""Measure daskbatch states for dask's memory accounting (``dask.sizeof``).
 
 Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
 state (built in or a user's) is measured by its arrays' bytes.
