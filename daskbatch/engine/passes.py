@@ -27,6 +27,18 @@ def compute(graph: Any, progress: bool) -> Any:
 
     Under a ``distributed`` client the computation goes through the client (its
     progress bar, or widget in Jupyter); otherwise through dask's local scheduler.
+
+    Parameters
+    ----------
+    graph : dask collection
+        What to compute.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    object
+        The computed value.
     """
     if not progress:
         return dask.compute(graph)[0]
@@ -46,7 +58,7 @@ def compute(graph: Any, progress: bool) -> Any:
 
 
 @dataclass(frozen=True)
-class PassRunner:
+class PassRunner:  # numpydoc ignore=PR02
     """Runs passes over ``data`` with one fan-in, through ``checkpoint`` when it is given.
 
     Parameters
