@@ -148,7 +148,7 @@ def config_option(func: Any) -> Any:
         *args
             The command's positional arguments.
         allow_dask_config : bool, default False
-            Allow dask settings that load or run code.
+            Accept any setting of the file's ``dask:`` mapping, not only sizes and timeouts.
         **kwargs
             The command's options.
 
