@@ -22,7 +22,18 @@ def _load_defaults() -> None:
 
 
 def get(key: str) -> Any:
-    """The effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``)."""
+    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``).
+
+    Parameters
+    ----------
+    key : str
+        The key below ``daskbatch.``.
+
+    Returns
+    -------
+    object
+        The value.
+    """
     return dask.config.get(f"daskbatch.{key}")
 
 
