@@ -1,4 +1,4 @@
-"""daskbatch: one-pass, mergeable per-feature statistics over chunked arrays with Dask.
+"""One-pass, mergeable per-feature statistics over chunked arrays with Dask: daskbatch.
 
 >>> import daskbatch as db
 >>> summary = db.describe("data.zarr", label="y")            # doctest: +SKIP

@@ -25,6 +25,7 @@ def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     Returns
     -------
     int
+        The value.
 
     Raises
     ------

@@ -37,12 +37,38 @@ STYLE = """<style>
 
 
 def escape(text: object) -> str:
-    """``text`` as HTML text (quotes included, since names end up in attributes too)."""
+    """Escape ``text`` as HTML text (quotes included, since names end up in attributes too).
+
+    Parameters
+    ----------
+    text : object
+        Anything; its ``str``.
+
+    Returns
+    -------
+    str
+        The escaped text.
+    """
     return html.escape(str(text), quote=True)
 
 
 def repr_block(title: str, *parts: str, subtitle: str = "") -> str:
-    """The wrapper of one repr: the style, a bold ``title`` (already HTML) and the ``parts`` below it."""
+    """Wrap one repr: the style, a bold ``title`` (already HTML) and the ``parts`` below it.
+
+    Parameters
+    ----------
+    title : str
+        HTML.
+    *parts : str
+        HTML blocks.
+    subtitle : str, default ""
+        Plain text after the title.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     sub = f" <span class='db-sub'>{subtitle}</span>" if subtitle else ""
     return (
         f"<div class='daskbatch-repr'>{STYLE}<div class='db-title'><b>{title}</b>{sub}</div>"
@@ -52,15 +78,35 @@ def repr_block(title: str, *parts: str, subtitle: str = "") -> str:
 
 
 def warning_list(items: Iterable[str]) -> str:
-    """A highlighted list of warnings (each item already HTML); empty string when there are none."""
+    """Render a highlighted list of warnings; an empty string when there are none.
+
+    Parameters
+    ----------
+    items : iterable of str
+        The warnings, each already HTML.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     body = "".join(f"<li>&#9888; {item}</li>" for item in items)
     return f"<ul class='db-warnings'>{body}</ul>" if body else ""
 
 
 def key_value_table(rows: Iterable[tuple[str, str] | tuple[str, str, str]]) -> str:
-    """Two columns, key and value (both plain text, escaped here); a third item is a cell class.
+    """Render a table of two columns, key and value.
 
-    The class is ``"db-warn"``, ``"db-bad"`` or ``"db-ok"`` to colour the value.
+    Parameters
+    ----------
+    rows : iterable of tuple of str
+        Key and value (both plain text, escaped here); a third item is a cell
+        class, ``"db-warn"``, ``"db-bad"`` or ``"db-ok"``, to colour the value.
+
+    Returns
+    -------
+    str
+        HTML.
     """
     body = []
     for row in rows:
@@ -75,7 +121,7 @@ def table(
     columns: Sequence[str],
     rows: Iterable[tuple[str, Sequence[str], Sequence[str], str]],
 ) -> str:
-    """A table of already formatted cells.
+    """Render a table of already formatted cells.
 
     Parameters
     ----------
@@ -87,6 +133,11 @@ def table(
         Plain text label and cells (escaped here); ``cell classes`` has one
         entry per cell (``"num"``, ``"txt"``, plus ``"db-warn"`` to highlight),
         ``row class`` is ``""`` or ``"db-warn"``.
+
+    Returns
+    -------
+    str
+        HTML.
     """
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = []
@@ -101,5 +152,20 @@ def table(
 
 
 def details(summary: str, body: str, *, open: bool = False) -> str:
-    """A collapsible section: ``summary`` (plain text) over ``body`` (HTML)."""
+    """Render a collapsible section.
+
+    Parameters
+    ----------
+    summary : str
+        The always-visible line, plain text.
+    body : str
+        The content, HTML.
+    open : bool, default False
+        Start expanded.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     return f"<details{' open' if open else ''}><summary>{escape(summary)}</summary>{body}</details>"

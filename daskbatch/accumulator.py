@@ -32,7 +32,11 @@ class Accumulator:
         Histogram bins per feature.
     range : (lo, hi) or array of shape (D, 2), optional
         Histogram range(s).
-    ddof, bias, nan_policy
+    ddof : int, default 1
+        As in :func:`daskbatch.describe`.
+    bias : bool, default True
+        As in :func:`daskbatch.describe`.
+    nan_policy : {"omit", "propagate"}, default "omit"
         As in :func:`daskbatch.describe`.
     feature_names : sequence of str, optional
         Names of the features.
@@ -111,11 +115,30 @@ class Accumulator:
 
     @property
     def rows(self) -> int:
-        """Rows seen so far."""
+        """Count the rows seen so far.
+
+        Returns
+        -------
+        int
+            Rows.
+        """
         return self._rows
 
     def update(self, batch: Any, label: Any = None) -> Accumulator:
-        """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels."""
+        """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels.
+
+        Parameters
+        ----------
+        batch : array
+            NumPy or CuPy, (rows, features).
+        label : array, optional
+            One integer class per row.
+
+        Returns
+        -------
+        Accumulator
+            This accumulator, updated.
+        """
         batch, label = self._checked(batch, label, self._batches)
         if self.device == "gpu":
             import cupy
@@ -136,11 +159,28 @@ class Accumulator:
         stream, so that batch *i + 1* is read from ``batches`` and copied while
         batch *i* is reduced. A bad batch raises before anything of this call
         is added (the accumulator keeps the state it had).
+
+        Parameters
+        ----------
+        batches : iterable
+            Arrays, or ``(batch, label)`` pairs.
+
+        Returns
+        -------
+        Accumulator
+            This accumulator, updated.
         """
         seen: list[int] = []  # rows of the batches taken, committed at the end
         bundle_before, features_before = self._bundle, self._n_features
 
         def parts() -> Iterator[tuple[Any, Any]]:
+            """Check and yield each batch and its label, counting the rows.
+
+            Yields
+            ------
+            tuple
+                ``(batch, label)``.
+            """
             for item in batches:
                 batch, label = self._checked(*self._pair(item), self._batches + len(seen))
                 seen.append(int(batch.shape[0]))
@@ -215,7 +255,18 @@ class Accumulator:
         self._batches += 1
 
     def merge(self, other: Accumulator) -> Accumulator:
-        """Fold ``other`` (same settings) into this accumulator, as if its batches came here."""
+        """Fold ``other`` (same settings) into this accumulator, as if its batches came here.
+
+        Parameters
+        ----------
+        other : Accumulator
+            An accumulator with the same settings.
+
+        Returns
+        -------
+        Accumulator
+            This accumulator, updated.
+        """
         if (other.stats, other.bins, other.ddof, other.nan_policy) != (self.stats, self.bins, self.ddof, self.nan_policy):
             raise ValueError("cannot merge accumulators with different stats, bins, ddof or nan_policy")
         if other._state is None:
@@ -232,7 +283,13 @@ class Accumulator:
         return self
 
     def summary(self) -> Summary:
-        """The statistics of every batch seen so far."""
+        """Finalize the statistics of every batch seen so far.
+
+        Returns
+        -------
+        Summary
+            The summary.
+        """
         if self._state is None or self._bundle is None:
             raise ValueError("no batches yet: call update(batch) first")
         results = to_host(self._bundle.finalize(self._state))

@@ -1,4 +1,4 @@
-"""daskbatch's defaults, loaded into ``dask.config`` under the ``daskbatch`` key.
+"""Defaults of daskbatch, loaded into ``dask.config`` under the ``daskbatch`` key.
 
 Override with ``dask.config.set({"daskbatch.split-every": 16})`` or, in a batch
 script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directories.
@@ -22,7 +22,18 @@ def _load_defaults() -> None:
 
 
 def get(key: str) -> Any:
-    """The effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``)."""
+    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``).
+
+    Parameters
+    ----------
+    key : str
+        The key below ``daskbatch.``.
+
+    Returns
+    -------
+    object
+        The value.
+    """
     return dask.config.get(f"daskbatch.{key}")
 
 

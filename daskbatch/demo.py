@@ -38,6 +38,11 @@ def run_demo(
         Seed of the synthetic data.
     echo : callable, default print
         Where progress lines go.
+
+    Returns
+    -------
+    str
+        The directory.
     """
     from distributed import Client, LocalCluster
 

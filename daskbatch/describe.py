@@ -129,6 +129,13 @@ def describe(
         a result bitwise identical to an uninterrupted run.
     force : bool, default False
         Discard a checkpoint that belongs to other inputs instead of refusing.
+    device : {"cpu", "gpu"}, default "cpu"
+        ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
+        merges states there. Blocks that already are CuPy arrays stay on the GPU
+        either way. How host blocks travel is ``daskbatch.gpu-transfer``:
+        ``"block"`` (a copy task per block) or ``"staged"`` (each chunk task
+        copies its block in parts through pinned buffers, overlapping the copy
+        of one part with the reduction of the previous).
     plan : "auto", Plan, Resources or None, default "auto"
         How to chunk and reduce. ``"auto"`` plans from the live cluster's
         workers (or this machine) with :func:`daskbatch.plan`, rechunks to its
@@ -146,13 +153,6 @@ def describe(
         memory (``persist``) so that each is read and decoded once. Faster when
         the data fit in the workers' memory (distributed spills to disk
         otherwise); peak memory then grows with the data.
-    device : {"cpu", "gpu"}, default "cpu"
-        ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
-        merges states there. Blocks that already are CuPy arrays stay on the GPU
-        either way. How host blocks travel is ``daskbatch.gpu-transfer``:
-        ``"block"`` (a copy task per block) or ``"staged"`` (each chunk task
-        copies its block in parts through pinned buffers, overlapping the copy
-        of one part with the reduction of the previous).
     classes : sequence of int, optional
         The class values of ``label``; a label outside them is an error naming
         the value and its rows. Default: what the store records, else the
@@ -168,6 +168,7 @@ def describe(
     Returns
     -------
     Summary
+        The statistics, their settings and the data's provenance.
 
     Notes
     -----

@@ -90,7 +90,7 @@ def merge(first: Summary, second: Summary) -> Summary:
 
 
 def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -> Summary:
-    """``summary`` with ``new_rows`` added: :func:`merge` of it and ``describe(new_rows)`` with its settings.
+    """Add ``new_rows`` to ``summary``: :func:`merge` of it and ``describe(new_rows)`` with its settings.
 
     Parameters
     ----------
@@ -110,6 +110,7 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     Returns
     -------
     Summary
+        A new summary of all the rows.
     """
     fixed = sorted(set(options) & set(FIXED_OPTIONS))
     if fixed:
@@ -128,10 +129,20 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
 
 
 def describe_settings(summary: Summary) -> dict[str, Any]:
-    """The :func:`daskbatch.describe` arguments that reproduce ``summary``'s statistics on other rows.
+    """Find the :func:`daskbatch.describe` arguments that reproduce ``summary``'s statistics on other rows.
 
     Histogram ranges are the summary's own (its edges' first and last values),
     so new rows are counted in the same bins.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+
+    Returns
+    -------
+    dict
+        Keyword arguments of :func:`daskbatch.describe`.
     """
     _check_has_states(summary, "the summary")
     assert summary.states is not None
@@ -152,7 +163,18 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
 
 
 def labelled_statistics(summary: Summary) -> list[str]:
-    """What in ``summary`` needs the label of new rows (``"mutual information"``, ``"per-class moments"``)."""
+    """List what in ``summary`` needs the label of new rows.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+
+    Returns
+    -------
+    list of str
+        Such as ``"mutual information"``, ``"per-class moments"``.
+    """
     states = summary.states or {}
     found = []
     if "hist" in states and states["hist"].statistic.by_label:

@@ -106,11 +106,23 @@ class JobReport:
 
     @property
     def seconds(self) -> float:
-        """Wall time of the whole job."""
+        """Measure the wall time of the whole job.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
         return float(self.timings.get("total", 0.0))
 
     def summary_line(self) -> str:
-        """``daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote z.zarr``."""
+        """Summarise the job in one line.
+
+        Returns
+        -------
+        str
+            Such as ``daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote z.zarr``.
+        """
         parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {self.seconds:.1f} s"]
         if self.rows is not None and self.features is not None:
             parts.append(f"{self.rows:,} rows x {self.features:,} features")
@@ -126,7 +138,13 @@ class JobReport:
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report's content."""
+        """Give the JSON report's content.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         return {
             "status": self.status,
             "error": self.error,
@@ -147,7 +165,13 @@ class JobReport:
 
 
 def versions() -> dict[str, str | None]:
-    """Installed versions of daskbatch and its dependencies (None when not installed)."""
+    """List the installed versions of daskbatch and its dependencies.
+
+    Returns
+    -------
+    dict of str to str or None
+        Version by package (None when not installed).
+    """
     out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -174,7 +198,13 @@ def _bytes(n: float | None) -> str:
 
 
 def process_peak_rss() -> int:
-    """This process's peak resident memory in bytes (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    """Read this process's peak resident memory (``ru_maxrss``: KiB on Linux, bytes on macOS).
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -265,7 +295,18 @@ def _json_safe(value: Any) -> Any:
 
 
 def needed_stats(job: JobSpec) -> list[str]:
-    """The statistics of the job: as given, else what its selection and transform need."""
+    """List the statistics of the job: as given, else what its selection and transform need.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+
+    Returns
+    -------
+    list of str
+        Statistic names.
+    """
     given = job.statistics.stats
     if given is not None:
         return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)

@@ -168,11 +168,28 @@ class JobSpec:
     dask: dict[str, Any] | None = _key(None, "dask config set for the run only, e.g. {daskbatch: {split-every: 16}}.")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (YAML/JSON-ready)."""
+        """Convert the job to a plain nested dict (YAML/JSON-ready).
+
+        Returns
+        -------
+        dict
+            The job.
+        """
         return dataclasses.asdict(self)
 
     def output_path(self, name: str) -> str | None:
-        """The path of output ``name`` (summary, selection, transform, report), or None when skipped."""
+        """Give the path of output ``name``.
+
+        Parameters
+        ----------
+        name : {"summary", "selection", "transform", "report"}
+            The output.
+
+        Returns
+        -------
+        str or None
+            Its path, or None when skipped.
+        """
         value = getattr(self.outputs, name)
         if value is None:
             return None
@@ -189,7 +206,13 @@ FILE_ONLY = ("dask",)
 
 
 def defaults() -> dict[str, Any]:
-    """The job defaults as a nested dict (what ``daskbatch.job`` in daskbatch.yaml holds)."""
+    """Read the job defaults (what ``daskbatch.job`` in daskbatch.yaml holds).
+
+    Returns
+    -------
+    dict
+        The defaults, nested.
+    """
     out = JobSpec().to_dict()
     for key in FILE_ONLY:
         out.pop(key)
@@ -343,7 +366,13 @@ def _from_config() -> dict[str, Any]:
 
 
 def effective_config() -> dict[str, Any]:
-    """The job defaults overlaid with ``daskbatch.job.*`` from dask.config (what a job file starts from)."""
+    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from).
+
+    Returns
+    -------
+    dict
+        The effective job settings, nested.
+    """
     return _merge(defaults(), _from_config())
 
 

@@ -63,12 +63,27 @@ class PCA:
 
     @property
     def n_components(self) -> int:
+        """Count the components.
+
+        Returns
+        -------
+        int
+            The number of components.
+        """
         return int(self.components.shape[0])
 
     def transform(self, x: Array) -> Array:
         """Project a (rows, D) block (NumPy, CuPy or any array-API array) onto the components.
 
-        Returns ``(x - mean) @ components.T`` in float64, in ``x``'s namespace and device.
+        Parameters
+        ----------
+        x : array
+            The block, (rows, D).
+
+        Returns
+        -------
+        array
+            ``(x - mean) @ components.T`` in float64, in ``x``'s namespace and device.
         """
         from daskbatch.stats._base import as_float64
         from daskbatch.stats.backend import device, namespace
@@ -99,6 +114,7 @@ def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eig
     Returns
     -------
     PCA
+        The components, their variances and the mean.
 
     Notes
     -----

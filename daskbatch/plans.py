@@ -56,6 +56,7 @@ def plan(
     Returns
     -------
     Plan
+        Chunk rows, fan-in, feature tile and the projected task sizes.
 
     Raises
     ------
@@ -118,6 +119,28 @@ def plan_statistics(
     From its store when it has one (storage chunks, recorded classes). Without
     ``n_classes`` for ``mi``/``class_moments``, plans with what the store records,
     else with ``daskbatch.assumed-classes``.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+    names : sequence of str or Footprint
+        The statistics of the pass.
+    bins : int
+        Histogram bins per feature.
+    resources : Resources, "auto" or None, default "auto"
+        The workers to plan for.
+    split_every : int, optional
+        Merge fan-in.
+    n_classes : int, optional
+        Label classes.
+    device : {"cpu", "gpu"}, optional
+        Where the kernels run.
+
+    Returns
+    -------
+    Plan
+        The plan.
     """
     from daskbatch import config
 
@@ -142,16 +165,25 @@ def plan_describe(
     resources: Any = "auto",
     classes: Sequence[int] | None = None,
 ) -> Plan:
-    """The plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
+    """Make the plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
 
     Useful before a cluster exists: to size a GPU worker's RMM pool, or to
     stop a batch job early (:class:`~daskbatch.PlanError`) when nothing fits.
 
     Parameters
     ----------
-    x, label, stats, bins, range, split_every
-        As in :func:`daskbatch.describe` (``mi`` is dropped without a label;
-        without ``range`` the quantile sketch is planned for).
+    x : array, Dataset or path
+        As in :func:`daskbatch.describe`.
+    label : array or str, optional
+        As in :func:`daskbatch.describe` (``mi`` is dropped without a label).
+    stats : str or sequence of str
+        As in :func:`daskbatch.describe`.
+    bins : int, default 64
+        As in :func:`daskbatch.describe`.
+    range : (lo, hi), array of shape (D, 2), "minmax" or None
+        As in :func:`daskbatch.describe` (without it the quantile sketch is planned for).
+    split_every : int, optional
+        As in :func:`daskbatch.describe`.
     resources : Resources or "auto", default "auto"
         The workers to plan for; ``"auto"``: those of the active client, else this machine.
     classes : sequence of int, optional
@@ -161,6 +193,7 @@ def plan_describe(
     Returns
     -------
     Plan
+        The plan of the largest pass.
     """
     from daskbatch.engine.class_labels import max_classes
     from daskbatch.engine.inputs import as_feature_matrix

@@ -106,6 +106,7 @@ def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True) -
     Returns
     -------
     matplotlib.figure.Figure
+        The heat map.
     """
     if summary.corr is None:
         raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
@@ -154,6 +155,7 @@ def histograms(
     Returns
     -------
     matplotlib.figure.Figure
+        The grid.
     """
     if summary.hist_counts is None:
         raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
@@ -213,15 +215,23 @@ def _outside_note(summary: Any, i: int) -> str:
 
 
 def mi(summary: Any, *, k: int = 20) -> Any:
-    """Bars of the ``k`` features with the largest mutual information, with the bias line.
+    """Draw bars of the ``k`` features with the largest mutual information, with the bias line.
 
     The dashed line is the expected MI of an *independent* feature binned the
     same way, (B - 1)(K - 1) / 2N (Miller–Madow): bars near it carry no
     evidence of dependence.
 
+    Parameters
+    ----------
+    summary : Summary
+        With ``mi`` computed.
+    k : int, default 20
+        Features shown.
+
     Returns
     -------
     matplotlib.figure.Figure
+        The bar chart.
     """
     ranked = summary.top_mi(k)
     if ranked.empty:
@@ -244,7 +254,18 @@ def mi(summary: Any, *, k: int = 20) -> Any:
 
 
 def mi_bias(summary: Any) -> float | None:
-    """(B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows (None without MI)."""
+    """Compute the MI bias (B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+
+    Returns
+    -------
+    float or None
+        The bias, None without MI.
+    """
     if summary.joint_counts is None or summary.mi is None:
         return None
     n = float(np.max(summary.count)) if summary.count.size else 0.0
@@ -261,9 +282,19 @@ def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_
     Features are standardised (value - median) / IQR so that different scales
     share one axis; the raw quantiles are in ``summary.quantile``.
 
+    Parameters
+    ----------
+    summary : Summary
+        With quantiles computed.
+    features : sequence of str or int, optional
+        Names or indices; default: the first ``max_features``.
+    max_features : int, default 30
+        The most features shown.
+
     Returns
     -------
     matplotlib.figure.Figure
+        The box view.
     """
     index = _feature_index(summary, features, range(min(max_features, summary.n_features)))
     qs = np.asarray(summary.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index]
@@ -271,6 +302,18 @@ def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_
     iqr = np.where(q3 - q1 > 0, q3 - q1, 1.0)
 
     def scaled(v: np.ndarray) -> np.ndarray:
+        """Standardise values by the median and IQR of their feature.
+
+        Parameters
+        ----------
+        v : numpy.ndarray
+            One value per shown feature.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(v - median) / IQR``.
+        """
         return (v - med) / iqr
 
     fig = _figure(7.0, 0.3 * len(index) + 1.5)
@@ -293,25 +336,78 @@ class SummaryPlot:
 
     Calling it, ``summary.plot("hist")``, picks one by kind (``"hist"``,
     ``"corr"``, ``"mi"``, ``"quantiles"``).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary to plot.
     """
 
     def __init__(self, summary: Any) -> None:
         self._summary = summary
 
     def correlation(self, **kwargs: Any) -> Any:
-        """See :func:`daskbatch.plotting.correlation`."""
+        """Draw the correlation heat map; see :func:`daskbatch.plotting.correlation`.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to :func:`~daskbatch.plotting.correlation`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The heat map.
+        """
         return correlation(self._summary, **kwargs)
 
     def histograms(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """See :func:`daskbatch.plotting.histograms`."""
+        """Draw the histograms; see :func:`daskbatch.plotting.histograms`.
+
+        Parameters
+        ----------
+        features : sequence of str or int, optional
+            Names or indices.
+        **kwargs
+            Passed to :func:`~daskbatch.plotting.histograms`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The grid.
+        """
         return histograms(self._summary, features, **kwargs)
 
     def mi(self, **kwargs: Any) -> Any:
-        """See :func:`daskbatch.plotting.mi`."""
+        """Draw the mutual information bars; see :func:`daskbatch.plotting.mi`.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to :func:`~daskbatch.plotting.mi`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The bar chart.
+        """
         return mi(self._summary, **kwargs)
 
     def quantiles(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """See :func:`daskbatch.plotting.quantiles`."""
+        """Draw the quantile boxes; see :func:`daskbatch.plotting.quantiles`.
+
+        Parameters
+        ----------
+        features : sequence of str or int, optional
+            Names or indices.
+        **kwargs
+            Passed to :func:`~daskbatch.plotting.quantiles`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The box view.
+        """
         return quantiles(self._summary, features, **kwargs)
 
     def __call__(self, kind: str = "hist", **kwargs: Any) -> Any:

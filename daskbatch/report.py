@@ -4,7 +4,22 @@ from __future__ import annotations
 
 
 def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> str:
-    """The human-readable report printed by ``describe`` and ``demo``."""
+    """Write the human-readable report printed by ``describe`` and ``demo``.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+    top : int, default 10
+        Pairs and features listed as the most correlated and informative.
+    max_features : int, default 20
+        Features in the table.
+
+    Returns
+    -------
+    str
+        The report.
+    """
     import pandas as pd
 
     table = summary.to_dataframe()  # type: ignore[attr-defined]

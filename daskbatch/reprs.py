@@ -44,7 +44,7 @@ LISTED = 8
 
 # ------------------------------------------------------------------ numbers
 def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
-    """Strings for one column, every value with the same number of significant digits.
+    """Format one column, every value with the same number of significant digits.
 
     Parameters
     ----------
@@ -62,7 +62,7 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     Returns
     -------
     list of str
-        ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
+        The strings, ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
     """
     v = np.asarray(values, dtype=np.float64)
     if integer:
@@ -102,7 +102,18 @@ class FeatureFlags:
     nan_fraction: np.ndarray
 
     def notes(self, i: int) -> list[str]:
-        """Short notes for feature ``i`` (empty when it is fine)."""
+        """Note what is special about feature ``i``.
+
+        Parameters
+        ----------
+        i : int
+            The feature's index.
+
+        Returns
+        -------
+        list of str
+            Short notes (empty when it is fine).
+        """
         notes = []
         if i in self._constant:
             notes.append("constant")
@@ -125,7 +136,18 @@ class FeatureFlags:
         return set(self.nan_heavy.tolist())
 
     def messages(self, names: Sequence[str]) -> list[str]:
-        """One plain-text line per kind of warning, naming the features."""
+        """Write one plain-text line per kind of warning, naming the features.
+
+        Parameters
+        ----------
+        names : sequence of str
+            The feature names.
+
+        Returns
+        -------
+        list of str
+            The lines.
+        """
         lines = []
         if self.constant.size:
             lines.append(f"{_count(self.constant.size, 'constant feature')} (std 0): {_listed(names, self.constant)}")
@@ -156,7 +178,18 @@ def _listed(names: Sequence[str], index: np.ndarray, extra: Sequence[str] | None
 
 
 def feature_flags(summary: Any) -> FeatureFlags:
-    """The constant, mostly-outside-the-range and NaN-heavy features of ``summary``."""
+    """Flag the constant, mostly-outside-the-range and NaN-heavy features of ``summary``.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+
+    Returns
+    -------
+    FeatureFlags
+        The flagged features.
+    """
     std = np.asarray(summary.std, dtype=np.float64)
     constant = np.flatnonzero(np.isfinite(std) & (std == 0))
     fraction = summary.out_of_range_fraction
@@ -209,7 +242,22 @@ class Table:
 
 
 def build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
-    """The formatted columns of the first ``rows`` features; all-zero count columns left out."""
+    """Format the columns of the first ``rows`` features; all-zero count columns left out.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+    rows : int
+        Features shown.
+    flags : FeatureFlags
+        The flagged features (highlighted).
+
+    Returns
+    -------
+    Table
+        The formatted table.
+    """
     shown = min(rows, summary.n_features)
     values: dict[str, np.ndarray] = {}
     quantiles = None
@@ -265,7 +313,20 @@ def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
-    """The notebook view of a summary (``Summary._repr_html_``)."""
+    """Render the notebook view of a summary (``Summary._repr_html_``).
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+    rows : int, default HTML_ROWS
+        Features shown.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     flags = feature_flags(summary)
     table = build_table(summary, rows, flags)
     names = summary.feature_names
@@ -310,7 +371,20 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
 
 
 def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
-    """The terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
+    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+    rows : int, default TEXT_ROWS
+        Features shown.
+
+    Returns
+    -------
+    str
+        Plain text.
+    """
     flags = feature_flags(summary)
     table = build_table(summary, rows, flags)
     names = [str(n) for n in summary.feature_names[: table.shown]]

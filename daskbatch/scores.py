@@ -46,8 +46,10 @@ def f_classif(summary: Any) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    f, p : ndarray of float64, shape (D,)
-        As ``sklearn.feature_selection.f_classif``. A constant feature has
+    f : ndarray of float64, shape (D,)
+        The F-values.
+    p : ndarray of float64, shape (D,)
+        Their p-values. Both as ``sklearn.feature_selection.f_classif``. A constant feature has
         ``F = p = NaN`` (0 / 0); one constant within each class but not overall
         has ``F = inf``, ``p = 0``. sklearn reports the same wherever its sums of
         squares cancel exactly (say integer-valued features); elsewhere its
@@ -85,8 +87,10 @@ def chi2(summary: Any) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    chi2, p : ndarray of float64, shape (D,)
-        As ``sklearn.feature_selection.chi2`` (NaN for a feature that sums to 0).
+    chi2 : ndarray of float64, shape (D,)
+        The statistics.
+    p : ndarray of float64, shape (D,)
+        Their p-values. Both as ``sklearn.feature_selection.chi2`` (NaN for a feature that sums to 0).
 
     Raises
     ------
@@ -110,18 +114,41 @@ def chi2(summary: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mutual_info(summary: Any) -> np.ndarray:
-    """The binned mutual information of every feature with the label (``summary.mi``)."""
+    """Give the binned mutual information of every feature with the label (``summary.mi``).
+
+    Parameters
+    ----------
+    summary : Summary
+        With ``mi`` computed.
+
+    Returns
+    -------
+    numpy.ndarray
+        One value per feature.
+    """
     if summary.mi is None:
         raise ValueError("score 'mi' needs the joint histograms: describe(x, label, stats=[..., 'mi'])")
     return np.asarray(summary.mi, dtype=np.float64)
 
 
 def population_variance(summary: Any, *, threshold: float | None = None) -> np.ndarray:
-    """The ddof=0 variance of every feature's finite values, as ``numpy.nanvar``.
+    """Compute the ddof=0 variance of every feature's finite values, as ``numpy.nanvar``.
 
     ``summary.var`` divides by ``n - ddof`` (``ddof`` from its provenance);
-    this divides by ``n``. With ``threshold == 0`` the smaller of the variance
-    and the range (max - min) is returned, as ``VarianceThreshold`` does.
+    this divides by ``n``.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+    threshold : float, optional
+        With ``threshold == 0`` the smaller of the variance and the range
+        (max - min) is returned, as ``VarianceThreshold`` does.
+
+    Returns
+    -------
+    numpy.ndarray
+        One value per feature.
     """
     ddof = int(summary.provenance.get("ddof", 1))
     n = np.asarray(summary.count, dtype=np.float64) - summary.posinf_count - summary.neginf_count

@@ -84,16 +84,34 @@ class Selection:
 
     @property
     def indices(self) -> np.ndarray:
-        """Indices of the selected features, ascending."""
+        """List the indices of the selected features, ascending.
+
+        Returns
+        -------
+        numpy.ndarray
+            The indices.
+        """
         return np.flatnonzero(self.selected)
 
     @property
     def selected_names(self) -> tuple[str, ...]:
-        """Names of the selected features, in feature order."""
+        """List the names of the selected features, in feature order.
+
+        Returns
+        -------
+        tuple of str
+            The names.
+        """
         return tuple(self.feature_names[i] for i in self.indices)
 
     def to_dataframe(self) -> Any:
-        """One row per feature (pandas DataFrame indexed by feature name)."""
+        """Tabulate the selection, one row per feature.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by feature name.
+        """
         import pandas as pd
 
         columns: dict[str, Any] = {"score": self.score}
@@ -111,7 +129,19 @@ class Selection:
     def save(self, path: str | os.PathLike[str], *, format: Literal["csv", "json"] | None = None) -> str:  # noqa: A002
         """Write to ``path`` as CSV (a ``#`` header line with the settings, then the table) or JSON.
 
-        ``format`` defaults to the file's suffix (``.json``, else CSV). Read back with :func:`load_selection`.
+        Read back with :func:`load_selection`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file.
+        format : {"csv", "json"}, optional
+            Default: from the file's suffix (``.json``, else CSV).
+
+        Returns
+        -------
+        str
+            The path written.
         """
         target = os.fspath(path)
         kind = format or ("json" if target.lower().endswith(".json") else "csv")
@@ -137,7 +167,18 @@ class Selection:
 
 
 def load_selection(path: str | os.PathLike[str]) -> Selection:
-    """Read a :class:`Selection` written by :meth:`Selection.save` (CSV or JSON, told apart by content)."""
+    """Read a :class:`Selection` written by :meth:`Selection.save` (CSV or JSON, told apart by content).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    Selection
+        The selection.
+    """
     with open(os.fspath(path), encoding="utf-8") as f:
         text = f.read()
     if text.lstrip().startswith("{"):
@@ -213,6 +254,7 @@ def select(
     Returns
     -------
     Selection
+        The kept features, the scores, and the reason for every feature dropped.
     """
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")

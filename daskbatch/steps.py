@@ -45,13 +45,60 @@ __all__ = [
 class Step(Protocol):
     """What :func:`daskbatch.transform` needs of a step."""
 
-    def bind(self, names: tuple[str, ...]) -> Step: ...
+    def bind(self, names: tuple[str, ...]) -> Step:
+        """Fit the step to input columns ``names``, or raise a one-line error naming the mismatch.
 
-    def apply(self, block: Array) -> Array: ...
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
 
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]: ...
+        Returns
+        -------
+        Step
+            The step for those columns.
+        """
+        ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def apply(self, block: Array) -> Array:
+        """Transform one block of rows.
+
+        Parameters
+        ----------
+        block : array
+            NumPy or CuPy, (rows, input features).
+
+        Returns
+        -------
+        array
+            (rows, output features), on the block's device.
+        """
+        ...
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The output's feature names.
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            JSON-able: ``"step"`` and its settings.
+        """
+        ...
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -103,6 +150,18 @@ class Select:
     feature_names: tuple[str, ...] | None = None
 
     def bind(self, names: tuple[str, ...]) -> Select:
+        """Check the selection against the input columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Select
+            This step.
+        """
         if self.feature_names is not None and tuple(names) != self.feature_names:
             raise ValueError(f"select: the selection was made on {_names_differ(self.feature_names, tuple(names))}")
         if max(self.indices) >= len(names):
@@ -110,14 +169,45 @@ class Select:
         return self
 
     def apply(self, block: Array) -> Array:
+        """Keep the selected columns of ``block``.
+
+        Parameters
+        ----------
+        block : array
+            (rows, input features).
+
+        Returns
+        -------
+        array
+            (rows, selected features).
+        """
         xp, dev = _xp(block)
         return xp.take(block, xp.asarray(self.indices, dtype=xp.int64, device=dev), axis=1)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the selected columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The selected names.
+        """
         self.bind(names)
         return tuple(names[i] for i in self.indices)
 
     def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            The indices and the input's width.
+        """
         return {
             "step": "select", "indices": list(self.indices),
             "n_in": None if self.feature_names is None else len(self.feature_names),
@@ -125,17 +215,18 @@ class Select:
 
 
 def select(selection: Any) -> Select:
-    """A step keeping the selected features.
+    """Make a step keeping the selected features.
 
     Parameters
     ----------
-    selection : Selection, sequence of int or boolean mask
+    selection : Selection, sequence of int or bool mask
         A :class:`~daskbatch.Selection` (its selected features, checked against
         the input's names), column indices, or one bool per input column.
 
     Returns
     -------
     Select
+        The step.
     """
     names = None
     if hasattr(selection, "indices") and hasattr(selection, "feature_names"):
@@ -159,7 +250,7 @@ def select(selection: Any) -> Select:
 
 @dataclass(frozen=True, eq=False)
 class Standardize:
-    """z-scores ``(x - mean) / std`` in float64.
+    """A step making z-scores ``(x - mean) / std`` in float64.
 
     Attributes
     ----------
@@ -194,6 +285,18 @@ class Standardize:
                 )
 
     def bind(self, names: tuple[str, ...]) -> Standardize:
+        """Pick the means and stds of the input's columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names, all among ``feature_names``.
+
+        Returns
+        -------
+        Standardize
+            The step for those columns.
+        """
         names = tuple(names)
         if names == self.feature_names:
             return self
@@ -205,6 +308,18 @@ class Standardize:
         return dataclasses.replace(self, mean=self.mean[idx], std=self.std[idx], feature_names=names)
 
     def apply(self, block: Array) -> Array:
+        """Standardize one block.
+
+        Parameters
+        ----------
+        block : array
+            (rows, features).
+
+        Returns
+        -------
+        array
+            The float64 z-scores.
+        """
         from daskbatch.stats._base import as_float64
 
         xp, dev = _xp(block)
@@ -220,9 +335,28 @@ class Standardize:
         return z
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The same names.
+        """
         return self.bind(names).feature_names
 
     def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            Feature count, constant handling, a digest of mean and std, and the summary's origin.
+        """
         return {
             "step": "standardize", "features": len(self.feature_names), "constant": self.constant,
             "constant_features": int(np.sum(self.std == 0)), "sha256": _digest(self.mean, self.std),
@@ -231,7 +365,7 @@ class Standardize:
 
 
 def standardize(summary: Any, *, constant: Literal["zero", "error"] = "zero") -> Standardize:
-    """A step making z-scores from a summary's mean and std.
+    """Make a step making z-scores from a summary's mean and std.
 
     Parameters
     ----------
@@ -246,6 +380,7 @@ def standardize(summary: Any, *, constant: Literal["zero", "error"] = "zero") ->
     Returns
     -------
     Standardize
+        The step.
     """
     return Standardize(
         mean=np.asarray(summary.mean, dtype=np.float64), std=np.asarray(summary.std, dtype=np.float64),
@@ -276,9 +411,33 @@ class Clip:
             raise ValueError(f"clip: lo {self.lo} is above hi {self.hi}")
 
     def bind(self, names: tuple[str, ...]) -> Clip:
+        """Accept any columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Clip
+            This step.
+        """
         return self
 
     def apply(self, block: Array) -> Array:
+        """Clip one block (integers become float64 first).
+
+        Parameters
+        ----------
+        block : array
+            (rows, features).
+
+        Returns
+        -------
+        array
+            The clipped block.
+        """
         from daskbatch.stats._base import as_float64
 
         xp, _ = _xp(block)
@@ -287,14 +446,44 @@ class Clip:
         return xp.clip(block, min=self.lo, max=self.hi)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The same names.
+        """
         return tuple(names)
 
     def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            The bounds.
+        """
         return {"step": "clip", "lo": self.lo, "hi": self.hi}
 
 
 def clip(lo: float | None = None, hi: float | None = None) -> Clip:
-    """A step limiting values to ``[lo, hi]``."""
+    """Make a step limiting values to ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : float, optional
+        The bounds; None leaves that side open.
+
+    Returns
+    -------
+    Clip
+        The step.
+    """
     return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
 
 
@@ -312,6 +501,18 @@ class Project:
     origin: dict[str, Any] = field(default_factory=dict)
 
     def bind(self, names: tuple[str, ...]) -> Project:
+        """Check that the input has the features the PCA was fitted on.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Project
+            This step.
+        """
         expected = tuple(self.pca.feature_names)
         if tuple(names) != expected:
             raise ValueError(
@@ -321,13 +522,44 @@ class Project:
         return self
 
     def apply(self, block: Array) -> Array:
+        """Project one block onto the components.
+
+        Parameters
+        ----------
+        block : array
+            (rows, features).
+
+        Returns
+        -------
+        array
+            (rows, n_components).
+        """
         return self.pca.transform(block)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the components ``pc1``, ``pc2``, ...
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The component names.
+        """
         self.bind(names)
         return tuple(f"pc{i + 1}" for i in range(self.pca.n_components))
 
     def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            Components, features, method, a digest of the PCA and the summary's origin.
+        """
         return {
             "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
             "method": self.pca.method, "sha256": _digest(self.pca.mean, self.pca.components),
@@ -336,7 +568,7 @@ class Project:
 
 
 def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
-    """A step projecting onto principal components.
+    """Make a step projecting onto principal components.
 
     Parameters
     ----------
@@ -344,10 +576,12 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
         A fitted :class:`~daskbatch.PCA`, or a summary with a covariance (then
         ``n_components`` is required and :func:`daskbatch.pca` fits it).
     n_components : int, optional
+        Components to keep; required with a summary.
 
     Returns
     -------
     Project
+        The step.
     """
     if hasattr(pca_or_summary, "components"):
         if n_components is not None and n_components != pca_or_summary.n_components:
@@ -364,7 +598,22 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
 
 
 def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], tuple[str, ...]]:
-    """Fit each step to the columns the previous ones produce; return them and the output names."""
+    """Fit each step to the columns the previous ones produce.
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        The steps, in order.
+    names : sequence of str
+        The input's feature names.
+
+    Returns
+    -------
+    steps : list of Step
+        The bound steps.
+    names : tuple of str
+        The output's feature names.
+    """
     bound: list[Step] = []
     current = tuple(str(n) for n in names)
     for k, step in enumerate(steps):
@@ -377,7 +626,20 @@ def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], t
 
 
 def apply_all(steps: Sequence[Step], block: Array) -> Array:
-    """``block`` through every step, in order."""
+    """Pass ``block`` through every step, in order.
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        Bound steps.
+    block : array
+        (rows, input features).
+
+    Returns
+    -------
+    array
+        The transformed block.
+    """
     for step in steps:
         block = step.apply(block)
     return block

@@ -96,6 +96,13 @@ class Summary:
 
     @property
     def n_features(self) -> int:
+        """Count the features.
+
+        Returns
+        -------
+        int
+            The number of features.
+        """
         return len(self.feature_names)
 
     # ----------------------------------------------------------------- views
@@ -157,14 +164,25 @@ class Summary:
 
     @property
     def out_of_range_fraction(self) -> np.ndarray | None:
-        """Per feature, the fraction of its values (NaN left out) outside its histogram range; None without histograms."""
+        """Give, per feature, the fraction of its values (NaN left out) outside its histogram range.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            The fractions, None without histograms.
+        """
         if self.underflow is None or self.overflow is None:
             return None
         n = self.count
         return (self.underflow + self.overflow) / np.where(n > 0, n, 1.0)
 
     def top_correlated(self, k: int = 10) -> Any:
-        """The ``k`` feature pairs with the largest absolute correlation.
+        """Find the ``k`` feature pairs with the largest absolute correlation.
+
+        Parameters
+        ----------
+        k : int, default 10
+            How many pairs.
 
         Returns
         -------
@@ -189,7 +207,13 @@ class Summary:
         return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
 
     def tiled_cov(self) -> Any:
-        """The tiled covariance store (``.cov``/``.corr`` as dask arrays) when the plan tiled it."""
+        """Open the tiled covariance store when the plan tiled it.
+
+        Returns
+        -------
+        TiledCov
+            ``.cov``/``.corr`` as dask arrays.
+        """
         from daskbatch.engine.tiled import open_tiled_cov
 
         tiled = self.provenance.get("tiled_cov")
@@ -198,7 +222,12 @@ class Summary:
         return open_tiled_cov(tiled["path"])
 
     def top_mi(self, k: int = 10) -> Any:
-        """The ``k`` features with the largest mutual information with the label.
+        """Find the ``k`` features with the largest mutual information with the label.
+
+        Parameters
+        ----------
+        k : int, default 10
+            How many features.
 
         Returns
         -------
@@ -215,7 +244,13 @@ class Summary:
         return pd.Series(self.mi[order].astype(np.float64), index=index, name="mi")
 
     def to_dataframe(self) -> Any:
-        """Per-feature table (pandas DataFrame indexed by feature name)."""
+        """Tabulate the per-feature statistics.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per feature, indexed by feature name.
+        """
         import pandas as pd
 
         columns = {name: getattr(self, name) for name in PER_FEATURE}
@@ -229,7 +264,7 @@ class Summary:
         return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
 
     def to_xarray(self) -> Any:
-        """All statistics as an ``xarray.Dataset`` with CF-style labels.
+        """Convert all statistics to an ``xarray.Dataset`` with CF-style labels.
 
         Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
         ``edge``, ``slot`` (-1: below the range, then the bins, then above),
@@ -240,12 +275,33 @@ class Summary:
         settings they depend on (``ddof``, ``bias``); counts are int64. The
         provenance becomes one dataset attribute per key (see
         :mod:`daskbatch.summary_attrs`).
+
+        Returns
+        -------
+        xarray.Dataset
+            The statistics.
         """
         import xarray as xr
 
         from daskbatch.summary_attrs import FORMAT, count_array, encode_provenance, variable_attrs
 
         def var(dims: Any, name: str, values: Any) -> Any:
+            """Build the variable ``name`` with its attributes (counts as int64).
+
+            Parameters
+            ----------
+            dims : str or tuple of str
+                Its dimensions.
+            name : str
+                The statistic's field name.
+            values : array_like
+                Its values.
+
+            Returns
+            -------
+            xarray.Variable
+                The variable.
+            """
             if name in COUNT_FIELDS_INT:
                 values = count_array(values)
             return xr.Variable(dims, values, attrs=variable_attrs(name, self.provenance, self.cov_count))
@@ -311,7 +367,25 @@ class Summary:
     ) -> Summary:
         """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
 
-        ``states`` are the merged states the results were finalized from (kept for :meth:`update`).
+        Parameters
+        ----------
+        feature_names : tuple of str
+            The features' names.
+        results : dict
+            Finalized results by statistic name.
+        provenance : dict
+            Where the data came from and the settings.
+        mi_base : {"e", 2}, default "e"
+            Base of the logarithm of the mutual information.
+        miller_madow : bool, default False
+            Apply the Miller–Madow bias correction to the mutual information.
+        states : dict, optional
+            The merged states the results were finalized from (kept for :meth:`update`).
+
+        Returns
+        -------
+        Summary
+            The summary.
         """
         m = results["moments"]
         kwargs: dict[str, Any] = {}
@@ -349,8 +423,31 @@ class Summary:
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:
-        """Inverse of :meth:`to_xarray`."""
+        """Rebuild a summary from :meth:`to_xarray`'s dataset.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            The dataset.
+
+        Returns
+        -------
+        Summary
+            The summary.
+        """
         def get(name: str) -> np.ndarray | None:
+            """Read variable ``name`` if the dataset has it.
+
+            Parameters
+            ----------
+            name : str
+                The variable.
+
+            Returns
+            -------
+            numpy.ndarray or None
+                Its values, or None.
+            """
             return np.asarray(ds[name].values) if name in ds else None
 
         from daskbatch.summary_attrs import COUNT_FIELDS, decode_provenance
@@ -415,6 +512,13 @@ class Summary:
         ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
 
         def write(tmp: str) -> None:
+            """Write the dataset (and the states) to the temporary path ``tmp``.
+
+            Parameters
+            ----------
+            tmp : str
+                The temporary path.
+            """
             ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
             if self.states is not None:
                 write_states(tmp, self.states)
@@ -422,13 +526,22 @@ class Summary:
         return write_output(target, write)
 
     def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
-        """This summary with ``new_rows`` added: what describe gives on all the rows together.
+        """Add ``new_rows`` to this summary: what describe gives on all the rows together.
 
         ``new_rows`` are described with this summary's settings (statistics,
         bins, ddof, ...) and, for histograms, its ranges, and the states are
         merged (see :func:`daskbatch.merge`). ``options`` go to
         :func:`daskbatch.describe` (``progress``, ``device``, ``checkpoint``,
         ``classes``, ...), but not those that change the statistics.
+
+        Parameters
+        ----------
+        new_rows : array, Dataset or path
+            The rows to add, anything :func:`daskbatch.describe` takes.
+        label : array or str, optional
+            Their label.
+        **options
+            Passed to :func:`daskbatch.describe`.
 
         Returns
         -------
@@ -440,7 +553,13 @@ class Summary:
         return update(self, new_rows, label, **options)
 
     def to_json(self) -> dict[str, Any]:
-        """Dict of every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``."""
+        """Convert every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``.
+
+        Returns
+        -------
+        dict
+            JSON-able.
+        """
         out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -452,10 +571,15 @@ class Summary:
 
     @property
     def plot(self) -> Any:
-        """Figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
+        """Give the figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
 
         Each returns a matplotlib Figure (see :mod:`daskbatch.plotting`);
         ``summary.plot("corr")`` picks one by kind.
+
+        Returns
+        -------
+        SummaryPlot
+            The plots of this summary.
         """
         from daskbatch.plotting import SummaryPlot
 
@@ -510,6 +634,16 @@ def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
 
 def load_summary(path: str | os.PathLike[str]) -> Summary:
     """Read a :class:`Summary` written by :meth:`Summary.save`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The summary store.
+
+    Returns
+    -------
+    Summary
+        The summary.
 
     Raises
     ------

@@ -69,7 +69,22 @@ _UNITLESS = frozenset({
 
 
 def variable_attrs(name: str, provenance: dict[str, Any], cov_count: int | None = None) -> dict[str, Any]:
-    """CF-style attributes of the variable ``name`` of a summary's Dataset."""
+    """Give the CF-style attributes of the variable ``name`` of a summary's Dataset.
+
+    Parameters
+    ----------
+    name : str
+        The variable.
+    provenance : dict
+        The summary's provenance (settings such as ``ddof``).
+    cov_count : int, optional
+        Complete rows of the covariance.
+
+    Returns
+    -------
+    dict
+        The attributes.
+    """
     attrs: dict[str, Any] = {"long_name": _LONG_NAMES.get(name, name)}
     if name in _UNITLESS:
         attrs.update(_COUNT)
@@ -104,18 +119,37 @@ def _fits_an_attribute(value: Any) -> bool:
 
 
 def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
-    """Dataset attributes for ``provenance``: one per key, nested dicts as dotted keys.
+    """Encode ``provenance`` as Dataset attributes: one per key, nested dicts as dotted keys.
 
     Values first go through JSON (``default=str``), exactly as the former single
     JSON attribute did, so reading them back gives the same dict. Keys that hold
     a dot themselves (they would read back as nesting) go whole, as JSON, into
     ``provenance_dotted``.
+
+    Parameters
+    ----------
+    provenance : dict
+        The summary's provenance.
+
+    Returns
+    -------
+    dict
+        The attributes.
     """
     plain = json.loads(json.dumps(provenance, default=str))
     attrs: dict[str, Any] = {}
     as_json: list[str] = []
 
     def put(key: str, value: Any) -> None:
+        """Store ``value`` under ``key``, nested dicts under dotted keys.
+
+        Parameters
+        ----------
+        key : str
+            The attribute name.
+        value : object
+            JSON-able value.
+        """
         if isinstance(value, dict) and value and not any("." in k for k in value):
             for k, v in value.items():
                 put(f"{key}.{k}", v)
@@ -136,7 +170,18 @@ def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The provenance dict from a summary Dataset's attributes (both layouts)."""
+    """Decode the provenance dict from a summary Dataset's attributes (both layouts).
+
+    Parameters
+    ----------
+    attrs : dict
+        The Dataset's attributes.
+
+    Returns
+    -------
+    dict
+        The provenance.
+    """
     if isinstance(attrs.get("provenance"), str):  # format 1: one JSON string
         return dict(json.loads(attrs["provenance"]))
     as_json = set(_as_list(attrs.get("provenance_json_keys", [])))
@@ -174,7 +219,18 @@ def _plain(value: Any) -> Any:
 
 
 def count_array(a: np.ndarray) -> np.ndarray:
-    """Exact float64 counts as int64 (left as they are if any is not a whole finite number)."""
+    """Convert exact float64 counts to int64 (left as they are if any is not a whole finite number).
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        Counts.
+
+    Returns
+    -------
+    numpy.ndarray
+        The counts as int64, or ``a`` itself.
+    """
     a = np.asarray(a)
     if a.dtype.kind in "iu":
         return a.astype(np.int64, copy=False)

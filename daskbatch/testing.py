@@ -60,12 +60,28 @@ def sample_arrays(
     max_features: int = 4,
     nonfinite: bool = False,
 ) -> np.ndarray:
-    """A float64 (rows, features) array; axis 0 holds samples.
+    """Draw a float64 (rows, features) array; axis 0 holds samples.
 
     Column ``j`` is ``k * scale[j] + offset[j]`` with small integers ``k`` and a
     scale and offset drawn per column, so columns range from well conditioned
     to ``1e8``-shifted and constant. With ``nonfinite=True`` some entries are
     NaN, +inf or -inf.
+
+    Parameters
+    ----------
+    draw : callable
+        Hypothesis' draw function (supplied by ``st.composite``).
+    min_rows, max_rows : int
+        Bounds of the number of rows.
+    min_features, max_features : int
+        Bounds of the number of columns.
+    nonfinite : bool, default False
+        Mix in NaN and ±inf.
+
+    Returns
+    -------
+    numpy.ndarray
+        The array.
     """
     rows = draw(st.integers(min_rows, max_rows))
     features = draw(st.integers(min_features, max_features))
@@ -83,26 +99,80 @@ def sample_arrays(
 
 
 def split_points(n: int, *, max_pieces: int = 6) -> st.SearchStrategy[list[int]]:
-    """Sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces."""
+    """Draw sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces.
+
+    Parameters
+    ----------
+    n : int
+        Rows to split.
+    max_pieces : int, default 6
+        The most pieces.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Lists of cut positions.
+    """
     return st.lists(st.integers(0, n), max_size=max_pieces - 1).map(sorted)
 
 
 def chunk_sizes(n: int, *, max_chunks: int = 6) -> st.SearchStrategy[tuple[int, ...]]:
-    """Dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks)."""
+    """Draw dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks).
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    max_chunks : int, default 6
+        The most chunks.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Tuples of chunk sizes.
+    """
     return split_points(n, max_pieces=max_chunks).map(
         lambda cuts: tuple(int(b - a) for a, b in zip([0, *cuts], [*cuts, n], strict=True))
     )
 
 
 def labels_for(n: int, *, max_classes: int = 4) -> st.SearchStrategy[np.ndarray]:
-    """Integer class labels ``0..K-1`` (int64) for ``n`` samples."""
+    """Draw integer class labels ``0..K-1`` (int64) for ``n`` samples.
+
+    Parameters
+    ----------
+    n : int
+        Samples.
+    max_classes : int, default 4
+        The largest K.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Label arrays.
+    """
     return st.lists(st.integers(0, max_classes - 1), min_size=n, max_size=n).map(
         lambda v: np.asarray(v, dtype=np.int64)
     )
 
 
 def merge_tree(stat: Any, states: Sequence[Any], data: st.DataObject) -> Any:
-    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``."""
+    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``.
+
+    Parameters
+    ----------
+    stat : Statistic
+        The statistic whose ``merge`` combines states.
+    states : sequence
+        The states, at least one.
+    data : hypothesis.strategies.DataObject
+        Draws the bracketing.
+
+    Returns
+    -------
+    object
+        The merged state.
+    """
     if len(states) == 1:
         return states[0]
     cut = data.draw(st.integers(1, len(states) - 1))
@@ -132,8 +202,16 @@ def assert_results_close(
 ) -> None:
     """Compare two results (dataclasses or dicts of arrays) field by field; NaN equals NaN.
 
-    ``exact`` names fields that must match bitwise (counts); only ``fields``
-    (default: every field of ``expected``) are compared.
+    Parameters
+    ----------
+    actual, expected : dataclass or dict
+        The results.
+    rtol, atol : float
+        Tolerances of inexact fields.
+    exact : sequence of str, default ()
+        Fields that must match bitwise (counts).
+    fields : sequence of str, optional
+        The fields to compare; default: every field of ``expected``.
     """
     got, want = _fields(actual), _fields(expected)
     for name in fields if fields is not None else want:
@@ -149,7 +227,13 @@ def assert_results_close(
 
 
 def assert_states_equal(a: Any, b: Any) -> None:
-    """Bitwise equality of two states (or results), field by field, NaN equal to NaN."""
+    """Assert bitwise equality of two states (or results), field by field, NaN equal to NaN.
+
+    Parameters
+    ----------
+    a, b : State, dataclass or dict
+        The states or results.
+    """
     fa, fb = _fields(a), _fields(b)
     assert fa.keys() == fb.keys()
     for name in fa:
@@ -188,11 +272,35 @@ class StatisticLaws:
             pytest.skip(f"{type(self).__name__} varies options of finalize only; its sibling checks this law")
 
     def make(self, n_features: int) -> Any:
-        """The statistic under test for data with ``n_features`` columns."""
+        """Make the statistic under test for data with ``n_features`` columns.
+
+        Parameters
+        ----------
+        n_features : int
+            Columns of the data.
+
+        Returns
+        -------
+        Statistic
+            The statistic.
+        """
         raise NotImplementedError
 
     def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict[str, Any]:
-        """Expected finalized fields for the whole of ``x`` (host NumPy oracle)."""
+        """Compute the expected finalized fields for the whole of ``x`` (host NumPy oracle).
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            The data, (rows, features).
+        label : numpy.ndarray, optional
+            Its labels, with ``uses_label``.
+
+        Returns
+        -------
+        dict
+            Field name to expected value.
+        """
         raise NotImplementedError
 
     # ----------------------------------------------------------- helpers
@@ -215,6 +323,15 @@ class StatisticLaws:
     # -------------------------------------------------------------- laws
     @given(data=st.data())
     def test_matches_reference_under_any_chunking(self, xp: Any, data: st.DataObject) -> None:
+        """Check that chunks merged in order finalize to the oracle's result, however the rows are cut.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        data : hypothesis.strategies.DataObject
+            Draws the data and the cuts.
+        """
         x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0]), label="cuts")
         stat = self.make(x.shape[1])
@@ -223,6 +340,15 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_order_does_not_matter(self, xp: Any, data: st.DataObject) -> None:
+        """Check that merging along any tree gives the result of merging in order.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        data : hypothesis.strategies.DataObject
+            Draws the data, the cuts and the tree.
+        """
         self._skip_if_options_only()
         x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0], max_pieces=8), label="cuts")
@@ -237,6 +363,15 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_empty_chunk_is_identity(self, xp: Any, data: st.DataObject) -> None:
+        """Check that the state of an empty chunk is the identity of ``merge``, on either side.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        data : hypothesis.strategies.DataObject
+            Draws the data.
+        """
         self._skip_if_options_only()
         x, label = self._draw(data)
         stat = self.make(x.shape[1])
@@ -248,6 +383,15 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_is_associative(self, xp: Any, data: st.DataObject) -> None:
+        """Check that ``(a + b) + c`` and ``a + (b + c)`` finalize alike.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        data : hypothesis.strategies.DataObject
+            Draws the data and the cuts.
+        """
         self._skip_if_options_only()
         x, label = self._draw(data, min_rows=3)
         cuts = sorted(data.draw(st.lists(st.integers(1, x.shape[0] - 1), min_size=2, max_size=2), label="cuts"))
@@ -261,6 +405,13 @@ class StatisticLaws:
             assert_results_close(one, two, rtol=self.rtol, atol=self.atol)
 
     def test_integer_and_bool_input_match_float64(self, xp: Any) -> None:
+        """Check that every integer dtype and bool give bitwise the result of the same values in float64.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        """
         self._skip_if_options_only()
         rng = np.random.default_rng(7)
         ints = rng.integers(-100, 101, size=(37, 2))
@@ -277,6 +428,13 @@ class StatisticLaws:
         assert_states_equal(stat.finalize(stat.chunk(xp.asarray(flags), label_xp)), want)
 
     def test_ill_conditioned(self, xp: Any) -> None:
+        """Check the result against the oracle on data shifted by ``ill_conditioned_offset``.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        """
         if self.ill_conditioned_offset is None:
             return
         rng = np.random.default_rng(42)

@@ -34,10 +34,20 @@ KIND = "transform"
 
 
 def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
-    """What identifies the input of a job: path, array, shape, dtype and row chunks (JSON-able).
+    """Identify the input of a job: path, array, shape, dtype and row chunks (JSON-able).
 
     In-memory inputs have no path; their dask name (a hash of their values for
     NumPy arrays) stands in for it.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+
+    Returns
+    -------
+    dict
+        The fingerprint.
     """
     source = data.source
     path = getattr(source, "path", None)
@@ -56,13 +66,41 @@ def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
 
 
 def local_path(data: FeatureMatrix) -> tuple[str, ...]:
-    """The input's local store path, which the output must not overlap."""
+    """Give the input's local store path, which the output must not overlap.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+
+    Returns
+    -------
+    tuple of str
+        The path, or nothing for a URL or in-memory input.
+    """
     path = getattr(data.source, "path", None)
     return (path,) if path and "://" not in path else ()
 
 
 def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
-    """X and label in blocks of ``chunk_rows`` rows (default: the input's blocks, made regular)."""
+    """Rechunk X and label to blocks of ``chunk_rows`` rows (default: the input's blocks, made regular).
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+    chunk_rows : int, optional
+        Rows per block.
+
+    Returns
+    -------
+    x : dask.array.Array
+        The features.
+    label : dask.array.Array or None
+        The label.
+    rows : int
+        Rows per block.
+    """
     x, y = data.x, data.label
     rows = int(x.shape[0])
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
@@ -191,6 +229,15 @@ def transform(
     written: list[int] = []
 
     def done(i: int, _: Any) -> None:
+        """Record block ``i`` as written.
+
+        Parameters
+        ----------
+        i : int
+            The block.
+        _ : object
+            The block's result (unused).
+        """
         store.mark_done(i)
         written.append(i)
 

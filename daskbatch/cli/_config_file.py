@@ -124,11 +124,39 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
 
 
 def config_option(func: Any) -> Any:
-    """Add ``--config FILE`` (YAML: option names as keys, plus an optional ``dask:`` mapping) and
-    ``--allow-dask-config``."""
+    """Add ``--config FILE`` and ``--allow-dask-config`` to a command.
+
+    The file is YAML: option names as keys, plus an optional ``dask:`` mapping.
+
+    Parameters
+    ----------
+    func : callable
+        The command's callback.
+
+    Returns
+    -------
+    callable
+        The callback with both options; it applies the file's dask settings first.
+    """
 
     @functools.wraps(func)
     def command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
+        """Apply the config file's dask settings, then run the command.
+
+        Parameters
+        ----------
+        *args
+            The command's positional arguments.
+        allow_dask_config : bool, default False
+            Accept any setting of the file's ``dask:`` mapping, not only sizes and timeouts.
+        **kwargs
+            The command's options.
+
+        Returns
+        -------
+        object
+            The command's result.
+        """
         _apply_dask_settings(click.get_current_context(), allow_dask_config)
         return func(*args, **kwargs)
 

@@ -50,7 +50,20 @@ _CODE_LOADING = ("preload", "plugin")
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) for every leaf of a nested mapping."""
+    """Walk the leaves of a nested mapping.
+
+    Parameters
+    ----------
+    mapping : mapping
+        Nested settings.
+    prefix : str, default ""
+        Prepended to every key.
+
+    Yields
+    ------
+    tuple of (str, object)
+        ``(dotted key, value)`` for every leaf.
+    """
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:

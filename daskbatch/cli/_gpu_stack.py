@@ -52,7 +52,15 @@ def _version_text(value: int) -> str:
 
 
 def cuda_versions() -> tuple[str | None, str | None]:
-    """CUDA runtime and driver versions as CuPy sees them; None where CuPy or CUDA cannot tell."""
+    """Read the CUDA runtime and driver versions as CuPy sees them.
+
+    Returns
+    -------
+    runtime : str or None
+        The runtime version; None where CuPy or CUDA cannot tell.
+    driver : str or None
+        The driver version; None where CuPy or CUDA cannot tell.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. CuPy's warning that it found no CUDA path

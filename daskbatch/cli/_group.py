@@ -45,10 +45,33 @@ def main() -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn expected errors into a one-line message and a non-zero exit code."""
+    """Turn expected errors into a one-line message and a non-zero exit code.
+
+    Parameters
+    ----------
+    func : callable
+        A command's callback.
+
+    Returns
+    -------
+    callable
+        The callback, reporting expected errors on stderr.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        """Run the command; exit with a one-line message on an expected error.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            The command's arguments.
+
+        Returns
+        -------
+        object
+            The command's result.
+        """
         from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
         from daskbatch.errors import DeviceUnavailableError, PlanError
 

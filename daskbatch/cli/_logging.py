@@ -46,6 +46,13 @@ class LogSettings:
 
     @property
     def level(self) -> int:
+        """The logging level these settings ask for (``--log-level``, else from -v/-q).
+
+        Returns
+        -------
+        int
+            A :mod:`logging` level.
+        """
         if self.log_level is not None:
             return int(getattr(logging, self.log_level.upper()))
         if self.quiet:
@@ -75,7 +82,13 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure(settings: LogSettings) -> None:
-    """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent."""
+    """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent.
+
+    Parameters
+    ----------
+    settings : LogSettings
+        Verbosity, quiet and level from the command line.
+    """
     level = settings.level
     handler = next((h for h in _logger().handlers if isinstance(h, _StderrHandler)), None)
     if handler is None:
@@ -135,7 +148,13 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def logging_params() -> list[click.Option]:
-    """``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command)."""
+    """Build ``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command).
+
+    Returns
+    -------
+    list of click.Option
+        The three options.
+    """
     return [
         click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_remember,
                      help="More log lines: DEBUG (-vv: dask's and distributed's too)."),
@@ -151,13 +170,20 @@ class LoggingGroup(click.Group):
     """A click group whose commands all take the logging options (before or after their name)."""
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register ``cmd`` with the logging options added to it."""  # numpydoc ignore=PR01
         taken = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
         cmd.params.extend(p for p in logging_params() if not taken.intersection(p.opts))
         super().add_command(cmd, name)
 
 
 def is_quiet() -> bool:
-    """Whether ``-q/--quiet`` was given to the running command (False outside click)."""
+    """Tell whether ``-q/--quiet`` was given to the running command (False outside click).
+
+    Returns
+    -------
+    bool
+        True under ``--quiet``.
+    """
     ctx = click.get_current_context(silent=True)
     return ctx is not None and _settings(ctx).quiet
 
@@ -168,6 +194,11 @@ def setup_from_context(ctx: click.Context) -> None:
     What was there before comes back when the command ends, so that running
     the commands in-process (click's test runner, ``dask batch`` from Python)
     leaves the logging of the caller as it was.
+
+    Parameters
+    ----------
+    ctx : click.Context
+        The running command's context.
     """
     root = ctx.find_root()
     if "daskbatch.logging.saved" not in root.meta:

@@ -31,11 +31,12 @@ def _raised_in_distributed_comm(tb: TracebackType | None) -> bool:
 
 
 def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
-    """True for the errors a client raises when its scheduler goes away during a compute.
+    """Tell the errors a client raises when its scheduler goes away during a compute.
 
     Parameters
     ----------
     exc : BaseException
+        The error.
     connecting : bool, default True
         Count an ``OSError`` from the comm layer too. With False, only errors that
         cannot come from a first connection (a wrong or stale address, which
@@ -44,7 +45,7 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
     Returns
     -------
     bool
-        For ``FutureCancelledError`` / ``concurrent.futures.CancelledError``,
+        True for ``FutureCancelledError`` / ``concurrent.futures.CancelledError``,
         ``asyncio.CancelledError``, ``distributed.comm.CommClosedError``, and an
         ``OSError`` raised inside distributed's comm layer (a refused or timed-out
         connection). Not for an ``OSError`` from reading the data, which a worker
@@ -62,7 +63,18 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
 
 
 def describe_lost(exc: BaseException) -> str:
-    """A short, one-line account of ``exc`` (distributed's messages span lines)."""
+    """Give a short, one-line account of ``exc`` (distributed's messages span lines).
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error.
+
+    Returns
+    -------
+    str
+        The account.
+    """
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

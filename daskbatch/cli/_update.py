@@ -22,7 +22,23 @@ _GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENV
 
 
 def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[Any, dict[str, Any]]:
-    """The summary at ``stats_path`` and the describe arguments that continue it.
+    """Open the summary at ``stats_path`` and find the describe arguments that continue it.
+
+    Parameters
+    ----------
+    ctx : click.Context
+        The ``describe`` command's context (which options were given).
+    stats_path : str
+        The summary to update.
+    store : str
+        The input store.
+
+    Returns
+    -------
+    summary : Summary
+        The summary.
+    settings : dict
+        The describe arguments it decides.
 
     Raises
     ------

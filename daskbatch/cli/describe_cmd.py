@@ -17,7 +17,18 @@ from daskbatch.report import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
-    """``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through."""
+    """Parse ``--range``: ``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through.
+
+    Parameters
+    ----------
+    text : str or None
+        The option's value.
+
+    Returns
+    -------
+    tuple of float, str or None
+        The range.
+    """
     if text is None or text == "minmax":
         return text
     try:
@@ -28,7 +39,18 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 
 
 def parse_classes(text: str | None) -> list[int] | None:
-    """``"0,1,7"`` -> [0, 1, 7]."""
+    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7].
+
+    Parameters
+    ----------
+    text : str or None
+        The option's value.
+
+    Returns
+    -------
+    list of int or None
+        The class values.
+    """
     if text is None:
         return None
     try:

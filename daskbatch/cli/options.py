@@ -1,5 +1,6 @@
-"""Click options shared by commands that run on a cluster: ``--cluster``, ``--address``,
-``--scheduler-file``, ``--wait-for-workers``.
+"""Click options shared by commands that run on a cluster.
+
+They are ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers``.
 
 Use :func:`cluster_options` on a command and :func:`client_from_options` in its body::
 
@@ -30,11 +31,11 @@ CLUSTER_CHOICES = (*KINDS, "threads")
 
 
 @overload
-def cluster_options(func: F, /) -> F: ...
+def cluster_options(func: F, /) -> F: ...  # numpydoc ignore=GL08
 
 
 @overload
-def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...
+def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...  # numpydoc ignore=GL08
 
 
 def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
@@ -57,6 +58,18 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
         raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
 
     def decorate(f: F) -> F:
+        """Add the four options to ``f``.
+
+        Parameters
+        ----------
+        f : callable
+            The command.
+
+        Returns
+        -------
+        callable
+            The command with the options.
+        """
         f = click.option(
             "--wait-for-workers",
             type=click.IntRange(min=0),
@@ -102,7 +115,7 @@ def client_from_options(
 
     Parameters
     ----------
-    cluster, address, scheduler_file
+    cluster, address, scheduler_file : str or None
         The values of the options added by :func:`cluster_options`.
     **kwargs
         Passed to :func:`daskbatch.runtime.cluster.cluster` (``plan=``, ``n_workers=`` ...).
@@ -110,6 +123,7 @@ def client_from_options(
     Yields
     ------
     distributed.Client or None
+        The client, or None for the threaded scheduler.
     """
     if address and scheduler_file:
         raise click.UsageError("give --address or --scheduler-file, not both")

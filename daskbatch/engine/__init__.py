@@ -1,1 +1,1 @@
-"""engine."""
+"""Graphs and passes: the fixed tree reduction, inputs, the tiled covariance, checkpoints."""

@@ -35,7 +35,13 @@ DEVICES = ("auto", "cpu", "gpu")
 
 
 def check_device(device: str) -> None:
-    """Raise for an unknown device, or ``"gpu"`` without CuPy."""
+    """Raise for an unknown device, or ``"gpu"`` without CuPy.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "gpu"}
+        Where blocks are computed.
+    """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "gpu":
@@ -46,9 +52,21 @@ def check_device(device: str) -> None:
 
 
 def on_device(block: Any, device: str) -> Any:
-    """``block`` where it should be computed: as it is (auto), on the host (cpu) or the GPU (gpu).
+    """Move ``block`` where it should be computed: as it is (auto), on the host (cpu) or the GPU (gpu).
 
     ``"gpu"`` makes one host-to-device copy (``cupy.asarray``) per block.
+
+    Parameters
+    ----------
+    block : array
+        A NumPy or CuPy block.
+    device : {"auto", "cpu", "gpu"}
+        Where it is computed.
+
+    Returns
+    -------
+    array
+        The block on that device.
     """
     if device == "auto":
         return block
@@ -170,6 +188,15 @@ def run_blocks(
     bar = Progress(progress or name, total, rows=rows, show=bool(progress))
 
     def done(i: int, result: Any) -> None:
+        """Hand block ``i``'s result on, and advance the progress bar.
+
+        Parameters
+        ----------
+        i : int
+            The block index.
+        result : object
+            What the block's function returned.
+        """
         on_done(i, result)
         finished.add(i)
         bar.advance()

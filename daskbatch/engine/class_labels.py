@@ -49,7 +49,13 @@ __all__ = ["checked_label", "max_classes", "recorded_classes", "resolve_classes"
 
 
 def max_classes() -> int:
-    """The most class values a label may have (``daskbatch.max-classes``)."""
+    """Read the most class values a label may have (``daskbatch.max-classes``).
+
+    Returns
+    -------
+    int
+        The limit.
+    """
     value = int(config.get("max-classes"))
     if value < 1:
         raise ValueError(f"daskbatch.max-classes must be >= 1, got {value}")
@@ -57,10 +63,20 @@ def max_classes() -> int:
 
 
 def recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
-    """The class values the store records for ``data.label``, or None.
+    """Read the class values the store records for ``data.label``.
 
     Only a label read from the store itself counts: a label passed alongside a
     Dataset may have other classes than the store's.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+
+    Returns
+    -------
+    tuple of int or None
+        The recorded classes, or None.
     """
     from daskbatch.planning.search import recorded_n_classes
 
@@ -116,11 +132,25 @@ def resolve_classes(
 
 
 def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None) -> da.Array:
-    """``label`` in blocks of ``rows``, each block checked against ``classes`` when it is read.
+    """Rechunk ``label`` to blocks of ``rows``, each block checked against ``classes`` when it is read.
 
     A value outside them raises :class:`~daskbatch.stats.classes.UnknownClassError`
     naming the value, its row and the block's rows; with ``classes=None`` a
     negative value raises a ValueError naming the same.
+
+    Parameters
+    ----------
+    label : dask.array.Array
+        The 1-D label.
+    rows : tuple of int
+        Rows of each block (those of ``x``).
+    classes : tuple of int or None
+        The declared classes.
+
+    Returns
+    -------
+    dask.array.Array
+        The checked label.
     """
     label = label.rechunk((rows,))
     # The function, not the method: typeshed's functools.wraps does not bind self.

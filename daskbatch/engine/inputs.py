@@ -40,7 +40,21 @@ class FeatureMatrix:
 
 
 def dtype_kind(dtype: Any) -> str:
-    """NumPy's kind letter of ``dtype``; for another array-API library's dtype (``array_api_strict.float64``), of its namesake."""
+    """Find NumPy's kind letter of ``dtype``.
+
+    For another array-API library's dtype (``array_api_strict.float64``), that
+    of its NumPy namesake.
+
+    Parameters
+    ----------
+    dtype : dtype
+        A NumPy or array-API dtype.
+
+    Returns
+    -------
+    str
+        The kind letter (``"b"``, ``"i"``, ``"u"``, ``"f"``, ...).
+    """
     try:
         return np.dtype(dtype).kind
     except TypeError:
@@ -51,7 +65,15 @@ def dtype_kind(dtype: Any) -> str:
 
 
 def check_numeric(dtype: Any, what: str) -> None:
-    """Raise TypeError unless ``dtype`` is bool, integer or real floating point."""
+    """Raise TypeError unless ``dtype`` is bool, integer or real floating point.
+
+    Parameters
+    ----------
+    dtype : dtype
+        The dtype to check.
+    what : str
+        How to call the array in the message.
+    """
     if dtype_kind(dtype) not in NUMERIC_KINDS:
         try:
             dtype = np.dtype(dtype)  # NumPy's name for it ("complex128", not "<class 'complex'>")
@@ -64,7 +86,17 @@ def check_numeric(dtype: Any, what: str) -> None:
 
 
 def check_label(label: Any, rows: int, what: str = "x") -> None:
-    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row."""
+    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row.
+
+    Parameters
+    ----------
+    label : array
+        The label.
+    rows : int
+        Rows of the data.
+    what : str, default "x"
+        How to call the data in the message.
+    """
     if label.ndim != 1:
         raise ValueError(f"label has shape {tuple(label.shape)}; expected 1-D with one class per sample")
     if dtype_kind(label.dtype) not in LABEL_KINDS:
@@ -114,6 +146,11 @@ def as_feature_matrix(
         How to call ``x`` in messages (defaults to its path or "x").
     missing : {"raise", "skip", "fill"}, default "raise"
         Absent chunks of a store given by path (see :func:`daskbatch.open_dataset`).
+
+    Returns
+    -------
+    FeatureMatrix
+        The data as a dask array, its label, feature names and source.
     """
     provenance: dict[str, Any] = {}
     names: tuple[str, ...] | None = None
@@ -229,9 +266,19 @@ def _from_series(label: Any) -> Any:
 
 
 def device_module(device: str) -> Any:
-    """CuPy for ``device="gpu"``, None for ``"cpu"``; a one-line error for anything else or a missing CuPy.
+    """Import the array module of ``device``: a one-line error for anything else or a missing CuPy.
 
     Checked first by :func:`daskbatch.describe`, before planning for the device.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu"}
+        Where the statistics run.
+
+    Returns
+    -------
+    module or None
+        CuPy for ``"gpu"``, None for ``"cpu"``.
     """
     if device == "cpu":
         return None
@@ -253,6 +300,20 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
     it reduces the previous part (:mod:`daskbatch.engine.staged`). The default
     is ``daskbatch.gpu-transfer`` (parts of ``daskbatch.gpu-staging-bytes``).
     Statistics then run and merge on the device; only final results come back.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+    device : {"cpu", "gpu"}
+        Where the statistics run; ``"cpu"`` leaves ``data`` as it is.
+    transfer : {"block", "staged"}, optional
+        How blocks reach the GPU.
+
+    Returns
+    -------
+    FeatureMatrix
+        The inputs, moved or marked for staging.
     """
     if device == "cpu":
         return data
@@ -271,6 +332,18 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
         return dataclasses.replace(data, provenance=provenance, stage_rows=rows)
 
     def move(a: da.Array) -> da.Array:
+        """Copy each block of ``a`` to the GPU.
+
+        Parameters
+        ----------
+        a : dask.array.Array
+            Host blocks.
+
+        Returns
+        -------
+        dask.array.Array
+            CuPy blocks.
+        """
         # The function, not the method: typeshed's functools.wraps does not bind self.
         return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 

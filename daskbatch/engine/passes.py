@@ -29,12 +29,18 @@ def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> An
     Parameters
     ----------
     graph : dask collection
+        What to compute.
     progress : bool or Progress
         A :class:`~daskbatch.runtime.progress.Progress` to advance by the graph's
         chunk tasks (its blocks); True or False: a new one named ``title``,
         drawn when True (log lines either way).
     title : str
         Label of a new Progress.
+
+    Returns
+    -------
+    object
+        The computed value.
     """
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
@@ -43,7 +49,7 @@ def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> An
 
 
 @dataclass(frozen=True)
-class PassRunner:
+class PassRunner:  # numpydoc ignore=PR02
     """Runs passes over ``data`` with one fan-in, through ``checkpoint`` when it is given.
 
     Parameters

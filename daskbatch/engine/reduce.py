@@ -38,7 +38,18 @@ TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"
 
 
 def resolve_split_every(split_every: int | None) -> int:
-    """``split_every`` or the configured default, validated (>= 2)."""
+    """Resolve ``split_every`` to itself or the configured default, validated (>= 2).
+
+    Parameters
+    ----------
+    split_every : int or None
+        The caller's fan-in.
+
+    Returns
+    -------
+    int
+        The fan-in.
+    """
     if split_every is None:
         return strict_int(config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2)
     return strict_int(split_every, "split_every", minimum=2)
@@ -142,7 +153,18 @@ def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
 
 
 def to_host(value: Any) -> Any:
-    """``value`` with every array in it (inside tuples and dataclasses) copied to host NumPy."""
+    """Copy every array in ``value`` (inside tuples and dataclasses) to host NumPy.
+
+    Parameters
+    ----------
+    value : object
+        An array, a tuple or a dataclass of them, or anything else.
+
+    Returns
+    -------
+    object
+        ``value`` with host arrays.
+    """
     from daskbatch.stats.backend import to_numpy
 
     if isinstance(value, tuple):

@@ -1,4 +1,4 @@
-"""dask's memory accounting for daskbatch states (``dask.sizeof``).
+"""Measure daskbatch states for dask's memory accounting (``dask.sizeof``).
 
 Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
 state (built in or a user's) is measured by its arrays' bytes.
@@ -17,10 +17,27 @@ from daskbatch.stats._base import State
 
 
 def sizeof_state(state: State) -> int:
-    """Bytes of a state's arrays (``State.nbytes``)."""
+    """Measure a state's arrays (``State.nbytes``).
+
+    Parameters
+    ----------
+    state : State
+        A statistic's state.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     return state.nbytes
 
 
 def register(sizeof: Any) -> None:
-    """Register :func:`sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook)."""
+    """Register :func:`sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
+
+    Parameters
+    ----------
+    sizeof : dask.utils.Dispatch
+        ``dask.sizeof.sizeof``.
+    """
     sizeof.register(State)(sizeof_state)

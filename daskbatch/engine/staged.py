@@ -35,12 +35,27 @@ R = TypeVar("R")
 
 
 def part_rows_for(n_features: int, itemsize: int, part_bytes: int) -> int:
-    """Rows of one staged part: ``part_bytes`` of input (at least one row)."""
+    """Size one staged part: ``part_bytes`` of input (at least one row).
+
+    Parameters
+    ----------
+    n_features : int
+        Features of the input.
+    itemsize : int
+        Bytes per input element.
+    part_bytes : int
+        Bytes of a part.
+
+    Returns
+    -------
+    int
+        Rows per part.
+    """
     return max(1, int(part_bytes) // max(1, int(n_features) * int(itemsize)))
 
 
 @dataclass(frozen=True)
-class Staged(Generic[S, R]):
+class Staged(Generic[S, R]):  # numpydoc ignore=PR02
     """A statistic (or :class:`~daskbatch.stats.Bundle`) whose chunk step stages host blocks to the GPU.
 
     It has the statistic's ``name``, ``stats``, ``merge`` and ``finalize``;
@@ -64,19 +79,54 @@ class Staged(Generic[S, R]):
 
     @property
     def name(self) -> str:
+        """Name it as the inner statistic.
+
+        Returns
+        -------
+        str
+            The inner statistic's name.
+        """
         return str(self.inner.name)
 
     @property
     def stats(self) -> tuple[Statistic[Any, Any], ...]:
+        """List the statistics computed: a bundle's, or the inner statistic alone.
+
+        Returns
+        -------
+        tuple of Statistic
+            The statistics.
+        """
         return tuple(getattr(self.inner, "stats", (self.inner,)))
 
     @property
     def settings(self) -> dict[str, str]:
-        """What a checkpoint records besides the statistics: the transfer changes the last bits."""
+        """Give what a checkpoint records besides the statistics: the transfer changes the last bits.
+
+        Returns
+        -------
+        dict of str to str
+            The transfer setting.
+        """
         return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
 
     def chunk(self, x: Array, label: Array | None = None, /, **masks: Array) -> S:
-        """The statistic's state of the block ``x`` (with its ``label`` and per-row ``masks``)."""
+        """Reduce the block ``x`` (with its ``label`` and per-row ``masks``), staging a host block in parts.
+
+        Parameters
+        ----------
+        x : array
+            The block, host or device.
+        label : array or None
+            The class label of each row.
+        **masks : array
+            Per-row masks passed on to the statistic's ``chunk``.
+
+        Returns
+        -------
+        S
+            The statistic's state of the block.
+        """
         if type(x) is not np.ndarray:
             return self.inner.chunk(x, label, **masks)
         from daskbatch.stats.kernels._staging import split_rows, stager
@@ -100,7 +150,31 @@ class Staged(Generic[S, R]):
         return self.inner.chunk(x, label)
 
     def merge(self, a: S, b: S) -> S:
+        """Merge as the inner statistic does.
+
+        Parameters
+        ----------
+        a, b : S
+            The states to combine.
+
+        Returns
+        -------
+        S
+            The merged state.
+        """
         return self.inner.merge(a, b)
 
     def finalize(self, state: S) -> R:
+        """Finalize as the inner statistic does.
+
+        Parameters
+        ----------
+        state : S
+            The state of all the rows.
+
+        Returns
+        -------
+        R
+            The result.
+        """
         return self.inner.finalize(state)

@@ -69,25 +69,53 @@ class TiledCov:
 
     @property
     def cov(self) -> da.Array:
-        """Covariance (D, D), lazily read from Zarr."""
+        """Read the covariance lazily from Zarr.
+
+        Returns
+        -------
+        dask.array.Array
+            The covariance, (D, D).
+        """
         return da.from_zarr(self.path, component="cov")
 
     @property
     def corr(self) -> da.Array:
-        """Pearson correlation (D, D), lazily read from Zarr."""
+        """Read the Pearson correlation lazily from Zarr.
+
+        Returns
+        -------
+        dask.array.Array
+            The correlation, (D, D).
+        """
         return da.from_zarr(self.path, component="corr")
 
     @property
     def mean(self) -> np.ndarray:
-        """Means (D,) over the complete rows."""
+        """Read the means over the complete rows.
+
+        Returns
+        -------
+        numpy.ndarray
+            The means, (D,).
+        """
         import zarr
 
         return np.asarray(zarr.open_array(self.path, path="mean", mode="r")[...])
 
     def top_correlated(self, k: int = 10) -> list[tuple[str, str, float]]:
-        """The ``k`` pairs with the largest absolute correlation, as ``(a, b, r)``, read tile by tile.
+        """Find the ``k`` pairs with the largest absolute correlation, read tile by tile.
 
         Same order as :meth:`daskbatch.Summary.top_correlated` (ties by row, then column).
+
+        Parameters
+        ----------
+        k : int, default 10
+            How many pairs.
+
+        Returns
+        -------
+        list of tuple
+            ``(a, b, r)``: the two feature names and their correlation.
         """
         if k <= 0:
             return []
@@ -154,6 +182,7 @@ def tiled_covariance(
     Returns
     -------
     TiledCov
+        The written group, its row count and layout.
     """
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
@@ -172,6 +201,13 @@ def tiled_covariance(
     found: list[int] = []
 
     def fill(into: str) -> None:
+        """Write every tile into the temporary group ``into``.
+
+        Parameters
+        ----------
+        into : str
+            The temporary path.
+        """
         found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names))
 
     write_output(target, fill)
@@ -219,7 +255,18 @@ def _fill_tiles(
 
 
 def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
-    """Reopen the result of :func:`tiled_covariance` from its Zarr group."""
+    """Reopen the result of :func:`tiled_covariance` from its Zarr group.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The group.
+
+    Returns
+    -------
+    TiledCov
+        The tiled covariance.
+    """
     import zarr
 
     where = os.fspath(path)

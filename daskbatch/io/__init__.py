@@ -1,1 +1,1 @@
-"""io."""
+"""Data: opening Zarr stores, chunk integrity, synthetic data, ingest and the files written."""

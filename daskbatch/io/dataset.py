@@ -114,7 +114,13 @@ class Dataset:
 
     @property
     def shape(self) -> tuple[int, int]:
-        """``(samples, features)``."""
+        """Give the shape of the samples x features array.
+
+        Returns
+        -------
+        tuple of int
+            ``(samples, features)``.
+        """
         return (int(self.x.shape[0]), int(self.x.shape[1]))
 
     def provenance(self) -> dict[str, Any]:
@@ -381,6 +387,7 @@ def open_dataset(
     Returns
     -------
     Dataset
+        The lazily opened array, its label and their provenance.
 
     Raises
     ------

@@ -73,7 +73,13 @@ def checksummed(compressor: Any | None) -> tuple[Any, ...]:
 
 
 def max_chunks() -> int:
-    """The configured ``daskbatch.max-chunks``: the most chunks one array may have."""
+    """Read the configured ``daskbatch.max-chunks``: the most chunks one array may have.
+
+    Returns
+    -------
+    int
+        The limit.
+    """
     value = dask.config.get("daskbatch.max-chunks", DEFAULT_MAX_CHUNKS)
     try:
         limit = int(value)
@@ -85,7 +91,18 @@ def max_chunks() -> int:
 
 
 def chunk_count(arr: zarr.Array) -> int:
-    """Number of stored objects (chunks, or shards when sharded) ``arr``'s metadata describes."""
+    """Count the stored objects (chunks, or shards when sharded) ``arr``'s metadata describes.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    int
+        The number of stored objects.
+    """
     return math.prod(_grid(arr))
 
 
@@ -124,14 +141,38 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
 
 
 def verify_store(path_or_url: Any, **kwargs: Any) -> VerifyReport:
-    """Decode and check every chunk of every array in a store; see :func:`daskbatch.io.verify.verify_store`."""
+    """Decode and check every chunk of every array in a store; see :func:`daskbatch.io.verify.verify_store`.
+
+    Parameters
+    ----------
+    path_or_url : str, os.PathLike or zarr.Group
+        The store.
+    **kwargs
+        Passed to :func:`daskbatch.io.verify.verify_store`.
+
+    Returns
+    -------
+    VerifyReport
+        Every problem found.
+    """
     from daskbatch.io.verify import verify_store as _verify
 
     return _verify(path_or_url, **kwargs)
 
 
 def storage_chunks(arr: zarr.Array) -> tuple[int, ...]:
-    """Shape of one stored object of ``arr``: the shard if sharded, else the chunk."""
+    """Give the shape of one stored object of ``arr``: the shard if sharded, else the chunk.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    tuple of int
+        The shape.
+    """
     return tuple(arr.shards or arr.chunks)
 
 
@@ -142,7 +183,20 @@ def _grid(arr: zarr.Array) -> tuple[int, ...]:
 
 
 def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """The store key of the chunk at grid position ``coords``, relative to the store root."""
+    """Give the store key of the chunk at grid position ``coords``, relative to the store root.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    coords : tuple of int
+        The chunk's position in the chunk grid.
+
+    Returns
+    -------
+    str
+        The key.
+    """
     key = arr.metadata.encode_chunk_key(tuple(int(c) for c in coords))
     prefix = arr.path.strip("/")
     return f"{prefix}/{key}" if prefix else key
@@ -156,7 +210,18 @@ def _store_label(arr: zarr.Array) -> str:
 
 
 def array_label(arr: zarr.Array) -> str:
-    """``array '<path>' in '<store>'`` for messages."""
+    """Name ``arr`` for messages.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    str
+        ``array '<path>' in '<store>'``.
+    """
     return f"array {arr.path or '/'!r} in {_store_label(arr)!r}"
 
 

@@ -55,11 +55,30 @@ class Missing:
 
     @property
     def rows(self) -> int:
-        """Rows covered by at least one absent chunk."""
+        """Count the rows covered by at least one absent chunk.
+
+        Returns
+        -------
+        int
+            The number of rows.
+        """
         return sum(b - a for a, b in self.row_ranges)
 
     def message(self, x: zarr.Array, label: zarr.Array | None) -> str:
-        """One line naming the first few absent keys of each array and their count."""
+        """Name the first few absent keys of each array and their count, in one line.
+
+        Parameters
+        ----------
+        x : zarr.Array
+            The samples x features array.
+        label : zarr.Array or None
+            Its label array.
+
+        Returns
+        -------
+        str
+            The message.
+        """
         parts = []
         if self.x_keys:
             parts.append(f"{len(self.x_keys):,} chunk(s) of {array_label(x)} are missing: {_first(self.x_keys)}")
@@ -103,6 +122,7 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None) -> Missing:
     Returns
     -------
     Missing
+        The absent chunks of each array and the rows they cover.
     """
     xc = missing_chunks(x)
     lc = missing_chunks(label) if label is not None else []

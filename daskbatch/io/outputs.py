@@ -92,6 +92,13 @@ class OutputTarget:
 
     @property
     def is_url(self) -> bool:
+        """Tell whether the output goes to a URL rather than a local path.
+
+        Returns
+        -------
+        bool
+            True for a URL.
+        """
         return _is_url(self.path)
 
 
@@ -146,7 +153,18 @@ def check_separate(path: str, what: str, protected: Mapping[str, str | os.PathLi
 
 
 def output_kind(path: str | os.PathLike[str]) -> str | None:
-    """The kind of daskbatch output at ``path`` (its :data:`MARKER`), or None for anything else."""
+    """Find the kind of daskbatch output at ``path`` (its :data:`MARKER`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A path.
+
+    Returns
+    -------
+    str or None
+        The kind, or None for anything else.
+    """
     where = os.fspath(path)
     if not _is_url(where) and os.path.isfile(where):
         return _json_kind(where)
@@ -211,6 +229,7 @@ def check_output(
     Returns
     -------
     OutputTarget
+        The checked path and how to write it.
 
     Raises
     ------
@@ -300,6 +319,16 @@ def staged(path: str) -> Iterator[str]:
     An existing ``path`` is moved aside first and deleted only after the new
     output is in place (put back if the rename fails). Callers must have
     checked ``path`` with :func:`check_output`.
+
+    Parameters
+    ----------
+    path : str
+        The output's path.
+
+    Yields
+    ------
+    str
+        The temporary path to fill.
     """
     tmp = _sibling(path, "tmp")
     try:
@@ -338,10 +367,30 @@ def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
 
 
 def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
-    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically."""
+    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically.
+
+    Parameters
+    ----------
+    target : OutputTarget
+        The checked output.
+    payload : mapping
+        JSON-able content.
+
+    Returns
+    -------
+    str
+        The path written.
+    """
     text = json.dumps({MARKER: target.kind, **payload}, default=str)
 
     def write(tmp: str) -> None:
+        """Write the text to ``tmp``, locally or through fsspec.
+
+        Parameters
+        ----------
+        tmp : str
+            The temporary path.
+        """
         if target.is_url:
             import fsspec
 

@@ -86,7 +86,13 @@ class OutputReport:
     failed_rows: tuple[tuple[int, int], ...] = ()
 
     def summary(self) -> str:
-        """One line for the CLI."""
+        """Summarise the output in one line for the CLI.
+
+        Returns
+        -------
+        str
+            The line.
+        """
         skipped = self.blocks - len(self.written)
         resumed = f" ({skipped} already done)" if skipped else ""
         return (
@@ -95,14 +101,31 @@ class OutputReport:
         )
 
     def open(self) -> Any:
-        """The output as a :class:`~daskbatch.Dataset`."""
+        """Open the output as a :class:`~daskbatch.Dataset`.
+
+        Returns
+        -------
+        Dataset
+            The output's arrays.
+        """
         from daskbatch.io.dataset import open_dataset
 
         return open_dataset(self.path)
 
 
 def row_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each run of True in a 1-D boolean ``mask``."""
+    """Find the ``[start, stop)`` of each run of True in a 1-D boolean ``mask``.
+
+    Parameters
+    ----------
+    mask : numpy.ndarray of bool
+        1-D.
+
+    Returns
+    -------
+    list of tuple of int
+        The runs, in order.
+    """
     padded = np.concatenate([[False], np.asarray(mask, dtype=bool), [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
@@ -114,7 +137,9 @@ class RegionWriter:
     Parameters
     ----------
     arrays : dict of str to zarr.Array
+        The output arrays, by name.
     rows, chunk_rows : int
+        Rows of every array, and per chunk (= per block).
     """
 
     def __init__(self, arrays: dict[str, Any], rows: int, chunk_rows: int) -> None:
@@ -123,11 +148,33 @@ class RegionWriter:
         self.chunk_rows = chunk_rows
 
     def bounds(self, block: int) -> tuple[int, int]:
+        """Give the rows of block ``block``.
+
+        Parameters
+        ----------
+        block : int
+            The block index.
+
+        Returns
+        -------
+        start : int
+            Its first row.
+        stop : int
+            One past its last row.
+        """
         lo = block * self.chunk_rows
         return lo, min(lo + self.chunk_rows, self.rows)
 
     def write(self, block: int, values: dict[str, np.ndarray]) -> None:
-        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays)."""
+        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays).
+
+        Parameters
+        ----------
+        block : int
+            The block index.
+        values : dict of str to numpy.ndarray
+            The block's rows of each array, by name.
+        """
         lo, hi = self.bounds(block)
         for name, v in values.items():
             if v.shape[0] != hi - lo:
@@ -163,13 +210,27 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
 class RowStore:
     """An output store being written; use :meth:`open` to create or resume one.
 
+    Parameters
+    ----------
+    path : str
+        Local path of the store.
+    group : zarr.Group
+        The open store.
+    rows, chunk_rows : int
+        Rows of every array, and per chunk (= per block).
+    names : list of str
+        The output arrays.
+
     Attributes
     ----------
     path : str
+        Local path of the store.
     rows, chunk_rows, blocks : int
+        Rows, rows per block, and number of blocks.
     done : set of int
         Blocks already in the done-log when the store was opened.
     writer : RegionWriter
+        Writes the blocks (on workers).
     """
 
     def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str]) -> None:
@@ -187,11 +248,24 @@ class RowStore:
 
     @property
     def todo(self) -> list[int]:
-        """Blocks not yet in the done-log, in order."""
+        """List the blocks not yet in the done-log, in order.
+
+        Returns
+        -------
+        list of int
+            Block indices.
+        """
         return [b for b in range(self.blocks) if b not in self.done]
 
     @property
     def complete(self) -> bool:
+        """Tell whether the store is marked complete.
+
+        Returns
+        -------
+        bool
+            The ``complete`` attribute.
+        """
         return bool(self.group.attrs.get("complete"))
 
     @classmethod
@@ -219,6 +293,7 @@ class RowStore:
         rows, chunk_rows : int
             Rows of every array, and per chunk (= per block).
         arrays : list of ArraySpec
+            Name, dtype and trailing shape of each output array.
         attrs : dict
             Further group attributes (feature names, provenance), JSON-able.
         doc : dict
@@ -227,6 +302,11 @@ class RowStore:
             Replace an existing daskbatch output (never anything else).
         protect : tuple of str
             Paths the output must not overlap (the input store).
+
+        Returns
+        -------
+        RowStore
+            The store, ready to write its remaining blocks.
 
         Raises
         ------
@@ -325,7 +405,13 @@ class RowStore:
         write_manifest(out, doc, name=MANIFEST_FILE)
 
     def mark_done(self, block: int) -> None:
-        """Record ``block`` as written (append to the done-log and flush)."""
+        """Record ``block`` as written (append to the done-log and flush).
+
+        Parameters
+        ----------
+        block : int
+            The block index.
+        """
         with self._lock:
             if self._log is None:
                 self._log = DoneLog(self.path, name=DONE_FILE)
@@ -333,13 +419,20 @@ class RowStore:
             self.done.add(block)
 
     def close(self) -> None:
+        """Close the done-log."""
         with self._lock:
             if self._log is not None:
                 self._log.close()
                 self._log = None
 
     def finish(self, attrs: dict[str, Any] | None = None) -> None:
-        """Check that every block is logged, then set ``complete`` (and ``attrs``)."""
+        """Check that every block is logged, then set ``complete`` (and ``attrs``).
+
+        Parameters
+        ----------
+        attrs : dict, optional
+            Further group attributes to set.
+        """
         self.close()
         missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
         if missing:
@@ -351,7 +444,20 @@ class RowStore:
 
 
 def layout(label: bool, mask: str | None = None) -> dict[str, Any]:
-    """The ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it."""
+    """Build the ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it.
+
+    Parameters
+    ----------
+    label : bool
+        Whether the store has a label array.
+    mask : str, optional
+        Name of a row-mask array.
+
+    Returns
+    -------
+    dict
+        The attribute's value.
+    """
     out: dict[str, Any] = {"x": "X", "label": "y" if label else None}
     if mask:
         out["mask"] = mask

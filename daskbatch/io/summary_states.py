@@ -86,7 +86,17 @@ def write_states(store: str, states: Mapping[str, Kept]) -> None:
 
 
 def read_states(store: str) -> dict[str, Kept] | None:
-    """The states saved in the summary at ``store``; None when it has none (older or tiled summaries).
+    """Read the states saved in the summary at ``store``.
+
+    Parameters
+    ----------
+    store : str
+        The summary store.
+
+    Returns
+    -------
+    dict of str to Kept or None
+        The kept states by statistic; None when it has none (older or tiled summaries).
 
     Raises
     ------

@@ -55,6 +55,13 @@ class SynthModel:
 
     @property
     def n_base(self) -> int:
+        """Count the base (unmixed) features.
+
+        Returns
+        -------
+        int
+            The number of base features.
+        """
         return int(self.mu.shape[0])
 
 
@@ -106,6 +113,7 @@ def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
     Parameters
     ----------
     model : SynthModel
+        The generating model.
 
     Returns
     -------

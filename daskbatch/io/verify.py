@@ -58,7 +58,13 @@ class ChunkProblem:
     detail: str
 
     def line(self) -> str:
-        """``kind key (grid position): detail`` for a report."""
+        """Format the problem for a report.
+
+        Returns
+        -------
+        str
+            ``kind key (grid position): detail``.
+        """
         return f"{self.kind:<9} {self.key} (grid position {self.position}): {self.detail}"
 
 
@@ -94,16 +100,34 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """True when every chunk of every array is present and decodes."""
+        """Tell whether every chunk of every array is present and decodes.
+
+        Returns
+        -------
+        bool
+            True when nothing is wrong.
+        """
         return not self.problems
 
     def counts(self) -> dict[str, int]:
-        """Problems by kind (``missing``, ``corrupt``, ``truncated``), zeros included."""
+        """Count the problems by kind (``missing``, ``corrupt``, ``truncated``), zeros included.
+
+        Returns
+        -------
+        dict of str to int
+            Count per kind.
+        """
         found = Counter(p.kind for p in self.problems)
         return {kind: found.get(kind, 0) for kind in ("missing", "corrupt", "truncated")}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: ``path``, ``ok``, ``counts``, ``arrays`` and ``problems``."""
+        """Convert the report to a JSON-able form.
+
+        Returns
+        -------
+        dict
+            ``path``, ``ok``, ``counts``, ``arrays`` and ``problems``.
+        """
         return {
             "path": self.path,
             "ok": self.ok,
@@ -113,7 +137,18 @@ class VerifyReport:
         }
 
     def summary(self, listed: int = LISTED) -> str:
-        """Lines for a terminal: one per array, the first ``listed`` problems, then the verdict."""
+        """Write the report for a terminal: one line per array, the first ``listed`` problems, then the verdict.
+
+        Parameters
+        ----------
+        listed : int, default LISTED
+            The most problems listed.
+
+        Returns
+        -------
+        str
+            The lines.
+        """
         lines = [f"verify {self.path}"]
         for a in self.arrays:
             lines.append(

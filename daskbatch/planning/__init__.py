@@ -1,1 +1,1 @@
-"""planning."""
+"""The pure planner: resources, the memory model, and the search for chunk rows, fan-in and tiles."""

@@ -13,15 +13,38 @@ __all__ = ["explain_plan", "plan_rows"]
 
 
 def explain_plan(p: Plan) -> str:
-    """Text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles."""
+    """Write the text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles.
+
+    Parameters
+    ----------
+    p : Plan
+        The plan.
+
+    Returns
+    -------
+    str
+        The text.
+    """
     title, rows = plan_rows(p)
     return "\n".join([title, *(f"  {k}: {v}" if k else f"  {v}" for k, v in rows)])
 
 
 def plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
-    """The title line and the (term, words and numbers) rows of :meth:`Plan.explain`.
+    """Build the title line and the (term, words and numbers) rows of :meth:`Plan.explain`.
 
     A row whose term is empty is a sentence of its own.
+
+    Parameters
+    ----------
+    p : Plan
+        The plan.
+
+    Returns
+    -------
+    title : str
+        The title line.
+    rows : list of tuple of str
+        ``(term, text)`` rows.
     """
     n_rows, d = p.shape
     kw: dict[str, Any] = {"bins": p.bins, "n_classes": p.n_classes}

@@ -76,7 +76,18 @@ StatLike = str | Footprint
 
 
 def footprint(stat: StatLike) -> Footprint:
-    """The footprint of ``stat``: a built-in statistic's by name, or ``stat`` itself."""
+    """Get the footprint of ``stat``: a built-in statistic's by name, or ``stat`` itself.
+
+    Parameters
+    ----------
+    stat : str or Footprint
+        A statistic name or a footprint.
+
+    Returns
+    -------
+    Footprint
+        The footprint.
+    """
     if isinstance(stat, Footprint):
         return stat
     try:
@@ -86,7 +97,18 @@ def footprint(stat: StatLike) -> Footprint:
 
 
 def stat_name(stat: StatLike) -> str:
-    """The name of ``stat`` (for messages and ``Plan.explain``)."""
+    """Name ``stat`` (for messages and ``Plan.explain``).
+
+    Parameters
+    ----------
+    stat : str or Footprint
+        A statistic name or a footprint.
+
+    Returns
+    -------
+    str
+        The statistic's name.
+    """
     return stat.name if isinstance(stat, Footprint) else stat
 
 
@@ -98,7 +120,7 @@ def state_bytes(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
-    """Bytes of one state of ``stat`` over ``n_features`` features.
+    """Size one state of ``stat`` over ``n_features`` features.
 
     Parameters
     ----------
@@ -123,11 +145,23 @@ def state_bytes(
 
 
 def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int) -> int:
-    """Device bytes of ``stat``'s GPU kernel's own buffers on a ``rows x n_features`` chunk (states apart).
+    """Size the device buffers of ``stat``'s GPU kernel on a ``rows x n_features`` chunk (states apart).
 
     From the statistic's ``Footprint.device_buffers`` (the moments' per-group
     partials; the co-moments' partials and capped float64 centring buffer); 0
     for statistics whose GPU kernels keep nothing but their state.
+
+    Parameters
+    ----------
+    stat : str or Footprint
+        A statistic name or a footprint.
+    rows, n_features : int
+        Shape of the chunk.
+
+    Returns
+    -------
+    int
+        Bytes.
     """
     f = footprint(stat)
     return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features))
@@ -144,7 +178,26 @@ def chunk_task_terms(
     feature_tile: int | None = None,
     path: str = "compiled",
 ) -> dict[str, int]:
-    """The terms of :func:`projected_task_bytes`, by name (for ``Plan.explain``)."""
+    """Break :func:`projected_task_bytes` into its terms, by name (for ``Plan.explain``).
+
+    Parameters
+    ----------
+    rows, n_features : int
+        Shape of the chunk.
+    itemsize : int
+        Bytes per input element.
+    stats : tuple of str or Footprint
+        Statistics computed together in the task.
+    bins, n_classes, feature_tile : int or None
+        As in :func:`state_bytes`.
+    path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
+        Which kernels run the chunk.
+
+    Returns
+    -------
+    dict of str to int
+        Bytes of each term.
+    """
     if path not in PATHS:
         raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
@@ -182,7 +235,7 @@ def projected_task_bytes(
     feature_tile: int | None = None,
     path: str = "compiled",
 ) -> int:
-    """Projected peak bytes of one fused chunk task over ``rows x n_features`` input.
+    """Project the peak bytes of one fused chunk task over ``rows x n_features`` input.
 
     Parameters
     ----------
@@ -192,7 +245,7 @@ def projected_task_bytes(
         Bytes per input element (1 to 8).
     stats : tuple of str
         Statistics computed together in the task.
-    bins, n_classes, feature_tile
+    bins, n_classes, feature_tile : int or None
         As in :func:`state_bytes`.
     path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
         Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
@@ -219,7 +272,24 @@ def merge_terms(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> dict[str, int]:
-    """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
+    """Break :func:`merge_task_bytes` into its terms, by name (for ``Plan.explain``).
+
+    Parameters
+    ----------
+    stats : tuple of str or Footprint
+        Statistics whose states travel together.
+    n_features : int
+        Features of the input.
+    split_every : int
+        States merged by one task.
+    bins, n_classes, feature_tile : int or None
+        As in :func:`state_bytes`.
+
+    Returns
+    -------
+    dict of str to int
+        Bytes of each term.
+    """
     prints = [footprint(s) for s in stats]
     states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
     total = sum(states)
@@ -241,7 +311,7 @@ def merge_task_bytes(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
-    """Projected peak bytes of one merge task folding ``split_every`` fused states.
+    """Project the peak bytes of one merge task folding ``split_every`` fused states.
 
     Parameters
     ----------
@@ -251,7 +321,7 @@ def merge_task_bytes(
         Features of the input.
     split_every : int
         States merged by one task.
-    bins, n_classes, feature_tile
+    bins, n_classes, feature_tile : int or None
         As in :func:`state_bytes`.
 
     Returns

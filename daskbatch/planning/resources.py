@@ -15,7 +15,7 @@ _DEVICES = ("cpu", "gpu")
 
 
 @dataclass(frozen=True)
-class Resources:
+class Resources:  # numpydoc ignore=PR02
     """Memory and threads of one worker, and how many workers there are.
 
     Parameters
@@ -52,16 +52,34 @@ class Resources:
 
     @property
     def planning_memory_bytes(self) -> int:
-        """Memory that tasks are planned against: device memory when known, else host memory."""
+        """Give the memory that tasks are planned against: device memory when known, else host memory.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return self.device_memory_bytes or self.memory_bytes
 
     @property
     def total_threads(self) -> int:
-        """Tasks the whole cluster runs at once."""
+        """Count the tasks the whole cluster runs at once.
+
+        Returns
+        -------
+        int
+            Workers times threads per worker.
+        """
         return self.threads_per_worker * self.n_workers
 
     def describe(self) -> str:
-        """One line such as ``2 workers x 4 threads, 16.00 GiB host memory per worker``."""
+        """Describe the resources in one line.
+
+        Returns
+        -------
+        str
+            Such as ``2 workers x 4 threads, 16.00 GiB host memory per worker``.
+        """
         workers = f"{self.n_workers} worker{'s' if self.n_workers != 1 else ''}"
         threads = f"{self.threads_per_worker} thread{'s' if self.threads_per_worker != 1 else ''}"
         text = f"{workers} x {threads}, {format_bytes(self.memory_bytes)} host memory per worker"
@@ -71,7 +89,18 @@ class Resources:
 
 
 def format_bytes(n: int | float) -> str:
-    """``dask.utils.format_bytes`` (``3.10 GiB``), imported on use so this layer stays free of dask."""
+    """Format bytes with ``dask.utils.format_bytes``, imported on use so this layer stays free of dask.
+
+    Parameters
+    ----------
+    n : int or float
+        Bytes.
+
+    Returns
+    -------
+    str
+        Such as ``3.10 GiB``.
+    """
     from dask.utils import format_bytes as dask_format_bytes
 
     return dask_format_bytes(int(n))

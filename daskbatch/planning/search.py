@@ -86,12 +86,24 @@ class Plan:
 
     @property
     def chunks(self) -> tuple[int, int]:
-        """Dask chunk shape to rechunk the input to: ``(chunk_rows, n_features)``."""
+        """Give the dask chunk shape to rechunk the input to.
+
+        Returns
+        -------
+        tuple of int
+            ``(chunk_rows, n_features)``.
+        """
         return (self.chunk_rows, self.shape[1])
 
     @property
     def task_bytes(self) -> int:
-        """Projected peak of the largest task (chunk or merge)."""
+        """Give the projected peak of the largest task (chunk or merge).
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return max(self.chunk_task_bytes, self.merge_task_bytes)
 
     @property
@@ -100,13 +112,24 @@ class Plan:
 
         Rounded up to a multiple of 256 MiB (what ``cluster("cuda", plan=...)``
         passes as dask-cuda's ``rmm_pool_size``; the pool may still grow).
+
+        Returns
+        -------
+        int
+            Bytes.
         """
         step = RMM_POOL_STEP_BYTES
         need = (self.task_bytes + self.reserved_bytes) * self.resources.threads_per_worker
         return -(-need // step) * step
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-ready) of every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``."""
+        """Convert the plan to a plain dict (JSON-ready).
+
+        Returns
+        -------
+        dict
+            Every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``.
+        """
         out = dataclasses.asdict(self)
         out["stats"] = [stat_name(s) for s in self.stats]  # a user's statistic by its name
         out["chunks"] = list(self.chunks)
@@ -115,7 +138,13 @@ class Plan:
         return out
 
     def explain(self) -> str:
-        """The plan's arithmetic in words and numbers (what ``daskbatch plan`` prints)."""
+        """Explain the plan's arithmetic in words and numbers (what ``daskbatch plan`` prints).
+
+        Returns
+        -------
+        str
+            The explanation, several lines.
+        """
         from daskbatch.planning.explain import explain_plan
 
         return explain_plan(self)
@@ -145,7 +174,22 @@ class Plan:
 
 
 def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:
-    """``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``: how the per-task budget is computed."""
+    """Write out how the per-task budget is computed.
+
+    Parameters
+    ----------
+    resources : Resources
+        The worker's memory and threads.
+    memory_fraction : float
+        Share of a worker's memory its tasks may use.
+    reserved_bytes : int
+        Per-task overhead.
+
+    Returns
+    -------
+    str
+        Such as ``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``.
+    """
     mem = format_bytes(resources.planning_memory_bytes)
     which = "GPU " if resources.device_memory_bytes else ""
     threads = resources.threads_per_worker
@@ -156,7 +200,22 @@ def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes:
 
 
 def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:
-    """Bytes one task may use: memory x fraction / threads per worker - reserved."""
+    """Compute the bytes one task may use: memory x fraction / threads per worker - reserved.
+
+    Parameters
+    ----------
+    resources : Resources
+        The worker's memory and threads.
+    memory_fraction : float
+        Share of a worker's memory its tasks may use.
+    reserved_bytes : int
+        Per-task overhead.
+
+    Returns
+    -------
+    int
+        The budget (may be zero or negative).
+    """
     share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
     return int(share) - reserved_bytes
 
@@ -213,6 +272,7 @@ def plan_chunks(
     Returns
     -------
     Plan
+        Chunk rows, fan-in, feature tile and the projected task sizes.
 
     Raises
     ------
@@ -268,6 +328,18 @@ def plan_chunks(
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
     def chunk_bytes(rows: int) -> int:
+        """Project a chunk task of ``rows`` rows.
+
+        Parameters
+        ----------
+        rows : int
+            Chunk rows.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return projected_task_bytes(
             rows, n_features, itemsize, stats_t, feature_tile=tile, path=path, **kw
         )
@@ -435,7 +507,18 @@ def _states_error(
 
 
 def recorded_n_classes(obj: Any) -> int | None:
-    """Label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
+    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``.
+
+    Parameters
+    ----------
+    obj : object
+        A dataset, array or store.
+
+    Returns
+    -------
+    int or None
+        The number of classes, None when not recorded.
+    """
     n = getattr(obj, "n_classes", None)
     if n is None:
         synth = (getattr(obj, "attrs", None) or {}).get("synth")

@@ -1,1 +1,1 @@
-"""runtime."""
+"""The running environment: clusters, signals, locks and thread limits."""

@@ -61,6 +61,11 @@ def machine_memory_bytes() -> int:
     This is Dask's own figure (``distributed.system.MEMORY_LIMIT``), so that a
     batch job or container with a memory limit plans within it, not within
     the whole node's memory.
+
+    Returns
+    -------
+    int
+        Bytes.
     """
     from distributed.system import MEMORY_LIMIT
 
@@ -68,7 +73,13 @@ def machine_memory_bytes() -> int:
 
 
 def cuda_device_count() -> int:
-    """CUDA devices visible to this process (0 without a GPU or without pynvml)."""
+    """Count the CUDA devices visible to this process (0 without a GPU or without pynvml).
+
+    Returns
+    -------
+    int
+        The number of devices.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([v for v in visible.split(",") if v.strip()])
@@ -82,7 +93,18 @@ def cuda_device_count() -> int:
 
 
 def gpu_memory_bytes(*, free: bool = True) -> int | None:
-    """Free (or total) memory of this process's first visible GPU, via NVML; None if unknown."""
+    """Read the free (or total) memory of this process's first visible GPU, via NVML.
+
+    Parameters
+    ----------
+    free : bool, default True
+        Free memory; False for the total.
+
+    Returns
+    -------
+    int or None
+        Bytes, None if unknown.
+    """
     try:
         import pynvml
 
@@ -99,7 +121,7 @@ def gpu_memory_bytes(*, free: bool = True) -> int | None:
 
 
 def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
-    """Bytes from a dask-cuda style memory spec.
+    """Convert a dask-cuda style memory spec to bytes.
 
     Parameters
     ----------
@@ -152,7 +174,7 @@ def resources_from_machine(
     memory: int | float | str | None = "auto",
     device: str = "cpu",
 ) -> Resources:
-    """Resources for ``n_workers`` workers sharing this machine (no cluster needed).
+    """Find the resources of ``n_workers`` workers sharing this machine (no cluster needed).
 
     Parameters
     ----------
@@ -169,6 +191,7 @@ def resources_from_machine(
     Returns
     -------
     Resources
+        Each worker's share of the machine.
     """
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
@@ -215,7 +238,7 @@ def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
 
 
 def resources_from_client(client: Client, *, device: str | None = None) -> Resources:
-    """Resources of the workers a client sees (the most constrained worker decides).
+    """Find the resources of the workers a client sees (the most constrained worker decides).
 
     Parameters
     ----------
@@ -254,10 +277,15 @@ def resources_from_client(client: Client, *, device: str | None = None) -> Resou
 
 
 def active_client() -> Any:
-    """The distributed client ``dask.compute`` would use now, or None.
+    """Find the distributed client ``dask.compute`` would use now.
 
     This honours ``dask.config.set(scheduler=...)``: with a client alive but the
     threaded scheduler chosen, work runs (and is planned) on the threads.
+
+    Returns
+    -------
+    distributed.Client or None
+        The client, or None.
     """
     from dask.base import get_scheduler
 
@@ -270,7 +298,18 @@ def active_client() -> Any:
 
 
 def resources_auto(*, device: str | None = None) -> Resources:
-    """Resources of the distributed client dask would compute on, else of this machine."""
+    """Find the resources of the distributed client dask would compute on, else of this machine.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu"}, optional
+        Where the kernels run; by default as the workers suggest.
+
+    Returns
+    -------
+    Resources
+        The workers' (or this machine's) resources.
+    """
     client = active_client()
     if client is not None:
         return resources_from_client(client, device=device)
@@ -374,7 +413,12 @@ def _wait_for_workers(client: Client, n_workers: int) -> None:
 
 
 def require_cuda() -> int:
-    """The number of visible CUDA devices, after checking that a ``"cuda"`` cluster can start.
+    """Count the visible CUDA devices, after checking that a ``"cuda"`` cluster can start.
+
+    Returns
+    -------
+    int
+        The number of devices (at least 1).
 
     Raises
     ------
@@ -399,10 +443,20 @@ def require_cuda() -> int:
 
 
 def resolve_kind(kind: str) -> str:
-    """The cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``.
+    """Resolve the cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``.
 
     ``"auto"`` is ``"cuda"`` when CUDA devices are visible and dask-cuda is
     installed, else ``"local"``; other kinds are returned as they are.
+
+    Parameters
+    ----------
+    kind : str
+        The requested kind.
+
+    Returns
+    -------
+    str
+        The kind to start.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown cluster kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -453,6 +507,7 @@ def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> di
     Returns
     -------
     dict
+        The options to pass.
 
     Raises
     ------

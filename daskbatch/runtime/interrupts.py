@@ -38,6 +38,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        """Raise :class:`Interrupted`, or defer it while a write is in progress.
+
+        Parameters
+        ----------
+        signum : int
+            The signal.
+        frame : frame or None
+            Where it arrived (unused).
+        """
         if getattr(_signals, "depth", 0) > 0:
             _signals.pending = True  # raised when the write in progress is done
             return

@@ -40,7 +40,13 @@ _current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("daskbatc
 
 
 def note_pass(rows: int, features: int) -> None:
-    """Count one finished pass over ``rows`` x ``features`` for the summary line of the call running now."""
+    """Count one finished pass over ``rows`` x ``features`` for the summary line of the call running now.
+
+    Parameters
+    ----------
+    rows, features : int
+        Shape of the data the pass read.
+    """
     run = _current.get()
     if run is not None:
         run.passes += 1
@@ -52,11 +58,24 @@ def logged_run(name: str) -> Callable[[F], F]:
 
     A call inside another logged call (``select`` running ``describe``) adds its
     passes to the outer one and logs nothing itself.
+
+    Parameters
+    ----------
+    name : str
+        What the line calls the function (``"describe"``).
+
+    Returns
+    -------
+    callable
+        The decorator.
     """
 
     def decorate(func: F) -> F:
+        """Wrap ``func`` so that its call is timed and summed up in one log line."""  # numpydoc ignore=PR01,RT01
+
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            """Run ``func``, then log its summary line."""  # numpydoc ignore=PR01,RT01
             if _current.get() is not None:
                 return func(*args, **kwargs)
             run = _Run(name)
@@ -76,7 +95,20 @@ def logged_run(name: str) -> Callable[[F], F]:
 
 
 def summary_line(run: _Run, seconds: float) -> str:
-    """The one line that sums up a call."""
+    """Return the one line that sums up a call.
+
+    Parameters
+    ----------
+    run : _Run
+        What the call counted (rows, features, passes).
+    seconds : float
+        Its wall time.
+
+    Returns
+    -------
+    str
+        The line.
+    """
     rate = f" ({run.rows / seconds:,.0f} rows/s)" if seconds > 0 and run.rows else ""
     passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
     return (
@@ -96,7 +128,13 @@ def _own_peak_bytes() -> int | None:
 
 
 def peak_memory_text() -> str:
-    """``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a distributed client."""
+    """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client.
+
+    Returns
+    -------
+    str
+        This process's peak resident set, and the largest worker's when a client is active.
+    """
     from dask.utils import format_bytes
 
     own = _own_peak_bytes()

@@ -108,7 +108,13 @@ class Progress:
             self._draw(force=True)
 
     def close(self, *, ok: bool = True) -> None:
-        """Finish the bar and log the end: units, time and throughput (or where it stopped)."""
+        """Finish the bar and log the end: units, time and throughput (or where it stopped).
+
+        Parameters
+        ----------
+        ok : bool, default True
+            False when the work stopped early (the bar turns red, the log says where).
+        """
         with self._lock:
             if self._closed:
                 return
@@ -126,26 +132,50 @@ class Progress:
     # ------------------------------------------------------------------ counting
 
     def skip(self, n: int) -> None:
-        """Count ``n`` units that were done before this run (reused), outside the throughput."""
+        """Count ``n`` units that were done before this run (reused), outside the throughput.
+
+        Parameters
+        ----------
+        n : int
+            Units reused.
+        """
         with self._lock:
             self.skipped += n
             self.done += n
         self._draw(force=True)
 
     def advance(self, n: int = 1) -> None:
-        """Count ``n`` more finished units (any thread)."""
+        """Count ``n`` more finished units (any thread).
+
+        Parameters
+        ----------
+        n : int, default 1
+            Units just finished.
+        """
         with self._lock:
             self.done += n
         self._draw()
 
     def update(self, done: int) -> None:
-        """Set the number of finished units (any thread; never goes backwards)."""
+        """Set the number of finished units (any thread; never goes backwards).
+
+        Parameters
+        ----------
+        done : int
+            Units finished so far.
+        """
         with self._lock:
             self.done = max(self.done, done)
         self._draw()
 
     def set_total(self, total: int) -> None:
-        """Set the number of units once it is known (a widget's bar grows to it)."""
+        """Set the number of units once it is known (a widget's bar grows to it).
+
+        Parameters
+        ----------
+        total : int
+            Units in all.
+        """
         with self._lock:
             self.total = total
             if isinstance(self._display, _Widget):
@@ -156,17 +186,30 @@ class Progress:
 
     @property
     def elapsed(self) -> float:
+        """Time since the bar started, in seconds (0 before it started)."""  # numpydoc ignore=RT01
         return 0.0 if self._t0 is None else time.perf_counter() - self._t0
 
     def rows_per_s(self) -> float | None:
-        """Rows computed by this run per second (reused units left out), once something finished."""
+        """Return the rows computed by this run per second (reused units left out), once something finished.
+
+        Returns
+        -------
+        float or None
+            None before the first unit finished or without a row count.
+        """
         computed, seconds = self.done - self.skipped, self.elapsed
         if not (self.rows and self.total and computed > 0 and seconds > 0):
             return None
         return computed / self.total * self.rows / seconds
 
     def eta(self) -> float | None:
-        """Seconds left at the rate so far, once something finished."""
+        """Return the seconds left at the rate so far, once something finished.
+
+        Returns
+        -------
+        float or None
+            None before the first unit finished or without a total.
+        """
         computed = self.done - self.skipped
         if self.total is None or computed <= 0:
             return None

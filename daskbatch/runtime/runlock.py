@@ -59,7 +59,18 @@ _HELD_GUARD = threading.Lock()
 
 
 def output_lock_path(out: str | os.PathLike[str]) -> Path:
-    """The lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete)."""
+    """Name the lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete).
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The output.
+
+    Returns
+    -------
+    pathlib.Path
+        The lock file.
+    """
     path = Path(os.path.abspath(out))
     return path.with_name(f".{path.name}.daskbatch-lock")
 

@@ -37,7 +37,13 @@ _controller: Any = None  # (len(sys.modules) when scanned, threadpoolctl.Threadp
 
 
 def scheduler_threads() -> int:
-    """How many tasks the scheduler running this one may run at once in this process (1 if unknown)."""
+    """Count the tasks the scheduler running this one may run at once in this process (1 if unknown).
+
+    Returns
+    -------
+    int
+        The number of threads.
+    """
     try:
         from distributed import get_worker
 

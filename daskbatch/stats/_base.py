@@ -26,11 +26,52 @@ class Statistic(Protocol[S, R]):
         """Short name used in task keys and the CLI (``"moments"``, ``"cov"``, ...)."""
         ...
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> S: ...
+    def chunk(self, x: Array, label: Array | None = None, /) -> S:
+        """Reduce one block of rows to a state.
 
-    def merge(self, a: S, b: S, /) -> S: ...
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            The class label of each row, for statistics that read labels.
 
-    def finalize(self, state: S, /) -> R: ...
+        Returns
+        -------
+        S
+            The block's state.
+        """
+        ...
+
+    def merge(self, a: S, b: S, /) -> S:
+        """Combine the states of two disjoint sets of rows.
+
+        Parameters
+        ----------
+        a, b : S
+            The states to combine.
+
+        Returns
+        -------
+        S
+            The state of the union of their rows.
+        """
+        ...
+
+    def finalize(self, state: S, /) -> R:
+        """Turn a state into the statistic's result.
+
+        Parameters
+        ----------
+        state : S
+            The state of all the rows.
+
+        Returns
+        -------
+        R
+            The result.
+        """
+        ...
 
 
 class BundleLike(Statistic[tuple[Any, ...], tuple[Any, ...]], Protocol):
@@ -58,7 +99,13 @@ class State:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the state's arrays (8 for each scalar field)."""
+        """Count the bytes held by the state's arrays (8 for each scalar field).
+
+        Returns
+        -------
+        int
+            The total size in bytes.
+        """
         total = 0
         for field in fields(self):  # type: ignore[arg-type]  # subclasses are dataclasses
             total += int(getattr(getattr(self, field.name), "nbytes", 8))
@@ -66,12 +113,25 @@ class State:
 
 
 def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
-    """Merge ``states`` left to right: a fixed order, so results are bitwise reproducible."""
+    """Merge ``states`` left to right: a fixed order, so results are bitwise reproducible.
+
+    Parameters
+    ----------
+    stat : Statistic
+        The statistic whose ``merge`` combines the states.
+    states : sequence of S
+        The states to merge, at least one.
+
+    Returns
+    -------
+    S
+        The merged state.
+    """
     return functools.reduce(stat.merge, states)
 
 
 @dataclass(frozen=True)
-class Bundle:
+class Bundle:  # numpydoc ignore=PR02
     """Several statistics computed in one pass: each chunk is read and cast once.
 
     A :class:`BundleLike`: a statistic whose states and results are tuples,
@@ -87,20 +147,76 @@ class Bundle:
 
     @property
     def name(self) -> str:
+        """Name the bundle after its statistics, joined by ``-``.
+
+        Returns
+        -------
+        str
+            The joined names.
+        """
         return "-".join(s.name for s in self.stats)
 
     def chunk(self, x: Array, label: Array | None = None, /) -> tuple[Any, ...]:
+        """Reduce one block with every statistic.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            The class label of each row.
+
+        Returns
+        -------
+        tuple
+            One state per statistic.
+        """
         return tuple(s.chunk(x, label) for s in self.stats)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Merge two bundle states item by item.
+
+        Parameters
+        ----------
+        a, b : tuple
+            Bundle states, one item per statistic.
+
+        Returns
+        -------
+        tuple
+            The merged states.
+        """
         return tuple(s.merge(sa, sb) for s, sa, sb in zip(self.stats, a, b, strict=True))
 
     def finalize(self, state: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Finalize each statistic's item of a bundle state.
+
+        Parameters
+        ----------
+        state : tuple
+            A bundle state, one item per statistic.
+
+        Returns
+        -------
+        tuple
+            One result per statistic.
+        """
         return tuple(s.finalize(st) for s, st in zip(self.stats, state, strict=True))
 
 
 def as_float64(x: Array) -> Array:
-    """``x`` as a float64 copy: states accumulate in float64 whatever the input dtype."""
+    """Copy ``x`` to float64: states accumulate in float64 whatever the input dtype.
+
+    Parameters
+    ----------
+    x : array
+        Any real array.
+
+    Returns
+    -------
+    array
+        ``x`` in float64.
+    """
     from daskbatch.stats.backend import namespace
 
     xp = namespace(x)
@@ -110,7 +226,20 @@ def as_float64(x: Array) -> Array:
 
 
 def safe_divisor(xp: Any, n: Array) -> Array:
-    """``n`` with zeros replaced by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0."""
+    """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``n``.
+    n : array
+        Counts.
+
+    Returns
+    -------
+    array
+        ``n`` with its zeros set to one.
+    """
     return xp.where(n > 0, n, xp.ones_like(n))
 
 
@@ -125,6 +254,26 @@ def merge_shifted_means(
     data (Sterbenz), so ``delta`` keeps almost double-length precision. Against
     an empty side ``delta`` is zero: the foreign reference would make it the
     whole mean, whose powers overflow for huge values (and ``inf * 0`` is NaN).
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace.
+    na, nb : array
+        Per-feature counts of the two sides.
+    shift_a, mean_a : array
+        Side a's reference value and mean about it.
+    shift_b, mean_b : array
+        Side b's reference value and mean about it.
+
+    Returns
+    -------
+    shift : array
+        The union's reference value.
+    mean : array
+        The union's mean about ``shift``.
+    delta : array
+        The mean of b minus that of a.
     """
     shift = xp.where(na > 0, shift_a, shift_b)
     ma = (shift_a - shift) + mean_a

@@ -19,16 +19,41 @@ __all__ = ["bincount", "device", "namespace", "to_numpy"]
 
 
 def namespace(*arrays: Array) -> Namespace:
-    """Array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...)."""
+    """Find the array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...).
+
+    Parameters
+    ----------
+    *arrays : array
+        Arrays of one library.
+
+    Returns
+    -------
+    namespace
+        Their array-API compatible namespace.
+    """
     return array_namespace(*arrays)
 
 
 def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
-    """Occurrences of each non-negative integer in the 1-D ``idx``, as int64 of length ``minlength``.
+    """Count the occurrences of each non-negative integer in the 1-D ``idx``.
 
     NumPy and CuPy have a native ``bincount`` (array-api-compat's namespaces
     expose the whole library). Other namespaces fall back to a standard
     sort + ``searchsorted``, which is O(n log n) but exact.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``idx``.
+    idx : array of int
+        Non-negative integers below ``minlength``, 1-D.
+    minlength : int
+        Length of the result.
+
+    Returns
+    -------
+    array
+        The counts, int64, of length ``minlength``.
     """
     native = getattr(xp, "bincount", None)
     if native is not None:
@@ -40,7 +65,18 @@ def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
 
 
 def to_numpy(a: Any) -> np.ndarray:
-    """Host NumPy copy of an array from any supported backend (no copy for NumPy input)."""
+    """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input).
+
+    Parameters
+    ----------
+    a : array
+        An array of any supported backend.
+
+    Returns
+    -------
+    ndarray
+        The array on the host.
+    """
     if is_numpy_array(a):
         return a
     if is_cupy_array(a):

@@ -64,7 +64,24 @@ class ClassMomentsResult:
 
 
 def empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: object = None) -> ClassMomentsState:
-    """The identity of :meth:`ClassMoments.merge`: the state of a chunk with no rows."""
+    """Build the identity of :meth:`ClassMoments.merge`: the state of a chunk with no rows.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace to allocate in.
+    n_features : int
+        Number of features.
+    n_classes : int
+        Number of classes.
+    dev : device, optional
+        The device to allocate on.
+
+    Returns
+    -------
+    ClassMomentsState
+        The empty state.
+    """
     zeros = xp.zeros((n_features, n_classes), dtype=xp.float64, device=dev)
     return ClassMomentsState(n=zeros, shift=zeros, mean=zeros, m2=zeros)
 
@@ -93,7 +110,7 @@ def _one_class(xp: Namespace, x: Array) -> tuple[Array, Array, Array, Array]:
 
 
 @dataclass(frozen=True)
-class ClassMoments:
+class ClassMoments:  # numpydoc ignore=PR02
     """Count, mean and variance of every feature within every class of an integer label.
 
     Parameters
@@ -127,6 +144,20 @@ class ClassMoments:
                 raise ValueError(f"n_classes={self.n_classes} but {len(self.classes)} class values were given")
 
     def chunk(self, x: Array, label: Array | None = None, /) -> ClassMomentsState:
+        """Reduce one block to per-class moments.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array
+            The integer class label of each row (required).
+
+        Returns
+        -------
+        ClassMomentsState
+            The block's state.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
@@ -161,6 +192,18 @@ class ClassMoments:
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
 
     def merge(self, a: ClassMomentsState, b: ClassMomentsState, /) -> ClassMomentsState:
+        """Combine the states of two disjoint sets of rows, class by class.
+
+        Parameters
+        ----------
+        a, b : ClassMomentsState
+            The states to combine (the one with fewer classes is padded).
+
+        Returns
+        -------
+        ClassMomentsState
+            The state of the union.
+        """
         xp = namespace(a.n, b.n)
         ka, kb = a.n.shape[1], b.n.shape[1]
         if ka < kb:
@@ -174,6 +217,18 @@ class ClassMoments:
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
 
     def finalize(self, s: ClassMomentsState, /) -> ClassMomentsResult:
+        """Compute the per-class count, mean and variance from a state.
+
+        Parameters
+        ----------
+        s : ClassMomentsState
+            The state of all the rows.
+
+        Returns
+        -------
+        ClassMomentsResult
+            The per-class moments.
+        """
         xp = namespace(s.n)
         nan = xp.full_like(s.mean, xp.nan)
         has = s.n > 0

@@ -33,14 +33,40 @@ _INT64_MAX = 2**63 - 1
 
 
 def as_int64_labels(xp: Namespace, label: Array) -> Array:
-    """``label`` (integer or bool) as int64, refusing uint64 values that int64 cannot hold."""
+    """Cast ``label`` (integer or bool) to int64, refusing uint64 values that int64 cannot hold.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``label``.
+    label : array
+        Integer or bool labels.
+
+    Returns
+    -------
+    array
+        The labels as int64.
+    """
     if label.dtype == xp.uint64 and label.shape[0] and int(xp.max(label)) > _INT64_MAX:
         raise ValueError(f"label value {int(xp.max(label))} does not fit in int64")
     return xp.astype(label, xp.int64)
 
 
 def format_classes(values: Sequence[int], shown: int = 10) -> str:
-    """``[0, 1, 7]``, or the first ``shown`` values and a count for long lists."""
+    """Format class values for a message: ``[0, 1, 7]``, or the first ``shown`` and a count.
+
+    Parameters
+    ----------
+    values : sequence of int
+        The class values.
+    shown : int, default 10
+        The most values written out.
+
+    Returns
+    -------
+    str
+        The formatted list.
+    """
     head = ", ".join(str(int(v)) for v in values[:shown])
     return f"[{head}]" if len(values) <= shown else f"[{head}, ... ({len(values):,} values)]"
 
@@ -84,9 +110,18 @@ def validate_classes(classes: Any, max_classes: int = DEFAULT_MAX_CLASSES) -> tu
 class UnknownClassError(ValueError):
     """A label value that is not one of the declared classes.
 
-    ``value`` is the first such label, at ``row`` of its block, where ``count``
-    labels are outside the classes; ``rows`` (start, stop) places the block in
-    the whole array when known.
+    Parameters
+    ----------
+    value : int
+        The first such label.
+    row : int
+        Its row in its block.
+    count : int
+        How many labels of the block are outside the classes.
+    classes : tuple of int
+        The declared classes.
+    rows : tuple of int, optional
+        The block's (start, stop) rows in the whole array, when known.
     """
 
     def __init__(
@@ -106,9 +141,26 @@ class UnknownClassError(ValueError):
 
 
 def label_codes(xp: Namespace, label: Array, classes: tuple[int, ...]) -> Array:
-    """Column of every label in a table over the sorted ``classes``: int64 in ``0 .. K-1``.
+    """Map every label to its column in a table over the sorted ``classes``.
 
-    Raises a one-line ValueError naming the first label that is not a class value.
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``label``.
+    label : array
+        Integer labels.
+    classes : tuple of int
+        The sorted class values.
+
+    Returns
+    -------
+    array
+        The codes, int64 in ``0 .. K-1``.
+
+    Raises
+    ------
+    UnknownClassError
+        A label is not a class value (a ValueError naming the first).
     """
     k = len(classes)
     labels = as_int64_labels(xp, label)
@@ -135,7 +187,7 @@ class ClassValuesState(State):
 
 
 @dataclass(frozen=True)
-class ClassValues:
+class ClassValues:  # numpydoc ignore=PR02
     """The distinct values of an integer label, merged by set union (a mergeable statistic).
 
     The labels are ``label`` when given (fused with other statistics in a
@@ -159,10 +211,37 @@ class ClassValues:
             raise ValueError(f"max_classes must be a positive integer, got {self.max_classes!r}")
 
     def empty(self, xp: Namespace, dev: object = None) -> ClassValuesState:
-        """The identity of :meth:`merge`."""
+        """Build the identity of :meth:`merge`: no class values.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace to allocate in.
+        dev : device, optional
+            The device to allocate on.
+
+        Returns
+        -------
+        ClassValuesState
+            The empty state.
+        """
         return ClassValuesState(values=xp.zeros((0,), dtype=xp.int64, device=dev))
 
     def chunk(self, x: Array, label: Array | None = None, /) -> ClassValuesState:
+        """Find the distinct label values of one block.
+
+        Parameters
+        ----------
+        x : array
+            The block; its single column is the label when ``label`` is None.
+        label : array or None
+            The labels of the block's rows.
+
+        Returns
+        -------
+        ClassValuesState
+            The sorted distinct values.
+        """
         labels = label if label is not None else x
         xp = namespace(labels)
         labels = xp.reshape(labels, (-1,))
@@ -172,6 +251,18 @@ class ClassValues:
         return self._checked(ClassValuesState(values=values))
 
     def merge(self, a: ClassValuesState, b: ClassValuesState, /) -> ClassValuesState:
+        """Unite the values of two states.
+
+        Parameters
+        ----------
+        a, b : ClassValuesState
+            The states to unite.
+
+        Returns
+        -------
+        ClassValuesState
+            The sorted union (at most ``max_classes`` values).
+        """
         xp = namespace(a.values, b.values)
         if b.values.shape[0] == 0:
             return a
@@ -181,7 +272,18 @@ class ClassValues:
         return self._checked(ClassValuesState(values=values))
 
     def finalize(self, s: ClassValuesState, /) -> Array:
-        """The sorted class values (int64)."""
+        """Return the sorted class values.
+
+        Parameters
+        ----------
+        s : ClassValuesState
+            The state of all the labels.
+
+        Returns
+        -------
+        array
+            The class values, int64.
+        """
         return s.values
 
     def _checked(self, s: ClassValuesState) -> ClassValuesState:

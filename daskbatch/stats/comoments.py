@@ -40,7 +40,22 @@ class CoMomentsResult:
 
 
 def empty_comoments(xp: Namespace, n_features: int, dev: object = None) -> CoMomentsState:
-    """The identity of :meth:`CoMoments.merge`."""
+    """Build the identity of :meth:`CoMoments.merge`: the state of a chunk with no rows.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace to allocate in.
+    n_features : int
+        Number of features.
+    dev : device, optional
+        The device to allocate on.
+
+    Returns
+    -------
+    CoMomentsState
+        The empty state.
+    """
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     return CoMomentsState(
         n=xp.zeros((), dtype=xp.float64, device=dev),
@@ -55,13 +70,35 @@ def _outer(xp: Namespace, a: Array, b: Array) -> Array:
 
 
 def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Array, Array, Array]:
-    """``(n, shift, mean, dev, e)`` of the rows of ``x`` marked ``complete`` (corrected two-pass).
+    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass).
 
     ``shift`` is the first complete row, ``dev`` the deviations of ``x - shift``
     from their approximate mean ``mean`` (zero on other rows), and ``e`` the
     residual mean of ``dev``: the rows' mean is ``shift + mean + e`` and their
     co-moment matrix ``devᵀdev - n eeᵀ``, the residual removing the rounding
     of ``mean``.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``x``.
+    x : array
+        The block, (rows, features).
+    complete : array of bool
+        The rows without a NaN, (rows,).
+
+    Returns
+    -------
+    n : array
+        The number of complete rows.
+    shift : array
+        The first complete row.
+    mean : array
+        The approximate mean of ``x - shift``.
+    dev : array
+        The deviations, (rows, features).
+    e : array
+        The residual mean of ``dev``.
     """
     if x.dtype != xp.float64:  # centred never writes into x, so float64 input needs no copy
         x = as_float64(x)
@@ -86,6 +123,26 @@ def covariance_and_correlation(
     ``m2_a``/``m2_b`` are the sums of squared deviations of the row and column
     features (the co-moment diagonals); ``diagonal`` marks a block on the main
     diagonal, whose varying features get an exact 1 on it.
+
+    Parameters
+    ----------
+    c : array
+        Co-moments (sums of products of deviations), (rows, columns) of features.
+    n : array
+        Number of rows.
+    m2_a, m2_b : array
+        Sums of squared deviations of the row and the column features.
+    ddof : int
+        Delta degrees of freedom of the covariance.
+    diagonal : bool
+        Whether the block lies on the main diagonal.
+
+    Returns
+    -------
+    cov : array
+        The covariance.
+    corr : array
+        The Pearson correlation (NaN for a constant feature).
     """
     xp = namespace(c)
     dof = n - ddof
@@ -93,6 +150,18 @@ def covariance_and_correlation(
     cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
 
     def inv_sqrt(m2: Array) -> Array:
+        """Invert the square roots of ``m2``, NaN where a feature does not vary.
+
+        Parameters
+        ----------
+        m2 : array
+            Sums of squared deviations.
+
+        Returns
+        -------
+        array
+            ``1 / sqrt(m2)``, NaN where ``m2`` is 0.
+        """
         varies = m2 > 0
         return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
 
@@ -104,7 +173,7 @@ def covariance_and_correlation(
 
 
 @dataclass(frozen=True)
-class CoMoments:
+class CoMoments:  # numpydoc ignore=PR02
     """Sample covariance and Pearson correlation over axis 0, complete cases only.
 
     Parameters
@@ -119,6 +188,20 @@ class CoMoments:
     joint = True
 
     def chunk(self, x: Array, label: Array | None = None, /) -> CoMomentsState:
+        """Reduce one block to its co-moments state.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            Ignored: the co-moments do not read labels.
+
+        Returns
+        -------
+        CoMomentsState
+            The block's state.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
@@ -132,6 +215,18 @@ class CoMoments:
         return CoMomentsState(n=n, shift=shift, mean=approx_mean + e, c=c)
 
     def merge(self, a: CoMomentsState, b: CoMomentsState, /) -> CoMomentsState:
+        """Combine the states of two disjoint sets of rows.
+
+        Parameters
+        ----------
+        a, b : CoMomentsState
+            The states to combine.
+
+        Returns
+        -------
+        CoMomentsState
+            The state of the union.
+        """
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
@@ -140,6 +235,18 @@ class CoMoments:
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
     def finalize(self, s: CoMomentsState, /) -> CoMomentsResult:
+        """Compute the covariance and correlation from a state.
+
+        Parameters
+        ----------
+        s : CoMomentsState
+            The state of all the rows.
+
+        Returns
+        -------
+        CoMomentsResult
+            Complete-case count, mean, covariance and correlation.
+        """
         xp = namespace(s.c)
         diag = xp.linalg.diagonal(s.c) if hasattr(xp, "linalg") else xp.diagonal(s.c)
         cov, corr = covariance_and_correlation(s.c, s.n, diag, diag, self.ddof, diagonal=True)

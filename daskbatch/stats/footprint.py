@@ -33,7 +33,7 @@ def _per_path(value: int) -> dict[str, int]:
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: its tables are dicts
-class Footprint:
+class Footprint:  # numpydoc ignore=PR02
     """Memory a statistic needs, in terms of the sizes the planner knows.
 
     Parameters
@@ -78,12 +78,22 @@ class Footprint:
 
 
 def generic_footprint(name: str) -> Footprint:
-    """A cautious footprint for a user's statistic that declares none.
+    """Build a cautious footprint for a user's statistic that declares none.
 
     Assumes a state of 16 float64 vectors per feature, four float64 and two
     bool chunk-sized temporaries plus a float64 copy (what an array-API
     ``chunk`` typically makes), and one state-sized temporary per merge.
     Declare a ``footprint`` attribute on the statistic to plan more tightly.
+
+    Parameters
+    ----------
+    name : str
+        The statistic's name.
+
+    Returns
+    -------
+    Footprint
+        The assumed footprint.
     """
     return Footprint(
         name=name,

@@ -56,7 +56,7 @@ class HistogramResult:
 
 
 @dataclass(frozen=True)
-class Histogram:
+class Histogram:  # numpydoc ignore=PR02
     """Per-feature histogram with ``bins`` fixed-width bins on ``[lo[d], hi[d]]``.
 
     Parameters
@@ -101,10 +101,30 @@ class Histogram:
 
     @property
     def n_slots(self) -> int:
+        """Count the slots of a feature's counts: underflow, the bins, overflow and NaN.
+
+        Returns
+        -------
+        int
+            ``bins + 3``.
+        """
         return self.bins + 3
 
     def edges(self, xp: Namespace, dev: object = None) -> Array:
-        """Bin edges (D, bins + 1) in float64, computed as ``numpy.linspace`` does."""
+        """Compute the bin edges in float64, as ``numpy.linspace`` does.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace to allocate in.
+        dev : device, optional
+            The device to allocate on.
+
+        Returns
+        -------
+        array
+            The edges, (D, bins + 1).
+        """
         lo = xp.asarray(self.lo, dtype=xp.float64, device=dev)
         hi = xp.asarray(self.hi, dtype=xp.float64, device=dev)
         step = (hi - lo) / self.bins
@@ -114,12 +134,38 @@ class Histogram:
         return xp.where(last[None, :], hi[:, None], edges)
 
     def empty(self, xp: Namespace, dev: object = None, n_classes: int = 1) -> HistogramState:
-        """The identity of :meth:`merge`."""
+        """Build the identity of :meth:`merge`: the state of a chunk with no rows.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace to allocate in.
+        dev : device, optional
+            The device to allocate on.
+        n_classes : int, default 1
+            Number of class columns of the counts.
+
+        Returns
+        -------
+        HistogramState
+            The all-zero state.
+        """
         shape = (len(self.lo), self.n_slots, n_classes)
         return HistogramState(counts=xp.zeros(shape, dtype=xp.int64, device=dev))
 
     def slots(self, x: Array) -> Array:
-        """Slot index (R, D) of every value of ``x``: 0 underflow, 1..bins bins, bins+1 overflow, bins+2 NaN."""
+        """Find the slot of every value of ``x``.
+
+        Parameters
+        ----------
+        x : array
+            The block, (R, D).
+
+        Returns
+        -------
+        array
+            Slot indices (R, D): 0 underflow, 1..bins the bins, bins+1 overflow, bins+2 NaN.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         dev = device(x)
@@ -139,6 +185,18 @@ class Histogram:
         base = xp.arange(n_features, dtype=xp.int64, device=dev) * (self.bins + 1)
 
         def edge_at(i: Array) -> Array:
+            """Look up edge ``i`` of each value's feature.
+
+            Parameters
+            ----------
+            i : array of int
+                Edge indices, (R, D).
+
+            Returns
+            -------
+            array
+                The edges, (R, D).
+            """
             return xp.reshape(xp.take(flat_edges, xp.reshape(i + base, (-1,))), (rows, n_features))
 
         idx = xp.where(x < edge_at(idx), idx - 1, idx)
@@ -149,6 +207,20 @@ class Histogram:
         return xp.where(nan, xp.full_like(slot, self.bins + 2), slot)
 
     def chunk(self, x: Array, label: Array | None = None, /) -> HistogramState:
+        """Count one block's values into the bins (by class with ``by_label``).
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            The integer class label of each row; required with ``by_label``.
+
+        Returns
+        -------
+        HistogramState
+            The block's counts.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         if n_features != len(self.lo):
@@ -185,6 +257,18 @@ class Histogram:
         return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
 
     def merge(self, a: HistogramState, b: HistogramState, /) -> HistogramState:
+        """Add the counts of two states (the one with fewer classes is padded).
+
+        Parameters
+        ----------
+        a, b : HistogramState
+            The states to combine.
+
+        Returns
+        -------
+        HistogramState
+            The state of the union.
+        """
         xp = namespace(a.counts, b.counts)
         ka, kb = a.counts.shape[2], b.counts.shape[2]
         ca, cb = a.counts, b.counts
@@ -195,6 +279,18 @@ class Histogram:
         return HistogramState(counts=ca + cb)
 
     def finalize(self, s: HistogramState, /) -> HistogramResult:
+        """Split a state into bin counts, out-of-range and NaN counts (and joint tables).
+
+        Parameters
+        ----------
+        s : HistogramState
+            The state of all the rows.
+
+        Returns
+        -------
+        HistogramResult
+            The histogram of every feature.
+        """
         xp = namespace(s.counts)
         total = xp.sum(s.counts, axis=2)
         joint = s.counts[:, : self.bins + 2, :] if self.by_label else None

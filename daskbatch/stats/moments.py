@@ -70,7 +70,22 @@ class MomentsResult:
 
 
 def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
-    """The identity of :meth:`Moments.merge`: the state of a chunk with no rows."""
+    """Build the identity of :meth:`Moments.merge`: the state of a chunk with no rows.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace to allocate in.
+    n_features : int
+        Number of features.
+    dev : device, optional
+        The device to allocate on.
+
+    Returns
+    -------
+    MomentsState
+        The empty state.
+    """
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     inf = xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev)
     return MomentsState(
@@ -80,7 +95,22 @@ def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> Moments
 
 
 def first_finite(xp: Namespace, x: Array, finite: Array) -> Array:
-    """Per column, the first finite value of ``x`` (0 where a column has none)."""
+    """Find, per column, the first finite value of ``x`` (0 where a column has none).
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``x``.
+    x : array
+        The block, (rows, features).
+    finite : array of bool
+        Where ``x`` is finite.
+
+    Returns
+    -------
+    array
+        One value per feature.
+    """
     rows, cols = x.shape
     first_row = xp.argmax(xp.astype(finite, xp.int8), axis=0)
     flat = first_row * cols + xp.arange(cols, dtype=first_row.dtype, device=device(x))
@@ -89,7 +119,7 @@ def first_finite(xp: Namespace, x: Array, finite: Array) -> Array:
 
 
 @dataclass(frozen=True)
-class Moments:
+class Moments:  # numpydoc ignore=PR02
     """Count, NaN/inf counts, mean, variance, skewness, excess kurtosis, min and max over axis 0.
 
     Parameters
@@ -119,6 +149,20 @@ class Moments:
     name = "moments"
 
     def chunk(self, x: Array, label: Array | None = None, /) -> MomentsState:
+        """Reduce one block to its moments state.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            Ignored: the moments do not read labels.
+
+        Returns
+        -------
+        MomentsState
+            The block's state.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
@@ -168,6 +212,18 @@ class Moments:
         )
 
     def merge(self, a: MomentsState, b: MomentsState, /) -> MomentsState:
+        """Combine the states of two disjoint sets of rows.
+
+        Parameters
+        ----------
+        a, b : MomentsState
+            The states to combine.
+
+        Returns
+        -------
+        MomentsState
+            The state of the union.
+        """
         xp = namespace(a.mean, b.mean)
         na, nb = a.n, b.n
         n = na + nb
@@ -202,6 +258,18 @@ class Moments:
         )
 
     def finalize(self, s: MomentsState, /) -> MomentsResult:
+        """Compute the moments from a state.
+
+        Parameters
+        ----------
+        s : MomentsState
+            The state of all the rows.
+
+        Returns
+        -------
+        MomentsResult
+            Counts, mean, variance, skewness, kurtosis, min and max per feature.
+        """
         xp = namespace(s.mean)
         nan = xp.full_like(s.mean, xp.nan)
         inf = xp.full_like(s.mean, xp.inf)

@@ -21,7 +21,7 @@ def histogram_quantile(
     vmax: np.ndarray,
     q: float | np.ndarray,
 ) -> np.ndarray:
-    """Quantiles ``q`` (scalar or 1-D, in [0, 1]) of each feature; shape (D,) or (D, len(q)).
+    """Interpolate quantiles ``q`` (scalar or 1-D, in [0, 1]) of each feature from its histogram.
 
     Parameters
     ----------
@@ -39,7 +39,7 @@ def histogram_quantile(
     Returns
     -------
     ndarray
-        NaN for a feature without values.
+        Shape (D,) or (D, len(q)); NaN for a feature without values.
     """
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     if qs.ndim != 1 or np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):

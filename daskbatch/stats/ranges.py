@@ -40,10 +40,12 @@ def robust_ranges(
 
     Returns
     -------
-    lo, hi : ndarray, shape (D,)
-        Where the quantiles span nothing (a feature that is almost constant,
-        or whose tails are infinite), the extrema themselves, as
-        ``range="minmax"`` gives.
+    lo : ndarray, shape (D,)
+        The lower end of each feature's range.
+    hi : ndarray, shape (D,)
+        The upper end. Where the quantiles span nothing (a feature that is
+        almost constant, or whose tails are infinite), ``lo`` and ``hi`` are
+        the extrema themselves, as ``range="minmax"`` gives.
     """
     q_lo, q_hi = quantiles[:, 0], quantiles[:, 1]
     with np.errstate(invalid="ignore", over="ignore"):
@@ -57,7 +59,7 @@ def robust_ranges(
 def flag_out_of_range(
     fraction: np.ndarray, feature_names: Sequence[str], *, limit: float = OUT_OF_RANGE_LIMIT
 ) -> list[str]:
-    """Names of the features with more than ``limit`` of their values outside the range; warn when any.
+    """Name the features with more than ``limit`` of their values outside the range; warn when any.
 
     Parameters
     ----------

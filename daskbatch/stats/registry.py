@@ -37,7 +37,7 @@ STATISTIC_CLASSES: dict[str, type] = {cls.__name__: cls for cls in STATE_CLASSES
 
 
 @dataclass(frozen=True, eq=False)
-class Kept:
+class Kept:  # numpydoc ignore=PR02
     """A statistic with its merged (un-finalized) state, on the host.
 
     Parameters
@@ -52,12 +52,28 @@ class Kept:
     state: Any
 
     def finalize(self) -> Any:
-        """The statistic's result, as ``describe`` computes it from the same state."""
+        """Finalize the kept state, as ``describe`` computes it from the same state.
+
+        Returns
+        -------
+        object
+            The statistic's result.
+        """
         return self.statistic.finalize(self.state)
 
 
 def statistic_params(statistic: Any) -> dict[str, Any]:
-    """The parameters of ``statistic`` as plain JSON values (tuples become lists).
+    """Read the parameters of ``statistic`` as plain JSON values (tuples become lists).
+
+    Parameters
+    ----------
+    statistic : object
+        An instance of a registered statistic class.
+
+    Returns
+    -------
+    dict
+        Field name to value.
 
     Raises
     ------
@@ -74,6 +90,18 @@ def statistic_params(statistic: Any) -> dict[str, Any]:
 
 def statistic_from_params(class_name: str, params: Any) -> Any:
     """Rebuild a statistic from :func:`statistic_params`' output and its class name.
+
+    Parameters
+    ----------
+    class_name : str
+        The statistic's class name.
+    params : dict
+        Its parameters, as :func:`statistic_params` wrote them.
+
+    Returns
+    -------
+    object
+        The statistic.
 
     Raises
     ------

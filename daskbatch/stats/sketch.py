@@ -73,7 +73,12 @@ class SketchResult:
     max_magnitude: float
 
     def quantile(self, q: float | Any) -> np.ndarray:
-        """Quantiles ``q`` (in [0, 1]) of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
+        """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
+
+        Parameters
+        ----------
+        q : float or array_like
+            Probabilities in [0, 1].
 
         Returns
         -------
@@ -87,7 +92,7 @@ class SketchResult:
 
 
 @dataclass(frozen=True)
-class Sketch:
+class Sketch:  # numpydoc ignore=PR02
     """Relative-error quantile sketch of every feature, mergeable by adding counts.
 
     Parameters
@@ -117,15 +122,28 @@ class Sketch:
     # ------------------------------------------------------------- layout
     @property
     def ln_gamma(self) -> float:
-        """``log(gamma)``, via log1p for accuracy at small ``alpha``."""
+        """Compute ``log(gamma)``, via log1p for accuracy at small ``alpha``.
+
+        Returns
+        -------
+        float
+            The log of the bucket growth factor.
+        """
         return math.log1p(2.0 * self.alpha / (1.0 - self.alpha))
 
     @property
     def key_range(self) -> tuple[int, int]:
-        """Smallest and largest bucket key: ``ceil(log_gamma min_magnitude)`` and the overflow key.
+        """Give the smallest and largest bucket key: ``ceil(log_gamma min_magnitude)`` and the overflow key.
 
         The overflow key, one above ``ceil(log_gamma max_magnitude)``, collects
         every larger magnitude.
+
+        Returns
+        -------
+        k_min : int
+            The smallest key.
+        k_max : int
+            The overflow key.
         """
         return (
             math.ceil(math.log(self.min_magnitude) / self.ln_gamma),
@@ -134,17 +152,44 @@ class Sketch:
 
     @property
     def n_buckets(self) -> int:
-        """Buckets per sign, the overflow bucket included."""
+        """Count the buckets per sign, the overflow bucket included.
+
+        Returns
+        -------
+        int
+            Buckets per sign.
+        """
         k_min, k_max = self.key_range
         return k_max - k_min + 1
 
     @property
     def n_slots(self) -> int:
-        """Value slots per feature: both signs' buckets, zero and ±inf (NaN not included)."""
+        """Count the value slots per feature: both signs' buckets, zero and ±inf (NaN not included).
+
+        Returns
+        -------
+        int
+            Slots per feature.
+        """
         return 2 * self.n_buckets + 3
 
     def empty(self, xp: Namespace, n_features: int, dev: object = None) -> SketchState:
-        """The identity of :meth:`merge`."""
+        """Build the identity of :meth:`merge`: the state of a chunk with no rows.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace to allocate in.
+        n_features : int
+            Number of features.
+        dev : device, optional
+            The device to allocate on.
+
+        Returns
+        -------
+        SketchState
+            The empty state.
+        """
         return SketchState(
             counts=xp.zeros((n_features, self.n_slots + 1), dtype=xp.int64, device=dev),
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
@@ -152,7 +197,18 @@ class Sketch:
         )
 
     def slots(self, x: Array) -> Array:
-        """Slot (R, D) int64 of every value of the float64 ``x``; NaN gets ``n_slots``."""
+        """Find the slot of every value of the float64 ``x``.
+
+        Parameters
+        ----------
+        x : array
+            The block, float64 (R, D).
+
+        Returns
+        -------
+        array
+            The int64 slots (R, D); NaN gets ``n_slots``.
+        """
         xp = namespace(x)
         n = self.n_buckets
         k_min, k_max = self.key_range
@@ -172,6 +228,20 @@ class Sketch:
 
     # ------------------------------------------------------- the contract
     def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
+        """Count one block's values into the buckets.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            Ignored: the sketch does not read labels.
+
+        Returns
+        -------
+        SketchState
+            The block's counts and finite extrema.
+        """
         xp = namespace(x)
         rows, n_features = x.shape
         dev = device(x)
@@ -197,12 +267,36 @@ class Sketch:
         )
 
     def merge(self, a: SketchState, b: SketchState, /) -> SketchState:
+        """Add the counts of two states and combine their extrema.
+
+        Parameters
+        ----------
+        a, b : SketchState
+            The states to combine.
+
+        Returns
+        -------
+        SketchState
+            The state of the union.
+        """
         xp = namespace(a.counts, b.counts)
         return SketchState(
             counts=a.counts + b.counts, fmin=xp.minimum(a.fmin, b.fmin), fmax=xp.maximum(a.fmax, b.fmax)
         )
 
     def finalize(self, s: SketchState, /) -> SketchResult:
+        """Split a state into value-slot counts, NaN counts and finite extrema.
+
+        Parameters
+        ----------
+        s : SketchState
+            The state of all the rows.
+
+        Returns
+        -------
+        SketchResult
+            The sketch of every feature.
+        """
         xp = namespace(s.counts)
         some = s.fmin <= s.fmax
         nan = xp.full_like(s.fmin, xp.nan)
@@ -218,10 +312,20 @@ class Sketch:
 
 
 def sketch_values(sketch: Sketch) -> np.ndarray:
-    """The value every slot answers (float64, length ``n_slots``), in slot order.
+    """Give the value every slot answers, in slot order.
 
     The two overflow slots (1 and ``n_slots - 2``) hold NaN: they answer the
     feature's finite extremes, which :func:`sketch_quantile` fills in.
+
+    Parameters
+    ----------
+    sketch : Sketch
+        The sketch's layout.
+
+    Returns
+    -------
+    ndarray
+        The values, float64 of length ``n_slots``.
     """
     k_min, k_top = sketch.key_range
     keys = np.arange(k_min, k_top, dtype=np.float64)
@@ -238,7 +342,7 @@ def sketch_quantile(
     vmax: np.ndarray,
     q: float | Any,
 ) -> np.ndarray:
-    """Quantiles ``q`` of every feature from sketch counts (host NumPy).
+    """Estimate quantiles ``q`` of every feature from sketch counts (host NumPy).
 
     Parameters
     ----------

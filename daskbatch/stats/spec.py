@@ -27,6 +27,16 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
     ``stats`` is a name, a comma-separated string of names, or a sequence of
     names and statistic objects; the objects (a user's statistics) are left to
     :func:`user_statistics`.
+
+    Parameters
+    ----------
+    stats : str or sequence
+        The requested statistics.
+
+    Returns
+    -------
+    tuple of str
+        The validated names, ``"moments"`` first.
     """
     items = _items(stats)
     names = tuple(n.strip() for part in items if isinstance(part, str) for n in part.split(",") if n.strip())
@@ -43,7 +53,18 @@ def _items(stats: Any) -> tuple[Any, ...]:
 
 
 def is_statistic(obj: Any) -> bool:
-    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``."""
+    """Tell whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``.
+
+    Parameters
+    ----------
+    obj : object
+        Anything.
+
+    Returns
+    -------
+    bool
+        True for a statistic.
+    """
     return isinstance(getattr(obj, "name", None), str) and all(
         callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
     )
@@ -54,13 +75,23 @@ _PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def user_statistics(stats: Any) -> tuple[Any, ...]:
-    """The statistic objects among ``stats`` (a user's own), checked against the protocol.
+    """Pick the statistic objects among ``stats`` (a user's own), checked against the protocol.
 
     Each needs a plain ``name`` that no built-in statistic uses, and ``chunk(x,
     label=None)``, ``merge(a, b)`` and ``finalize(state)``; its state should
     subclass :class:`~daskbatch.stats._base.State` (dask then sees its size).
     An optional ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
     lets the planner size its tasks; without one a cautious default is used.
+
+    Parameters
+    ----------
+    stats : str or sequence
+        The requested statistics, names and objects.
+
+    Returns
+    -------
+    tuple
+        The statistic objects, in order.
     """
     found: list[Any] = []
     for obj in _items(stats):
@@ -83,13 +114,35 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
 
 
 def footprint_of(stat: Any) -> Footprint:
-    """The memory footprint a statistic declares (``stat.footprint``), else a cautious default."""
+    """Get the memory footprint a statistic declares (``stat.footprint``), else a cautious default.
+
+    Parameters
+    ----------
+    stat : object
+        A statistic.
+
+    Returns
+    -------
+    Footprint
+        Its footprint.
+    """
     declared = getattr(stat, "footprint", None)
     return declared if isinstance(declared, Footprint) else generic_footprint(stat.name)
 
 
 def is_minmax(range_: Any) -> bool:
-    """Whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``)."""
+    """Tell whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``).
+
+    Parameters
+    ----------
+    range_ : object
+        A histogram range argument.
+
+    Returns
+    -------
+    bool
+        True for ``"minmax"``.
+    """
     if isinstance(range_, str):
         if range_ != "minmax":
             raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
@@ -104,7 +157,7 @@ def histogram_ranges(
     vmax: np.ndarray | None = None,
     quantiles: np.ndarray | None = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-feature (lo, hi) from a user range, or from what a first pass found.
+    """Resolve per-feature (lo, hi) from a user range, or from what a first pass found.
 
     A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
     Without one (None or ``"minmax"``) ranges come from the finite extrema
@@ -112,6 +165,24 @@ def histogram_ranges(
     when the sketch's tail ``quantiles`` (D, 2) are given. Found ranges follow
     ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
     (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
+
+    Parameters
+    ----------
+    range_ : tuple, array_like, str or None
+        The user's range: ``(lo, hi)``, a (D, 2) array, ``"minmax"`` or None.
+    n_features : int
+        Number of features D.
+    vmin, vmax : ndarray, optional
+        Finite extrema of each feature, from a first pass.
+    quantiles : ndarray, optional
+        The sketch's tail quantiles, (D, 2).
+
+    Returns
+    -------
+    lo : tuple of float
+        Lower edge of each feature's range.
+    hi : tuple of float
+        Upper edge of each feature's range.
     """
     if range_ is not None and not is_minmax(range_):
         r = np.asarray(range_, dtype=np.float64)
@@ -146,11 +217,25 @@ def histogram_ranges(
 
 
 def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = None) -> tuple[str, ...]:
-    """What :func:`daskbatch.describe` computes for ``stats``.
+    """List what :func:`daskbatch.describe` computes for ``stats``.
 
     ``stats`` normalised (moments first), without ``mi`` when there is no label,
     and with ``sketch`` when histogram ranges are to be found from the data
     (``range_`` None). ``class_moments`` without a label is an error.
+
+    Parameters
+    ----------
+    stats : str or sequence of str
+        The requested statistics.
+    labelled : bool
+        Whether there is a label.
+    range_ : object, optional
+        The histogram range argument.
+
+    Returns
+    -------
+    tuple of str
+        The statistic names to compute.
     """
     names = normalize_stats(stats)
     if "class_moments" in names and not labelled:

@@ -46,7 +46,7 @@ class CrossCoMomentsResult:
 
 
 @dataclass(frozen=True)
-class CrossCoMoments:
+class CrossCoMoments:  # numpydoc ignore=PR02
     """Co-moments between the first ``split`` columns of a chunk and the others.
 
     Parameters
@@ -66,10 +66,24 @@ class CrossCoMoments:
     def chunk(
         self, x: Array, label: Array | None = None, /, *, complete: Array | None = None
     ) -> CrossCoMomentsState:
-        """State of one chunk over its ``complete`` rows (default: the rows with every value finite).
+        """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite).
 
-        ``label`` is unused (co-moments do not depend on the class); tiles of one
-        matrix share the one mask ``complete`` so that every tile sees the same rows.
+        Tiles of one matrix share the one mask ``complete`` so that every tile
+        sees the same rows.
+
+        Parameters
+        ----------
+        x : array
+            The chunk, (rows, columns of both sides).
+        label : array or None
+            Unused: co-moments do not depend on the class.
+        complete : array of bool, optional
+            The rows to use, (rows,).
+
+        Returns
+        -------
+        CrossCoMomentsState
+            The chunk's state.
         """
         xp = namespace(x)
         rows, width = x.shape
@@ -89,6 +103,18 @@ class CrossCoMoments:
         return CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
 
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
+        """Combine the states of two disjoint sets of rows.
+
+        Parameters
+        ----------
+        a, b : CrossCoMomentsState
+            The states to combine.
+
+        Returns
+        -------
+        CrossCoMomentsState
+            The state of the union.
+        """
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
@@ -98,11 +124,21 @@ class CrossCoMoments:
         return CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
 
     def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
-        """Row count, means (NaN without rows) and co-moment of the tile.
+        """Give the row count, means (NaN without rows) and co-moment of the tile.
 
         A tile's covariance and correlation need the variances of both sides,
         which live in the diagonal tiles: the engine merges states and calls
         :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`).
+
+        Parameters
+        ----------
+        s : CrossCoMomentsState
+            The tile's state over all the rows.
+
+        Returns
+        -------
+        CrossCoMomentsResult
+            The tile's count, means and co-moments.
         """
         xp = namespace(s.c)
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
@@ -117,9 +153,25 @@ class CrossCoMoments:
 def finalize_tile(
     s: CrossCoMomentsState, var_a: Array, var_b: Array, ddof: int, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and correlation of one tile, as ``CoMoments.finalize`` computes them.
+    """Compute the covariance and correlation of one tile, as ``CoMoments.finalize`` does.
 
-    ``var_a`` / ``var_b`` are the co-moment diagonals (sums of squared
-    deviations) of both sides, from the diagonal tiles.
+    Parameters
+    ----------
+    s : CrossCoMomentsState
+        The tile's merged state.
+    var_a, var_b : array
+        The co-moment diagonals (sums of squared deviations) of both sides,
+        from the diagonal tiles.
+    ddof : int
+        Delta degrees of freedom of the covariance.
+    diagonal : bool
+        Whether the tile lies on the main diagonal.
+
+    Returns
+    -------
+    cov : array
+        The tile's covariance.
+    corr : array
+        The tile's correlation.
     """
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)

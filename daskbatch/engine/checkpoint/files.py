@@ -43,6 +43,13 @@ _FIRST_LINE = re.compile(rb"daskbatch-checkpoint-node 2 sha256=([0-9a-f]{64})")
 _STATS = "daskbatch.stats."
 
 def fsync_dir(path: Path) -> None:
+    """Flush a directory's entries to disk (where the filesystem allows), so a rename in it lasts.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The directory.
+    """
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -52,7 +59,15 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` via a fsynced temporary file and a rename."""
+    """Write ``payload`` to ``path`` via a fsynced temporary file and a rename.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    payload : bytes
+        Its content.
+    """
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
     with no_interrupt():
         with open(tmp, "wb") as f:
@@ -64,10 +79,22 @@ def write_atomic(path: Path, payload: bytes) -> None:
 
 
 def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
-    """A checksum line, a JSON header line and an ``.npz`` of ``state``'s arrays.
+    """Encode a state as a checksum line, a JSON header line and an ``.npz`` of its arrays.
 
     The sha256 on the first line covers every byte after it (header and
     payload), so an edited header is detected like a flipped payload bit.
+
+    Parameters
+    ----------
+    state : tuple
+        A bundle state.
+    meta : dict
+        Further header fields, JSON-able.
+
+    Returns
+    -------
+    bytes
+        The file's content.
     """
     arrays: dict[str, np.ndarray] = {}
     types, fields = [], []
@@ -102,6 +129,18 @@ def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
     header's fields and types, and that the ``.npz`` holds exactly the arrays
     the header names for state classes of :mod:`daskbatch.stats` (without
     reading them), so that :func:`decode_state` cannot fail on a file that passed.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A node file.
+
+    Returns
+    -------
+    header : dict
+        The header.
+    payload : bytes
+        The verified ``.npz`` bytes.
     """
     try:
         raw = path.read_bytes()
@@ -179,9 +218,19 @@ def _state_class(path: Path | None, spec: object) -> type:
 
 
 def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-    """The state tuple written by :func:`encode_state` (only daskbatch.stats classes are built).
+    """Rebuild the state tuple written by :func:`encode_state` (only daskbatch.stats classes are built).
 
-    ``header`` and ``payload`` come from :func:`read_header`, which has checked them.
+    Parameters
+    ----------
+    header : dict
+        From :func:`read_header`, which has checked it.
+    payload : bytes
+        From :func:`read_header`.
+
+    Returns
+    -------
+    tuple
+        The bundle state.
     """
     parts = []
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:

@@ -51,7 +51,7 @@ _VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "generat
 
 
 def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> dict[str, str]:
-    """What identifies the input of a pass, as printable strings.
+    """Identify the input of a pass, as printable strings.
 
     Parameters
     ----------
@@ -65,6 +65,7 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
     Returns
     -------
     dict of str to str
+        Item name to value.
     """
     from daskbatch._version import __version__
 
@@ -114,7 +115,18 @@ def _tokenize(a: Any) -> str:
 
 
 def setting_items(x: Any) -> dict[str, str]:
-    """Settings outside the statistics that change the bits of the result."""
+    """Record the settings outside the statistics that change the bits of the result.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        The input blocks.
+
+    Returns
+    -------
+    dict of str to str
+        Setting name to value.
+    """
     import dask.config
 
     from daskbatch.stats import kernels
@@ -138,7 +150,20 @@ def setting_items(x: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- stores
 
 def array_items(what: str, arr: Any) -> dict[str, str]:
-    """Metadata and content token of the zarr array ``arr`` (``what`` is ``"x"`` or ``"label"``)."""
+    """Identify the zarr array ``arr`` by its metadata and content token.
+
+    Parameters
+    ----------
+    what : {"x", "label"}
+        Which input it is (prefixes the item names).
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    dict of str to str
+        Item name to value.
+    """
     meta = arr.metadata.to_dict()
     codecs = {k: meta[k] for k in ("codecs", "compressor", "compressors", "filters", "order") if k in meta}
     return {
@@ -153,7 +178,18 @@ def array_items(what: str, arr: Any) -> dict[str, str]:
 
 
 def store_location(arr: Any) -> str:
-    """The store of ``arr`` as one canonical string: a real local path or a normalised URL."""
+    """Name the store of ``arr`` as one canonical string: a real local path or a normalised URL.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    str
+        The location.
+    """
     store = arr.store
     root = getattr(store, "root", None)
     if root is not None:  # LocalStore
@@ -168,10 +204,20 @@ def store_location(arr: Any) -> str:
 
 
 def content_token(arr: Any) -> str:
-    """``"<n> files, <bytes>, sha256 <digest>"`` over the names, sizes and mtimes of ``arr``'s files.
+    """Hash the names, sizes and mtimes of ``arr``'s files.
 
     One listing of the array's prefix; no file is opened. A store rewritten in
     place (another seed, an edited chunk) gets new sizes or modification times.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    str
+        ``"<n> files, <bytes>, sha256 <digest>"``.
     """
     from dask.utils import format_bytes
 
@@ -251,7 +297,20 @@ def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- messages
 
 def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """``"<item> (<old> in the checkpoint, <new> now[: hint])"`` for every item that differs."""
+    """Describe every item that differs between two fingerprints.
+
+    Parameters
+    ----------
+    old : dict of str to str
+        The checkpoint's items.
+    new : dict of str to str
+        The current items.
+
+    Returns
+    -------
+    list of str
+        ``"<item> (<old> in the checkpoint, <new> now[: hint])"`` each.
+    """
     out = []
     for key in list(new) + [k for k in old if k not in new]:
         if old.get(key) != new.get(key):

@@ -12,7 +12,18 @@ from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 
 def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
-    """The run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    """Get the run lock of a checkpoint directory (created if missing); re-entrant in one thread.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The checkpoint directory.
+
+    Returns
+    -------
+    RunLock
+        Its lock.
+    """
     Path(directory).mkdir(parents=True, exist_ok=True)
     return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
 
@@ -26,10 +37,32 @@ def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
 
     Each pass takes the lock too; holding it across them keeps another run from
     slipping in between two passes and failing this one halfway.
+
+    Parameters
+    ----------
+    func : callable
+        A function with a ``checkpoint=`` keyword.
+
+    Returns
+    -------
+    callable
+        ``func`` under the lock.
     """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        """Call ``func`` holding the lock of its checkpoint, if it has one.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            ``func``'s arguments.
+
+        Returns
+        -------
+        R
+            ``func``'s result.
+        """
         directory = kwargs.get("checkpoint")
         if not isinstance(directory, (str, os.PathLike)):
             return func(*args, **kwargs)

@@ -88,7 +88,20 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- the tree
 
 def level_sizes(n_blocks: int, split_every: int) -> list[int]:
-    """Nodes per level of the merge tree: level 0 = groups of blocks, the last level = 1 (root)."""
+    """Count the nodes per level of the merge tree: level 0 = groups of blocks, the last level = 1 (root).
+
+    Parameters
+    ----------
+    n_blocks : int
+        Blocks of the input.
+    split_every : int
+        Fan-in.
+
+    Returns
+    -------
+    list of int
+        Nodes of each level.
+    """
     sizes = [-(-n_blocks // split_every)]
     while sizes[-1] > 1:
         sizes.append(-(-sizes[-1] // split_every))
@@ -96,7 +109,24 @@ def level_sizes(n_blocks: int, split_every: int) -> list[int]:
 
 
 def node_blocks(level: int, index: int, n_blocks: int, split_every: int) -> tuple[int, int]:
-    """Blocks ``[start, stop)`` merged into node ``(level, index)``."""
+    """Find the blocks merged into node ``(level, index)``.
+
+    Parameters
+    ----------
+    level, index : int
+        The node.
+    n_blocks : int
+        Blocks of the input.
+    split_every : int
+        Fan-in.
+
+    Returns
+    -------
+    start : int
+        The first block.
+    stop : int
+        One past the last block.
+    """
     span = split_every ** (level + 1)
     return index * span, min((index + 1) * span, n_blocks)
 

@@ -87,17 +87,35 @@ class IngestReport:
 
     @property
     def ratio(self) -> float:
-        """Compression ratio (uncompressed / stored)."""
+        """Compute the compression ratio (uncompressed / stored).
+
+        Returns
+        -------
+        float
+            The ratio.
+        """
         return self.nbytes / self.bytes_written if self.bytes_written else float("nan")
 
     @property
     def throughput_bytes(self) -> float:
-        """Uncompressed bytes per second written by this run."""
+        """Compute the uncompressed bytes per second written by this run.
+
+        Returns
+        -------
+        float
+            Bytes per second.
+        """
         frac = self.chunks_written / self.chunks if self.chunks else 0.0
         return self.nbytes * frac / self.seconds if self.seconds > 0 else float("nan")
 
     def summary(self) -> str:
-        """The final line the CLI prints."""
+        """Write the final line the CLI prints.
+
+        Returns
+        -------
+        str
+            The line.
+        """
         resumed = ""
         if self.chunks_written < self.chunks:
             resumed = (
@@ -280,6 +298,7 @@ def ingest(
     Returns
     -------
     IngestReport
+        What was written: rows, bytes, time and the output's path.
 
     Raises
     ------

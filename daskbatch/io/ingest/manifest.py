@@ -28,7 +28,17 @@ VERSION = 1
 
 
 def write_manifest(out: str, doc: dict[str, Any], *, name: str = MANIFEST_FILE) -> None:
-    """Write the manifest atomically (temp file + rename); ``name`` lets other writers keep their own."""
+    """Write the manifest atomically (temp file + rename).
+
+    Parameters
+    ----------
+    out : str
+        The output store.
+    doc : dict
+        The manifest, JSON-able.
+    name : str, default MANIFEST_FILE
+        File name in ``out``: other writers keep their own.
+    """
     path = os.path.join(out, name)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -39,7 +49,20 @@ def write_manifest(out: str, doc: dict[str, Any], *, name: str = MANIFEST_FILE) 
 
 
 def read_manifest(out: str, *, name: str = MANIFEST_FILE) -> dict[str, Any] | None:
-    """The manifest of ``out``, or None if it has none (not an ingest output)."""
+    """Read the manifest of ``out``.
+
+    Parameters
+    ----------
+    out : str
+        The output store.
+    name : str, default MANIFEST_FILE
+        File name in ``out``.
+
+    Returns
+    -------
+    dict or None
+        The manifest, or None if it has none (not an ingest output).
+    """
     try:
         with open(os.path.join(out, name)) as f:
             return json.load(f)
@@ -50,7 +73,20 @@ def read_manifest(out: str, *, name: str = MANIFEST_FILE) -> dict[str, Any] | No
 
 
 def read_done(out: str, *, name: str = DONE_FILE) -> set[int]:
-    """Indices of output chunks recorded as complete."""
+    """Read the indices of output chunks recorded as complete.
+
+    Parameters
+    ----------
+    out : str
+        The output store.
+    name : str, default DONE_FILE
+        File name of the done-log in ``out``.
+
+    Returns
+    -------
+    set of int
+        Chunk indices.
+    """
     try:
         with open(os.path.join(out, name)) as f:
             lines = f.read().split("\n")
@@ -61,16 +97,32 @@ def read_done(out: str, *, name: str = DONE_FILE) -> set[int]:
 
 
 class DoneLog:
-    """Append-only record of finished chunks (used by the driver thread only)."""
+    """Append-only record of finished chunks (used by the driver thread only).
+
+    Parameters
+    ----------
+    out : str
+        The output store.
+    name : str, default DONE_FILE
+        File name of the log in ``out``.
+    """
 
     def __init__(self, out: str, *, name: str = DONE_FILE) -> None:
         self._f: IO[str] = open(os.path.join(out, name), "a")  # noqa: SIM115 - closed in close()
 
     def add(self, index: int) -> None:
+        """Record chunk ``index`` as finished (flushed at once).
+
+        Parameters
+        ----------
+        index : int
+            The chunk index.
+        """
         self._f.write(f"{index}\n")
         self._f.flush()
 
     def close(self) -> None:
+        """Close the log file."""
         self._f.close()
 
 

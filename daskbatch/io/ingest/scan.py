@@ -56,14 +56,34 @@ class Source:
 
     @property
     def rows(self) -> int:
+        """Count the source's rows.
+
+        Returns
+        -------
+        int
+            Rows.
+        """
         return int(self.x.shape[0])
 
     @property
     def features(self) -> int:
+        """Count the source's features.
+
+        Returns
+        -------
+        int
+            Features.
+        """
         return int(self.x.shape[1])
 
     def identity(self) -> dict[str, Any]:
-        """The JSON-able facts a resumed run must find unchanged."""
+        """Give the JSON-able facts a resumed run must find unchanged.
+
+        Returns
+        -------
+        dict
+            Path, size, modification time, shapes and dtypes.
+        """
         return {
             "path": self.path,
             "size": self.size,
@@ -85,19 +105,45 @@ class Scan:
 
     @property
     def rows(self) -> int:
+        """Count the rows of all the sources.
+
+        Returns
+        -------
+        int
+            Rows.
+        """
         return sum(s.rows for s in self.sources)
 
     @property
     def features(self) -> int:
+        """Count the features (the same in every source).
+
+        Returns
+        -------
+        int
+            Features.
+        """
         return self.sources[0].features
 
     @property
     def offsets(self) -> np.ndarray:
-        """Start row of each source in the output, plus the total at the end."""
+        """Give the start row of each source in the output.
+
+        Returns
+        -------
+        numpy.ndarray
+            Start rows, plus the total at the end.
+        """
         return np.concatenate([[0], np.cumsum([s.rows for s in self.sources])]).astype(np.int64)
 
     def checksum(self) -> str:
-        """SHA-256 over every source's identity and the keys and dtypes."""
+        """Hash every source's identity and the keys and dtypes (SHA-256).
+
+        Returns
+        -------
+        str
+            The hex digest.
+        """
         blob = json.dumps(
             {
                 "sources": [s.identity() for s in self.sources],
@@ -338,6 +384,7 @@ def scan_sources(
     Returns
     -------
     Scan
+        The sources and the common output layout.
 
     Raises
     ------
@@ -402,7 +449,18 @@ def scan_sources(
 
 
 def as_json(scan: Scan) -> dict[str, Any]:
-    """The scan as JSON (written into the output's manifest)."""
+    """Convert the scan to JSON (written into the output's manifest).
+
+    Parameters
+    ----------
+    scan : Scan
+        The scan.
+
+    Returns
+    -------
+    dict
+        JSON-able.
+    """
     return {
         "x_key": scan.x_key,
         "label_key": scan.label_key,

@@ -91,7 +91,18 @@ class ChunkWriter:
         self._cache = _Inflated()
 
     def write(self, chunk: int) -> int:
-        """Assemble and write output chunk ``chunk``; return its number of rows."""
+        """Assemble and write output chunk ``chunk``.
+
+        Parameters
+        ----------
+        chunk : int
+            The output chunk index.
+
+        Returns
+        -------
+        int
+            Its number of rows.
+        """
         ps = pieces(self.offsets, self.chunk_rows, chunk)
         rows = sum(p.stop - p.start for p in ps)
         lo = chunk * self.chunk_rows

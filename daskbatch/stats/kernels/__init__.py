@@ -36,7 +36,13 @@ _KINDS = frozenset("biuf")
 
 @functools.cache
 def available() -> bool:
-    """True when numba can be imported (the kernels compile on first call, then come from its cache)."""
+    """Tell whether numba can be imported (the kernels compile on first call, then come from its cache).
+
+    Returns
+    -------
+    bool
+        True when numba imports.
+    """
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -45,7 +51,13 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """True when the kernels are available and not switched off by ``daskbatch.kernels``."""
+    """Tell whether the kernels are available and not switched off by ``daskbatch.kernels``.
+
+    Returns
+    -------
+    bool
+        True when the compiled kernels are used.
+    """
     import dask.config
 
     return bool(dask.config.get("daskbatch.kernels", True)) and available()
@@ -53,7 +65,13 @@ def enabled() -> bool:
 
 @functools.cache
 def gpu_available() -> bool:
-    """True when numba-cuda imports and sees a CUDA device (or runs under its simulator)."""
+    """Tell whether numba-cuda imports and sees a CUDA device (or runs under its simulator).
+
+    Returns
+    -------
+    bool
+        True when the GPU kernels can run.
+    """
     try:
         from numba import cuda
 
@@ -63,10 +81,20 @@ def gpu_available() -> bool:
 
 
 def route(x: Any) -> str | None:
-    """Which kernels read the chunk ``x``: "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
+    """Choose the kernels that read the chunk ``x``.
 
     2-D chunks of bool, integers or floats only; float16 on the GPU and
     non-native byte order stay on the reference path.
+
+    Parameters
+    ----------
+    x : array
+        A chunk.
+
+    Returns
+    -------
+    str or None
+        "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
     """
     if type(x) is np.ndarray:
         return "cpu" if _readable(x) and enabled() else None
@@ -83,7 +111,18 @@ def _readable(x: Any) -> bool:
 
 
 def supports(x: Any) -> bool:
-    """Whether compiled kernels (CPU or GPU, see :func:`route`) read the chunk ``x``."""
+    """Tell whether compiled kernels (CPU or GPU, see :func:`route`) read the chunk ``x``.
+
+    Parameters
+    ----------
+    x : array
+        A chunk.
+
+    Returns
+    -------
+    bool
+        True when a compiled kernel reads it.
+    """
     return route(x) is not None
 
 
@@ -110,10 +149,18 @@ def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Fields of :class:`~daskbatch.stats.moments.MomentsState` for the chunk ``x`` (R, D), R > 0.
+    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk.
 
-    In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
-    posinf_count, neginf_count (float64 vectors of length D).
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D) with R > 0.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
+        posinf_count, neginf_count (float64 vectors of length D).
     """
     if type(x) is not np.ndarray:
         from daskbatch.stats.kernels import _gpu
@@ -137,13 +184,23 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Fields ``(n, shift, mean, c)`` of :class:`~daskbatch.stats.comoments.CoMomentsState` for ``x`` (R, D).
+    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
 
     One pass finds the complete rows and their mean; then blocks of
     :data:`COMOMENT_BLOCK_ROWS` rows are centred into a float64 buffer small
     enough to stay in cache and added to the co-moments with one BLAS product
     ``devᵀ dev`` each (about twice as fast as centring the whole chunk first,
     and the float64 copy no longer grows with the chunk).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The fields ``(n, shift, mean, c)``.
     """
     if type(x) is not np.ndarray:
         from daskbatch.stats.kernels import _gpu
@@ -172,7 +229,7 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def histogram(
     x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1
 ) -> Array:
-    """Counts (D, bins + 3, K) int64 of :class:`~daskbatch.stats.histogram.HistogramState` for ``x`` (R, D).
+    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels.
 
     The counts are on the device of ``x``.
 
@@ -188,6 +245,11 @@ def histogram(
         Class of every row, already checked to lie in ``0 .. n_classes - 1``.
     n_classes : int, default 1
         K, the size of the last axis of the counts.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        The int64 counts (D, bins + 3, K).
     """
     if type(x) is not np.ndarray:
         from daskbatch.stats.kernels import _gpu
@@ -211,10 +273,29 @@ def histogram(
 def sketch(
     x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fields ``(counts, fmin, fmax)`` of :class:`~daskbatch.stats.sketch.SketchState` for ``x`` (R, D).
+    """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
 
-    ``counts`` is (D, 2 * n_buckets + 4) int64; the parameters are those of
-    :class:`~daskbatch.stats.sketch.Sketch` (``key_range`` gives ``k_min, k_max``).
+    The parameters after ``x`` are those of :class:`~daskbatch.stats.sketch.Sketch`.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D).
+    ln_gamma : float
+        ``Sketch.ln_gamma``.
+    min_magnitude : float
+        ``Sketch.min_magnitude``.
+    k_min, k_max : int
+        ``Sketch.key_range``.
+    n_buckets : int
+        ``Sketch.n_buckets``.
+
+    Returns
+    -------
+    counts : numpy.ndarray
+        The int64 counts, (D, 2 * n_buckets + 4).
+    fmin, fmax : numpy.ndarray
+        Finite extrema of each feature.
     """
     from daskbatch.stats.kernels._numba import sketch_counts
 

@@ -84,6 +84,17 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     local reference), the sum of finite values less that reference, and the
     finite min and max; ``counts`` (3, G, D) int64 the finite, NaN and +inf
     counts. :func:`moments_finish` folds the groups.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    part : device array
+        The float64 (4, G, D) partials, written.
+    counts : device array
+        The int64 (3, G, D) partial counts, written.
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -131,6 +142,15 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     ``MEAN`` and is corrected by :func:`moments_correct`. Each group's sum about
     its own reference moves to ``shift`` by ``n_g (ref_g - shift)``: only an
     approximation is needed here, the second pass removes its rounding.
+
+    Parameters
+    ----------
+    part, counts : device array
+        The partials of :func:`moments_partials`.
+    rows : int
+        R, the chunk's rows (the -inf count is what the others leave).
+    out : device array
+        The float64 (11, D) result, written in the field order of the moments state.
     """
     j = cuda.grid(1)
     groups = counts.shape[1]
@@ -169,7 +189,19 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
-    """Second pass: sums of the first four powers of ``(x - shift) - approx_mean`` per group into ``part`` (4, G, D)."""
+    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    out : device array
+        The (11, D) output of :func:`moments_finish` (shift and approximate mean).
+    part : device array
+        The float64 (4, G, D) buffer, written with the power sums.
+    """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -199,7 +231,15 @@ def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def moments_correct(part, out):  # noqa: ANN001, ANN201
-    """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``."""
+    """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``.
+
+    Parameters
+    ----------
+    part : device array
+        The power sums of :func:`moments_powers`, (4, G, D).
+    out : device array
+        The (11, D) state fields, completed in place.
+    """
     j = cuda.grid(1)
     groups = part.shape[1]
     d = part.shape[2]
@@ -230,7 +270,17 @@ def moments_correct(part, out):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
-    """``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1)."""
+    """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    bad : device array
+        One flag per row, zeroed by the caller.
+    """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -244,7 +294,15 @@ def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def first_complete(bad, first):  # noqa: ANN001, ANN201
-    """``first[0]`` = the smallest complete row (``first[0]`` starts at R: none)."""
+    """Set ``first[0]`` to the smallest complete row (``first[0]`` starts at R: none).
+
+    Parameters
+    ----------
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    first : device array
+        One int, lowered atomically.
+    """
     i = cuda.grid(1)
     if i < bad.shape[0] and bad[i] == 0:
         cuda.atomic.min(first, 0, i)
@@ -252,7 +310,23 @@ def first_complete(bad, first):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001, ANN201
-    """Per group, the sum over complete rows of ``x - shift`` (``shift`` = the first complete row) into ``part`` (G, D); thread j = 0 counts the rows into ``n_rows`` (G,)."""
+    """Sum ``x - shift`` over the complete rows of each group (``shift`` = the first complete row).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    first : device array
+        The first complete row (:func:`first_complete`).
+    part : device array
+        The float64 (G, D) buffer, written with the sums.
+    n_rows : device array
+        (G,), written by thread j = 0 with each group's complete rows.
+    """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -273,7 +347,22 @@ def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001,
 
 @cuda.jit
 def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN201
-    """Fold the groups of :func:`complete_sums`: ``centre[0] = shift``, ``centre[1]`` = approximate mean less it; ``n_out[0]`` = complete rows."""
+    """Fold the groups of :func:`complete_sums` into the shift and the approximate mean.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    first : device array
+        The first complete row.
+    part, n_rows : device array
+        The sums and row counts of :func:`complete_sums`.
+    n_out : device array
+        ``n_out[0]``, written with the number of complete rows.
+    centre : device array
+        (3, D): ``centre[0] = shift``, ``centre[1]`` = approximate mean less it,
+        ``centre[2]`` = 0 (the residual sums to come).
+    """
     j = cuda.grid(1)
     groups, d = part.shape
     if j >= d:
@@ -293,7 +382,26 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
 
 @cuda.jit
 def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN001, ANN201
-    """Rows ``start .. start + len(dev)`` of ``x`` less shift less approximate mean into ``dev`` (float64; incomplete rows 0), group sums into ``part``."""
+    """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    start : int
+        The block's first row.
+    rows_per_group : int
+        Rows of each group of the block.
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    centre : device array
+        The shift and approximate mean (:func:`complete_mean`).
+    dev : device array
+        The float64 (k, D) buffer, written with the rows less shift less approximate mean
+        (0 for incomplete rows).
+    part : device array
+        (G, D), written with each group's sums.
+    """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     k, d = dev.shape
@@ -315,7 +423,17 @@ def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN
 
 @cuda.jit
 def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
-    """``centre[2, j] += sum of part[:groups, j]`` in group order (the residual sums of the deviations)."""
+    """Add ``sum of part[:groups, j]`` to ``centre[2, j]`` in group order (the residual sums of the deviations).
+
+    Parameters
+    ----------
+    part : device array
+        The group sums of :func:`centre_block`.
+    groups : int
+        The groups of the block.
+    centre : device array
+        (3, D); row 2 accumulates.
+    """
     j = cuda.grid(1)
     d = part.shape[1]
     if j >= d:
@@ -328,10 +446,20 @@ def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
-    """From the upper triangle of ``c`` (i <= j): ``c - n e eᵀ`` with ``e`` the residual mean, mirrored to the lower triangle.
+    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ`` and mirror it to the lower one.
 
-    The thread of (i, j), i <= j, writes both (i, j) and (j, i); the lower
-    triangle is never read, so a SYRK that fills only the upper one suffices.
+    ``e`` is the residual mean. The thread of (i, j), i <= j, writes both
+    (i, j) and (j, i); the lower triangle is never read, so a SYRK that fills
+    only the upper one suffices.
+
+    Parameters
+    ----------
+    c : device array
+        The (D, D) co-moments, corrected in place.
+    centre : device array
+        (3, D); row 2 holds the residual sums.
+    n_out : device array
+        ``n_out[0]``: the number of complete rows.
     """
     j, i = cuda.grid(2)
     d = c.shape[0]
@@ -346,7 +474,17 @@ def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
 
 @cuda.jit
 def finish_mean(centre, n_out, mean):  # noqa: ANN001, ANN201
-    """``mean = approx_mean + residual mean``."""
+    """Set ``mean = approx_mean + residual mean``.
+
+    Parameters
+    ----------
+    centre : device array
+        (3, D): approximate mean in row 1, residual sums in row 2.
+    n_out : device array
+        ``n_out[0]``: the number of complete rows.
+    mean : device array
+        (D,), written.
+    """
     j = cuda.grid(1)
     if j >= mean.shape[0]:
         return
@@ -382,12 +520,35 @@ def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
 
 @cuda.jit
 def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, tile, rows_per_block, counts):  # noqa: ANN001, ANN201
-    """Counts of a tile of ``tile`` features over a block of rows, privatised in shared memory.
+    """Count a tile of ``tile`` features over a block of rows, privatised in shared memory.
 
     Dynamic shared memory holds ``tile * (bins + 3) * n_classes`` uint32
     counters; ``blockDim.x = tile * lanes``: thread t takes feature
     ``t % tile`` of the tile and every ``lanes``-th row. At the end the
-    block adds its non-zero counters to ``counts`` (flat int64 D·(bins + 3)·K).
+    block adds its non-zero counters to ``counts``.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    lo, hi : device array
+        The range of each feature.
+    step, scale : device array
+        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
+    bins : int
+        Bins per feature.
+    labels : device array
+        The int64 class of each row (read with ``by_label``).
+    by_label : bool
+        Count by class.
+    n_classes : int
+        K.
+    tile : int
+        Features per block.
+    rows_per_block : int
+        Rows of each block.
+    counts : device array
+        The flat int64 counts D·(bins + 3)·K, added to.
     """
     local = cuda.shared.array(0, dtype=numba.uint32)
     t = cuda.threadIdx.x
@@ -422,7 +583,29 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
 
 @cuda.jit
 def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts):  # noqa: ANN001, ANN201
-    """As :func:`histogram_shared` without privatisation (when a tile's counters do not fit in shared memory)."""
+    """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    lo, hi : device array
+        The range of each feature.
+    step, scale : device array
+        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
+    bins : int
+        Bins per feature.
+    labels : device array
+        The int64 class of each row (read with ``by_label``).
+    by_label : bool
+        Count by class.
+    n_classes : int
+        K.
+    rows_per_group : int
+        Rows of each group.
+    counts : device array
+        The flat int64 counts D·(bins + 3)·K, added to with atomics.
+    """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape

@@ -50,12 +50,24 @@ HIST_MIN_BLOCK_ROWS = 256
 
 
 def group_features_bound(rows: int, n_features: int) -> int:
-    """Bound on ``groups x D`` of a first-pass launch (:func:`row_groups`), for the planner.
+    """Bound ``groups x D`` of a first-pass launch (:func:`row_groups`), for the planner.
 
     ``row_groups`` gives a group at least ``MIN_GROUP_ROWS`` rows and at least
     ``rows / target`` rows, and makes at most ``MAX_GRID_Y`` groups. The bound,
     unlike the exact count, never falls as rows or features grow, so the
     planner's searches over rows stay valid.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk.
+    n_features : int
+        Features of the chunk.
+
+    Returns
+    -------
+    int
+        The bound.
     """
     return min(
         -(-rows // MIN_GROUP_ROWS) * n_features,
@@ -65,18 +77,61 @@ def group_features_bound(rows: int, n_features: int) -> int:
 
 
 def moments_buffer_bytes(rows: int, n_features: int) -> int:
-    """Device bytes of the moments kernel's own buffers: float64 partials (4 x groups x D), int64 counts (3 x)."""
+    """Size the moments kernel's own device buffers: float64 partials (4 x groups x D), int64 counts (3 x).
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk.
+    n_features : int
+        Features of the chunk.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     return 7 * 8 * group_features_bound(rows, n_features)
 
 
 def comoments_buffer_bytes(rows: int, n_features: int) -> int:
-    """Device bytes of the co-moments kernel's buffers: partials, row counts, the capped float64 centring buffer."""
+    """Size the co-moments kernel's device buffers: partials, row counts, the capped float64 centring buffer.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk.
+    n_features : int
+        Features of the chunk.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     centre = min(rows * n_features * 8, max(8 * n_features, CENTRE_BUFFER_BYTES))
     return 8 * group_features_bound(rows, n_features) + 8 * -(-rows // MIN_GROUP_ROWS) + centre
 
 
 def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) -> tuple[int, int]:
-    """``(rows_per_group, groups)`` for a first-pass kernel over an (R, D) chunk (R > 0)."""
+    """Split the rows of an (R, D) chunk (R > 0) into groups for a first-pass kernel.
+
+    Parameters
+    ----------
+    rows : int
+        R.
+    n_features : int
+        D.
+    rows_per_group : int, optional
+        Rows of a group; by default chosen from R and D.
+
+    Returns
+    -------
+    rows_per_group : int
+        Rows of each group.
+    groups : int
+        Number of groups.
+    """
     if rows_per_group is None:
         target = max(1, TARGET_THREADS // max(n_features, 1))
         rows_per_group = max(MIN_GROUP_ROWS, math.ceil(rows / target))
@@ -87,12 +142,30 @@ def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) ->
 def histogram_layout(
     rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES
 ) -> tuple[int, int, int] | None:
-    """``(tile, lanes, rows_per_block)`` of the privatised histogram, or None when a tile does not fit.
+    """Lay out the privatised histogram kernel, or None when a tile does not fit.
 
     A tile of features keeps ``tile * (bins + 3) * n_classes`` uint32 counters
     in shared memory; tiles narrower than 4 features (or all features) read
     too little of each row to be worth it, and the counts go to global memory
     with atomics instead.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk.
+    n_features : int
+        Features of the chunk.
+    bins : int
+        Bins per feature.
+    n_classes : int
+        Classes per bin.
+    shared_bytes : int, default SHARED_BYTES
+        Shared memory a block may use.
+
+    Returns
+    -------
+    tuple of int or None
+        ``(tile, lanes, rows_per_block)``, or None.
     """
     per_feature = (bins + 3) * n_classes * 4
     tile = min(32, n_features, shared_bytes // per_feature)
@@ -222,11 +295,23 @@ def _vector_shape(d: int) -> tuple[int, int]:
 
 
 def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
-    """Fields of :class:`~daskbatch.stats.moments.MomentsState` for the device chunk ``x`` (R, D), R > 0.
+    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a device chunk.
 
     Two reads of ``x``: the first finds the reference value, the sum about
     it, extrema and NaN/inf counts; the second sums the centred powers.
     Buffers: (4 + 3) x G x D float64/int64 partials and one (11, D) result.
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        The chunk, (R, D) with R > 0.
+    rows_per_group : int, optional
+        Rows per group of the launch (see :func:`row_groups`).
+
+    Returns
+    -------
+    tuple of cupy.ndarray
+        The state's fields, in field order.
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
@@ -248,11 +333,25 @@ def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
 
 
 def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None = None) -> tuple[Any, ...]:
-    """Fields ``(n, shift, mean, c)`` of :class:`~daskbatch.stats.comoments.CoMomentsState` for the device chunk ``x``.
+    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk.
 
     Three reads of ``x`` (complete rows; their sum about the first one; the
     centring), the centring going block by block into one float64 buffer of at
     most :data:`CENTRE_BUFFER_BYTES` whose ``devᵀ dev`` a SYRK adds to ``c``.
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        The chunk, (R, D).
+    rows_per_group : int, optional
+        Rows per group of the launches (see :func:`row_groups`).
+    block_rows : int, optional
+        Rows centred at a time; by default as many as the buffer holds.
+
+    Returns
+    -------
+    tuple of cupy.ndarray
+        The fields ``(n, shift, mean, c)``.
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
@@ -303,12 +402,31 @@ def histogram(
     n_classes: int = 1,
     shared_bytes: int = SHARED_BYTES,
 ) -> Any:
-    """Counts (D, bins + 3, K) int64 of :class:`~daskbatch.stats.histogram.HistogramState` for the device chunk ``x``.
+    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a device chunk.
 
     One read of ``x``: slot and count together, into per-block shared-memory
     counters when a tile of features fits in ``shared_bytes`` (else straight
-    into the global counts). ``labels`` is an int64 device vector of classes
-    already checked to lie in ``0 .. n_classes - 1``.
+    into the global counts).
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        The chunk, (R, D).
+    lo, hi : array_like
+        Range of each feature.
+    bins : int
+        Equal-width bins per feature.
+    labels : cupy.ndarray, optional
+        The int64 class of every row, already checked to lie in ``0 .. n_classes - 1``.
+    n_classes : int, default 1
+        K, the size of the last axis of the counts.
+    shared_bytes : int, default SHARED_BYTES
+        Shared memory a block may use.
+
+    Returns
+    -------
+    cupy.ndarray
+        The int64 counts (D, bins + 3, K).
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k

@@ -65,6 +65,19 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
     ``(x - shift) - approx_mean`` (``s1`` … ``s4``). The caller applies the
     corrections of :meth:`daskbatch.stats.moments.Moments.chunk` (kept out of
     the compiled code: array expressions in numba compile slowly).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
+        length-D vectors.
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -134,12 +147,28 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
 
 @_jit
 def complete_rows_mean(x, lut, complete):  # noqa: ANN001, ANN201
-    """Which rows of ``x`` are complete (no NaN or ±inf), and their approximate mean.
+    """Find the complete rows of ``x`` (no NaN or ±inf) and their approximate mean.
 
-    Fills ``complete`` (bool, one per row) and returns ``(n, shift,
-    approx_mean)``: ``shift`` is the first complete row and ``approx_mean`` the
-    mean of the complete rows less ``shift``. Rows holding any NaN or ±inf are
-    left out, as :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+    Rows holding any NaN or ±inf are left out, as
+    :meth:`daskbatch.stats.comoments.CoMoments.chunk` does.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    complete : numpy.ndarray of bool
+        Filled with one flag per row.
+
+    Returns
+    -------
+    n : int
+        The number of complete rows.
+    shift : numpy.ndarray
+        The first complete row.
+    approx_mean : numpy.ndarray
+        The mean of the complete rows less ``shift``.
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -178,11 +207,30 @@ def complete_rows_mean(x, lut, complete):  # noqa: ANN001, ANN201
 
 @_jit
 def centre_rows(x, lut, complete, shift, approx_mean, dev):  # noqa: ANN001, ANN201
-    """Deviations of the complete rows of ``x`` into ``dev[:k]`` (float64), and their column sums.
+    """Write the deviations of the complete rows of ``x`` into ``dev[:k]`` (float64), and sum them.
 
     The rows less ``shift`` less ``approx_mean``; the sums are the residual that
     corrects the mean and the co-moments (the corrected two-pass algorithm).
-    Returns ``(k, s1)``: how many rows of ``dev`` were written, and the sums.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        A block of the chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    complete : numpy.ndarray of bool
+        The complete-row flags of the block.
+    shift, approx_mean : numpy.ndarray
+        From :func:`complete_rows_mean`.
+    dev : numpy.ndarray
+        The float64 centring buffer, at least (R, D).
+
+    Returns
+    -------
+    k : int
+        How many rows of ``dev`` were written.
+    s1 : numpy.ndarray
+        The column sums of the deviations.
     """
     rows, d = x.shape
     s1 = np.zeros(d)
@@ -212,8 +260,26 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
     Edge ``i`` is formed as ``i * step + lo``, the expression of
     :meth:`~daskbatch.stats.histogram.Histogram.edges`, instead of being looked
     up: the settle step then vectorises. The last edge (``hi``) is never needed
-    there, since a value in the last bin cannot move up. ``labels`` is an int64
-    class per row, or an empty array for K = 1.
+    there, since a value in the last bin cannot move up.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    lo, hi : numpy.ndarray
+        The range of each feature.
+    step, scale : numpy.ndarray
+        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
+    bins : int
+        Bins per feature.
+    labels : numpy.ndarray
+        The int64 class of each row, or an empty array for K = 1.
+    n_classes : int
+        K.
+    counts : numpy.ndarray
+        The flat int64 counts, added to.
     """
     rows, d = x.shape
     n_slots = bins + 3
@@ -252,6 +318,23 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
     negative values, zero for magnitudes below ``min_magnitude``, ±inf at the
     ends and NaN last. Slots stay float64 until the end so that the row loop
     vectorises (numba's ``math.ceil`` would return an integer).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    ln_gamma, min_magnitude : float
+        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
+    k_min, k_max : int
+        ``Sketch.key_range``.
+    n : int
+        ``Sketch.n_buckets``.
+    counts : numpy.ndarray
+        The flat int64 counts, added to.
+    fmin, fmax : numpy.ndarray
+        The finite extrema of each feature, updated.
     """
     rows, d = x.shape
     width = 2 * n + 4

@@ -49,12 +49,24 @@ S = TypeVar("S")
 
 
 def split_rows(rows: int, part_rows: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` of ``ceil(rows / part_rows)`` consecutive, near-equal row ranges covering ``0 .. rows``.
+    """Split ``0 .. rows`` into ``ceil(rows / part_rows)`` consecutive, near-equal row ranges.
 
     Near-equal rather than ``part_rows`` each plus a short tail, so no part is
     a sliver whose fixed cost (launches, a merge) buys nothing. The ranges
     depend only on the two numbers, so a chunk is split alike on every run
     and every worker (results stay bitwise reproducible).
+
+    Parameters
+    ----------
+    rows : int
+        Rows to cover.
+    part_rows : int
+        The most rows of a range.
+
+    Returns
+    -------
+    list of tuple of int
+        ``(start, stop)`` of each range.
 
     Examples
     --------
@@ -133,12 +145,24 @@ class Stager:
 
     @property
     def depth(self) -> int:
-        """Slots in rotation."""
+        """Count the slots in rotation.
+
+        Returns
+        -------
+        int
+            The number of slots.
+        """
         return len(self._slots)
 
     @property
     def pinned_bytes(self) -> int:
-        """Pinned host bytes the stager holds (the device buffers hold as many)."""
+        """Count the pinned host bytes the stager holds (the device buffers hold as many).
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return sum(s.nbytes for s in self._slots)
 
     def _stage(self, slot: _Slot, part: Sequence[Any]) -> list[Any]:
@@ -205,6 +229,7 @@ class Stager:
         state = initial
 
         def refill() -> None:
+            """Start copies into every free slot while parts remain."""
             nonlocal exhausted
             while free and not exhausted:
                 part = next(source, None)
@@ -246,7 +271,18 @@ _local = threading.local()
 
 
 def stager(depth: int = DEPTH) -> Stager:
-    """The calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused)."""
+    """Get the calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused).
+
+    Parameters
+    ----------
+    depth : int, default DEPTH
+        Slots in rotation.
+
+    Returns
+    -------
+    Stager
+        The stager.
+    """
     import cupy
 
     cache: dict[tuple[int, int], Stager] | None = getattr(_local, "stagers", None)
