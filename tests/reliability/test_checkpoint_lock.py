@@ -80,9 +80,17 @@ def start_gated(tmp_path: Path, store: Path, gated_from: int) -> tuple[subproces
 
 
 def covered_blocks(folder: Path) -> int:
-    """Blocks merged into the node files of a pass folder (split_every 2: node L<l> holds 2**(l+1))."""
-    names = [re.fullmatch(r"L(\d+)-\d+\.ckpt", p.name) for p in folder.glob("L*.ckpt")]
-    return sum(2 ** (int(m.group(1)) + 1) for m in names if m)
+    """Blocks merged into the node files of a pass folder (split_every 2: node L<l>-<i> holds 2**(l+1)).
+
+    A union of block ranges, not a sum: while a parent is written its children are
+    still on disk for a moment, and counting both would see blocks twice.
+    """
+    blocks: set[int] = set()
+    for p in folder.glob("L*.ckpt"):
+        if m := re.fullmatch(r"L(\d+)-(\d+)\.ckpt", p.name):
+            span = 2 ** (int(m.group(1)) + 1)
+            blocks.update(range(int(m.group(2)) * span, (int(m.group(2)) + 1) * span))
+    return len(blocks)
 
 
 def wait_for(condition: object, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
