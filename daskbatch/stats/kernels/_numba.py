@@ -26,8 +26,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 #: Rows per block of partial sums.
 BLOCK = 128
@@ -243,40 +244,126 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
 
 
 @_jit
+def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
+    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it.
+
+    ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
+    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`, which
+    :func:`sketch_counts` falls back to wherever its fast key might differ.
+    """
+    key = np.ceil(np.log(a) / ln_gamma)
+    key = key if key < hi_key else hi_key
+    return (key if key > lo_key else lo_key) - lo_key
+
+
+@intrinsic
+def _as_bits(typingctx, v):  # noqa: ANN001, ANN202
+    """The IEEE bit pattern (int64) of the float64 ``v``: a register move, and it vectorises."""
+    if v != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, b):  # noqa: ANN001, ANN202
+    """The float64 whose bit pattern is the int64 ``b`` (inverse of :func:`_as_bits`)."""
+    if b != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+#: Where the fast key of :func:`sketch_counts` is not trusted: a computed
+#: ``log|v|`` within this much (absolute) of a bucket boundary ``k * ln_gamma``.
+#: Its own error is below 2e-11 and that of ``np.log`` below 1e-13, so the two
+#: can only fall on different sides of a boundary well inside this band; about
+#: ``2 * SKETCH_NEAR / ln_gamma`` of random values (4e-7 by default) land in it.
+SKETCH_NEAR = 1e-9
+
+_SQRT2 = math.sqrt(2.0)
+_LN2 = math.log(2.0)
+_SMALLEST_NORMAL = 2.2250738585072014e-308
+
+
+# The numpy error model drops numba's division-by-zero check (the divisor is
+# never zero here), which would keep the row loop from vectorising.
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
     """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
 
     The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
     ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
-    overflow key), mirrored for
-    negative values, zero for magnitudes below ``min_magnitude``, ±inf at the
-    ends and NaN last. Slots stay float64 until the end so that the row loop
-    vectorises (numba's ``math.ceil`` would return an integer).
+    overflow key), mirrored for negative values, zero for magnitudes below
+    ``min_magnitude``, ±inf at the ends and NaN last.
+
+    ``log|v|`` is not taken with a call per value (numba does not vectorise
+    it) but from the float's bits: ``|v| = 2**e * m`` with ``m`` in
+    ``[sqrt(1/2), sqrt(2))`` and ``log m = 2 atanh(s)``, ``s = (m - 1)/(m + 1)``,
+    summed to ``s**11`` (``|s| <= 0.1716``, so the rest is below 2e-11). A
+    value whose ``log|v|`` so found lies within :data:`SKETCH_NEAR` of a bucket
+    boundary, or a subnormal one, gets the reference expression
+    (:func:`_sketch_key`) after its row instead: every key is the reference's,
+    bit for bit. ``|v| = 1`` is exact either way (``log 1 = 0``), and is
+    common (indicators), so it never falls back.
     """
     rows, d = x.shape
     width = 2 * n + 4
     lo_key = float(k_min)
     hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
     zero_slot = float(n + 1)
     posinf_slot = float(2 * n + 2)
     nan_slot = float(2 * n + 3)
     slot = np.empty(d, dtype=np.int64)
+    near = np.empty(d, dtype=np.bool_)
     for i in range(rows):
+        n_near = 0
+        # Slots of one row, branch-free so that the loop vectorises ...
         for j in range(d):
             v = _load(x[i, j], lut)
             a = abs(v)
-            bucketed = (a >= min_magnitude) & (a < np.inf)
-            key = np.ceil(np.log(a if bucketed else 1.0) / ln_gamma)
+            b = _as_bits(a)
+            e = np.float64((b >> 52) - 1023)
+            m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # mantissa, in [1, 2)
+            up = m > _SQRT2
+            m = m * 0.5 if up else m
+            e = e + 1.0 if up else e
+            t = (m - 1.0) / (m + 1.0)
+            t2 = t * t
+            odd = 2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11))
+            log_m = t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * odd)))
+            q = (e * _LN2 + log_m) * inv_ln_gamma
+            key = np.ceil(q)
             key = key if key < hi_key else hi_key
             key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
             s = key + (n + 2.0) if v > 0.0 else n - key
             s = s if bucketed else zero_slot
             s = posinf_slot if v == np.inf else s
             s = 0.0 if v == -np.inf else s
             s = nan_slot if v != v else s
             slot[j] = j * width + np.int64(s)
+            doubt = ((abs(q - np.rint(q)) < near_keys) & (a != 1.0)) | (a < _SMALLEST_NORMAL)
+            near[j] = bucketed & doubt
+            n_near += bucketed & doubt
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values near a boundary again, with the reference expression ...
+        if n_near:
+            for j in range(d):
+                if near[j]:
+                    v = _load(x[i, j], lut)
+                    key = np.int64(_sketch_key(abs(v), ln_gamma, lo_key, hi_key))
+                    slot[j] = j * width + (key + (n + 2) if v > 0.0 else n - key)
+        # ... then one scattered increment per value.
         for j in range(d):
             counts[slot[j]] += 1
