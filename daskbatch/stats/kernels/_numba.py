@@ -34,6 +34,9 @@ from numba.extending import intrinsic, overload
 BLOCK = 128
 
 _jit = numba.njit(nogil=True, cache=True)
+# NumPy's error model drops numba's division-by-zero checks, whose branch keeps
+# a loop from vectorising; for kernels whose divisors cannot be zero.
+_jit_nocheck = numba.njit(nogil=True, cache=True, error_model="numpy")
 
 
 def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
@@ -248,12 +251,45 @@ def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
     """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it.
 
     ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
-    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`, which
-    :func:`sketch_counts` falls back to wherever its fast key might differ.
+    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
     """
     key = np.ceil(np.log(a) / ln_gamma)
     key = key if key < hi_key else hi_key
     return (key if key > lo_key else lo_key) - lo_key
+
+
+@_jit
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
+
+    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
+    floats only); the tests hold :func:`sketch_counts` to it.
+    """
+    rows, d = x.shape
+    width = 2 * n + 4
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    zero_slot = float(n + 1)
+    posinf_slot = float(2 * n + 2)
+    nan_slot = float(2 * n + 3)
+    slot = np.empty(d, dtype=np.int64)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
+            s = key + (n + 2.0) if v > 0.0 else n - key
+            s = s if bucketed else zero_slot
+            s = posinf_slot if v == np.inf else s
+            s = 0.0 if v == -np.inf else s
+            s = nan_slot if v != v else s
+            slot[j] = j * width + np.int64(s)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        for j in range(d):
+            counts[slot[j]] += 1
 
 
 @intrinsic
@@ -280,38 +316,58 @@ def _from_bits(typingctx, b):  # noqa: ANN001, ANN202
     return types.float64(types.int64), codegen
 
 
-#: Where the fast key of :func:`sketch_counts` is not trusted: a computed
-#: ``log|v|`` within this much (absolute) of a bucket boundary ``k * ln_gamma``.
-#: Its own error is below 2e-11 and that of ``np.log`` below 1e-13, so the two
-#: can only fall on different sides of a boundary well inside this band; about
-#: ``2 * SKETCH_NEAR / ln_gamma`` of random values (4e-7 by default) land in it.
-SKETCH_NEAR = 1e-9
+#: Largest error of :func:`fast_log` on normal floats: its series stops after
+#: ``t**9`` with ``|t| <= (sqrt 2 - 1)/(sqrt 2 + 1)``, so the rest is at most
+#: ``2 |t|**11 / 11 / (1 - t**2) = 7.1e-10``; rounding adds below 1e-12.
+FAST_LOG_ERROR = 7.2e-10
+
+#: Where :func:`sketch_counts` does not trust its fast key: a ``fast_log|v|``
+#: within this much of a bucket boundary ``k * ln_gamma``. It is 14 times
+#: :data:`FAST_LOG_ERROR` (and ``np.log`` errs by below 1e-13), so outside the
+#: band the fast and the reference log fall on the same side of every
+#: boundary. About ``2 * SKETCH_NEAR / ln_gamma`` of random values (2e-6 by
+#: default) land in it and are recomputed.
+SKETCH_NEAR = 1e-8
 
 _SQRT2 = math.sqrt(2.0)
 _LN2 = math.log(2.0)
-_SMALLEST_NORMAL = 2.2250738585072014e-308
 
 
-# The numpy error model drops numba's division-by-zero check (the divisor is
-# never zero here), which would keep the row loop from vectorising.
-@numba.njit(nogil=True, cache=True, error_model="numpy")
+@_jit_nocheck
+def fast_log(a):  # noqa: ANN001, ANN201
+    """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises).
+
+    ``a = 2**e * m`` from the bits, ``m`` brought into ``[sqrt(1/2), sqrt 2]``,
+    and ``log m = 2 atanh(t)`` with ``t = (m - 1)/(m + 1)`` summed as a series.
+    Subnormals, zero, infinities and NaN give meaningless numbers.
+    """
+    b = _as_bits(a)
+    e = np.float64((b >> 52) - 1023)
+    m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
+    up = m > _SQRT2
+    m = m * 0.5 if up else m
+    e = e + 1.0 if up else e
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
+
+
+@_jit_nocheck
 def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
     """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
 
     The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
     ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
     overflow key), mirrored for negative values, zero for magnitudes below
-    ``min_magnitude``, ±inf at the ends and NaN last.
+    ``min_magnitude``, ±inf at the ends and NaN last. ``min_magnitude`` must
+    be a normal float (else :func:`sketch_counts_log`).
 
-    ``log|v|`` is not taken with a call per value (numba does not vectorise
-    it) but from the float's bits: ``|v| = 2**e * m`` with ``m`` in
-    ``[sqrt(1/2), sqrt(2))`` and ``log m = 2 atanh(s)``, ``s = (m - 1)/(m + 1)``,
-    summed to ``s**11`` (``|s| <= 0.1716``, so the rest is below 2e-11). A
-    value whose ``log|v|`` so found lies within :data:`SKETCH_NEAR` of a bucket
-    boundary, or a subnormal one, gets the reference expression
-    (:func:`_sketch_key`) after its row instead: every key is the reference's,
-    bit for bit. ``|v| = 1`` is exact either way (``log 1 = 0``), and is
-    common (indicators), so it never falls back.
+    The log comes from :func:`fast_log`, not from a call per value (numba does
+    not vectorise ``np.log``); a value whose fast log lies within
+    :data:`SKETCH_NEAR` of a bucket boundary is keyed again after its row with
+    the reference expression (:func:`_sketch_key`), so that every key is the
+    reference's, bit for bit. ``|v| = 1`` never needs that (``log 1 = 0``
+    exactly either way), and is common (indicators).
     """
     rows, d = x.shape
     width = 2 * n + 4
@@ -322,6 +378,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
     zero_slot = float(n + 1)
     posinf_slot = float(2 * n + 2)
     nan_slot = float(2 * n + 3)
+    offset = np.arange(d) * width  # first slot of every feature
     slot = np.empty(d, dtype=np.int64)
     near = np.empty(d, dtype=np.bool_)
     for i in range(rows):
@@ -330,17 +387,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
         for j in range(d):
             v = _load(x[i, j], lut)
             a = abs(v)
-            b = _as_bits(a)
-            e = np.float64((b >> 52) - 1023)
-            m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # mantissa, in [1, 2)
-            up = m > _SQRT2
-            m = m * 0.5 if up else m
-            e = e + 1.0 if up else e
-            t = (m - 1.0) / (m + 1.0)
-            t2 = t * t
-            odd = 2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11))
-            log_m = t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * odd)))
-            q = (e * _LN2 + log_m) * inv_ln_gamma
+            q = fast_log(a) * inv_ln_gamma
             key = np.ceil(q)
             key = key if key < hi_key else hi_key
             key = (key if key > lo_key else lo_key) - lo_key
@@ -350,20 +397,20 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
             s = posinf_slot if v == np.inf else s
             s = 0.0 if v == -np.inf else s
             s = nan_slot if v != v else s
-            slot[j] = j * width + np.int64(s)
-            doubt = ((abs(q - np.rint(q)) < near_keys) & (a != 1.0)) | (a < _SMALLEST_NORMAL)
-            near[j] = bucketed & doubt
-            n_near += bucketed & doubt
+            slot[j] = offset[j] + np.int64(s)
+            doubt = bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            near[j] = doubt
+            n_near += doubt
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        # ... the rare values near a boundary again, with the reference expression ...
+        # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
             for j in range(d):
                 if near[j]:
                     v = _load(x[i, j], lut)
                     key = np.int64(_sketch_key(abs(v), ln_gamma, lo_key, hi_key))
-                    slot[j] = j * width + (key + (n + 2) if v > 0.0 else n - key)
+                    slot[j] = offset[j] + (key + (n + 2) if v > 0.0 else n - key)
         # ... then one scattered increment per value.
         for j in range(d):
             counts[slot[j]] += 1
