@@ -379,8 +379,8 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
     posinf_slot = float(2 * n + 2)
     nan_slot = float(2 * n + 3)
     offset = np.arange(d) * width  # first slot of every feature
-    slot = np.empty(d, dtype=np.int64)
-    near = np.empty(d, dtype=np.bool_)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
     for i in range(rows):
         n_near = 0
         # Slots of one row, branch-free so that the loop vectorises ...
@@ -397,20 +397,22 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
             s = posinf_slot if v == np.inf else s
             s = 0.0 if v == -np.inf else s
             s = nan_slot if v != v else s
-            slot[j] = offset[j] + np.int64(s)
-            doubt = bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
-            near[j] = doubt
-            n_near += doubt
+            slot[j] = np.uint64(offset[j] + np.int64(s))
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        # ... the rare values close to a boundary again, with the reference expression ...
+        # ... the rare values close to a boundary again, with the reference expression
+        # (found again rather than marked above, which would cost a store per value;
+        # the band is doubled, so that no value marked above can be missed) ...
         if n_near:
             for j in range(d):
-                if near[j]:
-                    v = _load(x[i, j], lut)
-                    key = np.int64(_sketch_key(abs(v), ln_gamma, lo_key, hi_key))
-                    slot[j] = offset[j] + (key + (n + 2) if v > 0.0 else n - key)
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    slot[j] = np.uint64(offset[j] + (key + (n + 2) if v > 0.0 else n - key))
         # ... then one scattered increment per value.
         for j in range(d):
             counts[slot[j]] += 1
