@@ -297,14 +297,16 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba import sketch_counts
+    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_log
 
     d = x.shape[1]
     data, lut = _bits(x)
     counts = np.zeros((d, 2 * n_buckets + 4), dtype=np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
-    sketch_counts(
+    # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
+    kernel = sketch_counts if min_magnitude >= np.finfo(np.float64).smallest_normal else sketch_counts_log
+    kernel(
         data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets),
         counts.reshape(-1), fmin, fmax,
     )

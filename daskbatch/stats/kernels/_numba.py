@@ -26,13 +26,17 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 #: Rows per block of partial sums.
 BLOCK = 128
 
 _jit = numba.njit(nogil=True, cache=True)
+# NumPy's error model drops numba's division-by-zero checks, whose branch keeps
+# a loop from vectorising; for kernels whose divisors cannot be zero.
+_jit_nocheck = numba.njit(nogil=True, cache=True, error_model="numpy")
 
 
 def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
@@ -309,15 +313,23 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
 
 
 @_jit
-def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
-    """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
+def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
+    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it.
 
-    The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
-    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
-    overflow key), mirrored for
-    negative values, zero for magnitudes below ``min_magnitude``, ±inf at the
-    ends and NaN last. Slots stay float64 until the end so that the row loop
-    vectorises (numba's ``math.ceil`` would return an integer).
+    ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
+    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
+    """
+    key = np.ceil(np.log(a) / ln_gamma)
+    key = key if key < hi_key else hi_key
+    return (key if key > lo_key else lo_key) - lo_key
+
+
+@_jit
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
+
+    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
+    floats only); the tests hold :func:`sketch_counts` to it.
 
     Parameters
     ----------
@@ -349,9 +361,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
             v = _load(x[i, j], lut)
             a = abs(v)
             bucketed = (a >= min_magnitude) & (a < np.inf)
-            key = np.ceil(np.log(a if bucketed else 1.0) / ln_gamma)
-            key = key if key < hi_key else hi_key
-            key = (key if key > lo_key else lo_key) - lo_key
+            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
             s = key + (n + 2.0) if v > 0.0 else n - key
             s = s if bucketed else zero_slot
             s = posinf_slot if v == np.inf else s
@@ -361,5 +371,158 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        for j in range(d):
+            counts[slot[j]] += 1
+
+
+@intrinsic
+def _as_bits(typingctx, v):  # noqa: ANN001, ANN202
+    """The IEEE bit pattern (int64) of the float64 ``v``: a register move, and it vectorises."""
+    if v != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, b):  # noqa: ANN001, ANN202
+    """The float64 whose bit pattern is the int64 ``b`` (inverse of :func:`_as_bits`)."""
+    if b != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+#: Largest error of :func:`fast_log` on normal floats: its series stops after
+#: ``t**9`` with ``|t| <= (sqrt 2 - 1)/(sqrt 2 + 1)``, so the rest is at most
+#: ``2 |t|**11 / 11 / (1 - t**2) = 7.1e-10``; rounding adds below 1e-12.
+FAST_LOG_ERROR = 7.2e-10
+
+#: Where :func:`sketch_counts` does not trust its fast key: a ``fast_log|v|``
+#: within this much of a bucket boundary ``k * ln_gamma``. It is 14 times
+#: :data:`FAST_LOG_ERROR` (and ``np.log`` errs by below 1e-13), so outside the
+#: band the fast and the reference log fall on the same side of every
+#: boundary. About ``2 * SKETCH_NEAR / ln_gamma`` of random values (2e-6 by
+#: default) land in it and are recomputed.
+SKETCH_NEAR = 1e-8
+
+_SQRT2 = math.sqrt(2.0)
+_LN2 = math.log(2.0)
+
+
+@_jit_nocheck
+def fast_log(a):  # noqa: ANN001, ANN201
+    """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises).
+
+    ``a = 2**e * m`` from the bits, ``m`` brought into ``[sqrt(1/2), sqrt 2]``,
+    and ``log m = 2 atanh(t)`` with ``t = (m - 1)/(m + 1)`` summed as a series.
+    Subnormals, zero, infinities and NaN give meaningless numbers.
+
+    Parameters
+    ----------
+    a : float
+        A normal float64 above 0.
+
+    Returns
+    -------
+    float
+        ``log(a)``, within ``FAST_LOG_ERROR``.
+    """
+    b = _as_bits(a)
+    e = np.float64((b >> 52) - 1023)
+    m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
+    up = m > _SQRT2
+    m = m * 0.5 if up else m
+    e = e + 1.0 if up else e
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
+
+
+@_jit_nocheck
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+    """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
+
+    The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
+    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
+    overflow key), mirrored for negative values, zero for magnitudes below
+    ``min_magnitude``, ±inf at the ends and NaN last. ``min_magnitude`` must
+    be a normal float (else :func:`sketch_counts_log`).
+
+    The log comes from :func:`fast_log`, not from a call per value (numba does
+    not vectorise ``np.log``); a value whose fast log lies within
+    :data:`SKETCH_NEAR` of a bucket boundary is keyed again after its row with
+    the reference expression (:func:`_sketch_key`), so that every key is the
+    reference's, bit for bit. ``|v| = 1`` never needs that (``log 1 = 0``
+    exactly either way), and is common (indicators).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    ln_gamma, min_magnitude : float
+        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
+    k_min, k_max : int
+        ``Sketch.key_range``.
+    n : int
+        ``Sketch.n_buckets``.
+    counts : numpy.ndarray
+        The flat int64 counts, added to.
+    fmin, fmax : numpy.ndarray
+        The finite extrema of each feature, updated.
+    """
+    rows, d = x.shape
+    width = 2 * n + 4
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
+    zero_slot = float(n + 1)
+    posinf_slot = float(2 * n + 2)
+    nan_slot = float(2 * n + 3)
+    offset = np.arange(d) * width  # first slot of every feature
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    for i in range(rows):
+        n_near = 0
+        # Slots of one row, branch-free so that the loop vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            q = fast_log(a) * inv_ln_gamma
+            key = np.ceil(q)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            s = key + (n + 2.0) if v > 0.0 else n - key
+            s = s if bucketed else zero_slot
+            s = posinf_slot if v == np.inf else s
+            s = 0.0 if v == -np.inf else s
+            s = nan_slot if v != v else s
+            slot[j] = np.uint64(offset[j] + np.int64(s))
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values close to a boundary again, with the reference expression
+        # (found again rather than marked above, which would cost a store per value;
+        # the band is doubled, so that no value marked above can be missed) ...
+        if n_near:
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    slot[j] = np.uint64(offset[j] + (key + (n + 2) if v > 0.0 else n - key))
+        # ... then one scattered increment per value.
         for j in range(d):
             counts[slot[j]] += 1

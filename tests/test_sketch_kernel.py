@@ -1,0 +1,187 @@
+"""The compiled sketch kernel keys values from the float's bits; its states must be the reference's, bit for bit.
+
+:func:`~daskbatch.stats.kernels._numba.sketch_counts` takes ``log|v|`` from a
+short series (:func:`~daskbatch.stats.kernels._numba.fast_log`) and keys again,
+with the reference expression, every value whose fast log lies near a bucket
+boundary. These tests hold it to the array-API reference of
+:class:`~daskbatch.stats.Sketch` (``daskbatch.kernels`` off, NumPy's log) and to
+the log-per-value kernel, on the values that are hardest to key: the bucket
+boundaries ``gamma**k`` and their neighbours in float32 and float64, the ends of
+the magnitude range, subnormals, ±inf, NaN, zeros and negatives.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dask.config
+import numba
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from daskbatch.stats import Sketch, kernels
+from daskbatch.stats.kernels import _numba
+from daskbatch.testing import assert_states_equal
+
+TINY = float(np.finfo(np.float64).smallest_normal)
+
+
+@numba.njit(cache=False)
+def _fast_logs(a: np.ndarray) -> np.ndarray:
+    out = np.empty_like(a)
+    for i in range(a.size):
+        out[i] = _numba.fast_log(a[i])
+    return out
+
+
+def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
+    """The kernel's state equals the array-API reference's and the log-per-value kernel's."""
+    with dask.config.set({"daskbatch.kernels": True}):
+        fast = sk.chunk(x)
+    with dask.config.set({"daskbatch.kernels": False}):
+        reference = sk.chunk(x)
+    assert_states_equal(fast, reference)
+    k_min, k_max = sk.key_range
+    counts = np.zeros_like(np.asarray(fast.counts))
+    fmin, fmax = np.full(x.shape[1], np.inf), np.full(x.shape[1], -np.inf)
+    data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
+    flat = counts.reshape(-1)
+    _numba.sketch_counts_log(data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, flat, fmin, fmax)
+    np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
+
+
+def to32(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32; magnitudes beyond its range become ±inf, as a cast does (without the warning)."""
+    with np.errstate(over="ignore"):
+        return x.astype(np.float32)
+
+
+def boundary_values(sk: Sketch, keys: np.ndarray) -> np.ndarray:
+    """``gamma**k`` for ``keys``, its float64 neighbours (±2 ulps) and its float32 roundings (±1 ulp)."""
+    g = np.exp(keys * sk.ln_gamma)
+    g = g[np.isfinite(g) & (g > 0)]
+    near64 = [g]
+    down, up = g.copy(), g.copy()
+    for _ in range(2):
+        down, up = np.nextafter(down, 0.0), np.nextafter(up, np.inf)
+        near64 += [down, up]
+    f32max = float(np.finfo(np.float32).max)
+    g32 = g[(g >= float(np.finfo(np.float32).smallest_subnormal)) & (g <= f32max)].astype(np.float32)
+    near32 = [g32, np.nextafter(g32, np.float32(0)), np.nextafter(g32, np.float32(np.inf))]
+    return np.concatenate(near64 + [v.astype(np.float64) for v in near32])
+
+
+def test_fast_log_within_its_bound() -> None:
+    """The error bound the band rests on holds: random normal floats, every float32 mantissa, the worst ``t``."""
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0x0010000000000000, 0x7FF0000000000000, size=1_000_000, dtype=np.int64)
+    mantissas = (np.arange(2**23, dtype=np.int64) << 29) | 0x3FF0000000000000  # all of [1, 2) in float32
+    sqrt2 = np.full(4, math.sqrt(2.0))
+    worst = np.concatenate([np.nextafter(sqrt2, 0.0), sqrt2, np.nextafter(sqrt2, 3.0), [1 / math.sqrt(2.0)]])
+    for a in (bits.view(np.float64), mantissas.view(np.float64), worst * 2.0**-1000, worst * 2.0**1000, worst):
+        err = np.abs(_fast_logs(a) - np.log(a))
+        assert err.max() <= _numba.FAST_LOG_ERROR, err.max()
+    assert _numba.SKETCH_NEAR >= 10 * _numba.FAST_LOG_ERROR
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_bucket_boundary_of_the_default_sketch(dtype: type) -> None:
+    """``gamma**k`` and its neighbours for every key, both signs, in one chunk: the hardest values there are."""
+    sk = Sketch()
+    k_min, k_max = sk.key_range
+    values = boundary_values(sk, np.arange(k_min - 2, k_max + 3, dtype=np.float64))
+    x = to32(values) if dtype == np.float32 else values
+    x = np.concatenate([x, -x])
+    x = x[: x.size - x.size % 8].reshape(-1, 8)
+    # The data must reach the fallback: plenty of fast logs lie in the band around a boundary.
+    a = np.abs(x.astype(np.float64)).ravel()
+    a = a[(a >= sk.min_magnitude) & np.isfinite(a)]
+    q = _fast_logs(a) / sk.ln_gamma
+    assert np.sum(np.abs(q - np.rint(q)) < _numba.SKETCH_NEAR / sk.ln_gamma) > 1000
+    compiled_and_reference(sk, x)
+
+
+def test_the_ends_of_the_magnitude_range_and_nonfinite() -> None:
+    sk = Sketch(alpha=0.01, min_magnitude=1e-6, max_magnitude=1e6)
+    k_min, k_max = sk.key_range
+    top, bottom = math.exp((k_max - 1) * sk.ln_gamma), math.exp(k_min * sk.ln_gamma)  # overflow and first bucket
+    ends = [sk.min_magnitude, sk.max_magnitude, top, bottom]
+    around = [np.nextafter(v, d) for v in ends for d in (0.0, np.inf)]
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, TINY, 5e-324, 1e300, -1e300, 2.0**-1030]
+    col = np.array(ends + around + special)
+    x = np.stack([col, -col, col[::-1]], axis=1)
+    compiled_and_reference(sk, x)
+    compiled_and_reference(sk, to32(x))
+
+
+def test_wide_rows_with_several_boundary_values() -> None:
+    """Rows of 300 features, many near a boundary: the fix-up pass of a row keys each of them."""
+    sk = Sketch()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 300)) * 10.0
+    g = boundary_values(sk, rng.integers(-2000, 2000, size=400).astype(np.float64))
+    rows, cols = rng.integers(0, 40, size=g.size), rng.integers(0, 300, size=g.size)
+    x[rows, cols] = g * rng.choice([-1.0, 1.0], size=g.size)
+    compiled_and_reference(sk, x)
+    compiled_and_reference(sk, to32(x))
+
+
+def test_a_subnormal_min_magnitude_takes_the_log_per_value_kernel() -> None:
+    sk = Sketch(min_magnitude=1e-310, max_magnitude=1e10)
+    x = np.array([[1e-310], [3e-309], [TINY], [5e-324], [-2e-309], [1.0], [0.0]])
+    compiled_and_reference(sk, x)
+
+
+# ------------------------------------------------------------------ property
+SKETCHES = st.builds(
+    Sketch,
+    alpha=st.sampled_from([0.005, 0.02, 0.1, 0.4]),
+    min_magnitude=st.sampled_from([1e-30, 1e-6, 0.5, TINY, 1e-310]),
+    max_magnitude=st.sampled_from([1e6, 1e30, 1e300]),
+).filter(lambda s: s.min_magnitude < s.max_magnitude)
+
+
+@st.composite
+def adversarial(draw: st.DrawFn, sk: Sketch, dtype: type) -> np.ndarray:
+    """A chunk whose values are drawn from bucket boundaries and their neighbours, range ends and specials."""
+    rows = draw(st.integers(1, 30))
+    cols = draw(st.integers(1, 5))
+    k_min, k_max = sk.key_range
+    # A run of 32 keys (about a third of boundaries are ones the fast log alone would get wrong).
+    keys = draw(st.integers(k_min - 2, k_max + 2)) + np.arange(-16.0, 16.0)
+    pool = [*boundary_values(sk, keys), sk.min_magnitude, sk.max_magnitude, np.nextafter(sk.min_magnitude, 0.0)]
+    pool += [0.0, np.inf, np.nan, 1.0, TINY, 5e-324, 2.0**-1040, 1e308]
+    width = 32 if dtype == np.float32 else 64
+    # Three in four values from the pool: boundaries are what the fast key can get wrong.
+    hard = st.sampled_from(pool)
+    element = st.one_of(
+        hard, hard, hard, st.floats(width=width, allow_nan=True, allow_infinity=True, allow_subnormal=True)
+    )
+    sign = st.sampled_from([-1.0, 1.0])
+    values = draw(st.lists(st.tuples(element, sign), min_size=rows * cols, max_size=rows * cols))
+    x = np.array([v * s for v, s in values], dtype=np.float64).reshape(rows, cols)
+    # And every boundary value of the drawn keys, both signs, in rows below (in a drawn order).
+    extra = np.concatenate([boundary_values(sk, keys), -boundary_values(sk, keys)])
+    extra = np.resize(extra[draw(st.permutations(range(extra.size)))], (-(-extra.size // cols), cols))
+    x = np.concatenate([x, extra])
+    return to32(x) if dtype == np.float32 else x
+
+
+@given(data=st.data(), sk=SKETCHES, dtype=st.sampled_from([np.float64, np.float32]))
+def test_kernel_equals_reference_bitwise(data: st.DataObject, sk: Sketch, dtype: type) -> None:
+    compiled_and_reference(sk, data.draw(adversarial(sk, dtype), label="x"))
+
+
+@given(
+    x=st.one_of(
+        hnp.arrays(np.float16, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12)),
+        hnp.arrays(np.int64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12)),
+        hnp.arrays(np.int8, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12)),
+        hnp.arrays(np.bool_, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12)),
+    )
+)
+def test_other_dtypes_equal_reference_bitwise(x: np.ndarray) -> None:
+    compiled_and_reference(Sketch(), x)
