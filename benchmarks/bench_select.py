@@ -48,9 +48,9 @@ N_CLASSES = 4
 
 def peak_rss() -> int:
     """This process's peak RSS in bytes."""
-    from daskbatch.jobs import process_peak_rss
+    from daskbatch.runtime.joblog import process_peak_bytes
 
-    return process_peak_rss()
+    return process_peak_bytes() or 0
 
 
 def ensure_store(path: Path, rows: int, features: int, chunk_rows: int, seed: int = 0) -> Path:

@@ -27,272 +27,31 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import json
 import logging
 import os
-import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from daskbatch.job_report import (
+    MISSING_KEYS,
+    JobReport,
+    flatten,
+    json_safe,
+    memory_words,
+    now,
+    peak_memory,
+    phase,
+    write_json_atomic,
+)
 from daskbatch.jobspec import JobConfigError, JobSpec, load_job
 
 __all__ = ["JobReport", "run_job"]
 
 log = logging.getLogger("daskbatch.jobs")
-
-#: Packages whose versions the report records (those absent are recorded as null).
-PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "scipy", "xarray",
-            "pandas", "cupy", "dask-cuda", "dask-jobqueue")
-_MISSING_KEYS = ("missing_policy", "complete", "missing_chunks", "missing_chunk_keys", "label_missing_chunks",
-                 "label_missing_chunk_keys", "rows_skipped", "skipped_rows")
-
-
-@dataclass
-class JobReport:
-    """What a job did: the numbers of its JSON report, and its final log line.
-
-    Attributes
-    ----------
-    job : JobSpec
-        The effective job (defaults, config and file merged).
-    source : str
-        The job file (or "job" for a mapping).
-    status : {"ok", "failed", "plan_error", "interrupted", "bad_input"}
-    error : str or None
-        The one-line error of a job that did not finish.
-    plan : Plan or None
-    rows, features : int
-        Shape of the input (rows in the store, features of ``x``).
-    selected : int or None
-        Features the selection kept (None without a selection).
-    output_features : int or None
-        Columns of the transform store.
-    timings : dict of str to float
-        Seconds per phase (open, cluster, plan, describe, write summary, select,
-        transform, total); ``describe_passes`` lists each pass of describe.
-    peak_memory : dict
-        ``process_bytes`` (this process's ru_maxrss) and, on a cluster,
-        ``workers_bytes`` (each worker's ru_maxrss by address).
-    missing : dict
-        The input's missing or skipped chunks (from the summary's provenance).
-    outputs : dict of str to str
-        Path of every output written (summary, selection, transform, report).
-    started, finished : str
-        ISO times (UTC).
-    """
-
-    job: JobSpec
-    source: str
-    status: str = "ok"
-    error: str | None = None
-    plan: Any = None
-    rows: int | None = None
-    features: int | None = None
-    selected: int | None = None
-    output_features: int | None = None
-    timings: dict[str, Any] = field(default_factory=dict)
-    peak_memory: dict[str, Any] = field(default_factory=dict)
-    missing: dict[str, Any] = field(default_factory=dict)
-    outputs: dict[str, str] = field(default_factory=dict)
-    started: str = ""
-    finished: str = ""
-
-    @property
-    def seconds(self) -> float:
-        """Measure the wall time of the whole job.
-
-        Returns
-        -------
-        float
-            Seconds.
-        """
-        return float(self.timings.get("total", 0.0))
-
-    def summary_line(self) -> str:
-        """Summarise the job in one line.
-
-        Returns
-        -------
-        str
-            Such as ``daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote z.zarr``.
-        """
-        parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {self.seconds:.1f} s"]
-        if self.rows is not None and self.features is not None:
-            parts.append(f"{self.rows:,} rows x {self.features:,} features")
-        if self.selected is not None:
-            parts.append(f"selected {self.selected:,}")
-        wrote = [p for k, p in self.outputs.items() if k != "report"]
-        if wrote:
-            parts.append("wrote " + ", ".join(wrote))
-        if "report" in self.outputs:
-            parts.append(f"report {self.outputs['report']}")
-        if self.error:
-            parts.append(self.error)
-        return "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Give the JSON report's content.
-
-        Returns
-        -------
-        dict
-            JSON-able.
-        """
-        return {
-            "status": self.status,
-            "error": self.error,
-            "job_file": self.source,
-            "started": self.started,
-            "finished": self.finished,
-            "versions": versions(),
-            "python": sys.version.split()[0],
-            "job": self.job.to_dict(),
-            "plan": None if self.plan is None else self.plan.to_dict(),
-            "counts": {"rows": self.rows, "features": self.features, "selected": self.selected,
-                       "output_features": self.output_features},
-            "missing": self.missing,
-            "timings": self.timings,
-            "peak_memory": self.peak_memory,
-            "outputs": self.outputs,
-        }
-
-
-def versions() -> dict[str, str | None]:
-    """List the installed versions of daskbatch and its dependencies.
-
-    Returns
-    -------
-    dict of str to str or None
-        Version by package (None when not installed).
-    """
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    from daskbatch._version import __version__
-
-    out["daskbatch"] = __version__
-    return out
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def _bytes(n: float | None) -> str:
-    from dask.utils import format_bytes
-
-    return "-" if n is None else format_bytes(int(n))
-
-
-def process_peak_rss() -> int:
-    """Read this process's peak resident memory (``ru_maxrss``: KiB on Linux, bytes on macOS).
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def _peak_memory(client: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"process_bytes": process_peak_rss()}
-    if client is not None:
-        try:
-            out["workers_bytes"] = {str(k): int(v) for k, v in client.run(process_peak_rss).items()}
-        except Exception as exc:  # a worker gone or unreachable must not fail a finished job
-            log.warning("could not read the workers' peak memory: %s", exc)
-    return out
-
-
-def _memory_words(peak: Mapping[str, Any]) -> str:
-    text = f"peak memory {_bytes(peak.get('process_bytes'))} (this process)"
-    workers = peak.get("workers_bytes")
-    if workers:
-        text += f", {_bytes(max(workers.values()))} (largest of {len(workers)} worker(s))"
-    return text
-
-
-@contextlib.contextmanager
-def _phase(report: JobReport, name: str) -> Iterator[None]:
-    t0 = time.perf_counter()
-    yield
-    report.timings[name] = round(time.perf_counter() - t0, 3)
-
-
-def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"daskbatch": {"split-every": 16}}`` -> ``{"daskbatch.split-every": 16}``.
-
-    ``dask.config.set`` replaces the whole value at a key, so a nested mapping
-    would wipe the other settings of its section.
-    """
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
-
-
-def _write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path``, then ``os.replace``: readers never see half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json.tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2, default=_json_default, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and inf as strings (strict JSON has neither)."""
-    if isinstance(value, float) and not np.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-# ------------------------------------------------------------------ what to compute
-
 
 def needed_stats(job: JobSpec) -> list[str]:
     """List the statistics of the job: as given, else what its selection and transform need.
@@ -538,11 +297,11 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
     """
     t0 = time.perf_counter()
     job, where = load_job(source)
-    report = JobReport(job=job, source=where, started=_now())
+    report = JobReport(job=job, source=where, started=now())
     import dask
 
     try:
-        with dask.config.set(_flatten(job.dask or {})):
+        with dask.config.set(flatten(job.dask or {})):
             _run(job, report)
     except BaseException as exc:
         from daskbatch.errors import Interrupted, PlanError
@@ -564,14 +323,14 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
 
 def _finish(job: JobSpec, report: JobReport, t0: float) -> None:
     report.timings["total"] = round(time.perf_counter() - t0, 3)
-    report.finished = _now()
+    report.finished = now()
     if not report.peak_memory:
-        report.peak_memory = _peak_memory(None)
+        report.peak_memory = peak_memory(None)
     path = job.output_path("report")
     if path is not None:
         report.outputs["report"] = path
         try:
-            _write_json_atomic(path, _json_safe(report.to_dict()))
+            write_json_atomic(path, json_safe(report.to_dict()))
         except OSError as exc:
             if report.status == "ok":
                 raise
@@ -590,7 +349,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
         os.makedirs(folder, exist_ok=True)
     log.info("daskbatch run %s: input %s; cluster %s; memory %s; outputs in %s", report.source, job.input.store,
              job.cluster.kind, job.memory, os.path.abspath(folder) if "://" not in folder else folder)
-    with _phase(report, "open"):
+    with phase(report, "open"):
         assert job.input.store is not None  # load_job checked it
         dataset = open_dataset(job.input.store, x=job.input.x, label=job.input.label,
                                missing=job.statistics.missing)
@@ -607,7 +366,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
     t_cluster = time.perf_counter()
     with _client(job, cuda_plan) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
-        with _phase(report, "plan"):
+        with phase(report, "plan"):
             resources = _resources(job, client)
             try:
                 plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job),
@@ -622,7 +381,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
         if device == "auto":
             device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
 
-        with _phase(report, "describe"):
+        with phase(report, "describe"):
             summary = describe(
                 dataset, stats=stats, bins=job.statistics.bins, range=_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
@@ -631,17 +390,17 @@ def _run(job: JobSpec, report: JobReport) -> None:
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
         prov = summary.provenance
-        report.missing = {k: prov.get(k) for k in _MISSING_KEYS if k in prov}
+        report.missing = {k: prov.get(k) for k in MISSING_KEYS if k in prov}
         per_pass = ", ".join(f"pass {i + 1} {s:.1f} s" for i, s in enumerate(passes))
         log.info("describe: %d pass(es) in %.1f s (%s); %s", len(passes), report.timings["describe"], per_pass,
-                 _memory_words(_peak_memory(None)))
+                 memory_words(peak_memory(None)))
         if not prov.get("complete", True):
             log.warning("the input is incomplete: %s missing chunk(s) of x, %s of the label, %s rows skipped",
                         len(prov.get("missing_chunks", [])), len(prov.get("label_missing_chunks", [])),
                         prov.get("rows_skipped", 0))
         path = job.output_path("summary")
         if path is not None:
-            with _phase(report, "write summary"):
+            with phase(report, "write summary"):
                 saved = _saved_twin(path, summary)
                 if saved is None:
                     summary.save(path)
@@ -656,7 +415,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
         if _selection_needed(job):
             from daskbatch.select import select
 
-            with _phase(report, "select"):
+            with phase(report, "select"):
                 s = job.selection
                 selection = select(summary, score=s.score, mode=s.mode, param=s.param,
                                    min_variance=s.min_variance, max_corr=s.max_corr)
@@ -674,7 +433,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
 
             out = job.output_path("transform")
             assert out is not None
-            with _phase(report, "transform"):
+            with phase(report, "transform"):
                 built = _build_steps(job, summary, selection)
                 done = transform(
                     dataset, built, out, overwrite=job.transform.overwrite,
@@ -684,6 +443,6 @@ def _run(job: JobSpec, report: JobReport) -> None:
             report.output_features = done.features
             report.outputs["transform"] = out
             log.info("transform (%s): %s; %s", ", ".join(job.transform.steps), done.summary(),
-                     _memory_words(_peak_memory(None)))
-        report.peak_memory = _peak_memory(client)
-    log.info("%s", _memory_words(report.peak_memory))
+                     memory_words(peak_memory(None)))
+        report.peak_memory = peak_memory(client)
+    log.info("%s", memory_words(report.peak_memory))

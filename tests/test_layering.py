@@ -123,7 +123,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
      "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
-     "daskbatch.jobs", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs", "daskbatch.incremental",
+     "daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs", "daskbatch.incremental",
      "daskbatch.summary_attrs"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )

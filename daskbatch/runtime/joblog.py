@@ -117,8 +117,14 @@ def summary_line(run: _Run, seconds: float) -> str:
     )
 
 
-def _own_peak_bytes() -> int | None:
-    """Largest resident set of this process so far (None where ``resource`` does not exist)."""
+def process_peak_bytes() -> int | None:
+    """Read the largest resident set of this process so far (None where ``resource`` does not exist).
+
+    Returns
+    -------
+    int or None
+        Bytes (``ru_maxrss`` is KiB on Linux, bytes on macOS).
+    """
     try:
         import resource
     except ImportError:  # Windows
@@ -137,7 +143,7 @@ def peak_memory_text() -> str:
     """
     from dask.utils import format_bytes
 
-    own = _own_peak_bytes()
+    own = process_peak_bytes()
     text = format_bytes(own) if own is not None else "unknown"
     from daskbatch.runtime.cluster import active_client
 
@@ -145,7 +151,7 @@ def peak_memory_text() -> str:
     if client is None:
         return text
     try:
-        peaks = [p for p in client.run(_own_peak_bytes).values() if p is not None]
+        peaks = [p for p in client.run(process_peak_bytes).values() if p is not None]
     except Exception as exc:  # a worker gone or a closing client: the line still gets written
         log.debug("no peak memory from the workers: %s", exc)
         return text
