@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 from daskbatch.stats.sketch import Sketch, sketch_quantile
 
@@ -281,78 +280,9 @@ class Summary:
         xarray.Dataset
             The statistics.
         """
-        import xarray as xr
+        from daskbatch.summary_xarray import summary_to_xarray
 
-        from daskbatch.summary_attrs import FORMAT, count_array, encode_provenance, variable_attrs
-
-        def var(dims: Any, name: str, values: Any) -> Any:
-            """Build the variable ``name`` with its attributes (counts as int64).
-
-            Parameters
-            ----------
-            dims : str or tuple of str
-                Its dimensions.
-            name : str
-                The statistic's field name.
-            values : array_like
-                Its values.
-
-            Returns
-            -------
-            xarray.Variable
-                The variable.
-            """
-            if name in COUNT_FIELDS_INT:
-                values = count_array(values)
-            return xr.Variable(dims, values, attrs=variable_attrs(name, self.provenance, self.cov_count))
-
-        data: dict[str, Any] = {name: var("feature", name, getattr(self, name)) for name in PER_FEATURE}
-        if self.cov is not None:
-            data["cov"] = var(("feature", "feature2"), "cov", self.cov)
-            data["corr"] = var(("feature", "feature2"), "corr", self.corr)
-        # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
-        names = np.array(self.feature_names, dtype=object)
-        coords: dict[str, Any] = {"feature": ("feature", names, {"long_name": "feature"})}
-        if self.cov is not None:
-            coords["feature2"] = ("feature2", names, {"long_name": "feature (second of a pair)"})
-        if self.hist_counts is not None:
-            assert self.hist_edges is not None
-            data["hist_counts"] = var(("feature", "bin"), "hist_counts", self.hist_counts)
-            data["hist_edges"] = var(("feature", "edge"), "hist_edges", self.hist_edges)
-            data["underflow"] = var("feature", "underflow", self.underflow)
-            data["overflow"] = var("feature", "overflow", self.overflow)
-            bins = self.hist_counts.shape[1]
-            coords["bin"] = ("bin", np.arange(bins, dtype=np.int64), {"long_name": "histogram bin"})
-            coords["edge"] = ("edge", np.arange(bins + 1, dtype=np.int64), {"long_name": "histogram edge"})
-            # Every feature has its own range, so the centres are (feature, bin).
-            centres = 0.5 * (self.hist_edges[:, :-1] + self.hist_edges[:, 1:])
-            coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
-        if self.joint_counts is not None:
-            data["joint_counts"] = var(("feature", "slot", "class"), "joint_counts", self.joint_counts)
-            slots = self.joint_counts.shape[1]
-            coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
-                "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
-            })
-        if self.mi is not None:
-            data["mi"] = var("feature", "mi", self.mi)
-        for name in CLASS_FIELDS:
-            if getattr(self, name) is not None:
-                data[name] = var(("feature", "class"), name, getattr(self, name))
-        if self.classes is not None and ("joint_counts" in data or "class_count" in data):
-            coords["class"] = ("class", np.asarray(self.classes, dtype=np.int64), {"long_name": "label value"})
-        if self.sketch_counts is not None:
-            data["sketch_counts"] = var(("feature", "sketch_slot"), "sketch_counts", self.sketch_counts)
-            data["sketch_extrema"] = var(("feature", "extreme"), "sketch_extrema", self.sketch_extrema)
-            first = int(self.provenance.get("sketch", {}).get("first_slot", 0))
-            width = self.sketch_counts.shape[1]
-            coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
-                                     {"long_name": "quantile sketch slot"})
-            coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
-        attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
-        if self.cov_count is not None:
-            attrs["cov_count"] = int(self.cov_count)
-        attrs.update(encode_provenance(self.provenance))
-        return xr.Dataset(data, coords=coords, attrs=attrs)
+        return summary_to_xarray(self)
 
     @classmethod
     def from_results(
@@ -387,39 +317,9 @@ class Summary:
         Summary
             The summary.
         """
-        m = results["moments"]
-        kwargs: dict[str, Any] = {}
-        if "cov" in results:
-            c = results["cov"]
-            kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
-        if "sketch" in results:
-            kwargs.update(_sketch_fields(results["sketch"], provenance))
-        if "hist" in results:
-            h = results["hist"]
-            kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
-            if h.joint is not None:
-                classes = getattr(h, "classes", None)
-                if classes is None:
-                    classes = np.arange(h.joint.shape[2], dtype=np.int64)
-                kwargs.update(
-                    joint_counts=h.joint,
-                    mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
-                    classes=np.asarray(classes, dtype=np.int64),
-                )
-                provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
-        if "class_moments" in results:
-            cm = results["class_moments"]
-            kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
-            provenance.setdefault("n_classes", int(cm.count.shape[1]))
-        extra = {name: r for name, r in results.items() if name not in BUILT_IN_RESULTS}
-        if extra:
-            provenance["user_statistics"] = sorted(extra)
-        return cls(
-            feature_names=tuple(feature_names), extra=extra,
-            count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
-            neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,
-            kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, states=states, **kwargs,
-        )
+        from daskbatch.summary_results import summary_from_results
+
+        return summary_from_results(feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow, states=states)
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:
@@ -435,43 +335,9 @@ class Summary:
         Summary
             The summary.
         """
-        def get(name: str) -> np.ndarray | None:
-            """Read variable ``name`` if the dataset has it.
+        from daskbatch.summary_xarray import summary_from_xarray
 
-            Parameters
-            ----------
-            name : str
-                The variable.
-
-            Returns
-            -------
-            numpy.ndarray or None
-                Its values, or None.
-            """
-            return np.asarray(ds[name].values) if name in ds else None
-
-        from daskbatch.summary_attrs import COUNT_FIELDS, decode_provenance
-
-        kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
-        for name in (
-            "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
-            "sketch_counts", "sketch_extrema", *CLASS_FIELDS,
-        ):
-            kwargs[name] = get(name)
-        for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
-            if kwargs[name] is not None:
-                kwargs[name] = kwargs[name].astype(np.float64)
-        cov_count = ds.attrs.get("cov_count")
-        if "class" in ds.coords:
-            kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
-        elif kwargs["joint_counts"] is not None:  # written before the coordinate existed: 0..K-1
-            kwargs["classes"] = np.arange(kwargs["joint_counts"].shape[2], dtype=np.int64)
-        return cls(
-            feature_names=tuple(str(f) for f in ds["feature"].values),
-            cov_count=None if cov_count is None else int(cov_count),
-            provenance=decode_provenance(dict(ds.attrs)),
-            **kwargs,
-        )
+        return summary_from_xarray(ds)
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
         """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
@@ -496,34 +362,9 @@ class Summary:
         daskbatch.io.outputs.OutputError
             Before anything is written, with a message naming the path.
         """
-        from daskbatch.io.outputs import MARKER, check_output, write_output
-        from daskbatch.io.summary_states import write_states
+        from daskbatch.summary_store import save_summary
 
-        tiled = self.provenance.get("tiled_cov") or {}
-        protected = {
-            "the summary's input store": self.provenance.get("path"),
-            "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
-        }
-        for i, source in enumerate(self.provenance.get("sources") or ()):  # a merged summary's inputs
-            if isinstance(source, dict):
-                protected[f"input store {i} of the merged summary"] = source.get("path")
-        target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
-        ds = self.to_xarray()
-        ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
-
-        def write(tmp: str) -> None:
-            """Write the dataset (and the states) to the temporary path ``tmp``.
-
-            Parameters
-            ----------
-            tmp : str
-                The temporary path.
-            """
-            ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
-            if self.states is not None:
-                write_states(tmp, self.states)
-
-        return write_output(target, write)
+        return save_summary(self, path, overwrite=overwrite)
 
     def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
         """Add ``new_rows`` to this summary: what describe gives on all the rows together.
@@ -597,24 +438,6 @@ class Summary:
         return summary_html(self)
 
 
-def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Summary fields of a finalized sketch: the window of slots that hold counts, and the finite extrema.
-
-    The full layout holds ~27,600 slots per feature; data rarely span more
-    than a few decades, so the summary keeps only the columns from the first to
-    the last non-empty slot over all features (and records where they start).
-    """
-    counts = np.asarray(r.counts)
-    used = np.flatnonzero(counts.any(axis=0))
-    first, stop = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 0)
-    provenance["sketch"] = {
-        "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
-        "first_slot": first,
-    }
-    extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
-    return {"sketch_counts": np.ascontiguousarray(counts[:, first:stop]), "sketch_extrema": extrema}
-
-
 def _json_values(a: np.ndarray) -> Any:
     """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
     if a.dtype.kind != "f":
@@ -623,68 +446,19 @@ def _json_values(a: np.ndarray) -> Any:
     return np.array(flat, dtype=object).reshape(a.shape).tolist()
 
 
-def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
-    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
-    from zarr.codecs import ZstdCodec
-
-    from daskbatch.io.integrity import checksummed
-
-    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
-
-
 def load_summary(path: str | os.PathLike[str]) -> Summary:
-    """Read a :class:`Summary` written by :meth:`Summary.save`.
+    """Read a summary written by :meth:`Summary.save` (see :func:`daskbatch.summary_store.load_summary`).
 
     Parameters
     ----------
     path : str or os.PathLike
-        The summary store.
+        The summary's store.
 
     Returns
     -------
     Summary
-        The summary.
-
-    Raises
-    ------
-    DataError
-        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all).
+        The summary, with its states when it was saved with them.
     """
-    import xarray as xr
+    from daskbatch.summary_store import load_summary as load
 
-    from daskbatch.io.summary_states import read_states
-
-    where = os.fspath(path)
-    _check_is_summary(where)
-    with xr.open_zarr(where, consolidated=False) as ds:
-        summary = Summary.from_xarray(ds.load())
-    return dataclasses.replace(summary, states=read_states(where))
-
-
-def _check_is_summary(where: str) -> None:
-    """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
-    import zarr
-
-    from daskbatch.errors import DataError
-    from daskbatch.io.outputs import MARKER
-
-    if "://" not in where and not os.path.exists(where):
-        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
-    try:
-        group = zarr.open_group(where, mode="r")
-    except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)
-        raise DataError(
-            f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
-        ) from None
-    marker = group.attrs.get(MARKER)
-    arrays = sorted(name for name, _ in group.arrays())
-    # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
-    described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
-    legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
-    if marker != "summary" and not legacy:
-        held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
-        kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
-        raise DataError(
-            f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
-            "or give a path written by Summary.save / describe --out"
-        )
+    return load(path)

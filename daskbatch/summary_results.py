@@ -1,0 +1,96 @@
+"""A :class:`~daskbatch.summary.Summary` from the finalized results of :func:`daskbatch.describe`'s passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats.mutual_info import mutual_information
+from daskbatch.summary import BUILT_IN_RESULTS, Summary
+
+__all__ = ["summary_from_results"]
+
+
+def summary_from_results(
+                feature_names: tuple[str, ...],
+        results: dict[str, Any],
+        provenance: dict[str, Any],
+        *,
+        mi_base: Any = "e",
+        miller_madow: bool = False,
+        states: dict[str, Any] | None = None,
+    ) -> Summary:
+    """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
+
+    Parameters
+    ----------
+    feature_names : tuple of str
+        The features' names.
+    results : dict
+        Finalized results by statistic name.
+    provenance : dict
+        Where the data came from and the settings.
+    mi_base : {"e", 2}, default "e"
+        Base of the logarithm of the mutual information.
+    miller_madow : bool, default False
+        Apply the Miller–Madow bias correction to the mutual information.
+    states : dict, optional
+        The merged states the results were finalized from (kept for :meth:`update`).
+
+    Returns
+    -------
+    Summary
+        The summary.
+    """
+    m = results["moments"]
+    kwargs: dict[str, Any] = {}
+    if "cov" in results:
+        c = results["cov"]
+        kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
+    if "sketch" in results:
+        kwargs.update(_sketch_fields(results["sketch"], provenance))
+    if "hist" in results:
+        h = results["hist"]
+        kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
+        if h.joint is not None:
+            classes = getattr(h, "classes", None)
+            if classes is None:
+                classes = np.arange(h.joint.shape[2], dtype=np.int64)
+            kwargs.update(
+                joint_counts=h.joint,
+                mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
+                classes=np.asarray(classes, dtype=np.int64),
+            )
+            provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")
+    if "class_moments" in results:
+        cm = results["class_moments"]
+        kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
+        provenance.setdefault("n_classes", int(cm.count.shape[1]))
+    extra = {name: r for name, r in results.items() if name not in BUILT_IN_RESULTS}
+    if extra:
+        provenance["user_statistics"] = sorted(extra)
+    return Summary(
+        feature_names=tuple(feature_names), extra=extra,
+        count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
+        neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,
+        kurtosis=m.kurtosis, min=m.min, max=m.max, provenance=provenance, states=states, **kwargs,
+    )
+
+
+def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Summary fields of a finalized sketch: the window of slots that hold counts, and the finite extrema.
+
+    The full layout holds ~27,600 slots per feature; data rarely span more
+    than a few decades, so the summary keeps only the columns from the first to
+    the last non-empty slot over all features (and records where they start).
+    """
+    counts = np.asarray(r.counts)
+    used = np.flatnonzero(counts.any(axis=0))
+    first, stop = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 0)
+    provenance["sketch"] = {
+        "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
+        "first_slot": first,
+    }
+    extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
+    return {"sketch_counts": np.ascontiguousarray(counts[:, first:stop]), "sketch_extrema": extrema}

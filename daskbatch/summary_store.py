@@ -1,0 +1,133 @@
+"""Summaries on disk: :func:`save_summary` (checked, staged, renamed into place) and :func:`load_summary`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from daskbatch.summary import Summary
+
+__all__ = ["load_summary", "save_summary"]
+
+
+def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+    """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary to write.
+    path : str or path
+        The store to create. An existing summary there is replaced once the
+        new one is completely written; anything else is refused.
+    overwrite : bool, default False
+        Also replace a path that is not a daskbatch summary. The summary's
+        own input store (``provenance["path"]``) and tiled covariance are
+        never written over, into, or replaced as part of a parent directory.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    daskbatch.io.outputs.OutputError
+        Before anything is written, with a message naming the path.
+    """
+    from daskbatch.io.outputs import MARKER, check_output, write_output
+    from daskbatch.io.summary_states import write_states
+
+    tiled = summary.provenance.get("tiled_cov") or {}
+    protected = {
+        "the summary's input store": summary.provenance.get("path"),
+        "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
+    }
+    for i, source in enumerate(summary.provenance.get("sources") or ()):  # a merged summary's inputs
+        if isinstance(source, dict):
+            protected[f"input store {i} of the merged summary"] = source.get("path")
+    target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
+    ds = summary.to_xarray()
+    ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
+
+    def write(tmp: str) -> None:
+        """Write the dataset (and the states) to the temporary path ``tmp``.
+
+        Parameters
+        ----------
+        tmp : str
+            The temporary path.
+        """
+        ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+        if summary.states is not None:
+            write_states(tmp, summary.states)
+
+    return write_output(target, write)
+
+
+def load_summary(path: str | os.PathLike[str]) -> Summary:
+    """Read a :class:`Summary` written by :meth:`Summary.save`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The summary store.
+
+    Returns
+    -------
+    Summary
+        The summary.
+
+    Raises
+    ------
+    DataError
+        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all).
+    """
+    import xarray as xr
+
+    from daskbatch.io.summary_states import read_states
+
+    where = os.fspath(path)
+    _check_is_summary(where)
+    with xr.open_zarr(where, consolidated=False) as ds:
+        summary = Summary.from_xarray(ds.load())
+    return dataclasses.replace(summary, states=read_states(where))
+
+
+def _check_is_summary(where: str) -> None:
+    """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
+    import zarr
+
+    from daskbatch.errors import DataError
+    from daskbatch.io.outputs import MARKER
+
+    if "://" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
+    try:
+        group = zarr.open_group(where, mode="r")
+    except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)
+        raise DataError(
+            f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
+        ) from None
+    marker = group.attrs.get(MARKER)
+    arrays = sorted(name for name, _ in group.arrays())
+    # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
+    described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
+    legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
+    if marker != "summary" and not legacy:
+        held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
+        kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
+        raise DataError(
+            f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
+            "or give a path written by Summary.save / describe --out"
+        )
+
+
+def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
+    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
+    from zarr.codecs import ZstdCodec
+
+    from daskbatch.io.integrity import checksummed
+
+    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
