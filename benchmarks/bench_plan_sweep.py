@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import daskbatch as db
     from daskbatch.describe import plan_describe
-    from daskbatch.runtime.cluster import resources_from_machine
+    from daskbatch.runtime.capacity import resources_from_machine
 
     store = Path(args.data_dir) / f"sweep_{args.rows}x{args.features}_c{args.chunk_rows}.zarr"
     if not (store / "zarr.json").exists():

@@ -391,7 +391,7 @@ def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
 @contextlib.contextmanager
 def _span(data: FeatureMatrix) -> Iterator[None]:
     """One ``distributed`` span per describe call, so the dashboard groups its tasks."""
-    from daskbatch.runtime.cluster import active_client
+    from daskbatch.runtime.capacity import active_client
 
     if active_client() is None:
         yield

@@ -229,7 +229,7 @@ def _client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
 
 def _resources(job: JobSpec, client: Any) -> Any:
     """The workers the plan must fit: the cluster's (or this machine's), with the job's memory budget."""
-    from daskbatch.runtime.cluster import (
+    from daskbatch.runtime.capacity import (
         parse_memory,
         resources_from_client,
         resources_from_machine,
@@ -250,7 +250,8 @@ def _resources(job: JobSpec, client: Any) -> Any:
 def _cuda_plan(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
     """For a cuda cluster: the plan for this machine's GPUs, made before the cluster (it sizes the RMM pool)."""
     from daskbatch.describe import plan_describe
-    from daskbatch.runtime.cluster import require_cuda, resolve_kind, resources_from_machine
+    from daskbatch.runtime.capacity import resources_from_machine
+    from daskbatch.runtime.cluster import require_cuda, resolve_kind
 
     kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
     if kind != "cuda":
@@ -342,7 +343,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
     from daskbatch.describe import describe, plan_describe
     from daskbatch.errors import PlanError
     from daskbatch.io.dataset import open_dataset
-    from daskbatch.runtime.cluster import resources_from_client
+    from daskbatch.runtime.capacity import resources_from_client
 
     folder = job.outputs.dir
     if "://" not in folder:

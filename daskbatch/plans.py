@@ -86,7 +86,7 @@ def plan(
     if n_classes is None and any(footprint(s).needs_classes for s in stats):
         n_classes = recorded_n_classes(x_or_dataset)
     if resources is None or (isinstance(resources, str) and resources == "auto"):
-        from daskbatch.runtime.cluster import resources_auto
+        from daskbatch.runtime.capacity import resources_auto
 
         resources = resources_auto(device=device)
     if not isinstance(resources, Resources):

@@ -203,7 +203,8 @@ def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) 
 
 
 def test_describe_cluster_cuda_without_a_gpu_is_one_line_exit_2(store: tuple[str, np.ndarray]) -> None:
-    from daskbatch.runtime.cluster import _has_module, cuda_device_count
+    from daskbatch.runtime.capacity import cuda_device_count
+    from daskbatch.runtime.cluster import _has_module
 
     if _has_module("dask_cuda") and cuda_device_count():
         pytest.skip("this machine can start a CUDA cluster")

@@ -9,13 +9,13 @@ from distributed import Client, LocalCluster
 
 from daskbatch.planning.search import Resources
 from daskbatch.plans import plan
-from daskbatch.runtime.cluster import (
-    cluster,
+from daskbatch.runtime.capacity import (
     parse_memory,
     resources_auto,
     resources_from_client,
     resources_from_machine,
 )
+from daskbatch.runtime.cluster import cluster
 
 GiB = 2**30
 
@@ -88,7 +88,8 @@ def test_joining_without_workers_times_out_with_advice():
 
 
 def test_resolve_kind():
-    from daskbatch.runtime.cluster import cuda_device_count, resolve_kind
+    from daskbatch.runtime.capacity import cuda_device_count
+    from daskbatch.runtime.cluster import resolve_kind
 
     assert resolve_kind("local") == "local" and resolve_kind("slurm") == "slurm"
     assert resolve_kind("auto") in ("cuda", "local")

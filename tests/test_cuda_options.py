@@ -14,7 +14,8 @@ import pytest
 
 from daskbatch.planning.search import Resources
 from daskbatch.plans import plan
-from daskbatch.runtime.cluster import cuda_cluster_options, machine_memory_bytes
+from daskbatch.runtime.capacity import machine_memory_bytes
+from daskbatch.runtime.cluster import cuda_cluster_options
 
 GiB = 2**30
 

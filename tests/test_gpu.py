@@ -80,7 +80,8 @@ def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(store: str) -> None:
     pytest.importorskip("cupy")
     pytest.importorskip("dask_cuda")
     from daskbatch.describe import plan_describe
-    from daskbatch.runtime.cluster import cluster, cuda_device_count, resources_from_machine
+    from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
+    from daskbatch.runtime.cluster import cluster
 
     ds = db.open_dataset(store, label="y")
     cpu = db.describe(ds)

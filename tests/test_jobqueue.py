@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 import daskbatch as db
-from daskbatch.runtime.cluster import cluster, resources_from_client
+from daskbatch.runtime.capacity import resources_from_client
+from daskbatch.runtime.cluster import cluster
 
 pytest.importorskip("dask_jobqueue")
 pytestmark = pytest.mark.slow

@@ -127,12 +127,8 @@ def describe_command(
     from daskbatch.errors import Interrupted
     from daskbatch.io.dataset import open_dataset
     from daskbatch.io.missing import MissingPolicy
-    from daskbatch.runtime.cluster import (
-        require_cuda,
-        resolve_kind,
-        resources_from_client,
-        resources_from_machine,
-    )
+    from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
+    from daskbatch.runtime.cluster import require_cuda, resolve_kind
     from daskbatch.stats.moments import NanPolicy
 
     quiet = is_quiet()

@@ -27,7 +27,7 @@ def info_command(as_json: bool) -> None:
     import dask.config
 
     from daskbatch.cli._gpu_stack import gpu_stack
-    from daskbatch.runtime.cluster import cuda_device_count
+    from daskbatch.runtime.capacity import cuda_device_count
 
     facts = {
         "python": platform.python_version(),

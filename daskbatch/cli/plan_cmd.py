@@ -72,7 +72,7 @@ def plan_command(
     from daskbatch.io.dataset import open_dataset
     from daskbatch.planning.search import recorded_n_classes
     from daskbatch.plans import plan
-    from daskbatch.runtime.cluster import resources_from_machine
+    from daskbatch.runtime.capacity import resources_from_machine
 
     names = _parse_stats(stats)
     ds = open_dataset(store, x=x_name, label=label)

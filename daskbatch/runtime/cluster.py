@@ -4,9 +4,8 @@
   ``distributed.Client``: a local CPU cluster, one CUDA worker per GPU
   (dask-cuda), a SLURM/PBS cluster (dask-jobqueue), or an existing scheduler
   by address or scheduler file (batch jobs, dask-mpi).
-* :func:`resources_from_client`, :func:`resources_from_machine` and
-  :func:`resources_auto` turn a running cluster, or this machine, into the
-  plain value the planner reads; the planner never sees a client.
+* what the workers have (memory, GPUs, a live client's :class:`Resources`)
+  is read by :mod:`daskbatch.runtime.capacity`.
 
 distributed is imported inside functions and dask-cuda, dask-jobqueue,
 rmm and pynvml only where needed, so importing this module is cheap.
@@ -15,32 +14,20 @@ rmm and pynvml only where needed, so importing this module is cheap.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from daskbatch.planning.resources import Resources
+from daskbatch.runtime.capacity import (
+    cuda_device_count,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
 
     from daskbatch.planning.search import Plan
 
-__all__ = [
-    "KINDS",
-    "cluster",
-    "cuda_cluster_options",
-    "cuda_device_count",
-    "gpu_memory_bytes",
-    "machine_memory_bytes",
-    "parse_memory",
-    "require_cuda",
-    "resolve_kind",
-    "resources_auto",
-    "resources_from_client",
-    "resources_from_machine",
-]
+__all__ = ["KINDS", "cluster", "cuda_cluster_options", "require_cuda", "resolve_kind"]
 
 #: Values of ``cluster(kind=...)`` and of the CLI's ``--cluster``.
 KINDS = ("auto", "local", "cuda", "slurm", "pbs")
@@ -50,274 +37,6 @@ _GPU_HINT = (
     "install the GPU extra for your driver's CUDA major version (nvidia-smi shows it): "
     "pip install 'daskbatch[gpu-cu12]' or 'daskbatch[gpu-cu13]' (cupy, dask-cuda, rmm)"
 )
-
-
-# ---------------------------------------------------------------- this machine
-
-
-def machine_memory_bytes() -> int:
-    """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit.
-
-    This is Dask's own figure (``distributed.system.MEMORY_LIMIT``), so that a
-    batch job or container with a memory limit plans within it, not within
-    the whole node's memory.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
-    from distributed.system import MEMORY_LIMIT
-
-    return int(MEMORY_LIMIT)
-
-
-def cuda_device_count() -> int:
-    """Count the CUDA devices visible to this process (0 without a GPU or without pynvml).
-
-    Returns
-    -------
-    int
-        The number of devices.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([v for v in visible.split(",") if v.strip()])
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # no pynvml, no driver or no device: treat all alike as "no GPU"
-        return 0
-
-
-def gpu_memory_bytes(*, free: bool = True) -> int | None:
-    """Read the free (or total) memory of this process's first visible GPU, via NVML.
-
-    Parameters
-    ----------
-    free : bool, default True
-        Free memory; False for the total.
-
-    Returns
-    -------
-    int or None
-        Bytes, None if unknown.
-    """
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-        if first.isdigit():
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
-        else:  # GPU-/MIG- UUIDs are allowed in CUDA_VISIBLE_DEVICES
-            handle = pynvml.nvmlDeviceGetHandleByUUID(first)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.free if free else info.total)
-    except Exception:
-        return None
-
-
-def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
-    """Convert a dask-cuda style memory spec to bytes.
-
-    Parameters
-    ----------
-    value : int, float, str or None
-        ``int``: bytes; ``float`` in (0, 1] (or a string such as ``"0.5"``): a
-        fraction of ``total_bytes``; ``str``: a size such as ``"16GiB"``;
-        ``"auto"`` or None: ``total_bytes``.
-    total_bytes : int
-        What a fraction and ``"auto"`` refer to.
-
-    Returns
-    -------
-    int
-        Bytes, at least 1.
-    """
-    from dask.utils import parse_bytes
-
-    if isinstance(value, bool):
-        raise ValueError(f"memory must be bytes, a fraction or 'auto', got {value!r}")
-    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
-        return int(total_bytes)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isdigit():
-            value = int(text)
-        else:
-            try:
-                value = float(text)  # "0.5" is a fraction, as in dask-cuda; "1e9" is bytes
-                value = int(value) if value > 1 else value
-            except ValueError:
-                try:
-                    value = int(parse_bytes(text))
-                except ValueError as exc:
-                    raise ValueError(
-                        f"cannot read memory {text!r}: give bytes ('16GiB'), a fraction (0.5) or 'auto'"
-                    ) from exc
-    if isinstance(value, float):
-        if not 0 < value <= 1:
-            raise ValueError(f"a memory fraction must be in (0, 1], got {value}")
-        return max(1, int(total_bytes * value))
-    if int(value) < 1:
-        raise ValueError(f"memory must be positive, got {value!r}")
-    return int(value)
-
-
-def resources_from_machine(
-    *,
-    n_workers: int = 1,
-    threads_per_worker: int | None = None,
-    memory: int | float | str | None = "auto",
-    device: str = "cpu",
-) -> Resources:
-    """Find the resources of ``n_workers`` workers sharing this machine (no cluster needed).
-
-    Parameters
-    ----------
-    n_workers : int, default 1
-        Workers that will share the machine.
-    threads_per_worker : int, optional
-        Default: CPU cores / workers on CPU, 1 on GPU.
-    memory : int, float, str or None, default "auto"
-        Per-worker memory (GPU memory with ``device="gpu"``); fractions and
-        ``"auto"`` split the machine's total (the GPU's free memory) between workers.
-    device : {"cpu", "gpu"}
-        Where the kernels run.
-
-    Returns
-    -------
-    Resources
-        Each worker's share of the machine.
-    """
-    if n_workers < 1:
-        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
-    host_total = machine_memory_bytes()
-    host_per_worker = max(1, host_total // n_workers)
-    if device == "gpu":
-        gpu_total = gpu_memory_bytes()
-        needs_probe = memory is None or isinstance(memory, float) or (
-            isinstance(memory, str) and (memory.strip().lower() == "auto" or "." in memory)
-        )
-        if gpu_total is None and needs_probe:
-            raise ValueError(
-                "cannot read this machine's GPU memory (no pynvml or no GPU); pass --memory "
-                "as bytes, e.g. --memory 16GiB"
-            )
-        dev = parse_memory(memory, total_bytes=gpu_total or 1)
-        return Resources(
-            host_per_worker, threads_per_worker or 1, n_workers, device_memory_bytes=dev, device="gpu"
-        )
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // n_workers)
-    mem = parse_memory(memory, total_bytes=host_per_worker)
-    return Resources(mem, threads, n_workers, device="cpu")
-
-
-# ---------------------------------------------------------------- a running cluster
-
-
-def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
-    """Device memory for one worker (runs on the worker): dask-cuda's limit, else NVML free."""
-    data = dask_worker.data
-    # dask-cuda's DeviceHostFile keeps the spill limit in a zict.Buffer; ProxifyHostFile in its manager.
-    limit = getattr(getattr(data, "device_buffer", None), "n", None)
-    if not limit:
-        limit = getattr(getattr(data, "manager", None), "_device_memory_limit", None)
-    plugins = getattr(dask_worker, "plugins", {}).values()
-    is_cuda = type(data).__module__.startswith("dask_cuda") or any(
-        type(p).__module__.startswith("dask_cuda") for p in plugins
-    )
-    if device == "cpu" or (device is None and not is_cuda and not limit):
-        return None
-    if limit and not math.isinf(limit):
-        return int(limit)
-    return gpu_memory_bytes()
-
-
-def resources_from_client(client: Client, *, device: str | None = None) -> Resources:
-    """Find the resources of the workers a client sees (the most constrained worker decides).
-
-    Parameters
-    ----------
-    client : distributed.Client
-        A connected client.
-    device : {"cpu", "gpu"} or None
-        None: GPU when the workers are dask-cuda workers.
-
-    Returns
-    -------
-    Resources
-        Smallest ``memory_limit`` (machine memory where a worker has no limit),
-        largest ``nthreads``, number of workers, and device memory from
-        dask-cuda's ``device_memory_limit`` or NVML.
-    """
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    if not workers:
-        raise ValueError(
-            f"the cluster at {client.scheduler.address} has no workers yet; start workers "
-            "(or call client.wait_for_workers) before planning, or pass --memory"
-        )
-    limits = [int(w.get("memory_limit") or 0) for w in workers.values()]
-    memory = min(limits) if all(limits) else min([m for m in limits if m] or [machine_memory_bytes()])
-    threads = max(int(w["nthreads"]) for w in workers.values())
-    probes = client.run(_probe_device_memory, device=device)
-    dev = [v for v in probes.values() if v]
-    if device == "gpu" and not dev:
-        raise ValueError("device='gpu' but no worker reports GPU memory (no dask-cuda, no pynvml)")
-    return Resources(
-        memory_bytes=memory,
-        threads_per_worker=threads,
-        n_workers=len(workers),
-        device_memory_bytes=min(dev) if dev else None,
-        device="gpu" if dev else "cpu",
-    )
-
-
-def active_client() -> Any:
-    """Find the distributed client ``dask.compute`` would use now.
-
-    This honours ``dask.config.set(scheduler=...)``: with a client alive but the
-    threaded scheduler chosen, work runs (and is planned) on the threads.
-
-    Returns
-    -------
-    distributed.Client or None
-        The client, or None.
-    """
-    from dask.base import get_scheduler
-
-    owner = getattr(get_scheduler(), "__self__", None)
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    return owner if isinstance(owner, Client) else None
-
-
-def resources_auto(*, device: str | None = None) -> Resources:
-    """Find the resources of the distributed client dask would compute on, else of this machine.
-
-    Parameters
-    ----------
-    device : {"cpu", "gpu"}, optional
-        Where the kernels run; by default as the workers suggest.
-
-    Returns
-    -------
-    Resources
-        The workers' (or this machine's) resources.
-    """
-    client = active_client()
-    if client is not None:
-        return resources_from_client(client, device=device)
-    if device is None:
-        device = "gpu" if cuda_device_count() and gpu_memory_bytes() else "cpu"
-    return resources_from_machine(
-        n_workers=max(1, cuda_device_count()) if device == "gpu" else 1, device=device
-    )
 
 
 # ---------------------------------------------------------------- starting clusters

@@ -145,7 +145,7 @@ def peak_memory_text() -> str:
 
     own = process_peak_bytes()
     text = format_bytes(own) if own is not None else "unknown"
-    from daskbatch.runtime.cluster import active_client
+    from daskbatch.runtime.capacity import active_client
 
     client = active_client()
     if client is None:

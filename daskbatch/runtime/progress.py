@@ -424,7 +424,7 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     import dask
     from dask.utils import key_split
 
-    from daskbatch.runtime.cluster import active_client
+    from daskbatch.runtime.capacity import active_client
 
     keys = set(graph.__dask_graph__())
     if prefix is not None and any(key_split(k) == prefix for k in keys):

@@ -339,7 +339,7 @@ def _compute_units(
     """Compute the units, handing each state to ``on_unit`` (in this thread) as soon as it exists."""
     if not units:
         return
-    from daskbatch.runtime.cluster import active_client
+    from daskbatch.runtime.capacity import active_client
 
     client = active_client()
     if client is not None:
