@@ -11,26 +11,34 @@ needs to say where its numbers came from (:meth:`Dataset.provenance`).
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import dask
 import dask.array as da
-import numpy as np
 import zarr
-from dask.utils import format_bytes, parse_bytes
+from dask.utils import format_bytes
 
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
-    BlockReader,
     array_label,
     check_chunk_count,
     storage_chunks,
 )
 from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
+from daskbatch.io.zarr_nodes import (
+    INGEST_ATTR,
+    LAYOUT_ATTR,
+    Chunks,
+    clean_attrs,
+    feature_names_of,
+    get_array,
+    json_object,
+    open_node,
+    rows_per_block,
+    zarr_as_dask,
+)
 
 __all__ = [
     "Dataset",
@@ -40,16 +48,6 @@ __all__ = [
     "open_zarr",
 ]
 
-#: Upper bound of one dask block under ``chunks="auto"`` when the
-#: ``daskbatch.target-chunk-bytes`` dask config key is unset.
-AUTO_CHUNK_BYTES = 128 * 2**20
-
-#: Group attribute written by daskbatch (synth, ingest) naming the arrays.
-LAYOUT_ATTR = "daskbatch"
-#: Group attribute holding the ingest manifest summary (``complete`` flag).
-INGEST_ATTR = "daskbatch_ingest"
-
-Chunks = Literal["auto", "storage"] | int
 
 
 class MissingChunksWarning(UserWarning):
@@ -215,136 +213,6 @@ class Dataset:
         return _html.repr_block(_html.escape(head), table, subtitle=_html.escape(self.path or "in memory"))
 
 
-def _open_node(
-    path_or_url: Any, storage_options: Mapping[str, Any] | None
-) -> tuple[zarr.Group | zarr.Array, str]:
-    """Open a store read-only; return the root node and a printable location."""
-    if isinstance(path_or_url, zarr.Group | zarr.Array):
-        return path_or_url, str(getattr(path_or_url.store, "root", path_or_url.store))
-    where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
-    if not isinstance(where, str):
-        raise TypeError(f"expected a path, URL or zarr group/array, got {type(where).__name__}")
-    kwargs: dict[str, Any] = {"mode": "r"}
-    if storage_options:
-        kwargs["storage_options"] = dict(storage_options)
-    try:
-        return zarr.open(where, **kwargs), where
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
-        raise DataError(f"no Zarr store at {where!r}") from exc
-
-
-def _array_names(group: zarr.Group) -> list[str]:
-    return sorted(name for name, _ in group.arrays())
-
-
-def _get_array(
-    root: zarr.Group | zarr.Array, name: str | None, where: str, what: str
-) -> zarr.Array:
-    if isinstance(root, zarr.Array):
-        if what != "x":
-            raise DataError(
-                f"{where!r} is a single array, not a group with a {what} array {name!r}"
-            )
-        return root  # a bare array: the x name only matters inside a group
-    if name is None:
-        raise DataError(f"{where!r} is a group; name the {what} array (have: {_array_names(root)})")
-    try:
-        node = root[name]
-    except KeyError as exc:
-        raise DataError(
-            f"{what} array {name!r} not found in {where!r}; arrays there: {_array_names(root)}"
-        ) from exc
-    if not isinstance(node, zarr.Array):
-        raise DataError(f"{name!r} in {where!r} is a group, not a {what} array")
-    return node
-
-
-def _row_chunks(arr: zarr.Array, chunks: Chunks) -> int:
-    """Rows per dask block: whole storage chunks unless the caller gives an int."""
-    rows = int(arr.shape[0])
-    store_rows = storage_chunks(arr)[0]
-    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
-        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
-    if isinstance(chunks, int):
-        if chunks <= 0:
-            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
-        per = chunks
-    elif chunks == "storage":
-        per = store_rows
-    elif chunks == "auto":
-        target = parse_bytes(dask.config.get("daskbatch.target-chunk-bytes", AUTO_CHUNK_BYTES))
-        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
-        per = store_rows * max(1, target // (store_rows * row_bytes))
-    else:
-        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
-    return max(1, min(per, rows)) if rows else 1
-
-
-def _zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
-    """A lazy Dask array over ``arr`` read block by block through :class:`BlockReader` (errors name the chunk)."""
-    reader = BlockReader(arr)
-    chunks = (row_chunks,) + tuple(arr.shape[1:])
-    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
-    return da.from_array(
-        reader,
-        chunks=chunks,
-        name=f"daskbatch-read-{token}",
-        asarray=False,
-        fancy=False,
-        inline_array=True,
-        meta=np.empty((0,) * arr.ndim, dtype=arr.dtype),
-    )
-
-
-def json_object(value: object) -> dict[str, Any]:
-    """An attribute value as a dict when it is a JSON object.
-
-    Zarr types attribute values as any JSON; daskbatch's own attributes
-    (:data:`LAYOUT_ATTR`, :data:`INGEST_ATTR`) are objects when present.
-
-    Parameters
-    ----------
-    value : object
-        An attribute value, or ``None`` for an absent attribute.
-
-    Returns
-    -------
-    dict
-        ``value`` itself if it is a dict, else an empty dict.
-    """
-    return value if isinstance(value, dict) else {}
-
-
-def _dimension_names(arr: zarr.Array) -> tuple[str | None, ...]:
-    """v3 ``dimension_names``, else xarray's v2 ``_ARRAY_DIMENSIONS`` attribute, else ``()``."""
-    dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
-    # The attribute is untyped JSON: use it only if it is a list of names.
-    if isinstance(dims, list | tuple) and all(d is None or isinstance(d, str) for d in dims):
-        return tuple(dims)
-    return ()
-
-
-def _feature_names(root: zarr.Group | zarr.Array, arr: zarr.Array, n: int) -> list[str]:
-    """Names from attrs, else from an xarray dimension coordinate, else f0, f1, ..."""
-    for attrs in (arr.attrs, root.attrs if isinstance(root, zarr.Group) else {}):
-        names = attrs.get("feature_names")
-        # Untyped JSON: a list of n values; a string is one name, not n of them.
-        if isinstance(names, Collection) and not isinstance(names, str) and len(names) == n:
-            return [str(v) for v in names]
-    dims = _dimension_names(arr)
-    if len(dims) == 2 and dims[1] and isinstance(root, zarr.Group):
-        coord = root.get(dims[1])
-        if isinstance(coord, zarr.Array) and coord.ndim == 1 and coord.shape[0] == n:
-            values = np.asarray(coord[:])
-            return [v.decode() if isinstance(v, bytes) else str(v) for v in values.tolist()]
-    return [f"f{i}" for i in range(n)]
-
-
-def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    # xarray's bookkeeping (_ARRAY_DIMENSIONS, _FillValue) is not user metadata.
-    return {k: v for k, v in dict(attrs).items() if not k.startswith("_")}
-
-
 def open_dataset(
     path_or_url: Any,
     x: str = "X",
@@ -400,15 +268,15 @@ def open_dataset(
         raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
     if strict and missing != "raise":
         raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
-    root, where = _open_node(path_or_url, storage_options)
+    root, where = open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     layout = json_object(group_attrs.get(LAYOUT_ATTR))
-    arr = _get_array(root, x, where, "x")
+    arr = get_array(root, x, where, "x")
     if arr.ndim != 2:
         raise DataError(
             f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
         )
-    row_chunks = _row_chunks(arr, chunks)
+    row_chunks = rows_per_block(arr, chunks)
     # Before any listing or graph: a shape the metadata claims may have nothing behind it.
     check_chunk_count(arr, blocks=math.ceil(int(arr.shape[0]) / row_chunks))
 
@@ -420,7 +288,7 @@ def open_dataset(
         )
     label_arr = None
     if label_name is not None:
-        label_arr = _get_array(root, label_name, where, "label")
+        label_arr = get_array(root, label_name, where, "label")
         if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
             raise DataError(
                 f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
@@ -451,11 +319,11 @@ def open_dataset(
         what = "left out" if missing == "skip" else "read as fill values"
         warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
 
-    attrs = {**group_attrs, **_clean_attrs(arr.attrs)}
+    attrs = {**group_attrs, **clean_attrs(arr.attrs)}
     return Dataset(
         x=xd,
         label=yd,
-        feature_names=_feature_names(root, arr, int(arr.shape[1])),
+        feature_names=feature_names_of(root, arr, int(arr.shape[1])),
         store_chunks=storage_chunks(arr),
         path=where,
         array_name=arr.path,
@@ -479,15 +347,15 @@ def _readers(
 ) -> tuple[da.Array, da.Array | None]:
     """Dask arrays over ``arr`` and ``label`` without the rows of ``skip``'s chunks."""
     if not skip.row_ranges:
-        yd = _zarr_as_dask(label, row_chunks, where) if label is not None else None
-        return _zarr_as_dask(arr, row_chunks, where), yd
+        yd = zarr_as_dask(label, row_chunks, where) if label is not None else None
+        return zarr_as_dask(arr, row_chunks, where), yd
     # Blocks break where a skipped range starts or stops; keep the others, in order.
     sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip.row_ranges)
-    xd = _zarr_as_dask(arr, sizes, where)
+    xd = zarr_as_dask(arr, sizes, where)
     x = da.concatenate([xd.blocks[i] for i in keep], axis=0)
     y = None
     if label is not None:
-        yd = _zarr_as_dask(label, sizes, where)
+        yd = zarr_as_dask(label, sizes, where)
         y = da.concatenate([yd.blocks[i] for i in keep], axis=0)
     return x, y
 

@@ -309,9 +309,9 @@ def verify_store(
         No store there, or an array with more chunks than ``daskbatch.max-chunks``
         (checked for every array, from the metadata, before any chunk is read).
     """
-    from daskbatch.io.dataset import _open_node
+    from daskbatch.io.zarr_nodes import open_node
 
-    root, where = _open_node(path_or_url, storage_options)
+    root, where = open_node(path_or_url, storage_options)
     arrays = _arrays(root)
     for arr in arrays:
         check_chunk_count(arr)

@@ -1,0 +1,275 @@
+"""Reading Zarr nodes for :func:`daskbatch.open_dataset`: groups and arrays, chunking, names and attributes."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+from dask.utils import parse_bytes
+
+from daskbatch.errors import DataError
+from daskbatch.io.integrity import (
+    BlockReader,
+    storage_chunks,
+)
+
+__all__ = [
+    "AUTO_CHUNK_BYTES", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "clean_attrs", "dimension_names",
+    "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
+]
+
+#: Upper bound of one dask block under ``chunks="auto"`` when the
+#: ``daskbatch.target-chunk-bytes`` dask config key is unset.
+AUTO_CHUNK_BYTES = 128 * 2**20
+
+#: Group attribute written by daskbatch (synth, ingest) naming the arrays.
+LAYOUT_ATTR = "daskbatch"
+#: Group attribute holding the ingest manifest summary (``complete`` flag).
+INGEST_ATTR = "daskbatch_ingest"
+
+Chunks = Literal["auto", "storage"] | int
+
+
+def open_node(
+    path_or_url: Any, storage_options: Mapping[str, Any] | None
+) -> tuple[zarr.Group | zarr.Array, str]:
+    """Open a store read-only; return the root node and a printable location.
+
+    Parameters
+    ----------
+    path_or_url : str, os.PathLike, zarr.Group or zarr.Array
+        The store (a node is returned as it is).
+    storage_options : mapping, optional
+        Passed to fsspec for URLs.
+
+    Returns
+    -------
+    (zarr.Group or zarr.Array, str)
+        The root node and where it is, for messages.
+    """
+    if isinstance(path_or_url, zarr.Group | zarr.Array):
+        return path_or_url, str(getattr(path_or_url.store, "root", path_or_url.store))
+    where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
+    if not isinstance(where, str):
+        raise TypeError(f"expected a path, URL or zarr group/array, got {type(where).__name__}")
+    kwargs: dict[str, Any] = {"mode": "r"}
+    if storage_options:
+        kwargs["storage_options"] = dict(storage_options)
+    try:
+        return zarr.open(where, **kwargs), where
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+        raise DataError(f"no Zarr store at {where!r}") from exc
+
+
+def array_names(group: zarr.Group) -> list[str]:
+    """List the arrays of ``group``, sorted.
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The group.
+
+    Returns
+    -------
+    list of str
+        Their names.
+    """
+    return sorted(name for name, _ in group.arrays())
+
+
+def get_array(
+    root: zarr.Group | zarr.Array, name: str | None, where: str, what: str
+) -> zarr.Array:
+    """Return the array ``name`` of ``root``; a one-line DataError names what is there instead.
+
+    Parameters
+    ----------
+    root : zarr.Group or zarr.Array
+        The store's root (a bare array stands for the x array).
+    name : str or None
+        The array's name in the group.
+    where : str
+        The store, for messages.
+    what : str
+        ``"x"`` or ``"label"``, for messages.
+
+    Returns
+    -------
+    zarr.Array
+        The array.
+    """
+    if isinstance(root, zarr.Array):
+        if what != "x":
+            raise DataError(
+                f"{where!r} is a single array, not a group with a {what} array {name!r}"
+            )
+        return root  # a bare array: the x name only matters inside a group
+    if name is None:
+        raise DataError(f"{where!r} is a group; name the {what} array (have: {array_names(root)})")
+    try:
+        node = root[name]
+    except KeyError as exc:
+        raise DataError(
+            f"{what} array {name!r} not found in {where!r}; arrays there: {array_names(root)}"
+        ) from exc
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{name!r} in {where!r} is a group, not a {what} array")
+    return node
+
+
+def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
+    """Choose the rows per dask block: whole storage chunks unless the caller gives an int.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The x array.
+    chunks : "auto", "storage" or int
+        ``"storage"``: one storage chunk; ``"auto"``: as many whole storage
+        chunks as fit ``daskbatch.target-chunk-bytes``; an int: that many rows.
+
+    Returns
+    -------
+    int
+        Rows per block (at least 1).
+    """
+    rows = int(arr.shape[0])
+    store_rows = storage_chunks(arr)[0]
+    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
+        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    if isinstance(chunks, int):
+        if chunks <= 0:
+            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
+        per = chunks
+    elif chunks == "storage":
+        per = store_rows
+    elif chunks == "auto":
+        target = parse_bytes(dask.config.get("daskbatch.target-chunk-bytes", AUTO_CHUNK_BYTES))
+        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
+        per = store_rows * max(1, target // (store_rows * row_bytes))
+    else:
+        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    return max(1, min(per, rows)) if rows else 1
+
+
+def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
+    """Wrap ``arr`` as a lazy Dask array read block by block through :class:`BlockReader` (errors name the chunk).
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    row_chunks : int or tuple of int
+        Rows per block.
+    where : str
+        The store, part of the graph's token.
+
+    Returns
+    -------
+    dask.array.Array
+        The array, chunked along rows only.
+    """
+    reader = BlockReader(arr)
+    chunks = (row_chunks,) + tuple(arr.shape[1:])
+    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
+    return da.from_array(
+        reader,
+        chunks=chunks,
+        name=f"daskbatch-read-{token}",
+        asarray=False,
+        fancy=False,
+        inline_array=True,
+        meta=np.empty((0,) * arr.ndim, dtype=arr.dtype),
+    )
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """Return an attribute value as a dict when it is a JSON object.
+
+    Zarr types attribute values as any JSON; daskbatch's own attributes
+    (:data:`LAYOUT_ATTR`, :data:`INGEST_ATTR`) are objects when present.
+
+    Parameters
+    ----------
+    value : object
+        An attribute value, or ``None`` for an absent attribute.
+
+    Returns
+    -------
+    dict
+        ``value`` itself if it is a dict, else an empty dict.
+    """
+    return value if isinstance(value, dict) else {}
+
+
+def dimension_names(arr: zarr.Array) -> tuple[str | None, ...]:
+    """Read the dimension names: v3 ``dimension_names``, else xarray's v2 ``_ARRAY_DIMENSIONS``, else ``()``.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    tuple of str or None
+        One name per dimension, or empty.
+    """
+    dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+    # The attribute is untyped JSON: use it only if it is a list of names.
+    if isinstance(dims, list | tuple) and all(d is None or isinstance(d, str) for d in dims):
+        return tuple(dims)
+    return ()
+
+
+def feature_names_of(root: zarr.Group | zarr.Array, arr: zarr.Array, n: int) -> list[str]:
+    """Find the feature names: from attrs, else an xarray dimension coordinate, else f0, f1, ...
+
+    Parameters
+    ----------
+    root : zarr.Group or zarr.Array
+        The store's root (its attrs and coordinate arrays).
+    arr : zarr.Array
+        The x array.
+    n : int
+        The number of features.
+
+    Returns
+    -------
+    list of str
+        ``n`` names.
+    """
+    for attrs in (arr.attrs, root.attrs if isinstance(root, zarr.Group) else {}):
+        names = attrs.get("feature_names")
+        # Untyped JSON: a list of n values; a string is one name, not n of them.
+        if isinstance(names, Collection) and not isinstance(names, str) and len(names) == n:
+            return [str(v) for v in names]
+    dims = dimension_names(arr)
+    if len(dims) == 2 and dims[1] and isinstance(root, zarr.Group):
+        coord = root.get(dims[1])
+        if isinstance(coord, zarr.Array) and coord.ndim == 1 and coord.shape[0] == n:
+            values = np.asarray(coord[:])
+            return [v.decode() if isinstance(v, bytes) else str(v) for v in values.tolist()]
+    return [f"f{i}" for i in range(n)]
+
+
+def clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop xarray's bookkeeping (``_ARRAY_DIMENSIONS``, ``_FillValue``): it is not user metadata.
+
+    Parameters
+    ----------
+    attrs : mapping
+        Attributes of a node.
+
+    Returns
+    -------
+    dict
+        The others.
+    """
+    return {k: v for k, v in dict(attrs).items() if not k.startswith("_")}
