@@ -167,3 +167,21 @@ def test_split_every_from_config(data) -> None:
         g = tree_reduce(Moments(), dx)
     merges = {k[1] for k in dict(g.__dask_graph__()) if isinstance(k, tuple) and k[0].startswith("db-merge")}
     assert len(merges) == math.ceil(math.log2(math.ceil(ROWS / CHUNK)))  # a binary tree's depth
+
+
+def test_one_distributed_span_per_describe_call() -> None:
+    """The dashboard groups a describe call's tasks under one span ("daskbatch-describe")."""
+    from distributed import Client, LocalCluster
+
+    import daskbatch as db
+
+    x = da.from_array(np.random.default_rng(0).standard_normal((2000, 3)), chunks=(500, -1))
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        db.describe(x, stats="moments", plan=None)
+        db.describe(x, stats="moments", plan=None)
+        spans = client.cluster.scheduler.extensions["spans"].spans.values()
+        names = [s.name for s in spans]
+    assert names.count(("daskbatch-describe",)) == 2, names
