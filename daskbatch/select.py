@@ -23,17 +23,12 @@ keeps tied features in index order. NaN scores rank lowest, as sklearn's
 
 from __future__ import annotations
 
-import io
-import json
-import math
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from daskbatch import scores as _scores
+from daskbatch.selection import Selection, load_selection
 
 __all__ = ["SCORES", "MODES", "Selection", "load_selection", "select"]
 
@@ -44,176 +39,6 @@ SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr")
 MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
 #: sklearn's defaults: SelectKBest(k=10), SelectPercentile(percentile=10), alpha=0.05.
 DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
-_HEADER = "# daskbatch-selection "
-
-
-@dataclass(frozen=True, eq=False)
-class Selection:
-    """The outcome of :func:`select`: per-feature score, p-value, rank, decision and reason.
-
-    Attributes
-    ----------
-    feature_names : tuple of str
-    score : ndarray of float64, shape (D,)
-        The score (for ``"mrmr"``: the mRMR criterion when the feature was
-        picked, or after the last pick; NaN for features dropped by a filter).
-    pvalue : ndarray of float64 or None
-        p-values of ``"f"`` and ``"chi2"``; None for the other scores.
-    rank : ndarray of int64
-        1 for the best feature (``"mrmr"``: pick order, then the rest).
-    selected : ndarray of bool
-    reason : tuple of str
-        Why each feature was dropped ("" when selected).
-    score_name, mode : str
-    param : float or str
-        The mode's k, percentile or alpha.
-    min_variance, max_corr : float or None
-    """
-
-    feature_names: tuple[str, ...]
-    score: np.ndarray
-    pvalue: np.ndarray | None
-    rank: np.ndarray
-    selected: np.ndarray
-    reason: tuple[str, ...]
-    score_name: str
-    mode: str
-    param: Any
-    min_variance: float | None = None
-    max_corr: float | None = None
-
-    @property
-    def indices(self) -> np.ndarray:
-        """List the indices of the selected features, ascending.
-
-        Returns
-        -------
-        numpy.ndarray
-            The indices.
-        """
-        return np.flatnonzero(self.selected)
-
-    @property
-    def selected_names(self) -> tuple[str, ...]:
-        """List the names of the selected features, in feature order.
-
-        Returns
-        -------
-        tuple of str
-            The names.
-        """
-        return tuple(self.feature_names[i] for i in self.indices)
-
-    def to_dataframe(self) -> Any:
-        """Tabulate the selection, one row per feature.
-
-        Returns
-        -------
-        pandas.DataFrame
-            Indexed by feature name.
-        """
-        import pandas as pd
-
-        columns: dict[str, Any] = {"score": self.score}
-        if self.pvalue is not None:
-            columns["pvalue"] = self.pvalue
-        columns.update(rank=self.rank, selected=self.selected, reason=list(self.reason))
-        return pd.DataFrame(columns, index=pd.Index(list(self.feature_names), name="feature"))
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "score": self.score_name, "mode": self.mode, "param": self.param,
-            "min_variance": self.min_variance, "max_corr": self.max_corr,
-        }
-
-    def save(self, path: str | os.PathLike[str], *, format: Literal["csv", "json"] | None = None) -> str:  # noqa: A002
-        """Write to ``path`` as CSV (a ``#`` header line with the settings, then the table) or JSON.
-
-        Read back with :func:`load_selection`.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            The file.
-        format : {"csv", "json"}, optional
-            Default: from the file's suffix (``.json``, else CSV).
-
-        Returns
-        -------
-        str
-            The path written.
-        """
-        target = os.fspath(path)
-        kind = format or ("json" if target.lower().endswith(".json") else "csv")
-        if kind == "json":
-            out = dict(self._meta(), feature_names=list(self.feature_names), score_values=_json_floats(self.score),
-                       pvalue=None if self.pvalue is None else _json_floats(self.pvalue),
-                       rank=self.rank.tolist(), selected=self.selected.tolist(), reason=list(self.reason))
-            text = json.dumps(out, indent=1)
-        elif kind == "csv":
-            # pandas writes floats with repr: they read back bit for bit.
-            text = _HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
-        else:
-            raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
-        return target
-
-    def __repr__(self) -> str:
-        n = int(self.selected.sum())
-        names = ", ".join(self.selected_names[:10]) + (", ..." if n > 10 else "")
-        return (f"<daskbatch.Selection: {n} of {len(self.feature_names)} features by {self.score_name} "
-                f"({self.mode}={self.param}): {names}>")
-
-
-def load_selection(path: str | os.PathLike[str]) -> Selection:
-    """Read a :class:`Selection` written by :meth:`Selection.save` (CSV or JSON, told apart by content).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-
-    Returns
-    -------
-    Selection
-        The selection.
-    """
-    with open(os.fspath(path), encoding="utf-8") as f:
-        text = f.read()
-    if text.lstrip().startswith("{"):
-        d = json.loads(text)
-        pvalue = None if d["pvalue"] is None else _from_json_floats(d["pvalue"])
-        return Selection(
-            feature_names=tuple(d["feature_names"]), score=_from_json_floats(d["score_values"]), pvalue=pvalue,
-            rank=np.asarray(d["rank"], dtype=np.int64), selected=np.asarray(d["selected"], dtype=bool),
-            reason=tuple(d["reason"]), score_name=d["score"], mode=d["mode"], param=d["param"],
-            min_variance=d["min_variance"], max_corr=d["max_corr"],
-        )
-    import pandas as pd
-
-    first, _, body = text.partition("\n")
-    if not first.startswith(_HEADER):
-        raise ValueError(f"{os.fspath(path)!r} is not a saved selection (no {_HEADER.strip()!r} line)")
-    meta = json.loads(first[len(_HEADER):])
-    table = pd.read_csv(io.StringIO(body), dtype={"feature": str, "reason": str}, keep_default_na=False,
-                        na_values={"score": [""], "pvalue": [""]})
-    return Selection(
-        feature_names=tuple(table["feature"]), score=table["score"].to_numpy(np.float64),
-        pvalue=table["pvalue"].to_numpy(np.float64) if "pvalue" in table else None,
-        rank=table["rank"].to_numpy(np.int64), selected=table["selected"].to_numpy(bool),
-        reason=tuple(table["reason"]), score_name=meta["score"], mode=meta["mode"], param=meta["param"],
-        min_variance=meta["min_variance"], max_corr=meta["max_corr"],
-    )
-
-
-def _json_floats(a: np.ndarray) -> list[Any]:
-    return [None if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else v)
-            for v in a.tolist()]
-
-
-def _from_json_floats(values: Sequence[Any]) -> np.ndarray:
-    return np.asarray([math.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
 # ------------------------------------------------------------------ select

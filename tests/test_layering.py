@@ -125,7 +125,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
      "daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs", "daskbatch.incremental",
      "daskbatch.summary_attrs", "daskbatch.summary_xarray", "daskbatch.summary_store",
-     "daskbatch.summary_results"),
+     "daskbatch.summary_results", "daskbatch.selection"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
