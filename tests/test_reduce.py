@@ -181,7 +181,7 @@ def test_one_distributed_span_per_describe_call() -> None:
         Client(cluster) as client,
     ):
         db.describe(x, stats="moments", plan=None)
-        db.describe(x, stats="moments", plan=None)
+        db.describe(x + 1.0, stats="moments", plan=None)  # other keys: tasks that are new to the scheduler
         spans = client.cluster.scheduler.extensions["spans"].spans.values()
         names = [s.name for s in spans]
     assert names.count(("daskbatch-describe",)) == 2, names
