@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
+from daskbatch.errors import PlanError, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_statistics
 from daskbatch.runtime.joblog import logged_run
@@ -35,6 +37,7 @@ from daskbatch.stats.spec import (
     footprint_of,
     histogram_ranges,
     is_minmax,
+    normalize_stats,
     user_statistics,
 )
 from daskbatch.summary import Summary
@@ -103,6 +106,9 @@ def describe(
         underflow and overflow counts. ``"minmax"``: each feature's min and max.
         More than 1 % of a feature's values outside its range raises a
         :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
+        When the sketch does not fit a worker (very wide data: its state is
+        221 kB per feature), ranges come from min and max instead, with a
+        :class:`~daskbatch.RangeWarning` saying so.
     ddof : int, default 1
         Delta degrees of freedom of variance and covariance.
     bias : bool, default True
@@ -184,8 +190,25 @@ def describe(
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
     class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
-    chosen = _planned(layout, data, (*names, *map(footprint_of, custom)), bins=bins, device=device,
-                      n_classes=class_values)
+    try:
+        chosen = _planned(layout, data, (*names, *map(footprint_of, custom)), bins=bins, device=device,
+                          n_classes=class_values)
+    except PlanError as err:
+        if not _sketch_was_implied(stats, names):
+            raise
+        # Wide data: the quantile sketch (221 kB of counts per feature) may be what does not fit.
+        # It was only there to choose histogram ranges: without it, ranges come from min and max.
+        without = tuple(n for n in names if n != "sketch")
+        try:
+            chosen = _planned(layout, data, (*without, *map(footprint_of, custom)), bins=bins, device=device,
+                              n_classes=class_values)
+        except PlanError:
+            raise err from None  # the sketch was not the problem: the first message says what is
+        names, range = without, "minmax"  # noqa: A001 - describe's name
+        warnings.warn(RangeWarning(
+            f"histogram ranges from each feature's min and max: the quantile sketch that chooses robust "
+            f"ranges does not fit ({err}); give range= (--range) to choose them"
+        ), stacklevel=3)
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)
     data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
@@ -368,6 +391,11 @@ def _first_pass(
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))
+
+
+def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:
+    """Whether describe added the sketch itself (to find ranges) rather than the user asking for it."""
+    return "sketch" in names and "sketch" not in normalize_stats(stats)
 
 
 def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:

@@ -197,14 +197,27 @@ def plan_describe(
     """
     from daskbatch.engine.class_labels import max_classes
     from daskbatch.engine.inputs import as_feature_matrix
+    from daskbatch.errors import PlanError
     from daskbatch.stats.classes import validate_classes
-    from daskbatch.stats.spec import describe_names
+    from daskbatch.stats.spec import describe_names, normalize_stats
 
     data = as_feature_matrix(x, label)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
     n_classes = None
     if classes is not None and "mi" in names:
         n_classes = len(validate_classes(classes, max_classes()))
-    return plan_statistics(
-        data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
-    )
+    try:
+        return plan_statistics(
+            data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
+        )
+    except PlanError as err:
+        if "sketch" not in names or "sketch" in normalize_stats(stats):
+            raise
+        # As describe does: without room for the quantile sketch, ranges come from min and max.
+        try:
+            return plan_statistics(
+                data, tuple(n for n in names if n != "sketch"), bins=bins, resources=resources,
+                split_every=split_every, n_classes=n_classes,
+            )
+        except PlanError:
+            raise err from None

@@ -122,3 +122,27 @@ def test_summary_quantiles_from_the_sketch_survive_save_and_load(tmp_path) -> No
 
 def test_cli_range_accepts_minmax() -> None:
     assert parse_range("minmax") == "minmax" and parse_range("-5:5") == (-5.0, 5.0) and parse_range(None) is None
+
+
+def test_wide_data_without_room_for_the_sketch_fall_back_to_min_max_ranges(tmp_path) -> None:
+    """2,000 features: the sketch's state (221 kB a feature) does not fit a 2 GiB worker; describe,
+    plan_describe and `daskbatch plan` take ranges from min and max instead of refusing."""
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+    from daskbatch.describe import plan_describe
+    from daskbatch.errors import PlanError
+
+    x = np.random.default_rng(0).standard_normal((1000, 2000)).astype("float32")
+    small = db.Resources(2 * 2**30)
+    with pytest.raises(PlanError, match="sketch"):  # asked for explicitly, it is refused with a hint
+        db.describe(x, stats=("moments", "hist", "sketch"), plan=small)
+    with pytest.warns(db.RangeWarning, match="quantile sketch .* does not fit"):
+        s = db.describe(x, stats=("moments", "hist"), plan=small)
+    assert s.provenance["range"] == "minmax" and "sketch" not in s.provenance["stats"]
+    np.testing.assert_array_equal(s.hist_counts.sum(axis=1), 1000)
+    assert "sketch" not in plan_describe(x, stats=("moments", "hist"), resources=small).stats
+    db.synth(tmp_path / "wide.zarr", rows=1000, features=2000)
+    out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "2GiB", "--threads", "1"])
+    assert out.exit_code == 0, out.output
+    assert "the quantile sketch does not fit" in out.output

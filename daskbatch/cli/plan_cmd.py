@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import click
+from click.core import ParameterSource
 
 from daskbatch.cli._group import main, user_errors
+from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS
 
 __all__ = ["plan_command"]
@@ -91,9 +93,23 @@ def plan_command(
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
-    result = plan(
-        ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
-    )
+    try:
+        result = plan(
+            ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
+        )
+    except PlanError as err:
+        if "sketch" not in names or click.get_current_context().get_parameter_source("stats") != ParameterSource.DEFAULT:
+            raise
+        # As describe does: without room for the quantile sketch it takes ranges from min and max.
+        names = tuple(n for n in names if n != "sketch")
+        try:
+            result = plan(
+                ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
+            )
+        except PlanError:
+            raise err from None
+        note = "the quantile sketch does not fit: describe takes histogram ranges from min and max (or --range)"
+        skipped = f"{skipped}; {note}" if skipped else note
     if as_json:
         out = result.to_dict()
         out["store"] = str(store)
