@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -23,13 +22,11 @@ from typing import Any
 import numpy as np
 
 from daskbatch.jobspec import JobSpec
-from daskbatch.runtime.joblog import process_peak_bytes
+from daskbatch.runtime.joblog import peak_memory
 
 __all__ = [
     "MISSING_KEYS", "JobReport", "flatten", "json_safe", "memory_words", "now", "peak_memory", "phase", "versions", "write_json_atomic",
 ]
-
-log = logging.getLogger("daskbatch.jobs")
 
 #: Packages whose versions the report records (those absent are recorded as null).
 PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "scipy", "xarray",
@@ -188,31 +185,8 @@ def _bytes(n: float | None) -> str:
     return "-" if n is None else format_bytes(int(n))
 
 
-def peak_memory(client: Any) -> dict[str, Any]:
-    """Read the peak resident memory of this process and, with a client, of each worker.
-
-    Parameters
-    ----------
-    client : distributed.Client or None
-        The job's client.
-
-    Returns
-    -------
-    dict
-        ``process_bytes`` and, with a client, ``workers_bytes`` by worker address.
-    """
-    out: dict[str, Any] = {"process_bytes": process_peak_bytes()}
-    if client is not None:
-        try:
-            peaks = client.run(process_peak_bytes).items()
-            out["workers_bytes"] = {str(k): int(v) for k, v in peaks if v is not None}
-        except Exception as exc:  # a worker gone or unreachable must not fail a finished job
-            log.warning("could not read the workers' peak memory: %s", exc)
-    return out
-
-
 def memory_words(peak: Mapping[str, Any]) -> str:
-    """Put :func:`peak_memory`'s numbers in words for the log.
+    """Put :func:`daskbatch.runtime.joblog.peak_memory`'s numbers in words for the log.
 
     Parameters
     ----------

@@ -445,5 +445,5 @@ def _run(job: JobSpec, report: JobReport) -> None:
             report.outputs["transform"] = out
             log.info("transform (%s): %s; %s", ", ".join(job.transform.steps), done.summary(),
                      memory_words(peak_memory(None)))
-        report.peak_memory = peak_memory(client)
+        report.peak_memory = peak_memory(client, warn=True)
     log.info("%s", memory_words(report.peak_memory))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["logged_run", "note_pass", "peak_memory_text"]
+__all__ = ["logged_run", "note_pass", "peak_memory", "peak_memory_text", "process_peak_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,33 @@ def process_peak_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
 
 
+def peak_memory(client: Any, *, warn: bool = False) -> dict[str, Any]:
+    """Read the peak resident memory of this process and, with a client, of each worker.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        The client whose workers to ask.
+    warn : bool, default False
+        Log unreachable workers as a warning (a batch job's report) instead of at DEBUG.
+
+    Returns
+    -------
+    dict
+        ``process_bytes`` (None where ``resource`` does not exist) and, with a
+        client that answered, ``workers_bytes`` by worker address.
+    """
+    out: dict[str, Any] = {"process_bytes": process_peak_bytes()}
+    if client is not None:
+        try:
+            peaks = client.run(process_peak_bytes).items()
+        except Exception as exc:  # a worker gone or a closing client: the caller's line still gets written
+            log.log(logging.WARNING if warn else logging.DEBUG, "could not read the workers' peak memory: %s", exc)
+        else:
+            out["workers_bytes"] = {str(k): int(v) for k, v in peaks if v is not None}
+    return out
+
+
 def peak_memory_text() -> str:
     """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client.
 
@@ -143,16 +170,10 @@ def peak_memory_text() -> str:
     """
     from dask.utils import format_bytes
 
-    own = process_peak_bytes()
-    text = format_bytes(own) if own is not None else "unknown"
     from daskbatch.runtime.capacity import active_client
 
-    client = active_client()
-    if client is None:
-        return text
-    try:
-        peaks = [p for p in client.run(process_peak_bytes).values() if p is not None]
-    except Exception as exc:  # a worker gone or a closing client: the line still gets written
-        log.debug("no peak memory from the workers: %s", exc)
-        return text
-    return f"{text}; workers {format_bytes(max(peaks))} (largest)" if peaks else text
+    peak = peak_memory(active_client())
+    own = peak["process_bytes"]
+    text = format_bytes(own) if own is not None else "unknown"
+    workers = peak.get("workers_bytes")
+    return f"{text}; workers {format_bytes(max(workers.values()))} (largest)" if workers else text
