@@ -23,9 +23,9 @@ from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
-from daskbatch.errors import PlanError, RangeWarning
+from daskbatch.errors import RangeWarning
 from daskbatch.io.outputs import check_output
-from daskbatch.plans import plan_describe, plan_statistics
+from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
@@ -190,24 +190,16 @@ def describe(
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
     class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
-    try:
-        chosen = _planned(layout, data, (*names, *map(footprint_of, custom)), bins=bins, device=device,
-                          n_classes=class_values)
-    except PlanError as err:
-        if not _sketch_was_implied(stats, names):
-            raise
-        # Wide data: the quantile sketch (221 kB of counts per feature) may be what does not fit.
-        # It was only there to choose histogram ranges: without it, ranges come from min and max.
-        without = tuple(n for n in names if n != "sketch")
-        try:
-            chosen = _planned(layout, data, (*without, *map(footprint_of, custom)), bins=bins, device=device,
-                              n_classes=class_values)
-        except PlanError:
-            raise err from None  # the sketch was not the problem: the first message says what is
-        names, range = without, "minmax"  # noqa: A001 - describe's name
+    chosen, planned = plan_dropping_sketch(
+        lambda stats_: _planned(layout, data, (*stats_, *map(footprint_of, custom)), bins=bins, device=device,
+                                n_classes=class_values),
+        names, optional=_sketch_was_implied(stats, names),
+    )
+    if planned != names:  # wide data: the sketch that chooses robust ranges did not fit
+        names, range = planned, "minmax"  # noqa: A001 - describe's name
         warnings.warn(RangeWarning(
-            f"histogram ranges from each feature's min and max: the quantile sketch that chooses robust "
-            f"ranges does not fit ({err}); give range= (--range) to choose them"
+            "histogram ranges from each feature's min and max: the quantile sketch that chooses robust "
+            "ranges does not fit a worker (its state is 221 kB per feature); give range= (--range) to choose them"
         ), stacklevel=3)
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)

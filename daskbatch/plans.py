@@ -11,9 +11,10 @@ CLI commands (``plan`` and ``describe``) plan through here.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
@@ -197,7 +198,6 @@ def plan_describe(
     """
     from daskbatch.engine.class_labels import max_classes
     from daskbatch.engine.inputs import as_feature_matrix
-    from daskbatch.errors import PlanError
     from daskbatch.stats.classes import validate_classes
     from daskbatch.stats.spec import describe_names, normalize_stats
 
@@ -206,18 +206,51 @@ def plan_describe(
     n_classes = None
     if classes is not None and "mi" in names:
         n_classes = len(validate_classes(classes, max_classes()))
+    chosen, _ = plan_dropping_sketch(
+        lambda stats_: plan_statistics(
+            data, stats_, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
+        ),
+        names, optional="sketch" not in normalize_stats(stats),
+    )
+    return chosen
+
+
+def plan_dropping_sketch(
+    make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
+) -> tuple[Plan, tuple[Any, ...]]:
+    """Plan ``stats`` with ``make``; when that does not fit and the sketch is optional, plan without it.
+
+    The quantile sketch only chooses histogram ranges, and its state is the
+    largest of all on wide data (221 kB per feature): without it, ranges come
+    from each feature's min and max. :func:`daskbatch.describe`,
+    :func:`plan_describe` and ``daskbatch plan`` all decide this here.
+
+    Parameters
+    ----------
+    make : callable
+        Plans a tuple of statistics (names or footprints).
+    stats : tuple
+        The statistics to plan.
+    optional : bool
+        Whether the sketch may be left out (describe added it; the user did not ask for it).
+
+    Returns
+    -------
+    (Plan, tuple)
+        The plan and the statistics it is for (without ``"sketch"`` when it was left out).
+
+    Raises
+    ------
+    PlanError
+        The first one, unchanged, when leaving the sketch out does not help either.
+    """
     try:
-        return plan_statistics(
-            data, names, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
-        )
+        return make(stats), stats
     except PlanError as err:
-        if "sketch" not in names or "sketch" in normalize_stats(stats):
+        if not optional or "sketch" not in stats:
             raise
-        # As describe does: without room for the quantile sketch, ranges come from min and max.
+        without = tuple(s for s in stats if s != "sketch")
         try:
-            return plan_statistics(
-                data, tuple(n for n in names if n != "sketch"), bins=bins, resources=resources,
-                split_every=split_every, n_classes=n_classes,
-            )
+            return make(without), without
         except PlanError:
-            raise err from None
+            raise err from None  # the sketch was not the problem: the first message says what is

@@ -8,7 +8,6 @@ import click
 from click.core import ParameterSource
 
 from daskbatch.cli._group import main, user_errors
-from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS
 
 __all__ = ["plan_command"]
@@ -73,7 +72,7 @@ def plan_command(
     """
     from daskbatch.io.dataset import open_dataset
     from daskbatch.planning.search import recorded_n_classes
-    from daskbatch.plans import plan
+    from daskbatch.plans import plan, plan_dropping_sketch
     from daskbatch.runtime.capacity import resources_from_machine
 
     names = _parse_stats(stats)
@@ -93,21 +92,14 @@ def plan_command(
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
-    try:
-        result = plan(
-            ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
-        )
-    except PlanError as err:
-        if "sketch" not in names or click.get_current_context().get_parameter_source("stats") != ParameterSource.DEFAULT:
-            raise
-        # As describe does: without room for the quantile sketch it takes ranges from min and max.
-        names = tuple(n for n in names if n != "sketch")
-        try:
-            result = plan(
-                ds, stats=names, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
-            )
-        except PlanError:
-            raise err from None
+    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
+    result, planned = plan_dropping_sketch(
+        lambda stats_: plan(
+            ds, stats=stats_, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
+        ),
+        names, optional=default_stats,  # as describe, which adds the sketch itself
+    )
+    if planned != names:
         note = "the quantile sketch does not fit: describe takes histogram ranges from min and max (or --range)"
         skipped = f"{skipped}; {note}" if skipped else note
     if as_json:
