@@ -13,14 +13,14 @@ __all__ = ["summary_from_results"]
 
 
 def summary_from_results(
-                feature_names: tuple[str, ...],
-        results: dict[str, Any],
-        provenance: dict[str, Any],
-        *,
-        mi_base: Any = "e",
-        miller_madow: bool = False,
-        states: dict[str, Any] | None = None,
-    ) -> Summary:
+    feature_names: tuple[str, ...],
+    results: dict[str, Any],
+    provenance: dict[str, Any],
+    *,
+    mi_base: Any = "e",
+    miller_madow: bool = False,
+    states: dict[str, Any] | None = None,
+) -> Summary:
     """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
 
     Parameters
