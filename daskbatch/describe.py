@@ -71,7 +71,7 @@ def describe(
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
     classes: Sequence[int] | None = None,
-    missing: Literal["raise", "skip", "fill"] = "raise",
+    missing: Literal["auto", "raise", "skip", "fill"] = "auto",
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -166,10 +166,12 @@ def describe(
         plan is made, so it knows the number of classes), at most
         ``daskbatch.max-classes``. They become the ``class`` coordinate of the
         summary (see :mod:`daskbatch.engine.class_labels`).
-    missing : {"raise", "skip", "fill"}, default "raise"
-        Chunks absent from a store given by path: refuse, compute on the rows
-        whose chunks are present, or read zarr's fill values (see
-        :func:`daskbatch.open_dataset`; the summary's provenance lists them).
+    missing : {"auto", "raise", "skip", "fill"}, default "auto"
+        Chunks absent from a store given by path: read them as the writer meant
+        (the fill value, except in a store daskbatch wrote, where absent means
+        lost and is refused), refuse, compute on the rows whose chunks are
+        present, or read zarr's fill values (see :func:`daskbatch.open_dataset`;
+        the summary's provenance lists and counts them).
 
     Returns
     -------

@@ -32,7 +32,8 @@ __all__ = [
 PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "scipy", "xarray",
             "pandas", "cupy", "dask-cuda", "dask-jobqueue")
 MISSING_KEYS = ("missing_policy", "complete", "missing_chunks", "missing_chunk_keys", "label_missing_chunks",
-                 "label_missing_chunk_keys", "rows_skipped", "skipped_rows")
+                 "label_missing_chunk_keys", "rows_skipped", "skipped_rows", "absent_chunks",
+                 "absent_fill_chunks", "absent_lost_chunks")
 
 
 @dataclass

@@ -80,8 +80,9 @@ class StatisticsSpec:
     classes: list[int] | None = _key(
         None, "Class values of the label, e.g. [0, 1, 7]; null: recorded by the store, else found by a scan."
     )
-    missing: Literal["raise", "skip", "fill"] = _key(
-        "raise", "Chunks absent from the store: raise, skip their rows, or fill (recorded in the report)."
+    missing: Literal["auto", "raise", "skip", "fill"] = _key(
+        "auto", "Chunks absent from the store: auto (fill value, except lost chunks of a store daskbatch "
+        "wrote: raise), raise, skip their rows, or fill (recorded in the report)."
     )
 
 

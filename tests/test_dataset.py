@@ -152,19 +152,30 @@ def test_bad_shapes(tmp_path):
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_missing_chunk_raises_or_warns(tmp_path, zarr_format):
+    """A store zarr wrote: an absent chunk is the fill value by default, refused on request."""
     path = tmp_path / "g.zarr"
     _group(path, zarr_format=zarr_format)
     os.remove(_chunk_file(path, zarr_format, 3))
     key = "X/c/3/0" if zarr_format == 3 else "X/3.0"
     with pytest.raises(DataError, match=f"{key}"):
-        open_dataset(path)
+        open_dataset(path, missing="raise")
     with pytest.raises(DataError, match=f"{key}"):
         open_dataset(path, strict=True)
+    for missing in ("auto", "fill"):
+        ds = open_dataset(path, missing=missing)
+        assert ds.missing_chunks == [(3, 0)]
+        assert ds.provenance()["missing_chunk_keys"] == [key]
+        assert ds.provenance()["absent_fill_chunks"] == 1 and ds.provenance()["complete"] is True
+        assert key in repr(ds) and "absent (fill value)" in repr(ds)
+        expected = _data()
+        expected[3 * CHUNK : 4 * CHUNK] = 0  # zarr's default fill value
+        np.testing.assert_array_equal(ds.x.compute(), expected)
+    # Marked as written by daskbatch: every chunk was stored, so this one was lost.
+    zarr.open_array(str(path / "X"), mode="r+").update_attributes({"daskbatch:writes_every_chunk": True})
+    with pytest.raises(DataError, match=f"{key}.*daskbatch wrote every chunk"):
+        open_dataset(path)
     with pytest.warns(MissingChunksWarning, match=f"1 chunk.*'X'.*{key}"):
-        ds = open_dataset(path, missing="fill")
-    assert ds.missing_chunks == [(3, 0)]
-    assert ds.provenance()["missing_chunk_keys"] == [key]
-    assert key in repr(ds)
+        assert open_dataset(path, missing="fill").provenance()["complete"] is False
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

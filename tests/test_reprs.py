@@ -318,6 +318,11 @@ def test_dataset_html_highlights_missing_chunks(tmp_path) -> None:
     html = ds._repr_html_()
     assert "daskbatch.Dataset: 400 × 3 float32" in html and "db-warn" not in html.split("</style>")[1]
     os.remove(path / "X" / "c" / "1" / "0")
+    # zarr's writer leaves out chunks of fill values: listed, not flagged.
+    html = db.open_dataset(path)._repr_html_()
+    assert "<th>missing chunks</th><td class='txt'>1: X/c/1/0 (absent (fill value)" in html
+    # In a store daskbatch wrote the same absence is a loss: flagged.
+    zarr.open_array(str(path / "X"), mode="r+").update_attributes({"daskbatch:writes_every_chunk": True})
     with pytest.warns(MissingChunksWarning):
         holed = db.open_dataset(path, missing="fill")
     html = holed._repr_html_()

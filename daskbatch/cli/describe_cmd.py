@@ -73,11 +73,13 @@ def parse_classes(text: str | None) -> list[int] | None:
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option(
-    "--missing", type=click.Choice(["raise", "skip", "fill"]), default="raise", show_default=True,
-    help="Chunks absent from STORE: refuse (naming them), compute on the rows whose chunks are present, "
-    "or read zarr's fill values; skip and fill are recorded in the summary's provenance.",
+    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default="auto", show_default=True,
+    help="Chunks absent from STORE. auto: as the writer meant (zarr, xarray and dask leave out chunks of "
+    "fill values, so they read as the fill value; in a store daskbatch wrote they were lost: refuse); "
+    "raise: refuse any (naming them); skip: compute on the rows whose chunks are present; fill: read "
+    "zarr's fill values. Recorded in the summary's provenance.",
 )
-@click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise (the default).")
+@click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise.")
 @click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")

@@ -23,11 +23,14 @@ __all__ = ["verify_command"]
 def verify_command(store: str, threads: int | None, as_json: bool) -> None:
     """Decode and check every chunk of every array in STORE (a Zarr path or fsspec URL).
 
-    Reports chunks that are missing (absent: zarr would read fill values),
-    corrupt (checksum mismatch or undecodable) or truncated, by key and grid
-    position. Exit code 0 when every chunk is present and decodes, 1 when any
-    is not, 2 when STORE cannot be opened or has more chunks than
-    daskbatch.max-chunks.
+    Reports chunks that are missing (absent from an array daskbatch wrote: it
+    stores every chunk, so they were lost), corrupt (checksum mismatch or
+    undecodable) or truncated, by key and grid position; inner chunks of
+    shards included. Chunks absent from an array of another writer are listed
+    as "absent (fill value)": zarr, xarray and dask leave out chunks that hold
+    only the fill value. Exit code 0 when every stored chunk decodes and none
+    was lost, 1 otherwise, 2 when STORE cannot be opened or has more chunks
+    than daskbatch.max-chunks.
     """
     from daskbatch.io.verify import verify_store
 

@@ -128,7 +128,7 @@ def _in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
 
 
 def as_feature_matrix(
-    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "raise"
+    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "auto"
 ) -> FeatureMatrix:
     """Coerce and validate the inputs of :func:`daskbatch.describe`.
 
@@ -144,7 +144,7 @@ def as_feature_matrix(
         Overrides names found in the store.
     what : str, optional
         How to call ``x`` in messages (defaults to its path or "x").
-    missing : {"raise", "skip", "fill"}, default "raise"
+    missing : {"auto", "raise", "skip", "fill"}, default "auto"
         Absent chunks of a store given by path (see :func:`daskbatch.open_dataset`).
 
     Returns

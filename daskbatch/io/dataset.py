@@ -82,10 +82,14 @@ class Dataset:
         Grid positions of chunks of ``x`` absent from the store.
     label_missing_chunks : list of tuple of int
         Grid positions of chunks of the label absent from the store.
-    missing_policy : {"raise", "skip", "fill"}
-        What ``open_dataset`` did about them (see there).
+    missing_policy : {"auto", "raise", "skip", "fill"}
+        What ``open_dataset`` was asked to do about them (see there).
     skipped_rows : list of (int, int)
         Row ranges of the store left out of ``x`` and ``label`` (``missing="skip"``).
+    absent_lost : int
+        How many of the absent chunks were lost: chunks of arrays whose writer
+        (daskbatch) records that it stores every chunk.  The others are the
+        fill value, as their writer meant.
     complete : bool
         False when the store was written by an ingest that did not finish.
     """
@@ -106,6 +110,7 @@ class Dataset:
     label_missing_chunk_keys: list[str] = field(default_factory=list)
     missing_policy: str = "raise"
     skipped_rows: list[tuple[int, int]] = field(default_factory=list)
+    absent_lost: int = 0
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
@@ -131,9 +136,13 @@ class Dataset:
             ``dask_chunk_rows``, ``zarr_format``, ``missing_chunks`` (grid positions),
             ``missing_chunk_keys``, ``label_missing_chunks``, ``label_missing_chunk_keys``,
             ``missing_policy``, ``rows_skipped``, ``skipped_rows`` (row ranges),
-            ``ingest_complete`` and ``complete`` (False when an ingest did not finish or
-            any chunk of ``x`` or the label is absent, whatever the policy).
+            ``absent_chunks`` (chunks of ``x`` and the label absent from the store),
+            ``absent_fill_chunks`` (those read as the fill value their writer meant: it
+            leaves out chunks of fill values), ``absent_lost_chunks`` (those of arrays
+            whose writer stores every chunk), ``ingest_complete`` and ``complete``
+            (False when an ingest did not finish, a chunk was lost, or rows were skipped).
         """
+        absent = len(self.missing_chunks) + len(self.label_missing_chunks)
         return {
             "path": self.path,
             "array": self.array_name,
@@ -150,8 +159,11 @@ class Dataset:
             "missing_policy": self.missing_policy,
             "rows_skipped": sum(b - a for a, b in self.skipped_rows),
             "skipped_rows": [list(r) for r in self.skipped_rows],
+            "absent_chunks": absent,
+            "absent_fill_chunks": 0 if self.skipped_rows else absent - self.absent_lost,
+            "absent_lost_chunks": self.absent_lost,
             "ingest_complete": self.complete,
-            "complete": self.complete and not (self.missing_chunks or self.label_missing_chunks),
+            "complete": self.complete and not (self.absent_lost or self.skipped_rows),
         }
 
     def _summary_rows(self) -> list[tuple[str, str]]:
@@ -170,8 +182,10 @@ class Dataset:
             missing = f"{len(keys):,}: " + ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
             if self.skipped_rows:
                 missing += f" ({sum(b - a for a, b in self.skipped_rows):,} rows skipped)"
-            elif self.missing_policy == "fill":
-                missing += " (read as fill values)"
+            elif self.absent_lost:
+                missing += f" (read as fill values; {self.absent_lost:,} lost: daskbatch wrote every chunk)"
+            else:
+                missing += " (absent (fill value): their writer leaves out chunks of fill values)"
         out = [
             ("store", where),
             (
@@ -201,7 +215,7 @@ class Dataset:
         from daskbatch import _html
 
         rows, cols = self.shape
-        problems = {"missing chunks"} if self.missing_chunk_keys or self.label_missing_chunk_keys else set()
+        problems = {"missing chunks"} if self.absent_lost or self.skipped_rows else set()
         if not self.complete:
             problems.add("complete")
         table = _html.key_value_table(
@@ -220,7 +234,7 @@ def open_dataset(
     *,
     chunks: Chunks = "auto",
     storage_options: Mapping[str, Any] | None = None,
-    missing: MissingPolicy = "raise",
+    missing: MissingPolicy = "auto",
     strict: bool = False,
 ) -> Dataset:
     """Open a (samples x features) array in a Zarr store as a :class:`Dataset`.
@@ -241,16 +255,23 @@ def open_dataset(
         one storage chunk per block; an int is used as given.
     storage_options : dict, optional
         Passed to fsspec for URLs.
-    missing : {"raise", "skip", "fill"}, default "raise"
+    missing : {"auto", "raise", "skip", "fill"}, default "auto"
         Chunks of ``x`` or the label absent from the store (found from one listing
-        of each array's keys): ``"raise"`` refuses with a
-        :class:`~daskbatch.errors.DataError` naming the first keys and their
-        count; ``"skip"`` leaves out the rows those chunks cover (``x`` and the
-        label keep only rows whose chunks are all present); ``"fill"`` keeps
-        zarr's semantics, reading the fill value in their place.  Either way the
-        provenance lists them and says ``complete: False``.
+        of each array's keys, and the index of each shard).  ``"auto"`` reads
+        them as the writer meant: zarr, xarray and dask leave out every chunk
+        that holds only the fill value, so there they are read as the fill
+        value (zarr's contract); daskbatch writes every chunk (and records it
+        in the array attribute ``daskbatch:writes_every_chunk``), so in its
+        stores an absent chunk was lost and ``"auto"`` refuses.  ``"raise"``
+        refuses any absent chunk with a :class:`~daskbatch.errors.DataError`
+        naming the first keys and their count; ``"skip"`` leaves out the rows
+        those chunks cover (``x`` and the label keep only rows whose chunks are
+        all present); ``"fill"`` reads the fill value in their place.  The
+        provenance lists and counts them, and says ``complete: False`` where
+        a chunk was lost or rows were skipped.
     strict : bool, default False
-        Kept for callers of earlier versions: ``True`` insists on ``missing="raise"``.
+        Kept for callers of earlier versions: ``True`` insists on ``missing="raise"``
+        (the default ``"auto"`` counts as ``"raise"`` then).
 
     Returns
     -------
@@ -261,13 +282,15 @@ def open_dataset(
     ------
     DataError
         No store, no such array, wrong shape, label length mismatch, missing
-        chunks under ``missing="raise"``, or more chunks (or dask blocks) than
+        chunks that ``missing`` refuses, or more chunks (or dask blocks) than
         ``daskbatch.max-chunks`` (checked from the metadata before anything else).
     """
     if missing not in MISSING_POLICIES:
         raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
-    if strict and missing != "raise":
+    if strict and missing not in ("raise", "auto"):
         raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
+    if strict:
+        missing = "raise"
     root, where = open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     layout = json_object(group_attrs.get(LAYOUT_ATTR))
@@ -306,17 +329,17 @@ def open_dataset(
             stacklevel=2,
         )
 
-    absent = find_missing(arr, label_arr)
-    if absent and missing == "raise":
-        remedy = (
-            "the ingest that wrote them did not finish: re-run the same ingest command"
-            if not complete
-            else "restore them, or pass missing='skip' (--missing skip) to compute on the rows present"
-        )
-        raise DataError(f"{absent.message(arr, label_arr)}; zarr would read fill values in their place; {remedy}")
-    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if missing == "skip" else Missing())
-    if absent:
-        what = "left out" if missing == "skip" else "read as fill values"
+    absent = find_missing(arr, label_arr, group_attrs)
+    policy = missing
+    if missing == "auto":
+        # The Zarr contract: an absent chunk is the fill value, unless its writer
+        # recorded that it stores every chunk (daskbatch), where absent means lost.
+        policy = "raise" if absent.lost else "fill"
+    if absent and policy == "raise":
+        raise DataError(_refusal(absent, arr, label_arr, where, complete))
+    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if policy == "skip" else Missing())
+    if absent and (policy == "skip" or missing == "fill" and absent.lost):
+        what = "left out" if policy == "skip" else "read as fill values"
         warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
 
     attrs = {**group_attrs, **clean_attrs(arr.attrs)}
@@ -336,10 +359,29 @@ def open_dataset(
         label_missing_chunks=absent.label_chunks,
         label_missing_chunk_keys=absent.label_keys,
         missing_policy=missing,
-        skipped_rows=absent.row_ranges if missing == "skip" else [],
+        skipped_rows=absent.row_ranges if policy == "skip" else [],
+        absent_lost=absent.lost,
         zarr_x=arr,
         zarr_label=label_arr,
     )
+
+
+def _refusal(absent: Missing, arr: zarr.Array, label: zarr.Array | None, where: str, complete: bool) -> str:
+    """The one-line refusal for absent chunks: why they matter and what restores them."""
+    if not complete:
+        remedy = "the ingest that wrote them did not finish: re-run the same ingest command"
+    elif absent.lost:
+        # Never "skip": it would compute on a store that lost rows as if it were whole.
+        remedy = (
+            "daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
+            f"or write the store again (daskbatch verify {where} lists every damaged chunk)"
+        )
+    else:
+        remedy = (
+            "their writer leaves out chunks that hold only the fill value, so they are that value: "
+            "the default missing='auto' reads them so"
+        )
+    return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
 
 
 def _readers(

@@ -8,8 +8,17 @@ blocks for dask and turns a decode failure into a :class:`~daskbatch.errors.Data
 that names the array, the chunk key and its grid position, chained to the codec
 error.
 
-For a sharded array the unit that can go missing is the shard (one object in
-the store), so "chunk" below means the shard when the array is sharded.
+For a sharded array a whole shard (one object in the store) or an inner chunk
+inside it can be absent: :func:`missing_chunks` reads the index of every
+stored shard (zarr's own decoding of it) and lists absent chunks in the grid
+of inner chunks, which is the unit zarr fills.
+
+Whether an absent chunk is data lost or the fill value is the writer's call.
+Zarr, xarray and dask leave out every chunk that holds only the fill value
+(zarr's ``write_empty_chunks=False`` default), so there an absent chunk *is*
+the fill value.  daskbatch writes every chunk and records it in the array
+attribute :data:`WRITES_EVERY_CHUNK` (:func:`writes_every_chunk`), so in its
+own stores an absent chunk is a loss.
 
 Metadata alone can claim any shape: :func:`check_chunk_count` refuses an array
 with more chunks than ``daskbatch.max-chunks`` before anything enumerates its
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import dask.config
@@ -36,18 +46,52 @@ if TYPE_CHECKING:
     from daskbatch.io.verify import VerifyReport
 
 __all__ = [
+    "WRITES_EVERY_CHUNK",
     "BlockReader",
+    "absent_name",
+    "absent_positions",
     "check_chunk_count",
     "checksummed",
     "chunk_key",
     "max_chunks",
     "missing_chunks",
+    "shard_maps",
     "storage_chunks",
     "verify_store",
+    "writes_every_chunk",
 ]
 
 #: ``daskbatch.max-chunks`` when the dask config does not set it.
 DEFAULT_MAX_CHUNKS = 200_000
+
+#: Array attribute set by every daskbatch writer: each chunk is stored, even one
+#: of fill values, so a chunk absent from the store was lost.
+WRITES_EVERY_CHUNK = "daskbatch:writes_every_chunk"
+#: Group attributes of stores that daskbatch wrote before :data:`WRITES_EVERY_CHUNK`
+#: existed (synth and ingest layout, transform and map_batches outputs); those
+#: writers already stored every chunk.
+_OWN_GROUP_ATTRS = ("daskbatch", "daskbatch_ingest", "daskbatch_output")
+
+
+def writes_every_chunk(arr: zarr.Array, group_attrs: Mapping[str, Any] | None = None) -> bool:
+    """Tell whether ``arr``'s writer stored every chunk, so that an absent chunk is a loss.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    group_attrs : mapping, optional
+        Attributes of the store's root group (marks of earlier daskbatch versions).
+
+    Returns
+    -------
+    bool
+        True for arrays daskbatch wrote; False for any other writer, whose
+        absent chunks are the fill value (the Zarr contract).
+    """
+    if arr.attrs.get(WRITES_EVERY_CHUNK) is True:
+        return True
+    return any(key in (group_attrs or {}) for key in _OWN_GROUP_ATTRS)
 
 
 def checksummed(compressor: Any | None) -> tuple[Any, ...]:
@@ -236,7 +280,9 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     Returns
     -------
     list of tuple of int
-        Sorted grid positions (shard positions for a sharded array).
+        Sorted positions in the grid of ``arr.chunks``: for a sharded array,
+        inner chunks absent from a stored shard's index and every inner chunk
+        of an absent shard.
 
     Raises
     ------
@@ -248,17 +294,120 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     One listing of the keys under the array's prefix tells what is stored (zarr's
     own ``nchunks_initialized`` would do the same listing); the expected keys are
     compared with it only after :func:`check_chunk_count` has bounded the grid.
+    A sharded array also costs one read of each stored shard's index.
     """
     check_chunk_count(arr)
-    grid = _grid(arr)
-    if math.prod(grid) == 0:
+    if math.prod(_grid(arr)) == 0:
         return []
-    present = _stored_keys(arr)
-    missing = []
+    return absent_positions(arr, _stored_keys(arr))
+
+
+def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]]:
+    """Grid positions of the chunks of ``arr`` absent from ``present`` (a listing), as :func:`missing_chunks`.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array, its chunk count already checked.
+    present : set of str
+        The keys stored under the array, relative to it.
+
+    Returns
+    -------
+    list of tuple of int
+        Sorted positions in the grid of ``arr.chunks``.
+    """
+    grid = _grid(arr)
+    absent: list[tuple[int, ...]] = []
+    stored: list[tuple[int, ...]] = []
     for coords in itertools.product(*(range(g) for g in grid)):
-        if arr.metadata.encode_chunk_key(coords) not in present:
-            missing.append(tuple(int(c) for c in coords))
-    return missing
+        pos = tuple(int(c) for c in coords)
+        (stored if arr.metadata.encode_chunk_key(pos) in present else absent).append(pos)
+    if not arr.shards:
+        return absent
+    per = _chunks_per_shard(arr)
+    inner = [tuple(s * p + i for s, p, i in zip(shard, per, local, strict=True))
+             for shard in absent for local in itertools.product(*(range(p) for p in per))]
+    for shard, full in zip(stored, shard_maps(arr, stored), strict=True):
+        inner.extend(
+            tuple(int(s * p + i) for s, p, i in zip(shard, per, local, strict=True))
+            for local in zip(*np.nonzero(~full), strict=True)
+        )
+    bounds = _inner_grid(arr)
+    return sorted(c for c in inner if all(i < b for i, b in zip(c, bounds, strict=True)))
+
+
+def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
+    """Inner chunks along each axis of one shard."""
+    return tuple(s // c for s, c in zip(storage_chunks(arr), arr.chunks, strict=True))
+
+
+def _inner_grid(arr: zarr.Array) -> tuple[int, ...]:
+    """The grid of ``arr.chunks`` (inner chunks when sharded)."""
+    return tuple(math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, arr.chunks, strict=True))
+
+
+def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """Read the index of each stored shard: which inner chunks it holds.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        A sharded array.
+    shards : list of tuple of int
+        Positions of shards present in the store.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One boolean array of shape chunks-per-shard each: True where the
+        index gives the inner chunk an offset (absent chunks have 2**64-1).
+    """
+    import asyncio
+
+    from zarr.codecs import ShardingCodec
+    from zarr.core.sync import sync
+
+    codec = next(c for c in arr.metadata.codecs if isinstance(c, ShardingCodec))  # type: ignore[union-attr]
+    per = _chunks_per_shard(arr)
+
+    async def _one(shard: tuple[int, ...]) -> np.ndarray:
+        # zarr exposes no public reader of a shard's index; this is the one its
+        # own partial reads use (it decodes the index with the index codecs).
+        index = await codec._load_shard_index_maybe(
+            arr.store_path / arr.metadata.encode_chunk_key(shard), per
+        )
+        if index is None:  # vanished since the listing: nothing in it is stored
+            return np.zeros(per, dtype=bool)
+        return np.asarray(index.get_full_chunk_map(), dtype=bool)
+
+    async def _all() -> list[np.ndarray]:
+        return list(await asyncio.gather(*(_one(s) for s in shards)))
+
+    return sync(_all()) if shards else []
+
+
+def absent_name(arr: zarr.Array, coords: tuple[int, ...]) -> str:
+    """Name an absent chunk at ``coords`` of the grid of ``arr.chunks``: its key, or its shard's key and place.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    coords : tuple of int
+        A position as :func:`missing_chunks` gives it.
+
+    Returns
+    -------
+    str
+        ``X/c/3/0``, or ``inner chunk (1, 0) of shard X/c/1/0`` when sharded.
+    """
+    if not arr.shards:
+        return chunk_key(arr, coords)
+    per = _chunks_per_shard(arr)
+    shard = tuple(c // p for c, p in zip(coords, per, strict=True))
+    local = tuple(c % p for c, p in zip(coords, per, strict=True))
+    return f"inner chunk {local} of shard {chunk_key(arr, shard)}"
 
 
 def _stored_keys(arr: zarr.Array) -> set[str]:
@@ -289,25 +438,31 @@ class BlockReader:
     ----------
     arr : zarr.Array
         The array to read.
+    decode : callable, optional
+        Applied to every block read (CF decoding of packed values).
+    dtype : numpy.dtype, optional
+        The dtype ``decode`` returns (default: the array's).
     """
 
-    def __init__(self, arr: zarr.Array) -> None:
+    def __init__(self, arr: zarr.Array, decode: Any = None, dtype: Any = None) -> None:
         self.arr = arr
         self.shape = tuple(arr.shape)
-        self.dtype = np.dtype(arr.dtype)
+        self.dtype = np.dtype(arr.dtype if dtype is None else dtype)
         self.ndim = len(self.shape)
+        self.decode = decode
 
     def __repr__(self) -> str:
         return f"BlockReader({array_label(self.arr)})"
 
     def __getitem__(self, selection: Any) -> np.ndarray:
         try:
-            return np.asarray(self.arr[selection])
+            block = np.asarray(self.arr[selection])
         except DataError:
             raise
         except Exception as exc:  # noqa: BLE001 - any codec/store error; re-raised below
             self._raise_for_chunk(selection, exc)
             raise  # unreachable: _raise_for_chunk always raises
+        return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
 
     def _raise_for_chunk(self, selection: Any, exc: Exception) -> None:
         """Find the chunk inside ``selection`` that fails, and raise a DataError for it."""

@@ -1,30 +1,36 @@
-"""What to do about chunks that are absent from a store: refuse, skip their rows, or read fill values.
+"""What to do about chunks that are absent from a store: read fill values, refuse, or skip their rows.
 
-Zarr reads the fill value for an absent chunk, so without a policy a summary
-silently counts invented rows.  :func:`find_missing` lists the absent chunks of
-the samples array and of its label (from the store's own listing), and
-:func:`row_blocks` turns them into the dask block boundaries that let
-``open_dataset(..., missing="skip")`` keep only the rows whose chunks are all
-present.  Missing chunks of either array drop whole rows: a row without its
-label, or with some of its features invented, is not a sample.
+Zarr reads the fill value for an absent chunk.  That is what zarr, xarray and
+dask mean by it (they do not write a chunk that holds only the fill value), so
+the default policy ``"auto"`` reads them so; but in a store whose writer
+recorded that it stores every chunk (daskbatch's own,
+:func:`~daskbatch.io.integrity.writes_every_chunk`) an absent chunk was lost,
+and ``"auto"`` refuses.  :func:`find_missing` lists the absent chunks of the
+samples array and of its label (from the store's own listing, and each
+shard's index), and :func:`row_blocks` turns them into the dask block
+boundaries that let ``open_dataset(..., missing="skip")`` keep only the rows
+whose chunks are all present.  Missing chunks of either array drop whole rows:
+a row without its label, or with some of its features invented, is not a sample.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import zarr
 
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import array_label, chunk_key, missing_chunks, storage_chunks
+from daskbatch.io.integrity import absent_name, array_label, missing_chunks, writes_every_chunk
 
 __all__ = ["MISSING_POLICIES", "Missing", "MissingPolicy", "find_missing", "row_blocks"]
 
-MissingPolicy = Literal["raise", "skip", "fill"]
-#: ``raise``: refuse; ``skip``: compute on the rows whose chunks are present;
-#: ``fill``: zarr's semantics (absent chunks read as the fill value).
-MISSING_POLICIES: tuple[str, ...] = ("raise", "skip", "fill")
+MissingPolicy = Literal["auto", "raise", "skip", "fill"]
+#: ``auto``: ``fill`` where the writer leaves out chunks of fill values, ``raise``
+#: where it records storing every chunk (daskbatch); ``raise``: refuse;
+#: ``skip``: compute on the rows whose chunks are present; ``fill``: zarr's
+#: semantics (absent chunks read as the fill value).
+MISSING_POLICIES: tuple[str, ...] = ("auto", "raise", "skip", "fill")
 
 #: Keys named in a message before "... (N in all)".
 SHOWN_KEYS = 5
@@ -37,11 +43,13 @@ class Missing:
     Attributes
     ----------
     x_chunks, label_chunks : list of tuple of int
-        Grid positions (shard positions when sharded).
+        Grid positions (of inner chunks when sharded).
     x_keys, label_keys : list of str
-        Their store keys, relative to the store root.
+        Their store keys, relative to the store root (with the inner chunk when sharded).
     row_ranges : list of (int, int)
         Sorted, disjoint ``[start, stop)`` row ranges the absent chunks cover.
+    x_lost, label_lost : bool
+        Whether the array's writer stored every chunk, so that its absent chunks were lost.
     """
 
     x_chunks: list[tuple[int, ...]] = field(default_factory=list)
@@ -49,6 +57,30 @@ class Missing:
     label_chunks: list[tuple[int, ...]] = field(default_factory=list)
     label_keys: list[str] = field(default_factory=list)
     row_ranges: list[tuple[int, int]] = field(default_factory=list)
+    x_lost: bool = False
+    label_lost: bool = False
+
+    @property
+    def count(self) -> int:
+        """Count the absent chunks of both arrays.
+
+        Returns
+        -------
+        int
+            The number of chunks.
+        """
+        return len(self.x_chunks) + len(self.label_chunks)
+
+    @property
+    def lost(self) -> int:
+        """Count the absent chunks that were lost (in arrays whose writer stored every chunk).
+
+        Returns
+        -------
+        int
+            The number of chunks.
+        """
+        return len(self.x_chunks) * self.x_lost + len(self.label_chunks) * self.label_lost
 
     def __bool__(self) -> bool:
         return bool(self.x_chunks or self.label_chunks)
@@ -95,7 +127,8 @@ def _first(keys: list[str], n: int = SHOWN_KEYS) -> str:
 
 
 def _ranges(arr: zarr.Array, chunks: list[tuple[int, ...]]) -> list[tuple[int, int]]:
-    rows, per = int(arr.shape[0]), storage_chunks(arr)[0]
+    """Rows covered by the chunks at ``chunks`` (positions in the grid of ``arr.chunks``)."""
+    rows, per = int(arr.shape[0]), int(arr.chunks[0])
     return [(c[0] * per, min((c[0] + 1) * per, rows)) for c in chunks]
 
 
@@ -109,8 +142,10 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def find_missing(x: zarr.Array, label: zarr.Array | None = None) -> Missing:
-    """List the absent chunks of ``x`` and ``label`` (one store listing each).
+def find_missing(
+    x: zarr.Array, label: zarr.Array | None = None, group_attrs: dict[str, Any] | None = None
+) -> Missing:
+    """List the absent chunks of ``x`` and ``label`` (one store listing each, and each shard's index).
 
     Parameters
     ----------
@@ -118,6 +153,8 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None) -> Missing:
         The samples x features array.
     label : zarr.Array, optional
         Its 1-D label, row-aligned with ``x``.
+    group_attrs : dict, optional
+        The root group's attributes (older daskbatch stores are marked there).
 
     Returns
     -------
@@ -129,10 +166,12 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None) -> Missing:
     ranges = _ranges(x, xc) + (_ranges(label, lc) if label is not None else [])
     return Missing(
         x_chunks=xc,
-        x_keys=[chunk_key(x, c) for c in xc],
+        x_keys=[absent_name(x, c) for c in xc],
         label_chunks=lc,
-        label_keys=[chunk_key(label, c) for c in lc] if label is not None else [],
+        label_keys=[absent_name(label, c) for c in lc] if label is not None else [],
         row_ranges=_merge(ranges),
+        x_lost=writes_every_chunk(x, group_attrs),
+        label_lost=label is not None and writes_every_chunk(label, group_attrs),
     )
 
 

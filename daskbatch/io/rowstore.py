@@ -33,6 +33,7 @@ import numpy as np
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import LAYOUT_ATTR
 from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK
 
 if TYPE_CHECKING:
     import zarr
@@ -400,6 +401,7 @@ class RowStore:
                 compressors=(ZstdCodec(level=1), Crc32cCodec()),
                 dimension_names=spec.dims if two_d else spec.dims[:1],
                 config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+                attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
             )
         # Last: a store with a manifest was created completely.
         write_manifest(out, doc, name=MANIFEST_FILE)

@@ -366,7 +366,7 @@ def _write(
     import zarr
     from zarr.codecs import ZstdCodec
 
-    from daskbatch.io.integrity import checksummed
+    from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
 
     where = os.fspath(path)
     if "://" not in where and os.path.exists(where) and not overwrite:
@@ -393,6 +393,7 @@ def _write(
         compressors=codec,
         dimension_names=("sample", "feature"),
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
     )
     targets, sources = [zx], [x]
     if y is not None:
@@ -404,6 +405,7 @@ def _write(
             compressors=codec,
             dimension_names=("sample",),
             config={"write_empty_chunks": True},
+            attributes={WRITES_EVERY_CHUNK: True},
         )
         targets.append(zy)
         sources.append(y)

@@ -5,12 +5,19 @@ check that reads the data.  Each chunk is decoded on its own (a few at a time
 on a thread pool), so memory stays at a few chunks whatever the store's size.
 A decode that fails is classified from the stored bytes:
 
-* ``missing``: no object under the chunk's key (zarr would read fill values);
+* ``missing``: no object under the chunk's key in an array whose writer
+  (daskbatch) stores every chunk, so it was lost;
+* ``absent``: no object under the chunk's key in an array whose writer leaves
+  out chunks that hold only the fill value (zarr, xarray and dask do by
+  default): it is the fill value, as its writer meant, and not a problem;
 * ``truncated``: the object is empty, or shorter than its encoding says it is
   (an uncompressed chunk's fixed size, or the blocks a zstd frame header
   announces);
 * ``corrupt``: anything else that does not decode, above all a CRC-32C checksum
   mismatch.
+
+Inside a shard the unit is the inner chunk: each stored shard's index says
+which inner chunks it holds, and absent ones follow the same rule.
 
 An array without a checksum codec can only fail where the compressor notices:
 a flipped byte that still decompresses goes unseen, and the report says which
@@ -33,14 +40,17 @@ import zarr
 from daskbatch.io.integrity import (
     _grid,
     _stored_keys,
+    absent_name,
+    absent_positions,
     check_chunk_count,
     chunk_key,
     storage_chunks,
+    writes_every_chunk,
 )
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 
-Kind = Literal["missing", "corrupt", "truncated"]
+Kind = Literal["missing", "corrupt", "truncated", "absent"]
 #: Problems listed by :meth:`VerifyReport.summary` before "... and N more".
 LISTED = 20
 #: The 4 bytes every zstd frame starts with (RFC 8878, section 3.1.1).
@@ -78,6 +88,9 @@ class ArrayCheck:
     n_chunks: int
     decoded: int
     checksum: bool
+    absent: int = 0
+    writes_every_chunk: bool = False
+    inner_chunks: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -92,11 +105,15 @@ class VerifyReport:
         One entry per array, in path order.
     problems : list of ChunkProblem
         Missing, corrupt and truncated chunks, by array then grid position.
+    absent : list of ChunkProblem
+        Chunks (inner chunks when sharded) absent from arrays whose writer
+        leaves out chunks of fill values: read as the fill value, not problems.
     """
 
     path: str
     arrays: list[ArrayCheck] = field(default_factory=list)
     problems: list[ChunkProblem] = field(default_factory=list)
+    absent: list[ChunkProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -126,7 +143,7 @@ class VerifyReport:
         Returns
         -------
         dict
-            ``path``, ``ok``, ``counts``, ``arrays`` and ``problems``.
+            ``path``, ``ok``, ``counts``, ``arrays``, ``problems`` and ``absent``.
         """
         return {
             "path": self.path,
@@ -134,6 +151,7 @@ class VerifyReport:
             "counts": self.counts(),
             "arrays": [asdict(a) for a in self.arrays],
             "problems": [asdict(p) for p in self.problems],
+            "absent": [asdict(p) for p in self.absent],
         }
 
     def summary(self, listed: int = LISTED) -> str:
@@ -152,15 +170,27 @@ class VerifyReport:
         lines = [f"verify {self.path}"]
         for a in self.arrays:
             lines.append(
-                f"  {a.name}: {a.n_chunks:,} chunks of {a.chunks}, {a.decoded:,} decoded"
+                f"  {a.name}: {a.n_chunks:,} "
+                + (f"shards of {a.chunks} (inner chunks {a.inner_chunks})" if a.inner_chunks else f"chunks of {a.chunks}")
+                + f", {a.decoded:,} decoded"
+                + (f", {a.absent:,} absent (fill value)" if a.absent and not a.writes_every_chunk else "")
                 + ("" if a.checksum else "  (no checksum: flipped bytes that still decode go unseen)")
             )
+        for p in self.absent[:listed]:
+            lines.append(f"  {p.line()}")
+        if len(self.absent) > listed:
+            lines.append(f"  ... and {len(self.absent) - listed:,} more absent (fill value)")
         for p in self.problems[:listed]:
             lines.append(f"  {p.line()}")
         if len(self.problems) > listed:
             lines.append(f"  ... and {len(self.problems) - listed:,} more")
         total = sum(a.n_chunks for a in self.arrays)
-        if self.ok:
+        if self.ok and self.absent:
+            lines.append(
+                f"OK: {total:,} chunks of {len(self.arrays)} array(s) decoded or absent (fill value): "
+                f"{len(self.absent):,} absent, as their writer leaves out chunks that hold only the fill value"
+            )
+        elif self.ok:
             lines.append(f"OK: all {total:,} chunks of {len(self.arrays)} array(s) present and decoded")
         else:
             counts = ", ".join(f"{n:,} {kind}" for kind, n in self.counts().items() if n)
@@ -301,7 +331,9 @@ def verify_store(
     Returns
     -------
     VerifyReport
-        ``report.ok`` is True when every chunk is present and decodes.
+        ``report.ok`` is True when every chunk decodes and none was lost: an
+        absent chunk fails only in an array whose writer stores every chunk
+        (daskbatch); elsewhere it is the fill value, listed in ``report.absent``.
 
     Raises
     ------
@@ -312,6 +344,7 @@ def verify_store(
     from daskbatch.io.zarr_nodes import open_node
 
     root, where = open_node(path_or_url, storage_options)
+    group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     arrays = _arrays(root)
     for arr in arrays:
         check_chunk_count(arr)
@@ -323,17 +356,25 @@ def verify_store(
         for arr in arrays:
             grid = _grid(arr)
             present = _stored_keys(arr)
-            to_decode = []
-            for coords in itertools.product(*(range(g) for g in grid)):
-                pos = tuple(int(c) for c in coords)
-                key = chunk_key(arr, pos)
-                rel = arr.metadata.encode_chunk_key(pos)
-                if rel in present:
-                    to_decode.append(pos)
+            own = writes_every_chunk(arr, group_attrs)
+            to_decode = [
+                pos
+                for pos in (tuple(int(c) for c in coords) for coords in itertools.product(*(range(g) for g in grid)))
+                if arr.metadata.encode_chunk_key(pos) in present
+            ]
+            # Positions of chunks zarr fills (inner chunks when sharded: each shard's index is read).
+            absent = absent_positions(arr, present) if math.prod(grid) else []
+            for pos in absent:
+                if own:
+                    report.problems.append(ChunkProblem(
+                        arr.path, absent_name(arr, pos), pos, "missing",
+                        "absent from the store; daskbatch wrote every chunk of this array, so it was lost",
+                    ))
                 else:
-                    report.problems.append(
-                        ChunkProblem(arr.path, key, pos, "missing", "absent from the store")
-                    )
+                    report.absent.append(ChunkProblem(
+                        arr.path, absent_name(arr, pos), pos, "absent",
+                        "absent (fill value): its writer leaves out chunks that hold only the fill value",
+                    ))
             found = [
                 p
                 for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads)
@@ -348,7 +389,11 @@ def verify_store(
                     n_chunks=math.prod(grid),
                     decoded=len(to_decode) - len(found),
                     checksum=_has_checksum(arr),
+                    absent=len(absent),
+                    writes_every_chunk=own,
+                    inner_chunks=tuple(int(c) for c in arr.chunks) if arr.shards else None,
                 )
             )
     report.problems.sort(key=lambda p: (p.array, p.position))
+    report.absent.sort(key=lambda p: (p.array, p.position))
     return report

@@ -15,12 +15,14 @@ from dask.utils import parse_bytes
 
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
+    WRITES_EVERY_CHUNK,
     BlockReader,
     storage_chunks,
 )
 
 __all__ = [
-    "AUTO_CHUNK_BYTES", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "clean_attrs", "dimension_names",
+    "AUTO_CHUNK_BYTES", "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",
+    "dimension_names",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
 
@@ -34,6 +36,11 @@ LAYOUT_ATTR = "daskbatch"
 INGEST_ATTR = "daskbatch_ingest"
 
 Chunks = Literal["auto", "storage"] | int
+
+#: CF attributes of packed values (xarray writes and decodes them): the stored
+#: integers are ``raw * scale_factor + add_offset``, and ``_FillValue`` /
+#: ``missing_value`` mark values that are not there.
+CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value")
 
 
 def open_node(
@@ -158,8 +165,41 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
     return max(1, min(per, rows)) if rows else 1
 
 
+def cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
+    """Decode CF-packed values as xarray does: ``(decode(block), dtype)``, or None when ``arr`` has no CF attributes.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    (callable, numpy.dtype) or None
+        The block decoder (xarray's own CF decoding) and the dtype it gives.
+    """
+    import xarray as xr
+
+    cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
+    if not cf:
+        return None
+    if arr.metadata.zarr_format == 2 and "_FillValue" not in cf and arr.fill_value is not None:
+        # xarray keeps a v2 array's _FillValue in the metadata and masks with it.
+        cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
+    dims = tuple(f"dim_{i}" for i in range(arr.ndim))
+
+    def decode(block: np.ndarray) -> np.ndarray:
+        variable = xr.Variable(dims, block, attrs=dict(cf))
+        return np.asarray(xr.conventions.decode_cf_variable(arr.path or "x", variable).values)
+
+    return decode, decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype
+
+
 def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
     """Wrap ``arr`` as a lazy Dask array read block by block through :class:`BlockReader` (errors name the chunk).
+
+    Values packed with CF ``scale_factor``/``add_offset``/``_FillValue`` are
+    decoded as xarray decodes them (:func:`cf_decoder`).
 
     Parameters
     ----------
@@ -175,9 +215,10 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
     dask.array.Array
         The array, chunked along rows only.
     """
-    reader = BlockReader(arr)
+    cf = cf_decoder(arr)
+    reader = BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
     chunks = (row_chunks,) + tuple(arr.shape[1:])
-    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks)
+    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks, cf is not None)
     return da.from_array(
         reader,
         chunks=chunks,
@@ -185,7 +226,7 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
         asarray=False,
         fancy=False,
         inline_array=True,
-        meta=np.empty((0,) * arr.ndim, dtype=arr.dtype),
+        meta=np.empty((0,) * arr.ndim, dtype=reader.dtype),
     )
 
 
@@ -260,7 +301,7 @@ def feature_names_of(root: zarr.Group | zarr.Array, arr: zarr.Array, n: int) -> 
 
 
 def clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop xarray's bookkeeping (``_ARRAY_DIMENSIONS``, ``_FillValue``): it is not user metadata.
+    """Drop bookkeeping: xarray's (``_ARRAY_DIMENSIONS``, ``_FillValue``, CF packing) and daskbatch's own marks.
 
     Parameters
     ----------
@@ -272,4 +313,6 @@ def clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     dict
         The others.
     """
-    return {k: v for k, v in dict(attrs).items() if not k.startswith("_")}
+    # The values are read decoded, so the packing attributes no longer describe them.
+    drop = {WRITES_EVERY_CHUNK, *CF_ATTRS}
+    return {k: v for k, v in dict(attrs).items() if not k.startswith("_") and k not in drop}

@@ -96,10 +96,16 @@ def test_every_entry_point_refuses_fast(tmp_path: pathlib.Path, shape, chunks, c
 
 
 def test_missing_chunks_come_from_the_listing(tmp_path: pathlib.Path) -> None:
-    """100 chunks of 10^7 rows claimed, none stored: refused by name and count, without reading."""
+    """100 chunks of 10^7 rows claimed, none stored: counted from the listing, without reading.
+
+    Zarr's writer leaves out chunks of fill values, so by default they are the
+    fill value (counted in the provenance); ``missing="raise"`` names them.
+    """
     store = _bomb(tmp_path, (10**9, 8), (10**7, 8))
+    prov = db.open_dataset(store).provenance()
+    assert prov["absent_chunks"] == prov["absent_fill_chunks"] == 100 and prov["absent_lost_chunks"] == 0
     with pytest.raises(DataError) as err:
-        db.open_dataset(store)
+        db.open_dataset(store, missing="raise")
     msg = str(err.value)
     assert "100 chunk(s) of array 'X'" in msg and "X/c/0/0" in msg and "(100 in all)" in msg
     assert "(1,000,000,000 rows)" in msg and len(msg) < 600

@@ -1,8 +1,12 @@
-"""Absent chunks refuse by default; skip and fill are explicit and recorded.
+"""Absent chunks of a store daskbatch wrote refuse by default; skip and fill are explicit and recorded.
 
 Before: a deleted chunk gave a warning and statistics over zarr's fill values
 (a deleted label chunk changed MI while ``inspect`` said "missing chunks none"),
 and the provenance said ``complete: True`` next to ``missing_chunks``.
+
+daskbatch records on every array it writes that it stores every chunk
+(``daskbatch:writes_every_chunk``), so there an absent chunk is a loss; stores
+of other writers read absent chunks as the fill value (tests/foreign/).
 """
 
 from __future__ import annotations
@@ -48,9 +52,13 @@ def _describe(path: pathlib.Path, missing: str) -> db.Summary:
 
 def test_deleted_label_chunk_refuses_and_inspect_lists_it(tmp_path, source) -> None:
     path = _copy(tmp_path, source, "y/c/2")
+    g = zarr.open_group(str(path), mode="r")
+    assert g["X"].attrs["daskbatch:writes_every_chunk"] is True and g["y"].attrs["daskbatch:writes_every_chunk"] is True
     with pytest.raises(DataError, match=r"1 chunk\(s\) of label 'y' are missing: y/c/2 \(200 rows\)") as err:
         db.describe(path)
     assert "\n" not in str(err.value)
+    # The store lost rows: the message never offers to compute without them.
+    assert "daskbatch wrote every chunk" in str(err.value) and "skip" not in str(err.value)
     result = CliRunner().invoke(main, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.strip().startswith("missing chunks"))

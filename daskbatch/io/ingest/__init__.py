@@ -38,7 +38,7 @@ from daskbatch.io.ingest.manifest import (
 )
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
-from daskbatch.io.integrity import checksummed
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
 from daskbatch.io.outputs import check_separate
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.runlock import RunLock, output_lock_path
@@ -213,6 +213,7 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
         compressors=codec,
         dimension_names=("sample", "feature"),
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
     )
     if scan.label_key:
         group.create_array(
@@ -223,6 +224,7 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
             compressors=codec,
             dimension_names=("sample",),
             config={"write_empty_chunks": True},
+            attributes={WRITES_EVERY_CHUNK: True},
         )
     write_manifest(out, doc)
 
