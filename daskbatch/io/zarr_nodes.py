@@ -51,7 +51,8 @@ def open_node(
     Parameters
     ----------
     path_or_url : str, os.PathLike, zarr.Group or zarr.Array
-        The store (a node is returned as it is).
+        The store: a directory, a ``.zip`` file, or an fsspec URL (a node is
+        returned as it is).
     storage_options : mapping, optional
         Passed to fsspec for URLs.
 
@@ -68,8 +69,12 @@ def open_node(
     kwargs: dict[str, Any] = {"mode": "r"}
     if storage_options:
         kwargs["storage_options"] = dict(storage_options)
+    target: Any = where
+    if where.endswith(".zip") and os.path.isfile(where):
+        # zarr.open takes a path for a directory store only; a zip file needs its store.
+        target = zarr.storage.ZipStore(where, mode="r")
     try:
-        return zarr.open(where, **kwargs), where
+        return zarr.open(target, **kwargs), where
     except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
         raise DataError(f"no Zarr store at {where!r}") from exc
 
@@ -188,11 +193,12 @@ def cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
         cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
     dims = tuple(f"dim_{i}" for i in range(arr.ndim))
 
-    def decode(block: np.ndarray) -> np.ndarray:
+    def _decode(block: np.ndarray) -> np.ndarray:
+        """One block, decoded by xarray."""
         variable = xr.Variable(dims, block, attrs=dict(cf))
         return np.asarray(xr.conventions.decode_cf_variable(arr.path or "x", variable).values)
 
-    return decode, decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype
+    return _decode, _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype
 
 
 def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
