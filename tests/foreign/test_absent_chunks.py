@@ -1,0 +1,145 @@
+"""Absent chunks: the fill value where the writer leaves them out, a loss where daskbatch wrote every chunk.
+
+Issue 16 (item 2): a label chunk that is all class 0 is not written by zarr, and
+``describe`` refused the store advising ``missing='skip'``, which on the wine
+data dropped 50 valid rows (class 0 went from 59 rows to 9).  Issue 17 (item
+6): inner chunks never written to a shard read as zeros while ``verify`` and
+``inspect`` saw nothing.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+from click.testing import CliRunner
+from sklearn.datasets import load_wine
+
+import daskbatch as db
+from daskbatch.cli import main
+from daskbatch.errors import DataError
+from daskbatch.io.dataset import MissingChunksWarning
+
+
+def test_the_issue_repro_label_chunks_all_class_zero(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "plain.zarr"
+    X = np.random.default_rng(16).normal(5.0, 3.0, (40_000, 4))
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("X", data=X, chunks=(10000, 4))  # 40,000 rows
+    y = np.zeros(40000, "int64")
+    y[20000:] = 1
+    g.create_array("y", data=y, chunks=(10000,))  # y/c/0 and y/c/1 are not written
+    assert sorted(p.name for p in (path / "y" / "c").iterdir()) == ["2", "3"]
+    s = db.describe(path, label="y", stats=("moments", "class_moments"), plan=None)
+    np.testing.assert_allclose(s.mean, X.mean(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(s.class_count[0], [20000, 20000])
+    np.testing.assert_allclose(s.class_mean[:, 0], X[:20000].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s.class_mean[:, 1], X[20000:].mean(axis=0), rtol=1e-12)
+    assert s.provenance["label_missing_chunk_keys"] == ["y/c/0", "y/c/1"]
+    assert s.provenance["absent_fill_chunks"] == 2 and s.provenance["complete"] is True
+    result = CliRunner().invoke(main, ["verify", str(path)])
+    assert result.exit_code == 0 and "absent    y/c/0" in result.output and "absent (fill value)" in result.output
+
+
+def test_wine_with_zarr_defaults_keeps_every_row(tmp_path: pathlib.Path) -> None:
+    wine = load_wine()
+    x, y = wine.data, wine.target.astype(np.int64)  # sorted by class: rows 0-58 are class 0
+    path = tmp_path / "wine.zarr"
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("X", data=x, chunks=(50, 13))
+    g.create_array("y", data=y, chunks=(50,))  # rows 0-49 are all class 0: y/c/0 is not written
+    assert not (path / "y" / "c" / "0").exists()
+    s = db.describe(path, label="y", stats=("moments", "class_moments"), plan=None)
+    assert s.provenance["rows"] == 178
+    np.testing.assert_array_equal(s.class_count[0], np.bincount(y))  # 59, 71, 48
+    for k in range(3):
+        np.testing.assert_allclose(s.class_mean[:, k], x[y == k].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s.std, x.std(axis=0, ddof=1), rtol=1e-10)
+    # skip stays available when asked for, and does what it says: the rows of y/c/0 are left out.
+    with pytest.warns(MissingChunksWarning, match="left out"):
+        skipped = db.describe(path, label="y", stats=("moments",), plan=None, missing="skip")
+    assert skipped.provenance["rows"] == 128 and skipped.provenance["complete"] is False
+
+
+def _synth_copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "own.zarr"
+    db.synth(600, 3, classes=2, chunk_rows=100, seed=4, path=path)
+    return path
+
+
+def test_lost_chunk_of_a_daskbatch_store_still_refuses_and_never_advises_skip(tmp_path: pathlib.Path) -> None:
+    path = _synth_copy(tmp_path)
+    (path / "X" / "c" / "2" / "0").unlink()
+    with pytest.raises(DataError) as err:
+        db.describe(path, plan=None)
+    msg = str(err.value)
+    assert "X/c/2/0" in msg and "daskbatch wrote every chunk" in msg and "\n" not in msg
+    assert "skip" not in msg and "missing=" not in msg
+    # Following it: verify names the lost chunk and fails; the store still refuses.
+    result = CliRunner().invoke(main, ["verify", str(path)])
+    assert result.exit_code == 1 and "missing   X/c/2/0" in result.output and "FAILED: 1 missing" in result.output
+    with pytest.raises(DataError, match="X/c/2/0"):
+        db.describe(path, plan=None)
+    refused = CliRunner().invoke(main, ["describe", str(path), "--cluster", "threads", "--no-progress"])
+    assert refused.exit_code == 2 and "X/c/2/0" in refused.output and "skip" not in refused.output
+
+
+def test_explicit_raise_refuses_a_foreign_absent_chunk_and_names_the_right_reading(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "plain.zarr"
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("X", data=np.zeros((200, 2)), chunks=(100, 2))
+    with pytest.raises(DataError) as err:
+        db.open_dataset(path, missing="raise")
+    assert "X/c/0/0, X/c/1/0" in str(err.value) and "missing='auto'" in str(err.value)
+    assert "skip" not in str(err.value)
+
+
+def _sharded(path: pathlib.Path, x: np.ndarray, own: bool) -> None:
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array(
+        "X", shape=x.shape, chunks=(100, 3), shards=(400, 3), dtype="f8",
+        attributes={"daskbatch:writes_every_chunk": True} if own else None,
+        config={"write_empty_chunks": own},
+    )[:] = x
+
+
+def test_sharded_foreign_store_sees_absent_inner_chunks(tmp_path: pathlib.Path) -> None:
+    x = np.random.default_rng(17).normal(10.0, 1.0, (800, 3))
+    x[100:200] = 0.0  # inner chunk (1, 0) of shard X/c/0/0 is left out
+    x[700:800] = 0.0  # inner chunk (3, 0) of shard X/c/1/0
+    path = tmp_path / "sharded.zarr"
+    _sharded(path, x, own=False)
+    s = db.describe(path, stats=("moments",), plan=None)
+    np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
+    assert s.provenance["missing_chunk_keys"] == [
+        "inner chunk (1, 0) of shard X/c/0/0", "inner chunk (3, 0) of shard X/c/1/0",
+    ]
+    assert s.provenance["missing_chunks"] == [[1, 0], [7, 0]] and s.provenance["absent_fill_chunks"] == 2
+    inspect = CliRunner().invoke(main, ["inspect", str(path)])
+    assert inspect.exit_code == 0 and "inner chunk (1, 0) of shard X/c/0/0" in inspect.output
+    verify = CliRunner().invoke(main, ["verify", str(path)])
+    assert verify.exit_code == 0, verify.output
+    assert "absent    inner chunk (3, 0) of shard X/c/1/0 (grid position (7, 0)): absent (fill value)" in verify.output
+
+
+def test_sharded_daskbatch_store_with_a_lost_inner_chunk_refuses(tmp_path: pathlib.Path) -> None:
+    """An inner chunk dropped from a shard of an array that records writing every chunk."""
+    x = np.random.default_rng(18).normal(10.0, 1.0, (800, 3))
+    path = tmp_path / "own-sharded.zarr"
+    _sharded(path, x, own=True)
+    assert db.open_dataset(path).provenance()["absent_chunks"] == 0
+    pristine = tmp_path / "copy.zarr"
+    shutil.copytree(path, pristine)
+    # Another writer rewrites shard X/c/1/0 without inner chunk (2, 0).
+    arr = zarr.open_array(str(path / "X"), mode="r+", config={"write_empty_chunks": False})
+    arr[600:700] = 0.0
+    with pytest.raises(DataError) as err:
+        db.describe(path, plan=None)
+    assert "inner chunk (2, 0) of shard X/c/1/0" in str(err.value) and "daskbatch wrote every chunk" in str(err.value)
+    verify = CliRunner().invoke(main, ["verify", str(path)])
+    assert verify.exit_code == 1 and "missing   inner chunk (2, 0) of shard X/c/1/0" in verify.output
+    assert CliRunner().invoke(main, ["verify", str(pristine)]).exit_code == 0
