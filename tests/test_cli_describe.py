@@ -129,13 +129,25 @@ def test_commands_are_also_reachable_as_dask_batch() -> None:
 def test_missing_chunk_refuses_by_default_and_skip_warns_in_one_line(
     tmp_path: pathlib.Path, store: tuple[str, np.ndarray]
 ) -> None:
-    path, _ = store
+    """A chunk absent from a store zarr wrote is its fill value; refused only when asked, never advising skip."""
+    path, x = store
     import subprocess
     import sys
 
     (pathlib.Path(path) / "X" / "c" / "3" / "0").unlink()
-    refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads"])
-    assert refused.exit_code == 2 and "X/c/3/0" in refused.output and "--missing skip" in refused.output
+    js = tmp_path / "s.json"
+    read = CliRunner().invoke(
+        main, ["describe", path, "--cluster", "threads", "--stats", "moments", "--json", str(js)]
+    )
+    assert read.exit_code == 0, read.output
+    filled = x.astype(np.float64)
+    filled[3 * 256 : 4 * 256] = 0.0  # zarr's default fill value
+    facts = json.loads(js.read_text())
+    np.testing.assert_allclose(facts["mean"], filled.mean(axis=0), rtol=1e-6)
+    assert facts["provenance"]["absent_fill_chunks"] == 1 and facts["provenance"]["complete"] is True
+    refused = CliRunner().invoke(main, ["describe", path, "--cluster", "threads", "--missing", "raise"])
+    assert refused.exit_code == 2 and "X/c/3/0" in refused.output and "--missing auto" in refused.output
+    assert "skip" not in refused.output
     # In a real process, as a user sees it (pytest would turn the warning into an error).
     warned = subprocess.run(
         [sys.executable, "-m", "daskbatch", "describe", path, "--cluster", "threads", "--no-progress",

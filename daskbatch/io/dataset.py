@@ -379,7 +379,7 @@ def _refusal(absent: Missing, arr: zarr.Array, label: zarr.Array | None, where: 
     else:
         remedy = (
             "their writer leaves out chunks that hold only the fill value, so they are that value: "
-            "the default missing='auto' reads them so"
+            "the default missing='auto' (--missing auto) reads them so"
         )
     return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
 

@@ -68,9 +68,10 @@ DEFAULT_MAX_CHUNKS = 200_000
 #: of fill values, so a chunk absent from the store was lost.
 WRITES_EVERY_CHUNK = "daskbatch:writes_every_chunk"
 #: Group attributes of stores that daskbatch wrote before :data:`WRITES_EVERY_CHUNK`
-#: existed (synth and ingest layout, transform and map_batches outputs); those
-#: writers already stored every chunk.
-_OWN_GROUP_ATTRS = ("daskbatch", "daskbatch_ingest", "daskbatch_output")
+#: existed (the layout of synth, ingest, transform and map_batches outputs, and
+#: ingest's manifest); those writers already stored every chunk.  Not
+#: ``daskbatch_output``: a saved summary has it, and leaves out chunks of fill values.
+_OWN_GROUP_ATTRS = ("daskbatch", "daskbatch_ingest")
 
 
 def writes_every_chunk(arr: zarr.Array, group_attrs: Mapping[str, Any] | None = None) -> bool:
