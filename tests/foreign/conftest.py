@@ -80,11 +80,10 @@ def consolidated(tmp_path: pathlib.Path) -> Foreign:
     return store
 
 
-@pytest.fixture()
-def xarray_cf(tmp_path: pathlib.Path) -> Foreign:
+def _xarray(path: pathlib.Path, zarr_format: int | None, left_out: float) -> Foreign:
     """xarray ``to_zarr``: int16 packed with CF scale_factor/add_offset, _FillValue for NaN, a time coordinate."""
     x, _ = _data()
-    x[CHUNK : 2 * CHUNK] = 10.0  # == add_offset: packs to 0, zarr's fill value, so the chunk is left out
+    x[CHUNK : 2 * CHUNK] = left_out  # packs to zarr's fill value, so the chunk is left out
     x[[3, 250], [1, 2]] = np.nan  # written as _FillValue
     x[CHUNK * 2 :] = np.round(x[CHUNK * 2 :], 3)
     ds = xr.Dataset(
@@ -95,15 +94,28 @@ def xarray_cf(tmp_path: pathlib.Path) -> Foreign:
         "dtype": "int16", "scale_factor": 0.001, "add_offset": 10.0, "_FillValue": -32768,
         "chunks": (CHUNK, FEATURES),
     }
-    path = tmp_path / "xarray.zarr"
     with warnings.catch_warnings():
         # xarray consolidates by default; zarr warns that v3 does not specify it.
         warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
-        ds.to_zarr(str(path))
+        ds.to_zarr(str(path), zarr_format=zarr_format)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
         decoded = xr.open_zarr(str(path))["X"].values  # the values as xarray reads them
     return Foreign(str(path), np.asarray(decoded, dtype=np.float64), None, absent=1, label=None)
+
+
+@pytest.fixture()
+def xarray_cf(tmp_path: pathlib.Path) -> Foreign:
+    """xarray's default format (Zarr v3 here): ``_FillValue`` is an attribute."""
+    # 10.0 == add_offset packs to 0, zarr's fill value here.
+    return _xarray(tmp_path / "xarray.zarr", None, left_out=10.0)
+
+
+@pytest.fixture()
+def xarray_cf_v2(tmp_path: pathlib.Path) -> Foreign:
+    """xarray into Zarr v2: ``_FillValue`` is the array's fill value in ``.zarray``, consolidated."""
+    # NaN packs to -32768, which xarray makes the v2 fill value.
+    return _xarray(tmp_path / "xarray-v2.zarr", 2, left_out=np.nan)
 
 
 @pytest.fixture()
@@ -135,4 +147,7 @@ def memory_store() -> Foreign:
 
 
 #: Every store of the corpus, by fixture name.
-CORPUS = ("zarr_v2_blosc", "zarr_v3_sharded", "consolidated", "xarray_cf", "dask_to_zarr", "zip_store", "memory_store")
+CORPUS = (
+    "zarr_v2_blosc", "zarr_v3_sharded", "consolidated", "xarray_cf", "xarray_cf_v2", "dask_to_zarr", "zip_store",
+    "memory_store",
+)
