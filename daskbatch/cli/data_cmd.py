@@ -157,9 +157,12 @@ def ingest_cmd(
 def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
     """Describe a Zarr store: arrays, shape, chunks, feature names, missing chunks.
 
-    Reads metadata and the store's key listing only: missing chunks (of X and
-    the label) are found, but no chunk is decoded, so corrupt or truncated
-    chunks are not; `daskbatch verify STORE` decodes and checks every chunk.
+    Reads metadata, the store's key listing and shard indexes only: absent
+    chunks (of X and the label, inner chunks of shards included) are found and
+    said to be the fill value (zarr, xarray and dask leave out chunks of fill
+    values) or lost (daskbatch wrote every chunk), but no chunk is decoded, so
+    corrupt or truncated chunks are not; `daskbatch verify STORE` decodes and
+    checks every chunk.
     """
     import warnings
 
@@ -167,7 +170,7 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # "fill": list missing chunks instead of refusing; nothing is read here.
+        # "fill": list absent chunks instead of refusing; nothing is read here.
         ds = open_dataset(store, x=x_name, label=label, missing="fill")
     not_decoded = f"chunks not decoded: run daskbatch verify {store}"
     if as_json:

@@ -74,3 +74,17 @@ def test_transform_reads_the_decoded_values(foreign: Foreign, tmp_path: pathlib.
     assert report.written
     out = zarr.open_group(str(tmp_path / "t.zarr"), mode="r")
     np.testing.assert_array_equal(out["X"][:], np.clip(foreign.x, 8.0, 12.0))
+
+
+@pytest.mark.parametrize("name", ["xarray_cf", "zip_store", "zarr_v3_sharded"])
+def test_worker_processes_read_them_alike(name: str, request: pytest.FixtureRequest) -> None:
+    """The CF decoding, the zip store and the shards travel to worker processes (``memory://`` cannot)."""
+    distributed = pytest.importorskip("distributed")
+    foreign: Foreign = request.getfixturevalue(name)
+    with (
+        distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster),
+    ):
+        s = db.describe(foreign.path, label=foreign.label, stats=("moments",), plan=None)
+    np.testing.assert_allclose(s.mean, np.nanmean(foreign.x, axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(s.nan_count, np.sum(np.isnan(foreign.x), axis=0))
