@@ -156,3 +156,32 @@ def test_verify_of_a_saved_summary_passes(tmp_path: pathlib.Path) -> None:
     result = CliRunner().invoke(main, ["verify", str(tmp_path / "s.zarr")])
     assert result.exit_code == 0, result.output
     assert "absent (fill value)" in result.output and "missing " not in result.output
+
+
+def test_every_daskbatch_data_writer_records_that_it_writes_every_chunk(tmp_path: pathlib.Path) -> None:
+    """synth, ingest and transform mark their arrays; a chunk lost from any of them is refused."""
+    src = _synth_copy(tmp_path)
+    x = np.asarray(zarr.open_group(str(src), mode="r")["X"][:])
+    np.savez(tmp_path / "b0.npz", x=x[:300], y=np.zeros(300, np.int64))
+    np.savez(tmp_path / "b1.npz", x=x[300:], y=np.ones(300, np.int64))
+    db.ingest(str(tmp_path / "b*.npz"), tmp_path / "ingested.zarr", x_key="x", label_key="y", chunk_rows=100)
+    db.transform(src, [db.steps.clip(-1.0, 1.0)], out=tmp_path / "t.zarr", chunk_rows=100)
+    for name in ("own.zarr", "ingested.zarr", "t.zarr"):
+        g = zarr.open_group(str(tmp_path / name), mode="r")
+        assert g["X"].attrs["daskbatch:writes_every_chunk"] is True, name
+        assert g["y"].attrs["daskbatch:writes_every_chunk"] is True, name
+        (tmp_path / name / "y" / "c" / "1").unlink()
+        with pytest.raises(DataError, match=r"y/c/1.*daskbatch wrote every chunk"):
+            db.open_dataset(tmp_path / name)
+
+
+def test_a_store_of_an_earlier_daskbatch_without_the_mark_still_refuses(tmp_path: pathlib.Path) -> None:
+    """Before the attribute existed, synth and ingest stores were known by their 'daskbatch' group attribute."""
+    path = _synth_copy(tmp_path)
+    for name in ("X", "y"):
+        del zarr.open_array(str(path / name), mode="r+").attrs["daskbatch:writes_every_chunk"]
+        assert "daskbatch:writes_every_chunk" not in zarr.open_array(str(path / name), mode="r").attrs
+    (path / "X" / "c" / "0" / "0").unlink()
+    with pytest.raises(DataError, match="X/c/0/0.*daskbatch wrote every chunk"):
+        db.open_dataset(path)
+    assert CliRunner().invoke(main, ["verify", str(path)]).exit_code == 1
