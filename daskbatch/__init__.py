@@ -10,6 +10,7 @@ from daskbatch import config as _config  # noqa: F401  (loads defaults into dask
 from daskbatch import steps
 from daskbatch._version import __version__
 from daskbatch.accumulator import Accumulator
+from daskbatch.compare import Drift, compare
 from daskbatch.describe import describe
 from daskbatch.errors import (
     CheckpointMismatchError,
@@ -43,7 +44,7 @@ from daskbatch.summary import Summary, load_summary
 from daskbatch.transform import transform
 
 __all__ = [
-    "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
+    "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "Drift", "compare", "DataError", "Dataset",
     "DeviceUnavailableError", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
     "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "describe", "ingest",
     "load_selection", "load_summary", "map_batches", "merge", "mutual_information", "open_dataset", "open_zarr", "pca",

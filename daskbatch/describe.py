@@ -72,6 +72,7 @@ def describe(
     cache: bool = False,
     classes: Sequence[int] | None = None,
     missing: Literal["raise", "skip", "fill"] = "raise",
+    like: Summary | None = None,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -170,6 +171,10 @@ def describe(
         Chunks absent from a store given by path: refuse, compute on the rows
         whose chunks are present, or read zarr's fill values (see
         :func:`daskbatch.open_dataset`; the summary's provenance lists them).
+    like : Summary, optional
+        Count the histograms on this summary's bin edges (its ranges, bin
+        count and class values), so that :func:`daskbatch.compare` can
+        measure drift between the two. Excludes ``range``.
 
     Returns
     -------
@@ -183,6 +188,8 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if like is not None:
+        range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
@@ -383,6 +390,22 @@ def _first_pass(
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))
+
+
+def _histograms_like(
+    like: Summary, range_: Any, classes: Sequence[int] | None
+) -> tuple[np.ndarray, int, Sequence[int] | None]:
+    """The reference summary's ranges, bin count and class values, for histograms on its edges."""
+    if not isinstance(like, Summary):
+        raise TypeError(f"like must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
+    if like.hist_edges is None:
+        raise ValueError("like= needs a summary with histograms (stats with 'hist' or 'mi')")
+    if range_ is not None:
+        raise ValueError("give range= or like=, not both: like= takes the reference summary's ranges")
+    ranges = np.stack([like.hist_edges[:, 0], like.hist_edges[:, -1]], axis=1)
+    if classes is None and like.classes is not None:
+        classes = [int(c) for c in like.classes]
+    return ranges, int(like.hist_edges.shape[1] - 1), classes
 
 
 def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:
