@@ -562,7 +562,9 @@ class Project:
         """
         return {
             "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
-            "method": self.pca.method, "sha256": _digest(self.pca.mean, self.pca.components),
+            "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale is not None,
+            "sha256": _digest(self.pca.mean, self.pca.components, self.pca.explained_variance, np.array([self.pca.whiten]),
+                              *(() if self.pca.scale is None else (self.pca.scale,))),
             "summary": self.origin,
         }
 
