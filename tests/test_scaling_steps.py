@@ -1,0 +1,106 @@
+"""Scaling and imputation steps against their scikit-learn counterparts on sklearn's bundled data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.impute import SimpleImputer
+from sklearn.preprocessing import MinMaxScaler, QuantileTransformer, RobustScaler, StandardScaler
+
+import daskbatch as db
+
+
+@pytest.fixture(scope="module", params=["breast_cancer", "diabetes"])
+def real(request: pytest.FixtureRequest) -> np.ndarray:
+    loader = {"breast_cancer": load_breast_cancer, "diabetes": load_diabetes}[request.param]
+    return loader().data.astype(np.float64)
+
+
+def _transformed(x: np.ndarray, step, tmp_path: Path, rows: int) -> np.ndarray:
+    report = db.transform(da.from_array(x, chunks=(rows, -1)), [step], out=tmp_path / f"out-{rows}.zarr")
+    return np.asarray(db.open_dataset(report.path).x)
+
+
+@pytest.mark.parametrize("rows", [10_000, 97])
+def test_standardize_equals_standard_scaler_by_default(real: np.ndarray, rows: int, tmp_path: Path) -> None:
+    s = db.describe(da.from_array(real, chunks=(rows, -1)), stats=("moments",))  # ddof=1 summary
+    ours = _transformed(real, db.steps.standardize(s), tmp_path, rows)
+    np.testing.assert_allclose(ours, StandardScaler().fit_transform(real), rtol=1e-10, atol=1e-12)
+    own = db.steps.standardize(s, ddof=None)  # the summary's own std (ddof=1)
+    np.testing.assert_allclose(own.std, real.std(axis=0, ddof=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [10_000, 97])
+@pytest.mark.parametrize("feature_range", [(0.0, 1.0), (-1.0, 3.0)])
+def test_minmax_equals_minmax_scaler(real: np.ndarray, rows: int, feature_range, tmp_path: Path) -> None:
+    x = np.column_stack([real, np.full(len(real), 4.0)])  # a constant feature maps to the range's low end
+    s = db.describe(da.from_array(x, chunks=(rows, -1)), stats=("moments",))
+    ours = _transformed(x, db.steps.minmax(s, feature_range), tmp_path, rows)
+    np.testing.assert_allclose(ours, MinMaxScaler(feature_range).fit_transform(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [10_000, 97])
+def test_robust_scaler_within_quantile_accuracy(real: np.ndarray, rows: int, tmp_path: Path) -> None:
+    s = db.describe(da.from_array(real, chunks=(rows, -1)))
+    step = db.steps.robust(s)
+    ref = RobustScaler().fit(real)
+    iqr = ref.scale_
+    # The summary's quantiles: within 1 % of the IQR of the exact ones (README "Numbers you can trust").
+    assert np.all(np.abs(step.center - ref.center_) <= 0.01 * iqr + 1e-12)
+    assert np.all(np.abs(step.scale - iqr) <= 0.02 * iqr + 1e-12)
+    ours, exact = _transformed(real, step, tmp_path, rows), ref.transform(real)
+    assert np.all(np.abs(ours - exact) <= 0.01 + 0.02 * np.abs(exact))
+
+
+@pytest.mark.parametrize("rows", [10_000, 97])
+def test_quantile_transform_uniform_within_rank_accuracy(real: np.ndarray, rows: int, tmp_path: Path) -> None:
+    s = db.describe(da.from_array(real, chunks=(rows, -1)))
+    ours = _transformed(real, db.steps.quantile_transform(s, n_quantiles=200), tmp_path, rows)
+    exact = QuantileTransformer(n_quantiles=200).fit_transform(real)
+    assert ours.min() >= 0 and ours.max() <= 1
+    # Ranks within 1 % plus one sample (the reference interpolates between its own samples).
+    assert np.max(np.abs(ours - exact)) <= 0.01 + 1.0 / len(real)
+    # Monotone in the input, column by column.
+    for j in range(real.shape[1]):
+        order = np.argsort(real[:, j], kind="stable")
+        assert np.all(np.diff(ours[order, j]) >= -1e-12)
+
+
+def test_quantile_transform_normal(real: np.ndarray, tmp_path: Path) -> None:
+    s = db.describe(real)
+    ours = _transformed(real, db.steps.quantile_transform(s, output="normal", n_quantiles=200), tmp_path, 100)
+    exact = QuantileTransformer(n_quantiles=200, output_distribution="normal").fit_transform(real)
+    central = np.abs(exact) < 2.0
+    assert np.max(np.abs(ours[central] - exact[central])) < 0.1
+    assert np.isfinite(ours).all() and np.abs(ours).max() <= 5.2  # clipped as scikit-learn's bound
+
+
+def test_log1p_and_impute(tmp_path: Path) -> None:
+    x = load_diabetes().data + 1.0
+    x[::17, 3] = np.nan
+    x[5::23, 0] = np.nan
+    np.testing.assert_array_equal(_transformed(x, db.steps.log1p(), tmp_path, 64), np.log1p(x))
+    s = db.describe(da.from_array(x, chunks=(64, -1)))
+    mean = _transformed(x, db.steps.impute(s, "mean"), tmp_path, 64)
+    np.testing.assert_allclose(mean, SimpleImputer(strategy="mean").fit_transform(x), rtol=1e-12)
+    median = db.steps.impute(s, "median")
+    exact = np.nanmedian(x, axis=0)
+    iqr = np.subtract(*np.nanpercentile(x, [75, 25], axis=0))
+    assert np.all(np.abs(median.values - exact) <= 0.01 * iqr)
+
+
+def test_bad_step_arguments_are_one_line_errors() -> None:
+    s = db.describe(load_diabetes().data)
+    for call, message in [
+        (lambda: db.steps.minmax(s, (1, 0)), "low < high"),
+        (lambda: db.steps.robust(s, (75, 25)), "0 <= low < high <= 100"),
+        (lambda: db.steps.quantile_transform(s, output="gaussian"), "'uniform' or 'normal'"),
+        (lambda: db.steps.quantile_transform(s, n_quantiles=1), "integer >= 2"),
+        (lambda: db.steps.impute(s, "mode"), "'mean' or 'median'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
