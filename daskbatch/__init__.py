@@ -23,7 +23,7 @@ from daskbatch.errors import (
 from daskbatch.incremental import merge
 from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
 from daskbatch.io.ingest import IngestReport, ingest
-from daskbatch.io.synth import synth
+from daskbatch.io.synth import rank_rows, synth
 from daskbatch.map_batches import BatchError, map_batches
 from daskbatch.pca import PCA, pca
 from daskbatch.planning.resources import Resources
@@ -48,5 +48,5 @@ __all__ = [
     "DeviceUnavailableError", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "PCA", "Plan", "PlanError",
     "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "describe", "ingest",
     "load_selection", "load_summary", "map_batches", "merge", "mutual_information", "open_dataset", "open_zarr", "pca",
-    "plan", "select", "steps", "synth", "transform",
+    "plan", "rank_rows", "select", "steps", "synth", "transform",
 ]

@@ -39,6 +39,11 @@ from daskbatch.cli._logging import is_quiet
     "--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--rank", type=click.IntRange(min=0), default=None,
+    help="Write only this rank's contiguous share of the rows (with --world-size), bitwise those rows of the whole.",
+)
+@click.option("--world-size", type=click.IntRange(min=1), default=None, help="Number of ranks sharing the rows.")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @user_errors
 def synth_cmd(
@@ -51,6 +56,8 @@ def synth_cmd(
     chunk_rows: int,
     dtype: str,
     seed: int,
+    rank: int | None,
+    world_size: int | None,
     overwrite: bool,
 ) -> None:
     """Write a deterministic synthetic dataset (Zarr v3: X, y) with ground truth in its attrs."""
@@ -70,9 +77,12 @@ def synth_cmd(
         seed=seed,
         path=out,
         overwrite=overwrite,
+        rank=rank,
+        world_size=world_size,
     )
+    share = "" if rank is None else f" (rank {rank} of {world_size}: rows {ds.attrs['synth']['row_range']})"
     click.echo(
-        f"wrote {rows:,} rows x {features:,} features ({ds.x.dtype}"
+        f"wrote {ds.x.shape[0]:,} rows x {features:,} features{share} ({ds.x.dtype}"
         f"{f', {classes} classes' if classes else ''}) to {out} in {time.perf_counter() - t0:.1f} s"
     )
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 
-__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "synth"]
+__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
 #: Rows per internal generator block; fixed forever so data never change.
 BLOCK_ROWS = 4096
@@ -196,13 +196,54 @@ def _rows(
     return out
 
 
+def rank_rows(rows: int, rank: int, world_size: int) -> range:
+    """Give rank ``rank`` of ``world_size`` its contiguous share of ``rows`` rows.
+
+    The shares are consecutive, cover every row once, and differ in size by at
+    most one row (the first ``rows % world_size`` ranks take one more).
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the whole dataset.
+    rank : int
+        This process's rank, ``0 <= rank < world_size`` (e.g. MPI's
+        ``COMM_WORLD.Get_rank()`` or ``SLURM_PROCID``).
+    world_size : int
+        Number of ranks.
+
+    Returns
+    -------
+    range
+        The rank's rows, ``range(start, stop)``.
+
+    Examples
+    --------
+    >>> [rank_rows(10, r, 3) for r in range(3)]
+    [range(0, 4), range(4, 7), range(7, 10)]
+    """
+    for name, value in (("rows", rows), ("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size - 1}] for world_size {world_size}, got {rank}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
+    base, extra = divmod(int(rows), int(world_size))
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
 def _lazy(
-    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int
+    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0
 ) -> tuple[da.Array, da.Array | None]:
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
-    starts = np.cumsum((0,) + row_chunks[:-1])
+    starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
     token = dask.base.tokenize(
         seed,
+        first_row,
         rows,
         chunk_rows,
         str(dtype),
@@ -279,6 +320,8 @@ def synth(
     seed: int = 0,
     path: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> Dataset:
     """Make a deterministic synthetic dataset with known ground truth.
 
@@ -311,12 +354,18 @@ def synth(
         CRC-32C checksum per chunk and every chunk stored, and open it back.  ``None`` returns lazy dask arrays.
     overwrite : bool, default False
         Replace an existing store at ``path``.
+    rank, world_size : int, optional
+        Make only this rank's contiguous share of the ``rows``
+        (:func:`rank_rows`): bitwise the same rows as the whole dataset's, so
+        that the ranks' stores together are the dataset (``db.merge`` of their
+        summaries equals the summary of the whole).
 
     Returns
     -------
     Dataset
         Ground truth (``true_mean``, ``true_cov``, ``informative``, ``class_priors``,
-        ``class_means``, ...) is in ``attrs["synth"]``.
+        ``class_means``, ...) is in ``attrs["synth"]``; a rank's share also
+        records its ``row_range`` there.
     """
     if isinstance(rows_or_path, (str, os.PathLike)):
         if path is not None:
@@ -339,11 +388,20 @@ def synth(
         raise ValueError(f"rows must be >= 0, got {rows}")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    first, stop = 0, rows
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise TypeError("synth() needs rank and world_size together")
+        share = rank_rows(rows, rank, world_size)
+        first, stop = share.start, share.stop
     model = _model(features, classes, informative, correlated, seed)
-    x, y = _lazy(rows, chunk_rows, model, dtype, seed)
+    x, y = _lazy(stop - first, chunk_rows, model, dtype, seed, first_row=first)
     names = [f"f{i}" for i in range(features)]
+    truth = _truth_attrs(model, seed, rows, dtype)
+    if (first, stop) != (0, rows):
+        truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
     attrs: dict[str, Any] = {
-        "synth": _truth_attrs(model, seed, rows, dtype),
+        "synth": truth,
         "feature_names": names,
         LAYOUT_ATTR: {"x": "X", "label": "y" if y is not None else None},
     }
