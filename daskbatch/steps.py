@@ -836,7 +836,7 @@ class QuantileTransform:
         Returns
         -------
         array
-            float64 values in [0, 1] (``"uniform"``) or normal scores; NaN stays NaN.
+            The float64 values in [0, 1] (``"uniform"``) or normal scores; NaN stays NaN.
         """
         from daskbatch.stats._base import as_float64
 
@@ -1079,7 +1079,7 @@ class Impute:
         Returns
         -------
         array
-            float64 values without NaN.
+            The float64 values, without NaN.
         """
         from daskbatch.stats._base import as_float64
 
