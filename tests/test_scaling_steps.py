@@ -48,12 +48,19 @@ def test_robust_scaler_within_quantile_accuracy(real: np.ndarray, rows: int, tmp
     s = db.describe(da.from_array(real, chunks=(rows, -1)))
     step = db.steps.robust(s)
     ref = RobustScaler().fit(real)
-    iqr = ref.scale_
-    # The summary's quantiles: within 1 % of the IQR of the exact ones (README "Numbers you can trust").
-    assert np.all(np.abs(step.center - ref.center_) <= 0.01 * iqr + 1e-12)
-    assert np.all(np.abs(step.scale - iqr) <= 0.02 * iqr + 1e-12)
+    # The summary's quantiles are within 1 % of the IQR of the exact ones (README "Numbers you can
+    # trust"), read at the exact rank as numpy's "inverted_cdf"; RobustScaler interpolates linearly
+    # between neighbouring values, which on a few hundred rows differs by up to one value's gap.
+    q25, q50, q75 = np.percentile(real, [25, 50, 75], axis=0, method="inverted_cdf")
+    iqr = q75 - q25
+    assert np.all(np.abs(step.center - q50) <= 0.01 * iqr)
+    assert np.all(np.abs(step.scale - iqr) <= 0.02 * iqr)
+    gap = np.max(np.abs(np.percentile(real, [25, 50, 75], axis=0, method="linear")
+                        - np.stack([q25, q50, q75])), axis=0)
+    assert np.all(np.abs(step.center - ref.center_) <= 0.01 * iqr + gap)
     ours, exact = _transformed(real, step, tmp_path, rows), ref.transform(real)
-    assert np.all(np.abs(ours - exact) <= 0.01 + 0.02 * np.abs(exact))
+    bound = (0.01 * iqr + gap) / ref.scale_ + (0.02 * iqr + 2 * gap) / ref.scale_ * np.abs(exact)
+    assert np.all(np.abs(ours - exact) <= bound + 1e-12)
 
 
 @pytest.mark.parametrize("rows", [10_000, 97])
@@ -88,8 +95,9 @@ def test_log1p_and_impute(tmp_path: Path) -> None:
     mean = _transformed(x, db.steps.impute(s, "mean"), tmp_path, 64)
     np.testing.assert_allclose(mean, SimpleImputer(strategy="mean").fit_transform(x), rtol=1e-12)
     median = db.steps.impute(s, "median")
-    exact = np.nanmedian(x, axis=0)
-    iqr = np.subtract(*np.nanpercentile(x, [75, 25], axis=0))
+    kept = [x[~np.isnan(x[:, j]), j] for j in range(x.shape[1])]
+    exact = np.array([np.percentile(v, 50, method="inverted_cdf") for v in kept])
+    iqr = np.array([np.subtract(*np.percentile(v, [75, 25], method="inverted_cdf")) for v in kept])
     assert np.all(np.abs(median.values - exact) <= 0.01 * iqr)
 
 
