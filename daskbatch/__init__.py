@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.compare import Drift, compare
     from daskbatch.describe import describe
     from daskbatch.errors import (
+        Cancelled,
         CheckpointMismatchError,
         DataError,
         DeviceUnavailableError,
@@ -62,7 +63,7 @@ _LAZY = {
     "Drift": "daskbatch.compare", "compare": "daskbatch.compare",
     "describe": "daskbatch.describe",
     **dict.fromkeys(
-        ("CheckpointMismatchError", "DataError", "DeviceUnavailableError", "Interrupted", "PlanError", "RangeWarning"),
+        ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "Interrupted", "PlanError", "RangeWarning"),
         "daskbatch.errors",
     ),
     "merge": "daskbatch.incremental",
@@ -84,7 +85,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "PCA", "Accumulator", "BatchError", "Bundle", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
+    "PCA", "Accumulator", "BatchError", "Bundle", "Cancelled", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
     "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",

@@ -307,11 +307,11 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
         with dask.config.set(flatten(job.dask or {})):
             _run(job, report)
     except BaseException as exc:
-        from daskbatch.errors import Interrupted, PlanError
+        from daskbatch.errors import Cancelled, Interrupted, PlanError
 
         if isinstance(exc, PlanError):
             report.status = "plan_error"
-        elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        elif isinstance(exc, (Interrupted, Cancelled, KeyboardInterrupt)):
             report.status = "interrupted"
         elif isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
             report.status = "bad_input"

@@ -20,6 +20,7 @@ follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]`
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ import numpy as np
 from daskbatch.errors import DeviceUnavailableError
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 from daskbatch.io.synth_counter import counter_rows
+from daskbatch.runtime.progress import Progress, ProgressCallback, compute
 
 __all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
@@ -368,6 +370,8 @@ def synth(
     world_size: int | None = None,
     device: Literal["auto", "cpu", "gpu"] = "cpu",
     generator: Literal["default", "counter"] = "default",
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> Dataset:
     """Make a deterministic synthetic dataset with known ground truth.
 
@@ -414,6 +418,13 @@ def synth(
         stream, unchanged across releases); ``"counter"``: the counter-based
         stream of :mod:`daskbatch.io.synth_counter`, the one a GPU uses, so
         that a CPU can reproduce GPU-made data (to about 1e-16 relative).
+    progress : bool or callable, default False
+        While writing ``path``: a progress bar, or ``progress(done, total,
+        "synth")`` after every chunk written.
+    cancel : threading.Event, optional
+        Set from another thread while writing ``path``, it stops after the
+        chunks in flight: :class:`~daskbatch.Cancelled` (the store is left
+        incomplete; write it again with ``overwrite=True``).
 
     Returns
     -------
@@ -474,7 +485,7 @@ def synth(
     if on_gpu:  # zarr writes host buffers: each block is copied back once, as it is written
         x = da.map_blocks(_to_host, x, meta=np.empty((0, 0), dtype=dtype))
         y = None if y is None else da.map_blocks(_to_host, y, meta=np.empty((0,), dtype=np.int32))
-    _write(path, x, y, attrs, chunk_rows, overwrite)
+    _write(path, x, y, attrs, chunk_rows, overwrite, progress, cancel)
     return open_dataset(path, chunks="auto")
 
 
@@ -485,6 +496,8 @@ def _write(
     attrs: dict[str, Any],
     chunk_rows: int,
     overwrite: bool,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> None:
     import zarr
     from zarr.codecs import ZstdCodec
@@ -533,4 +546,8 @@ def _write(
     if rows:
         # Dask blocks equal storage chunks, so each chunk has exactly one writer.
         # dask annotates targets as numpy ArrayLike, but it only needs __setitem__ (zarr.Array has it).
-        da.store(sources, targets, lock=False)  # type: ignore[arg-type]
+        with Progress("synth", int(x.numblocks[0]) * len(sources), unit="chunks", rows=rows, nbytes=int(x.nbytes),
+                      show=progress is True, callback=progress if callable(progress) else None, cancel=cancel) as bar:
+            for source, target in zip(sources, targets, strict=True):
+                stored = da.store(source, target, lock=False, compute=False)  # type: ignore[arg-type]
+                compute(stored, bar, prefix="store-map")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["counter_rows", "philox4x32"]
+__all__ = ["counter_rows", "normals", "philox4x32", "uniforms"]
 
 #: Philox4x32 multipliers and Weyl key increments (Random123).
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -83,7 +83,24 @@ def _counters(xp: Any, start: int, stop: int, columns: int, stream: int) -> tupl
 
 
 def normals(xp: Any, seed: int, start: int, stop: int, columns: int) -> Any:
-    """Standard normals of rows ``[start, stop)``, ``columns`` wide, float64 (Box–Muller on each column pair)."""
+    """Draw the standard normals of rows ``[start, stop)`` (Box–Muller on each column pair).
+
+    Parameters
+    ----------
+    xp : namespace
+        NumPy or CuPy (array API).
+    seed : int
+        The dataset's seed.
+    start, stop : int
+        The rows, as global row indices.
+    columns : int
+        Normals per row.
+
+    Returns
+    -------
+    array
+        (stop - start, columns) float64.
+    """
     pairs = (columns + 1) // 2
     w0, w1, w2, w3 = philox4x32(xp, _counters(xp, start, stop, pairs, X_STREAM), _key(seed))
     radius = xp.sqrt(-2.0 * xp.log(_uniform53(xp, w0, w1)))
@@ -93,13 +110,28 @@ def normals(xp: Any, seed: int, start: int, stop: int, columns: int) -> Any:
 
 
 def uniforms(xp: Any, seed: int, start: int, stop: int) -> Any:
-    """One float64 uniform in (0, 1) per row of ``[start, stop)``, from the label stream."""
+    """Draw one uniform in (0, 1) per row of ``[start, stop)``, from the label stream.
+
+    Parameters
+    ----------
+    xp : namespace
+        NumPy or CuPy (array API).
+    seed : int
+        The dataset's seed.
+    start, stop : int
+        The rows, as global row indices.
+
+    Returns
+    -------
+    array
+        (stop - start,) float64.
+    """
     w0, w1, _, _ = philox4x32(xp, _counters(xp, start, stop, 1, LABEL_STREAM), _key(seed))
     return _uniform53(xp, w0, w1)[:, 0]
 
 
 def counter_rows(xp: Any, seed: int, start: int, stop: int, model: Any, dtype: Any) -> tuple[Any, Any]:
-    """Rows ``[start, stop)`` of X and y (None without classes) of ``model``, in namespace ``xp``.
+    """Make rows ``[start, stop)`` of X and y (None without classes) of ``model``, in namespace ``xp``.
 
     The model is :func:`daskbatch.io.synth`'s: base features ``mu + scale * z +
     delta[y]`` and mixed features ``offset + W @ x_base + noise * z'``; values
@@ -117,7 +149,7 @@ def counter_rows(xp: Any, seed: int, start: int, stop: int, model: Any, dtype: A
     model : SynthModel
         The generating model.
     dtype : numpy.dtype
-        float32 or float64.
+        The dtype of X: float32 or float64.
 
     Returns
     -------
