@@ -12,8 +12,9 @@ import dataclasses
 import datetime
 import logging
 import os
+import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -63,7 +64,7 @@ def describe(
     mi_base: Literal["e", 2] = "e",
     miller_madow: bool = False,
     feature_names: Sequence[str] | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[int, int | None, str], Any] = False,
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
     device: Literal["cpu", "gpu"] = "cpu",
@@ -72,6 +73,8 @@ def describe(
     cache: bool = False,
     classes: Sequence[int] | None = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
+    like: Summary | None = None,
+    cancel: threading.Event | None = None,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -125,10 +128,12 @@ def describe(
         Apply the Miller–Madow bias correction to mutual information.
     feature_names : sequence of str, optional
         Names for the features (else from the store, else ``f0, f1, ...``).
-    progress : bool, default False
+    progress : bool or callable, default False
         Show a progress bar per pass: a widget in Jupyter, a labelled line on
         stderr in a terminal, nothing otherwise (the passes' start, end and
-        throughput are logged at INFO either way).
+        throughput are logged at INFO either way, and a line every 10 s where
+        no bar is drawn). A callable is called as ``progress(done, total,
+        phase)`` after every finished block, in the calling thread.
     checkpoint : path, optional
         Directory for merged partial states of completed block ranges. A
         re-run with the same inputs computes only what is missing and returns
@@ -172,6 +177,14 @@ def describe(
         lost and is refused), refuse, compute on the rows whose chunks are
         present, or read zarr's fill values (see :func:`daskbatch.open_dataset`;
         the summary's provenance lists and counts them).
+    like : Summary, optional
+        Count the histograms on this summary's bin edges (its ranges, bin
+        count and class values), so that :func:`daskbatch.compare` can
+        measure drift between the two. Excludes ``range``.
+    cancel : threading.Event, optional
+        Set from another thread, it stops the run at the next finished block:
+        :class:`~daskbatch.Cancelled` (an ``Exception``). With ``checkpoint``
+        the finished blocks are kept and the same call resumes.
 
     Returns
     -------
@@ -185,6 +198,8 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if like is not None:
+        range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
@@ -222,7 +237,7 @@ def describe(
     two_passes = ("hist" in names or "mi" in names) and not explicit
     if cache and two_passes and checkpoint is None:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
-    run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1)
+    run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
                         custom=custom)
@@ -315,7 +330,7 @@ def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) ->
 
 
 def _class_values(
-    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: bool
+    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if "mi" not in names and "class_moments" not in names:
@@ -385,6 +400,22 @@ def _first_pass(
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))
+
+
+def _histograms_like(
+    like: Summary, range_: Any, classes: Sequence[int] | None
+) -> tuple[np.ndarray, int, Sequence[int] | None]:
+    """The reference summary's ranges, bin count and class values, for histograms on its edges."""
+    if not isinstance(like, Summary):
+        raise TypeError(f"like must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
+    if like.hist_edges is None:
+        raise ValueError("like= needs a summary with histograms (stats with 'hist' or 'mi')")
+    if range_ is not None:
+        raise ValueError("give range= or like=, not both: like= takes the reference summary's ranges")
+    ranges = np.stack([like.hist_edges[:, 0], like.hist_edges[:, -1]], axis=1)
+    if classes is None and like.classes is not None:
+        classes = [int(c) for c in like.classes]
+    return ranges, int(like.hist_edges.shape[1] - 1), classes
 
 
 def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:

@@ -29,6 +29,17 @@ class Interrupted(BaseException):
     """
 
 
+class Cancelled(Exception):
+    """A run stopped because its ``cancel`` event was set; what finished is kept.
+
+    An ``Exception``, so ``except Exception`` in a caller's loop handles it.
+    Blocks already checkpointed (``describe(..., checkpoint=...)``) or written
+    (``transform``, ``map_batches(out=...)``, ``ingest``) stay, and the same
+    call resumes from them. A signal (SIGTERM at a walltime, Ctrl-C) raises
+    :class:`Interrupted` instead.
+    """
+
+
 class RangeWarning(UserWarning):
     """More than a small fraction of some feature's values fell outside its histogram range.
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch import steps
 from daskbatch.job_report import (
     MISSING_KEYS,
     JobReport,
@@ -119,7 +120,8 @@ def _pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
     mean = np.asarray(summary.mean, dtype=np.float64)[idx]
     if standardized:
         # z = (x - mean) / std: mean 0, cov_ij / (std_i std_j); constant features (std 0) become 0.
-        std = np.asarray(summary.std, dtype=np.float64)[idx]
+        # The std the standardize step divides by (the population std, as StandardScaler's).
+        std = steps.standardize(summary).std[idx]
         inv = np.divide(1.0, std, out=np.zeros_like(std), where=std != 0)
         cov, mean = cov * np.outer(inv, inv), np.zeros_like(mean)
     names = tuple(str(summary.feature_names[i]) for i in idx)
@@ -305,11 +307,11 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
         with dask.config.set(flatten(job.dask or {})):
             _run(job, report)
     except BaseException as exc:
-        from daskbatch.errors import Interrupted, PlanError
+        from daskbatch.errors import Cancelled, Interrupted, PlanError
 
         if isinstance(exc, PlanError):
             report.status = "plan_error"
-        elif isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        elif isinstance(exc, (Interrupted, Cancelled, KeyboardInterrupt)):
             report.status = "interrupted"
         elif isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
             report.status = "bad_input"

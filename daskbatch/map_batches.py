@@ -284,8 +284,10 @@ def map_batches(
     ------
     BatchError
         ``func`` failed (``"raise"``; ``"fallback"`` when even the smallest piece fails on the CPU).
+    Cancelled
+        Stopped by ``cancel``.
     Interrupted
-        Stopped by ``cancel`` or a signal.
+        Stopped by a signal (SIGINT, SIGTERM).
     """
     t0 = time.perf_counter()
     check_device(device)

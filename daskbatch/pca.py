@@ -14,7 +14,11 @@ Results equal ``sklearn.decomposition.PCA(svd_solver="full")`` on the same
 data: explained variance with ``n - 1`` degrees of freedom whatever the
 summary's ``ddof``, ratio to the total variance (the trace), and component
 signs fixed as sklearn's ``svd_flip(u_based_decision=False)`` does: the entry of
-largest magnitude of each component is positive.
+largest magnitude of each component is positive. ``whiten=True``,
+``inverse_transform`` and a variance fraction as ``n_components`` (``0.95``)
+behave as sklearn's; ``correlation=True`` equals
+``make_pipeline(StandardScaler(), PCA())`` (the features scaled by their
+population standard deviation, as ``StandardScaler`` does).
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ class PCA:
     feature_names : tuple of str
     method : {"eigh", "eigsh"}
         The eigensolver used.
+    scale : ndarray, shape (D,) or None
+        With ``correlation=True``, the population standard deviation each
+        feature is divided by before the projection (None otherwise).
+    whiten : bool
+        Whether :meth:`transform` divides each component by the square root of
+        its explained variance (unit-variance outputs).
     """
 
     components: np.ndarray
@@ -60,6 +70,8 @@ class PCA:
     n_samples: int
     feature_names: tuple[str, ...]
     method: str
+    scale: np.ndarray | None = None
+    whiten: bool = False
 
     @property
     def n_components(self) -> int:
@@ -83,7 +95,9 @@ class PCA:
         Returns
         -------
         array
-            ``(x - mean) @ components.T`` in float64, in ``x``'s namespace and device.
+            ``(x - mean) / scale @ components.T`` in float64 (without ``scale``
+            unless ``correlation=True``; divided by ``sqrt(explained_variance)``
+            when ``whiten``), in ``x``'s namespace and device.
         """
         from daskbatch.stats._base import as_float64
         from daskbatch.stats.backend import device, namespace
@@ -92,24 +106,76 @@ class PCA:
         if x.ndim != 2 or x.shape[1] != self.mean.shape[0]:
             raise ValueError(f"x has shape {tuple(x.shape)}; expected (rows, {self.mean.shape[0]})")
         dev = device(x)
-        mean = xp.asarray(self.mean, dtype=xp.float64, device=dev)
-        comps = xp.asarray(self.components, dtype=xp.float64, device=dev)
-        return xp.matmul(as_float64(x) - mean, xp.matrix_transpose(comps))
+        centred = as_float64(x) - xp.asarray(self.mean, dtype=xp.float64, device=dev)
+        if self.scale is not None:
+            centred = centred / xp.asarray(self.scale, dtype=xp.float64, device=dev)
+        return xp.matmul(centred, xp.matrix_transpose(xp.asarray(self._projection(), dtype=xp.float64, device=dev)))
+
+    def inverse_transform(self, z: Array) -> Array:
+        """Map component scores back to the features (sklearn's ``inverse_transform``).
+
+        Parameters
+        ----------
+        z : array
+            Scores, (rows, n_components), as :meth:`transform` returns them.
+
+        Returns
+        -------
+        array
+            (rows, D) in float64: the data's projection onto the components'
+            span, in the original units.
+        """
+        from daskbatch.stats._base import as_float64
+        from daskbatch.stats.backend import device, namespace
+
+        xp = namespace(z)
+        if z.ndim != 2 or z.shape[1] != self.n_components:
+            raise ValueError(f"z has shape {tuple(z.shape)}; expected (rows, {self.n_components})")
+        dev = device(z)
+        back = self.components
+        if self.whiten:
+            back = back * np.sqrt(self.explained_variance)[:, None]
+        x = xp.matmul(as_float64(z), xp.asarray(back, dtype=xp.float64, device=dev))
+        if self.scale is not None:
+            x = x * xp.asarray(self.scale, dtype=xp.float64, device=dev)
+        return x + xp.asarray(self.mean, dtype=xp.float64, device=dev)
+
+    def _projection(self) -> np.ndarray:
+        """The (n_components, D) matrix that :meth:`transform` multiplies by (whitened when asked)."""
+        if not self.whiten:
+            return self.components
+        root = np.sqrt(self.explained_variance)
+        return self.components / np.where(root > 0, root, 1.0)[:, None]
 
 
-def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eigsh"] = "auto") -> PCA:
+def pca(
+    summary: Any,
+    n_components: float,
+    *,
+    method: Literal["auto", "eigh", "eigsh"] = "auto",
+    whiten: bool = False,
+    correlation: bool = False,
+) -> PCA:
     """Principal components of the data a summary describes, from its covariance.
 
     Parameters
     ----------
     summary : Summary
         With a covariance (``stats=[..., "cov"]``), in memory or tiled.
-    n_components : int
-        Components to keep: 1..D with ``eigh``, 1..D-1 with ``eigsh``.
+    n_components : int or float
+        Components to keep: 1..D with ``eigh``, 1..D-1 with ``eigsh``; or a
+        fraction in (0, 1): the fewest components whose explained variance
+        ratios add up to more than it (as sklearn's; needs ``eigh``).
     method : {"auto", "eigh", "eigsh"}, default "auto"
         ``eigh`` decomposes the whole in-memory matrix; ``eigsh`` finds the
         leading eigenpairs with Lanczos (the only choice for a tiled
         covariance, and what ``"auto"`` picks for one).
+    whiten : bool, default False
+        Scale the scores to unit variance (sklearn's ``whiten``).
+    correlation : bool, default False
+        Decompose the correlation matrix instead: the features are first
+        divided by their population standard deviation, as
+        ``StandardScaler`` does (in-memory covariance only).
 
     Returns
     -------
@@ -143,13 +209,32 @@ def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eig
     else:
         raise ValueError("pca needs the covariance: describe(..., stats=[..., 'cov'])")
     top = d if method == "eigh" else d - 1
-    if isinstance(n_components, bool) or int(n_components) != n_components or not 1 <= n_components <= top:
-        raise ValueError(f"n_components must be an integer in [1, {top}] for method {method!r}, got {n_components!r}")
+    fraction = _variance_fraction(n_components)
+    if fraction is not None and method != "eigh":
+        raise ValueError(f"n_components={n_components!r} (a variance fraction) needs the whole spectrum: method='eigh'")
+    if fraction is None and (
+        isinstance(n_components, bool) or int(n_components) != n_components or not 1 <= n_components <= top
+    ):
+        raise ValueError(
+            f"n_components must be an integer in [1, {top}] for method {method!r} or a fraction in (0, 1), "
+            f"got {n_components!r}"
+        )
     if n - ddof <= 0 or n < 2:
         raise ValueError(f"pca needs at least 2 complete rows (and more than ddof={ddof}); the covariance has {n}")
     # sklearn's explained variance divides by n - 1 whatever ddof the summary used.
     scale = (n - ddof) / (n - 1.0)
-    k = int(n_components)
+    k = d if fraction is not None else int(n_components)
+    feature_scale = None
+    if correlation:
+        if tiled is not None:
+            raise ValueError("correlation=True needs the covariance in memory; this summary's is tiled")
+        assert cov is not None
+        # StandardScaler divides by the population std (ddof 0) of the same rows.
+        feature_scale = np.sqrt(np.diag(cov) * (n - ddof) / n)
+        if np.any(feature_scale == 0):
+            flat = [names[i] for i in np.flatnonzero(feature_scale == 0)[:4]]
+            raise ValueError(f"correlation=True: constant feature(s) {flat} have no correlation; select them out first")
+        cov = cov / np.outer(feature_scale, feature_scale)
     if tiled is None:
         assert cov is not None
         if not np.all(np.isfinite(cov)):
@@ -168,6 +253,10 @@ def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eig
         values, vectors = _lanczos(_tiled_operator(lazy), d, k)
     values = np.maximum(values * scale, 0.0)  # rounding can leave -1e-17 where sklearn's S**2 is >= 0
     components = _flip_signs(vectors.T.copy())
+    if fraction is not None:
+        # sklearn's rule: the fewest components whose cumulative ratio exceeds the fraction.
+        k = int(np.searchsorted(np.cumsum(values / total), fraction, side="right")) + 1
+        values, components = values[:k], components[:k]
     return PCA(
         components=components,
         explained_variance=values,
@@ -177,7 +266,20 @@ def pca(summary: Any, n_components: int, *, method: Literal["auto", "eigh", "eig
         n_samples=n,
         feature_names=names,
         method=method,
+        scale=feature_scale,
+        whiten=bool(whiten),
     )
+
+
+def _variance_fraction(n_components: Any) -> float | None:
+    """The variance fraction that ``n_components`` asks for, or None for a count."""
+    if isinstance(n_components, bool) or not isinstance(n_components, float | np.floating):
+        return None
+    if n_components == int(n_components) and n_components >= 1:
+        return None  # 3.0 is a count
+    if not 0 < n_components < 1:
+        raise ValueError(f"n_components as a fraction of the variance must lie in (0, 1), got {n_components!r}")
+    return float(n_components)
 
 
 def _flip_signs(components: np.ndarray) -> np.ndarray:

@@ -186,8 +186,10 @@ def transform(
         ``out`` exists and is not a daskbatch output.
     DataError
         ``out`` holds a different job's unfinished output.
+    Cancelled
+        Stopped by ``cancel``; the finished blocks are kept.
     Interrupted
-        Stopped by ``cancel`` or a signal; the finished blocks are kept.
+        Stopped by a signal (SIGINT, SIGTERM); the finished blocks are kept.
     """
     t0 = time.perf_counter()
     check_device(device)

@@ -7,6 +7,7 @@ makes them part of the group.
 from __future__ import annotations
 
 # Command modules register themselves on ``main`` when imported.
+from daskbatch.cli import compare_cmd as _compare_cmd  # noqa: E402,F401
 from daskbatch.cli import config_cmd as _config_cmd  # noqa: E402,F401
 from daskbatch.cli import data_cmd as _data_cmd  # noqa: E402,F401
 from daskbatch.cli import demo_cmd as _demo_cmd  # noqa: E402,F401

@@ -39,6 +39,19 @@ from daskbatch.cli._logging import is_quiet
     "--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--rank", type=click.IntRange(min=0), default=None,
+    help="Write only this rank's contiguous share of the rows (with --world-size), bitwise those rows of the whole.",
+)
+@click.option("--world-size", type=click.IntRange(min=1), default=None, help="Number of ranks sharing the rows.")
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "gpu"]), default="cpu", show_default=True,
+    help="Where the rows are made: gpu generates each block on the GPU (CuPy), with the counter stream.",
+)
+@click.option(
+    "--generator", type=click.Choice(["default", "counter"]), default="default", show_default=True,
+    help="default: numpy's Philox, block by block; counter: the GPU's counter-based stream (same data on a CPU).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @user_errors
 def synth_cmd(
@@ -51,6 +64,10 @@ def synth_cmd(
     chunk_rows: int,
     dtype: str,
     seed: int,
+    rank: int | None,
+    world_size: int | None,
+    device: str,
+    generator: str,
     overwrite: bool,
 ) -> None:
     """Write a deterministic synthetic dataset (Zarr v3: X, y) with ground truth in its attrs."""
@@ -70,9 +87,14 @@ def synth_cmd(
         seed=seed,
         path=out,
         overwrite=overwrite,
+        rank=rank,
+        world_size=world_size,
+        device=device,  # type: ignore[arg-type]  # click.Choice has validated it
+        generator=generator,  # type: ignore[arg-type]
     )
+    share = "" if rank is None else f" (rank {rank} of {world_size}: rows {ds.attrs['synth']['row_range']})"
     click.echo(
-        f"wrote {rows:,} rows x {features:,} features ({ds.x.dtype}"
+        f"wrote {ds.x.shape[0]:,} rows x {features:,} features{share} ({ds.x.dtype}"
         f"{f', {classes} classes' if classes else ''}) to {out} in {time.perf_counter() - t0:.1f} s"
     )
 

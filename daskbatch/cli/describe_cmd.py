@@ -71,6 +71,11 @@ def parse_classes(text: str | None) -> list[int] | None:
 @click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
+@click.option(
+    "--like", "like_path", type=click.Path(), default=None, metavar="STATS",
+    help="Count the histograms on the bins of the saved summary STATS (its ranges, bins and classes), "
+    "for 'daskbatch compare STATS NEW'.",
+)
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default="auto", show_default=True,
@@ -110,7 +115,8 @@ def parse_classes(text: str | None) -> list[int] | None:
 @config_option
 @user_errors
 def describe_command(
-    store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None, ddof: int,
+    store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None,
+    like_path: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
     top: int,
@@ -139,6 +145,12 @@ def describe_command(
         # click.Choice has validated it.
         "nan_policy": cast(NanPolicy, nan_policy), "split_every": split_every,
     }
+    if like_path is not None:
+        from daskbatch.summary import load_summary
+
+        if range_ is not None:
+            raise click.UsageError("give --range or --like, not both: --like takes the saved summary's ranges")
+        settings["like"] = load_summary(like_path)
     previous = None
     if update_path is not None:
         from daskbatch.cli._update import update_settings

@@ -26,7 +26,7 @@ from typing import Any
 import dask
 from dask.callbacks import Callback
 
-from daskbatch.errors import Interrupted
+from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.progress import Progress
 
 __all__ = ["on_device", "run_blocks"]
@@ -177,8 +177,10 @@ def run_blocks(
 
     Raises
     ------
+    Cancelled
+        After ``cancel`` was set; the finished blocks were reported.
     Interrupted
-        After a stop (``cancel`` set, SIGINT or SIGTERM); the finished blocks were reported.
+        After SIGINT or SIGTERM; the finished blocks were reported.
     """
     from dask import delayed
 
@@ -210,8 +212,9 @@ def run_blocks(
         else:
             _run_local(fn, args, name, done, stop)
     if stop.is_set() and len(finished) < len(args):
-        why = f"by {got[0]}" if got else "by request"
-        raise Interrupted(f"stopped {why} at a block boundary; what finished is kept, run the same call again to resume")
+        if not got:  # the caller's cancel event, not a signal
+            raise Cancelled("cancelled at a block boundary; what finished is kept, run the same call again to resume")
+        raise Interrupted(f"stopped by {got[0]} at a block boundary; what finished is kept, run the same call again to resume")
 
 
 def _run_local(

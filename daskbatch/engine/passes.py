@@ -9,6 +9,7 @@ identical results.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,24 +17,25 @@ from typing import Any
 from daskbatch.engine.inputs import FeatureMatrix
 from daskbatch.engine.reduce import TASK_PREFIXES, tree_reduce
 from daskbatch.runtime.joblog import note_pass
-from daskbatch.runtime.progress import Progress
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats._base import Bundle, BundleLike
 
 __all__ = ["PassRunner", "compute"]
 
 
-def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> Any:
+def compute(graph: Any, progress: bool | ProgressCallback | Progress, title: str = "compute") -> Any:
     """Compute ``graph`` on the active scheduler (threads or a ``distributed`` client), with progress.
 
     Parameters
     ----------
     graph : dask collection
         What to compute.
-    progress : bool or Progress
+    progress : bool, callable or Progress
         A :class:`~daskbatch.runtime.progress.Progress` to advance by the graph's
         chunk tasks (its blocks); True or False: a new one named ``title``,
-        drawn when True (log lines either way).
+        drawn when True (log lines either way); a callable: a new one that
+        calls it with ``(done, total, title)``.
     title : str
         Label of a new Progress.
 
@@ -44,8 +46,15 @@ def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> An
     """
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
-    with Progress(title, show=progress) as bar:
+    with Progress(title, **_progress_options(progress)) as bar:
         return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
+
+
+def _progress_options(progress: bool | ProgressCallback) -> dict[str, Any]:
+    """A Progress's ``show`` and ``callback`` for describe's ``progress`` argument (a bool or a callable)."""
+    if callable(progress):
+        return {"show": False, "callback": progress}
+    return {"show": bool(progress)}
 
 
 @dataclass(frozen=True)
@@ -58,22 +67,27 @@ class PassRunner:  # numpydoc ignore=PR02
         The blocks to reduce (already planned, rechunked and on their device).
     split_every : int
         Fan-in of every merge tree (resolved once by the caller).
-    progress : bool
-        Draw a progress bar while computing (pass start and end are logged either way).
+    progress : bool or callable
+        Draw a progress bar while computing (pass start and end are logged
+        either way); a callable is called with ``(done, total, pass title)``.
     checkpoint : path, optional
         Checkpoint directory; None computes directly.
     force : bool
         Discard a checkpoint written for other data instead of refusing.
     passes : int
         Passes of the whole run, for the labels (``pass 1/2: moments+cov+sketch``).
+    cancel : threading.Event, optional
+        Set, it stops the pass at the next finished block (or checkpoint unit):
+        :class:`~daskbatch.errors.Interrupted`, the checkpoint keeping what finished.
     """
 
     data: FeatureMatrix
     split_every: int
-    progress: bool = False
+    progress: bool | ProgressCallback = False
     checkpoint: str | os.PathLike[str] | None = None
     force: bool = False
     passes: int = 1
+    cancel: threading.Event | None = None
     #: Wall time of each pass run so far, in seconds (for provenance and batch-job reports).
     seconds: list[float] = field(default_factory=list)
 
@@ -100,7 +114,7 @@ class PassRunner:  # numpydoc ignore=PR02
         x = self.data.x
         title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
         with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                      show=self.progress) as bar:
+                      cancel=self.cancel, **_progress_options(self.progress)) as bar:
             if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 from daskbatch.engine.checkpoint import run as checkpointed

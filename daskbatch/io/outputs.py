@@ -47,7 +47,7 @@ __all__ = [
 MARKER = "daskbatch_output"
 
 #: What each kind is called in messages.
-_NOUNS = {"summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance"}
+_NOUNS = {"summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance", "drift": "daskbatch drift report"}
 
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}

@@ -20,16 +20,20 @@ follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]`
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import dask
 import dask.array as da
 import numpy as np
 
+from daskbatch.errors import DeviceUnavailableError
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
+from daskbatch.io.synth_counter import counter_rows
+from daskbatch.runtime.progress import Progress, ProgressCallback, compute
 
-__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "synth"]
+__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
 #: Rows per internal generator block; fixed forever so data never change.
 BLOCK_ROWS = 4096
@@ -196,13 +200,88 @@ def _rows(
     return out
 
 
+def rank_rows(rows: int, rank: int, world_size: int) -> range:
+    """Give rank ``rank`` of ``world_size`` its contiguous share of ``rows`` rows.
+
+    The shares are consecutive, cover every row once, and differ in size by at
+    most one row (the first ``rows % world_size`` ranks take one more).
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the whole dataset.
+    rank : int
+        This process's rank, ``0 <= rank < world_size`` (e.g. MPI's
+        ``COMM_WORLD.Get_rank()`` or ``SLURM_PROCID``).
+    world_size : int
+        Number of ranks.
+
+    Returns
+    -------
+    range
+        The rank's rows, ``range(start, stop)``.
+
+    Examples
+    --------
+    >>> [rank_rows(10, r, 3) for r in range(3)]
+    [range(0, 4), range(4, 7), range(7, 10)]
+    """
+    for name, value in (("rows", rows), ("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size - 1}] for world_size {world_size}, got {rank}")
+    if rows < 0:
+        raise ValueError(f"rows must be >= 0, got {rows}")
+    base, extra = divmod(int(rows), int(world_size))
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
+def _wants_gpu(device: str) -> bool:
+    """Whether to generate on the GPU; a GPU asked for but absent is a one-line error naming the extra."""
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    if device == "cpu":
+        return False
+    try:
+        import cupy
+
+        present = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, no driver or no device: all mean "no GPU here"
+        present = False
+    if device == "gpu" and not present:
+        raise DeviceUnavailableError(
+            "synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
+            "(or [gpu-cu13]); generator='counter' makes the same data on the CPU"
+        )
+    return present
+
+
+def _to_host(block: Any) -> np.ndarray:
+    """A CuPy block copied to the host."""
+    return block.get()
+
+
+def _counter_namespace(stream: str) -> Any:
+    """The array namespace the counter stream runs in: CuPy's for the GPU, NumPy's otherwise."""
+    import importlib
+
+    return importlib.import_module("array_api_compat.cupy" if stream == "gpu" else "array_api_compat.numpy")
+
+
 def _lazy(
-    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int
+    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
+    stream: str = "default",
 ) -> tuple[da.Array, da.Array | None]:
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
-    starts = np.cumsum((0,) + row_chunks[:-1])
+    starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
     token = dask.base.tokenize(
         seed,
+        stream,
+        first_row,
         rows,
         chunk_rows,
         str(dtype),
@@ -212,28 +291,36 @@ def _lazy(
         model.sources,
     )
 
-    def x_part(block_id: tuple[int, ...] | None = None) -> np.ndarray:
+    def part(what: str, block_id: tuple[int, ...] | None = None) -> Any:
         i = block_id[0]  # type: ignore[index]
-        return _rows(seed, int(starts[i]), int(starts[i]) + row_chunks[i], model, dtype, "x")
+        start, stop = int(starts[i]), int(starts[i]) + row_chunks[i]
+        if stream == "default":
+            return _rows(seed, start, stop, model, dtype, what)
+        x_rows, y_rows = counter_rows(_counter_namespace(stream), seed, start, stop, model, dtype)
+        return x_rows if what == "x" else y_rows
 
-    def y_part(block_id: tuple[int, ...] | None = None) -> np.ndarray:
-        i = block_id[0]  # type: ignore[index]
-        return _rows(seed, int(starts[i]), int(starts[i]) + row_chunks[i], model, dtype, "y")
+    meta_x: Any = np.empty((0, 0), dtype=dtype)
+    meta_y: Any = np.empty((0,), dtype=np.int32)
+    if stream == "gpu":
+        import cupy
 
+        meta_x, meta_y = cupy.empty((0, 0), dtype=dtype), cupy.empty((0,), dtype=np.int32)
     x = da.map_blocks(
-        x_part,
+        part,
+        "x",
         chunks=(row_chunks, (model.features,)),
         dtype=dtype,
-        meta=np.empty((0, 0), dtype=dtype),
+        meta=meta_x,
         name=f"daskbatch-synth-x-{token}",
     )
     y = None
     if model.classes:
         y = da.map_blocks(
-            y_part,
+            part,
+            "y",
             chunks=(row_chunks,),
             dtype=np.int32,
-            meta=np.empty((0,), dtype=np.int32),
+            meta=meta_y,
             name=f"daskbatch-synth-y-{token}",
         )
     return x, y
@@ -279,6 +366,12 @@ def synth(
     seed: int = 0,
     path: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    device: Literal["auto", "cpu", "gpu"] = "cpu",
+    generator: Literal["default", "counter"] = "default",
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> Dataset:
     """Make a deterministic synthetic dataset with known ground truth.
 
@@ -311,12 +404,34 @@ def synth(
         CRC-32C checksum per chunk and every chunk stored, and open it back.  ``None`` returns lazy dask arrays.
     overwrite : bool, default False
         Replace an existing store at ``path``.
+    rank, world_size : int, optional
+        Make only this rank's contiguous share of the ``rows``
+        (:func:`rank_rows`): bitwise the same rows as the whole dataset's, so
+        that the ranks' stores together are the dataset (``db.merge`` of their
+        summaries equals the summary of the whole).
+    device : {"cpu", "gpu", "auto"}, default "cpu"
+        Where the rows are made: ``"gpu"`` generates each block on the GPU
+        (CuPy blocks; copied to the host only to be written to ``path``) with
+        the counter-based stream; ``"auto"`` is ``"gpu"`` when CuPy sees a device.
+    generator : {"default", "counter"}, default "default"
+        ``"default"``: numpy's Philox generator, block by block (the CPU's
+        stream, unchanged across releases); ``"counter"``: the counter-based
+        stream of :mod:`daskbatch.io.synth_counter`, the one a GPU uses, so
+        that a CPU can reproduce GPU-made data (to about 1e-16 relative).
+    progress : bool or callable, default False
+        While writing ``path``: a progress bar, or ``progress(done, total,
+        "synth")`` after every chunk written.
+    cancel : threading.Event, optional
+        Set from another thread while writing ``path``, it stops after the
+        chunks in flight: :class:`~daskbatch.Cancelled` (the store is left
+        incomplete; write it again with ``overwrite=True``).
 
     Returns
     -------
     Dataset
         Ground truth (``true_mean``, ``true_cov``, ``informative``, ``class_priors``,
-        ``class_means``, ...) is in ``attrs["synth"]``.
+        ``class_means``, ...) is in ``attrs["synth"]``; a rank's share also
+        records its ``row_range`` there.
     """
     if isinstance(rows_or_path, (str, os.PathLike)):
         if path is not None:
@@ -339,11 +454,27 @@ def synth(
         raise ValueError(f"rows must be >= 0, got {rows}")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    on_gpu = _wants_gpu(device)
+    if generator not in ("default", "counter"):
+        raise ValueError(f"generator must be 'default' or 'counter', got {generator!r}")
+    counter = on_gpu or generator == "counter"
+    first, stop = 0, rows
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise TypeError("synth() needs rank and world_size together")
+        share = rank_rows(rows, rank, world_size)
+        first, stop = share.start, share.stop
     model = _model(features, classes, informative, correlated, seed)
-    x, y = _lazy(rows, chunk_rows, model, dtype, seed)
+    x, y = _lazy(stop - first, chunk_rows, model, dtype, seed, first_row=first,
+                 stream="gpu" if on_gpu else "counter" if counter else "default")
     names = [f"f{i}" for i in range(features)]
+    truth = _truth_attrs(model, seed, rows, dtype)
+    if counter:
+        truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_counter)"
+    if (first, stop) != (0, rows):
+        truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
     attrs: dict[str, Any] = {
-        "synth": _truth_attrs(model, seed, rows, dtype),
+        "synth": truth,
         "feature_names": names,
         LAYOUT_ATTR: {"x": "X", "label": "y" if y is not None else None},
     }
@@ -351,7 +482,10 @@ def synth(
         return Dataset(
             x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs
         )
-    _write(path, x, y, attrs, chunk_rows, overwrite)
+    if on_gpu:  # zarr writes host buffers: each block is copied back once, as it is written
+        x = da.map_blocks(_to_host, x, meta=np.empty((0, 0), dtype=dtype))
+        y = None if y is None else da.map_blocks(_to_host, y, meta=np.empty((0,), dtype=np.int32))
+    _write(path, x, y, attrs, chunk_rows, overwrite, progress, cancel)
     return open_dataset(path, chunks="auto")
 
 
@@ -362,6 +496,8 @@ def _write(
     attrs: dict[str, Any],
     chunk_rows: int,
     overwrite: bool,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> None:
     import zarr
     from zarr.codecs import ZstdCodec
@@ -412,4 +548,8 @@ def _write(
     if rows:
         # Dask blocks equal storage chunks, so each chunk has exactly one writer.
         # dask annotates targets as numpy ArrayLike, but it only needs __setitem__ (zarr.Array has it).
-        da.store(sources, targets, lock=False)  # type: ignore[arg-type]
+        with Progress("synth", int(x.numblocks[0]) * len(sources), unit="chunks", rows=rows, nbytes=int(x.nbytes),
+                      show=progress is True, callback=progress if callable(progress) else None, cancel=cancel) as bar:
+            for source, target in zip(sources, targets, strict=True):
+                stored = da.store(source, target, lock=False, compute=False)  # type: ignore[arg-type]
+                compute(stored, bar, prefix="store-map")

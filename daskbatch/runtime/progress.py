@@ -11,7 +11,12 @@ step and shows them where the user looks:
 * anywhere else (a batch job's log, a pipe, a file): nothing is drawn.
 
 Whatever is shown, the start and the end of every step are logged at INFO
-(time, rows/s and bytes/s), so that a batch log records them as lines.
+(time, rows/s and bytes/s), so that a batch log records them as lines; where
+no bar is drawn, a line every :data:`LOG_EVERY_S` seconds says how far it got.
+A ``callback(done, total, phase)`` of the caller's is called on every count,
+and a ``cancel`` event that is set stops the step at that count: raised in the calling thread, at a block
+boundary (every count happens in the thread that waits for the work): a
+:class:`~daskbatch.errors.Cancelled`.
 
 :func:`compute` computes a dask graph on the active scheduler and advances a
 Progress as the graph's tasks of one key prefix (the pass's ``db-chunk`` tasks)
@@ -29,11 +34,19 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TextIO
 
-__all__ = ["Progress", "compute", "line_cleared"]
+from daskbatch.errors import Cancelled
+
+__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "line_cleared"]
+
+#: A caller's progress callback: ``callback(done, total, phase)`` (total None until known).
+ProgressCallback = Callable[[int, "int | None", str], Any]
+
+#: Seconds between two progress log lines of a step that draws no bar (a batch log).
+LOG_EVERY_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +72,10 @@ class Progress:
         Rows and (decoded) bytes of the whole step, for rows/s and bytes/s.
     show : bool, default False
         Draw a bar (a widget in Jupyter, a line on a terminal's stderr); log lines are written either way.
+    callback : callable, optional
+        Called as ``callback(done, total, title)`` after every count, in the calling thread.
+    cancel : threading.Event, optional
+        When set, the next count raises :class:`~daskbatch.errors.Cancelled`.
 
     Examples
     --------
@@ -71,9 +88,12 @@ class Progress:
 
     def __init__(
         self, title: str, total: int | None = None, *, unit: str = "blocks", rows: int | None = None,
-        nbytes: int | None = None, show: bool = False,
+        nbytes: int | None = None, show: bool = False, callback: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.title, self.total, self.unit = title, total, unit
+        self._callback, self._cancel = callback, cancel
+        self._logged_at = 0.0
         self.rows, self.nbytes = rows, nbytes
         self.done = 0
         self.skipped = 0  # done before this run (a checkpoint's or an output's finished blocks)
@@ -98,7 +118,7 @@ class Progress:
 
     def start(self) -> None:
         """Log the start and show the bar (Jupyter: display the widget now, in the calling cell)."""
-        self._t0 = time.perf_counter()
+        self._t0 = self._logged_at = time.perf_counter()
         log.info("%s: started%s", self.title, self._size_text())
         if self._show:
             try:
@@ -143,6 +163,7 @@ class Progress:
             self.skipped += n
             self.done += n
         self._draw(force=True)
+        self._counted()
 
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more finished units (any thread).
@@ -155,6 +176,7 @@ class Progress:
         with self._lock:
             self.done += n
         self._draw()
+        self._counted()
 
     def update(self, done: int) -> None:
         """Set the number of finished units (any thread; never goes backwards).
@@ -167,6 +189,19 @@ class Progress:
         with self._lock:
             self.done = max(self.done, done)
         self._draw()
+        self._counted()
+
+    def _counted(self) -> None:
+        """After a count: the caller's callback, a periodic log line, and the cancel check."""
+        if self._callback is not None:
+            self._callback(self.done, self.total, self.title)
+        now = time.perf_counter()
+        if self._display is None and not self._closed and now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            log.info("%s", self._status())
+        if self._cancel is not None and self._cancel.is_set() and not self._closed:
+            of = f" of {self.total:,}" if self.total is not None else ""
+            raise Cancelled(f"{self.title}: cancelled after {self.done:,}{of} {self.unit}")
 
     def set_total(self, total: int) -> None:
         """Set the number of units once it is known (a widget's bar grows to it).

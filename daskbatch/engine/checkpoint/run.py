@@ -65,7 +65,7 @@ from daskbatch.engine.checkpoint.manifest import (
     recorded_layout,
     spec_items,
 )
-from daskbatch.errors import Interrupted
+from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.runtime.progress import Progress
 from daskbatch.stats._base import BundleLike, merge_all
@@ -312,8 +312,8 @@ def _run_pass(
 
     try:
         _compute_units(todo, make, on_unit)
-    except Interrupted as exc:
-        raise Interrupted(
+    except (Interrupted, Cancelled) as exc:
+        raise type(exc)(
             f"{exc}: {store.covered_blocks()} of {n_blocks} blocks of pass '{bundle.name}' are "
             f"checkpointed in {directory}; run the same command again to resume"
         ) from exc

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -40,7 +41,7 @@ from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
 from daskbatch.io.outputs import check_separate
-from daskbatch.runtime.progress import Progress
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
@@ -265,7 +266,8 @@ def ingest(
     compressor: str = "zstd",
     workers: int | None = None,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> IngestReport:
     """Copy many batch files into one Zarr v3 store (arrays ``X`` and optional ``y``).
 
@@ -293,9 +295,13 @@ def ingest(
     overwrite : bool, default False
         Replace an existing ``out``.  Without it an unfinished ingest of the same
         inputs is resumed, and anything else is refused.
-    progress : bool, default False
+    progress : bool or callable, default False
         Show a progress bar: a widget in Jupyter, a line on stderr in a terminal
-        (start and end are logged either way).
+        (start and end are logged either way); a callable is called as
+        ``progress(done, total, "ingest")`` after every chunk written.
+    cancel : threading.Event, optional
+        Set from another thread, it stops the ingest after the chunks in flight:
+        :class:`~daskbatch.Cancelled`; the same call resumes.
 
     Returns
     -------
@@ -362,7 +368,8 @@ def ingest(
             else None
         )
         bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
-                       nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize, show=progress)
+                       nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
+                       show=progress is True, callback=progress if callable(progress) else None, cancel=cancel)
         with bar:
             bar.skip(n_chunks - len(todo))
             _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, workers, bar)
