@@ -259,6 +259,12 @@ def histogram_layout(
     return tile, lanes, math.ceil(rows / row_blocks)
 
 
+#: Device copies of histogram ranges (:meth:`_Backend.constants`), the most recently used last.
+_CONSTANTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_CONSTANTS_LOCK = threading.Lock()
+_CONSTANTS_KEPT = 16
+
+
 @functools.lru_cache(maxsize=64)
 def _numba_stream(device: int, ptr: int) -> Any:
     """numba's handle on the CUDA stream ``ptr`` of ``device``, built once per stream."""
@@ -303,8 +309,18 @@ class _Backend:
         """``x`` in C order (an F-ordered block would make every load a strided one)."""
         return x if x.flags.c_contiguous else self.xp.ascontiguousarray(x)
 
-    def asarray(self, a: np.ndarray) -> Any:
-        return self.xp.asarray(a)
+    def constants(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        """Device copies of small host arrays, made once per device and content (a copy from pageable memory waits)."""
+        key = (self.xp.cuda.Device().id, *((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+        with _CONSTANTS_LOCK:
+            found = _CONSTANTS.pop(key, None)
+        if found is None:
+            found = tuple(self.xp.asarray(a) for a in arrays)
+        with _CONSTANTS_LOCK:
+            _CONSTANTS[key] = found  # most recently used last
+            while len(_CONSTANTS) > _CONSTANTS_KEPT:
+                del _CONSTANTS[next(iter(_CONSTANTS))]
+        return found
 
     def result(self, a: Any) -> Any:
         return a
@@ -343,8 +359,8 @@ class _SimBackend(_Backend):
     def contiguous(self, x: Any) -> Any:
         return x
 
-    def asarray(self, a: np.ndarray) -> Any:
-        return self.cuda.to_device(a)
+    def constants(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        return tuple(self.cuda.to_device(a) for a in arrays)
 
     def result(self, a: Any) -> Any:
         return a.copy_to_host()
@@ -539,7 +555,8 @@ def histogram(
     # The float64 expressions of Histogram.edges / Histogram.slots, on the host.
     step = (hi - lo) / bins
     scale = bins / (hi - lo)
-    vectors = [be.asarray(v) for v in (lo, hi, step, scale)]
+    # The same ranges come with every chunk of a pass: copied to the device once, not per chunk.
+    vectors = be.constants((lo, hi, step, scale))
     by_label = labels is not None
     if labels is None:
         labels = be.zeros((1,), np.int64)

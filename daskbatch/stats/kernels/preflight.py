@@ -154,7 +154,7 @@ def _launch(cuda: Any, simulated: bool, versions: dict[str, str | None]) -> str 
             chunk = cupy.asarray(x)
             if kernels.route(chunk) != "gpu":
                 return "the kernels are switched off: daskbatch.kernels is false in dask.config (DASK_DASKBATCH__KERNELS)"
-            fields = tuple(f.get() for f in kernels.moments(chunk))
+            fields = tuple(cupy.asnumpy(f) for f in kernels.moments(chunk))
     except Exception as error:  # a compile or launch failure of any kind is what this check reports
         return f"the GPU kernels failed to compile or run ({_first_line(error)})"
     mean = fields[1] + fields[2]  # a state's mean is shift + mean
