@@ -200,14 +200,19 @@ def test_centring_blocks_cover_the_issue_shapes() -> None:
     """At the real constants, the shapes of issue 18 finding 1 get a group buffer for their blocks' groups."""
     from daskbatch.stats.kernels import _gpu
 
+    old_buffer = 256 * 2**20  # the centring buffer when the issue was written
     for rows, d in [(250_000, 512), (1_000_000, 128), (8_193, 4_096)]:
         chunk_groups = _gpu.row_groups(rows, d)[1]
-        block_rows, groups = _gpu.centring_blocks(rows, d)
+        block_rows, groups = _gpu.centring_blocks(rows, d, block_rows=old_buffer // (8 * d))
         assert block_rows < rows
         assert groups > chunk_groups, (rows, d)  # a buffer of chunk_groups rows was written past its end
         for start in range(0, rows, block_rows):
             assert _gpu.row_groups(min(block_rows, rows - start), d)[1] <= groups
-    assert len(_crossing_shapes(5_000, _gpu.CENTRE_BUFFER_BYTES // (8 * 5_000), range(6_000, 60_000, 108))) > 0
+    block_rows = _gpu.CENTRE_BUFFER_BYTES // (8 * 512)  # today's buffer crosses too, at other shapes
+    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 4_099))
+    assert crossing
+    for rows in crossing[:5]:
+        assert _gpu.centring_blocks(rows, 512)[1] > _gpu.row_groups(rows, 512)[1]
 
 
 def test_launch_silences_only_the_low_occupancy_warning() -> None:
@@ -365,11 +370,14 @@ def test_gpu_comoments_past_the_centring_buffer_equal_cpu() -> None:
     cupy = pytest.importorskip("cupy")
     from daskbatch.stats.kernels import _gpu
 
-    rows, d = 250_000, 512
-    assert _gpu.centring_blocks(rows, d)[1] > _gpu.row_groups(rows, d)[1]
+    rows, d, block_rows = 250_000, 512, 65_536  # the blocks of the 256 MiB buffer the issue found this with
+    assert _gpu.centring_blocks(rows, d, block_rows=block_rows)[1] > _gpu.row_groups(rows, d)[1]
     x = chunk("float32", rows=rows, cols=d, seed=7)
-    state = CoMoments().chunk(cupy.asarray(x))
-    assert_comoments((state.n, state.shift, state.mean, state.c), reference(CoMoments(), x), rtol=1e-11)
+    ref = reference(CoMoments(), x)
+    assert_comoments(_gpu.comoments(cupy.asarray(x), block_rows=block_rows), ref, rtol=1e-11)
+    state = CoMoments().chunk(cupy.asarray(x))  # the default buffer: one block, one SYRK
+    assert _gpu.centring_blocks(rows, d)[0] == rows
+    assert_comoments((state.n, state.shift, state.mean, state.c), ref, rtol=1e-11)
 
 
 @gpu

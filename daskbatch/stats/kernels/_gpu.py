@@ -48,8 +48,11 @@ MIN_GROUP_ROWS = 32
 MAX_GRID_Y = 65_535
 #: Threads per block along the features.
 FEATURE_THREADS = 128
-#: Bytes of the float64 centring buffer of the co-moments (row blocks of at most this size).
-CENTRE_BUFFER_BYTES = 256 * 2**20
+#: Most bytes of the float64 centring buffer of the co-moments (row blocks of at most this
+#: size, one SYRK each). 1 GiB holds a 25,000 x 5,000 block whole: one SYRK per block instead
+#: of four, each of which re-read the (D, D) result. The planner counts the buffer
+#: (:func:`comoments_buffer_bytes`), so a smaller card gets smaller chunks, not an overflow.
+CENTRE_BUFFER_BYTES = 2**30
 #: Shared memory a histogram block may use for its private counters (the default per-block limit).
 SHARED_BYTES = 48 * 2**10
 #: Threads of a histogram block, and the blocks a histogram launch aims at.
