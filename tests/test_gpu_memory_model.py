@@ -114,6 +114,26 @@ def test_the_seed_batch_fits_a_16_gb_gpu() -> None:
     assert planned == DEFAULT and chosen.chunk_task_bytes == p.chunk_task_bytes
 
 
+def test_plan_describe_admits_the_seed_batch_on_a_16_gb_gpu() -> None:
+    """plan_describe (what ``daskbatch plan --device gpu --memory 16GB`` runs), also where no GPU is visible."""
+    import dask.array as da
+
+    from daskbatch.plans import plan_describe
+    from daskbatch.runtime.capacity import cuda_device_count
+    from daskbatch.stats import kernels
+
+    if cuda_device_count() > 0 and not kernels.gpu_available():
+        pytest.skip("a GPU without daskbatch's kernels: the array-API path is planned, rightly")
+    x = da.zeros((100_000, 5_000), dtype="float32", chunks=(25_000, 5_000))
+    y = da.zeros(100_000, dtype="int32", chunks=25_000)
+    r = Resources(64 * GiB, 1, 1, device_memory_bytes=16 * 10**9, device="gpu")
+    p = plan_describe(x, y, resources=r, classes=(0, 1))  # the sketch describe would add does not fit
+    assert p.kernel_path == "gpu-compiled" and "compiled GPU (numba-cuda)" in p.explain()
+    assert p.stats == DEFAULT
+    assert p.task_bytes <= p.budget_bytes and p.chunk_task_bytes <= 3.8e9
+    assert "largest task:" in p.explain()
+
+
 # --- on a CUDA device ----------------------------------------------------------------------------
 
 
