@@ -390,3 +390,23 @@ def test_gpu_fortran_ordered_and_featureless_blocks_equal_cpu(big: tuple[np.ndar
     assert_comoments((state.n, state.shift, state.mean, state.c), reference(CoMoments(), x))
     empty = np.zeros((100, 0), dtype=np.float32)
     assert_moments(Moments().chunk(cupy.asarray(empty)), reference(Moments(), empty))
+
+
+@gpu
+def test_gpu_histogram_ranges_go_to_the_device_once(big: tuple[np.ndarray, np.ndarray]) -> None:
+    """The ranges are copied once per content, not per chunk (a pageable copy waits); evictions keep counts right."""
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    d = cupy.asarray(x)
+    h = hist_for(x, bins=16)
+    first = h.chunk(d).counts.get()
+    kept = dict(_gpu._CONSTANTS)
+    np.testing.assert_array_equal(h.chunk(d).counts.get(), first)
+    assert _gpu._CONSTANTS.keys() == kept.keys()
+    for k in range(_gpu._CONSTANTS_KEPT + 3):
+        hk = Histogram(16, tuple(np.asarray(h.lo) - k), h.hi)
+        np.testing.assert_array_equal(hk.chunk(d).counts.get(), reference(hk, x).counts)
+    assert len(_gpu._CONSTANTS) == _gpu._CONSTANTS_KEPT
+    np.testing.assert_array_equal(h.chunk(d).counts.get(), first)

@@ -321,8 +321,12 @@ class _Backend:
             found = tuple(self.xp.asarray(a) for a in arrays)
         with _CONSTANTS_LOCK:
             _CONSTANTS[key] = found  # most recently used last
-            while len(_CONSTANTS) > _CONSTANTS_KEPT:
-                del _CONSTANTS[next(iter(_CONSTANTS))]
+            evicted = [_CONSTANTS.pop(next(iter(_CONSTANTS))) for _ in range(len(_CONSTANTS) - _CONSTANTS_KEPT)]
+        if evicted:
+            # Kernels on other streams may still read them, and freed memory is reused at
+            # once: wait for the device before letting go (rare: a 17th distinct range).
+            self.xp.cuda.Device().synchronize()
+        del evicted
         return found
 
     def result(self, a: Any) -> Any:
