@@ -27,7 +27,9 @@ Usage::
     python benchmarks/bench_gpu.py --out benchmarks/RESULTS.md       # 1,000,000 x 5,000, ~4 min on an H100
     python benchmarks/bench_gpu.py --rows 100000 --features 256 --block-rows 10000   # quick
 
-Without CuPy or a CUDA device it prints one line saying so and exits 0.
+Without CuPy or a CUDA device it prints one line saying so and exits 0; with
+them but without daskbatch's GPU kernels (``daskbatch info --gpu`` says why) it
+prints that line and exits 1 rather than time the array-API path.
 Timings are the best of ``--repeat`` runs after one warm-up run; the GPU is
 synchronised before each clock is read (describe returns host results).
 """
@@ -293,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"bench_gpu skipped: {why}")
         return 0
+    from daskbatch.stats.kernels.preflight import check_gpu
+
+    check = check_gpu()  # a GPU without the kernels would time the array-API path under the GPU's name
+    if not check.ok:
+        print(f"bench_gpu refused: {check.verdict()}")
+        return 1
     args.store_rows = args.store_rows or max(1, args.rows // 5)
     args.store_chunk_rows = args.store_chunk_rows or max(1, args.block_rows * 2 // 5)
 

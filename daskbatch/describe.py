@@ -202,6 +202,8 @@ def describe(
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    if device == "gpu":
+        _warn_unless_gpu_kernels()
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
     custom = user_statistics(stats)
@@ -338,6 +340,17 @@ def _class_values(
     from daskbatch.engine.class_labels import resolve_classes
 
     return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress, "label scan"))
+
+
+def _warn_unless_gpu_kernels() -> None:
+    """Warn once when CuPy chunks will take the array-API path, checking where the chunks run (the workers)."""
+    from daskbatch.runtime.capacity import active_client
+    from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
+
+    client = active_client()
+    checks = [check_gpu()] if client is None else list(client.run(check_gpu).values())
+    for check in checks:
+        warn_unless_gpu_kernels(check, stacklevel=4)
 
 
 def _planned(

@@ -51,3 +51,7 @@ class RangeWarning(UserWarning):
 
 class LockHeldError(OSError):
     """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
+
+
+class GPUKernelsWarning(UserWarning):
+    """GPU work runs on the array-API path instead of daskbatch's GPU kernels: the same answers, several times slower."""

@@ -100,9 +100,22 @@ def plan(
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
         dtype=str(x.dtype),
-        # On the GPU the kernels also need numba-cuda and a device it sees (else CuPy runs the array-API code).
-        compiled_kernels=kernels.enabled() and (resources.device != "gpu" or kernels.gpu_available()),
+        compiled_kernels=kernels.enabled() and (resources.device != "gpu" or _gpu_kernels_expected()),
     )
+
+
+def _gpu_kernels_expected() -> bool:
+    """Whether chunks on the planned GPUs take the numba-cuda kernels (else CuPy runs the array-API code).
+
+    Where this process sees a CUDA device, it checks for itself. Where it sees
+    none, the plan is for GPU workers elsewhere (made on a login node, before a
+    cluster starts): they are planned with the kernels, which ``daskbatch info
+    --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
+    """
+    from daskbatch.runtime.capacity import cuda_device_count
+    from daskbatch.stats import kernels
+
+    return kernels.gpu_available() or cuda_device_count() == 0
 
 
 def plan_statistics(

@@ -42,11 +42,38 @@ def has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if any(item.get_closest_marker("gpu") for item in items) and not has_cuda():
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    if not has_cuda():
         skip = pytest.mark.skip(reason="needs CuPy and a CUDA device")
-        for item in items:
-            if item.get_closest_marker("gpu"):
-                item.add_marker(skip)
+        for item in gpu_items:
+            item.add_marker(skip)
+        return
+    # CUDA is here: every gpu test starts from the check users run (`daskbatch info --gpu`)
+    # and fails, naming what is missing, when daskbatch's GPU kernels cannot run.
+    for item in gpu_items:
+        item.add_marker(pytest.mark.usefixtures("gpu_kernels_ready"))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The GPU check's verdict at the top of a run on a CUDA machine."""
+    if not has_cuda():
+        return None
+    from daskbatch.stats.kernels.preflight import check_gpu
+
+    check = check_gpu()
+    return f"{check.verdict()}; versions: {check.versions}"
+
+
+@pytest.fixture(scope="session")
+def gpu_kernels_ready() -> None:
+    """Fail (not skip) a gpu test when CUDA is present but daskbatch's GPU kernels cannot run."""
+    from daskbatch.stats.kernels.preflight import check_gpu
+
+    check = check_gpu()
+    if not check.ok:
+        pytest.fail(check.verdict(), pytrace=False)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -144,6 +144,96 @@ def test_sim_comoments_without_complete_rows() -> None:
     assert_comoments(got, reference(CoMoments(), x))
 
 
+def _crossing_shapes(d: int, block_rows: int, rows_range: range) -> list[int]:
+    """Row counts whose centring blocks split into more groups than the whole chunk does."""
+    from daskbatch.stats.kernels import _gpu
+
+    found = []
+    for rows in rows_range:
+        chunk_groups = _gpu.row_groups(rows, d)[1]
+        blocks = {min(block_rows, rows - s) for s in range(0, rows, block_rows)}
+        if max(_gpu.row_groups(kb, d)[1] for kb in blocks) > chunk_groups:
+            found.append(rows)
+    return found
+
+
+@sim
+def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group buffer holds a centring block's groups when a block has more than the chunk (issue 18, 1).
+
+    The buffer constants are scaled down so that the shapes stay small enough
+    for the simulator: a 16-row centring buffer over 3 features, 2 rows a
+    group at least, 8 groups aimed at.
+    """
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    d = 3
+    monkeypatch.setattr(_gpu, "MIN_GROUP_ROWS", 2)
+    monkeypatch.setattr(_gpu, "TARGET_THREADS", 8 * d)
+    monkeypatch.setattr(_gpu, "CENTRE_BUFFER_BYTES", 16 * 8 * d)
+    crossing = _crossing_shapes(d, 16, range(17, 120))
+    assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end
+    for rows in crossing[:3] + [crossing[-1]]:
+        x = chunk("float32", rows=rows, cols=d + 1, seed=rows)[:, 1:].copy()  # NaN/inf rows, 3 features
+        assert _gpu.centring_blocks(rows, d)[1] > _gpu.row_groups(rows, d)[1]
+        got = _gpu.comoments(cuda.to_device(x))
+        assert_comoments(got, reference(CoMoments(), x))
+
+
+@sim
+def test_sim_zero_feature_chunks_match_the_cpu() -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = np.zeros((20, 0), dtype=np.float32)
+    assert_moments(_gpu.moments(cuda.to_device(x)), reference(Moments(), x))
+    assert_comoments(_gpu.comoments(cuda.to_device(x)), reference(CoMoments(), x))
+    h = Histogram(5, (), ())
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins)
+    np.testing.assert_array_equal(got, reference(h, x).counts)
+
+
+def test_centring_blocks_cover_the_issue_shapes() -> None:
+    """At the real constants, the shapes of issue 18 finding 1 get a group buffer for their blocks' groups."""
+    from daskbatch.stats.kernels import _gpu
+
+    old_buffer = 256 * 2**20  # the centring buffer when the issue was written
+    for rows, d in [(250_000, 512), (1_000_000, 128), (8_193, 4_096)]:
+        chunk_groups = _gpu.row_groups(rows, d)[1]
+        block_rows, groups = _gpu.centring_blocks(rows, d, block_rows=old_buffer // (8 * d))
+        assert block_rows < rows
+        assert groups > chunk_groups, (rows, d)  # a buffer of chunk_groups rows was written past its end
+        for start in range(0, rows, block_rows):
+            assert _gpu.row_groups(min(block_rows, rows - start), d)[1] <= groups
+    block_rows = _gpu.CENTRE_BUFFER_BYTES // (8 * 512)  # today's buffer crosses too, at other shapes
+    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 4_099))
+    assert crossing
+    for rows in crossing[:5]:
+        assert _gpu.centring_blocks(rows, 512)[1] > _gpu.row_groups(rows, 512)[1]
+
+
+def test_launch_silences_only_the_low_occupancy_warning() -> None:
+    """numba-cuda warns on grids under 128 blocks; pytest (filterwarnings = error) would fail every small launch."""
+    import warnings
+
+    from daskbatch.stats.kernels import _gpu
+
+    categories = _gpu._occupancy_warnings()
+    assert categories, "numba's NumbaPerformanceWarning not found"
+    for category in categories:
+        _gpu.launch(lambda c=category: warnings.warn(
+            c("Grid size 40 will likely result in GPU under-utilization due to low occupancy."), stacklevel=1))
+        with pytest.raises(category, match="host array"):
+            _gpu.launch(lambda c=category: warnings.warn(c("a host array was copied"), stacklevel=1))
+    with pytest.raises(UserWarning):
+        _gpu.launch(lambda: warnings.warn("Grid size 40 will likely result in GPU under-utilization", stacklevel=1))
+    with pytest.warns(UserWarning, match="after"):  # the filters are back as they were
+        warnings.warn("after", stacklevel=1)
+
+
 @sim
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
 @pytest.mark.parametrize("shared_bytes", [None, 0])  # privatised counts / global atomics
@@ -272,3 +362,51 @@ def test_gpu_kernels_run_on_cupys_current_stream(big: tuple[np.ndarray, np.ndarr
     stream.synchronize()
     assert_moments(state, reference(Moments(), x))
     np.testing.assert_array_equal(mean.get(), host(state.mean))
+
+
+@gpu
+def test_gpu_comoments_past_the_centring_buffer_equal_cpu() -> None:
+    """250,000 x 512 float32: centring blocks of 65,536 rows split into more groups than the chunk (issue 18, 1)."""
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    rows, d, block_rows = 250_000, 512, 65_536  # the blocks of the 256 MiB buffer the issue found this with
+    assert _gpu.centring_blocks(rows, d, block_rows=block_rows)[1] > _gpu.row_groups(rows, d)[1]
+    x = chunk("float32", rows=rows, cols=d, seed=7)
+    ref = reference(CoMoments(), x)
+    assert_comoments(_gpu.comoments(cupy.asarray(x), block_rows=block_rows), ref, rtol=1e-11)
+    state = CoMoments().chunk(cupy.asarray(x))  # the default buffer: one block, one SYRK
+    assert _gpu.centring_blocks(rows, d)[0] == rows
+    assert_comoments((state.n, state.shift, state.mean, state.c), ref, rtol=1e-11)
+
+
+@gpu
+def test_gpu_fortran_ordered_and_featureless_blocks_equal_cpu(big: tuple[np.ndarray, np.ndarray]) -> None:
+    cupy = pytest.importorskip("cupy")
+    x = big[0]
+    f = cupy.asfortranarray(cupy.asarray(x))
+    assert_moments(Moments().chunk(f), reference(Moments(), x))
+    state = CoMoments().chunk(f)
+    assert_comoments((state.n, state.shift, state.mean, state.c), reference(CoMoments(), x))
+    empty = np.zeros((100, 0), dtype=np.float32)
+    assert_moments(Moments().chunk(cupy.asarray(empty)), reference(Moments(), empty))
+
+
+@gpu
+def test_gpu_histogram_ranges_go_to_the_device_once(big: tuple[np.ndarray, np.ndarray]) -> None:
+    """The ranges are copied once per content, not per chunk (a pageable copy waits); evictions keep counts right."""
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    d = cupy.asarray(x)
+    h = hist_for(x, bins=16)
+    first = h.chunk(d).counts.get()
+    kept = dict(_gpu._CONSTANTS)
+    np.testing.assert_array_equal(h.chunk(d).counts.get(), first)
+    assert _gpu._CONSTANTS.keys() == kept.keys()
+    for k in range(_gpu._CONSTANTS_KEPT + 3):
+        hk = Histogram(16, tuple(np.asarray(h.lo) - k), h.hi)
+        np.testing.assert_array_equal(hk.chunk(d).counts.get(), reference(hk, x).counts)
+    assert len(_gpu._CONSTANTS) == _gpu._CONSTANTS_KEPT
+    np.testing.assert_array_equal(h.chunk(d).counts.get(), first)

@@ -84,8 +84,17 @@ def test_split_rows_refuses_empty_parts() -> None:
 
 
 def test_part_rows_is_the_staging_bytes_of_input() -> None:
-    assert part_rows_for(5_000, 4, 64 * 2**20) == 3_355
-    assert part_rows_for(10**9, 8, 1) == 1  # never zero rows
+    assert part_rows_for(64, 4, 64 * 2**20) == 262_144
+    assert part_rows_for(1_000, 4, 64 * 2**20) == 16_777
+    assert part_rows_for(1, 8, 1) == 2  # never zero rows
+
+
+def test_wide_parts_grow_with_the_co_moments_state() -> None:
+    """At D = 5,000 a 64 MiB part (3,355 rows) paid the (D, D) state's work 8 times a 25,000-row block (issue 18, 5)."""
+    rows = part_rows_for(5_000, 4, 64 * 2**20)
+    assert rows * 5_000 * 4 == 2 * 8 * 5_000**2  # twice the float64 state: 20,000 rows
+    assert len(split_rows(25_000, rows)) == 2
+    assert part_rows_for(5_000, 8, 64 * 2**20) == 10_000  # float64 input: half the rows
 
 
 # --- the staged statistic (no GPU needed for these) --------------------------------------------

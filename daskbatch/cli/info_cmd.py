@@ -22,9 +22,16 @@ def _version(name: str) -> str | None:
 
 @main.command("info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def info_command(as_json: bool) -> None:
+@click.option("--gpu", "gpu_check", is_flag=True,
+              help="Check the GPU stack instead: compile and launch daskbatch's GPU kernels once and say whether "
+                   "CuPy chunks will use them (exit status 1 when not).")
+def info_command(as_json: bool, gpu_check: bool) -> None:
     """Versions, visible GPUs and the effective daskbatch settings (for bug reports and job logs)."""
     import dask.config
+
+    if gpu_check:
+        _gpu_check(as_json)
+        return
 
     from daskbatch.cli._gpu_stack import gpu_stack
     from daskbatch.runtime.capacity import cuda_device_count
@@ -50,3 +57,25 @@ def info_command(as_json: bool) -> None:
     click.echo("daskbatch config (dask.config 'daskbatch', DASK_DASKBATCH__* to override):")
     for key, value in facts["config"].items():
         click.echo(f"  {key}: {value}")
+
+
+def _gpu_check(as_json: bool) -> None:
+    """``daskbatch info --gpu``: the versions the GPU kernels depend on, then the verdict."""
+    from daskbatch.cli._gpu_stack import gpu_stack
+    from daskbatch.stats.kernels.preflight import check_gpu
+
+    check = check_gpu()
+    stack = gpu_stack()
+    versions = {**check.versions, "cupy": stack["cupy"], "rmm": stack["rmm"], "dask-cuda": stack["dask-cuda"],
+                "cuda_runtime": stack["cuda_runtime"]}
+    if versions["driver"] is None:
+        versions["driver"] = stack["cuda_driver"]
+    if as_json:
+        click.echo(json.dumps({"ok": check.ok, "simulated": check.simulated, "problem": check.problem,
+                               "verdict": check.verdict(), "versions": versions}, indent=2))
+    else:
+        for name, ver in versions.items():
+            click.echo(f"  {name:<14} {ver or '-'}")
+        click.echo(check.verdict())
+    if not check.ok:
+        raise SystemExit(1)

@@ -14,6 +14,9 @@ floating-point atomics are used anywhere: results are bitwise reproducible
 from run to run. Histogram counts are integers and use atomics (exact in any
 order).
 
+The kernels are compiled with ``cache=True``: a worker that starts again loads
+them from numba's cache beside this file instead of compiling them anew.
+
 Rounding: NVVM contracts ``a * b + c`` into one fused multiply-add unless told
 not to. Where the array-API reference rounds twice and the result must match
 bit for bit (the histogram's bin edges ``i * step + lo``), the products and
@@ -76,7 +79,7 @@ def _rows_of_group(g, rows_per_group, rows):  # noqa: ANN001, ANN202
 # --- moments ----------------------------------------------------------------------------------
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts.
 
@@ -133,7 +136,7 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     counts[C_POSINF, g, j] = n_pos
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     """Fold the groups of :func:`moments_partials` for feature j into ``out`` (11, D).
 
@@ -187,7 +190,7 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     out[NEGINF, j] = rows - n - n_nan - n_pos
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
     """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass).
 
@@ -229,7 +232,7 @@ def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
     part[3, g, j] = p4
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def moments_correct(part, out):  # noqa: ANN001, ANN201
     """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``.
 
@@ -268,7 +271,7 @@ def moments_correct(part, out):  # noqa: ANN001, ANN201
 # --- co-moments -------------------------------------------------------------------------------
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
     """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1).
 
@@ -292,7 +295,7 @@ def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
             bad[i] = 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def first_complete(bad, first):  # noqa: ANN001, ANN201
     """Set ``first[0]`` to the smallest complete row (``first[0]`` starts at R: none).
 
@@ -308,7 +311,7 @@ def first_complete(bad, first):  # noqa: ANN001, ANN201
         cuda.atomic.min(first, 0, i)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001, ANN201
     """Sum ``x - shift`` over the complete rows of each group (``shift`` = the first complete row).
 
@@ -345,7 +348,7 @@ def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001,
         n_rows[g] = n
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN201
     """Fold the groups of :func:`complete_sums` into the shift and the approximate mean.
 
@@ -356,7 +359,7 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
     first : device array
         The first complete row.
     part, n_rows : device array
-        The sums and row counts of :func:`complete_sums`.
+        The sums and row counts of :func:`complete_sums` (the first ``len(n_rows)`` rows of ``part``).
     n_out : device array
         ``n_out[0]``, written with the number of complete rows.
     centre : device array
@@ -364,7 +367,8 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
         ``centre[2]`` = 0 (the residual sums to come).
     """
     j = cuda.grid(1)
-    groups, d = part.shape
+    groups = n_rows.shape[0]  # ``part`` may have more rows: it also serves the centring blocks
+    d = part.shape[1]
     if j >= d:
         return
     n = 0
@@ -380,7 +384,7 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
         n_out[0] = n
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN001, ANN201
     """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group.
 
@@ -421,7 +425,7 @@ def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN
     part[g, j] = total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
     """Add ``sum of part[:groups, j]`` to ``centre[2, j]`` in group order (the residual sums of the deviations).
 
@@ -444,7 +448,7 @@ def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
     centre[2, j] += total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
     """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ`` and mirror it to the lower one.
 
@@ -472,7 +476,7 @@ def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
     c[j, i] = v
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def finish_mean(centre, n_out, mean):  # noqa: ANN001, ANN201
     """Set ``mean = approx_mean + residual mean``.
 
@@ -508,9 +512,9 @@ def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
         return 0
     if v > hi:
         return bins + 1
-    f = math.floor((v - lo) * scale)
     top = bins - 1
-    f = min(max(f, 0), top)
+    # On the device math.floor returns a float64: clip it as a float, then index with an integer.
+    f = numba.int64(min(max(math.floor((v - lo) * scale), 0.0), numba.float64(top)))
     if v < _add_rn(_mul_rn(numba.float64(f), step), lo):
         f -= 1
     if f < top and v >= _add_rn(_mul_rn(numba.float64(f + 1), step), lo):
@@ -518,7 +522,7 @@ def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
     return f + 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, tile, rows_per_block, counts):  # noqa: ANN001, ANN201
     """Count a tile of ``tile`` features over a block of rows, privatised in shared memory.
 
@@ -581,7 +585,7 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
             cuda.atomic.add(counts, base + k, numba.int64(c))
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts):  # noqa: ANN001, ANN201
     """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit).
 

@@ -11,11 +11,20 @@ copies) and how results are handed back (CuPy arrays stay on the device).
 
 Nothing here synchronises with the host: a chunk's state is complete when the
 stream reaches it, which is when CuPy next reads it.
+
+Launches go through :func:`launch`, which silences numba's low-occupancy
+``NumbaPerformanceWarning`` (grids under 128 blocks: the folds of narrow
+chunks, every launch on a few dozen features) and nothing else.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
+import threading
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +35,7 @@ __all__ = [
     "comoments",
     "histogram",
     "histogram_layout",
+    "launch",
     "moments",
     "row_groups",
 ]
@@ -38,8 +48,11 @@ MIN_GROUP_ROWS = 32
 MAX_GRID_Y = 65_535
 #: Threads per block along the features.
 FEATURE_THREADS = 128
-#: Bytes of the float64 centring buffer of the co-moments (row blocks of at most this size).
-CENTRE_BUFFER_BYTES = 256 * 2**20
+#: Most bytes of the float64 centring buffer of the co-moments (row blocks of at most this
+#: size, one SYRK each). 1 GiB holds a 25,000 x 5,000 block whole: one SYRK per block instead
+#: of four, each of which re-read the (D, D) result. The planner counts the buffer
+#: (:func:`comoments_buffer_bytes`), so a smaller card gets smaller chunks, not an overflow.
+CENTRE_BUFFER_BYTES = 2**30
 #: Shared memory a histogram block may use for its private counters (the default per-block limit).
 SHARED_BYTES = 48 * 2**10
 #: Threads of a histogram block, and the blocks a histogram launch aims at.
@@ -47,6 +60,42 @@ HIST_THREADS = 256
 HIST_TARGET_BLOCKS = 1024
 #: Fewest rows a histogram block counts (its flush of private counters must pay off).
 HIST_MIN_BLOCK_ROWS = 256
+
+
+@functools.cache
+def _occupancy_warnings() -> tuple[type[Warning], ...]:
+    """The NumbaPerformanceWarning classes of numba-cuda and of numba's built-in target, whichever import."""
+    found: list[type[Warning]] = []
+    for module in ("numba.cuda.core.errors", "numba.core.errors"):
+        try:
+            found.append(importlib.import_module(module).NumbaPerformanceWarning)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(dict.fromkeys(found))
+
+
+#: ``warnings.catch_warnings`` swaps the process-wide filter list: launches from several
+#: dask threads must not restore each other's copies.
+_LAUNCH_LOCK = threading.Lock()
+
+
+def launch(start: Callable[[], None]) -> None:
+    """Call ``start`` (a kernel launch) with numba's low-occupancy warning silenced.
+
+    Small grids are deliberate here (one thread per feature for the folds),
+    so the warning says nothing about this code; every other warning,
+    including other performance warnings, goes through.
+
+    Parameters
+    ----------
+    start : callable
+        Launches one kernel.
+    """
+    with _LAUNCH_LOCK, warnings.catch_warnings():
+        for category in _occupancy_warnings():
+            warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization",
+                                    category=category)
+        start()
 
 
 def group_features_bound(rows: int, n_features: int) -> int:
@@ -139,6 +188,41 @@ def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) ->
     return rows_per_group, math.ceil(rows / rows_per_group)
 
 
+def centring_blocks(
+    rows: int, n_features: int, rows_per_group: int | None = None, block_rows: int | None = None
+) -> tuple[int, int]:
+    """Choose the rows the co-moments centre at a time; give the most row groups one block splits into.
+
+    A block has fewer rows than the chunk but may be split into more groups
+    (smaller groups reach the thread target sooner), so the group buffer is
+    sized for the larger of the two counts.
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk (> 0).
+    n_features : int
+        Features of the chunk (> 0).
+    rows_per_group : int, optional
+        As given to :func:`comoments`.
+    block_rows : int, optional
+        As given to :func:`comoments`; by default as many as :data:`CENTRE_BUFFER_BYTES` holds.
+
+    Returns
+    -------
+    block_rows : int
+        Rows of each block but the last.
+    groups : int
+        The most groups of any block (the full ones and the last).
+    """
+    if block_rows is None:
+        block_rows = CENTRE_BUFFER_BYTES // (8 * n_features)
+    block_rows = max(1, min(rows, block_rows))
+    last = rows % block_rows or block_rows
+    groups = max(row_groups(kb, n_features, rows_per_group)[1] for kb in {block_rows, last})
+    return block_rows, groups
+
+
 def histogram_layout(
     rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES
 ) -> tuple[int, int, int] | None:
@@ -178,20 +262,35 @@ def histogram_layout(
     return tile, lanes, math.ceil(rows / row_blocks)
 
 
+#: Device copies of histogram ranges (:meth:`_Backend.constants`), the most recently used last.
+_CONSTANTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_CONSTANTS_LOCK = threading.Lock()
+_CONSTANTS_KEPT = 16
+
+
+@functools.lru_cache(maxsize=64)
+def _numba_stream(device: int, ptr: int) -> Any:
+    """numba's handle on the CUDA stream ``ptr`` of ``device``, built once per stream."""
+    from numba import cuda
+
+    # CuPy's null stream is the legacy default stream, which numba names apart.
+    return cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
+
+
 class _Backend:
     """CuPy arrays on CuPy's current stream."""
 
     def __init__(self) -> None:
         import cupy
+        import cupy.cublas  # a submodule: ``cupy.cublas`` is not there until imported
         from numba import cuda
 
         self.xp = cupy
         self.cuda = cuda
+        self.cublas = cupy.cublas
         # numba would otherwise wait on the stream CuPy names in __cuda_array_interface__
         # before every launch (a host synchronisation); we launch on that very stream.
-        ptr = cupy.cuda.get_current_stream().ptr
-        # CuPy's null stream is the legacy default stream, which numba names apart.
-        self.stream = cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
+        self.stream = _numba_stream(cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr)
 
     def zeros(self, shape: Any, dtype: Any) -> Any:
         return self.xp.zeros(shape, dtype=dtype)
@@ -206,10 +305,29 @@ class _Backend:
         return self.cuda.as_cuda_array(a, sync=False)
 
     def launch(self, kernel: Any, grid: Any, block: Any, *args: Any, shared: int = 0) -> None:
-        kernel[grid, block, self.stream, shared](*(self.arg(a) if hasattr(a, "__cuda_array_interface__") else a for a in args))
+        values = [self.arg(a) if hasattr(a, "__cuda_array_interface__") else a for a in args]
+        launch(lambda: kernel[grid, block, self.stream, shared](*values))
 
-    def asarray(self, a: np.ndarray) -> Any:
-        return self.xp.asarray(a)
+    def contiguous(self, x: Any) -> Any:
+        """``x`` in C order (an F-ordered block would make every load a strided one)."""
+        return x if x.flags.c_contiguous else self.xp.ascontiguousarray(x)
+
+    def constants(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        """Device copies of small host arrays, made once per device and content (a copy from pageable memory waits)."""
+        key = (self.xp.cuda.Device().id, *((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+        with _CONSTANTS_LOCK:
+            found = _CONSTANTS.pop(key, None)
+        if found is None:
+            found = tuple(self.xp.asarray(a) for a in arrays)
+        with _CONSTANTS_LOCK:
+            _CONSTANTS[key] = found  # most recently used last
+            evicted = [_CONSTANTS.pop(next(iter(_CONSTANTS))) for _ in range(len(_CONSTANTS) - _CONSTANTS_KEPT)]
+        if evicted:
+            # Kernels on other streams may still read them, and freed memory is reused at
+            # once: wait for the device before letting go (rare: a 17th distinct range).
+            self.xp.cuda.Device().synchronize()
+        del evicted
+        return found
 
     def result(self, a: Any) -> Any:
         return a
@@ -219,14 +337,9 @@ class _Backend:
         return self.xp.zeros((d, d), dtype=np.float64)
 
     def gram(self, dev: Any, c: Any) -> None:
-        """``c += devᵀ dev`` on the upper triangle at least (cuBLAS SYRK; GEMM when CuPy lacks it)."""
-        cublas = getattr(self.xp, "cublas", None)
-        syrk = getattr(cublas, "syrk", None)
-        if syrk is not None:
-            # C-ordered ``c`` so that CuPy passes ``dev`` (C order) to cuBLAS without a copy.
-            syrk("T", dev, out=c, alpha=1.0, beta=1.0, lower=False)
-        else:
-            c += self.xp.matmul(dev.T, dev)
+        """``c += devᵀ dev`` on the upper triangle at least (cuBLAS SYRK)."""
+        # C-ordered ``c`` so that CuPy passes ``dev`` (C order) to cuBLAS without a copy.
+        self.cublas.syrk("T", dev, out=c, alpha=1.0, beta=1.0, lower=False)
 
 
 class _SimBackend(_Backend):
@@ -250,8 +363,11 @@ class _SimBackend(_Backend):
     def arg(self, a: Any) -> Any:
         return a
 
-    def asarray(self, a: np.ndarray) -> Any:
-        return self.cuda.to_device(a)
+    def contiguous(self, x: Any) -> Any:
+        return x
+
+    def constants(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        return tuple(self.cuda.to_device(a) for a in arrays)
 
     def result(self, a: Any) -> Any:
         return a.copy_to_host()
@@ -316,8 +432,11 @@ def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
 
-    x = _readable(x)
+    x = be.contiguous(_readable(x))
     rows, d = x.shape
+    if d == 0:  # no feature: no launch (a grid of 0 blocks is an error), as on the CPU
+        out = be.result(be.zeros((11, 0), np.float64))
+        return tuple(out[i] for i in range(11))
     rpg, groups = row_groups(rows, d, rows_per_group)
     part = be.empty((4, groups, d), np.float64)
     counts = be.empty((3, groups, d), np.int64)
@@ -356,14 +475,20 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
 
-    x = _readable(x)
+    x = be.contiguous(_readable(x))
     rows, d = x.shape
+    if d == 0:  # every row is complete when there is no feature to miss
+        empty = be.result(be.zeros((0,), np.float64))
+        n = be.result(be.full((1,), float(rows), np.float64)).reshape(())
+        return n, empty, empty, be.result(be.zeros((0, 0), np.float64))
     rpg, groups = row_groups(rows, d, rows_per_group)
     grid, block = _first_pass_shape(d, groups)
     vgrid, vblock = _vector_shape(d)
+    block_rows, block_groups = centring_blocks(rows, d, rows_per_group, block_rows)
     bad = be.zeros((rows,), np.uint8)
     first = be.full((1,), rows, np.int64)
-    part = be.empty((groups, d), np.float64)
+    # Shared by the chunk's groups and by each centring block's, which may be more.
+    part = be.empty((max(groups, block_groups), d), np.float64)
     n_rows = be.empty((groups,), np.int64)
     n_out = be.empty((1,), np.float64)
     centre = be.empty((3, d), np.float64)
@@ -372,9 +497,6 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     be.launch(k.complete_sums, grid, block, x, rpg, bad, first, part, n_rows)
     be.launch(k.complete_mean, vgrid, vblock, x, first, part, n_rows, n_out, centre)
 
-    if block_rows is None:
-        block_rows = CENTRE_BUFFER_BYTES // (8 * d)
-    block_rows = max(1, min(rows, block_rows))
     dev = be.empty((block_rows, d), np.float64)
     c = be.gram_buffer(d)
     for start in range(0, rows, block_rows):
@@ -431,14 +553,17 @@ def histogram(
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
 
-    x = _readable(x)
+    x = be.contiguous(_readable(x))
     rows, d = x.shape
+    if d == 0 or rows == 0:  # nothing to count: no launch
+        return be.result(be.zeros((d, bins + 3, n_classes), np.int64))
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     # The float64 expressions of Histogram.edges / Histogram.slots, on the host.
     step = (hi - lo) / bins
     scale = bins / (hi - lo)
-    vectors = [be.asarray(v) for v in (lo, hi, step, scale)]
+    # The same ranges come with every chunk of a pass: copied to the device once, not per chunk.
+    vectors = be.constants((lo, hi, step, scale))
     by_label = labels is not None
     if labels is None:
         labels = be.zeros((1,), np.int64)
