@@ -147,6 +147,10 @@ def describe_command(
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    if previous is not None:
+        from daskbatch.incremental import check_not_merged
+
+        check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     classes = parse_classes(classes_)
