@@ -46,6 +46,7 @@ import numpy as np
 
 from daskbatch.io.outputs import (
     MARKER,
+    Form,
     OutputError,
     OutputTarget,
     check_outputs,
@@ -377,7 +378,7 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
         One line naming the job key and the path.
     """
     folder = job.outputs.dir
-    named = {
+    named: dict[str, tuple[str | None, str, Form]] = {
         "outputs.summary": (job.output_path("summary"), "summary", "zarr"),
         "outputs.selection": (job.output_path("selection") if _selection_needed(job) else None, "selection", "file"),
         "outputs.transform": (job.output_path("transform") if _transform_needed(job) else None, "transform", "zarr"),
