@@ -395,7 +395,10 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
     protected = {"the input store (input.store)": job.input.store}
     targets = check_outputs(named, overwrite=overwrite, protected=protected, make_parents=True)
     if job.checkpoint is not None:
+        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+
         check_separate(job.checkpoint, "checkpoint", {**protected, **{k: t.path for k, t in targets.items()}})
+        check_checkpoint_dir(job.checkpoint, "checkpoint")
     return targets
 
 

@@ -12,7 +12,7 @@ from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options
-from daskbatch.io.outputs import OutputTarget, check_output, write_json
+from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.report import format_report
 
 
@@ -236,4 +236,10 @@ def _check_outputs(
     if cov_out is not None:
         # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
         targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
+    if checkpoint is not None:
+        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+
+        check_separate(checkpoint, "--checkpoint", {"the input store": store, **{
+            f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
+        check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets

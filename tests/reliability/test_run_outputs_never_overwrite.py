@@ -85,6 +85,25 @@ def test_nothing_is_written_into_the_input(
     assert not (store / "report.json").exists()
 
 
+@pytest.mark.parametrize("how", ["run", "describe"])
+def test_a_checkpoint_never_goes_into_a_folder_of_other_files(
+    tmp_path: pathlib.Path, store: pathlib.Path, snapshot: Snapshot, how: str
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "pass-notes").mkdir()  # what --force would delete as a pass folder
+    (folder / "pass-notes" / "a.txt").write_text("keep\n")
+    job = job_file(tmp_path, store, {}, checkpoint=str(folder))
+    before = snapshot(tmp_path)
+    if how == "run":
+        refused(job, "checkpoint", "no daskbatch checkpoint")
+    else:
+        result = CliRunner().invoke(main, ["describe", str(store), "--cluster", "threads", "--no-progress",
+                                           "--checkpoint", str(folder), "--force"])
+        assert result.exit_code == 2 and "no daskbatch checkpoint" in result.stderr, result.output
+    assert snapshot(tmp_path) == before
+
+
 def test_own_outputs_are_replaced_and_overwrite_replaces_the_rest(
     tmp_path: pathlib.Path, store: pathlib.Path
 ) -> None:
