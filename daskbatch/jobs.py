@@ -384,14 +384,6 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
         "outputs.transform": (job.output_path("transform") if _transform_needed(job) else None, "transform", "zarr"),
         "outputs.report": (job.output_path("report"), "job_report", "file"),
     }
-    local_dir = "://" not in folder and not os.path.isdir(folder)
-    for key, (path, _, _) in named.items():
-        # Only outputs.dir is created: any other missing folder is an error now, not after the compute.
-        if path is not None and local_dir and "://" not in path:
-            parent = os.path.dirname(os.path.abspath(path))
-            inside = os.path.commonpath([parent, os.path.abspath(folder)]) == os.path.abspath(folder)
-            if not os.path.isdir(parent) and not inside:
-                raise OutputError(f"{key} {path}: directory {parent} does not exist; create it or choose another path")
     protected = {"the input store (input.store)": job.input.store}
     targets = check_outputs(named, overwrite=overwrite, protected=protected, make_parents=True)
     if job.checkpoint is not None:
@@ -399,6 +391,13 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
 
         check_separate(job.checkpoint, "checkpoint", {**protected, **{k: t.path for k, t in targets.items()}})
         check_checkpoint_dir(job.checkpoint, "checkpoint")
+    folder_abs = os.path.abspath(folder) if "://" not in folder else None
+    for key, (path, _, _) in named.items():
+        # Only outputs.dir is created: any other missing folder is an error now, not after the compute.
+        if path is not None and "://" not in path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent) and parent != folder_abs:
+                raise OutputError(f"{key} {path}: directory {parent} does not exist; create it or choose another path")
     return targets
 
 

@@ -63,6 +63,13 @@ def test_two_outputs_on_one_path_are_refused(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_missing_folder_other_than_outputs_dir_is_refused_before_compute(
+    tmp_path: pathlib.Path, store: pathlib.Path
+) -> None:
+    refused(job_file(tmp_path, store, {"report": str(tmp_path / "nowhere" / "r.json")}), "does not exist")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "nowhere").exists()
+
+
 def test_an_output_inside_another_is_refused(tmp_path: pathlib.Path, store: pathlib.Path) -> None:
     refused(job_file(tmp_path, store, {"summary": "s.zarr", "report": "s.zarr/report.json"}), "is inside")
     assert not (tmp_path / "out").exists()
