@@ -409,7 +409,7 @@ class RowStore:
         import zarr
         from zarr.codecs import Crc32cCodec, ZstdCodec
 
-        # First the marker that says "ours, being created", then the data; the marker goes last.
+        # First the marker that says "ours, being created", then the data; the marker is removed last.
         os.mkdir(out)
         with open(os.path.join(out, CREATING_FILE), "w") as f:
             f.write(f"{kind}\n")
