@@ -273,6 +273,7 @@ def describe(
         },
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
+        input_tokens=[_input_token(data)],  # merge and update refuse to count these rows twice
     )
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
@@ -485,6 +486,13 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     # The matrices stay in the store; the summary keeps the row count and the path.
     result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
     return result, {"path": out, "tile": tile}
+
+
+def _input_token(data: FeatureMatrix) -> str:
+    """The content token of the input (:func:`daskbatch.incremental.input_token`)."""
+    from daskbatch.incremental import input_token
+
+    return input_token(data)
 
 
 def _protected(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, Any]:

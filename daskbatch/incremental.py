@@ -18,6 +18,12 @@ new rows outside them are counted as underflow and overflow, and flagged as
 ``describe`` flags them). Summaries whose labels have different class values
 are merged on the union of the values (each table column moves to its value's
 place, which is exact).
+
+Every summary records the content tokens of the inputs it holds
+(``provenance["input_tokens"]``, :func:`input_token`: for a Zarr store a hash of
+its array's file names, sizes and modification times, as checkpoints use), and
+a merge that would count an input twice is refused: updating a summary with
+the same store again is an error, not a second copy of its rows.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.registry import Kept, statistic_params
 from daskbatch.summary import Summary
 
-__all__ = ["describe_settings", "labelled_statistics", "merge", "update"]
+__all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
 
 #: describe options that would change the statistics: update takes them from the summary.
 FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
@@ -84,6 +90,12 @@ def merge(first: Summary, second: Summary) -> Summary:
     assert first.states is not None and second.states is not None
     _check_same_features(first, second)
     _check_same_settings(first, second)
+    again = sorted(set(_tokens(first)) & set(_tokens(second)))
+    if again:
+        raise ValueError(
+            f"the second summary's input is already in the first ({again[0]}): merging it again would count "
+            "its rows twice"
+        )
     a, b = _on_common_classes(first.states, second.states)
     merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
     return _summary(first, second, merged)
@@ -126,6 +138,60 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         del settings["feature_names"]  # the store's own names, checked against the summary's by merge
     settings.update(options)
     return merge(summary, describe(new_rows, label, **settings))
+
+
+def input_token(data: Any) -> str:
+    """Identify the rows of an input by content: what a summary records to refuse counting them twice.
+
+    Parameters
+    ----------
+    data : Dataset or FeatureMatrix
+        An opened store (the token hashes its ``x`` array's file names, sizes
+        and modification times, one listing, no chunk read) or in-memory data
+        (its dask name, a hash of NumPy values).
+
+    Returns
+    -------
+    str
+        The token.
+    """
+    source = getattr(data, "source", None) or data
+    zx = getattr(source, "zarr_x", None)
+    if zx is not None:
+        from daskbatch.engine.checkpoint.fingerprint import content_token
+
+        return f"store x {content_token(zx)}"
+    return f"in-memory {getattr(data, 'x', data).name}"
+
+
+def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
+    """Refuse, before any compute, new rows that ``summary`` already holds.
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary to update.
+    data : Dataset or FeatureMatrix
+        The new rows.
+    where : str, default "the new rows"
+        How the message calls them (the store's path).
+
+    Raises
+    ------
+    ValueError
+        One line: updating again would count the rows twice.
+    """
+    token = input_token(data)
+    if token in _tokens(summary):
+        raise ValueError(
+            f"{where} are already in the summary ({token}): updating it again would count those rows twice; "
+            "nothing was changed"
+        )
+
+
+def _tokens(summary: Summary) -> list[str]:
+    """The content tokens of the inputs ``summary`` holds (none for summaries made before they were recorded)."""
+    return [str(t) for t in summary.provenance.get("input_tokens") or ()]
 
 
 def describe_settings(summary: Summary) -> dict[str, Any]:
@@ -317,6 +383,7 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
         source=f"merge of {len(sources)} summaries",
         rows=sum(int(s.get("rows") or 0) for s in sources),
         sources=sources,
+        input_tokens=_tokens(first) + _tokens(second),
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=__version__,
     )

@@ -19,6 +19,14 @@ The job file's schema (every key, its default and its meaning) is in
    missing chunks, per-phase timings, peak memory and the outputs. A job that
    fails still writes its report, with ``status`` and ``error``.
 
+Before any of that, the job file's ``dask:`` mapping passes the same allowlist
+as ``describe --config`` (:func:`daskbatch.runtime.dask_settings.check_dask_settings`),
+and every output (summary, selection, transform, report, checkpoint) is checked
+together by :func:`daskbatch.io.outputs.check_outputs`: none may be, lie
+inside or hold the input or another output, and none may replace a path that
+is not an earlier daskbatch output of its kind unless ``overwrite``. A job
+refused there writes nothing, not even its report.
+
 Progress goes to the ``daskbatch.jobs`` logger at INFO: the plan, one line per
 phase with its time and the peak memory so far, and one final summary line.
 """
@@ -37,6 +45,16 @@ from typing import Any
 import numpy as np
 
 from daskbatch import steps
+from daskbatch.io.outputs import (
+    MARKER,
+    Form,
+    OutputError,
+    OutputTarget,
+    check_outputs,
+    check_separate,
+    output_kind,
+    write_output,
+)
 from daskbatch.job_report import (
     MISSING_KEYS,
     JobReport,
@@ -49,6 +67,7 @@ from daskbatch.job_report import (
     write_json_atomic,
 )
 from daskbatch.jobspec import JobConfigError, JobSpec, load_job
+from daskbatch.runtime.dask_settings import check_dask_settings
 
 __all__ = ["JobReport", "run_job"]
 
@@ -271,7 +290,9 @@ def _range(job: JobSpec) -> Any:
 # ------------------------------------------------------------------ the job
 
 
-def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
+def run_job(
+    source: str | os.PathLike[str] | Mapping[str, Any], *, allow_dask_config: bool = False, overwrite: bool = False,
+) -> JobReport:
     """Run the batch job of a YAML file (or mapping): describe, select, transform, report.
 
     Parameters
@@ -280,6 +301,13 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
         The job file (schema: :mod:`daskbatch.jobspec`, ``daskbatch run --help``),
         or its content. Keys it leaves out come from ``daskbatch.job.*`` in
         dask.config, then from the schema's defaults.
+    allow_dask_config : bool, default False
+        Accept any setting in the job's ``dask:`` mapping; without it only
+        settings that tune sizes, memory thresholds and timeouts are accepted
+        (no preload, plugins or logging), as for ``describe --config``.
+    overwrite : bool, default False
+        Let outputs replace paths that are not earlier daskbatch outputs of
+        their kind (never the input, and never a path that is or holds another output).
 
     Returns
     -------
@@ -291,6 +319,11 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
     ------
     JobConfigError
         The job file names an unknown key or a value of the wrong type.
+    daskbatch.runtime.dask_settings.UnsafeDaskSetting
+        The ``dask:`` mapping sets something that may run code (without ``allow_dask_config``).
+    daskbatch.io.outputs.OutputError
+        An output overlaps the input or another output, or would replace
+        something daskbatch did not write; nothing is written.
     PlanError
         The work cannot fit the memory budget (before any compute).
     Interrupted
@@ -300,12 +333,14 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
     """
     t0 = time.perf_counter()
     job, where = load_job(source)
+    check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
+    targets = check_job_outputs(job, overwrite=overwrite)  # all of them before anything is written
     report = JobReport(job=job, source=where, started=now())
     import dask
 
     try:
         with dask.config.set(flatten(job.dask or {})):
-            _run(job, report)
+            _run(job, report, overwrite)
     except BaseException as exc:
         from daskbatch.errors import Cancelled, Interrupted, PlanError
 
@@ -318,30 +353,75 @@ def run_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> JobReport:
         else:
             report.status = "failed"
         report.error = f"{type(exc).__name__}: {exc}"
-        _finish(job, report, t0)
+        _finish(report, t0, targets.get("outputs.report"))
         raise
-    _finish(job, report, t0)
+    _finish(report, t0, targets.get("outputs.report"))
     return report
 
 
-def _finish(job: JobSpec, report: JobReport, t0: float) -> None:
+def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, OutputTarget]:
+    """Check every path the job would write, together, before anything is written.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+    overwrite : bool, default False
+        Let outputs replace paths that are not earlier daskbatch outputs of their kind.
+
+    Returns
+    -------
+    dict of str to OutputTarget
+        By job key (``"outputs.summary"``, ``"outputs.report"``, ...), the outputs the job writes.
+
+    Raises
+    ------
+    daskbatch.io.outputs.OutputError
+        One line naming the job key and the path.
+    """
+    folder = job.outputs.dir
+    named: dict[str, tuple[str | None, str, Form]] = {
+        "outputs.summary": (job.output_path("summary"), "summary", "zarr"),
+        "outputs.selection": (job.output_path("selection") if _selection_needed(job) else None, "selection", "file"),
+        "outputs.transform": (job.output_path("transform") if _transform_needed(job) else None, "transform", "zarr"),
+        "outputs.report": (job.output_path("report"), "job_report", "file"),
+    }
+    protected = {"the input store (input.store)": job.input.store}
+    targets = check_outputs(named, overwrite=overwrite, protected=protected, make_parents=True)
+    if job.checkpoint is not None:
+        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+
+        check_separate(job.checkpoint, "checkpoint", {**protected, **{k: t.path for k, t in targets.items()}})
+        check_checkpoint_dir(job.checkpoint, "checkpoint")
+    folder_abs = os.path.abspath(folder) if "://" not in folder else None
+    for key, (path, _, _) in named.items():
+        # Only outputs.dir is created: any other missing folder is an error now, not after the compute.
+        if path is not None and "://" not in path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent) and parent != folder_abs:
+                raise OutputError(f"{key} {path}: directory {parent} does not exist; create it or choose another path")
+    return targets
+
+
+def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
     report.timings["total"] = round(time.perf_counter() - t0, 3)
     report.finished = now()
     if not report.peak_memory:
         report.peak_memory = peak_memory(None)
-    path = job.output_path("report")
-    if path is not None:
-        report.outputs["report"] = path
+    if target is not None:
+        report.outputs["report"] = target.path
+        # The marker first: a re-run recognises the report as one it may replace.
+        payload = {MARKER: "job_report", **json_safe(report.to_dict())}
         try:
-            write_json_atomic(path, json_safe(report.to_dict()))
+            write_output(target, lambda tmp: write_json_atomic(tmp, payload))
         except OSError as exc:
             if report.status == "ok":
                 raise
-            log.error("could not write the report %s: %s", path, exc)
+            log.error("could not write the report %s: %s", target.path, exc)
     (log.info if report.status == "ok" else log.error)("%s", report.summary_line())
 
 
-def _run(job: JobSpec, report: JobReport) -> None:
+def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
     from daskbatch.describe import describe, plan_describe
     from daskbatch.errors import PlanError
     from daskbatch.io.dataset import open_dataset
@@ -406,7 +486,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
             with phase(report, "write summary"):
                 saved = _saved_twin(path, summary)
                 if saved is None:
-                    summary.save(path)
+                    summary.save(path, overwrite=overwrite)
                 else:
                     # A re-run (after an interruption, say) found the same statistics: keep the saved
                     # summary, whose provenance the transform store's steps recorded, so it resumes.
@@ -428,7 +508,7 @@ def _run(job: JobSpec, report: JobReport) -> None:
                      s.score, s.mode, selection.param, report.timings["select"], shown)
             path = job.output_path("selection")
             if path is not None:
-                selection.save(path)
+                selection.save(path, overwrite=overwrite)
                 report.outputs["selection"] = path
 
         if _transform_needed(job):
@@ -438,8 +518,10 @@ def _run(job: JobSpec, report: JobReport) -> None:
             assert out is not None
             with phase(report, "transform"):
                 built = _build_steps(job, summary, selection)
+                # --overwrite replaces another kind of output; a transform store of its own is resumed.
+                restart = job.transform.overwrite or (overwrite and output_kind(out) not in (None, "transform"))
                 done = transform(
-                    dataset, built, out, overwrite=job.transform.overwrite,
+                    dataset, built, out, overwrite=restart,
                     chunk_rows=job.transform.chunk_rows or plan.chunk_rows, dtype=job.transform.dtype,
                     device=device,  # type: ignore[arg-type]
                 )

@@ -16,9 +16,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch.io.outputs import SELECTION_HEADER
+
 __all__ = ["Selection", "load_selection"]
 
-_HEADER = "# daskbatch-selection "
+_HEADER = SELECTION_HEADER
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,10 +102,15 @@ class Selection:
             "min_variance": self.min_variance, "max_corr": self.max_corr,
         }
 
-    def save(self, path: str | os.PathLike[str], *, format: Literal["csv", "json"] | None = None) -> str:  # noqa: A002
+    def save(
+        self, path: str | os.PathLike[str], *, format: Literal["csv", "json"] | None = None,  # noqa: A002
+        overwrite: bool = False,
+    ) -> str:
         """Write to ``path`` as CSV (a ``#`` header line with the settings, then the table) or JSON.
 
-        Read back with :func:`load_selection`.
+        Read back with :func:`load_selection`. The file is written beside
+        ``path`` and renamed into place; an earlier selection there is replaced,
+        anything else only with ``overwrite``.
 
         Parameters
         ----------
@@ -111,16 +118,22 @@ class Selection:
             The file.
         format : {"csv", "json"}, optional
             Default: from the file's suffix (``.json``, else CSV).
+        overwrite : bool, default False
+            Also replace a file that is not a saved selection.
 
         Returns
         -------
         str
             The path written.
         """
-        target = os.fspath(path)
-        kind = format or ("json" if target.lower().endswith(".json") else "csv")
+        from daskbatch.io.outputs import MARKER, check_output, write_output
+
+        where = os.fspath(path)
+        kind = format or ("json" if where.lower().endswith(".json") else "csv")
         if kind == "json":
-            out = dict(self._meta(), feature_names=list(self.feature_names), score_values=_json_floats(self.score),
+            # The marker first: check_output recognises the file as a selection it may replace.
+            out = dict({MARKER: "selection"}, **self._meta(), feature_names=list(self.feature_names),
+                       score_values=_json_floats(self.score),
                        pvalue=None if self.pvalue is None else _json_floats(self.pvalue),
                        rank=self.rank.tolist(), selected=self.selected.tolist(), reason=list(self.reason))
             text = json.dumps(out, indent=1)
@@ -129,9 +142,20 @@ class Selection:
             text = _HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
         else:
             raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
-        return target
+        target = check_output(where, kind="selection", form="file", overwrite=overwrite)
+
+        def write(tmp: str) -> None:
+            """Write the text to ``tmp``.
+
+            Parameters
+            ----------
+            tmp : str
+                The temporary path.
+            """
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        return write_output(target, write)
 
     def __repr__(self) -> str:
         n = int(self.selected.sum())

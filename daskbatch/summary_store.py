@@ -37,7 +37,7 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
         Before anything is written, with a message naming the path.
     """
     from daskbatch.io.outputs import MARKER, check_output, write_output
-    from daskbatch.io.summary_states import write_states
+    from daskbatch.io.summary_states import results_digest, write_states
 
     tiled = summary.provenance.get("tiled_cov") or {}
     protected = {
@@ -50,6 +50,7 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
     ds = summary.to_xarray()
     ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
+    results = results_digest(ds)
 
     def write(tmp: str) -> None:
         """Write the dataset (and the states) to the temporary path ``tmp``.
@@ -61,7 +62,7 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
         """
         ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
         if summary.states is not None:
-            write_states(tmp, summary.states)
+            write_states(tmp, summary.states, results)
 
     return write_output(target, write)
 
@@ -86,13 +87,16 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
     """
     import xarray as xr
 
-    from daskbatch.io.summary_states import read_states
+    from daskbatch.io.outputs import recover
+    from daskbatch.io.summary_states import read_states, results_digest
 
     where = os.fspath(path)
+    recover(where)  # a replacement killed between its renames left the summary aside: put it back
     _check_is_summary(where)
     with xr.open_zarr(where, consolidated=False) as ds:
-        summary = Summary.from_xarray(ds.load())
-    return dataclasses.replace(summary, states=read_states(where))
+        loaded = ds.load()
+    summary = Summary.from_xarray(loaded)
+    return dataclasses.replace(summary, states=read_states(where, results_digest(loaded)))
 
 
 def _check_is_summary(where: str) -> None:

@@ -2,7 +2,7 @@
 
 Every option value in the file is checked against its option's type before
 the command runs, and the ``dask:`` mapping is limited to the settings in
-:mod:`daskbatch.cli._dask_settings` unless ``--allow-dask-config`` is given;
+:mod:`daskbatch.runtime.dask_settings` unless ``--allow-dask-config`` is given;
 both fail with one line naming the key.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, NoReturn
 import click
 import yaml
 
-from daskbatch.cli._dask_settings import flatten, refused_setting
 from daskbatch.cli._group import EXIT_BAD_INPUT
+from daskbatch.runtime.dask_settings import UnsafeDaskSetting, check_dask_settings
 
 #: ctx.meta keys: the file's ``dask:`` mapping, applied once --allow-dask-config is known.
 _PENDING = "daskbatch.config.dask"
@@ -109,15 +109,10 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
     if not settings:
         return
     source = ctx.meta.get(_SOURCE, "--config")
-    if not allow:
-        for key, val in flatten(settings):
-            why = refused_setting(key, val)
-            if why is not None:
-                _fail(
-                    ctx,
-                    f"{source}: dask setting {key} {why}; pass --allow-dask-config if you trust this file "
-                    "(or set it in dask's own config)",
-                )
+    try:
+        check_dask_settings(settings, source, allow=allow)
+    except UnsafeDaskSetting as exc:
+        _fail(ctx, str(exc))
     import dask.config
 
     dask.config.update(dask.config.config, settings)

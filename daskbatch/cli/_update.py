@@ -4,10 +4,16 @@ The new rows must be counted exactly as the saved summary's were (the same
 statistics, bins, histogram ranges, ddof, ...) for the merge to be exact, so
 those settings come from STATS, and giving one of them on the command line (or
 in a ``--config`` file) is an error rather than silently ignored.
+
+An update holds the run lock of STATS (``.STATS.daskbatch-lock`` beside it)
+from reading it to writing it back: a second update of the same summary fails
+at once instead of losing the first one's rows. New rows that STATS already
+holds (the same store, by content token) are refused before any compute.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -46,9 +52,12 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
         An option that STATS decides was given.
     ValueError
         STATS is not a summary, holds no states, or is the input store.
+    LockHeldError
+        Another run is updating STATS.
     """
     from daskbatch.incremental import describe_settings, labelled_statistics
     from daskbatch.io.outputs import check_separate
+    from daskbatch.runtime.runlock import RunLock, output_lock_path
     from daskbatch.summary import load_summary
 
     given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
@@ -58,6 +67,11 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
             f"the settings of {stats_path}"
         )
     check_separate(stats_path, "--update", {"the input store": store})
+    if os.path.exists(os.path.dirname(os.path.abspath(stats_path))):
+        # Held from this read to the write of the merged summary (released when the command ends).
+        lock = RunLock(output_lock_path(stats_path), f"summary {stats_path}")
+        lock.acquire()
+        ctx.call_on_close(lock.release)
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
     labelled = labelled_statistics(previous)

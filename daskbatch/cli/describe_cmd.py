@@ -12,7 +12,7 @@ from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options
-from daskbatch.io.outputs import OutputTarget, check_output, write_json
+from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.report import format_report
 
 
@@ -161,6 +161,10 @@ def describe_command(
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    if previous is not None:
+        from daskbatch.incremental import check_not_merged
+
+        check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     classes = parse_classes(classes_)
@@ -246,4 +250,10 @@ def _check_outputs(
     if cov_out is not None:
         # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
         targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
+    if checkpoint is not None:
+        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+
+        check_separate(checkpoint, "--checkpoint", {"the input store": store, **{
+            f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
+        check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets

@@ -47,15 +47,29 @@ def fallback_logging() -> Iterator[None]:
 
 @main.command("run", epilog=_EPILOG)
 @click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option(
+    "--allow-dask-config",
+    is_flag=True,
+    help="Accept any setting in the job file's 'dask:' mapping. Without it only settings that "
+    "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, "
+    "and no two outputs may overlap).",
+)
 @user_errors
-def run_command(job_file: str) -> None:
+def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None:
     """Run the batch job described by the YAML file JOB.
 
     Describes the input store within the memory budget, selects features from
     the summary, writes the rows through the transform steps into a new store,
     and writes a JSON report (versions, plan, counts, missing chunks, timings,
     peak memory, outputs). The log (stderr) shows the plan, each phase's time
-    and the peak memory, and ends with one summary line.
+    and the peak memory, and ends with one summary line. Every output is
+    checked before any compute: a job whose outputs overlap the input or each
+    other, or would replace a path daskbatch did not write, writes nothing.
     """
     from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
     from daskbatch.errors import Interrupted
@@ -65,7 +79,7 @@ def run_command(job_file: str) -> None:
         try:
             # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
             with sigterm_as_interrupt():
-                run_job(job_file)
+                run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
         except (Interrupted, KeyboardInterrupt) as exc:
             click.echo(f"interrupted: {exc or 'keyboard interrupt'}; run the same command again to resume "
                        "(the checkpoint and the transform store keep what finished)", err=True)

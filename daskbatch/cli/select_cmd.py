@@ -21,10 +21,12 @@ from daskbatch.cli._group import main, user_errors
 @click.option("--min-variance", type=click.FloatRange(min=0), default=None, help="First drop features whose (ddof=0) variance is not above this.")
 @click.option("--max-corr", type=click.FloatRange(0, 1), default=None, help="Then, of each pair with |corr| above this, keep the more relevant.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the selection (.csv, or .json).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file that is not a saved selection.")
 @user_errors
 def select_command(
     stats_store: str, score: str, k: str | None, percentile: float | None, fpr: float | None,
     fdr: float | None, fwe: float | None, min_variance: float | None, max_corr: float | None, out: str | None,
+    overwrite: bool,
 ) -> None:
     """Select features from the summary in STATS (written by ``describe --out``), reading no data.
 
@@ -43,6 +45,11 @@ def select_command(
             param = int(param)
         except ValueError:
             raise click.BadParameter(f"expected an integer or 'all', got {param!r}", param_hint="--k") from None
+    if out is not None:  # before reading anything
+        from daskbatch.io.outputs import check_output
+
+        check_output(out, kind="selection", form="file", what="--out", overwrite=overwrite,
+                     protected={"the summary STATS": stats_store})
     summary = db.load_summary(stats_store)
     selection = db.select(
         summary, score=score, mode=mode, param=param, min_variance=min_variance, max_corr=max_corr,  # type: ignore[arg-type]
@@ -54,5 +61,5 @@ def select_command(
     if len(table) > 30:
         click.echo(f"... {len(table) - 30} more features")
     if out is not None:
-        selection.save(out)
+        selection.save(out, overwrite=overwrite)
         click.echo(f"selection written to {out}")

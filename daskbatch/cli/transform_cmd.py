@@ -60,7 +60,11 @@ def transform_command(
     """
     import daskbatch as db
     from daskbatch.errors import Interrupted
+    from daskbatch.io.outputs import check_separate
 
+    # The files the steps read are inputs too: never written over, even with --overwrite.
+    check_separate(out, "--out", {"the --select selection": selection, "the --standardize summary": standardize,
+                                  "the --pca summary": _pca_spec(pca_)[0] if pca_ is not None else None})
     steps: list[object] = []
     if selection is not None:
         steps.append(db.steps.select(db.load_selection(selection)))

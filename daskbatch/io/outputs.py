@@ -11,6 +11,12 @@ tiled covariance store) goes through this module, which
 * writes into a hidden temporary sibling (``.NAME.tmp-<pid>-<hex>``) and renames
   it into place, so that an interrupted or failed write never leaves half an
   output, and an old output is removed only once the new one is complete.
+  Replacing a directory takes two renames (old aside to ``.NAME.old-<pid>-<hex>``,
+  new into place): a run killed between them leaves the old output aside, and
+  :func:`recover` (called by every check and by ``load_summary``) puts it back;
+
+:func:`check_outputs` checks all the outputs of one run together, so that no
+two of them overlap and a refused run writes nothing.
 
 Remote URLs (``s3://...``) cannot be renamed atomically: they are checked the
 same way, and an output of ours there is replaced in place.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -31,14 +38,19 @@ from typing import Any, Literal
 
 from daskbatch.errors import DataError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "MARKER",
     "OutputError",
     "OutputExistsError",
     "OutputTarget",
+    "SELECTION_HEADER",
     "check_output",
+    "check_outputs",
     "check_separate",
     "output_kind",
+    "recover",
     "write_json",
     "write_output",
 ]
@@ -46,8 +58,14 @@ __all__ = [
 #: Root attribute (Zarr) or first key (JSON) naming what kind of daskbatch output a path holds.
 MARKER = "daskbatch_output"
 
+#: First line of a selection saved as CSV: what marks the file as daskbatch's.
+SELECTION_HEADER = "# daskbatch-selection "
+
 #: What each kind is called in messages.
-_NOUNS = {"summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance", "drift": "daskbatch drift report"}
+_NOUNS = {
+    "summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance", "selection": "daskbatch selection",
+    "job_report": "daskbatch job report", "transform": "daskbatch transform output", "drift": "daskbatch drift report",
+}
 
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
@@ -187,6 +205,8 @@ def _json_kind(path: str) -> str | None:
             head = f.read(256).decode("utf-8", errors="replace")
     except OSError:
         return None
+    if head.startswith(SELECTION_HEADER):
+        return "selection"
     found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head)
     return found.group(1) if found else None
 
@@ -208,6 +228,7 @@ def check_output(
     what: str = "path",
     overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    make_parents: bool = False,
 ) -> OutputTarget:
     """Check that ``path`` can take a new output of ``kind``, before anything is computed.
 
@@ -225,6 +246,9 @@ def check_output(
         Also replace something that is not a daskbatch output of this kind.
     protected : mapping of description to path, optional
         Paths never to write into, over, or as a parent of (the input store).
+    make_parents : bool, default False
+        The caller creates missing parent directories: check that the nearest
+        existing one is writable instead of refusing.
 
     Returns
     -------
@@ -243,7 +267,10 @@ def check_output(
     check_separate(where, what, guarded)
     target = OutputTarget(path=where, kind=kind, form=form, what=what, overwrite=overwrite, protected=guarded)
     if not target.is_url:
+        recover(where)
         parent = os.path.dirname(os.path.abspath(where))
+        while make_parents and not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
             raise OutputError(f"{what} {where}: directory {parent} does not exist; create it or choose another path")
         if not _can_create_in(parent):
@@ -268,6 +295,84 @@ def _can_create_in(directory: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def check_outputs(
+    outputs: Mapping[str, tuple[str | None, str, Form]],
+    *,
+    overwrite: bool | Mapping[str, bool] = False,
+    protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    make_parents: bool = False,
+) -> dict[str, OutputTarget]:
+    """Check all the outputs of one run before any of them is written: each as :func:`check_output`, none overlapping another.
+
+    Parameters
+    ----------
+    outputs : mapping of str to (path, kind, form)
+        By the name messages call them (``"outputs.summary"``); None paths are skipped.
+    overwrite : bool or mapping of str to bool, default False
+        Replace what is not an earlier output of the same kind (per output, by name).
+    protected : mapping of description to path, optional
+        Paths none of them may be, lie inside or hold (the input store).
+    make_parents : bool, default False
+        The caller creates missing parent directories.
+
+    Returns
+    -------
+    dict of str to OutputTarget
+        The checked outputs, by name.
+
+    Raises
+    ------
+    OutputError
+        The first problem, in one line naming the output.
+    """
+    guarded: dict[str, str | os.PathLike[str] | None] = dict(protected or {})
+    targets: dict[str, OutputTarget] = {}
+    for name, (path, kind, form) in outputs.items():
+        if path is None:
+            continue
+        replace = overwrite.get(name, False) if isinstance(overwrite, Mapping) else overwrite
+        targets[name] = check_output(path, kind=kind, form=form, what=name, overwrite=replace, protected=guarded,
+                                     make_parents=make_parents)
+        guarded[name] = path
+    return targets
+
+
+def recover(path: str | os.PathLike[str]) -> None:
+    """Finish a replacement that was killed between its two renames (see :func:`staged`).
+
+    With nothing at ``path`` and an old output aside (``.NAME.old-*``), the old
+    output goes back to ``path``: it was complete there before. With an output at
+    ``path``, the old ones aside are leftovers of replacements that finished
+    and are deleted.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An output's path (URLs are left alone: they are replaced in place).
+    """
+    where = os.fspath(path)
+    if _is_url(where):
+        return
+    parent, name = os.path.split(os.path.abspath(where))
+    try:
+        mine = re.compile(re.escape(f".{name}.old-") + r"\d+-[0-9a-f]{8}")  # what _sibling(path, "old") names
+        aside = [os.path.join(parent, f) for f in os.listdir(parent) if mine.fullmatch(f)]
+    except OSError:
+        return
+    aside.sort(key=lambda p: os.lstat(p).st_ctime, reverse=True)  # a rename updates ctime: newest first
+    if aside and not os.path.lexists(where):
+        try:
+            os.rename(aside[0], where)
+            log.warning("%s: put back the output that an interrupted replacement had moved aside", where)
+            aside = aside[1:]
+        except OSError:  # another run finished its replacement meanwhile
+            pass
+    if os.path.lexists(where):
+        for old in aside:
+            with contextlib.suppress(OSError):
+                _remove(old)
 
 
 def _sibling(path: str, tag: str) -> str:
@@ -317,8 +422,9 @@ def staged(path: str) -> Iterator[str]:
     """Yield a temporary sibling of ``path`` to fill; on success it replaces ``path``, on failure it is removed.
 
     An existing ``path`` is moved aside first and deleted only after the new
-    output is in place (put back if the rename fails). Callers must have
-    checked ``path`` with :func:`check_output`.
+    output is in place (put back if the rename fails, and by :func:`recover`
+    if the process dies between the renames). Callers must have checked
+    ``path`` with :func:`check_output`.
 
     Parameters
     ----------
@@ -349,7 +455,8 @@ def staged(path: str) -> Iterator[str]:
                 os.rename(old, path)
             raise
         if old is not None:
-            _remove(old)
+            with contextlib.suppress(FileNotFoundError):  # recover() of another run may have removed it
+                _remove(old)
     except BaseException:
         if os.path.lexists(tmp):
             _remove(tmp)

@@ -3,9 +3,12 @@
 :func:`daskbatch.transform` and :func:`daskbatch.map_batches` write their
 results here.  The store follows ingest's recipe (:mod:`daskbatch.io.ingest.manifest`):
 
+- ``daskbatch-output-creating`` is the first thing written when the store is
+  created and the last removed: a store holding it was interrupted while being
+  created (by daskbatch) and is simply made again. A store lacking both it and
+  the manifest below is not one daskbatch made, and is never deleted for that;
 - ``daskbatch-output.json`` describes the job (input fingerprint, steps,
-  options); it is written last when the store is created, so a store without
-  it was interrupted while being created and is simply made again;
+  options); it is written once the arrays exist;
 - ``daskbatch-output-done.log`` gets one block index per line, appended only
   after that block's chunks were written completely.  A re-run of the same job
   writes only the blocks missing from the log; a different job is refused
@@ -13,6 +16,10 @@ results here.  The store follows ingest's recipe (:mod:`daskbatch.io.ingest.mani
 - group attributes ``daskbatch_output`` (the kind of job, the marker that
   makes the path daskbatch's to replace) and ``complete`` (true once every
   block is in the log).
+
+One run at a time writes a store: :meth:`RowStore.open` takes the run lock
+``.NAME.daskbatch-lock`` beside it (:mod:`daskbatch.runtime.runlock`), held
+until :meth:`RowStore.close`; a second run fails at once naming the holder.
 
 Every array has chunks of ``chunk_rows`` rows spanning all columns, a zstd +
 crc32c codec chain (a corrupt chunk fails its checksum instead of decoding to
@@ -34,6 +41,7 @@ from daskbatch.errors import DataError
 from daskbatch.io.dataset import LAYOUT_ATTR
 from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK
+from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
     import zarr
@@ -44,6 +52,8 @@ __all__ = ["OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore
 OUTPUT_ATTR = "daskbatch_output"
 MANIFEST_FILE = "daskbatch-output.json"
 DONE_FILE = "daskbatch-output-done.log"
+#: Present from the first write of a new store until it is created completely.
+CREATING_FILE = "daskbatch-output-creating"
 
 
 @dataclass(frozen=True)
@@ -246,6 +256,7 @@ class RowStore:
         self.writer = RegionWriter(arrays, rows, chunk_rows)
         self._log: DoneLog | None = None
         self._lock = threading.Lock()
+        self._run_lock: RunLock | None = None
 
     @property
     def todo(self) -> list[int]:
@@ -316,7 +327,10 @@ class RowStore:
         FileExistsError
             ``path`` exists and is not a daskbatch output.
         DataError
-            ``path`` holds a different job's output (without ``overwrite``).
+            ``path`` holds a different job's output, or another kind of
+            daskbatch output such as a summary (without ``overwrite``).
+        LockHeldError
+            Another run is writing ``path``.
         """
         out = os.fspath(path)
         if "://" in out:
@@ -327,20 +341,26 @@ class RowStore:
             if _inside(real, rp) or _inside(rp, real):
                 raise ValueError(f"refusing to write the output {out!r} over the input {p!r}: choose another path")
         doc = json.loads(json.dumps(doc))  # compare as it reads back: tuples become lists
-        if os.path.lexists(out):
-            create = cls._existing(out, kind, doc, overwrite)
-        else:
-            create = True
-        if create:
-            parent = os.path.dirname(os.path.abspath(out))
-            if not os.path.isdir(parent):
-                raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
-            cls._create(out, kind, rows, chunk_rows, arrays, attrs, doc)
-        import zarr
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+        # Before looking at the path: a second run of the same call must not take an unfinished store for its own.
+        lock = RunLock(output_lock_path(out), f"output {out}")
+        lock.acquire()
+        try:
+            create = cls._existing(out, kind, doc, overwrite) if os.path.lexists(out) else True
+            if create:
+                cls._create(out, kind, rows, chunk_rows, arrays, attrs, doc)
+            import zarr
 
-        # An absolute path: the writer travels to workers that may start elsewhere.
-        group = zarr.open_group(os.path.abspath(out), mode="r+")
-        return cls(out, group, rows, chunk_rows, [a.name for a in arrays])
+            # An absolute path: the writer travels to workers that may start elsewhere.
+            group = zarr.open_group(os.path.abspath(out), mode="r+")
+            store = cls(out, group, rows, chunk_rows, [a.name for a in arrays])
+        except BaseException:
+            lock.release()
+            raise
+        store._run_lock = lock
+        return store
 
     @staticmethod
     def _existing(out: str, kind: str, doc: dict[str, Any], overwrite: bool) -> bool:
@@ -348,7 +368,11 @@ class RowStore:
         if os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out):
             os.rmdir(out)  # an empty directory holds nothing to protect
             return True
-        found = _is_output(out) if os.path.isdir(out) and not os.path.islink(out) else None
+        directory = os.path.isdir(out) and not os.path.islink(out)
+        if directory and os.path.isfile(os.path.join(out, CREATING_FILE)):
+            shutil.rmtree(out)  # our own marker: interrupted while being created, nothing written yet
+            return True
+        found = _is_output(out) if directory else None
         if found is None:
             raise FileExistsError(
                 f"{out!r} already exists and is not a daskbatch output; daskbatch does not replace "
@@ -357,13 +381,16 @@ class RowStore:
         if overwrite:
             shutil.rmtree(out)
             return True
-        old = read_manifest(out, name=MANIFEST_FILE)
-        if old is None:  # interrupted while being created: nothing written yet
-            shutil.rmtree(out)
-            return True
         if found != kind:
             raise DataError(
-                f"{out!r} holds a daskbatch {found} output, not {kind}; pass overwrite=True (--overwrite) to replace it"
+                f"{out!r} holds a daskbatch {found} output, not {kind}; choose another path, or pass "
+                "overwrite=True (--overwrite) to replace it"
+            )
+        old = read_manifest(out, name=MANIFEST_FILE)
+        if old is None:
+            raise DataError(
+                f"{out!r} is a daskbatch {kind} output without its {MANIFEST_FILE}; choose another path, "
+                "or pass overwrite=True (--overwrite) to start again"
             )
         old.pop("version", None)
         diffs = _differences(old, doc)
@@ -383,8 +410,15 @@ class RowStore:
         import zarr
         from zarr.codecs import Crc32cCodec, ZstdCodec
 
+        # First the marker that says "ours, being created", then the data; the marker is removed last.
+        os.mkdir(out)
+        with open(os.path.join(out, CREATING_FILE), "w") as f:
+            f.write(f"{kind}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # "a", not "w-": the directory is ours (os.mkdir just made it) and holds the marker already.
         group = zarr.open_group(
-            out, mode="w-", zarr_format=3,
+            out, mode="a", zarr_format=3,
             attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
         )
         for spec in arrays:
@@ -403,8 +437,8 @@ class RowStore:
                 config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
                 attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
             )
-        # Last: a store with a manifest was created completely.
         write_manifest(out, doc, name=MANIFEST_FILE)
+        os.unlink(os.path.join(out, CREATING_FILE))
 
     def mark_done(self, block: int) -> None:
         """Record ``block`` as written (append to the done-log and flush).
@@ -421,7 +455,14 @@ class RowStore:
             self.done.add(block)
 
     def close(self) -> None:
-        """Close the done-log."""
+        """Close the done-log and release the run lock."""
+        self._close_log()
+        lock, self._run_lock = self._run_lock, None
+        if lock is not None:
+            lock.release()
+
+    def _close_log(self) -> None:
+        """Close the done-log (the lock stays held)."""
         with self._lock:
             if self._log is not None:
                 self._log.close()
@@ -435,7 +476,7 @@ class RowStore:
         attrs : dict, optional
             Further group attributes to set.
         """
-        self.close()
+        self._close_log()
         missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
         if missing:
             raise DataError(

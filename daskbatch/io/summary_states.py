@@ -15,6 +15,12 @@ CRC-32C per chunk like the summary's other arrays; chunks of zeros are not
 written (the mostly empty quantile sketch) and read back as zeros, which the
 digest confirms.
 
+The states are bound to the summary they belong to: the states group's
+``summary_sha256`` is one sha256 over the summary's results (every variable of
+its dataset, :func:`results_digest`) and every state's ``sha256``. A ``states/``
+group copied in from another summary (whose means would show right while merges
+used the other summary's data) fails it and is refused.
+
 Loading rebuilds only the statistics and states of
 :mod:`daskbatch.stats.registry` from plain arrays and JSON: no pickle, no
 import of a name read from the file. Whatever is wrong is one
@@ -36,7 +42,7 @@ from daskbatch.errors import DataError
 from daskbatch.io.integrity import checksummed
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 
-__all__ = ["FORMAT_VERSION", "GROUP", "read_states", "write_states"]
+__all__ = ["FORMAT_VERSION", "GROUP", "read_states", "results_digest", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 FORMAT_VERSION = 1
@@ -57,7 +63,41 @@ def _digest(statistic: str, params: Any, fields: Mapping[str, np.ndarray]) -> st
     return h.hexdigest()
 
 
-def write_states(store: str, states: Mapping[str, Kept]) -> None:
+def results_digest(ds: Any) -> str:
+    """Hash a summary's results: every variable of its xarray dataset, by name, dims, dtype, shape and values.
+
+    Strings (feature names) are hashed as JSON text, so that the in-memory
+    dataset and the one read back from Zarr (another string dtype) agree.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The summary as :meth:`Summary.to_xarray` gives it, or as read back (loaded).
+
+    Returns
+    -------
+    str
+        The hex sha256.
+    """
+    h = hashlib.sha256()
+    for name in sorted(map(str, ds.variables)):
+        var = ds.variables[name]
+        a = np.asarray(var.values)
+        h.update(json.dumps([name, list(map(str, var.dims))]).encode())
+        if a.dtype.kind in "OUSTV":
+            h.update(json.dumps(a.tolist(), default=str).encode())
+        else:
+            h.update(f"{a.dtype.str} {a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _binding(results: str, digests: Mapping[str, str]) -> str:
+    """One sha256 over the results' digest and every state's, by name: what ties the states to their summary."""
+    return hashlib.sha256(json.dumps([results, sorted(digests.items())]).encode()).hexdigest()
+
+
+def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     """Write ``states`` into the ``states/`` group of the Zarr group at ``store`` (which must exist).
 
     Parameters
@@ -66,32 +106,39 @@ def write_states(store: str, states: Mapping[str, Kept]) -> None:
         Path or URL of the summary store being written (its temporary path).
     states : mapping of str to Kept
         The summary's statistics and merged states, by name.
+    results : str
+        :func:`results_digest` of the summary's dataset: the states are bound to it.
     """
     from zarr.codecs import ZstdCodec
 
     root = zarr.open_group(store, mode="r+")
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
+    digests = {}
     for name, kept in states.items():
         cls = type(kept.statistic)
         params = statistic_params(kept.statistic)
         fields = {f.name: np.asarray(getattr(kept.state, f.name)) for f in dataclasses.fields(kept.state)}
+        digests[name] = _digest(cls.__name__, params, fields)
         sub = group.create_group(name, attributes={
             "format_version": FORMAT_VERSION, "statistic": cls.__name__, "params": params,
-            "fields": list(fields), "sha256": _digest(cls.__name__, params, fields),
+            "fields": list(fields), "sha256": digests[name],
         })
         for field, a in fields.items():
             sub.create_array(
                 field, data=a, compressors=checksummed(ZstdCodec()), config={"write_empty_chunks": False}
             )
+    group.update_attributes({"summary_sha256": _binding(results, digests)})
 
 
-def read_states(store: str) -> dict[str, Kept] | None:
-    """Read the states saved in the summary at ``store``.
+def read_states(store: str, results: str) -> dict[str, Kept] | None:
+    """Read the states saved in the summary at ``store``, checking that they belong to its results.
 
     Parameters
     ----------
     store : str
         The summary store.
+    results : str
+        :func:`results_digest` of the summary's dataset as read from ``store``.
 
     Returns
     -------
@@ -101,9 +148,9 @@ def read_states(store: str) -> dict[str, Kept] | None:
     Raises
     ------
     DataError
-        A state has another format version, fails its checksum, or names
-        something that is not a daskbatch statistic (one line naming the
-        summary and the state).
+        A state has another format version, fails its checksum, names
+        something that is not a daskbatch statistic, or the states do not
+        belong to the summary's results (one line naming the summary and the state).
     """
     root = zarr.open_group(store, mode="r")
     try:
@@ -114,8 +161,15 @@ def read_states(store: str) -> dict[str, Kept] | None:
         raise DataError(f"summary {store}: {GROUP!r} is not a group of states")
     _check_version(store, "the states group", group.attrs.get("format_version"))
     out: dict[str, Kept] = {}
+    digests: dict[str, str] = {}
     for name, sub in sorted(group.groups()):
         out[name] = _read_one(store, name, sub)
+        digests[name] = str(sub.attrs["sha256"])  # _read_one checked it against the arrays
+    if group.attrs.get("summary_sha256") != _binding(results, digests):
+        raise DataError(
+            f"summary {store}: its {GROUP}/ group does not belong to its results (the checksum over results and "
+            "states differs): it was copied from another summary or changed; describe the data again"
+        )
     return out
 
 

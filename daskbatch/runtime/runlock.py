@@ -12,6 +12,10 @@ waits would burn its walltime doing nothing.
 A lock left behind by a run that died (SIGKILL, node crash) is *stale* and is
 taken over, with a warning:
 
+* when it cannot be read as a holder (empty, not JSON, a pid that no process
+  can have, a start time that is not a time) and its modification time is
+  older than a few seconds (a holder that just created it is still writing);
+
 * on the same host, when its pid is no longer running (or now belongs to a
   process started after the lock was taken: the pid was reused);
 * on another host (whose pids cannot be checked), when the file's modification
@@ -51,6 +55,8 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "daskbatch.lock"
 #: A lock file this young that cannot be parsed is still being written by its holder.
 _WRITING_GRACE_S = 5.0
+#: Above any pid a kernel hands out (Linux's PID_MAX_LIMIT is 2**22).
+_MAX_PID = 2**22
 
 #: Locks this process holds: real path -> [thread id, depth]. A thread that holds a
 #: lock may take it again (describe holds it for all its passes, each pass takes it).
@@ -248,13 +254,24 @@ def _read(path: Path) -> tuple[dict[str, Any] | None, bytes | None, float]:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return None, None, 0.0
+    except OSError as exc:  # a directory, or unreadable: not a lock this module wrote
+        raise LockHeldError(f"{path} is in the way of the run lock ({exc.strerror}); remove it") from None
     try:
         holder = json.loads(raw)
     except ValueError:
         return None, raw, age
-    ok = (isinstance(holder, dict) and isinstance(holder.get("pid"), int) and isinstance(holder.get("host"), str)
-          and isinstance(holder.get("since"), (int, float)))
-    return (holder if ok else None), raw, age
+    return (holder if _valid_holder(holder) else None), raw, age
+
+
+def _valid_holder(holder: Any) -> bool:
+    """Whether a parsed lock file names a possible holder: a real pid, a host, a start time not in the future."""
+    if not isinstance(holder, dict):
+        return False
+    pid, host, since = holder.get("pid"), holder.get("host"), holder.get("since")
+    return (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < _MAX_PID
+            and isinstance(host, str) and bool(host)
+            and isinstance(since, (int, float)) and not isinstance(since, bool)
+            and 0.0 <= since <= time.time() + 86400.0)  # a day of clock skew between hosts
 
 
 def _who(holder: dict[str, Any] | None) -> str:

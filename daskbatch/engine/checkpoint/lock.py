@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from daskbatch.errors import DataError
 from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 
@@ -23,9 +24,47 @@ def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
     -------
     RunLock
         Its lock.
+
+    Raises
+    ------
+    DataError
+        The directory holds files and no checkpoint (:func:`check_checkpoint_dir`).
     """
+    check_checkpoint_dir(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
     return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:
+    """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint.
+
+    A checkpoint writes (and with ``force`` deletes) pass folders inside its
+    directory, so it may only use a new or empty folder or one of its own
+    (its manifest or run lock at the top). No option lifts this.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The checkpoint directory.
+    what : str, default "checkpoint"
+        How messages call it (``"--checkpoint"``, ``"checkpoint"``).
+
+    Raises
+    ------
+    DataError
+        One line naming the path.
+    """
+    from daskbatch.engine.checkpoint.manifest import MANIFEST
+
+    path = Path(directory)
+    if "://" in os.fspath(directory) or not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise DataError(f"{what} {os.fspath(directory)} is a file, not a directory; choose another path")
+    if any(path.iterdir()) and not ((path / MANIFEST).exists() or (path / LOCK_NAME).exists()):
+        raise DataError(
+            f"{what} {os.fspath(directory)} holds files and no daskbatch checkpoint; choose a new or empty directory"
+        )
 
 
 P = ParamSpec("P")

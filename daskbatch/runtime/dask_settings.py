@@ -7,6 +7,9 @@ sets ``LD_PRELOAD``, and dask-jobqueue's ``job-script-prologue`` or ``python``
 end up in a shell script. A job file is often copied from elsewhere, so only
 settings that tune numbers, sizes, times and paths are accepted by default;
 everything else names its key and asks for ``--allow-dask-config``.
+
+:func:`check_dask_settings` is the one check: ``describe --config`` and the
+job files of ``daskbatch run`` both call it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["SAFE_DASK_SETTINGS", "flatten", "refused_setting"]
+__all__ = ["SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "refused_setting"]
 
 _JOBQUEUE_COMMON = (
     "cores", "memory", "processes", "walltime", "queue", "account", "name",
@@ -44,6 +47,10 @@ SAFE_DASK_SETTINGS = frozenset(
         *(f"jobqueue.pbs.{k}" for k in (*_JOBQUEUE_COMMON, "resource-spec")),
     }
 )
+
+class UnsafeDaskSetting(ValueError):
+    """A job file's ``dask:`` mapping sets something that may run code; the message names the key."""
+
 
 #: Key fragments that load or run code wherever they appear.
 _CODE_LOADING = ("preload", "plugin")
@@ -99,3 +106,31 @@ def refused_setting(key: str, value: Any) -> str | None:
     if isinstance(value, (Mapping, list, tuple)):
         return f"must be a single value, not a {type(value).__name__}"
     return None
+
+
+def check_dask_settings(settings: Mapping[str, Any], source: str, *, allow: bool = False) -> None:
+    """Refuse a ``dask:`` mapping holding a setting that a file may not change without ``--allow-dask-config``.
+
+    Parameters
+    ----------
+    settings : mapping
+        The nested ``dask:`` mapping of a file.
+    source : str
+        The file, for the message.
+    allow : bool, default False
+        ``--allow-dask-config``: accept every setting.
+
+    Raises
+    ------
+    UnsafeDaskSetting
+        One line naming the file and the first refused key.
+    """
+    if allow:
+        return
+    for key, value in flatten(settings):
+        why = refused_setting(key, value)
+        if why is not None:
+            raise UnsafeDaskSetting(
+                f"{source}: dask setting {key} {why}; pass --allow-dask-config if you trust this file "
+                "(or set it in dask's own config)"
+            )
