@@ -29,7 +29,7 @@ from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
-from daskbatch.stats.registry import STATE_CLASSES, Kept
+from daskbatch.stats.registry import Kept
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
@@ -93,7 +93,10 @@ def describe(
         Names, or statistic objects of your own: anything with a plain ``name``,
         ``chunk(x, label=None) -> state``, ``merge(a, b) -> state`` and
         ``finalize(state)`` (see the README's "Your own statistic"); it is
-        fused into the first pass and its result lands in ``summary.extra[name]``.
+        fused into the first pass and its result lands in ``summary.extra[name]``
+        (kept by ``update``/``merge``, saved, and in ``to_xarray``/``to_dataframe``).
+        A string ``"module:qualname"``, or a name registered in the
+        ``daskbatch.statistics`` entry-point group, names such a statistic.
     bins : int, default 64
         Histogram bins per feature.
     range : (lo, hi), array of shape (D, 2), "minmax" or None
@@ -258,7 +261,7 @@ def describe(
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
     summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
-                                   states=None if tiled else _mergeable(kept))  # a tiled covariance has no state to keep
+                                   states=None if tiled else kept)  # a tiled covariance has no state to keep
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
@@ -393,12 +396,6 @@ def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:
 def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
     """Each statistic of ``bundle`` with its merged state, by name."""
     return {s.name: Kept(s, state) for s, state in zip(bundle.stats, states, strict=True)}
-
-
-def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
-    """The states a summary keeps: a user's statistics are left out, since a summary
-    saves and merges only states it can rebuild from plain arrays (:mod:`daskbatch.stats.registry`)."""
-    return {name: k for name, k in kept.items() if type(k.statistic) in STATE_CLASSES}
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

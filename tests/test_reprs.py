@@ -131,7 +131,7 @@ def test_format_column_keeps_one_notation_and_four_digits() -> None:
 
 # ------------------------------------------------------------------ xarray
 def test_to_xarray_labels(summary: db.Summary) -> None:
-    ds = summary.to_xarray()
+    ds = summary.to_xarray(states=True)
     for name in ("count", "nan_count", "posinf_count", "neginf_count", "hist_counts", "underflow", "overflow",
                  "joint_counts", "class_count", "sketch_counts"):
         assert ds[name].dtype == np.int64, name

@@ -18,7 +18,7 @@ from daskbatch.engine.reduce import TASK_PREFIXES, tree_reduce
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.progress import compute as tracked_compute
-from daskbatch.stats._base import Bundle, BundleLike
+from daskbatch.stats._base import Bundle, BundleLike, reads_label
 
 __all__ = ["PassRunner", "compute"]
 
@@ -90,7 +90,7 @@ class PassRunner:  # numpydoc ignore=PR02
             self.seconds.append(round(time.perf_counter() - t0, 6))
 
     def _run(self, bundle: Bundle, index: int, finalize: bool) -> tuple[Any, ...]:
-        needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
+        needs_label = any(reads_label(s) for s in bundle.stats)
         label = self.data.label if needs_label else None
         stat: BundleLike = bundle
         if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task

@@ -153,12 +153,12 @@ def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
 
 
 def to_host(value: Any) -> Any:
-    """Copy every array in ``value`` (inside tuples and dataclasses) to host NumPy.
+    """Copy every array in ``value`` (inside tuples, dicts and dataclasses) to host NumPy.
 
     Parameters
     ----------
     value : object
-        An array, a tuple or a dataclass of them, or anything else.
+        An array, a tuple, dict or dataclass of them, or anything else.
 
     Returns
     -------
@@ -168,7 +168,10 @@ def to_host(value: Any) -> Any:
     from daskbatch.stats.backend import to_numpy
 
     if isinstance(value, tuple):
-        return tuple(to_host(v) for v in value)
+        items = [to_host(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_asdict") else tuple(items)  # a named tuple keeps its type
+    if isinstance(value, dict):  # a user's state or result may be a dict of arrays
+        return {k: to_host(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: to_host(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **fields)
