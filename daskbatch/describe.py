@@ -237,6 +237,8 @@ def describe(
             tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
             m = results["moments"]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
+            log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
+                      else f"the sketch's {TAIL:.1%}-{1 - TAIL:.1%} quantiles, widened by 5 % (robust to stray values)")
             second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
             kept.update(_kept(second, run(second, 2, finalize=False)))
             results["hist"] = to_host(kept["hist"].finalize())
@@ -348,8 +350,11 @@ def _planned(
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
-        log.info("%s", line)
+    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
+        log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
+    else:
+        for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
+            log.info("%s", line)
     return chosen
 
 

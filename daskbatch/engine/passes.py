@@ -8,6 +8,7 @@ identical results.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats._base import Bundle, BundleLike, reads_label
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PassRunner", "compute"]
 
@@ -98,6 +101,7 @@ class PassRunner:  # numpydoc ignore=PR02
 
             stat = Staged(bundle, self.data.stage_rows)
         x = self.data.x
+        t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
         with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
                       show=self.progress) as bar:
@@ -113,4 +117,11 @@ class PassRunner:  # numpydoc ignore=PR02
                 graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize)
                 result = compute(graph, bar)
         note_pass(int(x.shape[0]), int(x.shape[1]))
+        if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
+            log.debug(
+                "%s: %d blocks of up to %s rows x %s features, merge fan-in %d, %s; %.2f s",
+                title, int(x.numblocks[0]), f"{max(x.chunks[0]):,}", f"{x.shape[1]:,}", self.split_every,
+                "through the checkpoint" if self.checkpoint is not None else "computed directly",
+                time.perf_counter() - t0,
+            )
         return result
