@@ -63,7 +63,7 @@ def describe(
     mi_base: Literal["e", 2] = "e",
     miller_madow: bool = False,
     feature_names: Sequence[str] | None = None,
-    progress: bool = False,
+    progress: bool | Literal["dask"] = False,
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
     device: Literal["cpu", "gpu"] = "cpu",
@@ -128,10 +128,13 @@ def describe(
         Apply the Miller–Madow bias correction to mutual information.
     feature_names : sequence of str, optional
         Names for the features (else from the store, else ``f0, f1, ...``).
-    progress : bool, default False
+    progress : bool or "dask", default False
         Show a progress bar per pass: a widget in Jupyter, a labelled line on
         stderr in a terminal, nothing otherwise (the passes' start, end and
-        throughput are logged at INFO either way).
+        throughput are logged at INFO either way). ``"dask"``: dask's own
+        displays instead, :func:`distributed.progress` on each pass's futures
+        under a ``distributed`` client, :class:`dask.diagnostics.ProgressBar`
+        under the local schedulers.
     checkpoint : path, optional
         Directory for merged partial states of completed block ranges. A
         re-run with the same inputs computes only what is missing and returns
@@ -318,7 +321,7 @@ def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) ->
 
 
 def _class_values(
-    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: bool
+    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: bool | str
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if "mi" not in names and "class_moments" not in names:

@@ -8,9 +8,11 @@ identical results.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 __all__ = ["PassRunner", "compute"]
 
 
-def compute(graph: Any, progress: bool | Progress, title: str = "compute") -> Any:
+def compute(graph: Any, progress: bool | str | Progress, title: str = "compute") -> Any:
     """Compute ``graph`` on the active scheduler (threads or a ``distributed`` client), with progress.
 
     Parameters
@@ -73,7 +75,7 @@ class PassRunner:  # numpydoc ignore=PR02
 
     data: FeatureMatrix
     split_every: int
-    progress: bool = False
+    progress: bool | str = False
     checkpoint: str | os.PathLike[str] | None = None
     force: bool = False
     passes: int = 1
@@ -103,8 +105,9 @@ class PassRunner:  # numpydoc ignore=PR02
         x = self.data.x
         t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
-        with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                      show=self.progress) as bar:
+        span_name = f"pass-{index}-{'-'.join(s.name for s in bundle.stats)}"
+        with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
+                                        show=self.progress) as bar:
             if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 from daskbatch.engine.checkpoint import run as checkpointed
@@ -125,3 +128,17 @@ class PassRunner:  # numpydoc ignore=PR02
                 time.perf_counter() - t0,
             )
         return result
+
+
+@contextlib.contextmanager
+def _span(name: str) -> Iterator[None]:
+    """A ``distributed`` span per pass (inside describe's ``daskbatch-describe``): the dashboard tells the passes apart."""
+    from daskbatch.runtime.capacity import active_client
+
+    if active_client() is None:
+        yield
+        return
+    from distributed import span
+
+    with span(name):
+        yield
