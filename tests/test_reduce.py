@@ -204,3 +204,9 @@ def test_the_dashboard_tells_the_two_passes_apart() -> None:
     first, second = spans[("daskbatch-describe", "pass-1-moments-sketch")], spans[("daskbatch-describe", "pass-2-hist")]
     # each pass's span holds its own tasks: the dashboard shows their time apart
     assert first.states and second.states and not set(first.groups) & set(second.groups)
+    # and the task names say which pass they belong to
+    from dask.utils import key_split
+
+    one, two = {key_split(g.name) for g in first.groups}, {key_split(g.name) for g in second.groups}
+    assert {"db-chunk-moments-sketch", "db-merge-moments-sketch", "db-result-moments-sketch"} <= one, one
+    assert {"db-chunk-hist", "db-merge-hist", "db-result-hist"} <= two and not any("moments" in n for n in two), two

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskbatch.engine.inputs import FeatureMatrix
-from daskbatch.engine.reduce import TASK_PREFIXES, tree_reduce
+from daskbatch.engine.reduce import TASK_PREFIXES, statistics_tag, task_prefixes, tree_reduce
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.progress import compute as tracked_compute
@@ -117,8 +117,9 @@ class PassRunner:  # numpydoc ignore=PR02
                     directory=self.checkpoint, force=self.force, finalize=finalize,
                 )
             else:
-                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize)
-                result = compute(graph, bar)
+                tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
+                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize, tag=tag)
+                result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
         note_pass(int(x.shape[0]), int(x.shape[1]))
         if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
             log.debug(
