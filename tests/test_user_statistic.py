@@ -311,3 +311,22 @@ def test_check_statistic_runs_the_laws_on_a_users_statistic() -> None:
 
     with pytest.raises(AssertionError, match="test_matches_reference_under_any_chunking"):
         check_statistic(Broken(), lambda x: np.nansum(np.abs(x), axis=0))
+
+
+def test_a_job_file_names_a_statistic_by_import_path(tmp_path, monkeypatch, store: str) -> None:
+    import yaml
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    x, _ = _store_arrays(store)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "job_stats.py").write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    job = {"input": {"store": store}, "cluster": {"kind": "threads", "threads": 2}, "memory": "2GiB",
+           "statistics": {"stats": "moments,class_moments,job_stats:Total"}, "outputs": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "job.yaml")])
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "out" / "summary.zarr"  # outputs.summary, the default name
+    np.testing.assert_allclose(db.load_summary(saved).extra["total"], x.sum(axis=0), rtol=1e-12)
