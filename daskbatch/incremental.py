@@ -247,7 +247,9 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
                 f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other"
             )
         if type(sa) not in STATE_CLASSES:  # a user's statistic: its parameters are its equality
-            if sa != sb:
+            # (or, for a class without __eq__, its instance attributes: two describe calls make two instances)
+            same_fields = vars(sa) == vars(sb) if hasattr(sa, "__dict__") and hasattr(sb, "__dict__") else False
+            if sa != sb and not same_fields:
                 raise ValueError(f"the summaries' {name!r} statistics differ: {sa!r} vs {sb!r}")
             continue
         pa, pb = statistic_params(sa), statistic_params(sb)

@@ -167,6 +167,40 @@ def test_merge_and_update_keep_a_users_statistic(store: str) -> None:
     np.testing.assert_array_equal(c.update(x[1000:], y[1000:]).extra["class_rows"], np.bincount(y, minlength=3))
 
 
+class PlainTotal:
+    """A statistic that is a plain class (no dataclass, no __eq__): two instances with the same attributes merge."""
+
+    name = "plain_total"
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def chunk(self, x, label=None):
+        return L1State(self.scale * np.nansum(np.asarray(x, dtype=np.float64), axis=0))
+
+    def merge(self, a, b):
+        return L1State(a.total + b.total)
+
+    def finalize(self, s):
+        return s.total
+
+
+def test_plain_class_statistics_merge_by_their_attributes(data: np.ndarray) -> None:
+    a = db.describe(data[:100], stats=["moments", PlainTotal()], plan=None)
+    b = db.describe(data[100:], stats=["moments", PlainTotal()], plan=None)
+    np.testing.assert_allclose(db.merge(a, b).extra["plain_total"], np.nansum(data, axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="'plain_total' statistics differ"):
+        db.merge(a, db.describe(data[100:], stats=["moments", PlainTotal(2.0)], plan=None))
+
+
+def test_a_plain_class_statistic_loads_with_a_new_instance(tmp_path, data: np.ndarray) -> None:
+    s = db.describe(data, stats=["moments", PlainTotal(3.0)], plan=None)
+    back = db.load_summary(s.save(tmp_path / "s.zarr"), statistics=[PlainTotal(3.0)])
+    np.testing.assert_array_equal(back.extra["plain_total"], s.extra["plain_total"])
+    with pytest.raises(db.DataError, match="'scale', 3.0.*'scale', 1.0"):
+        db.load_summary(tmp_path / "s.zarr", statistics=[PlainTotal()])
+
+
 def test_merge_refuses_different_parameters(data: np.ndarray) -> None:
     a = db.describe(data[:100], data[:100, 0] > 0, stats=["moments", ClassRows(k=3)], plan=None)
     b = db.describe(data[100:], data[100:, 0] > 0, stats=["moments", ClassRows(k=4)], plan=None)

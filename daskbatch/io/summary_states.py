@@ -115,7 +115,11 @@ def _identity(statistic: Any) -> tuple[str, Any]:
     if type(statistic) in STATE_CLASSES:
         return type(statistic).__name__, statistic_params(statistic)
     cls = type(statistic)
-    return f"{cls.__module__}:{cls.__qualname__}", repr(statistic)
+    if cls.__repr__ is object.__repr__:  # the default repr holds the object's address: its attributes instead
+        params = repr(sorted(vars(statistic).items())) if hasattr(statistic, "__dict__") else ""
+    else:
+        params = repr(statistic)
+    return f"{cls.__module__}:{cls.__qualname__}", params
 
 
 def read_states(
