@@ -13,6 +13,7 @@ from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats, user_statistics
 from daskbatch.summary import Summary
@@ -240,13 +241,15 @@ class Accumulator:
             raise ValueError(
                 f"batch {index} has {n_features} features; earlier batches had {self._n_features}"
             )
-        if "mi" in self.stats:
+        readers = [s.name for s in self._bundle.stats if reads_label(s)]
+        if readers:
             if label is None:
-                raise ValueError(f"batch {index}: mutual information needs the label of every batch")
+                what = "mutual information" if readers == ["hist"] else f"statistic(s) {', '.join(readers)}"
+                raise ValueError(f"batch {index}: {what} needs the label of every batch")
             label = label if is_array_api_obj(label) else np.asarray(label)
             check_label(label, batch.shape[0], "batch")
         elif label is not None:
-            label = None  # only mutual information reads labels
+            label = None  # no statistic reads labels
         return batch, label
 
     def _count(self, batch: Any) -> None:

@@ -30,7 +30,7 @@ from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.ranges import TAIL, flag_out_of_range
-from daskbatch.stats.registry import STATE_CLASSES, Kept
+from daskbatch.stats.registry import Kept
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
@@ -64,7 +64,7 @@ def describe(
     mi_base: Literal["e", 2] = "e",
     miller_madow: bool = False,
     feature_names: Sequence[str] | None = None,
-    progress: bool | Callable[[int, int | None, str], Any] = False,
+    progress: bool | Literal["dask"] | Callable[[int, int | None, str], Any] = False,
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
     device: Literal["cpu", "gpu"] = "cpu",
@@ -96,7 +96,10 @@ def describe(
         Names, or statistic objects of your own: anything with a plain ``name``,
         ``chunk(x, label=None) -> state``, ``merge(a, b) -> state`` and
         ``finalize(state)`` (see the README's "Your own statistic"); it is
-        fused into the first pass and its result lands in ``summary.extra[name]``.
+        fused into the first pass and its result lands in ``summary.extra[name]``
+        (kept by ``update``/``merge``, saved, and in ``to_xarray``/``to_dataframe``).
+        A string ``"module:qualname"``, or a name registered in the
+        ``daskbatch.statistics`` entry-point group, names such a statistic.
     bins : int, default 64
         Histogram bins per feature.
     range : (lo, hi), array of shape (D, 2), "minmax" or None
@@ -128,11 +131,14 @@ def describe(
         Apply the Miller–Madow bias correction to mutual information.
     feature_names : sequence of str, optional
         Names for the features (else from the store, else ``f0, f1, ...``).
-    progress : bool or callable, default False
+    progress : bool, "dask" or callable, default False
         Show a progress bar per pass: a widget in Jupyter, a labelled line on
         stderr in a terminal, nothing otherwise (the passes' start, end and
         throughput are logged at INFO either way, and a line every 10 s where
-        no bar is drawn). A callable is called as ``progress(done, total,
+        no bar is drawn). ``"dask"``: dask's own displays instead,
+        :func:`distributed.progress` on each pass's futures under a
+        ``distributed`` client, :class:`dask.diagnostics.ProgressBar` under the
+        local schedulers. A callable is called as ``progress(done, total,
         phase)`` after every finished block, in the calling thread.
     checkpoint : path, optional
         Directory for merged partial states of completed block ranges. A
@@ -253,6 +259,8 @@ def describe(
             tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
             m = results["moments"]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
+            log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
+                      else f"the sketch's {TAIL:.1%}-{1 - TAIL:.1%} quantiles, widened by 5 % (robust to stray values)")
             second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
             kept.update(_kept(second, run(second, 2, finalize=False)))
             results["hist"] = to_host(kept["hist"].finalize())
@@ -278,7 +286,7 @@ def describe(
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
     summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
-                                   states=None if tiled else _mergeable(kept))  # a tiled covariance has no state to keep
+                                   states=None if tiled else kept)  # a tiled covariance has no state to keep
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
@@ -376,8 +384,11 @@ def _planned(
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
-        log.info("%s", line)
+    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
+        log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
+    else:
+        for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
+            log.info("%s", line)
     return chosen
 
 
@@ -440,12 +451,6 @@ def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:
 def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
     """Each statistic of ``bundle`` with its merged state, by name."""
     return {s.name: Kept(s, state) for s, state in zip(bundle.stats, states, strict=True)}
-
-
-def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
-    """The states a summary keeps: a user's statistics are left out, since a summary
-    saves and merges only states it can rebuild from plain arrays (:mod:`daskbatch.stats.registry`)."""
-    return {name: k for name, k in kept.items() if type(k.statistic) in STATE_CLASSES}
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

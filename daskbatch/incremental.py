@@ -38,9 +38,10 @@ import numpy as np
 
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import ClassMoments, Histogram
+from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.registry import Kept, statistic_params
+from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_params
 from daskbatch.summary import Summary
 
 __all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
@@ -213,8 +214,10 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     _check_has_states(summary, "the summary")
     assert summary.states is not None
     moments = summary.states["moments"].statistic
+    builtin = [name for name, k in summary.states.items() if type(k.statistic) in STATE_CLASSES]
     settings: dict[str, Any] = {
-        "stats": list(summary.provenance.get("stats") or summary.states),
+        # a user's statistics are passed as the objects the summary kept (their parameters included)
+        "stats": list(summary.provenance.get("stats") or builtin) + _user_statistics(summary),
         "ddof": moments.ddof, "bias": moments.bias, "nan_policy": moments.nan_policy,
         "mi_base": 2 if summary.provenance.get("mi_units") == "bits" else "e",
         "miller_madow": bool(summary.provenance.get("miller_madow", False)),
@@ -247,7 +250,14 @@ def labelled_statistics(summary: Summary) -> list[str]:
         found.append("mutual information")
     if "class_moments" in states:
         found.append("per-class moments")
+    found += [f"statistic {name!r}" for name, k in states.items() if name != "hist" and
+              type(k.statistic) not in STATE_CLASSES and reads_label(k.statistic)]
     return found
+
+
+def _user_statistics(summary: Summary) -> list[Any]:
+    """The user's statistics whose states ``summary`` keeps, in order."""
+    return [k.statistic for k in (summary.states or {}).values() if type(k.statistic) not in STATE_CLASSES]
 
 
 # ------------------------------------------------------------------ checks
@@ -255,6 +265,12 @@ def labelled_statistics(summary: Summary) -> list[str]:
 
 def _check_has_states(summary: Summary, which: str) -> None:
     if summary.states is not None:
+        missing = [n for n in summary.provenance.get("user_statistics") or () if n not in summary.states]
+        if missing:
+            raise ValueError(
+                f"{which} was loaded without the state of statistic(s) {', '.join(missing)}: "
+                "pass them to load_summary(path, statistics=[...]) to merge or update it"
+            )
         return
     if summary.provenance.get("tiled_cov"):
         why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
@@ -296,6 +312,12 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
             raise ValueError(
                 f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other"
             )
+        if type(sa) not in STATE_CLASSES:  # a user's statistic: its parameters are its equality
+            # (or, for a class without __eq__, its instance attributes: two describe calls make two instances)
+            same_fields = vars(sa) == vars(sb) if hasattr(sa, "__dict__") and hasattr(sb, "__dict__") else False
+            if sa != sb and not same_fields:
+                raise ValueError(f"the summaries' {name!r} statistics differ: {sa!r} vs {sb!r}")
+            continue
         pa, pb = statistic_params(sa), statistic_params(sb)
         if isinstance(sa, Histogram) and (pa["lo"], pa["hi"]) != (pb["lo"], pb["hi"]):
             raise ValueError(_range_difference(first.feature_names, sa, sb))

@@ -2,8 +2,12 @@
 
 Every function draws from the summary alone (no pass over the data) and returns
 a :class:`matplotlib.figure.Figure`, which Jupyter shows inline and
-``fig.savefig`` writes. matplotlib (and scipy, for the clustered correlation
-order) are imported on use.
+``fig.savefig`` writes. ``ax=`` (``fig=`` for the grid of histograms) draws
+into your own axes; without it, a script that uses pyplot gets a
+pyplot-managed figure, so ``plt.show()`` shows it. Legends sit outside the
+data, classes get distinct colours from a qualitative map, and percentages
+below 0.1 % read ``<0.1%``. matplotlib (and scipy, for the clustered
+correlation order) are imported on use.
 """
 
 from __future__ import annotations
@@ -17,12 +21,49 @@ import numpy as np
 __all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
 
 
+#: Most classes told apart by colour (matplotlib's ``tab20``); beyond, the histograms show totals.
+MAX_CLASS_COLOURS = 20
+
+
 def _figure(width: float, height: float) -> Any:
-    # Figure() instead of pyplot: no global state, no GUI backend needed.
+    """A new constrained-layout figure: pyplot's when a script uses pyplot, else a bare Figure."""
+    import sys
+
     from matplotlib.figure import Figure
 
+    # A script that imported pyplot shows figures with plt.show(): only pyplot's own figures appear
+    # there. In a notebook, pyplot's inline backend would show the figure a second time (it also
+    # displays as the cell's value), and elsewhere a bare Figure needs no GUI backend or global state.
+    if "matplotlib.pyplot" in sys.modules and "ipykernel" not in sys.modules:
+        import matplotlib.pyplot as plt
+
+        return plt.figure(figsize=(width, height), layout="constrained")
     _show_figures_inline(Figure)
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
+    """``(figure, axes)``: the caller's axes and their figure, or a new figure with one axes."""
+    if ax is not None:
+        return ax.get_figure(), ax
+    fig = _figure(width, height)
+    return fig, fig.add_subplot()
+
+
+def _legend_outside(fig: Any, ax: Any, **kwargs: Any) -> Any:
+    """A legend beside the axes, never over the data (outside the figure's right edge with constrained layout)."""
+    if fig.get_layout_engine() is not None and ax is None:
+        return fig.legend(loc="outside right upper", **kwargs)
+    target = ax if ax is not None else fig.axes[0]
+    return target.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def _class_colours(n: int) -> list[Any]:
+    """``n`` distinct colours from a qualitative map (tab10, else tab20)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i) for i in range(n)]
 
 
 def _show_figures_inline(figure_class: type) -> None:
@@ -89,7 +130,7 @@ def _clustered_order(corr: np.ndarray) -> np.ndarray:
     return leaves_list(linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average"))
 
 
-def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True) -> Any:
+def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True, ax: Any = None) -> Any:
     """Heat map of the correlations among the most correlated features, in clustered order.
 
     Parameters
@@ -102,11 +143,13 @@ def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True) -
     cluster : bool, default True
         Order rows and columns by hierarchical clustering of 1 - |r|, so
         correlated groups form blocks along the diagonal.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (the colour bar goes beside them).
 
     Returns
     -------
     matplotlib.figure.Figure
-        The heat map.
+        The heat map's figure.
     """
     if summary.corr is None:
         raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
@@ -118,8 +161,7 @@ def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True) -
     names = [summary.feature_names[i] for i in pick]
     k = len(names)
     side = min(12.0, max(4.0, 0.22 * k + 2.0))
-    fig = _figure(side + 1.2, side)
-    ax = fig.add_subplot()
+    fig, ax = _axes(ax, side + 1.2, side)
     image = ax.imshow(sub, vmin=-1, vmax=1, cmap="RdBu_r", interpolation="nearest")
     fig.colorbar(image, ax=ax, label="Pearson r", shrink=0.8)
     step = max(1, math.ceil(k / 60))
@@ -127,13 +169,16 @@ def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True) -
     size = 9 if k <= 20 else 7 if k <= 40 else 5
     ax.set_xticks(ticks, [names[i] for i in ticks], rotation=90, fontsize=size)
     ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=size)
-    shown = f"{k} of {summary.n_features} features" if k < summary.n_features else f"{k} features"
-    ax.set_title(f"Correlation ({shown}{', clustered' if cluster else ''}; {summary.cov_count:,} complete rows)")
+    shown = f"{k} of {summary.n_features:,} features" if k < summary.n_features else f"{k} features"
+    # Two short lines: one long line is clipped by a small figure.
+    ax.set_title(f"Correlation{', clustered' if cluster else ''}\n{shown}; {summary.cov_count:,} complete rows",
+                 fontsize=10)
     return fig
 
 
 def histograms(
-    summary: Any, features: Sequence[str | int] | None = None, *, ncols: int = 4, by_class: bool = True
+    summary: Any, features: Sequence[str | int] | None = None, *, ncols: int = 4, by_class: bool = True,
+    fig: Any = None,
 ) -> Any:
     """A grid of per-feature histograms, per class when the label was given.
 
@@ -150,7 +195,11 @@ def histograms(
     ncols : int, default 4
         Panels per row.
     by_class : bool, default True
-        Overlay one outline per class from the joint (feature, bin, class) counts.
+        Overlay one outline per class from the joint (feature, bin, class) counts,
+        each class in its own colour (up to ``MAX_CLASS_COLOURS``; with more
+        classes the totals are drawn and the title says why).
+    fig : matplotlib.figure.Figure or SubFigure, optional
+        Draw the grid into this (empty) figure.
 
     Returns
     -------
@@ -166,15 +215,20 @@ def histograms(
     index = _feature_index(summary, features, default)
     ncols = max(1, min(ncols, len(index)))
     nrows = math.ceil(len(index) / ncols)
-    fig = _figure(3.2 * ncols, 2.6 * nrows)
+    if fig is None:
+        fig = _figure(3.2 * ncols + 1.2, 2.7 * nrows + 0.4)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     joint = summary.joint_counts if by_class else None
     classes = _class_labels(summary, joint)
+    too_many = len(classes) > MAX_CLASS_COLOURS
+    if too_many:
+        joint = None  # colours would repeat: the totals say more than 30 look-alike lines
+    colours = _class_colours(len(classes)) if joint is not None else []
     for ax, i in zip(axes, index, strict=False):
         edges = summary.hist_edges[i]
         if joint is not None:
             for c, label in enumerate(classes):
-                ax.stairs(joint[i, 1:-1, c], edges, label=f"class {label}", linewidth=1.2)
+                ax.stairs(joint[i, 1:-1, c], edges, label=f"{label}", linewidth=1.2, color=colours[c])
         else:
             ax.stairs(summary.hist_counts[i], edges, fill=True, alpha=0.7)
         mean, std = summary.mean[i], summary.std[i]
@@ -183,25 +237,29 @@ def histograms(
             if np.isfinite(std):
                 for v in (mean - std, mean + std):
                     ax.axvline(v, color="k", linewidth=0.8, linestyle="--")
-        ax.set_title(summary.feature_names[i], fontsize=10)
+        outside = _outside_note(summary, i)
+        # the note goes under the name, above the axes: never over the data or a legend
+        ax.set_title(summary.feature_names[i] + (f"\n{outside}" if outside else ""), fontsize=9)
         ax.set_xlabel("value")
         ax.set_ylabel("count")
-        outside = _outside_note(summary, i)
-        if outside:
-            ax.text(0.98, 0.95, outside, transform=ax.transAxes, ha="right", va="top", fontsize=7, color="firebrick")
     for ax in axes[len(index):]:
         ax.set_visible(False)
     if joint is not None and len(index):
-        axes[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle("Histograms (line: mean, dashed: mean ± std)")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, title="class", fontsize=7, title_fontsize=8, loc="outside right upper",
+                   ncols=1 if len(labels) <= 12 else 2)
+    title = "Histograms (line: mean, dashed: mean ± std)"
+    if too_many:
+        title += f"\n{len(classes)} classes, more than {MAX_CLASS_COLOURS} colours tell apart: totals shown"
+    fig.suptitle(title, fontsize=10)
     return fig
 
 
 def _class_labels(summary: Any, joint: np.ndarray | None) -> list[Any]:
     if joint is None:
         return []
-    values = summary.provenance.get("class_values")
-    return list(values) if values is not None and len(values) == joint.shape[2] else list(range(joint.shape[2]))
+    values = summary.classes if summary.classes is not None else summary.provenance.get("class_values")
+    return [int(v) for v in values] if values is not None and len(values) == joint.shape[2] else list(range(joint.shape[2]))
 
 
 def _outside_note(summary: Any, i: int) -> str:
@@ -210,11 +268,13 @@ def _outside_note(summary: Any, i: int) -> str:
     under, over = int(summary.underflow[i]), int(summary.overflow[i])
     if not (under or over):
         return ""
+    from daskbatch.reprs import format_percent
+
     total = max(int(summary.count[i]), 1)
-    return f"outside range: {under:,} below, {over:,} above ({(under + over) / total:.1%})"
+    return f"outside range: {under:,} below, {over:,} above ({format_percent((under + over) / total)})"
 
 
-def mi(summary: Any, *, k: int = 20) -> Any:
+def mi(summary: Any, *, k: int = 20, ax: Any = None) -> Any:
     """Draw bars of the ``k`` features with the largest mutual information, with the bias line.
 
     The dashed line is the expected MI of an *independent* feature binned the
@@ -227,19 +287,21 @@ def mi(summary: Any, *, k: int = 20) -> Any:
         With ``mi`` computed.
     k : int, default 20
         Features shown.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The bar chart.
+        The bar chart's figure.
     """
     ranked = summary.top_mi(k)
     if ranked.empty:
         raise ValueError("this summary has no mutual information: describe(x, label, ...)")
     names = [str(n) for n in ranked.index][::-1]
     values = ranked.to_numpy(dtype=np.float64)[::-1]
-    fig = _figure(6.5, 0.28 * len(names) + 1.5)
-    ax = fig.add_subplot()
+    given = ax
+    fig, ax = _axes(ax, 8.0, 0.28 * len(names) + 1.5)
     ax.barh(names, values, color="tab:blue")
     for y, v in enumerate(values):  # small values stay readable
         ax.text(v, y, f" {v:.3g}", va="center", fontsize=7)
@@ -247,7 +309,8 @@ def mi(summary: Any, *, k: int = 20) -> Any:
     bias = mi_bias(summary)
     if bias is not None:
         ax.axvline(bias, color="firebrick", linestyle="--", linewidth=1, label=f"independence bias {bias:.2g}")
-        ax.legend(fontsize=8, loc="lower right")
+        _legend_outside(fig, given if given is not None else None, fontsize=8)
+    ax.set_xlim(0, float(np.nanmax(values)) * 1.15 if np.nanmax(values) > 0 else 1.0)  # room for the value labels
     ax.set_xlabel(f"mutual information with the label ({units})")
     ax.set_title(f"Top {len(names)} features by mutual information")
     return fig
@@ -276,11 +339,15 @@ def mi_bias(summary: Any) -> float | None:
     return bias / math.log(2) if summary.provenance.get("mi_units") == "bits" else bias
 
 
-def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_features: int = 30) -> Any:
+def quantiles(
+    summary: Any, features: Sequence[str | int] | None = None, *, max_features: int = 30, ax: Any = None
+) -> Any:
     """Box view from the quantiles: box q25–q75, median line, whiskers q01–q99, min/max dots.
 
     Features are standardised (value - median) / IQR so that different scales
-    share one axis; the raw quantiles are in ``summary.quantile``.
+    share one axis; the raw quantiles are in ``summary.quantile``. When a
+    heavy tail reaches beyond ±10 IQRs the axis is symmetric-logarithmic
+    (linear within ±1 IQR), so one such feature does not flatten every box.
 
     Parameters
     ----------
@@ -290,11 +357,13 @@ def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_
         Names or indices; default: the first ``max_features``.
     max_features : int, default 30
         The most features shown.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes.
 
     Returns
     -------
     matplotlib.figure.Figure
-        The box view.
+        The box view's figure.
     """
     index = _feature_index(summary, features, range(min(max_features, summary.n_features)))
     qs = np.asarray(summary.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index]
@@ -316,8 +385,8 @@ def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_
         """
         return (v - med) / iqr
 
-    fig = _figure(7.0, 0.3 * len(index) + 1.5)
-    ax = fig.add_subplot()
+    given = ax
+    fig, ax = _axes(ax, 8.5, 0.3 * len(index) + 1.5)
     y = np.arange(len(index))[::-1]
     ax.hlines(y, scaled(lo), scaled(hi), color="grey", linewidth=1, label="q01–q99")
     ax.barh(y, scaled(q3) - scaled(q1), left=scaled(q1), height=0.6, color="tab:blue", alpha=0.6, label="q25–q75")
@@ -325,9 +394,14 @@ def quantiles(summary: Any, features: Sequence[str | int] | None = None, *, max_
     ax.plot(scaled(summary.min[index]), y, "|", color="firebrick", label="min / max")
     ax.plot(scaled(summary.max[index]), y, "|", color="firebrick")
     ax.set_yticks(y, [summary.feature_names[i] for i in index], fontsize=8)
-    ax.set_xlabel("(value − median) / IQR")
+    reach = np.abs(np.concatenate([scaled(summary.min[index]), scaled(summary.max[index]), scaled(lo), scaled(hi)]))
+    reach = reach[np.isfinite(reach)]
+    robust = bool(reach.size and reach.max() > 10.0)
+    if robust:
+        ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("(value − median) / IQR" + (", symmetric log beyond ±1" if robust else ""))
     ax.set_title("Quantiles per feature")
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_outside(fig, given if given is not None else None, fontsize=7)
     return fig
 
 

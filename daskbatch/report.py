@@ -1,9 +1,18 @@
-"""The plain-text report of a :class:`~daskbatch.Summary` that ``describe`` and ``demo`` print."""
+"""The plain-text report of a :class:`~daskbatch.Summary` that ``describe`` and ``demo`` print.
+
+Its table is the text repr's (:func:`daskbatch.reprs.summary_text`), which the
+notebook's HTML shares: the same warnings (constant, outside the histogram
+range, NaN-heavy), the same quantile columns and one number format per
+column with thousands separators. The report adds the strongest correlations
+and the most informative features.
+"""
 
 from __future__ import annotations
 
+from typing import Any
 
-def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> str:
+
+def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
     """Write the human-readable report printed by ``describe`` and ``demo``.
 
     Parameters
@@ -20,27 +29,25 @@ def format_report(summary: object, *, top: int = 10, max_features: int = 20) -> 
     str
         The report.
     """
-    import pandas as pd
+    from daskbatch.reprs import format_column, summary_text
 
-    table = summary.to_dataframe()  # type: ignore[attr-defined]
-    columns = [c for c in ("count", "nan_count", "mean", "std", "min", "max", "skew", "kurtosis", "mi") if c in table]
-    lines = [repr(summary).splitlines()[0]]
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        lines.append(table[columns].head(max_features).to_string(float_format=lambda v: f"{v:.5g}"))
-    if len(table) > max_features:
-        lines.append(f"... and {len(table) - max_features} more features")
-    pairs = summary.top_correlated(top)  # type: ignore[attr-defined]
+    lines = [summary_text(summary, rows=max_features)]
+    pairs = summary.top_correlated(top)
     if len(pairs):
-        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r, {summary.cov_count:,} complete rows):")  # type: ignore[attr-defined]
-        lines.extend(f"  {a:>12} ~ {b:<12} r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
-    ranked = summary.top_mi(top)  # type: ignore[attr-defined]
+        rows = f", {summary.cov_count:,} complete rows" if summary.cov_count is not None else ""
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
+        width = max(len(str(a)) for a in pairs["feature_a"])
+        lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
+    ranked = summary.top_mi(top)
     if len(ranked):
-        units = summary.provenance.get("mi_units", "nats")  # type: ignore[attr-defined]
+        units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)
         if classes is not None:
             from daskbatch.stats.classes import format_classes
 
             units += f"; {len(classes)} classes {format_classes(classes.tolist())}"
         lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
-        lines.extend(f"  {name:>12}  {value:.5f}" for name, value in ranked.items())
+        width = max(len(str(n)) for n in ranked.index)
+        values = format_column(ranked.to_numpy())
+        lines.extend(f"  {name:>{width}}  {value}" for name, value in zip(ranked.index, values, strict=True))
     return "\n".join(lines)

@@ -25,7 +25,9 @@ import numpy as np
 from daskbatch import _html
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 
-__all__ = ["NAN_HEAVY", "FeatureFlags", "feature_flags", "format_column", "summary_html", "summary_text"]
+__all__ = [
+    "NAN_HEAVY", "FeatureFlags", "feature_flags", "format_column", "format_percent", "summary_html", "summary_text",
+]
 
 #: Fraction of NaN values above which a feature is flagged.
 NAN_HEAVY = 0.05
@@ -78,6 +80,9 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
             continue
         decimals = 0 if x == 0 else min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), MAX_DECIMALS)
         text = f"{x:,.{decimals}f}"
+        if decimals and abs(float(text.replace(",", ""))) >= 10 ** (digits - decimals):
+            # rounding carried into a new power of ten (999.97 -> 1,000.0): one decimal fewer keeps `digits`
+            text = f"{x:,.{decimals - 1}f}"
         out.append("0" if float(text.replace(",", "")) == 0.0 else text)
     return out
 
@@ -86,8 +91,27 @@ def _special(x: float) -> str:
     return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
-def _percent(f: float) -> str:
-    return f"{f:.1%}" if f >= 0.001 else f"{f:.2g}%"
+def format_percent(f: float) -> str:
+    """Write a fraction as a percentage with one decimal; below 0.1 % (but not 0) as ``"<0.1%"``.
+
+    Parameters
+    ----------
+    f : float
+        A fraction in [0, 1].
+
+    Returns
+    -------
+    str
+        Such as ``"12.5%"``, ``"<0.1%"`` or ``"0%"``; never a rounded ``"0.0%"`` for a non-zero fraction.
+    """
+    if not np.isfinite(f):
+        return _special(f)
+    if f == 0:
+        return "0%"
+    return f"{f:.1%}" if f >= 0.001 else "<0.1%"
+
+
+_percent = format_percent
 
 
 # ---------------------------------------------------------------- warnings

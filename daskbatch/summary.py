@@ -18,6 +18,9 @@ PER_FEATURE = (
     "mean", "std", "var", "min", "max", "skew", "kurtosis",
 )
 
+#: Fields holding the quantile sketch's internal state: in user outputs only when asked for (``states=True``).
+STATE_FIELDS = ("sketch_counts", "sketch_extrema")
+
 #: Per-(feature, class) arrays of the per-class moments.
 CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
 
@@ -27,6 +30,9 @@ COUNT_FIELDS_INT = (
     "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts",
 )
 
+
+#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
+DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
 #: Result names of the built-in statistics (anything else in describe's results is a user's).
 BUILT_IN_RESULTS = frozenset({"moments", "cov", "hist", "mi", "class_moments", "sketch"})
@@ -84,7 +90,8 @@ class Summary:
     sketch_extrema: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
-    #: Kept in memory only: ``save`` records their names in the provenance, not their values.
+    #: Saved with the summary; loaded back as arrays, or as the statistic's own result when the
+    #: statistic is passed to :func:`load_summary`.
     extra: dict[str, Any] = field(default_factory=dict)
     classes: np.ndarray | None = None
     #: The merged, un-finalized state of every statistic, by name (``"moments"``, ``"hist"``, ...),
@@ -245,6 +252,10 @@ class Summary:
     def to_dataframe(self) -> Any:
         """Tabulate the per-feature statistics.
 
+        Columns: the moments and counts, ``mi``, the quantiles ``q01``,
+        ``q05``, ``q25``, ``median``, ``q75``, ``q95``, ``q99`` (with a sketch
+        or histograms) and every per-feature result of a user's statistic.
+
         Returns
         -------
         pandas.DataFrame
@@ -252,28 +263,44 @@ class Summary:
         """
         import pandas as pd
 
+        from daskbatch.summary_extra import user_variables
+
         columns = {name: getattr(self, name) for name in PER_FEATURE}
         for name in ("count", "nan_count", "posinf_count", "neginf_count"):
             columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
         if self.mi is not None:
             columns["mi"] = self.mi
         if self.hist_counts is not None or self.sketch_counts is not None:
-            for label, q in (("q25", 0.25), ("median", 0.5), ("q75", 0.75)):
-                columns[label] = self.quantile(q).to_numpy()
+            table = self.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+            for i, q in enumerate(DEFAULT_QUANTILES):
+                columns[quantile_label(q)] = table[:, i]
+        for v in user_variables(self.extra, self.n_features, set(columns)):
+            if v.dims == ("feature",):  # one number per feature: a column
+                columns[v.name] = v.values
         return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
 
-    def to_xarray(self) -> Any:
-        """Convert all statistics to an ``xarray.Dataset`` with CF-style labels.
+    def to_xarray(self, *, states: bool = False, quantiles: Any = DEFAULT_QUANTILES) -> Any:
+        """Convert the results to an ``xarray.Dataset`` with CF-style labels.
 
         Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
         ``edge``, ``slot`` (-1: below the range, then the bins, then above),
-        ``class`` (the label values), ``sketch_slot`` and ``extreme``, each with
-        a coordinate; ``bin_centre`` (feature, bin) holds the centre of every
-        bin. Variables carry ``long_name``, ``units`` where the statistic has
-        its own (``"1"`` for counts, ``"nat"``/``"bit"`` for ``mi``) and the
-        settings they depend on (``ddof``, ``bias``); counts are int64. The
-        provenance becomes one dataset attribute per key (see
-        :mod:`daskbatch.summary_attrs`).
+        ``class`` (the label values) and ``quantile``, each with a coordinate;
+        ``bin_centre`` (feature, bin) holds the centre of every bin and
+        ``quantiles`` (feature, quantile) the quantiles. A user's statistics'
+        results are variables named after them. Variables carry
+        ``long_name``, ``units`` where the statistic has its own (``"1"`` for
+        counts, ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
+        (``ddof``, ``bias``); counts are int64. The provenance becomes one
+        dataset attribute per key (see :mod:`daskbatch.summary_attrs`).
+
+        Parameters
+        ----------
+        states : bool, default False
+            Also the quantile sketch's buckets (``sketch_counts``,
+            ``sketch_extrema``), from which :meth:`from_xarray` can answer any
+            other quantile; large on wide data (up to 221 kB a feature).
+        quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+            Probabilities of the ``quantiles`` variable.
 
         Returns
         -------
@@ -282,7 +309,7 @@ class Summary:
         """
         from daskbatch.summary_xarray import summary_to_xarray
 
-        return summary_to_xarray(self)
+        return summary_to_xarray(self, states=states, quantiles=quantiles)
 
     @classmethod
     def from_results(
@@ -393,21 +420,38 @@ class Summary:
 
         return update(self, new_rows, label, **options)
 
-    def to_json(self) -> dict[str, Any]:
-        """Convert every statistic for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``.
+    def to_json(self, *, states: bool = False) -> dict[str, Any]:
+        """Convert the results for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``.
+
+        Holds every statistic's arrays, ``quantiles`` (``{"probabilities": [...],
+        "values": [[...] per feature]}``) with a sketch or histograms, and each
+        user's statistic's arrays under ``user_statistics``.
+
+        Parameters
+        ----------
+        states : bool, default False
+            Also the quantile sketch's buckets (``sketch_counts``, ``sketch_extrema``).
 
         Returns
         -------
         dict
             JSON-able.
         """
+        from daskbatch.summary_extra import user_variables
+
         out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, np.ndarray):
+            if isinstance(value, np.ndarray) and (states or f.name not in STATE_FIELDS):
                 out[f.name] = _json_values(value)
         if self.cov_count is not None:
             out["cov_count"] = int(self.cov_count)
+        if self.hist_counts is not None or self.sketch_counts is not None:
+            table = self.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+            out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": _json_values(table)}
+        user = user_variables(self.extra, self.n_features, set())
+        if user:
+            out["user_statistics"] = {v.name: _json_values(v.values) for v in user}
         return out
 
     @property
@@ -438,6 +482,25 @@ class Summary:
         return summary_html(self)
 
 
+def quantile_label(q: float) -> str:
+    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``).
+
+    Parameters
+    ----------
+    q : float
+        The probability.
+
+    Returns
+    -------
+    str
+        The label.
+    """
+    if q == 0.5:
+        return "median"
+    pct = round(100 * q, 6)
+    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
+
+
 def _json_values(a: np.ndarray) -> Any:
     """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
     if a.dtype.kind != "f":
@@ -446,13 +509,19 @@ def _json_values(a: np.ndarray) -> Any:
     return np.array(flat, dtype=object).reshape(a.shape).tolist()
 
 
-def load_summary(path: str | os.PathLike[str]) -> Summary:
+def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:
     """Read a summary written by :meth:`Summary.save` (see :func:`daskbatch.summary_store.load_summary`).
 
     Parameters
     ----------
     path : str or os.PathLike
         The summary's store.
+    statistics : sequence of statistics, optional
+        Your own statistics that made the summary: their saved states are
+        read (so it can be merged and updated) and ``extra`` holds their own
+        results. Without them ``extra`` holds the saved results as arrays
+        (a dict of arrays for a result with fields). Nothing named in the
+        file is ever imported.
 
     Returns
     -------
@@ -461,4 +530,4 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
     """
     from daskbatch.summary_store import load_summary as load
 
-    return load(path)
+    return load(path, statistics=statistics)

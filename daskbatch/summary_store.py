@@ -37,7 +37,7 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
         Before anything is written, with a message naming the path.
     """
     from daskbatch.io.outputs import MARKER, check_output, write_output
-    from daskbatch.io.summary_states import results_digest, write_states
+    from daskbatch.io.summary_states import check_savable, results_digest, write_states
 
     tiled = summary.provenance.get("tiled_cov") or {}
     protected = {
@@ -47,10 +47,13 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     for i, source in enumerate(summary.provenance.get("sources") or ()):  # a merged summary's inputs
         if isinstance(source, dict):
             protected[f"input store {i} of the merged summary"] = source.get("path")
+    if summary.states is not None:
+        check_savable(summary.states)  # before anything is written
     target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
-    ds = summary.to_xarray()
-    ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
+    # The sketch's buckets are saved (quantiles at any probability after loading), the default table of quantiles not.
+    ds = summary.to_xarray(states=True, quantiles=())
     results = results_digest(ds)
+    ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
 
     def write(tmp: str) -> None:
         """Write the dataset (and the states) to the temporary path ``tmp``.
@@ -67,13 +70,17 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     return write_output(target, write)
 
 
-def load_summary(path: str | os.PathLike[str]) -> Summary:
+def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:
     """Read a :class:`Summary` written by :meth:`Summary.save`.
 
     Parameters
     ----------
     path : str or os.PathLike
         The summary store.
+    statistics : sequence of statistics, optional
+        A user's statistics whose saved states to read; their results in
+        ``extra`` are then finalized from those states (the statistic's own
+        result type). Nothing named in the file is imported.
 
     Returns
     -------
@@ -89,14 +96,21 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
 
     from daskbatch.io.outputs import recover
     from daskbatch.io.summary_states import read_states, results_digest
+    from daskbatch.stats.spec import user_statistics
 
     where = os.fspath(path)
     recover(where)  # a replacement killed between its renames left the summary aside: put it back
     _check_is_summary(where)
+    given = user_statistics(list(statistics))
     with xr.open_zarr(where, consolidated=False) as ds:
         loaded = ds.load()
     summary = Summary.from_xarray(loaded)
-    return dataclasses.replace(summary, states=read_states(where, results_digest(loaded)))
+    states = read_states(where, results_digest(loaded), given, summary.n_features)
+    extra = dict(summary.extra)
+    for stat in given:
+        assert states is not None  # read_states raised when a given statistic has no state
+        extra[stat.name] = states[stat.name].finalize()
+    return dataclasses.replace(summary, states=states, extra=extra)
 
 
 def _check_is_summary(where: str) -> None:

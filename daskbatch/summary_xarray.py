@@ -2,32 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from daskbatch.summary import CLASS_FIELDS, COUNT_FIELDS_INT, PER_FEATURE, Summary
+from daskbatch.summary import (
+    CLASS_FIELDS,
+    COUNT_FIELDS_INT,
+    DEFAULT_QUANTILES,
+    PER_FEATURE,
+    Summary,
+)
+from daskbatch.summary_extra import results_from_variables, user_variables
 
 __all__ = ["summary_from_xarray", "summary_to_xarray"]
 
 
-def summary_to_xarray(summary: Summary) -> Any:
-    """Convert all statistics to an ``xarray.Dataset`` with CF-style labels.
+def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
+    """Convert the statistics to an ``xarray.Dataset`` with CF-style labels.
 
     Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
     ``edge``, ``slot`` (-1: below the range, then the bins, then above),
-    ``class`` (the label values), ``sketch_slot`` and ``extreme``, each with
-    a coordinate; ``bin_centre`` (feature, bin) holds the centre of every
-    bin. Variables carry ``long_name``, ``units`` where the statistic has
-    its own (``"1"`` for counts, ``"nat"``/``"bit"`` for ``mi``) and the
-    settings they depend on (``ddof``, ``bias``); counts are int64. The
-    provenance becomes one dataset attribute per key (see
-    :mod:`daskbatch.summary_attrs`).
+    ``class`` (the label values) and ``quantile``, each with a coordinate;
+    ``bin_centre`` (feature, bin) holds the centre of every bin and
+    ``quantiles`` (feature, quantile) the values of :meth:`Summary.quantile`.
+    A user's statistics' results are variables named after them (see
+    :mod:`daskbatch.summary_extra`). Variables carry ``long_name``,
+    ``units`` where the statistic has its own (``"1"`` for counts,
+    ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
+    (``ddof``, ``bias``); counts are int64. The provenance becomes one
+    dataset attribute per key (see :mod:`daskbatch.summary_attrs`).
 
     Parameters
     ----------
     summary : Summary
         The summary to convert.
+    states : bool, default False
+        Also the quantile sketch's buckets (``sketch_counts``, dimension
+        ``sketch_slot``, and ``sketch_extrema``, dimension ``extreme``): the
+        internal state quantiles are read from, which :func:`summary_from_xarray`
+        needs to answer any other probability. Many times the size of the
+        results on wide data, so left out by default.
+    quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+        The probabilities of the ``quantiles`` variable (empty: none).
 
     Returns
     -------
@@ -93,7 +111,16 @@ def summary_to_xarray(summary: Summary) -> Any:
             data[name] = var(("feature", "class"), name, getattr(summary, name))
     if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
-    if summary.sketch_counts is not None:
+    if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
+        probs = np.asarray([float(q) for q in quantiles], dtype=np.float64)
+        table = summary.quantile(probs).to_numpy()
+        data["quantiles"] = xr.Variable(("feature", "quantile"), table, attrs={
+            "long_name": "quantile", "source": "quantile sketch" if summary.sketch_counts is not None else "histogram",
+        })
+        coords["quantile"] = ("quantile", probs, {"long_name": "probability", "units": "1"})
+    for v in user_variables(summary.extra, summary.n_features, set(data)):
+        data[v.name] = xr.Variable(v.dims, v.values, attrs=v.attrs)
+    if states and summary.sketch_counts is not None:
         data["sketch_counts"] = var(("feature", "sketch_slot"), "sketch_counts", summary.sketch_counts)
         data["sketch_extrema"] = var(("feature", "extreme"), "sketch_extrema", summary.sketch_extrema)
         first = int(summary.provenance.get("sketch", {}).get("first_slot", 0))
@@ -147,6 +174,7 @@ def summary_from_xarray(ds: Any) -> Summary:
     for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
         if kwargs[name] is not None:
             kwargs[name] = kwargs[name].astype(np.float64)
+    extra = results_from_variables(ds)
     cov_count = ds.attrs.get("cov_count")
     if "class" in ds.coords:
         kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
@@ -156,5 +184,6 @@ def summary_from_xarray(ds: Any) -> Summary:
         feature_names=tuple(str(f) for f in ds["feature"].values),
         cov_count=None if cov_count is None else int(cov_count),
         provenance=decode_provenance(dict(ds.attrs)),
+        extra=extra,
         **kwargs,
     )

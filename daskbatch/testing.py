@@ -12,7 +12,11 @@ of the ``xp`` fixture (the pattern of zarr's ``StoreTests``)::
             return {"mean": ..., "var": ...}
 
 Needs ``hypothesis`` (a test dependency) and an ``xp`` fixture that returns an
-array-API namespace.
+array-API namespace. For your own statistic, :func:`check_statistic` runs the
+same laws from one call in a test::
+
+    def test_my_statistic_obeys_the_laws():
+        daskbatch.testing.check_statistic(L1Norm(), lambda x, label=None: np.nansum(np.abs(x), axis=0))
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy
 
 __all__ = [
+    "LAWS",
     "StatisticLaws",
+    "check_statistic",
     "assert_results_close",
     "assert_states_equal",
     "chunk_sizes",
@@ -184,7 +190,9 @@ def _fields(value: Any) -> dict[str, Any]:
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return dict(value)
-    raise TypeError(f"expected a dataclass or dict, got {type(value).__name__}")
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return dict(value._asdict())
+    return {"result": value}  # a result that is one array or number
 
 
 def _host(a: Any) -> Any:
@@ -443,3 +451,114 @@ class StatisticLaws:
         stat = self.make(3)
         states = self._states(xp, stat, x, label, [1, 700, 701, 2048])
         self._compare(stat.finalize(merge_all(stat, states)), self.reference(x, label))
+
+
+#: The laws of :class:`StatisticLaws`, in the order :func:`check_statistic` runs them.
+LAWS = (
+    "test_matches_reference_under_any_chunking",
+    "test_merge_order_does_not_matter",
+    "test_empty_chunk_is_identity",
+    "test_merge_is_associative",
+    "test_integer_and_bool_input_match_float64",
+    "test_ill_conditioned",
+)
+
+
+def check_statistic(
+    statistic: Any,
+    reference: Any = None,
+    *,
+    xp: Any = None,
+    uses_label: bool | None = None,
+    exact: bool = False,
+    nonfinite: bool = True,
+    rtol: float = 1e-10,
+    atol: float = 1e-9,
+    ill_conditioned_offset: float | None = 1e8,
+) -> None:
+    """Run every law of :class:`StatisticLaws` on your own statistic; an AssertionError names the law broken.
+
+    Parameters
+    ----------
+    statistic : Statistic or callable
+        The statistic, or a function of the number of features that makes it.
+    reference : callable, optional
+        ``reference(x, label=None)``: the expected result for the whole of a
+        float64 NumPy ``x`` (an array, or a dict of arrays by result field).
+        Default: the statistic's own ``finalize(chunk(x))``, so the laws then
+        check that chunking and merging change nothing beyond rounding.
+    xp : namespace, optional
+        The array namespace of the blocks (default NumPy).
+    uses_label : bool, optional
+        Give ``chunk`` integer labels; default: the statistic's ``needs_label``.
+    exact : bool, default False
+        Results must agree bitwise across chunkings and merge orders (counts).
+    nonfinite : bool, default True
+        Mix NaN and ±inf into the data.
+    rtol, atol : float
+        Tolerances of inexact results.
+    ill_conditioned_offset : float or None, default 1e8
+        Added to the data of the ill-conditioning law (None skips it).
+
+    Raises
+    ------
+    AssertionError
+        A law does not hold; the message names it and hypothesis prints the smallest data that breaks it.
+    """
+    from daskbatch.stats._base import reads_label
+    from daskbatch.stats.spec import is_statistic
+
+    def make(n_features: int) -> Any:
+        """Make the statistic for ``n_features`` columns.
+
+        Parameters
+        ----------
+        n_features : int
+            Columns of the data.
+
+        Returns
+        -------
+        Statistic
+            The statistic.
+        """
+        return statistic if is_statistic(statistic) else statistic(n_features)
+
+    def expected(x: np.ndarray, label: np.ndarray | None = None) -> Any:
+        """Give the expected result for all of ``x``: ``reference``'s, else one chunk's.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            The data.
+        label : numpy.ndarray, optional
+            Its labels.
+
+        Returns
+        -------
+        object
+            The expected result.
+        """
+        if reference is not None:
+            return reference(x, label) if label is not None else reference(x)
+        stat = make(x.shape[1])
+        return stat.finalize(stat.chunk(x, label))
+
+    class UserStatisticLaws(StatisticLaws):
+        """The laws, for the statistic given."""
+
+        def make(self, n_features: int) -> Any:  # numpydoc ignore=GL08
+            return make(n_features)
+
+        def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict[str, Any]:  # numpydoc ignore=GL08
+            return _fields(expected(x, label))
+
+    UserStatisticLaws.uses_label = reads_label(make(1)) if uses_label is None else uses_label
+    UserStatisticLaws.exact, UserStatisticLaws.nonfinite = exact, nonfinite
+    UserStatisticLaws.rtol, UserStatisticLaws.atol = rtol, atol
+    UserStatisticLaws.ill_conditioned_offset = ill_conditioned_offset
+    laws = UserStatisticLaws()
+    for law in LAWS:
+        try:
+            getattr(laws, law)(xp=np if xp is None else xp)
+        except (AssertionError, ExceptionGroup) as exc:  # hypothesis groups distinct failures
+            raise AssertionError(f"{law}: {exc}") from exc

@@ -42,6 +42,34 @@ def test_describe_writes_zarr_and_json(tmp_path: pathlib.Path, store: tuple[str,
     np.testing.assert_allclose(payload["std"], x.astype(np.float64).std(axis=0, ddof=1), rtol=1e-12)
 
 
+def test_the_cli_table_says_what_the_notebook_says(tmp_path: pathlib.Path) -> None:
+    """Warnings, quantiles and number formats of the repr (and so of the notebook's HTML) in the CLI report."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(1000.0, 1.0, size=(3000, 4))
+    x[:, 1] = 2.5  # constant
+    x[::5, 2] = np.nan  # 20 % NaN
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("X", data=x, chunks=(500, 4))
+    result = CliRunner().invoke(main, ["describe", str(tmp_path / "d.zarr"), "--no-progress", "--cluster", "threads"])
+    assert result.exit_code == 0, result.output
+    summary = db.describe(str(tmp_path / "d.zarr"), plan=None)
+    assert repr(summary).split("\n", 2)[2] in result.output  # the same table, warnings first
+    assert "! 1 constant feature (std 0): f1" in result.output
+    assert "with more than 5% NaN: f2 (20.0%)" in result.output
+    header = next(line for line in result.stdout.splitlines() if line.startswith("feature"))
+    assert header.split()[:3] == ["feature", "count", "nan_count"] and {"q25", "median", "q75"} <= set(header.split())
+    assert "3,000" in result.output and "2,400" in result.output  # counts with thousands separators
+    rows = [line for line in result.stdout.splitlines() if re.match(r"f\d ", line)]
+    means = [row.split()[3] for row in rows]
+    assert means == ["1,000", "2.500", "1,000", "1,000"], means  # 4 significant digits each, 999.97 too
+
+
+def test_percent_never_rounds_a_fraction_to_zero() -> None:
+    from daskbatch.reprs import format_percent
+
+    assert format_percent(0.0004) == "<0.1%" and format_percent(0.0) == "0%" and format_percent(0.125) == "12.5%"
+
+
 @pytest.fixture()
 def restore_dask_config():
     """A config file's ``dask:`` mapping changes the process-wide dask config, as it should in a job."""

@@ -153,3 +153,16 @@ def test_log_options_work_before_and_after_the_command(
     # In-process, the command gives the caller's logging back as it found it.
     assert logging.getLogger("daskbatch").handlers == [] and warnings.showwarning is showwarning
     assert ("features>" in result.stdout) is ("-q" not in options)  # --quiet: no report either
+
+
+def test_verbose_adds_the_layout_and_time_of_each_pass_and_the_ranges(store: str) -> None:
+    result = CliRunner().invoke(main, ["-v", "describe", store, "--cluster", "threads", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    debug = [ln for ln in result.stderr.splitlines() if " DEBUG " in ln]
+    for i in (1, 2):
+        assert any(re.search(rf"pass {i}/2: \S+: \d+ blocks of up to [\d,]+ rows x 4 features, merge fan-in \d+, "
+                             r"computed directly; [\d.]+ s", ln) for ln in debug), debug
+    assert any("histogram ranges of 4 features from the sketch's 0.1%-99.9% quantiles" in ln for ln in debug), debug
+    # without -v none of it, and the plan once
+    plain = CliRunner().invoke(main, ["describe", store, "--cluster", "threads", "--no-progress"])
+    assert " DEBUG " not in plain.stderr and plain.stderr.count("Plan for a") == 1

@@ -193,6 +193,7 @@ def test_log_of_a_batch_job(tmp_path: pathlib.Path, store: str) -> None:
     text = log.read_text()
     assert proc.returncode == 0, text
     assert "plan:\nPlan for a 6,000 x 10 float32 array" in text and "budget per task:" in text
+    assert text.count("Plan for a") == 1 and text.count("budget per task:") == 1, text  # the plan, once
     # the CLI's log format: a timestamp, the level, the message (the logger's name only with -v)
     assert re.search(r"INFO describe: 1 pass\(es\) in \d+\.\d s \(pass 1 \d+\.\d s\); "
                      r"peak memory [\d.]+ [MGk]i?B", text), text

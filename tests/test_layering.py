@@ -124,7 +124,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
      "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
      "daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs", "daskbatch.incremental",
-     "daskbatch.summary_attrs", "daskbatch.summary_xarray", "daskbatch.summary_store",
+     "daskbatch.summary_attrs", "daskbatch.summary_xarray", "daskbatch.summary_store", "daskbatch.summary_extra",
      "daskbatch.summary_results", "daskbatch.selection"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
 )

@@ -1,12 +1,15 @@
 """The notebooks run top to bottom in a real Jupyter kernel (nbclient), with figures inline.
 
-Each is stored without outputs; the test executes a copy in memory, with a
-last cell of checks appended, and looks at what the kernel sent back: a PNG
-for every plot cell, no error anywhere.
+Each is stored with its outputs (``python docs/make_notebooks.py`` makes them),
+so that GitHub shows them; a test checks they are current. The other tests
+execute a copy in memory, outputs stripped, with a last cell of checks
+appended, and look at what the kernel sent back: a PNG for every plot cell,
+nothing on stderr, no error anywhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 import time
 
@@ -16,13 +19,23 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def stored(name: str):  # -> nbformat.NotebookNode
+    """The notebook as stored, outputs stripped (what a fresh run starts from)."""
     nbformat = pytest.importorskip("nbformat")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    for i, cell in enumerate(notebook.cells):
+    for cell in notebook.cells:
         if cell.cell_type == "code":
-            assert not cell.get("outputs"), f"{name} cell {i}: outputs must be stripped"
-            assert cell.get("execution_count") is None, f"{name} cell {i}: execution count must be stripped"
+            cell.outputs, cell.execution_count = [], None
+            cell.metadata.pop("daskbatch", None)
     return notebook
+
+
+def unclean_outputs(notebook) -> list[str]:
+    """Cells that wrote to stderr or raised: a notebook must run clean."""
+    return [
+        f"cell {i}: {o.get('name') or o.get('ename')}: {(o.get('text') or o.get('evalue') or '')[:300]}"
+        for i, c in enumerate(notebook.cells) if c.cell_type == "code" for o in c.outputs
+        if o.get("output_type") == "error" or o.get("name") == "stderr"
+    ]
 
 
 def run_notebook(name: str, tmp_path: pathlib.Path, monkeypatch, checks: str = "", timeout: int = 240):
@@ -42,6 +55,7 @@ def run_notebook(name: str, tmp_path: pathlib.Path, monkeypatch, checks: str = "
     started = time.perf_counter()
     client.execute()
     notebook.metadata["wall_seconds"] = time.perf_counter() - started
+    assert unclean_outputs(notebook) == [], name
     return notebook
 
 
@@ -77,11 +91,34 @@ def text_of(notebook) -> str:
     )
 
 
-def test_every_notebook_is_stored_without_outputs() -> None:
+def test_every_notebook_is_stored_with_current_clean_outputs() -> None:
+    """Stored outputs come from the stored sources (python docs/make_notebooks.py), and ran clean."""
+    nbformat = pytest.importorskip("nbformat")
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert {"01-quickstart.ipynb", "04-feature-selection.ipynb", "05-explore.ipynb"} <= set(names)
     for name in names:
-        stored(name)
+        notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert all(c.execution_count is not None for c in code), f"{name}: run python docs/make_notebooks.py"
+        for i, cell in enumerate(code):
+            digest = cell.metadata.get("daskbatch", {}).get("source_sha256")
+            assert digest == hashlib.sha256(cell.source.encode()).hexdigest(), (
+                f"{name}: code cell {i} changed since its outputs were made; run python docs/make_notebooks.py"
+            )
+        assert any(c.outputs for c in code), name
+        assert unclean_outputs(notebook) == [], name
+        # the figures of the notebooks are in docs/, as PNGs
+        pngs = sum("image/png" in o.get("data", {}) for c in code for o in c.outputs)
+        assert len(list((NOTEBOOKS.parent / "docs" / "notebooks").glob(f"{name[:-6]}-*.png"))) == pngs, name
+
+
+def test_the_clusters_of_the_notebooks_close_with_context_managers() -> None:
+    for name in ("01-quickstart.ipynb", "03-hpc-batch.ipynb"):
+        source = "".join(c.source for c in stored(name).cells if c.cell_type == "code")
+        assert "with LocalCluster(" in source and "Client(cluster) as" in source, name
+        assert ".close()" not in source, name
+    gpu = "".join(c.source for c in stored("02-gpu.ipynb").cells if c.cell_type == "code")
+    assert "dashboard_link" not in gpu  # db.cluster prints it once
 
 
 def test_quickstart_runs_with_inline_figures(tmp_path, monkeypatch) -> None:

@@ -175,3 +175,27 @@ def test_a_notebook_displays_a_widget_per_pass_on_both_schedulers(
     labels = [m["state"]["value"] for m in state.values() if m["model_name"] == "HTMLModel"]
     assert sum("pass 1/2: moments+cov+sketch" in v for v in labels) == 2
     assert sum("pass 2/2: hist" in v for v in labels) == 2
+
+
+def test_progress_dask_uses_dasks_own_displays(capsys) -> None:
+    """``progress="dask"``: distributed.progress on each pass's futures, or dask's ProgressBar locally."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    import daskbatch as db
+
+    x = np.random.default_rng(1).standard_normal((4000, 3))
+    dx = da.from_array(x, chunks=(500, -1))
+    s = db.describe(dx, stats="moments", plan=None, progress="dask")
+    assert "100% Completed" in capsys.readouterr().out  # dask.diagnostics.ProgressBar
+    np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster),
+    ):
+        s = db.describe(dx, stats="moments,hist", plan=None, progress="dask")
+    out = capsys.readouterr().out
+    assert out.count("Completed") >= 2, out  # distributed's text bar, once per pass
+    np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="progress must be True, False or 'dask'"):
+        db.describe(dx, stats="moments", plan=None, progress="tqdm")

@@ -185,3 +185,28 @@ def test_one_distributed_span_per_describe_call() -> None:
         spans = client.cluster.scheduler.extensions["spans"].spans.values()
         names = [s.name for s in spans]
     assert names.count(("daskbatch-describe",)) == 2, names
+    # inside it, one span per pass, named after the pass and its statistics
+    assert names.count(("daskbatch-describe", "pass-1-moments")) == 2, names
+
+
+def test_the_dashboard_tells_the_two_passes_apart() -> None:
+    from distributed import Client, LocalCluster
+
+    import daskbatch as db
+
+    x = da.from_array(np.random.default_rng(0).standard_normal((2000, 3)), chunks=(500, -1))
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        db.describe(x, stats="moments,hist", plan=None)
+        spans = {s.name: s for s in client.cluster.scheduler.extensions["spans"].spans.values()}
+    first, second = spans[("daskbatch-describe", "pass-1-moments-sketch")], spans[("daskbatch-describe", "pass-2-hist")]
+    # each pass's span holds its own tasks: the dashboard shows their time apart
+    assert first.states and second.states and not set(first.groups) & set(second.groups)
+    # and the task names say which pass they belong to
+    from dask.utils import key_split
+
+    one, two = {key_split(g.name) for g in first.groups}, {key_split(g.name) for g in second.groups}
+    assert {"db-chunk-moments-sketch", "db-merge-moments-sketch", "db-result-moments-sketch"} <= one, one
+    assert {"db-chunk-hist", "db-merge-hist", "db-result-hist"} <= two and not any("moments" in n for n in two), two

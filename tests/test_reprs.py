@@ -123,6 +123,8 @@ def test_text_repr(summary: db.Summary) -> None:
 
 def test_format_column_keeps_one_notation_and_four_digits() -> None:
     assert format_column(np.array([0.000342493, -6.04963e-05, 1.5, 0.0])) == ["0.0003425", "-0.00006050", "1.500", "0"]
+    # a value that rounds up into the next power of ten keeps four digits too
+    assert format_column(np.array([999.97, 1000.03, 9.99996])) == ["1,000", "1,000", "10.00"]
     assert format_column(np.array([3.4e-5, -6.0e-6, np.nan])) == ["3.400e-05", "-6.000e-06", "nan"]
     assert format_column(np.array([1234567.25, -12.5, np.inf, -np.inf])) == ["1,234,567", "-12.50", "inf", "-inf"]
     assert format_column(np.array([2.0e6, 3.0]), integer=True) == ["2,000,000", "3"]
@@ -131,7 +133,7 @@ def test_format_column_keeps_one_notation_and_four_digits() -> None:
 
 # ------------------------------------------------------------------ xarray
 def test_to_xarray_labels(summary: db.Summary) -> None:
-    ds = summary.to_xarray()
+    ds = summary.to_xarray(states=True)
     for name in ("count", "nan_count", "posinf_count", "neginf_count", "hist_counts", "underflow", "overflow",
                  "joint_counts", "class_count", "sketch_counts"):
         assert ds[name].dtype == np.int64, name

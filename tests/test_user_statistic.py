@@ -90,9 +90,277 @@ def test_bad_statistics_get_one_line_errors(data: np.ndarray) -> None:
         db.describe(data, stats=[L1Norm(), L1Norm()], plan=None)
 
 
-def test_a_summary_with_a_users_statistic_saves_the_built_in_states(tmp_path, data: np.ndarray) -> None:
+# A statistic that reads the label: per-class row counts, (K,) with K fixed.
+@dataclass(frozen=True)
+class CountState(db.State):
+    n: np.ndarray
+
+
+@dataclass(frozen=True)
+class ClassRows:
+    name = "class_rows"
+    needs_label = True
+    k: int = 3
+
+    def chunk(self, x, label=None):
+        assert label is not None, "a statistic with needs_label=True must receive the label"
+        return CountState(np.bincount(np.asarray(label), minlength=self.k).astype(np.int64))
+
+    def merge(self, a, b):
+        return CountState(a.n + b.n)
+
+    def finalize(self, s):
+        return s.n
+
+
+@dataclass(frozen=True)
+class SeesNoLabel:
+    name = "no_label"
+
+    def chunk(self, x, label=None):
+        assert label is None, "a statistic without needs_label must see label=None"
+        return CountState(np.asarray([np.asarray(x).shape[0]], dtype=np.int64))
+
+    def merge(self, a, b):
+        return CountState(a.n + b.n)
+
+    def finalize(self, s):
+        return s.n
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("user") / "data.zarr")
+    db.synth(path, rows=3000, features=4, classes=3, chunk_rows=500, dtype="float64", seed=5)
+    return path
+
+
+def _store_arrays(path: str) -> tuple[np.ndarray, np.ndarray]:
+    ds = db.open_dataset(path)
+    return np.asarray(ds.x.compute(), dtype=np.float64), np.asarray(ds.label.compute())
+
+
+def test_needs_label_gives_chunk_the_label_and_others_none(store: str) -> None:
+    x, y = _store_arrays(store)
+    s = db.describe(store, stats=["moments", "mi", ClassRows(), SeesNoLabel()], plan=None)
+    np.testing.assert_array_equal(s.extra["class_rows"], np.bincount(y, minlength=3))
+    np.testing.assert_array_equal(s.extra["no_label"], [x.shape[0]])
+
+
+def test_merge_and_update_keep_a_users_statistic(store: str) -> None:
+    import dask.array as da
+
+    x, y = _store_arrays(store)
+    whole = db.describe(x, stats=["moments", L1Norm()], plan=None)
+    a = db.describe(x[:1000], stats=["moments", L1Norm()], plan=None)
+    b = db.describe(da.from_array(x[1000:], chunks=(700, -1)), stats=["moments", L1Norm()], plan=None)
+    merged = db.merge(a, b)
+    np.testing.assert_allclose(merged.extra["l1"], np.nansum(np.abs(x), axis=0), rtol=1e-13)
+    np.testing.assert_allclose(merged.extra["l1"], whole.extra["l1"], rtol=1e-13)
+    updated = a.update(x[1000:])
+    np.testing.assert_allclose(updated.extra["l1"], whole.extra["l1"], rtol=1e-13)
+    assert updated.provenance["user_statistics"] == ["l1"]
+    # a labelled user statistic makes update ask for the label
+    c = db.describe(x[:1000], y[:1000], stats=["moments", ClassRows()], plan=None)
+    with pytest.raises(ValueError, match="statistic 'class_rows'"):
+        c.update(x[1000:])
+    np.testing.assert_array_equal(c.update(x[1000:], y[1000:]).extra["class_rows"], np.bincount(y, minlength=3))
+
+
+class PlainTotal:
+    """A statistic that is a plain class (no dataclass, no __eq__): two instances with the same attributes merge."""
+
+    name = "plain_total"
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def chunk(self, x, label=None):
+        return L1State(self.scale * np.nansum(np.asarray(x, dtype=np.float64), axis=0))
+
+    def merge(self, a, b):
+        return L1State(a.total + b.total)
+
+    def finalize(self, s):
+        return s.total
+
+
+def test_plain_class_statistics_merge_by_their_attributes(data: np.ndarray) -> None:
+    a = db.describe(data[:100], stats=["moments", PlainTotal()], plan=None)
+    b = db.describe(data[100:], stats=["moments", PlainTotal()], plan=None)
+    np.testing.assert_allclose(db.merge(a, b).extra["plain_total"], np.nansum(data, axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="'plain_total' statistics differ"):
+        db.merge(a, db.describe(data[100:], stats=["moments", PlainTotal(2.0)], plan=None))
+
+
+def test_a_plain_class_statistic_loads_with_a_new_instance(tmp_path, data: np.ndarray) -> None:
+    s = db.describe(data, stats=["moments", PlainTotal(3.0)], plan=None)
+    back = db.load_summary(s.save(tmp_path / "s.zarr"), statistics=[PlainTotal(3.0)])
+    np.testing.assert_array_equal(back.extra["plain_total"], s.extra["plain_total"])
+    with pytest.raises(db.DataError, match="'scale', 3.0.*'scale', 1.0"):
+        db.load_summary(tmp_path / "s.zarr", statistics=[PlainTotal()])
+
+
+def test_merge_refuses_different_parameters(data: np.ndarray) -> None:
+    a = db.describe(data[:100], data[:100, 0] > 0, stats=["moments", ClassRows(k=3)], plan=None)
+    b = db.describe(data[100:], data[100:, 0] > 0, stats=["moments", ClassRows(k=4)], plan=None)
+    with pytest.raises(ValueError, match="'class_rows' statistics differ"):
+        db.merge(a, b)
+
+
+def test_results_are_in_to_xarray_and_to_dataframe(data: np.ndarray) -> None:
     s = db.describe(data, stats=["moments", L1Norm()], plan=None)
+    want = np.nansum(np.abs(data), axis=0)
+    ds = s.to_xarray()
+    assert ds["l1"].dims == ("feature",)
+    np.testing.assert_allclose(ds["l1"].values, want, rtol=1e-12)
+    np.testing.assert_allclose(s.to_dataframe()["l1"].to_numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(db.Summary.from_xarray(ds).extra["l1"], want, rtol=1e-12)
+
+
+def test_save_and_load_keep_results_and_states_exactly(tmp_path, store: str) -> None:
+    x, y = _store_arrays(store)
+    s = db.describe(store, stats=["moments", ClassRows(), L1Norm()], plan=None)
     s.save(tmp_path / "s.zarr")
+    # without the statistics: their results as saved, but no state to continue from
+    plain = db.load_summary(tmp_path / "s.zarr")
+    np.testing.assert_array_equal(plain.extra["l1"], s.extra["l1"])
+    np.testing.assert_array_equal(plain.extra["class_rows"], s.extra["class_rows"])
+    assert "l1" not in (plain.states or {})
+    with pytest.raises(ValueError, match="loaded without the state of statistic"):
+        db.merge(plain, s)
+    # with them: states bitwise, and the summary merges like the original
+    back = db.load_summary(tmp_path / "s.zarr", statistics=[L1Norm(), ClassRows()])
+    np.testing.assert_array_equal(back.states["l1"].state.total, s.states["l1"].state.total)
+    np.testing.assert_array_equal(back.extra["class_rows"], np.bincount(y, minlength=3))
+    twice = db.merge(back, s)
+    np.testing.assert_allclose(twice.extra["l1"], 2 * np.nansum(np.abs(x), axis=0), rtol=1e-13)
+    # a statistic with other parameters is refused, naming both
+    with pytest.raises(db.DataError, match=r"ClassRows\(k=3\).*ClassRows\(k=5\)"):
+        db.load_summary(tmp_path / "s.zarr", statistics=[ClassRows(k=5)])
+
+
+def test_loading_never_imports_what_the_file_names(tmp_path, monkeypatch, data: np.ndarray) -> None:
+    import sys
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "secret_stats.py").write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    s = db.describe(data, stats="moments,secret_stats:Total", plan=None)
+    s.save(tmp_path / "s.zarr")
+    saved = next(p for p in (tmp_path / "s.zarr" / "states" / "total").iterdir() if p.name == "zarr.json")
+    assert "secret_stats:Total" in saved.read_text()
+    monkeypatch.delitem(sys.modules, "secret_stats")
     back = db.load_summary(tmp_path / "s.zarr")
-    np.testing.assert_array_equal(back.mean, s.mean)
-    assert back.provenance["user_statistics"] == ["l1"] and "l1" not in back.extra
+    assert "secret_stats" not in sys.modules
+    np.testing.assert_allclose(back.extra["total"], np.nansum(data, axis=0), rtol=1e-12)
+
+
+_MODULE = """
+from dataclasses import dataclass
+import numpy as np
+import daskbatch as db
+
+@dataclass(frozen=True)
+class TotalState(db.State):
+    total: np.ndarray
+
+@dataclass(frozen=True)
+class Total:
+    name = "total"
+    def chunk(self, x, label=None):
+        return TotalState(np.nansum(np.asarray(x, dtype=np.float64), axis=0))
+    def merge(self, a, b):
+        return TotalState(a.total + b.total)
+    def finalize(self, s):
+        return s.total
+"""
+
+
+def test_the_cli_names_a_statistic_by_import_path(tmp_path, monkeypatch, store: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    x, _ = _store_arrays(store)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "cli_stats.py").write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    result = CliRunner().invoke(main, [
+        "describe", store, "--stats", "moments,cli_stats:Total", "--json", "-", "--no-progress",
+        "--cluster", "threads", "-q",
+    ])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    np.testing.assert_allclose(out["user_statistics"]["total"], x.sum(axis=0), rtol=1e-12)
+    bad = CliRunner().invoke(main, ["describe", store, "--stats", "moments,no_such_module:X", "--cluster", "threads"])
+    assert bad.exit_code == 2 and "cannot import module 'no_such_module'" in bad.output
+
+
+def test_an_entry_point_registers_a_name(tmp_path, monkeypatch, data: np.ndarray) -> None:
+    lib = tmp_path / "lib"
+    (lib / "mystats-1.0.dist-info").mkdir(parents=True)
+    (lib / "ep_stats.py").write_text(_MODULE)
+    (lib / "mystats-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mystats\nVersion: 1.0\n")
+    (lib / "mystats-1.0.dist-info" / "entry_points.txt").write_text("[daskbatch.statistics]\ntotal = ep_stats:Total\n")
+    monkeypatch.syspath_prepend(str(lib))
+    s = db.describe(data, stats="moments,total", plan=None)
+    np.testing.assert_allclose(s.extra["total"], np.nansum(data, axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="daskbatch.statistics"):
+        db.describe(data, stats="moments,not_registered", plan=None)
+
+
+def test_a_state_that_is_no_dataclass_is_refused_before_saving(tmp_path, data: np.ndarray) -> None:
+    @dataclass(frozen=True)
+    class DictState:
+        name = "dict_state"
+
+        def chunk(self, x, label=None):
+            return {"n": np.asarray([len(x)])}
+
+        def merge(self, a, b):
+            return {"n": a["n"] + b["n"]}
+
+        def finalize(self, s):
+            return s["n"]
+
+    s = db.describe(data, stats=["moments", DictState()], plan=None)
+    with pytest.raises(ValueError, match="'dict_state': its state is a dict"):
+        s.save(tmp_path / "s.zarr")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_check_statistic_runs_the_laws_on_a_users_statistic() -> None:
+    from daskbatch.testing import check_statistic
+
+    check_statistic(L1Norm(), lambda x: np.nansum(np.abs(x), axis=0), rtol=1e-12, atol=0)
+    check_statistic(ClassRows(k=4), lambda x, label: np.bincount(label, minlength=4), exact=True)
+
+    @dataclass(frozen=True)
+    class Broken(L1Norm):
+        def merge(self, a, b):  # forgets b
+            return a
+
+    with pytest.raises(AssertionError, match="test_matches_reference_under_any_chunking"):
+        check_statistic(Broken(), lambda x: np.nansum(np.abs(x), axis=0))
+
+
+def test_a_job_file_names_a_statistic_by_import_path(tmp_path, monkeypatch, store: str) -> None:
+    import yaml
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    x, _ = _store_arrays(store)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "job_stats.py").write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    job = {"input": {"store": store}, "cluster": {"kind": "threads", "threads": 2}, "memory": "2GiB",
+           "statistics": {"stats": "moments,class_moments,job_stats:Total"}, "outputs": {"dir": str(tmp_path / "out")}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "job.yaml")])
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "out" / "summary.zarr"  # outputs.summary, the default name
+    np.testing.assert_allclose(db.load_summary(saved).extra["total"], x.sum(axis=0), rtol=1e-12)

@@ -8,23 +8,28 @@ identical results.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from daskbatch.engine.inputs import FeatureMatrix
-from daskbatch.engine.reduce import TASK_PREFIXES, tree_reduce
+from daskbatch.engine.reduce import TASK_PREFIXES, statistics_tag, task_prefixes, tree_reduce
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
-from daskbatch.stats._base import Bundle, BundleLike
+from daskbatch.stats._base import Bundle, BundleLike, reads_label
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PassRunner", "compute"]
 
 
-def compute(graph: Any, progress: bool | ProgressCallback | Progress, title: str = "compute") -> Any:
+def compute(graph: Any, progress: bool | str | ProgressCallback | Progress, title: str = "compute") -> Any:
     """Compute ``graph`` on the active scheduler (threads or a ``distributed`` client), with progress.
 
     Parameters
@@ -50,11 +55,11 @@ def compute(graph: Any, progress: bool | ProgressCallback | Progress, title: str
         return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
 
 
-def _progress_options(progress: bool | ProgressCallback) -> dict[str, Any]:
-    """A Progress's ``show`` and ``callback`` for describe's ``progress`` argument (a bool or a callable)."""
+def _progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
+    """A Progress's ``show`` and ``callback`` for describe's ``progress`` argument (a bool, "dask" or a callable)."""
     if callable(progress):
         return {"show": False, "callback": progress}
-    return {"show": bool(progress)}
+    return {"show": progress}
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ class PassRunner:  # numpydoc ignore=PR02
 
     data: FeatureMatrix
     split_every: int
-    progress: bool | ProgressCallback = False
+    progress: bool | str | ProgressCallback = False
     checkpoint: str | os.PathLike[str] | None = None
     force: bool = False
     passes: int = 1
@@ -104,7 +109,7 @@ class PassRunner:  # numpydoc ignore=PR02
             self.seconds.append(round(time.perf_counter() - t0, 6))
 
     def _run(self, bundle: Bundle, index: int, finalize: bool) -> tuple[Any, ...]:
-        needs_label = any(getattr(s, "by_label", False) for s in bundle.stats)
+        needs_label = any(reads_label(s) for s in bundle.stats)
         label = self.data.label if needs_label else None
         stat: BundleLike = bundle
         if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
@@ -112,9 +117,11 @@ class PassRunner:  # numpydoc ignore=PR02
 
             stat = Staged(bundle, self.data.stage_rows)
         x = self.data.x
+        t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
-        with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                      cancel=self.cancel, **_progress_options(self.progress)) as bar:
+        span_name = f"pass-{index}-{'-'.join(s.name for s in bundle.stats)}"
+        with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
+                                        cancel=self.cancel, **_progress_options(self.progress)) as bar:
             if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 from daskbatch.engine.checkpoint import run as checkpointed
@@ -124,7 +131,29 @@ class PassRunner:  # numpydoc ignore=PR02
                     directory=self.checkpoint, force=self.force, finalize=finalize,
                 )
             else:
-                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize)
-                result = compute(graph, bar)
+                tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
+                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize, tag=tag)
+                result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
         note_pass(int(x.shape[0]), int(x.shape[1]))
+        if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
+            log.debug(
+                "%s: %d blocks of up to %s rows x %s features, merge fan-in %d, %s; %.2f s",
+                title, int(x.numblocks[0]), f"{max(x.chunks[0]):,}", f"{x.shape[1]:,}", self.split_every,
+                "through the checkpoint" if self.checkpoint is not None else "computed directly",
+                time.perf_counter() - t0,
+            )
         return result
+
+
+@contextlib.contextmanager
+def _span(name: str) -> Iterator[None]:
+    """A ``distributed`` span per pass (inside describe's ``daskbatch-describe``): the dashboard tells the passes apart."""
+    from daskbatch.runtime.capacity import active_client
+
+    if active_client() is None:
+        yield
+        return
+    from distributed import span
+
+    with span(name):
+        yield

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,6 +36,41 @@ register_sizeof(sizeof)  # every graph with states in its tasks is built here
 
 #: Task-name prefixes of a pass, as the dashboard shows them (``key_split`` of the keys).
 TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"}
+
+
+def task_prefixes(tag: str = "") -> dict[str, str]:
+    """Give the task-name prefixes of a tree tagged ``tag`` (``db-chunk-hist``, ...): passes named apart on the dashboard.
+
+    Parameters
+    ----------
+    tag : str, default ""
+        Letters and dashes only, so that ``dask.utils.key_split`` keeps it whole; "" for the plain prefixes.
+
+    Returns
+    -------
+    dict
+        ``"chunk"``, ``"merge"`` and ``"result"`` prefixes.
+    """
+    if tag and not re.fullmatch(r"[A-Za-z]+(-[A-Za-z]+)*", tag):
+        raise ValueError(f"a task tag is letters and dashes only, got {tag!r}")
+    return {k: f"{v}-{tag}" if tag else v for k, v in TASK_PREFIXES.items()}
+
+
+def statistics_tag(stats: Any) -> str:
+    """Name a pass's tasks after its statistics: their names' letters, joined by dashes (``moments-cov-sketch``).
+
+    Parameters
+    ----------
+    stats : sequence of Statistic
+        The statistics of the pass.
+
+    Returns
+    -------
+    str
+        The tag (may be "").
+    """
+    words = (re.sub(r"[^A-Za-z]", "", s.name) for s in stats)
+    return "-".join(w for w in words if w)
 
 
 def resolve_split_every(split_every: int | None) -> int:
@@ -63,6 +99,7 @@ def tree_reduce(
     complete: da.Array | None = None,
     split_every: int | None = None,
     finalize: bool = True,
+    tag: str = "",
 ) -> Delayed:
     """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of ``label``).
 
@@ -82,6 +119,8 @@ def tree_reduce(
         Fan-in of the merge tree; ``daskbatch.split-every`` from dask.config by default.
     finalize : bool, default True
         Return the finalized result; else the merged state (for checkpoints and accumulators).
+    tag : str, default ""
+        Added to the task names (see :func:`task_prefixes`), so that the dashboard tells passes apart.
 
     Returns
     -------
@@ -104,7 +143,8 @@ def tree_reduce(
     # Short prefixes that dask.utils.key_split keeps whole (the dashboard groups and
     # labels tasks by them): "daskbatch-finalize-<token>" used to split to "daskbatch",
     # and long prefixes were cut off in the task stream.
-    chunk_name = f"{TASK_PREFIXES['chunk']}-{token}"
+    prefixes = task_prefixes(tag)
+    chunk_name = f"{prefixes['chunk']}-{token}"
     chunk = functools.partial(_chunk_task, stat)
     states = [
         dask.delayed(chunk)(
@@ -116,12 +156,12 @@ def tree_reduce(
     level = 0
     while len(states) > 1:
         states = [
-            dask.delayed(merge)(states[i : i + fan_in], dask_key_name=(f"{TASK_PREFIXES['merge']}-{token}", level, j))
+            dask.delayed(merge)(states[i : i + fan_in], dask_key_name=(f"{prefixes['merge']}-{token}", level, j))
             for j, i in enumerate(range(0, len(states), fan_in))
         ]
         level += 1
     last: Callable[[S], R | S] = stat.finalize if finalize else _identity
-    return dask.delayed(_on_host(last))(states[0], dask_key_name=f"{TASK_PREFIXES['result']}-{token}")
+    return dask.delayed(_on_host(last))(states[0], dask_key_name=f"{prefixes['result']}-{token}")
 
 
 def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delayed] | list[None]:
@@ -153,12 +193,12 @@ def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
 
 
 def to_host(value: Any) -> Any:
-    """Copy every array in ``value`` (inside tuples and dataclasses) to host NumPy.
+    """Copy every array in ``value`` (inside tuples, dicts and dataclasses) to host NumPy.
 
     Parameters
     ----------
     value : object
-        An array, a tuple or a dataclass of them, or anything else.
+        An array, a tuple, dict or dataclass of them, or anything else.
 
     Returns
     -------
@@ -168,7 +208,10 @@ def to_host(value: Any) -> Any:
     from daskbatch.stats.backend import to_numpy
 
     if isinstance(value, tuple):
-        return tuple(to_host(v) for v in value)
+        items = [to_host(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_asdict") else tuple(items)  # a named tuple keeps its type
+    if isinstance(value, dict):  # a user's state or result may be a dict of arrays
+        return {k: to_host(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: to_host(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **fields)

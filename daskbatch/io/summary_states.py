@@ -8,7 +8,9 @@ Layout (format version :data:`FORMAT_VERSION`)::
 
 ``<name>`` is the statistic's name (``"moments"``, ``"hist"``, ...),
 ``statistic`` its class name and ``params`` its parameters as JSON (a
-histogram's bins, ranges and class values, ...). ``sha256`` covers all of it:
+histogram's bins, ranges and class values, ...). A user's statistic is
+marked ``"user": true``, with ``module:qualname`` of its class and its
+``repr`` as parameters: both are only compared, never imported. ``sha256`` covers all of it:
 the statistic, its parameters, and every field's dtype, shape and bytes, so a
 changed array or attribute is detected on load. Arrays carry zstd and a
 CRC-32C per chunk like the summary's other arrays; chunks of zeros are not
@@ -23,7 +25,9 @@ used the other summary's data) fails it and is refused.
 
 Loading rebuilds only the statistics and states of
 :mod:`daskbatch.stats.registry` from plain arrays and JSON: no pickle, no
-import of a name read from the file. Whatever is wrong is one
+import of a name read from the file. A user's state is read only when the
+caller passes the statistic itself (its state class is that of its
+``chunk`` of no rows); otherwise it is left out. Whatever is wrong is one
 :class:`~daskbatch.errors.DataError` line naming the summary and the state.
 """
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,7 +46,7 @@ from daskbatch.errors import DataError
 from daskbatch.io.integrity import checksummed
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 
-__all__ = ["FORMAT_VERSION", "GROUP", "read_states", "results_digest", "write_states"]
+__all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_digest", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 FORMAT_VERSION = 1
@@ -115,13 +119,13 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
     digests = {}
     for name, kept in states.items():
-        cls = type(kept.statistic)
-        params = statistic_params(kept.statistic)
+        user = type(kept.statistic) not in STATE_CLASSES
+        statistic, params = _identity(kept.statistic)
         fields = {f.name: np.asarray(getattr(kept.state, f.name)) for f in dataclasses.fields(kept.state)}
-        digests[name] = _digest(cls.__name__, params, fields)
+        digests[name] = _digest(statistic, params, fields)
         sub = group.create_group(name, attributes={
-            "format_version": FORMAT_VERSION, "statistic": cls.__name__, "params": params,
-            "fields": list(fields), "sha256": digests[name],
+            "format_version": FORMAT_VERSION, "statistic": statistic, "params": params,
+            "fields": list(fields), "sha256": digests[name], "user": user,
         })
         for field, a in fields.items():
             sub.create_array(
@@ -130,7 +134,42 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     group.update_attributes({"summary_sha256": _binding(results, digests)})
 
 
-def read_states(store: str, results: str) -> dict[str, Kept] | None:
+def check_savable(states: Mapping[str, Kept]) -> None:
+    """Refuse, before anything is written, a user's state that is not a dataclass of arrays.
+
+    Parameters
+    ----------
+    states : mapping of str to Kept
+        The summary's statistics and merged states, by name.
+
+    Raises
+    ------
+    ValueError
+        One line naming the statistic.
+    """
+    for name, kept in states.items():
+        if not (dataclasses.is_dataclass(kept.state) and not isinstance(kept.state, type)):
+            raise ValueError(
+                f"statistic {name!r}: its state is a {type(kept.state).__name__}, not a dataclass of arrays, "
+                "so the summary cannot save it; make the state a frozen dataclass (subclass daskbatch.State)"
+            )
+
+
+def _identity(statistic: Any) -> tuple[str, Any]:
+    """What the file records of a statistic: registered class name and JSON parameters, or a user's class path and repr."""
+    if type(statistic) in STATE_CLASSES:
+        return type(statistic).__name__, statistic_params(statistic)
+    cls = type(statistic)
+    if cls.__repr__ is object.__repr__:  # the default repr holds the object's address: its attributes instead
+        params = repr(sorted(vars(statistic).items())) if hasattr(statistic, "__dict__") else ""
+    else:
+        params = repr(statistic)
+    return f"{cls.__module__}:{cls.__qualname__}", params
+
+
+def read_states(
+    store: str, results: str, statistics: Sequence[Any] = (), n_features: int = 0
+) -> dict[str, Kept] | None:
     """Read the states saved in the summary at ``store``, checking that they belong to its results.
 
     Parameters
@@ -139,6 +178,11 @@ def read_states(store: str, results: str) -> dict[str, Kept] | None:
         The summary store.
     results : str
         :func:`results_digest` of the summary's dataset as read from ``store``.
+    statistics : sequence, default ()
+        A user's statistics whose saved states to read (matched by name,
+        checked against the class and repr recorded); other users' states are left out.
+    n_features : int, default 0
+        The summary's number of features (for the empty state that gives a user state's class).
 
     Returns
     -------
@@ -156,21 +200,65 @@ def read_states(store: str, results: str) -> dict[str, Kept] | None:
     try:
         group = root[GROUP]
     except KeyError:
+        if statistics:
+            raise DataError(f"summary {store} holds no states (saved without them)") from None
         return None
     if not isinstance(group, zarr.Group):
         raise DataError(f"summary {store}: {GROUP!r} is not a group of states")
     _check_version(store, "the states group", group.attrs.get("format_version"))
+    given = {s.name: s for s in statistics}
     out: dict[str, Kept] = {}
     digests: dict[str, str] = {}
     for name, sub in sorted(group.groups()):
+        # Every state's recorded digest, read or not: the binding covers the whole group.
+        digests[name] = str(sub.attrs.get("sha256"))
+        if sub.attrs.get("user"):
+            if name in given:
+                out[name] = _read_user(store, name, sub, given[name], n_features)
+            continue
         out[name] = _read_one(store, name, sub)
-        digests[name] = str(sub.attrs["sha256"])  # _read_one checked it against the arrays
     if group.attrs.get("summary_sha256") != _binding(results, digests):
         raise DataError(
             f"summary {store}: its {GROUP}/ group does not belong to its results (the checksum over results and "
             "states differs): it was copied from another summary or changed; describe the data again"
         )
+    unknown = sorted(set(given) - set(out))
+    if unknown:
+        raise DataError(f"summary {store} holds no state of statistic(s) {', '.join(map(repr, unknown))}")
     return out
+
+
+def _read_user(store: str, name: str, group: Any, statistic: Any, n_features: int) -> Kept:
+    """A user's state, verified against the statistic the caller passed (nothing named by the file is imported)."""
+    from daskbatch.stats._base import reads_label
+
+    where = f"summary {store}: state {name!r}"
+    attrs = dict(group.attrs)
+    _check_version(store, f"state {name!r}", attrs.get("format_version"))
+    recorded, params = _identity(statistic)
+    if (attrs.get("statistic"), attrs.get("params")) != (recorded, params):
+        raise DataError(
+            f"{where} was saved by {attrs.get('statistic')} {attrs.get('params')}, not by {recorded} {params}"
+        )
+    empty = statistic.chunk(np.empty((0, n_features)), np.empty(0, np.int64) if reads_label(statistic) else None)
+    expected = [f.name for f in dataclasses.fields(empty)]
+    if attrs.get("fields") != expected:
+        raise DataError(f"{where}: fields {attrs.get('fields')!r} are not those of {type(empty).__name__} {expected}")
+    arrays = _read_arrays(where, group, expected)
+    if _digest(recorded, params, arrays) != attrs.get("sha256"):
+        raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
+    # a field that was a scalar comes back as one (np.asarray made it a 0-d array on the way out)
+    values = {f: a if isinstance(getattr(empty, f), np.ndarray) else a[()] for f, a in arrays.items()}
+    return Kept(statistic, type(empty)(**values))
+
+
+def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of ``group``; whatever goes wrong is one DataError line."""
+    try:
+        return {f: np.asarray(group[f][...]) for f in names}
+    except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise DataError(f"{where} cannot be read ({type(exc).__name__}: {first_line})") from None
 
 
 def _check_version(store: str, what: str, version: Any) -> None:
@@ -197,11 +285,7 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
     expected = [f.name for f in dataclasses.fields(state_cls)]
     if fields != expected:
         raise DataError(f"{where}: fields {fields!r} are not those of {state_cls.__name__} {expected}")
-    try:
-        arrays = {f: np.asarray(group[f][...]) for f in expected}
-    except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise DataError(f"{where} cannot be read ({type(exc).__name__}: {first_line})") from None
+    arrays = _read_arrays(where, group, expected)
     if _digest(str(statistic_name), params, arrays) != attrs.get("sha256"):
         raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
     return Kept(statistic, state_cls(**arrays))

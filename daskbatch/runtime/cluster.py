@@ -264,7 +264,8 @@ def _print_dashboard(client: Client, verb: str) -> None:
     """One line: the scheduler and its dashboard link (a batch log keeps it too).
 
     A log line where daskbatch's logging is set up (the CLI: timestamped, and
-    gone with ``--quiet``), else printed on stderr (a script, a notebook).
+    gone with ``--quiet``), else printed: on stdout in a notebook (where stderr
+    reads as an error), on stderr in a script.
     """
     import logging
     import sys
@@ -277,4 +278,5 @@ def _print_dashboard(client: Client, verb: str) -> None:
     if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
         log.info("%s %s; dashboard: %s", verb, client.scheduler.address, link)
     else:
-        print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=sys.stderr, flush=True)
+        stream = sys.stdout if "ipykernel" in sys.modules else sys.stderr
+        print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=stream, flush=True)

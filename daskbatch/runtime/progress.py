@@ -70,8 +70,12 @@ class Progress:
         Name of a unit in the bar and the log.
     rows, nbytes : int, optional
         Rows and (decoded) bytes of the whole step, for rows/s and bytes/s.
-    show : bool, default False
-        Draw a bar (a widget in Jupyter, a line on a terminal's stderr); log lines are written either way.
+    show : bool or "dask", default False
+        Draw a bar (a widget in Jupyter, a line on a terminal's stderr); log
+        lines are written either way. ``"dask"``: leave the bar to dask's own
+        displays instead, :func:`distributed.progress` on the step's futures
+        under a ``distributed`` client, :class:`dask.diagnostics.ProgressBar`
+        under the local schedulers.
     callback : callable, optional
         Called as ``callback(done, total, title)`` after every count, in the calling thread.
     cancel : threading.Event, optional
@@ -88,9 +92,11 @@ class Progress:
 
     def __init__(
         self, title: str, total: int | None = None, *, unit: str = "blocks", rows: int | None = None,
-        nbytes: int | None = None, show: bool = False, callback: ProgressCallback | None = None,
+        nbytes: int | None = None, show: bool | str = False, callback: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
+        if show not in (True, False, "dask"):
+            raise ValueError(f"progress must be True, False or 'dask', got {show!r}")
         self.title, self.total, self.unit = title, total, unit
         self._callback, self._cancel = callback, cancel
         self._logged_at = 0.0
@@ -98,7 +104,9 @@ class Progress:
         self.done = 0
         self.skipped = 0  # done before this run (a checkpoint's or an output's finished blocks)
         self.seconds: float | None = None  # set when closed
-        self._show = show
+        self._show = show is True
+        #: Whether dask's own progress display (distributed.progress, dask.diagnostics.ProgressBar) shows this step.
+        self.dask_display = show == "dask"
         self._display: _Terminal | _Widget | None = None
         self._lock = threading.RLock()
         self._t0: float | None = None
@@ -488,7 +496,7 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
                 progress.advance()
 
         started: list[bool] = []
-        with Callback(start=start, posttask=posttask):
+        with Callback(start=start, posttask=posttask), _dask_bar(progress.dask_display):
             result = dask.compute(graph)[0]
         progress.update(progress.total or 0)
         return result
@@ -510,6 +518,12 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
         return result
     futures = client.get(graph.__dask_graph__(), [graph.key, *watched], sync=False)
     result, blocks = futures[0], futures[1:]
+    if progress.dask_display:
+        from distributed import progress as distributed_progress
+
+        # distributed's own bar on these futures: a widget in Jupyter, a text bar in a terminal
+        # (which returns when they are done). Chunk futures are released only once they finished.
+        distributed_progress(futures)
     try:
         for future in as_completed(blocks):
             if future.status == "error":
@@ -522,3 +536,15 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
     except BaseException:
         client.cancel(futures)
         raise
+
+
+@contextlib.contextmanager
+def _dask_bar(wanted: bool) -> Iterator[None]:
+    """``dask.diagnostics.ProgressBar`` around a local computation, when dask's own display is wanted."""
+    if not wanted:
+        yield
+        return
+    from dask.diagnostics import ProgressBar
+
+    with ProgressBar():
+        yield

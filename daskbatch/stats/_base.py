@@ -16,9 +16,25 @@ R = TypeVar("R", covariant=True)
 class Statistic(Protocol[S, R]):
     """A mergeable statistic over axis 0 (the sample axis).
 
-    Laws (checked by the test suite for every statistic):
+    Laws (checked by the test suite for every statistic, and for yours by
+    :func:`daskbatch.testing.check_statistic`):
     ``finalize(merge(chunk(a), chunk(b))) ≈ finalize(chunk(concat(a, b)))``,
     ``merge`` is associative up to rounding, and ``chunk(x[:0])`` is its identity.
+
+    Besides ``name``, ``chunk``, ``merge`` and ``finalize``, a statistic may set:
+
+    ``needs_label`` (bool, default False)
+        ``chunk`` receives the class label of each row (an integer array);
+        without it ``label`` is None. The built-in histogram spells this
+        ``by_label``, which is honoured too.
+    ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
+        The bytes of its state and of its temporaries per block, from which
+        the planner sizes tasks; without one a cautious default is used.
+
+    A state that is a frozen dataclass of arrays (subclass
+    :class:`State`) is sized for dask's memory accounting and can be saved
+    with a summary; the result may be an array (per feature: shape (D, ...)),
+    a scalar, or a dataclass or dict of those.
     """
 
     @property
@@ -112,6 +128,22 @@ class State:
         return total
 
 
+def reads_label(stat: Any) -> bool:
+    """Tell whether ``stat``'s ``chunk`` takes the rows' labels (``needs_label``, or the histogram's ``by_label``).
+
+    Parameters
+    ----------
+    stat : Statistic
+        Any statistic.
+
+    Returns
+    -------
+    bool
+        True when ``chunk`` should receive the label.
+    """
+    return bool(getattr(stat, "needs_label", False) or getattr(stat, "by_label", False))
+
+
 def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
     """Merge ``states`` left to right: a fixed order, so results are bitwise reproducible.
 
@@ -171,7 +203,8 @@ class Bundle:  # numpydoc ignore=PR02
         tuple
             One state per statistic.
         """
-        return tuple(s.chunk(x, label) for s in self.stats)
+        # Only the statistics that read labels get them: the others' chunk sees label=None, as documented.
+        return tuple(s.chunk(x, label if reads_label(s) else None) for s in self.stats)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         """Merge two bundle states item by item.

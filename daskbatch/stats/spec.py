@@ -7,6 +7,8 @@ The one place that turns what a user asks for (``stats="moments,cov"``, a
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -19,14 +21,17 @@ from daskbatch.stats.ranges import robust_ranges
 
 DEFAULT_STATS = ("moments", "cov", "hist", "mi")
 NAN_POLICIES = ("omit", "propagate", "raise")
+#: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
+ENTRY_POINT_GROUP = "daskbatch.statistics"
 
 
 def normalize_stats(stats: Any) -> tuple[str, ...]:
     """Validate statistic names (``"moments"`` is always computed and listed first).
 
     ``stats`` is a name, a comma-separated string of names, or a sequence of
-    names and statistic objects; the objects (a user's statistics) are left to
-    :func:`user_statistics`.
+    names and statistic objects; the objects and the names of a user's
+    statistics (``"module:qualname"``, or a name registered in the
+    ``daskbatch.statistics`` entry-point group) are left to :func:`user_statistics`.
 
     Parameters
     ----------
@@ -36,13 +41,9 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
     Returns
     -------
     tuple of str
-        The validated names, ``"moments"`` first.
+        The validated built-in names, ``"moments"`` first.
     """
-    items = _items(stats)
-    names = tuple(n.strip() for part in items if isinstance(part, str) for n in part.split(",") if n.strip())
-    unknown = [n for n in names if n not in STATISTICS]
-    if unknown:
-        raise ValueError(f"unknown statistic(s) {unknown}; choose from {sorted(STATISTICS)}")
+    names, _ = _split(stats)
     return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
 
 
@@ -50,6 +51,72 @@ def _items(stats: Any) -> tuple[Any, ...]:
     if isinstance(stats, str) or is_statistic(stats):
         return (stats,)
     return tuple(stats)
+
+
+def _split(stats: Any) -> tuple[list[str], list[Any]]:
+    """The built-in names among ``stats``, and the user's statistics (objects, or built from their names)."""
+    names: list[str] = []
+    objects: list[Any] = []
+    for part in _items(stats):
+        if not isinstance(part, str):
+            objects.append(part)
+            continue
+        for name in (n.strip() for n in part.split(",")):
+            if name in STATISTICS:
+                names.append(name)
+            elif name:
+                objects.append(named_statistic(name))
+    return names, objects
+
+
+def named_statistic(name: str) -> Any:
+    """Build a user's statistic from its name on the command line or in a job file.
+
+    ``"module:qualname"`` imports ``module`` and takes ``qualname`` from it;
+    a plain name is looked up in the ``daskbatch.statistics`` entry-point
+    group of the installed packages. A class is called without arguments.
+    Only names the user writes come here: nothing read from a saved summary
+    is ever imported.
+
+    Parameters
+    ----------
+    name : str
+        ``"module:qualname"`` or a registered name.
+
+    Returns
+    -------
+    object
+        The statistic (checked against the protocol by :func:`user_statistics`).
+
+    Raises
+    ------
+    ValueError
+        One line naming what cannot be found or built.
+    """
+    if ":" in name:
+        module_name, _, qualname = name.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"statistic {name!r}: cannot import module {module_name!r} ({exc})") from None
+        for attr in qualname.split("."):
+            if not hasattr(obj, attr):
+                raise ValueError(f"statistic {name!r}: module {module_name!r} has no {qualname!r}")
+            obj = getattr(obj, attr)
+    else:
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        if not found:
+            raise ValueError(
+                f"unknown statistic {name!r}; choose from {sorted(STATISTICS)}, a 'module:qualname' of your "
+                f"own, or a name registered in the {ENTRY_POINT_GROUP!r} entry-point group"
+            )
+        obj = next(iter(found)).load()
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise ValueError(f"statistic {name!r}: {obj.__qualname__}() needs arguments ({exc})") from None
+    return obj
 
 
 def is_statistic(obj: Any) -> bool:
@@ -78,10 +145,9 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
     """Pick the statistic objects among ``stats`` (a user's own), checked against the protocol.
 
     Each needs a plain ``name`` that no built-in statistic uses, and ``chunk(x,
-    label=None)``, ``merge(a, b)`` and ``finalize(state)``; its state should
-    subclass :class:`~daskbatch.stats._base.State` (dask then sees its size).
-    An optional ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
-    lets the planner size its tasks; without one a cautious default is used.
+    label=None)``, ``merge(a, b)`` and ``finalize(state)`` (see
+    :class:`~daskbatch.stats._base.Statistic`); names of statistics
+    (``"module:qualname"``, a registered name) are built by :func:`named_statistic`.
 
     Parameters
     ----------
@@ -94,9 +160,7 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
         The statistic objects, in order.
     """
     found: list[Any] = []
-    for obj in _items(stats):
-        if isinstance(obj, str):
-            continue
+    for obj in _split(stats)[1]:
         if not is_statistic(obj):
             raise TypeError(
                 f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "
