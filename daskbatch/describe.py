@@ -28,7 +28,8 @@ from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
-from daskbatch.stats.ranges import TAIL, flag_out_of_range
+from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.ranges import fine_ranges, flag_out_of_range
 from daskbatch.stats.registry import STATE_CLASSES, Kept
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
@@ -231,12 +232,16 @@ def describe(
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
         _check_nan_policy(results["moments"], nan_policy, data)
         if two_passes:
-            tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
+            sketch = results["sketch"] if range is None else None
             m = results["moments"]
-            lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
-            second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
-            kept.update(_kept(second, run(second, 2, finalize=False)))
-            results["hist"] = to_host(kept["hist"].finalize())
+            lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, sketch=sketch)
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)]
+            if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
+                q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
+                second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
+                                                hi=tuple(map(float, q_hi))))
+            kept.update(_kept(Bundle(tuple(second)), run(Bundle(tuple(second)), 2, finalize=False)))
+            results.update((s.name, to_host(kept[s.name].finalize())) for s in second)
     provenance = dict(data.provenance)
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None

@@ -50,6 +50,11 @@ def summary_from_results(
         kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
     if "sketch" in results:
         kwargs.update(_sketch_fields(results["sketch"], provenance))
+    if "qhist" in results:
+        f = results["qhist"]
+        cells = [np.asarray(f.underflow)[:, None], np.asarray(f.counts), np.asarray(f.overflow)[:, None]]
+        edges = np.asarray(f.edges)
+        kwargs.update(quantile_counts=np.concatenate(cells, axis=1), quantile_range=edges[:, [0, -1]])
     if "hist" in results:
         h = results["hist"]
         kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
