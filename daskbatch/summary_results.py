@@ -64,7 +64,9 @@ def summary_from_results(
                 classes = np.arange(h.joint.shape[2], dtype=np.int64)
             kwargs.update(
                 joint_counts=h.joint,
-                mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
+                # Only the in-range bins: values outside (sentinels, 1e12, inf: a label-independent spike)
+                # would otherwise pull the MI towards 0; they are reported as out_of_range_fraction.
+                mi=mutual_information(h.joint[:, 1:-1, :], base=mi_base, miller_madow=miller_madow),
                 classes=np.asarray(classes, dtype=np.int64),
             )
             provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")

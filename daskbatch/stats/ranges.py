@@ -69,7 +69,7 @@ def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
 
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int) -> tuple[int, int]:
-    """First and last slot of the bulk: ``[s_lo, s_hi]`` grown over non-empty slots less than ``gap`` empty slots apart."""
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots at most ``gap`` slots apart."""
     filled = np.flatnonzero(counts)
     below = np.append(filled[filled < s_lo], s_lo)
     above = np.insert(filled[filled > s_hi], 0, s_hi)
@@ -77,7 +77,8 @@ def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int) -> tuple[int, int]
     first = int(below[cut[-1] + 1]) if cut.size else int(below[0])
     cut = np.flatnonzero(np.diff(above) > gap)
     last = int(above[cut[0]]) if cut.size else int(above[-1])
-    return first, last
+    inside = filled[(filled >= first) & (filled <= last)]  # the fences' own slots may be empty
+    return (int(inside[0]), int(inside[-1])) if inside.size else (first, last)
 
 
 def _bulk_counts(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
