@@ -110,7 +110,7 @@ def fine_quantile(
     *,
     fine: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Quantiles ``q`` of each feature from its sketch, refined by its quantile histogram when ``fine`` is given.
+    """Estimate quantiles ``q`` of each feature from its sketch, refined by its quantile histogram when given.
 
     Parameters
     ----------

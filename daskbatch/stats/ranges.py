@@ -42,7 +42,7 @@ from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "OUT_OF_RANGE_LIMIT", "TAIL", "WIDEN", "fine_ranges", "flag_out_of_range", "robust_ranges",
+    "FENCE", "GAP", "OUT_OF_RANGE_LIMIT", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -63,9 +63,13 @@ def _layout(sketch: SketchResult) -> Sketch:
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
-    """The sketch's error bound at its answers ``v``: ``alpha·|v| / (1 - alpha)`` plus the zero slot's width."""
+    """The sketch's error bound at its answers ``v``: ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
+
+    Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    """
     with np.errstate(invalid="ignore"):
-        return np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha)) + sketch.min_magnitude
+        out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
+    return out
 
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int) -> tuple[int, int]:
@@ -104,7 +108,8 @@ def _bulk_counts(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return kept, bulk_lo, bulk_hi
 
 
-#: Pairs of probabilities tried in turn for the fences: the first whose quantiles are not both zero.
+#: Pairs of probabilities tried in turn for the fences: the first whose quantiles are not both zero
+#: (none: no fences, nothing is detached).
 SPREADS = ((0.25, 0.75), (0.1, 0.9), (0.05, 0.95), (0.01, 0.99))
 
 
@@ -113,9 +118,11 @@ def _spread(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray]:
     qs = sketch.quantile([p for pair in SPREADS for p in pair])
     bounds = np.stack([qs[:, 0::2] - _resolution(sketch, qs[:, 0::2]), qs[:, 1::2] + _resolution(sketch, qs[:, 1::2])])
     spread = (qs[:, 0::2] != 0.0) | (qs[:, 1::2] != 0.0)
-    pick = np.where(spread.any(axis=1), np.argmax(spread, axis=1), 0)
+    pick = np.argmax(spread, axis=1)
     rows = np.arange(qs.shape[0])
-    return bounds[0, rows, pick], bounds[1, rows, pick]
+    # Nothing but zeros out to the 1 % quantiles: no spread to build fences from, so nothing is detached.
+    none = ~spread.any(axis=1)
+    return np.where(none, -np.inf, bounds[0, rows, pick]), np.where(none, np.inf, bounds[1, rows, pick])
 
 
 def robust_ranges(
@@ -184,12 +191,31 @@ def fine_ranges(
         hi = np.fmin(np.fmin(tails[:, 1] + err[:, 1], bulk_hi), vmax)
     out_lo, out_hi = np.zeros_like(lo), np.ones_like(hi)
     for d in range(lo.size):
-        out_lo[d], out_hi[d] = _dyadic(float(lo[d]), float(hi[d]), bins)
+        out_lo[d], out_hi[d] = dyadic_range(float(lo[d]), float(hi[d]), bins)
     return out_lo, out_hi
 
 
-def _dyadic(lo: float, hi: float, bins: int) -> tuple[float, float]:
-    """``[lo, hi]`` grown to ``bins`` bins of a power-of-two width starting at a multiple of it (else as it is)."""
+def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
+    """Grow ``[lo, hi]`` to ``bins`` bins of a power-of-two width, starting at a multiple of that width.
+
+    Such edges are exact in float64, so integers (and binary fractions) fall on
+    bin edges, not inside bins.
+
+    Parameters
+    ----------
+    lo, hi : float
+        The range to cover.
+    bins : int
+        Number of bins.
+
+    Returns
+    -------
+    start : float
+        The new lower end (``lo`` itself where float64 cannot hold the grid exactly).
+    stop : float
+        The new upper end: ``start + bins * width``. ``(0, 1)`` for a range
+        that is not finite, ``(lo - 1, hi + 1)`` for an empty one.
+    """
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return 0.0, 1.0
     if not lo < hi:
