@@ -101,10 +101,15 @@ def describe(
         Histogram range(s). When given, everything takes one pass. When not,
         a first pass (fused with the moments and co-moments) fills a quantile
         sketch, and the second pass counts over each feature's
-        ``[0.1 %, 99.9 %]`` quantiles widened by 5 % of their span on each side
-        (clipped to its min and max), so that a few extreme values cannot
-        squeeze the rest into one bin; values outside are kept in the
-        underflow and overflow counts. ``"minmax"``: each feature's min and max.
+        ``[0.1 %, 99.9 %]`` quantiles widened by the sketch's error bound and
+        by 5 % of their span on each side (clipped to its min and max), left
+        out of the quantiles: values beyond robust fences cut off from the
+        rest (sentinels, 1e12, ±inf; see :mod:`daskbatch.stats.ranges`), so
+        that extreme values cannot squeeze the rest into one bin; values
+        outside are kept in the underflow and overflow counts. The second
+        pass also counts a fine quantile histogram that makes
+        :meth:`Summary.quantile` exact to one of its bins
+        (:mod:`daskbatch.stats.quantile`). ``"minmax"``: each feature's min and max.
         More than 1 % of a feature's values outside its range raises a
         :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
         When the sketch does not fit a worker (very wide data: its state is
@@ -121,7 +126,10 @@ def describe(
     split_every : int, optional
         Fan-in of the merge tree (``daskbatch.split-every``, default 8).
     mi_base : {"e", 2}, default "e"
-        Mutual information in nats or bits.
+        Mutual information in nats or bits. It is the plug-in estimate on the
+        ``bins`` in-range bins (``sklearn.metrics.mutual_info_score`` of the
+        binned values), which reads higher than scikit-learn's
+        k-nearest-neighbour ``mutual_info_classif`` (about 1.1-1.5x at 64 bins).
     miller_madow : bool, default False
         Apply the Miller–Madow bias correction to mutual information.
     feature_names : sequence of str, optional

@@ -31,6 +31,16 @@ def mutual_information(
         ``I(X_d; Y) = Σ p(x, y) log(p(x, y) / (p(x) p(y)))``; 0 for a table with
         fewer than two rows' worth of information, NaN for an empty table.
         Equals ``sklearn.metrics.mutual_info_score`` on the same binned data.
+
+    Notes
+    -----
+    The plug-in estimate is biased upwards by about ``(B - 1)(K - 1) / 2N``
+    nats (the Miller–Madow term removes that to first order), and binning
+    continuous data adds to it: at 64 bins it reads about 1.1-1.5x
+    scikit-learn's k-nearest-neighbour ``mutual_info_classif``.
+    ``describe`` passes the in-range bins only, so that values outside the
+    histogram range (sentinels, 1e12, ±inf) cannot act as a label-independent
+    spike that pulls the estimate towards 0.
     """
     xp = namespace(joint)
     t = xp.astype(joint, xp.float64)
