@@ -128,8 +128,10 @@ def describe(
     mi_base : {"e", 2}, default "e"
         Mutual information in nats or bits. It is the plug-in estimate on the
         ``bins`` in-range bins (``sklearn.metrics.mutual_info_score`` of the
-        binned values), which reads higher than scikit-learn's
-        k-nearest-neighbour ``mutual_info_classif`` (about 1.1-1.5x at 64 bins).
+        binned values), not scikit-learn's k-nearest-neighbour
+        ``mutual_info_classif``: higher on small samples (its bias, median
+        1.24x on breast_cancer at 64 bins), lower on heavy tails that
+        equal-width bins crowd into a few bins (README, "Numbers you can trust").
     miller_madow : bool, default False
         Apply the Miller–Madow bias correction to mutual information.
     feature_names : sequence of str, optional

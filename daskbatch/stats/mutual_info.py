@@ -35,9 +35,11 @@ def mutual_information(
     Notes
     -----
     The plug-in estimate is biased upwards by about ``(B - 1)(K - 1) / 2N``
-    nats (the Miller–Madow term removes that to first order), and binning
-    continuous data adds to it: at 64 bins it reads about 1.1-1.5x
-    scikit-learn's k-nearest-neighbour ``mutual_info_classif``.
+    nats (the Miller–Madow term removes that to first order): on small
+    samples it reads higher than scikit-learn's k-nearest-neighbour
+    ``mutual_info_classif`` (breast_cancer, 569 rows, 64 bins: median 1.24x),
+    while equal-width bins under-read heavy-tailed features (Pareto, 200,000
+    rows: 0.09x).
     ``describe`` passes the in-range bins only, so that values outside the
     histogram range (sentinels, 1e12, ±inf) cannot act as a label-independent
     spike that pulls the estimate towards 0.
