@@ -7,8 +7,11 @@ Ranges found from the data come from the first pass's quantile sketch
    from the sketch's quartiles, each widened by the sketch's own error bound
    (``alpha·|v| / (1 - alpha)``), so that they contain the exact fences. Values
    beyond a fence that are cut off from the rest by a run of empty sketch
-   buckets spanning more than a factor ``GAP`` in magnitude (sentinels such as
-   -999, 1e12 or 1e30; ±inf) are *detached*; everything else is the bulk. A
+   buckets spanning more than a factor ``GAP`` in magnitude and more than
+   ``SEPARATION`` times the fences' width in value (sentinels such as
+   -999, 1e12 or 1e30; ±inf) are *detached*, unless that would detach more
+   than ``MAX_DETACHED`` of the feature's values (then they are the data, or
+   too few values to tell); everything else is the bulk. A
    heavy tail (Pareto, Cauchy) fills its buckets without such gaps and stays in
    the bulk.
 2. **Histogram ranges** span the ``[TAIL, 1 - TAIL]`` quantiles *of the bulk*,
@@ -42,7 +45,7 @@ from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "OUT_OF_RANGE_LIMIT", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
+    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -55,6 +58,10 @@ OUT_OF_RANGE_LIMIT = 0.01
 FENCE = 3.0
 #: A run of empty sketch buckets spanning more than this factor in magnitude detaches what lies beyond it.
 GAP = 2.0
+#: ... and more than this many times the fences' width in value (a small sample's sparse tail has gaps too).
+SEPARATION = 3.0
+#: Largest fraction of a feature's values that may be detached; beyond it nothing is.
+MAX_DETACHED = 0.1
 
 
 def _layout(sketch: SketchResult) -> Sketch:
@@ -72,14 +79,22 @@ def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int) -> tuple[int, int]:
-    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots at most ``gap`` slots apart."""
+def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
+          lower: np.ndarray, upper: np.ndarray) -> tuple[int, int]:
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap.
+
+    A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
+    magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
+    tail of a small sample is not cut off, a sentinel far from the data is.
+    """
     filled = np.flatnonzero(counts)
     below = np.append(filled[filled < s_lo], s_lo)
     above = np.insert(filled[filled > s_hi], 0, s_hi)
-    cut = np.flatnonzero(np.diff(below) > gap)
+    wide = (np.diff(below) > gap) & (lower[below[1:]] - upper[below[:-1]] > width)
+    cut = np.flatnonzero(wide)
     first = int(below[cut[-1] + 1]) if cut.size else int(below[0])
-    cut = np.flatnonzero(np.diff(above) > gap)
+    wide = (np.diff(above) > gap) & (lower[above[1:]] - upper[above[:-1]] > width)
+    cut = np.flatnonzero(wide)
     last = int(above[cut[0]]) if cut.size else int(above[-1])
     inside = filled[(filled >= first) & (filled <= last)]  # the fences' own slots may be empty
     return (int(inside[0]), int(inside[-1])) if inside.size else (first, last)
@@ -101,7 +116,10 @@ def _bulk_counts(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarr
     bulk_lo = np.full(counts.shape[0], -np.inf)
     bulk_hi = np.full(counts.shape[0], np.inf)
     for d in np.flatnonzero(known):
-        first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap)
+        width = SEPARATION * float(fences[d, 1] - fences[d, 0])
+        first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
+        if counts[d, first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts[d].sum():
+            continue  # so much beyond the fences is the data (or too few values to tell), not stray values
         kept[d, :first] = 0
         kept[d, last + 1:] = 0
         bulk_lo[d], bulk_hi[d] = lo_edge[first], hi_edge[last]
