@@ -180,3 +180,26 @@ def test_one_1e12_in_breast_cancer_leaves_the_mi_of_its_feature(tmp_path) -> Non
         change.append(abs(s.mi[d] / clean[d] - 1.0))
         assert s.overflow[d] >= 1 and s.max[d] == 1e12  # kept, and counted outside the range
     assert max(change) <= 0.10 and float(np.median(change)) <= 0.02, np.round(change, 3)
+
+
+def test_the_quantile_histogram_survives_save_and_load_and_merge_falls_back_to_the_sketch(tmp_path) -> None:
+    rng = np.random.default_rng(9)
+    x = 290.0 + rng.normal(size=(20_000, 2))
+    s = db.describe(write_store(str(tmp_path / "s.zarr"), x), stats=("moments", "hist"))
+    assert s.quantile_counts is not None and s.quantile_counts.shape == (2, 2048 + 2)
+    assert np.all(s.quantile_counts.sum(axis=1) == 20_000)
+    s.save(str(tmp_path / "summary.zarr"))
+    loaded = db.load_summary(str(tmp_path / "summary.zarr"))
+    np.testing.assert_array_equal(loaded.quantile([0.1, 0.5]).to_numpy(), s.quantile([0.1, 0.5]).to_numpy())
+    # A merged summary keeps the sketch, not the quantile histogram: the sketch's 0.5 % bound applies.
+    merged = db.merge(s, s)
+    assert merged.quantile_counts is None
+    exact = np.quantile(x, 0.5, axis=0, method="inverted_cdf")
+    np.testing.assert_allclose(merged.quantile(0.5).to_numpy(), exact, rtol=0.005)
+
+
+def test_the_quantile_histogram_is_not_split_by_label() -> None:
+    from daskbatch.stats.histogram import QuantileHistogram
+
+    with pytest.raises(ValueError, match="not split by label"):
+        QuantileHistogram(bins=8, lo=(0.0,), hi=(1.0,), by_label=True)
