@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.quantile import histogram_quantile
-from daskbatch.stats.sketch import Sketch, sketch_quantile
+from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.sketch import Sketch
 
 #: Per-feature vectors, in the order tables show them.
 PER_FEATURE = (
@@ -27,7 +27,7 @@ CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
 #: Variables that :meth:`Summary.to_xarray` stores as int64 counts.
 COUNT_FIELDS_INT = (
     "count", "nan_count", "posinf_count", "neginf_count", "class_count",
-    "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts",
+    "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts", "quantile_counts",
 )
 
 
@@ -35,7 +35,7 @@ COUNT_FIELDS_INT = (
 DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
 #: Result names of the built-in statistics (anything else in describe's results is a user's).
-BUILT_IN_RESULTS = frozenset({"moments", "cov", "hist", "mi", "class_moments", "sketch"})
+BUILT_IN_RESULTS = frozenset({"moments", "cov", "hist", "mi", "class_moments", "sketch", "qhist"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +49,10 @@ class Summary:
     ``sketch_counts`` (D, W) is the window of quantile-sketch slots that holds
     every count (its layout and first slot in ``provenance["sketch"]``) and
     ``sketch_extrema`` (D, 2) the finite minimum and maximum it answers for its
-    overflow buckets. Statistics that were not asked for are None.
+    overflow buckets. ``quantile_counts`` (D, QUANTILE_BINS + 2) is the second
+    pass's fine quantile histogram (underflow, the bins, overflow) on the ranges
+    ``quantile_range`` (D, 2); with the sketch it makes :meth:`quantile` exact
+    to one of its bins. Statistics that were not asked for are None.
     ``provenance`` records what was computed from what.
 
     Examples
@@ -88,6 +91,8 @@ class Summary:
     class_m2: np.ndarray | None = None
     sketch_counts: np.ndarray | None = None
     sketch_extrema: np.ndarray | None = None
+    quantile_counts: np.ndarray | None = None
+    quantile_range: np.ndarray | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
     #: Saved with the summary; loaded back as arrays, or as the statistic's own result when the
@@ -113,7 +118,7 @@ class Summary:
 
     # ----------------------------------------------------------------- views
     def quantile(self, q: float | Any, method: str = "auto") -> Any:
-        """Approximate quantiles from the quantile sketch or from the histograms.
+        """Approximate quantiles from the quantile sketch and the quantile histogram, or from the histograms.
 
         Parameters
         ----------
@@ -124,7 +129,12 @@ class Summary:
             default) of ``numpy.quantile(..., method="inverted_cdf")``, for
             magnitudes in its range; ``"histogram"``: interpolated within the
             bin that holds the exact quantile (one bin width);
-            ``"auto"``: the sketch when the summary has one.
+            ``"auto"``: when ``describe`` found its ranges from the data (two
+            passes), the quantile histogram's value at the exact rank, kept
+            inside the sketch bucket that holds the exact quantile: within
+            ``min(one fine bin, 2·alpha/(1-alpha)·|v|)`` of it (see
+            :mod:`daskbatch.stats.quantile`); else the sketch when the summary
+            has one, else the histograms.
 
         Returns
         -------
@@ -140,9 +150,12 @@ class Summary:
                 raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
             spec = self.provenance["sketch"]
             layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]))
-            values = sketch_quantile(
+            fine = None
+            if method == "auto" and self.quantile_counts is not None and self.quantile_range is not None:
+                fine = (self.quantile_counts, self.quantile_range)
+            values = fine_quantile(
                 self.sketch_counts, int(spec["first_slot"]), layout,
-                self.sketch_extrema[:, 0], self.sketch_extrema[:, 1], q,
+                self.sketch_extrema[:, 0], self.sketch_extrema[:, 1], q, fine=fine,
             )
             return self._labelled_quantiles(values, q)
         if self.hist_counts is None:

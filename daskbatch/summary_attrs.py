@@ -61,10 +61,12 @@ _LONG_NAMES: dict[str, str] = {
     "class_m2": "sum of squared deviations from the class mean",
     "sketch_counts": "quantile sketch counts",
     "sketch_extrema": "finite minimum and maximum seen by the quantile sketch",
+    "quantile_counts": "quantile histogram counts: below the range, the bins, above",
+    "quantile_range": "range of the quantile histogram",
 }
 _UNITLESS = frozenset({
     "count", "nan_count", "posinf_count", "neginf_count", "corr", "hist_counts", "underflow", "overflow",
-    "joint_counts", "class_count", "sketch_counts",
+    "joint_counts", "class_count", "sketch_counts", "quantile_counts",
 })
 
 

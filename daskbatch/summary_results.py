@@ -50,6 +50,11 @@ def summary_from_results(
         kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
     if "sketch" in results:
         kwargs.update(_sketch_fields(results["sketch"], provenance))
+    if "qhist" in results:
+        f = results["qhist"]
+        cells = [np.asarray(f.underflow)[:, None], np.asarray(f.counts), np.asarray(f.overflow)[:, None]]
+        edges = np.asarray(f.edges)
+        kwargs.update(quantile_counts=np.concatenate(cells, axis=1), quantile_range=edges[:, [0, -1]])
     if "hist" in results:
         h = results["hist"]
         kwargs.update(hist_counts=h.counts, hist_edges=h.edges, underflow=h.underflow, overflow=h.overflow)
@@ -59,7 +64,9 @@ def summary_from_results(
                 classes = np.arange(h.joint.shape[2], dtype=np.int64)
             kwargs.update(
                 joint_counts=h.joint,
-                mi=mutual_information(h.joint, base=mi_base, miller_madow=miller_madow),
+                # Only the in-range bins: values outside (sentinels, 1e12, inf: a label-independent spike)
+                # would otherwise pull the MI towards 0; they are reported as out_of_range_fraction.
+                mi=mutual_information(h.joint[:, 1:-1, :], base=mi_base, miller_madow=miller_madow),
                 classes=np.asarray(classes, dtype=np.int64),
             )
             provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi_base == 2 else "nats")

@@ -128,6 +128,9 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
                                  {"long_name": "quantile sketch slot"})
         coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
+    if summary.quantile_counts is not None:
+        data["quantile_counts"] = var(("feature", "quantile_cell"), "quantile_counts", summary.quantile_counts)
+        data["quantile_range"] = var(("feature", "end"), "quantile_range", summary.quantile_range)
     attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
     if summary.cov_count is not None:
         attrs["cov_count"] = int(summary.cov_count)
@@ -168,7 +171,7 @@ def summary_from_xarray(ds: Any) -> Summary:
     kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
     for name in (
         "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
-        "sketch_counts", "sketch_extrema", *CLASS_FIELDS,
+        "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
     ):
         kwargs[name] = get(name)
     for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments

@@ -98,10 +98,10 @@ def test_checkpointed_and_reloaded_are_bitwise_plain(tmp_path: Path, rows: int, 
     assert_bitwise_equal(plain, again)
     runs = read_runs(tmp_path, "moments-cov-sketch")
     assert [r["computed_blocks"] for r in runs] == [dx.numblocks[0], 0]
-    assert [r["computed_blocks"] for r in read_runs(tmp_path, "hist")] == [dx.numblocks[0], 0]
+    assert [r["computed_blocks"] for r in read_runs(tmp_path, "hist-qhist")] == [dx.numblocks[0], 0]
     # Completed passes are merged up to a single root file each.
-    assert sorted(p.name for p in (tmp_path / "pass-hist").glob("*.ckpt")) == [
-        sorted(p.name for p in (tmp_path / "pass-hist").glob("L*.ckpt"))[-1]
+    assert sorted(p.name for p in (tmp_path / "pass-hist-qhist").glob("*.ckpt")) == [
+        sorted(p.name for p in (tmp_path / "pass-hist-qhist").glob("L*.ckpt"))[-1]
     ]
 
 
@@ -285,4 +285,4 @@ def test_with_a_distributed_client_units_are_checkpointed_as_they_finish(tmp_pat
     assert_bitwise_equal(plain, resumed)
     run = read_runs(tmp_path, "moments-cov-sketch")[-1]
     assert (run["reused_blocks"], run["computed_blocks"]) == (len(done), N_BLOCKS - len(done))
-    assert read_runs(tmp_path, "hist")[-1]["computed_blocks"] == N_BLOCKS
+    assert read_runs(tmp_path, "hist-qhist")[-1]["computed_blocks"] == N_BLOCKS

@@ -39,14 +39,14 @@ def write_store(path: str, x: np.ndarray, y: np.ndarray) -> str:
 
 
 def sklearn_mi(x: np.ndarray, y: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """sklearn's mutual_info_score of each feature binned on ``edges`` (as numpy.histogram bins)."""
+    """sklearn's mutual_info_score of each feature's in-range values binned on ``edges`` (as numpy.histogram bins)."""
     out = []
     for d in range(x.shape[1]):
         e = edges[d]
         col = x[:, d]
-        slot = np.clip(np.searchsorted(e, col, side="right") - 1, 0, len(e) - 2) + 1
-        slot = np.where(col < e[0], 0, np.where(col > e[-1], len(e), slot))  # under- and overflow bins
-        out.append(mutual_info_score(slot, y))
+        inside = (col >= e[0]) & (col <= e[-1])  # MI scores the in-range bins; the rest is reported apart
+        slot = np.clip(np.searchsorted(e, col[inside], side="right") - 1, 0, len(e) - 2)
+        out.append(mutual_info_score(slot, y[inside]))
     return np.asarray(out)
 
 

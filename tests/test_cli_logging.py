@@ -59,7 +59,7 @@ def test_a_batch_log_records_plan_passes_reuse_warnings_and_a_summary(store: str
     assert any("INFO   budget per task:" in ln for ln in lines)  # every line of the plan
     assert any(re.search(r"INFO pass 1/2: moments\+cov\+sketch: done, \d+/\d+ blocks in [\d.]+ s \([\d,]+ rows/s, "
                          r"[\d.]+ \w+/s\)", ln) for ln in lines)
-    assert any("INFO pass 2/2: hist+" not in ln and "INFO pass 2/2: hist: started" in ln for ln in lines)
+    assert any("INFO pass 2/2: hist+qhist: started" in ln for ln in lines)  # the histograms and the quantile one
     summary = [ln for ln in lines if " INFO describe: " in ln]
     assert len(summary) == 1 and re.search(
         r"describe: 4,000 rows x 4 features in [\d.]+ s \([\d,]+ rows/s\), 2 passes, peak [\d.]+ \wiB", summary[0])
@@ -125,7 +125,7 @@ def test_the_bar_is_drawn_on_a_terminal_only(store: str, tmp_path: pathlib.Path)
     started = re.search(r"\r\x1b\[2Kpass 1/2: moments\+cov\+sketch  0/(\d+) blocks", err)  # labelled, in place
     assert started is not None, err
     n = started.group(1)
-    assert re.search(rf"\r\x1b\[2Kpass 2/2: hist  {n}/{n} blocks  [\d.]+\w? rows/s  in 0:\d\d\r?\n", err), err
+    assert re.search(rf"\r\x1b\[2Kpass 2/2: hist\+qhist  {n}/{n} blocks  [\d.]+\w? rows/s  in 0:\d\d\r?\n", err), err
     json.loads(out.read_text())  # the bar never reaches stdout
 
 

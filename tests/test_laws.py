@@ -13,6 +13,8 @@ from fractions import Fraction
 import numpy as np
 
 from daskbatch.stats import CoMoments, Histogram, Moments
+from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.ranges import dyadic_range
 from daskbatch.stats.tiled import CrossCoMoments
 from daskbatch.testing import StatisticLaws
 
@@ -196,6 +198,19 @@ class TestHistogramByLabel(StatisticLaws):
 
     def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return histogram_reference(x, label, self.make(x.shape[1]))
+
+
+class TestQuantileHistogram(StatisticLaws):
+    """The second pass's quantile histogram: QUANTILE_BINS bins of a power-of-two width, as fine_ranges makes them."""
+
+    exact = True
+
+    def make(self, n_features: int) -> QuantileHistogram:
+        lo, hi = zip(*(dyadic_range(*RANGES[d % len(RANGES)], QUANTILE_BINS) for d in range(n_features)), strict=True)
+        return QuantileHistogram(bins=QUANTILE_BINS, lo=lo, hi=hi)
+
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        return histogram_reference(x, None, self.make(x.shape[1]))
 
 
 class TestCrossCoMoments(StatisticLaws):

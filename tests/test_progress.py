@@ -86,7 +86,7 @@ def test_describe_logs_each_pass_and_a_summary_line(caplog: pytest.LogCaptureFix
     db.describe(_data(), plan=None)  # no range: two passes
     text = caplog.text
     assert "pass 1/2: moments+cov+sketch: started (8 blocks, 8,000 rows, 250.00 kiB)" in text
-    assert re.search(r"pass 2/2: hist: done, 8/8 blocks in [\d.]+ s \([\d,]+ rows/s, [\d.]+ \w+/s\)", text)
+    assert re.search(r"pass 2/2: hist\+qhist: done, 8/8 blocks in [\d.]+ s \([\d,]+ rows/s, [\d.]+ \w+/s\)", text)
     assert re.search(r"describe: 8,000 rows x 4 features in [\d.]+ s \([\d,]+ rows/s\), 2 passes, peak [\d.]+ \wiB", text)
 
 

@@ -350,3 +350,38 @@ MI_FOOTPRINT = Footprint(
     reads_label=True,
     needs_classes=True,
 )
+
+
+#: Bins of the quantile histogram: value error at most (hi - lo) / 2047 (the width is rounded up to a power of two).
+QUANTILE_BINS = 2048
+
+
+@dataclass(frozen=True)
+class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
+    """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`.
+
+    Its ranges (:func:`daskbatch.stats.ranges.fine_ranges`) hold the exact
+    ``0.1 %`` and ``99.9 %`` quantiles, so a quantile read at its exact rank
+    lies within one of its bins of the exact one.
+
+    Parameters
+    ----------
+    bins : int
+        Number of equal-width bins per feature (:data:`QUANTILE_BINS` in ``describe``).
+    lo, hi : tuple of float
+        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
+    by_label : bool, default False
+        Always False: the quantiles do not depend on the label.
+    classes : None
+        Unused.
+    max_classes : int, default 1000
+        Unused.
+    """
+
+    name = "qhist"
+
+    def __post_init__(self) -> None:
+        if self.by_label:
+            raise ValueError("the quantile histogram is not split by label")
+        super().__post_init__()
+

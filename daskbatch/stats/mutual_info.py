@@ -31,6 +31,18 @@ def mutual_information(
         ``I(X_d; Y) = Σ p(x, y) log(p(x, y) / (p(x) p(y)))``; 0 for a table with
         fewer than two rows' worth of information, NaN for an empty table.
         Equals ``sklearn.metrics.mutual_info_score`` on the same binned data.
+
+    Notes
+    -----
+    The plug-in estimate is biased upwards by about ``(B - 1)(K - 1) / 2N``
+    nats (the Miller–Madow term removes that to first order): on small
+    samples it reads higher than scikit-learn's k-nearest-neighbour
+    ``mutual_info_classif`` (breast_cancer, 569 rows, 64 bins: median 1.24x),
+    while equal-width bins under-read heavy-tailed features (Pareto, 200,000
+    rows: 0.09x).
+    ``describe`` passes the in-range bins only, so that values outside the
+    histogram range (sentinels, 1e12, ±inf) cannot act as a label-independent
+    spike that pulls the estimate towards 0.
     """
     xp = namespace(joint)
     t = xp.astype(joint, xp.float64)

@@ -1,22 +1,52 @@
-"""Histogram ranges that one stray value cannot wreck, and the check that flags ranges missing the data.
+"""Histogram ranges that stray values cannot wreck, and the check that flags ranges missing the data.
 
-Ranges found from the data span the ``[TAIL, 1 - TAIL]`` quantiles of the
-first pass's quantile sketch, widened by ``WIDEN`` of that span on each side and
-clipped to the feature's ``[min, max]``. Values beyond land in the histogram's
-underflow and overflow counts, so nothing is dropped, while a single value of
-1e9 among values near 1 no longer squeezes them into one bin.
+Ranges found from the data come from the first pass's quantile sketch
+(:class:`~daskbatch.stats.sketch.Sketch`, relative accuracy ``alpha``):
+
+1. **The bulk.** Robust fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` are taken
+   from the sketch's quartiles, each widened by the sketch's own error bound
+   (``alpha·|v| / (1 - alpha)``), so that they contain the exact fences. Values
+   beyond a fence that are cut off from the rest by a run of empty sketch
+   buckets spanning more than a factor ``GAP`` in magnitude and more than
+   ``SEPARATION`` times the fences' width in value (sentinels such as
+   -999, 1e12 or 1e30; ±inf) are *detached*, unless that would detach more
+   than ``MAX_DETACHED`` of the feature's values (then they are the data, or
+   too few values to tell); everything else is the bulk. A
+   heavy tail (Pareto, Cauchy) fills its buckets without such gaps and stays in
+   the bulk.
+2. **Histogram ranges** span the ``[TAIL, 1 - TAIL]`` quantiles *of the bulk*,
+   widened by the sketch's error bound and then by ``WIDEN`` of that span on
+   each side, and clipped to the bulk's extent and the feature's ``[min, max]``.
+   Up to a few per cent of detached values therefore leave the range where the
+   clean data would have put it (mutual information does not move), and they
+   are counted in the underflow and overflow counts, never dropped: more than
+   ``OUT_OF_RANGE_LIMIT`` of a feature outside its range earns a
+   :class:`~daskbatch.RangeWarning`. On data far from zero (290 ± 1 K), where
+   the sketch's resolution ``alpha·|v|`` exceeds the spread, the widening by
+   that resolution makes the range the feature's ``[min, max]`` instead of a
+   range cut inside the data.
+3. **Fine quantile ranges** (:func:`fine_ranges`) for the quantile histogram
+   of :class:`~daskbatch.stats.histogram.QuantileHistogram`: the
+   ``[TAIL, 1 - TAIL]`` quantiles of *all* values widened by the sketch's error
+   bound (so that the exact quantiles lie inside), clipped to the bulk and to
+   ``[min, max]``, then rounded outwards to bins whose width is a power of two
+   (so that integer data fall on bin edges).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
 from daskbatch.errors import RangeWarning
+from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
 
-__all__ = ["OUT_OF_RANGE_LIMIT", "TAIL", "WIDEN", "flag_out_of_range", "robust_ranges"]
+__all__ = [
+    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
+]
 
 #: Probability left out in each tail when a range is found from the sketch.
 TAIL = 0.001
@@ -24,17 +54,106 @@ TAIL = 0.001
 WIDEN = 0.05
 #: Fraction of a feature's values outside its histogram range that earns a RangeWarning.
 OUT_OF_RANGE_LIMIT = 0.01
+#: Tukey's "far out" fences: values beyond ``FENCE`` interquartile ranges from the quartiles may be detached.
+FENCE = 3.0
+#: A run of empty sketch buckets spanning more than this factor in magnitude detaches what lies beyond it.
+GAP = 2.0
+#: ... and more than this many times the fences' width in value (a small sample's sparse tail has gaps too).
+SEPARATION = 3.0
+#: Largest fraction of a feature's values that may be detached; beyond it nothing is.
+MAX_DETACHED = 0.1
+
+
+def _layout(sketch: SketchResult) -> Sketch:
+    """The layout a finalized sketch was made with."""
+    return Sketch(sketch.alpha, sketch.min_magnitude, sketch.max_magnitude)
+
+
+def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
+    """The sketch's error bound at its answers ``v``: ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
+
+    Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    """
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
+    return out
+
+
+def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
+          lower: np.ndarray, upper: np.ndarray) -> tuple[int, int]:
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap.
+
+    A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
+    magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
+    tail of a small sample is not cut off, a sentinel far from the data is.
+    """
+    filled = np.flatnonzero(counts)
+    below = np.append(filled[filled < s_lo], s_lo)
+    above = np.insert(filled[filled > s_hi], 0, s_hi)
+    wide = (np.diff(below) > gap) & (lower[below[1:]] - upper[below[:-1]] > width)
+    cut = np.flatnonzero(wide)
+    first = int(below[cut[-1] + 1]) if cut.size else int(below[0])
+    wide = (np.diff(above) > gap) & (lower[above[1:]] - upper[above[:-1]] > width)
+    cut = np.flatnonzero(wide)
+    last = int(above[cut[0]]) if cut.size else int(above[-1])
+    inside = filled[(filled >= first) & (filled <= last)]  # the fences' own slots may be empty
+    return (int(inside[0]), int(inside[-1])) if inside.size else (first, last)
+
+
+def _bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
+    layout = _layout(sketch)
+    counts = np.asarray(sketch.counts)
+    vmin, vmax = np.asarray(sketch.finite_min), np.asarray(sketch.finite_max)
+    q1, q3 = _spread(sketch)
+    with np.errstate(invalid="ignore", over="ignore"):
+        iqr = q3 - q1
+        fences = np.column_stack([q1 - FENCE * iqr, q3 + FENCE * iqr])
+    known = np.isfinite(fences).all(axis=1)
+    fence_slots = layout.slots(np.where(known[:, None], fences, 0.0))
+    gap = int(math.ceil(math.log(GAP) / layout.ln_gamma))
+    lo_edge, hi_edge = slot_bounds(layout)
+    tails = sketch.quantile([TAIL, 1.0 - TAIL])
+    bulk_lo = np.full(counts.shape[0], -np.inf)
+    bulk_hi = np.full(counts.shape[0], np.inf)
+    for d in np.flatnonzero(known):
+        width = SEPARATION * float(fences[d, 1] - fences[d, 0])
+        first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
+        if counts[d, first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts[d].sum():
+            continue  # so much beyond the fences is the data (or too few values to tell), not stray values
+        # The bulk's quantiles from its window of slots (no copy of the whole sketch: 221 kB a feature).
+        window = counts[d : d + 1, first : last + 1]
+        tails[d] = sketch_quantile(window, first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
+        bulk_lo[d], bulk_hi[d] = lo_edge[first], hi_edge[last]
+    return tails, bulk_lo, bulk_hi
+
+
+#: Pairs of probabilities tried in turn for the fences: the first whose quantiles are not both zero
+#: (none: no fences, nothing is detached).
+SPREADS = ((0.25, 0.75), (0.1, 0.9), (0.05, 0.95), (0.01, 0.99))
+
+
+def _spread(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray]:
+    """Outer bounds of each feature's quartiles (or of wider quantiles where those are both zero: zero-heavy data)."""
+    qs = sketch.quantile([p for pair in SPREADS for p in pair])
+    bounds = np.stack([qs[:, 0::2] - _resolution(sketch, qs[:, 0::2]), qs[:, 1::2] + _resolution(sketch, qs[:, 1::2])])
+    spread = (qs[:, 0::2] != 0.0) | (qs[:, 1::2] != 0.0)
+    pick = np.argmax(spread, axis=1)
+    rows = np.arange(qs.shape[0])
+    # Nothing but zeros out to the 1 % quantiles: no spread to build fences from, so nothing is detached.
+    none = ~spread.any(axis=1)
+    return np.where(none, -np.inf, bounds[0, rows, pick]), np.where(none, np.inf, bounds[1, rows, pick])
 
 
 def robust_ranges(
-    quantiles: np.ndarray, vmin: np.ndarray, vmax: np.ndarray
+    sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature (lo, hi) from the ``[TAIL, 1 - TAIL]`` quantiles, widened and clipped to ``[vmin, vmax]``.
+    """Per-feature (lo, hi): the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened, clipped to the bulk and ``[vmin, vmax]``.
 
     Parameters
     ----------
-    quantiles : ndarray, shape (D, 2)
-        The sketch's ``TAIL`` and ``1 - TAIL`` quantiles of each feature.
+    sketch : SketchResult
+        The first pass's quantile sketch.
     vmin, vmax : ndarray, shape (D,)
         Finite extrema of each feature (NaN when it has none).
 
@@ -47,12 +166,83 @@ def robust_ranges(
         almost constant, or whose tails are infinite), ``lo`` and ``hi`` are
         the extrema themselves, as ``range="minmax"`` gives.
     """
-    q_lo, q_hi = quantiles[:, 0], quantiles[:, 1]
+    tails, bulk_lo, bulk_hi = _bulk_tails(sketch)
+    err = _resolution(sketch, tails)
     with np.errstate(invalid="ignore", over="ignore"):
+        q_lo, q_hi = tails[:, 0] - err[:, 0], tails[:, 1] + err[:, 1]
         span = q_hi - q_lo
-        usable = np.isfinite(span) & (span > 0) & np.isfinite(vmin) & np.isfinite(vmax)
-        lo = np.where(usable, np.maximum(q_lo - WIDEN * span, vmin), vmin)
-        hi = np.where(usable, np.minimum(q_hi + WIDEN * span, vmax), vmax)
+        usable = np.isfinite(span) & (tails[:, 1] > tails[:, 0]) & np.isfinite(vmin) & np.isfinite(vmax)
+        lo = np.maximum(np.maximum(q_lo - WIDEN * span, bulk_lo), vmin)
+        hi = np.minimum(np.minimum(q_hi + WIDEN * span, bulk_hi), vmax)
+        usable &= lo < hi
+    return np.where(usable, lo, vmin), np.where(usable, hi, vmax)
+
+
+def fine_ranges(
+    sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray, bins: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature (lo, hi) of the quantile histogram: it holds the exact ``TAIL`` and ``1 - TAIL`` quantiles of the bulk.
+
+    Parameters
+    ----------
+    sketch : SketchResult
+        The first pass's quantile sketch.
+    vmin, vmax : ndarray, shape (D,)
+        Finite extrema of each feature (NaN when it has none).
+    bins : int
+        Bins of the quantile histogram.
+
+    Returns
+    -------
+    lo : ndarray, shape (D,)
+        Lower ends: a whole number of bin widths, the width a power of two
+        (``(hi - lo) / bins``), where float64 can hold them exactly.
+    hi : ndarray, shape (D,)
+        Upper ends; ``lo < hi`` always (0 and 1 for a feature without values,
+        ``v ± 1`` for a constant one).
+    """
+    _, bulk_lo, bulk_hi = _bulk_tails(sketch)
+    tails = sketch.quantile([TAIL, 1.0 - TAIL])
+    err = _resolution(sketch, tails)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.fmax(np.fmax(tails[:, 0] - err[:, 0], bulk_lo), vmin)
+        hi = np.fmin(np.fmin(tails[:, 1] + err[:, 1], bulk_hi), vmax)
+    out_lo, out_hi = np.zeros_like(lo), np.ones_like(hi)
+    for d in range(lo.size):
+        out_lo[d], out_hi[d] = dyadic_range(float(lo[d]), float(hi[d]), bins)
+    return out_lo, out_hi
+
+
+def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
+    """Grow ``[lo, hi]`` to ``bins`` bins of a power-of-two width, starting at a multiple of that width.
+
+    Such edges are exact in float64, so integers (and binary fractions) fall on
+    bin edges, not inside bins.
+
+    Parameters
+    ----------
+    lo, hi : float
+        The range to cover.
+    bins : int
+        Number of bins.
+
+    Returns
+    -------
+    start : float
+        The new lower end (``lo`` itself where float64 cannot hold the grid exactly).
+    stop : float
+        The new upper end: ``start + bins * width``. ``(0, 1)`` for a range
+        that is not finite, ``(lo - 1, hi + 1)`` for an empty one.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return 0.0, 1.0
+    if not lo < hi:
+        return lo - 1.0, hi + 1.0
+    width = 2.0 ** math.ceil(math.log2((hi - lo) / (bins - 1))) if bins > 1 else 2.0 ** math.ceil(math.log2(hi - lo))
+    start = math.floor(lo / width) * width
+    stop = start + bins * width
+    if abs(start / width) < 2.0**52 and start <= lo and hi <= stop and math.isfinite(stop):
+        return start, stop
     return lo, hi
 
 

@@ -37,7 +37,7 @@ from daskbatch.stats._base import State, as_float64
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.footprint import Footprint
 
-__all__ = ["Sketch", "SketchResult", "SketchState", "sketch_quantile", "sketch_values"]
+__all__ = ["Sketch", "SketchResult", "SketchState", "sketch_quantile", "sketch_values", "slot_bounds"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -334,6 +334,36 @@ def sketch_values(sketch: Sketch) -> np.ndarray:
     return np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
 
 
+def slot_bounds(sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
+    """Give the smallest and largest value every slot may hold, in slot order.
+
+    The bounds are inclusive and nudged outwards by 1e-9 (relative), since a
+    value on a bucket's edge may be counted in its neighbour (rounding of the
+    log). The overflow slots reach to ``∓inf``, the ``±inf`` slots are ``±inf``.
+
+    Parameters
+    ----------
+    sketch : Sketch
+        The sketch's layout.
+
+    Returns
+    -------
+    lower : ndarray
+        Smallest value of each slot, float64 of length ``n_slots``.
+    upper : ndarray
+        Largest value of each slot.
+    """
+    k_min, k_top = sketch.key_range
+    top = np.exp(np.arange(k_min, k_top, dtype=np.float64) * sketch.ln_gamma)  # bucket k: (gamma**(k-1), gamma**k]
+    bottom = np.concatenate([[sketch.min_magnitude], top[:-1]]) * (1.0 - 1e-9)
+    top = top * (1.0 + 1e-9)
+    inf = np.array([np.inf])
+    # [-inf, negative overflow, negative buckets, zero, positive buckets, positive overflow, +inf]
+    lower = np.concatenate([-inf, -inf, -top[::-1], [-sketch.min_magnitude], bottom, top[-1:], inf])
+    upper = np.concatenate([-inf, -top[-1:], -bottom[::-1], [sketch.min_magnitude], top, inf, inf])
+    return lower, upper
+
+
 def sketch_quantile(
     counts: np.ndarray,
     first_slot: int,
@@ -398,6 +428,8 @@ SKETCH_SLOTS = Sketch().n_slots + 1
 
 #: Memory of :class:`Sketch` for the planner: the array API makes a float64 copy and
 #: magnitudes, logs, keys, slots and masks; the bincount output sits next to the state.
+#: The second pass's quantile histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces
+#: the sketch's state there, so the sketch's first-pass footprint is the larger one.
 FOOTPRINT = Footprint(
     name="sketch",
     state=lambda d, bins, k, tile: d * SKETCH_SLOTS * 8 + 2 * d * 8,  # counts, finite extrema

@@ -219,14 +219,14 @@ def histogram_ranges(
     n_features: int,
     vmin: np.ndarray | None = None,
     vmax: np.ndarray | None = None,
-    quantiles: np.ndarray | None = None,
+    sketch: Any = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Resolve per-feature (lo, hi) from a user range, or from what a first pass found.
 
     A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
     Without one (None or ``"minmax"``) ranges come from the finite extrema
     ``vmin``/``vmax``, narrowed to the robust ranges of :mod:`daskbatch.stats.ranges`
-    when the sketch's tail ``quantiles`` (D, 2) are given. Found ranges follow
+    when the first pass's quantile ``sketch`` is given. Found ranges follow
     ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
     (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
 
@@ -238,8 +238,8 @@ def histogram_ranges(
         Number of features D.
     vmin, vmax : ndarray, optional
         Finite extrema of each feature, from a first pass.
-    quantiles : ndarray, optional
-        The sketch's tail quantiles, (D, 2).
+    sketch : SketchResult, optional
+        The first pass's quantile sketch.
 
     Returns
     -------
@@ -260,8 +260,8 @@ def histogram_ranges(
     else:
         assert vmin is not None and vmax is not None
         empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
-        if quantiles is not None:
-            vmin, vmax = robust_ranges(quantiles, vmin, vmax)
+        if sketch is not None:
+            vmin, vmax = robust_ranges(sketch, vmin, vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
         # A constant feature gets a range around its value: +-0.5 as numpy.histogram, widened to

@@ -55,8 +55,9 @@ def sklearn_mi(summary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = []
     for d, e in enumerate(summary.hist_edges):
         col = x[:, d]
-        slot = np.clip(np.searchsorted(e, col, side="right") - 1, 0, len(e) - 2) + 1
-        out.append(mutual_info_score(np.where(col < e[0], 0, np.where(col > e[-1], len(e), slot)), y))
+        inside = (col >= e[0]) & (col <= e[-1])  # MI scores the in-range bins; the rest is reported apart
+        slot = np.clip(np.searchsorted(e, col[inside], side="right") - 1, 0, len(e) - 2)
+        out.append(mutual_info_score(slot, y[inside]))
     return np.asarray(out)
 
 
