@@ -469,6 +469,16 @@ def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
     return {s.name: Kept(s, state) for s, state in zip(bundle.stats, states, strict=True)}
 
 
+def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
+    """The states a summary keeps: all but the fine quantile histogram's.
+
+    Its ranges come from this run's first pass, so a merge or an update (one
+    pass on stored ranges) could not continue it: merged summaries read their
+    quantiles from the sketch (``Summary.quantile`` says which bound holds).
+    """
+    return {name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)}
+
+
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
     if nan_policy == "raise" and np.any(m.nan_count > 0):
         bad = np.flatnonzero(m.nan_count > 0)
