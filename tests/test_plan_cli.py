@@ -42,7 +42,7 @@ def test_plan_json_with_label(store):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     # describe computes the quantile sketch whenever it finds histogram ranges itself
-    assert d["stats"] == ["moments", "cov", "hist", "mi", "sketch"] and d["n_classes"] == 3
+    assert d["stats"] == ["moments", "cov", "hist", "mi", "class_moments", "sketch"] and d["n_classes"] == 3
     assert d["chunk_rows"] % 1000 == 0 and d["task_bytes"] <= d["budget_bytes"]
     assert d["resources"] == {"memory_bytes": 2 * 2**30, "threads_per_worker": 1, "n_workers": 2,
                               "device_memory_bytes": None, "device": "cpu"}
@@ -51,7 +51,7 @@ def test_plan_json_with_label(store):
 def test_plan_without_label_skips_mi(store):
     r = run(store, "--memory", "4GiB", "--threads", "1")
     assert r.exit_code == 0, r.output
-    assert "mi skipped" in r.output
+    assert "mi and class_moments skipped: the store has no label" in r.output
 
 
 def test_plan_mi_without_classes_assumes_the_configured_number(store):

@@ -68,7 +68,10 @@ def parse_classes(text: str | None) -> list[int] | None:
     help="Class values of the label (e.g. 0,1,7); a label outside them is an error. "
     "Default: recorded by the store, else found by scanning the label array.",
 )
-@click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
+@click.option(
+    "--stats", default="moments,cov,hist,mi,class_moments", show_default=True,
+    help="Comma-separated statistics (mi and class_moments only with a label).",
+)
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))

@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from daskbatch.cli._group import main, user_errors
-from daskbatch.planning.memory import DEFAULT_STATISTICS
+from daskbatch.stats.spec import DEFAULT_STATS
 
 __all__ = ["plan_command"]
 
@@ -29,7 +29,7 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
     # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
-    "--stats", default=",".join((*DEFAULT_STATISTICS, "sketch")), show_default=True,
+    "--stats", default=",".join((*DEFAULT_STATS, "sketch")), show_default=True,
     help="Comma-separated statistics.",
 )
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
@@ -78,11 +78,15 @@ def plan_command(
     names = _parse_stats(stats)
     ds = open_dataset(store, x=x_name, label=label)
     skipped = None
-    if "class_moments" in names and ds.label is None:
+    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
+    if "class_moments" in names and ds.label is None and not default_stats:
         raise click.UsageError("statistic 'class_moments' needs a label (--label)")
     if "mi" in names or "class_moments" in names:
         if ds.label is None:
-            names, skipped = tuple(n for n in names if n != "mi"), "mi skipped: the store has no label"
+            # as describe: the default's mi and class_moments are computed only with a label
+            dropped = [n for n in names if n in ("mi", "class_moments")]
+            names = tuple(n for n in names if n not in dropped)
+            skipped = f"{' and '.join(dropped)} skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:
             # Counting finds the classes; the plan assumes what describe assumes (no label read here).
             from daskbatch import config
@@ -92,7 +96,6 @@ def plan_command(
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
-    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
     result, planned = plan_dropping_sketch(
         lambda stats_: plan(
             ds, stats=stats_, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
