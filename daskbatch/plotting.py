@@ -19,7 +19,12 @@ __all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
 
 def _figure(width: float, height: float) -> Any:
     # Figure() instead of pyplot: no global state, no GUI backend needed.
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # an optional dependency: say which extra brings it
+        raise ImportError(
+            "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
+        ) from None
 
     _show_figures_inline(Figure)
     return Figure(figsize=(width, height), layout="constrained")
