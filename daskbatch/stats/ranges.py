@@ -9,11 +9,11 @@ underflow and overflow counts, so nothing is dropped, while a single value of
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
+from daskbatch._warnings import warn
 from daskbatch.errors import RangeWarning
 
 __all__ = ["OUT_OF_RANGE_LIMIT", "TAIL", "WIDEN", "flag_out_of_range", "robust_ranges"]
@@ -80,10 +80,9 @@ def flag_out_of_range(
     if names:
         listed = ", ".join(f"{feature_names[i]} ({fraction[i]:.1%})" for i in bad[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        warnings.warn(
+        warn(
             f"{len(names)} of {len(feature_names)} feature(s) have more than {limit:.0%} of their values "
             f"outside the histogram range: {listed}{more}; give a wider range, or none to find it from the data",
             RangeWarning,
-            stacklevel=3,
         )
     return names
