@@ -8,6 +8,7 @@ from typing import Any, Literal, cast
 
 import click
 
+from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
@@ -36,27 +37,6 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     except ValueError:
         raise click.BadParameter(f"expected LO:HI (e.g. -5:5) or minmax, got {text!r}") from None
     return lo, hi
-
-
-def parse_classes(text: str | None) -> list[int] | None:
-    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7].
-
-    Parameters
-    ----------
-    text : str or None
-        The option's value.
-
-    Returns
-    -------
-    list of int or None
-        The class values.
-    """
-    if text is None:
-        return None
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers (e.g. 0,1,7), got {text!r}") from None
 
 
 @main.command("describe")
@@ -150,6 +130,10 @@ def describe_command(
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    if previous is not None and update_path is not None:
+        from daskbatch.cli._update import check_label
+
+        check_label(previous, update_path, dataset)
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     classes = parse_classes(classes_)

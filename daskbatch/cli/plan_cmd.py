@@ -7,6 +7,7 @@ import json
 import click
 from click.core import ParameterSource
 
+from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import main, user_errors
 from daskbatch.stats.spec import DEFAULT_STATS
 
@@ -33,10 +34,7 @@ def _parse_stats(text: str) -> tuple[str, ...]:
     help="Comma-separated statistics.",
 )
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
-@click.option(
-    "--classes", "n_classes", type=click.IntRange(min=1), default=None,
-    help="Label classes for 'mi' (default: from the store's attributes).",
-)
+@n_classes_options(1, "Number of label classes, for 'mi' and 'class_moments' (default: from the store's attributes).")
 @click.option(
     "--memory", default="auto", show_default=True,
     help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
@@ -58,6 +56,7 @@ def plan_command(
     stats: str,
     bins: int,
     n_classes: int | None,
+    class_values: str | None,
     memory: str,
     workers: int,
     threads: int | None,
@@ -76,6 +75,7 @@ def plan_command(
     from daskbatch.runtime.capacity import resources_from_machine
 
     names = _parse_stats(stats)
+    n_classes = resolve_n_classes(n_classes, class_values, consecutive=False)
     ds = open_dataset(store, x=x_name, label=label)
     skipped = None
     default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
@@ -92,7 +92,7 @@ def plan_command(
             from daskbatch import config
 
             n_classes = int(config.get("assumed-classes"))
-            skipped = f"the store does not record its classes: planned for {n_classes} (pass --classes K)"
+            skipped = f"the store does not record its classes: planned for {n_classes} (pass --n-classes K)"
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
