@@ -140,6 +140,16 @@ def test_wheel_runs_on_base_dependencies_only(tmp_path):
         "import daskbatch as db; s = db.describe('data.zarr', label='y'); "
         "sel = db.select(s, param=2); print(sel.score_name, int(sel.selected.sum()))"))
     assert selected.stdout.split()[-2:] == ["f", "2"]
+    # What needs an extra says which, in one line.
+    for code, extra in (
+        ("import daskbatch as db; db.describe('data.zarr', label='y').plot.histograms()", "[notebook]"),
+        ("import daskbatch.testing", "[test]"),
+    ):
+        done = subprocess.run([str(python), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=240)
+        assert done.returncode == 1, done.stderr[-2000:]
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("ImportError: ") and f"pip install 'daskbatch{extra}'" in last, last
 
 
 _PROBE = """
