@@ -53,7 +53,9 @@ def run_demo(
     os.makedirs(out_dir, exist_ok=True)
     store = os.path.join(out_dir, "data.zarr")
     summary_target = _check_demo_dir(out_dir, store)
-    n_workers = workers or max(1, min(4, os.cpu_count() or 1))
+    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+
+    n_workers = workers or max(1, min(4, CPU_COUNT))
 
     t0 = time.perf_counter()
     with LocalCluster(

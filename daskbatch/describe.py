@@ -13,13 +13,13 @@ import datetime
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from daskbatch._arguments import strict_int
+from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
@@ -91,7 +91,8 @@ def describe(
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean
         and M2, the input of :func:`daskbatch.select`'s ANOVA F and chi2
-        scores) needs a label and runs in the first pass. ``"sketch"``
+        scores) needs a label and runs in the first pass; the default
+        computes it when there is a label, so that ``select`` runs on it. ``"sketch"``
         (quantiles within 0.5 %, see :class:`~daskbatch.stats.Sketch`) is
         added whenever histogram ranges are found from the data.
         Names, or statistic objects of your own: anything with a plain ``name``,
@@ -233,10 +234,10 @@ def describe(
     )
     if planned != names:  # wide data: the sketch that chooses robust ranges did not fit
         names, range = planned, "minmax"  # noqa: A001 - describe's name
-        warnings.warn(RangeWarning(
+        warn(RangeWarning(
             "histogram ranges from each feature's min and max: the quantile sketch that chooses robust "
             "ranges does not fit a worker (its state is 221 kB per feature); give range= (--range) to choose them"
-        ), stacklevel=3)
+        ))
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)
     data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else

@@ -424,10 +424,29 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
         if not isinstance(loaded, Mapping):
             raise JobConfigError(f"{where}: must hold a mapping of sections (input, statistics, ...), "
                                  f"got {_describe_value(loaded)}")
+    _refuse_option_file(where, loaded)
     values = _merge(effective_config(), _check_section(where, None, JobSpec, loaded))
     job = _build(values)
     _check_consistency(where, job)
     return job, where
+
+
+#: Option names of ``daskbatch describe`` that are no key of a job: a ``--config`` file holds them.
+_DESCRIBE_OPTIONS = frozenset({
+    "label", "x", "classes", "stats", "bins", "range", "ddof", "nan_policy", "missing", "out", "json",
+    "cov_out", "scheduler_file", "address", "wait_for_workers", "split_every", "device", "update",
+})
+
+
+def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
+    """A ``describe --config`` file (option names as keys, no sections) given as a job: say so in one line."""
+    keys = {str(k).replace("-", "_") for k in loaded}
+    options = sorted(keys & _DESCRIBE_OPTIONS)
+    if options and not keys & set(SECTIONS):
+        raise JobConfigError(
+            f"{where} holds describe options ({', '.join(options)}), as a 'daskbatch describe --config' file "
+            "does, not a job: a job file has sections (input:, statistics:, selection:, ...; docs/jobs.md)"
+        )
 
 
 def _check_consistency(where: str, job: JobSpec) -> None:

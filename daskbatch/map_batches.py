@@ -37,12 +37,12 @@ import functools
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch._warnings import warn
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
 from daskbatch.engine.inputs import as_feature_matrix
 from daskbatch.io.rowstore import (
@@ -409,7 +409,7 @@ def _warn_flagged(ranges: list[tuple[int, int]], name: str) -> None:
         return
     shown = ", ".join(_rows_text(a, b) for a, b in ranges[:5]) + (", ..." if len(ranges) > 5 else "")
     rows = sum(b - a for a, b in ranges)
-    warnings.warn(
+    warn(
         f"{name} failed on {len(ranges)} batch(es), {rows:,} rows flagged (NaN): {shown}",
-        FlaggedRowsWarning, stacklevel=3,
+        FlaggedRowsWarning,
     )

@@ -19,6 +19,7 @@ from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
 from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.spec import DEFAULT_STATS
 
 
 def plan(
@@ -172,7 +173,7 @@ def plan_describe(
     x: Any,
     label: Any = None,
     *,
-    stats: str | Sequence[str] = DEFAULT_STATISTICS,
+    stats: str | Sequence[str] = DEFAULT_STATS,
     bins: int = 64,
     range: Any = None,  # noqa: A002 - describe's name
     split_every: int | None = None,

@@ -29,7 +29,12 @@ def _figure(width: float, height: float) -> Any:
     """A new constrained-layout figure: pyplot's when a script uses pyplot, else a bare Figure."""
     import sys
 
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # an optional dependency: say which extra brings it
+        raise ImportError(
+            "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
+        ) from None
 
     # A script that imported pyplot shows figures with plt.show(): only pyplot's own figures appear
     # there. In a notebook, pyplot's inline backend would show the figure a second time (it also

@@ -27,10 +27,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
+
+try:  # the law suite runs under pytest with hypothesis: test tools, not dependencies of daskbatch
+    import pytest
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+except ImportError:
+    raise ImportError("daskbatch.testing needs pytest and hypothesis: pip install 'daskbatch[test]'") from None
 
 from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy

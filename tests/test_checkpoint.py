@@ -96,7 +96,7 @@ def test_checkpointed_and_reloaded_are_bitwise_plain(tmp_path: Path, rows: int, 
     again = describe(dx, dy, split_every=split_every, checkpoint=tmp_path)
     assert_bitwise_equal(plain, first)
     assert_bitwise_equal(plain, again)
-    runs = read_runs(tmp_path, "moments-cov-sketch")
+    runs = read_runs(tmp_path, "moments-cov-class_moments-sketch")
     assert [r["computed_blocks"] for r in runs] == [dx.numblocks[0], 0]
     assert [r["computed_blocks"] for r in read_runs(tmp_path, "hist-qhist")] == [dx.numblocks[0], 0]
     # Completed passes are merged up to a single root file each.
@@ -110,12 +110,12 @@ def test_failure_midway_resumes_only_missing_blocks(tmp_path: Path, store: Path)
     plain = describe(ds, split_every=2)
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
         describe(counted(ds, CountingBlocks(fail_at=17)), split_every=2, checkpoint=tmp_path)
-    done = covered_blocks(tmp_path / "pass-moments-cov-sketch", 2, N_BLOCKS)
+    done = covered_blocks(tmp_path / "pass-moments-cov-class_moments-sketch", 2, N_BLOCKS)
     assert 0 < len(done) < N_BLOCKS and 17 not in done
     counter = CountingBlocks()
     resumed = describe(counted(ds, counter), split_every=2, checkpoint=tmp_path)
     assert counter.n == (N_BLOCKS - len(done)) + N_BLOCKS  # pass 1 missing blocks + the whole pass 2
-    assert read_runs(tmp_path, "moments-cov-sketch")[-1]["computed_blocks"] == N_BLOCKS - len(done)
+    assert read_runs(tmp_path, "moments-cov-class_moments-sketch")[-1]["computed_blocks"] == N_BLOCKS - len(done)
     assert_bitwise_equal(plain, resumed)
 
 
@@ -278,11 +278,11 @@ def test_with_a_distributed_client_units_are_checkpointed_as_they_finish(tmp_pat
     plain = describe(ds, split_every=3)
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
         describe(counted(ds, CountingBlocks(fail_at=20)), split_every=3, checkpoint=tmp_path)
-    done = covered_blocks(tmp_path / "pass-moments-cov-sketch", 3, N_BLOCKS)
+    done = covered_blocks(tmp_path / "pass-moments-cov-class_moments-sketch", 3, N_BLOCKS)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as c, \
             distributed.Client(c):
         resumed = describe(ds, split_every=3, checkpoint=tmp_path)
     assert_bitwise_equal(plain, resumed)
-    run = read_runs(tmp_path, "moments-cov-sketch")[-1]
+    run = read_runs(tmp_path, "moments-cov-class_moments-sketch")[-1]
     assert (run["reused_blocks"], run["computed_blocks"]) == (len(done), N_BLOCKS - len(done))
     assert read_runs(tmp_path, "hist-qhist")[-1]["computed_blocks"] == N_BLOCKS

@@ -57,7 +57,7 @@ def test_a_batch_log_records_plan_passes_reuse_warnings_and_a_summary(store: str
     assert lines and "\r" not in text and "\x1b" not in text  # --progress is on, but this is no terminal
     assert any("INFO Plan for a 4,000 x 4 float32 array" in ln for ln in lines)
     assert any("INFO   budget per task:" in ln for ln in lines)  # every line of the plan
-    assert any(re.search(r"INFO pass 1/2: moments\+cov\+sketch: done, \d+/\d+ blocks in [\d.]+ s \([\d,]+ rows/s, "
+    assert any(re.search(r"INFO pass 1/2: moments\+cov\+class_moments\+sketch: done, \d+/\d+ blocks in [\d.]+ s \([\d,]+ rows/s, "
                          r"[\d.]+ \w+/s\)", ln) for ln in lines)
     assert any("INFO pass 2/2: hist+qhist: started" in ln for ln in lines)  # the histograms and the quantile one
     summary = [ln for ln in lines if " INFO describe: " in ln]
@@ -68,8 +68,8 @@ def test_a_batch_log_records_plan_passes_reuse_warnings_and_a_summary(store: str
     log.write_text("")
     rc, text = run_cli(args, log)
     assert rc == 0, text
-    assert re.search(r"INFO checkpoint \S+pass-moments-cov-sketch: (\d+) of \1 blocks on disk", text)
-    assert re.search(r"INFO pass 1/2: moments\+cov\+sketch: done, (\d+)/\1 blocks \(\1 reused, 0 computed\)", text)
+    assert re.search(r"INFO checkpoint \S+pass-moments-cov-class_moments-sketch: (\d+) of \1 blocks on disk", text)
+    assert re.search(r"INFO pass 1/2: moments\+cov\+class_moments\+sketch: done, (\d+)/\1 blocks \(\1 reused, 0 computed\)", text)
 
     # A range that misses the data: one warning line in the log, naming its category.
     log.write_text("")
@@ -166,3 +166,17 @@ def test_verbose_adds_the_layout_and_time_of_each_pass_and_the_ranges(store: str
     # without -v none of it, and the plan once
     plain = CliRunner().invoke(main, ["describe", store, "--cluster", "threads", "--no-progress"])
     assert " DEBUG " not in plain.stderr and plain.stderr.count("Plan for a") == 1
+
+
+def test_warnings_reach_the_log_through_capture_warnings(store: str, caplog: pytest.LogCaptureFixture) -> None:
+    # The command turns on logging.captureWarnings: a warning is a record of the py.warnings logger.
+    showwarning = warnings.showwarning
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="py.warnings"):
+        warnings.simplefilter("always")  # this suite makes warnings errors; the command must see this one
+        result = CliRunner().invoke(main, ["describe", store, *FAST, "--range=-5:5", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    captured = [r for r in caplog.records if r.name == "py.warnings"]
+    assert len(captured) == 1 and "RangeWarning: 4 of 4 feature(s)" in captured[0].getMessage()
+    warned = [ln for ln in result.stderr.splitlines() if "RangeWarning" in ln]
+    assert len(warned) == 1 and STAMP.match(warned[0]) and " WARNING RangeWarning: 4 of 4 feature(s)" in warned[0]
+    assert warnings.showwarning is showwarning  # captureWarnings undone when the command ends

@@ -240,7 +240,7 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
     (worker_step,) = [line for line in _text(tmp_path / "srun.log").splitlines() if "dask worker" in line]
     assert "--cpus-per-task=1 " in worker_step, worker_step
     assert "dashboard on " in out and "ssh -N -L 8787:" in out
-    assert (jobdir / "job.yaml").read_text() == config.read_text()
+    assert (jobdir / "describe-options.yaml").read_text() == config.read_text()
     assert not (jobdir / "stats.zarr").exists()
 
     # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,

@@ -384,6 +384,23 @@ def test_cli_update_replaces_stats(tmp_path: pathlib.Path) -> None:
     assert r.exit_code == 2 and "holds mutual information and per-class moments: give the new rows' --label" in r.output
 
 
+def test_cli_update_finds_the_recorded_label(tmp_path: pathlib.Path) -> None:
+    # A store that records its label (db.synth, db.ingest): --update finds it as describe does.
+    old, new, stats = tmp_path / "old.zarr", tmp_path / "new.zarr", tmp_path / "stats.zarr"
+    db.synth(str(old), rows=600, features=3, classes=3, chunk_rows=200, seed=1)
+    db.synth(str(new), rows=400, features=3, classes=3, chunk_rows=200, seed=2)
+    args = ["--no-progress", "--cluster", "threads"]
+    r = CliRunner().invoke(main, ["describe", str(old), "--out", str(stats), *args])
+    assert r.exit_code == 0, r.output
+    assert db.load_summary(stats).class_count is not None  # labelled: mi and class moments
+    with _out_of_range_allowed():
+        r = CliRunner().invoke(main, ["describe", str(new), "--update", str(stats), *args])
+    assert r.exit_code == 0, r.output
+    updated = db.load_summary(stats)
+    assert updated.provenance["rows"] == 1000
+    assert np.asarray(updated.class_count).sum(axis=-1).tolist() == [1000.0] * 3  # every feature, all classes
+
+
 def test_cli_update_to_out_and_refusals(tmp_path: pathlib.Path) -> None:
     old, new = _store(tmp_path / "old.zarr", X[:140], Y[:140]), _store(tmp_path / "new.zarr", X[140:], Y[140:])
     stats, out = tmp_path / "stats.zarr", tmp_path / "all.zarr"

@@ -38,26 +38,41 @@ def test_plan_text(store):
 
 def test_plan_json_with_label(store):
     r = run(store, "--memory", "2GiB", "--workers", "2", "--threads", "1", "--label", "y",
-            "--classes", "3", "--bins", "8", "--json")
+            "--n-classes", "3", "--bins", "8", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     # describe computes the quantile sketch whenever it finds histogram ranges itself
-    assert d["stats"] == ["moments", "cov", "hist", "mi", "sketch"] and d["n_classes"] == 3
+    assert d["stats"] == ["moments", "cov", "hist", "mi", "class_moments", "sketch"] and d["n_classes"] == 3
     assert d["chunk_rows"] % 1000 == 0 and d["task_bytes"] <= d["budget_bytes"]
     assert d["resources"] == {"memory_bytes": 2 * 2**30, "threads_per_worker": 1, "n_workers": 2,
                               "device_memory_bytes": None, "device": "cpu"}
 
 
+def test_plan_classes_are_values_and_their_number_is_used(store):
+    values = run(store, "--memory", "2GiB", "--label", "y", "--classes", "0,1,7", "--json")
+    assert values.exit_code == 0, values.output
+    assert json.loads(values.output)["n_classes"] == 3
+    # One integer could be a count (what plan once took) or one class value: refused, one line.
+    one = run(store, "--memory", "2GiB", "--label", "y", "--classes", "3", "--json")
+    assert one.exit_code == 2
+    assert one.output.strip().splitlines() == [
+        "error: --classes takes class values (e.g. 0,1,2), and '3' is a single value; "
+        "for a number of classes use --n-classes 3"
+    ]
+    both = run(store, "--memory", "2GiB", "--label", "y", "--classes", "0,1", "--n-classes", "3")
+    assert both.exit_code == 2 and "--classes lists 2 values but --n-classes is 3" in both.output
+
+
 def test_plan_without_label_skips_mi(store):
     r = run(store, "--memory", "4GiB", "--threads", "1")
     assert r.exit_code == 0, r.output
-    assert "mi skipped" in r.output
+    assert "mi and class_moments skipped: the store has no label" in r.output
 
 
 def test_plan_mi_without_classes_assumes_the_configured_number(store):
     r = run(store, "--label", "y", "--memory", "4GiB")
     assert r.exit_code == 0, r.output
-    assert "planned for 32 (pass --classes K)" in r.output
+    assert "planned for 32 (pass --n-classes K)" in r.output
     assert "32 classes" in r.output
 
 

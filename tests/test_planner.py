@@ -147,7 +147,7 @@ def test_states_that_cannot_tile_name_the_knob():
         ({"shape": (10,)}, "2-D"),
         ({"storage_chunks": (0, 4)}, "storage chunks"),
         ({"stats": ("mean",)}, "unknown"),
-        ({"stats": ("mi",)}, "--classes"),
+        ({"stats": ("mi",)}, "--n-classes"),
         ({"split_every": 1}, "split_every"),
         ({"bins": 0}, "bins"),
     ],

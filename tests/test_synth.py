@@ -126,7 +126,7 @@ def test_cli_synth(tmp_path):
             "5000",
             "--features",
             "6",
-            "--classes",
+            "--n-classes",
             "3",
             "--informative",
             "2",
@@ -150,6 +150,28 @@ def test_cli_synth(tmp_path):
         main, ["synth", out, "--rows", "10", "--features", "3", "--correlated", "3", "--overwrite"]
     )
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "correlated" in res.output
+
+
+def test_cli_synth_classes_are_values(tmp_path):
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+    from daskbatch.io.dataset import open_dataset
+
+    runner = CliRunner()
+    base = ["--rows", "3000", "--features", "3", "--chunk-rows", "1000"]
+    by_number = runner.invoke(main, ["synth", str(tmp_path / "n.zarr"), *base, "--n-classes", "3"])
+    by_values = runner.invoke(main, ["synth", str(tmp_path / "v.zarr"), *base, "--classes", "0,1,2"])
+    assert by_number.exit_code == 0 and by_values.exit_code == 0, by_number.output + by_values.output
+    y_n = open_dataset(str(tmp_path / "n.zarr"), label="y").label.compute()
+    y_v = open_dataset(str(tmp_path / "v.zarr"), label="y").label.compute()
+    np.testing.assert_array_equal(y_n, y_v)
+    assert set(np.unique(y_n).tolist()) == {0, 1, 2}
+    # synth labels 0..K-1: other values, or one integer (a count or a value?), are refused in one line.
+    for given in ("3", "0,1,7"):
+        res = runner.invoke(main, ["synth", str(tmp_path / "x.zarr"), *base, "--classes", given])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and "--n-classes" in res.output, res.output
+    assert not (tmp_path / "x.zarr").exists()
 
 
 def test_write_under_distributed_client(tmp_path):

@@ -73,6 +73,13 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
         _fail(ctx, f"--config {value} is not valid YAML: {' '.join(str(exc).split())}")
     if not isinstance(loaded, dict):
         _fail(ctx, f"--config {value} must hold a mapping of option names to values")
+    from daskbatch.jobspec import SECTIONS
+
+    # A `daskbatch run` job file has sections (input:, selection:, ...) where this has option names.
+    sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))
+    if sections:
+        _fail(ctx, f"{value} is a job file for 'daskbatch run' (it has {', '.join(s + ':' for s in sections)}), "
+                   f"not a --config file of option values: run it with daskbatch run {value}")
     dask_settings = loaded.pop("dask", None)
     if dask_settings is not None:
         if not isinstance(dask_settings, dict):

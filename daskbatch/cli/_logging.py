@@ -15,14 +15,16 @@ describe ...`` and ``daskbatch describe ... -v`` alike):
 * ``--log-level LEVEL``: the level itself; it wins over ``-v`` and ``-q`` for the log
   (``-q`` still hides the bar and the table).
 
-Warnings (``RangeWarning``, ``MissingChunksWarning``, ...) become one WARNING line
-each, naming their category.
+Warnings (``RangeWarning``, ``MissingChunksWarning``, ...) reach the log through
+:func:`logging.captureWarnings` (the ``py.warnings`` logger) and become one WARNING
+line each, naming their category.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import sys
 import warnings
 from typing import Any, TextIO
@@ -81,6 +83,20 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
             super().emit(record)
 
 
+class _WarningFormatter(logging.Formatter):
+    """``WARNING RangeWarning: text`` from a captured warning's ``file:line: Category: text`` (one line).
+
+    The location is left out: run from the command line, the caller's line is inside click.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        text = record.message.strip().splitlines()[0] if record.message.strip() else ""
+        # warnings.formatwarning gives "path:lineno: Category: message" (a path may hold ": " too).
+        match = re.match(r"^.*?:\d+: (\w+: .*)$", text)
+        record.message = " ".join((match.group(1) if match else text).split())
+        return super().formatMessage(record)
+
+
 def configure(settings: LogSettings) -> None:
     """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent.
 
@@ -98,6 +114,14 @@ def configure(settings: LogSettings) -> None:
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(asctime)s %(levelname)s %(message)s"
     handler.setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
     _logger().setLevel(level)
+    logging.captureWarnings(True)
+    captured = _warnings_logger()
+    warned = next((h for h in captured.handlers if isinstance(h, _StderrHandler)), None)
+    if warned is None:
+        warned = _StderrHandler()
+        captured.addHandler(warned)
+    warned.setFormatter(_WarningFormatter("%(asctime)s %(levelname)s %(message)s", datefmt=DATEFMT))
+    captured.setLevel(level)
     # dask and distributed keep their own handlers: only their level follows ours.
     quiet_others = logging.ERROR if settings.quiet and settings.log_level is None else None
     for name in ("distributed", "dask"):
@@ -106,20 +130,14 @@ def configure(settings: LogSettings) -> None:
             other.setLevel(logging.DEBUG)
         elif quiet_others is not None:
             other.setLevel(quiet_others)
-    warnings.showwarning = _log_warning
 
 
 def _logger() -> logging.Logger:
     return logging.getLogger("daskbatch")
 
 
-def _log_warning(
-    message: Warning | str, category: type[Warning], filename: str, lineno: int,
-    file: TextIO | None = None, line: str | None = None,
-) -> None:
-    """A warning as one log line: ``WARNING RangeWarning: 3 features have ...``."""
-    text = " ".join(str(message).split())
-    logging.getLogger("daskbatch.warnings").warning("%s: %s", category.__name__, text)
+def _warnings_logger() -> logging.Logger:
+    return logging.getLogger("py.warnings")  # where logging.captureWarnings sends them
 
 
 # ---------------------------------------------------------------------- click
@@ -209,14 +227,18 @@ def setup_from_context(ctx: click.Context) -> None:
 
 def _snapshot() -> Any:
     """A function that puts back the loggers' levels and handlers and the warning hook as they are now."""
-    loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask")]
+    loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask"), _warnings_logger()]
     saved = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
     showwarning = warnings.showwarning
+    # Whether the caller captures warnings into logging already (then it stays so).
+    capturing = getattr(showwarning, "__module__", None) == "logging"
 
     def restore() -> None:
         for lg, level, handlers in saved:
             lg.setLevel(level)
             lg.handlers[:] = handlers
+        if not capturing:
+            logging.captureWarnings(False)  # gives back the showwarning it replaced
         warnings.showwarning = showwarning
 
     return restore

@@ -55,7 +55,7 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     LockHeldError
         Another run is updating STATS.
     """
-    from daskbatch.incremental import describe_settings, labelled_statistics
+    from daskbatch.incremental import describe_settings
     from daskbatch.io.outputs import check_separate
     from daskbatch.runtime.runlock import RunLock, output_lock_path
     from daskbatch.summary import load_summary
@@ -74,10 +74,35 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
         ctx.call_on_close(lock.release)
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
-    labelled = labelled_statistics(previous)
-    if labelled and ctx.params.get("label") is None:
-        raise click.UsageError(f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label")
+    # The label is found as describe finds it (--label, else the one the store records): see needs_label.
     del settings["feature_names"]  # the store's own names, checked against the summary's by the merge
     if ctx.get_parameter_source("split_every") in _GIVEN:  # the merge tree's fan-in changes no setting
         settings["split_every"] = ctx.params["split_every"]
     return previous, settings
+
+
+def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
+    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics.
+
+    Parameters
+    ----------
+    previous : Summary
+        The summary to update.
+    stats_path : str
+        Its path, for the message.
+    dataset : Dataset
+        The opened input store (its label found as describe finds it).
+
+    Raises
+    ------
+    click.UsageError
+        STATS holds mutual information or per-class moments and the new rows have no label.
+    """
+    from daskbatch.incremental import labelled_statistics
+
+    labelled = labelled_statistics(previous)
+    if labelled and dataset.label is None:
+        raise click.UsageError(
+            f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label "
+            "(the store records none)"
+        )

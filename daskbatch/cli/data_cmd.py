@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
 
@@ -15,12 +16,7 @@ from daskbatch.cli._logging import is_quiet
 @click.argument("out", type=click.Path())
 @click.option("--rows", type=click.IntRange(min=0), required=True, help="Number of samples.")
 @click.option("--features", type=click.IntRange(min=1), required=True, help="Number of features.")
-@click.option(
-    "--classes",
-    type=click.IntRange(min=2),
-    default=None,
-    help="Add an int32 label y with K classes.",
-)
+@n_classes_options(2, "Add an int32 label y with K classes (0 to K-1).")
 @click.option(
     "--informative",
     type=click.IntRange(min=0),
@@ -58,7 +54,8 @@ def synth_cmd(
     out: str,
     rows: int,
     features: int,
-    classes: int | None,
+    n_classes: int | None,
+    class_values: str | None,
     informative: int | None,
     correlated: int,
     chunk_rows: int,
@@ -75,6 +72,7 @@ def synth_cmd(
 
     from daskbatch.io.synth import synth
 
+    classes = resolve_n_classes(n_classes, class_values, consecutive=True)
     t0 = time.perf_counter()
     ds = synth(
         rows,

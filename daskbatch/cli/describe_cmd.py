@@ -8,6 +8,7 @@ from typing import Any, Literal, cast
 
 import click
 
+from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
@@ -38,27 +39,6 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     return lo, hi
 
 
-def parse_classes(text: str | None) -> list[int] | None:
-    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7].
-
-    Parameters
-    ----------
-    text : str or None
-        The option's value.
-
-    Returns
-    -------
-    list of int or None
-        The class values.
-    """
-    if text is None:
-        return None
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers (e.g. 0,1,7), got {text!r}") from None
-
-
 @main.command("describe")
 @click.argument("store")
 @click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
@@ -68,7 +48,10 @@ def parse_classes(text: str | None) -> list[int] | None:
     help="Class values of the label (e.g. 0,1,7); a label outside them is an error. "
     "Default: recorded by the store, else found by scanning the label array.",
 )
-@click.option("--stats", default="moments,cov,hist,mi", show_default=True, help="Comma-separated statistics.")
+@click.option(
+    "--stats", default="moments,cov,hist,mi,class_moments", show_default=True,
+    help="Comma-separated statistics (mi and class_moments only with a label).",
+)
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option(
@@ -161,6 +144,10 @@ def describe_command(
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    if previous is not None and update_path is not None:
+        from daskbatch.cli._update import check_label
+
+        check_label(previous, update_path, dataset)
     if previous is not None:
         from daskbatch.incremental import check_not_merged
 

@@ -7,8 +7,9 @@ import json
 import click
 from click.core import ParameterSource
 
+from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import main, user_errors
-from daskbatch.planning.memory import DEFAULT_STATISTICS
+from daskbatch.stats.spec import DEFAULT_STATS
 
 __all__ = ["plan_command"]
 
@@ -29,14 +30,11 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
     # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
-    "--stats", default=",".join((*DEFAULT_STATISTICS, "sketch")), show_default=True,
+    "--stats", default=",".join((*DEFAULT_STATS, "sketch")), show_default=True,
     help="Comma-separated statistics.",
 )
 @click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
-@click.option(
-    "--classes", "n_classes", type=click.IntRange(min=1), default=None,
-    help="Label classes for 'mi' (default: from the store's attributes).",
-)
+@n_classes_options(1, "Number of label classes, for 'mi' and 'class_moments' (default: from the store's attributes).")
 @click.option(
     "--memory", default="auto", show_default=True,
     help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
@@ -58,6 +56,7 @@ def plan_command(
     stats: str,
     bins: int,
     n_classes: int | None,
+    class_values: str | None,
     memory: str,
     workers: int,
     threads: int | None,
@@ -76,23 +75,27 @@ def plan_command(
     from daskbatch.runtime.capacity import resources_from_machine
 
     names = _parse_stats(stats)
+    n_classes = resolve_n_classes(n_classes, class_values, consecutive=False)
     ds = open_dataset(store, x=x_name, label=label)
     skipped = None
-    if "class_moments" in names and ds.label is None:
+    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
+    if "class_moments" in names and ds.label is None and not default_stats:
         raise click.UsageError("statistic 'class_moments' needs a label (--label)")
     if "mi" in names or "class_moments" in names:
         if ds.label is None:
-            names, skipped = tuple(n for n in names if n != "mi"), "mi skipped: the store has no label"
+            # as describe: the default's mi and class_moments are computed only with a label
+            dropped = [n for n in names if n in ("mi", "class_moments")]
+            names = tuple(n for n in names if n not in dropped)
+            skipped = f"{' and '.join(dropped)} skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:
             # Counting finds the classes; the plan assumes what describe assumes (no label read here).
             from daskbatch import config
 
             n_classes = int(config.get("assumed-classes"))
-            skipped = f"the store does not record its classes: planned for {n_classes} (pass --classes K)"
+            skipped = f"the store does not record its classes: planned for {n_classes} (pass --n-classes K)"
     resources = resources_from_machine(
         n_workers=workers, threads_per_worker=threads, memory=memory, device=device
     )
-    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
     result, planned = plan_dropping_sketch(
         lambda stats_: plan(
             ds, stats=stats_, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every

@@ -11,7 +11,6 @@ needs to say where its numbers came from (:meth:`Dataset.provenance`).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ import dask.array as da
 import zarr
 from dask.utils import format_bytes
 
+from daskbatch._warnings import warn
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
     array_label,
@@ -322,11 +322,10 @@ def open_dataset(
     ingest = group_attrs.get(INGEST_ATTR)
     complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
     if not complete:
-        warnings.warn(
+        warn(
             f"{where!r} was written by an ingest that did not finish; its data is incomplete. "
             "Re-run the same ingest command to finish it.",
             IncompleteStoreWarning,
-            stacklevel=2,
         )
 
     absent = find_missing(arr, label_arr, group_attrs)
@@ -340,7 +339,7 @@ def open_dataset(
     xd, yd = _readers(arr, label_arr, row_chunks, where, absent if policy == "skip" else Missing())
     if absent and (policy == "skip" or missing == "fill" and absent.lost):
         what = "left out" if policy == "skip" else "read as fill values"
-        warnings.warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning, stacklevel=2)
+        warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning)
 
     attrs = {**group_attrs, **clean_attrs(arr.attrs)}
     return Dataset(

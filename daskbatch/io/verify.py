@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -348,7 +347,9 @@ def verify_store(
     arrays = _arrays(root)
     for arr in arrays:
         check_chunk_count(arr)
-    n_threads = threads or min(8, os.cpu_count() or 1)
+    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+
+    n_threads = threads or min(8, CPU_COUNT)
     if n_threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     report = VerifyReport(path=str(where))

@@ -404,7 +404,7 @@ def _check_inputs(
     for stat in stats:
         if footprint(stat).needs_classes and (n_classes is None or n_classes < 1):
             raise ValueError(
-                f"statistic {stat_name(stat)!r} needs the number of label classes (--classes K), got {n_classes}"
+                f"statistic {stat_name(stat)!r} needs the number of label classes (--n-classes K), got {n_classes}"
             )
     # Built-in statistics in their canonical order, then a user's in the order given.
     return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))

@@ -36,11 +36,11 @@ Ranges found from the data come from the first pass's quantile sketch
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
+from daskbatch._warnings import warn
 from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
 
@@ -270,10 +270,9 @@ def flag_out_of_range(
     if names:
         listed = ", ".join(f"{feature_names[i]} ({fraction[i]:.1%})" for i in bad[:5])
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        warnings.warn(
+        warn(
             f"{len(names)} of {len(feature_names)} feature(s) have more than {limit:.0%} of their values "
             f"outside the histogram range: {listed}{more}; give a wider range, or none to find it from the data",
             RangeWarning,
-            stacklevel=3,
         )
     return names

@@ -19,7 +19,9 @@ from daskbatch.stats import STATISTICS
 from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import robust_ranges
 
-DEFAULT_STATS = ("moments", "cov", "hist", "mi")
+# class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
+# default score (ANOVA F); like mi it is computed only when there is a label.
+DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
 #: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
 ENTRY_POINT_GROUP = "daskbatch.statistics"
@@ -283,9 +285,10 @@ def histogram_ranges(
 def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = None) -> tuple[str, ...]:
     """List what :func:`daskbatch.describe` computes for ``stats``.
 
-    ``stats`` normalised (moments first), without ``mi`` when there is no label,
-    and with ``sketch`` when histogram ranges are to be found from the data
-    (``range_`` None). ``class_moments`` without a label is an error.
+    ``stats`` normalised (moments first), without ``mi`` (and the default's
+    ``class_moments``) when there is no label, and with ``sketch`` when histogram
+    ranges are to be found from the data (``range_`` None). ``class_moments``
+    asked for without a label is an error.
 
     Parameters
     ----------
@@ -302,10 +305,10 @@ def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = 
         The statistic names to compute.
     """
     names = normalize_stats(stats)
-    if "class_moments" in names and not labelled:
-        raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
     if not labelled:
-        names = tuple(n for n in names if n != "mi")
+        if "class_moments" in names and names != normalize_stats(DEFAULT_STATS):
+            raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
+        names = tuple(n for n in names if n not in ("mi", "class_moments"))
     if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
         names += ("sketch",)
     return names

@@ -358,6 +358,7 @@ def _compute_units(
 
     import dask
     from dask.callbacks import Callback
+    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
 
     class _OnUnit(Callback):
         def __init__(self, keys: dict[Any, int]) -> None:
@@ -369,7 +370,7 @@ def _compute_units(
                 on_unit(self.keys[key], result)
 
     # Waves of a few units: the local schedulers keep every output in memory until the end.
-    wave = max(2, int(dask.config.get("num_workers", None) or os.cpu_count() or 2))
+    wave = max(2, int(dask.config.get("num_workers", None) or CPU_COUNT or 2))
     for i in range(0, len(units), wave):
         graphs = [make(j) for j in units[i : i + wave]]
         with _OnUnit({g.key: j for g, j in zip(graphs, units[i : i + wave], strict=True)}):

@@ -328,7 +328,9 @@ def ingest(
         raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {compressor!r}")
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    workers = workers or os.cpu_count() or 1
+    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+
+    workers = workers or CPU_COUNT
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
 

@@ -1,0 +1,54 @@
+"""The two YAML files: a job for ``daskbatch run`` and option values for ``describe --config``.
+
+Each given to the other command is one line naming what it is (told apart by its keys), exit 2.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from click.testing import CliRunner
+
+import daskbatch as db
+from daskbatch.cli import main
+
+JOB = "input: {store: data.zarr}\nselection: {score: f, param: 2}\ncluster: {kind: threads}\noutputs: {dir: results}\n"
+OPTIONS = "label: y\nbins: 16\nnan-policy: omit\n"
+
+
+@pytest.fixture()
+def here(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    db.synth(str(tmp_path / "data.zarr"), rows=600, features=3, classes=2, chunk_rows=200)
+    (tmp_path / "job.yaml").write_text(JOB)
+    (tmp_path / "describe-options.yaml").write_text(OPTIONS)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_job_file_given_to_describe_config(here: pathlib.Path) -> None:
+    r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--config", "job.yaml"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        "error: job.yaml is a job file for 'daskbatch run' (it has cluster:, input:, outputs:, selection:), "
+        "not a --config file of option values: run it with daskbatch run job.yaml"
+    ]
+
+
+def test_an_options_file_given_to_run(here: pathlib.Path) -> None:
+    r = CliRunner().invoke(main, ["run", "describe-options.yaml"])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: describe-options.yaml holds describe options "
+                                                   "(bins, label, nan_policy), as a 'daskbatch describe --config'")
+
+
+def test_each_file_works_with_its_own_command(here: pathlib.Path) -> None:
+    r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--no-progress",
+                                  "--config", "describe-options.yaml", "--out", "stats.zarr"])
+    assert r.exit_code == 0, r.output
+    s = db.load_summary("stats.zarr")
+    assert s.hist_counts.shape[-1] == 16 and s.class_count is not None  # bins and label from the file
+    r = CliRunner().invoke(main, ["run", "job.yaml"])
+    assert r.exit_code == 0, r.output
+    assert (here / "results").is_dir()
