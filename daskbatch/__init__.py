@@ -5,9 +5,10 @@
 
 ``import daskbatch`` loads nothing heavy: each public name is imported on first
 use (PEP 562), so a script, a CLI ``--help`` or ``import daskbatch.stats`` does
-not pay for dask.array, pandas, xarray and zarr until it needs them. The
-modules that need daskbatch's settings load them into ``dask.config`` when they
-are imported (:mod:`daskbatch.config`).
+not pay for dask.array, pandas, xarray and zarr until it needs them. It does
+load daskbatch's defaults into ``dask.config`` (:mod:`daskbatch.config`, which
+needs only dask's core), so ``dask.config.get("daskbatch.split-every")`` works
+at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from daskbatch import config as _config  # noqa: F401  (daskbatch's defaults into dask.config: dask's core only)
 from daskbatch._version import __version__
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs

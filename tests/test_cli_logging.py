@@ -162,7 +162,7 @@ def test_verbose_adds_the_layout_and_time_of_each_pass_and_the_ranges(store: str
     for i in (1, 2):
         assert any(re.search(rf"pass {i}/2: \S+: \d+ blocks of up to [\d,]+ rows x 4 features, merge fan-in \d+, "
                              r"computed directly; [\d.]+ s", ln) for ln in debug), debug
-    assert any("histogram ranges of 4 features from the sketch's 0.1%-99.9% quantiles" in ln for ln in debug), debug
+    assert any("histogram ranges of 4 features from the sketch's 0.1-99.9 % quantiles" in ln for ln in debug), debug
     # without -v none of it, and the plan once
     plain = CliRunner().invoke(main, ["describe", store, "--cluster", "threads", "--no-progress"])
     assert " DEBUG " not in plain.stderr and plain.stderr.count("Plan for a") == 1

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("dask", "dask.array", "distributed", "pandas", "xarray", "zarr", "numba", "scipy", "matplotlib", "cupy")
+HEAVY = ("dask.array", "distributed", "pandas", "xarray", "zarr", "numba", "scipy", "matplotlib", "cupy")
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -20,11 +20,15 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_import_daskbatch_loads_nothing_heavy() -> None:
     assert _loaded_after("import daskbatch") == []
+    # ... but daskbatch's settings are in dask.config at once
+    probe = "import daskbatch, dask.config; print(dask.config.get('daskbatch.max-classes'))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1000"
 
 
 def test_statistics_load_no_dask() -> None:
     loaded = _loaded_after("import daskbatch.stats, daskbatch.planning.search")
-    assert not {"dask", "dask.array", "distributed", "zarr", "xarray", "cupy"} & set(loaded), loaded
+    assert not {"dask.array", "distributed", "zarr", "xarray", "cupy"} & set(loaded), loaded
 
 
 @pytest.mark.parametrize("name", __import__("daskbatch").__all__)

@@ -548,8 +548,9 @@ def _write(
     if rows:
         # Dask blocks equal storage chunks, so each chunk has exactly one writer.
         # dask annotates targets as numpy ArrayLike, but it only needs __setitem__ (zarr.Array has it).
-        with Progress("synth", int(x.numblocks[0]) * len(sources), unit="chunks", rows=rows, nbytes=int(x.nbytes),
-                      show=progress is True, callback=progress if callable(progress) else None, cancel=cancel) as bar:
-            for source, target in zip(sources, targets, strict=True):
-                stored = da.store(source, target, lock=False, compute=False)  # type: ignore[arg-type]
+        for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
+            stored = da.store(source, target, lock=False, compute=False)  # type: ignore[arg-type]
+            with Progress(f"synth {target.basename}", int(stored.npartitions), unit="chunks", rows=rows,
+                          nbytes=int(source.nbytes), show=progress is True,
+                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
                 compute(stored, bar, prefix="store-map")
