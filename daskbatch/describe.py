@@ -222,7 +222,8 @@ def describe(
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
+                        if explicit and ("hist" in names or "mi" in names) else None,
                         custom=custom)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
@@ -234,7 +235,8 @@ def describe(
             tails = results["sketch"].quantile([TAIL, 1.0 - TAIL]) if range is None else None
             m = results["moments"]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, quantiles=tails)
-            second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values),))
+            second = Bundle((Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
+                                       classes=class_values if "mi" in names else None),))
             kept.update(_kept(second, run(second, 2, finalize=False)))
             results["hist"] = to_host(kept["hist"].finalize())
     provenance = dict(data.provenance)
@@ -365,7 +367,9 @@ def _histogram(
     names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
-    return Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
+    # The class values are for the joint (bin x class) tables of 'mi' only ('class_moments' has its own).
+    by_label = "mi" in names
+    return Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None)
 
 
 def _first_pass(

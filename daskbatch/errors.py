@@ -40,3 +40,7 @@ class RangeWarning(UserWarning):
 
 class LockHeldError(OSError):
     """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
+
+
+class SubmitError(OSError):
+    """The batch system refused a worker job (``sbatch``/``qsub`` failed); the message is its own."""
