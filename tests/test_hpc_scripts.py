@@ -52,6 +52,8 @@ STAND_INS = {
     # srun writes down its arguments, then drops its options: one node, one task, the command itself.
     "srun": '#!/bin/bash\necho "srun $*" >> "$SRUN_LOG"\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$BATCH_SYSTEM_LOG"\n',
+    # `squeue -h -j JOB -o %l`: the job's time limit.
+    "squeue": '#!/bin/bash\necho "${SQUEUE_LIMIT:-2:00:00}"\n',
     "qsub": '#!/bin/bash\necho "qsub $*" >> "$BATCH_SYSTEM_LOG"\n',
     # `qstat -f JOB`: the line of a PBS Pro answer that the script reads.
     "qstat": '#!/bin/bash\necho "Job Id: $2"\necho "    Resource_List.walltime = $QSTAT_WALLTIME"\n',
@@ -72,6 +74,8 @@ def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
     return {
         **os.environ,
         "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        # `dask` on PATH may be a link to another environment's (a shared dependency tree).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
         "SRUN_LOG": str(tmp_path / "srun.log"),
         "STORE": str(store),  # small: the PBS test interrupts before any block is done
@@ -99,10 +103,12 @@ class Walltime:
 
 
 def _run_job(
-    script: pathlib.Path, env: dict[str, str], cwd: pathlib.Path, walltime: Walltime | None = None
+    script: pathlib.Path, env: dict[str, str], cwd: pathlib.Path, walltime: Walltime | None = None,
+    early_signal: tuple[Callable[[], bool], signal.Signals] | None = None,
 ) -> tuple[int, str]:
     """Run a batch script as the batch system would; return its exit code and output.
 
+    ``early_signal``: (when, signum), sent to the script once ``when()`` holds, nothing frozen.
     Whatever the job left running (scheduler, workers) is killed at the end, as
     the batch system does when a job ends.
     """
@@ -111,6 +117,9 @@ def _run_job(
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
+        if early_signal is not None:
+            _wait_for(early_signal[0], proc, what="the moment to signal the job", poll=0.002)
+            proc.send_signal(early_signal[1])
         if walltime is not None:
             _wait_for(walltime.freeze_when, proc, what="the moment to freeze the workers", poll=0.002)
             walltime.check_workers(_freeze_workers(proc.pid, walltime.is_worker))
@@ -318,6 +327,9 @@ def test_pbs_script_runs_one_worker_rank_per_slot_stops_before_walltime_and_resu
         ranks = sorted(int(p.environ()["OMPI_COMM_WORLD_RANK"]) for p in workers)
         assert ranks == list(range(slots)), ranks
         assert {p.environ()["OMPI_COMM_WORLD_SIZE"] for p in workers} == {str(slots)}
+        # mpirun --bind-to none: each rank's threads may use every CPU of the job, not one core each.
+        for p in workers:
+            assert set(p.cpu_affinity()) == os.sched_getaffinity(0), p.cpu_affinity()
 
     # 1. qstat says the walltime is 60 s; with STOP_BEFORE=20 the script stops
     #    describe itself 40 s after the job began (time enough, on a busy
@@ -392,3 +404,47 @@ def test_pbs_script_forwards_sigterm_to_describe(job_env, tmp_path):
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     assert "stopping describe" not in out
     assert _text(tmp_path / "batch-system.log").startswith("qsub -v ")
+
+
+def test_slurm_script_never_adopts_an_old_directory_unless_requeued(job_env, tmp_path):
+    # Job ids restart from 1 on a new or reset cluster: a new job 4243 finds an old daskbatch-4243.
+    env = {**_slurm_env(job_env, tmp_path), "SCHED_TIMEOUT": "0"}  # stop after the plan: the directory is chosen
+    old = tmp_path / "daskbatch-4243"
+    (old / "logs").mkdir(parents=True)
+    (old / "job.yaml").write_text("stats: moments\n")
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1 and f"job 4243 restart 0 on {os.uname().nodename}: {old}.2" in out, out
+    assert (old / "job.yaml").read_text() == "stats: moments\n" and not (old / "plan.txt").exists()
+    assert (tmp_path / "daskbatch-4243.2" / "job.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
+    # Requeued (SLURM_RESTART_COUNT=1), the same job takes the directory its first run made.
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": "1"}, tmp_path)
+    assert rc == 1 and f"restart 1 on {os.uname().nodename}: {old}.2\n" in out, out
+
+
+def test_slurm_script_requeues_on_an_early_usr1_and_stops_requeueing_without_progress(job_env, tmp_path):
+    # USR1 while the plan is still being made (before describe, before the scheduler): the
+    # batch shell is not killed by it (exit 75, requeued). A second run stopped before it
+    # checkpointed anything is the MAX_STALLED-th without progress: no more requeues.
+    env = {**_slurm_env(job_env, tmp_path), "MAX_STALLED": "2"}
+    jobdir = tmp_path / "daskbatch-4243"
+    for restart in (0, 1):
+        rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": str(restart)}, tmp_path,
+                           early_signal=(lambda: (jobdir / "job.yaml").exists(), signal.SIGUSR1))
+        if restart == 0:
+            assert rc == 75, out
+            assert "interrupted, resumable: requeueing (restart 1)" in out
+            assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4243"]
+        else:
+            assert rc == 1, out
+            assert "not requeueing: 2 runs in a row (restart 1) were stopped before they checkpointed a block" in out
+            assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4243"]  # no second
+    assert not (jobdir / "logs" / "describe.log").exists()
+
+
+def test_slurm_script_refuses_a_time_limit_within_its_warning_margin(job_env, tmp_path):
+    # --time=5 with --signal=B:USR1@300: the warning would come at once, every run.
+    env = {**_slurm_env(job_env, tmp_path), "SQUEUE_LIMIT": "5:00"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    assert "time limit 5:00 leaves no time to run before the USR1 warning 300s before it (STOP_BEFORE)" in out
+    assert not (tmp_path / "batch-system.log").exists()
