@@ -254,8 +254,8 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
 
     # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,
     #    and with new scheduler and workers computes only the blocks that were missing.
-    #    This time SLURM says how much memory the job has on each node (--mem=4G).
-    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096"}, tmp_path)
+    #    SLURM_RESTART_COUNT=1 tells it that it is a requeued job. This time SLURM says how much memory the job has on each node (--mem=4G).
+    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096", "SLURM_RESTART_COUNT": "1"}, tmp_path)
     assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
     assert f"results: {jobdir}/stats.zarr" in out
     assert "4.00 GiB host memory per worker" in _text(jobdir / "plan.txt")
@@ -448,3 +448,55 @@ def test_slurm_script_refuses_a_time_limit_within_its_warning_margin(job_env, tm
     assert rc == 1, out
     assert "time limit 5:00 leaves no time to run before the USR1 warning 300s before it (STOP_BEFORE)" in out
     assert not (tmp_path / "batch-system.log").exists()
+
+
+def test_plan_checks_the_job_config_and_never_prints_a_negative_budget(job_env, tmp_path):
+    # Two nodes of 16 CPUs and 12,000 MB: with the job's config (memory-fraction 0.5,
+    # reserved-memory 512 MiB) nothing is left per task. Without --config, the plan's
+    # defaults said it fits, and describe found out only once the workers had started.
+    plan = [str(BIN / "daskbatch"), "plan", job_env["STORE"], "--memory", str(12_000 * 2**20), "--threads", "16",
+            "--workers", "2"]
+    assert subprocess.run(plan, env=job_env, capture_output=True, text=True, timeout=120).returncode == 0
+    done = subprocess.run([*plan, "--config", job_env["CONFIG"]], env=job_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "error: no per-task budget is left: 11.72 GiB x 0.5 / 16 threads = 375.00 MiB per task, not more than "
+        "the 512.00 MiB reserved per task (daskbatch.reserved-memory); raise --memory or lower --threads"
+    )
+    # The batch script stops there (exit 3), before a scheduler or worker starts.
+    env = {**_slurm_env(job_env, tmp_path), "SLURM_CPUS_PER_TASK": "16", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_MEM_PER_NODE": "12000"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 3, out
+    jobdir = tmp_path / "daskbatch-4243"
+    assert "no per-task budget is left" in _text(jobdir / "plan.txt")
+    assert not (jobdir / "logs" / "scheduler.log").exists() and not (tmp_path / "srun.log").exists()
+
+
+def test_describe_with_a_range_and_class_moments_but_no_histogram(job_env, tmp_path):
+    # --range given, no hist or mi: no histogram is built, so the class values are for class_moments only.
+    out = tmp_path / "s.json"
+    done = subprocess.run(
+        [str(BIN / "daskbatch"), "describe", job_env["STORE"], "--stats", "moments,class_moments", "--range", "-5:5",
+         "--label", "y", "--cluster", "threads", "--no-progress", "--json", str(out)],
+        env=job_env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    g = zarr.open_group(job_env["STORE"], mode="r")
+    x, y = g["X"][:].astype(np.float64), g["y"][:]
+    s = json.loads(out.read_text())
+    np.testing.assert_allclose(s["mean"], x.mean(axis=0), rtol=1e-12)
+    classes = np.unique(y)
+    # (features, classes)
+    np.testing.assert_array_equal(s["class_count"], [[np.sum(y == c) for c in classes]] * x.shape[1])
+    np.testing.assert_allclose(np.transpose(s["class_mean"]), [x[y == c].mean(axis=0) for c in classes], rtol=1e-12)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to give a process one of them")
+def test_machine_resources_count_the_cpus_this_process_may_use():
+    # A batch job's CPUs are its affinity (or cgroup), not the node's os.cpu_count().
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from daskbatch.runtime.capacity import resources_from_machine; "
+            "print(resources_from_machine().threads_per_worker)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "1", done.stdout + done.stderr

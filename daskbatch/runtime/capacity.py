@@ -189,7 +189,9 @@ def resources_from_machine(
         return Resources(
             host_per_worker, threads_per_worker or 1, n_workers, device_memory_bytes=dev, device="gpu"
         )
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // n_workers)
+    from dask.system import CPU_COUNT  # the CPUs this process may use (affinity, cgroup), not the node's
+
+    threads = threads_per_worker or max(1, CPU_COUNT // n_workers)
     mem = parse_memory(memory, total_bytes=host_per_worker)
     return Resources(mem, threads, n_workers, device="cpu")
 
