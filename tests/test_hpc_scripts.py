@@ -428,8 +428,10 @@ def test_slurm_script_requeues_on_an_early_usr1_and_stops_requeueing_without_pro
     env = {**_slurm_env(job_env, tmp_path), "MAX_STALLED": "2"}
     jobdir = tmp_path / "daskbatch-4243"
     for restart in (0, 1):
+        # plan.txt is opened as the plan starts: signalled then, the job is in its plan.
+        (jobdir / "plan.txt").unlink(missing_ok=True)
         rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": str(restart)}, tmp_path,
-                           early_signal=(lambda: (jobdir / "job.yaml").exists(), signal.SIGUSR1))
+                           early_signal=(lambda: (jobdir / "plan.txt").exists(), signal.SIGUSR1))
         if restart == 0:
             assert rc == 75, out
             assert "interrupted, resumable: requeueing (restart 1)" in out
