@@ -259,7 +259,8 @@ def describe(
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values) if explicit else None,
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
+                        if explicit and ("hist" in names or "mi" in names) else None,
                         custom=custom)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
@@ -274,7 +275,8 @@ def describe(
             log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
                       else "the sketch's 0.1-99.9 % quantiles widened by its error bound, values detached beyond "
                       "robust fences left out")
-            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)]
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
+                                           classes=class_values if "mi" in names else None)]
             if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
                 q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
                 second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
@@ -424,7 +426,9 @@ def _histogram(
     names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
-    return Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, classes=class_values)
+    # The class values are for the joint (bin x class) tables of 'mi' only ('class_moments' has its own).
+    by_label = "mi" in names
+    return Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None)
 
 
 def _first_pass(

@@ -55,3 +55,7 @@ class LockHeldError(OSError):
 
 class GPUKernelsWarning(UserWarning):
     """GPU work runs on the array-API path instead of daskbatch's GPU kernels: the same answers, several times slower."""
+
+
+class SubmitError(OSError):
+    """The batch system refused a worker job (``sbatch``/``qsub`` failed); the message is its own."""

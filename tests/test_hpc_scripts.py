@@ -52,6 +52,8 @@ STAND_INS = {
     # srun writes down its arguments, then drops its options: one node, one task, the command itself.
     "srun": '#!/bin/bash\necho "srun $*" >> "$SRUN_LOG"\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$BATCH_SYSTEM_LOG"\n',
+    # `squeue -h -j JOB -o %l`: the job's time limit.
+    "squeue": '#!/bin/bash\necho "${SQUEUE_LIMIT:-2:00:00}"\n',
     "qsub": '#!/bin/bash\necho "qsub $*" >> "$BATCH_SYSTEM_LOG"\n',
     # `qstat -f JOB`: the line of a PBS Pro answer that the script reads.
     "qstat": '#!/bin/bash\necho "Job Id: $2"\necho "    Resource_List.walltime = $QSTAT_WALLTIME"\n',
@@ -72,6 +74,8 @@ def job_env(tmp_path: pathlib.Path) -> dict[str, str]:
     return {
         **os.environ,
         "PATH": f"{stand_ins}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        # `dask` on PATH may be a link to another environment's (a shared dependency tree).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "BATCH_SYSTEM_LOG": str(tmp_path / "batch-system.log"),
         "SRUN_LOG": str(tmp_path / "srun.log"),
         "STORE": str(store),  # small: the PBS test interrupts before any block is done
@@ -99,10 +103,12 @@ class Walltime:
 
 
 def _run_job(
-    script: pathlib.Path, env: dict[str, str], cwd: pathlib.Path, walltime: Walltime | None = None
+    script: pathlib.Path, env: dict[str, str], cwd: pathlib.Path, walltime: Walltime | None = None,
+    early_signal: tuple[Callable[[], bool], signal.Signals] | None = None,
 ) -> tuple[int, str]:
     """Run a batch script as the batch system would; return its exit code and output.
 
+    ``early_signal``: (when, signum), sent to the script once ``when()`` holds, nothing frozen.
     Whatever the job left running (scheduler, workers) is killed at the end, as
     the batch system does when a job ends.
     """
@@ -111,6 +117,9 @@ def _run_job(
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
+        if early_signal is not None:
+            _wait_for(early_signal[0], proc, what="the moment to signal the job", poll=0.002)
+            proc.send_signal(early_signal[1])
         if walltime is not None:
             _wait_for(walltime.freeze_when, proc, what="the moment to freeze the workers", poll=0.002)
             walltime.check_workers(_freeze_workers(proc.pid, walltime.is_worker))
@@ -245,8 +254,8 @@ def test_slurm_script_requeues_on_walltime_signal_and_resumes_only_missing_block
 
     # 2. The requeued job keeps its id, so it finds the same directory and checkpoint,
     #    and with new scheduler and workers computes only the blocks that were missing.
-    #    This time SLURM says how much memory the job has on each node (--mem=4G).
-    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096"}, tmp_path)
+    #    SLURM_RESTART_COUNT=1 tells it that it is a requeued job. This time SLURM says how much memory the job has on each node (--mem=4G).
+    rc, out = _run_job(script, {**env, "SLURM_MEM_PER_NODE": "4096", "SLURM_RESTART_COUNT": "1"}, tmp_path)
     assert rc == 0, out + _text(jobdir / "logs" / "describe.log")
     assert f"results: {jobdir}/stats.zarr" in out
     assert "4.00 GiB host memory per worker" in _text(jobdir / "plan.txt")
@@ -318,6 +327,9 @@ def test_pbs_script_runs_one_worker_rank_per_slot_stops_before_walltime_and_resu
         ranks = sorted(int(p.environ()["OMPI_COMM_WORLD_RANK"]) for p in workers)
         assert ranks == list(range(slots)), ranks
         assert {p.environ()["OMPI_COMM_WORLD_SIZE"] for p in workers} == {str(slots)}
+        # mpirun --bind-to none: each rank's threads may use every CPU of the job, not one core each.
+        for p in workers:
+            assert set(p.cpu_affinity()) == os.sched_getaffinity(0), p.cpu_affinity()
 
     # 1. qstat says the walltime is 60 s; with STOP_BEFORE=20 the script stops
     #    describe itself 40 s after the job began (time enough, on a busy
@@ -392,3 +404,101 @@ def test_pbs_script_forwards_sigterm_to_describe(job_env, tmp_path):
     assert rc == 75, out + _text(jobdir / "logs" / "describe.log")
     assert "stopping describe" not in out
     assert _text(tmp_path / "batch-system.log").startswith("qsub -v ")
+
+
+def test_slurm_script_never_adopts_an_old_directory_unless_requeued(job_env, tmp_path):
+    # Job ids restart from 1 on a new or reset cluster: a new job 4243 finds an old daskbatch-4243.
+    env = {**_slurm_env(job_env, tmp_path), "SCHED_TIMEOUT": "0"}  # stop after the plan: the directory is chosen
+    old = tmp_path / "daskbatch-4243"
+    (old / "logs").mkdir(parents=True)
+    (old / "job.yaml").write_text("stats: moments\n")
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1 and f"job 4243 restart 0 on {os.uname().nodename}: {old}.2" in out, out
+    assert (old / "job.yaml").read_text() == "stats: moments\n" and not (old / "plan.txt").exists()
+    assert (tmp_path / "daskbatch-4243.2" / "job.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
+    # Requeued (SLURM_RESTART_COUNT=1), the same job takes the directory its first run made.
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": "1"}, tmp_path)
+    assert rc == 1 and f"restart 1 on {os.uname().nodename}: {old}.2\n" in out, out
+
+
+def test_slurm_script_requeues_on_an_early_usr1_and_stops_requeueing_without_progress(job_env, tmp_path):
+    # USR1 while the plan is still being made (before describe, before the scheduler): the
+    # batch shell is not killed by it (exit 75, requeued). A second run stopped before it
+    # checkpointed anything is the MAX_STALLED-th without progress: no more requeues.
+    env = {**_slurm_env(job_env, tmp_path), "MAX_STALLED": "2"}
+    jobdir = tmp_path / "daskbatch-4243"
+    for restart in (0, 1):
+        # plan.txt is opened as the plan starts: signalled then, the job is in its plan.
+        (jobdir / "plan.txt").unlink(missing_ok=True)
+        rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": str(restart)}, tmp_path,
+                           early_signal=(lambda: (jobdir / "plan.txt").exists(), signal.SIGUSR1))
+        if restart == 0:
+            assert rc == 75, out
+            assert "interrupted, resumable: requeueing (restart 1)" in out
+            assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4243"]
+        else:
+            assert rc == 1, out
+            assert "not requeueing: 2 runs in a row (restart 1) were stopped before they checkpointed a block" in out
+            assert _text(tmp_path / "batch-system.log").splitlines() == ["scontrol requeue 4243"]  # no second
+    assert not (jobdir / "logs" / "describe.log").exists()
+
+
+def test_slurm_script_refuses_a_time_limit_within_its_warning_margin(job_env, tmp_path):
+    # --time=5 with --signal=B:USR1@300: the warning would come at once, every run.
+    env = {**_slurm_env(job_env, tmp_path), "SQUEUE_LIMIT": "5:00"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 1, out
+    assert "time limit 5:00 leaves no time to run before the USR1 warning 300s before it (STOP_BEFORE)" in out
+    assert not (tmp_path / "batch-system.log").exists()
+
+
+def test_plan_checks_the_job_config_and_never_prints_a_negative_budget(job_env, tmp_path):
+    # Two nodes of 16 CPUs and 12,000 MB: with the job's config (memory-fraction 0.5,
+    # reserved-memory 512 MiB) nothing is left per task. Without --config, the plan's
+    # defaults said it fits, and describe found out only once the workers had started.
+    plan = [str(BIN / "daskbatch"), "plan", job_env["STORE"], "--memory", str(12_000 * 2**20), "--threads", "16",
+            "--workers", "2"]
+    assert subprocess.run(plan, env=job_env, capture_output=True, text=True, timeout=120).returncode == 0
+    done = subprocess.run([*plan, "--config", job_env["CONFIG"]], env=job_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "error: no per-task budget is left: 11.72 GiB x 0.5 / 16 threads = 375.00 MiB per task, not more than "
+        "the 512.00 MiB reserved per task (daskbatch.reserved-memory); raise --memory or lower --threads"
+    )
+    # The batch script stops there (exit 3), before a scheduler or worker starts.
+    env = {**_slurm_env(job_env, tmp_path), "SLURM_CPUS_PER_TASK": "16", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_MEM_PER_NODE": "12000"}
+    rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    assert rc == 3, out
+    jobdir = tmp_path / "daskbatch-4243"
+    assert "no per-task budget is left" in _text(jobdir / "plan.txt")
+    assert not (jobdir / "logs" / "scheduler.log").exists() and not (tmp_path / "srun.log").exists()
+
+
+def test_describe_with_a_range_and_class_moments_but_no_histogram(job_env, tmp_path):
+    # --range given, no hist or mi: no histogram is built, so the class values are for class_moments only.
+    out = tmp_path / "s.json"
+    done = subprocess.run(
+        [str(BIN / "daskbatch"), "describe", job_env["STORE"], "--stats", "moments,class_moments", "--range", "-5:5",
+         "--label", "y", "--cluster", "threads", "--no-progress", "--json", str(out)],
+        env=job_env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    g = zarr.open_group(job_env["STORE"], mode="r")
+    x, y = g["X"][:].astype(np.float64), g["y"][:]
+    s = json.loads(out.read_text())
+    np.testing.assert_allclose(s["mean"], x.mean(axis=0), rtol=1e-12)
+    classes = np.unique(y)
+    # (features, classes)
+    np.testing.assert_array_equal(s["class_count"], [[np.sum(y == c) for c in classes]] * x.shape[1])
+    np.testing.assert_allclose(np.transpose(s["class_mean"]), [x[y == c].mean(axis=0) for c in classes], rtol=1e-12)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to give a process one of them")
+def test_machine_resources_count_the_cpus_this_process_may_use():
+    # A batch job's CPUs are its affinity (or cgroup), not the node's os.cpu_count().
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from daskbatch.runtime.capacity import resources_from_machine; "
+            "print(resources_from_machine().threads_per_worker)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "1", done.stdout + done.stderr

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 import daskbatch as db
+from daskbatch.errors import SubmitError
 from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.cluster import cluster
 
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.slow
 # Submitting: keep a copy of the script (dask-jobqueue deletes its temporary file once
 # submitted) and run it in a session of its own, so that cancelling kills all of it.
 SUBMIT = """#!/bin/bash
+[ "$1" = --test-only ] && { echo "$(basename "$0") $*" >> "$JOBS_DIR/tested.log"; exit 0; }
 script="${@: -1}"
 id=$(( $(date +%s%N) / 1000 % 100000000 ))
 cp "$script" "$JOBS_DIR/$id.sh"
@@ -129,3 +131,39 @@ def test_describe_cli_starts_a_slurm_cluster_from_dask_config(queue: pathlib.Pat
     assert _jobs_end(queue)
     x = db.open_dataset(store).x.compute().astype(np.float64)
     np.testing.assert_allclose(json.loads(out.read_text())["mean"], x.mean(axis=0), rtol=1e-12)
+
+
+def test_slurm_cluster_submits_and_waits_for_the_workers_asked_for(queue: pathlib.Path) -> None:
+    # wait_for_workers without jobs=: that many workers (here one per job), all joined when cluster() yields,
+    # so that a plan made on the client sees them all (not the first of two).
+    with cluster(
+        "slurm", cores=1, memory="1GiB", processes=1, walltime="00:10:00", wait_for_workers=2,
+        scheduler_options={"dashboard_address": ":0"},
+    ) as client:
+        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
+        assert resources_from_client(client).n_workers == 2
+    assert len((queue / "submitted.log").read_text().splitlines()) == 2
+    # sbatch --test-only saw the worker job's script before anything was submitted.
+    assert (queue / "tested.log").read_text().startswith("sbatch --test-only ")
+    assert _jobs_end(queue)
+
+
+REFUSE = '#!/bin/bash\necho "{cmd}: error: Batch job submission failed: Invalid account or account/partition combination" >&2\nexit 1\n'
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_a_refused_submission_is_one_error_at_once(
+    kind: str, queue: pathlib.Path, tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # slurm: sbatch --test-only refuses (nothing is submitted); pbs: qsub itself fails on the event loop.
+    submit = next(iter(BATCH_SYSTEMS[kind]))
+    (tmp_path / "bin" / submit).write_text(REFUSE.format(cmd=submit))
+    start = time.monotonic()
+    with pytest.raises(SubmitError, match="Invalid account or account/partition combination"), cluster(
+        kind, cores=1, memory="1GiB", processes=1, walltime="00:10:00",
+        scheduler_options={"dashboard_address": ":0"},
+    ):
+        pass
+    assert time.monotonic() - start < 30  # not daskbatch.worker-timeout (10 minutes)
+    assert "Traceback" not in capfd.readouterr().err
+    assert not (queue / "submitted.log").exists()

@@ -81,7 +81,8 @@ def test_plan_error_exit_3_one_line(store):
     assert r.exit_code == 3
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ")
-    assert "300.00 MiB x 0.5 / 1 thread - 256.00 MiB" in lines[0]
+    # What is short, in positive numbers (never a negative budget).
+    assert "300.00 MiB x 0.5 / 1 thread = 150.00 MiB per task, not more than the 256.00 MiB reserved" in lines[0]
 
 
 def test_storage_chunk_too_big_exit_3(tmp_path):

@@ -110,7 +110,7 @@ def test_storage_chunk_too_large_names_numbers():
 
 
 def test_empty_budget():
-    with pytest.raises(PlanError, match=r"budget is .*512.00 MiB x 0.5 / 2 threads"):
+    with pytest.raises(PlanError, match=r"no per-task budget is left: 512.00 MiB x 0.5 / 2 threads = 128.00 MiB"):
         plan_chunks((10, 2), 8, (10, 2), Resources(512 * MiB, 2), stats=("moments",))
 
 

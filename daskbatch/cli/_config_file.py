@@ -61,7 +61,7 @@ def _check_value(ctx: click.Context, source: str, key: str, param: click.Paramet
         _fail(ctx, f"{source}: {key}: {exc.format_message()}")
 
 
-def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: str | None = None) -> str | None:
     if value is None:
         return None
     try:
@@ -96,10 +96,15 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
                 by_flag[opt[2:].replace("-", "_")] = p
     defaults: dict[str, Any] = {}
     unknown = []
+    # Keys of the command ``also`` names (a describe job file read by plan) are accepted and left alone.
+    other = ctx.find_root().command
+    other_cmd = other.commands.get(also) if also is not None and isinstance(other, click.Group) else None
+    other_keys = {o[2:].replace("-", "_") for p in (other_cmd.params if other_cmd else ()) for o in p.opts}
     for key, val in loaded.items():
         target = by_flag.get(str(key).replace("-", "_"))
         if target is None:
-            unknown.append(str(key))
+            if str(key).replace("-", "_") not in other_keys:
+                unknown.append(str(key))
             continue
         _check_value(ctx, value, str(key), target, val)
         assert target.name is not None
@@ -125,21 +130,26 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
     dask.config.update(dask.config.config, settings)
 
 
-def config_option(func: Any) -> Any:
+def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
     """Add ``--config FILE`` and ``--allow-dask-config`` to a command.
 
     The file is YAML: option names as keys, plus an optional ``dask:`` mapping.
 
     Parameters
     ----------
-    func : callable
-        The command's callback.
+    func : callable, optional
+        The command's callback; use bare (``@config_option``) or called (``@config_option(also="describe")``).
+    also : str, optional
+        Another command of the same group whose option keys the file may hold too;
+        they are left alone (``daskbatch plan --config`` reads a describe job's file).
 
     Returns
     -------
     callable
         The callback with both options; it applies the file's dask settings first.
     """
+    if func is None:
+        return functools.partial(config_option, also=also)
 
     @functools.wraps(func)
     def command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
@@ -173,7 +183,7 @@ def config_option(func: Any) -> Any:
         type=click.Path(dir_okay=False),
         is_eager=True,
         expose_value=False,
-        callback=_load,
+        callback=functools.partial(_load, also=also),
         help="YAML file of option values (keys as option names, e.g. bins: 128) and an optional "
         "'dask:' mapping of dask config. Command-line options win.",
     )(command)

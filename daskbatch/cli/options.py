@@ -75,8 +75,8 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
             type=click.IntRange(min=0),
             metavar="N",
             help="Start computing once N workers are connected, waiting at most "
-            "daskbatch.worker-timeout (default 10 minutes). Default: 1 when joining a "
-            "scheduler or starting slurm/pbs jobs.",
+            "daskbatch.worker-timeout (default 10 minutes). With --cluster slurm/pbs also how many "
+            "workers to submit jobs for. Default: 1 (slurm/pbs: one job, all its workers).",
         )(f)
         f = click.option(
             "--scheduler-file",

@@ -8,6 +8,7 @@ import click
 from click.core import ParameterSource
 
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
+from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
 from daskbatch.stats.spec import DEFAULT_STATS
 
@@ -48,6 +49,7 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Merge fan-in.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of text.")
+@config_option(also="describe")
 @user_errors
 def plan_command(
     store: str,
@@ -67,7 +69,9 @@ def plan_command(
     """Plan chunk rows, merge fan-in and feature tiles for STORE and explain the arithmetic.
 
     Reads only the store's metadata; starts no cluster. Exit code 3 when the
-    plan cannot fit the memory given.
+    plan cannot fit the memory given. --config reads a describe job's file:
+    its statistics, bins, label, split-every and dask settings (memory-fraction,
+    reserved-memory) plan as describe will; its other keys are left alone.
     """
     from daskbatch.io.dataset import open_dataset
     from daskbatch.planning.search import recorded_n_classes

@@ -291,8 +291,11 @@ def plan_chunks(
     formula = budget_formula(resources, memory_fraction, reserved_bytes)
     budget = budget_bytes(resources, memory_fraction, reserved_bytes)
     if budget <= 0:
+        # A negative byte count means nothing to a user: say which side of the formula is short.
+        share = budget + reserved_bytes
         raise PlanError(
-            f"the per-task budget is {format_bytes(budget)} ({formula}); "
+            f"no per-task budget is left: {formula.rsplit(' - ', 1)[0]} = {format_bytes(max(share, 0))} per task, "
+            f"not more than the {format_bytes(reserved_bytes)} reserved per task (daskbatch.reserved-memory); "
             "raise --memory or lower --threads"
         )
     path = ("gpu-compiled" if resources.device == "gpu" else "compiled") if compiled_kernels else "array-api"

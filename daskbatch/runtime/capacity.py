@@ -189,7 +189,8 @@ def resources_from_machine(
         return Resources(
             host_per_worker, threads_per_worker or 1, n_workers, device_memory_bytes=dev, device="gpu"
         )
-    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+    # The CPUs this process may use (affinity, cgroup: a batch job's share), not the node's os.cpu_count().
+    from dask.system import CPU_COUNT
 
     threads = threads_per_worker or max(1, CPU_COUNT // n_workers)
     mem = parse_memory(memory, total_bytes=host_per_worker)

@@ -70,10 +70,11 @@ def cluster(
         For ``"cuda"``: sizes the RMM pool from the plan unless ``rmm_pool_size`` is given.
     wait_for_workers : int, optional
         Yield only once this many workers are connected, waiting at most
-        ``daskbatch.worker-timeout`` (then ``TimeoutError``). Default: 1 when
-        joining a scheduler or starting ``"slurm"``/``"pbs"`` jobs, whose workers
-        arrive on their own time (a batch job's ``dask worker``, a queued job);
-        0 for local clusters, which start with their workers.
+        ``daskbatch.worker-timeout`` (then ``TimeoutError``). For ``"slurm"``/``"pbs"``
+        without ``jobs=``, also how many workers to submit jobs for. Default: 1 when
+        joining a scheduler; for ``"slurm"``/``"pbs"``, every worker of the jobs
+        submitted (a plan made on fewer would be wrong); 0 for local clusters,
+        which start with their workers.
     **kwargs
         Passed to the cluster class (``LocalCluster``, ``LocalCUDACluster``,
         ``SLURMCluster``, ``PBSCluster``) or, when connecting, to ``Client``.
@@ -101,27 +102,53 @@ def cluster(
             yield client  # an external cluster: only our client is closed
         return
     kind = resolve_kind(kind)
-    started = _start_cluster(kind, plan, kwargs)
-    if wait_for_workers is None:
-        wait_for_workers = 1 if kind in ("slurm", "pbs") else 0
-    try:
-        with Client(started) as client:
-            _print_dashboard(client, f"started a {kind} cluster at")
-            _wait_for_workers(client, wait_for_workers)
-            yield client
-    finally:
-        started.close()
+    if kind not in ("slurm", "pbs"):
+        started = _start_cluster(kind, plan, kwargs)
+        try:
+            with Client(started) as client:
+                _print_dashboard(client, f"started a {kind} cluster at")
+                _wait_for_workers(client, wait_for_workers or 0)
+                yield client
+        finally:
+            started.close()
+        return
+    with _submit_errors() as refused:
+        started = _start_jobqueue(kind, kwargs, wait_for_workers)
+        try:
+            with Client(started) as client:
+                _print_dashboard(client, f"started a {kind} cluster at")
+                # Every worker of the jobs asked for: a plan made while some are still queued is wrong.
+                _wait_for_workers(client, len(started.plan) if wait_for_workers is None else wait_for_workers,
+                                  refused=refused)
+                yield client
+        finally:
+            started.close()
 
 
-def _wait_for_workers(client: Client, n_workers: int) -> None:
-    """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``."""
+def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None = None) -> None:
+    """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``.
+
+    ``refused`` collects the batch system's refusals to submit a job: the wait stops at the first.
+    """
     if n_workers < 1:
         return
+    import time
+
     import dask.config
+    from dask.utils import parse_timedelta
 
     timeout = dask.config.get("daskbatch.worker-timeout", "10 minutes")
+    deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
     try:
-        client.wait_for_workers(n_workers, timeout=timeout)
+        while True:
+            _raise_refused(refused)
+            try:
+                # In short steps, so that a refused job ends the wait at once.
+                client.wait_for_workers(n_workers, timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+                return
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
     except TimeoutError as exc:
         have = len(client.scheduler_info(n_workers=-1)["workers"])
         raise TimeoutError(
@@ -184,8 +211,99 @@ def resolve_kind(kind: str) -> str:
     return "cuda" if cuda_device_count() and _has_module("dask_cuda") else "local"
 
 
+def _start_jobqueue(kind: str, kwargs: dict[str, Any], wait_for_workers: int | None) -> Any:
+    """A dask-jobqueue cluster of ``kind`` ("slurm" or "pbs") scaled to ``jobs`` jobs or ``wait_for_workers`` workers.
+
+    A SLURM job that the partition can never run would pend forever: ``sbatch
+    --test-only`` checks the worker job's script first.
+    """
+    try:
+        import dask_jobqueue
+    except ImportError as exc:
+        raise ImportError(f"cluster kind {kind!r} needs dask-jobqueue: {_HPC_HINT}") from exc
+    opts = dict(kwargs)
+    jobs = opts.pop("jobs", None)
+    cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+    started = cls(**opts)
+    try:
+        if kind == "slurm":
+            _test_submit(started)
+        if jobs is None and wait_for_workers:
+            started.scale(n=int(wait_for_workers))  # workers; jobs as many as they need
+        else:
+            started.scale(jobs=1 if jobs is None else int(jobs))
+    except BaseException:
+        started.close()
+        raise
+    return started
+
+
+def _test_submit(started: Any) -> None:
+    """Ask ``sbatch --test-only`` whether the cluster's worker job can ever run; SubmitError if not."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from daskbatch.errors import SubmitError
+
+    submit = started.job_cls.submit_command.split()[0]
+    if shutil.which(submit) is None:
+        raise SubmitError(f"cluster kind 'slurm' submits worker jobs with {submit}, which is not on PATH")
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as f:
+        f.write(started.job_script())
+        f.flush()
+        done = subprocess.run([submit, "--test-only", f.name], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        why = " ".join((done.stderr or done.stdout).split()) or f"exit code {done.returncode}"
+        raise SubmitError(f"{submit} --test-only refuses the worker job ({why}); "
+                          "ask for what the partition has: cluster(..., queue=, cores=, memory=, walltime=) "
+                          "or dask's jobqueue.slurm config")
+
+
+@contextlib.contextmanager
+def _submit_errors() -> Iterator[list[str]]:
+    """Collect the batch system's refusals to submit a job, one line each, instead of logged tracebacks.
+
+    dask-jobqueue submits from a callback on the event loop: a failing
+    ``sbatch``/``qsub`` is only logged there (tornado, asyncio), with a traceback.
+    """
+    import logging
+
+    refused: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None and record.args and isinstance(record.args, dict):
+            exc = record.args.get("exception")
+        text = str(exc) if exc is not None else ""
+        if "Command exited with non-zero exit code" not in text:
+            return True
+        # dask-jobqueue's message: "...Command:\nsbatch FILE\nstdout:\n...\nstderr:\nWHY"
+        command = text.split("Command:", 1)[-1].split("stdout:", 1)[0].split()
+        why = " ".join(text.split("stderr:", 1)[-1].split()) or "no message"
+        refused.append(f"{command[0] if command else 'the batch system'} failed to submit a worker job: {why}")
+        return False
+
+    loggers = [logging.getLogger(name) for name in ("tornado.application", "asyncio")]
+    for lg in loggers:
+        lg.addFilter(keep)
+    try:
+        yield refused
+    finally:
+        for lg in loggers:
+            lg.removeFilter(keep)
+
+
+def _raise_refused(refused: list[str] | None) -> None:
+    """Raise SubmitError with the first refusal collected by :func:`_submit_errors`, if any."""
+    if refused:
+        from daskbatch.errors import SubmitError
+
+        raise SubmitError(refused[0])
+
+
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
-    """A started cluster object of ``kind`` (one of :data:`KINDS` other than ``"auto"``)."""
+    """A started local or cuda cluster (``kind`` one of :data:`KINDS` other than auto, slurm and pbs)."""
     if kind == "local":
         from distributed import LocalCluster
 
@@ -196,16 +314,7 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
 
         # Spilling to host stays on (dask-cuda's default).
         return LocalCUDACluster(**cuda_cluster_options(kwargs, plan))
-    try:
-        import dask_jobqueue
-    except ImportError as exc:
-        raise ImportError(f"cluster kind {kind!r} needs dask-jobqueue: {_HPC_HINT}") from exc
-    opts = dict(kwargs)
-    jobs = int(opts.pop("jobs", 1))
-    cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-    started = cls(**opts)
-    started.scale(jobs=jobs)
-    return started
+    raise ValueError(f"cluster kind {kind!r} is started by _start_jobqueue")
 
 
 def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> dict[str, Any]:
