@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
+from daskbatch.engine.checkpoint.fingerprint import function_token, output_items
 from daskbatch.engine.inputs import as_feature_matrix
 from daskbatch.io.rowstore import (
     ArraySpec,
@@ -338,8 +339,11 @@ def map_batches(
 
     fingerprint = input_fingerprint(data)
     func_name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', runner.name)}"
-    doc = {"kind": KIND, "input": fingerprint, "func": func_name,
-           "options": {"batch_rows": per, "on_error": on_error, "columns": columns, "dtype": str(dtype)}}
+    # What must match to resume: the data (content token), the function by its code, the bit-changing settings.
+    doc = {"kind": KIND, "items": output_items(
+        data, {"function": f"{func_name}, {function_token(func)}"},
+        {"batch_rows": per, "on_error": on_error, "columns": columns, "dtype": str(dtype), "device": device,
+         "min_batch_rows": min_rows})}
     arrays = [ArraySpec("X", dtype, columns)]
     if ys is not None:
         arrays.append(ArraySpec("y", np.dtype(ys.dtype), None, ("sample",)))
