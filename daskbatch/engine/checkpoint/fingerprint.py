@@ -282,12 +282,17 @@ def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
                 continue
             yield from _value_parts(value, func.__module__, seen)
         yield from _code_parts(func.__code__, func.__globals__, func.__module__, seen)
-    elif not isinstance(func, type) and isinstance(getattr(type(func), "__call__", None), types.FunctionType):
+    elif not isinstance(func, type) and isinstance(call := _own_call(type(func)), types.FunctionType):
         yield f"instance of {type(func).__module__}.{type(func).__qualname__}"
-        yield from _function_parts(type(func).__call__, seen)
+        yield from _function_parts(call, seen)
         yield _value_token(getattr(func, "__dict__", None))
     else:  # builtins, ufuncs, classes: dask knows how to name them
         yield _value_token(func)
+
+
+def _own_call(cls: type) -> Any:
+    """The ``__call__`` defined by ``cls`` or a base class (None for ``object``'s)."""
+    return next((vars(c)["__call__"] for c in cls.__mro__ if c is not object and "__call__" in vars(c)), None)
 
 
 def _code_parts(code: Any, globals_: dict[str, Any], module: str, seen: set[int]) -> Iterator[str]:
