@@ -406,7 +406,7 @@ def _check_inputs(
     return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))
 
 
-def _largest_fan_in(stats: tuple[str, ...], n_features: int, top: int, budget: int,
+def _largest_fan_in(stats: tuple[Any, ...], n_features: int, top: int, budget: int,
                     kw: dict[str, Any]) -> int | None:
     """Largest fan-in ``<= top`` whose merge task fits ``budget`` (bisection: bytes grow with the fan-in)."""
     if merge_task_bytes(stats, n_features, MIN_SPLIT_EVERY, **kw) > budget:
