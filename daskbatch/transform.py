@@ -27,6 +27,8 @@ import numpy as np
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
 from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+from daskbatch.errors import DataError
+from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
 from daskbatch.steps import Step, apply_all, bind_all
 
@@ -133,6 +135,12 @@ def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any,
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     per = int(chunk_rows or max(x.chunks[0]))
     per = max(1, min(per, rows))
+    blocks = -(-rows // per)
+    if blocks > max_chunks():  # checked before a rechunk builds one task per block
+        raise DataError(
+            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
+            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
+        )
     # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
     if any(c != per for c in x.chunks[0][:-1]) or x.chunks[0][-1] > per:
         x = x.rechunk({0: per})
