@@ -115,5 +115,6 @@ def exit_now(code: int) -> NoReturn:
     logging.shutdown()  # flushes every log handler (a job's log file too)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
-            stream.flush()
+            if stream is not None:
+                stream.flush()
     os._exit(code)
