@@ -291,6 +291,11 @@ def plan_chunks(
     # A fan-in above the number of blocks merges them all at once, as that number does: the search
     # below starts there, so a huge split_every costs nothing (blocks are whole storage chunks).
     se_top = max(MIN_SPLIT_EVERY, min(se0, -(-n_rows // storage_rows)))
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(
+            f"daskbatch.memory-fraction must be a number in (0, 1] (the share of a worker's memory one task "
+            f"may plan to use), got {memory_fraction!r}"
+        )
     formula = budget_formula(resources, memory_fraction, reserved_bytes)
     budget = budget_bytes(resources, memory_fraction, reserved_bytes)
     if budget <= 0:
