@@ -9,8 +9,8 @@ heavy tails and skew, and holds it to the README's numbers.
 
 from __future__ import annotations
 
-import re
 import pathlib
+import re
 
 import dask
 import dask.array as da
