@@ -6,11 +6,35 @@ script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directori
 
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
+import tempfile
 from typing import Any
 
-import dask.config
 import yaml
+
+
+def _config_file_error(exc: ValueError) -> None:
+    """End a command run with one line (or raise one, for a library import) when a dask YAML file is malformed."""
+    first, _, rest = str(exc).partition(", original error message:")
+    lines = [line.strip().rstrip(":") for line in rest.splitlines() if line.strip()]
+    problem = " ".join(lines[:2]) or "not valid YAML"
+    message = f"{first}: {problem}; fix or remove it"
+    orig = list(getattr(sys, "orig_argv", []))
+    command = os.path.basename(sys.argv[0]) == "daskbatch" or (
+        "daskbatch" in orig and orig[orig.index("daskbatch") - 1] == "-m"
+    )
+    if command:
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+    raise ValueError(message) from None
+
+
+try:
+    import dask.config
+except ValueError as _exc:  # dask reads its YAML files at import; a malformed one raises here
+    _config_file_error(_exc)
 
 _DEFAULTS_FILE = pathlib.Path(__file__).with_name("daskbatch.yaml")
 
@@ -35,6 +59,32 @@ def get(key: str) -> Any:
         The value.
     """
     return dask.config.get(f"daskbatch.{key}")
+
+
+def check() -> None:
+    """Check the settings a run depends on before it starts: the memory fraction and the temporary directory.
+
+    Raises
+    ------
+    ValueError
+        One line naming the setting, its value and what it must be.
+    """
+    fraction = get("memory-fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise ValueError(
+            f"daskbatch.memory-fraction must be a number in (0, 1] (the share of a worker's memory one task "
+            f"may plan to use), got {fraction!r}"
+        )
+    where = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    try:
+        os.makedirs(where, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"the temporary directory {where!r} is not usable ({exc.strerror or exc}); set dask's "
+            "temporary-directory (or TMPDIR) to a writable directory"
+        ) from None
 
 
 _load_defaults()

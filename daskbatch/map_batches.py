@@ -44,6 +44,7 @@ import numpy as np
 
 from daskbatch._warnings import warn
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
+from daskbatch.engine.checkpoint.fingerprint import function_token, output_items
 from daskbatch.engine.inputs import as_feature_matrix
 from daskbatch.io.rowstore import (
     ArraySpec,
@@ -65,6 +66,10 @@ PROBE_ROWS = 8
 
 class BatchError(RuntimeError):
     """``func`` failed on a batch; the message names its rows (chained to the original error)."""
+
+
+class _LossyCast(ValueError):
+    """``func`` returned values that the output dtype cannot hold; never retried or flagged."""
 
 
 class FlaggedRowsWarning(UserWarning):
@@ -98,13 +103,15 @@ class _Runner:
         self.device = device
         self.on_error = on_error
         self.min_rows = min_rows
+        self.declared = False
 
     # -- one call
     def call(self, block: Any) -> np.ndarray:
         """``func(block)`` checked (same rows, the probed width) and copied to a host array of ``dtype``."""
         from daskbatch.stats.backend import to_numpy
 
-        result = self.func(block)
+        # A retry must start from the batch as read: the failed attempt may have changed its argument in place.
+        result = self.func(block.copy() if self.on_error == "fallback" else block)
         rows = int(block.shape[0])
         if not hasattr(result, "shape") or result.shape[:1] != (rows,) or result.ndim not in (1, 2):
             shape = tuple(getattr(result, "shape", ()))
@@ -113,7 +120,7 @@ class _Runner:
         host = host.reshape(rows, -1) if host.ndim == 1 else host
         if host.shape[1] != self.columns:
             raise ValueError(f"returned {host.shape[1]} columns; the first batch had {self.columns}")
-        return np.asarray(host, dtype=self.dtype)
+        return _cast(host, self.dtype, self.declared)
 
     # -- splitting
     def split(self, run: Callable[[Any], np.ndarray], block: Any, lo: int,
@@ -123,6 +130,8 @@ class _Runner:
         n = int(block.shape[0])
         try:
             return run(block)
+        except _LossyCast:
+            raise
         except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
             if n <= self.min_rows or not when(exc):
                 return leaf(block, lo, exc)
@@ -166,16 +175,42 @@ class _Runner:
         rows = int(block.shape[0])
         block = on_device(block, self.device)
         cpu_rows: list[tuple[int, int]] = []
-        if self.on_error == "fallback":
-            out = self.gpu(block, lo, cpu_rows) if is_cupy_array(block) else self.cpu(block, lo)
-            return out, [], cpu_rows
         try:
+            if self.on_error == "fallback":
+                out = self.gpu(block, lo, cpu_rows) if is_cupy_array(block) else self.cpu(block, lo)
+                return out, [], cpu_rows
             return self.call(block), [], []
+        except _LossyCast as exc:  # a wrong dtype is the call's mistake, not a failed batch: never flagged
+            raise BatchError(f"{self.name} on {_rows_text(lo, lo + rows)}: {exc}") from None
+        except BatchError:  # "fallback" gave up on its smallest piece, naming its rows
+            raise
         except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
             if self.on_error == "raise":
                 raise _failure(self.name, lo, lo + rows, exc) from exc
         fill = np.nan if self.dtype.kind in "fc" else 0
         return np.full((rows, self.columns), fill, dtype=self.dtype), [(lo, lo + rows)], []
+
+
+def _cast(values: np.ndarray, dtype: np.dtype, declared: bool) -> np.ndarray:
+    """``values`` as ``dtype``, refusing a cast that changes a value (a declared float dtype may round)."""
+    if values.dtype == dtype or np.can_cast(values.dtype, dtype, "safe"):
+        return np.asarray(values, dtype=dtype)
+    with np.errstate(all="ignore"):
+        out = np.asarray(values, dtype=dtype)
+        if declared and dtype.kind == "f" and values.dtype.kind == "f":
+            bad = np.isfinite(values) & ~np.isfinite(out)  # rounding was asked for; overflow was not
+        else:
+            back = out.astype(values.dtype)
+            bad = ~((back == values) | (np.isnan(back) & np.isnan(values)) if values.dtype.kind in "fc"
+                    else back == values)
+    if bad.any():
+        first = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        what = "declared" if declared else "of the first rows"
+        raise _LossyCast(
+            f"returned {values.dtype} values that the output dtype {dtype} ({what}) cannot hold: "
+            f"{values[first].item()!r} would become {out[first].item()!r}; pass dtype= a type that holds them"
+        )
+    return out
 
 
 def _free_gpu_memory() -> None:
@@ -235,6 +270,7 @@ def map_batches(
     on_error: Literal["raise", "flag", "fallback"] = "raise",
     min_batch_rows: int | None = None,
     feature_names: Sequence[str] | None = None,
+    dtype: str | np.dtype | None = None,
     overwrite: bool = False,
     progress: bool = False,
     cancel: threading.Event | None = None,
@@ -265,6 +301,11 @@ def map_batches(
         Smallest piece ``"fallback"`` splits down to (default ``batch_rows // 1024``, at least 1).
     feature_names : sequence of str, optional
         Output column names (default: the input's when the width is unchanged, else ``out0``, ``out1``, ...).
+    dtype : str or numpy.dtype, optional
+        Output dtype.  Default: the dtype ``func`` gives on the first rows.
+        Every batch is checked: values the output dtype cannot hold (``0.7``
+        into an integer dtype, an overflow) raise a :class:`BatchError` naming
+        the batch; a declared float dtype rounds finite values as asked.
     overwrite : bool, default False
         Start an existing daskbatch output again (see :func:`daskbatch.transform`).
     progress : bool, default False
@@ -308,7 +349,9 @@ def map_batches(
     min_rows = int(min_batch_rows or max(1, per // 1024))
 
     runner = _Runner(func, 0, np.dtype("f8"), device, on_error, min_rows)
-    columns, dtype = _probe(runner, xs)
+    columns, probed = _probe(runner, xs)
+    runner.declared = dtype is not None
+    dtype = probed if dtype is None else np.dtype(dtype)
     runner.columns, runner.dtype = columns, dtype
     names = _output_names(feature_names, data.feature_names, columns)
     rows = int(xs.shape[0])
@@ -340,8 +383,11 @@ def map_batches(
 
     fingerprint = input_fingerprint(data)
     func_name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', runner.name)}"
-    doc = {"kind": KIND, "input": fingerprint, "func": func_name,
-           "options": {"batch_rows": per, "on_error": on_error, "columns": columns, "dtype": str(dtype)}}
+    # What must match to resume: the data (content token), the function by its code, the bit-changing settings.
+    doc = {"kind": KIND, "items": output_items(
+        data, {"function": f"{func_name}, {function_token(func)}"},
+        {"batch_rows": per, "on_error": on_error, "columns": columns, "dtype": str(dtype), "device": device,
+         "min_batch_rows": min_rows})}
     arrays = [ArraySpec("X", dtype, columns)]
     if ys is not None:
         arrays.append(ArraySpec("y", np.dtype(ys.dtype), None, ("sample",)))

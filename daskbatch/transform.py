@@ -15,6 +15,7 @@ store ends bitwise identical to an uninterrupted run's.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import threading
 import time
@@ -24,7 +25,10 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
+from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+from daskbatch.errors import DataError
+from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
 from daskbatch.steps import Step, apply_all, bind_all
 
@@ -62,6 +66,30 @@ def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
     }
     if path is None:
         out["dask_name"] = data.x.name
+    return out
+
+
+def steps_items(steps: Sequence[Step]) -> dict[str, str]:
+    """Identify steps by what changes their output: their parameters and array values, not their summary's origin.
+
+    A summary's provenance (when it was made, from which path) is in the
+    output's provenance but not here: the same numbers computed again in
+    another process give the same steps, so the output resumes.
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        The bound steps.
+
+    Returns
+    -------
+    dict of str to str
+        ``"step <i>"`` to a JSON description.
+    """
+    out = {}
+    for i, step in enumerate(steps):
+        described = {k: v for k, v in step.describe().items() if k != "summary"}
+        out[f"step {i + 1}"] = json.dumps(described, sort_keys=True, default=str)
     return out
 
 
@@ -107,6 +135,12 @@ def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any,
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     per = int(chunk_rows or max(x.chunks[0]))
     per = max(1, min(per, rows))
+    blocks = -(-rows // per)
+    if blocks > max_chunks():  # checked before a rechunk builds one task per block
+        raise DataError(
+            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
+            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
+        )
     # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
     if any(c != per for c in x.chunks[0][:-1]) or x.chunks[0][-1] > per:
         x = x.rechunk({0: per})
@@ -208,8 +242,9 @@ def transform(
     rows = int(x.shape[0])
     fingerprint = input_fingerprint(data)
     described = [s.describe() for s in bound]
-    doc = {"kind": KIND, "input": fingerprint, "steps": described,
-           "options": {"chunk_rows": per, "dtype": str(out_dtype)}}
+    # What must match to resume: the data (content token), the steps by their values, the bit-changing settings.
+    doc = {"kind": KIND, "items": output_items(
+        data, steps_items(bound), {"chunk_rows": per, "dtype": str(out_dtype), "device": device})}
     arrays = [ArraySpec("X", out_dtype, len(names))]
     if y is not None:
         arrays.append(ArraySpec("y", np.dtype(y.dtype), None, ("sample",)))

@@ -10,6 +10,7 @@ import pytest
 import zarr
 
 import daskbatch as db
+from daskbatch.errors import DataError
 from daskbatch.io.rowstore import DONE_FILE
 from daskbatch.map_batches import FlaggedRowsWarning
 
@@ -113,25 +114,31 @@ def test_cancel_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     clean = db.map_batches(features, src, batch_rows=100, out=tmp_path / "clean.zarr")
     assert clean.written == tuple(range(20))
 
-    cancel = threading.Event()
-    calls = []
+    class StopsSoon:
+        """``features``, setting ``cancel`` after a few batches (one object: the same job when resumed)."""
 
-    def stops_soon(batch: np.ndarray) -> np.ndarray:
-        calls.append(len(batch))
-        if len(calls) > 5:  # the probe, then a few batches
-            cancel.set()
-        return features(batch)
+        def __init__(self) -> None:
+            self.cancel = threading.Event()
+            self.calls = 0
 
-    stops_soon.__qualname__ = features.__qualname__  # the same job, as far as the store can tell
+        def __call__(self, batch: np.ndarray) -> np.ndarray:
+            self.calls += 1
+            if self.calls > 5:  # the probe, then a few batches
+                self.cancel.set()
+            return features(batch)
+
+    stops_soon = StopsSoon()
     out = tmp_path / "resumed.zarr"
     with pytest.raises(Exception, match="cancelled at a block boundary") as stopped:  # noqa: PT011 - the point
-        db.map_batches(stops_soon, src, batch_rows=100, out=out, cancel=cancel)
+        db.map_batches(stops_soon, src, batch_rows=100, out=out, cancel=stops_soon.cancel)
     assert isinstance(stopped.value, db.Cancelled)  # an Exception: a caller's `except Exception` sees it
     done = {int(v) for v in (out / DONE_FILE).read_text().split()}
     assert 4 <= len(done) < 20
     assert zarr.open_group(str(out)).attrs["complete"] is False
+    with pytest.raises(DataError, match="function"):  # another function: refused, nothing mixed
+        db.map_batches(features, src, batch_rows=100, out=out)
 
-    report = db.map_batches(features, src, batch_rows=100, out=out)
+    report = db.map_batches(stops_soon, src, batch_rows=100, out=out)
     assert set(report.written) == set(range(20)) - done
     a, b = zarr.open_group(str(out)), zarr.open_group(clean.path)
     for name in ("X", "y"):

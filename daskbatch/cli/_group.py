@@ -72,10 +72,12 @@ def user_errors(func: F) -> F:
         object
             The command's result.
         """
+        from daskbatch import config
         from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
         from daskbatch.errors import DeviceUnavailableError, PlanError
 
         try:
+            config.check()  # before a cluster starts: a bad setting is one line, not a worker's traceback
             return func(*args, **kwargs)
         except PlanError as exc:
             click.echo(f"error: {exc}", err=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.runtime.interrupts import exit_now
 
 
 @main.command("synth")
@@ -161,7 +161,7 @@ def ingest_cmd(
         click.echo(
             f"interrupted: {out} is incomplete; run the same command again to resume", err=True
         )
-        sys.exit(EXIT_INTERRUPTED)
+        exit_now(EXIT_INTERRUPTED)
     if not is_quiet():
         click.echo(report.summary())
 

@@ -15,6 +15,7 @@ from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.report import format_report
+from daskbatch.runtime.interrupts import exit_now
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
@@ -188,7 +189,7 @@ def describe_command(
     except (Interrupted, KeyboardInterrupt) as exc:
         kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
         click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_now(EXIT_INTERRUPTED)
     except Exception as exc:
         if not (connected and is_lost_scheduler(exc)):
             raise
@@ -197,7 +198,7 @@ def describe_command(
                 f"interrupted, resumable: lost the scheduler ({describe_lost(exc)}); finished blocks are "
                 f"kept in {checkpoint}, run the same command to resume", err=True,
             )
-            sys.exit(EXIT_INTERRUPTED)
+            exit_now(EXIT_INTERRUPTED)
         click.echo(
             f"error: lost the scheduler during the computation ({describe_lost(exc)}); nothing was "
             "written: run the command again (with --checkpoint to keep finished blocks)", err=True,

@@ -11,6 +11,7 @@ import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.jobspec import reference
+from daskbatch.runtime.interrupts import exit_now
 
 _EPILOG = (
     "Exit codes: 0 ok, 1 failure, 2 bad input (an unknown key, a wrong type, a missing store), "
@@ -83,4 +84,4 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
         except (Interrupted, KeyboardInterrupt) as exc:
             click.echo(f"interrupted: {exc or 'keyboard interrupt'}; run the same command again to resume "
                        "(the checkpoint and the transform store keep what finished)", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            exit_now(EXIT_INTERRUPTED)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.runtime.interrupts import exit_now
 
 
 def _bounds(text: str) -> tuple[float | None, float | None]:
@@ -86,6 +85,6 @@ def transform_command(
     except (Interrupted, KeyboardInterrupt) as exc:
         why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
         click.echo(f"interrupted: {why}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_now(EXIT_INTERRUPTED)
     if not is_quiet():
         click.echo(report.summary())

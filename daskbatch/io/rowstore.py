@@ -215,7 +215,12 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
         for key in sorted(set(old) | set(new)):
             out += _differences(old.get(key), new.get(key), f"{where}.{key}" if where else key)
         return out
-    return [] if old == new else [where or "(document)"]
+    if old == new:
+        return []
+    key = where or "(document)"
+    if isinstance(old, str) and isinstance(new, str) and len(old) + len(new) < 200:
+        return [f"{key}: {old!r} then, {new!r} now"]
+    return [key]
 
 
 class RowStore:
@@ -393,7 +398,8 @@ class RowStore:
                 "or pass overwrite=True (--overwrite) to start again"
             )
         old.pop("version", None)
-        diffs = _differences(old, doc)
+        # Name the items themselves (a store from before the items were kept differs as a whole).
+        diffs = _differences(old.get("items"), doc["items"]) if "items" in doc else _differences(old, doc)
         if diffs:
             raise DataError(
                 f"{out!r} was started by a different {kind} (differs in {', '.join(diffs[:6])}"

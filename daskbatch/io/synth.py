@@ -454,6 +454,7 @@ def synth(
         raise ValueError(f"rows must be >= 0, got {rows}")
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    _check_sizes(int(rows), int(features), int(chunk_rows), dtype)
     on_gpu = _wants_gpu(device)
     if generator not in ("default", "counter"):
         raise ValueError(f"generator must be 'default' or 'counter', got {generator!r}")
@@ -487,6 +488,38 @@ def synth(
         y = None if y is None else da.map_blocks(_to_host, y, meta=np.empty((0,), dtype=np.int32))
     _write(path, x, y, attrs, chunk_rows, overwrite, progress, cancel)
     return open_dataset(path, chunks="auto")
+
+
+#: Largest one chunk of X that synth makes in memory before writing it.
+MAX_CHUNK_BYTES = 2 << 30
+#: The ground truth's covariance is features x features float64, made in memory (4 GiB here).
+MAX_FEATURES = 23_170
+
+
+def _check_sizes(rows: int, features: int, chunk_rows: int, dtype: np.dtype) -> None:
+    """Refuse sizes whose chunks, one chunk or ground truth would not fit, before anything is allocated."""
+    from dask.utils import format_bytes
+
+    from daskbatch.errors import DataError
+    from daskbatch.io.integrity import max_chunks
+
+    if features > MAX_FEATURES:
+        raise DataError(
+            f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth covariance; "
+            f"use at most {MAX_FEATURES:,} features"
+        )
+    chunks = -(-rows // chunk_rows)
+    if chunks > max_chunks():
+        raise DataError(
+            f"synth: {rows:,} rows in chunks of {chunk_rows:,} make {chunks:,} chunks > daskbatch.max-chunks "
+            f"{max_chunks():,}; use chunk_rows >= {-(-rows // max_chunks()):,} or fewer rows"
+        )
+    one = min(chunk_rows, rows) * features * dtype.itemsize
+    if one > MAX_CHUNK_BYTES:
+        raise DataError(
+            f"synth: one chunk of {min(chunk_rows, rows):,} rows x {features:,} features is {format_bytes(one)} "
+            f"> {format_bytes(MAX_CHUNK_BYTES)}; use chunk_rows <= {MAX_CHUNK_BYTES // (features * dtype.itemsize):,}"
+        )
 
 
 def _write(

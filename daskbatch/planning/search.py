@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from daskbatch._arguments import strict_int
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
     DEFAULT_STATISTICS,
@@ -285,9 +286,16 @@ def plan_chunks(
     stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
     n_rows, n_features = int(shape[0]), int(shape[1])
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
-    se0 = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
-    if se0 < MIN_SPLIT_EVERY:
-        raise ValueError(f"split_every must be >= {MIN_SPLIT_EVERY}, got {split_every}")
+    se0 = DEFAULT_SPLIT_EVERY if split_every is None else strict_int(split_every, "split_every",
+                                                                      minimum=MIN_SPLIT_EVERY)
+    # A fan-in above the number of blocks merges them all at once, as that number does: the search
+    # below starts there, so a huge split_every costs nothing (blocks are whole storage chunks).
+    se_top = max(MIN_SPLIT_EVERY, min(se0, -(-n_rows // storage_rows)))
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(
+            f"daskbatch.memory-fraction must be a number in (0, 1] (the share of a worker's memory one task "
+            f"may plan to use), got {memory_fraction!r}"
+        )
     formula = budget_formula(resources, memory_fraction, reserved_bytes)
     budget = budget_bytes(resources, memory_fraction, reserved_bytes)
     if budget <= 0:
@@ -304,14 +312,7 @@ def plan_chunks(
 
     # Merge fan-in and feature tiles: states must fit split_every + 1 (+ temporaries) times.
     tile: int | None = None
-    se = next(
-        (
-            k
-            for k in range(se0, MIN_SPLIT_EVERY - 1, -1)
-            if merge_task_bytes(stats_t, n_features, k, **kw) <= budget
-        ),
-        None,
-    )
+    se = _largest_fan_in(stats_t, n_features, se_top, budget, kw)
     if se is None:
         se = MIN_SPLIT_EVERY
         if "cov" not in stats_t or n_features < 2:
@@ -327,7 +328,7 @@ def plan_chunks(
             f"does not fit a merge task even with split_every {se}: co-moments are planned "
             f"in feature tiles of {tile:,}"
         )
-    if se != se0:
+    if se != se_top:
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
     def chunk_bytes(rows: int) -> int:
@@ -411,6 +412,21 @@ def _check_inputs(
             )
     # Built-in statistics in their canonical order, then a user's in the order given.
     return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))
+
+
+def _largest_fan_in(stats: tuple[Any, ...], n_features: int, top: int, budget: int,
+                    kw: dict[str, Any]) -> int | None:
+    """Largest fan-in ``<= top`` whose merge task fits ``budget`` (bisection: bytes grow with the fan-in)."""
+    if merge_task_bytes(stats, n_features, MIN_SPLIT_EVERY, **kw) > budget:
+        return None
+    lo, hi = MIN_SPLIT_EVERY, top
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if merge_task_bytes(stats, n_features, mid, **kw) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _largest_tile(

@@ -8,14 +8,17 @@ finish the file it is writing and exit with the "interrupted, resumable" code.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from daskbatch.errors import Interrupted
 
-__all__ = ["no_interrupt", "sigterm_as_interrupt"]
+__all__ = ["exit_now", "no_interrupt", "quiet_teardown", "sigterm_as_interrupt"]
 
 _signals = threading.local()
 
@@ -50,6 +53,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         if getattr(_signals, "depth", 0) > 0:
             _signals.pending = True  # raised when the write in progress is done
             return
+        quiet_teardown()
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -70,3 +74,47 @@ def no_interrupt() -> Iterator[None]:
         if _signals.depth == 0 and getattr(_signals, "pending", False):
             _signals.pending = False
             raise Interrupted("interrupted by SIGTERM")
+
+
+def quiet_teardown() -> None:
+    """Silence the logs of a cluster being torn down because the run was interrupted.
+
+    Closing a cluster whose tasks were cancelled makes distributed and asyncio
+    log an error and a traceback per cancelled task or closed comm; after an
+    interrupt they say nothing the user can act on.
+    """
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` at once, after flushing the logs and the standard streams.
+
+    An interrupted run leaves reads in flight on the data store's event loop
+    (zarr's asyncio tasks, its thread pool): the interpreter's teardown would
+    print a "Task was destroyed but it is pending!" and a traceback for each,
+    thousands of lines for a store of many chunks, and take seconds doing so.
+    What must be on disk already is (checkpoint files and done-logs are
+    flushed as they are written, and a cluster is closed by its ``with``
+    block), so the process skips the teardown.  When the standard streams are
+    not the process's own (a test runner captured them), it raises
+    :class:`SystemExit` instead, leaving the interpreter running.
+
+    Parameters
+    ----------
+    code : int
+        The exit status.
+
+    Raises
+    ------
+    SystemExit
+        Only when the streams were replaced.
+    """
+    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
+        raise SystemExit(code)
+    logging.shutdown()  # flushes every log handler (a job's log file too)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)

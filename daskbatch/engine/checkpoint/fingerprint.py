@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
     from daskbatch.io.dataset import Dataset
 
-__all__ = ["HINTS", "differences", "input_items"]
+__all__ = ["HINTS", "data_items", "differences", "function_token", "input_items", "input_token", "output_items"]
 
 #: What a difference in an item most likely means, for the mismatch message.
 HINTS = {
@@ -74,9 +74,33 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
     grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
     if len(set(rows[:-1])) > 1:
         grid += ", irregular sha256 " + hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+    return {
+        "format": str(format_version),
+        **data_items(data),
+        "chunk grid": grid,
+        "split_every": str(split_every),
+        **setting_items(x),
+        "daskbatch version": str(__version__),
+    }
+
+
+def data_items(data: FeatureMatrix) -> dict[str, str]:
+    """Identify the data of an input (where, metadata, content token), without any setting.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
+
+    Returns
+    -------
+    dict of str to str
+        Item name to value.
+    """
+    x = data.x
     source = getattr(data, "source", None)
     zx = getattr(source, "zarr_x", None)
-    items = {"format": str(format_version)}
+    items: dict[str, str] = {}
     if zx is not None:
         items["source"] = store_location(zx)
         items.update(array_items("x", zx))
@@ -84,15 +108,68 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
         items["source"] = "in-memory data"
         items["x content"] = f"dask token {_tokenize(x)}"
     items.update(_label_items(data, source))
-    items.update({
-        "shape": str(tuple(int(n) for n in x.shape)),
-        "dtype": str(x.dtype),
-        "chunk grid": grid,
-        "split_every": str(split_every),
-        **setting_items(x),
-        "daskbatch version": str(__version__),
-    })
+    items.update({"shape": str(tuple(int(n) for n in x.shape)), "dtype": str(x.dtype)})
     return items
+
+
+def input_token(dataset: Any) -> str:
+    """Hash what identifies an input's data into one string: equal tokens, same data.
+
+    The content token is the checkpoint's (one listing of the store: names,
+    sizes and modification times of its files), so a store regenerated in
+    place gets another token; nothing is read but the listing.
+
+    Parameters
+    ----------
+    dataset : path, Dataset, FeatureMatrix, dask or NumPy array
+        The input, as any verb takes it.
+
+    Returns
+    -------
+    str
+        ``"sha256 <hex>"``.
+    """
+    from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+
+    data = dataset if isinstance(dataset, FeatureMatrix) else as_feature_matrix(dataset)
+    return "sha256 " + _items_digest(data_items(data))
+
+
+def _items_digest(items: dict[str, str]) -> str:
+    """sha256 of ``items`` in a canonical JSON form."""
+    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+
+
+def output_items(data: FeatureMatrix, work: dict[str, str], options: dict[str, Any]) -> dict[str, str]:
+    """Identify a resumable output: its input's data, the work done on it, and the settings that change bits.
+
+    Every verb that writes a resumable store (transform, map_batches, the batch
+    job's transform) compares these items before writing another block into a
+    store that already has some: equal items, same bits.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The input.
+    work : dict of str to str
+        The steps' or the function's identity (e.g. from :func:`function_token`).
+    options : dict
+        The verb's options that change the output (block rows, dtype, device, ...).
+
+    Returns
+    -------
+    dict of str to str
+        Item name to value.
+    """
+    from daskbatch._version import __version__
+
+    return {
+        **data_items(data),
+        **work,
+        **{f"option {k}": json.dumps(v, sort_keys=True, default=str) for k, v in options.items()},
+        **setting_items(data.x),
+        "daskbatch version": str(__version__),
+    }
 
 
 def _label_items(data: FeatureMatrix, source: Dataset | None) -> dict[str, str]:
@@ -145,6 +222,127 @@ def setting_items(x: Any) -> dict[str, str]:
         "kernels": f"daskbatch.kernels={dask.config.get('daskbatch.kernels', True)}, "
                    f"{'used' if on else 'not used'}{compiled}",
     }
+
+
+# --------------------------------------------------------------------------- functions
+
+def function_token(func: Any) -> str:
+    """Hash what a function computes: its code, constants, defaults, closure values and the functions it calls.
+
+    A function is known by its code, not its name: two lambdas differ, and a
+    fixed bug in a module function changes the token while moving it to other
+    lines does not.  The code of functions it calls from its own module is
+    included; so are the values of the plain globals it reads (numbers,
+    strings, arrays).  ``functools.partial`` objects and callable instances are
+    followed to their function and bound values.  A value that cannot be hashed
+    deterministically gets a token of its identity in this process, so an
+    output made with it is never resumed by another.
+
+    Parameters
+    ----------
+    func : callable
+        The function.
+
+    Returns
+    -------
+    str
+        ``"sha256 <hex>"``.
+    """
+    digest = hashlib.sha256()
+    for part in _function_parts(func, set()):
+        digest.update(part.encode() + b"\0")
+    return "sha256 " + digest.hexdigest()
+
+
+def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
+    """The strings :func:`function_token` hashes, one function's worth and its callees'."""
+    import functools
+    import types
+
+    if id(func) in seen:
+        yield "(recursion)"
+        return
+    seen.add(id(func))
+    if isinstance(func, functools.partial):
+        yield "partial"
+        yield from _function_parts(func.func, seen)
+        yield _value_token((func.args, func.keywords))
+    elif isinstance(func, types.MethodType):
+        yield "method"
+        yield from _function_parts(func.__func__, seen)
+        yield _value_token(func.__self__)
+    elif isinstance(func, types.FunctionType):
+        yield f"{func.__module__}.{func.__qualname__}"
+        yield _value_token((func.__defaults__, func.__kwdefaults__))
+        for cell in func.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell (a name not yet bound)
+                yield "(empty cell)"
+                continue
+            yield from _value_parts(value, func.__module__, seen)
+        yield from _code_parts(func.__code__, func.__globals__, func.__module__, seen)
+    elif not isinstance(func, type) and isinstance(call := _own_call(type(func)), types.FunctionType):
+        yield f"instance of {type(func).__module__}.{type(func).__qualname__}"
+        yield from _function_parts(call, seen)
+        yield _value_token(getattr(func, "__dict__", None))
+    else:  # builtins, ufuncs, classes: dask knows how to name them
+        yield _value_token(func)
+
+
+def _own_call(cls: type) -> Any:
+    """The ``__call__`` defined by ``cls`` or a base class (None for ``object``'s)."""
+    return next((vars(c)["__call__"] for c in cls.__mro__ if c is not object and "__call__" in vars(c)), None)
+
+
+def _code_parts(code: Any, globals_: dict[str, Any], module: str, seen: set[int]) -> Iterator[str]:
+    """Bytecode, constants (nested code objects recursively) and the globals it reads."""
+    import types
+
+    yield code.co_qualname
+    yield code.co_code.hex()
+    yield repr((code.co_names, code.co_varnames, code.co_argcount, code.co_kwonlyargcount, code.co_flags))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_parts(const, globals_, module, seen)
+        else:
+            yield _value_token(const)
+    for name in code.co_names:
+        if name in globals_:
+            yield name
+            yield from _value_parts(globals_[name], module, seen)
+
+
+def _value_parts(value: Any, module: str, seen: set[int]) -> Iterator[str]:
+    """A value a function reads: the user's own functions by their code, a library's by name and version, data by value."""
+    import functools
+    import sys
+    import types
+
+    if isinstance(value, types.FunctionType):
+        if value.__module__.split(".")[0] == module.split(".")[0]:
+            yield from _function_parts(value, seen)
+        else:  # an installed library's function: its name and the library's version
+            top = sys.modules.get(value.__module__.split(".")[0])
+            yield f"function {value.__module__}.{value.__qualname__} {getattr(top, '__version__', '')}"
+    elif isinstance(value, functools.partial | types.MethodType):
+        yield from _function_parts(value, seen)
+    elif isinstance(value, types.ModuleType):
+        yield f"module {value.__name__} {getattr(value, '__version__', '')}"
+    elif isinstance(value, type):
+        yield f"class {value.__module__}.{value.__qualname__}"
+    else:
+        yield _value_token(value)
+
+
+def _value_token(value: Any) -> str:
+    """dask's deterministic token of ``value``, or its identity in this process when there is none."""
+    from dask.base import tokenize
+
+    try:
+        return tokenize(value, ensure_deterministic=True)
+    except Exception:  # noqa: BLE001 - anything dask cannot hash: never equal in another process
+        return f"{type(value).__qualname__} at {id(value):#x} in process {os.getpid()}"
 
 
 # --------------------------------------------------------------------------- stores
