@@ -18,8 +18,15 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from dask.sizeof import sizeof as _dask_sizeof
+
 from daskbatch import config as _config  # noqa: F401  (daskbatch's defaults into dask.config: dask's core only)
 from daskbatch._version import __version__
+from daskbatch.engine.sizeof import register as _register_sizeof
+
+# Every statistic's state (a user's too) measured by its arrays in dask's memory accounting,
+# whatever builds the graph: registered with the package, not with the engine that is loaded lazily.
+_register_sizeof(_dask_sizeof)
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch import steps

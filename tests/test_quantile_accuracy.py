@@ -192,9 +192,10 @@ def test_the_quantile_histogram_survives_save_and_load_and_merge_falls_back_to_t
     loaded = db.load_summary(str(tmp_path / "summary.zarr"))
     np.testing.assert_array_equal(loaded.quantile([0.1, 0.5]).to_numpy(), s.quantile([0.1, 0.5]).to_numpy())
     # A merged summary keeps the sketch, not the quantile histogram: the sketch's 0.5 % bound applies.
-    merged = db.merge(s, s)
+    x2 = 290.0 + rng.normal(size=(10_000, 2))
+    merged = db.merge(s, db.describe(write_store(str(tmp_path / "s2.zarr"), x2), stats=("moments", "hist", "sketch"), like=s))
     assert merged.quantile_counts is None
-    exact = np.quantile(x, 0.5, axis=0, method="inverted_cdf")
+    exact = np.quantile(np.concatenate([x, x2]), 0.5, axis=0, method="inverted_cdf")
     np.testing.assert_allclose(merged.quantile(0.5).to_numpy(), exact, rtol=0.005)
 
 

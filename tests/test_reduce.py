@@ -201,7 +201,7 @@ def test_the_dashboard_tells_the_two_passes_apart() -> None:
     ):
         db.describe(x, stats="moments,hist", plan=None)
         spans = {s.name: s for s in client.cluster.scheduler.extensions["spans"].spans.values()}
-    first, second = spans[("daskbatch-describe", "pass-1-moments-sketch")], spans[("daskbatch-describe", "pass-2-hist")]
+    first, second = spans[("daskbatch-describe", "pass-1-moments-sketch")], spans[("daskbatch-describe", "pass-2-hist-qhist")]
     # each pass's span holds its own tasks: the dashboard shows their time apart
     assert first.states and second.states and not set(first.groups) & set(second.groups)
     # and the task names say which pass they belong to
@@ -209,4 +209,4 @@ def test_the_dashboard_tells_the_two_passes_apart() -> None:
 
     one, two = {key_split(g.name) for g in first.groups}, {key_split(g.name) for g in second.groups}
     assert {"db-chunk-moments-sketch", "db-merge-moments-sketch", "db-result-moments-sketch"} <= one, one
-    assert {"db-chunk-hist", "db-merge-hist", "db-result-hist"} <= two and not any("moments" in n for n in two), two
+    assert {"db-chunk-hist-qhist", "db-merge-hist-qhist", "db-result-hist-qhist"} <= two and not any("moments" in n for n in two), two

@@ -233,8 +233,15 @@ def test_save_and_load_keep_results_and_states_exactly(tmp_path, store: str) -> 
     back = db.load_summary(tmp_path / "s.zarr", statistics=[L1Norm(), ClassRows()])
     np.testing.assert_array_equal(back.states["l1"].state.total, s.states["l1"].state.total)
     np.testing.assert_array_equal(back.extra["class_rows"], np.bincount(y, minlength=3))
-    twice = db.merge(back, s)
-    np.testing.assert_allclose(twice.extra["l1"], 2 * np.nansum(np.abs(x), axis=0), rtol=1e-13)
+    with pytest.raises(ValueError, match="already in the first"):  # the same rows twice would count them twice
+        db.merge(back, s)
+    other_path = str(tmp_path / "other.zarr")
+    other = db.synth(other_path, rows=1000, features=4, classes=3, chunk_rows=500, dtype="float64", seed=6)
+    more = db.describe(other_path, stats=["moments", ClassRows(), L1Norm()], plan=None)
+    both = db.merge(back, more)
+    x_other = np.asarray(other.x)
+    np.testing.assert_allclose(both.extra["l1"], np.nansum(np.abs(x), axis=0) + np.nansum(np.abs(x_other), axis=0),
+                               rtol=1e-13)
     # a statistic with other parameters is refused, naming both
     with pytest.raises(db.DataError, match=r"ClassRows\(k=3\).*ClassRows\(k=5\)"):
         db.load_summary(tmp_path / "s.zarr", statistics=[ClassRows(k=5)])

@@ -2,11 +2,9 @@
 
 Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
 state (built in or a user's) is measured by its arrays' bytes.
-:mod:`daskbatch.engine.reduce`, which builds every graph whose tasks hold
-states, registers it on import. Not through a ``dask.sizeof`` entry point:
-dask loads those while ``dask.sizeof`` itself is being imported, and importing
-the ``daskbatch`` package imports ``dask.array``, so the entry point would make
-``import dask.array`` circular in every environment where daskbatch is installed.
+``import daskbatch`` registers it (the engine itself is imported lazily). Not
+through a ``dask.sizeof`` entry point: dask loads those while ``dask.sizeof``
+itself is being imported, which would make that import circular.
 """
 
 from __future__ import annotations

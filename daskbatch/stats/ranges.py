@@ -118,7 +118,8 @@ def _bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarra
     bulk_hi = np.full(counts.shape[0], np.inf)
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])
-        first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
+        with np.errstate(over="ignore", invalid="ignore"):  # gaps between values near +-max overflow to inf: still gaps
+            first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
         if counts[d, first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts[d].sum():
             continue  # so much beyond the fences is the data (or too few values to tell), not stray values
         # The bulk's quantiles from its window of slots (no copy of the whole sketch: 221 kB a feature).
@@ -136,7 +137,9 @@ SPREADS = ((0.25, 0.75), (0.1, 0.9), (0.05, 0.95), (0.01, 0.99))
 def _spread(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray]:
     """Outer bounds of each feature's quartiles (or of wider quantiles where those are both zero: zero-heavy data)."""
     qs = sketch.quantile([p for pair in SPREADS for p in pair])
-    bounds = np.stack([qs[:, 0::2] - _resolution(sketch, qs[:, 0::2]), qs[:, 1::2] + _resolution(sketch, qs[:, 1::2])])
+    with np.errstate(over="ignore"):  # quantiles near +-max widen to +-inf: no fence on that side
+        bounds = np.stack([qs[:, 0::2] - _resolution(sketch, qs[:, 0::2]),
+                           qs[:, 1::2] + _resolution(sketch, qs[:, 1::2])])
     spread = (qs[:, 0::2] != 0.0) | (qs[:, 1::2] != 0.0)
     pick = np.argmax(spread, axis=1)
     rows = np.arange(qs.shape[0])
@@ -199,7 +202,7 @@ def fine_ranges(
         (``(hi - lo) / bins``), where float64 can hold them exactly.
     hi : ndarray, shape (D,)
         Upper ends; ``lo < hi`` always (0 and 1 for a feature without values,
-        ``v ± 1`` for a constant one).
+        :func:`around_constant` for a constant one).
     """
     _, bulk_lo, bulk_hi = _bulk_tails(sketch)
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
@@ -211,6 +214,30 @@ def fine_ranges(
     for d in range(lo.size):
         out_lo[d], out_hi[d] = dyadic_range(float(lo[d]), float(hi[d]), bins)
     return out_lo, out_hi
+
+
+def around_constant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Give a range around each constant value: ``v ± 0.5`` as ``numpy.histogram``, wider where 0.5 is too few steps.
+
+    From ``|v| >= 2**40`` the half-width is 4096 float64 steps of ``v`` (from
+    ``2**53`` ``v - 0.5 == v``: no room at all); a value at ``±max`` keeps a
+    finite range with the value on its edge.
+
+    Parameters
+    ----------
+    values : ndarray
+        The constant values (finite).
+
+    Returns
+    -------
+    lo, hi : ndarray
+        The ends, ``lo < hi`` always.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    ulp = np.abs(values) - np.nextafter(np.abs(values), 0.0)  # the step below |v| (np.spacing overflows at max)
+    half = np.maximum(0.5, ulp * 4096)
+    big = np.finfo(np.float64).max
+    return np.maximum(values, half - big) - half, np.minimum(values, big - half) + half
 
 
 def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
@@ -232,12 +259,13 @@ def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
         The new lower end (``lo`` itself where float64 cannot hold the grid exactly).
     stop : float
         The new upper end: ``start + bins * width``. ``(0, 1)`` for a range
-        that is not finite, ``(lo - 1, hi + 1)`` for an empty one.
+        that is not finite, :func:`around_constant` of ``lo`` for an empty one.
     """
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return 0.0, 1.0
     if not lo < hi:
-        return lo - 1.0, hi + 1.0
+        below, above = around_constant(np.array([lo]))
+        return float(below[0]), float(above[0])
     width = 2.0 ** math.ceil(math.log2((hi - lo) / (bins - 1))) if bins > 1 else 2.0 ** math.ceil(math.log2(hi - lo))
     start = math.floor(lo / width) * width
     stop = start + bins * width

@@ -17,7 +17,7 @@ import numpy as np
 
 from daskbatch.stats import STATISTICS
 from daskbatch.stats.footprint import Footprint, generic_footprint
-from daskbatch.stats.ranges import robust_ranges
+from daskbatch.stats.ranges import around_constant, robust_ranges
 
 # class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
 # default score (ANOVA F); like mi it is computed only when there is a label.
@@ -266,15 +266,10 @@ def histogram_ranges(
             vmin, vmax = robust_ranges(sketch, vmin, vmax)
         lo = np.where(empty, 0.0, vmin)
         hi = np.where(empty, 1.0, vmax)
-        # A constant feature gets a range around its value: +-0.5 as numpy.histogram, widened to
-        # 4096 float64 steps of v from |v| >= 2**40, where 0.5 would leave bins too few steps wide
-        # (and from 2**53 no room at all: v - 0.5 == v).
+        # A constant feature gets a range around its value (numpy.histogram's +-0.5, wider for huge values).
         same = lo == hi
-        ulp = np.abs(lo) - np.nextafter(np.abs(lo), 0.0)  # the step below |v| (np.spacing overflows at max)
-        half = np.maximum(0.5, ulp * 4096)
-        big = np.finfo(np.float64).max  # a constant at +-max keeps a finite range (its value on the edge)
-        lo = np.where(same, np.maximum(lo, half - big) - half, lo)
-        hi = np.where(same, np.minimum(hi, big - half) + half, hi)
+        below, above = around_constant(lo)
+        lo, hi = np.where(same, below, lo), np.where(same, above, hi)
     bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
     if bad.any():
         d = int(np.argmax(bad))
