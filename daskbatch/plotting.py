@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.runtime.progress import in_jupyter
+
 __all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
 
 
@@ -39,7 +41,7 @@ def _figure(width: float, height: float) -> Any:
     # A script that imported pyplot shows figures with plt.show(): only pyplot's own figures appear
     # there. In a notebook, pyplot's inline backend would show the figure a second time (it also
     # displays as the cell's value), and elsewhere a bare Figure needs no GUI backend or global state.
-    if "matplotlib.pyplot" in sys.modules and "ipykernel" not in sys.modules:
+    if "matplotlib.pyplot" in sys.modules and not in_jupyter():
         import matplotlib.pyplot as plt
 
         return plt.figure(figsize=(width, height), layout="constrained")
@@ -79,9 +81,8 @@ def _show_figures_inline(figure_class: type) -> None:
     as ``<Figure size ...>`` text. A formatter already there (the user's
     ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
     """
-    import sys
 
-    if "ipykernel" not in sys.modules:  # not in a notebook kernel: nothing to register
+    if not in_jupyter():  # not in a notebook kernel: nothing to register
         return
     from IPython import get_ipython
 

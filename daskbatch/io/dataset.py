@@ -24,6 +24,7 @@ from daskbatch.errors import DataError
 from daskbatch.io.integrity import (
     array_label,
     check_chunk_count,
+    check_feature_count,
     storage_chunks,
 )
 from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
@@ -302,6 +303,7 @@ def open_dataset(
     row_chunks = rows_per_block(arr, chunks)
     # Before any listing or graph: a shape the metadata claims may have nothing behind it.
     check_chunk_count(arr, blocks=math.ceil(int(arr.shape[0]) / row_chunks))
+    check_feature_count(arr)
 
     label_name = label if label is not None else layout.get("label")
     if label_name is not None and not isinstance(label_name, str):

@@ -51,9 +51,11 @@ __all__ = [
     "absent_name",
     "absent_positions",
     "check_chunk_count",
+    "check_feature_count",
     "checksummed",
     "chunk_key",
     "max_chunks",
+    "max_features",
     "missing_chunks",
     "shard_maps",
     "storage_chunks",
@@ -115,6 +117,10 @@ def checksummed(compressor: Any | None) -> tuple[Any, ...]:
     from zarr.codecs import Crc32cCodec
 
     return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
+
+
+#: Default of ``daskbatch.max-features`` (names alone are about 60 bytes a feature).
+DEFAULT_MAX_FEATURES = 2_000_000
 
 
 def max_chunks() -> int:
@@ -182,6 +188,50 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
         raise DataError(
             f"reading {array_label(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
             "ask for more rows per block (chunks=...)"
+        )
+
+
+def max_features() -> int:
+    """Read the configured ``daskbatch.max-features``: the most features (columns) one array may claim.
+
+    Returns
+    -------
+    int
+        The limit.
+    """
+    value = dask.config.get("daskbatch.max-features", DEFAULT_MAX_FEATURES)
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"daskbatch.max-features must be a whole number, got {value!r}") from None
+    if limit < 1:
+        raise ValueError(f"daskbatch.max-features must be at least 1, got {limit}")
+    return limit
+
+
+def check_feature_count(arr: zarr.Array) -> None:
+    """Refuse ``arr`` when its metadata claims more features than ``daskbatch.max-features``.
+
+    Names, per-feature states and tables all grow with the features: a shape of
+    10**8 columns in a 1 kB metadata file would otherwise cost gigabytes before
+    anything is read.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The (samples x features) array to check.
+
+    Raises
+    ------
+    DataError
+        One line naming the array, its feature count and the limit.
+    """
+    limit = max_features()
+    n = int(arr.shape[1]) if arr.ndim == 2 else 0
+    if n > limit:
+        raise DataError(
+            f"{array_label(arr)} claims {n:,} features > daskbatch.max-features {limit:,}; "
+            "if the store really has that many, raise daskbatch.max-features"
         )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from daskbatch.runtime.capacity import (
     cuda_device_count,
 )
+from daskbatch.runtime.progress import in_jupyter
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -387,5 +388,5 @@ def _print_dashboard(client: Client, verb: str) -> None:
     if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
         log.info("%s %s; dashboard: %s", verb, client.scheduler.address, link)
     else:
-        stream = sys.stdout if "ipykernel" in sys.modules else sys.stderr
+        stream = sys.stdout if in_jupyter() else sys.stderr
         print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=stream, flush=True)

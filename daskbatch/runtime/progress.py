@@ -40,7 +40,7 @@ from typing import Any, TextIO
 
 from daskbatch.errors import Cancelled
 
-__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "line_cleared"]
+__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared"]
 
 #: A caller's progress callback: ``callback(done, total, phase)`` (total None until known).
 ProgressCallback = Callable[[int, "int | None", str], Any]
@@ -339,8 +339,14 @@ def _clock(seconds: float) -> str:
 # ---------------------------------------------------------------------- displays
 
 
-def _in_jupyter() -> bool:
-    """True inside an IPython kernel (Jupyter, VS Code notebooks), not in a terminal IPython."""
+def in_jupyter() -> bool:
+    """Tell whether this runs inside an IPython kernel (Jupyter, VS Code notebooks), not a terminal IPython.
+
+    Returns
+    -------
+    bool
+        True in a kernel (a loaded but unused ``ipykernel`` module does not count).
+    """
     ipython = sys.modules.get("IPython")
     if ipython is None:
         return False
@@ -350,7 +356,7 @@ def _in_jupyter() -> bool:
 
 def _display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
     """The bar for where this process shows things, or None (not a TTY: log lines only)."""
-    if _in_jupyter():
+    if in_jupyter():
         try:
             return _Widget(title, total)
         except ImportError:  # no ipywidgets: Jupyter renders a carriage return on stderr as well
