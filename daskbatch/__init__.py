@@ -18,15 +18,14 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from dask.sizeof import sizeof as _dask_sizeof
-
-from daskbatch import config as _config  # noqa: F401  (daskbatch's defaults into dask.config: dask's core only)
+# First: daskbatch's defaults into dask.config (dask's core only); a malformed dask YAML file becomes one line here.
+from daskbatch import config as _config  # noqa: F401
 from daskbatch._version import __version__
-from daskbatch.engine.sizeof import register as _register_sizeof
+from daskbatch.engine.sizeof import register_states
 
 # Every statistic's state (a user's too) measured by its arrays in dask's memory accounting,
 # whatever builds the graph: registered with the package, not with the engine that is loaded lazily.
-_register_sizeof(_dask_sizeof)
+register_states()
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch import steps

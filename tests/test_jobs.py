@@ -171,7 +171,7 @@ def test_plan_that_cannot_fit_exits_3_before_compute(tmp_path: pathlib.Path, sto
     job = write_job(tmp_path, store, memory="1MiB")
     result = CliRunner().invoke(main, ["run", str(job)])
     assert result.exit_code == 3, result.output
-    assert "error: the per-task budget" in result.output
+    assert "error: no per-task budget is left" in result.output
     out = tmp_path / "out"
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "plan_error" and "PlanError" in report["error"]

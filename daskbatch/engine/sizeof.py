@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dask.sizeof import sizeof as dask_sizeof
+
 from daskbatch.stats._base import State
 
 
@@ -39,3 +41,8 @@ def register(sizeof: Any) -> None:
         ``dask.sizeof.sizeof``.
     """
     sizeof.register(State)(sizeof_state)
+
+
+def register_states() -> None:
+    """Register :func:`sizeof_state` with ``dask.sizeof.sizeof`` (``import daskbatch`` does it once)."""
+    register(dask_sizeof)

@@ -230,8 +230,10 @@ def around_constant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    lo, hi : ndarray
-        The ends, ``lo < hi`` always.
+    lo : ndarray
+        The lower ends.
+    hi : ndarray
+        The upper ends, ``lo < hi`` always.
     """
     values = np.asarray(values, dtype=np.float64)
     ulp = np.abs(values) - np.nextafter(np.abs(values), 0.0)  # the step below |v| (np.spacing overflows at max)

@@ -42,7 +42,7 @@ def as_if_killed(out: pathlib.Path, keep: int) -> None:
 
 
 def standardized(x: np.ndarray) -> np.ndarray:
-    return (x - x.mean(axis=0)) / x.std(axis=0, ddof=1)
+    return (x - x.mean(axis=0)) / x.std(axis=0)  # the population std, as StandardScaler
 
 
 def steps(src: pathlib.Path) -> list:
