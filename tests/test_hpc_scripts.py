@@ -411,11 +411,11 @@ def test_slurm_script_never_adopts_an_old_directory_unless_requeued(job_env, tmp
     env = {**_slurm_env(job_env, tmp_path), "SCHED_TIMEOUT": "0"}  # stop after the plan: the directory is chosen
     old = tmp_path / "daskbatch-4243"
     (old / "logs").mkdir(parents=True)
-    (old / "job.yaml").write_text("stats: moments\n")
+    (old / "describe-options.yaml").write_text("stats: moments\n")
     rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
     assert rc == 1 and f"job 4243 restart 0 on {os.uname().nodename}: {old}.2" in out, out
-    assert (old / "job.yaml").read_text() == "stats: moments\n" and not (old / "plan.txt").exists()
-    assert (tmp_path / "daskbatch-4243.2" / "job.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
+    assert (old / "describe-options.yaml").read_text() == "stats: moments\n" and not (old / "plan.txt").exists()
+    assert (tmp_path / "daskbatch-4243.2" / "describe-options.yaml").read_text() == (EXAMPLES / "daskbatch.yaml").read_text()
     # Requeued (SLURM_RESTART_COUNT=1), the same job takes the directory its first run made.
     rc, out = _run_job(EXAMPLES / "slurm.sbatch", {**env, "SLURM_RESTART_COUNT": "1"}, tmp_path)
     assert rc == 1 and f"restart 1 on {os.uname().nodename}: {old}.2\n" in out, out

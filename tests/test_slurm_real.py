@@ -196,7 +196,7 @@ def test_usr1_requeues_and_the_job_resumes_to_the_uninterrupted_result(jobs, tmp
     ref = tmp_path / "ref"
     ref.mkdir()
     done = subprocess.run(
-        [str(BIN / "daskbatch"), "describe", str(jobs["large"]), "--config", str(jobdir / "job.yaml"), "--cluster", "local",
+        [str(BIN / "daskbatch"), "describe", str(jobs["large"]), "--config", str(jobdir / "describe-options.yaml"), "--cluster", "local",
          "--checkpoint", str(ref / "checkpoint"), "--out", str(ref / "stats.zarr")],
         env=_env(DASK_DASKBATCH__SPLIT_EVERY="8"), capture_output=True, text=True, timeout=600,
     )
