@@ -128,6 +128,19 @@ def _short(names: Sequence[str], n: int = 4) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
+def _pick(step: Any, names: tuple[str, ...], fields: tuple[str, ...], what: str) -> Any:
+    """``step`` with its per-feature arrays ``fields`` picked for input columns ``names`` (by name)."""
+    names = tuple(names)
+    if names == step.feature_names:
+        return step
+    where = {n: i for i, n in enumerate(step.feature_names)}
+    missing = [n for n in names if n not in where]
+    if missing:
+        raise ValueError(f"{what}: the summary has no statistics for {len(missing)} input feature(s): {_short(missing)}")
+    idx = np.array([where[n] for n in names], dtype=np.int64)
+    return dataclasses.replace(step, feature_names=names, **{f: getattr(step, f)[idx] for f in fields})
+
+
 def _xp(block: Array) -> tuple[Any, Any]:
     from daskbatch.stats.backend import device, namespace
 
@@ -299,15 +312,7 @@ class Standardize:
         Standardize
             The step for those columns.
         """
-        names = tuple(names)
-        if names == self.feature_names:
-            return self
-        where = {n: i for i, n in enumerate(self.feature_names)}
-        missing = [n for n in names if n not in where]
-        if missing:
-            raise ValueError(f"standardize: the summary has no statistics for {len(missing)} input feature(s): {_short(missing)}")
-        idx = np.array([where[n] for n in names], dtype=np.int64)
-        return dataclasses.replace(self, mean=self.mean[idx], std=self.std[idx], feature_names=names)
+        return _pick(self, names, ("mean", "std"), "standardize")
 
     def apply(self, block: Array) -> Array:
         """Standardize one block.
@@ -657,15 +662,7 @@ class Rescale:
         Rescale
             The step for those columns.
         """
-        names = tuple(names)
-        if names == self.feature_names:
-            return self
-        where = {n: i for i, n in enumerate(self.feature_names)}
-        missing = [n for n in names if n not in where]
-        if missing:
-            raise ValueError(f"{self.kind}: the summary has no statistics for {len(missing)} input feature(s): {_short(missing)}")
-        idx = np.array([where[n] for n in names], dtype=np.int64)
-        return dataclasses.replace(self, center=self.center[idx], scale=self.scale[idx], feature_names=names)
+        return _pick(self, names, ("center", "scale"), self.kind)
 
     def apply(self, block: Array) -> Array:
         """Scale one block.
@@ -815,15 +812,7 @@ class QuantileTransform:
         QuantileTransform
             The step for those columns.
         """
-        names = tuple(names)
-        if names == self.feature_names:
-            return self
-        where = {n: i for i, n in enumerate(self.feature_names)}
-        missing = [n for n in names if n not in where]
-        if missing:
-            raise ValueError(f"quantile_transform: the summary has no quantiles for {_short(missing)}")
-        idx = np.array([where[n] for n in names], dtype=np.int64)
-        return dataclasses.replace(self, quantiles=self.quantiles[idx], feature_names=names)
+        return _pick(self, names, ("quantiles",), "quantile_transform")
 
     def apply(self, block: Array) -> Array:
         """Map one block through the features' CDFs.
@@ -1059,14 +1048,7 @@ class Impute:
         Impute
             The step for those columns.
         """
-        names = tuple(names)
-        if names == self.feature_names:
-            return self
-        where = {n: i for i, n in enumerate(self.feature_names)}
-        missing = [n for n in names if n not in where]
-        if missing:
-            raise ValueError(f"impute: the summary has no statistics for {_short(missing)}")
-        return dataclasses.replace(self, values=self.values[[where[n] for n in names]], feature_names=names)
+        return _pick(self, names, ("values",), "impute")
 
     def apply(self, block: Array) -> Array:
         """Fill the NaN of one block.

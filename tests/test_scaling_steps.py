@@ -122,3 +122,17 @@ def test_bad_step_arguments_are_one_line_errors() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_steps_after_a_select_pick_their_features_by_name() -> None:
+    x = load_diabetes().data
+    s = db.describe(x)
+    keep = [7, 2, 5]
+    names = tuple(s.feature_names[i] for i in keep)
+    for step in (db.steps.minmax(s), db.steps.robust(s), db.steps.quantile_transform(s, n_quantiles=50),
+                 db.steps.impute(s), db.steps.standardize(s)):
+        bound, out = db.steps.bind_all([db.steps.select(keep), step], s.feature_names)
+        assert out == names
+        np.testing.assert_array_equal(db.steps.apply_all(bound, x), step.apply(x)[:, keep])
+    with pytest.raises(ValueError, match=r"minmax: the summary has no statistics for 1 input feature\(s\): zz"):
+        db.steps.minmax(s).bind(("zz",))
