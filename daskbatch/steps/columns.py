@@ -1,0 +1,334 @@
+"""Steps that choose or combine columns: :func:`select`, :func:`clip` and :func:`project` (principal components)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daskbatch._typing import Array
+from daskbatch.steps._common import block_namespace, digest, names_differ, origin_of
+
+__all__ = ["Clip", "Project", "Select", "clip", "project", "select"]
+
+
+# ------------------------------------------------------------------ select
+
+
+@dataclass(frozen=True, eq=False)
+class Select:
+    """Keep columns ``indices`` (in that order).
+
+    Attributes
+    ----------
+    indices : tuple of int
+    feature_names : tuple of str or None
+        The features the selection was made on; the input must have exactly these.
+    """
+
+    indices: tuple[int, ...]
+    feature_names: tuple[str, ...] | None = None
+
+    def bind(self, names: tuple[str, ...]) -> Select:
+        """Check the selection against the input columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Select
+            This step.
+        """
+        if self.feature_names is not None and tuple(names) != self.feature_names:
+            raise ValueError(f"select: the selection was made on {names_differ(self.feature_names, tuple(names))}")
+        if max(self.indices) >= len(names):
+            raise ValueError(f"select: column {max(self.indices)} asked for, the input has {len(names)} features")
+        return self
+
+    def apply(self, block: Array) -> Array:
+        """Keep the selected columns of ``block``.
+
+        Parameters
+        ----------
+        block : array
+            (rows, input features).
+
+        Returns
+        -------
+        array
+            (rows, selected features).
+        """
+        xp, dev = block_namespace(block)
+        return xp.take(block, xp.asarray(self.indices, dtype=xp.int64, device=dev), axis=1)
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the selected columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The selected names.
+        """
+        self.bind(names)
+        return tuple(names[i] for i in self.indices)
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            The indices and the input's width.
+        """
+        return {
+            "step": "select", "indices": list(self.indices),
+            "n_in": None if self.feature_names is None else len(self.feature_names),
+        }
+
+
+def select(selection: Any) -> Select:
+    """Make a step keeping the selected features.
+
+    Parameters
+    ----------
+    selection : Selection, sequence of int or bool mask
+        A :class:`~daskbatch.Selection` (its selected features, checked against
+        the input's names), column indices, or one bool per input column.
+
+    Returns
+    -------
+    Select
+        The step.
+    """
+    names = None
+    if hasattr(selection, "indices") and hasattr(selection, "feature_names"):
+        names = tuple(str(n) for n in selection.feature_names)
+        idx = np.asarray(selection.indices)
+    else:
+        idx = np.asarray(selection)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise TypeError(f"select needs a Selection, integer column indices or a boolean mask, got {selection!r}")
+    if idx.size == 0:
+        raise ValueError("select: the selection keeps no features")
+    if idx.min() < 0:
+        raise ValueError(f"select: column indices must be >= 0, got {int(idx.min())}")
+    return Select(tuple(int(i) for i in idx), names)
+
+
+# ------------------------------------------------------------------ clip
+
+
+@dataclass(frozen=True)
+class Clip:
+    """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN.
+
+    Floating blocks keep their dtype; others are clipped in float64.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.lo is None and self.hi is None:
+            raise ValueError("clip needs lo, hi or both")
+        for v in (self.lo, self.hi):
+            if v is not None and np.isnan(v):
+                raise ValueError("clip bounds must not be NaN")
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise ValueError(f"clip: lo {self.lo} is above hi {self.hi}")
+
+    def bind(self, names: tuple[str, ...]) -> Clip:
+        """Accept any columns.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Clip
+            This step.
+        """
+        return self
+
+    def apply(self, block: Array) -> Array:
+        """Clip one block (integers become float64 first).
+
+        Parameters
+        ----------
+        block : array
+            (rows, features).
+
+        Returns
+        -------
+        array
+            The clipped block.
+        """
+        from daskbatch.stats._base import as_float64
+
+        xp, _ = block_namespace(block)
+        if not xp.isdtype(block.dtype, "real floating"):
+            block = as_float64(block)
+        return xp.clip(block, min=self.lo, max=self.hi)
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The same names.
+        """
+        return tuple(names)
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            The bounds.
+        """
+        return {"step": "clip", "lo": self.lo, "hi": self.hi}
+
+
+def clip(lo: float | None = None, hi: float | None = None) -> Clip:
+    """Make a step limiting values to ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : float, optional
+        The bounds; None leaves that side open.
+
+    Returns
+    -------
+    Clip
+        The step.
+    """
+    return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
+
+
+# ------------------------------------------------------------------ project
+
+
+@dataclass(frozen=True, eq=False)
+class Project:
+    """Centred projection onto principal components: ``(x - pca.mean) @ pca.components.T`` in float64.
+
+    Output columns are named ``pc1``, ``pc2``, ...
+    """
+
+    pca: Any
+    origin: dict[str, Any] = field(default_factory=dict)
+
+    def bind(self, names: tuple[str, ...]) -> Project:
+        """Check that the input has the features the PCA was fitted on.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Project
+            This step.
+        """
+        expected = tuple(self.pca.feature_names)
+        if tuple(names) != expected:
+            raise ValueError(
+                f"project: the PCA was fitted on {names_differ(expected, tuple(names))}; "
+                "project the features it was fitted on (a select step first, or a PCA of the selected features)"
+            )
+        return self
+
+    def apply(self, block: Array) -> Array:
+        """Project one block onto the components.
+
+        Parameters
+        ----------
+        block : array
+            (rows, features).
+
+        Returns
+        -------
+        array
+            (rows, n_components).
+        """
+        return self.pca.transform(block)
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the components ``pc1``, ``pc2``, ...
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The component names.
+        """
+        self.bind(names)
+        return tuple(f"pc{i + 1}" for i in range(self.pca.n_components))
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance.
+
+        Returns
+        -------
+        dict
+            Components, features, method, a digest of the PCA and the summary's origin.
+        """
+        return {
+            "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
+            "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale is not None,
+            "sha256": digest(self.pca.mean, self.pca.components, self.pca.explained_variance, np.array([self.pca.whiten]),
+                              *(() if self.pca.scale is None else (self.pca.scale,))),
+            "summary": self.origin,
+        }
+
+
+def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
+    """Make a step projecting onto principal components.
+
+    Parameters
+    ----------
+    pca_or_summary : PCA or Summary
+        A fitted :class:`~daskbatch.PCA`, or a summary with a covariance (then
+        ``n_components`` is required and :func:`daskbatch.pca` fits it).
+    n_components : int, optional
+        Components to keep; required with a summary.
+
+    Returns
+    -------
+    Project
+        The step.
+    """
+    if hasattr(pca_or_summary, "components"):
+        if n_components is not None and n_components != pca_or_summary.n_components:
+            raise ValueError(f"the PCA has {pca_or_summary.n_components} components, not {n_components}")
+        return Project(pca_or_summary)
+    if n_components is None:
+        raise TypeError("project(summary, n_components): give the number of components")
+    from daskbatch.pca import pca
+
+    return Project(pca(pca_or_summary, n_components), origin=origin_of(pca_or_summary))
