@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from daskbatch._typing import Array
 
-__all__ = ["Step", "block_namespace", "digest", "names_differ", "origin_of", "pick", "short"]
+__all__ = ["PerFeature", "Step", "ValueWise", "block_namespace", "digest", "names_differ", "origin_of", "short"]
 
 
 class Step(Protocol):
@@ -146,34 +146,91 @@ def short(names: Sequence[str], n: int = 4) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
-def pick(step: Any, names: tuple[str, ...], fields: tuple[str, ...], what: str) -> Any:
-    """Pick a step's per-feature arrays for the input columns ``names``, by name.
+class ValueWise:
+    """Base of the steps that work value by value: they take any columns and keep their names."""
 
-    Parameters
-    ----------
-    step : dataclass
-        A step with ``feature_names`` and per-feature array fields.
-    names : tuple of str
-        The input's feature names, all among the step's.
-    fields : tuple of str
-        The step's per-feature array fields.
-    what : str
-        The step's name, for the error.
+    def bind(self, names: tuple[str, ...]) -> Any:
+        """Accept any columns.
 
-    Returns
-    -------
-    dataclass
-        The step for those columns (``step`` itself when they are its own).
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        Step
+            This step.
+        """
+        return self
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The same names.
+        """
+        return tuple(names)
+
+
+class PerFeature:
+    """Base of the steps holding one value per feature of a summary: they bind to input columns by name.
+
+    A subclass is a dataclass with ``feature_names`` and the per-feature array
+    fields named in ``per_feature``; ``step_name`` names it in messages.
     """
-    names = tuple(names)
-    if names == step.feature_names:
-        return step
-    where = {n: i for i, n in enumerate(step.feature_names)}
-    missing = [n for n in names if n not in where]
-    if missing:
-        raise ValueError(f"{what}: the summary has no statistics for {len(missing)} input feature(s): {short(missing)}")
-    idx = np.array([where[n] for n in names], dtype=np.int64)
-    return dataclasses.replace(step, feature_names=names, **{f: getattr(step, f)[idx] for f in fields})
+
+    per_feature: ClassVar[tuple[str, ...]] = ()
+    step_name: ClassVar[str] = "step"
+    feature_names: tuple[str, ...]
+
+    def bind(self, names: tuple[str, ...]) -> Any:
+        """Pick the per-feature values of the input's columns, by name.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names, all among ``feature_names``.
+
+        Returns
+        -------
+        Step
+            The step for those columns (this one when they are its own).
+        """
+        names = tuple(names)
+        if names == self.feature_names:
+            return self
+        where = {n: i for i, n in enumerate(self.feature_names)}
+        missing = [n for n in names if n not in where]
+        if missing:
+            raise ValueError(
+                f"{self.step_name}: the summary has no statistics for {len(missing)} input feature(s): {short(missing)}"
+            )
+        idx = np.array([where[n] for n in names], dtype=np.int64)
+        picked = {f: getattr(self, f)[idx] for f in self.per_feature}
+        return dataclasses.replace(self, feature_names=names, **picked)  # type: ignore[type-var]
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input, once the step binds to them.
+
+        Parameters
+        ----------
+        names : tuple of str
+            The input's feature names.
+
+        Returns
+        -------
+        tuple of str
+            The same names.
+        """
+        return tuple(self.bind(names).feature_names)
 
 
 def block_namespace(block: Array) -> tuple[Any, Any]:

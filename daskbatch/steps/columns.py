@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import block_namespace, digest, names_differ, origin_of
+from daskbatch.steps._common import ValueWise, block_namespace, digest, names_differ, origin_of
 
 __all__ = ["Clip", "Project", "Select", "clip", "project", "select"]
 
@@ -130,7 +130,7 @@ def select(selection: Any) -> Select:
 
 
 @dataclass(frozen=True)
-class Clip:
+class Clip(ValueWise):
     """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN.
 
     Floating blocks keep their dtype; others are clipped in float64.
@@ -147,21 +147,6 @@ class Clip:
                 raise ValueError("clip bounds must not be NaN")
         if self.lo is not None and self.hi is not None and self.lo > self.hi:
             raise ValueError(f"clip: lo {self.lo} is above hi {self.hi}")
-
-    def bind(self, names: tuple[str, ...]) -> Clip:
-        """Accept any columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Clip
-            This step.
-        """
-        return self
 
     def apply(self, block: Array) -> Array:
         """Clip one block (integers become float64 first).
@@ -182,21 +167,6 @@ class Clip:
         if not xp.isdtype(block.dtype, "real floating"):
             block = as_float64(block)
         return xp.clip(block, min=self.lo, max=self.hi)
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return tuple(names)
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.

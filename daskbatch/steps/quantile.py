@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import block_namespace, digest, origin_of, pick
+from daskbatch.steps._common import PerFeature, block_namespace, digest, origin_of
 
 __all__ = ["QuantileTransform", "quantile_transform"]
 
@@ -17,7 +17,7 @@ __all__ = ["QuantileTransform", "quantile_transform"]
 
 
 @dataclass(frozen=True, eq=False)
-class QuantileTransform:
+class QuantileTransform(PerFeature):
     """Each feature mapped through its own CDF onto a uniform or a normal distribution.
 
     Attributes
@@ -37,24 +37,11 @@ class QuantileTransform:
     feature_names: tuple[str, ...]
     output: str = "uniform"
     origin: dict[str, Any] = field(default_factory=dict)
+    per_feature: ClassVar[tuple[str, ...]] = ("quantiles",)
+    step_name: ClassVar[str] = "quantile_transform"
 
     #: Probabilities this close to 0 or 1 are clipped before the normal's inverse CDF (scikit-learn's bound).
     BOUND = 1e-7
-
-    def bind(self, names: tuple[str, ...]) -> QuantileTransform:
-        """Pick the quantiles of the input's columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names, all among ``feature_names``.
-
-        Returns
-        -------
-        QuantileTransform
-            The step for those columns.
-        """
-        return pick(self, names, ("quantiles",), "quantile_transform")
 
     def apply(self, block: Array) -> Array:
         """Map one block through the features' CDFs.
@@ -90,21 +77,6 @@ class QuantileTransform:
         if self.output == "uniform":
             return u
         return _normal_scores(xp, xp.clip(u, min=self.BOUND - np.spacing(1.0), max=1 - (self.BOUND - np.spacing(1.0))))
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return self.bind(names).feature_names
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import block_namespace, digest, origin_of, pick, short
+from daskbatch.steps._common import PerFeature, ValueWise, block_namespace, digest, origin_of, short
 
 __all__ = ["Impute", "Log1p", "Rescale", "Standardize", "impute", "log1p", "minmax", "robust", "standardize"]
 
@@ -17,7 +17,7 @@ __all__ = ["Impute", "Log1p", "Rescale", "Standardize", "impute", "log1p", "minm
 
 
 @dataclass(frozen=True, eq=False)
-class Standardize:
+class Standardize(PerFeature):
     """A step making z-scores ``(x - mean) / std`` in float64.
 
     Attributes
@@ -36,6 +36,8 @@ class Standardize:
     feature_names: tuple[str, ...]
     constant: str = "zero"
     origin: dict[str, Any] = field(default_factory=dict)
+    per_feature: ClassVar[tuple[str, ...]] = ("mean", "std")
+    step_name: ClassVar[str] = "standardize"
 
     def __post_init__(self) -> None:
         if self.constant not in ("zero", "error"):
@@ -51,21 +53,6 @@ class Standardize:
                     f"standardize: {len(flat)} constant feature(s) (std 0): {short(flat)}; "
                     "drop them with a select step, or use constant='zero'"
                 )
-
-    def bind(self, names: tuple[str, ...]) -> Standardize:
-        """Pick the means and stds of the input's columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names, all among ``feature_names``.
-
-        Returns
-        -------
-        Standardize
-            The step for those columns.
-        """
-        return pick(self, names, ("mean", "std"), "standardize")
 
     def apply(self, block: Array) -> Array:
         """Standardize one block.
@@ -93,21 +80,6 @@ class Standardize:
             # z - z is +0.0 for finite z and NaN for NaN or inf: constant features become 0, missing stays missing.
             z = xp.where(flat, z - z, z)
         return z
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return self.bind(names).feature_names
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.
@@ -167,7 +139,7 @@ def standardize(
 
 
 @dataclass(frozen=True, eq=False)
-class Rescale:
+class Rescale(PerFeature):
     """Per-feature affine scaling ``(x - center) / scale`` in float64 (min-max and robust scaling).
 
     Attributes
@@ -187,27 +159,18 @@ class Rescale:
     feature_names: tuple[str, ...]
     kind: str
     origin: dict[str, Any] = field(default_factory=dict)
+    per_feature: ClassVar[tuple[str, ...]] = ("center", "scale")
+
+    @property
+    def step_name(self) -> str:  # type: ignore[override]  # min-max or robust: this step's own kind
+        """Name the step in messages: its kind."""  # numpydoc ignore=RT01
+        return self.kind
 
     def __post_init__(self) -> None:
         bad = [n for n, c, w in zip(self.feature_names, self.center, self.scale, strict=True)
                if not (np.isfinite(c) and np.isfinite(w))]
         if bad:
             raise ValueError(f"{self.kind}: no finite statistics for {len(bad)} feature(s): {short(bad)}")
-
-    def bind(self, names: tuple[str, ...]) -> Rescale:
-        """Pick the centres and scales of the input's columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names, all among ``feature_names``.
-
-        Returns
-        -------
-        Rescale
-            The step for those columns.
-        """
-        return pick(self, names, ("center", "scale"), self.kind)
 
     def apply(self, block: Array) -> Array:
         """Scale one block.
@@ -230,21 +193,6 @@ class Rescale:
         scale = np.where(self.scale == 0, 1.0, self.scale)
         center = xp.asarray(self.center, dtype=xp.float64, device=dev)
         return (as_float64(block) - center) / xp.asarray(scale, dtype=xp.float64, device=dev)
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return self.bind(names).feature_names
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.
@@ -320,23 +268,8 @@ def robust(summary: Any, quantile_range: tuple[float, float] = (25.0, 75.0)) -> 
 
 
 @dataclass(frozen=True)
-class Log1p:
+class Log1p(ValueWise):
     """``log(1 + x)`` in float64, value by value (values below -1 give NaN, as numpy's)."""
-
-    def bind(self, names: tuple[str, ...]) -> Log1p:
-        """Accept any columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Log1p
-            This step.
-        """
-        return self
 
     def apply(self, block: Array) -> Array:
         """Take ``log1p`` of one block.
@@ -355,21 +288,6 @@ class Log1p:
 
         xp, _ = block_namespace(block)
         return xp.log1p(as_float64(block))
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return tuple(names)
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.
@@ -394,7 +312,7 @@ def log1p() -> Log1p:
 
 
 @dataclass(frozen=True, eq=False)
-class Impute:
+class Impute(PerFeature):
     """NaN replaced by a per-feature value (scikit-learn's ``SimpleImputer``).
 
     Attributes
@@ -410,21 +328,8 @@ class Impute:
     feature_names: tuple[str, ...]
     strategy: str
     origin: dict[str, Any] = field(default_factory=dict)
-
-    def bind(self, names: tuple[str, ...]) -> Impute:
-        """Pick the fill values of the input's columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names, all among ``feature_names``.
-
-        Returns
-        -------
-        Impute
-            The step for those columns.
-        """
-        return pick(self, names, ("values",), "impute")
+    per_feature: ClassVar[tuple[str, ...]] = ("values",)
+    step_name: ClassVar[str] = "impute"
 
     def apply(self, block: Array) -> Array:
         """Fill the NaN of one block.
@@ -445,21 +350,6 @@ class Impute:
         x = as_float64(block)
         fill = xp.asarray(self.values, dtype=xp.float64, device=dev)
         return xp.where(xp.isnan(x), xp.broadcast_to(fill, x.shape), x)
-
-    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the output columns: those of the input.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The same names.
-        """
-        return self.bind(names).feature_names
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance.
