@@ -36,6 +36,7 @@ Ranges found from the data come from the first pass's quantile sketch
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -101,6 +102,24 @@ def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
 
 
 def _bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bulk's tail quantiles and bounds of ``sketch``, found once: describe's histogram and quantile ranges share them."""
+    found = _BULK_FOUND.get(sketch)
+    if found is None:
+        found = _find_bulk_tails(sketch)
+        for a in found:  # shared by every caller: nobody may change them
+            a.flags.writeable = False
+        _BULK_FOUND[sketch] = found
+    return found
+
+
+#: What :func:`_find_bulk_tails` found for each sketch result alive (a pure function of a frozen result:
+#: a loop over the features that costs about a second per 2,000 of them).
+_BULK_FOUND: weakref.WeakKeyDictionary[SketchResult, tuple[np.ndarray, np.ndarray, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
     layout = _layout(sketch)
     counts = np.asarray(sketch.counts)
