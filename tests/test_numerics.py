@@ -93,8 +93,13 @@ def test_cov_corr_match_numpy_on_complete_rows(mixed, ddof: int) -> None:
 def test_histogram_counts_equal_numpy_exactly(mixed, rows: int) -> None:
     x, _ = mixed
     s = db.describe(da.from_array(x, chunks=(rows, -1)), stats="hist", bins=17)
+    gamma = (1 + s.provenance["sketch"]["alpha"]) / (1 - s.provenance["sketch"]["alpha"])
     for d in range(4):
-        counts, edges = np.histogram(x[:, d], bins=17)  # numpy's own range: min..max
+        lo, hi = s.hist_edges[d, 0], s.hist_edges[d, -1]
+        # The range holds the data and ends at most one sketch bucket (a factor gamma) beyond it.
+        vmin, vmax = x[:, d].min(), x[:, d].max()
+        assert min(vmin * gamma, vmin / gamma) <= lo <= vmin and vmax <= hi <= max(vmax * gamma, vmax / gamma), d
+        counts, edges = np.histogram(x[:, d], bins=17, range=(lo, hi))  # numpy's binning of that range
         np.testing.assert_array_equal(s.hist_edges[d], edges)
         np.testing.assert_array_equal(s.hist_counts[d], counts)
     np.testing.assert_array_equal(s.underflow, np.zeros(4))
@@ -345,7 +350,11 @@ def test_histogram_range_of_feature_with_infinity_uses_finite_values() -> None:
     x[5, 0] = np.inf
     s = db.describe(x, stats="hist", bins=10)
     finite = np.delete(x[:, 0], 5)
-    counts, edges = np.histogram(finite, bins=10)
+    # The range ends within one sketch bucket (a factor gamma) of the finite extrema, never at inf.
+    gamma = (1 + s.provenance["sketch"]["alpha"]) / (1 - s.provenance["sketch"]["alpha"])
+    lo, hi = s.hist_edges[0, 0], s.hist_edges[0, -1]
+    assert lo == 0.0 and finite.max() <= hi <= finite.max() * gamma
+    counts, edges = np.histogram(finite, bins=10, range=(lo, hi))
     np.testing.assert_array_equal(s.hist_edges[0], edges)
     np.testing.assert_array_equal(s.hist_counts[0], counts)
     assert s.overflow[0] == 1

@@ -16,7 +16,11 @@ Ranges found from the data come from the first pass's quantile sketch
    the bulk.
 2. **Histogram ranges** span the ``[TAIL, 1 - TAIL]`` quantiles *of the bulk*,
    widened by the sketch's error bound and then by ``WIDEN`` of that span on
-   each side, and clipped to the bulk's extent and the feature's ``[min, max]``.
+   each side, and clipped to the bulk's extent: the outer edge of its outermost
+   sketch bucket where that bucket is narrow (at most ``SNAP`` of the bulk's
+   extent), else the feature's ``[min, max]``. A range thus ends at most one
+   bucket (a factor ``gamma``) beyond the data, and the same with or without
+   stray values beyond the bulk.
    Up to a few per cent of detached values therefore leave the range where the
    clean data would have put it (mutual information does not move), and they
    are counted in the underflow and overflow counts, never dropped: more than
@@ -46,7 +50,7 @@ from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
+    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -63,6 +67,8 @@ GAP = 2.0
 SEPARATION = 3.0
 #: Largest fraction of a feature's values that may be detached; beyond it nothing is.
 MAX_DETACHED = 0.1
+#: A range ends on the bulk's outer sketch bucket's edge where that bucket is at most this fraction of the bulk's extent.
+SNAP = 0.05
 
 
 def _layout(sketch: SketchResult) -> Sketch:
@@ -194,8 +200,18 @@ def robust_ranges(
         q_lo, q_hi = tails[:, 0] - err[:, 0], tails[:, 1] + err[:, 1]
         span = q_hi - q_lo
         usable = np.isfinite(span) & (tails[:, 1] > tails[:, 0]) & np.isfinite(vmin) & np.isfinite(vmax)
-        lo = np.maximum(np.maximum(q_lo - WIDEN * span, bulk_lo), vmin)
-        hi = np.minimum(np.minimum(q_hi + WIDEN * span, bulk_hi), vmax)
+        # Where the bulk's outer sketch bucket is narrow next to the bulk, the range ends on that
+        # bucket's edge, whether or not stray values lie beyond it: then one sentinel (which moves
+        # [vmin, vmax] but not the bulk) leaves the range, and so the histogram and MI, as they were.
+        # Where the bucket is wide (data far from zero), the extrema end the range instead.
+        # Not the zero slot's edges (+-min_magnitude): a range of data >= 0 starts at 0, not -1e-30.
+        extent = bulk_hi - bulk_lo  # inf where no bulk was found: then the extrema end the range
+        at_edge_lo = np.isfinite(extent) & (np.abs(bulk_lo) > sketch.min_magnitude) & (
+            2.0 * _resolution(sketch, bulk_lo) <= SNAP * extent)
+        at_edge_hi = np.isfinite(extent) & (np.abs(bulk_hi) > sketch.min_magnitude) & (
+            2.0 * _resolution(sketch, bulk_hi) <= SNAP * extent)
+        lo = np.maximum(q_lo - WIDEN * span, np.where(at_edge_lo, bulk_lo, np.maximum(bulk_lo, vmin)))
+        hi = np.minimum(q_hi + WIDEN * span, np.where(at_edge_hi, bulk_hi, np.minimum(bulk_hi, vmax)))
         usable &= lo < hi
     return np.where(usable, lo, vmin), np.where(usable, hi, vmax)
 
