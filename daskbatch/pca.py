@@ -5,7 +5,7 @@ the explained variances its eigenvalues, so :func:`pca` needs only what
 :func:`daskbatch.describe` already computed:
 
 * an in-memory covariance (D x D) is decomposed by ``numpy.linalg.eigh`` in float64;
-* a tiled covariance (a Zarr store too large to hold, see :mod:`daskbatch.tiled_cov`)
+* a tiled covariance (a Zarr store too large to hold, see :mod:`daskbatch.engine.tiled`)
   by ``scipy.sparse.linalg.eigsh`` (implicitly restarted Lanczos) on a
   ``LinearOperator`` whose product reads the store tile by tile, for
   ``n_components`` much smaller than D.

@@ -36,7 +36,7 @@ def summary_from_results(
     miller_madow : bool, default False
         Apply the Miller–Madow bias correction to the mutual information.
     states : dict, optional
-        The merged states the results were finalized from (kept for :meth:`update`).
+        The merged states the results were finalized from (kept for :meth:`Summary.update`).
 
     Returns
     -------

@@ -139,7 +139,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
 
 
 def summary_from_xarray(ds: Any) -> Summary:
-    """Rebuild a summary from :meth:`to_xarray`'s dataset.
+    """Rebuild a summary from :meth:`Summary.to_xarray`'s dataset.
 
     Parameters
     ----------

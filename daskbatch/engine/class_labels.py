@@ -19,7 +19,7 @@ Found classes must be non-negative: a negative label often marks an unlabeled
 row (``-1`` in scikit-learn's semi-supervised estimators), and counting it as
 a class would change the mutual information without a word. Declared classes
 may be any integers (``classes=[-1, 1]``). Float labels never get here: they
-are refused by dtype (:func:`daskbatch.inputs.check_label`).
+are refused by dtype (:func:`daskbatch.engine.inputs.check_label`).
 """
 
 from __future__ import annotations

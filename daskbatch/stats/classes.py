@@ -11,7 +11,7 @@ in the store), and every label is mapped to its column with
 Here any integer is a class value, negative ones included (as in
 ``sklearn.metrics.mutual_info_score``); :mod:`daskbatch.engine.class_labels` decides
 which labels ``describe`` accepts. Float labels are refused by dtype before
-anything is read (:func:`daskbatch.inputs.check_label`), so NaN and fractions
+anything is read (:func:`daskbatch.engine.inputs.check_label`), so NaN and fractions
 cannot occur.
 """
 

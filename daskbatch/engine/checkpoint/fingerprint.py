@@ -18,7 +18,7 @@ readable ``name -> value`` strings, so that a mismatch can say what differs:
 * the settings that change bits: merge fan-in and chunk grid, the array backend,
   whether the numba kernels run (``daskbatch.kernels``) and their version, and
   daskbatch's version. The statistics' own parameters (bins, ranges, ddof,
-  nan_policy, ...) are in :func:`daskbatch.checkpoint.spec_items`.
+  nan_policy, ...) are in :func:`daskbatch.engine.checkpoint.manifest.spec_items`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Layout of a checkpoint directory::
 
 Every node file starts with a sha256 over the rest of it (a JSON header with
 the digest of the pass it belongs to, then the ``.npz`` payload,
-:mod:`daskbatch.checkpoint_files`); it is written to a temporary file, fsynced
+:mod:`daskbatch.engine.checkpoint.files`); it is written to a temporary file, fsynced
 and renamed, so a kill leaves either the whole file or none. A damaged,
 truncated or edited file is detected, logged, deleted and its blocks computed
 again; it is never merged. Payloads hold plain arrays (``allow_pickle=False``)

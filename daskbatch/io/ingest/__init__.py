@@ -3,11 +3,11 @@
 >>> report = ingest("batches/*.npz", "data.zarr", x_key="X", label_key="y")  # doctest: +SKIP
 >>> print(report.summary())  # doctest: +SKIP
 
-Pass 1 (:mod:`~daskbatch.ingest.scan`) reads headers only and reports every bad
-file before anything is written.  Pass 2 (:mod:`~daskbatch.ingest.write`) runs
+Pass 1 (:mod:`~daskbatch.io.ingest.scan`) reads headers only and reports every bad
+file before anything is written.  Pass 2 (:mod:`~daskbatch.io.ingest.write`) runs
 one task per output chunk on a small thread pool, with at most ``workers``
 chunks in flight, so memory does not grow with the number of files.  Progress
-is recorded in a manifest (:mod:`~daskbatch.ingest.manifest`): re-running the
+is recorded in a manifest (:mod:`~daskbatch.io.ingest.manifest`): re-running the
 same call after an interruption writes only the missing chunks; a run with
 different inputs is refused with the difference named.  One run at a time
 writes an output: a second fails at once naming the first

@@ -7,15 +7,15 @@ array for ``bincount``) cost several times the time of reading the chunk, so
 ``chunk()`` hands NumPy chunks to the numba loops here, which cast element by
 element and return the very same state fields.
 
-The kernels are used when numba imports and ``daskbatch.kernels`` is true in
+The kernels are used when numba imports and ``daskbatch.stats.kernels`` is true in
 ``dask.config`` (``DASK_DASKBATCH__KERNELS=false`` turns them off, e.g. to
 compare against the reference path). numba is imported on first use only.
 
 This module is the one dispatch point: :func:`route` names the path a chunk
 takes from its array type and the setting, "cpu" (NumPy chunk: the numba
-loops of :mod:`daskbatch.kernels._numba`), "gpu" (CuPy chunk and a CUDA
-device numba-cuda can use: :mod:`daskbatch.kernels._cuda` driven by
-:mod:`daskbatch.kernels._gpu`) or None (the array-API reference code).
+loops of :mod:`daskbatch.stats.kernels._numba`), "gpu" (CuPy chunk and a CUDA
+device numba-cuda can use: :mod:`daskbatch.stats.kernels._cuda` driven by
+:mod:`daskbatch.stats.kernels._gpu`) or None (the array-API reference code).
 :func:`moments`, :func:`comoments` and :func:`histogram` follow it.
 """
 
@@ -51,7 +51,7 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """Tell whether the kernels are available and not switched off by ``daskbatch.kernels``.
+    """Tell whether the kernels are available and not switched off by ``daskbatch.stats.kernels``.
 
     Returns
     -------

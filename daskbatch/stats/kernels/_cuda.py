@@ -1,9 +1,9 @@
 """The GPU loops (numba-cuda): per-chunk moments, co-moment centring and histogram counting.
 
 Device code only; launch configurations, buffers and the finishing steps are
-in :mod:`daskbatch.kernels._gpu`. Every kernel reads the chunk (R, D) in its
+in :mod:`daskbatch.stats.kernels._gpu`. Every kernel reads the chunk (R, D) in its
 own dtype and casts each element to float64 as it is loaded, like the CPU
-loops of :mod:`daskbatch.kernels._numba`: no float64 copy of the chunk exists.
+loops of :mod:`daskbatch.stats.kernels._numba`: no float64 copy of the chunk exists.
 
 Layout of the work: the chunk is row-major, so consecutive threads take
 consecutive features (``j``) of the same row and their loads coalesce. A grid

@@ -1,12 +1,12 @@
 """Host side of the GPU kernels: launch shapes, device buffers and the co-moments' SYRK.
 
-The kernels of :mod:`daskbatch.kernels._cuda` take CuPy arrays (the GPU path
-of :func:`daskbatch.kernels.moments` and friends) or numba device arrays (the
+The kernels of :mod:`daskbatch.stats.kernels._cuda` take CuPy arrays (the GPU path
+of :func:`daskbatch.stats.kernels.moments` and friends) or numba device arrays (the
 tests, under numba's CUDA simulator). A :class:`_Backend` hides the
 difference: where buffers come from (CuPy's memory pool, or RMM when CuPy is
 set to allocate from it, so buffers are reused from block to block), which
 stream the kernels run on (CuPy's current stream, so they are ordered with
-the CuPy work around them and with :mod:`daskbatch.kernels._staging`'s
+the CuPy work around them and with :mod:`daskbatch.stats.kernels._staging`'s
 copies) and how results are handed back (CuPy arrays stay on the device).
 
 Nothing here synchronises with the host: a chunk's state is complete when the

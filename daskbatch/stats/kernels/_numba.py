@@ -7,7 +7,7 @@ code behind.
 
 Arrays that grow with the chunk or the state (the complete-row mask, the
 centring buffer, the histogram counts) are allocated by the callers in
-:mod:`daskbatch.kernels` with NumPy and passed in, so that ``tracemalloc`` and
+:mod:`daskbatch.stats.kernels` with NumPy and passed in, so that ``tracemalloc`` and
 the memory model see them; the kernels allocate only length-D vectors.
 
 Every kernel reads the chunk in C order (rows outside, features inside), casts
