@@ -162,24 +162,59 @@ def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytes
     """The group buffer holds a centring block's groups when a block has more than the chunk (issue 18, 1).
 
     The buffer constants are scaled down so that the shapes stay small enough
-    for the simulator: a 16-row centring buffer over 3 features, 2 rows a
-    group at least, 8 groups aimed at.
+    for the simulator: a card whose share holds 16 rows of 3 features, 2 rows
+    a group at least, 8 groups aimed at.
     """
     from numba import cuda
 
     from daskbatch.stats.kernels import _gpu
 
     d = 3
+    card = 16 * 8 * d * _gpu.CENTRE_SHARE
     monkeypatch.setattr(_gpu, "MIN_GROUP_ROWS", 2)
     monkeypatch.setattr(_gpu, "TARGET_THREADS", 8 * d)
-    monkeypatch.setattr(_gpu, "CENTRE_BUFFER_BYTES", 16 * 8 * d)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
     crossing = _crossing_shapes(d, 16, range(17, 120))
     assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end
     for rows in crossing[:3] + [crossing[-1]]:
         x = chunk("float32", rows=rows, cols=d + 1, seed=rows)[:, 1:].copy()  # NaN/inf rows, 3 features
-        assert _gpu.centring_blocks(rows, d)[1] > _gpu.row_groups(rows, d)[1]
+        assert _gpu.centring_blocks(rows, d, device_bytes=card)[1] > _gpu.row_groups(rows, d)[1]
         got = _gpu.comoments(cuda.to_device(x))
         assert_comoments(got, reference(CoMoments(), x))
+
+
+@sim
+def test_sim_comoments_one_syrk_per_chunk_where_the_card_share_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The centring buffer holds the whole chunk (one SYRK) when it fits the card's share, else share-sized blocks.
+
+    The card is scaled down (its share holds 12 rows of 4 features) and the
+    chunks cross every multiple of the buffer: one row under, on, one over.
+    """
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    d, share_rows = 4, 12
+    card = share_rows * 8 * d * _gpu.CENTRE_SHARE
+    syrks: list[int] = []
+    gram = _gpu._SimBackend.gram
+
+    def counted(self, dev, c) -> None:  # noqa: ANN001
+        syrks.append(dev.shape[0])
+        gram(self, dev, c)
+
+    monkeypatch.setattr(_gpu._SimBackend, "gram", counted)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    for rows in (1, 11, 12, 13, 23, 24, 25, 37):
+        syrks.clear()
+        x = chunk("float64", rows=max(rows, 21), cols=d, seed=rows)[-rows:].copy()
+        assert_comoments(_gpu.comoments(cuda.to_device(x), rows_per_group=5), reference(CoMoments(), x))
+        assert syrks == [min(share_rows, rows - s) for s in range(0, rows, share_rows)], (rows, syrks)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: None)  # unknown card: the whole chunk
+    syrks.clear()
+    x = chunk("float32", rows=37, cols=d, seed=3)
+    assert_comoments(_gpu.comoments(cuda.to_device(x)), reference(CoMoments(), x))
+    assert syrks == [37]
 
 
 @sim
@@ -208,11 +243,12 @@ def test_centring_blocks_cover_the_issue_shapes() -> None:
         assert groups > chunk_groups, (rows, d)  # a buffer of chunk_groups rows was written past its end
         for start in range(0, rows, block_rows):
             assert _gpu.row_groups(min(block_rows, rows - start), d)[1] <= groups
-    block_rows = _gpu.CENTRE_BUFFER_BYTES // (8 * 512)  # today's buffer crosses too, at other shapes
-    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 4_099))
+    card = 16 * 10**9  # today's buffer (a share of the card) crosses too, at other shapes
+    block_rows = _gpu.centring_rows(10**9, 512, card)
+    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 997))
     assert crossing
     for rows in crossing[:5]:
-        assert _gpu.centring_blocks(rows, 512)[1] > _gpu.row_groups(rows, 512)[1]
+        assert _gpu.centring_blocks(rows, 512, device_bytes=card)[1] > _gpu.row_groups(rows, 512)[1]
 
 
 def test_launch_silences_only_the_low_occupancy_warning() -> None:
@@ -378,6 +414,31 @@ def test_gpu_comoments_past_the_centring_buffer_equal_cpu() -> None:
     state = CoMoments().chunk(cupy.asarray(x))  # the default buffer: one block, one SYRK
     assert _gpu.centring_blocks(rows, d)[0] == rows
     assert_comoments((state.n, state.shift, state.mean, state.c), ref, rtol=1e-11)
+
+
+@gpu
+def test_gpu_centring_buffer_follows_the_card(big: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One SYRK for the whole chunk on a real card; share-sized blocks on a card scaled down to 7,001 rows."""
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    ref = reference(CoMoments(), x)
+    assert _gpu._Backend().device_bytes() == cupy.cuda.Device().mem_info[1]
+    syrks: list[int] = []
+    gram = _gpu._Backend.gram
+
+    def counted(self, dev, c) -> None:  # noqa: ANN001
+        syrks.append(dev.shape[0])
+        gram(self, dev, c)
+
+    monkeypatch.setattr(_gpu._Backend, "gram", counted)
+    assert_comoments(_gpu.comoments(cupy.asarray(x)), ref)
+    assert syrks == [x.shape[0]]
+    syrks.clear()
+    monkeypatch.setattr(_gpu, "_card_bytes", lambda device: 7_001 * 8 * x.shape[1] * _gpu.CENTRE_SHARE)
+    assert_comoments(_gpu.comoments(cupy.asarray(x)), ref)
+    assert syrks == [min(7_001, x.shape[0] - s) for s in range(0, x.shape[0], 7_001)]
 
 
 @gpu
