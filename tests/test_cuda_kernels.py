@@ -293,6 +293,26 @@ def test_sim_histogram(dtype: str, shared_bytes: int | None, by_label: bool) -> 
 
 
 @sim
+@pytest.mark.parametrize("shared_bytes", [None, 0])  # privatised counts / global atomics
+def test_sim_histogram_never_writes_a_class_outside_the_table(shared_bytes: int | None) -> None:
+    """A class code outside 0..K-1 (trusted labels that were wrong) leaves its row uncounted instead of writing past the table."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk("float64")
+    h = hist_for(x, by_label=True)
+    y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])
+    codes = y.copy()
+    codes[[2, 11, 30, 49]] = [-1, 3, 2**40, -(2**40)]
+    keep = (codes >= 0) & (codes < 3)
+    options = {} if shared_bytes is None else {"shared_bytes": shared_bytes}
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, labels=cuda.to_device(codes), n_classes=3, **options)
+    np.testing.assert_array_equal(got, reference(h, np.ascontiguousarray(x[keep]), y[keep]).counts)
+    assert got.sum() == keep.sum() * x.shape[1]
+
+
+@sim
 def test_sim_histogram_on_the_edges() -> None:
     """Values exactly on every bin edge (the scaled index is one off there) count as numpy.histogram counts them."""
     from numba import cuda
@@ -471,3 +491,51 @@ def test_gpu_histogram_ranges_go_to_the_device_once(big: tuple[np.ndarray, np.nd
         np.testing.assert_array_equal(hk.chunk(d).counts.get(), reference(hk, x).counts)
     assert len(_gpu._CONSTANTS) == _gpu._CONSTANTS_KEPT
     np.testing.assert_array_equal(h.chunk(d).counts.get(), first)
+
+
+def _spin(cupy, seconds: float) -> None:  # noqa: ANN001
+    """Queue a one-thread kernel that keeps the current stream busy for ``seconds`` (by the GPU's global timer)."""
+    kernel = cupy.RawKernel(r"""
+extern "C" __global__ void spin(long long ns) {
+    long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+""", "spin")
+    kernel((1,), (1,), (np.int64(seconds * 1e9),))
+
+
+@gpu
+def test_gpu_chunk_tasks_never_wait_for_the_device(big: tuple[np.ndarray, np.ndarray]) -> None:
+    """A chunk task (moments, co-moments, histograms by label, device or staged host blocks) queues and returns.
+
+    A kernel that spins for 10 s is queued first on the task's stream; had the
+    task synchronised the host anywhere (a label check, the stager's end),
+    it could not return before the spin ends. The states then equal the CPU's.
+    """
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.engine.staged import Staged
+    from daskbatch.stats import Bundle
+    from daskbatch.stats.classes import labels_checked
+
+    x, y = big
+    classes = (0, 1, 2, 3)
+    mi = Histogram(16, hist_for(x).lo, hist_for(x).hi, by_label=True, classes=classes)
+    bundle = Bundle((Moments(), CoMoments(), hist_for(x, bins=16), mi))
+    staged = Staged(bundle, 20_000)  # three parts through the double buffer
+    dx, dy = cupy.asarray(x), cupy.asarray(y)
+    with labels_checked():  # as describe's chunk tasks run, its labels checked on the host
+        bundle.chunk(dx, dy)  # compiled, ranges on the device, stager buffers made
+        staged.chunk(x, y)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for run in (lambda: bundle.chunk(dx, dy), lambda: staged.chunk(x, y)):
+        with stream, labels_checked():
+            _spin(cupy, 10.0)
+            state = run()
+            busy = not stream.done
+        stream.synchronize()
+        assert busy, "the chunk task waited for the device"
+        assert_moments(state[0], reference(Moments(), x))
+        assert_comoments((state[1].n, state[1].shift, state[1].mean, state[1].c), reference(CoMoments(), x))
+        np.testing.assert_array_equal(state[3].counts.get(), reference(mi, x, y).counts)

@@ -542,7 +542,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     bins : int
         Bins per feature.
     labels : device array
-        The int64 class of each row (read with ``by_label``).
+        The int64 class of each row (read with ``by_label``). The caller checks
+        them (or trusts a check made on the host, without a host synchronisation
+        here); a row whose class lies outside ``0 .. K - 1`` anyway is left
+        uncounted, never written out of bounds.
     by_label : bool
         Count by class.
     n_classes : int
@@ -574,9 +577,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     if jj < width and lane < lanes:
         a, b, s, sc = lo[j], hi[j], step[j], scale[j]
         for i in range(start + lane, stop, lanes):
-            slot = _slot(_load(x, i, j), a, b, s, sc, bins)
             cls = labels[i] if by_label else 0
-            cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
+            if 0 <= cls < n_classes:  # a code outside the table is never written
+                slot = _slot(_load(x, i, j), a, b, s, sc, bins)
+                cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
     cuda.syncthreads()
     base = f0 * n_slots * n_classes
     for k in range(t, size, threads):
@@ -619,6 +623,7 @@ def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     n_slots = bins + 3
     a, b, s, sc = lo[j], hi[j], step[j], scale[j]
     for i in range(start, stop):
-        slot = _slot(_load(x, i, j), a, b, s, sc, bins)
         cls = labels[i] if by_label else 0
-        cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))
+        if 0 <= cls < n_classes:  # a code outside the table is never written
+            slot = _slot(_load(x, i, j), a, b, s, sc, bins)
+            cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))
