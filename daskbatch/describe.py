@@ -247,6 +247,8 @@ def describe(
 
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
+    if class_values is not None:  # checked just above, or found by scanning this very label
+        data = dataclasses.replace(data, label_checked=True)
     data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
     if cov_out is not None and chosen is not None and chosen.feature_tile is not None:
         # refuse an unusable cov_out before computing anything

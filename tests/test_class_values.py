@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import dask
+import dask.array as da
 import numpy as np
 import pytest
 import zarr
@@ -205,3 +207,71 @@ def test_gpu_describe_maps_class_values() -> None:
     np.testing.assert_array_equal(gpu.classes, VALUES)
     np.testing.assert_array_equal(gpu.joint_counts, cpu.joint_counts)
     np.testing.assert_allclose(gpu.mi, cpu.mi, rtol=1e-12)
+
+
+# --- the GPU's label check moves to where the labels are read ---------------------------------
+
+
+@dataclass(frozen=True)
+class _SeenState(db.State):
+    checked: np.ndarray  # 1 per chunk task that ran inside labels_checked, else 0
+    tasks: np.ndarray
+
+
+@dataclass(frozen=True)
+class _SeesTheCheck:
+    """Counts the chunk tasks that run inside ``labels_checked`` (a user statistic that reads the label)."""
+
+    name = "sees_check"
+    needs_label = True
+
+    def chunk(self, x, label=None):  # noqa: ANN001, ANN201
+        from daskbatch.stats import classes
+
+        return _SeenState(np.asarray([int(classes._CHECKED.get())]), np.asarray([1]))
+
+    def merge(self, a, b):  # noqa: ANN001, ANN201
+        return _SeenState(a.checked + b.checked, a.tasks + b.tasks)
+
+    def finalize(self, s):  # noqa: ANN001, ANN201
+        return np.concatenate([s.checked, s.tasks])
+
+
+@pytest.mark.parametrize("classes", [VALUES, None])  # declared (checked on the host) / found by a label scan
+def test_describe_runs_its_chunk_tasks_with_the_labels_checked(classes: tuple[int, ...] | None, tmp_path) -> None:  # noqa: ANN001
+    """Labels describe checked on the host (or whose classes it found in them) are not checked again per chunk.
+
+    Per chunk, the check is a host synchronisation on the GPU; the chunk
+    tasks run inside ``labels_checked`` instead, and the mutual information
+    stays that of scikit-learn.
+    """
+    x, y = make_data()
+    dx, dy = da.from_array(x, chunks=(CHUNK_ROWS, -1)), da.from_array(y, chunks=CHUNK_ROWS)
+    with dask.config.set(scheduler="threads"):
+        s = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0), bins=BINS,
+                        plan=None)
+    blocks = -(-ROWS // CHUNK_ROWS)
+    np.testing.assert_array_equal(s.extra["sees_check"], [blocks, blocks])
+    edges = np.linspace(-5.0, 7.0, BINS + 1)
+    expected = mutual_info_score(np.digitize(x[:, 0], edges[1:-1]), y)
+    np.testing.assert_allclose(s.mi[0], expected, rtol=1e-10)
+    if classes is not None:  # a checkpointed pass builds its own graph: it passes the trust on too
+        with dask.config.set(scheduler="threads"):
+            saved = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0),
+                                bins=BINS, plan=None, checkpoint=str(tmp_path / "ckpt"))
+        np.testing.assert_array_equal(saved.extra["sees_check"], [blocks, blocks])
+    with dask.config.set(scheduler="threads"):  # no class values to check the label against: no trust
+        alone = db.describe(dx, dy, stats=[_SeesTheCheck()], plan=None)
+    np.testing.assert_array_equal(alone.extra["sees_check"], [0, blocks])
+
+
+def test_host_labels_are_checked_even_inside_labels_checked() -> None:
+    """Only CuPy labels are trusted: on the host the check is a scan, no synchronisation, and it stays."""
+    from daskbatch.stats.classes import UnknownClassError, label_codes, labels_checked
+
+    labels = np.asarray([0, 7, 3, 1])
+    with labels_checked(), pytest.raises(UnknownClassError, match="label value 3 at row 2"):
+        label_codes(np, labels, VALUES)
+    with labels_checked(), pytest.raises(UnknownClassError, match="label value 2 at row 0"):
+        label_codes(np, np.asarray([2, 0]), (0, 1))  # contiguous classes: the offset path
+    np.testing.assert_array_equal(label_codes(np, np.asarray([7, 0, 1]), VALUES), [2, 0, 1])

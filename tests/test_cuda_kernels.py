@@ -26,7 +26,7 @@ import dask.config
 import numpy as np
 import pytest
 
-from daskbatch.stats import CoMoments, Histogram, Moments, kernels
+from daskbatch.stats import CoMoments, CoMomentsState, Histogram, Moments, kernels
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 sim = pytest.mark.skipif(not SIMULATED, reason="runs in the simulator subprocess")
@@ -57,12 +57,18 @@ def assert_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
 
 
 def assert_comoments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """The GPU's fields against the CPU's: the upper triangle of ``c`` (zeros below), and the finalized results."""
     n, shift, mean, c = (host(v) for v in got)
     assert float(n) == float(ref.n)
     np.testing.assert_array_equal(shift, ref.shift)
     np.testing.assert_allclose(mean, ref.mean, rtol=rtol, atol=rtol * np.max(np.abs(ref.mean), initial=0.0))
-    np.testing.assert_allclose(c, ref.c, rtol=rtol, atol=rtol * np.max(np.abs(ref.c), initial=0.0))
-    np.testing.assert_array_equal(c, c.T)
+    scale = np.max(np.abs(ref.c), initial=0.0)
+    np.testing.assert_allclose(np.triu(c), np.triu(ref.c), rtol=rtol, atol=rtol * scale)
+    np.testing.assert_array_equal(np.tril(c, -1), 0.0)  # the state's lower triangle: never written, mirrored at finalize
+    got_result, ref_result = CoMoments().finalize(CoMomentsState(n, shift, mean, c)), CoMoments().finalize(ref)
+    np.testing.assert_allclose(got_result.cov, ref_result.cov, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_array_equal(got_result.cov, got_result.cov.T)
+    np.testing.assert_allclose(got_result.corr, ref_result.corr, rtol=rtol, atol=rtol)
 
 
 def chunk(dtype: str = "float32", rows: int = 50, cols: int = 4, seed: int = 0, nonfinite: bool = True) -> np.ndarray:
@@ -162,24 +168,59 @@ def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytes
     """The group buffer holds a centring block's groups when a block has more than the chunk (issue 18, 1).
 
     The buffer constants are scaled down so that the shapes stay small enough
-    for the simulator: a 16-row centring buffer over 3 features, 2 rows a
-    group at least, 8 groups aimed at.
+    for the simulator: a card whose share holds 16 rows of 3 features, 2 rows
+    a group at least, 8 groups aimed at.
     """
     from numba import cuda
 
     from daskbatch.stats.kernels import _gpu
 
     d = 3
+    card = 16 * 8 * d * _gpu.CENTRE_SHARE
     monkeypatch.setattr(_gpu, "MIN_GROUP_ROWS", 2)
     monkeypatch.setattr(_gpu, "TARGET_THREADS", 8 * d)
-    monkeypatch.setattr(_gpu, "CENTRE_BUFFER_BYTES", 16 * 8 * d)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
     crossing = _crossing_shapes(d, 16, range(17, 120))
     assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end
     for rows in crossing[:3] + [crossing[-1]]:
         x = chunk("float32", rows=rows, cols=d + 1, seed=rows)[:, 1:].copy()  # NaN/inf rows, 3 features
-        assert _gpu.centring_blocks(rows, d)[1] > _gpu.row_groups(rows, d)[1]
+        assert _gpu.centring_blocks(rows, d, device_bytes=card)[1] > _gpu.row_groups(rows, d)[1]
         got = _gpu.comoments(cuda.to_device(x))
         assert_comoments(got, reference(CoMoments(), x))
+
+
+@sim
+def test_sim_comoments_one_syrk_per_chunk_where_the_card_share_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The centring buffer holds the whole chunk (one SYRK) when it fits the card's share, else share-sized blocks.
+
+    The card is scaled down (its share holds 12 rows of 4 features) and the
+    chunks cross every multiple of the buffer: one row under, on, one over.
+    """
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    d, share_rows = 4, 12
+    card = share_rows * 8 * d * _gpu.CENTRE_SHARE
+    syrks: list[int] = []
+    gram = _gpu._SimBackend.gram
+
+    def counted(self, dev, c) -> None:  # noqa: ANN001
+        syrks.append(dev.shape[0])
+        gram(self, dev, c)
+
+    monkeypatch.setattr(_gpu._SimBackend, "gram", counted)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    for rows in (1, 11, 12, 13, 23, 24, 25, 37):
+        syrks.clear()
+        x = chunk("float64", rows=max(rows, 21), cols=d, seed=rows)[-rows:].copy()
+        assert_comoments(_gpu.comoments(cuda.to_device(x), rows_per_group=5), reference(CoMoments(), x))
+        assert syrks == [min(share_rows, rows - s) for s in range(0, rows, share_rows)], (rows, syrks)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: None)  # unknown card: the whole chunk
+    syrks.clear()
+    x = chunk("float32", rows=37, cols=d, seed=3)
+    assert_comoments(_gpu.comoments(cuda.to_device(x)), reference(CoMoments(), x))
+    assert syrks == [37]
 
 
 @sim
@@ -208,11 +249,12 @@ def test_centring_blocks_cover_the_issue_shapes() -> None:
         assert groups > chunk_groups, (rows, d)  # a buffer of chunk_groups rows was written past its end
         for start in range(0, rows, block_rows):
             assert _gpu.row_groups(min(block_rows, rows - start), d)[1] <= groups
-    block_rows = _gpu.CENTRE_BUFFER_BYTES // (8 * 512)  # today's buffer crosses too, at other shapes
-    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 4_099))
+    card = 16 * 10**9  # today's buffer (a share of the card) crosses too, at other shapes
+    block_rows = _gpu.centring_rows(10**9, 512, card)
+    crossing = _crossing_shapes(512, block_rows, range(block_rows + 1, 4 * block_rows, 997))
     assert crossing
     for rows in crossing[:5]:
-        assert _gpu.centring_blocks(rows, 512)[1] > _gpu.row_groups(rows, 512)[1]
+        assert _gpu.centring_blocks(rows, 512, device_bytes=card)[1] > _gpu.row_groups(rows, 512)[1]
 
 
 def test_launch_silences_only_the_low_occupancy_warning() -> None:
@@ -254,6 +296,26 @@ def test_sim_histogram(dtype: str, shared_bytes: int | None, by_label: bool) -> 
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, ref.counts)
     assert got.sum() == x.size
+
+
+@sim
+@pytest.mark.parametrize("shared_bytes", [None, 0])  # privatised counts / global atomics
+def test_sim_histogram_never_writes_a_class_outside_the_table(shared_bytes: int | None) -> None:
+    """A class code outside 0..K-1 (trusted labels that were wrong) leaves its row uncounted instead of writing past the table."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk("float64")
+    h = hist_for(x, by_label=True)
+    y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])
+    codes = y.copy()
+    codes[[2, 11, 30, 49]] = [-1, 3, 2**40, -(2**40)]
+    keep = (codes >= 0) & (codes < 3)
+    options = {} if shared_bytes is None else {"shared_bytes": shared_bytes}
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, labels=cuda.to_device(codes), n_classes=3, **options)
+    np.testing.assert_array_equal(got, reference(h, np.ascontiguousarray(x[keep]), y[keep]).counts)
+    assert got.sum() == keep.sum() * x.shape[1]
 
 
 @sim
@@ -381,6 +443,31 @@ def test_gpu_comoments_past_the_centring_buffer_equal_cpu() -> None:
 
 
 @gpu
+def test_gpu_centring_buffer_follows_the_card(big: tuple[np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One SYRK for the whole chunk on a real card; share-sized blocks on a card scaled down to 7,001 rows."""
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    ref = reference(CoMoments(), x)
+    assert _gpu._Backend().device_bytes() == cupy.cuda.Device().mem_info[1]
+    syrks: list[int] = []
+    gram = _gpu._Backend.gram
+
+    def counted(self, dev, c) -> None:  # noqa: ANN001
+        syrks.append(dev.shape[0])
+        gram(self, dev, c)
+
+    monkeypatch.setattr(_gpu._Backend, "gram", counted)
+    assert_comoments(_gpu.comoments(cupy.asarray(x)), ref)
+    assert syrks == [x.shape[0]]
+    syrks.clear()
+    monkeypatch.setattr(_gpu, "_card_bytes", lambda device: 7_001 * 8 * x.shape[1] * _gpu.CENTRE_SHARE)
+    assert_comoments(_gpu.comoments(cupy.asarray(x)), ref)
+    assert syrks == [min(7_001, x.shape[0] - s) for s in range(0, x.shape[0], 7_001)]
+
+
+@gpu
 def test_gpu_fortran_ordered_and_featureless_blocks_equal_cpu(big: tuple[np.ndarray, np.ndarray]) -> None:
     cupy = pytest.importorskip("cupy")
     x = big[0]
@@ -410,3 +497,86 @@ def test_gpu_histogram_ranges_go_to_the_device_once(big: tuple[np.ndarray, np.nd
         np.testing.assert_array_equal(hk.chunk(d).counts.get(), reference(hk, x).counts)
     assert len(_gpu._CONSTANTS) == _gpu._CONSTANTS_KEPT
     np.testing.assert_array_equal(h.chunk(d).counts.get(), first)
+
+
+def _spin(cupy, seconds: float) -> None:  # noqa: ANN001
+    """Queue a one-thread kernel that keeps the current stream busy for ``seconds`` (by the GPU's global timer)."""
+    kernel = cupy.RawKernel(r"""
+extern "C" __global__ void spin(long long ns) {
+    long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+""", "spin")
+    kernel((1,), (1,), (np.int64(seconds * 1e9),))
+
+
+@gpu
+def test_gpu_chunk_tasks_never_wait_for_the_device(big: tuple[np.ndarray, np.ndarray]) -> None:
+    """A chunk task (moments, co-moments, histograms by label, device or staged host blocks) queues and returns.
+
+    A kernel that spins for 10 s is queued first on the task's stream; had the
+    task synchronised the host anywhere (a label check, the stager's end),
+    it could not return before the spin ends. The states then equal the CPU's.
+    """
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.engine.staged import Staged
+    from daskbatch.stats import Bundle
+    from daskbatch.stats.classes import labels_checked
+
+    x, y = big
+    classes = (0, 1, 2, 3)
+    mi = Histogram(16, hist_for(x).lo, hist_for(x).hi, by_label=True, classes=classes)
+    bundle = Bundle((Moments(), CoMoments(), hist_for(x, bins=16), mi))
+    staged = Staged(bundle, 20_000)  # three parts through the double buffer
+    dx, dy = cupy.asarray(x), cupy.asarray(y)
+    with labels_checked():  # as describe's chunk tasks run, its labels checked on the host
+        bundle.chunk(dx, dy)  # compiled, ranges on the device, stager buffers made
+        staged.chunk(x, y)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for run in (lambda: bundle.chunk(dx, dy), lambda: staged.chunk(x, y)):
+        with stream, labels_checked():
+            _spin(cupy, 10.0)
+            state = run()
+            busy = not stream.done
+        stream.synchronize()
+        assert busy, "the chunk task waited for the device"
+        assert_moments(state[0], reference(Moments(), x))
+        assert_comoments((state[1].n, state[1].shift, state[1].mean, state[1].c), reference(CoMoments(), x))
+        np.testing.assert_array_equal(state[3].counts.get(), reference(mi, x, y).counts)
+
+
+@sim
+def test_sim_comoment_states_merge_with_cpu_states_and_save_mirrored(tmp_path: Path) -> None:
+    """A GPU state (upper triangle, zeros below) merges with CPU states in any order; finalize and saving mirror it."""
+    import functools
+
+    import zarr
+    from numba import cuda
+
+    from daskbatch.io.summary_states import read_states, write_states
+    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.registry import Kept
+
+    x = chunk("float64", rows=60)
+    parts = [np.ascontiguousarray(p) for p in (x[:25], x[25:40], x[40:])]
+    stat = CoMoments()
+    cpu = [reference(stat, p) for p in parts]
+    on_gpu = CoMomentsState(*_gpu.comoments(cuda.to_device(parts[1]), rows_per_group=4))
+    assert np.all(np.tril(on_gpu.c, -1) == 0) and np.any(np.triu(on_gpu.c, 1) != 0)
+    want = stat.finalize(functools.reduce(stat.merge, cpu))
+    scale = np.max(np.abs(want.cov))
+    for states in ([cpu[0], on_gpu, cpu[2]], [on_gpu, cpu[2], cpu[0]]):
+        merged = functools.reduce(stat.merge, states)
+        got = stat.finalize(merged)
+        np.testing.assert_allclose(got.cov, want.cov, rtol=1e-12, atol=1e-12 * scale)
+        np.testing.assert_array_equal(got.cov, got.cov.T)
+    saved = merged.canonical()
+    np.testing.assert_array_equal(saved.c, saved.c.T)
+    np.testing.assert_array_equal(np.triu(saved.c), np.triu(merged.c))
+    store = str(tmp_path / "s.zarr")
+    zarr.open_group(store, mode="w")
+    write_states(store, {"cov": Kept(stat, merged)}, results="r")
+    back = read_states(store, "r")["cov"].state
+    np.testing.assert_array_equal(back.c, saved.c)  # on disk the matrix is the full one

@@ -76,8 +76,13 @@ def test_projection_has_the_expected_terms() -> None:
         "states": sum(state_bytes(s, d, bins=BINS, n_classes=4) for s in DEFAULT),
         "overhead": memory.TASK_OVERHEAD_BYTES,
     }
-    wide = chunk_task_terms(30_000, 5_000, 4, ("cov",), path="gpu-compiled")
-    assert gpu_kernel_bytes("cov", 30_000, 5_000) - 8 * 2**19 - 8 * 938 == _gpu.CENTRE_BUFFER_BYTES  # capped
+    wide = chunk_task_terms(30_000, 5_000, 4, ("cov",), path="gpu-compiled", device_bytes=16 * 10**9)
+    partials = 8 * 2**19 + 8 * 938
+    # A 16 GB card's share holds 25,000 of the 30,000 rows; an 80 GB card's the whole chunk (one SYRK).
+    assert gpu_kernel_bytes("cov", 30_000, 5_000, 16 * 10**9) - partials == 25_000 * 5_000 * 8
+    assert gpu_kernel_bytes("cov", 30_000, 5_000, 80 * GiB) - partials == 30_000 * 5_000 * 8
+    assert gpu_kernel_bytes("cov", 30_000, 5_000) - partials == 30_000 * 5_000 * 8  # card unknown: the most
+    assert wide["temporaries"] == gpu_kernel_bytes("cov", 30_000, 5_000, 16 * 10**9) + 30_000
     assert wide["float64 copy"] == 0
     sketch = chunk_task_terms(rows, d, 4, ("moments", "sketch"), path="gpu-compiled")
     assert sketch["float64 copy"] == rows * d * 8  # no GPU kernel: the array-API path's copy
@@ -198,5 +203,7 @@ def _measured_and_projected(rows: int, d: int, stats: tuple[str, ...]) -> tuple[
     finally:
         cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
         pool.free_all_blocks()
-    projected = projected_task_bytes(rows, d, 4, stats, bins=BINS, n_classes=len(CLASS_VALUES), path="gpu-compiled")
+    card = int(cupy.cuda.Device().mem_info[1])  # the centring buffer is sized from it, in the kernel and the model
+    projected = projected_task_bytes(rows, d, 4, stats, bins=BINS, n_classes=len(CLASS_VALUES), path="gpu-compiled",
+                                     device_bytes=card)
     return peak, projected

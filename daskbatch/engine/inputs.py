@@ -37,6 +37,11 @@ class FeatureMatrix:
     #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
     #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
     stage_rows: int | None = None
+    #: Every label is one of the class values the statistics are given: checked on the host
+    #: where it was read, or those values were found by a scan of this very label. Chunk tasks
+    #: then skip the check (a host synchronisation on the GPU, see
+    #: :func:`daskbatch.stats.classes.labels_checked`).
+    label_checked: bool = False
 
 
 def dtype_kind(dtype: Any) -> str:

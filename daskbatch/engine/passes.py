@@ -132,7 +132,8 @@ class PassRunner:  # numpydoc ignore=PR02
                 )
             else:
                 tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
-                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize, tag=tag)
+                graph = tree_reduce(stat, x, label, split_every=self.split_every, finalize=finalize, tag=tag,
+                                    labels_checked=label is not None and self.data.label_checked)
                 result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
         note_pass(int(x.shape[0]), int(x.shape[1]))
         if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went

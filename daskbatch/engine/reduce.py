@@ -9,6 +9,7 @@ one worker and many. Task keys read well on the dashboard (``dask.utils.key_spli
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -100,6 +101,7 @@ def tree_reduce(
     split_every: int | None = None,
     finalize: bool = True,
     tag: str = "",
+    labels_checked: bool = False,
 ) -> Delayed:
     """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of ``label``).
 
@@ -121,6 +123,9 @@ def tree_reduce(
         Return the finalized result; else the merged state (for checkpoints and accumulators).
     tag : str, default ""
         Added to the task names (see :func:`task_prefixes`), so that the dashboard tells passes apart.
+    labels_checked : bool, default False
+        Every label is known to be one of the statistics' class values: the
+        chunk tasks skip that check (see :func:`daskbatch.stats.classes.labels_checked`).
 
     Returns
     -------
@@ -145,7 +150,7 @@ def tree_reduce(
     # and long prefixes were cut off in the task stream.
     prefixes = task_prefixes(tag)
     chunk_name = f"{prefixes['chunk']}-{token}"
-    chunk = functools.partial(_chunk_task, stat)
+    chunk = functools.partial(_chunk_task, stat, labels_checked)
     states = [
         dask.delayed(chunk)(
             xb, lb, dask_key_name=(chunk_name, i), **({} if cb is None else {"complete": cb})
@@ -171,11 +176,12 @@ def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delay
     return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
 
 
-def _chunk_task(stat: Statistic[S, Any], x: Array, label: Array | None, **masks: Array) -> S:
+def _chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:
     """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
     from daskbatch.runtime.thread_limits import limited
+    from daskbatch.stats.classes import labels_checked
 
-    with limited():
+    with limited(), labels_checked() if checked else contextlib.nullcontext():
         return stat.chunk(x, label, **masks)
 
 

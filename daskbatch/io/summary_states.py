@@ -121,7 +121,9 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     for name, kept in states.items():
         user = type(kept.statistic) not in STATE_CLASSES
         statistic, params = _identity(kept.statistic)
-        fields = {f.name: np.asarray(getattr(kept.state, f.name)) for f in dataclasses.fields(kept.state)}
+        # A state whose in-memory layout differs from the saved one gives the saved one (co-moments: mirrored).
+        state = kept.state.canonical() if callable(getattr(kept.state, "canonical", None)) else kept.state
+        fields = {f.name: np.asarray(getattr(state, f.name)) for f in dataclasses.fields(state)}
         digests[name] = _digest(statistic, params, fields)
         sub = group.create_group(name, attributes={
             "format_version": FORMAT_VERSION, "statistic": statistic, "params": params,

@@ -70,7 +70,8 @@ def plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
             f"{format_bytes(p.chunk_rows * d * p.itemsize)} of input; limited by {p.limited_by}"
         ))
     terms = chunk_task_terms(
-        p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path, **kw
+        p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path,
+        device_bytes=p.resources.device_memory_bytes, **kw
     )
     lines.append((
         "chunk task",

@@ -20,7 +20,8 @@ Model (in the spirit of cubed's projected memory):
   :mod:`daskbatch.stats.kernels._gpu`) one chunk task holds, in device memory,
   the block (decoded on the host, so no read buffers), its labels, the buffers
   of the hungriest kernel (:func:`gpu_kernel_bytes`: the moments' per-group
-  partials, the co-moments' partials and float64 centring buffer, capped) and
+  partials, the co-moments' partials and float64 centring buffer, which holds
+  the whole chunk unless that exceeds a share of the card's memory) and
   the states; the statistics without a GPU kernel (sketch, class moments)
   declare their array-API temporaries for that path;
 * one merge task holds ``split_every`` input states, the old and new running results and
@@ -144,12 +145,13 @@ def state_bytes(
     return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 
-def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int) -> int:
+def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int, device_bytes: int | None = None) -> int:
     """Size the device buffers of ``stat``'s GPU kernel on a ``rows x n_features`` chunk (states apart).
 
     From the statistic's ``Footprint.device_buffers`` (the moments' per-group
-    partials; the co-moments' partials and capped float64 centring buffer); 0
-    for statistics whose GPU kernels keep nothing but their state.
+    partials; the co-moments' partials and float64 centring buffer, sized from
+    the card's memory); 0 for statistics whose GPU kernels keep nothing but
+    their state.
 
     Parameters
     ----------
@@ -157,6 +159,8 @@ def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int) -> int:
         A statistic name or a footprint.
     rows, n_features : int
         Shape of the chunk.
+    device_bytes : int, optional
+        The card's total memory (None: unknown, the largest buffers are counted).
 
     Returns
     -------
@@ -164,7 +168,7 @@ def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int) -> int:
         Bytes.
     """
     f = footprint(stat)
-    return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features))
+    return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features, device_bytes))
 
 
 def chunk_task_terms(
@@ -177,6 +181,7 @@ def chunk_task_terms(
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
+    device_bytes: int | None = None,
 ) -> dict[str, int]:
     """Break :func:`projected_task_bytes` into its terms, by name (for ``Plan.explain``).
 
@@ -192,6 +197,8 @@ def chunk_task_terms(
         As in :func:`state_bytes`.
     path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
         Which kernels run the chunk.
+    device_bytes : int, optional
+        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
 
     Returns
     -------
@@ -208,7 +215,7 @@ def chunk_task_terms(
         temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
         extra = min(rows, f.centring_rows) * n_features * 8 if path == "compiled" else 0  # centring buffer
         if path == "gpu-compiled" and f.device_buffers is not None:
-            extra += f.device_buffers(rows, n_features)
+            extra += f.device_buffers(rows, n_features, device_bytes)
         transient.append(temps + rows * f.row_bytes[path] + f.state_copies[path] * state + extra)
     # Statistics run one after another, so one float64 copy is alive at a time at most.
     copies = max((f.float64_copies[path] for f in prints), default=0)
@@ -234,6 +241,7 @@ def projected_task_bytes(
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
+    device_bytes: int | None = None,
 ) -> int:
     """Project the peak bytes of one fused chunk task over ``rows x n_features`` input.
 
@@ -249,6 +257,8 @@ def projected_task_bytes(
         As in :func:`state_bytes`.
     path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
         Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
+    device_bytes : int, optional
+        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
 
     Returns
     -------
@@ -258,7 +268,7 @@ def projected_task_bytes(
     """
     terms = chunk_task_terms(
         rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,
-        feature_tile=feature_tile, path=path,
+        feature_tile=feature_tile, path=path, device_bytes=device_bytes,
     )
     return sum(terms.values())
 

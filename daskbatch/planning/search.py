@@ -318,7 +318,7 @@ def plan_chunks(
         if "cov" not in stats_t or n_features < 2:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
         tile = _largest_tile(
-            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path
+            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes
         )
         if tile is None:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
@@ -345,7 +345,8 @@ def plan_chunks(
             Bytes.
         """
         return projected_task_bytes(
-            rows, n_features, itemsize, stats_t, feature_tile=tile, path=path, **kw
+            rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
+            device_bytes=resources.device_memory_bytes, **kw
         )
 
     if n_rows == 0:
@@ -439,6 +440,7 @@ def _largest_tile(
     budget: int,
     kw: dict[str, Any],
     path: str,
+    device_bytes: int | None,
 ) -> int | None:
     """Widest co-moment tile whose merge task and one-storage-chunk task both fit (or None)."""
     rows = min(storage_rows, n_rows)
@@ -446,7 +448,7 @@ def _largest_tile(
     def fits(t: int) -> bool:
         merge = merge_task_bytes(stats, n_features, split_every, feature_tile=t, **kw)
         chunk = projected_task_bytes(
-            rows, n_features, itemsize, stats, feature_tile=t, path=path, **kw
+            rows, n_features, itemsize, stats, feature_tile=t, path=path, device_bytes=device_bytes, **kw
         )
         return merge <= budget and chunk <= budget
 

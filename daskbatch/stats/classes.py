@@ -17,9 +17,13 @@ cannot occur.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from array_api_compat import is_cupy_array
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State
@@ -140,8 +144,38 @@ class UnknownClassError(ValueError):
         return (type(self), (self.value, self.row, self.count, self.classes, self.rows))
 
 
+#: Set by :func:`labels_checked` in the chunk tasks of a run whose labels were checked where they were read.
+_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("daskbatch_labels_checked", default=False)
+
+
+@contextlib.contextmanager
+def labels_checked() -> Iterator[None]:
+    """Let :func:`label_codes` trust that every CuPy label is a class value (they were checked where they were read).
+
+    On the GPU the check costs a host synchronisation (its outcome must reach
+    the host before the next kernel is queued), which stalls a chunk task
+    until every kernel queued before it is done; host labels are still
+    checked (a scan, no synchronisation). The engine enters this
+    context in the chunk tasks of a run whose labels ``describe`` checked on
+    the host (:func:`daskbatch.engine.class_labels.checked_label`) or whose
+    classes a scan of the same labels found; nowhere else.
+
+    Yields
+    ------
+    None
+        Inside the block, labels are mapped without the check.
+    """
+    token = _CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
 def label_codes(xp: Namespace, label: Array, classes: tuple[int, ...]) -> Array:
     """Map every label to its column in a table over the sorted ``classes``.
+
+    Inside :func:`labels_checked` CuPy labels are trusted (not checked again).
 
     Parameters
     ----------
@@ -163,15 +197,21 @@ def label_codes(xp: Namespace, label: Array, classes: tuple[int, ...]) -> Array:
         A label is not a class value (a ValueError naming the first).
     """
     k = len(classes)
-    labels = as_int64_labels(xp, label)
+    # On the host the check costs a scan of the labels, no synchronisation: it stays.
+    trusted = _CHECKED.get() and is_cupy_array(label)
+    labels = as_int64_labels(xp, label) if not trusted else xp.astype(label, xp.int64)
     first = classes[0]
     if classes[-1] - first == k - 1:
         # Contiguous values (the usual 0..K-1): an offset, no search.
         codes = labels - first if first else labels
+        if trusted:
+            return codes
         bad = (codes < 0) | (codes >= k)
     else:
         values = xp.asarray(classes, dtype=xp.int64, device=device(label))
         codes = xp.clip(xp.searchsorted(values, labels), 0, k - 1)
+        if trusted:
+            return codes
         bad = xp.take(values, codes) != labels
     if xp.any(bad):
         at = int(xp.argmax(xp.astype(bad, xp.int8)))

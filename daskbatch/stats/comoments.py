@@ -5,6 +5,13 @@ of rows used is reported. Each chunk forms its co-moment matrix as one GEMM
 on centred float64 data (BLAS on the CPU, cuBLAS on the GPU), about a
 per-chunk reference row as in :mod:`daskbatch.stats.moments`; states merge
 with the co-moment update ``C = C_a + C_b + n_a n_b / n · δδᵀ``.
+
+Only the upper triangle of a state's matrix is read. The GPU kernels fill
+just that triangle (a SYRK) and leave zeros below; CPU states hold the full
+symmetric matrix. Merges are elementwise, so states of either kind merge
+with each other, and :meth:`CoMoments.finalize` mirrors the upper triangle
+once, at the end, instead of every chunk. A saved state is written mirrored
+(:meth:`CoMomentsState.canonical`): on disk the matrix is always the full one.
 """
 
 from __future__ import annotations
@@ -21,12 +28,44 @@ from daskbatch.stats.kernels import _gpu
 
 @dataclass(frozen=True, eq=False)
 class CoMomentsState(State):
-    """``n`` complete rows (0-d), their mean ``shift + mean`` (D,) and co-moment matrix ``c`` (D, D)."""
+    """``n`` complete rows (0-d), their mean ``shift + mean`` (D,) and co-moment matrix ``c`` (D, D).
+
+    ``c`` is read from its upper triangle (i <= j) only; below it the GPU
+    kernels leave zeros (see the module's notes).
+    """
 
     n: Array
     shift: Array
     mean: Array
     c: Array
+
+    def canonical(self) -> CoMomentsState:
+        """Give the state with its full symmetric matrix, the layout saved on disk.
+
+        Returns
+        -------
+        CoMomentsState
+            The same state, ``c`` mirrored from its upper triangle.
+        """
+        return CoMomentsState(n=self.n, shift=self.shift, mean=self.mean, c=mirrored(self.c))
+
+
+def mirrored(c: Array) -> Array:
+    """Mirror the upper triangle of ``c`` onto the lower one (an exactly symmetric ``c`` comes back unchanged).
+
+    Parameters
+    ----------
+    c : array
+        A square matrix.
+
+    Returns
+    -------
+    array
+        ``c[i, j]`` for i <= j, ``c[j, i]`` below the diagonal.
+    """
+    xp = namespace(c)
+    i = xp.arange(c.shape[0], device=device(c))
+    return xp.where(i[:, None] <= i[None, :], c, xp.matrix_transpose(c))
 
 
 @dataclass(frozen=True, eq=False)
@@ -248,8 +287,9 @@ class CoMoments:  # numpydoc ignore=PR02
             Complete-case count, mean, covariance and correlation.
         """
         xp = namespace(s.c)
-        diag = xp.linalg.diagonal(s.c) if hasattr(xp, "linalg") else xp.diagonal(s.c)
-        cov, corr = covariance_and_correlation(s.c, s.n, diag, diag, self.ddof, diagonal=True)
+        c = mirrored(s.c)  # once here rather than in every chunk (GPU states hold the upper triangle)
+        diag = xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
+        cov, corr = covariance_and_correlation(c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
 

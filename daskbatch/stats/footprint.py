@@ -60,8 +60,9 @@ class Footprint:  # numpydoc ignore=PR02
     centring_rows : int
         Compiled path only: rows centred into one float64 buffer at a time.
     device_buffers : callable, optional
-        ``device_buffers(rows, n_features)``: bytes of the GPU kernel's own
-        buffers on the "gpu-compiled" path (launch partials, centring buffer).
+        ``device_buffers(rows, n_features, device_bytes)``: bytes of the GPU
+        kernel's own buffers on the "gpu-compiled" path (launch partials,
+        centring buffer) on a card of ``device_bytes`` total memory (None: unknown).
     """
 
     name: str
@@ -74,7 +75,7 @@ class Footprint:  # numpydoc ignore=PR02
     reads_label: bool = False
     needs_classes: bool = False
     centring_rows: int = 0
-    device_buffers: Callable[[int, int], int] | None = None
+    device_buffers: Callable[[int, int, int | None], int] | None = None
 
 
 def generic_footprint(name: str) -> Footprint:

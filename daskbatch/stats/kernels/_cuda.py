@@ -449,12 +449,13 @@ def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
 
 
 @cuda.jit(cache=True)
-def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
-    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ`` and mirror it to the lower one.
+def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
+    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ``; the lower one is neither read nor written.
 
-    ``e`` is the residual mean. The thread of (i, j), i <= j, writes both
-    (i, j) and (j, i); the lower triangle is never read, so a SYRK that fills
-    only the upper one suffices.
+    ``e`` is the residual mean. The co-moments state keeps its matrix in the
+    upper triangle (``CoMoments.finalize`` mirrors it once), so the chunk's
+    SYRK, which fills only that triangle, needs no mirror here: the
+    mirror's writes, one column of ``c`` per warp, would not coalesce.
 
     Parameters
     ----------
@@ -471,9 +472,7 @@ def symmetric_correction(c, centre, n_out):  # noqa: ANN001, ANN201
         return
     n = n_out[0]
     n_safe = n if n > 0 else 1.0
-    v = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))
-    c[i, j] = v
-    c[j, i] = v
+    c[i, j] = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))
 
 
 @cuda.jit(cache=True)
@@ -542,7 +541,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     bins : int
         Bins per feature.
     labels : device array
-        The int64 class of each row (read with ``by_label``).
+        The int64 class of each row (read with ``by_label``). The caller checks
+        them (or trusts a check made on the host, without a host synchronisation
+        here); a row whose class lies outside ``0 .. K - 1`` anyway is left
+        uncounted, never written out of bounds.
     by_label : bool
         Count by class.
     n_classes : int
@@ -574,9 +576,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     if jj < width and lane < lanes:
         a, b, s, sc = lo[j], hi[j], step[j], scale[j]
         for i in range(start + lane, stop, lanes):
-            slot = _slot(_load(x, i, j), a, b, s, sc, bins)
             cls = labels[i] if by_label else 0
-            cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
+            if 0 <= cls < n_classes:  # a code outside the table is never written
+                slot = _slot(_load(x, i, j), a, b, s, sc, bins)
+                cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
     cuda.syncthreads()
     base = f0 * n_slots * n_classes
     for k in range(t, size, threads):
@@ -619,6 +622,7 @@ def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     n_slots = bins + 3
     a, b, s, sc = lo[j], hi[j], step[j], scale[j]
     for i in range(start, stop):
-        slot = _slot(_load(x, i, j), a, b, s, sc, bins)
         cls = labels[i] if by_label else 0
-        cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))
+        if 0 <= cls < n_classes:  # a code outside the table is never written
+            slot = _slot(_load(x, i, j), a, b, s, sc, bins)
+            cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "CENTRE_BUFFER_BYTES",
+    "CENTRE_SHARE",
     "SHARED_BYTES",
+    "centring_rows",
     "comoments",
     "histogram",
     "histogram_layout",
@@ -48,11 +49,15 @@ MIN_GROUP_ROWS = 32
 MAX_GRID_Y = 65_535
 #: Threads per block along the features.
 FEATURE_THREADS = 128
-#: Most bytes of the float64 centring buffer of the co-moments (row blocks of at most this
-#: size, one SYRK each). 1 GiB holds a 25,000 x 5,000 block whole: one SYRK per block instead
-#: of four, each of which re-read the (D, D) result. The planner counts the buffer
-#: (:func:`comoments_buffer_bytes`), so a smaller card gets smaller chunks, not an overflow.
-CENTRE_BUFFER_BYTES = 2**30
+#: The co-moments centre a chunk into a float64 buffer and add its ``devᵀ dev`` to the result
+#: with one SYRK per buffer-full. The buffer holds the whole chunk (one SYRK) when that is at
+#: most 1/CENTRE_SHARE of the card's memory, else as many rows as that share holds
+#: (:func:`centring_rows`). The share is of the card's total memory, which the planner is
+#: given as ``Resources.device_memory_bytes``: model and kernel size the buffer alike, and
+#: the split of a chunk (hence its rounding) does not depend on what else the card holds
+#: at the time. 1 GB on a 16 GB card, 5 GB on an 80 GB H100, 8.8 GB on an H200 (a
+#: 100,000 x 5,000 float32 chunk in one SYRK).
+CENTRE_SHARE = 16
 #: Shared memory a histogram block may use for its private counters (the default per-block limit).
 SHARED_BYTES = 48 * 2**10
 #: Threads of a histogram block, and the blocks a histogram launch aims at.
@@ -125,7 +130,7 @@ def group_features_bound(rows: int, n_features: int) -> int:
     )
 
 
-def moments_buffer_bytes(rows: int, n_features: int) -> int:
+def moments_buffer_bytes(rows: int, n_features: int, device_bytes: int | None = None) -> int:
     """Size the moments kernel's own device buffers: float64 partials (4 x groups x D), int64 counts (3 x).
 
     Parameters
@@ -134,6 +139,8 @@ def moments_buffer_bytes(rows: int, n_features: int) -> int:
         Rows of the chunk.
     n_features : int
         Features of the chunk.
+    device_bytes : int, optional
+        The card's total memory (unused: the partials do not depend on it).
 
     Returns
     -------
@@ -143,8 +150,31 @@ def moments_buffer_bytes(rows: int, n_features: int) -> int:
     return 7 * 8 * group_features_bound(rows, n_features)
 
 
-def comoments_buffer_bytes(rows: int, n_features: int) -> int:
-    """Size the co-moments kernel's device buffers: partials, row counts, the capped float64 centring buffer.
+def centring_rows(rows: int, n_features: int, device_bytes: int | None = None) -> int:
+    """Count the rows the co-moments centre into their float64 buffer at a time (one SYRK each).
+
+    Parameters
+    ----------
+    rows : int
+        Rows of the chunk.
+    n_features : int
+        Features of the chunk (> 0).
+    device_bytes : int, optional
+        The card's total memory; None (unknown) holds the whole chunk.
+
+    Returns
+    -------
+    int
+        All ``rows`` when their float64 copy fits in ``device_bytes / CENTRE_SHARE``,
+        else as many as fit (at least one).
+    """
+    if device_bytes is None:
+        return max(1, rows)
+    return max(1, min(rows, device_bytes // CENTRE_SHARE // (8 * max(n_features, 1))))
+
+
+def comoments_buffer_bytes(rows: int, n_features: int, device_bytes: int | None = None) -> int:
+    """Size the co-moments kernel's device buffers: partials, row counts, the float64 centring buffer.
 
     Parameters
     ----------
@@ -152,13 +182,15 @@ def comoments_buffer_bytes(rows: int, n_features: int) -> int:
         Rows of the chunk.
     n_features : int
         Features of the chunk.
+    device_bytes : int, optional
+        The card's total memory (see :func:`centring_rows`); None counts a buffer for the whole chunk.
 
     Returns
     -------
     int
         Bytes.
     """
-    centre = min(rows * n_features * 8, max(8 * n_features, CENTRE_BUFFER_BYTES))
+    centre = centring_rows(rows, n_features, device_bytes) * n_features * 8
     return 8 * group_features_bound(rows, n_features) + 8 * -(-rows // MIN_GROUP_ROWS) + centre
 
 
@@ -189,7 +221,11 @@ def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) ->
 
 
 def centring_blocks(
-    rows: int, n_features: int, rows_per_group: int | None = None, block_rows: int | None = None
+    rows: int,
+    n_features: int,
+    rows_per_group: int | None = None,
+    block_rows: int | None = None,
+    device_bytes: int | None = None,
 ) -> tuple[int, int]:
     """Choose the rows the co-moments centre at a time; give the most row groups one block splits into.
 
@@ -206,7 +242,9 @@ def centring_blocks(
     rows_per_group : int, optional
         As given to :func:`comoments`.
     block_rows : int, optional
-        As given to :func:`comoments`; by default as many as :data:`CENTRE_BUFFER_BYTES` holds.
+        As given to :func:`comoments`; by default :func:`centring_rows`.
+    device_bytes : int, optional
+        The card's total memory, for :func:`centring_rows`.
 
     Returns
     -------
@@ -216,7 +254,7 @@ def centring_blocks(
         The most groups of any block (the full ones and the last).
     """
     if block_rows is None:
-        block_rows = CENTRE_BUFFER_BYTES // (8 * n_features)
+        block_rows = centring_rows(rows, n_features, device_bytes)
     block_rows = max(1, min(rows, block_rows))
     last = rows % block_rows or block_rows
     groups = max(row_groups(kb, n_features, rows_per_group)[1] for kb in {block_rows, last})
@@ -266,6 +304,14 @@ def histogram_layout(
 _CONSTANTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _CONSTANTS_LOCK = threading.Lock()
 _CONSTANTS_KEPT = 16
+
+
+@functools.cache
+def _card_bytes(device: int) -> int:
+    """Total memory of CUDA device ``device`` (asked once: it does not change)."""
+    import cupy
+
+    return int(cupy.cuda.Device(device).mem_info[1])
 
 
 @functools.lru_cache(maxsize=64)
@@ -332,6 +378,10 @@ class _Backend:
     def result(self, a: Any) -> Any:
         return a
 
+    def device_bytes(self) -> int | None:
+        """The card's total memory, which sizes the co-moments' centring buffer (:func:`centring_rows`)."""
+        return _card_bytes(self.xp.cuda.Device().id)
+
     def gram_buffer(self, d: int) -> Any:
         """Zeros (D, D) in C order, for :meth:`gram` to add to."""
         return self.xp.zeros((d, d), dtype=np.float64)
@@ -372,14 +422,16 @@ class _SimBackend(_Backend):
     def result(self, a: Any) -> Any:
         return a.copy_to_host()
 
+    def device_bytes(self) -> int | None:
+        # The simulator reports infinite memory: unknown, so the whole chunk is one block.
+        total = self.cuda.current_context().get_memory_info().total
+        return int(total) if math.isfinite(total) else None
+
     def gram_buffer(self, d: int) -> Any:
-        # NaN below the diagonal: the kernels must never read the lower triangle.
-        host = np.full((d, d), np.nan)
-        host[np.triu(np.ones((d, d), dtype=bool))] = 0.0
-        return self.cuda.to_device(host)
+        return self.cuda.to_device(np.zeros((d, d)))
 
     def gram(self, dev: Any, c: Any) -> None:
-        # What a SYRK does: the upper triangle only; the lower one keeps whatever it held.
+        # What a SYRK does: the upper triangle only; the lower one keeps whatever it held (zeros).
         host = c.copy_to_host()
         block = dev.copy_to_host()
         upper = np.triu(np.ones(host.shape, dtype=bool))
@@ -455,8 +507,10 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk.
 
     Three reads of ``x`` (complete rows; their sum about the first one; the
-    centring), the centring going block by block into one float64 buffer of at
-    most :data:`CENTRE_BUFFER_BYTES` whose ``devᵀ dev`` a SYRK adds to ``c``.
+    centring, which packs the centred rows into the float64 buffer as it reads
+    them), the buffer holding the whole chunk when it fits in the card's
+    share (:func:`centring_rows`), else going block by block, and a SYRK
+    adding each buffer's ``devᵀ dev`` to ``c``.
 
     Parameters
     ----------
@@ -465,12 +519,13 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     rows_per_group : int, optional
         Rows per group of the launches (see :func:`row_groups`).
     block_rows : int, optional
-        Rows centred at a time; by default as many as the buffer holds.
+        Rows centred at a time; by default :func:`centring_rows` of the card's memory.
 
     Returns
     -------
     tuple of cupy.ndarray
-        The fields ``(n, shift, mean, c)``.
+        The fields ``(n, shift, mean, c)``; ``c`` holds the co-moments in its
+        upper triangle and zeros below (the state's layout: finalize mirrors).
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k
@@ -484,7 +539,7 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     rpg, groups = row_groups(rows, d, rows_per_group)
     grid, block = _first_pass_shape(d, groups)
     vgrid, vblock = _vector_shape(d)
-    block_rows, block_groups = centring_blocks(rows, d, rows_per_group, block_rows)
+    block_rows, block_groups = centring_blocks(rows, d, rows_per_group, block_rows, be.device_bytes())
     bad = be.zeros((rows,), np.uint8)
     first = be.full((1,), rows, np.int64)
     # Shared by the chunk's groups and by each centring block's, which may be more.
@@ -509,7 +564,7 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     mean = be.empty((d,), np.float64)
     be.launch(k.finish_mean, vgrid, vblock, centre, n_out, mean)
     tile = 16
-    be.launch(k.symmetric_correction, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
+    be.launch(k.correct_upper, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
     n = be.result(n_out).reshape(())
     centre = be.result(centre)
     return n, centre[0], be.result(mean), be.result(c)

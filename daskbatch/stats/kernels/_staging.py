@@ -18,9 +18,12 @@ chunk, or the batches of a data loader) instead:
   task of the same thread.
 
 The parts are reduced in the order given and folded left to right, so the
-result is the same as reducing them one after another; it is complete on the
-device when :meth:`Stager.reduce` returns (the compute stream is
-synchronised, so work on any other stream may read it).
+result is the same as reducing them one after another. The host never waits
+for the kernels: the compute stream starts after the work queued before the
+call on the caller's current stream (an ``initial`` state), and the caller's
+stream waits, on the device, for the compute stream before anything queued on
+it after the call runs, so CuPy work there reads the result complete. The host
+waits only for a pinned buffer's previous copy before refilling it.
 
 Both streams are blocking ones (ordered with the legacy default stream): the
 copies of one chunk overlap its own kernels, not CuPy work that other threads
@@ -219,7 +222,8 @@ class Stager:
         Returns
         -------
         state or None
-            None when there were no parts and no ``initial``.
+            None when there were no parts and no ``initial``; complete once the
+            work queued before return on the caller's current stream is.
         """
         cupy = self._cupy
         pending: deque[tuple[_Slot, list[Any]]] = deque()
@@ -240,6 +244,8 @@ class Stager:
                 pending.append((slot, self._stage(slot, part)))
 
         with cupy.cuda.Device(self.device_id):
+            caller = cupy.cuda.get_current_stream()
+            self.compute_stream.wait_event(caller.record())  # e.g. the kernels that made ``initial``
             try:
                 refill()
                 while pending:
@@ -252,7 +258,8 @@ class Stager:
                     del arrays, result
                     free.append(slot)
                     refill()  # the next copy goes in while the GPU works on this part
-                self.compute_stream.synchronize()
+                # A device-side wait, not a host one: the chunk task returns while the GPU works.
+                caller.wait_event(self.compute_stream.record())
             except BaseException:
                 # Leave nothing in flight that reads or writes buffers a later call reuses.
                 self.copy_stream.synchronize()
