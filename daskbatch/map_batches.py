@@ -22,15 +22,15 @@ provenance.  A batch that fails is handled by ``on_error``, one mode or
 ``"fallback"``
     on the GPU: a memory error (``cupy.cuda.memory.OutOfMemoryError`` or any
     ``MemoryError``) splits the batch in halves, retried on the GPU down to
-    ``min_batch_rows``; a piece that still fails, or any other error from the
+    ``min_batch_rows`` (default ``batch_rows // 1024``); a piece that still fails, or any other error from the
     GPU (retrying smaller would not help), runs on the CPU, and so does
     everything when CuPy is missing; a :class:`~daskbatch.errors.GPUFallbackWarning`
     says so once.  On the CPU a failing batch is bisected down to
-    ``min_batch_rows``, and a smallest piece that still fails raises a
+    ``min_batch_rows`` (default 1), and a smallest piece that still fails raises a
     :class:`BatchError` with its rows;
 ``"flag"``
-    a failing batch is bisected down to ``min_batch_rows`` (single rows for
-    batches up to 1,024 rows) and only the smallest pieces that still fail
+    a failing batch is bisected down to ``min_batch_rows`` (single rows by
+    default) and only the smallest pieces that still fail
     become NaN; a per-row mask records them (the ``failed`` array of the output
     store, the mask of the returned masked array), the provenance lists the
     ranges and a :class:`FlaggedRowsWarning` says so;
@@ -59,10 +59,9 @@ import numpy as np
 
 from daskbatch._warnings import warn
 from daskbatch.engine.blockrun import DEVICES, on_device, run_blocks
-from daskbatch.errors import GPUFallbackWarning
-from daskbatch.planning.devices import DeviceChoice
 from daskbatch.engine.checkpoint.fingerprint import function_token, output_items
 from daskbatch.engine.inputs import as_feature_matrix
+from daskbatch.errors import GPUFallbackWarning
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
@@ -71,6 +70,7 @@ from daskbatch.io.rowstore import (
     layout,
     row_ranges,
 )
+from daskbatch.planning.devices import DeviceChoice
 from daskbatch.transform import _created, input_fingerprint, local_path, regular_rows
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
@@ -88,7 +88,11 @@ class BatchError(RuntimeError):
     """``func`` failed on a batch; the message names its rows (chained to the original error)."""
 
 
-class _LossyCast(ValueError):
+class Misuse(ValueError):
+    """``func`` broke its contract (a result of the wrong length or shape): never retried or flagged."""
+
+
+class _LossyCast(Misuse):
     """``func`` returned values that the output dtype cannot hold; never retried or flagged."""
 
 
@@ -97,7 +101,18 @@ class FlaggedRowsWarning(UserWarning):
 
 
 def on_error_modes(on_error: Any) -> tuple[bool, bool]:
-    """``(fallback, flag)`` from ``on_error``: one of :data:`ON_ERROR`, or ``"fallback"`` and ``"flag"`` together."""
+    """Read ``on_error``: one of :data:`ON_ERROR`, or ``"fallback"`` and ``"flag"`` together.
+
+    Parameters
+    ----------
+    on_error : str or sequence of str
+        As given to :func:`map_batches`.
+
+    Returns
+    -------
+    tuple of bool
+        ``(fallback, flag)``.
+    """
     modes = (on_error,) if isinstance(on_error, str) else tuple(on_error) if isinstance(on_error, list | tuple) else ()
     if not modes or any(m not in ON_ERROR for m in modes) or ("raise" in modes and len(modes) > 1):
         raise ValueError(f"on_error must be one of {ON_ERROR} or ('fallback', 'flag'), got {on_error!r}")
@@ -121,11 +136,34 @@ def _is_memory_error(exc: BaseException) -> bool:
 def bisect(run: Callable[[Any], Any], piece: Any, lo: int, min_rows: int,
            leaf: Callable[[Any, int, BaseException], Any], join: Callable[[list[Any]], Any],
            when: Callable[[BaseException], bool] = lambda e: True) -> Any:
-    """``run(piece)``; on a failure that ``when`` accepts, halves down to ``min_rows``, then ``leaf``."""
+    """Return ``run(piece)``; on a failure that ``when`` accepts, bisect down to ``min_rows``, then ``leaf``.
+
+    Parameters
+    ----------
+    run : callable
+        The attempt on one piece.
+    piece : sliceable
+        Rows (an array) or items (a list).
+    lo : int
+        Index of the piece's first row, for ``leaf``.
+    min_rows : int
+        A failing piece this small is not split again.
+    leaf : callable
+        ``leaf(piece, lo, error)`` for a smallest failing piece: raise, or return its stand-in output.
+    join : callable
+        Joins the outputs of two halves (a list of two).
+    when : callable, optional
+        Which errors split the piece (default: all); the others go to ``leaf`` at once.
+
+    Returns
+    -------
+    object
+        The piece's output.
+    """
     n = len(piece)
     try:
         return run(piece)
-    except _LossyCast:
+    except Misuse:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
         if n <= min_rows or not when(exc):
@@ -140,7 +178,7 @@ class _Runner:
 
     def __init__(
         self, func: Callable[[Any], Any], columns: int, dtype: np.dtype, device: str, on_error: Any, min_rows: int,
-        gpu_fallback: bool = False,
+        gpu_min_rows: int | None = None, gpu_fallback: bool = False,
     ) -> None:
         self.func = func
         self.name = getattr(func, "__name__", "func")
@@ -151,6 +189,7 @@ class _Runner:
         # device="auto": the GPU was daskbatch's choice, so a batch it fails runs on the CPU instead
         self.gpu_fallback = self.fallback or gpu_fallback
         self.min_rows = min_rows
+        self.gpu_min_rows = min_rows if gpu_min_rows is None else gpu_min_rows
         self.declared = False
 
     # -- one call
@@ -164,11 +203,11 @@ class _Runner:
         rows = int(block.shape[0])
         if not hasattr(result, "shape") or result.shape[:1] != (rows,) or result.ndim not in (1, 2):
             shape = tuple(getattr(result, "shape", ()))
-            raise ValueError(f"returned shape {shape} for {rows} rows; expected ({rows}, {self.columns})")
+            raise Misuse(f"returned shape {shape} for {rows} rows; expected ({rows}, {self.columns})")
         host = to_numpy(result)
         host = host.reshape(rows, -1) if host.ndim == 1 else host
         if host.shape[1] != self.columns:
-            raise ValueError(f"returned {host.shape[1]} columns; the first batch had {self.columns}")
+            raise Misuse(f"returned {host.shape[1]} columns; the first batch had {self.columns}")
         return _cast(host, self.dtype, self.declared)
 
     def fill(self, rows: int) -> np.ndarray:
@@ -187,7 +226,7 @@ class _Runner:
         if not (self.fallback or self.flag):
             try:
                 return self.call(block)
-            except _LossyCast:
+            except Misuse:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
                 raise _failure(self.name, lo, lo + len(block), exc) from exc
@@ -209,7 +248,7 @@ class _Runner:
                 _free_gpu_memory()  # before a smaller retry, give back what the failed call held
                 raise
 
-        return bisect(attempt, block, lo, self.min_rows, to_cpu, np.concatenate, when=_is_memory_error)
+        return bisect(attempt, block, lo, self.gpu_min_rows, to_cpu, np.concatenate, when=_is_memory_error)
 
     # -- one batch
     def run(self, block: Any, lo: int) -> tuple[np.ndarray, Ranges, Ranges]:
@@ -233,7 +272,7 @@ class _Runner:
             if self.gpu_fallback:
                 return self.gpu(moved, lo, cpu_rows, flagged), flagged, cpu_rows
             return self.narrow(moved, lo, flagged), flagged, cpu_rows
-        except _LossyCast as exc:  # a wrong dtype is the call's mistake, not a failed batch: never flagged
+        except Misuse as exc:  # a wrong dtype or shape is the call's mistake, not a failed batch: never flagged
             raise BatchError(f"{self.name} on {_rows_text(lo, lo + rows)}: {exc}") from None
 
 
@@ -299,7 +338,7 @@ def _probe(runner: _Runner, x: Any) -> tuple[int, np.dtype]:
     if runner.device == "gpu" and runner.gpu_fallback:
         tries.append(lambda: to_numpy(head))
     if runner.flag:  # a bad row among the first ones is flagged later, not fatal here
-        tries.extend((lambda i=i: to_numpy(head[i : i + 1])) for i in range(n))
+        tries.extend(functools.partial(lambda i: to_numpy(head[i : i + 1]), i) for i in range(n))
     first: Exception | None = None
     for k, take in enumerate(tries):
         try:
@@ -371,7 +410,9 @@ def map_batches(
     on_error : {"raise", "flag", "fallback"} or ("fallback", "flag"), default "raise"
         See the module docstring.
     min_batch_rows : int, optional
-        Smallest piece ``"fallback"`` and ``"flag"`` bisect down to (default ``batch_rows // 1024``, at least 1).
+        Smallest piece ``"fallback"`` and ``"flag"`` bisect a failing batch down to (default 1 row; out of
+        memory on the GPU halving stops at ``batch_rows // 1024``).  A batch where every row fails costs about
+        ``2 * batch_rows / min_batch_rows`` calls.
     feature_names : sequence of str, optional
         Output column names (default: the input's when the width is unchanged, else ``out0``, ``out1``, ...).
     dtype : str or numpy.dtype, optional
@@ -426,11 +467,13 @@ def map_batches(
     xs, ys, per = regular_rows(data, per_request)
     if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
         raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
-    min_rows = int(min_batch_rows or max(1, per // 1024))
+    # Failures are bisected down to single rows; out-of-memory halving on the GPU stops sooner (tiny pieces waste it).
+    min_rows, gpu_min_rows = int(min_batch_rows or 1), int(min_batch_rows or max(1, per // 1024))
     choice = _where(device, fallback, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,
                     on_gpu=type(getattr(xs, "_meta", None)).__module__.split(".")[0] == "cupy")
 
-    runner = _Runner(func, 0, np.dtype("f8"), choice.device, on_error, min_rows, gpu_fallback=device == "auto")
+    runner = _Runner(func, 0, np.dtype("f8"), choice.device, on_error, min_rows, gpu_min_rows,
+                     gpu_fallback=device == "auto")
     columns, probed = _probe(runner, xs)
     runner.declared = dtype is not None
     dtype = probed if dtype is None else np.dtype(dtype)
@@ -541,7 +584,8 @@ def _warn_flagged(ranges: Ranges, name: str, noun: str = "rows") -> None:
         return
     shown = ", ".join(_rows_text(a, b, noun) for a, b in ranges[:5]) + (", ..." if len(ranges) > 5 else "")
     rows = sum(b - a for a, b in ranges)
-    warn(f"{name} failed on {rows:,} {noun} ({len(ranges)} range(s)), flagged: {shown}", FlaggedRowsWarning)
+    count = f"{rows:,} {noun}" if rows != 1 else f"1 {noun[:-1]}"
+    warn(f"{name} failed on {count} ({len(ranges)} range(s)), flagged: {shown}", FlaggedRowsWarning)
 
 
 def _merged(ranges: Ranges) -> Ranges:

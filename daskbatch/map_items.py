@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daskbatch.engine.blockrun import DEVICES, run_blocks
-from daskbatch.map_batches import BatchError, FlaggedRowsWarning, Ranges, bisect, on_error_modes
+from daskbatch.map_batches import (
+    BatchError,
+    FlaggedRowsWarning,
+    Misuse,
+    Ranges,
+    bisect,
+    on_error_modes,
+)
 from daskbatch.map_batches import _merged as merged
 from daskbatch.map_batches import _rows_text as rows_text
 from daskbatch.map_batches import _warn_flagged as warn_flagged
@@ -44,9 +51,9 @@ class _ItemRunner:
         try:
             results = list(results)
         except TypeError:
-            raise ValueError(f"returned a {type(results).__name__}; expected a sequence of {len(items)} results") from None
+            raise Misuse(f"returned a {type(results).__name__}; expected a sequence of {len(items)} results") from None
         if len(results) != len(items):
-            raise ValueError(f"returned {len(results)} results for {len(items)} items")
+            raise Misuse(f"returned {len(results)} results for {len(items)} items")
         return results
 
     def failure(self, i: int, lo: int, hi: int, exc: BaseException) -> BatchError:
@@ -67,9 +74,14 @@ class _ItemRunner:
         if not (self.fallback or self.flag):
             try:
                 return self.call(items), flagged
+            except Misuse as exc:  # the function's mistake, not a failed batch
+                raise Misuse(f"{self.name} {exc} (batch {i})") from None
             except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
                 raise self.failure(i, 0, len(items), exc) from exc
-        return bisect(self.call, items, 0, self.min_items, leaf, lambda parts: parts[0] + parts[1]), flagged
+        try:
+            return bisect(self.call, items, 0, self.min_items, leaf, lambda parts: parts[0] + parts[1]), flagged
+        except Misuse as exc:
+            raise Misuse(f"{self.name} {exc} (batch {i})") from None
 
 
 def map_items(
@@ -130,6 +142,7 @@ def map_items(
                          "(use device='auto' and move them inside func)")
     if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
         raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
+    bag: Any
     if isinstance(items, dask.bag.Bag):
         if batch_rows != "plan":
             raise ValueError("a dask.bag's partitions are its batches: leave batch_rows='plan', or build the bag "
@@ -146,12 +159,8 @@ def map_items(
     runner = _ItemRunner(func, on_error, int(min_batch_rows or 1))
     parts = bag.to_delayed()
     done: dict[int, tuple[list[Any], Ranges]] = {}
-
-    def keep(i: int, result: tuple[list[Any], Ranges]) -> None:
-        done[i] = result
-
     run_blocks(functools.partial(_run, runner=runner), {i: (p,) for i, p in enumerate(parts)}, name="db-map-items",
-               on_done=keep, cancel=cancel, progress="map_batches" if progress else None)
+               on_done=done.__setitem__, cancel=cancel, progress="map_batches" if progress else None)
     results: list[Any] = []
     flagged: Ranges = []
     for i in range(len(parts)):
@@ -163,4 +172,5 @@ def map_items(
 
 
 def _run(i: int, part: Any, *, runner: _ItemRunner) -> tuple[list[Any], Ranges]:
+    """One batch's task."""
     return runner.run(i, part)

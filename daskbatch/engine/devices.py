@@ -19,7 +19,18 @@ KEY = "gpu-min-batch-bytes"
 
 
 def configured_min_batch_bytes() -> int | None:
-    """``daskbatch.gpu-min-batch-bytes`` in bytes, or None for ``auto`` (the planner's threshold)."""
+    """Read ``daskbatch.gpu-min-batch-bytes``.
+
+    Returns
+    -------
+    int or None
+        Bytes, or None for ``auto`` (the planner's threshold).
+
+    Raises
+    ------
+    ValueError
+        The setting is neither ``auto`` nor a size in bytes.
+    """
     from dask.utils import parse_bytes
 
     value = config.get(KEY)
@@ -37,7 +48,13 @@ def configured_min_batch_bytes() -> int | None:
 
 
 def gpu_problem() -> str | None:
-    """Why a batch cannot run on a GPU here (the preflight's first problem), or None when it can."""
+    """Say why a batch cannot run on a GPU here: the preflight's first problem.
+
+    Returns
+    -------
+    str or None
+        The problem in one line, or None when the GPU works.
+    """
     from daskbatch.stats.kernels.preflight import check_gpu
 
     check = check_gpu()
