@@ -109,6 +109,17 @@ def test_auto_runs_on_the_cpu_when_the_preflight_fails_and_says_so(
     np.testing.assert_array_equal(zarr.open_group(report.path)["X"][:], expected(store))
 
 
+@pytest.mark.skipif(HAS_CUPY, reason="checks the machines without CUDA")
+def test_describe_auto_runs_on_the_cpu_and_records_why(store: str) -> None:
+    auto = db.describe(store, stats=("moments",), device="auto")
+    assert auto.provenance["device"] == "cpu"
+    assert auto.provenance["device_reason"] == f"the GPU preflight failed: {gpu_problem()}"
+    assert db.describe(store, stats=("moments",)).provenance["device"] == "cpu"
+    x = zarr.open_group(store)["X"][:]
+    np.testing.assert_allclose(auto.mean, x.mean(axis=0), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(auto.var, x.var(axis=0, ddof=1), rtol=1e-12)
+
+
 # -- falling back to the CPU
 
 

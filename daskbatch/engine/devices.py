@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from daskbatch import config
 from daskbatch.planning.devices import DeviceChoice, choose_device
 
-__all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem"]
+__all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem", "resolve_device"]
 
 log = logging.getLogger("daskbatch.devices")
 KEY = "gpu-min-batch-bytes"
@@ -65,7 +66,7 @@ def gpu_problem() -> str | None:
     return None
 
 
-def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches") -> DeviceChoice:
+def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches", quiet: bool = False) -> DeviceChoice:
     """Choose where ``device="auto"`` runs ``what`` of ``batch_bytes`` each, and log the choice.
 
     Parameters
@@ -76,6 +77,8 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
         The blocks are CuPy arrays already: they stay on the GPU (no transfer to pay for).
     what : str, default "batches"
         What is being placed, for the log line.
+    quiet : bool, default False
+        Log nothing (``daskbatch info --gpu`` prints the choice itself).
 
     Returns
     -------
@@ -93,5 +96,36 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
 
             resources = resources_auto(device="gpu")
         choice = choose_device(batch_bytes, resources, gpu_problem=problem, min_bytes=min_bytes)
-    log.info("device='auto' runs %s on the %s: %s", what, choice.device.upper(), choice.reason)
+    if not quiet:
+        log.info("device='auto' runs %s on the %s: %s", what, choice.device.upper(), choice.reason)
     return choice
+
+
+def resolve_device(device: str, x: Any) -> DeviceChoice:
+    """Resolve :func:`daskbatch.describe`'s ``device`` for the (samples x features) dask array ``x``.
+
+    For ``"auto"``, a chunk is taken to be as large as the planner aims for
+    (``daskbatch.target-chunk-bytes``, or the input's first block when larger),
+    never more than the whole input.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "gpu"}
+        As given.
+    x : dask.array.Array
+        The input.
+
+    Returns
+    -------
+    DeviceChoice
+        Where the chunks run and why.
+    """
+    from dask.utils import parse_bytes
+
+    if device != "auto":
+        return DeviceChoice(device, f"device={device!r}")
+    row_bytes = int(x.shape[1]) * x.dtype.itemsize
+    block = int(x.chunks[0][0]) * row_bytes if x.chunks[0] else 0
+    chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
+    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    return auto_device(chunk, on_gpu=on_gpu, what="chunks")
