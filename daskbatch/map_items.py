@@ -4,9 +4,9 @@
 >>> db.map_batches(lambda batch: [a + b for a, b in batch], [(1, 2), (3, 4), (5, 6)], batch_rows=2)
 [3, 7, 11]
 
-A list or tuple of items is cut into batches of ``batch_rows`` items (a
-``dask.bag`` with ``partition_size=batch_rows``); a ``dask.bag.Bag`` brings its
-own partitions as the batches.  Each batch is one dask task and ``func`` gets
+A list or tuple of items is cut into batches of ``batch_rows`` items (by
+default at most 100 batches); a ``dask.bag.Bag`` brings its own partitions as
+the batches.  Each batch is one dask task and ``func`` gets
 it as a list.  ``on_error`` works as for arrays, with items for rows: a
 failing batch is bisected down to ``min_batch_rows`` items, and ``"flag"``
 turns the results of the items that still fail into ``None`` (with a
@@ -34,6 +34,9 @@ from daskbatch.map_batches import _rows_text as rows_text
 from daskbatch.map_batches import _warn_flagged as warn_flagged
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_items"]
+
+#: Batches a list of items is cut into when ``batch_rows="plan"``.
+MAX_BATCHES = 100
 
 
 class _ItemRunner:
@@ -109,7 +112,7 @@ def map_items(
     out : None
         Items come back as a list; an output store is for arrays.
     batch_rows : int or "plan", default "plan"
-        Items per batch; ``"plan"``: dask.bag's default partitioning (a bag's own partitions).
+        Items per batch; ``"plan"``: at most :data:`MAX_BATCHES` batches (a bag's own partitions).
     device : {"auto", "cpu"}, default "auto"
         Items reach ``func`` as they are (move them to a GPU inside ``func``).
     on_error : {"raise", "flag", "fallback"} or ("fallback", "flag"), default "raise"
@@ -142,22 +145,24 @@ def map_items(
                          "(use device='auto' and move them inside func)")
     if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
         raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
-    bag: Any
+    bag: Any = None
     if isinstance(items, dask.bag.Bag):
         if batch_rows != "plan":
             raise ValueError("a dask.bag's partitions are its batches: leave batch_rows='plan', or build the bag "
                              "with dask.bag.from_sequence(items, partition_size=...)")
         bag = items
-    elif batch_rows == "plan":
-        bag = dask.bag.from_sequence(list(items)) if len(items) else None
-    elif isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+    elif batch_rows != "plan" and (isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive number of items or 'plan', got {batch_rows!r}")
-    else:
-        bag = dask.bag.from_sequence(list(items), partition_size=batch_rows) if len(items) else None
-    if bag is None:
-        return []
     runner = _ItemRunner(func, on_error, int(min_batch_rows or 1))
-    parts = bag.to_delayed()
+    if bag is not None:
+        parts: list[Any] = bag.to_delayed()
+    elif not len(items):
+        return []
+    else:
+        # Slices, each in a holder dask does not look into: dask.bag.from_sequence would hash every item
+        # (seconds for thousands of small arrays) and a bare list would become a task per item.
+        per = -(-len(items) // MAX_BATCHES) if batch_rows == "plan" else int(batch_rows)
+        parts = [_Batch(items[lo : lo + per]) for lo in range(0, len(items), per)]
     done: dict[int, tuple[list[Any], Ranges]] = {}
     run_blocks(functools.partial(_run, runner=runner), {i: (p,) for i, p in enumerate(parts)}, name="db-map-items",
                on_done=done.__setitem__, cancel=cancel, progress="map_batches" if progress else None)
@@ -173,4 +178,16 @@ def map_items(
 
 def _run(i: int, part: Any, *, runner: _ItemRunner) -> tuple[list[Any], Ranges]:
     """One batch's task."""
-    return runner.run(i, part)
+    return runner.run(i, part.items if isinstance(part, _Batch) else part)
+
+
+class _Batch:
+    """A batch of items, opaque to dask's traversal of task arguments."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Batch, (self.items,))
