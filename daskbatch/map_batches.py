@@ -473,7 +473,7 @@ def map_batches(
                     on_gpu=type(getattr(xs, "_meta", None)).__module__.split(".")[0] == "cupy")
 
     runner = _Runner(func, 0, np.dtype("f8"), choice.device, on_error, min_rows, gpu_min_rows,
-                     gpu_fallback=device == "auto")
+                     gpu_fallback=device == "auto" and choice.device == "gpu")
     columns, probed = _probe(runner, xs)
     runner.declared = dtype is not None
     dtype = probed if dtype is None else np.dtype(dtype)
