@@ -92,9 +92,13 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
         problem = gpu_problem()
         resources = None
         if problem is None and min_bytes is None:
+            from daskbatch.planning.resources import Resources
             from daskbatch.runtime.capacity import resources_auto
 
-            resources = resources_auto(device="gpu")
+            try:
+                resources = resources_auto(device="gpu")
+            except ValueError:  # the GPU's memory is unreadable (no pynvml): the threshold needs only the threads
+                resources = Resources(memory_bytes=1, threads_per_worker=1, device="gpu")
         choice = choose_device(batch_bytes, resources, gpu_problem=problem, min_bytes=min_bytes)
     if not quiet:
         log.info("device='auto' runs %s on the %s: %s", what, choice.device.upper(), choice.reason)
