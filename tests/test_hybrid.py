@@ -225,7 +225,7 @@ def test_auto_chooses_the_gpu_for_large_batches(store: str, tmp_path: Path) -> N
     with dask.config.set({"daskbatch.gpu-min-batch-bytes": "1GiB"}):
         report = db.map_batches(where, store, device="auto", out=tmp_path / "cpu.zarr")
     assert zarr.open_group(report.path).attrs["provenance"]["device"] == "cpu"
-    # the planner's threshold (2.3 MiB with one thread per GPU worker) against batches of 469 KiB
+    # the planner's threshold (2.3 MiB with one thread per GPU worker) against batches of at most 469 KiB
     report = db.map_batches(where, store, device="auto", out=tmp_path / "planned.zarr")
     prov = zarr.open_group(report.path).attrs["provenance"]
     assert prov["device"] == "cpu" and "below the planned threshold" in prov["device_reason"]
