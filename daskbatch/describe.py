@@ -21,6 +21,7 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
+from daskbatch.engine.devices import resolve_device
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
@@ -68,7 +69,7 @@ def describe(
     progress: bool | Literal["dask"] | Callable[[int, int | None, str], Any] = False,
     checkpoint: str | os.PathLike[str] | None = None,
     force: bool = False,
-    device: Literal["cpu", "gpu"] = "cpu",
+    device: Literal["auto", "cpu", "gpu"] = "cpu",
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
@@ -158,8 +159,10 @@ def describe(
         a result bitwise identical to an uninterrupted run.
     force : bool, default False
         Discard a checkpoint that belongs to other inputs instead of refusing.
-    device : {"cpu", "gpu"}, default "cpu"
-        ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
+    device : {"auto", "cpu", "gpu"}, default "cpu"
+        ``"auto"``: the GPU when it passes the preflight and a chunk has at
+        least ``daskbatch.gpu-min-batch-bytes``, else the CPU (logged, and
+        ``provenance["device"]``). ``"gpu"`` moves each block to the GPU once (CuPy) and computes and
         merges states there. Blocks that already are CuPy arrays stay on the GPU
         either way. How host blocks travel is ``daskbatch.gpu-transfer``:
         ``"block"`` (a copy task per block) or ``"staged"`` (each chunk task
@@ -219,10 +222,15 @@ def describe(
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
-    device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    if device not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
+    if device != "auto":
+        device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    where = resolve_device(device, data.x)
+    device = where.device  # type: ignore[assignment]  # "auto" resolved
     if device == "gpu":
         _warn_unless_gpu_kernels()
-    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
@@ -293,7 +301,8 @@ def describe(
         stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=explicit, classes_from=classes_from, miller_madow=miller_madow,
+        range_given=explicit, classes_from=classes_from, miller_madow=miller_madow, device=device,
+        device_reason=where.reason,
         cached=bool(cache and two_passes and checkpoint is None),
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,

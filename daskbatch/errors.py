@@ -57,5 +57,9 @@ class GPUKernelsWarning(UserWarning):
     """GPU work runs on the array-API path instead of daskbatch's GPU kernels: the same answers, several times slower."""
 
 
+class GPUFallbackWarning(UserWarning):
+    """Work meant for the GPU ran on the CPU (CuPy missing, the GPU out of memory or failing); said once per call."""
+
+
 class SubmitError(OSError):
     """The batch system refused a worker job (``sbatch``/``qsub`` failed); the message is its own."""

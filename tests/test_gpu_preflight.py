@@ -46,7 +46,8 @@ def test_info_gpu_prints_the_versions_and_one_verdict_line() -> None:
     result = CliRunner().invoke(main, ["info", "--gpu"])
     assert result.exit_code == (0 if check.ok else 1), result.output
     lines = result.output.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == VERSION_KEYS
+    assert [line.split()[0] for line in lines[:-2]] == VERSION_KEYS
+    assert lines[-2].startswith("device='auto': " + ("gpu" if check.ok and not check.simulated else "cpu"))
     assert lines[-1] == check.verdict()
     if not check.ok:
         assert "will NOT be used" in lines[-1] and check.problem and "\n" not in check.problem

@@ -122,7 +122,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.engine",),
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.summary", "daskbatch.plotting",
      "daskbatch.demo", "daskbatch.testing", "daskbatch.report", "daskbatch.select", "daskbatch.pca",
-     "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.progress",
+     "daskbatch.steps", "daskbatch.transform", "daskbatch.map_batches", "daskbatch.map_items", "daskbatch.progress",
      "daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.plans", "daskbatch.scores", "daskbatch.reprs", "daskbatch.incremental",
      "daskbatch.summary_attrs", "daskbatch.summary_xarray", "daskbatch.summary_store", "daskbatch.summary_extra",
      "daskbatch.summary_results", "daskbatch.selection"),

@@ -69,7 +69,7 @@ def test_raise_names_the_batch_rows() -> None:
     assert isinstance(e.value.__cause__, ValueError)
 
 
-def test_flag_masks_exactly_the_failed_batches(tmp_path: Path) -> None:
+def test_flag_masks_exactly_the_failed_rows(tmp_path: Path) -> None:
     x = data()
     poisoned = {123, 777, 778}
 
@@ -78,23 +78,26 @@ def test_flag_masks_exactly_the_failed_batches(tmp_path: Path) -> None:
             raise RuntimeError("no")
         return features(batch)
 
-    expected_mask = np.zeros(len(x), dtype=bool)
-    expected_mask[100:200] = expected_mask[700:800] = True
-    with pytest.warns(FlaggedRowsWarning, match=r"2 batch\(es\), 200 rows flagged .*rows 100-199, rows 700-799"):
+    expected_mask = np.isin(np.arange(len(x)), sorted(poisoned))  # bisected down to single rows (batches <= 1,024)
+    with pytest.warns(FlaggedRowsWarning, match=r"3 rows \(2 range\(s\)\), flagged: row 123, rows 777-778$"):
         got = db.map_batches(fussy, x, batch_rows=100, on_error="flag")
     assert isinstance(got, np.ma.MaskedArray)
     np.testing.assert_array_equal(got.mask.any(axis=1), expected_mask)
     assert np.all(np.isnan(got.data[expected_mask]))
     np.testing.assert_array_equal(got.data[~expected_mask], features(x)[~expected_mask])
 
-    with pytest.warns(FlaggedRowsWarning):
-        report = db.map_batches(fussy, x, batch_rows=100, on_error="flag", out=tmp_path / "f.zarr")
+    # min_batch_rows bounds the bisection: here whole batches are flagged, in the store and its provenance
+    batch_mask = np.zeros(len(x), dtype=bool)
+    batch_mask[100:200] = batch_mask[700:800] = True
+    with pytest.warns(FlaggedRowsWarning, match=r"200 rows \(2 range\(s\)\), flagged: rows 100-199, rows 700-799"):
+        report = db.map_batches(fussy, x, batch_rows=100, on_error="flag", min_batch_rows=100,
+                                out=tmp_path / "f.zarr")
     assert report.failed_rows == ((100, 200), (700, 800))
     group = zarr.open_group(report.path)
-    np.testing.assert_array_equal(group["failed"][:], expected_mask)
+    np.testing.assert_array_equal(group["failed"][:], batch_mask)
     assert group.attrs["provenance"]["failed_rows"] == [[100, 200], [700, 800]]
     assert group.attrs["daskbatch_output"] == "map_batches" and group.attrs["complete"] is True
-    np.testing.assert_array_equal(np.isnan(group["X"][:]).all(axis=1), expected_mask)
+    np.testing.assert_array_equal(np.isnan(group["X"][:]).all(axis=1), batch_mask)
 
 
 @pytest.mark.parametrize("batch_rows", [7, 64, 333, 1000, "plan"])

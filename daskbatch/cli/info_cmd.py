@@ -70,12 +70,30 @@ def _gpu_check(as_json: bool) -> None:
                 "cuda_runtime": stack["cuda_runtime"]}
     if versions["driver"] is None:
         versions["driver"] = stack["cuda_driver"]
+    auto = _auto_choice()
     if as_json:
         click.echo(json.dumps({"ok": check.ok, "simulated": check.simulated, "problem": check.problem,
-                               "verdict": check.verdict(), "versions": versions}, indent=2))
+                               "verdict": check.verdict(), "versions": versions, "auto": auto}, indent=2))
     else:
         for name, ver in versions.items():
             click.echo(f"  {name:<14} {ver or '-'}")
+        why = "the GPU check below failed" if not check.ok else auto["reason"]
+        click.echo(f"device='auto': {auto['device'] or '?'} for {auto['chunk']} chunks ({why})")
         click.echo(check.verdict())
     if not check.ok:
         raise SystemExit(1)
+
+
+def _auto_choice() -> dict[str, str | None]:
+    """Where ``device="auto"`` would run chunks of ``daskbatch.target-chunk-bytes`` here, and why."""
+    from dask.utils import format_bytes, parse_bytes
+
+    from daskbatch import config
+    from daskbatch.engine.devices import auto_device
+
+    size = parse_bytes(config.get("target-chunk-bytes"))
+    try:
+        choice = auto_device(size, quiet=True)
+    except ValueError as error:  # a malformed daskbatch.gpu-min-batch-bytes: shown, not fatal to the report
+        return {"device": None, "chunk": format_bytes(size), "reason": str(error)}
+    return {"device": choice.device, "chunk": format_bytes(size), "reason": choice.reason}

@@ -1,0 +1,135 @@
+"""Resolve ``device="auto"``: the GPU preflight, the planner's threshold (or the configured one), one log line.
+
+:func:`auto_device` is what :func:`daskbatch.map_batches` and
+:func:`daskbatch.describe` call; the decision itself is the pure
+:func:`daskbatch.planning.devices.choose_device`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from daskbatch import config
+from daskbatch.planning.devices import DeviceChoice, choose_device
+
+__all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem", "resolve_device"]
+
+log = logging.getLogger("daskbatch.devices")
+KEY = "gpu-min-batch-bytes"
+
+
+def configured_min_batch_bytes() -> int | None:
+    """Read ``daskbatch.gpu-min-batch-bytes``.
+
+    Returns
+    -------
+    int or None
+        Bytes, or None for ``auto`` (the planner's threshold).
+
+    Raises
+    ------
+    ValueError
+        The setting is neither ``auto`` nor a size in bytes.
+    """
+    from dask.utils import parse_bytes
+
+    value = config.get(KEY)
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        size = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        size = -1
+    if size < 0 or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"daskbatch.{KEY} must be 'auto' or a size in bytes such as 8MiB, got {value!r}")
+    return size
+
+
+def gpu_problem() -> str | None:
+    """Say why a batch cannot run on a GPU here: the preflight's first problem.
+
+    Returns
+    -------
+    str or None
+        The problem in one line, or None when the GPU works.
+    """
+    from daskbatch.stats.kernels.preflight import check_gpu
+
+    check = check_gpu()
+    if not check.ok:
+        return check.problem
+    if check.simulated:  # the kernels ran on the CPU, pretending: there is no GPU to send batches to
+        return "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): no GPU"
+    return None
+
+
+def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches", quiet: bool = False) -> DeviceChoice:
+    """Choose where ``device="auto"`` runs ``what`` of ``batch_bytes`` each, and log the choice.
+
+    Parameters
+    ----------
+    batch_bytes : int
+        Input bytes of one batch (or chunk).
+    on_gpu : bool, default False
+        The blocks are CuPy arrays already: they stay on the GPU (no transfer to pay for).
+    what : str, default "batches"
+        What is being placed, for the log line.
+    quiet : bool, default False
+        Log nothing (``daskbatch info --gpu`` prints the choice itself).
+
+    Returns
+    -------
+    DeviceChoice
+        The device and the reason, for the provenance.
+    """
+    min_bytes = configured_min_batch_bytes()  # a malformed setting is named even where there is no GPU
+    if on_gpu:
+        choice = DeviceChoice("gpu", "the blocks are already on the GPU")
+    else:
+        problem = gpu_problem()
+        resources = None
+        if problem is None and min_bytes is None:
+            from daskbatch.planning.resources import Resources
+            from daskbatch.runtime.capacity import resources_auto
+
+            try:
+                resources = resources_auto(device="gpu")
+            except ValueError:  # the GPU's memory is unreadable (no pynvml): the threshold needs only the threads
+                resources = Resources(memory_bytes=1, threads_per_worker=1, device="gpu")
+        choice = choose_device(batch_bytes, resources, gpu_problem=problem, min_bytes=min_bytes)
+    if not quiet:
+        log.info("device='auto' runs %s on the %s: %s", what, choice.device.upper(), choice.reason)
+    return choice
+
+
+def resolve_device(device: str, x: Any) -> DeviceChoice:
+    """Resolve :func:`daskbatch.describe`'s ``device`` for the (samples x features) dask array ``x``.
+
+    For ``"auto"``, a chunk is taken to be as large as the planner aims for
+    (``daskbatch.target-chunk-bytes``, or the input's first block when larger),
+    never more than the whole input.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "gpu"}
+        As given.
+    x : dask.array.Array
+        The input.
+
+    Returns
+    -------
+    DeviceChoice
+        Where the chunks run and why.
+    """
+    from dask.utils import parse_bytes
+
+    if device != "auto":
+        return DeviceChoice(device, f"device={device!r}")
+    row_bytes = int(x.shape[1]) * x.dtype.itemsize
+    block = int(x.chunks[0][0]) * row_bytes if x.chunks[0] else 0
+    chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
+    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    return auto_device(chunk, on_gpu=on_gpu, what="chunks")
