@@ -21,7 +21,13 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    device_module,
+    to_device,
+    with_target,
+)
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.errors import RangeWarning
@@ -42,6 +48,7 @@ from daskbatch.stats.spec import (
     normalize_stats,
     user_statistics,
 )
+from daskbatch.stats.target import target_cuts
 from daskbatch.summary import Summary
 
 __all__ = ["describe", "plan_describe"]
@@ -73,6 +80,8 @@ def describe(
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
     classes: Sequence[int] | None = None,
+    target: Any = None,
+    target_bins: int = 16,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
     cancel: threading.Event | None = None,
@@ -189,6 +198,21 @@ def describe(
         plan is made, so it knows the number of classes), at most
         ``daskbatch.max-classes``. They become the ``class`` coordinate of the
         summary (see :mod:`daskbatch.engine.class_labels`).
+    target : array of real numbers, optional
+        A continuous target, one value per sample (NumPy, dask, pandas
+        Series; float, integer or bool, read as float64; finite), instead of
+        a class ``label`` (give one or the other: a float label is refused,
+        never cast to classes). The first pass then computes every feature's
+        co-moments with it (``summary.target_*``, the input of
+        ``select(score="f_regression" | "r_regression")``) and, when
+        ``"mi"`` is asked for, a quantile sketch of the target; the second
+        pass counts the (bin × target bin) tables of ``"mi"`` with the target
+        cut at its own quantiles into ``target_bins`` equally populated bins
+        (fewer where ties merge cuts; the cuts are in
+        ``provenance["target"]["cuts"]``, the bins are the ``class``
+        coordinate). ``"class_moments"`` needs a class label.
+    target_bins : int, default 16
+        Quantile bins of the target for ``"mi"`` (at least 2).
     missing : {"auto", "raise", "skip", "fill"}, default "auto"
         Chunks absent from a store given by path: read them as the writer meant
         (the fill value, except in a store daskbatch wrote, where absent means
@@ -222,11 +246,19 @@ def describe(
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     if device == "gpu":
         _warn_unless_gpu_kernels()
+    if target is not None and label is not None:
+        raise ValueError("give label= (classes) or target= (a continuous target), not both")
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    if target is not None:
+        data = with_target(data, target)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
-    class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
+    if target is not None:
+        names, custom, class_values, classes_from = _with_target_statistics(stats, names, custom, target_bins)
+    else:
+        class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
+    target_mi = target is not None and "mi" in names
     chosen, planned = plan_dropping_sketch(
         lambda stats_: _planned(layout, data, (*stats_, *map(footprint_of, custom)), bins=bins, device=device,
                                 n_classes=class_values),
@@ -242,7 +274,7 @@ def describe(
                                  chosen.split_every if chosen is not None else None)
     data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
                       chosen.chunk_rows if chosen is not None else None)
-    if class_values is not None and classes_from != "label scan":
+    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
         from daskbatch.engine.class_labels import checked_label
 
         assert data.label is not None
@@ -254,13 +286,14 @@ def describe(
 
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     explicit = range is not None and not is_minmax(range)
-    two_passes = ("hist" in names or "mi" in names) and not explicit
+    # The target's quantile bins come from the first pass: its mutual information needs a second.
+    two_passes = ("hist" in names or "mi" in names) and (not explicit or target_mi)
     if cache and two_passes and checkpoint is None:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
-                        if explicit and ("hist" in names or "mi" in names) else None,
+                        if explicit and not target_mi and ("hist" in names or "mi" in names) else None,
                         custom=custom)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
@@ -275,8 +308,11 @@ def describe(
             log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
                       else "the sketch's 0.1-99.9 % quantiles widened by its error bound, values detached beyond "
                       "robust fences left out")
-            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
-                                           classes=class_values if "mi" in names else None)]
+            by_class: dict[str, Any] = (
+                {"target_cuts": target_cuts(results["target_sketch"], target_bins)} if target_mi
+                else {"classes": class_values if "mi" in names else None}
+            )
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, **by_class)]
             if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
                 q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
                 second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
@@ -284,6 +320,9 @@ def describe(
             kept.update(_kept(Bundle(tuple(second)), run(Bundle(tuple(second)), 2, finalize=False)))
             results.update((s.name, to_host(kept[s.name].finalize())) for s in second)
     provenance = dict(data.provenance)
+    if target_mi:
+        cuts = list(second[0].target_cuts)
+        provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
         results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
@@ -368,6 +407,24 @@ def _class_values(
     from daskbatch.engine.class_labels import resolve_classes
 
     return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress, "label scan"))
+
+
+def _with_target_statistics(
+    stats: Any, names: tuple[str, ...], custom: tuple[Any, ...], target_bins: int
+) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, str | None]:
+    """What a run with a continuous target computes: names, first-pass statistics and the target bins as classes."""
+    from daskbatch.stats.target import TargetMoments, TargetSketch
+
+    target_bins = strict_int(target_bins, "target_bins", minimum=2)
+    if "class_moments" in names:
+        if "class_moments" in normalize_stats(stats) and normalize_stats(stats) != normalize_stats(DEFAULT_STATS):
+            raise ValueError("statistic 'class_moments' needs a class label; with target= select ranks by "
+                             "'f_regression', 'r_regression' or 'mi'")
+        names = tuple(n for n in names if n != "class_moments")
+    fused = (TargetMoments(), TargetSketch()) if "mi" in names else (TargetMoments(),)
+    if "mi" not in names:
+        return names, (*custom, *fused), None, None
+    return names, (*custom, *fused), tuple(range(target_bins)), "target quantiles"
 
 
 def _warn_unless_gpu_kernels() -> None:

@@ -12,6 +12,7 @@ from daskbatch.summary import (
     COUNT_FIELDS_INT,
     DEFAULT_QUANTILES,
     PER_FEATURE,
+    TARGET_FIELDS,
     Summary,
 )
 from daskbatch.summary_extra import results_from_variables, user_variables
@@ -109,6 +110,9 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     for name in CLASS_FIELDS:
         if getattr(summary, name) is not None:
             data[name] = var(("feature", "class"), name, getattr(summary, name))
+    for name in TARGET_FIELDS:
+        if getattr(summary, name) is not None:
+            data[name] = var("feature", name, getattr(summary, name))
     if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
     if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
@@ -172,6 +176,7 @@ def summary_from_xarray(ds: Any) -> Summary:
     for name in (
         "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
         "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
+        *TARGET_FIELDS,
     ):
         kwargs[name] = get(name)
     for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
