@@ -48,7 +48,7 @@ from daskbatch.stats.spec import (
     normalize_stats,
     user_statistics,
 )
-from daskbatch.stats.target import target_cuts
+from daskbatch.stats.target import checked_cuts, target_cuts
 from daskbatch.summary import Summary
 
 __all__ = ["describe", "plan_describe"]
@@ -81,7 +81,8 @@ def describe(
     cache: bool = False,
     classes: Sequence[int] | None = None,
     target: Any = None,
-    target_bins: int = 16,
+    target_bins: int | Sequence[float] = 16,
+    groups: Any = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
     cancel: threading.Event | None = None,
@@ -211,8 +212,20 @@ def describe(
         (fewer where ties merge cuts; the cuts are in
         ``provenance["target"]["cuts"]``, the bins are the ``class``
         coordinate). ``"class_moments"`` needs a class label.
-    target_bins : int, default 16
-        Quantile bins of the target for ``"mi"`` (at least 2).
+    target_bins : int or sequence of float, default 16
+        Quantile bins of the target for ``"mi"`` (at least 2), or the cuts
+        themselves (strictly increasing; a summary's
+        ``provenance["target"]["cuts"]``: ``update``, ``merge`` and ``like=``
+        use them so that both sides count the same target bins).
+    groups : array of int, optional
+        A group key per sample (any integers; at most ``daskbatch.max-classes``
+        distinct values, declared with ``classes`` or found as for a label),
+        in place of a label: the first pass computes every feature's moments
+        within every group (``"class_moments"``, always added) and, with
+        ``"hist"``, the histogram pass counts them per group, in the same
+        passes as the rest. Read them as ``summary.group_count``,
+        ``group_mean``, ``group_var``, ``group_hist`` or the
+        ``summary.by_group()`` Dataset. Excludes ``label`` and ``target``.
     missing : {"auto", "raise", "skip", "fill"}, default "auto"
         Chunks absent from a store given by path: read them as the writer meant
         (the fill value, except in a store daskbatch wrote, where absent means
@@ -242,23 +255,33 @@ def describe(
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
+        if target is not None and "cuts" in like.provenance.get("target", {}):
+            target_bins = like.provenance["target"]["cuts"]  # the reference's target bins too
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     if device == "gpu":
         _warn_unless_gpu_kernels()
     if target is not None and label is not None:
         raise ValueError("give label= (classes) or target= (a continuous target), not both")
+    if groups is not None:
+        label = _groups_as_label(groups, label, target)
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     if target is not None:
         data = with_target(data, target)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
+    if groups is not None:  # grouped moments always; grouped histograms are the histograms by label
+        names = (*names, *(n for n in ("class_moments",) + (("mi",) if "hist" in names else ()) if n not in names))
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
     if target is not None:
-        names, custom, class_values, classes_from = _with_target_statistics(stats, names, custom, target_bins)
+        names, custom, class_values, classes_from, given_cuts = _with_target_statistics(stats, names, custom,
+                                                                                        target_bins)
     else:
-        class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
+        given_cuts = None
+        class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress,
+                                                   negative=groups is not None)
     target_mi = target is not None and "mi" in names
+    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
     chosen, planned = plan_dropping_sketch(
         lambda stats_: _planned(layout, data, (*stats_, *map(footprint_of, custom)), bins=bins, device=device,
                                 n_classes=class_values),
@@ -287,13 +310,13 @@ def describe(
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     explicit = range is not None and not is_minmax(range)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
-    two_passes = ("hist" in names or "mi" in names) and (not explicit or target_mi)
+    two_passes = ("hist" in names or "mi" in names) and (not explicit or found_cuts)
     if cache and two_passes and checkpoint is None:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
-                        if explicit and not target_mi and ("hist" in names or "mi" in names) else None,
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
+                        if explicit and not found_cuts and ("hist" in names or "mi" in names) else None,
                         custom=custom)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
@@ -309,7 +332,8 @@ def describe(
                       else "the sketch's 0.1-99.9 % quantiles widened by its error bound, values detached beyond "
                       "robust fences left out")
             by_class: dict[str, Any] = (
-                {"target_cuts": target_cuts(results["target_sketch"], target_bins)} if target_mi
+                {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(target_bins))}  # type: ignore[arg-type]
+                if target_mi
                 else {"classes": class_values if "mi" in names else None}
             )
             second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, **by_class)]
@@ -320,8 +344,10 @@ def describe(
             kept.update(_kept(Bundle(tuple(second)), run(Bundle(tuple(second)), 2, finalize=False)))
             results.update((s.name, to_host(kept[s.name].finalize())) for s in second)
     provenance = dict(data.provenance)
+    if groups is not None:
+        provenance["grouped"] = True
     if target_mi:
-        cuts = list(second[0].target_cuts)
+        cuts = list(kept["hist"].statistic.target_cuts)
         provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
@@ -399,32 +425,55 @@ def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) ->
 
 
 def _class_values(
-    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any
+    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any, negative: bool = False,
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if "mi" not in names and "class_moments" not in names:
         return None, None
     from daskbatch.engine.class_labels import resolve_classes
 
-    return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress, "label scan"))
+    return resolve_classes(data, classes, split_every=split_every, negative=negative,
+                           compute=lambda d: compute(d, progress, "label scan"))
+
+
+def _groups_as_label(groups: Any, label: Any, target: Any) -> Any:
+    """The group keys, which take the label's place (its class machinery keys the grouped statistics)."""
+    if label is not None or target is not None:
+        raise ValueError("groups= takes the place of a label: give label=, target= or groups=, one of them")
+    if isinstance(groups, str):
+        raise TypeError(f"groups {groups!r} is a name; pass the array itself")
+    dtype = getattr(groups, "dtype", None)
+    if dtype is None:
+        groups = np.asarray(groups)
+        dtype = groups.dtype
+    if np.dtype(dtype).kind not in "biu":
+        raise TypeError(f"groups has dtype {dtype}; group keys must be integers (codes of the group values)")
+    return groups
 
 
 def _with_target_statistics(
-    stats: Any, names: tuple[str, ...], custom: tuple[Any, ...], target_bins: int
-) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, str | None]:
-    """What a run with a continuous target computes: names, first-pass statistics and the target bins as classes."""
+    stats: Any, names: tuple[str, ...], custom: tuple[Any, ...], target_bins: Any
+) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, str | None, tuple[float, ...] | None]:
+    """What a run with a continuous target computes: names, first-pass statistics, the target bins as
+    classes, and the target's cuts when they are given."""
     from daskbatch.stats.target import TargetMoments, TargetSketch
 
-    target_bins = strict_int(target_bins, "target_bins", minimum=2)
+    given = None
+    if isinstance(target_bins, (int, np.integer)):
+        n_bins = strict_int(target_bins, "target_bins", minimum=2)
+    else:
+        given = checked_cuts(target_bins)
+        n_bins = len(given) + 1
     if "class_moments" in names:
         if "class_moments" in normalize_stats(stats) and normalize_stats(stats) != normalize_stats(DEFAULT_STATS):
             raise ValueError("statistic 'class_moments' needs a class label; with target= select ranks by "
                              "'f_regression', 'r_regression' or 'mi'")
         names = tuple(n for n in names if n != "class_moments")
+    # The target's sketch also when its cuts are given: summaries of both kinds merge.
     fused = (TargetMoments(), TargetSketch()) if "mi" in names else (TargetMoments(),)
     if "mi" not in names:
-        return names, (*custom, *fused), None, None
-    return names, (*custom, *fused), tuple(range(target_bins)), "target quantiles"
+        return names, (*custom, *fused), None, None, given
+    return names, (*custom, *fused), tuple(range(n_bins)), "target quantiles", given
 
 
 def _warn_unless_gpu_kernels() -> None:
@@ -480,11 +529,14 @@ def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
 
 
 def _histogram(
-    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None
+    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
+    cuts: tuple[float, ...] | None = None,
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
     # The class values are for the joint (bin x class) tables of 'mi' only ('class_moments' has its own).
     by_label = "mi" in names
+    if by_label and cuts is not None:  # a continuous target, cut where given
+        return Histogram(bins=bins, lo=lo, hi=hi, by_label=True, target_cuts=cuts)
     return Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None)
 
 

@@ -197,6 +197,50 @@ class Summary:
         return pd.Index(list(self.feature_names), name="feature")
 
     @property
+    def groups(self) -> np.ndarray | None:
+        """The group values of ``describe(x, groups=g)`` (None for a summary without groups)."""
+        return self.classes if self.provenance.get("grouped") else None
+
+    @property
+    def group_count(self) -> np.ndarray | None:
+        """Finite values of every feature in every group, (D, G); None without groups."""
+        return self.class_count if self.groups is not None else None
+
+    @property
+    def group_mean(self) -> np.ndarray | None:
+        """Mean of every feature's finite values in every group, (D, G) (NaN for none); None without groups."""
+        return self.class_mean if self.groups is not None else None
+
+    @property
+    def group_var(self) -> np.ndarray | None:
+        """Variance (the summary's ddof) of every feature in every group, (D, G); None without groups."""
+        if self.groups is None or self.class_m2 is None or self.class_count is None:
+            return None
+        dof = np.asarray(self.class_count, dtype=np.float64) - int(self.provenance.get("ddof", 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(dof > 0, self.class_m2 / dof, np.nan)
+
+    @property
+    def group_hist(self) -> np.ndarray | None:
+        """Histogram counts of every feature in every group on ``hist_edges``, (D, bins, G); None without."""
+        if self.groups is None or self.joint_counts is None:
+            return None
+        return self.joint_counts[:, 1:-1, :]
+
+    def by_group(self) -> Any:
+        """Give the grouped statistics as an ``xarray.Dataset`` with a ``group`` dimension.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``count``, ``mean``, ``var`` (feature, group) and, with histograms,
+            ``hist_counts`` (feature, bin, group) and ``hist_edges``.
+        """
+        from daskbatch.summary_xarray import group_dataset
+
+        return group_dataset(self)
+
+    @property
     def out_of_range_fraction(self) -> np.ndarray | None:
         """Give, per feature, the fraction of its values (NaN left out) outside its histogram range.
 

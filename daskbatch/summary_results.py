@@ -73,6 +73,10 @@ def summary_from_results(
     if "class_moments" in results:
         cm = results["class_moments"]
         kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
+        keyed = getattr(getattr((states or {}).get("class_moments"), "statistic", None), "classes", None)
+        if "classes" not in kwargs and keyed is not None:
+            # Without joint histograms the class values come from the statistic that keyed the moments.
+            kwargs["classes"] = np.asarray(keyed, dtype=np.int64)
         provenance.setdefault("n_classes", int(cm.count.shape[1]))
     if "target_moments" in results:
         t = results["target_moments"]

@@ -17,7 +17,7 @@ from daskbatch.summary import (
 )
 from daskbatch.summary_extra import results_from_variables, user_variables
 
-__all__ = ["summary_from_xarray", "summary_to_xarray"]
+__all__ = ["group_dataset", "summary_from_xarray", "summary_to_xarray"]
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
@@ -195,3 +195,40 @@ def summary_from_xarray(ds: Any) -> Summary:
         extra=extra,
         **kwargs,
     )
+
+
+def group_dataset(summary: Summary) -> Any:
+    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary described with ``groups=``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``count``, ``mean``, ``var`` (feature, group); with histograms
+        ``hist_counts`` (feature, bin, group) and ``hist_edges`` (feature, edge).
+    """
+    import xarray as xr
+
+    from daskbatch.summary_attrs import count_array
+
+    if summary.groups is None or summary.group_count is None:
+        raise ValueError("this summary has no groups: describe(x, groups=g)")
+    coords: dict[str, Any] = {
+        "feature": ("feature", np.array(summary.feature_names, dtype=object)),
+        "group": ("group", np.asarray(summary.groups, dtype=np.int64), {"long_name": "group value"}),
+    }
+    data: dict[str, Any] = {
+        "count": (("feature", "group"), count_array(summary.group_count), {"long_name": "number of finite values"}),
+        "mean": (("feature", "group"), summary.group_mean, {"long_name": "mean"}),
+        "var": (("feature", "group"), summary.group_var,
+                {"long_name": "variance", "ddof": int(summary.provenance.get("ddof", 1))}),
+    }
+    if summary.group_hist is not None and summary.hist_edges is not None:
+        data["hist_counts"] = (("feature", "bin", "group"), count_array(summary.group_hist),
+                               {"long_name": "histogram counts", "units": "1"})
+        data["hist_edges"] = (("feature", "edge"), summary.hist_edges, {"long_name": "histogram bin edges"})
+    return xr.Dataset(data, coords=coords)

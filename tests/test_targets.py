@@ -221,3 +221,21 @@ def test_cli_describe_target_then_select_f_regression(tmp_path: Path, diabetes_s
     assert "4 of 10 features selected by f_regression" in picked.output
     names = [f"f{i}" for i in np.flatnonzero(expected)]
     assert all(name in picked.output for name in names)
+
+
+def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_store) -> None:
+    store, x, y, _ = regression_store
+    xs, ys = _open(store, 500)
+    s = _describe(xs[:2000], ys[:2000], bins=16, stats=("moments", "hist", "mi"))
+    with dask.config.set(scheduler="threads", num_workers=2):
+        updated = s.update(xs[2000:], target=ys[2000:], plan=None)
+    cuts = s.provenance["target"]["cuts"]
+    ranges = np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
+    # the same bins given: one pass over all the rows
+    whole = _describe(xs, ys, bins=16, stats=("moments", "hist", "mi"), target_bins=cuts, range=ranges)
+    assert whole.provenance["passes"] == 1 and whole.provenance["target"]["cuts"] == cuts
+    np.testing.assert_array_equal(updated.joint_counts, whole.joint_counts)
+    np.testing.assert_allclose(updated.mi, whole.mi, rtol=1e-13)
+    np.testing.assert_allclose(updated.target_comoment, whole.target_comoment, rtol=1e-12)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        _describe(xs, ys, stats=("moments", "hist", "mi"), target_bins=[1.0, 1.0])

@@ -21,7 +21,9 @@ as a label outside the classes does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +35,8 @@ from daskbatch.stats.moments import first_finite
 from daskbatch.stats.sketch import FOOTPRINT as SKETCH_FOOTPRINT
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 
-__all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "target_cuts"]
+__all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "checked_cuts",
+           "target_cuts"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,6 +287,29 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
         state_copies=dict.fromkeys(KERNEL_PATHS, 1),
         reads_label=True,
     )
+
+
+def checked_cuts(cuts: Any) -> tuple[float, ...]:
+    """Validate cut points of a target given by the user: finite, strictly increasing, at least one.
+
+    Parameters
+    ----------
+    cuts : sequence of float
+        The cuts.
+
+    Returns
+    -------
+    tuple of float
+        The cuts.
+    """
+    if isinstance(cuts, (str, bytes)) or not hasattr(cuts, "__len__"):
+        raise TypeError(f"target_bins must be a number of bins or a sequence of cuts, got {cuts!r}")
+    values = tuple(float(c) for c in cuts)
+    if not values:
+        raise ValueError("target_bins has no cuts; give at least one (two bins)")
+    if not all(map(math.isfinite, values)) or any(a >= b for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"target_bins cuts must be finite and strictly increasing, got {list(values[:10])}")
+    return values
 
 
 def target_cuts(sketch: SketchResult, bins: int) -> tuple[float, ...]:
