@@ -198,22 +198,46 @@ class Summary:
 
     @property
     def groups(self) -> np.ndarray | None:
-        """The group values of ``describe(x, groups=g)`` (None for a summary without groups)."""
+        """Give the group values of ``describe(x, groups=g)``.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            The sorted group values (G,), None for a summary without groups.
+        """
         return self.classes if self.provenance.get("grouped") else None
 
     @property
     def group_count(self) -> np.ndarray | None:
-        """Finite values of every feature in every group, (D, G); None without groups."""
+        """Give the number of finite values of every feature in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), None without groups.
+        """
         return self.class_count if self.groups is not None else None
 
     @property
     def group_mean(self) -> np.ndarray | None:
-        """Mean of every feature's finite values in every group, (D, G) (NaN for none); None without groups."""
+        """Give the mean of every feature's finite values in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), NaN where a group has no finite value; None without groups.
+        """
         return self.class_mean if self.groups is not None else None
 
     @property
     def group_var(self) -> np.ndarray | None:
-        """Variance (the summary's ddof) of every feature in every group, (D, G); None without groups."""
+        """Give the variance (with the summary's ddof) of every feature in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), NaN where a group has no more than ddof values; None without groups.
+        """
         if self.groups is None or self.class_m2 is None or self.class_count is None:
             return None
         dof = np.asarray(self.class_count, dtype=np.float64) - int(self.provenance.get("ddof", 1))
@@ -222,7 +246,13 @@ class Summary:
 
     @property
     def group_hist(self) -> np.ndarray | None:
-        """Histogram counts of every feature in every group on ``hist_edges``, (D, bins, G); None without."""
+        """Give the histogram counts of every feature in every group, on ``hist_edges``.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, bins, G), None without groups or histograms.
+        """
         if self.groups is None or self.joint_counts is None:
             return None
         return self.joint_counts[:, 1:-1, :]
