@@ -25,6 +25,7 @@ from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,
     device_module,
+    groups_as_label,
     to_device,
     with_target,
 )
@@ -43,12 +44,14 @@ from daskbatch.stats.spec import (
     NAN_POLICIES,
     describe_names,
     footprint_of,
+    grouped_names,
     histogram_ranges,
     is_minmax,
     normalize_stats,
+    target_statistics,
     user_statistics,
 )
-from daskbatch.stats.target import checked_cuts, target_cuts
+from daskbatch.stats.target import target_cuts
 from daskbatch.summary import Summary
 
 __all__ = ["describe", "plan_describe"]
@@ -264,18 +267,18 @@ def describe(
     if target is not None and label is not None:
         raise ValueError("give label= (classes) or target= (a continuous target), not both")
     if groups is not None:
-        label = _groups_as_label(groups, label, target)
+        label = groups_as_label(groups, label, target)
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     if target is not None:
         data = with_target(data, target)
     names = describe_names(stats, labelled=data.label is not None, range_=range)
-    if groups is not None:  # grouped moments always; grouped histograms are the histograms by label
-        names = (*names, *(n for n in ("class_moments",) + (("mi",) if "hist" in names else ()) if n not in names))
+    if groups is not None:
+        names = grouped_names(names)
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
     if target is not None:
-        names, custom, class_values, classes_from, given_cuts = _with_target_statistics(stats, names, custom,
-                                                                                        target_bins)
+        names, fused, class_values, given_cuts = target_statistics(stats, names, target_bins)
+        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
     else:
         given_cuts = None
         class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress,
@@ -434,46 +437,6 @@ def _class_values(
 
     return resolve_classes(data, classes, split_every=split_every, negative=negative,
                            compute=lambda d: compute(d, progress, "label scan"))
-
-
-def _groups_as_label(groups: Any, label: Any, target: Any) -> Any:
-    """The group keys, which take the label's place (its class machinery keys the grouped statistics)."""
-    if label is not None or target is not None:
-        raise ValueError("groups= takes the place of a label: give label=, target= or groups=, one of them")
-    if isinstance(groups, str):
-        raise TypeError(f"groups {groups!r} is a name; pass the array itself")
-    dtype = getattr(groups, "dtype", None)
-    if dtype is None:
-        groups = np.asarray(groups)
-        dtype = groups.dtype
-    if np.dtype(dtype).kind not in "biu":
-        raise TypeError(f"groups has dtype {dtype}; group keys must be integers (codes of the group values)")
-    return groups
-
-
-def _with_target_statistics(
-    stats: Any, names: tuple[str, ...], custom: tuple[Any, ...], target_bins: Any
-) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, str | None, tuple[float, ...] | None]:
-    """What a run with a continuous target computes: names, first-pass statistics, the target bins as
-    classes, and the target's cuts when they are given."""
-    from daskbatch.stats.target import TargetMoments, TargetSketch
-
-    given = None
-    if isinstance(target_bins, (int, np.integer)):
-        n_bins = strict_int(target_bins, "target_bins", minimum=2)
-    else:
-        given = checked_cuts(target_bins)
-        n_bins = len(given) + 1
-    if "class_moments" in names:
-        if "class_moments" in normalize_stats(stats) and normalize_stats(stats) != normalize_stats(DEFAULT_STATS):
-            raise ValueError("statistic 'class_moments' needs a class label; with target= select ranks by "
-                             "'f_regression', 'r_regression' or 'mi'")
-        names = tuple(n for n in names if n != "class_moments")
-    # The target's sketch also when its cuts are given: summaries of both kinds merge.
-    fused = (TargetMoments(), TargetSketch()) if "mi" in names else (TargetMoments(),)
-    if "mi" not in names:
-        return names, (*custom, *fused), None, None, given
-    return names, (*custom, *fused), tuple(range(n_bins)), "target quantiles", given
 
 
 def _warn_unless_gpu_kernels() -> None:

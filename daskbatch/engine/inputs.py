@@ -253,6 +253,32 @@ def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
     return dataclasses.replace(data, label=target.astype(np.float64), provenance=provenance)
 
 
+def groups_as_label(groups: Any, label: Any, target: Any) -> Any:
+    """Check group keys, which take the label's place (its class machinery keys the grouped statistics).
+
+    Parameters
+    ----------
+    groups : array of int
+        One group key per sample.
+    label, target : object or None
+        The label and target given to describe: neither may be given with groups.
+
+    Returns
+    -------
+    array
+        ``groups``, to pass as the label.
+    """
+    if label is not None or target is not None:
+        raise ValueError("groups= takes the place of a label: give label=, target= or groups=, one of them")
+    if isinstance(groups, str):
+        raise TypeError(f"groups {groups!r} is a name; pass the array itself")
+    if not hasattr(groups, "dtype"):
+        groups = np.asarray(groups)
+    if dtype_kind(groups.dtype) not in LABEL_KINDS:
+        raise TypeError(f"groups has dtype {groups.dtype}; group keys must be integers (codes of the group values)")
+    return groups
+
+
 def _is_instance(obj: Any, module: str, name: str) -> bool:
     """``isinstance(obj, module.name)`` without importing ``module`` (not imported: obj cannot be one)."""
     mod = sys.modules.get(module)
