@@ -22,7 +22,14 @@ from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
 from daskbatch.engine.devices import resolve_device
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    device_module,
+    groups_as_label,
+    to_device,
+    with_target,
+)
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.errors import RangeWarning
@@ -38,11 +45,14 @@ from daskbatch.stats.spec import (
     NAN_POLICIES,
     describe_names,
     footprint_of,
+    grouped_names,
     histogram_ranges,
     is_minmax,
     normalize_stats,
+    target_statistics,
     user_statistics,
 )
+from daskbatch.stats.target import target_cuts
 from daskbatch.summary import Summary
 
 __all__ = ["describe", "plan_describe"]
@@ -74,6 +84,9 @@ def describe(
     cov_out: str | os.PathLike[str] | None = None,
     cache: bool = False,
     classes: Sequence[int] | None = None,
+    target: Any = None,
+    target_bins: int | Sequence[float] = 16,
+    groups: Any = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
     cancel: threading.Event | None = None,
@@ -192,6 +205,33 @@ def describe(
         plan is made, so it knows the number of classes), at most
         ``daskbatch.max-classes``. They become the ``class`` coordinate of the
         summary (see :mod:`daskbatch.engine.class_labels`).
+    target : array of real numbers, optional
+        A continuous target, one value per sample (NumPy, dask, pandas
+        Series; float, integer or bool, read as float64; finite), instead of
+        a class ``label`` (give one or the other: a float label is refused,
+        never cast to classes). The first pass then computes every feature's
+        co-moments with it (``summary.target_*``, the input of
+        ``select(score="f_regression" | "r_regression")``) and, when
+        ``"mi"`` is asked for, a quantile sketch of the target; the second
+        pass counts the (bin × target bin) tables of ``"mi"`` with the target
+        cut at its own quantiles into ``target_bins`` equally populated bins
+        (fewer where ties merge cuts; the cuts are in
+        ``provenance["target"]["cuts"]``, the bins are the ``class``
+        coordinate). ``"class_moments"`` needs a class label.
+    target_bins : int or sequence of float, default 16
+        Quantile bins of the target for ``"mi"`` (at least 2), or the cuts
+        themselves (strictly increasing; a summary's
+        ``provenance["target"]["cuts"]``: ``update``, ``merge`` and ``like=``
+        use them so that both sides count the same target bins).
+    groups : array of int, optional
+        A group key per sample (any integers; at most ``daskbatch.max-classes``
+        distinct values, declared with ``classes`` or found as for a label),
+        in place of a label: the first pass computes every feature's moments
+        within every group (``"class_moments"``, always added) and, with
+        ``"hist"``, the histogram pass counts them per group, in the same
+        passes as the rest. Read them as ``summary.group_count``,
+        ``group_mean``, ``group_var``, ``group_hist`` or the
+        ``summary.by_group()`` Dataset. Excludes ``label`` and ``target``.
     missing : {"auto", "raise", "skip", "fill"}, default "auto"
         Chunks absent from a store given by path: read them as the writer meant
         (the fill value, except in a store daskbatch wrote, where absent means
@@ -221,20 +261,38 @@ def describe(
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
+        if target is not None and "cuts" in like.provenance.get("target", {}):
+            target_bins = like.provenance["target"]["cuts"]  # the reference's target bins too
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu', got {device!r}")
     if device != "auto":
         device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    if target is not None and label is not None:
+        raise ValueError("give label= (classes) or target= (a continuous target), not both")
+    if groups is not None:
+        label = groups_as_label(groups, label, target)
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    if target is not None:
+        data = with_target(data, target)
     where = resolve_device(device, data.x)
     device = where.device  # type: ignore[assignment]  # "auto" resolved
     if device == "gpu":
         _warn_unless_gpu_kernels()
     names = describe_names(stats, labelled=data.label is not None, range_=range)
+    if groups is not None:
+        names = grouped_names(names)
     custom = user_statistics(stats)
     layout = _layout(plan, split_every, checkpoint, force)
-    class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
+    if target is not None:
+        names, fused, class_values, given_cuts = target_statistics(stats, names, target_bins)
+        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
+    else:
+        given_cuts = None
+        class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress,
+                                                   negative=groups is not None)
+    target_mi = target is not None and "mi" in names
+    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
     chosen, planned = plan_dropping_sketch(
         lambda stats_: _planned(layout, data, (*stats_, *map(footprint_of, custom)), bins=bins, device=device,
                                 n_classes=class_values),
@@ -250,7 +308,7 @@ def describe(
                                  chosen.split_every if chosen is not None else None)
     data = _rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
                       chosen.chunk_rows if chosen is not None else None)
-    if class_values is not None and classes_from != "label scan":
+    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
         from daskbatch.engine.class_labels import checked_label
 
         assert data.label is not None
@@ -264,13 +322,14 @@ def describe(
 
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     explicit = range is not None and not is_minmax(range)
-    two_passes = ("hist" in names or "mi" in names) and not explicit
+    # The target's quantile bins come from the first pass: its mutual information needs a second.
+    two_passes = ("hist" in names or "mi" in names) and (not explicit or found_cuts)
     if cache and two_passes and checkpoint is None:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
-                        if explicit and ("hist" in names or "mi" in names) else None,
+                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
+                        if explicit and not found_cuts and ("hist" in names or "mi" in names) else None,
                         custom=custom)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
@@ -285,8 +344,12 @@ def describe(
             log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
                       else "the sketch's 0.1-99.9 % quantiles widened by its error bound, values detached beyond "
                       "robust fences left out")
-            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names,
-                                           classes=class_values if "mi" in names else None)]
+            by_class: dict[str, Any] = (
+                {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(target_bins))}  # type: ignore[arg-type]
+                if target_mi
+                else {"classes": class_values if "mi" in names else None}
+            )
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, **by_class)]
             if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
                 q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
                 second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
@@ -294,6 +357,11 @@ def describe(
             kept.update(_kept(Bundle(tuple(second)), run(Bundle(tuple(second)), 2, finalize=False)))
             results.update((s.name, to_host(kept[s.name].finalize())) for s in second)
     provenance = dict(data.provenance)
+    if groups is not None:
+        provenance["grouped"] = True
+    if target_mi:
+        cuts = list(kept["hist"].statistic.target_cuts)
+        provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
         results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
@@ -371,14 +439,15 @@ def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) ->
 
 
 def _class_values(
-    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any
+    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any, negative: bool = False,
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if "mi" not in names and "class_moments" not in names:
         return None, None
     from daskbatch.engine.class_labels import resolve_classes
 
-    return resolve_classes(data, classes, split_every=split_every, compute=lambda d: compute(d, progress, "label scan"))
+    return resolve_classes(data, classes, split_every=split_every, negative=negative,
+                           compute=lambda d: compute(d, progress, "label scan"))
 
 
 def _warn_unless_gpu_kernels() -> None:
@@ -434,11 +503,14 @@ def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
 
 
 def _histogram(
-    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None
+    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
+    cuts: tuple[float, ...] | None = None,
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
     # The class values are for the joint (bin x class) tables of 'mi' only ('class_moments' has its own).
     by_label = "mi" in names
+    if by_label and cuts is not None:  # a continuous target, cut where given
+        return Histogram(bins=bins, lo=lo, hi=hi, by_label=True, target_cuts=cuts)
     return Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None)
 
 

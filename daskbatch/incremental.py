@@ -50,7 +50,9 @@ __all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_sta
 FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
 
 #: Provenance items that describe the settings (the same for every part), kept by a merge.
-_SETTINGS = ("stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features")
+_SETTINGS = (
+    "stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features", "grouped",
+)
 
 #: Parameters that may differ between the parts of a merge: class values are merged as a union.
 _CLASS_PARAMS = ("classes", "n_classes", "max_classes")
@@ -112,7 +114,8 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     new_rows : array, Dataset or path
         What :func:`daskbatch.describe` accepts; the same features.
     label : array or name, optional
-        The new rows' labels, when the summary has mutual information or per-class moments.
+        The new rows' labels, when the summary has mutual information or per-class moments
+        (or ``groups=`` / ``target=`` in ``options``, as the summary was described).
     **options
         Passed to :func:`daskbatch.describe` (``progress``, ``device``,
         ``checkpoint``, ``classes``, ``plan``, ``missing`` ...). Options that
@@ -130,7 +133,8 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         raise TypeError(f"update takes {', '.join(fixed)} from the summary; leave them out")
     _check_has_states(summary, "the summary")
     labelled = labelled_statistics(summary)
-    if labelled and label is None and getattr(new_rows, "label", None) is None:
+    keyed = options.get("groups") is not None or options.get("target") is not None
+    if labelled and label is None and not keyed and getattr(new_rows, "label", None) is None:
         raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
     from daskbatch.describe import describe
 
@@ -226,6 +230,8 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     if "hist" in summary.states:
         hist = summary.states["hist"].statistic
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
+        if hist.target_cuts is not None:  # the new rows' target in the same bins
+            settings["target_bins"] = list(hist.target_cuts)
     if summary.provenance.get("split_every") is not None:
         settings["split_every"] = int(summary.provenance["split_every"])
     return settings
@@ -298,7 +304,8 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
     a, b = set(first.states), set(second.states)
     if a != b:
         labelled = {"hist", "class_moments"} & (a ^ b)
-        hint = " (the new rows need a label for 'mi' and 'class_moments')" if labelled else ""
+        hint = (" (the new rows need a label for 'mi' and 'class_moments')" if labelled else
+                " (the new rows need target= for 'target_moments')" if "target_moments" in a ^ b else "")
         raise ValueError(
             f"the summaries hold different statistics: {', '.join(sorted(a))} vs {', '.join(sorted(b))}{hint}"
         )

@@ -5,7 +5,13 @@
   squares as raw power sums; here they come from per-class M2 and means).
 * ``chi2``: chi-squared of the per-class sums of non-negative features against
   their expectation under independence, equal to ``sklearn.feature_selection.chi2``.
-* ``mutual_info``: the binned mutual information already in ``summary.mi``.
+* ``f_regression`` and ``r_regression``: the F-statistic and p-value, and
+  the Pearson correlation, of every feature with a continuous target
+  (``describe(x, target=y)``), equal to ``sklearn.feature_selection.f_regression``
+  and ``r_regression`` (``center=True``, ``force_finite=True``), from the
+  feature-target co-moments (sklearn forms them as raw power sums).
+* ``mutual_info``: the binned mutual information already in ``summary.mi``
+  (with a target: against the target's quantile bins).
 * ``population_variance``: the ddof=0 variance ``VarianceThreshold`` uses.
 
 Values are left out per feature as in the summary (NaN and ±inf are not
@@ -21,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-__all__ = ["chi2", "f_classif", "mutual_info", "population_variance"]
+__all__ = ["chi2", "f_classif", "f_regression", "mutual_info", "population_variance", "r_regression"]
 
 
 def _class_arrays(summary: Any, score: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,6 +117,63 @@ def chi2(summary: Any) -> tuple[np.ndarray, np.ndarray]:
         terms = (observed - expected) ** 2 / expected
     stat = np.where(present, terms, 0.0).sum(axis=1)
     return stat, special.chdtrc(present.sum(axis=1) - 1.0, stat)
+
+
+def _target_arrays(summary: Any, score: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if summary.target_count is None:
+        raise ValueError(f"score {score!r} needs a continuous target: describe(x, target=y)")
+    return tuple(np.asarray(getattr(summary, f"target_{name}"), dtype=np.float64)  # type: ignore[return-value]
+                 for name in ("count", "x_m2", "m2", "comoment"))
+
+
+def r_regression(summary: Any) -> np.ndarray:
+    """Pearson correlation of every feature with the target.
+
+    Parameters
+    ----------
+    summary : Summary
+        From ``describe(x, target=y)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        One value per feature, as ``sklearn.feature_selection.r_regression``
+        (``force_finite=True``: 0 where the feature or the target is constant).
+    """
+    _, x_m2, y_m2, c = _target_arrays(summary, "r_regression")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = c / np.sqrt(x_m2 * y_m2)
+    # Rounding may put |r| a hair above 1 for an exact linear relation.
+    return np.where(np.isfinite(r), np.clip(r, -1.0, 1.0), 0.0)
+
+
+def f_regression(summary: Any) -> tuple[np.ndarray, np.ndarray]:
+    """F-statistic and p-value of the univariate linear regression of the target on every feature.
+
+    Parameters
+    ----------
+    summary : Summary
+        From ``describe(x, target=y)``.
+
+    Returns
+    -------
+    f : ndarray of float64, shape (D,)
+        ``r² / (1 - r²) · (n - 2)`` with ``n`` the rows where the feature is finite.
+    p : ndarray of float64, shape (D,)
+        Their p-values. Both as ``sklearn.feature_selection.f_regression``
+        (``force_finite=True``: F = 0 and p = 1 for a constant feature, F =
+        the largest float64 for an exact linear relation).
+    """
+    n = _target_arrays(summary, "f_regression")[0]
+    r2 = r_regression(summary) ** 2
+    dof = n - 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = r2 / (1.0 - r2) * dof
+    p = special.fdtrc(1.0, dof, f)
+    p = np.where(np.isinf(f), 0.0, p)
+    f = np.where(np.isinf(f), np.finfo(np.float64).max, f)
+    nan = np.isnan(f)
+    return np.where(nan, 0.0, f), np.where(nan, 1.0, p)
 
 
 def mutual_info(summary: Any) -> np.ndarray:

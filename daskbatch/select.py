@@ -13,7 +13,10 @@ pipeline of up to three steps, each on the features the previous ones kept:
 
 Scores: ``"f"`` (ANOVA F, ``f_classif``), ``"chi2"``, ``"mi"`` (binned mutual
 information), ``"variance"`` (ddof=0) and ``"mrmr"`` (mutual information as
-relevance, mean ``|corr|`` with the features picked so far as redundancy).
+relevance, mean ``|corr|`` with the features picked so far as redundancy);
+with a continuous target (``describe(x, target=y)``) ``"f_regression"``,
+``"r_regression"`` (signed, ranked as sklearn ranks it) and ``"mi"`` against
+the target's quantile bins.
 
 Ties follow sklearn: ``SelectKBest`` keeps the last ``k`` of a stable ascending
 sort, so of equal scores the later feature ranks higher; ``SelectPercentile``
@@ -32,10 +35,10 @@ from daskbatch.selection import Selection, load_selection
 
 __all__ = ["SCORES", "MODES", "Selection", "load_selection", "select"]
 
-Score = Literal["f", "chi2", "mi", "variance", "mrmr"]
+Score = Literal["f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"]
 Mode = Literal["k", "percentile", "fpr", "fdr", "fwe"]
 
-SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr")
+SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression")
 MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
 #: sklearn's defaults: SelectKBest(k=10), SelectPercentile(percentile=10), alpha=0.05.
 DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
@@ -61,11 +64,12 @@ def select(
         From :func:`daskbatch.describe`. Scores ``"f"``/``"chi2"`` need
         ``stats=[..., "class_moments"]``, ``"mi"``/``"mrmr"`` need ``"mi"``,
         ``max_corr`` and ``"mrmr"`` need ``"cov"`` (in memory or tiled).
-    score : {"f", "chi2", "mi", "variance", "mrmr"}, default "f"
+        ``"f_regression"``/``"r_regression"`` need ``describe(x, target=y)``.
+    score : {"f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"}, default "f"
         The relevance score (see the module docstring).
     mode : {"k", "percentile", "fpr", "fdr", "fwe"}, default "k"
         As sklearn's ``SelectKBest``, ``SelectPercentile``, ``SelectFpr``,
-        ``SelectFdr``, ``SelectFwe``. p-value modes need ``"f"`` or ``"chi2"``;
+        ``SelectFdr``, ``SelectFwe``. p-value modes need ``"f"``, ``"chi2"`` or ``"f_regression"``;
         ``"mrmr"`` takes ``"k"`` or ``"percentile"``.
     param : int, float or "all", optional
         ``k`` (int or ``"all"``; at most the number of features left, else all
@@ -99,12 +103,16 @@ def select(
         values, pvalue = _scores.f_classif(summary)
     elif score == "chi2":
         values, pvalue = _scores.chi2(summary)
+    elif score == "f_regression":
+        values, pvalue = _scores.f_regression(summary)
+    elif score == "r_regression":
+        values = _scores.r_regression(summary)
     elif score == "variance":
         values = _scores.population_variance(summary)
     else:
         values = _scores.mutual_info(summary)
     if mode in ("fpr", "fdr", "fwe") and pvalue is None:
-        raise ValueError(f"mode {mode!r} needs p-values; score {score!r} has none (use 'f' or 'chi2')")
+        raise ValueError(f"mode {mode!r} needs p-values; score {score!r} has none (use 'f', 'chi2' or 'f_regression')")
     corr = _Correlations(summary) if (max_corr is not None or score == "mrmr") else None
 
     d = len(names)

@@ -24,9 +24,12 @@ STATE_FIELDS = ("sketch_counts", "sketch_extrema")
 #: Per-(feature, class) arrays of the per-class moments.
 CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
 
+#: Per-feature co-moments with a continuous target (``describe(x, target=y)``).
+TARGET_FIELDS = ("target_count", "target_mean", "target_m2", "target_x_m2", "target_comoment")
+
 #: Variables that :meth:`Summary.to_xarray` stores as int64 counts.
 COUNT_FIELDS_INT = (
-    "count", "nan_count", "posinf_count", "neginf_count", "class_count",
+    "count", "nan_count", "posinf_count", "neginf_count", "class_count", "target_count",
     "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts", "quantile_counts",
 )
 
@@ -35,7 +38,9 @@ COUNT_FIELDS_INT = (
 DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
 #: Result names of the built-in statistics (anything else in describe's results is a user's).
-BUILT_IN_RESULTS = frozenset({"moments", "cov", "hist", "mi", "class_moments", "sketch", "qhist"})
+BUILT_IN_RESULTS = frozenset({
+    "moments", "cov", "hist", "mi", "class_moments", "sketch", "qhist", "target_moments", "target_sketch",
+})
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +104,16 @@ class Summary:
     #: statistic is passed to :func:`load_summary`.
     extra: dict[str, Any] = field(default_factory=dict)
     classes: np.ndarray | None = None
+    #: With a continuous target (``describe(x, target=y)``), over the rows where each feature is
+    #: finite: their number, the target's mean and sum of squared deviations, the feature's sum of
+    #: squared deviations and the co-moment Σ(x - x̄)(y - ȳ), (D,) each: the input of
+    #: ``f_regression`` and ``r_regression``. ``classes`` then numbers the target's quantile bins
+    #: (their cuts in ``provenance["target"]``).
+    target_count: np.ndarray | None = None
+    target_mean: np.ndarray | None = None
+    target_m2: np.ndarray | None = None
+    target_x_m2: np.ndarray | None = None
+    target_comoment: np.ndarray | None = None
     #: The merged, un-finalized state of every statistic, by name (``"moments"``, ``"hist"``, ...),
     #: with the statistic that made it (:class:`daskbatch.stats.registry.Kept`): what
     #: :meth:`update` and :func:`daskbatch.merge` continue from. None for a summary without them
@@ -180,6 +195,80 @@ class Summary:
         import pandas as pd
 
         return pd.Index(list(self.feature_names), name="feature")
+
+    @property
+    def groups(self) -> np.ndarray | None:
+        """Give the group values of ``describe(x, groups=g)``.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            The sorted group values (G,), None for a summary without groups.
+        """
+        return self.classes if self.provenance.get("grouped") else None
+
+    @property
+    def group_count(self) -> np.ndarray | None:
+        """Give the number of finite values of every feature in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), None without groups.
+        """
+        return self.class_count if self.groups is not None else None
+
+    @property
+    def group_mean(self) -> np.ndarray | None:
+        """Give the mean of every feature's finite values in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), NaN where a group has no finite value; None without groups.
+        """
+        return self.class_mean if self.groups is not None else None
+
+    @property
+    def group_var(self) -> np.ndarray | None:
+        """Give the variance (with the summary's ddof) of every feature in every group.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, G), NaN where a group has no more than ddof values; None without groups.
+        """
+        if self.groups is None or self.class_m2 is None or self.class_count is None:
+            return None
+        dof = np.asarray(self.class_count, dtype=np.float64) - int(self.provenance.get("ddof", 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(dof > 0, self.class_m2 / dof, np.nan)
+
+    @property
+    def group_hist(self) -> np.ndarray | None:
+        """Give the histogram counts of every feature in every group, on ``hist_edges``.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D, bins, G), None without groups or histograms.
+        """
+        if self.groups is None or self.joint_counts is None:
+            return None
+        return self.joint_counts[:, 1:-1, :]
+
+    def by_group(self) -> Any:
+        """Give the grouped statistics as an ``xarray.Dataset`` with a ``group`` dimension.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``count``, ``mean``, ``var`` (feature, group) and, with histograms,
+            ``hist_counts`` (feature, bin, group) and ``hist_edges``.
+        """
+        from daskbatch.summary_xarray import group_dataset
+
+        return group_dataset(self)
 
     @property
     def out_of_range_fraction(self) -> np.ndarray | None:

@@ -33,7 +33,7 @@ RESERVED = frozenset({
     "title", "cov_count", "daskbatch_summary_format", "provenance_json_keys", "provenance", "daskbatch_output",
 })
 #: Summary fields holding exact counts in float64 (stored as int64, read back as float64).
-COUNT_FIELDS = ("count", "nan_count", "posinf_count", "neginf_count", "class_count")
+COUNT_FIELDS = ("count", "nan_count", "posinf_count", "neginf_count", "class_count", "target_count")
 
 _COUNT = {"units": "1"}
 _LONG_NAMES: dict[str, str] = {
@@ -59,6 +59,11 @@ _LONG_NAMES: dict[str, str] = {
     "class_count": "number of finite values per class",
     "class_mean": "mean of the finite values per class",
     "class_m2": "sum of squared deviations from the class mean",
+    "target_count": "number of finite values of the feature (rows used with the target)",
+    "target_mean": "mean of the target over the rows where the feature is finite",
+    "target_m2": "sum of squared deviations of the target from its mean",
+    "target_x_m2": "sum of squared deviations of the feature from its mean",
+    "target_comoment": "sum of products of the feature's and the target's deviations",
     "sketch_counts": "quantile sketch counts",
     "sketch_extrema": "finite minimum and maximum seen by the quantile sketch",
     "quantile_counts": "quantile histogram counts: below the range, the bins, above",
@@ -66,7 +71,7 @@ _LONG_NAMES: dict[str, str] = {
 }
 _UNITLESS = frozenset({
     "count", "nan_count", "posinf_count", "neginf_count", "corr", "hist_counts", "underflow", "overflow",
-    "joint_counts", "class_count", "sketch_counts", "quantile_counts",
+    "joint_counts", "class_count", "target_count", "sketch_counts", "quantile_counts",
 })
 
 

@@ -73,7 +73,15 @@ def summary_from_results(
     if "class_moments" in results:
         cm = results["class_moments"]
         kwargs.update(class_count=cm.count, class_mean=cm.mean, class_m2=cm.m2)
+        keyed = getattr(getattr((states or {}).get("class_moments"), "statistic", None), "classes", None)
+        if "classes" not in kwargs and keyed is not None:
+            # Without joint histograms the class values come from the statistic that keyed the moments.
+            kwargs["classes"] = np.asarray(keyed, dtype=np.int64)
         provenance.setdefault("n_classes", int(cm.count.shape[1]))
+    if "target_moments" in results:
+        t = results["target_moments"]
+        kwargs.update(target_count=t.count, target_mean=t.y_mean, target_m2=t.y_m2, target_x_m2=t.x_m2,
+                      target_comoment=t.comoment)
     extra = {name: r for name, r in results.items() if name not in BUILT_IN_RESULTS}
     if extra:
         provenance["user_statistics"] = sorted(extra)

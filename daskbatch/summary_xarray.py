@@ -12,11 +12,12 @@ from daskbatch.summary import (
     COUNT_FIELDS_INT,
     DEFAULT_QUANTILES,
     PER_FEATURE,
+    TARGET_FIELDS,
     Summary,
 )
 from daskbatch.summary_extra import results_from_variables, user_variables
 
-__all__ = ["summary_from_xarray", "summary_to_xarray"]
+__all__ = ["group_dataset", "summary_from_xarray", "summary_to_xarray"]
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
@@ -109,6 +110,9 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     for name in CLASS_FIELDS:
         if getattr(summary, name) is not None:
             data[name] = var(("feature", "class"), name, getattr(summary, name))
+    for name in TARGET_FIELDS:
+        if getattr(summary, name) is not None:
+            data[name] = var("feature", name, getattr(summary, name))
     if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
     if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
@@ -172,6 +176,7 @@ def summary_from_xarray(ds: Any) -> Summary:
     for name in (
         "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
         "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
+        *TARGET_FIELDS,
     ):
         kwargs[name] = get(name)
     for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
@@ -190,3 +195,40 @@ def summary_from_xarray(ds: Any) -> Summary:
         extra=extra,
         **kwargs,
     )
+
+
+def group_dataset(summary: Summary) -> Any:
+    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary described with ``groups=``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``count``, ``mean``, ``var`` (feature, group); with histograms
+        ``hist_counts`` (feature, bin, group) and ``hist_edges`` (feature, edge).
+    """
+    import xarray as xr
+
+    from daskbatch.summary_attrs import count_array
+
+    if summary.groups is None or summary.group_count is None:
+        raise ValueError("this summary has no groups: describe(x, groups=g)")
+    coords: dict[str, Any] = {
+        "feature": ("feature", np.array(summary.feature_names, dtype=object)),
+        "group": ("group", np.asarray(summary.groups, dtype=np.int64), {"long_name": "group value"}),
+    }
+    data: dict[str, Any] = {
+        "count": (("feature", "group"), count_array(summary.group_count), {"long_name": "number of finite values"}),
+        "mean": (("feature", "group"), summary.group_mean, {"long_name": "mean"}),
+        "var": (("feature", "group"), summary.group_var,
+                {"long_name": "variance", "ddof": int(summary.provenance.get("ddof", 1))}),
+    }
+    if summary.group_hist is not None and summary.hist_edges is not None:
+        data["hist_counts"] = (("feature", "bin", "group"), count_array(summary.group_hist),
+                               {"long_name": "histogram counts", "units": "1"})
+        data["hist_edges"] = (("feature", "edge"), summary.hist_edges, {"long_name": "histogram bin edges"})
+    return xr.Dataset(data, coords=coords)

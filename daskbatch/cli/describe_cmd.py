@@ -45,6 +45,11 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
 @click.option(
+    "--target", "target_name", default=None, metavar="NAME",
+    help="Name of a continuous target array in STORE (for select --score f_regression, r_regression, mi); "
+    "excludes --label.",
+)
+@click.option(
     "--classes", "classes_", default=None, metavar="V1,V2,...",
     help="Class values of the label (e.g. 0,1,7); a label outside them is an error. "
     "Default: recorded by the store, else found by scanning the label array.",
@@ -99,7 +104,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @config_option
 @user_errors
 def describe_command(
-    store: str, x_name: str, label: str | None, classes_: str | None, stats: str, bins: int, range_: str | None,
+    store: str, x_name: str, label: str | None, target_name: str | None, classes_: str | None, stats: str, bins: int, range_: str | None,
     like_path: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
@@ -156,6 +161,12 @@ def describe_command(
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     classes = parse_classes(classes_)
+    if target_name is not None:
+        if label is not None:
+            raise click.UsageError("give --label (classes) or --target (a continuous target), not both")
+        import dask.array as da
+
+        settings["target"] = da.from_zarr(store, component=target_name)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}

@@ -10,8 +10,10 @@ from daskbatch.cli._group import main, user_errors
 @main.command("select")
 @click.argument("stats_store", metavar="STATS")
 @click.option(
-    "--score", type=click.Choice(["f", "chi2", "mi", "variance", "mrmr"]), default="f", show_default=True,
-    help="f: ANOVA F; chi2; mi: binned mutual information; variance; mrmr: MI minus mean |corr| (greedy).",
+    "--score", type=click.Choice(["f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"]),
+    default="f", show_default=True,
+    help="f: ANOVA F; chi2; mi: binned mutual information; variance; mrmr: MI minus mean |corr| (greedy); "
+    "f_regression, r_regression: against a continuous target (describe --target).",
 )
 @click.option("--k", "k", default=None, help="Keep the k best features (an integer or 'all') [default mode, k=10].")
 @click.option("--percentile", type=click.FloatRange(0, 100), default=None, help="Keep this percent of the features.")
@@ -31,7 +33,8 @@ def select_command(
     """Select features from the summary in STATS (written by ``describe --out``), reading no data.
 
     One of --k, --percentile, --fpr, --fdr, --fwe picks the mode (default --k 10);
-    f and chi2 need a summary described with --label and --stats ...,class_moments.
+    f and chi2 need a summary described with --label and --stats ...,class_moments;
+    f_regression and r_regression one described with --target.
     """
     import daskbatch as db
 

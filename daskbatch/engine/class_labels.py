@@ -93,6 +93,7 @@ def resolve_classes(
     *,
     split_every: int,
     compute: Callable[[Delayed], Any],
+    negative: bool = False,
 ) -> tuple[tuple[int, ...], str]:
     """The sorted class values of ``data.label`` and where they came from.
 
@@ -106,6 +107,9 @@ def resolve_classes(
         Fan-in of the scan's merge tree.
     compute : callable
         Computes a delayed object (the caller's scheduler and progress bar).
+    negative : bool, default False
+        Accept negative values found by the scan (group keys: no value marks
+        an unlabeled row).
 
     Returns
     -------
@@ -126,7 +130,8 @@ def resolve_classes(
 
     if data.label is None:
         raise ValueError("the class values of the label were asked for, but the data has no label")
-    label = checked_label(data.label, data.label.chunks[0], None)  # negative values stop the scan
+    # negative values stop the scan of a label
+    label = data.label if negative else checked_label(data.label, data.label.chunks[0], None)
     found = compute(tree_reduce(ClassValues(max_classes=limit), label[:, None], split_every=split_every))
     return tuple(int(v) for v in np.asarray(found)), "label scan"
 

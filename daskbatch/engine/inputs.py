@@ -107,7 +107,7 @@ def check_label(label: Any, rows: int, what: str = "x") -> None:
     if dtype_kind(label.dtype) not in LABEL_KINDS:
         raise TypeError(
             f"label has dtype {label.dtype}; mutual information needs integer class labels 0..K-1 "
-            "(cast with label.astype(int) if the values are whole numbers)"
+            "(cast with label.astype(int) if the values are whole numbers; a continuous target goes in target=)"
         )
     if label.shape[0] != rows:
         raise ValueError(f"label has {label.shape[0]:,} values but {what} has {rows:,} rows")
@@ -220,6 +220,68 @@ def as_feature_matrix(
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     return FeatureMatrix(x=x, label=label, feature_names=names, provenance=provenance, source=source)
+
+
+def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
+    """Put a continuous target where the label goes: the statistics of a target read it from there.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs (a Dataset's own label, if any, is replaced).
+    target : array or pandas or dask Series
+        One real number per sample (float, integer or bool), read as float64.
+
+    Returns
+    -------
+    FeatureMatrix
+        ``data`` with the target as its float64 label and ``provenance["target"]`` set.
+    """
+    if isinstance(target, str):
+        raise TypeError(
+            f"target {target!r} is a name; pass the array itself (for a Zarr store: "
+            f"dask.array.from_zarr(path, component={target!r}))"
+        )
+    if _is_instance(target, "pandas", "Series"):
+        target = target.to_numpy(dtype=np.float64, na_value=np.nan)
+    elif _is_instance(target, "dask.dataframe", "Series"):
+        target = target.to_dask_array(lengths=True)
+    if not hasattr(target, "dtype") or not hasattr(target, "shape"):
+        target = np.asarray(target)
+    check_numeric(target.dtype, "target")
+    target = _in_memory_as_dask(target)
+    _check_known_chunks(target, "target")
+    rows = int(data.x.shape[0])
+    if target.ndim != 1 or target.shape[0] != rows:
+        raise ValueError(f"target has shape {tuple(target.shape)}; expected ({rows:,},): one value per row of x")
+    provenance = {**data.provenance, "target": {"dtype": str(target.dtype)}}
+    return dataclasses.replace(data, label=target.astype(np.float64), provenance=provenance)
+
+
+def groups_as_label(groups: Any, label: Any, target: Any) -> Any:
+    """Check group keys, which take the label's place (its class machinery keys the grouped statistics).
+
+    Parameters
+    ----------
+    groups : array of int
+        One group key per sample.
+    label, target : object or None
+        The label and target given to describe: neither may be given with groups.
+
+    Returns
+    -------
+    array
+        ``groups``, to pass as the label.
+    """
+    if label is not None or target is not None:
+        raise ValueError("groups= takes the place of a label: give label=, target= or groups=, one of them")
+    if isinstance(groups, str):
+        raise TypeError(f"groups {groups!r} is a name; pass the array itself")
+    if not hasattr(groups, "dtype"):
+        groups = np.asarray(groups)
+    if dtype_kind(groups.dtype) not in LABEL_KINDS:
+        raise TypeError(f"groups has dtype {groups.dtype}; group keys must be integers (codes of the group values)")
+    return groups
 
 
 def _is_instance(obj: Any, module: str, name: str) -> bool:

@@ -17,6 +17,7 @@ at most ``max_classes``) and merged by padding with zeros.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
@@ -73,6 +74,11 @@ class Histogram:  # numpydoc ignore=PR02
     max_classes : int, default 1000
         Without ``classes``: the largest K a chunk may ask for (a stray huge
         label would otherwise allocate a table of that many columns).
+    target_cuts : sequence of float, optional
+        With ``by_label``: the label is a continuous target, cut at these
+        increasing values into ``len(target_cuts) + 1`` classes (a row's class
+        is the number of cuts at or below its value, as
+        ``numpy.searchsorted(cuts, y, side="right")``). Excludes ``classes``.
     """
 
     bins: int
@@ -81,6 +87,7 @@ class Histogram:  # numpydoc ignore=PR02
     by_label: bool = False
     classes: tuple[int, ...] | None = None
     max_classes: int = DEFAULT_MAX_CLASSES
+    target_cuts: tuple[float, ...] | None = None
     name = "hist"
 
     def __post_init__(self) -> None:
@@ -93,6 +100,13 @@ class Histogram:  # numpydoc ignore=PR02
                 raise ValueError(
                     f"feature {d}: histogram range must be finite with lo < hi, got ({lo}, {hi})"
                 )
+        if self.target_cuts is not None:
+            cuts = tuple(float(c) for c in self.target_cuts)
+            if not self.by_label or self.classes is not None:
+                raise ValueError("target_cuts bin a continuous label: they need by_label=True and no classes")
+            if not all(a < b for a, b in zip(cuts, cuts[1:], strict=False)) or not all(map(math.isfinite, cuts)):
+                raise ValueError(f"target_cuts must be finite and strictly increasing, got {cuts[:10]}")
+            object.__setattr__(self, "target_cuts", cuts)
         if self.classes is not None:
             if not self.by_label:
                 raise ValueError("classes are only used with by_label=True")
@@ -225,7 +239,8 @@ class Histogram:  # numpydoc ignore=PR02
         rows, n_features = x.shape
         if n_features != len(self.lo):
             raise ValueError(f"histogram has {len(self.lo)} ranges but the chunk has {n_features} features")
-        n_classes = 1 if self.classes is None else len(self.classes)
+        n_classes = (len(self.target_cuts) + 1 if self.target_cuts is not None
+                     else 1 if self.classes is None else len(self.classes))
         if rows == 0:
             return self.empty(xp, device(x), n_classes)
         labels = None
@@ -234,7 +249,10 @@ class Histogram:  # numpydoc ignore=PR02
                 raise ValueError("a histogram by label needs the label of every chunk")
             if label.shape[0] != rows:
                 raise ValueError(f"the chunk has {rows:,} rows but {label.shape[0]:,} labels")
-            if self.classes is not None:
+            if self.target_cuts is not None:
+                cuts = xp.asarray(self.target_cuts, dtype=xp.float64, device=device(x))
+                labels = xp.astype(xp.searchsorted(cuts, as_float64(label), side="right"), xp.int64)
+            elif self.classes is not None:
                 labels = label_codes(xp, label, self.classes)
             else:
                 labels = xp.astype(label, xp.int64)

@@ -20,6 +20,7 @@ from daskbatch.stats.comoments import CoMoments, CoMomentsState
 from daskbatch.stats.histogram import Histogram, HistogramState
 from daskbatch.stats.moments import Moments, MomentsState
 from daskbatch.stats.sketch import Sketch, SketchState
+from daskbatch.stats.target import TargetMoments, TargetMomentsState, TargetSketch
 
 __all__ = ["STATE_CLASSES", "STATISTIC_CLASSES", "Kept", "statistic_from_params", "statistic_params"]
 
@@ -30,6 +31,8 @@ STATE_CLASSES: dict[type, type] = {
     Histogram: HistogramState,
     ClassMoments: ClassMomentsState,
     Sketch: SketchState,
+    TargetMoments: TargetMomentsState,
+    TargetSketch: SketchState,
 }
 
 #: Class name (as written to disk) -> statistic class.

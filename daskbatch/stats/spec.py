@@ -307,3 +307,69 @@ def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = 
     if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
         names += ("sketch",)
     return names
+
+
+def grouped_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Add what ``describe(x, groups=g)`` computes by group to ``names``.
+
+    The per-group moments always, and with ``hist`` the histograms by group
+    (the histograms by label, ``mi``).
+
+    Parameters
+    ----------
+    names : tuple of str
+        From :func:`describe_names`.
+
+    Returns
+    -------
+    tuple of str
+        With ``class_moments`` (and ``mi`` when ``hist`` is there).
+    """
+    wanted = ("class_moments", "mi") if "hist" in names else ("class_moments",)
+    return (*names, *(n for n in wanted if n not in names))
+
+
+def target_statistics(
+    stats: Any, names: tuple[str, ...], target_bins: Any
+) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
+    """Decide what a run with a continuous target (``describe(x, target=y)``) computes.
+
+    Parameters
+    ----------
+    stats : str or sequence
+        The requested statistics.
+    names : tuple of str
+        From :func:`describe_names` (with the target in the label's place).
+    target_bins : int or sequence of float
+        Quantile bins of the target, or its cuts.
+
+    Returns
+    -------
+    names : tuple of str
+        Without ``class_moments`` (a class label's).
+    fused : tuple
+        The target's statistics for the first pass: its co-moments with every
+        feature, and with ``mi`` its quantile sketch (also when the cuts are
+        given, so that summaries of both kinds merge).
+    class_values : tuple of int or None
+        The target bins' numbers, the classes of ``mi``'s tables (None without ``mi``).
+    cuts : tuple of float or None
+        The cuts when given.
+    """
+    from daskbatch._arguments import strict_int
+    from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
+
+    given = None
+    if isinstance(target_bins, (int, np.integer)):
+        n_bins = strict_int(target_bins, "target_bins", minimum=2)
+    else:
+        given = checked_cuts(target_bins)
+        n_bins = len(given) + 1
+    if "class_moments" in names:
+        if "class_moments" in normalize_stats(stats) and normalize_stats(stats) != normalize_stats(DEFAULT_STATS):
+            raise ValueError("statistic 'class_moments' needs a class label; with target= select ranks by "
+                             "'f_regression', 'r_regression' or 'mi'")
+        names = tuple(n for n in names if n != "class_moments")
+    if "mi" not in names:
+        return names, (TargetMoments(),), None, given
+    return names, (TargetMoments(), TargetSketch()), tuple(range(n_bins)), given

@@ -1,0 +1,336 @@
+"""Statistics of a continuous target: feature-target co-moments and the target's quantile sketch.
+
+A continuous target ``y`` (``describe(x, target=y)``) travels where a class
+label does (the runner passes it to statistics that read labels), so these
+statistics are fused into the first pass with the moments:
+
+* :class:`TargetMoments`: per feature, over the rows where the feature is
+  finite, the count, the means of the feature and of ``y``, their sums of
+  squared deviations and the co-moment ``Σ(x - x̄)(y - ȳ)``: the input of
+  ``f_regression`` and ``r_regression`` (:mod:`daskbatch.scores`). Each chunk
+  is reduced by the corrected two-pass algorithm about a per-chunk reference
+  value; states merge with the pairwise updates of Chan, Golub & LeVeque
+  (``C = C_a + C_b + n_a n_b / n · δx δy``), all in float64.
+* :class:`TargetSketch`: the quantile sketch of ``y`` itself, from which
+  ``describe`` cuts ``y`` into quantile bins for the mutual information of
+  the second pass (:class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``).
+
+The target must be finite: a NaN or ±inf stops the chunk naming its row,
+as a label outside the classes does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+from daskbatch.stats.moments import first_finite
+from daskbatch.stats.sketch import FOOTPRINT as SKETCH_FOOTPRINT
+from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
+
+__all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "checked_cuts",
+           "target_cuts"]
+
+
+@dataclass(frozen=True, eq=False)
+class TargetMomentsState(State):
+    """Mergeable state, every field float64 of shape (D,).
+
+    Over the ``n`` rows where feature d is finite: the feature's mean
+    ``x_shift + x_mean`` and the target's ``y_shift + y_mean``, their sums of
+    squared deviations ``x_m2``, ``y_m2`` and the co-moment ``c``.
+    """
+
+    n: Array
+    x_shift: Array
+    x_mean: Array
+    y_shift: Array
+    y_mean: Array
+    x_m2: Array
+    y_m2: Array
+    c: Array
+
+
+@dataclass(frozen=True, eq=False)
+class TargetMomentsResult:
+    """Finalized feature-target moments, each (D,): what ``f_regression`` and ``r_regression`` read."""
+
+    count: Array
+    x_mean: Array
+    y_mean: Array
+    x_m2: Array
+    y_m2: Array
+    comoment: Array
+
+
+def empty_target_moments(xp: Namespace, n_features: int, dev: object = None) -> TargetMomentsState:
+    """Build the identity of :meth:`TargetMoments.merge`: the state of a chunk with no rows.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace to allocate in.
+    n_features : int
+        Number of features.
+    dev : device, optional
+        The device to allocate on.
+
+    Returns
+    -------
+    TargetMomentsState
+        The empty state.
+    """
+    zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
+    return TargetMomentsState(*([zeros] * 8))
+
+
+def check_target_block(xp: Namespace, y: Array, rows: int) -> Array:
+    """Return one chunk's target as float64, refusing a wrong length or a non-finite value.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``y``.
+    y : array or None
+        The target of each row of the chunk.
+    rows : int
+        Rows of the chunk.
+
+    Returns
+    -------
+    array
+        ``y`` as float64.
+    """
+    if y is None:
+        raise ValueError("statistics of a target need the target of every chunk")
+    if y.shape != (rows,):
+        raise ValueError(f"the target has shape {tuple(y.shape)}; expected ({rows},) for this chunk")
+    y = as_float64(y)
+    bad = ~xp.isfinite(y)
+    if bool(xp.any(bad)):
+        first = int(xp.argmax(xp.astype(bad, xp.int8)))
+        raise ValueError(
+            f"the target holds {int(xp.sum(xp.astype(bad, xp.int64)))} non-finite value(s) in a chunk of "
+            f"{rows:,} rows (the first, {float(y[first])}, at its row {first}); drop or fill those rows"
+        )
+    return y
+
+
+@dataclass(frozen=True)
+class TargetMoments:
+    """Feature-target co-moments, the input of ``f_regression`` and ``r_regression``.
+
+    ``chunk`` takes the target as its label argument (``needs_label``).
+    """
+
+    name = "target_moments"
+    #: ``chunk`` reads the target (describe's runner passes it where a label goes).
+    needs_label = True
+
+    def chunk(self, x: Array, label: Array | None = None, /) -> TargetMomentsState:
+        """Reduce one block to co-moments with the target.
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array
+            The target of each row (finite; required).
+
+        Returns
+        -------
+        TargetMomentsState
+            The block's state.
+        """
+        xp = namespace(x)
+        rows, n_features = x.shape
+        if rows == 0:
+            return empty_target_moments(xp, n_features, device(x))
+        y = check_target_block(xp, label, rows)
+        x = as_float64(x)
+        finite = xp.isfinite(x)
+        n = xp.sum(xp.astype(finite, xp.float64), axis=0)
+        n_safe = safe_divisor(xp, n)
+        x_shift = first_finite(xp, x, finite)
+        dx = xp.where(finite, x - x_shift, 0.0)
+        del x
+        # One reference value of y for every feature: y is finite on every row.
+        y_shift = xp.zeros_like(x_shift) + y[0]
+        dy = xp.where(finite, (y - y[0])[:, None], 0.0)
+        x_mean = xp.sum(dx, axis=0) / n_safe
+        y_mean = xp.sum(dy, axis=0) / n_safe
+        dx = xp.where(finite, dx - x_mean, 0.0)
+        dy = xp.where(finite, dy - y_mean, 0.0)
+        del finite
+        # The residual means correct the rounding of the approximate means (corrected two-pass).
+        ex = xp.sum(dx, axis=0) / n_safe
+        ey = xp.sum(dy, axis=0) / n_safe
+        x_m2 = xp.sum(dx * dx, axis=0) - n * ex * ex
+        y_m2 = xp.sum(dy * dy, axis=0) - n * ey * ey
+        c = xp.sum(dx * dy, axis=0) - n * ex * ey
+        zero = xp.zeros_like(n)
+        return TargetMomentsState(
+            n=n, x_shift=x_shift, x_mean=x_mean + ex, y_shift=xp.where(n > 0, y_shift, zero),
+            y_mean=y_mean + ey, x_m2=xp.where(x_m2 > 0, x_m2, zero), y_m2=xp.where(y_m2 > 0, y_m2, zero), c=c,
+        )
+
+    def merge(self, a: TargetMomentsState, b: TargetMomentsState, /) -> TargetMomentsState:
+        """Combine the states of two disjoint sets of rows.
+
+        Parameters
+        ----------
+        a, b : TargetMomentsState
+            The states to combine.
+
+        Returns
+        -------
+        TargetMomentsState
+            The state of the union.
+        """
+        xp = namespace(a.n, b.n)
+        na, nb = a.n, b.n
+        n = na + nb
+        x_shift, x_mean, dx = merge_shifted_means(xp, na, nb, a.x_shift, a.x_mean, b.x_shift, b.x_mean)
+        y_shift, y_mean, dy = merge_shifted_means(xp, na, nb, a.y_shift, a.y_mean, b.y_shift, b.y_mean)
+        w = (na * nb) / safe_divisor(xp, n)
+        return TargetMomentsState(
+            n=n, x_shift=x_shift, x_mean=x_mean, y_shift=y_shift, y_mean=y_mean,
+            x_m2=a.x_m2 + b.x_m2 + dx * dx * w, y_m2=a.y_m2 + b.y_m2 + dy * dy * w, c=a.c + b.c + dx * dy * w,
+        )
+
+    def finalize(self, s: TargetMomentsState, /) -> TargetMomentsResult:
+        """Compute the means, sums of squared deviations and co-moment of every feature with the target.
+
+        Parameters
+        ----------
+        s : TargetMomentsState
+            The state of all the rows.
+
+        Returns
+        -------
+        TargetMomentsResult
+            The co-moments (means NaN for a feature with no finite value).
+        """
+        xp = namespace(s.n)
+        nan = xp.full_like(s.n, xp.nan)
+        has = s.n > 0
+        return TargetMomentsResult(
+            count=s.n, x_mean=xp.where(has, s.x_shift + s.x_mean, nan), y_mean=xp.where(has, s.y_shift + s.y_mean, nan),
+            x_m2=s.x_m2, y_m2=s.y_m2, comoment=s.c,
+        )
+
+    #: Memory for the planner: the float64 cast, its finite mask, the deviations of x and y and a product.
+    footprint = Footprint(
+        name="target_moments",
+        state=lambda d, bins, k, tile: 8 * d * 8,
+        float64_copies=dict.fromkeys(KERNEL_PATHS, 1),
+        temporaries={p: {"float64": 3, "bool": 1} for p in KERNEL_PATHS},
+        row_bytes=dict.fromkeys(KERNEL_PATHS, 8),
+        merge_temporaries=1,
+        reads_label=True,
+    )
+
+
+def _target_sketch_state(d: int, bins: int, k: int | None, tile: int | None) -> int:
+    return SKETCH_FOOTPRINT.state(1, bins, k, tile)
+
+
+@dataclass(frozen=True)
+class TargetSketch(Sketch):  # numpydoc ignore=PR02
+    """The quantile sketch of the target alone (one column), whatever the features.
+
+    Parameters
+    ----------
+    alpha : float
+        As :class:`~daskbatch.stats.Sketch`.
+    min_magnitude : float
+        As :class:`~daskbatch.stats.Sketch`.
+    max_magnitude : float
+        As :class:`~daskbatch.stats.Sketch`.
+    """
+
+    name = "target_sketch"
+    needs_label = True
+
+    def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
+        """Count one chunk's target values into the sketch.
+
+        Parameters
+        ----------
+        x : array
+            The block (only its rows are used).
+        label : array
+            The target of each row (finite; required).
+
+        Returns
+        -------
+        SketchState
+            The state of a one-column sketch.
+        """
+        xp = namespace(x)
+        if x.shape[0] == 0:
+            return self.empty(xp, 1, device(x))
+        y = check_target_block(xp, label, x.shape[0])
+        return super().chunk(xp.reshape(y, (-1, 1)))
+
+    footprint = Footprint(
+        name="target_sketch",
+        state=_target_sketch_state,
+        row_bytes=dict.fromkeys(KERNEL_PATHS, 64),
+        state_copies=dict.fromkeys(KERNEL_PATHS, 1),
+        reads_label=True,
+    )
+
+
+def checked_cuts(cuts: Any) -> tuple[float, ...]:
+    """Validate cut points of a target given by the user: finite, strictly increasing, at least one.
+
+    Parameters
+    ----------
+    cuts : sequence of float
+        The cuts.
+
+    Returns
+    -------
+    tuple of float
+        The cuts.
+    """
+    if isinstance(cuts, (str, bytes)) or not hasattr(cuts, "__len__"):
+        raise TypeError(f"target_bins must be a number of bins or a sequence of cuts, got {cuts!r}")
+    values = tuple(float(c) for c in cuts)
+    if not values:
+        raise ValueError("target_bins has no cuts; give at least one (two bins)")
+    if not all(map(math.isfinite, values)) or any(a >= b for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"target_bins cuts must be finite and strictly increasing, got {list(values[:10])}")
+    return values
+
+
+def target_cuts(sketch: SketchResult, bins: int) -> tuple[float, ...]:
+    """Cut points of the target at its ``1/bins, ..., (bins-1)/bins`` quantiles, from its sketch.
+
+    Ties (a target with few distinct values) merge cuts, so there may be fewer
+    bins; a cut at the minimum would leave the first bin empty and is dropped.
+
+    Parameters
+    ----------
+    sketch : SketchResult
+        The finalized :class:`TargetSketch`.
+    bins : int
+        The number of quantile bins wanted.
+
+    Returns
+    -------
+    tuple of float
+        Strictly increasing cuts, for :class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``.
+    """
+    q = np.arange(1, bins, dtype=np.float64) / bins
+    cuts = np.unique(np.asarray(sketch.quantile(q), dtype=np.float64)[0])
+    lowest = float(np.asarray(sketch.finite_min)[0])
+    return tuple(float(c) for c in cuts[np.isfinite(cuts) & (cuts > lowest)])

@@ -1,0 +1,97 @@
+"""Groups: per-group moments and histograms in the same passes, against numpy per-group references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import daskbatch as db
+
+pytestmark = pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning")
+
+
+@pytest.fixture(scope="module")
+def grouped_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray, np.ndarray]:
+    """Rows sorted by group (most chunks hold one or two groups), negative keys, NaN in one feature."""
+    rng = np.random.default_rng(7)
+    g = np.sort(rng.choice(np.array([-3, 0, 2, 5, 11]), 2400, p=[0.1, 0.3, 0.2, 0.3, 0.1]))
+    x = rng.normal(size=(2400, 5)) * rng.uniform(0.5, 4.0, 5) + 1e3
+    x[:, 1] += 3.0 * (g == 2)
+    x[::11, 4] = np.nan
+    path = tmp_path_factory.mktemp("groups") / "grouped.zarr"
+    root = zarr.open_group(str(path), mode="w")
+    root.create_array("X", data=x, chunks=(300, 5))
+    root.create_array("g", data=g.astype(np.int32), chunks=(300,))
+    return str(path), x, g
+
+
+def _describe(store: str, rows: int, **kw: object) -> db.Summary:
+    x = da.from_zarr(store, component="X").rechunk((rows, -1))
+    g = da.from_zarr(store, component="g").rechunk(rows)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        return db.describe(x, groups=g, plan=None, **kw)
+
+
+@pytest.mark.parametrize("rows", [2400, 170])
+def test_grouped_moments_and_histograms_equal_numpy_per_group(grouped_store, rows: int) -> None:
+    store, x, g = grouped_store
+    s = _describe(store, rows, bins=12)
+    values = np.unique(g)
+    np.testing.assert_array_equal(s.groups, values)
+    for j, v in enumerate(values):
+        xs = x[g == v]
+        np.testing.assert_array_equal(s.group_count[:, j], np.sum(np.isfinite(xs), axis=0))
+        np.testing.assert_allclose(s.group_mean[:, j], np.nanmean(xs, axis=0), rtol=1e-13)
+        np.testing.assert_allclose(s.group_var[:, j], np.nanvar(xs, axis=0, ddof=1), rtol=1e-10)
+        for d in range(x.shape[1]):
+            ref, _ = np.histogram(xs[:, d][np.isfinite(xs[:, d])], bins=s.hist_edges[d])
+            np.testing.assert_array_equal(s.group_hist[d, :, j], ref, err_msg=f"feature {d}, group {v}")
+    np.testing.assert_array_equal(s.group_hist.sum(axis=2), s.hist_counts)  # the groups partition the rows
+    ds = s.by_group()
+    assert ds["mean"].dims == ("feature", "group") and ds["hist_counts"].dims == ("feature", "bin", "group")
+    np.testing.assert_array_equal(ds["group"].values, values)
+    np.testing.assert_allclose(ds["var"].sel(group=-3).values, np.nanvar(x[g == -3], axis=0, ddof=1), rtol=1e-10)
+
+
+def test_groups_with_moments_only_and_declared_values(tmp_path: Path, grouped_store) -> None:
+    store, x, g = grouped_store
+    s = _describe(store, 500, stats=("moments",), classes=[-3, 0, 2, 5, 11, 99])
+    assert s.group_hist is None and s.hist_counts is None
+    np.testing.assert_array_equal(s.group_count[:, -1], 0)  # a declared group with no row
+    assert np.isnan(s.group_mean[:, -1]).all()
+    np.testing.assert_allclose(s.group_mean[:, 1], np.nanmean(x[g == 0], axis=0), rtol=1e-13)
+    loaded = db.load_summary(s.save(tmp_path / "g.zarr"))
+    np.testing.assert_array_equal(loaded.groups, s.groups)
+    np.testing.assert_array_equal(loaded.group_mean, s.group_mean)
+    plain = db.describe(x, stats=("moments",), plan=None)
+    assert plain.groups is None and plain.group_mean is None
+
+
+def test_group_refusals(grouped_store) -> None:
+    store, x, g = grouped_store
+    with pytest.raises(ValueError, match="^groups= takes the place of a label"):
+        db.describe(x, g, groups=g, plan=None)
+    with pytest.raises(TypeError, match="^groups has dtype float64; group keys must be integers"):
+        db.describe(x, groups=g.astype(float), plan=None)
+    with dask.config.set({"daskbatch.max-classes": 3}), pytest.raises(ValueError, match="more than"):
+        _describe(store, 600, stats=("moments",))
+    with pytest.raises(ValueError, match="^this summary has no groups"):
+        db.describe(x, stats=("moments",), plan=None).by_group()
+
+
+def test_update_with_groups_equals_one_describe(grouped_store) -> None:
+    store, x, g = grouped_store
+    first = _describe(store, 400, stats=("moments",), classes=[-3, 0, 2, 5, 11])  # all the rows
+    half = db.describe(x[:1200], groups=g[:1200], stats=("moments",), classes=[-3, 0, 2, 5, 11], plan=None)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        both = half.update(x[1200:], groups=g[1200:], plan=None)
+    np.testing.assert_array_equal(both.groups, first.groups)
+    np.testing.assert_array_equal(both.group_count, first.group_count)
+    np.testing.assert_allclose(both.group_mean, first.group_mean, rtol=1e-13)
+    np.testing.assert_allclose(both.group_var, first.group_var, rtol=1e-10)
+    assert both.provenance["grouped"]
