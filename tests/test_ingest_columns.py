@@ -83,7 +83,11 @@ def test_every_label_and_mask_is_aligned_chunked_and_checksummed(batches, whole)
     assert report.ok and {a.name for a in report.arrays} == {"X", *LABELS, *MASKS}
     assert all(a.checksum for a in report.arrays)
     # With several labels none is the default; describe picks one by name.
-    assert db.open_dataset(whole).label is None
+    ds = db.open_dataset(whole)
+    assert ds.label is None
+    shown = repr(ds)
+    assert "  labels          head0, head1, head2, head3, head4, head5, head6 (label=NAME picks one)" in shown
+    assert "  masks           mask0, mask1, mask2, mask3, mask4, mask5, mask6 (stored, not applied)" in shown
     s = db.describe(str(whole), label="head3", stats=("moments", "class_moments"))
     x = np.concatenate([b["X"] for b in data]).astype(np.float64)
     y = np.concatenate([b["h3"] for b in data])
@@ -142,6 +146,26 @@ def test_cancel_bad_file_then_resume_is_bitwise_the_uninterrupted_ingest(batches
     _ingest(folder, tmp_path / "whole.zarr")
     got, want = _bits(out), _bits(tmp_path / "whole.zarr")
     assert len(got) > 15 * 7 and got == want
+
+
+def test_hdf5_and_zarr_sources_carry_labels_and_masks(tmp_path) -> None:
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(21)
+    a, b = _batch(rng, 9), _batch(rng, 12)
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        for key, value in a.items():
+            f[key] = value
+    group = zarr.open_group(str(tmp_path / "b.zarr"), mode="w")
+    for key, value in b.items():
+        group.create_array(key, data=value, chunks=(5,) + value.shape[1:])
+    out = tmp_path / "o.zarr"
+    db.ingest([tmp_path / "a.h5", tmp_path / "b.zarr"], out, labels=["h4"], masks={"keep": "m4"}, chunk_rows=8)
+    written = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(written["h4"][:], np.concatenate([a["h4"], b["h4"]]))
+    np.testing.assert_array_equal(written["keep"][:], np.concatenate([a["m4"], b["m4"]]))
+    group.create_array("m9", data=np.zeros(11, bool))
+    with pytest.raises(DataError, match=r"b\.zarr: mask 'm9' has shape \(11,\) but x has 12 rows"):
+        db.ingest([tmp_path / "a.h5", tmp_path / "b.zarr"], tmp_path / "p.zarr", masks=["m9"])
 
 
 def test_label_and_mask_arguments_are_checked(batches, tmp_path) -> None:
