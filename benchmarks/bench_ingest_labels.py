@@ -7,11 +7,14 @@ read it.  Every variant ingests the same files into a fresh store, in one
 process, alternating variants over ``--repeat`` rounds; the table gives the
 median seconds and the ratio to X alone.
 
-Run (about three minutes on 2 shared cores; the second line with ``PYTHONPATH``
-set to an earlier checkout and ``--variants x,label`` compares versions)::
+Run (about a minute and a half each on 2 shared cores)::
 
     python benchmarks/bench_ingest_labels.py --files 20 --rows 20000 --features 64 --repeat 3
     python benchmarks/bench_ingest_labels.py --files 20 --rows 20000 --features 64 --repeat 3 --chunk-rows 8192
+
+With ``PYTHONPATH`` set to an earlier checkout and ``--variants x,label`` (the
+earlier code has no ``labels=``), the same command compares versions
+(``benchmarks/RESULTS.md``, section Ingest).
 """
 
 from __future__ import annotations
