@@ -131,7 +131,7 @@ def test_every_bad_file_is_named_before_writing(tmp_path):
     expect = {
         "wrong_features.npz": "has 3 features",
         "missing_key.npz": "missing x key 'X' (keys in file: data, y)",
-        "short_label.npz": "label has shape (19,) but x has 20 rows",
+        "short_label.npz": "label 'y' has shape (19,) but x has 20 rows",
         "empty.npz": "empty file",
         "garbage.npz": "not a zip file",
         "truncated_zip.npz": "",
@@ -322,7 +322,7 @@ def test_cli_ingest(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "ingested 81 rows x 5 features from 2 files" in res.output
+    assert "ingested 81 rows x 5 features with 1 label (y) from 2 files" in res.output
     assert "compression ratio" in res.output and "MiB/s" in res.output
     res = runner.invoke(main, ["ingest", str(tmp_path / "*.npz"), out, "--dtype", "float64"])
     assert res.exit_code == 2 and "started from different inputs" in res.output

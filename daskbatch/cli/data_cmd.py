@@ -97,11 +97,31 @@ def synth_cmd(
     )
 
 
+def _named_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """``NAME`` or ``NAME=KEY`` values of a repeated option as output name -> source key."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, _, key = value.partition("=")
+        if not name or name in out:
+            why = "an empty name" if not name else f"{name!r} given twice"
+            raise click.BadParameter(f"{value!r}: {why}", ctx, param)
+        out[name] = key or name
+    return out
+
+
 @main.command("ingest")
 @click.argument("paths", nargs=-1, required=True, metavar="SOURCES... OUT.zarr")
 @click.option("--x-key", default=None, help="Array key in .npz/HDF5/Zarr sources [default: X].")
 @click.option(
     "--label-key", default=None, help="Key of a 1-D label array in each source (written as y)."
+)
+@click.option(
+    "--label", "labels", multiple=True, metavar="NAME[=KEY]", callback=_named_keys,
+    help="A 1-D label array in each source, written as NAME (from key KEY if given); repeat for more.",
+)
+@click.option(
+    "--mask", "masks", multiple=True, metavar="NAME[=KEY]", callback=_named_keys,
+    help="A 1-D boolean or integer mask array in each source, stored as NAME; repeat for more.",
 )
 @click.option("--dtype", default=None, help="Output dtype [default: the sources' dtype].")
 @click.option(
@@ -129,6 +149,8 @@ def ingest_cmd(
     paths: tuple[str, ...],
     x_key: str | None,
     label_key: str | None,
+    labels: dict[str, str],
+    masks: dict[str, str],
     dtype: str | None,
     chunk_rows: int | None,
     compressor: str,
@@ -138,6 +160,8 @@ def ingest_cmd(
     """Copy batch files (.npy, .npz, .h5, Zarr; globs allowed) into one Zarr store OUT.zarr.
 
     Re-running the same command after an interruption finishes the remaining chunks.
+    Labels and masks (--label-key, --label, --mask) are written beside X, row for row,
+    and resume with it.
     """
     from daskbatch.io.ingest import ingest
 
@@ -150,6 +174,8 @@ def ingest_cmd(
             out,
             x_key=x_key,
             label_key=label_key,
+            labels=labels,
+            masks=masks,
             dtype=dtype,
             chunk_rows=chunk_rows,
             compressor=compressor,

@@ -200,12 +200,24 @@ class Dataset:
                 f"{self.x.chunks[0][0] if self.x.chunks[0] else 0:,} rows",
             ),
             ("label", label),
+            *self._beside_rows(),
             ("features", shown),
             ("missing chunks", missing),
         ]
         if not self.complete:
             out.append(("complete", "NO: ingest did not finish; re-run it"))
         return out
+
+    def _beside_rows(self) -> list[tuple[str, str]]:
+        """The labels and masks an ingest wrote beside X (pick a label with ``label=NAME``)."""
+        layout = json_object(self.attrs.get(LAYOUT_ATTR))
+        rows = []
+        for key in ("labels", "masks"):
+            names = layout.get(key)
+            if isinstance(names, list) and names:
+                shown = ", ".join(map(str, names[:8])) + (f", ... ({len(names)} total)" if len(names) > 8 else "")
+                rows.append((key, shown + (" (label=NAME picks one)" if key == "labels" else " (stored, not applied)")))
+        return rows
 
     def __repr__(self) -> str:
         rows = self._summary_rows()

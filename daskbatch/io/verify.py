@@ -200,8 +200,9 @@ class VerifyReport:
 def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
     if isinstance(root, zarr.Array):
         return [root]
-    found = [node for _, node in root.members(max_depth=None) if isinstance(node, zarr.Array)]
-    return sorted(found, key=lambda a: a.path)
+    from daskbatch.io.zarr_nodes import group_arrays
+
+    return sorted((node for _, node in group_arrays(root)), key=lambda a: a.path)
 
 
 def _has_checksum(arr: zarr.Array) -> bool:

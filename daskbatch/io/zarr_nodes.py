@@ -22,7 +22,7 @@ from daskbatch.io.integrity import (
 
 __all__ = [
     "AUTO_CHUNK_BYTES", "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",
-    "dimension_names",
+    "dimension_names", "group_arrays",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
 
@@ -92,7 +92,35 @@ def array_names(group: zarr.Group) -> list[str]:
     list of str
         Their names.
     """
-    return sorted(name for name, _ in group.arrays())
+    return sorted(name for name, _ in group_arrays(group, max_depth=0))
+
+
+#: What zarr warns about each object in a group that is no Zarr node (ingest's manifest and done log).
+_FOREIGN_OBJECT = r"Object at .* is not recognized as a component of a Zarr hierarchy"
+
+
+def group_arrays(group: zarr.Group, *, max_depth: int | None = None) -> list[tuple[str, zarr.Array]]:
+    """List the arrays under ``group`` with their paths, passing over files that are no Zarr node.
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The group.
+    max_depth : int or None, default None
+        How deep to look (0: the group's own arrays; None: every level).
+
+    Returns
+    -------
+    list of (str, zarr.Array)
+        Path relative to ``group`` and array, in zarr's order.
+    """
+    import warnings
+
+    # Files next to the Zarr nodes (ingest's manifest) are the writer's own, not damage.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_FOREIGN_OBJECT)
+        members = list(group.members(max_depth=max_depth))
+    return [(name, node) for name, node in members if isinstance(node, zarr.Array)]
 
 
 def get_array(

@@ -1,6 +1,8 @@
 """Ingest many batch files into one chunked Zarr store, in constant memory, resumably.
 
 >>> report = ingest("batches/*.npz", "data.zarr", x_key="X", label_key="y")  # doctest: +SKIP
+>>> report = ingest("batches/*.npz", "data.zarr", labels=("head0", "head1"),
+...                 masks={"mask0": "m0", "mask1": "m1"})  # doctest: +SKIP
 >>> print(report.summary())  # doctest: +SKIP
 
 Pass 1 (:mod:`~daskbatch.io.ingest.scan`) reads headers only and reports every bad
@@ -30,6 +32,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
+from daskbatch.io.ingest.columns import ColumnsArg, columns_of
 from daskbatch.io.ingest.manifest import (
     DoneLog,
     describe_difference,
@@ -74,6 +77,8 @@ class IngestReport:
         Bytes the output arrays occupy in the store.
     seconds : float
         Wall time of this run.
+    labels, masks : tuple of str
+        Names of the label and mask arrays written beside ``X`` (``y`` for ``label_key``).
     """
 
     path: str
@@ -85,6 +90,8 @@ class IngestReport:
     nbytes: int
     bytes_written: int
     seconds: float
+    labels: tuple[str, ...] = ()
+    masks: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -122,8 +129,12 @@ class IngestReport:
             resumed = (
                 f" ({self.chunks - self.chunks_written} of {self.chunks} chunks were already done)"
             )
+        beside = [f"{len(names)} {what}{'s' if len(names) > 1 else ''} ({', '.join(names)})"
+                  for what, names in (("label", self.labels), ("mask", self.masks)) if names]
         return (
-            f"ingested {self.rows:,} rows x {self.features:,} features from {self.files:,} files "
+            f"ingested {self.rows:,} rows x {self.features:,} features"
+            + (f" with {' and '.join(beside)}" if beside else "")
+            + f" from {self.files:,} files "
             f"into {self.path}: {self.bytes_written / 2**20:,.1f} MiB written, "
             f"compression ratio {self.ratio:.2f}, {self.throughput_bytes / 2**20:,.1f} MiB/s "
             f"in {self.seconds:.1f} s{resumed}"
@@ -200,7 +211,7 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
         mode="w-",
         zarr_format=3,
         attributes={
-            LAYOUT_ATTR: {"x": "X", "label": "y" if scan.label_key else None},
+            LAYOUT_ATTR: _layout(scan),
             INGEST_ATTR: {"complete": False, "scan_sha256": doc["scan_sha256"]},
         },
     )
@@ -216,18 +227,29 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
         attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
     )
-    if scan.label_key:
+    for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
         group.create_array(
-            "y",
+            name,
             shape=(scan.rows,),
             chunks=(chunk_rows,),
-            dtype=np.dtype(scan.label_dtype),
+            dtype=np.dtype(dtype),
             compressors=codec,
             dimension_names=("sample",),
             config={"write_empty_chunks": True},
             attributes={WRITES_EVERY_CHUNK: True},
         )
     write_manifest(out, doc)
+
+
+def _layout(scan: Scan) -> dict[str, Any]:
+    """The layout attribute: X, the label ``open_dataset`` takes by default, and every label and mask."""
+    labels = (["y"] if scan.label_key else []) + [c.name for c in scan.columns if c.role == "label"]
+    masks = [c.name for c in scan.columns if c.role == "mask"]
+    # With several labels none is the default: describe(path, label=NAME) picks one.
+    layout: dict[str, Any] = {"x": "X", "label": "y" if scan.label_key else (labels[0] if len(labels) == 1 else None)}
+    if scan.columns:
+        layout.update(labels=labels, masks=masks)
+    return layout
 
 
 P = ParamSpec("P")
@@ -261,6 +283,8 @@ def ingest(
     *,
     x_key: str | None = None,
     label_key: str | None = None,
+    labels: ColumnsArg = None,
+    masks: ColumnsArg = None,
     dtype: str | np.dtype | None = None,
     chunk_rows: int | None = None,
     compressor: str = "zstd",
@@ -269,7 +293,7 @@ def ingest(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> IngestReport:
-    """Copy many batch files into one Zarr v3 store (arrays ``X`` and optional ``y``).
+    """Copy many batch files into one Zarr v3 store (``X``, and optional labels and masks).
 
     Parameters
     ----------
@@ -281,7 +305,17 @@ def ingest(
     x_key : str, optional
         Key of the samples x features array in .npz/HDF5/Zarr sources (default ``"X"``).
     label_key : str, optional
-        Key of a 1-D label array with one entry per row; written as ``y``.
+        Key of a 1-D label array with one entry per row; written as ``y``, and
+        the label :func:`~daskbatch.open_dataset` and ``describe`` use by default.
+    labels : str, sequence of str or mapping of str to str, optional
+        More 1-D label arrays, one entry per row: keys in every source, each
+        written under its own name, or a mapping of output name to key.  Pick
+        one by name: ``describe(out, label="head3")``.  One label alone (and
+        no ``label_key``) is the default label; of several, none is.
+    masks : str, sequence of str or mapping of str to str, optional
+        1-D boolean or integer arrays, one entry per row, given like ``labels``;
+        stored beside ``X`` (the group attribute ``daskbatch`` lists them) and
+        not applied to anything.
     dtype : str or numpy.dtype, optional
         Output dtype (inputs must cast to it within their kind); default: the
         inputs' dtype, which must then be the same for all files.
@@ -311,7 +345,8 @@ def ingest(
     Raises
     ------
     DataError
-        Bad sources (all listed), or ``out`` was started from different inputs.
+        Bad sources (all listed: a missing key, a label or mask whose length is
+        not the file's row count, dtypes), or ``out`` was started from different inputs.
     LockHeldError
         Another live ingest writes ``out`` (the lock file and its holder are named).
     FileExistsError
@@ -334,10 +369,11 @@ def ingest(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
 
+    columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
     paths = expand_sources(sources)
     # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
     check_separate(out, "the output", {f"the source {p}": p for p in paths})
-    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype)
+    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
     chunk_rows = chunk_rows or _default_chunk_rows(scan.features, np.dtype(scan.dtype).itemsize)
     n_chunks = -(-scan.rows // chunk_rows)
     doc = {
@@ -364,17 +400,16 @@ def ingest(
     if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
         # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
         zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
-        zy = (
-            _output_array(group, "y", out).with_config({"write_empty_chunks": True})
-            if scan.label_key
-            else None
-        )
+        zcols = {
+            name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
+            for name, _, _ in scan.outputs()
+        }
         bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
                        nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
                        show=progress is True, callback=progress if callable(progress) else None, cancel=cancel)
         with bar:
             bar.skip(n_chunks - len(todo))
-            _run(ChunkWriter(scan, zx, zy, chunk_rows), out, todo, workers, bar)
+            _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
         # Only now, with every chunk in the log, is the store complete.
         missing = set(range(n_chunks)) - read_done(out)
         if missing:  # pragma: no cover - _run raises before this can happen
@@ -382,10 +417,10 @@ def ingest(
         group.update_attributes(
             {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
         )
-    x = _output_array(group, "X", out)
-    y = _output_array(group, "y", out) if scan.label_key else None
-    nbytes = x.nbytes + (y.nbytes if y is not None else 0)
-    stored = x.nbytes_stored() + (y.nbytes_stored() if y is not None else 0)
+    written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
+    nbytes = sum(a.nbytes for a in written)
+    stored = sum(a.nbytes_stored() for a in written)
+    layout = _layout(scan)
     return IngestReport(
         path=out,
         rows=scan.rows,
@@ -396,6 +431,8 @@ def ingest(
         nbytes=int(nbytes),
         bytes_written=int(stored),
         seconds=time.perf_counter() - t0,
+        labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
+        masks=tuple(layout.get("masks", [])),
     )
 
 

@@ -148,6 +148,10 @@ def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key in ("x_key", "label_key", "dtype", "label_dtype"):
         if old_scan.get(key) != new_scan.get(key):
             out.append(f"{key}: {old_scan.get(key)!r} in the store, {new_scan.get(key)!r} now")
+    out += _array_differences(old_scan.get("arrays", []), new_scan.get("arrays", []))
+    # A source's labels and masks (shapes, dtypes) are compared when the set of them is the same.
+    same_arrays = old_scan.get("arrays", []) == new_scan.get("arrays", [])
+    fields = ("size", "mtime_ns", "x", "label") + (("arrays",) if same_arrays else ())
     olds = {s["path"]: s for s in old_scan.get("sources", [])}
     news = {s["path"]: s for s in new_scan.get("sources", [])}
     added = [p for p in news if p not in olds]
@@ -160,9 +164,29 @@ def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         o = olds.get(path)
         if o is None:
             continue
-        changed = [k for k in ("size", "mtime_ns", "x", "label") if o.get(k) != s.get(k)]
+        changed = [k for k in fields if o.get(k) != s.get(k)]
         if changed:
             out.append(f"{path} changed since the first run ({', '.join(changed)})")
     if not out and [s["path"] for s in old_scan.get("sources", [])] != list(news):
         out.append("the same files in a different order")
+    return out
+
+
+def _array_differences(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """Labels and masks given in one run and not the other, or with another key, role or dtype."""
+    olds, news = {a["name"]: a for a in old}, {a["name"]: a for a in new}
+    out = []
+    for name in sorted(set(olds) | set(news)):
+        a, b = olds.get(name), news.get(name)
+        if a is None or b is None:
+            role = (a or b or {}).get("role", "array")
+            out.append(
+                f"{role} {name!r}: {'absent' if a is None else 'given'} in the store, "
+                f"{'absent' if b is None else 'given'} now"
+            )
+        elif a != b:
+            what = ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            out.append(f"{a.get('role', 'array')} {name!r} changed ({what})")
+    if not out and list(olds) != list(news):
+        out.append("the same labels and masks in a different order")
     return out

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from daskbatch.errors import DataError
+from daskbatch.io.ingest.columns import DTYPE_KINDS, Column
 
 __all__ = ["Scan", "Source", "expand_sources", "scan_sources"]
 
@@ -35,7 +36,7 @@ MAX_LISTED = 20
 
 @dataclass(frozen=True)
 class Part:
-    """Where one array (x or label) lives inside a source file."""
+    """Where one array (x, a label or a mask) lives inside a source file."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -53,6 +54,8 @@ class Source:
     mtime_ns: int
     x: Part
     label: Part | None = None
+    #: One part per column of the scan (``labels=``, ``masks=``), in its order.
+    extra: tuple[Part, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -84,13 +87,16 @@ class Source:
         dict
             Path, size, modification time, shapes and dtypes.
         """
-        return {
+        out = {
             "path": self.path,
             "size": self.size,
             "mtime_ns": self.mtime_ns,
             "x": [list(self.x.shape), self.x.dtype],
             "label": [list(self.label.shape), self.label.dtype] if self.label else None,
         }
+        if self.extra:  # absent without labels=/masks=: manifests of earlier versions still match
+            out["arrays"] = [[list(p.shape), p.dtype] for p in self.extra]
+        return out
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,10 @@ class Scan:
     label_key: str | None
     dtype: str
     label_dtype: str | None
+    #: The arrays of ``labels=`` and ``masks=`` (the one of ``label_key`` is ``label_key``).
+    columns: tuple[Column, ...] = ()
+    #: Output dtype of each column.
+    column_dtypes: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -136,6 +146,17 @@ class Scan:
         """
         return np.concatenate([[0], np.cumsum([s.rows for s in self.sources])]).astype(np.int64)
 
+    def outputs(self) -> list[tuple[str, str, str]]:
+        """List every 1-D output array: the label of ``label_key`` (``y``) first, then the columns.
+
+        Returns
+        -------
+        list of (str, str, str)
+            Output name, key in the sources and output dtype of each.
+        """
+        out = [("y", self.label_key, str(self.label_dtype))] if self.label_key else []
+        return out + [(c.name, c.key, d) for c, d in zip(self.columns, self.column_dtypes, strict=True)]
+
     def checksum(self) -> str:
         """Hash every source's identity and the keys and dtypes (SHA-256).
 
@@ -144,17 +165,24 @@ class Scan:
         str
             The hex digest.
         """
-        blob = json.dumps(
-            {
-                "sources": [s.identity() for s in self.sources],
-                "x_key": self.x_key,
-                "label_key": self.label_key,
-                "dtype": self.dtype,
-                "label_dtype": self.label_dtype,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()
+        doc = {
+            "sources": [s.identity() for s in self.sources],
+            "x_key": self.x_key,
+            "label_key": self.label_key,
+            "dtype": self.dtype,
+            "label_dtype": self.label_dtype,
+        }
+        if self.columns:
+            doc["arrays"] = _columns_json(self)
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _columns_json(scan: Scan) -> list[dict[str, str]]:
+    """The columns of ``scan`` as JSON: name, key, role, output dtype."""
+    return [
+        {"name": c.name, "key": c.key, "role": c.role, "dtype": d}
+        for c, d in zip(scan.columns, scan.column_dtypes, strict=True)
+    ]
 
 
 def _natural_key(path: str) -> list[Any]:
@@ -208,6 +236,8 @@ def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
 
 
 def _listing(title: str, problems: Sequence[str]) -> str:
+    if len(problems) == 1:  # one problem, one line
+        return f"1 {title}: {problems[0]}"
     lines = list(problems[:MAX_LISTED])
     if len(problems) > MAX_LISTED:
         lines.append(f"... and {len(problems) - MAX_LISTED} more")
@@ -281,14 +311,17 @@ def _scan_npz_member(zf: zipfile.ZipFile, path: str, key: str, what: str) -> Par
     return Part(shape, dtype.str, fortran, offset)
 
 
-def _scan_npz(path: str, x_key: str, label_key: str | None) -> tuple[Part, Part | None]:
+#: The 1-D arrays asked of each source: (key, role) pairs, ``label_key`` first.
+Wanted = Sequence[tuple[str, str]]
+
+
+def _scan_npz(path: str, x_key: str, wanted: Wanted) -> tuple[Part, list[Part]]:
     with zipfile.ZipFile(path) as zf:
         x = _scan_npz_member(zf, path, x_key, "x")
-        label = _scan_npz_member(zf, path, label_key, "label") if label_key else None
-    return x, label
+        return x, [_scan_npz_member(zf, path, key, role) for key, role in wanted]
 
 
-def _scan_h5(path: str, x_key: str, label_key: str | None) -> tuple[Part, Part | None]:
+def _scan_h5(path: str, x_key: str, wanted: Wanted) -> tuple[Part, list[Part]]:
     try:
         import h5py
     except ImportError as exc:  # pragma: no cover - optional extra
@@ -305,59 +338,66 @@ def _scan_h5(path: str, x_key: str, label_key: str | None) -> tuple[Part, Part |
         return Part(tuple(int(s) for s in node.shape), np.dtype(node.dtype).str)
 
     with h5py.File(path, "r") as f:
-        return part(f, x_key, "x"), (part(f, label_key, "label") if label_key else None)
+        return part(f, x_key, "x"), [part(f, key, role) for key, role in wanted]
 
 
-def _scan_zarr(path: str, x_key: str | None, label_key: str | None) -> tuple[Part, Part | None]:
+def _scan_zarr(path: str, x_key: str | None, wanted: Wanted) -> tuple[Part, list[Part]]:
     import zarr
+
+    from daskbatch.io.zarr_nodes import array_names
 
     node = zarr.open(path, mode="r")
 
     def part(key: str | None, what: str) -> Part:
         if isinstance(node, zarr.Group):
             if key is None or key not in node:
-                have = sorted(n for n, _ in node.arrays())
+                have = array_names(node)
                 raise ValueError(
                     f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})"
                 )
             arr = node[key]
             if not isinstance(arr, zarr.Array):
                 raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
-        elif what == "label":
-            raise ValueError(f"is a single array; it has no label key {key!r}")
+        elif what != "x":
+            raise ValueError(f"is a single array; it has no {what} key {key!r}")
         else:
             arr = node
         return Part(tuple(int(s) for s in arr.shape), np.dtype(arr.dtype).str)
 
-    return part(x_key, "x"), (part(label_key, "label") if label_key else None)
+    return part(x_key, "x"), [part(key, role) for key, role in wanted]
 
 
-def _scan_one(path: str, x_key: str | None, label_key: str | None) -> Source:
+def _scan_one(path: str, x_key: str | None, wanted: Wanted, has_label: bool) -> Source:
     kind = _kind(path)
     if kind is None:
         raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5 or a Zarr store)")
     st = os.stat(path)
     if kind != "zarr" and st.st_size == 0:
         raise ValueError("empty file (0 bytes)")
+    parts: list[Part] = []
     if kind == "npy":
-        if label_key:
+        if wanted:
             raise ValueError(
-                ".npy files hold one array; --label-key needs .npz, HDF5 or Zarr sources"
+                ".npy files hold one array; labels and masks (--label-key, --label, --mask) "
+                "need .npz, HDF5 or Zarr sources"
             )
-        x, label = _scan_npy(path, st.st_size), None
+        x = _scan_npy(path, st.st_size)
     elif kind == "npz":
-        x, label = _scan_npz(path, x_key or "X", label_key)
+        x, parts = _scan_npz(path, x_key or "X", wanted)
     elif kind == "h5":
-        x, label = _scan_h5(path, x_key or "X", label_key)
+        x, parts = _scan_h5(path, x_key or "X", wanted)
     else:
-        x, label = _scan_zarr(path, x_key or "X", label_key)
+        x, parts = _scan_zarr(path, x_key or "X", wanted)
     if len(x.shape) != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (rows, features)")
-    if label is not None and label.shape != (x.shape[0],):
-        raise ValueError(
-            f"label has shape {label.shape} but x has {x.shape[0]} rows; expected ({x.shape[0]},)"
-        )
-    return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label)
+    for (key, role), p in zip(wanted, parts, strict=True):
+        if p.shape != (x.shape[0],):
+            raise ValueError(
+                f"{role} {key!r} has shape {p.shape} but x has {x.shape[0]} rows; expected ({x.shape[0]},)"
+            )
+    label = parts[0] if has_label else None
+    extra = tuple(parts[1:] if has_label else parts)
+    return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
 
 
 def scan_sources(
@@ -366,6 +406,7 @@ def scan_sources(
     x_key: str | None = None,
     label_key: str | None = None,
     dtype: str | np.dtype | None = None,
+    columns: Sequence[Column] = (),
 ) -> Scan:
     """Read every source's metadata and validate them together.
 
@@ -380,6 +421,8 @@ def scan_sources(
     dtype : str or numpy.dtype, optional
         Output dtype; inputs must cast to it safely within their kind.  Default:
         the inputs' common dtype, which must be unique.
+    columns : sequence of Column, optional
+        More 1-D arrays (labels, masks) with one value per row, in each source.
 
     Returns
     -------
@@ -390,13 +433,15 @@ def scan_sources(
     ------
     DataError
         Lists every bad file with its reason: unreadable, truncated, empty, missing
-        keys, wrong feature count, dtypes that do not cast, labels of the wrong length.
+        keys, wrong feature count, dtypes that do not cast, labels or masks of the wrong
+        length or dtype.
     """
     problems: list[str] = []
     sources: list[Source] = []
+    wanted = ([(label_key, "label")] if label_key else []) + [(c.key, c.role) for c in columns]
     for path in paths:
         try:
-            sources.append(_scan_one(path, x_key, label_key))
+            sources.append(_scan_one(path, x_key, wanted, label_key is not None))
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, struct.error) as exc:
             problems.append(f"{path}: {exc}")
         except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file, named
@@ -432,20 +477,29 @@ def scan_sources(
                 )
     label_dtype = None
     if label_key and sources:
-        ldts = [np.dtype(s.label.dtype) for s in sources if s.label is not None]
-        bad = [
-            s for s in sources if s.label is not None and np.dtype(s.label.dtype).kind not in "biuf"
-        ]
-        for s in bad:
-            problems.append(f"{s.path}: label dtype {s.label.dtype} is not numeric")  # type: ignore[union-attr]
-        if ldts and not bad:
-            label_dtype = np.result_type(*ldts).newbyteorder("=").str
+        label_dtype = _column_dtype([(s.path, s.label) for s in sources], f"label {label_key!r}", "label", problems)
+    column_dtypes = tuple(
+        _column_dtype([(s.path, s.extra[i]) for s in sources], f"{c.role} {c.key!r}", c.role, problems)
+        for i, c in enumerate(columns)
+    ) if sources else ()
     if problems:
         raise DataError(_listing("bad source file(s); nothing was written", problems))
-    scan = Scan(tuple(sources), x_key, label_key, target.str, label_dtype)  # type: ignore[union-attr]
+    scan = Scan(tuple(sources), x_key, label_key, target.str, label_dtype,  # type: ignore[union-attr]
+                tuple(columns), column_dtypes)  # type: ignore[arg-type]
     if scan.rows == 0:
         raise DataError(f"the {len(sources)} source file(s) hold no rows")
     return scan
+
+
+def _column_dtype(parts: list[tuple[str, Part | None]], what: str, role: str, problems: list[str]) -> str | None:
+    """The output dtype of one 1-D array over all sources (their common type); bad ones go to ``problems``."""
+    present = [(path, np.dtype(p.dtype)) for path, p in parts if p is not None]
+    bad = [(path, d) for path, d in present if d.kind not in DTYPE_KINDS[role]]
+    need = "numeric" if role == "label" else "boolean or integer"
+    problems.extend(f"{path}: {what} has dtype {d}; a {role} must be {need}" for path, d in bad)
+    if not present or bad:
+        return None
+    return np.result_type(*(d for _, d in present)).newbyteorder("=").str
 
 
 def as_json(scan: Scan) -> dict[str, Any]:
@@ -461,7 +515,7 @@ def as_json(scan: Scan) -> dict[str, Any]:
     dict
         JSON-able.
     """
-    return {
+    out = {
         "x_key": scan.x_key,
         "label_key": scan.label_key,
         "dtype": scan.dtype,
@@ -470,3 +524,6 @@ def as_json(scan: Scan) -> dict[str, Any]:
         "features": scan.features,
         "sources": [{**s.identity(), "kind": s.kind, "x_part": asdict(s.x)} for s in scan.sources],
     }
+    if scan.columns:  # absent without labels=/masks=: manifests of earlier versions still match
+        out["arrays"] = _columns_json(scan)
+    return out

@@ -63,10 +63,14 @@ def pieces(offsets: np.ndarray, chunk_rows: int, chunk: int) -> list[Piece]:
 
 
 class _Inflated(threading.local):
-    """Per-thread cache of the last inflated compressed member (consecutive chunks share files)."""
+    """Per-thread cache of the inflated compressed members of the last file (consecutive chunks share files).
 
-    key: tuple[str, str] | None = None
-    array: np.ndarray | None = None
+    X, its labels and masks are read in turn for each piece: caching one member
+    only would inflate each of them again for every piece.
+    """
+
+    path: str | None = None
+    arrays: dict[str, np.ndarray] | None = None
 
 
 class ChunkWriter:
@@ -76,16 +80,18 @@ class ChunkWriter:
     ----------
     scan : Scan
         Validated sources.
-    x, y : zarr.Array
-        Output arrays (``y`` may be None).
+    x : zarr.Array
+        The samples x features output array.
+    columns : dict of str to zarr.Array
+        The 1-D output arrays by name, one per entry of ``scan.outputs()``.
     chunk_rows : int
-        Rows per output chunk (the chunk shape of ``x`` and ``y``).
+        Rows per output chunk (the row chunk of every output array).
     """
 
-    def __init__(self, scan: Scan, x: Any, y: Any | None, chunk_rows: int) -> None:
+    def __init__(self, scan: Scan, x: Any, columns: dict[str, Any], chunk_rows: int) -> None:
         self.scan = scan
         self.x = x
-        self.y = y
+        self.columns = columns
         self.chunk_rows = chunk_rows
         self.offsets = scan.offsets
         self._cache = _Inflated()
@@ -106,32 +112,30 @@ class ChunkWriter:
         ps = pieces(self.offsets, self.chunk_rows, chunk)
         rows = sum(p.stop - p.start for p in ps)
         lo = chunk * self.chunk_rows
+        outputs = self.scan.outputs()
         xbuf = np.empty((rows, self.scan.features), dtype=self.scan.dtype)
-        ybuf = np.empty(rows, dtype=self.scan.label_dtype) if self.y is not None else None
+        bufs = [np.empty(rows, dtype=dtype) for _, _, dtype in outputs]
         for p in ps:
             src = self.scan.sources[p.index]
+            parts = ((src.label,) if src.label is not None else ()) + src.extra
+            dest = slice(p.dest, p.dest + p.stop - p.start)
             try:
                 # Assignment casts into the buffer; no temporary for mapped sources.
-                xbuf[p.dest : p.dest + p.stop - p.start] = self._read(src, "x", p.start, p.stop)
-                if ybuf is not None:
-                    ybuf[p.dest : p.dest + p.stop - p.start] = self._read(
-                        src, "label", p.start, p.stop
-                    )
+                xbuf[dest] = self._read(src, src.x, self.scan.x_key or "X", p.start, p.stop)
+                for buf, (_, key, _), part in zip(bufs, outputs, parts, strict=True):
+                    buf[dest] = self._read(src, part, key, p.start, p.stop)
             except (OSError, ValueError, KeyError, EOFError) as exc:
                 raise DataError(
                     f"cannot read rows {p.start}:{p.stop} of {src.path} (for output chunk {chunk}): "
                     f"{type(exc).__name__}: {exc}; was the file changed after the scan?"
                 ) from exc
+        # The chunk is logged as done only after every array's share of it is written.
         self.x[lo : lo + rows, :] = xbuf
-        if self.y is not None:
-            self.y[lo : lo + rows] = ybuf
+        for buf, (name, _, _) in zip(bufs, outputs, strict=True):
+            self.columns[name][lo : lo + rows] = buf
         return rows
 
-    def _read(self, src: Source, what: str, start: int, stop: int) -> np.ndarray:
-        part: Part = src.x if what == "x" else src.label  # type: ignore[assignment]
-        key = (self.scan.x_key or "X") if what == "x" else self.scan.label_key
-        if key is None:  # pragma: no cover - labels are read only when the scan has a label key
-            raise ValueError(f"no {what} key to read from {src.path}")
+    def _read(self, src: Source, part: Part, key: str, start: int, stop: int) -> np.ndarray:
         if src.kind in ("npy", "npz") and part.offset is not None:
             mm = np.memmap(
                 src.path,
@@ -144,12 +148,13 @@ class ChunkWriter:
             return mm[start:stop]
         if src.kind == "npz":
             cache = self._cache
-            if cache.key != (src.path, key):
-                cache.array = None  # drop the previous batch before inflating the next
+            if cache.path != src.path or cache.arrays is None:
+                cache.arrays = None  # drop the previous batch before inflating the next
+                cache.arrays, cache.path = {}, src.path
+            if key not in cache.arrays:
                 with np.load(src.path, allow_pickle=False) as z:
-                    cache.array = z[key]
-                cache.key = (src.path, key)
-            return cache.array[start:stop]  # type: ignore[index]
+                    cache.arrays[key] = z[key]
+            return cache.arrays[key][start:stop]
         if src.kind == "h5":
             import h5py
 
