@@ -458,17 +458,23 @@ def test_plan_checks_the_job_config_and_never_prints_a_negative_budget(job_env, 
     # defaults said it fits, and describe found out only once the workers had started.
     plan = [str(BIN / "daskbatch"), "plan", job_env["STORE"], "--memory", str(12_000 * 2**20), "--threads", "16",
             "--workers", "2"]
-    assert subprocess.run(plan, env=job_env, capture_output=True, text=True, timeout=120).returncode == 0
-    done = subprocess.run([*plan, "--config", job_env["CONFIG"]], env=job_env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stderr.strip() == (
-        "error: no per-task budget is left: 11.72 GiB x 0.5 / 16 threads = 375.00 MiB per task, not more than "
-        "the 512.00 MiB reserved per task (daskbatch.reserved-memory); raise --memory or lower --threads"
-    )
+    # The two plans and the batch script are independent: they run at once (each is mostly an interpreter starting).
+    without, with_config = [
+        subprocess.Popen(args, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for args in (plan, [*plan, "--config", job_env["CONFIG"]])
+    ]
     # The batch script stops there (exit 3), before a scheduler or worker starts.
     env = {**_slurm_env(job_env, tmp_path), "SLURM_CPUS_PER_TASK": "16", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_MEM_PER_NODE": "12000"}
     rc, out = _run_job(EXAMPLES / "slurm.sbatch", env, tmp_path)
+    without.communicate(timeout=120)
+    assert without.returncode == 0
+    stdout, stderr = with_config.communicate(timeout=120)
+    assert with_config.returncode == 3, stdout + stderr
+    assert stderr.strip() == (
+        "error: no per-task budget is left: 11.72 GiB x 0.5 / 16 threads = 375.00 MiB per task, not more than "
+        "the 512.00 MiB reserved per task (daskbatch.reserved-memory); raise --memory or lower --threads"
+    )
     assert rc == 3, out
     jobdir = tmp_path / "daskbatch-4243"
     assert "no per-task budget is left" in _text(jobdir / "plan.txt")
