@@ -149,7 +149,6 @@ def test_explore_notebook(tmp_path, monkeypatch) -> None:
         assert has_png(outputs_of(nb, cell)), cell
     assert "daskbatch.Summary" in html_of(outputs_of(nb, "summary = db.describe"))
     assert "daskbatch.Dataset" in html_of(outputs_of(nb, "selected = db.open_dataset"))
-    assert nb.metadata["wall_seconds"] < 60, nb.metadata["wall_seconds"]
     assert not figures_as_text(nb)
 
 
@@ -164,7 +163,6 @@ def test_feature_selection_notebook(tmp_path, monkeypatch) -> None:
         "assert out.feature_names == list(by_mrmr.selected_names) and out.label is not None\n"
     ))
     assert has_png(outputs_of(nb, "ax.bar("))
-    assert nb.metadata["wall_seconds"] < 60, nb.metadata["wall_seconds"]
     assert not figures_as_text(nb)
 
 
