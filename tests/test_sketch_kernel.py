@@ -46,11 +46,15 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     assert_states_equal(fast, reference)
     k_min, k_max = sk.key_range
     counts = np.zeros_like(np.asarray(fast.counts))
-    fmin, fmax = np.full(x.shape[1], np.inf), np.full(x.shape[1], -np.inf)
+    offset = np.empty_like(np.asarray(fast.offset))
+    collapsed = np.empty(offset.shape, dtype=np.uint8)
     data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
-    flat = counts.reshape(-1)
-    _numba.sketch_counts_log(data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, flat, fmin, fmax)
+    fmin, fmax = _numba.sketch_counts_log(
+        data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.window, counts, offset, collapsed
+    )
     np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
+    np.testing.assert_array_equal(np.asarray(fast.offset), offset, strict=True)
+    np.testing.assert_array_equal(np.asarray(fast.fmin), fmin, strict=True)
 
 
 def to32(x: np.ndarray) -> np.ndarray:

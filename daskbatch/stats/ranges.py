@@ -67,7 +67,7 @@ MAX_DETACHED = 0.1
 
 def _layout(sketch: SketchResult) -> Sketch:
     """The layout a finalized sketch was made with."""
-    return Sketch(sketch.alpha, sketch.min_magnitude, sketch.max_magnitude)
+    return sketch.layout
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
@@ -122,7 +122,6 @@ _BULK_FOUND: weakref.WeakKeyDictionary[SketchResult, tuple[np.ndarray, np.ndarra
 def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
     layout = _layout(sketch)
-    counts = np.asarray(sketch.counts)
     vmin, vmax = np.asarray(sketch.finite_min), np.asarray(sketch.finite_max)
     q1, q3 = _spread(sketch)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -133,18 +132,21 @@ def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.n
     gap = int(math.ceil(math.log(GAP) / layout.ln_gamma))
     lo_edge, hi_edge = slot_bounds(layout)
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
-    bulk_lo = np.full(counts.shape[0], -np.inf)
-    bulk_hi = np.full(counts.shape[0], np.inf)
+    bulk_lo = np.full(vmin.shape[0], -np.inf)
+    bulk_hi = np.full(vmin.shape[0], np.inf)
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])
+        s_lo, s_hi = int(fence_slots[d, 0]), int(fence_slots[d, 1])
+        # The feature's slots of the full layout, from its first to its last populated one (or fence).
+        at, counts = sketch.dense(int(d), include=(s_lo, s_hi))
         with np.errstate(over="ignore", invalid="ignore"):  # gaps between values near +-max overflow to inf: still gaps
-            first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
-        if counts[d, first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts[d].sum():
+            first, last = _bulk(counts, s_lo - at, s_hi - at, gap, width,
+                                lo_edge[at : at + counts.size], hi_edge[at : at + counts.size])
+        if counts[first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts.sum():
             continue  # so much beyond the fences is the data (or too few values to tell), not stray values
-        # The bulk's quantiles from its window of slots (no copy of the whole sketch: 221 kB a feature).
-        window = counts[d : d + 1, first : last + 1]
-        tails[d] = sketch_quantile(window, first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
-        bulk_lo[d], bulk_hi[d] = lo_edge[first], hi_edge[last]
+        window = counts[None, first : last + 1]
+        tails[d] = sketch_quantile(window, at + first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
+        bulk_lo[d], bulk_hi[d] = lo_edge[at + first], hi_edge[at + last]
     return tails, bulk_lo, bulk_hi
 
 
