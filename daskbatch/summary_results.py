@@ -101,7 +101,7 @@ def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
     window[rows, slots[held] - first] = counts[held]  # a feature's held slots are distinct
     provenance["sketch"] = {
         "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
-        "first_slot": first,
+        "first_slot": first, "window": r.window,
     }
     extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
     return {"sketch_counts": window, "sketch_extrema": extrema}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from daskbatch.stats import STATISTICS, Sketch
 from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.sketch import SKETCH_SLOTS
+from daskbatch.stats.sketch import SKETCH_SLOTS, WINDOW
 from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
 
 SKETCH = Sketch()
@@ -186,5 +186,5 @@ def test_bad_parameters_name_the_problem() -> None:
 
 def test_registry_and_memory_model_agree_on_the_layout() -> None:
     assert STATISTICS["sketch"] is Sketch
-    assert SKETCH_SLOTS == 2 * SKETCH.window + 6  # the footprint sizes the default sketch's state
-    assert SKETCH.window * SKETCH.ln_gamma > math.log(1e6)  # a 10**6 dynamic range fits one window
+    assert SKETCH_SLOTS == 2 * SKETCH.n_buckets + 6  # the footprint sizes the default sketch's state
+    assert WINDOW * SKETCH.ln_gamma > math.log(1e6)  # a 10**6 dynamic range fits the windowed sketch's window

@@ -71,13 +71,29 @@ def _layout(sketch: SketchResult) -> Sketch:
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
-    """The sketch's error bound at its answers ``v``: ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
+    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
 
     Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
+    magnitude only: the values it stands for may lie anywhere between it and zero.
     """
+    floor = _collapse_floor(sketch)
     with np.errstate(invalid="ignore"):
         out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
+        side_floor = np.where(v > 0, floor[:, 1:2], floor[:, 0:1])
+        out = np.where((v != 0) & (np.abs(v) <= side_floor), out + np.abs(v), out)
     return out
+
+
+def _collapse_floor(sketch: SketchResult) -> np.ndarray:
+    """:meth:`SketchResult.collapse_floor`, found once per result."""
+    found = _FLOOR_FOUND.get(sketch)
+    if found is None:
+        found = _FLOOR_FOUND[sketch] = sketch.collapse_floor()
+    return found
+
+
+_FLOOR_FOUND: weakref.WeakKeyDictionary[SketchResult, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,

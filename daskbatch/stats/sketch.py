@@ -57,12 +57,14 @@ from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.footprint import Footprint
 
 __all__ = [
-    "WINDOW", "Sketch", "SketchResult", "SketchState", "sketch_quantile", "sketch_quantile_at",
+    "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "sketch_quantile", "sketch_quantile_at",
     "sketch_values", "slot_bounds",
 ]
 
-#: Buckets per feature and sign that a state keeps (the default ``Sketch.window``).
+#: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
 WINDOW = 2048
+#: Features merged at a time by the array-API merge (its temporaries stay this many rows).
+MERGE_ROWS = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +132,19 @@ class SketchResult:
         """
         return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
 
+    def collapse_floor(self) -> np.ndarray:
+        """Give, per feature and sign, the magnitude at or below which answers may come from a collapsed bucket.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64 (D, 2), negative and positive side: the upper magnitude
+            of the window's first bucket where the window is full (it may
+            have collapsed: answers at or below it are bounded by it, not by
+            ``alpha``), 0 elsewhere.
+        """
+        return collapse_floor(to_numpy(self.counts), self.slots(), self.layout)
+
     def dense(self, d: int, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
         """Give feature ``d``'s counts over a contiguous run of slots of the full layout.
 
@@ -180,6 +195,47 @@ class SketchResult:
         )
 
 
+def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: Sketch) -> np.ndarray:
+    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout.
+
+    A window collapsed only if its populated slots span all its ``window``
+    buckets; then its smallest-magnitude bucket may hold any smaller magnitude.
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        int64 (D, C), in value order.
+    slots : numpy.ndarray
+        int64 (D, C) or (1, C): the slot of the full layout of each column.
+    sketch : Sketch
+        The layout (its ``window`` tells a full window).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (D, 2): for the negative and positive side, the upper
+        magnitude of the smallest-magnitude populated bucket where the window
+        is full, else 0.
+    """
+    n = sketch.n_buckets
+    k_min, _ = sketch.key_range
+    slots = np.broadcast_to(slots, counts.shape)
+    held = counts > 0
+    big = np.iinfo(np.int64).max
+    out = np.zeros((counts.shape[0], 2))
+    for side, (lo_slot, hi_slot) in enumerate(((1, n), (n + 2, 2 * n + 1))):
+        mask = held & (slots >= lo_slot) & (slots <= hi_slot)
+        first = np.min(np.where(mask, slots, big), axis=1)
+        last = np.max(np.where(mask, slots, -1), axis=1)
+        full = (last >= 0) & (last - first >= sketch.buckets_kept - 1)
+        # The smallest magnitude: the last negative slot (key n - slot), the first positive one.
+        key = (n - last) if side == 0 else (first - (n + 2))
+        with np.errstate(over="ignore"):
+            top = np.exp((key + k_min) * sketch.ln_gamma) * (1.0 + 1e-9)
+        out[:, side] = np.where(full, top, 0.0)
+    return out
+
+
 def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
     """Slots of the full layout of a result's columns, from the windows' offsets (D, 2)."""
     offset = np.asarray(offset, dtype=np.int64)
@@ -202,17 +258,31 @@ class Sketch:  # numpydoc ignore=PR02
         (unless its bucket was collapsed: see the module notes).
     min_magnitude, max_magnitude : float, default 1e-30 and 1e30
         The magnitudes that get buckets; see the module notes for the rest.
-    window : int, default 2048
+    window : int, optional
         Buckets kept per feature and sign; the state takes ``2 * window + 6``
         int64 and float64 per feature. A sign whose populated buckets span a
         factor beyond ``gamma**window`` collapses its smallest magnitudes.
+        Default: all ``n_buckets`` (nothing ever collapses, 221 kB a feature);
+        ``describe`` takes :data:`WINDOW` (33 kB a feature) where that does
+        not fit a worker.
     """
 
     alpha: float = 0.005
     min_magnitude: float = 1e-30
     max_magnitude: float = 1e30
-    window: int = WINDOW
+    window: int | None = None
     name = "sketch"
+
+    @property
+    def buckets_kept(self) -> int:
+        """Count the buckets a state keeps per feature and sign: ``window``, or all of them.
+
+        Returns
+        -------
+        int
+            The window's width.
+        """
+        return self.window if self.window is not None else self.n_buckets
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -222,7 +292,9 @@ class Sketch:  # numpydoc ignore=PR02
                 "magnitudes must satisfy 0 < min_magnitude < max_magnitude < inf, "
                 f"got ({self.min_magnitude!r}, {self.max_magnitude!r})"
             )
-        if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 2:
+        if self.window is not None and (
+            isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 2
+        ):
             raise ValueError(f"window must be an integer of at least 2 buckets, got {self.window!r}")
 
     # ------------------------------------------------------------- layout
@@ -288,7 +360,7 @@ class Sketch:  # numpydoc ignore=PR02
         int
             ``2 * window + 4``.
         """
-        return 2 * self.window + 4
+        return 2 * self.buckets_kept + 4
 
     def empty(self, xp: Namespace, n_features: int, dev: object = None) -> SketchState:
         """Build the identity of :meth:`merge`: the state of a chunk with no rows.
@@ -350,7 +422,7 @@ class Sketch:  # numpydoc ignore=PR02
 
     def _window(self, xp: Namespace, lo: Array, hi: Array) -> Array:
         """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``."""
-        first = xp.maximum(lo, hi - (self.window - 1))
+        first = xp.maximum(lo, hi - (self.buckets_kept - 1))
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
 
     # ------------------------------------------------------- the contract
@@ -377,11 +449,11 @@ class Sketch:  # numpydoc ignore=PR02
         if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
-                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.window
+                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
         x = as_float64(x)
-        n, w = self.n_buckets, self.window
+        n, w = self.n_buckets, self.buckets_kept
         key, bucketed = self._keys(x)
         pos = bucketed & (x > 0)
         neg = bucketed & (x < 0)
@@ -429,24 +501,38 @@ class Sketch:  # numpydoc ignore=PR02
         xp = namespace(a.counts, b.counts)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         if type(a.counts) is np.ndarray and type(b.counts) is np.ndarray and kernels.enabled():
-            counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.window)
+            counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.buckets_kept)
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
-        w = self.window
-        hi_a, hi_b = self._top(xp, a), self._top(xp, b)
-        offset = self._window(xp, xp.minimum(a.offset, b.offset), xp.maximum(hi_a, hi_b))
+        # Blocks of features, written into the result: no temporary grows with the whole state.
+        n_features, width = a.counts.shape
+        counts = xp.zeros((n_features, width), dtype=xp.int64, device=device(a.counts))
+        offsets = []
+        for start in range(0, n_features, MERGE_ROWS):
+            rows = slice(start, min(start + MERGE_ROWS, n_features))
+            part_a = SketchState(counts=a.counts[rows, :], offset=a.offset[rows, :], fmin=a.fmin, fmax=a.fmax)
+            part_b = SketchState(counts=b.counts[rows, :], offset=b.offset[rows, :], fmin=b.fmin, fmax=b.fmax)
+            block, offset = self._merge_rows(xp, part_a, part_b)
+            counts[rows, :] = block
+            offsets.append(offset)
+        offset = xp.concat(offsets, axis=0) if offsets else xp.asarray(a.offset, copy=True)
+        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+
+    def _merge_rows(self, xp: Namespace, a: SketchState, b: SketchState) -> tuple[Array, Array]:
+        """Merged counts and offsets of a block of features (the array-API merge)."""
+        w = self.buckets_kept
+        offset = self._window(xp, xp.minimum(a.offset, b.offset), xp.maximum(self._top(xp, a), self._top(xp, b)))
         if bool(xp.all(offset == a.offset)) and bool(xp.all(offset == b.offset)):
-            return SketchState(counts=a.counts + b.counts, offset=offset, fmin=fmin, fmax=fmax)
+            return a.counts + b.counts, offset
         parts = [
             _shift(xp, a.counts[:, side * w : (side + 1) * w], offset[:, side] - a.offset[:, side])
             + _shift(xp, b.counts[:, side * w : (side + 1) * w], offset[:, side] - b.offset[:, side])
             for side in (0, 1)
         ]
-        counts = xp.concat([*parts, a.counts[:, 2 * w :] + b.counts[:, 2 * w :]], axis=1)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+        return xp.concat([*parts, a.counts[:, 2 * w :] + b.counts[:, 2 * w :]], axis=1), offset
 
     def _top(self, xp: Namespace, s: SketchState) -> Array:
         """Largest populated key of each feature and sign (D, 2), -1 where a window is empty."""
-        w = self.window
+        w = self.buckets_kept
         i = xp.arange(w, dtype=xp.int64, device=device(s.counts))
         tops = []
         for side in (0, 1):
@@ -469,7 +555,7 @@ class Sketch:  # numpydoc ignore=PR02
             The sketch of every feature.
         """
         xp = namespace(s.counts)
-        w = self.window
+        w = self.buckets_kept
         some = s.fmin <= s.fmax
         nan = xp.full_like(s.fmin, xp.nan)
         c = s.counts
@@ -487,7 +573,7 @@ class Sketch:  # numpydoc ignore=PR02
             alpha=float(self.alpha),
             min_magnitude=float(self.min_magnitude),
             max_magnitude=float(self.max_magnitude),
-            window=int(self.window),
+            window=int(self.buckets_kept),
         )
 
 
@@ -663,22 +749,45 @@ def sketch_quantile_at(
 #: +inf and NaN, and the two windows' first keys).
 SKETCH_SLOTS = Sketch().width + 2
 
-#: Memory of :class:`Sketch` for the planner: the array API makes a float64 copy and
-#: magnitudes, logs, keys, columns and masks; the bincount output sits next to the state.
-#: A merge of NumPy states is one compiled loop into the result (no temporaries); the
-#: array-API merge builds prefix sums and gather indices of one sign at a time (about one
-#: state). The second pass's quantile histogram (QUANTILE_BINS int64 a feature, 16 kB)
-#: replaces the sketch's state there, so the sketch's first-pass footprint is the larger one.
-FOOTPRINT = Footprint(
-    name="sketch",
-    state=lambda d, bins, k, tile: d * SKETCH_SLOTS * 8 + 2 * d * 8,  # counts, offsets, finite extrema
-    # no GPU kernel: on the GPU the array-API code runs
-    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
-    temporaries={
-        "compiled": {},
-        "array-api": {"float64": 3, "int64": 3, "bool": 3},
-        "gpu-compiled": {"float64": 3, "int64": 3, "bool": 3},
-    },
-    state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
-    merge_temporaries=1,
-)
+
+def footprint_for(window: int | None) -> Footprint:
+    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
+
+    The array API makes a float64 copy and magnitudes, logs, keys, columns and
+    masks; the bincount output sits next to the state. A merge of NumPy states
+    is one compiled loop into the result; the array-API merge builds prefix
+    sums and gather indices for :data:`MERGE_ROWS` features at a time. The second
+    pass's quantile histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces
+    the sketch's state there, so the sketch's first-pass footprint is the larger one.
+
+    Parameters
+    ----------
+    window : int or None
+        ``Sketch.window``.
+
+    Returns
+    -------
+    Footprint
+        Its memory, for :mod:`daskbatch.planning`.
+    """
+    slots = Sketch(window=window).width + 2
+    return Footprint(
+        name="sketch",
+        state=lambda d, bins, k, tile: d * slots * 8 + 2 * d * 8,  # counts, offsets, finite extrema
+        # no GPU kernel: on the GPU the array-API code runs
+        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        temporaries={
+            "compiled": {},
+            "array-api": {"float64": 3, "int64": 3, "bool": 3},
+            "gpu-compiled": {"float64": 3, "int64": 3, "bool": 3},
+        },
+        state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
+    )
+
+
+#: The default sketch's footprint (every bucket kept: 221 kB a feature).
+FOOTPRINT = footprint_for(None)
+#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), which
+#: ``describe`` plans for when the default does not fit.
+WINDOWED_FOOTPRINT = footprint_for(WINDOW)
