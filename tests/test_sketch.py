@@ -23,7 +23,7 @@ BOUND = 0.01
 
 def sketch_reference(x: np.ndarray, sk: Sketch) -> dict[str, np.ndarray]:
     """The finalized result, value by value with numpy's log, following the documented windowed layout."""
-    n, w = sk.n_buckets, sk.window
+    n, w = sk.n_buckets, sk.buckets_kept
     k_min, k_max = sk.key_range
     d = x.shape[1]
     counts = np.zeros((d, 2 * w + 3), dtype=np.int64)
@@ -46,8 +46,9 @@ def sketch_reference(x: np.ndarray, sk: Sketch) -> dict[str, np.ndarray]:
                 keys[int(v > 0)].append(int(min(max(np.ceil(np.log(abs(v)) / sk.ln_gamma), k_min), k_max)) - k_min)
         for side, ks in enumerate(keys):
             if ks:
-                # The lowest key, unless the keys span more than the window: then the lowest collapse.
-                offset[j, side] = first = max(min(ks), max(ks) - (w - 1))
+                # The lowest key, unless the keys span more than the window: then the lowest collapse;
+                # and no window reaches past the overflow key.
+                offset[j, side] = first = min(max(min(ks), max(ks) - (w - 1)), n - w)
                 for k in ks:
                     i = max(k - first, 0)
                     counts[j, (w - i) if side == 0 else (w + 2 + i)] += 1

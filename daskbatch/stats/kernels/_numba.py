@@ -484,7 +484,7 @@ def _sketch_start(offset, collapsed, n):  # noqa: ANN001, ANN202
 
 @_jit
 def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
-    """Put every window at its canonical first key: the lowest populated one (collapsed windows already are)."""
+    """Put every window at its canonical first key: the lowest populated one, at most ``n - w`` (collapsed ones are)."""
     for j in range(counts.shape[0]):
         for side in range(2):
             if offset[j, side] == n or collapsed[j, side]:
@@ -493,8 +493,10 @@ def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
             first = 0
             while buf[first] == 0:
                 first += 1
-            _sketch_shift(buf, first, w)
-            offset[j, side] += first
+            # The lowest key, but no window reaches past the overflow key (n - 1).
+            by = min(offset[j, side] + first, n - w) - offset[j, side]
+            _sketch_shift(buf, by, w)
+            offset[j, side] += by
 
 
 @_jit
@@ -556,7 +558,8 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
 
     ``out`` comes in zeroed. The merged window of a sign starts at the lower
     offset, or at the largest populated key less ``w - 1`` when that is
-    higher (a collapse: lower keys add into its first bucket), as
+    higher (a collapse: lower keys add into its first bucket), but at most
+    at ``n - w``, as
     :meth:`daskbatch.stats.sketch.Sketch.merge` does.
     """
     for j in range(ca.shape[0]):
@@ -565,7 +568,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
             if hi < 0:
                 offset[j, side] = n
                 continue
-            new = max(min(oa[j, side], ob[j, side]), hi - w + 1)
+            new = min(max(min(oa[j, side], ob[j, side]), hi - w + 1), n - w)
             offset[j, side] = new
             _sketch_merge_into(ca, oa, j, side, new, w, out)
             _sketch_merge_into(cb, ob, j, side, new, w, out)
