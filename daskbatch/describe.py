@@ -29,10 +29,10 @@ from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
-from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range
 from daskbatch.stats.registry import Kept
+from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,

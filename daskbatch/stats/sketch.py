@@ -130,7 +130,7 @@ class SketchResult:
         Returns
         -------
         numpy.ndarray
-            int64 (D, 2 W + 3), increasing along each row where counts are held.
+            The int64 slots (D, 2 W + 3), increasing along each row where counts are held.
         """
         return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
 
@@ -140,7 +140,7 @@ class SketchResult:
         Returns
         -------
         numpy.ndarray
-            float64 (D, 2), negative and positive side: the upper magnitude
+            The float64 (D, 2), negative and positive side: the upper magnitude
             of the window's first bucket where the window is full (it may
             have collapsed: answers at or below it are bounded by it, not by
             ``alpha``), 0 elsewhere.
@@ -162,7 +162,7 @@ class SketchResult:
         first : int
             The slot of the run's first column.
         counts : numpy.ndarray
-            int64 counts from the first to the last populated (or included) slot.
+            The int64 counts from the first to the last populated (or included) slot.
         """
         counts = to_numpy(self.counts[d : d + 1, :])[0]
         slots = _window_slots(to_numpy(self.offset[d : d + 1, :]), self.layout.n_buckets, self.window)[0]
@@ -206,16 +206,16 @@ def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: Sketch) -> np.
     Parameters
     ----------
     counts : numpy.ndarray
-        int64 (D, C), in value order.
+        The int64 counts (D, C), in value order.
     slots : numpy.ndarray
-        int64 (D, C) or (1, C): the slot of the full layout of each column.
+        The int64 (D, C) or (1, C): the slot of the full layout of each column.
     sketch : Sketch
         The layout (its ``window`` tells a full window).
 
     Returns
     -------
     numpy.ndarray
-        float64 (D, 2): for the negative and positive side, the upper
+        The float64 (D, 2): for the negative and positive side, the upper
         magnitude of the smallest-magnitude populated bucket where the window
         is full, else 0.
     """

@@ -324,10 +324,12 @@ def sketch_merge(
 
     Parameters
     ----------
-    counts_a, counts_b : numpy.ndarray
-        The int64 counts, (D, 2 * window + 4).
-    offset_a, offset_b : numpy.ndarray
-        The windows' first keys, (D, 2).
+    counts_a : numpy.ndarray
+        The int64 counts of the first state, (D, 2 * window + 4).
+    offset_a : numpy.ndarray
+        Its windows' first keys, (D, 2).
+    counts_b, offset_b : numpy.ndarray
+        The same of the second state.
     n_buckets : int
         ``Sketch.n_buckets``.
     window : int
