@@ -504,8 +504,19 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, count
     """:func:`sketch_counts` with a log per value: the reference expression everywhere.
 
     Taken when ``min_magnitude`` is subnormal (the fast key reads normal
-    floats only); the tests hold :func:`sketch_counts` to it. Its arguments
-    and results are those of :func:`sketch_counts`.
+    floats only); the tests hold :func:`sketch_counts` to it.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed : object
+        As for :func:`sketch_counts`.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
     """
     rows, d = x.shape
     lo_key = float(k_min)
@@ -561,6 +572,21 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
     higher (a collapse: lower keys add into its first bucket), but at most
     at ``n - w``, as
     :meth:`daskbatch.stats.sketch.Sketch.merge` does.
+
+    Parameters
+    ----------
+    ca, oa : numpy.ndarray
+        The first state's int64 counts (D, 2w + 4) and window offsets (D, 2).
+    cb, ob : numpy.ndarray
+        The second state's.
+    n : int
+        ``Sketch.n_buckets``.
+    w : int
+        The window's width, ``Sketch.buckets_kept``.
+    out : numpy.ndarray
+        The merged counts (D, 2w + 4), zeros, filled in.
+    offset : numpy.ndarray
+        The merged offsets (D, 2), filled in.
     """
     for j in range(ca.shape[0]):
         for side in range(2):
@@ -619,8 +645,10 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
 
     Returns
     -------
-    fmin, fmax : numpy.ndarray
-        The finite extrema of each feature.
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
     """
     rows, d = x.shape
     lo_key = float(k_min)
