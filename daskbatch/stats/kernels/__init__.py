@@ -301,7 +301,7 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_log
+    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_all, sketch_counts_log
 
     d = x.shape[1]
     data, lut = _bits(x)
@@ -309,7 +309,13 @@ def sketch(
     offset = np.empty((d, 2), dtype=np.int64)
     collapsed = np.empty((d, 2), dtype=np.uint8)
     # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
-    kernel = sketch_counts if min_magnitude >= np.finfo(np.float64).smallest_normal else sketch_counts_log
+    fast = min_magnitude >= np.finfo(np.float64).smallest_normal
+    if fast and window == n_buckets:  # every bucket kept: the windows never move
+        fmin, fmax = sketch_counts_all(
+            data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), counts, offset
+        )
+        return counts, offset, fmin, fmax
+    kernel = sketch_counts if fast else sketch_counts_log
     fmin, fmax = kernel(
         data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), int(window),
         counts, offset, collapsed,

@@ -696,3 +696,74 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
         _sketch_add_row(code, counts, offset, collapsed, n, w)
     _sketch_finish(counts, offset, collapsed, n, w)
     return fmin, fmax
+
+
+@_jit_nocheck
+def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move.
+
+    The slot of a value is then known in the vectorised loop (no window
+    check per value), as before the sketch had windows.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset : object
+        As for :func:`sketch_counts`, with ``w = n``.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
+    width = 2 * n + 4
+    zero_slot = float(2 * n + 1)
+    first = np.arange(d) * width  # first slot of every feature
+    flat = counts.reshape(-1)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    for i in range(rows):
+        n_near = 0
+        # Slots of one row (see _sketch_code: the code is the column here), branch-free so that it vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            q = fast_log(a) * inv_ln_gamma
+            key = np.ceil(q)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            s = key + n if v > 0.0 else key
+            s = s if bucketed else zero_slot
+            s = 2.0 * n + 2.0 if v == np.inf else s
+            s = 2.0 * n if v == -np.inf else s
+            s = 2.0 * n + 3.0 if v != v else s
+            slot[j] = np.uint64(first[j] + np.int64(s))
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values close to a boundary again, with the reference expression ...
+        if n_near:
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    slot[j] = np.uint64(first[j] + (key + n if v > 0.0 else key))
+        # ... then one scattered increment per value.
+        for j in range(d):
+            flat[slot[j]] += 1
+    for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
+        for side in range(2):
+            offset[j, side] = 0 if counts[j, side * n : (side + 1) * n].any() else n
+    return fmin, fmax
