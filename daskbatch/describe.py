@@ -40,6 +40,7 @@ from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments,
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range
 from daskbatch.stats.registry import Kept
+from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     NAN_POLICIES,
@@ -133,9 +134,12 @@ def describe(
         (:mod:`daskbatch.stats.quantile`). ``"minmax"``: each feature's min and max.
         More than 1 % of a feature's values outside its range raises a
         :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
-        When the sketch does not fit a worker (very wide data: its state is
-        221 kB per feature), ranges come from min and max instead, with a
-        :class:`~daskbatch.RangeWarning` saying so.
+        When the sketch does not fit a worker (its state is 221 kB per
+        feature), it keeps a window of 2,048 buckets per sign (33 kB per
+        feature: 5,000 features fit a 2 GiB worker; see
+        :class:`~daskbatch.stats.Sketch` for what a window that collapses
+        bounds). Only when that does not fit either do ranges come from min
+        and max, the last resort, with a :class:`~daskbatch.RangeWarning` saying so.
     ddof : int, default 1
         Delta degrees of freedom of variance and covariance.
     bias : bool, default True
@@ -298,11 +302,15 @@ def describe(
                                 n_classes=class_values),
         names, optional=_sketch_was_implied(stats, names),
     )
-    if planned != names:  # wide data: the sketch that chooses robust ranges did not fit
+    sketch_window = None
+    if WINDOWED_FOOTPRINT in planned:  # wide data: the sketch keeps a window of buckets per sign
+        sketch_window = WINDOW
+        planned = tuple("sketch" if s is WINDOWED_FOOTPRINT else s for s in planned)
+    if planned != names:  # wider still: not even the windowed sketch that chooses robust ranges fits
         names, range = planned, "minmax"  # noqa: A001 - describe's name
         warn(RangeWarning(
-            "histogram ranges from each feature's min and max: the quantile sketch that chooses robust "
-            "ranges does not fit a worker (its state is 221 kB per feature); give range= (--range) to choose them"
+            "histogram ranges from each feature's min and max, the last resort: the quantile sketch that chooses "
+            "robust ranges does not fit a worker (its state is 33 kB per feature); give range= (--range) to choose them"
         ))
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)
@@ -330,7 +338,7 @@ def describe(
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
                         if explicit and not found_cuts and ("hist" in names or "mi" in names) else None,
-                        custom=custom)
+                        custom=custom, sketch_window=sketch_window)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
@@ -517,6 +525,7 @@ def _histogram(
 def _first_pass(
     names: tuple[str, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
+    sketch_window: int | None = None,
 ) -> Bundle:
     """The statistics of the first pass, fused: each block is read and cast once for all of them."""
     first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
@@ -525,7 +534,7 @@ def _first_pass(
     if "class_moments" in names:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
     if "sketch" in names:
-        first.append(Sketch())
+        first.append(Sketch(window=sketch_window))
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))

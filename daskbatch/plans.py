@@ -232,12 +232,15 @@ def plan_describe(
 def plan_dropping_sketch(
     make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
 ) -> tuple[Plan, tuple[Any, ...]]:
-    """Plan ``stats`` with ``make``; when that does not fit and the sketch is optional, plan without it.
+    """Plan ``stats`` with ``make``; when that does not fit, with a windowed sketch, else without it when optional.
 
-    The quantile sketch only chooses histogram ranges, and its state is the
-    largest of all on wide data (221 kB per feature): without it, ranges come
-    from each feature's min and max. :func:`daskbatch.describe`,
-    :func:`plan_describe` and ``daskbatch plan`` all decide this here.
+    The quantile sketch keeps every bucket by default (221 kB per feature);
+    when that does not fit, it is planned with :data:`~daskbatch.stats.sketch.WINDOW`
+    buckets per sign (33 kB per feature, :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINT`
+    in place of ``"sketch"`` in the statistics returned). Only when that does not
+    fit either and the sketch is optional (it only chooses histogram ranges) is it
+    left out: ranges then come from each feature's min and max, the last resort.
+    :func:`daskbatch.describe`, :func:`plan_describe` and ``daskbatch plan`` all decide this here.
 
     Parameters
     ----------
@@ -251,18 +254,28 @@ def plan_dropping_sketch(
     Returns
     -------
     (Plan, tuple)
-        The plan and the statistics it is for (without ``"sketch"`` when it was left out).
+        The plan and the statistics it is for (the windowed sketch's footprint in
+        place of ``"sketch"``, or no sketch when it was left out).
 
     Raises
     ------
     PlanError
         The first one, unchanged, when leaving the sketch out does not help either.
     """
+    from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+
     try:
         return make(stats), stats
     except PlanError as err:
-        if not optional or "sketch" not in stats:
+        if "sketch" not in stats:
             raise
+        # Wide data: the sketch with a window of buckets per sign (33 kB a feature, not 221 kB).
+        windowed = tuple(WINDOWED_FOOTPRINT if s == "sketch" else s for s in stats)
+        try:
+            return make(windowed), windowed
+        except PlanError:
+            if not optional:
+                raise err from None
         without = tuple(s for s in stats if s != "sketch")
         try:
             return make(without), without

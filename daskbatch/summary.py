@@ -164,7 +164,9 @@ class Summary:
             if self.sketch_counts is None or self.sketch_extrema is None:
                 raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
             spec = self.provenance["sketch"]
-            layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]))
+            kept = spec.get("window")  # older summaries: every bucket, never collapsed
+            layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
+                            None if kept is None else int(kept))
             fine = None
             if method == "auto" and self.quantile_counts is not None and self.quantile_range is not None:
                 fine = (self.quantile_counts, self.quantile_range)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.summary import BUILT_IN_RESULTS, Summary
 
@@ -100,12 +101,15 @@ def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
     than a few decades, so the summary keeps only the columns from the first to
     the last non-empty slot over all features (and records where they start).
     """
-    counts = np.asarray(r.counts)
-    used = np.flatnonzero(counts.any(axis=0))
-    first, stop = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 0)
+    counts, slots = to_numpy(r.counts), r.slots()
+    held = counts > 0
+    first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)
+    window = np.zeros((counts.shape[0], stop - first), dtype=np.int64)
+    rows = np.nonzero(held)[0]
+    window[rows, slots[held] - first] = counts[held]  # a feature's held slots are distinct
     provenance["sketch"] = {
         "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
-        "first_slot": first,
+        "first_slot": first, "window": r.window,
     }
     extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
-    return {"sketch_counts": np.ascontiguousarray(counts[:, first:stop]), "sketch_extrema": extrema}
+    return {"sketch_counts": window, "sketch_extrema": extrema}

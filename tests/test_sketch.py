@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from daskbatch.stats import STATISTICS, Sketch
 from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.sketch import SKETCH_SLOTS
+from daskbatch.stats.sketch import SKETCH_SLOTS, WINDOW
 from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
 
 SKETCH = Sketch()
@@ -22,30 +22,40 @@ BOUND = 0.01
 
 
 def sketch_reference(x: np.ndarray, sk: Sketch) -> dict[str, np.ndarray]:
-    """Slot counts, value by value with numpy's log, following the documented layout."""
-    n = sk.n_buckets
+    """The finalized result, value by value with numpy's log, following the documented windowed layout."""
+    n, w = sk.n_buckets, sk.buckets_kept
     k_min, k_max = sk.key_range
-    counts = np.zeros((x.shape[1], sk.n_slots), dtype=np.int64)
-    nans = np.zeros(x.shape[1], dtype=np.int64)
-    lo = np.full(x.shape[1], np.nan)
-    hi = np.full(x.shape[1], np.nan)
-    for d, col in enumerate(x.T):
+    d = x.shape[1]
+    counts = np.zeros((d, 2 * w + 3), dtype=np.int64)
+    offset = np.full((d, 2), n, dtype=np.int64)
+    nans = np.zeros(d, dtype=np.int64)
+    lo = np.full(d, np.nan)
+    hi = np.full(d, np.nan)
+    for j, col in enumerate(x.T):
+        keys: list[list[int]] = [[], []]
         for v in col:
             if math.isnan(v):
-                nans[d] += 1
+                nans[j] += 1
             elif v == math.inf:
-                counts[d, -1] += 1
+                counts[j, -1] += 1
             elif v == -math.inf:
-                counts[d, 0] += 1
+                counts[j, 0] += 1
             elif abs(v) < sk.min_magnitude:
-                counts[d, n + 1] += 1
+                counts[j, w + 1] += 1
             else:
-                key = int(min(max(np.ceil(np.log(abs(v)) / sk.ln_gamma), k_min), k_max)) - k_min
-                counts[d, n + 2 + key if v > 0 else n - key] += 1
+                keys[int(v > 0)].append(int(min(max(np.ceil(np.log(abs(v)) / sk.ln_gamma), k_min), k_max)) - k_min)
+        for side, ks in enumerate(keys):
+            if ks:
+                # The lowest key, unless the keys span more than the window: then the lowest collapse;
+                # and no window reaches past the overflow key.
+                offset[j, side] = first = min(max(min(ks), max(ks) - (w - 1)), n - w)
+                for k in ks:
+                    i = max(k - first, 0)
+                    counts[j, (w - i) if side == 0 else (w + 2 + i)] += 1
         fin = col[np.isfinite(col)]
         if fin.size:
-            lo[d], hi[d] = fin.min(), fin.max()
-    return {"counts": counts, "nan_count": nans, "finite_min": lo, "finite_max": hi}
+            lo[j], hi[j] = fin.min(), fin.max()
+    return {"counts": counts, "offset": offset, "nan_count": nans, "finite_min": lo, "finite_max": hi}
 
 
 class TestSketch(StatisticLaws):
@@ -56,6 +66,21 @@ class TestSketch(StatisticLaws):
 
     def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
         return sketch_reference(x, SKETCH)
+
+
+#: Windows of a few buckets: the law suite's data (integers times 2**-20 to 1e200) span far
+#: more, so windows collapse, grow and move in every chunk and merge.
+NARROW = Sketch(alpha=0.05, window=5)
+
+
+class TestNarrowWindowSketch(StatisticLaws):
+    exact = True
+
+    def make(self, n_features: int) -> Sketch:
+        return NARROW
+
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        return sketch_reference(x, NARROW)
 
 
 # ------------------------------------------------------------------ data
@@ -162,4 +187,5 @@ def test_bad_parameters_name_the_problem() -> None:
 
 def test_registry_and_memory_model_agree_on_the_layout() -> None:
     assert STATISTICS["sketch"] is Sketch
-    assert SKETCH_SLOTS == SKETCH.n_slots + 1  # the footprint sizes the default sketch
+    assert SKETCH_SLOTS == 2 * SKETCH.n_buckets + 6  # the footprint sizes the default sketch's state
+    assert WINDOW * SKETCH.ln_gamma > math.log(1e6)  # a 10**6 dynamic range fits the windowed sketch's window

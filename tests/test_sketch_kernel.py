@@ -46,11 +46,15 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     assert_states_equal(fast, reference)
     k_min, k_max = sk.key_range
     counts = np.zeros_like(np.asarray(fast.counts))
-    fmin, fmax = np.full(x.shape[1], np.inf), np.full(x.shape[1], -np.inf)
+    offset = np.empty_like(np.asarray(fast.offset))
+    collapsed = np.empty(offset.shape, dtype=np.uint8)
     data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
-    flat = counts.reshape(-1)
-    _numba.sketch_counts_log(data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, flat, fmin, fmax)
+    fmin, fmax = _numba.sketch_counts_log(
+        data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed
+    )
     np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
+    np.testing.assert_array_equal(np.asarray(fast.offset), offset, strict=True)
+    np.testing.assert_array_equal(np.asarray(fast.fmin), fmin, strict=True)
 
 
 def to32(x: np.ndarray) -> np.ndarray:
@@ -135,12 +139,29 @@ def test_a_subnormal_min_magnitude_takes_the_log_per_value_kernel() -> None:
     compiled_and_reference(sk, x)
 
 
+def test_windowed_sketch_across_its_window() -> None:
+    """Describe's windowed sketch on rows whose magnitudes span 10**-8 to 10**12 (more than its window):
+    the kernel's windows move and collapse row by row, and still equal the reference's."""
+    from daskbatch.stats.sketch import WINDOW
+
+    sk = Sketch(window=WINDOW)
+    rng = np.random.default_rng(5)
+    x = 10.0 ** rng.uniform(-8, 12, size=(300, 6)) * rng.choice([-1.0, 1.0], size=(300, 6))
+    x[:, 0] = np.abs(x[:, 0])  # one feature with no negative window
+    x[:150, 1] = rng.standard_normal(150)  # a window that fits at first, then collapses
+    compiled_and_reference(sk, x)
+    compiled_and_reference(sk, x[::-1].copy())  # the other way round: collapsed from the largest first
+    assert int(np.asarray(sk.chunk(x).offset)[2, 1]) > sk.n_buckets // 2  # the positive window did collapse
+
+
 # ------------------------------------------------------------------ property
 SKETCHES = st.builds(
     Sketch,
     alpha=st.sampled_from([0.005, 0.02, 0.1, 0.4]),
     min_magnitude=st.sampled_from([1e-30, 1e-6, 0.5, TINY, 1e-310]),
     max_magnitude=st.sampled_from([1e6, 1e30, 1e300]),
+    # Windows narrower than the drawn run of 32 keys collapse, move and grow within a chunk.
+    window=st.sampled_from([None, 2, 7, 33, 2048]),
 ).filter(lambda s: s.min_magnitude < s.max_magnitude)
 
 

@@ -106,8 +106,13 @@ def plan_command(
         ),
         names, optional=default_stats,  # as describe, which adds the sketch itself
     )
-    if planned != names:
-        note = "the quantile sketch does not fit: describe takes histogram ranges from min and max (or --range)"
+    from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+
+    if WINDOWED_FOOTPRINT in planned:
+        note = "the quantile sketch keeps a window of 2,048 buckets per sign (33 kB a feature) to fit"
+        skipped = f"{skipped}; {note}" if skipped else note
+    elif planned != names:
+        note = "the quantile sketch does not fit: describe takes histogram ranges from min and max, the last resort (or --range)"
         skipped = f"{skipped}; {note}" if skipped else note
     if as_json:
         out = result.to_dict()

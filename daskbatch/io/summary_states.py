@@ -2,7 +2,7 @@
 
 Layout (format version :data:`FORMAT_VERSION`)::
 
-    SUMMARY.zarr/states/                      attrs {"format_version": 1}
+    SUMMARY.zarr/states/                      attrs {"format_version": 2}
     SUMMARY.zarr/states/<name>/               attrs {"format_version", "statistic", "params", "fields", "sha256"}
     SUMMARY.zarr/states/<name>/<field>        one Zarr array per field of the state
 
@@ -49,7 +49,8 @@ from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params,
 __all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_digest", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
-FORMAT_VERSION = 1
+#: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
+FORMAT_VERSION = 2
 #: The subgroup of a summary store that holds the states.
 GROUP = "states"
 

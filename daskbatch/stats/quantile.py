@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.sketch import Sketch, sketch_quantile, slot_bounds
+from daskbatch.stats.sketch import Sketch, collapse_floor, sketch_quantile, slot_bounds
 
 
 def histogram_quantile(
@@ -144,6 +144,8 @@ def fine_quantile(
     lower, upper = lower[first_slot : first_slot + sketch_counts.shape[1]], upper[first_slot : first_slot + sketch_counts.shape[1]]
     step = (ranges[:, 1] - ranges[:, 0]) / bins
     zero = sketch.n_buckets + 1 - first_slot
+    slots = np.arange(first_slot, first_slot + sketch_counts.shape[1])[None, :]
+    collapsed = collapse_floor(sketch_counts, slots, sketch) > 0
     for d in range(n_features):
         total = int(counts[d].sum())
         if total == 0 or total != int(sketch_counts[d].sum()):
@@ -159,11 +161,19 @@ def fine_quantile(
         right = np.where(cell == bins, ranges[d, 1], ranges[d, 0] + cell * step[d])
         v = left + frac * (right - left)
         slot = np.searchsorted(np.cumsum(sketch_counts[d]), np.maximum(np.ceil(rank), 1.0), side="left")
+        low, up = lower, upper
+        if collapsed[d].any():  # a full window's smallest-magnitude bucket may hold any smaller magnitude
+            low, up = lower.copy(), upper.copy()
+            held = np.flatnonzero(sketch_counts[d])
+            if collapsed[d, 0]:
+                up[held[held < zero].max()] = 0.0
+            if collapsed[d, 1]:
+                low[held[held > zero].min()] = 0.0
         # Where bin and bucket hold the same count they hold the same values: an integer on the
         # bin's left edge inside the bucket is then the value itself (integer data, pixels).
         atom = (np.floor(left) == left) & (counts[d, cell] == sketch_counts[d, slot])
-        atom &= (lower[slot] <= left) & (left <= upper[slot])
-        v = np.where(atom, left, np.clip(v, lower[slot], upper[slot]))
+        atom &= (low[slot] <= left) & (left <= up[slot])
+        v = np.where(atom, left, np.clip(v, low[slot], up[slot]))
         v = np.where(slot == zero, 0.0, v)  # the zero slot holds zeros (and magnitudes below min_magnitude)
         lo = vmin[d] if np.isfinite(vmin[d]) else -np.inf
         hi = vmax[d] if np.isfinite(vmax[d]) else np.inf

@@ -73,17 +73,33 @@ SNAP = 0.05
 
 def _layout(sketch: SketchResult) -> Sketch:
     """The layout a finalized sketch was made with."""
-    return Sketch(sketch.alpha, sketch.min_magnitude, sketch.max_magnitude)
+    return sketch.layout
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
-    """The sketch's error bound at its answers ``v``: ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
+    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
 
     Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
+    magnitude only: the values it stands for may lie anywhere between it and zero.
     """
+    floor = _collapse_floor(sketch)
     with np.errstate(invalid="ignore"):
         out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
+        side_floor = np.where(v > 0, floor[:, 1:2], floor[:, 0:1])
+        out = np.where((v != 0) & (np.abs(v) <= side_floor), out + np.abs(v), out)
     return out
+
+
+def _collapse_floor(sketch: SketchResult) -> np.ndarray:
+    """:meth:`SketchResult.collapse_floor`, found once per result."""
+    found = _FLOOR_FOUND.get(sketch)
+    if found is None:
+        found = _FLOOR_FOUND[sketch] = sketch.collapse_floor()
+    return found
+
+
+_FLOOR_FOUND: weakref.WeakKeyDictionary[SketchResult, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
@@ -128,7 +144,6 @@ _BULK_FOUND: weakref.WeakKeyDictionary[SketchResult, tuple[np.ndarray, np.ndarra
 def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
     layout = _layout(sketch)
-    counts = np.asarray(sketch.counts)
     vmin, vmax = np.asarray(sketch.finite_min), np.asarray(sketch.finite_max)
     q1, q3 = _spread(sketch)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -139,18 +154,21 @@ def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.n
     gap = int(math.ceil(math.log(GAP) / layout.ln_gamma))
     lo_edge, hi_edge = slot_bounds(layout)
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
-    bulk_lo = np.full(counts.shape[0], -np.inf)
-    bulk_hi = np.full(counts.shape[0], np.inf)
+    bulk_lo = np.full(vmin.shape[0], -np.inf)
+    bulk_hi = np.full(vmin.shape[0], np.inf)
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])
+        s_lo, s_hi = int(fence_slots[d, 0]), int(fence_slots[d, 1])
+        # The feature's slots of the full layout, from its first to its last populated one (or fence).
+        at, counts = sketch.dense(int(d), include=(s_lo, s_hi))
         with np.errstate(over="ignore", invalid="ignore"):  # gaps between values near +-max overflow to inf: still gaps
-            first, last = _bulk(counts[d], int(fence_slots[d, 0]), int(fence_slots[d, 1]), gap, width, lo_edge, hi_edge)
-        if counts[d, first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts[d].sum():
+            first, last = _bulk(counts, s_lo - at, s_hi - at, gap, width,
+                                lo_edge[at : at + counts.size], hi_edge[at : at + counts.size])
+        if counts[first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts.sum():
             continue  # so much beyond the fences is the data (or too few values to tell), not stray values
-        # The bulk's quantiles from its window of slots (no copy of the whole sketch: 221 kB a feature).
-        window = counts[d : d + 1, first : last + 1]
-        tails[d] = sketch_quantile(window, first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
-        bulk_lo[d], bulk_hi[d] = lo_edge[first], hi_edge[last]
+        window = counts[None, first : last + 1]
+        tails[d] = sketch_quantile(window, at + first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
+        bulk_lo[d], bulk_hi[d] = lo_edge[at + first], hi_edge[at + last]
     return tails, bulk_lo, bulk_hi
 
 

@@ -34,7 +34,8 @@ log = logging.getLogger("daskbatch.engine.checkpoint")
 
 #: Bumped whenever the on-disk layout changes; part of the fingerprint.
 #: 2: checksum over header and payload; the data's real path, metadata and content token.
-FORMAT_VERSION = 2
+#: 3: the quantile sketch's state is a window of buckets per sign with its offsets.
+FORMAT_VERSION = 3
 MANIFEST = "daskbatch-checkpoint.json"
 _SUFFIX = ".ckpt"
 #: A pass name, and so the folder ``pass-<name>``: a plain name, never a path.

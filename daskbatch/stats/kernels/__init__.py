@@ -28,7 +28,7 @@ import numpy as np
 
 from daskbatch._typing import Array
 
-__all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports"]
+__all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "sketch_merge", "supports"]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _KINDS = frozenset("biuf")
@@ -271,8 +271,8 @@ def histogram(
 
 
 def sketch(
-    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
 
     The parameters after ``x`` are those of :class:`~daskbatch.stats.sketch.Sketch`.
@@ -289,25 +289,72 @@ def sketch(
         ``Sketch.key_range``.
     n_buckets : int
         ``Sketch.n_buckets``.
+    window : int
+        ``Sketch.window``.
 
     Returns
     -------
     counts : numpy.ndarray
-        The int64 counts, (D, 2 * n_buckets + 4).
+        The int64 counts, (D, 2 * window + 4).
+    offset : numpy.ndarray
+        The int64 first keys of the windows, (D, 2).
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_log
+    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_all, sketch_counts_log
 
     d = x.shape[1]
     data, lut = _bits(x)
-    counts = np.zeros((d, 2 * n_buckets + 4), dtype=np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
+    counts = np.zeros((d, 2 * window + 4), dtype=np.int64)
+    offset = np.empty((d, 2), dtype=np.int64)
+    collapsed = np.empty((d, 2), dtype=np.uint8)
     # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
-    kernel = sketch_counts if min_magnitude >= np.finfo(np.float64).smallest_normal else sketch_counts_log
-    kernel(
-        data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets),
-        counts.reshape(-1), fmin, fmax,
+    fast = min_magnitude >= np.finfo(np.float64).smallest_normal
+    if fast and window == n_buckets:  # every bucket kept: the windows never move
+        fmin, fmax = sketch_counts_all(
+            data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), counts, offset
+        )
+        return counts, offset, fmin, fmax
+    kernel = sketch_counts if fast else sketch_counts_log
+    fmin, fmax = kernel(
+        data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), int(window),
+        counts, offset, collapsed,
     )
-    return counts, fmin, fmax
+    return counts, offset, fmin, fmax
+
+
+def sketch_merge(
+    counts_a: np.ndarray, offset_a: np.ndarray, counts_b: np.ndarray, offset_b: np.ndarray, n_buckets: int, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the windows of two host :class:`~daskbatch.stats.sketch.SketchState` in one compiled loop.
+
+    Parameters
+    ----------
+    counts_a : numpy.ndarray
+        The int64 counts of the first state, (D, 2 * window + 4).
+    offset_a : numpy.ndarray
+        Its windows' first keys, (D, 2).
+    counts_b, offset_b : numpy.ndarray
+        The same of the second state.
+    n_buckets : int
+        ``Sketch.n_buckets``.
+    window : int
+        ``Sketch.window``.
+
+    Returns
+    -------
+    counts : numpy.ndarray
+        The merged counts.
+    offset : numpy.ndarray
+        The merged windows' first keys.
+    """
+    from daskbatch.stats.kernels._numba import sketch_merge as merge
+
+    counts = np.zeros_like(counts_a, dtype=np.int64)
+    offset = np.empty((counts_a.shape[0], 2), dtype=np.int64)
+    merge(
+        np.ascontiguousarray(counts_a, dtype=np.int64), np.ascontiguousarray(offset_a, dtype=np.int64),
+        np.ascontiguousarray(counts_b, dtype=np.int64), np.ascontiguousarray(offset_b, dtype=np.int64),
+        int(n_buckets), int(window), counts, offset,
+    )
+    return counts, offset

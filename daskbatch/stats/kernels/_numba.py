@@ -324,57 +324,6 @@ def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
     return (key if key > lo_key else lo_key) - lo_key
 
 
-@_jit
-def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
-    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
-
-    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
-    floats only); the tests hold :func:`sketch_counts` to it.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    ln_gamma, min_magnitude : float
-        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
-    k_min, k_max : int
-        ``Sketch.key_range``.
-    n : int
-        ``Sketch.n_buckets``.
-    counts : numpy.ndarray
-        The flat int64 counts, added to.
-    fmin, fmax : numpy.ndarray
-        The finite extrema of each feature, updated.
-    """
-    rows, d = x.shape
-    width = 2 * n + 4
-    lo_key = float(k_min)
-    hi_key = float(k_max)
-    zero_slot = float(n + 1)
-    posinf_slot = float(2 * n + 2)
-    nan_slot = float(2 * n + 3)
-    slot = np.empty(d, dtype=np.int64)
-    for i in range(rows):
-        for j in range(d):
-            v = _load(x[i, j], lut)
-            a = abs(v)
-            bucketed = (a >= min_magnitude) & (a < np.inf)
-            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
-            s = key + (n + 2.0) if v > 0.0 else n - key
-            s = s if bucketed else zero_slot
-            s = posinf_slot if v == np.inf else s
-            s = 0.0 if v == -np.inf else s
-            s = nan_slot if v != v else s
-            slot[j] = j * width + np.int64(s)
-            fin = _finite(v)
-            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        for j in range(d):
-            counts[slot[j]] += 1
-
-
 @intrinsic
 def _as_bits(typingctx, v):  # noqa: ANN001, ANN202
     """The IEEE bit pattern (int64) of the float64 ``v``: a register move, and it vectorises."""
@@ -445,15 +394,226 @@ def fast_log(a):  # noqa: ANN001, ANN201
     return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
 
 
-@_jit_nocheck
-def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
-    """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
+@_jit
+def _sketch_code(v, key, bucketed, n):  # noqa: ANN001, ANN202
+    """Code of a value: its key (negative), ``n`` + key (positive), ``2n`` + 0..3 (-inf, zero or tiny, +inf, NaN)."""
+    c = key + n if v > 0.0 else key
+    c = c if bucketed else 2.0 * n + 1.0
+    c = 2.0 * n + 2.0 if v == np.inf else c
+    c = 2.0 * n if v == -np.inf else c
+    c = 2.0 * n + 3.0 if v != v else c
+    return np.int64(c)
 
-    The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
+
+@_jit
+def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
+    """Move the window's first key up by ``by``: counts move down ``by`` columns, those below column 0 add into it."""
+    if by > 0:
+        total = 0
+        for i in range(min(by + 1, w)):
+            total += buf[i]
+        for i in range(1, w - by):
+            buf[i] = buf[i + by]
+        buf[0] = total
+        for i in range(max(w - by, 1), w):
+            buf[i] = 0
+    elif by < 0:
+        up = -by
+        for i in range(w - 1, up - 1, -1):
+            buf[i] = buf[i - up]
+        for i in range(min(up, w)):
+            buf[i] = 0
+
+
+@_jit
+def _sketch_rebase(buf, offset, collapsed, side, key, n, w):  # noqa: ANN001, ANN202
+    """Count ``key``, outside the window ``buf`` (first key ``offset[side]``): move the window to hold it.
+
+    While a chunk is counted, a window that is not collapsed may sit anywhere
+    that holds its keys (centred on them, so that it rarely moves); when the
+    keys span more than ``w``, the window keeps the ``w`` keys up to the
+    largest and collapses the rest into its first bucket, for good.
+    """
+    if offset[side] == n:  # empty: centre the window on its first key
+        offset[side] = key - w // 2
+        buf[w // 2] += 1
+        return
+    first = 0
+    while buf[first] == 0:
+        first += 1
+    last = w - 1
+    while buf[last] == 0:
+        last -= 1
+    lo = min(offset[side] + first, key)
+    hi = max(offset[side] + last, key)
+    if hi - lo < w:
+        new = lo - (w - (hi - lo + 1)) // 2
+    else:
+        new = hi - w + 1
+        collapsed[side] = 1
+    _sketch_shift(buf, new - offset[side], w)
+    offset[side] = new
+    buf[max(key - new, 0)] += 1
+
+
+@_jit
+def _sketch_add_row(code, counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
+    """Count one row's codes (:func:`_sketch_code`) into the windows; a key outside its window moves the window."""
+    for j in range(code.size):
+        c = code[j]
+        if c >= 2 * n:
+            counts[j, 2 * w + c - 2 * n] += 1
+            continue
+        side = 1 if c >= n else 0
+        key = c - side * n
+        col = key - offset[j, side]
+        if 0 <= col < w:
+            counts[j, side * w + col] += 1
+        elif col < 0 and collapsed[j, side]:
+            counts[j, side * w] += 1  # below a collapsed window: into its first bucket
+        else:
+            _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w)
+
+
+@_jit
+def _sketch_start(offset, collapsed, n):  # noqa: ANN001, ANN202
+    """Empty windows: every offset ``n`` (the empty mark), nothing collapsed."""
+    offset[:] = n
+    collapsed[:] = 0
+
+
+@_jit
+def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
+    """Put every window at its canonical first key: the lowest populated one, at most ``n - w`` (collapsed ones are)."""
+    for j in range(counts.shape[0]):
+        for side in range(2):
+            if offset[j, side] == n or collapsed[j, side]:
+                continue
+            buf = counts[j, side * w : (side + 1) * w]
+            first = 0
+            while buf[first] == 0:
+                first += 1
+            # The lowest key, but no window reaches past the overflow key (n - 1).
+            by = min(offset[j, side] + first, n - w) - offset[j, side]
+            _sketch_shift(buf, by, w)
+            offset[j, side] += by
+
+
+@_jit
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
+
+    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
+    floats only); the tests hold :func:`sketch_counts` to it.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed : object
+        As for :func:`sketch_counts`.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    code = np.empty(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    _sketch_start(offset, collapsed, n)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
+            code[j] = _sketch_code(v, key, bucketed, n)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        _sketch_add_row(code, counts, offset, collapsed, n, w)
+    _sketch_finish(counts, offset, collapsed, n, w)
+    return fmin, fmax
+
+
+@_jit
+def _sketch_top(c, o, j, side, w):  # noqa: ANN001, ANN202
+    """Largest populated key of feature ``j``'s window ``side`` in counts ``c`` and offsets ``o``; -1 when empty."""
+    last = w - 1
+    while last >= 0 and c[j, side * w + last] == 0:
+        last -= 1
+    return o[j, side] + last if last >= 0 else -1
+
+
+@_jit
+def _sketch_merge_into(c, o, j, side, new, w, out):  # noqa: ANN001, ANN202
+    """Add feature ``j``'s window ``side`` of ``c`` (first key ``o[j, side]``) to ``out``'s, whose first key is ``new``."""
+    base = side * w
+    by = o[j, side] - new
+    if by == 0:
+        for i in range(w):
+            out[j, base + i] += c[j, base + i]
+        return
+    for i in range(w):
+        if c[j, base + i]:
+            out[j, base + max(i + by, 0)] += c[j, base + i]
+
+
+@_jit
+def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
+    """Merge two sketch states' counts ``ca``, ``cb`` (D, 2w + 4) and offsets ``oa``, ``ob`` (D, 2) into ``out``, ``offset``.
+
+    ``out`` comes in zeroed. The merged window of a sign starts at the lower
+    offset, or at the largest populated key less ``w - 1`` when that is
+    higher (a collapse: lower keys add into its first bucket), but at most
+    at ``n - w``, as
+    :meth:`daskbatch.stats.sketch.Sketch.merge` does.
+
+    Parameters
+    ----------
+    ca, oa : numpy.ndarray
+        The first state's int64 counts (D, 2w + 4) and window offsets (D, 2).
+    cb, ob : numpy.ndarray
+        The second state's.
+    n : int
+        ``Sketch.n_buckets``.
+    w : int
+        The window's width, ``Sketch.buckets_kept``.
+    out : numpy.ndarray
+        The merged counts (D, 2w + 4), zeros, filled in.
+    offset : numpy.ndarray
+        The merged offsets (D, 2), filled in.
+    """
+    for j in range(ca.shape[0]):
+        for side in range(2):
+            hi = max(_sketch_top(ca, oa, j, side, w), _sketch_top(cb, ob, j, side, w))
+            if hi < 0:
+                offset[j, side] = n
+                continue
+            new = min(max(min(oa[j, side], ob[j, side]), hi - w + 1), n - w)
+            offset[j, side] = new
+            _sketch_merge_into(ca, oa, j, side, new, w, out)
+            _sketch_merge_into(cb, ob, j, side, new, w, out)
+        for i in range(2 * w, 2 * w + 4):
+            out[j, i] = ca[j, i] + cb[j, i]
+
+
+@_jit_nocheck
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed):  # noqa: ANN001, ANN201
+    """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema.
+
+    The key follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
     ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
-    overflow key), mirrored for negative values, zero for magnitudes below
-    ``min_magnitude``, ±inf at the ends and NaN last. ``min_magnitude`` must
-    be a normal float (else :func:`sketch_counts_log`).
+    overflow key), zero for magnitudes below ``min_magnitude``, ±inf and NaN
+    apart. ``min_magnitude`` must be a normal float (else
+    :func:`sketch_counts_log`). The windows follow
+    :class:`~daskbatch.stats.sketch.SketchState`: while counting, a window
+    sits wherever it holds its keys, and moves when one falls outside
+    (:func:`_sketch_rebase`); at the end it is put at its canonical first key.
 
     The log comes from :func:`fast_log`, not from a call per value (numba does
     not vectorise ``np.log``); a value whose fast log lies within
@@ -474,26 +634,35 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
         ``Sketch.key_range``.
     n : int
         ``Sketch.n_buckets``.
+    w : int
+        ``Sketch.window``.
     counts : numpy.ndarray
-        The flat int64 counts, added to.
-    fmin, fmax : numpy.ndarray
-        The finite extrema of each feature, updated.
+        The int64 counts (D, 2w + 4), zeros, filled in.
+    offset : numpy.ndarray
+        The int64 first keys of the windows (D, 2), filled in.
+    collapsed : numpy.ndarray
+        A uint8 scratch (D, 2): which windows collapsed.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
     """
     rows, d = x.shape
-    width = 2 * n + 4
     lo_key = float(k_min)
     hi_key = float(k_max)
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
-    zero_slot = float(n + 1)
-    posinf_slot = float(2 * n + 2)
-    nan_slot = float(2 * n + 3)
-    offset = np.arange(d) * width  # first slot of every feature
-    # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
+    zero_code = 2.0 * n + 1.0
+    code = np.empty(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    _sketch_start(offset, collapsed, n)
     for i in range(rows):
         n_near = 0
-        # Slots of one row, branch-free so that the loop vectorises ...
+        # Codes of one row (see _sketch_code), branch-free so that the loop vectorises ...
         for j in range(d):
             v = _load(x[i, j], lut)
             a = abs(v)
@@ -502,12 +671,12 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
             key = key if key < hi_key else hi_key
             key = (key if key > lo_key else lo_key) - lo_key
             bucketed = (a >= min_magnitude) & (a < np.inf)
-            s = key + (n + 2.0) if v > 0.0 else n - key
-            s = s if bucketed else zero_slot
-            s = posinf_slot if v == np.inf else s
-            s = 0.0 if v == -np.inf else s
-            s = nan_slot if v != v else s
-            slot[j] = np.uint64(offset[j] + np.int64(s))
+            c = key + n if v > 0.0 else key
+            c = c if bucketed else zero_code
+            c = 2.0 * n + 2.0 if v == np.inf else c
+            c = 2.0 * n if v == -np.inf else c
+            c = 2.0 * n + 3.0 if v != v else c
+            code[j] = np.int64(c)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
@@ -522,7 +691,79 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
                 q = fast_log(a) * inv_ln_gamma
                 if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
                     key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
-                    slot[j] = np.uint64(offset[j] + (key + (n + 2) if v > 0.0 else n - key))
+                    code[j] = key + n if v > 0.0 else key
+        # ... then one increment per value into its window.
+        _sketch_add_row(code, counts, offset, collapsed, n, w)
+    _sketch_finish(counts, offset, collapsed, n, w)
+    return fmin, fmax
+
+
+@_jit_nocheck
+def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move.
+
+    The slot of a value is then known in the vectorised loop (no window
+    check per value), as before the sketch had windows.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset : object
+        As for :func:`sketch_counts`, with ``w = n``.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
+    width = 2 * n + 4
+    zero_slot = float(2 * n + 1)
+    first = np.arange(d) * width  # first slot of every feature
+    flat = counts.reshape(-1)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    for i in range(rows):
+        n_near = 0
+        # Slots of one row (see _sketch_code: the code is the column here), branch-free so that it vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            q = fast_log(a) * inv_ln_gamma
+            key = np.ceil(q)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            s = key + n if v > 0.0 else key
+            s = s if bucketed else zero_slot
+            s = 2.0 * n + 2.0 if v == np.inf else s
+            s = 2.0 * n if v == -np.inf else s
+            s = 2.0 * n + 3.0 if v != v else s
+            slot[j] = np.uint64(first[j] + np.int64(s))
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values close to a boundary again, with the reference expression ...
+        if n_near:
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    slot[j] = np.uint64(first[j] + (key + n if v > 0.0 else key))
         # ... then one scattered increment per value.
         for j in range(d):
-            counts[slot[j]] += 1
+            flat[slot[j]] += 1
+    for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
+        for side in range(2):
+            offset[j, side] = 0 if counts[j, side * n : (side + 1) * n].any() else n
+    return fmin, fmax
