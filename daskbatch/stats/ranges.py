@@ -225,9 +225,9 @@ def robust_ranges(
         # Not the zero slot's edges (+-min_magnitude): a range of data >= 0 starts at 0, not -1e-30.
         extent = bulk_hi - bulk_lo  # inf where no bulk was found: then the extrema end the range
         at_edge_lo = np.isfinite(extent) & (np.abs(bulk_lo) > sketch.min_magnitude) & (
-            2.0 * _resolution(sketch, bulk_lo) <= SNAP * extent)
+            2.0 * _resolution(sketch, bulk_lo[:, None])[:, 0] <= SNAP * extent)
         at_edge_hi = np.isfinite(extent) & (np.abs(bulk_hi) > sketch.min_magnitude) & (
-            2.0 * _resolution(sketch, bulk_hi) <= SNAP * extent)
+            2.0 * _resolution(sketch, bulk_hi[:, None])[:, 0] <= SNAP * extent)
         lo = np.maximum(q_lo - WIDEN * span, np.where(at_edge_lo, bulk_lo, np.maximum(bulk_lo, vmin)))
         hi = np.minimum(q_hi + WIDEN * span, np.where(at_edge_hi, bulk_hi, np.minimum(bulk_hi, vmax)))
         usable &= lo < hi
