@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch import config
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
@@ -71,7 +72,7 @@ def describe(
     device: Literal["cpu", "gpu"] = "cpu",
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
-    cache: bool = False,
+    cache: bool | Literal["auto"] = "auto",
     classes: Sequence[int] | None = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
@@ -177,11 +178,15 @@ def describe(
         co-moment state too large for one worker): a Zarr group with ``cov``
         and ``corr`` written tile by tile by the workers. Default: a new
         temporary directory, named in ``summary.provenance["tiled_cov"]``.
-    cache : bool, default False
+    cache : bool or "auto", default "auto"
         When two passes are needed (no ``range``), keep the decoded chunks in
-        memory (``persist``) so that each is read and decoded once. Faster when
-        the data fit in the workers' memory (distributed spills to disk
-        otherwise); peak memory then grows with the data.
+        memory (``persist``) so that each is read and decoded once; peak
+        memory then grows with the data (distributed spills to disk when they
+        do not fit). ``"auto"`` caches a store's chunks on the CPU when the plan
+        says they take at most ``daskbatch.cache-fraction`` (default 0.25) of
+        the workers' memory, and never with a checkpoint (a resumed run reads
+        only what is missing) or ``plan=None``. The results are bitwise the
+        same either way.
     classes : sequence of int, optional
         The class values of ``label``; a label outside them is an error naming
         the value and its rows. Default: what the store records, else the
@@ -216,6 +221,8 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if not isinstance(cache, bool) and cache != "auto":
+        raise ValueError(f"cache must be True, False or 'auto', got {cache!r}")
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
     bins, ddof = strict_int(bins, "bins", minimum=1), strict_int(ddof, "ddof", minimum=0)
@@ -255,7 +262,8 @@ def describe(
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
     explicit = range is not None and not is_minmax(range)
     two_passes = ("hist" in names or "mi" in names) and not explicit
-    if cache and two_passes and checkpoint is None:
+    cached = two_passes and checkpoint is None and _cache_blocks(cache, data, chosen, device)
+    if cached:
         data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
@@ -292,7 +300,7 @@ def describe(
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, miller_madow=miller_madow,
-        cached=bool(cache and two_passes and checkpoint is None),
+        cached=cached,
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
@@ -420,6 +428,27 @@ def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
     if chunk_rows is None or max(data.x.chunks[0]) <= chunk_rows:
         return data
     return dataclasses.replace(data, x=data.x.rechunk({0: chunk_rows}))
+
+
+def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Any, device: str) -> bool:
+    """Whether to keep the decoded blocks in memory between the two passes (``cache``; "auto": when they fit)."""
+    if isinstance(cache, bool):
+        return cache
+    # Only blocks read from a store (an in-memory input has no second read to save), on the
+    # host, and only with a plan, whose resources say how much memory the workers have.
+    if data.source is None or device != "cpu" or data.stage_rows is not None or chosen is None:
+        return False
+    fraction = config.get("cache-fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+        raise ValueError(
+            f"daskbatch.cache-fraction must be a number in [0, 1] (the share of the workers' memory that "
+            f"describe's decoded blocks may take between its passes), got {fraction!r}"
+        )
+    workers = chosen.resources.memory_bytes * chosen.resources.n_workers
+    fits = data.x.nbytes <= fraction * workers
+    log.debug("cache='auto': the decoded blocks take %d bytes, %s %g of the workers' %d bytes: %s", data.x.nbytes,
+              "within" if fits else "more than", fraction, workers, "cached" if fits else "read twice")
+    return bool(fits)
 
 
 def _histogram(

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
@@ -173,6 +174,10 @@ class ClassMoments:  # numpydoc ignore=PR02
         n_classes = highest + 1 if self.n_classes is None else int(self.n_classes)
         if highest >= n_classes:
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
+        # Compiled CPU loop, the same state bit for bit (daskbatch/stats/kernels). Not for one
+        # feature: NumPy's sums of a single column are pairwise, not the running sums it repeats.
+        if n_features > 1 and kernels.route(x) == "cpu":
+            return ClassMomentsState(*kernels.class_moments(x, labels, n_classes))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so
         # the float64 temporaries are those of one class at a time).
         order = xp.argsort(labels, stable=True)
