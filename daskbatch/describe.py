@@ -263,8 +263,11 @@ def describe(
     explicit = range is not None and not is_minmax(range)
     two_passes = ("hist" in names or "mi" in names) and not explicit
     cached = two_passes and checkpoint is None and _cache_blocks(cache, data, chosen, device)
-    if cached:
-        data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
+    if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
+        import dask
+
+        x, label = dask.persist(data.x, data.label)
+        data = dataclasses.replace(data, x=x, label=label)
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values)
