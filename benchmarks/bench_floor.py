@@ -6,8 +6,7 @@ every contender alike), best of ``--repeat``:
 * ``read``: read and decode every chunk of ``X`` and ``y`` (the floor);
 * ``describe``: ``db.describe(store, label="y")`` with its defaults (moments,
   cov, hist, mi, class_moments; ranges from the quantile sketch, so two passes);
-* ``describe, cache=False``: the same, reading the store in both passes;
-* ``describe, kernels off``-free variants are left to ``bench_describe.py``.
+* ``describe, cache=False``: the same, reading the store in both passes.
 
 With ``--blocks`` it also times, on one chunk and one thread, reading it and
 each statistic's ``chunk`` of both passes, to say where a block's time goes.
@@ -55,6 +54,7 @@ def contenders(store: Path) -> dict[str, Any]:
 
 def blocks(store: Path, rows: int) -> dict[str, float]:
     """Milliseconds of each step on the first chunk, one thread, best of 5."""
+    import dask
     import zarr
 
     from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch
@@ -74,6 +74,12 @@ def blocks(store: Path, rows: int) -> dict[str, float]:
         "pass 2: Histogram.chunk (by label)": lambda: Histogram(64, lo, hi, by_label=True, classes=classes).chunk(b, lab),
         "pass 2: QuantileHistogram.chunk": lambda: QuantileHistogram(QUANTILE_BINS, lo, hi).chunk(b),
     }
+
+    def class_moments_reference() -> Any:
+        with dask.config.set({"daskbatch.kernels": False}):  # the path every block took before the kernel
+            return ClassMoments(classes=classes).chunk(b, lab)
+
+    steps["pass 1: ClassMoments.chunk, array-API path (before)"] = class_moments_reference
     out = {}
     for name, f in steps.items():
         f()
