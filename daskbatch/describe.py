@@ -266,6 +266,8 @@ def describe(
     if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
         import dask
 
+        log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
+                 f"{data.x.nbytes / 2**20:,.0f}", cache)
         x, label = dask.persist(data.x, data.label)
         data = dataclasses.replace(data, x=x, label=label)
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
