@@ -229,8 +229,9 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
 
-    Bitwise the state of the array-API path (see
-    :func:`daskbatch.stats.kernels._numba.class_moments_chunk`), without its
+    Bitwise the state of the array-API path on two features or more (see
+    :func:`daskbatch.stats.kernels._numba.class_moments_chunk`; on one
+    feature NumPy sums pairwise, and the two agree to rounding), without its
     class-sorted copy of the chunk and its float64 temporaries.
 
     Parameters

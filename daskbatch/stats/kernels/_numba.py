@@ -259,13 +259,14 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2):  # noqa: AN
     """Per-(class, column) sums of a chunk for the corrected two-pass class moments.
 
     The loops of :func:`daskbatch.stats.class_moments._one_class` run on every
-    class at once, in row order: pass 1 counts the finite values, keeps the
-    first one as ``shift`` (a scan that usually stops after a few rows) and sums ``x - shift`` into ``total``; pass 2 sums
-    the deviations ``(x - shift) - total / count`` and their squares into
-    ``s1`` and ``s2``. Each (class, column) is one running sum in row order,
+    class at once, in row order: a short scan keeps the first finite value as
+    ``shift``; pass 1 counts the finite values and sums ``x - shift`` into
+    ``total``; pass 2 sums the deviations ``(x - shift) - total / count`` and
+    their squares into ``s1`` and ``s2``. Each (class, column) is one running sum in row order,
     the order in which NumPy's axis-0 sums of the class-sorted rows add them,
-    with the same float64 expressions: the state is bitwise that of the
-    array-API path (no partial-sum blocks here, unlike :func:`moments_chunk`).
+    with the same float64 expressions: on two features or more the state is
+    bitwise that of the array-API path (no partial-sum blocks here, unlike
+    :func:`moments_chunk`); on one, NumPy sums the column pairwise.
 
     Parameters
     ----------
