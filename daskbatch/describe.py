@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch import config
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
@@ -83,7 +84,7 @@ def describe(
     device: Literal["auto", "cpu", "gpu"] = "cpu",
     plan: Any = "auto",
     cov_out: str | os.PathLike[str] | None = None,
-    cache: bool = False,
+    cache: bool | Literal["auto"] = "auto",
     classes: Sequence[int] | None = None,
     target: Any = None,
     target_bins: int | Sequence[float] = 16,
@@ -197,11 +198,15 @@ def describe(
         co-moment state too large for one worker): a Zarr group with ``cov``
         and ``corr`` written tile by tile by the workers. Default: a new
         temporary directory, named in ``summary.provenance["tiled_cov"]``.
-    cache : bool, default False
+    cache : bool or "auto", default "auto"
         When two passes are needed (no ``range``), keep the decoded chunks in
-        memory (``persist``) so that each is read and decoded once. Faster when
-        the data fit in the workers' memory (distributed spills to disk
-        otherwise); peak memory then grows with the data.
+        memory (``persist``) so that each is read and decoded once; peak
+        memory then grows with the data (distributed spills to disk when they
+        do not fit). ``"auto"`` caches a store's chunks on the CPU when the plan
+        says they take at most ``daskbatch.cache-fraction`` (default 0.25) of
+        the workers' memory, and never with a checkpoint (a resumed run reads
+        only what is missing) or ``plan=None``. The results are bitwise the
+        same either way.
     classes : sequence of int, optional
         The class values of ``label``; a label outside them is an error naming
         the value and its rows. Default: what the store records, else the
@@ -263,6 +268,8 @@ def describe(
     """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    if not isinstance(cache, bool) and cache != "auto":
+        raise ValueError(f"cache must be True, False or 'auto', got {cache!r}")
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
         if target is not None and "cuts" in like.provenance.get("target", {}):
@@ -332,8 +339,14 @@ def describe(
     explicit = range is not None and not is_minmax(range)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = ("hist" in names or "mi" in names) and (not explicit or found_cuts)
-    if cache and two_passes and checkpoint is None:
-        data = dataclasses.replace(data, x=data.x.persist())  # both passes read the decoded blocks from memory
+    cached = two_passes and checkpoint is None and _cache_blocks(cache, data, chosen, device)
+    if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
+        import dask
+
+        log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
+                 f"{data.x.nbytes / 2**20:,.0f}", cache)
+        x, label = dask.persist(data.x, data.label)
+        data = dataclasses.replace(data, x=x, label=label)
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
@@ -378,8 +391,7 @@ def describe(
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, miller_madow=miller_madow, device=device,
-        device_reason=where.reason,
-        cached=bool(cache and two_passes and checkpoint is None),
+        device_reason=where.reason, cached=cached,
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
             "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
@@ -508,6 +520,27 @@ def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
     if chunk_rows is None or max(data.x.chunks[0]) <= chunk_rows:
         return data
     return dataclasses.replace(data, x=data.x.rechunk({0: chunk_rows}))
+
+
+def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Any, device: str) -> bool:
+    """Whether to keep the decoded blocks in memory between the two passes (``cache``; "auto": when they fit)."""
+    if isinstance(cache, bool):
+        return cache
+    # Only blocks read from a store (an in-memory input has no second read to save), on the
+    # host, and only with a plan, whose resources say how much memory the workers have.
+    if data.source is None or device != "cpu" or data.stage_rows is not None or chosen is None:
+        return False
+    fraction = config.get("cache-fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+        raise ValueError(
+            f"daskbatch.cache-fraction must be a number in [0, 1] (the share of the workers' memory that "
+            f"describe's decoded blocks may take between its passes), got {fraction!r}"
+        )
+    workers = chosen.resources.memory_bytes * chosen.resources.n_workers
+    fits = data.x.nbytes <= fraction * workers
+    log.debug("cache='auto': the decoded blocks take %d bytes, %s %g of the workers' %d bytes: %s", data.x.nbytes,
+              "within" if fits else "more than", fraction, workers, "cached" if fits else "read twice")
+    return bool(fits)
 
 
 def _histogram(

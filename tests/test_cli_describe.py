@@ -40,6 +40,17 @@ def test_describe_writes_zarr_and_json(tmp_path: pathlib.Path, store: tuple[str,
     payload = json.loads(js.read_text())
     assert payload["feature_names"] == ["f0", "f1", "f2", "f3"]
     np.testing.assert_allclose(payload["std"], x.astype(np.float64).std(axis=0, ddof=1), rtol=1e-12)
+    # The decoded blocks fit: kept between the passes by default, read twice with --no-cache, same bits.
+    assert summary.provenance["cached"] is True
+    twice = tmp_path / "twice.zarr"
+    result = CliRunner().invoke(
+        main, ["describe", path, "--label", "y", "--out", str(twice), "--no-cache", "--no-progress", "--cluster", "threads"]
+    )
+    assert result.exit_code == 0, result.output
+    again = db.load_summary(twice)
+    assert again.provenance["cached"] is False
+    np.testing.assert_array_equal(again.joint_counts, summary.joint_counts)
+    np.testing.assert_array_equal(again.class_m2, summary.class_m2)
 
 
 def test_the_cli_table_says_what_the_notebook_says(tmp_path: pathlib.Path) -> None:

@@ -14,7 +14,7 @@ import dask.config
 import numpy as np
 import pytest
 
-from daskbatch.stats import CoMoments, Histogram, Moments, kernels
+from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, kernels
 from daskbatch.stats._base import merge_all
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
@@ -145,6 +145,40 @@ def test_histogram_by_label_bitwise_and_label_errors() -> None:
     bad[10] = -2
     with pytest.raises(ValueError, match="found -2"):
         h.chunk(x, bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bool"] + [pytest.param(d, marks=_slow) for d in ("float64", "int64", "float16")])
+def test_class_moments_bitwise_and_against_numpy(dtype: str) -> None:
+    # Kernels are bitwise the class-sorted array-API reduction (ANOVA's constant-within-class
+    # test reads m2 == 0 exactly), on non-contiguous class values, one absent from the
+    # chunk, with NaN/±inf and an all-NaN column; the states agree with numpy per class.
+    x = data(dtype, rows=700, cols=5, seed=4)
+    if x.dtype.kind == "f":
+        x = with_nonfinite(x)
+    rng = np.random.default_rng(2)
+    y = rng.choice(np.array([7, -1, 3]), size=700)  # class 12 never occurs
+    stat = ClassMoments(classes=(-1, 3, 7, 12))
+    got, want = fast(stat, x, y), reference(stat, x, y)
+    for f in ("n", "shift", "mean", "m2"):
+        a, b = getattr(got, f), getattr(want, f)
+        assert a.shape == b.shape == (5, 4) and a.dtype == b.dtype == np.float64, f
+        np.testing.assert_array_equal(a.view(np.int64), b.view(np.int64), err_msg=f)  # bits, signed zeros too
+    v = x.astype(np.float64)
+    for k, c in enumerate(stat.classes):
+        for j in range(5):
+            col = v[y == c, j]
+            col = col[np.isfinite(col)]
+            assert got.n[j, k] == col.size
+            if col.size:
+                np.testing.assert_allclose(got.shift[j, k] + got.mean[j, k], np.mean(col), rtol=1e-13, atol=1e-12)
+                m2 = np.sum((col - math.fsum(col) / col.size) ** 2)
+                np.testing.assert_allclose(got.m2[j, k], m2, rtol=1e-11, atol=1e-9)
+    # One feature: NumPy sums the single column pairwise, the kernel in row order: equal to rounding.
+    one, ref = fast(stat, x[:, :1], y), reference(stat, x[:, :1], y)
+    np.testing.assert_array_equal(one.n, ref.n)
+    np.testing.assert_array_equal(one.shift, ref.shift)
+    np.testing.assert_allclose(one.mean, ref.mean, rtol=1e-13, atol=1e-13 * np.abs(ref.mean).max())
+    np.testing.assert_allclose(one.m2, ref.m2, rtol=1e-12, atol=1e-12 * np.abs(ref.m2).max())
 
 
 # --- edge cases -------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--checkpoint", type=click.Path(file_okay=False), default=None, help="Directory for resumable partial states.")
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
-@click.option("--cache", is_flag=True, help="Keep decoded chunks in memory between the two passes (data that fit the workers' memory).")
+@click.option("--cache/--no-cache", default=None, help="Keep decoded chunks in memory between the two passes, or read them twice. Default: keep them when they take at most daskbatch.cache-fraction of the workers' memory.")
 @click.option(
     "--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
     help="Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
@@ -107,7 +107,7 @@ def describe_command(
     store: str, x_name: str, label: str | None, target_name: str | None, classes_: str | None, stats: str, bins: int, range_: str | None,
     like_path: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
-    json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool, device: str, progress: bool,
+    json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool | None, device: str, progress: bool,
     top: int,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
@@ -189,7 +189,7 @@ def describe_command(
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
                 dataset, **settings, progress=progress and not quiet,
-                checkpoint=checkpoint, force=force, cov_out=cov_out, cache=cache,
+                checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
                 # "auto" was resolved to cpu or gpu above.
                 device=cast(Literal["cpu", "gpu"], device), classes=classes,
             )

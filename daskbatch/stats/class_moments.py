@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
@@ -173,6 +174,10 @@ class ClassMoments:  # numpydoc ignore=PR02
         n_classes = highest + 1 if self.n_classes is None else int(self.n_classes)
         if highest >= n_classes:
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
+        # Compiled CPU loop (daskbatch/stats/kernels): the same state bit for bit, except on one
+        # feature, where NumPy sums the single column pairwise (equal to rounding there).
+        if kernels.route(x) == "cpu":
+            return ClassMomentsState(*kernels.class_moments(x, labels, n_classes))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so
         # the float64 temporaries are those of one class at a time).
         order = xp.argsort(labels, stable=True)
@@ -252,14 +257,15 @@ def _class_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> in
     return 4 * d * k * 8  # n, shift, mean, m2 per (feature, class)
 
 
-#: Memory of :class:`ClassMoments` for the planner (no compiled loop: both paths the same):
-#: the class-sorted copy of the block, then one class's float64 cast, deviations and squares
-#: and its finite mask, for the worst case of a block holding a single class.
+#: Memory of :class:`ClassMoments` for the planner. Array-API path: the class-sorted copy of
+#: the block, then one class's float64 cast, deviations and squares and its finite mask, for
+#: the worst case of a block holding a single class. Compiled path: only (K, D) arrays and the
+#: rows' labels and class codes.
 FOOTPRINT = Footprint(
     name="class_moments",
     state=_class_state_bytes,
-    float64_copies=dict.fromkeys(KERNEL_PATHS, 1),
-    temporaries={p: {"float64": 3, "bool": 2} for p in KERNEL_PATHS},
+    float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+    temporaries={"compiled": {}, "array-api": {"float64": 3, "bool": 2}, "gpu-compiled": {"float64": 3, "bool": 2}},
     row_bytes=dict.fromkeys(KERNEL_PATHS, 24),
     state_copies=dict.fromkeys(KERNEL_PATHS, 1),
     merge_temporaries=2,

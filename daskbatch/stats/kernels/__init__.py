@@ -28,7 +28,10 @@ import numpy as np
 
 from daskbatch._typing import Array
 
-__all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "sketch_merge", "supports"]
+__all__ = [
+    "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch",
+    "sketch_merge", "supports",
+]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _KINDS = frozenset("biuf")
@@ -224,6 +227,44 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     e = s1 / max(n, 1)
     c -= n * (e[:, None] * e[None, :])
     return np.asarray(float(n)), shift, approx_mean + e, c
+
+
+def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
+
+    Bitwise the state of the array-API path on two features or more (see
+    :func:`daskbatch.stats.kernels._numba.class_moments_chunk`; on one
+    feature NumPy sums pairwise, and the two agree to rounding), without its
+    class-sorted copy of the chunk and its float64 temporaries.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D) with R > 0.
+    codes : numpy.ndarray
+        The class column (0..K-1) of every row, already checked.
+    n_classes : int
+        K.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The fields ``(n, shift, mean, m2)``, each (D, K) float64.
+    """
+    from daskbatch.stats.kernels._numba import class_moments_chunk
+
+    d = x.shape[1]
+    count = np.zeros((n_classes, d), dtype=np.int64)
+    shift, total, s1, s2 = (np.zeros((n_classes, d)) for _ in range(4))
+    class_moments_chunk(*_bits(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2)
+    n = count.astype(np.float64)
+    n_safe = np.where(n > 0, n, 1.0)
+    # The closing expressions of class_moments._one_class, on (K, D) at once.
+    approx_mean = total / n_safe
+    e = s1 / n_safe
+    m2 = s2 - n * e * e
+    m2 = np.where(m2 > 0, m2, 0.0)
+    return tuple(np.ascontiguousarray(v.T) for v in (n, shift, approx_mean + e, m2))
 
 
 def histogram(

@@ -255,6 +255,77 @@ def centre_rows(x, lut, complete, shift, approx_mean, dev):  # noqa: ANN001, ANN
 
 
 @_jit
+def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2):  # noqa: ANN001, ANN201
+    """Per-(class, column) sums of a chunk for the corrected two-pass class moments.
+
+    The loops of :func:`daskbatch.stats.class_moments._one_class` run on every
+    class at once, in row order: a short scan keeps the first finite value as
+    ``shift``; pass 1 counts the finite values and sums ``x - shift`` into
+    ``total``; pass 2 sums the deviations ``(x - shift) - total / count`` and
+    their squares into ``s1`` and ``s2``. Each (class, column) is one running sum in row order,
+    the order in which NumPy's axis-0 sums of the class-sorted rows add them,
+    with the same float64 expressions: on two features or more the state is
+    bitwise that of the array-API path (no partial-sum blocks here, unlike
+    :func:`moments_chunk`); on one, NumPy sums the column pairwise.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    codes : numpy.ndarray
+        The int64 class column (0..K-1) of every row.
+    count : numpy.ndarray
+        (K, D) int64, zeros; filled with the finite values' counts.
+    shift, total, s1, s2 : numpy.ndarray
+        (K, D) float64, zeros; filled with the sums above.
+    """
+    rows, d = x.shape
+    n_classes = count.shape[0]
+    # The first finite value of each (class, column): a scan that stops once all are found
+    # (rows of a class already done cost one compare), so usually after a few rows.
+    missing = np.full(n_classes, d, dtype=np.int64)
+    found = np.zeros((n_classes, d), dtype=np.bool_)
+    left = n_classes * d
+    for i in range(rows):
+        if left == 0:
+            break
+        k = codes[i]
+        if missing[k] == 0:
+            continue
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            if not found[k, j] and _finite(v):
+                found[k, j] = True
+                shift[k, j] = v
+                missing[k] -= 1
+                left -= 1
+    # Branch-free running sums (a non-finite value adds 0.0, which leaves every sum as it
+    # was): the loop over the columns of one row vectorises.
+    for i in range(rows):
+        k = codes[i]
+        sk, tk, ck = shift[k], total[k], count[k]
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            fin = _finite(v)
+            tk[j] += (v - sk[j]) if fin else 0.0
+            ck[j] += fin
+    mean = np.empty((n_classes, d))
+    for k in range(n_classes):
+        for j in range(d):
+            mean[k, j] = total[k, j] / max(count[k, j], 1)
+    for i in range(rows):
+        k = codes[i]
+        sk, mk, ak, bk = shift[k], mean[k], s1[k], s2[k]
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            dev = ((v - sk[j]) - mk[j]) if _finite(v) else 0.0
+            ak[j] += dev
+            bk[j] += dev * dev
+
+
+@_jit
 def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts):  # noqa: ANN001, ANN201
     """Add to ``counts`` (D·(bins + 3)·K int64, flat) the counts of slot ``[under, bins…, over, nan]`` × class.
 
