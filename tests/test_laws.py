@@ -15,6 +15,7 @@ import numpy as np
 from daskbatch.stats import CoMoments, Histogram, Moments
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import dyadic_range
+from daskbatch.stats.target import TargetMoments
 from daskbatch.stats.tiled import CrossCoMoments
 from daskbatch.testing import StatisticLaws
 
@@ -227,3 +228,39 @@ class TestCrossCoMoments(StatisticLaws):
         n = full["n"]
         c = full["cov"] * n if n > 0 else np.zeros((d, d))
         return {"n": n, "mean_a": full["mean"][a], "mean_b": full["mean"][b], "c": c[a, b]}
+
+
+def target_moments_reference(x: np.ndarray, y: np.ndarray) -> dict:
+    """Exact per-feature co-moments with the target over the rows where the feature is finite."""
+    out: dict[str, list[float]] = {k: [] for k in ("count", "x_mean", "y_mean", "x_m2", "y_m2", "comoment")}
+    for col in x.T:
+        keep = np.isfinite(col)
+        n = int(keep.sum())
+        if n == 0:
+            values = (0.0, NAN, NAN, 0.0, 0.0, 0.0)
+        else:
+            fx = [Fraction(float(v)) for v in col[keep]]
+            fy = [Fraction(float(v)) for v in y[keep]]
+            mx, my = sum(fx, Fraction(0)) / n, sum(fy, Fraction(0)) / n
+            values = (
+                float(n), float(mx), float(my),
+                float(sum(((a - mx) ** 2 for a in fx), Fraction(0))),
+                float(sum(((b - my) ** 2 for b in fy), Fraction(0))),
+                float(sum(((a - mx) * (b - my) for a, b in zip(fx, fy, strict=True)), Fraction(0))),
+            )
+        for key, value in zip(out, values, strict=True):
+            out[key].append(value)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+class TestTargetMoments(StatisticLaws):
+    """Feature-target co-moments (what f_regression reads); the drawn class labels stand in for a finite target."""
+
+    uses_label = True
+
+    def make(self, n_features: int) -> TargetMoments:
+        return TargetMoments()
+
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        assert label is not None
+        return target_moments_reference(x, label.astype(np.float64))
