@@ -28,7 +28,10 @@ import numpy as np
 
 from daskbatch._typing import Array
 
-__all__ = ["available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports"]
+__all__ = [
+    "available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports",
+    "weighted_histogram", "weighted_moments",
+]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _KINDS = frozenset("biuf")
@@ -183,6 +186,40 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
+def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a host chunk.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D) with R > 0.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``rows`` (finite values per feature), then the fields of
+        :func:`moments` with ``n`` the weight sum.
+    """
+    from daskbatch.stats.kernels._numba import weighted_moments_chunk
+
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = weighted_moments_chunk(
+        *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
+    )
+    w_safe = np.where(wsum > 0, wsum, 1.0)
+    # The corrected two-pass formulas of Moments.chunk, with weight sums for counts.
+    e = s1 / w_safe
+    m2 = s2 - wsum * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * wsum * e**3
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * wsum * e**4
+    neginf = x.shape[0] - count - nan - posinf
+    return (
+        count.astype(np.float64), wsum, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0),
+        fmin, fmax, nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
+    )
+
+
 def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
 
@@ -267,6 +304,45 @@ def histogram(
     data, lut = _bits(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int64)
     histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1))
+    return counts
+
+
+def weighted_histogram(
+    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray
+) -> np.ndarray:
+    """Sum the weights of a host chunk's values per slot, as :func:`histogram` counts them.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (R, D)
+        The chunk, any dtype the kernels read.
+    lo, hi : sequence of float, length D
+        Range of each feature.
+    bins : int
+        Equal-width bins per feature.
+    labels : numpy.ndarray of int, shape (R,), optional
+        Class column of every row.
+    n_classes : int
+        K, the size of the last axis of the counts.
+    w : numpy.ndarray
+        The float64 weight of each row.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 weighted counts (D, bins + 3, K).
+    """
+    from daskbatch.stats.kernels._numba import weighted_histogram_counts
+
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    step = (hi - lo) / bins  # the expressions of histogram()
+    scale = bins / (hi - lo)
+    lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
+    data, lut = _bits(x)
+    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
+    weighted_histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes),
+                              np.ascontiguousarray(w, dtype=np.float64), counts.reshape(-1))
     return counts
 
 

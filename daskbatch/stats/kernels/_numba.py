@@ -526,3 +526,153 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
         # ... then one scattered increment per value.
         for j in range(d):
             counts[slot[j]] += 1
+
+
+# ------------------------------------------------------------------ sample weights
+# Kept apart from the unweighted loops above, which stay as they are (and bitwise unchanged).
+
+
+@_jit
+def weighted_moments_chunk(x, lut, w):  # noqa: ANN001, ANN201
+    """:func:`moments_chunk` with a frequency weight per row: weighted sums, weight totals and counts.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
+        length-D vectors; the sums ``s1`` … ``s4`` and ``approx_mean`` are weighted.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for j in range(d):
+        for i in range(rows):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                shift[j] = v
+                break
+
+    count = np.zeros(d, dtype=np.int64)
+    nan = np.zeros(d, dtype=np.int64)
+    posinf = np.zeros(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    wsum = np.zeros(d)
+    total = np.zeros(d)
+    wpart = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        wpart[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = w[i]
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                part[j] += wi * (v - shift[j]) if fin else 0.0
+                wpart[j] += wi if fin else 0.0
+                count[j] += fin
+                nan[j] += v != v
+                posinf[j] += v == np.inf
+                fmin[j] = v if (fin and v < fmin[j]) else fmin[j]
+                fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
+        for j in range(d):
+            total[j] += part[j]
+            wsum[j] += wpart[j]
+
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / wsum[j] if wsum[j] > 0 else 0.0
+
+    s1 = np.zeros(d)
+    s2 = np.zeros(d)
+    s3 = np.zeros(d)
+    s4 = np.zeros(d)
+    p1 = np.zeros(d)
+    p2 = np.zeros(d)
+    p3 = np.zeros(d)
+    p4 = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        p1[:] = 0.0
+        p2[:] = 0.0
+        p3[:] = 0.0
+        p4[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = w[i]
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
+                wdev = wi * dev
+                p1[j] += wdev
+                p2[j] += wdev * dev
+                p3[j] += wdev * dev * dev
+                p4[j] += wdev * dev * dev * dev
+        for j in range(d):
+            s1[j] += p1[j]
+            s2[j] += p2[j]
+            s3[j] += p3[j]
+            s4[j] += p4[j]
+
+    return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
+
+
+@_jit
+def weighted_histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, w, counts):  # noqa: ANN001, ANN201
+    """:func:`histogram_counts` adding each row's weight ``w[i]`` into float64 ``counts`` instead of 1.
+
+    The slot of a value is found by the same steps, so a weighted count of
+    all-one weights equals the unweighted count.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    lo, hi : numpy.ndarray
+        The range of each feature.
+    step, scale : numpy.ndarray
+        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
+    bins : int
+        Bins per feature.
+    labels : numpy.ndarray
+        The int64 class of each row, or an empty array for K = 1.
+    n_classes : int
+        K.
+    w : numpy.ndarray
+        The float64 weight of each row.
+    counts : numpy.ndarray
+        The flat float64 weighted counts, added to.
+    """
+    rows, d = x.shape
+    n_slots = bins + 3
+    by_label = labels.shape[0] > 0
+    top = float(bins - 1)
+    over_slot = float(bins + 1)
+    nan_slot = float(bins + 2)
+    slot = np.empty(d, dtype=np.int64)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            f = math.floor((v - lo[j]) * scale[j])
+            f = f if f < top else top
+            f = f if f > 0.0 else 0.0
+            f -= np.float64(v < f * step[j] + lo[j])
+            f += np.float64((v >= (f + 1.0) * step[j] + lo[j]) & (f < top))
+            f += 1.0
+            f = 0.0 if v < lo[j] else f
+            f = over_slot if v > hi[j] else f
+            f = nan_slot if v != v else f
+            slot[j] = (j * n_slots + np.int64(f)) * n_classes
+        k = labels[i] if by_label else 0
+        wi = w[i]
+        for j in range(d):
+            counts[slot[j] + k] += wi
