@@ -64,6 +64,45 @@ def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
     return xp.astype(positions[1:] - positions[:-1], xp.int64)
 
 
+def weighted_bincount(xp: Namespace, idx: Array, weights: Array, /, *, minlength: int) -> Array:
+    """Sum ``weights`` by the non-negative integers of the 1-D ``idx``, as float64.
+
+    NumPy's and CuPy's ``bincount(weights=)``; other namespaces sort and add
+    the runs of equal indices.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``idx``.
+    idx : array of int
+        Non-negative integers below ``minlength``, 1-D.
+    weights : array
+        One weight per entry of ``idx``.
+    minlength : int
+        Length of the result.
+
+    Returns
+    -------
+    array
+        The float64 sums, of length ``minlength``.
+    """
+    weights = xp.astype(weights, xp.float64)
+    native = getattr(xp, "bincount", None)
+    if native is not None:
+        return xp.astype(native(idx, weights=weights, minlength=minlength), xp.float64)
+    order = xp.argsort(idx)
+    ordered = xp.take(idx, order)
+    totals = xp.zeros((minlength,), dtype=xp.float64, device=device(idx))
+    starts = xp.searchsorted(ordered, xp.arange(minlength + 1, dtype=idx.dtype, device=device(idx)))
+    w = xp.take(weights, order)
+    # One bin at a time: only for namespaces without bincount (slow, exact order of addition).
+    for b in range(minlength):
+        lo, hi = int(starts[b]), int(starts[b + 1])
+        if hi > lo:
+            totals[b] = xp.sum(w[lo:hi])
+    return totals
+
+
 def to_numpy(a: Any) -> np.ndarray:
     """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input).
 
