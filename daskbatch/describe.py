@@ -21,7 +21,7 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, as_weights, device_module, to_device
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.errors import RangeWarning
@@ -55,6 +55,7 @@ def describe(
     x: Any,
     label: Any = None,
     *,
+    weights: Any = None,
     stats: str | Sequence[str] = DEFAULT_STATS,
     bins: int = 64,
     range: Any = None,  # noqa: A002 - numpy.histogram's name
@@ -87,6 +88,15 @@ def describe(
     label : array of int, or name of an array in the same store, optional
         Class of every sample (any integers, e.g. ``{0, 1, 7}``), for mutual
         information and per-class moments.
+    weights : array of float, or name of an array in the same store, optional
+        A non-negative frequency weight per sample (see the README's "Sample
+        weights"): an integer weight ``k`` counts its row ``k`` times, a
+        weight of 0 leaves it out. Every built-in statistic is weighted:
+        moments (``var`` divides by the weight sum less ``ddof``), covariance,
+        histograms and their MI, the quantile sketch and per-class moments;
+        ``count`` stays the number of values and ``Summary.weight_sum`` is
+        their weight sum. A negative, NaN or infinite weight is an error
+        naming its block and row. Not with ``checkpoint`` or a tiled covariance.
     stats : sequence of {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean
@@ -222,9 +232,11 @@ def describe(
     device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     if device == "gpu":
         _warn_unless_gpu_kernels()
-    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    data = as_weights(weights, as_feature_matrix(x, label, feature_names=feature_names, missing=missing))
     names = describe_names(stats, labelled=data.label is not None, range_=range)
     custom = user_statistics(stats)
+    if data.weights is not None:
+        _check_weighted(custom, checkpoint)
     layout = _layout(plan, split_every, checkpoint, force)
     class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress)
     chosen, planned = plan_dropping_sketch(
@@ -253,6 +265,9 @@ def describe(
         check_output(cov_out, kind="tiled_cov", what="cov_out", protected=_protected(data, checkpoint))
 
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
+    if tiled and data.weights is not None:
+        raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
+                         "leave 'cov' out of stats")
     explicit = range is not None and not is_minmax(range)
     two_passes = ("hist" in names or "mi" in names) and not explicit
     if cache and two_passes and checkpoint is None:
@@ -305,7 +320,8 @@ def describe(
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
     summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
-                                   states=None if tiled else _mergeable(kept))  # a tiled covariance has none
+                                   # a tiled covariance has none; weighted states are not saved or merged yet
+                                   states=None if tiled or data.weights is not None else _mergeable(kept))
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
@@ -482,6 +498,17 @@ def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
     quantiles from the sketch (``Summary.quantile`` says which bound holds).
     """
     return {name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)}
+
+
+def _check_weighted(custom: tuple[Any, ...], checkpoint: Any) -> None:
+    """Refuse, before any compute, what weights do not reach: a user's statistic without ``takes_weights``, checkpoints."""
+    from daskbatch.stats._base import reads_weights
+
+    for stat in custom:
+        if not reads_weights(stat):
+            raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
+    if checkpoint is not None:
+        raise ValueError("weights= cannot be combined with checkpoint= yet: the checkpoint's fingerprint does not cover weights")
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

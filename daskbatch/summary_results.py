@@ -48,6 +48,10 @@ def summary_from_results(
     if "cov" in results:
         c = results["cov"]
         kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
+        if getattr(c, "weight_sum", None) is not None:
+            provenance["cov_weight_sum"] = float(c.weight_sum)
+    if getattr(m, "weight_sum", None) is not None:
+        kwargs["weight_sum"] = np.asarray(m.weight_sum)
     if "sketch" in results:
         kwargs.update(_sketch_fields(results["sketch"], provenance))
     if "qhist" in results:

@@ -33,8 +33,8 @@ import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats._base import State, as_float64, positive_rows
+from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.footprint import Footprint
 
 __all__ = ["Sketch", "SketchResult", "SketchState", "sketch_quantile", "sketch_values", "slot_bounds"]
@@ -109,6 +109,8 @@ class Sketch:  # numpydoc ignore=PR02
     min_magnitude: float = 1e-30
     max_magnitude: float = 1e30
     name = "sketch"
+    #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
+    takes_weights = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -227,7 +229,7 @@ class Sketch:  # numpydoc ignore=PR02
         return xp.where(xp.isnan(x), xp.full_like(slot, 2 * n + 3), slot)
 
     # ------------------------------------------------------- the contract
-    def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
         """Count one block's values into the buckets.
 
         Parameters
@@ -236,6 +238,9 @@ class Sketch:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             Ignored: the sketch does not read labels.
+        weights : array, optional
+            Non-negative finite weight of each row: the counts become float64
+            sums of weights (the array-API path on every device).
 
         Returns
         -------
@@ -243,11 +248,14 @@ class Sketch:  # numpydoc ignore=PR02
             The block's counts and finite extrema.
         """
         xp = namespace(x)
+        if weights is not None:
+            x, _, weights = positive_rows(xp, x, None, weights)
         rows, n_features = x.shape
         dev = device(x)
         if rows == 0:
-            return self.empty(xp, n_features, dev)
-        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
+            empty = self.empty(xp, n_features, dev)
+            return empty if weights is None else SketchState(xp.astype(empty.counts, xp.float64), empty.fmin, empty.fmax)
+        if weights is None and kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets
@@ -256,7 +264,11 @@ class Sketch:  # numpydoc ignore=PR02
         x = as_float64(x)
         width = self.n_slots + 1
         flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=dev) * width
-        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+        if weights is None:
+            counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+        else:
+            each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
         del flat
         finite = xp.isfinite(x)
         inf = xp.full_like(x, xp.inf)
@@ -309,6 +321,31 @@ class Sketch:  # numpydoc ignore=PR02
             min_magnitude=float(self.min_magnitude),
             max_magnitude=float(self.max_magnitude),
         )
+
+
+def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
+    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
+
+    Integer counts: ``max(ceil(q * n), 1)``; float (weighted) counts: ``q * W``,
+    at least the smallest positive weight, so that ``q = 0`` finds the first non-empty slot.
+
+    Parameters
+    ----------
+    qs : ndarray
+        Probabilities.
+    total : number
+        The total count (or weight).
+    dtype : dtype
+        The dtype of the counts.
+
+    Returns
+    -------
+    ndarray
+        The ranks, float64.
+    """
+    if np.dtype(dtype).kind in "iu":
+        return np.maximum(np.ceil(qs * float(total)), 1.0)
+    return np.maximum(qs * float(total), np.finfo(np.float64).tiny)
 
 
 def sketch_values(sketch: Sketch) -> np.ndarray:
@@ -409,11 +446,11 @@ def sketch_quantile(
     overflow_neg, overflow_pos = 1 - first_slot, sketch.n_slots - 2 - first_slot
     out = np.full((n_features, qs.size), np.nan)
     for d in range(n_features):
-        cdf = np.cumsum(counts[d], dtype=np.int64)
-        total = int(cdf[-1]) if width else 0
+        cdf = np.cumsum(counts[d], dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
+        total = cdf[-1] if width else 0
         if total == 0:
             continue
-        rank = np.maximum(np.ceil(qs * total), 1.0)  # numpy's inverted_cdf rank, 1-based
+        rank = inverted_cdf_rank(qs, total, counts.dtype)
         slot = np.searchsorted(cdf, rank, side="left")
         v = values[slot]
         v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))
