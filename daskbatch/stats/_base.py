@@ -296,7 +296,8 @@ def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tup
     keep = w > 0
     if bool(xp.all(keep)):
         return x, label, w
-    return x[keep, ...], None if label is None else label[keep], w[keep]
+    rows = xp.nonzero(keep)[0]  # take, not a mask with a second index: the array API allows only a sole mask
+    return xp.take(x, rows, axis=0), None if label is None else xp.take(label, rows), xp.take(w, rows)
 
 
 def as_float64(x: Array) -> Array:
