@@ -21,7 +21,13 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import holding_checkpoint_lock
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, as_weights, device_module, to_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    as_weights,
+    device_module,
+    to_device,
+)
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.errors import RangeWarning

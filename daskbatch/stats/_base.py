@@ -238,7 +238,8 @@ class Bundle:  # numpydoc ignore=PR02
         for s in self.stats:
             if not reads_weights(s):
                 raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
-        return tuple(s.chunk(x, label if reads_label(s) else None, weights=weights) for s in self.stats)
+        weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
+        return tuple(s.chunk(x, label if reads_label(s) else None, weights=weights) for s in weighted)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         """Merge two bundle states item by item.
@@ -287,8 +288,12 @@ def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tup
 
     Returns
     -------
-    x, label, weights : array
+    x : array
         The rows of positive weight.
+    label : array or None
+        Their labels.
+    weights : array
+        Their weights, float64.
     """
     if weights.shape[0] != x.shape[0]:
         raise ValueError(f"the chunk has {x.shape[0]:,} rows but {weights.shape[0]:,} weights")

@@ -25,7 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, positive_rows, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint

@@ -20,7 +20,13 @@ from typing import Literal
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, positive_rows, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
@@ -306,8 +312,8 @@ class Moments:  # numpydoc ignore=PR02
         if weights is None:
             return self._chunk_unweighted(x)
         if kernels.route(x) == "cpu":  # compiled CPU loop; other devices take the array-API code
-            rows, *fields = kernels.weighted_moments(x, weights)
-            return WeightedMomentsState(*fields, rows=rows)
+            fields = kernels.weighted_moments(x, weights)
+            return _weighted(MomentsState(*fields[1:]), fields[0])
         return _weighted_chunk(x, weights)
 
     def _chunk_unweighted(self, x: Array) -> MomentsState:
