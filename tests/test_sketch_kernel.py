@@ -49,7 +49,7 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     fmin, fmax = np.full(x.shape[1], np.inf), np.full(x.shape[1], -np.inf)
     data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
     flat = counts.reshape(-1)
-    _numba.sketch_counts_log(data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, flat, fmin, fmax)
+    _numba.sketch_counts_log(data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, flat, fmin, fmax, None)
     np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
 
 

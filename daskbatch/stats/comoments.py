@@ -211,8 +211,8 @@ class CoMoments:  # numpydoc ignore=PR02
     rows), which is ``numpy.cov(x, fweights=w, ddof=ddof)`` for integer
     weights and ``numpy.cov(x, aweights=w, ddof=0) * W / (W - ddof)`` for any.
     (``numpy.cov(aweights=w, ddof=1)`` divides by ``W - sum(w**2) / W``,
-    reliability weights: not these.) Weighted blocks take the array-API
-    path on every device (a BLAS/cuBLAS product of the weighted deviations).
+    reliability weights: not these.) Weighted host blocks take the numba
+    centring; CuPy blocks the array-API path (cuBLAS), not the CUDA kernels.
     """
 
     ddof: int = 1
@@ -305,6 +305,9 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
         return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
+    if kernels.route(x) == "cpu":  # compiled centring + BLAS (daskbatch/stats/kernels)
+        n, shift, mean, c, rows = kernels.weighted_comoments(x, w)
+        return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)
     complete = xp.all(xp.isfinite(x), axis=1)
     wc = xp.where(complete, w, xp.zeros_like(w))  # incomplete rows weigh nothing

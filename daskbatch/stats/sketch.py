@@ -240,7 +240,7 @@ class Sketch:  # numpydoc ignore=PR02
             Ignored: the sketch does not read labels.
         weights : array, optional
             Non-negative finite weight of each row: the counts become float64
-            sums of weights (the array-API path on every device).
+            sums of weights (the numba loop on the CPU, the array-API path on GPUs).
 
         Returns
         -------
@@ -255,10 +255,10 @@ class Sketch:  # numpydoc ignore=PR02
         if rows == 0:
             empty = self.empty(xp, n_features, dev)
             return empty if weights is None else SketchState(xp.astype(empty.counts, xp.float64), empty.fmin, empty.fmax)
-        if weights is None and kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
+        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, fmin, fmax = kernels.sketch(
-                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets
+                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, weights
             )
             return SketchState(counts=counts, fmin=fmin, fmax=fmax)
         x = as_float64(x)

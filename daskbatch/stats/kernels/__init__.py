@@ -30,7 +30,7 @@ from daskbatch._typing import Array
 
 __all__ = [
     "available", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch", "supports",
-    "weighted_histogram", "weighted_moments",
+    "weighted_comoments", "weighted_histogram", "weighted_moments",
 ]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
@@ -263,6 +263,46 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return np.asarray(float(n)), shift, approx_mean + e, c
 
 
+def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a host chunk.
+
+    :func:`comoments` with row weights: the centred blocks hold ``sqrt(w)``
+    times the deviations, so one BLAS product per block adds the weighted co-moments.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D).
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
+    """
+    from daskbatch.stats.kernels._numba import weighted_centre_rows, weighted_complete_rows_mean
+
+    data, lut = _bits(x)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    rows, d = x.shape
+    complete = np.empty(rows, dtype=np.bool_)
+    n, wsum, shift, approx_mean = weighted_complete_rows_mean(data, lut, w, complete)
+    c = np.zeros((d, d))
+    s1 = np.zeros(d)
+    buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))
+    for start in range(0, rows, COMOMENT_BLOCK_ROWS):
+        stop = start + COMOMENT_BLOCK_ROWS
+        k, part = weighted_centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean,
+                                       w[start:stop], buffer)
+        dev = buffer[:k]
+        c += dev.T @ dev
+        s1 += part
+    e = s1 / (wsum if wsum > 0 else 1.0)
+    c -= wsum * (e[:, None] * e[None, :])
+    return np.asarray(wsum), shift, approx_mean + e, c, np.asarray(float(n))
+
+
 def histogram(
     x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1
 ) -> Array:
@@ -347,7 +387,8 @@ def weighted_histogram(
 
 
 def sketch(
-    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int
+    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int,
+    weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
 
@@ -365,11 +406,13 @@ def sketch(
         ``Sketch.key_range``.
     n_buckets : int
         ``Sketch.n_buckets``.
+    weights : numpy.ndarray, optional
+        The weight of each row: the counts are then float64 sums of weights.
 
     Returns
     -------
     counts : numpy.ndarray
-        The int64 counts, (D, 2 * n_buckets + 4).
+        The int64 counts, (D, 2 * n_buckets + 4) (float64 with weights).
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
@@ -377,13 +420,14 @@ def sketch(
 
     d = x.shape[1]
     data, lut = _bits(x)
-    counts = np.zeros((d, 2 * n_buckets + 4), dtype=np.int64)
+    counts = np.zeros((d, 2 * n_buckets + 4), dtype=np.int64 if weights is None else np.float64)
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
     kernel = sketch_counts if min_magnitude >= np.finfo(np.float64).smallest_normal else sketch_counts_log
     kernel(
         data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets),
-        counts.reshape(-1), fmin, fmax,
+        counts.reshape(-1), fmin, fmax, w,
     )
     return counts, fmin, fmax

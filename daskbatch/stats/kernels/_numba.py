@@ -53,6 +53,19 @@ def _load_impl(v, lut):  # noqa: ANN001, ANN202
     return lambda v, lut: lut[v]
 
 
+def _weight(w, i):  # noqa: ANN001, ANN202 - numba overload stub
+    """The weight of row ``i``: 1 when ``w`` is None (unweighted counts), else ``w[i]``."""
+    raise NotImplementedError("only callable from compiled code")
+
+
+@overload(_weight, inline="always")
+def _weight_impl(w, i):  # noqa: ANN001, ANN202
+    # Chosen at compile time from the type of `w`: without weights the loop is the unweighted one.
+    if isinstance(w, types.NoneType):
+        return lambda w, i: 1
+    return lambda w, i: w[i]
+
+
 @_jit
 def _finite(v: float) -> bool:
     # One compare that is False for NaN and ±inf, and vectorises.
@@ -325,7 +338,7 @@ def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
 
 
 @_jit
-def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax, w):  # noqa: ANN001, ANN201
     """:func:`sketch_counts` with a log per value: the reference expression everywhere.
 
     Taken when ``min_magnitude`` is subnormal (the fast key reads normal
@@ -344,9 +357,11 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     n : int
         ``Sketch.n_buckets``.
     counts : numpy.ndarray
-        The flat int64 counts, added to.
+        The flat int64 counts, added to (float64 with ``w``).
     fmin, fmax : numpy.ndarray
         The finite extrema of each feature, updated.
+    w : numpy.ndarray or None
+        The float64 weight of each row, added instead of 1; None counts values.
     """
     rows, d = x.shape
     width = 2 * n + 4
@@ -371,8 +386,9 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        wi = _weight(w, i)
         for j in range(d):
-            counts[slot[j]] += 1
+            counts[slot[j]] += wi
 
 
 @intrinsic
@@ -446,7 +462,7 @@ def fast_log(a):  # noqa: ANN001, ANN201
 
 
 @_jit_nocheck
-def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax):  # noqa: ANN001, ANN201
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin, fmax, w):  # noqa: ANN001, ANN201
     """Add to ``counts`` (D·(2n + 4) int64, flat) the sketch slot of every value; update the finite extrema.
 
     The slot follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
@@ -475,9 +491,11 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
     n : int
         ``Sketch.n_buckets``.
     counts : numpy.ndarray
-        The flat int64 counts, added to.
+        The flat int64 counts, added to (float64 with ``w``).
     fmin, fmax : numpy.ndarray
         The finite extrema of each feature, updated.
+    w : numpy.ndarray or None
+        The float64 weight of each row, added instead of 1; None counts values.
     """
     rows, d = x.shape
     width = 2 * n + 4
@@ -523,9 +541,10 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, fmin
                 if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
                     key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
                     slot[j] = np.uint64(offset[j] + (key + (n + 2) if v > 0.0 else n - key))
-        # ... then one scattered increment per value.
+        # ... then one scattered increment per value (its row's weight with weights).
+        wi = _weight(w, i)
         for j in range(d):
-            counts[slot[j]] += 1
+            counts[slot[j]] += wi
 
 
 # ------------------------------------------------------------------ sample weights
@@ -676,3 +695,118 @@ def weighted_histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_class
         wi = w[i]
         for j in range(d):
             counts[slot[j] + k] += wi
+
+
+@_jit
+def weighted_complete_rows_mean(x, lut, w, complete):  # noqa: ANN001, ANN201
+    """:func:`complete_rows_mean` with row weights: the complete rows, their weight sum and weighted mean.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+    complete : numpy.ndarray of bool
+        Filled with one flag per row.
+
+    Returns
+    -------
+    n : int
+        The number of complete rows.
+    wsum : float
+        Their weight sum.
+    shift : numpy.ndarray
+        The first complete row.
+    approx_mean : numpy.ndarray
+        The weighted mean of the complete rows less ``shift``.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for i in range(rows):
+        ok = True
+        for j in range(d):
+            ok &= _finite(_load(x[i, j], lut))
+        if ok:
+            for j in range(d):
+                shift[j] = _load(x[i, j], lut)
+            break
+
+    complete[:] = False
+    n = 0
+    wsum = 0.0
+    wpart = 0.0
+    total = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        wpart = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            ok = True
+            for j in range(d):
+                ok &= _finite(_load(x[i, j], lut))
+            if ok:
+                complete[i] = True
+                n += 1
+                wi = w[i]
+                wpart += wi
+                for j in range(d):
+                    part[j] += wi * (_load(x[i, j], lut) - shift[j])
+        wsum += wpart
+        for j in range(d):
+            total[j] += part[j]
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / wsum if wsum > 0 else 0.0
+    return n, wsum, shift, approx_mean
+
+
+@_jit
+def weighted_centre_rows(x, lut, complete, shift, approx_mean, w, dev):  # noqa: ANN001, ANN201
+    """:func:`centre_rows` with row weights: ``dev[:k]`` holds ``sqrt(w)`` times the deviations.
+
+    ``devᵀ dev`` is then the weighted co-moment sum; the returned sums are the
+    weighted sums of the deviations (the residual of the corrected two-pass).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        A block of the chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    complete : numpy.ndarray of bool
+        The complete-row flags of the block.
+    shift, approx_mean : numpy.ndarray
+        From :func:`weighted_complete_rows_mean`.
+    w : numpy.ndarray
+        The float64 weight of each row of the block.
+    dev : numpy.ndarray
+        The float64 centring buffer, at least (R, D).
+
+    Returns
+    -------
+    k : int
+        How many rows of ``dev`` were written.
+    s1 : numpy.ndarray
+        The weighted column sums of the deviations.
+    """
+    rows, d = x.shape
+    s1 = np.zeros(d)
+    part = np.zeros(d)
+    k = 0
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            if complete[i]:
+                wi = w[i]
+                root = math.sqrt(wi)
+                for j in range(d):
+                    v = (_load(x[i, j], lut) - shift[j]) - approx_mean[j]
+                    dev[k, j] = root * v
+                    part[j] += wi * v
+                k += 1
+        for j in range(d):
+            s1[j] += part[j]
+    return k, s1
