@@ -183,3 +183,20 @@ def test_a_statistic_without_weights_is_refused() -> None:
 
     with pytest.raises(ValueError, match="statistic 'total' does not take sample weights"):
         db.describe(np.ones((4, 2)), weights=np.ones(4), stats=("moments", Total()))
+
+
+def test_cli_describe_weights_roundtrip(dataset, tmp_path) -> None:
+    """``daskbatch describe STORE --weights w --out``: the saved summary holds the weighted results and weight sums."""
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    path, x, _, w, _ = dataset
+    out = tmp_path / "s.zarr"
+    result = CliRunner().invoke(main, ["describe", path, "--label", "y", "--weights", "w", "--stats", "moments,cov",
+                                       "--out", str(out), "--no-progress", "--cluster", "threads"])
+    assert result.exit_code == 0, result.output
+    s = db.load_summary(out)
+    np.testing.assert_allclose(s.mean, np.average(x, weights=w, axis=0), rtol=1e-13)
+    np.testing.assert_allclose(s.weight_sum, np.full(x.shape[1], w.sum()), rtol=1e-14)
+    assert s.provenance["weights"].startswith("weights array 'w' in ")
