@@ -238,6 +238,10 @@ class Bundle:  # numpydoc ignore=PR02
         for s in self.stats:
             if not reads_weights(s):
                 raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
+        from daskbatch.stats.backend import namespace
+
+        # Rows of weight 0 are dropped once here, not once per statistic (each would copy the block).
+        x, label, weights = positive_rows(namespace(x), x, label, weights)
         weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
         return tuple(s.chunk(x, label if reads_label(s) else None, weights=weights) for s in weighted)
 
