@@ -6,7 +6,8 @@ includes ``hi``. Values below ``lo``, above ``hi`` and NaN are counted apart
 (underflow, overflow, NaN), never dropped. Counts are exact int64 and merge by
 addition, so any chunking and merge order gives bitwise identical results.
 With sample weights (``chunk(x, weights=w)``) each value adds its row's weight
-instead of one: float64 counts, as ``numpy.histogram(..., weights=w)``.
+instead of one: float64 counts, as ``numpy.histogram(..., weights=w)`` (a numba
+loop on the CPU; on GPUs the array-API code, not the CUDA kernels).
 
 With ``by_label=True`` each chunk also receives the label vector and counts
 (feature-bin × class) joint tables, the input of mutual information. With

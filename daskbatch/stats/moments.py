@@ -263,7 +263,8 @@ class Moments:  # numpydoc ignore=PR02
     (``W`` the weight sum) and the bias corrections of ``bias=False`` use
     ``W`` for ``n``. A row of weight 0 is as if absent; ``count`` stays the
     number of values (rows of positive weight) and the result's ``weight_sum``
-    is ``W``.
+    is ``W``. Weighted host blocks take a numba loop; weighted CuPy blocks
+    take the array-API code, not the CUDA kernels.
 
     ±inf values count towards ``count``, ``min`` and ``max``; the mean of a
     feature with infinities is ±inf (NaN if both signs occur) and its higher
