@@ -53,17 +53,21 @@ def build_store(path: str, rows: int, features: int, chunk_rows: int) -> None:
     root.create_array("w", data=w, chunks=(chunk_rows,))
 
 
-def time_describe(path: str, repeat: int, **options: object) -> tuple[list[float], list[float]]:
-    """Wall times of describe without and with weights, alternating, after one warm-up of each."""
+def time_describe(path: str, repeat: int, **options: object) -> tuple[list[tuple[float, float]], ...]:
+    """(wall, CPU) seconds of describe without and with weights, alternating, after one warm-up of each.
+
+    CPU seconds (all threads of this process) are steadier than wall time on a shared machine.
+    """
     import daskbatch as db
 
-    plain, weighted = [], []
+    plain: list[tuple[float, float]] = []
+    weighted: list[tuple[float, float]] = []
     for i in range(repeat + 1):
         for weights, out in ((None, plain), ("w", weighted)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             db.describe(path, "y", weights=weights, **options)
             if i:  # the first round warms the page cache and numba's cache
-                out.append(time.perf_counter() - t0)
+                out.append((time.perf_counter() - t0, time.process_time() - c0))
     return plain, weighted
 
 
@@ -124,11 +128,12 @@ def main() -> None:
           f"Python {platform.python_version()}, {platform.platform()}; load average {os.getloadavg()[0]:.1f}.")
     print(f"\nReproduce: `python benchmarks/bench_weights.py --rows {args.rows} --features {args.features} "
           f"--chunk-rows {args.chunk_rows} --repeat {args.repeat}`\n")
-    print("| run | unweighted median s | weighted median s | weighted / unweighted |")
-    print("|---|---:|---:|---:|")
+    print("| run | unweighted wall s | weighted wall s | ratio (wall) | unweighted CPU s | weighted CPU s | ratio (CPU) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, plain, weighted in rows:
-        a, b = statistics.median(plain), statistics.median(weighted)
-        print(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        a, b = (statistics.median(t[0] for t in runs) for runs in (plain, weighted))
+        c, d = (statistics.median(t[1] for t in runs) for runs in (plain, weighted))
+        print(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} | {c:.2f} | {d:.2f} | {d / c:.2f} |")
     print("\nPer chunk (one thread, median):\n")
     print("| statistic | unweighted ms | weighted ms | weighted / unweighted |")
     print("|---|---:|---:|---:|")
