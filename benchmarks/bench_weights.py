@@ -36,8 +36,8 @@ if str(ROOT) not in sys.path:  # run from a source tree without installing
     sys.path.insert(0, str(ROOT))
 
 
-def build_store(path: str, rows: int, features: int, chunk_rows: int) -> None:
-    """Write X (float32), y (4 classes) and w (gamma-distributed weights, 5 % zeros) to a Zarr store."""
+def build_store(path: str, rows: int, features: int, chunk_rows: int, zeros: float = 0.05) -> None:
+    """Write X (float32), y (4 classes) and w (gamma-distributed weights, a share ``zeros`` of them 0) to a Zarr store."""
     import zarr
 
     rng = np.random.default_rng(0)
@@ -48,7 +48,7 @@ def build_store(path: str, rows: int, features: int, chunk_rows: int) -> None:
         x[start:stop] = rng.standard_normal((stop - start, features), dtype=np.float32) * 3 + 1
     y = rng.integers(0, 4, rows)
     w = rng.gamma(2.0, 1.0, rows)
-    w[rng.random(rows) < 0.05] = 0.0
+    w[rng.random(rows) < zeros] = 0.0
     root.create_array("y", data=y, chunks=(chunk_rows,))
     root.create_array("w", data=w, chunks=(chunk_rows,))
 
@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--chunk-rows", type=int, default=65_536)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--zeros", type=float, default=0.05, help="Share of rows of weight 0.")
     args = parser.parse_args()
 
     import dask
@@ -111,7 +112,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "data.zarr")
-        build_store(path, args.rows, args.features, args.chunk_rows)
+        build_store(path, args.rows, args.features, args.chunk_rows, args.zeros)
         rows = []
         with dask.config.set(scheduler="threads", num_workers=2):
             fused = dict(stats=("moments", "cov", "hist", "mi", "class_moments"), range=(-15.0, 17.0))
@@ -122,12 +123,13 @@ def main() -> None:
         per_chunk = time_chunks(args.chunk_rows, args.features, max(5, args.repeat))
 
     print(f"Data: {args.rows:,} x {args.features} float32 Zarr store, chunks of {args.chunk_rows:,} rows, zstd; "
-          "label with 4 classes, float64 weights (gamma(2, 1), 5 % zeros) in the same store. "
+          "label with 4 classes, float64 weights (gamma(2, 1), "
+          f"{args.zeros:.0%} zeros) in the same store. "
           "Scheduler: threads (2 threads); device: cpu.")
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
           f"Python {platform.python_version()}, {platform.platform()}; load average {os.getloadavg()[0]:.1f}.")
     print(f"\nReproduce: `python benchmarks/bench_weights.py --rows {args.rows} --features {args.features} "
-          f"--chunk-rows {args.chunk_rows} --repeat {args.repeat}`\n")
+          f"--chunk-rows {args.chunk_rows} --repeat {args.repeat} --zeros {args.zeros}`\n")
     print("| run | unweighted wall s | weighted wall s | ratio (wall) | unweighted CPU s | weighted CPU s | ratio (CPU) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, plain, weighted in rows:
