@@ -119,20 +119,23 @@ def _one_class(xp: Namespace, x: Array, w: Array | None = None) -> tuple[Array, 
 
 
 def _one_class_weighted(xp: Namespace, x: Array, w: Array) -> tuple[Array, Array, Array, Array]:
-    """:func:`_one_class` with frequency weights: weighted sums, ``n`` the weight sum of the finite values."""
+    """:func:`_one_class` with frequency weights: weighted sums, ``n`` the weight sum of the finite values.
+
+    Deviations are exact zeros at non-finite entries, so every weighted column
+    sum is one matrix-vector product ``w @ a`` (BLAS), without a weighted copy.
+    """
     x = as_float64(x)
     finite = xp.isfinite(x)
-    wf = xp.where(finite, w[:, None], 0.0)
-    total = xp.sum(wf, axis=0)
+    total = xp.matmul(w, xp.astype(finite, xp.float64))
     shift = first_finite(xp, x, finite)
     dev = xp.where(finite, x - shift, 0.0)
     del x
     w_safe = safe_divisor(xp, total)
-    approx_mean = xp.sum(wf * dev, axis=0) / w_safe
+    approx_mean = xp.matmul(w, dev) / w_safe
     dev = xp.where(finite, dev - approx_mean, 0.0)
     del finite
-    e = xp.sum(wf * dev, axis=0) / w_safe
-    m2 = xp.sum(wf * dev * dev, axis=0) - total * e * e
+    e = xp.matmul(w, dev) / w_safe
+    m2 = xp.matmul(w, dev * dev) - total * e * e
     return total, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
 
 
