@@ -27,6 +27,10 @@ class Statistic(Protocol[S, R]):
         ``chunk`` receives the class label of each row (an integer array);
         without it ``label`` is None. The built-in histogram spells this
         ``by_label``, which is honoured too.
+    ``takes_weights`` (bool, default False)
+        ``chunk`` also accepts ``weights=`` (one non-negative float64 weight
+        per row, rows of weight 0 already dropped), for ``describe(weights=...)``;
+        without it a weighted run refuses the statistic.
     ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
         The bytes of its state and of its temporaries per block, from which
         the planner sizes tasks; without one a cautious default is used.
