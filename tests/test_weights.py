@@ -206,3 +206,39 @@ def test_cli_describe_weights_roundtrip(dataset, tmp_path) -> None:
     np.testing.assert_allclose(s.mean, np.average(x, weights=w, axis=0), rtol=1e-13)
     np.testing.assert_allclose(s.weight_sum, np.full(x.shape[1], w.sum()), rtol=1e-14)
     assert s.provenance["weights"].startswith("weights array 'w' in ")
+
+
+@pytest.mark.parametrize("window", [None, 8, 64])
+def test_windowed_sketch_with_integer_weights_equals_repeated_rows(window) -> None:
+    """The sketch's windows take weights: float64 counts and offsets as repeating the rows gives, merged either way."""
+    from daskbatch.stats import Sketch
+    from daskbatch.stats.sketch import SketchState
+
+    rng = np.random.default_rng(5)
+    sk = Sketch(window=window)
+    x = rng.standard_normal((400, 3)) * np.exp(rng.uniform(-20.0, 20.0, (400, 1)))  # windows of 8 and 64 collapse
+    x[::13, 1], x[5, 2], x[7, 0] = 0.0, np.nan, -np.inf
+    w = rng.integers(0, 4, 400).astype(np.float64)
+    parts = [slice(i, i + 50) for i in range(0, 400, 50)]
+
+    def folded(states: list[SketchState]) -> SketchState:
+        out = states[0]
+        for s in states[1:]:
+            out = sk.merge(out, s)
+        return out
+
+    repeated = folded([sk.chunk(np.repeat(x[p], w[p].astype(int), axis=0)) for p in parts])
+    for kernels in (True, False):
+        with dask.config.set({"daskbatch.kernels": kernels}):
+            weighted = folded([sk.chunk(x[p], weights=w[p]) for p in parts])
+        assert weighted.counts.dtype == np.float64 and repeated.counts.dtype == np.int64
+        np.testing.assert_array_equal(weighted.counts, repeated.counts.astype(np.float64))
+        np.testing.assert_array_equal(weighted.offset, repeated.offset)
+        q = [0.0, 0.1, 0.5, 0.9, 1.0]
+        np.testing.assert_array_equal(sk.finalize(weighted).quantile(q), sk.finalize(repeated).quantile(q))
+
+
+def test_weights_with_a_target_are_refused() -> None:
+    x = np.random.default_rng(0).standard_normal((50, 2))
+    with pytest.raises(ValueError, match="weights= with target= is not supported"):
+        db.describe(x, target=x[:, 0], weights=np.ones(50))
