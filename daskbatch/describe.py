@@ -26,6 +26,7 @@ from daskbatch.engine.devices import resolve_device
 from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,
+    as_weights,
     device_module,
     groups_as_label,
     to_device,
@@ -68,6 +69,7 @@ def describe(
     x: Any,
     label: Any = None,
     *,
+    weights: Any = None,
     stats: str | Sequence[str] = DEFAULT_STATS,
     bins: int = 64,
     range: Any = None,  # noqa: A002 - numpy.histogram's name
@@ -103,6 +105,15 @@ def describe(
     label : array of int, or name of an array in the same store, optional
         Class of every sample (any integers, e.g. ``{0, 1, 7}``), for mutual
         information and per-class moments.
+    weights : array of float, or name of an array in the same store, optional
+        A non-negative frequency weight per sample (see the README's "Sample
+        weights"): an integer weight ``k`` counts its row ``k`` times, a
+        weight of 0 leaves it out. Every built-in statistic is weighted:
+        moments (``var`` divides by the weight sum less ``ddof``), covariance,
+        histograms and their MI, the quantile sketch and per-class moments;
+        ``count`` stays the number of values and ``Summary.weight_sum`` is
+        their weight sum. A negative, NaN or infinite weight is an error
+        naming its block and row. Not with ``checkpoint`` or a tiled covariance.
     stats : sequence of {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean
@@ -281,11 +292,14 @@ def describe(
         device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     if target is not None and label is not None:
         raise ValueError("give label= (classes) or target= (a continuous target), not both")
+    if target is not None and weights is not None:
+        raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
     if groups is not None:
         label = groups_as_label(groups, label, target)
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     if target is not None:
         data = with_target(data, target)
+    data = as_weights(weights, data)
     where = resolve_device(device, data.x)
     device = where.device  # type: ignore[assignment]  # "auto" resolved
     if device == "gpu":
@@ -294,6 +308,8 @@ def describe(
     if groups is not None:
         names = grouped_names(names)
     custom = user_statistics(stats)
+    if data.weights is not None:
+        _check_weighted(custom, checkpoint)
     layout = _layout(plan, split_every, checkpoint, force)
     if target is not None:
         names, fused, class_values, given_cuts = target_statistics(stats, names, target_bins)
@@ -336,6 +352,9 @@ def describe(
         check_output(cov_out, kind="tiled_cov", what="cov_out", protected=_protected(data, checkpoint))
 
     tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
+    if tiled and data.weights is not None:
+        raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
+                         "leave 'cov' out of stats")
     explicit = range is not None and not is_minmax(range)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = ("hist" in names or "mi" in names) and (not explicit or found_cuts)
@@ -345,8 +364,8 @@ def describe(
 
         log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
                  f"{data.x.nbytes / 2**20:,.0f}", cache)
-        x, label = dask.persist(data.x, data.label)
-        data = dataclasses.replace(data, x=x, label=label)
+        x, label, weights_ = dask.persist(data.x, data.label, data.weights)
+        data = dataclasses.replace(data, x=x, label=label, weights=weights_)
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
     first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
                         histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
@@ -404,7 +423,8 @@ def describe(
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
     summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
-                                   states=None if tiled else _mergeable(kept))  # a tiled covariance has none
+                                   # a tiled covariance has none; weighted states are not saved or merged yet
+                                   states=None if tiled or data.weights is not None else _mergeable(kept))
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, data.feature_names)
     return summary
@@ -607,6 +627,17 @@ def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
     quantiles from the sketch (``Summary.quantile`` says which bound holds).
     """
     return {name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)}
+
+
+def _check_weighted(custom: tuple[Any, ...], checkpoint: Any) -> None:
+    """Refuse, before any compute, what weights do not reach: a user's statistic without ``takes_weights``, checkpoints."""
+    from daskbatch.stats._base import reads_weights
+
+    for stat in custom:
+        if not reads_weights(stat):
+            raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
+    if checkpoint is not None:
+        raise ValueError("weights= cannot be combined with checkpoint= yet: the checkpoint's fingerprint does not cover weights")
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

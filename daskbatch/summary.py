@@ -83,6 +83,8 @@ class Summary:
     cov: np.ndarray | None = None
     corr: np.ndarray | None = None
     cov_count: int | None = None
+    #: With sample weights (``describe(..., weights=w)``): the weight sum of each feature's finite values, (D,).
+    weight_sum: np.ndarray | None = None
     hist_counts: np.ndarray | None = None
     hist_edges: np.ndarray | None = None
     underflow: np.ndarray | None = None

@@ -68,6 +68,7 @@ _LONG_NAMES: dict[str, str] = {
     "sketch_extrema": "finite minimum and maximum seen by the quantile sketch",
     "quantile_counts": "quantile histogram counts: below the range, the bins, above",
     "quantile_range": "range of the quantile histogram",
+    "weight_sum": "sum of the sample weights of the finite values",
 }
 _UNITLESS = frozenset({
     "count", "nan_count", "posinf_count", "neginf_count", "corr", "hist_counts", "underflow", "overflow",

@@ -49,6 +49,10 @@ def summary_from_results(
     if "cov" in results:
         c = results["cov"]
         kwargs.update(cov=c.cov, corr=c.corr, cov_count=int(c.n))
+        if getattr(c, "weight_sum", None) is not None:
+            provenance["cov_weight_sum"] = float(c.weight_sum)
+    if getattr(m, "weight_sum", None) is not None:
+        kwargs["weight_sum"] = np.asarray(m.weight_sum)
     if "sketch" in results:
         kwargs.update(_sketch_fields(results["sketch"], provenance))
     if "qhist" in results:
@@ -104,7 +108,7 @@ def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
     counts, slots = to_numpy(r.counts), r.slots()
     held = counts > 0
     first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)
-    window = np.zeros((counts.shape[0], stop - first), dtype=np.int64)
+    window = np.zeros((counts.shape[0], stop - first), dtype=counts.dtype)  # float64 sums of weights when weighted
     rows = np.nonzero(held)[0]
     window[rows, slots[held] - first] = counts[held]  # a feature's held slots are distinct
     provenance["sketch"] = {

@@ -79,6 +79,8 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         return xr.Variable(dims, values, attrs=variable_attrs(name, summary.provenance, summary.cov_count))
 
     data: dict[str, Any] = {name: var("feature", name, getattr(summary, name)) for name in PER_FEATURE}
+    if summary.weight_sum is not None:
+        data["weight_sum"] = var("feature", "weight_sum", summary.weight_sum)
     if summary.cov is not None:
         data["cov"] = var(("feature", "feature2"), "cov", summary.cov)
         data["corr"] = var(("feature", "feature2"), "corr", summary.corr)
@@ -174,7 +176,7 @@ def summary_from_xarray(ds: Any) -> Summary:
 
     kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
     for name in (
-        "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
+        "weight_sum", "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
         "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
         *TARGET_FIELDS,
     ):

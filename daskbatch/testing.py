@@ -30,13 +30,13 @@ import numpy as np
 
 try:  # the law suite runs under pytest with hypothesis: test tools, not dependencies of daskbatch
     import pytest
-    from hypothesis import given
+    from hypothesis import given, settings
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError:
     raise ImportError("daskbatch.testing needs pytest and hypothesis: pip install 'daskbatch[test]'") from None
 
-from daskbatch.stats._base import merge_all
+from daskbatch.stats._base import merge_all, reads_weights
 from daskbatch.stats.backend import to_numpy
 
 __all__ = [
@@ -268,7 +268,9 @@ class StatisticLaws:
     skip) is added to data in the ill-conditioning law; ``options_only``
     marks a variant whose options change ``finalize`` only: the oracle laws
     run, while the merge and input-dtype laws are left to the sibling class
-    with default options (they skip, saying so).
+    with default options (they skip, saying so). ``row_count_fields`` names
+    the result fields that count rows, not weights (skipped by the weighted
+    law, which runs for statistics with ``takes_weights``).
     """
 
     uses_label: bool = False
@@ -278,6 +280,7 @@ class StatisticLaws:
     atol: float = 1e-9
     ill_conditioned_offset: float | None = 1e8
     options_only: bool = False
+    row_count_fields: tuple[str, ...] = ("count", "n", "weight_sum", "nan_count", "posinf_count", "neginf_count")
 
     def _skip_if_options_only(self) -> None:
         if self.options_only:
@@ -439,6 +442,42 @@ class StatisticLaws:
         want = stat.finalize(stat.chunk(xp.asarray(flags.astype(np.float64)), label_xp))
         assert_states_equal(stat.finalize(stat.chunk(xp.asarray(flags), label_xp)), want)
 
+    @settings(max_examples=12)  # one law more for every weighted statistic and backend: kept short for CI
+    @given(data=st.data())
+    def test_integer_weights_equal_repeated_rows(self, xp: Any, data: st.DataObject) -> None:
+        """Check that integer weights (0 included) give the result of each row repeated that many times.
+
+        The weighted chunks are merged along a random tree and in reverse
+        order (associativity and commutativity with weights). Skipped for a
+        statistic without ``takes_weights``.
+
+        Parameters
+        ----------
+        xp : namespace
+            The array namespace (a fixture of the test module).
+        data : hypothesis.strategies.DataObject
+            Draws the data, the weights, the cuts and the tree.
+        """
+        self._skip_if_options_only()
+        x, label = self._draw(data)
+        stat = self.make(x.shape[1])
+        if not reads_weights(stat):
+            pytest.skip(f"{type(stat).__name__} does not take sample weights")
+        w = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=x.shape[0], max_size=x.shape[0]),
+                                 label="weights"), dtype=np.float64)
+        cuts = data.draw(split_points(x.shape[0], max_pieces=6), label="cuts")
+        pieces = zip(np.split(x, cuts), np.split(w, cuts),
+                     np.split(label, cuts) if label is not None else [None] * (len(cuts) + 1), strict=True)
+        states = [stat.chunk(xp.asarray(a), None if b is None else xp.asarray(b), weights=xp.asarray(c))
+                  for a, c, b in pieces]
+        repeat = w.astype(np.int64)
+        expected = stat.finalize(stat.chunk(xp.asarray(np.repeat(x, repeat, axis=0)),
+                                            None if label is None else xp.asarray(np.repeat(label, repeat))))
+        compared = [name for name in _fields(expected) if name not in self.row_count_fields]
+        for merged in (merge_tree(stat, states, data), merge_all(stat, states[::-1])):
+            assert_results_close(stat.finalize(merged), expected, rtol=max(self.rtol, 1e-9), atol=self.atol,
+                                 fields=compared)
+
     def test_ill_conditioned(self, xp: Any) -> None:
         """Check the result against the oracle on data shifted by ``ill_conditioned_offset``.
 
@@ -463,6 +502,7 @@ LAWS = (
     "test_merge_order_does_not_matter",
     "test_empty_chunk_is_identity",
     "test_merge_is_associative",
+    "test_integer_weights_equal_repeated_rows",
     "test_integer_and_bool_input_match_float64",
     "test_ill_conditioned",
 )

@@ -50,7 +50,8 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     collapsed = np.empty(offset.shape, dtype=np.uint8)
     data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
     fmin, fmax = _numba.sketch_counts_log(
-        data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed
+        data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
+        None,
     )
     np.testing.assert_array_equal(np.asarray(fast.counts), counts, strict=True)
     np.testing.assert_array_equal(np.asarray(fast.offset), offset, strict=True)

@@ -44,6 +44,8 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.argument("store")
 @click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
+@click.option("--weights", "weights_name", default=None, metavar="NAME",
+              help="Name of a 1-D array of non-negative sample weights in STORE (frequency weights, one per row).")
 @click.option(
     "--target", "target_name", default=None, metavar="NAME",
     help="Name of a continuous target array in STORE (for select --score f_regression, r_regression, mi); "
@@ -104,7 +106,8 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @config_option
 @user_errors
 def describe_command(
-    store: str, x_name: str, label: str | None, target_name: str | None, classes_: str | None, stats: str, bins: int, range_: str | None,
+    store: str, x_name: str, label: str | None, weights_name: str | None, target_name: str | None, classes_: str | None, stats: str,
+    bins: int, range_: str | None,
     like_path: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool | None, device: str, progress: bool,
@@ -188,7 +191,7 @@ def describe_command(
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
             summary = describe(
-                dataset, **settings, progress=progress and not quiet,
+                dataset, **settings, weights=weights_name, progress=progress and not quiet,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
                 # "auto" was resolved to cpu or gpu above.
                 device=cast(Literal["cpu", "gpu"], device), classes=classes,

@@ -42,6 +42,8 @@ class FeatureMatrix:
     #: then skip the check (a host synchronisation on the GPU, see
     #: :func:`daskbatch.stats.classes.labels_checked`).
     label_checked: bool = False
+    #: Non-negative sample weights aligned with the rows (checked block by block when read), or None.
+    weights: da.Array | None = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -284,6 +286,77 @@ def groups_as_label(groups: Any, label: Any, target: Any) -> Any:
     return groups
 
 
+def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
+    """Attach sample ``weights`` to ``data``: a 1-D real array with one weight per row, or an array name in its store.
+
+    Each block is checked when it is read: a negative, NaN or infinite weight
+    raises a ValueError naming the weights, the block and the row.
+
+    Parameters
+    ----------
+    weights : array, dask array, pandas Series, str or None
+        The weights, or the name of a 1-D array in the store ``data`` was opened from.
+    data : FeatureMatrix
+        The data the weights belong to.
+
+    Returns
+    -------
+    FeatureMatrix
+        ``data`` with its weights (``data`` itself for None).
+    """
+    if weights is None:
+        return data
+    what = "weights"
+    if isinstance(weights, str):
+        weights, what = _stored_weights(weights, data)
+    weights = _from_series(weights)
+    if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
+        weights = np.asarray(weights)
+    check_numeric(weights.dtype, what)
+    rows = int(data.x.shape[0])
+    if weights.ndim != 1 or weights.shape[0] != rows:
+        raise ValueError(f"{what} has shape {tuple(weights.shape)}; expected ({rows:,},), one weight per row of x")
+    weights = _in_memory_as_dask(weights)
+    _check_known_chunks(weights, what)
+    weights = weights.rechunk((data.x.chunks[0],))
+    checked = da.map_blocks(_check_weights_block, weights, what=what, dtype=weights.dtype, meta=weights._meta)
+    return dataclasses.replace(data, weights=checked, provenance={**data.provenance, "weights": what})
+
+
+def _stored_weights(name: str, data: FeatureMatrix) -> tuple[da.Array, str]:
+    """The array ``name`` of the store ``data`` came from, as a dask array, and how to call it."""
+    source = data.source
+    path = getattr(source, "path", None)
+    if source is None or path is None:
+        raise TypeError(
+            f"weights {name!r} is a name, and a weights name needs x to be a store path or a Dataset; "
+            "with arrays pass the weights array itself"
+        )
+    if getattr(source, "skipped_rows", None):
+        raise ValueError(f"weights {name!r}: the store's rows were skipped (missing='skip'), so stored weights cannot align")
+    from daskbatch.io.integrity import array_label
+    from daskbatch.io.zarr_nodes import get_array, open_node
+
+    root, where = open_node(path, None)
+    arr = get_array(root, name, where, "weights")
+    return da.from_zarr(arr), f"weights {array_label(arr)}"
+
+
+def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
+    """Refuse a block with a negative, NaN or infinite weight, naming the block and the row."""
+    values = np.asarray(block) if type(block) is np.ndarray else block
+    start = block_info[0]["array-location"][0][0] if block_info else 0
+    index = block_info[0]["chunk-location"][0] if block_info else 0
+    bad = ~(values >= 0) | (values == np.inf)  # NaN compares False
+    if bad.any():
+        at = int(bad.argmax())
+        raise ValueError(
+            f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,}) has weight {float(values[at])} "
+            f"at row {start + at:,}; weights must be finite and >= 0"
+        )
+    return block
+
+
 def _is_instance(obj: Any, module: str, name: str) -> bool:
     """``isinstance(obj, module.name)`` without importing ``module`` (not imported: obj cannot be one)."""
     mod = sys.modules.get(module)
@@ -415,4 +488,5 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
         return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 
     label = None if data.label is None else move(data.label)
-    return dataclasses.replace(data, x=move(data.x), label=label, provenance=provenance)
+    weights = None if data.weights is None else move(data.weights)
+    return dataclasses.replace(data, x=move(data.x), label=label, weights=weights, provenance=provenance)

@@ -98,6 +98,7 @@ def tree_reduce(
     label: da.Array | None = None,
     *,
     complete: da.Array | None = None,
+    weights: da.Array | None = None,
     split_every: int | None = None,
     finalize: bool = True,
     tag: str = "",
@@ -117,6 +118,9 @@ def tree_reduce(
         Rows to use, rechunked like ``label`` and passed to ``chunk`` as
         ``complete=`` (for statistics that share one complete-row mask, such as
         the tiles of :class:`~daskbatch.stats.tiled.CrossCoMoments`).
+    weights : dask.array.Array, shape (samples,), optional
+        Sample weights, rechunked like ``label`` and passed to ``chunk`` as
+        ``weights=`` (statistics with ``takes_weights``).
     split_every : int, optional
         Fan-in of the merge tree; ``daskbatch.split-every`` from dask.config by default.
     finalize : bool, default True
@@ -139,11 +143,12 @@ def tree_reduce(
     fan_in = resolve_split_every(split_every)
     token = tokenize(
         x.name, None if label is None else label.name, None if complete is None else complete.name,
-        stat, fan_in, finalize,
+        stat, fan_in, finalize, *(() if weights is None else (weights.name,)),
     )
     x_blocks = x.to_delayed().ravel()
     label_blocks = _row_blocks(label, x, len(x_blocks))
     complete_blocks = _row_blocks(complete, x, len(x_blocks))
+    weight_blocks = _row_blocks(weights, x, len(x_blocks))
 
     # Short prefixes that dask.utils.key_split keeps whole (the dashboard groups and
     # labels tasks by them): "daskbatch-finalize-<token>" used to split to "daskbatch",
@@ -153,9 +158,12 @@ def tree_reduce(
     chunk = functools.partial(_chunk_task, stat, labels_checked)
     states = [
         dask.delayed(chunk)(
-            xb, lb, dask_key_name=(chunk_name, i), **({} if cb is None else {"complete": cb})
+            xb, lb, dask_key_name=(chunk_name, i),
+            **({} if cb is None else {"complete": cb}), **({} if wb is None else {"weights": wb}),
         )
-        for i, (xb, lb, cb) in enumerate(zip(x_blocks, label_blocks, complete_blocks, strict=True))
+        for i, (xb, lb, cb, wb) in enumerate(
+            zip(x_blocks, label_blocks, complete_blocks, weight_blocks, strict=True)
+        )
     ]
     merge = functools.partial(merge_all, stat)
     level = 0

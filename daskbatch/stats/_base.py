@@ -27,6 +27,10 @@ class Statistic(Protocol[S, R]):
         ``chunk`` receives the class label of each row (an integer array);
         without it ``label`` is None. The built-in histogram spells this
         ``by_label``, which is honoured too.
+    ``takes_weights`` (bool, default False)
+        ``chunk`` also accepts ``weights=`` (one non-negative float64 weight
+        per row, rows of weight 0 already dropped), for ``describe(weights=...)``;
+        without it a weighted run refuses the statistic.
     ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
         The bytes of its state and of its temporaries per block, from which
         the planner sizes tasks; without one a cautious default is used.
@@ -144,6 +148,22 @@ def reads_label(stat: Any) -> bool:
     return bool(getattr(stat, "needs_label", False) or getattr(stat, "by_label", False))
 
 
+def reads_weights(stat: Any) -> bool:
+    """Tell whether ``stat``'s ``chunk`` takes sample weights (its ``takes_weights`` attribute).
+
+    Parameters
+    ----------
+    stat : Statistic
+        Any statistic.
+
+    Returns
+    -------
+    bool
+        True when ``chunk`` accepts ``weights=``.
+    """
+    return bool(getattr(stat, "takes_weights", False))
+
+
 def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
     """Merge ``states`` left to right: a fixed order, so results are bitwise reproducible.
 
@@ -188,7 +208,18 @@ class Bundle:  # numpydoc ignore=PR02
         """
         return "-".join(s.name for s in self.stats)
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> tuple[Any, ...]:
+    @property
+    def takes_weights(self) -> bool:
+        """Tell whether every statistic of the bundle takes sample weights.
+
+        Returns
+        -------
+        bool
+            True when ``chunk`` accepts ``weights=``.
+        """
+        return all(reads_weights(s) for s in self.stats)
+
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> tuple[Any, ...]:
         """Reduce one block with every statistic.
 
         Parameters
@@ -197,6 +228,8 @@ class Bundle:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             The class label of each row.
+        weights : array or None
+            The non-negative weight of each row (float64), for statistics that take weights.
 
         Returns
         -------
@@ -204,7 +237,17 @@ class Bundle:  # numpydoc ignore=PR02
             One state per statistic.
         """
         # Only the statistics that read labels get them: the others' chunk sees label=None, as documented.
-        return tuple(s.chunk(x, label if reads_label(s) else None) for s in self.stats)
+        if weights is None:
+            return tuple(s.chunk(x, label if reads_label(s) else None) for s in self.stats)
+        for s in self.stats:
+            if not reads_weights(s):
+                raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
+        from daskbatch.stats.backend import namespace
+
+        # Rows of weight 0 are dropped once here, not once per statistic (each would copy the block).
+        x, label, weights = positive_rows(namespace(x), x, label, weights)
+        weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
+        return tuple(s.chunk(x, label if reads_label(s) else None, weights=weights) for s in weighted)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         """Merge two bundle states item by item.
@@ -235,6 +278,39 @@ class Bundle:  # numpydoc ignore=PR02
             One result per statistic.
         """
         return tuple(s.finalize(st) for s, st in zip(self.stats, state, strict=True))
+
+
+def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tuple[Array, Array | None, Array]:
+    """Keep the rows of positive weight (a zero weight makes a row as if absent); weights as float64.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``x``.
+    x : array
+        The block, (rows, features).
+    label : array or None
+        The label of each row.
+    weights : array
+        The weight of each row, (rows,), already checked non-negative and finite.
+
+    Returns
+    -------
+    x : array
+        The rows of positive weight.
+    label : array or None
+        Their labels.
+    weights : array
+        Their weights, float64.
+    """
+    if weights.shape[0] != x.shape[0]:
+        raise ValueError(f"the chunk has {x.shape[0]:,} rows but {weights.shape[0]:,} weights")
+    w = xp.astype(weights, xp.float64)
+    keep = w > 0
+    if bool(xp.all(keep)):
+        return x, label, w
+    rows = xp.nonzero(keep)[0]  # take, not a mask with a second index: the array API allows only a sole mask
+    return xp.take(x, rows, axis=0), None if label is None else xp.take(label, rows), xp.take(w, rows)
 
 
 def as_float64(x: Array) -> Array:

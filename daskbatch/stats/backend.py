@@ -64,6 +64,41 @@ def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
     return xp.astype(positions[1:] - positions[:-1], xp.int64)
 
 
+def weighted_bincount(xp: Namespace, idx: Array, weights: Array, /, *, minlength: int) -> Array:
+    """Sum ``weights`` by the non-negative integers of the 1-D ``idx``, as float64.
+
+    NumPy's and CuPy's ``bincount(weights=)``; other namespaces sort and
+    take differences of a running sum at the runs of equal indices.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``idx``.
+    idx : array of int
+        Non-negative integers below ``minlength``, 1-D.
+    weights : array
+        One weight per entry of ``idx``.
+    minlength : int
+        Length of the result.
+
+    Returns
+    -------
+    array
+        The float64 sums, of length ``minlength``.
+    """
+    weights = xp.astype(weights, xp.float64)
+    native = getattr(xp, "bincount", None)
+    if native is not None:
+        return xp.astype(native(idx, weights=weights, minlength=minlength), xp.float64)
+    order = xp.argsort(idx)
+    ordered = xp.take(idx, order)
+    starts = xp.searchsorted(ordered, xp.arange(minlength + 1, dtype=idx.dtype, device=device(idx)))
+    # Differences of a running sum: exact for whole-number weights, within eps * total otherwise
+    # (only namespaces without bincount come here).
+    running = xp.cumulative_sum(xp.take(weights, order), include_initial=True)
+    return xp.take(running, starts[1:]) - xp.take(running, starts[:-1])
+
+
 def to_numpy(a: Any) -> np.ndarray:
     """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input).
 

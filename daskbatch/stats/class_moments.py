@@ -26,7 +26,13 @@ from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
@@ -87,13 +93,16 @@ def empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: obj
     return ClassMomentsState(n=zeros, shift=zeros, mean=zeros, m2=zeros)
 
 
-def _one_class(xp: Namespace, x: Array) -> tuple[Array, Array, Array, Array]:
+def _one_class(xp: Namespace, x: Array, w: Array | None = None) -> tuple[Array, Array, Array, Array]:
     """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of ``x``.
 
     Corrected two-pass about the column's first finite value, as in
     :meth:`daskbatch.stats.moments.Moments.chunk`; temporaries are released
-    as soon as possible (the planner's memory model counts them).
+    as soon as possible (the planner's memory model counts them). With row
+    weights ``w`` the sums are weighted and ``n`` is the weight sum.
     """
+    if w is not None:
+        return _one_class_weighted(xp, x, w)
     x = as_float64(x)
     finite = xp.isfinite(x)
     count = xp.sum(xp.astype(finite, xp.float64), axis=0)
@@ -108,6 +117,27 @@ def _one_class(xp: Namespace, x: Array) -> tuple[Array, Array, Array, Array]:
     e = xp.sum(dev, axis=0) / n_safe
     m2 = xp.sum(dev * dev, axis=0) - count * e * e
     return count, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
+
+
+def _one_class_weighted(xp: Namespace, x: Array, w: Array) -> tuple[Array, Array, Array, Array]:
+    """:func:`_one_class` with frequency weights: weighted sums, ``n`` the weight sum of the finite values.
+
+    Deviations are exact zeros at non-finite entries, so every weighted column
+    sum is one matrix-vector product ``w @ a`` (BLAS), without a weighted copy.
+    """
+    x = as_float64(x)
+    finite = xp.isfinite(x)
+    total = xp.matmul(w, xp.astype(finite, xp.float64))
+    shift = first_finite(xp, x, finite)
+    dev = xp.where(finite, x - shift, 0.0)
+    del x
+    w_safe = safe_divisor(xp, total)
+    approx_mean = xp.matmul(w, dev) / w_safe
+    dev = xp.where(finite, dev - approx_mean, 0.0)
+    del finite
+    e = xp.matmul(w, dev) / w_safe
+    m2 = xp.matmul(w, dev * dev) - total * e * e
+    return total, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
 
 
 @dataclass(frozen=True)
@@ -133,6 +163,8 @@ class ClassMoments:  # numpydoc ignore=PR02
     name = "class_moments"
     #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
     by_label = True
+    #: ``chunk`` takes sample weights (``weights=``).
+    takes_weights = True
 
     def __post_init__(self) -> None:
         if self.n_classes is not None and (int(self.n_classes) != self.n_classes or self.n_classes < 1):
@@ -144,7 +176,7 @@ class ClassMoments:  # numpydoc ignore=PR02
             elif self.n_classes != len(self.classes):
                 raise ValueError(f"n_classes={self.n_classes} but {len(self.classes)} class values were given")
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> ClassMomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> ClassMomentsState:
         """Reduce one block to per-class moments.
 
         Parameters
@@ -153,6 +185,8 @@ class ClassMoments:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array
             The integer class label of each row (required).
+        weights : array, optional
+            Non-negative finite frequency weight of each row (see Notes).
 
         Returns
         -------
@@ -160,6 +194,10 @@ class ClassMoments:  # numpydoc ignore=PR02
             The block's state.
         """
         xp = namespace(x)
+        if weights is not None:
+            if label is None:
+                raise ValueError("per-class moments need the label of every chunk")
+            x, label, weights = positive_rows(xp, x, label, weights)
         rows, n_features = x.shape
         if rows == 0:
             return empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
@@ -176,12 +214,15 @@ class ClassMoments:  # numpydoc ignore=PR02
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
         # Compiled CPU loop (daskbatch/stats/kernels): the same state bit for bit, except on one
         # feature, where NumPy sums the single column pairwise (equal to rounding there).
-        if kernels.route(x) == "cpu":
+        # Weighted blocks take the array-API code below (the kernel counts rows).
+        if weights is None and kernels.route(x) == "cpu":
             return ClassMomentsState(*kernels.class_moments(x, labels, n_classes))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so
         # the float64 temporaries are those of one class at a time).
         order = xp.argsort(labels, stable=True)
         x = xp.take(x, order, axis=0)
+        if weights is not None:
+            weights = xp.take(weights, order)
         del order
         sizes = to_numpy(bincount(xp, labels, minlength=n_classes))
         parts: list[tuple[Array, Array, Array, Array]] = []
@@ -191,7 +232,8 @@ class ClassMoments:  # numpydoc ignore=PR02
             if size == 0:
                 parts.append((empty, empty, empty, empty))
             else:
-                parts.append(_one_class(xp, x[start : start + size, :]))
+                w = None if weights is None else weights[start : start + size]
+                parts.append(_one_class(xp, x[start : start + size, :], w))
             start += size
         n, shift, mean, m2 = (xp.stack([p[i] for p in parts], axis=1) for i in range(4))
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
@@ -69,13 +75,29 @@ def mirrored(c: Array) -> Array:
 
 
 @dataclass(frozen=True, eq=False)
+class WeightedCoMomentsState(CoMomentsState):
+    """A :class:`CoMomentsState` of weighted rows: ``n`` is the weight sum of the complete rows, ``rows`` their number (0-d)."""
+
+    rows: Array
+
+
+def _rows_of(s: CoMomentsState) -> Array:
+    """The number of complete rows of a state, weighted or not."""
+    return s.rows if isinstance(s, WeightedCoMomentsState) else s.n
+
+
+@dataclass(frozen=True, eq=False)
 class CoMomentsResult:
-    """Covariance and correlation (D, D) from ``n`` complete rows, and their means (D,)."""
+    """Covariance and correlation (D, D) from ``n`` complete rows, and their means (D,).
+
+    With sample weights ``weight_sum`` is the weight sum of those rows (else None).
+    """
 
     n: Array
     mean: Array
     cov: Array
     corr: Array
+    weight_sum: Array | None = None
 
 
 def empty_comoments(xp: Namespace, n_features: int, dev: object = None) -> CoMomentsState:
@@ -219,14 +241,27 @@ class CoMoments:  # numpydoc ignore=PR02
     ----------
     ddof : int, default 1
         Delta degrees of freedom of the covariance.
+
+    Notes
+    -----
+    With sample weights (``chunk(x, weights=w)``) they are frequency weights,
+    as in :class:`~daskbatch.stats.moments.Moments`: the covariance is the
+    weighted co-moment over ``W - ddof`` (``W`` the weight sum of the complete
+    rows), which is ``numpy.cov(x, fweights=w, ddof=ddof)`` for integer
+    weights and ``numpy.cov(x, aweights=w, ddof=0) * W / (W - ddof)`` for any.
+    (``numpy.cov(aweights=w, ddof=1)`` divides by ``W - sum(w**2) / W``,
+    reliability weights: not these.) Weighted host blocks take the numba
+    centring; CuPy blocks the array-API path (cuBLAS), not the CUDA kernels.
     """
 
     ddof: int = 1
     name = "cov"
     #: Couples all features: a chunk must span every column.
     joint = True
+    #: ``chunk`` takes sample weights (``weights=``).
+    takes_weights = True
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> CoMomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> CoMomentsState:
         """Reduce one block to its co-moments state.
 
         Parameters
@@ -235,13 +270,17 @@ class CoMoments:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             Ignored: the co-moments do not read labels.
+        weights : array, optional
+            Non-negative finite frequency weight of each row (see Notes).
 
         Returns
         -------
         CoMomentsState
-            The block's state.
+            The block's state (a :class:`WeightedCoMomentsState` with weights).
         """
         xp = namespace(x)
+        if weights is not None:
+            return _weighted_chunk(*positive_rows(xp, x, None, weights)[::2])
         rows, n_features = x.shape
         if rows == 0:
             return empty_comoments(xp, n_features, device(x))
@@ -271,6 +310,9 @@ class CoMoments:  # numpydoc ignore=PR02
         n_safe = safe_divisor(xp, n)
         shift, mean, delta = merge_shifted_means(xp, a.n, b.n, a.shift, a.mean, b.shift, b.mean)
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta, delta)
+        # Weight sums merge like counts; the number of complete rows is carried beside them.
+        if isinstance(a, WeightedCoMomentsState) or isinstance(b, WeightedCoMomentsState):
+            return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=_rows_of(a) + _rows_of(b))
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
     def finalize(self, s: CoMomentsState, /) -> CoMomentsResult:
@@ -291,7 +333,40 @@ class CoMoments:  # numpydoc ignore=PR02
         diag = xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
         cov, corr = covariance_and_correlation(c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
+        if isinstance(s, WeightedCoMomentsState):
+            return CoMomentsResult(n=s.rows, mean=mean, cov=cov, corr=corr, weight_sum=s.n)
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
+
+
+def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
+    """The weighted state of a block whose weights are all positive (corrected two-pass, weighted sums)."""
+    xp = namespace(x)
+    n_features = x.shape[1]
+    if x.shape[0] == 0:
+        empty = empty_comoments(xp, n_features, device(x))
+        return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
+    if kernels.route(x) == "cpu":  # compiled centring + BLAS (daskbatch/stats/kernels)
+        n, shift, mean, c, rows = kernels.weighted_comoments(x, w)
+        return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
+    x = as_float64(x)
+    complete = xp.all(xp.isfinite(x), axis=1)
+    wc = xp.where(complete, w, xp.zeros_like(w))  # incomplete rows weigh nothing
+    total = xp.sum(wc)
+    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
+    shift = xp.where(total > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
+    keep = complete[:, None]
+    zero = xp.zeros_like(x)
+    y_shift = xp.where(keep, x - shift, zero)
+    w_safe = safe_divisor(xp, total)
+    approx_mean = xp.sum(wc[:, None] * y_shift, axis=0) / w_safe
+    dev = xp.where(keep, y_shift - approx_mean, zero)
+    del y_shift
+    e = xp.sum(wc[:, None] * dev, axis=0) / w_safe
+    # sqrt(w) on both sides: one symmetric product (BLAS syrk), as for unweighted blocks.
+    scaled = dev * xp.sqrt(wc)[:, None]
+    c = xp.matmul(xp.matrix_transpose(scaled), scaled) - total * _outer(xp, e, e)
+    rows = xp.sum(xp.astype(complete, xp.float64))
+    return WeightedCoMomentsState(n=total, shift=shift, mean=approx_mean + e, c=c, rows=rows)
 
 
 def _comoment_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> int:

@@ -5,6 +5,9 @@ Bins follow ``numpy.histogram``: ``bins`` equal-width bins between ``lo`` and
 includes ``hi``. Values below ``lo``, above ``hi`` and NaN are counted apart
 (underflow, overflow, NaN), never dropped. Counts are exact int64 and merge by
 addition, so any chunking and merge order gives bitwise identical results.
+With sample weights (``chunk(x, weights=w)``) each value adds its row's weight
+instead of one: float64 counts, as ``numpy.histogram(..., weights=w)`` (a numba
+loop on the CPU; on GPUs the array-API code, not the CUDA kernels).
 
 With ``by_label=True`` each chunk also receives the label vector and counts
 (feature-bin × class) joint tables, the input of mutual information. With
@@ -22,8 +25,8 @@ from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64
-from daskbatch.stats.backend import bincount, device, namespace
+from daskbatch.stats._base import State, as_float64, positive_rows
+from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
 from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
 from daskbatch.stats.footprint import Footprint
 
@@ -89,6 +92,8 @@ class Histogram:  # numpydoc ignore=PR02
     max_classes: int = DEFAULT_MAX_CLASSES
     target_cuts: tuple[float, ...] | None = None
     name = "hist"
+    #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
+    takes_weights = True
 
     def __post_init__(self) -> None:
         if int(self.bins) != self.bins or self.bins < 1:
@@ -220,7 +225,7 @@ class Histogram:  # numpydoc ignore=PR02
         slot = xp.where(over, xp.full_like(slot, self.bins + 1), slot)
         return xp.where(nan, xp.full_like(slot, self.bins + 2), slot)
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> HistogramState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> HistogramState:
         """Count one block's values into the bins (by class with ``by_label``).
 
         Parameters
@@ -229,6 +234,8 @@ class Histogram:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             The integer class label of each row; required with ``by_label``.
+        weights : array, optional
+            Non-negative finite weight of each row: the counts become float64 sums of weights.
 
         Returns
         -------
@@ -236,13 +243,16 @@ class Histogram:  # numpydoc ignore=PR02
             The block's counts.
         """
         xp = namespace(x)
+        if weights is not None:
+            x, label, weights = positive_rows(xp, x, label if self.by_label else None, weights)
         rows, n_features = x.shape
         if n_features != len(self.lo):
             raise ValueError(f"histogram has {len(self.lo)} ranges but the chunk has {n_features} features")
         n_classes = (len(self.target_cuts) + 1 if self.target_cuts is not None
                      else 1 if self.classes is None else len(self.classes))
         if rows == 0:
-            return self.empty(xp, device(x), n_classes)
+            empty = self.empty(xp, device(x), n_classes)
+            return empty if weights is None else HistogramState(counts=xp.astype(empty.counts, xp.float64))
         labels = None
         if self.by_label:
             if label is None:
@@ -264,13 +274,20 @@ class Histogram:  # numpydoc ignore=PR02
                         f"label value {n_classes - 1} asks for {n_classes:,} classes 0..{n_classes - 1}, "
                         f"more than max_classes ({self.max_classes:,}); give the class values (classes=[...])"
                     )
-        if kernels.supports(x):  # compiled CPU loop, same counts bit for bit (daskbatch/stats/kernels)
+        if weights is not None and kernels.route(x) == "cpu":  # compiled CPU loop; GPUs take the array-API code
+            return HistogramState(counts=kernels.weighted_histogram(x, self.lo, self.hi, self.bins, labels,
+                                                                    n_classes, weights))
+        if weights is None and kernels.supports(x):  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)
             counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes)
             return HistogramState(counts=counts)
         flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
         if labels is not None:
             flat = flat * n_classes + labels[:, None]
         size = n_features * self.n_slots * n_classes
+        if weights is not None:
+            each = xp.broadcast_to(weights[:, None], flat.shape)  # a row's weight for each of its values
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), xp.reshape(each, (-1,)), minlength=size)
+            return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
         counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=size)
         return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
 

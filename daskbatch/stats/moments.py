@@ -20,7 +20,13 @@ from typing import Literal
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
@@ -51,6 +57,35 @@ class MomentsState(State):
 
 
 @dataclass(frozen=True, eq=False)
+class WeightedMomentsState(MomentsState):
+    """A :class:`MomentsState` of weighted rows: ``n`` is the weight sum of the finite values, ``rows`` their number.
+
+    Weights are frequency weights: ``shift + mean`` is the weighted mean and
+    ``m2``, ``m3``, ``m4`` are weighted sums of powers of deviations, so an
+    integer weight ``k`` gives the state of its row repeated ``k`` times.
+    NaN and ±inf counts count rows (of positive weight), not weights.
+    """
+
+    rows: Array
+
+
+def rows_of(s: MomentsState) -> Array:
+    """Give the number of finite values of a state: ``rows`` when weighted, else ``n``.
+
+    Parameters
+    ----------
+    s : MomentsState
+        A moments state, weighted or not.
+
+    Returns
+    -------
+    array
+        Per-feature counts.
+    """
+    return s.rows if isinstance(s, WeightedMomentsState) else s.n
+
+
+@dataclass(frozen=True, eq=False)
 class MomentsResult:
     """Finalized per-feature moments (vectors of length D, on the state's device)."""
 
@@ -67,6 +102,8 @@ class MomentsResult:
     max: Array
     finite_min: Array
     finite_max: Array
+    #: Weight sum of the finite values of each feature with sample weights, else None.
+    weight_sum: Array | None = None
 
 
 def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
@@ -143,10 +180,61 @@ def _exact_reference(xp: Namespace, x: Array) -> Array | None:
 
 def _shifted_by(s: MomentsState, ref: Array) -> MomentsState:
     """The state of ``x`` from that of ``x - ref``: the exact reference becomes the shift."""
-    return MomentsState(
+    shifted = MomentsState(
         n=s.n, shift=ref, mean=s.shift + s.mean, m2=s.m2, m3=s.m3, m4=s.m4,
         fmin=s.fmin + ref, fmax=s.fmax + ref,
         nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count,
+    )
+    return _weighted(shifted, s.rows) if isinstance(s, WeightedMomentsState) else shifted
+
+
+def _weighted(s: MomentsState, rows: Array) -> WeightedMomentsState:
+    """``s`` as a weighted state of ``rows`` values."""
+    return WeightedMomentsState(
+        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, m3=s.m3, m4=s.m4, fmin=s.fmin, fmax=s.fmax,
+        nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count, rows=rows,
+    )
+
+
+def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
+    """The weighted state of a block whose weights are all positive: the array-API path (NumPy, CuPy)."""
+    xp = namespace(x)
+    x = as_float64(x)
+    finite = xp.isfinite(x)
+    zero = xp.zeros_like(x)
+    wf = xp.where(finite, w[:, None], zero)  # the weight of each finite value, 0 elsewhere
+    total = xp.sum(wf, axis=0)
+    shift = first_finite(xp, x, finite)
+    y_shift = xp.where(finite, x - shift, zero)
+    w_safe = safe_divisor(xp, total)
+    approx_mean = xp.sum(wf * y_shift, axis=0) / w_safe
+    dev = xp.where(finite, y_shift - approx_mean, zero)
+    del y_shift
+    # The corrected two-pass algorithm of Moments.chunk with weighted sums (counts become weight sums).
+    wdev = wf * dev
+    s1 = xp.sum(wdev, axis=0)
+    s2 = xp.sum(wdev * dev, axis=0)
+    s3 = xp.sum(wdev * dev * dev, axis=0)
+    s4 = xp.sum(wdev * dev * dev * dev, axis=0)
+    del wdev, dev
+    e = s1 / w_safe
+    m2 = s2 - total * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * total * e**3
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * total * e**4
+    inf = xp.full_like(x, xp.inf)
+    return WeightedMomentsState(
+        n=total,
+        shift=shift,
+        mean=approx_mean + e,
+        m2=xp.where(m2 > 0, m2, xp.zeros_like(m2)),
+        m3=m3,
+        m4=xp.where(m4 > 0, m4, xp.zeros_like(m4)),
+        fmin=xp.min(xp.where(finite, x, inf), axis=0),
+        fmax=xp.max(xp.where(finite, x, -inf), axis=0),
+        nan_count=xp.sum(xp.astype(xp.isnan(x), xp.float64), axis=0),
+        posinf_count=xp.sum(xp.astype(x == xp.inf, xp.float64), axis=0),
+        neginf_count=xp.sum(xp.astype(x == -xp.inf, xp.float64), axis=0),
+        rows=xp.sum(xp.astype(finite, xp.float64), axis=0),
     )
 
 
@@ -169,6 +257,15 @@ class Moments:  # numpydoc ignore=PR02
 
     Notes
     -----
+    With sample weights (``chunk(x, weights=w)``) the weights are frequency
+    weights: an integer weight ``k`` counts its row ``k`` times, so the
+    variance divides the weighted sum of squared deviations by ``W - ddof``
+    (``W`` the weight sum) and the bias corrections of ``bias=False`` use
+    ``W`` for ``n``. A row of weight 0 is as if absent; ``count`` stays the
+    number of values (rows of positive weight) and the result's ``weight_sum``
+    is ``W``. Weighted host blocks take a numba loop; weighted CuPy blocks
+    take the array-API code, not the CUDA kernels.
+
     ±inf values count towards ``count``, ``min`` and ``max``; the mean of a
     feature with infinities is ±inf (NaN if both signs occur) and its higher
     moments are NaN, as with ``numpy.nanmean``/``nanvar``. A feature with no
@@ -179,8 +276,10 @@ class Moments:  # numpydoc ignore=PR02
     bias: bool = True
     nan_policy: NanPolicy = "omit"
     name = "moments"
+    #: ``chunk`` takes sample weights (``weights=``).
+    takes_weights = True
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> MomentsState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> MomentsState:
         """Reduce one block to its moments state.
 
         Parameters
@@ -189,22 +288,36 @@ class Moments:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             Ignored: the moments do not read labels.
+        weights : array, optional
+            Non-negative finite frequency weight of each row (see Notes).
 
         Returns
         -------
         MomentsState
-            The block's state.
+            The block's state (a :class:`WeightedMomentsState` with weights).
         """
         xp = namespace(x)
+        if weights is not None:
+            x, _, weights = positive_rows(xp, x, None, weights)
         rows, n_features = x.shape
         if rows == 0:
-            return empty_moments(xp, n_features, device(x))
+            empty = empty_moments(xp, n_features, device(x))
+            return empty if weights is None else _weighted(empty, empty.n)
         ref = _exact_reference(xp, x)
         if ref is not None:
-            return _shifted_by(self._chunk(x - ref), as_float64(ref))
-        return self._chunk(x)
+            return _shifted_by(self._chunk(x - ref, weights), as_float64(ref))
+        return self._chunk(x, weights)
 
-    def _chunk(self, x: Array) -> MomentsState:
+    def _chunk(self, x: Array, weights: Array | None = None) -> MomentsState:
+        """The state of a non-empty block (weighted when ``weights`` is given)."""
+        if weights is None:
+            return self._chunk_unweighted(x)
+        if kernels.route(x) == "cpu":  # compiled CPU loop; other devices take the array-API code
+            fields = kernels.weighted_moments(x, weights)
+            return _weighted(MomentsState(*fields[1:]), fields[0])
+        return _weighted_chunk(x, weights)
+
+    def _chunk_unweighted(self, x: Array) -> MomentsState:
         """The state of a non-empty block, reduced in float64."""
         xp = namespace(x)
         if kernels.supports(x):  # compiled CPU loop, same state (daskbatch/stats/kernels)
@@ -262,7 +375,7 @@ class Moments:  # numpydoc ignore=PR02
         Returns
         -------
         MomentsState
-            The state of the union.
+            The state of the union (weighted when either side is).
         """
         xp = namespace(a.mean, b.mean)
         na, nb = a.n, b.n
@@ -283,7 +396,7 @@ class Moments:  # numpydoc ignore=PR02
             + 6.0 * d2 * (na * na * b.m2 + nb * nb * a.m2) / (n_safe * n_safe)
             + 4.0 * delta * (na * b.m3 - nb * a.m3) / n_safe
         )
-        return MomentsState(
+        merged = MomentsState(
             n=n,
             shift=shift,
             mean=mean,
@@ -296,6 +409,10 @@ class Moments:  # numpydoc ignore=PR02
             posinf_count=a.posinf_count + b.posinf_count,
             neginf_count=a.neginf_count + b.neginf_count,
         )
+        # Weight sums merge like counts (above); the number of values is carried beside them.
+        if isinstance(a, WeightedMomentsState) or isinstance(b, WeightedMomentsState):
+            return _weighted(merged, rows_of(a) + rows_of(b))
+        return merged
 
     def finalize(self, s: MomentsState, /) -> MomentsResult:
         """Compute the moments from a state.
@@ -334,7 +451,7 @@ class Moments:  # numpydoc ignore=PR02
             kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
             kurt = xp.where(n > 3, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, nan)
 
-        count = n + s.posinf_count + s.neginf_count
+        count = rows_of(s) + s.posinf_count + s.neginf_count
         vmin = xp.where(has_neg, -inf, xp.where(n > 0, s.fmin, xp.where(has_pos, inf, nan)))
         vmax = xp.where(has_pos, inf, xp.where(n > 0, s.fmax, xp.where(has_neg, -inf, nan)))
         if self.nan_policy == "propagate":
@@ -356,6 +473,7 @@ class Moments:  # numpydoc ignore=PR02
             max=vmax,
             finite_min=xp.where(n > 0, s.fmin, nan),
             finite_max=xp.where(n > 0, s.fmax, nan),
+            weight_sum=s.n if isinstance(s, WeightedMomentsState) else None,
         )
 
 

@@ -43,7 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.sketch import Sketch, collapse_floor, sketch_quantile, slot_bounds
+from daskbatch.stats.sketch import (
+    Sketch,
+    collapse_floor,
+    inverted_cdf_rank,
+    sketch_quantile,
+    slot_bounds,
+)
 
 
 def histogram_quantile(
@@ -146,21 +152,26 @@ def fine_quantile(
     zero = sketch.n_buckets + 1 - first_slot
     slots = np.arange(first_slot, first_slot + sketch_counts.shape[1])[None, :]
     collapsed = collapse_floor(sketch_counts, slots, sketch) > 0
+    weighted = counts.dtype.kind == "f" or sketch_counts.dtype.kind == "f"
     for d in range(n_features):
-        total = int(counts[d].sum())
-        if total == 0 or total != int(sketch_counts[d].sum()):
-            continue  # no values, or not the same rows: the sketch alone
         cdf = np.cumsum(counts[d])
+        total = cdf[-1]
+        # Weighted counts are sums of floats in different orders: equal up to rounding.
+        same = np.isclose(total, sketch_counts[d].sum(), rtol=1e-12, atol=0) if weighted else (
+            int(total) == int(sketch_counts[d].sum()))
+        if total == 0 or not same:
+            continue  # no values, or not the same rows: the sketch alone
         rank = qs * total
+        at = inverted_cdf_rank(qs, total, np.float64 if weighted else np.int64)
         # The first non-empty cell whose cumulative count reaches the rank holds the exact quantile.
-        cell = np.searchsorted(cdf, np.maximum(np.ceil(rank), 1.0), side="left")
+        cell = np.searchsorted(cdf, at, side="left")
         inside = (cell >= 1) & (cell <= bins)
         before = cdf[cell] - counts[d, cell]
-        frac = np.clip((rank - before) / np.maximum(counts[d, cell], 1), 0.0, 1.0)
+        frac = np.clip((rank - before) / np.where(counts[d, cell] > 0, counts[d, cell], 1), 0.0, 1.0)
         left = ranges[d, 0] + (cell - 1) * step[d]
         right = np.where(cell == bins, ranges[d, 1], ranges[d, 0] + cell * step[d])
         v = left + frac * (right - left)
-        slot = np.searchsorted(np.cumsum(sketch_counts[d]), np.maximum(np.ceil(rank), 1.0), side="left")
+        slot = np.searchsorted(np.cumsum(sketch_counts[d]), at, side="left")
         low, up = lower, upper
         if collapsed[d].any():  # a full window's smallest-magnitude bucket may hold any smaller magnitude
             low, up = lower.copy(), upper.copy()

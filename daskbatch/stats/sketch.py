@@ -28,8 +28,9 @@ first bucket, so its error is bounded only in absolute terms, by
 ``gamma**offset`` (not by ``alpha |v|``). The large magnitudes, the tails that
 robust ranges and outliers live in, are never collapsed.
 
-**Merges** align the two windows' offsets and add int64 counts (and take the
-minimum and maximum of the extrema). A merged window is a function of the
+**Merges** align the two windows' offsets and add int64 counts (float64 sums
+of weights for a weighted sketch, ``chunk(..., weights=w)``) and take the
+minimum and maximum of the extrema. A merged window is a function of the
 multiset of keys alone (the lowest key, or the largest less ``window - 1``
 after a collapse), so any chunking and merge order gives bitwise identical
 states, collapsed or not.
@@ -54,8 +55,8 @@ import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats._base import State, as_float64, positive_rows
+from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.footprint import Footprint
 
 __all__ = [
@@ -75,7 +76,8 @@ class SketchState(State):
 
     ``counts`` (D, 2 W + 4) int64 holds the negative window (W buckets of
     increasing magnitude), the positive window (likewise), then the counts of
-    ``-inf``, zero (and magnitudes below ``min_magnitude``), ``+inf`` and NaN.
+    ``-inf``, zero (and magnitudes below ``min_magnitude``), ``+inf`` and NaN
+    (float64 sums of the rows' weights when weighted).
     ``offset`` (D, 2) int64 is the bucket key (counted from the smallest key,
     0 based) of the first bucket of the negative and the positive window,
     ``n_buckets`` for an empty window. ``fmin``/``fmax`` (D,) float64 are the
@@ -92,7 +94,7 @@ class SketchState(State):
 class SketchResult:
     """A finalized sketch: per feature, its ``2 W + 3`` window slots in value order, NaN counts and finite extrema.
 
-    ``counts`` (D, 2 W + 3) int64 holds ``-inf``, the negative window (largest
+    ``counts`` (D, 2 W + 3) int64 (float64 when weighted) holds ``-inf``, the negative window (largest
     magnitude first), zero, the positive window and ``+inf``; ``offset`` (D, 2)
     the windows' first keys, as in :class:`SketchState`; :meth:`slots` maps
     every column to its slot of the full layout. ``finite_min``/``finite_max``
@@ -169,9 +171,9 @@ class SketchResult:
         held = counts > 0
         ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
         if ends.size == 0:
-            return 0, np.zeros(0, dtype=np.int64)
+            return 0, np.zeros(0, dtype=counts.dtype)
         first = int(ends.min())
-        out = np.zeros(int(ends.max()) - first + 1, dtype=np.int64)
+        out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
         out[slots[held] - first] = counts[held]  # held slots are distinct
         return first, out
 
@@ -274,6 +276,8 @@ class Sketch:  # numpydoc ignore=PR02
     max_magnitude: float = 1e30
     window: int | None = None
     name = "sketch"
+    #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
+    takes_weights = True
 
     @property
     def buckets_kept(self) -> int:
@@ -434,7 +438,7 @@ class Sketch:  # numpydoc ignore=PR02
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
 
     # ------------------------------------------------------- the contract
-    def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
         """Count one block's values into the buckets.
 
         Parameters
@@ -443,6 +447,9 @@ class Sketch:  # numpydoc ignore=PR02
             The block, (rows, features).
         label : array or None
             Ignored: the sketch does not read labels.
+        weights : array, optional
+            Non-negative finite weight of each row: the counts become float64
+            sums of weights (the numba loop on the CPU, the array-API path on GPUs).
 
         Returns
         -------
@@ -450,14 +457,20 @@ class Sketch:  # numpydoc ignore=PR02
             The block's counts and finite extrema.
         """
         xp = namespace(x)
+        if weights is not None:
+            x, _, weights = positive_rows(xp, x, None, weights)
         rows, n_features = x.shape
         dev = device(x)
         if rows == 0:
-            return self.empty(xp, n_features, dev)
+            empty = self.empty(xp, n_features, dev)
+            if weights is None:
+                return empty
+            return SketchState(counts=xp.astype(empty.counts, xp.float64), offset=empty.offset, fmin=empty.fmin,
+                               fmax=empty.fmax)
         if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
-                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept
+                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
         x = as_float64(x)
@@ -482,7 +495,11 @@ class Sketch:  # numpydoc ignore=PR02
         width = self.width
         flat = column + xp.arange(n_features, dtype=xp.int64, device=dev) * width
         del column
-        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+        if weights is None:
+            counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+        else:
+            each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
         del flat
         finite = xp.isfinite(x)
         inf = xp.full_like(x, xp.inf)
@@ -515,7 +532,8 @@ class Sketch:  # numpydoc ignore=PR02
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
         # Blocks of features, written into the result: no temporary grows with the whole state.
         n_features, width = a.counts.shape
-        counts = xp.zeros((n_features, width), dtype=xp.int64, device=device(a.counts))
+        # int64 counts, float64 sums of weights where either state is weighted
+        counts = xp.zeros((n_features, width), dtype=xp.result_type(a.counts, b.counts), device=device(a.counts))
         offsets = []
         for start in range(0, n_features, MERGE_ROWS):
             rows = slice(start, min(start + MERGE_ROWS, n_features))
@@ -596,7 +614,7 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     """
     d, w = counts.shape
     dev = device(counts)
-    zero = xp.zeros((d, 1), dtype=xp.int64, device=dev)
+    zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
     prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1)], axis=1), (-1,))  # (D, W + 1)
     j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
     row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
@@ -606,6 +624,31 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
         xp.take(prefix, xp.reshape(lower, (-1,))), shape
     )
+
+
+def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
+    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
+
+    Integer counts: ``max(ceil(q * n), 1)``; float (weighted) counts: ``q * W``,
+    at least the smallest positive weight, so that ``q = 0`` finds the first non-empty slot.
+
+    Parameters
+    ----------
+    qs : ndarray
+        Probabilities.
+    total : number
+        The total count (or weight).
+    dtype : dtype
+        The dtype of the counts.
+
+    Returns
+    -------
+    ndarray
+        The ranks, float64.
+    """
+    if np.dtype(dtype).kind in "iu":
+        return np.maximum(np.ceil(qs * float(total)), 1.0)
+    return np.maximum(qs * float(total), np.finfo(np.float64).tiny)
 
 
 def sketch_values(sketch: Sketch) -> np.ndarray:
@@ -742,11 +785,11 @@ def sketch_quantile_at(
     shared = slots.shape[0] == 1
     out = np.full((n_features, qs.size), np.nan)
     for d in range(n_features):
-        cdf = np.cumsum(counts[d], dtype=np.int64)
-        total = int(cdf[-1]) if width else 0
+        cdf = np.cumsum(counts[d], dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
+        total = cdf[-1] if width else 0
         if total == 0:
             continue
-        rank = np.maximum(np.ceil(qs * total), 1.0)  # numpy's inverted_cdf rank, 1-based
+        rank = inverted_cdf_rank(qs, total, counts.dtype)  # numpy's inverted_cdf rank, 1-based
         slot = slots[0 if shared else d, np.searchsorted(cdf, rank, side="left")]
         v = values[slot]
         v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))

@@ -259,7 +259,7 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
     name = "target_sketch"
     needs_label = True
 
-    def chunk(self, x: Array, label: Array | None = None, /) -> SketchState:
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
         """Count one chunk's target values into the sketch.
 
         Parameters
@@ -268,6 +268,8 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
             The block (only its rows are used).
         label : array
             The target of each row (finite; required).
+        weights : array, optional
+            The weight of each row, as :class:`~daskbatch.stats.Sketch` takes them.
 
         Returns
         -------
@@ -276,9 +278,9 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
         """
         xp = namespace(x)
         if x.shape[0] == 0:
-            return self.empty(xp, 1, device(x))
+            return super().chunk(xp.zeros((0, 1), dtype=xp.float64, device=device(x)), weights=weights)
         y = check_target_block(xp, label, x.shape[0])
-        return super().chunk(xp.reshape(y, (-1, 1)))
+        return super().chunk(xp.reshape(y, (-1, 1)), weights=weights)
 
     footprint = Footprint(
         name="target_sketch",

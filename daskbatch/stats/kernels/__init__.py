@@ -30,7 +30,7 @@ from daskbatch._typing import Array
 
 __all__ = [
     "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch",
-    "sketch_merge", "supports",
+    "sketch_merge", "supports", "weighted_comoments", "weighted_histogram", "weighted_moments",
 ]
 
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
@@ -186,6 +186,40 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
+def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a host chunk.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D) with R > 0.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``rows`` (finite values per feature), then the fields of
+        :func:`moments` with ``n`` the weight sum.
+    """
+    from daskbatch.stats.kernels._numba import weighted_moments_chunk
+
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = weighted_moments_chunk(
+        *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
+    )
+    w_safe = np.where(wsum > 0, wsum, 1.0)
+    # The corrected two-pass formulas of Moments.chunk, with weight sums for counts.
+    e = s1 / w_safe
+    m2 = s2 - wsum * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * wsum * e**3
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * wsum * e**4
+    neginf = x.shape[0] - count - nan - posinf
+    return (
+        count.astype(np.float64), wsum, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0),
+        fmin, fmax, nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
+    )
+
+
 def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
 
@@ -267,6 +301,46 @@ def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.
     return tuple(np.ascontiguousarray(v.T) for v in (n, shift, approx_mean + e, m2))
 
 
+def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a host chunk.
+
+    :func:`comoments` with row weights: the centred blocks hold ``sqrt(w)``
+    times the deviations, so one BLAS product per block adds the weighted co-moments.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D).
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
+    """
+    from daskbatch.stats.kernels._numba import weighted_centre_rows, weighted_complete_rows_mean
+
+    data, lut = _bits(x)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    rows, d = x.shape
+    complete = np.empty(rows, dtype=np.bool_)
+    n, wsum, shift, approx_mean = weighted_complete_rows_mean(data, lut, w, complete)
+    c = np.zeros((d, d))
+    s1 = np.zeros(d)
+    buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))
+    for start in range(0, rows, COMOMENT_BLOCK_ROWS):
+        stop = start + COMOMENT_BLOCK_ROWS
+        k, part = weighted_centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean,
+                                       w[start:stop], buffer)
+        dev = buffer[:k]
+        c += dev.T @ dev
+        s1 += part
+    e = s1 / (wsum if wsum > 0 else 1.0)
+    c -= wsum * (e[:, None] * e[None, :])
+    return np.asarray(wsum), shift, approx_mean + e, c, np.asarray(float(n))
+
+
 def histogram(
     x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1
 ) -> Array:
@@ -311,8 +385,48 @@ def histogram(
     return counts
 
 
+def weighted_histogram(
+    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray
+) -> np.ndarray:
+    """Sum the weights of a host chunk's values per slot, as :func:`histogram` counts them.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (R, D)
+        The chunk, any dtype the kernels read.
+    lo, hi : sequence of float, length D
+        Range of each feature.
+    bins : int
+        Equal-width bins per feature.
+    labels : numpy.ndarray of int, shape (R,), optional
+        Class column of every row.
+    n_classes : int
+        K, the size of the last axis of the counts.
+    w : numpy.ndarray
+        The float64 weight of each row.
+
+    Returns
+    -------
+    numpy.ndarray
+        The float64 weighted counts (D, bins + 3, K).
+    """
+    from daskbatch.stats.kernels._numba import weighted_histogram_counts
+
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    step = (hi - lo) / bins  # the expressions of histogram()
+    scale = bins / (hi - lo)
+    lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
+    data, lut = _bits(x)
+    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
+    weighted_histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes),
+                              np.ascontiguousarray(w, dtype=np.float64), counts.reshape(-1))
+    return counts
+
+
 def sketch(
-    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int
+    x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int,
+    weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
 
@@ -332,11 +446,13 @@ def sketch(
         ``Sketch.n_buckets``.
     window : int
         ``Sketch.window``.
+    weights : numpy.ndarray, optional
+        The weight of each row: the counts are then float64 sums of weights.
 
     Returns
     -------
     counts : numpy.ndarray
-        The int64 counts, (D, 2 * window + 4).
+        The int64 counts, (D, 2 * window + 4) (float64 with weights).
     offset : numpy.ndarray
         The int64 first keys of the windows, (D, 2).
     fmin, fmax : numpy.ndarray
@@ -346,20 +462,21 @@ def sketch(
 
     d = x.shape[1]
     data, lut = _bits(x)
-    counts = np.zeros((d, 2 * window + 4), dtype=np.int64)
+    counts = np.zeros((d, 2 * window + 4), dtype=np.int64 if weights is None else np.float64)
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     offset = np.empty((d, 2), dtype=np.int64)
     collapsed = np.empty((d, 2), dtype=np.uint8)
     # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
     fast = min_magnitude >= np.finfo(np.float64).smallest_normal
     if fast and window == n_buckets:  # every bucket kept: the windows never move
         fmin, fmax = sketch_counts_all(
-            data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), counts, offset
+            data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), counts, offset, w
         )
         return counts, offset, fmin, fmax
     kernel = sketch_counts if fast else sketch_counts_log
     fmin, fmax = kernel(
         data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), int(window),
-        counts, offset, collapsed,
+        counts, offset, collapsed, w,
     )
     return counts, offset, fmin, fmax
 
@@ -372,7 +489,7 @@ def sketch_merge(
     Parameters
     ----------
     counts_a : numpy.ndarray
-        The int64 counts of the first state, (D, 2 * window + 4).
+        The counts of the first state, (D, 2 * window + 4): int64, or float64 (weighted).
     offset_a : numpy.ndarray
         Its windows' first keys, (D, 2).
     counts_b, offset_b : numpy.ndarray
@@ -385,17 +502,19 @@ def sketch_merge(
     Returns
     -------
     counts : numpy.ndarray
-        The merged counts.
+        The merged counts (float64 when either state's are).
     offset : numpy.ndarray
         The merged windows' first keys.
     """
     from daskbatch.stats.kernels._numba import sketch_merge as merge
 
-    counts = np.zeros_like(counts_a, dtype=np.int64)
+    # Weighted states hold float64 sums of weights; unweighted ones int64 counts, merged as int64.
+    dtype = np.float64 if np.float64 in (counts_a.dtype, counts_b.dtype) else np.int64
+    counts = np.zeros_like(counts_a, dtype=dtype)
     offset = np.empty((counts_a.shape[0], 2), dtype=np.int64)
     merge(
-        np.ascontiguousarray(counts_a, dtype=np.int64), np.ascontiguousarray(offset_a, dtype=np.int64),
-        np.ascontiguousarray(counts_b, dtype=np.int64), np.ascontiguousarray(offset_b, dtype=np.int64),
+        np.ascontiguousarray(counts_a, dtype=dtype), np.ascontiguousarray(offset_a, dtype=np.int64),
+        np.ascontiguousarray(counts_b, dtype=dtype), np.ascontiguousarray(offset_b, dtype=np.int64),
         int(n_buckets), int(window), counts, offset,
     )
     return counts, offset

@@ -53,6 +53,19 @@ def _load_impl(v, lut):  # noqa: ANN001, ANN202
     return lambda v, lut: lut[v]
 
 
+def _weight(w, i):  # noqa: ANN001, ANN202 - numba overload stub
+    """The weight of row ``i``: 1 when ``w`` is None (unweighted counts), else ``w[i]``."""
+    raise NotImplementedError("only callable from compiled code")
+
+
+@overload(_weight, inline="always")
+def _weight_impl(w, i):  # noqa: ANN001, ANN202
+    # Chosen at compile time from the type of `w`: without weights the loop is the unweighted one.
+    if isinstance(w, types.NoneType):
+        return lambda w, i: 1
+    return lambda w, i: w[i]
+
+
 @_jit
 def _finite(v: float) -> bool:
     # One compare that is False for NaN and ±inf, and vectorises.
@@ -497,8 +510,8 @@ def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _sketch_rebase(buf, offset, collapsed, side, key, n, w):  # noqa: ANN001, ANN202
-    """Count ``key``, outside the window ``buf`` (first key ``offset[side]``): move the window to hold it.
+def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001, ANN202
+    """Count ``key`` (add ``wi``), outside the window ``buf`` (first key ``offset[side]``): move the window to hold it.
 
     While a chunk is counted, a window that is not collapsed may sit anywhere
     that holds its keys (centred on them, so that it rarely moves); when the
@@ -507,7 +520,7 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w):  # noqa: ANN001, AN
     """
     if offset[side] == n:  # empty: centre the window on its first key
         offset[side] = key - w // 2
-        buf[w // 2] += 1
+        buf[w // 2] += wi
         return
     first = 0
     while buf[first] == 0:
@@ -524,26 +537,29 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w):  # noqa: ANN001, AN
         collapsed[side] = 1
     _sketch_shift(buf, new - offset[side], w)
     offset[side] = new
-    buf[max(key - new, 0)] += 1
+    buf[max(key - new, 0)] += wi
 
 
 @_jit
-def _sketch_add_row(code, counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
-    """Count one row's codes (:func:`_sketch_code`) into the windows; a key outside its window moves the window."""
+def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
+    """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each.
+
+    A key outside its window moves the window.
+    """
     for j in range(code.size):
         c = code[j]
         if c >= 2 * n:
-            counts[j, 2 * w + c - 2 * n] += 1
+            counts[j, 2 * w + c - 2 * n] += wi
             continue
         side = 1 if c >= n else 0
         key = c - side * n
         col = key - offset[j, side]
         if 0 <= col < w:
-            counts[j, side * w + col] += 1
+            counts[j, side * w + col] += wi
         elif col < 0 and collapsed[j, side]:
-            counts[j, side * w] += 1  # below a collapsed window: into its first bucket
+            counts[j, side * w] += wi  # below a collapsed window: into its first bucket
         else:
-            _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w)
+            _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w, wi)
 
 
 @_jit
@@ -571,7 +587,7 @@ def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
 
 
 @_jit
-def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed):  # noqa: ANN001, ANN201
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """:func:`sketch_counts` with a log per value: the reference expression everywhere.
 
     Taken when ``min_magnitude`` is subnormal (the fast key reads normal
@@ -579,7 +595,7 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, count
 
     Parameters
     ----------
-    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed : object
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights : object
         As for :func:`sketch_counts`.
 
     Returns
@@ -606,7 +622,7 @@ def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, count
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        _sketch_add_row(code, counts, offset, collapsed, n, w)
+        _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
     return fmin, fmax
 
@@ -647,7 +663,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
     Parameters
     ----------
     ca, oa : numpy.ndarray
-        The first state's int64 counts (D, 2w + 4) and window offsets (D, 2).
+        The first state's counts (D, 2w + 4; int64, or float64 weighted) and window offsets (D, 2).
     cb, ob : numpy.ndarray
         The second state's.
     n : int
@@ -655,7 +671,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
     w : int
         The window's width, ``Sketch.buckets_kept``.
     out : numpy.ndarray
-        The merged counts (D, 2w + 4), zeros, filled in.
+        The merged counts (D, 2w + 4), zeros of the counts' dtype, filled in.
     offset : numpy.ndarray
         The merged offsets (D, 2), filled in.
     """
@@ -674,7 +690,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
 
 
 @_jit_nocheck
-def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed):  # noqa: ANN001, ANN201
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema.
 
     The key follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
@@ -708,11 +724,14 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
     w : int
         ``Sketch.window``.
     counts : numpy.ndarray
-        The int64 counts (D, 2w + 4), zeros, filled in.
+        The int64 counts (D, 2w + 4), zeros, filled in (float64 with ``weights``).
     offset : numpy.ndarray
         The int64 first keys of the windows (D, 2), filled in.
     collapsed : numpy.ndarray
         A uint8 scratch (D, 2): which windows collapsed.
+    weights : numpy.ndarray or None
+        The float64 weight of each row, added instead of 1 (``counts`` then
+        float64); None counts values (the unweighted loop, chosen at compile time).
 
     Returns
     -------
@@ -764,13 +783,13 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
                     key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
                     code[j] = key + n if v > 0.0 else key
         # ... then one increment per value into its window.
-        _sketch_add_row(code, counts, offset, collapsed, n, w)
+        _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
     return fmin, fmax
 
 
 @_jit_nocheck
-def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset):  # noqa: ANN001, ANN201
+def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights):  # noqa: ANN001, ANN201
     """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move.
 
     The slot of a value is then known in the vectorised loop (no window
@@ -778,7 +797,7 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
 
     Parameters
     ----------
-    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset : object
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights : object
         As for :func:`sketch_counts`, with ``w = n``.
 
     Returns
@@ -831,10 +850,276 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
                 if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
                     key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
                     slot[j] = np.uint64(first[j] + (key + n if v > 0.0 else key))
-        # ... then one scattered increment per value.
+        # ... then one scattered increment per value (its row's weight with weights).
+        wi = _weight(weights, i)
         for j in range(d):
-            flat[slot[j]] += 1
+            flat[slot[j]] += wi
     for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
         for side in range(2):
             offset[j, side] = 0 if counts[j, side * n : (side + 1) * n].any() else n
     return fmin, fmax
+
+
+# ------------------------------------------------------------------ sample weights
+# Kept apart from the unweighted loops above, which stay as they are (and bitwise unchanged).
+
+
+@_jit
+def weighted_moments_chunk(x, lut, w):  # noqa: ANN001, ANN201
+    """:func:`moments_chunk` with a frequency weight per row: weighted sums, weight totals and counts.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
+        length-D vectors; the sums ``s1`` … ``s4`` and ``approx_mean`` are weighted.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for j in range(d):
+        for i in range(rows):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                shift[j] = v
+                break
+
+    count = np.zeros(d, dtype=np.int64)
+    nan = np.zeros(d, dtype=np.int64)
+    posinf = np.zeros(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    wsum = np.zeros(d)
+    total = np.zeros(d)
+    wpart = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        wpart[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = w[i]
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                part[j] += wi * (v - shift[j]) if fin else 0.0
+                wpart[j] += wi if fin else 0.0
+                count[j] += fin
+                nan[j] += v != v
+                posinf[j] += v == np.inf
+                fmin[j] = v if (fin and v < fmin[j]) else fmin[j]
+                fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
+        for j in range(d):
+            total[j] += part[j]
+            wsum[j] += wpart[j]
+
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / wsum[j] if wsum[j] > 0 else 0.0
+
+    s1 = np.zeros(d)
+    s2 = np.zeros(d)
+    s3 = np.zeros(d)
+    s4 = np.zeros(d)
+    p1 = np.zeros(d)
+    p2 = np.zeros(d)
+    p3 = np.zeros(d)
+    p4 = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        p1[:] = 0.0
+        p2[:] = 0.0
+        p3[:] = 0.0
+        p4[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = w[i]
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
+                wdev = wi * dev
+                p1[j] += wdev
+                p2[j] += wdev * dev
+                p3[j] += wdev * dev * dev
+                p4[j] += wdev * dev * dev * dev
+        for j in range(d):
+            s1[j] += p1[j]
+            s2[j] += p2[j]
+            s3[j] += p3[j]
+            s4[j] += p4[j]
+
+    return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
+
+
+@_jit
+def weighted_histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, w, counts):  # noqa: ANN001, ANN201
+    """:func:`histogram_counts` adding each row's weight ``w[i]`` into float64 ``counts`` instead of 1.
+
+    The slot of a value is found by the same steps, so a weighted count of
+    all-one weights equals the unweighted count.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    lo, hi : numpy.ndarray
+        The range of each feature.
+    step, scale : numpy.ndarray
+        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
+    bins : int
+        Bins per feature.
+    labels : numpy.ndarray
+        The int64 class of each row, or an empty array for K = 1.
+    n_classes : int
+        K.
+    w : numpy.ndarray
+        The float64 weight of each row.
+    counts : numpy.ndarray
+        The flat float64 weighted counts, added to.
+    """
+    rows, d = x.shape
+    n_slots = bins + 3
+    by_label = labels.shape[0] > 0
+    top = float(bins - 1)
+    over_slot = float(bins + 1)
+    nan_slot = float(bins + 2)
+    slot = np.empty(d, dtype=np.int64)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            f = math.floor((v - lo[j]) * scale[j])
+            f = f if f < top else top
+            f = f if f > 0.0 else 0.0
+            f -= np.float64(v < f * step[j] + lo[j])
+            f += np.float64((v >= (f + 1.0) * step[j] + lo[j]) & (f < top))
+            f += 1.0
+            f = 0.0 if v < lo[j] else f
+            f = over_slot if v > hi[j] else f
+            f = nan_slot if v != v else f
+            slot[j] = (j * n_slots + np.int64(f)) * n_classes
+        k = labels[i] if by_label else 0
+        wi = w[i]
+        for j in range(d):
+            counts[slot[j] + k] += wi
+
+
+@_jit
+def weighted_complete_rows_mean(x, lut, w, complete):  # noqa: ANN001, ANN201
+    """:func:`complete_rows_mean` with row weights: the complete rows, their weight sum and weighted mean.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    w : numpy.ndarray
+        The float64 weight of each row, all positive.
+    complete : numpy.ndarray of bool
+        Filled with one flag per row.
+
+    Returns
+    -------
+    n : int
+        The number of complete rows.
+    wsum : float
+        Their weight sum.
+    shift : numpy.ndarray
+        The first complete row.
+    approx_mean : numpy.ndarray
+        The weighted mean of the complete rows less ``shift``.
+    """
+    rows, d = x.shape
+    shift = np.zeros(d)
+    for i in range(rows):
+        ok = True
+        for j in range(d):
+            ok &= _finite(_load(x[i, j], lut))
+        if ok:
+            for j in range(d):
+                shift[j] = _load(x[i, j], lut)
+            break
+
+    complete[:] = False
+    n = 0
+    wsum = 0.0
+    wpart = 0.0
+    total = np.zeros(d)
+    part = np.zeros(d)
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        wpart = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            ok = True
+            for j in range(d):
+                ok &= _finite(_load(x[i, j], lut))
+            if ok:
+                complete[i] = True
+                n += 1
+                wi = w[i]
+                wpart += wi
+                for j in range(d):
+                    part[j] += wi * (_load(x[i, j], lut) - shift[j])
+        wsum += wpart
+        for j in range(d):
+            total[j] += part[j]
+    approx_mean = np.empty(d)
+    for j in range(d):
+        approx_mean[j] = total[j] / wsum if wsum > 0 else 0.0
+    return n, wsum, shift, approx_mean
+
+
+@_jit
+def weighted_centre_rows(x, lut, complete, shift, approx_mean, w, dev):  # noqa: ANN001, ANN201
+    """:func:`centre_rows` with row weights: ``dev[:k]`` holds ``sqrt(w)`` times the deviations.
+
+    ``devᵀ dev`` is then the weighted co-moment sum; the returned sums are the
+    weighted sums of the deviations (the residual of the corrected two-pass).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        A block of the chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    complete : numpy.ndarray of bool
+        The complete-row flags of the block.
+    shift, approx_mean : numpy.ndarray
+        From :func:`weighted_complete_rows_mean`.
+    w : numpy.ndarray
+        The float64 weight of each row of the block.
+    dev : numpy.ndarray
+        The float64 centring buffer, at least (R, D).
+
+    Returns
+    -------
+    k : int
+        How many rows of ``dev`` were written.
+    s1 : numpy.ndarray
+        The weighted column sums of the deviations.
+    """
+    rows, d = x.shape
+    s1 = np.zeros(d)
+    part = np.zeros(d)
+    k = 0
+    for i0 in range(0, rows, BLOCK):
+        part[:] = 0.0
+        for i in range(i0, min(i0 + BLOCK, rows)):
+            if complete[i]:
+                wi = w[i]
+                root = math.sqrt(wi)
+                for j in range(d):
+                    v = (_load(x[i, j], lut) - shift[j]) - approx_mean[j]
+                    dev[k, j] = root * v
+                    part[j] += wi * v
+                k += 1
+        for j in range(d):
+            s1[j] += part[j]
+    return k, s1
