@@ -213,10 +213,10 @@ class ClassMoments:  # numpydoc ignore=PR02
         if highest >= n_classes:
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
         # Compiled CPU loop (daskbatch/stats/kernels): the same state bit for bit, except on one
-        # feature, where NumPy sums the single column pairwise (equal to rounding there).
-        # Weighted blocks take the array-API code below (the kernel counts rows).
-        if weights is None and kernels.route(x) == "cpu":
-            return ClassMomentsState(*kernels.class_moments(x, labels, n_classes))
+        # feature, where NumPy sums the single column pairwise (equal to rounding there), and
+        # with weights, where the array-API code's weighted sums are BLAS products.
+        if kernels.route(x) == "cpu":
+            return ClassMomentsState(*kernels.class_moments(x, labels, n_classes, weights))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so
         # the float64 temporaries are those of one class at a time).
         order = xp.argsort(labels, stable=True)

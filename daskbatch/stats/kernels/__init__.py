@@ -263,7 +263,9 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return np.asarray(float(n)), shift, approx_mean + e, c
 
 
-def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, ...]:
+def class_moments(
+    x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
 
     Bitwise the state of the array-API path on two features or more (see
@@ -279,6 +281,10 @@ def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.
         The class column (0..K-1) of every row, already checked.
     n_classes : int
         K.
+    weights : numpy.ndarray, optional
+        Positive frequency weight of every row (rows of weight 0 already left out):
+        ``n`` is then the weight sum, and the state equals the array-API path's to rounding
+        (its weighted sums are BLAS products).
 
     Returns
     -------
@@ -288,9 +294,10 @@ def class_moments(x: np.ndarray, codes: np.ndarray, n_classes: int) -> tuple[np.
     from daskbatch.stats.kernels._numba import class_moments_chunk
 
     d = x.shape[1]
-    count = np.zeros((n_classes, d), dtype=np.int64)
+    count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
     shift, total, s1, s2 = (np.zeros((n_classes, d)) for _ in range(4))
-    class_moments_chunk(*_bits(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2)
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    class_moments_chunk(*_bits(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2, w)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The closing expressions of class_moments._one_class, on (K, D) at once.

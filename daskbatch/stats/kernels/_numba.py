@@ -268,7 +268,7 @@ def centre_rows(x, lut, complete, shift, approx_mean, dev):  # noqa: ANN001, ANN
 
 
 @_jit
-def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2):  # noqa: ANN001, ANN201
+def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  # noqa: ANN001, ANN201
     """Per-(class, column) sums of a chunk for the corrected two-pass class moments.
 
     The loops of :func:`daskbatch.stats.class_moments._one_class` run on every
@@ -290,9 +290,12 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2):  # noqa: AN
     codes : numpy.ndarray
         The int64 class column (0..K-1) of every row.
     count : numpy.ndarray
-        (K, D) int64, zeros; filled with the finite values' counts.
+        (K, D) int64, zeros; filled with the finite values' counts (float64: their weight sums, with ``weights``).
     shift, total, s1, s2 : numpy.ndarray
-        (K, D) float64, zeros; filled with the sums above.
+        (K, D) float64, zeros; filled with the sums above (each term times its row's weight, with ``weights``).
+    weights : numpy.ndarray or None
+        Positive float64 frequency weight of every row; None compiles the unweighted loops
+        (a weight of integer 1: the same state bit for bit).
     """
     rows, d = x.shape
     n_classes = count.shape[0]
@@ -318,24 +321,27 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2):  # noqa: AN
     # was): the loop over the columns of one row vectorises.
     for i in range(rows):
         k = codes[i]
+        wi = _weight(weights, i)
         sk, tk, ck = shift[k], total[k], count[k]
         for j in range(d):
             v = _load(x[i, j], lut)
             fin = _finite(v)
-            tk[j] += (v - sk[j]) if fin else 0.0
-            ck[j] += fin
+            tk[j] += (v - sk[j]) * wi if fin else 0.0
+            ck[j] += fin * wi
     mean = np.empty((n_classes, d))
     for k in range(n_classes):
         for j in range(d):
-            mean[k, j] = total[k, j] / max(count[k, j], 1)
+            c = count[k, j]
+            mean[k, j] = total[k, j] / (c if c > 0 else 1)
     for i in range(rows):
         k = codes[i]
+        wi = _weight(weights, i)
         sk, mk, ak, bk = shift[k], mean[k], s1[k], s2[k]
         for j in range(d):
             v = _load(x[i, j], lut)
             dev = ((v - sk[j]) - mk[j]) if _finite(v) else 0.0
-            ak[j] += dev
-            bk[j] += dev * dev
+            ak[j] += dev * wi
+            bk[j] += dev * dev * wi
 
 
 @_jit
