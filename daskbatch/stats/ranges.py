@@ -84,7 +84,7 @@ def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
     magnitude only: the values it stands for may lie anywhere between it and zero.
     """
     floor = _collapse_floor(sketch)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # near +-max the bound is inf: no snapping there
         out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
         side_floor = np.where(v > 0, floor[:, 1:2], floor[:, 0:1])
         out = np.where((v != 0) & (np.abs(v) <= side_floor), out + np.abs(v), out)
