@@ -225,9 +225,10 @@ def describe(
         plan is made, so it knows the number of classes), at most
         ``daskbatch.max-classes``. They become the ``class`` coordinate of the
         summary (see :mod:`daskbatch.engine.class_labels`).
-    target : array of real numbers, optional
+    target : array of real numbers or str, optional
         A continuous target, one value per sample (NumPy, dask, pandas
-        Series; float, integer or bool, read as float64; finite), instead of
+        Series; float, integer or bool, read as float64; finite), or the name of
+        an array in the store ``x`` names, instead of
         a class ``label`` (give one or the other: a float label is refused,
         never cast to classes). The first pass then computes every feature's
         co-moments with it (``summary.target_*``, the input of

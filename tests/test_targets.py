@@ -239,3 +239,16 @@ def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_stor
     np.testing.assert_allclose(updated.target_comoment, whole.target_comoment, rtol=1e-12)
     with pytest.raises(ValueError, match="strictly increasing"):
         _describe(xs, ys, stats=("moments", "hist", "mi"), target_bins=[1.0, 1.0])
+
+
+def test_target_by_name_in_the_store(diabetes_store) -> None:
+    """``target="y"`` reads the store's array, as ``label=`` and ``weights=`` do; with arrays a name is refused."""
+    store, x, y = diabetes_store
+    with dask.config.set(scheduler="threads", num_workers=2):
+        by_name = db.describe(store, target="y", stats=("moments",), plan=None)
+    np.testing.assert_allclose(scores.f_regression(by_name)[0], fs.f_regression(x, y)[0], rtol=1e-10, atol=0)
+    assert by_name.provenance["target"]["dtype"] == "float64"
+    with pytest.raises(TypeError, match="target 'y' is a name, and a target name needs x to be a store path"):
+        db.describe(x, target="y", stats=("moments",))
+    with pytest.raises(db.DataError, match="target array .nope. not found"):  # an array the store lacks is named
+        db.describe(store, target="nope", stats=("moments",))

@@ -231,8 +231,9 @@ def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
     ----------
     data : FeatureMatrix
         The inputs (a Dataset's own label, if any, is replaced).
-    target : array or pandas or dask Series
-        One real number per sample (float, integer or bool), read as float64.
+    target : array, pandas or dask Series, or str
+        One real number per sample (float, integer or bool), read as float64; or the
+        name of a 1-D array in the store ``data`` was opened from.
 
     Returns
     -------
@@ -240,10 +241,7 @@ def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
         ``data`` with the target as its float64 label and ``provenance["target"]`` set.
     """
     if isinstance(target, str):
-        raise TypeError(
-            f"target {target!r} is a name; pass the array itself (for a Zarr store: "
-            f"dask.array.from_zarr(path, component={target!r}))"
-        )
+        target, _ = _stored_array(target, data, "target")
     if _is_instance(target, "pandas", "Series"):
         target = target.to_numpy(dtype=np.float64, na_value=np.nan)
     elif _is_instance(target, "dask.dataframe", "Series"):
@@ -308,7 +306,7 @@ def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
         return data
     what = "weights"
     if isinstance(weights, str):
-        weights, what = _stored_weights(weights, data)
+        weights, what = _stored_array(weights, data, "weights")
     weights = _from_series(weights)
     if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
         weights = np.asarray(weights)
@@ -323,23 +321,23 @@ def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
     return dataclasses.replace(data, weights=checked, provenance={**data.provenance, "weights": what})
 
 
-def _stored_weights(name: str, data: FeatureMatrix) -> tuple[da.Array, str]:
-    """The array ``name`` of the store ``data`` came from, as a dask array, and how to call it."""
+def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, str]:
+    """The array ``name`` of the store ``data`` came from (its ``role``: weights, target), as a dask array, and how to call it."""
     source = data.source
     path = getattr(source, "path", None)
     if source is None or path is None:
         raise TypeError(
-            f"weights {name!r} is a name, and a weights name needs x to be a store path or a Dataset; "
-            "with arrays pass the weights array itself"
+            f"{role} {name!r} is a name, and a {role} name needs x to be a store path or a Dataset; "
+            f"with arrays pass the {role} array itself"
         )
     if getattr(source, "skipped_rows", None):
-        raise ValueError(f"weights {name!r}: the store's rows were skipped (missing='skip'), so stored weights cannot align")
+        raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
     from daskbatch.io.integrity import array_label
     from daskbatch.io.zarr_nodes import get_array, open_node
 
     root, where = open_node(path, None)
-    arr = get_array(root, name, where, "weights")
-    return da.from_zarr(arr), f"weights {array_label(arr)}"
+    arr = get_array(root, name, where, role)
+    return da.from_zarr(arr), f"{role} {array_label(arr)}"
 
 
 def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
