@@ -13,11 +13,13 @@ OpenBLAS and MKL keep one process-wide setting, so the limit is counted: the
 first task to enter sets it, the last to leave restores it, and tasks that
 overlap never see it lifted under them. numba's setting is per thread.
 
-Known wrinkle (OpenBLAS 0.3.31, seen on the 2-core test machine): the raise
-back to the old count made when the last task leaves is sometimes ignored,
-so BLAS may keep one thread in that process after the computation (the
-statistics are unaffected; ``threadpoolctl.threadpool_limits`` raises it
-again). The tests check the limit in a fresh process for that reason.
+threadpoolctl (3.8 on) lets only the thread that last set OpenBLAS's limit
+set it again, so that Python threads do not fight over one process-wide
+setting, and it releases that thread when a ``with threadpool_limits(...)``
+block ends. Here the first task in and the last task out are on different
+threads and the counting already keeps them from fighting, so the thread
+that set the limit releases it at once; otherwise a later limit or restore
+made from another thread was silently ignored.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def _enter_blas() -> None:
                 if _controller is None or _controller[0] != len(sys.modules):
                     _controller = (len(sys.modules), ThreadpoolController())
                 _restore = _controller[1].limit(limits=1, user_api="blas")
+                _release_openblas()
         _inside += 1
 
 
@@ -106,6 +109,16 @@ def _leave_blas() -> None:
         if _inside == 0 and _restore is not None:
             _restore.restore_original_limits()
             _restore = None
+            _release_openblas()
+
+
+def _release_openblas() -> None:
+    """Let any thread set OpenBLAS's limit next (a no-op before threadpoolctl 3.8, which had no owner)."""
+    from threadpoolctl import OpenBLASController
+
+    release = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if release is not None:
+        release()
 
 
 def _set_numba_threads(n: int, restore: bool = False) -> int | None:
