@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 # First: daskbatch's defaults into dask.config (dask's core only); a malformed dask YAML file becomes one line here.
 from daskbatch import config as _config  # noqa: F401
 from daskbatch._version import __version__
+from daskbatch import _moved
 from daskbatch.engine.sizeof import register_states
 
 # Every statistic's state (a user's too) measured by its arrays in dask's memory accounting,
 # whatever builds the graph: registered with the package, not with the engine that is loaded lazily.
 register_states()
+_moved.install()  # old module paths that moved stay importable, with a DeprecationWarning
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch import steps

@@ -115,7 +115,7 @@ def test_scan_sees_what_it_should() -> None:
 # Layers from the bottom up: a module may import its own layer or any layer below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config",
-     "daskbatch._html", "daskbatch._warnings"),
+     "daskbatch._html", "daskbatch._warnings", "daskbatch._moved"),
     ("daskbatch.stats",),
     ("daskbatch.planning",),
     ("daskbatch.io", "daskbatch.runtime"),
