@@ -18,10 +18,11 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from daskbatch import _moved
+
 # First: daskbatch's defaults into dask.config (dask's core only); a malformed dask YAML file becomes one line here.
 from daskbatch import config as _config  # noqa: F401
 from daskbatch._version import __version__
-from daskbatch import _moved
 from daskbatch.engine.sizeof import register_states
 
 # Every statistic's state (a user's too) measured by its arrays in dask's memory accounting,
