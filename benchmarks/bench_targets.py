@@ -69,7 +69,7 @@ def main() -> None:
     from sklearn.feature_selection import f_regression, mutual_info_regression
 
     import daskbatch as db
-    from daskbatch import scores
+    from daskbatch.selection import scores
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "targets.zarr"

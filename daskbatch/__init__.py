@@ -31,9 +31,7 @@ register_states()
 _moved.install()  # old module paths that moved stay importable, with a DeprecationWarning
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from daskbatch import steps
     from daskbatch.accumulator import Accumulator
-    from daskbatch.compare import Drift, compare
     from daskbatch.describe import describe
     from daskbatch.errors import (
         Cancelled,
@@ -44,17 +42,16 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         PlanError,
         RangeWarning,
     )
-    from daskbatch.incremental import merge
+    from daskbatch.incremental import merge, update
     from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
     from daskbatch.io.ingest import IngestReport, ingest
     from daskbatch.io.synth import rank_rows, synth
     from daskbatch.map_batches import BatchError, map_batches
-    from daskbatch.pca import PCA, pca
     from daskbatch.planning.resources import Resources
     from daskbatch.planning.search import Plan
     from daskbatch.plans import plan
     from daskbatch.runtime.cluster import cluster
-    from daskbatch.select import Selection, load_selection, select
+    from daskbatch.selection import Selection, load_selection, select
     from daskbatch.stats import (
         Bundle,
         CoMoments,
@@ -65,34 +62,36 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         mutual_information,
     )
     from daskbatch.summary import Summary, load_summary
-    from daskbatch.transform import transform
+    from daskbatch.summary.compare import Drift, compare
+    from daskbatch.transforms import steps, transform
+    from daskbatch.transforms.pca import PCA, pca
 
 #: Where each public name lives: imported by :func:`__getattr__` on first use.
 _LAZY = {
-    "steps": "daskbatch.steps",
+    "steps": "daskbatch.transforms.steps",
     "Accumulator": "daskbatch.accumulator",
-    "Drift": "daskbatch.compare", "compare": "daskbatch.compare",
+    "Drift": "daskbatch.summary.compare", "compare": "daskbatch.summary.compare",
     "describe": "daskbatch.describe",
     **dict.fromkeys(
         ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "Interrupted", "PlanError", "RangeWarning"),
         "daskbatch.errors",
     ),
-    "merge": "daskbatch.incremental",
+    "merge": "daskbatch.incremental", "update": "daskbatch.incremental",
     "Dataset": "daskbatch.io.dataset", "open_dataset": "daskbatch.io.dataset", "open_zarr": "daskbatch.io.dataset",
     "IngestReport": "daskbatch.io.ingest", "ingest": "daskbatch.io.ingest",
     "rank_rows": "daskbatch.io.synth", "synth": "daskbatch.io.synth",
     "BatchError": "daskbatch.map_batches", "map_batches": "daskbatch.map_batches",
-    "PCA": "daskbatch.pca", "pca": "daskbatch.pca",
+    "PCA": "daskbatch.transforms.pca", "pca": "daskbatch.transforms.pca",
     "Resources": "daskbatch.planning.resources",
     "Plan": "daskbatch.planning.search",
     "plan": "daskbatch.plans",
     "cluster": "daskbatch.runtime.cluster",
-    "Selection": "daskbatch.select", "load_selection": "daskbatch.select", "select": "daskbatch.select",
+    "Selection": "daskbatch.selection", "load_selection": "daskbatch.selection", "select": "daskbatch.selection",
     **dict.fromkeys(
         ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information"), "daskbatch.stats"
     ),
     "Summary": "daskbatch.summary", "load_summary": "daskbatch.summary",
-    "transform": "daskbatch.transform",
+    "transform": "daskbatch.transforms",
 }
 
 __all__ = [
@@ -100,11 +99,12 @@ __all__ = [
     "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "select", "steps", "synth", "transform",
+    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "select", "steps", "synth", "transform", "update",
 ]
 
-#: Functions named like the module that defines them (``daskbatch.describe.describe``).
-_SHADOWED = frozenset(n for n, where in _LAZY.items() if where == f"daskbatch.{n}" and n != "steps")
+#: Public names that are not modules: importing a submodule of the same name (``daskbatch.describe``,
+#: or a moved path such as ``daskbatch.pca``) must not replace them on the package.
+_SHADOWED = frozenset(_LAZY) - {"steps"}
 
 
 class _Package(types.ModuleType):
@@ -118,7 +118,8 @@ class _Package(types.ModuleType):
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
+        # Nor may a moved module's old path (``import daskbatch.scores``) add a second name for it.
+        if isinstance(value, types.ModuleType) and (name in _SHADOWED or f"daskbatch.{name}" in _moved.MOVED):
             return
         super().__setattr__(name, value)
 

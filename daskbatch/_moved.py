@@ -18,7 +18,27 @@ from types import ModuleType
 from typing import Any
 
 #: Old module path -> new module path (removed one release after the move).
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    # 0.x: the top floor packaged by what it does (summary/, selection/, transforms/)
+    "daskbatch.summary_attrs": "daskbatch.summary.attrs",
+    "daskbatch.summary_xarray": "daskbatch.summary.dataset",
+    "daskbatch.summary_store": "daskbatch.summary.store",
+    "daskbatch.summary_extra": "daskbatch.summary.user_results",
+    "daskbatch.summary_results": "daskbatch.summary.results",
+    "daskbatch.reprs": "daskbatch.summary.reprs",
+    "daskbatch.plotting": "daskbatch.summary.plotting",
+    "daskbatch.report": "daskbatch.summary.report",
+    "daskbatch.compare": "daskbatch.summary.compare",
+    "daskbatch.select": "daskbatch.selection",
+    "daskbatch.transform": "daskbatch.transforms",
+    "daskbatch.scores": "daskbatch.selection.scores",
+    "daskbatch.pca": "daskbatch.transforms.pca",
+    "daskbatch.steps": "daskbatch.transforms.steps",
+    "daskbatch.steps.columns": "daskbatch.transforms.steps.columns",
+    "daskbatch.steps.pipeline": "daskbatch.transforms.steps.pipeline",
+    "daskbatch.steps.quantile": "daskbatch.transforms.steps.quantile",
+    "daskbatch.steps.scaling": "daskbatch.transforms.steps.scaling",
+}
 
 
 class _MovedLoader(importlib.abc.Loader):
@@ -56,6 +76,11 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Put the finder on :data:`sys.meta_path` once."""
+    """Put the finder first on :data:`sys.meta_path`, once.
+
+    First, because a moved package's old submodule paths (``daskbatch.steps.columns``)
+    would otherwise be found by the path finder through the new package's
+    ``__path__`` and loaded a second time, with classes of their own.
+    """
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())

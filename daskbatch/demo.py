@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from daskbatch.io.outputs import OutputTarget, staged
-from daskbatch.report import format_report
+from daskbatch.summary.report import format_report
 
 
 def run_demo(

@@ -34,6 +34,7 @@ from daskbatch.engine.inputs import (
 )
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.reduce import resolve_split_every, to_host
+from daskbatch.engine.row_identity import input_token
 from daskbatch.errors import RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
@@ -261,7 +262,7 @@ def describe(
         the summary's provenance lists and counts them).
     like : Summary, optional
         Count the histograms on this summary's bin edges (its ranges, bin
-        count and class values), so that :func:`daskbatch.compare` can
+        count and class values), so that :func:`daskbatch.summary.compare` can
         measure drift between the two. Excludes ``range``.
     cancel : threading.Event, optional
         Set from another thread, it stops the run at the next finished block:
@@ -419,7 +420,7 @@ def describe(
         },
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=_version(),
-        input_tokens=[_input_token(data)],  # merge and update refuse to count these rows twice
+        input_tokens=[input_token(data)],  # merge and update refuse to count these rows twice
     )
     if "hist" in names or "mi" in names:
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
@@ -679,13 +680,6 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
     # The matrices stay in the store; the summary keeps the row count and the path.
     result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
     return result, {"path": out, "tile": tile}
-
-
-def _input_token(data: FeatureMatrix) -> str:
-    """The content token of the input (:func:`daskbatch.incremental.input_token`)."""
-    from daskbatch.incremental import input_token
-
-    return input_token(data)
 
 
 def _protected(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, Any]:

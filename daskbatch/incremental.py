@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.engine.reduce import to_host
+from daskbatch.engine.row_identity import input_token
 from daskbatch.stats import ClassMoments, Histogram
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
@@ -143,30 +144,6 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         del settings["feature_names"]  # the store's own names, checked against the summary's by merge
     settings.update(options)
     return merge(summary, describe(new_rows, label, **settings))
-
-
-def input_token(data: Any) -> str:
-    """Identify the rows of an input by content: what a summary records to refuse counting them twice.
-
-    Parameters
-    ----------
-    data : Dataset or FeatureMatrix
-        An opened store (the token hashes its ``x`` array's file names, sizes
-        and modification times, one listing, no chunk read) or in-memory data
-        (its dask name, a hash of NumPy values).
-
-    Returns
-    -------
-    str
-        The token.
-    """
-    source = getattr(data, "source", None) or data
-    zx = getattr(source, "zarr_x", None)
-    if zx is not None:
-        from daskbatch.engine.checkpoint.fingerprint import content_token
-
-        return f"store x {content_token(zx)}"
-    return f"in-memory {getattr(data, 'x', data).name}"
 
 
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:

@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch import steps
 from daskbatch.io.outputs import (
     MARKER,
     Form,
@@ -68,6 +67,7 @@ from daskbatch.job_report import (
 )
 from daskbatch.jobspec import JobConfigError, JobSpec, load_job
 from daskbatch.runtime.dask_settings import check_dask_settings
+from daskbatch.transforms import steps
 
 __all__ = ["JobReport", "run_job"]
 
@@ -113,7 +113,7 @@ def _selection_needed(job: JobSpec) -> bool:
 
 @dataclass(frozen=True)
 class _Moments:
-    """The first two moments of the data as some steps leave them: what :func:`daskbatch.pca` reads."""
+    """The first two moments of the data as some steps leave them: what :func:`daskbatch.transforms.pca` reads."""
 
     feature_names: tuple[str, ...]
     mean: np.ndarray
@@ -184,7 +184,7 @@ def _saved_twin(path: str, summary: Any) -> Any:
 
 
 def _build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
-    from daskbatch import steps as st
+    from daskbatch.transforms import steps as st
 
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
@@ -496,7 +496,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
 
         selection = None
         if _selection_needed(job):
-            from daskbatch.select import select
+            from daskbatch.selection import select
 
             with phase(report, "select"):
                 s = job.selection
@@ -512,7 +512,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 report.outputs["selection"] = path
 
         if _transform_needed(job):
-            from daskbatch.transform import transform
+            from daskbatch.transforms import transform
 
             out = job.output_path("transform")
             assert out is not None

@@ -71,7 +71,7 @@ from daskbatch.io.rowstore import (
     row_ranges,
 )
 from daskbatch.planning.devices import DeviceChoice
-from daskbatch.transform import _created, input_fingerprint, local_path, regular_rows
+from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
 

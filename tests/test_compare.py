@@ -14,7 +14,7 @@ import scipy.stats
 from sklearn.datasets import load_breast_cancer
 
 import daskbatch as db
-from daskbatch.compare import PSI_FLOOR
+from daskbatch.summary.compare import PSI_FLOOR
 
 # The new data reach outside the reference's ranges: that is drift, reported as out_of_range_change.
 pytestmark = pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning")

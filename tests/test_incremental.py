@@ -151,7 +151,7 @@ def test_update_equals_describe_of_concat(split: int, chunk: int) -> None:
     first = _describe(X[:split], Y[:split], chunk=chunk)
     y_new = da.from_array(Y[split:], chunks=chunk)
     with _out_of_range_allowed():
-        updated = first.update(da.from_array(X[split:], chunks=(chunk, X.shape[1])), y_new, plan=None)
+        updated = db.update(first, da.from_array(X[split:], chunks=(chunk, X.shape[1])), y_new, plan=None)
         whole = _describe(X, Y, chunk=chunk, range=_ranges(first))
     assert_same_statistics(updated, whole)
     assert updated.provenance["out_of_range"] == whole.provenance["out_of_range"]
@@ -163,7 +163,7 @@ def test_update_without_label_or_sketch_and_minmax_ranges() -> None:
     x = np.nan_to_num(X)
     first = _describe(x[:100], None, stats=("moments", "hist"), range="minmax")
     with pytest.warns(db.RangeWarning, match="outside the histogram range"):  # beyond the first rows' extrema
-        updated = first.update(x[100:], plan=None)
+        updated = db.update(first, x[100:], plan=None)
     with pytest.warns(db.RangeWarning):
         whole = _describe(x, None, stats=("moments", "hist"), range=_ranges(first))
     assert_same_statistics(updated, whole)
@@ -334,12 +334,12 @@ def test_summaries_without_states_are_refused() -> None:
     with pytest.raises(ValueError, match=r"the first summary holds no mergeable states \(it was made without"):
         db.merge(acc.summary(), s)
     with pytest.raises(ValueError, match="the summary holds no mergeable states"):
-        acc.summary().update(X)
+        db.update(acc.summary(), X)
     with pytest.raises(TypeError, match="update takes bins, range from the summary"):
-        s.update(X, bins=3, range=(0, 1))
+        db.update(s, X, bins=3, range=(0, 1))
     labelled = _describe(X[:50], Y[:50], range=GIVEN)
     with pytest.raises(ValueError, match="holds mutual information and per-class moments: give the new rows' label"):
-        labelled.update(X[50:])
+        db.update(labelled, X[50:])
 
 
 def test_describe_settings_reproduce_the_summary() -> None:
@@ -421,3 +421,11 @@ def test_cli_update_to_out_and_refusals(tmp_path: pathlib.Path) -> None:
     assert r.exit_code != 0 and "--update" in r.output and "is the input store" in r.output
     r = CliRunner().invoke(main, ["describe", new, "--update", old, *args])
     assert r.exit_code != 0 and "is not a daskbatch summary" in r.output
+
+
+def test_summary_update_is_a_deprecated_alias_of_db_update() -> None:
+    x = np.random.default_rng(3).normal(size=(200, 3))
+    first = db.describe(x[:120], stats=("moments",), plan=None)
+    with pytest.warns(DeprecationWarning, match=r"use daskbatch.update\(summary"):
+        via_method = first.update(x[120:], plan=None)
+    np.testing.assert_array_equal(via_method.mean, db.update(first, x[120:], plan=None).mean)

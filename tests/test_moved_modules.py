@@ -18,6 +18,10 @@ def test_every_old_path_serves_its_new_module_with_a_warning() -> None:
         assert module is importlib.import_module(new)
         assert module.__spec__.name == new  # the new module keeps its own spec
         assert module.__name__ == new
+    # a moved package's submodule through its old path is the one module, not a second copy
+    from daskbatch.transforms.steps.columns import Select
+
+    assert importlib.import_module("daskbatch.steps.columns").Select is Select
 
 
 def test_a_name_not_in_the_map_is_not_served(monkeypatch: pytest.MonkeyPatch) -> None:

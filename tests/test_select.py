@@ -18,7 +18,7 @@ import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import plan_chunks
-from daskbatch.scores import chi2, f_classif
+from daskbatch.selection.scores import chi2, f_classif
 
 STATS = ["moments", "cov", "mi", "class_moments"]
 

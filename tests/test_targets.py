@@ -18,8 +18,8 @@ from sklearn.datasets import load_diabetes, make_regression
 from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
-from daskbatch import scores
 from daskbatch.cli import main
+from daskbatch.selection import scores
 
 pytestmark = pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning")
 
@@ -228,7 +228,7 @@ def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_stor
     xs, ys = _open(store, 500)
     s = _describe(xs[:2000], ys[:2000], bins=16, stats=("moments", "hist", "mi"))
     with dask.config.set(scheduler="threads", num_workers=2):
-        updated = s.update(xs[2000:], target=ys[2000:], plan=None)
+        updated = db.update(s, xs[2000:], target=ys[2000:], plan=None)
     cuts = s.provenance["target"]["cuts"]
     ranges = np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
     # the same bins given: one pass over all the rows

@@ -157,7 +157,7 @@ def _cli_args(tmp_path: Path, src: str, out: Path) -> list[str]:
 #: The CLI with every Clip.apply slowed down, so that a kill lands mid-run.
 SLOW_CLI = (
     "import sys, time\n"
-    "import daskbatch.steps as s\n"
+    "import daskbatch.transforms.steps as s\n"
     "apply = s.Clip.apply\n"
     "s.Clip.apply = lambda self, b: (time.sleep(0.15), apply(self, b))[1]\n"
     "from daskbatch.cli import main\n"

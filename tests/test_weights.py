@@ -171,7 +171,7 @@ def test_weights_of_the_wrong_length_or_with_a_checkpoint_are_refused(tmp_path) 
 def test_a_weighted_summary_says_why_it_cannot_be_updated() -> None:
     s = db.describe(np.arange(20.0).reshape(10, 2), weights=np.ones(10), stats=("moments",))
     with pytest.raises(ValueError, match="it was computed with sample weights, whose states are not kept yet"):
-        s.update(np.ones((3, 2)))
+        db.update(s, np.ones((3, 2)))
 
 
 def test_a_statistic_without_weights_is_refused() -> None:

@@ -14,8 +14,8 @@ from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_erro
 from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
-from daskbatch.report import format_report
 from daskbatch.runtime.interrupts import exit_now
+from daskbatch.summary.report import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:

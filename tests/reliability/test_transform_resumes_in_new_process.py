@@ -27,7 +27,7 @@ import sys, time
 import daskbatch as db
 src, out, slow = sys.argv[1], sys.argv[2], sys.argv[3] == "slow"
 if slow:  # slow blocks, so that the test can kill the process half way
-    import daskbatch.steps as s
+    import daskbatch.transforms.steps as s
     apply = s.Clip.apply
     s.Clip.apply = lambda self, b: (time.sleep(0.05), apply(self, b))[1]
 summary = db.describe(src, stats=["moments"])

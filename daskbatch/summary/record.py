@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,36 +12,16 @@ import numpy as np
 
 from daskbatch.stats.quantile import fine_quantile, histogram_quantile
 from daskbatch.stats.sketch import Sketch
-
-#: Per-feature vectors, in the order tables show them.
-PER_FEATURE = (
-    "count", "nan_count", "posinf_count", "neginf_count",
-    "mean", "std", "var", "min", "max", "skew", "kurtosis",
+from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the others: names this module has always had)
+    BUILT_IN_RESULTS,
+    CLASS_FIELDS,
+    COUNT_FIELDS_INT,
+    DEFAULT_QUANTILES,
+    PER_FEATURE,
+    STATE_FIELDS,
+    TARGET_FIELDS,
+    quantile_label,
 )
-
-#: Fields holding the quantile sketch's internal state: in user outputs only when asked for (``states=True``).
-STATE_FIELDS = ("sketch_counts", "sketch_extrema")
-
-#: Per-(feature, class) arrays of the per-class moments.
-CLASS_FIELDS = ("class_count", "class_mean", "class_m2")
-
-#: Per-feature co-moments with a continuous target (``describe(x, target=y)``).
-TARGET_FIELDS = ("target_count", "target_mean", "target_m2", "target_x_m2", "target_comoment")
-
-#: Variables that :meth:`Summary.to_xarray` stores as int64 counts.
-COUNT_FIELDS_INT = (
-    "count", "nan_count", "posinf_count", "neginf_count", "class_count", "target_count",
-    "hist_counts", "underflow", "overflow", "joint_counts", "sketch_counts", "quantile_counts",
-)
-
-
-#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
-DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-
-#: Result names of the built-in statistics (anything else in describe's results is a user's).
-BUILT_IN_RESULTS = frozenset({
-    "moments", "cov", "hist", "mi", "class_moments", "sketch", "qhist", "target_moments", "target_sketch",
-})
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,7 +251,7 @@ class Summary:
             ``count``, ``mean``, ``var`` (feature, group) and, with histograms,
             ``hist_counts`` (feature, bin, group) and ``hist_edges``.
         """
-        from daskbatch.summary_xarray import group_dataset
+        from daskbatch.summary.dataset import group_dataset
 
         return group_dataset(self)
 
@@ -369,7 +350,7 @@ class Summary:
         """
         import pandas as pd
 
-        from daskbatch.summary_extra import user_variables
+        from daskbatch.summary.user_results import user_variables
 
         columns = {name: getattr(self, name) for name in PER_FEATURE}
         for name in ("count", "nan_count", "posinf_count", "neginf_count"):
@@ -397,7 +378,7 @@ class Summary:
         ``long_name``, ``units`` where the statistic has its own (``"1"`` for
         counts, ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
         (``ddof``, ``bias``); counts are int64. The provenance becomes one
-        dataset attribute per key (see :mod:`daskbatch.summary_attrs`).
+        dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
 
         Parameters
         ----------
@@ -413,7 +394,7 @@ class Summary:
         xarray.Dataset
             The statistics.
         """
-        from daskbatch.summary_xarray import summary_to_xarray
+        from daskbatch.summary.dataset import summary_to_xarray
 
         return summary_to_xarray(self, states=states, quantiles=quantiles)
 
@@ -450,9 +431,11 @@ class Summary:
         Summary
             The summary.
         """
-        from daskbatch.summary_results import summary_from_results
+        from daskbatch.summary.results import fields_from_results
 
-        return summary_from_results(feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow, states=states)
+        return cls(**fields_from_results(
+            feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow, states=states,
+        ))
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:
@@ -468,9 +451,9 @@ class Summary:
         Summary
             The summary.
         """
-        from daskbatch.summary_xarray import summary_from_xarray
+        from daskbatch.summary.dataset import fields_from_xarray
 
-        return summary_from_xarray(ds)
+        return cls(**fields_from_xarray(ds))
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
         """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
@@ -495,18 +478,12 @@ class Summary:
         daskbatch.io.outputs.OutputError
             Before anything is written, with a message naming the path.
         """
-        from daskbatch.summary_store import save_summary
+        from daskbatch.summary.store import save_summary
 
         return save_summary(self, path, overwrite=overwrite)
 
     def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
-        """Add ``new_rows`` to this summary: what describe gives on all the rows together.
-
-        ``new_rows`` are described with this summary's settings (statistics,
-        bins, ddof, ...) and, for histograms, its ranges, and the states are
-        merged (see :func:`daskbatch.merge`). ``options`` go to
-        :func:`daskbatch.describe` (``progress``, ``device``, ``checkpoint``,
-        ``classes``, ...), but not those that change the statistics.
+        """Add ``new_rows`` to this summary (deprecated: use :func:`daskbatch.update`).
 
         Parameters
         ----------
@@ -520,8 +497,14 @@ class Summary:
         Returns
         -------
         Summary
-            A new summary; this one is unchanged.
+            ``daskbatch.update(self, new_rows, label, **options)``.
         """
+        warnings.warn(
+            "Summary.update is deprecated and goes in the next release: use daskbatch.update(summary, new_rows, ...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # The one upward import left: a deprecated alias (tests/test_layering.py lists it).
         from daskbatch.incremental import update
 
         return update(self, new_rows, label, **options)
@@ -543,7 +526,7 @@ class Summary:
         dict
             JSON-able.
         """
-        from daskbatch.summary_extra import user_variables
+        from daskbatch.summary.user_results import user_variables
 
         out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
         for f in dataclasses.fields(self):
@@ -564,7 +547,7 @@ class Summary:
     def plot(self) -> Any:
         """Give the figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
 
-        Each returns a matplotlib Figure (see :mod:`daskbatch.plotting`);
+        Each returns a matplotlib Figure (see :mod:`daskbatch.summary.plotting`);
         ``summary.plot("corr")`` picks one by kind.
 
         Returns
@@ -572,39 +555,20 @@ class Summary:
         SummaryPlot
             The plots of this summary.
         """
-        from daskbatch.plotting import SummaryPlot
+        from daskbatch.summary.plotting import SummaryPlot
 
         return SummaryPlot(self)
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
-        from daskbatch.reprs import summary_text
+        from daskbatch.summary.reprs import summary_text
 
         return summary_text(self)
 
     def _repr_html_(self) -> str:
-        from daskbatch.reprs import summary_html
+        from daskbatch.summary.reprs import summary_html
 
         return summary_html(self)
-
-
-def quantile_label(q: float) -> str:
-    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``).
-
-    Parameters
-    ----------
-    q : float
-        The probability.
-
-    Returns
-    -------
-    str
-        The label.
-    """
-    if q == 0.5:
-        return "median"
-    pct = round(100 * q, 6)
-    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
 
 
 def _json_values(a: np.ndarray) -> Any:
@@ -613,27 +577,3 @@ def _json_values(a: np.ndarray) -> Any:
         return a.tolist()
     flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
     return np.array(flat, dtype=object).reshape(a.shape).tolist()
-
-
-def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:
-    """Read a summary written by :meth:`Summary.save` (see :func:`daskbatch.summary_store.load_summary`).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The summary's store.
-    statistics : sequence of statistics, optional
-        Your own statistics that made the summary: their saved states are
-        read (so it can be merged and updated) and ``extra`` holds their own
-        results. Without them ``extra`` holds the saved results as arrays
-        (a dict of arrays for a result with fields). Nothing named in the
-        file is ever imported.
-
-    Returns
-    -------
-    Summary
-        The summary, with its states when it was saved with them.
-    """
-    from daskbatch.summary_store import load_summary as load
-
-    return load(path, statistics=statistics)

@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import ValueWise, block_namespace, digest, names_differ, origin_of
+from daskbatch.transforms.steps._common import (
+    ValueWise,
+    block_namespace,
+    digest,
+    names_differ,
+    origin_of,
+)
 
 __all__ = ["Clip", "Project", "Select", "clip", "project", "select"]
 
@@ -284,7 +290,7 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
     ----------
     pca_or_summary : PCA or Summary
         A fitted :class:`~daskbatch.PCA`, or a summary with a covariance (then
-        ``n_components`` is required and :func:`daskbatch.pca` fits it).
+        ``n_components`` is required and :func:`daskbatch.transforms.pca` fits it).
     n_components : int, optional
         Components to keep; required with a summary.
 
@@ -299,6 +305,6 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
         return Project(pca_or_summary)
     if n_components is None:
         raise TypeError("project(summary, n_components): give the number of components")
-    from daskbatch.pca import pca
+    from daskbatch.transforms.pca import pca
 
     return Project(pca(pca_or_summary, n_components), origin=origin_of(pca_or_summary))

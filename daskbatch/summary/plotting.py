@@ -274,7 +274,7 @@ def _outside_note(summary: Any, i: int) -> str:
     under, over = int(summary.underflow[i]), int(summary.overflow[i])
     if not (under or over):
         return ""
-    from daskbatch.reprs import format_percent
+    from daskbatch.summary.reprs import format_percent
 
     total = max(int(summary.count[i]), 1)
     return f"outside range: {under:,} below, {over:,} above ({format_percent((under + over) / total)})"
@@ -427,12 +427,12 @@ class SummaryPlot:
         self._summary = summary
 
     def correlation(self, **kwargs: Any) -> Any:
-        """Draw the correlation heat map; see :func:`daskbatch.plotting.correlation`.
+        """Draw the correlation heat map; see :func:`daskbatch.summary.plotting.correlation`.
 
         Parameters
         ----------
         **kwargs
-            Passed to :func:`~daskbatch.plotting.correlation`.
+            Passed to :func:`~daskbatch.summary.plotting.correlation`.
 
         Returns
         -------
@@ -442,14 +442,14 @@ class SummaryPlot:
         return correlation(self._summary, **kwargs)
 
     def histograms(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the histograms; see :func:`daskbatch.plotting.histograms`.
+        """Draw the histograms; see :func:`daskbatch.summary.plotting.histograms`.
 
         Parameters
         ----------
         features : sequence of str or int, optional
             Names or indices.
         **kwargs
-            Passed to :func:`~daskbatch.plotting.histograms`.
+            Passed to :func:`~daskbatch.summary.plotting.histograms`.
 
         Returns
         -------
@@ -459,12 +459,12 @@ class SummaryPlot:
         return histograms(self._summary, features, **kwargs)
 
     def mi(self, **kwargs: Any) -> Any:
-        """Draw the mutual information bars; see :func:`daskbatch.plotting.mi`.
+        """Draw the mutual information bars; see :func:`daskbatch.summary.plotting.mi`.
 
         Parameters
         ----------
         **kwargs
-            Passed to :func:`~daskbatch.plotting.mi`.
+            Passed to :func:`~daskbatch.summary.plotting.mi`.
 
         Returns
         -------
@@ -474,14 +474,14 @@ class SummaryPlot:
         return mi(self._summary, **kwargs)
 
     def quantiles(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the quantile boxes; see :func:`daskbatch.plotting.quantiles`.
+        """Draw the quantile boxes; see :func:`daskbatch.summary.plotting.quantiles`.
 
         Parameters
         ----------
         features : sequence of str or int, optional
             Names or indices.
         **kwargs
-            Passed to :func:`~daskbatch.plotting.quantiles`.
+            Passed to :func:`~daskbatch.summary.plotting.quantiles`.
 
         Returns
         -------

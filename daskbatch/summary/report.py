@@ -1,6 +1,6 @@
 """The plain-text report of a :class:`~daskbatch.Summary` that ``describe`` and ``demo`` print.
 
-Its table is the text repr's (:func:`daskbatch.reprs.summary_text`), which the
+Its table is the text repr's (:func:`daskbatch.summary.reprs.summary_text`), which the
 notebook's HTML shares: the same warnings (constant, outside the histogram
 range, NaN-heavy), the same quantile columns and one number format per
 column with thousands separators. The report adds the strongest correlations
@@ -29,7 +29,7 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str
     str
         The report.
     """
-    from daskbatch.reprs import format_column, summary_text
+    from daskbatch.summary.reprs import format_column, summary_text
 
     lines = [summary_text(summary, rows=max_features)]
     pairs = summary.top_correlated(top)

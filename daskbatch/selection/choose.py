@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch import scores as _scores
-from daskbatch.selection import Selection, load_selection
+from daskbatch.selection import scores as _scores
+from daskbatch.selection.record import Selection, load_selection
 
 __all__ = ["SCORES", "MODES", "Selection", "load_selection", "select"]
 

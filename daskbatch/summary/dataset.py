@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch.summary import (
+from daskbatch.summary.fields import (
     CLASS_FIELDS,
     COUNT_FIELDS_INT,
     DEFAULT_QUANTILES,
     PER_FEATURE,
     TARGET_FIELDS,
-    Summary,
 )
-from daskbatch.summary_extra import results_from_variables, user_variables
+from daskbatch.summary.user_results import results_from_variables, user_variables
 
-__all__ = ["group_dataset", "summary_from_xarray", "summary_to_xarray"]
+if TYPE_CHECKING:
+    from daskbatch.summary.record import Summary
+
+__all__ = ["group_dataset", "fields_from_xarray", "summary_to_xarray"]
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
@@ -29,11 +31,11 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     ``bin_centre`` (feature, bin) holds the centre of every bin and
     ``quantiles`` (feature, quantile) the values of :meth:`Summary.quantile`.
     A user's statistics' results are variables named after them (see
-    :mod:`daskbatch.summary_extra`). Variables carry ``long_name``,
+    :mod:`daskbatch.summary.user_results`). Variables carry ``long_name``,
     ``units`` where the statistic has its own (``"1"`` for counts,
     ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
     (``ddof``, ``bias``); counts are int64. The provenance becomes one
-    dataset attribute per key (see :mod:`daskbatch.summary_attrs`).
+    dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
 
     Parameters
     ----------
@@ -42,7 +44,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     states : bool, default False
         Also the quantile sketch's buckets (``sketch_counts``, dimension
         ``sketch_slot``, and ``sketch_extrema``, dimension ``extreme``): the
-        internal state quantiles are read from, which :func:`summary_from_xarray`
+        internal state quantiles are read from, which :func:`fields_from_xarray`
         needs to answer any other probability. Many times the size of the
         results on wide data, so left out by default.
     quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
@@ -55,7 +57,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     """
     import xarray as xr
 
-    from daskbatch.summary_attrs import FORMAT, count_array, encode_provenance, variable_attrs
+    from daskbatch.summary.attrs import FORMAT, count_array, encode_provenance, variable_attrs
 
     def var(dims: Any, name: str, values: Any) -> Any:
         """Build the variable ``name`` with its attributes (counts as int64).
@@ -144,8 +146,8 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def summary_from_xarray(ds: Any) -> Summary:
-    """Rebuild a summary from :meth:`Summary.to_xarray`'s dataset.
+def fields_from_xarray(ds: Any) -> dict[str, Any]:
+    """Read a summary's fields back from :meth:`Summary.to_xarray`'s dataset.
 
     Parameters
     ----------
@@ -154,8 +156,8 @@ def summary_from_xarray(ds: Any) -> Summary:
 
     Returns
     -------
-    Summary
-        The summary.
+    dict
+        The summary's fields, for ``Summary(**fields)``.
     """
     def get(name: str) -> np.ndarray | None:
         """Read variable ``name`` if the dataset has it.
@@ -172,7 +174,7 @@ def summary_from_xarray(ds: Any) -> Summary:
         """
         return np.asarray(ds[name].values) if name in ds else None
 
-    from daskbatch.summary_attrs import COUNT_FIELDS, decode_provenance
+    from daskbatch.summary.attrs import COUNT_FIELDS, decode_provenance
 
     kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
     for name in (
@@ -190,7 +192,7 @@ def summary_from_xarray(ds: Any) -> Summary:
         kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
     elif kwargs["joint_counts"] is not None:  # written before the coordinate existed: 0..K-1
         kwargs["classes"] = np.arange(kwargs["joint_counts"].shape[2], dtype=np.int64)
-    return Summary(
+    return dict(
         feature_names=tuple(str(f) for f in ds["feature"].values),
         cov_count=None if cov_count is None else int(cov_count),
         provenance=decode_provenance(dict(ds.attrs)),
@@ -215,7 +217,7 @@ def group_dataset(summary: Summary) -> Any:
     """
     import xarray as xr
 
-    from daskbatch.summary_attrs import count_array
+    from daskbatch.summary.attrs import count_array
 
     if summary.groups is None or summary.group_count is None:
         raise ValueError("this summary has no groups: describe(x, groups=g)")

@@ -1,4 +1,4 @@
-"""Summaries on disk: :func:`save_summary` (checked, staged, renamed into place) and :func:`load_summary`."""
+"""A summary back from disk: :func:`load_summary` of what :meth:`Summary.save` wrote."""
 
 from __future__ import annotations
 
@@ -6,68 +6,9 @@ import dataclasses
 import os
 from typing import Any
 
-from daskbatch.summary import Summary
+from daskbatch.summary.record import Summary
 
-__all__ = ["load_summary", "save_summary"]
-
-
-def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-    """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to write.
-    path : str or path
-        The store to create. An existing summary there is replaced once the
-        new one is completely written; anything else is refused.
-    overwrite : bool, default False
-        Also replace a path that is not a daskbatch summary. The summary's
-        own input store (``provenance["path"]``) and tiled covariance are
-        never written over, into, or replaced as part of a parent directory.
-
-    Returns
-    -------
-    str
-        ``path``.
-
-    Raises
-    ------
-    daskbatch.io.outputs.OutputError
-        Before anything is written, with a message naming the path.
-    """
-    from daskbatch.io.outputs import MARKER, check_output, write_output
-    from daskbatch.io.summary_states import check_savable, results_digest, write_states
-
-    tiled = summary.provenance.get("tiled_cov") or {}
-    protected = {
-        "the summary's input store": summary.provenance.get("path"),
-        "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
-    }
-    for i, source in enumerate(summary.provenance.get("sources") or ()):  # a merged summary's inputs
-        if isinstance(source, dict):
-            protected[f"input store {i} of the merged summary"] = source.get("path")
-    if summary.states is not None:
-        check_savable(summary.states)  # before anything is written
-    target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
-    # The sketch's buckets are saved (quantiles at any probability after loading), the default table of quantiles not.
-    ds = summary.to_xarray(states=True, quantiles=())
-    results = results_digest(ds)
-    ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
-
-    def write(tmp: str) -> None:
-        """Write the dataset (and the states) to the temporary path ``tmp``.
-
-        Parameters
-        ----------
-        tmp : str
-            The temporary path.
-        """
-        ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
-        if summary.states is not None:
-            write_states(tmp, summary.states, results)
-
-    return write_output(target, write)
+__all__ = ["load_summary"]
 
 
 def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:
@@ -140,12 +81,3 @@ def _check_is_summary(where: str) -> None:
             f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
             "or give a path written by Summary.save / describe --out"
         )
-
-
-def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
-    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
-    from zarr.codecs import ZstdCodec
-
-    from daskbatch.io.integrity import checksummed
-
-    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}

@@ -30,7 +30,7 @@ from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
-from daskbatch.steps import Step, apply_all, bind_all
+from daskbatch.transforms.steps import Step, apply_all, bind_all
 
 __all__ = ["transform"]
 
@@ -184,7 +184,7 @@ def transform(
     dataset : path, Dataset, dask or NumPy array
         The (samples x features) input; a store's label array is carried through.
     steps : sequence of steps
-        From :mod:`daskbatch.steps` (``select``, ``standardize``, ``clip``,
+        From :mod:`daskbatch.transforms.steps` (``select``, ``standardize``, ``clip``,
         ``project``), applied in order.
     out : str or os.PathLike
         Local path of the output store: ``X`` (rows x output features), ``y``
@@ -230,7 +230,7 @@ def transform(
     data = as_feature_matrix(dataset)
     steps = list(steps)
     if not steps:
-        raise ValueError("transform needs at least one step (see daskbatch.steps)")
+        raise ValueError("transform needs at least one step (see daskbatch.transforms.steps)")
     bound, names = bind_all(steps, data.feature_names)
     # The steps on an empty host block: output width and dtype without touching the data.
     probe = apply_all(bound, np.zeros((1, len(data.feature_names)), dtype=data.x.dtype))

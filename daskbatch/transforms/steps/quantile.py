@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import PerFeature, block_namespace, digest, origin_of
+from daskbatch.transforms.steps._common import PerFeature, block_namespace, digest, origin_of
 
 __all__ = ["QuantileTransform", "quantile_transform"]
 

@@ -8,12 +8,12 @@ import numpy as np
 
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.mutual_info import mutual_information
-from daskbatch.summary import BUILT_IN_RESULTS, Summary
+from daskbatch.summary.fields import BUILT_IN_RESULTS
 
-__all__ = ["summary_from_results"]
+__all__ = ["fields_from_results"]
 
 
-def summary_from_results(
+def fields_from_results(
     feature_names: tuple[str, ...],
     results: dict[str, Any],
     provenance: dict[str, Any],
@@ -21,7 +21,7 @@ def summary_from_results(
     mi_base: Any = "e",
     miller_madow: bool = False,
     states: dict[str, Any] | None = None,
-) -> Summary:
+) -> dict[str, Any]:
     """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
 
     Parameters
@@ -41,8 +41,8 @@ def summary_from_results(
 
     Returns
     -------
-    Summary
-        The summary.
+    dict
+        The summary's fields, for ``Summary(**fields)``.
     """
     m = results["moments"]
     kwargs: dict[str, Any] = {}
@@ -90,7 +90,7 @@ def summary_from_results(
     extra = {name: r for name, r in results.items() if name not in BUILT_IN_RESULTS}
     if extra:
         provenance["user_statistics"] = sorted(extra)
-    return Summary(
+    return dict(
         feature_names=tuple(feature_names), extra=extra,
         count=m.count, nan_count=m.nan_count, posinf_count=m.posinf_count,
         neginf_count=m.neginf_count, mean=m.mean, var=m.var, std=m.std, skew=m.skew,

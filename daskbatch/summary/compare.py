@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.io.outputs import check_output, write_json
-from daskbatch.summary import Summary
+from daskbatch.summary.record import Summary
 
 __all__ = ["PSI_FLOOR", "Drift", "compare"]
 

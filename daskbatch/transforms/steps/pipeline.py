@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import Step
+from daskbatch.transforms.steps._common import Step
 
 __all__ = ["apply_all", "bind_all"]
 
@@ -31,7 +31,7 @@ def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], t
     current = tuple(str(n) for n in names)
     for k, step in enumerate(steps):
         if not all(hasattr(step, a) for a in ("bind", "apply", "output_features", "describe")):
-            raise TypeError(f"step {k} ({step!r}) is not a transform step (see daskbatch.steps)")
+            raise TypeError(f"step {k} ({step!r}) is not a transform step (see daskbatch.transforms.steps)")
         b = step.bind(current)
         current = b.output_features(current)
         bound.append(b)

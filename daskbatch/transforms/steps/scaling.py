@@ -8,7 +8,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.steps._common import PerFeature, ValueWise, block_namespace, digest, origin_of, short
+from daskbatch.transforms.steps._common import (
+    PerFeature,
+    ValueWise,
+    block_namespace,
+    digest,
+    origin_of,
+    short,
+)
 
 __all__ = ["Impute", "Log1p", "Rescale", "Standardize", "impute", "log1p", "minmax", "robust", "standardize"]
 
