@@ -18,7 +18,9 @@ from types import ModuleType
 from typing import Any
 
 #: Old module path -> new module path (removed one release after the move).
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "daskbatch.planning.explain": "daskbatch.planning.plan",  # Plan and its explanation, one module
+}
 
 
 class _MovedLoader(importlib.abc.Loader):
