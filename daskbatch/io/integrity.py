@@ -147,7 +147,7 @@ def max_chunks() -> int:
     return limit
 
 
-def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
+def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> int:
     """Refuse ``arr`` when its chunk grid (or ``blocks`` dask blocks) exceeds ``daskbatch.max-chunks``.
 
     Only arithmetic on the metadata: runs before anything lists, enumerates or
@@ -160,6 +160,11 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
         The array to check.
     blocks : int, optional
         Dask blocks a reader would build over it (checked against the same limit).
+
+    Returns
+    -------
+    int
+        The array's chunk count, within the limit.
 
     Raises
     ------
@@ -179,6 +184,7 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
             f"reading {array_label(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
             "ask for more rows per block (chunks=...)"
         )
+    return n
 
 
 def max_features() -> int:
@@ -252,8 +258,7 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     compared with it only after :func:`check_chunk_count` has bounded the grid.
     A sharded array also costs one read of each stored shard's index.
     """
-    check_chunk_count(arr)
-    if chunk_count(arr) == 0:
+    if check_chunk_count(arr) == 0:
         return []
     return absent_positions(arr, stored_keys(arr))
 
