@@ -38,6 +38,7 @@ MOVED: dict[str, str] = {
     "daskbatch.steps.pipeline": "daskbatch.transforms.steps.pipeline",
     "daskbatch.steps.quantile": "daskbatch.transforms.steps.quantile",
     "daskbatch.steps.scaling": "daskbatch.transforms.steps.scaling",
+    "daskbatch.planning.explain": "daskbatch.planning.plan",  # Plan and its explanation, one module
 }
 
 

@@ -63,3 +63,11 @@ class GPUFallbackWarning(UserWarning):
 
 class SubmitError(OSError):
     """The batch system refused a worker job (``sbatch``/``qsub`` failed); the message is its own."""
+
+
+class BatchError(RuntimeError):
+    """``map_batches``'s function failed on a batch; the message names its rows (chained to the original error)."""
+
+
+class FlaggedRowsWarning(UserWarning):
+    """``map_batches(on_error="flag")`` flagged rows that failed; their output is NaN."""

@@ -20,18 +20,17 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from daskbatch.engine.blockrun import DEVICES, run_blocks
-from daskbatch.map_batches import (
-    BatchError,
-    FlaggedRowsWarning,
+from daskbatch.engine._batch_calls import (
     Misuse,
     Ranges,
     bisect,
+    merged_ranges,
     on_error_modes,
+    rows_text,
+    warn_flagged,
 )
-from daskbatch.map_batches import _merged as merged
-from daskbatch.map_batches import _rows_text as rows_text
-from daskbatch.map_batches import _warn_flagged as warn_flagged
+from daskbatch.engine.blockrun import DEVICES, run_blocks
+from daskbatch.errors import BatchError, FlaggedRowsWarning
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_items"]
 
@@ -172,7 +171,7 @@ def map_items(
         values, ranges = done[i]
         flagged.extend((a + len(results), b + len(results)) for a, b in ranges)
         results.extend(values)
-    warn_flagged(merged(flagged), runner.name, noun="items")
+    warn_flagged(merged_ranges(flagged), runner.name, noun="items")
     return results
 
 

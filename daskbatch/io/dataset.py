@@ -21,12 +21,8 @@ from dask.utils import format_bytes
 
 from daskbatch._warnings import warn
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import (
-    array_label,
-    check_chunk_count,
-    check_feature_count,
-    storage_chunks,
-)
+from daskbatch.io.chunk_grid import array_label, storage_chunks
+from daskbatch.io.integrity import check_chunk_count, check_feature_count
 from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
 from daskbatch.io.zarr_nodes import (
     INGEST_ATTR,

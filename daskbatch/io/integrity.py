@@ -1,17 +1,12 @@
-"""Find missing and corrupt chunks of a Zarr array, and name them in errors.
+"""Whether a Zarr array's chunks can be trusted: who wrote it, how many chunks it claims, which are missing, and reads that name the chunk that fails.
 
 Zarr returns the fill value for a chunk that is absent from the store, so a
 summary of a store with lost chunks would silently include invented rows.
-:func:`missing_chunks` lists the absent chunks by comparing the keys the
-array should have with the keys the store holds.  :class:`BlockReader` reads
-blocks for dask and turns a decode failure into a :class:`~daskbatch.errors.DataError`
-that names the array, the chunk key and its grid position, chained to the codec
-error.
-
-For a sharded array a whole shard (one object in the store) or an inner chunk
-inside it can be absent: :func:`missing_chunks` reads the index of every
-stored shard (zarr's own decoding of it) and lists absent chunks in the grid
-of inner chunks, which is the unit zarr fills.
+:func:`missing_chunks` lists the absent chunks (from one store listing and
+each stored shard's index, :mod:`daskbatch.io.chunk_grid`).  :class:`BlockReader`
+reads blocks for dask and turns a decode failure into a
+:class:`~daskbatch.errors.DataError` that names the array, the chunk key and
+its grid position, chained to the codec error.
 
 Whether an absent chunk is data lost or the fill value is the writer's call.
 Zarr, xarray and dask leave out every chunk that holds only the fill value
@@ -26,25 +21,37 @@ grid or builds a graph over it, so a store that claims 10^15 rows with no data
 behind them fails at once instead of exhausting memory.  Stores that daskbatch
 writes carry a CRC-32C checksum on every chunk (:func:`checksummed`), so a
 flipped byte fails the read instead of changing the numbers;
-:func:`verify_store` decodes every chunk of a store and reports what is wrong.
+:func:`daskbatch.io.verify.verify_store` decodes every chunk of a store and
+reports what is wrong.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
+import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dask.config
 import numpy as np
 import zarr
 
 from daskbatch.errors import DataError
+from daskbatch.io.chunk_grid import (
+    absent_name,
+    absent_positions,
+    array_label,
+    chunk_count,
+    chunk_key,
+    shard_maps,
+    storage_chunks,
+    stored_keys,
+)
 
-if TYPE_CHECKING:
-    from daskbatch.io.verify import VerifyReport
-
+# absent_name, absent_positions, chunk_key, shard_maps and storage_chunks live in
+# daskbatch.io.chunk_grid; they stay importable from here, as before the split.
 __all__ = [
     "WRITES_EVERY_CHUNK",
     "BlockReader",
@@ -59,7 +66,6 @@ __all__ = [
     "missing_chunks",
     "shard_maps",
     "storage_chunks",
-    "verify_store",
     "writes_every_chunk",
 ]
 
@@ -141,23 +147,7 @@ def max_chunks() -> int:
     return limit
 
 
-def chunk_count(arr: zarr.Array) -> int:
-    """Count the stored objects (chunks, or shards when sharded) ``arr``'s metadata describes.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    int
-        The number of stored objects.
-    """
-    return math.prod(_grid(arr))
-
-
-def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
+def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> int:
     """Refuse ``arr`` when its chunk grid (or ``blocks`` dask blocks) exceeds ``daskbatch.max-chunks``.
 
     Only arithmetic on the metadata: runs before anything lists, enumerates or
@@ -170,6 +160,11 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
         The array to check.
     blocks : int, optional
         Dask blocks a reader would build over it (checked against the same limit).
+
+    Returns
+    -------
+    int
+        The array's chunk count, within the limit.
 
     Raises
     ------
@@ -189,6 +184,7 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> None:
             f"reading {array_label(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
             "ask for more rows per block (chunks=...)"
         )
+    return n
 
 
 def max_features() -> int:
@@ -235,91 +231,6 @@ def check_feature_count(arr: zarr.Array) -> None:
         )
 
 
-def verify_store(path_or_url: Any, **kwargs: Any) -> VerifyReport:
-    """Decode and check every chunk of every array in a store; see :func:`daskbatch.io.verify.verify_store`.
-
-    Parameters
-    ----------
-    path_or_url : str, os.PathLike or zarr.Group
-        The store.
-    **kwargs
-        Passed to :func:`daskbatch.io.verify.verify_store`.
-
-    Returns
-    -------
-    VerifyReport
-        Every problem found.
-    """
-    from daskbatch.io.verify import verify_store as _verify
-
-    return _verify(path_or_url, **kwargs)
-
-
-def storage_chunks(arr: zarr.Array) -> tuple[int, ...]:
-    """Give the shape of one stored object of ``arr``: the shard if sharded, else the chunk.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    tuple of int
-        The shape.
-    """
-    return tuple(arr.shards or arr.chunks)
-
-
-def _grid(arr: zarr.Array) -> tuple[int, ...]:
-    return tuple(
-        math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, storage_chunks(arr), strict=True)
-    )
-
-
-def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """Give the store key of the chunk at grid position ``coords``, relative to the store root.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    coords : tuple of int
-        The chunk's position in the chunk grid.
-
-    Returns
-    -------
-    str
-        The key.
-    """
-    key = arr.metadata.encode_chunk_key(tuple(int(c) for c in coords))
-    prefix = arr.path.strip("/")
-    return f"{prefix}/{key}" if prefix else key
-
-
-def _store_label(arr: zarr.Array) -> str:
-    """A short readable name for the store holding ``arr`` (path or URL)."""
-    store = arr.store
-    root = getattr(store, "root", None) or getattr(store, "path", None)
-    return str(root) if root is not None else repr(store)
-
-
-def array_label(arr: zarr.Array) -> str:
-    """Name ``arr`` for messages.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``array '<path>' in '<store>'``.
-    """
-    return f"array {arr.path or '/'!r} in {_store_label(arr)!r}"
-
-
 def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     """Grid positions of chunks of ``arr`` that are absent from its store.
 
@@ -347,135 +258,9 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     compared with it only after :func:`check_chunk_count` has bounded the grid.
     A sharded array also costs one read of each stored shard's index.
     """
-    check_chunk_count(arr)
-    if math.prod(_grid(arr)) == 0:
+    if check_chunk_count(arr) == 0:
         return []
-    return absent_positions(arr, _stored_keys(arr))
-
-
-def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]]:
-    """Grid positions of the chunks of ``arr`` absent from ``present`` (a listing), as :func:`missing_chunks`.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array, its chunk count already checked.
-    present : set of str
-        The keys stored under the array, relative to it.
-
-    Returns
-    -------
-    list of tuple of int
-        Sorted positions in the grid of ``arr.chunks``.
-    """
-    grid = _grid(arr)
-    absent: list[tuple[int, ...]] = []
-    stored: list[tuple[int, ...]] = []
-    for coords in itertools.product(*(range(g) for g in grid)):
-        pos = tuple(int(c) for c in coords)
-        (stored if arr.metadata.encode_chunk_key(pos) in present else absent).append(pos)
-    if not arr.shards:
-        return absent
-    per = _chunks_per_shard(arr)
-    inner = [tuple(s * p + i for s, p, i in zip(shard, per, local, strict=True))
-             for shard in absent for local in itertools.product(*(range(p) for p in per))]
-    for shard, full in zip(stored, shard_maps(arr, stored), strict=True):
-        inner.extend(
-            tuple(int(s * p + i) for s, p, i in zip(shard, per, local, strict=True))
-            for local in zip(*np.nonzero(~full), strict=True)
-        )
-    bounds = _inner_grid(arr)
-    return sorted(c for c in inner if all(i < b for i, b in zip(c, bounds, strict=True)))
-
-
-def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
-    """Inner chunks along each axis of one shard."""
-    return tuple(s // c for s, c in zip(storage_chunks(arr), arr.chunks, strict=True))
-
-
-def _inner_grid(arr: zarr.Array) -> tuple[int, ...]:
-    """The grid of ``arr.chunks`` (inner chunks when sharded)."""
-    return tuple(math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, arr.chunks, strict=True))
-
-
-def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarray]:
-    """Read the index of each stored shard: which inner chunks it holds.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        A sharded array.
-    shards : list of tuple of int
-        Positions of shards present in the store.
-
-    Returns
-    -------
-    list of numpy.ndarray
-        One boolean array of shape chunks-per-shard each: True where the
-        index gives the inner chunk an offset (absent chunks have 2**64-1).
-    """
-    import asyncio
-
-    from zarr.codecs import ShardingCodec
-    from zarr.core.sync import sync
-
-    codec = next(c for c in arr.metadata.codecs if isinstance(c, ShardingCodec))  # type: ignore[union-attr]
-    per = _chunks_per_shard(arr)
-
-    async def _one(shard: tuple[int, ...]) -> np.ndarray:
-        # zarr exposes no public reader of a shard's index; this is the one its
-        # own partial reads use (it decodes the index with the index codecs).
-        index = await codec._load_shard_index_maybe(
-            arr.store_path / arr.metadata.encode_chunk_key(shard), per
-        )
-        if index is None:  # vanished since the listing: nothing in it is stored
-            return np.zeros(per, dtype=bool)
-        return np.asarray(index.get_full_chunk_map(), dtype=bool)
-
-    async def _all() -> list[np.ndarray]:
-        return list(await asyncio.gather(*(_one(s) for s in shards)))
-
-    return sync(_all()) if shards else []
-
-
-def absent_name(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """Name an absent chunk at ``coords`` of the grid of ``arr.chunks``: its key, or its shard's key and place.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    coords : tuple of int
-        A position as :func:`missing_chunks` gives it.
-
-    Returns
-    -------
-    str
-        ``X/c/3/0``, or ``inner chunk (1, 0) of shard X/c/1/0`` when sharded.
-    """
-    if not arr.shards:
-        return chunk_key(arr, coords)
-    per = _chunks_per_shard(arr)
-    shard = tuple(c // p for c, p in zip(coords, per, strict=True))
-    local = tuple(c % p for c, p in zip(coords, per, strict=True))
-    return f"inner chunk {local} of shard {chunk_key(arr, shard)}"
-
-
-def _stored_keys(arr: zarr.Array) -> set[str]:
-    """Keys under ``arr``'s prefix, relative to it (one store listing)."""
-    # zarr 3 stores only list asynchronously; zarr's own ``sync`` runs the coroutine
-    # on zarr's event loop, which async fsspec file systems are bound to.
-    from zarr.core.sync import sync
-
-    prefix = arr.store_path.path.strip("/")
-
-    async def _collect() -> set[str]:
-        keys = set()
-        async for key in arr.store_path.store.list_prefix(prefix + "/" if prefix else ""):
-            keys.add(key[len(prefix) + 1 :] if prefix else key)
-        return keys
-
-    return sync(_collect())
+    return absent_positions(arr, stored_keys(arr))
 
 
 class BlockReader:
@@ -540,3 +325,17 @@ class BlockReader:
         raise DataError(
             f"cannot read rows {sel[0]} of {array_label(self.arr)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def __getattr__(name: str) -> Any:
+    """Serve ``verify_store``, moved to :mod:`daskbatch.io.verify`, for one release with a DeprecationWarning."""
+    if name != "verify_store":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "daskbatch.io.integrity.verify_store moved to daskbatch.io.verify.verify_store; import it from there "
+        "(the old name goes in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    # Looked up by name, not imported: daskbatch.io.verify sits above this module and imports it.
+    return importlib.import_module("daskbatch.io.verify").verify_store

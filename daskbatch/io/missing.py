@@ -21,7 +21,8 @@ from typing import Any, Literal
 import zarr
 
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import absent_name, array_label, missing_chunks, writes_every_chunk
+from daskbatch.io.chunk_grid import absent_name, array_label
+from daskbatch.io.integrity import missing_chunks, writes_every_chunk
 
 __all__ = ["MISSING_POLICIES", "Missing", "MissingPolicy", "find_missing", "row_blocks"]
 

@@ -36,16 +36,16 @@ from typing import Any, Literal
 
 import zarr
 
-from daskbatch.io.integrity import (
-    _grid,
-    _stored_keys,
+from daskbatch.io.chunk_grid import (
     absent_name,
     absent_positions,
-    check_chunk_count,
+    chunk_grid,
     chunk_key,
     storage_chunks,
-    writes_every_chunk,
+    stored_keys,
 )
+from daskbatch.io.integrity import check_chunk_count, writes_every_chunk
+from daskbatch.io.zarr_nodes import group_arrays, open_node
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 
@@ -200,8 +200,6 @@ class VerifyReport:
 def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
     if isinstance(root, zarr.Array):
         return [root]
-    from daskbatch.io.zarr_nodes import group_arrays
-
     return sorted((node for _, node in group_arrays(root)), key=lambda a: a.path)
 
 
@@ -341,8 +339,6 @@ def verify_store(
         No store there, or an array with more chunks than ``daskbatch.max-chunks``
         (checked for every array, from the metadata, before any chunk is read).
     """
-    from daskbatch.io.zarr_nodes import open_node
-
     root, where = open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     arrays = _arrays(root)
@@ -356,8 +352,8 @@ def verify_store(
     report = VerifyReport(path=str(where))
     with ThreadPoolExecutor(n_threads, thread_name_prefix="daskbatch-verify") as pool:
         for arr in arrays:
-            grid = _grid(arr)
-            present = _stored_keys(arr)
+            grid = chunk_grid(arr)
+            present = stored_keys(arr)
             own = writes_every_chunk(arr, group_attrs)
             to_decode = [
                 pos

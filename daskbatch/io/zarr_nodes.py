@@ -14,11 +14,8 @@ import zarr
 from dask.utils import parse_bytes
 
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import (
-    WRITES_EVERY_CHUNK,
-    BlockReader,
-    storage_chunks,
-)
+from daskbatch.io.chunk_grid import storage_chunks
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
 
 __all__ = [
     "AUTO_CHUNK_BYTES", "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",

@@ -20,9 +20,7 @@ Rules (see STYLE.md section 3.6):
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from daskbatch._arguments import strict_int
@@ -37,9 +35,11 @@ from daskbatch.planning.memory import (
     stat_name,
     state_bytes,
 )
+from daskbatch.planning.plan import Plan, budget_bytes, budget_formula
 from daskbatch.planning.resources import Resources, format_bytes
 from daskbatch.stats.footprint import Footprint
 
+# Plan (daskbatch.planning.plan), PlanError and Resources are re-exported: the names users import from here.
 __all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "projected_task_bytes"]
 
 # Fallbacks matching daskbatch.yaml, so the pure core needs no dask.config.
@@ -48,177 +48,6 @@ DEFAULT_MEMORY_FRACTION = 0.5
 DEFAULT_RESERVED_BYTES = 256 * 2**20
 DEFAULT_TARGET_CHUNK_BYTES = 64 * 2**20
 MIN_SPLIT_EVERY = 2
-#: Granularity of a planned RMM pool (:attr:`Plan.rmm_pool_bytes`).
-RMM_POOL_STEP_BYTES = 256 * 2**20
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A chunking and reduction plan that fits every task in a worker's memory budget.
-
-    Build it with :func:`plan` or :func:`plan_chunks`; ``print(plan.explain())``
-    shows the arithmetic. All byte quantities are ints.
-    """
-
-    shape: tuple[int, int]
-    itemsize: int
-    dtype: str | None
-    storage_chunks: tuple[int, int]
-    stats: tuple[StatLike, ...]
-    bins: int
-    n_classes: int | None
-    resources: Resources
-    memory_fraction: float
-    reserved_bytes: int
-    target_chunk_bytes: int
-    budget_bytes: int
-    chunk_rows: int
-    n_chunks: int
-    split_every: int
-    feature_tile: int | None
-    n_tile_pairs: int
-    states_bytes: int
-    chunk_task_bytes: int
-    merge_task_bytes: int
-    n_tasks: int
-    limited_by: str
-    notes: tuple[str, ...] = ()
-    kernel_path: str = "compiled"
-
-    @property
-    def chunks(self) -> tuple[int, int]:
-        """Give the dask chunk shape to rechunk the input to.
-
-        Returns
-        -------
-        tuple of int
-            ``(chunk_rows, n_features)``.
-        """
-        return (self.chunk_rows, self.shape[1])
-
-    @property
-    def task_bytes(self) -> int:
-        """Give the projected peak of the largest task (chunk or merge).
-
-        Returns
-        -------
-        int
-            Bytes.
-        """
-        return max(self.chunk_task_bytes, self.merge_task_bytes)
-
-    @property
-    def rmm_pool_bytes(self) -> int:
-        """Initial RMM pool for one GPU worker: every thread's largest task plus the reserve.
-
-        Rounded up to a multiple of 256 MiB (what ``cluster("cuda", plan=...)``
-        passes as dask-cuda's ``rmm_pool_size``; the pool may still grow).
-
-        Returns
-        -------
-        int
-            Bytes.
-        """
-        step = RMM_POOL_STEP_BYTES
-        need = (self.task_bytes + self.reserved_bytes) * self.resources.threads_per_worker
-        return -(-need // step) * step
-
-    def to_dict(self) -> dict[str, Any]:
-        """Convert the plan to a plain dict (JSON-ready).
-
-        Returns
-        -------
-        dict
-            Every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``.
-        """
-        out = dataclasses.asdict(self)
-        out["stats"] = [stat_name(s) for s in self.stats]  # a user's statistic by its name
-        out["chunks"] = list(self.chunks)
-        out["task_bytes"] = self.task_bytes
-        out["rmm_pool_bytes"] = self.rmm_pool_bytes
-        return out
-
-    def explain(self) -> str:
-        """Explain the plan's arithmetic in words and numbers (what ``daskbatch plan`` prints).
-
-        Returns
-        -------
-        str
-            The explanation, several lines.
-        """
-        from daskbatch.planning.explain import explain_plan
-
-        return explain_plan(self)
-
-    def _repr_html_(self) -> str:
-        """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
-        from daskbatch import _html
-        from daskbatch.planning.explain import plan_rows
-
-        title, rows = plan_rows(self)
-        styled = []
-        for key, value in rows:
-            cls = ""
-            if key == "largest task":
-                cls = "db-ok" if self.task_bytes <= self.budget_bytes else "db-bad"
-            elif key == "note":
-                cls = "db-warn"
-            styled.append((key or "tasks", value, cls))
-        n_rows, d = self.shape
-        head = (
-            f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {self.n_chunks:,} chunk"
-            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {self.n_tasks:,} tasks"
-        )
-        return _html.repr_block(
-            _html.escape(head), _html.key_value_table(styled), subtitle=_html.escape(title)
-        )
-
-
-def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:
-    """Write out how the per-task budget is computed.
-
-    Parameters
-    ----------
-    resources : Resources
-        The worker's memory and threads.
-    memory_fraction : float
-        Share of a worker's memory its tasks may use.
-    reserved_bytes : int
-        Per-task overhead.
-
-    Returns
-    -------
-    str
-        Such as ``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``.
-    """
-    mem = format_bytes(resources.planning_memory_bytes)
-    which = "GPU " if resources.device_memory_bytes else ""
-    threads = resources.threads_per_worker
-    return (
-        f"{mem} {which}x {memory_fraction:g} / {threads} thread{'s' if threads != 1 else ''}"
-        f" - {format_bytes(reserved_bytes)}"
-    )
-
-
-def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:
-    """Compute the bytes one task may use: memory x fraction / threads per worker - reserved.
-
-    Parameters
-    ----------
-    resources : Resources
-        The worker's memory and threads.
-    memory_fraction : float
-        Share of a worker's memory its tasks may use.
-    reserved_bytes : int
-        Per-task overhead.
-
-    Returns
-    -------
-    int
-        The budget (may be zero or negative).
-    """
-    share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
-    return int(share) - reserved_bytes
 
 
 def plan_chunks(

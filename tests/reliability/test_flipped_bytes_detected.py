@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import verify_store
+from daskbatch.io.verify import verify_store
 
 ROWS, FEATURES, CHUNK = 2000, 4, 500
 POSITIONS = 10
@@ -98,3 +98,12 @@ def test_verify_cli_exit_codes(tmp_path: pathlib.Path, pristine: tuple[pathlib.P
     assert result.exit_code == 1, result.output
     assert "corrupt" in result.output and "X/c/1/0 (grid position (1, 0))" in result.output
     assert "FAILED: 1 corrupt of 8 chunks" in result.output
+
+
+def test_verify_store_at_its_old_path_warns_and_is_the_same_function() -> None:
+    import daskbatch.io.integrity as integrity
+
+    with pytest.warns(DeprecationWarning, match="moved to daskbatch.io.verify.verify_store"):
+        assert integrity.verify_store is verify_store
+    with pytest.raises(AttributeError):
+        integrity.no_such_name  # noqa: B018 - the attribute access is the test

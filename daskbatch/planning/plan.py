@@ -1,0 +1,295 @@
+"""A plan (:class:`Plan`, the record :func:`~daskbatch.planning.search.plan_chunks` returns) and its explanation in words and numbers (what ``daskbatch plan`` prints)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from daskbatch.planning.memory import (
+    StatLike,
+    chunk_task_terms,
+    merge_terms,
+    stat_name,
+    state_bytes,
+)
+from daskbatch.planning.resources import Resources, format_bytes
+
+__all__ = ["RMM_POOL_STEP_BYTES", "Plan", "budget_bytes", "budget_formula", "explain_plan", "plan_rows"]
+
+#: Granularity of a planned RMM pool (:attr:`Plan.rmm_pool_bytes`).
+RMM_POOL_STEP_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chunking and reduction plan that fits every task in a worker's memory budget.
+
+    Build it with :func:`daskbatch.plan` or :func:`~daskbatch.planning.search.plan_chunks`; ``print(plan.explain())``
+    shows the arithmetic. All byte quantities are ints.
+    """
+
+    shape: tuple[int, int]
+    itemsize: int
+    dtype: str | None
+    storage_chunks: tuple[int, int]
+    stats: tuple[StatLike, ...]
+    bins: int
+    n_classes: int | None
+    resources: Resources
+    memory_fraction: float
+    reserved_bytes: int
+    target_chunk_bytes: int
+    budget_bytes: int
+    chunk_rows: int
+    n_chunks: int
+    split_every: int
+    feature_tile: int | None
+    n_tile_pairs: int
+    states_bytes: int
+    chunk_task_bytes: int
+    merge_task_bytes: int
+    n_tasks: int
+    limited_by: str
+    notes: tuple[str, ...] = ()
+    kernel_path: str = "compiled"
+
+    @property
+    def chunks(self) -> tuple[int, int]:
+        """Give the dask chunk shape to rechunk the input to.
+
+        Returns
+        -------
+        tuple of int
+            ``(chunk_rows, n_features)``.
+        """
+        return (self.chunk_rows, self.shape[1])
+
+    @property
+    def task_bytes(self) -> int:
+        """Give the projected peak of the largest task (chunk or merge).
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
+        return max(self.chunk_task_bytes, self.merge_task_bytes)
+
+    @property
+    def rmm_pool_bytes(self) -> int:
+        """Initial RMM pool for one GPU worker: every thread's largest task plus the reserve.
+
+        Rounded up to a multiple of 256 MiB (what ``cluster("cuda", plan=...)``
+        passes as dask-cuda's ``rmm_pool_size``; the pool may still grow).
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
+        step = RMM_POOL_STEP_BYTES
+        need = (self.task_bytes + self.reserved_bytes) * self.resources.threads_per_worker
+        return -(-need // step) * step
+
+    def to_dict(self) -> dict[str, Any]:
+        """Convert the plan to a plain dict (JSON-ready).
+
+        Returns
+        -------
+        dict
+            Every field plus ``chunks``, ``task_bytes`` and ``rmm_pool_bytes``.
+        """
+        out = dataclasses.asdict(self)
+        out["stats"] = [stat_name(s) for s in self.stats]  # a user's statistic by its name
+        out["chunks"] = list(self.chunks)
+        out["task_bytes"] = self.task_bytes
+        out["rmm_pool_bytes"] = self.rmm_pool_bytes
+        return out
+
+    def explain(self) -> str:
+        """Explain the plan's arithmetic in words and numbers (what ``daskbatch plan`` prints).
+
+        Returns
+        -------
+        str
+            The explanation, several lines.
+        """
+        return explain_plan(self)
+
+    def _repr_html_(self) -> str:
+        """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
+        from daskbatch import _html
+
+        title, rows = plan_rows(self)
+        styled = []
+        for key, value in rows:
+            cls = ""
+            if key == "largest task":
+                cls = "db-ok" if self.task_bytes <= self.budget_bytes else "db-bad"
+            elif key == "note":
+                cls = "db-warn"
+            styled.append((key or "tasks", value, cls))
+        n_rows, d = self.shape
+        head = (
+            f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {self.n_chunks:,} chunk"
+            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {self.n_tasks:,} tasks"
+        )
+        return _html.repr_block(
+            _html.escape(head), _html.key_value_table(styled), subtitle=_html.escape(title)
+        )
+
+
+def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:
+    """Write out how the per-task budget is computed.
+
+    Parameters
+    ----------
+    resources : Resources
+        The worker's memory and threads.
+    memory_fraction : float
+        Share of a worker's memory its tasks may use.
+    reserved_bytes : int
+        Per-task overhead.
+
+    Returns
+    -------
+    str
+        Such as ``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``.
+    """
+    mem = format_bytes(resources.planning_memory_bytes)
+    which = "GPU " if resources.device_memory_bytes else ""
+    threads = resources.threads_per_worker
+    return (
+        f"{mem} {which}x {memory_fraction:g} / {threads} thread{'s' if threads != 1 else ''}"
+        f" - {format_bytes(reserved_bytes)}"
+    )
+
+
+def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:
+    """Compute the bytes one task may use: memory x fraction / threads per worker - reserved.
+
+    Parameters
+    ----------
+    resources : Resources
+        The worker's memory and threads.
+    memory_fraction : float
+        Share of a worker's memory its tasks may use.
+    reserved_bytes : int
+        Per-task overhead.
+
+    Returns
+    -------
+    int
+        The budget (may be zero or negative).
+    """
+    share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
+    return int(share) - reserved_bytes
+
+
+def explain_plan(p: Plan) -> str:
+    """Write the text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles.
+
+    Parameters
+    ----------
+    p : Plan
+        The plan.
+
+    Returns
+    -------
+    str
+        The text.
+    """
+    title, rows = plan_rows(p)
+    return "\n".join([title, *(f"  {k}: {v}" if k else f"  {v}" for k, v in rows)])
+
+
+def plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
+    """Build the title line and the (term, words and numbers) rows of :meth:`Plan.explain`.
+
+    A row whose term is empty is a sentence of its own.
+
+    Parameters
+    ----------
+    p : Plan
+        The plan.
+
+    Returns
+    -------
+    title : str
+        The title line.
+    rows : list of tuple of str
+        ``(term, text)`` rows.
+    """
+    n_rows, d = p.shape
+    kw: dict[str, Any] = {"bins": p.bins, "n_classes": p.n_classes}
+    dtype = p.dtype or f"{p.itemsize}-byte-element"
+    stat_text = ", ".join(stat_name(s) for s in p.stats)
+    if {"hist", "mi"} & set(p.stats):
+        stat_text += f" ({p.bins} bins" + (f", {p.n_classes} classes)" if "mi" in p.stats else ")")
+    fits = "<=" if p.task_bytes <= p.budget_bytes else ">"
+    title = (
+        f"Plan for a {n_rows:,} x {d:,} {dtype} array (storage chunks "
+        f"{p.storage_chunks[0]:,} x {p.storage_chunks[1]:,}); statistics: {stat_text}"
+    )
+    lines: list[tuple[str, str]] = [
+        ("resources", f"{p.resources.describe()}; kernels: "
+         + {"compiled": "compiled CPU (numba)", "gpu-compiled": "compiled GPU (numba-cuda)"}.get(p.kernel_path, "array API")),
+        ("budget per task", f"{budget_formula(p.resources, p.memory_fraction, p.reserved_bytes)}"
+         f" = {format_bytes(p.budget_bytes)}"),
+    ]
+    if p.chunk_rows:
+        per_storage = p.chunk_rows / min(p.storage_chunks[0], n_rows)
+        lines.append((
+            "chunk", f"{p.chunk_rows:,} rows ({_plural(per_storage, 'storage chunk')}) x {d:,} features = "
+            f"{format_bytes(p.chunk_rows * d * p.itemsize)} of input; limited by {p.limited_by}"
+        ))
+    terms = chunk_task_terms(
+        p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path,
+        device_bytes=p.resources.device_memory_bytes, **kw
+    )
+    lines.append((
+        "chunk task",
+        " + ".join(f"{format_bytes(v)} {k}" for k, v in terms.items() if v)
+        + f" = {format_bytes(p.chunk_task_bytes)}",
+    ))
+    per_state = ", ".join(
+        f"{stat_name(s)} {format_bytes(state_bytes(s, d, feature_tile=p.feature_tile, **kw))}" for s in p.stats
+    )
+    lines.append(("states", f"{per_state} (together {format_bytes(p.states_bytes)})"))
+    mterms = merge_terms(p.stats, d, p.split_every, feature_tile=p.feature_tile, **kw)
+    lines.append((
+        f"merge task ({p.split_every} states in)",
+        " + ".join(f"{format_bytes(v)} {k}" for k, v in mterms.items() if v)
+        + f" = {format_bytes(p.merge_task_bytes)}",
+    ))
+    lines.append(("largest task", f"{format_bytes(p.task_bytes)} {fits} budget {format_bytes(p.budget_bytes)}"))
+    threads = p.resources.total_threads
+    lines.append((
+        "",
+        f"{_plural(p.n_chunks, 'chunk')} for {_plural(threads, 'thread')} "
+        f"(aim: >= {2 * threads} when the data allow), split_every {p.split_every} -> "
+        f"{p.n_tasks:,} tasks",
+    ))
+    if p.feature_tile:
+        n_tiles = math.ceil(d / p.feature_tile)
+        lines.append((
+            f"co-moments in feature tiles of {p.feature_tile:,}",
+            f"{n_tiles} x {n_tiles} tiles, {p.n_tile_pairs:,} tile pairs, each a reduction of its own",
+        ))
+    if p.resources.device == "gpu":
+        lines.append((
+            "RMM pool per GPU worker",
+            f"{p.resources.threads_per_worker} x ({format_bytes(p.task_bytes)} "
+            f"largest task + {format_bytes(p.reserved_bytes)} reserved), rounded up = "
+            f"{format_bytes(p.rmm_pool_bytes)} (rmm_pool_size of cluster('cuda', plan=...))",
+        ))
+    lines.extend(("note", n) for n in p.notes)
+    return title, lines
+
+
+def _plural(n: float, word: str, plural: str | None = None) -> str:
+    """``1 chunk``, ``2 chunks``, ``1,000 chunks``, ``2.5 storage chunks``."""
+    text = f"{n:,}" if isinstance(n, int) else f"{n:,.4g}"
+    return f"{text} {word if n == 1 else (plural or word + 's')}"
