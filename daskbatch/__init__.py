@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         Moments,
         State,
         mutual_information,
+        register_state,
     )
     from daskbatch.summary import Summary, load_summary
     from daskbatch.transform import transform
@@ -89,7 +90,8 @@ _LAZY = {
     "cluster": "daskbatch.runtime.cluster",
     "Selection": "daskbatch.select", "load_selection": "daskbatch.select", "select": "daskbatch.select",
     **dict.fromkeys(
-        ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information"), "daskbatch.stats"
+        ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information", "register_state"),
+        "daskbatch.stats",
     ),
     "Summary": "daskbatch.summary", "load_summary": "daskbatch.summary",
     "transform": "daskbatch.transform",
@@ -100,7 +102,7 @@ __all__ = [
     "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "select", "steps", "synth", "transform",
+    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "select", "steps", "synth", "transform",
 ]
 
 #: Functions named like the module that defines them (``daskbatch.describe.describe``).
