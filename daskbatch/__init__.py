@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         Moments,
         State,
         mutual_information,
+        register_state,
     )
     from daskbatch.summary import Summary, load_summary
     from daskbatch.summary.compare import Drift, compare
@@ -88,7 +89,8 @@ _LAZY = {
     "cluster": "daskbatch.runtime.cluster",
     "Selection": "daskbatch.selection", "load_selection": "daskbatch.selection", "select": "daskbatch.selection",
     **dict.fromkeys(
-        ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information"), "daskbatch.stats"
+        ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information", "register_state"),
+        "daskbatch.stats",
     ),
     "Summary": "daskbatch.summary", "load_summary": "daskbatch.summary",
     "transform": "daskbatch.transforms",
@@ -99,7 +101,7 @@ __all__ = [
     "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "select", "steps", "synth", "transform", "update",
+    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "select", "steps", "synth", "transform", "update",
 ]
 
 #: Public names that are not modules: importing a submodule of the same name (``daskbatch.describe``,

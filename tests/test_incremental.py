@@ -279,7 +279,7 @@ def test_corrupt_state_chunk_is_detected(saved: pathlib.Path) -> None:
     ("change", "message"),
     [
         # a summary saved before the sketch's windowed state (format 1) is refused, not misread
-        (lambda attrs: attrs.update(format_version=1), r"state 'sketch' has format version 1, this daskbatch reads 2"),
+        (lambda attrs: attrs.update(format_version=1), r"state 'sketch' has format version 1, this daskbatch reads 3"),
         (lambda attrs: attrs.update(statistic="os.system"), r"state 'sketch': unknown statistic 'os.system'"),
         (lambda attrs: attrs.update(statistic="Moments", params={}), r"state 'sketch' holds a Moments"),
         (lambda attrs: attrs.update(fields=["counts"]), r"state 'sketch': fields \['counts'\] are not those"),
@@ -297,7 +297,7 @@ def test_state_metadata_is_checked(saved: pathlib.Path, change, message: str) ->
 def test_states_are_plain_arrays_and_json(saved: pathlib.Path) -> None:
     """Nothing pickled: every state field is a numeric Zarr array, every parameter JSON."""
     meta = json.loads((saved / "states" / "hist" / "zarr.json").read_text())["attributes"]
-    assert meta["statistic"] == "Histogram" and meta["params"]["bins"] == 16 and meta["format_version"] == 2
+    assert meta["statistic"] == "Histogram" and meta["params"]["bins"] == 16 and meta["format_version"] == 3
     assert meta["params"]["classes"] == [0, 1, 2] and len(meta["sha256"]) == 64
     for name, _ in zarr.open_group(saved / "states", mode="r").groups():
         for _, arr in zarr.open_group(saved / "states" / name, mode="r").arrays():

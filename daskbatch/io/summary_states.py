@@ -2,16 +2,21 @@
 
 Layout (format version :data:`FORMAT_VERSION`)::
 
-    SUMMARY.zarr/states/                      attrs {"format_version": 2}
-    SUMMARY.zarr/states/<name>/               attrs {"format_version", "statistic", "params", "fields", "sha256"}
+    SUMMARY.zarr/states/                      attrs {"format_version": 3, "summary_sha256"}
+    SUMMARY.zarr/states/<name>/               attrs {"format_version", "statistic", "params", "user", "sha256",
+                                                     "codec", "state", "fields"}
     SUMMARY.zarr/states/<name>/<field>        one Zarr array per field of the state
 
 ``<name>`` is the statistic's name (``"moments"``, ``"hist"``, ...),
 ``statistic`` its class name and ``params`` its parameters as JSON (a
 histogram's bins, ranges and class values, ...). A user's statistic is
 marked ``"user": true``, with ``module:qualname`` of its class and its
-``repr`` as parameters: both are only compared, never imported. ``sha256`` covers all of it:
-the statistic, its parameters, and every field's dtype, shape and bytes, so a
+``repr`` as parameters: both are only compared, never imported. ``codec``,
+``state`` and ``fields`` are the state's record in the state codec
+(:mod:`daskbatch.io.state_codec`, shared with checkpoints): its class's key in
+the registry of state classes and every field's dtype, shape and scalar flag.
+``sha256`` (:func:`~daskbatch.io.state_codec.record_sha256`) covers all of it:
+the record, the statistic, its parameters and every field's bytes, so a
 changed array or attribute is detected on load. Arrays carry zstd and a
 CRC-32C per chunk like the summary's other arrays; chunks of zeros are not
 written (the mostly empty quantile sketch) and read back as zeros, which the
@@ -23,11 +28,11 @@ its dataset, :func:`results_digest`) and every state's ``sha256``. A ``states/``
 group copied in from another summary (whose means would show right while merges
 used the other summary's data) fails it and is refused.
 
-Loading rebuilds only the statistics and states of
-:mod:`daskbatch.stats.registry` from plain arrays and JSON: no pickle, no
-import of a name read from the file. A user's state is read only when the
-caller passes the statistic itself (its state class is that of its
-``chunk`` of no rows); otherwise it is left out. Whatever is wrong is one
+Loading rebuilds only the statistics of :mod:`daskbatch.stats.registry` and
+registered state classes, from plain arrays and JSON: no pickle, no import of
+a name read from the file. A user's state is read only when the caller passes
+the statistic itself (its state class is that of its ``chunk`` of no rows);
+otherwise it is left out. Whatever is wrong is one
 :class:`~daskbatch.errors.DataError` line naming the summary and the state.
 """
 
@@ -43,6 +48,7 @@ import numpy as np
 import zarr
 
 from daskbatch.errors import DataError
+from daskbatch.io import state_codec
 from daskbatch.io.integrity import checksummed
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 
@@ -50,22 +56,10 @@ __all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_d
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 #: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
-FORMAT_VERSION = 2
+#: 3: each state is a record of the state codec (its class by registry key, dtypes, shapes).
+FORMAT_VERSION = 3
 #: The subgroup of a summary store that holds the states.
 GROUP = "states"
-
-
-def _digest(statistic: str, params: Any, fields: Mapping[str, np.ndarray]) -> str:
-    """sha256 over the statistic's name and parameters and every field's dtype, shape and bytes."""
-    h = hashlib.sha256()
-    header = {
-        "format_version": FORMAT_VERSION, "statistic": statistic, "params": params,
-        "fields": [[name, a.dtype.str, list(a.shape)] for name, a in fields.items()],
-    }
-    h.update(json.dumps(header, sort_keys=True).encode())
-    for a in fields.values():
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
 
 
 def results_digest(ds: Any) -> str:
@@ -124,11 +118,11 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
         statistic, params = _identity(kept.statistic)
         # A state whose in-memory layout differs from the saved one gives the saved one (co-moments: mirrored).
         state = kept.state.canonical() if callable(getattr(kept.state, "canonical", None)) else kept.state
-        fields = {f.name: np.asarray(getattr(state, f.name)) for f in dataclasses.fields(state)}
-        digests[name] = _digest(statistic, params, fields)
+        record, fields = state_codec.encode(state, registered=not user)
+        digests[name] = state_codec.record_sha256(record, fields, [FORMAT_VERSION, statistic, params])
         sub = group.create_group(name, attributes={
             "format_version": FORMAT_VERSION, "statistic": statistic, "params": params,
-            "fields": list(fields), "sha256": digests[name], "user": user,
+            "sha256": digests[name], "user": user, **record,
         })
         for field, a in fields.items():
             sub.create_array(
@@ -244,15 +238,36 @@ def _read_user(store: str, name: str, group: Any, statistic: Any, n_features: in
             f"{where} was saved by {attrs.get('statistic')} {attrs.get('params')}, not by {recorded} {params}"
         )
     empty = statistic.chunk(np.empty((0, n_features)), np.empty(0, np.int64) if reads_label(statistic) else None)
-    expected = [f.name for f in dataclasses.fields(empty)]
-    if attrs.get("fields") != expected:
-        raise DataError(f"{where}: fields {attrs.get('fields')!r} are not those of {type(empty).__name__} {expected}")
-    arrays = _read_arrays(where, group, expected)
-    if _digest(recorded, params, arrays) != attrs.get("sha256"):
-        raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
-    # a field that was a scalar comes back as one (np.asarray made it a 0-d array on the way out)
-    values = {f: a if isinstance(getattr(empty, f), np.ndarray) else a[()] for f, a in arrays.items()}
-    return Kept(statistic, type(empty)(**values))
+    return Kept(statistic, _decode(where, group, attrs, type(empty)))
+
+
+def _read_one(store: str, name: str, group: Any) -> Kept:
+    """One state, verified: version, registered statistic, its state's record, sha256."""
+    where = f"summary {store}: state {name!r}"
+    attrs = dict(group.attrs)
+    _check_version(store, f"state {name!r}", attrs.get("format_version"))
+    statistic_name, params = attrs.get("statistic"), attrs.get("params")
+    try:
+        statistic = statistic_from_params(str(statistic_name), params)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where}: {exc}") from None
+    if statistic.name != name:
+        raise DataError(f"{where} holds a {statistic_name} (named {statistic.name!r})")
+    return Kept(statistic, _decode(where, group, attrs, STATE_CLASSES[type(statistic)]))
+
+
+def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> Any:
+    """The state of one saved statistic, through the state codec: record checked, arrays read, sha256 verified."""
+    record: dict[str, Any] = {key: attrs.get(key) for key in ("codec", "state", "fields")}
+    try:
+        state_codec.check_record(record, expected)
+        arrays = _read_arrays(where, group, [field[0] for field in record["fields"]])
+        context = [FORMAT_VERSION, attrs.get("statistic"), attrs.get("params")]
+        if state_codec.record_sha256(record, arrays, context) != attrs.get("sha256"):
+            raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
+        return state_codec.decode(record, arrays, expected)
+    except state_codec.UnreadableState as exc:
+        raise DataError(f"{where}: {exc}") from None
 
 
 def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -265,30 +280,9 @@ def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.n
 
 
 def _check_version(store: str, what: str, version: Any) -> None:
+    """Refuse a states group or state of another format version, in one line that says what to do."""
     if version != FORMAT_VERSION:
         raise DataError(
             f"summary {store}: {what} has format version {version!r}, this daskbatch reads "
             f"{FORMAT_VERSION}; describe the data again (or use the daskbatch that wrote it)"
         )
-
-
-def _read_one(store: str, name: str, group: Any) -> Kept:
-    """One state, verified: version, registered class, fields, sha256."""
-    where = f"summary {store}: state {name!r}"
-    attrs = dict(group.attrs)
-    _check_version(store, f"state {name!r}", attrs.get("format_version"))
-    statistic_name, params, fields = attrs.get("statistic"), attrs.get("params"), attrs.get("fields")
-    try:
-        statistic = statistic_from_params(str(statistic_name), params)
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"{where}: {exc}") from None
-    if statistic.name != name:
-        raise DataError(f"{where} holds a {statistic_name} (named {statistic.name!r})")
-    state_cls = STATE_CLASSES[type(statistic)]
-    expected = [f.name for f in dataclasses.fields(state_cls)]
-    if fields != expected:
-        raise DataError(f"{where}: fields {fields!r} are not those of {state_cls.__name__} {expected}")
-    arrays = _read_arrays(where, group, expected)
-    if _digest(str(statistic_name), params, arrays) != attrs.get("sha256"):
-        raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
-    return Kept(statistic, state_cls(**arrays))

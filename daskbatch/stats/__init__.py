@@ -14,6 +14,7 @@ from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
+from daskbatch.stats.state_registry import register_state
 
 #: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label;
 #: "sketch" the quantile sketch, also computed whenever histogram ranges are found from the data).
@@ -34,5 +35,5 @@ __all__ = [
     "CoMomentsResult", "CoMomentsState", "Histogram",
     "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Sketch",
     "SketchResult", "SketchState", "Statistic",
-    "histogram_quantile", "merge_all", "mutual_information",
+    "histogram_quantile", "merge_all", "mutual_information", "register_state",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
 from daskbatch._typing import Array
+from daskbatch.stats.state_registry import _register
 
 S = TypeVar("S")
 R = TypeVar("R", covariant=True)
@@ -112,10 +113,17 @@ class State:
 
     ``nbytes`` is what dask's memory accounting sees (registered for every
     subclass by :mod:`daskbatch.engine.sizeof`): without it a state of many
-    megabytes would count as the ~56 bytes of ``sys.getsizeof``.
+    megabytes would count as the ~56 bytes of ``sys.getsizeof``. Every
+    subclass is registered (:mod:`daskbatch.stats.state_registry`) when it is
+    defined, so checkpoints and saved summaries can rebuild it.
     """
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register every state class when it is defined, so checkpoints and summaries can rebuild it."""
+        super().__init_subclass__(**kwargs)
+        _register(cls)
 
     @property
     def nbytes(self) -> int:

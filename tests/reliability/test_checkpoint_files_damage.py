@@ -119,16 +119,19 @@ DAMAGE: dict[str, Callable[[bytes], bytes]] = {
     "garbage": lambda raw: os.urandom(len(raw)),
     "wrong checksum": _wrong_checksum,
     "header not JSON": lambda raw: b"\n".join(_lines(raw)[:1] + (b"{not json",) + (_lines(raw)[2],)).lstrip(b"\n"),
-    "header edit: state type": lambda raw: edit_header(raw, lambda d: d["types"].__setitem__(0, d["types"][0] + "X")),
-    "header edit: field names": lambda raw: edit_header(raw, lambda d: d["fields"][0].__setitem__(0, "nope")),
-    "header edit: types dropped": lambda raw: edit_header(raw, lambda d: d.pop("types")),
+    "header edit: state type": lambda raw: edit_header(raw, lambda d: d["states"][0].__setitem__(
+        "state", d["states"][0]["state"] + "X")),
+    "header edit: field names": lambda raw: edit_header(raw, lambda d: d["states"][0]["fields"][0].__setitem__(0, "nope")),
+    "header edit: states dropped": lambda raw: edit_header(raw, lambda d: d.pop("states")),
     "header edit: level": lambda raw: edit_header(raw, _set("level", "0")),
     "forged header: state type": lambda raw: edit_header(
-        raw, lambda d: d["types"].__setitem__(0, "daskbatch.stats.moments:Moments"), reseal=True),
+        raw, lambda d: d["states"][0].__setitem__("state", "daskbatch.stats.moments:Moments"), reseal=True),
     "forged header: fields": lambda raw: edit_header(
-        raw, lambda d: d["fields"].__setitem__(0, d["fields"][0][:-1]), reseal=True),
+        raw, lambda d: d["states"][0].__setitem__("fields", d["states"][0]["fields"][:-1]), reseal=True),
+    "forged header: dtype": lambda raw: edit_header(
+        raw, lambda d: d["states"][0]["fields"][0].__setitem__(1, "<f4"), reseal=True),
     "forged header: not a statistic": lambda raw: edit_header(
-        raw, lambda d: d["types"].__setitem__(0, "os:system"), reseal=True),
+        raw, lambda d: d["states"][0].__setitem__("state", "os:system"), reseal=True),
 }
 
 

@@ -2,13 +2,15 @@
 
 ::
 
-    daskbatch-checkpoint-node 2 sha256=<hex>      covers every byte below
-    {"blocks": ..., "fields": ..., "index": ..., "level": ..., "nbytes": ..., "pass": ..., "types": ...}
-    <npz payload>
+    daskbatch-checkpoint-node 3 sha256=<hex>      covers every byte below
+    {"blocks": ..., "index": ..., "level": ..., "nbytes": ..., "pass": ..., "states": [record, ...]}
+    <npz payload: array s<i>.<field> for field of record i>
 
-Files are written atomically (temporary file, fsync, rename); reading verifies
-the checksum over header *and* payload, then the header's fields against the
-payload, and rebuilds only state classes of :mod:`daskbatch.stats` from plain
+Each state is a record of the state codec (:mod:`daskbatch.io.state_codec`):
+its class's registry key and each field's dtype and shape. Files are written
+atomically (temporary file, fsync, rename); reading verifies the checksum over
+header *and* payload, then the records against the registry (nothing named
+by a file is imported) and the payload, and rebuilds the states from plain
 arrays (``allow_pickle=False``). Whatever is wrong with a file surfaces as
 :class:`DamagedCheckpoint`, never as another exception.
 """
@@ -16,31 +18,30 @@ arrays (``allow_pickle=False``). Whatever is wrong with a file surfaces as
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
-import importlib
 import io
 import json
 import os
 import re
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from daskbatch.io import state_codec
 from daskbatch.runtime.interrupts import no_interrupt
-from daskbatch.stats._base import State
 
 __all__ = ["DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "write_atomic"]
 
 #: Prefix of files being written (left behind only by a kill, and ignored then).
 TMP_PREFIX = ".tmp-"
 #: First line of a node file, followed by ``sha256=<hex of everything after this line>``.
-MAGIC = "daskbatch-checkpoint-node 2"
-_FIRST_LINE = re.compile(rb"daskbatch-checkpoint-node 2 sha256=([0-9a-f]{64})")
-_STATS = "daskbatch.stats."
+MAGIC = "daskbatch-checkpoint-node 3"
+_FIRST_LINE = re.compile(rb"daskbatch-checkpoint-node 3 sha256=([0-9a-f]{64})")
+#: The ``.npy`` header versions ``np.savez`` writes, and their readers.
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
 
 def fsync_dir(path: Path) -> None:
     """Flush a directory's entries to disk (where the filesystem allows), so a rename in it lasts.
@@ -95,25 +96,22 @@ def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
     -------
     bytes
         The file's content.
+
+    Raises
+    ------
+    TypeError
+        A part of the state cannot be saved (:func:`daskbatch.io.state_codec.encode`).
     """
     arrays: dict[str, np.ndarray] = {}
-    types, fields = [], []
+    records = []
     for i, part in enumerate(state):
-        cls = type(part)
-        if not (dataclasses.is_dataclass(part) and (cls.__module__.startswith(_STATS) or isinstance(part, State))):
-            raise TypeError(
-                f"cannot checkpoint a state of type {cls.__qualname__}: states are dataclasses of arrays "
-                "deriving from daskbatch.State"
-            )
-        types.append(f"{cls.__module__}:{cls.__qualname__}")
-        names = [f.name for f in dataclasses.fields(part)]
-        fields.append(names)
-        for name in names:
-            arrays[f"s{i}.{name}"] = np.asarray(getattr(part, name))
+        record, fields = state_codec.encode(part)
+        records.append(record)
+        arrays.update({f"s{i}.{name}": a for name, a in fields.items()})
     buf = io.BytesIO()
     np.savez(buf, allow_pickle=False, **arrays)
     payload = buf.getvalue()
-    header = dict(meta, types=types, fields=fields, nbytes=len(payload))
+    header = dict(meta, states=records, nbytes=len(payload))
     body = json.dumps(header, sort_keys=True).encode() + b"\n" + payload
     return f"{MAGIC} sha256={hashlib.sha256(body).hexdigest()}\n".encode() + body
 
@@ -126,9 +124,10 @@ def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
     """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off.
 
     Checks, in order: the first line, the checksum over header and payload, the
-    header's fields and types, and that the ``.npz`` holds exactly the arrays
-    the header names for state classes of :mod:`daskbatch.stats` (without
-    reading them), so that :func:`decode_state` cannot fail on a file that passed.
+    header's fields, its state records against the registry of state classes,
+    and that the ``.npz`` holds exactly the arrays, dtypes and shapes the
+    records name (from the arrays' headers, without reading their data), so
+    that :func:`decode_state` cannot fail on a file that passed.
 
     Parameters
     ----------
@@ -172,53 +171,44 @@ def _header_or_none(line: bytes) -> dict[str, Any]:
 
 def _check_header(path: Path, header: dict[str, Any], payload: bytes) -> None:
     """Raise :class:`DamagedCheckpoint` unless ``header`` describes ``payload`` as encode_state writes it."""
-    for key, kind in (("level", int), ("index", int), ("pass", str), ("types", list), ("fields", list),
-                      ("nbytes", int)):
+    for key, kind in (("level", int), ("index", int), ("pass", str), ("states", list), ("nbytes", int)):
         if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
             raise DamagedCheckpoint(f"{path}: header field {key!r} missing or not {kind.__name__}")
-    if header["nbytes"] != len(payload) or len(header["types"]) != len(header["fields"]):
+    if header["nbytes"] != len(payload):
         raise DamagedCheckpoint(f"{path}: header does not match its payload")
-    expected: set[str] = set()
-    for i, (spec, names) in enumerate(zip(header["types"], header["fields"], strict=True)):
-        cls = _state_class(path, spec)
-        if not isinstance(names, list) or names != [f.name for f in dataclasses.fields(cls)]:
-            raise DamagedCheckpoint(f"{path}: fields {names!r} are not those of {spec}")
-        expected.update(f"s{i}.{name}" for name in names)
+    expected: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for i, record in enumerate(header["states"]):
+        try:
+            state_codec.check_record(record)
+        except state_codec.UnreadableState as exc:
+            raise DamagedCheckpoint(f"{path}: state {i}: {exc}") from None
+        expected.update({f"s{i}.{name}": (dtype, tuple(shape)) for name, dtype, shape, _ in record["fields"]})
     try:
-        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-            members = set(npz.files)
+        members = _npz_layout(payload)
     except (ValueError, OSError, zipfile.BadZipFile) as exc:
         raise DamagedCheckpoint(f"{path}: payload is not an .npz ({exc})") from exc
     if members != expected:
         raise DamagedCheckpoint(f"{path}: payload arrays {sorted(members)} differ from the header's")
 
 
-def _state_class(path: Path | None, spec: object) -> type:
-    """The state dataclass a ``"module:qualname"`` names: never imports anything new.
-
-    Classes of :mod:`daskbatch.stats`, or a user's :class:`~daskbatch.stats._base.State`
-    subclass from a module this process has already imported (the statistic that
-    wrote it is running): a header cannot make the reader import arbitrary code.
-    """
-    module, _, qualname = str(spec).partition(":")
-    if not qualname.isidentifier():
-        raise DamagedCheckpoint(f"{path}: state type {spec!r} is not a daskbatch statistic")
-    if module.startswith(_STATS):
-        try:
-            cls = getattr(importlib.import_module(module), qualname)
-        except (ImportError, AttributeError) as exc:
-            raise DamagedCheckpoint(f"{path}: unknown state type {spec!r}") from exc
-    else:
-        cls = getattr(sys.modules.get(module), qualname, None)
-        if not (isinstance(cls, type) and issubclass(cls, State)):
-            raise DamagedCheckpoint(f"{path}: state type {spec!r} is not a daskbatch statistic's state")
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-        raise DamagedCheckpoint(f"{path}: {spec!r} is not a state class")
-    return cls
+def _npz_layout(payload: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Dtype and shape of every array of an ``.npz``, from the arrays' headers only (no data is read)."""
+    layout = {}
+    with zipfile.ZipFile(io.BytesIO(payload)) as z:
+        for name in z.namelist():
+            with z.open(name) as f:
+                read = _HEADER_READERS.get(np.lib.format.read_magic(f))
+                if read is None:
+                    raise ValueError(f"{name} has an unknown .npy version")
+                shape, _, dtype = read(f)
+            if dtype.hasobject:
+                raise ValueError(f"{name} holds objects")
+            layout[name.removesuffix(".npy")] = (dtype.str, tuple(shape))
+    return layout
 
 
 def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-    """Rebuild the state tuple written by :func:`encode_state` (only daskbatch.stats classes are built).
+    """Rebuild the state tuple written by :func:`encode_state` (only registered state classes are built).
 
     Parameters
     ----------
@@ -231,10 +221,18 @@ def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
     -------
     tuple
         The bundle state.
+
+    Raises
+    ------
+    DamagedCheckpoint
+        An array's dtype or shape differs from its record.
     """
     parts = []
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-        for i, (spec, names) in enumerate(zip(header["types"], header["fields"], strict=True)):
-            cls = _state_class(None, spec)
-            parts.append(cls(**{name: npz[f"s{i}.{name}"] for name in names}))
+        for i, record in enumerate(header["states"]):
+            arrays = {field[0]: npz[f"s{i}.{field[0]}"] for field in record["fields"]}
+            try:
+                parts.append(state_codec.decode(record, arrays))
+            except state_codec.UnreadableState as exc:
+                raise DamagedCheckpoint(f"state {i}: {exc}") from None
     return tuple(parts)

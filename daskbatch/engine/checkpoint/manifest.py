@@ -35,7 +35,8 @@ log = logging.getLogger("daskbatch.engine.checkpoint")
 #: Bumped whenever the on-disk layout changes; part of the fingerprint.
 #: 2: checksum over header and payload; the data's real path, metadata and content token.
 #: 3: the quantile sketch's state is a window of buckets per sign with its offsets.
-FORMAT_VERSION = 3
+#: 4: states are records of the state codec (:mod:`daskbatch.io.state_codec`), named by registry key.
+FORMAT_VERSION = 4
 MANIFEST = "daskbatch-checkpoint.json"
 _SUFFIX = ".ckpt"
 #: A pass name, and so the folder ``pass-<name>``: a plain name, never a path.

@@ -14,7 +14,7 @@ never change, and a resumed run is bitwise identical to an uninterrupted one
 Layout of a checkpoint directory::
 
     DIR/daskbatch-checkpoint.json      fingerprint of the input, spec of every pass
-    DIR/pass-<stats>/L<level>-<index>.ckpt   merged states (JSON header line + .npz)
+    DIR/pass-<stats>/L<level>-<index>.ckpt   merged states (checksum line, JSON header line, .npz)
     DIR/pass-<stats>/runs.jsonl        one line per run: blocks reused / computed
 
 Every node file starts with a sha256 over the rest of it (a JSON header with
@@ -23,7 +23,8 @@ the digest of the pass it belongs to, then the ``.npz`` payload,
 and renamed, so a kill leaves either the whole file or none. A damaged,
 truncated or edited file is detected, logged, deleted and its blocks computed
 again; it is never merged. Payloads hold plain arrays (``allow_pickle=False``)
-of state dataclasses from :mod:`daskbatch.stats`.
+of states in the state codec (:mod:`daskbatch.io.state_codec`): only registered
+state classes are rebuilt, and nothing named by a file is imported.
 
 The manifest's fingerprint (:mod:`daskbatch.engine.checkpoint.fingerprint`) identifies
 the data (real path or URL, array metadata, a content token from the store's
