@@ -44,14 +44,20 @@ from daskbatch.stats.ranges import fine_ranges, flag_out_of_range
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
 from daskbatch.stats.spec import (
+    COV,
     DEFAULT_STATS,
     NAN_POLICIES,
-    describe_names,
+    SKETCH,
+    Requested,
+    counts_by_label,
+    counts_histograms,
+    describe_statistics,
     footprint_of,
-    grouped_names,
+    grouped_statistics,
     histogram_ranges,
     is_minmax,
-    normalize_stats,
+    names_of,
+    requested,
     target_statistics,
     user_statistics,
 )
@@ -305,33 +311,33 @@ def describe(
     device = where.device  # type: ignore[assignment]  # "auto" resolved
     if device == "gpu":
         _warn_unless_gpu_kernels()
-    names = describe_names(stats, labelled=data.label is not None, range_=range)
+    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
     if groups is not None:
-        names = grouped_names(names)
+        wanted = grouped_statistics(wanted)
     custom = user_statistics(stats)
     if data.weights is not None:
         _check_weighted(custom, checkpoint)
     layout = _layout(plan, split_every, checkpoint, force)
     if target is not None:
-        names, fused, class_values, given_cuts = target_statistics(stats, names, target_bins)
+        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, target_bins)
         custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
     else:
         given_cuts = None
-        class_values, classes_from = _class_values(data, names, classes, layout.split_every_or_default, progress,
+        class_values, classes_from = _class_values(data, wanted, classes, layout.split_every_or_default, progress,
                                                    negative=groups is not None)
-    target_mi = target is not None and "mi" in names
+    target_mi = target is not None and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
     chosen, planned = plan_dropping_sketch(
         lambda stats_: _planned(layout, data, (*stats_, *map(footprint_of, custom)), bins=bins, device=device,
                                 n_classes=class_values),
-        names, optional=_sketch_was_implied(stats, names),
+        names_of(wanted), optional=_sketch_was_implied(stats, wanted),
     )
     sketch_window = None
     if WINDOWED_FOOTPRINT in planned:  # wide data: the sketch keeps a window of buckets per sign
         sketch_window = WINDOW
-        planned = tuple("sketch" if s is WINDOWED_FOOTPRINT else s for s in planned)
-    if planned != names:  # wider still: not even the windowed sketch that chooses robust ranges fits
-        names, range = planned, "minmax"  # noqa: A001 - describe's name
+        planned = tuple(SKETCH.name if s is WINDOWED_FOOTPRINT else s for s in planned)
+    if planned != names_of(wanted):  # wider still: not even the windowed sketch that chooses robust ranges fits
+        wanted, range = tuple(r for r in wanted if r.name in planned), "minmax"  # noqa: A001 - describe's name
         warn(RangeWarning(
             "histogram ranges from each feature's min and max, the last resort: the quantile sketch that chooses "
             "robust ranges does not fit a worker (its state is 33 kB per feature); give range= (--range) to choose them"
@@ -352,13 +358,13 @@ def describe(
         # refuse an unusable cov_out before computing anything
         check_output(cov_out, kind="tiled_cov", what="cov_out", protected=_protected(data, checkpoint))
 
-    tiled = "cov" in names and chosen is not None and chosen.feature_tile is not None
+    tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if tiled and data.weights is not None:
         raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
                          "leave 'cov' out of stats")
     explicit = range is not None and not is_minmax(range)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
-    two_passes = ("hist" in names or "mi" in names) and (not explicit or found_cuts)
+    two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
     cached = two_passes and checkpoint is None and _cache_blocks(cache, data, chosen, device)
     if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
         import dask
@@ -368,19 +374,19 @@ def describe(
         x, label, weights_ = dask.persist(data.x, data.label, data.weights)
         data = dataclasses.replace(data, x=x, label=label, weights=weights_)
     run = PassRunner(data, fan_in, progress, checkpoint, force, passes=2 if two_passes else 1, cancel=cancel)
-    first = _first_pass(names, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
-                        histogram=_histogram(names, bins, range, data.x.shape[1], class_values, given_cuts)
-                        if explicit and not found_cuts and ("hist" in names or "mi" in names) else None,
+    first = _first_pass(wanted, ddof=ddof, bias=bias, nan_policy=nan_policy, tiled=tiled, class_values=class_values,
+                        histogram=_histogram(wanted, bins, range, data.x.shape[1], class_values, given_cuts)
+                        if explicit and not found_cuts and counts_histograms(wanted) else None,
                         custom=custom, sketch_window=sketch_window)
     with _span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = _kept(first, run(first, finalize=False))
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
-        _check_nan_policy(results["moments"], nan_policy, data)
+        _check_nan_policy(results[Moments.name], nan_policy, data)
         if two_passes:
-            sketch = results["sketch"] if range is None else None
-            m = results["moments"]
+            sketch = results[Sketch.name] if range is None else None
+            m = results[Moments.name]
             lo, hi = histogram_ranges(range, data.x.shape[1], m.finite_min, m.finite_max, sketch=sketch)
             log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max" if range is not None
                       else "the sketch's 0.1-99.9 % quantiles widened by its error bound, values detached beyond "
@@ -388,9 +394,9 @@ def describe(
             by_class: dict[str, Any] = (
                 {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(target_bins))}  # type: ignore[arg-type]
                 if target_mi
-                else {"classes": class_values if "mi" in names else None}
+                else {"classes": class_values if counts_by_label(wanted) else None}
             )
-            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label="mi" in names, **by_class)]
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label=counts_by_label(wanted), **by_class)]
             if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
                 q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
                 second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
@@ -401,13 +407,13 @@ def describe(
     if groups is not None:
         provenance["grouped"] = True
     if target_mi:
-        cuts = list(kept["hist"].statistic.target_cuts)
+        cuts = list(kept[Histogram.name].statistic.target_cuts)
         provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
-        results["cov"], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
+        results[CoMoments.name], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, cov_out, ddof, fan_in)
     provenance.update(
-        stats=list(names), bins=bins if "hist" in names or "mi" in names else None, ddof=ddof, bias=bias,
+        stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=ddof, bias=bias,
         nan_policy=nan_policy, split_every=fan_in, passes=2 if two_passes else 1, pass_seconds=list(run.seconds),
         chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, miller_madow=miller_madow, device=device,
@@ -421,7 +427,7 @@ def describe(
         daskbatch_version=_version(),
         input_tokens=[_input_token(data)],  # merge and update refuse to count these rows twice
     )
-    if "hist" in names or "mi" in names:
+    if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range is not None else "quantiles"
     summary = Summary.from_results(data.feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow,
                                    # a tiled covariance has none; weighted states are not saved or merged yet
@@ -480,10 +486,11 @@ def _layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) ->
 
 
 def _class_values(
-    data: FeatureMatrix, names: tuple[str, ...], classes: Any, split_every: int, progress: Any, negative: bool = False,
+    data: FeatureMatrix, wanted: tuple[Requested, ...], classes: Any, split_every: int, progress: Any,
+    negative: bool = False,
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
-    if "mi" not in names and "class_moments" not in names:
+    if not any(r.needs_label for r in wanted):
         return None, None
     from daskbatch.engine.class_labels import resolve_classes
 
@@ -565,29 +572,30 @@ def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Any, device: s
 
 
 def _histogram(
-    names: tuple[str, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
+    wanted: tuple[Requested, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
     cuts: tuple[float, ...] | None = None,
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
     # The class values are for the joint (bin x class) tables of 'mi' only ('class_moments' has its own).
-    by_label = "mi" in names
+    by_label = counts_by_label(wanted)
     if by_label and cuts is not None:  # a continuous target, cut where given
         return Histogram(bins=bins, lo=lo, hi=hi, by_label=True, target_cuts=cuts)
     return Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None)
 
 
 def _first_pass(
-    names: tuple[str, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
+    wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
     sketch_window: int | None = None,
 ) -> Bundle:
     """The statistics of the first pass, fused: each block is read and cast once for all of them."""
+    built = {r.statistic for r in wanted}
     first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
-    if "cov" in names and not tiled:
+    if CoMoments in built and not tiled:
         first.append(CoMoments(ddof=ddof))
-    if "class_moments" in names:  # by label: the runner passes the label to this bundle
+    if ClassMoments in built:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
-    if "sketch" in names:
+    if Sketch in built:
         first.append(Sketch(window=sketch_window))
     if histogram is not None:
         first.append(histogram)
@@ -610,9 +618,9 @@ def _histograms_like(
     return ranges, int(like.hist_edges.shape[1] - 1), classes
 
 
-def _sketch_was_implied(stats: Any, names: tuple[str, ...]) -> bool:
+def _sketch_was_implied(stats: Any, wanted: tuple[Requested, ...]) -> bool:
     """Whether describe added the sketch itself (to find ranges) rather than the user asking for it."""
-    return "sketch" in names and "sketch" not in normalize_stats(stats)
+    return SKETCH in wanted and SKETCH not in requested(stats)
 
 
 def _kept(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:

@@ -213,18 +213,25 @@ def plan_describe(
     from daskbatch.engine.class_labels import max_classes
     from daskbatch.engine.inputs import as_feature_matrix
     from daskbatch.stats.classes import validate_classes
-    from daskbatch.stats.spec import describe_names, normalize_stats
+    from daskbatch.stats.spec import (
+        SKETCH,
+        counts_by_label,
+        describe_statistics,
+        names_of,
+        requested,
+    )
 
     data = as_feature_matrix(x, label)
-    names = describe_names(stats, labelled=data.label is not None, range_=range)
+    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
+    names = names_of(wanted)
     n_classes = None
-    if classes is not None and "mi" in names:
+    if classes is not None and counts_by_label(wanted):
         n_classes = len(validate_classes(classes, max_classes()))
     chosen, _ = plan_dropping_sketch(
         lambda stats_: plan_statistics(
             data, stats_, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
         ),
-        names, optional="sketch" not in normalize_stats(stats),
+        names, optional=SKETCH not in requested(stats),
     )
     return chosen
 
