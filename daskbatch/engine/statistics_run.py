@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from daskbatch._typing import Device
 from daskbatch._warnings import warn
 from daskbatch.engine import _describe_steps as steps
 from daskbatch.engine.devices import resolve_device
@@ -118,7 +119,7 @@ class Computed:  # numpydoc ignore=PR02
 
 
 def prepared_inputs(
-    x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: str,
+    x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
 ) -> tuple[FeatureMatrix, DeviceChoice]:
     """Open the inputs of a ``describe`` run and choose its device (``"auto"`` resolved).
 

@@ -38,14 +38,10 @@ class Requested:  # numpydoc ignore=PR02
         The name users type (``"mi"``).
     statistic : type
         The class it builds (``"hist"`` and ``"mi"`` both build a :class:`~daskbatch.stats.Histogram`).
-    needs_label : bool, default False
-        Computed only with a label (or a continuous target): left out without one.
-    needs_class_label : bool, default False
-        A class label only, never a continuous target; asked for by name without one, an error.
-    needs_ranges : bool, default False
-        Counts into bins, whose ranges are given or found by a first pass.
-    by_label : bool, default False
-        Counts per class of the label (the joint tables of mutual information).
+    needs_label, needs_class_label : bool, default False
+        Computed only with a label or a continuous target (left out without one); only with a class label.
+    needs_ranges, by_label : bool, default False
+        Counts into bins whose ranges are given or found by a first pass; per class of the label.
     """
 
     name: str
