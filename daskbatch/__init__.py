@@ -33,6 +33,7 @@ _moved.install()  # old module paths that moved stay importable, with a Deprecat
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.accumulator import Accumulator
     from daskbatch.describe import describe
+    from daskbatch.engine.run_options import RunOptions
     from daskbatch.errors import (
         Cancelled,
         CheckpointMismatchError,
@@ -73,6 +74,7 @@ _LAZY = {
     "Accumulator": "daskbatch.accumulator",
     "Drift": "daskbatch.summary.compare", "compare": "daskbatch.summary.compare",
     "describe": "daskbatch.describe",
+    "RunOptions": "daskbatch.engine.run_options",
     **dict.fromkeys(
         ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "Interrupted", "PlanError", "RangeWarning"),
         "daskbatch.errors",
@@ -99,7 +101,7 @@ _LAZY = {
 __all__ = [
     "PCA", "Accumulator", "BatchError", "Bundle", "Cancelled", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
     "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
-    "PlanError", "RangeWarning", "Resources", "Selection", "State", "Summary", "__version__", "cluster", "compare",
+    "PlanError", "RangeWarning", "Resources", "RunOptions", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
     "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "select", "steps", "synth", "transform", "update",
 ]

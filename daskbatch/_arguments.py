@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["strict_int"]
+from daskbatch._typing import DEVICES, Device
+
+__all__ = ["checked_device", "strict_int"]
+
+
+def checked_device(device: Any) -> Device:
+    """Validate a ``device`` argument against the one vocabulary, :data:`~daskbatch._typing.Device`.
+
+    Parameters
+    ----------
+    device : object
+        What the user passed.
+
+    Returns
+    -------
+    {"auto", "cpu", "gpu"}
+        The device.
+
+    Raises
+    ------
+    ValueError
+        One line naming the three choices.
+    """
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ValueError(f"device must be one of 'auto', 'cpu', 'gpu'; got {device!r}")
+    return cast(Device, device)
 
 
 def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:

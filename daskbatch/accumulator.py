@@ -9,13 +9,28 @@ from typing import Any, Literal
 import numpy as np
 from array_api_compat import is_array_api_obj
 
+from daskbatch._arguments import checked_device
+from daskbatch._typing import Device
+from daskbatch._warnings import warn
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
-from daskbatch.stats.spec import NAN_POLICIES, histogram_ranges, normalize_stats, user_statistics
+from daskbatch.stats.spec import (
+    COV,
+    HIST,
+    MI,
+    MOMENTS,
+    NAN_POLICIES,
+    counts_by_label,
+    counts_histograms,
+    histogram_ranges,
+    names_of,
+    requested,
+    user_statistics,
+)
 from daskbatch.summary import Summary
 
 
@@ -45,9 +60,10 @@ class Accumulator:
         Class values of the labels (for ``"mi"``); a label outside them is an
         error. Without it the labels must be ``0..K-1`` with K at most
         ``daskbatch.max-classes``.
-    device : {None, "gpu"}, default None
-        None reduces each batch where it lives (NumPy on the CPU, CuPy on the
-        GPU). ``"gpu"`` copies host batches to the GPU: one by one in
+    device : {"auto", "cpu", "gpu"}, default "auto"
+        ``"auto"`` reduces each batch where it lives (NumPy on the CPU, CuPy on
+        the GPU; None, the old spelling, warns and means the same). ``"cpu"``
+        copies GPU batches to the host. ``"gpu"`` copies host batches to the GPU: one by one in
         :meth:`update`, and with the copy of the next batch in flight while
         the current one is reduced in :meth:`update_many` (pinned buffers,
         two CUDA streams; states identical to :meth:`update` one by one).
@@ -73,18 +89,20 @@ class Accumulator:
         nan_policy: Literal["omit", "propagate"] = "omit",
         feature_names: Sequence[str] | None = None,
         classes: Sequence[int] | None = None,
-        device: Literal["gpu"] | None = None,
+        device: Device = "auto",
     ) -> None:
-        if device not in (None, "gpu"):
-            raise ValueError(f"device must be None or 'gpu', got {device!r}")
-        self.device = device
+        if device is None:  # the old spelling of "auto"
+            warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
+            device = "auto"
+        self.device = checked_device(device)
         if stats is None:
-            stats = ("moments", "cov") + (("hist", "mi") if range is not None else ())
-        self.stats = normalize_stats(stats)
+            stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
+        self._wanted = requested(stats)
+        self.stats = names_of(self._wanted)
         self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
         if nan_policy not in NAN_POLICIES[:2]:
             raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {nan_policy!r}")
-        if ("hist" in self.stats or "mi" in self.stats) and range is None:
+        if counts_histograms(self._wanted) and range is None:
             raise ValueError(
                 "histograms of a stream need range=(lo, hi) (or one per feature): a stream is read once"
             )
@@ -100,11 +118,11 @@ class Accumulator:
 
     def _make_bundle(self, n_features: int) -> Bundle:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
-        if "cov" in self.stats:
+        if COV in self._wanted:
             stats.append(CoMoments(ddof=self.ddof))
-        if "hist" in self.stats or "mi" in self.stats:
+        if counts_histograms(self._wanted):
             lo, hi = histogram_ranges(self.range, n_features)
-            by_label = "mi" in self.stats
+            by_label = counts_by_label(self._wanted)
             stats.append(Histogram(
                 bins=self.bins, lo=lo, hi=hi, by_label=by_label, classes=self.classes if by_label else None,
                 max_classes=self.max_classes,
@@ -141,11 +159,7 @@ class Accumulator:
             This accumulator, updated.
         """
         batch, label = self._checked(batch, label, self._batches)
-        if self.device == "gpu":
-            import cupy
-
-            batch = cupy.asarray(batch)
-            label = None if label is None else cupy.asarray(label)
+        batch, label = self._on_device(batch, label)
         assert self._bundle is not None
         state = self._bundle.chunk(batch, label)
         self._state = state if self._state is None else self._bundle.merge(self._state, state)
@@ -195,7 +209,7 @@ class Accumulator:
                 state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
             else:
                 state = self._state
-                for batch, label in parts():
+                for batch, label in (self._on_device(*part) for part in parts()):
                     new = self._chunk(batch, label)
                     state = new if state is None else self._merge(state, new)
         except BaseException:
@@ -205,6 +219,16 @@ class Accumulator:
         self._rows += sum(seen)
         self._batches += len(seen)
         return self
+
+    def _on_device(self, batch: Any, label: Any) -> tuple[Any, Any]:
+        """``batch`` and ``label`` where ``device`` says: as they are, on the host, or on the GPU."""
+        if self.device == "gpu":
+            import cupy
+
+            return cupy.asarray(batch), None if label is None else cupy.asarray(label)
+        if self.device == "cpu":
+            return to_host(batch), None if label is None else to_host(label)
+        return batch, label
 
     def _chunk(self, batch: Any, label: Any) -> tuple[Any, ...]:
         assert self._bundle is not None
@@ -241,10 +265,11 @@ class Accumulator:
             raise ValueError(
                 f"batch {index} has {n_features} features; earlier batches had {self._n_features}"
             )
-        readers = [s.name for s in self._bundle.stats if reads_label(s)]
+        readers = [s for s in self._bundle.stats if reads_label(s)]
         if readers:
             if label is None:
-                what = "mutual information" if readers == ["hist"] else f"statistic(s) {', '.join(readers)}"
+                what = ("mutual information" if all(isinstance(s, Histogram) for s in readers)
+                        else f"statistic(s) {', '.join(s.name for s in readers)}")
                 raise ValueError(f"batch {index}: {what} needs the label of every batch")
             label = label if is_array_api_obj(label) else np.asarray(label)
             check_label(label, batch.shape[0], "batch")

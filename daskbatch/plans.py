@@ -14,6 +14,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from daskbatch._arguments import checked_device
+from daskbatch._typing import Device
+from daskbatch._warnings import warn
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
@@ -30,7 +33,7 @@ def plan(
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
     split_every: int | None = None,
-    device: str | None = None,
+    device: Device | None = "auto",
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
 
@@ -51,9 +54,10 @@ def plan(
         ``distributed`` client, else this machine.
     split_every : int, optional
         Merge fan-in; default ``daskbatch.split-every``.
-    device : {"cpu", "gpu"}, optional
+    device : {"auto", "cpu", "gpu"}, default "auto"
         With ``resources="auto"`` and no client: plan for this machine's memory
-        or its GPUs; default: its GPUs when it has any.
+        or its GPUs; ``"auto"``: its GPUs when it has any (None, the old
+        spelling, warns and means the same).
 
     Returns
     -------
@@ -78,6 +82,11 @@ def plan(
     from daskbatch import config
     from daskbatch.stats import kernels
 
+    if device is None:  # the old spelling of "auto"
+        warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
+        device = "auto"
+    device = checked_device(device)
+
     if isinstance(x_or_dataset, (str, os.PathLike)):
         from daskbatch.io.dataset import open_dataset
 
@@ -90,7 +99,7 @@ def plan(
     if resources is None or (isinstance(resources, str) and resources == "auto"):
         from daskbatch.runtime.capacity import resources_auto
 
-        resources = resources_auto(device=device)
+        resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
     return plan_chunks(
@@ -165,7 +174,7 @@ def plan_statistics(
         n_classes = recorded_n_classes(source) or int(config.get("assumed-classes"))
     return plan(
         source, stats=tuple(names), bins=bins, n_classes=n_classes if labelled else None,
-        resources=resources, split_every=split_every, device=device,
+        resources=resources, split_every=split_every, device="auto" if device is None else checked_device(device),
     )
 
 
@@ -213,18 +222,25 @@ def plan_describe(
     from daskbatch.engine.class_labels import max_classes
     from daskbatch.engine.inputs import as_feature_matrix
     from daskbatch.stats.classes import validate_classes
-    from daskbatch.stats.spec import describe_names, normalize_stats
+    from daskbatch.stats.spec import (
+        SKETCH,
+        counts_by_label,
+        describe_statistics,
+        names_of,
+        requested,
+    )
 
     data = as_feature_matrix(x, label)
-    names = describe_names(stats, labelled=data.label is not None, range_=range)
+    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
+    names = names_of(wanted)
     n_classes = None
-    if classes is not None and "mi" in names:
+    if classes is not None and counts_by_label(wanted):
         n_classes = len(validate_classes(classes, max_classes()))
     chosen, _ = plan_dropping_sketch(
         lambda stats_: plan_statistics(
             data, stats_, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
         ),
-        names, optional="sketch" not in normalize_stats(stats),
+        names, optional=SKETCH not in requested(stats),
     )
     return chosen
 

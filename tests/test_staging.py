@@ -176,8 +176,10 @@ def test_update_many_adds_nothing_when_a_batch_is_bad() -> None:
 
 
 def test_accumulator_device_is_checked() -> None:
-    with pytest.raises(ValueError, match="device must be None or 'gpu', got 'tpu'"):
+    with pytest.raises(ValueError, match="device must be one of 'auto', 'cpu', 'gpu'; got 'tpu'"):
         db.Accumulator(device="tpu")  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match="device='auto'"):
+        assert db.Accumulator(device=None).device == "auto"  # type: ignore[arg-type]
 
 
 # --- on a CUDA device ----------------------------------------------------------------------------

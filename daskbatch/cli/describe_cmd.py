@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import click
 
+from daskbatch._typing import Device
 from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
-from daskbatch.cli.options import client_from_options, cluster_options
+from daskbatch.cli.options import client_from_options, cluster_options, device_option
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.interrupts import exit_now
 from daskbatch.summary.report import format_report
@@ -94,9 +95,8 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--force", is_flag=True, help="Start afresh when --checkpoint holds another input's states.")
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--cache/--no-cache", default=None, help="Keep decoded chunks in memory between the two passes, or read them twice. Default: keep them when they take at most daskbatch.cache-fraction of the workers' memory.")
-@click.option(
-    "--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True,
-    help="Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
+@device_option(
+    "auto", "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
     "when the workers are dask-cuda workers.",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -194,7 +194,7 @@ def describe_command(
                 dataset, **settings, weights=weights_name, progress=progress and not quiet,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
                 # "auto" was resolved to cpu or gpu above.
-                device=cast(Literal["cpu", "gpu"], device), classes=classes,
+                device=cast(Device, device), classes=classes,
             )
             if previous is not None:
                 from daskbatch.incremental import merge

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
+from daskbatch._typing import DEVICES
 from daskbatch.runtime.cluster import KINDS
 
 if TYPE_CHECKING:
@@ -28,6 +29,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``--cluster`` values: the cluster kinds, plus "threads" for dask's threaded scheduler (no cluster).
 CLUSTER_CHOICES = (*KINDS, "threads")
+
+
+def device_option(default: str, help_: str) -> Callable[[F], F]:
+    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command.
+
+    Parameters
+    ----------
+    default : {"auto", "cpu", "gpu"}
+        The command's default.
+    help_ : str
+        What the option does on this command.
+
+    Returns
+    -------
+    callable
+        A decorator adding the option.
+    """
+    return click.option(  # type: ignore[no-any-return]
+        "--device", type=click.Choice(DEVICES), default=default, show_default=True, help=help_,
+    )
 
 
 @overload

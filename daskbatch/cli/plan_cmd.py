@@ -10,7 +10,7 @@ from click.core import ParameterSource
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
-from daskbatch.stats.spec import DEFAULT_STATS
+from daskbatch.stats.spec import DEFAULT_STATS, requested
 
 __all__ = ["plan_command"]
 
@@ -83,13 +83,15 @@ def plan_command(
     ds = open_dataset(store, x=x_name, label=label)
     skipped = None
     default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
-    if "class_moments" in names and ds.label is None and not default_stats:
-        raise click.UsageError("statistic 'class_moments' needs a label (--label)")
-    if "mi" in names or "class_moments" in names:
+    wanted = requested(names)
+    refused = [r.name for r in wanted if r.needs_class_label]
+    if refused and ds.label is None and not default_stats:
+        raise click.UsageError(f"statistic {refused[0]!r} needs a label (--label)")
+    if any(r.needs_label for r in wanted):
         if ds.label is None:
             # as describe: the default's mi and class_moments are computed only with a label
-            dropped = [n for n in names if n in ("mi", "class_moments")]
-            names = tuple(n for n in names if n not in dropped)
+            dropped = [r.name for r in wanted if r.needs_label]
+            names = tuple(r.name for r in wanted if not r.needs_label)
             skipped = f"{' and '.join(dropped)} skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:
             # Counting finds the classes; the plan assumes what describe assumes (no label read here).

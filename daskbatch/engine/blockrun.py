@@ -26,13 +26,12 @@ from typing import Any
 import dask
 from dask.callbacks import Callback
 
+from daskbatch._arguments import checked_device
+from daskbatch._typing import DEVICES  # noqa: F401 - map_batches and map_items import it from here
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.progress import Progress
 
 __all__ = ["on_device", "run_blocks"]
-
-DEVICES = ("auto", "cpu", "gpu")
-
 
 def check_device(device: str) -> None:
     """Raise for an unknown device, or ``"gpu"`` without CuPy.
@@ -42,9 +41,7 @@ def check_device(device: str) -> None:
     device : {"auto", "cpu", "gpu"}
         Where blocks are computed.
     """
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
-    if device == "gpu":
+    if checked_device(device) == "gpu":
         try:
             import cupy  # noqa: F401
         except ImportError as exc:

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from daskbatch import config
+from daskbatch._typing import Device
 from daskbatch.planning.devices import DeviceChoice, choose_device
 
 __all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem", "resolve_device"]
@@ -105,7 +106,7 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
     return choice
 
 
-def resolve_device(device: str, x: Any) -> DeviceChoice:
+def resolve_device(device: Device, x: Any) -> DeviceChoice:
     """Resolve :func:`daskbatch.describe`'s ``device`` for the (samples x features) dask array ``x``.
 
     For ``"auto"``, a chunk is taken to be as large as the planner aims for

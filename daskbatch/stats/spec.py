@@ -7,6 +7,7 @@ The one place that turns what a user asks for (``stats="moments,cov"``, a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import re
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats import STATISTICS
+from daskbatch.stats import STATISTICS, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import around_constant, robust_ranges
 
@@ -25,6 +26,106 @@ DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
 #: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
 ENTRY_POINT_GROUP = "daskbatch.statistics"
+
+
+@dataclasses.dataclass(frozen=True)
+class Requested:  # numpydoc ignore=PR02
+    """A built-in statistic as users name it, and what it declares: what describe and the stream branch on.
+
+    Parameters
+    ----------
+    name : str
+        The name users type (``"mi"``).
+    statistic : type
+        The class it builds (``"hist"`` and ``"mi"`` both build a :class:`~daskbatch.stats.Histogram`).
+    needs_label, needs_class_label : bool, default False
+        Computed only with a label or a continuous target (left out without one); only with a class label.
+    needs_ranges, by_label : bool, default False
+        Counts into bins whose ranges are given or found by a first pass; per class of the label.
+    """
+
+    name: str
+    statistic: type
+    needs_label: bool = False
+    needs_class_label: bool = False
+    needs_ranges: bool = False
+    by_label: bool = False
+
+
+MOMENTS = Requested("moments", Moments)
+COV = Requested("cov", CoMoments)
+HIST = Requested("hist", Histogram, needs_ranges=True)
+#: The histogram by label, counted in place of ``hist`` (mutual information comes from its joint tables).
+MI = Requested("mi", Histogram, needs_label=True, needs_ranges=True, by_label=True)
+CLASS_MOMENTS = Requested("class_moments", ClassMoments, needs_label=True, needs_class_label=True)
+SKETCH = Requested("sketch", Sketch)
+#: Every built-in statistic by the name users type: the one place that reads those names.
+BUILT_IN: dict[str, Requested] = {r.name: r for r in (MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH)}
+assert set(BUILT_IN) == set(STATISTICS)
+
+
+def requested(stats: Any) -> tuple[Requested, ...]:
+    """Turn the built-in statistic names among ``stats`` into what they declare (moments first).
+
+    Parameters
+    ----------
+    stats : str or sequence
+        The requested statistics (names, comma-separated names, statistic objects).
+
+    Returns
+    -------
+    tuple of Requested
+        The built-in statistics, in :func:`normalize_stats`'s order.
+    """
+    return tuple(BUILT_IN[n] for n in normalize_stats(stats))
+
+
+def names_of(wanted: Sequence[Requested]) -> tuple[str, ...]:
+    """List the names of ``wanted`` (for the planner and the provenance).
+
+    Parameters
+    ----------
+    wanted : sequence of Requested
+        Built-in statistics.
+
+    Returns
+    -------
+    tuple of str
+        Their names, in order.
+    """
+    return tuple(r.name for r in wanted)
+
+
+def counts_histograms(wanted: Sequence[Requested]) -> bool:
+    """Tell whether any of ``wanted`` counts into bins (needs ranges).
+
+    Parameters
+    ----------
+    wanted : sequence of Requested
+        Built-in statistics.
+
+    Returns
+    -------
+    bool
+        True when one does.
+    """
+    return any(r.needs_ranges for r in wanted)
+
+
+def counts_by_label(wanted: Sequence[Requested]) -> bool:
+    """Tell whether the histograms of ``wanted`` are counted per class of the label.
+
+    Parameters
+    ----------
+    wanted : sequence of Requested
+        Built-in statistics.
+
+    Returns
+    -------
+    bool
+        True when they are.
+    """
+    return any(r.by_label for r in wanted)
 
 
 def normalize_stats(stats: Any) -> tuple[str, ...]:
@@ -46,7 +147,7 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
         The validated built-in names, ``"moments"`` first.
     """
     names, _ = _split(stats)
-    return ("moments",) + tuple(n for n in dict.fromkeys(names) if n != "moments")
+    return (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
 
 
 def _items(stats: Any) -> tuple[Any, ...]:
@@ -299,54 +400,75 @@ def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = 
     tuple of str
         The statistic names to compute.
     """
-    names = normalize_stats(stats)
+    return names_of(describe_statistics(stats, labelled=labelled, range_=range_))
+
+
+def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Requested, ...]:
+    """What :func:`describe_names` names, as the statistics' declarations.
+
+    Parameters
+    ----------
+    stats : str or sequence
+        The requested statistics.
+    labelled : bool
+        Whether there is a label.
+    range_ : object, optional
+        The histogram range argument.
+
+    Returns
+    -------
+    tuple of Requested
+        The statistics to compute.
+    """
+    wanted = requested(stats)
     if not labelled:
-        if "class_moments" in names and names != normalize_stats(DEFAULT_STATS):
-            raise ValueError("statistic 'class_moments' needs a label (describe(x, label, ...))")
-        names = tuple(n for n in names if n not in ("mi", "class_moments"))
-    if range_ is None and ("hist" in names or "mi" in names) and "sketch" not in names:
-        names += ("sketch",)
-    return names
+        refused = [r.name for r in wanted if r.needs_class_label]
+        if refused and wanted != requested(DEFAULT_STATS):
+            raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
+        wanted = tuple(r for r in wanted if not r.needs_label)
+    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:
+        wanted += (SKETCH,)
+    return wanted
 
 
-def grouped_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    """Add what ``describe(x, groups=g)`` computes by group to ``names``.
+def grouped_statistics(wanted: tuple[Requested, ...]) -> tuple[Requested, ...]:
+    """Add what ``describe(x, groups=g)`` computes by group to ``wanted``.
 
-    The per-group moments always, and with ``hist`` the histograms by group
+    The per-group moments always, and with histograms the histograms by group
     (the histograms by label, ``mi``).
 
     Parameters
     ----------
-    names : tuple of str
-        From :func:`describe_names`.
+    wanted : tuple of Requested
+        From :func:`describe_statistics`.
 
     Returns
     -------
-    tuple of str
-        With ``class_moments`` (and ``mi`` when ``hist`` is there).
+    tuple of Requested
+        With ``class_moments`` (and ``mi`` when histograms are counted).
     """
-    wanted = ("class_moments", "mi") if "hist" in names else ("class_moments",)
-    return (*names, *(n for n in wanted if n not in names))
+    added = (CLASS_MOMENTS, MI) if counts_histograms(wanted) else (CLASS_MOMENTS,)
+    return (*wanted, *(r for r in added if r not in wanted))
 
 
 def target_statistics(
-    stats: Any, names: tuple[str, ...], target_bins: Any
-) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
+    stats: Any, wanted: tuple[Requested, ...], target_bins: Any
+) -> tuple[tuple[Requested, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
     """Decide what a run with a continuous target (``describe(x, target=y)``) computes.
 
     Parameters
     ----------
     stats : str or sequence
         The requested statistics.
-    names : tuple of str
-        From :func:`describe_names` (with the target in the label's place).
+    wanted : tuple of Requested
+        From :func:`describe_statistics` (with the target in the label's place).
     target_bins : int or sequence of float
         Quantile bins of the target, or its cuts.
 
     Returns
     -------
-    names : tuple of str
-        Without ``class_moments`` (a class label's).
+    wanted : tuple of Requested
+        Without the statistics of a class label (``class_moments``).
     fused : tuple
         The target's statistics for the first pass: its co-moments with every
         feature, and with ``mi`` its quantile sketch (also when the cuts are
@@ -365,11 +487,11 @@ def target_statistics(
     else:
         given = checked_cuts(target_bins)
         n_bins = len(given) + 1
-    if "class_moments" in names:
-        if "class_moments" in normalize_stats(stats) and normalize_stats(stats) != normalize_stats(DEFAULT_STATS):
-            raise ValueError("statistic 'class_moments' needs a class label; with target= select ranks by "
-                             "'f_regression', 'r_regression' or 'mi'")
-        names = tuple(n for n in names if n != "class_moments")
-    if "mi" not in names:
-        return names, (TargetMoments(),), None, given
-    return names, (TargetMoments(), TargetSketch()), tuple(range(n_bins)), given
+    refused = [r.name for r in requested(stats) if r.needs_class_label]
+    if refused and requested(stats) != requested(DEFAULT_STATS):
+        raise ValueError(f"statistic {refused[0]!r} needs a class label; with target= select ranks by "
+                         "'f_regression', 'r_regression' or 'mi'")
+    wanted = tuple(r for r in wanted if not r.needs_class_label)
+    if not counts_by_label(wanted):
+        return wanted, (TargetMoments(),), None, given
+    return wanted, (TargetMoments(), TargetSketch()), tuple(range(n_bins)), given

@@ -1,0 +1,313 @@
+"""The passes of :func:`daskbatch.describe`: from its inputs to finalized results, merged states and provenance.
+
+A straight pipeline, each step taking the previous one's (immutable) value:
+
+    inputs -> statistics -> layout (plan, or the checkpoint's) -> rechunk -> device -> passes -> results
+
+The caller (``describe``, above this layer) plans with the function it passes
+as ``planner`` and makes the :class:`~daskbatch.Summary` from what this returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from daskbatch._typing import Device
+from daskbatch._warnings import warn
+from daskbatch.engine import _describe_steps as steps
+from daskbatch.engine.devices import resolve_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    as_weights,
+    device_module,
+    groups_as_label,
+    to_device,
+    with_target,
+)
+from daskbatch.engine.passes import PassRunner
+from daskbatch.engine.reduce import resolve_split_every, to_host
+from daskbatch.engine.row_identity import input_token
+from daskbatch.engine.run_options import RunOptions
+from daskbatch.errors import RangeWarning
+from daskbatch.io.outputs import check_output
+from daskbatch.planning.devices import DeviceChoice
+from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.ranges import fine_ranges
+from daskbatch.stats.registry import Kept
+from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
+from daskbatch.stats.spec import (
+    COV,
+    SKETCH,
+    counts_by_label,
+    counts_histograms,
+    describe_statistics,
+    footprint_of,
+    grouped_statistics,
+    histogram_ranges,
+    is_minmax,
+    names_of,
+    requested,
+    target_statistics,
+    user_statistics,
+)
+from daskbatch.stats.target import target_cuts
+
+__all__ = ["Computed", "StatisticParameters", "prepared_inputs", "run_statistics"]
+
+log = logging.getLogger("daskbatch.describe")
+
+
+@dataclasses.dataclass(frozen=True)
+class StatisticParameters:  # numpydoc ignore=PR02
+    """The parameters of the built-in statistics of one ``describe`` run (see :func:`daskbatch.describe`).
+
+    Parameters
+    ----------
+    bins : int
+        Histogram bins per feature.
+    range : object
+        Histogram range(s): (lo, hi), (D, 2), ``"minmax"`` or None.
+    ddof : int
+        Delta degrees of freedom.
+    bias : bool
+        Biased skewness and kurtosis.
+    nan_policy : {"omit", "propagate", "raise"}
+        What NaN values do.
+    classes : sequence of int or None
+        The label's class values.
+    target_bins : int or sequence of float
+        Quantile bins of a continuous target, or its cuts.
+    miller_madow : bool
+        The Miller–Madow correction of mutual information (recorded in the provenance).
+    """
+
+    bins: int
+    range: Any
+    ddof: int
+    bias: bool
+    nan_policy: Literal["omit", "propagate", "raise"]
+    classes: Any
+    target_bins: Any
+    miller_madow: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Computed:  # numpydoc ignore=PR02
+    """What :func:`run_statistics` returns: the results, the states a summary keeps, and the provenance.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs as computed (rechunked, on their device).
+    results : dict
+        Finalized results by statistic name, on the host.
+    states : dict or None
+        The merged states a summary keeps (None: a tiled covariance or weights, which are not kept).
+    provenance : dict
+        Where the data came from and how they were computed.
+    """
+
+    data: FeatureMatrix
+    results: dict[str, Any]
+    states: dict[str, Kept] | None
+    provenance: dict[str, Any]
+
+
+def prepared_inputs(
+    x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
+) -> tuple[FeatureMatrix, DeviceChoice]:
+    """Open the inputs of a ``describe`` run and choose its device (``"auto"`` resolved).
+
+    Parameters
+    ----------
+    x, label, weights, target, groups, feature_names, missing : object
+        As :func:`daskbatch.describe` takes them.
+    device : {"auto", "cpu", "gpu"}
+        The device asked for.
+
+    Returns
+    -------
+    data : FeatureMatrix
+        The inputs.
+    where : DeviceChoice
+        The device and why.
+    """
+    if device != "auto":
+        device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    if target is not None and label is not None:
+        raise ValueError("give label= (classes) or target= (a continuous target), not both")
+    if target is not None and weights is not None:
+        raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
+    if groups is not None:
+        label = groups_as_label(groups, label, target)
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    if target is not None:
+        data = with_target(data, target)
+    data = as_weights(weights, data)
+    where = resolve_device(device, data.x)
+    if where.device == "gpu":
+        steps._warn_unless_gpu_kernels()
+    return data, where
+
+
+def run_statistics(
+    data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
+    grouped: bool, targeted: bool, plan_statistics: Callable[..., Any], plan_dropping_sketch: Callable[..., Any],
+) -> Computed:
+    """Compute ``stats`` of ``data`` in one or two passes.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        From :func:`prepared_inputs`.
+    stats : str or sequence
+        The statistics asked for (names, statistic objects).
+    params : StatisticParameters
+        Their parameters.
+    run : RunOptions
+        How to run.
+    where : DeviceChoice
+        The device, resolved.
+    grouped : bool
+        The label holds group keys (``describe(groups=...)``).
+    targeted : bool
+        The label is a continuous target (``describe(target=...)``).
+    plan_statistics, plan_dropping_sketch : callable
+        :func:`daskbatch.plans.plan_statistics` and :func:`daskbatch.plans.plan_dropping_sketch`.
+
+    Returns
+    -------
+    Computed
+        The results, states and provenance.
+    """
+    device, range_, bins = where.device, params.range, params.bins
+    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
+    if grouped:
+        wanted = grouped_statistics(wanted)
+    custom = user_statistics(stats)
+    if data.weights is not None:
+        steps._check_weighted(custom, run.checkpoint)
+    layout = steps._run_layout(run.plan, run.split_every, run.checkpoint, run.force)
+    if targeted:
+        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, params.target_bins)
+        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
+    else:
+        given_cuts = None
+        class_values, classes_from = steps._class_values_of(data, wanted, params.classes, layout.split_every_or_default,
+                                                   run.progress, negative=grouped)
+    target_mi = targeted and counts_by_label(wanted)
+    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
+    chosen, planned = plan_dropping_sketch(
+        lambda stats_: steps._planned(plan_statistics, layout, data, (*stats_, *map(footprint_of, custom)), bins=bins,
+                                device=device, n_classes=class_values),
+        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
+    )
+    sketch_window = None
+    if WINDOWED_FOOTPRINT in planned:  # wide data: the sketch keeps a window of buckets per sign
+        sketch_window = WINDOW
+        planned = tuple(SKETCH.name if s is WINDOWED_FOOTPRINT else s for s in planned)
+    if planned != names_of(wanted):  # wider still: not even the windowed sketch that chooses robust ranges fits
+        wanted, range_ = tuple(r for r in wanted if r.name in planned), "minmax"
+        warn(RangeWarning(
+            "histogram ranges from each feature's min and max, the last resort: the quantile sketch that chooses "
+            "robust ranges does not fit a worker (its state is 33 kB per feature); give range= (--range) to choose them"
+        ))
+    fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
+                                 chosen.split_every if chosen is not None else None)
+    data = steps._rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
+                      chosen.chunk_rows if chosen is not None else None)
+    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
+        from daskbatch.engine.class_labels import checked_label
+
+        assert data.label is not None
+        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
+    if class_values is not None:  # checked just above, or found by scanning this very label
+        data = dataclasses.replace(data, label_checked=True)
+    data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
+    if run.cov_out is not None and chosen is not None and chosen.feature_tile is not None:
+        # refuse an unusable cov_out before computing anything
+        check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
+
+    tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
+    if tiled and data.weights is not None:
+        raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
+                         "leave 'cov' out of stats")
+    explicit = range_ is not None and not is_minmax(range_)
+    # The target's quantile bins come from the first pass: its mutual information needs a second.
+    two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
+    cached = two_passes and run.checkpoint is None and steps._cache_blocks(run.cache, data, chosen, device)
+    if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
+        import dask
+
+        log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
+                 f"{data.x.nbytes / 2**20:,.0f}", run.cache)
+        x, label, weights_ = dask.persist(data.x, data.label, data.weights)
+        data = dataclasses.replace(data, x=x, label=label, weights=weights_)
+    runner = PassRunner(data, fan_in, run.progress, run.checkpoint, run.force, passes=2 if two_passes else 1,
+                        cancel=run.cancel)
+    first = steps._first_pass(wanted, ddof=params.ddof, bias=params.bias, nan_policy=params.nan_policy, tiled=tiled,
+                        class_values=class_values,
+                        histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
+                        if explicit and not found_cuts and counts_histograms(wanted) else None,
+                        custom=custom, sketch_window=sketch_window)
+    with steps._describe_span(data):
+        # The merged states are kept with the summary (it can then be merged and updated,
+        # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
+        kept = steps._kept_by_name(first, runner(first, finalize=False))
+        results = {name: to_host(k.finalize()) for name, k in kept.items()}
+        steps._check_nan_policy(results[Moments.name], params.nan_policy, data)
+        if two_passes:
+            sketch = results[Sketch.name] if range_ is None else None
+            m = results[Moments.name]
+            lo, hi = histogram_ranges(range_, data.x.shape[1], m.finite_min, m.finite_max, sketch=sketch)
+            log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max"
+                      if range_ is not None else "the sketch's 0.1-99.9 % quantiles widened by its error bound, "
+                      "values detached beyond robust fences left out")
+            by_class: dict[str, Any] = (
+                {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(params.target_bins))}
+                if target_mi
+                else {"classes": class_values if counts_by_label(wanted) else None}
+            )
+            second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label=counts_by_label(wanted), **by_class)]
+            if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
+                q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
+                second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)),
+                                                hi=tuple(map(float, q_hi))))
+            kept.update(steps._kept_by_name(Bundle(tuple(second)), runner(Bundle(tuple(second)), 2, finalize=False)))
+            results.update((s.name, to_host(kept[s.name].finalize())) for s in second)
+    provenance = dict(data.provenance)
+    if grouped:
+        provenance["grouped"] = True
+    if target_mi:
+        cuts = list(kept[Histogram.name].statistic.target_cuts)
+        provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
+    if tiled:
+        assert chosen is not None and chosen.feature_tile is not None
+        results[CoMoments.name], provenance["tiled_cov"] = steps._tiled_cov(data, chosen.feature_tile, run.cov_out,
+                                                                      params.ddof, fan_in)
+    provenance.update(
+        stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=params.ddof,
+        bias=params.bias, nan_policy=params.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
+        pass_seconds=list(runner.seconds), chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
+        range_given=explicit, classes_from=classes_from, miller_madow=params.miller_madow, device=device,
+        device_reason=where.reason, cached=cached,
+        layout=layout.source, plan=None if chosen is None else {
+            "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,
+            "limited_by": chosen.limited_by, "resources": chosen.resources.describe(),
+            "n_classes": chosen.n_classes,
+        },
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        daskbatch_version=steps._version(),
+        input_tokens=[input_token(data)],  # merge and update refuse to count these rows twice
+    )
+    if counts_histograms(wanted):
+        provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
+    # a tiled covariance has none; weighted states are not saved or merged yet
+    states = None if tiled or data.weights is not None else steps._mergeable(kept)
+    return Computed(data=data, results=results, states=states, provenance=provenance)

@@ -1,0 +1,67 @@
+"""describe's one run-control value (RunOptions), the one device vocabulary, and statistics chosen by what they declare."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import daskbatch as db
+from daskbatch._arguments import checked_device
+from daskbatch.stats.spec import BUILT_IN, HIST, MI, describe_statistics, requested
+
+
+@pytest.fixture
+def xy() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 4))
+    return x, (x[:, 0] > 0).astype(np.int64)
+
+
+def test_run_options_give_the_summary_the_keywords_give(xy: tuple[np.ndarray, np.ndarray]) -> None:
+    x, y = xy
+    by_keywords = db.describe(x, y, plan=None, split_every=2, device="cpu")
+    by_run = db.describe(x, y, run=db.RunOptions(plan=None, split_every=2, device="cpu"))
+    for name in ("mean", "var", "cov", "hist_counts", "mi"):
+        np.testing.assert_array_equal(getattr(by_run, name), getattr(by_keywords, name))
+    assert by_run.provenance["split_every"] == 2
+
+
+def test_a_run_keyword_and_run_together_are_refused(xy: tuple[np.ndarray, np.ndarray]) -> None:
+    x, _ = xy
+    with pytest.raises(ValueError, match="give split_every= in run=RunOptions"):
+        db.describe(x, run=db.RunOptions(plan=None), split_every=4)
+    with pytest.raises(TypeError, match="run must be a daskbatch.RunOptions"):
+        db.describe(x, run={"plan": None})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["tpu", None, 1, "GPU"])
+def test_one_device_vocabulary(bad: object) -> None:
+    with pytest.raises(ValueError, match="device must be one of 'auto', 'cpu', 'gpu'; got"):
+        checked_device(bad)
+    with pytest.raises(ValueError, match="device must be one of"):
+        db.RunOptions(device=bad)  # type: ignore[arg-type]
+
+
+def test_old_device_spellings_warn() -> None:
+    with pytest.warns(DeprecationWarning, match="device='auto'"):
+        assert db.Accumulator(device=None).device == "auto"  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match="device='auto'"):
+        db.plan(np.zeros((100, 2)), stats=("moments",), device=None)
+
+
+def test_accumulator_on_the_cpu_matches_auto(xy: tuple[np.ndarray, np.ndarray]) -> None:
+    x, _ = xy
+    a = db.Accumulator(stats=("moments", "cov"), device="cpu").update(x).summary()
+    b = db.Accumulator(stats=("moments", "cov")).update(x).summary()
+    np.testing.assert_array_equal(a.cov, b.cov)
+
+
+def test_hist_and_mi_are_two_declarations() -> None:
+    assert HIST != MI and HIST.needs_ranges and MI.needs_ranges and MI.by_label and not HIST.by_label
+    assert MI.needs_label and not HIST.needs_label
+    assert set(BUILT_IN) == {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
+    assert [r.name for r in requested("cov,hist")] == ["moments", "cov", "hist"]
+    # without a label: what needs one is left out, and histograms found from the data add the sketch
+    assert [r.name for r in describe_statistics(("hist", "mi"), labelled=False)] == ["moments", "hist", "sketch"]
+    with pytest.raises(ValueError, match="statistic 'class_moments' needs a label"):
+        describe_statistics(("class_moments",), labelled=False)
