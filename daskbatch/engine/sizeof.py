@@ -2,9 +2,10 @@
 
 Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
 state (built in or a user's) is measured by its arrays' bytes.
-``import daskbatch`` registers it (the engine itself is imported lazily). Not
-through a ``dask.sizeof`` entry point: dask loads those while ``dask.sizeof``
-itself is being imported, which would make that import circular.
+:mod:`daskbatch._dask_setup` registers it when dask is first imported (the engine
+itself is imported lazily). Not through a ``dask.sizeof`` entry point: dask loads
+those while ``dask.sizeof`` itself is being imported, which would make that
+import circular.
 """
 
 from __future__ import annotations
@@ -44,5 +45,5 @@ def register(sizeof: Any) -> None:
 
 
 def register_states() -> None:
-    """Register :func:`sizeof_state` with ``dask.sizeof.sizeof`` (``import daskbatch`` does it once)."""
+    """Register :func:`sizeof_state` with ``dask.sizeof.sizeof`` (once, when dask is first imported)."""
     register(dask_sizeof)
