@@ -19,7 +19,6 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from daskbatch import _dask_setup, _moved
-from daskbatch._version import __version__
 
 # daskbatch's defaults in dask.config and its states in dask's memory accounting (a user's too),
 # whatever builds the graph, from the first `import dask` on: not here, so `import daskbatch.stats` loads no dask.
@@ -28,6 +27,7 @@ _moved.install()  # old module paths that moved stay importable, with a Deprecat
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch import steps
+    from daskbatch._version import __version__
     from daskbatch.accumulator import Accumulator
     from daskbatch.compare import Drift, compare
     from daskbatch.describe import describe
@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 
 #: Where each public name lives: imported by :func:`__getattr__` on first use.
 _LAZY = {
+    "__version__": "daskbatch._version",  # importlib.metadata alone is ~40 % of a bare `import daskbatch`
     "steps": "daskbatch.steps",
     "Accumulator": "daskbatch.accumulator",
     "Drift": "daskbatch.compare", "compare": "daskbatch.compare",

@@ -1,4 +1,4 @@
-"""daskbatch's setup of dask, run when dask is first imported rather than at ``import daskbatch``.
+"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``.
 
 Two things must hold whenever dask is loaded: daskbatch's defaults are in
 ``dask.config`` (so ``dask.config.get("daskbatch.split-every")`` works) and every
@@ -12,7 +12,6 @@ user's script) and then removes itself.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Sequence
@@ -28,7 +27,9 @@ def _set_up_dask() -> None:
     register_states()
 
 
-class _ThenSetUp(importlib.abc.Loader):
+# Plain classes, not importlib.abc's: that module loads importlib.resources, tempfile and shutil,
+# half of a bare `import daskbatch`; the import system asks only for these methods.
+class _ThenSetUp:
     """dask's own loader, followed by :func:`_set_up_dask` once dask's package has run."""
 
     def __init__(self, loader: Any) -> None:
@@ -52,7 +53,7 @@ class _ThenSetUp(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _AfterDaskFinder(importlib.abc.MetaPathFinder):
+class _AfterDaskFinder:
     """Finds ``dask`` through the finders behind it and wraps its loader; declines every other name."""
 
     def find_spec(
