@@ -17,33 +17,22 @@ from dask.sizeof import sizeof as dask_sizeof
 from daskbatch.stats._base import State
 
 
-def sizeof_state(state: State) -> int:
-    """Measure a state's arrays (``State.nbytes``).
-
-    Parameters
-    ----------
-    state : State
-        A statistic's state.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+def _sizeof_state(state: State) -> int:
+    """Measure a state by its arrays' bytes (``State.nbytes``)."""
     return state.nbytes
 
 
 def register(sizeof: Any) -> None:
-    """Register :func:`sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
+    """Register :func:`_sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
 
     Parameters
     ----------
     sizeof : dask.utils.Dispatch
         ``dask.sizeof.sizeof``.
     """
-    sizeof.register(State)(sizeof_state)
+    sizeof.register(State)(_sizeof_state)
 
 
 def register_states() -> None:
-    """Register :func:`sizeof_state` with ``dask.sizeof.sizeof`` (once, when dask is first imported)."""
+    """Register :func:`_sizeof_state` with ``dask.sizeof.sizeof`` (once, when dask is first imported)."""
     register(dask_sizeof)
