@@ -21,10 +21,12 @@ from typing import Any
 
 def _set_up_dask() -> None:
     """Load daskbatch's defaults into dask.config and register the states with dask.sizeof."""
-    from daskbatch import config  # noqa: F401  (importing it loads daskbatch.yaml into dask.config)
-    from daskbatch.engine.sizeof import register_states
+    from dask.sizeof import sizeof
 
-    register_states()
+    from daskbatch import config  # noqa: F401  (importing it loads daskbatch.yaml into dask.config)
+    from daskbatch.engine.sizeof import register
+
+    register(sizeof)
 
 
 # Plain classes, not importlib.abc's: that module loads importlib.resources, tempfile and shutil,

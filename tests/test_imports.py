@@ -57,9 +57,14 @@ def test_dask_imported_later_gets_daskbatchs_settings_and_sizes() -> None:
     assert _run(code) == "1000 True"
 
 
-def test_dask_imported_first_gets_them_too() -> None:
+@pytest.mark.parametrize(
+    "first",
+    # dask before daskbatch; and the modules that the setup itself imports, imported first
+    ["dask.config", "daskbatch.config", "daskbatch.engine.sizeof", "daskbatch.engine.reduce"],
+)
+def test_any_import_order_gets_them_too(first: str) -> None:
     code = (
-        "import dask.config, numpy as np\nfrom dask.sizeof import sizeof\nimport daskbatch.stats\n"
+        f"import {first}\nimport dask.config, numpy as np\nfrom dask.sizeof import sizeof\nimport daskbatch.stats\n"
         "print(dask.config.get('daskbatch.max-classes'), sizeof(daskbatch.stats.Moments().chunk(np.ones((4, 100)))) > 800)"
     )
     assert _run(code) == "1000 True"

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dask.sizeof import sizeof as dask_sizeof
-
+# No dask import here: _dask_setup imports this module while dask itself is being imported.
 from daskbatch.stats._base import State
 
 
@@ -31,8 +30,3 @@ def register(sizeof: Any) -> None:
         ``dask.sizeof.sizeof``.
     """
     sizeof.register(State)(_sizeof_state)
-
-
-def register_states() -> None:
-    """Register :func:`_sizeof_state` with ``dask.sizeof.sizeof`` (once, when dask is first imported)."""
-    register(dask_sizeof)
