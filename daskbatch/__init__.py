@@ -5,10 +5,10 @@
 
 ``import daskbatch`` loads nothing heavy: each public name is imported on first
 use (PEP 562), so a script, a CLI ``--help`` or ``import daskbatch.stats`` does
-not pay for dask.array, pandas, xarray and zarr until it needs them. It does
-load daskbatch's defaults into ``dask.config`` (:mod:`daskbatch.config`, which
-needs only dask's core), so ``dask.config.get("daskbatch.split-every")`` works
-at once.
+not pay for dask, pandas, xarray and zarr until it needs them. Whenever dask
+is loaded, daskbatch's defaults are in ``dask.config``, so
+``dask.config.get("daskbatch.split-every")`` works at once
+(:mod:`daskbatch._dask_setup`).
 """
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from daskbatch import _moved
+from daskbatch import _dask_setup, _moved
 
-# First: daskbatch's defaults into dask.config (dask's core only); a malformed dask YAML file becomes one line here.
-from daskbatch import config as _config  # noqa: F401
-from daskbatch._version import __version__
-from daskbatch.engine.sizeof import register_states
-
-# Every statistic's state (a user's too) measured by its arrays in dask's memory accounting,
-# whatever builds the graph: registered with the package, not with the engine that is loaded lazily.
-register_states()
+# daskbatch's defaults in dask.config and its states in dask's memory accounting (a user's too),
+# whatever builds the graph, from the first `import dask` on: not here, so `import daskbatch.stats` loads no dask.
+_dask_setup.install()
 _moved.install()  # old module paths that moved stay importable, with a DeprecationWarning
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from daskbatch._version import __version__
     from daskbatch.accumulator import Accumulator
     from daskbatch.describe import describe
     from daskbatch.engine.run_options import RunOptions
@@ -70,6 +66,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 
 #: Where each public name lives: imported by :func:`__getattr__` on first use.
 _LAZY = {
+    "__version__": "daskbatch._version",  # importlib.metadata alone is ~40 % of a bare `import daskbatch`
     "steps": "daskbatch.transforms.steps",
     "Accumulator": "daskbatch.accumulator",
     "Drift": "daskbatch.summary.compare", "compare": "daskbatch.summary.compare",

@@ -10,7 +10,7 @@ finder never imports anything else.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import warnings
@@ -42,7 +42,8 @@ MOVED: dict[str, str] = {
 }
 
 
-class _MovedLoader(importlib.abc.Loader):
+# Plain classes, not importlib.abc's, which loads importlib.resources, tempfile and shutil on `import daskbatch`.
+class _MovedLoader:
     """Returns the module at its new path in place of the old one."""
 
     def __init__(self, new: str) -> None:
@@ -65,7 +66,7 @@ class _MovedLoader(importlib.abc.Loader):
         module.__spec__ = self.spec
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
+class _MovedFinder:
     """Finds the old paths in :data:`MOVED` and nothing else."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
@@ -73,7 +74,8 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         new = MOVED.get(fullname)
         if new is None:
             return None
-        return importlib.util.spec_from_loader(fullname, _MovedLoader(new))
+        loader: Any = _MovedLoader(new)  # typeshed asks for the legacy load_module; the import system does not
+        return importlib.util.spec_from_loader(fullname, loader)
 
 
 def install() -> None:

@@ -1,4 +1,8 @@
-"""What importing daskbatch loads: nothing heavy until a name is used (PEP 562), no dask below the statistics."""
+"""What importing daskbatch loads: nothing heavy until a name is used (PEP 562), no dask below the statistics.
+
+Each probe runs in a fresh interpreter (as array-api-compat's ``test_no_dependencies``
+does) and asserts what ``sys.modules`` holds, never seconds.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +12,62 @@ import sys
 
 import pytest
 
-HEAVY = ("dask.array", "distributed", "pandas", "xarray", "zarr", "numba", "scipy", "matplotlib", "cupy")
+#: Packages (and every module below them) that ``import daskbatch`` and the pure layers must not load.
+HEAVY = (
+    "dask", "distributed", "pandas", "xarray", "zarr", "numba", "scipy", "sklearn", "matplotlib", "cupy", "numba_cuda",
+)
+
+
+def _run(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip().splitlines()[-1]
 
 
 def _loaded_after(code: str) -> list[str]:
-    """The HEAVY modules in sys.modules after running ``code`` in a fresh interpreter."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """The HEAVY packages with a module in sys.modules after running ``code`` in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    return json.loads(_run(probe))
 
 
 def test_import_daskbatch_loads_nothing_heavy() -> None:
     assert _loaded_after("import daskbatch") == []
-    # ... but daskbatch's settings are in dask.config at once
-    probe = "import daskbatch, dask.config; print(dask.config.get('daskbatch.max-classes'))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "1000"
 
 
 def test_statistics_load_no_dask() -> None:
-    loaded = _loaded_after("import daskbatch.stats, daskbatch.planning.search")
-    assert not {"dask.array", "distributed", "zarr", "xarray", "cupy"} & set(loaded), loaded
+    assert _loaded_after("import daskbatch.stats") == []
+    assert _loaded_after("import daskbatch.stats, daskbatch.planning.search") == []
+
+
+def test_cli_help_loads_no_dask() -> None:
+    code = "from click.testing import CliRunner\nfrom daskbatch.cli import main\nassert CliRunner().invoke(main, ['--help']).exit_code == 0"
+    assert _loaded_after(code) == []
+
+
+def test_dask_imported_later_gets_daskbatchs_settings_and_sizes() -> None:
+    # daskbatch's defaults and its states' sizes are in dask from the first `import dask` on, whoever imports it
+    code = (
+        "import daskbatch.stats, numpy as np, sys\n"
+        "import dask.config\nfrom dask.sizeof import sizeof\n"
+        "from daskbatch._dask_setup import _AfterDaskFinder\n"
+        "assert not any(isinstance(f, _AfterDaskFinder) for f in sys.meta_path)  # gone once dask is in\n"
+        "assert type(sys.modules['dask'].__loader__).__module__.startswith(('importlib', '_frozen'))  # dask's own\n"
+        "print(dask.config.get('daskbatch.max-classes'), sizeof(daskbatch.stats.Moments().chunk(np.ones((4, 100)))) > 800)"
+    )
+    assert _run(code) == "1000 True"
+
+
+@pytest.mark.parametrize(
+    "first",
+    # dask before daskbatch; and the modules that the setup itself imports, imported first
+    ["dask.config", "daskbatch.config", "daskbatch.engine.sizeof", "daskbatch.engine.reduce"],
+)
+def test_any_import_order_gets_them_too(first: str) -> None:
+    code = (
+        f"import {first}\nimport dask.config, numpy as np\nfrom dask.sizeof import sizeof\nimport daskbatch.stats\n"
+        "print(dask.config.get('daskbatch.max-classes'), sizeof(daskbatch.stats.Moments().chunk(np.ones((4, 100)))) > 800)"
+    )
+    assert _run(code) == "1000 True"
 
 
 @pytest.mark.parametrize("name", __import__("daskbatch").__all__)

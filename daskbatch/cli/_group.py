@@ -40,6 +40,9 @@ def main() -> None:
     throughput, reused checkpoint blocks, warnings and a summary per run:
     -v for more, -q for errors only, --log-level to choose.
     """
+    # dask reads its YAML files on its first import; through daskbatch.config a malformed one is one line (exit 2).
+    from daskbatch import config  # noqa: F401
+
     # Warnings (a missing chunk, an incomplete store, a range) become one log line each.
     setup_from_context(click.get_current_context())
 

@@ -2,47 +2,31 @@
 
 Registered on the :class:`~daskbatch.stats._base.State` base, so every statistic's
 state (built in or a user's) is measured by its arrays' bytes.
-``import daskbatch`` registers it (the engine itself is imported lazily). Not
-through a ``dask.sizeof`` entry point: dask loads those while ``dask.sizeof``
-itself is being imported, which would make that import circular.
+:mod:`daskbatch._dask_setup` registers it when dask is first imported (the engine
+itself is imported lazily). Not through a ``dask.sizeof`` entry point: dask loads
+those while ``dask.sizeof`` itself is being imported, which would make that
+import circular.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dask.sizeof import sizeof as dask_sizeof
-
+# No dask import here: _dask_setup imports this module while dask itself is being imported.
 from daskbatch.stats._base import State
 
 
-def sizeof_state(state: State) -> int:
-    """Measure a state's arrays (``State.nbytes``).
-
-    Parameters
-    ----------
-    state : State
-        A statistic's state.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+def _sizeof_state(state: State) -> int:
+    """Measure a state by its arrays' bytes (``State.nbytes``)."""
     return state.nbytes
 
 
 def register(sizeof: Any) -> None:
-    """Register :func:`sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
+    """Register :func:`_sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
 
     Parameters
     ----------
     sizeof : dask.utils.Dispatch
         ``dask.sizeof.sizeof``.
     """
-    sizeof.register(State)(sizeof_state)
-
-
-def register_states() -> None:
-    """Register :func:`sizeof_state` with ``dask.sizeof.sizeof`` (``import daskbatch`` does it once)."""
-    register(dask_sizeof)
+    sizeof.register(State)(_sizeof_state)

@@ -70,25 +70,8 @@ class ClassMomentsResult:
     sum: Array
 
 
-def empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: object = None) -> ClassMomentsState:
-    """Build the identity of :meth:`ClassMoments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    n_classes : int
-        Number of classes.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    ClassMomentsState
-        The empty state.
-    """
+def _empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: object = None) -> ClassMomentsState:
+    """Build the identity of :meth:`ClassMoments.merge`: the state of a chunk with no rows."""
     zeros = xp.zeros((n_features, n_classes), dtype=xp.float64, device=dev)
     return ClassMomentsState(n=zeros, shift=zeros, mean=zeros, m2=zeros)
 
@@ -200,7 +183,7 @@ class ClassMoments:  # numpydoc ignore=PR02
             x, label, weights = positive_rows(xp, x, label, weights)
         rows, n_features = x.shape
         if rows == 0:
-            return empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
+            return _empty_class_moments(xp, n_features, self.n_classes or 1, device(x))
         if label is None:
             raise ValueError("per-class moments need the label of every chunk")
         labels = label_codes(xp, label, self.classes) if self.classes is not None else xp.astype(label, xp.int64)

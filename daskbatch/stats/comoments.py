@@ -210,23 +210,12 @@ def covariance_and_correlation(
     nan = xp.full_like(c, xp.nan)
     cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
 
-    def inv_sqrt(m2: Array) -> Array:
-        """Invert the square roots of ``m2``, NaN where a feature does not vary.
-
-        Parameters
-        ----------
-        m2 : array
-            Sums of squared deviations.
-
-        Returns
-        -------
-        array
-            ``1 / sqrt(m2)``, NaN where ``m2`` is 0.
-        """
+    def _inv_sqrt(m2: Array) -> Array:
+        """Invert the square roots of ``m2`` (sums of squared deviations), NaN where a feature does not vary."""
         varies = m2 > 0
         return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
 
-    corr = xp.clip(c * _outer(xp, inv_sqrt(m2_a), inv_sqrt(m2_b)), -1.0, 1.0)
+    corr = xp.clip(c * _outer(xp, _inv_sqrt(m2_a), _inv_sqrt(m2_b)), -1.0, 1.0)
     if diagonal:
         eye = xp.eye(m2_a.shape[0], dtype=xp.bool, device=device(c))
         corr = xp.where(eye & (m2_a > 0)[:, None], xp.ones_like(corr), corr)

@@ -203,23 +203,12 @@ class Histogram:  # numpydoc ignore=PR02
         flat_edges = xp.reshape(edges, (-1,))
         base = xp.arange(n_features, dtype=xp.int64, device=dev) * (self.bins + 1)
 
-        def edge_at(i: Array) -> Array:
-            """Look up edge ``i`` of each value's feature.
-
-            Parameters
-            ----------
-            i : array of int
-                Edge indices, (R, D).
-
-            Returns
-            -------
-            array
-                The edges, (R, D).
-            """
+        def _edge_at(i: Array) -> Array:
+            """Look up edge ``i`` (R, D) of each value's feature."""
             return xp.reshape(xp.take(flat_edges, xp.reshape(i + base, (-1,))), (rows, n_features))
 
-        idx = xp.where(x < edge_at(idx), idx - 1, idx)
-        idx = xp.where((x >= edge_at(idx + 1)) & (idx < self.bins - 1), idx + 1, idx)
+        idx = xp.where(x < _edge_at(idx), idx - 1, idx)
+        idx = xp.where((x >= _edge_at(idx + 1)) & (idx < self.bins - 1), idx + 1, idx)
         slot = idx + 1
         slot = xp.where(under, xp.zeros_like(slot), slot)
         slot = xp.where(over, xp.full_like(slot, self.bins + 1), slot)

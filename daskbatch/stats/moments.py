@@ -69,19 +69,8 @@ class WeightedMomentsState(MomentsState):
     rows: Array
 
 
-def rows_of(s: MomentsState) -> Array:
-    """Give the number of finite values of a state: ``rows`` when weighted, else ``n``.
-
-    Parameters
-    ----------
-    s : MomentsState
-        A moments state, weighted or not.
-
-    Returns
-    -------
-    array
-        Per-feature counts.
-    """
+def _rows_of(s: MomentsState) -> Array:
+    """Give a state's per-feature count of finite values: ``rows`` when weighted, else ``n``."""
     return s.rows if isinstance(s, WeightedMomentsState) else s.n
 
 
@@ -411,7 +400,7 @@ class Moments:  # numpydoc ignore=PR02
         )
         # Weight sums merge like counts (above); the number of values is carried beside them.
         if isinstance(a, WeightedMomentsState) or isinstance(b, WeightedMomentsState):
-            return _weighted(merged, rows_of(a) + rows_of(b))
+            return _weighted(merged, _rows_of(a) + _rows_of(b))
         return merged
 
     def finalize(self, s: MomentsState, /) -> MomentsResult:
@@ -451,7 +440,7 @@ class Moments:  # numpydoc ignore=PR02
             kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
             kurt = xp.where(n > 3, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, nan)
 
-        count = rows_of(s) + s.posinf_count + s.neginf_count
+        count = _rows_of(s) + s.posinf_count + s.neginf_count
         vmin = xp.where(has_neg, -inf, xp.where(n > 0, s.fmin, xp.where(has_pos, inf, nan)))
         vmax = xp.where(has_pos, inf, xp.where(n > 0, s.fmax, xp.where(has_neg, -inf, nan)))
         if self.nan_policy == "propagate":

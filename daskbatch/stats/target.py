@@ -70,23 +70,8 @@ class TargetMomentsResult:
     comoment: Array
 
 
-def empty_target_moments(xp: Namespace, n_features: int, dev: object = None) -> TargetMomentsState:
-    """Build the identity of :meth:`TargetMoments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    TargetMomentsState
-        The empty state.
-    """
+def _empty_target_moments(xp: Namespace, n_features: int, dev: object = None) -> TargetMomentsState:
+    """Build the identity of :meth:`TargetMoments.merge`: the state of a chunk with no rows."""
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     return TargetMomentsState(*([zeros] * 8))
 
@@ -152,7 +137,7 @@ class TargetMoments:
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
-            return empty_target_moments(xp, n_features, device(x))
+            return _empty_target_moments(xp, n_features, device(x))
         y = check_target_block(xp, label, rows)
         x = as_float64(x)
         finite = xp.isfinite(x)

@@ -1,0 +1,89 @@
+"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``.
+
+Two things must hold whenever dask is loaded: daskbatch's defaults are in
+``dask.config`` (so ``dask.config.get("daskbatch.split-every")`` works) and every
+statistic's state is measured by its arrays in ``dask.sizeof``. Doing both at
+``import daskbatch`` would load dask for ``import daskbatch.stats`` too, which
+needs only NumPy. So :func:`install` does them at once if dask is already loaded,
+and otherwise puts a :data:`sys.meta_path` finder in front that runs them right
+after the first ``import dask`` (whoever asks for it: the engine, xarray or a
+user's script) and then removes itself.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+
+def _set_up_dask() -> None:
+    """Load daskbatch's defaults into dask.config and register the states with dask.sizeof."""
+    from dask.sizeof import sizeof
+
+    from daskbatch import config  # noqa: F401  (importing it loads daskbatch.yaml into dask.config)
+    from daskbatch.engine.sizeof import register
+
+    register(sizeof)
+
+
+# Plain classes, not importlib.abc's: that module loads importlib.resources, tempfile and shutil,
+# half of a bare `import daskbatch`; the import system asks only for these methods.
+class _ThenSetUp:
+    """dask's own loader, followed by :func:`_set_up_dask` once dask's package has run."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        """Let dask's loader create the module."""
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Run dask's package, then daskbatch's setup."""
+        # dask keeps its own loader (tracebacks and importlib.resources ask it), not this wrapper.
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _remove_finder()
+        _set_up_dask()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _AfterDaskFinder:
+    """Finds ``dask`` through the finders behind it and wraps its loader; declines every other name."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        """dask's spec with :class:`_ThenSetUp` as its loader; None for any other name."""
+        if fullname != "dask":
+            return None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ThenSetUp(spec.loader)
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+def _remove_finder() -> None:
+    """Take the finder off sys.meta_path (dask is imported once)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterDaskFinder)]
+
+
+def install() -> None:
+    """Set dask up now if it is loaded, else when it is first imported."""
+    if "dask" in sys.modules:
+        _set_up_dask()
+    elif not any(isinstance(f, _AfterDaskFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterDaskFinder())

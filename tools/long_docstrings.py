@@ -1,0 +1,51 @@
+"""List the short functions whose docstring is long: a body of 1-2 lines after a docstring of 8+ lines.
+
+Usage::
+
+    python tools/long_docstrings.py [daskbatch]
+
+Prints ``path:line  name  docstring-lines  body-lines  where`` per function
+(``where``: its class, or ``nested``), then the count. Public names must keep
+their numpydoc sections (tests/test_static.py); a private helper (a leading
+underscore, so numpydoc skips it) needs one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _functions(node: ast.AST, where: str = "") -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
+    """Every function below ``node`` with its class name, or "nested" inside another function."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield child, where
+            yield from _functions(child, "nested")
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, child.name if where != "nested" else where)
+        else:
+            yield from _functions(child, where)
+
+
+def main() -> None:
+    """Print the list and its count."""
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "daskbatch")
+    found = 0
+    for path in sorted(root.rglob("*.py")):
+        for fn, where in _functions(ast.parse(path.read_text())):
+            if ast.get_docstring(fn) is None or len(fn.body) < 2:
+                continue
+            doc, body = fn.body[0], fn.body[1:]
+            doc_lines = (doc.end_lineno or doc.lineno) - doc.lineno + 1
+            body_lines = (body[-1].end_lineno or body[-1].lineno) - body[0].lineno + 1
+            if doc_lines >= 8 and body_lines <= 2:
+                found += 1
+                print(f"{path}:{fn.lineno}\t{fn.name}\t{doc_lines}\t{body_lines}\t{where}")
+    print(f"{found} short functions with a docstring of 8+ lines")
+
+
+if __name__ == "__main__":
+    main()
