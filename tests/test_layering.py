@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "daskbatch"
-FORBIDDEN = ("dask", "distributed", "zarr", "cupy")
+FORBIDDEN = ("dask", "distributed", "zarr", "cupy", "xarray", "scipy", "sklearn", "pandas")
+#: What ``import daskbatch`` itself may not load at module level (each public name is imported on use).
+FORBIDDEN_AT_TOP = (*FORBIDDEN, "numba", "matplotlib")
 PURE = sorted(
     list((PACKAGE / "stats").rglob("*.py"))
     + list((PACKAGE / "planning").glob("*.py"))
@@ -78,17 +80,28 @@ def _source_of(module: str) -> Path | None:
     return None
 
 
-def forbidden_chain(path: Path, seen: set[Path] | None = None) -> list[str] | None:
-    """The import chain from ``path`` to a forbidden package, or None."""
+def _packages_run_by(path: Path) -> list[tuple[int, str]]:
+    """The packages whose ``__init__`` importing ``path``'s module runs first (``daskbatch``, ``daskbatch.stats``, ...)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
+    return [(0, ".".join(parts[:i])) for i in range(1, len(parts) + 1)]
+
+
+def _init_of(module: str) -> Path | None:
+    """A daskbatch module's file, the package ``daskbatch`` itself included."""
+    return PACKAGE / "__init__.py" if module == "daskbatch" else _source_of(module)
+
+
+def forbidden_chain(path: Path, seen: set[Path] | None = None, forbidden: tuple[str, ...] = FORBIDDEN) -> list[str] | None:
+    """The import chain from ``path`` to a forbidden package, or None (parent packages' ``__init__`` included)."""
     seen = set() if seen is None else seen
     seen.add(path)
-    for line, module in module_level_imports(path):
+    for line, module in [*_packages_run_by(path), *module_level_imports(path)]:
         where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
-        if module.split(".")[0] in FORBIDDEN:
+        if module.split(".")[0] in forbidden:
             return [where]
-        source = _source_of(module)
+        source = _init_of(module)
         if source is not None and source not in seen:
-            rest = forbidden_chain(source, seen)
+            rest = forbidden_chain(source, seen, forbidden)
             if rest is not None:
                 return [where, *rest]
     return None
@@ -97,6 +110,11 @@ def forbidden_chain(path: Path, seen: set[Path] | None = None) -> list[str] | No
 @pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_heavy_imports_at_module_level(path: Path) -> None:
     chain = forbidden_chain(path)
+    assert chain is None, " -> ".join(chain)
+
+
+def test_import_daskbatch_stays_light() -> None:
+    chain = forbidden_chain(PACKAGE / "__init__.py", forbidden=FORBIDDEN_AT_TOP)
     assert chain is None, " -> ".join(chain)
 
 
@@ -110,6 +128,8 @@ def test_scan_sees_what_it_should() -> None:
     assert "daskbatch.stats.backend" not in lazy  # imported inside as_float64 only
     rel = {m for _, m in module_level_imports(PACKAGE / "stats" / "moments.py")}
     assert "daskbatch.stats._base" in rel
+    # importing a module runs its packages' __init__ first: daskbatch's own is followed too
+    assert (0, "daskbatch") in _packages_run_by(PACKAGE / "stats" / "moments.py")
 
 
 # Layers from the bottom up: a module may import its own layer or any layer below.
@@ -129,7 +149,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.incremental", "daskbatch.map_batches",
      "daskbatch.map_items", "daskbatch.testing"),
     ("daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.demo"),
-    ("daskbatch", "daskbatch.__main__", "daskbatch.cli"),
+    ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),
 )
 EXACT = {"daskbatch"}
 
