@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.accumulator import Accumulator
     from daskbatch.compare import Drift, compare
     from daskbatch.describe import describe
+    from daskbatch.engine.planner import plan
     from daskbatch.errors import (
         Cancelled,
         CheckpointMismatchError,
@@ -52,7 +53,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.pca import PCA, pca
     from daskbatch.planning.resources import Resources
     from daskbatch.planning.search import Plan
-    from daskbatch.plans import plan
     from daskbatch.runtime.cluster import cluster
     from daskbatch.select import Selection, load_selection, select
     from daskbatch.stats import (
@@ -85,7 +85,7 @@ _LAZY = {
     "PCA": "daskbatch.pca", "pca": "daskbatch.pca",
     "Resources": "daskbatch.planning.resources",
     "Plan": "daskbatch.planning.search",
-    "plan": "daskbatch.plans",
+    "plan": "daskbatch.engine.planner",
     "cluster": "daskbatch.runtime.cluster",
     "Selection": "daskbatch.select", "load_selection": "daskbatch.select", "select": "daskbatch.select",
     **dict.fromkeys(

@@ -18,7 +18,11 @@ from types import ModuleType
 from typing import Any
 
 #: Old module path -> new module path (removed one release after the move).
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "daskbatch.jobspec": "daskbatch.jobs.spec",
+    "daskbatch.job_report": "daskbatch.jobs.report",
+    "daskbatch.plans": "daskbatch.engine.planner",
+}
 
 
 class _MovedLoader(importlib.abc.Loader):

@@ -33,10 +33,10 @@ from daskbatch.engine.inputs import (
     with_target,
 )
 from daskbatch.engine.passes import PassRunner, compute
+from daskbatch.engine.planner import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.errors import RangeWarning
 from daskbatch.io.outputs import check_output
-from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram

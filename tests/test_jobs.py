@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.io.dataset import MissingChunksWarning
-from daskbatch.jobspec import JobConfigError, defaults, load_job, reference
+from daskbatch.jobs.spec import JobConfigError, defaults, load_job, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROWS, FEATURES = 6000, 10
@@ -162,7 +162,7 @@ def test_job_defaults_in_daskbatch_yaml_match_the_schema() -> None:
 def test_docs_hold_the_rendered_schema() -> None:
     """docs/jobs.md shows every key with its default and doc, as ``daskbatch run --help`` does."""
     text = (ROOT / "docs" / "jobs.md").read_text()
-    assert reference() in text, "docs/jobs.md is stale: paste daskbatch.jobspec.reference() into it"
+    assert reference() in text, "docs/jobs.md is stale: paste daskbatch.jobs.spec.reference() into it"
     help_text = CliRunner().invoke(main, ["run", "--help"]).output
     assert "  bins: 64  # Histogram bins per feature." in help_text and "75 interrupted" in help_text
 

@@ -73,7 +73,7 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: s
         _fail(ctx, f"--config {value} is not valid YAML: {' '.join(str(exc).split())}")
     if not isinstance(loaded, dict):
         _fail(ctx, f"--config {value} must hold a mapping of option names to values")
-    from daskbatch.jobspec import SECTIONS
+    from daskbatch.jobs.spec import SECTIONS
 
     # A `daskbatch run` job file has sections (input:, selection:, ...) where this has option names.
     sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))

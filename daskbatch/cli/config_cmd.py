@@ -24,7 +24,7 @@ def config_command(show: bool, as_json: bool) -> None:
     import yaml
 
     from daskbatch import config as _config  # noqa: F401  (loads daskbatch.yaml into dask.config)
-    from daskbatch.jobspec import effective_config
+    from daskbatch.jobs.spec import effective_config
 
     settings = dict(dask.config.get("daskbatch"))
     settings["job"] = effective_config()

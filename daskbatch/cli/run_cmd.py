@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
-from daskbatch.jobspec import reference
+from daskbatch.jobs.spec import reference
 from daskbatch.runtime.interrupts import exit_now
 
 _EPILOG = (
@@ -74,7 +74,7 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     """
     from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
     from daskbatch.errors import Interrupted
-    from daskbatch.jobs import run_job
+    from daskbatch.jobs.run import run_job
 
     with fallback_logging():
         try:

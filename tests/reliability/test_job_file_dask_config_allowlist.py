@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.jobs import run_job
+from daskbatch.jobs.run import run_job
 from daskbatch.runtime.dask_settings import UnsafeDaskSetting
 
 

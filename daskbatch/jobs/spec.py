@@ -28,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from daskbatch.jobs._types import describe_value, expected, matches
 
 __all__ = [
     "ClusterSpec", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec", "StatisticsSpec",
@@ -228,70 +229,6 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _expected(tp: Any) -> str:
-    """A type in words: 'an integer', 'one of 'omit', 'raise'', 'a list of numbers or null'."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_expected(a) for a in typing.get_args(tp))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return f"a list of ({_expected(item)})" if typing.get_origin(item) else f"a list of {_plural(item)}"
-    if origin is dict or tp is dict:
-        return "a mapping"
-    return {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, str(tp)
-    )
-
-
-def _plural(tp: Any) -> str:
-    return {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(tp, _expected(tp))
-
-
-def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Whether ``value`` is of type ``tp``, and the value converted (an int where a float is expected)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, conv = _matches(value, arg)
-            if ok:
-                return True, conv
-        return False, value
-    if origin is Literal:
-        return value in typing.get_args(tp) and not isinstance(value, bool), value
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            return False, value
-        (item,) = typing.get_args(tp)
-        out = []
-        for v in value:
-            ok, conv = _matches(v, item)
-            if not ok:
-                return False, value
-            out.append(conv)
-        return True, out
-    if origin is dict or tp is dict:
-        return isinstance(value, Mapping), dict(value) if isinstance(value, Mapping) else value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return ok, float(value) if ok else value
-    if tp is str:
-        return isinstance(value, str), value
-    return isinstance(value, tp), value
-
-
-def _describe_value(value: Any) -> str:
-    text = repr(value)
-    return (text if len(text) <= 40 else text[:37] + "...") + f" ({type(value).__name__})"
-
-
 def _norm(key: Any) -> str:
     return str(key).replace("-", "_")
 
@@ -330,12 +267,12 @@ def _check_section(where: str, section: str | None, cls: type, values: Mapping[A
             if value is None:
                 continue  # an empty section in YAML ("cluster:") means its defaults
             if not isinstance(value, Mapping):
-                raise JobConfigError(f"{where}: '{key}' must be a mapping of its keys, got {_describe_value(value)}")
+                raise JobConfigError(f"{where}: '{key}' must be a mapping of its keys, got {describe_value(value)}")
             out[key] = _check_section(where, key, SECTIONS[key], value)
             continue
-        ok, conv = _matches(value, hints[key])
+        ok, conv = matches(value, hints[key])
         if not ok:
-            raise JobConfigError(f"{where}: '{path}' expects {_expected(hints[key])}, got {_describe_value(value)}")
+            raise JobConfigError(f"{where}: '{path}' expects {expected(hints[key])}, got {describe_value(value)}")
         out[key] = conv
     return out
 
@@ -358,7 +295,7 @@ def _from_config() -> dict[str, Any]:
 
     values = dask.config.get("daskbatch.job", default=None) or {}
     if not isinstance(values, Mapping):
-        raise JobConfigError(f"dask config daskbatch.job must be a mapping, got {_describe_value(values)}")
+        raise JobConfigError(f"dask config daskbatch.job must be a mapping, got {describe_value(values)}")
     where = "dask config daskbatch.job"
     checked = _check_section(where, None, JobSpec, values)
     for key in FILE_ONLY:
@@ -423,7 +360,7 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
             loaded = {}
         if not isinstance(loaded, Mapping):
             raise JobConfigError(f"{where}: must hold a mapping of sections (input, statistics, ...), "
-                                 f"got {_describe_value(loaded)}")
+                                 f"got {describe_value(loaded)}")
     _refuse_option_file(where, loaded)
     values = _merge(effective_config(), _check_section(where, None, JobSpec, loaded))
     job = _build(values)
