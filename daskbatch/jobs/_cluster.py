@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from daskbatch.jobs._stages import histogram_range
-from daskbatch.jobs.spec import JobSpec
+from daskbatch.jobs.schema import JobSpec
 
 
 def memory_limit(job: JobSpec, kind: str) -> Any:

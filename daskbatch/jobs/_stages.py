@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch import steps
-from daskbatch.jobs.spec import JobSpec
+from daskbatch.jobs.schema import JobSpec
 
 log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
 

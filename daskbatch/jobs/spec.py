@@ -1,26 +1,32 @@
-"""The job file of ``daskbatch run``: a schema of dataclasses, every key with a default and a docstring.
+"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read.
 
-A job file is YAML with these sections (every key optional but ``input.store``)::
+A configuration file is a dask config file: its ``daskbatch: job:`` mapping is
+the job (the schema of :mod:`daskbatch.jobs.schema`), and every other key is a
+dask setting applied for the run (``daskbatch: {split-every: 16}``,
+``distributed: ...``)::
 
-    input:      {store: data.zarr, x: X, label: y}
-    statistics: {bins: 64, nan_policy: omit, ...}
-    selection:  {score: f, mode: k, param: 10, ...}
-    transform:  {steps: [select, standardize], k: 10, ...}
-    cluster:    {kind: local, n_workers: 2, ...}
-    memory: 4GiB
-    checkpoint: ckpt/
-    outputs:    {dir: results, summary: summary.zarr, ...}
-    dask:       {daskbatch: {split-every: 16}}
+    daskbatch:
+      job:
+        input:      {store: data.zarr, x: X, label: y}
+        statistics: {bins: 64, nan_policy: omit, ...}
+        selection:  {score: f, mode: k, param: 10, ...}
+        transform:  {steps: [select, standardize], k: 10, ...}
+        cluster:    {kind: local, n_workers: 2, ...}
+        memory: 4GiB
+        checkpoint: ckpt/
+        outputs:    {dir: results, summary: summary.zarr, ...}
+      split-every: 16
 
-:func:`load_job` merges, from lowest to highest precedence: the defaults of the
-dataclasses below, ``dask.config`` under ``daskbatch.job.*`` (defaults in
+:func:`check_config_file` is the one place a file is validated; ``daskbatch
+run`` (:func:`load_job`) and ``describe --config`` (:mod:`daskbatch.cli._config_file`)
+both call it. :func:`load_job` merges, from lowest to highest precedence: the
+defaults of the schema, ``dask.config`` under ``daskbatch.job.*`` (defaults in
 ``daskbatch/daskbatch.yaml``, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads``
 ...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
 a one-line :class:`JobConfigError` naming it and the closest valid key; a value
-of the wrong type one naming the key and the type expected.
-
-:func:`reference` renders the schema (keys, defaults, docs) as an annotated
-YAML file: it is ``daskbatch run --help``'s epilog and ``docs/jobs.md``.
+of the wrong type one naming the key and the type expected. A file of the older
+shape (the job's sections and a ``dask:`` mapping at the top) still works for
+one release, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -29,200 +35,32 @@ import dataclasses
 import difflib
 import os
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import warnings
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from daskbatch.jobs._types import describe_value, expected, matches
+from daskbatch.jobs.schema import (
+    FILE_ONLY,
+    SECTIONS,
+    ClusterSpec,
+    InputSpec,
+    JobConfigError,
+    JobSpec,
+    OutputsSpec,
+    SelectionSpec,
+    StatisticsSpec,
+    TransformSpec,
+    defaults,
+    reference,
+)
 
 __all__ = [
-    "ClusterSpec", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec", "StatisticsSpec",
-    "TransformSpec", "defaults", "effective_config", "load_job", "reference",
+    "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
+    "StatisticsSpec", "TransformSpec", "check_config_file", "defaults", "effective_config", "is_config_file",
+    "load_job", "read_yaml", "reference",
 ]
-
-
-class JobConfigError(ValueError):
-    """A job file (or ``daskbatch.job`` config) names an unknown key or holds a value of the wrong type."""
-
-
-def _key(default: Any, doc: str) -> Any:
-    """A schema field: its default and its one-paragraph documentation."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """The data: a (samples x features) array in a Zarr store."""
-
-    store: str | None = _key(None, "Path or fsspec URL of the Zarr store (required).")
-    x: str = _key("X", "Name of the (samples, features) array in the store.")
-    label: str | None = _key(None, "Name of the integer label array; null: the one the store records (synth, ingest).")
-
-
-@dataclass(frozen=True)
-class StatisticsSpec:
-    """What describe computes (one or two passes over the data)."""
-
-    stats: str | list[str] | None = _key(
-        None,
-        "Statistics (list, or comma-separated): moments, cov, hist, mi, class_moments, sketch, and your own "
-        "as 'module:qualname' or a name in the daskbatch.statistics entry-point group. null: what the "
-        "selection and transform need (moments; class_moments for score f/chi2; mi for mi/mrmr; cov for "
-        "max_corr, mrmr or a project step).",
-    )
-    bins: int = _key(64, "Histogram bins per feature.")
-    range: str | list[float] | None = _key(
-        None, "Histogram range [lo, hi] for every feature (one pass), or 'minmax'; null: each feature's "
-        "0.1-99.9 % quantiles (two passes)."
-    )
-    ddof: int = _key(1, "Delta degrees of freedom of variance and covariance.")
-    nan_policy: Literal["omit", "propagate", "raise"] = _key("omit", "NaN values: omit (and count), propagate, raise.")
-    classes: list[int] | None = _key(
-        None, "Class values of the label, e.g. [0, 1, 7]; null: recorded by the store, else found by a scan."
-    )
-    missing: Literal["auto", "raise", "skip", "fill"] = _key(
-        "auto", "Chunks absent from the store: auto (fill value, except lost chunks of a store daskbatch "
-        "wrote: raise), raise, skip their rows, or fill (recorded in the report)."
-    )
-
-
-@dataclass(frozen=True)
-class SelectionSpec:
-    """Which features to keep (db.select, from the summary alone)."""
-
-    score: Literal["f", "chi2", "mi", "variance", "mrmr"] = _key(
-        "f", "Relevance score: f (ANOVA F), chi2, mi, variance, mrmr."
-    )
-    mode: Literal["k", "percentile", "fpr", "fdr", "fwe"] = _key(
-        "k", "k best, a percentile, or p-value tests (fpr, fdr, fwe; scores f and chi2)."
-    )
-    param: int | float | str | None = _key(None, "The mode's k ('all' allowed), percentile or alpha; null: 10, 10, 0.05.")
-    min_variance: float | None = _key(None, "First drop features whose (ddof=0) variance is not above this.")
-    max_corr: float | None = _key(None, "Then, of each pair with |corr| above this, keep the more relevant.")
-
-
-@dataclass(frozen=True)
-class TransformSpec:
-    """The steps every row goes through, into the transform store."""
-
-    steps: list[Literal["select", "standardize", "clip", "project"]] = _key(
-        ["select", "standardize"],
-        "Steps in order: select (the selection), standardize (z-scores from the summary), clip, project "
-        "(principal components of the data as the previous steps leave it). [] skips the transform.",
-    )
-    clip: list[float | None] = _key([-5.0, 5.0], "[lo, hi] of the clip step; either may be null.")
-    k: int = _key(10, "Principal components of the project step.")
-    dtype: Literal["float32", "float64"] | None = _key(None, "Output dtype; null: float64 after arithmetic.")
-    chunk_rows: int | None = _key(None, "Rows per output chunk; null: the plan's chunk rows.")
-    overwrite: bool = _key(False, "Start the transform store afresh instead of resuming it.")
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Where the work runs."""
-
-    kind: Literal["auto", "local", "cuda", "slurm", "pbs", "threads", "address", "scheduler_file"] = _key(
-        "auto",
-        "auto (a GPU cluster when CUDA devices exist, else local), local, cuda, slurm, pbs, threads (dask's "
-        "threaded scheduler, no cluster), address or scheduler_file (join a running scheduler).",
-    )
-    address: str | None = _key(None, "Scheduler address for kind address, e.g. tcp://node1:8786.")
-    scheduler_file: str | None = _key(None, "Scheduler file for kind scheduler_file (dask scheduler, dask-mpi).")
-    n_workers: int | None = _key(None, "Workers to start (jobs for slurm/pbs); null: the cluster's default.")
-    threads: int | None = _key(None, "Threads per worker (cores for slurm/pbs); null: the cluster's default.")
-    memory: str | int | None = _key(
-        None, "Host memory limit of each worker the job starts (e.g. 8GiB); null: the job's memory when given "
-        "(not for cuda, where that is GPU memory), else the cluster's default."
-    )
-    wait_for_workers: int | None = _key(
-        None, "Start once this many workers are connected; null: 1 when joining or with slurm/pbs."
-    )
-    device: Literal["auto", "cpu", "gpu"] = _key("auto", "Where blocks are computed; auto: gpu on dask-cuda workers.")
-
-
-@dataclass(frozen=True)
-class OutputsSpec:
-    """What the job writes; a relative path is inside dir, and null skips that output."""
-
-    dir: str = _key(".", "Folder of the outputs (created when missing).")
-    summary: str | None = _key("summary.zarr", "The summary (Zarr; db.load_summary reads it).")
-    selection: str | None = _key("selection.csv", "The selection (.csv, or .json; db.load_selection reads it).")
-    transform: str | None = _key("transformed.zarr", "The transformed rows (Zarr); null skips the transform.")
-    report: str | None = _key("report.json", "The JSON report: versions, plan, counts, timings, outputs.")
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """A whole ``daskbatch run`` job."""
-
-    input: InputSpec = field(default_factory=InputSpec, metadata={"doc": InputSpec.__doc__})
-    statistics: StatisticsSpec = field(default_factory=StatisticsSpec, metadata={"doc": StatisticsSpec.__doc__})
-    selection: SelectionSpec = field(default_factory=SelectionSpec, metadata={"doc": SelectionSpec.__doc__})
-    transform: TransformSpec = field(default_factory=TransformSpec, metadata={"doc": TransformSpec.__doc__})
-    cluster: ClusterSpec = field(default_factory=ClusterSpec, metadata={"doc": ClusterSpec.__doc__})
-    memory: str | int | float = _key(
-        "auto", "Memory per worker that the plan must fit (16GiB, a fraction such as 0.5, or auto: the "
-        "cluster's workers, else this machine). A plan that cannot fit stops the job (exit 3) before any compute."
-    )
-    checkpoint: str | None = _key(None, "Directory of describe's resumable partial states (a re-run resumes).")
-    outputs: OutputsSpec = field(default_factory=OutputsSpec, metadata={"doc": OutputsSpec.__doc__})
-    dask: dict[str, Any] | None = _key(None, "dask config set for the run only, e.g. {daskbatch: {split-every: 16}}.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Convert the job to a plain nested dict (YAML/JSON-ready).
-
-        Returns
-        -------
-        dict
-            The job.
-        """
-        return dataclasses.asdict(self)
-
-    def output_path(self, name: str) -> str | None:
-        """Give the path of output ``name``.
-
-        Parameters
-        ----------
-        name : {"summary", "selection", "transform", "report"}
-            The output.
-
-        Returns
-        -------
-        str or None
-            Its path, or None when skipped.
-        """
-        value = getattr(self.outputs, name)
-        if value is None:
-            return None
-        return value if "://" in value or os.path.isabs(value) else os.path.join(self.outputs.dir, value)
-
-
-#: The sections of a job and their schemas.
-SECTIONS: dict[str, type] = {
-    "input": InputSpec, "statistics": StatisticsSpec, "selection": SelectionSpec,
-    "transform": TransformSpec, "cluster": ClusterSpec, "outputs": OutputsSpec,
-}
-#: Keys of the job only a file sets (not ``daskbatch.job`` config).
-FILE_ONLY = ("dask",)
-
-
-def defaults() -> dict[str, Any]:
-    """Read the job defaults (what ``daskbatch.job`` in daskbatch.yaml holds).
-
-    Returns
-    -------
-    dict
-        The defaults, nested.
-    """
-    out = JobSpec().to_dict()
-    for key in FILE_ONLY:
-        out.pop(key)
-    return out
-
-
-# ------------------------------------------------------------------ validation
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -289,11 +127,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def _from_config() -> dict[str, Any]:
     """``daskbatch.job.*`` from dask.config, checked ("dask config daskbatch.job" names the source)."""
-    import dask.config
+    from daskbatch import config
 
-    from daskbatch import config as _config  # noqa: F401  (loads daskbatch.yaml into dask.config)
-
-    values = dask.config.get("daskbatch.job", default=None) or {}
+    values = config.get("job") or {}
     if not isinstance(values, Mapping):
         raise JobConfigError(f"dask config daskbatch.job must be a mapping, got {describe_value(values)}")
     where = "dask config daskbatch.job"
@@ -322,13 +158,153 @@ def _build(values: Mapping[str, Any]) -> JobSpec:
     return JobSpec(**kwargs)
 
 
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping (an empty file is an empty mapping).
+
+    Parameters
+    ----------
+    path : str or path
+        The file.
+
+    Returns
+    -------
+    dict
+        Its content.
+
+    Raises
+    ------
+    JobConfigError
+        One line naming the file: not valid YAML (with the line), or not a mapping.
+    FileNotFoundError
+        The file does not exist.
+    """
+    import yaml
+
+    where = os.fspath(path)
+    with open(where, encoding="utf-8") as f:
+        try:
+            loaded = yaml.safe_load(f)  # safe_load: a file builds plain values, never objects or code
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" (line {mark.line + 1})" if mark is not None else ""
+            raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, Mapping):
+        raise JobConfigError(f"{where}: must hold a mapping (daskbatch: {{job: ...}}), got {describe_value(loaded)}")
+    return dict(loaded)
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    job : dict
+        The keys of ``daskbatch.job`` the file sets, names normalised (``nan_policy``)
+        and values checked against the schema; no defaults filled in.
+    dask : dict
+        Every other setting, nested as ``dask.config.update`` takes it
+        (``daskbatch: {split-every: 16}``, ``distributed: ...``).
+    """
+
+    path: str
+    job: dict[str, Any]
+    dask: dict[str, Any]
+
+
+def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) -> bool:
+    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones.
+
+    Parameters
+    ----------
+    loaded : mapping
+        The file's content.
+    older_keys : collection of str, optional
+        More keys (``_`` spelling) that only an older file holds at its top, such
+        as a command's option names.
+
+    Returns
+    -------
+    bool
+        True for ``daskbatch: {job: ...}`` and for dask settings alone; False when
+        a key at the top is a job's section or key, ``dask``, or one of ``older_keys``.
+    """
+    if "daskbatch" in loaded:
+        return True
+    older = {f.name for f in dataclasses.fields(JobSpec)} | _DESCRIBE_OPTIONS | set(older_keys)
+    return not any(_norm(key) in older for key in loaded)
+
+
+def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
+    """Check a configuration file: the one place its shape and its job are validated.
+
+    Parameters
+    ----------
+    where : str
+        The file, for messages.
+    loaded : mapping
+        Its content (:func:`read_yaml`), in the shape :func:`is_config_file` accepts.
+
+    Returns
+    -------
+    ConfigFile
+        The job and the other settings, apart.
+
+    Raises
+    ------
+    JobConfigError
+        One line naming the file and the key: ``daskbatch`` or ``daskbatch.job``
+        not a mapping, an unknown key of the job, a value of the wrong type.
+    """
+    settings = loaded.get("daskbatch")
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise JobConfigError(f"{where}: 'daskbatch' must be a mapping of settings, got {describe_value(settings)}")
+    job = settings.get("job")
+    if job is None:
+        job = {}
+    if not isinstance(job, Mapping):
+        raise JobConfigError(f"{where}: 'daskbatch.job' must be a mapping of its sections, got {describe_value(job)}")
+    checked = _check_section(where, None, JobSpec, job)
+    for key in FILE_ONLY:
+        if key in checked:
+            raise JobConfigError(f"{where}: 'daskbatch.job.{key}' is no job key: put dask settings at the top "
+                                 "of the file, beside 'daskbatch'")
+    rest = {k: v for k, v in settings.items() if k != "job"}
+    dask = {str(k): v for k, v in loaded.items() if k != "daskbatch"}
+    if rest:
+        dask["daskbatch"] = rest
+    return ConfigFile(where, checked, dask)
+
+
+def _legacy_job(where: str, loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """A job file of the older shape (sections and ``dask:`` at the top), with a DeprecationWarning."""
+    _refuse_option_file(where, loaded)
+    if loaded:
+        warnings.warn(
+            f"{where}: a job's sections at the top of the file (input:, selection:, ..., dask:) are deprecated "
+            "and stop working in the next release: put them under 'daskbatch: job:', and the 'dask:' "
+            "settings at the top beside 'daskbatch' (docs/jobs.md)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return _check_section(where, None, JobSpec, loaded)
+
+
 def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpec, str]:
-    """The job of a YAML file (or a mapping) over the config and the defaults, checked.
+    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked.
 
     Parameters
     ----------
     source : path or mapping
-        A YAML job file, or its content as a mapping.
+        A YAML configuration file (``daskbatch: {job: ...}`` plus any dask
+        settings), or its content as a mapping; a mapping of the job's own
+        sections (``JobSpec.to_dict()``'s shape) is taken as the job.
 
     Returns
     -------
@@ -343,27 +319,19 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
     FileNotFoundError
         The file does not exist.
     """
-    import yaml
-
     if isinstance(source, Mapping):
         where, loaded = "job", dict(source)
     else:
         where = os.fspath(source)
-        with open(where, encoding="utf-8") as f:
-            try:
-                loaded = yaml.safe_load(f)
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                at = f" (line {mark.line + 1})" if mark is not None else ""
-                raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, Mapping):
-            raise JobConfigError(f"{where}: must hold a mapping of sections (input, statistics, ...), "
-                                 f"got {describe_value(loaded)}")
-    _refuse_option_file(where, loaded)
-    values = _merge(effective_config(), _check_section(where, None, JobSpec, loaded))
-    job = _build(values)
+        loaded = read_yaml(where)
+    if is_config_file(loaded):
+        found = check_config_file(where, loaded)
+        given = {**found.job, "dask": found.dask or None}
+    elif isinstance(source, Mapping):
+        given = _check_section(where, None, JobSpec, loaded)
+    else:
+        given = _legacy_job(where, loaded)
+    job = _build(_merge(effective_config(), given))
     _check_consistency(where, job)
     return job, where
 
@@ -411,34 +379,3 @@ def _check_consistency(where: str, job: JobSpec) -> None:
             f"{where}: 'transform.steps' clips before project, but the summary does not describe clipped values; "
             "put project before clip"
         )
-
-
-# ------------------------------------------------------------------ documentation
-
-
-def _yaml_value(value: Any) -> str:
-    import yaml
-
-    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
-
-
-def reference() -> str:
-    """The schema as an annotated YAML job file: every key, its default and its documentation.
-
-    Returns
-    -------
-    str
-        Lines such as ``  bins: 64  # Histogram bins per feature.``; sections
-        are introduced by a comment with their docstring.
-    """
-    lines = []
-    for f in dataclasses.fields(JobSpec):
-        if f.name in SECTIONS:
-            lines.append(f"# {f.metadata['doc']}")
-            lines.append(f"{f.name}:")
-            for g in dataclasses.fields(SECTIONS[f.name]):
-                default = g.default_factory() if g.default_factory is not dataclasses.MISSING else g.default
-                lines.append(f"  {g.name}: {_yaml_value(default)}  # {g.metadata['doc']}")
-        else:
-            lines.append(f"{f.name}: {_yaml_value(f.default)}  # {f.metadata['doc']}")
-    return "\n".join(lines)
