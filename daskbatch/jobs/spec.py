@@ -196,7 +196,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class ConfigFile:
+class ConfigFile:  # numpydoc ignore=PR02
     """A configuration file as read: its job (``daskbatch.job``) and every other dask setting.
 
     Parameters
