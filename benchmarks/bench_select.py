@@ -87,7 +87,7 @@ def job_mapping(args: argparse.Namespace, store: Path, out: Path) -> dict[str, A
 
 
 def run_daskbatch(args: argparse.Namespace) -> dict[str, Any]:
-    from daskbatch.jobs import run_job
+    from daskbatch.jobs.run import run_job
 
     with tempfile.TemporaryDirectory(prefix="bench-select-") as tmp:
         warm = ensure_store(Path(tmp) / "warm.zarr", 4096, args.features, 1024)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch._version import __version__
     from daskbatch.accumulator import Accumulator
     from daskbatch.describe import describe
+    from daskbatch.engine.planner import plan
     from daskbatch.engine.run_options import RunOptions
     from daskbatch.errors import (
         Cancelled,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.map_batches import BatchError, map_batches
     from daskbatch.planning.resources import Resources
     from daskbatch.planning.search import Plan
-    from daskbatch.plans import plan
     from daskbatch.runtime.cluster import cluster
     from daskbatch.selection import Selection, load_selection, select
     from daskbatch.stats import (
@@ -84,7 +84,7 @@ _LAZY = {
     "PCA": "daskbatch.transforms.pca", "pca": "daskbatch.transforms.pca",
     "Resources": "daskbatch.planning.resources",
     "Plan": "daskbatch.planning.search",
-    "plan": "daskbatch.plans",
+    "plan": "daskbatch.engine.planner",
     "cluster": "daskbatch.runtime.cluster",
     "Selection": "daskbatch.selection", "load_selection": "daskbatch.selection", "select": "daskbatch.selection",
     **dict.fromkeys(

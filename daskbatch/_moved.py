@@ -39,6 +39,9 @@ MOVED: dict[str, str] = {
     "daskbatch.steps.quantile": "daskbatch.transforms.steps.quantile",
     "daskbatch.steps.scaling": "daskbatch.transforms.steps.scaling",
     "daskbatch.planning.explain": "daskbatch.planning.plan",  # Plan and its explanation, one module
+    "daskbatch.jobspec": "daskbatch.jobs.spec",
+    "daskbatch.job_report": "daskbatch.jobs.report",
+    "daskbatch.plans": "daskbatch.engine.planner",
 }
 
 

@@ -45,20 +45,24 @@ def _load_defaults() -> None:
     dask.config.update_defaults(defaults)
 
 
-def get(key: str) -> Any:
+def get(key: str | None = None) -> Any:
     """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``).
+
+    Every setting of daskbatch is read here, so its default is the one in
+    ``daskbatch.yaml`` and nowhere else.
 
     Parameters
     ----------
-    key : str
-        The key below ``daskbatch.``.
+    key : str, optional
+        The key below ``daskbatch.`` (dotted for nested keys: ``"job.cluster.kind"``);
+        None: the whole ``daskbatch`` mapping.
 
     Returns
     -------
     object
         The value.
     """
-    return dask.config.get(f"daskbatch.{key}")
+    return dask.config.get("daskbatch" if key is None else f"daskbatch.{key}")
 
 
 def check() -> None:

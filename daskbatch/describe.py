@@ -17,9 +17,9 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._typing import Device
 from daskbatch.engine.checkpoint.lock import checkpoint_lock
+from daskbatch.engine.planner import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.statistics_run import StatisticParameters, prepared_inputs, run_statistics
-from daskbatch.plans import plan_describe, plan_dropping_sketch, plan_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES

@@ -98,7 +98,9 @@ def restore_dask_config():
 def test_describe_config_file_sets_options(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
     path, _ = store
     cfg = tmp_path / "job.yaml"
-    cfg.write_text("bins: 8\nrange: '-4:4'\nstats: moments,hist\ndask:\n  daskbatch:\n    split-every: 3\n")
+    # The job's keys set describe's options; the other daskbatch settings apply for the run.
+    cfg.write_text("daskbatch:\n  job:\n    statistics: {bins: 8, range: [-4, 4], stats: [moments, hist]}\n"
+                   "    selection: {score: variance}\n  split-every: 3\n")
     out = tmp_path / "s.zarr"
     result = CliRunner().invoke(main, ["describe", path, "--config", str(cfg), "--out", str(out), "--no-progress", "--cluster", "threads"])
     assert result.exit_code == 0, result.output
@@ -114,13 +116,13 @@ def test_describe_config_file_sets_options(tmp_path: pathlib.Path, store: tuple[
         (["describe", "{store}", "--range", "5"], "LO:HI"),
         (["describe", "{store}", "--stats", "moments,median"], "unknown statistic"),
         (["describe", "{store}", "--x", "nope"], "nope"),
-        (["describe", "{store}", "--config", "{tmp}/bad.yaml"], "unknown option"),
+        (["describe", "{store}", "--config", "{tmp}/bad.yaml"], "unknown key 'statistics.binz'"),
     ],
 )
 def test_describe_bad_input_one_line_and_exit_2(
     tmp_path: pathlib.Path, store: tuple[str, np.ndarray], args: list[str], message: str
 ) -> None:
-    (tmp_path / "bad.yaml").write_text("binz: 3\n")
+    (tmp_path / "bad.yaml").write_text("daskbatch: {job: {statistics: {binz: 3}}}\n")
     argv = [a.format(tmp=tmp_path, store=store[0]) for a in args]
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 2, result.output

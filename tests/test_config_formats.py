@@ -1,11 +1,15 @@
-"""The two YAML files: a job for ``daskbatch run`` and option values for ``describe --config``.
+"""One configuration file for ``daskbatch run`` and ``describe --config``, and the two older shapes.
 
-Each given to the other command is one line naming what it is (told apart by its keys), exit 2.
+A configuration file is dask config: the job under ``daskbatch: job:``, dask settings beside it.
+Both commands read it. The older shapes (a job's sections at the top for ``run``, option names at
+the top for ``describe --config``) still work for one release with a DeprecationWarning, and each
+given to the other command is one line naming what it is (exit 2).
 """
 
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +17,8 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 
+CONFIG = ("daskbatch:\n  job:\n    input: {store: data.zarr, label: y}\n    statistics: {bins: 16}\n"
+          "    selection: {score: f, param: 2}\n    cluster: {kind: threads}\n    outputs: {dir: results}\n")
 JOB = "input: {store: data.zarr}\nselection: {score: f, param: 2}\ncluster: {kind: threads}\noutputs: {dir: results}\n"
 OPTIONS = "label: y\nbins: 16\nnan-policy: omit\n"
 
@@ -20,10 +26,22 @@ OPTIONS = "label: y\nbins: 16\nnan-policy: omit\n"
 @pytest.fixture()
 def here(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
     db.synth(str(tmp_path / "data.zarr"), rows=600, features=3, classes=2, chunk_rows=200)
+    (tmp_path / "config.yaml").write_text(CONFIG)
     (tmp_path / "job.yaml").write_text(JOB)
     (tmp_path / "describe-options.yaml").write_text(OPTIONS)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def test_one_file_for_both_commands(here: pathlib.Path) -> None:
+    r = CliRunner().invoke(main, ["describe", "data.zarr", "--no-progress", "--config", "config.yaml",
+                                  "--out", "stats.zarr"])
+    assert r.exit_code == 0, r.output
+    s = db.load_summary("stats.zarr")
+    assert s.hist_counts.shape[-1] == 16 and s.class_count is not None  # bins and label from the file
+    r = CliRunner().invoke(main, ["run", "config.yaml"])
+    assert r.exit_code == 0, r.output
+    assert (here / "results" / "selection.csv").is_file()
 
 
 def test_a_job_file_given_to_describe_config(here: pathlib.Path) -> None:
@@ -43,12 +61,16 @@ def test_an_options_file_given_to_run(here: pathlib.Path) -> None:
                                                    "(bins, label, nan_policy), as a 'daskbatch describe --config'")
 
 
-def test_each_file_works_with_its_own_command(here: pathlib.Path) -> None:
-    r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--no-progress",
-                                  "--config", "describe-options.yaml", "--out", "stats.zarr"])
+def test_the_older_shapes_work_with_a_deprecation_warning(here: pathlib.Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DeprecationWarning)  # the command logs it as a WARNING line
+        r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--no-progress",
+                                      "--config", "describe-options.yaml", "--out", "stats.zarr"])
+        assert r.exit_code == 0, r.output
+        assert "DeprecationWarning" in r.output and "option values at the top of a --config file" in r.output
+        s = db.load_summary("stats.zarr")
+        assert s.hist_counts.shape[-1] == 16 and s.class_count is not None
+        r = CliRunner().invoke(main, ["run", "job.yaml"])
     assert r.exit_code == 0, r.output
-    s = db.load_summary("stats.zarr")
-    assert s.hist_counts.shape[-1] == 16 and s.class_count is not None  # bins and label from the file
-    r = CliRunner().invoke(main, ["run", "job.yaml"])
-    assert r.exit_code == 0, r.output
+    assert "DeprecationWarning" in r.output and "a job's sections at the top of the file" in r.output
     assert (here / "results").is_dir()

@@ -12,8 +12,8 @@ import types
 import numpy as np
 import pytest
 
+from daskbatch.engine.planner import plan
 from daskbatch.planning.search import Resources
-from daskbatch.plans import plan
 from daskbatch.runtime.capacity import machine_memory_bytes
 from daskbatch.runtime.cluster import cuda_cluster_options
 

@@ -100,8 +100,8 @@ def test_gpu_plan_uses_the_gpu_model() -> None:
 
 def test_the_seed_batch_fits_a_16_gb_gpu() -> None:
     """100,000 x 5,000 float32 in one 100,000-row chunk on a 16 GB card (issue 18, 6): the original program budgets 3.8 GB."""
+    from daskbatch.engine.planner import plan_dropping_sketch
     from daskbatch.errors import PlanError
-    from daskbatch.plans import plan_dropping_sketch
 
     r = Resources(64 * GiB, 1, 1, device_memory_bytes=16 * 10**9, device="gpu")
 
@@ -123,7 +123,7 @@ def test_plan_describe_admits_the_seed_batch_on_a_16_gb_gpu() -> None:
     """plan_describe (what ``daskbatch plan --device gpu --memory 16GB`` runs), also where no GPU is visible."""
     import dask.array as da
 
-    from daskbatch.plans import plan_describe
+    from daskbatch.engine.planner import plan_describe
     from daskbatch.runtime.capacity import cuda_device_count
     from daskbatch.stats import kernels
 

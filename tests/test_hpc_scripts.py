@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "hpc"
 BIN = pathlib.Path(sys.executable).parent  # dask, daskbatch, dask-mpi and mpirun of this environment
-RANGE = (-5.0, 5.0)  # examples/hpc/daskbatch.yaml: range "-5:5", 64 bins
+RANGE = (-5.0, 5.0)  # examples/hpc/daskbatch.yaml: range [-5, 5], 64 bins
 BINS = 64
 
 STAND_INS = {

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.io.dataset import MissingChunksWarning
-from daskbatch.jobspec import JobConfigError, defaults, load_job, reference
+from daskbatch.jobs.spec import JobConfigError, defaults, load_job, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROWS, FEATURES = 6000, 10
@@ -39,8 +39,13 @@ def write_job(folder: pathlib.Path, store: str, **sections: object) -> pathlib.P
     for key, value in sections.items():
         job[key] = {**job[key], **value} if isinstance(job.get(key), dict) and isinstance(value, dict) else value
     path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    path.write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     return path
+
+
+def as_config_file(job: str) -> str:
+    """A job's sections (YAML text) under ``daskbatch: job:``, as a configuration file holds them."""
+    return "daskbatch:\n  job:\n" + "".join(f"    {line}\n" for line in job.splitlines())
 
 
 def test_job_end_to_end_equals_sklearn_pipeline(tmp_path: pathlib.Path, store: str) -> None:
@@ -102,7 +107,8 @@ def test_job_end_to_end_equals_sklearn_pipeline(tmp_path: pathlib.Path, store: s
 )
 def test_bad_job_files_are_one_line_errors(tmp_path: pathlib.Path, store: str, content: str, message: str) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text(content.replace("S", store))
+    as_is = content in ("- a list\n", "input: {store: S\n")  # not a mapping, or not YAML: the file's own error
+    job.write_text((content if as_is else as_config_file(content)).replace("S", store))
     result = CliRunner().invoke(main, ["run", str(job)])
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -162,7 +168,7 @@ def test_job_defaults_in_daskbatch_yaml_match_the_schema() -> None:
 def test_docs_hold_the_rendered_schema() -> None:
     """docs/jobs.md shows every key with its default and doc, as ``daskbatch run --help`` does."""
     text = (ROOT / "docs" / "jobs.md").read_text()
-    assert reference() in text, "docs/jobs.md is stale: paste daskbatch.jobspec.reference() into it"
+    assert reference() in text, "docs/jobs.md is stale: paste daskbatch.jobs.spec.reference() into it"
     help_text = CliRunner().invoke(main, ["run", "--help"]).output
     assert "  bins: 64  # Histogram bins per feature." in help_text and "75 interrupted" in help_text
 
@@ -235,7 +241,9 @@ def test_rerun_after_an_interrupted_transform_resumes(tmp_path: pathlib.Path, st
     np.testing.assert_array_equal(again.x.compute(), first)
     assert zarr.open_group(str(out), mode="r").attrs["complete"] is True
     # A different selection is a different transform: refused, naming the way out (exit 2).
-    job.write_text(job.read_text().replace("selection: {}", "") + "selection: {param: 3}\n")
+    changed = yaml.safe_load(job.read_text())
+    changed["daskbatch"]["job"]["selection"] = {"param": 3}
+    job.write_text(yaml.safe_dump(changed))
     result = CliRunner().invoke(main, ["run", str(job)])
     assert result.exit_code == 2 and "was started by a different transform" in result.output
 

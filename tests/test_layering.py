@@ -143,12 +143,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.planning",),
     ("daskbatch.runtime",),
     ("daskbatch.io",),
-    ("daskbatch.engine", "daskbatch.plans"),
+    ("daskbatch.engine",),
     ("daskbatch.summary",),
     ("daskbatch.selection", "daskbatch.transforms"),
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.incremental", "daskbatch.map_batches",
      "daskbatch.map_items", "daskbatch.testing"),
-    ("daskbatch.jobs", "daskbatch.job_report", "daskbatch.jobspec", "daskbatch.demo"),
+    ("daskbatch.jobs", "daskbatch.demo"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),
 )
 EXACT = {"daskbatch"}

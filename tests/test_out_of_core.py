@@ -21,9 +21,9 @@ import pytest
 import zarr
 
 import daskbatch as db
+from daskbatch.engine.planner import plan
 from daskbatch.io.dataset import open_dataset
 from daskbatch.planning.resources import Resources
-from daskbatch.plans import plan
 
 distributed = pytest.importorskip("distributed")
 

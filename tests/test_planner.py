@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daskbatch.engine.planner import plan
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
     STATISTICS,
@@ -19,7 +20,6 @@ from daskbatch.planning.memory import (
     state_bytes,
 )
 from daskbatch.planning.search import Plan, Resources, plan_chunks
-from daskbatch.plans import plan
 
 GiB, MiB = 2**30, 2**20
 

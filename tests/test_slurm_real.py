@@ -232,7 +232,7 @@ def test_daskbatch_run_on_a_slurm_cluster_of_two_jobs(jobs, tmp_path):
         "cluster": {"kind": "slurm", "n_workers": 2, "threads": 1, "memory": "1GiB"},
         "outputs": {"dir": str(tmp_path / "out")},
     }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     env = _env(DASK_JOBQUEUE__SLURM__WALLTIME="00:15:00", DASK_JOBQUEUE__SLURM__LOG_DIRECTORY=str(tmp_path / "logs"),
                DASK_JOBQUEUE__SLURM__SCHEDULER_OPTIONS='{"dashboard_address": ":0"}')
     done = subprocess.run([str(BIN / "daskbatch"), "run", str(tmp_path / "job.yaml")], cwd=tmp_path, env=env,

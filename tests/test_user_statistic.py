@@ -366,7 +366,7 @@ def test_a_job_file_names_a_statistic_by_import_path(tmp_path, monkeypatch, stor
     monkeypatch.syspath_prepend(str(tmp_path / "lib"))
     job = {"input": {"store": store}, "cluster": {"kind": "threads", "threads": 2}, "memory": "2GiB",
            "statistics": {"stats": "moments,class_moments,job_stats:Total"}, "outputs": {"dir": str(tmp_path / "out")}}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     result = CliRunner().invoke(main, ["run", str(tmp_path / "job.yaml")])
     assert result.exit_code == 0, result.output
     saved = tmp_path / "out" / "summary.zarr"  # outputs.summary, the default name

@@ -1,20 +1,37 @@
-"""``--config FILE``: option defaults (and dask settings) from a YAML file, for batch jobs.
+"""``--config FILE``: option defaults (and dask settings) from a configuration file, for batch jobs.
 
-Every option value in the file is checked against its option's type before
-the command runs, and the ``dask:`` mapping is limited to the settings in
-:mod:`daskbatch.runtime.dask_settings` unless ``--allow-dask-config`` is given;
-both fail with one line naming the key.
+The file is the one ``daskbatch run`` reads (:mod:`daskbatch.jobs.spec`, which
+checks it): its ``daskbatch: job:`` keys set the options they match
+(``statistics.bins`` sets ``--bins``, ``cluster.kind`` ``--cluster``,
+``outputs.summary`` ``--out``; the table is :data:`_JOB_OPTIONS`), and its other
+top-level keys are dask settings, limited to those in
+:mod:`daskbatch.runtime.dask_settings` unless ``--allow-dask-config`` is given.
+Options the job has no key for (``--json``, ``--top``, ...) come from the
+command line. A file of the older shape (option names at the top, and a
+``dask:`` mapping) still works for one release, with a DeprecationWarning.
+Every error is one line naming the file and the key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import warnings
 from typing import Any, NoReturn
 
 import click
-import yaml
 
 from daskbatch.cli._group import EXIT_BAD_INPUT
+from daskbatch.jobs.spec import (
+    SECTIONS,
+    ConfigFile,
+    JobConfigError,
+    JobSpec,
+    OutputsSpec,
+    check_config_file,
+    is_config_file,
+    read_yaml,
+)
 from daskbatch.runtime.dask_settings import UnsafeDaskSetting, check_dask_settings
 
 #: ctx.meta keys: the file's ``dask:`` mapping, applied once --allow-dask-config is known.
@@ -61,29 +78,82 @@ def _check_value(ctx: click.Context, source: str, key: str, param: click.Paramet
         _fail(ctx, f"{source}: {key}: {exc.format_message()}")
 
 
-def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: str | None = None) -> str | None:
-    if value is None:
-        return None
+#: Keys of a job and the option (long name) each sets in describe and plan; a key whose option a
+#: command lacks (selection.*, transform.*, ...) belongs to ``daskbatch run`` and is left alone.
+_JOB_OPTIONS = {
+    ("input", "x"): "x", ("input", "label"): "label",
+    ("statistics", "stats"): "stats", ("statistics", "bins"): "bins", ("statistics", "range"): "range",
+    ("statistics", "ddof"): "ddof", ("statistics", "nan_policy"): "nan_policy",
+    ("statistics", "classes"): "classes", ("statistics", "missing"): "missing",
+    ("cluster", "kind"): "cluster", ("cluster", "address"): "address", ("cluster", "scheduler_file"): "scheduler_file",
+    ("cluster", "n_workers"): "workers", ("cluster", "threads"): "threads",
+    ("cluster", "wait_for_workers"): "wait_for_workers", ("cluster", "device"): "device",
+    ("memory",): "memory", ("checkpoint",): "checkpoint",
+}
+
+
+def _as_option(key: tuple[str, ...], value: Any) -> Any:
+    """A job value as the option's text takes it (lists become ``a,b`` or ``lo:hi``)."""
+    if isinstance(value, list):
+        return ":".join(map(str, value)) if key == ("statistics", "range") else ",".join(map(str, value))
+    return value
+
+
+def _job_options(found: ConfigFile) -> dict[str, Any]:
+    """Option values (by long name) that the job of a configuration file sets."""
+    options: dict[str, Any] = {}
+    for key, name in _JOB_OPTIONS.items():
+        where: Any = found.job
+        for part in key:
+            where = where.get(part) if isinstance(where, dict) else None
+        if where is None:
+            continue
+        if key == ("cluster", "kind") and where in ("address", "scheduler_file"):
+            continue  # joining a scheduler is said by cluster.address / cluster.scheduler_file themselves
+        options[name] = _as_option(key, where)
+    summary = (found.job.get("outputs") or {}).get("summary")
+    if summary is not None:
+        outputs = JobSpec(outputs=OutputsSpec(**{**dataclasses.asdict(OutputsSpec()), **found.job["outputs"]}))
+        options["out"] = outputs.output_path("summary")
+    return options
+
+
+def _read(ctx: click.Context, value: str, also: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Option values and dask settings of a --config file, of either shape."""
+    flags = {opt[2:].replace("-", "_") for p in ctx.command.params for opt in p.opts if opt.startswith("--")}
     try:
-        with open(value) as f:
-            loaded = yaml.safe_load(f) or {}
+        loaded = read_yaml(value)
+        if is_config_file(loaded, flags):
+            found = check_config_file(value, loaded)
+            return _job_options(found), found.dask or None
     except OSError as exc:
         _fail(ctx, f"cannot read --config {value}: {exc.strerror}")
-    except yaml.YAMLError as exc:
-        _fail(ctx, f"--config {value} is not valid YAML: {' '.join(str(exc).split())}")
-    if not isinstance(loaded, dict):
-        _fail(ctx, f"--config {value} must hold a mapping of option names to values")
-    from daskbatch.jobspec import SECTIONS
-
-    # A `daskbatch run` job file has sections (input:, selection:, ...) where this has option names.
+    except JobConfigError as exc:
+        _fail(ctx, str(exc))
+    # The older shape: option names at the top, and a `dask:` mapping.
     sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))
     if sections:
         _fail(ctx, f"{value} is a job file for 'daskbatch run' (it has {', '.join(s + ':' for s in sections)}), "
                    f"not a --config file of option values: run it with daskbatch run {value}")
+    if loaded:
+        warnings.warn(
+            f"{value}: option values at the top of a --config file are deprecated and stop working in the next "
+            "release: write the file as a job, under 'daskbatch: job:' (docs/jobs.md), with dask settings at the "
+            "top beside 'daskbatch'",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     dask_settings = loaded.pop("dask", None)
-    if dask_settings is not None:
-        if not isinstance(dask_settings, dict):
-            _fail(ctx, f"{value}: dask must be a mapping of dask settings, got {type(dask_settings).__name__}")
+    if dask_settings is not None and not isinstance(dask_settings, dict):
+        _fail(ctx, f"{value}: dask must be a mapping of dask settings, got {type(dask_settings).__name__}")
+    return loaded, dask_settings
+
+
+def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: str | None = None) -> str | None:
+    if value is None:
+        return None
+    loaded, dask_settings = _read(ctx, value, also)
+    if dask_settings:
         # Applied by the command once --allow-dask-config (which may come later) is known.
         ctx.meta[_PENDING], ctx.meta[_SOURCE] = dask_settings, value
     # Keys are the options' long names ("nan-policy", "json", "x"), mapped to click's parameters.
@@ -100,10 +170,11 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: s
     other = ctx.find_root().command
     other_cmd = other.commands.get(also) if also is not None and isinstance(other, click.Group) else None
     other_keys = {o[2:].replace("-", "_") for p in (other_cmd.params if other_cmd else ()) for o in p.opts}
+    job_keys = set(_JOB_OPTIONS.values()) | {"out"}
     for key, val in loaded.items():
         target = by_flag.get(str(key).replace("-", "_"))
         if target is None:
-            if str(key).replace("-", "_") not in other_keys:
+            if str(key).replace("-", "_") not in other_keys | job_keys:
                 unknown.append(str(key))
             continue
         _check_value(ctx, value, str(key), target, val)
@@ -133,7 +204,7 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
 def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
     """Add ``--config FILE`` and ``--allow-dask-config`` to a command.
 
-    The file is YAML: option names as keys, plus an optional ``dask:`` mapping.
+    The file is a configuration file (``daskbatch: job: ...`` and dask settings), as ``daskbatch run`` reads.
 
     Parameters
     ----------
@@ -175,7 +246,7 @@ def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
     command = click.option(
         "--allow-dask-config",
         is_flag=True,
-        help="Accept any setting in the --config file's 'dask:' mapping. Without it only settings that "
+        help="Accept any dask setting in the --config file. Without it only settings that "
         "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
     )(command)
     return click.option(
@@ -184,6 +255,7 @@ def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
         is_eager=True,
         expose_value=False,
         callback=functools.partial(_load, also=also),
-        help="YAML file of option values (keys as option names, e.g. bins: 128) and an optional "
-        "'dask:' mapping of dask config. Command-line options win.",
+        help="Configuration file, as 'daskbatch run' reads: its 'daskbatch: job:' keys set the matching "
+        "options (statistics: {bins: 128} sets --bins), its other keys are dask settings (docs/jobs.md). "
+        "Command-line options win.",
     )(command)

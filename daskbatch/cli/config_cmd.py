@@ -20,13 +20,12 @@ def config_command(show: bool, as_json: bool) -> None:
     defaults overlaid with daskbatch.job.* from dask config (YAML files, or
     DASK_DASKBATCH__JOB__... environment variables).
     """
-    import dask.config
     import yaml
 
-    from daskbatch import config as _config  # noqa: F401  (loads daskbatch.yaml into dask.config)
-    from daskbatch.jobspec import effective_config
+    from daskbatch import config
+    from daskbatch.jobs.spec import effective_config
 
-    settings = dict(dask.config.get("daskbatch"))
+    settings = dict(config.get())
     settings["job"] = effective_config()
     payload = {"daskbatch": settings}
     if as_json:

@@ -27,7 +27,7 @@ def _version(name: str) -> str | None:
                    "CuPy chunks will use them (exit status 1 when not).")
 def info_command(as_json: bool, gpu_check: bool) -> None:
     """Versions, visible GPUs and the effective daskbatch settings (for bug reports and job logs)."""
-    import dask.config
+    from daskbatch import config
 
     if gpu_check:
         _gpu_check(as_json)
@@ -42,7 +42,7 @@ def info_command(as_json: bool, gpu_check: bool) -> None:
         "packages": {name: _version(name) for name in PACKAGES},
         "gpu": gpu_stack(),
         "cuda_devices": cuda_device_count(),
-        "config": dask.config.get("daskbatch"),
+        "config": config.get(),
     }
     if as_json:
         click.echo(json.dumps(facts, indent=2, default=str))

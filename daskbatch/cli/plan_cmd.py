@@ -73,9 +73,9 @@ def plan_command(
     its statistics, bins, label, split-every and dask settings (memory-fraction,
     reserved-memory) plan as describe will; its other keys are left alone.
     """
+    from daskbatch.engine.planner import plan, plan_dropping_sketch
     from daskbatch.io.dataset import open_dataset
     from daskbatch.planning.search import recorded_n_classes
-    from daskbatch.plans import plan, plan_dropping_sketch
     from daskbatch.runtime.capacity import resources_from_machine
 
     names = _parse_stats(stats)

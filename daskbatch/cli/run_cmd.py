@@ -10,14 +10,15 @@ from collections.abc import Iterator
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
-from daskbatch.jobspec import reference
+from daskbatch.jobs.spec import reference
 from daskbatch.runtime.interrupts import exit_now
 
 _EPILOG = (
     "Exit codes: 0 ok, 1 failure, 2 bad input (an unknown key, a wrong type, a missing store), "
     "3 the plan does not fit the memory budget, 75 interrupted (run the same command again to resume).\n\n"
-    "Every key of the job file, with its default (the same keys can be set in dask config as "
-    "daskbatch.job.<section>.<key>, e.g. DASK_DASKBATCH__JOB__CLUSTER__KIND=threads; the file wins):\n\n"
+    "Every key of the job, with its default. The file is dask config: the job under daskbatch: job:, "
+    "dask settings beside it; the same keys can be set in any dask config as daskbatch.job.<section>.<key>, "
+    "e.g. DASK_DASKBATCH__JOB__CLUSTER__KIND=threads; the file wins:\n\n"
     "\b\n" + reference()
 )
 
@@ -51,7 +52,7 @@ def fallback_logging() -> Iterator[None]:
 @click.option(
     "--allow-dask-config",
     is_flag=True,
-    help="Accept any setting in the job file's 'dask:' mapping. Without it only settings that "
+    help="Accept any dask setting in the job file. Without it only settings that "
     "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
 )
 @click.option(
@@ -74,7 +75,7 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     """
     from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
     from daskbatch.errors import Interrupted
-    from daskbatch.jobs import run_job
+    from daskbatch.jobs.run import run_job
 
     with fallback_logging():
         try:

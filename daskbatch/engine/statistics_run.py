@@ -179,7 +179,7 @@ def run_statistics(
     targeted : bool
         The label is a continuous target (``describe(target=...)``).
     plan_statistics, plan_dropping_sketch : callable
-        :func:`daskbatch.plans.plan_statistics` and :func:`daskbatch.plans.plan_dropping_sketch`.
+        :func:`daskbatch.engine.planner.plan_statistics` and :func:`daskbatch.engine.planner.plan_dropping_sketch`.
 
     Returns
     -------

@@ -135,10 +135,11 @@ def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None 
         return
     import time
 
-    import dask.config
     from dask.utils import parse_timedelta
 
-    timeout = dask.config.get("daskbatch.worker-timeout", "10 minutes")
+    from daskbatch import config
+
+    timeout = config.get("worker-timeout")
     deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
     try:
         while True:

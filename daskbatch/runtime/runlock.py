@@ -82,10 +82,11 @@ def output_lock_path(out: str | os.PathLike[str]) -> Path:
 
 
 def _stale_after() -> float:
-    import dask.config
     from dask.utils import parse_timedelta
 
-    return float(parse_timedelta(dask.config.get("daskbatch.lock-stale-after", "5 minutes"), default="s"))
+    from daskbatch import config
+
+    return float(parse_timedelta(config.get("lock-stale-after"), default="s"))
 
 
 def _process_started(pid: int) -> float | None:

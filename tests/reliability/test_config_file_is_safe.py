@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import pathlib
+import warnings
 from collections.abc import Iterator
 
 import dask.config
@@ -32,7 +33,15 @@ def restore_dask_config() -> Iterator[None]:
 
 
 def run(store: pathlib.Path, job: pathlib.Path, *args: str) -> object:
-    return CliRunner().invoke(main, ["describe", str(store), *FAST, "--config", str(job), *args])
+    with warnings.catch_warnings():
+        # Files of the older shape (option names and `dask:` at the top) are deprecated, and as safe.
+        warnings.filterwarnings("ignore", ".*option values at the top of a --config file", DeprecationWarning)
+        return CliRunner().invoke(main, ["describe", str(store), *FAST, "--config", str(job), *args])
+
+
+def as_config_file(dask_mapping: str) -> str:
+    """The settings under an older file's ``dask:`` (indented by two) at the top of a configuration file."""
+    return "".join(line.removeprefix("  ") + "\n" for line in dask_mapping.splitlines())
 
 
 def assert_one_line(result: object, *words: str) -> None:
@@ -59,33 +68,40 @@ UNSAFE = [
 ]
 
 
+@pytest.mark.parametrize("shape", ["config", "older"])
 @pytest.mark.parametrize(("mapping", "key"), UNSAFE, ids=[k for _, k in UNSAFE])
 def test_unsafe_dask_settings_are_refused_by_name(
-    tmp_path: pathlib.Path, store: pathlib.Path, mapping: str, key: str
+    tmp_path: pathlib.Path, store: pathlib.Path, mapping: str, key: str, shape: str
 ) -> None:
     flag = tmp_path / "ran"
     job = tmp_path / "job.yaml"
     # A safe setting beside the unsafe one: nothing of a refused file is applied.
-    job.write_text("dask:\n  distributed:\n    worker:\n      memory:\n        target: 0.31\n  "
-                   + mapping.format(flag=flag) + "\n")
+    settings = ("dask:\n  distributed:\n    worker:\n      memory:\n        target: 0.31\n  "
+                + mapping.format(flag=flag) + "\n")
+    job.write_text(settings if shape == "older" else "daskbatch: {job: {statistics: {bins: 8}}}\n"
+                   + as_config_file(settings.removeprefix("dask:\n")))
     result = run(store, job)
     assert_one_line(result, key, "--allow-dask-config", str(job))
     assert dask.config.get("distributed.worker.memory.target", None) != 0.31
     assert not flag.exists()
 
 
-def test_safe_settings_apply_and_the_flag_accepts_the_rest(tmp_path: pathlib.Path, store: pathlib.Path) -> None:
+@pytest.mark.parametrize("shape", ["config", "older"])
+def test_safe_settings_apply_and_the_flag_accepts_the_rest(
+    tmp_path: pathlib.Path, store: pathlib.Path, shape: str
+) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text(
-        "dask:\n  daskbatch:\n    split-every: 3\n  array:\n    chunk-size: 32MiB\n"
-        "  distributed:\n    worker:\n      memory:\n        target: 0.31\n    comm:\n      timeouts:\n        connect: 45s\n"
-    )
+    settings = ("  daskbatch:\n    split-every: 3\n  array:\n    chunk-size: 32MiB\n"
+                "  distributed:\n    worker:\n      memory:\n        target: 0.31\n    comm:\n      timeouts:\n"
+                "        connect: 45s\n")
+    job.write_text("dask:\n" + settings if shape == "older" else as_config_file(settings))
     assert run(store, job).exit_code == 0
     assert dask.config.get("distributed.worker.memory.target") == 0.31
     assert dask.config.get("distributed.comm.timeouts.connect") == "45s"
     assert dask.config.get("daskbatch.split-every") == 3
 
-    job.write_text("dask:\n  distributed:\n    admin:\n      tick:\n        limit: 7s\n")
+    admin = "  distributed:\n    admin:\n      tick:\n        limit: 7s\n"
+    job.write_text("dask:\n" + admin if shape == "older" else as_config_file(admin))
     assert_one_line(run(store, job), "distributed.admin.tick.limit")
     trusted = run(store, job, "--allow-dask-config")
     assert trusted.exit_code == 0, trusted.output

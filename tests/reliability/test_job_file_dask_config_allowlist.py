@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.jobs import run_job
+from daskbatch.jobs.run import run_job
 from daskbatch.runtime.dask_settings import UnsafeDaskSetting
 
 
@@ -35,9 +35,11 @@ def job_file(tmp_path: pathlib.Path, store: pathlib.Path, settings: dict, kind: 
     job = {"input": {"store": str(store), "label": "y"}, "statistics": {"stats": "moments"},
            "selection": {"score": "variance", "param": 2}, "transform": {"steps": []},
            "cluster": {"kind": kind, "n_workers": 1, "threads": 1}, "memory": "1GiB",
-           "outputs": {"dir": str(tmp_path / "out")}, "dask": settings}
+           "outputs": {"dir": str(tmp_path / "out")}}
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    # The dask settings sit at the top of the file, beside daskbatch (a daskbatch one merges into it).
+    top = {**settings, "daskbatch": {**settings.get("daskbatch", {}), "job": job}}
+    path.write_text(yaml.safe_dump(top))
     return path
 
 

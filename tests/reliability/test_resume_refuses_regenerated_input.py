@@ -91,7 +91,7 @@ def test_run_job_rerun_on_regenerated_data(store: pathlib.Path, tmp_path: pathli
            "outputs": {"dir": str(tmp_path / "out")}, "selection": {"score": "variance", "mode": "k", "param": 2},
            "transform": {"steps": ["select"], "chunk_rows": 100}}
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    path.write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     first = CliRunner().invoke(main, ["run", str(path)])
     assert first.exit_code == 0, first.output
     new = regenerate(store, seed=9)
@@ -99,7 +99,7 @@ def test_run_job_rerun_on_regenerated_data(store: pathlib.Path, tmp_path: pathli
     assert again.exit_code == 2, again.output
     assert "x content" in again.output and "Traceback" not in again.output
     job["transform"]["overwrite"] = True
-    path.write_text(yaml.safe_dump(job))
+    path.write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     fresh = CliRunner().invoke(main, ["run", str(path)])
     assert fresh.exit_code == 0, fresh.output
     got = db.open_dataset(tmp_path / "out" / "transformed.zarr").x.compute()

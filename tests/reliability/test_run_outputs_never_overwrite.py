@@ -27,7 +27,7 @@ def job_file(tmp_path: pathlib.Path, store: pathlib.Path, outputs: dict, **secti
            "cluster": {"kind": "threads", "threads": 1}, "memory": "1GiB",
            "outputs": {"dir": str(tmp_path / "out"), **outputs}, **sections}
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    path.write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
     return path
 
 

@@ -1,13 +1,13 @@
 """``run_job``: a whole batch job from one file: describe, select, transform, and a report.
 
 >>> import daskbatch as db
->>> from daskbatch.jobs import run_job
+>>> from daskbatch.jobs.run import run_job
 >>> report = run_job("job.yaml")                       # doctest: +SKIP
 >>> print(report.summary_line())                       # doctest: +SKIP
 daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote results/transformed.zarr
 
 The job file's schema (every key, its default and its meaning) is in
-:mod:`daskbatch.jobspec`. The run:
+:mod:`daskbatch.jobs.spec`. The run:
 
 1. opens the store (metadata only) and starts (or joins) the cluster;
 2. plans within the job's memory budget and logs ``plan.explain()``; a plan
@@ -33,16 +33,11 @@ phase with its time and the peak memory so far, and one final summary line.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
 
 from daskbatch.io.outputs import (
     MARKER,
@@ -54,7 +49,16 @@ from daskbatch.io.outputs import (
     output_kind,
     write_output,
 )
-from daskbatch.job_report import (
+from daskbatch.jobs._cluster import job_client, job_resources, plan_for_cuda
+from daskbatch.jobs._stages import (
+    build_steps,
+    histogram_range,
+    needed_stats,
+    saved_twin,
+    selection_needed,
+    transform_needed,
+)
+from daskbatch.jobs.report import (
     MISSING_KEYS,
     JobReport,
     flatten,
@@ -65,227 +69,12 @@ from daskbatch.job_report import (
     phase,
     write_json_atomic,
 )
-from daskbatch.jobspec import JobConfigError, JobSpec, load_job
+from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
 from daskbatch.runtime.dask_settings import check_dask_settings
-from daskbatch.transforms import steps
 
 __all__ = ["JobReport", "run_job"]
 
 log = logging.getLogger("daskbatch.jobs")
-
-def needed_stats(job: JobSpec) -> list[str]:
-    """List the statistics of the job: as given, else what its selection and transform need.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    list of str
-        Statistic names.
-    """
-    given = job.statistics.stats
-    if given is not None:
-        return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)
-    names = ["moments"]
-    if _selection_needed(job):
-        score = job.selection.score
-        if score in ("f", "chi2"):
-            names.append("class_moments")
-        if score in ("mi", "mrmr"):
-            names += ["hist", "mi"]
-        if job.selection.max_corr is not None or score == "mrmr":
-            names.append("cov")
-    if _transform_needed(job) and "project" in job.transform.steps and "cov" not in names:
-        names.append("cov")
-    return names
-
-
-def _transform_needed(job: JobSpec) -> bool:
-    return bool(job.transform.steps) and job.outputs.transform is not None
-
-
-def _selection_needed(job: JobSpec) -> bool:
-    return job.outputs.selection is not None or (_transform_needed(job) and "select" in job.transform.steps)
-
-
-@dataclass(frozen=True)
-class _Moments:
-    """The first two moments of the data as some steps leave them: what :func:`daskbatch.transforms.pca` reads."""
-
-    feature_names: tuple[str, ...]
-    mean: np.ndarray
-    cov: np.ndarray
-    cov_count: int
-    provenance: dict[str, Any]
-
-
-def _pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
-    """The summary's moments after the steps ``before`` (select: a subset; standardize: the correlations)."""
-    d = len(summary.feature_names)
-    idx = selection.indices if "select" in before else np.arange(d)
-    standardized = "standardize" in before
-    if summary.cov is not None:
-        cov = np.asarray(summary.cov, dtype=np.float64)[np.ix_(idx, idx)]
-    elif summary.provenance.get("tiled_cov"):
-        if idx.size == d and not standardized:
-            return summary  # the whole tiled covariance: pca's Lanczos reads it tile by tile
-        lazy = summary.tiled_cov().cov
-        cov = np.asarray(lazy[idx][:, idx].compute(), dtype=np.float64)
-    else:
-        raise ValueError("the project step needs the covariance: add 'cov' to statistics.stats")
-    mean = np.asarray(summary.mean, dtype=np.float64)[idx]
-    if standardized:
-        # z = (x - mean) / std: mean 0, cov_ij / (std_i std_j); constant features (std 0) become 0.
-        # The std the standardize step divides by (the population std, as StandardScaler's).
-        std = steps.standardize(summary).std[idx]
-        inv = np.divide(1.0, std, out=np.zeros_like(std), where=std != 0)
-        cov, mean = cov * np.outer(inv, inv), np.zeros_like(mean)
-    names = tuple(str(summary.feature_names[i]) for i in idx)
-    return _Moments(names, mean, cov, int(summary.cov_count), dict(summary.provenance))
-
-
-#: Provenance that must agree for a saved summary to stand for a new one.
-_SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins", "ddof", "bias", "nan_policy",
-                    "range", "missing_policy", "classes_from")
-
-
-def _saved_twin(path: str, summary: Any) -> Any:
-    """The summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
-
-    The steps of a transform record the summary they come from (its creation
-    time included), and a transform store refuses to resume under other steps:
-    reusing the saved twin keeps a re-run of the same job on the same data
-    resumable, while any change in the numbers writes the new summary.
-    """
-    if "://" in path or not os.path.exists(path):
-        return None
-    from daskbatch.summary import load_summary
-
-    try:
-        saved = load_summary(path)
-    except Exception as exc:  # unreadable or not a summary: it is replaced
-        log.info("summary: %s cannot be read as a summary (%s); writing it again", path, exc)
-        return None
-    if tuple(saved.feature_names) != tuple(summary.feature_names):
-        return None
-    a, b = saved.provenance, summary.provenance
-    if any(a.get(k) != b.get(k) for k in _SAME_PROVENANCE) or saved.cov_count != summary.cov_count:
-        return None
-    for f in dataclasses.fields(summary):
-        new, old = getattr(summary, f.name), getattr(saved, f.name)
-        if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
-            if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape
-                    and new.dtype == old.dtype and np.array_equal(new, old, equal_nan=new.dtype.kind in "fc")):
-                return None
-    return saved
-
-
-def _build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
-    from daskbatch.transforms import steps as st
-
-    built: list[Any] = []
-    for i, name in enumerate(job.transform.steps):
-        if name == "select":
-            built.append(st.select(selection))
-        elif name == "standardize":
-            built.append(st.standardize(summary))
-        elif name == "clip":
-            lo, hi = job.transform.clip
-            built.append(st.clip(lo, hi))
-        else:
-            built.append(st.project(_pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
-    return built
-
-
-# ------------------------------------------------------------------ cluster and resources
-
-
-def _memory_limit(job: JobSpec, kind: str) -> Any:
-    """Host memory limit of each worker the job starts: cluster.memory, else the budget (not on GPUs,
-    where the budget is the device's memory)."""
-    if job.cluster.memory is not None:
-        return job.cluster.memory
-    return None if job.memory == "auto" or kind == "cuda" else job.memory
-
-
-@contextlib.contextmanager
-def _client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
-    """The client of the job's cluster (None for kind threads), closed on exit if the job started it."""
-    import dask
-
-    spec = job.cluster
-    if spec.kind == "threads":
-        settings: dict[str, Any] = {"scheduler": "threads"}
-        if spec.threads:
-            settings["num_workers"] = spec.threads
-        with dask.config.set(settings):
-            yield None
-        return
-    from daskbatch.runtime.cluster import cluster, resolve_kind
-
-    kwargs: dict[str, Any] = {}
-    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
-    limit = _memory_limit(job, kind)
-    if spec.kind in ("address", "scheduler_file"):
-        with cluster(address=spec.address if spec.kind == "address" else None,
-                     scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
-                     wait_for_workers=spec.wait_for_workers) as client:
-            yield client
-        return
-    if spec.kind in ("slurm", "pbs"):
-        for key, value in (("jobs", spec.n_workers), ("cores", spec.threads), ("memory", limit)):
-            if value is not None:
-                kwargs[key] = value
-    else:
-        for key, value in (("n_workers", spec.n_workers), ("threads_per_worker", spec.threads),
-                           ("memory_limit", limit)):
-            if value is not None:
-                kwargs[key] = value
-    with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
-        yield client
-
-
-def _resources(job: JobSpec, client: Any) -> Any:
-    """The workers the plan must fit: the cluster's (or this machine's), with the job's memory budget."""
-    from daskbatch.runtime.capacity import (
-        parse_memory,
-        resources_from_client,
-        resources_from_machine,
-    )
-
-    if client is None:
-        return resources_from_machine(n_workers=1, threads_per_worker=job.cluster.threads, memory=job.memory)
-    device = None if job.cluster.device == "auto" else job.cluster.device
-    found = resources_from_client(client, device=device)
-    if job.memory == "auto":
-        return found
-    if found.device == "gpu":
-        total = found.device_memory_bytes or 1
-        return dataclasses.replace(found, device_memory_bytes=parse_memory(job.memory, total_bytes=total))
-    return dataclasses.replace(found, memory_bytes=parse_memory(job.memory, total_bytes=found.memory_bytes))
-
-
-def _cuda_plan(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
-    """For a cuda cluster: the plan for this machine's GPUs, made before the cluster (it sizes the RMM pool)."""
-    from daskbatch.describe import plan_describe
-    from daskbatch.runtime.capacity import resources_from_machine
-    from daskbatch.runtime.cluster import require_cuda, resolve_kind
-
-    kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
-    if kind != "cuda":
-        return None
-    gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
-    return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job), resources=gpus,
-                         classes=job.statistics.classes)
-
-
-def _range(job: JobSpec) -> Any:
-    r = job.statistics.range
-    return (float(r[0]), float(r[1])) if isinstance(r, list) else r
-
 
 # ------------------------------------------------------------------ the job
 
@@ -298,7 +87,7 @@ def run_job(
     Parameters
     ----------
     source : path or mapping
-        The job file (schema: :mod:`daskbatch.jobspec`, ``daskbatch run --help``),
+        The job file (schema: :mod:`daskbatch.jobs.spec`, ``daskbatch run --help``),
         or its content. Keys it leaves out come from ``daskbatch.job.*`` in
         dask.config, then from the schema's defaults.
     allow_dask_config : bool, default False
@@ -382,8 +171,8 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
     folder = job.outputs.dir
     named: dict[str, tuple[str | None, str, Form]] = {
         "outputs.summary": (job.output_path("summary"), "summary", "zarr"),
-        "outputs.selection": (job.output_path("selection") if _selection_needed(job) else None, "selection", "file"),
-        "outputs.transform": (job.output_path("transform") if _transform_needed(job) else None, "transform", "zarr"),
+        "outputs.selection": (job.output_path("selection") if selection_needed(job) else None, "selection", "file"),
+        "outputs.transform": (job.output_path("transform") if transform_needed(job) else None, "transform", "zarr"),
         "outputs.report": (job.output_path("report"), "job_report", "file"),
     }
     protected = {"the input store (input.store)": job.input.store}
@@ -440,19 +229,19 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
     log.info("input: %s rows x %s features (%s), label %s", f"{report.rows:,}", f"{report.features:,}",
              dataset.x.dtype, dataset.label_name if dataset.label is not None else "none")
     stats = needed_stats(job)
-    if dataset.label is None and _selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):
+    if dataset.label is None and selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):
         raise JobConfigError(
             f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} has "
             "none: set input.label, or selection.score: variance"
         )
-    cuda_plan = _cuda_plan(job, dataset, stats)
+    cuda_plan = plan_for_cuda(job, dataset, stats)
     t_cluster = time.perf_counter()
-    with _client(job, cuda_plan) as client:
+    with job_client(job, cuda_plan) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
         with phase(report, "plan"):
-            resources = _resources(job, client)
+            resources = job_resources(job, client)
             try:
-                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=_range(job),
+                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
                                      resources=resources, classes=job.statistics.classes)
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
@@ -466,7 +255,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
 
         with phase(report, "describe"):
             summary = describe(
-                dataset, stats=stats, bins=job.statistics.bins, range=_range(job), ddof=job.statistics.ddof,
+                dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
                 device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
             )
@@ -484,7 +273,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
         path = job.output_path("summary")
         if path is not None:
             with phase(report, "write summary"):
-                saved = _saved_twin(path, summary)
+                saved = saved_twin(path, summary)
                 if saved is None:
                     summary.save(path, overwrite=overwrite)
                 else:
@@ -495,7 +284,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
             report.outputs["summary"] = path
 
         selection = None
-        if _selection_needed(job):
+        if selection_needed(job):
             from daskbatch.selection import select
 
             with phase(report, "select"):
@@ -511,13 +300,13 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 selection.save(path, overwrite=overwrite)
                 report.outputs["selection"] = path
 
-        if _transform_needed(job):
+        if transform_needed(job):
             from daskbatch.transforms import transform
 
             out = job.output_path("transform")
             assert out is not None
             with phase(report, "transform"):
-                built = _build_steps(job, summary, selection)
+                built = build_steps(job, summary, selection)
                 # --overwrite replaces another kind of output; a transform store of its own is resumed.
                 restart = job.transform.overwrite or (overwrite and output_kind(out) not in (None, "transform"))
                 done = transform(

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.jobspec import JobSpec
+from daskbatch.jobs.schema import JobSpec
 from daskbatch.runtime.joblog import peak_memory
 
 __all__ = [

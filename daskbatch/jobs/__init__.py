@@ -1,0 +1,33 @@
+"""Batch jobs (``daskbatch run``): the job file's schema, the run, and its report.
+
+- :mod:`daskbatch.jobs.spec`: the job file, every key with a default and a doc, read and checked.
+- :mod:`daskbatch.jobs.run`: :func:`run_job` describes, selects, transforms and reports.
+- :mod:`daskbatch.jobs.report`: the report's numbers, its JSON file and its log words.
+
+``from daskbatch.jobs import run_job`` loads the run (dask, zarr) on first use only,
+so the CLI's ``--help`` and the schema stay light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["JobReport", "run_job"]
+
+
+def __getattr__(name: str) -> Any:
+    """Load :func:`run_job` (and the other names of the former module ``daskbatch.jobs``) on first use (PEP 562)."""
+    # Plain imports, not importlib by name, so that the layering test sees them.
+    if name in ("run_job", "check_job_outputs"):
+        from daskbatch.jobs import run
+
+        return getattr(run, name)
+    if name == "needed_stats":
+        from daskbatch.jobs._stages import needed_stats
+
+        return needed_stats
+    if name == "JobReport":
+        from daskbatch.jobs.report import JobReport
+
+        return JobReport
+    raise AttributeError(f"module 'daskbatch.jobs' has no attribute {name!r}")

@@ -1,0 +1,229 @@
+"""What each stage of a job needs and builds: its statistics, its transform steps, a saved summary to reuse."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskbatch.jobs.schema import JobSpec
+from daskbatch.transforms import steps
+
+log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
+
+
+def needed_stats(job: JobSpec) -> list[str]:
+    """List the statistics of the job: as given, else what its selection and transform need.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+
+    Returns
+    -------
+    list of str
+        Statistic names.
+    """
+    given = job.statistics.stats
+    if given is not None:
+        return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)
+    names = ["moments"]
+    if selection_needed(job):
+        score = job.selection.score
+        if score in ("f", "chi2"):
+            names.append("class_moments")
+        if score in ("mi", "mrmr"):
+            names += ["hist", "mi"]
+        if job.selection.max_corr is not None or score == "mrmr":
+            names.append("cov")
+    if transform_needed(job) and "project" in job.transform.steps and "cov" not in names:
+        names.append("cov")
+    return names
+
+
+def transform_needed(job: JobSpec) -> bool:
+    """Tell whether the job writes a transform store (steps given and an output named).
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+
+    Returns
+    -------
+    bool
+        True when it does.
+    """
+    return bool(job.transform.steps) and job.outputs.transform is not None
+
+
+def selection_needed(job: JobSpec) -> bool:
+    """Tell whether the job selects features: for its own output or for a select step.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+
+    Returns
+    -------
+    bool
+        True when it does.
+    """
+    return job.outputs.selection is not None or (transform_needed(job) and "select" in job.transform.steps)
+
+
+@dataclass(frozen=True)
+class Moments:
+    """The first two moments of the data as some steps leave them: what :func:`daskbatch.pca` reads."""
+
+    feature_names: tuple[str, ...]
+    mean: np.ndarray
+    cov: np.ndarray
+    cov_count: int
+    provenance: dict[str, Any]
+
+
+def pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
+    """Give the summary's moments after the steps ``before`` (select: a subset; standardize: the correlations).
+
+    Parameters
+    ----------
+    summary : Summary
+        The job's summary.
+    selection : Selection
+        The job's selection.
+    before : sequence of str
+        The steps before project.
+
+    Returns
+    -------
+    Summary or Moments
+        What :func:`daskbatch.pca` reads.
+    """
+    d = len(summary.feature_names)
+    idx = selection.indices if "select" in before else np.arange(d)
+    standardized = "standardize" in before
+    if summary.cov is not None:
+        cov = np.asarray(summary.cov, dtype=np.float64)[np.ix_(idx, idx)]
+    elif summary.provenance.get("tiled_cov"):
+        if idx.size == d and not standardized:
+            return summary  # the whole tiled covariance: pca's Lanczos reads it tile by tile
+        lazy = summary.tiled_cov().cov
+        cov = np.asarray(lazy[idx][:, idx].compute(), dtype=np.float64)
+    else:
+        raise ValueError("the project step needs the covariance: add 'cov' to statistics.stats")
+    mean = np.asarray(summary.mean, dtype=np.float64)[idx]
+    if standardized:
+        # z = (x - mean) / std: mean 0, cov_ij / (std_i std_j); constant features (std 0) become 0.
+        # The std the standardize step divides by (the population std, as StandardScaler's).
+        std = steps.standardize(summary).std[idx]
+        inv = np.divide(1.0, std, out=np.zeros_like(std), where=std != 0)
+        cov, mean = cov * np.outer(inv, inv), np.zeros_like(mean)
+    names = tuple(str(summary.feature_names[i]) for i in idx)
+    return Moments(names, mean, cov, int(summary.cov_count), dict(summary.provenance))
+
+
+#: Provenance that must agree for a saved summary to stand for a new one.
+_SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins", "ddof", "bias", "nan_policy",
+                    "range", "missing_policy", "classes_from")
+
+
+def saved_twin(path: str, summary: Any) -> Any:
+    """Give the summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
+
+    The steps of a transform record the summary they come from (its creation
+    time included), and a transform store refuses to resume under other steps:
+    reusing the saved twin keeps a re-run of the same job on the same data
+    resumable, while any change in the numbers writes the new summary.
+
+    Parameters
+    ----------
+    path : str
+        Where the job writes its summary.
+    summary : Summary
+        The summary just computed.
+
+    Returns
+    -------
+    Summary or None
+        The saved summary, or None.
+    """
+    if "://" in path or not os.path.exists(path):
+        return None
+    from daskbatch.summary import load_summary
+
+    try:
+        saved = load_summary(path)
+    except Exception as exc:  # unreadable or not a summary: it is replaced
+        log.info("summary: %s cannot be read as a summary (%s); writing it again", path, exc)
+        return None
+    if tuple(saved.feature_names) != tuple(summary.feature_names):
+        return None
+    a, b = saved.provenance, summary.provenance
+    if any(a.get(k) != b.get(k) for k in _SAME_PROVENANCE) or saved.cov_count != summary.cov_count:
+        return None
+    for f in dataclasses.fields(summary):
+        new, old = getattr(summary, f.name), getattr(saved, f.name)
+        if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
+            if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape
+                    and new.dtype == old.dtype and np.array_equal(new, old, equal_nan=new.dtype.kind in "fc")):
+                return None
+    return saved
+
+
+def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
+    """Build the transform steps of the job from the summary and the selection.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+    summary : Summary
+        The job's summary.
+    selection : Selection
+        The job's selection.
+
+    Returns
+    -------
+    list
+        The steps, in order.
+    """
+    from daskbatch.transforms import steps as st
+
+    built: list[Any] = []
+    for i, name in enumerate(job.transform.steps):
+        if name == "select":
+            built.append(st.select(selection))
+        elif name == "standardize":
+            built.append(st.standardize(summary))
+        elif name == "clip":
+            lo, hi = job.transform.clip
+            built.append(st.clip(lo, hi))
+        else:
+            built.append(st.project(pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
+    return built
+
+
+
+def histogram_range(job: JobSpec) -> Any:
+    """Give the job's histogram range as describe takes it.
+
+    Parameters
+    ----------
+    job : JobSpec
+        The job.
+
+    Returns
+    -------
+    tuple of float or str or None
+        (lo, hi), 'minmax' or None.
+    """
+    r = job.statistics.range
+    return (float(r[0]), float(r[1])) if isinstance(r, list) else r

@@ -1,0 +1,381 @@
+"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read.
+
+A configuration file is a dask config file: its ``daskbatch: job:`` mapping is
+the job (the schema of :mod:`daskbatch.jobs.schema`), and every other key is a
+dask setting applied for the run (``daskbatch: {split-every: 16}``,
+``distributed: ...``)::
+
+    daskbatch:
+      job:
+        input:      {store: data.zarr, x: X, label: y}
+        statistics: {bins: 64, nan_policy: omit, ...}
+        selection:  {score: f, mode: k, param: 10, ...}
+        transform:  {steps: [select, standardize], k: 10, ...}
+        cluster:    {kind: local, n_workers: 2, ...}
+        memory: 4GiB
+        checkpoint: ckpt/
+        outputs:    {dir: results, summary: summary.zarr, ...}
+      split-every: 16
+
+:func:`check_config_file` is the one place a file is validated; ``daskbatch
+run`` (:func:`load_job`) and ``describe --config`` (:mod:`daskbatch.cli._config_file`)
+both call it. :func:`load_job` merges, from lowest to highest precedence: the
+defaults of the schema, ``dask.config`` under ``daskbatch.job.*`` (defaults in
+``daskbatch/daskbatch.yaml``, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads``
+...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
+a one-line :class:`JobConfigError` naming it and the closest valid key; a value
+of the wrong type one naming the key and the type expected. A file of the older
+shape (the job's sections and a ``dask:`` mapping at the top) still works for
+one release, with a DeprecationWarning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+import warnings
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from daskbatch.jobs._types import describe_value, expected, matches
+from daskbatch.jobs.schema import (
+    FILE_ONLY,
+    SECTIONS,
+    ClusterSpec,
+    InputSpec,
+    JobConfigError,
+    JobSpec,
+    OutputsSpec,
+    SelectionSpec,
+    StatisticsSpec,
+    TransformSpec,
+    defaults,
+    reference,
+)
+
+__all__ = [
+    "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
+    "StatisticsSpec", "TransformSpec", "check_config_file", "defaults", "effective_config", "is_config_file",
+    "load_job", "read_yaml", "reference",
+]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _norm(key: Any) -> str:
+    return str(key).replace("-", "_")
+
+
+def _all_keys() -> list[str]:
+    keys: list[str] = []
+    for f in dataclasses.fields(JobSpec):
+        if f.name in SECTIONS:
+            keys.extend(f"{f.name}.{g.name}" for g in dataclasses.fields(SECTIONS[f.name]))
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def _unknown(where: str, path: str, valid: list[str]) -> JobConfigError:
+    """'unknown key X; did you mean Y?': Y is the key elsewhere with the same name, else the closest one."""
+    name = path.rsplit(".", 1)[-1]
+    same = [k for k in _all_keys() if k.rsplit(".", 1)[-1] == name]
+    prefix = path.rsplit(".", 1)[0] + "." if "." in path else ""
+    close = same or [prefix + c for c in difflib.get_close_matches(name, valid, n=1, cutoff=0.0)]
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return JobConfigError(f"{where}: unknown key '{path}'{hint}")
+
+
+def _check_section(where: str, section: str | None, cls: type, values: Mapping[Any, Any]) -> dict[str, Any]:
+    """``values`` with normalised keys, each checked against ``cls``'s field types."""
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for raw, value in values.items():
+        key = _norm(raw)
+        path = f"{section}.{key}" if section else key
+        if key not in hints:
+            raise _unknown(where, path, names)
+        if section is None and key in SECTIONS:
+            if value is None:
+                continue  # an empty section in YAML ("cluster:") means its defaults
+            if not isinstance(value, Mapping):
+                raise JobConfigError(f"{where}: '{key}' must be a mapping of its keys, got {describe_value(value)}")
+            out[key] = _check_section(where, key, SECTIONS[key], value)
+            continue
+        ok, conv = matches(value, hints[key])
+        if not ok:
+            raise JobConfigError(f"{where}: '{path}' expects {expected(hints[key])}, got {describe_value(value)}")
+        out[key] = conv
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if key in SECTIONS and isinstance(out.get(key), dict) and isinstance(value, Mapping):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _from_config() -> dict[str, Any]:
+    """``daskbatch.job.*`` from dask.config, checked ("dask config daskbatch.job" names the source)."""
+    from daskbatch import config
+
+    values = config.get("job") or {}
+    if not isinstance(values, Mapping):
+        raise JobConfigError(f"dask config daskbatch.job must be a mapping, got {describe_value(values)}")
+    where = "dask config daskbatch.job"
+    checked = _check_section(where, None, JobSpec, values)
+    for key in FILE_ONLY:
+        if key in checked:
+            raise JobConfigError(f"{where}: '{key}' can be set in a job file only")
+    return checked
+
+
+def effective_config() -> dict[str, Any]:
+    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from).
+
+    Returns
+    -------
+    dict
+        The effective job settings, nested.
+    """
+    return _merge(defaults(), _from_config())
+
+
+def _build(values: Mapping[str, Any]) -> JobSpec:
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        kwargs[key] = SECTIONS[key](**value) if key in SECTIONS else value
+    return JobSpec(**kwargs)
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping (an empty file is an empty mapping).
+
+    Parameters
+    ----------
+    path : str or path
+        The file.
+
+    Returns
+    -------
+    dict
+        Its content.
+
+    Raises
+    ------
+    JobConfigError
+        One line naming the file: not valid YAML (with the line), or not a mapping.
+    FileNotFoundError
+        The file does not exist.
+    """
+    import yaml
+
+    where = os.fspath(path)
+    with open(where, encoding="utf-8") as f:
+        try:
+            loaded = yaml.safe_load(f)  # safe_load: a file builds plain values, never objects or code
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" (line {mark.line + 1})" if mark is not None else ""
+            raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, Mapping):
+        raise JobConfigError(f"{where}: must hold a mapping (daskbatch: {{job: ...}}), got {describe_value(loaded)}")
+    return dict(loaded)
+
+
+@dataclass(frozen=True)
+class ConfigFile:  # numpydoc ignore=PR02
+    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    job : dict
+        The keys of ``daskbatch.job`` the file sets, names normalised (``nan_policy``)
+        and values checked against the schema; no defaults filled in.
+    dask : dict
+        Every other setting, nested as ``dask.config.update`` takes it
+        (``daskbatch: {split-every: 16}``, ``distributed: ...``).
+    """
+
+    path: str
+    job: dict[str, Any]
+    dask: dict[str, Any]
+
+
+def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) -> bool:
+    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones.
+
+    Parameters
+    ----------
+    loaded : mapping
+        The file's content.
+    older_keys : collection of str, optional
+        More keys (``_`` spelling) that only an older file holds at its top, such
+        as a command's option names.
+
+    Returns
+    -------
+    bool
+        True for ``daskbatch: {job: ...}`` and for dask settings alone; False when
+        a key at the top is a job's section or key, ``dask``, or one of ``older_keys``.
+    """
+    if "daskbatch" in loaded:
+        return True
+    older = {f.name for f in dataclasses.fields(JobSpec)} | _DESCRIBE_OPTIONS | set(older_keys)
+    return not any(_norm(key) in older for key in loaded)
+
+
+def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
+    """Check a configuration file: the one place its shape and its job are validated.
+
+    Parameters
+    ----------
+    where : str
+        The file, for messages.
+    loaded : mapping
+        Its content (:func:`read_yaml`), in the shape :func:`is_config_file` accepts.
+
+    Returns
+    -------
+    ConfigFile
+        The job and the other settings, apart.
+
+    Raises
+    ------
+    JobConfigError
+        One line naming the file and the key: ``daskbatch`` or ``daskbatch.job``
+        not a mapping, an unknown key of the job, a value of the wrong type.
+    """
+    settings = loaded.get("daskbatch")
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise JobConfigError(f"{where}: 'daskbatch' must be a mapping of settings, got {describe_value(settings)}")
+    job = settings.get("job")
+    if job is None:
+        job = {}
+    if not isinstance(job, Mapping):
+        raise JobConfigError(f"{where}: 'daskbatch.job' must be a mapping of its sections, got {describe_value(job)}")
+    checked = _check_section(where, None, JobSpec, job)
+    for key in FILE_ONLY:
+        if key in checked:
+            raise JobConfigError(f"{where}: 'daskbatch.job.{key}' is no job key: put dask settings at the top "
+                                 "of the file, beside 'daskbatch'")
+    rest = {k: v for k, v in settings.items() if k != "job"}
+    dask = {str(k): v for k, v in loaded.items() if k != "daskbatch"}
+    if rest:
+        dask["daskbatch"] = rest
+    return ConfigFile(where, checked, dask)
+
+
+def _legacy_job(where: str, loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """A job file of the older shape (sections and ``dask:`` at the top), with a DeprecationWarning."""
+    _refuse_option_file(where, loaded)
+    if loaded:
+        warnings.warn(
+            f"{where}: a job's sections at the top of the file (input:, selection:, ..., dask:) are deprecated "
+            "and stop working in the next release: put them under 'daskbatch: job:', and the 'dask:' "
+            "settings at the top beside 'daskbatch' (docs/jobs.md)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return _check_section(where, None, JobSpec, loaded)
+
+
+def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpec, str]:
+    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked.
+
+    Parameters
+    ----------
+    source : path or mapping
+        A YAML configuration file (``daskbatch: {job: ...}`` plus any dask
+        settings), or its content as a mapping; a mapping of the job's own
+        sections (``JobSpec.to_dict()``'s shape) is taken as the job.
+
+    Returns
+    -------
+    (JobSpec, str)
+        The job, and the name its errors use (the file's path, or "job").
+
+    Raises
+    ------
+    JobConfigError
+        An unknown key (naming the closest valid one), a value of the wrong
+        type, a missing ``input.store``, or a file that is not a YAML mapping.
+    FileNotFoundError
+        The file does not exist.
+    """
+    if isinstance(source, Mapping):
+        where, loaded = "job", dict(source)
+    else:
+        where = os.fspath(source)
+        loaded = read_yaml(where)
+    if is_config_file(loaded):
+        found = check_config_file(where, loaded)
+        given = {**found.job, "dask": found.dask or None}
+    elif isinstance(source, Mapping):
+        given = _check_section(where, None, JobSpec, loaded)
+    else:
+        given = _legacy_job(where, loaded)
+    job = _build(_merge(effective_config(), given))
+    _check_consistency(where, job)
+    return job, where
+
+
+#: Option names of ``daskbatch describe`` that are no key of a job: a ``--config`` file holds them.
+_DESCRIBE_OPTIONS = frozenset({
+    "label", "x", "classes", "stats", "bins", "range", "ddof", "nan_policy", "missing", "out", "json",
+    "cov_out", "scheduler_file", "address", "wait_for_workers", "split_every", "device", "update",
+})
+
+
+def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
+    """A ``describe --config`` file (option names as keys, no sections) given as a job: say so in one line."""
+    keys = {str(k).replace("-", "_") for k in loaded}
+    options = sorted(keys & _DESCRIBE_OPTIONS)
+    if options and not keys & set(SECTIONS):
+        raise JobConfigError(
+            f"{where} holds describe options ({', '.join(options)}), as a 'daskbatch describe --config' file "
+            "does, not a job: a job file has sections (input:, statistics:, selection:, ...; docs/jobs.md)"
+        )
+
+
+def _check_consistency(where: str, job: JobSpec) -> None:
+    """Rules across keys, each a one-line error."""
+    if not job.input.store:
+        raise JobConfigError(f"{where}: 'input.store' is required (the Zarr store to read)")
+    kind = job.cluster.kind
+    if kind == "address" and not job.cluster.address:
+        raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
+    if kind == "scheduler_file" and not job.cluster.scheduler_file:
+        raise JobConfigError(f"{where}: cluster kind 'scheduler_file' needs 'cluster.scheduler_file'")
+    if isinstance(job.statistics.range, list) and len(job.statistics.range) != 2:
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {job.statistics.range!r}")
+    if isinstance(job.statistics.range, str) and job.statistics.range != "minmax":
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {job.statistics.range!r}")
+    if len(job.transform.clip) != 2:
+        raise JobConfigError(f"{where}: 'transform.clip' expects [lo, hi], got {job.transform.clip!r}")
+    if job.transform.k < 1:
+        raise JobConfigError(f"{where}: 'transform.k' must be at least 1, got {job.transform.k}")
+    steps = job.transform.steps
+    if len(set(steps)) != len(steps):
+        raise JobConfigError(f"{where}: 'transform.steps' names a step twice: {steps}")
+    if "clip" in steps and "project" in steps and steps.index("clip") < steps.index("project"):
+        raise JobConfigError(
+            f"{where}: 'transform.steps' clips before project, but the summary does not describe clipped values; "
+            "put project before clip"
+        )
