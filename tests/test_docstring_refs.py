@@ -50,8 +50,8 @@ def _resolve(dotted: str) -> bool:
     """Whether ``dotted`` names a module, or an attribute reached from the longest importable prefix."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
-        if ".".join(parts[:cut]) in MOVED:  # an old path: served with a warning, and a docstring must not name it
-            continue
+        if any(".".join(parts[:k]) in MOVED for k in range(1, cut + 1)):
+            continue  # an old path (or under one): served with a warning, and a docstring must not name it
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
