@@ -181,7 +181,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
 
 
 def _json_kind(path: str) -> str | None:
-    """The marker of a JSON file written by :func:`write_json` (its first key), from its first bytes."""
+    """The marker of a JSON file written by :func:`~daskbatch.io.outputs.write_json` (its first key), from its first bytes."""
     try:
         with open(path, "rb") as f:
             head = f.read(256).decode("utf-8", errors="replace")
