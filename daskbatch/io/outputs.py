@@ -169,14 +169,8 @@ def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
     """
     text = json.dumps({MARKER: target.kind, **payload}, default=str)
 
-    def write(tmp: str) -> None:
-        """Write the text to ``tmp``, locally or through fsspec.
-
-        Parameters
-        ----------
-        tmp : str
-            The temporary path.
-        """
+    def _write(tmp: str) -> None:
+        """Write the text to ``tmp``, locally or through fsspec."""
         if target.is_url:
             import fsspec
 
@@ -186,4 +180,4 @@ def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
             with open(tmp, "w") as f:
                 f.write(text)
 
-    return write_output(target, write)
+    return write_output(target, _write)
