@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.dataset import LAYOUT_ATTR
+from daskbatch.io.dataset import LAYOUT_ATTR, open_dataset
 from daskbatch.io.ingest.manifest import DoneLog, read_done
 from daskbatch.io.rowstore_create import (
     CREATING_FILE,  # noqa: F401  (re-exported, with the other file names)
@@ -109,8 +109,6 @@ class OutputReport:
         Dataset
             The output's arrays.
         """
-        from daskbatch.io.dataset import open_dataset
-
         return open_dataset(self.path)
 
 

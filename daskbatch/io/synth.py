@@ -17,9 +17,13 @@ from typing import Any, Literal
 import dask
 import dask.array as da
 import numpy as np
+import zarr
+from dask.utils import format_bytes
+from zarr.codecs import ZstdCodec
 
-from daskbatch.errors import DeviceUnavailableError
+from daskbatch.errors import DataError, DeviceUnavailableError
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
 from daskbatch.io.synth_counter import counter_rows
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
@@ -309,11 +313,6 @@ MAX_FEATURES = 23_170
 
 def _check_sizes(rows: int, features: int, chunk_rows: int, dtype: np.dtype) -> None:
     """Refuse sizes whose chunks, one chunk or ground truth would not fit, before anything is allocated."""
-    from dask.utils import format_bytes
-
-    from daskbatch.errors import DataError
-    from daskbatch.io.integrity import max_chunks
-
     if features > MAX_FEATURES:
         raise DataError(
             f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth covariance; "
@@ -344,11 +343,6 @@ def _write(
     cancel: threading.Event | None = None,
 ) -> None:
     """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
-    import zarr
-    from zarr.codecs import ZstdCodec
-
-    from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
-
     where = os.fspath(path)
     if "://" not in where and os.path.exists(where) and not overwrite:
         raise FileExistsError(

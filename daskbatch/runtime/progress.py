@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from daskbatch.errors import Cancelled
+from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.progress_display import Display, display_for, in_jupyter, line_cleared
 
 __all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared"]
@@ -356,8 +357,6 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     """
     import dask
     from dask.utils import key_split
-
-    from daskbatch.runtime.capacity import active_client
 
     keys = set(graph.__dask_graph__())
     if prefix is not None and any(key_split(k) == prefix for k in keys):

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.stats._base import reads_label
+from daskbatch.stats.spec import is_statistic
 from daskbatch.testing.assertions import result_fields
 from daskbatch.testing.laws import LAWS, StatisticLaws
 
@@ -53,9 +55,6 @@ def check_statistic(
     AssertionError
         A law does not hold; the message names it and hypothesis prints the smallest data that breaks it.
     """
-    from daskbatch.stats._base import reads_label
-    from daskbatch.stats.spec import is_statistic
-
     def _make(n_features: int) -> Any:
         """The statistic for ``n_features`` columns."""
         return statistic if is_statistic(statistic) else statistic(n_features)
