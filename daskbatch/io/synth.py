@@ -1,203 +1,42 @@
-"""Deterministic synthetic (samples x features) data with known ground truth.
+"""Deterministic synthetic (samples x features) data with known ground truth: the ``synth`` verb.
 
-Every row is a function of ``(seed, row index)`` only: rows are generated in
-fixed internal blocks of :data:`BLOCK_ROWS` rows, each from its own counter-based
-Philox stream keyed by ``SeedSequence(seed, spawn_key=(1, block))``, and then
-sliced.  Any ``chunk_rows`` (or any number of rows) therefore gives bitwise
-identical values for the rows they share.
-
-The model, for ``Q = features - correlated`` base features and ``P = correlated``
-mixed ones::
-
-    y        ~ Categorical(priors)                       (only with classes=K)
-    x_base   = mu + scale * z + delta[y]                 delta is 0 off the informative features
-    x_mixed  = offset + W @ x_base + noise * z'          each row of W mixes two base features
-
-with ``z, z'`` independent standard normal.  The population mean and covariance
-follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]``.
+Every row is a function of ``(seed, row index)`` only, so any ``chunk_rows``,
+any rank's share and any device give the same rows. The model, its ground
+truth and the default (NumPy Philox) stream are in
+:mod:`daskbatch.io.synth_model`, the counter-based stream a GPU uses in
+:mod:`daskbatch.io.synth_counter`; this module turns them into lazy dask arrays
+and writes them to a checksummed Zarr store.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import dask
 import dask.array as da
 import numpy as np
+import zarr
+from dask.utils import format_bytes
+from zarr.codecs import ZstdCodec
 
-from daskbatch.errors import DeviceUnavailableError
+from daskbatch.errors import DataError, DeviceUnavailableError
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
 from daskbatch.io.synth_counter import counter_rows
+from daskbatch.io.synth_model import (
+    BLOCK_ROWS,
+    MAX_COV_FEATURES,
+    SynthModel,
+    ground_truth,
+    make_model,
+    numpy_rows,
+    truth_attrs,
+)
 from daskbatch.runtime.progress import Progress, ProgressCallback, compute
 
-__all__ = ["BLOCK_ROWS", "SynthModel", "ground_truth", "rank_rows", "synth"]
-
-#: Rows per internal generator block; fixed forever so data never change.
-BLOCK_ROWS = 4096
-#: Above this many features the covariance is left out of the attrs (JSON size).
-MAX_COV_FEATURES = 256
-
-
-@dataclass(frozen=True)
-class SynthModel:
-    """Parameters of the generator, drawn from ``seed`` (never from the row count)."""
-
-    features: int
-    classes: int | None
-    mu: np.ndarray  # (Q,) base means
-    scale: np.ndarray  # (Q,) base standard deviations
-    informative: np.ndarray  # indices into the base features
-    delta: np.ndarray  # (K, Q) class offsets, zero off the informative features
-    priors: np.ndarray  # (K,)
-    sources: np.ndarray  # (P, 2) base features each mixed feature combines
-    weights: np.ndarray  # (P, 2)
-    offset: np.ndarray  # (P,)
-    noise: np.ndarray  # (P,)
-
-    @property
-    def n_base(self) -> int:
-        """Count the base (unmixed) features.
-
-        Returns
-        -------
-        int
-            The number of base features.
-        """
-        return int(self.mu.shape[0])
-
-
-def _model(
-    features: int, classes: int | None, informative: int | None, correlated: int, seed: int
-) -> SynthModel:
-    if features < 1:
-        raise ValueError(f"features must be >= 1, got {features}")
-    if not 0 <= correlated < features:
-        raise ValueError(
-            f"correlated must be in [0, features - 1] = [0, {features - 1}], got {correlated}"
-        )
-    if classes is not None and classes < 2:
-        raise ValueError(f"classes must be >= 2 (or None for no label), got {classes}")
-    q = features - correlated
-    if informative is None:
-        informative = min(q, max(1, q // 4)) if classes else 0
-    if informative and not classes:
-        raise ValueError("informative features need classes=K (class-dependent means)")
-    if not 0 <= informative <= q:
-        raise ValueError(
-            f"informative must be in [0, features - correlated] = [0, {q}], got {informative}"
-        )
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
-    # Different means and scales per feature so that summaries look like real data.
-    mu = np.round(rng.uniform(-20.0, 20.0, q), 3)
-    scale = np.round(np.exp(rng.uniform(np.log(0.1), np.log(10.0), q)), 3)
-    k = classes or 1
-    inf_idx = np.sort(rng.choice(q, size=informative, replace=False)).astype(np.int64)
-    delta = np.zeros((k, q))
-    if classes:
-        delta[:, inf_idx] = rng.uniform(-1.5, 1.5, (k, informative)) * scale[inf_idx]
-    priors = np.arange(k, 2 * k, dtype=np.float64)  # mildly imbalanced: k : k+1 : ... : 2k-1
-    priors /= priors.sum()
-    sources = np.array(
-        [rng.choice(q, size=2, replace=q < 2) for _ in range(correlated)], dtype=np.int64
-    ).reshape(correlated, 2)
-    weights = np.round(rng.uniform(-1.5, 1.5, (correlated, 2)), 3)
-    offset = np.round(rng.uniform(-5.0, 5.0, correlated), 3)
-    noise = np.round(rng.uniform(0.1, 1.0, correlated), 3)
-    return SynthModel(
-        features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise
-    )
-
-
-def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
-    """Population mean, covariance and class means of the model, in float64.
-
-    Parameters
-    ----------
-    model : SynthModel
-        The generating model.
-
-    Returns
-    -------
-    dict
-        ``mean`` (D,), ``cov`` (D, D), ``class_means`` (K, D) and ``priors`` (K,).
-    """
-    q, p = model.n_base, model.features - model.n_base
-    w = np.zeros((p, q))
-    for i, ((a, b), (wa, wb)) in enumerate(zip(model.sources, model.weights, strict=True)):
-        w[i, a] += wa
-        w[i, b] += wb
-    dbar = model.priors @ model.delta
-    centred = model.delta - dbar
-    cov_b = np.diag(model.scale**2) + (centred.T * model.priors) @ centred
-    mean_b = model.mu + dbar
-    cov = np.empty((q + p, q + p))
-    cov[:q, :q] = cov_b
-    cov[:q, q:] = cov_b @ w.T
-    cov[q:, :q] = w @ cov_b
-    cov[q:, q:] = w @ cov_b @ w.T + np.diag(model.noise**2)
-    mean = np.concatenate([mean_b, model.offset + w @ mean_b])
-    class_b = model.mu + model.delta
-    class_means = np.concatenate([class_b, model.offset + class_b @ w.T], axis=1)
-    return {"mean": mean, "cov": cov, "class_means": class_means, "priors": model.priors}
-
-
-def _block_rng(seed: int, block: int) -> np.random.Generator:
-    return np.random.Generator(np.random.Philox(np.random.SeedSequence(seed, spawn_key=(1, block))))
-
-
-def _labels_block(rng: np.random.Generator, model: SynthModel) -> np.ndarray:
-    u = rng.random(BLOCK_ROWS)
-    return np.minimum(
-        np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1
-    ).astype(np.int32)
-
-
-def _x_block(
-    seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None
-) -> np.ndarray:
-    """One full internal block of rows (BLOCK_ROWS x features), written into ``out`` if given."""
-    rng = _block_rng(seed, block)
-    y = _labels_block(rng, model) if model.classes else None
-    x = rng.standard_normal((BLOCK_ROWS, model.features), dtype=dtype, out=out)
-    q = model.n_base
-    # One contiguous affine pass over all columns (mixed columns get their noise/offset).
-    x *= np.concatenate([model.scale, model.noise]).astype(dtype)
-    x += np.concatenate([model.mu, model.offset]).astype(dtype)
-    if y is not None and len(model.informative):
-        shift = np.zeros((len(model.priors), model.features), dtype=dtype)
-        shift[:, :q] = model.delta
-        x += shift[y]
-    for i in range(model.features - q):
-        (a, b), (wa, wb) = model.sources[i], model.weights[i]
-        col = x[:, q + i]
-        col += dtype.type(wa) * x[:, a]
-        col += dtype.type(wb) * x[:, b]
-    return x
-
-
-def _rows(
-    seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str
-) -> np.ndarray:
-    """Rows ``[start, stop)`` of X (``what="x"``) or y, assembled from whole internal blocks."""
-    if what == "x":
-        out = np.empty((stop - start, model.features), dtype=dtype)
-    else:
-        out = np.empty((stop - start,), dtype=np.int32)
-    for block in range(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS)):
-        b0 = block * BLOCK_ROWS
-        lo, hi = max(start, b0), min(stop, b0 + BLOCK_ROWS)
-        if what == "y":
-            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[
-                lo - b0 : hi - b0
-            ]
-        elif lo == b0 and hi == b0 + BLOCK_ROWS:
-            _x_block(seed, block, model, dtype, out=out[lo - start : hi - start])  # no copy
-        else:
-            out[lo - start : hi - start] = _x_block(seed, block, model, dtype)[lo - b0 : hi - b0]
-    return out
+__all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
 
 def rank_rows(rows: int, rank: int, world_size: int) -> range:
@@ -276,6 +115,7 @@ def _lazy(
     rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
     stream: str = "default",
 ) -> tuple[da.Array, da.Array | None]:
+    """Lazy X (and y) of ``rows`` rows from ``first_row`` on, one dask block per ``chunk_rows``."""
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
     starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
     token = dask.base.tokenize(
@@ -295,7 +135,7 @@ def _lazy(
         i = block_id[0]  # type: ignore[index]
         start, stop = int(starts[i]), int(starts[i]) + row_chunks[i]
         if stream == "default":
-            return _rows(seed, start, stop, model, dtype, what)
+            return numpy_rows(seed, start, stop, model, dtype, what)
         x_rows, y_rows = counter_rows(_counter_namespace(stream), seed, start, stop, model, dtype)
         return x_rows if what == "x" else y_rows
 
@@ -324,31 +164,6 @@ def _lazy(
             name=f"daskbatch-synth-y-{token}",
         )
     return x, y
-
-
-def _truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dict[str, Any]:
-    truth = ground_truth(model)
-    q = model.n_base
-    out: dict[str, Any] = {
-        "seed": seed,
-        "rows": rows,
-        "features": model.features,
-        "dtype": str(dtype),
-        "classes": model.classes,
-        "informative": model.informative.tolist(),
-        "correlated": list(range(q, model.features)),
-        "correlated_sources": model.sources.tolist(),
-        "true_mean": truth["mean"].tolist(),
-        "true_std": np.sqrt(np.diag(truth["cov"])).tolist(),
-        "block_rows": BLOCK_ROWS,
-        "generator": "numpy Philox, SeedSequence(seed, spawn_key=(1, block))",
-    }
-    if model.features <= MAX_COV_FEATURES:
-        out["true_cov"] = truth["cov"].tolist()
-    if model.classes:
-        out["class_priors"] = truth["priors"].tolist()
-        out["class_means"] = truth["class_means"].tolist()
-    return out
 
 
 def synth(
@@ -465,11 +280,11 @@ def synth(
             raise TypeError("synth() needs rank and world_size together")
         share = rank_rows(rows, rank, world_size)
         first, stop = share.start, share.stop
-    model = _model(features, classes, informative, correlated, seed)
+    model = make_model(features, classes, informative, correlated, seed)
     x, y = _lazy(stop - first, chunk_rows, model, dtype, seed, first_row=first,
                  stream="gpu" if on_gpu else "counter" if counter else "default")
     names = [f"f{i}" for i in range(features)]
-    truth = _truth_attrs(model, seed, rows, dtype)
+    truth = truth_attrs(model, seed, rows, dtype)
     if counter:
         truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_counter)"
     if (first, stop) != (0, rows):
@@ -498,11 +313,6 @@ MAX_FEATURES = 23_170
 
 def _check_sizes(rows: int, features: int, chunk_rows: int, dtype: np.dtype) -> None:
     """Refuse sizes whose chunks, one chunk or ground truth would not fit, before anything is allocated."""
-    from dask.utils import format_bytes
-
-    from daskbatch.errors import DataError
-    from daskbatch.io.integrity import max_chunks
-
     if features > MAX_FEATURES:
         raise DataError(
             f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth covariance; "
@@ -532,11 +342,7 @@ def _write(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    import zarr
-    from zarr.codecs import ZstdCodec
-
-    from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
-
+    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
     if "://" not in where and os.path.exists(where) and not overwrite:
         raise FileExistsError(

@@ -10,6 +10,8 @@ step and shows them where the user looks:
   e.g. ``pass 1/2: moments+cov+sketch  37/120 blocks  1.2M rows/s  ETA 0:42``;
 * anywhere else (a batch job's log, a pipe, a file): nothing is drawn.
 
+(The bars themselves are :mod:`daskbatch.runtime.progress_display`'s.)
+
 Whatever is shown, the start and the end of every step are logged at INFO
 (time, rows/s and bytes/s), so that a batch log records them as lines; where
 no bar is drawn, a line every :data:`LOG_EVERY_S` seconds says how far it got.
@@ -28,17 +30,16 @@ with the graph in one ``Client.get``, each released as soon as it finishes).
 from __future__ import annotations
 
 import contextlib
-import html
 import logging
-import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 from daskbatch.errors import Cancelled
+from daskbatch.runtime.capacity import active_client
+from daskbatch.runtime.progress_display import Display, display_for, in_jupyter, line_cleared
 
 __all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared"]
 
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two redraws of a bar (a widget update is a message to the browser).
 REDRAW_S = 0.1
-
-# Erase the terminal line and return to its start.
-_CLEAR = "\r\x1b[2K"
-
 
 class Progress:
     """The progress of one labelled step: a bar where one can be seen, log lines always.
@@ -107,7 +104,7 @@ class Progress:
         self._show = show is True
         #: Whether dask's own progress display (distributed.progress, dask.diagnostics.ProgressBar) shows this step.
         self.dask_display = show == "dask"
-        self._display: _Terminal | _Widget | None = None
+        self._display: Display | None = None
         self._lock = threading.RLock()
         self._t0: float | None = None
         self._drawn_at = 0.0
@@ -130,7 +127,7 @@ class Progress:
         log.info("%s: started%s", self.title, self._size_text())
         if self._show:
             try:
-                self._display = _display_for(self.title, self.total)
+                self._display = display_for(self.title, self.total)
             except Exception as exc:  # a bar must never fail the computation it shows
                 log.debug("no progress bar for %s: %s", self.title, exc)
             self._draw(force=True)
@@ -221,7 +218,7 @@ class Progress:
         """
         with self._lock:
             self.total = total
-            if isinstance(self._display, _Widget):
+            if self._display is not None:
                 self._display.set_total(total)
         self._draw(force=True)
 
@@ -336,118 +333,6 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-# ---------------------------------------------------------------------- displays
-
-
-def in_jupyter() -> bool:
-    """Tell whether this runs inside an IPython kernel (Jupyter, VS Code notebooks), not a terminal IPython.
-
-    Returns
-    -------
-    bool
-        True in a kernel (a loaded but unused ``ipykernel`` module does not count).
-    """
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return False
-    shell = ipython.get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def _display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
-    """The bar for where this process shows things, or None (not a TTY: log lines only)."""
-    if in_jupyter():
-        try:
-            return _Widget(title, total)
-        except ImportError:  # no ipywidgets: Jupyter renders a carriage return on stderr as well
-            return _Terminal(plain=True)
-    stream = sys.stderr
-    if stream is not None and stream.isatty():
-        return _Terminal()
-    return None
-
-
-class _Widget:
-    """An ipywidgets bar with the title before it and the counts after it, displayed at once."""
-
-    def __init__(self, title: str, total: int | None) -> None:
-        from IPython.display import display
-        from ipywidgets import HTML, HBox, IntProgress, Layout
-
-        self.label = HTML(f"<b>{html.escape(title)}</b>")
-        self.bar = IntProgress(min=0, max=max(total or 1, 1), value=0, layout=Layout(width="40%"))
-        self.text = HTML("")
-        self.box = HBox([self.label, self.bar, self.text])
-        display(self.box)
-
-    def set_total(self, total: int) -> None:
-        self.bar.max = max(total, 1)
-
-    def draw(self, done: int, status: str) -> None:
-        self.bar.value = min(done, self.bar.max)
-        # The status starts with the title, which the label shows already.
-        self.text.value = html.escape(status.split("  ", 1)[-1])
-
-    def close(self, status: str, *, ok: bool) -> None:
-        if ok:
-            self.bar.value = self.bar.max
-        self.bar.bar_style = "success" if ok else "danger"
-        self.text.value = html.escape(status.split("  ", 1)[-1])
-
-
-_active_line: list[_Terminal] = []  # the terminal bar drawn now, if any (log lines clear it first)
-
-
-class _Terminal:
-    """One line on stderr, redrawn in place (``\\r`` and erase-line), ended with a newline when closed."""
-
-    def __init__(self, *, plain: bool = False) -> None:
-        self.plain = plain  # Jupyter without ipywidgets: \r only, no escape sequences
-        self.text = ""
-        _active_line[:] = [self]
-
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr  # looked up each time: tests and click swap it
-
-    def _fit(self, text: str) -> str:
-        width = shutil.get_terminal_size((100, 24)).columns
-        return text if len(text) < width else text[: max(width - 2, 10)] + "…"
-
-    def draw(self, done: int, status: str) -> None:
-        self.text = self._fit(status)
-        self._write(self.text)
-
-    def clear(self) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            self.stream.write("\r" if self.plain else _CLEAR)
-            self.stream.flush()
-
-    def _write(self, text: str, end: str = "") -> None:
-        with contextlib.suppress(ValueError, OSError):  # a closed stream must not fail the computation
-            self.stream.write(("\r" if self.plain else _CLEAR) + text + end)
-            self.stream.flush()
-
-    def close(self, status: str, *, ok: bool) -> None:
-        self._write(self._fit(status), end="\n")
-        if _active_line and _active_line[0] is self:
-            _active_line.clear()
-
-
-@contextlib.contextmanager
-def line_cleared() -> Iterator[None]:
-    """Erase the terminal bar for the duration of the block (a log line is written there), then redraw it."""
-    bars = list(_active_line)
-    for bar in bars:
-        bar.clear()
-    try:
-        yield
-    finally:
-        for bar in bars:
-            if _active_line and _active_line[0] is bar:
-                bar._write(bar.text)
-
-
 # ---------------------------------------------------------------------- computing with progress
 
 
@@ -472,8 +357,6 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     """
     import dask
     from dask.utils import key_split
-
-    from daskbatch.runtime.capacity import active_client
 
     keys = set(graph.__dask_graph__())
     if prefix is not None and any(key_split(k) == prefix for k in keys):
