@@ -276,6 +276,8 @@ class Sketch:  # numpydoc ignore=PR02
     max_magnitude: float = 1e30
     window: int | None = None
     name = "sketch"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu"})
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
 
@@ -467,7 +469,7 @@ class Sketch:  # numpydoc ignore=PR02
                 return empty
             return SketchState(counts=xp.astype(empty.counts, xp.float64), offset=empty.offset, fmin=empty.fmin,
                                fmax=empty.fmax)
-        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
+        if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights
@@ -527,7 +529,7 @@ class Sketch:  # numpydoc ignore=PR02
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax)
-        if type(a.counts) is np.ndarray and type(b.counts) is np.ndarray and kernels.enabled():
+        if kernels.kernel_path(a.counts, self).compiled and kernels.kernel_path(b.counts, self).compiled:
             counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.buckets_kept)
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
         # Blocks of features, written into the result: no temporary grows with the whole state.

@@ -206,12 +206,14 @@ def setting_items(x: Any) -> dict[str, str]:
     """
     import dask.config
 
-    from daskbatch.stats import kernels
+    from daskbatch.stats.kernels.path import kernel_path
 
     meta = getattr(x, "_meta", None)
     lib = type(meta).__module__.split(".")[0] if meta is not None else "numpy"
     version = getattr(__import__(lib), "__version__", "?")
-    on = lib == "numpy" and kernels.enabled()
+    # The path the chunk tasks take (kernel_path); "used" names the CPU loops only, as
+    # fingerprints always have (a CuPy input is told apart by its "array backend").
+    on = kernel_path(x).kind == "numba-cpu"
     compiled = ""
     if on:
         import numba
