@@ -109,7 +109,7 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.moments(x)
-    from daskbatch.stats.kernels._numba import moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk
 
     count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x))
     n = count.astype(np.float64)
@@ -142,7 +142,7 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
-    from daskbatch.stats.kernels._numba import weighted_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import weighted_moments_chunk
 
     count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = weighted_moments_chunk(
         *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
@@ -185,7 +185,7 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.comoments(x)
-    from daskbatch.stats.kernels._numba import centre_rows, complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
     rows, d = x.shape
@@ -211,7 +211,7 @@ def class_moments(
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
 
     Bitwise the state of the array-API path on two features or more (see
-    :func:`daskbatch.stats.kernels._numba.class_moments_chunk`; on one
+    :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
     feature NumPy sums pairwise, and the two agree to rounding), without its
     class-sorted copy of the chunk and its float64 temporaries.
 
@@ -233,7 +233,7 @@ def class_moments(
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
-    from daskbatch.stats.kernels._numba import class_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import class_moments_chunk
 
     d = x.shape[1]
     count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
@@ -268,7 +268,10 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
     """
-    from daskbatch.stats.kernels._numba import weighted_centre_rows, weighted_complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import (
+        weighted_centre_rows,
+        weighted_complete_rows_mean,
+    )
 
     data, lut = _bits(x)
     w = np.ascontiguousarray(w, dtype=np.float64)
@@ -322,7 +325,7 @@ def histogram(
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
-    from daskbatch.stats.kernels._numba import histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -362,7 +365,7 @@ def weighted_histogram(
     numpy.ndarray
         The float64 weighted counts (D, bins + 3, K).
     """
-    from daskbatch.stats.kernels._numba import weighted_histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import weighted_histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -410,7 +413,11 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_all, sketch_counts_log
+    from daskbatch.stats.kernels._numba_sketch import (
+        sketch_counts,
+        sketch_counts_all,
+        sketch_counts_log,
+    )
 
     d = x.shape[1]
     data, lut = _bits(x)
@@ -458,7 +465,7 @@ def sketch_merge(
     offset : numpy.ndarray
         The merged windows' first keys.
     """
-    from daskbatch.stats.kernels._numba import sketch_merge as merge
+    from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge
 
     # Weighted states hold float64 sums of weights; unweighted ones int64 counts, merged as int64.
     dtype = np.float64 if np.float64 in (counts_a.dtype, counts_b.dtype) else np.int64

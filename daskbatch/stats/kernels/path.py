@@ -39,7 +39,7 @@ _ROUTE = {"numba-cpu": "cpu", "numba-cuda": "gpu"}
 
 
 @dataclass(frozen=True)
-class KernelPath:
+class KernelPath:  # numpydoc ignore=PR02
     """The code that reads a block, and why.
 
     Parameters
