@@ -111,7 +111,7 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
         return _gpu.moments(x)
     from daskbatch.stats.kernels._numba_moments import moments_chunk
 
-    count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x))
+    count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x), None)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983).
@@ -142,9 +142,9 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
-    from daskbatch.stats.kernels._numba_moments import weighted_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk
 
-    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = weighted_moments_chunk(
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
         *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
     )
     w_safe = np.where(wsum > 0, wsum, 1.0)
@@ -190,13 +190,13 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
     data, lut = _bits(x)
     rows, d = x.shape
     complete = np.empty(rows, dtype=np.bool_)
-    n, shift, approx_mean = complete_rows_mean(data, lut, complete)
+    n, _, shift, approx_mean = complete_rows_mean(data, lut, complete, None)
     c = np.zeros((d, d))
     s1 = np.zeros(d)
     buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))  # one buffer, reused by every block
     for start in range(0, rows, COMOMENT_BLOCK_ROWS):
         stop = start + COMOMENT_BLOCK_ROWS
-        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer)
+        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer, None)
         dev = buffer[:k]
         c += dev.T @ dev  # numpy hands Aᵀ·A to BLAS syrk
         s1 += part
@@ -268,23 +268,20 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
     """
-    from daskbatch.stats.kernels._numba_comoments import (
-        weighted_centre_rows,
-        weighted_complete_rows_mean,
-    )
+    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
     w = np.ascontiguousarray(w, dtype=np.float64)
     rows, d = x.shape
     complete = np.empty(rows, dtype=np.bool_)
-    n, wsum, shift, approx_mean = weighted_complete_rows_mean(data, lut, w, complete)
+    n, wsum, shift, approx_mean = complete_rows_mean(data, lut, complete, w)
     c = np.zeros((d, d))
     s1 = np.zeros(d)
     buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))
     for start in range(0, rows, COMOMENT_BLOCK_ROWS):
         stop = start + COMOMENT_BLOCK_ROWS
-        k, part = weighted_centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean,
-                                       w[start:stop], buffer)
+        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer,
+                              w[start:stop])
         dev = buffer[:k]
         c += dev.T @ dev
         s1 += part
@@ -336,7 +333,7 @@ def histogram(
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     data, lut = _bits(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int64)
-    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1))
+    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), None)
     return counts
 
 
@@ -365,7 +362,7 @@ def weighted_histogram(
     numpy.ndarray
         The float64 weighted counts (D, bins + 3, K).
     """
-    from daskbatch.stats.kernels._numba_histogram import weighted_histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -374,8 +371,8 @@ def weighted_histogram(
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     data, lut = _bits(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
-    weighted_histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes),
-                              np.ascontiguousarray(w, dtype=np.float64), counts.reshape(-1))
+    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1),
+                     np.ascontiguousarray(w, dtype=np.float64))
     return counts
 
 

@@ -1,4 +1,4 @@
-"""The compiled per-chunk moments: of every feature (unweighted and weighted) and of every (feature, class).
+"""The compiled per-chunk moments: of every feature and of every (feature, class), with or without row weights.
 
 The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
 """
@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight
+from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _jit, _load, _weight
 
 
 @_jit
-def moments_chunk(x, lut):  # noqa: ANN001, ANN201
+def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
     """Per-column sums of a chunk for the corrected two-pass moments.
 
     Pass 1 finds ``count`` (finite values), ``shift`` (first finite value),
     ``approx_mean`` (mean of ``x - shift``), the finite min/max and the NaN and
     +inf counts; pass 2 sums the first four powers of the deviations
-    ``(x - shift) - approx_mean`` (``s1`` … ``s4``). The caller applies the
+    ``(x - shift) - approx_mean`` (``s1`` … ``s4``). With weights the sums and
+    ``approx_mean`` are weighted (``weights=None`` compiles the unweighted loop,
+    whose sums are bitwise those of the former unweighted kernel). The caller applies the
     corrections of :meth:`daskbatch.stats.moments.Moments.chunk` (kept out of
     the compiled code: array expressions in numba compile slowly).
 
@@ -27,12 +29,14 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
         The chunk, (R, D), C order.
     lut : numpy.ndarray or None
         The float16 decoding table when ``x`` holds float16 bits, else None.
+    weights : numpy.ndarray or None
+        The float64 weight of each row, all positive, or None.
 
     Returns
     -------
     tuple of numpy.ndarray
-        ``(count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
-        length-D vectors.
+        ``(count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
+        length-D vectors (``wsum`` is the count as float64 without weights).
     """
     rows, d = x.shape
     shift = np.zeros(d)
@@ -48,15 +52,20 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
     posinf = np.zeros(d, dtype=np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
+    wsum = np.zeros(d)
     total = np.zeros(d)
+    wpart = np.zeros(d)
     part = np.zeros(d)
     for i0 in range(0, rows, BLOCK):
         part[:] = 0.0
+        wpart[:] = 0.0
         for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = _weight(weights, i)  # the literal 1 without weights: 1 * v is v, bit for bit
             for j in range(d):
                 v = _load(x[i, j], lut)
                 fin = _finite(v)
-                part[j] += (v - shift[j]) if fin else 0.0
+                part[j] += wi * (v - shift[j]) if fin else 0.0
+                wpart[j] += wi if fin else 0.0
                 count[j] += fin
                 nan[j] += v != v
                 posinf[j] += v == np.inf
@@ -64,10 +73,12 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
                 fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
         for j in range(d):
             total[j] += part[j]
+            wsum[j] += wpart[j]
 
+    # Without weights wsum is the count exactly; where it is 0, so is the total.
     approx_mean = np.empty(d)
     for j in range(d):
-        approx_mean[j] = total[j] / max(count[j], 1)
+        approx_mean[j] = total[j] / wsum[j] if wsum[j] > 0 else 0.0
 
     s1 = np.zeros(d)
     s2 = np.zeros(d)
@@ -83,21 +94,22 @@ def moments_chunk(x, lut):  # noqa: ANN001, ANN201
         p3[:] = 0.0
         p4[:] = 0.0
         for i in range(i0, min(i0 + BLOCK, rows)):
+            wi = _weight(weights, i)
             for j in range(d):
                 v = _load(x[i, j], lut)
                 dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
-                sq = dev * dev
-                p1[j] += dev
-                p2[j] += sq
-                p3[j] += sq * dev
-                p4[j] += sq * sq
+                wdev = wi * dev
+                p1[j] += wdev
+                p2[j] += wdev * dev
+                p3[j] += wdev * dev * dev
+                p4[j] += _fourth_power(weights, wdev, dev)
         for j in range(d):
             s1[j] += p1[j]
             s2[j] += p2[j]
             s3[j] += p3[j]
             s4[j] += p4[j]
 
-    return count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
+    return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
 
 
@@ -176,96 +188,3 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  #
             dev = ((v - sk[j]) - mk[j]) if _finite(v) else 0.0
             ak[j] += dev * wi
             bk[j] += dev * dev * wi
-
-
-
-@_jit
-def weighted_moments_chunk(x, lut, w):  # noqa: ANN001, ANN201
-    """:func:`moments_chunk` with a frequency weight per row: weighted sums, weight totals and counts.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    w : numpy.ndarray
-        The float64 weight of each row, all positive.
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        ``(count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
-        length-D vectors; the sums ``s1`` … ``s4`` and ``approx_mean`` are weighted.
-    """
-    rows, d = x.shape
-    shift = np.zeros(d)
-    for j in range(d):
-        for i in range(rows):
-            v = _load(x[i, j], lut)
-            if _finite(v):
-                shift[j] = v
-                break
-
-    count = np.zeros(d, dtype=np.int64)
-    nan = np.zeros(d, dtype=np.int64)
-    posinf = np.zeros(d, dtype=np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
-    wsum = np.zeros(d)
-    total = np.zeros(d)
-    wpart = np.zeros(d)
-    part = np.zeros(d)
-    for i0 in range(0, rows, BLOCK):
-        part[:] = 0.0
-        wpart[:] = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
-            wi = w[i]
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                fin = _finite(v)
-                part[j] += wi * (v - shift[j]) if fin else 0.0
-                wpart[j] += wi if fin else 0.0
-                count[j] += fin
-                nan[j] += v != v
-                posinf[j] += v == np.inf
-                fmin[j] = v if (fin and v < fmin[j]) else fmin[j]
-                fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
-        for j in range(d):
-            total[j] += part[j]
-            wsum[j] += wpart[j]
-
-    approx_mean = np.empty(d)
-    for j in range(d):
-        approx_mean[j] = total[j] / wsum[j] if wsum[j] > 0 else 0.0
-
-    s1 = np.zeros(d)
-    s2 = np.zeros(d)
-    s3 = np.zeros(d)
-    s4 = np.zeros(d)
-    p1 = np.zeros(d)
-    p2 = np.zeros(d)
-    p3 = np.zeros(d)
-    p4 = np.zeros(d)
-    for i0 in range(0, rows, BLOCK):
-        p1[:] = 0.0
-        p2[:] = 0.0
-        p3[:] = 0.0
-        p4[:] = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
-            wi = w[i]
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
-                wdev = wi * dev
-                p1[j] += wdev
-                p2[j] += wdev * dev
-                p3[j] += wdev * dev * dev
-                p4[j] += wdev * dev * dev * dev
-        for j in range(d):
-            s1[j] += p1[j]
-            s2[j] += p2[j]
-            s3[j] += p3[j]
-            s4[j] += p4[j]
-
-    return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
