@@ -173,12 +173,12 @@ def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytes
     """
     from numba import cuda
 
-    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
 
     d = 3
     card = 16 * 8 * d * _gpu.CENTRE_SHARE
-    monkeypatch.setattr(_gpu, "MIN_GROUP_ROWS", 2)
-    monkeypatch.setattr(_gpu, "TARGET_THREADS", 8 * d)
+    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
+    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
     monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
     crossing = _crossing_shapes(d, 16, range(17, 120))
     assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end

@@ -1,7 +1,7 @@
 """The compiled sketch kernel keys values from the float's bits; its states must be the reference's, bit for bit.
 
-:func:`~daskbatch.stats.kernels._numba.sketch_counts` takes ``log|v|`` from a
-short series (:func:`~daskbatch.stats.kernels._numba.fast_log`) and keys again,
+:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts` takes ``log|v|`` from a
+short series (:func:`~daskbatch.stats.kernels._numba_sketch.fast_log`) and keys again,
 with the reference expression, every value whose fast log lies near a bucket
 boundary. These tests hold it to the array-API reference of
 :class:`~daskbatch.stats.Sketch` (``daskbatch.kernels`` off, NumPy's log) and to
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from daskbatch.stats import Sketch, kernels
-from daskbatch.stats.kernels import _numba
+from daskbatch.stats.kernels import _numba_sketch
 from daskbatch.testing import assert_states_equal
 
 TINY = float(np.finfo(np.float64).smallest_normal)
@@ -33,7 +33,7 @@ TINY = float(np.finfo(np.float64).smallest_normal)
 def _fast_logs(a: np.ndarray) -> np.ndarray:
     out = np.empty_like(a)
     for i in range(a.size):
-        out[i] = _numba.fast_log(a[i])
+        out[i] = _numba_sketch.fast_log(a[i])
     return out
 
 
@@ -49,7 +49,7 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     offset = np.empty_like(np.asarray(fast.offset))
     collapsed = np.empty(offset.shape, dtype=np.uint8)
     data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
-    fmin, fmax = _numba.sketch_counts_log(
+    fmin, fmax = _numba_sketch.sketch_counts_log(
         data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
         None,
     )
@@ -88,8 +88,8 @@ def test_fast_log_within_its_bound() -> None:
     worst = np.concatenate([np.nextafter(sqrt2, 0.0), sqrt2, np.nextafter(sqrt2, 3.0), [1 / math.sqrt(2.0)]])
     for a in (bits.view(np.float64), mantissas.view(np.float64), worst * 2.0**-1000, worst * 2.0**1000, worst):
         err = np.abs(_fast_logs(a) - np.log(a))
-        assert err.max() <= _numba.FAST_LOG_ERROR, err.max()
-    assert _numba.SKETCH_NEAR >= 10 * _numba.FAST_LOG_ERROR
+        assert err.max() <= _numba_sketch.FAST_LOG_ERROR, err.max()
+    assert _numba_sketch.SKETCH_NEAR >= 10 * _numba_sketch.FAST_LOG_ERROR
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -105,7 +105,7 @@ def test_every_bucket_boundary_of_the_default_sketch(dtype: type) -> None:
     a = np.abs(x.astype(np.float64)).ravel()
     a = a[(a >= sk.min_magnitude) & np.isfinite(a)]
     q = _fast_logs(a) / sk.ln_gamma
-    assert np.sum(np.abs(q - np.rint(q)) < _numba.SKETCH_NEAR / sk.ln_gamma) > 1000
+    assert np.sum(np.abs(q - np.rint(q)) < _numba_sketch.SKETCH_NEAR / sk.ln_gamma) > 1000
     compiled_and_reference(sk, x)
 
 

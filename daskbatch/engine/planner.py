@@ -80,7 +80,7 @@ def plan(
     from dask.utils import parse_bytes
 
     from daskbatch import config
-    from daskbatch.stats import kernels
+    from daskbatch.stats.kernels.path import kernel_path
 
     if device is None:  # the old spelling of "auto"
         warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
@@ -110,7 +110,8 @@ def plan(
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
         dtype=str(x.dtype),
-        compiled_kernels=kernels.enabled() and (resources.device != "gpu" or _gpu_kernels_expected()),
+        compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
+                                     gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
     )
 
 
@@ -123,9 +124,9 @@ def _gpu_kernels_expected() -> bool:
     --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
     """
     from daskbatch.runtime.capacity import cuda_device_count
-    from daskbatch.stats import kernels
+    from daskbatch.stats.kernels import path
 
-    return kernels.gpu_available() or cuda_device_count() == 0
+    return path.gpu_available() or cuda_device_count() == 0
 
 
 def plan_statistics(

@@ -24,6 +24,7 @@ import numpy as np
 
 from daskbatch._typing import Array
 from daskbatch.stats._base import Statistic
+from daskbatch.stats.kernels.path import KernelPath, kernel_path
 
 __all__ = ["TRANSFERS", "Staged", "part_rows_for"]
 
@@ -117,6 +118,23 @@ class Staged(Generic[S, R]):  # numpydoc ignore=PR02
         """
         return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
 
+    def kernel_path(self, x: Array) -> KernelPath:
+        """Tell which kernels reduce the block ``x``: a host block's parts are reduced on the GPU.
+
+        Parameters
+        ----------
+        x : array
+            The block, host or device.
+
+        Returns
+        -------
+        KernelPath
+            The path of the inner statistic on the parts (on ``x`` itself when it is on the device).
+        """
+        if kernel_path(x).kind in ("numba-cpu", "array-api-numpy"):
+            return kernel_path("cupy", self.inner, dtype=x.dtype, ndim=x.ndim)
+        return kernel_path(x, self.inner)
+
     def chunk(self, x: Array, label: Array | None = None, /, **masks: Array) -> S:
         """Reduce the block ``x`` (with its ``label`` and per-row ``masks``), staging a host block in parts.
 
@@ -134,7 +152,7 @@ class Staged(Generic[S, R]):  # numpydoc ignore=PR02
         S
             The statistic's state of the block.
         """
-        if type(x) is not np.ndarray:
+        if kernel_path(x).kind not in ("numba-cpu", "array-api-numpy"):  # not a host block: already on the device
             return self.inner.chunk(x, label, **masks)
         from daskbatch.stats.kernels._staging import split_rows, stager
 

@@ -144,6 +144,8 @@ class ClassMoments:  # numpydoc ignore=PR02
     n_classes: int | None = None
     classes: tuple[int, ...] | None = None
     name = "class_moments"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu"})
     #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
     by_label = True
     #: ``chunk`` takes sample weights (``weights=``).
@@ -198,7 +200,7 @@ class ClassMoments:  # numpydoc ignore=PR02
         # Compiled CPU loop (daskbatch/stats/kernels): the same state bit for bit, except on one
         # feature, where NumPy sums the single column pairwise (equal to rounding there), and
         # with weights, where the array-API code's weighted sums are BLAS products.
-        if kernels.route(x) == "cpu":
+        if kernels.kernel_path(x, self).compiled:
             return ClassMomentsState(*kernels.class_moments(x, labels, n_classes, weights))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so
         # the float64 temporaries are those of one class at a time).

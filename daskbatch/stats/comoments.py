@@ -245,6 +245,8 @@ class CoMoments:  # numpydoc ignore=PR02
 
     ddof: int = 1
     name = "cov"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
     #: Couples all features: a chunk must span every column.
     joint = True
     #: ``chunk`` takes sample weights (``weights=``).
@@ -273,8 +275,9 @@ class CoMoments:  # numpydoc ignore=PR02
         rows, n_features = x.shape
         if rows == 0:
             return empty_comoments(xp, n_features, device(x))
-        if kernels.supports(x):  # compiled CPU centring + one GEMM, same state (daskbatch/stats/kernels)
-            return CoMomentsState(*kernels.comoments(x))
+        path = kernels.kernel_path(x, self)
+        if path.compiled:  # compiled centring + one GEMM, same state (daskbatch/stats/kernels)
+            return CoMomentsState(*kernels.comoments(x, path))
         x = as_float64(x)
         complete = xp.all(xp.isfinite(x), axis=1)
         n, shift, approx_mean, dev, e = centred(xp, x, complete)
@@ -334,7 +337,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
         return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
-    if kernels.route(x) == "cpu":  # compiled centring + BLAS (daskbatch/stats/kernels)
+    if kernels.kernel_path(x, CoMoments, weighted=True).compiled:  # compiled centring + BLAS (CPU only)
         n, shift, mean, c, rows = kernels.weighted_comoments(x, w)
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)

@@ -7,7 +7,8 @@ them up; it keeps no table of its own. The numbers of the built-in statistics
 are checked against ``tracemalloc`` in ``tests/test_plan_memory.py``
 (projected between 1x and 2x of measured): tune them there when a kernel changes.
 
-Pure (stdlib only), so the planning layer can read it without dask or NumPy.
+Pure (stdlib only), so the planning layer can read it without dask or NumPy. The kernel
+paths its tables are keyed by are those of :data:`daskbatch.stats.kernels.path.KERNEL_PATHS`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["KERNEL_PATHS", "Footprint", "StateSize", "generic_footprint"]
+# The memory model's names of the kernel paths ("compiled", "array-api", "gpu-compiled"),
+# defined with the one function that chooses a block's path.
+from daskbatch.stats.kernels.path import KERNEL_PATHS
 
-#: The ways a chunk kernel runs: "compiled" = the numba CPU loops of
-#: :mod:`daskbatch.stats.kernels` (NumPy chunks, the default on CPU); "array-api" = the
-#: reference array-API code (array_api_strict, CuPy without numba-cuda, or
-#: ``daskbatch.kernels: false``); "gpu-compiled" = the numba-cuda kernels on CuPy chunks
-#: (device memory; the default on GPU).
-KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
+__all__ = ["KERNEL_PATHS", "Footprint", "StateSize", "generic_footprint"]
 
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
 StateSize = Callable[[int, int, "int | None", "int | None"], int]

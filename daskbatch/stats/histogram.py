@@ -92,6 +92,8 @@ class Histogram:  # numpydoc ignore=PR02
     max_classes: int = DEFAULT_MAX_CLASSES
     target_cuts: tuple[float, ...] | None = None
     name = "hist"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
 
@@ -263,11 +265,12 @@ class Histogram:  # numpydoc ignore=PR02
                         f"label value {n_classes - 1} asks for {n_classes:,} classes 0..{n_classes - 1}, "
                         f"more than max_classes ({self.max_classes:,}); give the class values (classes=[...])"
                     )
-        if weights is not None and kernels.route(x) == "cpu":  # compiled CPU loop; GPUs take the array-API code
+        path = kernels.kernel_path(x, self, weighted=weights is not None)
+        if weights is not None and path.compiled:  # compiled CPU loop (no weighted GPU kernel)
             return HistogramState(counts=kernels.weighted_histogram(x, self.lo, self.hi, self.bins, labels,
                                                                     n_classes, weights))
-        if weights is None and kernels.supports(x):  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)
-            counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes)
+        if weights is None and path.compiled:  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)
+            counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes, path)
             return HistogramState(counts=counts)
         flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
         if labels is not None:

@@ -265,6 +265,8 @@ class Moments:  # numpydoc ignore=PR02
     bias: bool = True
     nan_policy: NanPolicy = "omit"
     name = "moments"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
 
@@ -301,7 +303,7 @@ class Moments:  # numpydoc ignore=PR02
         """The state of a non-empty block (weighted when ``weights`` is given)."""
         if weights is None:
             return self._chunk_unweighted(x)
-        if kernels.route(x) == "cpu":  # compiled CPU loop; other devices take the array-API code
+        if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU loop (no weighted GPU kernel)
             fields = kernels.weighted_moments(x, weights)
             return _weighted(MomentsState(*fields[1:]), fields[0])
         return _weighted_chunk(x, weights)
@@ -309,8 +311,9 @@ class Moments:  # numpydoc ignore=PR02
     def _chunk_unweighted(self, x: Array) -> MomentsState:
         """The state of a non-empty block, reduced in float64."""
         xp = namespace(x)
-        if kernels.supports(x):  # compiled CPU loop, same state (daskbatch/stats/kernels)
-            return MomentsState(*kernels.moments(x))
+        path = kernels.kernel_path(x, self)
+        if path.compiled:  # compiled CPU or GPU loop, same state (daskbatch/stats/kernels)
+            return MomentsState(*kernels.moments(x, path))
         x = as_float64(x)
         finite = xp.isfinite(x)
         nan = xp.isnan(x)

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.sketch import (
-    Sketch,
+from daskbatch.stats.sketch import Sketch
+from daskbatch.stats.sketch_layout import (
     collapse_floor,
     inverted_cdf_rank,
     sketch_quantile,

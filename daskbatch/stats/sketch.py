@@ -35,19 +35,12 @@ multiset of keys alone (the lowest key, or the largest less ``window - 1``
 after a collapse), so any chunking and merge order gives bitwise identical
 states, collapsed or not.
 
-Outside the magnitude range the bound does not hold:
-
-* ``0 < |v| < min_magnitude`` counts as zero (absolute error below ``min_magnitude``);
-* ``|v|`` beyond the bucket of ``max_magnitude`` goes to an overflow bucket
-  of its sign, which answers the finite extreme of that side (tracked exactly);
-* ``±inf`` have slots of their own at both ends (a quantile that lands on
-  them is ``±inf``, as numpy's); NaN is counted apart and left out, as
-  :class:`~daskbatch.stats.moments.Moments` does with ``nan_policy="omit"``.
+What happens outside the magnitude range, the bucket layout and the reading
+of quantiles from counts are in :mod:`daskbatch.stats.sketch_layout`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +51,15 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, positive_rows
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.sketch_layout import (
+    SketchLayout,
+    _window_slots,
+    collapse_floor,
+    sketch_quantile,
+    sketch_quantile_at,
+    sketch_values,
+    slot_bounds,
+)
 
 __all__ = [
     "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "sketch_quantile", "sketch_quantile_at",
@@ -198,60 +200,8 @@ class SketchResult:
             to_numpy(self.finite_min), to_numpy(self.finite_max), q,
         )
 
-
-def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: Sketch) -> np.ndarray:
-    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout.
-
-    A window collapsed only if its populated slots span all its ``window``
-    buckets; then its smallest-magnitude bucket may hold any smaller magnitude.
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The int64 counts (D, C), in value order.
-    slots : numpy.ndarray
-        The int64 (D, C) or (1, C): the slot of the full layout of each column.
-    sketch : Sketch
-        The layout (its ``window`` tells a full window).
-
-    Returns
-    -------
-    numpy.ndarray
-        The float64 (D, 2): for the negative and positive side, the upper
-        magnitude of the smallest-magnitude populated bucket where the window
-        is full, else 0.
-    """
-    n = sketch.n_buckets
-    k_min, _ = sketch.key_range
-    slots = np.broadcast_to(slots, counts.shape)
-    held = counts > 0
-    big = np.iinfo(np.int64).max
-    out = np.zeros((counts.shape[0], 2))
-    for side, (lo_slot, hi_slot) in enumerate(((1, n), (n + 2, 2 * n + 1))):
-        mask = held & (slots >= lo_slot) & (slots <= hi_slot)
-        first = np.min(np.where(mask, slots, big), axis=1)
-        last = np.max(np.where(mask, slots, -1), axis=1)
-        full = (last >= 0) & (last - first >= sketch.buckets_kept - 1)
-        # The smallest magnitude: the last negative slot (key n - slot), the first positive one.
-        key = (n - last) if side == 0 else (first - (n + 2))
-        with np.errstate(over="ignore"):
-            top = np.exp((key + k_min) * sketch.ln_gamma) * (1.0 + 1e-9)
-        out[:, side] = np.where(full, top, 0.0)
-    return out
-
-
-def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
-    """Slots of the full layout of a result's columns, from the windows' offsets (D, 2)."""
-    offset = np.asarray(offset, dtype=np.int64)
-    i = np.arange(w, dtype=np.int64)
-    neg = np.clip(n - (offset[:, :1] + i[::-1]), 1, n)  # key k of the negative side sits in slot n - k
-    pos = np.clip(n + 2 + offset[:, 1:] + i, n + 2, 2 * n + 1)
-    col = np.ones((offset.shape[0], 1), dtype=np.int64)
-    return np.concatenate([0 * col, neg, (n + 1) * col, pos, (2 * n + 2) * col], axis=1)
-
-
 @dataclass(frozen=True)
-class Sketch:  # numpydoc ignore=PR02
+class Sketch(SketchLayout):  # numpydoc ignore=PR02
     """Relative-error quantile sketch of every feature, mergeable by aligning windows and adding counts.
 
     Parameters
@@ -276,97 +226,10 @@ class Sketch:  # numpydoc ignore=PR02
     max_magnitude: float = 1e30
     window: int | None = None
     name = "sketch"
+    #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
+    compiled_kernels = frozenset({"numba-cpu"})
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
-
-    @property
-    def buckets_kept(self) -> int:
-        """Count the buckets a state keeps per feature and sign: ``window``, or all of them.
-
-        Returns
-        -------
-        int
-            The window's width.
-        """
-        return min(self.window, self.n_buckets) if self.window is not None else self.n_buckets
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
-        if not 0.0 < self.min_magnitude < self.max_magnitude < math.inf:
-            raise ValueError(
-                "magnitudes must satisfy 0 < min_magnitude < max_magnitude < inf, "
-                f"got ({self.min_magnitude!r}, {self.max_magnitude!r})"
-            )
-        if self.window is not None and (
-            isinstance(self.window, bool) or not isinstance(self.window, int | np.integer) or self.window < 2
-        ):
-            raise ValueError(f"window must be an integer of at least 2 buckets, got {self.window!r}")
-
-    # ------------------------------------------------------------- layout
-    @property
-    def ln_gamma(self) -> float:
-        """Compute ``log(gamma)``, via log1p for accuracy at small ``alpha``.
-
-        Returns
-        -------
-        float
-            The log of the bucket growth factor.
-        """
-        return math.log1p(2.0 * self.alpha / (1.0 - self.alpha))
-
-    @property
-    def key_range(self) -> tuple[int, int]:
-        """Give the smallest and largest bucket key: ``ceil(log_gamma min_magnitude)`` and the overflow key.
-
-        The overflow key, one above ``ceil(log_gamma max_magnitude)``, collects
-        every larger magnitude.
-
-        Returns
-        -------
-        k_min : int
-            The smallest key.
-        k_max : int
-            The overflow key.
-        """
-        return (
-            math.ceil(math.log(self.min_magnitude) / self.ln_gamma),
-            math.ceil(math.log(self.max_magnitude) / self.ln_gamma) + 1,
-        )
-
-    @property
-    def n_buckets(self) -> int:
-        """Count the buckets per sign, the overflow bucket included.
-
-        Returns
-        -------
-        int
-            Buckets per sign.
-        """
-        k_min, k_max = self.key_range
-        return k_max - k_min + 1
-
-    @property
-    def n_slots(self) -> int:
-        """Count the value slots of the full layout: both signs' buckets, zero and ±inf (NaN not included).
-
-        Returns
-        -------
-        int
-            Slots of the full layout.
-        """
-        return 2 * self.n_buckets + 3
-
-    @property
-    def width(self) -> int:
-        """Count the int64 counts a state keeps per feature: both windows, ±inf, zero and NaN.
-
-        Returns
-        -------
-        int
-            ``2 * window + 4``.
-        """
-        return 2 * self.buckets_kept + 4
 
     def empty(self, xp: Namespace, n_features: int, dev: object = None) -> SketchState:
         """Build the identity of :meth:`merge`: the state of a chunk with no rows.
@@ -391,51 +254,6 @@ class Sketch:  # numpydoc ignore=PR02
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
         )
-
-    def slots(self, x: Array) -> Array:
-        """Find the slot of the full layout of every value of the float64 ``x``.
-
-        Parameters
-        ----------
-        x : array
-            The block, float64 (R, D).
-
-        Returns
-        -------
-        array
-            The int64 slots (R, D); NaN gets ``n_slots``.
-        """
-        xp = namespace(x)
-        n = self.n_buckets
-        key, bucketed = self._keys(x)
-        slot = xp.where(x > 0, key + (n + 2), n - key)
-        del key
-        slot = xp.where(bucketed, slot, xp.full_like(slot, n + 1))  # zero and tiny magnitudes
-        slot = xp.where(x == xp.inf, xp.full_like(slot, 2 * n + 2), slot)
-        slot = xp.where(x == -xp.inf, xp.zeros_like(slot), slot)
-        return xp.where(xp.isnan(x), xp.full_like(slot, 2 * n + 3), slot)
-
-    def _keys(self, x: Array) -> tuple[Array, Array]:
-        """Bucket keys (0 based, int64) of the float64 ``x`` and where a value has one (a finite magnitude in range)."""
-        xp = namespace(x)
-        k_min, k_max = self.key_range
-        a = xp.abs(x)
-        bucketed = (a >= self.min_magnitude) & (a < xp.inf)
-        logs = xp.log(xp.where(bucketed, a, xp.ones_like(a))) / self.ln_gamma
-        del a
-        # Clamp before the cast: larger magnitudes go to the overflow bucket.
-        return xp.astype(xp.clip(xp.ceil(logs), float(k_min), float(k_max)), xp.int64) - k_min, bucketed
-
-    def _window(self, xp: Namespace, lo: Array, hi: Array) -> Array:
-        """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``.
-
-        Never above ``n_buckets - window``: a window does not reach past the
-        overflow key, and one that holds every bucket always starts at 0 (its
-        merges are additions).
-        """
-        w = self.buckets_kept
-        first = xp.minimum(xp.maximum(lo, hi - (w - 1)), xp.full_like(lo, self.n_buckets - w))
-        return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
 
     # ------------------------------------------------------- the contract
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
@@ -467,7 +285,7 @@ class Sketch:  # numpydoc ignore=PR02
                 return empty
             return SketchState(counts=xp.astype(empty.counts, xp.float64), offset=empty.offset, fmin=empty.fmin,
                                fmax=empty.fmax)
-        if kernels.route(x) == "cpu":  # compiled CPU loop (daskbatch/kernels), same state; no GPU kernel yet
+        if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights
@@ -527,7 +345,7 @@ class Sketch:  # numpydoc ignore=PR02
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax)
-        if type(a.counts) is np.ndarray and type(b.counts) is np.ndarray and kernels.enabled():
+        if kernels.kernel_path(a.counts, self).compiled and kernels.kernel_path(b.counts, self).compiled:
             counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.buckets_kept)
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
         # Blocks of features, written into the result: no temporary grows with the whole state.
@@ -624,179 +442,6 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
         xp.take(prefix, xp.reshape(lower, (-1,))), shape
     )
-
-
-def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
-    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
-
-    Integer counts: ``max(ceil(q * n), 1)``; float (weighted) counts: ``q * W``,
-    at least the smallest positive weight, so that ``q = 0`` finds the first non-empty slot.
-
-    Parameters
-    ----------
-    qs : ndarray
-        Probabilities.
-    total : number
-        The total count (or weight).
-    dtype : dtype
-        The dtype of the counts.
-
-    Returns
-    -------
-    ndarray
-        The ranks, float64.
-    """
-    if np.dtype(dtype).kind in "iu":
-        return np.maximum(np.ceil(qs * float(total)), 1.0)
-    return np.maximum(qs * float(total), np.finfo(np.float64).tiny)
-
-
-def sketch_values(sketch: Sketch) -> np.ndarray:
-    """Give the value every slot of the full layout answers, in slot order.
-
-    The two overflow slots (1 and ``n_slots - 2``) hold NaN: they answer the
-    feature's finite extremes, which :func:`sketch_quantile` fills in.
-
-    Parameters
-    ----------
-    sketch : Sketch
-        The sketch's layout.
-
-    Returns
-    -------
-    ndarray
-        The values, float64 of length ``n_slots``.
-    """
-    k_min, k_top = sketch.key_range
-    keys = np.arange(k_min, k_top, dtype=np.float64)
-    # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
-    mid = np.exp(keys * sketch.ln_gamma) * (1.0 - sketch.alpha)
-    return np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
-
-
-def slot_bounds(sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
-    """Give the smallest and largest value every slot may hold, in slot order.
-
-    The bounds are inclusive and nudged outwards by 1e-9 (relative), since a
-    value on a bucket's edge may be counted in its neighbour (rounding of the
-    log). The overflow slots reach to ``∓inf``, the ``±inf`` slots are ``±inf``.
-
-    Parameters
-    ----------
-    sketch : Sketch
-        The sketch's layout.
-
-    Returns
-    -------
-    lower : ndarray
-        Smallest value of each slot, float64 of length ``n_slots``.
-    upper : ndarray
-        Largest value of each slot.
-    """
-    k_min, k_top = sketch.key_range
-    top = np.exp(np.arange(k_min, k_top, dtype=np.float64) * sketch.ln_gamma)  # bucket k: (gamma**(k-1), gamma**k]
-    bottom = np.concatenate([[sketch.min_magnitude], top[:-1]]) * (1.0 - 1e-9)
-    top = top * (1.0 + 1e-9)
-    inf = np.array([np.inf])
-    # [-inf, negative overflow, negative buckets, zero, positive buckets, positive overflow, +inf]
-    lower = np.concatenate([-inf, -inf, -top[::-1], [-sketch.min_magnitude], bottom, top[-1:], inf])
-    upper = np.concatenate([-inf, -top[-1:], -bottom[::-1], [sketch.min_magnitude], top, inf, inf])
-    return lower, upper
-
-
-def sketch_quantile(
-    counts: np.ndarray,
-    first_slot: int,
-    sketch: Sketch,
-    vmin: np.ndarray,
-    vmax: np.ndarray,
-    q: float | Any,
-) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from a run of consecutive slots' counts (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, W)
-        Slots ``first_slot .. first_slot + W - 1`` of the full layout (a run
-        that holds every non-zero count, as :meth:`SketchResult.dense` or a
-        saved summary gives).
-    first_slot : int
-        Slot of the first column of ``counts``.
-    sketch : Sketch
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        As :func:`sketch_quantile_at`.
-    """
-    width = counts.shape[1]
-    if first_slot + width > sketch.n_slots:
-        raise ValueError(f"{width} sketch slots from slot {first_slot} exceed the layout's {sketch.n_slots}")
-    slots = np.arange(first_slot, first_slot + width, dtype=np.int64)[None, :]
-    return sketch_quantile_at(counts, slots, sketch, vmin, vmax, q)
-
-
-def sketch_quantile_at(
-    counts: np.ndarray,
-    slots: np.ndarray,
-    sketch: Sketch,
-    vmin: np.ndarray,
-    vmax: np.ndarray,
-    q: float | Any,
-) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, C)
-        Counts, in increasing order of value along each row.
-    slots : ndarray of int, shape (D, C) or (1, C)
-        The slot of the full layout each column counts (the same for every
-        feature when one row).
-    sketch : Sketch
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        Shape (D,) for a scalar ``q``, else (D, len(q)). The value of the slot
-        holding rank ``max(ceil(q * n), 1)``, as ``numpy.quantile(...,
-        method="inverted_cdf")``; NaN where a feature has no values.
-    """
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
-        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
-    n_features, width = counts.shape
-    values = sketch_values(sketch)
-    lo = np.where(np.isfinite(vmin), vmin, -np.inf)
-    hi = np.where(np.isfinite(vmax), vmax, np.inf)
-    overflow_neg, overflow_pos = 1, sketch.n_slots - 2
-    shared = slots.shape[0] == 1
-    out = np.full((n_features, qs.size), np.nan)
-    for d in range(n_features):
-        cdf = np.cumsum(counts[d], dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
-        total = cdf[-1] if width else 0
-        if total == 0:
-            continue
-        rank = inverted_cdf_rank(qs, total, counts.dtype)  # numpy's inverted_cdf rank, 1-based
-        slot = slots[0 if shared else d, np.searchsorted(cdf, rank, side="left")]
-        v = values[slot]
-        v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))
-        finite = np.isfinite(v)
-        out[d] = np.where(finite, np.clip(v, lo[d], hi[d]), v)
-    return out[:, 0] if np.ndim(q) == 0 else out
-
 
 #: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
 #: +inf and NaN, and the two windows' first keys).

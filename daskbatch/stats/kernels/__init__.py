@@ -7,16 +7,16 @@ array for ``bincount``) cost several times the time of reading the chunk, so
 ``chunk()`` hands NumPy chunks to the numba loops here, which cast element by
 element and return the very same state fields.
 
-The kernels are used when numba imports and ``daskbatch.stats.kernels`` is true in
+The kernels are used when numba imports and ``daskbatch.kernels`` is true in
 ``dask.config`` (``DASK_DASKBATCH__KERNELS=false`` turns them off, e.g. to
 compare against the reference path). numba is imported on first use only.
 
-This module is the one dispatch point: :func:`route` names the path a chunk
-takes from its array type and the setting, "cpu" (NumPy chunk: the numba
-loops of :mod:`daskbatch.stats.kernels._numba`), "gpu" (CuPy chunk and a CUDA
+The path a chunk takes is chosen by :func:`~daskbatch.stats.kernels.path.kernel_path`
+alone: "numba-cpu" (NumPy chunk: the numba loops of
+:mod:`daskbatch.stats.kernels._numba`), "numba-cuda" (CuPy chunk and a CUDA
 device numba-cuda can use: :mod:`daskbatch.stats.kernels._cuda` driven by
-:mod:`daskbatch.stats.kernels._gpu`) or None (the array-API reference code).
-:func:`moments`, :func:`comoments` and :func:`histogram` follow it.
+:mod:`daskbatch.stats.kernels._gpu`) or the array-API reference code.
+:func:`moments`, :func:`comoments` and :func:`histogram` take its answer.
 """
 
 from __future__ import annotations
@@ -27,67 +27,16 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 
 __all__ = [
-    "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "moments", "route", "sketch",
-    "sketch_merge", "supports", "weighted_comoments", "weighted_histogram", "weighted_moments",
+    "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "kernel_path",
+    "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments", "weighted_histogram",
+    "weighted_moments",
 ]
 
-#: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
-_KINDS = frozenset("biuf")
-
-
-@functools.cache
-def available() -> bool:
-    """Tell whether numba can be imported (the kernels compile on first call, then come from its cache).
-
-    Returns
-    -------
-    bool
-        True when numba imports.
-    """
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def enabled() -> bool:
-    """Tell whether the kernels are available and not switched off by ``daskbatch.stats.kernels``.
-
-    Returns
-    -------
-    bool
-        True when the compiled kernels are used.
-    """
-    import dask.config
-
-    return bool(dask.config.get("daskbatch.kernels", True)) and available()
-
-
-@functools.cache
-def gpu_available() -> bool:
-    """Tell whether numba-cuda imports and sees a CUDA device (or runs under its simulator).
-
-    Returns
-    -------
-    bool
-        True when the GPU kernels can run.
-    """
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:  # no numba-cuda, no driver, a broken toolkit: all mean "not here"
-        return False
-
-
 def route(x: Any) -> str | None:
-    """Choose the kernels that read the chunk ``x``.
-
-    2-D chunks of bool, integers or floats only; float16 on the GPU and
-    non-native byte order stay on the reference path.
+    """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer).
 
     Parameters
     ----------
@@ -99,22 +48,11 @@ def route(x: Any) -> str | None:
     str or None
         "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
     """
-    if type(x) is np.ndarray:
-        return "cpu" if _readable(x) and enabled() else None
-    from array_api_compat import is_cupy_array
-
-    if is_cupy_array(x) and _readable(x) and x.dtype != np.float16 and enabled() and gpu_available():
-        return "gpu"
-    return None
-
-
-def _readable(x: Any) -> bool:
-    # NumPy and CuPy arrays only: their dtypes are NumPy dtypes.
-    return bool(x.ndim == 2 and x.dtype.kind in _KINDS and x.dtype.isnative)
+    return kernel_path(x).route
 
 
 def supports(x: Any) -> bool:
-    """Tell whether compiled kernels (CPU or GPU, see :func:`route`) read the chunk ``x``.
+    """Tell whether compiled kernels (CPU or GPU, see :func:`kernel_path`) read the chunk ``x``.
 
     Parameters
     ----------
@@ -126,7 +64,7 @@ def supports(x: Any) -> bool:
     bool
         True when a compiled kernel reads it.
     """
-    return route(x) is not None
+    return kernel_path(x).compiled
 
 
 @functools.cache
@@ -151,13 +89,15 @@ def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return x, None
 
 
-def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
+def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk.
 
     Parameters
     ----------
     x : numpy.ndarray
         The chunk, (R, D) with R > 0.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
@@ -165,13 +105,13 @@ def moments(x: np.ndarray) -> tuple[np.ndarray, ...]:
         In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
         posinf_count, neginf_count (float64 vectors of length D).
     """
-    if type(x) is not np.ndarray:
+    if (path or kernel_path(x)).kind == "numba-cuda":
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.moments(x)
-    from daskbatch.stats.kernels._numba import moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk
 
-    count, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x))
+    count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x), None)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983).
@@ -202,9 +142,9 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
-    from daskbatch.stats.kernels._numba import weighted_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk
 
-    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = weighted_moments_chunk(
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
         *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
     )
     w_safe = np.where(wsum > 0, wsum, 1.0)
@@ -220,7 +160,7 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
-def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
 
     One pass finds the complete rows and their mean; then blocks of
@@ -233,28 +173,30 @@ def comoments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     ----------
     x : numpy.ndarray
         The chunk, (R, D).
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, c)``.
     """
-    if type(x) is not np.ndarray:
+    if (path or kernel_path(x)).kind == "numba-cuda":
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.comoments(x)
-    from daskbatch.stats.kernels._numba import centre_rows, complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
     rows, d = x.shape
     complete = np.empty(rows, dtype=np.bool_)
-    n, shift, approx_mean = complete_rows_mean(data, lut, complete)
+    n, _, shift, approx_mean = complete_rows_mean(data, lut, complete, None)
     c = np.zeros((d, d))
     s1 = np.zeros(d)
     buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))  # one buffer, reused by every block
     for start in range(0, rows, COMOMENT_BLOCK_ROWS):
         stop = start + COMOMENT_BLOCK_ROWS
-        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer)
+        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer, None)
         dev = buffer[:k]
         c += dev.T @ dev  # numpy hands Aᵀ·A to BLAS syrk
         s1 += part
@@ -269,7 +211,7 @@ def class_moments(
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
 
     Bitwise the state of the array-API path on two features or more (see
-    :func:`daskbatch.stats.kernels._numba.class_moments_chunk`; on one
+    :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
     feature NumPy sums pairwise, and the two agree to rounding), without its
     class-sorted copy of the chunk and its float64 temporaries.
 
@@ -291,7 +233,7 @@ def class_moments(
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
-    from daskbatch.stats.kernels._numba import class_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import class_moments_chunk
 
     d = x.shape[1]
     count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
@@ -326,20 +268,20 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
     """
-    from daskbatch.stats.kernels._numba import weighted_centre_rows, weighted_complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
 
     data, lut = _bits(x)
     w = np.ascontiguousarray(w, dtype=np.float64)
     rows, d = x.shape
     complete = np.empty(rows, dtype=np.bool_)
-    n, wsum, shift, approx_mean = weighted_complete_rows_mean(data, lut, w, complete)
+    n, wsum, shift, approx_mean = complete_rows_mean(data, lut, complete, w)
     c = np.zeros((d, d))
     s1 = np.zeros(d)
     buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))
     for start in range(0, rows, COMOMENT_BLOCK_ROWS):
         stop = start + COMOMENT_BLOCK_ROWS
-        k, part = weighted_centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean,
-                                       w[start:stop], buffer)
+        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer,
+                              w[start:stop])
         dev = buffer[:k]
         c += dev.T @ dev
         s1 += part
@@ -349,7 +291,8 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def histogram(
-    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1
+    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1,
+    path: KernelPath | None = None,
 ) -> Array:
     """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels.
 
@@ -367,17 +310,19 @@ def histogram(
         Class of every row, already checked to lie in ``0 .. n_classes - 1``.
     n_classes : int, default 1
         K, the size of the last axis of the counts.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
     numpy.ndarray or cupy.ndarray
         The int64 counts (D, bins + 3, K).
     """
-    if type(x) is not np.ndarray:
+    if (path or kernel_path(x)).kind == "numba-cuda":
         from daskbatch.stats.kernels import _gpu
 
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
-    from daskbatch.stats.kernels._numba import histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -388,7 +333,7 @@ def histogram(
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     data, lut = _bits(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int64)
-    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1))
+    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), None)
     return counts
 
 
@@ -417,7 +362,7 @@ def weighted_histogram(
     numpy.ndarray
         The float64 weighted counts (D, bins + 3, K).
     """
-    from daskbatch.stats.kernels._numba import weighted_histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -426,8 +371,8 @@ def weighted_histogram(
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
     data, lut = _bits(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
-    weighted_histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes),
-                              np.ascontiguousarray(w, dtype=np.float64), counts.reshape(-1))
+    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1),
+                     np.ascontiguousarray(w, dtype=np.float64))
     return counts
 
 
@@ -465,7 +410,11 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba import sketch_counts, sketch_counts_all, sketch_counts_log
+    from daskbatch.stats.kernels._numba_sketch import (
+        sketch_counts,
+        sketch_counts_all,
+        sketch_counts_log,
+    )
 
     d = x.shape[1]
     data, lut = _bits(x)
@@ -513,7 +462,7 @@ def sketch_merge(
     offset : numpy.ndarray
         The merged windows' first keys.
     """
-    from daskbatch.stats.kernels._numba import sketch_merge as merge
+    from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge
 
     # Weighted states hold float64 sums of weights; unweighted ones int64 counts, merged as int64.
     dtype = np.float64 if np.float64 in (counts_a.dtype, counts_b.dtype) else np.int64

@@ -1,0 +1,237 @@
+"""The GPU loops (numba-cuda) of the co-moment centring: complete rows, their mean, centred blocks and the correction.
+
+The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
+:mod:`daskbatch.stats.kernels._gpu`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda
+
+from daskbatch.stats.kernels._cuda import _load, _rows_of_group
+
+
+@cuda.jit(cache=True)
+def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
+    """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    bad : device array
+        One flag per row, zeroed by the caller.
+    """
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    g = cuda.blockIdx.y
+    rows, d = x.shape
+    if j >= d:
+        return
+    start, stop = _rows_of_group(g, rows_per_group, rows)
+    for i in range(start, stop):
+        if not math.isfinite(_load(x, i, j)):
+            bad[i] = 1
+
+
+@cuda.jit(cache=True)
+def first_complete(bad, first):  # noqa: ANN001, ANN201
+    """Set ``first[0]`` to the smallest complete row (``first[0]`` starts at R: none).
+
+    Parameters
+    ----------
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    first : device array
+        One int, lowered atomically.
+    """
+    i = cuda.grid(1)
+    if i < bad.shape[0] and bad[i] == 0:
+        cuda.atomic.min(first, 0, i)
+
+
+@cuda.jit(cache=True)
+def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001, ANN201
+    """Sum ``x - shift`` over the complete rows of each group (``shift`` = the first complete row).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    first : device array
+        The first complete row (:func:`first_complete`).
+    part : device array
+        The float64 (G, D) buffer, written with the sums.
+    n_rows : device array
+        (G,), written by thread j = 0 with each group's complete rows.
+    """
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    g = cuda.blockIdx.y
+    rows, d = x.shape
+    if j >= d:
+        return
+    start, stop = _rows_of_group(g, rows_per_group, rows)
+    ref = _load(x, first[0], j) if first[0] < rows else 0.0
+    total = 0.0
+    n = 0
+    for i in range(start, stop):
+        if bad[i] == 0:
+            total += _load(x, i, j) - ref
+            n += 1
+    part[g, j] = total
+    if j == 0:
+        n_rows[g] = n
+
+
+@cuda.jit(cache=True)
+def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN201
+    """Fold the groups of :func:`complete_sums` into the shift and the approximate mean.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    first : device array
+        The first complete row.
+    part, n_rows : device array
+        The sums and row counts of :func:`complete_sums` (the first ``len(n_rows)`` rows of ``part``).
+    n_out : device array
+        ``n_out[0]``, written with the number of complete rows.
+    centre : device array
+        (3, D): ``centre[0] = shift``, ``centre[1]`` = approximate mean less it,
+        ``centre[2]`` = 0 (the residual sums to come).
+    """
+    j = cuda.grid(1)
+    groups = n_rows.shape[0]  # ``part`` may have more rows: it also serves the centring blocks
+    d = part.shape[1]
+    if j >= d:
+        return
+    n = 0
+    total = 0.0
+    for g in range(groups):
+        n += n_rows[g]
+        total += part[g, j]
+    rows = x.shape[0]
+    centre[0, j] = _load(x, first[0], j) if first[0] < rows else 0.0
+    centre[1, j] = total / max(n, 1)
+    centre[2, j] = 0.0  # residual sums, added to block by block
+    if j == 0:
+        n_out[0] = n
+
+
+@cuda.jit(cache=True)
+def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN001, ANN201
+    """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    start : int
+        The block's first row.
+    rows_per_group : int
+        Rows of each group of the block.
+    bad : device array
+        The flags of :func:`mark_incomplete`.
+    centre : device array
+        The shift and approximate mean (:func:`complete_mean`).
+    dev : device array
+        The float64 (k, D) buffer, written with the rows less shift less approximate mean
+        (0 for incomplete rows).
+    part : device array
+        (G, D), written with each group's sums.
+    """
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    g = cuda.blockIdx.y
+    k, d = dev.shape
+    if j >= d:
+        return
+    lo, hi = _rows_of_group(g, rows_per_group, k)
+    shift = centre[0, j]
+    approx_mean = centre[1, j]
+    total = 0.0
+    for r in range(lo, hi):
+        i = start + r
+        v = 0.0
+        if bad[i] == 0:
+            v = (_load(x, i, j) - shift) - approx_mean
+        dev[r, j] = v
+        total += v
+    part[g, j] = total
+
+
+@cuda.jit(cache=True)
+def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
+    """Add ``sum of part[:groups, j]`` to ``centre[2, j]`` in group order (the residual sums of the deviations).
+
+    Parameters
+    ----------
+    part : device array
+        The group sums of :func:`centre_block`.
+    groups : int
+        The groups of the block.
+    centre : device array
+        (3, D); row 2 accumulates.
+    """
+    j = cuda.grid(1)
+    d = part.shape[1]
+    if j >= d:
+        return
+    total = 0.0
+    for g in range(groups):
+        total += part[g, j]
+    centre[2, j] += total
+
+
+@cuda.jit(cache=True)
+def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
+    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ``; the lower one is neither read nor written.
+
+    ``e`` is the residual mean. The co-moments state keeps its matrix in the
+    upper triangle (``CoMoments.finalize`` mirrors it once), so the chunk's
+    SYRK, which fills only that triangle, needs no mirror here: the
+    mirror's writes, one column of ``c`` per warp, would not coalesce.
+
+    Parameters
+    ----------
+    c : device array
+        The (D, D) co-moments, corrected in place.
+    centre : device array
+        (3, D); row 2 holds the residual sums.
+    n_out : device array
+        ``n_out[0]``: the number of complete rows.
+    """
+    j, i = cuda.grid(2)
+    d = c.shape[0]
+    if i >= d or j >= d or i > j:
+        return
+    n = n_out[0]
+    n_safe = n if n > 0 else 1.0
+    c[i, j] = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))
+
+
+@cuda.jit(cache=True)
+def finish_mean(centre, n_out, mean):  # noqa: ANN001, ANN201
+    """Set ``mean = approx_mean + residual mean``.
+
+    Parameters
+    ----------
+    centre : device array
+        (3, D): approximate mean in row 1, residual sums in row 2.
+    n_out : device array
+        ``n_out[0]``: the number of complete rows.
+    mean : device array
+        (D,), written.
+    """
+    j = cuda.grid(1)
+    if j >= mean.shape[0]:
+        return
+    n = n_out[0]
+    mean[j] = centre[1, j] + centre[2, j] / (n if n > 0 else 1.0)

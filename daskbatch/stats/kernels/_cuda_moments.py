@@ -1,0 +1,210 @@
+"""The GPU loops (numba-cuda) of the per-chunk moments: partial sums per row group, their fold, the centred powers.
+
+The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
+:mod:`daskbatch.stats.kernels._gpu`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda
+
+from daskbatch.stats.kernels._cuda import _load, _rows_of_group
+
+#: Rows of the (R, D) outputs of :func:`moments_finish` / :func:`moments_correct`, in
+#: the field order of :class:`~daskbatch.stats.moments.MomentsState`.
+N, SHIFT, MEAN, M2, M3, M4, FMIN, FMAX, NAN, POSINF, NEGINF = range(11)
+#: Rows of the float64 (4, G, D) partials of the moments' first pass (reused for the powers).
+P_FIRST, P_TOTAL, P_MIN, P_MAX = range(4)
+#: Rows of the int64 (3, G, D) partial counts of the moments' first pass.
+C_FINITE, C_NAN, C_POSINF = range(3)
+
+
+@cuda.jit(cache=True)
+def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
+    """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts.
+
+    ``part`` (4, G, D) float64 receives the group's first finite value (its
+    local reference), the sum of finite values less that reference, and the
+    finite min and max; ``counts`` (3, G, D) int64 the finite, NaN and +inf
+    counts. :func:`moments_finish` folds the groups.
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    part : device array
+        The float64 (4, G, D) partials, written.
+    counts : device array
+        The int64 (3, G, D) partial counts, written.
+    """
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    g = cuda.blockIdx.y
+    rows, d = x.shape
+    if j >= d:
+        return
+    start, stop = _rows_of_group(g, rows_per_group, rows)
+    ref = 0.0
+    found = False
+    n = 0
+    n_nan = 0
+    n_pos = 0
+    total = 0.0
+    lo = math.inf
+    hi = -math.inf
+    for i in range(start, stop):
+        v = _load(x, i, j)
+        if math.isfinite(v):
+            if not found:
+                ref = v
+                found = True
+            n += 1
+            total += v - ref
+            lo = min(lo, v)
+            hi = max(hi, v)
+        elif math.isnan(v):
+            n_nan += 1
+        elif v > 0:
+            n_pos += 1
+    part[P_FIRST, g, j] = ref
+    part[P_TOTAL, g, j] = total
+    part[P_MIN, g, j] = lo
+    part[P_MAX, g, j] = hi
+    counts[C_FINITE, g, j] = n
+    counts[C_NAN, g, j] = n_nan
+    counts[C_POSINF, g, j] = n_pos
+
+
+@cuda.jit(cache=True)
+def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
+    """Fold the groups of :func:`moments_partials` for feature j into ``out`` (11, D).
+
+    ``shift`` is the first finite value of the chunk (that of the first group
+    holding one), as on the CPU; the approximate mean about it goes to row
+    ``MEAN`` and is corrected by :func:`moments_correct`. Each group's sum about
+    its own reference moves to ``shift`` by ``n_g (ref_g - shift)``: only an
+    approximation is needed here, the second pass removes its rounding.
+
+    Parameters
+    ----------
+    part, counts : device array
+        The partials of :func:`moments_partials`.
+    rows : int
+        R, the chunk's rows (the -inf count is what the others leave).
+    out : device array
+        The float64 (11, D) result, written in the field order of the moments state.
+    """
+    j = cuda.grid(1)
+    groups = counts.shape[1]
+    d = counts.shape[2]
+    if j >= d:
+        return
+    shift = 0.0
+    for g in range(groups):
+        if counts[C_FINITE, g, j] > 0:
+            shift = part[P_FIRST, g, j]
+            break
+    n = 0
+    n_nan = 0
+    n_pos = 0
+    total = 0.0
+    lo = math.inf
+    hi = -math.inf
+    for g in range(groups):
+        c = counts[C_FINITE, g, j]
+        if c > 0:
+            total += part[P_TOTAL, g, j] + c * (part[P_FIRST, g, j] - shift)
+            lo = min(lo, part[P_MIN, g, j])
+            hi = max(hi, part[P_MAX, g, j])
+        n += c
+        n_nan += counts[C_NAN, g, j]
+        n_pos += counts[C_POSINF, g, j]
+    out[N, j] = n
+    out[SHIFT, j] = shift
+    out[MEAN, j] = total / max(n, 1)
+    out[FMIN, j] = lo
+    out[FMAX, j] = hi
+    out[NAN, j] = n_nan
+    out[POSINF, j] = n_pos
+    out[NEGINF, j] = rows - n - n_nan - n_pos
+
+
+@cuda.jit(cache=True)
+def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
+    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass).
+
+    Parameters
+    ----------
+    x : device array
+        The chunk, (R, D).
+    rows_per_group : int
+        Rows of each group.
+    out : device array
+        The (11, D) output of :func:`moments_finish` (shift and approximate mean).
+    part : device array
+        The float64 (4, G, D) buffer, written with the power sums.
+    """
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    g = cuda.blockIdx.y
+    rows, d = x.shape
+    if j >= d:
+        return
+    start, stop = _rows_of_group(g, rows_per_group, rows)
+    shift = out[SHIFT, j]
+    approx_mean = out[MEAN, j]
+    p1 = 0.0
+    p2 = 0.0
+    p3 = 0.0
+    p4 = 0.0
+    for i in range(start, stop):
+        v = _load(x, i, j)
+        if math.isfinite(v):
+            dev = (v - shift) - approx_mean
+            sq = dev * dev
+            p1 += dev
+            p2 += sq
+            p3 += sq * dev
+            p4 += sq * sq
+    part[0, g, j] = p1
+    part[1, g, j] = p2
+    part[2, g, j] = p3
+    part[3, g, j] = p4
+
+
+@cuda.jit(cache=True)
+def moments_correct(part, out):  # noqa: ANN001, ANN201
+    """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``.
+
+    Parameters
+    ----------
+    part : device array
+        The power sums of :func:`moments_powers`, (4, G, D).
+    out : device array
+        The (11, D) state fields, completed in place.
+    """
+    j = cuda.grid(1)
+    groups = part.shape[1]
+    d = part.shape[2]
+    if j >= d:
+        return
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    s4 = 0.0
+    for g in range(groups):
+        s1 += part[0, g, j]
+        s2 += part[1, g, j]
+        s3 += part[2, g, j]
+        s4 += part[3, g, j]
+    n = out[N, j]
+    e = s1 / (n if n > 0 else 1.0)
+    m2 = s2 - n * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * n * e * e * e
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * e * e * e * e
+    out[MEAN, j] += e
+    out[M2, j] = max(m2, 0.0)
+    out[M3, j] = m3
+    out[M4, j] = max(m4, 0.0)

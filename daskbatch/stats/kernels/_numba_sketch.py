@@ -1,0 +1,479 @@
+"""The compiled sketch loops: bucket keys (with a fast log), counting windows per feature, and merging windows.
+
+The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from daskbatch.stats.kernels._numba import _finite, _jit, _jit_nocheck, _load, _weight
+
+
+@_jit
+def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
+    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it.
+
+    ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
+    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
+    """
+    key = np.ceil(np.log(a) / ln_gamma)
+    key = key if key < hi_key else hi_key
+    return (key if key > lo_key else lo_key) - lo_key
+
+
+@intrinsic
+def _as_bits(typingctx, v):  # noqa: ANN001, ANN202
+    """The IEEE bit pattern (int64) of the float64 ``v``: a register move, and it vectorises."""
+    if v != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, b):  # noqa: ANN001, ANN202
+    """The float64 whose bit pattern is the int64 ``b`` (inverse of :func:`_as_bits`)."""
+    if b != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+#: Largest error of :func:`fast_log` on normal floats: its series stops after
+#: ``t**9`` with ``|t| <= (sqrt 2 - 1)/(sqrt 2 + 1)``, so the rest is at most
+#: ``2 |t|**11 / 11 / (1 - t**2) = 7.1e-10``; rounding adds below 1e-12.
+FAST_LOG_ERROR = 7.2e-10
+
+#: Where :func:`sketch_counts` does not trust its fast key: a ``fast_log|v|``
+#: within this much of a bucket boundary ``k * ln_gamma``. It is 14 times
+#: :data:`FAST_LOG_ERROR` (and ``np.log`` errs by below 1e-13), so outside the
+#: band the fast and the reference log fall on the same side of every
+#: boundary. About ``2 * SKETCH_NEAR / ln_gamma`` of random values (2e-6 by
+#: default) land in it and are recomputed.
+SKETCH_NEAR = 1e-8
+
+_SQRT2 = math.sqrt(2.0)
+_LN2 = math.log(2.0)
+
+
+@_jit_nocheck
+def fast_log(a):  # noqa: ANN001, ANN201
+    """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises).
+
+    ``a = 2**e * m`` from the bits, ``m`` brought into ``[sqrt(1/2), sqrt 2]``,
+    and ``log m = 2 atanh(t)`` with ``t = (m - 1)/(m + 1)`` summed as a series.
+    Subnormals, zero, infinities and NaN give meaningless numbers.
+
+    Parameters
+    ----------
+    a : float
+        A normal float64 above 0.
+
+    Returns
+    -------
+    float
+        ``log(a)``, within ``FAST_LOG_ERROR``.
+    """
+    b = _as_bits(a)
+    e = np.float64((b >> 52) - 1023)
+    m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
+    up = m > _SQRT2
+    m = m * 0.5 if up else m
+    e = e + 1.0 if up else e
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    return e * _LN2 + t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9)))))
+
+
+@_jit
+def _sketch_code(v, key, bucketed, n):  # noqa: ANN001, ANN202
+    """Code of a value: its key (negative), ``n`` + key (positive), ``2n`` + 0..3 (-inf, zero or tiny, +inf, NaN)."""
+    c = key + n if v > 0.0 else key
+    c = c if bucketed else 2.0 * n + 1.0
+    c = 2.0 * n + 2.0 if v == np.inf else c
+    c = 2.0 * n if v == -np.inf else c
+    c = 2.0 * n + 3.0 if v != v else c
+    return np.int64(c)
+
+
+@_jit
+def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
+    """Move the window's first key up by ``by``: counts move down ``by`` columns, those below column 0 add into it."""
+    if by > 0:
+        total = 0
+        for i in range(min(by + 1, w)):
+            total += buf[i]
+        for i in range(1, w - by):
+            buf[i] = buf[i + by]
+        buf[0] = total
+        for i in range(max(w - by, 1), w):
+            buf[i] = 0
+    elif by < 0:
+        up = -by
+        for i in range(w - 1, up - 1, -1):
+            buf[i] = buf[i - up]
+        for i in range(min(up, w)):
+            buf[i] = 0
+
+
+@_jit
+def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001, ANN202
+    """Count ``key`` (add ``wi``), outside the window ``buf`` (first key ``offset[side]``): move the window to hold it.
+
+    While a chunk is counted, a window that is not collapsed may sit anywhere
+    that holds its keys (centred on them, so that it rarely moves); when the
+    keys span more than ``w``, the window keeps the ``w`` keys up to the
+    largest and collapses the rest into its first bucket, for good.
+    """
+    if offset[side] == n:  # empty: centre the window on its first key
+        offset[side] = key - w // 2
+        buf[w // 2] += wi
+        return
+    first = 0
+    while buf[first] == 0:
+        first += 1
+    last = w - 1
+    while buf[last] == 0:
+        last -= 1
+    lo = min(offset[side] + first, key)
+    hi = max(offset[side] + last, key)
+    if hi - lo < w:
+        new = lo - (w - (hi - lo + 1)) // 2
+    else:
+        new = hi - w + 1
+        collapsed[side] = 1
+    _sketch_shift(buf, new - offset[side], w)
+    offset[side] = new
+    buf[max(key - new, 0)] += wi
+
+
+@_jit
+def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
+    """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each.
+
+    A key outside its window moves the window.
+    """
+    for j in range(code.size):
+        c = code[j]
+        if c >= 2 * n:
+            counts[j, 2 * w + c - 2 * n] += wi
+            continue
+        side = 1 if c >= n else 0
+        key = c - side * n
+        col = key - offset[j, side]
+        if 0 <= col < w:
+            counts[j, side * w + col] += wi
+        elif col < 0 and collapsed[j, side]:
+            counts[j, side * w] += wi  # below a collapsed window: into its first bucket
+        else:
+            _sketch_rebase(counts[j, side * w : (side + 1) * w], offset[j], collapsed[j], side, key, n, w, wi)
+
+
+@_jit
+def _sketch_start(offset, collapsed, n):  # noqa: ANN001, ANN202
+    """Empty windows: every offset ``n`` (the empty mark), nothing collapsed."""
+    offset[:] = n
+    collapsed[:] = 0
+
+
+@_jit
+def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
+    """Put every window at its canonical first key: the lowest populated one, at most ``n - w`` (collapsed ones are)."""
+    for j in range(counts.shape[0]):
+        for side in range(2):
+            if offset[j, side] == n or collapsed[j, side]:
+                continue
+            buf = counts[j, side * w : (side + 1) * w]
+            first = 0
+            while buf[first] == 0:
+                first += 1
+            # The lowest key, but no window reaches past the overflow key (n - 1).
+            by = min(offset[j, side] + first, n - w) - offset[j, side]
+            _sketch_shift(buf, by, w)
+            offset[j, side] += by
+
+
+@_jit
+def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
+
+    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
+    floats only); the tests hold :func:`sketch_counts` to it.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights : object
+        As for :func:`sketch_counts`.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    code = np.empty(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    _sketch_start(offset, collapsed, n)
+    for i in range(rows):
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            key = _sketch_key(a if bucketed else 1.0, ln_gamma, lo_key, hi_key)
+            code[j] = _sketch_code(v, key, bucketed, n)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
+    _sketch_finish(counts, offset, collapsed, n, w)
+    return fmin, fmax
+
+
+@_jit
+def _sketch_top(c, o, j, side, w):  # noqa: ANN001, ANN202
+    """Largest populated key of feature ``j``'s window ``side`` in counts ``c`` and offsets ``o``; -1 when empty."""
+    last = w - 1
+    while last >= 0 and c[j, side * w + last] == 0:
+        last -= 1
+    return o[j, side] + last if last >= 0 else -1
+
+
+@_jit
+def _sketch_merge_into(c, o, j, side, new, w, out):  # noqa: ANN001, ANN202
+    """Add feature ``j``'s window ``side`` of ``c`` (first key ``o[j, side]``) to ``out``'s, whose first key is ``new``."""
+    base = side * w
+    by = o[j, side] - new
+    if by == 0:
+        for i in range(w):
+            out[j, base + i] += c[j, base + i]
+        return
+    for i in range(w):
+        if c[j, base + i]:
+            out[j, base + max(i + by, 0)] += c[j, base + i]
+
+
+@_jit
+def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
+    """Merge two sketch states' counts ``ca``, ``cb`` (D, 2w + 4) and offsets ``oa``, ``ob`` (D, 2) into ``out``, ``offset``.
+
+    ``out`` comes in zeroed. The merged window of a sign starts at the lower
+    offset, or at the largest populated key less ``w - 1`` when that is
+    higher (a collapse: lower keys add into its first bucket), but at most
+    at ``n - w``, as
+    :meth:`daskbatch.stats.sketch.Sketch.merge` does.
+
+    Parameters
+    ----------
+    ca, oa : numpy.ndarray
+        The first state's counts (D, 2w + 4; int64, or float64 weighted) and window offsets (D, 2).
+    cb, ob : numpy.ndarray
+        The second state's.
+    n : int
+        ``Sketch.n_buckets``.
+    w : int
+        The window's width, ``Sketch.buckets_kept``.
+    out : numpy.ndarray
+        The merged counts (D, 2w + 4), zeros of the counts' dtype, filled in.
+    offset : numpy.ndarray
+        The merged offsets (D, 2), filled in.
+    """
+    for j in range(ca.shape[0]):
+        for side in range(2):
+            hi = max(_sketch_top(ca, oa, j, side, w), _sketch_top(cb, ob, j, side, w))
+            if hi < 0:
+                offset[j, side] = n
+                continue
+            new = min(max(min(oa[j, side], ob[j, side]), hi - w + 1), n - w)
+            offset[j, side] = new
+            _sketch_merge_into(ca, oa, j, side, new, w, out)
+            _sketch_merge_into(cb, ob, j, side, new, w, out)
+        for i in range(2 * w, 2 * w + 4):
+            out[j, i] = ca[j, i] + cb[j, i]
+
+
+@_jit_nocheck
+def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
+    """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema.
+
+    The key follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
+    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
+    overflow key), zero for magnitudes below ``min_magnitude``, ±inf and NaN
+    apart. ``min_magnitude`` must be a normal float (else
+    :func:`sketch_counts_log`). The windows follow
+    :class:`~daskbatch.stats.sketch.SketchState`: while counting, a window
+    sits wherever it holds its keys, and moves when one falls outside
+    (:func:`_sketch_rebase`); at the end it is put at its canonical first key.
+
+    The log comes from :func:`fast_log`, not from a call per value (numba does
+    not vectorise ``np.log``); a value whose fast log lies within
+    :data:`SKETCH_NEAR` of a bucket boundary is keyed again after its row with
+    the reference expression (:func:`_sketch_key`), so that every key is the
+    reference's, bit for bit. ``|v| = 1`` never needs that (``log 1 = 0``
+    exactly either way), and is common (indicators).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+    ln_gamma, min_magnitude : float
+        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
+    k_min, k_max : int
+        ``Sketch.key_range``.
+    n : int
+        ``Sketch.n_buckets``.
+    w : int
+        ``Sketch.window``.
+    counts : numpy.ndarray
+        The int64 counts (D, 2w + 4), zeros, filled in (float64 with ``weights``).
+    offset : numpy.ndarray
+        The int64 first keys of the windows (D, 2), filled in.
+    collapsed : numpy.ndarray
+        A uint8 scratch (D, 2): which windows collapsed.
+    weights : numpy.ndarray or None
+        The float64 weight of each row, added instead of 1 (``counts`` then
+        float64); None counts values (the unweighted loop, chosen at compile time).
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
+    zero_code = 2.0 * n + 1.0
+    code = np.empty(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    _sketch_start(offset, collapsed, n)
+    for i in range(rows):
+        n_near = 0
+        # Codes of one row (see _sketch_code), branch-free so that the loop vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            q = fast_log(a) * inv_ln_gamma
+            key = np.ceil(q)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            c = key + n if v > 0.0 else key
+            c = c if bucketed else zero_code
+            c = 2.0 * n + 2.0 if v == np.inf else c
+            c = 2.0 * n if v == -np.inf else c
+            c = 2.0 * n + 3.0 if v != v else c
+            code[j] = np.int64(c)
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values close to a boundary again, with the reference expression
+        # (found again rather than marked above, which would cost a store per value;
+        # the band is doubled, so that no value marked above can be missed) ...
+        if n_near:
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    code[j] = key + n if v > 0.0 else key
+        # ... then one increment per value into its window.
+        _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
+    _sketch_finish(counts, offset, collapsed, n, w)
+    return fmin, fmax
+
+
+@_jit_nocheck
+def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights):  # noqa: ANN001, ANN201
+    """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move.
+
+    The slot of a value is then known in the vectorised loop (no window
+    check per value), as before the sketch had windows.
+
+    Parameters
+    ----------
+    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights : object
+        As for :func:`sketch_counts`, with ``w = n``.
+
+    Returns
+    -------
+    fmin : numpy.ndarray
+        The finite minimum of each feature.
+    fmax : numpy.ndarray
+        The finite maximum of each feature.
+    """
+    rows, d = x.shape
+    lo_key = float(k_min)
+    hi_key = float(k_max)
+    inv_ln_gamma = 1.0 / ln_gamma
+    near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
+    width = 2 * n + 4
+    zero_slot = float(2 * n + 1)
+    first = np.arange(d) * width  # first slot of every feature
+    flat = counts.reshape(-1)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    for i in range(rows):
+        n_near = 0
+        # Slots of one row (see _sketch_code: the code is the column here), branch-free so that it vectorises ...
+        for j in range(d):
+            v = _load(x[i, j], lut)
+            a = abs(v)
+            q = fast_log(a) * inv_ln_gamma
+            key = np.ceil(q)
+            key = key if key < hi_key else hi_key
+            key = (key if key > lo_key else lo_key) - lo_key
+            bucketed = (a >= min_magnitude) & (a < np.inf)
+            s = key + n if v > 0.0 else key
+            s = s if bucketed else zero_slot
+            s = 2.0 * n + 2.0 if v == np.inf else s
+            s = 2.0 * n if v == -np.inf else s
+            s = 2.0 * n + 3.0 if v != v else s
+            slot[j] = np.uint64(first[j] + np.int64(s))
+            n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
+            fin = _finite(v)
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... the rare values close to a boundary again, with the reference expression ...
+        if n_near:
+            for j in range(d):
+                v = _load(x[i, j], lut)
+                a = abs(v)
+                q = fast_log(a) * inv_ln_gamma
+                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
+                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+                    slot[j] = np.uint64(first[j] + (key + n if v > 0.0 else key))
+        # ... then one scattered increment per value (its row's weight with weights).
+        wi = _weight(weights, i)
+        for j in range(d):
+            flat[slot[j]] += wi
+    for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
+        for side in range(2):
+            offset[j, side] = 0 if counts[j, side * n : (side + 1) * n].any() else n
+    return fmin, fmax
