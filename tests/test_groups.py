@@ -89,7 +89,7 @@ def test_update_with_groups_equals_one_describe(grouped_store) -> None:
     first = _describe(store, 400, stats=("moments",), classes=[-3, 0, 2, 5, 11])  # all the rows
     half = db.describe(x[:1200], groups=g[:1200], stats=("moments",), classes=[-3, 0, 2, 5, 11], plan=None)
     with dask.config.set(scheduler="threads", num_workers=2):
-        both = half.update(x[1200:], groups=g[1200:], plan=None)
+        both = db.update(half, x[1200:], groups=g[1200:], plan=None)
     np.testing.assert_array_equal(both.groups, first.groups)
     np.testing.assert_array_equal(both.group_count, first.group_count)
     np.testing.assert_allclose(both.group_mean, first.group_mean, rtol=1e-13)

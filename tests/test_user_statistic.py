@@ -157,14 +157,14 @@ def test_merge_and_update_keep_a_users_statistic(store: str) -> None:
     merged = db.merge(a, b)
     np.testing.assert_allclose(merged.extra["l1"], np.nansum(np.abs(x), axis=0), rtol=1e-13)
     np.testing.assert_allclose(merged.extra["l1"], whole.extra["l1"], rtol=1e-13)
-    updated = a.update(x[1000:])
+    updated = db.update(a, x[1000:])
     np.testing.assert_allclose(updated.extra["l1"], whole.extra["l1"], rtol=1e-13)
     assert updated.provenance["user_statistics"] == ["l1"]
     # a labelled user statistic makes update ask for the label
     c = db.describe(x[:1000], y[:1000], stats=["moments", ClassRows()], plan=None)
     with pytest.raises(ValueError, match="statistic 'class_rows'"):
-        c.update(x[1000:])
-    np.testing.assert_array_equal(c.update(x[1000:], y[1000:]).extra["class_rows"], np.bincount(y, minlength=3))
+        db.update(c, x[1000:])
+    np.testing.assert_array_equal(db.update(c, x[1000:], y[1000:]).extra["class_rows"], np.bincount(y, minlength=3))
 
 
 class PlainTotal:

@@ -73,9 +73,9 @@ def test_the_same_update_twice_is_refused(tmp_path: pathlib.Path, parts: list) -
 def test_the_api_refuses_the_same_rows_twice(parts: list) -> None:
     (d0, x0), (d1, x1) = parts[:2]
     a = db.describe(str(d0), stats="moments")
-    b = a.update(str(d1))
+    b = db.update(a, str(d1))
     with pytest.raises(ValueError, match="count its rows twice"):
-        b.update(str(d1))
+        db.update(b, str(d1))
     with pytest.raises(ValueError, match="count its rows twice"):
         db.merge(a, a)
     with pytest.raises(ValueError, match="count its rows twice"):
