@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -10,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.quantile import fine_quantile, histogram_quantile
-from daskbatch.stats.sketch import Sketch
 from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the others: names this module has always had)
     BUILT_IN_RESULTS,
     CLASS_FIELDS,
@@ -141,45 +138,9 @@ class Summary:
             else a DataFrame with one column per probability (``.to_numpy()``
             gives the (D,) or (D, len(q)) array).
         """
-        if method not in ("auto", "sketch", "histogram"):
-            raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
-        if method == "sketch" or (method == "auto" and self.sketch_counts is not None):
-            if self.sketch_counts is None or self.sketch_extrema is None:
-                raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
-            spec = self.provenance["sketch"]
-            kept = spec.get("window")  # older summaries: every bucket, never collapsed
-            layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
-                            None if kept is None else int(kept))
-            fine = None
-            if method == "auto" and self.quantile_counts is not None and self.quantile_range is not None:
-                fine = (self.quantile_counts, self.quantile_range)
-            values = fine_quantile(
-                self.sketch_counts, int(spec["first_slot"]), layout,
-                self.sketch_extrema[:, 0], self.sketch_extrema[:, 1], q, fine=fine,
-            )
-            return self._labelled_quantiles(values, q)
-        if self.hist_counts is None:
-            raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
-        assert self.hist_edges is not None and self.underflow is not None and self.overflow is not None
-        values = histogram_quantile(
-            self.hist_counts, self.hist_edges, self.underflow, self.overflow, self.min, self.max, q
-        )
-        return self._labelled_quantiles(values, q)
+        from daskbatch.summary.tables import quantiles
 
-    def _labelled_quantiles(self, values: np.ndarray, q: Any) -> Any:
-        """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature."""
-        import pandas as pd
-
-        index = self._feature_index()
-        if np.ndim(q) == 0:
-            return pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
-        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
-        return pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
-
-    def _feature_index(self) -> Any:
-        import pandas as pd
-
-        return pd.Index(list(self.feature_names), name="feature")
+        return quantiles(self, q, method)
 
     @property
     def groups(self) -> np.ndarray | None:
@@ -283,21 +244,9 @@ class Summary:
             Columns ``feature_a``, ``feature_b`` and ``r`` (Pearson), strongest
             first; empty without a covariance.
         """
-        import pandas as pd
+        from daskbatch.summary.tables import top_correlated
 
-        if self.corr is None:
-            tiled = self.provenance.get("tiled_cov")
-            # too wide to hold: ranked tile by tile from the store
-            pairs = self.tiled_cov().top_correlated(k) if tiled else []
-        else:
-            upper = np.triu_indices(self.n_features, k=1)
-            r = self.corr[upper]
-            finite = np.isfinite(r)
-            order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
-            names = self.feature_names
-            pairs = [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
-        table = pd.DataFrame(pairs, columns=["feature_a", "feature_b", "r"])
-        return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
+        return top_correlated(self, k)
 
     def tiled_cov(self) -> Any:
         """Open the tiled covariance store when the plan tiled it.
@@ -328,13 +277,9 @@ class Summary:
             MI (in ``provenance["mi_units"]``) indexed by feature name, largest
             first; empty without a label.
         """
-        import pandas as pd
+        from daskbatch.summary.tables import top_mi
 
-        if self.mi is None:
-            return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
-        order = np.argsort(-np.nan_to_num(self.mi, nan=-1.0), kind="stable")[: max(k, 0)]
-        index = pd.Index([self.feature_names[i] for i in order], name="feature", dtype=object)
-        return pd.Series(self.mi[order].astype(np.float64), index=index, name="mi")
+        return top_mi(self, k)
 
     def to_dataframe(self) -> Any:
         """Tabulate the per-feature statistics.
@@ -348,23 +293,9 @@ class Summary:
         pandas.DataFrame
             One row per feature, indexed by feature name.
         """
-        import pandas as pd
+        from daskbatch.summary.tables import dataframe
 
-        from daskbatch.summary.user_results import user_variables
-
-        columns = {name: getattr(self, name) for name in PER_FEATURE}
-        for name in ("count", "nan_count", "posinf_count", "neginf_count"):
-            columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
-        if self.mi is not None:
-            columns["mi"] = self.mi
-        if self.hist_counts is not None or self.sketch_counts is not None:
-            table = self.quantile(list(DEFAULT_QUANTILES)).to_numpy()
-            for i, q in enumerate(DEFAULT_QUANTILES):
-                columns[quantile_label(q)] = table[:, i]
-        for v in user_variables(self.extra, self.n_features, set(columns)):
-            if v.dims == ("feature",):  # one number per feature: a column
-                columns[v.name] = v.values
-        return pd.DataFrame(columns, index=pd.Index(self.feature_names, name="feature"))
+        return dataframe(self)
 
     def to_xarray(self, *, states: bool = False, quantiles: Any = DEFAULT_QUANTILES) -> Any:
         """Convert the results to an ``xarray.Dataset`` with CF-style labels.
@@ -526,22 +457,9 @@ class Summary:
         dict
             JSON-able.
         """
-        from daskbatch.summary.user_results import user_variables
+        from daskbatch.summary.tables import json_dict
 
-        out: dict[str, Any] = {"feature_names": list(self.feature_names), "provenance": self.provenance}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray) and (states or f.name not in STATE_FIELDS):
-                out[f.name] = _json_values(value)
-        if self.cov_count is not None:
-            out["cov_count"] = int(self.cov_count)
-        if self.hist_counts is not None or self.sketch_counts is not None:
-            table = self.quantile(list(DEFAULT_QUANTILES)).to_numpy()
-            out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": _json_values(table)}
-        user = user_variables(self.extra, self.n_features, set())
-        if user:
-            out["user_statistics"] = {v.name: _json_values(v.values) for v in user}
-        return out
+        return json_dict(self, states=states)
 
     @property
     def plot(self) -> Any:
@@ -569,11 +487,3 @@ class Summary:
         from daskbatch.summary.reprs import summary_html
 
         return summary_html(self)
-
-
-def _json_values(a: np.ndarray) -> Any:
-    """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
-    if a.dtype.kind != "f":
-        return a.tolist()
-    flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
-    return np.array(flat, dtype=object).reshape(a.shape).tolist()

@@ -1,0 +1,197 @@
+"""A summary as tables and JSON: per-feature rows, the strongest pairs and features, strict JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.sketch import Sketch
+from daskbatch.summary.fields import DEFAULT_QUANTILES, PER_FEATURE, STATE_FIELDS, quantile_label
+from daskbatch.summary.user_results import user_variables
+
+if TYPE_CHECKING:
+    from daskbatch.summary.record import Summary
+
+__all__ = ["dataframe", "json_dict", "quantiles", "top_correlated", "top_mi"]
+
+
+def quantiles(summary: Summary, q: Any, method: str) -> Any:
+    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    q : float or array_like of float
+        Probabilities in [0, 1].
+    method : {"auto", "sketch", "histogram"}
+        Where the values come from.
+
+    Returns
+    -------
+    pandas.Series or pandas.DataFrame
+        Indexed by feature name.
+    """
+    if method not in ("auto", "sketch", "histogram"):
+        raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
+    if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
+        if summary.sketch_counts is None or summary.sketch_extrema is None:
+            raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
+        spec = summary.provenance["sketch"]
+        kept = spec.get("window")  # older summaries: every bucket, never collapsed
+        layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
+                        None if kept is None else int(kept))
+        fine = None
+        if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
+            fine = (summary.quantile_counts, summary.quantile_range)
+        values = fine_quantile(
+            summary.sketch_counts, int(spec["first_slot"]), layout,
+            summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
+        )
+        return _labelled(summary, values, q)
+    if summary.hist_counts is None:
+        raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
+    assert summary.hist_edges is not None and summary.underflow is not None and summary.overflow is not None
+    values = histogram_quantile(
+        summary.hist_counts, summary.hist_edges, summary.underflow, summary.overflow, summary.min, summary.max, q
+    )
+    return _labelled(summary, values, q)
+
+
+def _labelled(summary: Summary, values: np.ndarray, q: Any) -> Any:
+    """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature."""
+    import pandas as pd
+
+    index = pd.Index(list(summary.feature_names), name="feature")
+    if np.ndim(q) == 0:
+        return pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+    probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+    return pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+
+
+def top_correlated(summary: Summary, k: int) -> Any:
+    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    k : int
+        How many pairs.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``feature_a``, ``feature_b``, ``r``, strongest first.
+    """
+    import pandas as pd
+
+    if summary.corr is None:
+        tiled = summary.provenance.get("tiled_cov")
+        # too wide to hold: ranked tile by tile from the store
+        pairs = summary.tiled_cov().top_correlated(k) if tiled else []
+    else:
+        upper = np.triu_indices(summary.n_features, k=1)
+        r = summary.corr[upper]
+        finite = np.isfinite(r)
+        order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
+        names = summary.feature_names
+        pairs = [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+    table = pd.DataFrame(pairs, columns=["feature_a", "feature_b", "r"])
+    return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
+
+
+def top_mi(summary: Summary, k: int) -> Any:
+    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    k : int
+        How many features.
+
+    Returns
+    -------
+    pandas.Series
+        MI indexed by feature name, largest first.
+    """
+    import pandas as pd
+
+    if summary.mi is None:
+        return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
+    order = np.argsort(-np.nan_to_num(summary.mi, nan=-1.0), kind="stable")[: max(k, 0)]
+    index = pd.Index([summary.feature_names[i] for i in order], name="feature", dtype=object)
+    return pd.Series(summary.mi[order].astype(np.float64), index=index, name="mi")
+
+
+def dataframe(summary: Summary) -> Any:
+    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per feature, indexed by feature name.
+    """
+    import pandas as pd
+
+    columns = {name: getattr(summary, name) for name in PER_FEATURE}
+    for name in ("count", "nan_count", "posinf_count", "neginf_count"):
+        columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
+    if summary.mi is not None:
+        columns["mi"] = summary.mi
+    if summary.hist_counts is not None or summary.sketch_counts is not None:
+        table = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+        for i, q in enumerate(DEFAULT_QUANTILES):
+            columns[quantile_label(q)] = table[:, i]
+    for v in user_variables(summary.extra, summary.n_features, set(columns)):
+        if v.dims == ("feature",):  # one number per feature: a column
+            columns[v.name] = v.values
+    return pd.DataFrame(columns, index=pd.Index(summary.feature_names, name="feature"))
+
+
+def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
+    """Convert the results for strict JSON (:meth:`Summary.to_json`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    states : bool
+        Also the quantile sketch's buckets.
+
+    Returns
+    -------
+    dict
+        JSON-able.
+    """
+    out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
+    for f in dataclasses.fields(summary):
+        value = getattr(summary, f.name)
+        if isinstance(value, np.ndarray) and (states or f.name not in STATE_FIELDS):
+            out[f.name] = _json_values(value)
+    if summary.cov_count is not None:
+        out["cov_count"] = int(summary.cov_count)
+    if summary.hist_counts is not None or summary.sketch_counts is not None:
+        table = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+        out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": _json_values(table)}
+    user = user_variables(summary.extra, summary.n_features, set())
+    if user:
+        out["user_statistics"] = {v.name: _json_values(v.values) for v in user}
+    return out
+
+
+def _json_values(a: np.ndarray) -> Any:
+    """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
+    if a.dtype.kind != "f":
+        return a.tolist()
+    flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
+    return np.array(flat, dtype=object).reshape(a.shape).tolist()
