@@ -34,7 +34,9 @@ def test_malformed_dask_yaml(tmp_path: pathlib.Path, store: pathlib.Path) -> Non
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert "mine.yaml' is malformed" in done.stderr and "line 2" in done.stderr
-    imported = child(["-c", "import daskbatch"], DASK_CONFIG=str(folder))
+    # import daskbatch loads no dask: the file is read when daskbatch first needs dask
+    assert child(["-c", "import daskbatch"], DASK_CONFIG=str(folder)).returncode == 0
+    imported = child(["-c", "import daskbatch as db; db.describe"], DASK_CONFIG=str(folder))
     assert imported.returncode == 1
     last = imported.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError: A dask config file at") and "mine.yaml" in last
