@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from daskbatch.engine.sizeof import register
+
 
 def _set_up_dask() -> None:
     """Load daskbatch's defaults into dask.config and register the states with dask.sizeof."""
-    from dask.sizeof import sizeof
+    from dask.sizeof import sizeof  # lazy: dask
 
-    from daskbatch import config  # noqa: F401  (importing it loads daskbatch.yaml into dask.config)
-    from daskbatch.engine.sizeof import register
+    from daskbatch import config  # noqa: F401  # lazy: dask (importing config loads daskbatch.yaml into dask.config)
 
     register(sizeof)
 

@@ -18,6 +18,7 @@ from daskbatch.engine.reduce import to_host
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
+from daskbatch.stats.kernels._staging import stager
 from daskbatch.stats.spec import (
     COV,
     HIST,
@@ -204,8 +205,6 @@ class Accumulator:
 
         try:
             if self.device == "gpu":
-                from daskbatch.stats.kernels._staging import stager
-
                 state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
             else:
                 state = self._state
@@ -223,7 +222,7 @@ class Accumulator:
     def _on_device(self, batch: Any, label: Any) -> tuple[Any, Any]:
         """``batch`` and ``label`` where ``device`` says: as they are, on the host, or on the GPU."""
         if self.device == "gpu":
-            import cupy
+            import cupy  # lazy: cupy
 
             return cupy.asarray(batch), None if label is None else cupy.asarray(label)
         if self.device == "cpu":

@@ -7,7 +7,7 @@ import tempfile
 import time
 from typing import Any
 
-from daskbatch.io.outputs import OutputTarget, staged
+from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
 from daskbatch.summary.report import format_report
 
 
@@ -44,16 +44,17 @@ def run_demo(
     str
         The directory.
     """
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster  # lazy: distributed
 
-    from daskbatch.describe import describe
-    from daskbatch.io.synth import synth
+    from daskbatch.describe import describe  # lazy: dask
+    from daskbatch.io.synth import synth  # lazy: dask, zarr
 
     out_dir = out_dir or tempfile.mkdtemp(prefix="daskbatch-demo-")
     os.makedirs(out_dir, exist_ok=True)
     store = os.path.join(out_dir, "data.zarr")
     summary_target = _check_demo_dir(out_dir, store)
-    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+    # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
+    from dask.system import CPU_COUNT  # lazy: dask
 
     n_workers = workers or max(1, min(4, CPU_COUNT))
 
@@ -87,9 +88,7 @@ def run_demo(
 
 def _check_demo_dir(out_dir: str, store: str) -> OutputTarget:
     """Refuse an ``out_dir`` whose data.zarr / summary.csv were not written by an earlier demo (they are replaced)."""
-    import zarr
-
-    from daskbatch.io.outputs import OutputError, check_output
+    import zarr  # lazy: zarr
 
     earlier = False
     if os.path.lexists(store):

@@ -36,6 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._version import __version__
+from daskbatch.describe import describe
+from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.stats import ClassMoments, Histogram
@@ -137,8 +140,6 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     keyed = options.get("groups") is not None or options.get("target") is not None
     if labelled and label is None and not keyed and getattr(new_rows, "label", None) is None:
         raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
-    from daskbatch.describe import describe
-
     settings = describe_settings(summary)
     if _carries_names(new_rows):
         del settings["feature_names"]  # the store's own names, checked against the summary's by merge
@@ -343,8 +344,6 @@ def _on_common_classes(a: Mapping[str, Kept], b: Mapping[str, Kept]) -> tuple[di
     Each class column moves to its value's place among the union and the new
     columns hold the merge identity (zeros), so merging is exact.
     """
-    from daskbatch.engine.class_labels import max_classes
-
     out_a, out_b = dict(a), dict(b)
     for name in a:
         ca, cb = _class_values(a[name]), _class_values(b[name])
@@ -382,8 +381,6 @@ def _with_classes(kept: Kept, values: tuple[int, ...], union: tuple[int, ...]) -
 
 def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summary:
     """The merged summary: finalized as describe does, with the merge in its provenance."""
-    from daskbatch._version import __version__
-
     results = {name: to_host(k.finalize()) for name, k in merged.items()}
     provenance = {k: v for k, v in first.provenance.items() if k in _SETTINGS}
     sources = _sources(first.provenance) + _sources(second.provenance)

@@ -57,6 +57,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch._version import __version__
 from daskbatch._warnings import warn
 from daskbatch.engine._batch_calls import (
     BatchRunner,
@@ -71,6 +72,7 @@ from daskbatch.engine._batch_calls import (
 )
 from daskbatch.engine.blockrun import DEVICES, run_blocks
 from daskbatch.engine.checkpoint.fingerprint import function_token, output_items
+from daskbatch.engine.devices import auto_device
 from daskbatch.engine.inputs import as_feature_matrix
 from daskbatch.errors import BatchError, FlaggedRowsWarning, GPUFallbackWarning
 from daskbatch.io.rowstore import (
@@ -80,6 +82,7 @@ from daskbatch.io.rowstore import (
     layout,
     row_ranges,
 )
+from daskbatch.map_items import map_items
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 
@@ -175,8 +178,6 @@ def map_batches(
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if _is_items(x):
-        from daskbatch.map_items import map_items
-
         return map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
     if device not in DEVICES:
@@ -243,8 +244,6 @@ def map_batches(
         arrays.append(ArraySpec("y", np.dtype(ys.dtype), None, ("sample",)))
     if flag:
         arrays.append(ArraySpec("failed", np.dtype(bool), None, ("sample",)))
-    from daskbatch._version import __version__
-
     attrs = {
         **layout(ys is not None, "failed" if flag else None),
         "feature_names": list(names),
@@ -318,7 +317,7 @@ def _is_items(x: Any) -> bool:
     """A sequence of Python items (a list or tuple, or a dask bag), not an array or a store."""
     if isinstance(x, list | tuple):
         return True
-    import dask.bag
+    import dask.bag  # lazy: dask
 
     return isinstance(x, dask.bag.Bag)
 
@@ -326,13 +325,11 @@ def _is_items(x: Any) -> bool:
 def _where(device: str, fallback: bool, *, batch_bytes: int, on_gpu: bool) -> DeviceChoice:
     """The device the batches run on: ``device``, or ``"auto"``'s choice; CuPy missing falls back when allowed."""
     if device == "auto":
-        from daskbatch.engine.devices import auto_device
-
         return auto_device(batch_bytes, on_gpu=on_gpu)
     if device == "cpu":
         return DeviceChoice("cpu", "device='cpu'")
     try:
-        import cupy  # noqa: F401
+        import cupy  # noqa: F401  # lazy: cupy
     except ImportError as exc:
         if not fallback:
             raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc

@@ -133,7 +133,7 @@ def map_items(
     BatchError
         ``func`` failed (``"raise"``; ``"fallback"`` when even the smallest piece fails).
     """
-    import dask.bag
+    import dask.bag  # lazy: dask
 
     if out is not None:
         raise ValueError("out= writes rows of an array; results of Python items come back as a list (drop out=)")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine import staged
+from daskbatch.engine import planner, staged
+from daskbatch.engine.checkpoint import fingerprint
 from daskbatch.engine.checkpoint.fingerprint import setting_items
 from daskbatch.engine.staged import Staged
 from daskbatch.stats import CoMoments, Histogram, Moments, Sketch, kernels
@@ -33,7 +34,7 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> list[KernelPath]:
         seen.append(got)
         return got
 
-    for owner in (path, kernels, staged):
+    for owner in (path, kernels, staged, planner, fingerprint):
         monkeypatch.setattr(owner, "kernel_path", spy)
     return seen
 

@@ -8,11 +8,15 @@ Two checks from an AST scan of the package:
 - **Light layers.** ``stats`` and ``planning`` import no dask, distributed, zarr or
   cupy at module level (function bodies may import lazily), followed through
   daskbatch's own modules, so ``stats -> daskbatch.config -> dask`` is caught too.
+- **Lazy imports say why.** An import inside a function, of daskbatch's own modules or
+  of a heavy package (``LAZY_CHECKED``), carries ``# lazy: <what it defers>`` on its
+  first line; every other import belongs at module level.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -124,8 +128,8 @@ def test_scan_sees_what_it_should() -> None:
     found = {m for _, m in module_level_imports(PACKAGE / "engine" / "reduce.py")}
     assert {"dask", "dask.array", "daskbatch.stats._base"} <= found
     assert forbidden_chain(PACKAGE / "engine" / "reduce.py") is not None
-    lazy = {m for _, m in module_level_imports(PACKAGE / "stats" / "_base.py")}
-    assert "daskbatch.stats.backend" not in lazy  # imported inside as_float64 only
+    lazy = {m for _, m in module_level_imports(PACKAGE / "stats" / "kernels" / "__init__.py")}
+    assert "daskbatch.stats.kernels._numba_moments" not in lazy  # imported inside moments only (numba)
     rel = {m for _, m in module_level_imports(PACKAGE / "stats" / "moments.py")}
     assert "daskbatch.stats._base" in rel
     # importing a module runs its packages' __init__ first: daskbatch's own is followed too
@@ -275,7 +279,7 @@ def test_cycle_check_sees_lazy_imports_and_skips_type_only_ones() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     lazy = {m for _, m in all_imports(PACKAGE / "summary" / "record.py")}
-    assert "daskbatch.summary.dataset" in lazy  # imported inside to_xarray
+    assert "daskbatch.incremental" in lazy  # imported inside Summary.update only
     assert "daskbatch.summary.record" not in {m for _, m in all_imports(PACKAGE / "summary" / "dataset.py")}
 
 
@@ -290,3 +294,70 @@ def test_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
     assert layer_of("daskbatch.stats.kernels._numba") == layer_of("daskbatch.stats")
     assert layer_of("daskbatch.cli.describe_cmd") > layer_of("daskbatch.describe")
     assert layer_of("daskbatch.io.rowstore") > layer_of("daskbatch.runtime.progress")  # runtime never imports io
+
+
+#: Top-level packages whose imports inside a function must say why they are lazy (besides daskbatch's own).
+LAZY_CHECKED = (
+    "daskbatch", "dask", "distributed", "zarr", "xarray", "pandas", "scipy", "sklearn", "matplotlib", "cupy",
+    "numba", "numba_cuda", "rmm", "dask_cuda", "dask_jobqueue", "pyarrow", "fsspec",
+)
+_LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
+
+
+def unexplained_lazy_imports(source: str, filename: str = "<string>") -> list[str]:
+    """``filename:line`` of each checked import inside a function whose first line has no ``# lazy: <reason>``."""
+    tree = ast.parse(source, filename=filename)
+    lines = source.splitlines()
+    type_only = {
+        id(inner) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node)
+        for stmt in node.body for inner in ast.walk(stmt)
+    }
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    in_function = {
+        id(inner) for node in ast.walk(tree) if isinstance(node, functions)
+        for stmt in ast.iter_child_nodes(node) for inner in ast.walk(stmt)
+    }
+    missing = []
+    for node in ast.walk(tree):
+        if id(node) not in in_function or id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            tops = {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            tops = {"daskbatch"} if node.level else {(node.module or "").split(".")[0]}
+        else:
+            continue
+        if tops & set(LAZY_CHECKED) and not _LAZY_REASON.search(lines[node.lineno - 1]):
+            missing.append(f"{filename}:{node.lineno}")
+    return sorted(missing, key=lambda where: int(where.rsplit(":", 1)[1]))
+
+
+def test_every_lazy_import_says_why() -> None:
+    """Imports inside functions defer a heavy dependency and name it; the rest belong at module level."""
+    missing = [
+        where for path in MODULES
+        for where in unexplained_lazy_imports(path.read_text(), str(path.relative_to(PACKAGE.parent)))
+    ]
+    assert not missing, "import inside a function without '# lazy: <reason>': " + ", ".join(missing)
+
+
+def test_lazy_import_check_on_a_planted_module() -> None:
+    planted = (
+        "import dask\n"  # module level: no reason needed
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from daskbatch.summary import Summary\n"  # never runs
+        "def explained():\n"
+        "    import xarray as xr  # lazy: xarray\n"
+        "    from daskbatch.io import (  # lazy: zarr\n"
+        "        open_dataset,\n"
+        "    )\n"
+        "    import json\n"  # not a checked package
+        "def unexplained():\n"
+        "    from daskbatch.stats import Moments\n"
+        "    from ..engine import reduce  # lazy:\n"  # a reason must follow
+        "    f = lambda: __import__('x')\n"
+        "    import zarr.storage  # why: not the marker\n"
+    )
+    assert unexplained_lazy_imports(planted) == ["<string>:12", "<string>:13", "<string>:15"]
+    assert unexplained_lazy_imports(planted.split("def unexplained")[0]) == []

@@ -196,7 +196,7 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
         check_dask_settings(settings, source, allow=allow)
     except UnsafeDaskSetting as exc:
         _fail(ctx, str(exc))
-    import dask.config
+    import dask.config  # lazy: dask
 
     dask.config.update(dask.config.config, settings)
 

@@ -64,7 +64,7 @@ def cuda_versions() -> tuple[str | None, str | None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. CuPy's warning that it found no CUDA path
-            import cupy
+            import cupy  # lazy: cupy
     except Exception:  # not installed, or installed but broken (wrong CUDA, missing libraries)
         return None, None
     versions: list[str | None] = []

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from daskbatch.cli._logging import LoggingGroup, logging_params, setup_from_context
+from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
+from daskbatch.errors import DeviceUnavailableError, PlanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +43,7 @@ def main() -> None:
     -v for more, -q for errors only, --log-level to choose.
     """
     # dask reads its YAML files on its first import; through daskbatch.config a malformed one is one line (exit 2).
-    from daskbatch import config  # noqa: F401
+    from daskbatch import config  # noqa: F401  # lazy: dask
 
     # Warnings (a missing chunk, an incomplete store, a range) become one log line each.
     setup_from_context(click.get_current_context())
@@ -75,9 +77,7 @@ def user_errors(func: F) -> F:
         object
             The command's result.
         """
-        from daskbatch import config
-        from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
-        from daskbatch.errors import DeviceUnavailableError, PlanError
+        from daskbatch import config  # lazy: dask
 
         try:
             config.check()  # before a cluster starts: a bad setting is one line, not a worker's traceback

@@ -31,6 +31,8 @@ from typing import Any, TextIO
 
 import click
 
+from daskbatch.runtime.progress import line_cleared
+
 __all__ = ["LEVELS", "LoggingGroup", "LogSettings", "configure", "is_quiet", "logging_params"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -77,8 +79,6 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
-        from daskbatch.runtime.progress import line_cleared
-
         with line_cleared():
             super().emit(record)
 

@@ -54,7 +54,7 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
     if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
         return True
     try:
-        from distributed.comm.core import CommClosedError
+        from distributed.comm.core import CommClosedError  # lazy: distributed
     except ImportError:  # distributed is optional for --cluster threads
         return False
     if isinstance(exc, CommClosedError):

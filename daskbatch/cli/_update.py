@@ -18,6 +18,10 @@ from typing import Any
 
 import click
 
+from daskbatch.io.outputs import check_separate
+from daskbatch.runtime.runlock import RunLock, output_lock_path
+from daskbatch.summary import load_summary
+
 #: Options whose values come from STATS under --update (parameter name -> option).
 FROM_SUMMARY = {
     "stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy",
@@ -55,10 +59,7 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     LockHeldError
         Another run is updating STATS.
     """
-    from daskbatch.incremental import describe_settings
-    from daskbatch.io.outputs import check_separate
-    from daskbatch.runtime.runlock import RunLock, output_lock_path
-    from daskbatch.summary import load_summary
+    from daskbatch.incremental import describe_settings  # lazy: dask
 
     given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
     if given:
@@ -98,7 +99,7 @@ def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
     click.UsageError
         STATS holds mutual information or per-class moments and the new rows have no label.
     """
-    from daskbatch.incremental import labelled_statistics
+    from daskbatch.incremental import labelled_statistics  # lazy: dask
 
     labelled = labelled_statistics(previous)
     if labelled and dataset.label is None:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+import daskbatch as db
 from daskbatch.cli._group import main, user_errors
 
 __all__ = ["compare_command"]
@@ -34,8 +35,6 @@ def compare_command(
     the out-of-range, NaN and MI figures. The histogram columns need NEW to be
     described on REFERENCE's bins: ``daskbatch describe DATA --like REFERENCE``.
     """
-    import daskbatch as db
-
     drift = db.compare(db.load_summary(reference), db.load_summary(new))
     if json_path == "-":
         click.echo(json.dumps(drift.to_json()))

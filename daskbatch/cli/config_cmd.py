@@ -7,6 +7,7 @@ import json
 import click
 
 from daskbatch.cli._group import main, user_errors
+from daskbatch.jobs.spec import effective_config
 
 
 @main.command("config")
@@ -22,8 +23,7 @@ def config_command(show: bool, as_json: bool) -> None:
     """
     import yaml
 
-    from daskbatch import config
-    from daskbatch.jobs.spec import effective_config
+    from daskbatch import config  # lazy: dask
 
     settings = dict(config.get())
     settings["job"] = effective_config()

@@ -70,7 +70,7 @@ def synth_cmd(
     """Write a deterministic synthetic dataset (Zarr v3: X, y) with ground truth in its attrs."""
     import time
 
-    from daskbatch.io.synth import synth
+    from daskbatch.io.synth import synth  # lazy: dask, zarr
 
     classes = resolve_n_classes(n_classes, class_values, consecutive=True)
     t0 = time.perf_counter()
@@ -163,7 +163,7 @@ def ingest_cmd(
     Labels and masks (--label-key, --label, --mask) are written beside X, row for row,
     and resume with it.
     """
-    from daskbatch.io.ingest import ingest
+    from daskbatch.io.ingest import ingest  # lazy: dask, zarr
 
     if len(paths) < 2:
         raise click.UsageError("give at least one source and the output store")
@@ -212,7 +212,7 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
     """
     import warnings
 
-    from daskbatch.io.dataset import open_dataset
+    from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -6,6 +6,7 @@ import click
 
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import main, user_errors
+from daskbatch.demo import run_demo
 
 
 @main.command("demo")
@@ -19,8 +20,6 @@ from daskbatch.cli._group import main, user_errors
 @user_errors
 def demo_command(rows: int, features: int, n_classes: int | None, class_values: str | None, workers: int | None, threads: int, out_dir: str | None, seed: int) -> None:
     """Generate a labelled dataset, start a local cluster, and print its full summary."""
-    from daskbatch.demo import run_demo
-
     classes = resolve_n_classes(n_classes, class_values, consecutive=True) or 3
 
     run_demo(rows=rows, features=features, classes=classes, workers=workers,

@@ -13,9 +13,18 @@ from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
+from daskbatch.cli._update import check_label, update_settings
 from daskbatch.cli.options import client_from_options, cluster_options, device_option
+from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
+from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
+from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.interrupts import exit_now
+from daskbatch.stats.moments import NanPolicy
+from daskbatch.summary import load_summary
 from daskbatch.summary.report import format_report
 
 
@@ -121,15 +130,9 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
-    from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
-    from daskbatch.describe import describe, plan_describe
-    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
-    from daskbatch.errors import Interrupted
-    from daskbatch.io.dataset import open_dataset
-    from daskbatch.io.missing import MissingPolicy
-    from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
-    from daskbatch.runtime.cluster import require_cuda, resolve_kind
-    from daskbatch.stats.moments import NanPolicy
+    from daskbatch.describe import describe, plan_describe  # lazy: dask
+    from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
+    from daskbatch.io.missing import MissingPolicy  # lazy: dask, zarr
 
     quiet = is_quiet()
     settings: dict[str, Any] = {
@@ -138,15 +141,11 @@ def describe_command(
         "nan_policy": cast(NanPolicy, nan_policy), "split_every": split_every,
     }
     if like_path is not None:
-        from daskbatch.summary import load_summary
-
         if range_ is not None:
             raise click.UsageError("give --range or --like, not both: --like takes the saved summary's ranges")
         settings["like"] = load_summary(like_path)
     previous = None
     if update_path is not None:
-        from daskbatch.cli._update import update_settings
-
         previous, settings = update_settings(click.get_current_context(), update_path, store)
         out = update_path if out is None else out
     # Every output path is checked before anything is opened or computed.
@@ -154,11 +153,9 @@ def describe_command(
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if previous is not None and update_path is not None:
-        from daskbatch.cli._update import check_label
-
         check_label(previous, update_path, dataset)
     if previous is not None:
-        from daskbatch.incremental import check_not_merged
+        from daskbatch.incremental import check_not_merged  # lazy: dask
 
         check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
@@ -167,7 +164,7 @@ def describe_command(
     if target_name is not None:
         if label is not None:
             raise click.UsageError("give --label (classes) or --target (a continuous target), not both")
-        import dask.array as da
+        import dask.array as da  # lazy: dask
 
         settings["target"] = da.from_zarr(store, component=target_name)
     if not (address or scheduler_file) and cluster != "threads":
@@ -197,7 +194,7 @@ def describe_command(
                 device=cast(Device, device), classes=classes,
             )
             if previous is not None:
-                from daskbatch.incremental import merge
+                from daskbatch.incremental import merge  # lazy: dask
 
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -253,8 +250,6 @@ def _check_outputs(
         # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
         targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
     if checkpoint is not None:
-        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
-
         check_separate(checkpoint, "--checkpoint", {"the input store": store, **{
             f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
         check_checkpoint_dir(checkpoint, "--checkpoint")

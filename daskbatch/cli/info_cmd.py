@@ -8,7 +8,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from daskbatch.cli._gpu_stack import gpu_stack
 from daskbatch.cli._group import main
+from daskbatch.runtime.capacity import cuda_device_count
+from daskbatch.stats.kernels.preflight import check_gpu
 
 PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "xarray")
 
@@ -27,14 +30,11 @@ def _version(name: str) -> str | None:
                    "CuPy chunks will use them (exit status 1 when not).")
 def info_command(as_json: bool, gpu_check: bool) -> None:
     """Versions, visible GPUs and the effective daskbatch settings (for bug reports and job logs)."""
-    from daskbatch import config
+    from daskbatch import config  # lazy: dask
 
     if gpu_check:
         _gpu_check(as_json)
         return
-
-    from daskbatch.cli._gpu_stack import gpu_stack
-    from daskbatch.runtime.capacity import cuda_device_count
 
     facts = {
         "python": platform.python_version(),
@@ -61,9 +61,6 @@ def info_command(as_json: bool, gpu_check: bool) -> None:
 
 def _gpu_check(as_json: bool) -> None:
     """``daskbatch info --gpu``: the versions the GPU kernels depend on, then the verdict."""
-    from daskbatch.cli._gpu_stack import gpu_stack
-    from daskbatch.stats.kernels.preflight import check_gpu
-
     check = check_gpu()
     stack = gpu_stack()
     versions = {**check.versions, "cupy": stack["cupy"], "rmm": stack["rmm"], "dask-cuda": stack["dask-cuda"],
@@ -86,10 +83,10 @@ def _gpu_check(as_json: bool) -> None:
 
 def _auto_choice() -> dict[str, str | None]:
     """Where ``device="auto"`` would run chunks of ``daskbatch.target-chunk-bytes`` here, and why."""
-    from dask.utils import format_bytes, parse_bytes
+    from dask.utils import format_bytes, parse_bytes  # lazy: dask
 
-    from daskbatch import config
-    from daskbatch.engine.devices import auto_device
+    from daskbatch import config  # lazy: dask
+    from daskbatch.engine.devices import auto_device  # lazy: dask
 
     size = parse_bytes(config.get("target-chunk-bytes"))
     try:

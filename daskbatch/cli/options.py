@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import click
 
 from daskbatch._typing import DEVICES
+from daskbatch.cli._lost_scheduler import one_line_distributed_logs
 from daskbatch.runtime.cluster import KINDS
+from daskbatch.runtime.cluster import cluster as start_cluster
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -151,10 +153,7 @@ def client_from_options(
     if cluster == "threads" and not (address or scheduler_file):
         yield None
         return
-    import distributed  # noqa: F401 - sets up the log handlers one_line_distributed_logs quiets
-
-    from daskbatch.cli._lost_scheduler import one_line_distributed_logs
-    from daskbatch.runtime.cluster import cluster as start_cluster
+    import distributed  # noqa: F401 - sets up the log handlers one_line_distributed_logs quiets  # lazy: distributed
 
     # cluster() prints the scheduler and its dashboard link on stderr. Losing the scheduler
     # makes distributed log tracebacks while the client closes: kept to one line each.

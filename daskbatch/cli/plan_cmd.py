@@ -10,15 +10,17 @@ from click.core import ParameterSource
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
-from daskbatch.stats.spec import DEFAULT_STATS, requested
+from daskbatch.engine.planner import plan, plan_dropping_sketch
+from daskbatch.planning.search import recorded_n_classes
+from daskbatch.runtime.capacity import resources_from_machine
+from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
 
 __all__ = ["plan_command"]
 
 
 def _parse_stats(text: str) -> tuple[str, ...]:
     """``--stats`` through the one spec describe uses (moments always first)."""
-    from daskbatch.stats.spec import normalize_stats
-
     try:
         return normalize_stats(text)
     except ValueError as err:
@@ -73,10 +75,7 @@ def plan_command(
     its statistics, bins, label, split-every and dask settings (memory-fraction,
     reserved-memory) plan as describe will; its other keys are left alone.
     """
-    from daskbatch.engine.planner import plan, plan_dropping_sketch
-    from daskbatch.io.dataset import open_dataset
-    from daskbatch.planning.search import recorded_n_classes
-    from daskbatch.runtime.capacity import resources_from_machine
+    from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
 
     names = _parse_stats(stats)
     n_classes = resolve_n_classes(n_classes, class_values, consecutive=False)
@@ -95,7 +94,7 @@ def plan_command(
             skipped = f"{' and '.join(dropped)} skipped: the store has no label"
         elif n_classes is None and recorded_n_classes(ds) is None:
             # Counting finds the classes; the plan assumes what describe assumes (no label read here).
-            from daskbatch import config
+            from daskbatch import config  # lazy: dask
 
             n_classes = int(config.get("assumed-classes"))
             skipped = f"the store does not record its classes: planned for {n_classes} (pass --n-classes K)"
@@ -108,8 +107,6 @@ def plan_command(
         ),
         names, optional=default_stats,  # as describe, which adds the sketch itself
     )
-    from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
-
     if WINDOWED_FOOTPRINT in planned:
         note = "the quantile sketch keeps a window of 2,048 buckets per sign (33 kB a feature) to fit"
         skipped = f"{skipped}; {note}" if skipped else note

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+from daskbatch.errors import Interrupted
 from daskbatch.jobs.spec import reference
 from daskbatch.runtime.interrupts import exit_now
 
@@ -73,9 +75,7 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     checked before any compute: a job whose outputs overlap the input or each
     other, or would replace a path daskbatch did not write, writes nothing.
     """
-    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
-    from daskbatch.errors import Interrupted
-    from daskbatch.jobs.run import run_job
+    from daskbatch.jobs.run import run_job  # lazy: dask, zarr
 
     with fallback_logging():
         try:

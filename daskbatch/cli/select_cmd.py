@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+import daskbatch as db
 from daskbatch.cli._group import main, user_errors
+from daskbatch.io.outputs import check_output
 
 
 @main.command("select")
@@ -36,8 +38,6 @@ def select_command(
     f and chi2 need a summary described with --label and --stats ...,class_moments;
     f_regression and r_regression one described with --target.
     """
-    import daskbatch as db
-
     given = {name: v for name, v in (("k", k), ("percentile", percentile), ("fpr", fpr), ("fdr", fdr), ("fwe", fwe))
              if v is not None}
     if len(given) > 1:
@@ -49,8 +49,6 @@ def select_command(
         except ValueError:
             raise click.BadParameter(f"expected an integer or 'all', got {param!r}", param_hint="--k") from None
     if out is not None:  # before reading anything
-        from daskbatch.io.outputs import check_output
-
         check_output(out, kind="selection", form="file", what="--out", overwrite=overwrite,
                      protected={"the summary STATS": stats_store})
     summary = db.load_summary(stats_store)

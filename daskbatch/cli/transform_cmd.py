@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
+import daskbatch as db
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.errors import Interrupted
+from daskbatch.io.outputs import check_separate
 from daskbatch.runtime.interrupts import exit_now
 
 
@@ -57,10 +60,6 @@ def transform_command(
     interrupted run (Ctrl-C, SIGTERM, a killed job) resumes when the same
     command is run again: only the missing row blocks are computed.
     """
-    import daskbatch as db
-    from daskbatch.errors import Interrupted
-    from daskbatch.io.outputs import check_separate
-
     # The files the steps read are inputs too: never written over, even with --overwrite.
     check_separate(out, "--out", {"the --select selection": selection, "the --standardize summary": standardize,
                                   "the --pca summary": _pca_spec(pca_)[0] if pca_ is not None else None})

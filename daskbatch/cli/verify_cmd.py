@@ -32,7 +32,7 @@ def verify_command(store: str, threads: int | None, as_json: bool) -> None:
     was lost, 1 otherwise, 2 when STORE cannot be opened or has more chunks
     than daskbatch.max-chunks.
     """
-    from daskbatch.io.verify import verify_store
+    from daskbatch.io.verify import verify_store  # lazy: dask, zarr
 
     report = verify_store(store, threads=threads)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())

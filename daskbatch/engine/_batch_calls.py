@@ -18,6 +18,7 @@ import numpy as np
 from daskbatch._warnings import warn
 from daskbatch.engine.blockrun import on_device
 from daskbatch.errors import BatchError, FlaggedRowsWarning
+from daskbatch.stats.backend import to_numpy
 
 if TYPE_CHECKING:
     from daskbatch.io.rowstore import RegionWriter
@@ -221,8 +222,6 @@ class BatchRunner:
     # -- one call
     def _call(self, block: Any) -> np.ndarray:
         """``func(block)`` checked (same rows, the probed width) and copied to a host array of ``dtype``."""
-        from daskbatch.stats.backend import to_numpy
-
         # A retry must start from the batch as read: the failed attempt may have changed its argument in place.
         retried = self.fallback or self.flag or self.gpu_fallback
         result = self.func(block.copy() if retried else block)
@@ -260,8 +259,6 @@ class BatchRunner:
 
     def _gpu(self, block: Any, lo: int, cpu_rows: Ranges, flagged: Ranges) -> np.ndarray:
         """On the GPU, halving on memory errors; what still fails runs on the CPU."""
-        from daskbatch.stats.backend import to_numpy
-
         def to_cpu(piece: Any, at: int, exc: BaseException) -> np.ndarray:
             _free_gpu_memory()
             cpu_rows.append((at, at + len(piece)))
@@ -296,8 +293,6 @@ class BatchRunner:
         cpu_rows : list of (int, int)
             Row ranges meant for the GPU that ran on the CPU.
         """
-        from daskbatch.stats.backend import to_numpy
-
         rows = int(block.shape[0])
         flagged: Ranges = []
         cpu_rows: Ranges = []
@@ -348,7 +343,7 @@ def _cast_output(values: np.ndarray, dtype: np.dtype, declared: bool) -> np.ndar
 def _free_gpu_memory() -> None:
     """Give CuPy's pooled blocks back to the device (before a retry on a smaller piece or on the CPU)."""
     try:
-        import cupy
+        import cupy  # lazy: cupy
 
         cupy.get_default_memory_pool().free_all_blocks()
     except ImportError:  # pragma: no cover - only called after a CuPy block failed
@@ -384,8 +379,6 @@ def run_batch(
     cpu_rows : list of (int, int)
         Row ranges meant for the GPU that ran on the CPU.
     """
-    from daskbatch.stats.backend import to_numpy
-
     lo = i * per
     out, failed, cpu_rows = runner.run(xb, lo)
     if writer is None:
@@ -419,8 +412,6 @@ def probe_output(runner: BatchRunner, x: Any) -> tuple[int, np.dtype]:
     dtype : numpy.dtype
         Output dtype.
     """
-    from daskbatch.stats.backend import to_numpy
-
     n = min(PROBE_ROWS, int(x.shape[0]))
     head = x[:n].compute()
     tries: list[Callable[[], Any]] = [lambda: on_device(head, runner.device)]

@@ -12,11 +12,21 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch import config
+from daskbatch._version import __version__
+from daskbatch.engine.checkpoint.manifest import recorded_layout
+from daskbatch.engine.class_labels import resolve_classes
 from daskbatch.engine.inputs import FeatureMatrix, to_device
 from daskbatch.engine.passes import compute
 from daskbatch.engine.reduce import resolve_split_every
+from daskbatch.engine.tiled import tiled_covariance
+from daskbatch.planning.resources import Resources
+from daskbatch.planning.search import Plan
+from daskbatch.runtime.capacity import active_client
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats._base import reads_weights
+from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.histogram import QuantileHistogram
+from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.spec import Requested, counts_by_label, histogram_ranges
 
@@ -58,8 +68,6 @@ def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool
     automatic = isinstance(plan, str) and plan == "auto"
     recorded = None
     if checkpoint is not None and not force and automatic:
-        from daskbatch.engine.checkpoint.manifest import recorded_layout
-
         recorded = recorded_layout(checkpoint)
     if recorded is None:
         return _Layout(plan, None, split_every, "plan" if plan is not None else "input chunks")
@@ -75,17 +83,12 @@ def _class_values_of(
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if not any(r.needs_label for r in wanted):
         return None, None
-    from daskbatch.engine.class_labels import resolve_classes
-
     return resolve_classes(data, classes, split_every=split_every, negative=negative,
                            compute=lambda d: compute(d, progress, "label scan"))
 
 
 def _warn_unless_gpu_kernels() -> None:
     """Warn once when CuPy chunks will take the array-API path, checking where the chunks run (the workers)."""
-    from daskbatch.runtime.capacity import active_client
-    from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
-
     client = active_client()
     checks = [check_gpu()] if client is None else list(client.run(check_gpu).values())
     for check in checks:
@@ -97,9 +100,6 @@ def _planned(
     n_classes: tuple[int, ...] | None,
 ) -> Any:
     """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
-    from daskbatch.planning.resources import Resources
-    from daskbatch.planning.search import Plan
-
     plan = layout.plan
     if plan is None:
         return None
@@ -202,8 +202,6 @@ def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
 
 def _check_weighted(custom: tuple[Any, ...], checkpoint: Any) -> None:
     """Refuse, before any compute, what weights do not reach: a user's statistic without ``takes_weights``, checkpoints."""
-    from daskbatch.stats._base import reads_weights
-
     for stat in custom:
         if not reads_weights(stat):
             raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
@@ -221,12 +219,10 @@ def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
 @contextlib.contextmanager
 def _describe_span(data: FeatureMatrix) -> Iterator[None]:
     """One ``distributed`` span per describe call, so the dashboard groups its tasks."""
-    from daskbatch.runtime.capacity import active_client
-
     if active_client() is None:
         yield
         return
-    from distributed import span
+    from distributed import span  # lazy: distributed
 
     with span("daskbatch-describe"):
         yield
@@ -235,9 +231,6 @@ def _describe_span(data: FeatureMatrix) -> Iterator[None]:
 def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
     """Covariance tile by tile into Zarr (the D × D state does not fit one worker)."""
     import tempfile
-
-    from daskbatch.engine.tiled import tiled_covariance
-    from daskbatch.stats.comoments import CoMomentsResult
 
     out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
     if data.stage_rows is not None:  # the tiles' tasks take device blocks: move them block by block
@@ -257,6 +250,4 @@ def _protected_paths(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, A
 
 
 def _version() -> str:
-    from daskbatch._version import __version__
-
     return __version__

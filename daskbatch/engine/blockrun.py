@@ -30,6 +30,7 @@ from daskbatch._arguments import checked_device
 from daskbatch._typing import DEVICES  # noqa: F401 - map_batches and map_items import it from here
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.progress import Progress
+from daskbatch.stats.backend import to_numpy
 
 __all__ = ["on_device", "run_blocks"]
 
@@ -43,7 +44,7 @@ def check_device(device: str) -> None:
     """
     if checked_device(device) == "gpu":
         try:
-            import cupy  # noqa: F401
+            import cupy  # noqa: F401  # lazy: cupy
         except ImportError as exc:
             raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
 
@@ -68,11 +69,9 @@ def on_device(block: Any, device: str) -> Any:
     if device == "auto":
         return block
     if device == "gpu":
-        import cupy
+        import cupy  # lazy: cupy
 
         return cupy.asarray(block)
-    from daskbatch.stats.backend import to_numpy
-
     return to_numpy(block)
 
 
@@ -111,7 +110,7 @@ class _Tracker:
 
 def _client() -> Any:
     """The distributed Client that dask would compute on, or None."""
-    from dask.base import get_scheduler
+    from dask.base import get_scheduler  # lazy: dask
 
     get = get_scheduler()
     owner = getattr(get, "__self__", None)
@@ -179,7 +178,7 @@ def run_blocks(
     Interrupted
         After SIGINT or SIGTERM; the finished blocks were reported.
     """
-    from dask import delayed
+    from dask import delayed  # lazy: dask
 
     stop = cancel if cancel is not None else threading.Event()
     total = len(args) if total is None else total
@@ -218,7 +217,7 @@ def _run_local(
     fn: Callable[..., Any], args: Mapping[int, tuple[Any, ...]], name: str,
     done: Callable[[int, Any], None], stop: threading.Event,
 ) -> None:
-    from dask import delayed
+    from dask import delayed  # lazy: dask
 
     tracker = _Tracker()
     keys = {f"{name}-{i}": i for i in args}
@@ -261,7 +260,7 @@ def _run_local(
 def _run_distributed(
     client: Any, tasks: list[Any], blocks: list[int], done: Callable[[int, Any], None], stop: threading.Event
 ) -> None:
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: distributed
 
     futures = client.compute(tasks)
     index = {f.key: i for f, i in zip(futures, blocks, strict=True)}

@@ -31,6 +31,8 @@ import dask.array as da
 import numpy as np
 
 from daskbatch import config
+from daskbatch.engine.reduce import tree_reduce
+from daskbatch.planning.search import recorded_n_classes
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.classes import (
     ClassValues,
@@ -78,8 +80,6 @@ def recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
     tuple of int or None
         The recorded classes, or None.
     """
-    from daskbatch.planning.search import recorded_n_classes
-
     source = data.source
     if source is None or data.label is None or getattr(source, "label", None) is not data.label:
         return None
@@ -126,8 +126,6 @@ def resolve_classes(
                 f"the store records {len(recorded):,} classes, more than daskbatch.max-classes ({limit:,})"
             )
         return recorded, "store"
-    from daskbatch.engine.reduce import tree_reduce
-
     if data.label is None:
         raise ValueError("the class values of the label were asked for, but the data has no label")
     # negative values stop the scan of a label

@@ -13,6 +13,9 @@ from typing import Any
 from daskbatch import config
 from daskbatch._typing import Device
 from daskbatch.planning.devices import DeviceChoice, choose_device
+from daskbatch.planning.resources import Resources
+from daskbatch.runtime.capacity import resources_auto
+from daskbatch.stats.kernels.preflight import check_gpu
 
 __all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem", "resolve_device"]
 
@@ -33,7 +36,7 @@ def configured_min_batch_bytes() -> int | None:
     ValueError
         The setting is neither ``auto`` nor a size in bytes.
     """
-    from dask.utils import parse_bytes
+    from dask.utils import parse_bytes  # lazy: dask
 
     value = config.get(KEY)
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
@@ -57,8 +60,6 @@ def gpu_problem() -> str | None:
     str or None
         The problem in one line, or None when the GPU works.
     """
-    from daskbatch.stats.kernels.preflight import check_gpu
-
     check = check_gpu()
     if not check.ok:
         return check.problem
@@ -93,9 +94,6 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
         problem = gpu_problem()
         resources = None
         if problem is None and min_bytes is None:
-            from daskbatch.planning.resources import Resources
-            from daskbatch.runtime.capacity import resources_auto
-
             try:
                 resources = resources_auto(device="gpu")
             except ValueError:  # the GPU's memory is unreadable (no pynvml): the threshold needs only the threads
@@ -125,7 +123,7 @@ def resolve_device(device: Device, x: Any) -> DeviceChoice:
     DeviceChoice
         Where the chunks run and why.
     """
-    from dask.utils import parse_bytes
+    from dask.utils import parse_bytes  # lazy: dask
 
     if device != "auto":
         return DeviceChoice(device, f"device={device!r}")

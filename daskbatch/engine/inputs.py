@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import dask.array as da
 import numpy as np
 
+from daskbatch import config
+from daskbatch.engine.staged import TRANSFERS, part_rows_for
+
 if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
 
@@ -163,7 +166,7 @@ def as_feature_matrix(
     names: tuple[str, ...] | None = None
     source = None
     if isinstance(x, (str, os.PathLike)):
-        from daskbatch.io.dataset import open_dataset
+        from daskbatch.io.dataset import open_dataset  # lazy: zarr
 
         label_name = label if isinstance(label, str) else None
         x = open_dataset(os.fspath(x), label=label_name, missing=missing)  # type: ignore[arg-type]
@@ -332,8 +335,8 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
         )
     if getattr(source, "skipped_rows", None):
         raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
-    from daskbatch.io.integrity import array_label
-    from daskbatch.io.zarr_nodes import get_array, open_node
+    from daskbatch.io.integrity import array_label  # lazy: zarr
+    from daskbatch.io.zarr_nodes import get_array, open_node  # lazy: zarr
 
     root, where = open_node(path, None)
     arr = get_array(root, name, where, role)
@@ -372,7 +375,7 @@ def _from_dataframe(x: Any, label: Any, what: str | None) -> tuple[Any, Any, tup
         if label not in x.columns:
             raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
         label, x = x[label], x.drop(columns=[label])
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     bad = [str(c) for c, t in x.dtypes.items() if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
     if bad:
@@ -423,7 +426,7 @@ def device_module(device: str) -> Any:
     if device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     try:
-        import cupy
+        import cupy  # lazy: cupy
     except ImportError as exc:
         raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
     return cupy
@@ -455,16 +458,13 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
     """
     if device == "cpu":
         return data
-    from daskbatch import config
-    from daskbatch.engine.staged import TRANSFERS, part_rows_for
-
     transfer = str(config.get("gpu-transfer")) if transfer is None else transfer
     if transfer not in TRANSFERS:  # checked before CuPy is needed: a setting's typo is named first
         raise ValueError(f"gpu transfer must be one of {', '.join(TRANSFERS)}, got {transfer!r}")
     cupy = device_module(device)
     provenance = {**data.provenance, "device": "gpu", "gpu_transfer": transfer}
     if transfer == "staged":
-        from dask.utils import parse_bytes
+        from dask.utils import parse_bytes  # lazy: dask
 
         rows = part_rows_for(data.x.shape[1], data.x.dtype.itemsize, parse_bytes(config.get("gpu-staging-bytes")))
         return dataclasses.replace(data, provenance=provenance, stage_rows=rows)

@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from daskbatch.engine.checkpoint import run as checkpointed
 from daskbatch.engine.inputs import FeatureMatrix
 from daskbatch.engine.reduce import TASK_PREFIXES, statistics_tag, task_prefixes, tree_reduce
+from daskbatch.engine.staged import Staged
+from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
@@ -113,8 +116,6 @@ class PassRunner:  # numpydoc ignore=PR02
         label = self.data.label if needs_label else None
         stat: BundleLike = bundle
         if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
-            from daskbatch.engine.staged import Staged
-
             stat = Staged(bundle, self.data.stage_rows)
         x = self.data.x
         t0 = time.perf_counter()
@@ -126,8 +127,6 @@ class PassRunner:  # numpydoc ignore=PR02
                 if self.data.weights is not None:  # the checkpoint's fingerprint does not cover weights yet
                     raise ValueError("weights= cannot be combined with checkpoint= yet: their fingerprint would not cover the weights")
                 # Looked up on the module at call time (tests wrap it to watch the lock).
-                from daskbatch.engine.checkpoint import run as checkpointed
-
                 result = checkpointed.run_checkpointed(
                     stat, self.data, label, split_every=self.split_every, progress=bar,
                     directory=self.checkpoint, force=self.force, finalize=finalize,
@@ -152,12 +151,10 @@ class PassRunner:  # numpydoc ignore=PR02
 @contextlib.contextmanager
 def _span(name: str) -> Iterator[None]:
     """A ``distributed`` span per pass (inside describe's ``daskbatch-describe``): the dashboard tells the passes apart."""
-    from daskbatch.runtime.capacity import active_client
-
     if active_client() is None:
         yield
         return
-    from distributed import span
+    from distributed import span  # lazy: distributed
 
     with span(name):
         yield

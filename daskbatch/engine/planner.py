@@ -21,8 +21,20 @@ from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
+from daskbatch.runtime.capacity import cuda_device_count, resources_auto
+from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.spec import DEFAULT_STATS
+from daskbatch.stats.kernels import path
+from daskbatch.stats.kernels.path import kernel_path
+from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+from daskbatch.stats.spec import (
+    DEFAULT_STATS,
+    SKETCH,
+    counts_by_label,
+    describe_statistics,
+    names_of,
+    requested,
+)
 
 
 def plan(
@@ -77,10 +89,9 @@ def plan(
     >>> p.chunk_rows
     1000
     """
-    from dask.utils import parse_bytes
+    from dask.utils import parse_bytes  # lazy: dask
 
-    from daskbatch import config
-    from daskbatch.stats.kernels.path import kernel_path
+    from daskbatch import config  # lazy: dask
 
     if device is None:  # the old spelling of "auto"
         warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
@@ -88,7 +99,7 @@ def plan(
     device = checked_device(device)
 
     if isinstance(x_or_dataset, (str, os.PathLike)):
-        from daskbatch.io.dataset import open_dataset
+        from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
 
         x_or_dataset = open_dataset(x_or_dataset)
     x = getattr(x_or_dataset, "x", x_or_dataset)
@@ -97,8 +108,6 @@ def plan(
     if n_classes is None and any(footprint(s).needs_classes for s in stats):
         n_classes = recorded_n_classes(x_or_dataset)
     if resources is None or (isinstance(resources, str) and resources == "auto"):
-        from daskbatch.runtime.capacity import resources_auto
-
         resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
@@ -123,9 +132,6 @@ def _gpu_kernels_expected() -> bool:
     cluster starts): they are planned with the kernels, which ``daskbatch info
     --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
     """
-    from daskbatch.runtime.capacity import cuda_device_count
-    from daskbatch.stats.kernels import path
-
     return path.gpu_available() or cuda_device_count() == 0
 
 
@@ -167,7 +173,7 @@ def plan_statistics(
     Plan
         The plan.
     """
-    from daskbatch import config
+    from daskbatch import config  # lazy: dask
 
     source = data.source if data.source is not None else data.x
     labelled = any(footprint(s).needs_classes for s in names)
@@ -220,16 +226,8 @@ def plan_describe(
     Plan
         The plan of the largest pass.
     """
-    from daskbatch.engine.class_labels import max_classes
-    from daskbatch.engine.inputs import as_feature_matrix
-    from daskbatch.stats.classes import validate_classes
-    from daskbatch.stats.spec import (
-        SKETCH,
-        counts_by_label,
-        describe_statistics,
-        names_of,
-        requested,
-    )
+    from daskbatch.engine.class_labels import max_classes  # lazy: dask
+    from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
 
     data = as_feature_matrix(x, label)
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
@@ -279,8 +277,6 @@ def plan_dropping_sketch(
     PlanError
         The first one, unchanged, when leaving the sketch out does not help either.
     """
-    from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
-
     try:
         return make(stats), stats
     except PlanError as err:

@@ -26,7 +26,10 @@ from daskbatch import config
 from daskbatch._arguments import strict_int
 from daskbatch._typing import Array
 from daskbatch.engine.sizeof import register as register_sizeof
+from daskbatch.runtime.thread_limits import limited
 from daskbatch.stats._base import Statistic, merge_all
+from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.classes import labels_checked
 
 S = TypeVar("S")
 R = TypeVar("R")
@@ -186,9 +189,6 @@ def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delay
 
 def _chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:
     """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
-    from daskbatch.runtime.thread_limits import limited
-    from daskbatch.stats.classes import labels_checked
-
     with limited(), labels_checked() if checked else contextlib.nullcontext():
         return stat.chunk(x, label, **masks)
 
@@ -219,8 +219,6 @@ def to_host(value: Any) -> Any:
     object
         ``value`` with host arrays.
     """
-    from daskbatch.stats.backend import to_numpy
-
     if isinstance(value, tuple):
         items = [to_host(v) for v in value]
         return type(value)(*items) if hasattr(value, "_asdict") else tuple(items)  # a named tuple keeps its type

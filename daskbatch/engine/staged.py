@@ -24,6 +24,7 @@ import numpy as np
 
 from daskbatch._typing import Array
 from daskbatch.stats._base import Statistic
+from daskbatch.stats.kernels._staging import split_rows, stager
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
 
 __all__ = ["TRANSFERS", "Staged", "part_rows_for"]
@@ -154,11 +155,9 @@ class Staged(Generic[S, R]):  # numpydoc ignore=PR02
         """
         if kernel_path(x).kind not in ("numba-cpu", "array-api-numpy"):  # not a host block: already on the device
             return self.inner.chunk(x, label, **masks)
-        from daskbatch.stats.kernels._staging import split_rows, stager
-
         keys = tuple(masks)
         if x.shape[0] == 0:  # nothing to copy: the statistic's empty state, on the device
-            import cupy
+            import cupy  # lazy: cupy
 
             return self._chunk_parts(keys, cupy.asarray(x), None if label is None else cupy.asarray(label),
                                      *(cupy.asarray(masks[k]) for k in keys))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
 from daskbatch.engine import _describe_steps as steps
+from daskbatch.engine.class_labels import checked_label
 from daskbatch.engine.devices import resolve_device
 from daskbatch.engine.inputs import (
     FeatureMatrix,
@@ -223,8 +224,6 @@ def run_statistics(
     data = steps._rechunked(data, layout.chunk_rows if layout.chunk_rows is not None else
                       chosen.chunk_rows if chosen is not None else None)
     if class_values is not None and classes_from not in ("label scan", "target quantiles"):
-        from daskbatch.engine.class_labels import checked_label
-
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
     if class_values is not None:  # checked just above, or found by scanning this very label
@@ -243,7 +242,7 @@ def run_statistics(
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
     cached = two_passes and run.checkpoint is None and steps._cache_blocks(run.cache, data, chosen, device)
     if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
-        import dask
+        import dask  # lazy: dask
 
         log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
                  f"{data.x.nbytes / 2**20:,.0f}", run.cache)

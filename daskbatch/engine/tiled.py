@@ -98,7 +98,7 @@ class TiledCov:
         numpy.ndarray
             The means, (D,).
         """
-        import zarr
+        import zarr  # lazy: zarr
 
         return np.asarray(zarr.open_array(self.path, path="mean", mode="r")[...])
 
@@ -132,7 +132,7 @@ class TiledCov:
 
 def _top_of_tile(path: str, ti: int, tj: int, tile: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The k strongest finite pairs ``i < j`` of one tile of ``corr`` (global indices)."""
-    import zarr
+    import zarr  # lazy: zarr
 
     corr = zarr.open_array(path, path="corr", mode="r")
     i0, j0 = ti * tile, tj * tile
@@ -219,7 +219,7 @@ def _fill_tiles(
     x: da.Array, where: str, *, tile: int, ddof: int, split_every: int | None, names: tuple[str, ...]
 ) -> int:
     """Create the group at ``where``, compute and write every tile; return the number of complete rows."""
-    import zarr
+    import zarr  # lazy: zarr
 
     n_features = int(x.shape[1])
     attrs: dict[str, Any] = {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}}
@@ -267,7 +267,7 @@ def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
     TiledCov
         The tiled covariance.
     """
-    import zarr
+    import zarr  # lazy: zarr
 
     where = os.fspath(path)
     group = zarr.open_group(where, mode="r")
@@ -292,7 +292,7 @@ def _meta(group: zarr.Group, where: str) -> dict[str, Any]:
 
 def _array(group: zarr.Group, name: str, where: str) -> zarr.Array:
     """Array ``name`` of the group, or a DataError naming what is there instead."""
-    import zarr
+    import zarr  # lazy: zarr
 
     node = group[name]
     if not isinstance(node, zarr.Array):
@@ -309,7 +309,7 @@ def _write_tile(
     a: int, b: int, ddof: int, diagonal: bool,
 ) -> float:
     """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return ``n``."""
-    import zarr
+    import zarr  # lazy: zarr
 
     cov, corr = finalize_tile(s, var_a, var_b, ddof, diagonal)
     wa, wb = cov.shape

@@ -137,7 +137,7 @@ def stored_keys(arr: zarr.Array) -> set[str]:
     """
     # zarr 3 stores only list asynchronously; zarr's own ``sync`` runs the coroutine
     # on zarr's event loop, which async fsspec file systems are bound to.
-    from zarr.core.sync import sync
+    from zarr.core.sync import sync  # lazy: zarr
 
     prefix = arr.store_path.path.strip("/")
 
@@ -215,8 +215,8 @@ def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarra
     """
     import asyncio
 
-    from zarr.codecs import ShardingCodec
-    from zarr.core.sync import sync
+    from zarr.codecs import ShardingCodec  # lazy: zarr
+    from zarr.core.sync import sync  # lazy: zarr
 
     codec = next(c for c in arr.metadata.codecs if isinstance(c, ShardingCodec))  # type: ignore[union-attr]
     per = _chunks_per_shard(arr)

@@ -19,6 +19,7 @@ import dask.array as da
 import zarr
 from dask.utils import format_bytes
 
+from daskbatch import _html
 from daskbatch._warnings import warn
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import array_label, storage_chunks
@@ -221,8 +222,6 @@ class Dataset:
         return "<daskbatch.Dataset>\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
     def _repr_html_(self) -> str:
-        from daskbatch import _html
-
         rows, cols = self.shape
         problems = {"missing chunks"} if self.absent_lost or self.skipped_rows else set()
         if not self.complete:

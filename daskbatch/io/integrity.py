@@ -120,7 +120,7 @@ def checksummed(compressor: Any | None) -> tuple[Any, ...]:
     tuple
         Codecs for ``zarr.create_array(..., compressors=...)``.
     """
-    from zarr.codecs import Crc32cCodec
+    from zarr.codecs import Crc32cCodec  # lazy: zarr
 
     return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
 

@@ -168,7 +168,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     where = os.fspath(path)
     if not _is_url(where) and os.path.isfile(where):
         return _json_kind(where)
-    import zarr
+    import zarr  # lazy: zarr
 
     try:
         attrs = dict(zarr.open_group(where, mode="r").attrs)
@@ -196,7 +196,7 @@ def _json_kind(path: str) -> str | None:
 def _exists(path: str) -> bool:
     if not _is_url(path):
         return os.path.lexists(path)
-    import fsspec
+    import fsspec  # lazy: fsspec
 
     fs, where = fsspec.core.url_to_fs(path)
     return bool(fs.exists(where))

@@ -144,7 +144,7 @@ def staged(path: str) -> Iterator[str]:
 
 def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
     """Object stores have no rename: replace an allowed existing output in place."""
-    import fsspec
+    import fsspec  # lazy: fsspec
 
     fs, where = fsspec.core.url_to_fs(target.path)
     if fs.exists(where):
@@ -172,7 +172,7 @@ def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
     def _write(tmp: str) -> None:
         """Write the text to ``tmp``, locally or through fsspec."""
         if target.is_url:
-            import fsspec
+            import fsspec  # lazy: fsspec
 
             with fsspec.open(tmp, "w") as f:
                 f.write(text)

@@ -319,7 +319,7 @@ class RowStore:
             create = replace_or_resume(out, kind, doc, overwrite) if os.path.lexists(out) else True
             if create:
                 create_store(out, kind, rows, chunk_rows, arrays, attrs, doc)
-            import zarr
+            import zarr  # lazy: zarr
 
             # An absolute path: the writer travels to workers that may start elsewhere.
             group = zarr.open_group(os.path.abspath(out), mode="r+")

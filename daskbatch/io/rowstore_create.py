@@ -153,8 +153,8 @@ def create_store(
     doc : dict
         The manifest, JSON-able.
     """
-    import zarr
-    from zarr.codecs import Crc32cCodec, ZstdCodec
+    import zarr  # lazy: zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec  # lazy: zarr
 
     # First the marker that says "ours, being created", then the data; the marker is removed last.
     os.mkdir(out)

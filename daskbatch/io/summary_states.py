@@ -50,6 +50,7 @@ import zarr
 from daskbatch.errors import DataError
 from daskbatch.io import state_codec
 from daskbatch.io.integrity import checksummed
+from daskbatch.stats._base import reads_label
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 
 __all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_digest", "write_states"]
@@ -108,7 +109,7 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     results : str
         :func:`results_digest` of the summary's dataset: the states are bound to it.
     """
-    from zarr.codecs import ZstdCodec
+    from zarr.codecs import ZstdCodec  # lazy: zarr
 
     root = zarr.open_group(store, mode="r+")
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
@@ -227,8 +228,6 @@ def read_states(
 
 def _read_user(store: str, name: str, group: Any, statistic: Any, n_features: int) -> Kept:
     """A user's state, verified against the statistic the caller passed (nothing named by the file is imported)."""
-    from daskbatch.stats._base import reads_label
-
     where = f"summary {store}: state {name!r}"
     attrs = dict(group.attrs)
     _check_version(store, f"state {name!r}", attrs.get("format_version"))

@@ -86,7 +86,7 @@ def _wants_gpu(device: str) -> bool:
     if device == "cpu":
         return False
     try:
-        import cupy
+        import cupy  # lazy: cupy
 
         present = cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no CuPy, no driver or no device: all mean "no GPU here"
@@ -142,7 +142,7 @@ def _lazy(
     meta_x: Any = np.empty((0, 0), dtype=dtype)
     meta_y: Any = np.empty((0,), dtype=np.int32)
     if stream == "gpu":
-        import cupy
+        import cupy  # lazy: cupy
 
         meta_x, meta_y = cupy.empty((0, 0), dtype=dtype), cupy.empty((0,), dtype=np.int32)
     x = da.map_blocks(

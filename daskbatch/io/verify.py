@@ -204,7 +204,7 @@ def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
 
 
 def _has_checksum(arr: zarr.Array) -> bool:
-    from zarr.codecs import Crc32cCodec, ShardingCodec
+    from zarr.codecs import Crc32cCodec, ShardingCodec  # lazy: zarr
 
     codecs = getattr(arr.metadata, "codecs", None)
     if codecs is None:  # zarr v2 metadata: numcodecs compressor and filters
@@ -246,7 +246,7 @@ def _zstd_needs(buf: bytes) -> int | None:
 
 def _expected_size(arr: zarr.Array, raw: bytes) -> int | None:
     """Smallest size the stored object of one chunk must have, when its encoding tells."""
-    from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+    from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec  # lazy: zarr
 
     codecs = getattr(arr.metadata, "codecs", None)
     if codecs is None:
@@ -275,8 +275,8 @@ def _classify(arr: zarr.Array, raw: bytes | None, exc: BaseException) -> tuple[K
 
 
 def _raw(arr: zarr.Array, key: str) -> bytes | None:
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.core.buffer import default_buffer_prototype  # lazy: zarr
+    from zarr.core.sync import sync  # lazy: zarr
 
     buf = sync(arr.store_path.store.get(key, prototype=default_buffer_prototype()))
     return None if buf is None else buf.to_bytes()
@@ -344,7 +344,8 @@ def verify_store(
     arrays = _arrays(root)
     for arr in arrays:
         check_chunk_count(arr)
-    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+    # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
+    from dask.system import CPU_COUNT  # lazy: dask
 
     n_threads = threads or min(8, CPU_COUNT)
     if n_threads < 1:

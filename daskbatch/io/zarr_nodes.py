@@ -208,7 +208,7 @@ def cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
     (callable, numpy.dtype) or None
         The block decoder (xarray's own CF decoding) and the dtype it gives.
     """
-    import xarray as xr
+    import xarray as xr  # lazy: xarray
 
     cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
     if not cf:

@@ -7,8 +7,15 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from daskbatch.describe import plan_describe
 from daskbatch.jobs._stages import histogram_range
 from daskbatch.jobs.schema import JobSpec
+from daskbatch.runtime.capacity import (
+    parse_memory,
+    resources_from_client,
+    resources_from_machine,
+)
+from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
 
 
 def memory_limit(job: JobSpec, kind: str) -> Any:
@@ -47,7 +54,7 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
     Iterator
         Yields the client, or None for kind threads (dask's threaded scheduler).
     """
-    import dask
+    import dask  # lazy: dask
 
     spec = job.cluster
     if spec.kind == "threads":
@@ -57,8 +64,6 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
         with dask.config.set(settings):
             yield None
         return
-    from daskbatch.runtime.cluster import cluster, resolve_kind
-
     kwargs: dict[str, Any] = {}
     kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
     limit = memory_limit(job, kind)
@@ -96,12 +101,6 @@ def job_resources(job: JobSpec, client: Any) -> Any:
     Resources
         The workers' resources.
     """
-    from daskbatch.runtime.capacity import (
-        parse_memory,
-        resources_from_client,
-        resources_from_machine,
-    )
-
     if client is None:
         return resources_from_machine(n_workers=1, threads_per_worker=job.cluster.threads, memory=job.memory)
     device = None if job.cluster.device == "auto" else job.cluster.device
@@ -131,10 +130,6 @@ def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
     Plan or None
         The plan, or None when the cluster is not cuda.
     """
-    from daskbatch.describe import plan_describe
-    from daskbatch.runtime.capacity import resources_from_machine
-    from daskbatch.runtime.cluster import require_cuda, resolve_kind
-
     kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
     if kind != "cuda":
         return None

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from daskbatch.jobs.schema import JobSpec
+from daskbatch.summary import load_summary
 from daskbatch.transforms import steps
+from daskbatch.transforms import steps as st
 
 log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
 
@@ -157,8 +159,6 @@ def saved_twin(path: str, summary: Any) -> Any:
     """
     if "://" in path or not os.path.exists(path):
         return None
-    from daskbatch.summary import load_summary
-
     try:
         saved = load_summary(path)
     except Exception as exc:  # unreadable or not a summary: it is replaced
@@ -195,8 +195,6 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
     list
         The steps, in order.
     """
-    from daskbatch.transforms import steps as st
-
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
         if name == "select":

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._version import __version__
 from daskbatch.jobs.schema import JobSpec
 from daskbatch.runtime.joblog import peak_memory
 
@@ -160,8 +161,6 @@ def versions() -> dict[str, str | None]:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = None
-    from daskbatch._version import __version__
-
     out["daskbatch"] = __version__
     return out
 
@@ -181,7 +180,7 @@ def now() -> str:
 
 
 def _bytes(n: float | None) -> str:
-    from dask.utils import format_bytes
+    from dask.utils import format_bytes  # lazy: dask
 
     return "-" if n is None else format_bytes(int(n))
 

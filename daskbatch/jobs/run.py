@@ -39,6 +39,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from daskbatch.describe import describe, plan_describe
+from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+from daskbatch.errors import Cancelled, Interrupted, PlanError
+from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
     MARKER,
     Form,
@@ -70,7 +74,10 @@ from daskbatch.jobs.report import (
     write_json_atomic,
 )
 from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
+from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.dask_settings import check_dask_settings
+from daskbatch.selection import select
+from daskbatch.transforms import transform
 
 __all__ = ["JobReport", "run_job"]
 
@@ -125,14 +132,12 @@ def run_job(
     check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
     targets = check_job_outputs(job, overwrite=overwrite)  # all of them before anything is written
     report = JobReport(job=job, source=where, started=now())
-    import dask
+    import dask  # lazy: dask
 
     try:
         with dask.config.set(flatten(job.dask or {})):
             _run(job, report, overwrite)
     except BaseException as exc:
-        from daskbatch.errors import Cancelled, Interrupted, PlanError
-
         if isinstance(exc, PlanError):
             report.status = "plan_error"
         elif isinstance(exc, (Interrupted, Cancelled, KeyboardInterrupt)):
@@ -178,8 +183,6 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
     protected = {"the input store (input.store)": job.input.store}
     targets = check_outputs(named, overwrite=overwrite, protected=protected, make_parents=True)
     if job.checkpoint is not None:
-        from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
-
         check_separate(job.checkpoint, "checkpoint", {**protected, **{k: t.path for k, t in targets.items()}})
         check_checkpoint_dir(job.checkpoint, "checkpoint")
     folder_abs = os.path.abspath(folder) if "://" not in folder else None
@@ -211,11 +214,6 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
 
 
 def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
-    from daskbatch.describe import describe, plan_describe
-    from daskbatch.errors import PlanError
-    from daskbatch.io.dataset import open_dataset
-    from daskbatch.runtime.capacity import resources_from_client
-
     folder = job.outputs.dir
     if "://" not in folder:
         os.makedirs(folder, exist_ok=True)
@@ -285,8 +283,6 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
 
         selection = None
         if selection_needed(job):
-            from daskbatch.selection import select
-
             with phase(report, "select"):
                 s = job.selection
                 selection = select(summary, score=s.score, mode=s.mode, param=s.param,
@@ -301,8 +297,6 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 report.outputs["selection"] = path
 
         if transform_needed(job):
-            from daskbatch.transforms import transform
-
             out = job.output_path("transform")
             assert out is not None
             with phase(report, "transform"):

@@ -127,7 +127,7 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def _from_config() -> dict[str, Any]:
     """``daskbatch.job.*`` from dask.config, checked ("dask config daskbatch.job" names the source)."""
-    from daskbatch import config
+    from daskbatch import config  # lazy: dask
 
     values = config.get("job") or {}
     if not isinstance(values, Mapping):

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from daskbatch import _html
 from daskbatch.planning.memory import (
     StatLike,
     chunk_task_terms,
@@ -120,8 +121,6 @@ class Plan:
 
     def _repr_html_(self) -> str:
         """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
-        from daskbatch import _html
-
         title, rows = plan_rows(self)
         styled = []
         for key, value in rows:

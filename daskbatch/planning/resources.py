@@ -101,6 +101,6 @@ def format_bytes(n: int | float) -> str:
     str
         Such as ``3.10 GiB``.
     """
-    from dask.utils import format_bytes as dask_format_bytes
+    from dask.utils import format_bytes as dask_format_bytes  # lazy: dask
 
     return dask_format_bytes(int(n))

@@ -45,7 +45,7 @@ def machine_memory_bytes() -> int:
     int
         Bytes.
     """
-    from distributed.system import MEMORY_LIMIT
+    from distributed.system import MEMORY_LIMIT  # lazy: distributed
 
     return int(MEMORY_LIMIT)
 
@@ -115,7 +115,7 @@ def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
     int
         Bytes, at least 1.
     """
-    from dask.utils import parse_bytes
+    from dask.utils import parse_bytes  # lazy: dask
 
     if isinstance(value, bool):
         raise ValueError(f"memory must be bytes, a fraction or 'auto', got {value!r}")
@@ -190,7 +190,7 @@ def resources_from_machine(
             host_per_worker, threads_per_worker or 1, n_workers, device_memory_bytes=dev, device="gpu"
         )
     # The CPUs this process may use (affinity, cgroup: a batch job's share), not the node's os.cpu_count().
-    from dask.system import CPU_COUNT
+    from dask.system import CPU_COUNT  # lazy: dask
 
     threads = threads_per_worker or max(1, CPU_COUNT // n_workers)
     mem = parse_memory(memory, total_bytes=host_per_worker)
@@ -268,11 +268,11 @@ def active_client() -> Any:
     distributed.Client or None
         The client, or None.
     """
-    from dask.base import get_scheduler
+    from dask.base import get_scheduler  # lazy: dask
 
     owner = getattr(get_scheduler(), "__self__", None)
     try:
-        from distributed import Client
+        from distributed import Client  # lazy: distributed
     except ImportError:  # pragma: no cover - distributed is a dependency
         return None
     return owner if isinstance(owner, Client) else None

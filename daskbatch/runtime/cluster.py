@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from daskbatch.errors import DeviceUnavailableError, SubmitError
 from daskbatch.runtime.capacity import (
     cuda_device_count,
 )
@@ -91,7 +92,7 @@ def cluster(
     >>> with db.cluster("local", n_workers=2, threads_per_worker=1) as client:  # doctest: +SKIP
     ...     resources = resources_from_client(client)  # what plans see
     """
-    from distributed import Client
+    from distributed import Client  # lazy: distributed
 
     if address is not None and scheduler_file is not None:
         raise ValueError("give either address or scheduler_file, not both")
@@ -135,9 +136,9 @@ def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None 
         return
     import time
 
-    from dask.utils import parse_timedelta
+    from dask.utils import parse_timedelta  # lazy: dask
 
-    from daskbatch import config
+    from daskbatch import config  # lazy: dask
 
     timeout = config.get("worker-timeout")
     deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
@@ -181,8 +182,6 @@ def require_cuda() -> int:
     if n == 0:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
-        from daskbatch.errors import DeviceUnavailableError
-
         raise DeviceUnavailableError(
             f"cluster kind 'cuda' needs a CUDA device, and none is visible{where}; "
             "use --cluster local (or auto) on this machine"
@@ -220,7 +219,7 @@ def _start_jobqueue(kind: str, kwargs: dict[str, Any], wait_for_workers: int | N
     --test-only`` checks the worker job's script first.
     """
     try:
-        import dask_jobqueue
+        import dask_jobqueue  # lazy: dask_jobqueue
     except ImportError as exc:
         raise ImportError(f"cluster kind {kind!r} needs dask-jobqueue: {_HPC_HINT}") from exc
     opts = dict(kwargs)
@@ -245,8 +244,6 @@ def _test_submit(started: Any) -> None:
     import shutil
     import subprocess
     import tempfile
-
-    from daskbatch.errors import SubmitError
 
     submit = started.job_cls.submit_command.split()[0]
     if shutil.which(submit) is None:
@@ -299,20 +296,18 @@ def _submit_errors() -> Iterator[list[str]]:
 def _raise_refused(refused: list[str] | None) -> None:
     """Raise SubmitError with the first refusal collected by :func:`_submit_errors`, if any."""
     if refused:
-        from daskbatch.errors import SubmitError
-
         raise SubmitError(refused[0])
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
     """A started local or cuda cluster (``kind`` one of :data:`KINDS` other than auto, slurm and pbs)."""
     if kind == "local":
-        from distributed import LocalCluster
+        from distributed import LocalCluster  # lazy: distributed
 
         return LocalCluster(**kwargs)
     if kind == "cuda":
         require_cuda()
-        from dask_cuda import LocalCUDACluster
+        from dask_cuda import LocalCUDACluster  # lazy: dask_cuda
 
         # Spilling to host stays on (dask-cuda's default).
         return LocalCUDACluster(**cuda_cluster_options(kwargs, plan))
@@ -346,7 +341,7 @@ def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> di
     """
     opts = dict(kwargs)
     try:
-        import rmm  # noqa: F401  (only whether it imports matters here)
+        import rmm  # noqa: F401  (only whether it imports matters here)  # lazy: rmm
     except ImportError:
         asked = sorted(k for k in opts if k.startswith("rmm_") and opts[k] not in (None, False))
         if asked:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from daskbatch.runtime.capacity import active_client
+
 __all__ = ["logged_run", "note_pass", "peak_memory", "peak_memory_text", "process_peak_bytes"]
 
 log = logging.getLogger(__name__)
@@ -168,9 +170,7 @@ def peak_memory_text() -> str:
     str
         This process's peak resident set, and the largest worker's when a client is active.
     """
-    from dask.utils import format_bytes
-
-    from daskbatch.runtime.capacity import active_client
+    from dask.utils import format_bytes  # lazy: dask
 
     peak = peak_memory(active_client())
     own = peak["process_bytes"]

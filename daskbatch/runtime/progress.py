@@ -271,7 +271,7 @@ class Progress:
         return "  ".join(parts)
 
     def _size_text(self) -> str:
-        from dask.utils import format_bytes
+        from dask.utils import format_bytes  # lazy: dask
 
         parts = [f"{self.total:,} {self.unit}"] if self.total is not None else []
         if self.rows is not None:
@@ -281,7 +281,7 @@ class Progress:
         return f" ({', '.join(parts)})" if parts else ""
 
     def _result_text(self) -> str:
-        from dask.utils import format_bytes
+        from dask.utils import format_bytes  # lazy: dask
 
         computed = self.done - self.skipped
         seconds = self.seconds or 0.0
@@ -355,8 +355,8 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     object
         The computed value.
     """
-    import dask
-    from dask.utils import key_split
+    import dask  # lazy: dask
+    from dask.utils import key_split  # lazy: dask
 
     keys = set(graph.__dask_graph__())
     if prefix is not None and any(key_split(k) == prefix for k in keys):
@@ -369,7 +369,7 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
         progress.set_total(len(keys))
     client = active_client()
     if client is None:
-        from dask.callbacks import Callback
+        from dask.callbacks import Callback  # lazy: dask
 
         def start(dsk: Any) -> None:
             # Counting every task: those that run are the optimized graph's (fused, renamed),
@@ -398,8 +398,8 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
     The futures of the watched keys (a pass's chunk tasks) are released as soon
     as they finish, so their states live no longer than the merges need them.
     """
-    from dask.delayed import Delayed
-    from distributed import as_completed
+    from dask.delayed import Delayed  # lazy: dask
+    from distributed import as_completed  # lazy: distributed
 
     if not isinstance(graph, Delayed):  # one key only: the bar jumps at the end
         result = client.compute(graph).result()
@@ -408,7 +408,7 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
     futures = client.get(graph.__dask_graph__(), [graph.key, *watched], sync=False)
     result, blocks = futures[0], futures[1:]
     if progress.dask_display:
-        from distributed import progress as distributed_progress
+        from distributed import progress as distributed_progress  # lazy: distributed
 
         # distributed's own bar on these futures: a widget in Jupyter, a text bar in a terminal
         # (which returns when they are done). Chunk futures are released only once they finished.
@@ -433,7 +433,7 @@ def _dask_bar(wanted: bool) -> Iterator[None]:
     if not wanted:
         yield
         return
-    from dask.diagnostics import ProgressBar
+    from dask.diagnostics import ProgressBar  # lazy: dask
 
     with ProgressBar():
         yield

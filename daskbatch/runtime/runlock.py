@@ -82,9 +82,9 @@ def output_lock_path(out: str | os.PathLike[str]) -> Path:
 
 
 def _stale_after() -> float:
-    from dask.utils import parse_timedelta
+    from dask.utils import parse_timedelta  # lazy: dask
 
-    from daskbatch import config
+    from daskbatch import config  # lazy: dask
 
     return float(parse_timedelta(config.get("lock-stale-after"), default="s"))
 

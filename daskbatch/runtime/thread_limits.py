@@ -47,12 +47,12 @@ def scheduler_threads() -> int:
         The number of threads.
     """
     try:
-        from distributed import get_worker
+        from distributed import get_worker  # lazy: distributed
 
         return int(getattr(get_worker(), "nthreads", 1))
     except (ImportError, ValueError):  # not inside a distributed worker
         pass
-    import dask.threaded
+    import dask.threaded  # lazy: dask
 
     # The threaded scheduler runs tasks on threads of its executors; the
     # synchronous one on the caller's thread, which is in none. A thread is
@@ -124,7 +124,7 @@ def _release_openblas() -> None:
 def _set_numba_threads(n: int, restore: bool = False) -> int | None:
     """Set numba's threads for this thread; return the old count (None without numba or a threading layer)."""
     try:
-        import numba  # a dependency; the chunk's kernels load it anyway
+        import numba  # a dependency; the chunk's kernels load it anyway  # lazy: numba
     except ImportError:
         return None
     try:

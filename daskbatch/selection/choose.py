@@ -247,7 +247,7 @@ class _Correlations:
         """Every pair ``i < j`` with ``|corr| > threshold``, as ``(i, j, |r|)`` (NaN never counts)."""
         if self.corr is not None:
             return _pairs_in_block(np.asarray(self.corr), 0, 0, threshold)
-        import zarr
+        import zarr  # lazy: zarr
 
         tiled = self.tiled
         assert tiled is not None
@@ -264,7 +264,7 @@ class _Correlations:
         if self.corr is not None:
             col = np.asarray(self.corr[:, j])
         else:
-            import zarr
+            import zarr  # lazy: zarr
 
             assert self.tiled is not None
             col = np.asarray(zarr.open_array(self.tiled.path, path="corr", mode="r")[:, j])

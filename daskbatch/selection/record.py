@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch.io.outputs import SELECTION_HEADER
+from daskbatch.io.outputs import MARKER, SELECTION_HEADER, check_output, write_output
 
 __all__ = ["Selection", "load_selection"]
 
@@ -88,7 +88,7 @@ class Selection:
         pandas.DataFrame
             Indexed by feature name.
         """
-        import pandas as pd
+        import pandas as pd  # lazy: pandas
 
         columns: dict[str, Any] = {"score": self.score}
         if self.pvalue is not None:
@@ -126,8 +126,6 @@ class Selection:
         str
             The path written.
         """
-        from daskbatch.io.outputs import MARKER, check_output, write_output
-
         where = os.fspath(path)
         kind = format or ("json" if where.lower().endswith(".json") else "csv")
         if kind == "json":
@@ -188,7 +186,7 @@ def load_selection(path: str | os.PathLike[str]) -> Selection:
             reason=tuple(d["reason"]), score_name=d["score"], mode=d["mode"], param=d["param"],
             min_variance=d["min_variance"], max_corr=d["max_corr"],
         )
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     first, _, body = text.partition("\n")
     if not first.startswith(_HEADER):

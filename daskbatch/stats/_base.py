@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
 from daskbatch._typing import Array
+from daskbatch.stats.backend import namespace
 from daskbatch.stats.state_registry import _register
 
 S = TypeVar("S")
@@ -250,8 +251,6 @@ class Bundle:  # numpydoc ignore=PR02
         for s in self.stats:
             if not reads_weights(s):
                 raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
-        from daskbatch.stats.backend import namespace
-
         # Rows of weight 0 are dropped once here, not once per statistic (each would copy the block).
         x, label, weights = positive_rows(namespace(x), x, label, weights)
         weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
@@ -334,8 +333,6 @@ def as_float64(x: Array) -> Array:
     array
         ``x`` in float64.
     """
-    from daskbatch.stats.backend import namespace
-
     xp = namespace(x)
     if x.dtype == xp.bool:
         x = xp.astype(x, xp.uint8)

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._arguments import strict_int
 from daskbatch.stats import STATISTICS, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import around_constant, robust_ranges
+from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
 
 # class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
 # default score (ANOVA F); like mi it is computed only when there is a label.
@@ -478,9 +480,6 @@ def target_statistics(
     cuts : tuple of float or None
         The cuts when given.
     """
-    from daskbatch._arguments import strict_int
-    from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
-
     given = None
     if isinstance(target_bins, (int, np.integer)):
         n_bins = strict_int(target_bins, "target_bins", minimum=2)

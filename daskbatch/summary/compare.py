@@ -121,7 +121,7 @@ class Drift:  # numpydoc ignore=PR02
         """
         top = self.top(k, "psi")
         if ax is None:
-            from matplotlib.figure import Figure
+            from matplotlib.figure import Figure  # lazy: matplotlib
 
             fig = Figure(figsize=(6.0, 0.3 * len(top) + 1.2), layout="constrained")
             ax = fig.add_subplot()
@@ -175,7 +175,7 @@ def compare(reference: Summary, new: Summary) -> Drift:
     - ``out_of_range_change``, ``nan_fraction_change`` (NaN over all values)
       and ``mi_change``: new minus reference.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     if not isinstance(reference, Summary) or not isinstance(new, Summary):
         raise TypeError("compare takes two Summary objects (db.describe or db.load_summary)")

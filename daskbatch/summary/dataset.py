@@ -7,6 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskbatch.summary.attrs import (
+    COUNT_FIELDS,
+    FORMAT,
+    count_array,
+    decode_provenance,
+    encode_provenance,
+    variable_attrs,
+)
 from daskbatch.summary.fields import (
     CLASS_FIELDS,
     COUNT_FIELDS_INT,
@@ -55,9 +63,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     xarray.Dataset
         The statistics.
     """
-    import xarray as xr
-
-    from daskbatch.summary.attrs import FORMAT, count_array, encode_provenance, variable_attrs
+    import xarray as xr  # lazy: xarray
 
     def var(dims: Any, name: str, values: Any) -> Any:
         """Build the variable ``name`` with its attributes (counts as int64).
@@ -174,8 +180,6 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
         """
         return np.asarray(ds[name].values) if name in ds else None
 
-    from daskbatch.summary.attrs import COUNT_FIELDS, decode_provenance
-
     kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
     for name in (
         "weight_sum", "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
@@ -215,9 +219,7 @@ def group_dataset(summary: Summary) -> Any:
         ``count``, ``mean``, ``var`` (feature, group); with histograms
         ``hist_counts`` (feature, bin, group) and ``hist_edges`` (feature, edge).
     """
-    import xarray as xr
-
-    from daskbatch.summary.attrs import count_array
+    import xarray as xr  # lazy: xarray
 
     if summary.groups is None or summary.group_count is None:
         raise ValueError("this summary has no groups: describe(x, groups=g)")

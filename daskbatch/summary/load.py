@@ -6,6 +6,9 @@ import dataclasses
 import os
 from typing import Any
 
+from daskbatch.errors import DataError
+from daskbatch.io.outputs import MARKER, recover
+from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.record import Summary
 
 __all__ = ["load_summary"]
@@ -33,11 +36,9 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
     DataError
         ``path`` is not a summary (a data store, another Zarr group, not Zarr at all).
     """
-    import xarray as xr
+    import xarray as xr  # lazy: xarray
 
-    from daskbatch.io.outputs import recover
-    from daskbatch.io.summary_states import read_states, results_digest
-    from daskbatch.stats.spec import user_statistics
+    from daskbatch.io.summary_states import read_states, results_digest  # lazy: dask, zarr
 
     where = os.fspath(path)
     recover(where)  # a replacement killed between its renames left the summary aside: put it back
@@ -56,10 +57,7 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
 
 def _check_is_summary(where: str) -> None:
     """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
-    import zarr
-
-    from daskbatch.errors import DataError
-    from daskbatch.io.outputs import MARKER
+    import zarr  # lazy: zarr
 
     if "://" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no summary at {where}: the path does not exist")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.runtime.progress import in_jupyter
+from daskbatch.summary.reprs import format_percent
 
 __all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
 
@@ -32,7 +33,7 @@ def _figure(width: float, height: float) -> Any:
     import sys
 
     try:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # lazy: matplotlib
     except ImportError:  # an optional dependency: say which extra brings it
         raise ImportError(
             "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
@@ -42,7 +43,7 @@ def _figure(width: float, height: float) -> Any:
     # there. In a notebook, pyplot's inline backend would show the figure a second time (it also
     # displays as the cell's value), and elsewhere a bare Figure needs no GUI backend or global state.
     if "matplotlib.pyplot" in sys.modules and not in_jupyter():
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: matplotlib
 
         return plt.figure(figsize=(width, height), layout="constrained")
     _show_figures_inline(Figure)
@@ -67,7 +68,7 @@ def _legend_outside(fig: Any, ax: Any, **kwargs: Any) -> Any:
 
 def _class_colours(n: int) -> list[Any]:
     """``n`` distinct colours from a qualitative map (tab10, else tab20)."""
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: matplotlib
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i) for i in range(n)]
@@ -127,8 +128,8 @@ def _clustered_order(corr: np.ndarray) -> np.ndarray:
     """Leaf order of average-linkage clustering on the distance 1 - |r| (scipy)."""
     if corr.shape[0] < 3:
         return np.arange(corr.shape[0])
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
+    from scipy.cluster.hierarchy import leaves_list, linkage  # lazy: scipy
+    from scipy.spatial.distance import squareform  # lazy: scipy
 
     dist = 1.0 - np.abs(np.where(np.isfinite(corr), corr, 0.0))
     np.fill_diagonal(dist, 0.0)
@@ -274,8 +275,6 @@ def _outside_note(summary: Any, i: int) -> str:
     under, over = int(summary.underflow[i]), int(summary.overflow[i])
     if not (under or over):
         return ""
-    from daskbatch.summary.reprs import format_percent
-
     total = max(int(summary.count[i]), 1)
     return f"outside range: {under:,} below, {over:,} above ({format_percent((under + over) / total)})"
 

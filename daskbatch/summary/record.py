@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.summary.dataset import fields_from_xarray, group_dataset, summary_to_xarray
 from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the others: names this module has always had)
     BUILT_IN_RESULTS,
     CLASS_FIELDS,
@@ -19,6 +20,11 @@ from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the 
     TARGET_FIELDS,
     quantile_label,
 )
+from daskbatch.summary.plotting import SummaryPlot
+from daskbatch.summary.reprs import summary_html, summary_text
+from daskbatch.summary.results import fields_from_results
+from daskbatch.summary.store import save_summary
+from daskbatch.summary.tables import dataframe, json_dict, quantiles, top_correlated, top_mi
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,8 +144,6 @@ class Summary:
             else a DataFrame with one column per probability (``.to_numpy()``
             gives the (D,) or (D, len(q)) array).
         """
-        from daskbatch.summary.tables import quantiles
-
         return quantiles(self, q, method)
 
     @property
@@ -212,8 +216,6 @@ class Summary:
             ``count``, ``mean``, ``var`` (feature, group) and, with histograms,
             ``hist_counts`` (feature, bin, group) and ``hist_edges``.
         """
-        from daskbatch.summary.dataset import group_dataset
-
         return group_dataset(self)
 
     @property
@@ -244,8 +246,6 @@ class Summary:
             Columns ``feature_a``, ``feature_b`` and ``r`` (Pearson), strongest
             first; empty without a covariance.
         """
-        from daskbatch.summary.tables import top_correlated
-
         return top_correlated(self, k)
 
     def tiled_cov(self) -> Any:
@@ -256,7 +256,7 @@ class Summary:
         TiledCov
             ``.cov``/``.corr`` as dask arrays.
         """
-        from daskbatch.engine.tiled import open_tiled_cov
+        from daskbatch.engine.tiled import open_tiled_cov  # lazy: dask
 
         tiled = self.provenance.get("tiled_cov")
         if not tiled:
@@ -277,8 +277,6 @@ class Summary:
             MI (in ``provenance["mi_units"]``) indexed by feature name, largest
             first; empty without a label.
         """
-        from daskbatch.summary.tables import top_mi
-
         return top_mi(self, k)
 
     def to_dataframe(self) -> Any:
@@ -293,8 +291,6 @@ class Summary:
         pandas.DataFrame
             One row per feature, indexed by feature name.
         """
-        from daskbatch.summary.tables import dataframe
-
         return dataframe(self)
 
     def to_xarray(self, *, states: bool = False, quantiles: Any = DEFAULT_QUANTILES) -> Any:
@@ -325,8 +321,6 @@ class Summary:
         xarray.Dataset
             The statistics.
         """
-        from daskbatch.summary.dataset import summary_to_xarray
-
         return summary_to_xarray(self, states=states, quantiles=quantiles)
 
     @classmethod
@@ -362,8 +356,6 @@ class Summary:
         Summary
             The summary.
         """
-        from daskbatch.summary.results import fields_from_results
-
         return cls(**fields_from_results(
             feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow, states=states,
         ))
@@ -382,8 +374,6 @@ class Summary:
         Summary
             The summary.
         """
-        from daskbatch.summary.dataset import fields_from_xarray
-
         return cls(**fields_from_xarray(ds))
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
@@ -409,8 +399,6 @@ class Summary:
         daskbatch.io.outputs.OutputError
             Before anything is written, with a message naming the path.
         """
-        from daskbatch.summary.store import save_summary
-
         return save_summary(self, path, overwrite=overwrite)
 
     def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
@@ -436,7 +424,7 @@ class Summary:
             stacklevel=2,
         )
         # The one upward import left: a deprecated alias (tests/test_layering.py lists it).
-        from daskbatch.incremental import update
+        from daskbatch.incremental import update  # lazy: deprecated alias
 
         return update(self, new_rows, label, **options)
 
@@ -457,8 +445,6 @@ class Summary:
         dict
             JSON-able.
         """
-        from daskbatch.summary.tables import json_dict
-
         return json_dict(self, states=states)
 
     @property
@@ -473,17 +459,11 @@ class Summary:
         SummaryPlot
             The plots of this summary.
         """
-        from daskbatch.summary.plotting import SummaryPlot
-
         return SummaryPlot(self)
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
-        from daskbatch.summary.reprs import summary_text
-
         return summary_text(self)
 
     def _repr_html_(self) -> str:
-        from daskbatch.summary.reprs import summary_html
-
         return summary_html(self)

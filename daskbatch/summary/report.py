@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from daskbatch.stats.classes import format_classes
+from daskbatch.summary.reprs import format_column, summary_text
+
 
 def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
     """Write the human-readable report printed by ``describe`` and ``demo``.
@@ -29,8 +32,6 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str
     str
         The report.
     """
-    from daskbatch.summary.reprs import format_column, summary_text
-
     lines = [summary_text(summary, rows=max_features)]
     pairs = summary.top_correlated(top)
     if len(pairs):
@@ -43,8 +44,6 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str
         units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)
         if classes is not None:
-            from daskbatch.stats.classes import format_classes
-
             units += f"; {len(classes)} classes {format_classes(classes.tolist())}"
         lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
         width = max(len(str(n)) for n in ranked.index)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from daskbatch.io.outputs import MARKER, check_output, write_output
+
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
@@ -36,8 +38,11 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     daskbatch.io.outputs.OutputError
         Before anything is written, with a message naming the path.
     """
-    from daskbatch.io.outputs import MARKER, check_output, write_output
-    from daskbatch.io.summary_states import check_savable, results_digest, write_states
+    from daskbatch.io.summary_states import (  # lazy: dask, zarr
+        check_savable,
+        results_digest,
+        write_states,
+    )
 
     tiled = summary.provenance.get("tiled_cov") or {}
     protected = {
@@ -72,8 +77,8 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
 
 def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
     """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
-    from zarr.codecs import ZstdCodec
+    from zarr.codecs import ZstdCodec  # lazy: zarr
 
-    from daskbatch.io.integrity import checksummed
+    from daskbatch.io.integrity import checksummed  # lazy: dask, zarr
 
     return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}

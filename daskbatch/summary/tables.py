@@ -63,7 +63,7 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
 
 def _labelled(summary: Summary, values: np.ndarray, q: Any) -> Any:
     """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     index = pd.Index(list(summary.feature_names), name="feature")
     if np.ndim(q) == 0:
@@ -87,7 +87,7 @@ def top_correlated(summary: Summary, k: int) -> Any:
     pandas.DataFrame
         ``feature_a``, ``feature_b``, ``r``, strongest first.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     if summary.corr is None:
         tiled = summary.provenance.get("tiled_cov")
@@ -119,7 +119,7 @@ def top_mi(summary: Summary, k: int) -> Any:
     pandas.Series
         MI indexed by feature name, largest first.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     if summary.mi is None:
         return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
@@ -141,7 +141,7 @@ def dataframe(summary: Summary) -> Any:
     pandas.DataFrame
         One row per feature, indexed by feature name.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: pandas
 
     columns = {name: getattr(summary, name) for name in PER_FEATURE}
     for name in ("count", "nan_count", "posinf_count", "neginf_count"):

@@ -24,12 +24,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch._version import __version__
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
 from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
+from daskbatch.stats.backend import to_numpy
 from daskbatch.transforms.steps import Step, apply_all, bind_all
 
 __all__ = ["transform"]
@@ -156,8 +158,6 @@ def _created() -> str:
 def _transform_block(
     i: int, xb: Any, yb: Any, *, steps: list[Step], writer: RegionWriter, device: str, dtype: np.dtype
 ) -> None:
-    from daskbatch.stats.backend import to_numpy
-
     result = to_numpy(apply_all(steps, on_device(xb, device)))
     values = {"X": np.asarray(result, dtype=dtype)}
     if yb is not None:
@@ -248,8 +248,6 @@ def transform(
     arrays = [ArraySpec("X", out_dtype, len(names))]
     if y is not None:
         arrays.append(ArraySpec("y", np.dtype(y.dtype), None, ("sample",)))
-    from daskbatch._version import __version__
-
     attrs = {
         **layout(y is not None),
         "feature_names": list(names),

@@ -29,6 +29,8 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats._base import as_float64
+from daskbatch.stats.backend import device, namespace
 
 __all__ = ["PCA", "pca"]
 
@@ -99,9 +101,6 @@ class PCA:
             unless ``correlation=True``; divided by ``sqrt(explained_variance)``
             when ``whiten``), in ``x``'s namespace and device.
         """
-        from daskbatch.stats._base import as_float64
-        from daskbatch.stats.backend import device, namespace
-
         xp = namespace(x)
         if x.ndim != 2 or x.shape[1] != self.mean.shape[0]:
             raise ValueError(f"x has shape {tuple(x.shape)}; expected (rows, {self.mean.shape[0]})")
@@ -125,9 +124,6 @@ class PCA:
             (rows, D) in float64: the data's projection onto the components'
             span, in the original units.
         """
-        from daskbatch.stats._base import as_float64
-        from daskbatch.stats.backend import device, namespace
-
         xp = namespace(z)
         if z.ndim != 2 or z.shape[1] != self.n_components:
             raise ValueError(f"z has shape {tuple(z.shape)}; expected (rows, {self.n_components})")
@@ -246,7 +242,7 @@ def pca(
         else:
             values, vectors = _lanczos(_dense_operator(cov), d, k)
     else:
-        import dask.array as da
+        import dask.array as da  # lazy: dask
 
         lazy = tiled.cov
         total = float(da.diagonal(lazy).sum().compute()) * scale
@@ -291,14 +287,14 @@ def _flip_signs(components: np.ndarray) -> np.ndarray:
 
 
 def _dense_operator(cov: np.ndarray) -> Any:
-    from scipy.sparse.linalg import aslinearoperator
+    from scipy.sparse.linalg import aslinearoperator  # lazy: scipy
 
     return aslinearoperator(cov)
 
 
 def _tiled_operator(lazy: Any) -> Any:
     """A LinearOperator ``v -> C v`` over a dask (D, D) matrix read from Zarr tile by tile."""
-    from scipy.sparse.linalg import LinearOperator
+    from scipy.sparse.linalg import LinearOperator  # lazy: scipy
 
     d = int(lazy.shape[0])
 
@@ -311,7 +307,7 @@ def _tiled_operator(lazy: Any) -> Any:
 
 def _lanczos(op: Any, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest eigenpairs of symmetric ``op``, by decreasing eigenvalue."""
-    from scipy.sparse.linalg import eigsh
+    from scipy.sparse.linalg import eigsh  # lazy: scipy
 
     # A fixed start vector: the same input gives the same result, run after run.
     v0 = np.random.default_rng(0).standard_normal(d)

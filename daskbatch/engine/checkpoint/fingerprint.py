@@ -30,8 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daskbatch._version import __version__
+
 # Re-exported: map_batches fingerprints its function with it.
 from daskbatch.engine.checkpoint.function_token import function_token
+from daskbatch.stats.kernels.path import kernel_path
 
 if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
@@ -70,8 +73,6 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
     dict of str to str
         Item name to value.
     """
-    from daskbatch._version import __version__
-
     x = data.x
     rows = tuple(int(c) for c in x.chunks[0])
     grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
@@ -132,7 +133,7 @@ def input_token(dataset: Any) -> str:
     str
         ``"sha256 <hex>"``.
     """
-    from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+    from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix  # lazy: dask
 
     data = dataset if isinstance(dataset, FeatureMatrix) else as_feature_matrix(dataset)
     return "sha256 " + _items_digest(data_items(data))
@@ -164,8 +165,6 @@ def output_items(data: FeatureMatrix, work: dict[str, str], options: dict[str, A
     dict of str to str
         Item name to value.
     """
-    from daskbatch._version import __version__
-
     return {
         **data_items(data),
         **work,
@@ -189,7 +188,7 @@ def _label_items(data: FeatureMatrix, source: Dataset | None) -> dict[str, str]:
 
 
 def _tokenize(a: Any) -> str:
-    from dask.base import tokenize
+    from dask.base import tokenize  # lazy: dask
 
     return tokenize(a)
 
@@ -207,9 +206,7 @@ def setting_items(x: Any) -> dict[str, str]:
     dict of str to str
         Setting name to value.
     """
-    import dask.config
-
-    from daskbatch.stats.kernels.path import kernel_path
+    import dask.config  # lazy: dask
 
     meta = getattr(x, "_meta", None)
     lib = type(meta).__module__.split(".")[0] if meta is not None else "numpy"
@@ -219,7 +216,7 @@ def setting_items(x: Any) -> dict[str, str]:
     on = kernel_path(x).kind == "numba-cpu"
     compiled = ""
     if on:
-        import numba
+        import numba  # lazy: numba
 
         compiled = f" (numba {numba.__version__})"
     return {
@@ -301,7 +298,7 @@ def content_token(arr: Any) -> str:
     str
         ``"<n> files, <bytes>, sha256 <digest>"``.
     """
-    from dask.utils import format_bytes
+    from dask.utils import format_bytes  # lazy: dask
 
     digest = hashlib.sha256()
     n = total = 0
@@ -332,7 +329,7 @@ def _listing(arr: Any) -> Iterator[tuple[str, int, str]]:
             yield name[len(base):].lstrip("/"), int(info.get("size") or 0), stamp
         return
     # Another store type (in memory, zip): names only.
-    from zarr.core.sync import sync
+    from zarr.core.sync import sync  # lazy: zarr
 
     async def keys() -> list[str]:
         return [k async for k in store.list_prefix(f"{prefix}/" if prefix else "")]
@@ -370,7 +367,7 @@ def _is_local(fs: Any) -> bool:
 def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
     """``fs.find(base, detail=True)``, on zarr's event loop for the async file systems zarr uses."""
     if getattr(fs, "async_impl", False):
-        from zarr.core.sync import sync
+        from zarr.core.sync import sync  # lazy: zarr
 
         return dict(sync(fs._find(base, detail=True)))
     return dict(fs.find(base, detail=True))

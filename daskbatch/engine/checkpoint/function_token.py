@@ -126,7 +126,7 @@ def _value_parts(value: Any, module: str, seen: set[int]) -> Iterator[str]:
 
 def _value_token(value: Any) -> str:
     """dask's deterministic token of ``value``, or its identity in this process when there is none."""
-    from dask.base import tokenize
+    from dask.base import tokenize  # lazy: dask
 
     try:
         return tokenize(value, ensure_deterministic=True)

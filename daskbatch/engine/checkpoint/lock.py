@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from daskbatch.engine.checkpoint.manifest import MANIFEST
 from daskbatch.errors import DataError
 from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
@@ -54,8 +55,6 @@ def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpo
     DataError
         One line naming the path.
     """
-    from daskbatch.engine.checkpoint.manifest import MANIFEST
-
     path = Path(directory)
     if "://" in os.fspath(directory) or not os.path.lexists(path):
         return

@@ -67,6 +67,7 @@ from daskbatch.engine.checkpoint.manifest import (
     spec_items,
 )
 from daskbatch.errors import Cancelled, Interrupted
+from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.runtime.progress import Progress
 from daskbatch.stats._base import BundleLike, merge_all
@@ -263,7 +264,7 @@ def run_checkpointed(
     Interrupted
         SIGTERM under :func:`sigterm_as_interrupt`; finished units are on disk.
     """
-    from daskbatch.engine.reduce import resolve_split_every, to_host
+    from daskbatch.engine.reduce import resolve_split_every, to_host  # lazy: dask
 
     s = resolve_split_every(split_every)
     x = data.x
@@ -324,7 +325,7 @@ def _run_pass(
 def _unit_graph(
     bundle: BundleLike, x: da.Array, label: da.Array | None, s: int, n_blocks: int, checked: bool
 ) -> Callable[[int], Delayed]:
-    from daskbatch.engine.reduce import tree_reduce
+    from daskbatch.engine.reduce import tree_reduce  # lazy: dask
 
     def make(unit: int) -> Delayed:
         a, b = node_blocks(0, unit, n_blocks, s)
@@ -340,11 +341,9 @@ def _compute_units(
     """Compute the units, handing each state to ``on_unit`` (in this thread) as soon as it exists."""
     if not units:
         return
-    from daskbatch.runtime.capacity import active_client
-
     client = active_client()
     if client is not None:
-        from distributed import as_completed
+        from distributed import as_completed  # lazy: distributed
 
         futures = client.compute([make(j) for j in units])
         which = {f.key: j for f, j in zip(futures, units, strict=True)}
@@ -357,9 +356,11 @@ def _compute_units(
             raise
         return
 
-    import dask
-    from dask.callbacks import Callback
-    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+    import dask  # lazy: dask
+    from dask.callbacks import Callback  # lazy: dask
+
+    # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
+    from dask.system import CPU_COUNT  # lazy: dask
 
     class _OnUnit(Callback):
         def __init__(self, keys: dict[Any, int]) -> None:

@@ -147,7 +147,7 @@ def _default_chunk_rows(features: int, itemsize: int) -> int:
 
 
 def _codec(name: str) -> Any:
-    from zarr.codecs import BloscCodec, ZstdCodec
+    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
     if name == "zstd":
         return ZstdCodec(level=1)
@@ -204,7 +204,7 @@ def _unfinished_creation(out: str) -> bool:
 
 
 def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
-    import zarr
+    import zarr  # lazy: zarr
 
     group = zarr.open_group(
         out,
@@ -363,7 +363,8 @@ def ingest(
         raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {compressor!r}")
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    from dask.system import CPU_COUNT  # the cores this process may use (affinity, cgroup quota)
+    # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
+    from dask.system import CPU_COUNT  # lazy: dask
 
     workers = workers or CPU_COUNT
     if workers < 1:
@@ -393,7 +394,7 @@ def ingest(
             exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
         ) from exc
 
-    import zarr
+    import zarr  # lazy: zarr
 
     group = zarr.open_group(out, mode="r+")
     todo = [c for c in range(n_chunks) if c not in done]
@@ -438,7 +439,7 @@ def ingest(
 
 def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
     """Array ``name`` of the output store (a group there means it was tampered with)."""
-    import zarr
+    import zarr  # lazy: zarr
 
     node = group[name]
     if not isinstance(node, zarr.Array):

@@ -186,9 +186,9 @@ def _scan_h5(path: str, x_key: str, wanted: Wanted) -> tuple[Part, list[Part]]:
 
 
 def _scan_zarr(path: str, x_key: str | None, wanted: Wanted) -> tuple[Part, list[Part]]:
-    import zarr
+    import zarr  # lazy: zarr
 
-    from daskbatch.io.zarr_nodes import array_names
+    from daskbatch.io.zarr_nodes import array_names  # lazy: dask, zarr
 
     node = zarr.open(path, mode="r")
 

@@ -160,7 +160,7 @@ class ChunkWriter:
 
             with h5py.File(src.path, "r") as f:
                 return f[key][start:stop]
-        import zarr
+        import zarr  # lazy: zarr
 
         node = zarr.open(src.path, mode="r")
         arr = node[key] if isinstance(node, zarr.Group) else node

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 
 __all__ = [
@@ -106,10 +107,8 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
         posinf_count, neginf_count (float64 vectors of length D).
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
-        from daskbatch.stats.kernels import _gpu
-
         return _gpu.moments(x)
-    from daskbatch.stats.kernels._numba_moments import moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
     count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x), None)
     n = count.astype(np.float64)
@@ -142,7 +141,7 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
-    from daskbatch.stats.kernels._numba_moments import moments_chunk
+    from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
     count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
         *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
@@ -182,10 +181,11 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
         The fields ``(n, shift, mean, c)``.
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
-        from daskbatch.stats.kernels import _gpu
-
         return _gpu.comoments(x)
-    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
+        centre_rows,
+        complete_rows_mean,
+    )
 
     data, lut = _bits(x)
     rows, d = x.shape
@@ -233,7 +233,7 @@ def class_moments(
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
-    from daskbatch.stats.kernels._numba_moments import class_moments_chunk
+    from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]
     count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
@@ -268,7 +268,10 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
     tuple of numpy.ndarray
         The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
     """
-    from daskbatch.stats.kernels._numba_comoments import centre_rows, complete_rows_mean
+    from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
+        centre_rows,
+        complete_rows_mean,
+    )
 
     data, lut = _bits(x)
     w = np.ascontiguousarray(w, dtype=np.float64)
@@ -319,10 +322,8 @@ def histogram(
         The int64 counts (D, bins + 3, K).
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
-        from daskbatch.stats.kernels import _gpu
-
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
-    from daskbatch.stats.kernels._numba_histogram import histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -362,7 +363,7 @@ def weighted_histogram(
     numpy.ndarray
         The float64 weighted counts (D, bins + 3, K).
     """
-    from daskbatch.stats.kernels._numba_histogram import histogram_counts
+    from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
@@ -410,7 +411,7 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba_sketch import (
+    from daskbatch.stats.kernels._numba_sketch import (  # lazy: numba
         sketch_counts,
         sketch_counts_all,
         sketch_counts_log,
@@ -462,7 +463,7 @@ def sketch_merge(
     offset : numpy.ndarray
         The merged windows' first keys.
     """
-    from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge
+    from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge  # lazy: numba
 
     # Weighted states hold float64 sums of weights; unweighted ones int64 counts, merged as int64.
     dtype = np.float64 if np.float64 in (counts_a.dtype, counts_b.dtype) else np.int64

@@ -102,7 +102,7 @@ _CONSTANTS_KEPT = 16
 @functools.cache
 def _card_bytes(device: int) -> int:
     """Total memory of CUDA device ``device`` (asked once: it does not change)."""
-    import cupy
+    import cupy  # lazy: cupy
 
     return int(cupy.cuda.Device(device).mem_info[1])
 
@@ -110,7 +110,7 @@ def _card_bytes(device: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _numba_stream(device: int, ptr: int) -> Any:
     """numba's handle on the CUDA stream ``ptr`` of ``device``, built once per stream."""
-    from numba import cuda
+    from numba import cuda  # lazy: numba
 
     # CuPy's null stream is the legacy default stream, which numba names apart.
     return cuda.default_stream() if ptr == 0 else cuda.external_stream(ptr)
@@ -120,9 +120,9 @@ class _Backend:
     """CuPy arrays on CuPy's current stream."""
 
     def __init__(self) -> None:
-        import cupy
-        import cupy.cublas  # a submodule: ``cupy.cublas`` is not there until imported
-        from numba import cuda
+        import cupy  # lazy: cupy
+        import cupy.cublas  # a submodule: ``cupy.cublas`` is not there until imported  # lazy: cupy
+        from numba import cuda  # lazy: numba
 
         self.xp = cupy
         self.cuda = cuda
@@ -189,7 +189,7 @@ class _SimBackend(_Backend):
     """numba device arrays (numba's CUDA simulator in the tests, or a GPU without CuPy)."""
 
     def __init__(self) -> None:
-        from numba import cuda
+        from numba import cuda  # lazy: numba
 
         self.cuda = cuda
         self.stream = 0
@@ -275,7 +275,7 @@ def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
         The state's fields, in field order.
     """
     be = _backend(x)
-    from daskbatch.stats.kernels import _cuda_moments as k
+    from daskbatch.stats.kernels import _cuda_moments as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape
@@ -321,7 +321,7 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
         upper triangle and zeros below (the state's layout: finalize mirrors).
     """
     be = _backend(x)
-    from daskbatch.stats.kernels import _cuda_comoments as k
+    from daskbatch.stats.kernels import _cuda_comoments as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape
@@ -399,7 +399,7 @@ def histogram(
         The int64 counts (D, bins + 3, K).
     """
     be = _backend(x)
-    from daskbatch.stats.kernels import _cuda_histogram as k
+    from daskbatch.stats.kernels import _cuda_histogram as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape

@@ -131,7 +131,7 @@ class Stager:
     """
 
     def __init__(self, depth: int = DEPTH) -> None:
-        import cupy
+        import cupy  # lazy: cupy
 
         if depth < 2:
             raise ValueError(f"depth must be at least 2 (a double buffer), got {depth}")
@@ -290,7 +290,7 @@ def stager(depth: int = DEPTH) -> Stager:
     Stager
         The stager.
     """
-    import cupy
+    import cupy  # lazy: cupy
 
     cache: dict[tuple[int, int], Stager] | None = getattr(_local, "stagers", None)
     if cache is None:

@@ -97,7 +97,7 @@ def available() -> bool:
         True when numba imports.
     """
     try:
-        import numba  # noqa: F401
+        import numba  # noqa: F401  # lazy: numba
     except ImportError:
         return False
     return True
@@ -111,7 +111,7 @@ def enabled() -> bool:
     bool
         True when the compiled kernels are used.
     """
-    import dask.config
+    import dask.config  # lazy: dask
 
     return bool(dask.config.get("daskbatch.kernels", True)) and available()
 
@@ -126,7 +126,7 @@ def gpu_available() -> bool:
         True when the GPU kernels can run.
     """
     try:
-        from numba import cuda
+        from numba import cuda  # lazy: numba
 
         return bool(cuda.is_available())
     except Exception:  # no numba-cuda, no driver, a broken toolkit: all mean "not here"

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from daskbatch.errors import GPUKernelsWarning
+from daskbatch.stats import kernels
+from daskbatch.stats.kernels import _gpu
 
 __all__ = ["GPUCheck", "check_gpu", "install_hint", "warn_unless_gpu_kernels"]
 
@@ -100,14 +102,14 @@ def _first_line(error: BaseException) -> str:
 def _stack(versions: dict[str, str | None]) -> tuple[Any, bool, str | None]:
     """Import numba.cuda and read the driver and NVVM versions: (module, simulated, problem)."""
     try:
-        import numba  # noqa: F401
+        import numba  # noqa: F401  # lazy: numba
     except ImportError:
         return None, False, f"numba is not installed: {install_hint()}"
     try:
-        from numba import cuda
+        from numba import cuda  # lazy: numba
     except Exception as error:  # a broken numba-cuda install raises anything at import
         return None, False, f"numba.cuda does not import ({_first_line(error)}): {install_hint()}"
-    from numba.core import config
+    from numba.core import config  # lazy: numba
 
     if getattr(config, "ENABLE_CUDASIM", False):
         return cuda, True, None
@@ -120,13 +122,13 @@ def _stack(versions: dict[str, str | None]) -> tuple[Any, bool, str | None]:
             )
         return cuda, False, f"numba-cuda is not installed (numba.cuda is numba's deprecated built-in target): {install_hint()}"
     try:
-        from numba.cuda.cudadrv import driver
+        from numba.cuda.cudadrv import driver  # lazy: numba
 
         versions["driver"] = ".".join(map(str, driver.driver.get_version()))
     except Exception as error:  # no driver library, no device, a driver too old: numba-cuda raises its own types
         return cuda, False, f"no CUDA driver or device that numba-cuda can use ({_first_line(error)})"
     try:
-        from numba.cuda.cudadrv import nvvm
+        from numba.cuda.cudadrv import nvvm  # lazy: numba
 
         versions["nvvm"] = ".".join(map(str, nvvm.NVVM().get_version()))
     except Exception as error:  # libnvvm missing or of the wrong CUDA version
@@ -138,17 +140,13 @@ def _stack(versions: dict[str, str | None]) -> tuple[Any, bool, str | None]:
 
 def _launch(cuda: Any, simulated: bool, versions: dict[str, str | None]) -> str | None:
     """Compile and launch the moments kernels on a small chunk; None when they agree with NumPy."""
-    from daskbatch.stats import kernels
-
     x = np.arange(32, dtype=np.float32).reshape(8, 4) ** 1.5
     try:
         if simulated:
-            from daskbatch.stats.kernels import _gpu
-
             fields = _gpu.moments(cuda.to_device(x))
         else:
             try:
-                import cupy
+                import cupy  # lazy: cupy
             except Exception as error:  # not installed, or built for another CUDA
                 return f"CuPy does not import ({_first_line(error)}): {install_hint(versions['driver'])}"
             chunk = cupy.asarray(x)

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats.backend import device, namespace
 
 __all__ = ["PerFeature", "Step", "ValueWise", "block_namespace", "digest", "names_differ", "origin_of", "short"]
 
@@ -246,6 +247,4 @@ def block_namespace(block: Array) -> tuple[Any, Any]:
     tuple
         ``(namespace, device)``.
     """
-    from daskbatch.stats.backend import device, namespace
-
     return namespace(block), device(block)

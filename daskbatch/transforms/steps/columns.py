@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats._base import as_float64
 from daskbatch.transforms.steps._common import (
     ValueWise,
     block_namespace,
@@ -167,8 +168,6 @@ class Clip(ValueWise):
         array
             The clipped block.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, _ = block_namespace(block)
         if not xp.isdtype(block.dtype, "real floating"):
             block = as_float64(block)
@@ -305,6 +304,6 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
         return Project(pca_or_summary)
     if n_components is None:
         raise TypeError("project(summary, n_components): give the number of components")
-    from daskbatch.transforms.pca import pca
+    from daskbatch.transforms.pca import pca  # lazy: dask, zarr
 
     return Project(pca(pca_or_summary, n_components), origin=origin_of(pca_or_summary))

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats._base import as_float64
 from daskbatch.transforms.steps._common import PerFeature, block_namespace, digest, origin_of
 
 __all__ = ["QuantileTransform", "quantile_transform"]
@@ -56,8 +57,6 @@ class QuantileTransform(PerFeature):
         array
             The float64 values in [0, 1] (``"uniform"``) or normal scores; NaN stays NaN.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, dev = block_namespace(block)
         x = as_float64(block)
         refs = xp.asarray(self.references, dtype=xp.float64, device=dev)
@@ -111,7 +110,7 @@ def _normal_scores(xp: Any, u: Array) -> Array:
         from cupyx.scipy.special import ndtri
     else:
         try:
-            from scipy.special import ndtri
+            from scipy.special import ndtri  # lazy: scipy
         except ImportError:
             raise ImportError(
                 "quantile_transform(output='normal') needs scipy: pip install scipy (or daskbatch[bench])"

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats._base import as_float64
 from daskbatch.transforms.steps._common import (
     PerFeature,
     ValueWise,
@@ -74,8 +75,6 @@ class Standardize(PerFeature):
         array
             The float64 z-scores.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, dev = block_namespace(block)
         if block.shape[1] != self.mean.shape[0]:
             raise ValueError(f"standardize: block has {block.shape[1]} columns, expected {self.mean.shape[0]}")
@@ -192,8 +191,6 @@ class Rescale(PerFeature):
         array
             The float64 scaled values.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, dev = block_namespace(block)
         if block.shape[1] != self.center.shape[0]:
             raise ValueError(f"{self.kind}: block has {block.shape[1]} columns, expected {self.center.shape[0]}")
@@ -291,8 +288,6 @@ class Log1p(ValueWise):
         array
             The float64 values.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, _ = block_namespace(block)
         return xp.log1p(as_float64(block))
 
@@ -351,8 +346,6 @@ class Impute(PerFeature):
         array
             The float64 values, without NaN.
         """
-        from daskbatch.stats._base import as_float64
-
         xp, dev = block_namespace(block)
         x = as_float64(block)
         fill = xp.asarray(self.values, dtype=xp.float64, device=dev)
