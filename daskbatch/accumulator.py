@@ -115,6 +115,7 @@ class Accumulator:
         self._rows = 0
         self._batches = 0
         self._n_features = 0
+        self._weighted: bool | None = None  # fixed by the first batch: every batch has weights, or none does
 
     def _make_bundle(self, n_features: int) -> Bundle:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
@@ -143,7 +144,7 @@ class Accumulator:
         """
         return self._rows
 
-    def update(self, batch: Any, label: Any = None) -> Accumulator:
+    def update(self, batch: Any, label: Any = None, w: Any = None) -> Accumulator:
         """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels.
 
         Parameters
@@ -152,22 +153,37 @@ class Accumulator:
             NumPy or CuPy, (rows, features).
         label : array, optional
             One integer class per row.
+        w : array, optional
+            One sample weight per row (non-negative and finite), as
+            ``describe(weights=...)`` takes them. Every batch has weights, or
+            none does.
 
         Returns
         -------
         Accumulator
             This accumulator, updated.
         """
+        weighted = self._check_weighted(w, self._batches)
         batch, label = self._checked(batch, label, self._batches)
+        w = None if w is None else _checked_weights(w, int(batch.shape[0]), self._batches)
         batch, label = self._on_device(batch, label)
         assert self._bundle is not None
-        state = self._bundle.chunk(batch, label)
+        state = self._chunk(batch, label, w)
         self._state = state if self._state is None else self._bundle.merge(self._state, state)
+        self._weighted = weighted
         self._count(batch)
         return self
 
+    def _check_weighted(self, w: Any, index: int) -> bool:
+        """Whether batch ``index`` is weighted, refusing a stream that mixes weighted and unweighted batches."""
+        weighted = w is not None
+        if self._weighted is not None and weighted != self._weighted:
+            raise ValueError(f"batch {index} {'has' if weighted else 'lacks'} weights (w=); "
+                             f"earlier batches {'had none' if weighted else 'had them'}: every batch has weights, or none does")
+        return weighted
+
     def update_many(self, batches: Iterable[Any]) -> Accumulator:
-        """Add every batch of ``batches`` (arrays, or ``(batch, label)`` pairs), in order.
+        """Add every batch of ``batches`` (arrays, ``(batch, label)`` pairs or ``(batch, label, w)`` triples), in order.
 
         The states are those of calling :meth:`update` on each batch in turn.
         With ``device="gpu"`` host batches go through pinned buffers on a copy
@@ -178,7 +194,8 @@ class Accumulator:
         Parameters
         ----------
         batches : iterable
-            Arrays, or ``(batch, label)`` pairs.
+            Arrays, ``(batch, label)`` pairs, or ``(batch, label, w)`` triples
+            (``w``: the sample weights, as in :meth:`update`).
 
         Returns
         -------
@@ -186,21 +203,24 @@ class Accumulator:
             This accumulator, updated.
         """
         seen: list[int] = []  # rows of the batches taken, committed at the end
-        bundle_before, features_before = self._bundle, self._n_features
+        bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
 
-        def parts() -> Iterator[tuple[Any, Any]]:
-            """Check and yield each batch and its label, counting the rows.
+        def parts() -> Iterator[tuple[Any, ...]]:
+            """Check and yield each batch, its label and (weighted) its weights, counting the rows.
 
             Yields
             ------
             tuple
-                ``(batch, label)``.
+                ``(batch, label)`` or, weighted, ``(batch, label, w)``.
             """
             for item in batches:
-                batch, label = self._checked(*self._pair(item), self._batches + len(seen))
+                index = self._batches + len(seen)
+                batch, label, w = self._parts(item)
+                self._weighted = self._check_weighted(w, index)
+                batch, label = self._checked(batch, label, index)
                 seen.append(int(batch.shape[0]))
                 self._n_features = int(batch.shape[1])  # later batches are checked against it
-                yield batch, label
+                yield (batch, label) if w is None else (batch, label, _checked_weights(w, int(batch.shape[0]), index))
 
         try:
             if self.device == "gpu":
@@ -209,11 +229,12 @@ class Accumulator:
                 state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
             else:
                 state = self._state
-                for batch, label in (self._on_device(*part) for part in parts()):
-                    new = self._chunk(batch, label)
+                for part in parts():
+                    batch, label = self._on_device(*part[:2])
+                    new = self._chunk(batch, label, *part[2:])
                     state = new if state is None else self._merge(state, new)
         except BaseException:
-            self._bundle, self._n_features = bundle_before, features_before
+            self._bundle, self._n_features, self._weighted = bundle_before, features_before, weighted_before
             raise
         self._state = state
         self._rows += sum(seen)
@@ -230,22 +251,24 @@ class Accumulator:
             return to_host(batch), None if label is None else to_host(label)
         return batch, label
 
-    def _chunk(self, batch: Any, label: Any) -> tuple[Any, ...]:
+    def _chunk(self, batch: Any, label: Any, w: Any = None) -> tuple[Any, ...]:
+        """The states of one batch, weighted when ``w`` is given."""
         assert self._bundle is not None
-        return self._bundle.chunk(batch, label)
+        return self._bundle.chunk(batch, label) if w is None else self._bundle.chunk(batch, label, weights=_like(w, batch))
 
     def _merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self._bundle is not None
         return self._bundle.merge(a, b)
 
     @staticmethod
-    def _pair(item: Any) -> tuple[Any, Any]:
-        """``(batch, label)`` from an item of :meth:`update_many` (a batch alone has no label)."""
+    def _parts(item: Any) -> tuple[Any, Any, Any]:
+        """``(batch, label, w)`` from an item of :meth:`update_many` (a batch alone has no label or weights)."""
         if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ValueError(f"expected a batch or a (batch, label) pair, got a tuple of {len(item)}")
-            return item[0], item[1]
-        return item, None
+            if len(item) not in (2, 3):
+                raise ValueError(f"expected a batch, a (batch, label) pair or a (batch, label, w) triple, "
+                                 f"got a tuple of {len(item)}")
+            return item[0], item[1], item[2] if len(item) == 3 else None
+        return item, None, None
 
     def _checked(self, batch: Any, label: Any, index: int) -> tuple[Any, Any]:
         """``batch`` and ``label`` validated (and the statistics made on the first batch)."""
@@ -299,6 +322,9 @@ class Accumulator:
             raise ValueError("cannot merge accumulators with different stats, bins, ddof or nan_policy")
         if other._state is None:
             return self
+        if self._state is not None and self._weighted != other._weighted:
+            raise ValueError("cannot merge a weighted accumulator with an unweighted one")
+        self._weighted = other._weighted
         if self._state is None:
             self._bundle, self._state, self._n_features = other._bundle, other._state, other._n_features
         else:
@@ -326,7 +352,31 @@ class Accumulator:
         provenance = {
             "source": "Accumulator", "rows": self._rows, "batches": self._batches,
             "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
-            "nan_policy": self.nan_policy,
+            "nan_policy": self.nan_policy, **({"weights": "w"} if self._weighted else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance)
+
+
+def _checked_weights(w: Any, rows: int, index: int) -> Any:
+    """The weights of batch ``index``: 1-D, one per row, real, non-negative and finite."""
+    if not is_array_api_obj(w):
+        w = np.asarray(w)
+    check_numeric(w.dtype, f"batch {index}'s weights")
+    if w.ndim != 1 or w.shape[0] != rows:
+        raise ValueError(f"batch {index}'s weights have shape {tuple(w.shape)}; expected ({rows:,},), one per row")
+    host = to_host(w)
+    if not bool(np.all(np.isfinite(host))) or bool(np.any(host < 0)):
+        raise ValueError(f"batch {index}'s weights must be finite and non-negative")
+    return w
+
+
+def _like(w: Any, batch: Any) -> Any:
+    """``w`` on the device of ``batch`` (the weights follow the batch to the GPU or the host)."""
+    if w is None:
+        return None
+    if type(batch).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy.asarray(w)
+    return to_host(w)

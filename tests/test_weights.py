@@ -242,3 +242,23 @@ def test_weights_with_a_target_are_refused() -> None:
     x = np.random.default_rng(0).standard_normal((50, 2))
     with pytest.raises(ValueError, match="weights= with target= is not supported"):
         db.describe(x, target=x[:, 0], weights=np.ones(50))
+
+
+def test_accumulator_with_weights_equals_describe(dataset) -> None:
+    """Streamed batch by batch with ``update(xb, yb, w=wb)``: describe's results on the same 40-row chunks, bit for bit."""
+    path, x, y, w, _ = dataset
+    stats, rng = ("moments", "cov", "hist", "mi"), (0.0, 4000.0)
+    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, plan=None, range=rng, split_every=64)
+    acc = db.Accumulator(stats=stats, range=rng)
+    for lo in range(0, len(x), 40):
+        acc.update(x[lo:lo + 40], y[lo:lo + 40], w=w[lo:lo + 40])
+    many = db.Accumulator(stats=stats, range=rng).update_many(
+        (x[lo:lo + 40], y[lo:lo + 40], w[lo:lo + 40]) for lo in range(0, len(x), 40))
+    for a in (acc.summary(), many.summary()):
+        for name in ("mean", "var", "skew", "kurtosis", "weight_sum", "cov", "hist_counts", "joint_counts", "mi"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(s, name), err_msg=name)
+    assert acc.summary().provenance["weights"] == "w"
+    with pytest.raises(ValueError, match="lacks weights"):
+        acc.update(x[:5], y[:5])
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        db.Accumulator(stats=("moments",)).update(x[:3], w=[1.0, -1.0, 2.0])
