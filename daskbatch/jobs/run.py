@@ -258,6 +258,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
                 device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
+                weights=job.input.weights, target=job.input.target,
             )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
