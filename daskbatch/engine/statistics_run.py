@@ -223,7 +223,7 @@ def _computed(
         wanted = grouped_statistics(wanted)
     custom = user_statistics(stats)
     if data.weights is not None:
-        steps._check_weighted(custom, run.checkpoint)
+        steps._check_weighted(custom)
     layout = steps._run_layout(run.plan, run.split_every, run.checkpoint, run.force)
     if targeted:
         wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, params.target_bins)
