@@ -15,10 +15,11 @@ from daskbatch._warnings import warn
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.spec import (
+    CLASS_MOMENTS,
     COV,
     HIST,
     MI,
@@ -26,6 +27,7 @@ from daskbatch.stats.spec import (
     NAN_POLICIES,
     counts_by_label,
     counts_histograms,
+    grouped_statistics,
     histogram_ranges,
     names_of,
     requested,
@@ -67,6 +69,10 @@ class Accumulator:
         :meth:`update`, and with the copy of the next batch in flight while
         the current one is reduced in :meth:`update_many` (pinned buffers,
         two CUDA streams; states identical to :meth:`update` one by one).
+    groups : bool, default False
+        The label of each batch holds integer group keys, as
+        ``describe(groups=...)`` takes them: moments by group (and, with
+        histograms, histograms by group), up to ``daskbatch.max-classes`` groups.
 
     Examples
     --------
@@ -90,6 +96,7 @@ class Accumulator:
         feature_names: Sequence[str] | None = None,
         classes: Sequence[int] | None = None,
         device: Device = "auto",
+        groups: bool = False,
     ) -> None:
         if device is None:  # the old spelling of "auto"
             warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
@@ -98,6 +105,9 @@ class Accumulator:
         if stats is None:
             stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
         self._wanted = requested(stats)
+        self.groups = bool(groups)
+        if self.groups:  # the label of each batch holds group keys: moments (and histograms) by group
+            self._wanted = grouped_statistics(self._wanted)
         self.stats = names_of(self._wanted)
         self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
         if nan_policy not in NAN_POLICIES[:2]:
@@ -121,6 +131,8 @@ class Accumulator:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
         if COV in self._wanted:
             stats.append(CoMoments(ddof=self.ddof))
+        if CLASS_MOMENTS in self._wanted:
+            stats.append(ClassMoments(ddof=self.ddof, classes=self.classes))
         if counts_histograms(self._wanted):
             lo, hi = histogram_ranges(self.range, n_features)
             by_label = counts_by_label(self._wanted)
@@ -353,6 +365,7 @@ class Accumulator:
             "source": "Accumulator", "rows": self._rows, "batches": self._batches,
             "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
             "nan_policy": self.nan_policy, **({"weights": "w"} if self._weighted else {}),
+            **({"grouped": True} if self.groups else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance)
