@@ -31,6 +31,7 @@ from daskbatch.stats.spec import (
     histogram_ranges,
     names_of,
     requested,
+    target_statistics,
     user_statistics,
 )
 from daskbatch.summary import Summary
@@ -73,6 +74,11 @@ class Accumulator:
         The label of each batch holds integer group keys, as
         ``describe(groups=...)`` takes them: moments by group (and, with
         histograms, histograms by group), up to ``daskbatch.max-classes`` groups.
+    target : bool, default False
+        The label of each batch is a continuous target, as
+        ``describe(target=...)`` takes it: its co-moments with every feature
+        (``f_regression``, ``r_regression``). Its binned mutual information
+        needs quantile cuts that a stream read once cannot find: not here.
 
     Examples
     --------
@@ -97,6 +103,7 @@ class Accumulator:
         classes: Sequence[int] | None = None,
         device: Device = "auto",
         groups: bool = False,
+        target: bool = False,
     ) -> None:
         if device is None:  # the old spelling of "auto"
             warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
@@ -105,9 +112,18 @@ class Accumulator:
         if stats is None:
             stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
         self._wanted = requested(stats)
-        self.groups = bool(groups)
+        self.groups, self.target = bool(groups), bool(target)
+        if self.groups and self.target:
+            raise ValueError("give groups=True or target=True, not both: each batch has one label")
         if self.groups:  # the label of each batch holds group keys: moments (and histograms) by group
             self._wanted = grouped_statistics(self._wanted)
+        self._target_stats: tuple[Any, ...] = ()
+        self._target_dtype: str | None = None
+        if self.target:  # the label of each batch is a continuous target: its co-moments with every feature
+            self._wanted, self._target_stats, binned, _ = target_statistics(stats, self._wanted, 2)
+            if binned is not None:
+                raise ValueError("mutual information with a continuous target needs its quantile cuts, which a "
+                                 "stream read once cannot find: leave 'mi' and 'hist' out, or use describe(target=...)")
         self.stats = names_of(self._wanted)
         self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
         if nan_policy not in NAN_POLICIES[:2]:
@@ -140,7 +156,7 @@ class Accumulator:
                 bins=self.bins, lo=lo, hi=hi, by_label=by_label, classes=self.classes if by_label else None,
                 max_classes=self.max_classes,
             ))
-        return Bundle((*stats, *self.user_stats))
+        return Bundle((*stats, *self._target_stats, *self.user_stats))
 
     def __repr__(self) -> str:
         return f"<daskbatch.Accumulator stats={list(self.stats)} rows={self._rows:,} batches={self._batches}>"
@@ -307,10 +323,22 @@ class Accumulator:
                         else f"statistic(s) {', '.join(s.name for s in readers)}")
                 raise ValueError(f"batch {index}: {what} needs the label of every batch")
             label = label if is_array_api_obj(label) else np.asarray(label)
-            check_label(label, batch.shape[0], "batch")
+            if self.target:
+                label = self._checked_target(label, batch.shape[0], index)
+            else:
+                check_label(label, batch.shape[0], "batch")
         elif label is not None:
             label = None  # no statistic reads labels
         return batch, label
+
+    def _checked_target(self, target: Any, rows: int, index: int) -> Any:
+        """Batch ``index``'s continuous target: 1-D, one real value per row, as float64."""
+        check_numeric(target.dtype, f"batch {index}'s target")
+        if target.ndim != 1 or target.shape[0] != rows:
+            raise ValueError(f"batch {index}'s target has shape {tuple(target.shape)}; expected ({rows:,},), one per row")
+        if self._target_dtype is None:
+            self._target_dtype = str(target.dtype)
+        return target.astype(np.float64) if target.dtype != np.float64 else target
 
     def _count(self, batch: Any) -> None:
         self._n_features = int(batch.shape[1])
@@ -366,6 +394,7 @@ class Accumulator:
             "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
             "nan_policy": self.nan_policy, **({"weights": "w"} if self._weighted else {}),
             **({"grouped": True} if self.groups else {}),
+            **({"target": {"dtype": self._target_dtype}} if self.target else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance)
