@@ -15,11 +15,12 @@ from daskbatch._warnings import warn
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
-from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.kernels._staging import stager
 from daskbatch.stats.spec import (
+    CLASS_MOMENTS,
     COV,
     HIST,
     MI,
@@ -27,9 +28,11 @@ from daskbatch.stats.spec import (
     NAN_POLICIES,
     counts_by_label,
     counts_histograms,
+    grouped_statistics,
     histogram_ranges,
     names_of,
     requested,
+    target_statistics,
     user_statistics,
 )
 from daskbatch.summary import Summary
@@ -68,6 +71,15 @@ class Accumulator:
         :meth:`update`, and with the copy of the next batch in flight while
         the current one is reduced in :meth:`update_many` (pinned buffers,
         two CUDA streams; states identical to :meth:`update` one by one).
+    groups : bool, default False
+        The label of each batch holds integer group keys, as
+        ``describe(groups=...)`` takes them: moments by group (and, with
+        histograms, histograms by group), up to ``daskbatch.max-classes`` groups.
+    target : bool, default False
+        The label of each batch is a continuous target, as
+        ``describe(target=...)`` takes it: its co-moments with every feature
+        (``f_regression``, ``r_regression``). Its binned mutual information
+        needs quantile cuts that a stream read once cannot find: not here.
 
     Examples
     --------
@@ -91,6 +103,8 @@ class Accumulator:
         feature_names: Sequence[str] | None = None,
         classes: Sequence[int] | None = None,
         device: Device = "auto",
+        groups: bool = False,
+        target: bool = False,
     ) -> None:
         if device is None:  # the old spelling of "auto"
             warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
@@ -99,6 +113,18 @@ class Accumulator:
         if stats is None:
             stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
         self._wanted = requested(stats)
+        self.groups, self.target = bool(groups), bool(target)
+        if self.groups and self.target:
+            raise ValueError("give groups=True or target=True, not both: each batch has one label")
+        if self.groups:  # the label of each batch holds group keys: moments (and histograms) by group
+            self._wanted = grouped_statistics(self._wanted)
+        self._target_stats: tuple[Any, ...] = ()
+        self._target_dtype: str | None = None
+        if self.target:  # the label of each batch is a continuous target: its co-moments with every feature
+            self._wanted, self._target_stats, binned, _ = target_statistics(stats, self._wanted, 2)
+            if binned is not None:
+                raise ValueError("mutual information with a continuous target needs its quantile cuts, which a "
+                                 "stream read once cannot find: leave 'mi' and 'hist' out, or use describe(target=...)")
         self.stats = names_of(self._wanted)
         self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
         if nan_policy not in NAN_POLICIES[:2]:
@@ -116,11 +142,14 @@ class Accumulator:
         self._rows = 0
         self._batches = 0
         self._n_features = 0
+        self._weighted: bool | None = None  # fixed by the first batch: every batch has weights, or none does
 
     def _make_bundle(self, n_features: int) -> Bundle:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
         if COV in self._wanted:
             stats.append(CoMoments(ddof=self.ddof))
+        if CLASS_MOMENTS in self._wanted:
+            stats.append(ClassMoments(ddof=self.ddof, classes=self.classes))
         if counts_histograms(self._wanted):
             lo, hi = histogram_ranges(self.range, n_features)
             by_label = counts_by_label(self._wanted)
@@ -128,7 +157,7 @@ class Accumulator:
                 bins=self.bins, lo=lo, hi=hi, by_label=by_label, classes=self.classes if by_label else None,
                 max_classes=self.max_classes,
             ))
-        return Bundle((*stats, *self.user_stats))
+        return Bundle((*stats, *self._target_stats, *self.user_stats))
 
     def __repr__(self) -> str:
         return f"<daskbatch.Accumulator stats={list(self.stats)} rows={self._rows:,} batches={self._batches}>"
@@ -144,7 +173,7 @@ class Accumulator:
         """
         return self._rows
 
-    def update(self, batch: Any, label: Any = None) -> Accumulator:
+    def update(self, batch: Any, label: Any = None, w: Any = None) -> Accumulator:
         """Add a (rows, features) batch (NumPy or CuPy) and, for mutual information, its labels.
 
         Parameters
@@ -153,22 +182,37 @@ class Accumulator:
             NumPy or CuPy, (rows, features).
         label : array, optional
             One integer class per row.
+        w : array, optional
+            One sample weight per row (non-negative and finite), as
+            ``describe(weights=...)`` takes them. Every batch has weights, or
+            none does.
 
         Returns
         -------
         Accumulator
             This accumulator, updated.
         """
+        weighted = self._check_weighted(w, self._batches)
         batch, label = self._checked(batch, label, self._batches)
+        w = None if w is None else _checked_weights(w, int(batch.shape[0]), self._batches)
         batch, label = self._on_device(batch, label)
         assert self._bundle is not None
-        state = self._bundle.chunk(batch, label)
+        state = self._chunk(batch, label, w)
         self._state = state if self._state is None else self._bundle.merge(self._state, state)
+        self._weighted = weighted
         self._count(batch)
         return self
 
+    def _check_weighted(self, w: Any, index: int) -> bool:
+        """Whether batch ``index`` is weighted, refusing a stream that mixes weighted and unweighted batches."""
+        weighted = w is not None
+        if self._weighted is not None and weighted != self._weighted:
+            raise ValueError(f"batch {index} {'has' if weighted else 'lacks'} weights (w=); "
+                             f"earlier batches {'had none' if weighted else 'had them'}: every batch has weights, or none does")
+        return weighted
+
     def update_many(self, batches: Iterable[Any]) -> Accumulator:
-        """Add every batch of ``batches`` (arrays, or ``(batch, label)`` pairs), in order.
+        """Add every batch of ``batches`` (arrays, ``(batch, label)`` pairs or ``(batch, label, w)`` triples), in order.
 
         The states are those of calling :meth:`update` on each batch in turn.
         With ``device="gpu"`` host batches go through pinned buffers on a copy
@@ -179,7 +223,8 @@ class Accumulator:
         Parameters
         ----------
         batches : iterable
-            Arrays, or ``(batch, label)`` pairs.
+            Arrays, ``(batch, label)`` pairs, or ``(batch, label, w)`` triples
+            (``w``: the sample weights, as in :meth:`update`).
 
         Returns
         -------
@@ -187,32 +232,36 @@ class Accumulator:
             This accumulator, updated.
         """
         seen: list[int] = []  # rows of the batches taken, committed at the end
-        bundle_before, features_before = self._bundle, self._n_features
+        bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
 
-        def parts() -> Iterator[tuple[Any, Any]]:
-            """Check and yield each batch and its label, counting the rows.
+        def parts() -> Iterator[tuple[Any, ...]]:
+            """Check and yield each batch, its label and (weighted) its weights, counting the rows.
 
             Yields
             ------
             tuple
-                ``(batch, label)``.
+                ``(batch, label)`` or, weighted, ``(batch, label, w)``.
             """
             for item in batches:
-                batch, label = self._checked(*self._pair(item), self._batches + len(seen))
+                index = self._batches + len(seen)
+                batch, label, w = self._parts(item)
+                self._weighted = self._check_weighted(w, index)
+                batch, label = self._checked(batch, label, index)
                 seen.append(int(batch.shape[0]))
                 self._n_features = int(batch.shape[1])  # later batches are checked against it
-                yield batch, label
+                yield (batch, label) if w is None else (batch, label, _checked_weights(w, int(batch.shape[0]), index))
 
         try:
             if self.device == "gpu":
                 state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
             else:
                 state = self._state
-                for batch, label in (self._on_device(*part) for part in parts()):
-                    new = self._chunk(batch, label)
+                for part in parts():
+                    batch, label = self._on_device(*part[:2])
+                    new = self._chunk(batch, label, *part[2:])
                     state = new if state is None else self._merge(state, new)
         except BaseException:
-            self._bundle, self._n_features = bundle_before, features_before
+            self._bundle, self._n_features, self._weighted = bundle_before, features_before, weighted_before
             raise
         self._state = state
         self._rows += sum(seen)
@@ -229,22 +278,24 @@ class Accumulator:
             return to_host(batch), None if label is None else to_host(label)
         return batch, label
 
-    def _chunk(self, batch: Any, label: Any) -> tuple[Any, ...]:
+    def _chunk(self, batch: Any, label: Any, w: Any = None) -> tuple[Any, ...]:
+        """The states of one batch, weighted when ``w`` is given."""
         assert self._bundle is not None
-        return self._bundle.chunk(batch, label)
+        return self._bundle.chunk(batch, label) if w is None else self._bundle.chunk(batch, label, weights=_like(w, batch))
 
     def _merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self._bundle is not None
         return self._bundle.merge(a, b)
 
     @staticmethod
-    def _pair(item: Any) -> tuple[Any, Any]:
-        """``(batch, label)`` from an item of :meth:`update_many` (a batch alone has no label)."""
+    def _parts(item: Any) -> tuple[Any, Any, Any]:
+        """``(batch, label, w)`` from an item of :meth:`update_many` (a batch alone has no label or weights)."""
         if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ValueError(f"expected a batch or a (batch, label) pair, got a tuple of {len(item)}")
-            return item[0], item[1]
-        return item, None
+            if len(item) not in (2, 3):
+                raise ValueError(f"expected a batch, a (batch, label) pair or a (batch, label, w) triple, "
+                                 f"got a tuple of {len(item)}")
+            return item[0], item[1], item[2] if len(item) == 3 else None
+        return item, None, None
 
     def _checked(self, batch: Any, label: Any, index: int) -> tuple[Any, Any]:
         """``batch`` and ``label`` validated (and the statistics made on the first batch)."""
@@ -271,10 +322,22 @@ class Accumulator:
                         else f"statistic(s) {', '.join(s.name for s in readers)}")
                 raise ValueError(f"batch {index}: {what} needs the label of every batch")
             label = label if is_array_api_obj(label) else np.asarray(label)
-            check_label(label, batch.shape[0], "batch")
+            if self.target:
+                label = self._checked_target(label, batch.shape[0], index)
+            else:
+                check_label(label, batch.shape[0], "batch")
         elif label is not None:
             label = None  # no statistic reads labels
         return batch, label
+
+    def _checked_target(self, target: Any, rows: int, index: int) -> Any:
+        """Batch ``index``'s continuous target: 1-D, one real value per row, as float64."""
+        check_numeric(target.dtype, f"batch {index}'s target")
+        if target.ndim != 1 or target.shape[0] != rows:
+            raise ValueError(f"batch {index}'s target has shape {tuple(target.shape)}; expected ({rows:,},), one per row")
+        if self._target_dtype is None:
+            self._target_dtype = str(target.dtype)
+        return target.astype(np.float64) if target.dtype != np.float64 else target
 
     def _count(self, batch: Any) -> None:
         self._n_features = int(batch.shape[1])
@@ -298,6 +361,9 @@ class Accumulator:
             raise ValueError("cannot merge accumulators with different stats, bins, ddof or nan_policy")
         if other._state is None:
             return self
+        if self._state is not None and self._weighted != other._weighted:
+            raise ValueError("cannot merge a weighted accumulator with an unweighted one")
+        self._weighted = other._weighted
         if self._state is None:
             self._bundle, self._state, self._n_features = other._bundle, other._state, other._n_features
         else:
@@ -325,7 +391,33 @@ class Accumulator:
         provenance = {
             "source": "Accumulator", "rows": self._rows, "batches": self._batches,
             "features": self._n_features, "stats": list(self.stats), "ddof": self.ddof,
-            "nan_policy": self.nan_policy,
+            "nan_policy": self.nan_policy, **({"weights": "w"} if self._weighted else {}),
+            **({"grouped": True} if self.groups else {}),
+            **({"target": {"dtype": self._target_dtype}} if self.target else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance)
+
+
+def _checked_weights(w: Any, rows: int, index: int) -> Any:
+    """The weights of batch ``index``: 1-D, one per row, real, non-negative and finite."""
+    if not is_array_api_obj(w):
+        w = np.asarray(w)
+    check_numeric(w.dtype, f"batch {index}'s weights")
+    if w.ndim != 1 or w.shape[0] != rows:
+        raise ValueError(f"batch {index}'s weights have shape {tuple(w.shape)}; expected ({rows:,},), one per row")
+    host = to_host(w)
+    if not bool(np.all(np.isfinite(host))) or bool(np.any(host < 0)):
+        raise ValueError(f"batch {index}'s weights must be finite and non-negative")
+    return w
+
+
+def _like(w: Any, batch: Any) -> Any:
+    """``w`` on the device of ``batch`` (the weights follow the batch to the GPU or the host)."""
+    if w is None:
+        return None
+    if type(batch).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy.asarray(w)
+    return to_host(w)

@@ -74,3 +74,25 @@ def test_the_older_shapes_work_with_a_deprecation_warning(here: pathlib.Path) ->
     assert r.exit_code == 0, r.output
     assert "DeprecationWarning" in r.output and "a job's sections at the top of the file" in r.output
     assert (here / "results").is_dir()
+
+
+def test_input_weights_in_one_file_for_both_commands(here: pathlib.Path) -> None:
+    """``input.weights`` of a configuration file reaches ``describe --config`` and ``run`` alike (bit for bit)."""
+    import numpy as np
+    import zarr
+
+    w = np.random.default_rng(2).integers(0, 4, size=600).astype(np.float64)
+    zarr.open_group("data.zarr", mode="a").create_array("w", data=w, chunks=(200,))
+    (here / "weighted.yaml").write_text(
+        "daskbatch:\n  job:\n    input: {store: data.zarr, weights: w}\n    statistics: {stats: [moments], bins: 16}\n"
+        "    selection: {score: variance}\n    transform: {steps: []}\n    cluster: {kind: threads}\n"
+        "    outputs: {dir: results}\n")
+    r = CliRunner().invoke(main, ["describe", "data.zarr", "--no-progress", "--config", "weighted.yaml",
+                                  "--out", "stats.zarr"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", "weighted.yaml"])
+    assert r.exit_code == 0, r.output
+    by_describe, by_run = db.load_summary("stats.zarr"), db.load_summary(here / "results" / "summary.zarr")
+    np.testing.assert_array_equal(by_describe.weight_sum, np.full(3, w.sum()))
+    for name in ("mean", "var", "weight_sum"):
+        np.testing.assert_array_equal(getattr(by_describe, name), getattr(by_run, name), err_msg=name)

@@ -95,3 +95,18 @@ def test_update_with_groups_equals_one_describe(grouped_store) -> None:
     np.testing.assert_allclose(both.group_mean, first.group_mean, rtol=1e-13)
     np.testing.assert_allclose(both.group_var, first.group_var, rtol=1e-10)
     assert both.provenance["grouped"]
+
+
+def test_accumulator_with_groups_equals_describe() -> None:
+    """``Accumulator(groups=True)`` streams group keys as each batch's label: describe(groups=...)'s bits."""
+    rng = np.random.default_rng(0)
+    x, g = rng.normal(size=(300, 4)), rng.integers(0, 5, 300)
+    s = db.describe(da.from_array(x, chunks=(50, -1)), groups=da.from_array(g, chunks=50), stats=("moments",),
+                    plan=None, split_every=64)
+    acc = db.Accumulator(stats=("moments",), groups=True)
+    for lo in range(0, 300, 50):
+        acc.update(x[lo:lo + 50], g[lo:lo + 50])
+    a = acc.summary()
+    assert a.provenance["grouped"] and s.provenance["grouped"]
+    for name in ("mean", "var", "class_mean", "class_count", "class_m2"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(s, name), err_msg=name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import logging
 from pathlib import Path
@@ -14,13 +15,25 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.devices import auto_device, configured_min_batch_bytes, gpu_problem
+from daskbatch.engine.devices import (
+    auto_device,
+    configured_min_batch_bytes,
+    gpu_failure,
+    gpu_problem,
+)
+from daskbatch.engine.statistics_run import (
+    Computed,
+    StatisticParameters,
+    prepared_inputs,
+    run_statistics,
+)
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.map_batches import FlaggedRowsWarning
 from daskbatch.planning.devices import (
     CPU_BYTES_PER_S,
     GPU_BATCH_OVERHEAD_S,
     HOST_TO_DEVICE_BYTES_PER_S,
+    DeviceChoice,
     choose_device,
     gpu_min_batch_bytes,
 )
@@ -133,6 +146,68 @@ def test_gpu_without_cupy_falls_back_once_or_raises(store: str, tmp_path: Path) 
     prov = zarr.open_group(report.path).attrs["provenance"]
     assert prov["device"] == "cpu" and "needs CuPy" in prov["device_reason"]
     np.testing.assert_array_equal(zarr.open_group(report.path)["X"][:], expected(store))
+
+
+def _describe_on(where: DeviceChoice, device: str, store: str) -> Computed:
+    """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
+    from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics
+
+    data, _ = prepared_inputs(store, None, weights=None, target=None, groups=None, feature_names=None,
+                              missing="auto", device="cpu")
+    params = StatisticParameters(bins=16, range=None, ddof=1, bias=True, nan_policy="omit", classes=None,
+                                 target_bins=10, miller_madow=False)
+    return run_statistics(data, ("moments", "hist"), params, db.RunOptions(device=device, plan=None), where=where,
+                          grouped=False, targeted=False, plan_statistics=plan_statistics,
+                          plan_dropping_sketch=plan_dropping_sketch)
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")
+def test_describe_falls_back_to_the_cpu_when_auto_chose_a_gpu_that_fails(store: str) -> None:
+    # A preflight that said yes, then no CuPy when the blocks move: the GPU fails for real, mid-run.
+    stale = DeviceChoice("gpu", "the GPU preflight passed (stale)")
+    with pytest.warns(GPUFallbackWarning, match="the run on the GPU failed, CuPy does not import") as record:
+        done = _describe_on(stale, "auto", store)
+    assert len([w for w in record if issubclass(w.category, GPUFallbackWarning)]) == 1
+    assert done.provenance["device"] == "cpu"
+    assert "CuPy does not import" in done.provenance["device_fallback"]
+    assert done.provenance["device_reason"].startswith("device='auto' fell back from the GPU: ")
+    cpu = _describe_on(DeviceChoice("cpu", "device='cpu'"), "cpu", store)
+    for name, value in cpu.results.items():  # the same run as on the CPU, bit for bit
+        for a, b in zip(dataclasses.astuple(value), dataclasses.astuple(done.results[name]), strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ImportError, match="needs CuPy"):  # the user's choice: raised, not hidden
+        _describe_on(DeviceChoice("gpu", "device='gpu'"), "gpu", store)
+
+
+def test_only_the_gpu_failing_counts_as_a_gpu_failure() -> None:
+    assert gpu_failure(MemoryError("Out of memory allocating 8 bytes")).startswith("out of memory")
+    assert gpu_failure(ImportError("device='gpu' needs CuPy")).startswith("CuPy does not import")
+    assert gpu_failure(RuntimeError("cuBLAS: CUDA out of memory")).startswith("out of memory")
+    assert gpu_failure(ValueError("a NaN in feature 3")) is None
+    assert gpu_failure(db.errors.Interrupted("cancelled")) is None
+
+
+@pytest.mark.gpu
+def test_describe_auto_falls_back_when_the_gpu_runs_out_of_memory(store: str) -> None:
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    pool.set_limit(size=1024)  # a real cupy.cuda.memory.OutOfMemoryError at the first block moved
+    try:
+        with dask.config.set({"daskbatch.gpu-min-batch-bytes": 0}), pytest.warns(GPUFallbackWarning, match="out of memory"):
+            auto = db.describe(store, stats=("moments",), device="auto")
+    finally:
+        pool.set_limit(size=0)
+    assert auto.provenance["device"] == "cpu" and "OutOfMemoryError" in auto.provenance["device_fallback"]
+    cpu = db.describe(store, stats=("moments",), device="cpu")
+    np.testing.assert_array_equal(auto.mean, cpu.mean)
+    pool.set_limit(size=1024)
+    try:
+        with pytest.raises(MemoryError):
+            db.describe(store, stats=("moments",), device="gpu")
+    finally:
+        pool.set_limit(size=0)
 
 
 def test_one_bad_row_among_20000_is_the_only_row_flagged(store: str, tmp_path: Path) -> None:

@@ -271,3 +271,45 @@ def test_report_names_skipped_chunks(tmp_path: pathlib.Path, store: str) -> None
     job = write_job(tmp_path, str(damaged))  # the default refuses, naming the chunk (exit 2)
     result = CliRunner().invoke(main, ["run", str(job)])
     assert result.exit_code == 2 and "X/c/2/0" in result.output, result.output
+
+
+def test_job_input_weights_equal_describe(tmp_path: pathlib.Path, store: str) -> None:
+    """``input.weights`` names the store's weight array: the job's summary is describe(weights=...)'s."""
+    import shutil
+
+    import zarr
+
+    weighted = tmp_path / "weighted.zarr"
+    shutil.copytree(store, weighted)
+    w = np.random.default_rng(5).gamma(2.0, 1.0, size=ROWS)
+    zarr.open_group(weighted, mode="a").create_array("w", data=w, chunks=(1000,))
+    job = write_job(tmp_path, str(weighted), input={"weights": "w"}, statistics={"stats": ["moments"]},
+                    transform={"steps": []}, selection={"score": "variance"})
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    got = db.load_summary(tmp_path / "out" / "summary.zarr")
+    want = db.describe(str(weighted), weights="w", stats=("moments",))
+    assert "weights" in got.provenance["weights"]
+    np.testing.assert_array_equal(got.weight_sum, want.weight_sum)
+    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-13)
+    np.testing.assert_allclose(got.var, want.var, rtol=1e-12)
+
+
+def test_job_input_target_equals_describe(tmp_path: pathlib.Path, store: str) -> None:
+    """``input.target`` names a continuous target in the store: the job's MI is describe(target=...)'s."""
+    import shutil
+
+    import zarr
+
+    targeted = tmp_path / "targeted.zarr"
+    shutil.copytree(store, targeted)
+    t = np.random.default_rng(6).normal(size=ROWS)
+    zarr.open_group(targeted, mode="a").create_array("t", data=t, chunks=(1000,))
+    job = write_job(tmp_path, str(targeted), input={"target": "t"}, statistics={"stats": ["moments", "mi"]},
+                    transform={"steps": []}, selection={"score": "variance"})
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    got = db.load_summary(tmp_path / "out" / "summary.zarr")
+    want = db.describe(str(targeted), target="t", stats=("moments", "mi"))
+    assert got.provenance["target"]["cuts"] == want.provenance["target"]["cuts"]
+    np.testing.assert_allclose(got.mi, want.mi, rtol=1e-12, atol=1e-15)

@@ -164,8 +164,10 @@ def test_update_many_adds_nothing_when_a_batch_is_bad() -> None:
         acc.update_many([(x[100:200], y[100:200]), (x[200:300], y[200:300]), (x[300:400, :5], y[300:400])])
     with pytest.raises(ValueError, match="batch 1: mutual information needs the label"):
         acc.update_many([x[100:200]])
-    with pytest.raises(ValueError, match="expected a batch or a \\(batch, label\\) pair, got a tuple of 3"):
-        acc.update_many([(x, y, y)])
+    with pytest.raises(ValueError, match="expected a batch, a \\(batch, label\\) pair or a \\(batch, label, w\\) triple, got a tuple of 4"):
+        acc.update_many([(x, y, y, y)])
+    with pytest.raises(ValueError, match="batch 1 has weights"):  # a triple is a weighted batch; these were not
+        acc.update_many([(x, y, np.ones(len(x)))])
     assert (acc.rows, acc._batches) == before[:2]
     np.testing.assert_array_equal(acc.summary().mean, before[2])
     fresh = db.Accumulator(stats=("moments",))

@@ -252,3 +252,37 @@ def test_target_by_name_in_the_store(diabetes_store) -> None:
         db.describe(x, target="y", stats=("moments",))
     with pytest.raises(db.DataError, match="target array .nope. not found"):  # an array the store lacks is named
         db.describe(store, target="nope", stats=("moments",))
+
+
+def test_accumulator_with_a_target_equals_describe() -> None:
+    """``Accumulator(target=True)`` streams a continuous target as each batch's label: describe(target=...)'s bits."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 4))
+    t = 2.0 * x[:, 0] + rng.normal(size=300)
+    s = db.describe(da.from_array(x, chunks=(50, -1)), target=da.from_array(t, chunks=50), stats=("moments",),
+                    plan=None, split_every=64)
+    acc = db.Accumulator(stats=("moments",), target=True)
+    for lo in range(0, 300, 50):
+        acc.update(x[lo:lo + 50], t[lo:lo + 50])
+    a = acc.summary()
+    assert a.provenance["target"] == s.provenance["target"]
+    for name in ("mean", "var", "target_count", "target_mean", "target_m2", "target_x_m2", "target_comoment"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(s, name), err_msg=name)
+    with pytest.raises(ValueError, match="quantile cuts, which a stream read once cannot find"):
+        db.Accumulator(stats=("moments", "mi"), range=(0.0, 1.0), target=True)
+
+
+@pytest.mark.parametrize("given", ["target_mi", "target", "groups"])
+def test_plan_describe_plans_what_describe_runs_with_a_target_or_groups(given: str) -> None:
+    """plan_describe counts the target's statistics (co-moments, sketch, its bins) and the statistics by group."""
+    from daskbatch.engine.planner import plan_describe
+
+    rng = np.random.default_rng(0)
+    x, t, g = rng.normal(size=(20000, 50)), rng.normal(size=20000), rng.integers(0, 7, 20000)
+    kw = {"target_mi": {"target": t, "stats": ("moments", "mi")}, "target": {"target": t, "stats": ("moments",)},
+          "groups": {"groups": g, "stats": ("moments", "hist"), "classes": list(range(7))}}[given]
+    resources = db.Resources(memory_bytes=4 * 2**30, threads_per_worker=2)
+    planned = plan_describe(x, resources=resources, range=(-5.0, 5.0), **kw)
+    ran = db.describe(x, plan=resources, range=(-5.0, 5.0), **kw).provenance["plan"]
+    assert (planned.task_bytes, planned.n_classes) == (ran["task_bytes"], ran["n_classes"])
+    assert planned.task_bytes > plan_describe(x, resources=resources, stats=("moments",)).task_bytes

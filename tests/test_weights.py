@@ -158,12 +158,10 @@ def test_bad_weight_names_its_chunk_and_row(bad, message) -> None:
         db.describe(da.from_array(x, chunks=(40, 2)), weights=w, stats=("moments",))
 
 
-def test_weights_of_the_wrong_length_or_with_a_checkpoint_are_refused(tmp_path) -> None:
+def test_weights_of_the_wrong_length_are_refused() -> None:
     x = np.arange(20.0).reshape(10, 2)
     with pytest.raises(ValueError, match=r"weights has shape \(9,\); expected \(10,\), one weight per row of x"):
         db.describe(x, weights=np.ones(9))
-    with pytest.raises(ValueError, match="weights= cannot be combined with checkpoint="):
-        db.describe(x, weights=np.ones(10), checkpoint=tmp_path / "ck")
     with pytest.raises(TypeError, match="a weights name needs x to be a store path"):
         db.describe(x, weights="w")
 
@@ -242,3 +240,53 @@ def test_weights_with_a_target_are_refused() -> None:
     x = np.random.default_rng(0).standard_normal((50, 2))
     with pytest.raises(ValueError, match="weights= with target= is not supported"):
         db.describe(x, target=x[:, 0], weights=np.ones(50))
+
+
+def test_accumulator_with_weights_equals_describe(dataset) -> None:
+    """Streamed batch by batch with ``update(xb, yb, w=wb)``: describe's results on the same 40-row chunks, bit for bit."""
+    path, x, y, w, _ = dataset
+    stats, rng = ("moments", "cov", "hist", "mi"), (0.0, 4000.0)
+    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, plan=None, range=rng, split_every=64)
+    acc = db.Accumulator(stats=stats, range=rng)
+    for lo in range(0, len(x), 40):
+        acc.update(x[lo:lo + 40], y[lo:lo + 40], w=w[lo:lo + 40])
+    many = db.Accumulator(stats=stats, range=rng).update_many(
+        (x[lo:lo + 40], y[lo:lo + 40], w[lo:lo + 40]) for lo in range(0, len(x), 40))
+    for a in (acc.summary(), many.summary()):
+        for name in ("mean", "var", "skew", "kurtosis", "weight_sum", "cov", "hist_counts", "joint_counts", "mi"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(s, name), err_msg=name)
+    assert acc.summary().provenance["weights"] == "w"
+    with pytest.raises(ValueError, match="lacks weights"):
+        acc.update(x[:5], y[:5])
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        db.Accumulator(stats=("moments",)).update(x[:3], w=[1.0, -1.0, 2.0])
+
+
+def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
+    """A weighted run that fails midway resumes from its checkpoint, computing only the missing blocks, bit for bit."""
+    import dataclasses
+
+    from daskbatch.engine.checkpoint.run import read_runs
+    from daskbatch.errors import CheckpointMismatchError
+
+    path, x, y, w, _ = dataset
+    ds = db.open_dataset(path, label="y", chunks=40)
+    kw = {"weights": "w", "stats": ("moments", "cov", "mi"), "range": (0.0, 4000.0), "plan": None, "split_every": 2}
+    plain = db.describe(ds, **kw)
+
+    def fail_at_the_last_block(block, block_info=None):
+        if block_info[0]["chunk-location"][0] == ds.x.numblocks[0] - 1:
+            raise RuntimeError("injected")
+        return block
+
+    failing = dataclasses.replace(ds, x=ds.x.map_blocks(fail_at_the_last_block, dtype=ds.x.dtype,
+                                                          meta=np.empty((0, 0), ds.x.dtype)))
+    with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
+        db.describe(failing, checkpoint=tmp_path, **kw)
+    resumed = db.describe(ds, checkpoint=tmp_path, **kw)
+    computed = read_runs(tmp_path, "moments-cov-hist")[-1]["computed_blocks"]
+    assert 0 < computed < ds.x.numblocks[0]  # the blocks before the failure came from the checkpoint
+    for name in ("mean", "var", "skew", "kurtosis", "weight_sum", "cov", "hist_counts", "joint_counts", "mi"):
+        np.testing.assert_array_equal(getattr(resumed, name), getattr(plain, name), err_msg=name)
+    with pytest.raises(CheckpointMismatchError, match="weights content"):  # other weights: another run
+        db.describe(ds, checkpoint=tmp_path, **{**kw, "weights": w * 2.0})

@@ -81,7 +81,7 @@ def _check_value(ctx: click.Context, source: str, key: str, param: click.Paramet
 #: Keys of a job and the option (long name) each sets in describe and plan; a key whose option a
 #: command lacks (selection.*, transform.*, ...) belongs to ``daskbatch run`` and is left alone.
 _JOB_OPTIONS = {
-    ("input", "x"): "x", ("input", "label"): "label",
+    ("input", "x"): "x", ("input", "label"): "label", ("input", "weights"): "weights", ("input", "target"): "target",
     ("statistics", "stats"): "stats", ("statistics", "bins"): "bins", ("statistics", "range"): "range",
     ("statistics", "ddof"): "ddof", ("statistics", "nan_policy"): "nan_policy",
     ("statistics", "classes"): "classes", ("statistics", "missing"): "missing",

@@ -200,13 +200,11 @@ def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
     return {name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)}
 
 
-def _check_weighted(custom: tuple[Any, ...], checkpoint: Any) -> None:
-    """Refuse, before any compute, what weights do not reach: a user's statistic without ``takes_weights``, checkpoints."""
+def _check_weighted(custom: tuple[Any, ...]) -> None:
+    """Refuse, before any compute, a user's statistic without ``takes_weights`` (weights do not reach it)."""
     for stat in custom:
         if not reads_weights(stat):
             raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
-    if checkpoint is not None:
-        raise ValueError("weights= cannot be combined with checkpoint= yet: the checkpoint's fingerprint does not cover weights")
 
 
 def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:

@@ -17,7 +17,7 @@ from daskbatch.planning.resources import Resources
 from daskbatch.runtime.capacity import resources_auto
 from daskbatch.stats.kernels.preflight import check_gpu
 
-__all__ = ["auto_device", "configured_min_batch_bytes", "gpu_problem", "resolve_device"]
+__all__ = ["auto_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "resolve_device"]
 
 log = logging.getLogger("daskbatch.devices")
 KEY = "gpu-min-batch-bytes"
@@ -132,3 +132,30 @@ def resolve_device(device: Device, x: Any) -> DeviceChoice:
     chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
     on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
     return auto_device(chunk, on_gpu=on_gpu, what="chunks")
+
+
+def gpu_failure(exc: BaseException) -> str | None:
+    """Say whether ``exc`` is the GPU failing (CuPy missing, out of memory, a CUDA error), in one line.
+
+    These are the errors after which ``device="auto"`` runs the work again on
+    the CPU; any other error is the data's or the code's, and is raised.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What a run on the GPU raised.
+
+    Returns
+    -------
+    str or None
+        The failure in one line, or None when ``exc`` is not the GPU's.
+    """
+    what = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ImportError) and "cupy" in str(exc).lower():
+        return f"CuPy does not import ({what})"
+    if isinstance(exc, MemoryError) or "OUT OF MEMORY" in str(exc).upper():  # CuPy's OutOfMemoryError is a MemoryError
+        return f"out of memory ({what})"
+    module = type(exc).__module__
+    if module.split(".")[0] in ("cupy", "cupy_backends", "rmm") or module.startswith("numba.cuda"):
+        return f"the GPU failed ({what})"
+    return None

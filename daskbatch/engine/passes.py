@@ -124,8 +124,6 @@ class PassRunner:  # numpydoc ignore=PR02
         with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
                                         cancel=self.cancel, **_progress_options(self.progress)) as bar:
             if self.checkpoint is not None:
-                if self.data.weights is not None:  # the checkpoint's fingerprint does not cover weights yet
-                    raise ValueError("weights= cannot be combined with checkpoint= yet: their fingerprint would not cover the weights")
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 result = checkpointed.run_checkpointed(
                     stat, self.data, label, split_every=self.split_every, progress=bar,

@@ -32,8 +32,11 @@ from daskbatch.stats.spec import (
     SKETCH,
     counts_by_label,
     describe_statistics,
+    footprint_of,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
 )
 
 
@@ -195,6 +198,9 @@ def plan_describe(
     split_every: int | None = None,
     resources: Any = "auto",
     classes: Sequence[int] | None = None,
+    target: Any = None,
+    groups: Any = None,
+    target_bins: Any = 16,
 ) -> Plan:
     """Make the plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
 
@@ -220,6 +226,13 @@ def plan_describe(
     classes : sequence of int, optional
         The label's class values (their number sizes the ``mi`` tables); else
         what the store records, else ``daskbatch.assumed-classes``.
+    target : array or str, optional
+        As in :func:`daskbatch.describe`: the target's statistics (its
+        co-moments, and with ``mi`` its sketch and quantile bins) are planned for.
+    groups : array, optional
+        As in :func:`daskbatch.describe`: the statistics by group are planned for.
+    target_bins : int or sequence of float, default 16
+        As in :func:`daskbatch.describe`.
 
     Returns
     -------
@@ -227,13 +240,27 @@ def plan_describe(
         The plan of the largest pass.
     """
     from daskbatch.engine.class_labels import max_classes  # lazy: dask
-    from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
+    from daskbatch.engine.inputs import (  # lazy: dask
+        as_feature_matrix,
+        groups_as_label,
+        with_target,
+    )
 
+    if groups is not None:
+        label = groups_as_label(groups, label, target)
     data = as_feature_matrix(x, label)
+    if target is not None:
+        data = with_target(data, target)
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
-    names = names_of(wanted)
+    if groups is not None:
+        wanted = grouped_statistics(wanted)
+    fused: tuple[Any, ...] = ()
     n_classes = None
-    if classes is not None and counts_by_label(wanted):
+    if target is not None:
+        wanted, fused, bins_of_target, _ = target_statistics(stats, wanted, target_bins)
+        n_classes = None if bins_of_target is None else len(bins_of_target)
+    names = (*names_of(wanted), *map(footprint_of, fused))
+    if classes is not None and counts_by_label(wanted) and target is None:
         n_classes = len(validate_classes(classes, max_classes()))
     chosen, _ = plan_dropping_sketch(
         lambda stats_: plan_statistics(

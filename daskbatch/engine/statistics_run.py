@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, Literal
@@ -20,7 +21,7 @@ from daskbatch._typing import Device
 from daskbatch._warnings import warn
 from daskbatch.engine import _describe_steps as steps
 from daskbatch.engine.class_labels import checked_label
-from daskbatch.engine.devices import resolve_device
+from daskbatch.engine.devices import gpu_failure, resolve_device
 from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,
@@ -34,7 +35,7 @@ from daskbatch.engine.passes import PassRunner
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import RangeWarning
+from daskbatch.errors import GPUFallbackWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
@@ -161,7 +162,15 @@ def run_statistics(
     data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
     grouped: bool, targeted: bool, plan_statistics: Callable[..., Any], plan_dropping_sketch: Callable[..., Any],
 ) -> Computed:
-    """Compute ``stats`` of ``data`` in one or two passes.
+    """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails.
+
+    When the GPU was daskbatch's choice (``run.device == "auto"``) and the run
+    there fails the way a GPU fails (:func:`daskbatch.engine.devices.gpu_failure`:
+    CuPy missing, out of memory, a CUDA error), the whole run is done once more
+    on the CPU with a :class:`~daskbatch.errors.GPUFallbackWarning`, and the
+    provenance records ``device="cpu"`` and ``device_fallback`` (the failure).
+    With ``device="gpu"`` (the user's choice), blocks that are CuPy arrays
+    already, or a checkpoint (whose states were made on the GPU), the error is raised.
 
     Parameters
     ----------
@@ -187,13 +196,38 @@ def run_statistics(
     Computed
         The results, states and provenance.
     """
+    compute = functools.partial(_computed, data, stats, params, run, grouped=grouped, targeted=targeted,
+                                plan_statistics=plan_statistics, plan_dropping_sketch=plan_dropping_sketch)
+    on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"  # CuPy blocks cannot move back
+    try:
+        return compute(where=where)
+    except Exception as exc:
+        # With a checkpoint the GPU's partial states stay on disk for a resume on the GPU:
+        # a CPU run would meet a fingerprint made for the GPU, so the GPU's error is the one to see.
+        fallback = where.device == "gpu" and run.device == "auto" and on_host and run.checkpoint is None
+        reason = gpu_failure(exc) if fallback else None
+        if reason is None:
+            raise
+    text = f"describe: the run on the GPU failed, {reason}; running it again on the CPU"
+    log.warning(text)
+    warn(text, GPUFallbackWarning)
+    done = compute(where=DeviceChoice("cpu", f"device='auto' fell back from the GPU: {reason}"))
+    done.provenance["device_fallback"] = reason
+    return done
+
+
+def _computed(
+    data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
+    grouped: bool, targeted: bool, plan_statistics: Callable[..., Any], plan_dropping_sketch: Callable[..., Any],
+) -> Computed:
+    """Compute ``stats`` of ``data`` in one or two passes on ``where``'s device (see :func:`run_statistics`)."""
     device, range_, bins = where.device, params.range, params.bins
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
     if grouped:
         wanted = grouped_statistics(wanted)
     custom = user_statistics(stats)
     if data.weights is not None:
-        steps._check_weighted(custom, run.checkpoint)
+        steps._check_weighted(custom)
     layout = steps._run_layout(run.plan, run.split_every, run.checkpoint, run.force)
     if targeted:
         wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, params.target_bins)

@@ -240,7 +240,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
             resources = job_resources(job, client)
             try:
                 plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
-                                     resources=resources, classes=job.statistics.classes)
+                                     resources=resources, classes=job.statistics.classes, target=job.input.target)
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
@@ -256,6 +256,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
                 device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
+                weights=job.input.weights, target=job.input.target,
             )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes

@@ -38,6 +38,12 @@ class InputSpec:
     store: str | None = _key(None, "Path or fsspec URL of the Zarr store (required).")
     x: str = _key("X", "Name of the (samples, features) array in the store.")
     label: str | None = _key(None, "Name of the integer label array; null: the one the store records (synth, ingest).")
+    weights: str | None = _key(
+        None, "Name of the 1-D array of sample weights in the store (one non-negative weight per row); null: unweighted."
+    )
+    target: str | None = _key(
+        None, "Name of the 1-D continuous target array in the store (instead of a label); null: none."
+    )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ HINTS = {
     "source": "another store",
     "x content": "the store was rewritten since",
     "label content": "the label was rewritten since",
+    "weights content": "other weights (or the weights array was rewritten)",
     "kernels": "daskbatch.kernels setting changed",
     "array backend": "another device or library version",
     "daskbatch version": "daskbatch was upgraded",
@@ -112,6 +113,10 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
         items["source"] = "in-memory data"
         items["x content"] = f"dask token {_tokenize(x)}"
     items.update(_label_items(data, source))
+    weights = getattr(data, "weights", None)
+    if weights is not None:  # only then: the fingerprints of unweighted checkpoints stay as they were
+        items.update({"weights": str(data.provenance.get("weights", "weights")),
+                      "weights content": f"dask token {_tokenize(weights)}"})
     items.update({"shape": str(tuple(int(n) for n in x.shape)), "dtype": str(x.dtype)})
     return items
 

@@ -278,17 +278,17 @@ def run_checkpointed(
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
         store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
         if isinstance(progress, Progress):  # the caller's (describe's "pass i/n")
-            state = _run_pass(store, bundle, x, label, progress, directory, data.label_checked)
+            state = _run_pass(store, bundle, x, label, progress, directory, data.label_checked, data.weights)
         else:
             with Progress(f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]),
                           nbytes=int(x.nbytes), show=progress) as bar:
-                state = _run_pass(store, bundle, x, label, bar, directory, data.label_checked)
+                state = _run_pass(store, bundle, x, label, bar, directory, data.label_checked, data.weights)
     return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 
 def _run_pass(
     store: _PassStore, bundle: BundleLike, x: da.Array, label: da.Array | None, progress: Progress,
-    directory: str | os.PathLike[str], label_checked: bool,
+    directory: str | os.PathLike[str], label_checked: bool, weights: da.Array | None = None,
 ) -> tuple[Any, ...]:
     """Compute what ``store`` lacks (the caller holds the lock); the root state."""
     s, n_blocks = store.s, store.n_blocks
@@ -305,7 +305,9 @@ def _run_pass(
 
     if label is not None:
         label = label.rechunk((x.chunks[0],))
-    make = _unit_graph(bundle, x, label, s, n_blocks, label_checked and label is not None)
+    if weights is not None:
+        weights = weights.rechunk((x.chunks[0],))
+    make = _unit_graph(bundle, x, label, s, n_blocks, label_checked and label is not None, weights)
 
     def on_unit(unit: int, state: tuple[Any, ...]) -> None:
         store.put(0, unit, state)
@@ -323,14 +325,17 @@ def _run_pass(
 
 
 def _unit_graph(
-    bundle: BundleLike, x: da.Array, label: da.Array | None, s: int, n_blocks: int, checked: bool
+    bundle: BundleLike, x: da.Array, label: da.Array | None, s: int, n_blocks: int, checked: bool,
+    weights: da.Array | None = None,
 ) -> Callable[[int], Delayed]:
     from daskbatch.engine.reduce import tree_reduce  # lazy: dask
 
     def make(unit: int) -> Delayed:
         a, b = node_blocks(0, unit, n_blocks, s)
         label_blocks = None if label is None else label.blocks[a:b]
-        return tree_reduce(bundle, x.blocks[a:b], label_blocks, split_every=s, finalize=False, labels_checked=checked)
+        weight_blocks = None if weights is None else weights.blocks[a:b]
+        return tree_reduce(bundle, x.blocks[a:b], label_blocks, weights=weight_blocks, split_every=s, finalize=False,
+                           labels_checked=checked)
 
     return make
 
