@@ -148,7 +148,7 @@ def test_gpu_without_cupy_falls_back_once_or_raises(store: str, tmp_path: Path) 
     np.testing.assert_array_equal(zarr.open_group(report.path)["X"][:], expected(store))
 
 
-def _describe_on(where: DeviceChoice, device: str, store: str) -> Computed:
+def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str | None = None) -> Computed:
     """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
     from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics
 
@@ -156,7 +156,8 @@ def _describe_on(where: DeviceChoice, device: str, store: str) -> Computed:
                               missing="auto", device="cpu")
     params = StatisticParameters(bins=16, range=None, ddof=1, bias=True, nan_policy="omit", classes=None,
                                  target_bins=10, miller_madow=False)
-    return run_statistics(data, ("moments", "hist"), params, db.RunOptions(device=device, plan=None), where=where,
+    run = db.RunOptions(device=device, plan=None, checkpoint=checkpoint)
+    return run_statistics(data, ("moments", "hist"), params, run, where=where,
                           grouped=False, targeted=False, plan_statistics=plan_statistics,
                           plan_dropping_sketch=plan_dropping_sketch)
 
@@ -177,6 +178,13 @@ def test_describe_falls_back_to_the_cpu_when_auto_chose_a_gpu_that_fails(store: 
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ImportError, match="needs CuPy"):  # the user's choice: raised, not hidden
         _describe_on(DeviceChoice("gpu", "device='gpu'"), "gpu", store)
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")
+def test_no_fallback_with_a_checkpoint_whose_states_are_the_gpus(store: str, tmp_path: Path) -> None:
+    stale = DeviceChoice("gpu", "the GPU preflight passed (stale)")
+    with pytest.raises(ImportError, match="needs CuPy"):  # a CPU run would meet the GPU's fingerprint
+        _describe_on(stale, "auto", store, checkpoint=str(tmp_path / "ckpt"))
 
 
 def test_only_the_gpu_failing_counts_as_a_gpu_failure() -> None:
