@@ -417,7 +417,7 @@ def _like(w: Any, batch: Any) -> Any:
     if w is None:
         return None
     if type(batch).__module__.split(".")[0] == "cupy":
-        import cupy
+        import cupy  # lazy: cupy (optional, GPU only)
 
         return cupy.asarray(w)
     return to_host(w)
