@@ -44,7 +44,11 @@ print(json.dumps({"before": before, "seen": json.seen}))
 
 
 def run(scheduler: str, workers: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    # A fresh process with BLAS's own default: distributed's workers set these for their process, and
+    # a test that ran one in-process beside this one leaves them in os.environ.
+    pinned = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in pinned}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     result = subprocess.run([sys.executable, "-c", SCRIPT, scheduler, str(workers)],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
