@@ -17,7 +17,7 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch._typing import Device
 from daskbatch.engine.checkpoint.lock import checkpoint_lock
-from daskbatch.engine.planner import plan_describe, plan_dropping_sketch, plan_statistics
+from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.statistics_run import StatisticParameters, prepared_inputs, run_statistics
 from daskbatch.runtime.joblog import logged_run
@@ -218,7 +218,6 @@ def describe(
                                       feature_names=feature_names, missing=missing, device=run.device)
         done = run_statistics(
             data, stats, params, run, where=where, grouped=groups is not None, targeted=target is not None,
-            plan_statistics=plan_statistics, plan_dropping_sketch=plan_dropping_sketch,
         )
     summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=mi_base,
                                    miller_madow=miller_madow, states=done.states)

@@ -150,16 +150,13 @@ def test_gpu_without_cupy_falls_back_once_or_raises(store: str, tmp_path: Path) 
 
 def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str | None = None) -> Computed:
     """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
-    from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics
-
     data, _ = prepared_inputs(store, None, weights=None, target=None, groups=None, feature_names=None,
                               missing="auto", device="cpu")
     params = StatisticParameters(bins=16, range=None, ddof=1, bias=True, nan_policy="omit", classes=None,
                                  target_bins=10, miller_madow=False)
     run = db.RunOptions(device=device, plan=None, checkpoint=checkpoint)
     return run_statistics(data, ("moments", "hist"), params, run, where=where,
-                          grouped=False, targeted=False, plan_statistics=plan_statistics,
-                          plan_dropping_sketch=plan_dropping_sketch)
+                          grouped=False, targeted=False)
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")

@@ -14,7 +14,6 @@ import dataclasses
 import datetime
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any, Literal
 
 from daskbatch._typing import Device
@@ -32,6 +31,7 @@ from daskbatch.engine.inputs import (
     with_target,
 )
 from daskbatch.engine.passes import PassRunner
+from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.engine.run_options import RunOptions
@@ -160,7 +160,7 @@ def prepared_inputs(
 
 def run_statistics(
     data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
-    grouped: bool, targeted: bool, plan_statistics: Callable[..., Any], plan_dropping_sketch: Callable[..., Any],
+    grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails.
 
@@ -188,16 +188,13 @@ def run_statistics(
         The label holds group keys (``describe(groups=...)``).
     targeted : bool
         The label is a continuous target (``describe(target=...)``).
-    plan_statistics, plan_dropping_sketch : callable
-        :func:`daskbatch.engine.planner.plan_statistics` and :func:`daskbatch.engine.planner.plan_dropping_sketch`.
 
     Returns
     -------
     Computed
         The results, states and provenance.
     """
-    compute = functools.partial(_computed, data, stats, params, run, grouped=grouped, targeted=targeted,
-                                plan_statistics=plan_statistics, plan_dropping_sketch=plan_dropping_sketch)
+    compute = functools.partial(_computed, data, stats, params, run, grouped=grouped, targeted=targeted)
     on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"  # CuPy blocks cannot move back
     try:
         return compute(where=where)
@@ -218,7 +215,7 @@ def run_statistics(
 
 def _computed(
     data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
-    grouped: bool, targeted: bool, plan_statistics: Callable[..., Any], plan_dropping_sketch: Callable[..., Any],
+    grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` in one or two passes on ``where``'s device (see :func:`run_statistics`)."""
     device, range_, bins = where.device, params.range, params.bins
