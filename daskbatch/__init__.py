@@ -141,4 +141,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    # The public names only: tab completion should not offer ``sys``, ``importlib`` or ``annotations``.
+    return sorted({*__all__, "__version__"})

@@ -102,3 +102,11 @@ def test_all_lists_every_lazy_name() -> None:
     import daskbatch
 
     assert set(daskbatch.__all__) == set(daskbatch._LAZY) | {"__version__"}
+
+
+def test_dir_lists_the_public_names_only() -> None:
+    import daskbatch
+
+    listed = set(dir(daskbatch))
+    assert set(daskbatch.__all__) <= listed
+    assert not listed & {"sys", "importlib", "types", "annotations", "TYPE_CHECKING", "Any"}
