@@ -13,19 +13,16 @@ import numpy as np
 import zarr
 from dask.utils import parse_bytes
 
+from daskbatch import config
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import storage_chunks
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
 
 __all__ = [
-    "AUTO_CHUNK_BYTES", "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",
+    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",
     "dimension_names", "group_arrays",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
-
-#: Upper bound of one dask block under ``chunks="auto"`` when the
-#: ``daskbatch.target-chunk-bytes`` dask config key is unset.
-AUTO_CHUNK_BYTES = 128 * 2**20
 
 #: Group attribute written by daskbatch (synth, ingest) naming the arrays.
 LAYOUT_ATTR = "daskbatch"
@@ -187,7 +184,7 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
     elif chunks == "storage":
         per = store_rows
     elif chunks == "auto":
-        target = parse_bytes(dask.config.get("daskbatch.target-chunk-bytes", AUTO_CHUNK_BYTES))
+        target = parse_bytes(config.get("target-chunk-bytes"))
         row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
         per = store_rows * max(1, target // (store_rows * row_bytes))
     else:
