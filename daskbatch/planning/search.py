@@ -164,19 +164,8 @@ def plan_chunks(
     if se != se_top:
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
-    def chunk_bytes(rows: int) -> int:
-        """Project a chunk task of ``rows`` rows.
-
-        Parameters
-        ----------
-        rows : int
-            Chunk rows.
-
-        Returns
-        -------
-        int
-            Bytes.
-        """
+    def _chunk_bytes(rows: int) -> int:
+        """Project a chunk task of ``rows`` rows."""
         return projected_task_bytes(
             rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
             device_bytes=resources.device_memory_bytes, **kw
@@ -185,7 +174,7 @@ def plan_chunks(
     if n_rows == 0:
         chunk_rows, limited_by = 0, "data"
     else:
-        need = chunk_bytes(storage_rows)
+        need = _chunk_bytes(storage_rows)
         if need > budget:
             one = "one storage chunk" if storage_rows < n_rows else "the whole array"
             raise PlanError(
@@ -194,7 +183,7 @@ def plan_chunks(
                 "use --memory or rechunk the store to fewer rows per chunk"
             )
         chunk_rows, limited_by = _choose_rows(
-            n_rows, storage_rows, n_features * itemsize, chunk_bytes, budget,
+            n_rows, storage_rows, n_features * itemsize, _chunk_bytes, budget,
             target_chunk_bytes, resources.total_threads,
         )
     n_chunks = max(1, math.ceil(n_rows / chunk_rows)) if chunk_rows else 1
@@ -209,7 +198,7 @@ def plan_chunks(
         budget_bytes=budget, chunk_rows=chunk_rows, n_chunks=n_chunks, split_every=se,
         feature_tile=tile, n_tile_pairs=n_tile_pairs,
         states_bytes=sum(state_bytes(s, n_features, feature_tile=tile, **kw) for s in stats_t),
-        chunk_task_bytes=chunk_bytes(chunk_rows),
+        chunk_task_bytes=_chunk_bytes(chunk_rows),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
         kernel_path=path,
