@@ -136,3 +136,24 @@ def test_repeated_default_check_on_a_planted_module() -> None:
     found = [w.split(" ")[0] for w in repeated_defaults(planted)]
     assert found == ["<string>:1", "<string>:3", "<string>:3", "<string>:4", "<string>:5", "<string>:6"]
     assert repeated_defaults("max_chunks = 200_000") and not repeated_defaults("max_chunks = 100_000")
+
+
+def raw_reads(source: str, filename: str = "<string>") -> list[str]:
+    """``file:line`` of each ``dask.config.get("daskbatch....")``: daskbatch's settings are read through config.get."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "dask.config.get" and node.args:
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and str(key.value).split(".")[0] == "daskbatch":
+                found.append(f"{filename}:{node.lineno}")
+    return found
+
+
+def test_settings_are_read_one_way() -> None:
+    found = [
+        where for path in sorted(PACKAGE.rglob("*.py")) if path.name != "config.py" or path.parent != PACKAGE
+        for where in raw_reads(path.read_text(), str(path.relative_to(PACKAGE)))
+    ]
+    assert not found, "read daskbatch settings with daskbatch.config.get: " + ", ".join(found)
+    planted = "import dask\ndask.config.get('daskbatch.kernels')\ndask.config.get('scheduler', None)\nconfig.get('kernels')\n"
+    assert raw_reads(planted) == ["<string>:2"]
