@@ -33,6 +33,7 @@ def _config_file_error(exc: ValueError) -> None:
 
 try:
     import dask.config
+    import dask.utils
 except ValueError as _exc:  # dask reads its YAML files at import; a malformed one raises here
     _config_file_error(_exc)
 
@@ -63,6 +64,40 @@ def get(key: str | None = None) -> Any:
         The value.
     """
     return dask.config.get("daskbatch" if key is None else f"daskbatch.{key}")
+
+
+def planner_settings() -> dict[str, Any]:
+    """Read the planner's settings as the keyword arguments of :func:`~daskbatch.planning.search.plan_chunks`.
+
+    ``daskbatch.split-every``, ``memory-fraction``, ``reserved-memory``,
+    ``target-chunk-bytes`` and ``kernels``, with byte sizes such as ``"64MiB"`` parsed.
+
+    Returns
+    -------
+    dict
+        ``split_every`` (int), ``memory_fraction`` (float), ``reserved_bytes`` (int)
+        ``target_chunk_bytes`` (int) and ``compiled_kernels`` (bool).
+
+    Raises
+    ------
+    ValueError
+        One line naming a setting that is not a number or a byte size.
+    """
+    settings: dict[str, Any] = {}
+    for name, key, parse in (
+        ("split_every", "split-every", int),
+        ("memory_fraction", "memory-fraction", float),
+        ("reserved_bytes", "reserved-memory", dask.utils.parse_bytes),
+        ("target_chunk_bytes", "target-chunk-bytes", dask.utils.parse_bytes),
+        ("compiled_kernels", "kernels", bool),
+    ):
+        value = get(key)
+        try:
+            settings[name] = parse(value)
+        except (TypeError, ValueError):
+            kind = "a number" if parse in (int, float) else "a byte size such as '64MiB'"
+            raise ValueError(f"daskbatch.{key} must be {kind}, got {value!r}") from None
+    return settings
 
 
 def check() -> None:

@@ -7,6 +7,8 @@ import json
 import math
 import pathlib
 
+import dask
+import dask.array as da
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -258,3 +260,41 @@ def test_model_is_monotone_in_rows(rows, d, itemsize, stats, path):
     b = projected_task_bytes(rows + 1, d, itemsize, stats, n_classes=3, path=path)
     floor = rows * d * (itemsize + (8 if path == "array-api" else 0))  # raw (+ float64 copy)
     assert floor < a < b
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "check"),
+    [
+        ("split-every", 3, lambda p: p.split_every == 3),
+        ("memory-fraction", 0.25, lambda p: p.budget_bytes == 16 * GiB * 0.25 // 4 - 256 * MiB),
+        ("reserved-memory", "1GiB", lambda p: p.budget_bytes == 16 * GiB * 0.5 // 4 - GiB),
+        ("target-chunk-bytes", "1MiB",
+         lambda p: p.limited_by == "target chunk size" and p.chunk_rows == 1000 * (MiB // (1000 * 64 * 4))),
+        ("kernels", False, lambda p: p.kernel_path == "array-api"),
+    ],
+)
+def test_dask_config_settings_steer_the_planner(setting, value, check):
+    """A setting overridden through dask.config changes the plan, of plan_chunks and of db.plan alike."""
+    r = Resources(16 * GiB, threads_per_worker=4)
+    x = da.zeros((1_000_000, 64), dtype="float32", chunks=(1000, 64))
+    kw = {"stats": ("moments", "hist")}
+    before = plan_chunks(x.shape, 4, (1000, 64), r, **kw)
+    assert not check(before)  # the packaged default plans otherwise
+    with dask.config.set({f"daskbatch.{setting}": value}):
+        pure = plan_chunks(x.shape, 4, (1000, 64), r, **kw)
+        live = plan(x, resources=r, **kw)
+    assert check(pure), pure
+    assert check(live), live
+    assert plan_chunks(x.shape, 4, (1000, 64), r, **kw) == before  # the override ends with its context
+
+
+def test_an_argument_wins_over_the_setting():
+    r = Resources(16 * GiB, threads_per_worker=4)
+    with dask.config.set({"daskbatch.split-every": 3, "daskbatch.memory-fraction": 0.25}):
+        p = plan_chunks((1_000_000, 64), 4, (1000, 64), r, stats=("moments",), split_every=5, memory_fraction=0.5)
+    assert p.split_every == 5 and p.budget_bytes == 16 * GiB // 2 // 4 - 256 * MiB
+
+
+def test_a_malformed_setting_is_named():
+    with dask.config.set({"daskbatch.reserved-memory": "lots"}), pytest.raises(ValueError, match="reserved-memory"):
+        plan_chunks((1000, 4), 4, (100, 4), Resources(GiB), stats=("moments",))

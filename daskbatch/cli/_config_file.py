@@ -223,32 +223,17 @@ def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
         return functools.partial(config_option, also=also)
 
     @functools.wraps(func)
-    def command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
-        """Apply the config file's dask settings, then run the command.
-
-        Parameters
-        ----------
-        *args
-            The command's positional arguments.
-        allow_dask_config : bool, default False
-            Accept any setting of the file's ``dask:`` mapping, not only sizes and timeouts.
-        **kwargs
-            The command's options.
-
-        Returns
-        -------
-        object
-            The command's result.
-        """
+    def _command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
+        """Apply the config file's dask settings, then run the command."""
         _apply_dask_settings(click.get_current_context(), allow_dask_config)
         return func(*args, **kwargs)
 
-    command = click.option(
+    _command = click.option(
         "--allow-dask-config",
         is_flag=True,
         help="Accept any dask setting in the --config file. Without it only settings that "
         "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
-    )(command)
+    )(_command)
     return click.option(
         "--config",
         type=click.Path(dir_okay=False),
@@ -258,4 +243,4 @@ def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
         help="Configuration file, as 'daskbatch run' reads: its 'daskbatch: job:' keys set the matching "
         "options (statistics: {bins: 128} sets --bins), its other keys are dask settings (docs/jobs.md). "
         "Command-line options win.",
-    )(command)
+    )(_command)

@@ -12,7 +12,7 @@ import re
 import warnings
 from importlib.metadata import distributions
 
-__all__ = ["GPU_FAMILIES", "cuda_versions", "gpu_stack", "matching_distributions"]
+__all__ = ["GPU_FAMILIES", "gpu_stack", "matching_distributions"]
 
 #: Report key -> pattern of the normalised distribution names that provide it.
 GPU_FAMILIES: dict[str, re.Pattern[str]] = {
@@ -51,16 +51,8 @@ def _version_text(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
-def cuda_versions() -> tuple[str | None, str | None]:
-    """Read the CUDA runtime and driver versions as CuPy sees them.
-
-    Returns
-    -------
-    runtime : str or None
-        The runtime version; None where CuPy or CUDA cannot tell.
-    driver : str or None
-        The driver version; None where CuPy or CUDA cannot tell.
-    """
+def _cuda_versions() -> tuple[str | None, str | None]:
+    """Read the CUDA runtime and driver versions as CuPy sees them."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. CuPy's warning that it found no CUDA path
@@ -87,5 +79,5 @@ def gpu_stack() -> dict[str, str | None]:
     """
     installed = {_normalise(d.metadata["Name"] or ""): d.version for d in distributions()}
     facts = {key: matching_distributions(pattern, installed) for key, pattern in GPU_FAMILIES.items()}
-    runtime, driver = cuda_versions()  # also when CuPy imports without metadata (a source tree)
+    runtime, driver = _cuda_versions()  # also when CuPy imports without metadata (a source tree)
     return {**facts, "cuda_runtime": runtime, "cuda_driver": driver}

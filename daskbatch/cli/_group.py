@@ -64,19 +64,8 @@ def user_errors(func: F) -> F:
     """
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        """Run the command; exit with a one-line message on an expected error.
-
-        Parameters
-        ----------
-        *args, **kwargs
-            The command's arguments.
-
-        Returns
-        -------
-        object
-            The command's result.
-        """
+    def _wrapper(*args: Any, **kwargs: Any) -> Any:
+        """Run the command; exit with a one-line message on an expected error."""
         from daskbatch import config  # lazy: dask
 
         try:
@@ -98,4 +87,4 @@ def user_errors(func: F) -> F:
             click.echo(f"error: {msg}", err=True)
             sys.exit(EXIT_BAD_INPUT)
 
-    return wrapper  # type: ignore[return-value]
+    return _wrapper  # type: ignore[return-value]

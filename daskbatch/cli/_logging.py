@@ -33,7 +33,7 @@ import click
 
 from daskbatch.runtime.progress import line_cleared
 
-__all__ = ["LEVELS", "LoggingGroup", "LogSettings", "configure", "is_quiet", "logging_params"]
+__all__ = ["LEVELS", "LoggingGroup", "LogSettings", "is_quiet", "logging_params"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -97,14 +97,8 @@ class _WarningFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def configure(settings: LogSettings) -> None:
-    """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent.
-
-    Parameters
-    ----------
-    settings : LogSettings
-        Verbosity, quiet and level from the command line.
-    """
+def _configure(settings: LogSettings) -> None:
+    """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent."""
     level = settings.level
     handler = next((h for h in _logger().handlers if isinstance(h, _StderrHandler)), None)
     if handler is None:
@@ -161,7 +155,7 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     settings = _settings(ctx)
     setattr(settings, param.name, value.upper() if param.name == "log_level" else value)
     if ctx.parent is not None:  # a command's option: the group has configured logging already
-        configure(settings)
+        _configure(settings)
     return value
 
 
@@ -222,7 +216,7 @@ def setup_from_context(ctx: click.Context) -> None:
     if "daskbatch.logging.saved" not in root.meta:
         root.meta["daskbatch.logging.saved"] = True
         root.call_on_close(_snapshot())
-    configure(_settings(ctx))
+    _configure(_settings(ctx))
 
 
 def _snapshot() -> Any:

@@ -34,10 +34,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import dask.config
 import numpy as np
 import zarr
 
+from daskbatch import config
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import (
     absent_name,
@@ -68,9 +68,6 @@ __all__ = [
     "storage_chunks",
     "writes_every_chunk",
 ]
-
-#: ``daskbatch.max-chunks`` when the dask config does not set it.
-DEFAULT_MAX_CHUNKS = 200_000
 
 #: Array attribute set by every daskbatch writer: each chunk is stored, even one
 #: of fill values, so a chunk absent from the store was lost.
@@ -125,10 +122,6 @@ def checksummed(compressor: Any | None) -> tuple[Any, ...]:
     return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
 
 
-#: Default of ``daskbatch.max-features`` (names alone are about 60 bytes a feature).
-DEFAULT_MAX_FEATURES = 2_000_000
-
-
 def max_chunks() -> int:
     """Read the configured ``daskbatch.max-chunks``: the most chunks one array may have.
 
@@ -137,13 +130,18 @@ def max_chunks() -> int:
     int
         The limit.
     """
-    value = dask.config.get("daskbatch.max-chunks", DEFAULT_MAX_CHUNKS)
+    return _positive_setting("max-chunks")
+
+
+def _positive_setting(key: str) -> int:
+    """Read ``daskbatch.<key>`` as a whole number of at least 1 (its default is in ``daskbatch.yaml``)."""
+    value = config.get(key)
     try:
         limit = int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"daskbatch.max-chunks must be a whole number, got {value!r}") from None
+        raise ValueError(f"daskbatch.{key} must be a whole number, got {value!r}") from None
     if limit < 1:
-        raise ValueError(f"daskbatch.max-chunks must be at least 1, got {limit}")
+        raise ValueError(f"daskbatch.{key} must be at least 1, got {limit}")
     return limit
 
 
@@ -195,14 +193,7 @@ def max_features() -> int:
     int
         The limit.
     """
-    value = dask.config.get("daskbatch.max-features", DEFAULT_MAX_FEATURES)
-    try:
-        limit = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"daskbatch.max-features must be a whole number, got {value!r}") from None
-    if limit < 1:
-        raise ValueError(f"daskbatch.max-features must be at least 1, got {limit}")
-    return limit
+    return _positive_setting("max-features")
 
 
 def check_feature_count(arr: zarr.Array) -> None:

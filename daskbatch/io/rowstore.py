@@ -146,21 +146,8 @@ class RegionWriter:
         self.rows = rows
         self.chunk_rows = chunk_rows
 
-    def bounds(self, block: int) -> tuple[int, int]:
-        """Give the rows of block ``block``.
-
-        Parameters
-        ----------
-        block : int
-            The block index.
-
-        Returns
-        -------
-        start : int
-            Its first row.
-        stop : int
-            One past its last row.
-        """
+    def _bounds(self, block: int) -> tuple[int, int]:
+        """Give the rows of block ``block``."""
         lo = block * self.chunk_rows
         return lo, min(lo + self.chunk_rows, self.rows)
 
@@ -174,7 +161,7 @@ class RegionWriter:
         values : dict of str to numpy.ndarray
             The block's rows of each array, by name.
         """
-        lo, hi = self.bounds(block)
+        lo, hi = self._bounds(block)
         for name, v in values.items():
             if v.shape[0] != hi - lo:
                 raise ValueError(f"block {block} of {name!r} has {v.shape[0]} rows, expected {hi - lo}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["counter_rows", "normals", "philox4x32", "uniforms"]
+__all__ = ["counter_rows", "normals", "philox4x32"]
 
 #: Philox4x32 multipliers and Weyl key increments (Random123).
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -109,23 +109,8 @@ def normals(xp: Any, seed: int, start: int, stop: int, columns: int) -> Any:
     return xp.reshape(z, (stop - start, 2 * pairs))[:, :columns]
 
 
-def uniforms(xp: Any, seed: int, start: int, stop: int) -> Any:
-    """Draw one uniform in (0, 1) per row of ``[start, stop)``, from the label stream.
-
-    Parameters
-    ----------
-    xp : namespace
-        NumPy or CuPy (array API).
-    seed : int
-        The dataset's seed.
-    start, stop : int
-        The rows, as global row indices.
-
-    Returns
-    -------
-    array
-        (stop - start,) float64.
-    """
+def _uniforms(xp: Any, seed: int, start: int, stop: int) -> Any:
+    """Draw one uniform in (0, 1) per row of ``[start, stop)``, from the label stream."""
     w0, w1, _, _ = philox4x32(xp, _counters(xp, start, stop, 1, LABEL_STREAM), _key(seed))
     return _uniform53(xp, w0, w1)[:, 0]
 
@@ -167,7 +152,7 @@ def counter_rows(xp: Any, seed: int, start: int, stop: int, model: Any, dtype: A
     y = None
     if model.classes:
         cdf = xp.asarray(np.cumsum(model.priors))
-        y = xp.astype(xp.clip(xp.searchsorted(cdf, uniforms(xp, seed, start, stop), side="right"), 0, len(model.priors) - 1), xp.int32)
+        y = xp.astype(xp.clip(xp.searchsorted(cdf, _uniforms(xp, seed, start, stop), side="right"), 0, len(model.priors) - 1), xp.int32)
         if len(model.informative):
             delta = np.zeros((len(model.priors), model.features), dtype=dtype)
             delta[:, :q] = model.delta

@@ -218,11 +218,9 @@ def _has_checksum(arr: zarr.Array) -> bool:
 
 
 def _zstd_needs(buf: bytes) -> int | None:
-    """Bytes a zstd frame at the start of ``buf`` says it spans; None if ``buf`` is no zstd frame.
-
-    Walks the frame header and block headers (RFC 8878, section 3.1.1). When
-    ``buf`` ends early the result is larger than ``len(buf)``: the frame was cut.
-    """
+    """Bytes a zstd frame at the start of ``buf`` says it spans; None if ``buf`` is no zstd frame."""
+    # Walks the frame header and block headers (RFC 8878, section 3.1.1). When ``buf`` ends early the result
+    # is larger than ``len(buf)``: the frame was cut.
     if len(buf) < 5 or buf[:4] != _ZSTD_MAGIC:
         return None
     descriptor = buf[4]

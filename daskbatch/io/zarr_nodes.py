@@ -13,19 +13,16 @@ import numpy as np
 import zarr
 from dask.utils import parse_bytes
 
+from daskbatch import config
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import storage_chunks
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
 
 __all__ = [
-    "AUTO_CHUNK_BYTES", "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_decoder", "clean_attrs",
+    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "clean_attrs",
     "dimension_names", "group_arrays",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
-
-#: Upper bound of one dask block under ``chunks="auto"`` when the
-#: ``daskbatch.target-chunk-bytes`` dask config key is unset.
-AUTO_CHUNK_BYTES = 128 * 2**20
 
 #: Group attribute written by daskbatch (synth, ingest) naming the arrays.
 LAYOUT_ATTR = "daskbatch"
@@ -187,7 +184,7 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
     elif chunks == "storage":
         per = store_rows
     elif chunks == "auto":
-        target = parse_bytes(dask.config.get("daskbatch.target-chunk-bytes", AUTO_CHUNK_BYTES))
+        target = parse_bytes(config.get("target-chunk-bytes"))
         row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
         per = store_rows * max(1, target // (store_rows * row_bytes))
     else:
@@ -195,19 +192,8 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
     return max(1, min(per, rows)) if rows else 1
 
 
-def cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
-    """Decode CF-packed values as xarray does: ``(decode(block), dtype)``, or None when ``arr`` has no CF attributes.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    (callable, numpy.dtype) or None
-        The block decoder (xarray's own CF decoding) and the dtype it gives.
-    """
+def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
+    """Decode CF-packed values as xarray does: ``(decode(block), dtype)``, or None when ``arr`` has no CF attributes."""
     import xarray as xr  # lazy: xarray
 
     cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
@@ -230,7 +216,7 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
     """Wrap ``arr`` as a lazy Dask array read block by block through :class:`BlockReader` (errors name the chunk).
 
     Values packed with CF ``scale_factor``/``add_offset``/``_FillValue`` are
-    decoded as xarray decodes them (:func:`cf_decoder`).
+    decoded as xarray decodes them.
 
     Parameters
     ----------
@@ -246,7 +232,7 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
     dask.array.Array
         The array, chunked along rows only.
     """
-    cf = cf_decoder(arr)
+    cf = _cf_decoder(arr)
     reader = BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
     chunks = (row_chunks,) + tuple(arr.shape[1:])
     token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks, cf is not None)

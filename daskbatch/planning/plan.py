@@ -17,7 +17,7 @@ from daskbatch.planning.memory import (
 )
 from daskbatch.planning.resources import Resources, format_bytes
 
-__all__ = ["RMM_POOL_STEP_BYTES", "Plan", "budget_bytes", "budget_formula", "explain_plan", "plan_rows"]
+__all__ = ["RMM_POOL_STEP_BYTES", "Plan", "budget_bytes", "budget_formula"]
 
 #: Granularity of a planned RMM pool (:attr:`Plan.rmm_pool_bytes`).
 RMM_POOL_STEP_BYTES = 256 * 2**20
@@ -117,11 +117,11 @@ class Plan:
         str
             The explanation, several lines.
         """
-        return explain_plan(self)
+        return _explain_plan(self)
 
     def _repr_html_(self) -> str:
         """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
-        title, rows = plan_rows(self)
+        title, rows = _plan_rows(self)
         styled = []
         for key, value in rows:
             cls = ""
@@ -187,40 +187,15 @@ def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: i
     return int(share) - reserved_bytes
 
 
-def explain_plan(p: Plan) -> str:
-    """Write the text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles.
-
-    Parameters
-    ----------
-    p : Plan
-        The plan.
-
-    Returns
-    -------
-    str
-        The text.
-    """
-    title, rows = plan_rows(p)
+def _explain_plan(p: Plan) -> str:
+    """Write the text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles."""
+    title, rows = _plan_rows(p)
     return "\n".join([title, *(f"  {k}: {v}" if k else f"  {v}" for k, v in rows)])
 
 
-def plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
-    """Build the title line and the (term, words and numbers) rows of :meth:`Plan.explain`.
-
-    A row whose term is empty is a sentence of its own.
-
-    Parameters
-    ----------
-    p : Plan
-        The plan.
-
-    Returns
-    -------
-    title : str
-        The title line.
-    rows : list of tuple of str
-        ``(term, text)`` rows.
-    """
+def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
+    """Build the title line and the (term, words and numbers) rows of :meth:`Plan.explain`."""
+    # A row whose term is empty is a sentence of its own.
     n_rows, d = p.shape
     kw: dict[str, Any] = {"bins": p.bins, "n_classes": p.n_classes}
     dtype = p.dtype or f"{p.itemsize}-byte-element"

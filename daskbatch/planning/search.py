@@ -1,8 +1,9 @@
 """The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker.
 
 Pure: integers, tuples and dataclasses in and out; stdlib only at module
-level (dask, zarr and the cluster module are imported lazily, inside
-:func:`plan`, only to read an array's shape and the live configuration).
+level. A setting left out (None) is read from ``dask.config``, whose defaults
+come from ``daskbatch.yaml`` alone (:func:`daskbatch.config.planner_settings`,
+imported lazily since it loads dask).
 
 Rules (see STYLE.md section 3.6):
 
@@ -42,11 +43,6 @@ from daskbatch.stats.footprint import Footprint
 # Plan (daskbatch.planning.plan), PlanError and Resources are re-exported: the names users import from here.
 __all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "projected_task_bytes"]
 
-# Fallbacks matching daskbatch.yaml, so the pure core needs no dask.config.
-DEFAULT_SPLIT_EVERY = 8
-DEFAULT_MEMORY_FRACTION = 0.5
-DEFAULT_RESERVED_BYTES = 256 * 2**20
-DEFAULT_TARGET_CHUNK_BYTES = 64 * 2**20
 MIN_SPLIT_EVERY = 2
 
 
@@ -60,11 +56,11 @@ def plan_chunks(
     bins: int = 64,
     n_classes: int | None = None,
     split_every: int | None = None,
-    memory_fraction: float = DEFAULT_MEMORY_FRACTION,
-    reserved_bytes: int = DEFAULT_RESERVED_BYTES,
-    target_chunk_bytes: int = DEFAULT_TARGET_CHUNK_BYTES,
+    memory_fraction: float | None = None,
+    reserved_bytes: int | None = None,
+    target_chunk_bytes: int | None = None,
     dtype: str | None = None,
-    compiled_kernels: bool = True,
+    compiled_kernels: bool | None = None,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure).
 
@@ -85,19 +81,21 @@ def plan_chunks(
     n_classes : int, optional
         Label classes; required with ``mi``.
     split_every : int, optional
-        Merge fan-in (default 8); lowered, with a note, when that many states do not fit.
-    memory_fraction : float, default 0.5
-        Share of a worker's memory its tasks may plan to use.
-    reserved_bytes : int, default 256 MiB
-        Per-task overhead not available to data.
-    target_chunk_bytes : int, default 64 MiB
-        Preferred input bytes per chunk when memory allows more.
+        Merge fan-in; lowered, with a note, when that many states do not fit.
+        Default: ``daskbatch.split-every``.
+    memory_fraction : float, optional
+        Share of a worker's memory its tasks may plan to use. Default: ``daskbatch.memory-fraction``.
+    reserved_bytes : int, optional
+        Per-task overhead not available to data. Default: ``daskbatch.reserved-memory``.
+    target_chunk_bytes : int, optional
+        Preferred input bytes per chunk when memory allows more. Default: ``daskbatch.target-chunk-bytes``.
     dtype : str, optional
         Input dtype name, only for :meth:`Plan.explain`.
-    compiled_kernels : bool, default True
+    compiled_kernels : bool, optional
         Whether chunks run the compiled kernels (numba on the CPU, numba-cuda
         on the GPU: path "compiled" or "gpu-compiled"), which make no
-        chunk-sized temporaries; False models the array-API path.
+        chunk-sized temporaries; False models the array-API path. Default:
+        ``daskbatch.kernels``.
 
     Returns
     -------
@@ -115,8 +113,13 @@ def plan_chunks(
     stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
     n_rows, n_features = int(shape[0]), int(shape[1])
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
-    se0 = DEFAULT_SPLIT_EVERY if split_every is None else strict_int(split_every, "split_every",
-                                                                      minimum=MIN_SPLIT_EVERY)
+    settings = _settings(
+        split_every=split_every, memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
+        target_chunk_bytes=target_chunk_bytes, compiled_kernels=compiled_kernels,
+    )
+    memory_fraction, reserved_bytes = settings["memory_fraction"], int(settings["reserved_bytes"])
+    target_chunk_bytes = int(settings["target_chunk_bytes"])
+    se0 = strict_int(settings["split_every"], "split_every", minimum=MIN_SPLIT_EVERY)
     # A fan-in above the number of blocks merges them all at once, as that number does: the search
     # below starts there, so a huge split_every costs nothing (blocks are whole storage chunks).
     se_top = max(MIN_SPLIT_EVERY, min(se0, -(-n_rows // storage_rows)))
@@ -135,7 +138,8 @@ def plan_chunks(
             f"not more than the {format_bytes(reserved_bytes)} reserved per task (daskbatch.reserved-memory); "
             "raise --memory or lower --threads"
         )
-    path = ("gpu-compiled" if resources.device == "gpu" else "compiled") if compiled_kernels else "array-api"
+    compiled = settings["compiled_kernels"]
+    path = ("gpu-compiled" if resources.device == "gpu" else "compiled") if compiled else "array-api"
     kw: dict[str, Any] = {"bins": bins, "n_classes": n_classes}
     notes: list[str] = []
 
@@ -160,19 +164,8 @@ def plan_chunks(
     if se != se_top:
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
-    def chunk_bytes(rows: int) -> int:
-        """Project a chunk task of ``rows`` rows.
-
-        Parameters
-        ----------
-        rows : int
-            Chunk rows.
-
-        Returns
-        -------
-        int
-            Bytes.
-        """
+    def _chunk_bytes(rows: int) -> int:
+        """Project a chunk task of ``rows`` rows."""
         return projected_task_bytes(
             rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
             device_bytes=resources.device_memory_bytes, **kw
@@ -181,7 +174,7 @@ def plan_chunks(
     if n_rows == 0:
         chunk_rows, limited_by = 0, "data"
     else:
-        need = chunk_bytes(storage_rows)
+        need = _chunk_bytes(storage_rows)
         if need > budget:
             one = "one storage chunk" if storage_rows < n_rows else "the whole array"
             raise PlanError(
@@ -190,7 +183,7 @@ def plan_chunks(
                 "use --memory or rechunk the store to fewer rows per chunk"
             )
         chunk_rows, limited_by = _choose_rows(
-            n_rows, storage_rows, n_features * itemsize, chunk_bytes, budget,
+            n_rows, storage_rows, n_features * itemsize, _chunk_bytes, budget,
             target_chunk_bytes, resources.total_threads,
         )
     n_chunks = max(1, math.ceil(n_rows / chunk_rows)) if chunk_rows else 1
@@ -205,11 +198,20 @@ def plan_chunks(
         budget_bytes=budget, chunk_rows=chunk_rows, n_chunks=n_chunks, split_every=se,
         feature_tile=tile, n_tile_pairs=n_tile_pairs,
         states_bytes=sum(state_bytes(s, n_features, feature_tile=tile, **kw) for s in stats_t),
-        chunk_task_bytes=chunk_bytes(chunk_rows),
+        chunk_task_bytes=_chunk_bytes(chunk_rows),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
         kernel_path=path,
     )
+
+
+def _settings(**given: Any) -> dict[str, Any]:
+    """The planner's settings: those given, the rest from ``dask.config`` (defaults: ``daskbatch.yaml``)."""
+    if None not in given.values():
+        return given
+    from daskbatch import config  # lazy: dask (the settings of daskbatch.yaml and their overrides)
+
+    return {**config.planner_settings(), **{k: v for k, v in given.items() if v is not None}}
 
 
 def _check_inputs(

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 __all__ = [
     "active_client",
     "cuda_device_count",
-    "gpu_memory_bytes",
     "machine_memory_bytes",
     "parse_memory",
     "resources_auto",
@@ -70,19 +69,8 @@ def cuda_device_count() -> int:
         return 0
 
 
-def gpu_memory_bytes(*, free: bool = True) -> int | None:
-    """Read the free (or total) memory of this process's first visible GPU, via NVML.
-
-    Parameters
-    ----------
-    free : bool, default True
-        Free memory; False for the total.
-
-    Returns
-    -------
-    int or None
-        Bytes, None if unknown.
-    """
+def _gpu_memory_bytes(*, free: bool = True) -> int | None:
+    """Read the free (or total) memory of this process's first visible GPU, via NVML."""
     try:
         import pynvml
 
@@ -176,7 +164,7 @@ def resources_from_machine(
     host_total = machine_memory_bytes()
     host_per_worker = max(1, host_total // n_workers)
     if device == "gpu":
-        gpu_total = gpu_memory_bytes()
+        gpu_total = _gpu_memory_bytes()
         needs_probe = memory is None or isinstance(memory, float) or (
             isinstance(memory, str) and (memory.strip().lower() == "auto" or "." in memory)
         )
@@ -215,7 +203,7 @@ def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
         return None
     if limit and not math.isinf(limit):
         return int(limit)
-    return gpu_memory_bytes()
+    return _gpu_memory_bytes()
 
 
 def resources_from_client(client: Client, *, device: str | None = None) -> Resources:
@@ -295,7 +283,7 @@ def resources_auto(*, device: str | None = None) -> Resources:
     if client is not None:
         return resources_from_client(client, device=device)
     if device is None:
-        device = "gpu" if cuda_device_count() and gpu_memory_bytes() else "cpu"
+        device = "gpu" if cuda_device_count() and _gpu_memory_bytes() else "cpu"
     return resources_from_machine(
         n_workers=max(1, cuda_device_count()) if device == "gpu" else 1, device=device
     )

@@ -128,10 +128,8 @@ def cluster(
 
 
 def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None = None) -> None:
-    """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``.
-
-    ``refused`` collects the batch system's refusals to submit a job: the wait stops at the first.
-    """
+    """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``."""
+    # ``refused`` collects the batch system's refusals to submit a job: the wait stops at the first.
     if n_workers < 1:
         return
     import time
@@ -213,11 +211,9 @@ def resolve_kind(kind: str) -> str:
 
 
 def _start_jobqueue(kind: str, kwargs: dict[str, Any], wait_for_workers: int | None) -> Any:
-    """A dask-jobqueue cluster of ``kind`` ("slurm" or "pbs") scaled to ``jobs`` jobs or ``wait_for_workers`` workers.
-
-    A SLURM job that the partition can never run would pend forever: ``sbatch
-    --test-only`` checks the worker job's script first.
-    """
+    """A dask-jobqueue cluster of ``kind`` ("slurm" or "pbs") scaled to ``jobs`` jobs or ``wait_for_workers`` workers."""
+    # A SLURM job that the partition can never run would pend forever: ``sbatch --test-only`` checks the
+    # worker job's script first.
     try:
         import dask_jobqueue  # lazy: dask_jobqueue
     except ImportError as exc:
@@ -261,11 +257,9 @@ def _test_submit(started: Any) -> None:
 
 @contextlib.contextmanager
 def _submit_errors() -> Iterator[list[str]]:
-    """Collect the batch system's refusals to submit a job, one line each, instead of logged tracebacks.
-
-    dask-jobqueue submits from a callback on the event loop: a failing
-    ``sbatch``/``qsub`` is only logged there (tornado, asyncio), with a traceback.
-    """
+    """Collect the batch system's refusals to submit a job, one line each, instead of logged tracebacks."""
+    # dask-jobqueue submits from a callback on the event loop: a failing ``sbatch``/``qsub`` is only logged
+    # there (tornado, asyncio), with a traceback.
     import logging
 
     refused: list[str] = []
@@ -367,12 +361,9 @@ def _has_module(name: str) -> bool:
 
 
 def _print_dashboard(client: Client, verb: str) -> None:
-    """One line: the scheduler and its dashboard link (a batch log keeps it too).
-
-    A log line where daskbatch's logging is set up (the CLI: timestamped, and
-    gone with ``--quiet``), else printed: on stdout in a notebook (where stderr
-    reads as an error), on stderr in a script.
-    """
+    """One line: the scheduler and its dashboard link (a batch log keeps it too)."""
+    # A log line where daskbatch's logging is set up (the CLI: timestamped, and gone with ``--quiet``), else
+    # printed: on stdout in a notebook (where stderr reads as an error), on stderr in a script.
     import logging
     import sys
 

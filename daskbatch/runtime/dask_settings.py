@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "refused_setting"]
+__all__ = ["SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten"]
 
 _JOBQUEUE_COMMON = (
     "cores", "memory", "processes", "walltime", "queue", "account", "name",
@@ -79,21 +79,8 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield name, value
 
 
-def refused_setting(key: str, value: Any) -> str | None:
-    """Why ``key: value`` may not be set from a job file without ``--allow-dask-config`` (None if it may).
-
-    Parameters
-    ----------
-    key : str
-        Dotted dask config key.
-    value : object
-        Its value.
-
-    Returns
-    -------
-    str or None
-        A reason to put in a one-line message.
-    """
+def _refused_setting(key: str, value: Any) -> str | None:
+    """Why ``key: value`` may not be set from a job file without ``--allow-dask-config`` (None if it may)."""
     canonical = key.replace("_", "-")
     if any(fragment in canonical.lower() for fragment in _CODE_LOADING):
         return "loads or runs code"
@@ -128,7 +115,7 @@ def check_dask_settings(settings: Mapping[str, Any], source: str, *, allow: bool
     if allow:
         return
     for key, value in flatten(settings):
-        why = refused_setting(key, value)
+        why = _refused_setting(key, value)
         if why is not None:
             raise UnsafeDaskSetting(
                 f"{source}: dask setting {key} {why}; pass --allow-dask-config if you trust this file "

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from daskbatch.errors import Interrupted
 
-__all__ = ["exit_now", "no_interrupt", "quiet_teardown", "sigterm_as_interrupt"]
+__all__ = ["exit_now", "no_interrupt", "sigterm_as_interrupt"]
 
 _signals = threading.local()
 
@@ -40,23 +40,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
-        """Raise :class:`Interrupted`, or defer it while a write is in progress.
-
-        Parameters
-        ----------
-        signum : int
-            The signal.
-        frame : frame or None
-            Where it arrived (unused).
-        """
+    def _handler(signum: int, frame: Any) -> None:
+        """Raise :class:`Interrupted`, or defer it while a write is in progress."""
         if getattr(_signals, "depth", 0) > 0:
             _signals.pending = True  # raised when the write in progress is done
             return
-        quiet_teardown()
+        _quiet_teardown()
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, _handler)
     try:
         yield
     finally:
@@ -76,13 +68,10 @@ def no_interrupt() -> Iterator[None]:
             raise Interrupted("interrupted by SIGTERM")
 
 
-def quiet_teardown() -> None:
-    """Silence the logs of a cluster being torn down because the run was interrupted.
-
-    Closing a cluster whose tasks were cancelled makes distributed and asyncio
-    log an error and a traceback per cancelled task or closed comm; after an
-    interrupt they say nothing the user can act on.
-    """
+def _quiet_teardown() -> None:
+    """Silence the logs of a cluster being torn down because the run was interrupted."""
+    # Closing a cluster whose tasks were cancelled makes distributed and asyncio log an error and a traceback
+    # per cancelled task or closed comm; after an interrupt they say nothing the user can act on.
     for name in ("distributed", "asyncio", "tornado"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 

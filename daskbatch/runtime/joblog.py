@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from daskbatch.runtime.capacity import active_client
 
-__all__ = ["logged_run", "note_pass", "peak_memory", "peak_memory_text", "process_peak_bytes"]
+__all__ = ["logged_run", "note_pass", "peak_memory", "process_peak_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def summary_line(run: _Run, seconds: float) -> str:
     passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
     return (
         f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, "
-        f"{passes}, peak {peak_memory_text()}"
+        f"{passes}, peak {_peak_memory_text()}"
     )
 
 
@@ -162,14 +162,8 @@ def peak_memory(client: Any, *, warn: bool = False) -> dict[str, Any]:
     return out
 
 
-def peak_memory_text() -> str:
-    """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client.
-
-    Returns
-    -------
-    str
-        This process's peak resident set, and the largest worker's when a client is active.
-    """
+def _peak_memory_text() -> str:
+    """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client."""
     from dask.utils import format_bytes  # lazy: dask
 
     peak = peak_memory(active_client())

@@ -393,11 +393,9 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
 
 
 def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: set[Any]) -> Any:
-    """Submit ``graph`` once, with futures on its ``watched`` keys; advance ``progress`` as they finish.
-
-    The futures of the watched keys (a pass's chunk tasks) are released as soon
-    as they finish, so their states live no longer than the merges need them.
-    """
+    """Submit ``graph`` once, with futures on its ``watched`` keys; advance ``progress`` as they finish."""
+    # The futures of the watched keys (a pass's chunk tasks) are released as soon as they finish, so their
+    # states live no longer than the merges need them.
     from dask.delayed import Delayed  # lazy: dask
     from distributed import as_completed  # lazy: distributed
 

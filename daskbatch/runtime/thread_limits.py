@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["limited", "scheduler_threads"]
+__all__ = ["limited"]
 
 _lock = threading.Lock()
 _inside = 0  # chunk tasks inside the limit now
@@ -38,14 +38,8 @@ _restore: Any = None  # threadpoolctl's limiter of the first task in, until the 
 _controller: Any = None  # (len(sys.modules) when scanned, threadpoolctl.ThreadpoolController)
 
 
-def scheduler_threads() -> int:
-    """Count the tasks the scheduler running this one may run at once in this process (1 if unknown).
-
-    Returns
-    -------
-    int
-        The number of threads.
-    """
+def _scheduler_threads() -> int:
+    """Count the tasks the scheduler running this one may run at once in this process (1 if unknown)."""
     try:
         from distributed import get_worker  # lazy: distributed
 
@@ -71,7 +65,7 @@ def scheduler_threads() -> int:
 @contextlib.contextmanager
 def limited() -> Iterator[None]:
     """Run the body with one BLAS and one numba thread if other tasks may run beside it."""
-    if scheduler_threads() <= 1:
+    if _scheduler_threads() <= 1:
         yield
         return
     _enter_blas()

@@ -302,12 +302,10 @@ def _correlation_filter(
 def _mrmr(
     relevance: np.ndarray, alive: np.ndarray, corr: _Correlations, mode: str, value: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Greedy mRMR (difference form): pick ``argmax relevance - mean |corr| with the picked``.
-
-    Returns the criterion of every candidate (when picked, or after the last
-    pick; NaN outside the candidates), the rank (pick order, then the rest of
-    the candidates by criterion, then the others by relevance) and the picks.
-    """
+    """Greedy mRMR (difference form): pick ``argmax relevance - mean |corr| with the picked``."""
+    # Returns the criterion of every candidate (when picked, or after the last pick; NaN outside the
+    # candidates), the rank (pick order, then the rest of the candidates by criterion, then the others by
+    # relevance) and the picks.
     d = len(relevance)
     cand = np.flatnonzero(alive)
     if mode == "k":

@@ -142,18 +142,12 @@ class Selection:
             raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
         target = check_output(where, kind="selection", form="file", overwrite=overwrite)
 
-        def write(tmp: str) -> None:
-            """Write the text to ``tmp``.
-
-            Parameters
-            ----------
-            tmp : str
-                The temporary path.
-            """
+        def _write(tmp: str) -> None:
+            """Write the text to ``tmp``."""
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
 
-        return write_output(target, write)
+        return write_output(target, _write)
 
     def __repr__(self) -> str:
         n = int(self.selected.sum())

@@ -148,19 +148,11 @@ def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     as_json: list[str] = []
 
-    def put(key: str, value: Any) -> None:
-        """Store ``value`` under ``key``, nested dicts under dotted keys.
-
-        Parameters
-        ----------
-        key : str
-            The attribute name.
-        value : object
-            JSON-able value.
-        """
+    def _put(key: str, value: Any) -> None:
+        """Store ``value`` under ``key``, nested dicts under dotted keys."""
         if isinstance(value, dict) and value and not any("." in k for k in value):
             for k, v in value.items():
-                put(f"{key}.{k}", v)
+                _put(f"{key}.{k}", v)
         elif _fits_an_attribute(value):
             attrs[key] = value
         else:
@@ -170,7 +162,7 @@ def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
     dotted = {k: v for k, v in plain.items() if "." in k}
     for key, value in plain.items():
         if key not in dotted:
-            put(key, value)
+            _put(key, value)
     if dotted:
         attrs["provenance_dotted"] = json.dumps(dotted)
     attrs["provenance_json_keys"] = as_json

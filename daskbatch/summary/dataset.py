@@ -65,33 +65,18 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     """
     import xarray as xr  # lazy: xarray
 
-    def var(dims: Any, name: str, values: Any) -> Any:
-        """Build the variable ``name`` with its attributes (counts as int64).
-
-        Parameters
-        ----------
-        dims : str or tuple of str
-            Its dimensions.
-        name : str
-            The statistic's field name.
-        values : array_like
-            Its values.
-
-        Returns
-        -------
-        xarray.Variable
-            The variable.
-        """
+    def _var(dims: Any, name: str, values: Any) -> Any:
+        """Build the variable ``name`` with its attributes (counts as int64)."""
         if name in COUNT_FIELDS_INT:
             values = count_array(values)
         return xr.Variable(dims, values, attrs=variable_attrs(name, summary.provenance, summary.cov_count))
 
-    data: dict[str, Any] = {name: var("feature", name, getattr(summary, name)) for name in PER_FEATURE}
+    data: dict[str, Any] = {name: _var("feature", name, getattr(summary, name)) for name in PER_FEATURE}
     if summary.weight_sum is not None:
-        data["weight_sum"] = var("feature", "weight_sum", summary.weight_sum)
+        data["weight_sum"] = _var("feature", "weight_sum", summary.weight_sum)
     if summary.cov is not None:
-        data["cov"] = var(("feature", "feature2"), "cov", summary.cov)
-        data["corr"] = var(("feature", "feature2"), "corr", summary.corr)
+        data["cov"] = _var(("feature", "feature2"), "cov", summary.cov)
+        data["corr"] = _var(("feature", "feature2"), "corr", summary.corr)
     # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
     names = np.array(summary.feature_names, dtype=object)
     coords: dict[str, Any] = {"feature": ("feature", names, {"long_name": "feature"})}
@@ -99,10 +84,10 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         coords["feature2"] = ("feature2", names, {"long_name": "feature (second of a pair)"})
     if summary.hist_counts is not None:
         assert summary.hist_edges is not None
-        data["hist_counts"] = var(("feature", "bin"), "hist_counts", summary.hist_counts)
-        data["hist_edges"] = var(("feature", "edge"), "hist_edges", summary.hist_edges)
-        data["underflow"] = var("feature", "underflow", summary.underflow)
-        data["overflow"] = var("feature", "overflow", summary.overflow)
+        data["hist_counts"] = _var(("feature", "bin"), "hist_counts", summary.hist_counts)
+        data["hist_edges"] = _var(("feature", "edge"), "hist_edges", summary.hist_edges)
+        data["underflow"] = _var("feature", "underflow", summary.underflow)
+        data["overflow"] = _var("feature", "overflow", summary.overflow)
         bins = summary.hist_counts.shape[1]
         coords["bin"] = ("bin", np.arange(bins, dtype=np.int64), {"long_name": "histogram bin"})
         coords["edge"] = ("edge", np.arange(bins + 1, dtype=np.int64), {"long_name": "histogram edge"})
@@ -110,19 +95,19 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         centres = 0.5 * (summary.hist_edges[:, :-1] + summary.hist_edges[:, 1:])
         coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
     if summary.joint_counts is not None:
-        data["joint_counts"] = var(("feature", "slot", "class"), "joint_counts", summary.joint_counts)
+        data["joint_counts"] = _var(("feature", "slot", "class"), "joint_counts", summary.joint_counts)
         slots = summary.joint_counts.shape[1]
         coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
             "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
         })
     if summary.mi is not None:
-        data["mi"] = var("feature", "mi", summary.mi)
+        data["mi"] = _var("feature", "mi", summary.mi)
     for name in CLASS_FIELDS:
         if getattr(summary, name) is not None:
-            data[name] = var(("feature", "class"), name, getattr(summary, name))
+            data[name] = _var(("feature", "class"), name, getattr(summary, name))
     for name in TARGET_FIELDS:
         if getattr(summary, name) is not None:
-            data[name] = var("feature", name, getattr(summary, name))
+            data[name] = _var("feature", name, getattr(summary, name))
     if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
     if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
@@ -135,16 +120,16 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     for v in user_variables(summary.extra, summary.n_features, set(data)):
         data[v.name] = xr.Variable(v.dims, v.values, attrs=v.attrs)
     if states and summary.sketch_counts is not None:
-        data["sketch_counts"] = var(("feature", "sketch_slot"), "sketch_counts", summary.sketch_counts)
-        data["sketch_extrema"] = var(("feature", "extreme"), "sketch_extrema", summary.sketch_extrema)
+        data["sketch_counts"] = _var(("feature", "sketch_slot"), "sketch_counts", summary.sketch_counts)
+        data["sketch_extrema"] = _var(("feature", "extreme"), "sketch_extrema", summary.sketch_extrema)
         first = int(summary.provenance.get("sketch", {}).get("first_slot", 0))
         width = summary.sketch_counts.shape[1]
         coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
                                  {"long_name": "quantile sketch slot"})
         coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
     if summary.quantile_counts is not None:
-        data["quantile_counts"] = var(("feature", "quantile_cell"), "quantile_counts", summary.quantile_counts)
-        data["quantile_range"] = var(("feature", "end"), "quantile_range", summary.quantile_range)
+        data["quantile_counts"] = _var(("feature", "quantile_cell"), "quantile_counts", summary.quantile_counts)
+        data["quantile_range"] = _var(("feature", "end"), "quantile_range", summary.quantile_range)
     attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
     if summary.cov_count is not None:
         attrs["cov_count"] = int(summary.cov_count)
@@ -165,28 +150,17 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
     dict
         The summary's fields, for ``Summary(**fields)``.
     """
-    def get(name: str) -> np.ndarray | None:
-        """Read variable ``name`` if the dataset has it.
-
-        Parameters
-        ----------
-        name : str
-            The variable.
-
-        Returns
-        -------
-        numpy.ndarray or None
-            Its values, or None.
-        """
+    def _get(name: str) -> np.ndarray | None:
+        """Read variable ``name`` if the dataset has it."""
         return np.asarray(ds[name].values) if name in ds else None
 
-    kwargs: dict[str, Any] = {name: get(name) for name in PER_FEATURE}
+    kwargs: dict[str, Any] = {name: _get(name) for name in PER_FEATURE}
     for name in (
         "weight_sum", "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
         "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
         *TARGET_FIELDS,
     ):
-        kwargs[name] = get(name)
+        kwargs[name] = _get(name)
     for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
         if kwargs[name] is not None:
             kwargs[name] = kwargs[name].astype(np.float64)

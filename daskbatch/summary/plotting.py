@@ -75,13 +75,10 @@ def _class_colours(n: int) -> list[Any]:
 
 
 def _show_figures_inline(figure_class: type) -> None:
-    """In a Jupyter kernel, have a returned Figure shown as a PNG, as ``%matplotlib inline`` would.
-
-    IPython registers its PNG formatter for figures only once pyplot's inline
-    backend has been loaded; a Figure made without pyplot would otherwise show
-    as ``<Figure size ...>`` text. A formatter already there (the user's
-    ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
-    """
+    """In a Jupyter kernel, have a returned Figure shown as a PNG, as ``%matplotlib inline`` would."""
+    # IPython registers its PNG formatter for figures only once pyplot's inline backend has been loaded; a
+    # Figure made without pyplot would otherwise show as ``<Figure size ...>`` text. A formatter already there
+    # (the user's ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
 
     if not in_jupyter():  # not in a notebook kernel: nothing to register
         return
@@ -311,7 +308,7 @@ def mi(summary: Any, *, k: int = 20, ax: Any = None) -> Any:
     for y, v in enumerate(values):  # small values stay readable
         ax.text(v, y, f" {v:.3g}", va="center", fontsize=7)
     units = summary.provenance.get("mi_units", "nats")
-    bias = mi_bias(summary)
+    bias = _mi_bias(summary)
     if bias is not None:
         ax.axvline(bias, color="firebrick", linestyle="--", linewidth=1, label=f"independence bias {bias:.2g}")
         _legend_outside(fig, given if given is not None else None, fontsize=8)
@@ -321,19 +318,8 @@ def mi(summary: Any, *, k: int = 20, ax: Any = None) -> Any:
     return fig
 
 
-def mi_bias(summary: Any) -> float | None:
-    """Compute the MI bias (B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    float or None
-        The bias, None without MI.
-    """
+def _mi_bias(summary: Any) -> float | None:
+    """Compute the MI bias (B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows."""
     if summary.joint_counts is None or summary.mi is None:
         return None
     n = float(np.max(summary.count)) if summary.count.size else 0.0
@@ -375,31 +361,20 @@ def quantiles(
     lo, q1, med, q3, hi = qs.T
     iqr = np.where(q3 - q1 > 0, q3 - q1, 1.0)
 
-    def scaled(v: np.ndarray) -> np.ndarray:
-        """Standardise values by the median and IQR of their feature.
-
-        Parameters
-        ----------
-        v : numpy.ndarray
-            One value per shown feature.
-
-        Returns
-        -------
-        numpy.ndarray
-            ``(v - median) / IQR``.
-        """
+    def _scaled(v: np.ndarray) -> np.ndarray:
+        """Standardise values by the median and IQR of their feature."""
         return (v - med) / iqr
 
     given = ax
     fig, ax = _axes(ax, 8.5, 0.3 * len(index) + 1.5)
     y = np.arange(len(index))[::-1]
-    ax.hlines(y, scaled(lo), scaled(hi), color="grey", linewidth=1, label="q01–q99")
-    ax.barh(y, scaled(q3) - scaled(q1), left=scaled(q1), height=0.6, color="tab:blue", alpha=0.6, label="q25–q75")
-    ax.vlines(scaled(med), y - 0.3, y + 0.3, color="k", linewidth=1.5, label="median")
-    ax.plot(scaled(summary.min[index]), y, "|", color="firebrick", label="min / max")
-    ax.plot(scaled(summary.max[index]), y, "|", color="firebrick")
+    ax.hlines(y, _scaled(lo), _scaled(hi), color="grey", linewidth=1, label="q01–q99")
+    ax.barh(y, _scaled(q3) - _scaled(q1), left=_scaled(q1), height=0.6, color="tab:blue", alpha=0.6, label="q25–q75")
+    ax.vlines(_scaled(med), y - 0.3, y + 0.3, color="k", linewidth=1.5, label="median")
+    ax.plot(_scaled(summary.min[index]), y, "|", color="firebrick", label="min / max")
+    ax.plot(_scaled(summary.max[index]), y, "|", color="firebrick")
     ax.set_yticks(y, [summary.feature_names[i] for i in index], fontsize=8)
-    reach = np.abs(np.concatenate([scaled(summary.min[index]), scaled(summary.max[index]), scaled(lo), scaled(hi)]))
+    reach = np.abs(np.concatenate([_scaled(summary.min[index]), _scaled(summary.max[index]), _scaled(lo), _scaled(hi)]))
     reach = reach[np.isfinite(reach)]
     robust = bool(reach.size and reach.max() > 10.0)
     if robust:

@@ -26,7 +26,7 @@ from daskbatch import _html
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 
 __all__ = [
-    "NAN_HEAVY", "FeatureFlags", "feature_flags", "format_column", "format_percent", "summary_html", "summary_text",
+    "NAN_HEAVY", "FeatureFlags", "format_column", "format_percent", "summary_html", "summary_text",
 ]
 
 #: Fraction of NaN values above which a feature is flagged.
@@ -201,19 +201,8 @@ def _listed(names: Sequence[str], index: np.ndarray, extra: Sequence[str] | None
     return ", ".join(shown) + more
 
 
-def feature_flags(summary: Any) -> FeatureFlags:
-    """Flag the constant, mostly-outside-the-range and NaN-heavy features of ``summary``.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    FeatureFlags
-        The flagged features.
-    """
+def _feature_flags(summary: Any) -> FeatureFlags:
+    """Flag the constant, mostly-outside-the-range and NaN-heavy features of ``summary``."""
     std = np.asarray(summary.std, dtype=np.float64)
     constant = np.flatnonzero(np.isfinite(std) & (std == 0))
     fraction = summary.out_of_range_fraction
@@ -265,23 +254,8 @@ class Table:
     shown: int
 
 
-def build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
-    """Format the columns of the first ``rows`` features; all-zero count columns left out.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-    rows : int
-        Features shown.
-    flags : FeatureFlags
-        The flagged features (highlighted).
-
-    Returns
-    -------
-    Table
-        The formatted table.
-    """
+def _build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
+    """Format the columns of the first ``rows`` features; all-zero count columns left out."""
     shown = min(rows, summary.n_features)
     values: dict[str, np.ndarray] = {}
     quantiles = None
@@ -351,8 +325,8 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     str
         HTML.
     """
-    flags = feature_flags(summary)
-    table = build_table(summary, rows, flags)
+    flags = _feature_flags(summary)
+    table = _build_table(summary, rows, flags)
     names = summary.feature_names
     body_rows = []
     for r in range(table.shown):
@@ -409,8 +383,8 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
     str
         Plain text.
     """
-    flags = feature_flags(summary)
-    table = build_table(summary, rows, flags)
+    flags = _feature_flags(summary)
+    table = _build_table(summary, rows, flags)
     names = [str(n) for n in summary.feature_names[: table.shown]]
     notes = ["; ".join(flags.notes(r)) for r in range(table.shown)]
     columns = [("feature", names, "<"), *((c, cells, ">") for c, cells in zip(table.columns, table.cells, strict=True))]

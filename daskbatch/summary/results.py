@@ -99,12 +99,10 @@ def fields_from_results(
 
 
 def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Summary fields of a finalized sketch: the window of slots that hold counts, and the finite extrema.
-
-    The full layout holds ~27,600 slots per feature; data rarely span more
-    than a few decades, so the summary keeps only the columns from the first to
-    the last non-empty slot over all features (and records where they start).
-    """
+    """Summary fields of a finalized sketch: the window of slots that hold counts, and the finite extrema."""
+    # The full layout holds ~27,600 slots per feature; data rarely span more than a few decades, so the
+    # summary keeps only the columns from the first to the last non-empty slot over all features (and records
+    # where they start).
     counts, slots = to_numpy(r.counts), r.slots()
     held = counts > 0
     first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)

@@ -60,19 +60,13 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     results = results_digest(ds)
     ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
 
-    def write(tmp: str) -> None:
-        """Write the dataset (and the states) to the temporary path ``tmp``.
-
-        Parameters
-        ----------
-        tmp : str
-            The temporary path.
-        """
+    def _write(tmp: str) -> None:
+        """Write the dataset (and the states) to the temporary path ``tmp``."""
         ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
         if summary.states is not None:
             write_states(tmp, summary.states, results)
 
-    return write_output(target, write)
+    return write_output(target, _write)
 
 
 def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:

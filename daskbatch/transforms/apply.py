@@ -71,23 +71,10 @@ def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
     return out
 
 
-def steps_items(steps: Sequence[Step]) -> dict[str, str]:
-    """Identify steps by what changes their output: their parameters and array values, not their summary's origin.
-
-    A summary's provenance (when it was made, from which path) is in the
-    output's provenance but not here: the same numbers computed again in
-    another process give the same steps, so the output resumes.
-
-    Parameters
-    ----------
-    steps : sequence of Step
-        The bound steps.
-
-    Returns
-    -------
-    dict of str to str
-        ``"step <i>"`` to a JSON description.
-    """
+def _steps_items(steps: Sequence[Step]) -> dict[str, str]:
+    """Identify steps by what changes their output: their parameters and array values, not their summary's origin."""
+    # A summary's provenance (when it was made, from which path) is in the output's provenance but not here:
+    # the same numbers computed again in another process give the same steps, so the output resumes.
     out = {}
     for i, step in enumerate(steps):
         described = {k: v for k, v in step.describe().items() if k != "summary"}
@@ -244,7 +231,7 @@ def transform(
     described = [s.describe() for s in bound]
     # What must match to resume: the data (content token), the steps by their values, the bit-changing settings.
     doc = {"kind": KIND, "items": output_items(
-        data, steps_items(bound), {"chunk_rows": per, "dtype": str(out_dtype), "device": device})}
+        data, _steps_items(bound), {"chunk_rows": per, "dtype": str(out_dtype), "device": device})}
     arrays = [ArraySpec("X", out_dtype, len(names))]
     if y is not None:
         arrays.append(ArraySpec("y", np.dtype(y.dtype), None, ("sample",)))
@@ -263,16 +250,8 @@ def transform(
     todo = store.todo
     written: list[int] = []
 
-    def done(i: int, _: Any) -> None:
-        """Record block ``i`` as written.
-
-        Parameters
-        ----------
-        i : int
-            The block.
-        _ : object
-            The block's result (unused).
-        """
+    def _done(i: int, _: Any) -> None:
+        """Record block ``i`` as written."""
         store.mark_done(i)
         written.append(i)
 
@@ -283,7 +262,7 @@ def transform(
             import functools
 
             fn = functools.partial(_transform_block, steps=bound, writer=store.writer, device=device, dtype=out_dtype)
-            run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=done,
+            run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=_done,
                        cancel=cancel, progress="transform" if progress else None, total=store.blocks,
                        rows=rows)
         if not store.complete:

@@ -211,7 +211,7 @@ def setting_items(x: Any) -> dict[str, str]:
     dict of str to str
         Setting name to value.
     """
-    import dask.config  # lazy: dask
+    from daskbatch import config  # lazy: dask (daskbatch.kernels)
 
     meta = getattr(x, "_meta", None)
     lib = type(meta).__module__.split(".")[0] if meta is not None else "numpy"
@@ -226,7 +226,7 @@ def setting_items(x: Any) -> dict[str, str]:
         compiled = f" (numba {numba.__version__})"
     return {
         "array backend": f"{lib} {version}",
-        "kernels": f"daskbatch.kernels={dask.config.get('daskbatch.kernels', True)}, "
+        "kernels": f"daskbatch.kernels={config.get('kernels')}, "
                    f"{'used' if on else 'not used'}{compiled}",
     }
 

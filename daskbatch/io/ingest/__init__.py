@@ -159,10 +159,8 @@ def _codec(name: str) -> Any:
 
 
 def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
-    """Decide between fresh start, resume, already-complete or refusal.
-
-    Returns (create, done): ``create`` says the store must be (re)created.
-    """
+    """Decide between fresh start, resume, already-complete or refusal."""
+    # Returns (create, done): ``create`` says the store must be (re)created.
     if not os.path.exists(out):
         return True, set()
     old = read_manifest(out) if os.path.isdir(out) else None
@@ -257,11 +255,9 @@ R = TypeVar("R")
 
 
 def _one_run_per_output(func: Callable[P, R]) -> Callable[P, R]:
-    """Hold the output's run lock around ``func(sources, out, ...)``.
-
-    Two ingests into one output would append each chunk twice to the done log
-    and race on creating the store; the second now stops before touching it.
-    """
+    """Hold the output's run lock around ``func(sources, out, ...)``."""
+    # Two ingests into one output would append each chunk twice to the done log and race on creating the
+    # store; the second now stops before touching it.
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

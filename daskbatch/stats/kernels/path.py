@@ -111,9 +111,9 @@ def enabled() -> bool:
     bool
         True when the compiled kernels are used.
     """
-    import dask.config  # lazy: dask
+    from daskbatch import config  # lazy: dask (daskbatch.kernels, default in daskbatch.yaml)
 
-    return bool(dask.config.get("daskbatch.kernels", True)) and available()
+    return bool(config.get("kernels")) and available()
 
 
 @functools.cache
