@@ -44,6 +44,10 @@ class InputSpec:
     target: str | None = _key(
         None, "Name of the 1-D continuous target array in the store (instead of a label); null: none."
     )
+    groups: str | None = _key(
+        None, "Name of the 1-D integer array of group keys in the store (instead of a label): moments, and with "
+        "hist histograms, of every feature within every group; statistics.classes declares the group values. null: none."
+    )
 
 
 @dataclass(frozen=True)

@@ -358,6 +358,10 @@ def _check_consistency(where: str, job: JobSpec) -> None:
     """Rules across keys, each a one-line error."""
     if not job.input.store:
         raise JobConfigError(f"{where}: 'input.store' is required (the Zarr store to read)")
+    roles = [f"'input.{k}'" for k in ("label", "target", "groups") if getattr(job.input, k) is not None]
+    if len(roles) > 1:
+        raise JobConfigError(f"{where}: {' with '.join(roles)} is not supported (each takes the label's place): "
+                             f"describe them in separate jobs, one with each of {', '.join(roles)}")
     kind = job.cluster.kind
     if kind == "address" and not job.cluster.address:
         raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
