@@ -160,9 +160,28 @@ def test_config_show_yaml_and_json() -> None:
     assert as_json == yaml.safe_load(result.output)
 
 
-def test_job_defaults_in_daskbatch_yaml_match_the_schema() -> None:
+def test_daskbatch_yaml_is_the_only_source_of_job_defaults() -> None:
+    """The schema holds no default: every key's comes from dask config, which daskbatch.yaml sets, key for key."""
+    import dataclasses
+
+    from daskbatch.jobs.schema import FILE_ONLY, SECTIONS, JobSpec
+
     with open(ROOT / "daskbatch" / "daskbatch.yaml") as f:
-        assert yaml.safe_load(f)["daskbatch"]["job"] == defaults()
+        assert yaml.safe_load(f)["daskbatch"]["job"] == defaults()  # a key the file lacks or adds fails here
+    for cls in (JobSpec, *SECTIONS.values()):
+        for f in dataclasses.fields(cls):
+            if f.name not in SECTIONS and f.name not in FILE_ONLY:
+                assert repr(f.default) == "<daskbatch.yaml>", f"{cls.__name__}.{f.name} has a default of its own"
+    with dask.config.set({"daskbatch.job.statistics.bins": 7, "daskbatch.job.transform.clip": [-1.0, 2.0]}):
+        assert JobSpec().statistics.bins == 7 and JobSpec().transform.clip == [-1.0, 2.0]
+        assert "      bins: 7  # Histogram bins per feature." in reference()
+    steps = JobSpec().transform.steps
+    steps.append("clip")  # a spec's list is its own: the config's default is untouched
+    assert JobSpec().transform.steps == ["select", "standardize"]
+    with dask.config.set({"daskbatch.job.cluster": {"kind": "threads"}}):
+        with pytest.raises(JobConfigError, match=r"^dask config daskbatch.job.cluster.address is missing .*: "
+                                                 r"set single keys, e.g. daskbatch.job.cluster.address$"):
+            JobSpec()
 
 
 def test_docs_hold_the_rendered_schema() -> None:
