@@ -132,3 +132,21 @@ def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
     assert "class_moments" in plan_describe(store, groups="g", stats=("moments",)).stats  # planned by group
     with pytest.raises(TypeError, match="^groups 'g' is a name, and a groups name needs x to be a store path"):
         db.describe(x, groups="g", plan=None)
+
+
+@pytest.mark.parametrize("rows", [2400, 170])
+def test_weighted_groups_equal_numpy_weighted_per_group(grouped_store, rows: int) -> None:
+    """Groups with frequency weights: numpy's weighted mean, m2 / (W - ddof) and weighted histogram per group."""
+    store, x, g = grouped_store
+    w = np.random.default_rng(2).gamma(2.0, 1.0, size=g.size)
+    s = _describe(store, rows, weights=da.from_array(w, chunks=rows), bins=8, range="minmax")
+    for j, v in enumerate(np.unique(g)):
+        xs, ws = x[g == v][:, :4], w[g == v]  # feature 4 holds NaN; its weights are those of its finite rows
+        np.testing.assert_allclose(s.group_count[:4, j], ws.sum(), rtol=1e-13)
+        mean = np.average(xs, weights=ws, axis=0)
+        np.testing.assert_allclose(s.group_mean[:4, j], mean, rtol=1e-13)
+        m2 = (ws[:, None] * (xs - mean) ** 2).sum(axis=0)
+        np.testing.assert_allclose(s.group_var[:4, j], m2 / (ws.sum() - 1), rtol=1e-10)
+        for d in range(4):
+            ref = np.histogram(xs[:, d], bins=s.hist_edges[d], weights=ws)[0]
+            np.testing.assert_allclose(s.group_hist[d, :, j], ref, rtol=1e-12, err_msg=f"feature {d}, group {v}")
