@@ -266,3 +266,61 @@ def test_describe_cluster_cuda_without_a_gpu_is_one_line_exit_2(store: tuple[str
     expected = "needs dask-cuda" if not _has_module("dask_cuda") else "needs a CUDA device, and none is visible"
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture()
+def grouped(store: tuple[str, np.ndarray]) -> tuple[str, np.ndarray, np.ndarray]:
+    """The store with group keys ``g`` (negative and sparse values) beside its label ``y``."""
+    path, x = store
+    g = np.random.default_rng(3).choice(np.array([-2, 0, 4, 9]), size=x.shape[0]).astype(np.int16)
+    zarr.open_group(path, mode="a").create_array("g", data=g, chunks=(256,))
+    return path, x.astype(np.float64), g
+
+
+def test_describe_groups_equal_numpy_per_group(tmp_path: pathlib.Path, grouped) -> None:
+    """``--groups g``: moments and histograms by group, from the store's array, as numpy computes them per group."""
+    path, x, g = grouped
+    out = tmp_path / "s.zarr"
+    result = CliRunner().invoke(main, ["describe", path, "--groups", "g", "--stats", "moments,hist", "--bins", "8",
+                                       "--out", str(out), "--no-progress", "--cluster", "threads"])
+    assert result.exit_code == 0, result.output
+    s = db.load_summary(out)
+    values = np.unique(g)
+    np.testing.assert_array_equal(s.groups, values)
+    assert s.provenance["groups"].startswith("groups array 'g' in ")
+    for j, v in enumerate(values):
+        xs = x[g == v]
+        np.testing.assert_array_equal(s.group_count[:, j], len(xs))
+        np.testing.assert_allclose(s.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(s.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
+        for d in range(x.shape[1]):
+            np.testing.assert_array_equal(s.group_hist[d, :, j], np.histogram(xs[:, d], bins=s.hist_edges[d])[0])
+
+
+def test_describe_roles_of_the_label_refused_together_in_one_line(grouped) -> None:
+    path, _, _ = grouped
+    for given in (["--label", "y", "--groups", "g"], ["--target", "y", "--groups", "g"], ["--label", "y", "--target", "y"]):
+        result = CliRunner().invoke(main, ["describe", path, *given, "--no-progress", "--cluster", "threads"])
+        assert result.exit_code == 2, result.output
+        flags = [f for f in given if f.startswith("--")]
+        assert f"{flags[0]} with {flags[1]} is not supported (each takes the label's place)" in result.output
+    result = CliRunner().invoke(main, ["describe", path, "--groups", "nope", "--no-progress", "--cluster", "threads"])
+    assert result.exit_code == 2 and "nope" in result.output, result.output
+
+
+def test_describe_config_file_input_groups(tmp_path: pathlib.Path, grouped, monkeypatch) -> None:
+    """``input.groups`` of a configuration file reaches ``describe --config`` and ``run`` alike (bit for bit)."""
+    path, x, g = grouped
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "grouped.yaml").write_text(
+        f"daskbatch:\n  job:\n    input: {{store: {path}, groups: g}}\n    statistics: {{stats: [moments]}}\n"
+        "    selection: {score: variance}\n    transform: {steps: []}\n    cluster: {kind: threads}\n"
+        "    outputs: {dir: results}\n")
+    result = CliRunner().invoke(main, ["describe", path, "--no-progress", "--config", "grouped.yaml", "--out", "s.zarr"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["run", "grouped.yaml"])
+    assert result.exit_code == 0, result.output
+    by_describe, by_run = db.load_summary("s.zarr"), db.load_summary(tmp_path / "results" / "summary.zarr")
+    np.testing.assert_allclose(by_describe.group_mean[:, 1], x[g == 0].mean(axis=0), rtol=1e-12)
+    for name in ("groups", "group_count", "group_mean", "group_var"):
+        np.testing.assert_array_equal(getattr(by_describe, name), getattr(by_run, name), err_msg=name)

@@ -11,6 +11,7 @@ import pytest
 import zarr
 
 import daskbatch as db
+from daskbatch.describe import plan_describe
 
 pytestmark = pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning")
 
@@ -74,8 +75,13 @@ def test_groups_with_moments_only_and_declared_values(tmp_path: Path, grouped_st
 
 def test_group_refusals(grouped_store) -> None:
     store, x, g = grouped_store
-    with pytest.raises(ValueError, match="^groups= takes the place of a label"):
+    with pytest.raises(ValueError, match=r"^label= with groups= is not supported .*: describe the classes and the groups "
+                       r"in two runs, describe\(x, label=\.\.\.\) and describe\(x, groups=\.\.\.\)$"):
         db.describe(x, g, groups=g, plan=None)
+    with pytest.raises(ValueError, match=r"^target= with groups= is not supported .*describe\(x, target=\.\.\.\)"):
+        db.describe(x, target=x[:, 0], groups=g, plan=None)
+    with pytest.raises(ValueError, match=r"^groups has shape \(2399,\); expected \(2,400,\)"):
+        db.describe(x, groups=g[:-1], plan=None)
     with pytest.raises(TypeError, match="^groups has dtype float64; group keys must be integers"):
         db.describe(x, groups=g.astype(float), plan=None)
     with dask.config.set({"daskbatch.max-classes": 3}), pytest.raises(ValueError, match="more than"):
@@ -110,3 +116,37 @@ def test_accumulator_with_groups_equals_describe() -> None:
     assert a.provenance["grouped"] and s.provenance["grouped"]
     for name in ("mean", "var", "class_mean", "class_count", "class_m2"):
         np.testing.assert_array_equal(getattr(a, name), getattr(s, name), err_msg=name)
+
+
+def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
+    """``groups="g"`` names the store's array, as weights= and target= do: the same bits as the array itself."""
+    store, x, g = grouped_store
+    with dask.config.set(scheduler="threads", num_workers=2):
+        by_name = db.describe(store, groups="g", stats=("moments", "hist"), range="minmax", bins=8, plan=None)
+        by_array = db.describe(store, groups=da.from_zarr(store, component="g"), stats=("moments", "hist"),
+                               range="minmax", bins=8, plan=None)
+    assert by_name.provenance["groups"].startswith("groups ") and by_name.provenance["grouped"]
+    for name in ("groups", "group_count", "group_mean", "group_var", "group_hist"):
+        np.testing.assert_array_equal(getattr(by_name, name), getattr(by_array, name), err_msg=name)
+    np.testing.assert_allclose(by_name.group_mean[:, 0], np.nanmean(x[g == -3], axis=0), rtol=1e-13)
+    assert "class_moments" in plan_describe(store, groups="g", stats=("moments",)).stats  # planned by group
+    with pytest.raises(TypeError, match="^groups 'g' is a name, and a groups name needs x to be a store path"):
+        db.describe(x, groups="g", plan=None)
+
+
+@pytest.mark.parametrize("rows", [2400, 170])
+def test_weighted_groups_equal_numpy_weighted_per_group(grouped_store, rows: int) -> None:
+    """Groups with frequency weights: numpy's weighted mean, m2 / (W - ddof) and weighted histogram per group."""
+    store, x, g = grouped_store
+    w = np.random.default_rng(2).gamma(2.0, 1.0, size=g.size)
+    s = _describe(store, rows, weights=da.from_array(w, chunks=rows), bins=8, range="minmax")
+    for j, v in enumerate(np.unique(g)):
+        xs, ws = x[g == v][:, :4], w[g == v]  # feature 4 holds NaN; its weights are those of its finite rows
+        np.testing.assert_allclose(s.group_count[:4, j], ws.sum(), rtol=1e-13)
+        mean = np.average(xs, weights=ws, axis=0)
+        np.testing.assert_allclose(s.group_mean[:4, j], mean, rtol=1e-13)
+        m2 = (ws[:, None] * (xs - mean) ** 2).sum(axis=0)
+        np.testing.assert_allclose(s.group_var[:4, j], m2 / (ws.sum() - 1), rtol=1e-10)
+        for d in range(4):
+            ref = np.histogram(xs[:, d], bins=s.hist_edges[d], weights=ws)[0]
+            np.testing.assert_allclose(s.group_hist[d, :, j], ref, rtol=1e-12, err_msg=f"feature {d}, group {v}")

@@ -160,9 +160,28 @@ def test_config_show_yaml_and_json() -> None:
     assert as_json == yaml.safe_load(result.output)
 
 
-def test_job_defaults_in_daskbatch_yaml_match_the_schema() -> None:
+def test_daskbatch_yaml_is_the_only_source_of_job_defaults() -> None:
+    """The schema holds no default: every key's comes from dask config, which daskbatch.yaml sets, key for key."""
+    import dataclasses
+
+    from daskbatch.jobs.schema import FILE_ONLY, SECTIONS, JobSpec
+
     with open(ROOT / "daskbatch" / "daskbatch.yaml") as f:
-        assert yaml.safe_load(f)["daskbatch"]["job"] == defaults()
+        assert yaml.safe_load(f)["daskbatch"]["job"] == defaults()  # a key the file lacks or adds fails here
+    for cls in (JobSpec, *SECTIONS.values()):
+        for f in dataclasses.fields(cls):
+            if f.name not in SECTIONS and f.name not in FILE_ONLY:
+                assert repr(f.default) == "<daskbatch.yaml>", f"{cls.__name__}.{f.name} has a default of its own"
+    with dask.config.set({"daskbatch.job.statistics.bins": 7, "daskbatch.job.transform.clip": [-1.0, 2.0]}):
+        assert JobSpec().statistics.bins == 7 and JobSpec().transform.clip == [-1.0, 2.0]
+        assert "      bins: 7  # Histogram bins per feature." in reference()
+    steps = JobSpec().transform.steps
+    steps.append("clip")  # a spec's list is its own: the config's default is untouched
+    assert JobSpec().transform.steps == ["select", "standardize"]
+    with dask.config.set({"daskbatch.job.cluster": {"kind": "threads"}}):
+        with pytest.raises(JobConfigError, match=r"^dask config daskbatch.job.cluster.address is missing .*: "
+                                                 r"set single keys, e.g. daskbatch.job.cluster.address$"):
+            JobSpec()
 
 
 def test_docs_hold_the_rendered_schema() -> None:
@@ -313,3 +332,43 @@ def test_job_input_target_equals_describe(tmp_path: pathlib.Path, store: str) ->
     want = db.describe(str(targeted), target="t", stats=("moments", "mi"))
     assert got.provenance["target"]["cuts"] == want.provenance["target"]["cuts"]
     np.testing.assert_allclose(got.mi, want.mi, rtol=1e-12, atol=1e-15)
+
+
+def test_job_input_groups_equal_numpy_per_group(tmp_path: pathlib.Path, store: str) -> None:
+    """``input.groups`` names the store's group keys: the job's grouped moments and histograms are numpy's per group."""
+    import shutil
+
+    import zarr
+
+    grouped = tmp_path / "grouped.zarr"
+    shutil.copytree(store, grouped)
+    g = np.random.default_rng(8).integers(-1, 4, size=ROWS).astype(np.int32)
+    zarr.open_group(grouped, mode="a").create_array("g", data=g, chunks=(1000,))
+    job = write_job(tmp_path, str(grouped), input={"groups": "g"}, transform={"steps": []},
+                    statistics={"stats": ["moments", "hist"], "bins": 10, "range": "minmax"},
+                    selection={"score": "variance"})
+    result = CliRunner().invoke(main, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    got = db.load_summary(tmp_path / "out" / "summary.zarr")
+    x = np.asarray(db.open_dataset(str(grouped)).x, dtype=np.float64)
+    np.testing.assert_array_equal(got.groups, np.arange(-1, 4))
+    for j, v in enumerate(got.groups):
+        xs = x[g == v]
+        np.testing.assert_array_equal(got.group_count[:, j], len(xs))
+        np.testing.assert_allclose(got.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(got.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
+        for d in range(FEATURES):
+            np.testing.assert_array_equal(got.group_hist[d, :, j], np.histogram(xs[:, d], bins=got.hist_edges[d])[0])
+
+
+@pytest.mark.parametrize(("sections", "message"), [
+    ({"input": {"groups": "g", "label": "y"}},
+     "'input.label' with 'input.groups' is not supported (each takes the label's place): describe them in separate jobs"),
+    ({"input": {"groups": "g", "target": "t"}}, "'input.target' with 'input.groups' is not supported"),
+    ({"input": {"groups": "g"}}, "selection score 'f' needs class labels, and input.groups takes the label's place: "
+                                 "set selection.score: variance"),
+])
+def test_job_groups_refusals_are_one_line(tmp_path: pathlib.Path, store: str, sections: dict, message: str) -> None:
+    result = CliRunner().invoke(main, ["run", str(write_job(tmp_path, store, **sections))])
+    lines = [line for line in result.output.splitlines() if line.startswith("error")]
+    assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output

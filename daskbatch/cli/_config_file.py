@@ -82,6 +82,7 @@ def _check_value(ctx: click.Context, source: str, key: str, param: click.Paramet
 #: command lacks (selection.*, transform.*, ...) belongs to ``daskbatch run`` and is left alone.
 _JOB_OPTIONS = {
     ("input", "x"): "x", ("input", "label"): "label", ("input", "weights"): "weights", ("input", "target"): "target",
+    ("input", "groups"): "groups",
     ("statistics", "stats"): "stats", ("statistics", "bins"): "bins", ("statistics", "range"): "range",
     ("statistics", "ddof"): "ddof", ("statistics", "nan_policy"): "nan_policy",
     ("statistics", "classes"): "classes", ("statistics", "missing"): "missing",

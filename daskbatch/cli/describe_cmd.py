@@ -59,7 +59,12 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option(
     "--target", "target_name", default=None, metavar="NAME",
     help="Name of a continuous target array in STORE (for select --score f_regression, r_regression, mi); "
-    "excludes --label.",
+    "excludes --label and --groups.",
+)
+@click.option(
+    "--groups", "groups_name", default=None, metavar="NAME",
+    help="Name of a 1-D integer array of group keys in STORE: moments (and with hist, histograms) of every "
+    "feature within every group, in the same passes; --classes declares the group values. Excludes --label and --target.",
 )
 @click.option(
     "--classes", "classes_", default=None, metavar="V1,V2,...",
@@ -115,7 +120,8 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @config_option
 @user_errors
 def describe_command(
-    store: str, x_name: str, label: str | None, weights_name: str | None, target_name: str | None, classes_: str | None, stats: str,
+    store: str, x_name: str, label: str | None, weights_name: str | None, target_name: str | None,
+    groups_name: str | None, classes_: str | None, stats: str,
     bins: int, range_: str | None,
     like_path: str | None, ddof: int,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
@@ -161,12 +167,9 @@ def describe_command(
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
     classes = parse_classes(classes_)
-    if target_name is not None:
-        if label is not None:
-            raise click.UsageError("give --label (classes) or --target (a continuous target), not both")
-        import dask.array as da  # lazy: dask
-
-        settings["target"] = da.from_zarr(store, component=target_name)
+    _check_roles(label, target_name, groups_name)
+    # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
+    settings.update(target=target_name, groups=groups_name)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}
@@ -176,7 +179,8 @@ def describe_command(
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
             dataset, stats=settings["stats"], bins=settings["bins"], range=settings["range"],
-            split_every=settings["split_every"], resources=gpus, classes=classes,
+            split_every=settings["split_every"], resources=gpus, classes=classes, target=target_name,
+            groups=groups_name,
         )
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
     try:
@@ -229,6 +233,16 @@ def describe_command(
             click.echo(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
         click.echo(json.dumps(summary.to_json(), default=str))
+
+
+def _check_roles(label: str | None, target: str | None, groups: str | None) -> None:
+    """Refuse two of --label, --target and --groups: each takes the label's place in the passes."""
+    given = [f"--{name}" for name, value in (("label", label), ("target", target), ("groups", groups)) if value]
+    if len(given) > 1:
+        raise click.UsageError(
+            f"{' with '.join(given)} is not supported (each takes the label's place): describe them in "
+            f"separate runs, one with each of {', '.join(given)}"
+        )
 
 
 def _check_outputs(

@@ -21,8 +21,18 @@ _EPILOG = (
     "Every key of the job, with its default. The file is dask config: the job under daskbatch: job:, "
     "dask settings beside it; the same keys can be set in any dask config as daskbatch.job.<section>.<key>, "
     "e.g. DASK_DASKBATCH__JOB__CLUSTER__KIND=threads; the file wins:\n\n"
-    "\b\n" + reference()
+    "\b\n"
 )
+
+
+class _JobCommand(click.Command):
+    """A command whose epilog ends with every key of the job and its default, read when the help is shown."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The defaults live in dask config (daskbatch.yaml): reading them imports dask, which
+        # `daskbatch --help` does not load; only this command's help renders them.
+        self.epilog = _EPILOG + reference()
+        super().format_epilog(ctx, formatter)
 
 
 @contextlib.contextmanager
@@ -49,7 +59,7 @@ def fallback_logging() -> Iterator[None]:
         logger.setLevel(level)
 
 
-@main.command("run", epilog=_EPILOG)
+@main.command("run", cls=_JobCommand, epilog=_EPILOG)
 @click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
 @click.option(
     "--allow-dask-config",

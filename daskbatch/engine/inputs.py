@@ -261,30 +261,53 @@ def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
     return dataclasses.replace(data, label=target.astype(np.float64), provenance=provenance)
 
 
-def groups_as_label(groups: Any, label: Any, target: Any) -> Any:
-    """Check group keys, which take the label's place (its class machinery keys the grouped statistics).
+def refuse_beside_groups(label: Any, target: Any) -> None:
+    """Refuse a label or a target given with groups: the group keys take the label's place.
 
     Parameters
     ----------
-    groups : array of int
-        One group key per sample.
     label, target : object or None
-        The label and target given to describe: neither may be given with groups.
+        The label and target given with ``groups``.
+    """
+    given = "label=" if label is not None else "target=" if target is not None else None
+    if given is not None:
+        raise ValueError(
+            f"{given} with groups= is not supported (the group keys take the label's place): describe the "
+            f"{'classes' if label is not None else 'target'} and the groups in two runs, "
+            f"describe(x, {given[:-1]}=...) and describe(x, groups=...)"
+        )
+
+
+def with_groups(data: FeatureMatrix, groups: Any) -> FeatureMatrix:
+    """Put group keys where the label goes: the class machinery keys the grouped statistics.
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs (a Dataset's own label, if any, is replaced).
+    groups : array of int, pandas or dask Series, or str
+        One integer group key per sample, or the name of a 1-D array in the
+        store ``data`` was opened from.
 
     Returns
     -------
-    array
-        ``groups``, to pass as the label.
+    FeatureMatrix
+        ``data`` with the group keys as its label and ``provenance["groups"]`` set.
     """
-    if label is not None or target is not None:
-        raise ValueError("groups= takes the place of a label: give label=, target= or groups=, one of them")
+    what = "groups"
     if isinstance(groups, str):
-        raise TypeError(f"groups {groups!r} is a name; pass the array itself")
-    if not hasattr(groups, "dtype"):
+        groups, what = _stored_array(groups, data, "groups")
+    groups = _from_series(groups)
+    if not hasattr(groups, "dtype") or not hasattr(groups, "shape"):
         groups = np.asarray(groups)
     if dtype_kind(groups.dtype) not in LABEL_KINDS:
-        raise TypeError(f"groups has dtype {groups.dtype}; group keys must be integers (codes of the group values)")
-    return groups
+        raise TypeError(f"{what} has dtype {groups.dtype}; group keys must be integers (codes of the group values)")
+    groups = _in_memory_as_dask(groups)
+    _check_known_chunks(groups, what)
+    rows = int(data.x.shape[0])
+    if groups.ndim != 1 or groups.shape[0] != rows:
+        raise ValueError(f"{what} has shape {tuple(groups.shape)}; expected ({rows:,},): one group key per row of x")
+    return dataclasses.replace(data, label=groups, provenance={**data.provenance, "groups": what})
 
 
 def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:

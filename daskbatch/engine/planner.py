@@ -242,15 +242,18 @@ def plan_describe(
     from daskbatch.engine.class_labels import max_classes  # lazy: dask
     from daskbatch.engine.inputs import (  # lazy: dask
         as_feature_matrix,
-        groups_as_label,
+        refuse_beside_groups,
+        with_groups,
         with_target,
     )
 
     if groups is not None:
-        label = groups_as_label(groups, label, target)
+        refuse_beside_groups(label, target)
     data = as_feature_matrix(x, label)
     if target is not None:
         data = with_target(data, target)
+    if groups is not None:
+        data = with_groups(data, groups)
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
     if groups is not None:
         wanted = grouped_statistics(wanted)

@@ -26,8 +26,9 @@ from daskbatch.engine.inputs import (
     as_feature_matrix,
     as_weights,
     device_module,
-    groups_as_label,
+    refuse_beside_groups,
     to_device,
+    with_groups,
     with_target,
 )
 from daskbatch.engine.passes import PassRunner
@@ -143,14 +144,17 @@ def prepared_inputs(
     if device != "auto":
         device_module(device)  # a missing CuPy is named before anything is planned for the GPU
     if target is not None and label is not None:
-        raise ValueError("give label= (classes) or target= (a continuous target), not both")
+        raise ValueError("label= with target= is not supported (the target takes the label's place): describe the "
+                         "classes and the target in two runs, describe(x, label=...) and describe(x, target=...)")
     if target is not None and weights is not None:
         raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
     if groups is not None:
-        label = groups_as_label(groups, label, target)
+        refuse_beside_groups(label, target)
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
     if target is not None:
         data = with_target(data, target)
+    if groups is not None:
+        data = with_groups(data, groups)
     data = as_weights(weights, data)
     where = resolve_device(device, data.x)
     if where.device == "gpu":

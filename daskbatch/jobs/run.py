@@ -213,6 +213,10 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
     (log.info if report.status == "ok" else log.error)("%s", report.summary_line())
 
 
+#: Selection scores of class labels (a job with input.groups has none).
+_CLASS_SCORES = ("f", "chi2", "mi", "mrmr")
+
+
 def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
     folder = job.outputs.dir
     if "://" not in folder:
@@ -227,7 +231,13 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
     log.info("input: %s rows x %s features (%s), label %s", f"{report.rows:,}", f"{report.features:,}",
              dataset.x.dtype, dataset.label_name if dataset.label is not None else "none")
     stats = needed_stats(job)
-    if dataset.label is None and selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):
+    if job.input.groups is not None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
+        raise JobConfigError(
+            f"{report.source}: selection score '{job.selection.score}' needs class labels, and input.groups takes "
+            "the label's place: set selection.score: variance, or select nothing (outputs.selection: null and "
+            "no select step)"
+        )
+    if dataset.label is None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
         raise JobConfigError(
             f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} has "
             "none: set input.label, or selection.score: variance"
@@ -240,7 +250,8 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
             resources = job_resources(job, client)
             try:
                 plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
-                                     resources=resources, classes=job.statistics.classes, target=job.input.target)
+                                     resources=resources, classes=job.statistics.classes, target=job.input.target,
+                                     groups=job.input.groups)
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
@@ -256,7 +267,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
                 device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
-                weights=job.input.weights, target=job.input.target,
+                weights=job.input.weights, target=job.input.target, groups=job.input.groups,
             )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes

@@ -19,10 +19,10 @@ dask setting applied for the run (``daskbatch: {split-every: 16}``,
 
 :func:`check_config_file` is the one place a file is validated; ``daskbatch
 run`` (:func:`load_job`) and ``describe --config`` (:mod:`daskbatch.cli._config_file`)
-both call it. :func:`load_job` merges, from lowest to highest precedence: the
-defaults of the schema, ``dask.config`` under ``daskbatch.job.*`` (defaults in
-``daskbatch/daskbatch.yaml``, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads``
-...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
+both call it. :func:`load_job` merges, from lowest to highest precedence:
+``dask.config`` under ``daskbatch.job.*`` (whose defaults, in
+``daskbatch/daskbatch.yaml``, are the schema's only ones; overridden by any dask
+config, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads`` ...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
 a one-line :class:`JobConfigError` naming it and the closest valid key; a value
 of the wrong type one naming the key and the type expected. A file of the older
 shape (the job's sections and a ``dask:`` mapping at the top) still works for
@@ -64,7 +64,9 @@ __all__ = [
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The type of each key of a section (its dataclass fields: no ClassVar)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def _norm(key: Any) -> str:
@@ -358,6 +360,10 @@ def _check_consistency(where: str, job: JobSpec) -> None:
     """Rules across keys, each a one-line error."""
     if not job.input.store:
         raise JobConfigError(f"{where}: 'input.store' is required (the Zarr store to read)")
+    roles = [f"'input.{k}'" for k in ("label", "target", "groups") if getattr(job.input, k) is not None]
+    if len(roles) > 1:
+        raise JobConfigError(f"{where}: {' with '.join(roles)} is not supported (each takes the label's place): "
+                             f"describe them in separate jobs, one with each of {', '.join(roles)}")
     kind = job.cluster.kind
     if kind == "address" and not job.cluster.address:
         raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
