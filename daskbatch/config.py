@@ -40,10 +40,14 @@ except ValueError as _exc:  # dask reads its YAML files at import; a malformed o
 _DEFAULTS_FILE = pathlib.Path(__file__).with_name("daskbatch.yaml")
 
 
-def _load_defaults() -> None:
+def _packaged_defaults() -> dict[str, Any]:
+    """Read ``daskbatch.yaml`` (the ``{"daskbatch": {...}}`` mapping)."""
     with _DEFAULTS_FILE.open() as f:
-        defaults = yaml.safe_load(f)
-    dask.config.update_defaults(defaults)
+        return yaml.safe_load(f)
+
+
+def _load_defaults() -> None:
+    dask.config.update_defaults(_packaged_defaults())
 
 
 def get(key: str | None = None) -> Any:
@@ -63,7 +67,13 @@ def get(key: str | None = None) -> Any:
     object
         The value.
     """
-    return dask.config.get("daskbatch" if key is None else f"daskbatch.{key}")
+    name = "daskbatch" if key is None else f"daskbatch.{key}"
+    try:
+        return dask.config.get(name)
+    except KeyError:
+        # dask.config.set({"daskbatch.job.cluster": {"kind": "slurm"}}) replaces the whole mapping, so
+        # the keys it leaves out are gone from dask.config: they keep their packaged default.
+        return dask.config.get(name, config=_packaged_defaults())
 
 
 def planner_settings() -> dict[str, Any]:

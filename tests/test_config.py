@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import dask
+import pytest
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
@@ -157,3 +158,17 @@ def test_settings_are_read_one_way() -> None:
     assert not found, "read daskbatch settings with daskbatch.config.get: " + ", ".join(found)
     planted = "import dask\ndask.config.get('daskbatch.kernels')\ndask.config.get('scheduler', None)\nconfig.get('kernels')\n"
     assert raw_reads(planted) == ["<string>:2"]
+
+
+def test_a_whole_mapping_set_keeps_the_defaults_it_leaves_out() -> None:
+    """``dask.config.set`` of a nested mapping replaces it; the keys it leaves out keep daskbatch.yaml's values."""
+    import dask.config
+
+    from daskbatch import config
+
+    before = config.get("job.cluster.address")
+    with dask.config.set({"daskbatch.job.cluster": {"kind": "threads"}}):
+        assert config.get("job.cluster.kind") == "threads"
+        assert config.get("job.cluster.address") == before
+    with pytest.raises(KeyError):
+        config.get("no-such-setting")

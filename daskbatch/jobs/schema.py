@@ -69,11 +69,8 @@ def configured_default(section: str | None, name: str) -> Any:
     key = f"job.{section}.{name}" if section else f"job.{name}"
     try:
         return copy.deepcopy(config.get(key))
-    except KeyError:  # daskbatch.yaml sets every key: a dask.config.set of a whole mapping replaced it
-        raise JobConfigError(
-            f"dask config daskbatch.{key} is missing (setting daskbatch.job or a whole section replaces its "
-            f"defaults): set single keys, e.g. daskbatch.{key}"
-        ) from None
+    except KeyError:  # config.get falls back to daskbatch.yaml, which sets every key the schema has
+        raise JobConfigError(f"dask config daskbatch.{key} is missing, and daskbatch.yaml has no default for it") from None
 
 
 class _FromConfig:
