@@ -110,7 +110,7 @@ class Computed:  # numpydoc ignore=PR02
     results : dict
         Finalized results by statistic name, on the host.
     states : dict or None
-        The merged states a summary keeps (None: a tiled covariance or weights, which are not kept).
+        The merged states a summary keeps (None with a tiled covariance, which keeps none).
     provenance : dict
         Where the data came from and how they were computed.
     """
@@ -338,6 +338,5 @@ def _computed(
     )
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
-    # a tiled covariance has none; weighted states are not saved or merged yet
-    states = None if tiled or data.weights is not None else steps._mergeable(kept)
+    states = None if tiled else steps._mergeable(kept)  # a tiled covariance has no mergeable state
     return Computed(data=data, results=results, states=states, provenance=provenance)

@@ -16,6 +16,7 @@ once, at the end, instead of every chunk. A saved state is written mirrored
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
@@ -51,9 +52,10 @@ class CoMomentsState(State):
         Returns
         -------
         CoMomentsState
-            The same state, ``c`` mirrored from its upper triangle.
+            The same state (of the same class: a weighted one keeps its row count), ``c`` mirrored from its
+            upper triangle.
         """
-        return CoMomentsState(n=self.n, shift=self.shift, mean=self.mean, c=mirrored(self.c))
+        return dataclasses.replace(self, c=mirrored(self.c))
 
 
 def mirrored(c: Array) -> Array:
