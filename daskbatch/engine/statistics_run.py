@@ -265,9 +265,6 @@ def _computed(
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
 
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
-    if tiled and data.weights is not None:
-        raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
-                         "leave 'cov' out of stats")
     explicit = range_ is not None and not is_minmax(range_)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)

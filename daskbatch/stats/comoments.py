@@ -178,6 +178,53 @@ def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Arr
     return n, shift, approx_mean, dev, e
 
 
+def weighted_centred(xp: Namespace, x: Array, complete: Array, w: Array) -> tuple[Array, Array, Array, Array, Array]:
+    """Centre the rows of ``x`` marked ``complete`` with frequency weights ``w``, as :func:`centred` does without.
+
+    The sums are weighted and ``dev`` holds ``sqrt(w)`` times the deviations,
+    so that the co-moment matrix is still ``devᵀdev - n eeᵀ`` (one product).
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``x``.
+    x : array
+        The block, (rows, features).
+    complete : array of bool
+        The rows to use (no NaN, positive weight), (rows,).
+    w : array
+        The float64 weight of each row, (rows,).
+
+    Returns
+    -------
+    n : array
+        The weight sum of the complete rows.
+    shift : array
+        The first complete row.
+    mean : array
+        The approximate weighted mean of ``x - shift``.
+    dev : array
+        ``sqrt(w)`` times the deviations, (rows, features); zero on other rows.
+    e : array
+        The residual weighted mean of the deviations.
+    """
+    if x.dtype != xp.float64:
+        x = as_float64(x)
+    wc = xp.where(complete, w, xp.zeros_like(w))  # the other rows weigh nothing
+    total = xp.sum(wc)
+    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
+    shift = xp.where(total > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
+    keep = complete[:, None]
+    zero = xp.zeros_like(x)
+    y_shift = xp.where(keep, x - shift, zero)
+    w_safe = safe_divisor(xp, total)
+    approx_mean = xp.sum(wc[:, None] * y_shift, axis=0) / w_safe
+    dev = xp.where(keep, y_shift - approx_mean, zero)
+    del y_shift
+    e = xp.sum(wc[:, None] * dev, axis=0) / w_safe
+    return total, shift, approx_mean, dev * xp.sqrt(wc)[:, None], e
+
+
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
@@ -344,20 +391,8 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)
     complete = xp.all(xp.isfinite(x), axis=1)
-    wc = xp.where(complete, w, xp.zeros_like(w))  # incomplete rows weigh nothing
-    total = xp.sum(wc)
-    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
-    shift = xp.where(total > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
-    keep = complete[:, None]
-    zero = xp.zeros_like(x)
-    y_shift = xp.where(keep, x - shift, zero)
-    w_safe = safe_divisor(xp, total)
-    approx_mean = xp.sum(wc[:, None] * y_shift, axis=0) / w_safe
-    dev = xp.where(keep, y_shift - approx_mean, zero)
-    del y_shift
-    e = xp.sum(wc[:, None] * dev, axis=0) / w_safe
+    total, shift, approx_mean, scaled, e = weighted_centred(xp, x, complete, w)
     # sqrt(w) on both sides: one symmetric product (BLAS syrk), as for unweighted blocks.
-    scaled = dev * xp.sqrt(wc)[:, None]
     c = xp.matmul(xp.matrix_transpose(scaled), scaled) - total * _outer(xp, e, e)
     rows = xp.sum(xp.astype(complete, xp.float64))
     return WeightedCoMomentsState(n=total, shift=shift, mean=approx_mean + e, c=c, rows=rows)
