@@ -14,7 +14,7 @@ untiled statistic does: the caller passes that row mask as ``complete``.
 
 With sample weights (``chunk(..., weights=w)``, frequency weights as in
 ``CoMoments``) ``n`` is the weight sum of the complete rows of positive weight,
-the sums are weighted (:func:`~daskbatch.stats.comoments.weighted_centred`)
+the sums are weighted (:func:`~daskbatch.stats.comoments.centred` with weights)
 and the state, a :class:`WeightedCrossCoMomentsState`, also counts those rows.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from daskbatch._typing import Array
 from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
 from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.comoments import _outer, centred, covariance_and_correlation, weighted_centred
+from daskbatch.stats.comoments import _outer, centred, covariance_and_correlation
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,12 +136,10 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
         else:
             complete = xp.astype(complete, xp.bool)
-        if weights is None:
-            n, shift, mean, dev, e = centred(xp, x, complete)
-        else:
-            w = xp.astype(weights, xp.float64)
+        w = None if weights is None else xp.astype(weights, xp.float64)
+        if w is not None:
             complete = complete & (w > 0)  # a row of weight 0 is as if absent, as CoMoments drops it
-            n, shift, mean, dev, e = weighted_centred(xp, x, complete, w)
+        n, shift, mean, dev, e = centred(xp, x, complete, w)
         c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
         state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
