@@ -28,6 +28,12 @@ its dataset, :func:`results_digest`) and every state's ``sha256``. A ``states/``
 group copied in from another summary (whose means would show right while merges
 used the other summary's data) fails it and is refused.
 
+A summary described with sample weights keeps weighted states in the same
+layout: float64 sums of weights for counts, and for moments and co-moments the
+weighted subclass of the statistic's state class (which also counts the rows),
+named by its key; reading accepts a statistic's own state class or its
+weighted subclass among the built-in states, nothing else.
+
 Loading rebuilds only the statistics of :mod:`daskbatch.stats.registry` and
 registered state classes, from plain arrays and JSON: no pickle, no import of
 a name read from the file. A user's state is read only when the caller passes
