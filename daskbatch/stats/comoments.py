@@ -179,9 +179,10 @@ def centred(
     zero = xp.zeros_like(x)
     y_shift = xp.where(keep, x - shift, zero)
     n_safe = safe_divisor(xp, n)
-    approx_mean = xp.sum(y_shift if wc is None else wc[:, None] * y_shift, axis=0) / n_safe
+    # Weighted column sums as matrix-vector products: no weighted copy of the block.
+    approx_mean = (xp.sum(y_shift, axis=0) if wc is None else xp.matmul(wc, y_shift)) / n_safe
     dev = xp.where(keep, y_shift - approx_mean, zero)
-    e = xp.sum(dev if wc is None else wc[:, None] * dev, axis=0) / n_safe
+    e = (xp.sum(dev, axis=0) if wc is None else xp.matmul(wc, dev)) / n_safe
     return n, shift, approx_mean, dev if wc is None else dev * xp.sqrt(wc)[:, None], e
 
 
