@@ -231,15 +231,18 @@ def chunk_task_terms(
     # Statistics run one after another, so one float64 copy is alive at a time at most.
     copies = max((f.float64_copies[path] for f in prints), default=0)
     labels = rows * _LABEL_ITEMSIZE if any(f.reads_label for f in prints) else 0
+    weights = {
+        "weights": rows * WEIGHT_ROW_BYTES,
+        # Rows of weight 0 are dropped once per block (Bundle.chunk): a copy of the others and their labels.
+        "positive rows": elems * itemsize + labels,
+    } if weighted else {}
     return {
         "raw": elems * itemsize,
         # A GPU task gets its block decoded (on the host): device memory holds no read buffers.
         "read buffers": 0 if path == "gpu-compiled" else READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
         "labels": labels,
-        "weights": rows * WEIGHT_ROW_BYTES if weighted else 0,
-        # Rows of weight 0 are dropped once per block (Bundle.chunk): a copy of the others and their labels.
-        "positive rows": elems * itemsize + labels if weighted else 0,
+        **weights,
         "temporaries": max(transient, default=0),
         "states": sum(states),
         "overhead": TASK_OVERHEAD_BYTES,
