@@ -78,7 +78,8 @@ def describe(
         histograms and their MI, the quantile sketch and per-class moments;
         ``count`` stays the number of values and ``Summary.weight_sum`` is
         their weight sum. A negative, NaN or infinite weight is an error
-        naming its block and row. Not with a tiled covariance.
+        naming its block and row. The summary keeps the weighted states
+        (:func:`daskbatch.update` and :func:`daskbatch.merge` continue it).
     stats : sequence of {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
         What to compute. Moments are always included; ``"mi"`` is skipped
         when no label is given. ``"class_moments"`` (per-class count, mean

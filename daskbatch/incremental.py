@@ -11,6 +11,14 @@ co-moments, sums for counts) and finalizes them as ``describe`` does, so
 * moments, co-moments and per-class moments agree to rounding (a different
   merge order than describe's tree: within about 1e-15 relative).
 
+Summaries described with sample weights (``describe(..., weights=w)``) keep
+their weighted states and merge the same way: the result is ``describe`` of the
+concatenated rows with their weights. A summary without weights is one of
+weight 1 per row, which is exact, so weighted and unweighted summaries merge
+too (``count`` stays the number of values, ``weight_sum`` the sum of the
+weights, 1 for each row of an unweighted part); :func:`update` passes
+``weights=`` on to ``describe`` for the new rows.
+
 Histograms merge only when they count the same bins on the same ranges: a
 summary whose ranges were found from its data passes them on, and
 :func:`update` describes the new rows with exactly those ranges (values of the
@@ -121,8 +129,10 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         The new rows' labels, when the summary has mutual information or per-class moments
         (or ``groups=`` / ``target=`` in ``options``, as the summary was described).
     **options
-        Passed to :func:`daskbatch.describe` (``progress``, ``device``,
-        ``checkpoint``, ``classes``, ``plan``, ``missing`` ...). Options that
+        Passed to :func:`daskbatch.describe` (``weights``, ``progress``, ``device``,
+        ``checkpoint``, ``classes``, ``plan``, ``missing`` ...): ``weights=``
+        weighs the new rows (without it each weighs 1, whether or not the
+        summary was weighted). Options that
         change the statistics (``stats``, ``bins``, ``range``, ``ddof``,
         ``bias``, ``nan_policy``, ``mi_base``, ``miller_madow``) come from the
         summary and cannot be given.
@@ -258,8 +268,6 @@ def _check_has_states(summary: Summary, which: str) -> None:
         return
     if summary.provenance.get("tiled_cov"):
         why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
-    elif summary.provenance.get("weights"):
-        why = "it was computed with sample weights, whose states are not kept yet"
     else:
         why = "it was made without them (an Accumulator, or saved by an older daskbatch)"
     raise ValueError(f"{which} holds no mergeable states ({why}); describe all the rows together instead")
@@ -389,6 +397,7 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
         rows=sum(int(s.get("rows") or 0) for s in sources),
         sources=sources,
         input_tokens=_tokens(first) + _tokens(second),
+        **_weights_of(sources),
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=__version__,
     )
@@ -407,8 +416,19 @@ def _sources(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What a summary was made from: the sources of a merged one, else its own source, path and rows."""
     if isinstance(provenance.get("sources"), list):
         return [dict(s) for s in provenance["sources"]]
-    keys = ("source", "path", "rows", "created", "range")
+    keys = ("source", "path", "rows", "weights", "created", "range")
     return [{k: provenance[k] for k in keys if k in provenance}]
+
+
+def _weights_of(sources: list[dict[str, Any]]) -> dict[str, str]:
+    """The merged summary's ``weights`` provenance: which parts were weighted (the others weigh 1 per row)."""
+    weighted = [str(s["weights"]) for s in sources if s.get("weights")]
+    if not weighted:
+        return {}
+    if len(weighted) == len(sources) and len(set(weighted)) == 1:
+        return {"weights": weighted[0]}
+    return {"weights": f"{len(weighted)} of {len(sources)} parts weighted ({'; '.join(dict.fromkeys(weighted))}), "
+                       "the others 1 per row"}
 
 
 def _carries_names(x: Any) -> bool:

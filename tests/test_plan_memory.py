@@ -108,6 +108,45 @@ def test_chunk_task_model_is_honest(tmp_path, dtype, rows, d, stats, path):
     assert measured <= projected <= 2 * measured, (measured, projected)
 
 
+@pytest.mark.parametrize("path", ["array-api", "compiled"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("rows", "d", "stats"), CHUNK_CASES)
+def test_weighted_chunk_task_model_is_honest(tmp_path, dtype, rows, d, stats, path):
+    """With sample weights read from their own store: the weight column, its copies and the rows of positive weight.
+
+    Weights with zeros (a tenth of the rows) are the case the model is for: the
+    block's rows of positive weight are copied. Without zeros there is no copy,
+    and the model may then be more than twice the peak, never less than it.
+    """
+    src, ysrc = _data(dtype, rows, d)
+    store = zarr.create_array(str(tmp_path / "x.zarr"), shape=src.shape, chunks=src.shape, dtype=src.dtype)
+    store[:] = src
+    w = np.random.default_rng(1).gamma(2.0, 1.5, rows)
+    w[::10] = 0.0
+    wstore = zarr.create_array(str(tmp_path / "w.zarr"), shape=w.shape, chunks=w.shape, dtype=w.dtype)
+    bundle = _bundle(stats, d)
+    use_y = "mi" in stats or "class_moments" in stats
+    if "class_moments" in stats:
+        ysrc = np.zeros_like(ysrc)  # one class: the worst case of the per-class temporaries
+
+    def task():
+        x, weights = store[:], wstore[:]  # both blocks read inside the task, as a worker reads them
+        bundle.chunk(x, ysrc.copy() if use_y else None, weights=weights)
+
+    projected = projected_task_bytes(
+        rows, d, src.dtype.itemsize, stats, bins=BINS, n_classes=CLASSES, path=path, weighted=True
+    )
+    for weights in (w, np.where(w > 0, w, 1.0)):
+        wstore[:] = weights
+        with dask.config.set({"daskbatch.kernels": path == "compiled"}):
+            task()
+            measured = _peak(task)
+        assert measured <= projected, (measured, projected)
+        if (weights == 0).any():
+            assert projected <= 2 * measured, (measured, projected)
+    assert projected > projected_task_bytes(rows, d, src.dtype.itemsize, stats, bins=BINS, n_classes=CLASSES, path=path)
+
+
 MERGE_CASES = [
     (512, ("cov",)),
     (512, ("mi",)),
@@ -138,3 +177,21 @@ def test_merge_task_model_is_honest(d, stats):
     measured = _peak(task)
     projected = merge_task_bytes(stats, d, SPLIT_EVERY, bins=BINS, n_classes=CLASSES)
     assert measured <= projected <= 2 * measured, (measured, projected)
+
+
+def test_plan_describe_counts_the_weight_column():
+    """plan_describe(weights=) plans smaller chunks for the same budget, and its explanation shows the terms."""
+    import dask.array as da
+
+    from daskbatch.engine.planner import plan_describe
+    from daskbatch.planning.resources import Resources
+
+    x, w = da.zeros((200_000, 4), chunks=(1000, 4)), np.ones(200_000)
+    tight = Resources(memory_bytes=2 * (256 * 2**20 + 4 * 2**20))  # 4 MiB a task
+    plain = plan_describe(x, stats=("moments",), range=(0.0, 1.0), resources=tight)
+    weighted = plan_describe(x, stats=("moments",), range=(0.0, 1.0), resources=tight, weights=w)
+    assert weighted.weighted and not plain.weighted
+    assert weighted.chunk_rows < plain.chunk_rows
+    assert weighted.chunk_task_bytes == projected_task_bytes(weighted.chunk_rows, 4, 8, ("moments",), weighted=True)
+    assert weighted.chunk_task_bytes <= weighted.budget_bytes
+    assert " weights + " in weighted.explain() and " weights + " not in plain.explain()

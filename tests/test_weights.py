@@ -54,10 +54,8 @@ def _weighted_moments(x, w, ddof):
     return mean, m2 * total / (total - ddof), m3 / m2**1.5, m4 / m2**2 - 3.0
 
 
-@pytest.mark.parametrize("chunk_rows", [17, 64, 10_000])
-def test_float_weights_match_numpy(dataset, chunk_rows) -> None:
-    path, x, y, w, _ = dataset
-    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, plan=None, range=(0.0, 4000.0))
+def _assert_matches_numpy(s: db.Summary, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+    """``s`` (stats ALL, range (0, 4000), 64 bins, ddof 1) against NumPy's weighted float64 statistics."""
     mean, var, skew, kurt = _weighted_moments(x, w, ddof=1)
     np.testing.assert_allclose(s.mean, mean, rtol=1e-13)
     np.testing.assert_allclose(s.var, var, rtol=1e-12)
@@ -79,6 +77,13 @@ def test_float_weights_match_numpy(dataset, chunk_rows) -> None:
     for c, k in enumerate(s.classes):
         np.testing.assert_allclose(s.class_mean[:, c], np.average(x[y == k], weights=w[y == k], axis=0), rtol=1e-12)
         np.testing.assert_allclose(s.class_count[:, c], w[y == k].sum(), rtol=1e-13)
+
+
+@pytest.mark.parametrize("chunk_rows", [17, 64, 10_000])
+def test_float_weights_match_numpy(dataset, chunk_rows) -> None:
+    path, x, y, w, _ = dataset
+    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, plan=None, range=(0.0, 4000.0))
+    _assert_matches_numpy(s, x, y, w)
 
 
 def test_mi_from_weighted_joint_counts(dataset) -> None:
@@ -164,12 +169,6 @@ def test_weights_of_the_wrong_length_are_refused() -> None:
         db.describe(x, weights=np.ones(9))
     with pytest.raises(TypeError, match="a weights name needs x to be a store path"):
         db.describe(x, weights="w")
-
-
-def test_a_weighted_summary_says_why_it_cannot_be_updated() -> None:
-    s = db.describe(np.arange(20.0).reshape(10, 2), weights=np.ones(10), stats=("moments",))
-    with pytest.raises(ValueError, match="it was computed with sample weights, whose states are not kept yet"):
-        db.update(s, np.ones((3, 2)))
 
 
 def test_a_statistic_without_weights_is_refused() -> None:
@@ -290,3 +289,94 @@ def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
         np.testing.assert_array_equal(getattr(resumed, name), getattr(plain, name), err_msg=name)
     with pytest.raises(CheckpointMismatchError, match="weights content"):  # other weights: another run
         db.describe(ds, checkpoint=tmp_path, **{**kw, "weights": w * 2.0})
+
+
+# ------------------------------------------------------------------ merge and update
+
+
+def _ranges(s: db.Summary) -> np.ndarray:
+    """The histogram ranges of ``s``, as ``range=`` takes them."""
+    return np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
+
+
+@pytest.mark.parametrize(("split", "chunk_rows"), [(1, 40), (40, 40), (97, 17)])
+def test_weighted_update_and_merge_match_numpy(dataset, split, chunk_rows) -> None:
+    """update/merge of weighted summaries: numpy's weighted statistics of all the rows, as describe of them gives."""
+    _, x, y, w, _ = dataset
+    kw = {"stats": ALL, "range": (0.0, 4000.0), "plan": None}
+    first = db.describe(da.from_array(x[:split], chunks=(chunk_rows, -1)), y[:split], weights=w[:split], **kw)
+    new = da.from_array(x[split:], chunks=(chunk_rows, -1)), y[split:]
+    updated = db.update(first, *new, weights=w[split:], plan=None)
+    merged = db.merge(first, db.describe(*new, weights=w[split:], **kw))
+    whole = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, **kw)
+    for s in (updated, merged, whole):
+        _assert_matches_numpy(s, x, y, w)
+    np.testing.assert_allclose(updated.mi, whole.mi, rtol=1e-12, atol=1e-15)
+    assert updated.provenance["weights"] == "weights" and updated.provenance["rows"] == len(x)
+
+
+def test_integer_weights_update_equals_repeated_rows(dataset, tmp_path) -> None:
+    """Saved, loaded and updated with integer weights: every count as repeating the rows gives, bit for bit."""
+    path, x, y, _, k = dataset
+    reps = k.astype(np.int64)
+    first = db.describe(x[:100], y[:100], weights=k[:100], stats=(*ALL, "sketch"))  # ranges from the sketch
+    first.save(tmp_path / "first.zarr")
+    loaded = db.load_summary(tmp_path / "first.zarr")
+    assert type(loaded.states["moments"].state).__name__ == "WeightedMomentsState"
+    assert type(loaded.states["cov"].state).__name__ == "WeightedCoMomentsState"
+    with pytest.warns(db.RangeWarning):  # later rows reach beyond the first 100's ranges
+        updated = db.update(loaded, x[100:], y[100:], weights=k[100:])
+        again = db.update(first, x[100:], y[100:], weights=k[100:])
+        repeated = db.describe(np.repeat(x, reps, axis=0), np.repeat(y, reps), stats=(*ALL, "sketch"),
+                               range=_ranges(first))
+    for name in ("hist_counts", "underflow", "overflow", "joint_counts", "class_count", "sketch_counts", "mi", "min",
+                 "max"):
+        np.testing.assert_array_equal(getattr(updated, name), getattr(repeated, name), err_msg=name)
+    for name in ("mean", "var", "skew", "kurtosis", "cov", "class_mean", "class_m2"):
+        np.testing.assert_allclose(getattr(updated, name), getattr(repeated, name), rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+    np.testing.assert_array_equal(updated.weight_sum, repeated.count)
+    for name in ("mean", "cov", "hist_counts", "sketch_counts"):  # the loaded states are the saved ones
+        np.testing.assert_array_equal(getattr(updated, name), getattr(again, name), err_msg=name)
+
+
+def test_weighted_and_unweighted_summaries_merge_as_weight_one(dataset) -> None:
+    """An unweighted summary weighs 1 per row, exactly: merging it with a weighted one, in either order."""
+    _, x, y, w, _ = dataset
+    kw = {"stats": ALL, "range": (0.0, 4000.0)}
+    weighted, plain = db.describe(x[:90], y[:90], weights=w[:90], **kw), db.describe(x[90:], y[90:], **kw)
+    ones = np.concatenate([w[:90], np.ones(len(x) - 90)])
+    for s in (db.merge(weighted, plain), db.merge(plain, weighted)):
+        _assert_matches_numpy(s, x, y, ones)
+        assert s.provenance["weights"] == "1 of 2 parts weighted (weights), the others 1 per row"
+    both = db.update(weighted, x[90:], y[90:])  # new rows without weights= weigh 1 each
+    np.testing.assert_allclose(both.weight_sum, ones.sum(), rtol=1e-14)
+    # Ranges found from each part's data differ: refused as for unweighted summaries.
+    a, b = db.describe(x[:90], weights=w[:90], stats=("moments", "hist")), db.describe(x[90:], stats=("moments", "hist"))
+    with pytest.raises(ValueError, match="histogram ranges differ: .*Summary.update does"):
+        db.merge(a, b)
+
+
+def test_cli_describe_update_with_weights(dataset, tmp_path) -> None:
+    """``daskbatch describe NEW --weights w --update STATS``: the saved weighted summary continued with weighted rows."""
+    from click.testing import CliRunner
+
+    from daskbatch.cli import main
+
+    _, x, y, w, _ = dataset
+    parts = []
+    for name, rows in (("old", slice(0, 100)), ("new", slice(100, None))):
+        root = zarr.open_group(str(tmp_path / f"{name}.zarr"), mode="w")
+        root.create_array("X", data=x[rows], chunks=(40, x.shape[1]))
+        root.create_array("y", data=y[rows].astype(np.int64), chunks=(40,))
+        root.create_array("w", data=w[rows], chunks=(40,))
+        parts.append(str(tmp_path / f"{name}.zarr"))
+    stats, common = str(tmp_path / "s.zarr"), ["--no-progress", "--cluster", "threads", "--label", "y", "--weights", "w"]
+    r = CliRunner().invoke(main, ["describe", parts[0], "--stats", ",".join(ALL), "--range", "0:4000", "--out", stats,
+                                  *common])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["describe", parts[1], "--update", stats, *common])
+    assert r.exit_code == 0, r.output
+    s = db.load_summary(stats)
+    _assert_matches_numpy(s, x, y, w)
+    assert [p["weights"].split(" in ")[0] for p in s.provenance["sources"]] == ["weights array 'w'"] * 2

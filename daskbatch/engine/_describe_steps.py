@@ -235,10 +235,11 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
         data = to_device(dataclasses.replace(data, stage_rows=None), "gpu", transfer="block")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
-        feature_names=data.feature_names, protected=_protected_paths(data),
+        feature_names=data.feature_names, protected=_protected_paths(data), weights=data.weights,
     )
-    # The matrices stay in the store; the summary keeps the row count and the path.
-    result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None)
+    # The matrices stay in the store; the summary keeps the row count (and weight sum) and the path.
+    weight_sum = None if tc.weight_sum is None else np.float64(tc.weight_sum)
+    result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None, weight_sum=weight_sum)
     return result, {"path": out, "tile": tile}
 
 

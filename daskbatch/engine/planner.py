@@ -49,6 +49,7 @@ def plan(
     resources: Resources | str | None = "auto",
     split_every: int | None = None,
     device: Device | None = "auto",
+    weighted: bool = False,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
 
@@ -73,6 +74,9 @@ def plan(
         With ``resources="auto"`` and no client: plan for this machine's memory
         or its GPUs; ``"auto"``: its GPUs when it has any (None, the old
         spelling, warns and means the same).
+    weighted : bool, default False
+        The rows carry sample weights (``describe(weights=)``): each chunk task
+        also holds the weight column and a copy of its rows of positive weight.
 
     Returns
     -------
@@ -124,6 +128,7 @@ def plan(
         dtype=str(x.dtype),
         compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
                                      gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
+        weighted=weighted,
     )
 
 
@@ -150,7 +155,8 @@ def plan_statistics(
 ) -> Plan:
     """Plan the statistics ``names`` over a :class:`~daskbatch.engine.inputs.FeatureMatrix`.
 
-    From its store when it has one (storage chunks, recorded classes). Without
+    From its store when it has one (storage chunks, recorded classes), with its
+    weights when it has them. Without
     ``n_classes`` for ``mi``/``class_moments``, plans with what the store records,
     else with ``daskbatch.assumed-classes``.
 
@@ -185,6 +191,7 @@ def plan_statistics(
     return plan(
         source, stats=tuple(names), bins=bins, n_classes=n_classes if labelled else None,
         resources=resources, split_every=split_every, device="auto" if device is None else checked_device(device),
+        weighted=getattr(data, "weights", None) is not None,
     )
 
 
@@ -201,6 +208,7 @@ def plan_describe(
     target: Any = None,
     groups: Any = None,
     target_bins: Any = 16,
+    weights: Any = None,
 ) -> Plan:
     """Make the plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
 
@@ -233,6 +241,8 @@ def plan_describe(
         As in :func:`daskbatch.describe`: the statistics by group are planned for.
     target_bins : int or sequence of float, default 16
         As in :func:`daskbatch.describe`.
+    weights : array or str, optional
+        As in :func:`daskbatch.describe`: each chunk task's weight column is planned for.
 
     Returns
     -------
@@ -242,6 +252,7 @@ def plan_describe(
     from daskbatch.engine.class_labels import max_classes  # lazy: dask
     from daskbatch.engine.inputs import (  # lazy: dask
         as_feature_matrix,
+        as_weights,
         refuse_beside_groups,
         with_groups,
         with_target,
@@ -254,6 +265,7 @@ def plan_describe(
         data = with_target(data, target)
     if groups is not None:
         data = with_groups(data, groups)
+    data = as_weights(weights, data)
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
     if groups is not None:
         wanted = grouped_statistics(wanted)

@@ -111,7 +111,7 @@ class Computed:  # numpydoc ignore=PR02
     results : dict
         Finalized results by statistic name, on the host.
     states : dict or None
-        The merged states a summary keeps (None: a tiled covariance or weights, which are not kept).
+        The merged states a summary keeps (None with a tiled covariance, which keeps none).
     provenance : dict
         Where the data came from and how they were computed.
     """
@@ -269,9 +269,6 @@ def _computed(
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
 
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
-    if tiled and data.weights is not None:
-        raise ValueError("weights= with a tiled covariance (features too many for one co-moment matrix) is not supported; "
-                         "leave 'cov' out of stats")
     explicit = range_ is not None and not is_minmax(range_)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
@@ -342,6 +339,5 @@ def _computed(
     )
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
-    # a tiled covariance has none; weighted states are not saved or merged yet
-    states = None if tiled or data.weights is not None else steps._mergeable(kept)
+    states = None if tiled else steps._mergeable(kept)  # a tiled covariance has no mergeable state
     return Computed(data=data, results=results, states=states, provenance=provenance)

@@ -13,7 +13,9 @@ sides of a tile, which come from the (small) diagonals of the diagonal tiles.
 
 Rows count only when every one of the D features is finite, as in the untiled
 :class:`~daskbatch.stats.comoments.CoMoments`; that row mask is computed once
-per row block and shared by all tiles.
+per row block and shared by all tiles. With sample weights every tile reads
+the same weight blocks, and the covariance is the untiled weighted one
+(frequency weights: the weighted co-moment over ``W - ddof``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import MARKER, check_output, write_output
-from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
+from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, complete_rows, finalize_tile
 
 if TYPE_CHECKING:
     import zarr
@@ -58,6 +60,8 @@ class TiledCov:
         Delta degrees of freedom of ``cov``.
     feature_names : tuple of str
         Names used by :meth:`top_correlated`.
+    weight_sum : float or None
+        With sample weights, the weight sum of the complete rows (else None).
     """
 
     path: str
@@ -66,6 +70,7 @@ class TiledCov:
     n_features: int
     ddof: int
     feature_names: tuple[str, ...]
+    weight_sum: float | None = None
 
     @property
     def cov(self) -> da.Array:
@@ -155,6 +160,7 @@ def tiled_covariance(
     feature_names: Any = None,
     overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    weights: da.Array | None = None,
 ) -> TiledCov:
     """Covariance and correlation of the columns of ``x``, tile by tile, into a Zarr group.
 
@@ -178,6 +184,11 @@ def tiled_covariance(
     protected : mapping of description to path, optional
         Paths ``out`` must not be, lie inside or hold (the input store), e.g.
         ``{"the input store": "data.zarr"}``.
+    weights : dask.array.Array, shape (samples,), optional
+        Non-negative finite frequency weight of each row (as
+        ``describe(weights=)`` checks them): the covariance divides the
+        weighted co-moments by ``W - ddof``, ``W`` the weight sum of the
+        complete rows, which is ``numpy.cov(x, aweights=w, ddof=0) * W / (W - ddof)``.
 
     Returns
     -------
@@ -195,10 +206,12 @@ def tiled_covariance(
     )
     if len(names) != n_features:
         raise ValueError(f"{len(names)} feature names for {n_features} features")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
+        raise ValueError(f"weights has shape {weights.shape}; expected ({x.shape[0]},), one weight per row of x")
     # Checked before any compute; the tiles go to a temporary sibling renamed into place when all are written.
     target = check_output(out, kind="tiled_cov", what="cov_out", overwrite=overwrite, protected=protected)
     where = target.path
-    found: list[int] = []
+    found: list[tuple[int, float | None]] = []
 
     def fill(into: str) -> None:
         """Write every tile into the temporary group ``into``.
@@ -208,17 +221,19 @@ def tiled_covariance(
         into : str
             The temporary path.
         """
-        found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names))
+        found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names, weights=weights))
 
     write_output(target, fill)
-    n = found[0]
-    return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names)
+    n, weight_sum = found[0]
+    return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names,
+                    weight_sum=weight_sum)
 
 
 def _fill_tiles(
-    x: da.Array, where: str, *, tile: int, ddof: int, split_every: int | None, names: tuple[str, ...]
-) -> int:
-    """Create the group at ``where``, compute and write every tile; return the number of complete rows."""
+    x: da.Array, where: str, *, tile: int, ddof: int, split_every: int | None, names: tuple[str, ...],
+    weights: da.Array | None,
+) -> tuple[int, float | None]:
+    """Create the group at ``where``, compute and write every tile; return the complete rows and their weight sum."""
     import zarr  # lazy: zarr
 
     n_features = int(x.shape[1])
@@ -237,21 +252,25 @@ def _fill_tiles(
             block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)
             stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]))
             states[i, j] = tree_reduce(
-                stat, block.rechunk({1: -1}), complete=complete, split_every=split_every, finalize=False
+                stat, block.rechunk({1: -1}), complete=complete, weights=weights, split_every=split_every,
+                finalize=False,
             )
     diag = {i: dask.delayed(_co_diagonal)(states[i, i]) for i in side}
     writes = [
         dask.delayed(_write_tile)(states[i, j], diag[i], diag[j], where, starts[i], starts[j], ddof, i == j)
         for i, j in states
     ]
+    # Every tile sees the same complete rows, and sums the same weights in the same order.
     counts = set(dask.compute(*writes))
-    if len(counts) != 1:  # every tile sees the same complete rows
-        raise AssertionError(f"tiles disagree on the number of complete rows: {sorted(counts)}")
-    n = int(counts.pop())
-    group.attrs.update(
-        {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}}
-    )
-    return n
+    if len(counts) != 1:
+        raise AssertionError(f"tiles disagree on the complete rows (count, weight sum): {sorted(counts)}")
+    rows, weight_sum = counts.pop()
+    n = int(rows)
+    meta: dict[str, Any] = {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}
+    if weights is not None:
+        meta["weight_sum"] = weight_sum
+    group.attrs.update({MARKER: "tiled_cov", "daskbatch_tiled_cov": meta})
+    return n, weight_sum if weights is not None else None
 
 
 def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
@@ -276,6 +295,7 @@ def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
         path=where, n=int(meta["n"]), tile=int(meta["tile"]),
         n_features=int(_array(group, "cov", where).shape[0]),
         ddof=int(meta["ddof"]), feature_names=tuple(meta["feature_names"]),
+        weight_sum=None if meta.get("weight_sum") is None else float(meta["weight_sum"]),
     )
 
 
@@ -307,8 +327,8 @@ def _co_diagonal(s: CrossCoMomentsState) -> np.ndarray:
 def _write_tile(
     s: CrossCoMomentsState, var_a: np.ndarray, var_b: np.ndarray, path: str,
     a: int, b: int, ddof: int, diagonal: bool,
-) -> float:
-    """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return ``n``."""
+) -> tuple[float, float]:
+    """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return its rows and weight sum."""
     import zarr  # lazy: zarr
 
     cov, corr = finalize_tile(s, var_a, var_b, ddof, diagonal)
@@ -322,4 +342,4 @@ def _write_tile(
     if diagonal:
         mean = np.where(s.n > 0, s.shift_a + s.mean_a, np.nan)
         zarr.open_array(path, path="mean", mode="r+")[a : a + wa] = mean
-    return float(s.n)
+    return float(complete_rows(s)), float(s.n)  # without weights the weight sum is the row count

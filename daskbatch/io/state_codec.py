@@ -39,7 +39,7 @@ from daskbatch.stats.moments import MomentsState, WeightedMomentsState
 from daskbatch.stats.sketch import SketchState
 from daskbatch.stats.state_registry import registered_state, state_key
 from daskbatch.stats.target import TargetMomentsState
-from daskbatch.stats.tiled import CrossCoMomentsState
+from daskbatch.stats.tiled import CrossCoMomentsState, WeightedCrossCoMomentsState
 
 __all__ = ["BUILT_IN_STATES", "CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
            "record_sha256"]
@@ -50,7 +50,7 @@ CODEC_VERSION = 1
 #: The state classes of daskbatch's own statistics (a user's register themselves, see the registry).
 BUILT_IN_STATES: tuple[type, ...] = (
     MomentsState, WeightedMomentsState, CoMomentsState, WeightedCoMomentsState, CrossCoMomentsState,
-    HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState,
+    HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState, WeightedCrossCoMomentsState,
 )
 
 

@@ -28,6 +28,12 @@ its dataset, :func:`results_digest`) and every state's ``sha256``. A ``states/``
 group copied in from another summary (whose means would show right while merges
 used the other summary's data) fails it and is refused.
 
+A summary described with sample weights keeps weighted states in the same
+layout: float64 sums of weights for counts, and for moments and co-moments the
+weighted subclass of the statistic's state class (which also counts the rows),
+named by its key; reading accepts a statistic's own state class or its
+weighted subclass among the built-in states, nothing else.
+
 Loading rebuilds only the statistics of :mod:`daskbatch.stats.registry` and
 registered state classes, from plain arrays and JSON: no pickle, no import of
 a name read from the file. A user's state is read only when the caller passes
@@ -52,6 +58,7 @@ from daskbatch.io import state_codec
 from daskbatch.io.integrity import checksummed
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
+from daskbatch.stats.state_registry import state_key
 
 __all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_digest", "write_states"]
 
@@ -252,7 +259,15 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
         raise DataError(f"{where}: {exc}") from None
     if statistic.name != name:
         raise DataError(f"{where} holds a {statistic_name} (named {statistic.name!r})")
-    return Kept(statistic, _decode(where, group, attrs, STATE_CLASSES[type(statistic)]))
+    return Kept(statistic, _decode(where, group, attrs, _state_class(statistic, attrs.get("state"))))
+
+
+def _state_class(statistic: Any, key: Any) -> type:
+    """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
+    own = STATE_CLASSES[type(statistic)]
+    # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
+    subclasses = (cls for cls in state_codec.BUILT_IN_STATES if issubclass(cls, own) and cls is not own)
+    return next((cls for cls in subclasses if state_key(cls) == key), own)
 
 
 def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> Any:

@@ -40,6 +40,7 @@ __all__ = [
     "READ_BUFFERS",
     "STATISTICS",
     "TASK_OVERHEAD_BYTES",
+    "WEIGHT_ROW_BYTES",
     "StatLike",
     "chunk_task_terms",
     "footprint",
@@ -68,6 +69,12 @@ READ_BUFFERS = 2
 
 #: Small arrays (length-D vectors) and Python objects every task allocates besides the above.
 TASK_OVERHEAD_BYTES = 128 * 2**10
+
+#: Bytes per row of a weighted chunk task (``describe(weights=)``): the weight block as read
+#: (float64, 8) and the float64 copy the statistics take of it (8), the weight check's and the
+#: positive-weight masks (3 x 1), and with zero weights the indices of the rows kept (8) and their
+#: weights (8); rounded up for the row-sized weight temporaries of the kernels.
+WEIGHT_ROW_BYTES = 40
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "bool": 1}
 _LABEL_ITEMSIZE = 8  # class labels arrive as int64, one per row (read once for all statistics)
@@ -182,6 +189,7 @@ def chunk_task_terms(
     feature_tile: int | None = None,
     path: str = "compiled",
     device_bytes: int | None = None,
+    weighted: bool = False,
 ) -> dict[str, int]:
     """Break :func:`projected_task_bytes` into its terms, by name (for ``Plan.explain``).
 
@@ -199,6 +207,9 @@ def chunk_task_terms(
         Which kernels run the chunk.
     device_bytes : int, optional
         The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
+    weighted : bool, default False
+        The rows carry sample weights: their column (:data:`WEIGHT_ROW_BYTES` a row)
+        and the copy of the block's rows of positive weight (made when some weights are 0).
 
     Returns
     -------
@@ -219,12 +230,19 @@ def chunk_task_terms(
         transient.append(temps + rows * f.row_bytes[path] + f.state_copies[path] * state + extra)
     # Statistics run one after another, so one float64 copy is alive at a time at most.
     copies = max((f.float64_copies[path] for f in prints), default=0)
+    labels = rows * _LABEL_ITEMSIZE if any(f.reads_label for f in prints) else 0
+    weights = {
+        "weights": rows * WEIGHT_ROW_BYTES,
+        # Rows of weight 0 are dropped once per block (Bundle.chunk): a copy of the others and their labels.
+        "positive rows": elems * itemsize + labels,
+    } if weighted else {}
     return {
         "raw": elems * itemsize,
         # A GPU task gets its block decoded (on the host): device memory holds no read buffers.
         "read buffers": 0 if path == "gpu-compiled" else READ_BUFFERS * elems * itemsize,
         "float64 copy": copies * elems * 8,
-        "labels": rows * _LABEL_ITEMSIZE if any(f.reads_label for f in prints) else 0,
+        "labels": labels,
+        **weights,
         "temporaries": max(transient, default=0),
         "states": sum(states),
         "overhead": TASK_OVERHEAD_BYTES,
@@ -242,6 +260,7 @@ def projected_task_bytes(
     feature_tile: int | None = None,
     path: str = "compiled",
     device_bytes: int | None = None,
+    weighted: bool = False,
 ) -> int:
     """Project the peak bytes of one fused chunk task over ``rows x n_features`` input.
 
@@ -259,16 +278,19 @@ def projected_task_bytes(
         Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
     device_bytes : int, optional
         The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
+    weighted : bool, default False
+        The rows carry sample weights (see :func:`chunk_task_terms`).
 
     Returns
     -------
     int
-        Bytes: raw block + read buffers + float64 copy + (labels) + the largest
-        statistic's temporaries + all states + a fixed overhead.
+        Bytes: raw block + read buffers + float64 copy + (labels) + (weights and
+        the rows of positive weight) + the largest statistic's temporaries + all
+        states + a fixed overhead.
     """
     terms = chunk_task_terms(
         rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,
-        feature_tile=feature_tile, path=path, device_bytes=device_bytes,
+        feature_tile=feature_tile, path=path, device_bytes=device_bytes, weighted=weighted,
     )
     return sum(terms.values())
 

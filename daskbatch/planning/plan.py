@@ -55,6 +55,8 @@ class Plan:
     limited_by: str
     notes: tuple[str, ...] = ()
     kernel_path: str = "compiled"
+    #: The rows carry sample weights (their column is in the chunk task).
+    weighted: bool = False
 
     @property
     def chunks(self) -> tuple[int, int]:
@@ -221,7 +223,7 @@ def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
         ))
     terms = chunk_task_terms(
         p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path,
-        device_bytes=p.resources.device_memory_bytes, **kw
+        device_bytes=p.resources.device_memory_bytes, weighted=p.weighted, **kw
     )
     lines.append((
         "chunk task",

@@ -61,6 +61,7 @@ def plan_chunks(
     target_chunk_bytes: int | None = None,
     dtype: str | None = None,
     compiled_kernels: bool | None = None,
+    weighted: bool = False,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure).
 
@@ -96,6 +97,9 @@ def plan_chunks(
         on the GPU: path "compiled" or "gpu-compiled"), which make no
         chunk-sized temporaries; False models the array-API path. Default:
         ``daskbatch.kernels``.
+    weighted : bool, default False
+        The rows carry sample weights: chunk tasks also hold their column (see
+        :func:`~daskbatch.planning.memory.chunk_task_terms`).
 
     Returns
     -------
@@ -151,7 +155,8 @@ def plan_chunks(
         if "cov" not in stats_t or n_features < 2:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
         tile = _largest_tile(
-            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes
+            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes,
+            weighted,
         )
         if tile is None:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
@@ -168,7 +173,7 @@ def plan_chunks(
         """Project a chunk task of ``rows`` rows."""
         return projected_task_bytes(
             rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
-            device_bytes=resources.device_memory_bytes, **kw
+            device_bytes=resources.device_memory_bytes, weighted=weighted, **kw
         )
 
     if n_rows == 0:
@@ -201,7 +206,7 @@ def plan_chunks(
         chunk_task_bytes=_chunk_bytes(chunk_rows),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
-        kernel_path=path,
+        kernel_path=path, weighted=weighted,
     )
 
 
@@ -272,6 +277,7 @@ def _largest_tile(
     kw: dict[str, Any],
     path: str,
     device_bytes: int | None,
+    weighted: bool,
 ) -> int | None:
     """Widest co-moment tile whose merge task and one-storage-chunk task both fit (or None)."""
     rows = min(storage_rows, n_rows)
@@ -279,7 +285,8 @@ def _largest_tile(
     def fits(t: int) -> bool:
         merge = merge_task_bytes(stats, n_features, split_every, feature_tile=t, **kw)
         chunk = projected_task_bytes(
-            rows, n_features, itemsize, stats, feature_tile=t, path=path, device_bytes=device_bytes, **kw
+            rows, n_features, itemsize, stats, feature_tile=t, path=path, device_bytes=device_bytes,
+            weighted=weighted, **kw,
         )
         return merge <= budget and chunk <= budget
 

@@ -16,6 +16,7 @@ once, at the end, instead of every chunk. A saved state is written mirrored
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
@@ -51,9 +52,10 @@ class CoMomentsState(State):
         Returns
         -------
         CoMomentsState
-            The same state, ``c`` mirrored from its upper triangle.
+            The same state (of the same class: a weighted one keeps its row count), ``c`` mirrored from its
+            upper triangle.
         """
-        return CoMomentsState(n=self.n, shift=self.shift, mean=self.mean, c=mirrored(self.c))
+        return dataclasses.replace(self, c=mirrored(self.c))
 
 
 def mirrored(c: Array) -> Array:
@@ -130,14 +132,18 @@ def _outer(xp: Namespace, a: Array, b: Array) -> Array:
     return a[:, None] * b[None, :]
 
 
-def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Array, Array, Array]:
-    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass).
+def centred(
+    xp: Namespace, x: Array, complete: Array, w: Array | None = None
+) -> tuple[Array, Array, Array, Array, Array]:
+    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass), with frequency weights ``w`` if given.
 
     ``shift`` is the first complete row, ``dev`` the deviations of ``x - shift``
     from their approximate mean ``mean`` (zero on other rows), and ``e`` the
     residual mean of ``dev``: the rows' mean is ``shift + mean + e`` and their
     co-moment matrix ``devᵀdev - n eeᵀ``, the residual removing the rounding
-    of ``mean``.
+    of ``mean``. With weights the sums and means are weighted, ``n`` is the
+    weight sum and ``dev`` holds ``sqrt(w)`` times the deviations, so that the
+    co-moment matrix is the same one product.
 
     Parameters
     ----------
@@ -146,34 +152,38 @@ def centred(xp: Namespace, x: Array, complete: Array) -> tuple[Array, Array, Arr
     x : array
         The block, (rows, features).
     complete : array of bool
-        The rows without a NaN, (rows,).
+        The rows without a NaN (and, weighted, of positive weight), (rows,).
+    w : array, optional
+        The float64 weight of each row, (rows,).
 
     Returns
     -------
     n : array
-        The number of complete rows.
+        The number of complete rows (their weight sum with ``w``).
     shift : array
         The first complete row.
     mean : array
         The approximate mean of ``x - shift``.
     dev : array
-        The deviations, (rows, features).
+        The deviations, (rows, features) (times ``sqrt(w)`` with ``w``).
     e : array
         The residual mean of ``dev``.
     """
     if x.dtype != xp.float64:  # centred never writes into x, so float64 input needs no copy
         x = as_float64(x)
-    n = xp.sum(xp.astype(complete, xp.float64))
+    wc = None if w is None else xp.where(complete, w, xp.zeros_like(w))  # other rows weigh nothing
+    n = xp.sum(xp.astype(complete, xp.float64)) if wc is None else xp.sum(wc)
     first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
     shift = xp.where(n > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
     keep = complete[:, None]
     zero = xp.zeros_like(x)
     y_shift = xp.where(keep, x - shift, zero)
     n_safe = safe_divisor(xp, n)
-    approx_mean = xp.sum(y_shift, axis=0) / n_safe
+    # Weighted column sums as matrix-vector products: no weighted copy of the block.
+    approx_mean = (xp.sum(y_shift, axis=0) if wc is None else xp.matmul(wc, y_shift)) / n_safe
     dev = xp.where(keep, y_shift - approx_mean, zero)
-    e = xp.sum(dev, axis=0) / n_safe
-    return n, shift, approx_mean, dev, e
+    e = (xp.sum(dev, axis=0) if wc is None else xp.matmul(wc, dev)) / n_safe
+    return n, shift, approx_mean, dev if wc is None else dev * xp.sqrt(wc)[:, None], e
 
 
 def covariance_and_correlation(
@@ -342,20 +352,8 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)
     complete = xp.all(xp.isfinite(x), axis=1)
-    wc = xp.where(complete, w, xp.zeros_like(w))  # incomplete rows weigh nothing
-    total = xp.sum(wc)
-    first = xp.argmax(xp.astype(complete, xp.int8), keepdims=True)
-    shift = xp.where(total > 0, xp.take(x, first, axis=0)[0, :], xp.zeros_like(x[0, :]))
-    keep = complete[:, None]
-    zero = xp.zeros_like(x)
-    y_shift = xp.where(keep, x - shift, zero)
-    w_safe = safe_divisor(xp, total)
-    approx_mean = xp.sum(wc[:, None] * y_shift, axis=0) / w_safe
-    dev = xp.where(keep, y_shift - approx_mean, zero)
-    del y_shift
-    e = xp.sum(wc[:, None] * dev, axis=0) / w_safe
+    total, shift, approx_mean, scaled, e = centred(xp, x, complete, w)
     # sqrt(w) on both sides: one symmetric product (BLAS syrk), as for unweighted blocks.
-    scaled = dev * xp.sqrt(wc)[:, None]
     c = xp.matmul(xp.matrix_transpose(scaled), scaled) - total * _outer(xp, e, e)
     rows = xp.sum(xp.astype(complete, xp.float64))
     return WeightedCoMomentsState(n=total, shift=shift, mean=approx_mean + e, c=c, rows=rows)

@@ -11,10 +11,16 @@ states merge with ``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``.
 
 Complete cases are decided for the whole row, across *all* features, as the
 untiled statistic does: the caller passes that row mask as ``complete``.
+
+With sample weights (``chunk(..., weights=w)``, frequency weights as in
+``CoMoments``) ``n`` is the weight sum of the complete rows of positive weight,
+the sums are weighted (:func:`~daskbatch.stats.comoments.centred` with weights)
+and the state, a :class:`WeightedCrossCoMomentsState`, also counts those rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array
@@ -36,13 +42,40 @@ class CrossCoMomentsState(State):
 
 
 @dataclass(frozen=True, eq=False)
+class WeightedCrossCoMomentsState(CrossCoMomentsState):
+    """A :class:`CrossCoMomentsState` of weighted rows: ``n`` is their weight sum, ``rows`` their number (0-d)."""
+
+    rows: Array
+
+
+def complete_rows(s: CrossCoMomentsState) -> Array:
+    """Count the complete rows of a state, weighted or not.
+
+    Parameters
+    ----------
+    s : CrossCoMomentsState
+        A state.
+
+    Returns
+    -------
+    array
+        The number of rows (0-d; ``n`` itself without weights).
+    """
+    return s.rows if isinstance(s, WeightedCrossCoMomentsState) else s.n
+
+
+@dataclass(frozen=True, eq=False)
 class CrossCoMomentsResult:
-    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations)."""
+    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations).
+
+    With sample weights ``weight_sum`` is the weight sum of those rows (else None).
+    """
 
     n: Array
     mean_a: Array
     mean_b: Array
     c: Array
+    weight_sum: Array | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +90,8 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
     split: int | None = None
     name = "xcov"
+    #: ``chunk`` takes sample weights (``weights=``).
+    takes_weights = True
 
     def _sides(self, width: int) -> tuple[slice, slice]:
         if self.split is None:
@@ -64,7 +99,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         return slice(0, self.split), slice(self.split, width)
 
     def chunk(
-        self, x: Array, label: Array | None = None, /, *, complete: Array | None = None
+        self, x: Array, label: Array | None = None, /, *, complete: Array | None = None, weights: Array | None = None
     ) -> CrossCoMomentsState:
         """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite).
 
@@ -79,11 +114,13 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             Unused: co-moments do not depend on the class.
         complete : array of bool, optional
             The rows to use, (rows,).
+        weights : array, optional
+            Non-negative finite frequency weight of each row (a row of weight 0 is not used).
 
         Returns
         -------
         CrossCoMomentsState
-            The chunk's state.
+            The chunk's state (a :class:`WeightedCrossCoMomentsState` with weights).
         """
         xp = namespace(x)
         rows, width = x.shape
@@ -92,15 +129,21 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             zeros = xp.zeros((width,), dtype=xp.float64, device=device(x))
             c = xp.zeros((zeros[sa].shape[0], zeros[sb].shape[0]), dtype=xp.float64, device=device(x))
             n0 = xp.zeros((), dtype=xp.float64, device=device(x))
-            return CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb], c=c)
+            empty = CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb],
+                                        c=c)
+            return empty if weights is None else _weighted(empty, n0)
         if complete is None:
             complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
         else:
             complete = xp.astype(complete, xp.bool)
-        n, shift, mean, dev, e = centred(xp, x, complete)
+        w = None if weights is None else xp.astype(weights, xp.float64)
+        if w is not None:
+            complete = complete & (w > 0)  # a row of weight 0 is as if absent, as CoMoments drops it
+        n, shift, mean, dev, e = centred(xp, x, complete, w)
         c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
-        return CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
+        state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
+        return state if weights is None else _weighted(state, xp.sum(xp.astype(complete, xp.float64)))
 
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
         """Combine the states of two disjoint sets of rows.
@@ -121,7 +164,11 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         shift_a, mean_a, delta_a = merge_shifted_means(xp, a.n, b.n, a.shift_a, a.mean_a, b.shift_a, b.mean_a)
         shift_b, mean_b, delta_b = merge_shifted_means(xp, a.n, b.n, a.shift_b, a.mean_b, b.shift_b, b.mean_b)
         c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta_a, delta_b)
-        return CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
+        state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
+        # Weight sums merge like counts; the number of complete rows is carried beside them.
+        if isinstance(a, WeightedCrossCoMomentsState) or isinstance(b, WeightedCrossCoMomentsState):
+            return _weighted(state, complete_rows(a) + complete_rows(b))
+        return state
 
     def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
         """Give the row count, means (NaN without rows) and co-moment of the tile.
@@ -142,12 +189,19 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         """
         xp = namespace(s.c)
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
+        weighted = isinstance(s, WeightedCrossCoMomentsState)
         return CrossCoMomentsResult(
-            n=s.n,
+            n=complete_rows(s),
             mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
             mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
             c=s.c,
+            weight_sum=s.n if weighted else None,
         )
+
+
+def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsState:
+    """``s`` as the weighted state of ``rows`` complete rows."""
+    return WeightedCrossCoMomentsState(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
 def finalize_tile(
