@@ -180,7 +180,7 @@ def describe_command(
         cluster_kwargs["plan"] = plan_describe(
             dataset, stats=settings["stats"], bins=settings["bins"], range=settings["range"],
             split_every=settings["split_every"], resources=gpus, classes=classes, target=target_name,
-            groups=groups_name,
+            groups=groups_name, weights=weights_name,
         )
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
     try:

@@ -135,4 +135,5 @@ def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
         return None
     gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
     return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), resources=gpus,
-                         classes=job.statistics.classes, target=job.input.target, groups=job.input.groups)
+                         classes=job.statistics.classes, target=job.input.target, groups=job.input.groups,
+                         weights=job.input.weights)

@@ -251,7 +251,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
             try:
                 plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
                                      resources=resources, classes=job.statistics.classes, target=job.input.target,
-                                     groups=job.input.groups)
+                                     groups=job.input.groups, weights=job.input.weights)
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
