@@ -327,9 +327,9 @@ def _range_difference(names: tuple[str, ...], a: Histogram, b: Histogram) -> str
     d = int(differ[0])
     more = f" and {differ.size - 1} more feature(s)" if differ.size > 1 else ""
     return (
-        f"the summaries' histogram ranges differ: {names[d]!r} [{lo_a[d]!r}, {hi_a[d]!r}] vs "
-        f"[{lo_b[d]!r}, {hi_b[d]!r}]{more}; describe the second part with range= the first's "
-        "(Summary.update does)"
+        f"the summaries' histogram ranges differ: {names[d]!r} [{float(lo_a[d])!r}, {float(hi_a[d])!r}] vs "
+        f"[{float(lo_b[d])!r}, {float(hi_b[d])!r}]{more}; describe the second part with like= the first "
+        "summary, or every part with the same range= (db.update does the former)"
     )
 
 
