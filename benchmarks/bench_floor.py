@@ -64,7 +64,7 @@ def blocks(store: Path, rows: int) -> dict[str, float]:
     from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 
     zx, zy = zarr.open_array(str(store / "X"), mode="r"), zarr.open_array(str(store / "y"), mode="r")
-    b, lab = zx[:rows], zy[:rows]
+    b, lab = np.asarray(zx[:rows]), np.asarray(zy[:rows])
     classes = tuple(int(c) for c in np.unique(lab))
     lo, hi = tuple(b.min(0).astype(float)), tuple(b.max(0).astype(float))
     steps = {
@@ -129,8 +129,8 @@ def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple
     from daskbatch.stats import Sketch
     from daskbatch.stats.histogram import QUANTILE_BINS
 
-    b = zarr.open_array(str(store / "X"), mode="r")[:rows]
-    lab = zarr.open_array(str(store / "y"), mode="r")[:rows]
+    b = np.asarray(zarr.open_array(str(store / "X"), mode="r")[:rows])
+    lab = np.asarray(zarr.open_array(str(store / "y"), mode="r")[:rows])
     codes = np.unique(lab, return_inverse=True)[1].astype(np.int64).reshape(-1)
     k = int(codes.max()) + 1
     d = b.shape[1]
