@@ -10,10 +10,13 @@ every contender alike), best of ``--repeat``:
 
 With ``--blocks`` it also times, on one chunk and one thread, reading it and
 each statistic's ``chunk`` of both passes, to say where a block's time goes.
+With ``--against DIR`` (another checkout, e.g. ``main``'s) it times the numba
+loops of that checkout's ``daskbatch/stats/kernels`` against this one's on
+that chunk, in turn, after checking that both give the same state bit for bit.
 
 Usage::
 
-    python benchmarks/bench_floor.py --rows 1000000 --features 64 --repeat 5 [--blocks]
+    python benchmarks/bench_floor.py --rows 1000000 --features 64 --repeat 5 [--blocks] [--against DIR]
 
 The store is the one of ``bench_describe.py`` (float32, zstd level 1, 65,536-row
 chunks at 64 features), built on first use under ``--data-dir``.
@@ -61,7 +64,7 @@ def blocks(store: Path, rows: int) -> dict[str, float]:
     from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 
     zx, zy = zarr.open_array(str(store / "X"), mode="r"), zarr.open_array(str(store / "y"), mode="r")
-    b, lab = zx[:rows], zy[:rows]
+    b, lab = np.asarray(zx[:rows]), np.asarray(zy[:rows])
     classes = tuple(int(c) for c in np.unique(lab))
     lo, hi = tuple(b.min(0).astype(float)), tuple(b.max(0).astype(float))
     steps = {
@@ -92,6 +95,90 @@ def blocks(store: Path, rows: int) -> dict[str, float]:
     return out
 
 
+#: The loop modules that ``--against`` compares, and their kernels timed.
+AGAINST = ("_numba_histogram", "_numba_sketch", "_numba_moments")
+
+
+def _kernel_modules(root: Path, tag: str, scratch: Path) -> dict[str, Any]:
+    """The loop modules of :data:`AGAINST` from checkout ``root``, imported as ``<tag>_<name>``.
+
+    Copied into ``scratch`` first: numba caches next to the file, and the other checkout may be read-only.
+    """
+    import importlib.util
+    import shutil
+
+    out = {}
+    for name in AGAINST:
+        path = scratch / f"{tag}{name}.py"
+        shutil.copy(root / "daskbatch" / "stats" / "kernels" / f"{name}.py", path)
+        spec = importlib.util.spec_from_file_location(f"{tag}{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # numba's cache finds a loop's module by name
+        spec.loader.exec_module(module)
+        out[name] = module
+    return out
+
+
+def against(store: Path, rows: int, other: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    """Milliseconds (other, this) of each numba loop on the first chunk, one thread, in turn, best of ``repeat``."""
+    import tempfile
+
+    import zarr
+
+    from daskbatch.stats import Sketch
+    from daskbatch.stats.histogram import QUANTILE_BINS
+
+    b = np.asarray(zarr.open_array(str(store / "X"), mode="r")[:rows])
+    lab = np.asarray(zarr.open_array(str(store / "y"), mode="r")[:rows])
+    codes = np.unique(lab, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    k = int(codes.max()) + 1
+    d = b.shape[1]
+    lo, hi = b.min(0).astype(np.float64), b.max(0).astype(np.float64)
+    sk = Sketch()
+    k_min, k_max = sk.key_range
+    n = sk.n_buckets
+
+    def hist(m: Any, bins: int, labels: np.ndarray, classes: int) -> tuple[Any, ...]:
+        counts = np.zeros(d * (bins + 3) * classes, dtype=np.int64)
+        m.histogram_counts(b, None, lo, hi, (hi - lo) / bins, bins / (hi - lo), bins, labels, classes, counts, None)
+        return (counts,)
+
+    def sketch(m: Any) -> tuple[Any, ...]:
+        counts, offset = np.zeros((d, 2 * n + 4), dtype=np.int64), np.empty((d, 2), dtype=np.int64)
+        extrema = m.sketch_counts_all(b, None, sk.ln_gamma, sk.min_magnitude, k_min, k_max, n, counts, offset, None)
+        return (counts, offset, *extrema)
+
+    def class_moments(m: Any) -> tuple[Any, ...]:
+        fields = [np.zeros((k, d), dtype=np.int64)] + [np.zeros((k, d)) for _ in range(4)]
+        m.class_moments_chunk(b, None, codes, *fields, None)
+        return tuple(fields)
+
+    loops = {
+        f"Histogram by label ({64} bins x {k} classes)": ("_numba_histogram", lambda m: hist(m, 64, codes, k)),
+        f"QuantileHistogram ({QUANTILE_BINS} bins)": (
+            "_numba_histogram", lambda m: hist(m, QUANTILE_BINS, np.empty(0, dtype=np.int64), 1)),
+        "Sketch (every bucket kept)": ("_numba_sketch", sketch),
+        f"ClassMoments ({k} classes)": ("_numba_moments", class_moments),
+        "Moments": ("_numba_moments", lambda m: m.moments_chunk(b, None, None)),
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        sides = [_kernel_modules(other, "against", Path(scratch)), _kernel_modules(HERE.parent, "this", Path(scratch))]
+        out = {}
+        for name, (module, f) in loops.items():
+            first, second = (f(side[module]) for side in sides)
+            if not all(np.array_equal(a, c) for a, c in zip(first, second, strict=True)):
+                raise AssertionError(f"{name}: the two checkouts' states differ")
+            times: list[list[float]] = [[], []]
+            for _ in range(repeat):
+                for side, ts in zip(sides, times, strict=True):
+                    t = time.perf_counter()
+                    f(side[module])
+                    ts.append(time.perf_counter() - t)
+            out[name] = (min(times[0]) * 1e3, min(times[1]) * 1e3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -99,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-rows", type=int, default=None)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=2, help="threads of the threaded scheduler")
-    p.add_argument("--only", nargs="*", help="run only these contenders")
+    p.add_argument("--only", nargs="*", help="run only these contenders (none, with --against: only that)")
     p.add_argument("--blocks", action="store_true", help="also time each step on one chunk")
     p.add_argument("--data-dir", default=str(HERE / "_data"))
+    p.add_argument("--against", type=Path, help="another checkout: time its numba loops against this one's")
     args = p.parse_args(argv)
     if args.chunk_rows is None:
         args.chunk_rows = default_chunk_rows(args.features)
@@ -115,6 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # RangeWarnings of the synthetic data are not what is timed
     dask.config.set(scheduler="threads", num_workers=args.threads)
     store = ensure_store(args)
+    if args.against is not None:
+        print(f"numba loops, one chunk, one thread, best of {2 * args.repeat + 1}, in turn, load average "
+              f"{os.getloadavg()[0]:.1f}\n| loop | {args.against} ms | this ms | this / that |\n|---|---:|---:|---:|")
+        for name, (that, this) in against(store, args.chunk_rows, args.against, 2 * args.repeat + 1).items():
+            print(f"| {name} | {that:.1f} | {this:.1f} | {this / that:.2f} |")
+        if args.only == []:
+            return 0
     runs = contenders(store)
     names = args.only or list(runs)
     for name in names:  # warm-up: imports, numba's cache, the page cache

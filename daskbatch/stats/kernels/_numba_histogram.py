@@ -5,11 +5,12 @@ The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from daskbatch.stats.kernels._numba import _jit, _load, _weight
+
+#: 2**63: a float floor at or beyond it (or NaN) became int64's INT_MIN in the former ``math.floor`` slot.
+_INT_LIMIT = 2.0**63
 
 
 @_jit
@@ -55,23 +56,28 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
     top = float(bins - 1)
     over_slot = float(bins + 1)
     nan_slot = float(bins + 2)
-    slot = np.empty(d, dtype=np.int64)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
     for i in range(rows):
         # Slots of one row, branch-free so that the loop vectorises ...
         for j in range(d):
             v = _load(x[i, j], lut)
-            f = math.floor((v - lo[j]) * scale[j])
-            f = f if f < top else top  # also turns a NaN into `top`
+            # np.floor, not math.floor: the latter's int64 result (the x86 "indefinite"
+            # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
+            # scalar; the float expression gives the same slot for every value.
+            f = np.floor((v - lo[j]) * scale[j])
+            f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
+            f = f if f < top else top
             f = f if f > 0.0 else 0.0
-            f -= np.float64(v < f * step[j] + lo[j])
-            f += np.float64((v >= (f + 1.0) * step[j] + lo[j]) & (f < top))
+            f = f - 1.0 if v < f * step[j] + lo[j] else f
+            f = f + 1.0 if (v >= (f + 1.0) * step[j] + lo[j]) & (f < top) else f
             f += 1.0
             f = 0.0 if v < lo[j] else f
             f = over_slot if v > hi[j] else f
             f = nan_slot if v != v else f
-            slot[j] = (j * n_slots + np.int64(f)) * n_classes
+            slot[j] = np.uint64((j * n_slots + np.int64(f)) * n_classes)
         # ... then one scattered increment per value.
-        k = labels[i] if by_label else 0
+        k = np.uint64(labels[i] if by_label else 0)
         wi = _weight(weights, i)
         for j in range(d):
             counts[slot[j] + k] += wi

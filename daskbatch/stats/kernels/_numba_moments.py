@@ -69,8 +69,8 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
                 count[j] += fin
                 nan[j] += v != v
                 posinf[j] += v == np.inf
-                fmin[j] = v if (fin and v < fmin[j]) else fmin[j]
-                fmax[j] = v if (fin and v > fmax[j]) else fmax[j]
+                fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+                fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
         for j in range(d):
             total[j] += part[j]
             wsum[j] += wpart[j]
@@ -164,16 +164,16 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  #
                 missing[k] -= 1
                 left -= 1
     # Branch-free running sums (a non-finite value adds 0.0, which leaves every sum as it
-    # was): the loop over the columns of one row vectorises.
+    # was): the loop over the columns of one row vectorises. Indexed in two dimensions, not
+    # through row views (shift[k]): a view per row costs a reference count increment and decrement.
     for i in range(rows):
         k = codes[i]
         wi = _weight(weights, i)
-        sk, tk, ck = shift[k], total[k], count[k]
         for j in range(d):
             v = _load(x[i, j], lut)
             fin = _finite(v)
-            tk[j] += (v - sk[j]) * wi if fin else 0.0
-            ck[j] += fin * wi
+            total[k, j] += (v - shift[k, j]) * wi if fin else 0.0
+            count[k, j] += fin * wi
     mean = np.empty((n_classes, d))
     for k in range(n_classes):
         for j in range(d):
@@ -182,9 +182,8 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  #
     for i in range(rows):
         k = codes[i]
         wi = _weight(weights, i)
-        sk, mk, ak, bk = shift[k], mean[k], s1[k], s2[k]
         for j in range(d):
             v = _load(x[i, j], lut)
-            dev = ((v - sk[j]) - mk[j]) if _finite(v) else 0.0
-            ak[j] += dev * wi
-            bk[j] += dev * dev * wi
+            dev = ((v - shift[k, j]) - mean[k, j]) if _finite(v) else 0.0
+            s1[k, j] += dev * wi
+            s2[k, j] += dev * dev * wi

@@ -417,7 +417,8 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     Parameters
     ----------
     x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights : object
-        As for :func:`sketch_counts`, with ``w = n``.
+        As for :func:`sketch_counts`, with ``w = n``; weights all positive (a window
+        is empty when no value falls in it, not when its weights sum to 0).
 
     Returns
     -------
@@ -439,6 +440,10 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     slot = np.empty(d, dtype=np.uint64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
+    # Bucketed values of each sign, counted in the vectorised loop: which windows hold any
+    # (scanning the counts afterwards reads all 2n of them per feature).
+    n_neg = np.zeros(d, dtype=np.int64)
+    n_pos = np.zeros(d, dtype=np.int64)
     for i in range(rows):
         n_near = 0
         # Slots of one row (see _sketch_code: the code is the column here), branch-free so that it vectorises ...
@@ -456,6 +461,8 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
             s = 2.0 * n if v == -np.inf else s
             s = 2.0 * n + 3.0 if v != v else s
             slot[j] = np.uint64(first[j] + np.int64(s))
+            n_neg[j] += bucketed & (v < 0.0)
+            n_pos[j] += bucketed & (v > 0.0)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
@@ -474,6 +481,6 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
         for j in range(d):
             flat[slot[j]] += wi
     for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
-        for side in range(2):
-            offset[j, side] = 0 if counts[j, side * n : (side + 1) * n].any() else n
+        offset[j, 0] = 0 if n_neg[j] else n
+        offset[j, 1] = 0 if n_pos[j] else n
     return fmin, fmax
