@@ -70,6 +70,10 @@ __all__ = [
 WINDOW = 2048
 #: Features merged at a time by the array-API merge (its temporaries stay this many rows).
 MERGE_ROWS = 256
+#: Values the array-API chunk keys at a time (its temporaries, ~60 bytes a value, stay near 1 GiB).
+BLOCK_VALUES = 2**24
+_INT32_MAX = 2**31 - 1
+_COUNT_DTYPES = ("int64", "int32")
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,19 +221,28 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         int64 and float64 per feature. A sign whose populated buckets span a
         factor beyond ``gamma**window`` collapses its smallest magnitudes.
         Default: all ``n_buckets`` (nothing ever collapses, 221 kB a feature);
-        ``describe`` takes :data:`WINDOW` (33 kB a feature) where that does
-        not fit a worker.
+        ``describe`` takes the widest of :data:`WINDOWS` that fits a worker.
+    count_dtype : {"int64", "int32"}, default "int64"
+        The dtype of unweighted counts. ``"int32"`` halves the state; a merge
+        whose counts could pass ``2**31 - 1`` (more rows than that in all)
+        promotes both states to int64 first, so no count ever wraps.
     """
 
     alpha: float = 0.005
     min_magnitude: float = 1e-30
     max_magnitude: float = 1e30
     window: int | None = None
+    count_dtype: str = "int64"
     name = "sketch"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu"})
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.count_dtype not in _COUNT_DTYPES:
+            raise ValueError(f"count_dtype must be 'int64' or 'int32', got {self.count_dtype!r}")
 
     def empty(self, xp: Namespace, n_features: int, dev: object = None) -> SketchState:
         """Build the identity of :meth:`merge`: the state of a chunk with no rows.
@@ -249,7 +262,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             The empty state.
         """
         return SketchState(
-            counts=xp.zeros((n_features, self.width), dtype=xp.int64, device=dev),
+            counts=xp.zeros((n_features, self.width), dtype=getattr(xp, self.count_dtype), device=dev),
             offset=xp.full((n_features, 2), self.n_buckets, dtype=xp.int64, device=dev),
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
@@ -288,9 +301,20 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
-                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights
+                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights,
+                count_dtype=self._chunk_dtype(rows),
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+        if rows > self._block_rows(n_features):
+            # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
+            # at a time keep them bounded, and merged windows are the same whatever the chunking.
+            step = self._block_rows(n_features)
+            state = None
+            for start in range(0, rows, step):
+                part = self.chunk(x[start : start + step], weights=None if weights is None else weights[start : start + step])
+                state = part if state is None else self.merge(state, part)
+            assert state is not None
+            return state
         x = as_float64(x)
         n, w = self.n_buckets, self.buckets_kept
         key, bucketed = self._keys(x)
@@ -315,6 +339,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         del column
         if weights is None:
             counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+            counts = xp.astype(counts, getattr(xp, self._chunk_dtype(rows)), copy=False)
         else:
             each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
             counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
@@ -342,6 +367,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             The state of the union.
         """
         xp = namespace(a.counts, b.counts)
+        a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax)
@@ -362,6 +388,14 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             offsets.append(offset)
         offset = xp.concat(offsets, axis=0) if offsets else xp.asarray(a.offset, copy=True)
         return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+
+    def _chunk_dtype(self, rows: int) -> str:
+        """Dtype of a chunk's unweighted counts: ``count_dtype``, int64 where ``rows`` alone could overflow int32."""
+        return "int64" if rows > _INT32_MAX else self.count_dtype
+
+    def _block_rows(self, n_features: int) -> int:
+        """Rows the array-API chunk keys at a time: :data:`BLOCK_VALUES` values, at least one row."""
+        return max(1, BLOCK_VALUES // max(1, n_features))
 
     def _merge_rows(self, xp: Namespace, a: SketchState, b: SketchState) -> tuple[Array, Array]:
         """Merged counts and offsets of a block of features (the array-API merge)."""
@@ -421,6 +455,24 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             max_magnitude=float(self.max_magnitude),
             window=int(self.buckets_kept),
         )
+
+
+def _rows_counted(xp: Namespace, s: SketchState) -> int:
+    """Rows an unweighted state counted: every value of a feature has a slot (NaN too), so feature 0's total."""
+    if s.counts.shape[0] == 0:
+        return 0
+    return int(xp.sum(xp.astype(s.counts[0, :], xp.int64)))
+
+
+def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchState, SketchState]:
+    """Both states with int64 counts where int32 counts could overflow in their merge, else as they are."""
+    small = [s.counts.dtype == xp.int32 for s in (a, b)]
+    if not any(small) or _rows_counted(xp, a) + _rows_counted(xp, b) <= _INT32_MAX:
+        return a, b
+    return tuple(  # type: ignore[return-value]
+        SketchState(counts=xp.astype(s.counts, xp.int64), offset=s.offset, fmin=s.fmin, fmax=s.fmax) if int32 else s
+        for s, int32 in zip((a, b), small, strict=True)
+    )
 
 
 def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
