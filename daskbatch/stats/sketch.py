@@ -485,7 +485,8 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     d, w = counts.shape
     dev = device(counts)
     zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
-    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1)], axis=1), (-1,))  # (D, W + 1)
+    # In the counts' dtype: an int32 prefix sum stays below the rows counted, which a merge keeps below 2**31.
+    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1, dtype=counts.dtype)], axis=1), (-1,))
     j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
     row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
     upper = xp.clip(j + by[:, None] + 1, 0, w) + row
@@ -498,46 +499,104 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
 #: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
 #: +inf and NaN, and the two windows' first keys).
 SKETCH_SLOTS = Sketch().width + 2
+#: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
+#: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
+_BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
-def footprint_for(window: int | None) -> Footprint:
-    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
-
-    The array API makes a float64 copy and magnitudes, logs, keys, columns and
-    masks; the bincount output sits next to the state. A merge of NumPy states
-    is one compiled loop into the result; the array-API merge builds prefix
-    sums and gather indices for :data:`MERGE_ROWS` features at a time. The second
-    pass's quantile histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces
-    the sketch's state there, so the sketch's first-pass footprint is the larger one.
+def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, the windows' offsets and the finite extrema.
 
     Parameters
     ----------
     window : int or None
         ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    return Sketch(window=window).width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8
+
+
+def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:
+    """Device bytes of the array-API chunk on a CuPy block: one block of :data:`BLOCK_VALUES` values at most."""
+    return min(rows, max(1, BLOCK_VALUES // max(1, n_features))) * n_features * _BLOCK_BYTES_PER_VALUE
+
+
+def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
+    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
+
+    The array API makes a float64 copy and magnitudes, logs, keys, columns and
+    masks; the bincount output (int64) sits next to the state. On the GPU
+    (no GPU kernel: CuPy runs the array-API code) a chunk is keyed
+    :data:`BLOCK_VALUES` values at a time, so those temporaries stop growing
+    with the chunk; the running state, a block's state and their merge are
+    alive together. A merge of NumPy states is one compiled loop into the
+    result; the array-API merge builds prefix sums and gather indices for
+    :data:`MERGE_ROWS` features at a time. The second pass's quantile
+    histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces the sketch's
+    state there, so the sketch's first-pass footprint is the larger one.
+
+    Parameters
+    ----------
+    window : int or None
+        ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
 
     Returns
     -------
     Footprint
-        Its memory, for :mod:`daskbatch.planning`.
+        Its memory, for :mod:`daskbatch.planning`, named ``"sketch"``.
     """
-    slots = Sketch(window=window).width + 2
+    per_feature = state_bytes_per_feature(window, count_dtype)
+    int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
     return Footprint(
         name="sketch",
-        state=lambda d, bins, k, tile: d * slots * 8 + 2 * d * 8,  # counts, offsets, finite extrema
-        # no GPU kernel: on the GPU the array-API code runs
-        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        state=lambda d, bins, k, tile: d * per_feature,
+        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
         temporaries={
             "compiled": {},
             "array-api": {"float64": 3, "int64": 3, "bool": 3},
-            "gpu-compiled": {"float64": 3, "int64": 3, "bool": 3},
+            "gpu-compiled": {},
         },
-        state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
         merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
+        device_buffers=_gpu_block_bytes,
     )
 
 
 #: The default sketch's footprint (every bucket kept: 221 kB a feature).
 FOOTPRINT = footprint_for(None)
-#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), which
-#: ``describe`` plans for when the default does not fit.
-WINDOWED_FOOTPRINT = footprint_for(WINDOW)
+#: Windows ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
+#: (window, count dtype), 33, 16, 8 and 4 kB a feature. Each window spans ``gamma**window`` in magnitude
+#: per sign (10**8.9, 10**4.4 and 10**2.2 at the default alpha) before it collapses its smallest magnitudes.
+WINDOWS: tuple[tuple[int, str], ...] = ((WINDOW, "int64"), (WINDOW, "int32"), (WINDOW // 2, "int32"),
+                                        (WINDOW // 4, "int32"))
+#: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
+WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c in WINDOWS)
+#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
+WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
+
+
+def window_of(stat: object) -> tuple[int, str] | None:
+    """Give the (window, count dtype) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
+
+    Parameters
+    ----------
+    stat : object
+        A statistic name or footprint of a plan.
+
+    Returns
+    -------
+    (int, str) or None
+        The window and count dtype of the windowed sketch planned.
+    """
+    for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
+        if stat is footprint:
+            return chosen
+    return None

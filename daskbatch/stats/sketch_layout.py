@@ -239,6 +239,10 @@ def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
 
 
 
+#: Cumulative counts times probabilities :func:`sketch_quantile_at` compares at a time (its temporaries).
+_QUANTILE_BLOCK = 2**22
+
+
 def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
 
@@ -249,8 +253,8 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     ----------
     qs : ndarray
         Probabilities.
-    total : number
-        The total count (or weight).
+    total : number or ndarray
+        The total count (or weight); an array broadcasts against ``qs``.
     dtype : dtype
         The dtype of the counts.
 
@@ -259,9 +263,10 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     ndarray
         The ranks, float64.
     """
+    total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
     if np.dtype(dtype).kind in "iu":
-        return np.maximum(np.ceil(qs * float(total)), 1.0)
-    return np.maximum(qs * float(total), np.finfo(np.float64).tiny)
+        return np.maximum(np.ceil(qs * total), 1.0)
+    return np.maximum(qs * total, np.finfo(np.float64).tiny)
 
 
 def sketch_values(sketch: SketchLayout) -> np.ndarray:
@@ -392,20 +397,24 @@ def sketch_quantile_at(
         raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
     n_features, width = counts.shape
     values = sketch_values(sketch)
-    lo = np.where(np.isfinite(vmin), vmin, -np.inf)
-    hi = np.where(np.isfinite(vmax), vmax, np.inf)
+    lo = np.where(np.isfinite(vmin), vmin, -np.inf)[:, None]
+    hi = np.where(np.isfinite(vmax), vmax, np.inf)[:, None]
     overflow_neg, overflow_pos = 1, sketch.n_slots - 2
-    shared = slots.shape[0] == 1
     out = np.full((n_features, qs.size), np.nan)
-    for d in range(n_features):
-        cdf = np.cumsum(counts[d], dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
-        total = cdf[-1] if width else 0
-        if total == 0:
-            continue
-        rank = inverted_cdf_rank(qs, total, counts.dtype)  # numpy's inverted_cdf rank, 1-based
-        slot = slots[0 if shared else d, np.searchsorted(cdf, rank, side="left")]
+    # Features a block at a time: the cumulative counts (and the comparisons with the ranks) stay small.
+    step = max(1, _QUANTILE_BLOCK // max(1, width * qs.size))
+    for start in range(0, n_features, step):
+        rows = slice(start, min(start + step, n_features))
+        cdf = np.cumsum(counts[rows], axis=1, dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
+        total = cdf[:, -1] if width else np.zeros(cdf.shape[0], dtype=cdf.dtype)
+        rank = inverted_cdf_rank(qs[None, :], total[:, None], counts.dtype)
+        # numpy's inverted_cdf: the first column whose cumulative count reaches the rank (searchsorted, side="left")
+        column = np.minimum(np.sum(cdf[:, None, :] < rank[:, :, None], axis=2), max(width - 1, 0))
+        slot = np.take_along_axis(slots[rows] if slots.shape[0] > 1 else np.broadcast_to(slots, cdf.shape), column,
+                                  axis=1) if width else np.zeros_like(column)
         v = values[slot]
-        v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))
-        finite = np.isfinite(v)
-        out[d] = np.where(finite, np.clip(v, lo[d], hi[d]), v)
+        v = np.where(slot == overflow_neg, lo[rows], np.where(slot == overflow_pos, hi[rows], v))
+        with np.errstate(invalid="ignore"):
+            v = np.where(np.isfinite(v), np.clip(v, lo[rows], hi[rows]), v)
+        out[rows] = np.where((total > 0)[:, None], v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out
