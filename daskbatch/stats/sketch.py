@@ -174,14 +174,7 @@ class SketchResult:
         """
         counts = to_numpy(self.counts[d : d + 1, :])[0]
         slots = _window_slots(to_numpy(self.offset[d : d + 1, :]), self.layout.n_buckets, self.window)[0]
-        held = counts > 0
-        ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
-        if ends.size == 0:
-            return 0, np.zeros(0, dtype=counts.dtype)
-        first = int(ends.min())
-        out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
-        out[slots[held] - first] = counts[held]  # held slots are distinct
-        return first, out
+        return dense_run(counts, slots, include)
 
     def quantile(self, q: float | Any) -> np.ndarray:
         """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
@@ -455,6 +448,35 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             max_magnitude=float(self.max_magnitude),
             window=int(self.buckets_kept),
         )
+
+
+def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
+    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`SketchResult.dense`).
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        The feature's counts, a row of :attr:`SketchResult.counts`.
+    slots : numpy.ndarray
+        Their slots, the row of :meth:`SketchResult.slots`.
+    include : tuple of int, default ()
+        Slots the run must reach as well (empty columns are added).
+
+    Returns
+    -------
+    first : int
+        The slot of the run's first column.
+    counts : numpy.ndarray
+        The counts from the first to the last populated (or included) slot.
+    """
+    held = counts > 0
+    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
+    if ends.size == 0:
+        return 0, np.zeros(0, dtype=counts.dtype)
+    first = int(ends.min())
+    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
+    out[slots[held] - first] = counts[held]  # held slots are distinct
+    return first, out
 
 
 def _rows_counted(xp: Namespace, s: SketchState) -> int:

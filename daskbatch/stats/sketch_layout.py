@@ -18,6 +18,7 @@ Outside the magnitude range the bound does not hold:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -269,6 +270,7 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     return np.maximum(qs * total, np.finfo(np.float64).tiny)
 
 
+@functools.lru_cache(maxsize=16)  # 27,600 values a layout, read once per quantile call
 def sketch_values(sketch: SketchLayout) -> np.ndarray:
     """Give the value every slot of the full layout answers, in slot order.
 
@@ -289,7 +291,9 @@ def sketch_values(sketch: SketchLayout) -> np.ndarray:
     keys = np.arange(k_min, k_top, dtype=np.float64)
     # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
     mid = np.exp(keys * sketch.ln_gamma) * (1.0 - sketch.alpha)
-    return np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
+    values = np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
+    values.flags.writeable = False  # cached: shared by every caller
+    return values
 
 
 def slot_bounds(sketch: SketchLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +413,11 @@ def sketch_quantile_at(
         total = cdf[:, -1] if width else np.zeros(cdf.shape[0], dtype=cdf.dtype)
         rank = inverted_cdf_rank(qs[None, :], total[:, None], counts.dtype)
         # numpy's inverted_cdf: the first column whose cumulative count reaches the rank (searchsorted, side="left")
-        column = np.minimum(np.sum(cdf[:, None, :] < rank[:, :, None], axis=2), max(width - 1, 0))
+        if cdf.shape[0] == 1:  # one feature (robust ranges ask feature by feature): no comparison table
+            below = np.searchsorted(cdf[0], rank[0], side="left")[None, :]
+        else:
+            below = np.sum(cdf[:, None, :] < rank[:, :, None], axis=2)
+        column = np.minimum(below, max(width - 1, 0))
         slot = np.take_along_axis(slots[rows] if slots.shape[0] > 1 else np.broadcast_to(slots, cdf.shape), column,
                                   axis=1) if width else np.zeros_like(column)
         v = values[slot]
