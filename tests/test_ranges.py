@@ -162,12 +162,13 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     from daskbatch.cli import main
     from daskbatch.describe import plan_describe
     from daskbatch.engine.planner import sketch_in_plan
+    from daskbatch.stats import Sketch
     from daskbatch.stats.sketch import FOOTPRINT, WINDOW
 
     worker = db.Resources(2 * 2**30, threads_per_worker=1)
     wide = da.zeros((1_000_000, 5_000), chunks=(2_000, 5_000))
     plan = plan_describe(wide, resources=worker)
-    assert sketch_in_plan(plan.stats)[1] == (WINDOW, "int64") and "sketch" not in plan.stats
+    assert sketch_in_plan(plan.stats)[1] == (WINDOW, "int64", Sketch.alpha) and "sketch" not in plan.stats
     # The sketch of every bucket: a merge task's two inputs and two results alone exceed the budget.
     assert 4 * FOOTPRINT.state(5_000, 64, None, None) > plan.budget_bytes
     assert sketch_in_plan(plan_describe(wide, stats=("moments", "sketch"), resources=worker).stats)[1] is not None
@@ -184,4 +185,4 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     db.synth(tmp_path / "wide.zarr", rows=1000, features=2000)
     out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "768MiB", "--threads", "1"])
     assert out.exit_code == 0, out.output
-    assert "the quantile sketch keeps a window of 1,024 buckets per sign in int32 (8.2 kB a feature)" in out.output
+    assert "a window of 1,024 buckets per sign in int32 (8.2 kB a feature, quantiles within 1.00%)" in out.output

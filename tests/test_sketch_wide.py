@@ -2,8 +2,9 @@
 
 At 5,000 features the sketch of every bucket (221 kB a feature) does not fit a
 2 GiB worker with 2 threads; the planner takes the widest of ``WINDOWS`` that
-does (1,024 buckets per sign in int32, 8 kB a feature), so ``describe`` keeps
-robust ranges and quantiles instead of falling back to min and max.
+does (1,024 buckets per sign of twice the default width in int32, 8 kB a
+feature, quantiles within 1 %, 10**8.9 per sign before a collapse), so
+``describe`` keeps robust ranges and quantiles instead of falling back to min and max.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from daskbatch.errors import PlanError
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import Sketch
 from daskbatch.stats import sketch as sketch_module
-from daskbatch.stats.sketch import WINDOWED_FOOTPRINTS, WINDOWS, SketchState, state_bytes_per_feature
+from daskbatch.stats.sketch import PAIRED_ALPHA, WINDOWED_FOOTPRINTS, WINDOWS, SketchState, state_bytes_per_feature
 from daskbatch.testing import assert_states_equal
 
 GiB = 2**30
@@ -95,9 +96,12 @@ def test_count_dtype_is_checked() -> None:
 
 # ------------------------------------------------------------------ the planner at 5,000 features
 def test_the_windows_get_narrower_and_their_sizes_are_the_states() -> None:
-    sizes = [state_bytes_per_feature(w, c) for w, c in WINDOWS]
+    # Buckets merged in pairs: gamma squared, so a window of 1,024 spans what 2,048 default buckets span.
+    assert math.isclose(Sketch(alpha=PAIRED_ALPHA).ln_gamma, 2 * Sketch().ln_gamma, rel_tol=1e-12)
+    assert [w * Sketch(alpha=a).ln_gamma / math.log(10) > 8.8 for w, _, a in WINDOWS] == [True, True, True, False]
+    sizes = [state_bytes_per_feature(w, c) for w, c, _ in WINDOWS]
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] < 5_000  # 33 kB down to 4 kB a feature
-    for (w, c), f in zip(WINDOWS, WINDOWED_FOOTPRINTS, strict=True):
+    for (w, c, _), f in zip(WINDOWS, WINDOWED_FOOTPRINTS, strict=True):
         state = Sketch(window=w, count_dtype=c).empty(np, 3)
         held = sum(np.asarray(getattr(state, k)).nbytes for k in ("counts", "offset", "fmin", "fmax"))
         assert f.state(3, 64, None, None) == held == 3 * state_bytes_per_feature(w, c)
@@ -112,8 +116,8 @@ def test_5000_features_keep_the_sketch_on_a_2_gib_worker_with_2_threads(label: b
     p = plan_describe(x, y, resources=worker, classes=(0, 1) if label else None)
     print(p.explain())  # the projected peak of every task, for the log
     names, window = sketch_in_plan(p.stats)
-    assert "sketch" in names and window == (1024, "int32")
-    assert p.task_bytes <= p.budget_bytes and p.merge_task_bytes >= 4 * WIDE * state_bytes_per_feature(*window)
+    assert "sketch" in names and window == (1024, "int32", PAIRED_ALPHA)
+    assert p.task_bytes <= p.budget_bytes and p.merge_task_bytes >= 4 * WIDE * state_bytes_per_feature(*window[:2])
     wider = WINDOWED_FOOTPRINTS[WINDOWS.index(window) - 1]
     with pytest.raises(PlanError):  # the next wider window does not fit: the planner took the widest that does
         plan_chunks((1_000_000, WIDE), 4, (2_000, WIDE), worker, stats=(*p.stats[:-1], wider),
@@ -171,7 +175,8 @@ def test_a_2_gib_two_thread_local_cluster_keeps_the_sketch_at_5000_features() ->
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
         s = db.describe(x_lazy, stats=("moments", "hist"))
     assert s.provenance["range"] != "minmax" and s.provenance["sketch"]["window"] == 1024
-    sk = Sketch(window=1024)
+    sk = Sketch(alpha=PAIRED_ALPHA, window=1024)
+    assert s.provenance["sketch"]["alpha"] == PAIRED_ALPHA < 0.01
     qs = [0.001, 0.01, 0.25, 0.5, 0.75, 0.99, 0.999]
     for d in (0, 1, 2, 3, 4998, 4999):
         exact = np.quantile(x[:, d], qs, method="inverted_cdf")

@@ -110,7 +110,8 @@ def plan_command(
     by_name, window = sketch_in_plan(planned)
     if window is not None:
         note = (f"the quantile sketch keeps a window of {window[0]:,} buckets per sign in {window[1]} "
-                f"({state_bytes_per_feature(*window) / 1e3:,.1f} kB a feature) to fit")
+                f"({state_bytes_per_feature(*window[:2]) / 1e3:,.1f} kB a feature, quantiles within "
+                f"{window[2]:.2%}) to fit")
         skipped = f"{skipped}; {note}" if skipped else note
     elif by_name != names:
         note = "the quantile sketch does not fit: describe takes histogram ranges from min and max, the last resort (or --range)"

@@ -279,7 +279,8 @@ def plan_dropping_sketch(
     The quantile sketch keeps every bucket by default (221 kB per feature);
     when that does not fit, it is planned with the first of
     :data:`~daskbatch.stats.sketch.WINDOWS` that fits (2,048 buckets per sign
-    in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature; its
+    in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature, the
+    narrower ones with buckets twice as wide, 1 % relative accuracy; its
     footprint from :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINTS` in
     place of ``"sketch"`` in the statistics returned, which
     :func:`~daskbatch.stats.sketch.window_of` reads). The int32 counts are
@@ -338,7 +339,7 @@ def plan_dropping_sketch(
 INT32_ROWS = 2**31 - 1
 
 
-def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str] | None]:
+def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str, float] | None]:
     """Give ``planned`` with ``"sketch"`` in place of a windowed sketch's footprint, and that sketch's window.
 
     Parameters
@@ -348,9 +349,9 @@ def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int
 
     Returns
     -------
-    (tuple, (int, str) or None)
-        The statistics by name, and the (window, count dtype) the sketch was
-        planned with (None: every bucket, or no sketch).
+    (tuple, (int, str, float) or None)
+        The statistics by name, and the (window, count dtype, alpha) the
+        sketch was planned with (None: every bucket, or no sketch).
     """
     chosen = next((w for w in map(window_of, planned) if w is not None), None)
     return tuple("sketch" if window_of(s) is not None else s for s in planned), chosen

@@ -246,7 +246,7 @@ def _computed(
         warn(RangeWarning(
             "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
             f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
-            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1]):,} bytes a feature); give range= (--range) "
+            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1][:2]):,} bytes a feature); give range= (--range) "
             "to choose them, or raise the worker's memory"
         ))
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else

@@ -594,19 +594,26 @@ def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
 
 #: The default sketch's footprint (every bucket kept: 221 kB a feature).
 FOOTPRINT = footprint_for(None)
-#: Windows ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
-#: (window, count dtype), 33, 16, 8 and 4 kB a feature. Each window spans ``gamma**window`` in magnitude
-#: per sign (10**8.9, 10**4.4 and 10**2.2 at the default alpha) before it collapses its smallest magnitudes.
-WINDOWS: tuple[tuple[int, str], ...] = ((WINDOW, "int64"), (WINDOW, "int32"), (WINDOW // 2, "int32"),
-                                        (WINDOW // 4, "int32"))
+#: The relative accuracy of the default sketch's buckets merged in pairs (UDDSketch's uniform collapse,
+#: Epicoco et al. 2020): ``gamma`` squared, so ``alpha' = 2 alpha / (1 + alpha**2)``, just under 1 %.
+#: A window of these buckets spans as many decades as one of twice as many default buckets.
+PAIRED_ALPHA = 2 * Sketch.alpha / (1 + Sketch.alpha**2)
+#: Sketches ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
+#: (window, count dtype, alpha), 33, 16, 8 and 4 kB a feature. A window spans ``gamma**window`` in
+#: magnitude per sign before it collapses its smallest magnitudes: 10**8.9 for the first three (0.5 %,
+#: 0.5 % and 1 % relative accuracy), 10**4.4 for the last (1 %).
+WINDOWS: tuple[tuple[int, str, float], ...] = (
+    (WINDOW, "int64", Sketch.alpha), (WINDOW, "int32", Sketch.alpha), (WINDOW // 2, "int32", PAIRED_ALPHA),
+    (WINDOW // 4, "int32", PAIRED_ALPHA),
+)
 #: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
-WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c in WINDOWS)
+WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
 #: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
 WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
 
 
-def window_of(stat: object) -> tuple[int, str] | None:
-    """Give the (window, count dtype) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
+def window_of(stat: object) -> tuple[int, str, float] | None:
+    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
 
     Parameters
     ----------
@@ -615,8 +622,8 @@ def window_of(stat: object) -> tuple[int, str] | None:
 
     Returns
     -------
-    (int, str) or None
-        The window and count dtype of the windowed sketch planned.
+    (int, str, float) or None
+        The window, count dtype and relative accuracy of the windowed sketch planned.
     """
     for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
         if stat is footprint:
