@@ -22,7 +22,13 @@ from daskbatch.errors import PlanError
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import Sketch
 from daskbatch.stats import sketch as sketch_module
-from daskbatch.stats.sketch import PAIRED_ALPHA, WINDOWED_FOOTPRINTS, WINDOWS, SketchState, state_bytes_per_feature
+from daskbatch.stats.sketch import (
+    PAIRED_ALPHA,
+    WINDOWED_FOOTPRINTS,
+    WINDOWS,
+    SketchState,
+    state_bytes_per_feature,
+)
 from daskbatch.testing import assert_states_equal
 
 GiB = 2**30
@@ -168,7 +174,7 @@ def _block(block_id: tuple[int, int]) -> np.ndarray:
 def test_a_2_gib_two_thread_local_cluster_keeps_the_sketch_at_5000_features() -> None:
     """describe on a real LocalCluster worker of 2 GiB and 2 threads, 5,000 features (few rows, so CI is quick)."""
     distributed = pytest.importorskip("distributed")
-    rows = 2_000
+    rows = 1_000
     x_lazy = da.map_blocks(_block, dtype=np.float64, chunks=((250,) * (rows // 250), (WIDE,)))  # made on the worker
     x = x_lazy.compute(scheduler="sync")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, memory_limit=2 * GiB, processes=True,

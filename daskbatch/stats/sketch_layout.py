@@ -265,9 +265,9 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
         The ranks, float64.
     """
     total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
-    if np.dtype(dtype).kind in "iu":
-        return np.maximum(np.ceil(qs * total), 1.0)
-    return np.maximum(qs * total, np.finfo(np.float64).tiny)
+    rank: np.ndarray = (np.maximum(np.ceil(qs * total), 1.0) if np.dtype(dtype).kind in "iu"
+                        else np.maximum(qs * total, np.finfo(np.float64).tiny))
+    return rank
 
 
 @functools.lru_cache(maxsize=16)  # 27,600 values a layout, read once per quantile call
