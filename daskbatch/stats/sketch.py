@@ -62,8 +62,8 @@ from daskbatch.stats.sketch_layout import (
 )
 
 __all__ = [
-    "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "sketch_quantile", "sketch_quantile_at",
-    "sketch_values", "slot_bounds",
+    "PAIRED_ALPHA", "WINDOW", "WINDOWS", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run",
+    "sketch_quantile", "sketch_quantile_at", "sketch_values", "slot_bounds", "state_bytes_per_feature", "window_of",
 ]
 
 #: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
