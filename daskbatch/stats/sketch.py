@@ -18,6 +18,14 @@ alpha, a window spans a factor ``gamma**2048`` (about 10**8.9) in magnitude, so
 data within any 10**6 dynamic range per sign never collapse, and a state
 takes 33 kB per feature instead of 221 kB (164 MB at 5,000 features).
 
+**Wide data.** ``count_dtype="int32"`` halves a state (a merge whose rows could
+pass ``2**31 - 1`` promotes both states to int64 first). Where even 2,048 int32
+buckets per sign do not fit a worker, ``describe`` plans 1,024 or 512 buckets
+of :data:`PAIRED_ALPHA` (the default buckets merged in pairs, as UDDSketch's
+uniform collapse: ``gamma`` squared, quantiles within 1 %), so a window of
+1,024 still spans 10**8.9 (:data:`WINDOWS`; the planner chooses, the summary
+records ``alpha`` and ``window``).
+
 **Collapse.** When a sign's populated keys span more than ``window``
 buckets, the *lowest-magnitude* buckets are added into the window's first
 bucket: the window keeps the ``window`` buckets below the largest populated
