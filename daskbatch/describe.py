@@ -113,10 +113,12 @@ def describe(
         More than 1 % of a feature's values outside its range raises a
         :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
         When the sketch does not fit a worker (its state is 221 kB per
-        feature), it keeps a window of 2,048 buckets per sign (33 kB per
-        feature: 5,000 features fit a 2 GiB worker; see
-        :class:`~daskbatch.stats.Sketch` for what a window that collapses
-        bounds). Only when that does not fit either do ranges come from min
+        feature), it keeps the widest window that fits
+        (:data:`~daskbatch.stats.sketch.WINDOWS`: 2,048 buckets per sign, 33
+        or 16 kB per feature; then 1,024 or 512 buckets of twice the width,
+        quantiles within 1 %, 8 or 4 kB: 5,000 features fit a 2 GiB worker
+        with 2 threads; see :class:`~daskbatch.stats.Sketch` for what a window
+        that collapses bounds). Only when none fits do ranges come from min
         and max, the last resort, with a :class:`~daskbatch.RangeWarning` saying so.
     ddof : int, default 1
         Delta degrees of freedom of variance and covariance.

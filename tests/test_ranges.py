@@ -130,7 +130,7 @@ def test_cli_range_accepts_minmax() -> None:
 
 
 def test_wide_data_without_room_for_the_sketch_fall_back_to_min_max_ranges(tmp_path) -> None:
-    """2,000 features: not even the windowed sketch's state (33 kB a feature) fits a 768 MiB worker; describe,
+    """2,000 features: not even the narrowest windowed sketch (4 kB a feature) fits a 576 MiB worker; describe,
     plan_describe and `daskbatch plan` take ranges from min and max, the last resort, instead of refusing."""
     from click.testing import CliRunner
 
@@ -139,36 +139,40 @@ def test_wide_data_without_room_for_the_sketch_fall_back_to_min_max_ranges(tmp_p
     from daskbatch.errors import PlanError
 
     x = np.random.default_rng(0).standard_normal((1000, 2000)).astype("float32")
-    small = db.Resources(768 * 2**20)
+    small = db.Resources(576 * 2**20)
     with pytest.raises(PlanError, match="sketch"):  # asked for explicitly, it is refused with a hint
         db.describe(x, stats=("moments", "hist", "sketch"), plan=small)
-    with pytest.warns(db.RangeWarning, match="min and max, the last resort: the quantile sketch .* does not fit"):
+    with pytest.warns(db.RangeWarning, match=r"min and max, the last resort \(.*\): the quantile sketch .* does not fit"):
         s = db.describe(x, stats=("moments", "hist"), plan=small)
     assert s.provenance["range"] == "minmax" and "sketch" not in s.provenance["stats"]
     np.testing.assert_array_equal(s.hist_counts.sum(axis=1), 1000)
     assert "sketch" not in plan_describe(x, stats=("moments", "hist"), resources=small).stats
     db.synth(tmp_path / "wide.zarr", rows=1000, features=2000)
-    out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "768MiB", "--threads", "1"])
+    out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "600MiB", "--threads", "1"])
     assert out.exit_code == 0, out.output
     assert "the quantile sketch does not fit" in out.output and "the last resort" in out.output
 
 
-def test_wide_data_keep_robust_ranges_with_a_windowed_sketch() -> None:
+def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     """5,000 features on a 2 GiB worker: the whole sketch (221 kB a feature) does not fit, its window
     of 2,048 buckets per sign (33 kB) does, so describe keeps robust ranges instead of min and max."""
     import dask.array as da
+    from click.testing import CliRunner
 
+    from daskbatch.cli import main
     from daskbatch.describe import plan_describe
-    from daskbatch.stats.sketch import FOOTPRINT, WINDOW, WINDOWED_FOOTPRINT
+    from daskbatch.engine.planner import sketch_in_plan
+    from daskbatch.stats import Sketch
+    from daskbatch.stats.sketch import FOOTPRINT, WINDOW
 
     worker = db.Resources(2 * 2**30, threads_per_worker=1)
     wide = da.zeros((1_000_000, 5_000), chunks=(2_000, 5_000))
     plan = plan_describe(wide, resources=worker)
-    assert WINDOWED_FOOTPRINT in plan.stats and "sketch" not in plan.stats
+    assert sketch_in_plan(plan.stats)[1] == (WINDOW, "int64", Sketch.alpha) and "sketch" not in plan.stats
     # The sketch of every bucket: a merge task's two inputs and two results alone exceed the budget.
     assert 4 * FOOTPRINT.state(5_000, 64, None, None) > plan.budget_bytes
-    assert WINDOWED_FOOTPRINT in plan_describe(wide, stats=("moments", "sketch"), resources=worker).stats
-    # Run on 1,000 x 600 with room for the windowed sketch only: a stray value is detached, as on narrow data.
+    assert sketch_in_plan(plan_describe(wide, stats=("moments", "sketch"), resources=worker).stats)[1] is not None
+    # Run on 1,000 x 600 with room for a windowed sketch only: a stray value is detached, as on narrow data.
     x = np.random.default_rng(1).standard_normal((1000, 600))
     x[10, 3] = 1e9
     with warnings.catch_warnings():
@@ -178,3 +182,7 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch() -> None:
     assert s.overflow[3] == 1 and np.count_nonzero(s.hist_counts[3]) >= 30
     exact = np.quantile(x[:, 5], [0.25, 0.5, 0.75], method="inverted_cdf")
     np.testing.assert_allclose([s.quantile(q).iloc[5] for q in (0.25, 0.5, 0.75)], exact, rtol=0.01)
+    db.synth(tmp_path / "wide.zarr", rows=1000, features=2000)
+    out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "768MiB", "--threads", "1"])
+    assert out.exit_code == 0, out.output
+    assert "a window of 1,024 buckets per sign in int32 (8.2 kB a feature, quantiles within 1.00%)" in out.output

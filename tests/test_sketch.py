@@ -83,6 +83,30 @@ class TestNarrowWindowSketch(StatisticLaws):
         return sketch_reference(x, NARROW)
 
 
+#: The same with int32 counts (what describe plans for wide data): the same windows, half the bytes.
+NARROW32 = Sketch(alpha=0.05, window=5, count_dtype="int32")
+
+
+class TestNarrowWindowInt32Sketch(StatisticLaws):
+    exact = True
+
+    def make(self, n_features: int) -> Sketch:
+        return NARROW32
+
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        return sketch_reference(x, NARROW32)
+
+
+class TestInt32Sketch(StatisticLaws):
+    exact = True
+
+    def make(self, n_features: int) -> Sketch:
+        return Sketch(count_dtype="int32")
+
+    def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict:
+        return sketch_reference(x, SKETCH)
+
+
 # ------------------------------------------------------------------ data
 def draw_column(kind: str, n: int, seed: int) -> np.ndarray:
     """Heavy-tailed, signed, zero-heavy or constant float64 samples."""

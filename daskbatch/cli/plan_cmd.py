@@ -10,10 +10,10 @@ from click.core import ParameterSource
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
-from daskbatch.engine.planner import plan, plan_dropping_sketch
+from daskbatch.engine.planner import plan, plan_dropping_sketch, sketch_in_plan
 from daskbatch.planning.search import recorded_n_classes
 from daskbatch.runtime.capacity import resources_from_machine
-from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+from daskbatch.stats.sketch import state_bytes_per_feature
 from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
 
 __all__ = ["plan_command"]
@@ -107,10 +107,13 @@ def plan_command(
         ),
         names, optional=default_stats,  # as describe, which adds the sketch itself
     )
-    if WINDOWED_FOOTPRINT in planned:
-        note = "the quantile sketch keeps a window of 2,048 buckets per sign (33 kB a feature) to fit"
+    by_name, window = sketch_in_plan(planned)
+    if window is not None:
+        note = (f"the quantile sketch keeps a window of {window[0]:,} buckets per sign in {window[1]} "
+                f"({state_bytes_per_feature(*window[:2]) / 1e3:,.1f} kB a feature, quantiles within "
+                f"{window[2]:.2%}) to fit")
         skipped = f"{skipped}; {note}" if skipped else note
-    elif planned != names:
+    elif by_name != names:
         note = "the quantile sketch does not fit: describe takes histogram ranges from min and max, the last resort (or --range)"
         skipped = f"{skipped}; {note}" if skipped else note
     if as_json:

@@ -169,7 +169,7 @@ def _explicit_histogram(
 def _first_pass(
     wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
-    sketch_window: int | None = None,
+    sketch_window: tuple[int, str, float] | None = None,
 ) -> Bundle:
     """The statistics of the first pass, fused: each block is read and cast once for all of them."""
     built = {r.statistic for r in wanted}
@@ -179,7 +179,8 @@ def _first_pass(
     if ClassMoments in built:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
     if Sketch in built:
-        first.append(Sketch(window=sketch_window))
+        first.append(Sketch() if sketch_window is None else
+                     Sketch(alpha=sketch_window[2], window=sketch_window[0], count_dtype=sketch_window[1]))
     if histogram is not None:
         first.append(histogram)
     return Bundle((*first, *custom))

@@ -26,7 +26,7 @@ from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
-from daskbatch.stats.sketch import WINDOWED_FOOTPRINT
+from daskbatch.stats.sketch import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
@@ -289,15 +289,21 @@ def plan_describe(
 def plan_dropping_sketch(
     make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
 ) -> tuple[Plan, tuple[Any, ...]]:
-    """Plan ``stats`` with ``make``; when that does not fit, with a windowed sketch, else without it when optional.
+    """Plan ``stats`` with ``make``; when that does not fit, with the widest windowed sketch that fits, else without it.
 
     The quantile sketch keeps every bucket by default (221 kB per feature);
-    when that does not fit, it is planned with :data:`~daskbatch.stats.sketch.WINDOW`
-    buckets per sign (33 kB per feature, :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINT`
-    in place of ``"sketch"`` in the statistics returned). Only when that does not
-    fit either and the sketch is optional (it only chooses histogram ranges) is it
-    left out: ranges then come from each feature's min and max, the last resort.
-    :func:`daskbatch.describe`, :func:`plan_describe` and ``daskbatch plan`` all decide this here.
+    when that does not fit, it is planned with the first of
+    :data:`~daskbatch.stats.sketch.WINDOWS` that fits (2,048 buckets per sign
+    in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature, the
+    narrower ones with buckets twice as wide, 1 % relative accuracy; its
+    footprint from :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINTS` in
+    place of ``"sketch"`` in the statistics returned, which
+    :func:`~daskbatch.stats.sketch.window_of` reads). The int32 counts are
+    planned only for fewer than ``2**31`` rows (a merge beyond that promotes
+    them to int64). Only when no window fits either and the sketch is optional
+    (it only chooses histogram ranges) is it left out: ranges then come from
+    each feature's min and max, the last resort. :func:`daskbatch.describe`,
+    :func:`plan_describe` and ``daskbatch plan`` all decide this here.
 
     Parameters
     ----------
@@ -311,7 +317,7 @@ def plan_dropping_sketch(
     Returns
     -------
     (Plan, tuple)
-        The plan and the statistics it is for (the windowed sketch's footprint in
+        The plan and the statistics it is for (a windowed sketch's footprint in
         place of ``"sketch"``, or no sketch when it was left out).
 
     Raises
@@ -324,15 +330,43 @@ def plan_dropping_sketch(
     except PlanError as err:
         if "sketch" not in stats:
             raise
-        # Wide data: the sketch with a window of buckets per sign (33 kB a feature, not 221 kB).
-        windowed = tuple(WINDOWED_FOOTPRINT if s == "sketch" else s for s in stats)
+        first = err
+    # Wide data: the sketch with a window of buckets per sign, the widest that fits.
+    for footprint_ in WINDOWED_FOOTPRINTS:
+        windowed = tuple(footprint_ if s == "sketch" else s for s in stats)
         try:
-            return make(windowed), windowed
+            chosen = make(windowed)
         except PlanError:
-            if not optional:
-                raise err from None
-        without = tuple(s for s in stats if s != "sketch")
-        try:
-            return make(without), without
-        except PlanError:
-            raise err from None  # the sketch was not the problem: the first message says what is
+            continue
+        if window_of(footprint_)[1] == "int32" and chosen.shape[0] > INT32_ROWS:  # type: ignore[index]
+            continue
+        return chosen, windowed
+    if not optional:
+        raise first
+    without = tuple(s for s in stats if s != "sketch")
+    try:
+        return make(without), without
+    except PlanError:
+        raise first from None  # the sketch was not the problem: the first message says what is
+
+
+#: Rows below which a windowed sketch's counts are planned as int32 (beyond, a merge promotes them).
+INT32_ROWS = 2**31 - 1
+
+
+def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str, float] | None]:
+    """Give ``planned`` with ``"sketch"`` in place of a windowed sketch's footprint, and that sketch's window.
+
+    Parameters
+    ----------
+    planned : tuple
+        The statistics :func:`plan_dropping_sketch` returned.
+
+    Returns
+    -------
+    (tuple, (int, str, float) or None)
+        The statistics by name, and the (window, count dtype, alpha) the
+        sketch was planned with (None: every bucket, or no sketch).
+    """
+    chosen = next((w for w in map(window_of, planned) if w is not None), None)
+    return tuple("sketch" if window_of(s) is not None else s for s in planned), chosen

@@ -32,7 +32,7 @@ from daskbatch.engine.inputs import (
     with_target,
 )
 from daskbatch.engine.passes import PassRunner
-from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics
+from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics, sketch_in_plan
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.engine.run_options import RunOptions
@@ -43,7 +43,7 @@ from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import fine_ranges
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
+from daskbatch.stats.sketch import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
@@ -244,15 +244,14 @@ def _computed(
                                 device=device, n_classes=class_values),
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
     )
-    sketch_window = None
-    if WINDOWED_FOOTPRINT in planned:  # wide data: the sketch keeps a window of buckets per sign
-        sketch_window = WINDOW
-        planned = tuple(SKETCH.name if s is WINDOWED_FOOTPRINT else s for s in planned)
-    if planned != names_of(wanted):  # wider still: not even the windowed sketch that chooses robust ranges fits
+    planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
+    if planned != names_of(wanted):  # wider still: not even the narrowest windowed sketch fits
         wanted, range_ = tuple(r for r in wanted if r.name in planned), "minmax"
         warn(RangeWarning(
-            "histogram ranges from each feature's min and max, the last resort: the quantile sketch that chooses "
-            "robust ranges does not fit a worker (its state is 33 kB per feature); give range= (--range) to choose them"
+            "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
+            f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
+            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1][:2]):,} bytes a feature); give range= (--range) "
+            "to choose them, or raise the worker's memory"
         ))
     fan_in = resolve_split_every(layout.split_every if layout.split_every is not None else
                                  chosen.split_every if chosen is not None else None)

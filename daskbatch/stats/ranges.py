@@ -47,7 +47,8 @@ import numpy as np
 
 from daskbatch._warnings import warn
 from daskbatch.errors import RangeWarning
-from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile, slot_bounds
+from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.sketch import Sketch, SketchResult, dense_run, sketch_quantile_at, slot_bounds
 
 __all__ = [
     "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
@@ -61,6 +62,8 @@ WIDEN = 0.05
 OUT_OF_RANGE_LIMIT = 0.01
 #: Tukey's "far out" fences: values beyond ``FENCE`` interquartile ranges from the quartiles may be detached.
 FENCE = 3.0
+#: Features whose bulks' tail quantiles are read at a time (a block of padded runs of slots).
+_BULK_ROWS = 256
 #: A run of empty sketch buckets spanning more than this factor in magnitude detaches what lies beyond it.
 GAP = 2.0
 #: ... and more than this many times the fences' width in value (a small sample's sparse tail has gaps too).
@@ -156,19 +159,31 @@ def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.n
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
     bulk_lo = np.full(vmin.shape[0], -np.inf)
     bulk_hi = np.full(vmin.shape[0], np.inf)
+    all_counts, all_slots = to_numpy(sketch.counts), sketch.slots()  # once, not once a feature
+    bulks: list[tuple[int, np.ndarray, int]] = []  # feature, its bulk's counts, the slot of the first
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])
         s_lo, s_hi = int(fence_slots[d, 0]), int(fence_slots[d, 1])
         # The feature's slots of the full layout, from its first to its last populated one (or fence).
-        at, counts = sketch.dense(int(d), include=(s_lo, s_hi))
+        at, counts = dense_run(all_counts[d], all_slots[d], include=(s_lo, s_hi))
         with np.errstate(over="ignore", invalid="ignore"):  # gaps between values near +-max overflow to inf: still gaps
             first, last = _bulk(counts, s_lo - at, s_hi - at, gap, width,
                                 lo_edge[at : at + counts.size], hi_edge[at : at + counts.size])
         if counts[first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts.sum():
             continue  # so much beyond the fences is the data (or too few values to tell), not stray values
-        window = counts[None, first : last + 1]
-        tails[d] = sketch_quantile(window, at + first, layout, vmin[d : d + 1], vmax[d : d + 1], [TAIL, 1.0 - TAIL])[0]
+        bulks.append((int(d), counts[first : last + 1], at + first))
         bulk_lo[d], bulk_hi[d] = lo_edge[at + first], hi_edge[at + last]
+    # The bulks' tail quantiles, read for _BULK_ROWS features at a time (runs padded with empty slots).
+    for start in range(0, len(bulks), _BULK_ROWS):
+        part = bulks[start : start + _BULK_ROWS]
+        longest = max(run.size for _, run, _ in part)
+        counts = np.zeros((len(part), longest), dtype=part[0][1].dtype)
+        for i, (_, run, _) in enumerate(part):
+            counts[i, : run.size] = run
+        # Padded columns hold nothing, so no rank lands on them; their slots only need to stay in the layout.
+        slots = np.minimum(np.array([at for _, _, at in part])[:, None] + np.arange(longest), layout.n_slots - 1)
+        rows = np.array([d for d, _, _ in part])
+        tails[rows] = sketch_quantile_at(counts, slots, layout, vmin[rows], vmax[rows], [TAIL, 1.0 - TAIL])
     return tails, bulk_lo, bulk_hi
 
 

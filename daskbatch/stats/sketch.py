@@ -18,6 +18,14 @@ alpha, a window spans a factor ``gamma**2048`` (about 10**8.9) in magnitude, so
 data within any 10**6 dynamic range per sign never collapse, and a state
 takes 33 kB per feature instead of 221 kB (164 MB at 5,000 features).
 
+**Wide data.** ``count_dtype="int32"`` halves a state (a merge whose rows could
+pass ``2**31 - 1`` promotes both states to int64 first). Where even 2,048 int32
+buckets per sign do not fit a worker, ``describe`` plans 1,024 or 512 buckets
+of :data:`PAIRED_ALPHA` (the default buckets merged in pairs, as UDDSketch's
+uniform collapse: ``gamma`` squared, quantiles within 1 %), so a window of
+1,024 still spans 10**8.9 (:data:`WINDOWS`; the planner chooses, the summary
+records ``alpha`` and ``window``).
+
 **Collapse.** When a sign's populated keys span more than ``window``
 buckets, the *lowest-magnitude* buckets are added into the window's first
 bucket: the window keeps the ``window`` buckets below the largest populated
@@ -62,14 +70,18 @@ from daskbatch.stats.sketch_layout import (
 )
 
 __all__ = [
-    "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "sketch_quantile", "sketch_quantile_at",
-    "sketch_values", "slot_bounds",
+    "PAIRED_ALPHA", "WINDOW", "WINDOWS", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run",
+    "sketch_quantile", "sketch_quantile_at", "sketch_values", "slot_bounds", "state_bytes_per_feature", "window_of",
 ]
 
 #: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
 WINDOW = 2048
 #: Features merged at a time by the array-API merge (its temporaries stay this many rows).
 MERGE_ROWS = 256
+#: Values the array-API chunk keys at a time (its temporaries, ~60 bytes a value, stay near 1 GiB).
+BLOCK_VALUES = 2**24
+_INT32_MAX = 2**31 - 1
+_COUNT_DTYPES = ("int64", "int32")
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,14 +182,7 @@ class SketchResult:
         """
         counts = to_numpy(self.counts[d : d + 1, :])[0]
         slots = _window_slots(to_numpy(self.offset[d : d + 1, :]), self.layout.n_buckets, self.window)[0]
-        held = counts > 0
-        ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
-        if ends.size == 0:
-            return 0, np.zeros(0, dtype=counts.dtype)
-        first = int(ends.min())
-        out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
-        out[slots[held] - first] = counts[held]  # held slots are distinct
-        return first, out
+        return dense_run(counts, slots, include)
 
     def quantile(self, q: float | Any) -> np.ndarray:
         """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
@@ -217,19 +222,28 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         int64 and float64 per feature. A sign whose populated buckets span a
         factor beyond ``gamma**window`` collapses its smallest magnitudes.
         Default: all ``n_buckets`` (nothing ever collapses, 221 kB a feature);
-        ``describe`` takes :data:`WINDOW` (33 kB a feature) where that does
-        not fit a worker.
+        ``describe`` takes the widest of :data:`WINDOWS` that fits a worker.
+    count_dtype : {"int64", "int32"}, default "int64"
+        The dtype of unweighted counts. ``"int32"`` halves the state; a merge
+        whose counts could pass ``2**31 - 1`` (more rows than that in all)
+        promotes both states to int64 first, so no count ever wraps.
     """
 
     alpha: float = 0.005
     min_magnitude: float = 1e-30
     max_magnitude: float = 1e30
     window: int | None = None
+    count_dtype: str = "int64"
     name = "sketch"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu"})
     #: ``chunk`` takes sample weights (``weights=``): float64 weighted counts.
     takes_weights = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.count_dtype not in _COUNT_DTYPES:
+            raise ValueError(f"count_dtype must be 'int64' or 'int32', got {self.count_dtype!r}")
 
     def empty(self, xp: Namespace, n_features: int, dev: object = None) -> SketchState:
         """Build the identity of :meth:`merge`: the state of a chunk with no rows.
@@ -249,7 +263,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             The empty state.
         """
         return SketchState(
-            counts=xp.zeros((n_features, self.width), dtype=xp.int64, device=dev),
+            counts=xp.zeros((n_features, self.width), dtype=getattr(xp, self.count_dtype), device=dev),
             offset=xp.full((n_features, 2), self.n_buckets, dtype=xp.int64, device=dev),
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
@@ -288,9 +302,20 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
-                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights
+                x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights,
+                count_dtype=self._chunk_dtype(rows),
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+        if rows > self._block_rows(n_features):
+            # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
+            # at a time keep them bounded, and merged windows are the same whatever the chunking.
+            step = self._block_rows(n_features)
+            state = None
+            for start in range(0, rows, step):
+                part = self.chunk(x[start : start + step], weights=None if weights is None else weights[start : start + step])
+                state = part if state is None else self.merge(state, part)
+            assert state is not None
+            return state
         x = as_float64(x)
         n, w = self.n_buckets, self.buckets_kept
         key, bucketed = self._keys(x)
@@ -315,6 +340,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         del column
         if weights is None:
             counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+            counts = xp.astype(counts, getattr(xp, self._chunk_dtype(rows)), copy=False)
         else:
             each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
             counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
@@ -342,6 +368,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             The state of the union.
         """
         xp = namespace(a.counts, b.counts)
+        a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax)
@@ -362,6 +389,14 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             offsets.append(offset)
         offset = xp.concat(offsets, axis=0) if offsets else xp.asarray(a.offset, copy=True)
         return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+
+    def _chunk_dtype(self, rows: int) -> str:
+        """Dtype of a chunk's unweighted counts: ``count_dtype``, int64 where ``rows`` alone could overflow int32."""
+        return "int64" if rows > _INT32_MAX else self.count_dtype
+
+    def _block_rows(self, n_features: int) -> int:
+        """Rows the array-API chunk keys at a time: :data:`BLOCK_VALUES` values, at least one row."""
+        return max(1, BLOCK_VALUES // max(1, n_features))
 
     def _merge_rows(self, xp: Namespace, a: SketchState, b: SketchState) -> tuple[Array, Array]:
         """Merged counts and offsets of a block of features (the array-API merge)."""
@@ -423,6 +458,53 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         )
 
 
+def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
+    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`SketchResult.dense`).
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        The feature's counts, a row of :attr:`SketchResult.counts`.
+    slots : numpy.ndarray
+        Their slots, the row of :meth:`SketchResult.slots`.
+    include : tuple of int, default ()
+        Slots the run must reach as well (empty columns are added).
+
+    Returns
+    -------
+    first : int
+        The slot of the run's first column.
+    counts : numpy.ndarray
+        The counts from the first to the last populated (or included) slot.
+    """
+    held = counts > 0
+    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
+    if ends.size == 0:
+        return 0, np.zeros(0, dtype=counts.dtype)
+    first = int(ends.min())
+    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
+    out[slots[held] - first] = counts[held]  # held slots are distinct
+    return first, out
+
+
+def _rows_counted(xp: Namespace, s: SketchState) -> int:
+    """Rows an unweighted state counted: every value of a feature has a slot (NaN too), so feature 0's total."""
+    if s.counts.shape[0] == 0:
+        return 0
+    return int(xp.sum(xp.astype(s.counts[0, :], xp.int64)))
+
+
+def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchState, SketchState]:
+    """Both states with int64 counts where int32 counts could overflow in their merge, else as they are."""
+    small = [s.counts.dtype == xp.int32 for s in (a, b)]
+    if not any(small) or _rows_counted(xp, a) + _rows_counted(xp, b) <= _INT32_MAX:
+        return a, b
+    return tuple(  # type: ignore[return-value]
+        SketchState(counts=xp.astype(s.counts, xp.int64), offset=s.offset, fmin=s.fmin, fmax=s.fmax) if int32 else s
+        for s, int32 in zip((a, b), small, strict=True)
+    )
+
+
 def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0.
 
@@ -433,7 +515,8 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     d, w = counts.shape
     dev = device(counts)
     zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
-    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1)], axis=1), (-1,))  # (D, W + 1)
+    # In the counts' dtype: an int32 prefix sum stays below the rows counted, which a merge keeps below 2**31.
+    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1, dtype=counts.dtype)], axis=1), (-1,))
     j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
     row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
     upper = xp.clip(j + by[:, None] + 1, 0, w) + row
@@ -446,46 +529,111 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
 #: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
 #: +inf and NaN, and the two windows' first keys).
 SKETCH_SLOTS = Sketch().width + 2
+#: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
+#: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
+_BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
-def footprint_for(window: int | None) -> Footprint:
-    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
-
-    The array API makes a float64 copy and magnitudes, logs, keys, columns and
-    masks; the bincount output sits next to the state. A merge of NumPy states
-    is one compiled loop into the result; the array-API merge builds prefix
-    sums and gather indices for :data:`MERGE_ROWS` features at a time. The second
-    pass's quantile histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces
-    the sketch's state there, so the sketch's first-pass footprint is the larger one.
+def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, the windows' offsets and the finite extrema.
 
     Parameters
     ----------
     window : int or None
         ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    return Sketch(window=window).width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8
+
+
+def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:
+    """Device bytes of the array-API chunk on a CuPy block: one block of :data:`BLOCK_VALUES` values at most."""
+    return min(rows, max(1, BLOCK_VALUES // max(1, n_features))) * n_features * _BLOCK_BYTES_PER_VALUE
+
+
+def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
+    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
+
+    The array API makes a float64 copy and magnitudes, logs, keys, columns and
+    masks; the bincount output (int64) sits next to the state. On the GPU
+    (no GPU kernel: CuPy runs the array-API code) a chunk is keyed
+    :data:`BLOCK_VALUES` values at a time, so those temporaries stop growing
+    with the chunk; the running state, a block's state and their merge are
+    alive together. A merge of NumPy states is one compiled loop into the
+    result; the array-API merge builds prefix sums and gather indices for
+    :data:`MERGE_ROWS` features at a time. The second pass's quantile
+    histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces the sketch's
+    state there, so the sketch's first-pass footprint is the larger one.
+
+    Parameters
+    ----------
+    window : int or None
+        ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
 
     Returns
     -------
     Footprint
-        Its memory, for :mod:`daskbatch.planning`.
+        Its memory, for :mod:`daskbatch.planning`, named ``"sketch"``.
     """
-    slots = Sketch(window=window).width + 2
+    per_feature = state_bytes_per_feature(window, count_dtype)
+    int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
     return Footprint(
         name="sketch",
-        state=lambda d, bins, k, tile: d * slots * 8 + 2 * d * 8,  # counts, offsets, finite extrema
-        # no GPU kernel: on the GPU the array-API code runs
-        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        state=lambda d, bins, k, tile: d * per_feature,
+        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
         temporaries={
             "compiled": {},
             "array-api": {"float64": 3, "int64": 3, "bool": 3},
-            "gpu-compiled": {"float64": 3, "int64": 3, "bool": 3},
+            "gpu-compiled": {},
         },
-        state_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 1},
+        state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
         merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
+        device_buffers=_gpu_block_bytes,
     )
 
 
 #: The default sketch's footprint (every bucket kept: 221 kB a feature).
 FOOTPRINT = footprint_for(None)
-#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), which
-#: ``describe`` plans for when the default does not fit.
-WINDOWED_FOOTPRINT = footprint_for(WINDOW)
+#: The relative accuracy of the default sketch's buckets merged in pairs (UDDSketch's uniform collapse,
+#: Epicoco et al. 2020): ``gamma`` squared, so ``alpha' = 2 alpha / (1 + alpha**2)``, just under 1 %.
+#: A window of these buckets spans as many decades as one of twice as many default buckets.
+PAIRED_ALPHA = 2 * Sketch.alpha / (1 + Sketch.alpha**2)
+#: Sketches ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
+#: (window, count dtype, alpha), 33, 16, 8 and 4 kB a feature. A window spans ``gamma**window`` in
+#: magnitude per sign before it collapses its smallest magnitudes: 10**8.9 for the first three (0.5 %,
+#: 0.5 % and 1 % relative accuracy), 10**4.4 for the last (1 %).
+WINDOWS: tuple[tuple[int, str, float], ...] = (
+    (WINDOW, "int64", Sketch.alpha), (WINDOW, "int32", Sketch.alpha), (WINDOW // 2, "int32", PAIRED_ALPHA),
+    (WINDOW // 4, "int32", PAIRED_ALPHA),
+)
+#: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
+WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
+#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
+WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
+
+
+def window_of(stat: object) -> tuple[int, str, float] | None:
+    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
+
+    Parameters
+    ----------
+    stat : object
+        A statistic name or footprint of a plan.
+
+    Returns
+    -------
+    (int, str, float) or None
+        The window, count dtype and relative accuracy of the windowed sketch planned.
+    """
+    for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
+        if stat is footprint:
+            return chosen
+    return None

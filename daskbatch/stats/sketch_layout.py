@@ -18,6 +18,7 @@ Outside the magnitude range the bound does not hold:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,10 @@ def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
 
 
 
+#: Cumulative counts times probabilities :func:`sketch_quantile_at` compares at a time (its temporaries).
+_QUANTILE_BLOCK = 2**22
+
+
 def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
 
@@ -249,8 +254,8 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     ----------
     qs : ndarray
         Probabilities.
-    total : number
-        The total count (or weight).
+    total : number or ndarray
+        The total count (or weight); an array broadcasts against ``qs``.
     dtype : dtype
         The dtype of the counts.
 
@@ -259,11 +264,13 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     ndarray
         The ranks, float64.
     """
-    if np.dtype(dtype).kind in "iu":
-        return np.maximum(np.ceil(qs * float(total)), 1.0)
-    return np.maximum(qs * float(total), np.finfo(np.float64).tiny)
+    total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
+    rank: np.ndarray = (np.maximum(np.ceil(qs * total), 1.0) if np.dtype(dtype).kind in "iu"
+                        else np.maximum(qs * total, np.finfo(np.float64).tiny))
+    return rank
 
 
+@functools.lru_cache(maxsize=16)  # 27,600 values a layout, read once per quantile call
 def sketch_values(sketch: SketchLayout) -> np.ndarray:
     """Give the value every slot of the full layout answers, in slot order.
 
@@ -284,7 +291,9 @@ def sketch_values(sketch: SketchLayout) -> np.ndarray:
     keys = np.arange(k_min, k_top, dtype=np.float64)
     # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
     mid = np.exp(keys * sketch.ln_gamma) * (1.0 - sketch.alpha)
-    return np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
+    values = np.concatenate([[-np.inf, np.nan], -mid[::-1], [0.0], mid, [np.nan, np.inf]])
+    values.flags.writeable = False  # cached: shared by every caller
+    return values
 
 
 def slot_bounds(sketch: SketchLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -392,20 +401,28 @@ def sketch_quantile_at(
         raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
     n_features, width = counts.shape
     values = sketch_values(sketch)
-    lo = np.where(np.isfinite(vmin), vmin, -np.inf)
-    hi = np.where(np.isfinite(vmax), vmax, np.inf)
+    lo = np.where(np.isfinite(vmin), vmin, -np.inf)[:, None]
+    hi = np.where(np.isfinite(vmax), vmax, np.inf)[:, None]
     overflow_neg, overflow_pos = 1, sketch.n_slots - 2
-    shared = slots.shape[0] == 1
     out = np.full((n_features, qs.size), np.nan)
-    for d in range(n_features):
-        cdf = np.cumsum(counts[d], dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
-        total = cdf[-1] if width else 0
-        if total == 0:
-            continue
-        rank = inverted_cdf_rank(qs, total, counts.dtype)  # numpy's inverted_cdf rank, 1-based
-        slot = slots[0 if shared else d, np.searchsorted(cdf, rank, side="left")]
+    # Features a block at a time: the cumulative counts (and the comparisons with the ranks) stay small.
+    step = max(1, _QUANTILE_BLOCK // max(1, width * qs.size))
+    for start in range(0, n_features, step):
+        rows = slice(start, min(start + step, n_features))
+        cdf = np.cumsum(counts[rows], axis=1, dtype=np.int64 if counts.dtype.kind in "iu" else np.float64)
+        total = cdf[:, -1] if width else np.zeros(cdf.shape[0], dtype=cdf.dtype)
+        rank = inverted_cdf_rank(qs[None, :], total[:, None], counts.dtype)
+        # numpy's inverted_cdf: the first column whose cumulative count reaches the rank (searchsorted, side="left")
+        if cdf.shape[0] == 1:  # one feature (robust ranges ask feature by feature): no comparison table
+            below = np.searchsorted(cdf[0], rank[0], side="left")[None, :]
+        else:
+            below = np.sum(cdf[:, None, :] < rank[:, :, None], axis=2)
+        column = np.minimum(below, max(width - 1, 0))
+        slot = np.take_along_axis(slots[rows] if slots.shape[0] > 1 else np.broadcast_to(slots, cdf.shape), column,
+                                  axis=1) if width else np.zeros_like(column)
         v = values[slot]
-        v = np.where(slot == overflow_neg, lo[d], np.where(slot == overflow_pos, hi[d], v))
-        finite = np.isfinite(v)
-        out[d] = np.where(finite, np.clip(v, lo[d], hi[d]), v)
+        v = np.where(slot == overflow_neg, lo[rows], np.where(slot == overflow_pos, hi[rows], v))
+        with np.errstate(invalid="ignore"):
+            v = np.where(np.isfinite(v), np.clip(v, lo[rows], hi[rows]), v)
+        out[rows] = np.where((total > 0)[:, None], v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out

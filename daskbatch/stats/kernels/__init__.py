@@ -379,7 +379,7 @@ def weighted_histogram(
 
 def sketch(
     x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int,
-    weights: np.ndarray | None = None,
+    weights: np.ndarray | None = None, *, count_dtype: str = "int64",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
 
@@ -401,11 +401,13 @@ def sketch(
         ``Sketch.window``.
     weights : numpy.ndarray, optional
         The weight of each row: the counts are then float64 sums of weights.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``: the dtype of unweighted counts.
 
     Returns
     -------
     counts : numpy.ndarray
-        The int64 counts, (D, 2 * window + 4) (float64 with weights).
+        The counts, (D, 2 * window + 4), of ``count_dtype`` (float64 with weights).
     offset : numpy.ndarray
         The int64 first keys of the windows, (D, 2).
     fmin, fmax : numpy.ndarray
@@ -419,7 +421,7 @@ def sketch(
 
     d = x.shape[1]
     data, lut = _bits(x)
-    counts = np.zeros((d, 2 * window + 4), dtype=np.int64 if weights is None else np.float64)
+    counts = np.zeros((d, 2 * window + 4), dtype=count_dtype if weights is None else np.float64)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     offset = np.empty((d, 2), dtype=np.int64)
     collapsed = np.empty((d, 2), dtype=np.uint8)
@@ -465,8 +467,9 @@ def sketch_merge(
     """
     from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge  # lazy: numba
 
-    # Weighted states hold float64 sums of weights; unweighted ones int64 counts, merged as int64.
-    dtype = np.float64 if np.float64 in (counts_a.dtype, counts_b.dtype) else np.int64
+    # Weighted states hold float64 sums of weights; unweighted ones int64 or int32 counts (the caller
+    # promotes int32 ones that could overflow), merged in the wider dtype.
+    dtype = np.result_type(counts_a.dtype, counts_b.dtype)
     counts = np.zeros_like(counts_a, dtype=dtype)
     offset = np.empty((counts_a.shape[0], 2), dtype=np.int64)
     merge(
