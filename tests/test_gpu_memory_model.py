@@ -85,7 +85,10 @@ def test_projection_has_the_expected_terms() -> None:
     assert wide["temporaries"] == gpu_kernel_bytes("cov", 30_000, 5_000, 16 * 10**9) + 30_000
     assert wide["float64 copy"] == 0
     sketch = chunk_task_terms(rows, d, 4, ("moments", "sketch"), path="gpu-compiled")
-    assert sketch["float64 copy"] == rows * d * 8  # no GPU kernel: the array-API path's copy
+    # No GPU sketch kernel: CuPy runs the array-API code, keying the chunk a block of values at a time,
+    # so its float64 copy is a block's and is counted with that block's temporaries.
+    assert sketch["float64 copy"] == 0
+    assert sketch["temporaries"] >= rows * d * 8
 
 
 def test_gpu_plan_uses_the_gpu_model() -> None:
