@@ -14,15 +14,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch._arguments import strict_int
 from daskbatch._typing import Device
 from daskbatch.engine.checkpoint.lock import checkpoint_lock
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.engine.statistics_run import StatisticParameters, prepared_inputs, run_statistics
+from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES
+from daskbatch.stats.spec import DEFAULT_STATS, configured
 from daskbatch.summary import Summary
 
 __all__ = ["RunOptions", "describe", "plan_describe"]
@@ -35,17 +34,17 @@ def describe(
     *,
     weights: Any = None,
     stats: str | Sequence[str] = DEFAULT_STATS,
-    bins: int = 64,
+    bins: int | None = None,
     range: Any = None,  # noqa: A002 - numpy.histogram's name
-    ddof: int = 1,
-    bias: bool = True,
-    nan_policy: Literal["omit", "propagate", "raise"] = "omit",
-    mi_base: Literal["e", 2] = "e",
-    miller_madow: bool = False,
+    ddof: int | None = None,
+    bias: bool | None = None,
+    nan_policy: Literal["omit", "propagate", "raise"] | None = None,
+    mi_base: Literal["e", 2] | None = None,
+    miller_madow: bool | None = None,
     feature_names: Sequence[str] | None = None,
     classes: Sequence[int] | None = None,
     target: Any = None,
-    target_bins: int | Sequence[float] = 16,
+    target_bins: int | Sequence[float] | None = None,
     groups: Any = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
@@ -198,8 +197,6 @@ def describe(
     Runs on the active Dask scheduler (the threaded one, or a ``distributed``
     client when one exists) and never starts a cluster by itself.
     """
-    if nan_policy not in NAN_POLICIES:
-        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     run = RunOptions.from_keywords(
         run, plan=plan, checkpoint=checkpoint, force=force, device=device, progress=progress, cache=cache,
         split_every=split_every, cov_out=cov_out, cancel=cancel,
@@ -208,19 +205,15 @@ def describe(
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
         if target is not None and "cuts" in like.provenance.get("target", {}):
             target_bins = like.provenance["target"]["cuts"]  # the reference's target bins too
-    params = StatisticParameters(
-        bins=strict_int(bins, "bins", minimum=1), range=range, ddof=strict_int(ddof, "ddof", minimum=0), bias=bias,
-        nan_policy=nan_policy, classes=classes, target_bins=target_bins, miller_madow=miller_madow,
-    )
+    wanted = configured(stats, bins=bins, range=range, ddof=ddof, bias=bias, nan_policy=nan_policy, classes=classes,
+                        base=mi_base, miller_madow=miller_madow, target_bins=target_bins)
     # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
     with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
         data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
                                       feature_names=feature_names, missing=missing, device=run.device)
-        done = run_statistics(
-            data, stats, params, run, where=where, grouped=groups is not None, targeted=target is not None,
-        )
-    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=mi_base,
-                                   miller_madow=miller_madow, states=done.states)
+        done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
+    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
+                                   miller_madow=wanted.mi.miller_madow, states=done.states)
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, done.data.feature_names)
     return summary

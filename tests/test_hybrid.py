@@ -23,11 +23,11 @@ from daskbatch.engine.devices import (
 )
 from daskbatch.engine.statistics_run import (
     Computed,
-    StatisticParameters,
     prepared_inputs,
     run_statistics,
 )
 from daskbatch.errors import GPUFallbackWarning
+from daskbatch.stats.spec import configured
 from daskbatch.map_batches import FlaggedRowsWarning
 from daskbatch.planning.devices import (
     CPU_BYTES_PER_S,
@@ -152,11 +152,9 @@ def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str |
     """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
     data, _ = prepared_inputs(store, None, weights=None, target=None, groups=None, feature_names=None,
                               missing="auto", device="cpu")
-    params = StatisticParameters(bins=16, range=None, ddof=1, bias=True, nan_policy="omit", classes=None,
-                                 target_bins=10, miller_madow=False)
+    wanted = configured(("moments", db.stats.Histogram(bins=16)), target_bins=10)
     run = db.RunOptions(device=device, plan=None, checkpoint=checkpoint)
-    return run_statistics(data, ("moments", "hist"), params, run, where=where,
-                          grouped=False, targeted=False)
+    return run_statistics(data, wanted, run, where=where, grouped=False, targeted=False)
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")
