@@ -26,6 +26,7 @@ from daskbatch.stats.spec import (
     MI,
     MOMENTS,
     NAN_POLICIES,
+    configured,
     counts_by_label,
     counts_histograms,
     grouped_statistics,
@@ -33,7 +34,6 @@ from daskbatch.stats.spec import (
     names_of,
     requested,
     target_statistics,
-    configured,
     user_statistics,
 )
 from daskbatch.summary import Summary

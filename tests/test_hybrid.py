@@ -27,7 +27,6 @@ from daskbatch.engine.statistics_run import (
     run_statistics,
 )
 from daskbatch.errors import GPUFallbackWarning
-from daskbatch.stats.spec import configured
 from daskbatch.map_batches import FlaggedRowsWarning
 from daskbatch.planning.devices import (
     CPU_BYTES_PER_S,
@@ -38,6 +37,7 @@ from daskbatch.planning.devices import (
     gpu_min_batch_bytes,
 )
 from daskbatch.planning.resources import Resources
+from daskbatch.stats.spec import configured
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 ROWS, BAD = 20_000, 13_579

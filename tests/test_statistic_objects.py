@@ -9,7 +9,9 @@ import pytest
 
 import daskbatch as db
 from daskbatch.describe import plan_describe
-from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, MutualInformation
+from daskbatch.engine.checkpoint.manifest import spec_items
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, MutualInformation
+from daskbatch.stats.registry import statistic_from_params, statistic_params
 from daskbatch.stats.spec import configured
 from daskbatch.testing.assertions import assert_states_equal
 
@@ -152,3 +154,17 @@ def test_accumulator_reads_the_objects(data: Any) -> None:
     np.testing.assert_array_equal(by_object.var, by_keyword.var, strict=True)
     np.testing.assert_array_equal(by_object.hist_counts, by_keyword.hist_counts, strict=True)
     np.testing.assert_allclose(by_object.mi, by_keyword.mi / np.log(2.0), rtol=1e-12)  # base 2 on the object
+
+
+def test_the_saved_format_of_the_counts_is_unchanged() -> None:
+    # A histogram's range is resolved into lo/hi before counting: saved summaries and checkpoint
+    # fingerprints do not record it, so files written before MutualInformation existed still load and resume.
+    joint = MutualInformation(bins=4, classes=(0, 1)).joint((0.0,), (1.0,), classes=(0, 1))
+    assert joint == Histogram(4, (0.0,), (1.0,), by_label=True, classes=(0, 1))
+    written_before = {"bins": 4, "lo": [0.0], "hi": [1.0], "by_label": True, "classes": [0, 1], "max_classes": 1000,
+                      "target_cuts": None}
+    assert statistic_params(joint) == written_before
+    assert statistic_from_params("Histogram", written_before) == joint
+    assert sorted(k for k in spec_items(Bundle((joint,))) if k.startswith("hist.")) == [
+        f"hist.{f}" for f in ("bins", "by_label", "classes", "hi", "lo", "max_classes", "target_cuts", "type")
+    ]

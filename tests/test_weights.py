@@ -57,7 +57,7 @@ def _weighted_moments(x, w, ddof):
 @pytest.mark.parametrize("chunk_rows", [17, 64, 10_000])
 def test_float_weights_match_numpy(dataset, chunk_rows) -> None:
     path, x, y, w, _ = dataset
-    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, plan=None, range=(0.0, 4000.0))
+    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, run=db.RunOptions(plan=None), range=(0.0, 4000.0))
     mean, var, skew, kurt = _weighted_moments(x, w, ddof=1)
     np.testing.assert_allclose(s.mean, mean, rtol=1e-13)
     np.testing.assert_allclose(s.var, var, rtol=1e-12)
@@ -246,7 +246,7 @@ def test_accumulator_with_weights_equals_describe(dataset) -> None:
     """Streamed batch by batch with ``update(xb, yb, w=wb)``: describe's results on the same 40-row chunks, bit for bit."""
     path, x, y, w, _ = dataset
     stats, rng = ("moments", "cov", "hist", "mi"), (0.0, 4000.0)
-    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, plan=None, range=rng, split_every=64)
+    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, run=db.RunOptions(plan=None, split_every=64), range=rng)
     acc = db.Accumulator(stats=stats, range=rng)
     for lo in range(0, len(x), 40):
         acc.update(x[lo:lo + 40], y[lo:lo + 40], w=w[lo:lo + 40])

@@ -45,8 +45,8 @@ from daskbatch.stats.registry import Kept
 from daskbatch.stats.sketch import WINDOW, WINDOWED_FOOTPRINT
 from daskbatch.stats.spec import (
     COV,
-    Configured,
     SKETCH,
+    Configured,
     counts_by_label,
     counts_histograms,
     describe_statistics,

@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from daskbatch._arguments import strict_int
-from daskbatch.stats import STATISTICS, ClassMoments, CoMoments, Histogram, Moments, MutualInformation, Sketch
+from daskbatch.stats import (
+    STATISTICS,
+    ClassMoments,
+    CoMoments,
+    Histogram,
+    Moments,
+    MutualInformation,
+    Sketch,
+)
 from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import around_constant, robust_ranges
 from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
@@ -289,7 +297,19 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
 _BUILT_IN_TYPES = frozenset(STATISTICS.values())
 
 
-def _items(stats: Any) -> tuple[Any, ...]:
+def statistic_items(stats: Any) -> tuple[Any, ...]:
+    """Split ``stats`` into its items: one name, comma string or statistic, or a sequence of them.
+
+    Parameters
+    ----------
+    stats : str, statistic or sequence
+        What ``describe``'s ``stats`` takes.
+
+    Returns
+    -------
+    tuple
+        The items.
+    """
     if isinstance(stats, str) or is_statistic(stats) or type(stats) in _BUILT_IN_TYPES:
         return (stats,)
     return tuple(stats)
@@ -301,7 +321,7 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
     objects: list[Any] = []
     if isinstance(stats, Configured):
         return list(stats.names), list(stats.user)
-    for part in _items(stats):
+    for part in statistic_items(stats):
         if type(part) in _BUILT_IN_TYPES:  # a built-in statistic with its parameters
             if isinstance(part, Histogram) and part.by_label:
                 raise ValueError("a Histogram by label is what MutualInformation counts: give MutualInformation(...)")

@@ -195,7 +195,7 @@ def test_force_never_deletes_outside_the_checkpoint_via_a_pass_name(tmp_path: Pa
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)  # other input: force discards the old passes
     with pytest.raises(CheckpointMismatchError, match=r"pass name '\.\./\.\./\.\./victim' is not a plain name"):
-        describe(other, checkpoint=ck, force=True)
+        describe(other, checkpoint=ck, run=db.RunOptions(force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
 
 
@@ -207,7 +207,7 @@ def test_force_does_not_follow_a_symlinked_pass_folder(tmp_path: Path, store: Pa
     manifest["passes"]["hist"] = {}
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)
-    forced = describe(other, checkpoint=ck, force=True)
+    forced = describe(other, checkpoint=ck, run=db.RunOptions(force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
     assert np.asarray(forced.mean).tobytes() == np.asarray(describe(other).mean).tobytes()
 

@@ -273,7 +273,7 @@ def test_describe_holds_the_lock_between_its_passes(
         return result
 
     monkeypatch.setattr(checkpoint, "run_checkpointed", spy)
-    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), split_every=2, plan=None,
+    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), run=db.RunOptions(split_every=2, plan=None),
                 checkpoint=tmp_path)
     assert holders == [os.getpid(), os.getpid()]  # still held after each pass returned
     assert not (tmp_path / "daskbatch.lock").exists()

@@ -58,5 +58,5 @@ def test_nonsense_is_a_one_line_error(store: pathlib.Path, bad: object) -> None:
             db.describe(str(store), stats=["moments"])
     else:
         with pytest.raises((ValueError, TypeError)) as err:
-            db.describe(str(store), stats=["moments"], split_every=bad)  # type: ignore[arg-type]
+            db.describe(str(store), stats=["moments"], run=db.RunOptions(split_every=bad))  # type: ignore[arg-type]
     assert "split" in str(err.value) and "\n" not in str(err.value)
