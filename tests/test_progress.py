@@ -140,12 +140,12 @@ NOTEBOOK_CELLS = [
     "import dask.array as da\nimport numpy as np\nimport daskbatch as db\n"
     "x = da.from_array(np.random.default_rng(0).normal(size=(6000, 3)), chunks=(500, 3))",
     # the threaded scheduler
-    "s = db.describe(x, plan=None, progress=True)",
+    "s = db.describe(x, run=db.RunOptions(plan=None), progress=True)",
     # a distributed cluster
     "from distributed import Client, LocalCluster\n"
     "cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)\n"
     "client = Client(cluster)\n"
-    "s = db.describe(x, plan=None, progress=True)\n"
+    "s = db.describe(x, run=db.RunOptions(plan=None), progress=True)\n"
     "client.close(); cluster.close()",
 ]
 

@@ -271,7 +271,7 @@ def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
 
     path, x, y, w, _ = dataset
     ds = db.open_dataset(path, label="y", chunks=40)
-    kw = {"weights": "w", "stats": ("moments", "cov", "mi"), "range": (0.0, 4000.0), "plan": None, "split_every": 2}
+    kw = {"weights": "w", "stats": ("moments", "cov", "mi"), "range": (0.0, 4000.0), "run": db.RunOptions(plan=None, split_every=2)}
     plain = db.describe(ds, **kw)
 
     def fail_at_the_last_block(block, block_info=None):

@@ -85,10 +85,19 @@ class Histogram:  # numpydoc ignore=PR02
         is the number of cuts at or below its value, as
         ``numpy.searchsorted(cuts, y, side="right")``). Excludes ``classes``.
     range : (lo, hi), array of shape (D, 2), "minmax" or None, default None
-        What :func:`daskbatch.describe` counts on (``lo``/``hi`` empty): one range
-        for every feature, one per feature, each feature's min and max, or (None)
-        robust ranges from a first pass's quantile sketch (see the ``range``
-        shortcut of :func:`daskbatch.describe`). Not saved with the counts, which keep ``lo``/``hi``.
+        What :func:`daskbatch.describe` counts on when ``lo``/``hi`` are empty
+        (not saved with the counts, which keep ``lo``/``hi``). Given, everything
+        takes one pass. None: a first pass fills a quantile sketch and the
+        second counts over each feature's ``[0.1 %, 99.9 %]`` quantiles widened
+        by the sketch's error bound and by 5 % of their span on each side
+        (clipped to its min and max), values detached beyond robust fences left
+        out (sentinels, 1e12, ±inf; :mod:`daskbatch.stats.ranges`); it also
+        counts the fine histogram that makes :meth:`daskbatch.Summary.quantile`
+        exact to one of its bins. ``"minmax"``: each feature's min and max, also
+        the last resort when not even the windowed sketch fits a worker (with a
+        :class:`~daskbatch.RangeWarning`). Values outside are kept in the
+        underflow and overflow counts; more than 1 % of a feature's outside its
+        range raises a :class:`~daskbatch.RangeWarning`.
     """
 
     bins: int = 64

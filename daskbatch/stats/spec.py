@@ -165,8 +165,8 @@ def configured(stats: Any, **shortcuts: Any) -> Configured:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {values['nan_policy']!r}")
     if values["classes"] is not None:
         values["classes"] = tuple(int(c) for c in values["classes"])
-    built = {cls: cls(**{k: v for k, v in values.items() if cls in SHORTCUTS[k][1]})
-             for cls in (Moments, CoMoments, Histogram, MutualInformation, ClassMoments)}
+    built: dict[type, Any] = {cls: cls(**{k: v for k, v in values.items() if cls in SHORTCUTS[k][1]})
+                               for cls in (Moments, CoMoments, Histogram, MutualInformation, ClassMoments)}
     built[Sketch] = given.get(Sketch, Sketch())
     order = (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
     return Configured(

@@ -26,7 +26,8 @@ from daskbatch.errors import CheckpointMismatchError
 from daskbatch.io.synth import synth
 
 ROWS, FEATURES, CHUNK = 2000, 4, 250
-describe = functools.partial(db.describe, stats="moments", split_every=2, plan=None)
+RUN = db.RunOptions(split_every=2, plan=None)
+describe = functools.partial(db.describe, stats="moments", run=RUN)
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,7 @@ def test_store_rewritten_at_the_same_path_is_refused(tmp_path: Path) -> None:
                        r"the store was rewritten since.*--force") as info:
         describe(store, checkpoint=ck)
     assert "\n" not in str(info.value)
-    forced = describe(store, checkpoint=ck, run=db.RunOptions(force=True))
+    forced = describe(store, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
     assert_bitwise(forced, describe(store))
     assert not np.array_equal(forced.mean, old.mean)
     assert read_runs(ck, "moments")[-1]["computed_blocks"] == ROWS // CHUNK

@@ -64,7 +64,7 @@ def sklearn_mi(summary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def test_a_stray_label_is_one_more_class_and_memory_stays_small(tmp_path) -> None:
     clean = labelled_store(str(tmp_path / "clean.zarr"), three_classes())
     stray = labelled_store(str(tmp_path / "stray.zarr"), with_stray(200_000))
-    run = {"label": "y", "bins": BINS, "plan": db.Resources(memory_bytes=2**30, threads_per_worker=1)}
+    run = {"label": "y", "bins": BINS, "run": db.RunOptions(plan=db.Resources(memory_bytes=2**30, threads_per_worker=1))}
     with dask.config.set(scheduler="synchronous"):
         db.describe(clean, **run)  # warm-up: imports and compiled kernels are not what is measured
         base, base_peak = traced_peak(lambda: db.describe(clean, **run))

@@ -22,7 +22,7 @@ HUGE = 10**9
 
 DESCRIBE = """
 import sys, numpy as np, daskbatch as db
-kw = {"split_every": int(sys.argv[2])} if len(sys.argv) > 2 else {}
+kw = {"run": db.RunOptions(split_every=int(sys.argv[2]))} if len(sys.argv) > 2 else {}
 s = db.describe(sys.argv[1], stats=["moments"], **kw)
 np.save(sys.argv[1] + ".mean.npy", np.asarray(s.mean))
 """

@@ -20,9 +20,9 @@ def x() -> np.ndarray:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"split_every": 2.5}, ValueError, "split_every must be an integer, got 2.5"),
-        ({"split_every": True}, TypeError, "split_every must be an integer, got True"),
-        ({"split_every": "4"}, TypeError, "split_every must be an integer, got '4'"),
+        ({"run": db.RunOptions(plan=None, split_every=2.5)}, ValueError, "split_every must be an integer, got 2.5"),
+        ({"run": db.RunOptions(plan=None, split_every=True)}, TypeError, "split_every must be an integer, got True"),
+        ({"run": db.RunOptions(plan=None, split_every="4")}, TypeError, "split_every must be an integer, got '4'"),
         ({"bins": True}, TypeError, "bins must be an integer, got True"),
         ({"bins": 2.5}, ValueError, "bins must be an integer, got 2.5"),
         ({"bins": np.float64(7.5)}, ValueError, "bins must be an integer"),
@@ -33,7 +33,7 @@ def x() -> np.ndarray:
 )
 def test_non_integers_are_named(x: np.ndarray, kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message) as err:
-        db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=None), **kwargs)
+        db.describe(x, stats=("moments", "hist"), **{"run": db.RunOptions(plan=None), **kwargs})
     assert "\n" not in str(err.value)
 
 
