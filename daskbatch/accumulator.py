@@ -26,6 +26,7 @@ from daskbatch.stats.spec import (
     MI,
     MOMENTS,
     NAN_POLICIES,
+    configured,
     counts_by_label,
     counts_histograms,
     grouped_statistics,
@@ -46,18 +47,20 @@ class Accumulator:
     stats : sequence of {"moments", "cov", "hist", "mi"} and statistic objects, optional
         Defaults to moments and co-moments, plus histograms and mutual
         information when ``range`` is given. A stream is read once, so
-        histograms need ``range`` up front. A user's statistic (see
-        :func:`daskbatch.describe`) lands in ``summary().extra[name]``.
-    bins : int, default 64
-        Histogram bins per feature.
+        histograms need ``range`` up front. Built-in statistic objects
+        (``Moments(ddof=0)``, ``Histogram(bins=32, range=(0, 1))``,
+        ``MutualInformation(base=2)``) carry their parameters, as in
+        :func:`daskbatch.describe`; a user's statistic lands in ``summary().extra[name]``.
+    bins : int, optional
+        Shortcut: histogram bins per feature (default 64).
     range : (lo, hi) or array of shape (D, 2), optional
-        Histogram range(s).
-    ddof : int, default 1
-        As in :func:`daskbatch.describe`.
-    bias : bool, default True
-        As in :func:`daskbatch.describe`.
-    nan_policy : {"omit", "propagate"}, default "omit"
-        As in :func:`daskbatch.describe`.
+        Shortcut: histogram range(s).
+    ddof : int, optional
+        Shortcut for the statistics' ``ddof`` (default 1).
+    bias : bool, optional
+        Shortcut for :class:`~daskbatch.stats.Moments`' ``bias`` (default True).
+    nan_policy : {"omit", "propagate"}, optional
+        Shortcut for :class:`~daskbatch.stats.Moments`' ``nan_policy`` (default "omit").
     feature_names : sequence of str, optional
         Names of the features.
     classes : sequence of int, optional
@@ -95,11 +98,11 @@ class Accumulator:
         self,
         stats: str | Sequence[Any] | None = None,
         *,
-        bins: int = 64,
+        bins: int | None = None,
         range: Any = None,  # noqa: A002 - numpy.histogram's name
-        ddof: int = 1,
-        bias: bool = True,
-        nan_policy: Literal["omit", "propagate"] = "omit",
+        ddof: int | None = None,
+        bias: bool | None = None,
+        nan_policy: Literal["omit", "propagate"] | None = None,
         feature_names: Sequence[str] | None = None,
         classes: Sequence[int] | None = None,
         device: Device = "auto",
@@ -112,7 +115,8 @@ class Accumulator:
         self.device = checked_device(device)
         if stats is None:
             stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
-        self._wanted = requested(stats)
+        asked = configured(stats, bins=bins, range=range, ddof=ddof, bias=bias, nan_policy=nan_policy, classes=classes)
+        self._wanted = requested(asked)
         self.groups, self.target = bool(groups), bool(target)
         if self.groups and self.target:
             raise ValueError("give groups=True or target=True, not both: each batch has one label")
@@ -121,22 +125,24 @@ class Accumulator:
         self._target_stats: tuple[Any, ...] = ()
         self._target_dtype: str | None = None
         if self.target:  # the label of each batch is a continuous target: its co-moments with every feature
-            self._wanted, self._target_stats, binned, _ = target_statistics(stats, self._wanted, 2)
+            self._wanted, self._target_stats, binned, _ = target_statistics(asked, self._wanted, 2)
             if binned is not None:
                 raise ValueError("mutual information with a continuous target needs its quantile cuts, which a "
                                  "stream read once cannot find: leave 'mi' and 'hist' out, or use describe(target=...)")
         self.stats = names_of(self._wanted)
-        self.user_stats = user_statistics(stats)  # a user's statistics, fused after the built-in ones
-        if nan_policy not in NAN_POLICIES[:2]:
-            raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {nan_policy!r}")
-        if counts_histograms(self._wanted) and range is None:
+        self.user_stats = user_statistics(asked)  # a user's statistics, fused after the built-in ones
+        moments, self.mi = asked.moments, asked.mi
+        if moments.nan_policy not in NAN_POLICIES[:2]:
+            raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {moments.nan_policy!r}")
+        if counts_histograms(self._wanted) and asked.histogram.range is None:
             raise ValueError(
                 "histograms of a stream need range=(lo, hi) (or one per feature): a stream is read once"
             )
-        self.bins, self.range, self.ddof, self.bias, self.nan_policy = bins, range, ddof, bias, nan_policy
+        self.bins, self.range = asked.histogram.bins, asked.histogram.range
+        self.ddof, self.bias, self.nan_policy = moments.ddof, moments.bias, moments.nan_policy
         self.feature_names = None if feature_names is None else tuple(str(n) for n in feature_names)
         self.max_classes = max_classes()
-        self.classes = None if classes is None else validate_classes(classes, self.max_classes)
+        self.classes = None if asked.mi.classes is None else validate_classes(asked.mi.classes, self.max_classes)
         self._bundle: Bundle | None = None
         self._state: tuple[Any, ...] | None = None
         self._rows = 0
@@ -396,7 +402,7 @@ class Accumulator:
             **({"target": {"dtype": self._target_dtype}} if self.target else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
-        return Summary.from_results(names, by_name, provenance)
+        return Summary.from_results(names, by_name, provenance, mi_base=self.mi.base, miller_madow=self.mi.miller_madow)
 
 
 def _checked_weights(w: Any, rows: int, index: int) -> Any:

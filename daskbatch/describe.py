@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch._arguments import strict_int
 from daskbatch._typing import Device
 from daskbatch.engine.checkpoint.lock import checkpoint_lock
 from daskbatch.engine.planner import plan_describe
-from daskbatch.engine.run_options import RunOptions
-from daskbatch.engine.statistics_run import StatisticParameters, prepared_inputs, run_statistics
+from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spelling
+from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.spec import DEFAULT_STATS, NAN_POLICIES
+from daskbatch.stats.spec import DEFAULT_STATS, configured
 from daskbatch.summary import Summary
 
-__all__ = ["RunOptions", "describe", "plan_describe"]
+__all__ = ["RunOptions", "describe", "new_spelling", "plan_describe"]
 
 
 @logged_run("describe")
@@ -33,197 +31,77 @@ def describe(
     x: Any,
     label: Any = None,
     *,
-    weights: Any = None,
-    stats: str | Sequence[str] = DEFAULT_STATS,
-    bins: int = 64,
+    stats: str | Sequence[Any] = DEFAULT_STATS,
+    bins: int | None = None,
     range: Any = None,  # noqa: A002 - numpy.histogram's name
-    ddof: int = 1,
-    bias: bool = True,
-    nan_policy: Literal["omit", "propagate", "raise"] = "omit",
-    mi_base: Literal["e", 2] = "e",
-    miller_madow: bool = False,
-    feature_names: Sequence[str] | None = None,
+    ddof: int | None = None,
     classes: Sequence[int] | None = None,
+    weights: Any = None,
     target: Any = None,
-    target_bins: int | Sequence[float] = 16,
     groups: Any = None,
+    feature_names: Sequence[str] | None = None,
     missing: Literal["auto", "raise", "skip", "fill"] = "auto",
     like: Summary | None = None,
     run: RunOptions | None = None,
-    plan: Any = "auto",
+    device: Device | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
-    force: bool = False,
-    device: Device = "cpu",
-    progress: bool | Literal["dask"] | Callable[[int, int | None, str], Any] = False,
-    cache: bool | Literal["auto"] = "auto",
-    split_every: int | None = None,
-    cov_out: str | os.PathLike[str] | None = None,
-    cancel: threading.Event | None = None,
+    progress: bool | Literal["dask"] | Callable[[int, int | None, str], Any] | None = None,
+    **moved: Any,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
     Parameters
     ----------
     x : dask.array.Array, numpy.ndarray, Dataset, or path / URL of a Zarr store
-        Samples along axis 0, features along axis 1. Float, integer and bool
-        dtypes are accepted; everything accumulates in float64.
+        Samples along axis 0, features along axis 1 (any real dtype; accumulated in float64).
     label : array of int, or name of an array in the same store, optional
-        Class of every sample (any integers, e.g. ``{0, 1, 7}``), for mutual
-        information and per-class moments.
+        Class of every sample, for mutual information and per-class moments.
+    stats : str or sequence of names and statistic objects
+        ``"moments"`` (always), ``"cov"``, ``"hist"``, ``"mi"``, ``"class_moments"``, ``"sketch"``,
+        or objects that carry their parameters (:class:`~daskbatch.stats.Moments`,
+        :class:`~daskbatch.stats.Histogram`, :class:`~daskbatch.stats.MutualInformation`, ...);
+        the label's are skipped without one. A user's statistic lands in ``summary.extra[name]``.
+    bins, range, ddof, classes : optional
+        Shortcuts for the statistics' parameters of those names (default 64, None, 1, None).
     weights : array of float, or name of an array in the same store, optional
-        A non-negative frequency weight per sample (see the README's "Sample
-        weights"): an integer weight ``k`` counts its row ``k`` times, a
-        weight of 0 leaves it out. Every built-in statistic is weighted:
-        moments (``var`` divides by the weight sum less ``ddof``), covariance,
-        histograms and their MI, the quantile sketch and per-class moments;
-        ``count`` stays the number of values and ``Summary.weight_sum`` is
-        their weight sum. A negative, NaN or infinite weight is an error
-        naming its block and row. The summary keeps the weighted states
-        (:func:`daskbatch.update` and :func:`daskbatch.merge` continue it).
-    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
-        What to compute. Moments are always included; ``"mi"`` is skipped
-        when no label is given. ``"class_moments"`` (per-class count, mean
-        and M2, the input of :func:`daskbatch.select`'s ANOVA F and chi2
-        scores) needs a label and runs in the first pass; the default
-        computes it when there is a label, so that ``select`` runs on it. ``"sketch"``
-        (quantiles within 0.5 %, see :class:`~daskbatch.stats.Sketch`) is
-        added whenever histogram ranges are found from the data.
-        Names, or statistic objects of your own: anything with a plain ``name``,
-        ``chunk(x, label=None) -> state``, ``merge(a, b) -> state`` and
-        ``finalize(state)`` (see the README's "Your own statistic"); it is
-        fused into the first pass and its result lands in ``summary.extra[name]``
-        (kept by ``update``/``merge``, saved, and in ``to_xarray``/``to_dataframe``).
-        A string ``"module:qualname"``, or a name registered in the
-        ``daskbatch.statistics`` entry-point group, names such a statistic.
-    bins : int, default 64
-        Histogram bins per feature.
-    range : (lo, hi), array of shape (D, 2), "minmax" or None
-        Histogram range(s). When given, everything takes one pass. When not,
-        a first pass (fused with the moments and co-moments) fills a quantile
-        sketch, and the second pass counts over each feature's
-        ``[0.1 %, 99.9 %]`` quantiles widened by the sketch's error bound and
-        by 5 % of their span on each side (clipped to its min and max), left
-        out of the quantiles: values beyond robust fences cut off from the
-        rest (sentinels, 1e12, ±inf; see :mod:`daskbatch.stats.ranges`), so
-        that extreme values cannot squeeze the rest into one bin; values
-        outside are kept in the underflow and overflow counts. The second
-        pass also counts a fine quantile histogram that makes
-        :meth:`Summary.quantile` exact to one of its bins
-        (:mod:`daskbatch.stats.quantile`). ``"minmax"``: each feature's min and max.
-        More than 1 % of a feature's values outside its range raises a
-        :class:`~daskbatch.RangeWarning` (see ``Summary.out_of_range_fraction``).
-        When the sketch does not fit a worker (its state is 221 kB per
-        feature), it keeps the widest window that fits
-        (:data:`~daskbatch.stats.sketch.WINDOWS`: 2,048 buckets per sign, 33
-        or 16 kB per feature; then 1,024 or 512 buckets of twice the width,
-        quantiles within 1 %, 8 or 4 kB: 5,000 features fit a 2 GiB worker
-        with 2 threads; see :class:`~daskbatch.stats.Sketch` for what a window
-        that collapses bounds). Only when none fits do ranges come from min
-        and max, the last resort, with a :class:`~daskbatch.RangeWarning` saying so.
-    ddof : int, default 1
-        Delta degrees of freedom of variance and covariance.
-    bias : bool, default True
-        Biased skewness/kurtosis as ``scipy.stats`` defaults; False corrects them.
-    nan_policy : {"omit", "propagate", "raise"}, default "omit"
-        NaN values are left out (and counted), make a feature's moments NaN,
-        or raise naming the features that hold them. Co-moments always use
-        complete rows only and report their number as ``cov_count``.
-    mi_base : {"e", 2}, default "e"
-        Mutual information in nats or bits. It is the plug-in estimate on the
-        ``bins`` in-range bins (``sklearn.metrics.mutual_info_score`` of the
-        binned values), not scikit-learn's k-nearest-neighbour
-        ``mutual_info_classif``: higher on small samples (its bias, median
-        1.24x on breast_cancer at 64 bins), lower on heavy tails that
-        equal-width bins crowd into a few bins (README, "Numbers you can trust").
-    miller_madow : bool, default False
-        Apply the Miller–Madow bias correction to mutual information.
-    feature_names : sequence of str, optional
-        Names for the features (else from the store, else ``f0, f1, ...``).
-    classes : sequence of int, optional
-        The class values of ``label``; a label outside them is an error naming
-        the value and its rows. Default: what the store records, else the
-        distinct values found by a scan of the label array alone (before the
-        plan is made, so it knows the number of classes), at most
-        ``daskbatch.max-classes``. They become the ``class`` coordinate of the
-        summary (see :mod:`daskbatch.engine.class_labels`).
+        A non-negative frequency weight per sample (README, "Sample weights").
     target : array of real numbers or str, optional
-        A continuous target, one value per sample (NumPy, dask, pandas
-        Series; float, integer or bool, read as float64; finite), or the name of
-        an array in the store ``x`` names, instead of
-        a class ``label`` (give one or the other: a float label is refused,
-        never cast to classes). The first pass then computes every feature's
-        co-moments with it (``summary.target_*``, the input of
-        ``select(score="f_regression" | "r_regression")``) and, when
-        ``"mi"`` is asked for, a quantile sketch of the target; the second
-        pass counts the (bin × target bin) tables of ``"mi"`` with the target
-        cut at its own quantiles into ``target_bins`` equally populated bins
-        (fewer where ties merge cuts; the cuts are in
-        ``provenance["target"]["cuts"]``, the bins are the ``class``
-        coordinate). ``"class_moments"`` needs a class label.
-    target_bins : int or sequence of float, default 16
-        Quantile bins of the target for ``"mi"`` (at least 2), or the cuts
-        themselves (strictly increasing; a summary's
-        ``provenance["target"]["cuts"]``: ``update``, ``merge`` and ``like=``
-        use them so that both sides count the same target bins).
+        A continuous target in place of ``label`` (its co-moments, its
+        quantile-binned mutual information; README, "Continuous targets").
     groups : array of int, optional
-        A group key per sample (any integers; at most ``daskbatch.max-classes``
-        distinct values, declared with ``classes`` or found as for a label),
-        in place of a label: the first pass computes every feature's moments
-        within every group (``"class_moments"``, always added) and, with
-        ``"hist"``, the histogram pass counts them per group, in the same
-        passes as the rest. Read them as ``summary.group_count``,
-        ``group_mean``, ``group_var``, ``group_hist`` or the
-        ``summary.by_group()`` Dataset. Excludes ``label`` and ``target``.
+        Group keys in place of ``label``: every statistic by group (README, "Groups").
+    feature_names : sequence of str, optional
+        Names of the features (else the store's, else ``f0, f1, ...``).
     missing : {"auto", "raise", "skip", "fill"}, default "auto"
-        Chunks absent from a store given by path: read them as the writer meant
-        (the fill value, except in a store daskbatch wrote, where absent means
-        lost and is refused), refuse, compute on the rows whose chunks are
-        present, or read zarr's fill values (see :func:`daskbatch.open_dataset`;
-        the summary's provenance lists and counts them).
+        Chunks absent from a store (see :func:`daskbatch.open_dataset`).
     like : Summary, optional
-        Count the histograms on this summary's bin edges (its ranges, bin
-        count and class values), so that :func:`daskbatch.compare` can
-        measure drift between the two. Excludes ``range``.
-
+        Count histograms on this summary's bin edges, for :func:`daskbatch.compare`.
     run : RunOptions, optional
-        How to run: plan, checkpoint, device, progress, cache, split_every,
-        cov_out and cancel (see :class:`~daskbatch.RunOptions`, whose defaults apply).
-    plan, checkpoint, force, device, progress, cache, split_every, cov_out, cancel : optional
-        Shortcuts for the fields of ``run`` (give them there or here, not both).
+        How to run (plan, checkpoint, device, progress, cache, split_every, cov_out, cancel).
+    device, checkpoint, progress : optional
+        Shortcuts for the fields of ``run`` (see :class:`~daskbatch.RunOptions`).
+    **moved
+        Keywords that moved onto ``run`` or the statistics: they warn and still work for one release.
 
     Returns
     -------
     Summary
         The statistics, their settings and the data's provenance.
-
-    Notes
-    -----
-    Runs on the active Dask scheduler (the threaded one, or a ``distributed``
-    client when one exists) and never starts a cluster by itself.
     """
-    if nan_policy not in NAN_POLICIES:
-        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
-    run = RunOptions.from_keywords(
-        run, plan=plan, checkpoint=checkpoint, force=force, device=device, progress=progress, cache=cache,
-        split_every=split_every, cov_out=cov_out, cancel=cancel,
-    )
+    shortcuts, run_keywords = moved_keywords(moved)
+    run = RunOptions.from_keywords(run, device=device, checkpoint=checkpoint, progress=progress, **run_keywords)
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
         if target is not None and "cuts" in like.provenance.get("target", {}):
-            target_bins = like.provenance["target"]["cuts"]  # the reference's target bins too
-    params = StatisticParameters(
-        bins=strict_int(bins, "bins", minimum=1), range=range, ddof=strict_int(ddof, "ddof", minimum=0), bias=bias,
-        nan_policy=nan_policy, classes=classes, target_bins=target_bins, miller_madow=miller_madow,
-    )
+            shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
+    wanted = configured(stats, bins=bins, range=range, ddof=ddof, classes=classes, **shortcuts)
     # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
     with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
         data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
                                       feature_names=feature_names, missing=missing, device=run.device)
-        done = run_statistics(
-            data, stats, params, run, where=where, grouped=groups is not None, targeted=target is not None,
-        )
-    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=mi_base,
-                                   miller_madow=miller_madow, states=done.states)
+        done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
+    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
+                                   miller_madow=wanted.mi.miller_madow, states=done.states)
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, done.data.feature_names)
     return summary

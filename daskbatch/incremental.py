@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._version import __version__
-from daskbatch.describe import describe
+from daskbatch.describe import describe, new_spelling
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.row_identity import input_token
@@ -154,7 +154,7 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     if _carries_names(new_rows):
         del settings["feature_names"]  # the store's own names, checked against the summary's by merge
     settings.update(options)
-    return merge(summary, describe(new_rows, label, **settings))
+    return merge(summary, describe(new_rows, label, **new_spelling(settings)))  # the settings' old spelling, re-spelt
 
 
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:

@@ -75,7 +75,7 @@ def main(out_dir: pathlib.Path, *, notebooks: bool = True) -> list[pathlib.Path]
     with tempfile.TemporaryDirectory() as tmp:
         store = f"{tmp}/data.zarr"
         data = db.synth(200_000, 24, classes=3, informative=6, correlated=6, seed=1, path=store)
-        summary = db.describe(data, plan=None)
+        summary = db.describe(data, run=db.RunOptions(plan=None))
         for name, fig in (
             ("summary-histograms.png", summary.plot.histograms(ncols=4)),
             ("summary-correlation.png", summary.plot.correlation()),

@@ -116,23 +116,23 @@ def test_describe_rejects_bad_inputs(store: str) -> None:
     with pytest.raises(ValueError, match="range must be"):
         db.describe(np.ones((4, 2)), range=[(0, 1)] * 3)
     with pytest.raises(ValueError, match="split_every must be at least 2"):
-        db.describe(np.ones((4, 2)), split_every=1)
+        db.describe(np.ones((4, 2)), run=db.RunOptions(split_every=1))
 
 
 def test_describe_follows_the_plan_and_refuses_one_that_cannot_fit(store: str) -> None:
     plan = db.plan(db.open_dataset(store, label="y"), stats=("moments", "cov"), resources=db.Resources(memory_bytes=2**30))
-    s = db.describe(store, stats=("moments", "cov"), plan=plan)
+    s = db.describe(store, stats=("moments", "cov"), run=db.RunOptions(plan=plan))
     assert s.provenance["chunk_rows"] == plan.chunk_rows and s.provenance["split_every"] == plan.split_every
     with pytest.raises(db.PlanError, match="budget"):
-        db.describe(store, plan=db.Resources(memory_bytes=2**20))
-    untouched = db.describe(da.from_array(np.ones((100, 2)), chunks=(7, 2)), stats=("moments",), plan=None)
+        db.describe(store, run=db.RunOptions(plan=db.Resources(memory_bytes=2**20)))
+    untouched = db.describe(da.from_array(np.ones((100, 2)), chunks=(7, 2)), stats=("moments",), run=db.RunOptions(plan=None))
     assert untouched.provenance["chunk_rows"] == 7
 
 
 def test_checkpoint_resumes_on_its_own_grid_whatever_the_plan(tmp_path, store: str) -> None:
     ckpt = tmp_path / "ckpt"
     small = db.plan(db.open_dataset(store), stats=("moments",), resources=db.Resources(memory_bytes=2**30))
-    first = db.describe(store, stats=("moments",), plan=small, checkpoint=ckpt)
+    first = db.describe(store, stats=("moments",), run=db.RunOptions(plan=small), checkpoint=ckpt)
     again = db.describe(store, stats=("moments",), checkpoint=ckpt)  # "auto" might choose another grid
     assert again.provenance["chunk_rows"] == first.provenance["chunk_rows"]
     np.testing.assert_array_equal(again.var, first.var)
@@ -147,8 +147,8 @@ def test_wide_covariance_is_tiled_into_zarr_when_the_plan_says_so(tmp_path) -> N
     tight = db.Resources(memory_bytes=2 * (256 * 2**20 + 3 * 2**20))  # 3 MiB per task: 400 x 400 merges do not fit
     plan = db.plan(dx, stats=("moments", "cov"), resources=tight)
     assert plan.feature_tile is not None and plan.feature_tile < 400
-    s = db.describe(dx, stats=("moments", "cov"), plan=plan, cov_out=tmp_path / "cov.zarr")
-    ref = db.describe(dx, stats=("moments", "cov"), plan=None)
+    s = db.describe(dx, stats=("moments", "cov"), run=db.RunOptions(plan=plan, cov_out=tmp_path / "cov.zarr"))
+    ref = db.describe(dx, stats=("moments", "cov"), run=db.RunOptions(plan=None))
     assert s.cov is None and s.cov_count == 2000
     assert s.provenance["tiled_cov"]["path"] == str(tmp_path / "cov.zarr")
     np.testing.assert_allclose(s.tiled_cov().cov.compute(), ref.cov, rtol=1e-12, atol=1e-14)
@@ -184,15 +184,15 @@ def test_cache_auto_reads_once_when_it_fits_and_changes_no_bit(tmp_path, store: 
     # every result array, down to the sketch and the fine quantile histogram, is bitwise
     # that of reading the store twice, and of cache=True on the store's own chunks.
     auto = db.describe(store, label="y")
-    twice = db.describe(store, label="y", cache=False)
+    twice = db.describe(store, label="y", run=db.RunOptions(cache=False))
     assert auto.provenance["cached"] and not twice.provenance["cached"]
     assert auto.provenance["input_tokens"] == twice.provenance["input_tokens"]
     got, want = _result_arrays(auto), _result_arrays(twice)
     assert got.keys() == want.keys() and {"mean", "cov", "joint_counts", "class_m2", "quantile_counts"} <= got.keys()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    plain = db.describe(store, label="y", plan=None)
-    cached = db.describe(store, label="y", plan=None, cache=True)
+    plain = db.describe(store, label="y", run=db.RunOptions(plan=None))
+    cached = db.describe(store, label="y", run=db.RunOptions(plan=None, cache=True))
     assert cached.provenance["cached"] and not plain.provenance["cached"]
     for name, value in _result_arrays(plain).items():
         np.testing.assert_array_equal(_result_arrays(cached)[name], value, err_msg=name)
@@ -206,4 +206,4 @@ def test_cache_auto_reads_once_when_it_fits_and_changes_no_bit(tmp_path, store: 
     with dask.config.set({"daskbatch.cache-fraction": 2}), pytest.raises(ValueError, match="cache-fraction must be"):
         db.describe(store, label="y", stats=("moments", "hist"))
     with pytest.raises(ValueError, match="cache must be True, False or 'auto'"):
-        db.describe(store, label="y", cache="yes")
+        db.describe(store, label="y", run=db.RunOptions(cache="yes"))

@@ -30,12 +30,12 @@ def test_cancel_is_an_exception_and_a_checkpointed_describe_resumes(tmp_path: Pa
     ck = tmp_path / "ck"
     with pytest.raises(Exception, match="cancelled after") as stopped:  # noqa: PT011 - any Exception handler sees it
         db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=ck, progress=stop_after_five,
-                    cancel=cancel, plan=None)
+                    run=db.RunOptions(cancel=cancel, plan=None))
     assert isinstance(stopped.value, db.Cancelled) and "checkpointed in" in str(stopped.value)
     assert seen and all(total == 16 and phase.startswith("pass 1/1") for _, total, phase in seen)
     assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
-    resumed = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=ck, plan=None)
-    whole = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=tmp_path / "fresh", plan=None)
+    resumed = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=ck, run=db.RunOptions(plan=None))
+    whole = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=tmp_path / "fresh", run=db.RunOptions(plan=None))
     np.testing.assert_array_equal(resumed.mean, whole.mean)
     np.testing.assert_array_equal(resumed.cov, whole.cov)
     np.testing.assert_array_equal(resumed.hist_counts, whole.hist_counts)
@@ -44,18 +44,18 @@ def test_cancel_is_an_exception_and_a_checkpointed_describe_resumes(tmp_path: Pa
 def test_cancel_without_checkpoint_and_progress_of_both_passes() -> None:
     x = da.from_array(_data(), chunks=(500, -1))
     phases: list[str] = []
-    db.describe(x, stats=("moments", "hist"), progress=lambda done, total, phase: phases.append(phase), plan=None)
+    db.describe(x, stats=("moments", "hist"), progress=lambda done, total, phase: phases.append(phase), run=db.RunOptions(plan=None))
     assert {p.split(":")[0] for p in phases} == {"pass 1/2", "pass 2/2"}
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(db.Cancelled, match="pass 1/2"):
-        db.describe(x, stats=("moments", "hist"), cancel=cancel, plan=None)
+        db.describe(x, stats=("moments", "hist"), run=db.RunOptions(cancel=cancel, plan=None))
 
 
 def test_progress_is_logged_periodically_without_a_bar(monkeypatch, caplog) -> None:
     monkeypatch.setattr(progress_module, "LOG_EVERY_S", 0.0)
     with caplog.at_level(logging.INFO, logger="daskbatch.runtime.progress"):
-        db.describe(da.from_array(_data(), chunks=(1000, -1)), stats=("moments",), plan=None)
+        db.describe(da.from_array(_data(), chunks=(1000, -1)), stats=("moments",), run=db.RunOptions(plan=None))
     lines = [r.getMessage() for r in caplog.records if "blocks" in r.getMessage() and "pass 1/1" in r.getMessage()]
     assert any("/4 blocks" in line for line in lines), lines
 

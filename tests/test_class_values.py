@@ -249,7 +249,7 @@ def test_describe_runs_its_chunk_tasks_with_the_labels_checked(classes: tuple[in
     dx, dy = da.from_array(x, chunks=(CHUNK_ROWS, -1)), da.from_array(y, chunks=CHUNK_ROWS)
     with dask.config.set(scheduler="threads"):
         s = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0), bins=BINS,
-                        plan=None)
+                        run=db.RunOptions(plan=None))
     blocks = -(-ROWS // CHUNK_ROWS)
     np.testing.assert_array_equal(s.extra["sees_check"], [blocks, blocks])
     edges = np.linspace(-5.0, 7.0, BINS + 1)
@@ -258,10 +258,10 @@ def test_describe_runs_its_chunk_tasks_with_the_labels_checked(classes: tuple[in
     if classes is not None:  # a checkpointed pass builds its own graph: it passes the trust on too
         with dask.config.set(scheduler="threads"):
             saved = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0),
-                                bins=BINS, plan=None, checkpoint=str(tmp_path / "ckpt"))
+                                bins=BINS, run=db.RunOptions(plan=None), checkpoint=str(tmp_path / "ckpt"))
         np.testing.assert_array_equal(saved.extra["sees_check"], [blocks, blocks])
     with dask.config.set(scheduler="threads"):  # no class values to check the label against: no trust
-        alone = db.describe(dx, dy, stats=[_SeesTheCheck()], plan=None)
+        alone = db.describe(dx, dy, stats=[_SeesTheCheck()], run=db.RunOptions(plan=None))
     np.testing.assert_array_equal(alone.extra["sees_check"], [0, blocks])
 
 

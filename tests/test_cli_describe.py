@@ -63,7 +63,7 @@ def test_the_cli_table_says_what_the_notebook_says(tmp_path: pathlib.Path) -> No
     root.create_array("X", data=x, chunks=(500, 4))
     result = CliRunner().invoke(main, ["describe", str(tmp_path / "d.zarr"), "--no-progress", "--cluster", "threads"])
     assert result.exit_code == 0, result.output
-    summary = db.describe(str(tmp_path / "d.zarr"), plan=None)
+    summary = db.describe(str(tmp_path / "d.zarr"), run=db.RunOptions(plan=None))
     assert repr(summary).split("\n", 2)[2] in result.output  # the same table, warnings first
     assert "! 1 constant feature (std 0): f1" in result.output
     assert "with more than 5% NaN: f2 (20.0%)" in result.output
@@ -244,7 +244,7 @@ def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) 
     # describe finds the label's classes (0 and 1) before planning; plan_describe reads
     # nothing, so it is told them (else it assumes daskbatch.assumed-classes).
     p = plan_describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, range=(-4, 4), resources=resources, classes=[0, 1])
-    s = db.describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, plan=resources, range=(-4, 4))
+    s = db.describe(ds, stats=("moments", "cov", "hist", "mi"), bins=16, run=db.RunOptions(plan=resources), range=(-4, 4))
     assert s.provenance["plan"]["task_bytes"] == p.task_bytes
     assert p.n_classes == s.provenance["plan"]["n_classes"] == 2
     assumed = plan_describe(ds, stats=("moments", "mi"), bins=16, resources=resources)

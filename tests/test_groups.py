@@ -35,7 +35,7 @@ def _describe(store: str, rows: int, **kw: object) -> db.Summary:
     x = da.from_zarr(store, component="X").rechunk((rows, -1))
     g = da.from_zarr(store, component="g").rechunk(rows)
     with dask.config.set(scheduler="threads", num_workers=2):
-        return db.describe(x, groups=g, plan=None, **kw)
+        return db.describe(x, groups=g, run=db.RunOptions(plan=None), **kw)
 
 
 @pytest.mark.parametrize("rows", [2400, 170])
@@ -69,7 +69,7 @@ def test_groups_with_moments_only_and_declared_values(tmp_path: Path, grouped_st
     loaded = db.load_summary(s.save(tmp_path / "g.zarr"))
     np.testing.assert_array_equal(loaded.groups, s.groups)
     np.testing.assert_array_equal(loaded.group_mean, s.group_mean)
-    plain = db.describe(x, stats=("moments",), plan=None)
+    plain = db.describe(x, stats=("moments",), run=db.RunOptions(plan=None))
     assert plain.groups is None and plain.group_mean is None
 
 
@@ -77,23 +77,23 @@ def test_group_refusals(grouped_store) -> None:
     store, x, g = grouped_store
     with pytest.raises(ValueError, match=r"^label= with groups= is not supported .*: describe the classes and the groups "
                        r"in two runs, describe\(x, label=\.\.\.\) and describe\(x, groups=\.\.\.\)$"):
-        db.describe(x, g, groups=g, plan=None)
+        db.describe(x, g, groups=g, run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"^target= with groups= is not supported .*describe\(x, target=\.\.\.\)"):
-        db.describe(x, target=x[:, 0], groups=g, plan=None)
+        db.describe(x, target=x[:, 0], groups=g, run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"^groups has shape \(2399,\); expected \(2,400,\)"):
-        db.describe(x, groups=g[:-1], plan=None)
+        db.describe(x, groups=g[:-1], run=db.RunOptions(plan=None))
     with pytest.raises(TypeError, match="^groups has dtype float64; group keys must be integers"):
-        db.describe(x, groups=g.astype(float), plan=None)
+        db.describe(x, groups=g.astype(float), run=db.RunOptions(plan=None))
     with dask.config.set({"daskbatch.max-classes": 3}), pytest.raises(ValueError, match="more than"):
         _describe(store, 600, stats=("moments",))
     with pytest.raises(ValueError, match="^this summary has no groups"):
-        db.describe(x, stats=("moments",), plan=None).by_group()
+        db.describe(x, stats=("moments",), run=db.RunOptions(plan=None)).by_group()
 
 
 def test_update_with_groups_equals_one_describe(grouped_store) -> None:
     store, x, g = grouped_store
     first = _describe(store, 400, stats=("moments",), classes=[-3, 0, 2, 5, 11])  # all the rows
-    half = db.describe(x[:1200], groups=g[:1200], stats=("moments",), classes=[-3, 0, 2, 5, 11], plan=None)
+    half = db.describe(x[:1200], groups=g[:1200], stats=("moments",), classes=[-3, 0, 2, 5, 11], run=db.RunOptions(plan=None))
     with dask.config.set(scheduler="threads", num_workers=2):
         both = db.update(half, x[1200:], groups=g[1200:], plan=None)
     np.testing.assert_array_equal(both.groups, first.groups)
@@ -108,7 +108,7 @@ def test_accumulator_with_groups_equals_describe() -> None:
     rng = np.random.default_rng(0)
     x, g = rng.normal(size=(300, 4)), rng.integers(0, 5, 300)
     s = db.describe(da.from_array(x, chunks=(50, -1)), groups=da.from_array(g, chunks=50), stats=("moments",),
-                    plan=None, split_every=64)
+                    run=db.RunOptions(plan=None, split_every=64))
     acc = db.Accumulator(stats=("moments",), groups=True)
     for lo in range(0, 300, 50):
         acc.update(x[lo:lo + 50], g[lo:lo + 50])

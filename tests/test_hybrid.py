@@ -23,7 +23,6 @@ from daskbatch.engine.devices import (
 )
 from daskbatch.engine.statistics_run import (
     Computed,
-    StatisticParameters,
     prepared_inputs,
     run_statistics,
 )
@@ -38,6 +37,7 @@ from daskbatch.planning.devices import (
     gpu_min_batch_bytes,
 )
 from daskbatch.planning.resources import Resources
+from daskbatch.stats.spec import configured
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 ROWS, BAD = 20_000, 13_579
@@ -152,11 +152,9 @@ def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str |
     """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
     data, _ = prepared_inputs(store, None, weights=None, target=None, groups=None, feature_names=None,
                               missing="auto", device="cpu")
-    params = StatisticParameters(bins=16, range=None, ddof=1, bias=True, nan_policy="omit", classes=None,
-                                 target_bins=10, miller_madow=False)
+    wanted = configured(("moments", db.stats.Histogram(bins=16)), target_bins=10)
     run = db.RunOptions(device=device, plan=None, checkpoint=checkpoint)
-    return run_statistics(data, ("moments", "hist"), params, run, where=where,
-                          grouped=False, targeted=False)
+    return run_statistics(data, wanted, run, where=where, grouped=False, targeted=False)
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")

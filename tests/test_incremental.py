@@ -65,7 +65,7 @@ def _describe(x: np.ndarray, y: np.ndarray | None, chunk: int = 37, **kwargs: ob
     label = None if y is None else da.from_array(y, chunks=chunk)
     kwargs.setdefault("stats", ALL if y is not None else ("moments", "cov", "hist", "sketch"))
     kwargs.setdefault("bins", 16)
-    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), label, plan=None, **kwargs)
+    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), label, run=db.RunOptions(plan=None), **kwargs)
 
 
 def _ranges(s: db.Summary) -> np.ndarray:
@@ -187,7 +187,7 @@ def test_merge_unions_class_values() -> None:
 def test_describe_results_unchanged_by_keeping_states() -> None:
     """describe finalizes the kept states: the same bits as a finalizing tree reduction."""
     x = da.from_array(X, chunks=(37, X.shape[1]))
-    s = db.describe(x, stats="moments", plan=None, split_every=3)
+    s = db.describe(x, stats="moments", run=db.RunOptions(plan=None, split_every=3))
     (result,) = dask.compute(tree_reduce(Moments(), x, split_every=3))
     for name in ("mean", "var", "std", "skew", "kurtosis", "min", "max", "count"):
         np.testing.assert_array_equal(getattr(s, name), getattr(result, name), strict=True)
@@ -314,9 +314,10 @@ def test_states_are_plain_arrays_and_json(saved: pathlib.Path) -> None:
         ({"range": GIVEN + [[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [-2.0, 0.0]]},
          r"histogram ranges differ: 'f2' \[\S+, \S+\] vs \[\S+, \S+\] and 1 more feature\(s\); describe the second"),
         ({"ddof": 0}, r"'class_moments' statistics differ in ddof: 1 vs 0"),
-        ({"nan_policy": "propagate"}, r"'moments' statistics differ in nan_policy: 'omit' vs 'propagate'"),
+        ({"stats": (*ALL, db.stats.Moments(nan_policy="propagate"))},
+         r"'moments' statistics differ in nan_policy: 'omit' vs 'propagate'"),
         ({"stats": ("moments", "cov", "hist", "mi", "sketch")}, r"different statistics: .*class_moments.* vs"),
-        ({"mi_base": 2}, r"differ in mi_units: 'nats' vs 'bits'"),
+        ({"stats": (*ALL, db.stats.MutualInformation(base=2))}, r"differ in mi_units: 'nats' vs 'bits'"),
         ({"feature_names": ["f0", "f1", "g2", "f3"]}, r"feature names differ at 1 position\(s\), first at 2: 'f2' vs 'g2'"),
     ],
 )
@@ -343,7 +344,7 @@ def test_summaries_without_states_are_refused() -> None:
 
 
 def test_describe_settings_reproduce_the_summary() -> None:
-    s = _describe(X, Y, ddof=0, bias=False, mi_base=2, miller_madow=True)
+    s = _describe(X, Y, ddof=0, stats=[*ALL, db.stats.Moments(bias=False), db.stats.MutualInformation(base=2, miller_madow=True)])
     got = describe_settings(s)
     assert (got["ddof"], got["bias"], got["mi_base"], got["miller_madow"], got["bins"]) == (0, False, 2, True, 16)
     np.testing.assert_array_equal(got["range"], _ranges(s))
@@ -378,7 +379,7 @@ def test_cli_update_replaces_stats(tmp_path: pathlib.Path) -> None:
     with _out_of_range_allowed():
         whole = db.describe(
             np.asarray(X), Y, stats=ALL, bins=16, range=_ranges(first),
-            split_every=first.provenance["split_every"],
+            run=db.RunOptions(split_every=first.provenance["split_every"]),
         )
     assert_same_statistics(updated, whole)
     r = CliRunner().invoke(main, ["describe", new, "--update", str(stats), "--no-progress", "--cluster", "threads"])
@@ -425,7 +426,7 @@ def test_cli_update_to_out_and_refusals(tmp_path: pathlib.Path) -> None:
 
 def test_summary_update_is_a_deprecated_alias_of_db_update() -> None:
     x = np.random.default_rng(3).normal(size=(200, 3))
-    first = db.describe(x[:120], stats=("moments",), plan=None)
+    first = db.describe(x[:120], stats=("moments",), run=db.RunOptions(plan=None))
     with pytest.warns(DeprecationWarning, match=r"use daskbatch.update\(summary"):
         via_method = first.update(x[120:], plan=None)
     np.testing.assert_array_equal(via_method.mean, db.update(first, x[120:], plan=None).mean)

@@ -60,7 +60,7 @@ CHUNKS = (1, 5, 64, 99, 600)  # one-row chunks, small, ragged and one chunk
 def test_moments_match_numpy_and_scipy(mixed, rows: int, ddof: int) -> None:
     x, _ = mixed
     s = db.describe(da.from_array(x, chunks=(rows, -1)), stats="moments", ddof=ddof)
-    u = db.describe(da.from_array(x, chunks=(rows, -1)), stats="moments", ddof=ddof, bias=False)
+    u = db.describe(da.from_array(x, chunks=(rows, -1)), stats=db.stats.Moments(ddof=ddof, bias=False))
     np.testing.assert_array_equal(s.count, np.full(4, 600.0))
     np.testing.assert_array_equal(s.nan_count, np.zeros(4))
     np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-14)
@@ -159,8 +159,8 @@ def test_mutual_information_equals_sklearn(mixed, rows: int, miller_madow: bool)
     x, y = mixed
     x = x.copy()
     x[::50, 2] = np.nan  # NaN rows leave that feature's table, not the others'
-    nats = db.describe(da.from_array(x, chunks=(rows, -1)), y, stats="mi", bins=9, miller_madow=miller_madow)
-    bits = db.describe(x, y, stats="mi", bins=9, mi_base=2, miller_madow=miller_madow)
+    nats = db.describe(da.from_array(x, chunks=(rows, -1)), y, stats=db.stats.MutualInformation(miller_madow=miller_madow), bins=9)
+    bits = db.describe(x, y, stats=db.stats.MutualInformation(base=2, miller_madow=miller_madow), bins=9)
     assert nats.provenance["mi_units"] == "nats" and bits.provenance["mi_units"] == "bits"
     for d in range(4):
         # MI counts the in-range bins only: out-of-range values are reported, not scored
@@ -388,7 +388,7 @@ def test_single_row() -> None:
 
 def test_bias_corrections_undefined_for_tiny_samples() -> None:
     x = np.array([[1.0], [2.0], [4.0]])
-    s = db.describe(x, stats="moments", bias=False)
+    s = db.describe(x, stats=db.stats.Moments(bias=False))
     assert s.skew[0] == pytest.approx(scipy.stats.skew(x[:, 0], bias=False), rel=1e-14)
     assert np.isnan(s.kurtosis[0])  # needs n > 3 (scipy silently returns the biased value)
 
@@ -422,21 +422,21 @@ def test_label_errors() -> None:
 
 def test_nan_policies() -> None:
     x = np.array([[1.0, 1.0], [np.nan, 2.0], [3.0, 4.0]])
-    p = db.describe(x, stats="moments", nan_policy="propagate")
+    p = db.describe(x, stats=db.stats.Moments(nan_policy="propagate"))
     assert np.isnan(p.mean[0]) and np.isnan(p.var[0]) and np.isnan(p.min[0])
     assert p.mean[1] == pytest.approx(7 / 3) and p.nan_count[0] == 1
     with pytest.raises(ValueError, match=r"holds NaN values in 1 feature\(s\): f0 \(1\)"):
-        db.describe(x, stats="moments", nan_policy="raise")
-    db.describe(x[[0, 2]], stats="moments", nan_policy="raise")  # no NaN: fine
+        db.describe(x, stats=db.stats.Moments(nan_policy="raise"))
+    db.describe(x[[0, 2]], stats=db.stats.Moments(nan_policy="raise"))  # no NaN: fine
     with pytest.raises(ValueError, match="nan_policy"):
-        db.describe(x, nan_policy="ignore")
+        db.describe(x, stats=db.stats.Moments(nan_policy="ignore"))  # type: ignore[arg-type]
 
 
 def test_unknown_statistic_and_split_every() -> None:
     with pytest.raises(ValueError, match="unknown statistic"):
         db.describe(np.ones((3, 2)), stats=("moments", "median"))
     with pytest.raises(ValueError, match="split_every must be at least 2"):
-        db.describe(np.ones((3, 2)), split_every=1)
+        db.describe(np.ones((3, 2)), run=db.RunOptions(split_every=1))
 
 
 @pytest.mark.parametrize("lo, hi, bins", EDGE_CASES)

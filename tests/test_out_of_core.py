@@ -97,7 +97,7 @@ def test_data_four_times_cluster_memory(tmp_path: Path) -> None:
         assert p.feature_tile is None and p.n_chunks > 1
         data = open_dataset(path, chunks=p.chunk_rows)
         before = client.run(start_sampling)
-        summary = db.describe(data, stats=("moments", "cov"), plan=p)
+        summary = db.describe(data, stats=("moments", "cov"), run=db.RunOptions(plan=p))
         after = client.run(stop_sampling)
 
     # The same worker processes before and after: none was restarted (for memory or else).

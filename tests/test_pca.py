@@ -42,7 +42,7 @@ def assert_matches_sklearn(p: db.PCA, x: np.ndarray, k: int) -> None:
 @pytest.mark.parametrize("method", ["eigh", "eigsh"])
 def test_pca_equals_sklearn(ddof: int, method: str) -> None:
     x = data()
-    s = db.describe(da.from_array(x, chunks=(101, -1)), stats=["moments", "cov"], ddof=ddof, plan=None)
+    s = db.describe(da.from_array(x, chunks=(101, -1)), stats=["moments", "cov"], ddof=ddof, run=db.RunOptions(plan=None))
     for k in (1, 3, 8):
         p = db.pca(s, k, method=method)
         assert p.method == method and p.n_components == k and p.components.shape == (k, x.shape[1])
@@ -56,8 +56,7 @@ def test_tiled_covariance_uses_lanczos(tmp_path: Path) -> None:
     x = data(rows=500, d=23, seed=3)
     plan = plan_chunks(x.shape, 8, (100, x.shape[1]), Resources(2**30), stats=("moments", "cov"),
                        split_every=2, memory_fraction=1.0, reserved_bytes=0)
-    s = db.describe(x, stats=["moments", "cov"], plan=dataclasses.replace(plan, feature_tile=6),
-                    cov_out=tmp_path / "cov.zarr")
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=dataclasses.replace(plan, feature_tile=6), cov_out=tmp_path / "cov.zarr"))
     assert s.cov is None and s.provenance["tiled_cov"]["tile"] == 6
     p = db.pca(s, 4)
     assert p.method == "eigsh" and p.n_samples == 500
@@ -68,7 +67,7 @@ def test_tiled_covariance_uses_lanczos(tmp_path: Path) -> None:
 
 def test_transform_takes_any_array_api_block() -> None:
     x = data(rows=200)
-    p = db.pca(db.describe(x, stats=["moments", "cov"], plan=None), 3)
+    p = db.pca(db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None)), 3)
     block = array_api_strict.asarray(x[50:80].astype(np.float32))
     got = p.transform(block)
     assert type(got) is type(block) and got.dtype == array_api_strict.float64
@@ -79,10 +78,10 @@ def test_transform_takes_any_array_api_block() -> None:
 
 def test_bad_requests_are_named() -> None:
     x = data(rows=50)
-    s = db.describe(x, stats=["moments"], plan=None)
+    s = db.describe(x, stats=["moments"], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="pca needs the covariance"):
         db.pca(s, 2)
-    s = db.describe(x, stats=["moments", "cov"], plan=None)
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"n_components must be an integer in \[1, 9\]"):
         db.pca(s, 10)
     with pytest.raises(ValueError, match=r"\[1, 8\] for method 'eigsh'"):

@@ -20,7 +20,7 @@ def real(request: pytest.FixtureRequest) -> np.ndarray:
 
 
 def _summary(x: np.ndarray, rows: int) -> db.Summary:
-    return db.describe(da.from_array(x, chunks=(rows, -1)), stats=["moments", "cov"], plan=None)
+    return db.describe(da.from_array(x, chunks=(rows, -1)), stats=["moments", "cov"], run=db.RunOptions(plan=None))
 
 
 def _scores_close(ours: np.ndarray, ref: np.ndarray) -> None:

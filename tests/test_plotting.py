@@ -25,7 +25,7 @@ def summary() -> db.Summary:
     x[:, 41] = -x[:, 3] + 0.05 * rng.standard_normal(ROWS)
     x[0, 5] = 1e6  # one value above a given range
     names = [f"gene_{i}" for i in range(D)]
-    return db.describe(x, y, bins=16, range=(-6, 6), feature_names=names, plan=None)
+    return db.describe(x, y, bins=16, range=(-6, 6), feature_names=names, run=db.RunOptions(plan=None))
 
 
 def _png(fig: Figure) -> bytes:
@@ -138,7 +138,7 @@ def _labelled_summary(n_classes: int, n_features: int) -> db.Summary:
     y = rng.integers(0, n_classes, rows)
     x = rng.standard_normal((rows, n_features)) + 0.5 * (y[:, None] % 3)
     x[0, :] = 50.0  # one value of every feature above the range: a note on every panel
-    return db.describe(x, y, bins=24, range=(-5, 5), plan=None)
+    return db.describe(x, y, bins=24, range=(-5, 5), run=db.RunOptions(plan=None))
 
 
 @pytest.mark.parametrize("n_features", [8, 500])
@@ -174,7 +174,7 @@ def test_one_heavy_tailed_feature_does_not_flatten_the_other_boxes() -> None:
     rng = np.random.default_rng(5)
     x = rng.standard_normal((20_000, 6))
     x[:, 0] = rng.standard_cauchy(20_000) * 1e3  # heavy tails: min/max at many thousand IQRs
-    s = db.describe(x, plan=None)
+    s = db.describe(x, run=db.RunOptions(plan=None))
     fig = s.plot.quantiles()
     _png(fig)
     ax = fig.axes[0]

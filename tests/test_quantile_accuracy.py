@@ -88,11 +88,11 @@ def test_the_guarantee_holds_on_the_issue_distributions_for_any_chunking(tmp_pat
     cols = distributions(rng, ROWS)
     x = np.column_stack(list(cols.values()))
     path = write_store(str(tmp_path / "d.zarr"), x, chunk_rows=chunk_rows)
-    s = db.describe(path, stats=("moments", "hist"), feature_names=list(cols), plan=None)
+    s = db.describe(path, stats=("moments", "hist"), feature_names=list(cols), run=db.RunOptions(plan=None))
     check_guarantee(x, s)
     # Integer counts: another chunking and merge order gives the same quantiles bit for bit.
     other = db.describe(write_store(str(tmp_path / "o.zarr"), x, chunk_rows=33_333), stats=("moments", "hist"),
-                        plan=None, split_every=3)
+                        run=db.RunOptions(plan=None, split_every=3))
     np.testing.assert_array_equal(other.quantile(RANK_QS).to_numpy(), s.quantile(RANK_QS).to_numpy())
 
 

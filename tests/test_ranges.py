@@ -141,9 +141,9 @@ def test_wide_data_without_room_for_the_sketch_fall_back_to_min_max_ranges(tmp_p
     x = np.random.default_rng(0).standard_normal((1000, 2000)).astype("float32")
     small = db.Resources(576 * 2**20)
     with pytest.raises(PlanError, match="sketch"):  # asked for explicitly, it is refused with a hint
-        db.describe(x, stats=("moments", "hist", "sketch"), plan=small)
+        db.describe(x, stats=("moments", "hist", "sketch"), run=db.RunOptions(plan=small))
     with pytest.warns(db.RangeWarning, match=r"min and max, the last resort \(.*\): the quantile sketch .* does not fit"):
-        s = db.describe(x, stats=("moments", "hist"), plan=small)
+        s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=small))
     assert s.provenance["range"] == "minmax" and "sketch" not in s.provenance["stats"]
     np.testing.assert_array_equal(s.hist_counts.sum(axis=1), 1000)
     assert "sketch" not in plan_describe(x, stats=("moments", "hist"), resources=small).stats
@@ -177,7 +177,7 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     x[10, 3] = 1e9
     with warnings.catch_warnings():
         warnings.simplefilter("error", db.RangeWarning)
-        s = db.describe(x, stats=("moments", "hist"), plan=db.Resources(768 * 2**20, threads_per_worker=1))
+        s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=db.Resources(768 * 2**20, threads_per_worker=1)))
     assert s.provenance["range"] != "minmax" and s.provenance["sketch"]["window"] == WINDOW
     assert s.overflow[3] == 1 and np.count_nonzero(s.hist_counts[3]) >= 30
     exact = np.quantile(x[:, 5], [0.25, 0.5, 0.75], method="inverted_cdf")

@@ -113,12 +113,12 @@ def test_local_cluster_gives_bitwise_identical_results(data) -> None:
     distributed = pytest.importorskip("distributed")
     x, y = data
     threaded = graph(x, y, 3).compute(scheduler="threads")
-    summary_threads = db.describe(da.from_array(x, chunks=(CHUNK, -1)), y, bins=16, split_every=3)
+    summary_threads = db.describe(da.from_array(x, chunks=(CHUNK, -1)), y, bins=16, run=db.RunOptions(split_every=3))
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster, distributed.Client(cluster) as client:
         on_cluster = client.compute(graph(x, y, 3)).result()
-        summary_cluster = db.describe(da.from_array(x, chunks=(CHUNK, -1)), y, bins=16, split_every=3)
+        summary_cluster = db.describe(da.from_array(x, chunks=(CHUNK, -1)), y, bins=16, run=db.RunOptions(split_every=3))
         assert len(client.scheduler_info()["workers"]) == 2
     assert_bundles_equal(on_cluster, threaded)
     for name in ("count", "mean", "var", "skew", "kurtosis", "min", "max", "cov", "corr",
@@ -180,8 +180,8 @@ def test_one_distributed_span_per_describe_call() -> None:
         LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        db.describe(x, stats="moments", plan=None)
-        db.describe(x + 1.0, stats="moments", plan=None)  # other keys: tasks that are new to the scheduler
+        db.describe(x, stats="moments", run=db.RunOptions(plan=None))
+        db.describe(x + 1.0, stats="moments", run=db.RunOptions(plan=None))  # other keys: tasks that are new to the scheduler
         spans = client.cluster.scheduler.extensions["spans"].spans.values()
         names = [s.name for s in spans]
     assert names.count(("daskbatch-describe",)) == 2, names
@@ -199,7 +199,7 @@ def test_the_dashboard_tells_the_two_passes_apart() -> None:
         LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        db.describe(x, stats="moments,hist", plan=None)
+        db.describe(x, stats="moments,hist", run=db.RunOptions(plan=None))
         spans = {s.name: s for s in client.cluster.scheduler.extensions["spans"].spans.values()}
     first, second = spans[("daskbatch-describe", "pass-1-moments-sketch")], spans[("daskbatch-describe", "pass-2-hist-qhist")]
     # each pass's span holds its own tasks: the dashboard shows their time apart

@@ -15,6 +15,7 @@ import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 import dask.array as da
 import numpy as np
@@ -101,7 +102,7 @@ def test_nist_higher_moments(reference_dir: Path, name: str) -> None:
     exact = exact_stats(reference_dir, name)
     chunks = (64, 1)
     biased = db.describe(da.from_array(x[:, None], chunks=chunks), stats="moments")
-    corrected = db.describe(da.from_array(x[:, None], chunks=chunks), stats="moments", bias=False)
+    corrected = db.describe(da.from_array(x[:, None], chunks=chunks), stats=db.stats.Moments(bias=False))
     for key, got in (("g1", biased.skew[0]), ("g2", biased.kurtosis[0]),
                      ("G1", corrected.skew[0]), ("G2", corrected.kurtosis[0])):
         if expected[key] is None:  # G2 is undefined for n = 3
@@ -121,7 +122,7 @@ def test_longley_covariance_and_correlation(reference_dir: Path) -> None:
     table = np.genfromtxt(reference_dir / "longley.csv", delimiter=",", names=True)
     assert list(table.dtype.names) == ref["columns"]
     x = np.column_stack([table[c] for c in ref["columns"]])
-    s = db.describe(da.from_array(x, chunks=(5, -1)), stats=("moments", "cov"), split_every=2)
+    s = db.describe(da.from_array(x, chunks=(5, -1)), stats=("moments", "cov"), run=db.RunOptions(split_every=2))
     assert s.cov_count == 16
     for i in range(7):
         assert lre(s.mean[i], ref["mean"][i]) >= 14.0
@@ -135,12 +136,12 @@ def _mi_cases(folder: Path, kind: str) -> list[dict]:
     return [c for c in _json(folder, "mutual_information_reference.json")["cases"] if c["kind"] == kind]
 
 
-def _describe_mi(x: list[int], y: list[int], **kwargs: object) -> float:
+def _describe_mi(x: list[int], y: list[int], base: Literal["e", 2] = "e") -> float:
     """MI of integer data ``x`` with label ``y``, one histogram bin per integer value."""
     xs = np.asarray(x, dtype=np.float64)[:, None]
     lo, hi = xs.min() - 0.5, xs.max() + 0.5
-    s = db.describe(da.from_array(xs, chunks=(4, 1)), np.asarray(y), stats="mi",
-                    bins=int(hi - lo), range=(lo, hi), **kwargs)
+    s = db.describe(da.from_array(xs, chunks=(4, 1)), np.asarray(y), stats=db.stats.MutualInformation(base=base),
+                    bins=int(hi - lo), range=(lo, hi))
     return float(s.mi[0])
 
 
@@ -151,7 +152,7 @@ def test_mutual_information_from_labels(reference_dir: Path) -> None:
         got = _describe_mi(case["x"], case["y"])
         want = case["expected"]["mutual_information"]
         assert abs(got - want) <= case["tolerance"]["mutual_information"], case["id"]
-        bits = _describe_mi(case["x"], case["y"], mi_base=2)
+        bits = _describe_mi(case["x"], case["y"], base=2)
         assert bits == pytest.approx(got / math.log(2), rel=1e-14, abs=1e-300), case["id"]
 
 
@@ -233,7 +234,7 @@ def test_variance_merge_numacc4_uneven_chunks(reference_dir: Path) -> None:
     exact = Fraction(case["expected"]["var_ddof1_binary64"])
     for var in (
         _chunked_moments(case["chunks"]).var[0],
-        db.describe(_as_dask(case["chunks"]), stats="moments", split_every=2).var[0],
+        db.describe(_as_dask(case["chunks"]), stats="moments", run=db.RunOptions(split_every=2)).var[0],
     ):
         assert lre(var, case["expected"]["var_ddof1"]) >= 7.0
         assert lre(var, exact) >= 13.0  # the float64 data's own variance, nearly to the last bit

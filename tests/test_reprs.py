@@ -169,7 +169,7 @@ def test_to_xarray_labels(summary: db.Summary) -> None:
 def test_mi_in_bits_says_so() -> None:
     rng = np.random.default_rng(2)
     x = rng.normal(size=(500, 2))
-    s = db.describe(x, (x[:, 0] > 0).astype(int), stats=("moments", "mi"), bins=8, mi_base=2)
+    s = db.describe(x, (x[:, 0] > 0).astype(int), stats=("moments", db.stats.MutualInformation(base=2)), bins=8)
     assert s.to_xarray()["mi"].attrs["units"] == "bit"
 
 

@@ -59,7 +59,7 @@ def summarize(x: np.ndarray, y: np.ndarray, *, chunk: int = 97, by_class: bool =
     if by_class:
         order = np.argsort(y, kind="stable")
         x, y = x[order], y[order]
-    return db.describe(da.from_array(x, chunks=(chunk, -1)), da.from_array(y, chunks=chunk), stats=STATS, plan=None)
+    return db.describe(da.from_array(x, chunks=(chunk, -1)), da.from_array(y, chunks=chunk), stats=STATS, run=db.RunOptions(plan=None))
 
 
 @pytest.fixture(scope="module")
@@ -135,14 +135,14 @@ def test_chi2_names_negative_features(clf) -> None:  # noqa: ANN001
 
 def test_missing_statistics_are_named() -> None:
     x, y = classification(rows=100)
-    s = db.describe(x, y, stats=["moments"], plan=None)
+    s = db.describe(x, y, stats=["moments"], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="needs per-class moments: describe.*class_moments"):
         db.select(s, score="f")
     with pytest.raises(ValueError, match="score 'mi' needs the joint histograms"):
         db.select(s, score="mi")
     with pytest.raises(ValueError, match="max_corr and mrmr need correlations"):
         db.select(s, score="variance", max_corr=0.9)
-    s = db.describe(x, y, stats=STATS, plan=None)
+    s = db.describe(x, y, stats=STATS, run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="mode 'fdr' needs p-values; score 'mi' has none"):
         db.select(s, score="mi", mode="fdr")
     with pytest.raises(ValueError, match="k must be a non-negative integer or 'all', got -1"):
@@ -289,9 +289,9 @@ def test_tiled_correlations_give_the_same_selection(tmp_path: Path) -> None:
     x, y = correlated()
     x = np.concatenate([x, np.random.default_rng(2).normal(size=(x.shape[0], 7))], axis=1)
     plan = _tiling_plan(x.shape)
-    tiled = db.describe(x, y, stats=STATS, plan=plan, cov_out=tmp_path / "cov.zarr")
+    tiled = db.describe(x, y, stats=STATS, run=db.RunOptions(plan=plan, cov_out=tmp_path / "cov.zarr"))
     assert tiled.corr is None and tiled.provenance["tiled_cov"]["tile"] < x.shape[1]
-    whole = db.describe(x, y, stats=STATS, plan=None)
+    whole = db.describe(x, y, stats=STATS, run=db.RunOptions(plan=None))
     for kw in ({"score": "f", "param": "all", "max_corr": 0.9}, {"score": "mrmr", "param": 4}):
         a, b = db.select(tiled, **kw), db.select(whole, **kw)
         np.testing.assert_array_equal(a.selected, b.selected)

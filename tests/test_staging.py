@@ -240,7 +240,7 @@ def test_gpu_describe_staged_equals_block_and_cpu(tmp_path) -> None:  # noqa: AN
     pytest.importorskip("cupy")
     x, y = data(rows=40_000, cols=7)
     xd, yd = da.from_array(x, chunks=(10_000, -1)), da.from_array(y, chunks=10_000)
-    kw = {"range": RANGE, "bins": 16, "plan": None}
+    kw = {"range": RANGE, "bins": 16, "run": db.RunOptions(plan=None)}
     cpu = db.describe(xd, yd, **kw)
     block = db.describe(xd, yd, device="gpu", **kw)
     with dask.config.set({"daskbatch.gpu-transfer": "staged", "daskbatch.gpu-staging-bytes": 3_000 * 7 * 4}):

@@ -91,9 +91,9 @@ _META = {"format": 4, "pass": "p", "level": 0, "index": 0, "blocks": [0, 1]}
 def test_round_trip_of_every_kept_state_through_a_saved_summary(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     x, y, t = rng.standard_normal((300, 4)), rng.integers(0, 3, 300), rng.standard_normal(300)
-    by_label = db.describe(da.from_array(x, chunks=(70, -1)), da.from_array(y, chunks=70), plan=None,
+    by_label = db.describe(da.from_array(x, chunks=(70, -1)), da.from_array(y, chunks=70), run=db.RunOptions(plan=None),
                            stats=("moments", "cov", "hist", "mi", "class_moments", "sketch"))
-    by_target = db.describe(x, target=t, plan=None)
+    by_target = db.describe(x, target=t, run=db.RunOptions(plan=None))
     seen = set()
     for i, s in enumerate((by_label, by_target)):
         back = db.load_summary(s.save(tmp_path / f"s{i}.zarr"))
@@ -121,7 +121,7 @@ def test_a_user_state_round_trips_through_a_saved_summary(tmp_path: Path) -> Non
             return s.total
 
     x = np.random.default_rng(4).standard_normal((200, 3))
-    s = db.describe(x, stats=["moments", Total()], plan=None)
+    s = db.describe(x, stats=["moments", Total()], run=db.RunOptions(plan=None))
     back = db.load_summary(s.save(tmp_path / "s.zarr"), statistics=[Total()])
     _assert_same(back.states["total"].state, s.states["total"].state)
 
@@ -178,7 +178,7 @@ def test_an_unregistered_class_in_a_saved_summary_is_refused_and_nothing_is_impo
     tmp_path: Path, evil_module: str
 ) -> None:
     x = np.random.default_rng(5).standard_normal((100, 3))
-    path = db.describe(x, stats=("moments",), plan=None).save(tmp_path / "s.zarr")
+    path = db.describe(x, stats=("moments",), run=db.RunOptions(plan=None)).save(tmp_path / "s.zarr")
     group = zarr.open_group(Path(path) / "states" / "moments", mode="r+")
     group.attrs.put(dict(group.attrs, state=evil_module))
     with pytest.raises(DataError, match="'codec_evil_states:EvilState' is not the expected") as info:
@@ -210,7 +210,7 @@ def test_a_flipped_byte_in_a_checkpoint_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_changed_state_in_a_saved_summary_is_refused(tmp_path: Path) -> None:
     x = np.random.default_rng(6).standard_normal((100, 3))
-    path = db.describe(x, stats=("moments",), plan=None).save(tmp_path / "s.zarr")
+    path = db.describe(x, stats=("moments",), run=db.RunOptions(plan=None)).save(tmp_path / "s.zarr")
     mean = zarr.open_array(Path(path) / "states" / "moments" / "mean", mode="r+")
     mean[1] = np.nextafter(mean[1], np.inf)  # one bit of one number, with a valid chunk checksum
     with pytest.raises(DataError, match="state 'moments' fails its sha256 checksum"):
@@ -219,7 +219,7 @@ def test_a_changed_state_in_a_saved_summary_is_refused(tmp_path: Path) -> None:
 
 def test_states_of_an_older_summary_are_refused_saying_what_to_do(tmp_path: Path) -> None:
     x = np.random.default_rng(7).standard_normal((100, 3))
-    path = db.describe(x, stats=("moments",), plan=None).save(tmp_path / "s.zarr")
+    path = db.describe(x, stats=("moments",), run=db.RunOptions(plan=None)).save(tmp_path / "s.zarr")
     group = zarr.open_group(Path(path) / "states", mode="r+")
     group.attrs.put(dict(group.attrs, format_version=2))
     with pytest.raises(DataError, match=r"format version 2, this daskbatch reads 3; describe the data again") as info:
@@ -229,11 +229,11 @@ def test_states_of_an_older_summary_are_refused_saying_what_to_do(tmp_path: Path
 
 def test_a_checkpoint_of_an_older_format_is_refused_saying_what_to_do(tmp_path: Path) -> None:
     x = da.from_array(np.random.default_rng(8).standard_normal((400, 3)), chunks=(100, -1))
-    db.describe(x, stats=("moments",), checkpoint=tmp_path, split_every=2, plan=None)
+    db.describe(x, stats=("moments",), checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
     manifest = tmp_path / "daskbatch-checkpoint.json"
     doc = json.loads(manifest.read_text())
     doc["input"]["format"] = "3"
     manifest.write_text(json.dumps(doc))
     with pytest.raises(CheckpointMismatchError, match=r"format \(3 in the checkpoint, 4 now\).*--force") as info:
-        db.describe(x, stats=("moments",), checkpoint=tmp_path, split_every=2, plan=None)
+        db.describe(x, stats=("moments",), checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
     assert "\n" not in str(info.value)

@@ -54,7 +54,7 @@ def _open(store: str, rows: int) -> tuple[da.Array, da.Array]:
 
 def _describe(x: da.Array, y: da.Array, **kw: object) -> db.Summary:
     with dask.config.set(scheduler="threads", num_workers=2):
-        return db.describe(x, target=y, plan=None, **kw)
+        return db.describe(x, target=y, run=db.RunOptions(plan=None), **kw)
 
 
 @pytest.mark.parametrize("rows", [442, 97, 16])
@@ -111,7 +111,7 @@ def _reference_mi(x: np.ndarray, y: np.ndarray, edges: np.ndarray, cuts: np.ndar
 
 def test_mi_with_a_target_equals_a_numpy_reference_on_the_same_bins(diabetes_store) -> None:
     store, x, y = diabetes_store
-    s = _describe(*_open(store, 60), stats=("moments", "hist", "mi"), bins=16, target_bins=12)
+    s = _describe(*_open(store, 60), stats=("moments", "hist", db.stats.MutualInformation(target_bins=12)), bins=16)
     cuts = np.asarray(s.provenance["target"]["cuts"])
     assert s.provenance["target"]["bins"] == len(cuts) + 1 == len(s.classes) and len(cuts) >= 10
     # the bins are the target's quantile bins: about equally populated
@@ -126,12 +126,12 @@ def _top(values: np.ndarray, k: int) -> set[int]:
 
 def test_mi_with_a_target_ranks_features_as_mutual_info_regression(diabetes_store, regression_store) -> None:
     store, x, y = diabetes_store
-    s = _describe(*_open(store, 100), stats=("moments", "hist", "mi"), bins=16, target_bins=16)
+    s = _describe(*_open(store, 100), stats=("moments", "hist", db.stats.MutualInformation(target_bins=16)), bins=16)
     ref = fs.mutual_info_regression(x, y, random_state=0)
     assert sps.spearmanr(s.mi, ref)[0] >= 0.85
     assert len(_top(s.mi, 3) & _top(ref, 3)) >= 2
     store, x, y, coef = regression_store
-    s = _describe(*_open(store, 500), stats=("moments", "hist", "mi"), bins=16, target_bins=16)
+    s = _describe(*_open(store, 500), stats=("moments", "hist", db.stats.MutualInformation(target_bins=16)), bins=16)
     ref = fs.mutual_info_regression(x, y, random_state=0)
     strong = np.flatnonzero(np.abs(coef) > 0)
     # the informative features, and their order, as sklearn's k-NN estimate finds them
@@ -192,18 +192,18 @@ def test_target_refusals(diabetes_store) -> None:
     store, x, y = diabetes_store
     xs, ys = _open(store, 128)
     with pytest.raises(TypeError, match="continuous target goes in target="):
-        db.describe(xs, ys, plan=None)
+        db.describe(xs, ys, run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"^label= with target= is not supported .*: describe the classes and the target in two runs, [^\n]*\)$"):
-        db.describe(xs, (ys > 150).astype(int), target=ys, plan=None)
+        db.describe(xs, (ys > 150).astype(int), target=ys, run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"^target has shape \(441,\); expected \(442,\)"):
-        db.describe(xs, target=ys[:-1], plan=None)
+        db.describe(xs, target=ys[:-1], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="^statistic 'class_moments' needs a class label"):
-        db.describe(xs, target=ys, stats=("moments", "class_moments"), plan=None)
+        db.describe(xs, target=ys, stats=("moments", "class_moments"), run=db.RunOptions(plan=None))
     bad = y.copy()
     bad[300] = np.nan
     with pytest.raises(ValueError, match=r"target holds 1 non-finite value\(s\) .* at its row 44\)"):
         _describe(xs, da.from_array(bad, chunks=128), stats=("moments",))
-    s = db.describe(xs, (ys > 150).astype(int), plan=None)
+    s = db.describe(xs, (ys > 150).astype(int), run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match=r"^score 'f_regression' needs a continuous target: describe\(x, target=y\)$"):
         db.select(s, score="f_regression")
 
@@ -232,20 +232,20 @@ def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_stor
     cuts = s.provenance["target"]["cuts"]
     ranges = np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
     # the same bins given: one pass over all the rows
-    whole = _describe(xs, ys, bins=16, stats=("moments", "hist", "mi"), target_bins=cuts, range=ranges)
+    whole = _describe(xs, ys, bins=16, stats=("moments", "hist", db.stats.MutualInformation(target_bins=cuts)), range=ranges)
     assert whole.provenance["passes"] == 1 and whole.provenance["target"]["cuts"] == cuts
     np.testing.assert_array_equal(updated.joint_counts, whole.joint_counts)
     np.testing.assert_allclose(updated.mi, whole.mi, rtol=1e-13)
     np.testing.assert_allclose(updated.target_comoment, whole.target_comoment, rtol=1e-12)
     with pytest.raises(ValueError, match="strictly increasing"):
-        _describe(xs, ys, stats=("moments", "hist", "mi"), target_bins=[1.0, 1.0])
+        _describe(xs, ys, stats=("moments", "hist", db.stats.MutualInformation(target_bins=[1.0, 1.0])))
 
 
 def test_target_by_name_in_the_store(diabetes_store) -> None:
     """``target="y"`` reads the store's array, as ``label=`` and ``weights=`` do; with arrays a name is refused."""
     store, x, y = diabetes_store
     with dask.config.set(scheduler="threads", num_workers=2):
-        by_name = db.describe(store, target="y", stats=("moments",), plan=None)
+        by_name = db.describe(store, target="y", stats=("moments",), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(scores.f_regression(by_name)[0], fs.f_regression(x, y)[0], rtol=1e-10, atol=0)
     assert by_name.provenance["target"]["dtype"] == "float64"
     with pytest.raises(TypeError, match="target 'y' is a name, and a target name needs x to be a store path"):
@@ -260,7 +260,7 @@ def test_accumulator_with_a_target_equals_describe() -> None:
     x = rng.normal(size=(300, 4))
     t = 2.0 * x[:, 0] + rng.normal(size=300)
     s = db.describe(da.from_array(x, chunks=(50, -1)), target=da.from_array(t, chunks=50), stats=("moments",),
-                    plan=None, split_every=64)
+                    run=db.RunOptions(plan=None, split_every=64))
     acc = db.Accumulator(stats=("moments",), target=True)
     for lo in range(0, 300, 50):
         acc.update(x[lo:lo + 50], t[lo:lo + 50])
@@ -283,6 +283,6 @@ def test_plan_describe_plans_what_describe_runs_with_a_target_or_groups(given: s
           "groups": {"groups": g, "stats": ("moments", "hist"), "classes": list(range(7))}}[given]
     resources = db.Resources(memory_bytes=4 * 2**30, threads_per_worker=2)
     planned = plan_describe(x, resources=resources, range=(-5.0, 5.0), **kw)
-    ran = db.describe(x, plan=resources, range=(-5.0, 5.0), **kw).provenance["plan"]
+    ran = db.describe(x, run=db.RunOptions(plan=resources), range=(-5.0, 5.0), **kw).provenance["plan"]
     assert (planned.task_bytes, planned.n_classes) == (ran["task_bytes"], ran["n_classes"])
     assert planned.task_bytes > plan_describe(x, resources=resources, stats=("moments",)).task_bytes

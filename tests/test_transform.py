@@ -84,7 +84,7 @@ def test_select_then_standardize_equals_numpy(tmp_path: Path) -> None:
 
 def test_project_equals_sklearn_up_to_sign(tmp_path: Path) -> None:
     x = data(rows=600, d=6, seed=2)
-    s = db.describe(x, stats=["moments", "cov"], plan=None)
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))
     report = db.transform(x, [db.steps.project(s, 3)], tmp_path / "p.zarr", chunk_rows=97)
     got = db.open_dataset(report.path).x.compute()
     ref = SkPCA(3, svd_solver="full").fit(x).transform(x)
@@ -96,7 +96,7 @@ def test_project_equals_sklearn_up_to_sign(tmp_path: Path) -> None:
 
 def test_clip_and_constant_features(tmp_path: Path) -> None:
     x = data(rows=300)
-    s = db.describe(x, stats=["moments"], plan=None)
+    s = db.describe(x, stats=["moments"], run=db.RunOptions(plan=None))
     report = db.transform(x, [db.steps.standardize(s), db.steps.clip(-1.5, None)], tmp_path / "c.zarr",
                           dtype="float32")
     got = db.open_dataset(report.path).x.compute()
@@ -114,7 +114,7 @@ def test_clip_and_constant_features(tmp_path: Path) -> None:
 def test_steps_take_any_array_api_block() -> None:
     """The steps use the array API only: an array_api_strict block (as a CuPy one) stays in its namespace."""
     x = data(rows=50)
-    s = db.describe(x, stats=["moments", "cov"], plan=None)
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))
     steps = [db.steps.select([0, 2, 3]), db.steps.standardize(s), db.steps.clip(-1, 1)]
     bound, names = db.steps.bind_all(steps, s.feature_names)
     assert names == ("f0", "f2", "f3")
@@ -219,7 +219,7 @@ def test_cli_names_bad_options(tmp_path: Path) -> None:
 
 def test_json_provenance_round_trips(tmp_path: Path) -> None:
     x = data(rows=100)
-    s = db.describe(x, stats=["moments", "cov"], plan=None)
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))
     steps = [db.steps.standardize(s), db.steps.clip(-3, 3), db.steps.project(db.pca(s, 2))]
     bound, _ = db.steps.bind_all(steps[:2], s.feature_names)
     for step in bound:
@@ -232,7 +232,7 @@ def test_gpu_blocks_match_cpu(tmp_path: Path) -> None:
     import dask.array as da
 
     x = data(rows=500)
-    s = db.describe(x, stats=["moments", "cov"], plan=None)
+    s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))
     steps = [db.steps.standardize(s), db.steps.clip(-2, 2)]
     cpu = db.transform(x, steps, tmp_path / "cpu.zarr", chunk_rows=64, device="cpu").open().x.compute()
     gpu = db.transform(x, steps, tmp_path / "gpu.zarr", chunk_rows=64, device="gpu").open().x.compute()
@@ -247,7 +247,7 @@ def test_runs_on_a_distributed_client(tmp_path: Path) -> None:
     from distributed import Client
 
     x = data(rows=400)
-    s = db.describe(x, stats=["moments"], plan=None)
+    s = db.describe(x, stats=["moments"], run=db.RunOptions(plan=None))
     local = db.transform(x, [db.steps.standardize(s)], tmp_path / "local.zarr", chunk_rows=64)
     with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
         remote = db.transform(x, [db.steps.standardize(s)], tmp_path / "remote.zarr", chunk_rows=64)

@@ -51,7 +51,7 @@ def test_json_holds_quantiles_not_sketch_buckets(wide: tuple[str, db.Summary]) -
 
 def test_to_dataframe_has_the_quantile_columns() -> None:
     x = np.random.default_rng(2).standard_normal((5000, 3))
-    s = db.describe(x, plan=None)
+    s = db.describe(x, run=db.RunOptions(plan=None))
     table = s.to_dataframe()
     for column, q in zip(("q01", "q05", "q25", "median", "q75", "q95", "q99"), DEFAULT_QUANTILES, strict=True):
         np.testing.assert_array_equal(table[column].to_numpy(), s.quantile(q).to_numpy())

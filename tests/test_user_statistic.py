@@ -42,7 +42,7 @@ def data() -> np.ndarray:
 def test_describe_runs_a_users_statistic_fused_with_the_built_in_ones(data: np.ndarray) -> None:
     import dask.array as da
 
-    s = db.describe(da.from_array(data, chunks=(300, -1)), stats=["moments", L1Norm()], split_every=3)
+    s = db.describe(da.from_array(data, chunks=(300, -1)), stats=["moments", L1Norm()], run=db.RunOptions(split_every=3))
     np.testing.assert_allclose(s.extra["l1"], np.nansum(np.abs(data), axis=0), rtol=1e-12)
     np.testing.assert_allclose(s.mean, np.nanmean(data, axis=0), rtol=1e-12)
     assert s.provenance["user_statistics"] == ["l1"]
@@ -59,8 +59,8 @@ def test_checkpoint_resumes_a_users_state_bitwise(tmp_path, data: np.ndarray) ->
     import dask.array as da
 
     x = da.from_array(data, chunks=(250, -1))
-    first = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, split_every=2, plan=None)
-    again = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, split_every=2, plan=None)
+    first = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
+    again = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
     assert read_runs(tmp_path, "moments-l1")[-1]["computed_blocks"] == 0
     np.testing.assert_array_equal(first.extra["l1"], again.extra["l1"])
 
@@ -78,16 +78,16 @@ def test_dask_counts_its_state_by_its_arrays() -> None:
 
 def test_bad_statistics_get_one_line_errors(data: np.ndarray) -> None:
     with pytest.raises(TypeError, match="neither a statistic name nor a statistic"):
-        db.describe(data, stats=["moments", object()], plan=None)
+        db.describe(data, stats=["moments", object()], run=db.RunOptions(plan=None))
 
     @dataclass(frozen=True)
     class Clash(L1Norm):
         name = "cov"
 
     with pytest.raises(ValueError, match="other than the built-in"):
-        db.describe(data, stats=[Clash()], plan=None)
+        db.describe(data, stats=[Clash()], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="two statistics are named 'l1'"):
-        db.describe(data, stats=[L1Norm(), L1Norm()], plan=None)
+        db.describe(data, stats=[L1Norm(), L1Norm()], run=db.RunOptions(plan=None))
 
 
 # A statistic that reads the label: per-class row counts, (K,) with K fixed.
@@ -142,7 +142,7 @@ def _store_arrays(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 def test_needs_label_gives_chunk_the_label_and_others_none(store: str) -> None:
     x, y = _store_arrays(store)
-    s = db.describe(store, stats=["moments", "mi", ClassRows(), SeesNoLabel()], plan=None)
+    s = db.describe(store, stats=["moments", "mi", ClassRows(), SeesNoLabel()], run=db.RunOptions(plan=None))
     np.testing.assert_array_equal(s.extra["class_rows"], np.bincount(y, minlength=3))
     np.testing.assert_array_equal(s.extra["no_label"], [x.shape[0]])
 
@@ -151,9 +151,9 @@ def test_merge_and_update_keep_a_users_statistic(store: str) -> None:
     import dask.array as da
 
     x, y = _store_arrays(store)
-    whole = db.describe(x, stats=["moments", L1Norm()], plan=None)
-    a = db.describe(x[:1000], stats=["moments", L1Norm()], plan=None)
-    b = db.describe(da.from_array(x[1000:], chunks=(700, -1)), stats=["moments", L1Norm()], plan=None)
+    whole = db.describe(x, stats=["moments", L1Norm()], run=db.RunOptions(plan=None))
+    a = db.describe(x[:1000], stats=["moments", L1Norm()], run=db.RunOptions(plan=None))
+    b = db.describe(da.from_array(x[1000:], chunks=(700, -1)), stats=["moments", L1Norm()], run=db.RunOptions(plan=None))
     merged = db.merge(a, b)
     np.testing.assert_allclose(merged.extra["l1"], np.nansum(np.abs(x), axis=0), rtol=1e-13)
     np.testing.assert_allclose(merged.extra["l1"], whole.extra["l1"], rtol=1e-13)
@@ -161,7 +161,7 @@ def test_merge_and_update_keep_a_users_statistic(store: str) -> None:
     np.testing.assert_allclose(updated.extra["l1"], whole.extra["l1"], rtol=1e-13)
     assert updated.provenance["user_statistics"] == ["l1"]
     # a labelled user statistic makes update ask for the label
-    c = db.describe(x[:1000], y[:1000], stats=["moments", ClassRows()], plan=None)
+    c = db.describe(x[:1000], y[:1000], stats=["moments", ClassRows()], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="statistic 'class_rows'"):
         db.update(c, x[1000:])
     np.testing.assert_array_equal(db.update(c, x[1000:], y[1000:]).extra["class_rows"], np.bincount(y, minlength=3))
@@ -186,15 +186,15 @@ class PlainTotal:
 
 
 def test_plain_class_statistics_merge_by_their_attributes(data: np.ndarray) -> None:
-    a = db.describe(data[:100], stats=["moments", PlainTotal()], plan=None)
-    b = db.describe(data[100:], stats=["moments", PlainTotal()], plan=None)
+    a = db.describe(data[:100], stats=["moments", PlainTotal()], run=db.RunOptions(plan=None))
+    b = db.describe(data[100:], stats=["moments", PlainTotal()], run=db.RunOptions(plan=None))
     np.testing.assert_allclose(db.merge(a, b).extra["plain_total"], np.nansum(data, axis=0), rtol=1e-12)
     with pytest.raises(ValueError, match="'plain_total' statistics differ"):
-        db.merge(a, db.describe(data[100:], stats=["moments", PlainTotal(2.0)], plan=None))
+        db.merge(a, db.describe(data[100:], stats=["moments", PlainTotal(2.0)], run=db.RunOptions(plan=None)))
 
 
 def test_a_plain_class_statistic_loads_with_a_new_instance(tmp_path, data: np.ndarray) -> None:
-    s = db.describe(data, stats=["moments", PlainTotal(3.0)], plan=None)
+    s = db.describe(data, stats=["moments", PlainTotal(3.0)], run=db.RunOptions(plan=None))
     back = db.load_summary(s.save(tmp_path / "s.zarr"), statistics=[PlainTotal(3.0)])
     np.testing.assert_array_equal(back.extra["plain_total"], s.extra["plain_total"])
     with pytest.raises(db.DataError, match="'scale', 3.0.*'scale', 1.0"):
@@ -202,14 +202,14 @@ def test_a_plain_class_statistic_loads_with_a_new_instance(tmp_path, data: np.nd
 
 
 def test_merge_refuses_different_parameters(data: np.ndarray) -> None:
-    a = db.describe(data[:100], data[:100, 0] > 0, stats=["moments", ClassRows(k=3)], plan=None)
-    b = db.describe(data[100:], data[100:, 0] > 0, stats=["moments", ClassRows(k=4)], plan=None)
+    a = db.describe(data[:100], data[:100, 0] > 0, stats=["moments", ClassRows(k=3)], run=db.RunOptions(plan=None))
+    b = db.describe(data[100:], data[100:, 0] > 0, stats=["moments", ClassRows(k=4)], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="'class_rows' statistics differ"):
         db.merge(a, b)
 
 
 def test_results_are_in_to_xarray_and_to_dataframe(data: np.ndarray) -> None:
-    s = db.describe(data, stats=["moments", L1Norm()], plan=None)
+    s = db.describe(data, stats=["moments", L1Norm()], run=db.RunOptions(plan=None))
     want = np.nansum(np.abs(data), axis=0)
     ds = s.to_xarray()
     assert ds["l1"].dims == ("feature",)
@@ -220,7 +220,7 @@ def test_results_are_in_to_xarray_and_to_dataframe(data: np.ndarray) -> None:
 
 def test_save_and_load_keep_results_and_states_exactly(tmp_path, store: str) -> None:
     x, y = _store_arrays(store)
-    s = db.describe(store, stats=["moments", ClassRows(), L1Norm()], plan=None)
+    s = db.describe(store, stats=["moments", ClassRows(), L1Norm()], run=db.RunOptions(plan=None))
     s.save(tmp_path / "s.zarr")
     # without the statistics: their results as saved, but no state to continue from
     plain = db.load_summary(tmp_path / "s.zarr")
@@ -237,7 +237,7 @@ def test_save_and_load_keep_results_and_states_exactly(tmp_path, store: str) -> 
         db.merge(back, s)
     other_path = str(tmp_path / "other.zarr")
     other = db.synth(other_path, rows=1000, features=4, classes=3, chunk_rows=500, dtype="float64", seed=6)
-    more = db.describe(other_path, stats=["moments", ClassRows(), L1Norm()], plan=None)
+    more = db.describe(other_path, stats=["moments", ClassRows(), L1Norm()], run=db.RunOptions(plan=None))
     both = db.merge(back, more)
     x_other = np.asarray(other.x)
     np.testing.assert_allclose(both.extra["l1"], np.nansum(np.abs(x), axis=0) + np.nansum(np.abs(x_other), axis=0),
@@ -253,7 +253,7 @@ def test_loading_never_imports_what_the_file_names(tmp_path, monkeypatch, data: 
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "secret_stats.py").write_text(_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path / "lib"))
-    s = db.describe(data, stats="moments,secret_stats:Total", plan=None)
+    s = db.describe(data, stats="moments,secret_stats:Total", run=db.RunOptions(plan=None))
     s.save(tmp_path / "s.zarr")
     saved = next(p for p in (tmp_path / "s.zarr" / "states" / "total").iterdir() if p.name == "zarr.json")
     assert "secret_stats:Total" in saved.read_text()
@@ -313,10 +313,10 @@ def test_an_entry_point_registers_a_name(tmp_path, monkeypatch, data: np.ndarray
     (lib / "mystats-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mystats\nVersion: 1.0\n")
     (lib / "mystats-1.0.dist-info" / "entry_points.txt").write_text("[daskbatch.statistics]\ntotal = ep_stats:Total\n")
     monkeypatch.syspath_prepend(str(lib))
-    s = db.describe(data, stats="moments,total", plan=None)
+    s = db.describe(data, stats="moments,total", run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.extra["total"], np.nansum(data, axis=0), rtol=1e-12)
     with pytest.raises(ValueError, match="daskbatch.statistics"):
-        db.describe(data, stats="moments,not_registered", plan=None)
+        db.describe(data, stats="moments,not_registered", run=db.RunOptions(plan=None))
 
 
 def test_a_state_that_is_no_dataclass_is_refused_before_saving(tmp_path, data: np.ndarray) -> None:
@@ -333,7 +333,7 @@ def test_a_state_that_is_no_dataclass_is_refused_before_saving(tmp_path, data: n
         def finalize(self, s):
             return s["n"]
 
-    s = db.describe(data, stats=["moments", DictState()], plan=None)
+    s = db.describe(data, stats=["moments", DictState()], run=db.RunOptions(plan=None))
     with pytest.raises(ValueError, match="'dict_state': its state is a dict"):
         s.save(tmp_path / "s.zarr")
     assert not (tmp_path / "s.zarr").exists()

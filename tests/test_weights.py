@@ -245,7 +245,7 @@ def test_accumulator_with_weights_equals_describe(dataset) -> None:
     """Streamed batch by batch with ``update(xb, yb, w=wb)``: describe's results on the same 40-row chunks, bit for bit."""
     path, x, y, w, _ = dataset
     stats, rng = ("moments", "cov", "hist", "mi"), (0.0, 4000.0)
-    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, plan=None, range=rng, split_every=64)
+    s = db.describe(da.from_array(x, chunks=(40, -1)), y, weights=w, stats=stats, run=db.RunOptions(plan=None, split_every=64), range=rng)
     acc = db.Accumulator(stats=stats, range=rng)
     for lo in range(0, len(x), 40):
         acc.update(x[lo:lo + 40], y[lo:lo + 40], w=w[lo:lo + 40])
@@ -270,7 +270,7 @@ def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
 
     path, x, y, w, _ = dataset
     ds = db.open_dataset(path, label="y", chunks=40)
-    kw = {"weights": "w", "stats": ("moments", "cov", "mi"), "range": (0.0, 4000.0), "plan": None, "split_every": 2}
+    kw = {"weights": "w", "stats": ("moments", "cov", "mi"), "range": (0.0, 4000.0), "run": db.RunOptions(plan=None, split_every=2)}
     plain = db.describe(ds, **kw)
 
     def fail_at_the_last_block(block, block_info=None):

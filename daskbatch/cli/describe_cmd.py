@@ -136,7 +136,7 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
-    from daskbatch.describe import describe, plan_describe  # lazy: dask
+    from daskbatch.describe import describe, new_spelling, plan_describe  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
     from daskbatch.io.missing import MissingPolicy  # lazy: dask, zarr
 
@@ -191,12 +191,12 @@ def describe_command(
             connected = True
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
-            summary = describe(
-                dataset, **settings, weights=weights_name, progress=progress and not quiet,
+            summary = describe(dataset, **new_spelling(dict(
+                settings, weights=weights_name, progress=progress and not quiet,
                 checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
                 # "auto" was resolved to cpu or gpu above.
                 device=cast(Device, device), classes=classes,
-            )
+            )))
             if previous is not None:
                 from daskbatch.incremental import merge  # lazy: dask
 

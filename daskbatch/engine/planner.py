@@ -30,6 +30,7 @@ from daskbatch.stats.sketch import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
+    configured,
     counts_by_label,
     describe_statistics,
     footprint_of,
@@ -199,15 +200,15 @@ def plan_describe(
     x: Any,
     label: Any = None,
     *,
-    stats: str | Sequence[str] = DEFAULT_STATS,
-    bins: int = 64,
+    stats: str | Sequence[Any] = DEFAULT_STATS,
+    bins: int | None = None,
     range: Any = None,  # noqa: A002 - describe's name
     split_every: int | None = None,
     resources: Any = "auto",
     classes: Sequence[int] | None = None,
     target: Any = None,
     groups: Any = None,
-    target_bins: Any = 16,
+    target_bins: Any = None,
     weights: Any = None,
 ) -> Plan:
     """Make the plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
@@ -221,10 +222,10 @@ def plan_describe(
         As in :func:`daskbatch.describe`.
     label : array or str, optional
         As in :func:`daskbatch.describe` (``mi`` is dropped without a label).
-    stats : str or sequence of str
-        As in :func:`daskbatch.describe`.
-    bins : int, default 64
-        As in :func:`daskbatch.describe`.
+    stats : str or sequence
+        As in :func:`daskbatch.describe` (names and statistic objects).
+    bins : int, optional
+        As in :func:`daskbatch.describe` (default 64, or what the statistic objects say).
     range : (lo, hi), array of shape (D, 2), "minmax" or None
         As in :func:`daskbatch.describe` (without it the quantile sketch is planned for).
     split_every : int, optional
@@ -239,8 +240,8 @@ def plan_describe(
         co-moments, and with ``mi`` its sketch and quantile bins) are planned for.
     groups : array, optional
         As in :func:`daskbatch.describe`: the statistics by group are planned for.
-    target_bins : int or sequence of float, default 16
-        As in :func:`daskbatch.describe`.
+    target_bins : int or sequence of float, optional
+        As :class:`~daskbatch.stats.MutualInformation`'s (default 16).
     weights : array or str, optional
         As in :func:`daskbatch.describe`: each chunk task's weight column is planned for.
 
@@ -258,6 +259,8 @@ def plan_describe(
         with_target,
     )
 
+    asked = configured(stats, bins=bins, range=range, classes=classes, target_bins=target_bins)
+    bins, range, classes = asked.histogram.bins, asked.histogram.range, asked.mi.classes  # noqa: A001
     if groups is not None:
         refuse_beside_groups(label, target)
     data = as_feature_matrix(x, label)
@@ -266,13 +269,13 @@ def plan_describe(
     if groups is not None:
         data = with_groups(data, groups)
     data = as_weights(weights, data)
-    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range)
+    wanted = describe_statistics(asked, labelled=data.label is not None, range_=range)
     if groups is not None:
         wanted = grouped_statistics(wanted)
     fused: tuple[Any, ...] = ()
     n_classes = None
     if target is not None:
-        wanted, fused, bins_of_target, _ = target_statistics(stats, wanted, target_bins)
+        wanted, fused, bins_of_target, _ = target_statistics(asked, wanted, asked.mi.target_bins)
         n_classes = None if bins_of_target is None else len(bins_of_target)
     names = (*names_of(wanted), *map(footprint_of, fused))
     if classes is not None and counts_by_label(wanted) and target is None:
@@ -281,7 +284,7 @@ def plan_describe(
         lambda stats_: plan_statistics(
             data, stats_, bins=bins, resources=resources, split_every=split_every, n_classes=n_classes
         ),
-        names, optional=SKETCH not in requested(stats),
+        names, optional=SKETCH not in requested(asked),
     )
     return chosen
 

@@ -14,7 +14,7 @@ import dataclasses
 import datetime
 import functools
 import logging
-from typing import Any, Literal
+from typing import Any
 
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
@@ -47,6 +47,7 @@ from daskbatch.stats.sketch import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
+    Configured,
     counts_by_label,
     counts_histograms,
     describe_statistics,
@@ -61,43 +62,9 @@ from daskbatch.stats.spec import (
 )
 from daskbatch.stats.target import target_cuts
 
-__all__ = ["Computed", "StatisticParameters", "prepared_inputs", "run_statistics"]
+__all__ = ["Computed", "prepared_inputs", "run_statistics"]
 
 log = logging.getLogger("daskbatch.describe")
-
-
-@dataclasses.dataclass(frozen=True)
-class StatisticParameters:  # numpydoc ignore=PR02
-    """The parameters of the built-in statistics of one ``describe`` run (see :func:`daskbatch.describe`).
-
-    Parameters
-    ----------
-    bins : int
-        Histogram bins per feature.
-    range : object
-        Histogram range(s): (lo, hi), (D, 2), ``"minmax"`` or None.
-    ddof : int
-        Delta degrees of freedom.
-    bias : bool
-        Biased skewness and kurtosis.
-    nan_policy : {"omit", "propagate", "raise"}
-        What NaN values do.
-    classes : sequence of int or None
-        The label's class values.
-    target_bins : int or sequence of float
-        Quantile bins of a continuous target, or its cuts.
-    miller_madow : bool
-        The Miller–Madow correction of mutual information (recorded in the provenance).
-    """
-
-    bins: int
-    range: Any
-    ddof: int
-    bias: bool
-    nan_policy: Literal["omit", "propagate", "raise"]
-    classes: Any
-    target_bins: Any
-    miller_madow: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +130,7 @@ def prepared_inputs(
 
 
 def run_statistics(
-    data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
-    grouped: bool, targeted: bool,
+    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails.
 
@@ -180,10 +146,8 @@ def run_statistics(
     ----------
     data : FeatureMatrix
         From :func:`prepared_inputs`.
-    stats : str or sequence
-        The statistics asked for (names, statistic objects).
-    params : StatisticParameters
-        Their parameters.
+    stats : Configured
+        The statistics asked for, with their parameters (:func:`daskbatch.stats.spec.configured`).
     run : RunOptions
         How to run.
     where : DeviceChoice
@@ -198,7 +162,7 @@ def run_statistics(
     Computed
         The results, states and provenance.
     """
-    compute = functools.partial(_computed, data, stats, params, run, grouped=grouped, targeted=targeted)
+    compute = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)
     on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"  # CuPy blocks cannot move back
     try:
         return compute(where=where)
@@ -218,11 +182,11 @@ def run_statistics(
 
 
 def _computed(
-    data: FeatureMatrix, stats: Any, params: StatisticParameters, run: RunOptions, *, where: DeviceChoice,
-    grouped: bool, targeted: bool,
+    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` in one or two passes on ``where``'s device (see :func:`run_statistics`)."""
-    device, range_, bins = where.device, params.range, params.bins
+    device, range_, bins = where.device, stats.histogram.range, stats.histogram.bins
+    moments = stats.moments
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
     if grouped:
         wanted = grouped_statistics(wanted)
@@ -231,11 +195,11 @@ def _computed(
         steps._check_weighted(custom)
     layout = steps._run_layout(run.plan, run.split_every, run.checkpoint, run.force)
     if targeted:
-        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, params.target_bins)
+        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, stats.mi.target_bins)
         custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
     else:
         given_cuts = None
-        class_values, classes_from = steps._class_values_of(data, wanted, params.classes, layout.split_every_or_default,
+        class_values, classes_from = steps._class_values_of(data, wanted, stats.mi.classes, layout.split_every_or_default,
                                                    run.progress, negative=grouped)
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
@@ -281,7 +245,7 @@ def _computed(
         data = dataclasses.replace(data, x=x, label=label, weights=weights_)
     runner = PassRunner(data, fan_in, run.progress, run.checkpoint, run.force, passes=2 if two_passes else 1,
                         cancel=run.cancel)
-    first = steps._first_pass(wanted, ddof=params.ddof, bias=params.bias, nan_policy=params.nan_policy, tiled=tiled,
+    first = steps._first_pass(wanted, ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy, tiled=tiled,
                         class_values=class_values,
                         histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
                         if explicit and not found_cuts and counts_histograms(wanted) else None,
@@ -291,7 +255,7 @@ def _computed(
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = steps._kept_by_name(first, runner(first, finalize=False))
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
-        steps._check_nan_policy(results[Moments.name], params.nan_policy, data)
+        steps._check_nan_policy(results[Moments.name], moments.nan_policy, data)
         if two_passes:
             sketch = results[Sketch.name] if range_ is None else None
             m = results[Moments.name]
@@ -300,7 +264,7 @@ def _computed(
                       if range_ is not None else "the sketch's 0.1-99.9 % quantiles widened by its error bound, "
                       "values detached beyond robust fences left out")
             by_class: dict[str, Any] = (
-                {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(params.target_bins))}
+                {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(stats.mi.target_bins))}
                 if target_mi
                 else {"classes": class_values if counts_by_label(wanted) else None}
             )
@@ -320,12 +284,12 @@ def _computed(
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
         results[CoMoments.name], provenance["tiled_cov"] = steps._tiled_cov(data, chosen.feature_tile, run.cov_out,
-                                                                      params.ddof, fan_in)
+                                                                      stats.cov.ddof, fan_in)
     provenance.update(
-        stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=params.ddof,
-        bias=params.bias, nan_policy=params.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
+        stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=moments.ddof,
+        bias=moments.bias, nan_policy=moments.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
         pass_seconds=list(runner.seconds), chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
-        range_given=explicit, classes_from=classes_from, miller_madow=params.miller_madow, device=device,
+        range_given=explicit, classes_from=classes_from, miller_madow=stats.mi.miller_madow, device=device,
         device_reason=where.reason, cached=cached,
         layout=layout.source, plan=None if chosen is None else {
             "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes,

@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from daskbatch.describe import describe, plan_describe
+from daskbatch.describe import describe, new_spelling, plan_describe
 from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
 from daskbatch.errors import Cancelled, Interrupted, PlanError
 from daskbatch.io.dataset import open_dataset
@@ -263,12 +263,12 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
             device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
 
         with phase(report, "describe"):
-            summary = describe(
-                dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
+            summary = describe(dataset, **new_spelling(dict(
+                stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
-                device=device, classes=job.statistics.classes,  # type: ignore[arg-type]
+                device=device, classes=job.statistics.classes,
                 weights=job.input.weights, target=job.input.target, groups=job.input.groups,
-            )
+            )))
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
         prov = summary.provenance

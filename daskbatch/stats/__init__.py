@@ -11,15 +11,15 @@ from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
 from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
-from daskbatch.stats.mutual_info import mutual_information
+from daskbatch.stats.mutual_info import MutualInformation, mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 from daskbatch.stats.state_registry import register_state
 
-#: CLI / API names of the statistics ``describe`` can compute ("mi" is the histogram by label;
+#: CLI / API names of the statistics ``describe`` can compute ("mi" is counted as the histogram by label;
 #: "sketch" the quantile sketch, also computed whenever histogram ranges are found from the data).
-STATISTICS = {
-    "moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": Histogram, "class_moments": ClassMoments,
+STATISTICS: dict[str, type] = {
+    "moments": Moments, "cov": CoMoments, "hist": Histogram, "mi": MutualInformation, "class_moments": ClassMoments,
     "sketch": Sketch,
 }
 
@@ -33,7 +33,7 @@ FOOTPRINTS: dict[str, Footprint] = {
 __all__ = [
     "FOOTPRINTS", "STATISTICS", "Footprint", "State", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",
     "CoMomentsResult", "CoMomentsState", "Histogram",
-    "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "Sketch",
+    "HistogramResult", "HistogramState", "Moments", "MomentsResult", "MomentsState", "MutualInformation", "Sketch",
     "SketchResult", "SketchState", "Statistic",
     "histogram_quantile", "merge_all", "mutual_information", "register_state",
 ]

@@ -21,7 +21,8 @@ at most ``max_classes``) and merged by padding with zeros.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
@@ -65,10 +66,11 @@ class Histogram:  # numpydoc ignore=PR02
 
     Parameters
     ----------
-    bins : int
+    bins : int, default 64
         Number of equal-width bins per feature.
-    lo, hi : tuple of float
-        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
+    lo, hi : tuple of float, default ()
+        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite);
+        left empty in ``describe(stats=[Histogram(...)])``, which finds them from ``range``.
     by_label : bool, default False
         Count (bin × class) joint tables from the integer label passed to ``chunk``.
     classes : sequence of int, optional
@@ -82,15 +84,31 @@ class Histogram:  # numpydoc ignore=PR02
         increasing values into ``len(target_cuts) + 1`` classes (a row's class
         is the number of cuts at or below its value, as
         ``numpy.searchsorted(cuts, y, side="right")``). Excludes ``classes``.
+    range : (lo, hi), array of shape (D, 2), "minmax" or None, default None
+        What :func:`daskbatch.describe` counts on when ``lo``/``hi`` are empty
+        (not saved with the counts, which keep ``lo``/``hi``). Given, everything
+        takes one pass. None: a first pass fills a quantile sketch and the
+        second counts over each feature's ``[0.1 %, 99.9 %]`` quantiles widened
+        by the sketch's error bound and by 5 % of their span on each side
+        (clipped to its min and max), values detached beyond robust fences left
+        out (sentinels, 1e12, ±inf; :mod:`daskbatch.stats.ranges`); it also
+        counts the fine histogram that makes :meth:`daskbatch.Summary.quantile`
+        exact to one of its bins. ``"minmax"``: each feature's min and max, also
+        the last resort when not even the windowed sketch fits a worker (with a
+        :class:`~daskbatch.RangeWarning`). Values outside are kept in the
+        underflow and overflow counts; more than 1 % of a feature's outside its
+        range raises a :class:`~daskbatch.RangeWarning`.
     """
 
-    bins: int
-    lo: tuple[float, ...]
-    hi: tuple[float, ...]
+    bins: int = 64
+    lo: tuple[float, ...] = ()
+    hi: tuple[float, ...] = ()
     by_label: bool = False
     classes: tuple[int, ...] | None = None
     max_classes: int = DEFAULT_MAX_CLASSES
     target_cuts: tuple[float, ...] | None = None
+    # A request's field, resolved into lo/hi before counting: not compared, not saved.
+    range: Any = field(default=None, compare=False, metadata={"request": True})  # noqa: A003 - numpy.histogram's name
     name = "hist"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})

@@ -1,12 +1,105 @@
-"""Mutual information between each feature (binned) and a class label, from joint counts."""
+"""Mutual information between each feature (binned) and a class label, from joint counts.
+
+:class:`MutualInformation` is the statistic users ask for (``"mi"``, with its
+estimator's base and correction); what the passes count for it is the joint
+(bin × class) table of a :class:`~daskbatch.stats.Histogram` by label
+(:meth:`MutualInformation.joint`), and :func:`mutual_information` reads it.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from daskbatch._typing import Array
 from daskbatch.stats.backend import namespace
+from daskbatch.stats.histogram import Histogram
+
+__all__ = ["MI_BASES", "MutualInformation", "mutual_information"]
+
+MI_BASES = ("e", 2)
+
+
+@dataclass(frozen=True)
+class MutualInformation:  # numpydoc ignore=PR02
+    """Mutual information of every feature (binned) with the label, from (bin × class) joint tables.
+
+    The plug-in estimate on the ``bins`` in-range bins
+    (``sklearn.metrics.mutual_info_score`` of the binned values), not
+    scikit-learn's k-nearest-neighbour ``mutual_info_classif``: higher on small
+    samples (its bias, median 1.24x on breast_cancer at 64 bins), lower on
+    heavy tails that equal-width bins crowd into a few bins (README, "Numbers
+    you can trust"). Computed only with a label or a continuous target.
+
+    Parameters
+    ----------
+    bins : int, default 64
+        Bins per feature of the joint tables (the same as the histogram's, which they replace).
+    range : (lo, hi), array of shape (D, 2), "minmax" or None, default None
+        The bins' ranges, as :class:`~daskbatch.stats.Histogram`'s ``range``.
+    base : {"e", 2}, default "e"
+        Mutual information in nats or bits.
+    miller_madow : bool, default False
+        Apply the Miller–Madow bias correction (see :func:`mutual_information`).
+    classes : sequence of int, optional
+        The label's class values (one table column each); default: found as
+        :func:`daskbatch.describe`'s ``classes`` says.
+    target_bins : int or sequence of float, default 16
+        With a continuous target: its quantile bins (at least 2), or the cuts
+        themselves (strictly increasing), the classes of the tables.
+    """
+
+    bins: int = 64
+    range: Any = field(default=None, compare=False)  # noqa: A003 - numpy.histogram's name
+    base: Literal["e", 2] = "e"
+    miller_madow: bool = False
+    classes: tuple[int, ...] | None = None
+    target_bins: Any = 16
+    name = "mi"
+
+    def __post_init__(self) -> None:
+        if self.base not in MI_BASES:
+            raise ValueError(f"base must be 'e' or 2, got {self.base!r}")
+        if not isinstance(self.miller_madow, bool):
+            raise TypeError(f"miller_madow must be True or False, got {self.miller_madow!r}")
+        if self.classes is not None:  # hashable, as the other statistics' parameters
+            object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
+        if not isinstance(self.target_bins, numbers.Integral):
+            object.__setattr__(self, "target_bins", tuple(float(c) for c in self.target_bins))
+
+    def joint(self, lo: tuple[float, ...], hi: tuple[float, ...], **by_class: Any) -> Histogram:
+        """Make the histogram by label whose joint tables this estimate reads.
+
+        Parameters
+        ----------
+        lo, hi : tuple of float
+            Each feature's range, resolved.
+        **by_class
+            ``classes`` or ``target_cuts`` of :class:`~daskbatch.stats.Histogram`.
+
+        Returns
+        -------
+        Histogram
+            With ``by_label=True``.
+        """
+        return Histogram(bins=self.bins, lo=lo, hi=hi, by_label=True, **by_class)
+
+    def information(self, joint: Array) -> Array:
+        """Estimate the mutual information from the in-range joint counts.
+
+        Parameters
+        ----------
+        joint : array of int, shape (D, B, K)
+            Counts of rows per (feature, bin, class).
+
+        Returns
+        -------
+        array of float64, shape (D,)
+            As :func:`mutual_information` with this statistic's ``base`` and ``miller_madow``.
+        """
+        return mutual_information(joint, base=self.base, miller_madow=self.miller_madow)
 
 
 def mutual_information(

@@ -85,9 +85,10 @@ def statistic_params(statistic: Any) -> dict[str, Any]:
     """
     if type(statistic) not in STATE_CLASSES:
         raise TypeError(f"{type(statistic).__qualname__} is not a statistic whose state a summary keeps")
+    # A request's fields (a histogram's ``range``) are resolved before counting: the state does not depend on them.
     return {
         f.name: list(v) if isinstance(v := getattr(statistic, f.name), tuple) else v
-        for f in dataclasses.fields(statistic)
+        for f in dataclasses.fields(statistic) if not f.metadata.get("request")
     }
 
 

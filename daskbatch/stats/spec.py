@@ -1,8 +1,10 @@
-"""What to compute: statistic names from user input, NaN policies and histogram ranges.
+"""What to compute: statistic objects from user input, NaN policies and histogram ranges.
 
-The one place that turns what a user asks for (``stats="moments,cov"``, a
-``range``) into what :func:`daskbatch.describe`, :class:`daskbatch.Accumulator`,
-:func:`daskbatch.plan` and the CLI compute.
+The one place that turns what a user asks for (``stats="moments,cov"``,
+``stats=[Moments(ddof=0), "hist"]``, a ``range``) into what
+:func:`daskbatch.describe`, :class:`daskbatch.Accumulator`, :func:`daskbatch.plan`
+and the CLI compute: :func:`configured` builds the statistic objects, with
+their parameters, that everything above this layer reads.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from daskbatch._arguments import strict_int
-from daskbatch.stats import STATISTICS, ClassMoments, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats import (
+    STATISTICS,
+    ClassMoments,
+    CoMoments,
+    Histogram,
+    Moments,
+    MutualInformation,
+    Sketch,
+)
 from daskbatch.stats.footprint import Footprint, generic_footprint
 from daskbatch.stats.ranges import around_constant, robust_ranges
 from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
@@ -39,7 +49,7 @@ class Requested:  # numpydoc ignore=PR02
     name : str
         The name users type (``"mi"``).
     statistic : type
-        The class it builds (``"hist"`` and ``"mi"`` both build a :class:`~daskbatch.stats.Histogram`).
+        Its statistic class (``"mi"``: :class:`~daskbatch.stats.MutualInformation`).
     needs_label, needs_class_label : bool, default False
         Computed only with a label or a continuous target (left out without one); only with a class label.
     needs_ranges, by_label : bool, default False
@@ -57,13 +67,144 @@ class Requested:  # numpydoc ignore=PR02
 MOMENTS = Requested("moments", Moments)
 COV = Requested("cov", CoMoments)
 HIST = Requested("hist", Histogram, needs_ranges=True)
-#: The histogram by label, counted in place of ``hist`` (mutual information comes from its joint tables).
-MI = Requested("mi", Histogram, needs_label=True, needs_ranges=True, by_label=True)
+#: Mutual information, from the joint tables of the histogram by label (counted in place of ``hist``).
+MI = Requested("mi", MutualInformation, needs_label=True, needs_ranges=True, by_label=True)
 CLASS_MOMENTS = Requested("class_moments", ClassMoments, needs_label=True, needs_class_label=True)
 SKETCH = Requested("sketch", Sketch)
 #: Every built-in statistic by the name users type: the one place that reads those names.
 BUILT_IN: dict[str, Requested] = {r.name: r for r in (MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH)}
 assert set(BUILT_IN) == set(STATISTICS)
+
+
+#: Default of every parameter a keyword shortcut of describe fills, and the statistics that carry it.
+SHORTCUTS: dict[str, tuple[Any, tuple[type, ...]]] = {
+    "ddof": (1, (Moments, CoMoments, ClassMoments)),
+    "bias": (True, (Moments,)),
+    "nan_policy": ("omit", (Moments,)),
+    "bins": (64, (Histogram, MutualInformation)),
+    "range": (None, (Histogram, MutualInformation)),
+    "classes": (None, (ClassMoments, MutualInformation)),
+    "base": ("e", (MutualInformation,)),
+    "miller_madow": (False, (MutualInformation,)),
+    "target_bins": (16, (MutualInformation,)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Configured:  # numpydoc ignore=PR02
+    """The built-in statistics of one run with their parameters, and a user's own: what :func:`configured` builds.
+
+    Parameters
+    ----------
+    wanted : tuple
+        The built-in statistics asked for, configured, moments first.
+    user : tuple
+        A user's statistics, in order.
+    moments, cov, histogram, mi, class_moments : object
+        Every built-in statistic as this run configures it, asked for or not
+        (a run with ``groups`` adds the histograms by label, ``like=`` fixes bins).
+    """
+
+    wanted: tuple[Any, ...]
+    user: tuple[Any, ...]
+    moments: Moments
+    cov: CoMoments
+    histogram: Histogram
+    mi: MutualInformation
+    class_moments: ClassMoments
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Name the built-in statistics asked for (moments first).
+
+        Returns
+        -------
+        tuple of str
+            Their names.
+        """
+        return tuple(s.name for s in self.wanted)
+
+
+def configured(stats: Any, **shortcuts: Any) -> Configured:
+    """Build the statistic objects of ``stats`` with their parameters: the one builder above ``stats/``.
+
+    Names (``"cov"``, ``"moments,hist"``) build the built-in statistics with
+    the keyword ``shortcuts`` (describe's ``ddof=``, ``bins=``, ...; None: not
+    given), else with what the objects among ``stats`` say (a parameter shared
+    by several statistics, such as ``ddof`` or ``bins``, is one per run), else
+    with the defaults. Objects of the built-in classes keep their parameters;
+    other objects, and names of a user's statistics, are a user's statistics.
+
+    Parameters
+    ----------
+    stats : str or sequence
+        Names, comma-separated names, statistic objects.
+    **shortcuts
+        Values of the keys of :data:`SHORTCUTS`, or None.
+
+    Returns
+    -------
+    Configured
+        The statistics.
+
+    Raises
+    ------
+    ValueError
+        One line naming two values of one parameter that disagree, or a bad value.
+    """
+    names, objects = _split(stats)
+    given: dict[type, Any] = {}
+    for obj in (o for o in objects if type(o) in _BUILT_IN_TYPES):
+        if type(obj) in given:
+            raise ValueError(f"two {type(obj).__name__} statistics: give each built-in statistic once")
+        given[type(obj)] = obj
+    values = {key: _resolved(key, shortcuts.get(key), given) for key in SHORTCUTS}
+    values["bins"] = strict_int(values["bins"], "bins", minimum=1)
+    values["ddof"] = strict_int(values["ddof"], "ddof", minimum=0)
+    if values["nan_policy"] not in NAN_POLICIES:
+        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {values['nan_policy']!r}")
+    if values["classes"] is not None:
+        values["classes"] = tuple(int(c) for c in values["classes"])
+    built: dict[type, Any] = {cls: cls(**{k: v for k, v in values.items() if cls in SHORTCUTS[k][1]})
+                               for cls in (Moments, CoMoments, Histogram, MutualInformation, ClassMoments)}
+    built[Sketch] = given.get(Sketch, Sketch())
+    order = (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
+    return Configured(
+        wanted=tuple(built[BUILT_IN[n].statistic] for n in order),
+        user=tuple(o for o in objects if type(o) not in _BUILT_IN_TYPES),
+        moments=built[Moments], cov=built[CoMoments], histogram=built[Histogram], mi=built[MutualInformation],
+        class_moments=built[ClassMoments],
+    )
+
+
+def _resolved(key: str, shortcut: Any, given: dict[type, Any]) -> Any:
+    """The one value of parameter ``key``: the keyword's or the objects' (those that differ from the default)."""
+    default, carriers = SHORTCUTS[key]
+    said = [(f"{cls.__name__}({key}={v!r})", v) for cls in carriers if cls in given
+            and not _same(v := _field(given[cls], key), default)]
+    if shortcut is not None:
+        said.insert(0, (f"{key}={shortcut!r}", shortcut))
+    for where, value in said[1:]:
+        if not _same(value, said[0][1]):
+            raise ValueError(f"{said[0][0]} contradicts {where}: give {key} once")
+    return said[0][1] if said else default
+
+
+def _field(obj: Any, key: str) -> Any:
+    """A configured field of a built-in statistic (a histogram's ``lo``/``hi`` stand for its ``range``)."""
+    if key == "range" and isinstance(obj, Histogram) and obj.range is None and obj.lo:
+        return np.stack([obj.lo, obj.hi], axis=1)
+    return getattr(obj, key)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two parameter values are the same (ranges and class values compared as arrays)."""
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return a is b or (type(a) is type(b) and a == b)
+    try:
+        return bool(np.array_equal(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
+    except (TypeError, ValueError):
+        return bool(a == b)
 
 
 def requested(stats: Any) -> tuple[Requested, ...]:
@@ -152,8 +293,24 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
     return (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
 
 
-def _items(stats: Any) -> tuple[Any, ...]:
-    if isinstance(stats, str) or is_statistic(stats):
+#: The classes of the built-in statistics: an object of one is configured, not a user's statistic.
+_BUILT_IN_TYPES = frozenset(STATISTICS.values())
+
+
+def statistic_items(stats: Any) -> tuple[Any, ...]:
+    """Split ``stats`` into its items: one name, comma string or statistic, or a sequence of them.
+
+    Parameters
+    ----------
+    stats : str, statistic or sequence
+        What ``describe``'s ``stats`` takes.
+
+    Returns
+    -------
+    tuple
+        The items.
+    """
+    if isinstance(stats, str) or is_statistic(stats) or type(stats) in _BUILT_IN_TYPES:
         return (stats,)
     return tuple(stats)
 
@@ -162,7 +319,13 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
     """The built-in names among ``stats``, and the user's statistics (objects, or built from their names)."""
     names: list[str] = []
     objects: list[Any] = []
-    for part in _items(stats):
+    if isinstance(stats, Configured):
+        return list(stats.names), list(stats.user)
+    for part in statistic_items(stats):
+        if type(part) in _BUILT_IN_TYPES:  # a built-in statistic with its parameters
+            if isinstance(part, Histogram) and part.by_label:
+                raise ValueError("a Histogram by label is what MutualInformation counts: give MutualInformation(...)")
+            names.append(part.name)
         if not isinstance(part, str):
             objects.append(part)
             continue
@@ -266,6 +429,8 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
     """
     found: list[Any] = []
     for obj in _split(stats)[1]:
+        if type(obj) in _BUILT_IN_TYPES:
+            continue
         if not is_statistic(obj):
             raise TypeError(
                 f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "

@@ -33,7 +33,7 @@ def test_the_issue_repro_label_chunks_all_class_zero(tmp_path: pathlib.Path) -> 
     y[20000:] = 1
     g.create_array("y", data=y, chunks=(10000,))  # y/c/0 and y/c/1 are not written
     assert sorted(p.name for p in (path / "y" / "c").iterdir()) == ["2", "3"]
-    s = db.describe(path, label="y", stats=("moments", "class_moments"), plan=None)
+    s = db.describe(path, label="y", stats=("moments", "class_moments"), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mean, X.mean(axis=0), rtol=1e-12)
     np.testing.assert_array_equal(s.class_count[0], [20000, 20000])
     np.testing.assert_allclose(s.class_mean[:, 0], X[:20000].mean(axis=0), rtol=1e-12)
@@ -52,7 +52,7 @@ def test_wine_with_zarr_defaults_keeps_every_row(tmp_path: pathlib.Path) -> None
     g.create_array("X", data=x, chunks=(50, 13))
     g.create_array("y", data=y, chunks=(50,))  # rows 0-49 are all class 0: y/c/0 is not written
     assert not (path / "y" / "c" / "0").exists()
-    s = db.describe(path, label="y", stats=("moments", "class_moments"), plan=None)
+    s = db.describe(path, label="y", stats=("moments", "class_moments"), run=db.RunOptions(plan=None))
     assert s.provenance["rows"] == 178
     np.testing.assert_array_equal(s.class_count[0], np.bincount(y))  # 59, 71, 48
     for k in range(3):
@@ -61,7 +61,7 @@ def test_wine_with_zarr_defaults_keeps_every_row(tmp_path: pathlib.Path) -> None
     np.testing.assert_allclose(s.std, x.std(axis=0, ddof=1), rtol=1e-10)
     # skip stays available when asked for, and does what it says: the rows of y/c/0 are left out.
     with pytest.warns(MissingChunksWarning, match="left out"):
-        skipped = db.describe(path, label="y", stats=("moments",), plan=None, missing="skip")
+        skipped = db.describe(path, label="y", stats=("moments",), run=db.RunOptions(plan=None), missing="skip")
     assert skipped.provenance["rows"] == 128 and skipped.provenance["complete"] is False
 
 
@@ -75,7 +75,7 @@ def test_lost_chunk_of_a_daskbatch_store_still_refuses_and_never_advises_skip(tm
     path = _synth_copy(tmp_path)
     (path / "X" / "c" / "2" / "0").unlink()
     with pytest.raises(DataError) as err:
-        db.describe(path, plan=None)
+        db.describe(path, run=db.RunOptions(plan=None))
     msg = str(err.value)
     assert "X/c/2/0" in msg and "daskbatch wrote every chunk" in msg and "\n" not in msg
     assert "skip" not in msg and "missing=" not in msg
@@ -83,7 +83,7 @@ def test_lost_chunk_of_a_daskbatch_store_still_refuses_and_never_advises_skip(tm
     result = CliRunner().invoke(main, ["verify", str(path)])
     assert result.exit_code == 1 and "missing   X/c/2/0" in result.output and "FAILED: 1 missing" in result.output
     with pytest.raises(DataError, match="X/c/2/0"):
-        db.describe(path, plan=None)
+        db.describe(path, run=db.RunOptions(plan=None))
     refused = CliRunner().invoke(main, ["describe", str(path), "--cluster", "threads", "--no-progress"])
     assert refused.exit_code == 2 and "X/c/2/0" in refused.output and "skip" not in refused.output
 
@@ -113,7 +113,7 @@ def test_sharded_foreign_store_sees_absent_inner_chunks(tmp_path: pathlib.Path) 
     x[700:800] = 0.0  # inner chunk (3, 0) of shard X/c/1/0
     path = tmp_path / "sharded.zarr"
     _sharded(path, x, own=False)
-    s = db.describe(path, stats=("moments",), plan=None)
+    s = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
     assert s.provenance["missing_chunk_keys"] == [
         "inner chunk (1, 0) of shard X/c/0/0", "inner chunk (3, 0) of shard X/c/1/0",
@@ -138,7 +138,7 @@ def test_sharded_daskbatch_store_with_a_lost_inner_chunk_refuses(tmp_path: pathl
     arr = zarr.open_array(str(path / "X"), mode="r+", config={"write_empty_chunks": False})
     arr[600:700] = 0.0
     with pytest.raises(DataError) as err:
-        db.describe(path, plan=None)
+        db.describe(path, run=db.RunOptions(plan=None))
     assert "inner chunk (2, 0) of shard X/c/1/0" in str(err.value) and "daskbatch wrote every chunk" in str(err.value)
     verify = CliRunner().invoke(main, ["verify", str(path)])
     assert verify.exit_code == 1 and "missing   inner chunk (2, 0) of shard X/c/1/0" in verify.output
@@ -152,7 +152,7 @@ def test_verify_of_a_saved_summary_passes(tmp_path: pathlib.Path) -> None:
     """
     x = np.zeros((300, 3))
     x[:, 0] = np.arange(300)
-    db.describe(x, np.arange(300) % 2, plan=None).save(tmp_path / "s.zarr")
+    db.describe(x, np.arange(300) % 2, run=db.RunOptions(plan=None)).save(tmp_path / "s.zarr")
     result = CliRunner().invoke(main, ["verify", str(tmp_path / "s.zarr")])
     assert result.exit_code == 0, result.output
     assert "absent (fill value)" in result.output and "missing " not in result.output

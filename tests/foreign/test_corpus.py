@@ -29,7 +29,7 @@ def foreign(request: pytest.FixtureRequest) -> Foreign:
 
 def test_describe_equals_numpy_on_the_decoded_values(foreign: Foreign) -> None:
     stats = ("moments", "class_moments") if foreign.y is not None else ("moments",)
-    s = db.describe(foreign.path, label=foreign.label, stats=stats, plan=None)
+    s = db.describe(foreign.path, label=foreign.label, stats=stats, run=db.RunOptions(plan=None))
     x = foreign.x
     np.testing.assert_array_equal(s.count, np.sum(np.isfinite(x), axis=0))
     np.testing.assert_array_equal(s.nan_count, np.sum(np.isnan(x), axis=0))
@@ -85,6 +85,6 @@ def test_worker_processes_read_them_alike(name: str, request: pytest.FixtureRequ
         distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
         distributed.Client(cluster),
     ):
-        s = db.describe(foreign.path, label=foreign.label, stats=("moments",), plan=None)
+        s = db.describe(foreign.path, label=foreign.label, stats=("moments",), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mean, np.nanmean(foreign.x, axis=0), rtol=1e-12)
     np.testing.assert_array_equal(s.nan_count, np.sum(np.isnan(foreign.x), axis=0))

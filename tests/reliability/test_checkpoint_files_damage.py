@@ -32,7 +32,8 @@ from daskbatch.io.dataset import open_dataset
 from daskbatch.io.synth import synth
 
 ROWS_PER_BLOCK, N_BLOCKS, SPLIT = 200, 16, 2
-describe = functools.partial(db.describe, stats="moments", split_every=SPLIT, plan=None)
+RUN = db.RunOptions(split_every=SPLIT, plan=None)
+describe = functools.partial(db.describe, stats="moments", run=RUN)
 
 
 class Counting:
@@ -195,7 +196,7 @@ def test_force_never_deletes_outside_the_checkpoint_via_a_pass_name(tmp_path: Pa
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)  # other input: force discards the old passes
     with pytest.raises(CheckpointMismatchError, match=r"pass name '\.\./\.\./\.\./victim' is not a plain name"):
-        describe(other, checkpoint=ck, force=True)
+        describe(other, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
 
 
@@ -207,7 +208,7 @@ def test_force_does_not_follow_a_symlinked_pass_folder(tmp_path: Path, store: Pa
     manifest["passes"]["hist"] = {}
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)
-    forced = describe(other, checkpoint=ck, force=True)
+    forced = describe(other, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
     assert np.asarray(forced.mean).tobytes() == np.asarray(describe(other).mean).tobytes()
 

@@ -26,7 +26,8 @@ from daskbatch.errors import CheckpointMismatchError
 from daskbatch.io.synth import synth
 
 ROWS, FEATURES, CHUNK = 2000, 4, 250
-describe = functools.partial(db.describe, stats="moments", split_every=2, plan=None)
+RUN = db.RunOptions(split_every=2, plan=None)
+describe = functools.partial(db.describe, stats="moments", run=RUN)
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,7 @@ def test_store_rewritten_at_the_same_path_is_refused(tmp_path: Path) -> None:
                        r"the store was rewritten since.*--force") as info:
         describe(store, checkpoint=ck)
     assert "\n" not in str(info.value)
-    forced = describe(store, checkpoint=ck, force=True)
+    forced = describe(store, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
     assert_bitwise(forced, describe(store))
     assert not np.array_equal(forced.mean, old.mean)
     assert read_runs(ck, "moments")[-1]["computed_blocks"] == ROWS // CHUNK
@@ -73,11 +74,11 @@ def test_one_chunk_rewritten_in_place_is_refused(tmp_path: Path) -> None:
 
 def test_label_rewritten_is_refused(tmp_path: Path) -> None:
     store, ck = make_store(tmp_path / "data.zarr", seed=1), tmp_path / "ck"
-    db.describe(store, stats=("moments", "mi"), split_every=2, plan=None, checkpoint=ck)
+    db.describe(store, stats=("moments", "mi"), run=db.RunOptions(split_every=2, plan=None), checkpoint=ck)
     y = zarr.open_array(store / "y", mode="r+")
     y[:] = (np.asarray(y[:]) + 1) % 3
     with pytest.raises(CheckpointMismatchError, match="label content .*the label was rewritten since"):
-        db.describe(store, stats=("moments", "mi"), split_every=2, plan=None, checkpoint=ck)
+        db.describe(store, stats=("moments", "mi"), run=db.RunOptions(split_every=2, plan=None), checkpoint=ck)
 
 
 def test_same_relative_path_in_two_directories_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +124,7 @@ def test_every_differing_item_is_named(tmp_path: Path) -> None:
     store, ck = make_store(tmp_path / "data.zarr", seed=1), tmp_path / "ck"
     describe(store, checkpoint=ck)
     with dask.config.set({"daskbatch.kernels": False}), pytest.raises(CheckpointMismatchError) as info:
-        describe(store, checkpoint=ck, split_every=3)
+        describe(store, checkpoint=ck, run=db.RunOptions(split_every=3))
     assert "split_every (2 in the checkpoint, 3 now)" in str(info.value)
     assert "kernels (" in str(info.value)
 

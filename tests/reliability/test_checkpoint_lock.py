@@ -32,7 +32,7 @@ from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS_PER_BLOCK, N_BLOCKS = 200, 16
-describe = functools.partial(db.describe, stats="moments", split_every=2, plan=None)
+describe = functools.partial(db.describe, stats="moments", run=db.RunOptions(split_every=2, plan=None))
 # This source tree first; the rest of the caller's path is kept.
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 LOCK_ERROR = re.compile(r"^error: .* is in use by another run: lock file (\S+) is held by pid (\d+) on host (\S+) since ")
@@ -56,7 +56,7 @@ DESCRIBE_SCRIPT = textwrap.dedent(
     ds = open_dataset(store, chunks=int(sys.argv[5]))
     ds = dataclasses.replace(ds, x=ds.x.map_blocks(wait_at_gate, dtype=ds.x.dtype))
     with dask.config.set(num_workers=2):
-        s = db.describe(ds, stats="moments", split_every=2, checkpoint=ckpt, plan=None)
+        s = db.describe(ds, stats="moments", run=db.RunOptions(split_every=2, plan=None), checkpoint=ckpt)
     print("finished", repr(float(s.mean[0])))
     """
 )
@@ -273,7 +273,7 @@ def test_describe_holds_the_lock_between_its_passes(
         return result
 
     monkeypatch.setattr(checkpoint, "run_checkpointed", spy)
-    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), split_every=2, plan=None,
+    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), run=db.RunOptions(split_every=2, plan=None),
                 checkpoint=tmp_path)
     assert holders == [os.getpid(), os.getpid()]  # still held after each pass returned
     assert not (tmp_path / "daskbatch.lock").exists()

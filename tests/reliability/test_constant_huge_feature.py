@@ -24,7 +24,7 @@ def test_constant_feature_is_counted_in_one_bin(value: float, dtype: type) -> No
     v = np.asarray(value, dtype=dtype)
     rng = np.random.default_rng(0)
     x = np.column_stack([np.full(500, v, dtype=dtype), rng.normal(size=500).astype(dtype)])
-    s = db.describe(x, stats=("moments", "hist"), bins=16, plan=None)
+    s = db.describe(x, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None))
     v64 = float(v)
     assert s.min[0] == s.max[0] == v64
     assert s.mean[0] == v64 and s.std[0] == 0.0
@@ -39,6 +39,6 @@ def test_constant_feature_is_counted_in_one_bin(value: float, dtype: type) -> No
 
 def test_small_constants_keep_numpys_range_beside_a_huge_one() -> None:
     x = np.column_stack([np.full(10, 3.0), np.full(10, 9e15)])
-    s = db.describe(x, stats=("moments", "hist"), bins=4, plan=None)
+    s = db.describe(x, stats=("moments", "hist"), bins=4, run=db.RunOptions(plan=None))
     np.testing.assert_array_equal(s.hist_edges[0], np.histogram_bin_edges([3.0], bins=4))
     assert s.hist_counts[1].sum() == 10 and s.hist_edges[1][0] < 9e15 < s.hist_edges[1][-1]

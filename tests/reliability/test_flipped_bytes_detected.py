@@ -54,7 +54,7 @@ def test_writers_add_a_checksum(pristine: tuple[pathlib.Path, bytes], tmp_path: 
     np.save(tmp_path / "b0.npy", np.ones((10, 3), "f4"))
     db.ingest(str(tmp_path / "b0.npy"), tmp_path / "in.zarr", chunk_rows=4, compressor="none")
     assert isinstance(zarr.open_group(str(tmp_path / "in.zarr"))["X"].metadata.codecs[-1], Crc32cCodec)
-    summary = db.describe(np.arange(12.0).reshape(6, 2), stats=("moments",), plan=None)
+    summary = db.describe(np.arange(12.0).reshape(6, 2), stats=("moments",), run=db.RunOptions(plan=None))
     summary.save(tmp_path / "sum.zarr")
     for _, arr in zarr.open_group(str(tmp_path / "sum.zarr"), mode="r").arrays():
         assert isinstance(arr.metadata.codecs[-1], Crc32cCodec), arr.path
@@ -69,7 +69,7 @@ def test_flipped_byte_fails_describe_and_verify(
     pos = index * (size - 1) // (POSITIONS - 1)  # first byte, last byte (the checksum) and between
     path = _flipped(tmp_path, pristine, pos, mask)
     with pytest.raises(DataError, match=r"chunk 'X/c/1/0' \(grid position \(1, 0\)\) of array 'X'") as err:
-        db.describe(path, stats=("moments", "cov"), plan=None)
+        db.describe(path, stats=("moments", "cov"), run=db.RunOptions(plan=None))
     assert "\n" not in str(err.value)
     report = verify_store(path)
     assert not report.ok
@@ -86,7 +86,7 @@ def test_truncated_chunk_is_reported_as_truncated(tmp_path: pathlib.Path, pristi
     report = verify_store(path)
     assert [(p.key, p.kind) for p in report.problems] == [("X/c/1/0", "truncated"), ("y/c/3", "truncated")]
     with pytest.raises(DataError, match=r"'X/c/1/0'"):
-        db.describe(path, stats=("moments",), plan=None)
+        db.describe(path, stats=("moments",), run=db.RunOptions(plan=None))
 
 
 def test_verify_cli_exit_codes(tmp_path: pathlib.Path, pristine: tuple[pathlib.Path, bytes]) -> None:

@@ -20,8 +20,8 @@ def test_label_name_needs_a_store(data: np.ndarray, wrap: object) -> None:
 
 
 def test_label_name_with_a_store_and_label_array_with_arrays(store: pathlib.Path, data: np.ndarray) -> None:
-    by_name = db.describe(str(store), "y", stats=("moments", "mi"), plan=None)
-    by_array = db.describe(data, (data[:, 0] > 0).astype(np.int8), stats=("moments", "mi"), plan=None)
+    by_name = db.describe(str(store), "y", stats=("moments", "mi"), run=db.RunOptions(plan=None))
+    by_array = db.describe(data, (data[:, 0] > 0).astype(np.int8), stats=("moments", "mi"), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(by_name.mi, by_array.mi, rtol=1e-12)
     with pytest.raises(TypeError, match="label 'y' is a name"):
         plan_describe(data, "y")

@@ -64,7 +64,7 @@ def sklearn_mi(summary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def test_a_stray_label_is_one_more_class_and_memory_stays_small(tmp_path) -> None:
     clean = labelled_store(str(tmp_path / "clean.zarr"), three_classes())
     stray = labelled_store(str(tmp_path / "stray.zarr"), with_stray(200_000))
-    run = {"label": "y", "bins": BINS, "plan": db.Resources(memory_bytes=2**30, threads_per_worker=1)}
+    run = {"label": "y", "bins": BINS, "run": db.RunOptions(plan=db.Resources(memory_bytes=2**30, threads_per_worker=1))}
     with dask.config.set(scheduler="synchronous"):
         db.describe(clean, **run)  # warm-up: imports and compiled kernels are not what is measured
         base, base_peak = traced_peak(lambda: db.describe(clean, **run))
@@ -116,7 +116,7 @@ def test_a_label_outside_declared_classes_names_value_and_rows(tmp_path) -> None
     for data, label in ((x, y), (store, "y")):
         for range_ in (None, (-6.0, 6.0)):
             with pytest.raises(ValueError) as err:
-                db.describe(data, label, classes=[0, 1, 2], range=range_, plan=None)
+                db.describe(data, label, classes=[0, 1, 2], range=range_, run=db.RunOptions(plan=None))
             msg = str(err.value)
             assert "\n" not in msg
             assert msg.startswith("label value 5 at row 2,345 is not one of the 3 classes [0, 1, 2]"), msg
@@ -131,14 +131,14 @@ def test_recorded_classes_are_used_and_checked(tmp_path) -> None:
     assert s.provenance["classes_from"] == "store" and s.classes.tolist() == [0, 1, 2]
     liar = labelled_store(str(tmp_path / "liar.zarr"), with_stray(3, np.int32), attrs=synth)
     with pytest.raises(ValueError, match=r"label value 3 at row 2,345 is not one of the 3 classes .*in rows [\d,]+\.\.[\d,]+\)$"):
-        db.describe(liar, label="y", stats=("moments", "mi"), plan=None)
+        db.describe(liar, label="y", stats=("moments", "mi"), run=db.RunOptions(plan=None))
 
 
 def test_negative_and_float_labels_are_refused_unless_declared(tmp_path) -> None:
     """Negative labels (often "unlabeled") need declared classes; float labels (NaN, 0.5) are refused by dtype."""
     store = labelled_store(str(tmp_path / "neg.zarr"), with_stray(-1))
     with pytest.raises(ValueError, match=r"^label value -1 at row 2,345 is negative \(1 such label in rows [\d,]+\.\.[\d,]+\)"):
-        db.describe(store, label="y", stats=("moments", "mi"), plan=None)
+        db.describe(store, label="y", stats=("moments", "mi"), run=db.RunOptions(plan=None))
     s = db.describe(store, label="y", stats=("moments", "mi"), classes=[-1, 0, 1, 2])
     assert s.classes.tolist() == [-1, 0, 1, 2]
     y = three_classes(np.float64)

@@ -37,7 +37,7 @@ def test_other_paths_are_named(tmp_path: pathlib.Path, store: pathlib.Path) -> N
 
 
 def test_summaries_saved_before_the_marker_still_load(tmp_path: pathlib.Path, store: pathlib.Path) -> None:
-    s = db.describe(str(store), stats="moments", plan=None)
+    s = db.describe(str(store), stats="moments", run=db.RunOptions(plan=None))
     path = tmp_path / "s.zarr"
     s.save(path)
     group = zarr.open_group(str(path), mode="r+")

@@ -22,7 +22,7 @@ README = pathlib.Path(__file__).parents[2] / "README.md"
 
 
 def moments(x: np.ndarray, chunk: int) -> db.Summary:
-    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), plan=None, stats=("moments",))
+    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), run=db.RunOptions(plan=None), stats=("moments",))
 
 
 def test_merged_moments_within_the_stated_bound() -> None:

@@ -60,7 +60,7 @@ def cli(*argv):
     return run
 
 timed("open_dataset", lambda: db.open_dataset(store))
-timed("describe", lambda: db.describe(store, plan=None))
+timed("describe", lambda: db.describe(store, run=db.RunOptions(plan=None)))
 timed("verify_store", lambda: __import__("daskbatch.io.verify").io.verify.verify_store(store))
 timed("cli inspect", cli("inspect", store))
 timed("cli plan", cli("plan", store))

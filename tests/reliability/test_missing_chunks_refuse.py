@@ -47,7 +47,7 @@ def _copy(tmp_path: pathlib.Path, source: tuple[pathlib.Path, np.ndarray, np.nda
 
 def _describe(path: pathlib.Path, missing: str) -> db.Summary:
     with pytest.warns(MissingChunksWarning):
-        return db.describe(path, stats=("moments", "cov", "mi"), range=(-60, 60), bins=16, plan=None, missing=missing)
+        return db.describe(path, stats=("moments", "cov", "mi"), range=(-60, 60), bins=16, run=db.RunOptions(plan=None), missing=missing)
 
 
 def test_deleted_label_chunk_refuses_and_inspect_lists_it(tmp_path, source) -> None:
@@ -78,7 +78,7 @@ def test_skip_computes_on_the_rows_present(tmp_path, source) -> None:
     np.testing.assert_allclose(s.mean, x[keep].mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(s.cov, np.cov(x[keep], rowvar=False), rtol=1e-10)
     # MI equals that of the same rows given in memory.
-    ref = db.describe(x[keep], y[keep], stats=("moments", "mi"), range=(-60, 60), bins=16, plan=None)
+    ref = db.describe(x[keep], y[keep], stats=("moments", "mi"), range=(-60, 60), bins=16, run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mi, ref.mi, rtol=1e-12)
     p = s.provenance
     assert p["rows"] == keep.sum() and p["rows_skipped"] == 2 * CHUNK and p["complete"] is False

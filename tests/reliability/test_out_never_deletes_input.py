@@ -116,7 +116,7 @@ def test_unwritable_directory_is_refused_before_the_compute(tmp_path: pathlib.Pa
 
 # ------------------------------------------------------------------ the API
 def test_summary_save_refuses_foreign_paths_and_its_own_input(store: pathlib.Path, other_files: pathlib.Path, snapshot: Snapshot) -> None:
-    summary = db.describe(str(store), stats="moments", plan=None)
+    summary = db.describe(str(store), stats="moments", run=db.RunOptions(plan=None))
     kept = snapshot(store), snapshot(other_files)
     with pytest.raises(OutputError, match="not a daskbatch summary"):
         summary.save(other_files)
@@ -131,7 +131,7 @@ def test_summary_save_refuses_foreign_paths_and_its_own_input(store: pathlib.Pat
 
 
 def test_failed_write_keeps_the_old_output_and_leaves_no_temporary(tmp_path: pathlib.Path, store: pathlib.Path, snapshot: Snapshot) -> None:
-    summary = db.describe(str(store), stats="moments", plan=None)
+    summary = db.describe(str(store), stats="moments", run=db.RunOptions(plan=None))
     path = tmp_path / "s.zarr"
     summary.save(path)
     before = snapshot(path)

@@ -22,7 +22,7 @@ HUGE = 10**9
 
 DESCRIBE = """
 import sys, numpy as np, daskbatch as db
-kw = {"split_every": int(sys.argv[2])} if len(sys.argv) > 2 else {}
+kw = {"run": db.RunOptions(split_every=int(sys.argv[2]))} if len(sys.argv) > 2 else {}
 s = db.describe(sys.argv[1], stats=["moments"], **kw)
 np.save(sys.argv[1] + ".mean.npy", np.asarray(s.mean))
 """
@@ -58,5 +58,5 @@ def test_nonsense_is_a_one_line_error(store: pathlib.Path, bad: object) -> None:
             db.describe(str(store), stats=["moments"])
     else:
         with pytest.raises((ValueError, TypeError)) as err:
-            db.describe(str(store), stats=["moments"], split_every=bad)  # type: ignore[arg-type]
+            db.describe(str(store), stats=["moments"], run=db.RunOptions(split_every=bad))  # type: ignore[arg-type]
     assert "split" in str(err.value) and "\n" not in str(err.value)

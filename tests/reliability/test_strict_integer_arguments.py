@@ -20,9 +20,9 @@ def x() -> np.ndarray:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"split_every": 2.5}, ValueError, "split_every must be an integer, got 2.5"),
-        ({"split_every": True}, TypeError, "split_every must be an integer, got True"),
-        ({"split_every": "4"}, TypeError, "split_every must be an integer, got '4'"),
+        ({"run": db.RunOptions(plan=None, split_every=2.5)}, ValueError, "split_every must be an integer, got 2.5"),
+        ({"run": db.RunOptions(plan=None, split_every=True)}, TypeError, "split_every must be an integer, got True"),
+        ({"run": db.RunOptions(plan=None, split_every="4")}, TypeError, "split_every must be an integer, got '4'"),
         ({"bins": True}, TypeError, "bins must be an integer, got True"),
         ({"bins": 2.5}, ValueError, "bins must be an integer, got 2.5"),
         ({"bins": np.float64(7.5)}, ValueError, "bins must be an integer"),
@@ -33,17 +33,17 @@ def x() -> np.ndarray:
 )
 def test_non_integers_are_named(x: np.ndarray, kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message) as err:
-        db.describe(x, stats=("moments", "hist"), plan=None, **kwargs)
+        db.describe(x, stats=("moments", "hist"), **{"run": db.RunOptions(plan=None), **kwargs})
     assert "\n" not in str(err.value)
 
 
 def test_configured_split_every_is_checked_too(x: np.ndarray) -> None:
     with dask.config.set({"daskbatch.split-every": 2.5}), pytest.raises(ValueError, match="daskbatch.split-every"):
-        db.describe(x, stats="moments", plan=None)
+        db.describe(x, stats="moments", run=db.RunOptions(plan=None))
 
 
 def test_integral_values_of_any_type_are_accepted(x: np.ndarray) -> None:
-    s = db.describe(x, stats=("moments", "hist"), plan=None, bins=np.int64(8), split_every=4.0, ddof=np.int32(0))
+    s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=None, split_every=4.0), bins=np.int64(8), ddof=np.int32(0))
     assert s.hist_counts.shape == (2, 8) and s.provenance["split_every"] == 4
     np.testing.assert_allclose(s.var, x.var(axis=0), rtol=1e-12)
     with pytest.raises(TypeError, match="bins must be an integer"):

@@ -21,10 +21,10 @@ def x() -> da.Array:
 def test_unknown_chunks_are_named_with_the_fix(x: da.Array, plan: object) -> None:
     kept = x[x[:, 0] > 0]
     with pytest.raises(ValueError, match=r"x has unknown chunk sizes .*call x\.compute_chunk_sizes\(\)") as err:
-        db.describe(kept, plan=plan)
+        db.describe(kept, run=db.RunOptions(plan=plan))
     assert "\n" not in str(err.value)
     kept.compute_chunk_sizes()  # the advice works
-    s = db.describe(kept, stats="moments", plan=plan)
+    s = db.describe(kept, stats="moments", run=db.RunOptions(plan=plan))
     np.testing.assert_allclose(s.mean, kept.compute().mean(axis=0), rtol=1e-12)
 
 

@@ -88,8 +88,10 @@ def spec_items(bundle: BundleLike) -> dict[str, str]:
         name: str = stat.name
         items[f"{name}.type"] = f"{type(stat).__module__}.{type(stat).__qualname__}"
         if dataclasses.is_dataclass(stat):
+            # a request's fields (a histogram's range) are resolved into others before counting
             for f in dataclasses.fields(stat):
-                items[f"{name}.{f.name}"] = _short(getattr(stat, f.name))
+                if not f.metadata.get("request"):
+                    items[f"{name}.{f.name}"] = _short(getattr(stat, f.name))
         else:  # a user's statistic that is not a dataclass: its repr stands for its parameters
             items[f"{name}.repr"] = repr(stat)
     items.update(getattr(bundle, "settings", {}))  # e.g. how a GPU run stages its blocks
