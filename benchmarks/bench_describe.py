@@ -48,6 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a source tree without installing
     sys.path.insert(0, str(ROOT))
 
+from daskbatch.engine.run_options import RunOptions  # noqa: E402  # after the source-tree path
+
 N_CLASSES = 4
 CPU_CONTENDERS = [
     "read", "describe", "describe moments", "describe, plan=None", "describe, cache=True", "describe, kernels off",
@@ -316,8 +318,8 @@ BUILDERS = {
     "read": _read,
     "describe": _describe(("moments", "cov", "hist", "mi")),
     "describe moments": _describe(("moments",)),
-    "describe, plan=None": _describe(("moments", "cov", "hist", "mi"), plan=None),
-    "describe, cache=True": _describe(("moments", "cov", "hist", "mi"), cache=True),
+    "describe, plan=None": _describe(("moments", "cov", "hist", "mi"), run=RunOptions(plan=None)),
+    "describe, cache=True": _describe(("moments", "cov", "hist", "mi"), run=RunOptions(cache=True)),
     "describe, kernels off": _describe(("moments", "cov", "hist", "mi")),
     "dask built-ins": _dask_builtins,
     "hand-written graph": _handwritten,

@@ -51,7 +51,7 @@ def contenders(store: Path) -> dict[str, Any]:
     return {
         "read": lambda: dask.compute(tiny),
         "describe": lambda: db.describe(str(store), label="y"),
-        "describe, cache=False": lambda: db.describe(str(store), label="y", cache=False),
+        "describe, cache=False": lambda: db.describe(str(store), label="y", run=db.RunOptions(cache=False)),
     }
 
 

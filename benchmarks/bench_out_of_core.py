@@ -102,7 +102,7 @@ def main() -> dict[str, Any]:
         data = open_dataset(args.store, chunks=p.chunk_rows)
         before = client.run(worker_facts)
         t = time.perf_counter()
-        summary = db.describe(data, stats=stats, plan=p)
+        summary = db.describe(data, stats=stats, run=db.RunOptions(plan=p))
         wall = time.perf_counter() - t
         after = client.run(worker_facts)
     restarts = sum(1 for a in before if a not in after or after[a][0] != before[a][0])

@@ -107,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(rows: int | str, chosen: Any = None) -> Any:
         ds = db.open_dataset(store, chunks=rows)
-        return lambda: db.describe(ds, range=ranges, device=args.device, plan=chosen if chosen is not None else None)
+        return lambda: db.describe(ds, range=ranges, device=args.device,
+                                     run=db.RunOptions(plan=chosen if chosen is not None else None))
 
     # Warm-up (imports, numba compiles, the page cache of the first chunks) outside the timings.
     warm = db.open_dataset(store, chunks="storage")
     n = min(2 * args.chunk_rows, args.rows)
-    db.describe(warm.x[:n], warm.label[:n], range=ranges, device=args.device, plan=None)
+    db.describe(warm.x[:n], warm.label[:n], range=ranges, device=args.device, run=db.RunOptions(plan=None))
 
     results: dict[str, dict[str, Any]] = {}
     configs = [("planner", plan.chunk_rows, plan)] + [(f"forced {s:,}", s, None) for s in args.sizes]

@@ -76,13 +76,13 @@ def main() -> None:
         make_store(store, args.rows, args.features, args.chunk_rows)
         x, y = da.from_zarr(str(store), component="X"), da.from_zarr(str(store), component="y")
         with dask.config.set(scheduler="threads"):
-            db.describe(x[:5000], target=y[:5000], stats=("moments", "hist", "mi"), plan=None)  # warm-up
+            db.describe(x[:5000], target=y[:5000], stats=("moments", "hist", "mi"), run=db.RunOptions(plan=None))  # warm-up
             t0 = time.perf_counter()
-            s = db.describe(x, target=y, stats="moments", plan=None)
+            s = db.describe(x, target=y, stats="moments", run=db.RunOptions(plan=None))
             f_db = scores.f_regression(s)[0]
             t_f_db = time.perf_counter() - t0
             t0 = time.perf_counter()
-            s_mi = db.describe(x, target=y, stats=("moments", "hist", "mi"), bins=16, plan=None)
+            s_mi = db.describe(x, target=y, stats=("moments", "hist", "mi"), bins=16, run=db.RunOptions(plan=None))
             t_mi_db = time.perf_counter() - t0
         t0 = time.perf_counter()
         xm, ym = x.compute(), y.compute()

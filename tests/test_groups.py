@@ -122,7 +122,7 @@ def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
     """``groups="g"`` names the store's array, as weights= and target= do: the same bits as the array itself."""
     store, x, g = grouped_store
     with dask.config.set(scheduler="threads", num_workers=2):
-        by_name = db.describe(store, groups="g", stats=("moments", "hist"), range="minmax", bins=8, plan=None)
+        by_name = db.describe(store, groups="g", stats=("moments", "hist"), range="minmax", bins=8, run=db.RunOptions(plan=None))
         by_array = db.describe(store, groups=da.from_zarr(store, component="g"), stats=("moments", "hist"),
                                range="minmax", bins=8, plan=None)
     assert by_name.provenance["groups"].startswith("groups ") and by_name.provenance["grouped"]
@@ -131,7 +131,7 @@ def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
     np.testing.assert_allclose(by_name.group_mean[:, 0], np.nanmean(x[g == -3], axis=0), rtol=1e-13)
     assert "class_moments" in plan_describe(store, groups="g", stats=("moments",)).stats  # planned by group
     with pytest.raises(TypeError, match="^groups 'g' is a name, and a groups name needs x to be a store path"):
-        db.describe(x, groups="g", plan=None)
+        db.describe(x, groups="g", run=db.RunOptions(plan=None))
 
 
 @pytest.mark.parametrize("rows", [2400, 170])

@@ -156,7 +156,7 @@ def test_the_min_max_fallback_says_it_is_the_last_resort() -> None:
     x = np.random.default_rng(0).standard_normal((1000, 2000)).astype("float32")
     tiny = db.Resources(576 * 2**20)
     with pytest.warns(db.RangeWarning, match=r"the last resort \(one outlier stretches a range\).* 512 buckets"):
-        s = db.describe(x, stats=("moments", "hist"), plan=tiny)
+        s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=tiny))
     assert s.provenance["range"] == "minmax"
 
 

@@ -223,7 +223,8 @@ def test_describe_with_weights_tiles_the_covariance(tmp_path: Path) -> None:
         except PlanError:
             budget = int(budget * 1.1)
     assert plan.feature_tile is not None and plan.feature_tile < D
-    s = db.describe(dx, weights=w, stats=("moments", "cov"), plan=plan, cov_out=tmp_path / "cov.zarr")
+    s = db.describe(dx, weights=w, stats=("moments", "cov"),
+                    run=db.RunOptions(plan=plan, cov_out=tmp_path / "cov.zarr"))
     mean, cov, _, total = weighted_reference(x, w, ddof=1)
     assert s.cov is None and s.cov_count == int((np.isfinite(x).all(axis=1) & (w > 0)).sum())
     assert s.provenance["cov_weight_sum"] == pytest.approx(total, rel=1e-14)

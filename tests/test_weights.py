@@ -82,7 +82,8 @@ def _assert_matches_numpy(s: db.Summary, x: np.ndarray, y: np.ndarray, w: np.nda
 @pytest.mark.parametrize("chunk_rows", [17, 64, 10_000])
 def test_float_weights_match_numpy(dataset, chunk_rows) -> None:
     path, x, y, w, _ = dataset
-    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, plan=None, range=(0.0, 4000.0))
+    s = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, stats=ALL, range=(0.0, 4000.0),
+                    run=db.RunOptions(plan=None))
     _assert_matches_numpy(s, x, y, w)
 
 
