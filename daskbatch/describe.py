@@ -20,7 +20,7 @@ from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spellin
 from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.spec import DEFAULT_STATS, configured
+from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
 
 __all__ = ["RunOptions", "describe", "new_spelling", "plan_describe"]
@@ -92,6 +92,8 @@ def describe(
     run = RunOptions.from_keywords(run, device=device, checkpoint=checkpoint, progress=progress, **run_keywords)
     if like is not None:
         range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
+        if "sketch" in like.provenance.get("stats", ()) and "sketch" not in normalize_stats(stats):
+            stats = (*([stats] if isinstance(stats, str) else stats), "sketch")  # so that merge(like, this) works
         if target is not None and "cuts" in like.provenance.get("target", {}):
             shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
     wanted = configured(stats, bins=bins, range=range, ddof=ddof, classes=classes, **shortcuts)

@@ -134,8 +134,10 @@ class Summary:
             passes), the quantile histogram's value at the exact rank, kept
             inside the sketch bucket that holds the exact quantile: within
             ``min(one fine bin, 2·alpha/(1-alpha)·|v|)`` of it (see
-            :mod:`daskbatch.stats.quantile`); else the sketch when the summary
-            has one, else the histograms.
+            :mod:`daskbatch.stats.quantile`); for a merged or updated summary
+            (whose parts' quantile histograms had ranges of their own), the
+            histograms narrow the sketch bucket the same way, within one of
+            their bins; else the sketch when the summary has one, else the histograms.
 
         Returns
         -------

@@ -47,6 +47,13 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
         fine = None
         if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
             fine = (summary.quantile_counts, summary.quantile_range)
+        elif method == "auto" and summary.hist_counts is not None and summary.hist_edges is not None:
+            # A merged or updated summary: its parts' quantile histograms had ranges of their own and
+            # were left out, but the histograms share theirs, so they narrow the sketch's bucket instead
+            # (within one of their bins): far from zero a bucket alone is wider than the spread.
+            assert summary.underflow is not None and summary.overflow is not None
+            counts = np.concatenate([summary.underflow[:, None], summary.hist_counts, summary.overflow[:, None]], axis=1)
+            fine = (counts, summary.hist_edges[:, [0, -1]])
         values = fine_quantile(
             summary.sketch_counts, int(spec["first_slot"]), layout,
             summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
