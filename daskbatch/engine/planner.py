@@ -26,7 +26,7 @@ from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
-from daskbatch.stats.sketch import WINDOWED_FOOTPRINTS, window_of
+from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
@@ -296,12 +296,12 @@ def plan_dropping_sketch(
 
     The quantile sketch keeps every bucket by default (221 kB per feature);
     when that does not fit, it is planned with the first of
-    :data:`~daskbatch.stats.sketch.WINDOWS` that fits (2,048 buckets per sign
+    :data:`~daskbatch.stats.sketch_windows.WINDOWS` that fits (2,048 buckets per sign
     in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature, the
     narrower ones with buckets twice as wide, 1 % relative accuracy; its
-    footprint from :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINTS` in
+    footprint from :data:`~daskbatch.stats.sketch_windows.WINDOWED_FOOTPRINTS` in
     place of ``"sketch"`` in the statistics returned, which
-    :func:`~daskbatch.stats.sketch.window_of` reads). The int32 counts are
+    :func:`~daskbatch.stats.sketch_windows.window_of` reads). The int32 counts are
     planned only for fewer than ``2**31`` rows (a merge beyond that promotes
     them to int64). Only when no window fits either and the sketch is optional
     (it only chooses histogram ranges) is it left out: ranges then come from

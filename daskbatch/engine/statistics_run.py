@@ -35,7 +35,7 @@ from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import fine_ranges
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.sketch import WINDOWS, state_bytes_per_feature
+from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
