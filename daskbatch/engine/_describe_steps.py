@@ -27,8 +27,9 @@ from daskbatch.stats._base import reads_weights
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.histogram import QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
+from daskbatch.stats.ranges import histogram_ranges
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.spec import Requested, counts_by_label, histogram_ranges
+from daskbatch.stats.spec import Requested, counts_by_label
 
 log = logging.getLogger("daskbatch.describe")
 

@@ -33,7 +33,7 @@ from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
-from daskbatch.stats.ranges import fine_ranges
+from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
@@ -42,17 +42,13 @@ from daskbatch.stats.spec import (
     Configured,
     counts_by_label,
     counts_histograms,
-    describe_statistics,
     footprint_of,
-    grouped_statistics,
-    histogram_ranges,
-    is_minmax,
     names_of,
     requested,
-    target_statistics,
     user_statistics,
 )
 from daskbatch.stats.target import target_cuts
+from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 __all__ = ["Computed", "prepared_inputs", "run_statistics"]
 
