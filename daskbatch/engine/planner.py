@@ -132,13 +132,11 @@ def plan(
 
 
 def _gpu_kernels_expected() -> bool:
-    """Whether chunks on the planned GPUs take the numba-cuda kernels (else CuPy runs the array-API code).
-
-    Where this process sees a CUDA device, it checks for itself. Where it sees
-    none, the plan is for GPU workers elsewhere (made on a login node, before a
-    cluster starts): they are planned with the kernels, which ``daskbatch info
-    --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
-    """
+    """Whether chunks on the planned GPUs take the numba-cuda kernels (else CuPy runs the array-API code)."""
+    # Where this process sees a CUDA device, it checks for itself. Where it sees
+    # none, the plan is for GPU workers elsewhere (made on a login node, before a
+    # cluster starts): they are planned with the kernels, which ``daskbatch info
+    # --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
     return path.gpu_available() or cuda_device_count() == 0
 
 

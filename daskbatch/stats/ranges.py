@@ -82,12 +82,10 @@ def _layout(sketch: SketchResult) -> Sketch:
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
-    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
-
-    Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
-    An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
-    magnitude only: the values it stands for may lie anywhere between it and zero.
-    """
+    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width."""
+    # Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    # An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
+    # magnitude only: the values it stands for may lie anywhere between it and zero.
     floor = _collapse_floor(sketch)
     with np.errstate(invalid="ignore", over="ignore"):  # near +-max the bound is inf: no snapping there
         out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
@@ -109,12 +107,10 @@ _FLOOR_FOUND: weakref.WeakKeyDictionary[SketchResult, np.ndarray] = weakref.Weak
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
           lower: np.ndarray, upper: np.ndarray) -> tuple[int, int]:
-    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap.
-
-    A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
-    magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
-    tail of a small sample is not cut off, a sentinel far from the data is.
-    """
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap."""
+    # A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
+    # magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
+    # tail of a small sample is not cut off, a sentinel far from the data is.
     filled = np.flatnonzero(counts)
     below = np.append(filled[filled < s_lo], s_lo)
     above = np.insert(filled[filled > s_hi], 0, s_hi)

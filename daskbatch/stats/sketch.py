@@ -477,12 +477,10 @@ def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchStat
 
 
 def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
-    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0.
-
-    Column ``j`` of the result is the sum of source columns ``j + by`` (all
-    of those ``<= by`` for ``j = 0``), read as differences of the prefix
-    sums: a gather, since the array API has no scatter-add.
-    """
+    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0."""
+    # Column ``j`` of the result is the sum of source columns ``j + by`` (all
+    # of those ``<= by`` for ``j = 0``), read as differences of the prefix
+    # sums: a gather, since the array API has no scatter-add.
     d, w = counts.shape
     dev = device(counts)
     zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)

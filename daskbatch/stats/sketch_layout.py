@@ -177,12 +177,10 @@ class SketchLayout:  # numpydoc ignore=PR02
         return xp.astype(xp.clip(xp.ceil(logs), float(k_min), float(k_max)), xp.int64) - k_min, bucketed
 
     def _window(self, xp: Namespace, lo: Array, hi: Array) -> Array:
-        """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``.
-
-        Never above ``n_buckets - window``: a window does not reach past the
-        overflow key, and one that holds every bucket always starts at 0 (its
-        merges are additions).
-        """
+        """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``."""
+        # Never above ``n_buckets - window``: a window does not reach past the
+        # overflow key, and one that holds every bucket always starts at 0 (its
+        # merges are additions).
         w = self.buckets_kept
         first = xp.minimum(xp.maximum(lo, hi - (w - 1)), xp.full_like(lo, self.n_buckets - w))
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
