@@ -1,7 +1,7 @@
 """What the quantile sketch costs on wide data: merging two wide states, and the chunk kernel per block.
 
 For the sketch of every bucket (``Sketch()``, 221 kB a feature, with ``--full``)
-and every sketch ``describe`` plans for wide data (:data:`~daskbatch.stats.sketch.WINDOWS`:
+and every sketch ``describe`` plans for wide data (:data:`~daskbatch.stats.sketch_windows.WINDOWS`:
 2,048 buckets per sign in int64 and int32, then 1,024 and 512 buckets of twice
 the width in int32), times, in this process:
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from daskbatch.stats import Moments, Sketch
-    from daskbatch.stats.sketch import WINDOWS, state_bytes_per_feature
+    from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 
     sketches = {f"window {w} {c} alpha {a:.4f}": Sketch(alpha=a, window=w, count_dtype=c) for w, c, a in WINDOWS}
     if args.full:

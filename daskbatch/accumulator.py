@@ -19,6 +19,7 @@ from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.kernels._staging import stager
+from daskbatch.stats.ranges import histogram_ranges
 from daskbatch.stats.spec import (
     CLASS_MOMENTS,
     COV,
@@ -29,13 +30,11 @@ from daskbatch.stats.spec import (
     configured,
     counts_by_label,
     counts_histograms,
-    grouped_statistics,
-    histogram_ranges,
     names_of,
     requested,
-    target_statistics,
     user_statistics,
 )
+from daskbatch.stats.wanted import grouped_statistics, target_statistics
 from daskbatch.summary import Summary
 
 

@@ -347,11 +347,9 @@ def _class_values(kept: Kept) -> tuple[int, ...] | None:
 
 
 def _on_common_classes(a: Mapping[str, Kept], b: Mapping[str, Kept]) -> tuple[dict[str, Kept], dict[str, Kept]]:
-    """Both summaries' states with class columns on the union of their class values.
-
-    Each class column moves to its value's place among the union and the new
-    columns hold the merge identity (zeros), so merging is exact.
-    """
+    """Both summaries' states with class columns on the union of their class values."""
+    # Each class column moves to its value's place among the union and the new
+    # columns hold the merge identity (zeros), so merging is exact.
     out_a, out_b = dict(a), dict(b)
     for name in a:
         ca, cb = _class_values(a[name]), _class_values(b[name])

@@ -163,7 +163,8 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     from daskbatch.describe import plan_describe
     from daskbatch.engine.planner import sketch_in_plan
     from daskbatch.stats import Sketch
-    from daskbatch.stats.sketch import FOOTPRINT, WINDOW
+    from daskbatch.stats.sketch import WINDOW
+    from daskbatch.stats.sketch_windows import FOOTPRINT
 
     worker = db.Resources(2 * 2**30, threads_per_worker=1)
     wide = da.zeros((1_000_000, 5_000), chunks=(2_000, 5_000))

@@ -10,7 +10,8 @@ import pytest
 import daskbatch as db
 from daskbatch._arguments import checked_device
 from daskbatch.describe import new_spelling
-from daskbatch.stats.spec import BUILT_IN, HIST, MI, describe_statistics, requested
+from daskbatch.stats.spec import BUILT_IN, HIST, MI, requested
+from daskbatch.stats.wanted import describe_statistics
 
 
 @pytest.fixture

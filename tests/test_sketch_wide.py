@@ -22,11 +22,11 @@ from daskbatch.errors import PlanError
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import Sketch
 from daskbatch.stats import sketch as sketch_module
-from daskbatch.stats.sketch import (
+from daskbatch.stats.sketch import SketchState
+from daskbatch.stats.sketch_windows import (
     PAIRED_ALPHA,
     WINDOWED_FOOTPRINTS,
     WINDOWS,
-    SketchState,
     state_bytes_per_feature,
 )
 from daskbatch.testing import assert_states_equal

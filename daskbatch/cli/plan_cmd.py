@@ -13,7 +13,7 @@ from daskbatch.cli._group import main, user_errors
 from daskbatch.engine.planner import plan, plan_dropping_sketch, sketch_in_plan
 from daskbatch.planning.search import recorded_n_classes
 from daskbatch.runtime.capacity import resources_from_machine
-from daskbatch.stats.sketch import state_bytes_per_feature
+from daskbatch.stats.sketch_windows import state_bytes_per_feature
 from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
 
 __all__ = ["plan_command"]

@@ -27,8 +27,9 @@ from daskbatch.stats._base import reads_weights
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.histogram import QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
+from daskbatch.stats.ranges import histogram_ranges
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.spec import Requested, counts_by_label, histogram_ranges
+from daskbatch.stats.spec import Requested, counts_by_label
 
 log = logging.getLogger("daskbatch.describe")
 
@@ -53,16 +54,14 @@ class _Layout:
 
 
 def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> _Layout:
-    """The layout of this run: what the user asked for, else a checkpoint's recorded one, else the plan's.
-
-    Resuming needs the grid and fan-in the checkpoint was written with (the
-    cluster, and with it the automatic plan, may have changed since), so
-    without a request of their own a resumed run takes the recorded layout
-    and says so (log and ``provenance["layout"]``). A layout the user asked
-    for explicitly (``split_every``, a Plan, Resources, or ``plan=None`` for the
-    input's blocks) is never overridden: when it differs from the checkpoint's,
-    the checkpoint's fingerprint refuses the run, naming every differing item.
-    """
+    """The layout of this run: what the user asked for, else a checkpoint's recorded one, else the plan's."""
+    # Resuming needs the grid and fan-in the checkpoint was written with (the
+    # cluster, and with it the automatic plan, may have changed since), so
+    # without a request of their own a resumed run takes the recorded layout
+    # and says so (log and ``provenance["layout"]``). A layout the user asked
+    # for explicitly (``split_every``, a Plan, Resources, or ``plan=None`` for the
+    # input's blocks) is never overridden: when it differs from the checkpoint's,
+    # the checkpoint's fingerprint refuses the run, naming every differing item.
     if split_every is not None:
         resolve_split_every(split_every)  # validate before anything else
     automatic = isinstance(plan, str) and plan == "auto"
@@ -123,11 +122,9 @@ def _planned(
 
 
 def _rechunked(data: FeatureMatrix, chunk_rows: int | None) -> FeatureMatrix:
-    """``data`` with blocks of at most ``chunk_rows`` rows.
-
-    Only blocks larger than that are split (memory, parallelism): merging
-    smaller blocks would add a concatenating copy and grow peak memory for no gain.
-    """
+    """``data`` with blocks of at most ``chunk_rows`` rows."""
+    # Only blocks larger than that are split (memory, parallelism): merging
+    # smaller blocks would add a concatenating copy and grow peak memory for no gain.
     if chunk_rows is None or max(data.x.chunks[0]) <= chunk_rows:
         return data
     return dataclasses.replace(data, x=data.x.rechunk({0: chunk_rows}))
@@ -192,12 +189,10 @@ def _kept_by_name(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
 
 
 def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:
-    """The states a summary keeps: all but the fine quantile histogram's.
-
-    Its ranges come from this run's first pass, so a merge or an update (one
-    pass on stored ranges) could not continue it: merged summaries read their
-    quantiles from the sketch (``Summary.quantile`` says which bound holds).
-    """
+    """The states a summary keeps: all but the fine quantile histogram's."""
+    # Its ranges come from this run's first pass, so a merge or an update (one
+    # pass on stored ranges) could not continue it: merged summaries read their
+    # quantiles from the sketch (``Summary.quantile`` says which bound holds).
     return {name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)}
 
 

@@ -26,19 +26,17 @@ from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
-from daskbatch.stats.sketch import WINDOWED_FOOTPRINTS, window_of
+from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
     configured,
     counts_by_label,
-    describe_statistics,
     footprint_of,
-    grouped_statistics,
     names_of,
     requested,
-    target_statistics,
 )
+from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 
 def plan(
@@ -134,13 +132,11 @@ def plan(
 
 
 def _gpu_kernels_expected() -> bool:
-    """Whether chunks on the planned GPUs take the numba-cuda kernels (else CuPy runs the array-API code).
-
-    Where this process sees a CUDA device, it checks for itself. Where it sees
-    none, the plan is for GPU workers elsewhere (made on a login node, before a
-    cluster starts): they are planned with the kernels, which ``daskbatch info
-    --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
-    """
+    """Whether chunks on the planned GPUs take the numba-cuda kernels (else CuPy runs the array-API code)."""
+    # Where this process sees a CUDA device, it checks for itself. Where it sees
+    # none, the plan is for GPU workers elsewhere (made on a login node, before a
+    # cluster starts): they are planned with the kernels, which ``daskbatch info
+    # --gpu`` checks there and ``describe(device="gpu")`` warns about when absent.
     return path.gpu_available() or cuda_device_count() == 0
 
 
@@ -251,8 +247,8 @@ def plan_describe(
         The plan of the largest pass.
     """
     from daskbatch.engine.class_labels import max_classes  # lazy: dask
-    from daskbatch.engine.inputs import (  # lazy: dask
-        as_feature_matrix,
+    from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
+    from daskbatch.engine.row_inputs import (  # lazy: dask
         as_weights,
         refuse_beside_groups,
         with_groups,
@@ -296,12 +292,12 @@ def plan_dropping_sketch(
 
     The quantile sketch keeps every bucket by default (221 kB per feature);
     when that does not fit, it is planned with the first of
-    :data:`~daskbatch.stats.sketch.WINDOWS` that fits (2,048 buckets per sign
+    :data:`~daskbatch.stats.sketch_windows.WINDOWS` that fits (2,048 buckets per sign
     in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature, the
     narrower ones with buckets twice as wide, 1 % relative accuracy; its
-    footprint from :data:`~daskbatch.stats.sketch.WINDOWED_FOOTPRINTS` in
+    footprint from :data:`~daskbatch.stats.sketch_windows.WINDOWED_FOOTPRINTS` in
     place of ``"sketch"`` in the statistics returned, which
-    :func:`~daskbatch.stats.sketch.window_of` reads). The int32 counts are
+    :func:`~daskbatch.stats.sketch_windows.window_of` reads). The int32 counts are
     planned only for fewer than ``2**31`` rows (a merge beyond that promotes
     them to int64). Only when no window fits either and the sketch is optional
     (it only chooses histogram ranges) is it left out: ranges then come from

@@ -21,46 +21,34 @@ from daskbatch._warnings import warn
 from daskbatch.engine import _describe_steps as steps
 from daskbatch.engine.class_labels import checked_label
 from daskbatch.engine.devices import gpu_failure, resolve_device
-from daskbatch.engine.inputs import (
-    FeatureMatrix,
-    as_feature_matrix,
-    as_weights,
-    device_module,
-    refuse_beside_groups,
-    to_device,
-    with_groups,
-    with_target,
-)
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
 from daskbatch.engine.passes import PassRunner
 from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics, sketch_in_plan
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
+from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import GPUFallbackWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
-from daskbatch.stats.ranges import fine_ranges
+from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.sketch import WINDOWS, state_bytes_per_feature
+from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
     Configured,
     counts_by_label,
     counts_histograms,
-    describe_statistics,
     footprint_of,
-    grouped_statistics,
-    histogram_ranges,
-    is_minmax,
     names_of,
     requested,
-    target_statistics,
     user_statistics,
 )
 from daskbatch.stats.target import target_cuts
+from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 __all__ = ["Computed", "prepared_inputs", "run_statistics"]
 

@@ -4,7 +4,7 @@ They are written once against the array API (NumPy, CuPy, array_api_strict)
 and never import dask, zarr or cupy.
 """
 
-from daskbatch.stats import class_moments, comoments, histogram, moments, sketch
+from daskbatch.stats import class_moments, comoments, histogram, moments, sketch_windows
 from daskbatch.stats._base import Bundle, State, Statistic, merge_all
 from daskbatch.stats.class_moments import ClassMoments, ClassMomentsResult, ClassMomentsState
 from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
@@ -27,7 +27,7 @@ STATISTICS: dict[str, type] = {
 FOOTPRINTS: dict[str, Footprint] = {
     f.name: f
     for f in (moments.FOOTPRINT, comoments.FOOTPRINT, histogram.FOOTPRINT, histogram.MI_FOOTPRINT,
-              class_moments.FOOTPRINT, sketch.FOOTPRINT)
+              class_moments.FOOTPRINT, sketch_windows.FOOTPRINT)
 }
 
 __all__ = [

@@ -77,13 +77,11 @@ def _empty_class_moments(xp: Namespace, n_features: int, n_classes: int, dev: ob
 
 
 def _one_class(xp: Namespace, x: Array, w: Array | None = None) -> tuple[Array, Array, Array, Array]:
-    """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of ``x``.
-
-    Corrected two-pass about the column's first finite value, as in
-    :meth:`daskbatch.stats.moments.Moments.chunk`; temporaries are released
-    as soon as possible (the planner's memory model counts them). With row
-    weights ``w`` the sums are weighted and ``n`` is the weight sum.
-    """
+    """``(n, shift, mean, m2)`` (each (D,)) of the finite values of each column of ``x``."""
+    # Corrected two-pass about the column's first finite value, as in
+    # :meth:`daskbatch.stats.moments.Moments.chunk`; temporaries are released
+    # as soon as possible (the planner's memory model counts them). With row
+    # weights ``w`` the sums are weighted and ``n`` is the weight sum.
     if w is not None:
         return _one_class_weighted(xp, x, w)
     x = as_float64(x)
@@ -103,11 +101,9 @@ def _one_class(xp: Namespace, x: Array, w: Array | None = None) -> tuple[Array, 
 
 
 def _one_class_weighted(xp: Namespace, x: Array, w: Array) -> tuple[Array, Array, Array, Array]:
-    """:func:`_one_class` with frequency weights: weighted sums, ``n`` the weight sum of the finite values.
-
-    Deviations are exact zeros at non-finite entries, so every weighted column
-    sum is one matrix-vector product ``w @ a`` (BLAS), without a weighted copy.
-    """
+    """:func:`_one_class` with frequency weights: weighted sums, ``n`` the weight sum of the finite values."""
+    # Deviations are exact zeros at non-finite entries, so every weighted column
+    # sum is one matrix-vector product ``w @ a`` (BLAS), without a weighted copy.
     x = as_float64(x)
     finite = xp.isfinite(x)
     total = xp.matmul(w, xp.astype(finite, xp.float64))

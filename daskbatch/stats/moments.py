@@ -149,12 +149,10 @@ _EXACT_INT = 2**53
 
 
 def _exact_reference(xp: Namespace, x: Array) -> Array | None:
-    """A per-feature int64 reference that float64 holds exactly, for int64 blocks beyond 2**53; else None.
-
-    ``x - ref`` is then exact in int64 and small, so converting it to float64
-    keeps every digit the spread of the data needs (values near 2**63 are
-    2048 apart in float64: their std came out 512 instead of 288).
-    """
+    """A per-feature int64 reference that float64 holds exactly, for int64 blocks beyond 2**53; else None."""
+    # ``x - ref`` is then exact in int64 and small, so converting it to float64
+    # keeps every digit the spread of the data needs (values near 2**63 are
+    # 2048 apart in float64: their std came out 512 instead of 288).
     if x.dtype != xp.int64:
         return None
     lo, hi = xp.min(x, axis=0), xp.max(x, axis=0)

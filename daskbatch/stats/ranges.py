@@ -1,4 +1,4 @@
-"""Histogram ranges that stray values cannot wreck, and the check that flags ranges missing the data.
+"""Histogram ranges, given or found so that stray values cannot wreck them, and the check that flags ranges missing the data.
 
 Ranges found from the data come from the first pass's quantile sketch
 (:class:`~daskbatch.stats.sketch.Sketch`, relative accuracy ``alpha``):
@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,8 @@ from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.sketch import Sketch, SketchResult, dense_run, sketch_quantile_at, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range", "robust_ranges",
+    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range",
+    "histogram_ranges", "is_minmax", "robust_ranges",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -80,12 +82,10 @@ def _layout(sketch: SketchResult) -> Sketch:
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
-    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width.
-
-    Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
-    An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
-    magnitude only: the values it stands for may lie anywhere between it and zero.
-    """
+    """The sketch's error bound at its answers ``v`` (D, k): ``alpha·|v| / (1 - alpha)`` plus the zero slot's width."""
+    # Nudged up by 1e-6 (relative): a bucket's edge computed in float64 must not fall short of the bound.
+    # An answer from a window's first bucket that may have collapsed (a full window) is bounded by its
+    # magnitude only: the values it stands for may lie anywhere between it and zero.
     floor = _collapse_floor(sketch)
     with np.errstate(invalid="ignore", over="ignore"):  # near +-max the bound is inf: no snapping there
         out: np.ndarray = np.abs(v) * (sketch.alpha / (1.0 - sketch.alpha) * (1.0 + 1e-6)) + sketch.min_magnitude
@@ -107,12 +107,10 @@ _FLOOR_FOUND: weakref.WeakKeyDictionary[SketchResult, np.ndarray] = weakref.Weak
 
 def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
           lower: np.ndarray, upper: np.ndarray) -> tuple[int, int]:
-    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap.
-
-    A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
-    magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
-    tail of a small sample is not cut off, a sentinel far from the data is.
-    """
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap."""
+    # A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
+    # magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
+    # tail of a small sample is not cut off, a sentinel far from the data is.
     filled = np.flatnonzero(counts)
     below = np.append(filled[filled < s_lo], s_lo)
     above = np.insert(filled[filled > s_hi], 0, s_hi)
@@ -374,3 +372,84 @@ def flag_out_of_range(
             RangeWarning,
         )
     return names
+
+
+def is_minmax(range_: Any) -> bool:
+    """Tell whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``).
+
+    Parameters
+    ----------
+    range_ : object
+        A histogram range argument.
+
+    Returns
+    -------
+    bool
+        True for ``"minmax"``.
+    """
+    if isinstance(range_, str):
+        if range_ != "minmax":
+            raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
+        return True
+    return False
+
+
+def histogram_ranges(
+    range_: Any,
+    n_features: int,
+    vmin: np.ndarray | None = None,
+    vmax: np.ndarray | None = None,
+    sketch: Any = None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Resolve per-feature (lo, hi) from a user range, or from what a first pass found.
+
+    A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
+    Without one (None or ``"minmax"``) ranges come from the finite extrema
+    ``vmin``/``vmax``, narrowed to the robust ranges of :func:`robust_ranges`
+    when the first pass's quantile ``sketch`` is given. Found ranges follow
+    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
+    (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
+
+    Parameters
+    ----------
+    range_ : tuple, array_like, str or None
+        The user's range: ``(lo, hi)``, a (D, 2) array, ``"minmax"`` or None.
+    n_features : int
+        Number of features D.
+    vmin, vmax : ndarray, optional
+        Finite extrema of each feature, from a first pass.
+    sketch : SketchResult, optional
+        The first pass's quantile sketch.
+
+    Returns
+    -------
+    lo : tuple of float
+        Lower edge of each feature's range.
+    hi : tuple of float
+        Upper edge of each feature's range.
+    """
+    if range_ is not None and not is_minmax(range_):
+        r = np.asarray(range_, dtype=np.float64)
+        if r.shape == (2,):
+            r = np.broadcast_to(r, (n_features, 2))
+        if r.shape != (n_features, 2):
+            raise ValueError(
+                f"range must be (lo, hi) or one (lo, hi) per feature, shape ({n_features}, 2); got shape {r.shape}"
+            )
+        lo, hi = r[:, 0].copy(), r[:, 1].copy()
+    else:
+        assert vmin is not None and vmax is not None
+        empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
+        if sketch is not None:
+            vmin, vmax = robust_ranges(sketch, vmin, vmax)
+        lo = np.where(empty, 0.0, vmin)
+        hi = np.where(empty, 1.0, vmax)
+        # A constant feature gets a range around its value (numpy.histogram's +-0.5, wider for huge values).
+        same = lo == hi
+        below, above = around_constant(lo)
+        lo, hi = np.where(same, below, lo), np.where(same, above, hi)
+    bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
+    if bad.any():
+        d = int(np.argmax(bad))
+        raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)

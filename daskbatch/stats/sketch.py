@@ -21,9 +21,9 @@ takes 33 kB per feature instead of 221 kB (164 MB at 5,000 features).
 **Wide data.** ``count_dtype="int32"`` halves a state (a merge whose rows could
 pass ``2**31 - 1`` promotes both states to int64 first). Where even 2,048 int32
 buckets per sign do not fit a worker, ``describe`` plans 1,024 or 512 buckets
-of :data:`PAIRED_ALPHA` (the default buckets merged in pairs, as UDDSketch's
+of :data:`~daskbatch.stats.sketch_windows.PAIRED_ALPHA` (the default buckets merged in pairs, as UDDSketch's
 uniform collapse: ``gamma`` squared, quantiles within 1 %), so a window of
-1,024 still spans 10**8.9 (:data:`WINDOWS`; the planner chooses, the summary
+1,024 still spans 10**8.9 (:data:`~daskbatch.stats.sketch_windows.WINDOWS`; the planner chooses, the summary
 records ``alpha`` and ``window``).
 
 **Collapse.** When a sign's populated keys span more than ``window``
@@ -58,11 +58,11 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, positive_rows
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
-from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.sketch_layout import (
     SketchLayout,
     _window_slots,
     collapse_floor,
+    dense_run,
     sketch_quantile,
     sketch_quantile_at,
     sketch_values,
@@ -70,8 +70,8 @@ from daskbatch.stats.sketch_layout import (
 )
 
 __all__ = [
-    "PAIRED_ALPHA", "WINDOW", "WINDOWS", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run",
-    "sketch_quantile", "sketch_quantile_at", "sketch_values", "slot_bounds", "state_bytes_per_feature", "window_of",
+    "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run", "sketch_quantile",
+    "sketch_quantile_at", "sketch_values", "slot_bounds",
 ]
 
 #: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
@@ -222,7 +222,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         int64 and float64 per feature. A sign whose populated buckets span a
         factor beyond ``gamma**window`` collapses its smallest magnitudes.
         Default: all ``n_buckets`` (nothing ever collapses, 221 kB a feature);
-        ``describe`` takes the widest of :data:`WINDOWS` that fits a worker.
+        ``describe`` takes the widest of :data:`~daskbatch.stats.sketch_windows.WINDOWS` that fits a worker.
     count_dtype : {"int64", "int32"}, default "int64"
         The dtype of unweighted counts. ``"int32"`` halves the state; a merge
         whose counts could pass ``2**31 - 1`` (more rows than that in all)
@@ -458,35 +458,6 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         )
 
 
-def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`SketchResult.dense`).
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The feature's counts, a row of :attr:`SketchResult.counts`.
-    slots : numpy.ndarray
-        Their slots, the row of :meth:`SketchResult.slots`.
-    include : tuple of int, default ()
-        Slots the run must reach as well (empty columns are added).
-
-    Returns
-    -------
-    first : int
-        The slot of the run's first column.
-    counts : numpy.ndarray
-        The counts from the first to the last populated (or included) slot.
-    """
-    held = counts > 0
-    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
-    if ends.size == 0:
-        return 0, np.zeros(0, dtype=counts.dtype)
-    first = int(ends.min())
-    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
-    out[slots[held] - first] = counts[held]  # held slots are distinct
-    return first, out
-
-
 def _rows_counted(xp: Namespace, s: SketchState) -> int:
     """Rows an unweighted state counted: every value of a feature has a slot (NaN too), so feature 0's total."""
     if s.counts.shape[0] == 0:
@@ -506,12 +477,10 @@ def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchStat
 
 
 def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
-    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0.
-
-    Column ``j`` of the result is the sum of source columns ``j + by`` (all
-    of those ``<= by`` for ``j = 0``), read as differences of the prefix
-    sums: a gather, since the array API has no scatter-add.
-    """
+    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0."""
+    # Column ``j`` of the result is the sum of source columns ``j + by`` (all
+    # of those ``<= by`` for ``j = 0``), read as differences of the prefix
+    # sums: a gather, since the array API has no scatter-add.
     d, w = counts.shape
     dev = device(counts)
     zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
@@ -525,115 +494,3 @@ def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
     return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
         xp.take(prefix, xp.reshape(lower, (-1,))), shape
     )
-
-#: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
-#: +inf and NaN, and the two windows' first keys).
-SKETCH_SLOTS = Sketch().width + 2
-#: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
-#: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
-_BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
-
-
-def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
-    """Give the bytes a :class:`Sketch` state takes per feature: counts, the windows' offsets and the finite extrema.
-
-    Parameters
-    ----------
-    window : int or None
-        ``Sketch.window``.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
-    return Sketch(window=window).width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8
-
-
-def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:
-    """Device bytes of the array-API chunk on a CuPy block: one block of :data:`BLOCK_VALUES` values at most."""
-    return min(rows, max(1, BLOCK_VALUES // max(1, n_features))) * n_features * _BLOCK_BYTES_PER_VALUE
-
-
-def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
-    """Give the planner's footprint of a :class:`Sketch` with ``window`` buckets per sign (None: all).
-
-    The array API makes a float64 copy and magnitudes, logs, keys, columns and
-    masks; the bincount output (int64) sits next to the state. On the GPU
-    (no GPU kernel: CuPy runs the array-API code) a chunk is keyed
-    :data:`BLOCK_VALUES` values at a time, so those temporaries stop growing
-    with the chunk; the running state, a block's state and their merge are
-    alive together. A merge of NumPy states is one compiled loop into the
-    result; the array-API merge builds prefix sums and gather indices for
-    :data:`MERGE_ROWS` features at a time. The second pass's quantile
-    histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces the sketch's
-    state there, so the sketch's first-pass footprint is the larger one.
-
-    Parameters
-    ----------
-    window : int or None
-        ``Sketch.window``.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``.
-
-    Returns
-    -------
-    Footprint
-        Its memory, for :mod:`daskbatch.planning`, named ``"sketch"``.
-    """
-    per_feature = state_bytes_per_feature(window, count_dtype)
-    int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
-    return Footprint(
-        name="sketch",
-        state=lambda d, bins, k, tile: d * per_feature,
-        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
-        temporaries={
-            "compiled": {},
-            "array-api": {"float64": 3, "int64": 3, "bool": 3},
-            "gpu-compiled": {},
-        },
-        state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
-        merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
-        device_buffers=_gpu_block_bytes,
-    )
-
-
-#: The default sketch's footprint (every bucket kept: 221 kB a feature).
-FOOTPRINT = footprint_for(None)
-#: The relative accuracy of the default sketch's buckets merged in pairs (UDDSketch's uniform collapse,
-#: Epicoco et al. 2020): ``gamma`` squared, so ``alpha' = 2 alpha / (1 + alpha**2)``, just under 1 %.
-#: A window of these buckets spans as many decades as one of twice as many default buckets.
-PAIRED_ALPHA = 2 * Sketch.alpha / (1 + Sketch.alpha**2)
-#: Sketches ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
-#: (window, count dtype, alpha), 33, 16, 8 and 4 kB a feature. A window spans ``gamma**window`` in
-#: magnitude per sign before it collapses its smallest magnitudes: 10**8.9 for the first three (0.5 %,
-#: 0.5 % and 1 % relative accuracy), 10**4.4 for the last (1 %).
-WINDOWS: tuple[tuple[int, str, float], ...] = (
-    (WINDOW, "int64", Sketch.alpha), (WINDOW, "int32", Sketch.alpha), (WINDOW // 2, "int32", PAIRED_ALPHA),
-    (WINDOW // 4, "int32", PAIRED_ALPHA),
-)
-#: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
-WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
-#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
-WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
-
-
-def window_of(stat: object) -> tuple[int, str, float] | None:
-    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
-
-    Parameters
-    ----------
-    stat : object
-        A statistic name or footprint of a plan.
-
-    Returns
-    -------
-    (int, str, float) or None
-        The window, count dtype and relative accuracy of the windowed sketch planned.
-    """
-    for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
-        if stat is footprint:
-            return chosen
-    return None

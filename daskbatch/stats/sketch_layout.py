@@ -29,8 +29,8 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats.backend import namespace
 
 __all__ = [
-    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at", "sketch_values",
-    "slot_bounds",
+    "SketchLayout", "collapse_floor", "dense_run", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
+    "sketch_values", "slot_bounds",
 ]
 
 
@@ -177,12 +177,10 @@ class SketchLayout:  # numpydoc ignore=PR02
         return xp.astype(xp.clip(xp.ceil(logs), float(k_min), float(k_max)), xp.int64) - k_min, bucketed
 
     def _window(self, xp: Namespace, lo: Array, hi: Array) -> Array:
-        """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``.
-
-        Never above ``n_buckets - window``: a window does not reach past the
-        overflow key, and one that holds every bucket always starts at 0 (its
-        merges are additions).
-        """
+        """First key of the window that holds keys ``lo..hi`` (``hi < 0``: empty), collapsing the lowest beyond ``window``."""
+        # Never above ``n_buckets - window``: a window does not reach past the
+        # overflow key, and one that holds every bucket always starts at 0 (its
+        # merges are additions).
         w = self.buckets_kept
         first = xp.minimum(xp.maximum(lo, hi - (w - 1)), xp.full_like(lo, self.n_buckets - w))
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
@@ -237,6 +235,36 @@ def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
     pos = np.clip(n + 2 + offset[:, 1:] + i, n + 2, 2 * n + 1)
     col = np.ones((offset.shape[0], 1), dtype=np.int64)
     return np.concatenate([0 * col, neg, (n + 1) * col, pos, (2 * n + 2) * col], axis=1)
+
+
+
+def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
+    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.sketch.SketchResult.dense`).
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        The feature's counts, a row of :attr:`~daskbatch.stats.sketch.SketchResult.counts`.
+    slots : numpy.ndarray
+        Their slots, the row of :meth:`~daskbatch.stats.sketch.SketchResult.slots`.
+    include : tuple of int, default ()
+        Slots the run must reach as well (empty columns are added).
+
+    Returns
+    -------
+    first : int
+        The slot of the run's first column.
+    counts : numpy.ndarray
+        The counts from the first to the last populated (or included) slot.
+    """
+    held = counts > 0
+    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
+    if ends.size == 0:
+        return 0, np.zeros(0, dtype=counts.dtype)
+    first = int(ends.min())
+    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
+    out[slots[held] - first] = counts[held]  # held slots are distinct
+    return first, out
 
 
 

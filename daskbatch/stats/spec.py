@@ -1,10 +1,12 @@
-"""What to compute: statistic objects from user input, NaN policies and histogram ranges.
+"""What to compute: the built-in statistics' declarations, and statistic objects from user input.
 
 The one place that turns what a user asks for (``stats="moments,cov"``,
-``stats=[Moments(ddof=0), "hist"]``, a ``range``) into what
+``stats=[Moments(ddof=0), "hist"]``) into what
 :func:`daskbatch.describe`, :class:`daskbatch.Accumulator`, :func:`daskbatch.plan`
 and the CLI compute: :func:`configured` builds the statistic objects, with
-their parameters, that everything above this layer reads.
+their parameters, that everything above this layer reads. Which of them a run
+computes (with a label, groups or a target) is :mod:`daskbatch.stats.wanted`;
+histogram ranges are :mod:`daskbatch.stats.ranges`.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ from daskbatch.stats import (
     Sketch,
 )
 from daskbatch.stats.footprint import Footprint, generic_footprint
-from daskbatch.stats.ranges import around_constant, robust_ranges
-from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
 
 # class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
 # default score (ANOVA F); like mi it is computed only when there is a label.
@@ -462,200 +462,3 @@ def footprint_of(stat: Any) -> Footprint:
     """
     declared = getattr(stat, "footprint", None)
     return declared if isinstance(declared, Footprint) else generic_footprint(stat.name)
-
-
-def is_minmax(range_: Any) -> bool:
-    """Tell whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``).
-
-    Parameters
-    ----------
-    range_ : object
-        A histogram range argument.
-
-    Returns
-    -------
-    bool
-        True for ``"minmax"``.
-    """
-    if isinstance(range_, str):
-        if range_ != "minmax":
-            raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
-        return True
-    return False
-
-
-def histogram_ranges(
-    range_: Any,
-    n_features: int,
-    vmin: np.ndarray | None = None,
-    vmax: np.ndarray | None = None,
-    sketch: Any = None,
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Resolve per-feature (lo, hi) from a user range, or from what a first pass found.
-
-    A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Without one (None or ``"minmax"``) ranges come from the finite extrema
-    ``vmin``/``vmax``, narrowed to the robust ranges of :mod:`daskbatch.stats.ranges`
-    when the first pass's quantile ``sketch`` is given. Found ranges follow
-    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
-    (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
-
-    Parameters
-    ----------
-    range_ : tuple, array_like, str or None
-        The user's range: ``(lo, hi)``, a (D, 2) array, ``"minmax"`` or None.
-    n_features : int
-        Number of features D.
-    vmin, vmax : ndarray, optional
-        Finite extrema of each feature, from a first pass.
-    sketch : SketchResult, optional
-        The first pass's quantile sketch.
-
-    Returns
-    -------
-    lo : tuple of float
-        Lower edge of each feature's range.
-    hi : tuple of float
-        Upper edge of each feature's range.
-    """
-    if range_ is not None and not is_minmax(range_):
-        r = np.asarray(range_, dtype=np.float64)
-        if r.shape == (2,):
-            r = np.broadcast_to(r, (n_features, 2))
-        if r.shape != (n_features, 2):
-            raise ValueError(
-                f"range must be (lo, hi) or one (lo, hi) per feature, shape ({n_features}, 2); got shape {r.shape}"
-            )
-        lo, hi = r[:, 0].copy(), r[:, 1].copy()
-    else:
-        assert vmin is not None and vmax is not None
-        empty = ~np.isfinite(vmin) | ~np.isfinite(vmax)
-        if sketch is not None:
-            vmin, vmax = robust_ranges(sketch, vmin, vmax)
-        lo = np.where(empty, 0.0, vmin)
-        hi = np.where(empty, 1.0, vmax)
-        # A constant feature gets a range around its value (numpy.histogram's +-0.5, wider for huge values).
-        same = lo == hi
-        below, above = around_constant(lo)
-        lo, hi = np.where(same, below, lo), np.where(same, above, hi)
-    bad = ~(np.isfinite(lo) & np.isfinite(hi) & (lo < hi))
-    if bad.any():
-        d = int(np.argmax(bad))
-        raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
-    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
-
-
-def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = None) -> tuple[str, ...]:
-    """List what :func:`daskbatch.describe` computes for ``stats``.
-
-    ``stats`` normalised (moments first), without ``mi`` (and the default's
-    ``class_moments``) when there is no label, and with ``sketch`` when histogram
-    ranges are to be found from the data (``range_`` None). ``class_moments``
-    asked for without a label is an error.
-
-    Parameters
-    ----------
-    stats : str or sequence of str
-        The requested statistics.
-    labelled : bool
-        Whether there is a label.
-    range_ : object, optional
-        The histogram range argument.
-
-    Returns
-    -------
-    tuple of str
-        The statistic names to compute.
-    """
-    return names_of(describe_statistics(stats, labelled=labelled, range_=range_))
-
-
-def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Requested, ...]:
-    """What :func:`describe_names` names, as the statistics' declarations.
-
-    Parameters
-    ----------
-    stats : str or sequence
-        The requested statistics.
-    labelled : bool
-        Whether there is a label.
-    range_ : object, optional
-        The histogram range argument.
-
-    Returns
-    -------
-    tuple of Requested
-        The statistics to compute.
-    """
-    wanted = requested(stats)
-    if not labelled:
-        refused = [r.name for r in wanted if r.needs_class_label]
-        if refused and wanted != requested(DEFAULT_STATS):
-            raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
-        wanted = tuple(r for r in wanted if not r.needs_label)
-    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:
-        wanted += (SKETCH,)
-    return wanted
-
-
-def grouped_statistics(wanted: tuple[Requested, ...]) -> tuple[Requested, ...]:
-    """Add what ``describe(x, groups=g)`` computes by group to ``wanted``.
-
-    The per-group moments always, and with histograms the histograms by group
-    (the histograms by label, ``mi``).
-
-    Parameters
-    ----------
-    wanted : tuple of Requested
-        From :func:`describe_statistics`.
-
-    Returns
-    -------
-    tuple of Requested
-        With ``class_moments`` (and ``mi`` when histograms are counted).
-    """
-    added = (CLASS_MOMENTS, MI) if counts_histograms(wanted) else (CLASS_MOMENTS,)
-    return (*wanted, *(r for r in added if r not in wanted))
-
-
-def target_statistics(
-    stats: Any, wanted: tuple[Requested, ...], target_bins: Any
-) -> tuple[tuple[Requested, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
-    """Decide what a run with a continuous target (``describe(x, target=y)``) computes.
-
-    Parameters
-    ----------
-    stats : str or sequence
-        The requested statistics.
-    wanted : tuple of Requested
-        From :func:`describe_statistics` (with the target in the label's place).
-    target_bins : int or sequence of float
-        Quantile bins of the target, or its cuts.
-
-    Returns
-    -------
-    wanted : tuple of Requested
-        Without the statistics of a class label (``class_moments``).
-    fused : tuple
-        The target's statistics for the first pass: its co-moments with every
-        feature, and with ``mi`` its quantile sketch (also when the cuts are
-        given, so that summaries of both kinds merge).
-    class_values : tuple of int or None
-        The target bins' numbers, the classes of ``mi``'s tables (None without ``mi``).
-    cuts : tuple of float or None
-        The cuts when given.
-    """
-    given = None
-    if isinstance(target_bins, (int, np.integer)):
-        n_bins = strict_int(target_bins, "target_bins", minimum=2)
-    else:
-        given = checked_cuts(target_bins)
-        n_bins = len(given) + 1
-    refused = [r.name for r in requested(stats) if r.needs_class_label]
-    if refused and requested(stats) != requested(DEFAULT_STATS):
-        raise ValueError(f"statistic {refused[0]!r} needs a class label; with target= select ranks by "
-                         "'f_regression', 'r_regression' or 'mi'")
-    wanted = tuple(r for r in wanted if not r.needs_class_label)
-    if not counts_by_label(wanted):
-        return wanted, (TargetMoments(),), None, given
-    return wanted, (TargetMoments(), TargetSketch()), tuple(range(n_bins)), given

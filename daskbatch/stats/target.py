@@ -32,8 +32,8 @@ from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_d
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
 from daskbatch.stats.moments import first_finite
-from daskbatch.stats.sketch import FOOTPRINT as SKETCH_FOOTPRINT
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
+from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
 
 __all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "checked_cuts",
            "target_cuts"]

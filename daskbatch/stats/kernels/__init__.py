@@ -79,10 +79,8 @@ COMOMENT_BLOCK_ROWS = 4096
 
 
 def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table.
-
-    bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.
-    """
+    """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table."""
+    # bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.
     if x.dtype == np.float16:
         return x.view(np.uint16), _half_table()
     if x.dtype == np.bool_:

@@ -16,11 +16,9 @@ from daskbatch.stats.kernels._cuda import _add_rn, _load, _mul_rn, _rows_of_grou
 
 @cuda.jit(device=True)
 def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
-    """Slot of ``v``: 0 underflow, 1..bins, bins + 1 overflow, bins + 2 NaN (as ``Histogram.slots``).
-
-    Inside the range: the scaled index, clipped, then settled against the
-    edges ``i * step + lo`` rounded as the reference rounds them (twice).
-    """
+    """Slot of ``v``: 0 underflow, 1..bins, bins + 1 overflow, bins + 2 NaN (as ``Histogram.slots``)."""
+    # Inside the range: the scaled index, clipped, then settled against the
+    # edges ``i * step + lo`` rounded as the reference rounds them (twice).
     if math.isnan(v):
         return bins + 2
     if v < lo:

@@ -17,11 +17,9 @@ from daskbatch.stats.kernels._numba import _finite, _jit, _jit_nocheck, _load, _
 
 @_jit
 def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
-    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it.
-
-    ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
-    expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
-    """
+    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it."""
+    # ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
+    # expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
     key = np.ceil(np.log(a) / ln_gamma)
     key = key if key < hi_key else hi_key
     return (key if key > lo_key else lo_key) - lo_key
@@ -130,13 +128,11 @@ def _sketch_shift(buf, by, w):  # noqa: ANN001, ANN202
 
 @_jit
 def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001, ANN202
-    """Count ``key`` (add ``wi``), outside the window ``buf`` (first key ``offset[side]``): move the window to hold it.
-
-    While a chunk is counted, a window that is not collapsed may sit anywhere
-    that holds its keys (centred on them, so that it rarely moves); when the
-    keys span more than ``w``, the window keeps the ``w`` keys up to the
-    largest and collapses the rest into its first bucket, for good.
-    """
+    """Count ``key`` (add ``wi``), outside the window ``buf`` (first key ``offset[side]``): move the window to hold it."""
+    # While a chunk is counted, a window that is not collapsed may sit anywhere
+    # that holds its keys (centred on them, so that it rarely moves); when the
+    # keys span more than ``w``, the window keeps the ``w`` keys up to the
+    # largest and collapses the rest into its first bucket, for good.
     if offset[side] == n:  # empty: centre the window on its first key
         offset[side] = key - w // 2
         buf[w // 2] += wi
@@ -161,10 +157,8 @@ def _sketch_rebase(buf, offset, collapsed, side, key, n, w, wi):  # noqa: ANN001
 
 @_jit
 def _sketch_add_row(code, counts, offset, collapsed, n, w, wi):  # noqa: ANN001, ANN202
-    """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each.
-
-    A key outside its window moves the window.
-    """
+    """Count one row's codes (:func:`_sketch_code`) into the windows, adding ``wi`` (its weight, or 1) for each."""
+    # A key outside its window moves the window.
     for j in range(code.size):
         c = code[j]
         if c >= 2 * n:

@@ -1,0 +1,129 @@
+"""The sketches ``describe`` plans for wide data, and the memory each takes.
+
+The statistic is :class:`~daskbatch.stats.sketch.Sketch`; this module sizes
+its state and temporaries for the planner (:func:`footprint_for`) and lists the
+windowed sketches tried, widest first, where a sketch of every bucket does not
+fit a worker (:data:`WINDOWS`, :data:`WINDOWED_FOOTPRINTS`, :func:`window_of`).
+"""
+
+from __future__ import annotations
+
+from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch
+
+__all__ = [
+    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINT", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
+    "state_bytes_per_feature", "window_of",
+]
+
+#: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
+#: +inf and NaN, and the two windows' first keys).
+SKETCH_SLOTS = Sketch().width + 2
+#: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
+#: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
+_BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
+
+
+def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, the windows' offsets and the finite extrema.
+
+    Parameters
+    ----------
+    window : int or None
+        ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    return Sketch(window=window).width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8
+
+
+def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:
+    """Device bytes of the array-API chunk on a CuPy block: one block of :data:`BLOCK_VALUES` values at most."""
+    return min(rows, max(1, BLOCK_VALUES // max(1, n_features))) * n_features * _BLOCK_BYTES_PER_VALUE
+
+
+def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
+    """Give the planner's footprint of a :class:`~daskbatch.stats.sketch.Sketch` with ``window`` buckets per sign (None: all).
+
+    The array API makes a float64 copy and magnitudes, logs, keys, columns and
+    masks; the bincount output (int64) sits next to the state. On the GPU
+    (no GPU kernel: CuPy runs the array-API code) a chunk is keyed
+    :data:`~daskbatch.stats.sketch.BLOCK_VALUES` values at a time, so those temporaries stop growing
+    with the chunk; the running state, a block's state and their merge are
+    alive together. A merge of NumPy states is one compiled loop into the
+    result; the array-API merge builds prefix sums and gather indices for
+    :data:`~daskbatch.stats.sketch.MERGE_ROWS` features at a time. The second pass's quantile
+    histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces the sketch's
+    state there, so the sketch's first-pass footprint is the larger one.
+
+    Parameters
+    ----------
+    window : int or None
+        ``Sketch.window``.
+    count_dtype : {"int64", "int32"}, default "int64"
+        ``Sketch.count_dtype``.
+
+    Returns
+    -------
+    Footprint
+        Its memory, for :mod:`daskbatch.planning`, named ``"sketch"``.
+    """
+    per_feature = state_bytes_per_feature(window, count_dtype)
+    int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
+    return Footprint(
+        name="sketch",
+        state=lambda d, bins, k, tile: d * per_feature,
+        float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
+        temporaries={
+            "compiled": {},
+            "array-api": {"float64": 3, "int64": 3, "bool": 3},
+            "gpu-compiled": {},
+        },
+        state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
+        merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
+        device_buffers=_gpu_block_bytes,
+    )
+
+
+#: The default sketch's footprint (every bucket kept: 221 kB a feature).
+FOOTPRINT = footprint_for(None)
+#: The relative accuracy of the default sketch's buckets merged in pairs (UDDSketch's uniform collapse,
+#: Epicoco et al. 2020): ``gamma`` squared, so ``alpha' = 2 alpha / (1 + alpha**2)``, just under 1 %.
+#: A window of these buckets spans as many decades as one of twice as many default buckets.
+PAIRED_ALPHA = 2 * Sketch.alpha / (1 + Sketch.alpha**2)
+#: Sketches ``describe`` tries, widest first, where the sketch of every bucket does not fit a worker:
+#: (window, count dtype, alpha), 33, 16, 8 and 4 kB a feature. A window spans ``gamma**window`` in
+#: magnitude per sign before it collapses its smallest magnitudes: 10**8.9 for the first three (0.5 %,
+#: 0.5 % and 1 % relative accuracy), 10**4.4 for the last (1 %).
+WINDOWS: tuple[tuple[int, str, float], ...] = (
+    (WINDOW, "int64", Sketch.alpha), (WINDOW, "int32", Sketch.alpha), (WINDOW // 2, "int32", PAIRED_ALPHA),
+    (WINDOW // 4, "int32", PAIRED_ALPHA),
+)
+#: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
+WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
+#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
+WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
+
+
+def window_of(stat: object) -> tuple[int, str, float] | None:
+    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
+
+    Parameters
+    ----------
+    stat : object
+        A statistic name or footprint of a plan.
+
+    Returns
+    -------
+    (int, str, float) or None
+        The window, count dtype and relative accuracy of the windowed sketch planned.
+    """
+    for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
+        if stat is footprint:
+            return chosen
+    return None
