@@ -125,22 +125,26 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
     )
 
 
-def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a host chunk.
+def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a chunk.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D) with R > 0.
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row, all positive.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
+    tuple of numpy.ndarray or cupy.ndarray
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.moments(x, weights=w)
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
     count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
@@ -250,24 +254,30 @@ def class_moments(
     return tuple(np.ascontiguousarray(v.T) for v in (n, shift, approx_mean + e, m2))
 
 
-def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a host chunk.
+def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a chunk.
 
     :func:`comoments` with row weights: the centred blocks hold ``sqrt(w)``
-    times the deviations, so one BLAS product per block adds the weighted co-moments.
+    times the deviations, so one BLAS product (cuBLAS SYRK on the GPU) per block
+    adds the weighted co-moments.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D).
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row, all positive.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
-        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
+    tuple of numpy.ndarray or cupy.ndarray
+        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows
+        (a GPU ``c`` holds its upper triangle and zeros below, as :func:`comoments`).
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.comoments(x, weights=w)
     from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
         centre_rows,
         complete_rows_mean,
@@ -339,13 +349,14 @@ def histogram(
 
 
 def weighted_histogram(
-    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray
+    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray,
+    path: KernelPath | None = None,
 ) -> np.ndarray:
-    """Sum the weights of a host chunk's values per slot, as :func:`histogram` counts them.
+    """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them.
 
     Parameters
     ----------
-    x : numpy.ndarray, shape (R, D)
+    x : numpy.ndarray or cupy.ndarray, shape (R, D)
         The chunk, any dtype the kernels read.
     lo, hi : sequence of float, length D
         Range of each feature.
@@ -355,14 +366,18 @@ def weighted_histogram(
         Class column of every row.
     n_classes : int
         K, the size of the last axis of the counts.
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    numpy.ndarray
-        The float64 weighted counts (D, bins + 3, K).
+    numpy.ndarray or cupy.ndarray
+        The float64 weighted counts (D, bins + 3, K), on the device of ``x``.
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.histogram(x, lo, hi, bins, labels, n_classes, weights=w)
     from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
 
     lo = np.asarray(lo, dtype=np.float64)
