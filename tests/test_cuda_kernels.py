@@ -767,3 +767,55 @@ def test_sim_comoment_states_merge_with_cpu_states_and_save_mirrored(tmp_path: P
     write_states(store, {"cov": Kept(stat, merged)}, results="r")
     back = read_states(store, "r")["cov"].state
     np.testing.assert_array_equal(back.c, saved.c)  # on disk the matrix is the full one
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
+def test_gpu_weighted_moments_take_the_kernels_and_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.moments import WeightedMomentsState
+
+    x = big[0].astype(dtype) if dtype != "bool" else big[0] > 104
+    w = weights_for(x.shape[0], seed=8)
+    d = cupy.asarray(x)
+    assert kernels.kernel_path(d, Moments(), weighted=True).kind == "numba-cuda"
+    state = Moments().chunk(d, weights=cupy.asarray(w))
+    assert isinstance(state, WeightedMomentsState) and isinstance(state.mean, cupy.ndarray)
+    assert_weighted_moments((state.rows, state.n, *(getattr(state, f) for f in MOMENT_FIELDS[1:])),
+                            reference(Moments(), x, weights=w))
+
+
+@gpu
+@pytest.mark.parametrize("block_rows", [None, 7_000])
+def test_gpu_weighted_comoments_equal_cpu(big: tuple[np.ndarray, np.ndarray], block_rows: int | None) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    w = weights_for(x.shape[0], seed=9)
+    ref = reference(CoMoments(), x, weights=w)
+    got = _gpu.comoments(cupy.asarray(x), block_rows=block_rows, weights=cupy.asarray(w))
+    assert isinstance(got[3], cupy.ndarray)
+    assert_comoments(got, ref)
+    state = CoMoments().chunk(cupy.asarray(x), weights=cupy.asarray(w))  # through the dispatch
+    assert_comoments((state.n, state.shift, state.mean, state.c, state.rows), ref)
+
+
+@gpu
+@pytest.mark.parametrize("n_classes", [4, 40])  # 40 classes: no tile of float64 sums fits in shared memory
+def test_gpu_weighted_histogram_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_classes: int) -> None:
+    """Integer weights: float64 sums exact in any order, so bitwise; other weights to 1e-12 (atomics add in any order)."""
+    cupy = pytest.importorskip("cupy")
+
+    x = big[0]
+    y = np.random.default_rng(6).integers(0, n_classes, size=x.shape[0]).astype(np.int32)
+    h = hist_for(x, bins=64, by_label=True)
+    assert kernels.kernel_path(cupy.asarray(x), h, weighted=True).kind == "numba-cuda"
+    for integer in (True, False):
+        w = weights_for(x.shape[0], seed=10, integer=integer)
+        got = h.chunk(cupy.asarray(x), cupy.asarray(y), weights=cupy.asarray(w)).counts.get()
+        want = reference(h, x, y, weights=w).counts
+        if integer:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-12)
