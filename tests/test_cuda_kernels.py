@@ -175,6 +175,17 @@ def _crossing_shapes(d: int, block_rows: int, rows_range: range) -> list[int]:
     return found
 
 
+def _scale_card_down(monkeypatch: pytest.MonkeyPatch, d: int) -> int:
+    """Scale the buffer constants down for ``d`` features: a card whose share holds 16 rows, 2 rows a group, 8 groups aimed at."""
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
+
+    card = 16 * 8 * d * _gpu.CENTRE_SHARE
+    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
+    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    return card
+
+
 @sim
 def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The group buffer holds a centring block's groups when a block has more than the chunk (issue 18, 1).
@@ -185,13 +196,10 @@ def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytes
     """
     from numba import cuda
 
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
     d = 3
-    card = 16 * 8 * d * _gpu.CENTRE_SHARE
-    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
-    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
-    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    card = _scale_card_down(monkeypatch, d)
     crossing = _crossing_shapes(d, 16, range(17, 120))
     assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end
     for rows in crossing[:3] + [crossing[-1]]:
@@ -440,14 +448,12 @@ def test_sim_weighted_comoments_across_centring_blocks_and_groups(monkeypatch: p
     """The scaled-down card of the unweighted tests: blocks with more groups than the chunk, every buffer boundary."""
     from numba import cuda
 
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
     d = 3
-    card = 16 * 8 * d * _gpu.CENTRE_SHARE
-    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
-    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
-    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    card = _scale_card_down(monkeypatch, d)
     crossing = _crossing_shapes(d, 16, range(17, 120))
+    assert all(_gpu.centring_blocks(r, d, device_bytes=card)[1] > _gpu.row_groups(r, d)[1] for r in crossing)
     for rows in [15, 16, 17, 31, 32, 33, *crossing[:2], crossing[-1]]:
         x = chunk("float32", rows=max(rows, 21), cols=d + 1, seed=rows)[-rows:, 1:].copy()
         w = weights_for(rows, seed=rows)

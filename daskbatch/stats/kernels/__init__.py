@@ -349,9 +349,9 @@ def histogram(
 
 
 def weighted_histogram(
-    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray,
+    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None, n_classes: int, w: Array,
     path: KernelPath | None = None,
-) -> np.ndarray:
+) -> Array:
     """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them.
 
     Parameters
@@ -362,7 +362,7 @@ def weighted_histogram(
         Range of each feature.
     bins : int
         Equal-width bins per feature.
-    labels : numpy.ndarray of int, shape (R,), optional
+    labels : numpy.ndarray or cupy.ndarray of int, shape (R,), optional
         Class column of every row.
     n_classes : int
         K, the size of the last axis of the counts.
