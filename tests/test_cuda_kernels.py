@@ -528,6 +528,59 @@ def test_sim_weighted_histogram(dtype: str, shared_bytes: int | None, by_label: 
     np.testing.assert_array_equal(unweighted, reference(h, x, y if by_label else None).counts)
 
 
+def assert_class_moments(got, ref, weighted: bool, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """The GPU's (n, shift, mean, m2) against the array-API state: n (unweighted) and shift exactly."""
+    for name, g in zip(("n", "shift", "mean", "m2"), got, strict=True):
+        g, r = host(g), np.asarray(getattr(ref, name))
+        assert g.shape == r.shape and g.dtype == np.float64, name
+        if name == "shift" or (name == "n" and not weighted):
+            np.testing.assert_array_equal(g, r, err_msg=name)
+        else:
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * np.max(np.abs(r), initial=0.0), err_msg=name)
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("rows_per_group", [None, 7])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_class_moments(dtype: str, rows_per_group: int | None, weighted: bool) -> None:
+    """Per-class moments (a class absent from the chunk, one whose values are all NaN in a column), with and without weights."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])  # class 3 of 4 never occurs
+    if dtype.startswith("float"):
+        x[y == 1, 0] = np.nan
+    w = weights_for(x.shape[0], seed=12) if weighted else None
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
+                             None if w is None else cuda.to_device(w), rows_per_group=rows_per_group)
+    assert_class_moments(got, reference(ClassMoments(n_classes=4), x, y, weights=w), weighted)
+
+
+@sim
+def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folds whose classes outnumber the grid's rows take several classes per row (MAX_GRID_Y scaled down to 2)."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu
+
+    monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
+    x = chunk("float64", rows=40)
+    y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
+    w = weights_for(x.shape[0], seed=13, integer=True)
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
+    assert_class_moments(got, reference(ClassMoments(n_classes=5), x, y, weights=w), weighted=True)
+    rep = np.repeat(np.arange(x.shape[0]), w.astype(np.int64))  # integer weights: the rows repeated
+    plain = _gpu.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])), cuda.to_device(y[rep].astype(np.int64)), 5)
+    np.testing.assert_array_equal(got[0], plain[0])
+    for g, p in zip(got[1:], plain[1:], strict=True):
+        np.testing.assert_allclose(g, p, rtol=1e-12, atol=1e-12 * np.max(np.abs(p)))
+
+
 @pytest.mark.skipif(SIMULATED, reason="this is the test that starts the simulator")
 def test_kernels_under_the_cuda_simulator() -> None:
     pytest.importorskip("numba.cuda")
@@ -825,3 +878,19 @@ def test_gpu_weighted_histogram_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_class_moments_take_the_kernels_and_equal_cpu(big: tuple[np.ndarray, np.ndarray], weighted: bool) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats import ClassMoments
+
+    x, y = big
+    w = weights_for(x.shape[0], seed=14) if weighted else None
+    stat = ClassMoments(n_classes=4)
+    d = cupy.asarray(x)
+    assert kernels.kernel_path(d, stat, weighted=weighted).kind == "numba-cuda"
+    state = stat.chunk(d, cupy.asarray(y), weights=None if w is None else cupy.asarray(w))
+    assert isinstance(state.mean, cupy.ndarray)
+    assert_class_moments((state.n, state.shift, state.mean, state.m2), reference(stat, x, y, weights=w), weighted)

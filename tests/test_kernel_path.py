@@ -19,7 +19,7 @@ from daskbatch.engine import planner, staged
 from daskbatch.engine.checkpoint import fingerprint
 from daskbatch.engine.checkpoint.fingerprint import setting_items
 from daskbatch.engine.staged import Staged
-from daskbatch.stats import CoMoments, Histogram, Moments, Sketch, kernels
+from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch, kernels
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
 
@@ -75,7 +75,7 @@ def test_weighted_gpu_blocks_take_the_kernels_the_plan_counts(monkeypatch: pytes
     with dask.config.set({"daskbatch.kernels": switch}):
         plan = db.plan(da.from_array(block), stats=("moments",),
                        resources=db.Resources(2**30, device="gpu", device_memory_bytes=2**30))
-        for stat in (Moments(), CoMoments(), Histogram(lo=[0.0] * 3, hi=[1.0] * 3, bins=4)):
+        for stat in (Moments(), CoMoments(), Histogram(lo=[0.0] * 3, hi=[1.0] * 3, bins=4), ClassMoments()):
             weighted = kernel_path("cupy", stat, dtype=block.dtype, weighted=True)
             assert weighted == kernel_path("cupy", stat, dtype=block.dtype)
             assert weighted.kind == ("numba-cuda" if switch and kernels.available() else "array-api-cupy")

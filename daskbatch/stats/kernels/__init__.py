@@ -210,20 +210,22 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
 
 
 def class_moments(
-    x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None
+    x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None,
+    path: KernelPath | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a chunk.
 
-    Bitwise the state of the array-API path on two features or more (see
+    On the CPU, bitwise the state of the array-API path on two features or more (see
     :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
     feature NumPy sums pairwise, and the two agree to rounding), without its
-    class-sorted copy of the chunk and its float64 temporaries.
+    class-sorted copy of the chunk and its float64 temporaries. On the GPU
+    (:func:`daskbatch.stats.kernels._gpu.class_moments`), equal to it to rounding.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D) with R > 0.
-    codes : numpy.ndarray
+    codes : numpy.ndarray or cupy.ndarray
         The class column (0..K-1) of every row, already checked.
     n_classes : int
         K.
@@ -231,12 +233,16 @@ def class_moments(
         Positive frequency weight of every row (rows of weight 0 already left out):
         ``n`` is then the weight sum, and the state equals the array-API path's to rounding
         (its weighted sums are BLAS products).
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
+    tuple of numpy.ndarray or cupy.ndarray
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
+    if (path or kernel_path(x)).kind == "numba-cuda":
+        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]
