@@ -242,7 +242,7 @@ def class_moments(
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
-        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights)
+        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]
