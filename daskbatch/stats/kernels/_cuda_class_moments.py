@@ -170,7 +170,7 @@ def class_correct(part, out):  # noqa: ANN001, ANN201
         The (4, D, K) state fields, completed in place.
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    n_classes, groups, d = part.shape[1:]
+    n_classes, groups, d = part.shape[1], part.shape[2], part.shape[3]
     if j >= d:
         return
     for k in range(cuda.blockIdx.y, n_classes, cuda.gridDim.y):  # more classes than grid rows: each takes several
