@@ -98,6 +98,7 @@ def class_finish(part, counts, out, weighted):  # noqa: ANN001, ANN201
 
 @cuda.jit(device=True)
 def _fold_first_pass(part, counts, out, weighted, groups, j, k):  # noqa: ANN001, ANN202
+    """The fold of :func:`class_finish` for feature j and class k."""
     shift = 0.0
     for g in range(groups):
         if counts[k, g, j] > 0:
@@ -179,6 +180,7 @@ def class_correct(part, out):  # noqa: ANN001, ANN201
 
 @cuda.jit(device=True)
 def _fold_squares(part, out, groups, j, k):  # noqa: ANN001, ANN202
+    """The fold of :func:`class_correct` for feature j and class k."""
     s1 = 0.0
     s2 = 0.0
     for g in range(groups):
