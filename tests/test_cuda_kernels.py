@@ -528,6 +528,32 @@ def test_sim_weighted_histogram(dtype: str, shared_bytes: int | None, by_label: 
     np.testing.assert_array_equal(unweighted, reference(h, x, y if by_label else None).counts)
 
 
+@sim
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_histogram_across_tiles_and_row_blocks(monkeypatch: pytest.MonkeyPatch, weighted: bool) -> None:
+    """10 features in tiles of 4 (the last one short), 61 rows in blocks of 8 (the last one short), by label."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
+
+    monkeypatch.setattr(_gpu_layout, "HIST_MIN_BLOCK_ROWS", 8)
+    monkeypatch.setattr(_gpu_layout, "HIST_THREADS", 12)
+    x = chunk("float32", rows=61, cols=10, seed=9)
+    y = np.random.default_rng(9).integers(0, 2, size=x.shape[0])
+    h = hist_for(x, bins=5, by_label=True)
+    counter = 8 if weighted else 4
+    room = 4 * h.n_slots * 2 * counter  # a tile of 4 features' counters
+    assert _gpu.histogram_layout(61, 10, h.bins, 2, room, counter) == (4, 3, 8)
+    w = weights_for(x.shape[0], seed=9) if weighted else None
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, cuda.to_device(y.astype(np.int64)), 2, room,
+                         weights=None if w is None else cuda.to_device(w))
+    ref = reference(h, x, y, weights=w).counts
+    if weighted:
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
 def assert_class_moments(got, ref, weighted: bool, rtol: float = 1e-12) -> None:  # noqa: ANN001
     """The GPU's (n, shift, mean, m2) against the array-API state: n (unweighted) and shift exactly."""
     for name, g in zip(("n", "shift", "mean", "m2"), got, strict=True):
