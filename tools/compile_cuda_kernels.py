@@ -24,8 +24,10 @@ tool closes that gap in two steps:
    ``ptxas -v`` on the PTX when ``ptxas`` is found (``$PTXAS``, ``PATH``, or the
    ``nvidia`` wheels beside numba) for registers and spills.
 
-Compiling needs NVVM (``cuda-toolkit``/``nvidia-cuda-nvcc`` wheels or a CUDA
-install), not a driver. Prints one line per (kernel, signature, cc): ``OK``
+Compiling needs NVVM and NVRTC (numba-cuda asks it for the supported
+compute capabilities): the ``nvidia-nvvm`` and ``nvidia-cuda-nvrtc`` wheels or a
+CUDA toolkit, not a driver. ``numba.cuda`` is made numba-cuda's, as on a GPU
+install (``--builtin-target`` keeps numba's older built-in target). Prints one line per (kernel, signature, cc): ``OK``
 with registers/spills, or ``FAIL`` and numba's error; exits 1 if any fails,
 2 if NVVM cannot be found.
 """
@@ -337,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"numba.cuda: {use_numba_cuda()}")
     missing = nvvm_missing()
     if missing:
-        print(f"NVVM not usable, nothing compiled: {missing}", file=sys.stderr)
+        print(f"NVVM (or NVRTC) not usable, nothing compiled: {missing}", file=sys.stderr)
         return 2
     ccs = [tuple(int(p) for p in c.split(".")) for c in (args.cc or ["9.0", "8.0"])]
     recorded = _record_in_simulator(tuple(d for d in args.dtypes.split(",") if d))

@@ -24,6 +24,14 @@ reproducible from run to run. Histogram counts are integers and use atomics
 their sums are reproducible to rounding only (exactly where every sum is exact,
 e.g. integer weights).
 
+Checking that they compile without a GPU: the simulator runs the loops as Python
+and never types them, so a loop numba cannot type would first fail on a card.
+``python tools/compile_cuda_kernels.py`` records the argument types of every
+launch under the simulator (every dtype, weighted or not, by label or not) and
+compiles each kernel to PTX for cc 9.0 and 8.0 with numba-cuda, then reports
+ptxas' registers and spills; it needs NVVM and NVRTC (their ``nvidia-*`` wheels),
+not a driver. ``tests/test_cuda_compile.py`` runs it where NVVM is found.
+
 The kernels are compiled with ``cache=True``: a worker that starts again loads
 them from numba's cache beside their files instead of compiling them anew.
 
