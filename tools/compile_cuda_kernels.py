@@ -275,7 +275,7 @@ def compile_all(recorded: dict[str, Any], ccs: list[tuple[int, int]], ptxas: lis
         emit(f"FAIL {name}: never launched by the recorded launch sites (add a variant to tools/compile_cuda_kernels.py)")
         failures += 1
     for name in sorted(set(device) - set(recorded["device"])):
-        emit(f"NOTE {name}: device function no recorded launch reaches (compiled with no caller)")
+        emit(f"NOTE {name}: device function no recorded launch reaches (not compiled: it compiles inside its callers)")
     jobs = []
     for name, sigs in sorted(recorded["launches"].items()):
         if name not in kernels:
