@@ -16,8 +16,10 @@ tool closes that gap in two steps:
    several centring blocks, and records ``numba.typeof`` of each launch's
    arguments. A simulator device array is typed as numba types the device
    array a CuPy array becomes (its dtype, dimensions and layout ``C``/``F``/``A``
-   from its flags); any array launched in another layout than ``C`` is
-   reported, since the CuPy path makes every buffer C-contiguous. The device
+   from its flags). The CuPy path makes the chunk, the weights and every
+   buffer C-contiguous (the simulator path does not, so the chunks fed here
+   are C-ordered); the class codes and labels pass as the caller's array,
+   so they are recorded both C-contiguous and strided (``A``). The device
    functions reached are recorded by name: they compile inside their callers.
 2. *compile*: this process (no simulator) calls ``numba.cuda.compile_ptx`` on
    each (kernel, signature) for every compute capability asked for, and runs
@@ -102,12 +104,16 @@ def _drive(dtype: str) -> None:
     for x, w in _chunks(dtype):
         dx = cuda.to_device(x)
         codes = cuda.to_device(np.arange(x.shape[0], dtype=np.int64) % 3)
+        # The class codes / labels reach the kernels as the caller's array (not made C-contiguous):
+        # a column of a 2-D array types as layout "A", another specialisation.
+        strided = cuda.to_device(np.stack([np.zeros(x.shape[0], np.int64), np.arange(x.shape[0]) % 3], axis=1))[:, 1]
         lo, hi = np.full(x.shape[1], -5.0), np.full(x.shape[1], 5.0)
         for weights in (None, cuda.to_device(w)):
             _gpu.moments(dx, rows_per_group=8, weights=weights)
             _gpu.comoments(dx, rows_per_group=8, block_rows=16, weights=weights)
-            _gpu.class_moments(dx, codes, 3, weights=weights, rows_per_group=8)
-            for labels, n_classes in ((None, 1), (codes, 3)):
+            for classes in (codes, strided):
+                _gpu.class_moments(dx, classes, 3, weights=weights, rows_per_group=8)
+            for labels, n_classes in ((None, 1), (codes, 3), (strided, 3)):
                 for shared_bytes in (_gpu.SHARED_BYTES, 0):  # the shared-memory layout, then the global one
                     _gpu.histogram(dx, lo, hi, 6, labels, n_classes, shared_bytes=shared_bytes, weights=weights)
 
@@ -283,12 +289,7 @@ def compile_all(recorded: dict[str, Any], ccs: list[tuple[int, int]], ptxas: lis
             failures += 1
             continue
         for sig in sigs:
-            argtypes = tuple(_numba_type(s) for s in json.loads(sig))
-            odd = [str(t) for t in argtypes if isinstance(t, types.Array) and t.layout != "C"]
-            if odd:
-                emit(f"FAIL {name}: non-C-contiguous arrays {odd} (the CuPy path passes C order)")
-                failures += 1
-            jobs.append((name, argtypes))
+            jobs.append((name, tuple(_numba_type(s) for s in json.loads(sig))))
     for cc in ccs:
         with _compiling_for(cc, list(device.values())):
             for name, argtypes in jobs:
