@@ -38,10 +38,10 @@ def host(a):  # noqa: ANN001, ANN201
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-def reference(stat, x, y=None):  # noqa: ANN001, ANN201
+def reference(stat, x, y=None, weights=None):  # noqa: ANN001, ANN201
     """``stat.chunk`` on the array-API path (NumPy)."""
     with dask.config.set({"daskbatch.kernels": False}):
-        return stat.chunk(x, y)
+        return stat.chunk(x, y) if weights is None else stat.chunk(x, y, weights=weights)
 
 
 def assert_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
@@ -56,9 +56,21 @@ def assert_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
             np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * scale, err_msg=f)
 
 
+def assert_weighted_moments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """A weighted state: ``rows`` and the counts exactly, the weight sum and moments to ``rtol``."""
+    rows, *fields = got
+    np.testing.assert_array_equal(host(rows), np.asarray(ref.rows))
+    np.testing.assert_allclose(host(fields[0]), np.asarray(ref.n), rtol=rtol)
+    assert_moments((np.asarray(ref.n), *fields[1:]), ref, rtol)
+
+
 def assert_comoments(got, ref, rtol: float = 1e-12) -> None:  # noqa: ANN001
     """The GPU's fields against the CPU's: the upper triangle of ``c`` (zeros below), and the finalized results."""
-    n, shift, mean, c = (host(v) for v in got)
+    n, shift, mean, c, *rows = (host(v) for v in got)
+    if rows:  # weighted: n is the weight sum, rows the number of complete rows
+        assert float(rows[0]) == float(ref.rows)
+        np.testing.assert_allclose(n, ref.n, rtol=rtol)
+        n = np.asarray(ref.n)
     assert float(n) == float(ref.n)
     np.testing.assert_array_equal(shift, ref.shift)
     np.testing.assert_allclose(mean, ref.mean, rtol=rtol, atol=rtol * np.max(np.abs(ref.mean), initial=0.0))
@@ -163,6 +175,17 @@ def _crossing_shapes(d: int, block_rows: int, rows_range: range) -> list[int]:
     return found
 
 
+def _scale_card_down(monkeypatch: pytest.MonkeyPatch, d: int) -> int:
+    """Scale the buffer constants down for ``d`` features: a card whose share holds 16 rows, 2 rows a group, 8 groups aimed at."""
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
+
+    card = 16 * 8 * d * _gpu.CENTRE_SHARE
+    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
+    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
+    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    return card
+
+
 @sim
 def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The group buffer holds a centring block's groups when a block has more than the chunk (issue 18, 1).
@@ -173,13 +196,10 @@ def test_sim_comoments_blocks_with_more_groups_than_the_chunk(monkeypatch: pytes
     """
     from numba import cuda
 
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
     d = 3
-    card = 16 * 8 * d * _gpu.CENTRE_SHARE
-    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
-    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
-    monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
+    card = _scale_card_down(monkeypatch, d)
     crossing = _crossing_shapes(d, 16, range(17, 120))
     assert len(crossing) >= 3, crossing  # the shapes below do cross the old buffer's end
     for rows in crossing[:3] + [crossing[-1]]:
@@ -333,6 +353,258 @@ def test_sim_histogram_on_the_edges() -> None:
     for j in range(2):
         inside = x[:, j][(x[:, j] >= h.lo[j]) & (x[:, j] <= h.hi[j])]
         np.testing.assert_array_equal(got[j, 1:-2, 0], np.histogram(inside, bins=h.bins, range=(h.lo[j], h.hi[j]))[0])
+
+
+# --- weighted rows, under the simulator -----------------------------------------------------------
+
+
+def weights_for(rows: int, seed: int = 0, integer: bool = False) -> np.ndarray:
+    """Positive float64 weights spread over two decades, or small integers (a row repeated that often)."""
+    rng = np.random.default_rng(seed)
+    if integer:
+        return rng.integers(1, 4, size=rows).astype(np.float64)
+    return np.exp(rng.uniform(-2.3, 2.3, size=rows))
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("rows_per_group", [None, 8])
+def test_sim_weighted_moments(dtype: str, rows_per_group: int | None) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    w = weights_for(x.shape[0])
+    got = _gpu.moments(cuda.to_device(x), rows_per_group=rows_per_group, weights=cuda.to_device(w))
+    assert_weighted_moments(got, reference(Moments(), x, weights=w))
+
+
+@sim
+def test_sim_weighted_kernels_through_the_dispatch() -> None:
+    """kernels.weighted_* hand a block on the numba-cuda path to the GPU kernels (float32 weights are cast)."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels.path import KernelPath
+
+    x = chunk("float64")
+    w = weights_for(x.shape[0], seed=3)
+    on_gpu = KernelPath("numba-cuda", "a device block")
+    dx, dw = cuda.to_device(x), cuda.to_device(w.astype(np.float32))
+    w32 = w.astype(np.float32).astype(np.float64)
+    assert_weighted_moments(kernels.weighted_moments(dx, dw, on_gpu), reference(Moments(), x, weights=w32))
+    assert_comoments(kernels.weighted_comoments(dx, dw, on_gpu), reference(CoMoments(), x, weights=w32))
+    h = hist_for(x)
+    got = kernels.weighted_histogram(dx, h.lo, h.hi, h.bins, None, 1, dw, on_gpu)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, reference(h, x, weights=w32).counts, rtol=1e-12)
+
+
+@sim
+def test_sim_weighted_edge_chunks() -> None:
+    """No finite value, a constant column, one row, featureless: as the array-API path."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk()
+    x[:, 1] = np.nan
+    x[:, 2] = 7.0
+    w = weights_for(x.shape[0], seed=1)
+    for rows in (slice(None), slice(0, 1), slice(5, 9)):
+        part, wp = np.ascontiguousarray(x[rows]), np.ascontiguousarray(w[rows])
+        ref = reference(Moments(), part, weights=wp)
+        assert_weighted_moments(_gpu.moments(cuda.to_device(part), rows_per_group=3, weights=cuda.to_device(wp)), ref)
+        got = _gpu.comoments(cuda.to_device(part), rows_per_group=3, weights=cuda.to_device(wp))
+        assert_comoments(got, reference(CoMoments(), part, weights=wp))
+    empty = np.zeros((20, 0), dtype=np.float32)
+    we = weights_for(20, seed=2)
+    assert_weighted_moments(_gpu.moments(cuda.to_device(empty), weights=cuda.to_device(we)),
+                            reference(Moments(), empty, weights=we))
+    assert_comoments(_gpu.comoments(cuda.to_device(empty), weights=cuda.to_device(we)),
+                     reference(CoMoments(), empty, weights=we))
+    h = Histogram(5, (), ())
+    got = _gpu.histogram(cuda.to_device(empty), h.lo, h.hi, h.bins, weights=cuda.to_device(we))
+    assert got.dtype == np.float64 and got.shape == (0, 8, 1)
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("block_rows", [None, 16])
+def test_sim_weighted_comoments(dtype: str, block_rows: int | None) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    w = weights_for(x.shape[0], seed=4)
+    got = _gpu.comoments(cuda.to_device(x), rows_per_group=8, block_rows=block_rows, weights=cuda.to_device(w))
+    assert len(got) == 5
+    assert_comoments(got, reference(CoMoments(), x, weights=w))
+
+
+@sim
+def test_sim_weighted_comoments_across_centring_blocks_and_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scaled-down card of the unweighted tests: blocks with more groups than the chunk, every buffer boundary."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    d = 3
+    card = _scale_card_down(monkeypatch, d)
+    crossing = _crossing_shapes(d, 16, range(17, 120))
+    assert all(_gpu.centring_blocks(r, d, device_bytes=card)[1] > _gpu.row_groups(r, d)[1] for r in crossing)
+    for rows in [15, 16, 17, 31, 32, 33, *crossing[:2], crossing[-1]]:
+        x = chunk("float32", rows=max(rows, 21), cols=d + 1, seed=rows)[-rows:, 1:].copy()
+        w = weights_for(rows, seed=rows)
+        got = _gpu.comoments(cuda.to_device(x), weights=cuda.to_device(w))
+        assert_comoments(got, reference(CoMoments(), x, weights=w))
+        assert_weighted_moments(_gpu.moments(cuda.to_device(x), weights=cuda.to_device(w)),
+                                reference(Moments(), x, weights=w))
+
+
+@sim
+def test_sim_integer_weights_equal_repeated_rows() -> None:
+    """A row of weight k is the row k times: moments, co-moments and histograms by label on the GPU kernels."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk("float64", rows=60)
+    w = weights_for(x.shape[0], seed=5, integer=True)
+    y = np.random.default_rng(6).integers(0, 3, size=x.shape[0])
+    rep = np.ascontiguousarray(np.repeat(x, w.astype(np.int64), axis=0))
+    rep_y = np.repeat(y, w.astype(np.int64))
+    dx, dw = cuda.to_device(x), cuda.to_device(w)
+    plain = _gpu.moments(cuda.to_device(rep), rows_per_group=8)
+    weighted = _gpu.moments(dx, rows_per_group=8, weights=dw)
+    np.testing.assert_array_equal(weighted[0] + 0 * weighted[1], np.isfinite(x).sum(axis=0))
+    np.testing.assert_array_equal(weighted[1], plain[0])  # the weight sum is the repeated count
+    for i in (1, 6, 7):  # shift, fmin, fmax
+        np.testing.assert_array_equal(weighted[1 + i], plain[i])
+    for i in (2, 3, 4, 5):  # mean, m2, m3, m4
+        np.testing.assert_allclose(weighted[1 + i], plain[i], rtol=1e-12, atol=1e-12 * np.max(np.abs(plain[i])))
+    cw = _gpu.comoments(dx, rows_per_group=8, weights=dw)
+    cp = _gpu.comoments(cuda.to_device(rep), rows_per_group=8)
+    assert float(cw[0]) == float(cp[0])
+    np.testing.assert_allclose(cw[3], cp[3], rtol=1e-12, atol=1e-12 * np.max(np.abs(cp[3])))
+    h = hist_for(x, by_label=True)
+    for shared_bytes in (h.n_slots * 3 * 8 * 4, 0):  # float64 counters in shared memory / global atomics
+        got = _gpu.histogram(dx, h.lo, h.hi, h.bins, cuda.to_device(y.astype(np.int64)), 3, shared_bytes, weights=dw)
+        want = _gpu.histogram(cuda.to_device(rep), h.lo, h.hi, h.bins, cuda.to_device(rep_y.astype(np.int64)), 3,
+                              shared_bytes)
+        np.testing.assert_array_equal(got, want.astype(np.float64))
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("shared_bytes", [None, 4 * 10 * 3 * 4, 0])  # float64 tile / uint32-only room: global / global
+@pytest.mark.parametrize("by_label", [False, True])
+def test_sim_weighted_histogram(dtype: str, shared_bytes: int | None, by_label: bool) -> None:
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    h = hist_for(x, by_label=by_label)
+    k = 3 if by_label else 1
+    y = np.random.default_rng(1).integers(0, 3, size=x.shape[0])
+    w = weights_for(x.shape[0], seed=7)
+    w[[4, 10]] = 0.0  # a zero weight counts nothing
+    ref = reference(h, x, y if by_label else None, weights=w)
+    labels = cuda.to_device(y.astype(np.int64)) if by_label else None
+    options = {} if shared_bytes is None else {"shared_bytes": shared_bytes}
+    room = _gpu.SHARED_BYTES if shared_bytes is None else shared_bytes
+    layout = _gpu.histogram_layout(x.shape[0], x.shape[1], h.bins, k, room, counter_bytes=8)
+    if shared_bytes is None:
+        assert layout is not None  # the float64 counters fit: the privatised kernel runs
+    elif by_label and shared_bytes:  # room for a tile of uint32 counts, not of float64 sums
+        assert layout is None and _gpu.histogram_layout(x.shape[0], x.shape[1], h.bins, k, shared_bytes) is not None
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, labels, k, weights=cuda.to_device(w), **options)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ref.counts, rtol=1e-12)
+    np.testing.assert_allclose(got.sum(), w.sum() * x.shape[1], rtol=1e-12)
+    unweighted = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, labels, k, **options)
+    np.testing.assert_array_equal(unweighted, reference(h, x, y if by_label else None).counts)
+
+
+@sim
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_histogram_across_tiles_and_row_blocks(monkeypatch: pytest.MonkeyPatch, weighted: bool) -> None:
+    """10 features in tiles of 4 (the last one short), 61 rows in blocks of 8 (the last one short), by label."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
+
+    monkeypatch.setattr(_gpu_layout, "HIST_MIN_BLOCK_ROWS", 8)
+    monkeypatch.setattr(_gpu_layout, "HIST_THREADS", 12)
+    x = chunk("float32", rows=61, cols=10, seed=9)
+    y = np.random.default_rng(9).integers(0, 2, size=x.shape[0])
+    h = hist_for(x, bins=5, by_label=True)
+    counter = 8 if weighted else 4
+    room = 4 * h.n_slots * 2 * counter  # a tile of 4 features' counters
+    assert _gpu.histogram_layout(61, 10, h.bins, 2, room, counter) == (4, 3, 8)
+    w = weights_for(x.shape[0], seed=9) if weighted else None
+    got = _gpu.histogram(cuda.to_device(x), h.lo, h.hi, h.bins, cuda.to_device(y.astype(np.int64)), 2, room,
+                         weights=None if w is None else cuda.to_device(w))
+    ref = reference(h, x, y, weights=w).counts
+    if weighted:
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+def assert_class_moments(got, ref, weighted: bool, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """The GPU's (n, shift, mean, m2) against the array-API state: n (unweighted) and shift exactly."""
+    for name, g in zip(("n", "shift", "mean", "m2"), got, strict=True):
+        g, r = host(g), np.asarray(getattr(ref, name))
+        assert g.shape == r.shape and g.dtype == np.float64, name
+        if name == "shift" or (name == "n" and not weighted):
+            np.testing.assert_array_equal(g, r, err_msg=name)
+        else:
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * np.max(np.abs(r), initial=0.0), err_msg=name)
+
+
+@sim
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+@pytest.mark.parametrize("rows_per_group", [None, 7])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_class_moments(dtype: str, rows_per_group: int | None, weighted: bool) -> None:
+    """Per-class moments (a class absent from the chunk, one whose values are all NaN in a column), with and without weights."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu
+
+    x = chunk(dtype)
+    y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])  # class 3 of 4 never occurs
+    if dtype.startswith("float"):
+        x[y == 1, 0] = np.nan
+    w = weights_for(x.shape[0], seed=12) if weighted else None
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
+                             None if w is None else cuda.to_device(w), rows_per_group=rows_per_group)
+    assert_class_moments(got, reference(ClassMoments(n_classes=4), x, y, weights=w), weighted)
+
+
+@sim
+def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folds whose classes outnumber the grid's rows take several classes per row (MAX_GRID_Y scaled down to 2)."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu
+
+    monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
+    x = chunk("float64", rows=40)
+    y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
+    w = weights_for(x.shape[0], seed=13, integer=True)
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
+    assert_class_moments(got, reference(ClassMoments(n_classes=5), x, y, weights=w), weighted=True)
+    rep = np.repeat(np.arange(x.shape[0]), w.astype(np.int64))  # integer weights: the rows repeated
+    plain = _gpu.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])), cuda.to_device(y[rep].astype(np.int64)), 5)
+    np.testing.assert_array_equal(got[0], plain[0])
+    for g, p in zip(got[1:], plain[1:], strict=True):
+        np.testing.assert_allclose(g, p, rtol=1e-12, atol=1e-12 * np.max(np.abs(p)))
 
 
 @pytest.mark.skipif(SIMULATED, reason="this is the test that starts the simulator")
@@ -580,3 +852,71 @@ def test_sim_comoment_states_merge_with_cpu_states_and_save_mirrored(tmp_path: P
     write_states(store, {"cov": Kept(stat, merged)}, results="r")
     back = read_states(store, "r")["cov"].state
     np.testing.assert_array_equal(back.c, saved.c)  # on disk the matrix is the full one
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
+def test_gpu_weighted_moments_take_the_kernels_and_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.moments import WeightedMomentsState
+
+    x = big[0].astype(dtype) if dtype != "bool" else big[0] > 104
+    w = weights_for(x.shape[0], seed=8)
+    d = cupy.asarray(x)
+    assert kernels.kernel_path(d, Moments(), weighted=True).kind == "numba-cuda"
+    state = Moments().chunk(d, weights=cupy.asarray(w))
+    assert isinstance(state, WeightedMomentsState) and isinstance(state.mean, cupy.ndarray)
+    assert_weighted_moments((state.rows, state.n, *(getattr(state, f) for f in MOMENT_FIELDS[1:])),
+                            reference(Moments(), x, weights=w))
+
+
+@gpu
+@pytest.mark.parametrize("block_rows", [None, 7_000])
+def test_gpu_weighted_comoments_equal_cpu(big: tuple[np.ndarray, np.ndarray], block_rows: int | None) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats.kernels import _gpu
+
+    x = big[0]
+    w = weights_for(x.shape[0], seed=9)
+    ref = reference(CoMoments(), x, weights=w)
+    got = _gpu.comoments(cupy.asarray(x), block_rows=block_rows, weights=cupy.asarray(w))
+    assert isinstance(got[3], cupy.ndarray)
+    assert_comoments(got, ref)
+    state = CoMoments().chunk(cupy.asarray(x), weights=cupy.asarray(w))  # through the dispatch
+    assert_comoments((state.n, state.shift, state.mean, state.c, state.rows), ref)
+
+
+@gpu
+@pytest.mark.parametrize("n_classes", [4, 40])  # 40 classes: no tile of float64 sums fits in shared memory
+def test_gpu_weighted_histogram_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_classes: int) -> None:
+    """Integer weights: float64 sums exact in any order, so bitwise; other weights to 1e-12 (atomics add in any order)."""
+    cupy = pytest.importorskip("cupy")
+
+    x = big[0]
+    y = np.random.default_rng(6).integers(0, n_classes, size=x.shape[0]).astype(np.int32)
+    h = hist_for(x, bins=64, by_label=True)
+    assert kernels.kernel_path(cupy.asarray(x), h, weighted=True).kind == "numba-cuda"
+    for integer in (True, False):
+        w = weights_for(x.shape[0], seed=10, integer=integer)
+        got = h.chunk(cupy.asarray(x), cupy.asarray(y), weights=cupy.asarray(w)).counts.get()
+        want = reference(h, x, y, weights=w).counts
+        if integer:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_class_moments_take_the_kernels_and_equal_cpu(big: tuple[np.ndarray, np.ndarray], weighted: bool) -> None:
+    cupy = pytest.importorskip("cupy")
+    from daskbatch.stats import ClassMoments
+
+    x, y = big
+    w = weights_for(x.shape[0], seed=14) if weighted else None
+    stat = ClassMoments(n_classes=4)
+    d = cupy.asarray(x)
+    assert kernels.kernel_path(d, stat, weighted=weighted).kind == "numba-cuda"
+    state = stat.chunk(d, cupy.asarray(y), weights=None if w is None else cupy.asarray(w))
+    assert isinstance(state.mean, cupy.ndarray)
+    assert_class_moments((state.n, state.shift, state.mean, state.m2), reference(stat, x, y, weights=w), weighted)

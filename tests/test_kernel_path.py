@@ -19,7 +19,7 @@ from daskbatch.engine import planner, staged
 from daskbatch.engine.checkpoint import fingerprint
 from daskbatch.engine.checkpoint.fingerprint import setting_items
 from daskbatch.engine.staged import Staged
-from daskbatch.stats import CoMoments, Histogram, Moments, Sketch, kernels
+from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch, kernels
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
 
@@ -61,11 +61,39 @@ def test_planner_fingerprint_and_chunk_task_take_one_path(answers: list[KernelPa
 
 def test_a_statistic_without_a_gpu_kernel_takes_the_array_api_code_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(path, "gpu_available", lambda: True)
-    assert kernel_path("cupy", Moments()).kind == "numba-cuda"
-    assert kernel_path("cupy", Moments(), weighted=True).kind == "array-api-cupy"
+    assert kernel_path("cupy", Moments()).kind == ("numba-cuda" if kernels.enabled() else "array-api-cupy")
     assert kernel_path("cupy", Sketch()).kind == "array-api-cupy"
     assert kernel_path("cupy", dtype="float16").kind == "array-api-cupy"
     assert kernel_path("numpy", Sketch(), weighted=True).kind == ("numba-cpu" if kernels.enabled() else "array-api-numpy")
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_weighted_gpu_blocks_take_the_kernels_the_plan_counts(monkeypatch: pytest.MonkeyPatch, switch: bool) -> None:
+    """Weighted device blocks take the numba-cuda kernels, as unweighted ones do and as the GPU plan counts them."""
+    monkeypatch.setattr(path, "gpu_available", lambda: True)
+    block = np.zeros((16, 3), dtype=np.float32)
+    with dask.config.set({"daskbatch.kernels": switch}):
+        plan = db.plan(da.from_array(block), stats=("moments",),
+                       resources=db.Resources(2**30, device="gpu", device_memory_bytes=2**30))
+        for stat in (Moments(), CoMoments(), Histogram(lo=[0.0] * 3, hi=[1.0] * 3, bins=4), ClassMoments()):
+            weighted = kernel_path("cupy", stat, dtype=block.dtype, weighted=True)
+            assert weighted == kernel_path("cupy", stat, dtype=block.dtype)
+            assert weighted.kind == ("numba-cuda" if switch and kernels.available() else "array-api-cupy")
+            assert weighted.memory_path == plan.kernel_path
+
+
+def test_weighted_kernels_narrow_the_compiled_ones() -> None:
+    """A statistic whose compiled kernels do not all take weights says so in ``weighted_kernels``."""
+
+    class CpuWeightsOnly:
+        compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
+        weighted_kernels = frozenset({"numba-cpu"})
+
+    assert kernel_path("cupy", CpuWeightsOnly(), weighted=True, gpu_kernels=True).kind == "array-api-cupy"
+    assert kernel_path("cupy", CpuWeightsOnly(), gpu_kernels=True).kind == (
+        "numba-cuda" if kernels.enabled() else "array-api-cupy")
+    assert kernel_path("numpy", CpuWeightsOnly(), weighted=True).kind == (
+        "numba-cpu" if kernels.enabled() else "array-api-numpy")
 
 
 @pytest.mark.parametrize("switch", [True, False])

@@ -141,7 +141,7 @@ class ClassMoments:  # numpydoc ignore=PR02
     classes: tuple[int, ...] | None = None
     name = "class_moments"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
-    compiled_kernels = frozenset({"numba-cpu"})
+    compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
     #: ``chunk`` needs the label (describe's runner passes it to statistics that say so).
     by_label = True
     #: ``chunk`` takes sample weights (``weights=``).
@@ -195,7 +195,8 @@ class ClassMoments:  # numpydoc ignore=PR02
             raise ValueError(f"label {highest} is out of range for n_classes={n_classes}")
         # Compiled CPU loop (daskbatch/stats/kernels): the same state bit for bit, except on one
         # feature, where NumPy sums the single column pairwise (equal to rounding there), and
-        # with weights, where the array-API code's weighted sums are BLAS products.
+        # with weights, where the array-API code's weighted sums are BLAS products. On a GPU the
+        # numba-cuda loops, equal to rounding.
         if kernels.kernel_path(x, self).compiled:
             return ClassMomentsState(*kernels.class_moments(x, labels, n_classes, weights))
         # Rows grouped by class (in the input dtype: each slice is cast on its own, so

@@ -347,7 +347,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
         return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
-    if kernels.kernel_path(x, CoMoments, weighted=True).compiled:  # compiled centring + BLAS (CPU only)
+    if kernels.kernel_path(x, CoMoments, weighted=True).compiled:  # compiled centring + BLAS / cuBLAS SYRK
         n, shift, mean, c, rows = kernels.weighted_comoments(x, w)
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)

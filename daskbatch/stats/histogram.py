@@ -284,7 +284,7 @@ class Histogram:  # numpydoc ignore=PR02
                         f"more than max_classes ({self.max_classes:,}); give the class values (classes=[...])"
                     )
         path = kernels.kernel_path(x, self, weighted=weights is not None)
-        if weights is not None and path.compiled:  # compiled CPU loop (no weighted GPU kernel)
+        if weights is not None and path.compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
             return HistogramState(counts=kernels.weighted_histogram(x, self.lo, self.hi, self.bins, labels,
                                                                     n_classes, weights))
         if weights is None and path.compiled:  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)

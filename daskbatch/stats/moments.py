@@ -301,7 +301,7 @@ class Moments:  # numpydoc ignore=PR02
         """The state of a non-empty block (weighted when ``weights`` is given)."""
         if weights is None:
             return self._chunk_unweighted(x)
-        if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU loop (no weighted GPU kernel)
+        if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
             fields = kernels.weighted_moments(x, weights)
             return _weighted(MomentsState(*fields[1:]), fields[0])
         return _weighted_chunk(x, weights)

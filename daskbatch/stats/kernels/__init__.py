@@ -123,22 +123,26 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
     )
 
 
-def weighted_moments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a host chunk.
+def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a chunk.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D) with R > 0.
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row, all positive.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
+    tuple of numpy.ndarray or cupy.ndarray
         ``rows`` (finite values per feature), then the fields of
         :func:`moments` with ``n`` the weight sum.
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.moments(x, weights=w)
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
     count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
@@ -204,20 +208,22 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
 
 
 def class_moments(
-    x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None
+    x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None,
+    path: KernelPath | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a host chunk.
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a chunk.
 
-    Bitwise the state of the array-API path on two features or more (see
+    On the CPU, bitwise the state of the array-API path on two features or more (see
     :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
     feature NumPy sums pairwise, and the two agree to rounding), without its
-    class-sorted copy of the chunk and its float64 temporaries.
+    class-sorted copy of the chunk and its float64 temporaries. On the GPU
+    (:func:`daskbatch.stats.kernels._gpu.class_moments`), equal to it to rounding.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D) with R > 0.
-    codes : numpy.ndarray
+    codes : numpy.ndarray or cupy.ndarray
         The class column (0..K-1) of every row, already checked.
     n_classes : int
         K.
@@ -225,12 +231,16 @@ def class_moments(
         Positive frequency weight of every row (rows of weight 0 already left out):
         ``n`` is then the weight sum, and the state equals the array-API path's to rounding
         (its weighted sums are BLAS products).
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
+    tuple of numpy.ndarray or cupy.ndarray
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
+    if (path or kernel_path(x)).kind == "numba-cuda":
+        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]
@@ -248,24 +258,30 @@ def class_moments(
     return tuple(np.ascontiguousarray(v.T) for v in (n, shift, approx_mean + e, m2))
 
 
-def weighted_comoments(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a host chunk.
+def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a chunk.
 
     :func:`comoments` with row weights: the centred blocks hold ``sqrt(w)``
-    times the deviations, so one BLAS product per block adds the weighted co-moments.
+    times the deviations, so one BLAS product (cuBLAS SYRK on the GPU) per block
+    adds the weighted co-moments.
 
     Parameters
     ----------
-    x : numpy.ndarray
+    x : numpy.ndarray or cupy.ndarray
         The chunk, (R, D).
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row, all positive.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    tuple of numpy.ndarray
-        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows.
+    tuple of numpy.ndarray or cupy.ndarray
+        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows
+        (a GPU ``c`` holds its upper triangle and zeros below, as :func:`comoments`).
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.comoments(x, weights=w)
     from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
         centre_rows,
         complete_rows_mean,
@@ -337,30 +353,35 @@ def histogram(
 
 
 def weighted_histogram(
-    x: np.ndarray, lo: Any, hi: Any, bins: int, labels: np.ndarray | None, n_classes: int, w: np.ndarray
-) -> np.ndarray:
-    """Sum the weights of a host chunk's values per slot, as :func:`histogram` counts them.
+    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None, n_classes: int, w: Array,
+    path: KernelPath | None = None,
+) -> Array:
+    """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them.
 
     Parameters
     ----------
-    x : numpy.ndarray, shape (R, D)
+    x : numpy.ndarray or cupy.ndarray, shape (R, D)
         The chunk, any dtype the kernels read.
     lo, hi : sequence of float, length D
         Range of each feature.
     bins : int
         Equal-width bins per feature.
-    labels : numpy.ndarray of int, shape (R,), optional
+    labels : numpy.ndarray or cupy.ndarray of int, shape (R,), optional
         Class column of every row.
     n_classes : int
         K, the size of the last axis of the counts.
-    w : numpy.ndarray
+    w : numpy.ndarray or cupy.ndarray
         The float64 weight of each row.
+    path : KernelPath, optional
+        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
 
     Returns
     -------
-    numpy.ndarray
-        The float64 weighted counts (D, bins + 3, K).
+    numpy.ndarray or cupy.ndarray
+        The float64 weighted counts (D, bins + 3, K), on the device of ``x``.
     """
+    if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
+        return _gpu.histogram(x, lo, hi, bins, labels, n_classes, weights=w)
     from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
 
     lo = np.asarray(lo, dtype=np.float64)

@@ -1,5 +1,11 @@
 """The GPU loops (numba-cuda) of the co-moment centring: complete rows, their mean, centred blocks and the correction.
 
+The loops that read rows take ``weighted`` and ``w``: false, they run the unweighted
+expressions (``w`` a dummy); true, the mean is weighted and the centred rows are scaled
+by ``sqrt(w[i])``, so that the SYRK of the block adds the weighted co-moments (the CPU
+loops ``complete_rows_mean`` / ``centre_rows`` do the same). ``n_out[0]`` is then the
+weight sum, which the correction and the mean read in place of the count.
+
 The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
 :mod:`daskbatch.stats.kernels._gpu`.
 """
@@ -54,8 +60,8 @@ def first_complete(bad, first):  # noqa: ANN001, ANN201
 
 
 @cuda.jit(cache=True)
-def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001, ANN201
-    """Sum ``x - shift`` over the complete rows of each group (``shift`` = the first complete row).
+def complete_sums(x, rows_per_group, bad, first, part, n_rows, weighted, w, w_rows):  # noqa: ANN001, ANN201
+    """Sum ``x - shift`` (times ``w[i]`` weighted) over the complete rows of each group (``shift`` = the first complete row).
 
     Parameters
     ----------
@@ -71,6 +77,12 @@ def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001,
         The float64 (G, D) buffer, written with the sums.
     n_rows : device array
         (G,), written by thread j = 0 with each group's complete rows.
+    weighted : bool
+        The rows carry the weights ``w``.
+    w : device array
+        The float64 weight of each row (read when ``weighted``).
+    w_rows : device array
+        (G,), written by thread j = 0 with each group's weight of complete rows (when ``weighted``).
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -81,17 +93,24 @@ def complete_sums(x, rows_per_group, bad, first, part, n_rows):  # noqa: ANN001,
     ref = _load(x, first[0], j) if first[0] < rows else 0.0
     total = 0.0
     n = 0
+    wsum = 0.0
     for i in range(start, stop):
         if bad[i] == 0:
-            total += _load(x, i, j) - ref
+            if weighted:
+                total += w[i] * (_load(x, i, j) - ref)
+                wsum += w[i]
+            else:
+                total += _load(x, i, j) - ref
             n += 1
     part[g, j] = total
     if j == 0:
         n_rows[g] = n
+        if weighted:
+            w_rows[g] = wsum
 
 
 @cuda.jit(cache=True)
-def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN201
+def complete_mean(x, first, part, n_rows, n_out, centre, weighted, w_rows):  # noqa: ANN001, ANN201
     """Fold the groups of :func:`complete_sums` into the shift and the approximate mean.
 
     Parameters
@@ -103,10 +122,15 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
     part, n_rows : device array
         The sums and row counts of :func:`complete_sums` (the first ``len(n_rows)`` rows of ``part``).
     n_out : device array
-        ``n_out[0]``, written with the number of complete rows.
+        (2,): ``n_out[0]`` written with the number of complete rows (weighted: their
+        weight sum, and ``n_out[1]`` with their number).
     centre : device array
         (3, D): ``centre[0] = shift``, ``centre[1]`` = approximate mean less it,
         ``centre[2]`` = 0 (the residual sums to come).
+    weighted : bool
+        The sums of :func:`complete_sums` are weighted.
+    w_rows : device array
+        The groups' weight sums of :func:`complete_sums` (read when ``weighted``).
     """
     j = cuda.grid(1)
     groups = n_rows.shape[0]  # ``part`` may have more rows: it also serves the centring blocks
@@ -115,20 +139,29 @@ def complete_mean(x, first, part, n_rows, n_out, centre):  # noqa: ANN001, ANN20
         return
     n = 0
     total = 0.0
+    wsum = 0.0
     for g in range(groups):
         n += n_rows[g]
         total += part[g, j]
+        if weighted:
+            wsum += w_rows[g]
     rows = x.shape[0]
     centre[0, j] = _load(x, first[0], j) if first[0] < rows else 0.0
-    centre[1, j] = total / max(n, 1)
+    if weighted:
+        centre[1, j] = total / wsum if wsum > 0 else 0.0
+    else:
+        centre[1, j] = total / max(n, 1)
     centre[2, j] = 0.0  # residual sums, added to block by block
     if j == 0:
-        n_out[0] = n
+        n_out[0] = wsum if weighted else n
+        n_out[1] = n
 
 
 @cuda.jit(cache=True)
-def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN001, ANN201
+def centre_block(x, start, rows_per_group, bad, centre, dev, part, weighted, w):  # noqa: ANN001, ANN201
     """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group.
+
+    Weighted, ``dev`` receives ``sqrt(w[i])`` times each deviation and the sums are of ``w[i]`` times it.
 
     Parameters
     ----------
@@ -147,6 +180,10 @@ def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN
         (0 for incomplete rows).
     part : device array
         (G, D), written with each group's sums.
+    weighted : bool
+        The rows carry the weights ``w``.
+    w : device array
+        The float64 weight of each row of ``x`` (read when ``weighted``).
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -162,8 +199,12 @@ def centre_block(x, start, rows_per_group, bad, centre, dev, part):  # noqa: ANN
         v = 0.0
         if bad[i] == 0:
             v = (_load(x, i, j) - shift) - approx_mean
-        dev[r, j] = v
-        total += v
+        if weighted:
+            dev[r, j] = math.sqrt(w[i]) * v
+            total += w[i] * v
+        else:
+            dev[r, j] = v
+            total += v
     part[g, j] = total
 
 
@@ -206,7 +247,7 @@ def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
     centre : device array
         (3, D); row 2 holds the residual sums.
     n_out : device array
-        ``n_out[0]``: the number of complete rows.
+        ``n_out[0]``: the number of complete rows (weighted: their weight sum).
     """
     j, i = cuda.grid(2)
     d = c.shape[0]
@@ -226,7 +267,7 @@ def finish_mean(centre, n_out, mean):  # noqa: ANN001, ANN201
     centre : device array
         (3, D): approximate mean in row 1, residual sums in row 2.
     n_out : device array
-        ``n_out[0]``: the number of complete rows.
+        ``n_out[0]``: the number of complete rows (weighted: their weight sum).
     mean : device array
         (D,), written.
     """

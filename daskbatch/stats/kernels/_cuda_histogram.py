@@ -1,5 +1,10 @@
 """The GPU loops (numba-cuda) of histogram counting: a tile of counts in shared memory, or atomics on global counts.
 
+Both loops take ``weighted`` and ``w``: false, they count (``w`` a dummy) into int64 counts,
+as before weights came; true, they add ``w[i]`` into float64 counts (float64 counters in
+shared memory). Float64 atomics add in no fixed order: weighted counts equal the CPU's to
+rounding, and exactly where the sums are exact (integer weights, sums below 2**53).
+
 The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
 :mod:`daskbatch.stats.kernels._gpu`.
 """
@@ -36,11 +41,12 @@ def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
 
 
 @cuda.jit(cache=True)
-def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, tile, rows_per_block, counts):  # noqa: ANN001, ANN201
+def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, tile, rows_per_block, counts,  # noqa: ANN001, ANN201
+                     weighted, w):
     """Count a tile of ``tile`` features over a block of rows, privatised in shared memory.
 
     Dynamic shared memory holds ``tile * (bins + 3) * n_classes`` uint32
-    counters; ``blockDim.x = tile * lanes``: thread t takes feature
+    counters (float64 weighted: both views start at the same address, one is used); ``blockDim.x = tile * lanes``: thread t takes feature
     ``t % tile`` of the tile and every ``lanes``-th row. At the end the
     block adds its non-zero counters to ``counts``.
 
@@ -68,9 +74,14 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     rows_per_block : int
         Rows of each block.
     counts : device array
-        The flat int64 counts D·(bins + 3)·K, added to.
+        The flat int64 counts D·(bins + 3)·K (float64 weighted), added to.
+    weighted : bool
+        Add ``w[i]`` for each value instead of 1.
+    w : device array
+        The float64 weight of each row (read when ``weighted``).
     """
     local = cuda.shared.array(0, dtype=numba.uint32)
+    wlocal = cuda.shared.array(0, dtype=numba.float64)  # the same bytes, for weighted counts
     t = cuda.threadIdx.x
     threads = cuda.blockDim.x
     rows, d = x.shape
@@ -79,7 +90,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     width = min(tile, d - f0)
     size = width * n_slots * n_classes
     for k in range(t, size, threads):
-        local[k] = 0
+        if weighted:
+            wlocal[k] = 0.0
+        else:
+            local[k] = 0
     cuda.syncthreads()
     jj = t % tile
     lane = t // tile
@@ -93,17 +107,26 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
             cls = labels[i] if by_label else 0
             if 0 <= cls < n_classes:  # a code outside the table is never written
                 slot = _slot(_load(x, i, j), a, b, s, sc, bins)
-                cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
+                if weighted:
+                    cuda.atomic.add(wlocal, (jj * n_slots + slot) * n_classes + cls, w[i])
+                else:
+                    cuda.atomic.add(local, (jj * n_slots + slot) * n_classes + cls, numba.uint32(1))
     cuda.syncthreads()
     base = f0 * n_slots * n_classes
     for k in range(t, size, threads):
-        c = local[k]
-        if c != 0:
-            cuda.atomic.add(counts, base + k, numba.int64(c))
+        if weighted:
+            wc = wlocal[k]
+            if wc != 0.0:
+                cuda.atomic.add(counts, base + k, wc)
+        else:
+            c = local[k]
+            if c != 0:
+                cuda.atomic.add(counts, base + k, numba.int64(c))
 
 
 @cuda.jit(cache=True)
-def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts):  # noqa: ANN001, ANN201
+def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts,  # noqa: ANN001, ANN201
+                     weighted, w):
     """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit).
 
     Parameters
@@ -125,7 +148,11 @@ def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
     rows_per_group : int
         Rows of each group.
     counts : device array
-        The flat int64 counts D·(bins + 3)·K, added to with atomics.
+        The flat int64 counts D·(bins + 3)·K (float64 weighted), added to with atomics.
+    weighted : bool
+        Add ``w[i]`` for each value instead of 1.
+    w : device array
+        The float64 weight of each row (read when ``weighted``).
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -139,4 +166,7 @@ def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
         cls = labels[i] if by_label else 0
         if 0 <= cls < n_classes:  # a code outside the table is never written
             slot = _slot(_load(x, i, j), a, b, s, sc, bins)
-            cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))
+            if weighted:
+                cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, w[i])
+            else:
+                cuda.atomic.add(counts, (j * n_slots + slot) * n_classes + cls, numba.int64(1))

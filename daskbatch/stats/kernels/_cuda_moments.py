@@ -1,5 +1,10 @@
 """The GPU loops (numba-cuda) of the per-chunk moments: partial sums per row group, their fold, the centred powers.
 
+Every loop takes ``weighted`` and ``w``: with ``weighted`` false (``w`` a dummy) it runs
+its unweighted expressions, exactly those of the unweighted kernels before weights came;
+with it true each finite value counts ``w[i]`` times (the expressions of the CPU loop
+``moments_chunk``), and the state gains the weight sums.
+
 The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
 :mod:`daskbatch.stats.kernels._gpu`.
 """
@@ -13,22 +18,25 @@ from numba import cuda
 from daskbatch.stats.kernels._cuda import _load, _rows_of_group
 
 #: Rows of the (R, D) outputs of :func:`moments_finish` / :func:`moments_correct`, in
-#: the field order of :class:`~daskbatch.stats.moments.MomentsState`.
-N, SHIFT, MEAN, M2, M3, M4, FMIN, FMAX, NAN, POSINF, NEGINF = range(11)
-#: Rows of the float64 (4, G, D) partials of the moments' first pass (reused for the powers).
-P_FIRST, P_TOTAL, P_MIN, P_MAX = range(4)
+#: the field order of :class:`~daskbatch.stats.moments.MomentsState`; weighted, ``N`` holds
+#: the weight sum and a twelfth row ``ROWS`` the finite values' count.
+N, SHIFT, MEAN, M2, M3, M4, FMIN, FMAX, NAN, POSINF, NEGINF, ROWS = range(12)
+#: Rows of the float64 (4, G, D) partials of the moments' first pass (reused for the powers);
+#: weighted, a fifth row ``P_WSUM`` holds each group's weight sum.
+P_FIRST, P_TOTAL, P_MIN, P_MAX, P_WSUM = range(5)
 #: Rows of the int64 (3, G, D) partial counts of the moments' first pass.
 C_FINITE, C_NAN, C_POSINF = range(3)
 
 
 @cuda.jit(cache=True)
-def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
+def moments_partials(x, rows_per_group, part, counts, weighted, w):  # noqa: ANN001, ANN201
     """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts.
 
     ``part`` (4, G, D) float64 receives the group's first finite value (its
     local reference), the sum of finite values less that reference, and the
     finite min and max; ``counts`` (3, G, D) int64 the finite, NaN and +inf
-    counts. :func:`moments_finish` folds the groups.
+    counts. :func:`moments_finish` folds the groups. Weighted, the sum is of
+    ``w[i] (x - ref)`` and ``part[P_WSUM]`` receives the finite values' weight sum.
 
     Parameters
     ----------
@@ -37,9 +45,13 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     rows_per_group : int
         Rows of each group.
     part : device array
-        The float64 (4, G, D) partials, written.
+        The float64 (4, G, D) partials ((5, G, D) weighted), written.
     counts : device array
         The int64 (3, G, D) partial counts, written.
+    weighted : bool
+        The rows carry the weights ``w``.
+    w : device array
+        The float64 weight of each row (read when ``weighted``).
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -53,6 +65,7 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     n_nan = 0
     n_pos = 0
     total = 0.0
+    wsum = 0.0
     lo = math.inf
     hi = -math.inf
     for i in range(start, stop):
@@ -62,7 +75,11 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
                 ref = v
                 found = True
             n += 1
-            total += v - ref
+            if weighted:
+                wsum += w[i]
+                total += w[i] * (v - ref)
+            else:
+                total += v - ref
             lo = min(lo, v)
             hi = max(hi, v)
         elif math.isnan(v):
@@ -76,10 +93,12 @@ def moments_partials(x, rows_per_group, part, counts):  # noqa: ANN001, ANN201
     counts[C_FINITE, g, j] = n
     counts[C_NAN, g, j] = n_nan
     counts[C_POSINF, g, j] = n_pos
+    if weighted:
+        part[P_WSUM, g, j] = wsum
 
 
 @cuda.jit(cache=True)
-def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
+def moments_finish(part, counts, rows, out, weighted):  # noqa: ANN001, ANN201
     """Fold the groups of :func:`moments_partials` for feature j into ``out`` (11, D).
 
     ``shift`` is the first finite value of the chunk (that of the first group
@@ -87,6 +106,8 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     ``MEAN`` and is corrected by :func:`moments_correct`. Each group's sum about
     its own reference moves to ``shift`` by ``n_g (ref_g - shift)``: only an
     approximation is needed here, the second pass removes its rounding.
+    Weighted, group weight sums stand for the counts ``n_g``, ``out[N]`` is the
+    weight sum and ``out[ROWS]`` the count.
 
     Parameters
     ----------
@@ -95,7 +116,9 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     rows : int
         R, the chunk's rows (the -inf count is what the others leave).
     out : device array
-        The float64 (11, D) result, written in the field order of the moments state.
+        The float64 (11, D) result ((12, D) weighted), written in the field order of the moments state.
+    weighted : bool
+        The partials are weighted.
     """
     j = cuda.grid(1)
     groups = counts.shape[1]
@@ -111,20 +134,31 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
     n_nan = 0
     n_pos = 0
     total = 0.0
+    wsum = 0.0
     lo = math.inf
     hi = -math.inf
     for g in range(groups):
         c = counts[C_FINITE, g, j]
         if c > 0:
-            total += part[P_TOTAL, g, j] + c * (part[P_FIRST, g, j] - shift)
+            if weighted:
+                wg = part[P_WSUM, g, j]
+                wsum += wg
+                total += part[P_TOTAL, g, j] + wg * (part[P_FIRST, g, j] - shift)
+            else:
+                total += part[P_TOTAL, g, j] + c * (part[P_FIRST, g, j] - shift)
             lo = min(lo, part[P_MIN, g, j])
             hi = max(hi, part[P_MAX, g, j])
         n += c
         n_nan += counts[C_NAN, g, j]
         n_pos += counts[C_POSINF, g, j]
-    out[N, j] = n
+    if weighted:
+        out[N, j] = wsum
+        out[ROWS, j] = n
+        out[MEAN, j] = total / wsum if wsum > 0 else 0.0
+    else:
+        out[N, j] = n
+        out[MEAN, j] = total / max(n, 1)
     out[SHIFT, j] = shift
-    out[MEAN, j] = total / max(n, 1)
     out[FMIN, j] = lo
     out[FMAX, j] = hi
     out[NAN, j] = n_nan
@@ -133,8 +167,8 @@ def moments_finish(part, counts, rows, out):  # noqa: ANN001, ANN201
 
 
 @cuda.jit(cache=True)
-def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
-    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass).
+def moments_powers(x, rows_per_group, out, part, weighted, w):  # noqa: ANN001, ANN201
+    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass), each times ``w[i]`` weighted.
 
     Parameters
     ----------
@@ -145,7 +179,11 @@ def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
     out : device array
         The (11, D) output of :func:`moments_finish` (shift and approximate mean).
     part : device array
-        The float64 (4, G, D) buffer, written with the power sums.
+        The float64 (4, G, D) buffer (or more rows), written with the power sums in its first four.
+    weighted : bool
+        Each row's powers count ``w[i]`` times.
+    w : device array
+        The float64 weight of each row (read when ``weighted``).
     """
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
@@ -163,11 +201,18 @@ def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
         v = _load(x, i, j)
         if math.isfinite(v):
             dev = (v - shift) - approx_mean
-            sq = dev * dev
-            p1 += dev
-            p2 += sq
-            p3 += sq * dev
-            p4 += sq * sq
+            if weighted:
+                wdev = w[i] * dev
+                p1 += wdev
+                p2 += wdev * dev
+                p3 += wdev * dev * dev
+                p4 += wdev * dev * dev * dev
+            else:
+                sq = dev * dev
+                p1 += dev
+                p2 += sq
+                p3 += sq * dev
+                p4 += sq * sq
     part[0, g, j] = p1
     part[1, g, j] = p2
     part[2, g, j] = p3
@@ -178,10 +223,12 @@ def moments_powers(x, rows_per_group, out, part):  # noqa: ANN001, ANN201
 def moments_correct(part, out):  # noqa: ANN001, ANN201
     """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``.
 
+    ``out[N]`` is the count, or the weight sum weighted: the same formulas serve both.
+
     Parameters
     ----------
     part : device array
-        The power sums of :func:`moments_powers`, (4, G, D).
+        The power sums of :func:`moments_powers`, in the first four rows of (4 or 5, G, D).
     out : device array
         The (11, D) state fields, completed in place.
     """

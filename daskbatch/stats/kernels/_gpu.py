@@ -51,7 +51,7 @@ from daskbatch.stats.kernels._gpu_layout import (
 
 __all__ = [
     "CENTRE_SHARE", "FEATURE_THREADS", "HIST_MIN_BLOCK_ROWS", "HIST_TARGET_BLOCKS", "HIST_THREADS", "MAX_GRID_Y",
-    "MIN_GROUP_ROWS", "SHARED_BYTES", "TARGET_THREADS", "centring_blocks", "centring_rows", "comoments",
+    "MIN_GROUP_ROWS", "SHARED_BYTES", "TARGET_THREADS", "centring_blocks", "centring_rows", "class_moments", "comoments",
     "comoments_buffer_bytes", "group_features_bound", "histogram", "histogram_layout", "launch", "moments",
     "moments_buffer_bytes", "row_groups",
 ]
@@ -255,12 +255,21 @@ def _vector_shape(d: int) -> tuple[int, int]:
     return math.ceil(d / threads), threads
 
 
-def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
+def _weights(be: _Backend, weights: Any) -> tuple[bool, Any]:
+    """``(weighted, w)`` as the kernels take them: contiguous float64 weights, or a dummy that is never read."""
+    if weights is None:  # never read: empty, so an unweighted chunk queues no extra memset
+        return False, be.empty((1,), np.float64)
+    if weights.dtype != np.float64:  # the statistics hand float64 already (positive_rows)
+        weights = weights.astype(np.float64)
+    return True, be.contiguous(weights)
+
+
+def moments(x: Any, rows_per_group: int | None = None, weights: Any = None) -> tuple[Any, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a device chunk.
 
     Two reads of ``x``: the first finds the reference value, the sum about
     it, extrema and NaN/inf counts; the second sums the centred powers.
-    Buffers: (4 + 3) x G x D float64/int64 partials and one (11, D) result.
+    Buffers: (4 + 3) x G x D float64/int64 partials ((5 + 3) weighted) and one (11, D) result ((12, D)).
 
     Parameters
     ----------
@@ -268,42 +277,51 @@ def moments(x: Any, rows_per_group: int | None = None) -> tuple[Any, ...]:
         The chunk, (R, D) with R > 0.
     rows_per_group : int, optional
         Rows per group of the launch (see :func:`row_groups`).
+    weights : cupy.ndarray, optional
+        The positive weight of each row, (R,).
 
     Returns
     -------
     tuple of cupy.ndarray
-        The state's fields, in field order.
+        The state's fields, in field order; weighted, those of
+        :func:`daskbatch.stats.kernels.weighted_moments` (``rows`` first, ``n`` the weight sum).
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_moments as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape
+    weighted, w = _weights(be, weights)
+    fields = 12 if weighted else 11
     if d == 0:  # no feature: no launch (a grid of 0 blocks is an error), as on the CPU
-        out = be.result(be.zeros((11, 0), np.float64))
-        return tuple(out[i] for i in range(11))
-    rpg, groups = row_groups(rows, d, rows_per_group)
-    part = be.empty((4, groups, d), np.float64)
-    counts = be.empty((3, groups, d), np.int64)
-    out = be.empty((11, d), np.float64)
-    grid, block = _first_pass_shape(d, groups)
-    vgrid, vblock = _vector_shape(d)
-    be.launch(k.moments_partials, grid, block, x, rpg, part, counts)
-    be.launch(k.moments_finish, vgrid, vblock, part, counts, rows, out)
-    be.launch(k.moments_powers, grid, block, x, rpg, out, part)
-    be.launch(k.moments_correct, vgrid, vblock, part, out)
-    out = be.result(out)
-    return tuple(out[i] for i in range(11))
+        out = be.result(be.zeros((fields, 0), np.float64))
+    else:
+        rpg, groups = row_groups(rows, d, rows_per_group)
+        part = be.empty((5 if weighted else 4, groups, d), np.float64)
+        counts = be.empty((3, groups, d), np.int64)
+        out = be.empty((fields, d), np.float64)
+        grid, block = _first_pass_shape(d, groups)
+        vgrid, vblock = _vector_shape(d)
+        be.launch(k.moments_partials, grid, block, x, rpg, part, counts, weighted, w)
+        be.launch(k.moments_finish, vgrid, vblock, part, counts, rows, out, weighted)
+        be.launch(k.moments_powers, grid, block, x, rpg, out, part, weighted, w)
+        be.launch(k.moments_correct, vgrid, vblock, part, out)
+        out = be.result(out)
+    return tuple(out[i] for i in ((k.ROWS, *range(11)) if weighted else range(11)))
 
 
-def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None = None) -> tuple[Any, ...]:
+def comoments(
+    x: Any, rows_per_group: int | None = None, block_rows: int | None = None, weights: Any = None
+) -> tuple[Any, ...]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk.
 
     Three reads of ``x`` (complete rows; their sum about the first one; the
     centring, which packs the centred rows into the float64 buffer as it reads
     them), the buffer holding the whole chunk when it fits in the card's
     share (:func:`centring_rows`), else going block by block, and a SYRK
-    adding each buffer's ``devᵀ dev`` to ``c``.
+    adding each buffer's ``devᵀ dev`` to ``c``. Weighted, the mean is
+    weighted and the buffer holds ``sqrt(w)`` times the centred rows, so the
+    same SYRK adds the weighted co-moments.
 
     Parameters
     ----------
@@ -313,22 +331,29 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
         Rows per group of the launches (see :func:`row_groups`).
     block_rows : int, optional
         Rows centred at a time; by default :func:`centring_rows` of the card's memory.
+    weights : cupy.ndarray, optional
+        The positive weight of each row, (R,).
 
     Returns
     -------
     tuple of cupy.ndarray
         The fields ``(n, shift, mean, c)``; ``c`` holds the co-moments in its
         upper triangle and zeros below (the state's layout: finalize mirrors).
+        Weighted, those of :func:`daskbatch.stats.kernels.weighted_comoments`:
+        ``(n, shift, mean, c, rows)`` with ``n`` the weight sum.
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_comoments as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape
+    weighted, w = _weights(be, weights)
     if d == 0:  # every row is complete when there is no feature to miss
         empty = be.result(be.zeros((0,), np.float64))
-        n = be.result(be.full((1,), float(rows), np.float64)).reshape(())
-        return n, empty, empty, be.result(be.zeros((0, 0), np.float64))
+        count = be.result(be.full((1,), float(rows), np.float64)).reshape(())
+        if not weighted:
+            return count, empty, empty, be.result(be.zeros((0, 0), np.float64))
+        return be.result(w).sum().reshape(()), empty, empty, be.result(be.zeros((0, 0), np.float64)), count
     rpg, groups = row_groups(rows, d, rows_per_group)
     grid, block = _first_pass_shape(d, groups)
     vgrid, vblock = _vector_shape(d)
@@ -338,12 +363,13 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
     # Shared by the chunk's groups and by each centring block's, which may be more.
     part = be.empty((max(groups, block_groups), d), np.float64)
     n_rows = be.empty((groups,), np.int64)
-    n_out = be.empty((1,), np.float64)
+    w_rows = be.empty((groups if weighted else 1,), np.float64)
+    n_out = be.empty((2,), np.float64)
     centre = be.empty((3, d), np.float64)
     be.launch(k.mark_incomplete, grid, block, x, rpg, bad)
     be.launch(k.first_complete, math.ceil(rows / 256), min(256, rows), bad, first)
-    be.launch(k.complete_sums, grid, block, x, rpg, bad, first, part, n_rows)
-    be.launch(k.complete_mean, vgrid, vblock, x, first, part, n_rows, n_out, centre)
+    be.launch(k.complete_sums, grid, block, x, rpg, bad, first, part, n_rows, weighted, w, w_rows)
+    be.launch(k.complete_mean, vgrid, vblock, x, first, part, n_rows, n_out, centre, weighted, w_rows)
 
     dev = be.empty((block_rows, d), np.float64)
     c = be.gram_buffer(d)
@@ -351,16 +377,67 @@ def comoments(x: Any, rows_per_group: int | None = None, block_rows: int | None 
         kb = min(block_rows, rows - start)
         brpg, bgroups = row_groups(kb, d, rows_per_group)
         bgrid, bblock = _first_pass_shape(d, bgroups)
-        be.launch(k.centre_block, bgrid, bblock, x, start, brpg, bad, centre, dev[:kb], part)
+        be.launch(k.centre_block, bgrid, bblock, x, start, brpg, bad, centre, dev[:kb], part, weighted, w)
         be.launch(k.add_group_sums, vgrid, vblock, part, bgroups, centre)
         be.gram(dev[:kb], c)
     mean = be.empty((d,), np.float64)
     be.launch(k.finish_mean, vgrid, vblock, centre, n_out, mean)
     tile = 16
     be.launch(k.correct_upper, (math.ceil(d / tile), math.ceil(d / tile)), (tile, tile), c, centre, n_out)
-    n = be.result(n_out).reshape(())
+    sums = be.result(n_out)
     centre = be.result(centre)
-    return n, centre[0], be.result(mean), be.result(c)
+    fields = (sums[0:1].reshape(()), centre[0], be.result(mean), be.result(c))
+    return (*fields, sums[1:2].reshape(())) if weighted else fields
+
+
+def class_moments(
+    x: Any, codes: Any, n_classes: int, weights: Any = None, rows_per_group: int | None = None
+) -> tuple[Any, ...]:
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a device chunk.
+
+    Two reads of ``x``, as :func:`moments`, with per-class partials (3 x K x G x D
+    float64 and K x G x D int64, the groups chosen for ``D x K`` threads' worth of
+    slots) and one (4, D, K) result.
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        The chunk, (R, D) with R > 0.
+    codes : cupy.ndarray
+        The int64 class (0..K-1) of every row, already checked.
+    n_classes : int
+        K.
+    weights : cupy.ndarray, optional
+        The positive weight of each row, (R,): ``n`` is then the weight sum.
+    rows_per_group : int, optional
+        Rows per group of the launch (see :func:`row_groups`).
+
+    Returns
+    -------
+    tuple of cupy.ndarray
+        The fields ``(n, shift, mean, m2)``, each (D, K) float64.
+    """
+    be = _backend(x)
+    from daskbatch.stats.kernels import _cuda_class_moments as k  # lazy: numba
+
+    x = be.contiguous(_readable(x))
+    rows, d = x.shape
+    weighted, w = _weights(be, weights)
+    if d == 0 or n_classes == 0:  # no feature or no class: no launch
+        out = be.result(be.zeros((4, d, n_classes), np.float64))
+    else:
+        rpg, groups = row_groups(rows, d * n_classes, rows_per_group)
+        part = be.zeros((3, n_classes, groups, d), np.float64)
+        counts = be.zeros((n_classes, groups, d), np.int64)
+        out = be.empty((4, d, n_classes), np.float64)
+        grid, block = _first_pass_shape(d, groups)
+        fgrid, fblock = _first_pass_shape(d, min(n_classes, MAX_GRID_Y))
+        be.launch(k.class_partials, grid, block, x, rpg, codes, part, counts, weighted, w)
+        be.launch(k.class_finish, fgrid, fblock, part, counts, out, weighted)
+        be.launch(k.class_squares, grid, block, x, rpg, codes, out, part, weighted, w)
+        be.launch(k.class_correct, fgrid, fblock, part, out)
+        out = be.result(out)
+    return tuple(out[f] for f in range(4))
 
 
 def histogram(
@@ -371,12 +448,15 @@ def histogram(
     labels: Any = None,
     n_classes: int = 1,
     shared_bytes: int = SHARED_BYTES,
+    weights: Any = None,
 ) -> Any:
     """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a device chunk.
 
     One read of ``x``: slot and count together, into per-block shared-memory
     counters when a tile of features fits in ``shared_bytes`` (else straight
-    into the global counts).
+    into the global counts). Weighted, the counts are float64 sums of the rows'
+    weights, added with float64 atomics (in no fixed order: equal to the CPU's to
+    rounding, exactly when the sums are, e.g. integer weights).
 
     Parameters
     ----------
@@ -392,19 +472,23 @@ def histogram(
         K, the size of the last axis of the counts.
     shared_bytes : int, default SHARED_BYTES
         Shared memory a block may use.
+    weights : cupy.ndarray, optional
+        The non-negative weight of each row, (R,).
 
     Returns
     -------
     cupy.ndarray
-        The int64 counts (D, bins + 3, K).
+        The int64 counts (D, bins + 3, K); float64 weighted.
     """
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_histogram as k  # lazy: numba
 
     x = be.contiguous(_readable(x))
     rows, d = x.shape
+    weighted, w = _weights(be, weights)
+    dtype = np.float64 if weighted else np.int64
     if d == 0 or rows == 0:  # nothing to count: no launch
-        return be.result(be.zeros((d, bins + 3, n_classes), np.int64))
+        return be.result(be.zeros((d, bins + 3, n_classes), dtype))
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     # The float64 expressions of Histogram.edges / Histogram.slots, on the host.
@@ -415,17 +499,18 @@ def histogram(
     by_label = labels is not None
     if labels is None:
         labels = be.zeros((1,), np.int64)
-    counts = be.zeros((d * (bins + 3) * n_classes,), np.int64)
-    layout = histogram_layout(rows, d, bins, n_classes, shared_bytes)
+    counts = be.zeros((d * (bins + 3) * n_classes,), dtype)
+    counter_bytes = 8 if weighted else 4  # float64 weight sums, or uint32 counts
+    layout = histogram_layout(rows, d, bins, n_classes, shared_bytes, counter_bytes)
     if layout is not None:
         tile, lanes, rows_per_block = layout
         grid = (math.ceil(d / tile), math.ceil(rows / rows_per_block))
-        shared = tile * (bins + 3) * n_classes * 4
+        shared = tile * (bins + 3) * n_classes * counter_bytes
         be.launch(k.histogram_shared, grid, tile * lanes, x, *vectors, int(bins), labels, by_label,
-                  int(n_classes), tile, rows_per_block, counts, shared=shared)
+                  int(n_classes), tile, rows_per_block, counts, weighted, w, shared=shared)
     else:
         rpg, groups = row_groups(rows, d)
         grid, block = _first_pass_shape(d, groups)
         be.launch(k.histogram_global, grid, block, x, *vectors, int(bins), labels, by_label,
-                  int(n_classes), rpg, counts)
+                  int(n_classes), rpg, counts, weighted, w)
     return be.result(counts).reshape(d, bins + 3, n_classes)

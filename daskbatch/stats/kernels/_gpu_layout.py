@@ -200,12 +200,12 @@ def centring_blocks(
 
 
 def histogram_layout(
-    rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES
+    rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES, counter_bytes: int = 4
 ) -> tuple[int, int, int] | None:
     """Lay out the privatised histogram kernel, or None when a tile does not fit.
 
-    A tile of features keeps ``tile * (bins + 3) * n_classes`` uint32 counters
-    in shared memory; tiles narrower than 4 features (or all features) read
+    A tile of features keeps ``tile * (bins + 3) * n_classes`` counters (uint32
+    counts, or float64 weight sums) in shared memory; tiles narrower than 4 features (or all features) read
     too little of each row to be worth it, and the counts go to global memory
     with atomics instead.
 
@@ -221,13 +221,15 @@ def histogram_layout(
         Classes per bin.
     shared_bytes : int, default SHARED_BYTES
         Shared memory a block may use.
+    counter_bytes : int, default 4
+        Bytes of one counter: 4 (uint32 counts) or 8 (float64 weight sums).
 
     Returns
     -------
     tuple of int or None
         ``(tile, lanes, rows_per_block)``, or None.
     """
-    per_feature = (bins + 3) * n_classes * 4
+    per_feature = (bins + 3) * n_classes * counter_bytes
     tile = min(32, n_features, shared_bytes // per_feature)
     if tile < min(4, n_features):
         return None

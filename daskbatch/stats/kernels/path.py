@@ -154,7 +154,11 @@ def kernel_path(
     ndim : int, default 2
         The block's dimensions when ``x`` is a library name.
     weighted : bool, default False
-        The rows carry weights (no numba-cuda kernel takes weights).
+        The rows carry weights: the statistic's ``weighted_kernels`` (the compiled
+        kernels that take weights; by default all of ``compiled_kernels``) then apply.
+        Every numba and numba-cuda kernel takes weights, so weighted and unweighted
+        blocks take one path, which the planner and the fingerprint (which never
+        ask about weights) count on.
     gpu_kernels : bool, optional
         Whether numba-cuda kernels run where the block is reduced; None asks this process.
 
@@ -180,7 +184,7 @@ def kernel_path(
         return KernelPath(fallback, "numba-cuda sees no CUDA device")
     has = getattr(statistic, "compiled_kernels", COMPILED)
     if weighted:
-        has = has - {"numba-cuda"}
+        has = getattr(statistic, "weighted_kernels", has)
     if kind not in has:
         return KernelPath(fallback, f"{type(statistic).__name__} has no {kind} kernel"
                           + (" for weighted rows" if weighted else ""))
