@@ -91,9 +91,7 @@ def describe(
     shortcuts, run_keywords = moved_keywords(moved)
     run = RunOptions.from_keywords(run, device=device, checkpoint=checkpoint, progress=progress, **run_keywords)
     if like is not None:
-        range, bins, classes = _histograms_like(like, range, classes)  # noqa: A001 - describe's name
-        if "sketch" in like.provenance.get("stats", ()) and "sketch" not in normalize_stats(stats):
-            stats = (*([stats] if isinstance(stats, str) else stats), "sketch")  # so that merge(like, this) works
+        range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
         if target is not None and "cuts" in like.provenance.get("target", {}):
             shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
     wanted = configured(stats, bins=bins, range=range, ddof=ddof, classes=classes, **shortcuts)
@@ -110,9 +108,9 @@ def describe(
 
 
 def _histograms_like(
-    like: Summary, range_: Any, classes: Sequence[int] | None
-) -> tuple[np.ndarray, int, Sequence[int] | None]:
-    """The reference summary's ranges, bin count and class values, for histograms on its edges."""
+    like: Summary, range_: Any, classes: Sequence[int] | None, stats: Any
+) -> tuple[np.ndarray, int, Sequence[int] | None, Any]:
+    """The reference summary's ranges, bin count and class values, and ``stats`` with its sketch (merge needs it)."""
     if not isinstance(like, Summary):
         raise TypeError(f"like must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
     if like.hist_edges is None:
@@ -122,4 +120,6 @@ def _histograms_like(
     ranges = np.stack([like.hist_edges[:, 0], like.hist_edges[:, -1]], axis=1)
     if classes is None and like.classes is not None:
         classes = [int(c) for c in like.classes]
-    return ranges, int(like.hist_edges.shape[1] - 1), classes
+    if "sketch" in like.provenance.get("stats", ()) and "sketch" not in normalize_stats(stats):
+        stats = (*([stats] if isinstance(stats, str) else stats), "sketch")
+    return ranges, int(like.hist_edges.shape[1] - 1), classes, stats

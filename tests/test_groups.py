@@ -124,7 +124,7 @@ def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
     with dask.config.set(scheduler="threads", num_workers=2):
         by_name = db.describe(store, groups="g", stats=("moments", "hist"), range="minmax", bins=8, run=db.RunOptions(plan=None))
         by_array = db.describe(store, groups=da.from_zarr(store, component="g"), stats=("moments", "hist"),
-                               range="minmax", bins=8, plan=None)
+                               range="minmax", bins=8, run=db.RunOptions(plan=None))
     assert by_name.provenance["groups"].startswith("groups ") and by_name.provenance["grouped"]
     for name in ("groups", "group_count", "group_mean", "group_var", "group_hist"):
         np.testing.assert_array_equal(getattr(by_name, name), getattr(by_array, name), err_msg=name)

@@ -304,7 +304,7 @@ def _ranges(s: db.Summary) -> np.ndarray:
 def test_weighted_update_and_merge_match_numpy(dataset, split, chunk_rows) -> None:
     """update/merge of weighted summaries: numpy's weighted statistics of all the rows, as describe of them gives."""
     _, x, y, w, _ = dataset
-    kw = {"stats": ALL, "range": (0.0, 4000.0), "plan": None}
+    kw = {"stats": ALL, "range": (0.0, 4000.0), "run": db.RunOptions(plan=None)}
     first = db.describe(da.from_array(x[:split], chunks=(chunk_rows, -1)), y[:split], weights=w[:split], **kw)
     new = da.from_array(x[split:], chunks=(chunk_rows, -1)), y[split:]
     updated = db.update(first, *new, weights=w[split:], plan=None)

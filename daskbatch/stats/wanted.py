@@ -73,12 +73,17 @@ def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tu
     wanted = requested(stats)
     if not labelled:
         refused = [r.name for r in wanted if r.needs_class_label]
-        if refused and wanted != requested(DEFAULT_STATS):
+        if refused and not _the_default(wanted):
             raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
         wanted = tuple(r for r in wanted if not r.needs_label)
     if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:
         wanted += (SKETCH,)
     return wanted
+
+
+def _the_default(wanted: tuple[Requested, ...]) -> bool:
+    """Tell whether ``wanted`` is the default, whose label statistics are skipped without a label (a sketch aside)."""
+    return tuple(r for r in wanted if r is not SKETCH) == requested(DEFAULT_STATS)
 
 
 def grouped_statistics(wanted: tuple[Requested, ...]) -> tuple[Requested, ...]:
@@ -135,7 +140,7 @@ def target_statistics(
         given = checked_cuts(target_bins)
         n_bins = len(given) + 1
     refused = [r.name for r in requested(stats) if r.needs_class_label]
-    if refused and requested(stats) != requested(DEFAULT_STATS):
+    if refused and not _the_default(requested(stats)):
         raise ValueError(f"statistic {refused[0]!r} needs a class label; with target= select ranks by "
                          "'f_regression', 'r_regression' or 'mi'")
     wanted = tuple(r for r in wanted if not r.needs_class_label)
