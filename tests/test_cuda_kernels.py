@@ -574,15 +574,15 @@ def test_sim_class_moments(dtype: str, rows_per_group: int | None, weighted: boo
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.kernels import _gpu_class_moments
 
     x = chunk(dtype)
     y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])  # class 3 of 4 never occurs
     if dtype.startswith("float"):
         x[y == 1, 0] = np.nan
     w = weights_for(x.shape[0], seed=12) if weighted else None
-    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
-                             None if w is None else cuda.to_device(w), rows_per_group=rows_per_group)
+    got = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
+                                           None if w is None else cuda.to_device(w), rows_per_group=rows_per_group)
     assert_class_moments(got, reference(ClassMoments(n_classes=4), x, y, weights=w), weighted)
 
 
@@ -592,16 +592,17 @@ def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.Monke
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.kernels import _gpu_class_moments
 
-    monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
+    monkeypatch.setattr(_gpu_class_moments, "MAX_GRID_Y", 2)
     x = chunk("float64", rows=40)
     y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
     w = weights_for(x.shape[0], seed=13, integer=True)
-    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
+    got = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
     assert_class_moments(got, reference(ClassMoments(n_classes=5), x, y, weights=w), weighted=True)
     rep = np.repeat(np.arange(x.shape[0]), w.astype(np.int64))  # integer weights: the rows repeated
-    plain = _gpu.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])), cuda.to_device(y[rep].astype(np.int64)), 5)
+    plain = _gpu_class_moments.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])),
+                                             cuda.to_device(y[rep].astype(np.int64)), 5)
     np.testing.assert_array_equal(got[0], plain[0])
     for g, p in zip(got[1:], plain[1:], strict=True):
         np.testing.assert_allclose(g, p, rtol=1e-12, atol=1e-12 * np.max(np.abs(p)))

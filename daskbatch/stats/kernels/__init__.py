@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.kernels import _gpu, _gpu_class_moments
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 
 __all__ = [
@@ -217,7 +217,7 @@ def class_moments(
     :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
     feature NumPy sums pairwise, and the two agree to rounding), without its
     class-sorted copy of the chunk and its float64 temporaries. On the GPU
-    (:func:`daskbatch.stats.kernels._gpu.class_moments`), equal to it to rounding.
+    (:func:`daskbatch.stats.kernels._gpu_class_moments.class_moments`), equal to it to rounding.
 
     Parameters
     ----------
@@ -240,7 +240,7 @@ def class_moments(
         The fields ``(n, shift, mean, m2)``, each (D, K) float64.
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
-        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
+        return _gpu_class_moments.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]

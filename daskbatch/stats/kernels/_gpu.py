@@ -51,7 +51,7 @@ from daskbatch.stats.kernels._gpu_layout import (
 
 __all__ = [
     "CENTRE_SHARE", "FEATURE_THREADS", "HIST_MIN_BLOCK_ROWS", "HIST_TARGET_BLOCKS", "HIST_THREADS", "MAX_GRID_Y",
-    "MIN_GROUP_ROWS", "SHARED_BYTES", "TARGET_THREADS", "centring_blocks", "centring_rows", "class_moments", "comoments",
+    "MIN_GROUP_ROWS", "SHARED_BYTES", "TARGET_THREADS", "centring_blocks", "centring_rows", "comoments",
     "comoments_buffer_bytes", "group_features_bound", "histogram", "histogram_layout", "launch", "moments",
     "moments_buffer_bytes", "row_groups",
 ]
@@ -388,56 +388,6 @@ def comoments(
     centre = be.result(centre)
     fields = (sums[0:1].reshape(()), centre[0], be.result(mean), be.result(c))
     return (*fields, sums[1:2].reshape(())) if weighted else fields
-
-
-def class_moments(
-    x: Any, codes: Any, n_classes: int, weights: Any = None, rows_per_group: int | None = None
-) -> tuple[Any, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a device chunk.
-
-    Two reads of ``x``, as :func:`moments`, with per-class partials (3 x K x G x D
-    float64 and K x G x D int64, the groups chosen for ``D x K`` threads' worth of
-    slots) and one (4, D, K) result.
-
-    Parameters
-    ----------
-    x : cupy.ndarray
-        The chunk, (R, D) with R > 0.
-    codes : cupy.ndarray
-        The int64 class (0..K-1) of every row, already checked.
-    n_classes : int
-        K.
-    weights : cupy.ndarray, optional
-        The positive weight of each row, (R,): ``n`` is then the weight sum.
-    rows_per_group : int, optional
-        Rows per group of the launch (see :func:`row_groups`).
-
-    Returns
-    -------
-    tuple of cupy.ndarray
-        The fields ``(n, shift, mean, m2)``, each (D, K) float64.
-    """
-    be = _backend(x)
-    from daskbatch.stats.kernels import _cuda_class_moments as k  # lazy: numba
-
-    x = be.contiguous(_readable(x))
-    rows, d = x.shape
-    weighted, w = _weights(be, weights)
-    if d == 0 or n_classes == 0:  # no feature or no class: no launch
-        out = be.result(be.zeros((4, d, n_classes), np.float64))
-    else:
-        rpg, groups = row_groups(rows, d * n_classes, rows_per_group)
-        part = be.zeros((3, n_classes, groups, d), np.float64)
-        counts = be.zeros((n_classes, groups, d), np.int64)
-        out = be.empty((4, d, n_classes), np.float64)
-        grid, block = _first_pass_shape(d, groups)
-        fgrid, fblock = _first_pass_shape(d, min(n_classes, MAX_GRID_Y))
-        be.launch(k.class_partials, grid, block, x, rpg, codes, part, counts, weighted, w)
-        be.launch(k.class_finish, fgrid, fblock, part, counts, out, weighted)
-        be.launch(k.class_squares, grid, block, x, rpg, codes, out, part, weighted, w)
-        be.launch(k.class_correct, fgrid, fblock, part, out)
-        out = be.result(out)
-    return tuple(out[f] for f in range(4))
 
 
 def histogram(
