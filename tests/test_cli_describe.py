@@ -297,6 +297,15 @@ def test_describe_groups_equal_numpy_per_group(tmp_path: pathlib.Path, grouped) 
             np.testing.assert_array_equal(s.group_hist[d, :, j], np.histogram(xs[:, d], bins=s.hist_edges[d])[0])
 
 
+def test_describe_groups_report_names_the_groups(grouped) -> None:
+    """The report's MI lines speak of the group key and its groups, not of a label and classes."""
+    path, _, g = grouped
+    result = CliRunner().invoke(main, ["describe", path, "--groups", "g", "--no-progress", "--cluster", "threads"])
+    assert result.exit_code == 0, result.output
+    assert f"mutual information with the group key (nats; {len(np.unique(g))} groups [" in result.output
+    assert "with the label" not in result.output
+
+
 def test_describe_roles_of_the_label_refused_together_in_one_line(grouped) -> None:
     path, _, _ = grouped
     for given in (["--label", "y", "--groups", "g"], ["--target", "y", "--groups", "g"], ["--label", "y", "--target", "y"]):

@@ -43,9 +43,11 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str
     if len(ranked):
         units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)
+        grouped = summary.groups is not None
         if classes is not None:
-            units += f"; {len(classes)} classes {format_classes(classes.tolist())}"
-        lines.append(f"\nTop {len(ranked)} features by mutual information with the label ({units}):")
+            units += f"; {len(classes)} {'groups' if grouped else 'classes'} {format_classes(classes.tolist())}"
+        target = "the group key" if grouped else "the label"
+        lines.append(f"\nTop {len(ranked)} features by mutual information with {target} ({units}):")
         width = max(len(str(n)) for n in ranked.index)
         values = format_column(ranked.to_numpy())
         lines.extend(f"  {name:>{width}}  {value}" for name, value in zip(ranked.index, values, strict=True))
