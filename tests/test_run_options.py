@@ -41,6 +41,8 @@ def test_a_run_keyword_and_run_together_are_refused(xy: tuple[np.ndarray, np.nda
         db.describe(x, run=db.RunOptions(plan=None, device="auto"), device="gpu")
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="give split_every= in run=RunOptions"):
         db.describe(x, run=db.RunOptions(plan=None, split_every=2), split_every=4)
+    with pytest.raises(ValueError, match="give device= in run=RunOptions"):  # the default's value is given too
+        db.describe(x, run=db.RunOptions(plan=None, device="gpu"), device="cpu")
     both = db.describe(x, run=db.RunOptions(plan=None), device="cpu", progress=False)  # shortcuts fill run's defaults
     assert both.provenance["device"] == "cpu"
     with pytest.raises(TypeError, match="run must be a daskbatch.RunOptions"):

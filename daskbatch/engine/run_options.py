@@ -137,7 +137,7 @@ class RunOptions:  # numpydoc ignore=PR02
         if not isinstance(run, RunOptions):
             raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
         defaults = cls()
-        given = {k: v for k, v in keywords.items() if v is not getattr(defaults, k) and v != getattr(defaults, k)}
+        given = keywords  # a keyword given with the default's value is given too: device="cpu" beside run's "gpu"
         # A keyword fills a field that run leaves at its default; two different values are an error.
         for key, value in given.items():
             mine = getattr(run, key)
