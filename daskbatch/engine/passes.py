@@ -9,6 +9,7 @@ identical results.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -87,6 +88,12 @@ class PassRunner:  # numpydoc ignore=PR02
     cancel : threading.Event, optional
         Set, it stops the pass at the next finished block (or checkpoint unit):
         :class:`~daskbatch.errors.Interrupted`, the checkpoint keeping what finished.
+    keep_blocks : bool
+        Keep the decoded blocks (and the label's and weights') in memory after
+        the first pass, so that later passes do not read them again. On a local
+        scheduler the first pass returns the blocks it read; on ``distributed``
+        they are persisted as it starts. Either way reading overlaps the first
+        pass's kernels. Not with a checkpoint (its units read their own blocks).
     """
 
     data: FeatureMatrix
@@ -96,8 +103,16 @@ class PassRunner:  # numpydoc ignore=PR02
     force: bool = False
     passes: int = 1
     cancel: threading.Event | None = None
+    keep_blocks: bool = False
     #: Wall time of each pass run so far, in seconds (for provenance and batch-job reports).
     seconds: list[float] = field(default_factory=list)
+    #: The blocks kept in memory by the first pass (``keep_blocks``), once it has run.
+    _kept: list[FeatureMatrix] = field(default_factory=list, repr=False)
+
+    @property
+    def blocks(self) -> FeatureMatrix:
+        """The data the next pass reads: the kept blocks once the first pass kept them, else ``data``."""
+        return self._kept[-1] if self._kept else self.data
 
     def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
         """Results of every statistic of ``bundle`` (pass ``index`` of the run), as host NumPy arrays.
@@ -112,12 +127,17 @@ class PassRunner:  # numpydoc ignore=PR02
             self.seconds.append(round(time.perf_counter() - t0, 6))
 
     def _run(self, bundle: Bundle, index: int, finalize: bool) -> tuple[Any, ...]:
+        keep = self.keep_blocks and not self._kept and self.checkpoint is None
+        local = active_client() is None
+        if keep and not local:  # persist returns at once: the pass's tasks wait on the blocks being read
+            self._kept.append(_persisted(self.data))
+        data = self.blocks
         needs_label = any(reads_label(s) for s in bundle.stats)
-        label = self.data.label if needs_label else None
+        label = data.label if needs_label else None
         stat: BundleLike = bundle
-        if self.data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
-            stat = Staged(bundle, self.data.stage_rows)
-        x = self.data.x
+        if data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
+            stat = Staged(bundle, data.stage_rows)
+        x = data.x
         t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
         span_name = f"pass-{index}-{'-'.join(s.name for s in bundle.stats)}"
@@ -126,15 +146,21 @@ class PassRunner:  # numpydoc ignore=PR02
             if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 result = checkpointed.run_checkpointed(
-                    stat, self.data, label, split_every=self.split_every, progress=bar,
+                    stat, data, label, split_every=self.split_every, progress=bar,
                     directory=self.checkpoint, force=self.force, finalize=finalize,
                 )
             else:
                 tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
-                graph = tree_reduce(stat, x, label, weights=self.data.weights, split_every=self.split_every,
+                graph = tree_reduce(stat, x, label, weights=data.weights, split_every=self.split_every,
                                     finalize=finalize, tag=tag,
-                                    labels_checked=label is not None and self.data.label_checked)
-                result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
+                                    labels_checked=label is not None and data.label_checked)
+                if keep and local:
+                    rows = _row_aligned(data)
+                    result, blocks = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"],
+                                                     along=[a.to_delayed().ravel().tolist() for a in rows])
+                    self._kept.append(_with_blocks(data, rows, blocks))
+                else:
+                    result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
         note_pass(int(x.shape[0]), int(x.shape[1]))
         if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
             log.debug(
@@ -144,6 +170,37 @@ class PassRunner:  # numpydoc ignore=PR02
                 time.perf_counter() - t0,
             )
         return result
+
+
+def _persisted(data: FeatureMatrix) -> FeatureMatrix:
+    """``data`` with its blocks, label and weights persisted (``distributed``: at once, loading on the workers)."""
+    import dask  # lazy: dask
+
+    x, label, weights = dask.persist(data.x, data.label, data.weights)
+    return dataclasses.replace(data, x=x, label=label, weights=weights)
+
+
+def _row_aligned(data: FeatureMatrix) -> list[Any]:
+    """``x``, then the label and weights (those given) in the row blocks of ``x``, as a pass's chunk tasks read them."""
+    # The same rechunk as tree_reduce's (same names): computed beside the pass, their blocks are the pass's own.
+    rows = [data.x]
+    rows += [r.rechunk((data.x.chunks[0],)) for r in (data.label, data.weights) if r is not None]
+    return rows
+
+
+def _with_blocks(data: FeatureMatrix, rows: list[Any], blocks: list[list[Any]]) -> FeatureMatrix:
+    """``data`` whose arrays hold ``blocks`` in memory, as ``dask.persist`` rebuilds them (same names and chunks)."""
+    from dask.core import flatten  # lazy: dask
+
+    def rebuilt(array: Any, values: list[Any]) -> Any:
+        rebuild, args = array.__dask_postpersist__()
+        return rebuild(dict(zip(flatten(array.__dask_keys__()), values, strict=True)), *args)
+
+    arrays = iter(rebuilt(a, b) for a, b in zip(rows, blocks, strict=True))
+    x = next(arrays)
+    label = next(arrays) if data.label is not None else None
+    weights = next(arrays) if data.weights is not None else None
+    return dataclasses.replace(data, x=x, label=label, weights=weights)
 
 
 @contextlib.contextmanager

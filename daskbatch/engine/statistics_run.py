@@ -225,14 +225,10 @@ def _computed(
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
     cached = two_passes and run.checkpoint is None and steps._cache_blocks(run.cache, data, chosen, device)
     if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
-        import dask  # lazy: dask
-
         log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
                  f"{data.x.nbytes / 2**20:,.0f}", run.cache)
-        x, label, weights_ = dask.persist(data.x, data.label, data.weights)
-        data = dataclasses.replace(data, x=x, label=label, weights=weights_)
     runner = PassRunner(data, fan_in, run.progress, run.checkpoint, run.force, passes=2 if two_passes else 1,
-                        cancel=run.cancel)
+                        cancel=run.cancel, keep_blocks=cached)
     first = steps._first_pass(wanted, ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy, tiled=tiled,
                         class_values=class_values,
                         histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
@@ -242,6 +238,7 @@ def _computed(
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = steps._kept_by_name(first, runner(first, finalize=False))
+        data = runner.blocks  # in memory when kept (cached): what follows reads them from there
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
         steps._check_nan_policy(results[Moments.name], moments.nan_policy, data)
         if two_passes:

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -336,7 +336,7 @@ def _clock(seconds: float) -> str:
 # ---------------------------------------------------------------------- computing with progress
 
 
-def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any:
+def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along: Sequence[Any] = ()) -> Any:
     """``dask.compute(graph)[0]`` on the active scheduler, advancing ``progress`` as tasks finish.
 
     Parameters
@@ -349,11 +349,14 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
     prefix : str, optional
         Task prefix to count (``"db-chunk"``: a pass's blocks); every task when
         None or when the graph has no task of that prefix.
+    along : sequence of dask collections, optional
+        Computed in the same run as ``graph`` (tasks they share run once), on
+        a local scheduler only: a pass that also returns the blocks it read.
 
     Returns
     -------
     object
-        The computed value.
+        The computed value; with ``along``, the pair (value, list of their values).
     """
     import dask  # lazy: dask
     from dask.utils import key_split  # lazy: dask
@@ -386,9 +389,11 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None) -> Any
 
         started: list[bool] = []
         with Callback(start=start, posttask=posttask), _dask_bar(progress.dask_display):
-            result = dask.compute(graph)[0]
+            result, *alongside = dask.compute(graph, *along)
         progress.update(progress.total or 0)
-        return result
+        return (result, alongside) if along else result
+    if along:
+        raise ValueError("compute(along=...) computes other collections with the graph on a local scheduler only")
     return _compute_distributed(client, graph, progress, keys)
 
 

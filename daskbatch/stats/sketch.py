@@ -49,6 +49,8 @@ of quantiles from counts are in :mod:`daskbatch.stats.sketch_layout`.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,9 +148,17 @@ class SketchResult:
         Returns
         -------
         numpy.ndarray
-            The int64 slots (D, 2 W + 3), increasing along each row where counts are held.
+            The int64 slots (D, 2 W + 3), increasing along each row where counts are held
+            (read-only: found once per result, shared by its quantiles and ranges).
         """
-        return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
+        return self._slots
+
+    @functools.cached_property
+    def _slots(self) -> np.ndarray:
+        """:meth:`slots`, found once (a frozen result's slots never change)."""
+        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
+        slots.flags.writeable = False
+        return slots
 
     def collapse_floor(self) -> np.ndarray:
         """Give, per feature and sign, the magnitude at or below which answers may come from a collapsed bucket.
