@@ -56,6 +56,19 @@ def as_int64_labels(xp: Namespace, label: Array) -> Array:
     return xp.astype(label, xp.int64)
 
 
+#: Labels in ``[0, _COUNT_TABLE_LIMIT)`` are found with a count table (the usual class numbers), others by hashing.
+_COUNT_TABLE_LIMIT = 1 << 16
+
+
+def _distinct(xp: Namespace, codes: Array) -> Array:
+    """The sorted distinct values of the int64 ``codes``."""
+    # A count table is ~20x cheaper than np.unique's hash for small class numbers: the label-only
+    # scan that precedes describe's first pass runs in series with everything else.
+    if hasattr(xp, "bincount") and int(xp.min(codes)) >= 0 and int(xp.max(codes)) < _COUNT_TABLE_LIMIT:
+        return xp.astype(xp.nonzero(xp.bincount(codes))[0], xp.int64)
+    return xp.sort(xp.unique_values(codes))
+
+
 def format_classes(values: Sequence[int], shown: int = 10) -> str:
     """Format class values for a message: ``[0, 1, 7]``, or the first ``shown`` and a count.
 
@@ -287,8 +300,7 @@ class ClassValues:  # numpydoc ignore=PR02
         labels = xp.reshape(labels, (-1,))
         if labels.shape[0] == 0:
             return self.empty(xp, device(labels))
-        values = xp.sort(xp.unique_values(as_int64_labels(xp, labels)))
-        return self._checked(ClassValuesState(values=values))
+        return self._checked(ClassValuesState(values=_distinct(xp, as_int64_labels(xp, labels))))
 
     def merge(self, a: ClassValuesState, b: ClassValuesState, /) -> ClassValuesState:
         """Unite the values of two states.

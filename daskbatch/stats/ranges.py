@@ -157,7 +157,8 @@ def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.n
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
     bulk_lo = np.full(vmin.shape[0], -np.inf)
     bulk_hi = np.full(vmin.shape[0], np.inf)
-    all_counts, all_slots = to_numpy(sketch.counts), sketch.slots()  # once, not once a feature
+    held = sketch.held_columns()  # the other columns are empty in every feature
+    all_counts, all_slots = to_numpy(sketch.counts)[:, held], sketch.slots(held)  # once, not once a feature
     bulks: list[tuple[int, np.ndarray, int]] = []  # feature, its bulk's counts, the slot of the first
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])

@@ -227,14 +227,19 @@ def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) 
     return out
 
 
-def _window_slots(offset: np.ndarray, n: int, w: int) -> np.ndarray:
-    """Slots of the full layout of a result's columns, from the windows' offsets (D, 2)."""
+def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice = slice(None)) -> np.ndarray:
+    """Slots of the full layout of a result's ``columns`` (all by default), from the windows' offsets (D, 2)."""
     offset = np.asarray(offset, dtype=np.int64)
-    i = np.arange(w, dtype=np.int64)
-    neg = np.clip(n - (offset[:, :1] + i[::-1]), 1, n)  # key k of the negative side sits in slot n - k
-    pos = np.clip(n + 2 + offset[:, 1:] + i, n + 2, 2 * n + 1)
-    col = np.ones((offset.shape[0], 1), dtype=np.int64)
-    return np.concatenate([0 * col, neg, (n + 1) * col, pos, (2 * n + 2) * col], axis=1)
+    c = np.arange(2 * w + 3, dtype=np.int64)[columns]
+    # Columns 1..w: the negative window, largest magnitude first (key k sits in slot n - k);
+    # w + 2..2w + 1: the positive one; 0, w + 1 and 2w + 2: -inf, zero and +inf.
+    neg = np.clip(n - (offset[:, :1] + (w - c)), 1, n)
+    pos = np.clip(n + 2 + offset[:, 1:] + (c - (w + 2)), n + 2, 2 * n + 1)
+    out = np.where(c <= w, neg, pos)
+    out[:, c == 0] = 0
+    out[:, c == w + 1] = n + 1
+    out[:, c == 2 * w + 2] = 2 * n + 2
+    return out
 
 
 
