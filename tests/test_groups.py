@@ -150,3 +150,22 @@ def test_weighted_groups_equal_numpy_weighted_per_group(grouped_store, rows: int
         for d in range(4):
             ref = np.histogram(xs[:, d], bins=s.hist_edges[d], weights=ws)[0]
             np.testing.assert_allclose(s.group_hist[d, :, j], ref, rtol=1e-12, err_msg=f"feature {d}, group {v}")
+
+
+def test_row_inputs_from_pandas_name_their_missing_values() -> None:
+    # A nullable pandas Series with missing values: refused in one line naming the input and what each row needs
+    # (weights and groups said "label ... every sample needs a class" before they shared one reader).
+    pd = pytest.importorskip("pandas")
+    x = np.arange(12.0).reshape(4, 3)
+    with pytest.raises(ValueError, match="^groups has 1 missing values; every row needs a group key$"):
+        db.describe(x, groups=pd.Series([0, 1, None, 1], dtype="Int64"), stats=("moments",))
+    with pytest.raises(ValueError, match="^weights has 2 missing values; every row needs a weight$"):
+        db.describe(x, weights=pd.Series([1.0, None, 2.0, None], dtype="Float64"), stats=("moments",))
+    # Without missing values the nullable Series are read as their NumPy dtype, and give what the arrays give.
+    by_series = db.describe(x, groups=pd.Series([0, 1, 0, 1], dtype="Int64"), weights=pd.Series([1, 2, 3, 4]),
+                            stats=("moments",))
+    by_arrays = db.describe(x, groups=np.array([0, 1, 0, 1]), weights=np.array([1, 2, 3, 4]), stats=("moments",))
+    np.testing.assert_array_equal(by_series.mean, by_arrays.mean)
+    # A target reads its missing values as NaN, which the target's statistics refuse naming the row.
+    with pytest.raises(ValueError, match="the target holds 1 non-finite value.*at its row 1"):
+        db.describe(x, target=pd.Series([0.5, None, 1.5, 2.0], dtype="Float64"))

@@ -166,7 +166,7 @@ def test_bad_weight_names_its_chunk_and_row(bad, message) -> None:
 
 def test_weights_of_the_wrong_length_are_refused() -> None:
     x = np.arange(20.0).reshape(10, 2)
-    with pytest.raises(ValueError, match=r"weights has shape \(9,\); expected \(10,\), one weight per row of x"):
+    with pytest.raises(ValueError, match=r"weights has shape \(9,\); expected \(10,\): one weight per row of x"):
         db.describe(x, weights=np.ones(9))
     with pytest.raises(TypeError, match="a weights name needs x to be a store path"):
         db.describe(x, weights="w")

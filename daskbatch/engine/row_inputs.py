@@ -8,6 +8,7 @@ Each puts its array, checked against the rows of a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import dask.array as da
@@ -17,7 +18,6 @@ from daskbatch.engine.inputs import (
     LABEL_KINDS,
     FeatureMatrix,
     _check_known_chunks,
-    _from_series,
     _in_memory_as_dask,
     _is_instance,
     check_numeric,
@@ -41,20 +41,7 @@ def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
     FeatureMatrix
         ``data`` with the target as its float64 label and ``provenance["target"]`` set.
     """
-    if isinstance(target, str):
-        target, _ = _stored_array(target, data, "target")
-    if _is_instance(target, "pandas", "Series"):
-        target = target.to_numpy(dtype=np.float64, na_value=np.nan)
-    elif _is_instance(target, "dask.dataframe", "Series"):
-        target = target.to_dask_array(lengths=True)
-    if not hasattr(target, "dtype") or not hasattr(target, "shape"):
-        target = np.asarray(target)
-    check_numeric(target.dtype, "target")
-    target = _in_memory_as_dask(target)
-    _check_known_chunks(target, "target")
-    rows = int(data.x.shape[0])
-    if target.ndim != 1 or target.shape[0] != rows:
-        raise ValueError(f"target has shape {tuple(target.shape)}; expected ({rows:,},): one value per row of x")
+    target, _ = _row_array(target, data, "target", "value", check_numeric)
     provenance = {**data.provenance, "target": {"dtype": str(target.dtype)}}
     return dataclasses.replace(data, label=target.astype(np.float64), provenance=provenance)
 
@@ -92,19 +79,7 @@ def with_groups(data: FeatureMatrix, groups: Any) -> FeatureMatrix:
     FeatureMatrix
         ``data`` with the group keys as its label and ``provenance["groups"]`` set.
     """
-    what = "groups"
-    if isinstance(groups, str):
-        groups, what = _stored_array(groups, data, "groups")
-    groups = _from_series(groups)
-    if not hasattr(groups, "dtype") or not hasattr(groups, "shape"):
-        groups = np.asarray(groups)
-    if dtype_kind(groups.dtype) not in LABEL_KINDS:
-        raise TypeError(f"{what} has dtype {groups.dtype}; group keys must be integers (codes of the group values)")
-    groups = _in_memory_as_dask(groups)
-    _check_known_chunks(groups, what)
-    rows = int(data.x.shape[0])
-    if groups.ndim != 1 or groups.shape[0] != rows:
-        raise ValueError(f"{what} has shape {tuple(groups.shape)}; expected ({rows:,},): one group key per row of x")
+    groups, what = _row_array(groups, data, "groups", "group key", _check_group_keys)
     return dataclasses.replace(data, label=groups, provenance={**data.provenance, "groups": what})
 
 
@@ -128,21 +103,47 @@ def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
     """
     if weights is None:
         return data
-    what = "weights"
-    if isinstance(weights, str):
-        weights, what = _stored_array(weights, data, "weights")
-    weights = _from_series(weights)
-    if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
-        weights = np.asarray(weights)
-    check_numeric(weights.dtype, what)
-    rows = int(data.x.shape[0])
-    if weights.ndim != 1 or weights.shape[0] != rows:
-        raise ValueError(f"{what} has shape {tuple(weights.shape)}; expected ({rows:,},), one weight per row of x")
-    weights = _in_memory_as_dask(weights)
-    _check_known_chunks(weights, what)
+    weights, what = _row_array(weights, data, "weights", "weight", check_numeric)
     weights = weights.rechunk((data.x.chunks[0],))
     checked = da.map_blocks(_check_weights_block, weights, what=what, dtype=weights.dtype, meta=weights._meta)
     return dataclasses.replace(data, weights=checked, provenance={**data.provenance, "weights": what})
+
+
+def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
+               check_dtype: Callable[[Any, str], None]) -> tuple[da.Array, str]:
+    """``value`` (array, pandas or dask Series, or a stored array's name) as a dask array of one ``noun`` per row of x, and its name."""
+    what = role
+    if isinstance(value, str):
+        value, what = _stored_array(value, data, role)
+    if _is_instance(value, "pandas", "Series"):
+        value = _pandas_values(value, what, noun, missing_as_nan=role == "target")
+    elif _is_instance(value, "dask.dataframe", "Series"):
+        value = value.to_dask_array(lengths=True)
+    if not hasattr(value, "dtype") or not hasattr(value, "shape"):
+        value = np.asarray(value)
+    check_dtype(value.dtype, what)
+    value = _in_memory_as_dask(value)
+    _check_known_chunks(value, what)
+    rows = int(data.x.shape[0])
+    if value.ndim != 1 or value.shape[0] != rows:
+        raise ValueError(f"{what} has shape {tuple(value.shape)}; expected ({rows:,},): one {noun} per row of x")
+    return value, what
+
+
+def _pandas_values(series: Any, what: str, noun: str, *, missing_as_nan: bool) -> np.ndarray:
+    """A pandas Series as NumPy: missing values as NaN (a target), else refused in one line."""
+    if missing_as_nan:
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    if series.isna().any():
+        raise ValueError(f"{what} has {int(series.isna().sum()):,} missing values; every row needs a {noun}")
+    numpy_dtype = getattr(series.dtype, "numpy_dtype", None)  # nullable integers: their NumPy dtype
+    return series.to_numpy(dtype=numpy_dtype) if numpy_dtype is not None else series.to_numpy()
+
+
+def _check_group_keys(dtype: Any, what: str) -> None:
+    """Refuse group keys that are not integers (or bool), in one line."""
+    if dtype_kind(dtype) not in LABEL_KINDS:
+        raise TypeError(f"{what} has dtype {dtype}; group keys must be integers (codes of the group values)")
 
 
 def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, str]:
