@@ -214,3 +214,34 @@ def test_registry_and_memory_model_agree_on_the_layout() -> None:
     assert STATISTICS["sketch"] is Sketch
     assert SKETCH_SLOTS == 2 * SKETCH.n_buckets + 6  # the footprint sizes the default sketch's state
     assert WINDOW * SKETCH.ln_gamma > math.log(1e6)  # a 10**6 dynamic range fits the windowed sketch's window
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (Sketch(), {}),
+    lambda x: (Sketch(), {"weights": np.linspace(0.1, 3.0, x.shape[0])}),
+    lambda x: (Sketch(window=64), {}),
+    lambda x: (Sketch(count_dtype="int32"), {}),
+], ids=["every-bucket", "weighted", "windowed", "int32"])
+def test_merge_many_is_merging_left_to_right_bitwise(make) -> None:
+    # merge_many (one result array where every bucket is kept) gives what merge gives in turn, and
+    # a bundle merges each statistic's states the same way.
+    import functools
+
+    from daskbatch.stats import Bundle, Moments
+
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(0.0, 4.0, size=(4000, 5)) * rng.choice([-1.0, 1.0], size=(4000, 5))
+    x[::97, 1] = np.nan
+    x[::89, 2] = 0.0
+    sketch, extra = make(x)
+    parts = np.array_split(np.arange(x.shape[0]), 7)
+    states = [sketch.chunk(x[p], None, **({"weights": extra["weights"][p]} if extra else {})) for p in parts]
+    one, turn = merge_all(sketch, states), functools.reduce(sketch.merge, states)
+    for name in ("counts", "offset", "fmin", "fmax"):
+        assert getattr(one, name).dtype == getattr(turn, name).dtype
+        np.testing.assert_array_equal(getattr(one, name), getattr(turn, name), err_msg=name)
+    bundle = Bundle((Moments(), sketch))
+    b_states = [bundle.chunk(x[p], None, **({"weights": extra["weights"][p]} if extra else {})) for p in parts]
+    merged, in_turn = merge_all(bundle, b_states), functools.reduce(bundle.merge, b_states)
+    np.testing.assert_array_equal(merged[1].counts, in_turn[1].counts)
+    np.testing.assert_array_equal(bundle.finalize(merged)[0].mean, bundle.finalize(in_turn)[0].mean)

@@ -111,7 +111,13 @@ class PassRunner:  # numpydoc ignore=PR02
 
     @property
     def blocks(self) -> FeatureMatrix:
-        """The data the next pass reads: the kept blocks once the first pass kept them, else ``data``."""
+        """Give the data the next pass reads: the kept blocks once the first pass kept them, else ``data``.
+
+        Returns
+        -------
+        FeatureMatrix
+            The blocks in memory (``keep_blocks``, after the first pass), or ``data``.
+        """
         return self._kept[-1] if self._kept else self.data
 
     def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
