@@ -161,3 +161,11 @@ def test_centring_rows_keep_the_buffer_cache_sized() -> None:
         assert MIN_CENTRING_ROWS <= rows <= MAX_CENTRING_ROWS
         assert rows * d * 8 <= 512 * 2**10 or rows == MIN_CENTRING_ROWS
     assert centring_rows(64) == 1024
+
+
+def test_drifting_data_whose_blocks_have_different_means() -> None:
+    """Block means far apart (a trend over the rows): the merge's spread term carries most of ``c``."""
+    rng = np.random.default_rng(10)
+    t = np.arange(9000.0)
+    x = np.column_stack([1e6 + 1e-3 * t, 1e6 - 2e-3 * t, np.sin(t / 500.0)]) + rng.standard_normal((9000, 3))
+    assert_matches(CoMoments().chunk(x), *reference(x))
