@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import (
@@ -31,6 +33,7 @@ from daskbatch.stats._base import (
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.kernels._centring import centring_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -347,8 +350,16 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
         return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
-    if kernels.kernel_path(x, CoMoments, weighted=True).compiled:  # compiled centring + BLAS / cuBLAS SYRK
-        n, shift, mean, c, rows = kernels.weighted_comoments(x, w)
+    path = kernels.kernel_path(x, CoMoments, weighted=True)
+    if path.kind == "numba-cpu":  # the unweighted chunks' blocked centring, with weighted sums
+        from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
+
+        rows_used, total, shift, mean, c = host_comoments(x, w)
+        return WeightedCoMomentsState(
+            n=np.asarray(total), shift=shift, mean=mean, c=c, rows=np.asarray(float(rows_used))
+        )
+    if path.compiled:  # compiled centring + cuBLAS SYRK
+        n, shift, mean, c, rows = kernels.weighted_comoments(x, w, path)
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)
     complete = xp.all(xp.isfinite(x), axis=1)
@@ -367,18 +378,19 @@ def _comoment_state_bytes(d: int, bins: int, k: int | None, tile: int | None) ->
 
 #: Memory of :class:`CoMoments` for the planner: the array API makes 4 chunk-sized float64
 #: temporaries (zeros, shifted and centred blocks, one expression temporary) and a
-#: float64 copy; the compiled kernel centres :data:`~daskbatch.stats.kernels.COMOMENT_BLOCK_ROWS`
-#: rows at a time instead. Both keep the complete-row mask (plus its casts on the array-API
-#: path) and the GEMM result and outer-product correction next to the state.
+#: float64 copy; the compiled kernel centres :func:`~daskbatch.stats.kernels._centring.centring_rows`
+#: rows at a time instead, flagging the complete rows of one block only (on the GPU, of the
+#: chunk). The array-API path keeps the complete-row mask and its casts; both keep the GEMM
+#: result and outer-product correction next to the state.
 FOOTPRINT = Footprint(
     name="cov",
     state=_comoment_state_bytes,
     float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
     temporaries={"compiled": {}, "array-api": {"float64": 4}, "gpu-compiled": {}},
     # gpu: the incomplete-row flags (uint8); SYRK adds into the state in place
-    row_bytes={"compiled": 1, "array-api": 16, "gpu-compiled": 1},
+    row_bytes={"compiled": 0, "array-api": 16, "gpu-compiled": 1},
     state_copies={"compiled": 2, "array-api": 2, "gpu-compiled": 0},
     merge_temporaries=3,  # the outer product and its scaled copy
-    centring_rows=kernels.COMOMENT_BLOCK_ROWS,
+    centring_rows=centring_rows,
     device_buffers=_gpu.comoments_buffer_bytes,
 )

@@ -55,8 +55,9 @@ class Footprint:  # numpydoc ignore=PR02
         ``chunk`` reads the class label (one int64 per row).
     needs_classes : bool
         The state grows with the number of classes (``n_classes`` is required).
-    centring_rows : int
-        Compiled path only: rows centred into one float64 buffer at a time.
+    centring_rows : int or callable
+        Compiled path only: rows centred into one float64 buffer at a time, or
+        ``centring_rows(n_features)`` giving them.
     device_buffers : callable, optional
         ``device_buffers(rows, n_features, device_bytes)``: bytes of the GPU
         kernel's own buffers on the "gpu-compiled" path (launch partials,
@@ -72,7 +73,7 @@ class Footprint:  # numpydoc ignore=PR02
     merge_temporaries: int = 0
     reads_label: bool = False
     needs_classes: bool = False
-    centring_rows: int = 0
+    centring_rows: int | Callable[[int], int] = 0
     device_buffers: Callable[[int, int, int | None], int] | None = None
 
 

@@ -164,11 +164,11 @@ def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = Non
 def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
 
-    One pass finds the complete rows and their mean; then blocks of
-    :data:`COMOMENT_BLOCK_ROWS` rows are centred into a float64 buffer small
-    enough to stay in cache and added to the co-moments with one BLAS product
-    ``devᵀ dev`` each (about twice as fast as centring the whole chunk first,
-    and the float64 copy no longer grows with the chunk).
+    Blocks of rows (:func:`~daskbatch.stats.kernels._centring.centring_rows`)
+    are read once, centred in cache about their own mean into a float64 buffer
+    and added to the co-moments with one BLAS product ``devᵀ dev`` each; the
+    blocks then merge as states do (see
+    :func:`~daskbatch.stats.kernels._numba_comoments.chunk_comoments`).
 
     Parameters
     ----------
@@ -184,27 +184,10 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
     """
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.comoments(x)
-    from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
-        centre_rows,
-        complete_rows_mean,
-    )
+    from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
 
-    data, lut = _bits(x)
-    rows, d = x.shape
-    complete = np.empty(rows, dtype=np.bool_)
-    n, _, shift, approx_mean = complete_rows_mean(data, lut, complete, None)
-    c = np.zeros((d, d))
-    s1 = np.zeros(d)
-    buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))  # one buffer, reused by every block
-    for start in range(0, rows, COMOMENT_BLOCK_ROWS):
-        stop = start + COMOMENT_BLOCK_ROWS
-        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer, None)
-        dev = buffer[:k]
-        c += dev.T @ dev  # numpy hands Aᵀ·A to BLAS syrk
-        s1 += part
-    e = s1 / max(n, 1)
-    c -= n * (e[:, None] * e[None, :])
-    return np.asarray(float(n)), shift, approx_mean + e, c
+    n, _, shift, mean, c = host_comoments(x)
+    return np.asarray(float(n)), shift, mean, c
 
 
 def class_moments(
