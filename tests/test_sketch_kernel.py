@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from daskbatch.stats import Sketch, kernels
-from daskbatch.stats.kernels import _numba_sketch
+from daskbatch.stats.kernels import _numba_sketch, _sketch_table
 from daskbatch.testing import assert_states_equal
 
 TINY = float(np.finfo(np.float64).smallest_normal)
@@ -207,3 +207,85 @@ def test_kernel_equals_reference_bitwise(data: st.DataObject, sk: Sketch, dtype:
 )
 def test_other_dtypes_equal_reference_bitwise(x: np.ndarray) -> None:
     compiled_and_reference(Sketch(), x)
+
+
+# ------------------------------------------------------------------ float32 key table
+@numba.njit(cache=False)
+def _table_codes(u: np.ndarray, table: np.ndarray, shift: int, min_bits: int, n: int) -> np.ndarray:
+    out = np.empty(u.size, dtype=np.int64)
+    for i in range(u.size):
+        out[i] = _sketch_table._code_f32(u[i], table, shift, min_bits, n)
+    return out
+
+
+@numba.njit(cache=False)
+def _reference_codes(v: np.ndarray, ln_gamma: float, min_magnitude: float, lo: float, hi: float, n: int) -> np.ndarray:
+    out = np.empty(v.size, dtype=np.int64)
+    for i in range(v.size):
+        a = abs(v[i])
+        bucketed = (a >= min_magnitude) & (a < np.inf)
+        key = _numba_sketch._sketch_key(a if bucketed else 1.0, ln_gamma, lo, hi)
+        out[i] = _numba_sketch._sketch_code(v[i], key, bucketed, n)
+    return out
+
+
+TABLE_SKETCHES = [
+    Sketch(), Sketch(alpha=0.01, min_magnitude=1e-6, max_magnitude=1e6), Sketch(alpha=0.4, max_magnitude=1e300),
+    Sketch(alpha=0.02, min_magnitude=0.5, max_magnitude=1e30), Sketch(alpha=0.005, min_magnitude=1e-37),
+]
+
+
+def table_patterns(sk: Sketch, rng: np.random.Generator) -> np.ndarray:
+    """float32 patterns that test a table: ±2 ulps around every step and sub-interval start, range ends, random ones."""
+    k_min, k_max = sk.key_range
+    table, shift = _sketch_table.float32_table(sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets)
+    step = table[: table.size // 2] & 0xFFFFFFFF
+    step = step[step != 0xFFFFFFFF]
+    assert step.size > 10
+    starts = np.arange(255 << (23 - shift), dtype=np.int64) << shift
+    near = np.concatenate([step, starts])[:, None] + np.arange(-2, 3)
+    near = near[(near >= 0) & (near <= 0x7FFFFFFF)]
+    ends = [sk.min_magnitude, sk.max_magnitude, math.exp(k_min * sk.ln_gamma), math.exp((k_max - 1) * sk.ln_gamma),
+            math.exp(k_max * sk.ln_gamma), np.finfo(np.float32).max, TINY]
+    ends32 = to32(np.array(ends)).view(np.uint32).astype(np.int64)[:, None] + np.arange(-2, 3)
+    special = np.array([0.0, np.inf, np.nan, 1.0, float(np.finfo(np.float32).smallest_subnormal),
+                        float(np.finfo(np.float32).smallest_normal)], dtype=np.float32).view(np.uint32)
+    mag = np.concatenate([near, ends32.ravel().clip(0, 0x7FFFFFFF), special.astype(np.int64),
+                          rng.integers(0, 0x80000000, size=100_000)])  # random: subnormals, NaNs and all
+    sign = rng.integers(0, 2, size=mag.size) << 31  # both signs, mixed within features
+    return (mag | sign).astype(np.uint32)
+
+
+@pytest.mark.parametrize("sk", TABLE_SKETCHES, ids=lambda s: f"{s.alpha}-{s.min_magnitude}-{s.max_magnitude}")
+def test_float32_table_codes_every_pattern_as_the_reference(sk: Sketch) -> None:
+    """Each value's code from the table equals the reference expression's: around every step, the ends, random bits."""
+    k_min, k_max = sk.key_range
+    u = table_patterns(sk, np.random.default_rng(11))
+    table, shift = _sketch_table.float32_table(sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets)
+    got = _table_codes(u, table, shift, _sketch_table.min_pattern(sk.min_magnitude), sk.n_buckets)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns
+        v = u.view(np.float32).astype(np.float64)
+    want = _reference_codes(v, sk.ln_gamma, sk.min_magnitude, float(k_min), float(k_max), sk.n_buckets)
+    np.testing.assert_array_equal(got, want, strict=True)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # signalling NaN patterns
+@pytest.mark.parametrize("d", [1, 7, 64, 257])
+@pytest.mark.parametrize("window", [None, 7, 2048])
+def test_float32_table_kernels_equal_reference_bitwise(d: int, window: int | None) -> None:
+    """The table's loops (every bucket kept, and windowed) give the reference's states, at several widths."""
+    for sk in TABLE_SKETCHES[:3]:
+        sk = Sketch(alpha=sk.alpha, min_magnitude=sk.min_magnitude, max_magnitude=sk.max_magnitude, window=window)
+        u = table_patterns(sk, np.random.default_rng(d))
+        x = u[: u.size - u.size % d].view(np.float32).reshape(-1, d)
+        compiled_and_reference(sk, x)
+        compiled_and_reference(sk, x[:5])  # a few rows: empty windows, features without finite values
+
+
+def test_float32_table_only_where_one_step_per_entry() -> None:
+    """Subnormal float32 bucketed, or gamma too close to 1: no table (the log-based loops key those)."""
+    for sk in (Sketch(min_magnitude=1e-40), Sketch(alpha=1e-5, min_magnitude=1e-3, max_magnitude=1e3)):
+        k_min, k_max = sk.key_range
+        assert _sketch_table.float32_table(sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets) is None
+        x = np.array([[1e-39, -2e-40], [1.0, 3.5], [0.0, -np.inf]], dtype=np.float32)
+        compiled_and_reference(sk, x)

@@ -415,26 +415,25 @@ def sketch(
     fmin, fmax : numpy.ndarray
         Finite extrema of each feature.
     """
-    from daskbatch.stats.kernels._numba_sketch import (  # lazy: numba
-        sketch_counts,
-        sketch_counts_all,
-        sketch_counts_log,
-    )
+    from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
 
     d = x.shape[1]
     data, lut = _bits(x)
     counts = np.zeros((d, 2 * window + 4), dtype=count_dtype if weights is None else np.float64)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    offset = np.empty((d, 2), dtype=np.int64)
-    collapsed = np.empty((d, 2), dtype=np.uint8)
+    offset, collapsed = np.empty((d, 2), dtype=np.int64), np.empty((d, 2), dtype=np.uint8)
+    f32 = x.dtype == np.float32 and _sketch_table.sketch_float32(  # keyed from its bits, where a table exists
+        data, ln_gamma, min_magnitude, k_min, k_max, n_buckets, window, counts, offset, collapsed, w)
+    if f32:
+        return counts, offset, *f32
     # The fast key decodes normal floats only: a subnormal min_magnitude takes a log per value.
     fast = min_magnitude >= np.finfo(np.float64).smallest_normal
     if fast and window == n_buckets:  # every bucket kept: the windows never move
-        fmin, fmax = sketch_counts_all(
+        fmin, fmax = _numba_sketch.sketch_counts_all(
             data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), counts, offset, w
         )
         return counts, offset, fmin, fmax
-    kernel = sketch_counts if fast else sketch_counts_log
+    kernel = _numba_sketch.sketch_counts if fast else _numba_sketch.sketch_counts_log
     fmin, fmax = kernel(
         data, lut, float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets), int(window),
         counts, offset, collapsed, w,
