@@ -25,7 +25,7 @@ if kernels.available():
     from daskbatch.stats.kernels import _numba_moments as fast
     from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _load, _weight
 
-    @numba.njit
+    @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
     def frozen_moments(x, lut, weights):  # noqa: ANN001, ANN201
         """The former moments_chunk: one masked loop per pass."""
         rows, d = x.shape
@@ -90,7 +90,7 @@ if kernels.available():
                 s4[j] += p4[j]
         return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
-    @numba.njit
+    @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
     def frozen_class_moments(x, lut, codes, count, shift, total, s1, s2, weights):  # noqa: ANN001, ANN201
         """The former class_moments_chunk: one masked running sum per pass."""
         rows, d = x.shape
@@ -226,9 +226,12 @@ def test_fast_blocks_against_numpy() -> None:
 
 def test_blocks_take_the_fast_path_again_after_masked_ones() -> None:
     """Clean blocks are found clean (the fast path runs), also after a run of masked blocks."""
-    # NaN in every column of blocks 0-19: tries at blocks 0, 8 and 16 fail, the one at 24 succeeds.
-    x = np.vstack([_chunk("dense_nan", "float32"), _chunk("clean", "float32")[: 8 * BLOCK]])
-    expected = np.arange(-(-x.shape[0] // BLOCK)) >= 3 * fast._RETRY
+    # NaN in every column of the first 2 R + 4 blocks (R = _RETRY): the tries at blocks 0, R
+    # and 2 R fail, the one at 3 R succeeds, and so do all after it.
+    r = fast._RETRY
+    x = np.random.default_rng(3).gamma(2.0, 3.0, size=((3 * r + 8) * BLOCK, 9)).astype(np.float32)
+    x[: (2 * r + 4) * BLOCK : 17] = np.nan
+    expected = np.arange(3 * r + 8) >= 3 * r
     clean = fast._moments_pass1(x, None, None, np.zeros(x.shape[1]))[-1]
     np.testing.assert_array_equal(clean, expected)
     k, d = 3, x.shape[1]

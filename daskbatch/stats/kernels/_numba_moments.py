@@ -21,7 +21,7 @@ from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _jit, 
 #: After a block whose fast try found more than a quarter of its columns non-finite,
 #: this many blocks run masked at once before the next try (data with NaN everywhere
 #: would otherwise pay for both loops in every block).
-_RETRY = 8
+_RETRY = 32
 
 
 @_jit
