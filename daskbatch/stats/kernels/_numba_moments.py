@@ -1,6 +1,15 @@
 """The compiled per-chunk moments: of every feature and of every (feature, class), with or without row weights.
 
 The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
+
+Both kernels first try each block of :data:`BLOCK` rows without the finite test: the
+sums of ``x - shift`` then stay finite exactly when every value summed was finite (a
+NaN or an infinity makes any sum that contains it non-finite; a finite sum that
+overflows is merely taken for one), and those columns keep the fast block's sums,
+which are the same float64 terms in the same order as the masked loop's. The other
+columns are summed again with the masked loop, so every state is bit for bit that of
+the masked loops alone (the class moments' running sums restart such a column from
+their values before the block). Blocks with no non-finite value skip the test in pass 2 too.
 """
 
 from __future__ import annotations
@@ -8,6 +17,157 @@ from __future__ import annotations
 import numpy as np
 
 from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _jit, _load, _weight
+
+#: After a block whose fast try found more than a quarter of its columns non-finite,
+#: this many blocks run masked at once before the next try (data with NaN everywhere
+#: would otherwise pay for both loops in every block).
+_RETRY = 32
+
+
+@_jit
+def _moments_block_masked(  # noqa: ANN202
+    x, lut, weights, shift, i0, i1, j0, j1, part, wpart, count, nan, posinf, fmin, fmax  # noqa: ANN001
+):
+    """Columns ``j0:j1`` of rows ``i0:i1``, with the finite test: ``part`` and ``wpart`` from zero; the rest updated."""
+    for j in range(j0, j1):
+        part[j] = 0.0
+        wpart[j] = 0.0
+    for i in range(i0, i1):
+        wi = _weight(weights, i)  # the literal 1 without weights: 1 * v is v, bit for bit
+        for j in range(j0, j1):
+            v = _load(x[i, j], lut)
+            fin = _finite(v)
+            part[j] += wi * (v - shift[j]) if fin else 0.0
+            wpart[j] += wi if fin else 0.0
+            count[j] += fin
+            nan[j] += v != v
+            posinf[j] += v == np.inf
+            fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
+            fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+
+
+@_jit
+def _moments_block_fast(x, lut, weights, shift, i0, i1, part, bmin, bmax):  # noqa: ANN001, ANN202
+    """Rows ``i0:i1`` without the finite test: ``part`` and the block's ``bmin``/``bmax`` from scratch."""
+    part[:] = 0.0
+    bmin[:] = np.inf
+    bmax[:] = -np.inf
+    d = part.shape[0]
+    # Four rows per sweep of the columns: each column's sum still adds them one by one in
+    # row order, but loads and stores its partial sums once instead of four times.
+    i = i0
+    while i + 4 <= i1:
+        wa, wb, wc, wd = _weight(weights, i), _weight(weights, i + 1), _weight(weights, i + 2), _weight(weights, i + 3)
+        for j in range(d):
+            s, p, lo, hi = shift[j], part[j], bmin[j], bmax[j]
+            v = _load(x[i, j], lut)
+            p += wa * (v - s)
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
+            v = _load(x[i + 1, j], lut)
+            p += wb * (v - s)
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
+            v = _load(x[i + 2, j], lut)
+            p += wc * (v - s)
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
+            v = _load(x[i + 3, j], lut)
+            p += wd * (v - s)
+            part[j] = p
+            bmin[j] = v if v < lo else lo
+            bmax[j] = v if v > hi else hi
+        i += 4
+    for r in range(i, i1):
+        wi = _weight(weights, r)
+        for j in range(d):
+            v = _load(x[r, j], lut)
+            part[j] += wi * (v - shift[j])
+            bmin[j] = v if v < bmin[j] else bmin[j]
+            bmax[j] = v if v > bmax[j] else bmax[j]
+
+
+@_jit
+def _moments_block_clean(x, lut, weights, shift, approx_mean, i0, i1, p1, p2, p3, p4):  # noqa: ANN001, ANN202
+    """Pass 2 on rows ``i0:i1`` with no NaN or infinity, without the finite test; ``p1`` … ``p4`` updated."""
+    d = p1.shape[0]
+    # Two rows per sweep of the columns, added one after the other (the same order as row by row).
+    i = i0
+    while i + 2 <= i1:
+        wa, wb = _weight(weights, i), _weight(weights, i + 1)
+        for j in range(d):
+            da = (_load(x[i, j], lut) - shift[j]) - approx_mean[j]
+            db = (_load(x[i + 1, j], lut) - shift[j]) - approx_mean[j]
+            wda = wa * da
+            wdb = wb * db
+            p1[j] = (p1[j] + wda) + wdb
+            p2[j] = (p2[j] + wda * da) + wdb * db
+            p3[j] = (p3[j] + wda * da * da) + wdb * db * db
+            p4[j] = (p4[j] + _fourth_power(weights, wda, da)) + _fourth_power(weights, wdb, db)
+        i += 2
+    for r in range(i, i1):
+        wi = _weight(weights, r)
+        for j in range(d):
+            dev = (_load(x[r, j], lut) - shift[j]) - approx_mean[j]
+            wdev = wi * dev
+            p1[j] += wdev
+            p2[j] += wdev * dev
+            p3[j] += wdev * dev * dev
+            p4[j] += _fourth_power(weights, wdev, dev)
+
+
+@_jit
+def _moments_pass1(x, lut, weights, shift):  # noqa: ANN001, ANN202
+    """Pass 1 of :func:`moments_chunk`: the block sums of ``x - shift`` and the counts; also which blocks were clean."""
+    rows, d = x.shape
+    n_blocks = (rows + BLOCK - 1) // BLOCK
+    count = np.zeros(d, dtype=np.int64)
+    nan = np.zeros(d, dtype=np.int64)
+    posinf = np.zeros(d, dtype=np.int64)
+    fmin = np.full(d, np.inf)
+    fmax = np.full(d, -np.inf)
+    wsum = np.zeros(d)
+    total = np.zeros(d)
+    part = np.zeros(d)
+    wpart = np.zeros(d)
+    bmin = np.empty(d)
+    bmax = np.empty(d)
+    clean = np.zeros(n_blocks, dtype=np.bool_)
+    wait = 0
+    for b in range(n_blocks):
+        i0 = b * BLOCK
+        i1 = min(i0 + BLOCK, rows)
+        bad = d
+        if wait == 0:
+            _moments_block_fast(x, lut, weights, shift, i0, i1, part, bmin, bmax)
+            bad = 0
+            for j in range(d):
+                bad += not _finite(part[j])
+            if 4 * bad > d:
+                wait = _RETRY
+        if 4 * bad <= d:
+            # The block's weight sum, added in row order from 0.0 as the masked loop adds it per column.
+            w = 0.0
+            for i in range(i0, i1):
+                w += _weight(weights, i)
+            for j in range(d):
+                if _finite(part[j]):
+                    wpart[j] = w
+                    count[j] += i1 - i0
+                    fmin[j] = bmin[j] if bmin[j] < fmin[j] else fmin[j]  # ties keep the earlier value, as row by row
+                    fmax[j] = bmax[j] if bmax[j] > fmax[j] else fmax[j]
+                else:  # a few columns: again with the finite test
+                    _moments_block_masked(
+                        x, lut, weights, shift, i0, i1, j, j + 1, part, wpart, count, nan, posinf, fmin, fmax
+                    )
+        else:
+            _moments_block_masked(x, lut, weights, shift, i0, i1, 0, d, part, wpart, count, nan, posinf, fmin, fmax)
+            wait -= 1
+        clean[b] = bad == 0
+        for j in range(d):
+            total[j] += part[j]
+            wsum[j] += wpart[j]
+    return count, wsum, total, nan, posinf, fmin, fmax, clean
 
 
 @_jit
@@ -21,7 +181,9 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
     ``approx_mean`` are weighted (``weights=None`` compiles the unweighted loop,
     whose sums are bitwise those of the former unweighted kernel). The caller applies the
     corrections of :meth:`daskbatch.stats.moments.Moments.chunk` (kept out of
-    the compiled code: array expressions in numba compile slowly).
+    the compiled code: array expressions in numba compile slowly). Every sum runs in
+    blocks of :data:`BLOCK` rows, row order within a block; blocks without NaN or
+    infinity skip the finite test (see the module's docstring): the same bits.
 
     Parameters
     ----------
@@ -47,34 +209,7 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
                 shift[j] = v
                 break
 
-    count = np.zeros(d, dtype=np.int64)
-    nan = np.zeros(d, dtype=np.int64)
-    posinf = np.zeros(d, dtype=np.int64)
-    fmin = np.full(d, np.inf)
-    fmax = np.full(d, -np.inf)
-    wsum = np.zeros(d)
-    total = np.zeros(d)
-    wpart = np.zeros(d)
-    part = np.zeros(d)
-    for i0 in range(0, rows, BLOCK):
-        part[:] = 0.0
-        wpart[:] = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
-            wi = _weight(weights, i)  # the literal 1 without weights: 1 * v is v, bit for bit
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                fin = _finite(v)
-                part[j] += wi * (v - shift[j]) if fin else 0.0
-                wpart[j] += wi if fin else 0.0
-                count[j] += fin
-                nan[j] += v != v
-                posinf[j] += v == np.inf
-                fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
-                fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        for j in range(d):
-            total[j] += part[j]
-            wsum[j] += wpart[j]
-
+    count, wsum, total, nan, posinf, fmin, fmax, clean = _moments_pass1(x, lut, weights, shift)
     # Without weights wsum is the count exactly; where it is 0, so is the total.
     approx_mean = np.empty(d)
     for j in range(d):
@@ -88,21 +223,25 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
     p2 = np.zeros(d)
     p3 = np.zeros(d)
     p4 = np.zeros(d)
-    for i0 in range(0, rows, BLOCK):
+    for b in range(clean.shape[0]):
+        i0 = b * BLOCK
         p1[:] = 0.0
         p2[:] = 0.0
         p3[:] = 0.0
         p4[:] = 0.0
-        for i in range(i0, min(i0 + BLOCK, rows)):
-            wi = _weight(weights, i)
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
-                wdev = wi * dev
-                p1[j] += wdev
-                p2[j] += wdev * dev
-                p3[j] += wdev * dev * dev
-                p4[j] += _fourth_power(weights, wdev, dev)
+        if clean[b]:  # every value finite: the same deviations without the test
+            _moments_block_clean(x, lut, weights, shift, approx_mean, i0, min(i0 + BLOCK, rows), p1, p2, p3, p4)
+        else:
+            for i in range(i0, min(i0 + BLOCK, rows)):
+                wi = _weight(weights, i)
+                for j in range(d):
+                    v = _load(x[i, j], lut)
+                    dev = ((v - shift[j]) - approx_mean[j]) if _finite(v) else 0.0
+                    wdev = wi * dev
+                    p1[j] += wdev
+                    p2[j] += wdev * dev
+                    p3[j] += wdev * dev * dev
+                    p4[j] += _fourth_power(weights, wdev, dev)
         for j in range(d):
             s1[j] += p1[j]
             s2[j] += p2[j]
@@ -111,6 +250,88 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
 
     return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
+
+
+@_jit
+def _class_block_masked(x, lut, weights, codes, i0, i1, j0, j1, count, shift, total):  # noqa: ANN001, ANN202
+    """Columns ``j0:j1`` of rows ``i0:i1`` into the running sums, with the finite test."""
+    # Branch-free (a non-finite value adds 0.0, which leaves every sum as it was): the loop
+    # over the columns of one row vectorises. Indexed in two dimensions, not through row
+    # views (shift[k]): a view per row costs a reference count increment and decrement.
+    for i in range(i0, i1):
+        k = codes[i]
+        wi = _weight(weights, i)
+        for j in range(j0, j1):
+            v = _load(x[i, j], lut)
+            fin = _finite(v)
+            total[k, j] += (v - shift[k, j]) * wi if fin else 0.0
+            count[k, j] += fin * wi
+
+
+@_jit
+def _class_block_fast(x, lut, weights, codes, i0, i1, count, shift, total, rows_of):  # noqa: ANN001, ANN202
+    """Rows ``i0:i1`` into the running sums without the finite test; ``rows_of`` counts each class's rows."""
+    d = x.shape[1]
+    rows_of[:] = 0
+    for i in range(i0, i1):
+        k = codes[i]
+        wi = _weight(weights, i)
+        rows_of[k] += 1
+        for j in range(d):
+            total[k, j] += (_load(x[i, j], lut) - shift[k, j]) * wi
+            if weights is not None:  # pruned at compile time: weighted counts are running float sums
+                count[k, j] += wi
+
+
+@_jit
+def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, ANN202
+    """Pass 1 of :func:`class_moments_chunk` in blocks of rows; which blocks were clean."""
+    rows, d = x.shape
+    n_classes = count.shape[0]
+    n_blocks = (rows + BLOCK - 1) // BLOCK
+    clean = np.zeros(n_blocks, dtype=np.bool_)
+    # The sums before the block: a column with a non-finite value starts again from them.
+    saved_total = np.empty_like(total)
+    saved_count = np.empty_like(count)
+    rows_of = np.zeros(n_classes, dtype=np.int64)
+    bad_column = np.zeros(d, dtype=np.bool_)
+    wait = 0
+    for b in range(n_blocks):
+        i0 = b * BLOCK
+        i1 = min(i0 + BLOCK, rows)
+        bad = d
+        if wait == 0:
+            saved_total[:] = total
+            if weights is not None:
+                saved_count[:] = count
+            _class_block_fast(x, lut, weights, codes, i0, i1, count, shift, total, rows_of)
+            bad = 0
+            for j in range(d):
+                bad_column[j] = False
+                for k in range(n_classes):
+                    bad_column[j] |= not _finite(total[k, j])
+                bad += bad_column[j]
+            if 4 * bad > d:
+                wait = _RETRY
+                total[:] = saved_total
+                if weights is not None:
+                    count[:] = saved_count
+        if 4 * bad <= d:
+            for j in range(d):
+                if bad_column[j]:  # a few columns: again with the finite test
+                    for k in range(n_classes):
+                        total[k, j] = saved_total[k, j]
+                        if weights is not None:
+                            count[k, j] = saved_count[k, j]
+                    _class_block_masked(x, lut, weights, codes, i0, i1, j, j + 1, count, shift, total)
+                elif weights is None:
+                    for k in range(n_classes):
+                        count[k, j] += rows_of[k]
+        else:
+            _class_block_masked(x, lut, weights, codes, i0, i1, 0, d, count, shift, total)
+            wait -= 1
+        clean[b] = bad == 0
+    return clean
 
 
 @_jit
@@ -125,7 +346,9 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  #
     the order in which NumPy's axis-0 sums of the class-sorted rows add them,
     with the same float64 expressions: on two features or more the state is
     bitwise that of the array-API path (no partial-sum blocks here, unlike
-    :func:`moments_chunk`); on one, NumPy sums the column pairwise.
+    :func:`moments_chunk`); on one, NumPy sums the column pairwise. Blocks of
+    :data:`BLOCK` rows without NaN or infinity skip the finite test (see the
+    module's docstring): the same bits.
 
     Parameters
     ----------
@@ -163,27 +386,28 @@ def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  #
                 shift[k, j] = v
                 missing[k] -= 1
                 left -= 1
-    # Branch-free running sums (a non-finite value adds 0.0, which leaves every sum as it
-    # was): the loop over the columns of one row vectorises. Indexed in two dimensions, not
-    # through row views (shift[k]): a view per row costs a reference count increment and decrement.
-    for i in range(rows):
-        k = codes[i]
-        wi = _weight(weights, i)
-        for j in range(d):
-            v = _load(x[i, j], lut)
-            fin = _finite(v)
-            total[k, j] += (v - shift[k, j]) * wi if fin else 0.0
-            count[k, j] += fin * wi
+    clean = _class_pass1(x, lut, weights, codes, count, shift, total)
     mean = np.empty((n_classes, d))
     for k in range(n_classes):
         for j in range(d):
             c = count[k, j]
             mean[k, j] = total[k, j] / (c if c > 0 else 1)
-    for i in range(rows):
-        k = codes[i]
-        wi = _weight(weights, i)
-        for j in range(d):
-            v = _load(x[i, j], lut)
-            dev = ((v - shift[k, j]) - mean[k, j]) if _finite(v) else 0.0
-            s1[k, j] += dev * wi
-            s2[k, j] += dev * dev * wi
+    for b in range(clean.shape[0]):
+        i0 = b * BLOCK
+        if clean[b]:  # every value finite: the same deviations without the test
+            for i in range(i0, min(i0 + BLOCK, rows)):
+                k = codes[i]
+                wi = _weight(weights, i)
+                for j in range(d):
+                    dev = (_load(x[i, j], lut) - shift[k, j]) - mean[k, j]
+                    s1[k, j] += dev * wi
+                    s2[k, j] += dev * dev * wi
+        else:
+            for i in range(i0, min(i0 + BLOCK, rows)):
+                k = codes[i]
+                wi = _weight(weights, i)
+                for j in range(d):
+                    v = _load(x[i, j], lut)
+                    dev = ((v - shift[k, j]) - mean[k, j]) if _finite(v) else 0.0
+                    s1[k, j] += dev * wi
+                    s2[k, j] += dev * dev * wi
