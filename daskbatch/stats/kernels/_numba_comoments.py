@@ -142,7 +142,20 @@ def centre_rows(x, lut, complete, shift, approx_mean, dev, weights):  # noqa: AN
 
 @_jit
 def first_complete_row(x, lut):  # noqa: ANN001, ANN201
-    """Return the first row of ``x`` without NaN or ±inf as float64 (zeros if there is none)."""
+    """Give the first row of ``x`` without NaN or ±inf, as float64.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk, (R, D), C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table when ``x`` holds float16 bits, else None.
+
+    Returns
+    -------
+    numpy.ndarray
+        The row (zeros if there is none).
+    """
     rows, d = x.shape
     shift = np.zeros(d)
     for i in range(rows):

@@ -47,7 +47,18 @@ def _pattern_keys(p: np.ndarray, ln_gamma: float, lo_key: float, hi_key: float) 
 
 
 def min_pattern(min_magnitude: float) -> int:
-    """The lowest float32 bit pattern whose value is at least ``min_magnitude`` (+inf's when none is)."""
+    """Give the lowest float32 bit pattern whose value is at least ``min_magnitude``.
+
+    Parameters
+    ----------
+    min_magnitude : float
+        ``Sketch.min_magnitude``.
+
+    Returns
+    -------
+    int
+        The pattern (+inf's when no finite float32 reaches it).
+    """
     with np.errstate(over="ignore"):
         f = np.float32(min_magnitude)
     if float(f) < min_magnitude:
