@@ -162,14 +162,14 @@ CASES = ["clean", "few_bad", "many_bad", "dense_nan", "special", "overflow", "on
 # Every case on float32 with and without weights; the other dtypes (each one more
 # compilation of both loops) on the cases where the load matters.
 COMBOS = [(c, "float32", w) for c in CASES for w in (False, True)] + [
-    (c, t, False) for c in ("few_bad", "special", "one_row") for t in ("float64", "float16", "int64")
+    (c, t, False) for c in ("few_bad", "special", "one_row") for t in ("float64", "float16")
 ] + [("overflow", "float64", False), ("overflow", "float64", True)]
 
 
-def _layouts(x: np.ndarray) -> list[np.ndarray]:
-    """The chunk in C order, and in F order and strided (other compilations) for float32."""
+def _layouts(x: np.ndarray, weighted: bool) -> list[np.ndarray]:
+    """The chunk in C order, and in F order and strided (other compilations) for unweighted float32."""
     out = [x]
-    if x.size and x.dtype == np.float32:
+    if x.size and x.dtype == np.float32 and not weighted:  # each layout compiles both loops again: CI time
         out.append(np.asfortranarray(x))
         out.append(np.repeat(x, 2, axis=1)[:, ::2])  # strided: neither C nor F order
     return out
@@ -185,7 +185,7 @@ def _equal(a: tuple, b: tuple) -> None:
 def test_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: bool) -> None:
     x0 = _chunk(case, dtype)
     w = np.random.default_rng(1).uniform(0.25, 4.0, x0.shape[0]) if weighted else None
-    for x in _layouts(x0):
+    for x in _layouts(x0, weighted):
         _equal(fast.moments_chunk(*_bits(x), w), frozen_moments(*_bits(x), w))
 
 
@@ -196,7 +196,7 @@ def test_class_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: 
     codes = rng.integers(0, 3, x0.shape[0]).astype(np.int64)
     w = rng.uniform(0.25, 4.0, x0.shape[0]) if weighted else None
     k, d = 3, x0.shape[1]
-    for x in _layouts(x0):
+    for x in _layouts(x0, weighted):
         states = []
         for loop in (fast.class_moments_chunk, frozen_class_moments):
             fields = [np.zeros((k, d), dtype=np.float64 if weighted else np.int64)]
