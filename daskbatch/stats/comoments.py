@@ -19,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import (
@@ -351,14 +349,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
         empty = empty_comoments(xp, n_features, device(x))
         return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
     path = kernels.kernel_path(x, CoMoments, weighted=True)
-    if path.kind == "numba-cpu":  # the unweighted chunks' blocked centring, with weighted sums
-        from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
-
-        rows_used, total, shift, mean, c = host_comoments(x, w)
-        return WeightedCoMomentsState(
-            n=np.asarray(total), shift=shift, mean=mean, c=c, rows=np.asarray(float(rows_used))
-        )
-    if path.compiled:  # compiled centring + cuBLAS SYRK
+    if path.compiled:  # the unweighted chunks' blocked centring with weighted sums (numba), or compiled centring + cuBLAS SYRK
         n, shift, mean, c, rows = kernels.weighted_comoments(x, w, path)
         return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows)
     x = as_float64(x)

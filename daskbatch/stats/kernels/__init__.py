@@ -74,9 +74,6 @@ def _half_table() -> np.ndarray:
     return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
-#: Rows centred at a time by :func:`comoments` (4096 x D float64 stays in cache for D up to ~100).
-COMOMENT_BLOCK_ROWS = 4096
-
 
 def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table."""
@@ -265,29 +262,10 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = N
     """
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.comoments(x, weights=w)
-    from daskbatch.stats.kernels._numba_comoments import (  # lazy: numba
-        centre_rows,
-        complete_rows_mean,
-    )
+    from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
 
-    data, lut = _bits(x)
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    rows, d = x.shape
-    complete = np.empty(rows, dtype=np.bool_)
-    n, wsum, shift, approx_mean = complete_rows_mean(data, lut, complete, w)
-    c = np.zeros((d, d))
-    s1 = np.zeros(d)
-    buffer = np.empty((min(rows, COMOMENT_BLOCK_ROWS), d))
-    for start in range(0, rows, COMOMENT_BLOCK_ROWS):
-        stop = start + COMOMENT_BLOCK_ROWS
-        k, part = centre_rows(data[start:stop], lut, complete[start:stop], shift, approx_mean, buffer,
-                              w[start:stop])
-        dev = buffer[:k]
-        c += dev.T @ dev
-        s1 += part
-    e = s1 / (wsum if wsum > 0 else 1.0)
-    c -= wsum * (e[:, None] * e[None, :])
-    return np.asarray(wsum), shift, approx_mean + e, c, np.asarray(float(n))
+    rows, wsum, shift, mean, c = host_comoments(x, w)  # the unweighted chunks' blocked centring
+    return np.asarray(wsum), shift, mean, c, np.asarray(float(rows))
 
 
 def histogram(

@@ -3,7 +3,7 @@
 The loops that read rows take ``weighted`` and ``w``: false, they run the unweighted
 expressions (``w`` a dummy); true, the mean is weighted and the centred rows are scaled
 by ``sqrt(w[i])``, so that the SYRK of the block adds the weighted co-moments (the CPU
-loops ``complete_rows_mean`` / ``centre_rows`` do the same). ``n_out[0]`` is then the
+loop ``centre_block`` does the same for each block). ``n_out[0]`` is then the
 weight sum, which the correction and the mean read in place of the count.
 
 The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
