@@ -169,3 +169,16 @@ def test_row_inputs_from_pandas_name_their_missing_values() -> None:
     # A target reads its missing values as NaN, which the target's statistics refuse naming the row.
     with pytest.raises(ValueError, match="the target holds 1 non-finite value.*at its row 1"):
         db.describe(x, target=pd.Series([0.5, None, 1.5, 2.0], dtype="Float64"))
+
+
+def test_group_key_scan_is_named_so_in_progress() -> None:
+    # The scan that finds the group keys reports itself as such (it said "label scan").
+    x = np.arange(40.0).reshape(20, 2)
+    titles: set[str] = set()
+    db.describe(x, groups=np.arange(20) % 3, stats=("moments", "hist"),
+                progress=lambda done, total, title: titles.add(title))
+    assert "group-key scan" in titles and "label scan" not in titles, titles
+    titles.clear()
+    db.describe(x, label=np.arange(20) % 3, stats=("moments", "hist", "mi"),
+                progress=lambda done, total, title: titles.add(title))
+    assert "label scan" in titles, titles

@@ -82,8 +82,9 @@ def _class_values_of(
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
     if not any(r.needs_label for r in wanted):
         return None, None
+    title = "group-key scan" if negative else "label scan"  # negative keys are accepted for groups only
     return resolve_classes(data, classes, split_every=split_every, negative=negative,
-                           compute=lambda d: compute(d, progress, "label scan"))
+                           compute=lambda d: compute(d, progress, title))
 
 
 def _warn_unless_gpu_kernels() -> None:
