@@ -289,3 +289,23 @@ def test_float32_table_only_where_one_step_per_entry() -> None:
         assert _sketch_table.float32_table(sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets) is None
         x = np.array([[1e-39, -2e-40], [1.0, 3.5], [0.0, -np.inf]], dtype=np.float32)
         compiled_and_reference(sk, x)
+
+
+@pytest.mark.parametrize("window", [None, 7, 2048])
+def test_float32_table_kernels_weighted_equal_reference(window: int | None) -> None:
+    # Weighted float32 chunks run the table loops too: with integer weights every sum is exact, so the
+    # weighted counts equal the array-API path's bit for bit (and repeated rows' counts).
+    rng = np.random.default_rng(11)
+    x = (rng.lognormal(0.0, 6.0, size=(3000, 9)) * rng.choice([-1.0, 1.0], size=(3000, 9))).astype(np.float32)
+    x[::101, 3] = np.nan
+    x[::53, 4] = 0.0
+    x[7, 5] = np.inf
+    w = rng.integers(1, 5, size=3000).astype(np.float64)
+    sk = Sketch(window=window)
+    with dask.config.set({"daskbatch.kernels": True}):
+        fast = sk.chunk(x, None, weights=w)
+    with dask.config.set({"daskbatch.kernels": False}):
+        reference = sk.chunk(x, None, weights=w)
+    assert_states_equal(fast, reference)
+    repeated = sk.chunk(np.repeat(x, w.astype(np.int64), axis=0))
+    np.testing.assert_array_equal(np.asarray(fast.counts), np.asarray(repeated.counts).astype(np.float64))
