@@ -229,9 +229,7 @@ def host_comoments(
     tuple
         As :func:`chunk_comoments`: ``(n, wsum, shift, mean, c)``.
     """
-    from daskbatch.stats.kernels import (
-        _bits,  # loaded already: this module is imported lazily from it
-    )
+    from daskbatch.stats.kernels import _bits  # lazy: kernels imports this module (a cycle)
 
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     return chunk_comoments(*_bits(x), w, centring_rows(x.shape[1]))
