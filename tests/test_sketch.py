@@ -245,3 +245,32 @@ def test_merge_many_is_merging_left_to_right_bitwise(make) -> None:
     merged, in_turn = merge_all(bundle, b_states), functools.reduce(bundle.merge, b_states)
     np.testing.assert_array_equal(merged[1].counts, in_turn[1].counts)
     np.testing.assert_array_equal(bundle.finalize(merged)[0].mean, bundle.finalize(in_turn)[0].mean)
+
+
+@pytest.mark.parametrize("window", [None, 64])
+def test_held_runs_answer_as_every_column_does(window: int | None) -> None:
+    # Quantiles and collapse floors read each feature's non-empty columns only
+    # (SketchResult.runs): bitwise what every column of the result gives.
+    from daskbatch.stats.sketch_layout import collapse_floor, sketch_quantile_at
+
+    rng = np.random.default_rng(7)
+    x = np.column_stack([
+        rng.normal(0.0, 1.0, 3000),  # crosses zero: its columns span thousands of empty ones
+        rng.normal(1e6, 1.0, 3000),  # far from zero: a few columns
+        np.r_[rng.exponential(1e-3, 2990), [-999.0] * 10],  # a sentinel far below
+        np.full(3000, np.nan),  # nothing held
+        rng.lognormal(0.0, 4.0, 3000) * rng.choice([-1.0, 1.0], 3000),
+    ])
+    sketch = Sketch() if window is None else Sketch(window=window)
+    result = sketch.finalize(merge_all(sketch, [sketch.chunk(x[:1000]), sketch.chunk(x[1000:])]))
+    counts, slots = to_numpy(result.counts), result.slots()
+    run_counts, run_slots = result.runs()
+    assert window is not None or run_counts.shape[1] < counts.shape[1] // 4
+    for d in range(x.shape[1]):
+        held = counts[d] != 0
+        assert np.array_equal(run_counts[d][run_counts[d] != 0], counts[d][held])
+        assert np.array_equal(run_slots[d][run_counts[d] != 0], slots[d][held])
+    q = [0.0, 0.001, 0.25, 0.5, 0.75, 0.999, 1.0]
+    every = sketch_quantile_at(counts, slots, result.layout, to_numpy(result.finite_min), to_numpy(result.finite_max), q)
+    np.testing.assert_array_equal(result.quantile(q), every)
+    np.testing.assert_array_equal(result.collapse_floor(), collapse_floor(counts, slots, result.layout))

@@ -48,8 +48,7 @@ import numpy as np
 
 from daskbatch._warnings import warn
 from daskbatch.errors import RangeWarning
-from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.sketch import Sketch, SketchResult, dense_run, sketch_quantile_at, slot_bounds
+from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile_at, slot_bounds
 
 __all__ = [
     "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range",
@@ -105,13 +104,12 @@ def _collapse_floor(sketch: SketchResult) -> np.ndarray:
 _FLOOR_FOUND: weakref.WeakKeyDictionary[SketchResult, np.ndarray] = weakref.WeakKeyDictionary()
 
 
-def _bulk(counts: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
+def _bulk(filled: np.ndarray, s_lo: int, s_hi: int, gap: int, width: float,
           lower: np.ndarray, upper: np.ndarray) -> tuple[int, int]:
-    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over non-empty slots until a detaching gap."""
+    """First and last non-empty slot of ``[s_lo, s_hi]`` grown over the non-empty slots ``filled`` until a detaching gap."""
     # A gap detaches when it spans more than ``gap`` slots (a factor ``GAP`` in
     # magnitude) and more than ``width`` (``SEPARATION`` fences' widths) in value: a sparse
     # tail of a small sample is not cut off, a sentinel far from the data is.
-    filled = np.flatnonzero(counts)
     below = np.append(filled[filled < s_lo], s_lo)
     above = np.insert(filled[filled > s_hi], 0, s_hi)
     wide = (np.diff(below) > gap) & (lower[below[1:]] - upper[below[:-1]] > width)
@@ -157,30 +155,31 @@ def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.n
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
     bulk_lo = np.full(vmin.shape[0], -np.inf)
     bulk_hi = np.full(vmin.shape[0], np.inf)
-    held = sketch.held_columns()  # the other columns are empty in every feature
-    all_counts, all_slots = to_numpy(sketch.counts)[:, held], sketch.slots(held)  # once, not once a feature
-    bulks: list[tuple[int, np.ndarray, int]] = []  # feature, its bulk's counts, the slot of the first
+    all_counts, all_slots = sketch.runs()  # once, not once a feature
+    bulks: list[tuple[int, np.ndarray, np.ndarray]] = []  # feature, its bulk's counts and their slots
     for d in np.flatnonzero(known):
         width = SEPARATION * float(fences[d, 1] - fences[d, 0])
         s_lo, s_hi = int(fence_slots[d, 0]), int(fence_slots[d, 1])
-        # The feature's slots of the full layout, from its first to its last populated one (or fence).
-        at, counts = dense_run(all_counts[d], all_slots[d], include=(s_lo, s_hi))
+        held = all_counts[d] != 0  # the feature's non-empty slots, in order
+        filled, counts = all_slots[d][held], all_counts[d][held]
         with np.errstate(over="ignore", invalid="ignore"):  # gaps between values near +-max overflow to inf: still gaps
-            first, last = _bulk(counts, s_lo - at, s_hi - at, gap, width,
-                                lo_edge[at : at + counts.size], hi_edge[at : at + counts.size])
-        if counts[first : last + 1].sum() < (1.0 - MAX_DETACHED) * counts.sum():
+            first, last = _bulk(filled, s_lo, s_hi, gap, width, lo_edge, hi_edge)
+        in_bulk = (filled >= first) & (filled <= last)
+        if counts[in_bulk].sum() < (1.0 - MAX_DETACHED) * counts.sum():
             continue  # so much beyond the fences is the data (or too few values to tell), not stray values
-        bulks.append((int(d), counts[first : last + 1], at + first))
-        bulk_lo[d], bulk_hi[d] = lo_edge[at + first], hi_edge[at + last]
-    # The bulks' tail quantiles, read for _BULK_ROWS features at a time (runs padded with empty slots).
+        bulks.append((int(d), counts[in_bulk], filled[in_bulk]))
+        bulk_lo[d], bulk_hi[d] = lo_edge[first], hi_edge[last]
+    # The bulks' tail quantiles, read for _BULK_ROWS features at a time (rows padded with empty slots).
     for start in range(0, len(bulks), _BULK_ROWS):
         part = bulks[start : start + _BULK_ROWS]
         longest = max(run.size for _, run, _ in part)
         counts = np.zeros((len(part), longest), dtype=part[0][1].dtype)
-        for i, (_, run, _) in enumerate(part):
+        slots = np.zeros((len(part), longest), dtype=np.int64)
+        for i, (_, run, at) in enumerate(part):
             counts[i, : run.size] = run
-        # Padded columns hold nothing, so no rank lands on them; their slots only need to stay in the layout.
-        slots = np.minimum(np.array([at for _, _, at in part])[:, None] + np.arange(longest), layout.n_slots - 1)
+            slots[i, : run.size] = at
+            # Padded columns hold nothing, so no rank lands on them; their slots only need to stay in the layout.
+            slots[i, run.size :] = at[-1] if at.size else 0
         rows = np.array([d for d, _, _ in part])
         tails[rows] = sketch_quantile_at(counts, slots, layout, vmin[rows], vmax[rows], [TAIL, 1.0 - TAIL])
     return tails, bulk_lo, bulk_hi

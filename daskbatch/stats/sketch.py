@@ -65,6 +65,7 @@ from daskbatch.stats.sketch_layout import (
     _window_slots,
     collapse_floor,
     dense_run,
+    held_runs,
     sketch_quantile,
     sketch_quantile_at,
     sketch_values,
@@ -158,36 +159,38 @@ class SketchResult:
         """
         if columns == slice(None):
             return self._slots
-        if columns == self.held_columns():
-            return self._held_slots
         return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
 
-    @functools.cached_property
-    def _held_slots(self) -> np.ndarray:
-        """The slots of :meth:`held_columns`, found once."""
-        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, self.held_columns())
-        slots.flags.writeable = False
-        return slots
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Give each feature's non-empty columns in value order: their counts and slots.
 
-    def held_columns(self) -> slice:
-        """Give the columns of ``counts`` from the first to the last that holds a count in any feature.
-
-        The columns outside hold nothing in any feature: quantiles, collapse
-        floors and the summary's window read only these (a sketch that keeps
-        every bucket has ~27,600 columns, of which data span a few hundred).
+        Quantiles, collapse floors, ranges and the summary's window read only
+        these (a cumulative count steps only at them): a sketch that keeps
+        every bucket has ~27,600 columns, of which a feature's data fill a few
+        hundred, spread over thousands where it crosses zero.
 
         Returns
         -------
-        slice
-            The columns (empty when no feature holds a value).
+        counts : numpy.ndarray
+            (D, L), in value order, L the most any feature holds; a shorter
+            row is padded on the right with zero counts.
+        slots : numpy.ndarray
+            (D, L) int64, the slot of the full layout of every column (a padded
+            column repeats the slot of the row's last one).
+            Both read-only, found once per result.
         """
-        return self._held_columns
+        return self._runs
 
     @functools.cached_property
-    def _held_columns(self) -> slice:
-        """:meth:`held_columns`, found once."""
-        columns = np.flatnonzero(np.any(to_numpy(self.counts) != 0, axis=0))
-        return slice(int(columns[0]), int(columns[-1]) + 1) if columns.size else slice(0, 0)
+    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`runs`, found once."""
+        counts = to_numpy(self.counts)
+        columns, inside = held_runs(counts)
+        run = np.where(inside, np.take_along_axis(counts, columns, axis=1), np.zeros((), dtype=counts.dtype))
+        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
+        for a in (run, slots):
+            a.flags.writeable = False
+        return run, slots
 
     @functools.cached_property
     def _slots(self) -> np.ndarray:
@@ -207,8 +210,7 @@ class SketchResult:
             have collapsed: answers at or below it are bounded by it, not by
             ``alpha``), 0 elsewhere.
         """
-        held = self.held_columns()  # empty columns change no floor
-        return collapse_floor(to_numpy(self.counts)[:, held], self.slots(held), self.layout)
+        return collapse_floor(*self.runs(), self.layout)  # empty columns change no floor
 
     def dense(self, d: int, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
         """Give feature ``d``'s counts over a contiguous run of slots of the full layout.
@@ -247,9 +249,8 @@ class SketchResult:
         numpy.ndarray
             Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
         """
-        held = self.held_columns()  # no rank lands on a column that is empty in every feature
-        return sketch_quantile_at(
-            to_numpy(self.counts)[:, held], self.slots(held), self.layout,
+        return sketch_quantile_at(  # no rank lands on an empty column
+            *self.runs(), self.layout,
             to_numpy(self.finite_min), to_numpy(self.finite_max), q,
         )
 

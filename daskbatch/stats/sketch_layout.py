@@ -227,20 +227,38 @@ def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) 
     return out
 
 
-def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice = slice(None)) -> np.ndarray:
-    """Slots of the full layout of a result's ``columns`` (all by default), from the windows' offsets (D, 2)."""
+def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice | np.ndarray = slice(None)) -> np.ndarray:
+    """Slots of the full layout of a result's ``columns`` (all by default, or a (D, L) array of columns per feature)."""
     offset = np.asarray(offset, dtype=np.int64)
-    c = np.arange(2 * w + 3, dtype=np.int64)[columns]
+    c = np.arange(2 * w + 3, dtype=np.int64)[columns] if isinstance(columns, slice) else columns
     # Columns 1..w: the negative window, largest magnitude first (key k sits in slot n - k);
     # w + 2..2w + 1: the positive one; 0, w + 1 and 2w + 2: -inf, zero and +inf.
     neg = np.clip(n - (offset[:, :1] + (w - c)), 1, n)
     pos = np.clip(n + 2 + offset[:, 1:] + (c - (w + 2)), n + 2, 2 * n + 1)
     out = np.where(c <= w, neg, pos)
-    out[:, c == 0] = 0
-    out[:, c == w + 1] = n + 1
-    out[:, c == 2 * w + 2] = 2 * n + 2
-    return out
+    out = np.where(c == 0, 0, out)
+    out = np.where(c == w + 1, n + 1, out)
+    return np.where(c == 2 * w + 2, 2 * n + 2, out)
 
+
+def held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Give the non-empty columns of each feature in order, (D, L), and which are real.
+
+    ``L`` is the most any feature holds; a row with fewer is padded on the
+    right with its last non-empty column (column 0 where it has none),
+    marked ``False`` in the second array.
+    """
+    # In row-major order: each row's columns in order (a flat search is ~6x faster than np.nonzero on 2-D).
+    rows, columns = np.divmod(np.flatnonzero(counts.ravel() != 0), counts.shape[1])
+    held = np.bincount(rows, minlength=counts.shape[0])
+    starts = np.cumsum(held) - held
+    inside = np.arange(int(held.max(initial=0)))[None, :] < held[:, None]
+    out = np.zeros(inside.shape, dtype=np.int64)
+    out[rows, np.arange(rows.size) - starts[rows]] = columns
+    last = np.zeros((counts.shape[0], 1), dtype=np.int64)
+    some = np.flatnonzero(held)
+    last[some, 0] = out[some, held[some] - 1]
+    return np.where(inside, out, last), inside
 
 
 def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.summary.fields import BUILT_IN_RESULTS
 
@@ -103,8 +102,7 @@ def _sketch_fields(r: Any, provenance: dict[str, Any]) -> dict[str, np.ndarray]:
     # The full layout holds ~27,600 slots per feature; data rarely span more than a few decades, so the
     # summary keeps only the columns from the first to the last non-empty slot over all features (and records
     # where they start).
-    held_columns = r.held_columns()  # the others are empty in every feature
-    counts, slots = to_numpy(r.counts)[:, held_columns], r.slots(held_columns)
+    counts, slots = r.runs()  # the other columns are empty
     held = counts > 0
     first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)
     window = np.zeros((counts.shape[0], stop - first), dtype=counts.dtype)  # float64 sums of weights when weighted
