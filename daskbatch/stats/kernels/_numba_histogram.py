@@ -6,11 +6,102 @@ The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats
 from __future__ import annotations
 
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from daskbatch.stats.kernels._numba import _jit, _load, _weight
 
 #: 2**63: a float floor at or beyond it (or NaN) became int64's INT_MIN in the former ``math.floor`` slot.
 _INT_LIMIT = 2.0**63
+
+
+def _slot(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202 - numba overload stub
+    """The slot of ``v`` less one (-1 under, ``bins`` over, ``bins + 1`` NaN), as a float; ``ranged`` picks the loop."""
+    raise NotImplementedError("only callable from compiled code")
+
+
+@overload(_slot, inline="always")
+def _slot_impl(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
+    # Chosen at compile time from the type of `ranged`: None for any range, True
+    # where _ranged() holds for the feature. Both give the slot of the former loop
+    # bit for bit (tests/test_histogram_fast.py keeps that loop); the second drops
+    # the operations that cannot change it there, and the slot loop is its cost.
+    if isinstance(ranged, types.NoneType):
+
+        def general(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
+            top = float(bins - 1)
+            # np.floor, not math.floor: the latter's int64 result (the x86 "indefinite"
+            # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
+            # scalar; the float expression gives the same slot for every value.
+            f = np.floor((v - lo) * scale)
+            f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
+            f = f if f < top else top
+            f = f if f > 0.0 else 0.0
+            f = f - 1.0 if v < f * step + lo else f
+            f = f + 1.0 if (v >= (f + 1.0) * step + lo) & (f < top) else f
+            f = -1.0 if v < lo else f
+            f = float(bins) if v > hi else f
+            return float(bins + 1) if v != v else f
+
+        return general
+
+    def fast(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
+        top = float(bins - 1)
+        # (v - lo) * scale < 2**63 for v <= hi (_ranged), so the INT_MIN guard never
+        # fires there; above hi or at NaN the last two lines overwrite f anyway.
+        f = np.floor((v - lo) * scale)
+        f = f if f < top else top
+        f = f if f > 0.0 else 0.0
+        # Both edges from the unsettled f: when v moves down it is below edge f, which
+        # is what the former loop's second test compared it with, so it cannot move up.
+        # No test for v < lo: there f is 0 and edge 0 is lo (0 * step is +0), so v moves to -1.
+        e0 = f * step + lo
+        e1 = (f + 1.0) * step + lo
+        f = f - 1.0 if v < e0 else (f + 1.0 if (v >= e1) & (f < top) else f)
+        f = float(bins) if v > hi else f
+        return float(bins + 1) if v != v else f
+
+    return fast
+
+
+@_jit
+def _ranged(lo, hi, step, scale):  # noqa: ANN001, ANN202
+    """Whether every feature's range lets :func:`_slot` drop the guards of the former loop (see there)."""
+    for j in range(lo.shape[0]):
+        width = hi[j] - lo[j]
+        # `not (a < b)` so that NaN fails every test.
+        if not (0.0 < step[j] < np.inf) or not (0.0 < scale[j] < np.inf) or not (abs(width) < np.inf):
+            return False
+        if not (width * scale[j] < _INT_LIMIT):
+            return False
+    return True
+
+
+@_jit
+def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged):  # noqa: ANN001, ANN202
+    """The row loop of :func:`histogram_counts`, compiled once per kind of ``ranged`` (None or True)."""
+    rows, d = x.shape
+    n_slots = bins + 3
+    by_label = labels.shape[0] > 0
+    kf = float(n_classes)
+    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
+    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
+    # beyond any counts array), instead of two 64-bit integer multiplies per value.
+    base = np.empty(d, dtype=np.float64)
+    for j in range(d):
+        base[j] = float((j * n_slots + 1) * n_classes)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    for i in range(rows):
+        # Slots of one row, branch-free so that the loop vectorises ...
+        for j in range(d):
+            f = _slot(_load(x[i, j], lut), lo[j], hi[j], step[j], scale[j], bins, ranged)
+            slot[j] = np.uint64(f * kf + base[j])
+        # ... then one scattered increment per value.
+        k = np.uint64(labels[i] if by_label else 0)
+        wi = _weight(weights, i)
+        for j in range(d):
+            counts[slot[j] + k] += wi
 
 
 @_jit
@@ -27,7 +118,10 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
     Edge ``i`` is formed as ``i * step + lo``, the expression of
     :meth:`~daskbatch.stats.histogram.Histogram.edges`, instead of being looked
     up: the settle step then vectorises. The last edge (``hi``) is never needed
-    there, since a value in the last bin cannot move up.
+    there, since a value in the last bin cannot move up. Where every feature's
+    step, scale and width are finite and positive (as
+    :class:`~daskbatch.stats.histogram.Histogram` ranges give unless ``hi - lo``
+    overflows or underflows), a loop with fewer guards gives the same slots.
 
     Parameters
     ----------
@@ -50,34 +144,7 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
     weights : numpy.ndarray or None
         The float64 weight of each row, or None.
     """
-    rows, d = x.shape
-    n_slots = bins + 3
-    by_label = labels.shape[0] > 0
-    top = float(bins - 1)
-    over_slot = float(bins + 1)
-    nan_slot = float(bins + 2)
-    # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
-    for i in range(rows):
-        # Slots of one row, branch-free so that the loop vectorises ...
-        for j in range(d):
-            v = _load(x[i, j], lut)
-            # np.floor, not math.floor: the latter's int64 result (the x86 "indefinite"
-            # INT_MIN for NaN, ±inf and beyond ±2**63, clipped to 0 below) keeps the loop
-            # scalar; the float expression gives the same slot for every value.
-            f = np.floor((v - lo[j]) * scale[j])
-            f = f if abs(f) < _INT_LIMIT else 0.0  # where math.floor gave INT_MIN (NaN included)
-            f = f if f < top else top
-            f = f if f > 0.0 else 0.0
-            f = f - 1.0 if v < f * step[j] + lo[j] else f
-            f = f + 1.0 if (v >= (f + 1.0) * step[j] + lo[j]) & (f < top) else f
-            f += 1.0
-            f = 0.0 if v < lo[j] else f
-            f = over_slot if v > hi[j] else f
-            f = nan_slot if v != v else f
-            slot[j] = np.uint64((j * n_slots + np.int64(f)) * n_classes)
-        # ... then one scattered increment per value.
-        k = np.uint64(labels[i] if by_label else 0)
-        wi = _weight(weights, i)
-        for j in range(d):
-            counts[slot[j] + k] += wi
+    if _ranged(lo, hi, step, scale):
+        _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, True)
+    else:
+        _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, None)
