@@ -62,10 +62,10 @@ from daskbatch.stats._base import State, as_float64, positive_rows
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import (
     SketchLayout,
+    _held_runs,
     _window_slots,
     collapse_floor,
     dense_run,
-    held_runs,
     sketch_quantile,
     sketch_quantile_at,
     sketch_values,
@@ -185,7 +185,7 @@ class SketchResult:
     def _runs(self) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`runs`, found once."""
         counts = to_numpy(self.counts)
-        columns, inside = held_runs(counts)
+        columns, inside = _held_runs(counts)
         run = np.where(inside, np.take_along_axis(counts, columns, axis=1), np.zeros((), dtype=counts.dtype))
         slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
         for a in (run, slots):

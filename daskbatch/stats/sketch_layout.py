@@ -241,7 +241,7 @@ def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice | np.ndarra
     return np.where(c == 2 * w + 2, 2 * n + 2, out)
 
 
-def held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Give the non-empty columns of each feature in order, (D, L), and which are real.
 
     ``L`` is the most any feature holds; a row with fewer is padded on the
