@@ -30,6 +30,10 @@ MAX_BITS = 12
 _EXP_MASK = 0x7F800000  # float32 +inf; magnitudes above it are NaN
 _NEVER = 0xFFFFFFFF  # a step no magnitude reaches
 _INF32 = np.float32(np.inf)
+# uint32 constants: numba types a plain int literal as int64, which would widen the lanes.
+_MAG32 = np.uint32(0x7FFFFFFF)
+_EXP32 = np.uint32(_EXP_MASK)
+_NEG_INF32 = np.uint32(0xFF800000)
 
 
 @_jit
@@ -128,6 +132,53 @@ def float32_table(
     return np.concatenate([pos, neg]), shift
 
 
+@functools.lru_cache(maxsize=16)
+def folded_table(
+    ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n: int
+) -> tuple[np.ndarray, int] | None:
+    """:func:`float32_table` with the codes of zero, tiny values and NaN in its entries, for :func:`sketch_counts_all_f32`.
+
+    Parameters
+    ----------
+    ln_gamma, min_magnitude, k_min, k_max, n : object
+        As for :func:`float32_table`.
+
+    Returns
+    -------
+    table : numpy.ndarray
+        The entries of :func:`float32_table`, except: those wholly below
+        ``min_magnitude`` hold the code ``2n + 1`` (zero or tiny) and never
+        step; those of NaN patterns only hold ``2n + 2`` and step at their own
+        low end (so read ``2n + 3``); +inf's steps to NaN (``2n + 3``) at the
+        pattern after it. Each entry holds its code shifted left by 32 plus
+        ``2**32 - step`` (0: never), so that a pattern's code is ``(entry +
+        pattern) >> 32`` (:func:`_code_folded`), without the tests of
+        :func:`_code_f32`, except for the rare patterns of :func:`_rare_bounds`
+        and the NaN after -inf in its entry.
+    shift : int
+        As for :func:`float32_table`. None where that gives no table.
+    """
+    got = float32_table(ln_gamma, min_magnitude, k_min, k_max, n)
+    if got is None:
+        return None
+    table, shift = got
+    half = table.size // 2  # entries of one sign; the sign bit is the index's top bit
+    lo = np.arange(half, dtype=np.int64) << shift  # each entry's lowest magnitude pattern
+    below = lo + ((1 << shift) - 1) < min_pattern(min_magnitude)
+    nan = lo > _EXP_MASK
+    out = table.copy()
+    for sign, part in ((0, out[:half]), (0x80000000, out[half:])):
+        part[below] = ((2 * n + 1) << 32) | _NEVER
+        part[nan] = ((2 * n + 2) << 32) | (lo[nan] | sign)
+    # +inf and the NaN patterns after it share an entry: NaN is the code after +inf's.
+    # (-inf's NaN are no step of one after -inf's code: those stay rare.)
+    out[255 << (23 - shift)] = ((2 * n + 2) << 32) | (_EXP_MASK + 1)
+    # The step as its complement: the pattern plus the low half carries into the code exactly
+    # at the step, so that a code is an add and a shift (no step is 0; 0 never carries).
+    step = out & 0xFFFFFFFF
+    return ((out >> 32) << 32) | np.where(step == _NEVER, 0, (1 << 32) - step), shift
+
+
 @_jit_nocheck
 def _code_f32(u, table, shift, min_bits, n):  # noqa: ANN001, ANN202
     """Code of the float32 with bits ``u``, as :func:`~daskbatch.stats.kernels._numba_sketch._sketch_code`."""
@@ -156,7 +207,7 @@ def sketch_counts_all_f32(x, u, table, shift, min_bits, n, counts, offset, weigh
     u : numpy.ndarray
         ``x.view(numpy.uint32)``.
     table, shift : object
-        The table of :func:`float32_table`.
+        The table of :func:`folded_table`.
     min_bits : int
         :func:`min_pattern` of ``Sketch.min_magnitude``.
     n, counts, offset, weights : object
@@ -174,30 +225,63 @@ def sketch_counts_all_f32(x, u, table, shift, min_bits, n, counts, offset, weigh
     flat = counts.reshape(-1)
     # float32 extrema: the float64 ones are their casts, and the compares run twice as wide.
     fmin, fmax = _extrema(x, d)
-    n_neg = np.zeros(d, dtype=np.int64)
-    n_pos = np.zeros(d, dtype=np.int64)
+    # Whether a feature has a bucketed value of each sign: uint32 flags, or'ed, so that the loop
+    # below runs in uint32 lanes (int64 counts of them ran four to a vector and twice as slow).
+    lo_bits = np.uint32(min_bits)
+    has_neg = np.zeros(d, dtype=np.uint32)
+    has_pos = np.zeros(d, dtype=np.uint32)
+    # The patterns whose folded entry is not their code (folded_table): a row holding one keys
+    # every value with _code_f32's tests, which give every pattern its code from this table too.
+    rare_lo, rare_hi = _rare_bounds(min_bits, shift)
+    nan_hi = np.uint32(0xFF800000 + (1 << shift))
     for i in range(rows):
         wi = _weight(weights, i)
-        # The table read is a gather, which LLVM does not vectorise: key and count each value
-        # in one scalar pass (no slot stored and read back) ...
+        # First what needs no table, in a loop that vectorises (numba widens uint32 arithmetic
+        # to 64 bits, which would halve the lanes: results are cast back, compares kept 32-bit) ...
+        rare = False
         for j in range(d):
-            c = _code_f32(u[i, j], table, shift, min_bits, n)
-            flat[np.uint64(j) * width + np.uint64(c)] += wi
-        # ... and the rest, which needs no table, in a loop that vectorises.
-        for j in range(d):
-            mag = u[i, j] & 0x7FFFFFFF
-            bucketed = (mag >= min_bits) & (mag < _EXP_MASK)
-            neg = u[i, j] >> 31
-            n_neg[j] += bucketed & (neg == 1)
-            n_pos[j] += bucketed & (neg == 0)
+            bits = u[i, j]
+            mag = np.uint32(bits & _MAG32)
+            bucketed = (mag >= lo_bits) & (mag < _EXP32)
+            neg = bits > _MAG32
+            has_neg[j] = np.uint32(has_neg[j] | np.uint32(bucketed & neg))
+            has_pos[j] = np.uint32(has_pos[j] | np.uint32(bucketed & (bits <= _MAG32)))
+            rare |= ((mag >= rare_lo) & (mag < rare_hi)) | ((bits > _NEG_INF32) & (bits < nan_hi))
             v = x[i, j]
             fin = abs(v) < _INF32
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
+        # ... then key and count each value in one scalar pass (no code stored and read back):
+        # the table read is a gather, which LLVM does not vectorise. The folded table makes a
+        # code one load, a compare and an add.
+        if rare:
+            for j in range(d):
+                b = u[i, j]
+                c = _code_folded(b, table, shift)
+                mag = b & 0x7FFFFFFF
+                c = c if mag >= min_bits else 2 * n + 1
+                c = 2 * n + 3 if mag > _EXP_MASK else c
+                flat[np.uint64(j) * width + np.uint64(c)] += wi
+        else:
+            for j in range(d):
+                flat[np.uint64(j) * width + np.uint64(_code_folded(u[i, j], table, shift))] += wi
     for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
-        offset[j, 0] = 0 if n_neg[j] else n
-        offset[j, 1] = 0 if n_pos[j] else n
+        offset[j, 0] = 0 if has_neg[j] else n
+        offset[j, 1] = 0 if has_pos[j] else n
     return fmin.astype(np.float64), fmax.astype(np.float64)
+
+
+@_jit_nocheck
+def _code_folded(b, table, shift):  # noqa: ANN001, ANN202
+    """The code of the float32 with bits ``b`` from :func:`folded_table` (not for its rare patterns)."""
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    return (table[np.uint64(b) >> np.uint64(shift)] + np.int64(b)) >> 32
+
+
+@_jit_nocheck
+def _rare_bounds(min_bits, shift):  # noqa: ANN001, ANN202
+    """Magnitudes ``lo <= mag < hi`` below ``min_bits`` in the entry that holds it (uint32; empty when it starts one)."""
+    return np.uint32(min_bits & ~((1 << shift) - 1)), np.uint32(min_bits)
 
 
 @_jit_nocheck
@@ -259,7 +343,9 @@ def sketch_float32(
     table = float32_table(float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets))
     if table is None:
         return None
-    args = (x, x.view(np.uint32), *table, min_pattern(min_magnitude), int(n_buckets))
+    u, min_bits = x.view(np.uint32), min_pattern(min_magnitude)
     if window == n_buckets:  # every bucket kept: the windows never move
-        return sketch_counts_all_f32(*args, counts, offset, weights)
-    return sketch_counts_f32(*args, int(window), counts, offset, collapsed, weights)
+        folded = folded_table(float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets))
+        assert folded is not None  # there is a table
+        return sketch_counts_all_f32(x, u, *folded, min_bits, int(n_buckets), counts, offset, weights)
+    return sketch_counts_f32(x, u, *table, min_bits, int(n_buckets), int(window), counts, offset, collapsed, weights)
