@@ -149,7 +149,7 @@ class SketchResult:
         Parameters
         ----------
         columns : slice, optional
-            Only these columns (e.g. :meth:`held_columns`); all by default.
+            Only these columns; all by default (:meth:`runs` gives each feature's non-empty ones).
 
         Returns
         -------
