@@ -177,7 +177,9 @@ def _first_pass(
     if ClassMoments in built:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
     if Sketch in built:
-        first.append(Sketch() if sketch_window is None else
+        # int32 chunk counts even with every bucket kept: half the state to zero, count into and merge
+        # (a chunk of 2**31 rows or more, and any merge that could pass int32, count in int64).
+        first.append(Sketch(count_dtype="int32") if sketch_window is None else
                      Sketch(alpha=sketch_window[2], window=sketch_window[0], count_dtype=sketch_window[1]))
     if histogram is not None:
         first.append(histogram)
@@ -185,8 +187,20 @@ def _first_pass(
 
 
 def _kept_by_name(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
-    """Each statistic of ``bundle`` with its merged state, by name."""
-    return {s.name: Kept(s, state) for s, state in zip(bundle.stats, states, strict=True)}
+    """Each statistic of ``bundle`` with its merged state, by name (the default sketch's counts as int64)."""
+    return {s.name: _summary_counts(Kept(s, state)) for s, state in zip(bundle.stats, states, strict=True)}
+
+
+def _summary_counts(kept: Kept) -> Kept:
+    """The every-bucket sketch that counted in int32 (:func:`_first_pass`) as the summary keeps it: ``Sketch()``, int64."""
+    stat = kept.statistic
+    if type(stat) is not Sketch or stat.window is not None or stat.count_dtype != "int32":
+        return kept
+    # The int32 counts only spared the passes' memory traffic: summaries, their merges and
+    # updates keep the default sketch's int64 counts, whatever counted them.
+    counts = kept.state.counts
+    state = dataclasses.replace(kept.state, counts=counts.astype(np.int64) if counts.dtype == np.int32 else counts)
+    return Kept(dataclasses.replace(stat, count_dtype="int64"), state)
 
 
 def _mergeable(kept: dict[str, Kept]) -> dict[str, Kept]:

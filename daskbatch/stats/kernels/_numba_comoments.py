@@ -139,7 +139,7 @@ def chunk_comoments(
 
     Each block of ``block_rows`` rows is read from memory once and centred in
     cache (:func:`centre_block`); its ``devᵀ dev`` is added to the result with
-    one BLAS call (syrk, accumulating into the upper triangle). The blocks' co-moments about their own means then
+    one BLAS product (syrk). The blocks' co-moments about their own means then
     merge as Chan et al.'s pairwise update does, all at once:
     ``C = Σ_b (devᵀdev_b - w_b e_b e_bᵀ) + Σ_b w_b (m_b - m)(m_b - m)ᵀ``, with
     ``e_b`` a block's residual mean, ``m_b`` its mean and ``m`` the chunk's.
@@ -168,16 +168,13 @@ def chunk_comoments(
     c : numpy.ndarray
         Their (weighted) co-moment matrix, (D, D), symmetric.
     """
-    from scipy.linalg.blas import dsyrk  # lazy: scipy
-
     rows, d = data.shape
     block_rows = max(1, min(rows, block_rows))
     shift = first_complete_row(data, lut)
     complete = np.empty(block_rows, dtype=np.bool_)
     buffer = np.empty((block_rows, d))  # one buffer, reused by every block
-    # Fortran order: BLAS syrk adds each block's devᵀ dev into its upper triangle in place
-    # (beta = 1), no (D, D) product and sum per block; the lower triangle is mirrored once below.
-    c = np.zeros((d, d), order="F")
+    c = np.zeros((d, d))
+    product = np.empty((d, d))  # each block's devᵀ dev: reused, not a fresh (D, D) array per block
     n_blocks = -(-rows // block_rows)
     wsums = np.zeros(n_blocks)
     means = np.zeros((n_blocks, d))
@@ -189,14 +186,16 @@ def chunk_comoments(
         k, wsum, approx_mean, s1 = centre_block(data[start:stop], lut, shift, complete, buffer, w)
         if k == 0:
             continue  # weighs nothing in the merge below
-        if d:
-            # buffer[:k].T is (D, k) in Fortran order: syrk reads the C-order block without a copy.
-            c = dsyrk(1.0, buffer[:k].T, beta=1.0, c=c, trans=0, lower=0, overwrite_c=1)
+        dev = buffer[:k]
+        # numpy hands Aᵀ·A to BLAS syrk and mirrors it: exactly symmetric. Not SciPy's dsyrk, which
+        # could add into c in place: SciPy's bundled OpenBLAS (0.3.30, SciPy 1.17) ran the two
+        # scheduler threads' calls one at a time (two threads took twice one's time), numpy's did not.
+        np.matmul(dev.T, dev, out=product)
+        c += product
         residuals[b] = s1 / wsum
         means[b] = approx_mean + residuals[b]
         wsums[b] = wsum
         n += k
-    c = np.triu(c) + np.triu(c, 1).T  # exactly symmetric
     total = float(wsums.sum())
     if total == 0:
         return 0, 0.0, shift, np.zeros(d), c
