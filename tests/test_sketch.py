@@ -274,3 +274,24 @@ def test_held_runs_answer_as_every_column_does(window: int | None) -> None:
     every = sketch_quantile_at(counts, slots, result.layout, to_numpy(result.finite_min), to_numpy(result.finite_max), q)
     np.testing.assert_array_equal(result.quantile(q), every)
     np.testing.assert_array_equal(result.collapse_floor(), collapse_floor(counts, slots, result.layout))
+
+
+def test_describe_counts_the_sketch_in_int32_and_keeps_int64_counts() -> None:
+    """describe's first pass counts in int32 (half the state to zero and merge); the summary holds Sketch()'s int64 counts."""
+    import dask.array as da
+
+    import daskbatch as db
+    from daskbatch.engine._describe_steps import _first_pass
+    from daskbatch.stats.spec import requested
+
+    pass_sketch = [s for s in _first_pass(requested(["sketch"]), ddof=1, bias=True, nan_policy="omit",
+                                          tiled=False, class_values=None, histogram=None).stats if type(s) is Sketch]
+    assert [s.count_dtype for s in pass_sketch] == ["int32"]
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.normal(1e4, 3.0, (2500, 2)), rng.standard_cauchy((2500, 2))], axis=1).astype(np.float32)
+    x[::97, 1] = np.nan
+    summary = db.describe(da.from_array(x, chunks=(600, 4)), stats=["sketch"], run=db.RunOptions(plan=None))
+    want = merge_all(Sketch(), [Sketch().chunk(x[i : i + 600]) for i in range(0, len(x), 600)])
+    kept = summary.states["sketch"]
+    assert kept.statistic == Sketch() and kept.state.counts.dtype == np.int64
+    np.testing.assert_array_equal(kept.state.counts, to_numpy(want.counts), strict=True)
