@@ -295,3 +295,24 @@ def test_describe_counts_the_sketch_in_int32_and_keeps_int64_counts() -> None:
     kept = summary.states["sketch"]
     assert kept.statistic == Sketch() and kept.state.counts.dtype == np.int64
     np.testing.assert_array_equal(kept.state.counts, to_numpy(want.counts), strict=True)
+
+
+@pytest.mark.parametrize("dtypes", [("int32",) * 4, ("int32", "int64", "int32", "int32")], ids=["int32", "mixed"])
+def test_merge_many_of_int32_counts_past_int32_is_int64_as_in_turn(dtypes) -> None:
+    # Counts whose sum passes 2**31 - 1 (as rows counted by many chunks would) merge into int64 in
+    # one array as the merges in turn do, with no count wrapped.
+    import functools
+
+    from daskbatch.stats.sketch import SketchState
+
+    sketch = Sketch(count_dtype="int32")
+    base = sketch.chunk(np.array([[1.0, -2.0], [3.0, np.nan]]))
+    states = []
+    for k, dtype in enumerate(dtypes):
+        counts = np.zeros_like(base.counts, dtype=dtype)
+        counts[:, 5 + k] = 2**30 - k  # every feature counts the same rows
+        states.append(SketchState(counts=counts, offset=base.offset, fmin=base.fmin, fmax=base.fmax))
+    one, turn = merge_all(sketch, states), functools.reduce(sketch.merge, states)
+    assert one.counts.dtype == turn.counts.dtype == np.int64
+    np.testing.assert_array_equal(one.counts, turn.counts)
+    assert int(one.counts[0].sum()) == sum(2**30 - k for k in range(4))
