@@ -24,7 +24,7 @@ from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
 from daskbatch.stats.classes import validate_classes
 from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.kernels import path
+from daskbatch.stats.kernels import INT32_ROWS, path
 from daskbatch.stats.kernels.path import kernel_path
 from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
@@ -347,10 +347,6 @@ def plan_dropping_sketch(
         return make(without), without
     except PlanError:
         raise first from None  # the sketch was not the problem: the first message says what is
-
-
-#: Rows below which a windowed sketch's counts are planned as int32 (beyond, a merge promotes them).
-INT32_ROWS = 2**31 - 1
 
 
 def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str, float] | None]:

@@ -83,7 +83,6 @@ WINDOW = 2048
 MERGE_ROWS = 256
 #: Values the array-API chunk keys at a time (its temporaries, ~60 bytes a value, stay near 1 GiB).
 BLOCK_VALUES = 2**24
-_INT32_MAX = 2**31 - 1
 _COUNT_DTYPES = ("int64", "int32")
 
 
@@ -461,7 +460,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             return functools.reduce(self.merge, states)
         xp = namespace(*(s.counts for s in states))
         if integer:  # the dtype the merges in turn end with: int32 only while no sum can pass it
-            small = dtypes == {"int32"} and sum(_rows_counted(xp, s) for s in states) <= _INT32_MAX
+            small = dtypes == {"int32"} and sum(_rows_counted(xp, s) for s in states) <= kernels.INT32_ROWS
             dtype = xp.int32 if small else xp.int64
         else:
             dtype = xp.float64
@@ -474,7 +473,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     def _chunk_dtype(self, rows: int) -> str:
         """Dtype of a chunk's unweighted counts: ``count_dtype``, int64 where ``rows`` alone could overflow int32."""
-        return "int64" if rows > _INT32_MAX else self.count_dtype
+        return "int64" if rows > kernels.INT32_ROWS else self.count_dtype
 
     def _block_rows(self, n_features: int) -> int:
         """Rows the array-API chunk keys at a time: :data:`BLOCK_VALUES` values, at least one row."""
@@ -550,7 +549,7 @@ def _rows_counted(xp: Namespace, s: SketchState) -> int:
 def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchState, SketchState]:
     """Both states with int64 counts where int32 counts could overflow in their merge, else as they are."""
     small = [s.counts.dtype == xp.int32 for s in (a, b)]
-    if not any(small) or _rows_counted(xp, a) + _rows_counted(xp, b) <= _INT32_MAX:
+    if not any(small) or _rows_counted(xp, a) + _rows_counted(xp, b) <= kernels.INT32_ROWS:
         return a, b
     return tuple(  # type: ignore[return-value]
         SketchState(counts=xp.astype(s.counts, xp.int64), offset=s.offset, fmin=s.fmin, fmax=s.fmax) if int32 else s

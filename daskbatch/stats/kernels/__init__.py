@@ -31,10 +31,14 @@ from daskbatch.stats.kernels import _gpu, _gpu_class_moments
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 
 __all__ = [
-    "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "kernel_path",
-    "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments", "weighted_histogram",
-    "weighted_moments",
+    "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
+    "kernel_path", "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments",
+    "weighted_histogram", "weighted_moments",
 ]
+
+#: Most rows an int32 count array can count: no count of a chunk or merge of at most this many rows passes it.
+INT32_ROWS = 2**31 - 1
+
 
 def route(x: Any) -> str | None:
     """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer).
@@ -310,7 +314,7 @@ def histogram(
     data, lut = _bits(x)
     # Counted in int32 where no count can pass it (fewer rows than 2**31): half the table the
     # scattered increments touch, so more of it stays in cache; returned as the int64 of the state.
-    small = x.shape[0] <= np.iinfo(np.int32).max
+    small = x.shape[0] <= INT32_ROWS
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int32 if small else np.int64)
     histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), None)
     return counts.astype(np.int64) if small else counts
