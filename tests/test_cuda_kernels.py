@@ -429,6 +429,57 @@ def test_sim_weighted_edge_chunks() -> None:
 
 
 @sim
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_chunks_without_rows_launch_nothing(weighted: bool) -> None:
+    """0 rows: the CPU kernels' empty states, and no launch (a grid of 0 blocks, which a device refuses)."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu, _gpu_class_moments
+
+    empty = np.zeros((0, 5), dtype=np.float32)
+    w = np.zeros(0) if weighted else None
+
+    def dev(a):  # noqa: ANN001, ANN202
+        return None if a is None else cuda.to_device(a)
+
+    got = _gpu.moments(dev(empty), weights=dev(w))
+    if weighted:
+        assert_weighted_moments(got, reference(Moments(), empty, weights=w))
+    else:
+        assert_moments(got, reference(Moments(), empty))
+    assert_comoments(_gpu.comoments(dev(empty), weights=dev(w)), reference(CoMoments(), empty, weights=w))
+    got = _gpu_class_moments.class_moments(dev(empty), cuda.to_device(np.zeros(0, dtype=np.int64)), 3, dev(w))
+    assert_class_moments(got, reference(ClassMoments(n_classes=3), empty, np.zeros(0, dtype=np.int64), weights=w), weighted)
+
+
+@sim
+def test_sim_backend_refuses_the_launches_a_device_refuses() -> None:
+    """The simulator runs a grid of 0 blocks as nothing at all; the backend refuses it, as a GPU does."""
+    from numba import cuda
+
+    from daskbatch.stats.kernels import _cuda_moments, _gpu
+
+    be = _gpu._backend(cuda.to_device(np.zeros((1, 1))))
+    with pytest.raises(ValueError, match=r"kernel moments_finish: .*empty dimension"):
+        be.launch(_cuda_moments.moments_finish, 0, 1)
+
+
+def test_launch_shapes_a_device_refuses() -> None:
+    from daskbatch.stats.kernels._gpu import MAX_BLOCK_THREADS, MAX_GRID_Y, check_launch_shape
+
+    def kernel() -> None: ...
+
+    check_launch_shape(kernel, (3, MAX_GRID_Y), (MAX_BLOCK_THREADS, 1))  # the largest allowed
+    check_launch_shape(kernel, 5, 128)
+    for grid, block, problem in [((0, 3), (128, 1), "empty dimension"), (1, 0, "empty dimension"),
+                                 ((1, MAX_GRID_Y + 1), (32, 1), "taller"), ((1, 1, MAX_GRID_Y + 1), 1, "taller"),
+                                 (1, (MAX_BLOCK_THREADS + 1,), "threads"), (1, (64, 32), "threads")]:
+        with pytest.raises(ValueError, match=rf"^kernel kernel: .*{problem}"):
+            check_launch_shape(kernel, grid, block)
+
+
+@sim
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
 @pytest.mark.parametrize("block_rows", [None, 16])
 def test_sim_weighted_comoments(dtype: str, block_rows: int | None) -> None:
@@ -635,19 +686,55 @@ def test_route_follows_the_array_and_the_setting() -> None:
 gpu = pytest.mark.gpu
 
 
+#: The shape and seed of the chunk of the ``gpu`` tests: many row groups and histogram blocks.
+BIG = {"rows": 60_000, "cols": 37, "seed": 4}
+#: Classes of the ``gpu`` histogram tests at 64 bins: with 4 every feature tile fits in shared memory;
+#: with these, not even 4 features' counters (uint32 counts; float64 weight sums) fit, so the counts
+#: go to global memory. Checked without a GPU by test_gpu_tests_take_both_histogram_layouts.
+NO_TILE_CLASSES = 50
+NO_TILE_CLASSES_WEIGHTED = 40
+
+
 @pytest.fixture(scope="module")
 def big() -> tuple[np.ndarray, np.ndarray]:
     """A chunk large enough for many row groups and histogram blocks."""
-    x = chunk("float32", rows=60_000, cols=37, seed=4)
+    x = chunk("float32", **BIG)
     y = np.random.default_rng(5).integers(0, 4, size=x.shape[0]).astype(np.int32)
     return x, y
+
+
+def big_as(big: tuple[np.ndarray, np.ndarray], dtype: str) -> np.ndarray:
+    """The ``gpu`` tests' chunk as ``dtype``: bool a threshold on it, integers built as such (NaN does not cast)."""
+    if dtype == "bool":
+        return big[0] > 104
+    if np.dtype(dtype).kind in "iu":
+        return chunk(dtype, **BIG)
+    return big[0].astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
+def test_gpu_tests_make_their_chunks_without_warnings(big: tuple[np.ndarray, np.ndarray], dtype: str) -> None:
+    """What the ``gpu`` tests feed CuPy is valid data of each dtype (a warning here fails them before any kernel)."""
+    x = big_as(big, dtype)
+    assert x.dtype == np.dtype(dtype) and x.shape == (BIG["rows"], BIG["cols"])
+
+
+def test_gpu_tests_take_both_histogram_layouts() -> None:
+    """The ``gpu`` histogram tests run the shared-memory kernel and the global one, counts and weight sums."""
+    from daskbatch.stats.kernels import _gpu
+
+    shape = (BIG["rows"], BIG["cols"])
+    assert _gpu.histogram_layout(*shape, 64, 4) is not None
+    assert _gpu.histogram_layout(*shape, 64, NO_TILE_CLASSES) is None
+    assert _gpu.histogram_layout(*shape, 64, 4, counter_bytes=8) is not None
+    assert _gpu.histogram_layout(*shape, 64, NO_TILE_CLASSES_WEIGHTED, counter_bytes=8) is None
 
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "bool"])
 def test_gpu_moments_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -> None:
     cupy = pytest.importorskip("cupy")
-    x = big[0].astype(dtype) if dtype != "bool" else big[0] > 104
+    x = big_as(big, dtype)
     d = cupy.asarray(x)
     assert kernels.route(d) == "gpu"
     state = Moments().chunk(d)
@@ -670,7 +757,7 @@ def test_gpu_comoments_equal_cpu(big: tuple[np.ndarray, np.ndarray], block_rows:
 
 
 @gpu
-@pytest.mark.parametrize("n_classes", [4, 40])  # 40 classes: no tile fits in shared memory
+@pytest.mark.parametrize("n_classes", [4, NO_TILE_CLASSES])
 def test_gpu_histogram_bitwise_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_classes: int) -> None:
     cupy = pytest.importorskip("cupy")
     from daskbatch.stats.kernels import _gpu
@@ -678,7 +765,7 @@ def test_gpu_histogram_bitwise_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_c
     x = big[0]
     y = np.random.default_rng(6).integers(0, n_classes, size=x.shape[0]).astype(np.int32)
     h = hist_for(x, bins=64, by_label=True)
-    assert (_gpu.histogram_layout(x.shape[0], x.shape[1], 64, n_classes) is None) == (n_classes == 40)
+    assert (_gpu.histogram_layout(x.shape[0], x.shape[1], 64, n_classes) is None) == (n_classes == NO_TILE_CLASSES)
     state = h.chunk(cupy.asarray(x), cupy.asarray(y))
     np.testing.assert_array_equal(state.counts.get(), reference(h, x, y).counts)
     plain = hist_for(x, bins=64)
@@ -861,7 +948,7 @@ def test_gpu_weighted_moments_take_the_kernels_and_equal_cpu(big: tuple[np.ndarr
     cupy = pytest.importorskip("cupy")
     from daskbatch.stats.moments import WeightedMomentsState
 
-    x = big[0].astype(dtype) if dtype != "bool" else big[0] > 104
+    x = big_as(big, dtype)
     w = weights_for(x.shape[0], seed=8)
     d = cupy.asarray(x)
     assert kernels.kernel_path(d, Moments(), weighted=True).kind == "numba-cuda"
@@ -888,7 +975,7 @@ def test_gpu_weighted_comoments_equal_cpu(big: tuple[np.ndarray, np.ndarray], bl
 
 
 @gpu
-@pytest.mark.parametrize("n_classes", [4, 40])  # 40 classes: no tile of float64 sums fits in shared memory
+@pytest.mark.parametrize("n_classes", [4, NO_TILE_CLASSES_WEIGHTED])
 def test_gpu_weighted_histogram_equal_cpu(big: tuple[np.ndarray, np.ndarray], n_classes: int) -> None:
     """Integer weights: float64 sums exact in any order, so bitwise; other weights to 1e-12 (atomics add in any order)."""
     cupy = pytest.importorskip("cupy")

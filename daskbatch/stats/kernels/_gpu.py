@@ -93,6 +93,41 @@ def launch(start: Callable[[], None]) -> None:
         start()
 
 
+#: Most threads a block may have (every CUDA device of compute capability 2.0 on).
+MAX_BLOCK_THREADS = 1024
+
+
+def check_launch_shape(kernel: Any, grid: Any, block: Any) -> None:
+    """Refuse a launch shape that a CUDA device refuses, naming the kernel, on every backend.
+
+    numba's simulator runs a grid of 0 blocks (as no thread at all) and
+    blocks of any size, where a device raises ``CUDA_ERROR_INVALID_VALUE``;
+    checked here, the simulator tests fail where a GPU would.
+
+    Parameters
+    ----------
+    kernel : object
+        The kernel (for the message).
+    grid, block : int or tuple of int
+        The launch's grid and block dimensions.
+
+    Raises
+    ------
+    ValueError
+        A dimension is below 1, the grid's y or z dimension is above
+        :data:`MAX_GRID_Y`, or a block has more than :data:`MAX_BLOCK_THREADS` threads.
+    """
+    grid_dims = (grid,) if isinstance(grid, int) else tuple(grid)
+    block_dims = (block,) if isinstance(block, int) else tuple(block)
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", repr(kernel))
+    if min(grid_dims + block_dims) < 1:
+        raise ValueError(f"kernel {name}: a launch of grid {grid_dims} and blocks {block_dims} has an empty dimension")
+    if max(grid_dims[1:], default=1) > MAX_GRID_Y:
+        raise ValueError(f"kernel {name}: grid {grid_dims} is taller than CUDA's {MAX_GRID_Y:,} blocks")
+    if math.prod(block_dims) > MAX_BLOCK_THREADS:
+        raise ValueError(f"kernel {name}: blocks {block_dims} have more than {MAX_BLOCK_THREADS:,} threads")
+
+
 #: Device copies of histogram ranges (:meth:`_Backend.constants`), the most recently used last.
 _CONSTANTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _CONSTANTS_LOCK = threading.Lock()
@@ -144,6 +179,7 @@ class _Backend:
         return self.cuda.as_cuda_array(a, sync=False)
 
     def launch(self, kernel: Any, grid: Any, block: Any, *args: Any, shared: int = 0) -> None:
+        check_launch_shape(kernel, grid, block)
         values = [self.arg(a) if hasattr(a, "__cuda_array_interface__") else a for a in args]
         launch(lambda: kernel[grid, block, self.stream, shared](*values))
 
@@ -295,6 +331,10 @@ def moments(x: Any, rows_per_group: int | None = None, weights: Any = None) -> t
     fields = 12 if weighted else 11
     if d == 0:  # no feature: no launch (a grid of 0 blocks is an error), as on the CPU
         out = be.result(be.zeros((fields, 0), np.float64))
+    elif rows == 0:  # no row: the CPU kernels' empty state (counts 0, extrema +-inf), no launch
+        out = be.result(be.zeros((fields, d), np.float64))
+        out[k.FMIN] = np.inf
+        out[k.FMAX] = -np.inf
     else:
         rpg, groups = row_groups(rows, d, rows_per_group)
         part = be.empty((5 if weighted else 4, groups, d), np.float64)
@@ -348,12 +388,13 @@ def comoments(
     x = be.contiguous(_readable(x))
     rows, d = x.shape
     weighted, w = _weights(be, weights)
-    if d == 0:  # every row is complete when there is no feature to miss
-        empty = be.result(be.zeros((0,), np.float64))
+    if d == 0 or rows == 0:  # no feature (every row complete) or no row: no launch, as on the CPU
+        empty = be.result(be.zeros((d,), np.float64))
         count = be.result(be.full((1,), float(rows), np.float64)).reshape(())
+        zeros = be.result(be.zeros((d, d), np.float64))
         if not weighted:
-            return count, empty, empty, be.result(be.zeros((0, 0), np.float64))
-        return be.result(w).sum().reshape(()), empty, empty, be.result(be.zeros((0, 0), np.float64)), count
+            return count, empty, empty.copy(), zeros
+        return be.result(w).sum().reshape(()), empty, empty.copy(), zeros, count
     rpg, groups = row_groups(rows, d, rows_per_group)
     grid, block = _first_pass_shape(d, groups)
     vgrid, vblock = _vector_shape(d)

@@ -56,7 +56,7 @@ def class_moments(
     x = be.contiguous(_readable(x))
     rows, d = x.shape
     weighted, w = _weights(be, weights)
-    if d == 0 or n_classes == 0:  # no feature or no class: no launch
+    if rows == 0 or d == 0 or n_classes == 0:  # no row, feature or class: zeros as on the CPU, no launch
         out = be.result(be.zeros((4, d, n_classes), np.float64))
     else:
         rpg, groups = row_groups(rows, d * n_classes, rows_per_group)
