@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import dask.config
@@ -451,6 +452,36 @@ def test_sim_chunks_without_rows_launch_nothing(weighted: bool) -> None:
     assert_comoments(_gpu.comoments(dev(empty), weights=dev(w)), reference(CoMoments(), empty, weights=w))
     got = _gpu_class_moments.class_moments(dev(empty), cuda.to_device(np.zeros(0, dtype=np.int64)), 3, dev(w))
     assert_class_moments(got, reference(ClassMoments(n_classes=3), empty, np.zeros(0, dtype=np.int64), weights=w), weighted)
+
+
+@sim
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sim_overflowing_variance_stays_infinite(weighted: bool) -> None:
+    """A 1e300 sentinel: m2 and m4 +inf as on the CPU (not the 0 that fmax makes of inf - inf on a device)."""
+    from numba import cuda
+
+    from daskbatch.stats import ClassMoments
+    from daskbatch.stats.kernels import _gpu, _gpu_class_moments
+
+    x = np.random.default_rng(3).normal(size=(70, 3))
+    x[9, 0] = 1e300
+    y = np.arange(70, dtype=np.int64) % 2
+    w = weights_for(70, seed=5) if weighted else None
+    # The simulator's threads do NumPy scalar arithmetic, whose overflow warnings no errstate here reaches.
+    with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = reference(Moments(), x, weights=w)
+        got = _gpu.moments(cuda.to_device(x), rows_per_group=8, weights=None if w is None else cuda.to_device(w))
+        ref_class = reference(ClassMoments(n_classes=2), x, y, weights=w)
+        got_class = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y), 2,
+                                                     None if w is None else cuda.to_device(w), rows_per_group=8)
+    fields = got[1:] if weighted else got
+    assert np.isposinf(host(fields[3])[0]) and np.isposinf(host(fields[5])[0])  # m2, m4
+    assert np.isposinf(host(got_class[3])[0, 1])  # the sentinel's class
+    # Each field to 1e-12 of the ordinary features' scale: inf equals inf, NaN (m3 of the sentinel's feature) NaN.
+    for name, g in [*zip(MOMENT_FIELDS, fields, strict=True), *zip(("n", "shift", "mean", "m2"), got_class, strict=True)]:
+        r = np.asarray(getattr(ref if np.ndim(g) == 1 else ref_class, name))  # (D,), or (D, K) by class
+        np.testing.assert_allclose(host(g), r, rtol=1e-12, atol=1e-12 * np.max(np.abs(r[1:]), initial=0.0), err_msg=name)
 
 
 @sim

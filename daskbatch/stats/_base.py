@@ -356,6 +356,32 @@ def as_float64(x: Array) -> Array:
     return xp.astype(x, xp.float64, copy=True)
 
 
+def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
+    """Give a corrected central moment (``m2``, ``m4``) as states keep it: at least 0, +inf where its sum overflowed.
+
+    ``m`` is ``power_sum`` less the corrected two-pass correction: rounding may
+    leave it a little below 0 (the moment is then 0). Where the sum of the
+    deviations' powers overflowed float64 (a value of 1e300 among ordinary ones),
+    ``m`` is ``inf - inf``, NaN, and the moment is +inf, as NumPy's ``var`` says,
+    not the 0 of a constant feature.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``m``.
+    m : array
+        The corrected moment.
+    power_sum : array
+        The sum of the deviations' squares (for ``m2``) or fourth powers (for ``m4``) it was corrected from.
+
+    Returns
+    -------
+    array
+        The moment.
+    """
+    return xp.where(power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m)))
+
+
 def safe_divisor(xp: Any, n: Array) -> Array:
     """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0.
 

@@ -29,6 +29,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import (
     State,
     as_float64,
+    central_moment,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
@@ -96,8 +97,8 @@ def _one_class(xp: Namespace, x: Array, w: Array | None = None) -> tuple[Array, 
     del finite
     # The residual mean `e` of the deviations corrects the rounding of `approx_mean`.
     e = xp.sum(dev, axis=0) / n_safe
-    m2 = xp.sum(dev * dev, axis=0) - count * e * e
-    return count, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
+    s2 = xp.sum(dev * dev, axis=0)
+    return count, shift, approx_mean + e, central_moment(xp, s2 - count * e * e, s2)
 
 
 def _one_class_weighted(xp: Namespace, x: Array, w: Array) -> tuple[Array, Array, Array, Array]:
@@ -115,8 +116,8 @@ def _one_class_weighted(xp: Namespace, x: Array, w: Array) -> tuple[Array, Array
     dev = xp.where(finite, dev - approx_mean, 0.0)
     del finite
     e = xp.matmul(w, dev) / w_safe
-    m2 = xp.matmul(w, dev * dev) - total * e * e
-    return total, shift, approx_mean + e, xp.where(m2 > 0, m2, xp.zeros_like(m2))
+    s2 = xp.matmul(w, dev * dev)
+    return total, shift, approx_mean + e, central_moment(xp, s2 - total * e * e, s2)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import (
     State,
     as_float64,
+    central_moment,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
@@ -213,9 +214,9 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
         n=total,
         shift=shift,
         mean=approx_mean + e,
-        m2=xp.where(m2 > 0, m2, xp.zeros_like(m2)),
+        m2=central_moment(xp, m2, s2),
         m3=m3,
-        m4=xp.where(m4 > 0, m4, xp.zeros_like(m4)),
+        m4=central_moment(xp, m4, s4),
         fmin=xp.min(xp.where(finite, x, inf), axis=0),
         fmax=xp.max(xp.where(finite, x, -inf), axis=0),
         nan_count=xp.sum(xp.astype(xp.isnan(x), xp.float64), axis=0),
@@ -344,9 +345,9 @@ class Moments:  # numpydoc ignore=PR02
             n=count,
             shift=shift,
             mean=approx_mean + e,
-            m2=xp.where(m2 > 0, m2, xp.zeros_like(m2)),
+            m2=central_moment(xp, m2, s2),
             m3=m3,
-            m4=xp.where(m4 > 0, m4, xp.zeros_like(m4)),
+            m4=central_moment(xp, m4, s4),
             fmin=fmin,
             fmax=fmax,
             nan_count=xp.sum(xp.astype(nan, xp.float64), axis=0),
@@ -386,6 +387,8 @@ class Moments:  # numpydoc ignore=PR02
             + 6.0 * d2 * (na * na * b.m2 + nb * nb * a.m2) / (n_safe * n_safe)
             + 4.0 * delta * (na * b.m3 - nb * a.m3) / n_safe
         )
+        # A side whose fourth moment overflowed (central_moment) has an m3 of inf - inf: m4 stays +inf.
+        m4 = xp.where((a.m4 == xp.inf) | (b.m4 == xp.inf), xp.full_like(m4, xp.inf), m4)
         merged = MomentsState(
             n=n,
             shift=shift,

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    central_moment,
+    merge_shifted_means,
+    safe_divisor,
+)
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
 from daskbatch.stats.moments import first_finite
@@ -157,13 +163,14 @@ class TargetMoments:
         # The residual means correct the rounding of the approximate means (corrected two-pass).
         ex = xp.sum(dx, axis=0) / n_safe
         ey = xp.sum(dy, axis=0) / n_safe
-        x_m2 = xp.sum(dx * dx, axis=0) - n * ex * ex
-        y_m2 = xp.sum(dy * dy, axis=0) - n * ey * ey
+        x_s2 = xp.sum(dx * dx, axis=0)
+        y_s2 = xp.sum(dy * dy, axis=0)
         c = xp.sum(dx * dy, axis=0) - n * ex * ey
         zero = xp.zeros_like(n)
         return TargetMomentsState(
             n=n, x_shift=x_shift, x_mean=x_mean + ex, y_shift=xp.where(n > 0, y_shift, zero),
-            y_mean=y_mean + ey, x_m2=xp.where(x_m2 > 0, x_m2, zero), y_m2=xp.where(y_m2 > 0, y_m2, zero), c=c,
+            y_mean=y_mean + ey, x_m2=central_moment(xp, x_s2 - n * ex * ex, x_s2),
+            y_m2=central_moment(xp, y_s2 - n * ey * ey, y_s2), c=c,
         )
 
     def merge(self, a: TargetMomentsState, b: TargetMomentsState, /) -> TargetMomentsState:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.stats._base import central_moment
 from daskbatch.stats.kernels import _gpu, _gpu_class_moments
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 
@@ -119,7 +120,7 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
     m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * e**4
     neginf = x.shape[0] - count - nan - posinf
     return (
-        n, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0), fmin, fmax,
+        n, shift, approx_mean + e, central_moment(np, m2, s2), m3, central_moment(np, m4, s4), fmin, fmax,
         nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
     )
 
@@ -157,7 +158,8 @@ def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = Non
     m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * wsum * e**4
     neginf = x.shape[0] - count - nan - posinf
     return (
-        count.astype(np.float64), wsum, shift, approx_mean + e, np.maximum(m2, 0.0), m3, np.maximum(m4, 0.0),
+        count.astype(np.float64), wsum, shift, approx_mean + e, central_moment(np, m2, s2), m3,
+        central_moment(np, m4, s4),
         fmin, fmax, nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
     )
 
@@ -237,8 +239,7 @@ def class_moments(
     # The closing expressions of class_moments._one_class, on (K, D) at once.
     approx_mean = total / n_safe
     e = s1 / n_safe
-    m2 = s2 - n * e * e
-    m2 = np.where(m2 > 0, m2, 0.0)
+    m2 = central_moment(np, s2 - n * e * e, s2)
     return tuple(np.ascontiguousarray(v.T) for v in (n, shift, approx_mean + e, m2))
 
 

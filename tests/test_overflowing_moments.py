@@ -1,0 +1,89 @@
+"""A variance whose sum of squares overflows float64 is +inf, as NumPy says, never the 0 of a constant feature.
+
+A sentinel of 1e300 among ordinary values (or values near 1e160 that differ) makes
+the squared deviations overflow: the corrected two-pass moment is then ``inf - inf``,
+NaN, which the clamp of rounding below zero used to turn into 0 on the array-API
+path and the GPU (a constant feature, to selection) and left NaN on the CPU loops.
+Every path now keeps it +inf (``daskbatch.stats._base.central_moment``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import daskbatch as db
+from daskbatch.stats import ClassMoments, Moments, kernels
+from daskbatch.stats.target import TargetMoments
+
+PATHS = [pytest.param(False, id="array-api"),
+         pytest.param(True, id="kernels", marks=pytest.mark.skipif(not kernels.available(), reason="no numba"))]
+
+
+def overflowing(rows: int = 400) -> np.ndarray:
+    """Column 0: a 1e300 sentinel among N(0, 1); column 1: values near 1e160 that differ; column 2: N(0, 1)."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(rows, 3))
+    x[17, 0] = 1e300
+    x[:, 1] = 1e160 * (1.0 + rng.random(rows))
+    return x
+
+
+def check_variances(var: np.ndarray, x: np.ndarray, ddof: int = 1) -> None:
+    """inf where NumPy's variance overflows, NumPy's value (to 1e-12) elsewhere."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.var(x, axis=0, ddof=ddof)
+    assert np.isposinf(want[:2]).all()  # the data do overflow
+    np.testing.assert_array_equal(np.asarray(var)[:2], np.inf)
+    np.testing.assert_allclose(np.asarray(var)[2], want[2], rtol=1e-12)
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_moments_keep_an_overflowing_variance_infinite(compiled: bool, weighted: bool) -> None:
+    x = overflowing()
+    w = np.ones(x.shape[0]) if weighted else None
+    stat = Moments()
+    with dask.config.set({"daskbatch.kernels": compiled}), np.errstate(over="ignore", invalid="ignore"):
+        whole = stat.chunk(x, weights=w)
+        halves = stat.merge(stat.chunk(x[:150], weights=None if w is None else w[:150]),
+                            stat.chunk(x[150:], weights=None if w is None else w[150:]))
+        for state in (whole, halves):
+            np.testing.assert_array_equal(np.asarray(state.m2)[:2], np.inf)
+            np.testing.assert_array_equal(np.asarray(state.m4)[:2], np.inf)
+            check_variances(stat.finalize(state).var, x)
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_class_moments_keep_an_overflowing_variance_infinite(compiled: bool, weighted: bool) -> None:
+    x = overflowing()
+    y = np.arange(x.shape[0]) % 2  # the sentinel's row 17 is in class 1
+    w = np.ones(x.shape[0]) if weighted else None
+    with dask.config.set({"daskbatch.kernels": compiled}), np.errstate(over="ignore", invalid="ignore"):
+        m2 = np.asarray(ClassMoments(classes=(0, 1)).chunk(x, y, weights=w).m2)  # (features, classes)
+    assert np.isposinf(m2[0, 1]) and np.isfinite(m2[0, 0])
+    assert np.isposinf(m2[1]).all() and np.isfinite(m2[2]).all()
+
+
+def test_target_moments_keep_an_overflowing_variance_infinite() -> None:
+    x = overflowing()
+    target = np.random.default_rng(8).normal(size=x.shape[0])
+    target[3] = 1e300
+    with np.errstate(over="ignore", invalid="ignore"):
+        state = TargetMoments().chunk(x, target)
+    np.testing.assert_array_equal(np.asarray(state.x_m2)[:2], np.inf)
+    assert np.isfinite(np.asarray(state.x_m2)[2])
+    np.testing.assert_array_equal(np.asarray(state.y_m2), np.inf)
+
+
+def test_describe_reports_an_overflowing_variance_as_infinite() -> None:
+    x = overflowing(2_000)
+    with warnings.catch_warnings():  # NumPy's overflow warnings from inside the passes: the values are the subject
+        warnings.simplefilter("ignore", RuntimeWarning)
+        summary = db.describe(da.from_array(x, chunks=(500, 3)), stats=["moments"])
+    check_variances(summary.to_dataframe().loc[:, "var"].to_numpy(), x)
