@@ -49,6 +49,15 @@ class RangeWarning(UserWarning):
     """
 
 
+class OverflowWarning(UserWarning):
+    """Some features' sums of squared deviations overflow float64: their variance is inf, as NumPy's.
+
+    It takes values ~1e154 or more from the mean, often a sentinel (such as
+    1e300) standing for missing values; the message names the features and
+    their extremes.
+    """
+
+
 class LockHeldError(OSError):
     """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
+from daskbatch.errors import OverflowWarning
 from daskbatch.stats import ClassMoments, Moments, kernels
 from daskbatch.stats.target import TargetMoments
 
@@ -81,9 +82,16 @@ def test_target_moments_keep_an_overflowing_variance_infinite() -> None:
     np.testing.assert_array_equal(np.asarray(state.y_m2), np.inf)
 
 
-def test_describe_reports_an_overflowing_variance_as_infinite() -> None:
+@pytest.mark.parametrize("weighted", [False, True])
+def test_describe_says_once_which_variances_overflow(weighted: bool) -> None:
+    """One OverflowWarning naming the features and their extremes, not NumPy's warnings from inside the passes."""
     x = overflowing(2_000)
-    with warnings.catch_warnings():  # NumPy's overflow warnings from inside the passes: the values are the subject
-        warnings.simplefilter("ignore", RuntimeWarning)
-        summary = db.describe(da.from_array(x, chunks=(500, 3)), stats=["moments"])
+    weights = da.from_array(np.ones(x.shape[0]), chunks=500) if weighted else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = db.describe(da.from_array(x, chunks=(500, 3)), weights=weights)
+    assert [type(w.message) for w in caught] == [OverflowWarning], [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    assert "2 feature(s)" in message and "f0 (min " in message and "max 1e+300)" in message and "f1 (min 1e+160" in message
+    assert "f2" not in message
     check_variances(summary.to_dataframe().loc[:, "var"].to_numpy(), x)

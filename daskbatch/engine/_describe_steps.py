@@ -13,12 +13,14 @@ import numpy as np
 
 from daskbatch import config
 from daskbatch._version import __version__
+from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.manifest import recorded_layout
 from daskbatch.engine.class_labels import resolve_classes
 from daskbatch.engine.inputs import FeatureMatrix, to_device
 from daskbatch.engine.passes import compute
 from daskbatch.engine.reduce import resolve_split_every
 from daskbatch.engine.tiled import tiled_covariance
+from daskbatch.errors import OverflowWarning
 from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan
 from daskbatch.runtime.capacity import active_client
@@ -223,6 +225,22 @@ def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
         bad = np.flatnonzero(m.nan_count > 0)
         listed = ", ".join(f"{data.feature_names[i]} ({int(m.nan_count[i])})" for i in bad[:10])
         raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
+
+
+def _warn_overflowing_moments(m: Any, data: FeatureMatrix) -> None:
+    """Say once which features' variance overflows float64 (+inf, see stats._base.central_moment), with their extremes."""
+    over = np.flatnonzero(np.isposinf(np.asarray(m.var)) & np.isfinite(np.asarray(m.finite_min))
+                          & np.isfinite(np.asarray(m.finite_max)))
+    if not over.size:
+        return
+    listed = ", ".join(f"{data.feature_names[i]} (min {float(m.finite_min[i]):.3g}, max {float(m.finite_max[i]):.3g})"
+                       for i in over[:10])
+    more = f" and {over.size - 10:,} more" if over.size > 10 else ""
+    warn(OverflowWarning(
+        f"the variance of {over.size:,} feature(s) overflows float64, so their var and std are inf and their skew "
+        f"and kurtosis NaN: {listed}{more}; values ~1e154 or more from the mean are often sentinels standing for "
+        "missing values"
+    ))
 
 
 @contextlib.contextmanager

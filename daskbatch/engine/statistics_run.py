@@ -241,6 +241,7 @@ def _computed(
         data = runner.blocks  # in memory when kept (cached): what follows reads them from there
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
         steps._check_nan_policy(results[Moments.name], moments.nan_policy, data)
+        steps._warn_overflowing_moments(results[Moments.name], data)
         if two_passes:
             sketch = results[Sketch.name] if range_ is None else None
             m = results[Moments.name]

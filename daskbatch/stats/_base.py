@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+import numpy as np
 
 from daskbatch._typing import Array
 from daskbatch.stats.backend import namespace
@@ -354,6 +356,38 @@ def as_float64(x: Array) -> Array:
     if x.dtype == xp.bool:
         x = xp.astype(x, xp.uint8)
     return xp.astype(x, xp.float64, copy=True)
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Run ``method`` with NumPy's overflow and invalid-value warnings off: it handles those values itself.
+
+    The moments' sums overflow float64 where values lie ~1e154 or more from
+    their mean (a sentinel such as 1e300): :func:`central_moment` keeps such a
+    moment +inf and the rest follows from it, and ``describe`` says so once
+    (:class:`daskbatch.errors.OverflowWarning`) instead of NumPy once per line.
+
+    Parameters
+    ----------
+    method : callable
+        A statistic's ``chunk``, ``merge`` or ``finalize``.
+
+    Returns
+    -------
+    callable
+        ``method``, quiet.
+    """
+
+    @functools.wraps(method)
+    def _quiet(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``method`` under ``np.errstate(over="ignore", invalid="ignore")``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return method(*args, **kwargs)
+
+    return _quiet
 
 
 def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:

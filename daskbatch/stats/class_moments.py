@@ -30,6 +30,7 @@ from daskbatch.stats._base import (
     State,
     as_float64,
     central_moment,
+    handles_overflow,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
@@ -158,6 +159,7 @@ class ClassMoments:  # numpydoc ignore=PR02
             elif self.n_classes != len(self.classes):
                 raise ValueError(f"n_classes={self.n_classes} but {len(self.classes)} class values were given")
 
+    @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> ClassMomentsState:
         """Reduce one block to per-class moments.
 
@@ -221,6 +223,7 @@ class ClassMoments:  # numpydoc ignore=PR02
         n, shift, mean, m2 = (xp.stack([p[i] for p in parts], axis=1) for i in range(4))
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
 
+    @handles_overflow
     def merge(self, a: ClassMomentsState, b: ClassMomentsState, /) -> ClassMomentsState:
         """Combine the states of two disjoint sets of rows, class by class.
 
@@ -246,6 +249,7 @@ class ClassMoments:  # numpydoc ignore=PR02
         m2 = a.m2 + b.m2 + delta * delta * (na * nb) / safe_divisor(xp, n)
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
 
+    @handles_overflow
     def finalize(self, s: ClassMomentsState, /) -> ClassMomentsResult:
         """Compute the per-class count, mean and variance from a state.
 

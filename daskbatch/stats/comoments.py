@@ -24,6 +24,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import (
     State,
     as_float64,
+    handles_overflow,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
@@ -263,6 +264,7 @@ class CoMoments:  # numpydoc ignore=PR02
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
 
+    @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> CoMomentsState:
         """Reduce one block to its co-moments state.
 
@@ -295,6 +297,7 @@ class CoMoments:  # numpydoc ignore=PR02
         c = xp.matmul(xp.matrix_transpose(dev), dev) - n * _outer(xp, e, e)
         return CoMomentsState(n=n, shift=shift, mean=approx_mean + e, c=c)
 
+    @handles_overflow
     def merge(self, a: CoMomentsState, b: CoMomentsState, /) -> CoMomentsState:
         """Combine the states of two disjoint sets of rows.
 
@@ -318,6 +321,7 @@ class CoMoments:  # numpydoc ignore=PR02
             return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=_rows_of(a) + _rows_of(b))
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
+    @handles_overflow
     def finalize(self, s: CoMomentsState, /) -> CoMomentsResult:
         """Compute the covariance and correlation from a state.
 

@@ -24,6 +24,7 @@ from daskbatch.stats._base import (
     State,
     as_float64,
     central_moment,
+    handles_overflow,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
@@ -269,6 +270,7 @@ class Moments:  # numpydoc ignore=PR02
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
 
+    @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> MomentsState:
         """Reduce one block to its moments state.
 
@@ -355,6 +357,7 @@ class Moments:  # numpydoc ignore=PR02
             neginf_count=xp.sum(xp.astype(x == -xp.inf, xp.float64), axis=0),
         )
 
+    @handles_overflow
     def merge(self, a: MomentsState, b: MomentsState, /) -> MomentsState:
         """Combine the states of two disjoint sets of rows.
 
@@ -407,6 +410,7 @@ class Moments:  # numpydoc ignore=PR02
             return _weighted(merged, _rows_of(a) + _rows_of(b))
         return merged
 
+    @handles_overflow
     def finalize(self, s: MomentsState, /) -> MomentsResult:
         """Compute the moments from a state.
 

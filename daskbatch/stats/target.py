@@ -32,6 +32,7 @@ from daskbatch.stats._base import (
     State,
     as_float64,
     central_moment,
+    handles_overflow,
     merge_shifted_means,
     safe_divisor,
 )
@@ -125,6 +126,7 @@ class TargetMoments:
     #: ``chunk`` reads the target (describe's runner passes it where a label goes).
     needs_label = True
 
+    @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /) -> TargetMomentsState:
         """Reduce one block to co-moments with the target.
 
@@ -173,6 +175,7 @@ class TargetMoments:
             y_m2=central_moment(xp, y_s2 - n * ey * ey, y_s2), c=c,
         )
 
+    @handles_overflow
     def merge(self, a: TargetMomentsState, b: TargetMomentsState, /) -> TargetMomentsState:
         """Combine the states of two disjoint sets of rows.
 
@@ -197,6 +200,7 @@ class TargetMoments:
             x_m2=a.x_m2 + b.x_m2 + dx * dx * w, y_m2=a.y_m2 + b.y_m2 + dy * dy * w, c=a.c + b.c + dx * dy * w,
         )
 
+    @handles_overflow
     def finalize(self, s: TargetMomentsState, /) -> TargetMomentsResult:
         """Compute the means, sums of squared deviations and co-moment of every feature with the target.
 
