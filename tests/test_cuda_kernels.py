@@ -457,7 +457,7 @@ def test_sim_chunks_without_rows_launch_nothing(weighted: bool) -> None:
 @sim
 @pytest.mark.parametrize("weighted", [False, True])
 def test_sim_overflowing_variance_stays_infinite(weighted: bool) -> None:
-    """A 1e300 sentinel: m2 and m4 +inf as on the CPU (not the 0 that fmax makes of inf - inf on a device)."""
+    """A 1e300 sentinel: m2, m4 and the co-moments' diagonal +inf as on the CPU (not the 0 of fmax, or inf - inf)."""
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
@@ -475,6 +475,10 @@ def test_sim_overflowing_variance_stays_infinite(weighted: bool) -> None:
         ref_class = reference(ClassMoments(n_classes=2), x, y, weights=w)
         got_class = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y), 2,
                                                      None if w is None else cuda.to_device(w), rows_per_group=8)
+        c = host(_gpu.comoments(cuda.to_device(x), rows_per_group=8, weights=None if w is None else cuda.to_device(w))[3])
+        c_ref = np.asarray(reference(CoMoments(), x, weights=w).c)
+    assert np.isposinf(c[0, 0]) and np.isposinf(c_ref[0, 0])  # the co-moments' diagonal: the variance's +inf
+    np.testing.assert_allclose(np.triu(c)[1:, 1:], np.triu(c_ref)[1:, 1:], rtol=1e-12, atol=1e-12 * np.max(np.abs(c_ref[1:, 1:])))
     fields = got[1:] if weighted else got
     assert np.isposinf(host(fields[3])[0]) and np.isposinf(host(fields[5])[0])  # m2, m4
     assert np.isposinf(host(got_class[3])[0, 1])  # the sentinel's class

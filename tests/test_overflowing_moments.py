@@ -18,8 +18,9 @@ import pytest
 
 import daskbatch as db
 from daskbatch.errors import OverflowWarning
-from daskbatch.stats import ClassMoments, Moments, kernels
+from daskbatch.stats import ClassMoments, CoMoments, Moments, kernels
 from daskbatch.stats.target import TargetMoments
+from daskbatch.stats.tiled import CrossCoMoments
 
 PATHS = [pytest.param(False, id="array-api"),
          pytest.param(True, id="kernels", marks=pytest.mark.skipif(not kernels.available(), reason="no numba"))]
@@ -61,6 +62,34 @@ def test_moments_keep_an_overflowing_variance_infinite(compiled: bool, weighted:
 
 @pytest.mark.parametrize("compiled", PATHS)
 @pytest.mark.parametrize("weighted", [False, True])
+def test_covariance_diagonal_is_the_overflowing_variance(compiled: bool, weighted: bool) -> None:
+    """The co-moments' diagonal is +inf where the variance is (not the NaN of inf - inf), merged or not."""
+    x = overflowing()
+    w = np.ones(x.shape[0]) if weighted else None
+    stat = CoMoments()
+    with dask.config.set({"daskbatch.kernels": compiled}):
+        whole = stat.chunk(x, weights=w)
+        halves = stat.merge(stat.chunk(x[:150], weights=None if w is None else w[:150]),
+                            stat.chunk(x[150:], weights=None if w is None else w[150:]))
+        for state in (whole, halves):
+            cov = np.asarray(stat.finalize(state).cov)
+            check_variances(np.diagonal(cov), x)
+            assert np.isfinite(cov[0, 2]) and np.isfinite(cov[2, 2])
+
+
+def test_diagonal_tiles_keep_an_overflowing_variance_infinite() -> None:
+    """The tiles of a covariance too wide for one state: a diagonal tile's diagonal as CoMoments'."""
+    x = overflowing()
+    tile = CrossCoMoments()
+    for state in (tile.chunk(x), tile.merge(tile.chunk(x[:150]), tile.chunk(x[150:]))):
+        c = np.asarray(state.c)
+        np.testing.assert_array_equal(np.diagonal(c)[:2], np.inf)
+        assert np.isfinite(c[2, 2]) and np.isfinite(c[0, 2])
+    assert np.isfinite(np.asarray(CrossCoMoments(split=1).chunk(x).c)[0, 1])  # off the diagonal: f0 with f2, as before
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+@pytest.mark.parametrize("weighted", [False, True])
 def test_class_moments_keep_an_overflowing_variance_infinite(compiled: bool, weighted: bool) -> None:
     x = overflowing()
     y = np.arange(x.shape[0]) % 2  # the sentinel's row 17 is in class 1
@@ -95,3 +124,4 @@ def test_describe_says_once_which_variances_overflow(weighted: bool) -> None:
     assert "2 feature(s)" in message and "f0 (min " in message and "max 1e+300)" in message and "f1 (min 1e+160" in message
     assert "f2" not in message
     check_variances(summary.to_dataframe().loc[:, "var"].to_numpy(), x)
+    check_variances(np.diagonal(np.asarray(summary.cov)), x)

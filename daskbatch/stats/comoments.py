@@ -294,7 +294,7 @@ class CoMoments:  # numpydoc ignore=PR02
         x = as_float64(x)
         complete = xp.all(xp.isfinite(x), axis=1)
         n, shift, approx_mean, dev, e = centred(xp, x, complete)
-        c = xp.matmul(xp.matrix_transpose(dev), dev) - n * _outer(xp, e, e)
+        c = _corrected(xp, xp.matmul(xp.matrix_transpose(dev), dev), n * _outer(xp, e, e))
         return CoMomentsState(n=n, shift=shift, mean=approx_mean + e, c=c)
 
     @handles_overflow
@@ -345,6 +345,13 @@ class CoMoments:  # numpydoc ignore=PR02
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
 
 
+def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
+    """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
+    # There the correction is inf too (inf - inf: NaN); stats._base.central_moment keeps the variance +inf.
+    eye = xp.eye(products.shape[0], dtype=xp.bool, device=device(products))
+    return xp.where(eye & (products == xp.inf), xp.full_like(products, xp.inf), products - correction)
+
+
 def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     """The weighted state of a block whose weights are all positive (corrected two-pass, weighted sums)."""
     xp = namespace(x)
@@ -360,7 +367,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     complete = xp.all(xp.isfinite(x), axis=1)
     total, shift, approx_mean, scaled, e = centred(xp, x, complete, w)
     # sqrt(w) on both sides: one symmetric product (BLAS syrk), as for unweighted blocks.
-    c = xp.matmul(xp.matrix_transpose(scaled), scaled) - total * _outer(xp, e, e)
+    c = _corrected(xp, xp.matmul(xp.matrix_transpose(scaled), scaled), total * _outer(xp, e, e))
     rows = xp.sum(xp.astype(complete, xp.float64))
     return WeightedCoMomentsState(n=total, shift=shift, mean=approx_mean + e, c=c, rows=rows)
 

@@ -24,9 +24,15 @@ import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import State, as_float64, merge_shifted_means, safe_divisor
+from daskbatch.stats._base import (
+    State,
+    as_float64,
+    handles_overflow,
+    merge_shifted_means,
+    safe_divisor,
+)
 from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.comoments import _outer, centred, covariance_and_correlation
+from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +104,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             return slice(0, width), slice(0, width)
         return slice(0, self.split), slice(self.split, width)
 
+    @handles_overflow
     def chunk(
         self, x: Array, label: Array | None = None, /, *, complete: Array | None = None, weights: Array | None = None
     ) -> CrossCoMomentsState:
@@ -140,11 +147,14 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         if w is not None:
             complete = complete & (w > 0)  # a row of weight 0 is as if absent, as CoMoments drops it
         n, shift, mean, dev, e = centred(xp, x, complete, w)
-        c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
+        products, correction = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]), n * _outer(xp, e[sa], e[sb])
+        # A diagonal tile keeps +inf where a sum of squares overflowed, as CoMoments does.
+        c = _corrected(xp, products, correction) if self.split is None else products - correction
         mean = mean + e
         state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
         return state if weights is None else _weighted(state, xp.sum(xp.astype(complete, xp.float64)))
 
+    @handles_overflow
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
         """Combine the states of two disjoint sets of rows.
 
@@ -170,6 +180,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             return _weighted(state, complete_rows(a) + complete_rows(b))
         return state
 
+    @handles_overflow
     def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
         """Give the row count, means (NaN without rows) and co-moment of the tile.
 
@@ -204,6 +215,7 @@ def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsStat
     return WeightedCrossCoMomentsState(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
+@handles_overflow
 def finalize_tile(
     s: CrossCoMomentsState, var_a: Array, var_b: Array, ddof: int, diagonal: bool
 ) -> tuple[Array, Array]:

@@ -253,6 +253,8 @@ def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
     d = c.shape[0]
     if i >= d or j >= d or i > j:
         return
+    if i == j and c[i, j] == math.inf:
+        return  # the sum of squares overflowed: +inf, as the moments' variance (not inf - inf)
     n = n_out[0]
     n_safe = n if n > 0 else 1.0
     c[i, j] = c[i, j] - n * ((centre[2, i] / n_safe) * (centre[2, j] / n_safe))

@@ -207,8 +207,12 @@ def chunk_comoments(
     root = np.sqrt(wsums)[:, None]  # √w on both sides keeps each correction one symmetric product
     spread = root * (means - mean)
     residual = root * residuals
+    # A feature whose sum of squares overflowed stays +inf on the diagonal (its correction is inf - inf: NaN),
+    # as the moments' variance does (stats._base.central_moment).
+    overflowed = np.flatnonzero(np.isposinf(np.diagonal(c)))
     c += spread.T @ spread
     c -= residual.T @ residual
+    c[overflowed, overflowed] = np.inf
     return n, total, shift, mean, c
 
 
