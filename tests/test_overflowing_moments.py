@@ -73,9 +73,13 @@ def test_covariance_diagonal_is_the_overflowing_variance(compiled: bool, weighte
     x = overflowing()
     stat = CoMoments()
     for state in whole_and_halves(stat, x, compiled, weighted):
-        cov = np.asarray(stat.finalize(state).cov)
+        result = stat.finalize(state)
+        cov, corr = np.asarray(result.cov), np.asarray(result.corr)
         check_variances(np.diagonal(cov), x)
         assert np.isfinite(cov[0, 2]) and np.isfinite(cov[2, 2])
+        # No correlation with an overflowed feature (1/sqrt(inf) would make it 0, measured by nothing); 1 with itself.
+        assert np.isnan(corr[0, 1:]).all() and np.isnan(corr[1:, 0]).all() and np.isnan(corr[1, 2])
+        np.testing.assert_array_equal(np.diagonal(corr), 1.0)
 
 
 def test_diagonal_tiles_keep_an_overflowing_variance_infinite() -> None:

@@ -223,8 +223,9 @@ def covariance_and_correlation(
     cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
 
     def _inv_sqrt(m2: Array) -> Array:
-        """Invert the square roots of ``m2`` (sums of squared deviations), NaN where a feature does not vary."""
-        varies = m2 > 0
+        """Invert the square roots of ``m2`` (sums of squared deviations), NaN where a feature does not vary or overflowed."""
+        # An overflowed sum (+inf) would give 1/inf = 0, a correlation of 0 that nothing measured: NaN instead.
+        varies = (m2 > 0) & (m2 < xp.inf)
         return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
 
     corr = xp.clip(c * _outer(xp, _inv_sqrt(m2_a), _inv_sqrt(m2_b)), -1.0, 1.0)
