@@ -338,7 +338,7 @@ class CoMoments:  # numpydoc ignore=PR02
         """
         xp = namespace(s.c)
         c = mirrored(s.c)  # once here rather than in every chunk (GPU states hold the upper triangle)
-        diag = xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
+        diag = _diagonal(xp, c)
         cov, corr = covariance_and_correlation(c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         if isinstance(s, WeightedCoMomentsState):
@@ -346,11 +346,22 @@ class CoMoments:  # numpydoc ignore=PR02
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
 
 
+def _diagonal(xp: Namespace, c: Array) -> Array:
+    """The diagonal of the square matrix ``c``."""
+    return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
+
+
 def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
     """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
     # There the correction is inf too (inf - inf: NaN); stats._base.central_moment keeps the variance +inf.
-    eye = xp.eye(products.shape[0], dtype=xp.bool, device=device(products))
-    return xp.where(eye & (products == xp.inf), xp.full_like(products, xp.inf), products - correction)
+    # Looked for on the diagonal first: the common case adds no (D, D) temporary to the two the planner counts.
+    overflowed = _diagonal(xp, products) == xp.inf
+    c = products - correction
+    del products, correction  # the caller's temporaries: freed before the rare mask below
+    if not bool(xp.any(overflowed)):
+        return c
+    eye = xp.eye(c.shape[0], dtype=xp.bool, device=device(c))
+    return xp.where(eye & overflowed[None, :], xp.asarray(xp.inf, dtype=c.dtype, device=device(c)), c)
 
 
 def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:

@@ -147,9 +147,10 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         if w is not None:
             complete = complete & (w > 0)  # a row of weight 0 is as if absent, as CoMoments drops it
         n, shift, mean, dev, e = centred(xp, x, complete, w)
-        products, correction = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]), n * _outer(xp, e[sa], e[sb])
-        # A diagonal tile keeps +inf where a sum of squares overflowed, as CoMoments does.
-        c = _corrected(xp, products, correction) if self.split is None else products - correction
+        if self.split is None:  # a diagonal tile keeps +inf where a sum of squares overflowed, as CoMoments does
+            c = _corrected(xp, xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]), n * _outer(xp, e[sa], e[sb]))
+        else:
+            c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
         state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
         return state if weights is None else _weighted(state, xp.sum(xp.astype(complete, xp.float64)))
