@@ -49,6 +49,9 @@ _NOUNS = {
     "job_report": "daskbatch job report", "transform": "daskbatch transform output", "drift": "daskbatch drift report",
 }
 
+#: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
+_UNMARKED = {"figure"}
+
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
 
@@ -219,7 +222,8 @@ def check_output(
     path : str or path
         Where the output will go.
     kind : str
-        ``"summary"`` or ``"tiled_cov"``: an existing output of the same kind may be replaced.
+        ``"summary"`` or ``"tiled_cov"``: an existing output of the same kind may be replaced;
+        ``"figure"`` (an image, which carries no marker) replaces nothing without ``overwrite``.
     form : {"zarr", "file"}, default "zarr"
         A Zarr store or a single file (a JSON document).
     what : str, default "path"
@@ -260,6 +264,10 @@ def check_output(
         if form == "file" and os.path.isdir(where):
             raise OutputError(f"{what} {where} is a directory; give a file name")
     if _exists(where) and not overwrite:
+        if kind in _UNMARKED:
+            raise OutputExistsError(
+                f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
+            )
         found = output_kind(where)
         if found != kind:
             noun = _NOUNS.get(kind, f"daskbatch {kind} output")
