@@ -23,6 +23,7 @@ from daskbatch.io.outputs import OutputTarget, check_output, check_separate, wri
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.interrupts import exit_now
+from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.summary import load_summary
 from daskbatch.summary.report import format_report
@@ -156,6 +157,10 @@ def describe_command(
         out = update_path if out is None else out
     # Every output path is checked before anything is opened or computed.
     targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
+    if out is not None:
+        # The summary's run lock, as --update takes it: held until the command ends, so that a summary
+        # being updated is not replaced under the update (nor updated while this run writes it).
+        click.get_current_context().with_resource(summary_lock(out))
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if previous is not None and update_path is not None:

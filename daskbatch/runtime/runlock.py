@@ -47,7 +47,7 @@ from typing import Any
 
 from daskbatch.errors import LockHeldError
 
-__all__ = ["LOCK_NAME", "RunLock", "output_lock_path"]
+__all__ = ["LOCK_NAME", "RunLock", "output_lock_path", "summary_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,30 @@ def output_lock_path(out: str | os.PathLike[str]) -> Path:
     """
     path = Path(os.path.abspath(out))
     return path.with_name(f".{path.name}.daskbatch-lock")
+
+
+def summary_lock(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[Any]:
+    """The run lock of a saved summary, which ``describe --update`` holds from reading it to writing it back.
+
+    Every writer of a summary path takes it, so that a summary being updated is
+    never replaced under the update (the writer fails at once, naming the
+    holder); this thread may take it again while it holds it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The summary's path.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A :class:`RunLock` on ``.NAME.daskbatch-lock`` beside the summary; for a
+        URL (no lock file can be made atomically there) a context that does nothing.
+    """
+    where = os.fspath(path)
+    if "://" in where:
+        return contextlib.nullcontext()
+    return RunLock(output_lock_path(where), f"summary {where}")
 
 
 def _stale_after() -> float:
