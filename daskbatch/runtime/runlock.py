@@ -220,6 +220,12 @@ class RunLock:
     def _judge_existing(self) -> None:
         """Return when the existing lock is gone or was stale (and removed); raise when it is held."""
         holder, raw, age = _read(self.path)
+        if raw is None and os.path.islink(self.path):
+            # O_EXCL does not follow it and reading does not find it: without this every round ends here.
+            raise LockHeldError(
+                f"{self.what} cannot be locked: lock file {self.path} is a dangling symbolic link "
+                f"(to {os.readlink(self.path)}); remove the link, then run again"
+            )
         if raw is None:
             return  # released meanwhile: try again
         reason = self._stale_reason(holder, age)
