@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from daskbatch.errors import DataError
+from daskbatch.io.locations import zarr_target
 
 log = logging.getLogger("daskbatch.io.outputs")  # the name users filter on, from before the split
 
@@ -174,7 +175,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     import zarr  # lazy: zarr
 
     try:
-        attrs = dict(zarr.open_group(where, mode="r").attrs)
+        attrs = dict(zarr.open_group(zarr_target(where, read_only=True), mode="r").attrs)
     except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
         return None
     kind = attrs.get(MARKER)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from daskbatch.io.locations import zarr_target
 from daskbatch.io.outputs import MARKER, check_output, write_output
 from daskbatch.runtime.runlock import summary_lock
 
@@ -65,7 +66,8 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
 
     def _write(tmp: str) -> None:
         """Write the dataset (and the states) to the temporary path ``tmp``."""
-        ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+        # A local "a::b.zarr" is written as that path, not read as a chained URL.
+        ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
         if summary.states is not None:
             write_states(tmp, summary.states, results)
 
