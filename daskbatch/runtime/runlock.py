@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from daskbatch.errors import LockHeldError
+from daskbatch.errors import DiskFullError, LockHeldError
 
 __all__ = ["LOCK_NAME", "RunLock", "output_lock_path", "summary_lock"]
 
@@ -188,10 +189,20 @@ class RunLock:
                 self._judge_existing()
                 continue
             try:
-                os.write(fd, content)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                try:
+                    os.write(fd, content)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                # An empty lock file left here would lock out every run for its grace period.
+                self.path.unlink(missing_ok=True)
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(
+                        f"{exc.strerror} writing lock file {self.path} ({len(content)} bytes); "
+                        "free space there and run the same command again"
+                    ) from exc
+                raise
             self._start_heartbeat()
             return
         raise LockHeldError(f"{self.what} is in use: could not take {self.path} (other runs keep taking it)")
