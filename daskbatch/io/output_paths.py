@@ -10,6 +10,7 @@ through a temporary sibling is :mod:`daskbatch.io.outputs`'s.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -32,6 +33,7 @@ __all__ = [
     "SELECTION_HEADER",
     "check_output",
     "check_outputs",
+    "check_replaceable",
     "check_separate",
     "output_kind",
     "recover",
@@ -204,6 +206,42 @@ def _exists(path: str) -> bool:
 
     fs, where = fsspec.core.url_to_fs(path)
     return bool(fs.exists(where))
+
+
+#: Root attributes of the datasets daskbatch writes (besides the :data:`MARKER` of its outputs): synth's ground truth and ingest's state.
+_DATASET_ATTRS = ("synth", "daskbatch_ingest")
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to delete ``path`` for a new store unless daskbatch wrote what is there, whatever ``overwrite`` says.
+
+    Deletable are a symbolic link (the link, never its target), an empty
+    directory, and a Zarr group whose root attributes carry :data:`MARKER` or
+    one of the dataset attributes that ``synth`` and ``ingest`` write.
+
+    Parameters
+    ----------
+    path : str
+        A local path that exists.
+
+    Raises
+    ------
+    OutputExistsError
+        One line naming the path.
+    """
+    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    try:
+        with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
+            attrs = json.load(f).get("attributes", {})
+    except (OSError, ValueError, AttributeError):  # no Zarr v3 group: nothing daskbatch wrote
+        attrs = {}
+    if isinstance(attrs, dict) and any(key in attrs for key in (MARKER, *_DATASET_ATTRS)):
+        return
+    raise OutputExistsError(
+        f"{path} already exists and is not a store daskbatch wrote; daskbatch does not replace other data, "
+        "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+    )
 
 
 def check_output(
