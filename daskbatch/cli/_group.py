@@ -104,5 +104,6 @@ def _disk_full_message(exc: OSError) -> str:
     """One line for a full disk: daskbatch's own message, else the path the system names."""
     if isinstance(exc, DiskFullError):
         return str(exc)
-    where = f" writing {exc.filename}" if exc.filename else ""
-    return f"{exc.strerror or 'disk or quota full'}{where}; free space there and run the same command again"
+    if exc.filename:
+        return f"{exc.strerror} writing {exc.filename}; free space there and run the same command again"
+    return f"{exc.strerror or 'disk or quota full'}; free space and run the same command again"

@@ -141,3 +141,18 @@ def test_a_lock_file_that_does_not_fit_is_not_left_behind(
     assert f"writing lock file {disk / 'ck' / 'daskbatch.lock'}" in err, err
     assert not os.path.lexists(disk / "ck" / "daskbatch.lock")
     assert filler.stat().st_size == size
+
+
+def test_a_summary_that_does_not_fit(tmp_path: pathlib.Path, disk: pathlib.Path) -> None:
+    """``--out`` on a full disk: exit 74 naming the output, no temporary copy left."""
+    x = np.random.default_rng(6).normal(size=(200, 150))
+    zarr.open_group(str(tmp_path / "wide.zarr"), mode="w").create_array(
+        "X", data=x, chunks=(100, 150)
+    )
+    full = _describe(
+        str(tmp_path / "wide.zarr"), "--stats", "moments,cov", "--out", str(disk / "s.zarr")
+    )
+    assert full.returncode == 74, full.stderr
+    err = full.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"error: No space left on device writing path {disk / 's.zarr'} "), err
+    assert list(disk.iterdir()) == []
