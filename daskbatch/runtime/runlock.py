@@ -188,6 +188,9 @@ class RunLock:
             except FileExistsError:
                 self._judge_existing()
                 continue
+            except OSError as exc:
+                self._raise_disk_full(exc, len(content))
+                raise
             try:
                 try:
                     os.write(fd, content)
@@ -197,15 +200,19 @@ class RunLock:
             except OSError as exc:
                 # An empty lock file left here would lock out every run for its grace period.
                 self.path.unlink(missing_ok=True)
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFullError(
-                        f"{exc.strerror} writing lock file {self.path} ({len(content)} bytes); "
-                        "free space there and run the same command again"
-                    ) from exc
+                self._raise_disk_full(exc, len(content))
                 raise
             self._start_heartbeat()
             return
         raise LockHeldError(f"{self.what} is in use: could not take {self.path} (other runs keep taking it)")
+
+    def _raise_disk_full(self, exc: OSError, nbytes: int) -> None:
+        """Raise DiskFullError naming the lock file when ``exc`` is a full disk or quota (the lock was free)."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(
+                f"{exc.strerror} writing lock file {self.path} ({nbytes} bytes); "
+                "free space there and run the same command again"
+            ) from exc
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock file if it is still ours (outermost level only)."""

@@ -45,7 +45,7 @@ class _CheckpointLock(RunLock):
         try:
             super().acquire()
         except DiskFullError:
-            # The lock file could be created, so no run held the lock: a killed run's partial
+            # O_EXCL found no lock file, so no run held the lock: a killed run's partial
             # checkpoint file may be what fills the disk.
             remove_stale_temps(self.path.parent)
             super().acquire()
