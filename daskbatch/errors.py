@@ -62,6 +62,10 @@ class LockHeldError(OSError):
     """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
 
 
+class DiskFullError(OSError):
+    """A disk or quota filled up while daskbatch wrote (ENOSPC, EDQUOT): not bad input; the message names the path and the bytes it needed."""
+
+
 class GPUKernelsWarning(UserWarning):
     """GPU work runs on the array-API path instead of daskbatch's GPU kernels: the same answers, several times slower."""
 

@@ -176,13 +176,17 @@ def test_existing_output_refused_unless_overwrite(tmp_path):
     out = tmp_path / "out.zarr"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
-    with pytest.raises(
-        FileExistsError, match=r"out\.zarr.*not a daskbatch ingest output.*--overwrite"
-    ):
-        ingest(str(tmp_path / "a.npy"), out)
-    assert (out / "precious.txt").exists()
-    ingest(str(tmp_path / "a.npy"), out, overwrite=True)
-    assert open_dataset(out).shape == (10, D)
+    # Not daskbatch's: refused with and without overwrite (which never deletes other data).
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError, match=r"out\.zarr.*not a store daskbatch wrote.*remove it yourself"):
+            ingest(str(tmp_path / "a.npy"), out, overwrite=overwrite)
+        assert (out / "precious.txt").read_text() == "keep me"
+    ingest(str(tmp_path / "a.npy"), tmp_path / "ours.zarr")
+    np.save(tmp_path / "b.npy", np.zeros((7, D), "f4"))
+    with pytest.raises(DataError, match=r"different inputs.*--overwrite"):
+        ingest(str(tmp_path / "b.npy"), tmp_path / "ours.zarr")
+    ingest(str(tmp_path / "b.npy"), tmp_path / "ours.zarr", overwrite=True)
+    assert open_dataset(tmp_path / "ours.zarr").shape == (7, D)
 
 
 def test_rerun_is_noop_and_different_inputs_refused(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import click
 
 from daskbatch.cli._logging import LoggingGroup, logging_params, setup_from_context
 from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
-from daskbatch.errors import DeviceUnavailableError, PlanError
+from daskbatch.errors import DeviceUnavailableError, DiskFullError, PlanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,6 +22,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_PLAN = 3
+EXIT_NO_SPACE = 74  # EX_IOERR: a disk or quota is full; free space and run the same command again
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to resume
 
 
@@ -31,6 +33,7 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: interrupted, re-run the same command to re
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=(
         "Exit codes: 0 success, 1 unexpected failure, 2 bad input, 3 plan does not fit, "
+        "74 disk or quota full (free space, run the same command again), "
         "75 interrupted (resumable: run the same command again)."
     ),
 )
@@ -81,6 +84,9 @@ def user_errors(func: F) -> F:
             if is_lost_scheduler(exc, connecting=False):  # not bad input, though CommClosedError is an OSError
                 click.echo(f"error: lost the scheduler ({describe_lost(exc)}); run the command again", err=True)
                 sys.exit(EXIT_FAILURE)
+            if isinstance(exc, OSError) and (isinstance(exc, DiskFullError) or exc.errno in _DISK_FULL):
+                click.echo(f"error: {_disk_full_message(exc)}", err=True)  # not bad input: the same run works with space
+                sys.exit(EXIT_NO_SPACE)
             # ImportError: an optional extra is missing (its message names the pip install);
             # DeviceUnavailableError: no CUDA device for --cluster cuda.
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
@@ -88,3 +94,16 @@ def user_errors(func: F) -> F:
             sys.exit(EXIT_BAD_INPUT)
 
     return _wrapper  # type: ignore[return-value]
+
+
+#: The errnos of a full disk or quota.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full_message(exc: OSError) -> str:
+    """One line for a full disk: daskbatch's own message, else the path the system names."""
+    if isinstance(exc, DiskFullError):
+        return str(exc)
+    if exc.filename:
+        return f"{exc.strerror} writing {exc.filename}; free space there and run the same command again"
+    return f"{exc.strerror or 'disk or quota full'}; free space and run the same command again"

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from daskbatch.io.outputs import check_separate
-from daskbatch.runtime.runlock import RunLock, output_lock_path
+from daskbatch.runtime.runlock import summary_lock
 from daskbatch.summary import load_summary
 
 #: Options whose values come from STATS under --update (parameter name -> option).
@@ -70,9 +70,7 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     check_separate(stats_path, "--update", {"the input store": store})
     if os.path.exists(os.path.dirname(os.path.abspath(stats_path))):
         # Held from this read to the write of the merged summary (released when the command ends).
-        lock = RunLock(output_lock_path(stats_path), f"summary {stats_path}")
-        lock.acquire()
-        ctx.call_on_close(lock.release)
+        ctx.with_resource(summary_lock(stats_path))
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
     # The label is found as describe finds it (--label, else the one the store records): see needs_label.

@@ -48,7 +48,7 @@ from daskbatch.runtime.interrupts import exit_now
     "--generator", type=click.Choice(["default", "counter"]), default="default", show_default=True,
     help="default: numpy's Philox, block by block; counter: the GPU's counter-based stream (same data on a CPU).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--overwrite", is_flag=True, help="Replace OUT if daskbatch wrote it (never other data).")
 @user_errors
 def synth_cmd(
     out: str,
@@ -142,7 +142,7 @@ def _named_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @click.option(
     "--overwrite",
     is_flag=True,
-    help="Replace OUT if it exists (otherwise an unfinished ingest resumes).",
+    help="Replace OUT if daskbatch wrote it, never other data (otherwise an unfinished ingest resumes).",
 )
 @user_errors
 def ingest_cmd(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from daskbatch.io.outputs import OutputTarget, check_output, check_separate, wri
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.interrupts import exit_now
+from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.summary import load_summary
 from daskbatch.summary.report import format_report
@@ -155,7 +157,14 @@ def describe_command(
         previous, settings = update_settings(click.get_current_context(), update_path, store)
         out = update_path if out is None else out
     # Every output path is checked before anything is opened or computed.
-    targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite)
+    # The summaries read are inputs too; an --update summary is the default --out, replaced on purpose.
+    read = {"the --like summary": like_path,
+            "the --update summary": None if update_path is None or _same_path(out, update_path) else update_path}
+    targets = _check_outputs(store, out, json_path, cov_out, checkpoint, overwrite, read)
+    if out is not None:
+        # The summary's run lock, as --update takes it: held until the command ends, so that a summary
+        # being updated is not replaced under the update (nor updated while this run writes it).
+        click.get_current_context().with_resource(summary_lock(out))
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     if previous is not None and update_path is not None:
@@ -245,12 +254,19 @@ def _check_roles(label: str | None, target: str | None, groups: str | None) -> N
         )
 
 
+def _same_path(a: str | None, b: str) -> bool:
+    """Whether ``a`` names the path ``b`` (symlinks resolved for local paths)."""
+    if a is None or "://" in a or "://" in b:
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _check_outputs(
     store: str, out: str | None, json_path: str | None, cov_out: str | None, checkpoint: str | None,
-    overwrite: bool,
+    overwrite: bool, summaries: dict[str, str | None],
 ) -> dict[str, OutputTarget]:
-    """Check --out, --json and --cov-out against the disk and each other (one-line OutputError)."""
-    protected: dict[str, str | None] = {"the input store": store, "the --checkpoint directory": checkpoint}
+    """Check --out, --json and --cov-out against the disk, the inputs and each other (one-line OutputError)."""
+    protected: dict[str, str | None] = {"the input store": store, "the --checkpoint directory": checkpoint, **summaries}
     targets: dict[str, OutputTarget] = {}
     if out is not None:
         targets["out"] = check_output(out, kind="summary", what="--out", overwrite=overwrite, protected=protected)
@@ -264,7 +280,7 @@ def _check_outputs(
         # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
         targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
     if checkpoint is not None:
-        check_separate(checkpoint, "--checkpoint", {"the input store": store, **{
+        check_separate(checkpoint, "--checkpoint", {"the input store": store, **summaries, **{
             f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
         check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets

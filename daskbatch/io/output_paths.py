@@ -10,6 +10,7 @@ through a temporary sibling is :mod:`daskbatch.io.outputs`'s.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from daskbatch.errors import DataError
+from daskbatch.io.locations import zarr_target
 
 log = logging.getLogger("daskbatch.io.outputs")  # the name users filter on, from before the split
 
@@ -31,6 +33,7 @@ __all__ = [
     "SELECTION_HEADER",
     "check_output",
     "check_outputs",
+    "check_replaceable",
     "check_separate",
     "output_kind",
     "recover",
@@ -48,6 +51,9 @@ _NOUNS = {
     "summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance", "selection": "daskbatch selection",
     "job_report": "daskbatch job report", "transform": "daskbatch transform output", "drift": "daskbatch drift report",
 }
+
+#: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
+_UNMARKED = {"figure"}
 
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
@@ -171,7 +177,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     import zarr  # lazy: zarr
 
     try:
-        attrs = dict(zarr.open_group(where, mode="r").attrs)
+        attrs = dict(zarr.open_group(zarr_target(where, read_only=True), mode="r").attrs)
     except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
         return None
     kind = attrs.get(MARKER)
@@ -202,6 +208,42 @@ def _exists(path: str) -> bool:
     return bool(fs.exists(where))
 
 
+#: Root attributes of the datasets daskbatch writes (besides the :data:`MARKER` of its outputs): synth's ground truth and ingest's state.
+_DATASET_ATTRS = ("synth", "daskbatch_ingest")
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to delete ``path`` for a new store unless daskbatch wrote what is there, whatever ``overwrite`` says.
+
+    Deletable are a symbolic link (the link, never its target), an empty
+    directory, and a Zarr group whose root attributes carry :data:`MARKER` or
+    one of the dataset attributes that ``synth`` and ``ingest`` write.
+
+    Parameters
+    ----------
+    path : str
+        A local path that exists.
+
+    Raises
+    ------
+    OutputExistsError
+        One line naming the path.
+    """
+    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    try:
+        with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
+            attrs = json.load(f).get("attributes", {})
+    except (OSError, ValueError, AttributeError):  # no Zarr v3 group: nothing daskbatch wrote
+        attrs = {}
+    if isinstance(attrs, dict) and any(key in attrs for key in (MARKER, *_DATASET_ATTRS)):
+        return
+    raise OutputExistsError(
+        f"{path} already exists and is not a store daskbatch wrote; daskbatch does not replace other data, "
+        "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+    )
+
+
 def check_output(
     path: str | os.PathLike[str],
     *,
@@ -219,7 +261,8 @@ def check_output(
     path : str or path
         Where the output will go.
     kind : str
-        ``"summary"`` or ``"tiled_cov"``: an existing output of the same kind may be replaced.
+        ``"summary"`` or ``"tiled_cov"``: an existing output of the same kind may be replaced;
+        ``"figure"`` (an image, which carries no marker) replaces nothing without ``overwrite``.
     form : {"zarr", "file"}, default "zarr"
         A Zarr store or a single file (a JSON document).
     what : str, default "path"
@@ -260,6 +303,10 @@ def check_output(
         if form == "file" and os.path.isdir(where):
             raise OutputError(f"{what} {where} is a directory; give a file name")
     if _exists(where) and not overwrite:
+        if kind in _UNMARKED:
+            raise OutputExistsError(
+                f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
+            )
         found = output_kind(where)
         if found != kind:
             noun = _NOUNS.get(kind, f"daskbatch {kind} output")

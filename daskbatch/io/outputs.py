@@ -25,12 +25,14 @@ same way, and an output of ours there is replaced in place.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from daskbatch.errors import DiskFullError
 from daskbatch.io.output_paths import (
     MARKER,
     SELECTION_HEADER,
@@ -83,16 +85,30 @@ def write_output(target: OutputTarget, write: Callable[[str], Any]) -> str:
     -------
     str
         ``target.path``.
+
+    Raises
+    ------
+    daskbatch.errors.DiskFullError
+        The disk or quota filled up (ENOSPC, EDQUOT); nothing was written at the path.
     """
     target = check_output(
         target.path, kind=target.kind, form=target.form, what=target.what,
         overwrite=target.overwrite, protected=target.protected,
     )
-    if target.is_url:
-        _write_remote(target, write)
-        return target.path
-    with staged(target.path) as tmp:
-        write(tmp)
+    try:
+        if target.is_url:
+            _write_remote(target, write)
+            return target.path
+        with staged(target.path) as tmp:
+            write(tmp)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The system's error names a file inside the removed temporary copy, if any: name the output.
+        raise DiskFullError(
+            f"{exc.strerror} writing {target.what} {target.path} (nothing was written there); "
+            "free space there and run the same command again"
+        ) from exc
     return target.path
 
 

@@ -56,6 +56,7 @@ import zarr
 from daskbatch.errors import DataError
 from daskbatch.io import state_codec
 from daskbatch.io.integrity import checksummed
+from daskbatch.io.locations import zarr_target
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 from daskbatch.stats.state_registry import state_key
@@ -118,7 +119,7 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     """
     from zarr.codecs import ZstdCodec  # lazy: zarr
 
-    root = zarr.open_group(store, mode="r+")
+    root = zarr.open_group(zarr_target(store), mode="r+")
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
     digests = {}
     for name, kept in states.items():
@@ -201,7 +202,7 @@ def read_states(
         something that is not a daskbatch statistic, or the states do not
         belong to the summary's results (one line naming the summary and the state).
     """
-    root = zarr.open_group(store, mode="r")
+    root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     try:
         group = root[GROUP]
     except KeyError:

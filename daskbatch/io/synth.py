@@ -24,6 +24,7 @@ from zarr.codecs import ZstdCodec
 from daskbatch.errors import DataError, DeviceUnavailableError
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
+from daskbatch.io.output_paths import check_replaceable, remove_path
 from daskbatch.io.synth_counter import counter_rows
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
@@ -218,7 +219,9 @@ def synth(
         Write a Zarr v3 group with arrays ``X`` (and ``y``), zstd-compressed with a
         CRC-32C checksum per chunk and every chunk stored, and open it back.  ``None`` returns lazy dask arrays.
     overwrite : bool, default False
-        Replace an existing store at ``path``.
+        Replace an existing store at ``path`` that daskbatch wrote (never other
+        data: a directory not written by daskbatch is refused; a symbolic link is
+        replaced, not its target).
     rank, world_size : int, optional
         Make only this rank's contiguous share of the ``rows``
         (:func:`rank_rows`): bitwise the same rows as the whole dataset's, so
@@ -344,13 +347,18 @@ def _write(
 ) -> None:
     """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
-    if "://" not in where and os.path.exists(where) and not overwrite:
-        raise FileExistsError(
-            f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
-        )
+    local = "://" not in where
+    if local and os.path.lexists(where):
+        if not overwrite:
+            raise FileExistsError(
+                f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
+            )
+        # zarr's mode "w" would empty whatever directory is there (or a symlink's target).
+        check_replaceable(where)
+        remove_path(where)
     try:
         group = zarr.open_group(
-            where, mode="w" if overwrite else "w-", zarr_format=3, attributes=attrs
+            where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=attrs
         )
     except zarr.errors.ContainsGroupError as exc:
         raise FileExistsError(

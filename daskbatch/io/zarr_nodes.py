@@ -17,6 +17,7 @@ from daskbatch import config
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import storage_chunks
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
+from daskbatch.io.locations import zarr_target
 
 __all__ = [
     "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "clean_attrs",
@@ -63,7 +64,7 @@ def open_node(
     kwargs: dict[str, Any] = {"mode": "r"}
     if storage_options:
         kwargs["storage_options"] = dict(storage_options)
-    target: Any = where
+    target: Any = zarr_target(where, read_only=True)  # a local "a::b.zarr" is that path, not a chained URL
     if where.endswith(".zip") and os.path.isfile(where):
         # zarr.open takes a path for a directory store only; a zip file needs its store.
         target = zarr.storage.ZipStore(where, mode="r")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import json
 import logging
 import os
@@ -45,9 +46,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from daskbatch.errors import LockHeldError
+from daskbatch.errors import DiskFullError, LockHeldError
 
-__all__ = ["LOCK_NAME", "RunLock", "output_lock_path"]
+__all__ = ["LOCK_NAME", "RunLock", "output_lock_path", "summary_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,30 @@ def output_lock_path(out: str | os.PathLike[str]) -> Path:
     """
     path = Path(os.path.abspath(out))
     return path.with_name(f".{path.name}.daskbatch-lock")
+
+
+def summary_lock(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[Any]:
+    """The run lock of a saved summary, which ``describe --update`` holds from reading it to writing it back.
+
+    Every writer of a summary path takes it, so that a summary being updated is
+    never replaced under the update (the writer fails at once, naming the
+    holder); this thread may take it again while it holds it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The summary's path.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A :class:`RunLock` on ``.NAME.daskbatch-lock`` beside the summary; for a
+        URL (no lock file can be made atomically there) a context that does nothing.
+    """
+    where = os.fspath(path)
+    if "://" in where:
+        return contextlib.nullcontext()
+    return RunLock(output_lock_path(where), f"summary {where}")
 
 
 def _stale_after() -> float:
@@ -163,14 +188,31 @@ class RunLock:
             except FileExistsError:
                 self._judge_existing()
                 continue
+            except OSError as exc:
+                self._raise_disk_full(exc, len(content))
+                raise
             try:
-                os.write(fd, content)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                try:
+                    os.write(fd, content)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                # An empty lock file left here would lock out every run for its grace period.
+                self.path.unlink(missing_ok=True)
+                self._raise_disk_full(exc, len(content))
+                raise
             self._start_heartbeat()
             return
         raise LockHeldError(f"{self.what} is in use: could not take {self.path} (other runs keep taking it)")
+
+    def _raise_disk_full(self, exc: OSError, nbytes: int) -> None:
+        """Raise DiskFullError naming the lock file when ``exc`` is a full disk or quota (the lock was free)."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(
+                f"{exc.strerror} writing lock file {self.path} ({nbytes} bytes); "
+                "free space there and run the same command again"
+            ) from exc
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock file if it is still ours (outermost level only)."""
@@ -196,6 +238,12 @@ class RunLock:
     def _judge_existing(self) -> None:
         """Return when the existing lock is gone or was stale (and removed); raise when it is held."""
         holder, raw, age = _read(self.path)
+        if raw is None and os.path.islink(self.path):
+            # O_EXCL does not follow it and reading does not find it: without this every round ends here.
+            raise LockHeldError(
+                f"{self.what} cannot be locked: lock file {self.path} is a dangling symbolic link "
+                f"(to {os.readlink(self.path)}); remove the link, then run again"
+            )
         if raw is None:
             return  # released meanwhile: try again
         reason = self._stale_reason(holder, age)

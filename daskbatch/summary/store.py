@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from daskbatch.io.locations import zarr_target
 from daskbatch.io.outputs import MARKER, check_output, write_output
+from daskbatch.runtime.runlock import summary_lock
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
@@ -37,6 +39,8 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     ------
     daskbatch.io.outputs.OutputError
         Before anything is written, with a message naming the path.
+    daskbatch.errors.LockHeldError
+        Another live run (``describe --update``) holds the summary's lock.
     """
     from daskbatch.io.summary_states import (  # lazy: dask, zarr
         check_savable,
@@ -62,11 +66,14 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
 
     def _write(tmp: str) -> None:
         """Write the dataset (and the states) to the temporary path ``tmp``."""
-        ds.to_zarr(tmp, mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+        # A local "a::b.zarr" is written as that path, not read as a chained URL.
+        ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
         if summary.states is not None:
             write_states(tmp, summary.states, results)
 
-    return write_output(target, _write)
+    # The lock ``describe --update`` holds: a summary being updated is not replaced under it.
+    with summary_lock(path):
+        return write_output(target, _write)
 
 
 def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:

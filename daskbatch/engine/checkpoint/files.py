@@ -18,24 +18,31 @@ arrays (``allow_pickle=False``). Whatever is wrong with a file surfaces as
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
 import os
 import re
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from daskbatch.errors import DiskFullError
 from daskbatch.io import state_codec
 from daskbatch.runtime.interrupts import no_interrupt
 
-__all__ = ["DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "write_atomic"]
+__all__ = [
+    "DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "remove_stale_temps", "write_atomic",
+]
 
-#: Prefix of files being written (left behind only by a kill, and ignored then).
+#: Prefix of files being written (left behind only by a kill; removed by the next run).
 TMP_PREFIX = ".tmp-"
+#: A temporary file's name: ``.tmp-<file name>-<pid of its writer>``.
+_TMP_NAME = re.compile(re.escape(TMP_PREFIX) + r".+-(\d+)")
 #: First line of a node file, followed by ``sha256=<hex of everything after this line>``.
 MAGIC = "daskbatch-checkpoint-node 3"
 _FIRST_LINE = re.compile(rb"daskbatch-checkpoint-node 3 sha256=([0-9a-f]{64})")
@@ -62,21 +69,70 @@ def fsync_dir(path: Path) -> None:
 def write_atomic(path: Path, payload: bytes) -> None:
     """Write ``payload`` to ``path`` via a fsynced temporary file and a rename.
 
+    The temporary file is removed when the write fails.
+
     Parameters
     ----------
     path : pathlib.Path
         The file.
     payload : bytes
         Its content.
+
+    Raises
+    ------
+    daskbatch.errors.DiskFullError
+        The disk or quota is full (ENOSPC, EDQUOT); names the file and the bytes it needed.
     """
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
     with no_interrupt():
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)  # a partial file would hold the space the next run needs
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(_disk_full(path, len(payload), exc)) from exc
+            raise
         fsync_dir(path.parent)
+
+
+def _disk_full(path: Path, needed: int, exc: OSError) -> str:
+    """One line for a checkpoint file that did not fit: the file, the bytes it needs, the bytes free there."""
+    try:
+        free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"{exc.strerror} writing checkpoint file {path}: it needs {needed:,} bytes ({free} there); "
+        "free space there and run the same command again (finished blocks stay in the checkpoint)"
+    )
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Delete the temporary files that killed runs left in a checkpoint directory and its pass folders.
+
+    Only files of writers that are no longer running on this host are deleted
+    (the caller holds the directory's lock, so no other run writes there).
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The checkpoint directory.
+    """
+    import psutil  # lazy: psutil
+
+    folders = [directory, *(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())]
+    for folder in folders:
+        for p in folder.glob(f"{TMP_PREFIX}*"):
+            match = _TMP_NAME.fullmatch(p.name)
+            if match is None or not p.is_file():
+                continue
+            pid = int(match.group(1))
+            if pid != os.getpid() and not psutil.pid_exists(pid):
+                p.unlink(missing_ok=True)
 
 
 def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from daskbatch.engine.checkpoint.files import remove_stale_temps
 from daskbatch.engine.checkpoint.manifest import MANIFEST
-from daskbatch.errors import DataError
+from daskbatch.errors import DataError, DiskFullError
 from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 
@@ -33,7 +34,21 @@ def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
     """
     check_checkpoint_dir(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    return RunLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+    return _CheckpointLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+class _CheckpointLock(RunLock):
+    """The run lock of a checkpoint directory; on a full disk it first deletes what killed runs left there."""
+
+    def acquire(self) -> None:
+        """Take the lock; when its file does not fit, delete dead writers' temporary files and try once more."""
+        try:
+            super().acquire()
+        except DiskFullError:
+            # O_EXCL found no lock file, so no run held the lock: a killed run's partial
+            # checkpoint file may be what fills the disk.
+            remove_stale_temps(self.path.parent)
+            super().acquire()
 
 
 def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:

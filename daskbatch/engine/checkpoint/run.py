@@ -50,6 +50,7 @@ from daskbatch.engine.checkpoint.files import (
     decode_state,
     encode_state,
     read_header,
+    remove_stale_temps,
     write_atomic,
 )
 from daskbatch.engine.checkpoint.lock import checkpoint_lock, holding_checkpoint_lock
@@ -274,6 +275,7 @@ def run_checkpointed(
     pass_folder(bundle.name)  # a plain name, before anything is written
     folder_root = Path(directory)
     with checkpoint_lock(folder_root):
+        remove_stale_temps(folder_root)  # before any write: a killed run's partial file may hold the space it needs
         folder = open_pass(folder_root, items, bundle.name, spec, force,
                             {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
         store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)

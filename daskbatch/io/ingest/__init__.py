@@ -43,6 +43,7 @@ from daskbatch.io.ingest.manifest import (
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
+from daskbatch.io.output_paths import check_replaceable, remove_path
 from daskbatch.io.outputs import check_separate
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.runlock import RunLock, output_lock_path
@@ -165,16 +166,16 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
         return True, set()
     old = read_manifest(out) if os.path.isdir(out) else None
     if overwrite:
-        if os.path.isdir(out) and not os.path.islink(out):
-            shutil.rmtree(out)
-        else:
-            os.remove(out)
+        if old is None:
+            check_replaceable(out)  # never another's data, nor a symlink's target
+        remove_path(out)
         return True, set()
     if old is None and _unfinished_creation(out):
         # Interrupted while creating the store (before its manifest): nothing to keep.
         shutil.rmtree(out)
         return True, set()
     if old is None:
+        check_replaceable(out)  # another's data: --overwrite would not replace it either
         raise FileExistsError(
             f"{out!r} already exists and is not a daskbatch ingest output; "
             "pass --overwrite (overwrite=True) to replace it"
@@ -323,7 +324,8 @@ def ingest(
         Chunks written in parallel (default: CPU count).  Peak memory is about
         ``workers`` x (one chunk + one source batch).
     overwrite : bool, default False
-        Replace an existing ``out``.  Without it an unfinished ingest of the same
+        Replace an existing ``out`` that daskbatch wrote (never other data, nor
+        a symbolic link's target).  Without it an unfinished ingest of the same
         inputs is resumed, and anything else is refused.
     progress : bool or callable, default False
         Show a progress bar: a widget in Jupyter, a line on stderr in a terminal
