@@ -125,3 +125,14 @@ def _store(tmp_path: Path, x: np.ndarray) -> str:
     g = zarr.open_group(path, mode="w")
     g.create_array("X", data=x, chunks=(200, x.shape[1]))
     return path
+
+
+def test_describe_reports_each_count_once() -> None:
+    # The README's snippet: each pass used to report (1, 1) twice.
+    calls, report = _recorder()
+    db.describe(np.random.default_rng(0).normal(size=(10_000, 4)), progress=report)
+    phases = {c[2] for c in calls}
+    assert len(phases) == 2
+    for phase in phases:
+        done = [c[0] for c in calls if c[2] == phase]
+        assert done == sorted(set(done)) and done[-1] == calls[-1][1], calls
