@@ -136,3 +136,26 @@ def test_describe_reports_each_count_once() -> None:
     for phase in phases:
         done = [c[0] for c in calls if c[2] == phase]
         assert done == sorted(set(done)) and done[-1] == calls[-1][1], calls
+
+
+def test_run_job_progress_and_cancel(tmp_path: Path) -> None:
+    from daskbatch.jobs import run_job
+
+    store = tmp_path / "data.zarr"
+    db.synth(store, rows=6000, features=5, classes=3, chunk_rows=1000, seed=2)
+    job = {"daskbatch": {"job": {
+        "input": {"store": str(store)}, "cluster": {"kind": "threads", "threads": 2}, "memory": "2GiB",
+        "outputs": {"dir": str(tmp_path / "out")}, "checkpoint": str(tmp_path / "ckpt"),
+        "transform": {"steps": ["select", "standardize"], "chunk_rows": 1000},
+    }}}
+    stop = threading.Event()
+    with pytest.raises(db.Cancelled):
+        run_job(job, cancel=stop, progress=lambda done, total, step: stop.set() if step == "transform" else None)
+    assert not (tmp_path / "out" / "transformed.zarr" / "X" / "c").exists() or len(
+        os.listdir(tmp_path / "out" / "transformed.zarr" / "X" / "c")) < 6
+    calls, report = _recorder()
+    done = run_job(job, progress=report)  # the same job again: resumes, and reports every step
+    assert done.status == "ok"
+    steps_seen = {c[2] for c in calls}
+    assert "transform" in steps_seen and any(s.startswith("pass 1/") for s in steps_seen), steps_seen
+    _counts_up_to(calls, 6, "transform")
