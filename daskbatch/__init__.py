@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         CheckpointMismatchError,
         DataError,
         DeviceUnavailableError,
+        GPUUnavailableError,
         Interrupted,
         PlanError,
         RangeWarning,
@@ -73,7 +74,8 @@ _LAZY = {
     "describe": "daskbatch.describe",
     "RunOptions": "daskbatch.engine.run_options",
     **dict.fromkeys(
-        ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "Interrupted", "PlanError", "RangeWarning"),
+        ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "GPUUnavailableError",
+         "Interrupted", "PlanError", "RangeWarning"),
         "daskbatch.errors",
     ),
     "merge": "daskbatch.incremental", "update": "daskbatch.incremental",
@@ -97,7 +99,7 @@ _LAZY = {
 
 __all__ = [
     "PCA", "Accumulator", "BatchError", "Bundle", "Cancelled", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
-    "DeviceUnavailableError", "Drift", "Footprint", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
+    "DeviceUnavailableError", "Drift", "Footprint", "GPUUnavailableError", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "RunOptions", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
     "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "select", "steps", "synth", "transform", "update",

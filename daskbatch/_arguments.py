@@ -7,7 +7,10 @@ from typing import Any, cast
 
 from daskbatch._typing import DEVICES, Device
 
-__all__ = ["checked_device", "strict_int"]
+__all__ = ["GPU_INSTALL", "checked_device", "gpu_module", "strict_int"]
+
+#: How to get a working GPU stack, for every message that asks for one.
+GPU_INSTALL = "pip install 'daskbatch[gpu-cu12]' (CUDA 12 driver) or 'daskbatch[gpu-cu13]' (CUDA 13)"
 
 
 def checked_device(device: Any) -> Device:
@@ -81,3 +84,36 @@ def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     if minimum is not None and result < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {result}")
     return result
+
+
+def gpu_module(what: str) -> Any:
+    """CuPy, for ``device="gpu"``: the one check that every function taking ``device=`` makes.
+
+    Parameters
+    ----------
+    what : str
+        The call that asked for the GPU, for the message (``"describe"``, ``"transform"``).
+
+    Returns
+    -------
+    module
+        ``cupy``, imported and seeing at least one CUDA device.
+
+    Raises
+    ------
+    GPUUnavailableError
+        One line: CuPy missing or broken, or no device, and the install line.
+    """
+    from daskbatch.errors import GPUUnavailableError
+
+    try:
+        import cupy  # lazy: cupy
+    except ImportError as exc:
+        raise GPUUnavailableError(f"{what}(device='gpu'): CuPy does not import ({exc}); {GPU_INSTALL}") from None
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # a driver or runtime problem: CuPy raises its own CUDARuntimeError types
+        raise GPUUnavailableError(f"{what}(device='gpu'): CuPy sees no CUDA device ({exc}); {GPU_INSTALL}") from None
+    if count < 1:
+        raise GPUUnavailableError(f"{what}(device='gpu'): CuPy sees no CUDA device; {GPU_INSTALL}")
+    return cupy

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from array_api_compat import is_array_api_obj
 
-from daskbatch._arguments import checked_device
+from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
@@ -112,6 +114,8 @@ class Accumulator:
             warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
             device = "auto"
         self.device = checked_device(device)
+        if self.device == "gpu":
+            gpu_module("Accumulator")  # here, not at the first batch: one error type for a missing GPU
         if stats is None:
             stats = names_of((MOMENTS, COV) + ((HIST, MI) if range is not None else ()))
         asked = configured(stats, bins=bins, range=range, ddof=ddof, bias=bias, nan_policy=nan_policy, classes=classes)
@@ -216,7 +220,10 @@ class Accumulator:
                              f"earlier batches {'had none' if weighted else 'had them'}: every batch has weights, or none does")
         return weighted
 
-    def update_many(self, batches: Iterable[Any]) -> Accumulator:
+    def update_many(
+        self, batches: Iterable[Any], *, progress: bool | ProgressCallback = False,
+        cancel: threading.Event | None = None,
+    ) -> Accumulator:
         """Add every batch of ``batches`` (arrays, ``(batch, label)`` pairs or ``(batch, label, w)`` triples), in order.
 
         The states are those of calling :meth:`update` on each batch in turn.
@@ -230,6 +237,13 @@ class Accumulator:
         batches : iterable
             Arrays, ``(batch, label)`` pairs, or ``(batch, label, w)`` triples
             (``w``: the sample weights, as in :meth:`update`).
+        progress : bool or callable, default False
+            True draws a progress bar; a callable is called as
+            ``progress(done, total, "update_many")`` after every batch taken
+            (``total`` is None when ``batches`` has no length).
+        cancel : threading.Event, optional
+            Set it (from another thread) to stop at the next batch with
+            :class:`~daskbatch.Cancelled`; as for a bad batch, nothing of this call is added.
 
         Returns
         -------
@@ -238,6 +252,9 @@ class Accumulator:
         """
         seen: list[int] = []  # rows of the batches taken, committed at the end
         bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
+        total = len(batches) if hasattr(batches, "__len__") else None
+        bar = Progress("update_many", total, unit="batches", show=progress is True,
+                       callback=progress if callable(progress) else None, cancel=cancel)
 
         def parts() -> Iterator[tuple[Any, ...]]:
             """Check and yield each batch, its label and (weighted) its weights, counting the rows.
@@ -254,17 +271,12 @@ class Accumulator:
                 batch, label = self._checked(batch, label, index)
                 seen.append(int(batch.shape[0]))
                 self._n_features = int(batch.shape[1])  # later batches are checked against it
+                bar.advance()  # raises Cancelled once cancel is set
                 yield (batch, label) if w is None else (batch, label, _checked_weights(w, int(batch.shape[0]), index))
 
         try:
-            if self.device == "gpu":
-                state = stager().reduce(parts(), self._chunk, self._merge, initial=self._state)
-            else:
-                state = self._state
-                for part in parts():
-                    batch, label = self._on_device(*part[:2])
-                    new = self._chunk(batch, label, *part[2:])
-                    state = new if state is None else self._merge(state, new)
+            with bar:
+                state = self._reduced(parts())
         except BaseException:
             self._bundle, self._n_features, self._weighted = bundle_before, features_before, weighted_before
             raise
@@ -272,6 +284,17 @@ class Accumulator:
         self._rows += sum(seen)
         self._batches += len(seen)
         return self
+
+    def _reduced(self, parts: Iterator[tuple[Any, ...]]) -> Any:
+        """The state after adding every part to this accumulator's state (which is left as it is)."""
+        if self.device == "gpu":
+            return stager().reduce(parts, self._chunk, self._merge, initial=self._state)
+        state = self._state
+        for part in parts:
+            batch, label = self._on_device(*part[:2])
+            new = self._chunk(batch, label, *part[2:])
+            state = new if state is None else self._merge(state, new)
+        return state
 
     def _on_device(self, batch: Any, label: Any) -> tuple[Any, Any]:
         """``batch`` and ``label`` where ``device`` says: as they are, on the host, or on the GPU."""

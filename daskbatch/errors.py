@@ -19,6 +19,15 @@ class DeviceUnavailableError(RuntimeError):
     """A GPU was asked for (a ``"cuda"`` cluster) but this machine shows none."""
 
 
+class GPUUnavailableError(DeviceUnavailableError, ImportError):
+    """``device="gpu"`` was asked for, but CuPy does not import or sees no CUDA device.
+
+    Raised the same way by every function that takes ``device=``; its message
+    names the install line. Also an :class:`ImportError`, as a missing optional
+    dependency is, so code written against either keeps working.
+    """
+
+
 class Interrupted(BaseException):
     """A run was stopped (SIGTERM at a walltime); its checkpoint holds what finished.
 

@@ -23,9 +23,10 @@ provenance.  A batch that fails is handled by ``on_error``, one mode or
     on the GPU: a memory error (``cupy.cuda.memory.OutOfMemoryError`` or any
     ``MemoryError``) splits the batch in halves, retried on the GPU down to
     ``min_batch_rows`` (default ``batch_rows // 1024``); a piece that still fails, or any other error from the
-    GPU (retrying smaller would not help), runs on the CPU, and so does
-    everything when CuPy is missing; a :class:`~daskbatch.errors.GPUFallbackWarning`
-    says so once.  On the CPU a failing batch is bisected down to
+    GPU (retrying smaller would not help), runs on the CPU; a
+    :class:`~daskbatch.errors.GPUFallbackWarning` says so once. Without a
+    working CuPy, ``device="gpu"`` raises :class:`~daskbatch.errors.GPUUnavailableError`
+    (``device="auto"`` runs on the CPU).  On the CPU a failing batch is bisected down to
     ``min_batch_rows`` (default 1), and a smallest piece that still fails raises a
     :class:`BatchError` with its rows;
 ``"flag"``
@@ -57,6 +58,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from daskbatch._arguments import gpu_module
 from daskbatch._version import __version__
 from daskbatch._warnings import warn
 from daskbatch.engine._batch_calls import (
@@ -84,6 +86,7 @@ from daskbatch.io.rowstore import (
 )
 from daskbatch.map_items import map_items
 from daskbatch.planning.devices import DeviceChoice
+from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
@@ -105,7 +108,7 @@ def map_batches(
     feature_names: Sequence[str] | None = None,
     dtype: str | np.dtype | None = None,
     overwrite: bool = False,
-    progress: bool = False,
+    progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> Any:
     """Apply ``func`` (a block of rows -> the same rows, any number of columns) to all rows, batch by batch.
@@ -149,8 +152,9 @@ def map_batches(
         the batch; a declared float dtype rounds finite values as asked.
     overwrite : bool, default False
         Start an existing daskbatch output again (see :func:`daskbatch.transform`).
-    progress : bool, default False
-        A progress bar: a widget in Jupyter, a line on stderr in a terminal (start and end are logged either way).
+    progress : bool or callable, default False
+        True draws a progress bar: a widget in Jupyter, a line on stderr in a terminal (start and end are
+        logged either way); a callable is called as ``progress(done, total, "map_batches")`` after every batch.
     cancel : threading.Event, optional
         Set it to stop at the next batch boundary (SIGINT and SIGTERM do the same);
         with ``out`` the finished batches are kept and a re-run resumes.
@@ -166,15 +170,15 @@ def map_batches(
     ------
     BatchError
         ``func`` failed (``"raise"``; ``"fallback"`` when even the smallest piece fails on the CPU).
-    ImportError
-        ``device="gpu"`` without CuPy, unless ``on_error`` includes ``"fallback"`` (then the CPU, with a warning).
+    GPUUnavailableError
+        ``device="gpu"`` where CuPy does not import or sees no device (``device="auto"`` runs on the CPU there).
     Cancelled
         Stopped by ``cancel``.
     Interrupted
         Stopped by a signal (SIGINT, SIGTERM).
     """
     t0 = time.perf_counter()
-    fallback, flag = on_error_modes(on_error)
+    _, flag = on_error_modes(on_error)  # validates on_error; fallback is the runner's
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if _is_items(x):
@@ -194,7 +198,7 @@ def map_batches(
         raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
     # Failures are bisected down to single rows; out-of-memory halving on the GPU stops sooner (tiny pieces waste it).
     min_rows, gpu_min_rows = int(min_batch_rows or 1), int(min_batch_rows or max(1, per // 1024))
-    choice = _where(device, fallback, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,
+    choice = _where(device, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,
                     on_gpu=type(getattr(xs, "_meta", None)).__module__.split(".")[0] == "cupy")
 
     runner = BatchRunner(func, 0, np.dtype("f8"), choice.device, on_error, min_rows, gpu_min_rows,
@@ -207,7 +211,6 @@ def map_batches(
     rows = int(xs.shape[0])
     xb = xs.to_delayed().ravel()
     yb = ys.to_delayed().ravel() if ys is not None else [None] * len(xb)
-    label = "map_batches" if progress else None
     failed: list[tuple[int, int]] = []
     cpu_rows: list[tuple[int, int]] = []
 
@@ -222,7 +225,7 @@ def map_batches(
 
         fn = functools.partial(run_batch, runner=runner, per=per, writer=None)
         run_blocks(fn, {i: (xb[i], None) for i in range(len(xb))}, name="db-map-batches", on_done=place,
-                   cancel=cancel, progress=label, rows=rows)
+                   cancel=cancel, progress=progress, label="map_batches", rows=rows, resumable=False)
         _warn_cpu_rows(cpu_rows, runner.name)
         if not flag:
             return result
@@ -274,7 +277,7 @@ def map_batches(
         if todo:
             fn = functools.partial(run_batch, runner=runner, per=per, writer=store.writer)
             run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-map-batches", on_done=done,
-                       cancel=cancel, progress=label, total=store.blocks, rows=rows)
+                       cancel=cancel, progress=progress, label="map_batches", total=store.blocks, rows=rows)
         ranges: list[tuple[int, int]] = []
         if flag:  # from the store: batches flagged by earlier, interrupted runs count too
             ranges = row_ranges(np.asarray(store.writer.arrays["failed"][:]))
@@ -322,19 +325,11 @@ def _is_items(x: Any) -> bool:
     return isinstance(x, dask.bag.Bag)
 
 
-def _where(device: str, fallback: bool, *, batch_bytes: int, on_gpu: bool) -> DeviceChoice:
-    """The device the batches run on: ``device``, or ``"auto"``'s choice; CuPy missing falls back when allowed."""
+def _where(device: str, *, batch_bytes: int, on_gpu: bool) -> DeviceChoice:
+    """The device the batches run on: ``device``, or ``"auto"``'s choice (the CPU when the GPU does not work)."""
     if device == "auto":
         return auto_device(batch_bytes, on_gpu=on_gpu)
     if device == "cpu":
         return DeviceChoice("cpu", "device='cpu'")
-    try:
-        import cupy  # noqa: F401  # lazy: cupy
-    except ImportError as exc:
-        if not fallback:
-            raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
-        text = f"device='gpu' needs CuPy, which does not import ({exc}): every batch runs on the CPU"
-        log.warning(text)
-        warn(text, GPUFallbackWarning)
-        return DeviceChoice("cpu", text)
+    gpu_module("map_batches")
     return DeviceChoice("gpu", "device='gpu'")

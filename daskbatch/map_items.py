@@ -31,6 +31,7 @@ from daskbatch.engine._batch_calls import (
 )
 from daskbatch.engine.blockrun import DEVICES, run_blocks
 from daskbatch.errors import BatchError, FlaggedRowsWarning
+from daskbatch.runtime.progress import ProgressCallback
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_items"]
 
@@ -95,7 +96,7 @@ def map_items(
     device: str = "auto",
     on_error: Any = "raise",
     min_batch_rows: int | None = None,
-    progress: bool = False,
+    progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> list[Any]:
     """Apply ``func`` (a list of items -> one result per item) to all items, batch by batch.
@@ -118,10 +119,10 @@ def map_items(
         As for arrays, with items for rows (see :mod:`daskbatch.map_batches`).
     min_batch_rows : int, optional
         Smallest piece a failing batch is bisected down to (default 1 item).
-    progress : bool, default False
-        A progress bar.
+    progress : bool or callable, default False
+        True draws a progress bar; a callable is called as ``progress(done, total, "map_batches")``.
     cancel : threading.Event, optional
-        Set it to stop at the next batch boundary.
+        Set it to stop at the next batch boundary (the results so far are not kept).
 
     Returns
     -------
@@ -164,7 +165,7 @@ def map_items(
         parts = [_Batch(items[lo : lo + per]) for lo in range(0, len(items), per)]
     done: dict[int, tuple[list[Any], Ranges]] = {}
     run_blocks(functools.partial(_run, runner=runner), {i: (p,) for i, p in enumerate(parts)}, name="db-map-items",
-               on_done=done.__setitem__, cancel=cancel, progress="map_batches" if progress else None)
+               on_done=done.__setitem__, cancel=cancel, progress=progress, label="map_batches", resumable=False)
     results: list[Any] = []
     flagged: Ranges = []
     for i in range(len(parts)):

@@ -220,7 +220,7 @@ def test_describe_device_gpu_without_cupy_is_one_line_exit_2(store: tuple[str, n
         pytest.skip("CuPy is installed: --device gpu would run")
     result = CliRunner().invoke(main, ["describe", store[0], "--cluster", "threads", "--device", "gpu"])
     assert result.exit_code == 2, result.output
-    assert "needs CuPy: pip install 'daskbatch[gpu]'" in result.output
+    assert "describe(device='gpu'): CuPy does not import" in result.output and "daskbatch[gpu-cu12]" in result.output
     assert "Traceback" not in result.output
 
 

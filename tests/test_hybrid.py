@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -137,15 +136,22 @@ def test_describe_auto_runs_on_the_cpu_and_records_why(store: str) -> None:
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy")
-def test_gpu_without_cupy_falls_back_once_or_raises(store: str, tmp_path: Path) -> None:
-    with pytest.raises(ImportError, match=r"^device='gpu' needs CuPy"):
-        db.map_batches(scores, store, device="gpu")
-    with pytest.warns(GPUFallbackWarning, match="device='gpu' needs CuPy, which does not import") as record:
-        report = db.map_batches(scores, store, device="gpu", on_error="fallback", out=tmp_path / "cpu.zarr")
-    assert len([w for w in record if issubclass(w.category, GPUFallbackWarning)]) == 1  # once, not per batch
-    prov = zarr.open_group(report.path).attrs["provenance"]
-    assert prov["device"] == "cpu" and "needs CuPy" in prov["device_reason"]
-    np.testing.assert_array_equal(zarr.open_group(report.path)["X"][:], expected(store))
+def test_gpu_without_cupy_raises_one_error_everywhere(store: str, tmp_path: Path) -> None:
+    # device="gpu" is the user's explicit choice: every function refuses it the same way, fallback or not.
+    calls = {
+        "map_batches": lambda: db.map_batches(scores, store, device="gpu"),
+        "map_batches(on_error='fallback')": lambda: db.map_batches(scores, store, device="gpu", on_error="fallback"),
+        "describe": lambda: db.describe(store, stats=("moments",), device="gpu"),
+        "Accumulator": lambda: db.Accumulator(device="gpu"),
+        "transform": lambda: db.transform(store, [], tmp_path / "t.zarr", device="gpu"),
+        "synth": lambda: db.synth(10, 2, device="gpu"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(db.GPUUnavailableError, match=r"gpu-cu12") as info:
+            call()
+        assert isinstance(info.value, ImportError) and isinstance(info.value, db.DeviceUnavailableError), what
+        assert "\n" not in str(info.value), what
+    assert not (tmp_path / "t.zarr").exists()
 
 
 def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str | None = None) -> Computed:
@@ -171,14 +177,14 @@ def test_describe_falls_back_to_the_cpu_when_auto_chose_a_gpu_that_fails(store: 
     for name, value in cpu.results.items():  # the same run as on the CPU, bit for bit
         for a, b in zip(dataclasses.astuple(value), dataclasses.astuple(done.results[name]), strict=True):
             np.testing.assert_array_equal(a, b)
-    with pytest.raises(ImportError, match="needs CuPy"):  # the user's choice: raised, not hidden
+    with pytest.raises(db.GPUUnavailableError, match="CuPy does not import"):  # the user's choice: raised, not hidden
         _describe_on(DeviceChoice("gpu", "device='gpu'"), "gpu", store)
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")
 def test_no_fallback_with_a_checkpoint_whose_states_are_the_gpus(store: str, tmp_path: Path) -> None:
     stale = DeviceChoice("gpu", "the GPU preflight passed (stale)")
-    with pytest.raises(ImportError, match="needs CuPy"):  # a CPU run would meet the GPU's fingerprint
+    with pytest.raises(db.GPUUnavailableError, match="CuPy does not import"):  # a CPU run would meet the GPU's fingerprint
         _describe_on(stale, "auto", store, checkpoint=str(tmp_path / "ckpt"))
 
 
@@ -214,10 +220,9 @@ def test_describe_auto_falls_back_when_the_gpu_runs_out_of_memory(store: str) ->
 
 
 def test_one_bad_row_among_20000_is_the_only_row_flagged(store: str, tmp_path: Path) -> None:
-    # Retried on the CPU (here: CuPy missing, or the GPU failing), then bisected down to the row.
-    with pytest.warns(FlaggedRowsWarning, match=r"^poisoned failed on 1 row \(1 range\(s\)\), flagged: row 13,579$"), \
-            pytest.warns(GPUFallbackWarning) if not HAS_CUPY else contextlib.nullcontext():
-        report = db.map_batches(poisoned, store, batch_rows=1000, device="gpu" if not HAS_CUPY else "auto",
+    # Retried on the CPU (where the GPU fails), then bisected down to the row.
+    with pytest.warns(FlaggedRowsWarning, match=r"^poisoned failed on 1 row \(1 range\(s\)\), flagged: row 13,579$"):
+        report = db.map_batches(poisoned, store, batch_rows=1000, device="auto",
                                 on_error=("fallback", "flag"), out=tmp_path / "flagged.zarr")
     group = zarr.open_group(report.path)
     assert report.failed_rows == ((BAD, BAD + 1),) and group.attrs["provenance"]["failed_rows"] == [[BAD, BAD + 1]]

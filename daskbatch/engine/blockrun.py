@@ -26,27 +26,26 @@ from typing import Any
 import dask
 from dask.callbacks import Callback
 
-from daskbatch._arguments import checked_device
+from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import DEVICES  # noqa: F401 - map_batches and map_items import it from here
 from daskbatch.errors import Cancelled, Interrupted
-from daskbatch.runtime.progress import Progress
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.stats.backend import to_numpy
 
 __all__ = ["on_device", "run_blocks"]
 
-def check_device(device: str) -> None:
-    """Raise for an unknown device, or ``"gpu"`` without CuPy.
+def check_device(device: str, what: str) -> None:
+    """Raise for an unknown device, or ``"gpu"`` without a working CuPy.
 
     Parameters
     ----------
     device : {"auto", "cpu", "gpu"}
         Where blocks are computed.
+    what : str
+        The call, for the message.
     """
     if checked_device(device) == "gpu":
-        try:
-            import cupy  # noqa: F401  # lazy: cupy
-        except ImportError as exc:
-            raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
+        gpu_module(what)
 
 
 def on_device(block: Any, device: str) -> Any:
@@ -144,9 +143,11 @@ def run_blocks(
     name: str,
     on_done: Callable[[int, Any], None],
     cancel: threading.Event | None = None,
-    progress: str | None = None,
+    progress: bool | ProgressCallback = False,
+    label: str | None = None,
     total: int | None = None,
     rows: int | None = None,
+    resumable: bool = True,
 ) -> None:
     """Compute ``fn(i, *args[i])`` for every block ``i``, calling ``on_done(i, result)`` as each finishes.
 
@@ -162,14 +163,19 @@ def run_blocks(
         Called in this thread with each finished block and its result.
     cancel : threading.Event, optional
         Set it (from another thread) to stop at the next block boundary.
-    progress : str, optional
-        Label of a progress bar (a widget in Jupyter, a line on a terminal's
-        stderr); None draws none. Start and end are logged either way, under
-        this label or ``name``.
+    progress : bool or callable, default False
+        True draws a progress bar (a widget in Jupyter, a line on a terminal's
+        stderr); a callable is called as ``progress(done, total, label)`` in
+        this thread after every block. Start and end are logged either way.
+    label : str, optional
+        What the bar, the callable and the log call this run (default ``name``).
     total : int, optional
         Blocks of the whole job, for the bar (default ``len(args)``); the others are counted as done.
     rows : int, optional
         Rows of the whole job, for rows/s.
+    resumable : bool, default True
+        Whether ``on_done`` keeps finished blocks where the same call finds them
+        again (an output store); the message of a stop says which.
 
     Raises
     ------
@@ -183,7 +189,8 @@ def run_blocks(
     stop = cancel if cancel is not None else threading.Event()
     total = len(args) if total is None else total
     finished: set[int] = set()
-    bar = Progress(progress or name, total, rows=rows, show=bool(progress))
+    bar = Progress(label or name, total, rows=rows, show=progress is True,
+                   callback=progress if callable(progress) else None)
 
     def done(i: int, result: Any) -> None:
         """Hand block ``i``'s result on, and advance the progress bar.
@@ -208,9 +215,12 @@ def run_blocks(
         else:
             _run_local(fn, args, name, done, stop)
     if stop.is_set() and len(finished) < len(args):
+        # Only an output store keeps finished blocks: results held in memory are lost with the stop.
+        kept = ("what finished is kept, run the same call again to resume" if resumable
+                else "results are returned in memory, so nothing is kept: run the call again to start over")
         if not got:  # the caller's cancel event, not a signal
-            raise Cancelled("cancelled at a block boundary; what finished is kept, run the same call again to resume")
-        raise Interrupted(f"stopped by {got[0]} at a block boundary; what finished is kept, run the same call again to resume")
+            raise Cancelled(f"cancelled at a block boundary; {kept}")
+        raise Interrupted(f"stopped by {got[0]} at a block boundary; {kept}")
 
 
 def _run_local(

@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 
 from daskbatch import config
+from daskbatch._arguments import gpu_module
 from daskbatch.engine.staged import TRANSFERS, part_rows_for
 
 if TYPE_CHECKING:
@@ -294,11 +295,7 @@ def device_module(device: str) -> Any:
         return None
     if device != "gpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
-    try:
-        import cupy  # lazy: cupy
-    except ImportError as exc:
-        raise ImportError("device='gpu' needs CuPy: pip install 'daskbatch[gpu]'") from exc
-    return cupy
+    return gpu_module("describe")
 
 
 def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> FeatureMatrix:

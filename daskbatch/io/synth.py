@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from typing import Any, Literal
 
 import dask
@@ -21,7 +22,8 @@ import zarr
 from dask.utils import format_bytes
 from zarr.codecs import ZstdCodec
 
-from daskbatch.errors import DataError, DeviceUnavailableError
+from daskbatch.errors import DataError, GPUUnavailableError
+from daskbatch.io.chunk_grid import absent_positions, chunk_grid, stored_keys
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
 from daskbatch.io.output_paths import check_replaceable, remove_path
@@ -93,7 +95,7 @@ def _wants_gpu(device: str) -> bool:
     except Exception:  # no CuPy, no driver or no device: all mean "no GPU here"
         present = False
     if device == "gpu" and not present:
-        raise DeviceUnavailableError(
+        raise GPUUnavailableError(
             "synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
             "(or [gpu-cu13]); generator='counter' makes the same data on the CPU"
         )
@@ -221,7 +223,9 @@ def synth(
     overwrite : bool, default False
         Replace an existing store at ``path`` that daskbatch wrote (never other
         data: a directory not written by daskbatch is refused; a symbolic link is
-        replaced, not its target).
+        replaced, not its target). Without it, an unfinished store of the same
+        parameters is completed, a finished one is opened as it is, and anything
+        else at ``path`` is refused (:class:`FileExistsError`).
     rank, world_size : int, optional
         Make only this rank's contiguous share of the ``rows``
         (:func:`rank_rows`): bitwise the same rows as the whole dataset's, so
@@ -241,8 +245,8 @@ def synth(
         "synth")`` after every chunk written.
     cancel : threading.Event, optional
         Set from another thread while writing ``path``, it stops after the
-        chunks in flight: :class:`~daskbatch.Cancelled` (the store is left
-        incomplete; write it again with ``overwrite=True``).
+        chunks in flight: :class:`~daskbatch.Cancelled`. The same call again
+        resumes: it writes only the chunks that are absent or do not decode.
 
     Returns
     -------
@@ -345,30 +349,99 @@ def _write(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
+    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored.
+
+    An unfinished store of the same request (a cancelled or killed run) is
+    completed: only its absent or unreadable chunks are written again.
+    """
     where = os.fspath(path)
+    request = _request_token(attrs, x, chunk_rows)
+    group = None if overwrite else _unfinished(where, request)
+    if group is None:
+        group = _create(where, x, y, attrs, chunk_rows, overwrite, request)
+    targets = [group["X"]] + ([group["y"]] if y is not None else [])
+    sources = [x] + ([y] if y is not None else [])
+    rows = int(x.shape[0])
+    if rows:
+        for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
+            todo = _chunks_to_write(target)
+            # Dask blocks equal storage chunks, so each chunk has exactly one writer.
+            # Keys unique to this write: a distributed scheduler would otherwise take y's tasks for X's.
+            name = f"synth-write-{uuid.uuid4().hex}"
+            writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, _block_region(source, i),
+                                                             dask_key_name=(name, i)) for i in todo]
+            total = int(source.numblocks[0])
+            with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
+                          nbytes=int(source.nbytes), show=progress is True,
+                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
+                bar.skip(total - len(todo))
+                if writes:
+                    compute(dask.delayed(len)(writes), bar, prefix="synth-write")
+    group.update_attributes({"synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: True}})
+
+
+#: Key in ``attrs["synth"]``: False while chunks are being written, True once every chunk is.
+SYNTH_COMPLETE = "complete"
+#: Key in ``attrs["synth"]``: what was asked for (shape, chunks, dtype, ground truth), to resume only the same request.
+SYNTH_REQUEST = "request_sha256"
+
+
+def _request_token(attrs: dict[str, Any], x: da.Array, chunk_rows: int) -> str:
+    """A digest of everything that decides the store's bytes: attributes, shape, chunking and dtype."""
+    import hashlib
+    import json
+
+    text = json.dumps([attrs, list(x.shape), chunk_rows, str(x.dtype)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _exists_message(where: str) -> str:
+    """The one-line refusal for an existing path that is not an unfinished store of this request."""
+    return (f"{where!r} already exists and is not an unfinished synth store of these parameters; "
+            "pass overwrite=True (--overwrite) to replace it")
+
+
+def _unfinished(where: str, request: str) -> zarr.Group | None:
+    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None.
+
+    Raises :class:`FileExistsError` for anything else at ``where``.
+    """
+    if "://" not in where and not os.path.lexists(where):
+        return None
+    try:
+        group = zarr.open_group(where, mode="r+")
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        if "://" in where:
+            return None
+        raise FileExistsError(_exists_message(where)) from None
+    made = group.attrs.get("synth")
+    if not isinstance(made, dict) or made.get(SYNTH_REQUEST) != request:
+        raise FileExistsError(_exists_message(where))
+    return group
+
+
+def _create(
+    where: str, x: da.Array, y: da.Array | None, attrs: dict[str, Any], chunk_rows: int, overwrite: bool,
+    request: str,
+) -> zarr.Group:
+    """Create the group and its empty arrays, marked unfinished."""
+    marked = {**attrs, "synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: False}}
     local = "://" not in where
-    if local and os.path.lexists(where):
-        if not overwrite:
-            raise FileExistsError(
-                f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
-            )
+    if local and os.path.lexists(where) and overwrite:
         # zarr's mode "w" would empty whatever directory is there (or a symlink's target).
         check_replaceable(where)
         remove_path(where)
     try:
         group = zarr.open_group(
-            where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=attrs
+            where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=marked
         )
     except zarr.errors.ContainsGroupError as exc:
-        raise FileExistsError(
-            f"{where!r} already exists; pass overwrite=True (--overwrite) to replace it"
-        ) from exc
+        raise FileExistsError(_exists_message(where)) from exc
     rows, features = x.shape
     # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
     # chunk makes a changed byte fail the read instead of changing the numbers.
     codec = checksummed(ZstdCodec(level=1))
-    zx = group.create_array(
+    group.create_array(
         "X",
         shape=(rows, features),
         chunks=(max(1, min(chunk_rows, rows)), features),
@@ -378,9 +451,8 @@ def _write(
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
         attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
     )
-    targets, sources = [zx], [x]
     if y is not None:
-        zy = group.create_array(
+        group.create_array(
             "y",
             shape=(rows,),
             chunks=(max(1, min(chunk_rows, rows)),),
@@ -390,14 +462,31 @@ def _write(
             config={"write_empty_chunks": True},
             attributes={WRITES_EVERY_CHUNK: True},
         )
-        targets.append(zy)
-        sources.append(y)
-    if rows:
-        # Dask blocks equal storage chunks, so each chunk has exactly one writer.
-        # dask annotates targets as numpy ArrayLike, but it only needs __setitem__ (zarr.Array has it).
-        for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
-            stored = da.store(source, target, lock=False, compute=False)  # type: ignore[arg-type]
-            with Progress(f"synth {target.basename}", int(stored.npartitions), unit="chunks", rows=rows,
-                          nbytes=int(source.nbytes), show=progress is True,
-                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
-                compute(stored, bar, prefix="store-map")
+    return group
+
+
+def _chunks_to_write(target: zarr.Array) -> list[int]:
+    """Row-chunk indices of ``target`` that are absent or do not decode (a run stopped while writing them)."""
+    present = stored_keys(target)
+    absent = {pos[0] for pos in absent_positions(target, present)}
+    todo = []
+    for i in range(chunk_grid(target)[0]):
+        if i not in absent:
+            try:
+                target.blocks[i]  # the CRC-32C and the codec check a chunk torn by a kill
+                continue
+            except Exception:  # any decode failure means: write it again (the data are deterministic)
+                pass
+        todo.append(i)
+    return todo
+
+
+def _store_block(block: np.ndarray, target: zarr.Array, region: tuple[slice, ...]) -> None:
+    """Write one computed block to its region of ``target``."""
+    target[region] = block
+
+
+def _block_region(source: da.Array, i: int) -> tuple[slice, ...]:
+    """Where dask block ``i`` of ``source`` goes in the output array (whole rows)."""
+    lo = sum(source.chunks[0][:i])
+    return (slice(lo, lo + source.chunks[0][i]),) + (slice(None),) * (source.ndim - 1)

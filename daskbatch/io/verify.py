@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,6 +47,7 @@ from daskbatch.io.chunk_grid import (
 )
 from daskbatch.io.integrity import check_chunk_count, writes_every_chunk
 from daskbatch.io.zarr_nodes import group_arrays, open_node
+from daskbatch.runtime.progress import Progress, ProgressCallback
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 
@@ -311,6 +313,8 @@ def verify_store(
     *,
     storage_options: Mapping[str, Any] | None = None,
     threads: int | None = None,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
 ) -> VerifyReport:
     """Decode every chunk of every array in a Zarr store and report the ones that fail.
 
@@ -323,6 +327,12 @@ def verify_store(
     threads : int, optional
         Chunks decoded at once (default: the CPU count, at most 8); memory is
         about this many decoded chunks.
+    progress : bool or callable, default False
+        True draws a progress bar per array; a callable is called as
+        ``progress(done, total, "verify <array>")`` after every chunk decoded.
+    cancel : threading.Event, optional
+        Set it (from another thread) to stop after the chunks in flight, with
+        :class:`~daskbatch.Cancelled` (verifying writes nothing, so nothing is lost).
 
     Returns
     -------
@@ -372,11 +382,13 @@ def verify_store(
                         arr.path, absent_name(arr, pos), pos, "absent",
                         "absent (fill value): its writer leaves out chunks that hold only the fill value",
                     ))
-            found = [
-                p
-                for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads)
-                if p is not None
-            ]
+            found = []
+            with Progress(f"verify {arr.path or '/'}", len(to_decode), unit="chunks", show=progress is True,
+                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
+                for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads):
+                    bar.advance()
+                    if p is not None:
+                        found.append(p)
             report.problems.extend(found)
             report.arrays.append(
                 ArrayCheck(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -76,6 +77,7 @@ from daskbatch.jobs.report import (
 from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
 from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.dask_settings import check_dask_settings
+from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.selection import select
 from daskbatch.transforms import transform
 
@@ -88,6 +90,7 @@ log = logging.getLogger("daskbatch.jobs")
 
 def run_job(
     source: str | os.PathLike[str] | Mapping[str, Any], *, allow_dask_config: bool = False, overwrite: bool = False,
+    progress: bool | ProgressCallback = False, cancel: threading.Event | None = None,
 ) -> JobReport:
     """Run the batch job of a YAML file (or mapping): describe, select, transform, report.
 
@@ -104,6 +107,14 @@ def run_job(
     overwrite : bool, default False
         Let outputs replace paths that are not earlier daskbatch outputs of
         their kind (never the input, and never a path that is or holds another output).
+    progress : bool or callable, default False
+        True draws a progress bar for each pass of describe and for the
+        transform; a callable is called as ``progress(done, total, step)``
+        after every block of each (``step`` names the pass or ``"transform"``).
+    cancel : threading.Event, optional
+        Set it (from another thread) to stop at the next block with
+        :class:`~daskbatch.Cancelled`; the checkpoint (``checkpoint:``) and the
+        transform store keep what finished, and running the job again resumes.
 
     Returns
     -------
@@ -136,7 +147,7 @@ def run_job(
 
     try:
         with dask.config.set(flatten(job.dask or {})):
-            _run(job, report, overwrite)
+            _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
         if isinstance(exc, PlanError):
             report.status = "plan_error"
@@ -217,7 +228,10 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
 _CLASS_SCORES = ("f", "chi2", "mi", "mrmr")
 
 
-def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
+def _run(
+    job: JobSpec, report: JobReport, overwrite: bool, progress: bool | ProgressCallback,
+    cancel: threading.Event | None,
+) -> None:
     folder = job.outputs.dir
     if "://" not in folder:
         os.makedirs(folder, exist_ok=True)
@@ -268,6 +282,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                 nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
                 device=device, classes=job.statistics.classes,
                 weights=job.input.weights, target=job.input.target, groups=job.input.groups,
+                progress=progress, cancel=cancel,
             )))
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
@@ -319,6 +334,7 @@ def _run(job: JobSpec, report: JobReport, overwrite: bool) -> None:
                     dataset, built, out, overwrite=restart,
                     chunk_rows=job.transform.chunk_rows or plan.chunk_rows, dtype=job.transform.dtype,
                     device=device,  # type: ignore[arg-type]
+                    progress=progress, cancel=cancel,
                 )
             report.output_features = done.features
             report.outputs["transform"] = out

@@ -99,6 +99,7 @@ class Progress:
         self._logged_at = 0.0
         self.rows, self.nbytes = rows, nbytes
         self.done = 0
+        self._reported = -1  # the count the callback last saw: each count reaches it once
         self.skipped = 0  # done before this run (a checkpoint's or an output's finished blocks)
         self.seconds: float | None = None  # set when closed
         self._show = show is True
@@ -197,9 +198,13 @@ class Progress:
         self._counted()
 
     def _counted(self) -> None:
-        """After a count: the caller's callback, a periodic log line, and the cancel check."""
+        """After a count: the caller's callback (once per count), a periodic log line, and the cancel check."""
         if self._callback is not None:
-            self._callback(self.done, self.total, self.title)
+            with self._lock:
+                done, fresh = self.done, self.done != self._reported
+                self._reported = done
+            if fresh:
+                self._callback(done, self.total, self.title)
         now = time.perf_counter()
         if self._display is None and not self._closed and now - self._logged_at >= LOG_EVERY_S:
             self._logged_at = now

@@ -31,6 +31,7 @@ from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
+from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.stats.backend import to_numpy
 from daskbatch.transforms.steps import Step, apply_all, bind_all
 
@@ -161,7 +162,7 @@ def transform(
     chunk_rows: int | None = None,
     dtype: str | np.dtype | None = None,
     device: Literal["auto", "cpu", "gpu"] = "auto",
-    progress: bool = False,
+    progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> OutputReport:
     """Run ``steps`` over every row of ``dataset`` and write the result to a Zarr store ``out``.
@@ -189,8 +190,9 @@ def transform(
         ``"auto"`` runs each block where it is (a CuPy block stays on the GPU);
         ``"gpu"`` copies each block to the GPU once; ``"cpu"`` to the host.
         Results are copied to the host for writing.
-    progress : bool, default False
-        A progress bar on stderr.
+    progress : bool or callable, default False
+        True draws a progress bar (a widget in Jupyter, a line on stderr); a
+        callable is called as ``progress(done, total, "transform")`` after every block.
     cancel : threading.Event, optional
         Set it to stop at the next block boundary (SIGINT and SIGTERM do the same).
 
@@ -213,7 +215,7 @@ def transform(
         Stopped by a signal (SIGINT, SIGTERM); the finished blocks are kept.
     """
     t0 = time.perf_counter()
-    check_device(device)
+    check_device(device, "transform")
     data = as_feature_matrix(dataset)
     steps = list(steps)
     if not steps:
@@ -263,7 +265,7 @@ def transform(
 
             fn = functools.partial(_transform_block, steps=bound, writer=store.writer, device=device, dtype=out_dtype)
             run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=_done,
-                       cancel=cancel, progress="transform" if progress else None, total=store.blocks,
+                       cancel=cancel, progress=progress, label="transform", total=store.blocks,
                        rows=rows)
         if not store.complete:
             store.finish()
