@@ -55,6 +55,7 @@ from daskbatch.jobs.schema import (
     defaults,
     reference,
 )
+from daskbatch.stats.spec import check_statistic_names
 
 __all__ = [
     "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
@@ -364,6 +365,11 @@ def _check_consistency(where: str, job: JobSpec) -> None:
     if len(roles) > 1:
         raise JobConfigError(f"{where}: {' with '.join(roles)} is not supported (each takes the label's place): "
                              f"describe them in separate jobs, one with each of {', '.join(roles)}")
+    if job.statistics.stats is not None:
+        try:
+            check_statistic_names(job.statistics.stats)
+        except ValueError as exc:
+            raise JobConfigError(f"{where}: 'statistics.stats': {exc}") from None
     kind = job.cluster.kind
     if kind == "address" and not job.cluster.address:
         raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
