@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numbers
+import reprlib
 from typing import Any, cast
 
 from daskbatch._typing import DEVICES, Device
 
-__all__ = ["checked_device", "strict_int"]
+__all__ = ["checked_device", "short_repr", "strict_int"]
 
 
 def checked_device(device: Any) -> Device:
@@ -81,3 +82,36 @@ def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     if minimum is not None and result < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {result}")
     return result
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """Show a value in a message: its repr cut at ``limit`` characters, never built whole.
+
+    A value from a file may be megabytes long, or a list that YAML aliases
+    repeat 10**9 times: the repr stops after a few items, levels and characters.
+
+    Parameters
+    ----------
+    value : object
+        The value.
+    limit : int, default 40
+        Characters kept.
+
+    Returns
+    -------
+    str
+        The repr, with ``...`` where it was cut.
+    """
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr that stops after a few items, levels and characters."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 3, 4, 4, 4, 4
+    short.maxstring = short.maxother = short.maxlong = 40
+    return short
+
+
+_SHORT_REPR = _short_repr()

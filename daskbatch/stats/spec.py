@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._arguments import strict_int
+from daskbatch._arguments import short_repr, strict_int
 from daskbatch.stats import (
     STATISTICS,
     ClassMoments,
@@ -360,7 +360,7 @@ def named_statistic(name: str) -> Any:
     ValueError
         One line naming what cannot be found or built.
     """
-    shown = _short_text(name)
+    shown = short_repr(name, 60)
     obj: Any = _registered(name).load()
     if isinstance(obj, type):
         try:
@@ -399,16 +399,11 @@ def _registered(name: str) -> Any:
         # An import path in data would run the code of any module on sys.path (the working directory too).
         path = " (an import path, which is never imported)" if ":" in name else ""
         raise ValueError(
-            f"unknown statistic {_short_text(name)}{path}; choose from {sorted(STATISTICS)} or a name registered "
+            f"unknown statistic {short_repr(name, 60)}{path}; choose from {sorted(STATISTICS)} or a name registered "
             f"in the {ENTRY_POINT_GROUP!r} entry-point group, or pass your statistic object in Python "
             "(stats=[MyStat()])"
         )
     return next(iter(found))
-
-
-def _short_text(text: str, limit: int = 60) -> str:
-    """The repr of ``text``, cut to about ``limit`` characters (a name from a file may be megabytes long)."""
-    return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 def is_statistic(obj: Any) -> bool:
