@@ -65,7 +65,11 @@ def load_bounded(data: bytes, where: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
-        raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
+        if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow: no line, a position
+            at, problem = f" (character {exc.position})", f"{exc.reason} {exc.character!r}"
+        else:
+            problem = getattr(exc, "problem", None) or str(exc)
+        raise JobConfigError(f"{where}: not valid YAML{at}: {' '.join(str(problem).split())}") from None
 
 
 def _check_shape(text: str, where: str) -> None:
