@@ -6,6 +6,7 @@ script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directori
 
 from __future__ import annotations
 
+import difflib
 import os
 import pathlib
 import sys
@@ -13,6 +14,8 @@ import tempfile
 from typing import Any
 
 import yaml
+
+from daskbatch._arguments import short_repr
 
 
 def _config_file_error(exc: ValueError) -> None:
@@ -178,8 +181,6 @@ def check_setting(key: str, value: Any) -> str | None:
         Why it is refused (an unknown key, with the closest known one; a value
         that is not what the setting takes), or None when it is fine.
     """
-    import difflib  # lazy: only a refused setting needs it
-
     name = key.replace("_", "-")
     if name not in SETTINGS:
         close = difflib.get_close_matches(name, SETTINGS, n=1)
@@ -187,8 +188,6 @@ def check_setting(key: str, value: Any) -> str | None:
         return f"is no daskbatch setting{hint}"
     test, words = SETTINGS[name]
     if not test(value):
-        from daskbatch._arguments import short_repr
-
         return f"must be {words}, got {short_repr(value)}"
     return None
 
