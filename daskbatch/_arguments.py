@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numbers
+import reprlib
 from typing import Any, cast
 
 from daskbatch._typing import DEVICES, Device
 
-__all__ = ["GPU_INSTALL", "checked_device", "gpu_module", "strict_int"]
+__all__ = ["GPU_INSTALL", "checked_device", "gpu_module", "short_repr", "strict_int"]
 
 #: How to get a working GPU stack, for every message that asks for one.
 GPU_INSTALL = "pip install 'daskbatch[gpu-cu12]' (CUDA 12 driver) or 'daskbatch[gpu-cu13]' (CUDA 13)"
@@ -117,3 +118,36 @@ def gpu_module(what: str) -> Any:
     if count < 1:
         raise GPUUnavailableError(f"{what}(device='gpu'): CuPy sees no CUDA device; {GPU_INSTALL}")
     return cupy
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """Show a value in a message: its repr cut at ``limit`` characters, never built whole.
+
+    A value from a file may be megabytes long, or a list that YAML aliases
+    repeat 10**9 times: the repr stops after a few items, levels and characters.
+
+    Parameters
+    ----------
+    value : object
+        The value.
+    limit : int, default 40
+        Characters kept.
+
+    Returns
+    -------
+    str
+        The repr, with ``...`` where it was cut.
+    """
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr that stops after a few items, levels and characters."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 3, 4, 4, 4, 4
+    short.maxstring = short.maxother = short.maxlong = 40
+    return short
+
+
+_SHORT_REPR = _short_repr()

@@ -6,6 +6,7 @@ script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directori
 
 from __future__ import annotations
 
+import difflib
 import os
 import pathlib
 import sys
@@ -13,6 +14,8 @@ import tempfile
 from typing import Any
 
 import yaml
+
+from daskbatch._arguments import short_repr
 
 
 def _config_file_error(exc: ValueError) -> None:
@@ -108,6 +111,85 @@ def planner_settings() -> dict[str, Any]:
             kind = "a number" if parse in (int, float) else "a byte size such as '64MiB'"
             raise ValueError(f"daskbatch.{key} must be {kind}, got {value!r}") from None
     return settings
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_count(minimum: int) -> Any:
+    """A test for an integer of at least ``minimum``."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_byte_size(value: Any) -> bool:
+    """Whether ``value`` is a byte count or a size such as ``"64MiB"``, not negative."""
+    if isinstance(value, str):
+        try:
+            return dask.utils.parse_bytes(value) >= 0
+        except (TypeError, ValueError):
+            return False
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_duration(value: Any) -> bool:
+    """Whether ``value`` is seconds or a duration such as ``"10 minutes"``, not negative."""
+    if isinstance(value, str):
+        try:
+            return dask.utils.parse_timedelta(value) >= 0
+        except (TypeError, ValueError, KeyError):
+            return False
+    return _is_number(value) and value >= 0
+
+
+#: Every setting of daskbatch.yaml but ``job`` (the schema of daskbatch/jobs checks that one): a test
+#: of its value, and the test in words.
+SETTINGS: dict[str, tuple[Any, str]] = {
+    "split-every": (_is_count(2), "an integer of at least 2"),
+    "memory-fraction": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "reserved-memory": (_is_byte_size, "a byte size such as 256MiB"),
+    "cache-fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "target-chunk-bytes": (lambda v: _is_byte_size(v) and dask.utils.parse_bytes(v) > 0,
+                           "a byte size above 0 such as 64MiB"),
+    "kernels": (lambda v: isinstance(v, bool), "true or false"),
+    "gpu-transfer": (lambda v: v in ("block", "staged"), "block or staged"),
+    "gpu-staging-bytes": (_is_byte_size, "a byte size such as 64MiB"),
+    "gpu-min-batch-bytes": (lambda v: v == "auto" or _is_byte_size(v), "auto or a byte size such as 16MiB"),
+    "assumed-classes": (_is_count(1), "an integer of at least 1"),
+    "max-classes": (_is_count(1), "an integer of at least 1"),
+    "worker-timeout": (_is_duration, "a duration such as '10 minutes' or seconds"),
+    "max-chunks": (_is_count(1), "an integer of at least 1"),
+    "max-features": (_is_count(1), "an integer of at least 1"),
+    "lock-stale-after": (_is_duration, "a duration such as '5 minutes' or seconds"),
+}
+
+
+def check_setting(key: str, value: Any) -> str | None:
+    """Say what is wrong with the setting ``daskbatch.<key>: value``, if anything.
+
+    Parameters
+    ----------
+    key : str
+        The key below ``daskbatch.`` (``-`` or ``_``), dotted when nested.
+    value : object
+        Its value, as a file gives it.
+
+    Returns
+    -------
+    str or None
+        Why it is refused (an unknown key, with the closest known one; a value
+        that is not what the setting takes), or None when it is fine.
+    """
+    name = key.replace("_", "-")
+    if name not in SETTINGS:
+        close = difflib.get_close_matches(name, SETTINGS, n=1)
+        hint = f"; did you mean daskbatch.{close[0]}?" if close else ""
+        return f"is no daskbatch setting{hint}"
+    test, words = SETTINGS[name]
+    if not test(value):
+        return f"must be {words}, got {short_repr(value)}"
+    return None
 
 
 def check() -> None:

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from daskbatch.cli._group import EXIT_BAD_INPUT
+from daskbatch.jobs._types import describe_value, short_text
 from daskbatch.jobs.spec import (
     SECTIONS,
     ConfigFile,
@@ -71,7 +72,7 @@ def _check_value(ctx: click.Context, source: str, key: str, param: click.Paramet
     words, types = _expected(param)
     # bool is an int to Python, never an integer or a string to a user.
     if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-        _fail(ctx, f"{source}: {key} must be {words}, got {value!r} ({type(value).__name__})")
+        _fail(ctx, f"{source}: {short_text(key)} must be {words}, got {describe_value(value)}")
     try:
         return param.type_cast_value(ctx, value) if value is not None else None
     except click.BadParameter as exc:
@@ -182,7 +183,7 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: s
         assert target.name is not None
         defaults[target.name] = val
     if unknown:
-        _fail(ctx, f"{value}: unknown option(s) {sorted(unknown)}; known: {sorted(by_flag)}")
+        _fail(ctx, f"{value}: unknown option(s) {short_text(sorted(unknown))}; known: {sorted(by_flag)}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
@@ -194,7 +195,7 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
         return
     source = ctx.meta.get(_SOURCE, "--config")
     try:
-        check_dask_settings(settings, source, allow=allow)
+        settings = check_dask_settings(settings, source, allow=allow)
     except UnsafeDaskSetting as exc:
         _fail(ctx, str(exc))
     import dask.config  # lazy: dask

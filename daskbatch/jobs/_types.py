@@ -7,6 +7,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from daskbatch._arguments import short_repr
+
 
 def expected(tp: Any) -> str:
     """Say a type in words: 'an integer', "one of 'omit', 'raise'", 'a list of numbers or null'.
@@ -116,5 +118,24 @@ def describe_value(value: Any) -> str:
     str
         The words.
     """
-    text = repr(value)
-    return (text if len(text) <= 40 else text[:37] + "...") + f" ({type(value).__name__})"
+    return f"{short_repr(value)} ({type(value).__name__})"  # never the whole repr: a file's value may be huge
+
+
+def short_text(text: Any, limit: int = 60) -> str:
+    """Cut a key or a name from a file to about ``limit`` characters for a message.
+
+    Parameters
+    ----------
+    text : object
+        The key or name (a string as it is, anything else as its short repr).
+    limit : int, default 60
+        Characters kept.
+
+    Returns
+    -------
+    str
+        The text, with ``...`` where it was cut.
+    """
+    if not isinstance(text, str):
+        return short_repr(text, limit)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

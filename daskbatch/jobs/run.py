@@ -140,13 +140,13 @@ def run_job(
     """
     t0 = time.perf_counter()
     job, where = load_job(source)
-    check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
+    settings = check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
     targets = check_job_outputs(job, overwrite=overwrite)  # all of them before anything is written
     report = JobReport(job=job, source=where, started=now())
     import dask  # lazy: dask
 
     try:
-        with dask.config.set(flatten(job.dask or {})):
+        with dask.config.set(flatten(settings)):
             _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
         if isinstance(exc, PlanError):

@@ -113,7 +113,7 @@ class StatisticsSpec(_FromConfig):
 
     stats: str | list[str] | None = _key(
         "Statistics (list, or comma-separated): moments, cov, hist, mi, class_moments, sketch, and your own "
-        "as 'module:qualname' or a name in the daskbatch.statistics entry-point group. null: what the "
+        "by a name registered in the daskbatch.statistics entry-point group (never an import path). null: what the "
         "selection and transform need (moments; class_moments for score f/chi2; mi for mi/mrmr; cov for "
         "max_corr, mrmr or a project step).",
     )

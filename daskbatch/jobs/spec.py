@@ -40,7 +40,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch.jobs._types import describe_value, expected, matches
+from daskbatch.jobs._types import describe_value, expected, matches, short_text
+from daskbatch.jobs._yaml import MAX_FILE_BYTES, load_bounded
 from daskbatch.jobs.schema import (
     FILE_ONLY,
     SECTIONS,
@@ -55,6 +56,7 @@ from daskbatch.jobs.schema import (
     defaults,
     reference,
 )
+from daskbatch.stats.spec import check_statistic_names
 
 __all__ = [
     "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
@@ -102,7 +104,9 @@ def _check_section(where: str, section: str | None, cls: type, values: Mapping[A
         key = _norm(raw)
         path = f"{section}.{key}" if section else key
         if key not in hints:
-            raise _unknown(where, path, names)
+            raise _unknown(where, short_text(path), names)
+        if key in out:  # nan-policy and nan_policy: one key, given twice
+            raise JobConfigError(f"{where}: '{path}' is given twice (spelled with '-' and with '_')")
         if section is None and key in SECTIONS:
             if value is None:
                 continue  # an empty section in YAML ("cluster:") means its defaults
@@ -176,20 +180,16 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises
     ------
     JobConfigError
-        One line naming the file: not valid YAML (with the line), or not a mapping.
+        One line naming the file: not valid YAML (with the line), or not a mapping;
+        too large, too deep, too many values with its aliases expanded, or a key
+        given twice (:mod:`daskbatch.jobs._yaml`).
     FileNotFoundError
         The file does not exist.
     """
-    import yaml
-
     where = os.fspath(path)
-    with open(where, encoding="utf-8") as f:
-        try:
-            loaded = yaml.safe_load(f)  # safe_load: a file builds plain values, never objects or code
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" (line {mark.line + 1})" if mark is not None else ""
-            raise JobConfigError(f"{where}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    with open(where, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)  # no more than the bound, whatever the file holds
+    loaded = load_bounded(data, where)
     if loaded is None:
         return {}
     if not isinstance(loaded, Mapping):
@@ -364,17 +364,22 @@ def _check_consistency(where: str, job: JobSpec) -> None:
     if len(roles) > 1:
         raise JobConfigError(f"{where}: {' with '.join(roles)} is not supported (each takes the label's place): "
                              f"describe them in separate jobs, one with each of {', '.join(roles)}")
+    if job.statistics.stats is not None:
+        try:
+            check_statistic_names(job.statistics.stats)
+        except ValueError as exc:
+            raise JobConfigError(f"{where}: 'statistics.stats': {exc}") from None
     kind = job.cluster.kind
     if kind == "address" and not job.cluster.address:
         raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
     if kind == "scheduler_file" and not job.cluster.scheduler_file:
         raise JobConfigError(f"{where}: cluster kind 'scheduler_file' needs 'cluster.scheduler_file'")
     if isinstance(job.statistics.range, list) and len(job.statistics.range) != 2:
-        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {job.statistics.range!r}")
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {describe_value(job.statistics.range)}")
     if isinstance(job.statistics.range, str) and job.statistics.range != "minmax":
-        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {job.statistics.range!r}")
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {describe_value(job.statistics.range)}")
     if len(job.transform.clip) != 2:
-        raise JobConfigError(f"{where}: 'transform.clip' expects [lo, hi], got {job.transform.clip!r}")
+        raise JobConfigError(f"{where}: 'transform.clip' expects [lo, hi], got {describe_value(job.transform.clip)}")
     if job.transform.k < 1:
         raise JobConfigError(f"{where}: 'transform.k' must be at least 1, got {job.transform.k}")
     steps = job.transform.steps

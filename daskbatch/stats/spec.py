@@ -12,7 +12,6 @@ histogram ranges are :mod:`daskbatch.stats.ranges`.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.metadata
 import re
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._arguments import strict_int
+from daskbatch._arguments import short_repr, strict_int
 from daskbatch.stats import (
     STATISTICS,
     ClassMoments,
@@ -276,8 +275,8 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
 
     ``stats`` is a name, a comma-separated string of names, or a sequence of
     names and statistic objects; the objects and the names of a user's
-    statistics (``"module:qualname"``, or a name registered in the
-    ``daskbatch.statistics`` entry-point group) are left to :func:`user_statistics`.
+    statistics (registered in the ``daskbatch.statistics`` entry-point
+    group) are left to :func:`user_statistics`.
 
     Parameters
     ----------
@@ -338,18 +337,18 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
 
 
 def named_statistic(name: str) -> Any:
-    """Build a user's statistic from its name on the command line or in a job file.
+    """Build a user's statistic from its name on the command line, in a job file or in a ``stats`` string.
 
-    ``"module:qualname"`` imports ``module`` and takes ``qualname`` from it;
-    a plain name is looked up in the ``daskbatch.statistics`` entry-point
-    group of the installed packages. A class is called without arguments.
-    Only names the user writes come here: nothing read from a saved summary
-    is ever imported.
+    A name is looked up in the ``daskbatch.statistics`` entry-point group of
+    the installed packages, the registry a package of statistics adds its own
+    to; a class found there is called without arguments. A name is never an
+    import path: text from a file or a command line imports nothing of its own
+    choosing (a statistic object is passed in Python: ``stats=[MyStat()]``).
 
     Parameters
     ----------
     name : str
-        ``"module:qualname"`` or a registered name.
+        A name registered in the entry-point group.
 
     Returns
     -------
@@ -361,30 +360,50 @@ def named_statistic(name: str) -> Any:
     ValueError
         One line naming what cannot be found or built.
     """
-    if ":" in name:
-        module_name, _, qualname = name.partition(":")
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"statistic {name!r}: cannot import module {module_name!r} ({exc})") from None
-        for attr in qualname.split("."):
-            if not hasattr(obj, attr):
-                raise ValueError(f"statistic {name!r}: module {module_name!r} has no {qualname!r}")
-            obj = getattr(obj, attr)
-    else:
-        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
-        if not found:
-            raise ValueError(
-                f"unknown statistic {name!r}; choose from {sorted(STATISTICS)}, a 'module:qualname' of your "
-                f"own, or a name registered in the {ENTRY_POINT_GROUP!r} entry-point group"
-            )
-        obj = next(iter(found)).load()
+    shown = short_repr(name, 60)
+    obj: Any = _registered(name).load()
     if isinstance(obj, type):
         try:
             obj = obj()
         except TypeError as exc:
-            raise ValueError(f"statistic {name!r}: {obj.__qualname__}() needs arguments ({exc})") from None
+            raise ValueError(f"statistic {shown}: {obj.__qualname__}() needs arguments ({exc})") from None
     return obj
+
+
+def check_statistic_names(names: str | Sequence[str]) -> None:
+    """Check that every name is a built-in or a registered statistic, loading none of them.
+
+    What a job file names is checked when the file is read, before anything
+    runs or is written.
+
+    Parameters
+    ----------
+    names : str or sequence of str
+        Names, or comma-separated names.
+
+    Raises
+    ------
+    ValueError
+        One line naming the first name that is neither.
+    """
+    for part in statistic_items(names):
+        for name in (n.strip() for n in str(part).split(",")):
+            if name and name not in STATISTICS:
+                _registered(name)
+
+
+def _registered(name: str) -> Any:
+    """The entry point registered under ``name`` (not loaded); a one-line ValueError when there is none."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+    if not found:
+        # An import path in data would run the code of any module on sys.path (the working directory too).
+        path = " (an import path, which is never imported)" if ":" in name else ""
+        raise ValueError(
+            f"unknown statistic {short_repr(name, 60)}{path}; choose from {sorted(STATISTICS)} or a name registered "
+            f"in the {ENTRY_POINT_GROUP!r} entry-point group, or pass your statistic object in Python "
+            "(stats=[MyStat()])"
+        )
+    return next(iter(found))
 
 
 def is_statistic(obj: Any) -> bool:
@@ -415,7 +434,7 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
     Each needs a plain ``name`` that no built-in statistic uses, and ``chunk(x,
     label=None)``, ``merge(a, b)`` and ``finalize(state)`` (see
     :class:`~daskbatch.stats._base.Statistic`); names of statistics
-    (``"module:qualname"``, a registered name) are built by :func:`named_statistic`.
+    (registered in the entry-point group) are built by :func:`named_statistic`.
 
     Parameters
     ----------
