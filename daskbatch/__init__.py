@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         mutual_information,
         register_state,
     )
+    from daskbatch.stats.named import register_statistic
     from daskbatch.summary import Summary, load_summary
     from daskbatch.summary.compare import Drift, compare
     from daskbatch.transforms import steps, transform
@@ -93,6 +94,7 @@ _LAZY = {
         ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information", "register_state"),
         "daskbatch.stats",
     ),
+    "register_statistic": "daskbatch.stats.named",
     "Summary": "daskbatch.summary", "load_summary": "daskbatch.summary",
     "transform": "daskbatch.transforms",
 }
@@ -102,7 +104,7 @@ __all__ = [
     "DeviceUnavailableError", "Drift", "Footprint", "GPUUnavailableError", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
     "PlanError", "RangeWarning", "Resources", "RunOptions", "Selection", "State", "Summary", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "select", "steps", "synth", "transform", "update",
+    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "register_statistic", "select", "steps", "synth", "transform", "update",
 ]
 
 #: Public names that are not modules: importing a submodule of the same name (``daskbatch.describe``,

@@ -7,6 +7,7 @@ import reprlib
 from typing import Any, cast
 
 from daskbatch._typing import DEVICES, Device
+from daskbatch.errors import GPUUnavailableError
 
 __all__ = ["GPU_INSTALL", "checked_device", "gpu_module", "short_repr", "strict_int"]
 
@@ -105,8 +106,6 @@ def gpu_module(what: str) -> Any:
     GPUUnavailableError
         One line: CuPy missing or broken, or no device, and the install line.
     """
-    from daskbatch.errors import GPUUnavailableError
-
     try:
         import cupy  # lazy: cupy
     except ImportError as exc:

@@ -12,14 +12,12 @@ histogram ranges are :mod:`daskbatch.stats.ranges`.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from daskbatch._arguments import short_repr, strict_int
+from daskbatch._arguments import strict_int
 from daskbatch.stats import (
     STATISTICS,
     ClassMoments,
@@ -30,13 +28,18 @@ from daskbatch.stats import (
     Sketch,
 )
 from daskbatch.stats.footprint import Footprint, generic_footprint
+from daskbatch.stats.named import (
+    PLAIN_NAME,
+    is_statistic,
+    named_statistic,
+    registered,
+)
 
 # class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
 # default score (ANOVA F); like mi it is computed only when there is a label.
 DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
 #: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
-ENTRY_POINT_GROUP = "daskbatch.statistics"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,40 +339,6 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
     return names, objects
 
 
-def named_statistic(name: str) -> Any:
-    """Build a user's statistic from its name on the command line, in a job file or in a ``stats`` string.
-
-    A name is looked up in the ``daskbatch.statistics`` entry-point group of
-    the installed packages, the registry a package of statistics adds its own
-    to; a class found there is called without arguments. A name is never an
-    import path: text from a file or a command line imports nothing of its own
-    choosing (a statistic object is passed in Python: ``stats=[MyStat()]``).
-
-    Parameters
-    ----------
-    name : str
-        A name registered in the entry-point group.
-
-    Returns
-    -------
-    object
-        The statistic (checked against the protocol by :func:`user_statistics`).
-
-    Raises
-    ------
-    ValueError
-        One line naming what cannot be found or built.
-    """
-    shown = short_repr(name, 60)
-    obj: Any = _registered(name).load()
-    if isinstance(obj, type):
-        try:
-            obj = obj()
-        except TypeError as exc:
-            raise ValueError(f"statistic {shown}: {obj.__qualname__}() needs arguments ({exc})") from None
-    return obj
-
-
 def check_statistic_names(names: str | Sequence[str]) -> None:
     """Check that every name is a built-in or a registered statistic, loading none of them.
 
@@ -389,43 +358,7 @@ def check_statistic_names(names: str | Sequence[str]) -> None:
     for part in statistic_items(names):
         for name in (n.strip() for n in str(part).split(",")):
             if name and name not in STATISTICS:
-                _registered(name)
-
-
-def _registered(name: str) -> Any:
-    """The entry point registered under ``name`` (not loaded); a one-line ValueError when there is none."""
-    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
-    if not found:
-        # An import path in data would run the code of any module on sys.path (the working directory too).
-        path = " (an import path, which is never imported)" if ":" in name else ""
-        raise ValueError(
-            f"unknown statistic {short_repr(name, 60)}{path}; choose from {sorted(STATISTICS)} or a name registered "
-            f"in the {ENTRY_POINT_GROUP!r} entry-point group, or pass your statistic object in Python "
-            "(stats=[MyStat()])"
-        )
-    return next(iter(found))
-
-
-def is_statistic(obj: Any) -> bool:
-    """Tell whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``.
-
-    Parameters
-    ----------
-    obj : object
-        Anything.
-
-    Returns
-    -------
-    bool
-        True for a statistic.
-    """
-    return isinstance(getattr(obj, "name", None), str) and all(
-        callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
-    )
-
-
-#: A user's statistic name doubles as a task-name and checkpoint-folder part: a plain name.
-_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+                registered(name)
 
 
 def user_statistics(stats: Any) -> tuple[Any, ...]:
@@ -455,7 +388,7 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
                 f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "
                 "chunk(x, label=None), merge(a, b) and finalize(state) methods"
             )
-        if not _PLAIN_NAME.fullmatch(obj.name) or obj.name in STATISTICS:
+        if not PLAIN_NAME.fullmatch(obj.name) or obj.name in STATISTICS:
             raise ValueError(
                 f"statistic name {obj.name!r} must be a plain name ([A-Za-z][A-Za-z0-9_]*) "
                 f"other than the built-in {sorted(STATISTICS)}"
