@@ -41,8 +41,8 @@ def test_describe_equals_numpy_on_the_decoded_values(foreign: Foreign) -> None:
         assert s.class_count.shape == (x.shape[1], 3)  # labels 0, 1, 2: class k is label k
         for k in range(3):
             rows = x[foreign.y == k]
-            np.testing.assert_array_equal(s.class_count[:, k], rows.shape[0])
-            np.testing.assert_allclose(s.class_mean[:, k], rows.mean(axis=0), rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal(s.class_count[:, k], np.sum(np.isfinite(rows), axis=0))
+            np.testing.assert_allclose(s.class_mean[:, k], np.nanmean(rows, axis=0), rtol=1e-12, atol=1e-12)
     p = s.provenance
     assert p["absent_chunks"] == p["absent_fill_chunks"] == foreign.absent
     assert p["absent_lost_chunks"] == 0 and p["complete"] is True and p["rows_skipped"] == 0
@@ -88,3 +88,27 @@ def test_worker_processes_read_them_alike(name: str, request: pytest.FixtureRequ
         s = db.describe(foreign.path, label=foreign.label, stats=("moments",), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mean, np.nanmean(foreign.x, axis=0), rtol=1e-12)
     np.testing.assert_array_equal(s.nan_count, np.sum(np.isnan(foreign.x), axis=0))
+
+
+#: Every statistic daskbatch ships.
+EVERY_STATISTIC = ("moments", "cov", "hist", "sketch", "class_moments", "mi")
+
+
+def test_every_statistic_equals_the_same_on_the_decoded_values_in_memory(foreign: Foreign) -> None:
+    """The store gives what the values as its writer meant them give, held in memory, statistic by statistic."""
+    stats = EVERY_STATISTIC if foreign.y is not None else EVERY_STATISTIC[:4]
+    run = db.RunOptions(plan=None)
+    stored = db.describe(foreign.path, label=foreign.label, stats=stats, run=run)
+    held = db.describe(foreign.x, label=foreign.y, stats=stats, run=run)
+    for name in ("count", "nan_count", "min", "max", "cov_count", "hist_counts", "hist_edges"):
+        np.testing.assert_array_equal(getattr(stored, name), getattr(held, name), err_msg=name)
+    for name in ("mean", "std", "skew", "kurtosis", "cov", "corr"):
+        np.testing.assert_allclose(getattr(stored, name), getattr(held, name), rtol=1e-9, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(stored.quantile([0.1, 0.5, 0.9]), held.quantile([0.1, 0.5, 0.9]), rtol=1e-9)
+    np.testing.assert_allclose(
+        stored.quantile([0.1, 0.5, 0.9]), np.nanquantile(foreign.x, [0.1, 0.5, 0.9], axis=0).T, rtol=0.02
+    )
+    if foreign.y is not None:
+        np.testing.assert_array_equal(stored.class_count, held.class_count)
+        np.testing.assert_allclose(stored.class_mean, held.class_mean, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(stored.mi, held.mi, rtol=1e-9, atol=1e-12)
