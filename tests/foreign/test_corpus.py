@@ -112,3 +112,19 @@ def test_every_statistic_equals_the_same_on_the_decoded_values_in_memory(foreign
         np.testing.assert_array_equal(stored.class_count, held.class_count)
         np.testing.assert_allclose(stored.class_mean, held.class_mean, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(stored.mi, held.mi, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["zarr_v2_blosc", "xarray_fill_v3", "zarr_v3_sharded"])
+def test_an_opened_group_or_array_reads_as_its_path(name: str, request: pytest.FixtureRequest) -> None:
+    """Issue round 2, item 12: ``describe(zarr.open_group(...))`` failed with ``x has dtype <U1``."""
+    foreign: Foreign = request.getfixturevalue(name)
+    group = zarr.open_group(foreign.path, mode="r")
+    by_path = db.describe(foreign.path, label="y", stats=("moments", "class_moments"))
+    by_group = db.describe(group, label="y", stats=("moments", "class_moments"))
+    by_array = db.describe(group["X"], stats=("moments",))
+    for s in (by_group, by_array):
+        np.testing.assert_array_equal(s.nan_count, np.sum(np.isnan(foreign.x), axis=0))
+        np.testing.assert_allclose(s.mean, by_path.mean, rtol=1e-15)
+        np.testing.assert_array_equal(s.max, by_path.max)
+        assert s.provenance["absent_fill_chunks"] >= 1
+    np.testing.assert_array_equal(by_group.class_count, by_path.class_count)
