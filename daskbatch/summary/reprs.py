@@ -51,7 +51,7 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     Parameters
     ----------
     values : ndarray, shape (n,)
-        The column.
+        The column; an integer dtype (exact extremes of int64 data) is written with every digit.
     integer : bool, default False
         Counts: whole numbers with thousands separators.
     digits : int, default 4
@@ -66,7 +66,10 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     list of str
         The strings, ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
     """
-    v = np.asarray(values, dtype=np.float64)
+    raw = np.asarray(values)
+    if raw.dtype.kind in "iu":  # exact integers (the extremes of int64 features): every digit
+        return [f"{x:,}" for x in raw.tolist()]
+    v = np.asarray(raw, dtype=np.float64)
     if integer:
         return [f"{int(round(x)):,}" if np.isfinite(x) else _special(x) for x in v]
     finite = np.abs(v[np.isfinite(v)])
