@@ -21,7 +21,7 @@ from daskbatch.io.chunk_grid import array_label, storage_chunks
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
 
 __all__ = [
-    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "cf_attributes", "clean_attrs",
+    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "block_reader", "cf_attributes", "clean_attrs",
     "dimension_names", "group_arrays",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
@@ -263,6 +263,25 @@ def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype, dict[str, Any]] | None:
     return _decode, _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype, cf
 
 
+def block_reader(arr: zarr.Array, cf: tuple[Any, np.dtype, dict[str, Any]] | None = None) -> BlockReader:
+    """Read ``arr`` as :func:`zarr_as_dask` reads it: block by block, CF-decoded as xarray decodes it.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    cf : tuple, optional
+        Its CF decoder, when already made.
+
+    Returns
+    -------
+    BlockReader
+        ``reader[selection]`` gives the decoded values.
+    """
+    cf = cf if cf is not None else _cf_decoder(arr)
+    return BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
+
+
 def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
     """Wrap ``arr`` as a lazy Dask array read block by block through :class:`BlockReader` (errors name the chunk).
 
@@ -284,7 +303,7 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
         The array, chunked along rows only.
     """
     cf = _cf_decoder(arr)
-    reader = BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
+    reader = block_reader(arr, cf)
     chunks = (row_chunks,) + tuple(arr.shape[1:])
     # The decoding is part of what the blocks hold: a store rewritten with another fill value is other data.
     token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks, cf and repr(sorted(cf[2].items())))

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.io.verify import verify_store
-from tests.foreign.conftest import CORPUS, Foreign
+from tests.foreign.conftest import CHUNK, CORPUS, Foreign
 
 
 @pytest.fixture(params=CORPUS)
@@ -128,3 +128,24 @@ def test_an_opened_group_or_array_reads_as_its_path(name: str, request: pytest.F
         np.testing.assert_array_equal(s.max, by_path.max)
         assert s.provenance["absent_fill_chunks"] >= 1
     np.testing.assert_array_equal(by_group.class_count, by_path.class_count)
+
+
+def test_the_summary_says_in_one_line_how_many_chunks_were_absent_and_read_as_what(foreign: Foreign) -> None:
+    """Issue round 2, item 13: only a provenance key in the HTML said that absent chunks were read as fill values."""
+    s = db.describe(foreign.path, label=foreign.label, stats=("moments",), run=db.RunOptions(plan=None))
+    first = s.provenance["missing_chunks"][0]  # X's first absent chunk: what the writer meant there
+    value = foreign.x[first[0] * CHUNK, 0]  # every store of the corpus has chunks of CHUNK rows
+    read_as = f"X: {float(value)!r}" + ("; y: 0" if foreign.y is not None else "")
+    line = (
+        f"{foreign.absent} chunk{'s' if foreign.absent != 1 else ''} absent from the store, read as their fill value ({read_as}) as zarr reads them; "
+        "missing='raise' refuses them"
+    )
+    assert [x for x in repr(s).splitlines() if "absent" in x] == [line]
+    assert _html_text(line) in s._repr_html_()
+
+
+def _html_text(text: str) -> str:
+    """``text`` as the HTML view escapes it."""
+    import html
+
+    return html.escape(text)
