@@ -114,3 +114,11 @@ def test_other_dtypes_keep_float64_extremes(dtype: str) -> None:
     s = db.describe(x, stats=("moments",))
     assert s.min.dtype == np.float64
     np.testing.assert_array_equal(s.max, x.max(axis=0).astype(np.float64))
+
+
+def test_nan_policy_propagate_keeps_them_exact() -> None:
+    s = db.describe(
+        (BIG + np.arange(10)).astype(np.int64)[:, None],
+        stats=[db.stats.Moments(nan_policy="propagate")],
+    )
+    assert s.max.dtype == np.int64 and int(s.max[0]) == BIG + 9

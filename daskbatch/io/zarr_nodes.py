@@ -34,9 +34,10 @@ INGEST_ATTR = "daskbatch_ingest"
 Chunks = Literal["auto", "storage"] | int
 
 #: CF attributes of packed values (xarray writes and decodes them): the stored
-#: integers are ``raw * scale_factor + add_offset``, and ``_FillValue`` /
-#: ``missing_value`` mark values that are not there.
-CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value")
+#: integers are ``raw * scale_factor + add_offset``, ``_FillValue`` /
+#: ``missing_value`` mark values that are not there, and ``_Unsigned`` says that
+#: signed integers hold unsigned ones (netCDF-3's bytes).
+CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 
 
 def open_node(
@@ -225,6 +226,8 @@ def cf_attributes(arr: zarr.Array) -> dict[str, Any]:
         if xarray_array and arr.fill_value is not None:
             # xarray's v2 reader: the metadata fill value is the _FillValue.
             cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
+    elif cf.get("_FillValue", 0) is None:
+        del cf["_FillValue"]  # null: no fill value (xarray would refuse the store)
     elif "_FillValue" in cf:
         cf["_FillValue"] = _decoded_fill_value(arr, cf["_FillValue"])
     return cf
@@ -260,7 +263,11 @@ def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype, dict[str, Any]] | None:
         variable = xr.Variable(dims, block, attrs=dict(cf))
         return np.asarray(xr.conventions.decode_cf_variable(arr.path or "x", variable).values)
 
-    return _decode, _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype, cf
+    try:
+        decoded = _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype))
+    except (TypeError, ValueError) as exc:  # attributes of the wrong type: a scale_factor string
+        raise DataError(f"{array_label(arr)} has CF attributes {cf} that xarray cannot decode: {exc}") from exc
+    return _decode, decoded.dtype, cf
 
 
 def block_reader(arr: zarr.Array, cf: tuple[Any, np.dtype, dict[str, Any]] | None = None) -> BlockReader:

@@ -454,13 +454,13 @@ class Moments:  # numpydoc ignore=PR02
         fmin, fmax = as_float64(s.fmin), as_float64(s.fmax)
         vmin = xp.where(has_neg, -inf, xp.where(n > 0, fmin, xp.where(has_pos, inf, nan)))
         vmax = xp.where(has_pos, inf, xp.where(n > 0, fmax, xp.where(has_neg, -inf, nan)))
-        if is_exact(s.fmin) and bool(xp.all(n > 0)):  # integers: no inf, no NaN; exact in their dtype
-            vmin, vmax = s.fmin, s.fmax
         if self.nan_policy == "propagate":
             poisoned = s.nan_count > 0
             mean, var, skew, kurt, vmin, vmax = (
                 xp.where(poisoned, nan, v) for v in (mean, var, skew, kurt, vmin, vmax)
             )
+        if is_exact(s.fmin) and bool(xp.all(n > 0)):  # integers: no inf, no NaN; exact in their dtype
+            vmin, vmax = s.fmin, s.fmax
         return MomentsResult(
             count=count,
             nan_count=s.nan_count,

@@ -38,12 +38,17 @@ ENCODINGS = {
         "missing_value": -32767,
     },
     "packed_no_mask": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 5.0},
+    "unsigned_bytes": {"dtype": "int8", "_Unsigned": "true", "_FillValue": 255},
 }
 
 
 def _values(case: str) -> np.ndarray:
     """Rows with NaN (a whole chunk of them, and single ones), and values that pack exactly enough."""
     x = np.round(np.random.default_rng(1).normal(5.0, 2.0, (300, 3)), 2)
+    if case == "unsigned_bytes":  # netCDF-3's bytes: 0..254 stored in int8, 255 missing
+        x = np.arange(900.0).reshape(300, 3) % 255
+        x[[3, 250], [1, 2]] = np.nan
+        return x
     if case == "int_fill_value":
         # 7 is the fill value: each 7 is missing to xarray.
         return np.arange(900.0).reshape(300, 3) % 50
@@ -131,3 +136,23 @@ def test_an_undecodable_fill_value_is_named(tmp_path: pathlib.Path) -> None:
     with pytest.raises(DataError, match=r"_FillValue attribute 'not base64!'.*float64") as info:
         db.open_dataset(tmp_path / "bad.zarr")
     assert "\n" not in str(info.value)
+
+
+def test_undecodable_cf_attributes_are_named(tmp_path: pathlib.Path) -> None:
+    arr = zarr.create_array(str(tmp_path / "s.zarr"), data=np.ones((4, 2)), chunks=(4, 2))
+    arr.attrs["scale_factor"] = "ten"
+    with pytest.raises(
+        DataError, match=r"CF attributes \{'scale_factor': 'ten'\} that xarray cannot decode"
+    ):
+        db.open_dataset(tmp_path / "s.zarr")
+
+
+def test_a_null_fill_value_attribute_is_none(tmp_path: pathlib.Path) -> None:
+    """``_FillValue: null`` masks nothing (xarray refuses such a store; its data are valid)."""
+    arr = zarr.create_array(
+        str(tmp_path / "n.zarr"), data=np.arange(8.0).reshape(4, 2), chunks=(4, 2)
+    )
+    arr.attrs["_FillValue"] = None
+    s = db.describe(tmp_path / "n.zarr", stats=("moments",))
+    np.testing.assert_array_equal(s.nan_count, [0, 0])
+    np.testing.assert_array_equal(s.mean, [3.0, 4.0])
