@@ -315,11 +315,14 @@ def _absent_chunks_line(provenance: dict[str, Any]) -> str | None:
     lost_note = f", {lost:,} of them lost (daskbatch wrote every chunk)" if lost else ""
     skipped = int(provenance.get("rows_skipped") or 0)
     if skipped:
-        return f"{chunks}{lost_note}: their {skipped:,} rows left out (missing='skip')"
+        return f"{chunks}{lost_note}: their {skipped:,} rows left out (missing='skip', --missing skip)"
     read_as = provenance.get("absent_read_as")
     value = f" ({read_as})" if read_as else ""
     # The option that refuses them; never one that changes the answer silently.
-    return f"{chunks}{lost_note}, read as their fill value{value} as zarr reads them; missing='raise' refuses them"
+    return (
+        f"{chunks}{lost_note}, read as their fill value{value} as zarr reads them; "
+        "missing='raise' (--missing raise) refuses them"
+    )
 
 
 def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:

@@ -138,7 +138,7 @@ def test_the_summary_says_in_one_line_how_many_chunks_were_absent_and_read_as_wh
     read_as = f"X: {float(value)!r}" + ("; y: 0" if foreign.y is not None else "")
     line = (
         f"{foreign.absent} chunk{'s' if foreign.absent != 1 else ''} absent from the store, read as their fill value ({read_as}) as zarr reads them; "
-        "missing='raise' refuses them"
+        "missing='raise' (--missing raise) refuses them"
     )
     assert [x for x in repr(s).splitlines() if "absent" in x] == [line]
     assert _html_text(line) in s._repr_html_()
