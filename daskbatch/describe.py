@@ -52,7 +52,7 @@ def describe(
 
     Parameters
     ----------
-    x : dask.array.Array, numpy.ndarray, Dataset, or path / URL of a Zarr store
+    x : dask.array.Array, numpy.ndarray, Dataset, path / URL of a Zarr store, or zarr.Group / zarr.Array
         Samples along axis 0, features along axis 1 (any real dtype; accumulated in float64).
     label : array of int, or name of an array in the same store, optional
         Class of every sample, for mutual information and per-class moments.

@@ -166,11 +166,13 @@ def as_feature_matrix(
     provenance: dict[str, Any] = {}
     names: tuple[str, ...] | None = None
     source = None
-    if isinstance(x, (str, os.PathLike)):
+    # An opened zarr group or array is read as its path is: CF decoding, absent chunks, names.
+    zarr_node = _is_instance(x, "zarr", "Group") or _is_instance(x, "zarr", "Array")
+    if isinstance(x, (str, os.PathLike)) or zarr_node:
         from daskbatch.io.dataset import open_dataset  # lazy: zarr
 
         label_name = label if isinstance(label, str) else None
-        x = open_dataset(os.fspath(x), label=label_name, missing=missing)  # type: ignore[arg-type]
+        x = open_dataset(x if zarr_node else os.fspath(x), label=label_name, missing=missing)  # type: ignore[arg-type]
         if label_name is not None:
             label = None
     if hasattr(x, "x") and hasattr(x, "feature_names"):  # a daskbatch Dataset

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dask.array as da
+import numpy as np
 import zarr
 from dask.utils import format_bytes
 
@@ -29,6 +30,7 @@ from daskbatch.io.zarr_nodes import (
     INGEST_ATTR,
     LAYOUT_ATTR,
     Chunks,
+    block_reader,
     clean_attrs,
     feature_names_of,
     get_array,
@@ -109,6 +111,8 @@ class Dataset:
     missing_policy: str = "raise"
     skipped_rows: list[tuple[int, int]] = field(default_factory=list)
     absent_lost: int = 0
+    #: What the absent chunks read as, per array (``"X: 0.0; y: 0"``); empty when none is read.
+    absent_read_as: str = ""
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
@@ -137,7 +141,8 @@ class Dataset:
             ``absent_chunks`` (chunks of ``x`` and the label absent from the store),
             ``absent_fill_chunks`` (those read as the fill value their writer meant: it
             leaves out chunks of fill values), ``absent_lost_chunks`` (those of arrays
-            whose writer stores every chunk), ``ingest_complete`` and ``complete``
+            whose writer stores every chunk), ``absent_read_as`` (the value each array's
+            absent chunks read as, decoded: ``"X: 0.0; y: 0"``), ``ingest_complete`` and ``complete``
             (False when an ingest did not finish, a chunk was lost, or rows were skipped).
         """
         absent = len(self.missing_chunks) + len(self.label_missing_chunks)
@@ -160,6 +165,7 @@ class Dataset:
             "absent_chunks": absent,
             "absent_fill_chunks": 0 if self.skipped_rows else absent - self.absent_lost,
             "absent_lost_chunks": self.absent_lost,
+            "absent_read_as": self.absent_read_as,
             "ingest_complete": self.complete,
             "complete": self.complete and not (self.absent_lost or self.skipped_rows),
         }
@@ -369,9 +375,23 @@ def open_dataset(
         missing_policy=missing,
         skipped_rows=absent.row_ranges if policy == "skip" else [],
         absent_lost=absent.lost,
+        absent_read_as="" if policy == "skip" else _absent_read_as(arr, label_arr, absent),
         zarr_x=arr,
         zarr_label=label_arr,
     )
+
+
+def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) -> str:
+    """What each array's first absent chunk reads as, decoded (``"X: 0.0; y: 0"``): one element of it, read."""
+    parts = []
+    for node, positions in ((arr, absent.x_chunks), (label, absent.label_chunks)):
+        if node is None or not positions:
+            continue
+        # zarr fills an absent chunk with its fill value; reading one element says which, decoded.
+        corner = tuple(slice(p * c, p * c + 1) for p, c in zip(positions[0], node.chunks, strict=True))
+        value = np.asarray(block_reader(node)[corner]).reshape(-1)[0].item()
+        parts.append(f"{node.path or 'x'}: {value!r}")
+    return "; ".join(parts)
 
 
 def _refusal(absent: Missing, arr: zarr.Array, label: zarr.Array | None, where: str, complete: bool) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import binascii
 import math
 import os
+import struct
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -15,12 +17,12 @@ from dask.utils import parse_bytes
 
 from daskbatch import config
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import storage_chunks
+from daskbatch.io.chunk_grid import array_label, storage_chunks
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, BlockReader
 from daskbatch.io.locations import zarr_target
 
 __all__ = [
-    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "clean_attrs",
+    "CF_ATTRS", "INGEST_ATTR", "LAYOUT_ATTR", "Chunks", "array_names", "block_reader", "cf_attributes", "clean_attrs",
     "dimension_names", "group_arrays",
     "feature_names_of", "get_array", "json_object", "open_node", "rows_per_block", "zarr_as_dask",
 ]
@@ -33,9 +35,10 @@ INGEST_ATTR = "daskbatch_ingest"
 Chunks = Literal["auto", "storage"] | int
 
 #: CF attributes of packed values (xarray writes and decodes them): the stored
-#: integers are ``raw * scale_factor + add_offset``, and ``_FillValue`` /
-#: ``missing_value`` mark values that are not there.
-CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value")
+#: integers are ``raw * scale_factor + add_offset``, ``_FillValue`` /
+#: ``missing_value`` mark values that are not there, and ``_Unsigned`` says that
+#: signed integers hold unsigned ones (netCDF-3's bytes).
+CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 
 
 def open_node(
@@ -193,16 +196,67 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
     return max(1, min(per, rows)) if rows else 1
 
 
-def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
-    """Decode CF-packed values as xarray does: ``(decode(block), dtype)``, or None when ``arr`` has no CF attributes."""
+def cf_attributes(arr: zarr.Array) -> dict[str, Any]:
+    """Return the CF attributes xarray decodes ``arr`` with, ``_FillValue`` as a number.
+
+    xarray reads a Zarr v2 array's ``_FillValue`` from its metadata
+    ``fill_value`` (where xarray writes it), and a Zarr v3 array's from the
+    attribute, base64-encoded for floats.  A v2 array counts as xarray's when it
+    has xarray's ``_ARRAY_DIMENSIONS`` or any CF attribute: zarr's own default
+    fill value (0 for numbers) must not turn zeros of other writers' stores into NaN.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    dict
+        ``scale_factor``, ``add_offset``, ``_FillValue`` and ``missing_value``
+        where present; empty for an array xarray would read as stored.
+
+    Raises
+    ------
+    DataError
+        The ``_FillValue`` attribute is no value of the array's dtype.
+    """
+    cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
+    if arr.metadata.zarr_format == 2:
+        xarray_array = cf or "_ARRAY_DIMENSIONS" in arr.attrs
+        if xarray_array and arr.fill_value is not None:
+            # xarray's v2 reader: the metadata fill value is the _FillValue.
+            cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
+    elif cf.get("_FillValue", 0) is None:
+        del cf["_FillValue"]  # null: no fill value (xarray would refuse the store)
+    elif "_FillValue" in cf:
+        cf["_FillValue"] = _decoded_fill_value(arr, cf["_FillValue"])
+    return cf
+
+
+def _decoded_fill_value(arr: zarr.Array, value: Any) -> Any:
+    """A v3 ``_FillValue`` attribute as xarray decodes it (floats are base64 of a little-endian float64)."""
+    from xarray.backends.zarr import FillValueCoder  # lazy: xarray
+
+    dtype = np.dtype(arr.dtype)
+    if dtype.kind in "fc" and isinstance(value, int | float) and not isinstance(value, bool):
+        return value  # a plain number (other writers) means itself; xarray would refuse it
+    try:
+        return FillValueCoder.decode(value, dtype)
+    except (TypeError, ValueError, binascii.Error, struct.error) as exc:
+        raise DataError(
+            f"{array_label(arr)} has _FillValue attribute {value!r}, which is no {dtype} value "
+            f"({exc}); xarray cannot read it either"
+        ) from exc
+
+
+def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype, dict[str, Any]] | None:
+    """Decode CF-packed values as xarray does: ``(decode(block), dtype, attrs)``, or None for an array read as stored."""
     import xarray as xr  # lazy: xarray
 
-    cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
+    cf = cf_attributes(arr)
     if not cf:
         return None
-    if arr.metadata.zarr_format == 2 and "_FillValue" not in cf and arr.fill_value is not None:
-        # xarray keeps a v2 array's _FillValue in the metadata and masks with it.
-        cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
     dims = tuple(f"dim_{i}" for i in range(arr.ndim))
 
     def _decode(block: np.ndarray) -> np.ndarray:
@@ -210,7 +264,30 @@ def _cf_decoder(arr: zarr.Array) -> tuple[Any, np.dtype] | None:
         variable = xr.Variable(dims, block, attrs=dict(cf))
         return np.asarray(xr.conventions.decode_cf_variable(arr.path or "x", variable).values)
 
-    return _decode, _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype
+    try:
+        decoded = _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype))
+    except (TypeError, ValueError) as exc:  # attributes of the wrong type: a scale_factor string
+        raise DataError(f"{array_label(arr)} has CF attributes {cf} that xarray cannot decode: {exc}") from exc
+    return _decode, decoded.dtype, cf
+
+
+def block_reader(arr: zarr.Array, cf: tuple[Any, np.dtype, dict[str, Any]] | None = None) -> BlockReader:
+    """Read ``arr`` as :func:`zarr_as_dask` reads it: block by block, CF-decoded as xarray decodes it.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    cf : tuple, optional
+        Its CF decoder, when already made.
+
+    Returns
+    -------
+    BlockReader
+        ``reader[selection]`` gives the decoded values.
+    """
+    cf = cf if cf is not None else _cf_decoder(arr)
+    return BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
 
 
 def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
@@ -234,9 +311,10 @@ def zarr_as_dask(arr: zarr.Array, row_chunks: int | tuple[int, ...], where: str)
         The array, chunked along rows only.
     """
     cf = _cf_decoder(arr)
-    reader = BlockReader(arr) if cf is None else BlockReader(arr, decode=cf[0], dtype=cf[1])
+    reader = block_reader(arr, cf)
     chunks = (row_chunks,) + tuple(arr.shape[1:])
-    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks, cf is not None)
+    # The decoding is part of what the blocks hold: a store rewritten with another fill value is other data.
+    token = dask.base.tokenize(where, arr.path, arr.shape, str(arr.dtype), chunks, cf and repr(sorted(cf[2].items())))
     return da.from_array(
         reader,
         chunks=chunks,

@@ -15,7 +15,7 @@ where a plain Chan merge of chunk means keeps ~11.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from daskbatch._typing import Array, Namespace
@@ -30,6 +30,7 @@ from daskbatch.stats._base import (
     safe_divisor,
 )
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
 
@@ -42,7 +43,8 @@ class MomentsState(State):
 
     ``n`` counts finite values; ``shift + mean`` is their mean; ``m2``, ``m3``,
     ``m4`` are sums of powers of deviations from it. ``fmin``/``fmax`` are the
-    finite extrema; NaN and ±inf values are counted apart.
+    finite extrema, in int64/uint64 for blocks of those dtypes (exact, see
+    :mod:`daskbatch.stats.extremes`); NaN and ±inf values are counted apart.
     """
 
     n: Array
@@ -296,9 +298,9 @@ class Moments:  # numpydoc ignore=PR02
             empty = empty_moments(xp, n_features, device(x))
             return empty if weights is None else _weighted(empty, empty.n)
         ref = _exact_reference(xp, x)
-        if ref is not None:
-            return _shifted_by(self._chunk(x - ref, weights), as_float64(ref))
-        return self._chunk(x, weights)
+        state = self._chunk(x, weights) if ref is None else _shifted_by(self._chunk(x - ref, weights), as_float64(ref))
+        extremes = exact_extremes(xp, x)
+        return state if extremes is None else replace(state, fmin=extremes[0], fmax=extremes[1])
 
     def _chunk(self, x: Array, weights: Array | None = None) -> MomentsState:
         """The state of a non-empty block (weighted when ``weights`` is given)."""
@@ -399,8 +401,8 @@ class Moments:  # numpydoc ignore=PR02
             m2=m2,
             m3=m3,
             m4=m4,
-            fmin=xp.minimum(a.fmin, b.fmin),
-            fmax=xp.maximum(a.fmax, b.fmax),
+            fmin=merge_extreme(xp, a.fmin, b.fmin, smallest=True),
+            fmax=merge_extreme(xp, a.fmax, b.fmax, smallest=False),
             nan_count=a.nan_count + b.nan_count,
             posinf_count=a.posinf_count + b.posinf_count,
             neginf_count=a.neginf_count + b.neginf_count,
@@ -449,13 +451,16 @@ class Moments:  # numpydoc ignore=PR02
             kurt = xp.where(n > 3, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, nan)
 
         count = _rows_of(s) + s.posinf_count + s.neginf_count
-        vmin = xp.where(has_neg, -inf, xp.where(n > 0, s.fmin, xp.where(has_pos, inf, nan)))
-        vmax = xp.where(has_pos, inf, xp.where(n > 0, s.fmax, xp.where(has_neg, -inf, nan)))
+        fmin, fmax = as_float64(s.fmin), as_float64(s.fmax)
+        vmin = xp.where(has_neg, -inf, xp.where(n > 0, fmin, xp.where(has_pos, inf, nan)))
+        vmax = xp.where(has_pos, inf, xp.where(n > 0, fmax, xp.where(has_neg, -inf, nan)))
         if self.nan_policy == "propagate":
             poisoned = s.nan_count > 0
             mean, var, skew, kurt, vmin, vmax = (
                 xp.where(poisoned, nan, v) for v in (mean, var, skew, kurt, vmin, vmax)
             )
+        if is_exact(s.fmin) and bool(xp.all(n > 0)):  # integers: no inf, no NaN; exact in their dtype
+            vmin, vmax = s.fmin, s.fmax
         return MomentsResult(
             count=count,
             nan_count=s.nan_count,
@@ -468,8 +473,8 @@ class Moments:  # numpydoc ignore=PR02
             kurtosis=kurt,
             min=vmin,
             max=vmax,
-            finite_min=xp.where(n > 0, s.fmin, nan),
-            finite_max=xp.where(n > 0, s.fmax, nan),
+            finite_min=xp.where(n > 0, fmin, nan),
+            finite_max=xp.where(n > 0, fmax, nan),
             weight_sum=s.n if isinstance(s, WeightedMomentsState) else None,
         )
 

@@ -41,7 +41,9 @@ class Summary:
     overflow buckets. ``quantile_counts`` (D, QUANTILE_BINS + 2) is the second
     pass's fine quantile histogram (underflow, the bins, overflow) on the ranges
     ``quantile_range`` (D, 2); with the sketch it makes :meth:`quantile` exact
-    to one of its bins. Statistics that were not asked for are None.
+    to one of its bins. ``min`` and ``max`` are float64, but exact int64 or
+    uint64 for data of those dtypes (float64 rounds integers beyond 2**53).
+    Statistics that were not asked for are None.
     ``provenance`` records what was computed from what.
 
     Examples

@@ -51,7 +51,7 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     Parameters
     ----------
     values : ndarray, shape (n,)
-        The column.
+        The column; an integer dtype (exact extremes of int64 data) is written with every digit.
     integer : bool, default False
         Counts: whole numbers with thousands separators.
     digits : int, default 4
@@ -66,7 +66,10 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     list of str
         The strings, ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
     """
-    v = np.asarray(values, dtype=np.float64)
+    raw = np.asarray(values)
+    if raw.dtype.kind in "iu":  # exact integers (the extremes of int64 features): every digit
+        return [f"{x:,}" for x in raw.tolist()]
+    v = np.asarray(raw, dtype=np.float64)
     if integer:
         return [f"{int(round(x)):,}" if np.isfinite(x) else _special(x) for x in v]
     finite = np.abs(v[np.isfinite(v)])
@@ -302,6 +305,26 @@ def _details(summary: Any) -> list[str]:
     return parts
 
 
+def _absent_chunks_line(provenance: dict[str, Any]) -> str | None:
+    """The one line on chunks absent from the store: how many, what they were read as, what refuses them."""
+    absent = int(provenance.get("absent_chunks") or 0)
+    if not absent:
+        return None
+    chunks = f"{absent:,} chunk{'s' if absent != 1 else ''} absent from the store"
+    lost = int(provenance.get("absent_lost_chunks") or 0)
+    lost_note = f", {lost:,} of them lost (daskbatch wrote every chunk)" if lost else ""
+    skipped = int(provenance.get("rows_skipped") or 0)
+    if skipped:
+        return f"{chunks}{lost_note}: their {skipped:,} rows left out (missing='skip', --missing skip)"
+    read_as = provenance.get("absent_read_as")
+    value = f" ({read_as})" if read_as else ""
+    # The option that refuses them; never one that changes the answer silently.
+    return (
+        f"{chunks}{lost_note}, read as their fill value{value} as zarr reads them; "
+        "missing='raise' (--missing raise) refuses them"
+    )
+
+
 def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     for key, value in provenance.items():
@@ -343,6 +366,9 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
         foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
     if table.hidden:
         foot.append("zero for every feature, not shown: " + ", ".join(table.hidden))
+    absent = _absent_chunks_line(summary.provenance)
+    if absent:
+        foot.append(absent)
     if foot:
         parts.append("<div class='db-muted'>" + "; ".join(_html.escape(f) for f in foot) + "</div>")
     if summary.corr is not None:  # a tiled covariance would need a pass over its store: not in a repr
@@ -405,4 +431,7 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
         lines.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
     if table.hidden:
         lines.append("zero for every feature, not shown: " + ", ".join(table.hidden))
+    absent = _absent_chunks_line(summary.provenance)
+    if absent:
+        lines.append(absent)
     return "\n".join(lines)

@@ -118,6 +118,38 @@ def xarray_cf_v2(tmp_path: pathlib.Path) -> Foreign:
     return _xarray(tmp_path / "xarray-v2.zarr", 2, left_out=np.nan)
 
 
+def _xarray_fill_value(path: pathlib.Path, zarr_format: int, absent: int = 2) -> Foreign:
+    """xarray ``to_zarr`` of float64 with an explicit ``_FillValue`` (climate data's habit), and an int label."""
+    x, y = _data()
+    x[2 * CHUNK : 3 * CHUNK] = np.nan  # all -9999 once encoded: zarr's fill value here, so not written
+    x[[3, 250], [1, 2]] = np.nan
+    ds = xr.Dataset({"X": (("sample", "feature"), x), "y": (("sample",), y)})
+    encoding: dict[str, object] = {"_FillValue": -9999.0, "chunks": (CHUNK, FEATURES)}
+    if zarr_format == 3:
+        encoding["fill_value"] = -9999.0  # v3 keeps the _FillValue attribute apart from zarr's fill value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
+        ds.to_zarr(str(path), zarr_format=zarr_format, encoding={"X": encoding, "y": {"chunks": (CHUNK,)}})
+        decoded = xr.open_zarr(str(path))
+        values, label = decoded["X"].values, decoded["y"].values
+    np.testing.assert_array_equal(values, x)  # xarray reads back the NaN it was given
+    return Foreign(str(path), np.asarray(values, dtype=np.float64), np.asarray(label), absent=absent)
+
+
+@pytest.fixture()
+def xarray_fill_v2(tmp_path: pathlib.Path) -> Foreign:
+    """xarray into Zarr v2 with ``_FillValue=-9999``: kept only as the metadata ``fill_value``."""
+    # X's chunk of NaN and the label's chunk of class 0 (no fill value, which zarr writes as 0) are left out.
+    return _xarray_fill_value(tmp_path / "fill-v2.zarr", 2, absent=2)
+
+
+@pytest.fixture()
+def xarray_fill_v3(tmp_path: pathlib.Path) -> Foreign:
+    """xarray into Zarr v3 with ``_FillValue=-9999``: a base64 attribute (``'AAAAAICHw8A='``)."""
+    # X's chunk of NaN and the label's chunk of class 0 (zarr's fill value 0) are left out.
+    return _xarray_fill_value(tmp_path / "fill-v3.zarr", 3, absent=2)
+
+
 @pytest.fixture()
 def dask_to_zarr(tmp_path: pathlib.Path) -> Foreign:
     """dask ``Array.to_zarr`` (zarr's defaults): blocks of fill values are not written."""
@@ -148,6 +180,6 @@ def memory_store() -> Foreign:
 
 #: Every store of the corpus, by fixture name.
 CORPUS = (
-    "zarr_v2_blosc", "zarr_v3_sharded", "consolidated", "xarray_cf", "xarray_cf_v2", "dask_to_zarr", "zip_store",
-    "memory_store",
+    "zarr_v2_blosc", "zarr_v3_sharded", "consolidated", "xarray_cf", "xarray_cf_v2", "xarray_fill_v2",
+    "xarray_fill_v3", "dask_to_zarr", "zip_store", "memory_store",
 )

@@ -22,6 +22,7 @@ import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import MissingChunksWarning
+from tests.foreign.conftest import Foreign
 
 
 def test_the_issue_repro_label_chunks_all_class_zero(tmp_path: pathlib.Path) -> None:
@@ -185,3 +186,34 @@ def test_a_store_of_an_earlier_daskbatch_without_the_mark_still_refuses(tmp_path
     with pytest.raises(DataError, match="X/c/0/0.*daskbatch wrote every chunk"):
         db.open_dataset(path)
     assert CliRunner().invoke(main, ["verify", str(path)]).exit_code == 1
+
+
+def test_the_summary_tells_lost_chunks_read_as_fill_values_and_skipped_rows(tmp_path: pathlib.Path) -> None:
+    """Issue round 2, item 13: the text table and the HTML say what happened to absent chunks, in one line."""
+    path = _synth_copy(tmp_path)
+    whole = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None))
+    assert "absent" not in repr(whole) and "absent from the store" not in whole._repr_html_()
+    (path / "X" / "c" / "2" / "0").unlink()
+    with pytest.warns(MissingChunksWarning):
+        filled = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None), missing="fill")
+    lines = [x for x in repr(filled).splitlines() if "absent" in x]
+    assert lines == [
+        "1 chunk absent from the store, 1 of them lost (daskbatch wrote every chunk), read as their fill value "
+        "(X: 0.0) as zarr reads them; missing='raise' (--missing raise) refuses them"
+    ]
+    with pytest.warns(MissingChunksWarning):
+        skipped = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None), missing="skip")
+    assert [x for x in repr(skipped).splitlines() if "absent" in x] == [
+        "1 chunk absent from the store, 1 of them lost (daskbatch wrote every chunk): their 100 rows left out "
+        "(missing='skip', --missing skip)"
+    ]
+    assert "their 100 rows left out" in skipped._repr_html_()
+
+
+def test_the_cli_describe_prints_the_absent_chunks_line(xarray_fill_v2: Foreign) -> None:
+    result = CliRunner().invoke(main, ["describe", xarray_fill_v2.path, "--label", "y", "--cluster", "threads", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "2 chunks absent from the store, read as their fill value (X: nan; y: 0) as zarr reads them; "
+        "missing='raise' (--missing raise) refuses them"
+    ) in result.output.splitlines()
