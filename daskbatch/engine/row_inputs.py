@@ -20,8 +20,11 @@ from daskbatch.engine.inputs import (
     _check_known_chunks,
     _in_memory_as_dask,
     _is_instance,
+    as_float64_if_wider,
     check_numeric,
+    check_series_index,
     dtype_kind,
+    unmasked,
 )
 
 
@@ -80,6 +83,8 @@ def with_groups(data: FeatureMatrix, groups: Any) -> FeatureMatrix:
         ``data`` with the group keys as its label and ``provenance["groups"]`` set.
     """
     groups, what = _row_array(groups, data, "groups", "group key", _check_group_keys)
+    if groups.dtype == np.uint64:  # checked here, so that a key int64 cannot hold is named as a group key
+        groups = da.map_blocks(_check_uint64_keys, groups, what=what, dtype=groups.dtype, meta=groups._meta)
     return dataclasses.replace(data, label=groups, provenance={**data.provenance, "groups": what})
 
 
@@ -116,13 +121,17 @@ def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
     if isinstance(value, str):
         value, what = _stored_array(value, data, role)
     if _is_instance(value, "pandas", "Series"):
+        check_series_index(value, data.row_index, role)
         value = _pandas_values(value, what, noun, missing_as_nan=role == "target")
     elif _is_instance(value, "dask.dataframe", "Series"):
         value = value.to_dask_array(lengths=True)
+    # A masked target value is missing (NaN), a masked weight makes its row as if absent (0), as in
+    # numpy.ma; a group key every row needs.
+    value = unmasked(value, what, fill={"target": np.nan, "weights": 0.0}.get(role))
     if not hasattr(value, "dtype") or not hasattr(value, "shape"):
         value = np.asarray(value)
     check_dtype(value.dtype, what)
-    value = _in_memory_as_dask(value)
+    value = as_float64_if_wider(_in_memory_as_dask(value), what)
     _check_known_chunks(value, what)
     rows = int(data.x.shape[0])
     if value.ndim != 1 or value.shape[0] != rows:
@@ -144,6 +153,19 @@ def _check_group_keys(dtype: Any, what: str) -> None:
     """Refuse group keys that are not integers (or bool), in one line."""
     if dtype_kind(dtype) not in LABEL_KINDS:
         raise TypeError(f"{what} has dtype {dtype}; group keys must be integers (codes of the group values)")
+
+
+def _check_uint64_keys(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
+    """Refuse a uint64 group key beyond int64 (the class machinery keys int64), naming the row."""
+    too_big = block > np.uint64(np.iinfo(np.int64).max)
+    if too_big.any():
+        at = int(too_big.argmax())
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(
+            f"{what}: group key {int(block[at])} at row {start + at:,} does not fit in int64; "
+            "group keys must be integers from -2**63 to 2**63-1 (codes of the group values)"
+        )
+    return block
 
 
 def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, str]:
