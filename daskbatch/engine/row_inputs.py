@@ -187,16 +187,52 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
     return da.from_zarr(arr), f"{role} {array_label(arr)}"
 
 
+#: Weights beyond 2**±960 (1e±289) are refused: a float64 sum of weights that large can overflow
+#: (1,000 rows of 1e306 sum to inf), and sums of weights that small times powers of the values sink
+#: into subnormals and lose their digits (a weighted mean 10% off, a sketch out of bounds).
+WEIGHT_EXPONENT_LIMIT = 960
+
+#: Where a suggested power of two puts the largest weight: far from both limits, and on the same
+#: side of 1 as the weight sum, so that ``W - ddof`` and every statistic but the weight sums are
+#: as they would be (a power of two scales sums exactly).
+_SUGGESTED_EXPONENT = 512
+
+
 def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
-    """Refuse a block with a negative, NaN or infinite weight, naming the block and the row."""
+    """Refuse a block with a negative, NaN, infinite or out-of-range weight, naming the block and the row."""
     values = np.asarray(block) if type(block) is np.ndarray else block
     start = block_info[0]["array-location"][0][0] if block_info else 0
     index = block_info[0]["chunk-location"][0] if block_info else 0
+    where = f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,})"
     bad = ~(values >= 0) | (values == np.inf)  # NaN compares False
     if bad.any():
         at = int(bad.argmax())
         raise ValueError(
-            f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,}) has weight {float(values[at])} "
-            f"at row {start + at:,}; weights must be finite and >= 0"
+            f"{where} has weight {float(values[at])} at row {start + at:,}; weights must be finite and >= 0"
         )
+    if values.shape[0] and dtype_kind(values.dtype) == "f":  # integer weights are never out of range
+        _check_weight_range(values, where, start)
     return block
+
+
+def _check_weight_range(values: Any, where: str, start: int) -> None:
+    """Refuse weights beyond ``2**WEIGHT_EXPONENT_LIMIT``, or a block whose largest positive weight is below its inverse."""
+    at = int(values.argmax())
+    largest = float(values[at])
+    exponent = int(np.frexp(largest)[1]) - 1  # largest = m * 2**exponent, 1 <= m < 2
+    if largest == 0 or abs(exponent) < WEIGHT_EXPONENT_LIMIT:
+        return
+    # A block of tiny weights beside large ones would not hurt, but a block cannot see the others.
+    huge = exponent > 0
+    shift = (_SUGGESTED_EXPONENT if huge else -_SUGGESTED_EXPONENT) - exponent
+    problem = (
+        f"has weight {largest:.3g} at row {start + at:,}, of 2**{WEIGHT_EXPONENT_LIMIT} or more, where float64 sums of "
+        "weights overflow"
+        if huge
+        else f"has no weight above {largest:.3g} (row {start + at:,}) but zeros, below 2**-{WEIGHT_EXPONENT_LIMIT}, "
+        "where float64 sums of weights lose their digits"
+    )
+    raise ValueError(
+        f"{where} {problem}: multiply every weight by 2**{shift} (the statistics stay as they are; "
+        "weight sums and weighted counts scale by it)"
+    )
