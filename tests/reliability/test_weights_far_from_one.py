@@ -164,3 +164,20 @@ def test_bias_corrections_of_huge_weight_sums_are_one(x: np.ndarray) -> None:
     np.testing.assert_allclose(biased.skew, reference.skew, rtol=1e-12)
     np.testing.assert_array_equal(unbiased.skew, biased.skew)
     np.testing.assert_array_equal(unbiased.kurtosis, biased.kurtosis)
+
+
+@pytest.mark.parametrize("stat_name", ["comoments", "tiled"])
+def test_covariance_merges_of_huge_weight_sums(x: np.ndarray, stat_name: str) -> None:
+    # a.n * b.n overflowed past weight sums of 2**512: the merged co-moments were inf or NaN.
+    from daskbatch.stats.comoments import CoMoments
+    from daskbatch.stats.tiled import CrossCoMoments
+
+    stat = CoMoments() if stat_name == "comoments" else CrossCoMoments(split=1)
+    scale = 2.0**900
+    parts = [stat.chunk(x[i : i + 250], weights=np.full(250, scale)) for i in range(0, ROWS, 250)]
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = stat.merge(merged, part)
+    want = np.cov(x, rowvar=False, ddof=0) * ROWS
+    want = want if stat_name == "comoments" else want[:1, 1:]
+    np.testing.assert_allclose(np.asarray(merged.c) / scale, want, rtol=1e-12)
