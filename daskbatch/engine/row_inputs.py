@@ -211,12 +211,25 @@ def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | 
             f"{where} has weight {float(values[at])} at row {start + at:,}; weights must be finite and >= 0"
         )
     if values.shape[0] and dtype_kind(values.dtype) == "f":  # integer weights are never out of range
-        _check_weight_range(values, where, start)
+        check_weight_range(values, where, start)
     return block
 
 
-def _check_weight_range(values: Any, where: str, start: int) -> None:
-    """Refuse weights beyond ``2**WEIGHT_EXPONENT_LIMIT``, or a block whose largest positive weight is below its inverse."""
+def check_weight_range(values: Any, where: str, start: int = 0) -> None:
+    """Refuse float weights of ``2**WEIGHT_EXPONENT_LIMIT`` or more, or all positive ones below its inverse.
+
+    The message names the power of two that brings them in range, which changes
+    no statistic but the weight sums.
+
+    Parameters
+    ----------
+    values : array
+        Float weights (NumPy or CuPy), checked finite and non-negative.
+    where : str
+        How to call them in the message (``"weights: chunk 3 (rows ...)"``).
+    start : int, default 0
+        The row of ``values[0]``.
+    """
     at = int(values.argmax())
     largest = float(values[at])
     exponent = int(np.frexp(largest)[1]) - 1  # largest = m * 2**exponent, 1 <= m < 2

@@ -32,8 +32,12 @@ def merged_by_ratios(a: Any, b: Any, n: Array, delta: Array) -> tuple[Array, Arr
 
     Returns
     -------
-    m2, m3, m4 : array
-        The union's sums of powers of deviations: those of the product forms, without their overflow.
+    m2 : array
+        The union's weighted sum of squared deviations.
+    m3 : array
+        Its sum of cubed deviations.
+    m4 : array
+        Its sum of fourth powers of deviations.
     """
     fa, fb = a.n / n, b.n / n
     d2 = delta * delta

@@ -181,3 +181,16 @@ def test_covariance_merges_of_huge_weight_sums(x: np.ndarray, stat_name: str) ->
     want = np.cov(x, rowvar=False, ddof=0) * ROWS
     want = want if stat_name == "comoments" else want[:1, 1:]
     np.testing.assert_allclose(np.asarray(merged.c) / scale, want, rtol=1e-12)
+
+
+def test_accumulator_refuses_the_same_weights_and_merges_far_apart_batches(x: np.ndarray) -> None:
+    acc = db.Accumulator(stats=("moments",))
+    with pytest.raises(
+        ValueError, match=r"^batch 0's weights: has weight 1e\+306 at row 0, of 2\*\*960 or more"
+    ):
+        acc.update(x, w=np.full(ROWS, 1e306))
+    for lo in range(0, ROWS, 250):  # a batch of 2**900 weights, then 2**-900, 2**900, 2**-900
+        acc.update(x[lo : lo + 250], w=np.full(250, 2.0 ** (900 if lo % 500 == 0 else -900)))
+    heavy = np.concatenate([x[:250], x[500:750]])
+    np.testing.assert_allclose(acc.summary().mean, heavy.mean(axis=0), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(acc.summary().std, heavy.std(axis=0), rtol=1e-13)  # W - 1 is W
