@@ -16,6 +16,7 @@ from daskbatch._warnings import warn
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
+from daskbatch.engine.row_inputs import check_weight_range
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
@@ -437,6 +438,8 @@ def _checked_weights(w: Any, rows: int, index: int) -> Any:
     host = to_host(w)
     if not bool(np.all(np.isfinite(host))) or bool(np.any(host < 0)):
         raise ValueError(f"batch {index}'s weights must be finite and non-negative")
+    if host.shape[0] and host.dtype.kind == "f":
+        check_weight_range(host, f"batch {index}'s weights:")
     return w
 
 

@@ -320,7 +320,10 @@ class _LossyCast(Misuse):
 
 def _cast_output(values: np.ndarray, dtype: np.dtype, declared: bool) -> np.ndarray:
     """``values`` as ``dtype``, refusing a cast that changes a value (a declared float dtype may round)."""
-    if values.dtype == dtype or np.can_cast(values.dtype, dtype, "safe"):
+    # NumPy calls int64 -> float64 "safe", yet 2**53 + 1 becomes 2**53: integers into a float or
+    # complex dtype are checked value by value below, like every other cast that may change a value.
+    exact_kinds = not (values.dtype.kind in "iu" and dtype.kind in "fc")
+    if values.dtype == dtype or (exact_kinds and np.can_cast(values.dtype, dtype, "safe")):
         return np.asarray(values, dtype=dtype)
     with np.errstate(all="ignore"):
         out = np.asarray(values, dtype=dtype)
@@ -330,6 +333,8 @@ def _cast_output(values: np.ndarray, dtype: np.dtype, declared: bool) -> np.ndar
             back = out.astype(values.dtype)
             bad = ~((back == values) | (np.isnan(back) & np.isnan(values)) if values.dtype.kind in "fc"
                     else back == values)
+            if not exact_kinds:  # rounded past the integer type's top, the way back is undefined (0, or saturated)
+                bad |= np.real(out) >= 2.0 ** (8 * values.dtype.itemsize - (values.dtype.kind == "i"))
     if bad.any():
         first = np.unravel_index(int(np.argmax(bad)), bad.shape)
         what = "declared" if declared else "of the first rows"

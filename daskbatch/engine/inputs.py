@@ -48,6 +48,8 @@ class FeatureMatrix:
     label_checked: bool = False
     #: Non-negative sample weights aligned with the rows (checked block by block when read), or None.
     weights: da.Array | None = None
+    #: The row index of a pandas DataFrame ``x`` (a Series given beside it must match it), else None.
+    row_index: Any = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -166,6 +168,7 @@ def as_feature_matrix(
     provenance: dict[str, Any] = {}
     names: tuple[str, ...] | None = None
     source = None
+    row_index = getattr(x, "index", None) if _is_instance(x, "pandas", "DataFrame") else None
     # An opened zarr group or array is read as its path is: CF decoding, absent chunks, names.
     zarr_node = _is_instance(x, "zarr", "Group") or _is_instance(x, "zarr", "Array")
     if isinstance(x, (str, os.PathLike)) or zarr_node:
@@ -194,6 +197,7 @@ def as_feature_matrix(
             what = f"DataArray {x.name!r}"
         x = x.data
     what = what or "x"
+    x = unmasked(x, what)
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         x = np.asarray(x)
     check_numeric(x.dtype, what)
@@ -204,7 +208,7 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or n_features == 0:
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = _in_memory_as_dask(x)
+    x = as_float64_if_wider(_in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
@@ -215,7 +219,7 @@ def as_feature_matrix(
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        label = _in_memory_as_dask(label)
+        label = _in_memory_as_dask(unmasked(label, "label", fill=None))
         _check_known_chunks(label, "label")
         check_label(label, rows, what)
 
@@ -227,7 +231,106 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(x=x, label=label, feature_names=names, provenance=provenance, source=source)
+    return FeatureMatrix(
+        x=x, label=label, feature_names=names, provenance=provenance, source=source, row_index=row_index
+    )
+
+
+def unmasked(a: Any, what: str, fill: float | None = np.nan) -> Any:
+    """Give a NumPy or dask masked array as a plain one: masked values become ``fill`` (missing), as in numpy.ma.
+
+    Other inputs come back as they are.
+
+    Parameters
+    ----------
+    a : array
+        The input.
+    what : str
+        How to call it in messages.
+    fill : float or None, default NaN
+        The value of a masked element (NaN: a missing value; 0: a weight of a row as if absent);
+        None refuses masked elements (a label or group key every row needs).
+
+    Returns
+    -------
+    array
+        ``a`` without a mask: an integer or bool array with masked values as float64.
+    """
+    if isinstance(a, da.Array):
+        if not isinstance(a._meta, np.ma.MaskedArray):
+            return a
+        if fill is None:
+            raise TypeError(f"{what} is a masked dask array; every row needs a value: pass it unmasked")
+        values = a if a.dtype.kind == "f" else a.astype(np.float64)
+        return da.ma.filled(values, fill)
+    if not isinstance(a, np.ma.MaskedArray):
+        return a
+    masked = np.ma.getmaskarray(a)
+    if not masked.any():
+        return np.ma.getdata(a)
+    if fill is None:
+        raise ValueError(f"{what} has {int(masked.sum()):,} masked values; every row needs one")
+    data = np.ma.getdata(a)
+    if data.dtype.kind != "f":  # masked integers become float64 with NaN, like the DataFrame's <NA>
+        converted = data.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # past int64's top the way back is undefined: the range test tells
+            back = converted.astype(data.dtype)
+        top = 2.0 ** (8 * data.dtype.itemsize - (data.dtype.kind == "i"))
+        changed = ((back != data) | (converted >= top)) & ~masked
+        if changed.any():
+            at = np.unravel_index(int(changed.argmax()), changed.shape)
+            raise ValueError(
+                f"{what} is a masked {data.dtype} array and its value {data[at].item()} at {tuple(map(int, at))} "
+                "has no exact float64 (what holds the masked values as missing): fill the masked values yourself"
+            )
+        data = converted
+    return np.where(masked, fill, data)
+
+
+def as_float64_if_wider(a: da.Array, what: str) -> da.Array:
+    """Convert a float dtype wider than float64 (``longdouble``) to float64, warning of the precision lost.
+
+    The statistics run in float64; a value beyond its range stops the read of
+    its block with a one-line error.
+
+    Parameters
+    ----------
+    a : dask.array.Array
+        The input.
+    what : str
+        How to call it in messages.
+
+    Returns
+    -------
+    dask.array.Array
+        ``a`` itself unless its dtype is a float wider than 8 bytes.
+    """
+    if dtype_kind(a.dtype) != "f" or np.dtype(a.dtype).itemsize <= 8:
+        return a
+    from daskbatch._warnings import warn  # lazy: only longdouble input warns
+
+    bits = np.finfo(a.dtype).nmant + 1
+    warn(
+        f"{what} has dtype {np.dtype(a.dtype)} ({bits} significant bits); daskbatch computes in float64, "
+        "which keeps 53 of them",
+        RuntimeWarning,
+    )
+    return da.map_blocks(_float64_block, a, what=what, dtype=np.float64)
+
+
+def _float64_block(block: np.ndarray, *, what: str, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    """One block as float64, refusing a finite value float64 cannot hold."""
+    with np.errstate(over="ignore"):
+        out = block.astype(np.float64)
+    overflow = np.isfinite(block) & ~np.isfinite(out)
+    if overflow.any():
+        at = np.unravel_index(int(overflow.argmax()), overflow.shape)
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(
+            f"{what} has the value {str(block[at])} at row {start + int(at[0]):,}, beyond float64's range "
+            "(±1.8e308) that daskbatch computes in"
+        )
+    return out
 
 
 def _is_instance(obj: Any, module: str, name: str) -> bool:
@@ -257,14 +360,33 @@ def _from_dataframe(x: Any, label: Any, what: str | None) -> tuple[Any, Any, tup
         )
     names = tuple(str(c) for c in x.columns)
     if is_pandas:
-        if isinstance(label, pd.Series) and not label.index.equals(x.index):
-            raise ValueError(f"the label's index does not match the rows of the {what}: use label.reindex(df.index)")
+        if isinstance(label, pd.Series):
+            check_series_index(label, x.index, "label", what)
         plain = all(isinstance(t, np.dtype) for t in x.dtypes)
         # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
         array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         array = x.to_dask_array(lengths=True)
     return array, label, names, what
+
+
+def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
+    """Refuse a pandas Series whose index is not the DataFrame's row index: it would be used by position.
+
+    Parameters
+    ----------
+    series : pandas.Series
+        A label, target, group keys or weights given beside a DataFrame.
+    index : pandas.Index or None
+        The DataFrame's row index (None: the data have none, the Series is used by position).
+    role : str
+        What the Series is ("label", "weights", ...).
+    what : str, default "DataFrame"
+        How to call the DataFrame.
+    """
+    if index is None or series.index.equals(index):
+        return
+    raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
 
 
 def _from_series(label: Any) -> Any:

@@ -20,8 +20,11 @@ from daskbatch.engine.inputs import (
     _check_known_chunks,
     _in_memory_as_dask,
     _is_instance,
+    as_float64_if_wider,
     check_numeric,
+    check_series_index,
     dtype_kind,
+    unmasked,
 )
 
 
@@ -80,6 +83,8 @@ def with_groups(data: FeatureMatrix, groups: Any) -> FeatureMatrix:
         ``data`` with the group keys as its label and ``provenance["groups"]`` set.
     """
     groups, what = _row_array(groups, data, "groups", "group key", _check_group_keys)
+    if groups.dtype == np.uint64:  # checked here, so that a key int64 cannot hold is named as a group key
+        groups = da.map_blocks(_check_uint64_keys, groups, what=what, dtype=groups.dtype, meta=groups._meta)
     return dataclasses.replace(data, label=groups, provenance={**data.provenance, "groups": what})
 
 
@@ -116,13 +121,17 @@ def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
     if isinstance(value, str):
         value, what = _stored_array(value, data, role)
     if _is_instance(value, "pandas", "Series"):
+        check_series_index(value, data.row_index, role)
         value = _pandas_values(value, what, noun, missing_as_nan=role == "target")
     elif _is_instance(value, "dask.dataframe", "Series"):
         value = value.to_dask_array(lengths=True)
+    # A masked target value is missing (NaN), a masked weight makes its row as if absent (0), as in
+    # numpy.ma; a group key every row needs.
+    value = unmasked(value, what, fill={"target": np.nan, "weights": 0.0}.get(role))
     if not hasattr(value, "dtype") or not hasattr(value, "shape"):
         value = np.asarray(value)
     check_dtype(value.dtype, what)
-    value = _in_memory_as_dask(value)
+    value = as_float64_if_wider(_in_memory_as_dask(value), what)
     _check_known_chunks(value, what)
     rows = int(data.x.shape[0])
     if value.ndim != 1 or value.shape[0] != rows:
@@ -146,6 +155,19 @@ def _check_group_keys(dtype: Any, what: str) -> None:
         raise TypeError(f"{what} has dtype {dtype}; group keys must be integers (codes of the group values)")
 
 
+def _check_uint64_keys(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
+    """Refuse a uint64 group key beyond int64 (the class machinery keys int64), naming the row."""
+    too_big = block > np.uint64(np.iinfo(np.int64).max)
+    if too_big.any():
+        at = int(too_big.argmax())
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(
+            f"{what}: group key {int(block[at])} at row {start + at:,} does not fit in int64; "
+            "group keys must be integers from -2**63 to 2**63-1 (codes of the group values)"
+        )
+    return block
+
+
 def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, str]:
     """The array ``name`` of the store ``data`` came from (its ``role``: weights, target), as a dask array, and how to call it."""
     source = data.source
@@ -165,16 +187,65 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
     return da.from_zarr(arr), f"{role} {array_label(arr)}"
 
 
+#: Weights beyond 2**±960 (1e±289) are refused: a float64 sum of weights that large can overflow
+#: (1,000 rows of 1e306 sum to inf), and sums of weights that small times powers of the values sink
+#: into subnormals and lose their digits (a weighted mean 10% off, a sketch out of bounds).
+WEIGHT_EXPONENT_LIMIT = 960
+
+#: Where a suggested power of two puts the largest weight: far from both limits, and on the same
+#: side of 1 as the weight sum, so that ``W - ddof`` and every statistic but the weight sums are
+#: as they would be (a power of two scales sums exactly).
+_SUGGESTED_EXPONENT = 512
+
+
 def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
-    """Refuse a block with a negative, NaN or infinite weight, naming the block and the row."""
+    """Refuse a block with a negative, NaN, infinite or out-of-range weight, naming the block and the row."""
     values = np.asarray(block) if type(block) is np.ndarray else block
     start = block_info[0]["array-location"][0][0] if block_info else 0
     index = block_info[0]["chunk-location"][0] if block_info else 0
+    where = f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,})"
     bad = ~(values >= 0) | (values == np.inf)  # NaN compares False
     if bad.any():
         at = int(bad.argmax())
         raise ValueError(
-            f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,}) has weight {float(values[at])} "
-            f"at row {start + at:,}; weights must be finite and >= 0"
+            f"{where} has weight {float(values[at])} at row {start + at:,}; weights must be finite and >= 0"
         )
+    if values.shape[0] and dtype_kind(values.dtype) == "f":  # integer weights are never out of range
+        check_weight_range(values, where, start)
     return block
+
+
+def check_weight_range(values: Any, where: str, start: int = 0) -> None:
+    """Refuse float weights of ``2**WEIGHT_EXPONENT_LIMIT`` or more, or all positive ones below its inverse.
+
+    The message names the power of two that brings them in range, which changes
+    no statistic but the weight sums.
+
+    Parameters
+    ----------
+    values : array
+        Float weights (NumPy or CuPy), checked finite and non-negative.
+    where : str
+        How to call them in the message (``"weights: chunk 3 (rows ...)"``).
+    start : int, default 0
+        The row of ``values[0]``.
+    """
+    at = int(values.argmax())
+    largest = float(values[at])
+    exponent = int(np.frexp(largest)[1]) - 1  # largest = m * 2**exponent, 1 <= m < 2
+    if largest == 0 or abs(exponent) < WEIGHT_EXPONENT_LIMIT:
+        return
+    # A block of tiny weights beside large ones would not hurt, but a block cannot see the others.
+    huge = exponent > 0
+    shift = (_SUGGESTED_EXPONENT if huge else -_SUGGESTED_EXPONENT) - exponent
+    problem = (
+        f"has weight {largest:.3g} at row {start + at:,}, of 2**{WEIGHT_EXPONENT_LIMIT} or more, where float64 sums of "
+        "weights overflow"
+        if huge
+        else f"has no weight above {largest:.3g} (row {start + at:,}) but zeros, below 2**-{WEIGHT_EXPONENT_LIMIT}, "
+        "where float64 sums of weights lose their digits"
+    )
+    raise ValueError(
+        f"{where} {problem}: multiply every weight by 2**{shift} (the statistics stay as they are; "
+        "weight sums and weighted counts scale by it)"
+    )

@@ -35,6 +35,7 @@ from daskbatch.stats._base import (
     positive_rows,
     safe_divisor,
 )
+from daskbatch.stats._weight_sums import RATIO_FORM_FROM
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
@@ -246,7 +247,10 @@ class ClassMoments:  # numpydoc ignore=PR02
         na, nb = a.n, b.n
         n = na + nb
         shift, mean, delta = merge_shifted_means(xp, na, nb, a.shift, a.mean, b.shift, b.mean)
-        m2 = a.m2 + b.m2 + delta * delta * (na * nb) / safe_divisor(xp, n)
+        n_safe = safe_divisor(xp, n)
+        # Weight sums whose product overflows: the same term as a share of n (RATIO_FORM_FROM).
+        spread = xp.where(n < RATIO_FORM_FROM, delta * delta * (na * nb) / n_safe, delta * delta * na * (nb / n_safe))
+        m2 = a.m2 + b.m2 + spread
         return ClassMomentsState(n=n, shift=shift, mean=mean, m2=m2)
 
     @handles_overflow

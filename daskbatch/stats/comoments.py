@@ -29,6 +29,7 @@ from daskbatch.stats._base import (
     positive_rows,
     safe_divisor,
 )
+from daskbatch.stats._weight_sums import RATIO_FORM_FROM
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
@@ -316,7 +317,9 @@ class CoMoments:  # numpydoc ignore=PR02
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
         shift, mean, delta = merge_shifted_means(xp, a.n, b.n, a.shift, a.mean, b.shift, b.mean)
-        c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta, delta)
+        # Weight sums whose product overflows: the same factor as a share of n (RATIO_FORM_FROM).
+        pair = xp.where(n < RATIO_FORM_FROM, a.n * b.n / n_safe, a.n * (b.n / n_safe))
+        c = a.c + b.c + pair * _outer(xp, delta, delta)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCoMomentsState) or isinstance(b, WeightedCoMomentsState):
             return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=_rows_of(a) + _rows_of(b))

@@ -29,6 +29,7 @@ from daskbatch.stats._base import (
     positive_rows,
     safe_divisor,
 )
+from daskbatch.stats._weight_sums import RATIO_FORM_FROM, merged_by_ratios
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
 from daskbatch.stats.footprint import Footprint
@@ -392,6 +393,12 @@ class Moments:  # numpydoc ignore=PR02
             + 6.0 * d2 * (na * na * b.m2 + nb * nb * a.m2) / (n_safe * n_safe)
             + 4.0 * delta * (na * b.m3 - nb * a.m3) / n_safe
         )
+        # Weight sums whose products overflow merge by ratios (no host sync to ask whether any do).
+        large = n >= RATIO_FORM_FROM
+        m2, m3, m4 = (
+            xp.where(large, by_ratio, v)
+            for by_ratio, v in zip(merged_by_ratios(a, b, n_safe, delta), (m2, m3, m4), strict=True)
+        )
         # A side whose fourth moment overflowed (central_moment) has an m3 of inf - inf: m4 stays +inf.
         m4 = xp.where((a.m4 == xp.inf) | (b.m4 == xp.inf), xp.full_like(m4, xp.inf), m4)
         merged = MomentsState(
@@ -446,9 +453,11 @@ class Moments:  # numpydoc ignore=PR02
         kurt = xp.where(varies, (s.m4 / n_safe) / (m2_safe * m2_safe) - 3.0, nan)
         if not self.bias:
             # Adjusted Fisher-Pearson skewness and unbiased excess kurtosis (scipy's bias=False).
-            skew = xp.where(n > 2, skew * xp.sqrt(n * (n - 1.0)) / safe_divisor(xp, n - 2.0), nan)
+            # Past RATIO_FORM_FROM (weight sums) the corrections are 1 in float64, and n * n overflows.
+            small = n < RATIO_FORM_FROM
+            skew = xp.where(n > 2, xp.where(small, skew * xp.sqrt(n * (n - 1.0)) / safe_divisor(xp, n - 2.0), skew), nan)
             kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
-            kurt = xp.where(n > 3, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, nan)
+            kurt = xp.where(n > 3, xp.where(small, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, kurt), nan)
 
         count = _rows_of(s) + s.posinf_count + s.neginf_count
         fmin, fmax = as_float64(s.fmin), as_float64(s.fmax)

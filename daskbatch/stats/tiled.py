@@ -31,6 +31,7 @@ from daskbatch.stats._base import (
     merge_shifted_means,
     safe_divisor,
 )
+from daskbatch.stats._weight_sums import RATIO_FORM_FROM
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 
@@ -174,7 +175,9 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         n_safe = safe_divisor(xp, n)
         shift_a, mean_a, delta_a = merge_shifted_means(xp, a.n, b.n, a.shift_a, a.mean_a, b.shift_a, b.mean_a)
         shift_b, mean_b, delta_b = merge_shifted_means(xp, a.n, b.n, a.shift_b, a.mean_b, b.shift_b, b.mean_b)
-        c = a.c + b.c + (a.n * b.n / n_safe) * _outer(xp, delta_a, delta_b)
+        # Weight sums whose product overflows: the same factor as a share of n (RATIO_FORM_FROM).
+        pair = xp.where(n < RATIO_FORM_FROM, a.n * b.n / n_safe, a.n * (b.n / n_safe))
+        c = a.c + b.c + pair * _outer(xp, delta_a, delta_b)
         state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCrossCoMomentsState) or isinstance(b, WeightedCrossCoMomentsState):
