@@ -58,6 +58,12 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
             summary.sketch_counts, int(spec["first_slot"]), layout,
             summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
         )
+        kept = (summary.states or {}).get("sketch")
+        # A feature with few distinct values (integers, pixels, rounded data, few rows) has them all in the
+        # sketch's state: its quantiles are the data values at their exact ranks, merged or not.
+        exact = None if kept is None else kept.statistic.exact_quantile(kept.state, q)
+        if exact is not None:
+            values = np.where(np.isnan(exact), values, exact)
         return _labelled(summary, values, q)
     if summary.hist_counts is None:
         raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
