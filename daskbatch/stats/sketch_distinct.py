@@ -7,7 +7,7 @@ inside a bucket or a histogram bin misses the rank of the atom it stands for
 :class:`~daskbatch.stats.sketch.SketchState` also keeps, per feature, its
 distinct finite values and their counts (sums of weights when weighted) while
 there are at most ``k`` of them (:func:`kept_values`: 256 with every bucket
-kept, fewer for narrow windows), and marks the feature once there are more.
+kept, 128 down to 32 for the narrow windows of wide data), and marks the feature once there are more.
 
 Merges take the union and add the counts, and mark a feature whose union
 passes ``k`` (or that either side marked): a feature has its values exactly
@@ -39,8 +39,8 @@ DISTINCT_VALUES = 256
 def kept_values(buckets_kept: int) -> int:
     """Give the most distinct values a feature keeps beside ``buckets_kept`` buckets per sign.
 
-    :data:`DISTINCT_VALUES`, or an eighth of a narrow window (256 at 2,048
-    buckets, 64 at 512), so that the values add at most a quarter to a state.
+    :data:`DISTINCT_VALUES`, or a sixteenth of a narrow window (128 at 2,048
+    buckets, 32 at 512), so that the values add at most an eighth to a state.
 
     Parameters
     ----------
@@ -52,7 +52,7 @@ def kept_values(buckets_kept: int) -> int:
     int
         The most distinct values kept per feature (at least 1).
     """
-    return max(1, min(DISTINCT_VALUES, buckets_kept // 8))
+    return max(1, min(DISTINCT_VALUES, buckets_kept // 16))
 
 
 def empty_distinct(xp: Namespace, n_features: int, k: int, dev: object = None) -> tuple[Array, Array, Array]:
@@ -116,6 +116,9 @@ def compiled_distinct(x: np.ndarray, k: int, weights: np.ndarray | None) -> tupl
 def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, Array]:
     """Count a float64 chunk's distinct values per feature with array-API calls (CuPy; the compiled loop's state).
 
+    Its temporaries stay within the sketch's own (three float64 and three
+    int64 arrays and three masks the size of the chunk): each is freed once used.
+
     Parameters
     ----------
     x : array
@@ -131,13 +134,18 @@ def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, 
         As :func:`compiled_distinct`.
     """
     xp = namespace(x)
-    rows, n_features = x.shape
+    rows = x.shape[0]
+    dev = device(x)
     finite = xp.isfinite(x)
-    keys = xp.where(finite, x + 0.0, xp.full_like(x, xp.inf)).T  # (D, R): -0.0 is 0.0; the rest sorts last
+    keys = xp.where(finite, x, xp.asarray(xp.inf, dtype=xp.float64, device=dev)).T  # (D, R): non-finite sort last
+    n_finite = xp.count_nonzero(finite, axis=0)
+    del finite
     order = xp.argsort(keys, axis=1, stable=True)  # stable: equal values keep row order, as the loop adds them
     ranked = xp.take_along_axis(keys, order, axis=1)
+    del keys
     each = None if weights is None else xp.take(weights, xp.reshape(order, (-1,)))
-    valid = xp.arange(rows, dtype=xp.int64, device=device(x))[None, :] < xp.sum(xp.astype(finite, xp.int64), axis=0)[:, None]
+    del order
+    valid = xp.arange(rows, dtype=xp.int64, device=dev)[None, :] < xp.astype(n_finite, xp.int64)[:, None]
     return _grouped(xp, ranked, valid, each, k)
 
 
@@ -175,25 +183,29 @@ def _grouped(xp: Namespace, ranked: Array, valid: Array, weights: Array | None, 
     """Distinct values, their summed weights (flat, row-major; None: ones) and numbers of rows sorted along axis 1."""
     n_features, width = ranked.shape
     dev = device(ranked)
-    first = xp.concat([xp.ones((n_features, 1), dtype=xp.bool, device=dev), ranked[:, 1:] != ranked[:, :-1]], axis=1)
-    new = valid & first
-    held = xp.sum(xp.astype(new, xp.int64), axis=1)
-    group = xp.cumulative_sum(xp.astype(new, xp.int64), axis=1) - 1
+    new = xp.concat([xp.ones((n_features, 1), dtype=xp.bool, device=dev), ranked[:, 1:] != ranked[:, :-1]], axis=1)
+    new = valid & new
+    ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=1)  # a value's 1-based number within its feature
+    del new
+    held = ids[:, -1] if width else xp.zeros((n_features,), dtype=xp.int64, device=dev)
     rows = xp.arange(n_features, dtype=xp.int64, device=dev)[:, None]
-    # Past k groups (or past the valid entries) everything lands in one spare bin, sliced off.
-    flat = xp.reshape(xp.where(valid & (group < k), group + rows * k, xp.full_like(group, n_features * k)), (-1,))
+    # Past k values (or past the finite ones) everything lands in one spare bin, sliced off.
+    spare = xp.asarray(n_features * k, dtype=xp.int64, device=dev)
+    flat = xp.reshape(xp.where(valid & (ids <= k), ids + (rows * k - 1), spare), (-1,))
     size = n_features * k + 1
     counts = (xp.astype(bincount(xp, flat, minlength=size), xp.float64) if weights is None
               else weighted_bincount(xp, flat, weights, minlength=size))[: n_features * k]
-    # The g-th value of a feature: where its running count of new values first passes g (a search, exact).
-    running = xp.reshape(xp.cumulative_sum(xp.astype(new, xp.int64), axis=1) + rows * (width + 1), (-1,))
+    del flat
+    # The g-th value of a feature: where its running number first reaches g (a search, exact).
+    running = xp.reshape(ids + rows * (width + 1), (-1,))
+    del ids
     wanted = xp.reshape(xp.arange(k, dtype=xp.int64, device=dev)[None, :] + 1 + rows * (width + 1), (-1,))
-    at = xp.clip(xp.searchsorted(running, wanted, side="left"), 0, n_features * width - 1)
-    values = xp.reshape(xp.take(xp.reshape(ranked, (-1,)), at), (n_features, k))
+    at = xp.clip(xp.searchsorted(running, wanted, side="left"), 0, max(n_features * width - 1, 0))
+    del running
+    values = xp.reshape(xp.take(xp.reshape(ranked, (-1,)), at), (n_features, k)) + 0.0  # -0.0 is 0.0
     counts = xp.reshape(counts, (n_features, k))
-    kept = xp.arange(k, dtype=xp.int64, device=dev)[None, :] < xp.minimum(held, k)[:, None]
     over = held > k
-    kept = kept & ~over[:, None]
+    kept = (xp.arange(k, dtype=xp.int64, device=dev)[None, :] < held[:, None]) & ~over[:, None]
     return (xp.where(kept, values, xp.zeros_like(values)), xp.where(kept, counts, xp.zeros_like(counts)),
             xp.where(over, xp.full_like(held, k + 1), held))
 
