@@ -31,10 +31,14 @@ construction (a bin may hold much mass); it is measured, with the value
 error, in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
 
 **Histograms alone** (:func:`histogram_quantile`). The rank ``q·N`` is located exactly in the cumulative counts, then the value
-is interpolated linearly inside the cell that holds it. The answer therefore
+is interpolated linearly inside the cell that holds it and kept inside
+``[min, max]``. The answer therefore
 lies in the same bin as the exact ``numpy.quantile(..., method="inverted_cdf")``
 and is within one bin width of it. Underflow and overflow mass is spread over
-``[min, lo]`` and ``[hi, max]`` when the extrema are finite.
+``[min, lo]`` and ``[hi, max]`` when the extrema are finite. A summary made
+with ``range=`` has no sketch (one pass, no quantile histogram): its
+quantiles come from these histograms, so on a range much wider than the data
+(one bin holding them all) they are only as good as that bin.
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ def histogram_quantile(
     bounds = np.concatenate([left_end[:, None], edges, right_end[:, None]], axis=1)
     cdf = np.cumsum(cells, axis=1)
     total = cdf[:, -1]
+    floor = np.where(np.isfinite(vmin), vmin, -np.inf)  # answers stay inside [min, max]
+    ceiling = np.where(np.isfinite(vmax), vmax, np.inf)
     out = np.full((n_features, qs.size), np.nan)
     for j, p in enumerate(qs):
         rank = p * total
@@ -102,7 +108,9 @@ def histogram_quantile(
         before = cdf[rows, cell] - cells[rows, cell]
         frac = np.clip((rank - before) / np.where(cells[rows, cell] > 0, cells[rows, cell], 1.0), 0.0, 1.0)
         left, right = bounds[rows, cell], bounds[rows, cell + 1]
-        out[:, j] = np.where(total > 0, left + frac * (right - left), np.nan)
+        # A given range may reach far beyond the data: a bin holding them all is wider than they are.
+        v = np.clip(left + frac * (right - left), floor, ceiling)
+        out[:, j] = np.where(total > 0, v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out
 
 
