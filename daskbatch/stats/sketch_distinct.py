@@ -6,7 +6,7 @@ inside a bucket or a histogram bin misses the rank of the atom it stands for
 (290.0037 for a median of 290.0 that holds 2 % of the rows). So every
 :class:`~daskbatch.stats.sketch.SketchState` also keeps, per feature, its
 distinct finite values and their counts (sums of weights when weighted) while
-there are at most ``k`` of them (:func:`kept_values`: 256 with every bucket
+there are at most ``k`` of them (:func:`kept_values`: 1,024 with every bucket
 kept, 128 down to 32 for the narrow windows of wide data), and marks the feature once there are more.
 
 Merges take the union and add the counts, and mark a feature whose union
@@ -32,8 +32,12 @@ from daskbatch.stats.sketch_layout import inverted_cdf_rank
 __all__ = ["DISTINCT_VALUES", "compiled_distinct", "distinct_quantile", "empty_distinct", "kept_values",
            "merge_distinct", "xp_distinct"]
 
-#: The most distinct values a feature keeps with every bucket of the sketch (4 kB a feature, 2 % of its state).
-DISTINCT_VALUES = 256
+#: The most distinct values a feature keeps with every bucket of the sketch (16 kB a feature, 7 % of its state).
+DISTINCT_VALUES = 1024
+
+
+#: Features whose hash tables the compiled loop fills at a time.
+_BLOCK_FEATURES = 16
 
 
 def kept_values(buckets_kept: int) -> int:
@@ -108,8 +112,16 @@ def compiled_distinct(x: np.ndarray, k: int, weights: np.ndarray | None) -> tupl
     values, counts, held = empty_distinct(np, n_features, k)
     data, lut = _bits(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    distinct_counts(data, lut, w, int(k), np.empty((n_features, size)), np.empty((n_features, size)),
-                    np.zeros((n_features, size), dtype=np.bool_), values, counts, held)
+    # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
+    # (512 kB at k = 1024) however wide the chunk.
+    block = min(_BLOCK_FEATURES, n_features)
+    table, table_counts = np.empty((block, size)), np.empty((block, size))
+    for first in range(0, n_features, block):
+        part = slice(first, min(first + block, n_features))
+        width = part.stop - first
+        table[:width] = np.nan  # empty
+        distinct_counts(data, lut, w, int(k), first, table[:width], table_counts[:width], values[part], counts[part],
+                        held[part])
     return values, counts, held
 
 

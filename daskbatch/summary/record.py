@@ -141,7 +141,7 @@ class Summary:
             histograms (a summary made with ``range=`` has no sketch: within
             one bin of the given range, kept inside ``[min, max]``). With
             ``"auto"`` and ``"sketch"``, a feature whose rows hold few distinct
-            finite values (at most 256 with every sketch bucket kept; integers,
+            finite values (at most 1,024 with every sketch bucket kept; integers,
             pixels, rounded values, small tables) answers its exact quantiles,
             data values at their exact ranks, merged or updated alike
             (:mod:`daskbatch.stats.sketch_distinct`).

@@ -16,8 +16,8 @@ _SPREAD = -7046029254386353131
 
 
 @_jit
-def distinct_counts(x, lut, weights, k, table, table_counts, filled, values, counts, held):  # noqa: ANN001, ANN201
-    """Count each feature's distinct finite values while it has at most ``k`` of them.
+def distinct_counts(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN201
+    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them.
 
     The values of each feature go into its open-addressing hash table; a
     feature that meets a ``k + 1``-th distinct value is marked (``held``
@@ -34,16 +34,19 @@ def distinct_counts(x, lut, weights, k, table, table_counts, filled, values, cou
         The weight of each row (float64), or None to count rows.
     k : int
         The most distinct values a feature keeps.
-    table, table_counts : numpy.ndarray
-        Scratch float64 (D, S), ``S`` a power of two of at least ``2 k``.
-    filled : numpy.ndarray
-        Scratch bool (D, S), all False.
+    first : int
+        The first feature of the block counted: the block is as many features as ``table`` has rows.
+    table : numpy.ndarray
+        Scratch float64 (B, S), all NaN (empty), ``S`` a power of two of at least ``2 k``.
+    table_counts : numpy.ndarray
+        Scratch float64 (B, S).
     values, counts : numpy.ndarray
-        The float64 (D, k) outputs, zero: each feature's values in increasing order and their counts.
+        The float64 (B, k) outputs, zero: each feature's values in increasing order and their counts.
     held : numpy.ndarray
-        The int64 (D,) output, zero: distinct values per feature, ``k + 1`` where there are more.
+        The int64 (B,) output, zero: distinct values per feature, ``k + 1`` where there are more.
     """
-    rows, d = x.shape
+    rows = x.shape[0]
+    d = table.shape[0]
     size = table.shape[1]
     mask = size - 1
     bits = 0
@@ -58,20 +61,21 @@ def distinct_counts(x, lut, weights, k, table, table_counts, filled, values, cou
         for j in range(d):
             if held[j] > k:
                 continue
-            v = _load(x[i, j], lut)
+            v = _load(x[i, first + j], lut)
             if not _finite(v):
                 continue  # ±inf have slots of the sketch's own; NaN is left out
             v = v + 0.0  # -0.0 and 0.0 are one value
             h = ((_as_bits(v) * _SPREAD) >> shift) & mask
-            while filled[j, h] and table[j, h] != v:
+            t = table[j, h]
+            while t != v and t == t:  # an empty entry holds NaN, which no stored value is
                 h = (h + 1) & mask
-            if filled[j, h]:
+                t = table[j, h]
+            if t == v:
                 table_counts[j, h] += wi
             elif held[j] == k:
                 held[j] = k + 1  # too many: from here the sketch's buckets answer
                 live -= 1
             else:
-                filled[j, h] = True
                 table[j, h] = v
                 table_counts[j, h] = wi
                 held[j] += 1
@@ -80,7 +84,7 @@ def distinct_counts(x, lut, weights, k, table, table_counts, filled, values, cou
             continue
         m = 0
         for h in range(size):
-            if filled[j, h]:
+            if table[j, h] == table[j, h]:
                 values[j, m] = table[j, h]
                 counts[j, m] = table_counts[j, h]
                 m += 1
