@@ -148,6 +148,7 @@ def fine_quantile(
         Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
     """
     values = np.atleast_2d(sketch_quantile(sketch_counts, first_slot, sketch, vmin, vmax, np.atleast_1d(q)))
+    values = _extremes_at_their_ranks(values, sketch_counts, first_slot, sketch, vmin, vmax, q)
     if fine is None:
         return values[:, 0] if np.ndim(q) == 0 else values
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
@@ -197,4 +198,21 @@ def fine_quantile(
         lo = vmin[d] if np.isfinite(vmin[d]) else -np.inf
         hi = vmax[d] if np.isfinite(vmax[d]) else np.inf
         values[d] = np.where(inside, np.clip(v, lo, hi), values[d])
+    values = _extremes_at_their_ranks(values, sketch_counts, first_slot, sketch, vmin, vmax, q)
     return values[:, 0] if np.ndim(q) == 0 else values
+
+
+def _extremes_at_their_ranks(values: np.ndarray, sketch_counts: np.ndarray, first_slot: int, sketch: Sketch,
+                             vmin: np.ndarray, vmax: np.ndarray, q: Any) -> np.ndarray:
+    """``values`` with the ranks of the first and last finite value answered by the exact extrema (unweighted counts)."""
+    if sketch_counts.dtype.kind == "f" or sketch_counts.shape[1] == 0:
+        return values  # weighted ranks are fractions of a weight: no rank is the extreme's alone
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    total = sketch_counts.sum(axis=1, dtype=np.int64)
+    # The run holds every non-zero count: -inf (slot 0) and +inf (the last slot) are in it when held.
+    last = sketch.n_slots - 1 - first_slot
+    below = sketch_counts[:, 0] if first_slot == 0 else np.zeros_like(total)
+    above = sketch_counts[:, last] if last < sketch_counts.shape[1] else np.zeros_like(total)
+    at = inverted_cdf_rank(qs[None, :], total[:, None], np.int64)
+    values = np.where((at == below[:, None] + 1) & np.isfinite(vmin)[:, None], vmin[:, None], values)
+    return np.where((at == (total - above)[:, None]) & np.isfinite(vmax)[:, None], vmax[:, None], values)
