@@ -28,7 +28,10 @@ QS = np.array([0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.
 def rank_error(x: np.ndarray, v: float, p: float) -> float:
     """How far ``p`` lies outside ``[F(v-), F(v)]`` of the column ``x`` (NaN left out)."""
     xs = np.sort(x[~np.isnan(x)])
-    below, upto = np.searchsorted(xs, v, "left") / xs.size, np.searchsorted(xs, v, "right") / xs.size
+    below, upto = (
+        np.searchsorted(xs, v, "left") / xs.size,
+        np.searchsorted(xs, v, "right") / xs.size,
+    )
     return float(max(below - p, p - upto, 0.0))
 
 
@@ -76,7 +79,9 @@ def test_an_updated_summary_of_integers_stays_exact() -> None:
     updated = db.update(db.describe(x[:120_000]), x[120_000:])
     assert updated.quantile(0.25).iloc[0] == 2.0  # was 2.01376, 17 % of the rows off
     assert updated.quantile(0.25).attrs["exact"] == ("f0",)
-    np.testing.assert_array_equal(updated.quantile(QS).to_numpy()[0], np.quantile(x[:, 0], QS, method="inverted_cdf"))
+    np.testing.assert_array_equal(
+        updated.quantile(QS).to_numpy()[0], np.quantile(x[:, 0], QS, method="inverted_cdf")
+    )
 
 
 @pytest.mark.parametrize("n_chunks", [1, 3, 17])
@@ -85,8 +90,12 @@ def test_an_updated_summary_of_integers_stays_exact() -> None:
     [
         lambda rng: np.round(290 + rng.normal(size=60_000), 1),  # rounded, far from zero
         lambda rng: rng.poisson(3, 60_000).astype(float),  # integers
-        lambda rng: np.where(rng.random(60_000) < 0.3, 0.0, rng.integers(-500, 500, 60_000)),  # ties at zero
-        lambda rng: 290 + rng.normal(size=60_000),  # continuous: the buckets and histograms answer, as before
+        lambda rng: np.where(
+            rng.random(60_000) < 0.3, 0.0, rng.integers(-500, 500, 60_000)
+        ),  # ties at zero
+        lambda rng: (
+            290 + rng.normal(size=60_000)
+        ),  # continuous: the buckets and histograms answer, as before
     ],
     ids=["rounded", "poisson", "zero-inflated-integers", "continuous"],
 )
@@ -102,19 +111,33 @@ def test_tied_and_continuous_columns_after_describe_merge_and_update(
 def test_pixels_from_a_zarr_store_are_exact(tmp_path) -> None:
     rng = np.random.default_rng(4)
     image = np.clip(rng.normal(200, 40, (50_000, 3)), 0, 255).astype(np.uint8)  # 240, not 240.124
-    store = zarr.create_array(str(tmp_path / "pixels.zarr"), shape=image.shape, chunks=(7_000, 3), dtype="uint8")
+    store = zarr.create_array(
+        str(tmp_path / "pixels.zarr"), shape=image.shape, chunks=(7_000, 3), dtype="uint8"
+    )
     store[:] = image
     summary = db.describe(str(tmp_path / "pixels.zarr"))
-    np.testing.assert_array_equal(summary.quantile(QS).to_numpy(),
-                                  np.quantile(image, QS, axis=0, method="inverted_cdf").T)
+    np.testing.assert_array_equal(
+        summary.quantile(QS).to_numpy(), np.quantile(image, QS, axis=0, method="inverted_cdf").T
+    )
 
 
-@pytest.mark.parametrize("loader", ["load_diabetes", "load_iris", "load_wine", "load_breast_cancer", "load_digits",
-                                    "load_linnerud"])
+@pytest.mark.parametrize(
+    "loader",
+    [
+        "load_diabetes",
+        "load_iris",
+        "load_wine",
+        "load_breast_cancer",
+        "load_digits",
+        "load_linnerud",
+    ],
+)
 def test_bundled_tables_after_describe_merge_and_update(loader: str) -> None:
     """scikit-learn's bundled tables (no download): few rows, ties and integers."""
     bunch = getattr(datasets, loader)()
-    x = np.column_stack([bunch.data, np.asarray(bunch.target, dtype=float).reshape(len(bunch.data), -1)])
+    x = np.column_stack(
+        [bunch.data, np.asarray(bunch.target, dtype=float).reshape(len(bunch.data), -1)]
+    )
     x = x[:, np.ptp(x, axis=0) > 0]  # digits' blank pixels have no spread to measure in
     for n_chunks in (1, 3, 17):
         for how, summary in described_three_ways(x, n_chunks).items():

@@ -29,8 +29,15 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
-__all__ = ["DISTINCT_VALUES", "compiled_distinct", "distinct_quantile", "empty_distinct", "kept_values",
-           "merge_distinct", "xp_distinct"]
+__all__ = [
+    "DISTINCT_VALUES",
+    "compiled_distinct",
+    "distinct_quantile",
+    "empty_distinct",
+    "kept_values",
+    "merge_distinct",
+    "xp_distinct",
+]
 
 #: The most distinct values a feature keeps with every bucket of the sketch (16 kB a feature, 7 % of its state).
 DISTINCT_VALUES = 1024
@@ -59,7 +66,9 @@ def kept_values(buckets_kept: int) -> int:
     return max(1, min(DISTINCT_VALUES, buckets_kept // 16))
 
 
-def empty_distinct(xp: Namespace, n_features: int, k: int, dev: object = None) -> tuple[Array, Array, Array]:
+def empty_distinct(
+    xp: Namespace, n_features: int, k: int, dev: object = None
+) -> tuple[Array, Array, Array]:
     """Give the distinct values of no rows: zero values, zero counts, none held.
 
     Parameters
@@ -80,12 +89,16 @@ def empty_distinct(xp: Namespace, n_features: int, k: int, dev: object = None) -
     held : array
         Int64 (D,).
     """
-    return (xp.zeros((n_features, k), dtype=xp.float64, device=dev),
-            xp.zeros((n_features, k), dtype=xp.float64, device=dev),
-            xp.zeros((n_features,), dtype=xp.int64, device=dev))
+    return (
+        xp.zeros((n_features, k), dtype=xp.float64, device=dev),
+        xp.zeros((n_features, k), dtype=xp.float64, device=dev),
+        xp.zeros((n_features,), dtype=xp.int64, device=dev),
+    )
 
 
-def compiled_distinct(x: np.ndarray, k: int, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def compiled_distinct(
+    x: np.ndarray, k: int, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count a host chunk's distinct values per feature with the compiled loop.
 
     Parameters
@@ -120,8 +133,18 @@ def compiled_distinct(x: np.ndarray, k: int, weights: np.ndarray | None) -> tupl
         part = slice(first, min(first + block, n_features))
         width = part.stop - first
         table[:width] = np.nan  # empty
-        distinct_counts(data, lut, w, int(k), first, table[:width], table_counts[:width], values[part], counts[part],
-                        held[part])
+        distinct_counts(
+            data,
+            lut,
+            w,
+            int(k),
+            first,
+            table[:width],
+            table_counts[:width],
+            values[part],
+            counts[part],
+            held[part],
+        )
     return values, counts, held
 
 
@@ -142,26 +165,37 @@ def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, 
 
     Returns
     -------
-    values, counts, held : array
-        As :func:`compiled_distinct`.
+    values, counts : array
+        Float64 (D, k), as :func:`compiled_distinct`'s.
+    held : array
+        Int64 (D,), as :func:`compiled_distinct`'s.
     """
     xp = namespace(x)
     rows = x.shape[0]
     dev = device(x)
     finite = xp.isfinite(x)
-    keys = xp.where(finite, x, xp.asarray(xp.inf, dtype=xp.float64, device=dev)).T  # (D, R): non-finite sort last
+    keys = xp.where(
+        finite, x, xp.asarray(xp.inf, dtype=xp.float64, device=dev)
+    ).T  # (D, R): non-finite sort last
     n_finite = xp.count_nonzero(finite, axis=0)
     del finite
-    order = xp.argsort(keys, axis=1, stable=True)  # stable: equal values keep row order, as the loop adds them
+    order = xp.argsort(
+        keys, axis=1, stable=True
+    )  # stable: equal values keep row order, as the loop adds them
     ranked = xp.take_along_axis(keys, order, axis=1)
     del keys
     each = None if weights is None else xp.take(weights, xp.reshape(order, (-1,)))
     del order
-    valid = xp.arange(rows, dtype=xp.int64, device=dev)[None, :] < xp.astype(n_finite, xp.int64)[:, None]
+    valid = (
+        xp.arange(rows, dtype=xp.int64, device=dev)[None, :]
+        < xp.astype(n_finite, xp.int64)[:, None]
+    )
     return _grouped(xp, ranked, valid, each, k)
 
 
-def merge_distinct(a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], k: int) -> tuple[Array, Array, Array]:
+def merge_distinct(
+    a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], k: int
+) -> tuple[Array, Array, Array]:
     """Merge two states' distinct values: the union with counts added, marked where it passes ``k`` or either side is.
 
     Parameters
@@ -173,31 +207,54 @@ def merge_distinct(a: tuple[Array, Array, Array], b: tuple[Array, Array, Array],
 
     Returns
     -------
-    values, counts, held : array
-        The union's.
+    values, counts : array
+        The union's values and counts, float64 (D, k).
+    held : array
+        The union's number of values, int64 (D,): ``k + 1`` where it has more.
     """
     xp = namespace(a[0], b[0])
     column = xp.arange(k, dtype=xp.int64, device=device(a[0]))[None, :]
-    live = [column < held[:, None] for _, _, held in (a, b)]  # a marked side has held k + 1: all live, ignored below
-    keys = xp.concat([xp.where(m, s[0], xp.full_like(s[0], xp.inf)) for m, s in zip(live, (a, b), strict=True)], axis=1)
-    counts = xp.concat([xp.where(m, s[1], xp.zeros_like(s[1])) for m, s in zip(live, (a, b), strict=True)], axis=1)
+    live = [
+        column < held[:, None] for _, _, held in (a, b)
+    ]  # a marked side has held k + 1: all live, ignored below
+    keys = xp.concat(
+        [xp.where(m, s[0], xp.full_like(s[0], xp.inf)) for m, s in zip(live, (a, b), strict=True)],
+        axis=1,
+    )
+    counts = xp.concat(
+        [xp.where(m, s[1], xp.zeros_like(s[1])) for m, s in zip(live, (a, b), strict=True)], axis=1
+    )
     order = xp.argsort(keys, axis=1, stable=True)  # a's before b's: each sum is a's count plus b's
     ranked = xp.take_along_axis(keys, order, axis=1)
-    values, summed, held = _grouped(xp, ranked, xp.isfinite(ranked),
-                                    xp.reshape(xp.take_along_axis(counts, order, axis=1), (-1,)), k)
+    values, summed, held = _grouped(
+        xp,
+        ranked,
+        xp.isfinite(ranked),
+        xp.reshape(xp.take_along_axis(counts, order, axis=1), (-1,)),
+        k,
+    )
     marked = (a[2] > k) | (b[2] > k)
-    return (xp.where(marked[:, None], xp.zeros_like(values), values),
-            xp.where(marked[:, None], xp.zeros_like(summed), summed),
-            xp.where(marked, xp.full_like(held, k + 1), held))
+    return (
+        xp.where(marked[:, None], xp.zeros_like(values), values),
+        xp.where(marked[:, None], xp.zeros_like(summed), summed),
+        xp.where(marked, xp.full_like(held, k + 1), held),
+    )
 
 
-def _grouped(xp: Namespace, ranked: Array, valid: Array, weights: Array | None, k: int) -> tuple[Array, Array, Array]:
+def _grouped(
+    xp: Namespace, ranked: Array, valid: Array, weights: Array | None, k: int
+) -> tuple[Array, Array, Array]:
     """Distinct values, their summed weights (flat, row-major; None: ones) and numbers of rows sorted along axis 1."""
     n_features, width = ranked.shape
     dev = device(ranked)
-    new = xp.concat([xp.ones((n_features, 1), dtype=xp.bool, device=dev), ranked[:, 1:] != ranked[:, :-1]], axis=1)
+    new = xp.concat(
+        [xp.ones((n_features, 1), dtype=xp.bool, device=dev), ranked[:, 1:] != ranked[:, :-1]],
+        axis=1,
+    )
     new = valid & new
-    ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=1)  # a value's 1-based number within its feature
+    ids = xp.cumulative_sum(
+        xp.astype(new, xp.int64), axis=1
+    )  # a value's 1-based number within its feature
     del new
     held = ids[:, -1] if width else xp.zeros((n_features,), dtype=xp.int64, device=dev)
     rows = xp.arange(n_features, dtype=xp.int64, device=dev)[:, None]
@@ -205,25 +262,43 @@ def _grouped(xp: Namespace, ranked: Array, valid: Array, weights: Array | None, 
     spare = xp.asarray(n_features * k, dtype=xp.int64, device=dev)
     flat = xp.reshape(xp.where(valid & (ids <= k), ids + (rows * k - 1), spare), (-1,))
     size = n_features * k + 1
-    counts = (xp.astype(bincount(xp, flat, minlength=size), xp.float64) if weights is None
-              else weighted_bincount(xp, flat, weights, minlength=size))[: n_features * k]
+    counts = (
+        xp.astype(bincount(xp, flat, minlength=size), xp.float64)
+        if weights is None
+        else weighted_bincount(xp, flat, weights, minlength=size)
+    )[: n_features * k]
     del flat
     # The g-th value of a feature: where its running number first reaches g (a search, exact).
     running = xp.reshape(ids + rows * (width + 1), (-1,))
     del ids
-    wanted = xp.reshape(xp.arange(k, dtype=xp.int64, device=dev)[None, :] + 1 + rows * (width + 1), (-1,))
+    wanted = xp.reshape(
+        xp.arange(k, dtype=xp.int64, device=dev)[None, :] + 1 + rows * (width + 1), (-1,)
+    )
     at = xp.clip(xp.searchsorted(running, wanted, side="left"), 0, max(n_features * width - 1, 0))
     del running
-    values = xp.reshape(xp.take(xp.reshape(ranked, (-1,)), at), (n_features, k)) + 0.0  # -0.0 is 0.0
+    values = (
+        xp.reshape(xp.take(xp.reshape(ranked, (-1,)), at), (n_features, k)) + 0.0
+    )  # -0.0 is 0.0
     counts = xp.reshape(counts, (n_features, k))
     over = held > k
     kept = (xp.arange(k, dtype=xp.int64, device=dev)[None, :] < held[:, None]) & ~over[:, None]
-    return (xp.where(kept, values, xp.zeros_like(values)), xp.where(kept, counts, xp.zeros_like(counts)),
-            xp.where(over, xp.full_like(held, k + 1), held))
+    return (
+        xp.where(kept, values, xp.zeros_like(values)),
+        xp.where(kept, counts, xp.zeros_like(counts)),
+        xp.where(over, xp.full_like(held, k + 1), held),
+    )
 
 
-def distinct_quantile(values: np.ndarray, counts: np.ndarray, held: np.ndarray, below: np.ndarray,
-                      above: np.ndarray, q: Any, *, weighted: bool) -> np.ndarray:
+def distinct_quantile(
+    values: np.ndarray,
+    counts: np.ndarray,
+    held: np.ndarray,
+    below: np.ndarray,
+    above: np.ndarray,
+    q: Any,
+    *,
+    weighted: bool,
+) -> np.ndarray:
     """Give ``numpy.quantile(..., method="inverted_cdf")`` of every feature whose distinct values are all kept.
 
     Parameters
