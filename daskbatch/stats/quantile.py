@@ -25,6 +25,11 @@ values, or the outermost 0.1 %) the sketch answers alone, within
 at a multiple of it): where the bin and the sketch bucket holding the rank
 hold the same count, an integer on the bin's left edge is answered as such,
 so integer quantiles land on their exact rank.
+A feature whose rows hold few distinct finite values (the sketch keeps up to
+1,024 with their counts, :mod:`daskbatch.stats.sketch_distinct`) is answered
+exactly instead, by :meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`,
+also after merges and updates; and the ranks of the first and last finite
+value answer the exact extrema.
 The counts are int64 added in any order: the answer is the same for any
 chunking and merge order, bit for bit. The rank error is not bounded by the
 construction (a bin may hold much mass); it is measured, with the value

@@ -43,6 +43,11 @@ multiset of keys alone (the lowest key, or the largest less ``window - 1``
 after a collapse), so any chunking and merge order gives bitwise identical
 states, collapsed or not.
 
+**Distinct values.** A state also keeps each feature's distinct finite values
+and their counts while it has at most :attr:`Sketch.values_kept` of them (1,024
+with every bucket kept): the quantiles of tied data are then exact
+(:mod:`daskbatch.stats.sketch_distinct`, :meth:`Sketch.exact_quantile`).
+
 What happens outside the magnitude range, the bucket layout and the reading
 of quantiles from counts are in :mod:`daskbatch.stats.sketch_layout`.
 """
