@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from daskbatch.stats import STATISTICS, Sketch
 from daskbatch.stats._base import merge_all
 from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.sketch import WINDOW
+from daskbatch.stats.sketch import WINDOW, sketch_quantile_at
 from daskbatch.stats.sketch_windows import SKETCH_SLOTS
 from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
 
@@ -184,9 +184,10 @@ def test_values_outside_the_magnitudes_and_nonfinite() -> None:
     x = np.array([[1e-9], [-1e-9], [0.0], [5e7], [-3e9], [np.inf], [-np.inf], [np.nan], [2.0]])
     r = sk.finalize(sk.chunk(x))
     assert int(to_numpy(r.nan_count)[0]) == 1 and int(to_numpy(r.counts).sum()) == 8
-    # Tiny magnitudes count as zero; huge ones go to the overflow buckets.
-    # Ranks 1..8 of the sorted values -inf, -3e9, -1e-9, 0, 1e-9, 2, 5e7, inf.
-    q = r.quantile(np.arange(1, 9) / 8)[0]
+    # Ranks 1..8 of the sorted values -inf, -3e9, -1e-9, 0, 1e-9, 2, 5e7, inf: few distinct values, kept exactly.
+    np.testing.assert_array_equal(r.quantile(np.arange(1, 9) / 8)[0], [-np.inf, -3e9, -1e-9, 0, 1e-9, 2, 5e7, np.inf])
+    # The buckets alone: tiny magnitudes count as zero; huge ones go to the overflow buckets.
+    q = sketch_quantile_at(*r.runs(), r.layout, to_numpy(r.finite_min), to_numpy(r.finite_max), np.arange(1, 9) / 8)[0]
     assert q[0] == -np.inf and q[-1] == np.inf
     assert q[1] == -3e9  # the negative overflow bucket answers the finite minimum
     assert q[2] == q[3] == q[4] == 0.0  # -1e-9, 0, 1e-9

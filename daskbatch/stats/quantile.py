@@ -25,16 +25,25 @@ values, or the outermost 0.1 %) the sketch answers alone, within
 at a multiple of it): where the bin and the sketch bucket holding the rank
 hold the same count, an integer on the bin's left edge is answered as such,
 so integer quantiles land on their exact rank.
+A feature whose rows hold few distinct finite values (the sketch keeps up to
+1,024 with their counts, :mod:`daskbatch.stats.sketch_distinct`) is answered
+exactly instead, by :meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`,
+also after merges and updates; and the ranks of the first and last finite
+value answer the exact extrema.
 The counts are int64 added in any order: the answer is the same for any
 chunking and merge order, bit for bit. The rank error is not bounded by the
 construction (a bin may hold much mass); it is measured, with the value
 error, in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
 
 **Histograms alone** (:func:`histogram_quantile`). The rank ``q·N`` is located exactly in the cumulative counts, then the value
-is interpolated linearly inside the cell that holds it. The answer therefore
+is interpolated linearly inside the cell that holds it and kept inside
+``[min, max]``. The answer therefore
 lies in the same bin as the exact ``numpy.quantile(..., method="inverted_cdf")``
 and is within one bin width of it. Underflow and overflow mass is spread over
-``[min, lo]`` and ``[hi, max]`` when the extrema are finite.
+``[min, lo]`` and ``[hi, max]`` when the extrema are finite. A summary made
+with ``range=`` has no sketch (one pass, no quantile histogram): its
+quantiles come from these histograms, so on a range much wider than the data
+(one bin holding them all) they are only as good as that bin.
 """
 
 from __future__ import annotations
@@ -92,6 +101,8 @@ def histogram_quantile(
     bounds = np.concatenate([left_end[:, None], edges, right_end[:, None]], axis=1)
     cdf = np.cumsum(cells, axis=1)
     total = cdf[:, -1]
+    floor = np.where(np.isfinite(vmin), vmin, -np.inf)  # answers stay inside [min, max]
+    ceiling = np.where(np.isfinite(vmax), vmax, np.inf)
     out = np.full((n_features, qs.size), np.nan)
     for j, p in enumerate(qs):
         rank = p * total
@@ -102,7 +113,9 @@ def histogram_quantile(
         before = cdf[rows, cell] - cells[rows, cell]
         frac = np.clip((rank - before) / np.where(cells[rows, cell] > 0, cells[rows, cell], 1.0), 0.0, 1.0)
         left, right = bounds[rows, cell], bounds[rows, cell + 1]
-        out[:, j] = np.where(total > 0, left + frac * (right - left), np.nan)
+        # A given range may reach far beyond the data: a bin holding them all is wider than they are.
+        v = np.clip(left + frac * (right - left), floor, ceiling)
+        out[:, j] = np.where(total > 0, v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out
 
 
@@ -140,6 +153,7 @@ def fine_quantile(
         Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
     """
     values = np.atleast_2d(sketch_quantile(sketch_counts, first_slot, sketch, vmin, vmax, np.atleast_1d(q)))
+    values = _extremes_at_their_ranks(values, sketch_counts, first_slot, sketch, vmin, vmax, q)
     if fine is None:
         return values[:, 0] if np.ndim(q) == 0 else values
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
@@ -189,4 +203,21 @@ def fine_quantile(
         lo = vmin[d] if np.isfinite(vmin[d]) else -np.inf
         hi = vmax[d] if np.isfinite(vmax[d]) else np.inf
         values[d] = np.where(inside, np.clip(v, lo, hi), values[d])
+    values = _extremes_at_their_ranks(values, sketch_counts, first_slot, sketch, vmin, vmax, q)
     return values[:, 0] if np.ndim(q) == 0 else values
+
+
+def _extremes_at_their_ranks(values: np.ndarray, sketch_counts: np.ndarray, first_slot: int, sketch: Sketch,
+                             vmin: np.ndarray, vmax: np.ndarray, q: Any) -> np.ndarray:
+    """``values`` with the ranks of the first and last finite value answered by the exact extrema (unweighted counts)."""
+    if sketch_counts.dtype.kind == "f" or sketch_counts.shape[1] == 0:
+        return values  # weighted ranks are fractions of a weight: no rank is the extreme's alone
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    total = sketch_counts.sum(axis=1, dtype=np.int64)
+    # The run holds every non-zero count: -inf (slot 0) and +inf (the last slot) are in it when held.
+    last = sketch.n_slots - 1 - first_slot
+    below = sketch_counts[:, 0] if first_slot == 0 else np.zeros_like(total)
+    above = sketch_counts[:, last] if last < sketch_counts.shape[1] else np.zeros_like(total)
+    at = inverted_cdf_rank(qs[None, :], total[:, None], np.int64)
+    values = np.where((at == below[:, None] + 1) & np.isfinite(vmin)[:, None], vmin[:, None], values)
+    return np.where((at == (total - above)[:, None]) & np.isfinite(vmax)[:, None], vmax[:, None], values)

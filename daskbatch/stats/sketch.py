@@ -43,12 +43,18 @@ multiset of keys alone (the lowest key, or the largest less ``window - 1``
 after a collapse), so any chunking and merge order gives bitwise identical
 states, collapsed or not.
 
+**Distinct values.** A state also keeps each feature's distinct finite values
+and their counts while it has at most :attr:`Sketch.values_kept` of them (1,024
+with every bucket kept): the quantiles of tied data are then exact
+(:mod:`daskbatch.stats.sketch_distinct`, :meth:`Sketch.exact_quantile`).
+
 What happens outside the magnitude range, the bucket layout and the reading
 of quantiles from counts are in :mod:`daskbatch.stats.sketch_layout`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +66,14 @@ from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, positive_rows
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
+from daskbatch.stats.sketch_distinct import (
+    compiled_distinct,
+    distinct_quantile,
+    empty_distinct,
+    kept_values,
+    merge_distinct,
+    xp_distinct,
+)
 from daskbatch.stats.sketch_layout import (
     SketchLayout,
     _held_runs,
@@ -98,12 +112,18 @@ class SketchState(State):
     0 based) of the first bucket of the negative and the positive window,
     ``n_buckets`` for an empty window. ``fmin``/``fmax`` (D,) float64 are the
     finite extrema (``+inf``/``-inf`` when a feature has none).
+    ``distinct``/``distinct_counts`` (D, k) float64 and ``distinct_held`` (D,)
+    int64 are the feature's distinct finite values while it has at most ``k``
+    (:mod:`daskbatch.stats.sketch_distinct`); None in a state saved before they were kept.
     """
 
     counts: Array
     offset: Array
     fmin: Array
     fmax: Array
+    distinct: Array | None = None
+    distinct_counts: Array | None = None
+    distinct_held: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +147,10 @@ class SketchResult:
     min_magnitude: float
     max_magnitude: float
     window: int
+    #: The distinct values (and their counts and number, ``k + 1`` when too many), as :class:`SketchState`'s.
+    distinct: Array | None = None
+    distinct_counts: Array | None = None
+    distinct_held: Array | None = None
 
     @property
     def layout(self) -> Sketch:
@@ -248,10 +272,35 @@ class SketchResult:
         numpy.ndarray
             Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
         """
-        return sketch_quantile_at(  # no rank lands on an empty column
+        values = sketch_quantile_at(  # no rank lands on an empty column
             *self.runs(), self.layout,
             to_numpy(self.finite_min), to_numpy(self.finite_max), q,
         )
+        exact = self.exact_quantile(q)
+        return values if exact is None else np.where(np.isnan(exact), values, exact)
+
+    def exact_quantile(self, q: float | Any) -> np.ndarray | None:
+        """Give the exact ``inverted_cdf`` quantiles of the features whose distinct values are all kept.
+
+        Parameters
+        ----------
+        q : float or array_like
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Shaped as :meth:`quantile`'s, NaN for the other features; None for a
+            result without distinct values (a state saved before they were kept).
+        """
+        if self.distinct is None or self.distinct_counts is None or self.distinct_held is None:
+            return None
+        counts = to_numpy(self.counts)
+        exact = distinct_quantile(
+            to_numpy(self.distinct), to_numpy(self.distinct_counts), to_numpy(self.distinct_held),
+            counts[:, 0], counts[:, -1], q, weighted=counts.dtype.kind == "f",
+        )
+        return exact[:, 0] if np.ndim(q) == 0 else exact
 
 @dataclass(frozen=True)
 class Sketch(SketchLayout):  # numpydoc ignore=PR02
@@ -315,6 +364,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             offset=xp.full((n_features, 2), self.n_buckets, dtype=xp.int64, device=dev),
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
+            **self._distinct_fields(empty_distinct(xp, n_features, self.values_kept, dev)),
         )
 
     # ------------------------------------------------------- the contract
@@ -345,15 +395,15 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             empty = self.empty(xp, n_features, dev)
             if weights is None:
                 return empty
-            return SketchState(counts=xp.astype(empty.counts, xp.float64), offset=empty.offset, fmin=empty.fmin,
-                               fmax=empty.fmax)
+            return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights,
                 count_dtype=self._chunk_dtype(rows),
             )
-            return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+            return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
+                               **self._distinct_fields(compiled_distinct(x, self.values_kept, weights)))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
             # at a time keep them bounded, and merged windows are the same whatever the chunking.
@@ -395,11 +445,11 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         del flat
         finite = xp.isfinite(x)
         inf = xp.full_like(x, xp.inf)
+        fmin, fmax = xp.min(xp.where(finite, x, inf), axis=0), xp.max(xp.where(finite, x, -inf), axis=0)
+        del finite, inf
         return SketchState(
-            counts=xp.reshape(counts, (n_features, width)),
-            offset=xp.stack(offsets, axis=1),
-            fmin=xp.min(xp.where(finite, x, inf), axis=0),
-            fmax=xp.max(xp.where(finite, x, -inf), axis=0),
+            counts=xp.reshape(counts, (n_features, width)), offset=xp.stack(offsets, axis=1), fmin=fmin, fmax=fmax,
+            **self._distinct_fields(xp_distinct(x, self.values_kept, weights)),
         )
 
     def merge(self, a: SketchState, b: SketchState, /) -> SketchState:
@@ -418,11 +468,13 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         xp = namespace(a.counts, b.counts)
         a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
+        distinct = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
-            return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax)
+            return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax,
+                               **distinct)
         if kernels.kernel_path(a.counts, self).compiled and kernels.kernel_path(b.counts, self).compiled:
             counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.buckets_kept)
-            return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+            return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **distinct)
         # Blocks of features, written into the result: no temporary grows with the whole state.
         n_features, width = a.counts.shape
         # int64 counts, float64 sums of weights where either state is weighted
@@ -436,7 +488,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             counts[rows, :] = block
             offsets.append(offset)
         offset = xp.concat(offsets, axis=0) if offsets else xp.asarray(a.offset, copy=True)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **distinct)
 
     def merge_many(self, states: Sequence[SketchState], /) -> SketchState:
         """Merge states left to right: :meth:`merge` in turn, bitwise, with one result array where every bucket is kept.
@@ -466,10 +518,60 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             dtype = xp.float64
         counts, offset = xp.astype(states[0].counts, dtype, copy=True), states[0].offset
         fmin, fmax = states[0].fmin, states[0].fmax
+        distinct = self._distinct_of(states[0])
         for s in states[1:]:  # in order: float64 sums of weights round as the merges in turn do
             counts += s.counts
             offset, fmin, fmax = xp.minimum(offset, s.offset), xp.minimum(fmin, s.fmin), xp.maximum(fmax, s.fmax)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax)
+            distinct = merge_distinct(distinct, self._distinct_of(s), self.values_kept)
+        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct))
+
+    @property
+    def values_kept(self) -> int:
+        """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`).
+
+        Returns
+        -------
+        int
+            The most distinct finite values kept per feature.
+        """
+        return kept_values(self.buckets_kept)
+
+    def _distinct_of(self, s: SketchState) -> tuple[Array, Array, Array]:
+        """The distinct values of ``s``: a state saved before they were kept has every feature marked (unknown)."""
+        if s.distinct is not None and s.distinct_counts is not None and s.distinct_held is not None:
+            return s.distinct, s.distinct_counts, s.distinct_held
+        xp = namespace(s.counts)
+        values, counts, held = empty_distinct(xp, s.counts.shape[0], self.values_kept, device(s.counts))
+        return values, counts, xp.full_like(held, self.values_kept + 1)
+
+    def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray | None:
+        """Give the exact ``inverted_cdf`` quantiles of a state's features whose distinct values are all kept.
+
+        Parameters
+        ----------
+        s : SketchState
+            The state of all the rows.
+        q : float or array_like
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        numpy.ndarray or None
+            (D,) for a scalar ``q``, else (D, len(q)); NaN for the other features. None
+            for a state without distinct values (saved before they were kept).
+        """
+        if s.distinct is None or s.distinct_counts is None or s.distinct_held is None:
+            return None
+        w = self.buckets_kept
+        counts = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
+        exact = distinct_quantile(to_numpy(s.distinct), to_numpy(s.distinct_counts), to_numpy(s.distinct_held),
+                                  counts[:, 0], counts[:, 2], q, weighted=counts.dtype.kind == "f")
+        return exact[:, 0] if np.ndim(q) == 0 else exact
+
+    @staticmethod
+    def _distinct_fields(distinct: tuple[Array, Array, Array]) -> dict[str, Array]:
+        """The keyword arguments of :class:`SketchState` for its distinct values."""
+        return dict(zip(("distinct", "distinct_counts", "distinct_held"), distinct, strict=True))
 
     def _chunk_dtype(self, rows: int) -> str:
         """Dtype of a chunk's unweighted counts: ``count_dtype``, int64 where ``rows`` alone could overflow int32."""
@@ -536,6 +638,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             min_magnitude=float(self.min_magnitude),
             max_magnitude=float(self.max_magnitude),
             window=int(self.buckets_kept),
+            **self._distinct_fields(self._distinct_of(s)),
         )
 
 
@@ -552,7 +655,7 @@ def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchStat
     if not any(small) or _rows_counted(xp, a) + _rows_counted(xp, b) <= kernels.INT32_ROWS:
         return a, b
     return tuple(  # type: ignore[return-value]
-        SketchState(counts=xp.astype(s.counts, xp.int64), offset=s.offset, fmin=s.fmin, fmax=s.fmax) if int32 else s
+        dataclasses.replace(s, counts=xp.astype(s.counts, xp.int64)) if int32 else s
         for s, int32 in zip((a, b), small, strict=True)
     )
 

@@ -25,7 +25,7 @@ _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
 def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
-    """Give the bytes a :class:`Sketch` state takes per feature: counts, the windows' offsets and the finite extrema.
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema and distinct values.
 
     Parameters
     ----------
@@ -39,7 +39,10 @@ def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> i
     int
         Bytes.
     """
-    return Sketch(window=window).width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8
+    sketch = Sketch(window=window)
+    # float64 values and counts, and how many are held (daskbatch.stats.sketch_distinct)
+    distinct = sketch.values_kept * 2 * 8 + 8
+    return sketch.width * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8 + distinct
 
 
 def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:

@@ -139,14 +139,23 @@ class Summary:
             :mod:`daskbatch.stats.quantile`); for a merged or updated summary
             (whose parts' quantile histograms had ranges of their own), the
             histograms narrow the sketch bucket the same way, within one of
-            their bins; else the sketch when the summary has one, else the histograms.
+            their bins; else the sketch when the summary has one, else the
+            histograms (a summary made with ``range=`` has no sketch: within
+            one bin of the given range, kept inside ``[min, max]``). With
+            ``"auto"`` and ``"sketch"``, a feature whose rows hold few distinct
+            finite values (at most 1,024 with every sketch bucket kept; integers,
+            pixels, rounded values, small tables) answers its exact quantiles,
+            data values at their exact ranks, merged or updated alike
+            (:mod:`daskbatch.stats.sketch_distinct`).
 
         Returns
         -------
         pandas.Series or pandas.DataFrame
             Indexed by feature name: a Series named ``q`` for a scalar ``q``,
             else a DataFrame with one column per probability (``.to_numpy()``
-            gives the (D,) or (D, len(q)) array).
+            gives the (D,) or (D, len(q)) array). ``attrs["source"]`` says
+            where the values come from, ``attrs["exact"]`` names the features
+            answered exactly from their distinct values.
         """
         return quantiles(self, q, method)
 

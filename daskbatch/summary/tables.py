@@ -44,39 +44,54 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
         kept = spec.get("window")  # older summaries: every bucket, never collapsed
         layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
                         None if kept is None else int(kept))
-        fine = None
+        fine, source = None, "sketch"
         if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
-            fine = (summary.quantile_counts, summary.quantile_range)
+            fine, source = (summary.quantile_counts, summary.quantile_range), "sketch and quantile histogram"
         elif method == "auto" and summary.hist_counts is not None and summary.hist_edges is not None:
             # A merged or updated summary: its parts' quantile histograms had ranges of their own and
             # were left out, but the histograms share theirs, so they narrow the sketch's bucket instead
             # (within one of their bins): far from zero a bucket alone is wider than the spread.
             assert summary.underflow is not None and summary.overflow is not None
             counts = np.concatenate([summary.underflow[:, None], summary.hist_counts, summary.overflow[:, None]], axis=1)
-            fine = (counts, summary.hist_edges[:, [0, -1]])
+            fine, source = (counts, summary.hist_edges[:, [0, -1]]), "sketch and histograms"
         values = fine_quantile(
             summary.sketch_counts, int(spec["first_slot"]), layout,
             summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
         )
-        return _labelled(summary, values, q)
+        kept = (summary.states or {}).get("sketch")
+        # A feature with few distinct values (integers, pixels, rounded data, few rows) has them all in the
+        # sketch's state: its quantiles are the data values at their exact ranks, merged or not.
+        exact = None if kept is None else kept.statistic.exact_quantile(kept.state, q)
+        exact_features = np.zeros(summary.n_features, dtype=bool)
+        if exact is not None:
+            values = np.where(np.isnan(exact), values, exact)
+            exact_features = ~np.isnan(exact) if exact.ndim == 1 else ~np.isnan(exact).any(axis=1)
+        return _labelled(summary, values, q, source, exact_features)
     if summary.hist_counts is None:
         raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
     assert summary.hist_edges is not None and summary.underflow is not None and summary.overflow is not None
     values = histogram_quantile(
         summary.hist_counts, summary.hist_edges, summary.underflow, summary.overflow, summary.min, summary.max, q
     )
-    return _labelled(summary, values, q)
+    bins = summary.hist_counts.shape[1]
+    return _labelled(summary, values, q, f"histograms ({bins} bins on each feature's range: within one bin)",
+                     np.zeros(summary.n_features, dtype=bool))
 
 
-def _labelled(summary: Summary, values: np.ndarray, q: Any) -> Any:
-    """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature."""
+def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: np.ndarray) -> Any:
+    """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature, saying where they come from."""
     import pandas as pd  # lazy: pandas
 
     index = pd.Index(list(summary.feature_names), name="feature")
     if np.ndim(q) == 0:
-        return pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
-    probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
-    return pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+        out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+    else:
+        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+        out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+    # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
+    out.attrs["source"] = source
+    out.attrs["exact"] = tuple(name for name, e in zip(summary.feature_names, exact, strict=True) if e)
+    return out
 
 
 def top_correlated(summary: Summary, k: int) -> Any:

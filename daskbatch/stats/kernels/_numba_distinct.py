@@ -1,0 +1,93 @@
+"""The compiled loop of the sketch's distinct values: exact counts of each feature's few finite values.
+
+The rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`; the
+state it fills is described in :mod:`daskbatch.stats.sketch_distinct`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from daskbatch.stats.kernels._numba import _finite, _jit, _load, _weight
+from daskbatch.stats.kernels._numba_sketch import _as_bits
+
+#: Fibonacci hashing's multiplier (2**64 / golden ratio, as a wrapped int64): spreads nearby bit patterns.
+_SPREAD = -7046029254386353131
+
+
+@_jit
+def distinct_counts(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN201
+    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them.
+
+    The values of each feature go into its open-addressing hash table; a
+    feature that meets a ``k + 1``-th distinct value is marked (``held``
+    ``k + 1``) and skipped from then on, so continuous data stop costing
+    after their first ``k + 1`` values. The loop ends when every feature is marked.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk (R, D), read in C order.
+    lut : numpy.ndarray or None
+        The float16 decoding table (see ``_load``).
+    weights : numpy.ndarray or None
+        The weight of each row (float64), or None to count rows.
+    k : int
+        The most distinct values a feature keeps.
+    first : int
+        The first feature of the block counted: the block is as many features as ``table`` has rows.
+    table : numpy.ndarray
+        Scratch float64 (B, S), all NaN (empty), ``S`` a power of two of at least ``2 k``.
+    table_counts : numpy.ndarray
+        Scratch float64 (B, S).
+    values, counts : numpy.ndarray
+        The float64 (B, k) outputs, zero: each feature's values in increasing order and their counts.
+    held : numpy.ndarray
+        The int64 (B,) output, zero: distinct values per feature, ``k + 1`` where there are more.
+    """
+    rows = x.shape[0]
+    d = table.shape[0]
+    size = table.shape[1]
+    mask = size - 1
+    bits = 0
+    while (1 << bits) < size:
+        bits += 1
+    shift = 64 - bits  # the hash's top bits index the table
+    live = d
+    for i in range(rows):
+        if live == 0:
+            break
+        wi = _weight(weights, i)
+        for j in range(d):
+            if held[j] > k:
+                continue
+            v = _load(x[i, first + j], lut)
+            if not _finite(v):
+                continue  # ±inf have slots of the sketch's own; NaN is left out
+            v = v + 0.0  # -0.0 and 0.0 are one value
+            h = ((_as_bits(v) * _SPREAD) >> shift) & mask
+            t = table[j, h]
+            while t != v and t == t:  # an empty entry holds NaN, which no stored value is
+                h = (h + 1) & mask
+                t = table[j, h]
+            if t == v:
+                table_counts[j, h] += wi
+            elif held[j] == k:
+                held[j] = k + 1  # too many: from here the sketch's buckets answer
+                live -= 1
+            else:
+                table[j, h] = v
+                table_counts[j, h] = wi
+                held[j] += 1
+    for j in range(d):  # each feature's values in increasing order
+        if held[j] > k:
+            continue
+        m = 0
+        for h in range(size):
+            if table[j, h] == table[j, h]:
+                values[j, m] = table[j, h]
+                counts[j, m] = table_counts[j, h]
+                m += 1
+        order = np.argsort(values[j, :m])
+        values[j, :m] = values[j, :m][order]
+        counts[j, :m] = counts[j, :m][order]

@@ -1,0 +1,335 @@
+"""The sketch's distinct values: exact counts of each feature's finite values while it has few.
+
+A bucket of the sketch spans ``2·alpha`` of ``|v|``: on tied data (integers,
+pixels, rounded values, a few rows) many values share it, and a value read
+inside a bucket or a histogram bin misses the rank of the atom it stands for
+(290.0037 for a median of 290.0 that holds 2 % of the rows). So every
+:class:`~daskbatch.stats.sketch.SketchState` also keeps, per feature, its
+distinct finite values and their counts (sums of weights when weighted) while
+there are at most ``k`` of them (:func:`kept_values`: 1,024 with every bucket
+kept, 128 down to 32 for the narrow windows of wide data), and marks the feature once there are more.
+
+Merges take the union and add the counts, and mark a feature whose union
+passes ``k`` (or that either side marked): a feature has its values exactly
+when all its rows together have at most ``k`` distinct finite values, for any
+chunking and merge order, so :func:`distinct_quantile` then answers
+``numpy.quantile(..., method="inverted_cdf")`` itself (a data value at its
+exact rank), after ``describe``, :func:`daskbatch.merge` and
+:func:`daskbatch.update` alike. Counts are float64: exact integers for
+unweighted rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
+from daskbatch.stats.sketch_layout import inverted_cdf_rank
+
+__all__ = [
+    "DISTINCT_VALUES",
+    "compiled_distinct",
+    "distinct_quantile",
+    "empty_distinct",
+    "kept_values",
+    "merge_distinct",
+    "xp_distinct",
+]
+
+#: The most distinct values a feature keeps with every bucket of the sketch (16 kB a feature, 7 % of its state).
+DISTINCT_VALUES = 1024
+
+
+#: Features whose hash tables the compiled loop fills at a time.
+_BLOCK_FEATURES = 16
+
+
+def kept_values(buckets_kept: int) -> int:
+    """Give the most distinct values a feature keeps beside ``buckets_kept`` buckets per sign.
+
+    :data:`DISTINCT_VALUES`, or a sixteenth of a narrow window (128 at 2,048
+    buckets, 32 at 512), so that the values add at most an eighth to a state.
+
+    Parameters
+    ----------
+    buckets_kept : int
+        The sketch's window (``Sketch.buckets_kept``).
+
+    Returns
+    -------
+    int
+        The most distinct values kept per feature (at least 1).
+    """
+    return max(1, min(DISTINCT_VALUES, buckets_kept // 16))
+
+
+def empty_distinct(
+    xp: Namespace, n_features: int, k: int, dev: object = None
+) -> tuple[Array, Array, Array]:
+    """Give the distinct values of no rows: zero values, zero counts, none held.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace to allocate in.
+    n_features : int
+        Number of features.
+    k : int
+        The most values kept per feature.
+    dev : device, optional
+        The device to allocate on.
+
+    Returns
+    -------
+    values, counts : array
+        Float64 (D, k).
+    held : array
+        Int64 (D,).
+    """
+    return (
+        xp.zeros((n_features, k), dtype=xp.float64, device=dev),
+        xp.zeros((n_features, k), dtype=xp.float64, device=dev),
+        xp.zeros((n_features,), dtype=xp.int64, device=dev),
+    )
+
+
+def compiled_distinct(
+    x: np.ndarray, k: int, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count a host chunk's distinct values per feature with the compiled loop.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The chunk (R, D), any real dtype.
+    k : int
+        The most values kept per feature.
+    weights : numpy.ndarray or None
+        The weight of each row (positive), or None.
+
+    Returns
+    -------
+    values, counts : numpy.ndarray
+        Float64 (D, k): the values in increasing order and their counts, zero past ``held``.
+    held : numpy.ndarray
+        Int64 (D,): distinct values per feature, ``k + 1`` where there are more.
+    """
+    from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
+    from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
+
+    n_features = x.shape[1]
+    size = 1 << max(1, int(2 * k - 1).bit_length())  # a power of two of at least 2 k: short probes
+    values, counts, held = empty_distinct(np, n_features, k)
+    data, lut = _bits(x)
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
+    # (512 kB at k = 1024) however wide the chunk.
+    block = min(_BLOCK_FEATURES, n_features)
+    table, table_counts = np.empty((block, size)), np.empty((block, size))
+    for first in range(0, n_features, block):
+        part = slice(first, min(first + block, n_features))
+        width = part.stop - first
+        table[:width] = np.nan  # empty
+        distinct_counts(
+            data,
+            lut,
+            w,
+            int(k),
+            first,
+            table[:width],
+            table_counts[:width],
+            values[part],
+            counts[part],
+            held[part],
+        )
+    return values, counts, held
+
+
+def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, Array]:
+    """Count a float64 chunk's distinct values per feature with array-API calls (CuPy; the compiled loop's state).
+
+    Its temporaries stay within the sketch's own (three float64 and three
+    int64 arrays and three masks the size of the chunk): each is freed once used.
+
+    Parameters
+    ----------
+    x : array
+        The float64 chunk (R, D).
+    k : int
+        The most values kept per feature.
+    weights : array or None
+        The weight of each row (positive), or None.
+
+    Returns
+    -------
+    values, counts : array
+        Float64 (D, k), as :func:`compiled_distinct`'s.
+    held : array
+        Int64 (D,), as :func:`compiled_distinct`'s.
+    """
+    xp = namespace(x)
+    rows = x.shape[0]
+    dev = device(x)
+    finite = xp.isfinite(x)
+    keys = xp.where(
+        finite, x, xp.asarray(xp.inf, dtype=xp.float64, device=dev)
+    ).T  # (D, R): non-finite sort last
+    n_finite = xp.count_nonzero(finite, axis=0)
+    del finite
+    order = xp.argsort(
+        keys, axis=1, stable=True
+    )  # stable: equal values keep row order, as the loop adds them
+    ranked = xp.take_along_axis(keys, order, axis=1)
+    del keys
+    each = None if weights is None else xp.take(weights, xp.reshape(order, (-1,)))
+    del order
+    valid = (
+        xp.arange(rows, dtype=xp.int64, device=dev)[None, :]
+        < xp.astype(n_finite, xp.int64)[:, None]
+    )
+    return _grouped(xp, ranked, valid, each, k)
+
+
+def merge_distinct(
+    a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], k: int
+) -> tuple[Array, Array, Array]:
+    """Merge two states' distinct values: the union with counts added, marked where it passes ``k`` or either side is.
+
+    Parameters
+    ----------
+    a, b : (values, counts, held)
+        The two states' distinct values, as :func:`compiled_distinct` gives them.
+    k : int
+        The most values kept per feature.
+
+    Returns
+    -------
+    values, counts : array
+        The union's values and counts, float64 (D, k).
+    held : array
+        The union's number of values, int64 (D,): ``k + 1`` where it has more.
+    """
+    xp = namespace(a[0], b[0])
+    column = xp.arange(k, dtype=xp.int64, device=device(a[0]))[None, :]
+    live = [
+        column < held[:, None] for _, _, held in (a, b)
+    ]  # a marked side has held k + 1: all live, ignored below
+    keys = xp.concat(
+        [xp.where(m, s[0], xp.full_like(s[0], xp.inf)) for m, s in zip(live, (a, b), strict=True)],
+        axis=1,
+    )
+    counts = xp.concat(
+        [xp.where(m, s[1], xp.zeros_like(s[1])) for m, s in zip(live, (a, b), strict=True)], axis=1
+    )
+    order = xp.argsort(keys, axis=1, stable=True)  # a's before b's: each sum is a's count plus b's
+    ranked = xp.take_along_axis(keys, order, axis=1)
+    values, summed, held = _grouped(
+        xp,
+        ranked,
+        xp.isfinite(ranked),
+        xp.reshape(xp.take_along_axis(counts, order, axis=1), (-1,)),
+        k,
+    )
+    marked = (a[2] > k) | (b[2] > k)
+    return (
+        xp.where(marked[:, None], xp.zeros_like(values), values),
+        xp.where(marked[:, None], xp.zeros_like(summed), summed),
+        xp.where(marked, xp.full_like(held, k + 1), held),
+    )
+
+
+def _grouped(
+    xp: Namespace, ranked: Array, valid: Array, weights: Array | None, k: int
+) -> tuple[Array, Array, Array]:
+    """Distinct values, their summed weights (flat, row-major; None: ones) and numbers of rows sorted along axis 1."""
+    n_features, width = ranked.shape
+    dev = device(ranked)
+    new = xp.concat(
+        [xp.ones((n_features, 1), dtype=xp.bool, device=dev), ranked[:, 1:] != ranked[:, :-1]],
+        axis=1,
+    )
+    new = valid & new
+    ids = xp.cumulative_sum(
+        xp.astype(new, xp.int64), axis=1
+    )  # a value's 1-based number within its feature
+    del new
+    held = ids[:, -1] if width else xp.zeros((n_features,), dtype=xp.int64, device=dev)
+    rows = xp.arange(n_features, dtype=xp.int64, device=dev)[:, None]
+    # Past k values (or past the finite ones) everything lands in one spare bin, sliced off.
+    spare = xp.asarray(n_features * k, dtype=xp.int64, device=dev)
+    flat = xp.reshape(xp.where(valid & (ids <= k), ids + (rows * k - 1), spare), (-1,))
+    size = n_features * k + 1
+    counts = (
+        xp.astype(bincount(xp, flat, minlength=size), xp.float64)
+        if weights is None
+        else weighted_bincount(xp, flat, weights, minlength=size)
+    )[: n_features * k]
+    del flat
+    # The g-th value of a feature: where its running number first reaches g (a search, exact).
+    running = xp.reshape(ids + rows * (width + 1), (-1,))
+    del ids
+    wanted = xp.reshape(
+        xp.arange(k, dtype=xp.int64, device=dev)[None, :] + 1 + rows * (width + 1), (-1,)
+    )
+    at = xp.clip(xp.searchsorted(running, wanted, side="left"), 0, max(n_features * width - 1, 0))
+    del running
+    values = (
+        xp.reshape(xp.take(xp.reshape(ranked, (-1,)), at), (n_features, k)) + 0.0
+    )  # -0.0 is 0.0
+    counts = xp.reshape(counts, (n_features, k))
+    over = held > k
+    kept = (xp.arange(k, dtype=xp.int64, device=dev)[None, :] < held[:, None]) & ~over[:, None]
+    return (
+        xp.where(kept, values, xp.zeros_like(values)),
+        xp.where(kept, counts, xp.zeros_like(counts)),
+        xp.where(over, xp.full_like(held, k + 1), held),
+    )
+
+
+def distinct_quantile(
+    values: np.ndarray,
+    counts: np.ndarray,
+    held: np.ndarray,
+    below: np.ndarray,
+    above: np.ndarray,
+    q: Any,
+    *,
+    weighted: bool,
+) -> np.ndarray:
+    """Give ``numpy.quantile(..., method="inverted_cdf")`` of every feature whose distinct values are all kept.
+
+    Parameters
+    ----------
+    values, counts : numpy.ndarray
+        Float64 (D, k): the kept values in increasing order and their counts.
+    held : numpy.ndarray
+        Int64 (D,): values kept, more than ``k`` where the feature has too many.
+    below, above : numpy.ndarray
+        (D,): the counts of ``-inf`` and ``+inf`` (the sketch's own slots).
+    q : float or array_like
+        Probabilities in [0, 1].
+    weighted : bool
+        Whether the counts are sums of weights (the rank is then ``q·W``, not ``ceil(q·n)``).
+
+    Returns
+    -------
+    numpy.ndarray
+        (D, len(q)): the exact quantile where every value is kept and the feature has any; NaN elsewhere.
+    """
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    n_features, k = values.shape
+    out = np.full((n_features, qs.size), np.nan)
+    for d in np.flatnonzero(held <= k):
+        n = int(held[d])
+        cells = np.concatenate([[below[d]], counts[d, :n], [above[d]]]).astype(np.float64)
+        cdf = np.cumsum(cells)
+        if cdf[-1] <= 0:
+            continue
+        at = inverted_cdf_rank(qs, cdf[-1], np.float64 if weighted else np.int64)
+        # Unweighted counts are integers in float64: the cumulative counts are exact.
+        cell = np.minimum(np.searchsorted(cdf, at, side="left"), n + 1)
+        out[d] = np.concatenate([[-np.inf], values[d, :n], [np.inf]])[cell]
+    return out
