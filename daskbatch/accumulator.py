@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any, Literal
 
 import numpy as np
@@ -253,7 +253,7 @@ class Accumulator:
         """
         seen: list[int] = []  # rows of the batches taken, committed at the end
         bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
-        total = len(batches) if hasattr(batches, "__len__") else None
+        total = len(batches) if isinstance(batches, Sized) else None
         bar = Progress("update_many", total, unit="batches", show=progress is True,
                        callback=progress if callable(progress) else None, cancel=cancel)
 

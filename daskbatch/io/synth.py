@@ -359,7 +359,8 @@ def _write(
     group = None if overwrite else _unfinished(where, request)
     if group is None:
         group = _create(where, x, y, attrs, chunk_rows, overwrite, request)
-    targets = [group["X"]] + ([group["y"]] if y is not None else [])
+    # create_array made both as arrays: a Group's item type is Array | Group.
+    targets: list[zarr.Array] = [group["X"]] + ([group["y"]] if y is not None else [])  # type: ignore[assignment]
     sources = [x] + ([y] if y is not None else [])
     rows = int(x.shape[0])
     if rows:
