@@ -171,6 +171,7 @@ def _module_parts(module: Any, seen: set[int]) -> Iterator[str]:
     # Its functions and classes read its globals: the modules (and other modules' functions and
     # classes) bound there are what its code can reach beyond its own source.
     for value in list(vars(module).values()):
+        reached: Any
         if isinstance(value, types.ModuleType):
             reached = value
         elif isinstance(value, types.FunctionType | type) and isinstance(getattr(value, "__module__", None), str):
