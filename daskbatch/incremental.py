@@ -50,7 +50,7 @@ from daskbatch._version import __version__
 from daskbatch.describe import describe, new_spelling
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_identity import input_token
+from daskbatch.engine.row_identity import input_token, listed_token
 from daskbatch.stats import ClassMoments, Histogram
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
@@ -177,8 +177,13 @@ def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -
     ValueError
         One line: updating again would count the rows twice.
     """
+    held = _tokens(summary)
     token = input_token(data)  # None for a store without chunk checksums: merge checks it once read
-    if token is not None and token in _tokens(summary):
+    if token is None or token not in held:
+        # A summary saved by an earlier daskbatch holds listing tokens: the same store, untouched, has it.
+        listed = listed_token(data) if any(" files, " in t for t in held) else None
+        token = listed if listed in held else None
+    if token is not None:
         raise ValueError(
             f"{where} are already in the summary, from {_source_of(summary, token)} (same content, {token}): "
             "updating it again would count those rows twice; nothing was changed"

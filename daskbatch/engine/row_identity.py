@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from daskbatch.engine.checkpoint.fingerprint import checksums_digest
+from daskbatch.engine.checkpoint.fingerprint import checksums_digest, listing_token
 
-__all__ = ["input_token"]
+__all__ = ["input_token", "listed_token"]
 
 
 def input_token(data: Any, read_digest: str | None = None) -> str | None:
@@ -50,3 +50,23 @@ def input_token(data: Any, read_digest: str | None = None) -> str | None:
         return f"store x {len(checksums)} chunks, crc32c {checksums_digest(zx, checksums)}"
     return None if read_digest is None else f"store x read {read_digest}"
 
+
+def listed_token(data: Any) -> str | None:
+    """The token daskbatch recorded for a store before content tokens: a hash of its ``x`` array's listing.
+
+    Summaries saved then hold only these; comparing with it still refuses the
+    very same store, unchanged, that such a summary holds.
+
+    Parameters
+    ----------
+    data : Dataset or FeatureMatrix
+        The input.
+
+    Returns
+    -------
+    str or None
+        ``"store x <n> files, <bytes>, sha256 <digest>"``; None for in-memory data.
+    """
+    source = getattr(data, "source", None) or data
+    zx = getattr(source, "zarr_x", None)
+    return None if zx is None else f"store x {listing_token(zx)}"

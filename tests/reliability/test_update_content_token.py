@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.row_identity import input_token
+from daskbatch.engine.row_identity import input_token, listed_token
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -124,3 +124,15 @@ def test_a_daskbatch_token_is_known_before_any_read_and_follows_every_byte(tmp_p
     data[-1] ^= 1  # the stored checksum itself: another content, whether or not it still decodes
     chunk.write_bytes(bytes(data))
     assert input_token(db.open_dataset(copy)) != token
+
+
+def test_a_summary_saved_with_listing_tokens_still_refuses_the_same_store(tmp_path: pathlib.Path) -> None:
+    """Summaries saved before content tokens hold a hash of the store's listing: the same store is refused."""
+    path = tmp_path / "d.zarr"
+    db.synth(path, rows=2000, features=3, chunk_rows=1000, seed=8)
+    old = db.describe(str(path), stats="moments")
+    old.provenance["input_tokens"] = [listed_token(db.open_dataset(path))]  # as an earlier daskbatch saved it
+    summary = tmp_path / "s.zarr"
+    old.save(summary)
+    refused(update(path, summary), path, path)
+    assert int(db.load_summary(summary).count[0]) == 2000

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
 
 __all__ = [
-    "HINTS", "checksums_digest", "data_items", "differences", "function_token", "input_items", "input_token",
-    "output_items",
+    "HINTS", "checksums_digest", "content_token", "data_items", "differences", "function_token", "input_items",
+    "input_token", "listing_token", "output_items",
 ]
 
 #: What a difference in an item most likely means, for the mismatch message.
@@ -131,9 +131,9 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
 def input_token(dataset: Any) -> str:
     """Hash what identifies an input's data into one string: equal tokens, same data.
 
-    The content token is the checkpoint's (one listing of the store: names,
-    sizes and modification times of its files), so a store regenerated in
-    place gets another token; nothing is read but the listing.
+    The content token is the checkpoint's (:func:`content_token`: the chunk
+    checksums of a store daskbatch wrote, else one listing of the store), so
+    a store regenerated in place gets another token; no chunk is read whole.
 
     Parameters
     ----------
@@ -315,13 +315,32 @@ def content_token(arr: Any) -> str:
     str
         ``"<n> chunks, crc32c sha256 <digest>"`` or ``"<n> files, <bytes>, sha256 <digest>"``.
     """
-    from dask.utils import format_bytes  # lazy: dask
-
     from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
     if checksums is not None:
         return f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
+    return listing_token(arr)
+
+
+def listing_token(arr: Any) -> str:
+    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened).
+
+    The content token of another writer's array, and what every token was
+    before chunk checksums were used (summaries saved then hold it).
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    str
+        ``"<n> files, <bytes>, sha256 <digest>"``.
+    """
+    from dask.utils import format_bytes  # lazy: dask
+
     digest = hashlib.sha256()
     n = total = 0
     for name, size, version in sorted(_listing(arr)):
