@@ -49,8 +49,13 @@ class ContentDigest:
     result into the input's token and keeps neither in the summary.
     """
 
-    #: Weighted passes hand ``chunk`` the rows of positive weight: those are hashed.
+    #: Not a statistic the user asked for: pass names and titles leave it out (:func:`~daskbatch.stats._base.shown_names`).
+    rides_along = True
+    #: Weighted passes take it too; its weights are ignored.
     takes_weights = True
+    #: A weighted pass hands it every row as read, not only those of positive weight
+    #: (:class:`~daskbatch.stats.Bundle`): the token is the store's, whatever the weights.
+    reads_every_row = True
 
     @property
     def name(self) -> str:
@@ -73,7 +78,7 @@ class ContentDigest:
         label : array or None
             Ignored.
         weights : array or None
-            Ignored (the rows of weight 0 are already dropped).
+            Ignored: the token is the rows', whatever their weights.
 
         Returns
         -------

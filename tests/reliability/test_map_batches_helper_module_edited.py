@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import zarr
 
 import daskbatch as db
@@ -149,3 +150,44 @@ def test_a_module_without_source_is_never_resumed() -> None:
                              timeout=120) for _ in range(2)]
     assert all(t.returncode == 0 for t in tokens), tokens[0].stderr
     assert tokens[0].stdout != tokens[1].stdout
+
+
+#: (helper module, its source, the user's module, its source, the function): editing the helper's x2 to x3.
+REACHED = {
+    "a function imported from a helper": (
+        "helper", "def scale(b):\n    return b * 2\n",
+        "from helper import scale\n\n\ndef work(b):\n    return scale(b)\n", "work"),
+    "a callable instance calling its own method": (
+        "scaler", "class Scaler:\n    def __call__(self, b):\n        return self.f(b)\n\n"
+                  "    def f(self, b):\n        return b * 2\n",
+        "from scaler import Scaler\n\nwork = Scaler()\n", "work"),
+    "a bound method calling another": (
+        "runner", "class Runner:\n    def run(self, b):\n        return self.f(b)\n\n"
+                  "    def f(self, b):\n        return b * 2\n",
+        "from runner import Runner\n\nwork = Runner().run\n", "work"),
+    "a helper class's static method": (
+        "kit", "class Kit:\n    @staticmethod\n    def f(b):\n        return b * 2\n",
+        "from kit import Kit\n\n\ndef work(b):\n    return Kit.f(b)\n", "work"),
+}
+
+
+@pytest.mark.parametrize("case", list(REACHED))
+def test_every_way_of_reaching_a_helper_counts(tmp_path: pathlib.Path, case: str) -> None:
+    helper, source, user, name = REACHED[case]
+    (tmp_path / f"{helper}.py").write_text(source)
+    (tmp_path / "usermain.py").write_text(user)
+    token = ("import sys; sys.path.insert(0, sys.argv[1]); import usermain;"
+             "from daskbatch.engine.checkpoint.function_token import function_token;"
+             f"print(function_token(usermain.{name}))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def token_now() -> str:
+        run = subprocess.run([sys.executable, "-c", token, str(tmp_path)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    first = token_now()
+    assert token_now() == first
+    (tmp_path / f"{helper}.py").write_text(source.replace("b * 2", "b * 3"))
+    assert token_now() != first

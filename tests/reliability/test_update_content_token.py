@@ -136,3 +136,14 @@ def test_a_summary_saved_with_listing_tokens_still_refuses_the_same_store(tmp_pa
     old.save(summary)
     refused(update(path, summary), path, path)
     assert int(db.load_summary(summary).count[0]) == 2000
+
+
+def test_weights_do_not_change_the_rows_token(tmp_path: pathlib.Path) -> None:
+    """The blocks are hashed as read, rows of weight 0 included: the same store weighted is the same rows."""
+    path = tmp_path / "f.zarr"
+    zarr.open_group(str(path), mode="w").create_array("X", data=np.random.default_rng(9).normal(size=(600, 3)),
+                                                      chunks=(200, 3))
+    weights = np.r_[np.zeros(200), np.ones(400)]
+    weighted = db.describe(str(path), stats="moments", weights=weights)
+    with pytest.raises(ValueError, match=f"rows of {path} are already in the summary"):
+        db.update(weighted, str(path))

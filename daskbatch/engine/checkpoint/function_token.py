@@ -73,6 +73,8 @@ def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
         yield "method"
         yield from _function_parts(func.__func__, seen)
         yield _value_token(func.__self__)
+        owner = func.__self__ if isinstance(func.__self__, type) else type(func.__self__)
+        yield from _value_parts(owner, owner.__module__, seen)  # the methods it reaches by self
     elif isinstance(func, types.FunctionType):
         yield f"{func.__module__}.{func.__qualname__}"
         yield _value_token((func.__defaults__, func.__kwdefaults__))
@@ -88,6 +90,7 @@ def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
         yield f"instance of {type(func).__module__}.{type(func).__qualname__}"
         yield from _function_parts(call, seen)
         yield _value_token(getattr(func, "__dict__", None))
+        yield from _value_parts(type(func), type(func).__module__, seen)  # the methods __call__ reaches by self
     else:  # builtins, ufuncs, classes: dask knows how to name them
         yield _value_token(func)
 
