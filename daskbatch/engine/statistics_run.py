@@ -238,14 +238,17 @@ def _computed(
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, known
     # now; without those, a hash of the blocks as the first pass reads them (no pass of its own).
     token = input_token(data)
-    if token is None:
-        first = Bundle((*first.stats, ContentDigest()))
+    if token is None:  # a store without chunk checksums
+        zarr_x = getattr(data.source, "zarr_x", None)
+        # One digest per storage chunk: the same token whatever rows a block holds.
+        first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
     with steps._describe_span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = steps._kept_by_name(first, runner(first, finalize=False))
         if token is None:
-            token = input_token(data, read_digest=ContentDigest().finalize(kept.pop(ContentDigest().name).state))
+            digest = kept.pop(ContentDigest().name)
+            token = input_token(data, read_digest=digest.statistic.finalize(digest.state))
         data = runner.blocks  # in memory when kept (cached): what follows reads them from there
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
         steps._check_nan_policy(results[Moments.name], moments.nan_policy, data)

@@ -5,10 +5,12 @@ A store daskbatch wrote is identified by the CRC-32C its chunks end with
 Another writer's store carries no such checksums, and hashing its chunks up
 front would read it all once more.  :class:`ContentDigest` rides along in the
 first pass of ``describe`` instead: each block it is handed (already read for
-the other statistics) is hashed with BLAKE2b, the merged state keeps the
-blocks' digests in row order, and :meth:`ContentDigest.finalize` hashes them
-into one token.  Its state is 32 bytes a block, so checkpoints keep it with
-the others and a resumed pass has the digest of every block.
+the other statistics) is hashed with BLAKE2b, one digest per ``piece_rows``
+rows (the store's chunk rows, so that the token does not depend on how many
+chunks a run reads per block), the merged state keeps the digests in row
+order, and :meth:`ContentDigest.finalize` hashes them into one token.  Its
+state is 32 bytes a piece, so checkpoints keep it with the others and a
+resumed pass has the digest of every piece.
 """
 
 from __future__ import annotations
@@ -34,20 +36,28 @@ class DigestState(State):  # numpydoc ignore=PR02
     Parameters
     ----------
     digests : numpy.ndarray
-        ``(blocks, 32)`` uint8: each non-empty block's BLAKE2b digest (of its
-        shape, dtype and bytes).
+        ``(pieces, 32)`` uint8: each piece's BLAKE2b digest (of its shape,
+        dtype and bytes).
     """
 
     digests: np.ndarray
 
 
 @dataclass(frozen=True)
-class ContentDigest:
+class ContentDigest:  # numpydoc ignore=PR02
     """Hash the blocks of a pass as they are read: a content token that costs no pass of its own.
 
     Its state and result stay inside the pass runner: ``describe`` turns the
     result into the input's token and keeps neither in the summary.
+
+    Parameters
+    ----------
+    piece_rows : int, default 0
+        Rows hashed into one digest (the store's chunk rows, which every block
+        starts on); 0: one digest per block.
     """
+
+    piece_rows: int = 0
 
     #: Not a statistic the user asked for: pass names and titles leave it out (:func:`~daskbatch.stats._base.shown_names`).
     rides_along = True
@@ -83,15 +93,18 @@ class ContentDigest:
         Returns
         -------
         DigestState
-            The block's digest; none for an empty block, the merge identity.
+            The digest of each piece of the block; none for an empty block, the merge identity.
         """
         block = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
-        if block.shape[0] == 0:
-            return DigestState(np.zeros((0, DIGEST_BYTES), dtype=np.uint8))
-        block = np.ascontiguousarray(block)
-        digest = hashlib.blake2b(f"{block.shape} {block.dtype.str}".encode(), digest_size=DIGEST_BYTES)
-        digest.update(block.data)  # C-contiguous; hashlib releases the GIL on large buffers
-        return DigestState(np.frombuffer(digest.digest(), dtype=np.uint8).reshape(1, DIGEST_BYTES))
+        rows = int(block.shape[0])
+        step = self.piece_rows if self.piece_rows > 0 else max(rows, 1)
+        digests = np.zeros((-(-rows // step), DIGEST_BYTES), dtype=np.uint8)
+        for i, start in enumerate(range(0, rows, step)):
+            piece = np.ascontiguousarray(block[start : start + step])
+            digest = hashlib.blake2b(f"{piece.shape} {piece.dtype.str}".encode(), digest_size=DIGEST_BYTES)
+            digest.update(piece.data)  # C-contiguous; hashlib releases the GIL on large buffers
+            digests[i] = np.frombuffer(digest.digest(), dtype=np.uint8)
+        return DigestState(digests)
 
     def merge(self, a: DigestState, b: DigestState, /) -> DigestState:
         """Put ``b``'s digests after ``a``'s.
@@ -119,8 +132,8 @@ class ContentDigest:
         Returns
         -------
         str
-            ``"<n> blocks, blake2b <hex>"``.
+            ``"<n> pieces, blake2b <hex>"``.
         """
         digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
         whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
-        return f"{digests.shape[0]} blocks, blake2b {whole[:20]}"
+        return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"

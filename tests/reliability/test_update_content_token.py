@@ -147,3 +147,15 @@ def test_weights_do_not_change_the_rows_token(tmp_path: pathlib.Path) -> None:
     weighted = db.describe(str(path), stats="moments", weights=weights)
     with pytest.raises(ValueError, match=f"rows of {path} are already in the summary"):
         db.update(weighted, str(path))
+
+
+def test_a_foreign_token_does_not_depend_on_the_rows_per_block(tmp_path: pathlib.Path) -> None:
+    """Another machine plans other blocks: the digest is one per storage chunk, so the token is the same."""
+    path = tmp_path / "f.zarr"
+    zarr.open_group(str(path), mode="w").create_array("X", data=np.random.default_rng(2).normal(size=(1200, 3)),
+                                                      chunks=(200, 3))
+    small = db.describe(db.open_dataset(path, chunks=200), stats="moments", run=db.RunOptions(plan=None))
+    large = db.describe(db.open_dataset(path, chunks=600), stats="moments", run=db.RunOptions(plan=None))
+    assert small.provenance["input_tokens"] == large.provenance["input_tokens"]
+    with pytest.raises(ValueError, match="already in the summary"):
+        db.merge(small, large)
