@@ -163,6 +163,10 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
     """Refuse, before any compute, new rows that ``summary`` already holds.
 
+    Known before any compute for a store daskbatch wrote (its chunk checksums)
+    and for in-memory data; another writer's store is known once describe
+    has read it, and :func:`merge` refuses it then, before anything is written.
+
     Parameters
     ----------
     summary : Summary
