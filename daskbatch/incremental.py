@@ -28,10 +28,12 @@ are merged on the union of the values (each table column moves to its value's
 place, which is exact).
 
 Every summary records the content tokens of the inputs it holds
-(``provenance["input_tokens"]``, :func:`input_token`: for a Zarr store a hash of
-its array's file names, sizes and modification times, as checkpoints use), and
-a merge that would count an input twice is refused: updating a summary with
-the same store again is an error, not a second copy of its rows.
+(``provenance["input_tokens"]``, :func:`input_token`: for a store daskbatch
+wrote a hash of its chunks' checksums, for another writer's store a hash of
+its blocks as describe read them; never its path or its files' times), and a
+merge that would count an input twice is refused, naming both sources:
+updating a summary with the same store again, or with a copy of it, is an
+error, not a second copy of its rows.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from daskbatch._version import __version__
 from daskbatch.describe import describe, new_spelling
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_identity import input_token
+from daskbatch.engine.row_identity import input_token, listed_token
 from daskbatch.stats import ClassMoments, Histogram
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
@@ -108,8 +110,9 @@ def merge(first: Summary, second: Summary) -> Summary:
     again = sorted(set(_tokens(first)) & set(_tokens(second)))
     if again:
         raise ValueError(
-            f"the second summary's input is already in the first ({again[0]}): merging it again would count "
-            "its rows twice"
+            f"the rows of {_source_of(second, again[0])} are already in the summary, from "
+            f"{_source_of(first, again[0])} (same content, {again[0]}): merging them again would count its rows "
+            "twice; nothing was changed"
         )
     a, b = _on_common_classes(first.states, second.states)
     merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
@@ -160,6 +163,10 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
     """Refuse, before any compute, new rows that ``summary`` already holds.
 
+    Known before any compute for a store daskbatch wrote (its chunk checksums)
+    and for in-memory data; another writer's store is known once describe
+    has read it, and :func:`merge` refuses it then, before anything is written.
+
     Parameters
     ----------
     summary : Summary
@@ -174,12 +181,26 @@ def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -
     ValueError
         One line: updating again would count the rows twice.
     """
-    token = input_token(data)
-    if token in _tokens(summary):
+    held = _tokens(summary)
+    token = input_token(data)  # None for a store without chunk checksums: merge checks it once read
+    if token is None or token not in held:
+        # A summary saved by an earlier daskbatch holds listing tokens: the same store, untouched, has it.
+        listed = listed_token(data) if any(" files, " in t for t in held) else None
+        token = listed if listed in held else None
+    if token is not None:
         raise ValueError(
-            f"{where} are already in the summary ({token}): updating it again would count those rows twice; "
-            "nothing was changed"
+            f"{where} are already in the summary, from {_source_of(summary, token)} (same content, {token}): "
+            "updating it again would count those rows twice; nothing was changed"
         )
+
+
+def _source_of(summary: Summary, token: str) -> str:
+    """Name the source of ``summary`` whose rows have ``token`` (its path, else its description)."""
+    sources = _sources(summary.provenance)
+    found = [s for s in sources if s.get("input_token") == token] or (sources if len(sources) == 1 else [])
+    if not found:
+        return "one of its parts"  # merged by a daskbatch that did not record each part's token
+    return str(found[0].get("path") or found[0].get("source") or "one of its parts")
 
 
 def _tokens(summary: Summary) -> list[str]:
@@ -415,7 +436,11 @@ def _sources(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(provenance.get("sources"), list):
         return [dict(s) for s in provenance["sources"]]
     keys = ("source", "path", "rows", "weights", "created", "range")
-    return [{k: provenance[k] for k in keys if k in provenance}]
+    own = {k: provenance[k] for k in keys if k in provenance}
+    tokens = list(provenance.get("input_tokens") or ())
+    if len(tokens) == 1:  # each part keeps its token, so that a refused merge can name the part
+        own["input_token"] = str(tokens[0])
+    return [own]
 
 
 def _weights_of(sources: list[dict[str, Any]]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
-from daskbatch.stats._base import Bundle, BundleLike, reads_label
+from daskbatch.stats._base import Bundle, BundleLike, reads_label, shown_names
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ class PassRunner:  # numpydoc ignore=PR02
             stat = Staged(bundle, data.stage_rows)
         x = data.x
         t0 = time.perf_counter()
-        title = f"pass {index}/{self.passes}: {'+'.join(s.name for s in bundle.stats)}"
-        span_name = f"pass-{index}-{'-'.join(s.name for s in bundle.stats)}"
+        title = f"pass {index}/{self.passes}: {'+'.join(shown_names(bundle.stats))}"
+        span_name = f"pass-{index}-{'-'.join(shown_names(bundle.stats))}"
         with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
                                         cancel=self.cancel, **_progress_options(self.progress)) as bar:
             if self.checkpoint is not None:

@@ -32,6 +32,7 @@ from daskbatch.errors import GPUFallbackWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
@@ -234,10 +235,20 @@ def _computed(
                         histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
                         if explicit and not found_cuts and counts_histograms(wanted) else None,
                         custom=custom, sketch_window=sketch_window)
+    # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, known
+    # now; without those, a hash of the blocks as the first pass reads them (no pass of its own).
+    token = input_token(data)
+    if token is None:  # a store without chunk checksums
+        zarr_x = getattr(data.source, "zarr_x", None)
+        # One digest per storage chunk: the same token whatever rows a block holds.
+        first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
     with steps._describe_span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = steps._kept_by_name(first, runner(first, finalize=False))
+        if token is None:
+            digest = kept.pop(ContentDigest().name)
+            token = input_token(data, read_digest=digest.statistic.finalize(digest.state))
         data = runner.blocks  # in memory when kept (cached): what follows reads them from there
         results = {name: to_host(k.finalize()) for name, k in kept.items()}
         steps._check_nan_policy(results[Moments.name], moments.nan_policy, data)
@@ -284,7 +295,7 @@ def _computed(
         },
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=steps._version(),
-        input_tokens=[input_token(data)],  # merge and update refuse to count these rows twice
+        input_tokens=[token],  # merge and update refuse to count these rows twice
     )
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"

@@ -27,6 +27,7 @@ reports what is wrong.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import itertools
 import math
@@ -60,6 +61,7 @@ __all__ = [
     "check_chunk_count",
     "check_feature_count",
     "checksummed",
+    "chunk_checksums",
     "chunk_key",
     "max_chunks",
     "max_features",
@@ -120,6 +122,53 @@ def checksummed(compressor: Any | None) -> tuple[Any, ...]:
     from zarr.codecs import Crc32cCodec  # lazy: zarr
 
     return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
+
+
+def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
+    """The CRC-32C checksum stored at the end of every stored chunk of ``arr``, by key.
+
+    Stores that daskbatch writes end each chunk with the checksum of its
+    encoded bytes (:func:`checksummed`): these 4 bytes per chunk identify the
+    content without reading it (one listing, then one 4-byte read per chunk).
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    list of (str, bytes) or None
+        ``(key relative to the array, checksum)`` sorted by key; None when the
+        array's chunks do not end with a CRC-32C (another writer's codecs, or
+        a sharded array, whose shards end with their index's).
+    """
+    from zarr.codecs import Crc32cCodec  # lazy: zarr
+    from zarr.core.sync import sync  # lazy: zarr
+
+    codecs = getattr(arr.metadata, "codecs", ())
+    if arr.shards is not None or not codecs or not isinstance(codecs[-1], Crc32cCodec):
+        return None
+    check_chunk_count(arr)
+    keys = sorted(stored_keys(arr) - {"zarr.json"})
+    prefix = arr.store_path.path.strip("/")
+    paths = [f"{prefix}/{key}" if prefix else key for key in keys]
+    return list(zip(keys, sync(_last_bytes(arr.store_path.store, paths, 4)), strict=True))
+
+
+async def _last_bytes(store: Any, keys: list[str], n: int) -> list[bytes]:
+    """The last ``n`` bytes of each key of ``store`` (b"" for a key gone since the listing), 64 reads at a time."""
+    from zarr.abc.store import SuffixByteRequest  # lazy: zarr
+    from zarr.core.buffer import default_buffer_prototype  # lazy: zarr
+
+    at_once = asyncio.Semaphore(64)  # a store of 10**5 chunks: not 10**5 open files or requests at once
+
+    async def tail(key: str) -> bytes:
+        async with at_once:
+            found = await store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(n))
+        return b"" if found is None else found.to_bytes()
+
+    return list(await asyncio.gather(*(tail(k) for k in keys)))
 
 
 def max_chunks() -> int:

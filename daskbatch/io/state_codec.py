@@ -34,6 +34,7 @@ import numpy as np
 from daskbatch.stats.class_moments import ClassMomentsState
 from daskbatch.stats.classes import ClassValuesState
 from daskbatch.stats.comoments import CoMomentsState, WeightedCoMomentsState
+from daskbatch.stats.content_digest import DigestState
 from daskbatch.stats.histogram import HistogramState
 from daskbatch.stats.moments import MomentsState, WeightedMomentsState
 from daskbatch.stats.sketch import SketchState
@@ -51,6 +52,7 @@ CODEC_VERSION = 1
 BUILT_IN_STATES: tuple[type, ...] = (
     MomentsState, WeightedMomentsState, CoMomentsState, WeightedCoMomentsState, CrossCoMomentsState,
     HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState, WeightedCrossCoMomentsState,
+    DigestState,
 )
 
 

@@ -175,6 +175,26 @@ def reads_weights(stat: Any) -> bool:
     return bool(getattr(stat, "takes_weights", False))
 
 
+def shown_names(stats: Sequence[Any]) -> list[str]:
+    """Name the statistics a user asked for, leaving out those that only ride along (``rides_along``).
+
+    The content digest of a pass (:mod:`daskbatch.stats.content_digest`) is
+    computed with the statistics but is none of them: pass names, checkpoint
+    folders and progress titles stay those of the statistics asked for.
+
+    Parameters
+    ----------
+    stats : sequence of Statistic
+        The statistics of a pass.
+
+    Returns
+    -------
+    list of str
+        Their names, in order.
+    """
+    return [s.name for s in stats if not getattr(s, "rides_along", False)]
+
+
 def merge_all(stat: Statistic[S, Any], states: Sequence[S]) -> S:
     """Merge ``states`` left to right: a fixed order, so results are bitwise reproducible.
 
@@ -219,7 +239,7 @@ class Bundle:  # numpydoc ignore=PR02
         str
             The joined names.
         """
-        return "-".join(s.name for s in self.stats)
+        return "-".join(shown_names(self.stats))
 
     @property
     def takes_weights(self) -> bool:
@@ -256,9 +276,12 @@ class Bundle:  # numpydoc ignore=PR02
             if not reads_weights(s):
                 raise ValueError(f"statistic {s.name!r} does not take sample weights (weights=)")
         # Rows of weight 0 are dropped once here, not once per statistic (each would copy the block).
+        as_read = x
         x, label, weights = positive_rows(namespace(x), x, label, weights)
         weighted: tuple[Any, ...] = self.stats  # the protocol's chunk has no weights=; takes_weights says these do
-        return tuple(s.chunk(x, label if reads_label(s) else None, weights=weights) for s in weighted)
+        # A statistic of the rows themselves (the content digest) sees every row, whatever its weight.
+        return tuple(s.chunk(as_read if getattr(s, "reads_every_row", False) else x,
+                             label if reads_label(s) else None, weights=weights) for s in weighted)
 
     def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         """Merge two bundle states item by item.

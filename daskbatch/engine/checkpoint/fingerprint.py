@@ -11,10 +11,14 @@ readable ``name -> value`` strings, so that a mismatch can say what differs:
   an fsspec store, or "in memory";
 * the arrays' metadata (shape, dtype, storage chunks, codecs, fill value) of ``x``
   and of the label;
-* a content token: for a store, a sha256 over the names, sizes and modification
-  times of the arrays' files, from one listing (no chunk is read, so it costs
-  the same for a huge store as ``ls -l``); for in-memory data, dask's
-  ``tokenize`` of the arrays;
+* a content token: for an array daskbatch wrote, a sha256 over its chunks'
+  keys and the CRC-32C checksum each stored chunk ends with (one listing and
+  4 bytes read per chunk: a copy or a ``touch`` keeps it, any changed byte
+  changes it); for another writer's array, a sha256 over the names, sizes and
+  modification times of its files, from one listing (no chunk is read, so it
+  costs the same for a huge store as ``ls -l``; a touch makes a resume refuse,
+  never merge other data); for in-memory data, dask's ``tokenize`` of the
+  arrays;
 * the settings that change bits: merge fan-in and chunk grid, the array backend,
   whether the numba kernels run (``daskbatch.kernels``) and their version, and
   daskbatch's version. The statistics' own parameters (bins, ranges, ddof,
@@ -40,7 +44,10 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
     from daskbatch.io.dataset import Dataset
 
-__all__ = ["HINTS", "data_items", "differences", "function_token", "input_items", "input_token", "output_items"]
+__all__ = [
+    "HINTS", "checksums_digest", "content_token", "data_items", "differences", "function_token", "input_items",
+    "input_token", "listing_token", "output_items",
+]
 
 #: What a difference in an item most likely means, for the mismatch message.
 HINTS = {
@@ -124,9 +131,9 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
 def input_token(dataset: Any) -> str:
     """Hash what identifies an input's data into one string: equal tokens, same data.
 
-    The content token is the checkpoint's (one listing of the store: names,
-    sizes and modification times of its files), so a store regenerated in
-    place gets another token; nothing is read but the listing.
+    The content token is the checkpoint's (:func:`content_token`: the chunk
+    checksums of a store daskbatch wrote, else one listing of the store), so
+    a store regenerated in place gets another token; no chunk is read whole.
 
     Parameters
     ----------
@@ -288,10 +295,39 @@ def store_location(arr: Any) -> str:
 
 
 def content_token(arr: Any) -> str:
-    """Hash the names, sizes and mtimes of ``arr``'s files.
+    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files.
 
-    One listing of the array's prefix; no file is opened. A store rewritten in
-    place (another seed, an edited chunk) gets new sizes or modification times.
+    An array daskbatch wrote ends every chunk with its CRC-32C
+    (:func:`daskbatch.io.integrity.chunk_checksums`): the token is a hash of the
+    metadata, the chunk keys and those checksums, so it is the content's, not
+    the path's or the times' (a copy has the same token, an edited chunk
+    another).  Any other array: one listing of its prefix, no file opened; a
+    store rewritten in place (another seed, an edited chunk) gets new sizes or
+    modification times.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+
+    Returns
+    -------
+    str
+        ``"<n> chunks, crc32c sha256 <digest>"`` or ``"<n> files, <bytes>, sha256 <digest>"``.
+    """
+    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+
+    checksums = chunk_checksums(arr)
+    if checksums is not None:
+        return f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
+    return listing_token(arr)
+
+
+def listing_token(arr: Any) -> str:
+    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened).
+
+    The content token of another writer's array, and what every token was
+    before chunk checksums were used (summaries saved then hold it).
 
     Parameters
     ----------
@@ -312,6 +348,30 @@ def content_token(arr: Any) -> str:
         n += 1
         total += size
     return f"{n} files, {format_bytes(total)}, sha256 {digest.hexdigest()[:20]}"
+
+
+def checksums_digest(arr: Any, checksums: list[tuple[str, bytes]]) -> str:
+    """Hash ``arr``'s shape, dtype, chunks, codecs and fill value and its chunks' keys and checksums (sha256).
+
+    Parameters
+    ----------
+    arr : zarr.Array
+        The array.
+    checksums : list of (str, bytes)
+        From :func:`daskbatch.io.integrity.chunk_checksums`.
+
+    Returns
+    -------
+    str
+        ``"sha256 <digest>"`` (20 hex digits).
+    """
+    meta = arr.metadata.to_dict()
+    # What decodes the bytes: equal checksums under other codecs or another shape are other numbers.
+    described = {k: meta.get(k) for k in ("shape", "data_type", "chunk_grid", "codecs", "fill_value")}
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode())
+    for key, checksum in checksums:
+        digest.update(key.encode() + b"\0" + checksum + b"\n")
+    return f"sha256 {digest.hexdigest()[:20]}"
 
 
 def _listing(arr: Any) -> Iterator[tuple[str, int, str]]:

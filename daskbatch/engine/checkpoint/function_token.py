@@ -3,12 +3,23 @@
 :func:`function_token` hashes a function's code, constants, defaults, closure
 values and the functions it calls; :mod:`daskbatch.engine.checkpoint.fingerprint`
 records it for ``map_batches`` outputs.
+
+What the function's code reaches in the user's own modules (any module whose
+file is outside the standard library and the installed packages) is hashed by
+its source: a helper module edited between a killed run and its resume gives
+another token.  Installed libraries are known by name and version.  A user
+module whose source cannot be read gets a token of its identity in this
+process, so an output made with it is never resumed.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import site
+import sys
+import sysconfig
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,10 +31,13 @@ def function_token(func: Any) -> str:
 
     A function is known by its code, not its name: two lambdas differ, and a
     fixed bug in a module function changes the token while moving it to other
-    lines does not.  The code of functions it calls from its own module is
-    included; so are the values of the plain globals it reads (numbers,
-    strings, arrays).  ``functools.partial`` objects and callable instances are
-    followed to their function and bound values.  A value that cannot be hashed
+    lines does not.  The code of the functions it calls from its own module
+    or any user module (outside the standard library and the installed
+    packages) is included, and so are the source of every user module it
+    reaches (through the modules, functions and classes it names,
+    recursively) and the values of the plain globals it reads (numbers,
+    strings, arrays).  ``functools.partial`` objects and callable instances
+    are followed to their function and bound values.  A value that cannot be hashed
     deterministically gets a token of its identity in this process, so an
     output made with it is never resumed by another.
 
@@ -45,7 +59,6 @@ def function_token(func: Any) -> str:
 
 def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
     """The strings :func:`function_token` hashes, one function's worth and its callees'."""
-    import functools
     import types
 
     if id(func) in seen:
@@ -60,6 +73,8 @@ def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
         yield "method"
         yield from _function_parts(func.__func__, seen)
         yield _value_token(func.__self__)
+        owner = func.__self__ if isinstance(func.__self__, type) else type(func.__self__)
+        yield from _value_parts(owner, owner.__module__, seen)  # the methods it reaches by self
     elif isinstance(func, types.FunctionType):
         yield f"{func.__module__}.{func.__qualname__}"
         yield _value_token((func.__defaults__, func.__kwdefaults__))
@@ -75,6 +90,7 @@ def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
         yield f"instance of {type(func).__module__}.{type(func).__qualname__}"
         yield from _function_parts(call, seen)
         yield _value_token(getattr(func, "__dict__", None))
+        yield from _value_parts(type(func), type(func).__module__, seen)  # the methods __call__ reaches by self
     else:  # builtins, ufuncs, classes: dask knows how to name them
         yield _value_token(func)
 
@@ -104,24 +120,111 @@ def _code_parts(code: Any, globals_: dict[str, Any], module: str, seen: set[int]
 
 def _value_parts(value: Any, module: str, seen: set[int]) -> Iterator[str]:
     """A value a function reads: the user's own functions by their code, a library's by name and version, data by value."""
-    import functools
-    import sys
     import types
 
     if isinstance(value, types.FunctionType):
-        if value.__module__.split(".")[0] == module.split(".")[0]:
+        if value.__module__.split(".")[0] == module.split(".")[0] or _is_user_module(value.__module__):
             yield from _function_parts(value, seen)
         else:  # an installed library's function: its name and the library's version
-            top = sys.modules.get(value.__module__.split(".")[0])
-            yield f"function {value.__module__}.{value.__qualname__} {getattr(top, '__version__', '')}"
+            yield f"function {value.__module__}.{value.__qualname__} {_library_version(value.__module__)}"
     elif isinstance(value, functools.partial | types.MethodType):
         yield from _function_parts(value, seen)
     elif isinstance(value, types.ModuleType):
-        yield f"module {value.__name__} {getattr(value, '__version__', '')}"
+        if _is_user_module(value):
+            yield from _module_parts(value, seen)
+        else:
+            yield f"module {value.__name__} {getattr(value, '__version__', '')}"
     elif isinstance(value, type):
         yield f"class {value.__module__}.{value.__qualname__}"
+        if _is_user_module(value.__module__) and id(value) not in seen:
+            seen.add(id(value))
+            yield from _class_parts(value, module, seen)
     else:
         yield _value_token(value)
+
+
+def _class_parts(cls: type, module: str, seen: set[int]) -> Iterator[str]:
+    """A user class's attributes, methods by their code, for it and its user base classes."""
+    for klass in cls.__mro__:
+        if klass is object or not _is_user_module(klass.__module__):
+            continue
+        for name, attribute in sorted(vars(klass).items(), key=lambda item: item[0]):
+            if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                continue
+            yield name
+            if isinstance(attribute, staticmethod | classmethod):
+                attribute = attribute.__func__
+            if isinstance(attribute, property):
+                for accessor in (attribute.fget, attribute.fset, attribute.fdel):
+                    if accessor is not None:
+                        yield from _value_parts(accessor, module, seen)
+            else:
+                yield from _value_parts(attribute, module, seen)
+
+
+def _module_parts(module: Any, seen: set[int]) -> Iterator[str]:
+    """A user module's source, then the user modules its namespace reaches (their sources, recursively)."""
+    import types
+
+    if id(module) in seen:
+        return
+    seen.add(id(module))
+    yield f"module {module.__name__}"
+    yield _source_token(module)
+    # Its functions and classes read its globals: the modules (and other modules' functions and
+    # classes) bound there are what its code can reach beyond its own source.
+    for value in list(vars(module).values()):
+        reached: Any
+        if isinstance(value, types.ModuleType):
+            reached = value
+        elif isinstance(value, types.FunctionType | type) and isinstance(getattr(value, "__module__", None), str):
+            reached = sys.modules.get(value.__module__)
+        else:
+            continue
+        if reached is not None and reached is not module and _is_user_module(reached):
+            yield from _module_parts(reached, seen)
+
+
+def _source_token(module: Any) -> str:
+    """sha256 of the file ``module`` was loaded from; its identity in this process when none can be read."""
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path, "rb") as handle:  # type: ignore[arg-type]  # None raises TypeError, caught
+            return "source sha256 " + hashlib.sha256(handle.read()).hexdigest()
+    except (OSError, TypeError):
+        # Nothing tells what this module computes: never equal in another process, so never resumed.
+        return f"module {module.__name__} without readable source, at {id(module):#x} in process {os.getpid()}"
+
+
+def _is_user_module(module_or_name: Any) -> bool:
+    """Whether a module (or the imported one of that name) is the user's own: not stdlib, not installed."""
+    module = sys.modules.get(module_or_name) if isinstance(module_or_name, str) else module_or_name
+    name = str(getattr(module, "__name__", module_or_name))
+    if name.split(".")[0] == "daskbatch":
+        return False  # known by daskbatch's version, which every fingerprint holds
+    if module is None or name in sys.builtin_module_names:
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        # A module made at run time (not a built-in, not a namespace package): nothing
+        # else tells what it holds, so it is the user's, and its missing source says so.
+        return getattr(module, "__path__", None) is None and getattr(module, "__spec__", None) is None
+    real = os.path.realpath(path)
+    return not any(real == root or real.startswith(root + os.sep) for root in _library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of the standard library and of the installed packages, real paths."""
+    paths = sysconfig.get_paths()
+    roots = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    roots += list(getattr(site, "getsitepackages", list)()) + [site.getusersitepackages()]
+    return tuple(sorted({os.path.realpath(r) for r in roots if r}))
+
+
+def _library_version(module_name: str) -> str:
+    """The ``__version__`` of the installed package ``module_name`` belongs to ('' when it has none)."""
+    return str(getattr(sys.modules.get(module_name.split(".")[0]), "__version__", ""))
 
 
 def _value_token(value: Any) -> str:

@@ -22,7 +22,11 @@ the digest of the pass it belongs to, then the ``.npz`` payload,
 :mod:`daskbatch.engine.checkpoint.files`); it is written to a temporary file, fsynced
 and renamed, so a kill leaves either the whole file or none. A damaged,
 truncated or edited file is detected, logged, deleted and its blocks computed
-again; it is never merged. Payloads hold plain arrays (``allow_pickle=False``)
+again; it is never merged.  So is a file whose checksum holds but whose
+content does not fit the pass (forged and sealed again): every node on disk
+is decoded when a run starts, its arrays' claimed sizes bounded by the bytes
+the file holds, and its states compared with the pass's state of zero rows
+(the same classes, field dtypes and shapes). Payloads hold plain arrays (``allow_pickle=False``)
 of states in the state codec (:mod:`daskbatch.io.state_codec`): only registered
 state classes are rebuilt, and nothing named by a file is imported.
 
@@ -37,12 +41,18 @@ and ``force`` deletes only the files this module writes, inside ``DIR``.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import logging
+import math
 import os
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from daskbatch.engine.checkpoint.files import (
     TMP_PREFIX,
@@ -68,10 +78,12 @@ from daskbatch.engine.checkpoint.manifest import (
     spec_items,
 )
 from daskbatch.errors import Cancelled, Interrupted
+from daskbatch.io.state_codec import BUILT_IN_STATES
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.runtime.progress import Progress
 from daskbatch.stats._base import BundleLike, merge_all
+from daskbatch.stats.backend import namespace
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -143,6 +155,8 @@ class _PassStore:
         self.sizes = level_sizes(n_blocks, split_every)
         self.nodes: dict[tuple[int, int], tuple[Any, ...] | None] = {}  # None: on disk only
         self.damaged: list[str] = []
+        #: The pass's state of zero rows: what every node's state must look like (None: records only).
+        self.reference: tuple[Any, ...] | None = None
 
     def path(self, level: int, index: int) -> Path:
         return self.folder / f"L{level}-{index:06d}{_SUFFIX}"
@@ -154,12 +168,13 @@ class _PassStore:
         found: set[tuple[int, int]] = set()
         for p in sorted(self.folder.glob(f"L*{_SUFFIX}")):
             try:
-                header, _ = read_header(p)
+                header, payload = read_header(p)
                 key = (int(header["level"]), int(header["index"]))
                 if header.get("pass") != self.digest or p.name != self.path(*key).name:
                     raise DamagedCheckpoint(f"{p}: belongs to another checkpoint")
                 if key[0] >= len(self.sizes) or key[1] >= self.sizes[key[0]]:
                     raise DamagedCheckpoint(f"{p}: outside this merge tree")
+                self._check_content(p, header, payload)
             except DamagedCheckpoint as exc:  # read_header turns whatever is wrong into this
                 log.warning("checkpoint file %s is damaged (%s); its blocks are computed again", p, exc)
                 self.damaged.append(p.name)
@@ -174,6 +189,20 @@ class _PassStore:
         for level in range(len(self.sizes) - 1):  # killed between last child and parent write
             for parent in range(self.sizes[level + 1]):
                 self._merge_up(level, parent)
+
+    def _check_content(self, path: Path, header: dict[str, Any], payload: bytes) -> None:
+        """Raise :class:`DamagedCheckpoint` unless the node's states decode within its bytes and fit the pass."""
+        _check_claimed_sizes(path, header, payload)
+        try:
+            state = decode_state(header, payload)
+        except DamagedCheckpoint:
+            raise
+        except (ValueError, TypeError, OSError, MemoryError, zipfile.BadZipFile) as exc:
+            raise DamagedCheckpoint(f"{path}: states do not decode ({type(exc).__name__}: {exc})") from None
+        if self.reference is not None:
+            unlike = _unlike(self.reference, state)
+            if unlike is not None:
+                raise DamagedCheckpoint(f"{path}: {unlike}")
 
     def covered(self, unit: int) -> bool:
         """Whether level-0 group ``unit`` is inside some node already on disk."""
@@ -211,6 +240,62 @@ class _PassStore:
 
     def root(self) -> tuple[Any, ...]:
         return self.get(len(self.sizes) - 1, 0)
+
+
+def _check_claimed_sizes(path: Path, header: dict[str, Any], payload: bytes) -> None:
+    """Refuse (DamagedCheckpoint) a node whose records claim more bytes than its ``.npz`` stores for them."""
+    # np.load allocates the shape an array's header claims before reading its bytes: a forged
+    # claim of 10**11 values would ask for 745 GiB. encode_state stores (never compresses) the
+    # arrays, so each must fit in its member's stored bytes, and those in the payload.
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as z:
+            members = {i.filename.removesuffix(".npy"): i for i in z.infolist()}
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise DamagedCheckpoint(f"{path}: payload is not an .npz ({exc})") from None
+    for i, record in enumerate(header["states"]):
+        for name, dtype, shape, _ in record["fields"]:
+            member = members.get(f"s{i}.{name}")
+            claimed = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
+            stored = 0 if member is None or member.compress_type != zipfile.ZIP_STORED else member.compress_size
+            if claimed > min(stored, len(payload)):
+                raise DamagedCheckpoint(
+                    f"{path}: state {i} field {name!r} claims {claimed:,} bytes, the file holds {stored:,}"
+                )
+
+
+def _reference_state(bundle: BundleLike, x: da.Array, label: da.Array | None,
+                     weights: da.Array | None) -> tuple[Any, ...] | None:
+    """The pass's state of zero rows on the host (None when a statistic cannot make one)."""
+    from daskbatch.engine.reduce import to_host  # lazy: dask
+
+    try:
+        xp = namespace(x._meta)
+        rows = None if label is None else xp.zeros((0,), dtype=label.dtype)
+        masks = {} if weights is None else {"weights": xp.zeros((0,), dtype=xp.float64)}
+        return tuple(to_host(bundle.chunk(xp.zeros((0, int(x.shape[1])), dtype=x.dtype), rows, **masks)))
+    except Exception as exc:  # noqa: BLE001 - a user's statistic may refuse zero rows: then records only
+        log.debug("no zero-row state of pass %s (%s): nodes are checked by their records only", bundle.name, exc)
+        return None
+
+
+def _unlike(reference: tuple[Any, ...], state: tuple[Any, ...]) -> str | None:
+    """What makes a node's ``state`` unlike the pass's zero-row ``reference`` (None: alike)."""
+    if len(state) != len(reference):
+        return f"{len(state)} states, the pass has {len(reference)}"
+    for i, (ref, got) in enumerate(zip(reference, state, strict=True)):
+        if type(got) is not type(ref):
+            return f"state {i} is a {type(got).__name__}, the pass's a {type(ref).__name__}"
+        if type(ref) not in BUILT_IN_STATES or not dataclasses.is_dataclass(ref):
+            continue  # a user's state may change shape with its rows: its class is all we know
+        for field in dataclasses.fields(ref):
+            want, have = np.asarray(getattr(ref, field.name)), np.asarray(getattr(got, field.name))
+            # An axis of 0 in the zero-row state grows with the rows (a digest per block).
+            if want.dtype != have.dtype or want.ndim != have.ndim or any(
+                w not in (0, h) for w, h in zip(want.shape, have.shape, strict=True)
+            ):
+                return (f"state {i} ({type(ref).__name__}) field {field.name!r} is {have.dtype} {have.shape}, "
+                        f"the pass's {want.dtype} {want.shape}")
+    return None
 
 
 # --------------------------------------------------------------------------- manifest
@@ -294,6 +379,7 @@ def _run_pass(
 ) -> tuple[Any, ...]:
     """Compute what ``store`` lacks (the caller holds the lock); the root state."""
     s, n_blocks = store.s, store.n_blocks
+    store.reference = _reference_state(bundle, x, label, weights)
     store.scan()
     reused = store.covered_blocks()
     todo = [j for j in range(store.sizes[0]) if not store.covered(j)]

@@ -1,0 +1,139 @@
+"""A hash of the blocks a pass reads, taken as it reads them: the content token of another writer's store.
+
+A store daskbatch wrote is identified by the CRC-32C its chunks end with
+(:func:`daskbatch.io.integrity.chunk_checksums`), before anything is read.
+Another writer's store carries no such checksums, and hashing its chunks up
+front would read it all once more.  :class:`ContentDigest` rides along in the
+first pass of ``describe`` instead: each block it is handed (already read for
+the other statistics) is hashed with BLAKE2b, one digest per ``piece_rows``
+rows (the store's chunk rows, so that the token does not depend on how many
+chunks a run reads per block), the merged state keeps the digests in row
+order, and :meth:`ContentDigest.finalize` hashes them into one token.  Its
+state is 32 bytes a piece, so checkpoints keep it with the others and a
+resumed pass has the digest of every piece.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats._base import State
+
+__all__ = ["ContentDigest", "DigestState"]
+
+#: Bytes of one block's BLAKE2b digest.
+DIGEST_BYTES = 32
+
+
+@dataclass(frozen=True)
+class DigestState(State):  # numpydoc ignore=PR02
+    """The digests of the blocks of some consecutive rows, in row order.
+
+    Parameters
+    ----------
+    digests : numpy.ndarray
+        ``(pieces, 32)`` uint8: each piece's BLAKE2b digest (of its shape,
+        dtype and bytes).
+    """
+
+    digests: np.ndarray
+
+
+@dataclass(frozen=True)
+class ContentDigest:  # numpydoc ignore=PR02
+    """Hash the blocks of a pass as they are read: a content token that costs no pass of its own.
+
+    Its state and result stay inside the pass runner: ``describe`` turns the
+    result into the input's token and keeps neither in the summary.
+
+    Parameters
+    ----------
+    piece_rows : int, default 0
+        Rows hashed into one digest (the store's chunk rows, which every block
+        starts on); 0: one digest per block.
+    """
+
+    piece_rows: int = 0
+
+    #: Not a statistic the user asked for: pass names and titles leave it out (:func:`~daskbatch.stats._base.shown_names`).
+    rides_along = True
+    #: Weighted passes take it too; its weights are ignored.
+    takes_weights = True
+    #: A weighted pass hands it every row as read, not only those of positive weight
+    #: (:class:`~daskbatch.stats.Bundle`): the token is the store's, whatever the weights.
+    reads_every_row = True
+
+    @property
+    def name(self) -> str:
+        """Name the statistic in task keys and checkpoints.
+
+        Returns
+        -------
+        str
+            ``"content_digest"``.
+        """
+        return "content_digest"
+
+    def chunk(self, x: Any, label: Any = None, /, *, weights: Any = None) -> DigestState:
+        """Hash one block (a GPU block is hashed from a host copy).
+
+        Parameters
+        ----------
+        x : array
+            The block, (rows, features).
+        label : array or None
+            Ignored.
+        weights : array or None
+            Ignored: the token is the rows', whatever their weights.
+
+        Returns
+        -------
+        DigestState
+            The digest of each piece of the block; none for an empty block, the merge identity.
+        """
+        block = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+        rows = int(block.shape[0])
+        step = self.piece_rows if self.piece_rows > 0 else max(rows, 1)
+        digests = np.zeros((-(-rows // step), DIGEST_BYTES), dtype=np.uint8)
+        for i, start in enumerate(range(0, rows, step)):
+            piece = np.ascontiguousarray(block[start : start + step])
+            digest = hashlib.blake2b(f"{piece.shape} {piece.dtype.str}".encode(), digest_size=DIGEST_BYTES)
+            digest.update(piece.data)  # C-contiguous; hashlib releases the GIL on large buffers
+            digests[i] = np.frombuffer(digest.digest(), dtype=np.uint8)
+        return DigestState(digests)
+
+    def merge(self, a: DigestState, b: DigestState, /) -> DigestState:
+        """Put ``b``'s digests after ``a``'s.
+
+        Parameters
+        ----------
+        a, b : DigestState
+            The states of consecutive rows, ``a``'s first.
+
+        Returns
+        -------
+        DigestState
+            The digests of both, in row order.
+        """
+        return DigestState(np.concatenate([np.asarray(a.digests), np.asarray(b.digests)]))
+
+    def finalize(self, state: DigestState, /) -> str:
+        """Hash the blocks' digests into one token.
+
+        Parameters
+        ----------
+        state : DigestState
+            The state of all the rows.
+
+        Returns
+        -------
+        str
+            ``"<n> pieces, blake2b <hex>"``.
+        """
+        digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
+        whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
+        return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"
