@@ -28,7 +28,7 @@ from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import GPUFallbackWarning, RangeWarning
+from daskbatch.errors import GPUFallbackWarning, PlanError, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
@@ -220,6 +220,14 @@ def _computed(
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
 
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    if pairwise and tiled:  # before any compute: the tiles share one mask of complete rows
+        raise PlanError(f"cov rows='pairwise' of {data.x.shape[1]:,} features needs the covariance tile by tile "
+                        "(its state does not fit a worker), and the tiles count complete rows only; give fewer "
+                        "features or more memory per worker")
+    if pairwise and data.weights is not None:
+        raise ValueError("cov rows='pairwise' with sample weights is not implemented: the pairwise covariance "
+                         "counts each row once")
     explicit = range_ is not None and not is_minmax(range_)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
@@ -233,7 +241,7 @@ def _computed(
                         class_values=class_values,
                         histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
                         if explicit and not found_cuts and counts_histograms(wanted) else None,
-                        custom=custom, sketch_window=sketch_window)
+                        custom=custom, sketch_window=sketch_window, cov_rows=stats.cov.rows)
     with steps._describe_span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
         # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
@@ -288,5 +296,8 @@ def _computed(
     )
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
-    states = None if tiled else steps._mergeable(kept)  # a tiled covariance has no mergeable state
+    if COV in wanted:
+        provenance["cov_rows"] = stats.cov.rows
+    # A tiled covariance has no mergeable state; a pairwise one a state no saved summary can name yet.
+    states = None if tiled or pairwise else steps._mergeable(kept)
     return Computed(data=data, results=results, states=states, provenance=provenance)
