@@ -115,6 +115,14 @@ def pairwise_chunk(x: Array) -> PairwiseCoMomentsState:
     c = products - sums * xp.matrix_transpose(sums) / n_safe
     # Rounding can leave a sum of squares of a constant pair a hair below zero: it is zero.
     m2 = xp.maximum(squares - sums * mean, xp.zeros_like(squares))
+    overflowed = squares == xp.inf
+    if bool(
+        xp.any(overflowed)
+    ):  # inf - inf: keep +inf, the variance CoMoments and Moments report there
+        inf = xp.full_like(m2, xp.inf)
+        m2 = xp.where(overflowed, inf, m2)
+        eye = xp.eye(n_features, dtype=xp.bool, device=device(x))
+        c = xp.where(eye & overflowed, inf, c)
     return PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
 
 
