@@ -188,8 +188,10 @@ def pairwise_scales(s: PairwiseCoMomentsState) -> tuple[Array, Array]:
 
     Returns
     -------
-    m2_i, m2_j : array
-        Feature i's and feature j's, (D, D) each.
+    m2_i : array
+        Feature i's, (D, D).
+    m2_j : array
+        Feature j's, (D, D).
     """
     xp = namespace(s.c)
     return s.m2, xp.matrix_transpose(s.m2)

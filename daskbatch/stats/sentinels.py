@@ -1,17 +1,20 @@
-"""Values that look like sentinels: one value piled up at the edge of a feature's histogram.
+"""Values that look like sentinels: one value piled up at the edge of a feature's distribution.
 
 A code for "missing" written as a number (−999, −9999, or 0 in a positive
 feature) sits at one end of a feature's values, repeated far more often than
 the values next to it. When it lies inside the histogram range it is not
 flagged as outside it, yet it moves the mean, the variance and the mutual
-information. :func:`suspect_values` finds such values from what a summary
-already holds, each feature's histogram counts and its minimum and maximum:
-the bin holding the minimum (or the maximum) must hold at least
+information. :func:`suspect_values` finds such values from counts a summary
+already holds, in bins of increasing value (the quantile sketch's buckets,
+each within its relative accuracy of one value), and each feature's minimum
+and maximum: the bin holding the minimum (or the maximum) must hold at least
 ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature's
 counted values, and ``SPIKE_RATIO`` times as many as the most crowded of the
 next ``NEIGHBOUR_BINS`` non-empty bins inward. A feature with fewer non-empty
-bins than that (a binary or constant one) is not judged. Nothing is removed:
-the values are named, for the user to decide.
+bins than that (a binary or constant one) is not judged. Bins as wide as a
+histogram's would call the dense end of a skewed feature a pile: give bins
+that each hold about one value. Nothing is removed: the values are named,
+for the user to decide.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class SuspectValue:  # numpydoc ignore=PR02
     side : {"min", "max"}
         Which end of the feature's values it is.
     bin_count : int
-        Values in the histogram bin that holds it.
+        Values in the bin (the quantile sketch's bucket) that holds it.
     neighbour_count : int
         Values in the most crowded of the next non-empty bins inward.
     """
@@ -69,10 +72,10 @@ class SuspectValue:  # numpydoc ignore=PR02
         Returns
         -------
         str
-            Such as ``"-999 (the min): 5,000 values in its bin, at most 3 in the next ones"``.
+            Such as ``"-999 (the min): 5,000 values in its bucket, at most 3 in the next ones"``.
         """
         return (
-            f"{self.value:g} (the {self.side}): {self.bin_count:,} values in its histogram bin, at most "
+            f"{self.value:g} (the {self.side}): {self.bin_count:,} values in its bucket, at most "
             f"{self.neighbour_count:,} in the next ones"
         )
 
@@ -83,19 +86,23 @@ def suspect_values(
     edges: np.ndarray,
     minimum: np.ndarray,
     maximum: np.ndarray,
+    judged: np.ndarray | None = None,
 ) -> tuple[SuspectValue, ...]:
-    """Find the features whose minimum or maximum piles up at the edge of their histogram (see the module's notes).
+    """Find the features whose minimum or maximum piles up at the edge of their values (see the module's notes).
 
     Parameters
     ----------
     names : sequence of str
         The feature names, (D,).
     counts : numpy.ndarray
-        Histogram counts inside the range, (D, bins).
+        Counts in bins of increasing value, (D, bins).
     edges : numpy.ndarray
-        Bin edges, (D, bins + 1).
+        The bins' edges, (bins + 1,) for all features or (D, bins + 1).
     minimum, maximum : numpy.ndarray
         Each feature's finite minimum and maximum, (D,).
+    judged : numpy.ndarray, optional
+        Bool (D, 2): whether each feature's minimum and maximum lie in a bin
+        that holds one value (default: all of them).
 
     Returns
     -------
@@ -103,10 +110,14 @@ def suspect_values(
         By feature, the minimum before the maximum.
     """
     counts = np.asarray(counts, dtype=np.float64)
-    edges = np.asarray(edges, dtype=np.float64)
+    edges = np.broadcast_to(
+        np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)
+    )
     found = []
     for i, name in enumerate(names):
-        for side, value in (("min", float(minimum[i])), ("max", float(maximum[i]))):
+        for j, (side, value) in enumerate((("min", float(minimum[i])), ("max", float(maximum[i])))):
+            if judged is not None and not judged[i, j]:
+                continue
             spike = _spike(counts[i], edges[i], value, inward=1 if side == "min" else -1)
             if spike is not None:
                 found.append(SuspectValue(str(name), value, side, *spike))
@@ -118,7 +129,7 @@ def _spike(
 ) -> tuple[int, int] | None:
     """The counts of ``value``'s bin and of its busiest inward neighbour, if that bin is a spike, else None."""
     if not (np.isfinite(value) and edges[0] <= value <= edges[-1]):
-        return None  # outside the range: the histogram's out-of-range count already says so
+        return None
     k = int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, counts.size - 1))
     inner = counts[k + 1 :] if inward > 0 else counts[:k][::-1]
     neighbours = inner[inner > 0][:NEIGHBOUR_BINS]

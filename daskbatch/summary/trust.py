@@ -6,7 +6,8 @@
   value at all (then no row is complete and every entry is NaN), the summary
   says so and names the pairwise option, which uses each pair's own rows.
 * **Suspect values.** A feature's minimum or maximum piled up at the edge of
-  its histogram, perhaps a sentinel such as −999 (:mod:`daskbatch.stats.sentinels`).
+  its values, perhaps a sentinel such as −999, found in the quantile sketch's
+  buckets (:mod:`daskbatch.stats.sentinels`).
 
 The same lines go to the summary's table (:mod:`daskbatch.summary.reprs`) and,
 once, to warnings when :func:`daskbatch.describe` returns.
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from daskbatch.stats.sentinels import SuspectValue, suspect_values
+from daskbatch.stats.sketch import Sketch
+from daskbatch.stats.sketch_layout import collapse_floor, slot_bounds
 
 __all__ = [
     "DROPPED_ROWS_LIMIT",
@@ -64,18 +67,26 @@ def covariance_message(summary: Any) -> str | None:
     names = [summary.feature_names[i] for i in empty[:LISTED]]
     more = f" and {empty.size - LISTED:,} more" if empty.size > LISTED else ""
     why = f"; no finite value in {', '.join(names)}{more}" if empty.size else ""
+    # A tiled covariance (too wide for one worker) refuses the pairwise one: naming it would mislead.
+    if prov.get("tiled_cov"):
+        remedy = "a tiled covariance counts complete rows only"
+    else:
+        remedy = f"{PAIRWISE_OPTION} uses each pair's own rows"
     return (
         f"covariance and correlation use only the {used:,} of {rows:,} rows finite in every feature "
-        f"({(rows - used) / rows:.1%} left out{why}): {PAIRWISE_OPTION} uses each pair's own rows"
+        f"({(rows - used) / rows:.1%} left out{why}): {remedy}"
     )
 
 
 def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
-    """Find the suspect values of ``summary`` from its histograms, minima and maxima.
+    """Find the suspect values of ``summary`` from its quantile sketch, minima and maxima.
 
-    The fine quantile histogram (2048 bins, when the summary has one) is read
-    first: it tells a pile of one value from a crowded bin of many; the
-    histogram then judges the extremes it left alone.
+    The sketch's buckets each hold values within its relative accuracy
+    (0.5 %) of one value, so a pile in the minimum's bucket is a pile of
+    about that value, where a histogram's first bin would also hold the dense
+    end of a skewed feature. An extreme in a bucket that holds more (beyond
+    the sketch's magnitudes, or in the floor bucket of a windowed sketch that
+    collapsed) is not judged.
 
     Parameters
     ----------
@@ -86,32 +97,31 @@ def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
     -------
     tuple of SuspectValue or None
         The values (see :func:`daskbatch.stats.sentinels.suspect_values`), by
-        feature; None without histograms.
+        feature; None without a quantile sketch (``describe`` with ``range=``
+        given counts none).
     """
-    histograms = _histograms(summary)
-    if not histograms:
+    counts, spec = summary.sketch_counts, summary.provenance.get("sketch")
+    if counts is None or not isinstance(spec, dict) or np.ndim(counts) != 2:
         return None
-    found: dict[tuple[str, str], SuspectValue] = {}
-    for counts, edges in histograms:
-        for value in suspect_values(summary.feature_names, counts, edges, summary.min, summary.max):
-            found.setdefault((value.feature, value.side), value)
-    order = {name: i for i, name in enumerate(summary.feature_names)}
-    return tuple(sorted(found.values(), key=lambda v: (order[v.feature], v.side != "min")))
-
-
-def _histograms(summary: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The (counts, edges) of the summary's fine quantile histogram and its histogram, those it has."""
-    found = []
-    fine, fine_range = summary.quantile_counts, summary.quantile_range
-    if fine is not None and fine_range is not None and np.ndim(fine) == 2:
-        bins = fine.shape[1] - 2  # the underflow and overflow cells around the bins
-        steps = np.arange(bins + 1, dtype=np.float64) / bins
-        lo, hi = np.asarray(fine_range, dtype=np.float64).T
-        found.append((fine[:, 1:-1], lo[:, None] + (hi - lo)[:, None] * steps[None, :]))
-    counts, edges = summary.hist_counts, summary.hist_edges
-    if counts is not None and edges is not None and np.ndim(counts) == 2 and np.ndim(edges) == 2:
-        found.append((counts, edges))
-    return found
+    kept = spec.get("window")
+    layout = Sketch(
+        float(spec["alpha"]),
+        float(spec["min_magnitude"]),
+        float(spec["max_magnitude"]),
+        None if kept is None else int(kept),
+    )
+    first, width = int(spec["first_slot"]), counts.shape[1]
+    lower, upper = slot_bounds(layout)
+    edges = np.concatenate([lower[first : first + width], upper[first + width - 1 : first + width]])
+    slots = np.arange(first, first + width, dtype=np.int64)[None, :]
+    floor = collapse_floor(
+        np.asarray(counts, dtype=np.int64), slots, layout
+    )  # (D, 2): 0 where not collapsed
+    extremes = np.stack([np.asarray(summary.min), np.asarray(summary.max)], axis=1)
+    magnitude = np.abs(extremes)
+    beyond_floor = magnitude > np.where(extremes < 0, floor[:, :1], floor[:, 1:])
+    judged = (magnitude < layout.max_magnitude) & ((extremes == 0) | beyond_floor)
+    return suspect_values(summary.feature_names, counts, edges, summary.min, summary.max, judged)
 
 
 def suspect_message(found: tuple[SuspectValue, ...]) -> str | None:
