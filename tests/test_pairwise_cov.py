@@ -234,3 +234,13 @@ def test_a_pairwise_summary_says_why_it_cannot_be_merged() -> None:
     s = db.describe(x, stats=["moments", PAIRWISE])
     with pytest.raises(ValueError, match="pairwise covariance keeps a state"):
         db.merge(s, s)
+
+
+def test_the_planner_counts_the_pairwise_state() -> None:
+    """Four (D, D) matrices, not the complete rows' one: a worker that holds the latter may not hold the former."""
+    d = 2_000
+    dx = da.from_array(np.random.default_rng(2).normal(size=(400, d)), chunks=(100, d))
+    budget = db.Resources(memory_bytes=1000 * 2**20)
+    assert db.plan(dx, stats=("moments", "cov"), resources=budget).feature_tile is None  # the complete rows fit
+    with pytest.raises(PlanError, match=r"'cov' 122\.09 MiB for 2,000 features.*select fewer features"):
+        db.describe(dx, stats=["moments", PAIRWISE], run=db.RunOptions(plan=budget))

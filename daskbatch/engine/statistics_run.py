@@ -33,6 +33,7 @@ from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
@@ -191,9 +192,13 @@ def _computed(
                                                    run.progress, negative=grouped)
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    # The pairwise state is four (D, D) matrices and never tiled: planned with its own footprint.
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}
     chosen, planned = plan_dropping_sketch(
-        lambda stats_: steps._planned(plan_statistics, layout, data, (*stats_, *map(footprint_of, custom)), bins=bins,
-                                device=device, n_classes=class_values),
+        lambda stats_: steps._planned(plan_statistics, layout, data,
+                                      (*(planned_as.get(s, s) for s in stats_), *map(footprint_of, custom)),
+                                      bins=bins, device=device, n_classes=class_values),
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
     )
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
@@ -220,7 +225,6 @@ def _computed(
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
 
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
-    pairwise = COV in wanted and stats.cov.rows == "pairwise"
     if pairwise and tiled:  # before any compute: the tiles share one mask of complete rows
         raise PlanError(f"cov rows='pairwise' of {data.x.shape[1]:,} features needs the covariance tile by tile "
                         "(its state does not fit a worker), and the tiles count complete rows only; give fewer "

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State, as_float64, safe_divisor
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
+from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,3 +196,19 @@ def pairwise_scales(s: PairwiseCoMomentsState) -> tuple[Array, Array]:
     """
     xp = namespace(s.c)
     return s.m2, xp.matrix_transpose(s.m2)
+
+
+#: Memory of the pairwise co-moments for the planner (``CoMoments(rows="pairwise")``), on every
+#: kernel path alike since it always takes the array API: a float64 copy of the chunk, its mask,
+#: zeros, shifted values and their squares (float64) and the finite flags (bool); a state of four
+#: (D, D) matrices, beside it the four products and the cancelled co-moments of the chunk, and
+#: about eight (D, D) temporaries in a merge. Planned without feature tiles: the tiles count
+#: complete rows only, so a pairwise covariance that does not fit a worker is refused.
+PAIRWISE_FOOTPRINT = Footprint(
+    name="cov",
+    state=lambda d, bins, k, tile: 4 * d * d * 8 + d * 8,
+    float64_copies=dict.fromkeys(KERNEL_PATHS, 1),
+    temporaries={path: {"float64": 4, "bool": 1} for path in KERNEL_PATHS},
+    state_copies=dict.fromkeys(KERNEL_PATHS, 6),
+    merge_temporaries=8,
+)

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: How many times the values of the most crowded neighbouring bin the extreme's bin must hold.
-SPIKE_RATIO = 10.0
+SPIKE_RATIO = 20.0
 #: The fewest values in the extreme's bin, and the smallest fraction of the feature's counted values.
 MIN_SPIKE_COUNT = 10
 MIN_SPIKE_FRACTION = 0.001

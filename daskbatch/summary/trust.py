@@ -57,11 +57,15 @@ def covariance_message(summary: Any) -> str | None:
     if (
         summary.cov_count is None
         or prov.get("cov_rows", "complete") != "complete"
-        or "rows" not in prov
+        or not summary.n_features
     ):
         return None
-    rows, used = int(prov["rows"]), int(summary.cov_count)
-    empty = np.flatnonzero(np.asarray(summary.count) == 0)
+    # The rows the statistics saw: ``count`` (±inf included) and ``nan_count`` hold each of a feature's
+    # values once (a row of weight 0 is not seen at all: the weighted complete rows are not short of it).
+    count = np.asarray(summary.count, dtype=np.float64)
+    rows, used = int(np.max(count + np.asarray(summary.nan_count))), int(summary.cov_count)
+    finite = count - np.asarray(summary.posinf_count) - np.asarray(summary.neginf_count)
+    empty = np.flatnonzero(finite == 0)
     if rows == 0 or (not empty.size and rows - used <= DROPPED_ROWS_LIMIT * rows):
         return None
     names = [summary.feature_names[i] for i in empty[:LISTED]]
