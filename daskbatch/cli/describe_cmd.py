@@ -247,7 +247,8 @@ def _pairwise_cov(stats: list[Any]) -> list[Any]:
     from daskbatch.stats import CoMoments  # lazy: numpy-only, but only this option needs it
 
     if "cov" not in [s.strip() if isinstance(s, str) else None for s in stats]:
-        raise click.UsageError(f"--cov pairwise needs cov among --stats (got {','.join(map(str, stats))})")
+        # One line, exit 2 (user_errors), as the other refusals of bad input.
+        raise ValueError(f"--cov pairwise needs cov among --stats (got {','.join(map(str, stats))})")
     return [CoMoments(rows="pairwise") if isinstance(s, str) and s.strip() == "cov" else s for s in stats]
 
 

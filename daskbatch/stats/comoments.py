@@ -1,7 +1,9 @@
 """Covariance and Pearson correlation matrices from mergeable co-moments.
 
 Rows with any non-finite value are left out (complete cases), and the number
-of rows used is reported. Each chunk forms its co-moment matrix as one GEMM
+of rows used is reported; ``CoMoments(rows="pairwise")`` uses, for each pair
+of features, the rows where both are finite instead (its own state and
+merge: :mod:`daskbatch.stats.pairwise`). Each chunk forms its co-moment matrix as one GEMM
 on centred float64 data (BLAS on the CPU, cuBLAS on the GPU), about a
 per-chunk reference row as in :mod:`daskbatch.stats.moments`; states merge
 with the co-moment update ``C = C_a + C_b + n_a n_b / n · δδᵀ``.
@@ -252,7 +254,7 @@ ROWS = ("complete", "pairwise")
 
 @dataclass(frozen=True)
 class CoMoments:  # numpydoc ignore=PR02
-    """Sample covariance and Pearson correlation over axis 0, complete cases only.
+    """Sample covariance and Pearson correlation over axis 0, of the complete rows or pairwise-complete ones.
 
     Parameters
     ----------
@@ -316,8 +318,8 @@ class CoMoments:  # numpydoc ignore=PR02
         xp = namespace(x)
         if self.rows == "pairwise":
             if weights is not None:
-                raise ValueError("CoMoments(rows='pairwise') takes no sample weights: describe the weighted rows "
-                                 "with rows='complete'")
+                raise ValueError("CoMoments(rows='pairwise') with sample weights is not implemented: the "
+                                 "pairwise covariance counts each row once")
             return pairwise_chunk(x)  # type: ignore[return-value]  # its own state, merged and finalized below
         if weights is not None:
             return _weighted_chunk(*positive_rows(xp, x, None, weights)[::2])

@@ -317,7 +317,8 @@ def correlation_rows(summary: Any) -> str:
     if summary.cov_count is None:
         return ""
     if summary.provenance.get("cov_rows") == "pairwise":
-        return f"pairwise: each pair's own rows, at least {summary.cov_count:,}"
+        fewest = f", at least {summary.cov_count:,}" if summary.cov_count else ""  # 0: a feature without values
+        return f"pairwise: each pair's own rows{fewest}"
     return f"{summary.cov_count:,} complete rows"
 
 
