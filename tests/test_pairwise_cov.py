@@ -245,3 +245,14 @@ def test_the_planner_counts_the_pairwise_state() -> None:
     assert db.plan(dx, stats=("moments", "cov"), resources=budget).feature_tile is None  # the complete rows fit
     with pytest.raises(PlanError, match=r"'cov' 122\.09 MiB for 2,000 features.*select fewer features"):
         db.describe(dx, stats=["moments", PAIRWISE], run=db.RunOptions(plan=budget))
+
+
+def test_the_accumulator_keeps_the_pairwise_request() -> None:
+    """Accumulator(stats=[..., CoMoments(rows="pairwise")]) streams the pairwise covariance, not the complete rows'."""
+    x = _with_nan(3_000, 5, 0.1, seed=12)
+    acc = db.Accumulator(stats=["moments", PAIRWISE])
+    for part in np.array_split(x, 4):
+        acc.update(part)
+    s = acc.summary()
+    np.testing.assert_allclose(s.corr, pd.DataFrame(x).corr().to_numpy(), atol=1e-12)
+    assert s.provenance["cov_rows"] == "pairwise"

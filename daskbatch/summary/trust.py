@@ -147,6 +147,7 @@ def suspect_message(found: tuple[SuspectValue, ...]) -> str | None:
     more = f"; and {len(found) - LISTED:,} more" if len(found) > LISTED else ""
     return (
         f"{len(found):,} value{'' if len(found) == 1 else 's'} repeated far more often than "
-        f"{'its' if len(found) == 1 else 'their'} neighbours at the edge of a feature (a sentinel for "
-        f"missing?), counted as data: {listed}{more} (summary.suspect_values)"
+        f"{'its' if len(found) == 1 else 'their'} neighbours at the edge of a feature (a code for "
+        f"missing values, or a floor or ceiling of the measurement?), counted as data: {listed}{more} "
+        "(summary.suspect_values)"
     )
