@@ -99,8 +99,13 @@ def pairwise_chunk(x: Array) -> PairwiseCoMomentsState:
     mask = xp.astype(finite, xp.float64)
     zero = xp.zeros_like(x)
     count = xp.sum(mask, axis=0)
-    # Each feature's mean over its finite values in the chunk: what makes the products small.
-    shift = xp.sum(xp.where(finite, x, zero), axis=0) / safe_divisor(xp, count)
+    # Each feature's mean over its finite values in the chunk: what makes the products small. Taken
+    # about the feature's first finite value (exact for a constant feature, whose deviations are then
+    # exactly 0) and summed as deviations / count, which cannot overflow where the deviations do not.
+    first_row = xp.argmax(xp.astype(finite, xp.int8), axis=0)
+    flat = first_row * n_features + xp.arange(n_features, device=device(x))
+    first = xp.where(count > 0, xp.take(xp.reshape(x, (-1,)), flat), xp.zeros_like(count))
+    shift = first + xp.sum(xp.where(finite, (x - first) / safe_divisor(xp, count), zero), axis=0)
     shifted = xp.where(finite, x - shift, zero)
     del zero
     masked_t = xp.matrix_transpose(mask)
