@@ -135,7 +135,7 @@ class Accumulator:
                                  "stream read once cannot find: leave 'mi' and 'hist' out, or use describe(target=...)")
         self.stats = names_of(self._wanted)
         self.user_stats = user_statistics(asked)  # a user's statistics, fused after the built-in ones
-        moments, self.mi = asked.moments, asked.mi
+        moments, self.mi, self.cov_rows = asked.moments, asked.mi, asked.cov.rows
         if moments.nan_policy not in NAN_POLICIES[:2]:
             raise ValueError(f"nan_policy must be 'omit' or 'propagate' for a stream, got {moments.nan_policy!r}")
         if counts_histograms(self._wanted) and asked.histogram.range is None:
@@ -157,7 +157,7 @@ class Accumulator:
     def _make_bundle(self, n_features: int) -> Bundle:
         stats: list[Any] = [Moments(ddof=self.ddof, bias=self.bias, nan_policy=self.nan_policy)]
         if COV in self._wanted:
-            stats.append(CoMoments(ddof=self.ddof))
+            stats.append(CoMoments(ddof=self.ddof, rows=self.cov_rows))
         if CLASS_MOMENTS in self._wanted:
             stats.append(ClassMoments(ddof=self.ddof, classes=self.classes))
         if counts_histograms(self._wanted):
@@ -423,6 +423,7 @@ class Accumulator:
             "nan_policy": self.nan_policy, **({"weights": "w"} if self._weighted else {}),
             **({"grouped": True} if self.groups else {}),
             **({"target": {"dtype": self._target_dtype}} if self.target else {}),
+            **({"cov_rows": self.cov_rows} if COV in self._wanted else {}),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         return Summary.from_results(names, by_name, provenance, mi_base=self.mi.base, miller_madow=self.mi.miller_madow)

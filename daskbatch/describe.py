@@ -14,14 +14,17 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._typing import Device
+from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.lock import checkpoint_lock
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spelling
 from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
+from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
+from daskbatch.summary.trust import covariance_message, suspect_message
 
 __all__ = ["RunOptions", "describe", "new_spelling", "plan_describe"]
 
@@ -104,7 +107,18 @@ def describe(
                                    miller_madow=wanted.mi.miller_madow, states=done.states)
     if summary.out_of_range_fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, done.data.feature_names)
+    _warn_untrustworthy(summary)
     return summary
+
+
+def _warn_untrustworthy(summary: Summary) -> None:
+    """Warn once about a complete-rows covariance that left out many rows, and about suspect values."""
+    dropped = covariance_message(summary)
+    if dropped is not None:
+        warn(CompleteRowsWarning(dropped))
+    suspect = suspect_message(summary.suspect_values or ())
+    if suspect is not None:
+        warn(SuspectValueWarning(suspect))
 
 
 def _histograms_like(

@@ -67,6 +67,20 @@ class OverflowWarning(UserWarning):
     """
 
 
+class CompleteRowsWarning(UserWarning):
+    """The complete-rows covariance left out more than 10 % of the rows, or every row (a feature all NaN).
+
+    ``CoMoments(rows="pairwise")`` (``--cov pairwise``) uses each pair's own rows instead.
+    """
+
+
+class SuspectValueWarning(UserWarning):
+    """A feature's minimum or maximum is repeated far more often than its neighbours: perhaps a sentinel (−999).
+
+    It is counted as data; ``Summary.suspect_values`` lists such values.
+    """
+
+
 class LockHeldError(OSError):
     """Another live run holds the lock of a checkpoint directory or an ingest output (the holder is named)."""
 

@@ -289,6 +289,8 @@ def _check_has_states(summary: Summary, which: str) -> None:
         return
     if summary.provenance.get("tiled_cov"):
         why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
+    elif summary.provenance.get("cov_rows") == "pairwise":
+        why = "its pairwise covariance keeps a state a summary cannot hold yet"
     else:
         why = "it was made without them (an Accumulator, or saved by an older daskbatch)"
     raise ValueError(f"{which} holds no mergeable states ({why}); describe all the rows together instead")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
+from daskbatch.errors import CompleteRowsWarning
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -61,10 +63,14 @@ def test_the_cli_table_says_what_the_notebook_says(tmp_path: pathlib.Path) -> No
     x[::5, 2] = np.nan  # 20 % NaN
     root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
     root.create_array("X", data=x, chunks=(500, 4))
-    result = CliRunner().invoke(main, ["describe", str(tmp_path / "d.zarr"), "--no-progress", "--cluster", "threads"])
+    with warnings.catch_warnings():  # 20 % NaN in f2: the CLI shows CompleteRowsWarning (and its table says so)
+        warnings.simplefilter("ignore", CompleteRowsWarning)
+        result = CliRunner().invoke(main, ["describe", str(tmp_path / "d.zarr"), "--no-progress", "--cluster", "threads"])
     assert result.exit_code == 0, result.output
-    summary = db.describe(str(tmp_path / "d.zarr"), run=db.RunOptions(plan=None))
+    with pytest.warns(CompleteRowsWarning, match="only the 2,400 of 3,000 rows"):
+        summary = db.describe(str(tmp_path / "d.zarr"), run=db.RunOptions(plan=None))
     assert repr(summary).split("\n", 2)[2] in result.output  # the same table, warnings first
+    assert "! covariance and correlation use only the 2,400 of 3,000 rows" in result.output
     assert "! 1 constant feature (std 0): f1" in result.output
     assert "with more than 5% NaN: f2 (20.0%)" in result.output
     header = next(line for line in result.stdout.splitlines() if line.startswith("feature"))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
+from daskbatch.errors import CompleteRowsWarning
 from daskbatch.stats.backend import to_numpy
 from daskbatch.testing import assert_results_close, assert_states_equal, labels_for, sample_arrays
 
@@ -312,7 +313,8 @@ def test_label_dtype_must_be_integer() -> None:
 
 def test_nan_values_are_omitted_and_counted() -> None:
     x = np.array([[1.0, np.nan], [np.nan, np.nan], [3.0, 4.0], [5.0, np.nan]])
-    s = db.describe(da.from_array(x, chunks=(1, 2)), stats=("moments", "cov", "hist"), bins=2)
+    with pytest.warns(CompleteRowsWarning, match="only the 1 of 4 rows"):  # and says so
+        s = db.describe(da.from_array(x, chunks=(1, 2)), stats=("moments", "cov", "hist"), bins=2)
     np.testing.assert_array_equal(s.count, [3, 1])
     np.testing.assert_array_equal(s.nan_count, [1, 3])
     np.testing.assert_array_equal(s.mean, [3.0, 4.0])
@@ -325,7 +327,8 @@ def test_nan_values_are_omitted_and_counted() -> None:
 
 def test_all_nan_feature() -> None:
     x = np.column_stack([np.full(5, np.nan), np.arange(5.0)])
-    s = db.describe(da.from_array(x, chunks=(2, 2)), stats=("moments", "cov", "hist"), bins=3)
+    with pytest.warns(CompleteRowsWarning, match="no finite value in f0"):  # and says so
+        s = db.describe(da.from_array(x, chunks=(2, 2)), stats=("moments", "cov", "hist"), bins=3)
     assert s.count[0] == 0 and s.nan_count[0] == 5
     for name in ("mean", "var", "std", "skew", "kurtosis", "min", "max"):
         assert np.isnan(getattr(s, name)[0]), name
@@ -336,7 +339,8 @@ def test_all_nan_feature() -> None:
 
 def test_infinities() -> None:
     x = np.array([[1.0, 1.0, 1.0], [np.inf, -np.inf, np.inf], [2.0, 2.0, -np.inf], [3.0, 3.0, 3.0]])
-    s = db.describe(da.from_array(x, chunks=(3, 3)), stats=("moments", "cov"))
+    with pytest.warns(CompleteRowsWarning, match="only the 2 of 4 rows"):  # and says so
+        s = db.describe(da.from_array(x, chunks=(3, 3)), stats=("moments", "cov"))
     np.testing.assert_array_equal(s.count, [4, 4, 4])
     np.testing.assert_array_equal(s.posinf_count, [1, 0, 1])
     np.testing.assert_array_equal(s.neginf_count, [0, 1, 1])

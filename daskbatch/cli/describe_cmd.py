@@ -86,6 +86,11 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 )
 @click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option(
+    "--cov", "cov_rows", type=click.Choice(["complete", "pairwise"]), default="complete", show_default=True,
+    help="Rows of the covariance and correlation. complete: the rows finite in every feature; pairwise: "
+    "for each pair, the rows where both are finite (as pandas' DataFrame.cov and corr).",
+)
+@click.option(
     "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default="auto", show_default=True,
     help="Chunks absent from STORE. auto: as the writer meant (zarr, xarray and dask leave out chunks of "
     "fill values, so they read as the fill value; in a store daskbatch wrote they were lost: refuse); "
@@ -125,7 +130,7 @@ def describe_command(
     store: str, x_name: str, label: str | None, weights_name: str | None, target_name: str | None,
     groups_name: str | None, classes_: str | None, stats: str,
     bins: int, range_: str | None,
-    like_path: str | None, ddof: int,
+    like_path: str | None, ddof: int, cov_rows: str,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool | None, device: str, progress: bool,
     top: int,
@@ -156,6 +161,8 @@ def describe_command(
     if update_path is not None:
         previous, settings = update_settings(click.get_current_context(), update_path, store)
         out = update_path if out is None else out
+    if cov_rows == "pairwise":
+        settings["stats"] = _pairwise_cov(settings["stats"])
     # Every output path is checked before anything is opened or computed.
     # The summaries read are inputs too; an --update summary is the default --out, replaced on purpose.
     read = {"the --like summary": like_path,
@@ -242,6 +249,16 @@ def describe_command(
             click.echo(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
         click.echo(json.dumps(summary.to_json(), default=str))
+
+
+def _pairwise_cov(stats: list[Any]) -> list[Any]:
+    """The statistics with the pairwise covariance in place of ``cov`` (refused without ``cov``)."""
+    from daskbatch.stats import CoMoments  # lazy: numpy-only, but only this option needs it
+
+    if "cov" not in [s.strip() if isinstance(s, str) else None for s in stats]:
+        # One line, exit 2 (user_errors), as the other refusals of bad input.
+        raise ValueError(f"--cov pairwise needs cov among --stats (got {','.join(map(str, stats))})")
+    return [CoMoments(rows="pairwise") if isinstance(s, str) and s.strip() == "cov" else s for s in stats]
 
 
 def _check_roles(label: str | None, target: str | None, groups: str | None) -> None:

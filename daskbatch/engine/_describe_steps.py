@@ -169,13 +169,13 @@ def _explicit_histogram(
 def _first_pass(
     wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
-    sketch_window: tuple[int, str, float] | None = None,
+    sketch_window: tuple[int, str, float] | None = None, cov_rows: str = "complete",
 ) -> Bundle:
     """The statistics of the first pass, fused: each block is read and cast once for all of them."""
     built = {r.statistic for r in wanted}
     first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
     if CoMoments in built and not tiled:
-        first.append(CoMoments(ddof=ddof))
+        first.append(CoMoments(ddof=ddof, rows=cov_rows))
     if ClassMoments in built:  # by label: the runner passes the label to this bundle
         first.append(ClassMoments(ddof=ddof, classes=class_values))
     if Sketch in built:

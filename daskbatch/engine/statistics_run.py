@@ -28,12 +28,13 @@ from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
 from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import GPUFallbackWarning, RangeWarning
+from daskbatch.errors import GPUFallbackWarning, PlanError, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
@@ -192,9 +193,13 @@ def _computed(
                                                    run.progress, negative=grouped)
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    # The pairwise state is four (D, D) matrices and never tiled: planned with its own footprint.
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}
     chosen, planned = plan_dropping_sketch(
-        lambda stats_: steps._planned(plan_statistics, layout, data, (*stats_, *map(footprint_of, custom)), bins=bins,
-                                device=device, n_classes=class_values),
+        lambda stats_: steps._planned(plan_statistics, layout, data,
+                                      (*(planned_as.get(s, s) for s in stats_), *map(footprint_of, custom)),
+                                      bins=bins, device=device, n_classes=class_values),
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
     )
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
@@ -221,6 +226,13 @@ def _computed(
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=steps._protected_paths(data, run.checkpoint))
 
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
+    if pairwise and tiled:  # before any compute: the tiles share one mask of complete rows
+        raise PlanError(f"cov rows='pairwise' of {data.x.shape[1]:,} features needs the covariance tile by tile "
+                        "(its state does not fit a worker), and the tiles count complete rows only; give fewer "
+                        "features or more memory per worker")
+    if pairwise and data.weights is not None:
+        raise ValueError("cov rows='pairwise' with sample weights is not implemented: the pairwise covariance "
+                         "counts each row once")
     explicit = range_ is not None and not is_minmax(range_)
     # The target's quantile bins come from the first pass: its mutual information needs a second.
     two_passes = counts_histograms(wanted) and (not explicit or found_cuts)
@@ -234,7 +246,7 @@ def _computed(
                         class_values=class_values,
                         histogram=steps._explicit_histogram(wanted, bins, range_, data.x.shape[1], class_values, given_cuts)
                         if explicit and not found_cuts and counts_histograms(wanted) else None,
-                        custom=custom, sketch_window=sketch_window)
+                        custom=custom, sketch_window=sketch_window, cov_rows=stats.cov.rows)
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, known
     # now; without those, a hash of the blocks as the first pass reads them (no pass of its own).
     token = input_token(data)
@@ -299,5 +311,8 @@ def _computed(
     )
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
-    states = None if tiled else steps._mergeable(kept)  # a tiled covariance has no mergeable state
+    if COV in wanted:
+        provenance["cov_rows"] = stats.cov.rows
+    # A tiled covariance has no mergeable state; a pairwise one a state no saved summary can name yet.
+    states = None if tiled or pairwise else steps._mergeable(kept)
     return Computed(data=data, results=results, states=states, provenance=provenance)

@@ -15,7 +15,7 @@ from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_ar
 
 from daskbatch._typing import Array, Namespace
 
-__all__ = ["bincount", "device", "namespace", "to_numpy"]
+__all__ = ["bincount", "device", "matrix_diagonal", "namespace", "to_numpy"]
 
 
 def namespace(*arrays: Array) -> Namespace:
@@ -32,6 +32,24 @@ def namespace(*arrays: Array) -> Namespace:
         Their array-API compatible namespace.
     """
     return array_namespace(*arrays)
+
+
+def matrix_diagonal(xp: Namespace, c: Array) -> Array:
+    """Give the main diagonal of a square matrix in any namespace (``linalg.diagonal`` where it has one).
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace of ``c``.
+    c : array
+        A square matrix.
+
+    Returns
+    -------
+    array
+        Its diagonal.
+    """
+    return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
 
 
 def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:

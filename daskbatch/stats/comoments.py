@@ -1,7 +1,9 @@
 """Covariance and Pearson correlation matrices from mergeable co-moments.
 
 Rows with any non-finite value are left out (complete cases), and the number
-of rows used is reported. Each chunk forms its co-moment matrix as one GEMM
+of rows used is reported; ``CoMoments(rows="pairwise")`` uses, for each pair
+of features, the rows where both are finite instead (its own state and
+merge: :mod:`daskbatch.stats.pairwise`). Each chunk forms its co-moment matrix as one GEMM
 on centred float64 data (BLAS on the CPU, cuBLAS on the GPU), about a
 per-chunk reference row as in :mod:`daskbatch.stats.moments`; states merge
 with the co-moment update ``C = C_a + C_b + n_a n_b / n · δδᵀ``.
@@ -30,10 +32,17 @@ from daskbatch.stats._base import (
     safe_divisor,
 )
 from daskbatch.stats._weight_sums import RATIO_FORM_FROM
-from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels._centring import centring_rows
+from daskbatch.stats.pairwise import (
+    PairwiseCoMomentsState,
+    merge_pairwise,
+    pairwise_chunk,
+    pairwise_means,
+    pairwise_scales,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +104,9 @@ def _rows_of(s: CoMomentsState) -> Array:
 class CoMomentsResult:
     """Covariance and correlation (D, D) from ``n`` complete rows, and their means (D,).
 
-    With sample weights ``weight_sum`` is the weight sum of those rows (else None).
+    With sample weights ``weight_sum`` is the weight sum of those rows (else None). Pairwise
+    (``CoMoments(rows="pairwise")``) ``pair_counts`` (D, D) holds the rows of each pair, ``n``
+    the fewest of them, and ``mean`` each feature's mean over all its finite values.
     """
 
     n: Array
@@ -103,6 +114,7 @@ class CoMomentsResult:
     cov: Array
     corr: Array
     weight_sum: Array | None = None
+    pair_counts: Array | None = None
 
 
 def empty_comoments(xp: Namespace, n_features: int, dev: object = None) -> CoMomentsState:
@@ -223,27 +235,41 @@ def covariance_and_correlation(
     nan = xp.full_like(c, xp.nan)
     cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
 
-    def _inv_sqrt(m2: Array) -> Array:
-        """Invert the square roots of ``m2`` (sums of squared deviations), NaN where a feature does not vary or overflowed."""
-        # An overflowed sum (+inf) would give 1/inf = 0, a correlation of 0 that nothing measured: NaN instead.
-        varies = (m2 > 0) & (m2 < xp.inf)
-        return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
-
-    corr = xp.clip(c * _outer(xp, _inv_sqrt(m2_a), _inv_sqrt(m2_b)), -1.0, 1.0)
+    corr = xp.clip(c * _outer(xp, _inverse_sqrt(xp, m2_a), _inverse_sqrt(xp, m2_b)), -1.0, 1.0)
     if diagonal:
         eye = xp.eye(m2_a.shape[0], dtype=xp.bool, device=device(c))
         corr = xp.where(eye & (m2_a > 0)[:, None], xp.ones_like(corr), corr)
     return cov, xp.where(n > 1, corr, nan)
 
 
+def _inverse_sqrt(xp: Namespace, m2: Array) -> Array:
+    """Invert the square roots of ``m2`` (sums of squared deviations), NaN where a feature does not vary or overflowed."""
+    # An overflowed sum (+inf) would give 1/inf = 0, a correlation of 0 that nothing measured: NaN instead.
+    varies = (m2 > 0) & (m2 < xp.inf)
+    return xp.where(varies, 1.0 / xp.sqrt(xp.where(varies, m2, xp.ones_like(m2))), xp.nan)
+
+
+#: What ``CoMoments(rows=...)`` takes: the rows complete in every feature, or in both features of each pair.
+ROWS = ("complete", "pairwise")
+
+
 @dataclass(frozen=True)
 class CoMoments:  # numpydoc ignore=PR02
-    """Sample covariance and Pearson correlation over axis 0, complete cases only.
+    """Sample covariance and Pearson correlation over axis 0, of the complete rows or pairwise-complete ones.
 
     Parameters
     ----------
     ddof : int, default 1
         Delta degrees of freedom of the covariance.
+    rows : {"complete", "pairwise"}, default "complete"
+        The rows each covariance uses. ``"complete"``: the rows finite in every
+        feature, one count for the whole matrix (a positive semi-definite
+        matrix; one all-NaN feature leaves no rows). ``"pairwise"``: for each
+        pair, the rows where both are finite, as ``pandas.DataFrame.cov()``
+        and ``corr()`` (:mod:`daskbatch.stats.pairwise`); a count per pair
+        (``CoMomentsResult.pair_counts``), no sample weights, four matrix
+        products a chunk instead of one, and no compiled kernels (the array
+        API: NumPy or CuPy).
 
     Notes
     -----
@@ -258,6 +284,7 @@ class CoMoments:  # numpydoc ignore=PR02
     """
 
     ddof: int = 1
+    rows: str = "complete"
     name = "cov"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
@@ -265,6 +292,11 @@ class CoMoments:  # numpydoc ignore=PR02
     joint = True
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
+
+    def __post_init__(self) -> None:
+        """Refuse a ``rows`` that is neither way of choosing rows, in one line."""
+        if self.rows not in ROWS:
+            raise ValueError(f"CoMoments(rows={self.rows!r}): rows must be one of {ROWS}")
 
     @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> CoMomentsState:
@@ -285,6 +317,11 @@ class CoMoments:  # numpydoc ignore=PR02
             The block's state (a :class:`WeightedCoMomentsState` with weights).
         """
         xp = namespace(x)
+        if self.rows == "pairwise":
+            if weights is not None:
+                raise ValueError("CoMoments(rows='pairwise') with sample weights is not implemented: the "
+                                 "pairwise covariance counts each row once")
+            return pairwise_chunk(x)  # type: ignore[return-value]  # its own state, merged and finalized below
         if weights is not None:
             return _weighted_chunk(*positive_rows(xp, x, None, weights)[::2])
         rows, n_features = x.shape
@@ -313,6 +350,8 @@ class CoMoments:  # numpydoc ignore=PR02
         CoMomentsState
             The state of the union.
         """
+        if isinstance(a, PairwiseCoMomentsState) and isinstance(b, PairwiseCoMomentsState):
+            return merge_pairwise(a, b)  # type: ignore[return-value]
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
@@ -339,9 +378,11 @@ class CoMoments:  # numpydoc ignore=PR02
         CoMomentsResult
             Complete-case count, mean, covariance and correlation.
         """
+        if isinstance(s, PairwiseCoMomentsState):
+            return _finalize_pairwise(s, self.ddof)
         xp = namespace(s.c)
         c = mirrored(s.c)  # once here rather than in every chunk (GPU states hold the upper triangle)
-        diag = _diagonal(xp, c)
+        diag = matrix_diagonal(xp, c)
         cov, corr = covariance_and_correlation(c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         if isinstance(s, WeightedCoMomentsState):
@@ -349,16 +390,26 @@ class CoMoments:  # numpydoc ignore=PR02
         return CoMomentsResult(n=s.n, mean=mean, cov=cov, corr=corr)
 
 
-def _diagonal(xp: Namespace, c: Array) -> Array:
-    """The diagonal of the square matrix ``c``."""
-    return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
+def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
+    """Covariance and correlation of every pair over its own rows; ``n`` is the fewest rows any pair had."""
+    xp = namespace(s.c)
+    m2_i, m2_j = pairwise_scales(s)
+    dof = s.n - ddof
+    nan = xp.full_like(s.c, xp.nan)
+    cov = xp.where(dof > 0, s.c / safe_divisor(xp, dof), nan)
+    corr = xp.clip(s.c * _inverse_sqrt(xp, m2_i) * _inverse_sqrt(xp, m2_j), -1.0, 1.0)
+    eye = xp.eye(s.c.shape[0], dtype=xp.bool, device=device(s.c))
+    corr = xp.where(eye & (m2_i > 0), xp.ones_like(corr), corr)  # exactly 1 for a varying feature with itself
+    corr = xp.where(s.n > 1, corr, nan)
+    fewest = xp.min(s.n) if s.n.shape[0] else xp.zeros((), dtype=xp.float64, device=device(s.c))
+    return CoMomentsResult(n=fewest, mean=pairwise_means(s), cov=cov, corr=corr, pair_counts=s.n)
 
 
 def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
     """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
     # There the correction is inf too (inf - inf: NaN); stats._base.central_moment keeps the variance +inf.
     # Looked for on the diagonal first: the common case adds no (D, D) temporary to the two the planner counts.
-    overflowed = _diagonal(xp, products) == xp.inf
+    overflowed = matrix_diagonal(xp, products) == xp.inf
     c = products - correction
     del products, correction  # the caller's temporaries: freed before the rare mask below
     if not bool(xp.any(overflowed)):

@@ -81,6 +81,7 @@ assert set(BUILT_IN) == set(STATISTICS)
 #: Default of every parameter a keyword shortcut of describe fills, and the statistics that carry it.
 SHORTCUTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "ddof": (1, (Moments, CoMoments, ClassMoments)),
+    "rows": ("complete", (CoMoments,)),
     "bias": (True, (Moments,)),
     "nan_policy": ("omit", (Moments,)),
     "bins": (64, (Histogram, MutualInformation)),

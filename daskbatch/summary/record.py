@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.stats.sentinels import SuspectValue
 from daskbatch.summary.dataset import fields_from_xarray, group_dataset, summary_to_xarray
 from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the others: names this module has always had)
     BUILT_IN_RESULTS,
@@ -25,6 +26,7 @@ from daskbatch.summary.reprs import summary_html, summary_text
 from daskbatch.summary.results import fields_from_results
 from daskbatch.summary.store import save_summary
 from daskbatch.summary.tables import dataframe, json_dict, quantiles, top_correlated, top_mi
+from daskbatch.summary.trust import summary_suspect_values
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +246,17 @@ class Summary:
             return None
         n = self.count
         return (self.underflow + self.overflow) / np.where(n > 0, n, 1.0)
+
+    @property
+    def suspect_values(self) -> tuple[SuspectValue, ...] | None:
+        """List each feature's minimum or maximum repeated far more often than its neighbours (a sentinel?).
+
+        Returns
+        -------
+        tuple of SuspectValue or None
+            The values, counted as data (see :mod:`daskbatch.stats.sentinels`); None without histograms.
+        """
+        return summary_suspect_values(self)
 
     def top_correlated(self, k: int = 10) -> Any:
         """Find the ``k`` feature pairs with the largest absolute correlation.

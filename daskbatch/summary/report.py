@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from daskbatch.stats.classes import format_classes
-from daskbatch.summary.reprs import format_column, summary_text
+from daskbatch.summary.reprs import correlation_rows, format_column, summary_text
 
 
 def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
@@ -35,7 +35,7 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str
     lines = [summary_text(summary, rows=max_features)]
     pairs = summary.top_correlated(top)
     if len(pairs):
-        rows = f", {summary.cov_count:,} complete rows" if summary.cov_count is not None else ""
+        rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
         lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
         width = max(len(str(a)) for a in pairs["feature_a"])
         lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))

@@ -9,7 +9,10 @@ feature, and flags the features worth a second look:
 * **outside range**: more than ``OUT_OF_RANGE_LIMIT`` of the values fell outside
   the histogram range (histograms, MI and histogram quantiles then see only the
   rest);
-* **NaN-heavy**: more than ``NAN_HEAVY`` of the values are NaN.
+* **NaN-heavy**: more than ``NAN_HEAVY`` of the values are NaN;
+* **suspect value**: the minimum or maximum repeated far more often than its
+  neighbours (a sentinel?), and above the table a complete-rows covariance that
+  left out many rows (:mod:`daskbatch.summary.trust`).
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from daskbatch import _html
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
+from daskbatch.summary.trust import covariance_message, suspect_message
 
 __all__ = [
-    "NAN_HEAVY", "FeatureFlags", "format_column", "format_percent", "summary_html", "summary_text",
+    "NAN_HEAVY", "FeatureFlags", "correlation_rows", "format_column", "format_percent", "summary_html", "summary_text",
 ]
 
 #: Fraction of NaN values above which a feature is flagged.
@@ -127,6 +131,8 @@ class FeatureFlags:
     nan_heavy: np.ndarray
     out_fraction: np.ndarray | None
     nan_fraction: np.ndarray
+    suspect: dict[int, str] = field(default_factory=dict)  # feature index -> its suspect values, for its note
+    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.trust
 
     def notes(self, i: int) -> list[str]:
         """Note what is special about feature ``i``.
@@ -148,6 +154,8 @@ class FeatureFlags:
             notes.append(f"{_percent(float(self.out_fraction[i]))} outside range")
         if i in self._nan:
             notes.append(f"{_percent(float(self.nan_fraction[i]))} NaN")
+        if i in self.suspect:
+            notes.append(self.suspect[i])
         return notes
 
     @property
@@ -191,6 +199,7 @@ class FeatureFlags:
                 f"{_count(self.nan_heavy.size, 'feature')} with more than {NAN_HEAVY:.0%} NaN: "
                 + _listed(names, self.nan_heavy, [_percent(float(f)) for f in self.nan_fraction])
             )
+        lines.extend(self.trust)
         return lines
 
 
@@ -217,7 +226,17 @@ def _feature_flags(summary: Any) -> FeatureFlags:
     nan = np.asarray(summary.nan_count, dtype=np.float64)
     total = np.asarray(summary.count, dtype=np.float64) + nan
     nan_fraction = nan / np.where(total > 0, total, 1.0)
+    found = summary.suspect_values or ()
+    index = {name: i for i, name in enumerate(summary.feature_names)}
+    suspect: dict[int, str] = {}
+    for value in found:
+        i = index[value.feature]
+        suspect[i] = f"{suspect[i]}, " if i in suspect else ""
+        suspect[i] += f"{value.value:g} repeated?"
+    trust = tuple(m for m in (covariance_message(summary), suspect_message(found)) if m is not None)
     return FeatureFlags(
+        suspect=suspect,
+        trust=trust,
         constant=constant,
         out_of_range=np.flatnonzero(out),
         nan_heavy=np.flatnonzero(nan_fraction > NAN_HEAVY),
@@ -283,6 +302,27 @@ def _build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
         "nan_count": np.isin(idx, flags.nan_heavy),
     }
     return Table(columns=columns, cells=cells, warn=warn, hidden=hidden, shown=shown)
+
+
+def correlation_rows(summary: Any) -> str:
+    """Say which rows the correlations of ``summary`` used, for the titles of its top pairs.
+
+    Parameters
+    ----------
+    summary : Summary
+        A summary.
+
+    Returns
+    -------
+    str
+        Such as ``"9,000 complete rows"``; empty without a covariance.
+    """
+    if summary.cov_count is None:
+        return ""
+    if summary.provenance.get("cov_rows") == "pairwise":
+        fewest = f", at least {summary.cov_count:,}" if summary.cov_count else ""  # 0: a feature without values
+        return f"pairwise: each pair's own rows{fewest}"
+    return f"{summary.cov_count:,} complete rows"
 
 
 def _header(summary: Any) -> str:
@@ -377,7 +417,7 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
             pair_rows = [
                 (f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)
             ]
-            rows_note = f" ({summary.cov_count:,} complete rows)" if summary.cov_count is not None else ""
+            rows_note = f" ({correlation_rows(summary)})" if summary.cov_count is not None else ""
             parts.append(_html.details(
                 f"Top correlated pairs{rows_note}", _html.table("pair", ["Pearson r"], pair_rows), open=True
             ))
