@@ -103,7 +103,7 @@ def test_sigterm_while_the_graph_is_built_exits_75_and_resumes(
         before = []
         for line in proc.stderr:  # the log says when the run starts: the graph is built right after
             before.append(line)
-            if "db-transform: started" in line:
+            if "transform: started" in line:
                 break
         else:
             pytest.fail("".join(before))
