@@ -317,7 +317,8 @@ def check_bounds(store: str) -> None:
         claim more than :func:`~daskbatch.io.integrity.readable_bytes` (one line naming the largest).
     """
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
-    total, largest = 0, (0, "", ())
+    total = 0
+    largest: tuple[int, str, tuple[int, ...]] = (0, "", ())
     most_chunks = max_chunks()
     for path, node in root.members(max_depth=None):
         if not isinstance(node, zarr.Array):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from daskbatch.errors import DataError
@@ -61,7 +62,7 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
     return dataclasses.replace(summary, states=states, extra=extra)
 
 
-def _read(where: str, given: list[Any]) -> tuple[Summary, Any]:
+def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
     """Read the summary at ``where`` and its states, its arrays' claims bounded before anything is allocated."""
     import xarray as xr  # lazy: xarray
 
