@@ -129,3 +129,24 @@ def test_sigterm_while_the_graph_is_built_exits_75_and_resumes(
     assert sorted(map(int, done)) == list(range(ROWS // 5))  # every chunk logged once, after it was written
     _assert_same_bits(out, reference, 5)
     assert json.loads((out / "X" / "zarr.json").read_text())["chunk_grid"]["configuration"]["chunk_shape"] == [5, 4]
+
+
+@pytest.mark.parametrize(
+    ("unit", "read", "memory", "expected"),
+    [
+        (5, None, 8 << 30, 5 * 1024),  # tiny chunks: many per task, at most CHUNKS_PER_TASK
+        (5, 100, 8 << 30, 5 * 1020),  # and whole input reads (a multiple of 100 rows) when they fit
+        (250_000, None, 8 << 30, 250_000),  # huge chunks: one per task
+        (1_000, None, 1 << 19, 1_000),  # a budget below one chunk: still one chunk, the user's layout
+    ],
+)
+def test_task_rows_are_whole_output_chunks(unit: int, read: int | None, memory: int, expected: int) -> None:
+    from daskbatch.planning.resources import Resources
+    from daskbatch.planning.search import plan_task_rows
+    from daskbatch.transforms.apply import CHUNKS_PER_TASK
+
+    rows = plan_task_rows(
+        1_000_000, unit, 32, 200, Resources(memory, threads_per_worker=2), read_rows=read,
+        max_units=CHUNKS_PER_TASK, memory_fraction=0.5, reserved_bytes=0, target_chunk_bytes=64 << 20,
+    )
+    assert rows == expected
