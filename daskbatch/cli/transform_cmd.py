@@ -9,7 +9,7 @@ from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import check_separate
-from daskbatch.runtime.interrupts import exit_now
+from daskbatch.runtime.interrupts import exit_now, sigterm_as_interrupt
 
 
 def _bounds(text: str) -> tuple[float | None, float | None]:
@@ -77,10 +77,12 @@ def transform_command(
         raise click.UsageError("give at least one step: --select, --standardize, --clip or --pca")
     dataset = db.open_dataset(store, label=label) if label is not None else store
     try:
-        report = db.transform(
-            dataset, steps, out, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, device=device,  # type: ignore[arg-type]
-            progress=progress and not is_quiet(),
-        )
+        # SIGTERM before the blocks run (opening the store, building the graph) ends the run too, resumably.
+        with sigterm_as_interrupt():
+            report = db.transform(
+                dataset, steps, out, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, device=device,  # type: ignore[arg-type]
+                progress=progress and not is_quiet(),
+            )
     except (Interrupted, KeyboardInterrupt) as exc:
         why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
         click.echo(f"interrupted: {why}", err=True)

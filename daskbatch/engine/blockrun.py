@@ -117,8 +117,12 @@ def _client() -> Any:
 
 
 @contextlib.contextmanager
-def _signals_set(stop: threading.Event) -> Iterator[list[str]]:
-    """SIGINT and SIGTERM set ``stop`` (main thread only); yields the names of signals received."""
+def _signals_set(stop: threading.Event, started: threading.Event) -> Iterator[list[str]]:
+    """SIGINT and SIGTERM set ``stop`` (main thread only); yields the names of signals received.
+
+    Until ``started`` is set (the graph is being built, no block runs) a signal raises
+    :class:`~daskbatch.errors.Interrupted` at once: building a large graph checks no stop request.
+    """
     got: list[str] = []
     if threading.current_thread() is not threading.main_thread():
         yield got
@@ -127,6 +131,10 @@ def _signals_set(stop: threading.Event) -> Iterator[list[str]]:
     def handler(signum: int, frame: Any) -> None:
         got.append(signal.Signals(signum).name)
         stop.set()
+        if not started.is_set():
+            raise Interrupted(
+                f"interrupted by {got[0]} before any block started: nothing ran, run the same call again"
+            )
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -206,14 +214,16 @@ def run_blocks(
         finished.add(i)
         bar.advance()
 
-    with bar, _signals_set(stop) as got:
+    started = threading.Event()
+    with bar, _signals_set(stop, started) as got:
         bar.skip(total - len(args))
         client = _client()
         if client is not None:
             tasks = [delayed(fn, pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
+            started.set()  # a graph half sent to the scheduler could not be cancelled: stop at a block boundary
             _run_distributed(client, tasks, list(args), done, stop)
         else:
-            _run_local(fn, args, name, done, stop)
+            _run_local(fn, args, name, done, stop, started)
     if stop.is_set() and len(finished) < len(args):
         # Only an output store keeps finished blocks: results held in memory are lost with the stop.
         kept = ("what finished is kept, run the same call again to resume" if resumable
@@ -225,8 +235,9 @@ def run_blocks(
 
 def _run_local(
     fn: Callable[..., Any], args: Mapping[int, tuple[Any, ...]], name: str,
-    done: Callable[[int, Any], None], stop: threading.Event,
+    done: Callable[[int, Any], None], stop: threading.Event, started: threading.Event,
 ) -> None:
+    """Compute the blocks with a local scheduler; ``started`` is set once the graph is built and runs."""
     from dask import delayed  # lazy: dask
 
     tracker = _Tracker()
@@ -235,9 +246,11 @@ def _run_local(
     reported: set[int] = set()
     ours: list[Any] = []
 
-    def start(dsk: Any) -> None:
+    def start_state(dsk: Any, state: Any) -> None:
+        # Called once the graph is built and ordered, before its first task: from here a stop is at a block boundary.
         if not ours and any(k in dsk for k in keys):
             ours.append(dsk)
+            started.set()
 
     def pretask(key: Any, dsk: Any, state: Any) -> None:
         # Only this run's graph: another computation in another thread carries on.
@@ -254,7 +267,7 @@ def _run_local(
     scheduler = dask.config.get("scheduler", None)
     scheduler = "sync" if scheduler in ("sync", "synchronous", "single-threaded") else "threads"
     try:
-        with Callback(start=start, pretask=pretask, posttask=posttask):
+        with Callback(start_state=start_state, pretask=pretask, posttask=posttask):
             dask.compute(*tasks, scheduler=scheduler)
     except _Stop:
         pass

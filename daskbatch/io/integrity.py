@@ -66,6 +66,7 @@ __all__ = [
     "max_chunks",
     "max_features",
     "missing_chunks",
+    "readable_bytes",
     "shard_maps",
     "storage_chunks",
     "writes_every_chunk",
@@ -232,6 +233,31 @@ def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> int:
             "ask for more rows per block (chunks=...)"
         )
     return n
+
+
+def readable_bytes() -> int:
+    """Give the most bytes one read of metadata-described arrays may claim: half this process's memory.
+
+    This process's memory is Dask's figure (the machine's, or less under a
+    cgroup or ``RLIMIT_RSS``), or less under ``RLIMIT_AS``; half of it leaves
+    room for the copies a read makes.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
+    from daskbatch.runtime.capacity import machine_memory_bytes  # lazy: distributed
+
+    memory = machine_memory_bytes()
+    try:
+        import resource
+    except ImportError:  # Windows
+        return memory // 2
+    address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if address_space != resource.RLIM_INFINITY:
+        memory = min(memory, address_space)
+    return memory // 2
 
 
 def max_features() -> int:

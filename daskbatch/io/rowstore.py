@@ -161,10 +161,23 @@ class RegionWriter:
         values : dict of str to numpy.ndarray
             The block's rows of each array, by name.
         """
-        lo, hi = self._bounds(block)
+        self.write_blocks(block, block + 1, values)
+
+    def write_blocks(self, first: int, stop: int, values: dict[str, np.ndarray]) -> None:
+        """Write whole chunks ``first`` to ``stop - 1`` of each array in ``values`` in one call.
+
+        Parameters
+        ----------
+        first, stop : int
+            The blocks, ``[first, stop)``.
+        values : dict of str to numpy.ndarray
+            Their rows of each array, by name.
+        """
+        lo, hi = self._bounds(first)[0], self._bounds(stop - 1)[1]
+        what = f"block {first}" if stop == first + 1 else f"blocks {first}-{stop - 1}"
         for name, v in values.items():
             if v.shape[0] != hi - lo:
-                raise ValueError(f"block {block} of {name!r} has {v.shape[0]} rows, expected {hi - lo}")
+                raise ValueError(f"{what} of {name!r} has {v.shape[0]} rows, expected {hi - lo}")
             self.arrays[name][lo:hi] = v
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,13 +56,16 @@ import zarr
 
 from daskbatch.errors import DataError
 from daskbatch.io import state_codec
-from daskbatch.io.integrity import checksummed
+from daskbatch.io.chunk_grid import chunk_count, storage_chunks
+from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
 from daskbatch.io.locations import zarr_target
+from daskbatch.planning.resources import format_bytes
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 from daskbatch.stats.state_registry import state_key
 
-__all__ = ["FORMAT_VERSION", "GROUP", "check_savable", "read_states", "results_digest", "write_states"]
+__all__ = ["FORMAT_VERSION", "GROUP", "check_bounds", "check_savable", "describe_error", "read_states",
+           "results_digest", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 #: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
@@ -276,6 +280,7 @@ def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> An
     record: dict[str, Any] = {key: attrs.get(key) for key in ("codec", "state", "fields")}
     try:
         state_codec.check_record(record, expected)
+        _check_stored(where, group, record["fields"])  # what the read allocates is what the record says
         arrays = _read_arrays(where, group, [field[0] for field in record["fields"]])
         context = [FORMAT_VERSION, attrs.get("statistic"), attrs.get("params")]
         if state_codec.record_sha256(record, arrays, context) != attrs.get("sha256"):
@@ -290,8 +295,89 @@ def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.n
     try:
         return {f: np.asarray(group[f][...]) for f in names}
     except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise DataError(f"{where} cannot be read ({type(exc).__name__}: {first_line})") from None
+        raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
+
+
+def check_bounds(store: str) -> None:
+    """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take.
+
+    Every array of the store (results and states) is counted before any is
+    read: a shape changed to ``[400000000]`` in a 1 kB metadata file fails
+    here in microseconds instead of allocating gigabytes.
+
+    Parameters
+    ----------
+    store : str
+        The summary store.
+
+    Raises
+    ------
+    DataError
+        An array claims more chunks than ``daskbatch.max-chunks``, or all of them
+        claim more than :func:`~daskbatch.io.integrity.readable_bytes` (one line naming the largest).
+    """
+    root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
+    total = 0
+    largest: tuple[int, str, tuple[int, ...]] = (0, "", ())
+    most_chunks = max_chunks()
+    for path, node in root.members(max_depth=None):
+        if not isinstance(node, zarr.Array):
+            continue
+        chunks = chunk_count(node)
+        if chunks > most_chunks:  # a summary's arrays have a few chunks each: this one's metadata was changed
+            raise DataError(
+                f"summary {store}: array {path!r} claims {chunks:,} chunks (shape {list(node.shape)}, chunks "
+                f"{list(storage_chunks(node))}) > daskbatch.max-chunks {most_chunks:,}: it was damaged; "
+                "describe the data again"
+            )
+        dtype = np.dtype(node.dtype) if not isinstance(node.dtype, np.dtype) else node.dtype
+        # Strings are read as Python objects: count a pointer and a short string per element.
+        itemsize = 64 if dtype.kind in "OTU" else dtype.itemsize
+        claimed = math.prod(int(n) for n in node.shape) * itemsize
+        total += claimed
+        largest = max(largest, (claimed, path, tuple(node.shape)))
+    limit = readable_bytes()
+    if total > limit:
+        claimed, path, shape = largest
+        raise DataError(
+            f"summary {store}: its arrays claim {format_bytes(total)} > {format_bytes(limit)}, half the memory this "
+            f"process may use (the largest, {path!r}, has shape {list(shape)}): it was damaged; describe the data again"
+        )
+
+
+def _check_stored(where: str, group: Any, fields: Sequence[Any]) -> None:
+    """Refuse a state array whose metadata differs from its record's dtype and shape, before reading it."""
+    for name, dtype, shape, _ in fields:
+        try:
+            array = group[name]
+            stored = (np.dtype(array.dtype).str, [int(n) for n in array.shape])
+        except Exception as exc:  # a missing or unreadable array: zarr raises many kinds
+            raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
+        if stored != (dtype, shape):
+            raise DataError(
+                f"{where}: field {name!r} is stored as {stored[0]} {stored[1]}, its record says {dtype} {shape}: "
+                "it changed after it was written; describe the data again"
+            )
+
+
+def describe_error(exc: BaseException) -> str:
+    """Say what a reader raised in a few words: its type and the start of its first line.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What zarr, xarray or the JSON parser raised on damaged data.
+
+    Returns
+    -------
+    str
+        ``"Type: first line"``, at most about 200 characters.
+    """
+    text = str(exc).strip()
+    first_line = text.splitlines()[0] if text else ""
+    if len(first_line) > 160:
+        first_line = first_line[:160] + "..."
+    return f"{type(exc).__name__}: {first_line}"
 
 
 def _check_version(store: str, what: str, version: Any) -> None:

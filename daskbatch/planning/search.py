@@ -41,7 +41,7 @@ from daskbatch.planning.resources import Resources, format_bytes
 from daskbatch.stats.footprint import Footprint
 
 # Plan (daskbatch.planning.plan), PlanError and Resources are re-exported: the names users import from here.
-__all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "projected_task_bytes"]
+__all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "plan_task_rows", "projected_task_bytes"]
 
 MIN_SPLIT_EVERY = 2
 
@@ -328,6 +328,69 @@ def _choose_rows(
     k = min(limits.values())
     limited_by = next(name for name, v in limits.items() if v == k)
     return rows(k), limited_by
+
+
+def plan_task_rows(
+    n_rows: int,
+    unit_rows: int,
+    input_row_bytes: int,
+    task_row_bytes: int,
+    resources: Resources,
+    *,
+    read_rows: int | None = None,
+    max_units: int | None = None,
+    memory_fraction: float | None = None,
+    reserved_bytes: int | None = None,
+    target_chunk_bytes: int | None = None,
+) -> int:
+    """Plan the rows of one task that reads, transforms and writes whole units of ``unit_rows`` rows (pure).
+
+    A row-wise job (:func:`daskbatch.transform`) writes output chunks of the
+    user's size; its tasks are sized here, by the rules of :func:`plan_chunks`
+    (budget, target chunk size, parallelism), so that a tiny output chunk does
+    not make a tiny task.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows of the whole job.
+    unit_rows : int
+        Rows of one output chunk: the task rows are a whole multiple of it (or ``n_rows``).
+    input_row_bytes : int
+        Input bytes per row (measured against ``target_chunk_bytes``).
+    task_row_bytes : int
+        Bytes a task holds per row: its input, temporaries and output (measured against the budget).
+    resources : Resources
+        One worker's memory and threads, and the number of workers.
+    read_rows : int, optional
+        Rows of one input read; a task is also a multiple of them when such a task fits the budget.
+    max_units : int, optional
+        Most units (output chunks) one task writes, when one read allows: a stop waits for the running
+        tasks, and each unit costs a file write whatever its size.
+    memory_fraction, reserved_bytes, target_chunk_bytes : optional
+        As in :func:`plan_chunks`; default: the ``daskbatch`` settings.
+
+    Returns
+    -------
+    int
+        Rows per task: at least ``unit_rows`` (one output chunk, even beyond the budget: the user chose it).
+    """
+    settings = _settings(memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
+                         target_chunk_bytes=target_chunk_bytes)
+    budget = budget_bytes(resources, float(settings["memory_fraction"]), int(settings["reserved_bytes"]))
+    out_rows = unit = max(1, min(int(unit_rows), n_rows))
+    if read_rows and read_rows > 0:
+        # A task that starts and ends on input reads decodes no stored chunk twice, when such a task fits.
+        both = math.lcm(unit, int(read_rows))
+        if both < n_rows and both * task_row_bytes <= budget:
+            unit = both
+    if n_rows <= unit:
+        return max(n_rows, 0)
+    rows, _ = _choose_rows(n_rows, unit, input_row_bytes, lambda r: r * task_row_bytes, budget,
+                           int(settings["target_chunk_bytes"]), resources.total_threads)
+    if max_units:
+        rows = min(rows, max(unit, (max_units * out_rows) // unit * unit))
+    return rows
 
 
 def _tree_tasks(n_chunks: int, split_every: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from daskbatch.errors import DataError
@@ -33,21 +34,27 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
 
     Raises
     ------
+    FileNotFoundError
+        ``path`` does not exist.
     DataError
-        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all).
+        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all),
+        or a damaged one: one line naming it, before its metadata's claims are allocated.
     """
-    import xarray as xr  # lazy: xarray
-
-    from daskbatch.io.summary_states import read_states, results_digest  # lazy: dask, zarr
-
     where = os.fspath(path)
     recover(where)  # a replacement killed between its renames left the summary aside: put it back
-    _check_is_summary(where)
+    if "://" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
     given = user_statistics(list(statistics))
-    with xr.open_zarr(where, consolidated=False) as ds:
-        loaded = ds.load()
-    summary = Summary.from_xarray(loaded)
-    states = read_states(where, results_digest(loaded), given, summary.n_features)
+    try:
+        summary, states = _read(where, given)
+    except DataError:
+        raise
+    except Exception as exc:  # damaged metadata or chunks: zarr, xarray and json raise many kinds (RecursionError too)
+        from daskbatch.io.summary_states import describe_error  # lazy: dask, zarr
+
+        raise DataError(
+            f"summary {where} cannot be read ({describe_error(exc)}): it was damaged; describe the data again"
+        ) from None
     extra = dict(summary.extra)
     for stat in given:
         assert states is not None  # read_states raised when a given statistic has no state
@@ -55,12 +62,29 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
     return dataclasses.replace(summary, states=states, extra=extra)
 
 
+def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
+    """Read the summary at ``where`` and its states, its arrays' claims bounded before anything is allocated."""
+    import xarray as xr  # lazy: xarray
+
+    from daskbatch.io.summary_states import (  # lazy: dask, zarr
+        check_bounds,
+        read_states,
+        results_digest,
+    )
+
+    _check_is_summary(where)
+    check_bounds(where)
+    # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims.
+    with xr.open_zarr(where, consolidated=False, chunks=None) as ds:
+        loaded = ds.load()
+    summary = Summary.from_xarray(loaded)
+    return summary, read_states(where, results_digest(loaded), given, summary.n_features)
+
+
 def _check_is_summary(where: str) -> None:
     """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
     import zarr  # lazy: zarr
 
-    if "://" not in where and not os.path.exists(where):
-        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
     try:
         group = zarr.open_group(where, mode="r")
     except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)

@@ -5,16 +5,19 @@
 >>> report = db.transform("data.zarr", [db.steps.standardize(summary)],      # doctest: +SKIP
 ...                       out="z.zarr")
 
-One dask task per row block reads the block, runs the steps (on the GPU when
-the block is there) and writes the block's output chunk; the done-log in the
+Output chunks have the rows the user asks for (``chunk_rows``); the tasks
+are sized by the planner (:func:`~daskbatch.planning.search.plan_task_rows`):
+one dask task reads a region of whole output chunks, runs the steps (on the
+GPU when the block is there) and writes those chunks.  The done-log in the
 output store (:mod:`daskbatch.io.rowstore`) makes a killed or interrupted run
-resumable: the same call again computes only the missing blocks, and the
+resumable: the same call again computes only the missing chunks, and the
 store ends bitwise identical to an uninterrupted run's.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import threading
@@ -30,7 +33,15 @@ from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.errors import DataError
 from daskbatch.io.integrity import max_chunks
-from daskbatch.io.rowstore import ArraySpec, OutputReport, RegionWriter, RowStore, layout
+from daskbatch.io.rowstore import (
+    ArraySpec,
+    OutputReport,
+    RegionWriter,
+    RowStore,
+    layout,
+    row_ranges,
+)
+from daskbatch.runtime.interrupts import no_interrupt
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.stats.backend import to_numpy
 from daskbatch.transforms.steps import Step, apply_all, bind_all
@@ -38,6 +49,10 @@ from daskbatch.transforms.steps import Step, apply_all, bind_all
 __all__ = ["transform"]
 
 KIND = "transform"
+
+#: Most output chunks one task writes: each is a file (about a millisecond, whatever its size), and a stop
+#: (SIGTERM, Ctrl-C, ``cancel``) waits for the running tasks, about a second at most.
+CHUNKS_PER_TASK = 1024
 
 
 def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
@@ -100,6 +115,48 @@ def local_path(data: FeatureMatrix) -> tuple[str, ...]:
     return (path,) if path and "://" not in path else ()
 
 
+def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:
+    """Check ``chunk_rows`` and give the rows of one output chunk (default: the input's largest block).
+
+    Parameters
+    ----------
+    data : FeatureMatrix
+        The inputs.
+    chunk_rows : int, optional
+        Rows per output chunk.
+
+    Returns
+    -------
+    int
+        Rows per output chunk (at least 1, at most the input's rows unless it has none).
+
+    Raises
+    ------
+    DataError
+        The output would have more chunks than ``daskbatch.max-chunks``.
+    """
+    x = data.x
+    rows = int(x.shape[0])
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    per = int(chunk_rows or max(x.chunks[0]))
+    per = max(1, min(per, rows))
+    blocks = -(-rows // per)
+    if blocks > max_chunks():  # checked before a rechunk builds one task per block
+        raise DataError(
+            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
+            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
+        )
+    return per
+
+
+def _rechunk_rows(x: Any, rows: int) -> Any:
+    """Rechunk ``x`` to blocks of ``rows`` rows, the last one shorter (or leave it when it already is)."""
+    if any(c != rows for c in x.chunks[0][:-1]) or x.chunks[0][-1] > rows:
+        return x.rechunk({0: rows})
+    return x
+
+
 def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
     """Rechunk X and label to blocks of ``chunk_rows`` rows (default: the input's blocks, made regular).
 
@@ -119,21 +176,10 @@ def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any,
     rows : int
         Rows per block.
     """
-    x, y = data.x, data.label
-    rows = int(x.shape[0])
-    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
-        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
-    per = int(chunk_rows or max(x.chunks[0]))
-    per = max(1, min(per, rows))
-    blocks = -(-rows // per)
-    if blocks > max_chunks():  # checked before a rechunk builds one task per block
-        raise DataError(
-            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
-            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
-        )
+    per = output_chunk_rows(data, chunk_rows)
     # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
-    if any(c != per for c in x.chunks[0][:-1]) or x.chunks[0][-1] > per:
-        x = x.rechunk({0: per})
+    x = _rechunk_rows(data.x, per)
+    y = data.label
     if y is not None and y.chunks[0] != x.chunks[0]:
         y = y.rechunk({0: per})
     return x, y, per
@@ -143,14 +189,54 @@ def _created() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _transform_block(
-    i: int, xb: Any, yb: Any, *, steps: list[Step], writer: RegionWriter, device: str, dtype: np.dtype
-) -> None:
-    result = to_numpy(apply_all(steps, on_device(xb, device)))
-    values = {"X": np.asarray(result, dtype=dtype)}
-    if yb is not None:
-        values["y"] = to_numpy(yb)
-    writer.write(i, values)
+def _transform_region(
+    region: int, xb: Any, yb: Any, runs: tuple[tuple[int, int], ...], *, per: int, per_task: int, steps: list[Step],
+    writer: RegionWriter, device: str, dtype: np.dtype,
+) -> tuple[int, ...]:
+    """Run the steps on task ``region``'s rows and write its unfinished output chunks ``runs``; give those chunks."""
+    first = region * per_task  # its first output chunk
+    result = np.asarray(to_numpy(apply_all(steps, on_device(xb, device))), dtype=dtype)
+    labels = to_numpy(yb) if yb is not None else None
+    written: list[int] = []
+    for a, b in runs:
+        lo, hi = (a - first) * per, (b - first) * per  # the slice stops at the end of the last, shorter chunk
+        values = {"X": result[lo:hi]}
+        if labels is not None:
+            values["y"] = labels[lo:hi]
+        writer.write_blocks(a, b, values)
+        written.extend(range(a, b))
+    return tuple(written)
+
+
+def _task_rows(data: FeatureMatrix, per: int, out_features: int, out_dtype: np.dtype, device: str) -> int:
+    """Plan the rows of one task: whole output chunks of ``per`` rows, as many as memory and parallelism allow."""
+    from daskbatch.planning.search import plan_task_rows  # lazy: dask (through its settings)
+    from daskbatch.runtime.capacity import resources_auto  # lazy: distributed
+
+    x = data.x
+    in_features = int(x.shape[1])
+    on_gpu = device == "gpu" or (device == "auto" and type(getattr(x, "_meta", None)).__module__.startswith("cupy"))
+    input_row = in_features * x.dtype.itemsize + (data.label.dtype.itemsize if data.label is not None else 0)
+    # The input, the steps' float64 temporaries (a centred copy and its result) and the cast output.
+    task_row = input_row + 2 * 8 * max(in_features, out_features) + out_features * out_dtype.itemsize
+    blocks = [int(c) for c in x.chunks[0]]
+    read_rows = blocks[0] if len(set(blocks[:-1])) <= 1 and blocks[-1] <= blocks[0] else None
+    resources = resources_auto(device="gpu" if on_gpu else "cpu")
+    return plan_task_rows(int(x.shape[0]), per, input_row, task_row, resources, read_rows=read_rows,
+                          max_units=CHUNKS_PER_TASK)
+
+
+def _regions(todo: list[int], per_task: int) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Group unfinished output chunks by the task that writes them, as runs ``[first, stop)`` of chunks."""
+    grouped: dict[int, list[int]] = {}
+    for block in todo:
+        grouped.setdefault(block // per_task, []).append(block)
+    out = {}
+    for region, blocks in grouped.items():
+        mask = np.zeros(per_task, dtype=bool)
+        mask[np.asarray(blocks) - region * per_task] = True
+        out[region] = tuple((region * per_task + a, region * per_task + b) for a, b in row_ranges(mask))
+    return out
 
 
 def transform(
@@ -192,7 +278,7 @@ def transform(
         Results are copied to the host for writing.
     progress : bool or callable, default False
         True draws a progress bar (a widget in Jupyter, a line on stderr); a
-        callable is called as ``progress(done, total, "transform")`` after every block.
+        callable is called as ``progress(done, total, "transform")`` after every task (a region of output chunks).
     cancel : threading.Event, optional
         Set it to stop at the next block boundary (SIGINT and SIGTERM do the same).
 
@@ -227,18 +313,19 @@ def transform(
         raise ValueError(f"the steps give blocks of shape {tuple(probe.shape)}, expected (rows, {len(names)})")
     out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(str(probe.dtype))
 
-    x, y, per = regular_rows(data, chunk_rows)
-    rows = int(x.shape[0])
+    per = output_chunk_rows(data, chunk_rows)
+    rows = int(data.x.shape[0])
     fingerprint = input_fingerprint(data)
     described = [s.describe() for s in bound]
     # What must match to resume: the data (content token), the steps by their values, the bit-changing settings.
+    # Output chunks are the user's; the task sizes are planned and change no bit, so they are not in it.
     doc = {"kind": KIND, "items": output_items(
         data, _steps_items(bound), {"chunk_rows": per, "dtype": str(out_dtype), "device": device})}
     arrays = [ArraySpec("X", out_dtype, len(names))]
-    if y is not None:
-        arrays.append(ArraySpec("y", np.dtype(y.dtype), None, ("sample",)))
+    if data.label is not None:
+        arrays.append(ArraySpec("y", np.dtype(data.label.dtype), None, ("sample",)))
     attrs = {
-        **layout(y is not None),
+        **layout(data.label is not None),
         "feature_names": list(names),
         "provenance": {
             "input": fingerprint, "steps": described,
@@ -252,23 +339,32 @@ def transform(
     todo = store.todo
     written: list[int] = []
 
-    def _done(i: int, _: Any) -> None:
-        """Record block ``i`` as written."""
-        store.mark_done(i)
-        written.append(i)
+    def _done(region: int, chunks: tuple[int, ...]) -> None:
+        """Record the output chunks task ``region`` wrote."""
+        for block in chunks:
+            store.mark_done(block)
+        written.extend(chunks)
 
     try:
         if todo:
+            # One task writes many output chunks: tiny chunks (the user's Zarr layout) make no tiny tasks,
+            # whose graph would take longer to build than the data to write.
+            task_rows = _task_rows(data, per, len(names), out_dtype, device)
+            per_task = task_rows // per
+            x = _rechunk_rows(data.x, task_rows)
+            y = data.label.rechunk((x.chunks[0],)) if data.label is not None else None
             xb = x.to_delayed().ravel()
             yb = y.to_delayed().ravel() if y is not None else [None] * len(xb)
-            import functools
-
-            fn = functools.partial(_transform_block, steps=bound, writer=store.writer, device=device, dtype=out_dtype)
-            run_blocks(fn, {i: (xb[i], yb[i]) for i in todo}, name="db-transform", on_done=_done,
-                       cancel=cancel, progress=progress, label="transform", total=store.blocks,
-                       rows=rows)
+            regions = _regions(todo, per_task)
+            fn = functools.partial(_transform_region, per=per, per_task=per_task, steps=bound, writer=store.writer,
+                                   device=device, dtype=out_dtype)
+            run_blocks(
+                fn, {r: (xb[r], yb[r], runs) for r, runs in regions.items()}, name="db-transform", on_done=_done,
+                cancel=cancel, progress=progress, label="transform", total=len(xb), rows=rows,
+            )
         if not store.complete:
-            store.finish()
+            with no_interrupt():  # the complete flag is written whole
+                store.finish()
     finally:
         store.close()
     return OutputReport(
