@@ -20,10 +20,13 @@ def _recorder() -> tuple[list[tuple[int, int | None, str]], object]:
     return calls, lambda done, total, phase: calls.append((done, total, phase))
 
 
-def _counts_up_to(calls: list[tuple[int, int | None, str]], total: int, phase: str) -> None:
+def _counts_up_to(calls: list[tuple[int, int | None, str]], total: int | None, phase: str) -> None:
+    """The callable saw ``phase`` count up to its total (``total``, where the units are known here)."""
     done = [c[0] for c in calls if c[2] == phase]
-    assert done and done == sorted(done) and done[-1] == total, calls
-    assert {c[1] for c in calls if c[2] == phase} == {total}
+    totals = {c[1] for c in calls if c[2] == phase}
+    assert done and done == sorted(done) and len(totals) == 1, calls
+    (seen,) = totals
+    assert done[-1] == seen and (total is None or seen == total), calls
 
 
 def test_transform_calls_a_progress_callable(tmp_path: Path) -> None:
@@ -31,7 +34,7 @@ def test_transform_calls_a_progress_callable(tmp_path: Path) -> None:
     calls, report = _recorder()
     db.transform(db.open_dataset(_store(tmp_path, x)), [steps.select([0, 2])], tmp_path / "t.zarr",
                  chunk_rows=200, progress=report)
-    _counts_up_to(calls, 5, "transform")
+    _counts_up_to(calls, None, "transform")  # tasks the planner sized, each writing whole output chunks
 
 
 def test_map_batches_calls_a_progress_callable(tmp_path: Path) -> None:
@@ -158,4 +161,4 @@ def test_run_job_progress_and_cancel(tmp_path: Path) -> None:
     assert done.status == "ok"
     steps_seen = {c[2] for c in calls}
     assert "transform" in steps_seen and any(s.startswith("pass 1/") for s in steps_seen), steps_seen
-    _counts_up_to(calls, 6, "transform")
+    _counts_up_to(calls, None, "transform")
