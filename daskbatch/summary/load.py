@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daskbatch.errors import DataError
+from daskbatch.io.locations import zarr_target
 from daskbatch.io.outputs import MARKER, recover
 from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.record import Summary
@@ -75,7 +76,7 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
     _check_is_summary(where)
     check_bounds(where)
     # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims.
-    with xr.open_zarr(where, consolidated=False, chunks=None) as ds:
+    with xr.open_zarr(zarr_target(where, read_only=True), consolidated=False, chunks=None) as ds:
         loaded = ds.load()
     summary = Summary.from_xarray(loaded)
     return summary, read_states(where, results_digest(loaded), given, summary.n_features)
@@ -86,7 +87,7 @@ def _check_is_summary(where: str) -> None:
     import zarr  # lazy: zarr
 
     try:
-        group = zarr.open_group(where, mode="r")
+        group = zarr.open_group(zarr_target(where, read_only=True), mode="r")
     except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)
         raise DataError(
             f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"

@@ -82,3 +82,12 @@ def test_an_existing_local_path_never_chains(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "simplecache::x").mkdir()
     assert not is_chained_url("simplecache::x")
+
+
+def test_load_summary_reads_a_path_with_double_colons(tmp_path: pathlib.Path, data: np.ndarray) -> None:
+    """A summary saved at ``o::s.zarr`` loads back, states included (it can be merged)."""
+    path = str(tmp_path / "o::s.zarr")
+    db.describe(data, stats=("moments",)).save(path)
+    loaded = db.load_summary(path)
+    np.testing.assert_allclose(loaded.mean, data.mean(axis=0), rtol=1e-13)
+    assert db.merge(loaded, db.describe(data + 1.0, stats=("moments",))).count[0] == 2 * len(data)
