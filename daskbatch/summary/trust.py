@@ -74,6 +74,8 @@ def covariance_message(summary: Any) -> str | None:
     # A tiled covariance (too wide for one worker) refuses the pairwise one: naming it would mislead.
     if prov.get("tiled_cov"):
         remedy = "a tiled covariance counts complete rows only"
+    elif empty.size == finite.size:  # no pair has a row either: no option would help
+        remedy = "no feature has a finite value to correlate"
     else:
         remedy = f"{PAIRWISE_OPTION} uses each pair's own rows"
     return (
@@ -115,12 +117,13 @@ def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
         None if kept is None else int(kept),
     )
     first, width = int(spec["first_slot"]), counts.shape[1]
+    if width == 0:  # no finite value in any feature (an all-NaN store): no pile to judge
+        return ()
     lower, upper = slot_bounds(layout)
     edges = np.concatenate([lower[first : first + width], upper[first + width - 1 : first + width]])
     slots = np.arange(first, first + width, dtype=np.int64)[None, :]
-    floor = collapse_floor(
-        np.asarray(counts, dtype=np.int64), slots, layout
-    )  # (D, 2): 0 where not collapsed
+    # Only which buckets hold anything decides a collapse: weighted counts (floats, up to 2**1000) need no cast.
+    floor = collapse_floor((np.asarray(counts) > 0).astype(np.int64), slots, layout)  # (D, 2): 0 where not collapsed
     extremes = np.stack([np.asarray(summary.min), np.asarray(summary.max)], axis=1)
     magnitude = np.abs(extremes)
     beyond_floor = magnitude > np.where(extremes < 0, floor[:, :1], floor[:, 1:])

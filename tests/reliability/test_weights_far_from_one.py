@@ -104,7 +104,9 @@ def test_merging_states_of_far_apart_weight_scales(x: np.ndarray) -> None:
     heavy = db.describe(x[: ROWS // 2], stats=STATS, ddof=0)
     np.testing.assert_allclose(got.mean, heavy.mean, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(got.std, heavy.std, rtol=1e-13)
-    np.testing.assert_allclose(got.quantile(0.5), heavy.quantile(0.5), rtol=1e-13)
+    # The heavy half alone has few enough distinct values to answer exactly; with the light half the
+    # sketch answers, within its relative accuracy (alpha = 0.005) of that exact value.
+    np.testing.assert_allclose(got.quantile(0.5), heavy.quantile(0.5), rtol=0.006)  # 0.5 %, one value of rank off
     np.testing.assert_allclose(np.asarray(got.cov), np.asarray(heavy.cov), rtol=1e-13, atol=1e-15)
     groups = np.arange(ROWS) % 2
     by_group = db.describe(chunked, groups=groups, weights=weights, stats=("moments",), ddof=0)
