@@ -132,6 +132,7 @@ def test_pixels_from_a_zarr_store_are_exact(tmp_path) -> None:
         "load_linnerud",
     ],
 )
+@pytest.mark.filterwarnings("ignore::daskbatch.errors.SuspectValueWarning")  # digits' background zeros pile up
 def test_bundled_tables_after_describe_merge_and_update(loader: str) -> None:
     """scikit-learn's bundled tables (no download): few rows, ties and integers."""
     bunch = getattr(datasets, loader)()

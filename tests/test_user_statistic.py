@@ -233,7 +233,7 @@ def test_save_and_load_keep_results_and_states_exactly(tmp_path, store: str) -> 
     back = db.load_summary(tmp_path / "s.zarr", statistics=[L1Norm(), ClassRows()])
     np.testing.assert_array_equal(back.states["l1"].state.total, s.states["l1"].state.total)
     np.testing.assert_array_equal(back.extra["class_rows"], np.bincount(y, minlength=3))
-    with pytest.raises(ValueError, match="already in the first"):  # the same rows twice would count them twice
+    with pytest.raises(ValueError, match="already in the summary"):  # the same rows twice would count them twice
         db.merge(back, s)
     other_path = str(tmp_path / "other.zarr")
     other = db.synth(other_path, rows=1000, features=4, classes=3, chunk_rows=500, dtype="float64", seed=6)

@@ -62,7 +62,7 @@ def named_statistic(name: str) -> Any:
     Returns
     -------
     object
-        The statistic (checked against the protocol by :func:`user_statistics`).
+        The statistic (checked against the protocol by :func:`~daskbatch.stats.spec.user_statistics`).
 
     Raises
     ------
