@@ -226,6 +226,8 @@ def chunk_task_terms(
         temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
         centring = f.centring_rows(n_features) if callable(f.centring_rows) else f.centring_rows
         extra = min(rows, centring) * n_features * 8 if path == "compiled" else 0  # centring buffer
+        if path == "compiled" and f.compiled_scratch is not None:
+            extra += f.compiled_scratch(n_features)
         if path == "gpu-compiled" and f.device_buffers is not None:
             extra += f.device_buffers(rows, n_features, device_bytes)
         transient.append(temps + rows * f.row_bytes[path] + f.state_copies[path] * state + extra)

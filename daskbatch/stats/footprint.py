@@ -62,6 +62,9 @@ class Footprint:  # numpydoc ignore=PR02
         ``device_buffers(rows, n_features, device_bytes)``: bytes of the GPU
         kernel's own buffers on the "gpu-compiled" path (launch partials,
         centring buffer) on a card of ``device_bytes`` total memory (None: unknown).
+    compiled_scratch : callable, optional
+        Compiled path only: ``compiled_scratch(n_features)``, bytes of working
+        buffers that do not grow with the rows (the distinct values' hash tables).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Footprint:  # numpydoc ignore=PR02
     needs_classes: bool = False
     centring_rows: int | Callable[[int], int] = 0
     device_buffers: Callable[[int, int, int | None], int] | None = None
+    compiled_scratch: Callable[[int], int] | None = None
 
 
 def generic_footprint(name: str) -> Footprint:

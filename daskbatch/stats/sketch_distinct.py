@@ -32,6 +32,7 @@ from daskbatch.stats.sketch_layout import inverted_cdf_rank
 __all__ = [
     "DISTINCT_VALUES",
     "compiled_distinct",
+    "distinct_scratch_bytes",
     "distinct_quantile",
     "empty_distinct",
     "kept_values",
@@ -96,6 +97,29 @@ def empty_distinct(
     )
 
 
+def _table_size(k: int) -> int:
+    """Slots of one feature's hash table: a power of two of at least 2 k, so probes stay short."""
+    return 1 << max(1, int(2 * k - 1).bit_length())
+
+
+def distinct_scratch_bytes(n_features: int, k: int) -> int:
+    """Give the bytes of the hash tables :func:`compiled_distinct` works in, for ``n_features`` and ``k`` values kept.
+
+    Parameters
+    ----------
+    n_features : int
+        Features of the chunk.
+    k : int
+        The most values kept per feature.
+
+    Returns
+    -------
+    int
+        Two float64 tables of a block of at most 16 features (512 kB at k = 1,024).
+    """
+    return 2 * 8 * min(_BLOCK_FEATURES, max(n_features, 1)) * _table_size(k)
+
+
 def compiled_distinct(
     x: np.ndarray, k: int, weights: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,7 +145,7 @@ def compiled_distinct(
     from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
 
     n_features = x.shape[1]
-    size = 1 << max(1, int(2 * k - 1).bit_length())  # a power of two of at least 2 k: short probes
+    size = _table_size(k)
     values, counts, held = empty_distinct(np, n_features, k)
     data, lut = _bits(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)

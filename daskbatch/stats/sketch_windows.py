@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch
+from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 
 __all__ = [
     "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINT", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
@@ -90,6 +91,7 @@ def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
         state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
         merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
         device_buffers=_gpu_block_bytes,
+        compiled_scratch=lambda d: distinct_scratch_bytes(d, Sketch(window=window).values_kept),
     )
 
 
