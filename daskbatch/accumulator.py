@@ -17,7 +17,7 @@ from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.row_inputs import check_weight_range
-from daskbatch.runtime.progress import Progress, ProgressCallback
+from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
@@ -254,8 +254,7 @@ class Accumulator:
         seen: list[int] = []  # rows of the batches taken, committed at the end
         bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
         total = len(batches) if isinstance(batches, Sized) else None
-        bar = Progress("update_many", total, unit="batches", show=progress is True,
-                       callback=progress if callable(progress) else None, cancel=cancel)
+        bar = Progress("update_many", total, unit="batches", cancel=cancel, **progress_options(progress))
 
         def parts() -> Iterator[tuple[Any, ...]]:
             """Check and yield each batch, its label and (weighted) its weights, counting the rows.

@@ -29,7 +29,7 @@ from dask.callbacks import Callback
 from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import DEVICES  # noqa: F401 - map_batches and map_items import it from here
 from daskbatch.errors import Cancelled, Interrupted
-from daskbatch.runtime.progress import Progress, ProgressCallback
+from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats.backend import to_numpy
 
 __all__ = ["on_device", "run_blocks"]
@@ -197,8 +197,7 @@ def run_blocks(
     stop = cancel if cancel is not None else threading.Event()
     total = len(args) if total is None else total
     finished: set[int] = set()
-    bar = Progress(label or name, total, rows=rows, show=progress is True,
-                   callback=progress if callable(progress) else None)
+    bar = Progress(label or name, total, rows=rows, **progress_options(progress))
 
     def done(i: int, result: Any) -> None:
         """Hand block ``i``'s result on, and advance the progress bar.

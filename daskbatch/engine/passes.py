@@ -24,7 +24,7 @@ from daskbatch.engine.reduce import TASK_PREFIXES, statistics_tag, task_prefixes
 from daskbatch.engine.staged import Staged
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.joblog import note_pass
-from daskbatch.runtime.progress import Progress, ProgressCallback
+from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats._base import Bundle, BundleLike, reads_label, shown_names
 
@@ -55,15 +55,8 @@ def compute(graph: Any, progress: bool | str | ProgressCallback | Progress, titl
     """
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
-    with Progress(title, **_progress_options(progress)) as bar:
+    with Progress(title, **progress_options(progress)) as bar:
         return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
-
-
-def _progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
-    """A Progress's ``show`` and ``callback`` for describe's ``progress`` argument (a bool, "dask" or a callable)."""
-    if callable(progress):
-        return {"show": False, "callback": progress}
-    return {"show": progress}
 
 
 @dataclass(frozen=True)
@@ -148,7 +141,7 @@ class PassRunner:  # numpydoc ignore=PR02
         title = f"pass {index}/{self.passes}: {'+'.join(shown_names(bundle.stats))}"
         span_name = f"pass-{index}-{'-'.join(shown_names(bundle.stats))}"
         with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                                        cancel=self.cancel, **_progress_options(self.progress)) as bar:
+                                        cancel=self.cancel, **progress_options(self.progress)) as bar:
             if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 result = checkpointed.run_checkpointed(

@@ -37,7 +37,7 @@ from daskbatch.io.synth_model import (
     numpy_rows,
     truth_attrs,
 )
-from daskbatch.runtime.progress import Progress, ProgressCallback, compute
+from daskbatch.runtime.progress import Progress, ProgressCallback, compute, progress_options
 
 __all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
@@ -373,8 +373,7 @@ def _write(
                                                              dask_key_name=(name, i)) for i in todo]
             total = int(source.numblocks[0])
             with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
-                          nbytes=int(source.nbytes), show=progress is True,
-                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
+                          nbytes=int(source.nbytes), cancel=cancel, **progress_options(progress)) as bar:
                 bar.skip(total - len(todo))
                 if writes:
                     compute(dask.delayed(len)(writes), bar, prefix="synth-write")

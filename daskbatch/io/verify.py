@@ -47,7 +47,7 @@ from daskbatch.io.chunk_grid import (
 )
 from daskbatch.io.integrity import check_chunk_count, writes_every_chunk
 from daskbatch.io.zarr_nodes import group_arrays, open_node
-from daskbatch.runtime.progress import Progress, ProgressCallback
+from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 
@@ -383,8 +383,8 @@ def verify_store(
                         "absent (fill value): its writer leaves out chunks that hold only the fill value",
                     ))
             found = []
-            with Progress(f"verify {arr.path or '/'}", len(to_decode), unit="chunks", show=progress is True,
-                          callback=progress if callable(progress) else None, cancel=cancel) as bar:
+            with Progress(f"verify {arr.path or '/'}", len(to_decode), unit="chunks", cancel=cancel,
+                          **progress_options(progress)) as bar:
                 for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads):
                     bar.advance()
                     if p is not None:

@@ -41,7 +41,7 @@ from daskbatch.errors import Cancelled
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.progress_display import Display, display_for, in_jupyter, line_cleared
 
-__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared"]
+__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared", "progress_options"]
 
 #: A caller's progress callback: ``callback(done, total, phase)`` (total None until known).
 ProgressCallback = Callable[[int, "int | None", str], Any]
@@ -53,6 +53,25 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two redraws of a bar (a widget update is a message to the browser).
 REDRAW_S = 0.1
+
+def progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
+    """Turn a verb's ``progress`` argument into :class:`Progress`'s ``show`` and ``callback``.
+
+    Parameters
+    ----------
+    progress : bool, "dask" or callable
+        What the user passed: a bar (True), dask's own display ("dask"), or a
+        callable ``progress(done, total, title)``.
+
+    Returns
+    -------
+    dict
+        ``show`` and ``callback``, for ``Progress(..., **progress_options(progress))``.
+    """
+    if callable(progress):
+        return {"show": False, "callback": progress}
+    return {"show": progress, "callback": None}
+
 
 class Progress:
     """The progress of one labelled step: a bar where one can be seen, log lines always.

@@ -45,7 +45,7 @@ from daskbatch.io.ingest.write import ChunkWriter
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
 from daskbatch.io.output_paths import check_replaceable, remove_path
 from daskbatch.io.outputs import check_separate
-from daskbatch.runtime.progress import Progress, ProgressCallback
+from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
@@ -405,7 +405,7 @@ def ingest(
         }
         bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
                        nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
-                       show=progress is True, callback=progress if callable(progress) else None, cancel=cancel)
+                       cancel=cancel, **progress_options(progress))
         with bar:
             bar.skip(n_chunks - len(todo))
             _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
