@@ -15,8 +15,8 @@ import zarr
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import IncompleteStoreWarning, open_dataset
+from daskbatch.errors import DataError, IncompleteStoreWarning
+from daskbatch.io.dataset import open_dataset
 from daskbatch.io.ingest import ingest
 from daskbatch.io.ingest.manifest import DONE_FILE, read_done
 from daskbatch.io.ingest.write import pieces

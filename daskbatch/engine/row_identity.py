@@ -39,7 +39,7 @@ def input_token(data: Any, read_digest: str | None = None) -> str | None:
     str or None
         The token; None for a store without chunk checksums before its blocks were read.
     """
-    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+    from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     source = getattr(data, "source", None) or data
     zx = getattr(source, "zarr_x", None)

@@ -179,11 +179,10 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
         )
     if getattr(source, "skipped_rows", None):
         raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
-    from daskbatch.io.integrity import array_label  # lazy: zarr
-    from daskbatch.io.zarr_nodes import get_array, open_node  # lazy: zarr
+    from daskbatch.io.chunk_grid import array_label  # lazy: zarr
+    from daskbatch.io.zarr_store import ZarrStore  # lazy: zarr
 
-    root, where = open_node(path, None)
-    arr = get_array(root, name, where, role)
+    arr = ZarrStore(path).array(name, role)
     return da.from_zarr(arr), f"{role} {array_label(arr)}"
 
 

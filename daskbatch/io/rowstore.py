@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.dataset import LAYOUT_ATTR, open_dataset
+from daskbatch.io.dataset import open_dataset
 from daskbatch.io.ingest.manifest import DoneLog, read_done
 from daskbatch.io.rowstore_create import (
     CREATING_FILE,  # noqa: F401  (re-exported, with the other file names)
@@ -49,6 +49,7 @@ from daskbatch.io.rowstore_create import (
     create_store,
     replace_or_resume,
 )
+from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:

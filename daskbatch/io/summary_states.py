@@ -56,9 +56,8 @@ import zarr
 
 from daskbatch.errors import DataError
 from daskbatch.io import state_codec
-from daskbatch.io.chunk_grid import chunk_count, storage_chunks
-from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
-from daskbatch.io.locations import zarr_target
+from daskbatch.io.chunk_grid import chunk_count, max_chunks, readable_bytes, storage_chunks
+from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.resources import format_bytes
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
@@ -314,7 +313,7 @@ def check_bounds(store: str) -> None:
     ------
     DataError
         An array claims more chunks than ``daskbatch.max-chunks``, or all of them
-        claim more than :func:`~daskbatch.io.integrity.readable_bytes` (one line naming the largest).
+        claim more than :func:`~daskbatch.io.chunk_grid.readable_bytes` (one line naming the largest).
     """
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     total = 0

@@ -32,7 +32,7 @@ from daskbatch.engine.blockrun import check_device, on_device, run_blocks
 from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.errors import DataError
-from daskbatch.io.integrity import max_chunks
+from daskbatch.io.chunk_grid import max_chunks
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,

@@ -298,7 +298,7 @@ def content_token(arr: Any) -> str:
     """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files.
 
     An array daskbatch wrote ends every chunk with its CRC-32C
-    (:func:`daskbatch.io.integrity.chunk_checksums`): the token is a hash of the
+    (:func:`daskbatch.io.chunk_grid.chunk_checksums`): the token is a hash of the
     metadata, the chunk keys and those checksums, so it is the content's, not
     the path's or the times' (a copy has the same token, an edited chunk
     another).  Any other array: one listing of its prefix, no file opened; a
@@ -315,7 +315,7 @@ def content_token(arr: Any) -> str:
     str
         ``"<n> chunks, crc32c sha256 <digest>"`` or ``"<n> files, <bytes>, sha256 <digest>"``.
     """
-    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+    from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
     if checksums is not None:
@@ -358,7 +358,7 @@ def checksums_digest(arr: Any, checksums: list[tuple[str, bytes]]) -> str:
     arr : zarr.Array
         The array.
     checksums : list of (str, bytes)
-        From :func:`daskbatch.io.integrity.chunk_checksums`.
+        From :func:`daskbatch.io.chunk_grid.chunk_checksums`.
 
     Returns
     -------

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
+from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
 from daskbatch.io.ingest.columns import ColumnsArg, columns_of
 from daskbatch.io.ingest.manifest import (
     DoneLog,
@@ -42,9 +42,8 @@ from daskbatch.io.ingest.manifest import (
 )
 from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
 from daskbatch.io.ingest.write import ChunkWriter
-from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
-from daskbatch.io.output_paths import check_replaceable, remove_path
-from daskbatch.io.outputs import check_separate
+from daskbatch.io.outputs import check_replaceable, check_separate, checksummed, remove_path
+from daskbatch.io.zarr_store import INGEST_ATTR, LAYOUT_ATTR, json_object
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 

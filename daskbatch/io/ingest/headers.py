@@ -188,14 +188,14 @@ def _scan_h5(path: str, x_key: str, wanted: Wanted) -> tuple[Part, list[Part]]:
 def _scan_zarr(path: str, x_key: str | None, wanted: Wanted) -> tuple[Part, list[Part]]:
     import zarr  # lazy: zarr
 
-    from daskbatch.io.zarr_nodes import array_names  # lazy: dask, zarr
+    from daskbatch.io.zarr_store import group_arrays  # lazy: dask, zarr
 
     node = zarr.open(path, mode="r")
 
     def part(key: str | None, what: str) -> Part:
         if isinstance(node, zarr.Group):
             if key is None or key not in node:
-                have = array_names(node)
+                have = sorted(name for name, _ in group_arrays(node, max_depth=0))
                 raise ValueError(
                     f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})"
                 )
