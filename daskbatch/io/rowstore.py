@@ -2,7 +2,7 @@
 
 :func:`daskbatch.transform` and :func:`daskbatch.map_batches` write their
 results here (:mod:`daskbatch.io.rowstore_create` creates the store).  The store follows ingest's
-recipe (:mod:`daskbatch.io.ingest.manifest`):
+recipe (:mod:`daskbatch.io.ingest.store`):
 
 - ``daskbatch-output-creating`` is the first thing written when the store is
   created and the last removed: a store holding it was interrupted while being
@@ -39,7 +39,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.manifest import DoneLog, read_done
+from daskbatch.io.ingest.store import DoneLog, read_done
 from daskbatch.io.rowstore_create import (
     CREATING_FILE,  # noqa: F401  (re-exported, with the other file names)
     DONE_FILE,

@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
-from daskbatch.io.ingest.manifest import read_manifest, write_manifest
+from daskbatch.io.ingest.store import read_manifest, write_manifest
 
 __all__ = [
     "CREATING_FILE", "DONE_FILE", "MANIFEST_FILE", "OUTPUT_ATTR", "ArraySpec", "create_store", "replace_or_resume",
