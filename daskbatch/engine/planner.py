@@ -247,8 +247,8 @@ def plan_describe(
         The plan of the largest pass.
     """
     from daskbatch.engine.class_labels import max_classes  # lazy: dask
-    from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
-    from daskbatch.engine.row_inputs import (  # lazy: dask
+    from daskbatch.engine.inputs import (  # lazy: dask
+        as_feature_matrix,  # lazy: dask
         as_weights,
         refuse_beside_groups,
         with_groups,

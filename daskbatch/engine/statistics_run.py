@@ -21,12 +21,20 @@ from daskbatch._warnings import warn
 from daskbatch.engine import _describe_steps as steps
 from daskbatch.engine.class_labels import checked_label
 from daskbatch.engine.devices import gpu_failure, resolve_device
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    as_weights,
+    device_module,
+    refuse_beside_groups,
+    to_device,
+    with_groups,
+    with_target,
+)
 from daskbatch.engine.passes import PassRunner
 from daskbatch.engine.planner import plan_dropping_sketch, plan_statistics, sketch_in_plan
 from daskbatch.engine.reduce import resolve_split_every, to_host
 from daskbatch.engine.row_identity import input_token
-from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import GPUFallbackWarning, PlanError, RangeWarning
 from daskbatch.io.outputs import check_output

@@ -1,6 +1,6 @@
 """Merging moments whose weight sums are so large that their products overflow float64.
 
-Sample weights up to ``2**960`` (the limit :mod:`daskbatch.engine.row_inputs`
+Sample weights up to ``2**960`` (the limit :mod:`daskbatch.engine.inputs`
 checks) sum to far more than ``2**341``, whose cube the merge formulas of
 :class:`~daskbatch.stats.moments.Moments` form. Past :data:`RATIO_FORM_FROM`
 the merges take the same terms with the weight sums as shares of their total.
