@@ -6,14 +6,11 @@
 >>> print(report.summary())  # doctest: +SKIP
 
 Pass 1 (:mod:`~daskbatch.io.ingest.scan`) reads headers only and reports every bad
-file before anything is written.  Pass 2 (:mod:`~daskbatch.io.ingest.store`) runs
-one task per output chunk on a small thread pool, with at most ``workers``
-chunks in flight, so memory does not grow with the number of files.  Progress
-is recorded in a manifest (:mod:`~daskbatch.io.ingest.store`): re-running the
-same call after an interruption writes only the missing chunks; a run with
-different inputs is refused with the difference named.  One run at a time
-writes an output: a second fails at once naming the first
-(:mod:`daskbatch.runtime.runlock`, lock file ``.<name>.daskbatch-lock`` beside the output).
+file before anything is written. Pass 2 (:mod:`~daskbatch.io.ingest.store`) writes
+one output chunk per task, at most ``workers`` in flight, so memory does not grow
+with the number of files, and logs each: the same call resumes an interrupted run,
+a run of other inputs is refused naming the difference, and a second run at once
+fails naming the first (lock file ``.<name>.daskbatch-lock`` beside the output).
 """
 
 from __future__ import annotations
