@@ -21,7 +21,7 @@ import sys
 import threading
 import zipfile
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import dask.array as da
 import numpy as np
@@ -267,8 +267,8 @@ def _check_payload(where: str, shape: tuple[int, ...], dtype: np.dtype, have: in
 
 def _mapped(path: str, part: Part, start: int, stop: int) -> np.ndarray:
     """Rows of an uncompressed array at ``part.offset`` of ``path``, memory-mapped."""
-    order = "F" if part.fortran else "C"
-    mm = np.memmap(path, dtype=np.dtype(part.dtype), mode="r", offset=part.offset, shape=part.shape, order=order)
+    order: Literal["F", "C"] = "F" if part.fortran else "C"
+    mm = np.memmap(path, dtype=np.dtype(part.dtype), mode="r", offset=part.offset or 0, shape=part.shape, order=order)
     return mm[start:stop]
 
 

@@ -274,7 +274,7 @@ class ZarrStore:
             where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
             if not isinstance(where, str):
                 raise TypeError(f"expected a path, URL or zarr group/array, got {type(where).__name__}")
-            options = {"storage_options": dict(storage_options)} if storage_options else {}
+            options: dict[str, Any] = {"storage_options": dict(storage_options)} if storage_options else {}
             target: Any = zarr_target(where, read_only=True)
             if where.endswith(".zip") and os.path.isfile(where):  # zarr.open takes a path for directories only
                 target = zarr.storage.ZipStore(where, mode="r")
