@@ -104,7 +104,7 @@ def as_feature_matrix(
     """Coerce and validate the inputs of :func:`daskbatch.describe`."""
     reader = open_reader(x, label, what=what, missing=missing)
     x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
-    label = _from_series(reader.label)
+    label = reader.label
     what = what or "x"
     x = unmasked(x, what)
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
@@ -206,17 +206,6 @@ def _float64_block(block: np.ndarray, *, what: str, block_info: dict[Any, Any] |
             "(±1.8e308) that daskbatch computes in"
         )
     return out
-
-
-def _from_series(label: Any) -> Any:
-    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
-    if is_instance(label, "pandas", "Series"):
-        if label.isna().any():
-            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
-        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
-    if is_instance(label, "dask.dataframe", "Series"):
-        return label.to_dask_array(lengths=True)
-    return label
 
 
 def device_module(device: str) -> Any:

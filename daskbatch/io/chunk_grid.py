@@ -14,14 +14,18 @@ import asyncio
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import zarr
+from dask.utils import parse_bytes
 
 from daskbatch import config
 from daskbatch.errors import DataError
 
+#: Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or a number.
+Chunks = Literal["auto", "storage"] | int
 #: Array attribute set by every daskbatch writer: each chunk is stored, so an absent one was lost.
 WRITES_EVERY_CHUNK = "daskbatch:writes_every_chunk"
 #: Group attributes of daskbatch stores written before :data:`WRITES_EVERY_CHUNK` (synth's and
@@ -183,6 +187,105 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     if check_chunk_count(arr) == 0:
         return []
     return absent_positions(arr, stored_keys(arr))
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Absent chunks of the samples array and of its label, their keys and the rows they cover."""
+
+    x_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    x_keys: list[str] = field(default_factory=list)
+    label_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    label_keys: list[str] = field(default_factory=list)
+    row_ranges: list[tuple[int, int]] = field(default_factory=list)
+    #: Absent chunks of both arrays, and of them those lost (of arrays whose writer stored every chunk).
+    count: int = 0
+    lost: int = 0
+
+    def message(self, x: zarr.Array, label: zarr.Array | None) -> str:
+        """The first few absent keys of each array and their count, in one line."""
+        parts = []
+        if self.x_keys:
+            parts.append(f"{len(self.x_keys):,} chunk(s) of {array_label(x)} are missing: {_first(self.x_keys)}")
+        if self.label_keys and label is not None:
+            parts.append(f"{len(self.label_keys):,} chunk(s) of label {label.path!r} are missing: "
+                         f"{_first(self.label_keys)}")
+        return "; ".join(parts) + f" ({sum(b - a for a, b in self.row_ranges):,} rows)"
+
+
+def _first(keys: list[str], n: int = 5) -> str:
+    """The first ``n`` keys, and how many in all."""
+    return ", ".join(keys[:n]) + (f", ... ({len(keys):,} in all)" if len(keys) > n else "")
+
+
+def find_missing(x: zarr.Array, label: zarr.Array | None = None,
+                 group_attrs: Mapping[str, Any] | None = None) -> Missing:
+    """The absent chunks of ``x`` and ``label`` and the merged row ranges they cover."""
+    found = {}
+    ranges = []
+    for role, arr in (("x", x), ("label", label)):
+        chunks = missing_chunks(arr) if arr is not None else []
+        found[role] = chunks
+        per = int(arr.chunks[0]) if arr is not None else 0
+        ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return Missing(
+        x_chunks=found["x"], x_keys=[absent_name(x, c) for c in found["x"]],
+        label_chunks=found["label"],
+        label_keys=[absent_name(label, c) for c in found["label"]] if label is not None else [],
+        row_ranges=merged, count=len(found["x"]) + len(found["label"]),
+        lost=len(found["x"]) * writes_every_chunk(x, group_attrs)
+        + (len(found["label"]) * writes_every_chunk(label, group_attrs) if label is not None else 0),
+    )
+
+
+def row_blocks(n_rows: int, rows_per_block: int,
+               skipped: list[tuple[int, int]]) -> tuple[tuple[int, ...], list[int]]:
+    """Dask block sizes cut at every skipped row range (whole storage chunks each), and the blocks to keep."""
+    cuts = set(range(0, n_rows, rows_per_block)) | {n_rows}
+    for a, b in skipped:
+        cuts.update((a, b))
+    edges = sorted(c for c in cuts if 0 <= c <= n_rows)
+    keep = [i for i, a in enumerate(edges[:-1]) if not any(s <= a < t for s, t in skipped)]
+    if not keep:
+        raise DataError("every row has a missing chunk: nothing is left to compute on")
+    return tuple(b - a for a, b in zip(edges[:-1], edges[1:], strict=True)), keep
+
+
+def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
+    """Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or as given."""
+    rows, store_rows = int(arr.shape[0]), storage_chunks(arr)[0]
+    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
+        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    if isinstance(chunks, int):
+        if chunks <= 0:
+            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
+        per = chunks
+    elif chunks == "storage":
+        per = store_rows
+    elif chunks == "auto":
+        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
+        per = store_rows * max(1, parse_bytes(config.get("target-chunk-bytes")) // (store_rows * row_bytes))
+    else:
+        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    return max(1, min(per, rows)) if rows else 1
+
+
+def open_facts(x: zarr.Array, label: zarr.Array | None, chunks: Any,
+               group_attrs: Mapping[str, Any]) -> tuple[int, tuple[int, ...], Missing]:
+    """Rows per dask block, ``x``'s storage chunk shape and the absent chunks of ``x`` and ``label``, bounds first."""
+    row_chunks = rows_per_block(x, chunks)
+    # Before any listing or graph: a shape the metadata claims may have nothing behind it.
+    check_chunk_count(x, blocks=math.ceil(int(x.shape[0]) / row_chunks))
+    check_feature_count(x)
+    if label is not None:
+        check_chunk_count(label)
+    return row_chunks, storage_chunks(x), find_missing(x, label, group_attrs)
 
 
 def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:

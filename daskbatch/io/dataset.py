@@ -18,10 +18,10 @@ import dask.array as da
 from dask.utils import format_bytes
 
 from daskbatch import _html
+from daskbatch.io.chunk_grid import Chunks
 from daskbatch.io.zarr_store import (
     LAYOUT_ATTR,
     MISSING_POLICIES,
-    Chunks,
     MissingPolicy,
     ZarrStore,
     json_object,

@@ -228,7 +228,20 @@ READERS: tuple[type[Reader], ...] = (ZarrReader, DatasetReader, DataFrameReader,
 def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> Reader:
     """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it."""
     cls = next(c for c in READERS if c.can_open(x))
-    return cls(x, label, what=what, missing=missing)
+    reader = cls(x, label, what=what, missing=missing)
+    reader.label = _label_values(reader.label)
+    return reader
+
+
+def _label_values(label: Any) -> Any:
+    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
+    if is_instance(label, "pandas", "Series"):
+        if label.isna().any():
+            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
+        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
+    if is_instance(label, "dask.dataframe", "Series"):
+        return label.to_dask_array(lengths=True)
+    return label
 
 
 # --------------------------------------------------------------------------- readers of ingest's batch files

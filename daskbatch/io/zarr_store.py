@@ -20,28 +20,24 @@ import math
 import os
 import struct
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dask
 import dask.array as da
 import numpy as np
 import zarr
-from dask.utils import parse_bytes
 
-from daskbatch import config
 from daskbatch._warnings import warn
 from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
 from daskbatch.io.chunk_grid import (
     WRITES_EVERY_CHUNK,
-    absent_name,
+    Chunks,
+    Missing,
     array_label,
-    check_chunk_count,
-    check_feature_count,
     chunk_key,
-    missing_chunks,
+    open_facts,
+    row_blocks,
     storage_chunks,
-    writes_every_chunk,
 )
 from daskbatch.io.outputs import zarr_target
 
@@ -54,88 +50,10 @@ CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsig
 #: What zarr warns about each object in a group that is no Zarr node (ingest's manifest and done log).
 _FOREIGN_OBJECT = r"Object at .* is not recognized as a component of a Zarr hierarchy"
 
-Chunks = Literal["auto", "storage"] | int
 MissingPolicy = Literal["auto", "raise", "skip", "fill"]
 #: ``auto``: ``fill`` where the writer leaves out chunks of fill values, ``raise`` where it
 #: records storing every chunk; ``skip``: the rows whose chunks are present; ``fill``: zarr's reading.
 MISSING_POLICIES: tuple[str, ...] = ("auto", "raise", "skip", "fill")
-
-
-# --------------------------------------------------------------------------- absent chunks
-
-
-@dataclass(frozen=True)
-class Missing:
-    """Absent chunks of the samples array and of its label, their keys and the rows they cover."""
-
-    x_chunks: list[tuple[int, ...]] = field(default_factory=list)
-    x_keys: list[str] = field(default_factory=list)
-    label_chunks: list[tuple[int, ...]] = field(default_factory=list)
-    label_keys: list[str] = field(default_factory=list)
-    row_ranges: list[tuple[int, int]] = field(default_factory=list)
-    x_lost: bool = False
-    label_lost: bool = False
-
-    @property
-    def lost(self) -> int:
-        """Absent chunks of arrays whose writer stored every chunk."""
-        return len(self.x_chunks) * self.x_lost + len(self.label_chunks) * self.label_lost
-
-    def __bool__(self) -> bool:
-        return bool(self.x_chunks or self.label_chunks)
-
-    def message(self, x: zarr.Array, label: zarr.Array | None) -> str:
-        """The first few absent keys of each array and their count, in one line."""
-        parts = []
-        if self.x_keys:
-            parts.append(f"{len(self.x_keys):,} chunk(s) of {array_label(x)} are missing: {_first(self.x_keys)}")
-        if self.label_keys and label is not None:
-            parts.append(f"{len(self.label_keys):,} chunk(s) of label {label.path!r} are missing: "
-                         f"{_first(self.label_keys)}")
-        return "; ".join(parts) + f" ({sum(b - a for a, b in self.row_ranges):,} rows)"
-
-
-def _first(keys: list[str], n: int = 5) -> str:
-    """The first ``n`` keys, and how many in all."""
-    return ", ".join(keys[:n]) + (f", ... ({len(keys):,} in all)" if len(keys) > n else "")
-
-
-def find_missing(x: zarr.Array, label: zarr.Array | None = None,
-                 group_attrs: Mapping[str, Any] | None = None) -> Missing:
-    """The absent chunks of ``x`` and ``label`` and the merged row ranges they cover."""
-    found = {}
-    ranges = []
-    for role, arr in (("x", x), ("label", label)):
-        chunks = missing_chunks(arr) if arr is not None else []
-        found[role] = chunks
-        per = int(arr.chunks[0]) if arr is not None else 0
-        ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return Missing(
-        x_chunks=found["x"], x_keys=[absent_name(x, c) for c in found["x"]],
-        label_chunks=found["label"],
-        label_keys=[absent_name(label, c) for c in found["label"]] if label is not None else [],
-        row_ranges=merged, x_lost=writes_every_chunk(x, group_attrs),
-        label_lost=label is not None and writes_every_chunk(label, group_attrs),
-    )
-
-
-def row_blocks(n_rows: int, rows_per_block: int,
-               skipped: list[tuple[int, int]]) -> tuple[tuple[int, ...], list[int]]:
-    """Dask block sizes cut at every skipped row range (whole storage chunks each), and the blocks to keep."""
-    cuts = set(range(0, n_rows, rows_per_block)) | {n_rows}
-    for a, b in skipped:
-        cuts.update((a, b))
-    edges = sorted(c for c in cuts if 0 <= c <= n_rows)
-    keep = [i for i, a in enumerate(edges[:-1]) if not any(s <= a < t for s, t in skipped)]
-    if not keep:
-        raise DataError("every row has a missing chunk: nothing is left to compute on")
-    return tuple(b - a for a, b in zip(edges[:-1], edges[1:], strict=True)), keep
 
 
 # --------------------------------------------------------------------------- reading blocks
@@ -326,10 +244,6 @@ class ZarrStore:
         arr = self.array(x, "x")
         if arr.ndim != 2:
             raise DataError(f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array")
-        row_chunks = _rows_per_block(arr, chunks)
-        # Before any listing or graph: a shape the metadata claims may have nothing behind it.
-        check_chunk_count(arr, blocks=math.ceil(int(arr.shape[0]) / row_chunks))
-        check_feature_count(arr)
         label_name = label if label is not None else self.layout.get("label")
         if label_name is not None and not isinstance(label_name, str):
             raise DataError(f"{self.where!r} records label {label_name!r} in its {LAYOUT_ATTR!r} attribute; "
@@ -340,27 +254,26 @@ class ZarrStore:
             if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
                 raise DataError(f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
                                 f"({arr.shape[0]},) to match the rows of {arr.path!r}")
-            check_chunk_count(label_arr)
+        row_chunks, store_chunks, absent = open_facts(arr, label_arr, chunks, self.attrs)
         ingest = self.attrs.get(INGEST_ATTR)
         complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
         if not complete:
             warn(f"{self.where!r} was written by an ingest that did not finish; its data is incomplete. "
                  "Re-run the same ingest command to finish it.", IncompleteStoreWarning)
-        absent = find_missing(arr, label_arr, self.attrs)
         # The Zarr contract: an absent chunk is the fill value, unless its writer stores every chunk.
         policy = ("raise" if absent.lost else "fill") if missing == "auto" else missing
-        if absent and policy == "raise":
+        if absent.count and policy == "raise":
             raise DataError(self._refusal(absent, arr, label_arr, complete))
         skip = absent.row_ranges if policy == "skip" else []
         sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
         views = [None if a is None else BlockReader(a).as_dask(sizes, self.where) for a in (arr, label_arr)]
         if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
             views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
-        if absent and (policy == "skip" or missing == "fill" and absent.lost):
+        if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
             warn(f"{absent.message(arr, label_arr)}: {'left out' if skip else 'read as fill values'}",
                  MissingChunksWarning)
         return dict(
-            x=views[0], label=views[1], feature_names=self.feature_names(arr), store_chunks=storage_chunks(arr),
+            x=views[0], label=views[1], feature_names=self.feature_names(arr), store_chunks=store_chunks,
             path=self.where, array_name=arr.path, attrs={**self.attrs, **clean_attrs(arr.attrs)},
             missing_chunks=absent.x_chunks, label_name=label_arr.path if label_arr is not None else None,
             zarr_format=int(arr.metadata.zarr_format), missing_chunk_keys=absent.x_keys, complete=complete,
@@ -381,25 +294,6 @@ class ZarrStore:
             remedy = ("their writer leaves out chunks that hold only the fill value, so they are that value: "
                       "the default missing='auto' (--missing auto) reads them so")
         return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
-
-
-def _rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
-    """Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or as given."""
-    rows, store_rows = int(arr.shape[0]), storage_chunks(arr)[0]
-    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
-        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
-    if isinstance(chunks, int):
-        if chunks <= 0:
-            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
-        per = chunks
-    elif chunks == "storage":
-        per = store_rows
-    elif chunks == "auto":
-        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
-        per = store_rows * max(1, parse_bytes(config.get("target-chunk-bytes")) // (store_rows * row_bytes))
-    else:
-        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
-    return max(1, min(per, rows)) if rows else 1
 
 
 def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) -> str:
