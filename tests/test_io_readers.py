@@ -120,3 +120,15 @@ def test_a_new_batch_file_format_for_ingest_is_one_reader_and_one_registry_line(
     report = db.ingest(str(tmp_path / "b*.txt"), str(tmp_path / "out.zarr"), chunk_rows=4)
     assert (report.rows, report.features) == (12, 3)
     np.testing.assert_array_equal(db.open_dataset(tmp_path / "out.zarr").x.compute(), np.concatenate(parts))
+
+
+def test_a_from_zarr_array_names_its_store_by_path_and_finds_stored_weights(tmp_path) -> None:
+    path = str(tmp_path / "w.zarr")
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("X", shape=(ROWS, COLS), chunks=(CHUNK, COLS), dtype="f8")[:] = np.arange(ROWS * COLS).reshape(ROWS, COLS)
+    group.create_array("w", shape=(ROWS,), chunks=(CHUNK,), dtype="f8")[:] = 1.0
+    x = da.from_zarr(path, component="X")  # an fsspec store, not a LocalStore
+    with pytest.raises(DataError, match=f"^'{path}' is a single array"):
+        db.describe(x, "y")
+    weighted = db.describe(x, weights="w", stats=("moments",))
+    np.testing.assert_array_equal(weighted.mean, db.describe(path, stats=("moments",)).mean)

@@ -56,11 +56,20 @@ def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
+def store_location(store: Any) -> str:
+    """Where a zarr store is: a local path (``LocalStore``, or fsspec's local file system), else its URL."""
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)
+    if getattr(store, "root", None) is not None:
+        return str(store.root)
+    if fs is not None and path is not None:
+        protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+        return str(path) if {"file", "local"} & set(protocols) else str(fs.unstrip_protocol(path))
+    return str(path) if path is not None else repr(store)
+
+
 def array_label(arr: zarr.Array) -> str:
     """``array '<path>' in '<store>'``, for messages."""
-    store = arr.store
-    root = getattr(store, "root", None) or getattr(store, "path", None)
-    return f"array {arr.path or '/'!r} in {str(root) if root is not None else repr(store)!r}"
+    return f"array {arr.path or '/'!r} in {store_location(arr.store)!r}"
 
 
 def stored_keys(arr: zarr.Array) -> set[str]:

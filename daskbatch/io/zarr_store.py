@@ -38,6 +38,7 @@ from daskbatch.io.chunk_grid import (
     open_facts,
     row_blocks,
     storage_chunks,
+    store_location,
 )
 from daskbatch.io.outputs import zarr_target
 
@@ -187,7 +188,7 @@ class ZarrStore:
 
     def __init__(self, path_or_url: Any, storage_options: Mapping[str, Any] | None = None) -> None:
         if isinstance(path_or_url, zarr.Group | zarr.Array):
-            self.root, self.where = path_or_url, str(getattr(path_or_url.store, "root", path_or_url.store))
+            self.root, self.where = path_or_url, store_location(path_or_url.store)
         else:
             where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
             if not isinstance(where, str):
