@@ -1,17 +1,4 @@
-"""``map_batches`` over Python items: batches of any objects (tuples of small grids, dicts), one result per item.
-
->>> import daskbatch as db
->>> db.map_batches(lambda batch: [a + b for a, b in batch], [(1, 2), (3, 4), (5, 6)], batch_rows=2)
-[3, 7, 11]
-
-A list or tuple of items is cut into batches of ``batch_rows`` items (by
-default at most 100 batches); a ``dask.bag.Bag`` brings its own partitions as
-the batches.  Each batch is one dask task and ``func`` gets
-it as a list.  ``on_error`` works as for arrays, with items for rows: a
-failing batch is bisected down to ``min_batch_rows`` items, and ``"flag"``
-turns the results of the items that still fail into ``None`` (with a
-:class:`~daskbatch.map_batches.FlaggedRowsWarning` naming them).
-"""
+"""``map_batches`` over Python items: batches of any objects (tuples of small grids, dicts), one result per item."""
 
 from __future__ import annotations
 
@@ -99,41 +86,7 @@ def map_items(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> list[Any]:
-    """Apply ``func`` (a list of items -> one result per item) to all items, batch by batch.
-
-    Called by :func:`daskbatch.map_batches` for a list, tuple or ``dask.bag.Bag``.
-
-    Parameters
-    ----------
-    func : callable
-        Takes a list of items, returns a sequence of as many results.
-    items : list, tuple or dask.bag.Bag
-        The items.
-    out : None
-        Items come back as a list; an output store is for arrays.
-    batch_rows : int or "plan", default "plan"
-        Items per batch; ``"plan"``: at most :data:`MAX_BATCHES` batches (a bag's own partitions).
-    device : {"auto", "cpu"}, default "auto"
-        Items reach ``func`` as they are (move them to a GPU inside ``func``).
-    on_error : {"raise", "flag", "fallback"} or ("fallback", "flag"), default "raise"
-        As for arrays, with items for rows (see :mod:`daskbatch.map_batches`).
-    min_batch_rows : int, optional
-        Smallest piece a failing batch is bisected down to (default 1 item).
-    progress : bool or callable, default False
-        True draws a progress bar; a callable is called as ``progress(done, total, "map_batches")``.
-    cancel : threading.Event, optional
-        Set it to stop at the next batch boundary (the results so far are not kept).
-
-    Returns
-    -------
-    list
-        One result per item, in order (``None`` for flagged items).
-
-    Raises
-    ------
-    BatchError
-        ``func`` failed (``"raise"``; ``"fallback"`` when even the smallest piece fails).
-    """
+    """Apply ``func`` (a list of items -> one result per item) to all items, batch by batch."""
     import dask.bag  # lazy: dask
 
     if out is not None:

@@ -1,31 +1,4 @@
-"""A resumable Zarr v3 output of row blocks: one chunk per block, a done-log, a ``complete`` flag.
-
-:func:`daskbatch.transform` and :func:`daskbatch.map_batches` write their
-results here (:mod:`daskbatch.io.rowstore_create` creates the store).  The store follows ingest's
-recipe (:mod:`daskbatch.io.ingest.manifest`):
-
-- ``daskbatch-output-creating`` is the first thing written when the store is
-  created and the last removed: a store holding it was interrupted while being
-  created (by daskbatch) and is simply made again. A store lacking both it and
-  the manifest below is not one daskbatch made, and is never deleted for that;
-- ``daskbatch-output.json`` describes the job (input fingerprint, steps,
-  options); it is written once the arrays exist;
-- ``daskbatch-output-done.log`` gets one block index per line, appended only
-  after that block's chunks were written completely.  A re-run of the same job
-  writes only the blocks missing from the log; a different job is refused
-  with the difference named.
-- group attributes ``daskbatch_output`` (the kind of job, the marker that
-  makes the path daskbatch's to replace) and ``complete`` (true once every
-  block is in the log).
-
-One run at a time writes a store: :meth:`RowStore.open` takes the run lock
-``.NAME.daskbatch-lock`` beside it (:mod:`daskbatch.runtime.runlock`), held
-until :meth:`RowStore.close`; a second run fails at once naming the holder.
-
-Every array has chunks of ``chunk_rows`` rows spanning all columns, a zstd +
-crc32c codec chain (a corrupt chunk fails its checksum instead of decoding to
-garbage) and ``write_empty_chunks``: every block is on disk once written.
-"""
+"""A resumable Zarr v3 output of row blocks: one chunk per block, a done-log, a ``complete`` flag."""
 
 from __future__ import annotations
 
@@ -58,24 +31,7 @@ __all__ = ["OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore
 
 @dataclass(frozen=True)
 class OutputReport:
-    """What a run writing a row-block store did.
-
-    Attributes
-    ----------
-    path : str
-        The output store.
-    rows, features : int
-        Shape of the output ``X``.
-    feature_names : tuple of str
-    blocks : int
-        Row blocks (output chunks) in all.
-    written : tuple of int
-        Blocks this run wrote (the others were already in the done-log).
-    seconds : float
-        Wall time of this run.
-    failed_rows : tuple of (int, int)
-        Row ranges ``[start, stop)`` that ``map_batches(on_error="flag")`` flagged.
-    """
+    """What a run writing a row-block store did."""
 
     path: str
     rows: int
@@ -87,13 +43,7 @@ class OutputReport:
     failed_rows: tuple[tuple[int, int], ...] = ()
 
     def summary(self) -> str:
-        """Summarise the output in one line for the CLI.
-
-        Returns
-        -------
-        str
-            The line.
-        """
+        """Summarise the output in one line for the CLI."""
         skipped = self.blocks - len(self.written)
         resumed = f" ({skipped} already done)" if skipped else ""
         return (
@@ -102,44 +52,19 @@ class OutputReport:
         )
 
     def open(self) -> Any:
-        """Open the output as a :class:`~daskbatch.Dataset`.
-
-        Returns
-        -------
-        Dataset
-            The output's arrays.
-        """
+        """Open the output as a :class:`~daskbatch.Dataset`."""
         return open_dataset(self.path)
 
 
 def row_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
-    """Find the ``[start, stop)`` of each run of True in a 1-D boolean ``mask``.
-
-    Parameters
-    ----------
-    mask : numpy.ndarray of bool
-        1-D.
-
-    Returns
-    -------
-    list of tuple of int
-        The runs, in order.
-    """
+    """Find the ``[start, stop)`` of each run of True in a 1-D boolean ``mask``."""
     padded = np.concatenate([[False], np.asarray(mask, dtype=bool), [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 class RegionWriter:
-    """Writes block ``i``'s rows of every output array (picklable: it travels to workers).
-
-    Parameters
-    ----------
-    arrays : dict of str to zarr.Array
-        The output arrays, by name.
-    rows, chunk_rows : int
-        Rows of every array, and per chunk (= per block).
-    """
+    """Writes block ``i``'s rows of every output array (picklable: it travels to workers)."""
 
     def __init__(self, arrays: dict[str, Any], rows: int, chunk_rows: int) -> None:
         self.arrays = arrays
@@ -152,27 +77,11 @@ class RegionWriter:
         return lo, min(lo + self.chunk_rows, self.rows)
 
     def write(self, block: int, values: dict[str, np.ndarray]) -> None:
-        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays).
-
-        Parameters
-        ----------
-        block : int
-            The block index.
-        values : dict of str to numpy.ndarray
-            The block's rows of each array, by name.
-        """
+        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays)."""
         self.write_blocks(block, block + 1, values)
 
     def write_blocks(self, first: int, stop: int, values: dict[str, np.ndarray]) -> None:
-        """Write whole chunks ``first`` to ``stop - 1`` of each array in ``values`` in one call.
-
-        Parameters
-        ----------
-        first, stop : int
-            The blocks, ``[first, stop)``.
-        values : dict of str to numpy.ndarray
-            Their rows of each array, by name.
-        """
+        """Write whole chunks ``first`` to ``stop - 1`` of each array in ``values`` in one call."""
         lo, hi = self._bounds(first)[0], self._bounds(stop - 1)[1]
         what = f"block {first}" if stop == first + 1 else f"blocks {first}-{stop - 1}"
         for name, v in values.items():
@@ -187,30 +96,7 @@ def _inside(a: str, b: str) -> bool:
 
 
 class RowStore:
-    """An output store being written; use :meth:`open` to create or resume one.
-
-    Parameters
-    ----------
-    path : str
-        Local path of the store.
-    group : zarr.Group
-        The open store.
-    rows, chunk_rows : int
-        Rows of every array, and per chunk (= per block).
-    names : list of str
-        The output arrays.
-
-    Attributes
-    ----------
-    path : str
-        Local path of the store.
-    rows, chunk_rows, blocks : int
-        Rows, rows per block, and number of blocks.
-    done : set of int
-        Blocks already in the done-log when the store was opened.
-    writer : RegionWriter
-        Writes the blocks (on workers).
-    """
+    """An output store being written; use :meth:`open` to create or resume one."""
 
     def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str]) -> None:
         self.path = path
@@ -228,24 +114,12 @@ class RowStore:
 
     @property
     def todo(self) -> list[int]:
-        """List the blocks not yet in the done-log, in order.
-
-        Returns
-        -------
-        list of int
-            Block indices.
-        """
+        """List the blocks not yet in the done-log, in order."""
         return [b for b in range(self.blocks) if b not in self.done]
 
     @property
     def complete(self) -> bool:
-        """Tell whether the store is marked complete.
-
-        Returns
-        -------
-        bool
-            The ``complete`` attribute.
-        """
+        """Tell whether the store is marked complete."""
         return bool(self.group.attrs.get("complete"))
 
     @classmethod
@@ -262,44 +136,7 @@ class RowStore:
         overwrite: bool = False,
         protect: tuple[str, ...] = (),
     ) -> RowStore:
-        """Create the store, or resume the same job's unfinished one.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            Local path of the output.
-        kind : str
-            The job, stored as the ``daskbatch_output`` attribute.
-        rows, chunk_rows : int
-            Rows of every array, and per chunk (= per block).
-        arrays : list of ArraySpec
-            Name, dtype and trailing shape of each output array.
-        attrs : dict
-            Further group attributes (feature names, provenance), JSON-able.
-        doc : dict
-            What must match for a resume (input fingerprint, steps, options), JSON-able.
-        overwrite : bool, default False
-            Replace an existing daskbatch output (never anything else).
-        protect : tuple of str
-            Paths the output must not overlap (the input store).
-
-        Returns
-        -------
-        RowStore
-            The store, ready to write its remaining blocks.
-
-        Raises
-        ------
-        ValueError
-            ``path`` is or overlaps a protected path, or is a URL.
-        FileExistsError
-            ``path`` exists and is not a daskbatch output.
-        DataError
-            ``path`` holds a different job's output, or another kind of
-            daskbatch output such as a summary (without ``overwrite``).
-        LockHeldError
-            Another run is writing ``path``.
-        """
+        """Create the store, or resume the same job's unfinished one."""
         out = os.fspath(path)
         if "://" in out:
             raise ValueError(f"outputs are written to local paths only, got {out!r}")
@@ -331,13 +168,7 @@ class RowStore:
         return store
 
     def mark_done(self, block: int) -> None:
-        """Record ``block`` as written (append to the done-log and flush).
-
-        Parameters
-        ----------
-        block : int
-            The block index.
-        """
+        """Record ``block`` as written (append to the done-log and flush)."""
         with self._lock:
             if self._log is None:
                 self._log = DoneLog(self.path, name=DONE_FILE)
@@ -359,13 +190,7 @@ class RowStore:
                 self._log = None
 
     def finish(self, attrs: dict[str, Any] | None = None) -> None:
-        """Check that every block is logged, then set ``complete`` (and ``attrs``).
-
-        Parameters
-        ----------
-        attrs : dict, optional
-            Further group attributes to set.
-        """
+        """Check that every block is logged, then set ``complete`` (and ``attrs``)."""
         self._close_log()
         missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
         if missing:
@@ -377,20 +202,7 @@ class RowStore:
 
 
 def layout(label: bool, mask: str | None = None) -> dict[str, Any]:
-    """Build the ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it.
-
-    Parameters
-    ----------
-    label : bool
-        Whether the store has a label array.
-    mask : str, optional
-        Name of a row-mask array.
-
-    Returns
-    -------
-    dict
-        The attribute's value.
-    """
+    """Build the ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it."""
     out: dict[str, Any] = {"x": "X", "label": "y" if label else None}
     if mask:
         out["mask"] = mask

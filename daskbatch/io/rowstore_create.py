@@ -1,10 +1,4 @@
-"""Creating a row-block output store on disk, and deciding what to do with one already there.
-
-The files and attributes are those :mod:`daskbatch.io.rowstore` describes: the
-creating marker first and last, the arrays, then the manifest. A store already
-at the path is created again (empty, interrupted while being created, or
-``overwrite``), resumed (the same job's), or refused with the difference named.
-"""
+"""Creating a row-block output store on disk, and deciding what to do with one already there."""
 
 from __future__ import annotations
 
@@ -68,32 +62,7 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
 
 
 def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool) -> bool:
-    """Decide about an existing store at ``out``: remove it to be created again, or resume it.
-
-    Parameters
-    ----------
-    out : str
-        The store's local path (it exists).
-    kind : str
-        The job writing it.
-    doc : dict
-        What must match the store's manifest for a resume.
-    overwrite : bool
-        Replace an existing daskbatch output.
-
-    Returns
-    -------
-    bool
-        True when the store is to be created (anything there was removed),
-        False to resume it.
-
-    Raises
-    ------
-    FileExistsError
-        ``out`` is not a daskbatch output.
-    DataError
-        ``out`` holds another kind of output, or a different job's.
-    """
+    """Decide about an existing store at ``out``: remove it to be created again, or resume it."""
     if os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out):
         os.rmdir(out)  # an empty directory holds nothing to protect
         return True
@@ -136,23 +105,7 @@ def create_store(
     out: str, kind: str, rows: int, chunk_rows: int, arrays: list[ArraySpec],
     attrs: dict[str, Any], doc: dict[str, Any],
 ) -> None:
-    """Create a new store at ``out``: the creating marker first, then the arrays and the manifest, the marker removed last.
-
-    Parameters
-    ----------
-    out : str
-        The store's local path (nothing there yet).
-    kind : str
-        The job, stored as the ``daskbatch_output`` attribute.
-    rows, chunk_rows : int
-        Rows of every array, and per chunk (= per block).
-    arrays : list of ArraySpec
-        The output arrays.
-    attrs : dict
-        Further group attributes, JSON-able.
-    doc : dict
-        The manifest, JSON-able.
-    """
+    """Create a new store at ``out``: the creating marker first, then the arrays and the manifest, the marker removed last."""
     import zarr  # lazy: zarr
     from zarr.codecs import Crc32cCodec, ZstdCodec  # lazy: zarr
 

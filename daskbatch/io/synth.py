@@ -1,12 +1,4 @@
-"""Deterministic synthetic (samples x features) data with known ground truth: the ``synth`` verb.
-
-Every row is a function of ``(seed, row index)`` only, so any ``chunk_rows``,
-any rank's share and any device give the same rows. The model, its ground
-truth and the default (NumPy Philox) stream are in
-:mod:`daskbatch.io.synth_model`, the counter-based stream a GPU uses in
-:mod:`daskbatch.io.synth_counter`; this module turns them into lazy dask arrays
-and writes them to a checksummed Zarr store.
-"""
+"""Deterministic synthetic (samples x features) data with known ground truth: the ``synth`` verb."""
 
 from __future__ import annotations
 
@@ -349,11 +341,7 @@ def _write(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored.
-
-    An unfinished store of the same request (a cancelled or killed run) is
-    completed: only its absent or unreadable chunks are written again.
-    """
+    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
     request = _request_token(attrs, x, chunk_rows)
     group = None if overwrite else _unfinished(where, request)
@@ -402,10 +390,7 @@ def _exists_message(where: str) -> str:
 
 
 def _unfinished(where: str, request: str) -> zarr.Group | None:
-    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None.
-
-    Raises :class:`FileExistsError` for anything else at ``where``.
-    """
+    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None."""
     if "://" not in where and not os.path.lexists(where):
         return None
     try:

@@ -1,19 +1,4 @@
-"""A counter-based stream for :func:`daskbatch.synth` written in the array API, so that GPUs generate on the device.
-
-Every value is a pure function of ``(seed, row, column)``: the Philox4x32-10
-block cipher (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy
-as 1, 2, 3", SC 2011) encrypts the counter ``(column pair, row low word, row
-high word, stream)`` under a key drawn from ``seed``, and the Box–Muller
-transform turns the four 32-bit words into two standard normals (53-bit
-uniforms). No state is carried from one row to the next, so any chunking, any
-device and any number of ranks give the same rows; NumPy and CuPy run the same
-integer arithmetic bit for bit, and differ at most in the last bits of
-``log``, ``sqrt``, ``cos`` and ``sin`` (about 1e-16 relative).
-
-It is a different stream from the default CPU generator's (numpy's Philox4x64
-behind ``Generator.standard_normal``): ``synth(..., generator="counter")`` on
-the CPU makes the data that ``device="gpu"`` makes.
-"""
+"""A counter-based stream for :func:`daskbatch.synth` written in the array API, so that GPUs generate on the device."""
 
 from __future__ import annotations
 
@@ -32,24 +17,7 @@ X_STREAM, LABEL_STREAM = 0, 1
 
 
 def philox4x32(xp: Any, counter: tuple[Any, Any, Any, Any], key: tuple[int, int], rounds: int = 10) -> tuple[Any, ...]:
-    """Encrypt counters with Philox4x32 (10 rounds): four uint32 words in, four out, element by element.
-
-    Parameters
-    ----------
-    xp : namespace
-        NumPy or CuPy (anything with uint64 arrays and shifts).
-    counter : tuple of 4 arrays
-        The counter words, uint64 arrays holding values below 2**32 (broadcastable).
-    key : tuple of 2 int
-        The key words, below 2**32.
-    rounds : int, default 10
-        Rounds of the cipher.
-
-    Returns
-    -------
-    tuple of 4 arrays
-        The output words, uint64 arrays holding values below 2**32.
-    """
+    """Encrypt counters with Philox4x32 (10 rounds): four uint32 words in, four out, element by element."""
     c0, c1, c2, c3 = (xp.asarray(c, dtype=xp.uint64) for c in counter)
     k0, k1 = int(key[0]) & _LOW, int(key[1]) & _LOW
     low = xp.uint64(_LOW)
@@ -83,24 +51,7 @@ def _counters(xp: Any, start: int, stop: int, columns: int, stream: int) -> tupl
 
 
 def normals(xp: Any, seed: int, start: int, stop: int, columns: int) -> Any:
-    """Draw the standard normals of rows ``[start, stop)`` (Box–Muller on each column pair).
-
-    Parameters
-    ----------
-    xp : namespace
-        NumPy or CuPy (array API).
-    seed : int
-        The dataset's seed.
-    start, stop : int
-        The rows, as global row indices.
-    columns : int
-        Normals per row.
-
-    Returns
-    -------
-    array
-        (stop - start, columns) float64.
-    """
+    """Draw the standard normals of rows ``[start, stop)`` (Box–Muller on each column pair)."""
     pairs = (columns + 1) // 2
     w0, w1, w2, w3 = philox4x32(xp, _counters(xp, start, stop, pairs, X_STREAM), _key(seed))
     radius = xp.sqrt(-2.0 * xp.log(_uniform53(xp, w0, w1)))
@@ -116,33 +67,7 @@ def _uniforms(xp: Any, seed: int, start: int, stop: int) -> Any:
 
 
 def counter_rows(xp: Any, seed: int, start: int, stop: int, model: Any, dtype: Any) -> tuple[Any, Any]:
-    """Make rows ``[start, stop)`` of X and y (None without classes) of ``model``, in namespace ``xp``.
-
-    The model is :func:`daskbatch.io.synth`'s: base features ``mu + scale * z +
-    delta[y]`` and mixed features ``offset + W @ x_base + noise * z'``; values
-    are drawn in float64 and cast to ``dtype`` before the affine steps, as the
-    CPU generator draws them in ``dtype``.
-
-    Parameters
-    ----------
-    xp : namespace
-        NumPy or CuPy: where the rows are made.
-    seed : int
-        The dataset's seed.
-    start, stop : int
-        The rows, as global row indices.
-    model : SynthModel
-        The generating model.
-    dtype : numpy.dtype
-        The dtype of X: float32 or float64.
-
-    Returns
-    -------
-    x : array
-        (stop - start, features) in ``dtype``.
-    y : array or None
-        (stop - start,) int32 labels.
-    """
+    """Make rows ``[start, stop)`` of X and y (None without classes) of ``model``, in namespace ``xp``."""
     dtype = np.dtype(dtype)
     x = xp.astype(normals(xp, seed, start, stop, model.features), xp.float32 if dtype == np.float32 else xp.float64)
     q = model.n_base

@@ -1,21 +1,4 @@
-"""The synthetic data's model and its default (NumPy Philox) stream: every row a function of ``(seed, row index)``.
-
-Every row is a function of ``(seed, row index)`` only: rows are generated in
-fixed internal blocks of :data:`BLOCK_ROWS` rows, each from its own counter-based
-Philox stream keyed by ``SeedSequence(seed, spawn_key=(1, block))``, and then
-sliced.  Any ``chunk_rows`` (or any number of rows) therefore gives bitwise
-identical values for the rows they share.
-
-The model, for ``Q = features - correlated`` base features and ``P = correlated``
-mixed ones::
-
-    y        ~ Categorical(priors)                       (only with classes=K)
-    x_base   = mu + scale * z + delta[y]                 delta is 0 off the informative features
-    x_mixed  = offset + W @ x_base + noise * z'          each row of W mixes two base features
-
-with ``z, z'`` independent standard normal.  The population mean and covariance
-follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]``.
-"""
+"""The synthetic data's model and its default (NumPy Philox) stream: every row a function of ``(seed, row index)``."""
 
 from __future__ import annotations
 
@@ -50,35 +33,14 @@ class SynthModel:
 
     @property
     def n_base(self) -> int:
-        """Count the base (unmixed) features.
-
-        Returns
-        -------
-        int
-            The number of base features.
-        """
+        """Count the base (unmixed) features."""
         return int(self.mu.shape[0])
 
 
 def make_model(
     features: int, classes: int | None, informative: int | None, correlated: int, seed: int
 ) -> SynthModel:
-    """Check the sizes and draw the generator's parameters from ``seed``.
-
-    Parameters
-    ----------
-    features : int
-        Number of features.
-    classes, informative : int or None
-        Number of classes and of informative base features, as :func:`daskbatch.synth` takes them.
-    correlated, seed : int
-        Mixed features and the seed.
-
-    Returns
-    -------
-    SynthModel
-        The model; the same for the same arguments, whatever the row count.
-    """
+    """Check the sizes and draw the generator's parameters from ``seed``."""
     if features < 1:
         raise ValueError(f"features must be >= 1, got {features}")
     if not 0 <= correlated < features:
@@ -119,18 +81,7 @@ def make_model(
 
 
 def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
-    """Population mean, covariance and class means of the model, in float64.
-
-    Parameters
-    ----------
-    model : SynthModel
-        The generating model.
-
-    Returns
-    -------
-    dict
-        ``mean`` (D,), ``cov`` (D, D), ``class_means`` (K, D) and ``priors`` (K,).
-    """
+    """Population mean, covariance and class means of the model, in float64."""
     q, p = model.n_base, model.features - model.n_base
     w = np.zeros((p, q))
     for i, ((a, b), (wa, wb)) in enumerate(zip(model.sources, model.weights, strict=True)):
@@ -188,24 +139,7 @@ def _x_block(
 def numpy_rows(
     seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str
 ) -> np.ndarray:
-    """Make rows ``[start, stop)`` of X or y from the default stream, assembled from whole internal blocks.
-
-    Parameters
-    ----------
-    seed, start, stop : int
-        The seed and the rows.
-    model : SynthModel
-        The generating model.
-    dtype : numpy.dtype
-        Data type of X.
-    what : {"x", "y"}
-        The features or the label.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(stop - start, features)`` of ``dtype``, or ``(stop - start,)`` int32.
-    """
+    """Make rows ``[start, stop)`` of X or y from the default stream, assembled from whole internal blocks."""
     if what == "x":
         out = np.empty((stop - start, model.features), dtype=dtype)
     else:
@@ -225,23 +159,7 @@ def numpy_rows(
 
 
 def truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dict[str, Any]:
-    """Describe the model and its ground truth as JSON-ready ``attrs["synth"]``.
-
-    Parameters
-    ----------
-    model : SynthModel
-        The generating model.
-    seed, rows : int
-        The seed and the dataset's row count.
-    dtype : numpy.dtype
-        Data type of X.
-
-    Returns
-    -------
-    dict
-        Lists and scalars: ``true_mean``, ``true_std``, ``true_cov`` (up to
-        :data:`MAX_COV_FEATURES` features), class priors and means, ...
-    """
+    """Describe the model and its ground truth as JSON-ready ``attrs["synth"]``."""
     truth = ground_truth(model)
     q = model.n_base
     out: dict[str, Any] = {

@@ -1,15 +1,4 @@
-"""Clusters in, :class:`~daskbatch.planning.resources.Resources` out.
-
-* :func:`cluster` starts (or connects to) a cluster and yields a
-  ``distributed.Client``: a local CPU cluster, one CUDA worker per GPU
-  (dask-cuda), a SLURM/PBS cluster (dask-jobqueue), or an existing scheduler
-  by address or scheduler file (batch jobs, dask-mpi).
-* what the workers have (memory, GPUs, a live client's :class:`Resources`)
-  is read by :mod:`daskbatch.runtime.capacity`.
-
-distributed is imported inside functions and dask-cuda, dask-jobqueue,
-rmm and pynvml only where needed, so importing this module is cheap.
-"""
+"""Clusters in, :class:`~daskbatch.planning.resources.Resources` out."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Where a :class:`~daskbatch.runtime.progress.Progress` bar is drawn: an ipywidgets bar in Jupyter, a redrawn line on a terminal.
-
-A terminal bar is erased while a log line is written (:func:`line_cleared`)
-and redrawn after it.
-"""
+"""Where a :class:`~daskbatch.runtime.progress.Progress` bar is drawn: an ipywidgets bar in Jupyter, a redrawn line on a terminal."""
 
 from __future__ import annotations
 
@@ -20,13 +16,7 @@ _CLEAR = "\r\x1b[2K"
 
 
 def in_jupyter() -> bool:
-    """Tell whether this runs inside an IPython kernel (Jupyter, VS Code notebooks), not a terminal IPython.
-
-    Returns
-    -------
-    bool
-        True in a kernel (a loaded but unused ``ipykernel`` module does not count).
-    """
+    """Tell whether this runs inside an IPython kernel (Jupyter, VS Code notebooks), not a terminal IPython."""
     ipython = sys.modules.get("IPython")
     if ipython is None:
         return False
@@ -35,21 +25,7 @@ def in_jupyter() -> bool:
 
 
 def display_for(title: str, total: int | None) -> Display | None:
-    """Make the bar for where this process shows things.
-
-    Parameters
-    ----------
-    title : str
-        The step's title (the widget's label).
-    total : int or None
-        Units of the step, when known.
-
-    Returns
-    -------
-    Display or None
-        An ipywidgets bar in Jupyter, a line on a terminal's stderr, or None
-        (not a TTY: log lines only).
-    """
+    """Make the bar for where this process shows things."""
     if in_jupyter():
         try:
             return _Widget(title, total)

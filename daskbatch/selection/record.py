@@ -1,8 +1,4 @@
-"""A :class:`Selection`: per feature its score, p-value, rank, whether it was kept and why not.
-
-Made by :func:`daskbatch.select`; saved as CSV (a settings line, then the
-table) or JSON and read back exactly by :func:`load_selection`.
-"""
+"""A :class:`Selection`: per feature its score, p-value, rank, whether it was kept and why not."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The plain-text report of a :class:`~daskbatch.Summary` that ``describe`` and ``demo`` print.
-
-Its table is the text repr's (:func:`daskbatch.summary.reprs.summary_text`), which the
-notebook's HTML shares: the same warnings (constant, outside the histogram
-range, NaN-heavy), the same quantile columns and one number format per
-column with thousands separators. The report adds the strongest correlations
-and the most informative features.
-"""
+"""The plain-text report of a :class:`~daskbatch.Summary` that ``describe`` and ``demo`` print."""
 
 from __future__ import annotations
 
@@ -16,22 +9,7 @@ from daskbatch.summary.reprs import correlation_rows, format_column, summary_tex
 
 
 def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
-    """Write the human-readable report printed by ``describe`` and ``demo``.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-    top : int, default 10
-        Pairs and features listed as the most correlated and informative.
-    max_features : int, default 20
-        Features in the table.
-
-    Returns
-    -------
-    str
-        The report.
-    """
+    """Write the human-readable report printed by ``describe`` and ``demo``."""
     lines = [summary_text(summary, rows=max_features)]
     pairs = summary.top_correlated(top)
     if len(pairs):

@@ -14,18 +14,7 @@ __all__ = ["assert_results_close", "assert_states_equal", "result_fields"]
 
 
 def result_fields(value: Any) -> dict[str, Any]:
-    """Give a result's fields by name: a dataclass's, a dict's or a named tuple's; one value as ``result``.
-
-    Parameters
-    ----------
-    value : object
-        A state or a result.
-
-    Returns
-    -------
-    dict
-        Field name to value.
-    """
+    """Give a result's fields by name: a dataclass's, a dict's or a named tuple's; one value as ``result``."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -48,19 +37,7 @@ def assert_results_close(
     exact: Sequence[str] = (),
     fields: Sequence[str] | None = None,
 ) -> None:
-    """Compare two results (dataclasses or dicts of arrays) field by field; NaN equals NaN.
-
-    Parameters
-    ----------
-    actual, expected : dataclass or dict
-        The results.
-    rtol, atol : float
-        Tolerances of inexact fields.
-    exact : sequence of str, default ()
-        Fields that must match bitwise (counts).
-    fields : sequence of str, optional
-        The fields to compare; default: every field of ``expected``.
-    """
+    """Compare two results (dataclasses or dicts of arrays) field by field; NaN equals NaN."""
     got, want = result_fields(actual), result_fields(expected)
     for name in fields if fields is not None else want:
         a, b = _host(got[name]), _host(want[name])
@@ -75,13 +52,7 @@ def assert_results_close(
 
 
 def assert_states_equal(a: Any, b: Any) -> None:
-    """Assert bitwise equality of two states (or results), field by field, NaN equal to NaN.
-
-    Parameters
-    ----------
-    a, b : State, dataclass or dict
-        The states or results.
-    """
+    """Assert bitwise equality of two states (or results), field by field, NaN equal to NaN."""
     fa, fb = result_fields(a), result_fields(b)
     assert fa.keys() == fb.keys()
     for name in fa:

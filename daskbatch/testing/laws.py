@@ -47,35 +47,11 @@ class StatisticLaws:
             pytest.skip(f"{type(self).__name__} varies options of finalize only; its sibling checks this law")
 
     def make(self, n_features: int) -> Any:
-        """Make the statistic under test for data with ``n_features`` columns.
-
-        Parameters
-        ----------
-        n_features : int
-            Columns of the data.
-
-        Returns
-        -------
-        Statistic
-            The statistic.
-        """
+        """Make the statistic under test for data with ``n_features`` columns."""
         raise NotImplementedError
 
     def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict[str, Any]:
-        """Compute the expected finalized fields for the whole of ``x`` (host NumPy oracle).
-
-        Parameters
-        ----------
-        x : numpy.ndarray
-            The data, (rows, features).
-        label : numpy.ndarray, optional
-            Its labels, with ``uses_label``.
-
-        Returns
-        -------
-        dict
-            Field name to expected value.
-        """
+        """Compute the expected finalized fields for the whole of ``x`` (host NumPy oracle)."""
         raise NotImplementedError
 
     # ----------------------------------------------------------- helpers
@@ -98,15 +74,7 @@ class StatisticLaws:
     # -------------------------------------------------------------- laws
     @given(data=st.data())
     def test_matches_reference_under_any_chunking(self, xp: Any, data: st.DataObject) -> None:
-        """Check that chunks merged in order finalize to the oracle's result, however the rows are cut.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        data : hypothesis.strategies.DataObject
-            Draws the data and the cuts.
-        """
+        """Check that chunks merged in order finalize to the oracle's result, however the rows are cut."""
         x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0]), label="cuts")
         stat = self.make(x.shape[1])
@@ -115,15 +83,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_order_does_not_matter(self, xp: Any, data: st.DataObject) -> None:
-        """Check that merging along any tree gives the result of merging in order.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        data : hypothesis.strategies.DataObject
-            Draws the data, the cuts and the tree.
-        """
+        """Check that merging along any tree gives the result of merging in order."""
         self._skip_if_options_only()
         x, label = self._draw(data)
         cuts = data.draw(split_points(x.shape[0], max_pieces=8), label="cuts")
@@ -138,15 +98,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_empty_chunk_is_identity(self, xp: Any, data: st.DataObject) -> None:
-        """Check that the state of an empty chunk is the identity of ``merge``, on either side.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        data : hypothesis.strategies.DataObject
-            Draws the data.
-        """
+        """Check that the state of an empty chunk is the identity of ``merge``, on either side."""
         self._skip_if_options_only()
         x, label = self._draw(data)
         stat = self.make(x.shape[1])
@@ -158,15 +110,7 @@ class StatisticLaws:
 
     @given(data=st.data())
     def test_merge_is_associative(self, xp: Any, data: st.DataObject) -> None:
-        """Check that ``(a + b) + c`` and ``a + (b + c)`` finalize alike.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        data : hypothesis.strategies.DataObject
-            Draws the data and the cuts.
-        """
+        """Check that ``(a + b) + c`` and ``a + (b + c)`` finalize alike."""
         self._skip_if_options_only()
         x, label = self._draw(data, min_rows=3)
         cuts = sorted(data.draw(st.lists(st.integers(1, x.shape[0] - 1), min_size=2, max_size=2), label="cuts"))
@@ -180,13 +124,7 @@ class StatisticLaws:
             assert_results_close(one, two, rtol=self.rtol, atol=self.atol)
 
     def test_integer_and_bool_input_match_float64(self, xp: Any) -> None:
-        """Check that every integer dtype and bool give bitwise the result of the same values in float64.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        """
+        """Check that every integer dtype and bool give bitwise the result of the same values in float64."""
         self._skip_if_options_only()
         rng = np.random.default_rng(7)
         ints = rng.integers(-100, 101, size=(37, 2))
@@ -206,19 +144,7 @@ class StatisticLaws:
     @settings(max_examples=12)  # one law more for every weighted statistic and backend: kept short for CI
     @given(data=st.data())
     def test_integer_weights_equal_repeated_rows(self, xp: Any, data: st.DataObject) -> None:
-        """Check that integer weights (0 included) give the result of each row repeated that many times.
-
-        The weighted chunks are merged along a random tree and in reverse
-        order (associativity and commutativity with weights). Skipped for a
-        statistic without ``takes_weights``.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        data : hypothesis.strategies.DataObject
-            Draws the data, the weights, the cuts and the tree.
-        """
+        """Check that integer weights (0 included) give the result of each row repeated that many times."""
         self._skip_if_options_only()
         x, label = self._draw(data)
         stat = self.make(x.shape[1])
@@ -240,13 +166,7 @@ class StatisticLaws:
                                  fields=compared)
 
     def test_ill_conditioned(self, xp: Any) -> None:
-        """Check the result against the oracle on data shifted by ``ill_conditioned_offset``.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace (a fixture of the test module).
-        """
+        """Check the result against the oracle on data shifted by ``ill_conditioned_offset``."""
         if self.ill_conditioned_offset is None:
             return
         rng = np.random.default_rng(42)

@@ -30,29 +30,7 @@ def sample_arrays(
     max_features: int = 4,
     nonfinite: bool = False,
 ) -> np.ndarray:
-    """Draw a float64 (rows, features) array; axis 0 holds samples.
-
-    Column ``j`` is ``k * scale[j] + offset[j]`` with small integers ``k`` and a
-    scale and offset drawn per column, so columns range from well conditioned
-    to ``1e8``-shifted and constant. With ``nonfinite=True`` some entries are
-    NaN, +inf or -inf.
-
-    Parameters
-    ----------
-    draw : callable
-        Hypothesis' draw function (supplied by ``st.composite``).
-    min_rows, max_rows : int
-        Bounds of the number of rows.
-    min_features, max_features : int
-        Bounds of the number of columns.
-    nonfinite : bool, default False
-        Mix in NaN and ±inf.
-
-    Returns
-    -------
-    numpy.ndarray
-        The array.
-    """
+    """Draw a float64 (rows, features) array; axis 0 holds samples."""
     rows = draw(st.integers(min_rows, max_rows))
     features = draw(st.integers(min_features, max_features))
     shape = (rows, features)
@@ -69,80 +47,26 @@ def sample_arrays(
 
 
 def split_points(n: int, *, max_pieces: int = 6) -> st.SearchStrategy[list[int]]:
-    """Draw sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces.
-
-    Parameters
-    ----------
-    n : int
-        Rows to split.
-    max_pieces : int, default 6
-        The most pieces.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        Lists of cut positions.
-    """
+    """Draw sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces."""
     return st.lists(st.integers(0, n), max_size=max_pieces - 1).map(sorted)
 
 
 def chunk_sizes(n: int, *, max_chunks: int = 6) -> st.SearchStrategy[tuple[int, ...]]:
-    """Draw dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks).
-
-    Parameters
-    ----------
-    n : int
-        Rows.
-    max_chunks : int, default 6
-        The most chunks.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        Tuples of chunk sizes.
-    """
+    """Draw dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks)."""
     return split_points(n, max_pieces=max_chunks).map(
         lambda cuts: tuple(int(b - a) for a, b in zip([0, *cuts], [*cuts, n], strict=True))
     )
 
 
 def labels_for(n: int, *, max_classes: int = 4) -> st.SearchStrategy[np.ndarray]:
-    """Draw integer class labels ``0..K-1`` (int64) for ``n`` samples.
-
-    Parameters
-    ----------
-    n : int
-        Samples.
-    max_classes : int, default 4
-        The largest K.
-
-    Returns
-    -------
-    hypothesis.strategies.SearchStrategy
-        Label arrays.
-    """
+    """Draw integer class labels ``0..K-1`` (int64) for ``n`` samples."""
     return st.lists(st.integers(0, max_classes - 1), min_size=n, max_size=n).map(
         lambda v: np.asarray(v, dtype=np.int64)
     )
 
 
 def merge_tree(stat: Any, states: Sequence[Any], data: st.DataObject) -> Any:
-    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``.
-
-    Parameters
-    ----------
-    stat : Statistic
-        The statistic whose ``merge`` combines states.
-    states : sequence
-        The states, at least one.
-    data : hypothesis.strategies.DataObject
-        Draws the bracketing.
-
-    Returns
-    -------
-    object
-        The merged state.
-    """
+    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``."""
     if len(states) == 1:
         return states[0]
     cut = data.draw(st.integers(1, len(states) - 1))

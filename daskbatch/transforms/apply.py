@@ -1,18 +1,4 @@
-"""Apply steps (select, standardize, clip, project) to a whole dataset, out of core, into a Zarr store.
-
->>> import daskbatch as db
->>> summary = db.load_summary("stats.zarr")                                   # doctest: +SKIP
->>> report = db.transform("data.zarr", [db.steps.standardize(summary)],      # doctest: +SKIP
-...                       out="z.zarr")
-
-Output chunks have the rows the user asks for (``chunk_rows``); the tasks
-are sized by the planner (:func:`~daskbatch.planning.search.plan_task_rows`):
-one dask task reads a region of whole output chunks, runs the steps (on the
-GPU when the block is there) and writes those chunks.  The done-log in the
-output store (:mod:`daskbatch.io.rowstore`) makes a killed or interrupted run
-resumable: the same call again computes only the missing chunks, and the
-store ends bitwise identical to an uninterrupted run's.
-"""
+"""Apply steps (select, standardize, clip, project) to a whole dataset, out of core, into a Zarr store."""
 
 from __future__ import annotations
 

@@ -1,29 +1,4 @@
-"""What a checkpoint was written for: which data, and every setting that changes the bits.
-
-A checkpoint may only be resumed on the very data and settings that wrote it;
-anything else would merge states of other numbers (or of the same numbers
-computed differently) into a result that claims to be bitwise identical to an
-uninterrupted run. :func:`input_items` lists what identifies a pass's input as
-readable ``name -> value`` strings, so that a mismatch can say what differs:
-
-* where the data live: the resolved real path of a local store (relative,
-  absolute and symlinked spellings of one store agree), the normalised URL of
-  an fsspec store, or "in memory";
-* the arrays' metadata (shape, dtype, storage chunks, codecs, fill value) of ``x``
-  and of the label;
-* a content token: for an array daskbatch wrote, a sha256 over its chunks'
-  keys and the CRC-32C checksum each stored chunk ends with (one listing and
-  4 bytes read per chunk: a copy or a ``touch`` keeps it, any changed byte
-  changes it); for another writer's array, a sha256 over the names, sizes and
-  modification times of its files, from one listing (no chunk is read, so it
-  costs the same for a huge store as ``ls -l``; a touch makes a resume refuse,
-  never merge other data); for in-memory data, dask's ``tokenize`` of the
-  arrays;
-* the settings that change bits: merge fan-in and chunk grid, the array backend,
-  whether the numba kernels run (``daskbatch.kernels``) and their version, and
-  daskbatch's version. The statistics' own parameters (bins, ranges, ddof,
-  nan_policy, ...) are in :func:`daskbatch.engine.checkpoint.manifest.spec_items`.
-"""
+"""What a checkpoint was written for: which data, and every setting that changes the bits."""
 
 from __future__ import annotations
 
@@ -65,22 +40,7 @@ _VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "generat
 
 
 def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> dict[str, str]:
-    """Identify the input of a pass, as printable strings.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
-    split_every : int
-        Fan-in of the merge tree.
-    format_version : int
-        The checkpoint layout version.
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the input of a pass, as printable strings."""
     x = data.x
     rows = tuple(int(c) for c in x.chunks[0])
     grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
@@ -97,18 +57,7 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
 
 
 def data_items(data: FeatureMatrix) -> dict[str, str]:
-    """Identify the data of an input (where, metadata, content token), without any setting.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the data of an input (where, metadata, content token), without any setting."""
     x = data.x
     source = getattr(data, "source", None)
     zx = getattr(source, "zarr_x", None)
@@ -129,22 +78,7 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
 
 
 def input_token(dataset: Any) -> str:
-    """Hash what identifies an input's data into one string: equal tokens, same data.
-
-    The content token is the checkpoint's (:func:`content_token`: the chunk
-    checksums of a store daskbatch wrote, else one listing of the store), so
-    a store regenerated in place gets another token; no chunk is read whole.
-
-    Parameters
-    ----------
-    dataset : path, Dataset, FeatureMatrix, dask or NumPy array
-        The input, as any verb takes it.
-
-    Returns
-    -------
-    str
-        ``"sha256 <hex>"``.
-    """
+    """Hash what identifies an input's data into one string: equal tokens, same data."""
     from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix  # lazy: dask
 
     data = dataset if isinstance(dataset, FeatureMatrix) else as_feature_matrix(dataset)
@@ -157,26 +91,7 @@ def _items_digest(items: dict[str, str]) -> str:
 
 
 def output_items(data: FeatureMatrix, work: dict[str, str], options: dict[str, Any]) -> dict[str, str]:
-    """Identify a resumable output: its input's data, the work done on it, and the settings that change bits.
-
-    Every verb that writes a resumable store (transform, map_batches, the batch
-    job's transform) compares these items before writing another block into a
-    store that already has some: equal items, same bits.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The input.
-    work : dict of str to str
-        The steps' or the function's identity (e.g. from :func:`function_token`).
-    options : dict
-        The verb's options that change the output (block rows, dtype, device, ...).
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify a resumable output: its input's data, the work done on it, and the settings that change bits."""
     return {
         **data_items(data),
         **work,
@@ -206,18 +121,7 @@ def _tokenize(a: Any) -> str:
 
 
 def setting_items(x: Any) -> dict[str, str]:
-    """Record the settings outside the statistics that change the bits of the result.
-
-    Parameters
-    ----------
-    x : dask.array.Array
-        The input blocks.
-
-    Returns
-    -------
-    dict of str to str
-        Setting name to value.
-    """
+    """Record the settings outside the statistics that change the bits of the result."""
     from daskbatch import config  # lazy: dask (daskbatch.kernels)
 
     meta = getattr(x, "_meta", None)
@@ -241,20 +145,7 @@ def setting_items(x: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- stores
 
 def array_items(what: str, arr: Any) -> dict[str, str]:
-    """Identify the zarr array ``arr`` by its metadata and content token.
-
-    Parameters
-    ----------
-    what : {"x", "label"}
-        Which input it is (prefixes the item names).
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the zarr array ``arr`` by its metadata and content token."""
     meta = arr.metadata.to_dict()
     codecs = {k: meta[k] for k in ("codecs", "compressor", "compressors", "filters", "order") if k in meta}
     return {
@@ -269,18 +160,7 @@ def array_items(what: str, arr: Any) -> dict[str, str]:
 
 
 def store_location(arr: Any) -> str:
-    """Name the store of ``arr`` as one canonical string: a real local path or a normalised URL.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        The location.
-    """
+    """Name the store of ``arr`` as one canonical string: a real local path or a normalised URL."""
     store = arr.store
     root = getattr(store, "root", None)
     if root is not None:  # LocalStore
@@ -295,26 +175,7 @@ def store_location(arr: Any) -> str:
 
 
 def content_token(arr: Any) -> str:
-    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files.
-
-    An array daskbatch wrote ends every chunk with its CRC-32C
-    (:func:`daskbatch.io.integrity.chunk_checksums`): the token is a hash of the
-    metadata, the chunk keys and those checksums, so it is the content's, not
-    the path's or the times' (a copy has the same token, an edited chunk
-    another).  Any other array: one listing of its prefix, no file opened; a
-    store rewritten in place (another seed, an edited chunk) gets new sizes or
-    modification times.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``"<n> chunks, crc32c sha256 <digest>"`` or ``"<n> files, <bytes>, sha256 <digest>"``.
-    """
+    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files."""
     from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
@@ -324,21 +185,7 @@ def content_token(arr: Any) -> str:
 
 
 def listing_token(arr: Any) -> str:
-    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened).
-
-    The content token of another writer's array, and what every token was
-    before chunk checksums were used (summaries saved then hold it).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``"<n> files, <bytes>, sha256 <digest>"``.
-    """
+    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened)."""
     from dask.utils import format_bytes  # lazy: dask
 
     digest = hashlib.sha256()
@@ -351,20 +198,7 @@ def listing_token(arr: Any) -> str:
 
 
 def checksums_digest(arr: Any, checksums: list[tuple[str, bytes]]) -> str:
-    """Hash ``arr``'s shape, dtype, chunks, codecs and fill value and its chunks' keys and checksums (sha256).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    checksums : list of (str, bytes)
-        From :func:`daskbatch.io.integrity.chunk_checksums`.
-
-    Returns
-    -------
-    str
-        ``"sha256 <digest>"`` (20 hex digits).
-    """
+    """Hash ``arr``'s shape, dtype, chunks, codecs and fill value and its chunks' keys and checksums (sha256)."""
     meta = arr.metadata.to_dict()
     # What decodes the bytes: equal checksums under other codecs or another shape are other numbers.
     described = {k: meta.get(k) for k in ("shape", "data_type", "chunk_grid", "codecs", "fill_value")}
@@ -441,20 +275,7 @@ def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- messages
 
 def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """Describe every item that differs between two fingerprints.
-
-    Parameters
-    ----------
-    old : dict of str to str
-        The checkpoint's items.
-    new : dict of str to str
-        The current items.
-
-    Returns
-    -------
-    list of str
-        ``"<item> (<old> in the checkpoint, <new> now[: hint])"`` each.
-    """
+    """Describe every item that differs between two fingerprints."""
     out = []
     for key in list(new) + [k for k in old if k not in new]:
         if old.get(key) != new.get(key):

@@ -1,16 +1,4 @@
-"""A token of what a function computes, so that an output made by a changed function is not resumed.
-
-:func:`function_token` hashes a function's code, constants, defaults, closure
-values and the functions it calls; :mod:`daskbatch.engine.checkpoint.fingerprint`
-records it for ``map_batches`` outputs.
-
-What the function's code reaches in the user's own modules (any module whose
-file is outside the standard library and the installed packages) is hashed by
-its source: a helper module edited between a killed run and its resume gives
-another token.  Installed libraries are known by name and version.  A user
-module whose source cannot be read gets a token of its identity in this
-process, so an output made with it is never resumed.
-"""
+"""A token of what a function computes, so that an output made by a changed function is not resumed."""
 
 from __future__ import annotations
 
@@ -27,30 +15,7 @@ __all__ = ["function_token"]
 
 
 def function_token(func: Any) -> str:
-    """Hash what a function computes: its code, constants, defaults, closure values and the functions it calls.
-
-    A function is known by its code, not its name: two lambdas differ, and a
-    fixed bug in a module function changes the token while moving it to other
-    lines does not.  The code of the functions it calls from its own module
-    or any user module (outside the standard library and the installed
-    packages) is included, and so are the source of every user module it
-    reaches (through the modules, functions and classes it names,
-    recursively) and the values of the plain globals it reads (numbers,
-    strings, arrays).  ``functools.partial`` objects and callable instances
-    are followed to their function and bound values.  A value that cannot be hashed
-    deterministically gets a token of its identity in this process, so an
-    output made with it is never resumed by another.
-
-    Parameters
-    ----------
-    func : callable
-        The function.
-
-    Returns
-    -------
-    str
-        ``"sha256 <hex>"``.
-    """
+    """Hash what a function computes: its code, constants, defaults, closure values and the functions it calls."""
     digest = hashlib.sha256()
     for part in _function_parts(func, set()):
         digest.update(part.encode() + b"\0")

@@ -15,23 +15,7 @@ from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 
 def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
-    """Get the run lock of a checkpoint directory (created if missing); re-entrant in one thread.
-
-    Parameters
-    ----------
-    directory : str or os.PathLike
-        The checkpoint directory.
-
-    Returns
-    -------
-    RunLock
-        Its lock.
-
-    Raises
-    ------
-    DataError
-        The directory holds files and no checkpoint (:func:`check_checkpoint_dir`).
-    """
+    """Get the run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
     check_checkpoint_dir(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
     return _CheckpointLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
@@ -52,24 +36,7 @@ class _CheckpointLock(RunLock):
 
 
 def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:
-    """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint.
-
-    A checkpoint writes (and with ``force`` deletes) pass folders inside its
-    directory, so it may only use a new or empty folder or one of its own
-    (its manifest or run lock at the top). No option lifts this.
-
-    Parameters
-    ----------
-    directory : str or os.PathLike
-        The checkpoint directory.
-    what : str, default "checkpoint"
-        How messages call it (``"--checkpoint"``, ``"checkpoint"``).
-
-    Raises
-    ------
-    DataError
-        One line naming the path.
-    """
+    """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint."""
     path = Path(directory)
     if "://" in os.fspath(directory) or not os.path.lexists(path):
         return
@@ -86,36 +53,11 @@ R = TypeVar("R")
 
 
 def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
-    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes).
-
-    Each pass takes the lock too; holding it across them keeps another run from
-    slipping in between two passes and failing this one halfway.
-
-    Parameters
-    ----------
-    func : callable
-        A function with a ``checkpoint=`` keyword.
-
-    Returns
-    -------
-    callable
-        ``func`` under the lock.
-    """
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        """Call ``func`` holding the lock of its checkpoint, if it has one.
-
-        Parameters
-        ----------
-        *args, **kwargs
-            ``func``'s arguments.
-
-        Returns
-        -------
-        R
-            ``func``'s result.
-        """
+        """Call ``func`` holding the lock of its checkpoint, if it has one."""
         directory = kwargs.get("checkpoint")
         if not isinstance(directory, (str, os.PathLike)):
             return func(*args, **kwargs)

@@ -11,22 +11,7 @@ __all__ = ["apply_all", "bind_all"]
 
 
 def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], tuple[str, ...]]:
-    """Fit each step to the columns the previous ones produce.
-
-    Parameters
-    ----------
-    steps : sequence of Step
-        The steps, in order.
-    names : sequence of str
-        The input's feature names.
-
-    Returns
-    -------
-    steps : list of Step
-        The bound steps.
-    names : tuple of str
-        The output's feature names.
-    """
+    """Fit each step to the columns the previous ones produce."""
     bound: list[Step] = []
     current = tuple(str(n) for n in names)
     for k, step in enumerate(steps):
@@ -39,20 +24,7 @@ def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], t
 
 
 def apply_all(steps: Sequence[Step], block: Array) -> Array:
-    """Pass ``block`` through every step, in order.
-
-    Parameters
-    ----------
-    steps : sequence of Step
-        Bound steps.
-    block : array
-        (rows, input features).
-
-    Returns
-    -------
-    array
-        The transformed block.
-    """
+    """Pass ``block`` through every step, in order."""
     for step in steps:
         block = step.apply(block)
     return block
