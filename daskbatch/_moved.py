@@ -35,8 +35,6 @@ MOVED: dict[str, str] = {
     "daskbatch.pca": "daskbatch.transforms.pca",
     "daskbatch.steps": "daskbatch.transforms.steps",
     "daskbatch.steps.columns": "daskbatch.transforms.steps.columns",
-    "daskbatch.steps.pipeline": "daskbatch.transforms.steps.pipeline",
-    "daskbatch.steps.quantile": "daskbatch.transforms.steps.quantile",
     "daskbatch.steps.scaling": "daskbatch.transforms.steps.scaling",
     "daskbatch.planning.explain": "daskbatch.planning.plan",  # Plan and its explanation, one module
     "daskbatch.jobspec": "daskbatch.jobs.spec",

@@ -12,7 +12,7 @@ import numpy as np
 from daskbatch._typing import Array
 from daskbatch.stats.backend import device, namespace
 
-__all__ = ["PerFeature", "Step", "ValueWise", "block_namespace", "digest", "names_differ", "origin_of", "short"]
+__all__ = ["PerFeature", "Step", "apply_all", "bind_all", "ValueWise", "block_namespace", "digest", "names_differ", "origin_of", "short"]
 
 
 class Step(Protocol):
@@ -104,3 +104,23 @@ class PerFeature:
 def block_namespace(block: Array) -> tuple[Any, Any]:
     """Give a block's array namespace and device (NumPy's or CuPy's)."""
     return namespace(block), device(block)
+
+
+def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], tuple[str, ...]]:
+    """Fit each step to the columns the previous ones produce."""
+    bound: list[Step] = []
+    current = tuple(str(n) for n in names)
+    for k, step in enumerate(steps):
+        if not all(hasattr(step, a) for a in ("bind", "apply", "output_features", "describe")):
+            raise TypeError(f"step {k} ({step!r}) is not a transform step (see daskbatch.transforms.steps)")
+        b = step.bind(current)
+        current = b.output_features(current)
+        bound.append(b)
+    return bound, current
+
+
+def apply_all(steps: Sequence[Step], block: Array) -> Array:
+    """Pass ``block`` through every step, in order."""
+    for step in steps:
+        block = step.apply(block)
+    return block

@@ -38,18 +38,7 @@ class Select:
     feature_names: tuple[str, ...] | None = None
 
     def bind(self, names: tuple[str, ...]) -> Select:
-        """Check the selection against the input columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Select
-            This step.
-        """
+        """Check the selection against the input columns."""
         if self.feature_names is not None and tuple(names) != self.feature_names:
             raise ValueError(f"select: the selection was made on {names_differ(self.feature_names, tuple(names))}")
         if max(self.indices) >= len(names):
@@ -57,45 +46,17 @@ class Select:
         return self
 
     def apply(self, block: Array) -> Array:
-        """Keep the selected columns of ``block``.
-
-        Parameters
-        ----------
-        block : array
-            (rows, input features).
-
-        Returns
-        -------
-        array
-            (rows, selected features).
-        """
+        """Keep the selected columns of ``block``."""
         xp, dev = block_namespace(block)
         return xp.take(block, xp.asarray(self.indices, dtype=xp.int64, device=dev), axis=1)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the selected columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The selected names.
-        """
+        """Name the selected columns."""
         self.bind(names)
         return tuple(names[i] for i in self.indices)
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            The indices and the input's width.
-        """
+        """Describe the step for the output's provenance."""
         return {
             "step": "select", "indices": list(self.indices),
             "n_in": None if self.feature_names is None else len(self.feature_names),
@@ -156,31 +117,14 @@ class Clip(ValueWise):
             raise ValueError(f"clip: lo {self.lo} is above hi {self.hi}")
 
     def apply(self, block: Array) -> Array:
-        """Clip one block (integers become float64 first).
-
-        Parameters
-        ----------
-        block : array
-            (rows, features).
-
-        Returns
-        -------
-        array
-            The clipped block.
-        """
+        """Clip one block (integers become float64 first)."""
         xp, _ = block_namespace(block)
         if not xp.isdtype(block.dtype, "real floating"):
             block = as_float64(block)
         return xp.clip(block, min=self.lo, max=self.hi)
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            The bounds.
-        """
+        """Describe the step for the output's provenance."""
         return {"step": "clip", "lo": self.lo, "hi": self.hi}
 
 
@@ -214,18 +158,7 @@ class Project:
     origin: dict[str, Any] = field(default_factory=dict)
 
     def bind(self, names: tuple[str, ...]) -> Project:
-        """Check that the input has the features the PCA was fitted on.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Project
-            This step.
-        """
+        """Check that the input has the features the PCA was fitted on."""
         expected = tuple(self.pca.feature_names)
         if tuple(names) != expected:
             raise ValueError(
@@ -235,44 +168,16 @@ class Project:
         return self
 
     def apply(self, block: Array) -> Array:
-        """Project one block onto the components.
-
-        Parameters
-        ----------
-        block : array
-            (rows, features).
-
-        Returns
-        -------
-        array
-            (rows, n_components).
-        """
+        """Project one block onto the components."""
         return self.pca.transform(block)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the components ``pc1``, ``pc2``, ...
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The component names.
-        """
+        """Name the components ``pc1``, ``pc2``, ..."""
         self.bind(names)
         return tuple(f"pc{i + 1}" for i in range(self.pca.n_components))
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            Components, features, method, a digest of the PCA and the summary's origin.
-        """
+        """Describe the step for the output's provenance."""
         return {
             "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
             "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale is not None,
