@@ -19,11 +19,11 @@ from daskbatch.io.chunk_grid import absent_positions, chunk_grid, stored_keys
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
 from daskbatch.io.output_paths import check_replaceable, remove_path
-from daskbatch.io.synth_counter import counter_rows
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
     SynthModel,
+    counter_rows,
     ground_truth,
     make_model,
     numpy_rows,

@@ -144,6 +144,7 @@ log = logging.getLogger(__name__)
 #: Seconds between two redraws of a bar (a widget update is a message to the browser).
 REDRAW_S = 0.1
 
+
 def progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
     """Turn a verb's ``progress`` argument into :class:`Progress`'s ``show`` and ``callback``."""
     if callable(progress):
