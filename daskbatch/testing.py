@@ -1,20 +1,171 @@
-"""The laws every mergeable statistic obeys, as a test class to inherit (the pattern of zarr's ``StoreTests``)."""
+"""Conformance laws for mergeable statistics, and the hypothesis strategies they draw from.
+
+Subclass :class:`StatisticLaws` in a test module, implement ``make`` and
+``reference``, and every law below runs for that statistic on every backend
+of the ``xp`` fixture (the pattern of zarr's ``StoreTests``)::
+
+    class TestMoments(StatisticLaws):
+        def make(self, n_features):
+            return Moments()
+
+        def reference(self, x, label=None):
+            return {"mean": ..., "var": ...}
+
+Needs ``hypothesis`` (a test dependency) and an ``xp`` fixture that returns an
+array-API namespace. For your own statistic, :func:`check_statistic` runs the
+same laws from one call in a test::
+
+    def test_my_statistic_obeys_the_laws():
+        daskbatch.testing.check_statistic(L1Norm(), lambda x, label=None: np.nansum(np.abs(x), axis=0))
+"""
 
 from __future__ import annotations
 
+try:  # the law suite runs under pytest with hypothesis: test tools, not dependencies of daskbatch
+    import hypothesis  # noqa: F401
+    import pytest
+except ImportError:
+    raise ImportError("daskbatch.testing needs pytest and hypothesis: pip install 'daskbatch[test]'") from None
+
+import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from daskbatch.stats._base import as_float64, merge_all, reads_weights
+from daskbatch.stats._base import as_float64, merge_all, reads_label, reads_weights
+from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.extremes import is_exact
-from daskbatch.testing.assertions import assert_results_close, assert_states_equal, result_fields
-from daskbatch.testing.strategies import labels_for, merge_tree, sample_arrays, split_points
+from daskbatch.stats.named import is_statistic
 
-__all__ = ["LAWS", "StatisticLaws"]
+__all__ = [
+    "LAWS",
+    "StatisticLaws",
+    "check_statistic",
+    "assert_results_close",
+    "assert_states_equal",
+    "chunk_sizes",
+    "labels_for",
+    "merge_tree",
+    "sample_arrays",
+    "split_points",
+]
+
+
+#: Column shapes: (scale, offset) of ``k * scale + offset`` for integer ``k``.
+#: Small integer multiples keep higher moments well conditioned while the
+#: offsets exercise cancellation (1e8) and huge magnitudes (1e200 absorbs ``k``).
+_SCALES = (0.125, 1.0, 2.0**-20)
+_OFFSETS = (0.0, 1e6, -1e8, 1e200)
+_SPECIAL = (math.nan, math.inf, -math.inf)
+
+
+@st.composite
+def sample_arrays(
+    draw: st.DrawFn,
+    *,
+    min_rows: int = 0,
+    max_rows: int = 32,
+    min_features: int = 1,
+    max_features: int = 4,
+    nonfinite: bool = False,
+) -> np.ndarray:
+    """Draw a float64 (rows, features) array; axis 0 holds samples."""
+    rows = draw(st.integers(min_rows, max_rows))
+    features = draw(st.integers(min_features, max_features))
+    shape = (rows, features)
+    ks = draw(hnp.arrays(np.int16, shape, elements=st.integers(-1000, 1000)))
+    scale = np.asarray(draw(st.lists(st.sampled_from(_SCALES), min_size=features, max_size=features)))
+    offset = np.asarray(draw(st.lists(st.sampled_from(_OFFSETS), min_size=features, max_size=features)))
+    x = ks.astype(np.float64) * scale + offset
+    if nonfinite:
+        # 0 keeps the value; 1, 2, 3 pick NaN, +inf, -inf. Mostly zeros (fill).
+        kind = draw(hnp.arrays(np.int8, shape, elements=st.integers(0, 3), fill=st.just(0)))
+        for code, value in enumerate(_SPECIAL, start=1):
+            x[kind == code] = value
+    return x
+
+
+def split_points(n: int, *, max_pieces: int = 6) -> st.SearchStrategy[list[int]]:
+    """Draw sorted cut positions in ``[0, n]`` for ``numpy.split``; repeats and ends give empty pieces."""
+    return st.lists(st.integers(0, n), max_size=max_pieces - 1).map(sorted)
+
+
+def chunk_sizes(n: int, *, max_chunks: int = 6) -> st.SearchStrategy[tuple[int, ...]]:
+    """Draw dask-style chunk sizes summing to ``n`` (may include 0 and 1-row chunks)."""
+    return split_points(n, max_pieces=max_chunks).map(
+        lambda cuts: tuple(int(b - a) for a, b in zip([0, *cuts], [*cuts, n], strict=True))
+    )
+
+
+def labels_for(n: int, *, max_classes: int = 4) -> st.SearchStrategy[np.ndarray]:
+    """Draw integer class labels ``0..K-1`` (int64) for ``n`` samples."""
+    return st.lists(st.integers(0, max_classes - 1), min_size=n, max_size=n).map(
+        lambda v: np.asarray(v, dtype=np.int64)
+    )
+
+
+def merge_tree(stat: Any, states: Sequence[Any], data: st.DataObject) -> Any:
+    """Merge ``states`` (in order) along a randomly bracketed binary tree drawn from ``data``."""
+    if len(states) == 1:
+        return states[0]
+    cut = data.draw(st.integers(1, len(states) - 1))
+    return stat.merge(merge_tree(stat, states[:cut], data), merge_tree(stat, states[cut:], data))
+
+
+def result_fields(value: Any) -> dict[str, Any]:
+    """Give a result's fields by name: a dataclass's, a dict's or a named tuple's; one value as ``result``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return dict(value._asdict())
+    return {"result": value}  # a result that is one array or number
+
+
+def _host(a: Any) -> Any:
+    return None if a is None else np.asarray(to_numpy(a))
+
+
+def assert_results_close(
+    actual: Any,
+    expected: Any,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-9,
+    exact: Sequence[str] = (),
+    fields: Sequence[str] | None = None,
+) -> None:
+    """Compare two results (dataclasses or dicts of arrays) field by field; NaN equals NaN."""
+    got, want = result_fields(actual), result_fields(expected)
+    for name in fields if fields is not None else want:
+        a, b = _host(got[name]), _host(want[name])
+        if a is None or b is None:
+            assert a is None and b is None, f"{name}: {a!r} vs {b!r}"
+            continue
+        assert a.shape == b.shape, f"{name}: shape {a.shape} != expected {b.shape}"
+        if name in exact or a.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        else:
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+
+
+def assert_states_equal(a: Any, b: Any) -> None:
+    """Assert bitwise equality of two states (or results), field by field, NaN equal to NaN."""
+    fa, fb = result_fields(a), result_fields(b)
+    assert fa.keys() == fb.keys()
+    for name in fa:
+        x, y = _host(fa[name]), _host(fb[name])
+        if x is None or y is None:
+            assert x is None and y is None, name
+            continue
+        assert x.shape == y.shape and x.dtype == y.dtype, f"{name}: {x.shape}/{x.dtype} vs {y.shape}/{y.dtype}"
+        np.testing.assert_array_equal(x, y, err_msg=name, strict=True)
 
 
 class StatisticLaws:
@@ -199,3 +350,76 @@ def _float64_where_reference_is(result: Any, reference: Any) -> dict[str, Any]:
             value = as_float64(value)
         out[name] = value
     return out
+
+
+def check_statistic(
+    statistic: Any,
+    reference: Any = None,
+    *,
+    xp: Any = None,
+    uses_label: bool | None = None,
+    exact: bool = False,
+    nonfinite: bool = True,
+    rtol: float = 1e-10,
+    atol: float = 1e-9,
+    ill_conditioned_offset: float | None = 1e8,
+) -> None:
+    """Run every law of :class:`StatisticLaws` on your own statistic; an AssertionError names the law broken.
+
+    Parameters
+    ----------
+    statistic : Statistic or callable
+        The statistic, or a function of the number of features that makes it.
+    reference : callable, optional
+        ``reference(x, label=None)``: the expected result for the whole of a
+        float64 NumPy ``x`` (an array, or a dict of arrays by result field).
+        Default: the statistic's own ``finalize(chunk(x))``, so the laws then
+        check that chunking and merging change nothing beyond rounding.
+    xp : namespace, optional
+        The array namespace of the blocks (default NumPy).
+    uses_label : bool, optional
+        Give ``chunk`` integer labels; default: the statistic's ``needs_label``.
+    exact : bool, default False
+        Results must agree bitwise across chunkings and merge orders (counts).
+    nonfinite : bool, default True
+        Mix NaN and ±inf into the data.
+    rtol, atol : float
+        Tolerances of inexact results.
+    ill_conditioned_offset : float or None, default 1e8
+        Added to the data of the ill-conditioning law (None skips it).
+
+    Raises
+    ------
+    AssertionError
+        A law does not hold; the message names it and hypothesis prints the smallest data that breaks it.
+    """
+    def _make(n_features: int) -> Any:
+        """The statistic for ``n_features`` columns."""
+        return statistic if is_statistic(statistic) else statistic(n_features)
+
+    def _expected(x: np.ndarray, label: np.ndarray | None = None) -> Any:
+        """The expected result for all of ``x``: ``reference``'s, else one chunk's."""
+        if reference is not None:
+            return reference(x, label) if label is not None else reference(x)
+        stat = _make(x.shape[1])
+        return stat.finalize(stat.chunk(x, label))
+
+    class UserStatisticLaws(StatisticLaws):
+        """The laws, for the statistic given."""
+
+        def make(self, n_features: int) -> Any:  # numpydoc ignore=GL08
+            return _make(n_features)
+
+        def reference(self, x: np.ndarray, label: np.ndarray | None = None) -> dict[str, Any]:  # numpydoc ignore=GL08
+            return result_fields(_expected(x, label))
+
+    UserStatisticLaws.uses_label = reads_label(_make(1)) if uses_label is None else uses_label
+    UserStatisticLaws.exact, UserStatisticLaws.nonfinite = exact, nonfinite
+    UserStatisticLaws.rtol, UserStatisticLaws.atol = rtol, atol
+    UserStatisticLaws.ill_conditioned_offset = ill_conditioned_offset
+    laws = UserStatisticLaws()
+    for law in LAWS:
+        try:
+            getattr(laws, law)(xp=np if xp is None else xp)
+        except (AssertionError, ExceptionGroup) as exc:  # hypothesis groups distinct failures
+            raise AssertionError(f"{law}: {exc}") from exc
