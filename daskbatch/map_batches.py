@@ -17,7 +17,9 @@ from daskbatch._version import __version__
 from daskbatch._warnings import warn
 from daskbatch.engine._batch_calls import (
     BatchRunner,
+    Misuse,
     Ranges,
+    bisect,
     merged_ranges,
     on_error_modes,
     on_error_text,
@@ -38,7 +40,6 @@ from daskbatch.io.rowstore import (
     layout,
     row_ranges,
 )
-from daskbatch.map_items import map_items
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
@@ -76,7 +77,7 @@ def map_batches(
         The (samples x features) input, or a sequence of Python items (any
         objects, such as tuples of small grids): then ``func`` takes a list of
         items and returns one result per item, and a list of the results comes
-        back (:func:`daskbatch.map_items.map_items`).
+        back (:func:`_map_items`).
     out : str or os.PathLike, optional
         Write to this Zarr store, incrementally and resumably (as
         :func:`daskbatch.transform`): ``X``, ``y`` when the input has a label,
@@ -136,7 +137,7 @@ def map_batches(
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if _is_items(x):
-        return map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
+        return _map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -287,3 +288,127 @@ def _where(device: str, *, batch_bytes: int, on_gpu: bool) -> DeviceChoice:
         return DeviceChoice("cpu", "device='cpu'")
     gpu_module("map_batches")
     return DeviceChoice("gpu", "device='gpu'")
+
+
+#: Batches a list of items is cut into when ``batch_rows="plan"``.
+MAX_BATCHES = 100
+
+
+class _ItemRunner:
+    """Runs ``func`` on one batch of items as ``on_error`` says (picklable: it travels to workers)."""
+
+    def __init__(self, func: Callable[[list[Any]], Any], on_error: Any, min_items: int) -> None:
+        self.func = func
+        self.name = getattr(func, "__name__", "func")
+        self.fallback, self.flag = on_error_modes(on_error)
+        self.min_items = min_items
+
+    def call(self, items: list[Any]) -> list[Any]:
+        """``func(items)`` as a list, checked to hold one result per item."""
+        results = self.func(items)
+        try:
+            results = list(results)
+        except TypeError:
+            raise Misuse(f"returned a {type(results).__name__}; expected a sequence of {len(items)} results") from None
+        if len(results) != len(items):
+            raise Misuse(f"returned {len(results)} results for {len(items)} items")
+        return results
+
+    def failure(self, i: int, lo: int, hi: int, exc: BaseException) -> BatchError:
+        """The error for items ``lo:hi`` of batch ``i`` (a bag's partitions do not say where they start)."""
+        return BatchError(f"{self.name} failed on {rows_text(lo, hi, 'items')} of batch {i}: {type(exc).__name__}: {exc}")
+
+    def run(self, i: int, part: Any) -> tuple[list[Any], Ranges]:
+        """One batch: its results and the flagged item ranges, counted from the batch's first item."""
+        items = list(part)  # a bag's partition may be a lazy iterator
+        flagged: Ranges = []
+
+        def leaf(piece: list[Any], at: int, exc: BaseException) -> list[Any]:
+            if not self.flag:
+                raise self.failure(i, at, at + len(piece), exc) from exc
+            flagged.append((at, at + len(piece)))
+            return [None] * len(piece)
+
+        if not (self.fallback or self.flag):
+            try:
+                return self.call(items), flagged
+            except Misuse as exc:  # the function's mistake, not a failed batch
+                raise Misuse(f"{self.name} {exc} (batch {i})") from None
+            except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
+                raise self.failure(i, 0, len(items), exc) from exc
+        try:
+            return bisect(self.call, items, 0, self.min_items, leaf, lambda parts: parts[0] + parts[1]), flagged
+        except Misuse as exc:
+            raise Misuse(f"{self.name} {exc} (batch {i})") from None
+
+
+def _map_items(
+    func: Callable[[list[Any]], Any],
+    items: Sequence[Any] | Any,
+    *,
+    out: Any = None,
+    batch_rows: int | str = "plan",
+    device: str = "auto",
+    on_error: Any = "raise",
+    min_batch_rows: int | None = None,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
+) -> list[Any]:
+    """Apply ``func`` (a list of items -> one result per item) to all items, batch by batch."""
+    import dask.bag  # lazy: dask
+
+    if out is not None:
+        raise ValueError("out= writes rows of an array; results of Python items come back as a list (drop out=)")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "gpu":
+        raise ValueError("device='gpu' moves array batches to the GPU; Python items reach func as they are "
+                         "(use device='auto' and move them inside func)")
+    if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
+        raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
+    bag: Any = None
+    if isinstance(items, dask.bag.Bag):
+        if batch_rows != "plan":
+            raise ValueError("a dask.bag's partitions are its batches: leave batch_rows='plan', or build the bag "
+                             "with dask.bag.from_sequence(items, partition_size=...)")
+        bag = items
+    elif batch_rows != "plan" and (isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1):
+        raise ValueError(f"batch_rows must be a positive number of items or 'plan', got {batch_rows!r}")
+    runner = _ItemRunner(func, on_error, int(min_batch_rows or 1))
+    if bag is not None:
+        parts: list[Any] = bag.to_delayed()
+    elif not len(items):
+        return []
+    else:
+        # Slices, each in a holder dask does not look into: dask.bag.from_sequence would hash every item
+        # (seconds for thousands of small arrays) and a bare list would become a task per item.
+        per = -(-len(items) // MAX_BATCHES) if batch_rows == "plan" else int(batch_rows)
+        parts = [_Batch(items[lo : lo + per]) for lo in range(0, len(items), per)]
+    done: dict[int, tuple[list[Any], Ranges]] = {}
+    run_blocks(functools.partial(_run, runner=runner), {i: (p,) for i, p in enumerate(parts)}, name="db-map-items",
+               on_done=done.__setitem__, cancel=cancel, progress=progress, label="map_batches", resumable=False)
+    results: list[Any] = []
+    flagged: Ranges = []
+    for i in range(len(parts)):
+        values, ranges = done[i]
+        flagged.extend((a + len(results), b + len(results)) for a, b in ranges)
+        results.extend(values)
+    warn_flagged(merged_ranges(flagged), runner.name, noun="items")
+    return results
+
+
+def _run(i: int, part: Any, *, runner: _ItemRunner) -> tuple[list[Any], Ranges]:
+    """One batch's task."""
+    return runner.run(i, part.items if isinstance(part, _Batch) else part)
+
+
+class _Batch:
+    """A batch of items, opaque to dask's traversal of task arguments."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Batch, (self.items,))

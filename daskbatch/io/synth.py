@@ -230,7 +230,7 @@ def synth(
     generator : {"default", "counter"}, default "default"
         ``"default"``: numpy's Philox generator, block by block (the CPU's
         stream, unchanged across releases); ``"counter"``: the counter-based
-        stream of :mod:`daskbatch.io.synth_counter`, the one a GPU uses, so
+        stream of :mod:`daskbatch.io.synth_model`, the one a GPU uses, so
         that a CPU can reproduce GPU-made data (to about 1e-16 relative).
     progress : bool or callable, default False
         While writing ``path``: a progress bar, or ``progress(done, total,
@@ -285,7 +285,7 @@ def synth(
     names = [f"f{i}" for i in range(features)]
     truth = truth_attrs(model, seed, rows, dtype)
     if counter:
-        truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_counter)"
+        truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_model)"
     if (first, stop) != (0, rows):
         truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
     attrs: dict[str, Any] = {
