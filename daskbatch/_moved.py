@@ -27,7 +27,6 @@ MOVED: dict[str, str] = {
     "daskbatch.summary_results": "daskbatch.summary.results",
     "daskbatch.reprs": "daskbatch.summary.reprs",
     "daskbatch.plotting": "daskbatch.summary.plotting",
-    "daskbatch.report": "daskbatch.summary.report",
     "daskbatch.compare": "daskbatch.summary.compare",
     "daskbatch.select": "daskbatch.selection",
     "daskbatch.transform": "daskbatch.transforms",

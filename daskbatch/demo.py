@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
-from daskbatch.summary.report import format_report
+from daskbatch.summary.reprs import format_report
 
 
 def run_demo(

@@ -27,7 +27,7 @@ from daskbatch.runtime.interrupts import exit_now
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.summary import load_summary
-from daskbatch.summary.report import format_report
+from daskbatch.summary.reprs import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:

@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from daskbatch import _html
+from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 from daskbatch.summary.trust import covariance_message, suspect_message
 
 __all__ = [
-    "NAN_HEAVY", "FeatureFlags", "correlation_rows", "format_column", "format_percent", "summary_html", "summary_text",
+    "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
+    "summary_text",
 ]
 
 #: Fraction of NaN values above which a feature is flagged.
@@ -370,4 +372,28 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
     absent = _absent_chunks_line(summary.provenance)
     if absent:
         lines.append(absent)
+    return "\n".join(lines)
+
+
+def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
+    """Write the human-readable report printed by ``describe`` and ``demo``."""
+    lines = [summary_text(summary, rows=max_features)]
+    pairs = summary.top_correlated(top)
+    if len(pairs):
+        rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
+        width = max(len(str(a)) for a in pairs["feature_a"])
+        lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
+    ranked = summary.top_mi(top)
+    if len(ranked):
+        units = summary.provenance.get("mi_units", "nats")
+        classes = getattr(summary, "classes", None)
+        grouped = summary.groups is not None
+        if classes is not None:
+            units += f"; {len(classes)} {'groups' if grouped else 'classes'} {format_classes(classes.tolist())}"
+        target = "the group key" if grouped else "the label"
+        lines.append(f"\nTop {len(ranked)} features by mutual information with {target} ({units}):")
+        width = max(len(str(n)) for n in ranked.index)
+        values = format_column(ranked.to_numpy())
+        lines.extend(f"  {name:>{width}}  {value}" for name, value in zip(ranked.index, values, strict=True))
     return "\n".join(lines)
