@@ -37,12 +37,15 @@ from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
     RowStore,
+    created_now,
+    input_fingerprint,
     layout,
+    local_path,
+    regular_rows,
     row_ranges,
 )
 from daskbatch.planning.devices import DeviceChoice
 from daskbatch.runtime.progress import ProgressCallback
-from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
 
@@ -207,7 +210,7 @@ def map_batches(
         "feature_names": list(names),
         "provenance": {"input": fingerprint, "func": func_name, "on_error": on_error_text(on_error), "batch_rows": per,
                        "device": choice.device, "device_reason": choice.reason,
-                       "dtype": str(dtype), "daskbatch_version": __version__, "created": _created()},
+                       "dtype": str(dtype), "daskbatch_version": __version__, "created": created_now()},
     }
     store = RowStore.open(out, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs, doc=doc,
                           overwrite=overwrite, protect=local_path(data))

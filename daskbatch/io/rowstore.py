@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -14,13 +15,18 @@ import numpy as np
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import LAYOUT_ATTR, open_dataset
 from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
-from daskbatch.io.integrity import WRITES_EVERY_CHUNK
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, max_chunks
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
     import zarr
 
-__all__ = ["OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "layout", "row_ranges"]
+    from daskbatch.engine.inputs import FeatureMatrix
+
+__all__ = [
+    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "created_now", "input_fingerprint", "layout",
+    "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges",
+]
 
 #: Group attribute naming the job that wrote a store ("transform", "map_batches").
 OUTPUT_ATTR = "daskbatch_output"
@@ -323,3 +329,67 @@ def layout(label: bool, mask: str | None = None) -> dict[str, Any]:
     if mask:
         out["mask"] = mask
     return {LAYOUT_ATTR: out}
+
+
+def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
+    """Identify the input of a job: path, array, shape, dtype and row chunks (JSON-able)."""
+    source = data.source
+    path = getattr(source, "path", None)
+    out: dict[str, Any] = {
+        "path": os.path.abspath(path) if path and "://" not in path else path,
+        "array": getattr(source, "array_name", None),
+        "label": getattr(source, "label_name", None) if data.label is not None else None,
+        "shape": [int(s) for s in data.x.shape],
+        "dtype": str(data.x.dtype),
+        "chunks": [int(c) for c in data.x.chunks[0][:1]],
+        "store_chunks": list(getattr(source, "store_chunks", ()) or ()) or None,
+    }
+    if path is None:
+        out["dask_name"] = data.x.name
+    return out
+
+
+def local_path(data: FeatureMatrix) -> tuple[str, ...]:
+    """Give the input's local store path, which the output must not overlap."""
+    path = getattr(data.source, "path", None)
+    return (path,) if path and "://" not in path else ()
+
+
+def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:
+    """Check ``chunk_rows`` and give the rows of one output chunk (default: the input's largest block)."""
+    x = data.x
+    rows = int(x.shape[0])
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    per = int(chunk_rows or max(x.chunks[0]))
+    per = max(1, min(per, rows))
+    blocks = -(-rows // per)
+    if blocks > max_chunks():  # checked before a rechunk builds one task per block
+        raise DataError(
+            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
+            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
+        )
+    return per
+
+
+def rechunk_rows(x: Any, rows: int) -> Any:
+    """Rechunk ``x`` to blocks of ``rows`` rows, the last one shorter (or leave it when it already is)."""
+    if any(c != rows for c in x.chunks[0][:-1]) or x.chunks[0][-1] > rows:
+        return x.rechunk({0: rows})
+    return x
+
+
+def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
+    """Rechunk X and label to blocks of ``chunk_rows`` rows (default: the input's blocks, made regular)."""
+    per = output_chunk_rows(data, chunk_rows)
+    # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
+    x = rechunk_rows(data.x, per)
+    y = data.label
+    if y is not None and y.chunks[0] != x.chunks[0]:
+        y = y.rechunk({0: per})
+    return x, y, per
+
+
+def created_now() -> str:
+    """The time now, UTC, to the second: the ``created`` of an output's provenance."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
