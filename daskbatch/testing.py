@@ -205,7 +205,6 @@ class StatisticLaws:
         """Compute the expected finalized fields for the whole of ``x`` (host NumPy oracle)."""
         raise NotImplementedError
 
-    # ----------------------------------------------------------- helpers
     def _draw(self, data: st.DataObject, min_rows: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
         x = data.draw(sample_arrays(min_rows=min_rows, nonfinite=self.nonfinite), label="x")
         label = data.draw(labels_for(x.shape[0]), label="label") if self.uses_label else None
@@ -222,7 +221,6 @@ class StatisticLaws:
         else:
             assert_results_close(actual, expected, rtol=self.rtol, atol=self.atol)
 
-    # -------------------------------------------------------------- laws
     @given(data=st.data())
     def test_matches_reference_under_any_chunking(self, xp: Any, data: st.DataObject) -> None:
         """Check that chunks merged in order finalize to the oracle's result, however the rows are cut."""

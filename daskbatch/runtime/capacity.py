@@ -22,9 +22,6 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------- this machine
-
-
 def machine_memory_bytes() -> int:
     """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit."""
     from distributed.system import MEMORY_LIMIT  # lazy: distributed
@@ -127,9 +124,6 @@ def resources_from_machine(
     threads = threads_per_worker or max(1, CPU_COUNT // n_workers)
     mem = parse_memory(memory, total_bytes=host_per_worker)
     return Resources(mem, threads, n_workers, device="cpu")
-
-
-# ---------------------------------------------------------------- a running cluster
 
 
 def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:

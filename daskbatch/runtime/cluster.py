@@ -30,9 +30,6 @@ _GPU_HINT = (
 )
 
 
-# ---------------------------------------------------------------- starting clusters
-
-
 @contextlib.contextmanager
 def cluster(
     kind: str = "auto",

@@ -40,6 +40,7 @@ SAFE_DASK_SETTINGS = frozenset(
     }
 )
 
+
 class UnsafeDaskSetting(ValueError):
     """A job file's ``dask:`` mapping sets something that may run code; the message names the key."""
 

@@ -179,8 +179,6 @@ class Progress:
         self._drawn_at = 0.0
         self._closed = False
 
-    # ------------------------------------------------------------------ lifecycle
-
     def __enter__(self) -> Progress:
         self.start()
         return self
@@ -216,8 +214,6 @@ class Progress:
             log.info("%s: done, %s", self.title, self._result_text())
         else:
             log.info("%s: stopped at %s", self.title, self._result_text())
-
-    # ------------------------------------------------------------------ counting
 
     def skip(self, n: int) -> None:
         """Count ``n`` units that were done before this run (reused), outside the throughput."""
@@ -265,8 +261,6 @@ class Progress:
                 self._display.set_total(total)
         self._draw(force=True)
 
-    # ------------------------------------------------------------------ figures
-
     @property
     def elapsed(self) -> float:
         """Time since the bar started, in seconds (0 before it started)."""  # numpydoc ignore=RT01
@@ -285,8 +279,6 @@ class Progress:
         if self.total is None or computed <= 0:
             return None
         return (self.total - self.done) * self.elapsed / computed
-
-    # ------------------------------------------------------------------ text
 
     def _status(self, *, final: bool = False) -> str:
         done = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}"
@@ -332,8 +324,6 @@ class Progress:
                 text += f" ({', '.join(figures)})"
         return text
 
-    # ------------------------------------------------------------------ drawing
-
     def _draw(self, *, force: bool = False) -> None:
         with self._lock:
             if self._display is None or self._closed:
@@ -362,9 +352,6 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-# ---------------------------------------------------------------------- computing with progress
 
 
 def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along: Sequence[Any] = ()) -> Any:

@@ -82,8 +82,6 @@ class RunLock:
         self._key = os.path.realpath(self.path)
         self._nested = False
 
-    # ------------------------------------------------------------------ acquire / release
-
     def __enter__(self) -> RunLock:
         self.acquire()
         return self
@@ -157,8 +155,6 @@ class RunLock:
             log.warning("%s was taken over by pid %s on %s while this run held it",
                         self.path, holder.get("pid"), holder.get("host"))
 
-    # ------------------------------------------------------------------ the holder
-
     def _judge_existing(self) -> None:
         """Return when the existing lock is gone or was stale (and removed); raise when it is held."""
         holder, raw, age = _read(self.path)
@@ -204,8 +200,6 @@ class RunLock:
             with contextlib.suppress(FileExistsError):
                 os.link(aside, self.path)
         aside.unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------ heartbeat
 
     def _start_heartbeat(self) -> None:
         self._stop.clear()

@@ -20,9 +20,6 @@ MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
 DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
 
 
-# ------------------------------------------------------------------ select
-
-
 def select(
     summary: Any,
     *,
@@ -203,9 +200,6 @@ def _mode_mask(mode: str, value: Any, s: np.ndarray, p: np.ndarray | None) -> tu
     mask = p <= cutoff
     return mask, ["" if m else f"p={q:.3g} > Benjamini-Hochberg cutoff {cutoff:.3g} (fdr {value:g})"
                   for m, q in zip(mask, p, strict=True)]
-
-
-# ------------------------------------------------------------ correlations
 
 
 class _Correlations:

@@ -35,7 +35,6 @@ ZERO_HIDDEN = ("nan_count", "posinf_count", "neginf_count")
 LISTED = 8
 
 
-# ------------------------------------------------------------------ numbers
 def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
     """Format one column, every value with the same number of significant digits."""
     raw = np.asarray(values)
@@ -78,7 +77,6 @@ def format_percent(f: float) -> str:
 _percent = format_percent
 
 
-# ---------------------------------------------------------------- warnings
 @dataclass(frozen=True)
 class FeatureFlags:
     """Indices of the features worth a second look (see the module docstring)."""
@@ -180,7 +178,6 @@ def _feature_flags(summary: Any) -> FeatureFlags:
     )
 
 
-# ------------------------------------------------------------------- table
 #: (column, summary attribute or quantile, integer?) in the order shown; var is left out (std²).
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("count", "count", True),

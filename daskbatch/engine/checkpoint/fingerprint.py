@@ -143,8 +143,6 @@ def setting_items(x: Any) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- stores
-
 def array_items(what: str, arr: Any) -> dict[str, str]:
     """Identify the zarr array ``arr`` by its metadata and content token."""
     meta = arr.metadata.to_dict()
@@ -272,8 +270,6 @@ def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
         return dict(sync(fs._find(base, detail=True)))
     return dict(fs.find(base, detail=True))
 
-
-# --------------------------------------------------------------------------- messages
 
 def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
     """Describe every item that differs between two fingerprints."""

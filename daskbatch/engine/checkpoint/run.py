@@ -60,9 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-
-# --------------------------------------------------------------------------- the tree
-
 def level_sizes(n_blocks: int, split_every: int) -> list[int]:
     """Count the nodes per level of the merge tree: level 0 = groups of blocks, the last level = 1 (root)."""
     sizes = [-(-n_blocks // split_every)]
@@ -228,10 +225,6 @@ def _unlike(reference: tuple[Any, ...], state: tuple[Any, ...]) -> str | None:
                         f"the pass's {want.dtype} {want.shape}")
     return None
 
-
-# --------------------------------------------------------------------------- manifest
-
-# --------------------------------------------------------------------------- running
 
 def run_checkpointed(
     bundle: BundleLike,

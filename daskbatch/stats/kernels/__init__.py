@@ -38,7 +38,6 @@ def _half_table() -> np.ndarray:
     return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
-
 def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table."""
     # bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.

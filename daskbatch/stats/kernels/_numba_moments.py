@@ -212,7 +212,6 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
     return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
 
 
-
 @_jit
 def _class_block_masked(x, lut, weights, codes, i0, i1, j0, j1, count, shift, total):  # noqa: ANN001, ANN202
     """Columns ``j0:j1`` of rows ``i0:i1`` into the running sums, with the finite test."""

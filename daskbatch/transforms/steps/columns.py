@@ -20,9 +20,6 @@ from daskbatch.transforms.steps._common import (
 __all__ = ["Clip", "Project", "Select", "clip", "project", "select"]
 
 
-# ------------------------------------------------------------------ select
-
-
 @dataclass(frozen=True, eq=False)
 class Select:
     """Keep columns ``indices`` (in that order).
@@ -94,9 +91,6 @@ def select(selection: Any) -> Select:
     return Select(tuple(int(i) for i in idx), names)
 
 
-# ------------------------------------------------------------------ clip
-
-
 @dataclass(frozen=True)
 class Clip(ValueWise):
     """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN.
@@ -142,9 +136,6 @@ def clip(lo: float | None = None, hi: float | None = None) -> Clip:
         The step.
     """
     return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
-
-
-# ------------------------------------------------------------------ project
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,9 +24,6 @@ __all__ = [
 ]
 
 
-# ------------------------------------------------------------------ standardize
-
-
 @dataclass(frozen=True, eq=False)
 class Standardize(PerFeature):
     """A step making z-scores ``(x - mean) / std`` in float64.
@@ -125,9 +122,6 @@ def standardize(
         feature_names=tuple(str(n) for n in summary.feature_names), constant=constant,
         origin=origin_of(summary),
     )
-
-
-# ------------------------------------------------------------------ rescale (min-max, robust)
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,9 +231,6 @@ def robust(summary: Any, quantile_range: tuple[float, float] = (25.0, 75.0)) -> 
                    feature_names=tuple(str(n) for n in summary.feature_names), origin=origin_of(summary))
 
 
-# ------------------------------------------------------------------ log1p and impute
-
-
 @dataclass(frozen=True)
 class Log1p(ValueWise):
     """``log(1 + x)`` in float64, value by value (values below -1 give NaN, as numpy's)."""
@@ -322,9 +313,6 @@ def impute(summary: Any, strategy: Literal["mean", "median"] = "mean") -> Impute
     if bad:
         raise ValueError(f"impute: no finite {strategy} for {len(bad)} feature(s): {short(bad)}")
     return Impute(values=values, feature_names=names, strategy=strategy, origin=origin_of(summary))
-
-
-# ------------------------------------------------------------------ quantile transform
 
 
 @dataclass(frozen=True, eq=False)
