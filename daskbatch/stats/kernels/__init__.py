@@ -14,7 +14,7 @@ from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_ava
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
-    "kernel_path", "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments",
+    "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
 
@@ -25,11 +25,6 @@ INT32_ROWS = 2**31 - 1
 def route(x: Any) -> str | None:
     """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer)."""
     return kernel_path(x).route
-
-
-def supports(x: Any) -> bool:
-    """Tell whether compiled kernels (CPU or GPU, see :func:`kernel_path`) read the chunk ``x``."""
-    return kernel_path(x).compiled
 
 
 @functools.cache
