@@ -1,23 +1,26 @@
-"""The manifest of a checkpoint directory: what data and statistics it belongs to, and its run logs."""
+"""The manifest of a checkpoint directory (what data and statistics it belongs to, its run logs) and its run lock."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from daskbatch.engine.checkpoint.files import TMP_PREFIX, write_atomic
+from daskbatch.engine.checkpoint.files import TMP_PREFIX, remove_stale_temps, write_atomic
 from daskbatch.engine.checkpoint.fingerprint import differences
 from daskbatch.engine.checkpoint.fingerprint import input_items as _fingerprint_items
-from daskbatch.errors import CheckpointMismatchError
+from daskbatch.errors import CheckpointMismatchError, DataError, DiskFullError
+from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
@@ -210,3 +213,56 @@ def append_run(path: Path, run: dict[str, Any]) -> None:
             f.seek(-1, os.SEEK_END)
             torn = f.read(1) != b"\n"
         f.write((b"\n" if torn else b"") + json.dumps(run).encode() + b"\n")
+
+
+def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
+    """Get the run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    check_checkpoint_dir(directory)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return _CheckpointLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+class _CheckpointLock(RunLock):
+    """The run lock of a checkpoint directory; on a full disk it first deletes what killed runs left there."""
+
+    def acquire(self) -> None:
+        """Take the lock; when its file does not fit, delete dead writers' temporary files and try once more."""
+        try:
+            super().acquire()
+        except DiskFullError:
+            # O_EXCL found no lock file, so no run held the lock: a killed run's partial
+            # checkpoint file may be what fills the disk.
+            remove_stale_temps(self.path.parent)
+            super().acquire()
+
+
+def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:
+    """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint."""
+    path = Path(directory)
+    if "://" in os.fspath(directory) or not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise DataError(f"{what} {os.fspath(directory)} is a file, not a directory; choose another path")
+    if any(path.iterdir()) and not ((path / MANIFEST).exists() or (path / LOCK_NAME).exists()):
+        raise DataError(
+            f"{what} {os.fspath(directory)} holds files and no daskbatch checkpoint; choose a new or empty directory"
+        )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        """Call ``func`` holding the lock of its checkpoint, if it has one."""
+        directory = kwargs.get("checkpoint")
+        if not isinstance(directory, (str, os.PathLike)):
+            return func(*args, **kwargs)
+        with checkpoint_lock(directory):
+            return func(*args, **kwargs)
+
+    return wrapper

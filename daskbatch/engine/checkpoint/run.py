@@ -24,13 +24,14 @@ from daskbatch.engine.checkpoint.files import (
     remove_stale_temps,
     write_atomic,
 )
-from daskbatch.engine.checkpoint.lock import checkpoint_lock, holding_checkpoint_lock
 from daskbatch.engine.checkpoint.manifest import (
     _SUFFIX,
     FORMAT_VERSION,
     MANIFEST,
     _digest,
     append_run,
+    checkpoint_lock,
+    holding_checkpoint_lock,
     input_items,
     open_pass,
     pass_folder,
