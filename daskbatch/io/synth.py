@@ -395,12 +395,14 @@ def _unfinished(where: str, request: str) -> zarr.Group | None:
         return None
     try:
         group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError):
         if "://" in where:
             return None
-        raise FileExistsError(_exists_message(where)) from None
-    made = group.attrs.get("synth")
+        group = None
+    made = None if group is None else group.attrs.get("synth")
     if not isinstance(made, dict) or made.get(SYNTH_REQUEST) != request:
+        if "://" not in where:
+            check_replaceable(where)  # a user's data: overwrite=True would not replace it either, so no such advice
         raise FileExistsError(_exists_message(where))
     return group
 
