@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -167,8 +167,10 @@ def transform(
     """
     t0 = time.perf_counter()
     check_device(device, "transform")
-    data = as_feature_matrix(dataset)
+    if hasattr(steps, "apply") or not isinstance(steps, Iterable):  # one step where a list was meant, or no list
+        raise TypeError(f"steps must be a list of steps, got {type(steps).__name__}: pass [step, ...]")
     steps = list(steps)
+    data = as_feature_matrix(dataset)
     if not steps:
         raise ValueError("transform needs at least one step (see daskbatch.transforms.steps)")
     bound, names = bind_all(steps, data.feature_names)
