@@ -27,8 +27,17 @@ The constructors (:func:`select`, :func:`standardize`, :func:`minmax`,
 
 from __future__ import annotations
 
-from daskbatch.transforms.steps._common import Step, apply_all, bind_all
-from daskbatch.transforms.steps.columns import Clip, Project, Select, clip, project, select
+from daskbatch.transforms.steps.columns import (
+    Clip,
+    Project,
+    Select,
+    Step,
+    apply_all,
+    bind_all,
+    clip,
+    project,
+    select,
+)
 from daskbatch.transforms.steps.scaling import (
     Impute,
     Log1p,

@@ -9,7 +9,7 @@ import numpy as np
 
 from daskbatch._typing import Array
 from daskbatch.stats._base import as_float64
-from daskbatch.transforms.steps._common import (
+from daskbatch.transforms.steps.columns import (
     PerFeature,
     ValueWise,
     block_namespace,
