@@ -15,7 +15,7 @@ import numpy as np
 
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
-from daskbatch.engine.checkpoint.lock import checkpoint_lock
+from daskbatch.engine.checkpoint.manifest import checkpoint_lock
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spelling
 from daskbatch.engine.statistics_run import prepared_inputs, run_statistics

@@ -115,7 +115,7 @@ def test_text_repr(summary: db.Summary) -> None:
     rows = [line for line in lines if re.match(r"f\d+ ", line)]
     assert len(rows) == 20
     # report.py still uses the first line as its header
-    from daskbatch.summary.report import format_report
+    from daskbatch.summary.reprs import format_report
 
     report = format_report(summary, top=3)
     assert report.splitlines()[0] == lines[0] and "Top 3 features by mutual information" in report

@@ -1,4 +1,4 @@
-"""Calling the user's function on one batch for :func:`daskbatch.map_batches` and :func:`daskbatch.map_items`.
+"""Calling the user's function on one batch for :func:`daskbatch.map_batches` (of arrays or of items).
 
 Package-private machinery of the two verbs: ``on_error``'s modes, bisecting a
 failing batch down to its smallest failing pieces (:func:`bisect`), the texts
