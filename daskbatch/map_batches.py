@@ -12,7 +12,7 @@ array([[0.69314718, 0.69314718],
 Each batch is one dask task (:mod:`daskbatch.engine.blockrun`), on the device
 ``device`` names; ``"auto"`` sends host batches to the GPU when it passes
 daskbatch's GPU preflight and a batch is large enough to pay for its transfer
-(:mod:`daskbatch.planning.devices`, ``daskbatch.gpu-min-batch-bytes``), else
+(:mod:`daskbatch.planning.search`, ``daskbatch.gpu-min-batch-bytes``), else
 runs them on the CPU.  The choice is logged and recorded in the output's
 provenance.  A batch that fails is handled by ``on_error``, one mode or
 ``("fallback", "flag")``:
@@ -85,7 +85,7 @@ from daskbatch.io.rowstore import (
     row_ranges,
 )
 from daskbatch.map_items import map_items
-from daskbatch.planning.devices import DeviceChoice
+from daskbatch.planning.search import DeviceChoice
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 

@@ -21,7 +21,8 @@ from daskbatch.planning.memory import (
     projected_task_bytes,
     state_bytes,
 )
-from daskbatch.planning.search import Plan, Resources, plan_chunks
+from daskbatch.planning.plan import Plan, Resources
+from daskbatch.planning.search import plan_chunks
 
 GiB, MiB = 2**30, 2**20
 
