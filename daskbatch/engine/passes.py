@@ -19,12 +19,12 @@ from daskbatch.engine.checkpoint import run as checkpointed
 from daskbatch.engine.inputs import FeatureMatrix
 from daskbatch.engine.reduce import (
     TASK_PREFIXES,
+    Staged,
     statistics_tag,
     task_prefixes,
     to_host,
     tree_reduce,
 )
-from daskbatch.engine.staged import Staged
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
