@@ -78,13 +78,14 @@ class PassRunner:
         self, first: Bundle, second: Callable[[dict[str, Any]], Bundle | None]
     ) -> tuple[dict[str, Kept], dict[str, Any], FeatureMatrix]:
         """Run ``first``, then the bundle ``second`` makes of its results: merged states and host results by name."""
-        kept = _kept_by_name(first, self(first, finalize=False))
-        results = {name: to_host(k.finalize()) for name, k in kept.items()}
-        then = second(results)
-        if then is not None:
-            more = _kept_by_name(then, self(then, 2, finalize=False))
-            kept.update(more)
-            results.update((name, to_host(k.finalize())) for name, k in more.items())
+        with _span("daskbatch-describe"):  # one span per describe call: the dashboard groups its tasks
+            kept = _kept_by_name(first, self(first, finalize=False))
+            results = to_host({name: k.finalize() for name, k in kept.items()})
+            then = second(results)
+            if then is not None:
+                more = _kept_by_name(then, self(then, 2, finalize=False))
+                kept.update(more)
+                results.update(to_host({name: k.finalize() for name, k in more.items()}))
         return kept, results, self.blocks
 
     def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
@@ -188,7 +189,7 @@ def _with_blocks(data: FeatureMatrix, rows: list[Any], blocks: list[list[Any]]) 
 
 @contextlib.contextmanager
 def _span(name: str) -> Iterator[None]:
-    """A ``distributed`` span per pass (inside describe's ``daskbatch-describe``): the dashboard tells the passes apart."""
+    """A ``distributed`` span named ``name`` (a describe's, a pass's inside it), none without a client."""
     if active_client() is None:
         yield
         return

@@ -11,13 +11,11 @@ makes the :class:`~daskbatch.Summary`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import functools
 import logging
 import os
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -249,8 +247,7 @@ def _computed(
             second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)), hi=tuple(map(float, q_hi))))
         return Bundle(tuple(second))
 
-    with _describe_span():
-        kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
+    kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
     if token is None:
         digest = kept.pop(ContentDigest().name)
         results.pop(digest.statistic.name)
@@ -401,18 +398,6 @@ def _check_moments(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
         f"and kurtosis NaN: {listed}{more}; values ~1e154 or more from the mean are often sentinels standing for "
         "missing values"
     ))
-
-
-@contextlib.contextmanager
-def _describe_span() -> Iterator[None]:
-    """One ``distributed`` span per describe call, so the dashboard groups its tasks."""
-    if active_client() is None:
-        yield
-        return
-    from distributed import span  # lazy: distributed
-
-    with span("daskbatch-describe"):
-        yield
 
 
 def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
