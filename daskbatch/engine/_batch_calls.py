@@ -1,11 +1,5 @@
-"""Calling the user's function on one batch for :func:`daskbatch.map_batches` and :func:`daskbatch.map_items`.
-
-Package-private machinery of the two verbs: ``on_error``'s modes, bisecting a
-failing batch down to its smallest failing pieces (:func:`bisect`), the texts
-and warnings that name failed rows, and :class:`BatchRunner`, which runs a
-function on one batch of rows on the CPU or the GPU with its fallbacks and
-checks the output's shape and dtype.
-"""
+"""Calling the user's function on one batch (:func:`daskbatch.map_batches`, :func:`daskbatch.map_items`): ``on_error``'s
+modes, bisecting a failing batch, the texts that name failed rows, and :class:`BatchRunner` (CPU or GPU, fallbacks)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from daskbatch.engine.inputs import FeatureMatrix
 
-__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics", "recorded_classes",
+__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics",
            "resolve_classes"]
 
 
@@ -324,22 +324,9 @@ def max_classes() -> int:
     return value
 
 
-def recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
-    """Read the class values the store records for ``data.label``.
-
-    Only a label read from the store itself counts: a label passed alongside a
-    Dataset may have other classes than the store's.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-
-    Returns
-    -------
-    tuple of int or None
-        The recorded classes, or None.
-    """
+def _recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
+    """The class values the store records for ``data.label`` (only a label read from that store)."""
+    # A label passed alongside a Dataset may have other classes than the store's.
     source = data.source
     if source is None or data.label is None or getattr(source, "label", None) is not data.label:
         return None
@@ -379,7 +366,7 @@ def resolve_classes(
     limit = max_classes()
     if classes is not None:
         return validate_classes(classes, limit), "given"
-    recorded = recorded_classes(data)
+    recorded = _recorded_classes(data)
     if recorded is not None:
         if len(recorded) > limit:
             raise ValueError(
