@@ -53,13 +53,22 @@ def test_connect_by_address_does_not_close_external(local):
         assert len(again.scheduler_info()["workers"]) == 2
 
 
-def test_connect_by_scheduler_file(local, tmp_path):
+def test_connect_by_scheduler_file(tmp_path):
+    """A scheduler file names a TCP address, as a batch job's scheduler writes it.
+
+    An in-process cluster's ``inproc://`` address is only reachable from the thread pool that
+    made it, so joining through a file written from it could wait for workers until the timeout.
+    """
     import json
 
-    sf = tmp_path / "scheduler.json"
-    sf.write_text(json.dumps({"address": local.scheduler_address}))
-    with cluster(scheduler_file=sf) as client:
-        assert client.scheduler.address == local.scheduler_address
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                      dashboard_address=":0") as lc:
+        assert lc.scheduler_address.startswith("tcp://")
+        sf = tmp_path / "scheduler.json"
+        sf.write_text(json.dumps({"address": lc.scheduler_address}))
+        with cluster(scheduler_file=sf) as client:
+            assert client.scheduler.address == lc.scheduler_address
+            assert client.submit(sum, [1, 2]).result() == 3
 
 
 def test_joining_waits_for_workers_that_arrive_late():
