@@ -195,7 +195,7 @@ def test_plan_wrapper_reads_dask_array():
 
 def test_planner_imports_stdlib_only():
     pkg = pathlib.Path(__file__).parents[1] / "daskbatch" / "planning"
-    for name in ("search.py", "plan.py", "memory.py", "resources.py"):
+    for name in ("search.py", "plan.py", "memory.py"):
         tree = ast.parse((pkg / name).read_text())
         top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
         mods = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]

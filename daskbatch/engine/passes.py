@@ -120,7 +120,7 @@ class PassRunner:
         )
         with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
                                         cancel=self.cancel, **progress_options(self.progress)) as bar:
-            if graph is None:
+            if self.checkpoint is not None:
                 # Looked up on the module at call time (tests wrap it to watch the lock).
                 result = checkpointed.run_checkpointed(
                     stat, data, label, split_every=self.split_every, progress=bar,

@@ -316,7 +316,7 @@ def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool
 def _planned(
     plan: Any, split_every: int | None, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
     n_classes: tuple[int, ...] | None,
-) -> Plan | None:
+) -> Any:
     """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
     if plan is None:
         return None

@@ -1,6 +1,11 @@
-"""What the planner reads and what it returns: :class:`Resources` (one worker's memory and threads, a plain value
-that :mod:`daskbatch.runtime.cluster` builds from a client and ``daskbatch plan`` from numbers) and :class:`Plan`
-(the record :func:`~daskbatch.planning.search.plan_chunks` returns), with its explanation in words and numbers."""
+"""What the planner reads and what it returns: :class:`Resources` and :class:`Plan`.
+
+:class:`Resources` is one worker's memory and threads, a plain value that
+:mod:`daskbatch.runtime.cluster` builds from a client and ``daskbatch plan``
+from numbers; :class:`Plan` is the record
+:func:`~daskbatch.planning.search.plan_chunks` returns, with its explanation in
+words and numbers.
+"""
 
 from __future__ import annotations
 
