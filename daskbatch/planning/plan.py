@@ -219,7 +219,8 @@ class Plan:
         str
             The explanation, several lines.
         """
-        return _explain_plan(self)
+        title, rows = _plan_rows(self)
+        return "\n".join([title, *(f"  {k}: {v}" if k else f"  {v}" for k, v in rows)])
 
     def _repr_html_(self) -> str:
         """The plan's terms as a table: the largest task green when it fits the budget, notes highlighted."""
@@ -287,12 +288,6 @@ def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: i
     """
     share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
     return int(share) - reserved_bytes
-
-
-def _explain_plan(p: Plan) -> str:
-    """Write the text of :meth:`Plan.explain`: every term of the budget, the chunk and merge tasks, the tiles."""
-    title, rows = _plan_rows(p)
-    return "\n".join([title, *(f"  {k}: {v}" if k else f"  {v}" for k, v in rows)])
 
 
 def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
