@@ -44,7 +44,7 @@ from daskbatch.io.rowstore import (
     regular_rows,
     row_ranges,
 )
-from daskbatch.planning.devices import DeviceChoice
+from daskbatch.planning.search import DeviceChoice
 from daskbatch.runtime.progress import ProgressCallback
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]

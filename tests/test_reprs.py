@@ -299,7 +299,8 @@ def test_dask_dataframe_keeps_column_names() -> None:
 
 # --------------------------------------------------------- Plan, Dataset
 def test_plan_html_marks_fit_and_notes() -> None:
-    from daskbatch.planning.search import Resources, plan_chunks
+    from daskbatch.planning.plan import Resources
+    from daskbatch.planning.search import plan_chunks
 
     gib = 2**30
     fits = plan_chunks((10_000, 8), 2, (1000, 8), Resources(4 * gib, 2), stats=("moments",), dtype="float32")

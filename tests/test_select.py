@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 from daskbatch.selection.scores import chi2, f_classif
 

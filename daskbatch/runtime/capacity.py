@@ -6,7 +6,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 
 if TYPE_CHECKING:
     from distributed import Client

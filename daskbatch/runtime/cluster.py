@@ -1,4 +1,4 @@
-"""Clusters in, :class:`~daskbatch.planning.resources.Resources` out."""
+"""Clusters in, :class:`~daskbatch.planning.plan.Resources` out."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from daskbatch.runtime.progress import in_jupyter
 if TYPE_CHECKING:
     from distributed import Client
 
-    from daskbatch.planning.search import Plan
+    from daskbatch.planning.plan import Plan
 
 __all__ = ["KINDS", "cluster", "cuda_cluster_options", "require_cuda", "resolve_kind"]
 
