@@ -17,7 +17,7 @@ import numpy as np
 
 from daskbatch import config
 from daskbatch._arguments import gpu_module
-from daskbatch.engine.staged import TRANSFERS, part_rows_for
+from daskbatch.engine.reduce import TRANSFERS, part_rows_for
 from daskbatch.io.readers import check_series_index, in_memory_as_dask, is_instance, open_reader
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class FeatureMatrix:
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
     source: Dataset | None = None
     #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
-    #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
+    #: task stages parts of this many rows to the GPU itself (:class:`daskbatch.engine.reduce.Staged`).
     stage_rows: int | None = None
     #: Every label is one of the class values the statistics are given: checked on the host
     #: where it was read, or those values were found by a scan of this very label. Chunk tasks
