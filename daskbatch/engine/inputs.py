@@ -99,9 +99,12 @@ def _check_known_chunks(a: Any, what: str) -> None:
 
 
 def as_feature_matrix(
-    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "auto"
+    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "auto",
+    target: Any = None, groups: Any = None, weights: Any = None,
 ) -> FeatureMatrix:
-    """Coerce and validate the inputs of :func:`daskbatch.describe`."""
+    """Open ``x`` through its reader and check it, its label and the per-row target, group keys and weights."""
+    if groups is not None:
+        refuse_beside_groups(label, target)
     reader = open_reader(x, label, what=what, missing=missing)
     x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
     label = reader.label
@@ -140,9 +143,14 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(
+    data = FeatureMatrix(
         x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index
     )
+    if target is not None:
+        data = with_target(data, target)
+    if groups is not None:
+        data = with_groups(data, groups)
+    return as_weights(weights, data)
 
 
 def unmasked(a: Any, what: str, fill: float | None = np.nan) -> Any:

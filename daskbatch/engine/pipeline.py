@@ -30,12 +30,8 @@ from daskbatch.engine.devices import gpu_failure, resolve_device
 from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,
-    as_weights,
     device_module,
-    refuse_beside_groups,
     to_device,
-    with_groups,
-    with_target,
 )
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
@@ -101,14 +97,8 @@ def prepared_inputs(
                          "classes and the target in two runs, describe(x, label=...) and describe(x, target=...)")
     if target is not None and weights is not None:
         raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
-    if groups is not None:
-        refuse_beside_groups(label, target)
-    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
-    if target is not None:
-        data = with_target(data, target)
-    if groups is not None:
-        data = with_groups(data, groups)
-    data = as_weights(weights, data)
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing, target=target, groups=groups,
+                             weights=weights)
     where = resolve_device(device, data.x)
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
