@@ -24,7 +24,6 @@ MOVED: dict[str, str] = {
     "daskbatch.summary_xarray": "daskbatch.summary.dataset",
     "daskbatch.summary_store": "daskbatch.summary.store",
     "daskbatch.summary_extra": "daskbatch.summary.user_results",
-    "daskbatch.summary_results": "daskbatch.summary.results",
     "daskbatch.reprs": "daskbatch.summary.reprs",
     "daskbatch.plotting": "daskbatch.summary.plotting",
     "daskbatch.report": "daskbatch.summary.report",

@@ -23,16 +23,16 @@ from daskbatch.planning.resources import Resources
 from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
 from daskbatch.stats.classes import validate_classes
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import INT32_ROWS, path
 from daskbatch.stats.kernels.path import kernel_path
+from daskbatch.stats.registry import footprint_of
 from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
     configured,
     counts_by_label,
-    footprint_of,
     names_of,
     requested,
 )

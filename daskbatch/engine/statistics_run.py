@@ -36,7 +36,7 @@ from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, histogram_ranges, is_minmax
-from daskbatch.stats.registry import Kept
+from daskbatch.stats.registry import Kept, footprint_of
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
@@ -44,7 +44,6 @@ from daskbatch.stats.spec import (
     Configured,
     counts_by_label,
     counts_histograms,
-    footprint_of,
     names_of,
     requested,
     user_statistics,

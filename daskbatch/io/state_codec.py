@@ -30,31 +30,14 @@ from typing import Any
 
 import numpy as np
 
-# The built-in states: importing their modules registers them (State's subclass hook).
-from daskbatch.stats.class_moments import ClassMomentsState
-from daskbatch.stats.classes import ClassValuesState
-from daskbatch.stats.comoments import CoMomentsState, WeightedCoMomentsState
-from daskbatch.stats.content_digest import DigestState
-from daskbatch.stats.histogram import HistogramState
-from daskbatch.stats.moments import MomentsState, WeightedMomentsState
-from daskbatch.stats.sketch import SketchState
+from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
 from daskbatch.stats.state_registry import registered_state, state_key
-from daskbatch.stats.target import TargetMomentsState
-from daskbatch.stats.tiled import CrossCoMomentsState, WeightedCrossCoMomentsState
 
-__all__ = ["BUILT_IN_STATES", "CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
+__all__ = ["CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
            "record_sha256"]
 
 #: Version of the record layout above; a record of another version is refused, never guessed at.
 CODEC_VERSION = 1
-
-#: The state classes of daskbatch's own statistics (a user's register themselves, see the registry).
-BUILT_IN_STATES: tuple[type, ...] = (
-    MomentsState, WeightedMomentsState, CoMomentsState, WeightedCoMomentsState, CrossCoMomentsState,
-    HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState, WeightedCrossCoMomentsState,
-    DigestState,
-)
-
 
 class UnreadableState(ValueError):
     """A record cannot be rebuilt: another codec version, an unregistered class, fields that do not match."""

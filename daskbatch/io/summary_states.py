@@ -61,7 +61,13 @@ from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
 from daskbatch.io.locations import zarr_target
 from daskbatch.planning.resources import format_bytes
 from daskbatch.stats._base import reads_label
-from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
+from daskbatch.stats.registry import (
+    Kept,
+    built_in_states,
+    declared_state,
+    statistic_from_params,
+    statistic_params,
+)
 from daskbatch.stats.state_registry import state_key
 
 __all__ = ["FORMAT_VERSION", "GROUP", "check_bounds", "check_savable", "describe_error", "read_states",
@@ -127,7 +133,7 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
     digests = {}
     for name, kept in states.items():
-        user = type(kept.statistic) not in STATE_CLASSES
+        user = declared_state(kept.statistic) is None
         statistic, params = _identity(kept.statistic)
         # A state whose in-memory layout differs from the saved one gives the saved one (co-moments: mirrored).
         state = kept.state.canonical() if callable(getattr(kept.state, "canonical", None)) else kept.state
@@ -167,7 +173,7 @@ def check_savable(states: Mapping[str, Kept]) -> None:
 
 def _identity(statistic: Any) -> tuple[str, Any]:
     """What the file records of a statistic: registered class name and JSON parameters, or a user's class path and repr."""
-    if type(statistic) in STATE_CLASSES:
+    if declared_state(statistic) is not None:
         return type(statistic).__name__, statistic_params(statistic)
     cls = type(statistic)
     if cls.__repr__ is object.__repr__:  # the default repr holds the object's address: its attributes instead
@@ -269,9 +275,9 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
-    own = STATE_CLASSES[type(statistic)]
+    own = declared_state(statistic)
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
-    subclasses = (cls for cls in state_codec.BUILT_IN_STATES if issubclass(cls, own) and cls is not own)
+    subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)
     return next((cls for cls in subclasses if state_key(cls) == key), own)
 
 

@@ -38,7 +38,7 @@ from daskbatch.planning.memory import (
 )
 from daskbatch.planning.plan import Plan, budget_bytes, budget_formula
 from daskbatch.planning.resources import Resources, format_bytes
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Footprint
 
 # Plan (daskbatch.planning.plan), PlanError and Resources are re-exported: the names users import from here.
 __all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "plan_task_rows", "projected_task_bytes"]

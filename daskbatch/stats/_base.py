@@ -35,7 +35,7 @@ class Statistic(Protocol[S, R]):
         ``chunk`` also accepts ``weights=`` (one non-negative float64 weight
         per row, rows of weight 0 already dropped), for ``describe(weights=...)``;
         without it a weighted run refuses the statistic.
-    ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
+    ``footprint`` (:class:`~daskbatch.stats.declaration.Footprint`)
         The bytes of its state and of its temporaries per block, from which
         the planner sizes tasks; without one a cautious default is used.
 

@@ -28,6 +28,7 @@ from array_api_compat import is_cupy_array
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.declaration import Declaration
 
 #: Most distinct class values accepted by default (``daskbatch.max-classes`` in daskbatch.yaml).
 DEFAULT_MAX_CLASSES = 1000
@@ -347,3 +348,10 @@ class ClassValues:  # numpydoc ignore=PR02
                 "or raise daskbatch.max-classes)"
             )
         return s
+
+
+#: The pass that finds the label's class values (its state only).
+DECLARATION = Declaration(
+    "class_values", None, states=(ClassValuesState,), selectable=False,
+    summarize=lambda declaration, done: {},
+)

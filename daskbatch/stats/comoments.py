@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
@@ -33,7 +34,7 @@ from daskbatch.stats._base import (
 )
 from daskbatch.stats._weight_sums import RATIO_FORM_FROM
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
 from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.pairwise import (
@@ -461,4 +462,33 @@ FOOTPRINT = Footprint(
     merge_temporaries=3,  # the outer product and its scaled copy
     centring_rows=centring_rows,
     device_buffers=_gpu.comoments_buffer_bytes,
+)
+
+
+def _pair_setting(summary: Any) -> dict[str, Any]:
+    """The rows a covariance or correlation counted, as ``complete_rows``."""
+    return {} if summary.cov_count is None else {"complete_rows": int(summary.cov_count)}
+
+
+def _cov_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The covariance and correlation matrices, and the rows they counted."""
+    if "cov" not in done.results:
+        return {}
+    c = done.results["cov"]
+    if getattr(c, "weight_sum", None) is not None:
+        done.provenance["cov_weight_sum"] = float(c.weight_sum)
+    return {"cov": c.cov, "corr": c.corr, "cov_count": int(c.n)}
+
+
+_PAIR = ("feature", "feature2")
+DECLARATION = Declaration(
+    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState), footprint=FOOTPRINT,
+    variables={
+        "cov": Variable(_PAIR, "covariance over the complete rows",
+                        settings=lambda s: {**ddof_setting(s), **_pair_setting(s)}),
+        "corr": Variable(_PAIR, "Pearson correlation over the complete rows", "1", settings=_pair_setting),
+        "cov_count": Variable(None, "rows of the covariance"),
+    },
+    summarize=_cov_variables,
+    kernels=("daskbatch.stats.kernels:comoments", "daskbatch.stats.kernels:weighted_comoments"),
 )

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.stats._base import State
+from daskbatch.stats.declaration import Declaration
 
 __all__ = ["ContentDigest", "DigestState"]
 
@@ -144,3 +145,7 @@ class ContentDigest:  # numpydoc ignore=PR02
         digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
         whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
         return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"
+
+
+#: The digest of the rows a checkpoint counted (its state only).
+DECLARATION = Declaration("digest", None, states=(DigestState,), selectable=False, summarize=lambda d, done: {})

@@ -16,7 +16,9 @@ where a plain Chan merge of chunk means keeps ~11.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
+
+import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
@@ -31,8 +33,15 @@ from daskbatch.stats._base import (
 )
 from daskbatch.stats._weight_sums import RATIO_FORM_FROM, merged_by_ratios
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.declaration import (
+    Declaration,
+    Finished,
+    Footprint,
+    Variable,
+    count,
+    ddof_setting,
+)
 from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
-from daskbatch.stats.footprint import Footprint
 from daskbatch.stats.kernels import _gpu
 
 NanPolicy = Literal["omit", "propagate", "raise"]
@@ -498,4 +507,43 @@ FOOTPRINT = Footprint(
     temporaries={"compiled": {}, "array-api": {"float64": 4, "bool": 3}, "gpu-compiled": {}},
     merge_temporaries=1,  # ~20 vectors of one merge
     device_buffers=_gpu.moments_buffer_bytes,
+)
+
+
+def _bias_setting(summary: Any) -> dict[str, Any]:
+    """The ``bias`` attribute of skew and kurtosis (an int: netCDF attributes have no bool)."""
+    bias = summary.provenance.get("bias")
+    if bias is None:
+        return {}
+    return {"bias": int(bool(bias)), "comment": "bias=1: biased estimator (scipy.stats default); 0: bias-corrected"}
+
+
+def _moments_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The per-feature moments and counts (and the weight sums of a weighted run)."""
+    m = done.results["moments"]
+    out = {name: getattr(m, name) for name in declaration.variables if name != "weight_sum"}
+    if getattr(m, "weight_sum", None) is not None:
+        out["weight_sum"] = np.asarray(m.weight_sum)
+    return out
+
+
+_F = ("feature",)
+DECLARATION = Declaration(
+    "moments", Moments, states=(MomentsState, WeightedMomentsState), footprint=FOOTPRINT,
+    variables={
+        "count": count(_F, "number of values that are not NaN", "float64"),
+        "nan_count": count(_F, "number of NaN values", "float64"),
+        "posinf_count": count(_F, "number of +inf values", "float64"),
+        "neginf_count": count(_F, "number of -inf values", "float64"),
+        "mean": Variable(_F, "mean"),
+        "std": Variable(_F, "standard deviation", settings=ddof_setting),
+        "var": Variable(_F, "variance", settings=ddof_setting),
+        "min": Variable(_F, "minimum"),
+        "max": Variable(_F, "maximum"),
+        "skew": Variable(_F, "skewness (Fisher-Pearson)", settings=_bias_setting),
+        "kurtosis": Variable(_F, "excess kurtosis (Fisher)", settings=_bias_setting),
+        "weight_sum": Variable(_F, "sum of the sample weights of the finite values"),
+    },
+    summarize=_moments_variables,
+    kernels=("daskbatch.stats.kernels:moments", "daskbatch.stats.kernels:weighted_moments"),
 )

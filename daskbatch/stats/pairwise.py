@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State, as_float64, safe_divisor
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
 
 
 @dataclass(frozen=True, eq=False)

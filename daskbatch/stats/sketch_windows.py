@@ -8,8 +8,12 @@ fit a worker (:data:`WINDOWS`, :data:`WINDOWED_FOOTPRINTS`, :func:`window_of`).
 
 from __future__ import annotations
 
-from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
+from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch, SketchState
 from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 
 __all__ = [
@@ -132,3 +136,43 @@ def window_of(stat: object) -> tuple[int, str, float] | None:
         if stat is footprint:
             return chosen
     return None
+
+
+def _sketch_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The window of sketch slots that hold counts, and the finite extrema (its layout in the provenance)."""
+    if "sketch" not in done.results:
+        return {}
+    r = done.results["sketch"]
+    # The full layout holds ~27,600 slots per feature; data rarely span more than a few decades, so the
+    # summary keeps only the columns from the first to the last non-empty slot over all features (and records
+    # where they start).
+    counts, slots = r.runs()  # the other columns are empty
+    held = counts > 0
+    first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)
+    window = np.zeros((counts.shape[0], stop - first), dtype=counts.dtype)  # float64 sums of weights when weighted
+    rows = np.nonzero(held)[0]
+    window[rows, slots[held] - first] = counts[held]  # a feature's held slots are distinct
+    done.provenance["sketch"] = {
+        "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
+        "first_slot": first, "window": r.window,
+    }
+    extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
+    return {"sketch_counts": window, "sketch_extrema": extrema}
+
+
+def _accuracy(summary: Any) -> dict[str, Any]:
+    """The sketch's relative accuracy, from the provenance."""
+    spec = summary.provenance.get("sketch")
+    return {"relative_accuracy": float(spec.get("alpha", float("nan")))} if isinstance(spec, dict) else {}
+
+
+DECLARATION = Declaration(
+    "sketch", Sketch, states=(SketchState,), footprint=FOOTPRINT,
+    variables={
+        "sketch_counts": count(("feature", "sketch_slot"), "quantile sketch counts", state=True, settings=_accuracy),
+        "sketch_extrema": Variable(("feature", "extreme"), "finite minimum and maximum seen by the quantile sketch",
+                                   state=True),
+    },
+    summarize=_sketch_variables,
+    kernels=("daskbatch.stats.kernels:sketch", "daskbatch.stats.kernels:sketch_merge"),
+)

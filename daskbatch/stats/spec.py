@@ -19,7 +19,6 @@ import numpy as np
 
 from daskbatch._arguments import strict_int
 from daskbatch.stats import (
-    STATISTICS,
     ClassMoments,
     CoMoments,
     Histogram,
@@ -27,9 +26,10 @@ from daskbatch.stats import (
     MutualInformation,
     Sketch,
 )
-from daskbatch.stats.footprint import Footprint, generic_footprint
-from daskbatch.stats.named import (
+from daskbatch.stats.declaration import Declaration
+from daskbatch.stats.registry import (
     PLAIN_NAME,
+    STATISTICS,
     is_statistic,
     named_statistic,
     registered,
@@ -39,43 +39,18 @@ from daskbatch.stats.named import (
 # default score (ANOVA F); like mi it is computed only when there is a label.
 DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
-#: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
 
 
-@dataclasses.dataclass(frozen=True)
-class Requested:  # numpydoc ignore=PR02
-    """A built-in statistic as users name it, and what it declares: what describe and the stream branch on.
+#: A built-in statistic as users name it, and what it declares: what describe and the stream branch on.
+Requested = Declaration
 
-    Parameters
-    ----------
-    name : str
-        The name users type (``"mi"``).
-    statistic : type
-        Its statistic class (``"mi"``: :class:`~daskbatch.stats.MutualInformation`).
-    needs_label, needs_class_label : bool, default False
-        Computed only with a label or a continuous target (left out without one); only with a class label.
-    needs_ranges, by_label : bool, default False
-        Counts into bins whose ranges are given or found by a first pass; per class of the label.
-    """
-
-    name: str
-    statistic: type
-    needs_label: bool = False
-    needs_class_label: bool = False
-    needs_ranges: bool = False
-    by_label: bool = False
+MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH = (
+    STATISTICS[n] for n in ("moments", "cov", "hist", "mi", "class_moments", "sketch"))
 
 
-MOMENTS = Requested("moments", Moments)
-COV = Requested("cov", CoMoments)
-HIST = Requested("hist", Histogram, needs_ranges=True)
-#: Mutual information, from the joint tables of the histogram by label (counted in place of ``hist``).
-MI = Requested("mi", MutualInformation, needs_label=True, needs_ranges=True, by_label=True)
-CLASS_MOMENTS = Requested("class_moments", ClassMoments, needs_label=True, needs_class_label=True)
-SKETCH = Requested("sketch", Sketch)
-#: Every built-in statistic by the name users type: the one place that reads those names.
-BUILT_IN: dict[str, Requested] = {r.name: r for r in (MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH)}
-assert set(BUILT_IN) == set(STATISTICS)
+def _built_in() -> dict[str, Declaration]:
+    """The statistics users may name that the engine's passes build, by name (read from the one table)."""
+    return {n: d for n, d in STATISTICS.items() if d.selectable and d.fused}
 
 
 #: Default of every parameter a keyword shortcut of describe fills, and the statistics that carry it.
@@ -173,7 +148,7 @@ def configured(stats: Any, **shortcuts: Any) -> Configured:
     built[Sketch] = given.get(Sketch, Sketch())
     order = (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
     return Configured(
-        wanted=tuple(built[BUILT_IN[n].statistic] for n in order),
+        wanted=tuple(built[STATISTICS[n].statistic] for n in order),
         user=tuple(o for o in objects if type(o) not in _BUILT_IN_TYPES),
         moments=built[Moments], cov=built[CoMoments], histogram=built[Histogram], mi=built[MutualInformation],
         class_moments=built[ClassMoments],
@@ -223,7 +198,7 @@ def requested(stats: Any) -> tuple[Requested, ...]:
     tuple of Requested
         The built-in statistics, in :func:`normalize_stats`'s order.
     """
-    return tuple(BUILT_IN[n] for n in normalize_stats(stats))
+    return tuple(STATISTICS[n] for n in normalize_stats(stats))
 
 
 def names_of(wanted: Sequence[Requested]) -> tuple[str, ...]:
@@ -296,8 +271,8 @@ def normalize_stats(stats: Any) -> tuple[str, ...]:
     return (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
 
 
-#: The classes of the built-in statistics: an object of one is configured, not a user's statistic.
-_BUILT_IN_TYPES = frozenset(STATISTICS.values())
+#: The classes of the built-in statistics the passes build: an object of one is configured, not a user's statistic.
+_BUILT_IN_TYPES = frozenset(d.statistic for d in _built_in().values())
 
 
 def statistic_items(stats: Any) -> tuple[Any, ...]:
@@ -333,8 +308,11 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
             objects.append(part)
             continue
         for name in (n.strip() for n in part.split(",")):
-            if name in STATISTICS:
+            declared = STATISTICS.get(name)
+            if declared is not None and declared.selectable and declared.fused:
                 names.append(name)
+            elif declared is not None and declared.selectable:
+                objects.append(declared.statistic())  # a declared statistic the first pass runs as given
             elif name:
                 objects.append(named_statistic(name))
     return names, objects
@@ -358,7 +336,7 @@ def check_statistic_names(names: str | Sequence[str]) -> None:
     """
     for part in statistic_items(names):
         for name in (n.strip() for n in str(part).split(",")):
-            if name and name not in STATISTICS:
+            if name and not (name in STATISTICS and STATISTICS[name].selectable):
                 registered(name)
 
 
@@ -389,29 +367,13 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
                 f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "
                 "chunk(x, label=None), merge(a, b) and finalize(state) methods"
             )
-        if not PLAIN_NAME.fullmatch(obj.name) or obj.name in STATISTICS:
+        declared = STATISTICS.get(obj.name)
+        if not PLAIN_NAME.fullmatch(obj.name) or (declared is not None and type(obj) is not declared.statistic):
             raise ValueError(
                 f"statistic name {obj.name!r} must be a plain name ([A-Za-z][A-Za-z0-9_]*) "
-                f"other than the built-in {sorted(STATISTICS)}"
+                f"other than the built-in {sorted(n for n, d in STATISTICS.items() if d.selectable)}"
             )
         if obj.name in {s.name for s in found}:
             raise ValueError(f"two statistics are named {obj.name!r}")
         found.append(obj)
     return tuple(found)
-
-
-def footprint_of(stat: Any) -> Footprint:
-    """Get the memory footprint a statistic declares (``stat.footprint``), else a cautious default.
-
-    Parameters
-    ----------
-    stat : object
-        A statistic.
-
-    Returns
-    -------
-    Footprint
-        Its footprint.
-    """
-    declared = getattr(stat, "footprint", None)
-    return declared if isinstance(declared, Footprint) else generic_footprint(stat.name)

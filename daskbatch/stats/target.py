@@ -37,7 +37,14 @@ from daskbatch.stats._base import (
     safe_divisor,
 )
 from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+from daskbatch.stats.declaration import (
+    KERNEL_PATHS,
+    Declaration,
+    Finished,
+    Footprint,
+    Variable,
+    count,
+)
 from daskbatch.stats.moments import first_finite
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
@@ -332,3 +339,31 @@ def target_cuts(sketch: SketchResult, bins: int) -> tuple[float, ...]:
     cuts = np.unique(np.asarray(sketch.quantile(q), dtype=np.float64)[0])
     lowest = float(np.asarray(sketch.finite_min)[0])
     return tuple(float(c) for c in cuts[np.isfinite(cuts) & (cuts > lowest)])
+
+
+def _target_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The co-moments of every feature with the continuous target (the input of f_regression)."""
+    if "target_moments" not in done.results:
+        return {}
+    t = done.results["target_moments"]
+    return {"target_count": t.count, "target_mean": t.y_mean, "target_m2": t.y_m2, "target_x_m2": t.x_m2,
+            "target_comoment": t.comoment}
+
+
+_F = ("feature",)
+#: Added by the engine with ``describe(x, target=y)``, not asked for by name.
+DECLARATION = Declaration(
+    "target_moments", TargetMoments, states=(TargetMomentsState,), needs_label=True, selectable=False,
+    variables={
+        "target_count": count(_F, "number of finite values of the feature (rows used with the target)", "float64"),
+        "target_mean": Variable(_F, "mean of the target over the rows where the feature is finite"),
+        "target_m2": Variable(_F, "sum of squared deviations of the target from its mean"),
+        "target_x_m2": Variable(_F, "sum of squared deviations of the feature from its mean"),
+        "target_comoment": Variable(_F, "sum of products of the feature's and the target's deviations"),
+    },
+    summarize=_target_variables,
+)
+#: The target's quantile sketch, whose cuts are the classes of ``mi``'s tables with a target.
+SKETCH_DECLARATION = Declaration(
+    "target_sketch", TargetSketch, states=(SketchState,), needs_label=True, selectable=False,
+)

@@ -34,6 +34,7 @@ from daskbatch.stats._base import (
 from daskbatch.stats._weight_sums import RATIO_FORM_FROM
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
+from daskbatch.stats.declaration import Declaration
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,3 +246,10 @@ def finalize_tile(
         The tile's correlation.
     """
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
+
+
+#: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
+DECLARATION = Declaration(
+    "tiled_cov", None, states=(CrossCoMomentsState, WeightedCrossCoMomentsState), selectable=False,
+    summarize=lambda declaration, done: {},
+)

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.stats.registry import summary_variables
+
 __all__ = [
-    "COUNT_FIELDS",
     "FORMAT",
     "decode_provenance",
     "encode_provenance",
@@ -32,83 +33,16 @@ FORMAT = 2
 RESERVED = frozenset({
     "title", "cov_count", "daskbatch_summary_format", "provenance_json_keys", "provenance", "daskbatch_output",
 })
-#: Summary fields holding exact counts in float64 (stored as int64, read back as float64).
-COUNT_FIELDS = ("count", "nan_count", "posinf_count", "neginf_count", "class_count", "target_count")
-
-_COUNT = {"units": "1"}
-_LONG_NAMES: dict[str, str] = {
-    "count": "number of values that are not NaN",
-    "nan_count": "number of NaN values",
-    "posinf_count": "number of +inf values",
-    "neginf_count": "number of -inf values",
-    "mean": "mean",
-    "var": "variance",
-    "std": "standard deviation",
-    "skew": "skewness (Fisher-Pearson)",
-    "kurtosis": "excess kurtosis (Fisher)",
-    "min": "minimum",
-    "max": "maximum",
-    "cov": "covariance over the complete rows",
-    "corr": "Pearson correlation over the complete rows",
-    "hist_counts": "histogram counts",
-    "hist_edges": "histogram bin edges",
-    "underflow": "number of values below the histogram range",
-    "overflow": "number of values above the histogram range",
-    "joint_counts": "counts per (feature, histogram slot, class)",
-    "mi": "mutual information with the label",
-    "class_count": "number of finite values per class",
-    "class_mean": "mean of the finite values per class",
-    "class_m2": "sum of squared deviations from the class mean",
-    "target_count": "number of finite values of the feature (rows used with the target)",
-    "target_mean": "mean of the target over the rows where the feature is finite",
-    "target_m2": "sum of squared deviations of the target from its mean",
-    "target_x_m2": "sum of squared deviations of the feature from its mean",
-    "target_comoment": "sum of products of the feature's and the target's deviations",
-    "sketch_counts": "quantile sketch counts",
-    "sketch_extrema": "finite minimum and maximum seen by the quantile sketch",
-    "quantile_counts": "quantile histogram counts: below the range, the bins, above",
-    "quantile_range": "range of the quantile histogram",
-    "weight_sum": "sum of the sample weights of the finite values",
-}
-_UNITLESS = frozenset({
-    "count", "nan_count", "posinf_count", "neginf_count", "corr", "hist_counts", "underflow", "overflow",
-    "joint_counts", "class_count", "target_count", "sketch_counts", "quantile_counts",
-})
-
-
-def variable_attrs(name: str, provenance: dict[str, Any], cov_count: int | None = None) -> dict[str, Any]:
-    """Give the CF-style attributes of the variable ``name`` of a summary's Dataset.
-
-    Parameters
-    ----------
-    name : str
-        The variable.
-    provenance : dict
-        The summary's provenance (settings such as ``ddof``).
-    cov_count : int, optional
-        Complete rows of the covariance.
-
-    Returns
-    -------
-    dict
-        The attributes.
-    """
-    attrs: dict[str, Any] = {"long_name": _LONG_NAMES.get(name, name)}
-    if name in _UNITLESS:
-        attrs.update(_COUNT)
-    if name in ("var", "std", "cov") and provenance.get("ddof") is not None:
-        attrs["ddof"] = int(provenance["ddof"])
-    if name in ("skew", "kurtosis") and provenance.get("bias") is not None:
-        attrs["bias"] = int(bool(provenance["bias"]))  # an int: netCDF attributes have no bool
-        attrs["comment"] = "bias=1: biased estimator (scipy.stats default); 0: bias-corrected"
-    if name in ("cov", "corr") and cov_count is not None:
-        attrs["complete_rows"] = int(cov_count)
-    if name == "mi":
-        attrs["units"] = "bit" if provenance.get("mi_units") == "bits" else "nat"
-    if name == "joint_counts":
-        attrs["comment"] = "slot -1: below the histogram range, 0..bins-1: the bins, bins: above it"
-    if name == "sketch_counts" and isinstance(provenance.get("sketch"), dict):
-        attrs["relative_accuracy"] = float(provenance["sketch"].get("alpha", float("nan")))
+def variable_attrs(name: str, summary: Any) -> dict[str, Any]:
+    """The CF-style attributes of a summary's variable ``name``, as its statistic declares them."""
+    declared = summary_variables().get(name)
+    if declared is None:
+        return {"long_name": name}
+    attrs: dict[str, Any] = {"long_name": declared.long_name or name}
+    if declared.units is not None:
+        attrs["units"] = declared.units
+    if declared.settings is not None:
+        attrs.update(declared.settings(summary))
     return attrs
 
 

@@ -7,21 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskbatch.stats.registry import summary_variables
 from daskbatch.summary.attrs import (
-    COUNT_FIELDS,
     FORMAT,
     count_array,
     decode_provenance,
     encode_provenance,
     variable_attrs,
 )
-from daskbatch.summary.fields import (
-    CLASS_FIELDS,
-    COUNT_FIELDS_INT,
-    DEFAULT_QUANTILES,
-    PER_FEATURE,
-    TARGET_FIELDS,
-)
+from daskbatch.summary.tables import DEFAULT_QUANTILES
 from daskbatch.summary.user_results import results_from_variables, user_variables
 
 if TYPE_CHECKING:
@@ -65,18 +59,18 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     """
     import xarray as xr  # lazy: xarray
 
-    def _var(dims: Any, name: str, values: Any) -> Any:
-        """Build the variable ``name`` with its attributes (counts as int64)."""
-        if name in COUNT_FIELDS_INT:
-            values = count_array(values)
-        return xr.Variable(dims, values, attrs=variable_attrs(name, summary.provenance, summary.cov_count))
+    declared = summary_variables()
 
-    data: dict[str, Any] = {name: _var("feature", name, getattr(summary, name)) for name in PER_FEATURE}
-    if summary.weight_sum is not None:
-        data["weight_sum"] = _var("feature", "weight_sum", summary.weight_sum)
-    if summary.cov is not None:
-        data["cov"] = _var(("feature", "feature2"), "cov", summary.cov)
-        data["corr"] = _var(("feature", "feature2"), "corr", summary.corr)
+    def _var(name: str, values: Any) -> Any:
+        """Build the variable ``name`` as its statistic declares it (counts as int64)."""
+        if declared[name].count:
+            values = count_array(values)
+        return xr.Variable(declared[name].dims, values, attrs=variable_attrs(name, summary))
+
+    data: dict[str, Any] = {
+        name: _var(name, value) for name, value in summary.variables.items()
+        if value is not None and declared[name].dims is not None and not declared[name].state
+    }
     # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
     names = np.array(summary.feature_names, dtype=object)
     coords: dict[str, Any] = {"feature": ("feature", names, {"long_name": "feature"})}
@@ -84,10 +78,6 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         coords["feature2"] = ("feature2", names, {"long_name": "feature (second of a pair)"})
     if summary.hist_counts is not None:
         assert summary.hist_edges is not None
-        data["hist_counts"] = _var(("feature", "bin"), "hist_counts", summary.hist_counts)
-        data["hist_edges"] = _var(("feature", "edge"), "hist_edges", summary.hist_edges)
-        data["underflow"] = _var("feature", "underflow", summary.underflow)
-        data["overflow"] = _var("feature", "overflow", summary.overflow)
         bins = summary.hist_counts.shape[1]
         coords["bin"] = ("bin", np.arange(bins, dtype=np.int64), {"long_name": "histogram bin"})
         coords["edge"] = ("edge", np.arange(bins + 1, dtype=np.int64), {"long_name": "histogram edge"})
@@ -95,20 +85,11 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         centres = 0.5 * (summary.hist_edges[:, :-1] + summary.hist_edges[:, 1:])
         coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
     if summary.joint_counts is not None:
-        data["joint_counts"] = _var(("feature", "slot", "class"), "joint_counts", summary.joint_counts)
         slots = summary.joint_counts.shape[1]
         coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
             "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
         })
-    if summary.mi is not None:
-        data["mi"] = _var("feature", "mi", summary.mi)
-    for name in CLASS_FIELDS:
-        if getattr(summary, name) is not None:
-            data[name] = _var(("feature", "class"), name, getattr(summary, name))
-    for name in TARGET_FIELDS:
-        if getattr(summary, name) is not None:
-            data[name] = _var("feature", name, getattr(summary, name))
-    if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
+    if summary.classes is not None and any("class" in data[n].dims for n in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
     if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
         probs = np.asarray([float(q) for q in quantiles], dtype=np.float64)
@@ -120,16 +101,12 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     for v in user_variables(summary.extra, summary.n_features, set(data)):
         data[v.name] = xr.Variable(v.dims, v.values, attrs=v.attrs)
     if states and summary.sketch_counts is not None:
-        data["sketch_counts"] = _var(("feature", "sketch_slot"), "sketch_counts", summary.sketch_counts)
-        data["sketch_extrema"] = _var(("feature", "extreme"), "sketch_extrema", summary.sketch_extrema)
+        data.update({n: _var(n, v) for n, v in summary.variables.items() if declared[n].state and v is not None})
         first = int(summary.provenance.get("sketch", {}).get("first_slot", 0))
         width = summary.sketch_counts.shape[1]
         coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
                                  {"long_name": "quantile sketch slot"})
         coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
-    if summary.quantile_counts is not None:
-        data["quantile_counts"] = _var(("feature", "quantile_cell"), "quantile_counts", summary.quantile_counts)
-        data["quantile_range"] = _var(("feature", "end"), "quantile_range", summary.quantile_range)
     attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
     if summary.cov_count is not None:
         attrs["cov_count"] = int(summary.cov_count)
@@ -150,32 +127,24 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
     dict
         The summary's fields, for ``Summary(**fields)``.
     """
-    def _get(name: str) -> np.ndarray | None:
-        """Read variable ``name`` if the dataset has it."""
-        return np.asarray(ds[name].values) if name in ds else None
-
-    kwargs: dict[str, Any] = {name: _get(name) for name in PER_FEATURE}
-    for name in (
-        "weight_sum", "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
-        "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
-        *TARGET_FIELDS,
-    ):
-        kwargs[name] = _get(name)
-    for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
-        if kwargs[name] is not None:
-            kwargs[name] = kwargs[name].astype(np.float64)
-    extra = results_from_variables(ds)
+    variables: dict[str, Any] = {}
+    for name, declared in summary_variables().items():
+        if declared.dims is not None and name in ds:
+            value = np.asarray(ds[name].values)
+            # Exact counts are stored as int64 and held as float64 like the other moments.
+            variables[name] = value.astype(np.float64) if declared.count == "float64" else value
     cov_count = ds.attrs.get("cov_count")
+    if cov_count is not None:
+        variables["cov_count"] = int(cov_count)
     if "class" in ds.coords:
-        kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
-    elif kwargs["joint_counts"] is not None:  # written before the coordinate existed: 0..K-1
-        kwargs["classes"] = np.arange(kwargs["joint_counts"].shape[2], dtype=np.int64)
+        variables["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
+    elif "joint_counts" in variables:  # written before the coordinate existed: 0..K-1
+        variables["classes"] = np.arange(variables["joint_counts"].shape[2], dtype=np.int64)
     return dict(
         feature_names=tuple(str(f) for f in ds["feature"].values),
-        cov_count=None if cov_count is None else int(cov_count),
+        variables=variables,
         provenance=decode_provenance(dict(ds.attrs)),
-        extra=extra,
-        **kwargs,
+        extra=results_from_variables(ds),
     )
 
 

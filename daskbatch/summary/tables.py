@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sketch import Sketch
-from daskbatch.summary.fields import DEFAULT_QUANTILES, PER_FEATURE, STATE_FIELDS, quantile_label
 from daskbatch.summary.user_results import user_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = ["dataframe", "json_dict", "quantiles", "top_correlated", "top_mi"]
+__all__ = ["DEFAULT_QUANTILES", "dataframe", "json_dict", "quantile_label", "quantiles", "top_correlated", "top_mi"]
+
+#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
+DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+
+
+def quantile_label(q: float) -> str:
+    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``).
+
+    Parameters
+    ----------
+    q : float
+        The probability.
+
+    Returns
+    -------
+    str
+        The label.
+    """
+    if q == 0.5:
+        return "median"
+    pct = round(100 * q, 6)
+    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
 
 
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
@@ -165,7 +186,7 @@ def dataframe(summary: Summary) -> Any:
     """
     import pandas as pd  # lazy: pandas
 
-    columns = {name: getattr(summary, name) for name in PER_FEATURE}
+    columns = {name: getattr(summary, name) for name in STATISTICS["moments"].variables if name != "weight_sum"}
     for name in ("count", "nan_count", "posinf_count", "neginf_count"):
         columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
     if summary.mi is not None:
@@ -196,10 +217,10 @@ def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
         JSON-able.
     """
     out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
-    for f in dataclasses.fields(summary):
-        value = getattr(summary, f.name)
-        if isinstance(value, np.ndarray) and (states or f.name not in STATE_FIELDS):
-            out[f.name] = _json_values(value)
+    declared = summary_variables()
+    for name, value in summary.variables.items():
+        if isinstance(value, np.ndarray) and (states or not declared[name].state):
+            out[name] = _json_values(value)
     if summary.cov_count is not None:
         out["cov_count"] = int(summary.cov_count)
     if summary.hist_counts is not None or summary.sketch_counts is not None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.stats._base import reads_label
-from daskbatch.stats.named import is_statistic
+from daskbatch.stats.registry import is_statistic
 from daskbatch.testing.assertions import result_fields
 from daskbatch.testing.laws import LAWS, StatisticLaws
 
