@@ -11,8 +11,7 @@ import daskbatch as db
 from daskbatch._arguments import checked_device
 from daskbatch.describe import new_spelling
 from daskbatch.stats.registry import selectable
-from daskbatch.stats.spec import HIST, MI, requested
-from daskbatch.stats.wanted import describe_statistics
+from daskbatch.stats.spec import HIST, MI, describe_statistics, requested
 
 
 @pytest.fixture

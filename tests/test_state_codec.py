@@ -28,9 +28,9 @@ from daskbatch.engine.checkpoint.files import (
 from daskbatch.errors import CheckpointMismatchError, DataError
 from daskbatch.io import state_codec
 from daskbatch.io.state_codec import UnreadableState
+from daskbatch.stats._base import registered_state, state_key
 from daskbatch.stats.moments import MomentsState
 from daskbatch.stats.registry import STATISTICS, built_in_states
-from daskbatch.stats.state_registry import registered_state, state_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +134,9 @@ def test_a_plain_dataclass_state_needs_register_state() -> None:
         assert db.register_state(PlainState) is PlainState
         _assert_same(state_codec.decode(*state_codec.encode(state)), state)
     finally:  # leave the registry as the other tests expect it
-        from daskbatch.stats import state_registry
+        from daskbatch.stats import _base as declaration
 
-        state_registry._REGISTRY.pop(state_key(PlainState))
+        declaration._REGISTRY.pop(state_key(PlainState))
     with pytest.raises(TypeError, match="register_state takes a dataclass"):
         db.register_state(int)
 

@@ -228,7 +228,7 @@ def _check_nan_policy(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
 
 
 def _warn_overflowing_moments(m: Any, data: FeatureMatrix) -> None:
-    """Say once which features' variance overflows float64 (+inf, see stats._base.central_moment), with their extremes."""
+    """Say once which features' variance overflows float64 (+inf, see stats.numerics.central_moment), with their extremes."""
     over = np.flatnonzero(np.isposinf(np.asarray(m.var)) & np.isfinite(np.asarray(m.finite_min))
                           & np.isfinite(np.asarray(m.finite_max)))
     if not over.size:

@@ -33,10 +33,12 @@ from daskbatch.stats.spec import (
     SKETCH,
     configured,
     counts_by_label,
+    describe_statistics,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
 )
-from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 
 def plan(

@@ -44,12 +44,14 @@ from daskbatch.stats.spec import (
     Configured,
     counts_by_label,
     counts_histograms,
+    describe_statistics,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
     user_statistics,
 )
 from daskbatch.stats.target import target_cuts
-from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 __all__ = ["Computed", "prepared_inputs", "run_statistics"]
 

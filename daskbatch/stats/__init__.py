@@ -4,7 +4,7 @@ They are written once against the array API (NumPy, CuPy, array_api_strict)
 and never import dask, zarr or cupy.
 """
 
-from daskbatch.stats._base import Bundle, State, Statistic, merge_all
+from daskbatch.stats._base import Bundle, State, Statistic, merge_all, register_state
 from daskbatch.stats.class_moments import ClassMoments, ClassMomentsResult, ClassMomentsState
 from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
 from daskbatch.stats.declaration import Declaration, Footprint
@@ -14,7 +14,6 @@ from daskbatch.stats.mutual_info import MutualInformation, mutual_information
 from daskbatch.stats.quantile import histogram_quantile
 from daskbatch.stats.registry import STATISTICS
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
-from daskbatch.stats.state_registry import register_state
 
 __all__ = [
     "STATISTICS", "Declaration", "Footprint", "State", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",

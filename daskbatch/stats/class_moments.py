@@ -29,16 +29,7 @@ import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
-    as_float64,
-    central_moment,
-    handles_overflow,
-    merge_shifted_means,
-    positive_rows,
-    safe_divisor,
-)
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM
+from daskbatch.stats._base import State
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.declaration import (
@@ -50,6 +41,15 @@ from daskbatch.stats.declaration import (
     count,
 )
 from daskbatch.stats.moments import first_finite
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
+    as_float64,
+    central_moment,
+    handles_overflow,
+    merge_shifted_means,
+    positive_rows,
+    safe_divisor,
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,19 +24,19 @@ from typing import Any
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import device, matrix_diagonal, namespace
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
+from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.kernels._centring import centring_rows
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
     as_float64,
     handles_overflow,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
 )
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM
-from daskbatch.stats.backend import device, matrix_diagonal, namespace
-from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
-from daskbatch.stats.kernels import _gpu
-from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
     merge_pairwise,
@@ -408,7 +408,7 @@ def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
 
 def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
     """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
-    # There the correction is inf too (inf - inf: NaN); stats._base.central_moment keeps the variance +inf.
+    # There the correction is inf too (inf - inf: NaN); stats.numerics.central_moment keeps the variance +inf.
     # Looked for on the diagonal first: the common case adds no (D, D) temporary to the two the planner counts.
     overflowed = matrix_diagonal(xp, products) == xp.inf
     c = products - correction

@@ -18,7 +18,9 @@ from typing import Any
 # defined with the one function that chooses a block's path.
 from daskbatch.stats.kernels.path import KERNEL_PATHS
 
-__all__ = ["KERNEL_PATHS", "Declaration", "Finished", "Footprint", "StateSize", "Variable", "count", "ddof_setting", "generic_footprint"]
+__all__ = [
+    "KERNEL_PATHS", "Declaration", "Finished", "Footprint", "StateSize", "Variable", "count", "ddof_setting", "generic_footprint"
+]
 
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
 StateSize = Callable[[int, int, "int | None", "int | None"], int]
@@ -81,7 +83,18 @@ class Footprint:  # numpydoc ignore=PR02
 
 
 def generic_footprint(name: str) -> Footprint:
-    """A cautious footprint for a statistic that declares none (16 float64 vectors, what array-API code makes)."""
+    """A cautious footprint for a statistic that declares none (16 float64 vectors, what array-API code makes).
+
+    Parameters
+    ----------
+    name : str
+        The statistic's name.
+
+    Returns
+    -------
+    Footprint
+        The assumed footprint.
+    """
     return Footprint(
         name=name,
         state=lambda d, bins, k, tile: 16 * d * 8,
@@ -215,11 +228,39 @@ class Declaration:  # numpydoc ignore=PR02
 
 
 def ddof_setting(summary: Any) -> dict[str, Any]:
-    """The ``ddof`` attribute of a variance-like variable, from the provenance."""
+    """The ``ddof`` attribute of a variance-like variable, from the summary's provenance.
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+
+    Returns
+    -------
+    dict
+        ``{"ddof": n}``, or empty.
+    """
     ddof = summary.provenance.get("ddof")
     return {} if ddof is None else {"ddof": int(ddof)}
 
 
 def count(dims: tuple[str, ...], long_name: str, held: str = "int64", **kw: Any) -> Variable:
-    """A count variable: unit ``"1"``, stored as int64 (``held="float64"``: exact counts held as float64)."""
+    """A count variable: unit ``"1"``, stored as int64 (``held="float64"``: exact counts held as float64).
+
+    Parameters
+    ----------
+    dims : tuple of str
+        Its dimensions.
+    long_name : str
+        Its long name.
+    held : {"int64", "float64"}
+        How the summary holds it.
+    **kw
+        Further Variable fields.
+
+    Returns
+    -------
+    Variable
+        The variable.
+    """
     return Variable(dims, long_name, "1", held, **kw)

@@ -12,68 +12,27 @@ from __future__ import annotations
 from typing import Any
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import as_float64
 from daskbatch.stats.backend import namespace
+from daskbatch.stats.numerics import as_float64
 
 __all__ = ["exact_extremes", "is_exact", "merge_extreme"]
 
 
 def is_exact(values: Array) -> bool:
-    """Tell whether ``values`` are extremes held in a 64-bit integer dtype.
-
-    Parameters
-    ----------
-    values : array
-        A state's ``fmin`` or ``fmax``.
-
-    Returns
-    -------
-    bool
-        True for int64 and uint64: the integer dtypes whose values float64 does not all hold.
-    """
+    """Tell whether ``values`` are extremes held in a 64-bit integer dtype."""
     xp = namespace(values)
     return values.dtype in (xp.int64, xp.uint64)
 
 
 def exact_extremes(xp: Namespace, x: Array) -> tuple[Array, Array] | None:
-    """Find the per-feature minimum and maximum of a 64-bit integer block in its own dtype.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        A block with at least one row, (rows, features).
-
-    Returns
-    -------
-    (array, array) or None
-        Minimum and maximum per feature; None for a block of another dtype.
-    """
+    """Find the per-feature minimum and maximum of a 64-bit integer block in its own dtype."""
     if not is_exact(x) or x.shape[0] == 0:
         return None
     return xp.min(x, axis=0), xp.max(x, axis=0)
 
 
 def merge_extreme(xp: Namespace, a: Array, b: Array, *, smallest: bool) -> Any:
-    """Merge the finite extremes of two states, exactly where both are held as integers.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``a`` and ``b``.
-    a, b : array
-        One state's ``fmin`` (``smallest=True``) or ``fmax`` each.
-    smallest : bool
-        Keep the smaller values (minima) or the larger (maxima).
-
-    Returns
-    -------
-    array
-        The merged extremes: in the integer dtype when both sides have it, or
-        when the other side holds no finite value (the float ±inf of an empty
-        block); float64 otherwise (integers merged with real numbers).
-    """
+    """Merge the finite extremes of two states, exactly where both are held as integers."""
     pick = xp.minimum if smallest else xp.maximum
     if a.dtype == b.dtype:
         return pick(a, b)

@@ -22,16 +22,7 @@ import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
-    as_float64,
-    central_moment,
-    handles_overflow,
-    merge_shifted_means,
-    positive_rows,
-    safe_divisor,
-)
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM, merged_by_ratios
+from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     Declaration,
@@ -43,6 +34,16 @@ from daskbatch.stats.declaration import (
 )
 from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
 from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
+    as_float64,
+    central_moment,
+    handles_overflow,
+    merge_shifted_means,
+    merged_by_ratios,
+    positive_rows,
+    safe_divisor,
+)
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 

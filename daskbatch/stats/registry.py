@@ -61,7 +61,13 @@ STATISTICS: dict[str, Declaration] = {d.name: d for d in (
 
 
 def selectable() -> list[str]:
-    """The names users may type in ``stats=`` and ``--stats``, in table order."""
+    """The names users may type in ``stats=`` and ``--stats``, in table order.
+
+    Returns
+    -------
+    list of str
+        The names.
+    """
     return [name for name, d in STATISTICS.items() if d.selectable]
 
 
@@ -95,7 +101,18 @@ def _kept(d: Declaration) -> bool:
 
 
 def declared_state(statistic: Any) -> type | None:
-    """The state class a built-in statistic declares (its first), None for anything else (a user's)."""
+    """The state class a built-in statistic declares (its first), None for anything else (a user's).
+
+    Parameters
+    ----------
+    statistic : object
+        A statistic.
+
+    Returns
+    -------
+    type or None
+        Its declared state class.
+    """
     for d in STATISTICS.values():
         if type(statistic) is d.statistic and _kept(d):
             return d.states[0]
@@ -103,22 +120,56 @@ def declared_state(statistic: Any) -> type | None:
 
 
 def fused(statistic: Any) -> bool:
-    """Whether the engine's passes build ``statistic`` (a built-in one they count themselves, not one run as given)."""
+    """Whether the engine's passes build ``statistic`` (not one the first pass runs as given).
+
+    Parameters
+    ----------
+    statistic : object
+        A statistic.
+
+    Returns
+    -------
+    bool
+        True for the built-in statistics the passes build.
+    """
     return any(type(statistic) is d.statistic and d.fused and _kept(d) for d in STATISTICS.values())
 
 
 def built_in_states() -> tuple[type, ...]:
-    """Every state class the built-in statistics declare (what checkpoints rebuild as daskbatch's own)."""
+    """Every state class the built-in statistics declare (what checkpoints check as daskbatch's own).
+
+    Returns
+    -------
+    tuple of type
+        The classes, in table order.
+    """
     return tuple(dict.fromkeys(cls for d in STATISTICS.values() for cls in d.states))
 
 
 def summary_variables() -> dict[str, Variable]:
-    """Every summary variable the built-in statistics declare, by name, in table order."""
+    """Every summary variable the built-in statistics declare, by name, in table order.
+
+    Returns
+    -------
+    dict of str to Variable
+        The variables.
+    """
     return {name: v for d in STATISTICS.values() for name, v in d.variables.items()}
 
 
 def footprint_of(stat: Any) -> Footprint:
-    """The memory footprint a statistic declares (``stat.footprint``, or its declaration's), else a cautious one."""
+    """The memory footprint a statistic declares (``stat.footprint`` or its declaration's), else a cautious one.
+
+    Parameters
+    ----------
+    stat : object
+        A statistic.
+
+    Returns
+    -------
+    Footprint
+        Its footprint.
+    """
     declared = getattr(stat, "footprint", None)
     if isinstance(declared, Footprint):
         return declared
@@ -155,7 +206,18 @@ class Kept:  # numpydoc ignore=PR02
 
 
 def statistic_params(statistic: Any) -> dict[str, Any]:
-    """The parameters of a kept statistic as plain JSON values (tuples become lists)."""
+    """The parameters of a kept built-in statistic as plain JSON values (tuples become lists).
+
+    Parameters
+    ----------
+    statistic : object
+        A statistic whose declaration lists a state.
+
+    Returns
+    -------
+    dict
+        Field name to value.
+    """
     if declared_state(statistic) is None:
         raise TypeError(f"{type(statistic).__qualname__} is not a statistic whose state a summary keeps")
     # A request's fields (a histogram's ``range``) are resolved before counting: the state does not depend on them.
@@ -166,8 +228,21 @@ def statistic_params(statistic: Any) -> dict[str, Any]:
 
 
 def statistic_from_params(class_name: str, params: Any) -> Any:
-    """Rebuild a kept statistic from its class name and :func:`statistic_params` (one-line ValueError)."""
-    known = {d.statistic.__name__: d.statistic for d in STATISTICS.values() if _kept(d)}
+    """Rebuild a kept statistic from its class name and :func:`statistic_params` (one-line ValueError).
+
+    Parameters
+    ----------
+    class_name : str
+        The class name written to disk.
+    params : dict
+        Its parameters.
+
+    Returns
+    -------
+    object
+        The statistic.
+    """
+    known = {d.statistic.__name__: d.statistic for d in STATISTICS.values() if d.statistic is not None and d.states}
     cls = known.get(class_name)
     if cls is None:
         raise ValueError(f"unknown statistic {class_name!r}; known: {', '.join(sorted(known))}")
@@ -187,14 +262,36 @@ PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def is_statistic(obj: Any) -> bool:
-    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``."""
+    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``.
+
+    Parameters
+    ----------
+    obj : object
+        Anything.
+
+    Returns
+    -------
+    bool
+        True for a statistic.
+    """
     return isinstance(getattr(obj, "name", None), str) and all(
         callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
     )
 
 
 def named_statistic(name: str) -> Any:
-    """A statistic from its registered name; never an import path (text from a file imports nothing)."""
+    """A user's statistic from its registered name; a name is never an import path.
+
+    Parameters
+    ----------
+    name : str
+        A registered name.
+
+    Returns
+    -------
+    object
+        The statistic (a registered class is called without arguments).
+    """
     shown = short_repr(name, 60)
     obj: Any = registered(name)()
     if isinstance(obj, type):
@@ -206,7 +303,18 @@ def named_statistic(name: str) -> Any:
 
 
 def registered(name: str) -> Callable[[], Any]:
-    """What loads the statistic registered under ``name`` (a one-line ValueError when none is)."""
+    """What loads the statistic registered under ``name`` (a one-line ValueError when none is).
+
+    Parameters
+    ----------
+    name : str
+        A name given to register_statistic or in the entry-point group.
+
+    Returns
+    -------
+    callable
+        Called without arguments, gives the class or object.
+    """
     if name in _PYTHON_REGISTRY:
         factory = _PYTHON_REGISTRY[name]
         return lambda: factory

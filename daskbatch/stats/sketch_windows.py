@@ -30,20 +30,7 @@ _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
 def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
-    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema and distinct values.
-
-    Parameters
-    ----------
-    window : int or None
-        ``Sketch.window``.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema and distinct values."""
     sketch = Sketch(window=window)
     # float64 values and counts, and how many are held (daskbatch.stats.sketch_distinct)
     distinct = sketch.values_kept * 2 * 8 + 8
@@ -120,18 +107,7 @@ WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
 
 
 def window_of(stat: object) -> tuple[int, str, float] | None:
-    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
-
-    Parameters
-    ----------
-    stat : object
-        A statistic name or footprint of a plan.
-
-    Returns
-    -------
-    (int, str, float) or None
-        The window, count dtype and relative accuracy of the windowed sketch planned.
-    """
+    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else."""
     for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
         if stat is footprint:
             return chosen

@@ -28,14 +28,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import (
-    State,
-    as_float64,
-    central_moment,
-    handles_overflow,
-    merge_shifted_means,
-    safe_divisor,
-)
+from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     KERNEL_PATHS,
@@ -46,6 +39,13 @@ from daskbatch.stats.declaration import (
     count,
 )
 from daskbatch.stats.moments import first_finite
+from daskbatch.stats.numerics import (
+    as_float64,
+    central_moment,
+    handles_overflow,
+    merge_shifted_means,
+    safe_divisor,
+)
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
 
@@ -91,22 +91,7 @@ def _empty_target_moments(xp: Namespace, n_features: int, dev: object = None) ->
 
 
 def check_target_block(xp: Namespace, y: Array, rows: int) -> Array:
-    """Return one chunk's target as float64, refusing a wrong length or a non-finite value.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``y``.
-    y : array or None
-        The target of each row of the chunk.
-    rows : int
-        Rows of the chunk.
-
-    Returns
-    -------
-    array
-        ``y`` as float64.
-    """
+    """Return one chunk's target as float64, refusing a wrong length or a non-finite value."""
     if y is None:
         raise ValueError("statistics of a target need the target of every chunk")
     if y.shape != (rows,):
@@ -263,22 +248,7 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
     needs_label = True
 
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
-        """Count one chunk's target values into the sketch.
-
-        Parameters
-        ----------
-        x : array
-            The block (only its rows are used).
-        label : array
-            The target of each row (finite; required).
-        weights : array, optional
-            The weight of each row, as :class:`~daskbatch.stats.Sketch` takes them.
-
-        Returns
-        -------
-        SketchState
-            The state of a one-column sketch.
-        """
+        """Count one chunk's target values into the sketch."""
         xp = namespace(x)
         if x.shape[0] == 0:
             return super().chunk(xp.zeros((0, 1), dtype=xp.float64, device=device(x)), weights=weights)
@@ -295,18 +265,7 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
 
 
 def checked_cuts(cuts: Any) -> tuple[float, ...]:
-    """Validate cut points of a target given by the user: finite, strictly increasing, at least one.
-
-    Parameters
-    ----------
-    cuts : sequence of float
-        The cuts.
-
-    Returns
-    -------
-    tuple of float
-        The cuts.
-    """
+    """Validate cut points of a target given by the user: finite, strictly increasing, at least one."""
     if isinstance(cuts, (str, bytes)) or not hasattr(cuts, "__len__"):
         raise TypeError(f"target_bins must be a number of bins or a sequence of cuts, got {cuts!r}")
     values = tuple(float(c) for c in cuts)
@@ -318,23 +277,7 @@ def checked_cuts(cuts: Any) -> tuple[float, ...]:
 
 
 def target_cuts(sketch: SketchResult, bins: int) -> tuple[float, ...]:
-    """Cut points of the target at its ``1/bins, ..., (bins-1)/bins`` quantiles, from its sketch.
-
-    Ties (a target with few distinct values) merge cuts, so there may be fewer
-    bins; a cut at the minimum would leave the first bin empty and is dropped.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The finalized :class:`TargetSketch`.
-    bins : int
-        The number of quantile bins wanted.
-
-    Returns
-    -------
-    tuple of float
-        Strictly increasing cuts, for :class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``.
-    """
+    """Cut points of the target at its ``1/bins, ..., (bins-1)/bins`` quantiles, from its sketch."""
     q = np.arange(1, bins, dtype=np.float64) / bins
     cuts = np.unique(np.asarray(sketch.quantile(q), dtype=np.float64)[0])
     lowest = float(np.asarray(sketch.finite_min)[0])

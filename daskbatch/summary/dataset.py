@@ -2,61 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from daskbatch.stats.registry import summary_variables
-from daskbatch.summary.attrs import (
-    FORMAT,
-    count_array,
-    decode_provenance,
-    encode_provenance,
-    variable_attrs,
-)
-from daskbatch.summary.tables import DEFAULT_QUANTILES
-from daskbatch.summary.user_results import results_from_variables, user_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = ["group_dataset", "fields_from_xarray", "summary_to_xarray"]
+__all__ = [
+    "DEFAULT_QUANTILES", "FORMAT", "USER_ATTR", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
+    "fields_from_xarray", "group_dataset", "quantile_label", "results_from_variables", "summary_to_xarray",
+    "user_variables", "variable_attrs",
+]
+
+#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
+DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+
+
+def quantile_label(q: float) -> str:
+    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``)."""
+    if q == 0.5:
+        return "median"
+    pct = round(100 * q, 6)
+    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
+
+
+
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
-    """Convert the statistics to an ``xarray.Dataset`` with CF-style labels.
-
-    Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
-    ``edge``, ``slot`` (-1: below the range, then the bins, then above),
-    ``class`` (the label values) and ``quantile``, each with a coordinate;
-    ``bin_centre`` (feature, bin) holds the centre of every bin and
-    ``quantiles`` (feature, quantile) the values of :meth:`Summary.quantile`.
-    A user's statistics' results are variables named after them (see
-    :mod:`daskbatch.summary.user_results`). Variables carry ``long_name``,
-    ``units`` where the statistic has its own (``"1"`` for counts,
-    ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
-    (``ddof``, ``bias``); counts are int64. The provenance becomes one
-    dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to convert.
-    states : bool, default False
-        Also the quantile sketch's buckets (``sketch_counts``, dimension
-        ``sketch_slot``, and ``sketch_extrema``, dimension ``extreme``): the
-        internal state quantiles are read from, which :func:`fields_from_xarray`
-        needs to answer any other probability. Many times the size of the
-        results on wide data, so left out by default.
-    quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-        The probabilities of the ``quantiles`` variable (empty: none).
-
-    Returns
-    -------
-    xarray.Dataset
-        The statistics.
-    """
+    """Convert the statistics to an ``xarray.Dataset`` with CF-style labels."""
     import xarray as xr  # lazy: xarray
 
     declared = summary_variables()
@@ -115,18 +95,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
 
 
 def fields_from_xarray(ds: Any) -> dict[str, Any]:
-    """Read a summary's fields back from :meth:`Summary.to_xarray`'s dataset.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The dataset.
-
-    Returns
-    -------
-    dict
-        The summary's fields, for ``Summary(**fields)``.
-    """
+    """Read a summary's fields back from :meth:`Summary.to_xarray`'s dataset."""
     variables: dict[str, Any] = {}
     for name, declared in summary_variables().items():
         if declared.dims is not None and name in ds:
@@ -149,19 +118,7 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
 
 
 def group_dataset(summary: Summary) -> Any:
-    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary described with ``groups=``.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``count``, ``mean``, ``var`` (feature, group); with histograms
-        ``hist_counts`` (feature, bin, group) and ``hist_edges`` (feature, edge).
-    """
+    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension."""
     import xarray as xr  # lazy: xarray
 
     if summary.groups is None or summary.group_count is None:
@@ -181,3 +138,173 @@ def group_dataset(summary: Summary) -> Any:
                                {"long_name": "histogram counts", "units": "1"})
         data["hist_edges"] = (("feature", "edge"), summary.hist_edges, {"long_name": "histogram bin edges"})
     return xr.Dataset(data, coords=coords)
+
+
+#: Version of the on-disk layout: 1 held the provenance as one JSON string attribute.
+FORMAT = 2
+#: Attributes of the saved Dataset that are not provenance ("daskbatch_output": the marker outputs check).
+RESERVED = frozenset({
+    "title", "cov_count", "daskbatch_summary_format", "provenance_json_keys", "provenance", "daskbatch_output",
+})
+def variable_attrs(name: str, summary: Any) -> dict[str, Any]:
+    """The CF-style attributes of a summary's variable ``name``, as its statistic declares them."""
+    declared = summary_variables().get(name)
+    if declared is None:
+        return {"long_name": name}
+    attrs: dict[str, Any] = {"long_name": declared.long_name or name}
+    if declared.units is not None:
+        attrs["units"] = declared.units
+    if declared.settings is not None:
+        attrs.update(declared.settings(summary))
+    return attrs
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _fits_an_attribute(value: Any) -> bool:
+    """A scalar or a flat list of scalars of one kind (what attribute formats hold)."""
+    if _is_scalar(value):
+        return True
+    if isinstance(value, list):
+        kinds = {str if isinstance(v, str) else float for v in value if v is not None}
+        return all(_is_scalar(v) and v is not None for v in value) and len(kinds) <= 1
+    return False
+
+
+def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
+    """Encode ``provenance`` as Dataset attributes: one per key, nested dicts as dotted keys."""
+    plain = json.loads(json.dumps(provenance, default=str))
+    attrs: dict[str, Any] = {}
+    as_json: list[str] = []
+
+    def _put(key: str, value: Any) -> None:
+        """Store ``value`` under ``key``, nested dicts under dotted keys."""
+        if isinstance(value, dict) and value and not any("." in k for k in value):
+            for k, v in value.items():
+                _put(f"{key}.{k}", v)
+        elif _fits_an_attribute(value):
+            attrs[key] = value
+        else:
+            attrs[key] = json.dumps(value)
+            as_json.append(key)
+
+    dotted = {k: v for k, v in plain.items() if "." in k}
+    for key, value in plain.items():
+        if key not in dotted:
+            _put(key, value)
+    if dotted:
+        attrs["provenance_dotted"] = json.dumps(dotted)
+    attrs["provenance_json_keys"] = as_json
+    return attrs
+
+
+def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Decode the provenance dict from a summary Dataset's attributes (both layouts)."""
+    if isinstance(attrs.get("provenance"), str):  # format 1: one JSON string
+        return dict(json.loads(attrs["provenance"]))
+    as_json = set(_as_list(attrs.get("provenance_json_keys", [])))
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if key in RESERVED:
+            continue
+        if key == "provenance_dotted":
+            out.update(json.loads(value))
+            continue
+        value = json.loads(value) if key in as_json else _plain(value)
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [value]
+    return list(np.asarray(value).tolist()) if not isinstance(value, list) else value
+
+
+def _plain(value: Any) -> Any:
+    """NumPy values an attribute store hands back, as the JSON types the provenance had."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def count_array(a: np.ndarray) -> np.ndarray:
+    """Convert exact float64 counts to int64 (left as they are if any is not a whole finite number)."""
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64, copy=False)
+    if a.size and not (np.all(np.isfinite(a)) and np.all(a == np.rint(a))):
+        return a
+    return np.rint(a).astype(np.int64)
+
+
+#: Attribute naming the user's statistic a variable comes from (and ``FIELD_ATTR`` the field of its result).
+USER_ATTR = "daskbatch_user_statistic"
+FIELD_ATTR = "daskbatch_result_field"
+
+
+class UserVariable(NamedTuple):
+    """One array of a user's result: its variable name, dimensions, values and attributes."""
+
+    name: str
+    dims: tuple[str, ...]
+    values: np.ndarray
+    attrs: dict[str, Any]
+
+
+def _fields(result: Any) -> Iterator[tuple[str, Any]]:
+    """The (field, value) pairs of a result; ``""`` for a result that is one value."""
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        yield from ((f.name, getattr(result, f.name)) for f in dataclasses.fields(result))
+    elif isinstance(result, tuple) and hasattr(result, "_asdict"):
+        yield from result._asdict().items()
+    elif isinstance(result, Mapping):
+        yield from ((str(k), v) for k, v in result.items())
+    else:
+        yield "", result
+
+
+def user_variables(extra: Mapping[str, Any], n_features: int, taken: set[str]) -> list[UserVariable]:
+    """Turn the user's results into named arrays (non-numeric values are left out)."""
+    out: list[UserVariable] = []
+    for stat, result in extra.items():
+        for field, value in _fields(result):
+            a = np.asarray(value)  # results are on the host already (describe and merge bring them there)
+            if a.dtype.kind not in "biuf":
+                continue  # strings, objects, complex: nothing a table or netCDF holds as numbers
+            name = f"{stat}_{field}" if field else stat
+            if name in taken:
+                name = f"user_{name}"
+            taken.add(name)
+            first = ("feature",) if a.ndim and a.shape[0] == n_features else (f"{name}_dim0",)
+            dims = (first + tuple(f"{name}_dim{i}" for i in range(1, a.ndim))) if a.ndim else ()
+            attrs = {"long_name": f"{field or 'result'} of statistic {stat!r}", USER_ATTR: stat, FIELD_ATTR: field}
+            out.append(UserVariable(name, dims, a, attrs))
+    return out
+
+
+def results_from_variables(ds: Any) -> dict[str, Any]:
+    """Gather the user's results back from a dataset's variables: an array, or a dict of arrays by field."""
+    out: dict[str, Any] = {}
+    for var in ds.data_vars.values():
+        stat = var.attrs.get(USER_ATTR)
+        if not isinstance(stat, str):
+            continue
+        value = np.asarray(var.values)
+        value = value[()] if value.ndim == 0 else value
+        field = str(var.attrs.get(FIELD_ATTR) or "")
+        if field:
+            out.setdefault(stat, {})[field] = value
+        else:
+            out[stat] = value
+    return out

@@ -13,12 +13,16 @@ from daskbatch.stats.declaration import Finished
 from daskbatch.stats.mutual_info import MutualInformation
 from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sentinels import SuspectValue
-from daskbatch.summary.dataset import fields_from_xarray, group_dataset, summary_to_xarray
+from daskbatch.summary.dataset import (
+    DEFAULT_QUANTILES,
+    fields_from_xarray,
+    group_dataset,
+    summary_to_xarray,
+)
 from daskbatch.summary.plotting import SummaryPlot
 from daskbatch.summary.reprs import summary_html, summary_text
 from daskbatch.summary.store import save_summary
 from daskbatch.summary.tables import (
-    DEFAULT_QUANTILES,
     dataframe,
     json_dict,
     quantiles,
@@ -304,7 +308,7 @@ class Summary:
         ``long_name``, ``units`` where the statistic has its own (``"1"`` for
         counts, ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
         (``ddof``, ``bias``); counts are int64. The provenance becomes one
-        dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
+        dataset attribute per key (see :mod:`daskbatch.summary.dataset`).
 
         Parameters
         ----------

@@ -9,53 +9,15 @@ import numpy as np
 from daskbatch.stats.quantile import fine_quantile, histogram_quantile
 from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sketch import Sketch
-from daskbatch.summary.user_results import user_variables
+from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label, user_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = ["DEFAULT_QUANTILES", "dataframe", "json_dict", "quantile_label", "quantiles", "top_correlated", "top_mi"]
-
-#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
-DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-
-
-def quantile_label(q: float) -> str:
-    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``).
-
-    Parameters
-    ----------
-    q : float
-        The probability.
-
-    Returns
-    -------
-    str
-        The label.
-    """
-    if q == 0.5:
-        return "median"
-    pct = round(100 * q, 6)
-    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
-
+__all__ = ["dataframe", "json_dict", "quantiles", "top_correlated", "top_mi"]
 
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
-    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    q : float or array_like of float
-        Probabilities in [0, 1].
-    method : {"auto", "sketch", "histogram"}
-        Where the values come from.
-
-    Returns
-    -------
-    pandas.Series or pandas.DataFrame
-        Indexed by feature name.
-    """
+    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
     if method not in ("auto", "sketch", "histogram"):
         raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
     if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
@@ -116,20 +78,7 @@ def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: 
 
 
 def top_correlated(summary: Summary, k: int) -> Any:
-    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    k : int
-        How many pairs.
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``feature_a``, ``feature_b``, ``r``, strongest first.
-    """
+    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`)."""
     import pandas as pd  # lazy: pandas
 
     if summary.corr is None:
@@ -148,20 +97,7 @@ def top_correlated(summary: Summary, k: int) -> Any:
 
 
 def top_mi(summary: Summary, k: int) -> Any:
-    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    k : int
-        How many features.
-
-    Returns
-    -------
-    pandas.Series
-        MI indexed by feature name, largest first.
-    """
+    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`)."""
     import pandas as pd  # lazy: pandas
 
     if summary.mi is None:
@@ -172,18 +108,7 @@ def top_mi(summary: Summary, k: int) -> Any:
 
 
 def dataframe(summary: Summary) -> Any:
-    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per feature, indexed by feature name.
-    """
+    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`)."""
     import pandas as pd  # lazy: pandas
 
     columns = {name: getattr(summary, name) for name in STATISTICS["moments"].variables if name != "weight_sum"}
@@ -202,20 +127,7 @@ def dataframe(summary: Summary) -> Any:
 
 
 def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
-    """Convert the results for strict JSON (:meth:`Summary.to_json`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    states : bool
-        Also the quantile sketch's buckets.
-
-    Returns
-    -------
-    dict
-        JSON-able.
-    """
+    """Convert the results for strict JSON (:meth:`Summary.to_json`)."""
     out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
     declared = summary_variables()
     for name, value in summary.variables.items():

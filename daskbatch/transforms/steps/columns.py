@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import as_float64
+from daskbatch.stats.numerics import as_float64
 from daskbatch.transforms.steps._common import (
     ValueWise,
     block_namespace,
