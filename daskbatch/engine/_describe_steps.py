@@ -27,11 +27,12 @@ from daskbatch.runtime.capacity import active_client
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.comoments import CoMomentsResult
+from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.ranges import histogram_ranges
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.spec import Requested, counts_by_label
+from daskbatch.stats.spec import counts_by_label
 
 log = logging.getLogger("daskbatch.describe")
 
@@ -78,7 +79,7 @@ def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool
 
 
 def _class_values_of(
-    data: FeatureMatrix, wanted: tuple[Requested, ...], classes: Any, split_every: int, progress: Any,
+    data: FeatureMatrix, wanted: tuple[Declaration, ...], classes: Any, split_every: int, progress: Any,
     negative: bool = False,
 ) -> tuple[tuple[int, ...] | None, str | None]:
     """The label's class values (declared, recorded, or a label-only scan) when a statistic needs them."""
@@ -155,7 +156,7 @@ def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Any, device: s
 
 
 def _explicit_histogram(
-    wanted: tuple[Requested, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
+    wanted: tuple[Declaration, ...], bins: int, range_: Any, n_features: int, class_values: tuple[int, ...] | None,
     cuts: tuple[float, ...] | None = None,
 ) -> Histogram:
     lo, hi = histogram_ranges(range_, n_features)
@@ -167,7 +168,7 @@ def _explicit_histogram(
 
 
 def _first_pass(
-    wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
+    wanted: tuple[Declaration, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
     sketch_window: tuple[int, str, float] | None = None, cov_rows: str = "complete",
 ) -> Bundle:

@@ -278,5 +278,4 @@ class ClassValues:  # numpydoc ignore=PR02
 #: The pass that finds the label's class values (its state only).
 DECLARATION = Declaration(
     "class_values", None, states=(ClassValuesState,), selectable=False,
-    summarize=lambda declaration, done: {},
 )

@@ -157,12 +157,14 @@ class Finished:  # numpydoc ignore=PR02
     statistics: dict[str, Any] = field(default_factory=dict)
 
 
-def _one_variable(declaration: Declaration, done: Finished) -> dict[str, Any]:
-    """The default conversion: the result of ``declaration.name`` is its one variable."""
-    if declaration.name not in done.results or not declaration.variables:
+def _from_result(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The default conversion: the result's fields named as the variables (one variable: the result itself)."""
+    result = done.results.get(declaration.name)
+    if result is None or not declaration.variables:
         return {}
-    (name,) = declaration.variables
-    return {name: done.results[declaration.name]}
+    if len(declaration.variables) == 1 and not any(hasattr(result, n) for n in declaration.variables):
+        return {next(iter(declaration.variables)): result}
+    return {n: v for n in declaration.variables if (v := getattr(result, n, None)) is not None}
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,7 +186,7 @@ class Declaration:  # numpydoc ignore=PR02
         The summary variables it serves (``s.mean``, ``s.corr``).
     summarize : callable, optional
         ``summarize(declaration, finished) -> {variable: value}``; default: the
-        result is its one variable.
+        result's fields of the variables' names (one variable: the result itself).
     needs_label, needs_class_label : bool, default False
         Computed only with a label or a continuous target; only with a class label.
     needs_ranges, by_label : bool, default False
@@ -202,7 +204,7 @@ class Declaration:  # numpydoc ignore=PR02
     states: tuple[type, ...] = ()
     footprint: Footprint | None = None
     variables: Mapping[str, Variable] = field(default_factory=dict)
-    summarize: Callable[[Declaration, Finished], dict[str, Any]] = _one_variable
+    summarize: Callable[[Declaration, Finished], dict[str, Any]] = _from_result
     needs_label: bool = False
     needs_class_label: bool = False
     needs_ranges: bool = False

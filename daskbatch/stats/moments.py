@@ -18,15 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-import numpy as np
-
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     Declaration,
-    Finished,
     Footprint,
     Variable,
     count,
@@ -519,15 +516,6 @@ def _bias_setting(summary: Any) -> dict[str, Any]:
     return {"bias": int(bool(bias)), "comment": "bias=1: biased estimator (scipy.stats default); 0: bias-corrected"}
 
 
-def _moments_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
-    """The per-feature moments and counts (and the weight sums of a weighted run)."""
-    m = done.results["moments"]
-    out = {name: getattr(m, name) for name in declaration.variables if name != "weight_sum"}
-    if getattr(m, "weight_sum", None) is not None:
-        out["weight_sum"] = np.asarray(m.weight_sum)
-    return out
-
-
 _F = ("feature",)
 DECLARATION = Declaration(
     "moments", Moments, states=(MomentsState, WeightedMomentsState), footprint=FOOTPRINT,
@@ -545,6 +533,5 @@ DECLARATION = Declaration(
         "kurtosis": Variable(_F, "excess kurtosis (Fisher)", settings=_bias_setting),
         "weight_sum": Variable(_F, "sum of the sample weights of the finite values"),
     },
-    summarize=_moments_variables,
     kernels=("daskbatch.stats.kernels:moments", "daskbatch.stats.kernels:weighted_moments"),
 )

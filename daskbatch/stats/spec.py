@@ -42,8 +42,6 @@ DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
 
 
-#: A built-in statistic as users name it, and what it declares: what describe and the stream branch on.
-Requested = Declaration
 
 MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH = (
     STATISTICS[n] for n in ("moments", "cov", "hist", "mi", "class_moments", "sketch"))
@@ -155,22 +153,22 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
 
 
-def requested(stats: Any) -> tuple[Requested, ...]:
+def requested(stats: Any) -> tuple[Declaration, ...]:
     """Turn the built-in statistic names among ``stats`` into what they declare (moments first)."""
     return tuple(STATISTICS[n] for n in normalize_stats(stats))
 
 
-def names_of(wanted: Sequence[Requested]) -> tuple[str, ...]:
+def names_of(wanted: Sequence[Declaration]) -> tuple[str, ...]:
     """List the names of ``wanted`` (for the planner and the provenance)."""
     return tuple(r.name for r in wanted)
 
 
-def counts_histograms(wanted: Sequence[Requested]) -> bool:
+def counts_histograms(wanted: Sequence[Declaration]) -> bool:
     """Tell whether any of ``wanted`` counts into bins (needs ranges)."""
     return any(r.needs_ranges for r in wanted)
 
 
-def counts_by_label(wanted: Sequence[Requested]) -> bool:
+def counts_by_label(wanted: Sequence[Declaration]) -> bool:
     """Tell whether the histograms of ``wanted`` are counted per class of the label."""
     return any(r.by_label for r in wanted)
 
@@ -248,7 +246,7 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Requested, ...]:
+def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Declaration, ...]:
     """What :func:`daskbatch.describe` computes for ``stats``: without the label's statistics when there is none."""
     wanted = requested(stats)
     if not labelled:
@@ -261,20 +259,20 @@ def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tu
     return wanted
 
 
-def _the_default(wanted: tuple[Requested, ...]) -> bool:
+def _the_default(wanted: tuple[Declaration, ...]) -> bool:
     """Tell whether ``wanted`` is the default, whose label statistics are skipped without a label (a sketch aside)."""
     return tuple(r for r in wanted if r is not SKETCH) == requested(DEFAULT_STATS)
 
 
-def grouped_statistics(wanted: tuple[Requested, ...]) -> tuple[Requested, ...]:
+def grouped_statistics(wanted: tuple[Declaration, ...]) -> tuple[Declaration, ...]:
     """Add what ``describe(x, groups=g)`` computes by group to ``wanted``."""
     added = (CLASS_MOMENTS, MI) if counts_histograms(wanted) else (CLASS_MOMENTS,)
     return (*wanted, *(r for r in added if r not in wanted))
 
 
 def target_statistics(
-    stats: Any, wanted: tuple[Requested, ...], target_bins: Any
-) -> tuple[tuple[Requested, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
+    stats: Any, wanted: tuple[Declaration, ...], target_bins: Any
+) -> tuple[tuple[Declaration, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
     """Decide what a run with a continuous target (``describe(x, target=y)``) computes."""
     given = None
     if isinstance(target_bins, (int, np.integer)):

@@ -220,5 +220,4 @@ def finalize_tile(
 #: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
 DECLARATION = Declaration(
     "tiled_cov", None, states=(CrossCoMomentsState, WeightedCrossCoMomentsState), selectable=False,
-    summarize=lambda declaration, done: {},
 )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from daskbatch.stats.registry import summary_variables
+from daskbatch.stats.registry import STATISTICS, summary_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
@@ -109,9 +109,13 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
         variables["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
     elif "joint_counts" in variables:  # written before the coordinate existed: 0..K-1
         variables["classes"] = np.arange(variables["joint_counts"].shape[2], dtype=np.int64)
+    results: dict[str, dict[str, Any]] = {}
+    for d in STATISTICS.values():  # each variable to the first statistic that declares it
+        if held := {n: variables.pop(n) for n in d.variables if n in variables}:
+            results[d.name] = held
     return dict(
         feature_names=tuple(str(f) for f in ds["feature"].values),
-        variables=variables,
+        results=results,
         provenance=decode_provenance(dict(ds.attrs)),
         extra=results_from_variables(ds),
     )

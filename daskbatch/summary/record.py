@@ -60,8 +60,9 @@ class Summary:
     """
 
     feature_names: tuple[str, ...]
-    #: Every statistic's summary variables by name, as its declaration serves them (``s.mean``, ``s.corr``).
-    variables: dict[str, Any] = field(default_factory=dict)
+    #: Each built-in statistic's summary variables, by statistic then variable, as its declaration
+    #: serves them: ``results["moments"]["mean"]`` is ``s.mean``.
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
     #: Saved with the summary; loaded back as arrays, or as the statistic's own result when the
@@ -75,13 +76,25 @@ class Summary:
 
     def __getattr__(self, name: str) -> Any:
         """Serve the variables the statistics declare: ``s.mean``, ``s.corr``; None when not computed."""
-        if name.startswith("_") or name == "variables":
+        if name.startswith("_") or name == "results":
             raise AttributeError(name)
-        if name in self.variables:
-            return self.variables[name]
+        for values in self.results.values():
+            if name in values:
+                return values[name]
         if name in summary_variables():
             return None
         raise AttributeError(f"'Summary' object has no attribute {name!r}")
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """Give every statistic's variables in one mapping, in the registry's order.
+
+        Returns
+        -------
+        dict
+            Variable name to value (``variables["mean"]`` is ``s.mean``).
+        """
+        return {name: value for values in self.results.values() for name, value in values.items()}
 
     def __dir__(self) -> list[str]:
         """List the declared variables with the methods (for completion)."""
@@ -361,13 +374,11 @@ class Summary:
         """
         done = Finished(dict(results), provenance, states,
                         {"mi": MutualInformation(base=mi_base, miller_madow=miller_madow)})
-        variables: dict[str, Any] = {}
-        for declaration in STATISTICS.values():
-            variables.update(declaration.summary_variables(done))
+        by_statistic = {d.name: values for d in STATISTICS.values() if (values := d.summary_variables(done))}
         extra = {name: r for name, r in results.items() if name not in STATISTICS}
         if extra:
             provenance["user_statistics"] = sorted(extra)
-        return cls(feature_names=tuple(feature_names), variables=variables, provenance=provenance, extra=extra,
+        return cls(feature_names=tuple(feature_names), results=by_statistic, provenance=provenance, extra=extra,
                    states=states)
 
     @classmethod
