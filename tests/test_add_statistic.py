@@ -11,6 +11,7 @@ checkpointed run.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daskbatch.stats import State
-from daskbatch.stats.declaration import Declaration, count
+from daskbatch.stats.declaration import Declaration, Footprint, count
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Zeros:
 
 DECLARATION = Declaration(
     "zeros", Zeros, states=(ZerosState,), fused=False,
+    footprint=Footprint("zeros", state=lambda d, bins, k, tile: 8 * d),
     variables={"zeros": count(("feature",), "number of zeros")},
 )
 '''
@@ -68,7 +70,7 @@ def _write_package(root: Path) -> None:
     (root / "zeros_pkg" / "zeros.py").write_text(ZEROS_MODULE)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def zeros(tmp_path_factory: pytest.TempPathFactory):
     """The new statistic's module, registered as the table registers the built-ins; unregistered after."""
     root = tmp_path_factory.mktemp("pkg")
@@ -82,6 +84,8 @@ def zeros(tmp_path_factory: pytest.TempPathFactory):
     finally:
         STATISTICS.pop("zeros", None)
         sys.path.remove(str(root))
+        for name in ("zeros_pkg.zeros", "zeros_pkg"):
+            sys.modules.pop(name, None)
 
 
 def _data(seed: int, rows: int = 120) -> np.ndarray:
@@ -120,7 +124,9 @@ def test_save_and_load_keep_the_values_and_the_state(zeros, tmp_path: Path) -> N
     back = db.load_summary(s.save(tmp_path / "s.zarr"))  # no statistic passed: it is a built-in
     np.testing.assert_array_equal(back.zeros, s.zeros)
     np.testing.assert_array_equal(back.states["zeros"].state.zeros, s.states["zeros"].state.zeros)
-    assert zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["states/zeros"].attrs["user"] is False
+    assert (
+        zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["states/zeros"].attrs["user"] is False
+    )
 
 
 def test_merge_and_update_add_the_counts(zeros) -> None:
@@ -160,6 +166,40 @@ def test_cli_stats_takes_the_new_name(zeros, tmp_path: Path) -> None:
         main(["describe", {str(store)!r}, "--stats", "moments,zeros", "--json", {str(out)!r}],
              prog_name="daskbatch")
     """)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["zeros"] == _zeros(x).tolist()
+
+
+def test_the_table_is_consistent() -> None:
+    """Every declaration's kernel references resolve, its states are registered, its variables are its own."""
+    from daskbatch.stats._base import registered_state, state_key
+
+    owners: dict[str, str] = {}
+    for name, d in STATISTICS.items():
+        assert d.name == name
+        for ref in d.kernels:
+            module, function = ref.split(":")
+            assert callable(getattr(importlib.import_module(module), function)), ref
+        for cls in d.states:
+            assert registered_state(state_key(cls)) is cls
+        for variable in d.variables:
+            # ``classes``: the joint tables' class values, or without them the per-class moments'
+            assert variable not in owners or variable == "classes", (
+                variable,
+                owners.get(variable),
+                name,
+            )
+            owners.setdefault(variable, name)
+        if d.selectable:
+            assert d.statistic is not None and d.footprint is not None, name
+    assert [n for n, d in STATISTICS.items() if d.selectable] == [
+        "moments",
+        "cov",
+        "hist",
+        "mi",
+        "class_moments",
+        "sketch",
+    ]

@@ -141,55 +141,18 @@ class State:
         return total
 
 
-def reads_label(stat: Any) -> bool:
-    """Tell whether ``stat``'s ``chunk`` takes the rows' labels (``needs_label``, or the histogram's ``by_label``).
-
-    Parameters
-    ----------
-    stat : Statistic
-        Any statistic.
-
-    Returns
-    -------
-    bool
-        True when ``chunk`` should receive the label.
-    """
+def reads_label(stat: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Tell whether ``stat``'s ``chunk`` takes the rows' labels (``needs_label``, or the histogram's ``by_label``)."""
     return bool(getattr(stat, "needs_label", False) or getattr(stat, "by_label", False))
 
 
-def reads_weights(stat: Any) -> bool:
-    """Tell whether ``stat``'s ``chunk`` takes sample weights (its ``takes_weights`` attribute).
-
-    Parameters
-    ----------
-    stat : Statistic
-        Any statistic.
-
-    Returns
-    -------
-    bool
-        True when ``chunk`` accepts ``weights=``.
-    """
+def reads_weights(stat: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Tell whether ``stat``'s ``chunk`` takes sample weights (its ``takes_weights`` attribute)."""
     return bool(getattr(stat, "takes_weights", False))
 
 
-def shown_names(stats: Sequence[Any]) -> list[str]:
-    """Name the statistics a user asked for, leaving out those that only ride along (``rides_along``).
-
-    The content digest of a pass (:mod:`daskbatch.stats.content_digest`) is
-    computed with the statistics but is none of them: pass names, checkpoint
-    folders and progress titles stay those of the statistics asked for.
-
-    Parameters
-    ----------
-    stats : sequence of Statistic
-        The statistics of a pass.
-
-    Returns
-    -------
-    list of str
-        Their names, in order.
-    """
+def shown_names(stats: Sequence[Any]) -> list[str]:  # numpydoc ignore=PR01,RT01
+    """Name the statistics a user asked for, leaving out those that only ride along (``rides_along``)."""
     return [s.name for s in stats if not getattr(s, "rides_along", False)]
 
 
@@ -337,18 +300,7 @@ _REGISTRY: dict[str, type] = {}
 
 
 def state_key(cls: type) -> str:
-    """Name a state class as files record it: ``"module:qualname"``.
-
-    Parameters
-    ----------
-    cls : type
-        A state class.
-
-    Returns
-    -------
-    str
-        Its key in the registry.
-    """
+    """Name a state class as files record it: ``"module:qualname"``."""  # numpydoc ignore=PR01,RT01
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
@@ -385,16 +337,5 @@ def _register(cls: type) -> None:
 
 
 def registered_state(key: str) -> type | None:
-    """Look up the state class registered under ``key``; nothing is imported.
-
-    Parameters
-    ----------
-    key : str
-        A key as :func:`state_key` writes it, read from a file.
-
-    Returns
-    -------
-    type or None
-        The class, or None when no class of that key was registered.
-    """
+    """Look up the state class registered under ``key``; nothing is imported."""  # numpydoc ignore=PR01,RT01
     return _REGISTRY.get(key)

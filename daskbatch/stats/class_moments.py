@@ -339,6 +339,7 @@ DECLARATION = Declaration(
         "class_count": count(_BY_CLASS, "number of finite values per class", "float64"),
         "class_mean": Variable(_BY_CLASS, "mean of the finite values per class"),
         "class_m2": Variable(_BY_CLASS, "sum of squared deviations from the class mean"),
+        "classes": Variable(None, "label value"),
     },
     summarize=_class_variables,
     kernels=("daskbatch.stats.kernels:class_moments",),

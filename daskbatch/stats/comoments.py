@@ -71,19 +71,8 @@ class CoMomentsState(State):
         return dataclasses.replace(self, c=mirrored(self.c))
 
 
-def mirrored(c: Array) -> Array:
-    """Mirror the upper triangle of ``c`` onto the lower one (an exactly symmetric ``c`` comes back unchanged).
-
-    Parameters
-    ----------
-    c : array
-        A square matrix.
-
-    Returns
-    -------
-    array
-        ``c[i, j]`` for i <= j, ``c[j, i]`` below the diagonal.
-    """
+def mirrored(c: Array) -> Array:  # numpydoc ignore=PR01,RT01
+    """Mirror the upper triangle of ``c`` onto the lower one (an exactly symmetric ``c`` comes back unchanged)."""
     xp = namespace(c)
     i = xp.arange(c.shape[0], device=device(c))
     return xp.where(i[:, None] <= i[None, :], c, xp.matrix_transpose(c))
@@ -119,22 +108,7 @@ class CoMomentsResult:
 
 
 def empty_comoments(xp: Namespace, n_features: int, dev: object = None) -> CoMomentsState:
-    """Build the identity of :meth:`CoMoments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    CoMomentsState
-        The empty state.
-    """
+    """Build the identity of :meth:`CoMoments.merge`: the state of a chunk with no rows."""  # numpydoc ignore=PR01,RT01
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     return CoMomentsState(
         n=xp.zeros((), dtype=xp.float64, device=dev),
@@ -150,41 +124,8 @@ def _outer(xp: Namespace, a: Array, b: Array) -> Array:
 
 def centred(
     xp: Namespace, x: Array, complete: Array, w: Array | None = None
-) -> tuple[Array, Array, Array, Array, Array]:
-    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass), with frequency weights ``w`` if given.
-
-    ``shift`` is the first complete row, ``dev`` the deviations of ``x - shift``
-    from their approximate mean ``mean`` (zero on other rows), and ``e`` the
-    residual mean of ``dev``: the rows' mean is ``shift + mean + e`` and their
-    co-moment matrix ``devᵀdev - n eeᵀ``, the residual removing the rounding
-    of ``mean``. With weights the sums and means are weighted, ``n`` is the
-    weight sum and ``dev`` holds ``sqrt(w)`` times the deviations, so that the
-    co-moment matrix is the same one product.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        The block, (rows, features).
-    complete : array of bool
-        The rows without a NaN (and, weighted, of positive weight), (rows,).
-    w : array, optional
-        The float64 weight of each row, (rows,).
-
-    Returns
-    -------
-    n : array
-        The number of complete rows (their weight sum with ``w``).
-    shift : array
-        The first complete row.
-    mean : array
-        The approximate mean of ``x - shift``.
-    dev : array
-        The deviations, (rows, features) (times ``sqrt(w)`` with ``w``).
-    e : array
-        The residual mean of ``dev``.
-    """
+) -> tuple[Array, Array, Array, Array, Array]:  # numpydoc ignore=PR01,RT01
+    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass), with frequency weights ``w`` if given."""
     if x.dtype != xp.float64:  # centred never writes into x, so float64 input needs no copy
         x = as_float64(x)
     wc = None if w is None else xp.where(complete, w, xp.zeros_like(w))  # other rows weigh nothing
@@ -205,32 +146,7 @@ def centred(
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
-
-    ``m2_a``/``m2_b`` are the sums of squared deviations of the row and column
-    features (the co-moment diagonals); ``diagonal`` marks a block on the main
-    diagonal, whose varying features get an exact 1 on it.
-
-    Parameters
-    ----------
-    c : array
-        Co-moments (sums of products of deviations), (rows, columns) of features.
-    n : array
-        Number of rows.
-    m2_a, m2_b : array
-        Sums of squared deviations of the row and the column features.
-    ddof : int
-        Delta degrees of freedom of the covariance.
-    diagonal : bool
-        Whether the block lies on the main diagonal.
-
-    Returns
-    -------
-    cov : array
-        The covariance.
-    corr : array
-        The Pearson correlation (NaN for a constant feature).
-    """
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows."""  # numpydoc ignore=PR01,RT01
     xp = namespace(c)
     dof = n - ddof
     nan = xp.full_like(c, xp.nan)

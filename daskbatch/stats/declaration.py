@@ -19,7 +19,15 @@ from typing import Any
 from daskbatch.stats.kernels.path import KERNEL_PATHS
 
 __all__ = [
-    "KERNEL_PATHS", "Declaration", "Finished", "Footprint", "StateSize", "Variable", "count", "ddof_setting", "generic_footprint"
+    "KERNEL_PATHS",
+    "Declaration",
+    "Finished",
+    "Footprint",
+    "StateSize",
+    "Variable",
+    "count",
+    "ddof_setting",
+    "generic_footprint",
 ]
 
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
@@ -71,7 +79,9 @@ class Footprint:  # numpydoc ignore=PR02
     name: str
     state: StateSize
     float64_copies: Mapping[str, int] = field(default_factory=lambda: _per_path(0))
-    temporaries: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: {p: {} for p in KERNEL_PATHS})
+    temporaries: Mapping[str, Mapping[str, int]] = field(
+        default_factory=lambda: {p: {} for p in KERNEL_PATHS}
+    )
     row_bytes: Mapping[str, int] = field(default_factory=lambda: _per_path(0))
     state_copies: Mapping[str, int] = field(default_factory=lambda: _per_path(0))
     merge_temporaries: int = 0
@@ -82,19 +92,8 @@ class Footprint:  # numpydoc ignore=PR02
     compiled_scratch: Callable[[int], int] | None = None
 
 
-def generic_footprint(name: str) -> Footprint:
-    """A cautious footprint for a statistic that declares none (16 float64 vectors, what array-API code makes).
-
-    Parameters
-    ----------
-    name : str
-        The statistic's name.
-
-    Returns
-    -------
-    Footprint
-        The assumed footprint.
-    """
+def generic_footprint(name: str) -> Footprint:  # numpydoc ignore=PR01,RT01
+    """A cautious footprint for a statistic that declares none (16 float64 vectors, what array-API code makes)."""
     return Footprint(
         name=name,
         state=lambda d, bins, k, tile: 16 * d * 8,
@@ -162,7 +161,9 @@ def _from_result(declaration: Declaration, done: Finished) -> dict[str, Any]:
     result = done.results.get(declaration.name)
     if result is None or not declaration.variables:
         return {}
-    if len(declaration.variables) == 1 and not any(hasattr(result, n) for n in declaration.variables):
+    if len(declaration.variables) == 1 and not any(
+        hasattr(result, n) for n in declaration.variables
+    ):
         return {next(iter(declaration.variables)): result}
     return {n: v for n in declaration.variables if (v := getattr(result, n, None)) is not None}
 
@@ -229,19 +230,8 @@ class Declaration:  # numpydoc ignore=PR02
         return self.summarize(self, done)
 
 
-def ddof_setting(summary: Any) -> dict[str, Any]:
-    """The ``ddof`` attribute of a variance-like variable, from the summary's provenance.
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-
-    Returns
-    -------
-    dict
-        ``{"ddof": n}``, or empty.
-    """
+def ddof_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """The ``ddof`` attribute of a variance-like variable, from the summary's provenance."""
     ddof = summary.provenance.get("ddof")
     return {} if ddof is None else {"ddof": int(ddof)}
 

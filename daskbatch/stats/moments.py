@@ -108,22 +108,7 @@ class MomentsResult:
 
 
 def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
-    """Build the identity of :meth:`Moments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    MomentsState
-        The empty state.
-    """
+    """Build the identity of :meth:`Moments.merge`: the state of a chunk with no rows."""  # numpydoc ignore=PR01,RT01
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     inf = xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev)
     return MomentsState(
@@ -133,22 +118,7 @@ def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> Moments
 
 
 def first_finite(xp: Namespace, x: Array, finite: Array) -> Array:
-    """Find, per column, the first finite value of ``x`` (0 where a column has none).
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        The block, (rows, features).
-    finite : array of bool
-        Where ``x`` is finite.
-
-    Returns
-    -------
-    array
-        One value per feature.
-    """
+    """Find, per column, the first finite value of ``x`` (0 where a column has none)."""  # numpydoc ignore=PR01,RT01
     rows, cols = x.shape
     first_row = xp.argmax(xp.astype(finite, xp.int8), axis=0)
     flat = first_row * cols + xp.arange(cols, dtype=first_row.dtype, device=device(x))

@@ -198,8 +198,14 @@ def _mi_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
     classes = getattr(h, "classes", None)
     if classes is None:
         classes = np.arange(h.joint.shape[2], dtype=np.int64)
-    done.provenance.update(n_classes=int(h.joint.shape[2]), mi_units="bits" if mi.base == 2 else "nats")
-    return {"joint_counts": h.joint, "mi": mi.finalize(h), "classes": np.asarray(classes, dtype=np.int64)}
+    done.provenance.update(
+        n_classes=int(h.joint.shape[2]), mi_units="bits" if mi.base == 2 else "nats"
+    )
+    return {
+        "joint_counts": h.joint,
+        "mi": mi.finalize(h),
+        "classes": np.asarray(classes, dtype=np.int64),
+    }
 
 
 def _mi_units(summary: Any) -> dict[str, Any]:
@@ -209,11 +215,20 @@ def _mi_units(summary: Any) -> dict[str, Any]:
 
 #: Counted as the histogram by label (its joint tables, in place of ``hist``), finalized here.
 DECLARATION = Declaration(
-    "mi", MutualInformation, footprint=MI_FOOTPRINT, needs_label=True, needs_ranges=True, by_label=True,
+    "mi",
+    MutualInformation,
+    footprint=MI_FOOTPRINT,
+    needs_label=True,
+    needs_ranges=True,
+    by_label=True,
     variables={
-        "joint_counts": count(("feature", "slot", "class"), "counts per (feature, histogram slot, class)",
-                              settings=lambda s: {"comment": "slot -1: below the histogram range, "
-                                                             "0..bins-1: the bins, bins: above it"}),
+        "joint_counts": count(
+            ("feature", "slot", "class"),
+            "counts per (feature, histogram slot, class)",
+            settings=lambda s: {
+                "comment": "slot -1: below the histogram range, 0..bins-1: the bins, bins: above it"
+            },
+        ),
         "mi": Variable(("feature",), "mutual information with the label", settings=_mi_units),
         "classes": Variable(None, "label value"),
     },

@@ -41,7 +41,9 @@ def merged_by_ratios(a: Any, b: Any, n: Array, delta: Array) -> tuple[Array, Arr
     return m2, m3, m4
 
 
-def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tuple[Array, Array | None, Array]:
+def positive_rows(
+    xp: Any, x: Array, label: Array | None, weights: Array
+) -> tuple[Array, Array | None, Array]:
     """Keep the rows of positive weight (a zero weight makes a row as if absent); weights as float64."""
     if weights.shape[0] != x.shape[0]:
         raise ValueError(f"the chunk has {x.shape[0]:,} rows but {weights.shape[0]:,} weights")
@@ -49,8 +51,14 @@ def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tup
     keep = w > 0
     if bool(xp.all(keep)):
         return x, label, w
-    rows = xp.nonzero(keep)[0]  # take, not a mask with a second index: the array API allows only a sole mask
-    return xp.take(x, rows, axis=0), None if label is None else xp.take(label, rows), xp.take(w, rows)
+    rows = xp.nonzero(keep)[
+        0
+    ]  # take, not a mask with a second index: the array API allows only a sole mask
+    return (
+        xp.take(x, rows, axis=0),
+        None if label is None else xp.take(label, rows),
+        xp.take(w, rows),
+    )
 
 
 def as_float64(x: Array) -> Array:
@@ -79,13 +87,14 @@ def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
 
 def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
     """Give a corrected central moment (``m2``, ``m4``) as states keep it: at least 0, +inf where its sum overflowed."""
-    return xp.where(power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m)))
+    return xp.where(
+        power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m))
+    )
 
 
 def safe_divisor(xp: Any, n: Array) -> Array:
     """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0."""
     return xp.where(n > 0, n, xp.ones_like(n))
-
 
 
 def merge_shifted_means(

@@ -61,13 +61,7 @@ STATISTICS: dict[str, Declaration] = {d.name: d for d in (
 
 
 def selectable() -> list[str]:
-    """The names users may type in ``stats=`` and ``--stats``, in table order.
-
-    Returns
-    -------
-    list of str
-        The names.
-    """
+    """The names users may type in ``stats=`` and ``--stats``, in table order."""  # numpydoc ignore=RT01
     return [name for name, d in STATISTICS.items() if d.selectable]
 
 
@@ -100,76 +94,31 @@ def _kept(d: Declaration) -> bool:
     return d.statistic is not None and bool(d.states)
 
 
-def declared_state(statistic: Any) -> type | None:
-    """The state class a built-in statistic declares (its first), None for anything else (a user's).
-
-    Parameters
-    ----------
-    statistic : object
-        A statistic.
-
-    Returns
-    -------
-    type or None
-        Its declared state class.
-    """
+def declared_state(statistic: Any) -> type | None:  # numpydoc ignore=PR01,RT01
+    """The state class a built-in statistic declares (its first), None for anything else (a user's)."""
     for d in STATISTICS.values():
         if type(statistic) is d.statistic and _kept(d):
             return d.states[0]
     return None
 
 
-def fused(statistic: Any) -> bool:
-    """Whether the engine's passes build ``statistic`` (not one the first pass runs as given).
-
-    Parameters
-    ----------
-    statistic : object
-        A statistic.
-
-    Returns
-    -------
-    bool
-        True for the built-in statistics the passes build.
-    """
+def fused(statistic: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether the engine's passes build ``statistic`` (not one the first pass runs as given)."""
     return any(type(statistic) is d.statistic and d.fused and _kept(d) for d in STATISTICS.values())
 
 
-def built_in_states() -> tuple[type, ...]:
-    """Every state class the built-in statistics declare (what checkpoints check as daskbatch's own).
-
-    Returns
-    -------
-    tuple of type
-        The classes, in table order.
-    """
+def built_in_states() -> tuple[type, ...]:  # numpydoc ignore=RT01
+    """Every state class the built-in statistics declare (what checkpoints check as daskbatch's own)."""
     return tuple(dict.fromkeys(cls for d in STATISTICS.values() for cls in d.states))
 
 
 def summary_variables() -> dict[str, Variable]:
-    """Every summary variable the built-in statistics declare, by name, in table order.
-
-    Returns
-    -------
-    dict of str to Variable
-        The variables.
-    """
+    """Every summary variable the built-in statistics declare, by name, in table order."""  # numpydoc ignore=RT01
     return {name: v for d in STATISTICS.values() for name, v in d.variables.items()}
 
 
-def footprint_of(stat: Any) -> Footprint:
-    """The memory footprint a statistic declares (``stat.footprint`` or its declaration's), else a cautious one.
-
-    Parameters
-    ----------
-    stat : object
-        A statistic.
-
-    Returns
-    -------
-    Footprint
-        Its footprint.
-    """
+def footprint_of(stat: Any) -> Footprint:  # numpydoc ignore=PR01,RT01
+    """The memory footprint a statistic declares (``stat.footprint`` or its declaration's), else a cautious one."""
     declared = getattr(stat, "footprint", None)
     if isinstance(declared, Footprint):
         return declared
@@ -195,29 +144,12 @@ class Kept:  # numpydoc ignore=PR02
     state: Any
 
     def finalize(self) -> Any:
-        """Finalize the kept state, as ``describe`` computes it from the same state.
-
-        Returns
-        -------
-        object
-            The statistic's result.
-        """
+        """Finalize the kept state, as ``describe`` computes it from the same state."""  # numpydoc ignore=RT01
         return self.statistic.finalize(self.state)
 
 
-def statistic_params(statistic: Any) -> dict[str, Any]:
-    """The parameters of a kept built-in statistic as plain JSON values (tuples become lists).
-
-    Parameters
-    ----------
-    statistic : object
-        A statistic whose declaration lists a state.
-
-    Returns
-    -------
-    dict
-        Field name to value.
-    """
+def statistic_params(statistic: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """The parameters of a kept built-in statistic as plain JSON values (tuples become lists)."""
     if declared_state(statistic) is None:
         raise TypeError(f"{type(statistic).__qualname__} is not a statistic whose state a summary keeps")
     # A request's fields (a histogram's ``range``) are resolved before counting: the state does not depend on them.
@@ -227,21 +159,8 @@ def statistic_params(statistic: Any) -> dict[str, Any]:
     }
 
 
-def statistic_from_params(class_name: str, params: Any) -> Any:
-    """Rebuild a kept statistic from its class name and :func:`statistic_params` (one-line ValueError).
-
-    Parameters
-    ----------
-    class_name : str
-        The class name written to disk.
-    params : dict
-        Its parameters.
-
-    Returns
-    -------
-    object
-        The statistic.
-    """
+def statistic_from_params(class_name: str, params: Any) -> Any:  # numpydoc ignore=PR01,RT01
+    """Rebuild a kept statistic from its class name and :func:`statistic_params` (one-line ValueError)."""
     known = {d.statistic.__name__: d.statistic for d in STATISTICS.values() if d.statistic is not None and d.states}
     cls = known.get(class_name)
     if cls is None:
@@ -261,37 +180,15 @@ ENTRY_POINT_GROUP = "daskbatch.statistics"
 PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
-def is_statistic(obj: Any) -> bool:
-    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``.
-
-    Parameters
-    ----------
-    obj : object
-        Anything.
-
-    Returns
-    -------
-    bool
-        True for a statistic.
-    """
+def is_statistic(obj: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``."""
     return isinstance(getattr(obj, "name", None), str) and all(
         callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
     )
 
 
 def named_statistic(name: str) -> Any:
-    """A user's statistic from its registered name; a name is never an import path.
-
-    Parameters
-    ----------
-    name : str
-        A registered name.
-
-    Returns
-    -------
-    object
-        The statistic (a registered class is called without arguments).
-    """
+    """A user's statistic from its registered name; a name is never an import path."""  # numpydoc ignore=PR01,RT01
     shown = short_repr(name, 60)
     obj: Any = registered(name)()
     if isinstance(obj, type):
@@ -302,19 +199,8 @@ def named_statistic(name: str) -> Any:
     return obj
 
 
-def registered(name: str) -> Callable[[], Any]:
-    """What loads the statistic registered under ``name`` (a one-line ValueError when none is).
-
-    Parameters
-    ----------
-    name : str
-        A name given to register_statistic or in the entry-point group.
-
-    Returns
-    -------
-    callable
-        Called without arguments, gives the class or object.
-    """
+def registered(name: str) -> Callable[[], Any]:  # numpydoc ignore=PR01,RT01
+    """What loads the statistic registered under ``name`` (a one-line ValueError when none is)."""
     if name in _PYTHON_REGISTRY:
         factory = _PYTHON_REGISTRY[name]
         return lambda: factory

@@ -24,7 +24,6 @@ from daskbatch.stats import (
     Histogram,
     Moments,
     MutualInformation,
-    Sketch,
 )
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.registry import (
@@ -111,15 +110,17 @@ def configured(stats: Any, **shortcuts: Any) -> Configured:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {values['nan_policy']!r}")
     if values["classes"] is not None:
         values["classes"] = tuple(int(c) for c in values["classes"])
-    built: dict[type, Any] = {cls: cls(**{k: v for k, v in values.items() if cls in SHORTCUTS[k][1]})
-                               for cls in (Moments, CoMoments, Histogram, MutualInformation, ClassMoments)}
-    built[Sketch] = given.get(Sketch, Sketch())
+    built: dict[str, Any] = {}
+    for name, declared in _built_in().items():  # a statistic without shortcut parameters: as given, else default
+        cls: Any = declared.statistic
+        keys = [k for k, (_, carriers) in SHORTCUTS.items() if cls in carriers]
+        built[name] = cls(**{k: values[k] for k in keys}) if keys else given.get(cls, cls())
     order = (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
     return Configured(
-        wanted=tuple(built[STATISTICS[n].statistic] for n in order),  # type: ignore[index]
+        wanted=tuple(built[n] for n in order),
         user=tuple(o for o in objects if type(o) not in _BUILT_IN_TYPES),
-        moments=built[Moments], cov=built[CoMoments], histogram=built[Histogram], mi=built[MutualInformation],
-        class_moments=built[ClassMoments],
+        moments=built["moments"], cov=built["cov"], histogram=built["hist"], mi=built["mi"],
+        class_moments=built["class_moments"],
     )
 
 

@@ -36,7 +36,10 @@ from daskbatch.summary.trust import summary_suspect_values
 class Summary:
     """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
 
-    Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
+    ``results`` holds each statistic's variables by statistic name; the
+    attributes (``s.mean``, ``s.corr``, ``s.hist_counts``, ``s.mi``, ...) are
+    the variables the statistics declare (:data:`daskbatch.stats.STATISTICS`),
+    None for one that was not computed. Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
     and ``hist_edges`` (D, bins + 1). With a label, ``joint_counts`` is
     (D, bins + 2, K) and ``classes`` (K,) holds the label value of each of its
     class columns (the ``class`` coordinate of :meth:`to_xarray`).
