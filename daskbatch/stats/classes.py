@@ -87,21 +87,7 @@ def validate_classes(classes: Any, max_classes: int = DEFAULT_MAX_CLASSES) -> tu
 
 
 class UnknownClassError(ValueError):
-    """A label value that is not one of the declared classes.
-
-    Parameters
-    ----------
-    value : int
-        The first such label.
-    row : int
-        Its row in its block.
-    count : int
-        How many labels of the block are outside the classes.
-    classes : tuple of int
-        The declared classes.
-    rows : tuple of int, optional
-        The block's (start, stop) rows in the whole array, when known.
-    """
+    """A label value that is not one of the declared classes."""
 
     def __init__(
         self, value: int, row: int, count: int, classes: tuple[int, ...], rows: tuple[int, int] | None = None

@@ -38,15 +38,8 @@ DIGEST_BYTES = 32
 
 
 @dataclass(frozen=True)
-class DigestState(State):  # numpydoc ignore=PR02
-    """The digests of the blocks of some consecutive rows, in row order.
-
-    Parameters
-    ----------
-    digests : numpy.ndarray
-        ``(pieces, 32)`` uint8: each piece's digest (a BLAKE2b of its shape,
-        dtype and the CRC-32 of its bytes).
-    """
+class DigestState(State):
+    """The digests of the blocks of some consecutive rows, in row order."""
 
     digests: np.ndarray
 

@@ -29,13 +29,15 @@ from daskbatch.stats.declaration import (
     count,
     ddof_setting,
 )
-from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
 from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
     central_moment,
+    exact_extremes,
     handles_overflow,
+    is_exact,
+    merge_extreme,
     merge_shifted_means,
     merged_by_ratios,
     positive_rows,
@@ -52,7 +54,7 @@ class MomentsState(State):
     ``n`` counts finite values; ``shift + mean`` is their mean; ``m2``, ``m3``,
     ``m4`` are sums of powers of deviations from it. ``fmin``/``fmax`` are the
     finite extrema, in int64/uint64 for blocks of those dtypes (exact, see
-    :mod:`daskbatch.stats.extremes`); NaN and ±inf values are counted apart.
+    :mod:`daskbatch.stats.numerics`); NaN and ±inf values are counted apart.
     """
 
     n: Array

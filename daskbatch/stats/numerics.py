@@ -6,6 +6,11 @@ overflow float64: sample weights up to ``2**960`` (the limit
 whose cube the merge formulas of :class:`~daskbatch.stats.moments.Moments`
 form; past :data:`RATIO_FORM_FROM` the merges take the same terms with the
 weight sums as shares of their total.
+
+And the exact extremes of 64-bit integer features: float64 holds every integer
+up to 2**53 only (an int64 maximum of ``2**62 + 998`` came out ``2**62 + 1024``),
+so the moments keep ``fmin``/``fmax`` of int64 and uint64 blocks in that dtype,
+merge them exactly and report them as ``min``/``max`` in that dtype.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from daskbatch._typing import Array
+from daskbatch._typing import Array, Namespace
 from daskbatch.stats.backend import namespace
 
 #: Weight sums from here on merge by ratios ``nb / n``: their products and cubes (``na * nb``,
@@ -109,3 +114,29 @@ def merge_shifted_means(
     weight_b = nb / safe_divisor(xp, na + nb)
     mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
     return shift, mean, delta
+
+
+def is_exact(values: Array) -> bool:
+    """Tell whether ``values`` are extremes held in a 64-bit integer dtype."""
+    xp = namespace(values)
+    return values.dtype in (xp.int64, xp.uint64)
+
+
+def exact_extremes(xp: Namespace, x: Array) -> tuple[Array, Array] | None:
+    """Find the per-feature minimum and maximum of a 64-bit integer block in its own dtype."""
+    if not is_exact(x) or x.shape[0] == 0:
+        return None
+    return xp.min(x, axis=0), xp.max(x, axis=0)
+
+
+def merge_extreme(xp: Namespace, a: Array, b: Array, *, smallest: bool) -> Any:
+    """Merge the finite extremes of two states, exactly where both are held as integers."""
+    pick = xp.minimum if smallest else xp.maximum
+    if a.dtype == b.dtype:
+        return pick(a, b)
+    # An empty block's state holds ±inf: no value, so the exact side stands alone.
+    if is_exact(a) and not is_exact(b) and not bool(xp.any(xp.isfinite(b))):
+        return a
+    if is_exact(b) and not is_exact(a) and not bool(xp.any(xp.isfinite(a))):
+        return b
+    return pick(as_float64(a), as_float64(b))

@@ -44,21 +44,7 @@ NEIGHBOUR_BINS = 3
 
 @dataclass(frozen=True)
 class SuspectValue:  # numpydoc ignore=PR02
-    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel.
-
-    Parameters
-    ----------
-    feature : str
-        The feature's name.
-    value : float
-        The value (the feature's minimum or maximum).
-    side : {"min", "max"}
-        Which end of the feature's values it is.
-    bin_count : int
-        Values in the bin (the quantile sketch's bucket) that holds it.
-    neighbour_count : int
-        Values in the most crowded of the next non-empty bins inward.
-    """
+    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel."""
 
     feature: str
     value: float

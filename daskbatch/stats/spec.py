@@ -67,19 +67,8 @@ SHORTCUTS: dict[str, tuple[Any, tuple[type, ...]]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Configured:  # numpydoc ignore=PR02
-    """The built-in statistics of one run with their parameters, and a user's own: what :func:`configured` builds.
-
-    Parameters
-    ----------
-    wanted : tuple
-        The built-in statistics asked for, configured, moments first.
-    user : tuple
-        A user's statistics, in order.
-    moments, cov, histogram, mi, class_moments : object
-        Every built-in statistic as this run configures it, asked for or not
-        (a run with ``groups`` adds the histograms by label, ``like=`` fixes bins).
-    """
+class Configured:
+    """The built-in statistics of one run with their parameters, and a user's own: what :func:`configured` builds."""
 
     wanted: tuple[Any, ...]
     user: tuple[Any, ...]

@@ -55,12 +55,7 @@ __all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "Target
 
 @dataclass(frozen=True, eq=False)
 class TargetMomentsState(State):
-    """Mergeable state, every field float64 of shape (D,).
-
-    Over the ``n`` rows where feature d is finite: the feature's mean
-    ``x_shift + x_mean`` and the target's ``y_shift + y_mean``, their sums of
-    squared deviations ``x_m2``, ``y_m2`` and the co-moment ``c``.
-    """
+    """Mergeable state, every field float64 of shape (D,)."""
 
     n: Array
     x_shift: Array
@@ -232,17 +227,7 @@ def _target_sketch_state(d: int, bins: int, k: int | None, tile: int | None) -> 
 
 @dataclass(frozen=True)
 class TargetSketch(Sketch):  # numpydoc ignore=PR02
-    """The quantile sketch of the target alone (one column), whatever the features.
-
-    Parameters
-    ----------
-    alpha : float
-        As :class:`~daskbatch.stats.Sketch`.
-    min_magnitude : float
-        As :class:`~daskbatch.stats.Sketch`.
-    max_magnitude : float
-        As :class:`~daskbatch.stats.Sketch`.
-    """
+    """The quantile sketch of the target alone (one column), whatever the features."""
 
     name = "target_sketch"
     needs_label = True

@@ -63,10 +63,7 @@ def complete_rows(s: CrossCoMomentsState) -> Array:
 
 @dataclass(frozen=True, eq=False)
 class CrossCoMomentsResult:
-    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations).
-
-    With sample weights ``weight_sum`` is the weight sum of those rows (else None).
-    """
+    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations)."""
 
     n: Array
     mean_a: Array

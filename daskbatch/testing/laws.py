@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskbatch.stats._base import merge_all, reads_weights
-from daskbatch.stats.extremes import is_exact
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, is_exact
 from daskbatch.testing.assertions import assert_results_close, assert_states_equal, result_fields
 from daskbatch.testing.strategies import labels_for, merge_tree, sample_arrays, split_points
 
