@@ -17,7 +17,7 @@ from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch, SketchState
 from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 
 __all__ = [
-    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINT", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
+    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
     "state_bytes_per_feature", "window_of",
 ]
 
@@ -102,8 +102,6 @@ WINDOWS: tuple[tuple[int, str, float], ...] = (
 )
 #: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
 WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
-#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
-WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
 
 
 def window_of(stat: object) -> tuple[int, str, float] | None:
