@@ -203,3 +203,27 @@ def test_the_table_is_consistent() -> None:
         "class_moments",
         "sketch",
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("moments", "'moments' is declared already"),
+        ("a b", "a letter, then letters, digits or '_'; got 'a b'"),
+    ],
+)
+def test_register_refuses_a_taken_or_odd_name(name: str, message: str) -> None:
+    from daskbatch.stats.declaration import Declaration
+
+    before = dict(STATISTICS)
+    with pytest.raises(ValueError, match=message) as info:
+        register(Declaration(name, None))
+    assert "\n" not in str(info.value) and STATISTICS == before
+
+
+@pytest.mark.parametrize("name", ["qhist", "digest", "target_moments"])
+def test_engine_only_statistics_cannot_be_asked_for(name: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"unknown statistic '{name}'; choose from \['class_moments', 'cov'"
+    ):
+        db.describe(np.zeros((4, 2)), stats=f"moments,{name}")

@@ -83,8 +83,10 @@ def register(declaration: Declaration) -> Declaration:
     ValueError
         The name is not plain, or taken.
     """
-    if not PLAIN_NAME.fullmatch(declaration.name) or declaration.name in STATISTICS:
-        raise ValueError(f"statistic name {declaration.name!r} must be plain and new; taken: {sorted(STATISTICS)}")
+    if not PLAIN_NAME.fullmatch(declaration.name):
+        raise ValueError(f"a statistic's name is a letter, then letters, digits or '_'; got {declaration.name!r}")
+    if declaration.name in STATISTICS:
+        raise ValueError(f"statistic {declaration.name!r} is declared already; choose another name")
     STATISTICS[declaration.name] = declaration
     return declaration
 
