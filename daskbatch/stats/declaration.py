@@ -25,6 +25,7 @@ __all__ = [
     "Footprint",
     "StateSize",
     "Variable",
+    "bias_setting",
     "count",
     "ddof_setting",
     "generic_footprint",
@@ -228,6 +229,17 @@ class Declaration:  # numpydoc ignore=PR02
             Variable name to value (empty when the statistic was not computed).
         """
         return self.summarize(self, done)
+
+
+def bias_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """The ``bias`` attribute of skew and kurtosis (an int: netCDF attributes have no bool)."""
+    bias = summary.provenance.get("bias")
+    if bias is None:
+        return {}
+    return {
+        "bias": int(bool(bias)),
+        "comment": "bias=1: biased estimator (scipy.stats default); 0: bias-corrected",
+    }
 
 
 def ddof_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01

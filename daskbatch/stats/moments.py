@@ -16,7 +16,7 @@ where a plain Chan merge of chunk means keeps ~11.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats import kernels
@@ -26,6 +26,7 @@ from daskbatch.stats.declaration import (
     Declaration,
     Footprint,
     Variable,
+    bias_setting,
     count,
     ddof_setting,
 )
@@ -480,14 +481,6 @@ FOOTPRINT = Footprint(
 )
 
 
-def _bias_setting(summary: Any) -> dict[str, Any]:
-    """The ``bias`` attribute of skew and kurtosis (an int: netCDF attributes have no bool)."""
-    bias = summary.provenance.get("bias")
-    if bias is None:
-        return {}
-    return {"bias": int(bool(bias)), "comment": "bias=1: biased estimator (scipy.stats default); 0: bias-corrected"}
-
-
 _F = ("feature",)
 DECLARATION = Declaration(
     "moments", Moments, states=(MomentsState, WeightedMomentsState), footprint=FOOTPRINT,
@@ -501,8 +494,8 @@ DECLARATION = Declaration(
         "var": Variable(_F, "variance", settings=ddof_setting),
         "min": Variable(_F, "minimum"),
         "max": Variable(_F, "maximum"),
-        "skew": Variable(_F, "skewness (Fisher-Pearson)", settings=_bias_setting),
-        "kurtosis": Variable(_F, "excess kurtosis (Fisher)", settings=_bias_setting),
+        "skew": Variable(_F, "skewness (Fisher-Pearson)", settings=bias_setting),
+        "kurtosis": Variable(_F, "excess kurtosis (Fisher)", settings=bias_setting),
         "weight_sum": Variable(_F, "sum of the sample weights of the finite values"),
     },
     kernels=("daskbatch.stats.kernels:moments", "daskbatch.stats.kernels:weighted_moments"),
