@@ -20,11 +20,8 @@ from typing import Any
 #: Old module path -> new module path (removed one release after the move).
 MOVED: dict[str, str] = {
     # 0.x: the top floor packaged by what it does (summary/, selection/, transforms/)
-    "daskbatch.summary_attrs": "daskbatch.summary.attrs",
     "daskbatch.summary_xarray": "daskbatch.summary.dataset",
     "daskbatch.summary_store": "daskbatch.summary.store",
-    "daskbatch.summary_extra": "daskbatch.summary.user_results",
-    "daskbatch.summary_results": "daskbatch.summary.results",
     "daskbatch.reprs": "daskbatch.summary.reprs",
     "daskbatch.plotting": "daskbatch.summary.plotting",
     "daskbatch.compare": "daskbatch.summary.compare",
