@@ -13,10 +13,9 @@ from array_api_compat import is_array_api_obj
 from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
-from daskbatch.engine.inputs import check_label, check_numeric
+from daskbatch.engine.inputs import check_label, check_numeric, check_weight_range
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_inputs import check_weight_range
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label

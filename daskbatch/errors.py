@@ -107,3 +107,11 @@ class BatchError(RuntimeError):
 
 class FlaggedRowsWarning(UserWarning):
     """``map_batches(on_error="flag")`` flagged rows that failed; their output is NaN."""
+
+
+class MissingChunksWarning(UserWarning):
+    """Chunks are absent from the store and ``open_dataset(missing=...)`` skipped their rows or filled them."""
+
+
+class IncompleteStoreWarning(UserWarning):
+    """The store was written by an ingest that has not finished."""

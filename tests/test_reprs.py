@@ -13,7 +13,7 @@ import xarray as xr
 import zarr
 
 import daskbatch as db
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import MissingChunksWarning
 from daskbatch.summary.dataset import decode_provenance, encode_provenance
 from daskbatch.summary.reprs import NAN_HEAVY, format_column
 

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.errors import RangeWarning
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import MissingChunksWarning, RangeWarning
 from daskbatch.map_batches import FlaggedRowsWarning
 
 

@@ -145,7 +145,7 @@ def describe_command(
     """
     from daskbatch.describe import describe, new_spelling, plan_describe  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
-    from daskbatch.io.missing import MissingPolicy  # lazy: dask, zarr
+    from daskbatch.io.zarr_store import MissingPolicy  # lazy: dask, zarr
 
     quiet = is_quiet()
     settings: dict[str, Any] = {

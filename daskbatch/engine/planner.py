@@ -265,23 +265,10 @@ def plan_describe(
         The plan of the largest pass.
     """
     from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
-    from daskbatch.engine.row_inputs import (  # lazy: dask
-        as_weights,
-        refuse_beside_groups,
-        with_groups,
-        with_target,
-    )
 
     asked = configured(stats, bins=bins, range=range, classes=classes, target_bins=target_bins)
     bins, range, classes = asked.histogram.bins, asked.histogram.range, asked.mi.classes  # noqa: A001
-    if groups is not None:
-        refuse_beside_groups(label, target)
-    data = as_feature_matrix(x, label)
-    if target is not None:
-        data = with_target(data, target)
-    if groups is not None:
-        data = with_groups(data, groups)
-    data = as_weights(weights, data)
+    data = as_feature_matrix(x, label, target=target, groups=groups, weights=weights)
     wanted = describe_statistics(asked, labelled=data.label is not None, range_=range)
     if groups is not None:
         wanted = grouped_statistics(wanted)

@@ -20,8 +20,7 @@ from sklearn.datasets import load_wine
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import DataError, MissingChunksWarning
 from tests.foreign.conftest import Foreign
 
 # Stores other tools wrote hold NaN holes and fill values read at the edges: the trust warnings

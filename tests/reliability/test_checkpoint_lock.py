@@ -27,7 +27,7 @@ import pytest
 import daskbatch as db
 from daskbatch.engine.checkpoint.run import read_runs
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.manifest import DONE_FILE
+from daskbatch.io.ingest.store import DONE_FILE
 from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,17 +207,17 @@ INGEST_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from daskbatch.io.ingest import ingest
-    from daskbatch.io.ingest import write
+    from daskbatch.io.ingest import store
 
     src, out, gate = sys.argv[1], sys.argv[2], sys.argv[3]
-    original = write.ChunkWriter.write
+    original = store.ChunkWriter.write
 
     def gated(self, c):
         while not os.path.exists(gate):
             time.sleep(0.02)
         return original(self, c)
 
-    write.ChunkWriter.write = gated
+    store.ChunkWriter.write = gated
     report = ingest(src, out, label_key="y", chunk_rows=64, workers=2)
     print("done", report.chunks_written)
     """

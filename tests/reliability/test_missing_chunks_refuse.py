@@ -23,8 +23,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import DataError, MissingChunksWarning
 
 ROWS, FEATURES, CHUNK = 1200, 3, 200
 
