@@ -10,7 +10,7 @@ the batches.  Each batch is one dask task and ``func`` gets
 it as a list.  ``on_error`` works as for arrays, with items for rows: a
 failing batch is bisected down to ``min_batch_rows`` items, and ``"flag"``
 turns the results of the items that still fail into ``None`` (with a
-:class:`~daskbatch.map_batches.FlaggedRowsWarning` naming them).
+:class:`~daskbatch.batches.FlaggedRowsWarning` naming them).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def map_items(
     device : {"auto", "cpu"}, default "auto"
         Items reach ``func`` as they are (move them to a GPU inside ``func``).
     on_error : {"raise", "flag", "fallback"} or ("fallback", "flag"), default "raise"
-        As for arrays, with items for rows (see :mod:`daskbatch.map_batches`).
+        As for arrays, with items for rows (see :mod:`daskbatch.batches`).
     min_batch_rows : int, optional
         Smallest piece a failing batch is bisected down to (default 1 item).
     progress : bool or callable, default False

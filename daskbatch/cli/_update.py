@@ -13,6 +13,7 @@ holds (the same store, by content token) are refused before any compute.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -59,7 +60,7 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     LockHeldError
         Another run is updating STATS.
     """
-    from daskbatch.incremental import describe_settings  # lazy: dask
+    from daskbatch.describing import describe_settings  # lazy: dask
 
     given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
     if given:
@@ -74,9 +75,10 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
     # The label is found as describe finds it (--label, else the one the store records): see needs_label.
-    del settings["feature_names"]  # the store's own names, checked against the summary's by the merge
-    if ctx.get_parameter_source("split_every") in _GIVEN:  # the merge tree's fan-in changes no setting
-        settings["split_every"] = ctx.params["split_every"]
+    # The store's own names are checked against the summary's by the merge; the fan-in changes no setting.
+    split_every = ctx.params["split_every"] if ctx.get_parameter_source("split_every") in _GIVEN else None
+    settings["run"] = dataclasses.replace(settings["run"], feature_names=None,
+                                          split_every=split_every or settings["run"].split_every)
     return previous, settings
 
 
@@ -97,7 +99,7 @@ def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
     click.UsageError
         STATS holds mutual information or per-class moments and the new rows have no label.
     """
-    from daskbatch.incremental import labelled_statistics  # lazy: dask
+    from daskbatch.describing import labelled_statistics  # lazy: dask
 
     labelled = labelled_statistics(previous)
     if labelled and dataset.label is None:

@@ -9,6 +9,7 @@ import click
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.config import packaged
 from daskbatch.runtime.interrupts import exit_now
 
 
@@ -195,7 +196,7 @@ def ingest_cmd(
 @main.command("inspect")
 @click.argument("store")
 @click.option(
-    "-x", "--x", "x_name", default="X", show_default=True, help="Samples x features array."
+    "-x", "--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array."
 )
 @click.option("--label", default=None, help="Label array [default: as recorded by daskbatch].")
 @click.option("--json", "as_json", is_flag=True, help="Print provenance as JSON.")

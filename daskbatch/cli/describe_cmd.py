@@ -17,6 +17,7 @@ from daskbatch.cli._logging import is_quiet
 from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
 from daskbatch.cli._update import check_label, update_settings
 from daskbatch.cli.options import client_from_options, cluster_options, device_option
+from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
 from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
@@ -26,6 +27,7 @@ from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.interrupts import exit_now
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
+from daskbatch.stats.spec import DEFAULT_STATS
 from daskbatch.summary import load_summary
 from daskbatch.summary.report import format_report
 
@@ -54,7 +56,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 
 @main.command("describe")
 @click.argument("store")
-@click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
+@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
 @click.option("--weights", "weights_name", default=None, metavar="NAME",
               help="Name of a 1-D array of non-negative sample weights in STORE (frequency weights, one per row).")
@@ -74,31 +76,33 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     "Default: recorded by the store, else found by scanning the label array.",
 )
 @click.option(
-    "--stats", default="moments,cov,hist,mi,class_moments", show_default=True,
+    "--stats", default=",".join(DEFAULT_STATS), show_default=True,
     help="Comma-separated statistics (mi and class_moments only with a label).",
 )
-@click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
+@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option(
     "--like", "like_path", type=click.Path(), default=None, metavar="STATS",
     help="Count the histograms on the bins of the saved summary STATS (its ranges, bins and classes), "
     "for 'daskbatch compare STATS NEW'.",
 )
-@click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--ddof", default=STATISTIC_DEFAULTS["ddof"], show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--cov", "cov_rows", type=click.Choice(["complete", "pairwise"]), default="complete", show_default=True,
     help="Rows of the covariance and correlation. complete: the rows finite in every feature; pairwise: "
     "for each pair, the rows where both are finite (as pandas' DataFrame.cov and corr).",
 )
 @click.option(
-    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default="auto", show_default=True,
+    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default=packaged("job.statistics.missing"),
+    show_default=True,
     help="Chunks absent from STORE. auto: as the writer meant (zarr, xarray and dask leave out chunks of "
     "fill values, so they read as the fill value; in a store daskbatch wrote they were lost: refuse); "
     "raise: refuse any (naming them); skip: compute on the rows whose chunks are present; fill: read "
     "zarr's fill values. Recorded in the summary's provenance.",
 )
 @click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise.")
-@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
+@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default=STATISTIC_DEFAULTS["nan_policy"],
+              show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
 @click.option(
@@ -117,7 +121,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--cache/--no-cache", default=None, help="Keep decoded chunks in memory between the two passes, or read them twice. Default: keep them when they take at most daskbatch.cache-fraction of the workers' memory.")
 @device_option(
-    "auto", "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
+    packaged("job.cluster.device"), "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
     "when the workers are dask-cuda workers.",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -143,23 +147,28 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
-    from daskbatch.describe import describe, new_spelling, plan_describe  # lazy: dask
+    from daskbatch.describing import describe  # lazy: dask
+    from daskbatch.engine.planner import plan_describe  # lazy: dask
+    from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
     from daskbatch.io.missing import MissingPolicy  # lazy: dask, zarr
+    from daskbatch.stats import Moments  # lazy: numpy
 
     quiet = is_quiet()
+    # click.Choice has validated --nan-policy.
     settings: dict[str, Any] = {
-        "stats": stats.split(","), "bins": bins, "range": parse_range(range_), "ddof": ddof,
-        # click.Choice has validated it.
-        "nan_policy": cast(NanPolicy, nan_policy), "split_every": split_every,
+        "stats": [*stats.split(","), Moments(ddof=ddof, nan_policy=cast(NanPolicy, nan_policy))],
+        "bins": bins, "range": parse_range(range_),
     }
+    like = None
     if like_path is not None:
         if range_ is not None:
             raise click.UsageError("give --range or --like, not both: --like takes the saved summary's ranges")
-        settings["like"] = load_summary(like_path)
+        like = load_summary(like_path)
     previous = None
     if update_path is not None:
         previous, settings = update_settings(click.get_current_context(), update_path, store)
+        split_every = settings.pop("run").split_every
         out = update_path if out is None else out
     if cov_rows == "pairwise":
         settings["stats"] = _pairwise_cov(settings["stats"])
@@ -177,7 +186,7 @@ def describe_command(
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:
-        from daskbatch.incremental import check_not_merged  # lazy: dask
+        from daskbatch.describing import check_not_merged  # lazy: dask
 
         check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
@@ -185,7 +194,7 @@ def describe_command(
     classes = parse_classes(classes_)
     _check_roles(label, target_name, groups_name)
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
-    settings.update(target=target_name, groups=groups_name)
+    settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}
@@ -194,8 +203,8 @@ def describe_command(
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=settings["stats"], bins=settings["bins"], range=settings["range"],
-            split_every=settings["split_every"], resources=gpus, classes=classes, target=target_name,
+            dataset, stats=settings["stats"], bins=settings.get("bins"), range=settings.get("range"),
+            split_every=split_every, resources=gpus, classes=classes, target=target_name,
             groups=groups_name, weights=weights_name,
         )
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
@@ -207,14 +216,13 @@ def describe_command(
             connected = True
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
-            summary = describe(dataset, **new_spelling(dict(
-                settings, weights=weights_name, progress=progress and not quiet,
-                checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
-                # "auto" was resolved to cpu or gpu above.
-                device=cast(Device, device), classes=classes,
-            )))
+            summary = describe(dataset, **settings, run=RunOptions(
+                progress=progress and not quiet, checkpoint=checkpoint, force=force, cov_out=cov_out,
+                cache="auto" if cache is None else cache, split_every=split_every, like=like,
+                device=cast(Device, device),  # "auto" was resolved to cpu or gpu above
+            ))
             if previous is not None:
-                from daskbatch.incremental import merge  # lazy: dask
+                from daskbatch.describing import merge  # lazy: dask
 
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 from daskbatch._arguments import checked_device
 from daskbatch._typing import Device
-from daskbatch._warnings import warn
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.resources import Resources
@@ -43,11 +43,11 @@ def plan(
     x_or_dataset: Any,
     *,
     stats: Sequence[str | Footprint] = DEFAULT_STATISTICS,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
     split_every: int | None = None,
-    device: Device | None = "auto",
+    device: Device = "auto",
     weighted: bool = False,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
@@ -99,9 +99,6 @@ def plan(
 
     from daskbatch import config  # lazy: dask
 
-    if device is None:  # the old spelling of "auto"
-        warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
-        device = "auto"
     device = checked_device(device)
 
     if isinstance(x_or_dataset, (str, os.PathLike)):

@@ -28,10 +28,8 @@ reports what is wrong.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import itertools
 import math
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -392,16 +390,3 @@ class BlockReader:
             f"cannot read rows {sel[0]} of {array_label(self.arr)}: {type(exc).__name__}: {exc}"
         ) from exc
 
-
-def __getattr__(name: str) -> Any:
-    """Serve ``verify_store``, moved to :mod:`daskbatch.io.verify`, for one release with a DeprecationWarning."""
-    if name != "verify_store":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        "daskbatch.io.integrity.verify_store moved to daskbatch.io.verify.verify_store; import it from there "
-        "(the old name goes in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # Looked up by name, not imported: daskbatch.io.verify sits above this module and imports it.
-    return importlib.import_module("daskbatch.io.verify").verify_store

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from daskbatch.describe import plan_describe
+from daskbatch.engine.planner import plan_describe
 from daskbatch.jobs._stages import histogram_range
 from daskbatch.jobs.schema import JobSpec
 from daskbatch.runtime.capacity import (

@@ -40,8 +40,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from daskbatch.describe import describe, new_spelling, plan_describe
+from daskbatch.describing import describe
 from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+from daskbatch.engine.planner import plan_describe
+from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import Cancelled, Interrupted, PlanError
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
@@ -79,6 +81,7 @@ from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.dask_settings import check_dask_settings
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.selection import select
+from daskbatch.stats import Moments
 from daskbatch.transforms import transform
 
 __all__ = ["JobReport", "run_job"]
@@ -277,13 +280,13 @@ def _run(
             device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
 
         with phase(report, "describe"):
-            summary = describe(dataset, **new_spelling(dict(
-                stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
-                nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
-                device=device, classes=job.statistics.classes,
-                weights=job.input.weights, target=job.input.target, groups=job.input.groups,
-                progress=progress, cancel=cancel,
-            )))
+            moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
+            summary = describe(
+                dataset, stats=[*stats, moments], bins=job.statistics.bins,
+                range=histogram_range(job), classes=job.statistics.classes, weights=job.input.weights,
+                target=job.input.target, groups=job.input.groups,
+                run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
+            )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
         prov = summary.provenance

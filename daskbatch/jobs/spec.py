@@ -24,9 +24,8 @@ both call it. :func:`load_job` merges, from lowest to highest precedence:
 ``daskbatch/daskbatch.yaml``, are the schema's only ones; overridden by any dask
 config, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads`` ...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
 a one-line :class:`JobConfigError` naming it and the closest valid key; a value
-of the wrong type one naming the key and the type expected. A file of the older
-shape (the job's sections and a ``dask:`` mapping at the top) still works for
-one release, with a DeprecationWarning.
+of the wrong type one naming the key and the type expected. A file with the
+job's sections at the top is refused in one line that says where they go.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import dataclasses
 import difflib
 import os
 import typing
-import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -284,20 +282,6 @@ def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
     return ConfigFile(where, checked, dask)
 
 
-def _legacy_job(where: str, loaded: Mapping[str, Any]) -> dict[str, Any]:
-    """A job file of the older shape (sections and ``dask:`` at the top), with a DeprecationWarning."""
-    _refuse_option_file(where, loaded)
-    if loaded:
-        warnings.warn(
-            f"{where}: a job's sections at the top of the file (input:, selection:, ..., dask:) are deprecated "
-            "and stop working in the next release: put them under 'daskbatch: job:', and the 'dask:' "
-            "settings at the top beside 'daskbatch' (docs/jobs.md)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    return _check_section(where, None, JobSpec, loaded)
-
-
 def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpec, str]:
     """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked.
 
@@ -332,7 +316,11 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
     elif isinstance(source, Mapping):
         given = _check_section(where, None, JobSpec, loaded)
     else:
-        given = _legacy_job(where, loaded)
+        _refuse_option_file(where, loaded)
+        raise JobConfigError(
+            f"{where}: a job's sections go under 'daskbatch: job:', and dask settings at the top of the file "
+            "beside 'daskbatch' (docs/jobs.md)"
+        )
     job = _build(_merge(effective_config(), given))
     _check_consistency(where, job)
     return job, where

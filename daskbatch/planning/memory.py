@@ -31,6 +31,7 @@ Model (in the spirit of cubed's projected memory):
 
 from __future__ import annotations
 
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import FOOTPRINTS
 from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
 
@@ -124,7 +125,7 @@ def state_bytes(
     stat: StatLike,
     n_features: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
@@ -184,7 +185,7 @@ def chunk_task_terms(
     itemsize: int,
     stats: tuple[StatLike, ...],
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
@@ -258,7 +259,7 @@ def projected_task_bytes(
     itemsize: int,
     stats: tuple[StatLike, ...],
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
@@ -303,7 +304,7 @@ def merge_terms(
     n_features: int,
     split_every: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> dict[str, int]:
@@ -342,7 +343,7 @@ def merge_task_bytes(
     n_features: int,
     split_every: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from daskbatch._arguments import strict_int
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
     DEFAULT_STATISTICS,
@@ -53,7 +54,7 @@ def plan_chunks(
     resources: Resources,
     *,
     stats: tuple[StatLike, ...] | list[StatLike] = DEFAULT_STATISTICS,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     split_every: int | None = None,
     memory_fraction: float | None = None,

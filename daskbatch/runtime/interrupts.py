@@ -34,7 +34,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     Examples
     --------
     >>> with sigterm_as_interrupt():          # doctest: +SKIP
-    ...     describe("data.zarr", checkpoint="ckpt")
+    ...     describe("data.zarr", run=RunOptions(checkpoint="ckpt"))
     """
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import (
     State,
@@ -139,7 +140,7 @@ class ClassMoments:  # numpydoc ignore=PR02
         is not one of them is an error naming it. Sets K to ``len(classes)``.
     """
 
-    ddof: int = 1
+    ddof: int = STATISTIC_DEFAULTS["ddof"]
     n_classes: int | None = None
     classes: tuple[int, ...] | None = None
     name = "class_moments"

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import (
     State,
@@ -283,8 +284,8 @@ class CoMoments:  # numpydoc ignore=PR02
     centring; CuPy blocks the array-API path (cuBLAS), not the CUDA kernels.
     """
 
-    ddof: int = 1
-    rows: str = "complete"
+    ddof: int = STATISTIC_DEFAULTS["ddof"]
+    rows: str = STATISTIC_DEFAULTS["rows"]
     name = "cov"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})

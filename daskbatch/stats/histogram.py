@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State, as_float64, positive_rows
 from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
@@ -100,7 +101,7 @@ class Histogram:  # numpydoc ignore=PR02
         range raises a :class:`~daskbatch.RangeWarning`.
     """
 
-    bins: int = 64
+    bins: int = STATISTIC_DEFAULTS["bins"]
     lo: tuple[float, ...] = ()
     hi: tuple[float, ...] = ()
     by_label: bool = False

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.mutual_info import mutual_information
 from daskbatch.summary.fields import BUILT_IN_RESULTS
 
@@ -17,8 +18,8 @@ def fields_from_results(
     results: dict[str, Any],
     provenance: dict[str, Any],
     *,
-    mi_base: Any = "e",
-    miller_madow: bool = False,
+    mi_base: Any = STATISTIC_DEFAULTS["base"],
+    miller_madow: bool = STATISTIC_DEFAULTS["miller_madow"],
     states: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
@@ -36,7 +37,7 @@ def fields_from_results(
     miller_madow : bool, default False
         Apply the Miller–Madow bias correction to the mutual information.
     states : dict, optional
-        The merged states the results were finalized from (kept for :meth:`Summary.update`).
+        The merged states the results were finalized from (kept for :func:`daskbatch.update`).
 
     Returns
     -------

@@ -1,67 +1,56 @@
-"""Incremental summaries: merge two summaries, or add new rows to one, as if all rows were described at once.
+"""``describe``, ``update`` and ``merge``: every requested statistic of a (samples × features) array, and its sums.
 
-Every summary made by :func:`daskbatch.describe` keeps the merged states of its
-statistics (``Summary.states``). Merging two summaries merges those states with
-the statistics' own ``merge`` (Chan et al. and Pébay updates for moments and
-co-moments, sums for counts) and finalizes them as ``describe`` does, so
+:func:`describe` checks the arguments, runs the passes
+(:func:`daskbatch.engine.statistics_run.run_statistics`) and makes the :class:`Summary`.
 
-* counts, histograms, joint (feature-bin × class) tables, mutual information
-  and the quantile sketch equal those of ``describe`` on the concatenated rows
-  bit for bit, and
-* moments, co-moments and per-class moments agree to rounding (a different
-  merge order than describe's tree: within about 1e-15 relative).
-
-Summaries described with sample weights (``describe(..., weights=w)``) keep
-their weighted states and merge the same way: the result is ``describe`` of the
-concatenated rows with their weights. A summary without weights is one of
-weight 1 per row, which is exact, so weighted and unweighted summaries merge
-too (``count`` stays the number of values, ``weight_sum`` the sum of the
-weights, 1 for each row of an unweighted part); :func:`update` passes
-``weights=`` on to ``describe`` for the new rows.
-
-Histograms merge only when they count the same bins on the same ranges: a
-summary whose ranges were found from its data passes them on, and
-:func:`update` describes the new rows with exactly those ranges (values of the
-new rows outside them are counted as underflow and overflow, and flagged as
-``describe`` flags them). Summaries whose labels have different class values
-are merged on the union of the values (each table column moves to its value's
-place, which is exact).
-
-Every summary records the content tokens of the inputs it holds
-(``provenance["input_tokens"]``, :func:`input_token`: for a store daskbatch
-wrote a hash of its chunks' checksums, for another writer's store a hash of
-its blocks as describe read them; never its path or its files' times), and a
-merge that would count an input twice is refused, naming both sources:
-updating a summary with the same store again, or with a copy of it, is an
-error, not a second copy of its rows.
+Every summary keeps the merged states of its statistics (``Summary.states``).
+:func:`merge` merges those states with the statistics' own ``merge`` (Chan et
+al. and Pébay updates for moments and co-moments, sums for counts) and
+finalizes them as ``describe`` does, so counts, histograms, joint tables,
+mutual information and the quantile sketch equal those of ``describe`` on the
+concatenated rows bit for bit, and moments and co-moments agree to rounding
+(within about 1e-15 relative). Weighted and unweighted summaries merge too (an
+unweighted one weighs 1 per row). Histograms merge only on the same bins:
+:func:`update` describes the new rows on the summary's own ranges. Class
+values are merged as a union. Each summary records the content tokens of its
+inputs (``provenance["input_tokens"]``), and a merge that would count an input
+twice is refused, naming both sources.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from daskbatch._version import __version__
-from daskbatch.describe import describe, new_spelling
+from daskbatch._warnings import warn
+from daskbatch.engine.checkpoint.lock import checkpoint_lock
 from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.row_identity import input_token, listed_token
-from daskbatch.stats import ClassMoments, Histogram
+from daskbatch.engine.run_options import RunOptions
+from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
+from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
+from daskbatch.runtime.joblog import logged_run
+from daskbatch.stats import ClassMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_params
+from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
+from daskbatch.summary.trust import covariance_message, suspect_message
 
-__all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
+__all__ = ["check_not_merged", "describe", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
 
-#: describe options that would change the statistics: update takes them from the summary.
-FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
+#: describe arguments that would change the statistics: update takes them from the summary.
+FIXED_OPTIONS = ("stats", "bins", "range")
 
 #: Provenance items that describe the settings (the same for every part), kept by a merge.
 _SETTINGS = (
@@ -70,6 +59,107 @@ _SETTINGS = (
 
 #: Parameters that may differ between the parts of a merge: class values are merged as a union.
 _CLASS_PARAMS = ("classes", "n_classes", "max_classes")
+
+
+@logged_run("describe")
+def describe(
+    x: Any,
+    label: Any = None,
+    *,
+    stats: str | Sequence[Any] = DEFAULT_STATS,
+    bins: int | None = None,
+    range: Any = None,  # noqa: A002 - numpy.histogram's name
+    classes: Sequence[int] | None = None,
+    weights: Any = None,
+    target: Any = None,
+    groups: Any = None,
+    run: RunOptions | None = None,
+) -> Summary:
+    """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
+
+    Parameters
+    ----------
+    x : dask.array.Array, numpy.ndarray, Dataset, path / URL of a Zarr store, or zarr.Group / zarr.Array
+        Samples along axis 0, features along axis 1 (any real dtype; accumulated in float64).
+    label : array of int, or name of an array in the same store, optional
+        Class of every sample, for mutual information and per-class moments.
+    stats : str or sequence of names and statistic objects
+        ``"moments"`` (always), ``"cov"``, ``"hist"``, ``"mi"``, ``"class_moments"``, ``"sketch"``,
+        or objects that carry their parameters (:class:`~daskbatch.stats.Moments`,
+        :class:`~daskbatch.stats.Histogram`, :class:`~daskbatch.stats.MutualInformation`, ...);
+        the label's are skipped without one. A user's statistic lands in ``summary.extra[name]``.
+    bins, range, classes : optional
+        Shortcuts for the statistics' parameters of those names (a
+        :class:`~daskbatch.Histogram`'s bins and range, the class values);
+        ``ddof`` and the others are the statistic objects' own
+        (``stats=["cov", db.Moments(ddof=0)]``).
+    weights : array of float, or name of an array in the same store, optional
+        A non-negative frequency weight per sample (README, "Sample weights").
+    target : array of real numbers or str, optional
+        A continuous target in place of ``label`` (its co-moments, its
+        quantile-binned mutual information; README, "Continuous targets").
+    groups : array of int, optional
+        Group keys in place of ``label``: every statistic by group (README, "Groups").
+    run : RunOptions, optional
+        How to run and read: plan, checkpoint, device, progress, cache,
+        split_every, cov_out, cancel, and ``like``, ``feature_names`` and
+        ``missing`` (see :class:`~daskbatch.RunOptions`).
+
+    Returns
+    -------
+    Summary
+        The statistics, their settings and the data's provenance.
+    """
+    if run is None:
+        run = RunOptions()
+    elif not isinstance(run, RunOptions):
+        raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
+    shortcuts: dict[str, Any] = {}
+    if run.like is not None:
+        like = run.like
+        range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
+        if target is not None and "cuts" in like.provenance.get("target", {}):
+            shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
+    wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
+    # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
+    with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
+        data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
+                                      feature_names=run.feature_names, missing=run.missing, device=run.device)
+        done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
+    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
+                                   miller_madow=wanted.mi.miller_madow, states=done.states)
+    if summary.out_of_range_fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, done.data.feature_names)
+    _warn_untrustworthy(summary)
+    return summary
+
+
+def _warn_untrustworthy(summary: Summary) -> None:
+    """Warn once about a complete-rows covariance that left out many rows, and about suspect values."""
+    dropped = covariance_message(summary)
+    if dropped is not None:
+        warn(CompleteRowsWarning(dropped))
+    suspect = suspect_message(summary.suspect_values or ())
+    if suspect is not None:
+        warn(SuspectValueWarning(suspect))
+
+
+def _histograms_like(
+    like: Summary, range_: Any, classes: Sequence[int] | None, stats: Any
+) -> tuple[np.ndarray, int, Sequence[int] | None, Any]:
+    """The reference summary's ranges, bin count and class values, and ``stats`` with its sketch (merge needs it)."""
+    if not isinstance(like, Summary):
+        raise TypeError(f"RunOptions(like=...) must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
+    if like.hist_edges is None:
+        raise ValueError("RunOptions(like=...) needs a summary with histograms (stats with 'hist' or 'mi')")
+    if range_ is not None:
+        raise ValueError("give range= or RunOptions(like=...), not both: like takes the reference summary's ranges")
+    ranges = np.stack([like.hist_edges[:, 0], like.hist_edges[:, -1]], axis=1)
+    if classes is None and like.classes is not None:
+        classes = [int(c) for c in like.classes]
+    if "sketch" in like.provenance.get("stats", ()) and "sketch" not in normalize_stats(stats):
+        stats = (*([stats] if isinstance(stats, str) else stats), "sketch")
+    return ranges, int(like.hist_edges.shape[1] - 1), classes, stats
 
 
 def merge(first: Summary, second: Summary) -> Summary:
@@ -132,20 +222,19 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         The new rows' labels, when the summary has mutual information or per-class moments
         (or ``groups=`` / ``target=`` in ``options``, as the summary was described).
     **options
-        Passed to :func:`daskbatch.describe` (``weights``, ``progress``, ``device``,
-        ``checkpoint``, ``classes``, ``plan``, ``missing`` ...): ``weights=``
-        weighs the new rows (without it each weighs 1, whether or not the
-        summary was weighted). Options that
-        change the statistics (``stats``, ``bins``, ``range``, ``ddof``,
-        ``bias``, ``nan_policy``, ``mi_base``, ``miller_madow``) come from the
-        summary and cannot be given.
+        Passed to :func:`daskbatch.describe` (``weights``, ``classes``,
+        ``target``, ``groups``, ``run``): ``weights=`` weighs the new rows
+        (without it each weighs 1, whether or not the summary was weighted).
+        What changes the statistics (``stats``, ``bins``, ``range``, the
+        feature names) comes from the summary and cannot be given.
 
     Returns
     -------
     Summary
         A new summary of all the rows.
     """
-    fixed = sorted(set(options) & set(FIXED_OPTIONS))
+    run = options.pop("run", None) or RunOptions()
+    fixed = sorted(set(options) & set(FIXED_OPTIONS)) + (["feature_names"] if run.feature_names is not None else [])
     if fixed:
         raise TypeError(f"update takes {', '.join(fixed)} from the summary; leave them out")
     _check_has_states(summary, "the summary")
@@ -154,10 +243,11 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     if labelled and label is None and not keyed and getattr(new_rows, "label", None) is None:
         raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
     settings = describe_settings(summary)
-    if _carries_names(new_rows):
-        del settings["feature_names"]  # the store's own names, checked against the summary's by merge
-    settings.update(options)
-    return merge(summary, describe(new_rows, label, **new_spelling(settings)))  # the settings' old spelling, re-spelt
+    kept: RunOptions = settings.pop("run")
+    # A store's own names are checked against the summary's by merge; a split_every given wins.
+    names = None if _carries_names(new_rows) else kept.feature_names
+    run = dataclasses.replace(run, feature_names=names, split_every=run.split_every or kept.split_every)
+    return merge(summary, describe(new_rows, label, **settings, **options, run=run))
 
 
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
@@ -222,27 +312,28 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     Returns
     -------
     dict
-        Keyword arguments of :func:`daskbatch.describe`.
+        Keyword arguments of :func:`daskbatch.describe`: ``stats`` (names and
+        statistic objects with their parameters), ``bins`` and ``range`` with
+        histograms, and ``run`` (the feature names and the merge tree's fan-in).
     """
     _check_has_states(summary, "the summary")
     assert summary.states is not None
     moments = summary.states["moments"].statistic
     builtin = [name for name, k in summary.states.items() if type(k.statistic) in STATE_CLASSES]
-    settings: dict[str, Any] = {
-        # a user's statistics are passed as the objects the summary kept (their parameters included)
-        "stats": list(summary.provenance.get("stats") or builtin) + _user_statistics(summary),
-        "ddof": moments.ddof, "bias": moments.bias, "nan_policy": moments.nan_policy,
-        "mi_base": 2 if summary.provenance.get("mi_units") == "bits" else "e",
-        "miller_madow": bool(summary.provenance.get("miller_madow", False)),
-        "feature_names": list(summary.feature_names),
-    }
-    if "hist" in summary.states:
-        hist = summary.states["hist"].statistic
+    names = list(summary.provenance.get("stats") or builtin)
+    stats: list[Any] = [*names, Moments(ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy)]
+    hist = summary.states["hist"].statistic if "hist" in summary.states else None
+    if MutualInformation.name in normalize_stats(names):
+        cuts = {} if hist is None or hist.target_cuts is None else {"target_bins": list(hist.target_cuts)}
+        stats.append(MutualInformation(base=2 if summary.provenance.get("mi_units") == "bits" else "e",
+                                       miller_madow=bool(summary.provenance.get("miller_madow", False)), **cuts))
+    # a user's statistics are passed as the objects the summary kept (their parameters included)
+    settings: dict[str, Any] = {"stats": stats + _user_statistics(summary)}
+    if hist is not None:
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
-        if hist.target_cuts is not None:  # the new rows' target in the same bins
-            settings["target_bins"] = list(hist.target_cuts)
-    if summary.provenance.get("split_every") is not None:
-        settings["split_every"] = int(summary.provenance["split_every"])
+    split_every = summary.provenance.get("split_every")
+    settings["run"] = RunOptions(feature_names=list(summary.feature_names),
+                                 split_every=None if split_every is None else int(split_every))
     return settings
 
 
@@ -351,8 +442,8 @@ def _range_difference(names: tuple[str, ...], a: Histogram, b: Histogram) -> str
     more = f" and {differ.size - 1} more feature(s)" if differ.size > 1 else ""
     return (
         f"the summaries' histogram ranges differ: {names[d]!r} [{float(lo_a[d])!r}, {float(hi_a[d])!r}] vs "
-        f"[{float(lo_b[d])!r}, {float(hi_b[d])!r}]{more}; describe the second part with like= the first "
-        "summary, or every part with the same range= (db.update does the former)"
+        f"[{float(lo_b[d])!r}, {float(hi_b[d])!r}]{more}; describe the second part with run=db.RunOptions(like=first), "
+        "or every part with the same range= (db.update does the former)"
     )
 
 

@@ -91,7 +91,7 @@ from daskbatch.transforms.apply import _created, input_fingerprint, local_path, 
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("daskbatch.map_batches")  # the name users filter on, whatever the module
 
 KIND = "map_batches"
 
