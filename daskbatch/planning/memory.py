@@ -19,7 +19,7 @@ Model (in the spirit of cubed's projected memory):
 * on the GPU (path ``"gpu-compiled"``: the numba-cuda kernels of
   :mod:`daskbatch.stats.kernels._gpu`) one chunk task holds, in device memory,
   the block (decoded on the host, so no read buffers), its labels, the buffers
-  of the hungriest kernel (:func:`gpu_kernel_bytes`: the moments' per-group
+  of the hungriest kernel (``Footprint.device_buffers``: the moments' per-group
   partials, the co-moments' partials and float64 centring buffer, which holds
   the whole chunk unless that exceeds a share of the card's memory) and
   the states; the statistics without a GPU kernel (sketch, class moments)
@@ -45,7 +45,6 @@ __all__ = [
     "StatLike",
     "chunk_task_terms",
     "footprint",
-    "gpu_kernel_bytes",
     "merge_task_bytes",
     "projected_task_bytes",
     "stat_name",
@@ -153,32 +152,6 @@ def state_bytes(
     return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 
-def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int, device_bytes: int | None = None) -> int:
-    """Size the device buffers of ``stat``'s GPU kernel on a ``rows x n_features`` chunk (states apart).
-
-    From the statistic's ``Footprint.device_buffers`` (the moments' per-group
-    partials; the co-moments' partials and float64 centring buffer, sized from
-    the card's memory); 0 for statistics whose GPU kernels keep nothing but
-    their state.
-
-    Parameters
-    ----------
-    stat : str or Footprint
-        A statistic name or a footprint.
-    rows, n_features : int
-        Shape of the chunk.
-    device_bytes : int, optional
-        The card's total memory (None: unknown, the largest buffers are counted).
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
-    f = footprint(stat)
-    return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features, device_bytes))
-
-
 def chunk_task_terms(
     rows: int,
     n_features: int,
@@ -207,7 +180,7 @@ def chunk_task_terms(
     path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
         Which kernels run the chunk.
     device_bytes : int, optional
-        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
+        The card's total memory on path "gpu-compiled" (see ``Footprint.device_buffers``).
     weighted : bool, default False
         The rows carry sample weights: their column (:data:`WEIGHT_ROW_BYTES` a row)
         and the copy of the block's rows of positive weight (made when some weights are 0).
@@ -281,7 +254,7 @@ def projected_task_bytes(
     path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
         Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
     device_bytes : int, optional
-        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
+        The card's total memory on path "gpu-compiled" (see ``Footprint.device_buffers``).
     weighted : bool, default False
         The rows carry sample weights (see :func:`chunk_task_terms`).
 

@@ -8,7 +8,6 @@ what ``target=`` changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,39 +21,13 @@ from daskbatch.stats.spec import (
     Requested,
     counts_by_label,
     counts_histograms,
-    names_of,
     requested,
 )
 from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
 
 
-def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = None) -> tuple[str, ...]:
-    """List what :func:`daskbatch.describe` computes for ``stats``.
-
-    ``stats`` normalised (moments first), without ``mi`` (and the default's
-    ``class_moments``) when there is no label, and with ``sketch`` when histogram
-    ranges are to be found from the data (``range_`` None). ``class_moments``
-    asked for without a label is an error.
-
-    Parameters
-    ----------
-    stats : str or sequence of str
-        The requested statistics.
-    labelled : bool
-        Whether there is a label.
-    range_ : object, optional
-        The histogram range argument.
-
-    Returns
-    -------
-    tuple of str
-        The statistic names to compute.
-    """
-    return names_of(describe_statistics(stats, labelled=labelled, range_=range_))
-
-
 def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Requested, ...]:
-    """What :func:`describe_names` names, as the statistics' declarations.
+    """List what :func:`daskbatch.describe` computes for ``stats``, as the statistics' declarations.
 
     Parameters
     ----------

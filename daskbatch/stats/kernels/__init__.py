@@ -33,7 +33,7 @@ from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_ava
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
-    "kernel_path", "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments",
+    "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
 
@@ -55,22 +55,6 @@ def route(x: Any) -> str | None:
         "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
     """
     return kernel_path(x).route
-
-
-def supports(x: Any) -> bool:
-    """Tell whether compiled kernels (CPU or GPU, see :func:`kernel_path`) read the chunk ``x``.
-
-    Parameters
-    ----------
-    x : array
-        A chunk.
-
-    Returns
-    -------
-    bool
-        True when a compiled kernel reads it.
-    """
-    return kernel_path(x).compiled
 
 
 @functools.cache
