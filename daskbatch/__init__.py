@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch._version import __version__
     from daskbatch.accumulator import Accumulator
     from daskbatch.batches import BatchError, map_batches
-    from daskbatch.describing import describe, merge, update
+    from daskbatch.describing import describe
+    from daskbatch.incremental import merge, update
     from daskbatch.engine.planner import plan
     from daskbatch.engine.run_options import RunOptions
     from daskbatch.errors import (
@@ -68,7 +69,7 @@ _LAZY = {
     "steps": "daskbatch.transforms.steps",
     "Accumulator": "daskbatch.accumulator",
     "Drift": "daskbatch.summary.compare", "compare": "daskbatch.summary.compare",
-    "describe": "daskbatch.describing", "merge": "daskbatch.describing", "update": "daskbatch.describing",
+    "describe": "daskbatch.describing", "merge": "daskbatch.incremental", "update": "daskbatch.incremental",
     "RunOptions": "daskbatch.engine.run_options",
     **dict.fromkeys(
         ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "GPUUnavailableError",

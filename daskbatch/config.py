@@ -76,22 +76,7 @@ def load_into_dask() -> None:
 
 
 def get(key: str | None = None) -> Any:
-    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``).
-
-    Every setting of daskbatch is read here, so its default is the one in
-    ``daskbatch.yaml`` and nowhere else.
-
-    Parameters
-    ----------
-    key : str, optional
-        The key below ``daskbatch.`` (dotted for nested keys: ``"job.cluster.kind"``);
-        None: the whole ``daskbatch`` mapping.
-
-    Returns
-    -------
-    object
-        The value.
-    """
+    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``)."""
     import dask.config  # lazy: dask
 
     name = "daskbatch" if key is None else f"daskbatch.{key}"
@@ -104,22 +89,7 @@ def get(key: str | None = None) -> Any:
 
 
 def planner_settings() -> dict[str, Any]:
-    """Read the planner's settings as the keyword arguments of :func:`~daskbatch.planning.search.plan_chunks`.
-
-    ``daskbatch.split-every``, ``memory-fraction``, ``reserved-memory``,
-    ``target-chunk-bytes`` and ``kernels``, with byte sizes such as ``"64MiB"`` parsed.
-
-    Returns
-    -------
-    dict
-        ``split_every`` (int), ``memory_fraction`` (float), ``reserved_bytes`` (int)
-        ``target_chunk_bytes`` (int) and ``compiled_kernels`` (bool).
-
-    Raises
-    ------
-    ValueError
-        One line naming a setting that is not a number or a byte size.
-    """
+    """Read the planner's settings as the keyword arguments of :func:`~daskbatch.planning.search.plan_chunks`."""
     import dask.utils  # lazy: dask
 
     settings: dict[str, Any] = {}
@@ -203,21 +173,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
 
 
 def check_setting(key: str, value: Any) -> str | None:
-    """Say what is wrong with the setting ``daskbatch.<key>: value``, if anything.
-
-    Parameters
-    ----------
-    key : str
-        The key below ``daskbatch.`` (``-`` or ``_``), dotted when nested.
-    value : object
-        Its value, as a file gives it.
-
-    Returns
-    -------
-    str or None
-        Why it is refused (an unknown key, with the closest known one; a value
-        that is not what the setting takes), or None when it is fine.
-    """
+    """Say what is wrong with the setting ``daskbatch.<key>: value``, if anything."""
     name = key.replace("_", "-")
     if name not in SETTINGS:
         close = difflib.get_close_matches(name, SETTINGS, n=1)
@@ -230,13 +186,7 @@ def check_setting(key: str, value: Any) -> str | None:
 
 
 def check() -> None:
-    """Check the settings a run depends on before it starts: the memory fraction and the temporary directory.
-
-    Raises
-    ------
-    ValueError
-        One line naming the setting, its value and what it must be.
-    """
+    """Check the settings a run depends on before it starts: the memory fraction and the temporary directory."""
     import dask.config  # lazy: dask
 
     fraction = get("memory-fraction")

@@ -150,7 +150,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.engine",),
     ("daskbatch.summary",),
     ("daskbatch.selection", "daskbatch.transforms"),
-    ("daskbatch.describing", "daskbatch.accumulator", "daskbatch.batches",
+    ("daskbatch.describing", "daskbatch.incremental", "daskbatch.accumulator", "daskbatch.batches",
      "daskbatch.map_items", "daskbatch.testing"),
     ("daskbatch.jobs", "daskbatch.demo"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),

@@ -17,18 +17,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parse_classes(text: str | None) -> list[int] | None:
-    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7].
-
-    Parameters
-    ----------
-    text : str or None
-        The option's value.
-
-    Returns
-    -------
-    list of int or None
-        The class values (None when the option was not given).
-    """
+    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7]."""
     if text is None:
         return None
     try:
@@ -38,20 +27,7 @@ def parse_classes(text: str | None) -> list[int] | None:
 
 
 def n_classes_options(minimum: int, help_: str) -> Callable[[F], F]:
-    """Add ``--n-classes K`` (parameter ``n_classes``) and ``--classes V1,V2,...`` (``class_values``).
-
-    Parameters
-    ----------
-    minimum : int
-        The smallest number of classes the command takes.
-    help_ : str
-        The help text of ``--n-classes``.
-
-    Returns
-    -------
-    callable
-        A decorator adding both options to a command.
-    """
+    """Add ``--n-classes K`` (parameter ``n_classes``) and ``--classes V1,V2,...`` (``class_values``)."""
 
     def decorate(func: F) -> F:
         """Add the two options to ``func``."""  # numpydoc ignore=PR01,RT01
@@ -67,28 +43,7 @@ def n_classes_options(minimum: int, help_: str) -> Callable[[F], F]:
 
 
 def resolve_n_classes(n_classes: int | None, class_values: str | None, *, consecutive: bool) -> int | None:
-    """The number of classes from ``--n-classes`` and ``--classes``; ValueError (one line) when unclear.
-
-    Parameters
-    ----------
-    n_classes : int or None
-        ``--n-classes``.
-    class_values : str or None
-        ``--classes``, comma-separated values.
-    consecutive : bool
-        The command labels its classes 0..K-1, so listed values must be exactly those.
-
-    Returns
-    -------
-    int or None
-        The number of classes, None when neither option was given.
-
-    Raises
-    ------
-    ValueError
-        One integer given to ``--classes`` (a count or one value?), a value listed twice,
-        values that are not 0..K-1 where ``consecutive``, or a ``--n-classes`` that disagrees.
-    """
+    """The number of classes from ``--n-classes`` and ``--classes``; ValueError (one line) when unclear."""
     values = parse_classes(class_values)
     if values is None:
         return n_classes

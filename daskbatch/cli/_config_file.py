@@ -182,20 +182,7 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
 
 
 def config_option(func: Any) -> Any:
-    """Add ``--config FILE`` and ``--allow-dask-config`` to a command.
-
-    The file is a configuration file (``daskbatch: job: ...`` and dask settings), as ``daskbatch run`` reads.
-
-    Parameters
-    ----------
-    func : callable
-        The command's callback.
-
-    Returns
-    -------
-    callable
-        The callback with both options; it applies the file's dask settings first.
-    """
+    """Add ``--config FILE`` and ``--allow-dask-config`` to a command."""
     @functools.wraps(func)
     def _command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
         """Apply the config file's dask settings, then run the command."""

@@ -53,18 +53,7 @@ def main() -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn expected errors into a one-line message and a non-zero exit code.
-
-    Parameters
-    ----------
-    func : callable
-        A command's callback.
-
-    Returns
-    -------
-    callable
-        The callback, reporting expected errors on stderr.
-    """
+    """Turn expected errors into a one-line message and a non-zero exit code."""
 
     @functools.wraps(func)
     def _wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -50,13 +50,7 @@ class LogSettings:
 
     @property
     def level(self) -> int:
-        """The logging level these settings ask for (``--log-level``, else from -v/-q).
-
-        Returns
-        -------
-        int
-            A :mod:`logging` level.
-        """
+        """The logging level these settings ask for (``--log-level``, else from -v/-q)."""
         if self.log_level is not None:
             return int(getattr(logging, self.log_level.upper()))
         if self.quiet:
@@ -84,10 +78,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _WarningFormatter(logging.Formatter):
-    """``WARNING RangeWarning: text`` from a captured warning's ``file:line: Category: text`` (one line).
-
-    The location is left out: run from the command line, the caller's line is inside click.
-    """
+    """``WARNING RangeWarning: text`` from a captured warning's ``file:line: Category: text`` (one line)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         text = record.message.strip().splitlines()[0] if record.message.strip() else ""
@@ -160,13 +151,7 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def logging_params() -> list[click.Option]:
-    """Build ``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command).
-
-    Returns
-    -------
-    list of click.Option
-        The three options.
-    """
+    """Build ``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command)."""
     return [
         click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_remember,
                      help="More log lines: DEBUG (-vv: dask's and distributed's too)."),
@@ -189,29 +174,13 @@ class LoggingGroup(click.Group):
 
 
 def is_quiet() -> bool:
-    """Tell whether ``-q/--quiet`` was given to the running command (False outside click).
-
-    Returns
-    -------
-    bool
-        True under ``--quiet``.
-    """
+    """Tell whether ``-q/--quiet`` was given to the running command (False outside click)."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and _settings(ctx).quiet
 
 
 def setup_from_context(ctx: click.Context) -> None:
-    """Configure logging from the options parsed so far (the main group's callback calls this).
-
-    What was there before comes back when the command ends, so that running
-    the commands in-process (click's test runner, ``dask batch`` from Python)
-    leaves the logging of the caller as it was.
-
-    Parameters
-    ----------
-    ctx : click.Context
-        The running command's context.
-    """
+    """Configure logging from the options parsed so far (the main group's callback calls this)."""
     root = ctx.find_root()
     if "daskbatch.logging.saved" not in root.meta:
         root.meta["daskbatch.logging.saved"] = True

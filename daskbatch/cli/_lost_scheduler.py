@@ -31,26 +31,7 @@ def _raised_in_distributed_comm(tb: TracebackType | None) -> bool:
 
 
 def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
-    """Tell the errors a client raises when its scheduler goes away during a compute.
-
-    Parameters
-    ----------
-    exc : BaseException
-        The error.
-    connecting : bool, default True
-        Count an ``OSError`` from the comm layer too. With False, only errors that
-        cannot come from a first connection (a wrong or stale address, which
-        reads as bad input) count.
-
-    Returns
-    -------
-    bool
-        True for ``FutureCancelledError`` / ``concurrent.futures.CancelledError``,
-        ``asyncio.CancelledError``, ``distributed.comm.CommClosedError``, and an
-        ``OSError`` raised inside distributed's comm layer (a refused or timed-out
-        connection). Not for an ``OSError`` from reading the data, which a worker
-        raises and the client re-raises with the worker's traceback.
-    """
+    """Tell the errors a client raises when its scheduler goes away during a compute."""
     if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
         return True
     try:
@@ -63,18 +44,7 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
 
 
 def describe_lost(exc: BaseException) -> str:
-    """Give a short, one-line account of ``exc`` (distributed's messages span lines).
-
-    Parameters
-    ----------
-    exc : BaseException
-        The error.
-
-    Returns
-    -------
-    str
-        The account.
-    """
+    """Give a short, one-line account of ``exc`` (distributed's messages span lines)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

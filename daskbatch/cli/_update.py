@@ -33,34 +33,8 @@ _GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENV
 
 
 def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[Any, dict[str, Any]]:
-    """Open the summary at ``stats_path`` and find the describe arguments that continue it.
-
-    Parameters
-    ----------
-    ctx : click.Context
-        The ``describe`` command's context (which options were given).
-    stats_path : str
-        The summary to update.
-    store : str
-        The input store.
-
-    Returns
-    -------
-    summary : Summary
-        The summary.
-    settings : dict
-        The describe arguments it decides.
-
-    Raises
-    ------
-    click.UsageError
-        An option that STATS decides was given.
-    ValueError
-        STATS is not a summary, holds no states, or is the input store.
-    LockHeldError
-        Another run is updating STATS.
-    """
-    from daskbatch.describing import describe_settings  # lazy: dask
+    """Open the summary at ``stats_path`` and find the describe arguments that continue it."""
+    from daskbatch.incremental import describe_settings  # lazy: dask
 
     given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
     if given:
@@ -83,23 +57,8 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
 
 
 def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
-    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics.
-
-    Parameters
-    ----------
-    previous : Summary
-        The summary to update.
-    stats_path : str
-        Its path, for the message.
-    dataset : Dataset
-        The opened input store (its label found as describe finds it).
-
-    Raises
-    ------
-    click.UsageError
-        STATS holds mutual information or per-class moments and the new rows have no label.
-    """
-    from daskbatch.describing import labelled_statistics  # lazy: dask
+    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics."""
+    from daskbatch.incremental import labelled_statistics  # lazy: dask
 
     labelled = labelled_statistics(previous)
     if labelled and dataset.label is None:

@@ -33,18 +33,7 @@ from daskbatch.summary.report import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
-    """Parse ``--range``: ``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through.
-
-    Parameters
-    ----------
-    text : str or None
-        The option's value.
-
-    Returns
-    -------
-    tuple of float, str or None
-        The range.
-    """
+    """Parse ``--range``: ``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through."""
     if text is None or text == "minmax":
         return text
     try:
@@ -186,7 +175,7 @@ def describe_command(
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:
-        from daskbatch.describing import check_not_merged  # lazy: dask
+        from daskbatch.incremental import check_not_merged  # lazy: dask
 
         check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
@@ -222,7 +211,7 @@ def describe_command(
                 device=cast(Device, device),  # "auto" was resolved to cpu or gpu above
             ))
             if previous is not None:
-                from daskbatch.describing import merge  # lazy: dask
+                from daskbatch.incremental import merge  # lazy: dask
 
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:

@@ -34,20 +34,7 @@ CLUSTER_CHOICES = (*KINDS, "threads")
 
 
 def device_option(default: str, help_: str) -> Callable[[F], F]:
-    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command.
-
-    Parameters
-    ----------
-    default : {"auto", "cpu", "gpu"}
-        The command's default.
-    help_ : str
-        What the option does on this command.
-
-    Returns
-    -------
-    callable
-        A decorator adding the option.
-    """
+    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command."""
     return click.option(  # type: ignore[no-any-return]
         "--device", type=click.Choice(DEVICES), default=default, show_default=True, help=help_,
     )
@@ -62,37 +49,12 @@ def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...  # numpyd
 
 
 def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
-    """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command.
-
-    Parameters
-    ----------
-    func : callable, optional
-        The command; use bare (``@cluster_options``) or called (``@cluster_options(default="threads")``).
-    default : str, default "auto"
-        Default of ``--cluster``.
-
-    Returns
-    -------
-    callable
-        The decorated command, receiving ``cluster``, ``address``, ``scheduler_file``
-        and ``wait_for_workers``.
-    """
+    """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command."""
     if default not in CLUSTER_CHOICES:
         raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
 
     def decorate(f: F) -> F:
-        """Add the four options to ``f``.
-
-        Parameters
-        ----------
-        f : callable
-            The command.
-
-        Returns
-        -------
-        callable
-            The command with the options.
-        """
+        """Add the four options to ``f``."""
         f = click.option(
             "--wait-for-workers",
             type=click.IntRange(min=0),
@@ -134,20 +96,7 @@ def client_from_options(
     scheduler_file: str | None = None,
     **kwargs: Any,
 ) -> Iterator[Client | None]:
-    """Client for the parsed options (None with ``--cluster threads``); closes what it started.
-
-    Parameters
-    ----------
-    cluster, address, scheduler_file : str or None
-        The values of the options added by :func:`cluster_options`.
-    **kwargs
-        Passed to :func:`daskbatch.runtime.cluster.cluster` (``plan=``, ``n_workers=`` ...).
-
-    Yields
-    ------
-    distributed.Client or None
-        The client, or None for the threaded scheduler.
-    """
+    """Client for the parsed options (None with ``--cluster threads``); closes what it started."""
     if address and scheduler_file:
         raise click.UsageError("give --address or --scheduler-file, not both")
     if cluster == "threads" and not (address or scheduler_file):

@@ -256,7 +256,7 @@ def _computed(
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
     with steps._describe_span(data):
         # The merged states are kept with the summary (it can then be merged and updated,
-        # daskbatch.describing); finalizing them here gives the results a finalizing pass gives.
+        # daskbatch.incremental); finalizing them here gives the results a finalizing pass gives.
         kept = steps._kept_by_name(first, runner(first, finalize=False))
         if token is None:
             digest = kept.pop(ContentDigest().name)

@@ -19,20 +19,7 @@ from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
 
 
 def memory_limit(job: JobSpec, kind: str) -> Any:
-    """Give the host memory limit of each worker the job starts.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    kind : str
-        The cluster kind, resolved (not auto).
-
-    Returns
-    -------
-    str or int or float or None
-        ``cluster.memory``, else the job's memory budget (not on cuda, where that budget is GPU memory); None: the cluster's default.
-    """
+    """Give the host memory limit of each worker the job starts."""
     if job.cluster.memory is not None:
         return job.cluster.memory
     return None if job.memory == "auto" or kind == "cuda" else job.memory
@@ -40,20 +27,7 @@ def memory_limit(job: JobSpec, kind: str) -> Any:
 
 @contextlib.contextmanager
 def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
-    """Start or join the job's cluster; its client is closed on exit if the job started it.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    cuda_plan : Plan or None
-        The plan for this machine's GPUs (sizes a cuda cluster's RMM pool).
-
-    Returns
-    -------
-    Iterator
-        Yields the client, or None for kind threads (dask's threaded scheduler).
-    """
+    """Start or join the job's cluster; its client is closed on exit if the job started it."""
     import dask  # lazy: dask
 
     spec = job.cluster
@@ -87,20 +61,7 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
 
 
 def job_resources(job: JobSpec, client: Any) -> Any:
-    """Give the workers the plan must fit: the cluster's (or this machine's), with the job's memory budget.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    client : distributed.Client or None
-        The job's client; None: this machine.
-
-    Returns
-    -------
-    Resources
-        The workers' resources.
-    """
+    """Give the workers the plan must fit: the cluster's (or this machine's), with the job's memory budget."""
     if client is None:
         return resources_from_machine(n_workers=1, threads_per_worker=job.cluster.threads, memory=job.memory)
     device = None if job.cluster.device == "auto" else job.cluster.device
@@ -114,22 +75,7 @@ def job_resources(job: JobSpec, client: Any) -> Any:
 
 
 def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
-    """Plan for this machine's GPUs before a cuda cluster starts (the plan sizes its RMM pool).
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    dataset : Dataset
-        The opened input.
-    stats : list of str
-        The job's statistics.
-
-    Returns
-    -------
-    Plan or None
-        The plan, or None when the cluster is not cuda.
-    """
+    """Plan for this machine's GPUs before a cuda cluster starts (the plan sizes its RMM pool)."""
     kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
     if kind != "cuda":
         return None

@@ -20,18 +20,7 @@ log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
 
 
 def needed_stats(job: JobSpec) -> list[str]:
-    """List the statistics of the job: as given, else what its selection and transform need.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    list of str
-        Statistic names.
-    """
+    """List the statistics of the job: as given, else what its selection and transform need."""
     given = job.statistics.stats
     if given is not None:
         return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)
@@ -50,34 +39,12 @@ def needed_stats(job: JobSpec) -> list[str]:
 
 
 def transform_needed(job: JobSpec) -> bool:
-    """Tell whether the job writes a transform store (steps given and an output named).
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    bool
-        True when it does.
-    """
+    """Tell whether the job writes a transform store (steps given and an output named)."""
     return bool(job.transform.steps) and job.outputs.transform is not None
 
 
 def selection_needed(job: JobSpec) -> bool:
-    """Tell whether the job selects features: for its own output or for a select step.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    bool
-        True when it does.
-    """
+    """Tell whether the job selects features: for its own output or for a select step."""
     return job.outputs.selection is not None or (transform_needed(job) and "select" in job.transform.steps)
 
 
@@ -93,22 +60,7 @@ class Moments:
 
 
 def pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
-    """Give the summary's moments after the steps ``before`` (select: a subset; standardize: the correlations).
-
-    Parameters
-    ----------
-    summary : Summary
-        The job's summary.
-    selection : Selection
-        The job's selection.
-    before : sequence of str
-        The steps before project.
-
-    Returns
-    -------
-    Summary or Moments
-        What :func:`daskbatch.pca` reads.
-    """
+    """Give the summary's moments after the steps ``before`` (select: a subset; standardize: the correlations)."""
     d = len(summary.feature_names)
     idx = selection.indices if "select" in before else np.arange(d)
     standardized = "standardize" in before
@@ -138,25 +90,7 @@ _SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins",
 
 
 def saved_twin(path: str, summary: Any) -> Any:
-    """Give the summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
-
-    The steps of a transform record the summary they come from (its creation
-    time included), and a transform store refuses to resume under other steps:
-    reusing the saved twin keeps a re-run of the same job on the same data
-    resumable, while any change in the numbers writes the new summary.
-
-    Parameters
-    ----------
-    path : str
-        Where the job writes its summary.
-    summary : Summary
-        The summary just computed.
-
-    Returns
-    -------
-    Summary or None
-        The saved summary, or None.
-    """
+    """Give the summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None."""
     if "://" in path or not os.path.exists(path):
         return None
     try:
@@ -179,22 +113,7 @@ def saved_twin(path: str, summary: Any) -> Any:
 
 
 def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
-    """Build the transform steps of the job from the summary and the selection.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    summary : Summary
-        The job's summary.
-    selection : Selection
-        The job's selection.
-
-    Returns
-    -------
-    list
-        The steps, in order.
-    """
+    """Build the transform steps of the job from the summary and the selection."""
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
         if name == "select":
@@ -211,17 +130,6 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
 
 
 def histogram_range(job: JobSpec) -> Any:
-    """Give the job's histogram range as describe takes it.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    tuple of float or str or None
-        (lo, hi), 'minmax' or None.
-    """
+    """Give the job's histogram range as describe takes it."""
     r = job.statistics.range
     return (float(r[0]), float(r[1])) if isinstance(r, list) else r

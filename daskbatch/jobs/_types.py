@@ -11,18 +11,7 @@ from daskbatch._arguments import short_repr
 
 
 def expected(tp: Any) -> str:
-    """Say a type in words: 'an integer', "one of 'omit', 'raise'", 'a list of numbers or null'.
-
-    Parameters
-    ----------
-    tp : type
-        A type hint.
-
-    Returns
-    -------
-    str
-        The words.
-    """
+    """Say a type in words: 'an integer', "one of 'omit', 'raise'", 'a list of numbers or null'."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(expected(a) for a in typing.get_args(tp))
@@ -39,36 +28,12 @@ def expected(tp: Any) -> str:
 
 
 def plural(tp: Any) -> str:
-    """Say a type in words, plural: 'integers', 'numbers'.
-
-    Parameters
-    ----------
-    tp : type
-        A type hint.
-
-    Returns
-    -------
-    str
-        The words.
-    """
+    """Say a type in words, plural: 'integers', 'numbers'."""
     return {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(tp, expected(tp))
 
 
 def matches(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Check ``value`` against the type hint ``tp``.
-
-    Parameters
-    ----------
-    value : object
-        A value read from YAML.
-    tp : type
-        A type hint.
-
-    Returns
-    -------
-    (bool, object)
-        Whether it matches, and the value converted (a float where an int came for a float).
-    """
+    """Check ``value`` against the type hint ``tp``."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         for arg in typing.get_args(tp):
@@ -106,36 +71,12 @@ def matches(value: Any, tp: Any) -> tuple[bool, Any]:
 
 
 def describe_value(value: Any) -> str:
-    """Show a value as an error does: its repr (cut at 40 characters) and its type.
-
-    Parameters
-    ----------
-    value : object
-        The value.
-
-    Returns
-    -------
-    str
-        The words.
-    """
+    """Show a value as an error does: its repr (cut at 40 characters) and its type."""
     return f"{short_repr(value)} ({type(value).__name__})"  # never the whole repr: a file's value may be huge
 
 
 def short_text(text: Any, limit: int = 60) -> str:
-    """Cut a key or a name from a file to about ``limit`` characters for a message.
-
-    Parameters
-    ----------
-    text : object
-        The key or name (a string as it is, anything else as its short repr).
-    limit : int, default 60
-        Characters kept.
-
-    Returns
-    -------
-    str
-        The text, with ``...`` where it was cut.
-    """
+    """Cut a key or a name from a file to about ``limit`` characters for a message."""
     if not isinstance(text, str):
         return short_repr(text, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -32,27 +32,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def load_bounded(data: bytes, where: str) -> Any:
-    """Build the value of a YAML file's bytes, refusing what exceeds the bounds.
-
-    Parameters
-    ----------
-    data : bytes
-        The file's content (at most :data:`MAX_FILE_BYTES`).
-    where : str
-        The file, for messages.
-
-    Returns
-    -------
-    object
-        Its value: plain mappings, lists and scalars.
-
-    Raises
-    ------
-    JobConfigError
-        One line naming the file: too large, not UTF-8, not valid YAML (with
-        the line), nested too deep, too many values, an alias inside what it
-        names, or a key given twice.
-    """
+    """Build the value of a YAML file's bytes, refusing what exceeds the bounds."""
     if len(data) > MAX_FILE_BYTES:
         raise JobConfigError(f"{where}: is larger than {MAX_FILE_BYTES} bytes, far more than a configuration file")
     try:

@@ -95,52 +95,7 @@ def run_job(
     source: str | os.PathLike[str] | Mapping[str, Any], *, allow_dask_config: bool = False, overwrite: bool = False,
     progress: bool | ProgressCallback = False, cancel: threading.Event | None = None,
 ) -> JobReport:
-    """Run the batch job of a YAML file (or mapping): describe, select, transform, report.
-
-    Parameters
-    ----------
-    source : path or mapping
-        The job file (schema: :mod:`daskbatch.jobs.spec`, ``daskbatch run --help``),
-        or its content. Keys it leaves out come from ``daskbatch.job.*`` in
-        dask.config, then from the schema's defaults.
-    allow_dask_config : bool, default False
-        Accept any setting in the job's ``dask:`` mapping; without it only
-        settings that tune sizes, memory thresholds and timeouts are accepted
-        (no preload, plugins or logging), as for ``describe --config``.
-    overwrite : bool, default False
-        Let outputs replace paths that are not earlier daskbatch outputs of
-        their kind (never the input, and never a path that is or holds another output).
-    progress : bool or callable, default False
-        True draws a progress bar for each pass of describe and for the
-        transform; a callable is called as ``progress(done, total, step)``
-        after every block of each (``step`` names the pass or ``"transform"``).
-    cancel : threading.Event, optional
-        Set it (from another thread) to stop at the next block with
-        :class:`~daskbatch.Cancelled`; the checkpoint (``checkpoint:``) and the
-        transform store keep what finished, and running the job again resumes.
-
-    Returns
-    -------
-    JobReport
-        Also written as JSON to ``outputs.report`` (default ``report.json`` in
-        ``outputs.dir``).
-
-    Raises
-    ------
-    JobConfigError
-        The job file names an unknown key or a value of the wrong type.
-    daskbatch.runtime.dask_settings.UnsafeDaskSetting
-        The ``dask:`` mapping sets something that may run code (without ``allow_dask_config``).
-    daskbatch.io.outputs.OutputError
-        An output overlaps the input or another output, or would replace
-        something daskbatch did not write; nothing is written.
-    PlanError
-        The work cannot fit the memory budget (before any compute).
-    Interrupted
-        SIGTERM while describing (when the caller turned it into
-        :class:`~daskbatch.Interrupted`); re-running the job resumes from the
-        checkpoint and the transform store's done-log.
-    """
+    """Run the batch job of a YAML file (or mapping): describe, select, transform, report."""
     t0 = time.perf_counter()
     job, where = load_job(source)
     settings = check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
@@ -168,25 +123,7 @@ def run_job(
 
 
 def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, OutputTarget]:
-    """Check every path the job would write, together, before anything is written.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    overwrite : bool, default False
-        Let outputs replace paths that are not earlier daskbatch outputs of their kind.
-
-    Returns
-    -------
-    dict of str to OutputTarget
-        By job key (``"outputs.summary"``, ``"outputs.report"``, ...), the outputs the job writes.
-
-    Raises
-    ------
-    daskbatch.io.outputs.OutputError
-        One line naming the job key and the path.
-    """
+    """Check every path the job would write, together, before anything is written."""
     folder = job.outputs.dir
     named: dict[str, tuple[str | None, str, Form]] = {
         "outputs.summary": (job.output_path("summary"), "summary", "zarr"),

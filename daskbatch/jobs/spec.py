@@ -145,13 +145,7 @@ def _from_config() -> dict[str, Any]:
 
 
 def effective_config() -> dict[str, Any]:
-    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from).
-
-    Returns
-    -------
-    dict
-        The effective job settings, nested.
-    """
+    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from)."""
     return _merge(defaults(), _from_config())
 
 
@@ -163,27 +157,7 @@ def _build(values: Mapping[str, Any]) -> JobSpec:
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (an empty file is an empty mapping).
-
-    Parameters
-    ----------
-    path : str or path
-        The file.
-
-    Returns
-    -------
-    dict
-        Its content.
-
-    Raises
-    ------
-    JobConfigError
-        One line naming the file: not valid YAML (with the line), or not a mapping;
-        too large, too deep, too many values with its aliases expanded, or a key
-        given twice (:mod:`daskbatch.jobs._yaml`).
-    FileNotFoundError
-        The file does not exist.
-    """
+    """Read a YAML file that must hold a mapping (an empty file is an empty mapping)."""
     where = os.fspath(path)
     with open(where, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)  # no more than the bound, whatever the file holds
@@ -197,19 +171,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ConfigFile:  # numpydoc ignore=PR02
-    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting.
-
-    Parameters
-    ----------
-    path : str
-        The file.
-    job : dict
-        The keys of ``daskbatch.job`` the file sets, names normalised (``nan_policy``)
-        and values checked against the schema; no defaults filled in.
-    dask : dict
-        Every other setting, nested as ``dask.config.update`` takes it
-        (``daskbatch: {split-every: 16}``, ``distributed: ...``).
-    """
+    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting."""
 
     path: str
     job: dict[str, Any]
@@ -217,22 +179,7 @@ class ConfigFile:  # numpydoc ignore=PR02
 
 
 def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) -> bool:
-    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones.
-
-    Parameters
-    ----------
-    loaded : mapping
-        The file's content.
-    older_keys : collection of str, optional
-        More keys (``_`` spelling) that only an older file holds at its top, such
-        as a command's option names.
-
-    Returns
-    -------
-    bool
-        True for ``daskbatch: {job: ...}`` and for dask settings alone; False when
-        a key at the top is a job's section or key, ``dask``, or one of ``older_keys``.
-    """
+    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones."""
     if "daskbatch" in loaded:
         return True
     older = {f.name for f in dataclasses.fields(JobSpec)} | _DESCRIBE_OPTIONS | set(older_keys)
@@ -240,26 +187,7 @@ def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) 
 
 
 def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
-    """Check a configuration file: the one place its shape and its job are validated.
-
-    Parameters
-    ----------
-    where : str
-        The file, for messages.
-    loaded : mapping
-        Its content (:func:`read_yaml`), in the shape :func:`is_config_file` accepts.
-
-    Returns
-    -------
-    ConfigFile
-        The job and the other settings, apart.
-
-    Raises
-    ------
-    JobConfigError
-        One line naming the file and the key: ``daskbatch`` or ``daskbatch.job``
-        not a mapping, an unknown key of the job, a value of the wrong type.
-    """
+    """Check a configuration file: the one place its shape and its job are validated."""
     settings = loaded.get("daskbatch")
     if settings is None:
         settings = {}
@@ -283,28 +211,7 @@ def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
 
 
 def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpec, str]:
-    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked.
-
-    Parameters
-    ----------
-    source : path or mapping
-        A YAML configuration file (``daskbatch: {job: ...}`` plus any dask
-        settings), or its content as a mapping; a mapping of the job's own
-        sections (``JobSpec.to_dict()``'s shape) is taken as the job.
-
-    Returns
-    -------
-    (JobSpec, str)
-        The job, and the name its errors use (the file's path, or "job").
-
-    Raises
-    ------
-    JobConfigError
-        An unknown key (naming the closest valid one), a value of the wrong
-        type, a missing ``input.store``, or a file that is not a YAML mapping.
-    FileNotFoundError
-        The file does not exist.
-    """
+    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked."""
     if isinstance(source, Mapping):
         where, loaded = "job", dict(source)
     else:

@@ -3,7 +3,7 @@
 A :class:`~daskbatch.Summary` keeps, next to its finalized numbers, the merged
 state of every statistic of the passes that made it (:class:`Kept`), so that it
 can be merged with another summary or updated with new rows (see
-:mod:`daskbatch.describing`). Saved summaries write each statistic as its class
+:mod:`daskbatch.incremental`). Saved summaries write each statistic as its class
 name and parameters (plain JSON) and its state as plain arrays; this registry is
 the closed list of classes that loading may build from such names: nothing is
 imported by a name read from a file.
