@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.accumulator import Accumulator
     from daskbatch.batches import BatchError, map_batches
     from daskbatch.describing import describe
-    from daskbatch.incremental import merge, update
     from daskbatch.engine.planner import plan
     from daskbatch.engine.run_options import RunOptions
     from daskbatch.errors import (
@@ -40,6 +39,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         PlanError,
         RangeWarning,
     )
+    from daskbatch.incremental import merge, update
     from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
     from daskbatch.io.ingest import IngestReport, ingest
     from daskbatch.io.synth import rank_rows, synth

@@ -214,7 +214,7 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     stats: list[Any] = [*names, Moments(ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy)]
     hist = summary.states["hist"].statistic if "hist" in summary.states else None
     if MutualInformation.name in normalize_stats(names):
-        cuts = {} if hist is None or hist.target_cuts is None else {"target_bins": list(hist.target_cuts)}
+        cuts: dict[str, Any] = {} if hist is None or hist.target_cuts is None else {"target_bins": list(hist.target_cuts)}
         stats.append(MutualInformation(base=2 if summary.provenance.get("mi_units") == "bits" else "e",
                                        miller_madow=bool(summary.provenance.get("miller_madow", False)), **cuts))
     # a user's statistics are passed as the objects the summary kept (their parameters included)

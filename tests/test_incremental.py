@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.incremental import describe_settings
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
+from daskbatch.incremental import describe_settings
 from daskbatch.stats import Moments
 from daskbatch.stats.registry import statistic_params
 

@@ -1,14 +1,4 @@
-"""``--config FILE``: option defaults (and dask settings) from a configuration file, for batch jobs.
-
-The file is the one ``daskbatch run`` reads (:mod:`daskbatch.jobs.spec`, which
-checks it): its ``daskbatch: job:`` keys set the options they match
-(``statistics.bins`` sets ``--bins``, ``cluster.kind`` ``--cluster``,
-``outputs.summary`` ``--out``; the table is :data:`_JOB_OPTIONS`), and its other
-top-level keys are dask settings, limited to those in
-:mod:`daskbatch.runtime.dask_settings` unless ``--allow-dask-config`` is given.
-Options the job has no key for (``--json``, ``--top``, ...) come from the
-command line. Every error is one line naming the file and the key.
-"""
+"""``--config FILE``: option defaults (and dask settings) from a configuration file, for batch jobs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""What ``daskbatch info`` reports about the GPU stack: CuPy, RMM, dask-cuda and CUDA versions.
-
-CuPy and RMM come as one distribution per CUDA major version (``cupy-cuda12x``,
-``cupy-cuda13x``, ``rmm-cu13``, ...), so they are found by name pattern among the
-installed distributions rather than by one fixed name; two CuPy distributions
-side by side (a common cause of import errors) show up as two entries.
-"""
+"""What ``daskbatch info`` reports about the GPU stack: CuPy, RMM, dask-cuda and CUDA versions."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""Logging of the ``daskbatch`` command line: timestamped lines on stderr, warnings among them.
-
-Every command logs through the ``daskbatch`` logger (``daskbatch.jobs``,
-``daskbatch.runtime.progress``, ...): the plan, the start and end of each pass
-with its throughput, the blocks a checkpoint reused, and one summary line per
-run. A batch job's log therefore tells what ran, how fast, and what was reused::
-
-    2025-06-01 12:00:03 INFO pass 1/2: moments+cov+sketch: done, 120/120 blocks in 9.8 s (102,040 rows/s, 25.0 MiB/s)
-
-Options, accepted by the main group and by every command (``daskbatch -v
-describe ...`` and ``daskbatch describe ... -v`` alike):
-
-* ``-v/--verbose``: DEBUG lines too (with the logger's name); ``-vv`` also dask's and distributed's.
-* ``-q/--quiet``: errors only; no progress bar and no report table (``--json -`` still prints the JSON).
-* ``--log-level LEVEL``: the level itself; it wins over ``-v`` and ``-q`` for the log
-  (``-q`` still hides the bar and the table).
-
-Warnings (``RangeWarning``, ``MissingChunksWarning``, ...) reach the log through
-:func:`logging.captureWarnings` (the ``py.warnings`` logger) and become one WARNING
-line each, naming their category.
-"""
+"""Logging of the ``daskbatch`` command line: timestamped lines on stderr, warnings among them."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -10,13 +11,17 @@ from typing import Any, cast
 import click
 
 from daskbatch._typing import Device
-from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
-from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._group import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    describe_lost,
+    is_lost_scheduler,
+    main,
+    user_errors,
+)
 from daskbatch.cli._logging import is_quiet
-from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
-from daskbatch.cli._update import check_label, update_settings
-from daskbatch.cli.options import client_from_options, cluster_options, device_option
+from daskbatch.cli.options import client_from_options, cluster_options, device_option, parse_classes
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
 from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
@@ -298,3 +303,48 @@ def _check_outputs(
             f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
         check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets
+
+
+#: Options whose values come from STATS under --update (parameter name -> option).
+FROM_SUMMARY = {
+    "stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy",
+}
+
+_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT,
+          click.core.ParameterSource.DEFAULT_MAP)
+
+
+def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[Any, dict[str, Any]]:
+    """Open the summary at ``stats_path`` and find the describe arguments that continue it."""
+    from daskbatch.incremental import describe_settings  # lazy: dask
+
+    given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} cannot be combined with --update: the new rows are described with "
+            f"the settings of {stats_path}"
+        )
+    check_separate(stats_path, "--update", {"the input store": store})
+    if os.path.exists(os.path.dirname(os.path.abspath(stats_path))):
+        # Held from this read to the write of the merged summary (released when the command ends).
+        ctx.with_resource(summary_lock(stats_path))
+    previous = load_summary(stats_path)
+    settings = describe_settings(previous)  # a summary without states is refused here, before any compute
+    # The label is found as describe finds it (--label, else the one the store records): see needs_label.
+    # The store's own names are checked against the summary's by the merge; the fan-in changes no setting.
+    split_every = ctx.params["split_every"] if ctx.get_parameter_source("split_every") in _GIVEN else None
+    settings["run"] = dataclasses.replace(settings["run"], feature_names=None,
+                                          split_every=split_every or settings["run"].split_every)
+    return previous, settings
+
+
+def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
+    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics."""
+    from daskbatch.incremental import labelled_statistics  # lazy: dask
+
+    labelled = labelled_statistics(previous)
+    if labelled and dataset.label is None:
+        raise click.UsageError(
+            f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label "
+            "(the store records none)"
+        )

@@ -7,9 +7,9 @@ import json
 import click
 from click.core import ParameterSource
 
-from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
+from daskbatch.cli.options import n_classes_options, resolve_n_classes
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.planner import plan, plan_dropping_sketch, sketch_in_plan
 from daskbatch.planning.search import recorded_n_classes

@@ -1,9 +1,4 @@
-"""The report of a batch job (:func:`daskbatch.jobs.run_job`): its numbers, JSON file and log words.
-
-Versions, the effective job, the plan, counts, missing or skipped chunks,
-per-phase timings, peak memory and the outputs, written atomically; the same
-numbers give the job's final log line.
-"""
+"""The report of a batch job (:func:`daskbatch.jobs.run_job`): its numbers, JSON file and log words."""
 
 from __future__ import annotations
 

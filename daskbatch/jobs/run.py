@@ -1,35 +1,4 @@
-"""``run_job``: a whole batch job from one file: describe, select, transform, and a report.
-
->>> import daskbatch as db
->>> from daskbatch.jobs.run import run_job
->>> report = run_job("job.yaml")                       # doctest: +SKIP
->>> print(report.summary_line())                       # doctest: +SKIP
-daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote results/transformed.zarr
-
-The job file's schema (every key, its default and its meaning) is in
-:mod:`daskbatch.jobs.spec`. The run:
-
-1. opens the store (metadata only) and starts (or joins) the cluster;
-2. plans within the job's memory budget and logs ``plan.explain()``; a plan
-   that cannot fit raises :class:`~daskbatch.PlanError` before any compute;
-3. describes the data (one or two passes, checkpointed when asked), selects
-   features from the summary, and writes the rows through the steps into the
-   transform store (resumable);
-4. writes the JSON report atomically: versions, the job, the plan, counts,
-   missing chunks, per-phase timings, peak memory and the outputs. A job that
-   fails still writes its report, with ``status`` and ``error``.
-
-Before any of that, the job file's ``dask:`` mapping passes the same allowlist
-as ``describe --config`` (:func:`daskbatch.runtime.dask_settings.check_dask_settings`),
-and every output (summary, selection, transform, report, checkpoint) is checked
-together by :func:`daskbatch.io.outputs.check_outputs`: none may be, lie
-inside or hold the input or another output, and none may replace a path that
-is not an earlier daskbatch output of its kind unless ``overwrite``. A job
-refused there writes nothing, not even its report.
-
-Progress goes to the ``daskbatch.jobs`` logger at INFO: the plan, one line per
-phase with its time and the peak memory so far, and one final summary line.
-"""
+"""``run_job``: a whole batch job from one file: describe, select, transform, and a report."""
 
 from __future__ import annotations
 
@@ -56,11 +25,13 @@ from daskbatch.io.outputs import (
     output_kind,
     write_output,
 )
-from daskbatch.jobs._cluster import job_client, job_resources, plan_for_cuda
 from daskbatch.jobs._stages import (
     build_steps,
     histogram_range,
+    job_client,
+    job_resources,
     needed_stats,
+    plan_for_cuda,
     saved_twin,
     selection_needed,
     transform_needed,

@@ -1,15 +1,4 @@
-"""The schema of a job: a dataclass per section, every key with its type and its documentation.
-
-The defaults are not here: each key's default is ``daskbatch.job.<section>.<key>``
-of dask config, which daskbatch.yaml sets (their only source; a user's dask
-config may change them), read when a spec is made.
-
-The sections are ``input``, ``statistics``, ``selection``, ``transform``,
-``cluster`` and ``outputs``, plus ``memory`` and ``checkpoint``; a job file
-holds them under ``daskbatch: job:`` (:mod:`daskbatch.jobs.spec` reads and
-checks it). :func:`reference` renders the schema as an annotated YAML file:
-it is ``daskbatch run --help``'s epilog and ``docs/jobs.md``.
-"""
+"""The schema of a job: a dataclass per section, every key with its type and its documentation."""
 
 from __future__ import annotations
 

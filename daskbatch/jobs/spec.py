@@ -1,32 +1,4 @@
-"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read.
-
-A configuration file is a dask config file: its ``daskbatch: job:`` mapping is
-the job (the schema of :mod:`daskbatch.jobs.schema`), and every other key is a
-dask setting applied for the run (``daskbatch: {split-every: 16}``,
-``distributed: ...``)::
-
-    daskbatch:
-      job:
-        input:      {store: data.zarr, x: X, label: y}
-        statistics: {bins: 64, nan_policy: omit, ...}
-        selection:  {score: f, mode: k, param: 10, ...}
-        transform:  {steps: [select, standardize], k: 10, ...}
-        cluster:    {kind: local, n_workers: 2, ...}
-        memory: 4GiB
-        checkpoint: ckpt/
-        outputs:    {dir: results, summary: summary.zarr, ...}
-      split-every: 16
-
-:func:`check_config_file` is the one place a file is validated; ``daskbatch
-run`` (:func:`load_job`) and ``describe --config`` (:mod:`daskbatch.cli._config_file`)
-both call it. :func:`load_job` merges, from lowest to highest precedence:
-``dask.config`` under ``daskbatch.job.*`` (whose defaults, in
-``daskbatch/daskbatch.yaml``, are the schema's only ones; overridden by any dask
-config, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads`` ...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
-a one-line :class:`JobConfigError` naming it and the closest valid key; a value
-of the wrong type one naming the key and the type expected. A file with the
-job's sections at the top is refused in one line that says where they go.
-"""
+"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read."""
 
 from __future__ import annotations
 
@@ -38,8 +10,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch.jobs._types import describe_value, expected, matches, short_text
-from daskbatch.jobs._yaml import MAX_FILE_BYTES, load_bounded
+from daskbatch.jobs._types import (
+    MAX_FILE_BYTES,
+    describe_value,
+    expected,
+    load_bounded,
+    matches,
+    short_text,
+)
 from daskbatch.jobs.schema import (
     FILE_ONLY,
     SECTIONS,
