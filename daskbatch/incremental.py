@@ -26,9 +26,9 @@ import numpy as np
 
 from daskbatch._version import __version__
 from daskbatch.describing import describe
-from daskbatch.engine.class_labels import max_classes
+from daskbatch.engine.pipeline import input_token, listed_token
+from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_identity import input_token, listed_token
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.stats import ClassMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats._base import reads_label

@@ -249,7 +249,7 @@ def test_ill_conditioned_mean_and_variance_against_fsum() -> None:
 # --- the switch ---------------------------------------------------------------------------
 
 
-def test_supports_only_native_numpy_2d_real() -> None:
+def test_compiled_only_for_native_numpy_2d_real() -> None:
     x = np.zeros((3, 2), dtype=np.float32)
     assert kernels.kernel_path(x).compiled
     assert not kernels.kernel_path(x[:, 0]).compiled
