@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         mutual_information,
         register_state,
     )
-    from daskbatch.stats.named import register_statistic
+    from daskbatch.stats.registry import register_statistic
     from daskbatch.summary import Summary, load_summary
     from daskbatch.summary.compare import Drift, compare
     from daskbatch.transforms import steps, transform
@@ -89,7 +89,7 @@ _LAZY = {
         ("Bundle", "CoMoments", "Footprint", "Histogram", "Moments", "State", "mutual_information", "register_state"),
         "daskbatch.stats",
     ),
-    "register_statistic": "daskbatch.stats.named",
+    "register_statistic": "daskbatch.stats.registry",
     "Summary": "daskbatch.summary", "load_summary": "daskbatch.summary",
     "transform": "daskbatch.transforms",
 }

@@ -32,11 +32,12 @@ from daskbatch.stats.spec import (
     configured,
     counts_by_label,
     counts_histograms,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
     user_statistics,
 )
-from daskbatch.stats.wanted import grouped_statistics, target_statistics
 from daskbatch.summary import Summary
 
 

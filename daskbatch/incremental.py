@@ -34,7 +34,7 @@ from daskbatch.stats import ClassMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_params
+from daskbatch.stats.registry import Kept, declared_state, fused, statistic_params
 from daskbatch.stats.spec import normalize_stats
 from daskbatch.summary import Summary
 
@@ -209,7 +209,7 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     _check_has_states(summary, "the summary")
     assert summary.states is not None
     moments = summary.states["moments"].statistic
-    builtin = [name for name, k in summary.states.items() if type(k.statistic) in STATE_CLASSES]
+    builtin = [name for name, k in summary.states.items() if fused(k.statistic)]
     names = list(summary.provenance.get("stats") or builtin)
     stats: list[Any] = [*names, Moments(ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy)]
     hist = summary.states["hist"].statistic if "hist" in summary.states else None
@@ -247,13 +247,13 @@ def labelled_statistics(summary: Summary) -> list[str]:
     if "class_moments" in states:
         found.append("per-class moments")
     found += [f"statistic {name!r}" for name, k in states.items() if name != "hist" and
-              type(k.statistic) not in STATE_CLASSES and reads_label(k.statistic)]
+              not fused(k.statistic) and reads_label(k.statistic)]
     return found
 
 
 def _user_statistics(summary: Summary) -> list[Any]:
     """The user's statistics whose states ``summary`` keeps, in order."""
-    return [k.statistic for k in (summary.states or {}).values() if type(k.statistic) not in STATE_CLASSES]
+    return [k.statistic for k in (summary.states or {}).values() if not fused(k.statistic)]
 
 
 # ------------------------------------------------------------------ checks
@@ -311,7 +311,7 @@ def _check_same_settings(first: Summary, second: Summary) -> None:
             raise ValueError(
                 f"statistic {name!r} is a {type(sa).__name__} in one summary, a {type(sb).__name__} in the other"
             )
-        if type(sa) not in STATE_CLASSES:  # a user's statistic: its parameters are its equality
+        if declared_state(sa) is None:  # a user's statistic: its parameters are its equality
             # (or, for a class without __eq__, its instance attributes: two describe calls make two instances)
             same_fields = vars(sa) == vars(sb) if hasattr(sa, "__dict__") and hasattr(sb, "__dict__") else False
             if sa != sb and not same_fields:

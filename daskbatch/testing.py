@@ -37,10 +37,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from daskbatch.stats._base import as_float64, merge_all, reads_label, reads_weights
+from daskbatch.stats._base import merge_all, reads_label, reads_weights
 from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.extremes import is_exact
-from daskbatch.stats.named import is_statistic
+from daskbatch.stats.numerics import as_float64, is_exact
+from daskbatch.stats.registry import is_statistic
 
 __all__ = [
     "LAWS",

@@ -174,9 +174,7 @@ def test_xarray_dataarray_input_keeps_feature_names(data: tuple[np.ndarray, np.n
 
 
 def _result_arrays(s: db.Summary) -> dict[str, np.ndarray]:
-    import dataclasses
-
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if isinstance(getattr(s, f.name), np.ndarray)}
+    return {name: value for name, value in s.variables.items() if isinstance(value, np.ndarray)}
 
 
 def test_cache_auto_reads_once_when_it_fits_and_changes_no_bit(tmp_path, store: str) -> None:

@@ -8,7 +8,6 @@ reading the store twice.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -33,7 +32,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _arrays(s: db.Summary) -> dict[str, np.ndarray]:
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if isinstance(getattr(s, f.name), np.ndarray)}
+    return {name: value for name, value in s.variables.items() if isinstance(value, np.ndarray)}
 
 
 def _reads_of_x(run: db.RunOptions, store: str) -> tuple[db.Summary, Counter[str]]:

@@ -4,7 +4,7 @@ A sentinel of 1e300 among ordinary values (or values near 1e160 that differ) mak
 the squared deviations overflow: the corrected two-pass moment is then ``inf - inf``,
 NaN, which the clamp of rounding below zero used to turn into 0 on the array-API
 path and the GPU (a constant feature, to selection) and left NaN on the CPU loops.
-Every path now keeps it +inf (``daskbatch.stats._base.central_moment``).
+Every path now keeps it +inf (``daskbatch.stats.numerics.central_moment``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import zarr
 
 import daskbatch as db
 from daskbatch.io.dataset import MissingChunksWarning
-from daskbatch.summary.attrs import decode_provenance, encode_provenance
+from daskbatch.summary.dataset import decode_provenance, encode_provenance
 from daskbatch.summary.reprs import NAN_HEAVY, format_column
 
 ROWS, D = 600, 120

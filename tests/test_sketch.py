@@ -212,7 +212,7 @@ def test_bad_parameters_name_the_problem() -> None:
 
 
 def test_registry_and_memory_model_agree_on_the_layout() -> None:
-    assert STATISTICS["sketch"] is Sketch
+    assert STATISTICS["sketch"].statistic is Sketch
     assert SKETCH_SLOTS == 2 * SKETCH.n_buckets + 6  # the footprint sizes the default sketch's state
     assert WINDOW * SKETCH.ln_gamma > math.log(1e6)  # a 10**6 dynamic range fits the windowed sketch's window
 

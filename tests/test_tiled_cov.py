@@ -82,9 +82,9 @@ def test_top_correlated_and_reopen(tmp_path: Path) -> None:
     ref = untiled(x)
     names = [f"g{i}" for i in range(D)]
     result = tiled_covariance(x, tile=16, out=tmp_path / "c.zarr", feature_names=names)
-    summary = Summary(feature_names=tuple(names), **{k: np.zeros(D) for k in (
+    summary = Summary(feature_names=tuple(names), results={"moments": {k: np.zeros(D) for k in (
         "count", "nan_count", "posinf_count", "neginf_count", "mean", "var", "std", "skew", "kurtosis", "min", "max")},
-        corr=result.corr.compute())
+        "cov": {"corr": result.corr.compute()}})
     top = result.top_correlated(25)
     assert top == list(summary.top_correlated(25).itertuples(index=False, name=None))
     assert len(top) == 25 and all(a != b for a, b, _ in top)

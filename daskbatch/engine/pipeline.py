@@ -43,26 +43,27 @@ from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments,
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.content_digest import ContentDigest
+from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
-from daskbatch.stats.registry import Kept
+from daskbatch.stats.registry import Kept, footprint_of
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
     Configured,
-    Requested,
     counts_by_label,
     counts_histograms,
-    footprint_of,
+    describe_statistics,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
     user_statistics,
 )
 from daskbatch.stats.target import target_cuts
-from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 __all__ = ["Computed", "input_token", "listed_token", "prepared_inputs", "run_statistics"]
 
@@ -359,7 +360,7 @@ def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Plan | None, d
 
 
 def _first_pass(
-    wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
+    wanted: tuple[Declaration, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
     class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
     sketch_window: tuple[int, str, float] | None = None, cov_rows: str = "complete",
 ) -> Bundle:

@@ -31,19 +31,21 @@ from daskbatch.stats.classes import (
     label_codes,
     validate_classes,
 )
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
+from daskbatch.stats.registry import footprint_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
     configured,
     counts_by_label,
-    footprint_of,
+    describe_statistics,
+    grouped_statistics,
     names_of,
     requested,
+    target_statistics,
 )
-from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
 
 if TYPE_CHECKING:
     import dask.array as da

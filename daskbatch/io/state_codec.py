@@ -7,7 +7,7 @@ header, and one plain array per field::
      "fields": [["n", "<f8", [5], false], ["shift", "<f8", [5], false], ...]}
 
 ``state`` is the class's key in the closed registry
-(:mod:`daskbatch.stats.state_registry`); each field has its dtype, shape and
+(:mod:`daskbatch.stats.declaration`); each field has its dtype, shape and
 whether it was a scalar. Reading looks the key up in the registry (nothing is
 imported by a name read from a file), checks the fields, dtypes and shapes
 against the header and the class, and builds the class from the arrays. No
@@ -30,60 +30,21 @@ from typing import Any
 
 import numpy as np
 
-# The built-in states: importing their modules registers them (State's subclass hook).
-from daskbatch.stats.class_moments import ClassMomentsState
-from daskbatch.stats.classes import ClassValuesState
-from daskbatch.stats.comoments import CoMomentsState, WeightedCoMomentsState
-from daskbatch.stats.content_digest import DigestState
-from daskbatch.stats.histogram import HistogramState
-from daskbatch.stats.moments import MomentsState, WeightedMomentsState
-from daskbatch.stats.sketch import SketchState
-from daskbatch.stats.state_registry import registered_state, state_key
-from daskbatch.stats.target import TargetMomentsState
-from daskbatch.stats.tiled import CrossCoMomentsState, WeightedCrossCoMomentsState
+from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
+from daskbatch.stats._base import registered_state, state_key
 
-__all__ = ["BUILT_IN_STATES", "CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
+__all__ = ["CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
            "record_sha256"]
 
 #: Version of the record layout above; a record of another version is refused, never guessed at.
 CODEC_VERSION = 1
-
-#: The state classes of daskbatch's own statistics (a user's register themselves, see the registry).
-BUILT_IN_STATES: tuple[type, ...] = (
-    MomentsState, WeightedMomentsState, CoMomentsState, WeightedCoMomentsState, CrossCoMomentsState,
-    HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState, WeightedCrossCoMomentsState,
-    DigestState,
-)
-
 
 class UnreadableState(ValueError):
     """A record cannot be rebuilt: another codec version, an unregistered class, fields that do not match."""
 
 
 def encode(state: Any, *, registered: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Encode a state as a record header and its arrays, by field.
-
-    Parameters
-    ----------
-    state : dataclass instance
-        A state with NumPy arrays (or scalars) as fields.
-    registered : bool, default True
-        Require its class to be registered, as reading it back by its key
-        alone does; a saved summary reads a user's state with the class the
-        caller's statistic gives instead.
-
-    Returns
-    -------
-    header : dict
-        The record's JSON header.
-    arrays : dict of str to numpy.ndarray
-        One array per field, in field order.
-
-    Raises
-    ------
-    TypeError
-        The state is not a dataclass, its class is not registered, or a field is not numeric.
-    """
+    """Encode a state as a record header and its arrays, by field."""
     cls = type(state)
     if not (dataclasses.is_dataclass(state) and not isinstance(state, type)):
         raise TypeError(
@@ -109,22 +70,7 @@ def encode(state: Any, *, registered: bool = True) -> tuple[dict[str, Any], dict
 
 
 def record_sha256(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], context: Any = None) -> str:
-    """Checksum a record: its header, what the container adds (``context``), and its arrays' bytes.
-
-    Parameters
-    ----------
-    header : mapping
-        The record's header, as :func:`encode` gives it.
-    arrays : mapping of str to numpy.ndarray
-        Its arrays, by field, in field order.
-    context : JSON-able, optional
-        What else the checksum covers (a summary's statistic and parameters).
-
-    Returns
-    -------
-    str
-        The hex sha256.
-    """
+    """Checksum a record: its header, what the container adds (``context``), and its arrays' bytes."""
     h = hashlib.sha256(json.dumps([dict(header), context], sort_keys=True).encode())
     for a in arrays.values():
         h.update(np.ascontiguousarray(a).tobytes())
@@ -132,26 +78,7 @@ def record_sha256(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], c
 
 
 def check_record(header: Any, expected: type | None = None) -> type:
-    """Check a record header read from a file, without its arrays; give the class it names.
-
-    Parameters
-    ----------
-    header : object
-        The header as read (anything: it comes from a file).
-    expected : type, optional
-        The class the record must name, used instead of the registry's (a
-        summary's statistic fixes it).
-
-    Returns
-    -------
-    type
-        The registered state class.
-
-    Raises
-    ------
-    UnreadableState
-        One line saying what is wrong.
-    """
+    """Check a record header read from a file, without its arrays; give the class it names."""
     if not isinstance(header, Mapping):
         raise UnreadableState(f"the state record is a {type(header).__name__}, not a mapping")
     if header.get("codec") != CODEC_VERSION:
@@ -185,27 +112,7 @@ def _name_of(field: Any) -> Any:
 
 
 def decode(header: Any, arrays: Mapping[str, np.ndarray], expected: type | None = None) -> Any:
-    """Rebuild a state from its record header and arrays (checked by :func:`check_record` first).
-
-    Parameters
-    ----------
-    header : object
-        The record's header, as read.
-    arrays : mapping of str to numpy.ndarray
-        Its arrays, by field.
-    expected : type, optional
-        The class the record must name.
-
-    Returns
-    -------
-    dataclass instance
-        The state; a field written as a scalar comes back as a NumPy scalar.
-
-    Raises
-    ------
-    UnreadableState
-        One line saying what is wrong.
-    """
+    """Rebuild a state from its record header and arrays (checked by :func:`check_record` first)."""
     cls = check_record(header, expected)
     values: dict[str, Any] = {}
     for name, dtype, shape, scalar in header["fields"]:

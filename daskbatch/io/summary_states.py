@@ -60,9 +60,14 @@ from daskbatch.io.chunk_grid import chunk_count, storage_chunks
 from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
 from daskbatch.io.locations import zarr_target
 from daskbatch.planning.plan import format_bytes
-from daskbatch.stats._base import reads_label
-from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
-from daskbatch.stats.state_registry import state_key
+from daskbatch.stats._base import reads_label, state_key
+from daskbatch.stats.registry import (
+    Kept,
+    built_in_states,
+    declared_state,
+    statistic_from_params,
+    statistic_params,
+)
 
 __all__ = ["FORMAT_VERSION", "GROUP", "check_bounds", "check_savable", "describe_error", "read_states",
            "results_digest", "write_states"]
@@ -76,21 +81,7 @@ GROUP = "states"
 
 
 def results_digest(ds: Any) -> str:
-    """Hash a summary's results: every variable of its xarray dataset, by name, dims, dtype, shape and values.
-
-    Strings (feature names) are hashed as JSON text, so that the in-memory
-    dataset and the one read back from Zarr (another string dtype) agree.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The summary as :meth:`Summary.to_xarray` gives it, or as read back (loaded).
-
-    Returns
-    -------
-    str
-        The hex sha256.
-    """
+    """Hash a summary's results: every variable of its xarray dataset, by name, dims, dtype, shape and values."""
     h = hashlib.sha256()
     for name in sorted(map(str, ds.variables)):
         var = ds.variables[name]
@@ -110,24 +101,14 @@ def _binding(results: str, digests: Mapping[str, str]) -> str:
 
 
 def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
-    """Write ``states`` into the ``states/`` group of the Zarr group at ``store`` (which must exist).
-
-    Parameters
-    ----------
-    store : str
-        Path or URL of the summary store being written (its temporary path).
-    states : mapping of str to Kept
-        The summary's statistics and merged states, by name.
-    results : str
-        :func:`results_digest` of the summary's dataset: the states are bound to it.
-    """
+    """Write ``states`` into the ``states/`` group of the Zarr group at ``store`` (which must exist)."""
     from zarr.codecs import ZstdCodec  # lazy: zarr
 
     root = zarr.open_group(zarr_target(store), mode="r+")
     group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
     digests = {}
     for name, kept in states.items():
-        user = type(kept.statistic) not in STATE_CLASSES
+        user = declared_state(kept.statistic) is None
         statistic, params = _identity(kept.statistic)
         # A state whose in-memory layout differs from the saved one gives the saved one (co-moments: mirrored).
         state = kept.state.canonical() if callable(getattr(kept.state, "canonical", None)) else kept.state
@@ -145,18 +126,7 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
 
 
 def check_savable(states: Mapping[str, Kept]) -> None:
-    """Refuse, before anything is written, a user's state that is not a dataclass of arrays.
-
-    Parameters
-    ----------
-    states : mapping of str to Kept
-        The summary's statistics and merged states, by name.
-
-    Raises
-    ------
-    ValueError
-        One line naming the statistic.
-    """
+    """Refuse, before anything is written, a user's state that is not a dataclass of arrays."""
     for name, kept in states.items():
         if not (dataclasses.is_dataclass(kept.state) and not isinstance(kept.state, type)):
             raise ValueError(
@@ -167,7 +137,7 @@ def check_savable(states: Mapping[str, Kept]) -> None:
 
 def _identity(statistic: Any) -> tuple[str, Any]:
     """What the file records of a statistic: registered class name and JSON parameters, or a user's class path and repr."""
-    if type(statistic) in STATE_CLASSES:
+    if declared_state(statistic) is not None:
         return type(statistic).__name__, statistic_params(statistic)
     cls = type(statistic)
     if cls.__repr__ is object.__repr__:  # the default repr holds the object's address: its attributes instead
@@ -180,32 +150,7 @@ def _identity(statistic: Any) -> tuple[str, Any]:
 def read_states(
     store: str, results: str, statistics: Sequence[Any] = (), n_features: int = 0
 ) -> dict[str, Kept] | None:
-    """Read the states saved in the summary at ``store``, checking that they belong to its results.
-
-    Parameters
-    ----------
-    store : str
-        The summary store.
-    results : str
-        :func:`results_digest` of the summary's dataset as read from ``store``.
-    statistics : sequence, default ()
-        A user's statistics whose saved states to read (matched by name,
-        checked against the class and repr recorded); other users' states are left out.
-    n_features : int, default 0
-        The summary's number of features (for the empty state that gives a user state's class).
-
-    Returns
-    -------
-    dict of str to Kept or None
-        The kept states by statistic; None when it has none (older or tiled summaries).
-
-    Raises
-    ------
-    DataError
-        A state has another format version, fails its checksum, names
-        something that is not a daskbatch statistic, or the states do not
-        belong to the summary's results (one line naming the summary and the state).
-    """
+    """Read the states saved in the summary at ``store``, checking that they belong to its results."""
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     try:
         group = root[GROUP]
@@ -269,9 +214,10 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
-    own = STATE_CLASSES[type(statistic)]
+    own = declared_state(statistic)
+    assert own is not None  # a registered statistic's
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
-    subclasses = (cls for cls in state_codec.BUILT_IN_STATES if issubclass(cls, own) and cls is not own)
+    subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)
     return next((cls for cls in subclasses if state_key(cls) == key), own)
 
 
@@ -299,23 +245,7 @@ def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.n
 
 
 def check_bounds(store: str) -> None:
-    """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take.
-
-    Every array of the store (results and states) is counted before any is
-    read: a shape changed to ``[400000000]`` in a 1 kB metadata file fails
-    here in microseconds instead of allocating gigabytes.
-
-    Parameters
-    ----------
-    store : str
-        The summary store.
-
-    Raises
-    ------
-    DataError
-        An array claims more chunks than ``daskbatch.max-chunks``, or all of them
-        claim more than :func:`~daskbatch.io.integrity.readable_bytes` (one line naming the largest).
-    """
+    """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take."""
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     total = 0
     largest: tuple[int, str, tuple[int, ...]] = (0, "", ())
@@ -361,18 +291,7 @@ def _check_stored(where: str, group: Any, fields: Sequence[Any]) -> None:
 
 
 def describe_error(exc: BaseException) -> str:
-    """Say what a reader raised in a few words: its type and the start of its first line.
-
-    Parameters
-    ----------
-    exc : BaseException
-        What zarr, xarray or the JSON parser raised on damaged data.
-
-    Returns
-    -------
-    str
-        ``"Type: first line"``, at most about 200 characters.
-    """
+    """Say what a reader raised in a few words: its type and the start of its first line."""
     text = str(exc).strip()
     first_line = text.splitlines()[0] if text else ""
     if len(first_line) > 160:

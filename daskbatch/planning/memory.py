@@ -1,7 +1,7 @@
 """How many bytes one task of the statistics engine holds at its peak (the planner's model).
 
 Pure (no dask, zarr or cupy). It keeps no table per statistic: every statistic
-declares its :class:`~daskbatch.stats.footprint.Footprint` (state size and
+declares its :class:`~daskbatch.stats.declaration.Footprint` (state size and
 temporaries per kernel path) next to its state, and this module adds them up,
 so a user's statistic with a footprint is planned like a built-in one. The
 footprints are checked against ``tracemalloc`` in ``tests/test_plan_memory.py``
@@ -32,8 +32,8 @@ Model (in the spirit of cubed's projected memory):
 from __future__ import annotations
 
 from daskbatch.config import STATISTIC_DEFAULTS
-from daskbatch.stats import FOOTPRINTS
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
+from daskbatch.stats.registry import STATISTICS as DECLARED
 
 __all__ = [
     "DEFAULT_STATISTICS",
@@ -52,12 +52,12 @@ __all__ = [
 ]
 
 #: Statistics the engine knows, in the order they are reported.
-STATISTICS: tuple[str, ...] = tuple(FOOTPRINTS)
+STATISTICS: tuple[str, ...] = tuple(name for name, d in DECLARED.items() if d.footprint is not None and d.selectable)
 
 #: What is planned when no statistics are named (``describe``'s default).
 DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
 
-#: The kernel paths (see :data:`daskbatch.stats.footprint.KERNEL_PATHS`).
+#: The kernel paths (see :data:`daskbatch.stats.declaration.KERNEL_PATHS`).
 PATHS: tuple[str, ...] = KERNEL_PATHS
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
@@ -84,7 +84,7 @@ StatLike = str | Footprint
 
 
 def footprint(stat: StatLike) -> Footprint:
-    """Get the footprint of ``stat``: a built-in statistic's by name, or ``stat`` itself.
+    """Get the footprint of ``stat``: a built-in statistic's, as its declaration says, or ``stat`` itself.
 
     Parameters
     ----------
@@ -98,10 +98,10 @@ def footprint(stat: StatLike) -> Footprint:
     """
     if isinstance(stat, Footprint):
         return stat
-    try:
-        return FOOTPRINTS[stat]
-    except KeyError:
-        raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}") from None
+    declared = DECLARED.get(stat)
+    if declared is None or declared.footprint is None:
+        raise ValueError(f"unknown statistic {stat!r}; expected one of {', '.join(STATISTICS)}")
+    return declared.footprint
 
 
 def stat_name(stat: StatLike) -> str:

@@ -31,7 +31,7 @@ from daskbatch.planning.memory import (
     state_bytes,
 )
 from daskbatch.planning.plan import Plan, Resources, budget_bytes, budget_formula, format_bytes
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import INT32_ROWS
 from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 

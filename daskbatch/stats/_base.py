@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, ParamSpec, Protocol, TypeVar
-
-import numpy as np
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Protocol, TypeVar
 
 from daskbatch._typing import Array
 from daskbatch.stats.backend import namespace
-from daskbatch.stats.state_registry import _register
+from daskbatch.stats.numerics import positive_rows
 
 S = TypeVar("S")
 R = TypeVar("R", covariant=True)
@@ -35,7 +33,7 @@ class Statistic(Protocol[S, R]):
         ``chunk`` also accepts ``weights=`` (one non-negative float64 weight
         per row, rows of weight 0 already dropped), for ``describe(weights=...)``;
         without it a weighted run refuses the statistic.
-    ``footprint`` (:class:`~daskbatch.stats.footprint.Footprint`)
+    ``footprint`` (:class:`~daskbatch.stats.declaration.Footprint`)
         The bytes of its state and of its temporaries per block, from which
         the planner sizes tasks; without one a cautious default is used.
 
@@ -117,7 +115,7 @@ class State:
     ``nbytes`` is what dask's memory accounting sees (registered for every
     subclass by :mod:`daskbatch.engine.sizeof`): without it a state of many
     megabytes would count as the ~56 bytes of ``sys.getsizeof``. Every
-    subclass is registered (:mod:`daskbatch.stats.state_registry`) when it is
+    subclass is registered (:mod:`daskbatch.stats.declaration`) when it is
     defined, so checkpoints and saved summaries can rebuild it.
     """
 
@@ -143,55 +141,18 @@ class State:
         return total
 
 
-def reads_label(stat: Any) -> bool:
-    """Tell whether ``stat``'s ``chunk`` takes the rows' labels (``needs_label``, or the histogram's ``by_label``).
-
-    Parameters
-    ----------
-    stat : Statistic
-        Any statistic.
-
-    Returns
-    -------
-    bool
-        True when ``chunk`` should receive the label.
-    """
+def reads_label(stat: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Tell whether ``stat``'s ``chunk`` takes the rows' labels (``needs_label``, or the histogram's ``by_label``)."""
     return bool(getattr(stat, "needs_label", False) or getattr(stat, "by_label", False))
 
 
-def reads_weights(stat: Any) -> bool:
-    """Tell whether ``stat``'s ``chunk`` takes sample weights (its ``takes_weights`` attribute).
-
-    Parameters
-    ----------
-    stat : Statistic
-        Any statistic.
-
-    Returns
-    -------
-    bool
-        True when ``chunk`` accepts ``weights=``.
-    """
+def reads_weights(stat: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Tell whether ``stat``'s ``chunk`` takes sample weights (its ``takes_weights`` attribute)."""
     return bool(getattr(stat, "takes_weights", False))
 
 
-def shown_names(stats: Sequence[Any]) -> list[str]:
-    """Name the statistics a user asked for, leaving out those that only ride along (``rides_along``).
-
-    The content digest of a pass (:mod:`daskbatch.stats.content_digest`) is
-    computed with the statistics but is none of them: pass names, checkpoint
-    folders and progress titles stay those of the statistics asked for.
-
-    Parameters
-    ----------
-    stats : sequence of Statistic
-        The statistics of a pass.
-
-    Returns
-    -------
-    list of str
-        Their names, in order.
-    """
+def shown_names(stats: Sequence[Any]) -> list[str]:  # numpydoc ignore=PR01,RT01
+    """Name the statistics a user asked for, leaving out those that only ride along (``rides_along``)."""
     return [s.name for s in stats if not getattr(s, "rides_along", False)]
 
 
@@ -329,171 +290,52 @@ class Bundle:  # numpydoc ignore=PR02
         return tuple(s.finalize(st) for s, st in zip(self.stats, state, strict=True))
 
 
-def positive_rows(xp: Any, x: Array, label: Array | None, weights: Array) -> tuple[Array, Array | None, Array]:
-    """Keep the rows of positive weight (a zero weight makes a row as if absent); weights as float64.
+# The closed registry of state classes, the only classes a checkpoint or a saved summary may rebuild:
+# a file names a class by its key, "module:qualname", and reading looks it up here, never importing
+# anything. Every State subclass is registered when its class statement runs (a user's too); a class
+# defined again under the same key (a notebook cell run twice) replaces the earlier one.
+T = TypeVar("T", bound=type)
+
+_REGISTRY: dict[str, type] = {}
+
+
+def state_key(cls: type) -> str:
+    """Name a state class as files record it: ``"module:qualname"``."""  # numpydoc ignore=PR01,RT01
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register_state(cls: T) -> T:
+    """Register a state class, so that checkpoints and saved summaries can rebuild it.
+
+    Subclasses of :class:`daskbatch.State` need not call it: they are
+    registered when defined. Usable as a class decorator (above ``@dataclass``).
 
     Parameters
     ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        The block, (rows, features).
-    label : array or None
-        The label of each row.
-    weights : array
-        The weight of each row, (rows,), already checked non-negative and finite.
+    cls : type
+        A dataclass whose fields are arrays or scalars.
 
     Returns
     -------
-    x : array
-        The rows of positive weight.
-    label : array or None
-        Their labels.
-    weights : array
-        Their weights, float64.
+    type
+        ``cls`` itself.
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is not a dataclass.
     """
-    if weights.shape[0] != x.shape[0]:
-        raise ValueError(f"the chunk has {x.shape[0]:,} rows but {weights.shape[0]:,} weights")
-    w = xp.astype(weights, xp.float64)
-    keep = w > 0
-    if bool(xp.all(keep)):
-        return x, label, w
-    rows = xp.nonzero(keep)[0]  # take, not a mask with a second index: the array API allows only a sole mask
-    return xp.take(x, rows, axis=0), None if label is None else xp.take(label, rows), xp.take(w, rows)
+    if not (isinstance(cls, type) and is_dataclass(cls)):
+        raise TypeError(f"register_state takes a dataclass, not {cls!r}")
+    _register(cls)
+    return cls
 
 
-def as_float64(x: Array) -> Array:
-    """Copy ``x`` to float64: states accumulate in float64 whatever the input dtype.
-
-    Parameters
-    ----------
-    x : array
-        Any real array.
-
-    Returns
-    -------
-    array
-        ``x`` in float64.
-    """
-    xp = namespace(x)
-    if x.dtype == xp.bool:
-        x = xp.astype(x, xp.uint8)
-    return xp.astype(x, xp.float64, copy=True)
+def _register(cls: type) -> None:
+    """Record ``cls`` under its key (State's subclass hook: the class is not yet a dataclass then)."""
+    _REGISTRY[state_key(cls)] = cls
 
 
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
-    """Run ``method`` with NumPy's overflow and invalid-value warnings off: it handles those values itself.
-
-    The moments' sums overflow float64 where values lie ~1e154 or more from
-    their mean (a sentinel such as 1e300): :func:`central_moment` keeps such a
-    moment +inf and the rest follows from it, and ``describe`` says so once
-    (:class:`daskbatch.errors.OverflowWarning`) instead of NumPy once per line.
-
-    Parameters
-    ----------
-    method : callable
-        A statistic's ``chunk``, ``merge`` or ``finalize``.
-
-    Returns
-    -------
-    callable
-        ``method``, quiet.
-    """
-
-    @functools.wraps(method)
-    def _quiet(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """``method`` under ``np.errstate(over="ignore", invalid="ignore")``."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return method(*args, **kwargs)
-
-    return _quiet
-
-
-def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
-    """Give a corrected central moment (``m2``, ``m4``) as states keep it: at least 0, +inf where its sum overflowed.
-
-    ``m`` is ``power_sum`` less the corrected two-pass correction: rounding may
-    leave it a little below 0 (the moment is then 0). Where the sum of the
-    deviations' powers overflowed float64 (a value of 1e300 among ordinary ones),
-    ``m`` is ``inf - inf``, NaN, and the moment is +inf, as NumPy's ``var`` says,
-    not the 0 of a constant feature.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``m``.
-    m : array
-        The corrected moment.
-    power_sum : array
-        The sum of the deviations' squares (for ``m2``) or fourth powers (for ``m4``) it was corrected from.
-
-    Returns
-    -------
-    array
-        The moment.
-    """
-    return xp.where(power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m)))
-
-
-def safe_divisor(xp: Any, n: Array) -> Array:
-    """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``n``.
-    n : array
-        Counts.
-
-    Returns
-    -------
-    array
-        ``n`` with its zeros set to one.
-    """
-    return xp.where(n > 0, n, xp.ones_like(n))
-
-
-
-def merge_shifted_means(
-    xp: Any, na: Array, nb: Array, shift_a: Array, mean_a: Array, shift_b: Array, mean_b: Array
-) -> tuple[Array, Array, Array]:
-    """Merge two means held as ``shift + mean``: returns ``(shift, mean, delta)`` of the union.
-
-    The union keeps a's reference value (b's when a is empty) and ``delta`` is
-    b's mean minus a's. The difference of reference values is exact for nearby
-    data (Sterbenz), so ``delta`` keeps almost double-length precision. Against
-    an empty side ``delta`` is zero: the foreign reference would make it the
-    whole mean, whose powers overflow for huge values (and ``inf * 0`` is NaN).
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace.
-    na, nb : array
-        Per-feature counts of the two sides.
-    shift_a, mean_a : array
-        Side a's reference value and mean about it.
-    shift_b, mean_b : array
-        Side b's reference value and mean about it.
-
-    Returns
-    -------
-    shift : array
-        The union's reference value.
-    mean : array
-        The union's mean about ``shift``.
-    delta : array
-        The mean of b minus that of a.
-    """
-    shift = xp.where(na > 0, shift_a, shift_b)
-    ma = (shift_a - shift) + mean_a
-    mb = (shift_b - shift) + mean_b
-    both = (na > 0) & (nb > 0)
-    delta = xp.where(both, mb - ma, xp.zeros_like(ma))
-    weight_b = nb / safe_divisor(xp, na + nb)
-    mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
-    return shift, mean, delta
+def registered_state(key: str) -> type | None:
+    """Look up the state class registered under ``key``; nothing is imported."""  # numpydoc ignore=PR01,RT01
+    return _REGISTRY.get(key)

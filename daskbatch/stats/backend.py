@@ -19,60 +19,17 @@ __all__ = ["bincount", "device", "matrix_diagonal", "namespace", "to_numpy"]
 
 
 def namespace(*arrays: Array) -> Namespace:
-    """Find the array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...).
-
-    Parameters
-    ----------
-    *arrays : array
-        Arrays of one library.
-
-    Returns
-    -------
-    namespace
-        Their array-API compatible namespace.
-    """
+    """Find the array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...)."""
     return array_namespace(*arrays)
 
 
 def matrix_diagonal(xp: Namespace, c: Array) -> Array:
-    """Give the main diagonal of a square matrix in any namespace (``linalg.diagonal`` where it has one).
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``c``.
-    c : array
-        A square matrix.
-
-    Returns
-    -------
-    array
-        Its diagonal.
-    """
+    """Give the main diagonal of a square matrix in any namespace (``linalg.diagonal`` where it has one)."""
     return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
 
 
 def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
-    """Count the occurrences of each non-negative integer in the 1-D ``idx``.
-
-    NumPy and CuPy have a native ``bincount`` (array-api-compat's namespaces
-    expose the whole library). Other namespaces fall back to a standard
-    sort + ``searchsorted``, which is O(n log n) but exact.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``idx``.
-    idx : array of int
-        Non-negative integers below ``minlength``, 1-D.
-    minlength : int
-        Length of the result.
-
-    Returns
-    -------
-    array
-        The counts, int64, of length ``minlength``.
-    """
+    """Count the occurrences of each non-negative integer in the 1-D ``idx``."""
     native = getattr(xp, "bincount", None)
     if native is not None:
         return xp.astype(native(idx, minlength=minlength), xp.int64)
@@ -83,27 +40,7 @@ def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
 
 
 def weighted_bincount(xp: Namespace, idx: Array, weights: Array, /, *, minlength: int) -> Array:
-    """Sum ``weights`` by the non-negative integers of the 1-D ``idx``, as float64.
-
-    NumPy's and CuPy's ``bincount(weights=)``; other namespaces sort and
-    take differences of a running sum at the runs of equal indices.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``idx``.
-    idx : array of int
-        Non-negative integers below ``minlength``, 1-D.
-    weights : array
-        One weight per entry of ``idx``.
-    minlength : int
-        Length of the result.
-
-    Returns
-    -------
-    array
-        The float64 sums, of length ``minlength``.
-    """
+    """Sum ``weights`` by the non-negative integers of the 1-D ``idx``, as float64."""
     weights = xp.astype(weights, xp.float64)
     native = getattr(xp, "bincount", None)
     if native is not None:
@@ -118,18 +55,7 @@ def weighted_bincount(xp: Namespace, idx: Array, weights: Array, /, *, minlength
 
 
 def to_numpy(a: Any) -> np.ndarray:
-    """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input).
-
-    Parameters
-    ----------
-    a : array
-        An array of any supported backend.
-
-    Returns
-    -------
-    ndarray
-        The array on the host.
-    """
+    """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input)."""
     if is_numpy_array(a):
         return a
     if is_cupy_array(a):

@@ -23,12 +23,27 @@ NaN and ±inf are left out per feature (the summary's own counts say where).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import bincount, device, namespace, to_numpy
+from daskbatch.stats.classes import label_codes
+from daskbatch.stats.declaration import (
+    KERNEL_PATHS,
+    Declaration,
+    Finished,
+    Footprint,
+    Variable,
+    count,
+)
+from daskbatch.stats.moments import first_finite
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
     as_float64,
     central_moment,
     handles_overflow,
@@ -36,11 +51,6 @@ from daskbatch.stats._base import (
     positive_rows,
     safe_divisor,
 )
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy
-from daskbatch.stats.classes import label_codes
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
-from daskbatch.stats.moments import first_finite
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,4 +315,33 @@ FOOTPRINT = Footprint(
     merge_temporaries=2,
     reads_label=True,
     needs_classes=True,
+)
+
+
+def _class_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The per-(feature, class) count, mean and M2; the class values when no joint table gave them."""
+    if "class_moments" not in done.results:
+        return {}
+    cm = done.results["class_moments"]
+    out: dict[str, Any] = {"class_count": cm.count, "class_mean": cm.mean, "class_m2": cm.m2}
+    keyed = getattr(getattr((done.states or {}).get("class_moments"), "statistic", None), "classes", None)
+    if getattr(done.results.get("hist"), "joint", None) is None and keyed is not None:
+        # Without joint histograms the class values come from the statistic that keyed the moments.
+        out["classes"] = np.asarray(keyed, dtype=np.int64)
+    done.provenance.setdefault("n_classes", int(cm.count.shape[1]))
+    return out
+
+
+_BY_CLASS = ("feature", "class")
+DECLARATION = Declaration(
+    "class_moments", ClassMoments, states=(ClassMomentsState,), footprint=FOOTPRINT,
+    needs_label=True, needs_class_label=True,
+    variables={
+        "class_count": count(_BY_CLASS, "number of finite values per class", "float64"),
+        "class_mean": Variable(_BY_CLASS, "mean of the finite values per class"),
+        "class_m2": Variable(_BY_CLASS, "sum of squared deviations from the class mean"),
+        "classes": Variable(None, "label value"),
+    },
+    summarize=_class_variables,
+    kernels=("daskbatch.stats.kernels:class_moments",),
 )

@@ -28,6 +28,7 @@ from array_api_compat import is_cupy_array
 from daskbatch._typing import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.declaration import Declaration
 
 #: Most distinct class values accepted by default (``daskbatch.max-classes`` in daskbatch.yaml).
 DEFAULT_MAX_CLASSES = 1000
@@ -37,20 +38,7 @@ _INT64_MAX = 2**63 - 1
 
 
 def as_int64_labels(xp: Namespace, label: Array) -> Array:
-    """Cast ``label`` (integer or bool) to int64, refusing uint64 values that int64 cannot hold.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``label``.
-    label : array
-        Integer or bool labels.
-
-    Returns
-    -------
-    array
-        The labels as int64.
-    """
+    """Cast ``label`` (integer or bool) to int64, refusing uint64 values that int64 cannot hold."""
     if label.dtype == xp.uint64 and label.shape[0] and int(xp.max(label)) > _INT64_MAX:
         raise ValueError(f"label value {int(xp.max(label))} does not fit in int64")
     return xp.astype(label, xp.int64)
@@ -70,39 +58,13 @@ def _distinct(xp: Namespace, codes: Array) -> Array:
 
 
 def format_classes(values: Sequence[int], shown: int = 10) -> str:
-    """Format class values for a message: ``[0, 1, 7]``, or the first ``shown`` and a count.
-
-    Parameters
-    ----------
-    values : sequence of int
-        The class values.
-    shown : int, default 10
-        The most values written out.
-
-    Returns
-    -------
-    str
-        The formatted list.
-    """
+    """Format class values for a message: ``[0, 1, 7]``, or the first ``shown`` and a count."""
     head = ", ".join(str(int(v)) for v in values[:shown])
     return f"[{head}]" if len(values) <= shown else f"[{head}, ... ({len(values):,} values)]"
 
 
 def validate_classes(classes: Any, max_classes: int = DEFAULT_MAX_CLASSES) -> tuple[int, ...]:
-    """Declared class values as a sorted tuple of distinct ints; a one-line ValueError otherwise.
-
-    Parameters
-    ----------
-    classes : sequence of int
-        The class values, in any order.
-    max_classes : int
-        The most values accepted.
-
-    Returns
-    -------
-    tuple of int
-        Sorted, distinct.
-    """
+    """Declared class values as a sorted tuple of distinct ints; a one-line ValueError otherwise."""
     values = list(classes) if not isinstance(classes, (str, bytes)) else [classes]
     out = []
     for v in values:
@@ -125,21 +87,7 @@ def validate_classes(classes: Any, max_classes: int = DEFAULT_MAX_CLASSES) -> tu
 
 
 class UnknownClassError(ValueError):
-    """A label value that is not one of the declared classes.
-
-    Parameters
-    ----------
-    value : int
-        The first such label.
-    row : int
-        Its row in its block.
-    count : int
-        How many labels of the block are outside the classes.
-    classes : tuple of int
-        The declared classes.
-    rows : tuple of int, optional
-        The block's (start, stop) rows in the whole array, when known.
-    """
+    """A label value that is not one of the declared classes."""
 
     def __init__(
         self, value: int, row: int, count: int, classes: tuple[int, ...], rows: tuple[int, int] | None = None
@@ -163,21 +111,7 @@ _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("daskbatch_label
 
 @contextlib.contextmanager
 def labels_checked() -> Iterator[None]:
-    """Let :func:`label_codes` trust that every CuPy label is a class value (they were checked where they were read).
-
-    On the GPU the check costs a host synchronisation (its outcome must reach
-    the host before the next kernel is queued), which stalls a chunk task
-    until every kernel queued before it is done; host labels are still
-    checked (a scan, no synchronisation). The engine enters this
-    context in the chunk tasks of a run whose labels ``describe`` checked on
-    the host (:func:`daskbatch.engine.planner.checked_label`) or whose
-    classes a scan of the same labels found; nowhere else.
-
-    Yields
-    ------
-    None
-        Inside the block, labels are mapped without the check.
-    """
+    """Let :func:`label_codes` trust that every CuPy label is a class value (they were checked where they were read)."""
     token = _CHECKED.set(True)
     try:
         yield
@@ -186,29 +120,7 @@ def labels_checked() -> Iterator[None]:
 
 
 def label_codes(xp: Namespace, label: Array, classes: tuple[int, ...]) -> Array:
-    """Map every label to its column in a table over the sorted ``classes``.
-
-    Inside :func:`labels_checked` CuPy labels are trusted (not checked again).
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``label``.
-    label : array
-        Integer labels.
-    classes : tuple of int
-        The sorted class values.
-
-    Returns
-    -------
-    array
-        The codes, int64 in ``0 .. K-1``.
-
-    Raises
-    ------
-    UnknownClassError
-        A label is not a class value (a ValueError naming the first).
-    """
+    """Map every label to its column in a table over the sorted ``classes``."""
     k = len(classes)
     # On the host the check costs a scan of the labels, no synchronisation: it stays.
     trusted = _CHECKED.get() and is_cupy_array(label)
@@ -347,3 +259,9 @@ class ClassValues:  # numpydoc ignore=PR02
                 "or raise daskbatch.max-classes)"
             )
         return s
+
+
+#: The pass that finds the label's class values (its state only).
+DECLARATION = Declaration(
+    "class_values", None, states=(ClassValuesState,), selectable=False,
+)

@@ -20,23 +20,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from daskbatch._typing import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import device, matrix_diagonal, namespace
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
+from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.kernels._centring import centring_rows
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
     as_float64,
     handles_overflow,
     merge_shifted_means,
     positive_rows,
     safe_divisor,
 )
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM
-from daskbatch.stats.backend import device, matrix_diagonal, namespace
-from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.kernels import _gpu
-from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
     merge_pairwise,
@@ -71,19 +72,8 @@ class CoMomentsState(State):
         return dataclasses.replace(self, c=mirrored(self.c))
 
 
-def mirrored(c: Array) -> Array:
-    """Mirror the upper triangle of ``c`` onto the lower one (an exactly symmetric ``c`` comes back unchanged).
-
-    Parameters
-    ----------
-    c : array
-        A square matrix.
-
-    Returns
-    -------
-    array
-        ``c[i, j]`` for i <= j, ``c[j, i]`` below the diagonal.
-    """
+def mirrored(c: Array) -> Array:  # numpydoc ignore=PR01,RT01
+    """Mirror the upper triangle of ``c`` onto the lower one (an exactly symmetric ``c`` comes back unchanged)."""
     xp = namespace(c)
     i = xp.arange(c.shape[0], device=device(c))
     return xp.where(i[:, None] <= i[None, :], c, xp.matrix_transpose(c))
@@ -119,22 +109,7 @@ class CoMomentsResult:
 
 
 def empty_comoments(xp: Namespace, n_features: int, dev: object = None) -> CoMomentsState:
-    """Build the identity of :meth:`CoMoments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    CoMomentsState
-        The empty state.
-    """
+    """Build the identity of :meth:`CoMoments.merge`: the state of a chunk with no rows."""  # numpydoc ignore=PR01,RT01
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     return CoMomentsState(
         n=xp.zeros((), dtype=xp.float64, device=dev),
@@ -150,41 +125,8 @@ def _outer(xp: Namespace, a: Array, b: Array) -> Array:
 
 def centred(
     xp: Namespace, x: Array, complete: Array, w: Array | None = None
-) -> tuple[Array, Array, Array, Array, Array]:
-    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass), with frequency weights ``w`` if given.
-
-    ``shift`` is the first complete row, ``dev`` the deviations of ``x - shift``
-    from their approximate mean ``mean`` (zero on other rows), and ``e`` the
-    residual mean of ``dev``: the rows' mean is ``shift + mean + e`` and their
-    co-moment matrix ``devᵀdev - n eeᵀ``, the residual removing the rounding
-    of ``mean``. With weights the sums and means are weighted, ``n`` is the
-    weight sum and ``dev`` holds ``sqrt(w)`` times the deviations, so that the
-    co-moment matrix is the same one product.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        The block, (rows, features).
-    complete : array of bool
-        The rows without a NaN (and, weighted, of positive weight), (rows,).
-    w : array, optional
-        The float64 weight of each row, (rows,).
-
-    Returns
-    -------
-    n : array
-        The number of complete rows (their weight sum with ``w``).
-    shift : array
-        The first complete row.
-    mean : array
-        The approximate mean of ``x - shift``.
-    dev : array
-        The deviations, (rows, features) (times ``sqrt(w)`` with ``w``).
-    e : array
-        The residual mean of ``dev``.
-    """
+) -> tuple[Array, Array, Array, Array, Array]:  # numpydoc ignore=PR01,RT01
+    """Centre the rows of ``x`` marked ``complete`` (corrected two-pass), with frequency weights ``w`` if given."""
     if x.dtype != xp.float64:  # centred never writes into x, so float64 input needs no copy
         x = as_float64(x)
     wc = None if w is None else xp.where(complete, w, xp.zeros_like(w))  # other rows weigh nothing
@@ -205,32 +147,7 @@ def centred(
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
-
-    ``m2_a``/``m2_b`` are the sums of squared deviations of the row and column
-    features (the co-moment diagonals); ``diagonal`` marks a block on the main
-    diagonal, whose varying features get an exact 1 on it.
-
-    Parameters
-    ----------
-    c : array
-        Co-moments (sums of products of deviations), (rows, columns) of features.
-    n : array
-        Number of rows.
-    m2_a, m2_b : array
-        Sums of squared deviations of the row and the column features.
-    ddof : int
-        Delta degrees of freedom of the covariance.
-    diagonal : bool
-        Whether the block lies on the main diagonal.
-
-    Returns
-    -------
-    cov : array
-        The covariance.
-    corr : array
-        The Pearson correlation (NaN for a constant feature).
-    """
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows."""  # numpydoc ignore=PR01,RT01
     xp = namespace(c)
     dof = n - ddof
     nan = xp.full_like(c, xp.nan)
@@ -408,7 +325,7 @@ def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
 
 def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
     """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
-    # There the correction is inf too (inf - inf: NaN); stats._base.central_moment keeps the variance +inf.
+    # There the correction is inf too (inf - inf: NaN); stats.numerics.central_moment keeps the variance +inf.
     # Looked for on the diagonal first: the common case adds no (D, D) temporary to the two the planner counts.
     overflowed = matrix_diagonal(xp, products) == xp.inf
     c = products - correction
@@ -462,4 +379,33 @@ FOOTPRINT = Footprint(
     merge_temporaries=3,  # the outer product and its scaled copy
     centring_rows=centring_rows,
     device_buffers=_gpu.comoments_buffer_bytes,
+)
+
+
+def _pair_setting(summary: Any) -> dict[str, Any]:
+    """The rows a covariance or correlation counted, as ``complete_rows``."""
+    return {} if summary.cov_count is None else {"complete_rows": int(summary.cov_count)}
+
+
+def _cov_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The covariance and correlation matrices, and the rows they counted."""
+    if "cov" not in done.results:
+        return {}
+    c = done.results["cov"]
+    if getattr(c, "weight_sum", None) is not None:
+        done.provenance["cov_weight_sum"] = float(c.weight_sum)
+    return {"cov": c.cov, "corr": c.corr, "cov_count": int(c.n)}
+
+
+_PAIR = ("feature", "feature2")
+DECLARATION = Declaration(
+    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState), footprint=FOOTPRINT,
+    variables={
+        "cov": Variable(_PAIR, "covariance over the complete rows",
+                        settings=lambda s: {**ddof_setting(s), **_pair_setting(s)}),
+        "corr": Variable(_PAIR, "Pearson correlation over the complete rows", "1", settings=_pair_setting),
+        "cov_count": Variable(None, "rows of the covariance"),
+    },
+    summarize=_cov_variables,
+    kernels=("daskbatch.stats.kernels:comoments", "daskbatch.stats.kernels:weighted_comoments"),
 )

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.stats._base import State
+from daskbatch.stats.declaration import Declaration
 
 __all__ = ["ContentDigest", "DigestState"]
 
@@ -37,15 +38,8 @@ DIGEST_BYTES = 32
 
 
 @dataclass(frozen=True)
-class DigestState(State):  # numpydoc ignore=PR02
-    """The digests of the blocks of some consecutive rows, in row order.
-
-    Parameters
-    ----------
-    digests : numpy.ndarray
-        ``(pieces, 32)`` uint8: each piece's digest (a BLAKE2b of its shape,
-        dtype and the CRC-32 of its bytes).
-    """
+class DigestState(State):
+    """The digests of the blocks of some consecutive rows, in row order."""
 
     digests: np.ndarray
 
@@ -144,3 +138,7 @@ class ContentDigest:  # numpydoc ignore=PR02
         digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
         whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
         return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"
+
+
+#: The digest of the rows a checkpoint counted (its state only).
+DECLARATION = Declaration("digest", None, states=(DigestState,), selectable=False)

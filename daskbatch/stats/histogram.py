@@ -24,13 +24,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from daskbatch._typing import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State, as_float64, positive_rows
+from daskbatch.stats._base import State
 from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
 from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
-from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
+from daskbatch.stats.numerics import as_float64, positive_rows
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
 UNDERFLOW = 0
@@ -431,3 +434,46 @@ class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
             raise ValueError("the quantile histogram is not split by label")
         super().__post_init__()
 
+
+
+def _hist_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The histograms (counts, edges, below and above the range); the joint tables are ``mi``'s."""
+    if "hist" not in done.results:
+        return {}
+    h = done.results["hist"]
+    return {"hist_counts": h.counts, "hist_edges": h.edges, "underflow": h.underflow, "overflow": h.overflow}
+
+
+DECLARATION = Declaration(
+    "hist", Histogram, states=(HistogramState,), footprint=FOOTPRINT, needs_ranges=True,
+    variables={
+        "hist_counts": count(("feature", "bin"), "histogram counts"),
+        "hist_edges": Variable(("feature", "edge"), "histogram bin edges"),
+        "underflow": count(("feature",), "number of values below the histogram range"),
+        "overflow": count(("feature",), "number of values above the histogram range"),
+    },
+    summarize=_hist_variables,
+    kernels=("daskbatch.stats.kernels:histogram", "daskbatch.stats.kernels:weighted_histogram"),
+)
+
+
+def _quantile_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The fine quantile histogram as one table (below the range, the bins, above) and its ranges."""
+    if "qhist" not in done.results:
+        return {}
+    f = done.results["qhist"]
+    cells = [np.asarray(f.underflow)[:, None], np.asarray(f.counts), np.asarray(f.overflow)[:, None]]
+    edges = np.asarray(f.edges)
+    return {"quantile_counts": np.concatenate(cells, axis=1), "quantile_range": edges[:, [0, -1]]}
+
+
+#: The second pass's fine histogram that narrows the sketch's quantiles (added by the engine, not asked for).
+QUANTILE_DECLARATION = Declaration(
+    "qhist", QuantileHistogram, needs_ranges=True, selectable=False,
+    variables={
+        "quantile_counts": count(("feature", "quantile_cell"),
+                                 "quantile histogram counts: below the range, the bins, above"),
+        "quantile_range": Variable(("feature", "end"), "range of the quantile histogram"),
+    },
+    summarize=_quantile_variables,
+)

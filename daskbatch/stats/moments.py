@@ -21,20 +21,30 @@ from typing import Literal
 from daskbatch._typing import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.declaration import (
+    Declaration,
+    Footprint,
+    Variable,
+    bias_setting,
+    count,
+    ddof_setting,
+)
+from daskbatch.stats.kernels import _gpu
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
     as_float64,
     central_moment,
+    exact_extremes,
     handles_overflow,
+    is_exact,
+    merge_extreme,
     merge_shifted_means,
+    merged_by_ratios,
     positive_rows,
     safe_divisor,
 )
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM, merged_by_ratios
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.extremes import exact_extremes, is_exact, merge_extreme
-from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.kernels import _gpu
 
 NanPolicy = Literal["omit", "propagate", "raise"]
 
@@ -46,7 +56,7 @@ class MomentsState(State):
     ``n`` counts finite values; ``shift + mean`` is their mean; ``m2``, ``m3``,
     ``m4`` are sums of powers of deviations from it. ``fmin``/``fmax`` are the
     finite extrema, in int64/uint64 for blocks of those dtypes (exact, see
-    :mod:`daskbatch.stats.extremes`); NaN and ±inf values are counted apart.
+    :mod:`daskbatch.stats.numerics`); NaN and ±inf values are counted apart.
     """
 
     n: Array
@@ -102,22 +112,7 @@ class MomentsResult:
 
 
 def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> MomentsState:
-    """Build the identity of :meth:`Moments.merge`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    MomentsState
-        The empty state.
-    """
+    """Build the identity of :meth:`Moments.merge`: the state of a chunk with no rows."""  # numpydoc ignore=PR01,RT01
     zeros = xp.zeros((n_features,), dtype=xp.float64, device=dev)
     inf = xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev)
     return MomentsState(
@@ -127,22 +122,7 @@ def empty_moments(xp: Namespace, n_features: int, dev: object = None) -> Moments
 
 
 def first_finite(xp: Namespace, x: Array, finite: Array) -> Array:
-    """Find, per column, the first finite value of ``x`` (0 where a column has none).
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``x``.
-    x : array
-        The block, (rows, features).
-    finite : array of bool
-        Where ``x`` is finite.
-
-    Returns
-    -------
-    array
-        One value per feature.
-    """
+    """Find, per column, the first finite value of ``x`` (0 where a column has none)."""  # numpydoc ignore=PR01,RT01
     rows, cols = x.shape
     first_row = xp.argmax(xp.astype(finite, xp.int8), axis=0)
     flat = first_row * cols + xp.arange(cols, dtype=first_row.dtype, device=device(x))
@@ -499,4 +479,25 @@ FOOTPRINT = Footprint(
     temporaries={"compiled": {}, "array-api": {"float64": 4, "bool": 3}, "gpu-compiled": {}},
     merge_temporaries=1,  # ~20 vectors of one merge
     device_buffers=_gpu.moments_buffer_bytes,
+)
+
+
+_F = ("feature",)
+DECLARATION = Declaration(
+    "moments", Moments, states=(MomentsState, WeightedMomentsState), footprint=FOOTPRINT,
+    variables={
+        "count": count(_F, "number of values that are not NaN", "float64"),
+        "nan_count": count(_F, "number of NaN values", "float64"),
+        "posinf_count": count(_F, "number of +inf values", "float64"),
+        "neginf_count": count(_F, "number of -inf values", "float64"),
+        "mean": Variable(_F, "mean"),
+        "std": Variable(_F, "standard deviation", settings=ddof_setting),
+        "var": Variable(_F, "variance", settings=ddof_setting),
+        "min": Variable(_F, "minimum"),
+        "max": Variable(_F, "maximum"),
+        "skew": Variable(_F, "skewness (Fisher-Pearson)", settings=bias_setting),
+        "kurtosis": Variable(_F, "excess kurtosis (Fisher)", settings=bias_setting),
+        "weight_sum": Variable(_F, "sum of the sample weights of the finite values"),
+    },
+    kernels=("daskbatch.stats.kernels:moments", "daskbatch.stats.kernels:weighted_moments"),
 )

@@ -13,12 +13,15 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from daskbatch._typing import Array
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.backend import namespace
-from daskbatch.stats.histogram import Histogram
+from daskbatch.stats.declaration import Declaration, Finished, Variable, count
+from daskbatch.stats.histogram import MI_FOOTPRINT, Histogram
 
-__all__ = ["MI_BASES", "MutualInformation", "mutual_information"]
+__all__ = ["DECLARATION", "MI_BASES", "MutualInformation", "mutual_information"]
 
 MI_BASES = ("e", 2)
 
@@ -86,6 +89,25 @@ class MutualInformation:  # numpydoc ignore=PR02
             With ``by_label=True``.
         """
         return Histogram(bins=self.bins, lo=lo, hi=hi, by_label=True, **by_class)
+
+    def finalize(self, histogram: Any) -> Array:
+        """Estimate the mutual information from the finalized histogram by label.
+
+        Only its in-range bins count: values outside (sentinels, 1e12, inf: a
+        label-independent spike) would pull the estimate towards 0; they are
+        reported as ``out_of_range_fraction``.
+
+        Parameters
+        ----------
+        histogram : HistogramResult
+            The histogram by label, ``joint`` (D, bins + 2, K).
+
+        Returns
+        -------
+        array of float64, shape (D,)
+            The mutual information, in this statistic's ``base``.
+        """
+        return self.information(histogram.joint[:, 1:-1, :])
 
     def information(self, joint: Array) -> Array:
         """Estimate the mutual information from the in-range joint counts.
@@ -166,3 +188,50 @@ def mutual_information(
     elif base != "e":
         raise ValueError(f"base must be 'e' or 2, got {base!r}")
     return xp.where(n > 0, mi, xp.full_like(mi, xp.nan))
+
+
+def _mi_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The joint tables of the histogram by label, the MI it finalizes, and the label's class values."""
+    h = done.results.get("hist")
+    if h is None or h.joint is None:
+        return {}
+    mi = done.statistics.get("mi") or MutualInformation()
+    classes = getattr(h, "classes", None)
+    if classes is None:
+        classes = np.arange(h.joint.shape[2], dtype=np.int64)
+    done.provenance.update(
+        n_classes=int(h.joint.shape[2]), mi_units="bits" if mi.base == 2 else "nats"
+    )
+    return {
+        "joint_counts": h.joint,
+        "mi": mi.finalize(h),
+        "classes": np.asarray(classes, dtype=np.int64),
+    }
+
+
+def _mi_units(summary: Any) -> dict[str, Any]:
+    """The unit of the MI, from the provenance."""
+    return {"units": "bit" if summary.provenance.get("mi_units") == "bits" else "nat"}
+
+
+#: Counted as the histogram by label (its joint tables, in place of ``hist``), finalized here.
+DECLARATION = Declaration(
+    "mi",
+    MutualInformation,
+    footprint=MI_FOOTPRINT,
+    needs_label=True,
+    needs_ranges=True,
+    by_label=True,
+    variables={
+        "joint_counts": count(
+            ("feature", "slot", "class"),
+            "counts per (feature, histogram slot, class)",
+            settings=lambda s: {
+                "comment": "slot -1: below the histogram range, 0..bins-1: the bins, bins: above it"
+            },
+        ),
+        "mi": Variable(("feature",), "mutual information with the label", settings=_mi_units),
+        "classes": Variable(None, "label value"),
+    },
+    summarize=_mi_variables,
+)

@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import State, as_float64, safe_divisor
+from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
+from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
+from daskbatch.stats.numerics import as_float64, safe_divisor
 
 
 @dataclass(frozen=True, eq=False)

@@ -128,30 +128,8 @@ def fine_quantile(
     q: float | Any,
     *,
     fine: tuple[np.ndarray, np.ndarray] | None = None,
-) -> np.ndarray:
-    """Estimate quantiles ``q`` of each feature from its sketch, refined by its quantile histogram when given.
-
-    Parameters
-    ----------
-    sketch_counts : ndarray, shape (D, W)
-        A window of sketch slots holding every count (as :func:`~daskbatch.stats.sketch.sketch_quantile`).
-    first_slot : int
-        Slot of its first column.
-    sketch : Sketch
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Finite extrema of each feature.
-    q : float or array_like
-        Probabilities in [0, 1].
-    fine : (counts, range), optional
-        The quantile histogram: counts (D, bins + 2) with the underflow first
-        and the overflow last, and each feature's (lo, hi), (D, 2).
-
-    Returns
-    -------
-    ndarray
-        Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
-    """
+) -> np.ndarray:  # numpydoc ignore=PR01,RT01
+    """Estimate quantiles ``q`` of each feature from its sketch, refined by its quantile histogram when given."""
     values = np.atleast_2d(sketch_quantile(sketch_counts, first_slot, sketch, vmin, vmax, np.atleast_1d(q)))
     values = _extremes_at_their_ranks(values, sketch_counts, first_slot, sketch, vmin, vmax, q)
     if fine is None:

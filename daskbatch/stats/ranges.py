@@ -283,24 +283,7 @@ def fine_ranges(
 
 
 def around_constant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Give a range around each constant value: ``v ± 0.5`` as ``numpy.histogram``, wider where 0.5 is too few steps.
-
-    From ``|v| >= 2**40`` the half-width is 4096 float64 steps of ``v`` (from
-    ``2**53`` ``v - 0.5 == v``: no room at all); a value at ``±max`` keeps a
-    finite range with the value on its edge.
-
-    Parameters
-    ----------
-    values : ndarray
-        The constant values (finite).
-
-    Returns
-    -------
-    lo : ndarray
-        The lower ends.
-    hi : ndarray
-        The upper ends, ``lo < hi`` always.
-    """
+    """Give a range around each constant value: ``v ± 0.5`` as ``numpy.histogram``, wider where 0.5 is too few steps."""
     values = np.asarray(values, dtype=np.float64)
     ulp = np.abs(values) - np.nextafter(np.abs(values), 0.0)  # the step below |v| (np.spacing overflows at max)
     half = np.maximum(0.5, ulp * 4096)
@@ -309,26 +292,7 @@ def around_constant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
-    """Grow ``[lo, hi]`` to ``bins`` bins of a power-of-two width, starting at a multiple of that width.
-
-    Such edges are exact in float64, so integers (and binary fractions) fall on
-    bin edges, not inside bins.
-
-    Parameters
-    ----------
-    lo, hi : float
-        The range to cover.
-    bins : int
-        Number of bins.
-
-    Returns
-    -------
-    start : float
-        The new lower end (``lo`` itself where float64 cannot hold the grid exactly).
-    stop : float
-        The new upper end: ``start + bins * width``. ``(0, 1)`` for a range
-        that is not finite, :func:`around_constant` of ``lo`` for an empty one.
-    """
+    """Grow ``[lo, hi]`` to ``bins`` bins of a power-of-two width, starting at a multiple of that width."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return 0.0, 1.0
     if not lo < hi:
@@ -345,22 +309,7 @@ def dyadic_range(lo: float, hi: float, bins: int) -> tuple[float, float]:
 def flag_out_of_range(
     fraction: np.ndarray, feature_names: Sequence[str], *, limit: float = OUT_OF_RANGE_LIMIT
 ) -> list[str]:
-    """Name the features with more than ``limit`` of their values outside the range; warn when any.
-
-    Parameters
-    ----------
-    fraction : ndarray, shape (D,)
-        ``Summary.out_of_range_fraction``.
-    feature_names : sequence of str
-        Names, in feature order.
-    limit : float, default OUT_OF_RANGE_LIMIT
-        Largest fraction that passes silently.
-
-    Returns
-    -------
-    list of str
-        The flagged features (empty when none).
-    """
+    """Name the features with more than ``limit`` of their values outside the range; warn when any."""
     bad = [int(i) for i in np.flatnonzero(fraction > limit)]
     names = [feature_names[i] for i in bad]
     if names:
@@ -375,18 +324,7 @@ def flag_out_of_range(
 
 
 def is_minmax(range_: Any) -> bool:
-    """Tell whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``).
-
-    Parameters
-    ----------
-    range_ : object
-        A histogram range argument.
-
-    Returns
-    -------
-    bool
-        True for ``"minmax"``.
-    """
+    """Tell whether ``range_`` asks for ranges from each feature's min and max (``"minmax"``)."""
     if isinstance(range_, str):
         if range_ != "minmax":
             raise ValueError(f"range must be (lo, hi), one (lo, hi) per feature, 'minmax' or None; got {range_!r}")
@@ -401,33 +339,7 @@ def histogram_ranges(
     vmax: np.ndarray | None = None,
     sketch: Any = None,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Resolve per-feature (lo, hi) from a user range, or from what a first pass found.
-
-    A global ``(lo, hi)`` applies to every feature; a (D, 2) array gives one range each.
-    Without one (None or ``"minmax"``) ranges come from the finite extrema
-    ``vmin``/``vmax``, narrowed to the robust ranges of :func:`robust_ranges`
-    when the first pass's quantile ``sketch`` is given. Found ranges follow
-    ``numpy.histogram``: a constant feature gets ``(v - 0.5, v + 0.5)``
-    (4096 float64 steps of ``v`` either side from ``|v| >= 2**40``, so that lo < hi always).
-
-    Parameters
-    ----------
-    range_ : tuple, array_like, str or None
-        The user's range: ``(lo, hi)``, a (D, 2) array, ``"minmax"`` or None.
-    n_features : int
-        Number of features D.
-    vmin, vmax : ndarray, optional
-        Finite extrema of each feature, from a first pass.
-    sketch : SketchResult, optional
-        The first pass's quantile sketch.
-
-    Returns
-    -------
-    lo : tuple of float
-        Lower edge of each feature's range.
-    hi : tuple of float
-        Upper edge of each feature's range.
-    """
+    """Resolve per-feature (lo, hi) from a user range, or from what a first pass found."""
     if range_ is not None and not is_minmax(range_):
         r = np.asarray(range_, dtype=np.float64)
         if r.shape == (2,):

@@ -1,42 +1,133 @@
-"""The statistics whose merged states a summary keeps, and how they are named on disk.
+"""The one table of built-in statistics, and every other way a statistic is known by name.
 
-A :class:`~daskbatch.Summary` keeps, next to its finalized numbers, the merged
-state of every statistic of the passes that made it (:class:`Kept`), so that it
-can be merged with another summary or updated with new rows (see
-:mod:`daskbatch.incremental`). Saved summaries write each statistic as its class
-name and parameters (plain JSON) and its state as plain arrays; this registry is
-the closed list of classes that loading may build from such names: nothing is
-imported by a name read from a file.
+:data:`STATISTICS` maps each built-in statistic's name to its
+:class:`~daskbatch.stats.declaration.Declaration`, written in the statistic's
+own module; the spec builder, the state codec, the planner's memory model, the
+Summary and the CLI's ``--stats`` read it. Adding a built-in statistic is one
+module and one line below (or :func:`register` at run time, as the tests do).
+
+Saved summaries write a kept statistic as its class name and parameters (plain
+JSON): only the classes declared here are rebuilt, nothing is imported by a
+name read from a file. A user's statistic is known by name when the running
+program registers it (:func:`register_statistic`) or an installed package does
+(the ``daskbatch.statistics`` entry-point group).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch.stats.class_moments import ClassMoments, ClassMomentsState
-from daskbatch.stats.comoments import CoMoments, CoMomentsState
-from daskbatch.stats.histogram import Histogram, HistogramState
-from daskbatch.stats.moments import Moments, MomentsState
-from daskbatch.stats.sketch import Sketch, SketchState
-from daskbatch.stats.target import TargetMoments, TargetMomentsState, TargetSketch
+from daskbatch._arguments import short_repr
+from daskbatch.stats import (
+    class_moments,
+    classes,
+    comoments,
+    content_digest,
+    histogram,
+    moments,
+    mutual_info,
+    sketch_windows,
+    target,
+    tiled,
+)
+from daskbatch.stats.declaration import Declaration, Footprint, Variable, generic_footprint
 
-__all__ = ["STATE_CLASSES", "STATISTIC_CLASSES", "Kept", "statistic_from_params", "statistic_params"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "PLAIN_NAME", "STATISTICS", "Kept", "built_in_states", "declared_state", "footprint_of", "fused", "is_statistic",
+    "named_statistic", "register", "register_statistic", "registered", "selectable", "statistic_from_params", "statistic_params",
+    "summary_variables",
+]
 
-#: Statistic class -> the class of its state: the only classes a saved summary may name.
-STATE_CLASSES: dict[type, type] = {
-    Moments: MomentsState,
-    CoMoments: CoMomentsState,
-    Histogram: HistogramState,
-    ClassMoments: ClassMomentsState,
-    Sketch: SketchState,
-    TargetMoments: TargetMomentsState,
-    TargetSketch: SketchState,
-}
+#: Every built-in statistic by name, in the order summaries list their variables: the one table.
+STATISTICS: dict[str, Declaration] = {d.name: d for d in (
+    moments.DECLARATION,
+    comoments.DECLARATION,
+    histogram.DECLARATION,
+    mutual_info.DECLARATION,
+    class_moments.DECLARATION,
+    target.DECLARATION,
+    target.SKETCH_DECLARATION,
+    sketch_windows.DECLARATION,
+    histogram.QUANTILE_DECLARATION,
+    tiled.DECLARATION,
+    classes.DECLARATION,
+    content_digest.DECLARATION,
+)}
 
-#: Class name (as written to disk) -> statistic class.
-STATISTIC_CLASSES: dict[str, type] = {cls.__name__: cls for cls in STATE_CLASSES}
+
+def selectable() -> list[str]:
+    """The names users may type in ``stats=`` and ``--stats``, in table order."""  # numpydoc ignore=RT01
+    return [name for name, d in STATISTICS.items() if d.selectable]
+
+
+def register(declaration: Declaration) -> Declaration:
+    """Add a built-in-style statistic to :data:`STATISTICS` (what one line of the table does).
+
+    Parameters
+    ----------
+    declaration : Declaration
+        The statistic's declaration; its name must be plain and new.
+
+    Returns
+    -------
+    Declaration
+        ``declaration`` itself.
+
+    Raises
+    ------
+    ValueError
+        The name is not plain, or taken.
+    """
+    if not PLAIN_NAME.fullmatch(declaration.name):
+        raise ValueError(f"a statistic's name is a letter, then letters, digits or '_'; got {declaration.name!r}")
+    if declaration.name in STATISTICS:
+        raise ValueError(f"statistic {declaration.name!r} is declared already; choose another name")
+    STATISTICS[declaration.name] = declaration
+    return declaration
+
+
+def _kept(d: Declaration) -> bool:
+    """Whether summaries keep this statistic's state as a built-in one (by class name and parameters)."""
+    return d.statistic is not None and bool(d.states)
+
+
+def declared_state(statistic: Any) -> type | None:  # numpydoc ignore=PR01,RT01
+    """The state class a built-in statistic declares (its first), None for anything else (a user's)."""
+    for d in STATISTICS.values():
+        if type(statistic) is d.statistic and _kept(d):
+            return d.states[0]
+    return None
+
+
+def fused(statistic: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether the engine's passes build ``statistic`` (not one the first pass runs as given)."""
+    return any(type(statistic) is d.statistic and d.fused and _kept(d) for d in STATISTICS.values())
+
+
+def built_in_states() -> tuple[type, ...]:  # numpydoc ignore=RT01
+    """Every state class the built-in statistics declare (what checkpoints check as daskbatch's own)."""
+    return tuple(dict.fromkeys(cls for d in STATISTICS.values() for cls in d.states))
+
+
+def summary_variables() -> dict[str, Variable]:
+    """Every summary variable the built-in statistics declare, by name, in table order."""  # numpydoc ignore=RT01
+    return {name: v for d in STATISTICS.values() for name, v in d.variables.items()}
+
+
+def footprint_of(stat: Any) -> Footprint:  # numpydoc ignore=PR01,RT01
+    """The memory footprint a statistic declares (``stat.footprint`` or its declaration's), else a cautious one."""
+    declared = getattr(stat, "footprint", None)
+    if isinstance(declared, Footprint):
+        return declared
+    d = STATISTICS.get(getattr(stat, "name", None))  # type: ignore[arg-type]
+    if d is not None and d.footprint is not None and type(stat) is d.statistic:
+        return d.footprint
+    return generic_footprint(stat.name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,35 +146,13 @@ class Kept:  # numpydoc ignore=PR02
     state: Any
 
     def finalize(self) -> Any:
-        """Finalize the kept state, as ``describe`` computes it from the same state.
-
-        Returns
-        -------
-        object
-            The statistic's result.
-        """
+        """Finalize the kept state, as ``describe`` computes it from the same state."""  # numpydoc ignore=RT01
         return self.statistic.finalize(self.state)
 
 
-def statistic_params(statistic: Any) -> dict[str, Any]:
-    """Read the parameters of ``statistic`` as plain JSON values (tuples become lists).
-
-    Parameters
-    ----------
-    statistic : object
-        An instance of a registered statistic class.
-
-    Returns
-    -------
-    dict
-        Field name to value.
-
-    Raises
-    ------
-    TypeError
-        ``statistic`` is not one of the registered classes.
-    """
-    if type(statistic) not in STATE_CLASSES:
+def statistic_params(statistic: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """The parameters of a kept built-in statistic as plain JSON values (tuples become lists)."""
+    if declared_state(statistic) is None:
         raise TypeError(f"{type(statistic).__qualname__} is not a statistic whose state a summary keeps")
     # A request's fields (a histogram's ``range``) are resolved before counting: the state does not depend on them.
     return {
@@ -92,33 +161,117 @@ def statistic_params(statistic: Any) -> dict[str, Any]:
     }
 
 
-def statistic_from_params(class_name: str, params: Any) -> Any:
-    """Rebuild a statistic from :func:`statistic_params`' output and its class name.
-
-    Parameters
-    ----------
-    class_name : str
-        The statistic's class name.
-    params : dict
-        Its parameters, as :func:`statistic_params` wrote them.
-
-    Returns
-    -------
-    object
-        The statistic.
-
-    Raises
-    ------
-    ValueError
-        The name is not a registered statistic, or the parameters are not its
-        fields (one line naming what is wrong).
-    """
-    cls = STATISTIC_CLASSES.get(class_name)
+def statistic_from_params(class_name: str, params: Any) -> Any:  # numpydoc ignore=PR01,RT01
+    """Rebuild a kept statistic from its class name and :func:`statistic_params` (one-line ValueError)."""
+    known = {d.statistic.__name__: d.statistic for d in STATISTICS.values() if d.statistic is not None and d.states}
+    cls = known.get(class_name)
     if cls is None:
-        raise ValueError(f"unknown statistic {class_name!r}; known: {', '.join(sorted(STATISTIC_CLASSES))}")
+        raise ValueError(f"unknown statistic {class_name!r}; known: {', '.join(sorted(known))}")
     names = {f.name for f in dataclasses.fields(cls)}
     if not isinstance(params, dict) or set(params) - names:
         extra = sorted(set(params) - names) if isinstance(params, dict) else params
         raise ValueError(f"parameters of {class_name} are not its fields: {extra!r}")
     # JSON has lists where the statistics hold tuples (they are hashed and compared).
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+
+
+#: The entry-point group in which installed packages register statistics by name.
+ENTRY_POINT_GROUP = "daskbatch.statistics"
+
+#: A user's statistic name doubles as a task-name and checkpoint-folder part: a plain name.
+PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def is_statistic(obj: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether ``obj`` follows the statistic protocol: ``name``, ``chunk``, ``merge``, ``finalize``."""
+    return isinstance(getattr(obj, "name", None), str) and all(
+        callable(getattr(obj, m, None)) for m in ("chunk", "merge", "finalize")
+    )
+
+
+def named_statistic(name: str) -> Any:
+    """A user's statistic from its registered name; a name is never an import path."""  # numpydoc ignore=PR01,RT01
+    shown = short_repr(name, 60)
+    obj: Any = registered(name)()
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise ValueError(f"statistic {shown}: {obj.__qualname__}() needs arguments ({exc})") from None
+    return obj
+
+
+def registered(name: str) -> Callable[[], Any]:  # numpydoc ignore=PR01,RT01
+    """What loads the statistic registered under ``name`` (a one-line ValueError when none is)."""
+    if name in _PYTHON_REGISTRY:
+        factory = _PYTHON_REGISTRY[name]
+        return lambda: factory
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+    if not found:
+        # An import path in data would run the code of any module on sys.path (the working directory too).
+        path = " (an import path, which is never imported)" if ":" in name else ""
+        raise ValueError(
+            f"unknown statistic {short_repr(name, 60)}{path}; choose from {sorted(selectable())}, a name given to "
+            f"db.register_statistic or registered in the {ENTRY_POINT_GROUP!r} entry-point group, or pass your "
+            "statistic object in Python (stats=[MyStat()])"
+        )
+    return next(iter(found)).load
+
+
+#: Statistics that the user's own code registered by name (:func:`register_statistic`).
+_PYTHON_REGISTRY: dict[str, Any] = {}
+
+
+def register_statistic(name: str, statistic: Any) -> Any:
+    """Give a statistic a name that ``stats=`` strings, job files and ``run_job`` may use.
+
+    Registration is code the user runs, so a name in a file only ever picks
+    a statistic that the running program chose to offer; it never imports
+    anything. A package offers its statistics to every program (and to the
+    command line) through the ``daskbatch.statistics`` entry-point group instead.
+
+    Parameters
+    ----------
+    name : str
+        A plain name (a letter, then letters, digits and ``_``) that no built-in statistic uses.
+    statistic : type or object
+        A statistic class (called without arguments when the name is used) or a statistic object.
+
+    Returns
+    -------
+    type or object
+        ``statistic`` itself, so that this can decorate a class.
+
+    Raises
+    ------
+    ValueError
+        The name is not plain, or is a built-in statistic's.
+    TypeError
+        ``statistic`` does not follow the statistic protocol.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import daskbatch as db
+    >>> class Count:
+    ...     name = "count_rows"
+    ...     def chunk(self, x, label=None): return np.array([x.shape[0]])
+    ...     def merge(self, a, b): return a + b
+    ...     def finalize(self, state): return state
+    >>> db.register_statistic("count_rows", Count)  # doctest: +ELLIPSIS
+    <class ...Count'>
+    """
+    if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name):
+        raise ValueError(f"a statistic's name is a letter, then letters, digits or '_'; got {short_repr(name, 60)}")
+    if name in STATISTICS:
+        raise ValueError(f"{name!r} is a built-in statistic's name; choose another")
+    probe = statistic
+    if isinstance(statistic, type):
+        if not all(callable(getattr(statistic, m, None)) for m in ("chunk", "merge", "finalize")):
+            raise TypeError(f"{statistic.__qualname__} has no chunk, merge and finalize: not a statistic")
+    elif not is_statistic(probe):
+        raise TypeError(f"{short_repr(statistic, 60)} is not a statistic (it needs name, chunk, merge, finalize)")
+    _PYTHON_REGISTRY[name] = statistic
+    return statistic
+
+

@@ -44,21 +44,7 @@ NEIGHBOUR_BINS = 3
 
 @dataclass(frozen=True)
 class SuspectValue:  # numpydoc ignore=PR02
-    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel.
-
-    Parameters
-    ----------
-    feature : str
-        The feature's name.
-    value : float
-        The value (the feature's minimum or maximum).
-    side : {"min", "max"}
-        Which end of the feature's values it is.
-    bin_count : int
-        Values in the bin (the quantile sketch's bucket) that holds it.
-    neighbour_count : int
-        Values in the most crowded of the next non-empty bins inward.
-    """
+    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel."""
 
     feature: str
     value: float
@@ -67,13 +53,7 @@ class SuspectValue:  # numpydoc ignore=PR02
     neighbour_count: int
 
     def describe(self) -> str:
-        """Say what was found in a few words, for warnings and tables.
-
-        Returns
-        -------
-        str
-            Such as ``"-999 (the min): 5,000 values in its bucket, at most 3 in the next ones"``.
-        """
+        """Say what was found in a few words, for warnings and tables."""
         return (
             f"{self.value:g} (the {self.side}): {self.bin_count:,} values in its bucket, at most "
             f"{self.neighbour_count:,} in the next ones"
@@ -88,27 +68,7 @@ def suspect_values(
     maximum: np.ndarray,
     judged: np.ndarray | None = None,
 ) -> tuple[SuspectValue, ...]:
-    """Find the features whose minimum or maximum piles up at the edge of their values (see the module's notes).
-
-    Parameters
-    ----------
-    names : sequence of str
-        The feature names, (D,).
-    counts : numpy.ndarray
-        Counts in bins of increasing value, (D, bins).
-    edges : numpy.ndarray
-        The bins' edges, (bins + 1,) for all features or (D, bins + 1).
-    minimum, maximum : numpy.ndarray
-        Each feature's finite minimum and maximum, (D,).
-    judged : numpy.ndarray, optional
-        Bool (D, 2): whether each feature's minimum and maximum lie in a bin
-        that holds one value (default: all of them).
-
-    Returns
-    -------
-    tuple of SuspectValue
-        By feature, the minimum before the maximum.
-    """
+    """Find the features whose minimum or maximum piles up at the edge of their values (see the module's notes)."""
     counts = np.asarray(counts, dtype=np.float64)
     edges = np.broadcast_to(
         np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)

@@ -8,12 +8,16 @@ fit a worker (:data:`WINDOWS`, :data:`WINDOWED_FOOTPRINTS`, :func:`window_of`).
 
 from __future__ import annotations
 
-from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch
+from typing import Any
+
+import numpy as np
+
+from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
+from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch, SketchState
 from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 
 __all__ = [
-    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINT", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
+    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
     "state_bytes_per_feature", "window_of",
 ]
 
@@ -26,20 +30,7 @@ _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
 def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
-    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema and distinct values.
-
-    Parameters
-    ----------
-    window : int or None
-        ``Sketch.window``.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema and distinct values."""
     sketch = Sketch(window=window)
     # float64 values and counts, and how many are held (daskbatch.stats.sketch_distinct)
     distinct = sketch.values_kept * 2 * 8 + 8
@@ -111,24 +102,51 @@ WINDOWS: tuple[tuple[int, str, float], ...] = (
 )
 #: Their footprints, in that order (each named ``"sketch"``; :func:`window_of` tells them apart).
 WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c, _ in WINDOWS)
-#: The footprint of the sketch with :data:`WINDOW` buckets per sign (33 kB a feature), the first ``describe`` tries.
-WINDOWED_FOOTPRINT = WINDOWED_FOOTPRINTS[0]
 
 
 def window_of(stat: object) -> tuple[int, str, float] | None:
-    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else.
-
-    Parameters
-    ----------
-    stat : object
-        A statistic name or footprint of a plan.
-
-    Returns
-    -------
-    (int, str, float) or None
-        The window, count dtype and relative accuracy of the windowed sketch planned.
-    """
+    """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else."""
     for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
         if stat is footprint:
             return chosen
     return None
+
+
+def _sketch_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The window of sketch slots that hold counts, and the finite extrema (its layout in the provenance)."""
+    if "sketch" not in done.results:
+        return {}
+    r = done.results["sketch"]
+    # The full layout holds ~27,600 slots per feature; data rarely span more than a few decades, so the
+    # summary keeps only the columns from the first to the last non-empty slot over all features (and records
+    # where they start).
+    counts, slots = r.runs()  # the other columns are empty
+    held = counts > 0
+    first, stop = (int(slots[held].min()), int(slots[held].max()) + 1) if held.any() else (0, 0)
+    window = np.zeros((counts.shape[0], stop - first), dtype=counts.dtype)  # float64 sums of weights when weighted
+    rows = np.nonzero(held)[0]
+    window[rows, slots[held] - first] = counts[held]  # a feature's held slots are distinct
+    done.provenance["sketch"] = {
+        "alpha": r.alpha, "min_magnitude": r.min_magnitude, "max_magnitude": r.max_magnitude,
+        "first_slot": first, "window": r.window,
+    }
+    extrema = np.stack([np.asarray(r.finite_min), np.asarray(r.finite_max)], axis=1)
+    return {"sketch_counts": window, "sketch_extrema": extrema}
+
+
+def _accuracy(summary: Any) -> dict[str, Any]:
+    """The sketch's relative accuracy, from the provenance."""
+    spec = summary.provenance.get("sketch")
+    return {"relative_accuracy": float(spec.get("alpha", float("nan")))} if isinstance(spec, dict) else {}
+
+
+DECLARATION = Declaration(
+    "sketch", Sketch, states=(SketchState,), footprint=FOOTPRINT,
+    variables={
+        "sketch_counts": count(("feature", "sketch_slot"), "quantile sketch counts", state=True, settings=_accuracy),
+        "sketch_extrema": Variable(("feature", "extreme"), "finite minimum and maximum seen by the quantile sketch",
+                                   state=True),
+    },
+    summarize=_sketch_variables,
+    kernels=("daskbatch.stats.kernels:sketch", "daskbatch.stats.kernels:sketch_merge"),
+)

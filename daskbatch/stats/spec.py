@@ -1,12 +1,12 @@
-"""What to compute: the built-in statistics' declarations, and statistic objects from user input.
+"""What to compute: statistic objects from what a user asks for, and which of them a run computes.
 
-The one place that turns what a user asks for (``stats="moments,cov"``,
-``stats=[Moments(ddof=0), "hist"]``) into what
-:func:`daskbatch.describe`, :class:`daskbatch.Accumulator`, :func:`daskbatch.plan`
-and the CLI compute: :func:`configured` builds the statistic objects, with
-their parameters, that everything above this layer reads. Which of them a run
-computes (with a label, groups or a target) is :mod:`daskbatch.stats.wanted`;
-histogram ranges are :mod:`daskbatch.stats.ranges`.
+The one place that turns ``stats="moments,cov"`` or ``stats=[Moments(ddof=0), "hist"]``
+into what :func:`daskbatch.describe`, :class:`daskbatch.Accumulator`, :func:`daskbatch.plan`
+and the CLI compute (:func:`configured`), reading the built-in statistics from
+:data:`daskbatch.stats.registry.STATISTICS`; histogram ranges are
+:mod:`daskbatch.stats.ranges`. Which of them a run computes
+(what a label, groups or a continuous target add or leave out) is decided here
+too: :func:`describe_statistics`, :func:`grouped_statistics`, :func:`target_statistics`.
 """
 
 from __future__ import annotations
@@ -20,63 +20,36 @@ import numpy as np
 from daskbatch._arguments import strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import (
-    STATISTICS,
     ClassMoments,
     CoMoments,
     Histogram,
     Moments,
     MutualInformation,
-    Sketch,
 )
-from daskbatch.stats.footprint import Footprint, generic_footprint
-from daskbatch.stats.named import (
+from daskbatch.stats.declaration import Declaration
+from daskbatch.stats.registry import (
     PLAIN_NAME,
+    STATISTICS,
     is_statistic,
     named_statistic,
     registered,
 )
+from daskbatch.stats.target import TargetMoments, TargetSketch, checked_cuts
 
 # class_moments is in the default so that db.select(db.describe(x, y)) has the inputs of its
 # default score (ANOVA F); like mi it is computed only when there is a label.
 DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
-#: Entry-point group under which installed packages register statistics by name (``--stats mystat``).
 
 
-@dataclasses.dataclass(frozen=True)
-class Requested:  # numpydoc ignore=PR02
-    """A built-in statistic as users name it, and what it declares: what describe and the stream branch on.
 
-    Parameters
-    ----------
-    name : str
-        The name users type (``"mi"``).
-    statistic : type
-        Its statistic class (``"mi"``: :class:`~daskbatch.stats.MutualInformation`).
-    needs_label, needs_class_label : bool, default False
-        Computed only with a label or a continuous target (left out without one); only with a class label.
-    needs_ranges, by_label : bool, default False
-        Counts into bins whose ranges are given or found by a first pass; per class of the label.
-    """
-
-    name: str
-    statistic: type
-    needs_label: bool = False
-    needs_class_label: bool = False
-    needs_ranges: bool = False
-    by_label: bool = False
+MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH = (
+    STATISTICS[n] for n in ("moments", "cov", "hist", "mi", "class_moments", "sketch"))
 
 
-MOMENTS = Requested("moments", Moments)
-COV = Requested("cov", CoMoments)
-HIST = Requested("hist", Histogram, needs_ranges=True)
-#: Mutual information, from the joint tables of the histogram by label (counted in place of ``hist``).
-MI = Requested("mi", MutualInformation, needs_label=True, needs_ranges=True, by_label=True)
-CLASS_MOMENTS = Requested("class_moments", ClassMoments, needs_label=True, needs_class_label=True)
-SKETCH = Requested("sketch", Sketch)
-#: Every built-in statistic by the name users type: the one place that reads those names.
-BUILT_IN: dict[str, Requested] = {r.name: r for r in (MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH)}
-assert set(BUILT_IN) == set(STATISTICS)
+def _built_in() -> dict[str, Declaration]:
+    """The statistics users may name that the engine's passes build, by name (read from the one table)."""
+    return {n: d for n, d in STATISTICS.items() if d.selectable and d.fused}
 
 
 #: Default of every parameter a keyword shortcut fills (from daskbatch.yaml), and the statistics that carry it.
@@ -91,19 +64,8 @@ SHORTCUTS: dict[str, tuple[Any, tuple[type, ...]]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Configured:  # numpydoc ignore=PR02
-    """The built-in statistics of one run with their parameters, and a user's own: what :func:`configured` builds.
-
-    Parameters
-    ----------
-    wanted : tuple
-        The built-in statistics asked for, configured, moments first.
-    user : tuple
-        A user's statistics, in order.
-    moments, cov, histogram, mi, class_moments : object
-        Every built-in statistic as this run configures it, asked for or not
-        (a run with ``groups`` adds the histograms by label, ``like=`` fixes bins).
-    """
+class Configured:
+    """The built-in statistics of one run with their parameters, and a user's own: what :func:`configured` builds."""
 
     wanted: tuple[Any, ...]
     user: tuple[Any, ...]
@@ -115,43 +77,12 @@ class Configured:  # numpydoc ignore=PR02
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Name the built-in statistics asked for (moments first).
-
-        Returns
-        -------
-        tuple of str
-            Their names.
-        """
+        """Name the built-in statistics asked for (moments first)."""
         return tuple(s.name for s in self.wanted)
 
 
 def configured(stats: Any, **shortcuts: Any) -> Configured:
-    """Build the statistic objects of ``stats`` with their parameters: the one builder above ``stats/``.
-
-    Names (``"cov"``, ``"moments,hist"``) build the built-in statistics with
-    the keyword ``shortcuts`` (describe's ``ddof=``, ``bins=``, ...; None: not
-    given), else with what the objects among ``stats`` say (a parameter shared
-    by several statistics, such as ``ddof`` or ``bins``, is one per run), else
-    with the defaults. Objects of the built-in classes keep their parameters;
-    other objects, and names of a user's statistics, are a user's statistics.
-
-    Parameters
-    ----------
-    stats : str or sequence
-        Names, comma-separated names, statistic objects.
-    **shortcuts
-        Values of the keys of :data:`SHORTCUTS`, or None.
-
-    Returns
-    -------
-    Configured
-        The statistics.
-
-    Raises
-    ------
-    ValueError
-        One line naming two values of one parameter that disagree, or a bad value.
-    """
+    """Build the statistic objects of ``stats`` with their parameters: the one builder above ``stats/``."""
     names, objects = _split(stats)
     given: dict[type, Any] = {}
     for obj in (o for o in objects if type(o) in _BUILT_IN_TYPES):
@@ -165,15 +96,17 @@ def configured(stats: Any, **shortcuts: Any) -> Configured:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {values['nan_policy']!r}")
     if values["classes"] is not None:
         values["classes"] = tuple(int(c) for c in values["classes"])
-    built: dict[type, Any] = {cls: cls(**{k: v for k, v in values.items() if cls in SHORTCUTS[k][1]})
-                               for cls in (Moments, CoMoments, Histogram, MutualInformation, ClassMoments)}
-    built[Sketch] = given.get(Sketch, Sketch())
+    built: dict[str, Any] = {}
+    for name, declared in _built_in().items():  # a statistic without shortcut parameters: as given, else default
+        cls: Any = declared.statistic
+        keys = [k for k, (_, carriers) in SHORTCUTS.items() if cls in carriers]
+        built[name] = cls(**{k: values[k] for k in keys}) if keys else given.get(cls, cls())
     order = (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
     return Configured(
-        wanted=tuple(built[BUILT_IN[n].statistic] for n in order),
+        wanted=tuple(built[n] for n in order),
         user=tuple(o for o in objects if type(o) not in _BUILT_IN_TYPES),
-        moments=built[Moments], cov=built[CoMoments], histogram=built[Histogram], mi=built[MutualInformation],
-        class_moments=built[ClassMoments],
+        moments=built["moments"], cov=built["cov"], histogram=built["hist"], mi=built["mi"],
+        class_moments=built["class_moments"],
     )
 
 
@@ -207,109 +140,38 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
 
 
-def requested(stats: Any) -> tuple[Requested, ...]:
-    """Turn the built-in statistic names among ``stats`` into what they declare (moments first).
-
-    Parameters
-    ----------
-    stats : str or sequence
-        The requested statistics (names, comma-separated names, statistic objects).
-
-    Returns
-    -------
-    tuple of Requested
-        The built-in statistics, in :func:`normalize_stats`'s order.
-    """
-    return tuple(BUILT_IN[n] for n in normalize_stats(stats))
+def requested(stats: Any) -> tuple[Declaration, ...]:
+    """Turn the built-in statistic names among ``stats`` into what they declare (moments first)."""
+    return tuple(STATISTICS[n] for n in normalize_stats(stats))
 
 
-def names_of(wanted: Sequence[Requested]) -> tuple[str, ...]:
-    """List the names of ``wanted`` (for the planner and the provenance).
-
-    Parameters
-    ----------
-    wanted : sequence of Requested
-        Built-in statistics.
-
-    Returns
-    -------
-    tuple of str
-        Their names, in order.
-    """
+def names_of(wanted: Sequence[Declaration]) -> tuple[str, ...]:
+    """List the names of ``wanted`` (for the planner and the provenance)."""
     return tuple(r.name for r in wanted)
 
 
-def counts_histograms(wanted: Sequence[Requested]) -> bool:
-    """Tell whether any of ``wanted`` counts into bins (needs ranges).
-
-    Parameters
-    ----------
-    wanted : sequence of Requested
-        Built-in statistics.
-
-    Returns
-    -------
-    bool
-        True when one does.
-    """
+def counts_histograms(wanted: Sequence[Declaration]) -> bool:
+    """Tell whether any of ``wanted`` counts into bins (needs ranges)."""
     return any(r.needs_ranges for r in wanted)
 
 
-def counts_by_label(wanted: Sequence[Requested]) -> bool:
-    """Tell whether the histograms of ``wanted`` are counted per class of the label.
-
-    Parameters
-    ----------
-    wanted : sequence of Requested
-        Built-in statistics.
-
-    Returns
-    -------
-    bool
-        True when they are.
-    """
+def counts_by_label(wanted: Sequence[Declaration]) -> bool:
+    """Tell whether the histograms of ``wanted`` are counted per class of the label."""
     return any(r.by_label for r in wanted)
 
 
 def normalize_stats(stats: Any) -> tuple[str, ...]:
-    """Validate statistic names (``"moments"`` is always computed and listed first).
-
-    ``stats`` is a name, a comma-separated string of names, or a sequence of
-    names and statistic objects; the objects and the names of a user's
-    statistics (registered in the ``daskbatch.statistics`` entry-point
-    group) are left to :func:`user_statistics`.
-
-    Parameters
-    ----------
-    stats : str or sequence
-        The requested statistics.
-
-    Returns
-    -------
-    tuple of str
-        The validated built-in names, ``"moments"`` first.
-    """
+    """Validate statistic names (``"moments"`` is always computed and listed first)."""
     names, _ = _split(stats)
     return (MOMENTS.name,) + tuple(n for n in dict.fromkeys(names) if n != MOMENTS.name)
 
 
-#: The classes of the built-in statistics: an object of one is configured, not a user's statistic.
-_BUILT_IN_TYPES = frozenset(STATISTICS.values())
+#: The classes of the built-in statistics the passes build: an object of one is configured, not a user's statistic.
+_BUILT_IN_TYPES = frozenset(d.statistic for d in _built_in().values())
 
 
 def statistic_items(stats: Any) -> tuple[Any, ...]:
-    """Split ``stats`` into its items: one name, comma string or statistic, or a sequence of them.
-
-    Parameters
-    ----------
-    stats : str, statistic or sequence
-        What ``describe``'s ``stats`` takes.
-
-    Returns
-    -------
-    tuple
-        The items.
-    """
+    """Split ``stats`` into its items: one name, comma string or statistic, or a sequence of them."""
     if isinstance(stats, str) or is_statistic(stats) or type(stats) in _BUILT_IN_TYPES:
         return (stats,)
     return tuple(stats)
@@ -330,53 +192,26 @@ def _split(stats: Any) -> tuple[list[str], list[Any]]:
             objects.append(part)
             continue
         for name in (n.strip() for n in part.split(",")):
-            if name in STATISTICS:
+            declared = STATISTICS.get(name)
+            if declared is not None and declared.selectable and declared.fused:
                 names.append(name)
+            elif declared is not None and declared.selectable and declared.statistic is not None:
+                objects.append(declared.statistic())  # a declared statistic the first pass runs as given
             elif name:
                 objects.append(named_statistic(name))
     return names, objects
 
 
 def check_statistic_names(names: str | Sequence[str]) -> None:
-    """Check that every name is a built-in or a registered statistic, loading none of them.
-
-    What a job file names is checked when the file is read, before anything
-    runs or is written.
-
-    Parameters
-    ----------
-    names : str or sequence of str
-        Names, or comma-separated names.
-
-    Raises
-    ------
-    ValueError
-        One line naming the first name that is neither.
-    """
+    """Check that every name is a built-in or a registered statistic, loading none of them."""
     for part in statistic_items(names):
         for name in (n.strip() for n in str(part).split(",")):
-            if name and name not in STATISTICS:
+            if name and not (name in STATISTICS and STATISTICS[name].selectable):
                 registered(name)
 
 
 def user_statistics(stats: Any) -> tuple[Any, ...]:
-    """Pick the statistic objects among ``stats`` (a user's own), checked against the protocol.
-
-    Each needs a plain ``name`` that no built-in statistic uses, and ``chunk(x,
-    label=None)``, ``merge(a, b)`` and ``finalize(state)`` (see
-    :class:`~daskbatch.stats._base.Statistic`); names of statistics
-    (registered in the entry-point group) are built by :func:`named_statistic`.
-
-    Parameters
-    ----------
-    stats : str or sequence
-        The requested statistics, names and objects.
-
-    Returns
-    -------
-    tuple
-        The statistic objects, in order.
-    """
+    """Pick the statistic objects among ``stats`` (a user's own), checked against the protocol."""
     found: list[Any] = []
     for obj in _split(stats)[1]:
         if type(obj) in _BUILT_IN_TYPES:
@@ -386,10 +221,11 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
                 f"{obj!r} is neither a statistic name nor a statistic: it needs a str 'name' and "
                 "chunk(x, label=None), merge(a, b) and finalize(state) methods"
             )
-        if not PLAIN_NAME.fullmatch(obj.name) or obj.name in STATISTICS:
+        declared = STATISTICS.get(obj.name)
+        if not PLAIN_NAME.fullmatch(obj.name) or (declared is not None and type(obj) is not declared.statistic):
             raise ValueError(
                 f"statistic name {obj.name!r} must be a plain name ([A-Za-z][A-Za-z0-9_]*) "
-                f"other than the built-in {sorted(STATISTICS)}"
+                f"other than the built-in {sorted(n for n, d in STATISTICS.items() if d.selectable)}"
             )
         if obj.name in {s.name for s in found}:
             raise ValueError(f"two statistics are named {obj.name!r}")
@@ -397,18 +233,45 @@ def user_statistics(stats: Any) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def footprint_of(stat: Any) -> Footprint:
-    """Get the memory footprint a statistic declares (``stat.footprint``), else a cautious default.
+def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tuple[Declaration, ...]:
+    """What :func:`daskbatch.describe` computes for ``stats``: without the label's statistics when there is none."""
+    wanted = requested(stats)
+    if not labelled:
+        refused = [r.name for r in wanted if r.needs_class_label]
+        if refused and not _the_default(wanted):
+            raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
+        wanted = tuple(r for r in wanted if not r.needs_label)
+    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:
+        wanted += (SKETCH,)
+    return wanted
 
-    Parameters
-    ----------
-    stat : object
-        A statistic.
 
-    Returns
-    -------
-    Footprint
-        Its footprint.
-    """
-    declared = getattr(stat, "footprint", None)
-    return declared if isinstance(declared, Footprint) else generic_footprint(stat.name)
+def _the_default(wanted: tuple[Declaration, ...]) -> bool:
+    """Tell whether ``wanted`` is the default, whose label statistics are skipped without a label (a sketch aside)."""
+    return tuple(r for r in wanted if r is not SKETCH) == requested(DEFAULT_STATS)
+
+
+def grouped_statistics(wanted: tuple[Declaration, ...]) -> tuple[Declaration, ...]:
+    """Add what ``describe(x, groups=g)`` computes by group to ``wanted``."""
+    added = (CLASS_MOMENTS, MI) if counts_histograms(wanted) else (CLASS_MOMENTS,)
+    return (*wanted, *(r for r in added if r not in wanted))
+
+
+def target_statistics(
+    stats: Any, wanted: tuple[Declaration, ...], target_bins: Any
+) -> tuple[tuple[Declaration, ...], tuple[Any, ...], tuple[int, ...] | None, tuple[float, ...] | None]:
+    """Decide what a run with a continuous target (``describe(x, target=y)``) computes."""
+    given = None
+    if isinstance(target_bins, (int, np.integer)):
+        n_bins = strict_int(target_bins, "target_bins", minimum=2)
+    else:
+        given = checked_cuts(target_bins)
+        n_bins = len(given) + 1
+    refused = [r.name for r in requested(stats) if r.needs_class_label]
+    if refused and not _the_default(requested(stats)):
+        raise ValueError(f"statistic {refused[0]!r} needs a class label; with target= select ranks by "
+                         "'f_regression', 'r_regression' or 'mi'")
+    wanted = tuple(r for r in wanted if not r.needs_class_label)
+    if not counts_by_label(wanted):
+        return wanted, (TargetMoments(),), None, given
+    return wanted, (TargetMoments(), TargetSketch()), tuple(range(n_bins)), given

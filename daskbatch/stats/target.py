@@ -28,17 +28,24 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.declaration import (
+    KERNEL_PATHS,
+    Declaration,
+    Finished,
+    Footprint,
+    Variable,
+    count,
+)
+from daskbatch.stats.moments import first_finite
+from daskbatch.stats.numerics import (
     as_float64,
     central_moment,
     handles_overflow,
     merge_shifted_means,
     safe_divisor,
 )
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.footprint import KERNEL_PATHS, Footprint
-from daskbatch.stats.moments import first_finite
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
 from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
 
@@ -48,12 +55,7 @@ __all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "Target
 
 @dataclass(frozen=True, eq=False)
 class TargetMomentsState(State):
-    """Mergeable state, every field float64 of shape (D,).
-
-    Over the ``n`` rows where feature d is finite: the feature's mean
-    ``x_shift + x_mean`` and the target's ``y_shift + y_mean``, their sums of
-    squared deviations ``x_m2``, ``y_m2`` and the co-moment ``c``.
-    """
+    """Mergeable state, every field float64 of shape (D,)."""
 
     n: Array
     x_shift: Array
@@ -84,22 +86,7 @@ def _empty_target_moments(xp: Namespace, n_features: int, dev: object = None) ->
 
 
 def check_target_block(xp: Namespace, y: Array, rows: int) -> Array:
-    """Return one chunk's target as float64, refusing a wrong length or a non-finite value.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace of ``y``.
-    y : array or None
-        The target of each row of the chunk.
-    rows : int
-        Rows of the chunk.
-
-    Returns
-    -------
-    array
-        ``y`` as float64.
-    """
+    """Return one chunk's target as float64, refusing a wrong length or a non-finite value."""
     if y is None:
         raise ValueError("statistics of a target need the target of every chunk")
     if y.shape != (rows,):
@@ -240,38 +227,13 @@ def _target_sketch_state(d: int, bins: int, k: int | None, tile: int | None) -> 
 
 @dataclass(frozen=True)
 class TargetSketch(Sketch):  # numpydoc ignore=PR02
-    """The quantile sketch of the target alone (one column), whatever the features.
-
-    Parameters
-    ----------
-    alpha : float
-        As :class:`~daskbatch.stats.Sketch`.
-    min_magnitude : float
-        As :class:`~daskbatch.stats.Sketch`.
-    max_magnitude : float
-        As :class:`~daskbatch.stats.Sketch`.
-    """
+    """The quantile sketch of the target alone (one column), whatever the features."""
 
     name = "target_sketch"
     needs_label = True
 
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> SketchState:
-        """Count one chunk's target values into the sketch.
-
-        Parameters
-        ----------
-        x : array
-            The block (only its rows are used).
-        label : array
-            The target of each row (finite; required).
-        weights : array, optional
-            The weight of each row, as :class:`~daskbatch.stats.Sketch` takes them.
-
-        Returns
-        -------
-        SketchState
-            The state of a one-column sketch.
-        """
+        """Count one chunk's target values into the sketch."""
         xp = namespace(x)
         if x.shape[0] == 0:
             return super().chunk(xp.zeros((0, 1), dtype=xp.float64, device=device(x)), weights=weights)
@@ -288,18 +250,7 @@ class TargetSketch(Sketch):  # numpydoc ignore=PR02
 
 
 def checked_cuts(cuts: Any) -> tuple[float, ...]:
-    """Validate cut points of a target given by the user: finite, strictly increasing, at least one.
-
-    Parameters
-    ----------
-    cuts : sequence of float
-        The cuts.
-
-    Returns
-    -------
-    tuple of float
-        The cuts.
-    """
+    """Validate cut points of a target given by the user: finite, strictly increasing, at least one."""
     if isinstance(cuts, (str, bytes)) or not hasattr(cuts, "__len__"):
         raise TypeError(f"target_bins must be a number of bins or a sequence of cuts, got {cuts!r}")
     values = tuple(float(c) for c in cuts)
@@ -311,24 +262,36 @@ def checked_cuts(cuts: Any) -> tuple[float, ...]:
 
 
 def target_cuts(sketch: SketchResult, bins: int) -> tuple[float, ...]:
-    """Cut points of the target at its ``1/bins, ..., (bins-1)/bins`` quantiles, from its sketch.
-
-    Ties (a target with few distinct values) merge cuts, so there may be fewer
-    bins; a cut at the minimum would leave the first bin empty and is dropped.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The finalized :class:`TargetSketch`.
-    bins : int
-        The number of quantile bins wanted.
-
-    Returns
-    -------
-    tuple of float
-        Strictly increasing cuts, for :class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``.
-    """
+    """Cut points of the target at its ``1/bins, ..., (bins-1)/bins`` quantiles, from its sketch."""
     q = np.arange(1, bins, dtype=np.float64) / bins
     cuts = np.unique(np.asarray(sketch.quantile(q), dtype=np.float64)[0])
     lowest = float(np.asarray(sketch.finite_min)[0])
     return tuple(float(c) for c in cuts[np.isfinite(cuts) & (cuts > lowest)])
+
+
+def _target_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """The co-moments of every feature with the continuous target (the input of f_regression)."""
+    if "target_moments" not in done.results:
+        return {}
+    t = done.results["target_moments"]
+    return {"target_count": t.count, "target_mean": t.y_mean, "target_m2": t.y_m2, "target_x_m2": t.x_m2,
+            "target_comoment": t.comoment}
+
+
+_F = ("feature",)
+#: Added by the engine with ``describe(x, target=y)``, not asked for by name.
+DECLARATION = Declaration(
+    "target_moments", TargetMoments, states=(TargetMomentsState,), needs_label=True, selectable=False,
+    variables={
+        "target_count": count(_F, "number of finite values of the feature (rows used with the target)", "float64"),
+        "target_mean": Variable(_F, "mean of the target over the rows where the feature is finite"),
+        "target_m2": Variable(_F, "sum of squared deviations of the target from its mean"),
+        "target_x_m2": Variable(_F, "sum of squared deviations of the feature from its mean"),
+        "target_comoment": Variable(_F, "sum of products of the feature's and the target's deviations"),
+    },
+    summarize=_target_variables,
+)
+#: The target's quantile sketch, whose cuts are the classes of ``mi``'s tables with a target.
+SKETCH_DECLARATION = Declaration(
+    "target_sketch", TargetSketch, states=(SketchState,), needs_label=True, selectable=False,
+)

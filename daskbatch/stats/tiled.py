@@ -24,16 +24,17 @@ import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import (
-    State,
+from daskbatch.stats._base import State
+from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
+from daskbatch.stats.declaration import Declaration
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
     as_float64,
     handles_overflow,
     merge_shifted_means,
     safe_divisor,
 )
-from daskbatch.stats._weight_sums import RATIO_FORM_FROM
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,27 +57,13 @@ class WeightedCrossCoMomentsState(CrossCoMomentsState):
 
 
 def complete_rows(s: CrossCoMomentsState) -> Array:
-    """Count the complete rows of a state, weighted or not.
-
-    Parameters
-    ----------
-    s : CrossCoMomentsState
-        A state.
-
-    Returns
-    -------
-    array
-        The number of rows (0-d; ``n`` itself without weights).
-    """
+    """Count the complete rows of a state, weighted or not."""
     return s.rows if isinstance(s, WeightedCrossCoMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
 class CrossCoMomentsResult:
-    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations).
-
-    With sample weights ``weight_sum`` is the weight sum of those rows (else None).
-    """
+    """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations)."""
 
     n: Array
     mean_a: Array
@@ -223,25 +210,11 @@ def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsStat
 def finalize_tile(
     s: CrossCoMomentsState, var_a: Array, var_b: Array, ddof: int, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Compute the covariance and correlation of one tile, as ``CoMoments.finalize`` does.
-
-    Parameters
-    ----------
-    s : CrossCoMomentsState
-        The tile's merged state.
-    var_a, var_b : array
-        The co-moment diagonals (sums of squared deviations) of both sides,
-        from the diagonal tiles.
-    ddof : int
-        Delta degrees of freedom of the covariance.
-    diagonal : bool
-        Whether the tile lies on the main diagonal.
-
-    Returns
-    -------
-    cov : array
-        The tile's covariance.
-    corr : array
-        The tile's correlation.
-    """
+    """Compute the covariance and correlation of one tile, as ``CoMoments.finalize`` does."""
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
+
+
+#: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
+DECLARATION = Declaration(
+    "tiled_cov", None, states=(CrossCoMomentsState, WeightedCrossCoMomentsState), selectable=False,
+)

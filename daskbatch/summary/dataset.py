@@ -2,81 +2,55 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from daskbatch.summary.attrs import (
-    COUNT_FIELDS,
-    FORMAT,
-    count_array,
-    decode_provenance,
-    encode_provenance,
-    variable_attrs,
-)
-from daskbatch.summary.fields import (
-    CLASS_FIELDS,
-    COUNT_FIELDS_INT,
-    DEFAULT_QUANTILES,
-    PER_FEATURE,
-    TARGET_FIELDS,
-)
-from daskbatch.summary.user_results import results_from_variables, user_variables
+from daskbatch.stats.registry import STATISTICS, summary_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = ["group_dataset", "fields_from_xarray", "summary_to_xarray"]
+__all__ = [
+    "DEFAULT_QUANTILES", "FORMAT", "USER_ATTR", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
+    "fields_from_xarray", "group_dataset", "quantile_label", "results_from_variables", "summary_to_xarray",
+    "user_variables", "variable_attrs",
+]
+
+#: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
+DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+
+
+def quantile_label(q: float) -> str:
+    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``)."""
+    if q == 0.5:
+        return "median"
+    pct = round(100 * q, 6)
+    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
+
+
+
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:
-    """Convert the statistics to an ``xarray.Dataset`` with CF-style labels.
-
-    Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
-    ``edge``, ``slot`` (-1: below the range, then the bins, then above),
-    ``class`` (the label values) and ``quantile``, each with a coordinate;
-    ``bin_centre`` (feature, bin) holds the centre of every bin and
-    ``quantiles`` (feature, quantile) the values of :meth:`Summary.quantile`.
-    A user's statistics' results are variables named after them (see
-    :mod:`daskbatch.summary.user_results`). Variables carry ``long_name``,
-    ``units`` where the statistic has its own (``"1"`` for counts,
-    ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
-    (``ddof``, ``bias``); counts are int64. The provenance becomes one
-    dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to convert.
-    states : bool, default False
-        Also the quantile sketch's buckets (``sketch_counts``, dimension
-        ``sketch_slot``, and ``sketch_extrema``, dimension ``extreme``): the
-        internal state quantiles are read from, which :func:`fields_from_xarray`
-        needs to answer any other probability. Many times the size of the
-        results on wide data, so left out by default.
-    quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-        The probabilities of the ``quantiles`` variable (empty: none).
-
-    Returns
-    -------
-    xarray.Dataset
-        The statistics.
-    """
+    """Convert the statistics to an ``xarray.Dataset`` with CF-style labels."""
     import xarray as xr  # lazy: xarray
 
-    def _var(dims: Any, name: str, values: Any) -> Any:
-        """Build the variable ``name`` with its attributes (counts as int64)."""
-        if name in COUNT_FIELDS_INT:
-            values = count_array(values)
-        return xr.Variable(dims, values, attrs=variable_attrs(name, summary.provenance, summary.cov_count))
+    declared = summary_variables()
 
-    data: dict[str, Any] = {name: _var("feature", name, getattr(summary, name)) for name in PER_FEATURE}
-    if summary.weight_sum is not None:
-        data["weight_sum"] = _var("feature", "weight_sum", summary.weight_sum)
-    if summary.cov is not None:
-        data["cov"] = _var(("feature", "feature2"), "cov", summary.cov)
-        data["corr"] = _var(("feature", "feature2"), "corr", summary.corr)
+    def _var(name: str, values: Any) -> Any:
+        """Build the variable ``name`` as its statistic declares it (counts as int64)."""
+        if declared[name].count:
+            values = count_array(values)
+        return xr.Variable(declared[name].dims, values, attrs=variable_attrs(name, summary))
+
+    data: dict[str, Any] = {
+        name: _var(name, value) for name, value in summary.variables.items()
+        if value is not None and declared[name].dims is not None and not declared[name].state
+    }
     # Object dtype: zarr v3 stores it as variable-length UTF-8 (fixed-width <U has no v3 spec).
     names = np.array(summary.feature_names, dtype=object)
     coords: dict[str, Any] = {"feature": ("feature", names, {"long_name": "feature"})}
@@ -84,10 +58,6 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         coords["feature2"] = ("feature2", names, {"long_name": "feature (second of a pair)"})
     if summary.hist_counts is not None:
         assert summary.hist_edges is not None
-        data["hist_counts"] = _var(("feature", "bin"), "hist_counts", summary.hist_counts)
-        data["hist_edges"] = _var(("feature", "edge"), "hist_edges", summary.hist_edges)
-        data["underflow"] = _var("feature", "underflow", summary.underflow)
-        data["overflow"] = _var("feature", "overflow", summary.overflow)
         bins = summary.hist_counts.shape[1]
         coords["bin"] = ("bin", np.arange(bins, dtype=np.int64), {"long_name": "histogram bin"})
         coords["edge"] = ("edge", np.arange(bins + 1, dtype=np.int64), {"long_name": "histogram edge"})
@@ -95,20 +65,11 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         centres = 0.5 * (summary.hist_edges[:, :-1] + summary.hist_edges[:, 1:])
         coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
     if summary.joint_counts is not None:
-        data["joint_counts"] = _var(("feature", "slot", "class"), "joint_counts", summary.joint_counts)
         slots = summary.joint_counts.shape[1]
         coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
             "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
         })
-    if summary.mi is not None:
-        data["mi"] = _var("feature", "mi", summary.mi)
-    for name in CLASS_FIELDS:
-        if getattr(summary, name) is not None:
-            data[name] = _var(("feature", "class"), name, getattr(summary, name))
-    for name in TARGET_FIELDS:
-        if getattr(summary, name) is not None:
-            data[name] = _var("feature", name, getattr(summary, name))
-    if summary.classes is not None and ("joint_counts" in data or "class_count" in data):
+    if summary.classes is not None and any("class" in data[n].dims for n in data):
         coords["class"] = ("class", np.asarray(summary.classes, dtype=np.int64), {"long_name": "label value"})
     if len(quantiles) and (summary.sketch_counts is not None or summary.hist_counts is not None):
         probs = np.asarray([float(q) for q in quantiles], dtype=np.float64)
@@ -120,16 +81,12 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
     for v in user_variables(summary.extra, summary.n_features, set(data)):
         data[v.name] = xr.Variable(v.dims, v.values, attrs=v.attrs)
     if states and summary.sketch_counts is not None:
-        data["sketch_counts"] = _var(("feature", "sketch_slot"), "sketch_counts", summary.sketch_counts)
-        data["sketch_extrema"] = _var(("feature", "extreme"), "sketch_extrema", summary.sketch_extrema)
+        data.update({n: _var(n, v) for n, v in summary.variables.items() if declared[n].state and v is not None})
         first = int(summary.provenance.get("sketch", {}).get("first_slot", 0))
         width = summary.sketch_counts.shape[1]
         coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
                                  {"long_name": "quantile sketch slot"})
         coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
-    if summary.quantile_counts is not None:
-        data["quantile_counts"] = _var(("feature", "quantile_cell"), "quantile_counts", summary.quantile_counts)
-        data["quantile_range"] = _var(("feature", "end"), "quantile_range", summary.quantile_range)
     attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
     if summary.cov_count is not None:
         attrs["cov_count"] = int(summary.cov_count)
@@ -138,61 +95,34 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
 
 
 def fields_from_xarray(ds: Any) -> dict[str, Any]:
-    """Read a summary's fields back from :meth:`Summary.to_xarray`'s dataset.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        The dataset.
-
-    Returns
-    -------
-    dict
-        The summary's fields, for ``Summary(**fields)``.
-    """
-    def _get(name: str) -> np.ndarray | None:
-        """Read variable ``name`` if the dataset has it."""
-        return np.asarray(ds[name].values) if name in ds else None
-
-    kwargs: dict[str, Any] = {name: _get(name) for name in PER_FEATURE}
-    for name in (
-        "weight_sum", "cov", "corr", "hist_counts", "hist_edges", "underflow", "overflow", "joint_counts", "mi",
-        "sketch_counts", "sketch_extrema", "quantile_counts", "quantile_range", *CLASS_FIELDS,
-        *TARGET_FIELDS,
-    ):
-        kwargs[name] = _get(name)
-    for name in COUNT_FIELDS:  # stored as int64; held as float64 like the other moments
-        if kwargs[name] is not None:
-            kwargs[name] = kwargs[name].astype(np.float64)
-    extra = results_from_variables(ds)
+    """Read a summary's fields back from :meth:`Summary.to_xarray`'s dataset."""
+    variables: dict[str, Any] = {}
+    for name, declared in summary_variables().items():
+        if declared.dims is not None and name in ds:
+            value = np.asarray(ds[name].values)
+            # Exact counts are stored as int64 and held as float64 like the other moments.
+            variables[name] = value.astype(np.float64) if declared.count == "float64" else value
     cov_count = ds.attrs.get("cov_count")
+    if cov_count is not None:
+        variables["cov_count"] = int(cov_count)
     if "class" in ds.coords:
-        kwargs["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
-    elif kwargs["joint_counts"] is not None:  # written before the coordinate existed: 0..K-1
-        kwargs["classes"] = np.arange(kwargs["joint_counts"].shape[2], dtype=np.int64)
+        variables["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
+    elif "joint_counts" in variables:  # written before the coordinate existed: 0..K-1
+        variables["classes"] = np.arange(variables["joint_counts"].shape[2], dtype=np.int64)
+    results: dict[str, dict[str, Any]] = {}
+    for d in STATISTICS.values():  # each variable to the first statistic that declares it
+        if held := {n: variables.pop(n) for n in d.variables if n in variables}:
+            results[d.name] = held
     return dict(
         feature_names=tuple(str(f) for f in ds["feature"].values),
-        cov_count=None if cov_count is None else int(cov_count),
+        results=results,
         provenance=decode_provenance(dict(ds.attrs)),
-        extra=extra,
-        **kwargs,
+        extra=results_from_variables(ds),
     )
 
 
 def group_dataset(summary: Summary) -> Any:
-    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary described with ``groups=``.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``count``, ``mean``, ``var`` (feature, group); with histograms
-        ``hist_counts`` (feature, bin, group) and ``hist_edges`` (feature, edge).
-    """
+    """Build the grouped statistics of ``describe(x, groups=g)`` as a Dataset with a ``group`` dimension."""
     import xarray as xr  # lazy: xarray
 
     if summary.groups is None or summary.group_count is None:
@@ -212,3 +142,173 @@ def group_dataset(summary: Summary) -> Any:
                                {"long_name": "histogram counts", "units": "1"})
         data["hist_edges"] = (("feature", "edge"), summary.hist_edges, {"long_name": "histogram bin edges"})
     return xr.Dataset(data, coords=coords)
+
+
+#: Version of the on-disk layout: 1 held the provenance as one JSON string attribute.
+FORMAT = 2
+#: Attributes of the saved Dataset that are not provenance ("daskbatch_output": the marker outputs check).
+RESERVED = frozenset({
+    "title", "cov_count", "daskbatch_summary_format", "provenance_json_keys", "provenance", "daskbatch_output",
+})
+def variable_attrs(name: str, summary: Any) -> dict[str, Any]:
+    """The CF-style attributes of a summary's variable ``name``, as its statistic declares them."""
+    declared = summary_variables().get(name)
+    if declared is None:
+        return {"long_name": name}
+    attrs: dict[str, Any] = {"long_name": declared.long_name or name}
+    if declared.units is not None:
+        attrs["units"] = declared.units
+    if declared.settings is not None:
+        attrs.update(declared.settings(summary))
+    return attrs
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _fits_an_attribute(value: Any) -> bool:
+    """A scalar or a flat list of scalars of one kind (what attribute formats hold)."""
+    if _is_scalar(value):
+        return True
+    if isinstance(value, list):
+        kinds = {str if isinstance(v, str) else float for v in value if v is not None}
+        return all(_is_scalar(v) and v is not None for v in value) and len(kinds) <= 1
+    return False
+
+
+def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
+    """Encode ``provenance`` as Dataset attributes: one per key, nested dicts as dotted keys."""
+    plain = json.loads(json.dumps(provenance, default=str))
+    attrs: dict[str, Any] = {}
+    as_json: list[str] = []
+
+    def _put(key: str, value: Any) -> None:
+        """Store ``value`` under ``key``, nested dicts under dotted keys."""
+        if isinstance(value, dict) and value and not any("." in k for k in value):
+            for k, v in value.items():
+                _put(f"{key}.{k}", v)
+        elif _fits_an_attribute(value):
+            attrs[key] = value
+        else:
+            attrs[key] = json.dumps(value)
+            as_json.append(key)
+
+    dotted = {k: v for k, v in plain.items() if "." in k}
+    for key, value in plain.items():
+        if key not in dotted:
+            _put(key, value)
+    if dotted:
+        attrs["provenance_dotted"] = json.dumps(dotted)
+    attrs["provenance_json_keys"] = as_json
+    return attrs
+
+
+def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Decode the provenance dict from a summary Dataset's attributes (both layouts)."""
+    if isinstance(attrs.get("provenance"), str):  # format 1: one JSON string
+        return dict(json.loads(attrs["provenance"]))
+    as_json = set(_as_list(attrs.get("provenance_json_keys", [])))
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if key in RESERVED:
+            continue
+        if key == "provenance_dotted":
+            out.update(json.loads(value))
+            continue
+        value = json.loads(value) if key in as_json else _plain(value)
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [value]
+    return list(np.asarray(value).tolist()) if not isinstance(value, list) else value
+
+
+def _plain(value: Any) -> Any:
+    """NumPy values an attribute store hands back, as the JSON types the provenance had."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def count_array(a: np.ndarray) -> np.ndarray:
+    """Convert exact float64 counts to int64 (left as they are if any is not a whole finite number)."""
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64, copy=False)
+    if a.size and not (np.all(np.isfinite(a)) and np.all(a == np.rint(a))):
+        return a
+    return np.rint(a).astype(np.int64)
+
+
+#: Attribute naming the user's statistic a variable comes from (and ``FIELD_ATTR`` the field of its result).
+USER_ATTR = "daskbatch_user_statistic"
+FIELD_ATTR = "daskbatch_result_field"
+
+
+class UserVariable(NamedTuple):
+    """One array of a user's result: its variable name, dimensions, values and attributes."""
+
+    name: str
+    dims: tuple[str, ...]
+    values: np.ndarray
+    attrs: dict[str, Any]
+
+
+def _fields(result: Any) -> Iterator[tuple[str, Any]]:
+    """The (field, value) pairs of a result; ``""`` for a result that is one value."""
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        yield from ((f.name, getattr(result, f.name)) for f in dataclasses.fields(result))
+    elif isinstance(result, tuple) and hasattr(result, "_asdict"):
+        yield from result._asdict().items()
+    elif isinstance(result, Mapping):
+        yield from ((str(k), v) for k, v in result.items())
+    else:
+        yield "", result
+
+
+def user_variables(extra: Mapping[str, Any], n_features: int, taken: set[str]) -> list[UserVariable]:
+    """Turn the user's results into named arrays (non-numeric values are left out)."""
+    out: list[UserVariable] = []
+    for stat, result in extra.items():
+        for field, value in _fields(result):
+            a = np.asarray(value)  # results are on the host already (describe and merge bring them there)
+            if a.dtype.kind not in "biuf":
+                continue  # strings, objects, complex: nothing a table or netCDF holds as numbers
+            name = f"{stat}_{field}" if field else stat
+            if name in taken:
+                name = f"user_{name}"
+            taken.add(name)
+            first = ("feature",) if a.ndim and a.shape[0] == n_features else (f"{name}_dim0",)
+            dims = (first + tuple(f"{name}_dim{i}" for i in range(1, a.ndim))) if a.ndim else ()
+            attrs = {"long_name": f"{field or 'result'} of statistic {stat!r}", USER_ATTR: stat, FIELD_ATTR: field}
+            out.append(UserVariable(name, dims, a, attrs))
+    return out
+
+
+def results_from_variables(ds: Any) -> dict[str, Any]:
+    """Gather the user's results back from a dataset's variables: an array, or a dict of arrays by field."""
+    out: dict[str, Any] = {}
+    for var in ds.data_vars.values():
+        stat = var.attrs.get(USER_ATTR)
+        if not isinstance(stat, str):
+            continue
+        value = np.asarray(var.values)
+        value = value[()] if value.ndim == 0 else value
+        field = str(var.attrs.get(FIELD_ATTR) or "")
+        if field:
+            out.setdefault(stat, {})[field] = value
+        else:
+            out[stat] = value
+    return out

@@ -9,23 +9,26 @@ from typing import Any
 import numpy as np
 
 from daskbatch.config import STATISTIC_DEFAULTS
+from daskbatch.stats.declaration import Finished
+from daskbatch.stats.mutual_info import MutualInformation
+from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sentinels import SuspectValue
-from daskbatch.summary.dataset import fields_from_xarray, group_dataset, summary_to_xarray
-from daskbatch.summary.fields import (  # noqa: F401  (BUILT_IN_RESULTS and the others: names this module has always had)
-    BUILT_IN_RESULTS,
-    CLASS_FIELDS,
-    COUNT_FIELDS_INT,
+from daskbatch.summary.dataset import (
     DEFAULT_QUANTILES,
-    PER_FEATURE,
-    STATE_FIELDS,
-    TARGET_FIELDS,
-    quantile_label,
+    fields_from_xarray,
+    group_dataset,
+    summary_to_xarray,
 )
 from daskbatch.summary.plotting import SummaryPlot
 from daskbatch.summary.reprs import summary_html, summary_text
-from daskbatch.summary.results import fields_from_results
 from daskbatch.summary.store import save_summary
-from daskbatch.summary.tables import dataframe, json_dict, quantiles, top_correlated, top_mi
+from daskbatch.summary.tables import (
+    dataframe,
+    json_dict,
+    quantiles,
+    top_correlated,
+    top_mi,
+)
 from daskbatch.summary.trust import summary_suspect_values
 
 
@@ -33,7 +36,10 @@ from daskbatch.summary.trust import summary_suspect_values
 class Summary:
     """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
 
-    Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
+    ``results`` holds each statistic's variables by statistic name; the
+    attributes (``s.mean``, ``s.corr``, ``s.hist_counts``, ``s.mi``, ...) are
+    the variables the statistics declare (:data:`daskbatch.stats.STATISTICS`),
+    None for one that was not computed. Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
     and ``hist_edges`` (D, bins + 1). With a label, ``joint_counts`` is
     (D, bins + 2, K) and ``classes`` (K,) holds the label value of each of its
     class columns (the ``class`` coordinate of :meth:`to_xarray`).
@@ -57,58 +63,45 @@ class Summary:
     """
 
     feature_names: tuple[str, ...]
-    count: np.ndarray
-    nan_count: np.ndarray
-    posinf_count: np.ndarray
-    neginf_count: np.ndarray
-    mean: np.ndarray
-    var: np.ndarray
-    std: np.ndarray
-    skew: np.ndarray
-    kurtosis: np.ndarray
-    min: np.ndarray
-    max: np.ndarray
-    cov: np.ndarray | None = None
-    corr: np.ndarray | None = None
-    cov_count: int | None = None
-    #: With sample weights (``describe(..., weights=w)``): the weight sum of each feature's finite values, (D,).
-    weight_sum: np.ndarray | None = None
-    hist_counts: np.ndarray | None = None
-    hist_edges: np.ndarray | None = None
-    underflow: np.ndarray | None = None
-    overflow: np.ndarray | None = None
-    joint_counts: np.ndarray | None = None
-    mi: np.ndarray | None = None
-    #: Per-(feature, class) count, mean and M2 of the finite values, (D, K) each
-    #: (``stats=[..., "class_moments"]``): the input of ANOVA F and chi2 in :func:`daskbatch.select`.
-    class_count: np.ndarray | None = None
-    class_mean: np.ndarray | None = None
-    class_m2: np.ndarray | None = None
-    sketch_counts: np.ndarray | None = None
-    sketch_extrema: np.ndarray | None = None
-    quantile_counts: np.ndarray | None = None
-    quantile_range: np.ndarray | None = None
+    #: Each built-in statistic's summary variables, by statistic then variable, as its declaration
+    #: serves them: ``results["moments"]["mean"]`` is ``s.mean``.
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
     #: Saved with the summary; loaded back as arrays, or as the statistic's own result when the
     #: statistic is passed to :func:`load_summary`.
     extra: dict[str, Any] = field(default_factory=dict)
-    classes: np.ndarray | None = None
-    #: With a continuous target (``describe(x, target=y)``), over the rows where each feature is
-    #: finite: their number, the target's mean and sum of squared deviations, the feature's sum of
-    #: squared deviations and the co-moment Σ(x - x̄)(y - ȳ), (D,) each: the input of
-    #: ``f_regression`` and ``r_regression``. ``classes`` then numbers the target's quantile bins
-    #: (their cuts in ``provenance["target"]``).
-    target_count: np.ndarray | None = None
-    target_mean: np.ndarray | None = None
-    target_m2: np.ndarray | None = None
-    target_x_m2: np.ndarray | None = None
-    target_comoment: np.ndarray | None = None
     #: The merged, un-finalized state of every statistic, by name (``"moments"``, ``"hist"``, ...),
     #: with the statistic that made it (:class:`daskbatch.stats.registry.Kept`): what
-    #: :meth:`update` and :func:`daskbatch.merge` continue from. None for a summary without them
-    #: (a tiled covariance, one saved by an older daskbatch).
+    #: :func:`daskbatch.update` and :func:`daskbatch.merge` continue from. None for a summary without
+    #: them (a tiled covariance, one saved by an older daskbatch).
     states: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        """Serve the variables the statistics declare: ``s.mean``, ``s.corr``; None when not computed."""
+        if name.startswith("_") or name == "results":
+            raise AttributeError(name)
+        for values in self.results.values():
+            if name in values:
+                return values[name]
+        if name in summary_variables():
+            return None
+        raise AttributeError(f"'Summary' object has no attribute {name!r}")
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """Give every statistic's variables in one mapping, in the registry's order.
+
+        Returns
+        -------
+        dict
+            Variable name to value (``variables["mean"]`` is ``s.mean``).
+        """
+        return {name: value for values in self.results.values() for name, value in values.items()}
+
+    def __dir__(self) -> list[str]:
+        """List the declared variables with the methods (for completion)."""
+        return sorted({*super().__dir__(), *summary_variables()})
 
     @property
     def n_features(self) -> int:
@@ -331,7 +324,7 @@ class Summary:
         ``long_name``, ``units`` where the statistic has its own (``"1"`` for
         counts, ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
         (``ddof``, ``bias``); counts are int64. The provenance becomes one
-        dataset attribute per key (see :mod:`daskbatch.summary.attrs`).
+        dataset attribute per key (see :mod:`daskbatch.summary.dataset`).
 
         Parameters
         ----------
@@ -382,9 +375,14 @@ class Summary:
         Summary
             The summary.
         """
-        return cls(**fields_from_results(
-            feature_names, results, provenance, mi_base=mi_base, miller_madow=miller_madow, states=states,
-        ))
+        done = Finished(dict(results), provenance, states,
+                        {"mi": MutualInformation(base=mi_base, miller_madow=miller_madow)})
+        by_statistic = {d.name: values for d in STATISTICS.values() if (values := d.summary_variables(done))}
+        extra = {name: r for name, r in results.items() if name not in STATISTICS}
+        if extra:
+            provenance["user_statistics"] = sorted(extra)
+        return cls(feature_names=tuple(feature_names), results=by_statistic, provenance=provenance, extra=extra,
+                   states=states)
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:

@@ -16,32 +16,7 @@ __all__ = ["save_summary"]
 
 
 def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-    """Write the summary to a Zarr store at ``path`` (read back with :func:`daskbatch.load_summary`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to write.
-    path : str or path
-        The store to create. An existing summary there is replaced once the
-        new one is completely written; anything else is refused.
-    overwrite : bool, default False
-        Also replace a path that is not a daskbatch summary. The summary's
-        own input store (``provenance["path"]``) and tiled covariance are
-        never written over, into, or replaced as part of a parent directory.
-
-    Returns
-    -------
-    str
-        ``path``.
-
-    Raises
-    ------
-    daskbatch.io.outputs.OutputError
-        Before anything is written, with a message naming the path.
-    daskbatch.errors.LockHeldError
-        Another live run (``describe --update``) holds the summary's lock.
-    """
+    """Write the summary to a Zarr store at ``path`` (read back with :func:`daskbatch.load_summary`)."""
     from daskbatch.io.summary_states import (  # lazy: dask, zarr
         check_savable,
         results_digest,

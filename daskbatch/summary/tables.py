@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sketch import Sketch
-from daskbatch.summary.fields import DEFAULT_QUANTILES, PER_FEATURE, STATE_FIELDS, quantile_label
-from daskbatch.summary.user_results import user_variables
+from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label, user_variables
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
 __all__ = ["dataframe", "json_dict", "quantiles", "top_correlated", "top_mi"]
 
-
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
-    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    q : float or array_like of float
-        Probabilities in [0, 1].
-    method : {"auto", "sketch", "histogram"}
-        Where the values come from.
-
-    Returns
-    -------
-    pandas.Series or pandas.DataFrame
-        Indexed by feature name.
-    """
+    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
     if method not in ("auto", "sketch", "histogram"):
         raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
     if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
@@ -95,20 +78,7 @@ def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: 
 
 
 def top_correlated(summary: Summary, k: int) -> Any:
-    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    k : int
-        How many pairs.
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``feature_a``, ``feature_b``, ``r``, strongest first.
-    """
+    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`)."""
     import pandas as pd  # lazy: pandas
 
     if summary.corr is None:
@@ -127,20 +97,7 @@ def top_correlated(summary: Summary, k: int) -> Any:
 
 
 def top_mi(summary: Summary, k: int) -> Any:
-    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    k : int
-        How many features.
-
-    Returns
-    -------
-    pandas.Series
-        MI indexed by feature name, largest first.
-    """
+    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`)."""
     import pandas as pd  # lazy: pandas
 
     if summary.mi is None:
@@ -151,21 +108,10 @@ def top_mi(summary: Summary, k: int) -> Any:
 
 
 def dataframe(summary: Summary) -> Any:
-    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per feature, indexed by feature name.
-    """
+    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`)."""
     import pandas as pd  # lazy: pandas
 
-    columns = {name: getattr(summary, name) for name in PER_FEATURE}
+    columns = {name: getattr(summary, name) for name in STATISTICS["moments"].variables if name != "weight_sum"}
     for name in ("count", "nan_count", "posinf_count", "neginf_count"):
         columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
     if summary.mi is not None:
@@ -181,25 +127,12 @@ def dataframe(summary: Summary) -> Any:
 
 
 def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
-    """Convert the results for strict JSON (:meth:`Summary.to_json`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    states : bool
-        Also the quantile sketch's buckets.
-
-    Returns
-    -------
-    dict
-        JSON-able.
-    """
+    """Convert the results for strict JSON (:meth:`Summary.to_json`)."""
     out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
-    for f in dataclasses.fields(summary):
-        value = getattr(summary, f.name)
-        if isinstance(value, np.ndarray) and (states or f.name not in STATE_FIELDS):
-            out[f.name] = _json_values(value)
+    declared = summary_variables()
+    for name, value in summary.variables.items():
+        if isinstance(value, np.ndarray) and (states or not declared[name].state):
+            out[name] = _json_values(value)
     if summary.cov_count is not None:
         out["cov_count"] = int(summary.cov_count)
     if summary.hist_counts is not None or summary.sketch_counts is not None:

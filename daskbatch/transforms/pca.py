@@ -8,8 +8,8 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import as_float64
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.numerics import as_float64
 
 __all__ = ["PCA", "pca"]
 

@@ -40,12 +40,12 @@ from daskbatch.engine.checkpoint.manifest import (
     spec_items,
 )
 from daskbatch.errors import Cancelled, Interrupted
-from daskbatch.io.state_codec import BUILT_IN_STATES
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.runtime.progress import Progress
 from daskbatch.stats._base import BundleLike, merge_all
 from daskbatch.stats.backend import namespace
+from daskbatch.stats.registry import built_in_states
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -214,7 +214,7 @@ def _unlike(reference: tuple[Any, ...], state: tuple[Any, ...]) -> str | None:
     for i, (ref, got) in enumerate(zip(reference, state, strict=True)):
         if type(got) is not type(ref):
             return f"state {i} is a {type(got).__name__}, the pass's a {type(ref).__name__}"
-        if type(ref) not in BUILT_IN_STATES or not dataclasses.is_dataclass(ref):
+        if type(ref) not in built_in_states() or not dataclasses.is_dataclass(ref):
             continue  # a user's state may change shape with its rows: its class is all we know
         for field in dataclasses.fields(ref):
             want, have = np.asarray(getattr(ref, field.name)), np.asarray(getattr(got, field.name))

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import central_moment
 from daskbatch.stats.kernels import _gpu, _gpu_class_moments
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
+from daskbatch.stats.numerics import central_moment
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",

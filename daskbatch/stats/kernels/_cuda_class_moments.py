@@ -118,4 +118,4 @@ def _fold_squares(part, out, groups, j, k):  # noqa: ANN001, ANN202
     e = s1 / (n if n > 0 else 1.0)
     m2 = s2 - n * e * e
     out[MEAN, j, k] += e
-    out[M2, j, k] = math.inf if s2 == math.inf else (m2 if m2 > 0.0 else 0.0)  # as stats._base.central_moment
+    out[M2, j, k] = math.inf if s2 == math.inf else (m2 if m2 > 0.0 else 0.0)  # as stats.numerics.central_moment

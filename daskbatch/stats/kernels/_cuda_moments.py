@@ -175,7 +175,7 @@ def moments_correct(part, out):  # noqa: ANN001, ANN201
     m3 = s3 - 3.0 * e * s2 + 2.0 * n * e * e * e
     m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * e * e * e * e
     out[MEAN, j] += e
-    # As stats._base.central_moment: +inf where the sum overflowed, else at least 0 (not max(): on
+    # As stats.numerics.central_moment: +inf where the sum overflowed, else at least 0 (not max(): on
     # the device it is fmax, which turns NaN into 0, where the simulator's max keeps NaN).
     out[M2, j] = math.inf if s2 == math.inf else (m2 if m2 > 0.0 else 0.0)
     out[M3, j] = m3

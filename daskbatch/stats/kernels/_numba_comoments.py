@@ -121,7 +121,7 @@ def chunk_comoments(
     spread = root * (means - mean)
     residual = root * residuals
     # A feature whose sum of squares overflowed stays +inf on the diagonal (its correction is inf - inf: NaN),
-    # as the moments' variance does (stats._base.central_moment).
+    # as the moments' variance does (stats.numerics.central_moment).
     overflowed = np.flatnonzero(np.isposinf(np.diagonal(c)))
     c += spread.T @ spread
     c -= residual.T @ residual

@@ -18,7 +18,7 @@ Kind = Literal["numba-cpu", "numba-cuda", "array-api-numpy", "array-api-cupy", "
 COMPILED: frozenset[str] = frozenset({"numba-cpu", "numba-cuda"})
 
 #: The kernel paths of the planner's memory model (the keys of a
-#: :class:`~daskbatch.stats.footprint.Footprint`'s tables): "compiled" = numba on the
+#: :class:`~daskbatch.stats.declaration.Footprint`'s tables): "compiled" = numba on the
 #: CPU, "array-api" = the reference code, "gpu-compiled" = numba-cuda (device memory).
 KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
 

@@ -10,8 +10,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from daskbatch._typing import Array
-from daskbatch.stats._base import as_float64
 from daskbatch.stats.backend import device, namespace
+from daskbatch.stats.numerics import as_float64
 
 __all__ = [
     "apply_all", "bind_all", "block_namespace", "Clip", "clip", "digest", "names_differ", "origin_of",

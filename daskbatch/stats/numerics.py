@@ -1,0 +1,142 @@
+"""Numerical helpers the statistics share: finite rows, float64 copies, stable merges of shifted moments.
+
+Also the merges of moments whose weight sums are so large that their products
+overflow float64: sample weights up to ``2**960`` (the limit
+:mod:`daskbatch.engine.row_inputs` checks) sum to far more than ``2**341``,
+whose cube the merge formulas of :class:`~daskbatch.stats.moments.Moments`
+form; past :data:`RATIO_FORM_FROM` the merges take the same terms with the
+weight sums as shares of their total.
+
+And the exact extremes of 64-bit integer features: float64 holds every integer
+up to 2**53 only (an int64 maximum of ``2**62 + 998`` came out ``2**62 + 1024``),
+so the moments keep ``fmin``/``fmax`` of int64 and uint64 blocks in that dtype,
+merge them exactly and report them as ``min``/``max`` in that dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+
+from daskbatch._typing import Array, Namespace
+from daskbatch.stats.backend import namespace
+
+#: Weight sums from here on merge by ratios ``nb / n``: their products and cubes (``na * nb``,
+#: ``n ** 3``) would overflow float64 by 2**341. Below it the product forms stay, bitwise as ever
+#: (counts without weights never get here).
+RATIO_FORM_FROM = 2.0**300
+
+
+def merged_by_ratios(a: Any, b: Any, n: Array, delta: Array) -> tuple[Array, Array, Array]:
+    """Merge ``m2``, ``m3`` and ``m4`` of two moments states with every weight sum as a share of ``n``."""
+    fa, fb = a.n / n, b.n / n
+    d2 = delta * delta
+    m2 = a.m2 + b.m2 + d2 * a.n * fb
+    m3 = a.m3 + b.m3 + d2 * delta * a.n * fb * (fa - fb) + 3.0 * delta * (fa * b.m2 - fb * a.m2)
+    m4 = (
+        a.m4
+        + b.m4
+        + d2 * d2 * a.n * fb * (fa * fa - fa * fb + fb * fb)
+        + 6.0 * d2 * (fa * fa * b.m2 + fb * fb * a.m2)
+        + 4.0 * delta * (fa * b.m3 - fb * a.m3)
+    )
+    return m2, m3, m4
+
+
+def positive_rows(
+    xp: Any, x: Array, label: Array | None, weights: Array
+) -> tuple[Array, Array | None, Array]:
+    """Keep the rows of positive weight (a zero weight makes a row as if absent); weights as float64."""
+    if weights.shape[0] != x.shape[0]:
+        raise ValueError(f"the chunk has {x.shape[0]:,} rows but {weights.shape[0]:,} weights")
+    w = xp.astype(weights, xp.float64)
+    keep = w > 0
+    if bool(xp.all(keep)):
+        return x, label, w
+    rows = xp.nonzero(keep)[
+        0
+    ]  # take, not a mask with a second index: the array API allows only a sole mask
+    return (
+        xp.take(x, rows, axis=0),
+        None if label is None else xp.take(label, rows),
+        xp.take(w, rows),
+    )
+
+
+def as_float64(x: Array) -> Array:
+    """Copy ``x`` to float64: states accumulate in float64 whatever the input dtype."""
+    xp = namespace(x)
+    if x.dtype == xp.bool:
+        x = xp.astype(x, xp.uint8)
+    return xp.astype(x, xp.float64, copy=True)
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Run ``method`` with NumPy's overflow and invalid-value warnings off: it handles those values itself."""
+
+    @functools.wraps(method)
+    def _quiet(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``method`` under ``np.errstate(over="ignore", invalid="ignore")``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return method(*args, **kwargs)
+
+    return _quiet
+
+
+def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
+    """Give a corrected central moment (``m2``, ``m4``) as states keep it: at least 0, +inf where its sum overflowed."""
+    return xp.where(
+        power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m))
+    )
+
+
+def safe_divisor(xp: Any, n: Array) -> Array:
+    """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0."""
+    return xp.where(n > 0, n, xp.ones_like(n))
+
+
+def merge_shifted_means(
+    xp: Any, na: Array, nb: Array, shift_a: Array, mean_a: Array, shift_b: Array, mean_b: Array
+) -> tuple[Array, Array, Array]:
+    """Merge two means held as ``shift + mean``: returns ``(shift, mean, delta)`` of the union."""
+    shift = xp.where(na > 0, shift_a, shift_b)
+    ma = (shift_a - shift) + mean_a
+    mb = (shift_b - shift) + mean_b
+    both = (na > 0) & (nb > 0)
+    delta = xp.where(both, mb - ma, xp.zeros_like(ma))
+    weight_b = nb / safe_divisor(xp, na + nb)
+    mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
+    return shift, mean, delta
+
+
+def is_exact(values: Array) -> bool:
+    """Tell whether ``values`` are extremes held in a 64-bit integer dtype."""
+    xp = namespace(values)
+    return values.dtype in (xp.int64, xp.uint64)
+
+
+def exact_extremes(xp: Namespace, x: Array) -> tuple[Array, Array] | None:
+    """Find the per-feature minimum and maximum of a 64-bit integer block in its own dtype."""
+    if not is_exact(x) or x.shape[0] == 0:
+        return None
+    return xp.min(x, axis=0), xp.max(x, axis=0)
+
+
+def merge_extreme(xp: Namespace, a: Array, b: Array, *, smallest: bool) -> Any:
+    """Merge the finite extremes of two states, exactly where both are held as integers."""
+    pick = xp.minimum if smallest else xp.maximum
+    if a.dtype == b.dtype:
+        return pick(a, b)
+    # An empty block's state holds ±inf: no value, so the exact side stands alone.
+    if is_exact(a) and not is_exact(b) and not bool(xp.any(xp.isfinite(b))):
+        return a
+    if is_exact(b) and not is_exact(a) and not bool(xp.any(xp.isfinite(a))):
+        return b
+    return pick(as_float64(a), as_float64(b))
