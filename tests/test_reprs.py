@@ -98,7 +98,7 @@ def test_html_flags_values_outside_the_histogram_range() -> None:
 
 
 def test_feature_names_are_escaped() -> None:
-    s = db.describe(np.eye(3), stats=("moments",), feature_names=["<b>", "a&b", "c"])
+    s = db.describe(np.eye(3), stats=("moments",), run=db.RunOptions(feature_names=["<b>", "a&b", "c"]))
     html = s._repr_html_()
     assert "<th>&lt;b&gt;</th>" in html and "a&amp;b" in html and "<b>&lt;" not in html
 

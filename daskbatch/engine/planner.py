@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch._arguments import checked_device
 from daskbatch._typing import Device
-from daskbatch._warnings import warn
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
@@ -61,11 +61,11 @@ def plan(
     x_or_dataset: Any,
     *,
     stats: Sequence[str | Footprint] = DEFAULT_STATISTICS,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
     split_every: int | None = None,
-    device: Device | None = "auto",
+    device: Device = "auto",
     weighted: bool = False,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
@@ -117,9 +117,6 @@ def plan(
 
     from daskbatch import config  # lazy: dask
 
-    if device is None:  # the old spelling of "auto"
-        warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
-        device = "auto"
     device = checked_device(device)
 
     if isinstance(x_or_dataset, (str, os.PathLike)):
