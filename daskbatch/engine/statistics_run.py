@@ -203,8 +203,10 @@ def _computed(
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
     )
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
-    if planned != names_of(wanted):  # wider still: not even the narrowest windowed sketch fits
-        wanted, range_ = tuple(r for r in wanted if r.name in planned), "minmax"
+    dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
+    wanted = tuple(r for r in wanted if r.name in planned)
+    if dropped and range_ is None:  # no given range: the last resort, said (a given one is kept)
+        range_ = "minmax"
         warn(RangeWarning(
             "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
             f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "

@@ -32,9 +32,9 @@ def describe_names(stats: str | Sequence[str], *, labelled: bool, range_: Any = 
     """List what :func:`daskbatch.describe` computes for ``stats``.
 
     ``stats`` normalised (moments first), without ``mi`` (and the default's
-    ``class_moments``) when there is no label, and with ``sketch`` when histogram
-    ranges are to be found from the data (``range_`` None). ``class_moments``
-    asked for without a label is an error.
+    ``class_moments``) when there is no label, and with ``sketch`` wherever
+    histograms are counted (it finds their ranges when ``range_`` is None, and
+    answers the quantiles). ``class_moments`` asked for without a label is an error.
 
     Parameters
     ----------
@@ -76,7 +76,8 @@ def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tu
         if refused and not _the_default(wanted):
             raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
         wanted = tuple(r for r in wanted if not r.needs_label)
-    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:
+    # The sketch finds the histogram ranges; with ranges given it still answers the quantiles (its grid).
+    if counts_histograms(wanted) and SKETCH not in wanted:
         wanted += (SKETCH,)
     return wanted
 
