@@ -65,7 +65,7 @@ FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_bas
 
 #: Provenance items that describe the settings (the same for every part), kept by a merge.
 _SETTINGS = (
-    "stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features", "grouped",
+    "stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features", "grouped", "cov_rows",
 )
 
 #: Parameters that may differ between the parts of a merge: class values are merged as a union.
@@ -236,6 +236,9 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
         "miller_madow": bool(summary.provenance.get("miller_madow", False)),
         "feature_names": list(summary.feature_names),
     }
+    cov = summary.states.get("cov")
+    if cov is not None and getattr(cov.statistic, "rows", "complete") == "pairwise":  # the new rows' pairs alike
+        settings["stats"] = [cov.statistic if s == "cov" else s for s in settings["stats"]]
     if "hist" in summary.states:
         hist = summary.states["hist"].statistic
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
@@ -289,8 +292,6 @@ def _check_has_states(summary: Summary, which: str) -> None:
         return
     if summary.provenance.get("tiled_cov"):
         why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
-    elif summary.provenance.get("cov_rows") == "pairwise":
-        why = "its pairwise covariance keeps a state a summary cannot hold yet"
     else:
         why = "it was made without them (an Accumulator, or saved by an older daskbatch)"
     raise ValueError(f"{which} holds no mergeable states ({why}); describe all the rows together instead")

@@ -316,5 +316,5 @@ def _computed(
     if COV in wanted:
         provenance["cov_rows"] = stats.cov.rows
     # A tiled covariance has no mergeable state; a pairwise one a state no saved summary can name yet.
-    states = None if tiled or pairwise else steps._mergeable(kept)
+    states = None if tiled else steps._mergeable(kept)
     return Computed(data=data, results=results, states=states, provenance=provenance)

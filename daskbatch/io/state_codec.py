@@ -37,6 +37,7 @@ from daskbatch.stats.comoments import CoMomentsState, WeightedCoMomentsState
 from daskbatch.stats.content_digest import DigestState
 from daskbatch.stats.histogram import HistogramState
 from daskbatch.stats.moments import MomentsState, WeightedMomentsState
+from daskbatch.stats.pairwise import PairwiseCoMomentsState
 from daskbatch.stats.sketch import SketchState
 from daskbatch.stats.state_registry import registered_state, state_key
 from daskbatch.stats.target import TargetMomentsState
@@ -52,7 +53,7 @@ CODEC_VERSION = 1
 BUILT_IN_STATES: tuple[type, ...] = (
     MomentsState, WeightedMomentsState, CoMomentsState, WeightedCoMomentsState, CrossCoMomentsState,
     HistogramState, ClassMomentsState, ClassValuesState, SketchState, TargetMomentsState, WeightedCrossCoMomentsState,
-    DigestState,
+    DigestState, PairwiseCoMomentsState,
 )
 
 

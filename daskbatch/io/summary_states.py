@@ -61,6 +61,7 @@ from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
 from daskbatch.io.locations import zarr_target
 from daskbatch.planning.resources import format_bytes
 from daskbatch.stats._base import reads_label
+from daskbatch.stats.pairwise import PairwiseCoMomentsState
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params
 from daskbatch.stats.state_registry import state_key
 
@@ -269,6 +270,8 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
+    if getattr(statistic, "rows", None) == "pairwise":  # CoMoments(rows="pairwise") keeps the pairs' state
+        return PairwiseCoMomentsState
     own = STATE_CLASSES[type(statistic)]
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
     subclasses = (cls for cls in state_codec.BUILT_IN_STATES if issubclass(cls, own) and cls is not own)
