@@ -84,7 +84,7 @@ def main() -> dict[str, Any]:
     import daskbatch as db
     from daskbatch.engine.planner import plan
     from daskbatch.io.dataset import open_dataset
-    from daskbatch.planning.resources import Resources
+    from daskbatch.planning.plan import Resources
 
     limit = parse_bytes(args.memory_limit)
     rows = math.ceil(args.ratio * args.workers * limit / (8 * args.features))

@@ -46,8 +46,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.io.ingest import IngestReport, ingest
     from daskbatch.io.synth import rank_rows, synth
     from daskbatch.map_batches import BatchError, map_batches
-    from daskbatch.planning.resources import Resources
-    from daskbatch.planning.search import Plan
+    from daskbatch.planning.plan import Plan, Resources
     from daskbatch.runtime.cluster import cluster
     from daskbatch.selection import Selection, load_selection, select
     from daskbatch.stats import (
@@ -85,8 +84,8 @@ _LAZY = {
     "rank_rows": "daskbatch.io.synth", "synth": "daskbatch.io.synth",
     "BatchError": "daskbatch.map_batches", "map_batches": "daskbatch.map_batches",
     "PCA": "daskbatch.transforms.pca", "pca": "daskbatch.transforms.pca",
-    "Resources": "daskbatch.planning.resources",
-    "Plan": "daskbatch.planning.search",
+    "Resources": "daskbatch.planning.plan",
+    "Plan": "daskbatch.planning.plan",
     "plan": "daskbatch.engine.planner",
     "cluster": "daskbatch.runtime.cluster",
     "Selection": "daskbatch.selection", "load_selection": "daskbatch.selection", "select": "daskbatch.selection",

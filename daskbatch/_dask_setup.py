@@ -1,14 +1,4 @@
-"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``.
-
-Two things must hold whenever dask is loaded: daskbatch's defaults are in
-``dask.config`` (so ``dask.config.get("daskbatch.split-every")`` works) and every
-statistic's state is measured by its arrays in ``dask.sizeof``. Doing both at
-``import daskbatch`` would load dask for ``import daskbatch.stats`` too, which
-needs only NumPy. So :func:`install` does them at once if dask is already loaded,
-and otherwise puts a :data:`sys.meta_path` finder in front that runs them right
-after the first ``import dask`` (whoever asks for it: the engine, xarray or a
-user's script) and then removes itself.
-"""
+"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``."""
 
 from __future__ import annotations
 

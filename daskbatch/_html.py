@@ -1,11 +1,4 @@
-"""Small HTML building blocks shared by the notebook reprs (Summary, Plan, Dataset).
-
-Stdlib only, so every layer may use it (the planning layer stays free of dask).
-Every repr is one ``<div class="daskbatch-repr">`` with its own scoped
-``<style>``: a title line, optional warnings, plain ``<table>`` elements and
-collapsible ``<details>``. Colours are translucent so that light and dark
-notebook themes both stay readable.
-"""
+"""Small HTML building blocks shared by the notebook reprs (Summary, Plan, Dataset)."""
 
 from __future__ import annotations
 
@@ -37,38 +30,12 @@ STYLE = """<style>
 
 
 def escape(text: object) -> str:
-    """Escape ``text`` as HTML text (quotes included, since names end up in attributes too).
-
-    Parameters
-    ----------
-    text : object
-        Anything; its ``str``.
-
-    Returns
-    -------
-    str
-        The escaped text.
-    """
+    """Escape ``text`` as HTML text (quotes included, since names end up in attributes too)."""
     return html.escape(str(text), quote=True)
 
 
 def repr_block(title: str, *parts: str, subtitle: str = "") -> str:
-    """Wrap one repr: the style, a bold ``title`` (already HTML) and the ``parts`` below it.
-
-    Parameters
-    ----------
-    title : str
-        HTML.
-    *parts : str
-        HTML blocks.
-    subtitle : str, default ""
-        Plain text after the title.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Wrap one repr: the style, a bold ``title`` (already HTML) and the ``parts`` below it."""
     sub = f" <span class='db-sub'>{subtitle}</span>" if subtitle else ""
     return (
         f"<div class='daskbatch-repr'>{STYLE}<div class='db-title'><b>{title}</b>{sub}</div>"
@@ -78,36 +45,13 @@ def repr_block(title: str, *parts: str, subtitle: str = "") -> str:
 
 
 def warning_list(items: Iterable[str]) -> str:
-    """Render a highlighted list of warnings; an empty string when there are none.
-
-    Parameters
-    ----------
-    items : iterable of str
-        The warnings, each already HTML.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Render a highlighted list of warnings; an empty string when there are none."""
     body = "".join(f"<li>&#9888; {item}</li>" for item in items)
     return f"<ul class='db-warnings'>{body}</ul>" if body else ""
 
 
 def key_value_table(rows: Iterable[tuple[str, str] | tuple[str, str, str]]) -> str:
-    """Render a table of two columns, key and value.
-
-    Parameters
-    ----------
-    rows : iterable of tuple of str
-        Key and value (both plain text, escaped here); a third item is a cell
-        class, ``"db-warn"``, ``"db-bad"`` or ``"db-ok"``, to colour the value.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Render a table of two columns, key and value."""
     body = []
     for row in rows:
         key, value = row[0], row[1]
@@ -121,24 +65,7 @@ def table(
     columns: Sequence[str],
     rows: Iterable[tuple[str, Sequence[str], Sequence[str], str]],
 ) -> str:
-    """Render a table of already formatted cells.
-
-    Parameters
-    ----------
-    index_name : str
-        Header of the first column (the row labels).
-    columns : sequence of str
-        Headers of the value columns.
-    rows : iterable of (label, cells, cell classes, row class)
-        Plain text label and cells (escaped here); ``cell classes`` has one
-        entry per cell (``"num"``, ``"txt"``, plus ``"db-warn"`` to highlight),
-        ``row class`` is ``""`` or ``"db-warn"``.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Render a table of already formatted cells."""
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = []
     for label, cells, classes, row_class in rows:
@@ -152,20 +79,5 @@ def table(
 
 
 def details(summary: str, body: str, *, open: bool = False) -> str:
-    """Render a collapsible section.
-
-    Parameters
-    ----------
-    summary : str
-        The always-visible line, plain text.
-    body : str
-        The content, HTML.
-    open : bool, default False
-        Start expanded.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Render a collapsible section."""
     return f"<details{' open' if open else ''}><summary>{escape(summary)}</summary>{body}</details>"

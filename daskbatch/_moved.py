@@ -27,7 +27,6 @@ MOVED: dict[str, str] = {
     "daskbatch.summary_results": "daskbatch.summary.results",
     "daskbatch.reprs": "daskbatch.summary.reprs",
     "daskbatch.plotting": "daskbatch.summary.plotting",
-    "daskbatch.report": "daskbatch.summary.report",
     "daskbatch.compare": "daskbatch.summary.compare",
     "daskbatch.select": "daskbatch.selection",
     "daskbatch.transform": "daskbatch.transforms",
@@ -35,8 +34,6 @@ MOVED: dict[str, str] = {
     "daskbatch.pca": "daskbatch.transforms.pca",
     "daskbatch.steps": "daskbatch.transforms.steps",
     "daskbatch.steps.columns": "daskbatch.transforms.steps.columns",
-    "daskbatch.steps.pipeline": "daskbatch.transforms.steps.pipeline",
-    "daskbatch.steps.quantile": "daskbatch.transforms.steps.quantile",
     "daskbatch.steps.scaling": "daskbatch.transforms.steps.scaling",
     "daskbatch.planning.explain": "daskbatch.planning.plan",  # Plan and its explanation, one module
     "daskbatch.jobspec": "daskbatch.jobs.spec",

@@ -12,15 +12,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def warn(message: str | Warning, category: type[Warning] | None = None) -> None:
-    """Issue a warning attributed to the first frame outside the daskbatch package.
-
-    Parameters
-    ----------
-    message : str or Warning
-        The text, or a warning instance (then ``category`` is ignored).
-    category : type of Warning, optional
-        The warning class for a text message (``UserWarning`` when None).
-    """
+    """Issue a warning attributed to the first frame outside the daskbatch package."""
     if sys.version_info >= (3, 12):
         warnings.warn(message, category, skip_file_prefixes=(_PACKAGE_DIR,))
         return

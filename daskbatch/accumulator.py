@@ -13,8 +13,8 @@ from array_api_compat import is_array_api_obj
 from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
-from daskbatch.engine.class_labels import max_classes
 from daskbatch.engine.inputs import check_label, check_numeric
+from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.row_inputs import check_weight_range
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options

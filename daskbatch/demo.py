@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
-from daskbatch.summary.report import format_report
+from daskbatch.summary.reprs import format_report
 
 
 def run_demo(
@@ -22,28 +22,7 @@ def run_demo(
     seed: int = 0,
     echo: Any = print,
 ) -> str:
-    """Run the demo end to end and return the directory that holds its data and results.
-
-    Parameters
-    ----------
-    rows, features, classes : int
-        Size of the synthetic dataset (float32 features, integer label).
-    workers : int, optional
-        Worker processes of the local cluster (default: one per core, at most 4).
-    threads_per_worker : int, default 1
-        Threads per worker.
-    out_dir : str, optional
-        Where to write the store and the results (a new temporary directory by default).
-    seed : int, default 0
-        Seed of the synthetic data.
-    echo : callable, default print
-        Where progress lines go.
-
-    Returns
-    -------
-    str
-        The directory.
-    """
+    """Run the demo end to end and return the directory that holds its data and results."""
     from distributed import Client, LocalCluster  # lazy: distributed
 
     from daskbatch.describe import describe  # lazy: dask

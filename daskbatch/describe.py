@@ -1,7 +1,7 @@
 """``describe``: every requested statistic of a (samples × features) array in one or two passes.
 
 The verb over the engine: it checks the arguments, runs the passes
-(:func:`daskbatch.engine.statistics_run.run_statistics`) and makes the :class:`Summary`.
+(:func:`daskbatch.engine.pipeline.run_statistics`) and makes the :class:`Summary`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import numpy as np
 
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
-from daskbatch.engine.checkpoint.lock import checkpoint_lock
+from daskbatch.engine.checkpoint.manifest import checkpoint_lock
+from daskbatch.engine.pipeline import prepared_inputs, run_statistics
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spelling
-from daskbatch.engine.statistics_run import prepared_inputs, run_statistics
 from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.runtime.joblog import logged_run
-from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
 from daskbatch.summary.trust import covariance_message, suspect_message
@@ -105,8 +104,6 @@ def describe(
         done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
     summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
                                    miller_madow=wanted.mi.miller_madow, states=done.states)
-    if summary.out_of_range_fraction is not None:
-        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, done.data.feature_names)
     _warn_untrustworthy(summary)
     return summary
 

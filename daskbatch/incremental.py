@@ -48,9 +48,9 @@ import numpy as np
 
 from daskbatch._version import __version__
 from daskbatch.describe import describe, new_spelling
-from daskbatch.engine.class_labels import max_classes
+from daskbatch.engine.pipeline import input_token, listed_token
+from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_identity import input_token, listed_token
 from daskbatch.stats import ClassMoments, Histogram
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes

@@ -1,50 +1,4 @@
-"""Apply a user's vectorised function to large batches of rows, with GPU, fallbacks, flags and resume.
-
->>> import numpy as np, daskbatch as db
->>> def log1p(batch):                      # rows in, the same rows out
-...     return np.log1p(np.abs(batch))
->>> db.map_batches(log1p, np.ones((4, 2)), batch_rows=2)
-array([[0.69314718, 0.69314718],
-       [0.69314718, 0.69314718],
-       [0.69314718, 0.69314718],
-       [0.69314718, 0.69314718]])
-
-Each batch is one dask task (:mod:`daskbatch.engine.blockrun`), on the device
-``device`` names; ``"auto"`` sends host batches to the GPU when it passes
-daskbatch's GPU preflight and a batch is large enough to pay for its transfer
-(:mod:`daskbatch.planning.devices`, ``daskbatch.gpu-min-batch-bytes``), else
-runs them on the CPU.  The choice is logged and recorded in the output's
-provenance.  A batch that fails is handled by ``on_error``, one mode or
-``("fallback", "flag")``:
-
-``"raise"``
-    a :class:`BatchError` naming the batch's rows, chained to the original error;
-``"fallback"``
-    on the GPU: a memory error (``cupy.cuda.memory.OutOfMemoryError`` or any
-    ``MemoryError``) splits the batch in halves, retried on the GPU down to
-    ``min_batch_rows`` (default ``batch_rows // 1024``); a piece that still fails, or any other error from the
-    GPU (retrying smaller would not help), runs on the CPU; a
-    :class:`~daskbatch.errors.GPUFallbackWarning` says so once. Without a
-    working CuPy, ``device="gpu"`` raises :class:`~daskbatch.errors.GPUUnavailableError`
-    (``device="auto"`` runs on the CPU).  On the CPU a failing batch is bisected down to
-    ``min_batch_rows`` (default 1), and a smallest piece that still fails raises a
-    :class:`BatchError` with its rows;
-``"flag"``
-    a failing batch is bisected down to ``min_batch_rows`` (single rows by
-    default) and only the smallest pieces that still fail
-    become NaN; a per-row mask records them (the ``failed`` array of the output
-    store, the mask of the returned masked array), the provenance lists the
-    ranges and a :class:`FlaggedRowsWarning` says so;
-``("fallback", "flag")``
-    both: retried on the CPU first, then only the rows that still fail are flagged.
-
-With ``device="auto"`` a batch that fails on the GPU runs on the CPU whatever
-``on_error`` says (the GPU was daskbatch's choice, not the caller's).
-
-``func`` must treat rows independently (a row's output depends on that row
-only): then the output is the same for any batch size, which is what makes
-splitting, resuming and ``batch_rows`` safe.
-"""
+"""Apply a user's vectorised function to large batches of rows, with GPU, fallbacks, flags and resume."""
 
 from __future__ import annotations
 
@@ -63,7 +17,9 @@ from daskbatch._version import __version__
 from daskbatch._warnings import warn
 from daskbatch.engine._batch_calls import (
     BatchRunner,
+    Misuse,
     Ranges,
+    bisect,
     merged_ranges,
     on_error_modes,
     on_error_text,
@@ -81,13 +37,15 @@ from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
     RowStore,
+    created_now,
+    input_fingerprint,
     layout,
+    local_path,
+    regular_rows,
     row_ranges,
 )
-from daskbatch.map_items import map_items
-from daskbatch.planning.devices import DeviceChoice
+from daskbatch.planning.search import DeviceChoice
 from daskbatch.runtime.progress import ProgressCallback
-from daskbatch.transforms.apply import _created, input_fingerprint, local_path, regular_rows
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
 
@@ -122,7 +80,7 @@ def map_batches(
         The (samples x features) input, or a sequence of Python items (any
         objects, such as tuples of small grids): then ``func`` takes a list of
         items and returns one result per item, and a list of the results comes
-        back (:func:`daskbatch.map_items.map_items`).
+        back (:func:`_map_items`).
     out : str or os.PathLike, optional
         Write to this Zarr store, incrementally and resumably (as
         :func:`daskbatch.transform`): ``X``, ``y`` when the input has a label,
@@ -182,7 +140,7 @@ def map_batches(
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
     if _is_items(x):
-        return map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
+        return _map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -252,7 +210,7 @@ def map_batches(
         "feature_names": list(names),
         "provenance": {"input": fingerprint, "func": func_name, "on_error": on_error_text(on_error), "batch_rows": per,
                        "device": choice.device, "device_reason": choice.reason,
-                       "dtype": str(dtype), "daskbatch_version": __version__, "created": _created()},
+                       "dtype": str(dtype), "daskbatch_version": __version__, "created": created_now()},
     }
     store = RowStore.open(out, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs, doc=doc,
                           overwrite=overwrite, protect=local_path(data))
@@ -333,3 +291,127 @@ def _where(device: str, *, batch_bytes: int, on_gpu: bool) -> DeviceChoice:
         return DeviceChoice("cpu", "device='cpu'")
     gpu_module("map_batches")
     return DeviceChoice("gpu", "device='gpu'")
+
+
+#: Batches a list of items is cut into when ``batch_rows="plan"``.
+MAX_BATCHES = 100
+
+
+class _ItemRunner:
+    """Runs ``func`` on one batch of items as ``on_error`` says (picklable: it travels to workers)."""
+
+    def __init__(self, func: Callable[[list[Any]], Any], on_error: Any, min_items: int) -> None:
+        self.func = func
+        self.name = getattr(func, "__name__", "func")
+        self.fallback, self.flag = on_error_modes(on_error)
+        self.min_items = min_items
+
+    def call(self, items: list[Any]) -> list[Any]:
+        """``func(items)`` as a list, checked to hold one result per item."""
+        results = self.func(items)
+        try:
+            results = list(results)
+        except TypeError:
+            raise Misuse(f"returned a {type(results).__name__}; expected a sequence of {len(items)} results") from None
+        if len(results) != len(items):
+            raise Misuse(f"returned {len(results)} results for {len(items)} items")
+        return results
+
+    def failure(self, i: int, lo: int, hi: int, exc: BaseException) -> BatchError:
+        """The error for items ``lo:hi`` of batch ``i`` (a bag's partitions do not say where they start)."""
+        return BatchError(f"{self.name} failed on {rows_text(lo, hi, 'items')} of batch {i}: {type(exc).__name__}: {exc}")
+
+    def run(self, i: int, part: Any) -> tuple[list[Any], Ranges]:
+        """One batch: its results and the flagged item ranges, counted from the batch's first item."""
+        items = list(part)  # a bag's partition may be a lazy iterator
+        flagged: Ranges = []
+
+        def leaf(piece: list[Any], at: int, exc: BaseException) -> list[Any]:
+            if not self.flag:
+                raise self.failure(i, at, at + len(piece), exc) from exc
+            flagged.append((at, at + len(piece)))
+            return [None] * len(piece)
+
+        if not (self.fallback or self.flag):
+            try:
+                return self.call(items), flagged
+            except Misuse as exc:  # the function's mistake, not a failed batch
+                raise Misuse(f"{self.name} {exc} (batch {i})") from None
+            except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
+                raise self.failure(i, 0, len(items), exc) from exc
+        try:
+            return bisect(self.call, items, 0, self.min_items, leaf, lambda parts: parts[0] + parts[1]), flagged
+        except Misuse as exc:
+            raise Misuse(f"{self.name} {exc} (batch {i})") from None
+
+
+def _map_items(
+    func: Callable[[list[Any]], Any],
+    items: Sequence[Any] | Any,
+    *,
+    out: Any = None,
+    batch_rows: int | str = "plan",
+    device: str = "auto",
+    on_error: Any = "raise",
+    min_batch_rows: int | None = None,
+    progress: bool | ProgressCallback = False,
+    cancel: threading.Event | None = None,
+) -> list[Any]:
+    """Apply ``func`` (a list of items -> one result per item) to all items, batch by batch."""
+    import dask.bag  # lazy: dask
+
+    if out is not None:
+        raise ValueError("out= writes rows of an array; results of Python items come back as a list (drop out=)")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "gpu":
+        raise ValueError("device='gpu' moves array batches to the GPU; Python items reach func as they are "
+                         "(use device='auto' and move them inside func)")
+    if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
+        raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
+    bag: Any = None
+    if isinstance(items, dask.bag.Bag):
+        if batch_rows != "plan":
+            raise ValueError("a dask.bag's partitions are its batches: leave batch_rows='plan', or build the bag "
+                             "with dask.bag.from_sequence(items, partition_size=...)")
+        bag = items
+    elif batch_rows != "plan" and (isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1):
+        raise ValueError(f"batch_rows must be a positive number of items or 'plan', got {batch_rows!r}")
+    runner = _ItemRunner(func, on_error, int(min_batch_rows or 1))
+    if bag is not None:
+        parts: list[Any] = bag.to_delayed()
+    elif not len(items):
+        return []
+    else:
+        # Slices, each in a holder dask does not look into: dask.bag.from_sequence would hash every item
+        # (seconds for thousands of small arrays) and a bare list would become a task per item.
+        per = -(-len(items) // MAX_BATCHES) if batch_rows == "plan" else int(batch_rows)
+        parts = [_Batch(items[lo : lo + per]) for lo in range(0, len(items), per)]
+    done: dict[int, tuple[list[Any], Ranges]] = {}
+    run_blocks(functools.partial(_run, runner=runner), {i: (p,) for i, p in enumerate(parts)}, name="db-map-items",
+               on_done=done.__setitem__, cancel=cancel, progress=progress, label="map_batches", resumable=False)
+    results: list[Any] = []
+    flagged: Ranges = []
+    for i in range(len(parts)):
+        values, ranges = done[i]
+        flagged.extend((a + len(results), b + len(results)) for a, b in ranges)
+        results.extend(values)
+    warn_flagged(merged_ranges(flagged), runner.name, noun="items")
+    return results
+
+
+def _run(i: int, part: Any, *, runner: _ItemRunner) -> tuple[list[Any], Ranges]:
+    """One batch's task."""
+    return runner.run(i, part.items if isinstance(part, _Batch) else part)
+
+
+class _Batch:
+    """A batch of items, opaque to dask's traversal of task arguments."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Batch, (self.items,))

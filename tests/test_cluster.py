@@ -8,7 +8,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from daskbatch.engine.planner import plan
-from daskbatch.planning.search import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.runtime.capacity import (
     parse_memory,
     resources_auto,

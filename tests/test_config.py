@@ -112,7 +112,7 @@ def repeated_defaults(source: str, filename: str = "<string>") -> list[str]:
 
 def test_no_default_of_daskbatch_yaml_is_repeated_in_python() -> None:
     # stats/classes.py keeps max_classes=1000 for statistics built by hand: stats is pure (no dask.config)
-    # and engine.class_labels.max_classes() passes the configured limit to every statistic daskbatch builds.
+    # and engine.planner.max_classes() passes the configured limit to every statistic daskbatch builds.
     known = {"stats/classes.py"}
     found = [
         where for path in sorted(PACKAGE.rglob("*.py"))

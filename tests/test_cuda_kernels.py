@@ -915,7 +915,7 @@ def test_gpu_chunk_tasks_never_wait_for_the_device(big: tuple[np.ndarray, np.nda
     it could not return before the spin ends. The states then equal the CPU's.
     """
     cupy = pytest.importorskip("cupy")
-    from daskbatch.engine.staged import Staged
+    from daskbatch.engine.reduce import Staged
     from daskbatch.stats import Bundle
     from daskbatch.stats.classes import labels_checked
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from daskbatch.engine.planner import plan
-from daskbatch.planning.search import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.runtime.capacity import machine_memory_bytes
 from daskbatch.runtime.cluster import cuda_cluster_options
 

@@ -25,7 +25,7 @@ from daskbatch.planning.memory import (
     projected_task_bytes,
     state_bytes,
 )
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats.kernels import _gpu
@@ -103,7 +103,7 @@ def test_gpu_plan_uses_the_gpu_model() -> None:
 
 def test_the_seed_batch_fits_a_16_gb_gpu() -> None:
     """100,000 x 5,000 float32 in one 100,000-row chunk on a 16 GB card (issue 18, 6): the original program budgets 3.8 GB."""
-    from daskbatch.engine.planner import plan_dropping_sketch
+    from daskbatch.planning.search import plan_dropping_sketch
 
     r = Resources(64 * GiB, 1, 1, device_memory_bytes=16 * 10**9, device="gpu")
 

@@ -20,14 +20,15 @@ from daskbatch.engine.devices import (
     gpu_failure,
     gpu_problem,
 )
-from daskbatch.engine.statistics_run import (
+from daskbatch.engine.pipeline import (
     Computed,
     prepared_inputs,
     run_statistics,
 )
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.map_batches import FlaggedRowsWarning
-from daskbatch.planning.devices import (
+from daskbatch.planning.plan import Resources
+from daskbatch.planning.search import (
     CPU_BYTES_PER_S,
     GPU_BATCH_OVERHEAD_S,
     HOST_TO_DEVICE_BYTES_PER_S,
@@ -35,7 +36,6 @@ from daskbatch.planning.devices import (
     choose_device,
     gpu_min_batch_bytes,
 )
-from daskbatch.planning.resources import Resources
 from daskbatch.stats.spec import configured
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None

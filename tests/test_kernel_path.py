@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine import planner, staged
+from daskbatch.engine import planner, reduce
 from daskbatch.engine.checkpoint import fingerprint
 from daskbatch.engine.checkpoint.fingerprint import setting_items
-from daskbatch.engine.staged import Staged
+from daskbatch.engine.reduce import Staged
 from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch, kernels
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
@@ -34,7 +34,7 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> list[KernelPath]:
         seen.append(got)
         return got
 
-    for owner in (path, kernels, staged, planner, fingerprint):
+    for owner in (path, kernels, reduce, planner, fingerprint):
         monkeypatch.setattr(owner, "kernel_path", spy)
     return seen
 

@@ -151,7 +151,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.summary",),
     ("daskbatch.selection", "daskbatch.transforms"),
     ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.incremental", "daskbatch.map_batches",
-     "daskbatch.map_items", "daskbatch.testing"),
+     "daskbatch.testing"),
     ("daskbatch.jobs", "daskbatch.demo"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),
 )

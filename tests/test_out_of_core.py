@@ -23,7 +23,7 @@ import zarr
 import daskbatch as db
 from daskbatch.engine.planner import plan
 from daskbatch.io.dataset import open_dataset
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 
 distributed = pytest.importorskip("distributed")
 

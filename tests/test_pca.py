@@ -12,7 +12,7 @@ import pytest
 from sklearn.decomposition import PCA as SkPCA
 
 import daskbatch as db
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 
 

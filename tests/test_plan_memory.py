@@ -184,7 +184,7 @@ def test_plan_describe_counts_the_weight_column():
     import dask.array as da
 
     from daskbatch.engine.planner import plan_describe
-    from daskbatch.planning.resources import Resources
+    from daskbatch.planning.plan import Resources
 
     x, w = da.zeros((200_000, 4), chunks=(1000, 4)), np.ones(200_000)
     tight = Resources(memory_bytes=2 * (256 * 2**20 + 4 * 2**20))  # 4 MiB a task

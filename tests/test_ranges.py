@@ -161,7 +161,7 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
 
     from daskbatch.cli import main
     from daskbatch.describe import plan_describe
-    from daskbatch.engine.planner import sketch_in_plan
+    from daskbatch.planning.search import sketch_in_plan
     from daskbatch.stats import Sketch
     from daskbatch.stats.sketch import WINDOW
     from daskbatch.stats.sketch_windows import FOOTPRINT

@@ -115,7 +115,7 @@ def test_text_repr(summary: db.Summary) -> None:
     rows = [line for line in lines if re.match(r"f\d+ ", line)]
     assert len(rows) == 20
     # report.py still uses the first line as its header
-    from daskbatch.summary.report import format_report
+    from daskbatch.summary.reprs import format_report
 
     report = format_report(summary, top=3)
     assert report.splitlines()[0] == lines[0] and "Top 3 features by mutual information" in report
@@ -299,7 +299,8 @@ def test_dask_dataframe_keeps_column_names() -> None:
 
 # --------------------------------------------------------- Plan, Dataset
 def test_plan_html_marks_fit_and_notes() -> None:
-    from daskbatch.planning.search import Resources, plan_chunks
+    from daskbatch.planning.plan import Resources
+    from daskbatch.planning.search import plan_chunks
 
     gib = 2**30
     fits = plan_chunks((10_000, 8), 2, (1000, 8), Resources(4 * gib, 2), stats=("moments",), dtype="float32")

@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 from daskbatch.selection.scores import chi2, f_classif
 
@@ -329,6 +329,20 @@ def test_save_and_load_round_trip(tmp_path: Path, suffix: str, clf) -> None:  # 
     df = sel.to_dataframe()
     assert list(df.columns) == ["score", "rank", "selected", "reason"] and df.index.name == "feature"
     assert sel.selected_names == tuple(names[i] for i in sel.indices)
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"feature_names": ["a"]}', b"\xff\xfe\x00binary", "folder"])
+def test_loading_what_is_not_a_selection_says_so_in_one_line(tmp_path: Path, content) -> None:  # noqa: ANN001
+    path = tmp_path / "sel.json"
+    if content == "folder":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ValueError, match="is not a saved selection") as info:
+        db.load_selection(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_cli_select_writes_the_api_selection(tmp_path: Path, counts) -> None:  # noqa: ANN001

@@ -282,7 +282,7 @@ def test_describe_counts_the_sketch_in_int32_and_keeps_int64_counts() -> None:
     import dask.array as da
 
     import daskbatch as db
-    from daskbatch.engine._describe_steps import _first_pass
+    from daskbatch.engine.pipeline import _first_pass
     from daskbatch.stats.spec import requested
 
     pass_sketch = [s for s in _first_pass(requested(["sketch"]), ddof=1, bias=True, nan_policy="omit",

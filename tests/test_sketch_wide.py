@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.planner import plan_describe, sketch_in_plan
+from daskbatch.engine.planner import plan_describe
 from daskbatch.errors import PlanError
-from daskbatch.planning.search import plan_chunks
+from daskbatch.planning.search import plan_chunks, sketch_in_plan
 from daskbatch.stats import Sketch
 from daskbatch.stats import sketch as sketch_module
 from daskbatch.stats.sketch import SketchState

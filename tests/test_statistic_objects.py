@@ -13,7 +13,7 @@ from daskbatch.engine.checkpoint.manifest import spec_items
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats.registry import statistic_from_params, statistic_params
 from daskbatch.stats.spec import configured
-from daskbatch.testing.assertions import assert_states_equal
+from daskbatch.testing import assert_states_equal
 
 #: Provenance entries that record the statistics' parameters (the rest is timing and dates).
 RECORDED = ("stats", "ddof", "bias", "nan_policy", "bins", "miller_madow", "range", "range_given", "classes_from")

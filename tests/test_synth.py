@@ -104,6 +104,29 @@ def test_written_store(tmp_path):
     assert again.shape == (100, 5) and again.label is None
 
 
+@pytest.mark.parametrize("what", ["file", "folder", "zarr group"])
+def test_foreign_data_at_the_path_is_refused_in_one_line_and_kept(tmp_path, what):
+    """A user's file, folder or Zarr group at ``path``: one line naming it, no advice that cannot work, nothing lost."""
+    path = tmp_path / "mine"
+    if what == "file":
+        path.write_text("mine")
+    elif what == "folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("mine")
+    else:
+        zarr.open_group(str(path), mode="w").create_array("a", shape=(2,), dtype="f8")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError) as info:
+            synth(10, 2, path=path, overwrite=overwrite)
+        message = str(info.value)
+        assert str(path) in message and "\n" not in message
+        assert "not a store daskbatch wrote" in message and "pass overwrite" not in message
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    if what == "file":
+        assert path.read_text() == "mine"
+
+
 def test_empty_and_tiny():
     ds = synth(0, 3)
     assert ds.x.shape == (0, 3)

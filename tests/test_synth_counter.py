@@ -9,7 +9,7 @@ import scipy.stats
 
 import daskbatch as db
 from daskbatch.errors import DeviceUnavailableError
-from daskbatch.io.synth_counter import normals, philox4x32
+from daskbatch.io.synth_model import normals, philox4x32
 
 
 # Known-answer vectors of Random123's philox4x32_10 (kat_vectors): counter, key -> output.

@@ -14,7 +14,7 @@ import zarr
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.engine.tiled import open_tiled_cov, tiled_covariance
 from daskbatch.errors import PlanError
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import CoMoments
 from daskbatch.stats.tiled import CrossCoMoments

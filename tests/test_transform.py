@@ -217,6 +217,14 @@ def test_cli_names_bad_options(tmp_path: Path) -> None:
     assert over.exit_code == 2 and "over the input" in over.output
 
 
+@pytest.mark.parametrize("steps", [db.steps.clip(-1, 1), 3])
+def test_steps_that_are_not_a_list_of_steps_are_named(tmp_path: Path, steps) -> None:  # noqa: ANN001
+    out = tmp_path / "o.zarr"
+    with pytest.raises(TypeError, match="steps must be a list of steps") as info:
+        db.transform(data(rows=20), steps, out)
+    assert type(steps).__name__ in str(info.value) and not out.exists()
+
+
 def test_json_provenance_round_trips(tmp_path: Path) -> None:
     x = data(rows=100)
     s = db.describe(x, stats=["moments", "cov"], run=db.RunOptions(plan=None))

@@ -17,7 +17,7 @@ from daskbatch.cli._logging import is_quiet
 from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
 from daskbatch.cli._update import check_label, update_settings
 from daskbatch.cli.options import client_from_options, cluster_options, device_option
-from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
 from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
@@ -27,7 +27,7 @@ from daskbatch.runtime.interrupts import exit_now
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.summary import load_summary
-from daskbatch.summary.report import format_report
+from daskbatch.summary.reprs import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:

@@ -10,8 +10,8 @@ from click.core import ParameterSource
 from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
-from daskbatch.engine.planner import plan, plan_dropping_sketch, sketch_in_plan
-from daskbatch.planning.search import recorded_n_classes
+from daskbatch.engine.planner import plan
+from daskbatch.planning.search import plan_dropping_sketch, recorded_n_classes, sketch_in_plan
 from daskbatch.runtime.capacity import resources_from_machine
 from daskbatch.stats.sketch_windows import state_bytes_per_feature
 from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested

@@ -1,11 +1,5 @@
-"""Calling the user's function on one batch for :func:`daskbatch.map_batches` and :func:`daskbatch.map_items`.
-
-Package-private machinery of the two verbs: ``on_error``'s modes, bisecting a
-failing batch down to its smallest failing pieces (:func:`bisect`), the texts
-and warnings that name failed rows, and :class:`BatchRunner`, which runs a
-function on one batch of rows on the CPU or the GPU with its fallbacks and
-checks the output's shape and dtype.
-"""
+"""Calling the user's function on one batch for :func:`daskbatch.map_batches` (arrays or items): ``on_error``'s
+modes, bisecting a failing batch, the texts that name failed rows, and :class:`BatchRunner` (CPU or GPU, fallbacks)."""
 
 from __future__ import annotations
 
@@ -34,18 +28,7 @@ class Misuse(ValueError):
 
 
 def on_error_modes(on_error: Any) -> tuple[bool, bool]:
-    """Read ``on_error``: one of :data:`ON_ERROR`, or ``"fallback"`` and ``"flag"`` together.
-
-    Parameters
-    ----------
-    on_error : str or sequence of str
-        As given to :func:`map_batches`.
-
-    Returns
-    -------
-    tuple of bool
-        ``(fallback, flag)``.
-    """
+    """Read ``on_error`` (one of :data:`ON_ERROR`, or ``"fallback"`` and ``"flag"`` together) as ``(fallback, flag)``."""
     modes = (on_error,) if isinstance(on_error, str) else tuple(on_error) if isinstance(on_error, list | tuple) else ()
     if not modes or any(m not in ON_ERROR for m in modes) or ("raise" in modes and len(modes) > 1):
         raise ValueError(f"on_error must be one of {ON_ERROR} or ('fallback', 'flag'), got {on_error!r}")
@@ -53,20 +36,7 @@ def on_error_modes(on_error: Any) -> tuple[bool, bool]:
 
 
 def rows_text(lo: int, hi: int, noun: str = "rows") -> str:
-    """Name rows ``lo:hi`` for a message: ``row 5`` or ``rows 0-99``.
-
-    Parameters
-    ----------
-    lo, hi : int
-        The range, ``hi`` excluded.
-    noun : str, default "rows"
-        The plural of what is counted (``"items"`` for Python items).
-
-    Returns
-    -------
-    str
-        The words.
-    """
+    """Name rows ``lo:hi`` for a message: ``row 5`` or ``rows 0-99`` (``noun``: what is counted, plural)."""
     return f"{noun[:-1]} {lo:,}" if hi - lo == 1 else f"{noun} {lo:,}-{hi - 1:,}"
 
 
@@ -84,30 +54,7 @@ def _is_memory_error(exc: BaseException) -> bool:
 def bisect(run: Callable[[Any], Any], piece: Any, lo: int, min_rows: int,
            leaf: Callable[[Any, int, BaseException], Any], join: Callable[[list[Any]], Any],
            when: Callable[[BaseException], bool] = lambda e: True) -> Any:
-    """Return ``run(piece)``; on a failure that ``when`` accepts, bisect down to ``min_rows``, then ``leaf``.
-
-    Parameters
-    ----------
-    run : callable
-        The attempt on one piece.
-    piece : sliceable
-        Rows (an array) or items (a list).
-    lo : int
-        Index of the piece's first row, for ``leaf``.
-    min_rows : int
-        A failing piece this small is not split again.
-    leaf : callable
-        ``leaf(piece, lo, error)`` for a smallest failing piece: raise, or return its stand-in output.
-    join : callable
-        Joins the outputs of two halves (a list of two).
-    when : callable, optional
-        Which errors split the piece (default: all); the others go to ``leaf`` at once.
-
-    Returns
-    -------
-    object
-        The piece's output.
-    """
+    """Return ``run(piece)``; on a failure ``when`` accepts, bisect down to ``min_rows``, then ``leaf(piece, lo, error)``."""
     n = len(piece)
     try:
         return run(piece)
@@ -122,17 +69,7 @@ def bisect(run: Callable[[Any], Any], piece: Any, lo: int, min_rows: int,
 
 
 def warn_flagged(ranges: Ranges, name: str, noun: str = "rows") -> None:
-    """Say once per call which rows (or items) were flagged, the first five ranges named.
-
-    Parameters
-    ----------
-    ranges : list of (int, int)
-        The flagged ``[start, stop)`` ranges, merged.
-    name : str
-        The function's name.
-    noun : str, default "rows"
-        The plural of what is counted.
-    """
+    """Say once per call which rows (or items) were flagged, the first five ranges named."""
     if not ranges:
         return
     shown = ", ".join(rows_text(a, b, noun) for a, b in ranges[:5]) + (", ..." if len(ranges) > 5 else "")
@@ -142,18 +79,7 @@ def warn_flagged(ranges: Ranges, name: str, noun: str = "rows") -> None:
 
 
 def merged_ranges(ranges: Ranges) -> Ranges:
-    """Sort ``[start, stop)`` ranges and join those that touch or overlap.
-
-    Parameters
-    ----------
-    ranges : list of (int, int)
-        The ranges.
-
-    Returns
-    -------
-    list of (int, int)
-        Sorted and disjoint.
-    """
+    """Sort ``[start, stop)`` ranges and join those that touch or overlap."""
     out: Ranges = []
     for a, b in sorted(ranges):
         if out and a <= out[-1][1]:
@@ -164,44 +90,12 @@ def merged_ranges(ranges: Ranges) -> Ranges:
 
 
 def on_error_text(on_error: Any) -> str:
-    """Write ``on_error`` for the provenance and the resume fingerprint.
-
-    Parameters
-    ----------
-    on_error : str or sequence of str
-        As given to :func:`daskbatch.map_batches`.
-
-    Returns
-    -------
-    str
-        The mode, or ``"fallback+flag"`` for the combination.
-    """
+    """Write ``on_error`` for the provenance and the resume fingerprint (``"fallback+flag"`` for both)."""
     return on_error if isinstance(on_error, str) else "+".join(sorted(on_error))
 
 
 class BatchRunner:
-    """Runs ``func`` on one batch as ``device`` and ``on_error`` say (picklable: it travels to workers).
-
-    Parameters
-    ----------
-    func : callable
-        The user's function (rows in, the same rows out).
-    columns : int
-        Output columns (set after the probe).
-    dtype : numpy.dtype
-        Output dtype (set after the probe).
-    device : {"cpu", "gpu"}
-        Where the batches run.
-    on_error : str or sequence of str
-        As given to :func:`daskbatch.map_batches`.
-    min_rows : int
-        Smallest piece a failing batch is bisected down to.
-    gpu_min_rows : int, optional
-        Smallest piece out-of-memory halving on the GPU goes down to (default ``min_rows``).
-    gpu_fallback : bool, default False
-        Run a batch that fails on the GPU on the CPU even without ``"fallback"``
-        (``device="auto"`` chose the GPU).
-    """
+    """Runs ``func`` on one batch as ``device`` and ``on_error`` say (picklable: it travels to workers)."""
 
     def __init__(
         self, func: Callable[[Any], Any], columns: int, dtype: np.dtype, device: str, on_error: Any, min_rows: int,
@@ -209,7 +103,7 @@ class BatchRunner:
     ) -> None:
         self.func = func
         self.name = getattr(func, "__name__", "func")
-        self.columns = columns
+        self.columns = columns  # the output's width and dtype, learnt by probe_output
         self.dtype = dtype
         self.device = device
         self.fallback, self.flag = on_error_modes(on_error)
@@ -275,24 +169,7 @@ class BatchRunner:
 
     # -- one batch
     def run(self, block: Any, lo: int) -> tuple[np.ndarray, Ranges, Ranges]:
-        """Run one batch where it belongs, with ``on_error``'s retries and flags.
-
-        Parameters
-        ----------
-        block : array
-            The batch's rows (NumPy or CuPy).
-        lo : int
-            Index of its first row.
-
-        Returns
-        -------
-        output : numpy.ndarray
-            The batch's output, on the host.
-        flagged : list of (int, int)
-            Row ranges flagged.
-        cpu_rows : list of (int, int)
-            Row ranges meant for the GPU that ran on the CPU.
-        """
+        """Run one batch (rows from ``lo``) where it belongs: its host output, the rows flagged, the rows moved to the CPU."""
         rows = int(block.shape[0])
         flagged: Ranges = []
         cpu_rows: Ranges = []
@@ -358,32 +235,7 @@ def _free_gpu_memory() -> None:
 def run_batch(
     i: int, xb: Any, yb: Any, *, runner: BatchRunner, per: int, writer: RegionWriter | None
 ) -> tuple[np.ndarray | None, list[tuple[int, int]], list[tuple[int, int]]]:
-    """Run batch ``i`` (one dask task); with a writer, write it to the output store.
-
-    Parameters
-    ----------
-    i : int
-        The batch; its first row is ``i * per``.
-    xb : array
-        Its rows.
-    yb : array or None
-        Its labels, written beside the output.
-    runner : BatchRunner
-        Runs the function.
-    per : int
-        Rows per batch.
-    writer : RegionWriter or None
-        The output store's writer, or None to return the output.
-
-    Returns
-    -------
-    output : numpy.ndarray or None
-        The output, or None when written.
-    flagged : list of (int, int)
-        Row ranges flagged.
-    cpu_rows : list of (int, int)
-        Row ranges meant for the GPU that ran on the CPU.
-    """
+    """Run batch ``i`` (one dask task, first row ``i * per``); with a writer, write it to the output store instead of returning it."""
     lo = i * per
     out, failed, cpu_rows = runner.run(xb, lo)
     if writer is None:
@@ -401,22 +253,7 @@ def run_batch(
 
 
 def probe_output(runner: BatchRunner, x: Any) -> tuple[int, np.dtype]:
-    """Learn the width and dtype of ``func``'s output from the first rows (where they fail, as ``on_error`` allows).
-
-    Parameters
-    ----------
-    runner : BatchRunner
-        Holds the function, the device and ``on_error``.
-    x : dask.array.Array
-        The input.
-
-    Returns
-    -------
-    columns : int
-        Output columns.
-    dtype : numpy.dtype
-        Output dtype.
-    """
+    """Learn the width and dtype of ``func``'s output from the first rows (where they fail, as ``on_error`` allows)."""
     n = min(PROBE_ROWS, int(x.shape[0]))
     head = x[:n].compute()
     tries: list[Callable[[], Any]] = [lambda: on_device(head, runner.device)]

@@ -35,36 +35,13 @@ from daskbatch.stats.backend import to_numpy
 __all__ = ["on_device", "run_blocks"]
 
 def check_device(device: str, what: str) -> None:
-    """Raise for an unknown device, or ``"gpu"`` without a working CuPy.
-
-    Parameters
-    ----------
-    device : {"auto", "cpu", "gpu"}
-        Where blocks are computed.
-    what : str
-        The call, for the message.
-    """
+    """Raise for an unknown device, or ``"gpu"`` without a working CuPy (``what``: the call, for the message)."""
     if checked_device(device) == "gpu":
         gpu_module(what)
 
 
 def on_device(block: Any, device: str) -> Any:
-    """Move ``block`` where it should be computed: as it is (auto), on the host (cpu) or the GPU (gpu).
-
-    ``"gpu"`` makes one host-to-device copy (``cupy.asarray``) per block.
-
-    Parameters
-    ----------
-    block : array
-        A NumPy or CuPy block.
-    device : {"auto", "cpu", "gpu"}
-        Where it is computed.
-
-    Returns
-    -------
-    array
-        The block on that device.
-    """
+    """Move ``block`` where it is computed: as it is (auto), on the host (cpu) or the GPU (gpu, one ``cupy.asarray`` copy)."""
     if device == "auto":
         return block
     if device == "gpu":
@@ -157,41 +134,10 @@ def run_blocks(
     rows: int | None = None,
     resumable: bool = True,
 ) -> None:
-    """Compute ``fn(i, *args[i])`` for every block ``i``, calling ``on_done(i, result)`` as each finishes.
-
-    Parameters
-    ----------
-    fn : callable
-        The per-block task; ``args[i]`` may hold dask collections (the block's data).
-    args : mapping of int to tuple
-        The blocks to run and their arguments.
-    name : str
-        Prefix of the task keys (the dashboard shows it).
-    on_done : callable
-        Called in this thread with each finished block and its result.
-    cancel : threading.Event, optional
-        Set it (from another thread) to stop at the next block boundary.
-    progress : bool or callable, default False
-        True draws a progress bar (a widget in Jupyter, a line on a terminal's
-        stderr); a callable is called as ``progress(done, total, label)`` in
-        this thread after every block. Start and end are logged either way.
-    label : str, optional
-        What the bar, the callable and the log call this run (default ``name``).
-    total : int, optional
-        Blocks of the whole job, for the bar (default ``len(args)``); the others are counted as done.
-    rows : int, optional
-        Rows of the whole job, for rows/s.
-    resumable : bool, default True
-        Whether ``on_done`` keeps finished blocks where the same call finds them
-        again (an output store); the message of a stop says which.
-
-    Raises
-    ------
-    Cancelled
-        After ``cancel`` was set; the finished blocks were reported.
-    Interrupted
-        After SIGINT or SIGTERM; the finished blocks were reported.
-    """
+    """Compute ``fn(i, *args[i])`` for every block ``i``, calling ``on_done(i, result)`` in this thread as each finishes."""
+    # cancel (set from another thread), SIGINT or SIGTERM stop at the next block boundary: Cancelled or
+    # Interrupted, the finished blocks reported. total and rows are the whole job's (blocks not in args count
+    # as done); resumable: on_done keeps finished blocks where the same call finds them again (an output store).
     from dask import delayed  # lazy: dask
 
     stop = cancel if cancel is not None else threading.Event()
@@ -200,15 +146,7 @@ def run_blocks(
     bar = Progress(label or name, total, rows=rows, **progress_options(progress))
 
     def done(i: int, result: Any) -> None:
-        """Hand block ``i``'s result on, and advance the progress bar.
-
-        Parameters
-        ----------
-        i : int
-            The block index.
-        result : object
-            What the block's function returned.
-        """
+        """Hand block ``i``'s result on and advance the progress bar."""
         on_done(i, result)
         finished.add(i)
         bar.advance()

@@ -2,7 +2,7 @@
 
 :func:`auto_device` is what :func:`daskbatch.map_batches` and
 :func:`daskbatch.describe` call; the decision itself is the pure
-:func:`daskbatch.planning.devices.choose_device`.
+:func:`daskbatch.planning.search.choose_device`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from daskbatch import config
 from daskbatch._arguments import GPU_INSTALL
 from daskbatch._typing import Device
 from daskbatch.errors import GPUFallbackWarning
-from daskbatch.planning.devices import DeviceChoice, choose_device
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
+from daskbatch.planning.search import DeviceChoice, choose_device
 from daskbatch.runtime.capacity import resources_auto
 from daskbatch.stats.kernels.preflight import check_gpu
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from daskbatch import config
 from daskbatch._arguments import gpu_module
-from daskbatch.engine.staged import TRANSFERS, part_rows_for
+from daskbatch.engine.reduce import TRANSFERS, part_rows_for
 
 if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
@@ -39,7 +39,7 @@ class FeatureMatrix:
     #: The Dataset the arrays came from, if any (the planner reads its storage chunks).
     source: Dataset | None = None
     #: Set by ``to_device(..., transfer="staged")``: the blocks stay on the host and each chunk
-    #: task stages parts of this many rows to the GPU itself (:mod:`daskbatch.engine.staged`).
+    #: task stages parts of this many rows to the GPU itself (:class:`daskbatch.engine.reduce.Staged`).
     stage_rows: int | None = None
     #: Every label is one of the class values the statistics are given: checked on the host
     #: where it was read, or those values were found by a scan of this very label. Chunk tasks
@@ -428,7 +428,7 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
     ``transfer="block"`` adds one ``cupy.asarray`` task per block; ``"staged"``
     leaves the blocks on the host and sets :attr:`FeatureMatrix.stage_rows`, so
     that each chunk task copies its block in parts through pinned buffers while
-    it reduces the previous part (:mod:`daskbatch.engine.staged`). The default
+    it reduces the previous part (:class:`daskbatch.engine.reduce.Staged`). The default
     is ``daskbatch.gpu-transfer`` (parts of ``daskbatch.gpu-staging-bytes``).
     Statistics then run and merge on the device; only final results come back.
 

@@ -1,10 +1,5 @@
-"""Running one pass: a bundle of statistics over the row blocks of a feature matrix.
-
-A pass is one tree reduction (:func:`daskbatch.engine.reduce.tree_reduce`),
-computed on the active scheduler, or through a checkpoint directory
-(:mod:`daskbatch.engine.checkpoint`) when one is given. Both give bitwise
-identical results.
-"""
+"""The passes of a describe: each a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of
+statistics over the row blocks, computed on the active scheduler or through a checkpoint directory (the same bits)."""
 
 from __future__ import annotations
 
@@ -14,19 +9,29 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from daskbatch.engine.checkpoint import run as checkpointed
 from daskbatch.engine.inputs import FeatureMatrix
-from daskbatch.engine.reduce import TASK_PREFIXES, statistics_tag, task_prefixes, tree_reduce
-from daskbatch.engine.staged import Staged
+from daskbatch.engine.reduce import (
+    TASK_PREFIXES,
+    Staged,
+    statistics_tag,
+    task_prefixes,
+    to_host,
+    tree_reduce,
+)
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.joblog import note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.progress import compute as tracked_compute
+from daskbatch.stats import Sketch
 from daskbatch.stats._base import Bundle, BundleLike, reads_label, shown_names
+from daskbatch.stats.registry import Kept
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +39,7 @@ __all__ = ["PassRunner", "compute"]
 
 
 def compute(graph: Any, progress: bool | str | ProgressCallback | Progress, title: str = "compute") -> Any:
-    """Compute ``graph`` on the active scheduler (threads or a ``distributed`` client), with progress.
-
-    Parameters
-    ----------
-    graph : dask collection
-        What to compute.
-    progress : bool, callable or Progress
-        A :class:`~daskbatch.runtime.progress.Progress` to advance by the graph's
-        chunk tasks (its blocks); True or False: a new one named ``title``,
-        drawn when True (log lines either way); a callable: a new one that
-        calls it with ``(done, total, title)``.
-    title : str
-        Label of a new Progress.
-
-    Returns
-    -------
-    object
-        The computed value.
-    """
+    """Compute ``graph`` on the active scheduler with progress: a Progress advanced by its chunk tasks, or a new one."""
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
     with Progress(title, **progress_options(progress)) as bar:
@@ -60,34 +47,14 @@ def compute(graph: Any, progress: bool | str | ProgressCallback | Progress, titl
 
 
 @dataclass(frozen=True)
-class PassRunner:  # numpydoc ignore=PR02
-    """Runs passes over ``data`` with one fan-in, through ``checkpoint`` when it is given.
+class PassRunner:
+    """Runs passes over ``data`` (planned, rechunked, on its device) with one fan-in, through ``checkpoint`` if given."""
 
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The blocks to reduce (already planned, rechunked and on their device).
-    split_every : int
-        Fan-in of every merge tree (resolved once by the caller).
-    progress : bool or callable
-        Draw a progress bar while computing (pass start and end are logged
-        either way); a callable is called with ``(done, total, pass title)``.
-    checkpoint : path, optional
-        Checkpoint directory; None computes directly.
-    force : bool
-        Discard a checkpoint written for other data instead of refusing.
-    passes : int
-        Passes of the whole run, for the labels (``pass 1/2: moments+cov+sketch``).
-    cancel : threading.Event, optional
-        Set, it stops the pass at the next finished block (or checkpoint unit):
-        :class:`~daskbatch.errors.Interrupted`, the checkpoint keeping what finished.
-    keep_blocks : bool
-        Keep the decoded blocks (and the label's and weights') in memory after
-        the first pass, so that later passes do not read them again. On a local
-        scheduler the first pass returns the blocks it read; on ``distributed``
-        they are persisted as it starts. Either way reading overlaps the first
-        pass's kernels. Not with a checkpoint (its units read their own blocks).
-    """
+    # progress: a bar (True), log lines only (False) or a callable(done, total, pass title); passes: of the whole
+    # run, for the titles ("pass 1/2: moments+cov+sketch"); cancel: stops at the next finished block (or checkpoint
+    # unit), the checkpoint keeping what finished; keep_blocks: keep the decoded blocks (and the label's and
+    # weights') in memory after the first pass, so later passes do not read them again (a local scheduler's first
+    # pass returns the blocks it read, distributed persists them as it starts; never with a checkpoint).
 
     data: FeatureMatrix
     split_every: int
@@ -104,21 +71,25 @@ class PassRunner:  # numpydoc ignore=PR02
 
     @property
     def blocks(self) -> FeatureMatrix:
-        """Give the data the next pass reads: the kept blocks once the first pass kept them, else ``data``.
-
-        Returns
-        -------
-        FeatureMatrix
-            The blocks in memory (``keep_blocks``, after the first pass), or ``data``.
-        """
+        """The data the next pass reads: the kept blocks once the first pass kept them, else ``data``."""
         return self._kept[-1] if self._kept else self.data
 
-    def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
-        """Results of every statistic of ``bundle`` (pass ``index`` of the run), as host NumPy arrays.
+    def run(
+        self, first: Bundle, second: Callable[[dict[str, Any]], Bundle | None]
+    ) -> tuple[dict[str, Kept], dict[str, Any], FeatureMatrix]:
+        """Run ``first``, then the bundle ``second`` makes of its results: merged states and host results by name."""
+        with _span("daskbatch-describe"):  # one span per describe call: the dashboard groups its tasks
+            kept = _kept_by_name(first, self(first, finalize=False))
+            results = to_host({name: k.finalize() for name, k in kept.items()})
+            then = second(results)
+            if then is not None:
+                more = _kept_by_name(then, self(then, 2, finalize=False))
+                kept.update(more)
+                results.update(to_host({name: k.finalize() for name, k in more.items()}))
+        return kept, results, self.blocks
 
-        With ``finalize=False``, their merged states instead (host NumPy):
-        ``bundle.finalize`` of those gives the same results bit for bit on the CPU.
-        """
+    def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
+        """Results of every statistic of ``bundle`` (pass ``index``) on the host; merged states with ``finalize=False``."""
         t0 = time.perf_counter()
         try:
             return self._run(bundle, index, finalize)
@@ -133,13 +104,20 @@ class PassRunner:  # numpydoc ignore=PR02
         data = self.blocks
         needs_label = any(reads_label(s) for s in bundle.stats)
         label = data.label if needs_label else None
-        stat: BundleLike = bundle
-        if data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
-            stat = Staged(bundle, data.stage_rows)
         x = data.x
         t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(shown_names(bundle.stats))}"
         span_name = f"pass-{index}-{'-'.join(shown_names(bundle.stats))}"
+        # The graph is built before the bar starts, in one go (the reduce module, once per pass).
+        stat: BundleLike = bundle
+        if data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
+            stat = Staged(bundle, data.stage_rows)
+        tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
+        prefix = task_prefixes(tag)["chunk"]
+        graph = None if self.checkpoint is not None else tree_reduce(
+            stat, x, label, weights=data.weights, split_every=self.split_every, finalize=finalize, tag=tag,
+            labels_checked=label is not None and data.label_checked,
+        )
         with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
                                         cancel=self.cancel, **progress_options(self.progress)) as bar:
             if self.checkpoint is not None:
@@ -148,18 +126,13 @@ class PassRunner:  # numpydoc ignore=PR02
                     stat, data, label, split_every=self.split_every, progress=bar,
                     directory=self.checkpoint, force=self.force, finalize=finalize,
                 )
+            elif keep and local:
+                rows = _row_aligned(data)
+                result, blocks = tracked_compute(graph, bar, prefix=prefix,
+                                                 along=[a.to_delayed().ravel().tolist() for a in rows])
+                self._kept.append(_with_blocks(data, rows, blocks))
             else:
-                tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
-                graph = tree_reduce(stat, x, label, weights=data.weights, split_every=self.split_every,
-                                    finalize=finalize, tag=tag,
-                                    labels_checked=label is not None and data.label_checked)
-                if keep and local:
-                    rows = _row_aligned(data)
-                    result, blocks = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"],
-                                                     along=[a.to_delayed().ravel().tolist() for a in rows])
-                    self._kept.append(_with_blocks(data, rows, blocks))
-                else:
-                    result = tracked_compute(graph, bar, prefix=task_prefixes(tag)["chunk"])
+                result = tracked_compute(graph, bar, prefix=prefix)
         note_pass(int(x.shape[0]), int(x.shape[1]))
         if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
             log.debug(
@@ -169,6 +142,20 @@ class PassRunner:  # numpydoc ignore=PR02
                 time.perf_counter() - t0,
             )
         return result
+
+
+def _kept_by_name(bundle: Bundle, states: tuple[Any, ...]) -> dict[str, Kept]:
+    """Each statistic of ``bundle`` with its merged state, by name (an int32-counting sketch as ``Sketch()``, int64)."""
+    kept = {}
+    for stat, state in zip(bundle.stats, states, strict=True):
+        if type(stat) is Sketch and stat.window is None and stat.count_dtype == "int32":
+            # The int32 counts only spared the passes' memory traffic: summaries, their merges and
+            # updates keep the default sketch's int64 counts, whatever counted them.
+            counts = state.counts
+            state = dataclasses.replace(state, counts=counts.astype(np.int64) if counts.dtype == np.int32 else counts)
+            stat = dataclasses.replace(stat, count_dtype="int64")
+        kept[stat.name] = Kept(stat, state)
+    return kept
 
 
 def _persisted(data: FeatureMatrix) -> FeatureMatrix:
@@ -204,7 +191,7 @@ def _with_blocks(data: FeatureMatrix, rows: list[Any], blocks: list[list[Any]]) 
 
 @contextlib.contextmanager
 def _span(name: str) -> Iterator[None]:
-    """A ``distributed`` span per pass (inside describe's ``daskbatch-describe``): the dashboard tells the passes apart."""
+    """A ``distributed`` span named ``name`` (a describe's, a pass's inside it), none without a client."""
     if active_client() is None:
         yield
         return

@@ -1,32 +1,39 @@
-"""``plan``: the one place where data, configuration and the live cluster meet the pure planner.
+"""``plan``: where data, configuration and the live cluster meet the pure planner, and the label's class values.
 
-:mod:`daskbatch.planning` computes a :class:`~daskbatch.planning.search.Plan` from
-integers and a :class:`~daskbatch.planning.resources.Resources`; it reads no
+:mod:`daskbatch.planning` computes a :class:`~daskbatch.planning.plan.Plan` from
+integers and a :class:`~daskbatch.planning.plan.Resources`; it reads no
 configuration and never sees a cluster. This module gathers those inputs (a
 store opened from its path, ``dask.config`` settings, the workers of the active
-client or this machine) and hands them down. :func:`daskbatch.describe` and both
-CLI commands (``plan`` and ``describe``) plan through here.
+client or this machine, the class values of the label) and hands them down.
+:func:`daskbatch.describe` and both CLI commands (``plan`` and ``describe``) plan through here.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from daskbatch._arguments import checked_device
 from daskbatch._typing import Device
 from daskbatch._warnings import warn
-from daskbatch.errors import PlanError
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
-from daskbatch.planning.resources import Resources
-from daskbatch.planning.search import Plan, plan_chunks, recorded_n_classes
+from daskbatch.planning.plan import Plan, Resources
+from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
-from daskbatch.stats.classes import validate_classes
+from daskbatch.stats.backend import namespace
+from daskbatch.stats.classes import (
+    ClassValues,
+    UnknownClassError,
+    as_int64_labels,
+    label_codes,
+    validate_classes,
+)
 from daskbatch.stats.footprint import Footprint
-from daskbatch.stats.kernels import INT32_ROWS, path
+from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
-from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,
     SKETCH,
@@ -37,6 +44,15 @@ from daskbatch.stats.spec import (
     requested,
 )
 from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
+
+if TYPE_CHECKING:
+    import dask.array as da
+    from dask.delayed import Delayed
+
+    from daskbatch.engine.inputs import FeatureMatrix
+
+__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics",
+           "resolve_classes"]
 
 
 def plan(
@@ -246,7 +262,6 @@ def plan_describe(
     Plan
         The plan of the largest pass.
     """
-    from daskbatch.engine.class_labels import max_classes  # lazy: dask
     from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
     from daskbatch.engine.row_inputs import (  # lazy: dask
         as_weights,
@@ -285,83 +300,134 @@ def plan_describe(
     return chosen
 
 
-def plan_dropping_sketch(
-    make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
-) -> tuple[Plan, tuple[Any, ...]]:
-    """Plan ``stats`` with ``make``; when that does not fit, with the widest windowed sketch that fits, else without it.
+# -- the class values of a label, decided once per run before the plan is made (their number sizes the
+# (feature, bin, class) tables): declared (classes=[...]), else recorded by the store the label came from
+# (a synthetic store's attrs["synth"]["classes"] = K means 0..K-1), else found by a scan of the label alone.
+# Every count is checked against daskbatch.max-classes; declared and recorded values are checked while
+# counting (checked_label). Found classes must be non-negative: a negative label often marks an unlabeled row
+# (-1 in scikit-learn's semi-supervised estimators); declared classes may be any integers.
 
-    The quantile sketch keeps every bucket by default (221 kB per feature);
-    when that does not fit, it is planned with the first of
-    :data:`~daskbatch.stats.sketch_windows.WINDOWS` that fits (2,048 buckets per sign
-    in int64, 33 kB a feature, down to 512 in int32, 4 kB a feature, the
-    narrower ones with buckets twice as wide, 1 % relative accuracy; its
-    footprint from :data:`~daskbatch.stats.sketch_windows.WINDOWED_FOOTPRINTS` in
-    place of ``"sketch"`` in the statistics returned, which
-    :func:`~daskbatch.stats.sketch_windows.window_of` reads). The int32 counts are
-    planned only for fewer than ``2**31`` rows (a merge beyond that promotes
-    them to int64). Only when no window fits either and the sketch is optional
-    (it only chooses histogram ranges) is it left out: ranges then come from
-    each feature's min and max, the last resort. :func:`daskbatch.describe`,
-    :func:`plan_describe` and ``daskbatch plan`` all decide this here.
 
-    Parameters
-    ----------
-    make : callable
-        Plans a tuple of statistics (names or footprints).
-    stats : tuple
-        The statistics to plan.
-    optional : bool
-        Whether the sketch may be left out (describe added it; the user did not ask for it).
+def max_classes() -> int:
+    """Read the most class values a label may have (``daskbatch.max-classes``).
 
     Returns
     -------
-    (Plan, tuple)
-        The plan and the statistics it is for (a windowed sketch's footprint in
-        place of ``"sketch"``, or no sketch when it was left out).
-
-    Raises
-    ------
-    PlanError
-        The first one, unchanged, when leaving the sketch out does not help either.
+    int
+        The limit.
     """
-    try:
-        return make(stats), stats
-    except PlanError as err:
-        if "sketch" not in stats:
-            raise
-        first = err
-    # Wide data: the sketch with a window of buckets per sign, the widest that fits.
-    for footprint_ in WINDOWED_FOOTPRINTS:
-        windowed = tuple(footprint_ if s == "sketch" else s for s in stats)
-        try:
-            chosen = make(windowed)
-        except PlanError:
-            continue
-        if window_of(footprint_)[1] == "int32" and chosen.shape[0] > INT32_ROWS:  # type: ignore[index]
-            continue
-        return chosen, windowed
-    if not optional:
-        raise first
-    without = tuple(s for s in stats if s != "sketch")
-    try:
-        return make(without), without
-    except PlanError:
-        raise first from None  # the sketch was not the problem: the first message says what is
+    from daskbatch import config  # lazy: dask
+
+    value = int(config.get("max-classes"))
+    if value < 1:
+        raise ValueError(f"daskbatch.max-classes must be >= 1, got {value}")
+    return value
 
 
-def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str, float] | None]:
-    """Give ``planned`` with ``"sketch"`` in place of a windowed sketch's footprint, and that sketch's window.
+def _recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
+    """The class values the store records for ``data.label`` (only a label read from that store)."""
+    # A label passed alongside a Dataset may have other classes than the store's.
+    source = data.source
+    if source is None or data.label is None or getattr(source, "label", None) is not data.label:
+        return None
+    n = recorded_n_classes(source)
+    return tuple(range(n)) if n else None
+
+
+def resolve_classes(
+    data: FeatureMatrix,
+    classes: Any,
+    *,
+    split_every: int,
+    compute: Callable[[Delayed], Any],
+    negative: bool = False,
+) -> tuple[tuple[int, ...], str]:
+    """The sorted class values of ``data.label`` and where they came from.
 
     Parameters
     ----------
-    planned : tuple
-        The statistics :func:`plan_dropping_sketch` returned.
+    data : FeatureMatrix
+        Holds the label (a dask array).
+    classes : sequence of int or None
+        Declared class values.
+    split_every : int
+        Fan-in of the scan's merge tree.
+    compute : callable
+        Computes a delayed object (the caller's scheduler and progress bar).
+    negative : bool, default False
+        Accept negative values found by the scan (group keys: no value marks
+        an unlabeled row).
 
     Returns
     -------
-    (tuple, (int, str, float) or None)
-        The statistics by name, and the (window, count dtype, alpha) the
-        sketch was planned with (None: every bucket, or no sketch).
+    (tuple of int, str)
+        The values, and ``"given"``, ``"store"`` or ``"label scan"``.
     """
-    chosen = next((w for w in map(window_of, planned) if w is not None), None)
-    return tuple("sketch" if window_of(s) is not None else s for s in planned), chosen
+    limit = max_classes()
+    if classes is not None:
+        return validate_classes(classes, limit), "given"
+    recorded = _recorded_classes(data)
+    if recorded is not None:
+        if len(recorded) > limit:
+            raise ValueError(
+                f"the store records {len(recorded):,} classes, more than daskbatch.max-classes ({limit:,})"
+            )
+        return recorded, "store"
+    if data.label is None:
+        raise ValueError("the class values of the label were asked for, but the data has no label")
+    # negative values stop the scan of a label
+    label = data.label if negative else checked_label(data.label, data.label.chunks[0], None)
+    from daskbatch.engine.reduce import tree_reduce  # lazy: dask
+
+    found = compute(tree_reduce(ClassValues(max_classes=limit), label[:, None], split_every=split_every))
+    return tuple(int(v) for v in np.asarray(found)), "label scan"
+
+
+def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None) -> da.Array:
+    """Rechunk ``label`` to blocks of ``rows``, each block checked against ``classes`` when it is read.
+
+    A value outside them raises :class:`~daskbatch.stats.classes.UnknownClassError`
+    naming the value, its row and the block's rows; with ``classes=None`` a
+    negative value raises a ValueError naming the same.
+
+    Parameters
+    ----------
+    label : dask.array.Array
+        The 1-D label.
+    rows : tuple of int
+        Rows of each block (those of ``x``).
+    classes : tuple of int or None
+        The declared classes.
+
+    Returns
+    -------
+    dask.array.Array
+        The checked label.
+    """
+    import dask.array as da  # lazy: dask
+
+    label = label.rechunk((rows,))
+    # The function, not the method: typeshed's functools.wraps does not bind self.
+    return da.map_blocks(_check_block, label, classes=classes, dtype=label.dtype, meta=label._meta)
+
+
+def _check_block(block: Any, *, classes: tuple[int, ...] | None, block_info: dict[Any, Any] | None = None) -> Any:
+    xp = namespace(block)
+    start, stop = block_info[0]["array-location"][0] if block_info else (0, block.shape[0])
+    if classes is None:
+        negative = as_int64_labels(xp, block) < 0
+        if xp.any(negative):
+            at = int(xp.argmax(xp.astype(negative, xp.int8)))
+            count = int(xp.sum(xp.astype(negative, xp.int64)))
+            raise ValueError(
+                f"label value {int(block[at])} at row {start + at:,} is negative ({count:,} such "
+                f"label{'s' if count != 1 else ''} in rows {start:,}..{stop - 1:,}); found classes are "
+                "class numbers >= 0 (negative labels often mark unlabeled rows): drop those rows, "
+                "or declare the class values with classes=[...]"
+            )
+        return block
+    try:
+        label_codes(xp, block, classes)
+    except UnknownClassError as exc:
+        raise UnknownClassError(exc.value, exc.row, exc.count, exc.classes, (start, stop)) from None
+    return block

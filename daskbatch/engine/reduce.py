@@ -1,4 +1,4 @@
-"""The one graph builder: a ``split_every``-ary tree reduction of a statistic over row blocks.
+"""The one graph builder: a ``split_every``-ary tree reduction of a statistic over row blocks, and its chunk tasks.
 
 Only public dask API is used (``Array.to_delayed`` and ``dask.delayed``).
 The tree's shape and merge order depend only on the number of blocks and
@@ -14,10 +14,12 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 import dask
 import dask.array as da
+import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.sizeof import sizeof
@@ -30,6 +32,8 @@ from daskbatch.runtime.thread_limits import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked
+from daskbatch.stats.kernels._staging import split_rows, stager
+from daskbatch.stats.kernels.path import KernelPath, kernel_path
 
 S = TypeVar("S")
 R = TypeVar("R")
@@ -43,53 +47,20 @@ TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"
 
 
 def task_prefixes(tag: str = "") -> dict[str, str]:
-    """Give the task-name prefixes of a tree tagged ``tag`` (``db-chunk-hist``, ...): passes named apart on the dashboard.
-
-    Parameters
-    ----------
-    tag : str, default ""
-        Letters and dashes only, so that ``dask.utils.key_split`` keeps it whole; "" for the plain prefixes.
-
-    Returns
-    -------
-    dict
-        ``"chunk"``, ``"merge"`` and ``"result"`` prefixes.
-    """
+    """The task-name prefixes of a tree tagged ``tag`` (letters and dashes, kept whole by ``key_split``): ``db-chunk-hist``, ..."""
     if tag and not re.fullmatch(r"[A-Za-z]+(-[A-Za-z]+)*", tag):
         raise ValueError(f"a task tag is letters and dashes only, got {tag!r}")
     return {k: f"{v}-{tag}" if tag else v for k, v in TASK_PREFIXES.items()}
 
 
 def statistics_tag(stats: Any) -> str:
-    """Name a pass's tasks after its statistics: their names' letters, joined by dashes (``moments-cov-sketch``).
-
-    Parameters
-    ----------
-    stats : sequence of Statistic
-        The statistics of the pass.
-
-    Returns
-    -------
-    str
-        The tag (may be "").
-    """
+    """Name a pass's tasks after its statistics: their names' letters, joined by dashes (``moments-cov-sketch``)."""
     words = (re.sub(r"[^A-Za-z]", "", s.name) for s in stats)
     return "-".join(w for w in words if w)
 
 
 def resolve_split_every(split_every: int | None) -> int:
-    """Resolve ``split_every`` to itself or the configured default, validated (>= 2).
-
-    Parameters
-    ----------
-    split_every : int or None
-        The caller's fan-in.
-
-    Returns
-    -------
-    int
-        The fan-in.
-    """
+    """``split_every``, or the configured ``daskbatch.split-every`` when None, validated (>= 2)."""
     if split_every is None:
         return strict_int(config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2)
     return strict_int(split_every, "split_every", minimum=2)
@@ -107,38 +78,10 @@ def tree_reduce(
     tag: str = "",
     labels_checked: bool = False,
 ) -> Delayed:
-    """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of ``label``).
-
-    Parameters
-    ----------
-    stat : Statistic or Bundle
-        Anything with ``name``, ``chunk(x, label)``, ``merge(a, b)`` and ``finalize(state)``.
-    x : dask.array.Array, shape (samples, features)
-        Chunked along axis 0 only.
-    label : dask.array.Array, shape (samples,), optional
-        The class label, rechunked to the row blocks of ``x``; passed to ``chunk`` by position.
-    complete : dask.array.Array of bool, shape (samples,), optional
-        Rows to use, rechunked like ``label`` and passed to ``chunk`` as
-        ``complete=`` (for statistics that share one complete-row mask, such as
-        the tiles of :class:`~daskbatch.stats.tiled.CrossCoMoments`).
-    weights : dask.array.Array, shape (samples,), optional
-        Sample weights, rechunked like ``label`` and passed to ``chunk`` as
-        ``weights=`` (statistics with ``takes_weights``).
-    split_every : int, optional
-        Fan-in of the merge tree; ``daskbatch.split-every`` from dask.config by default.
-    finalize : bool, default True
-        Return the finalized result; else the merged state (for checkpoints and accumulators).
-    tag : str, default ""
-        Added to the task names (see :func:`task_prefixes`), so that the dashboard tells passes apart.
-    labels_checked : bool, default False
-        Every label is known to be one of the statistics' class values: the
-        chunk tasks skip that check (see :func:`daskbatch.stats.classes.labels_checked`).
-
-    Returns
-    -------
-    dask.delayed.Delayed
-        The result (or state), with host NumPy arrays in place of device arrays.
-    """
+    """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of the per-row arrays): a delayed host result."""
+    # The label goes to chunk by position, complete= (one mask of complete rows shared by the tiles of a
+    # tiled covariance) and weights= by keyword; finalize=False keeps the merged state (checkpoints,
+    # accumulators); labels_checked: every label is one of the statistics' classes, the chunks skip that check.
     if x.ndim != 2 or x.numblocks[1] != 1:
         raise ValueError(
             f"tree_reduce needs a 2-D array chunked along axis 0 only; got numblocks={x.numblocks}"
@@ -207,18 +150,7 @@ def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
 
 
 def to_host(value: Any) -> Any:
-    """Copy every array in ``value`` (inside tuples, dicts and dataclasses) to host NumPy.
-
-    Parameters
-    ----------
-    value : object
-        An array, a tuple, dict or dataclass of them, or anything else.
-
-    Returns
-    -------
-    object
-        ``value`` with host arrays.
-    """
+    """Copy every array in ``value`` (inside tuples, dicts and dataclasses) to host NumPy."""
     if isinstance(value, tuple):
         items = [to_host(v) for v in value]
         return type(value)(*items) if hasattr(value, "_asdict") else tuple(items)  # a named tuple keeps its type
@@ -230,3 +162,90 @@ def to_host(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float)):
         return value
     return to_numpy(value)
+
+
+# -- staged chunk tasks (daskbatch.gpu-transfer: staged): host blocks reduced on the GPU with overlapped copies.
+# With device="gpu" each block is normally moved by a task of its own (cupy.asarray, a synchronous copy from
+# pageable memory). Staged, the chunk task splits its host block into parts of part_rows rows, copies them
+# through the calling thread's pinned double buffer (stats.kernels._staging) and reduces part i while part
+# i + 1 is in flight, folding the parts' states left to right. The split depends only on the block's rows and
+# part_rows, so results are bitwise reproducible; they differ from the block transfer's in the last bits (one
+# more level of merges), which is why a checkpoint records the transfer (Staged.settings).
+
+
+#: How ``describe(device="gpu")`` moves host blocks to the GPU: a copy task per block, or staged in the chunk task.
+TRANSFERS = ("block", "staged")
+
+#: A part's input is at least this many co-moments states (D x D float64): each part pays
+#: a fixed D x D correction and merge (about 1.2 ms at D = 5,000 on an H200), which parts
+#: of a fixed byte size would pay ever more often as D grows.
+STATE_MULTIPLE = 2
+
+
+def part_rows_for(n_features: int, itemsize: int, part_bytes: int) -> int:
+    """Rows of one staged part: ``part_bytes`` of input, and at least :data:`STATE_MULTIPLE` D x D float64 states."""
+    row = max(1, int(n_features) * int(itemsize))
+    return max(1, int(part_bytes) // row, STATE_MULTIPLE * 8 * int(n_features) ** 2 // row)
+
+
+@dataclass(frozen=True)
+class Staged(Generic[S, R]):
+    """A statistic (or Bundle) whose chunk step stages host blocks to the GPU in parts of ``part_rows`` rows."""
+
+    inner: Statistic[S, R]
+    part_rows: int
+
+    def __post_init__(self) -> None:
+        if int(self.part_rows) < 1:
+            raise ValueError(f"part_rows must be at least 1, got {self.part_rows}")
+
+    @property
+    def name(self) -> str:
+        """The inner statistic's name."""
+        return str(self.inner.name)
+
+    @property
+    def stats(self) -> tuple[Statistic[Any, Any], ...]:
+        """The statistics computed: a bundle's, or the inner statistic alone."""
+        return tuple(getattr(self.inner, "stats", (self.inner,)))
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """What a checkpoint records besides the statistics: the transfer changes the last bits."""
+        return {"gpu transfer": f"staged, parts of {self.part_rows:,} rows"}
+
+    def kernel_path(self, x: Array) -> KernelPath:
+        """The kernels that reduce ``x``: a host block's parts are reduced on the GPU."""
+        if kernel_path(x).kind in ("numba-cpu", "array-api-numpy"):
+            return kernel_path("cupy", self.inner, dtype=x.dtype, ndim=x.ndim)
+        return kernel_path(x, self.inner)
+
+    def chunk(self, x: Array, label: Array | None = None, /, **masks: Array) -> S:
+        """Reduce the block ``x`` (with its ``label`` and per-row ``masks``), staging a host block in parts."""
+        if kernel_path(x).kind not in ("numba-cpu", "array-api-numpy"):  # not a host block: already on the device
+            return self.inner.chunk(x, label, **masks)
+        keys = tuple(masks)
+        if x.shape[0] == 0:  # nothing to copy: the statistic's empty state, on the device
+            import cupy  # lazy: cupy
+
+            return self._chunk_parts(keys, cupy.asarray(x), None if label is None else cupy.asarray(label),
+                                     *(cupy.asarray(masks[k]) for k in keys))
+        parts = (
+            (x[a:b], None if label is None else np.asarray(label[a:b]), *(np.asarray(masks[k][a:b]) for k in keys))
+            for a, b in split_rows(x.shape[0], int(self.part_rows))
+        )
+        state = stager().reduce(parts, lambda *arrays: self._chunk_parts(keys, *arrays), self.inner.merge)
+        return cast(S, state)  # not None: x has rows, so there is at least one part
+
+    def _chunk_parts(self, keys: tuple[str, ...], x: Array, label: Array | None, *masks: Array) -> S:
+        if keys:
+            return self.inner.chunk(x, label, **dict(zip(keys, masks, strict=True)))
+        return self.inner.chunk(x, label)
+
+    def merge(self, a: S, b: S) -> S:
+        """Merge as the inner statistic does."""
+        return self.inner.merge(a, b)
+
+    def finalize(self, state: S) -> R:
+        """Finalize as the inner statistic does."""
+        return self.inner.finalize(state)

@@ -22,11 +22,5 @@ def _sizeof_state(state: State) -> int:
 
 
 def register(sizeof: Any) -> None:
-    """Register :func:`_sizeof_state` with dask's ``sizeof`` dispatch (entry-point hook).
-
-    Parameters
-    ----------
-    sizeof : dask.utils.Dispatch
-        ``dask.sizeof.sizeof``.
-    """
+    """Register :func:`_sizeof_state` with dask's ``sizeof`` dispatch (``dask.sizeof.sizeof``)."""
     sizeof.register(State)(_sizeof_state)

@@ -1,36 +1,11 @@
-"""A resumable Zarr v3 output of row blocks: one chunk per block, a done-log, a ``complete`` flag.
-
-:func:`daskbatch.transform` and :func:`daskbatch.map_batches` write their
-results here (:mod:`daskbatch.io.rowstore_create` creates the store).  The store follows ingest's
-recipe (:mod:`daskbatch.io.ingest.manifest`):
-
-- ``daskbatch-output-creating`` is the first thing written when the store is
-  created and the last removed: a store holding it was interrupted while being
-  created (by daskbatch) and is simply made again. A store lacking both it and
-  the manifest below is not one daskbatch made, and is never deleted for that;
-- ``daskbatch-output.json`` describes the job (input fingerprint, steps,
-  options); it is written once the arrays exist;
-- ``daskbatch-output-done.log`` gets one block index per line, appended only
-  after that block's chunks were written completely.  A re-run of the same job
-  writes only the blocks missing from the log; a different job is refused
-  with the difference named.
-- group attributes ``daskbatch_output`` (the kind of job, the marker that
-  makes the path daskbatch's to replace) and ``complete`` (true once every
-  block is in the log).
-
-One run at a time writes a store: :meth:`RowStore.open` takes the run lock
-``.NAME.daskbatch-lock`` beside it (:mod:`daskbatch.runtime.runlock`), held
-until :meth:`RowStore.close`; a second run fails at once naming the holder.
-
-Every array has chunks of ``chunk_rows`` rows spanning all columns, a zstd +
-crc32c codec chain (a corrupt chunk fails its checksum instead of decoding to
-garbage) and ``write_empty_chunks``: every block is on disk once written.
-"""
+"""A resumable Zarr v3 output of row blocks: one chunk per block, a done-log, a ``complete`` flag."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,43 +14,146 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.dataset import LAYOUT_ATTR, open_dataset
-from daskbatch.io.ingest.manifest import DoneLog, read_done
-from daskbatch.io.rowstore_create import (
-    CREATING_FILE,  # noqa: F401  (re-exported, with the other file names)
-    DONE_FILE,
-    MANIFEST_FILE,  # noqa: F401  (re-exported)
-    OUTPUT_ATTR,
-    ArraySpec,
-    create_store,
-    replace_or_resume,
-)
+from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
+from daskbatch.io.integrity import WRITES_EVERY_CHUNK, max_chunks
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
     import zarr
 
-__all__ = ["OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "layout", "row_ranges"]
+    from daskbatch.engine.inputs import FeatureMatrix
+
+__all__ = [
+    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "created_now", "input_fingerprint", "layout",
+    "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges",
+]
+
+#: Group attribute naming the job that wrote a store ("transform", "map_batches").
+OUTPUT_ATTR = "daskbatch_output"
+MANIFEST_FILE = "daskbatch-output.json"
+DONE_FILE = "daskbatch-output-done.log"
+#: Present from the first write of a new store until it is created completely.
+CREATING_FILE = "daskbatch-output-creating"
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One output array: ``columns`` None for a 1-D (per-row) array."""
+
+    name: str
+    dtype: np.dtype
+    columns: int | None = None
+    dims: tuple[str, ...] = ("sample", "feature")
+
+
+def _is_output(path: str) -> str | None:
+    """The kind of daskbatch output at ``path`` (its ``daskbatch_output`` attribute), or None."""
+    try:
+        with open(os.path.join(path, "zarr.json")) as f:
+            kind = json.load(f).get("attributes", {}).get(OUTPUT_ATTR)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Dotted keys at which two JSON documents differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _differences(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+        return out
+    if old == new:
+        return []
+    key = where or "(document)"
+    if isinstance(old, str) and isinstance(new, str) and len(old) + len(new) < 200:
+        return [f"{key}: {old!r} then, {new!r} now"]
+    return [key]
+
+
+def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool) -> bool:
+    """Decide about an existing store at ``out``: remove it to be created again, or resume it."""
+    if os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out):
+        os.rmdir(out)  # an empty directory holds nothing to protect
+        return True
+    directory = os.path.isdir(out) and not os.path.islink(out)
+    if directory and os.path.isfile(os.path.join(out, CREATING_FILE)):
+        shutil.rmtree(out)  # our own marker: interrupted while being created, nothing written yet
+        return True
+    found = _is_output(out) if directory else None
+    if found is None:
+        raise FileExistsError(
+            f"{out!r} already exists and is not a daskbatch output; daskbatch does not replace "
+            "other data (even with overwrite): choose another path or remove it yourself"
+        )
+    if overwrite:
+        shutil.rmtree(out)
+        return True
+    if found != kind:
+        raise DataError(
+            f"{out!r} holds a daskbatch {found} output, not {kind}; choose another path, or pass "
+            "overwrite=True (--overwrite) to replace it"
+        )
+    old = read_manifest(out, name=MANIFEST_FILE)
+    if old is None:
+        raise DataError(
+            f"{out!r} is a daskbatch {kind} output without its {MANIFEST_FILE}; choose another path, "
+            "or pass overwrite=True (--overwrite) to start again"
+        )
+    old.pop("version", None)
+    # Name the items themselves (a store from before the items were kept differs as a whole).
+    diffs = _differences(old.get("items"), doc["items"]) if "items" in doc else _differences(old, doc)
+    if diffs:
+        raise DataError(
+            f"{out!r} was started by a different {kind} (differs in {', '.join(diffs[:6])}"
+            f"{', ...' if len(diffs) > 6 else ''}); re-run the original call to resume it, "
+            "or pass overwrite=True (--overwrite) to start again"
+        )
+    return False
+
+
+def create_store(
+    out: str, kind: str, rows: int, chunk_rows: int, arrays: list[ArraySpec],
+    attrs: dict[str, Any], doc: dict[str, Any],
+) -> None:
+    """Create a new store at ``out``: the creating marker first, then the arrays and the manifest, the marker removed last."""
+    import zarr  # lazy: zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec  # lazy: zarr
+
+    # First the marker that says "ours, being created", then the data; the marker is removed last.
+    os.mkdir(out)
+    with open(os.path.join(out, CREATING_FILE), "w") as f:
+        f.write(f"{kind}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    # "a", not "w-": the directory is ours (os.mkdir just made it) and holds the marker already.
+    group = zarr.open_group(
+        out, mode="a", zarr_format=3,
+        attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
+    )
+    for spec in arrays:
+        dtype = np.dtype(spec.dtype)
+        two_d = spec.columns is not None
+        shape: tuple[int, ...] = (rows,) if spec.columns is None else (rows, spec.columns)
+        group.create_array(
+            spec.name,
+            shape=shape,
+            chunks=(max(1, chunk_rows), max(1, spec.columns or 1)) if two_d else (max(1, chunk_rows),),
+            dtype=dtype,
+            # Unwritten float rows read as NaN, not as plausible zeros.
+            fill_value=np.nan if dtype.kind == "f" else 0,
+            compressors=(ZstdCodec(level=1), Crc32cCodec()),
+            dimension_names=spec.dims if two_d else spec.dims[:1],
+            config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+            attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
+        )
+    write_manifest(out, doc, name=MANIFEST_FILE)
+    os.unlink(os.path.join(out, CREATING_FILE))
+
 
 @dataclass(frozen=True)
 class OutputReport:
-    """What a run writing a row-block store did.
-
-    Attributes
-    ----------
-    path : str
-        The output store.
-    rows, features : int
-        Shape of the output ``X``.
-    feature_names : tuple of str
-    blocks : int
-        Row blocks (output chunks) in all.
-    written : tuple of int
-        Blocks this run wrote (the others were already in the done-log).
-    seconds : float
-        Wall time of this run.
-    failed_rows : tuple of (int, int)
-        Row ranges ``[start, stop)`` that ``map_batches(on_error="flag")`` flagged.
-    """
+    """What a run writing a row-block store did."""
 
     path: str
     rows: int
@@ -87,13 +165,7 @@ class OutputReport:
     failed_rows: tuple[tuple[int, int], ...] = ()
 
     def summary(self) -> str:
-        """Summarise the output in one line for the CLI.
-
-        Returns
-        -------
-        str
-            The line.
-        """
+        """Summarise the output in one line for the CLI."""
         skipped = self.blocks - len(self.written)
         resumed = f" ({skipped} already done)" if skipped else ""
         return (
@@ -102,44 +174,19 @@ class OutputReport:
         )
 
     def open(self) -> Any:
-        """Open the output as a :class:`~daskbatch.Dataset`.
-
-        Returns
-        -------
-        Dataset
-            The output's arrays.
-        """
+        """Open the output as a :class:`~daskbatch.Dataset`."""
         return open_dataset(self.path)
 
 
 def row_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
-    """Find the ``[start, stop)`` of each run of True in a 1-D boolean ``mask``.
-
-    Parameters
-    ----------
-    mask : numpy.ndarray of bool
-        1-D.
-
-    Returns
-    -------
-    list of tuple of int
-        The runs, in order.
-    """
+    """Find the ``[start, stop)`` of each run of True in a 1-D boolean ``mask``."""
     padded = np.concatenate([[False], np.asarray(mask, dtype=bool), [False]])
     edges = np.flatnonzero(padded[1:] != padded[:-1])
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 class RegionWriter:
-    """Writes block ``i``'s rows of every output array (picklable: it travels to workers).
-
-    Parameters
-    ----------
-    arrays : dict of str to zarr.Array
-        The output arrays, by name.
-    rows, chunk_rows : int
-        Rows of every array, and per chunk (= per block).
-    """
+    """Writes block ``i``'s rows of every output array (picklable: it travels to workers)."""
 
     def __init__(self, arrays: dict[str, Any], rows: int, chunk_rows: int) -> None:
         self.arrays = arrays
@@ -152,27 +199,11 @@ class RegionWriter:
         return lo, min(lo + self.chunk_rows, self.rows)
 
     def write(self, block: int, values: dict[str, np.ndarray]) -> None:
-        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays).
-
-        Parameters
-        ----------
-        block : int
-            The block index.
-        values : dict of str to numpy.ndarray
-            The block's rows of each array, by name.
-        """
+        """Write whole chunk ``block`` of each array in ``values`` (host NumPy arrays)."""
         self.write_blocks(block, block + 1, values)
 
     def write_blocks(self, first: int, stop: int, values: dict[str, np.ndarray]) -> None:
-        """Write whole chunks ``first`` to ``stop - 1`` of each array in ``values`` in one call.
-
-        Parameters
-        ----------
-        first, stop : int
-            The blocks, ``[first, stop)``.
-        values : dict of str to numpy.ndarray
-            Their rows of each array, by name.
-        """
+        """Write whole chunks ``first`` to ``stop - 1`` of each array in ``values`` in one call."""
         lo, hi = self._bounds(first)[0], self._bounds(stop - 1)[1]
         what = f"block {first}" if stop == first + 1 else f"blocks {first}-{stop - 1}"
         for name, v in values.items():
@@ -187,30 +218,7 @@ def _inside(a: str, b: str) -> bool:
 
 
 class RowStore:
-    """An output store being written; use :meth:`open` to create or resume one.
-
-    Parameters
-    ----------
-    path : str
-        Local path of the store.
-    group : zarr.Group
-        The open store.
-    rows, chunk_rows : int
-        Rows of every array, and per chunk (= per block).
-    names : list of str
-        The output arrays.
-
-    Attributes
-    ----------
-    path : str
-        Local path of the store.
-    rows, chunk_rows, blocks : int
-        Rows, rows per block, and number of blocks.
-    done : set of int
-        Blocks already in the done-log when the store was opened.
-    writer : RegionWriter
-        Writes the blocks (on workers).
-    """
+    """An output store being written; use :meth:`open` to create or resume one."""
 
     def __init__(self, path: str, group: zarr.Group, rows: int, chunk_rows: int, names: list[str]) -> None:
         self.path = path
@@ -228,24 +236,12 @@ class RowStore:
 
     @property
     def todo(self) -> list[int]:
-        """List the blocks not yet in the done-log, in order.
-
-        Returns
-        -------
-        list of int
-            Block indices.
-        """
+        """List the blocks not yet in the done-log, in order."""
         return [b for b in range(self.blocks) if b not in self.done]
 
     @property
     def complete(self) -> bool:
-        """Tell whether the store is marked complete.
-
-        Returns
-        -------
-        bool
-            The ``complete`` attribute.
-        """
+        """Tell whether the store is marked complete."""
         return bool(self.group.attrs.get("complete"))
 
     @classmethod
@@ -262,44 +258,7 @@ class RowStore:
         overwrite: bool = False,
         protect: tuple[str, ...] = (),
     ) -> RowStore:
-        """Create the store, or resume the same job's unfinished one.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            Local path of the output.
-        kind : str
-            The job, stored as the ``daskbatch_output`` attribute.
-        rows, chunk_rows : int
-            Rows of every array, and per chunk (= per block).
-        arrays : list of ArraySpec
-            Name, dtype and trailing shape of each output array.
-        attrs : dict
-            Further group attributes (feature names, provenance), JSON-able.
-        doc : dict
-            What must match for a resume (input fingerprint, steps, options), JSON-able.
-        overwrite : bool, default False
-            Replace an existing daskbatch output (never anything else).
-        protect : tuple of str
-            Paths the output must not overlap (the input store).
-
-        Returns
-        -------
-        RowStore
-            The store, ready to write its remaining blocks.
-
-        Raises
-        ------
-        ValueError
-            ``path`` is or overlaps a protected path, or is a URL.
-        FileExistsError
-            ``path`` exists and is not a daskbatch output.
-        DataError
-            ``path`` holds a different job's output, or another kind of
-            daskbatch output such as a summary (without ``overwrite``).
-        LockHeldError
-            Another run is writing ``path``.
-        """
+        """Create the store, or resume the same job's unfinished one."""
         out = os.fspath(path)
         if "://" in out:
             raise ValueError(f"outputs are written to local paths only, got {out!r}")
@@ -331,13 +290,7 @@ class RowStore:
         return store
 
     def mark_done(self, block: int) -> None:
-        """Record ``block`` as written (append to the done-log and flush).
-
-        Parameters
-        ----------
-        block : int
-            The block index.
-        """
+        """Record ``block`` as written (append to the done-log and flush)."""
         with self._lock:
             if self._log is None:
                 self._log = DoneLog(self.path, name=DONE_FILE)
@@ -359,13 +312,7 @@ class RowStore:
                 self._log = None
 
     def finish(self, attrs: dict[str, Any] | None = None) -> None:
-        """Check that every block is logged, then set ``complete`` (and ``attrs``).
-
-        Parameters
-        ----------
-        attrs : dict, optional
-            Further group attributes to set.
-        """
+        """Check that every block is logged, then set ``complete`` (and ``attrs``)."""
         self._close_log()
         missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
         if missing:
@@ -377,21 +324,72 @@ class RowStore:
 
 
 def layout(label: bool, mask: str | None = None) -> dict[str, Any]:
-    """Build the ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it.
-
-    Parameters
-    ----------
-    label : bool
-        Whether the store has a label array.
-    mask : str, optional
-        Name of a row-mask array.
-
-    Returns
-    -------
-    dict
-        The attribute's value.
-    """
+    """Build the ``daskbatch`` layout attribute: :func:`~daskbatch.open_dataset` finds X and y by it."""
     out: dict[str, Any] = {"x": "X", "label": "y" if label else None}
     if mask:
         out["mask"] = mask
     return {LAYOUT_ATTR: out}
+
+
+def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
+    """Identify the input of a job: path, array, shape, dtype and row chunks (JSON-able)."""
+    source = data.source
+    path = getattr(source, "path", None)
+    out: dict[str, Any] = {
+        "path": os.path.abspath(path) if path and "://" not in path else path,
+        "array": getattr(source, "array_name", None),
+        "label": getattr(source, "label_name", None) if data.label is not None else None,
+        "shape": [int(s) for s in data.x.shape],
+        "dtype": str(data.x.dtype),
+        "chunks": [int(c) for c in data.x.chunks[0][:1]],
+        "store_chunks": list(getattr(source, "store_chunks", ()) or ()) or None,
+    }
+    if path is None:
+        out["dask_name"] = data.x.name
+    return out
+
+
+def local_path(data: FeatureMatrix) -> tuple[str, ...]:
+    """Give the input's local store path, which the output must not overlap."""
+    path = getattr(data.source, "path", None)
+    return (path,) if path and "://" not in path else ()
+
+
+def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:
+    """Check ``chunk_rows`` and give the rows of one output chunk (default: the input's largest block)."""
+    x = data.x
+    rows = int(x.shape[0])
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    per = int(chunk_rows or max(x.chunks[0]))
+    per = max(1, min(per, rows))
+    blocks = -(-rows // per)
+    if blocks > max_chunks():  # checked before a rechunk builds one task per block
+        raise DataError(
+            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
+            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
+        )
+    return per
+
+
+def rechunk_rows(x: Any, rows: int) -> Any:
+    """Rechunk ``x`` to blocks of ``rows`` rows, the last one shorter (or leave it when it already is)."""
+    if any(c != rows for c in x.chunks[0][:-1]) or x.chunks[0][-1] > rows:
+        return x.rechunk({0: rows})
+    return x
+
+
+def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
+    """Rechunk X and label to blocks of ``chunk_rows`` rows (default: the input's blocks, made regular)."""
+    per = output_chunk_rows(data, chunk_rows)
+    # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
+    x = rechunk_rows(data.x, per)
+    y = data.label
+    if y is not None and y.chunks[0] != x.chunks[0]:
+        y = y.rechunk({0: per})
+    return x, y, per
+
+
+def created_now() -> str:
+    """The time now, UTC, to the second: the ``created`` of an output's provenance."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

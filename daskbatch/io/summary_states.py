@@ -59,7 +59,7 @@ from daskbatch.io import state_codec
 from daskbatch.io.chunk_grid import chunk_count, storage_chunks
 from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
 from daskbatch.io.locations import zarr_target
-from daskbatch.planning.resources import format_bytes
+from daskbatch.planning.plan import format_bytes
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.pairwise import PairwiseCoMomentsState
 from daskbatch.stats.registry import STATE_CLASSES, Kept, statistic_from_params, statistic_params

@@ -1,12 +1,4 @@
-"""Deterministic synthetic (samples x features) data with known ground truth: the ``synth`` verb.
-
-Every row is a function of ``(seed, row index)`` only, so any ``chunk_rows``,
-any rank's share and any device give the same rows. The model, its ground
-truth and the default (NumPy Philox) stream are in
-:mod:`daskbatch.io.synth_model`, the counter-based stream a GPU uses in
-:mod:`daskbatch.io.synth_counter`; this module turns them into lazy dask arrays
-and writes them to a checksummed Zarr store.
-"""
+"""Deterministic synthetic (samples x features) data with known ground truth: the ``synth`` verb."""
 
 from __future__ import annotations
 
@@ -27,11 +19,11 @@ from daskbatch.io.chunk_grid import absent_positions, chunk_grid, stored_keys
 from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
 from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
 from daskbatch.io.output_paths import check_replaceable, remove_path
-from daskbatch.io.synth_counter import counter_rows
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
     SynthModel,
+    counter_rows,
     ground_truth,
     make_model,
     numpy_rows,
@@ -238,7 +230,7 @@ def synth(
     generator : {"default", "counter"}, default "default"
         ``"default"``: numpy's Philox generator, block by block (the CPU's
         stream, unchanged across releases); ``"counter"``: the counter-based
-        stream of :mod:`daskbatch.io.synth_counter`, the one a GPU uses, so
+        stream of :mod:`daskbatch.io.synth_model`, the one a GPU uses, so
         that a CPU can reproduce GPU-made data (to about 1e-16 relative).
     progress : bool or callable, default False
         While writing ``path``: a progress bar, or ``progress(done, total,
@@ -293,7 +285,7 @@ def synth(
     names = [f"f{i}" for i in range(features)]
     truth = truth_attrs(model, seed, rows, dtype)
     if counter:
-        truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_counter)"
+        truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_model)"
     if (first, stop) != (0, rows):
         truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
     attrs: dict[str, Any] = {
@@ -349,11 +341,7 @@ def _write(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored.
-
-    An unfinished store of the same request (a cancelled or killed run) is
-    completed: only its absent or unreadable chunks are written again.
-    """
+    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
     request = _request_token(attrs, x, chunk_rows)
     group = None if overwrite else _unfinished(where, request)
@@ -402,20 +390,19 @@ def _exists_message(where: str) -> str:
 
 
 def _unfinished(where: str, request: str) -> zarr.Group | None:
-    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None.
-
-    Raises :class:`FileExistsError` for anything else at ``where``.
-    """
+    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None."""
     if "://" not in where and not os.path.lexists(where):
         return None
     try:
         group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError):
         if "://" in where:
             return None
-        raise FileExistsError(_exists_message(where)) from None
-    made = group.attrs.get("synth")
+        group = None
+    made = None if group is None else group.attrs.get("synth")
     if not isinstance(made, dict) or made.get(SYNTH_REQUEST) != request:
+        if "://" not in where:
+            check_replaceable(where)  # a user's data: overwrite=True would not replace it either, so no such advice
         raise FileExistsError(_exists_message(where))
     return group
 

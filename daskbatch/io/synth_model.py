@@ -1,21 +1,4 @@
-"""The synthetic data's model and its default (NumPy Philox) stream: every row a function of ``(seed, row index)``.
-
-Every row is a function of ``(seed, row index)`` only: rows are generated in
-fixed internal blocks of :data:`BLOCK_ROWS` rows, each from its own counter-based
-Philox stream keyed by ``SeedSequence(seed, spawn_key=(1, block))``, and then
-sliced.  Any ``chunk_rows`` (or any number of rows) therefore gives bitwise
-identical values for the rows they share.
-
-The model, for ``Q = features - correlated`` base features and ``P = correlated``
-mixed ones::
-
-    y        ~ Categorical(priors)                       (only with classes=K)
-    x_base   = mu + scale * z + delta[y]                 delta is 0 off the informative features
-    x_mixed  = offset + W @ x_base + noise * z'          each row of W mixes two base features
-
-with ``z, z'`` independent standard normal.  The population mean and covariance
-follow in closed form (:func:`ground_truth`) and are stored in ``attrs["synth"]``.
-"""
+"""The synthetic data's model and its default (NumPy Philox) stream: every row a function of ``(seed, row index)``."""
 
 from __future__ import annotations
 
@@ -24,7 +7,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "make_model", "numpy_rows", "truth_attrs"]
+__all__ = [
+    "BLOCK_ROWS", "counter_rows", "ground_truth", "make_model", "MAX_COV_FEATURES", "normals", "numpy_rows",
+    "philox4x32", "SynthModel", "truth_attrs",
+]
 
 #: Rows per internal generator block; fixed forever so data never change.
 BLOCK_ROWS = 4096
@@ -50,35 +36,14 @@ class SynthModel:
 
     @property
     def n_base(self) -> int:
-        """Count the base (unmixed) features.
-
-        Returns
-        -------
-        int
-            The number of base features.
-        """
+        """Count the base (unmixed) features."""
         return int(self.mu.shape[0])
 
 
 def make_model(
     features: int, classes: int | None, informative: int | None, correlated: int, seed: int
 ) -> SynthModel:
-    """Check the sizes and draw the generator's parameters from ``seed``.
-
-    Parameters
-    ----------
-    features : int
-        Number of features.
-    classes, informative : int or None
-        Number of classes and of informative base features, as :func:`daskbatch.synth` takes them.
-    correlated, seed : int
-        Mixed features and the seed.
-
-    Returns
-    -------
-    SynthModel
-        The model; the same for the same arguments, whatever the row count.
-    """
+    """Check the sizes and draw the generator's parameters from ``seed``."""
     if features < 1:
         raise ValueError(f"features must be >= 1, got {features}")
     if not 0 <= correlated < features:
@@ -119,18 +84,7 @@ def make_model(
 
 
 def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
-    """Population mean, covariance and class means of the model, in float64.
-
-    Parameters
-    ----------
-    model : SynthModel
-        The generating model.
-
-    Returns
-    -------
-    dict
-        ``mean`` (D,), ``cov`` (D, D), ``class_means`` (K, D) and ``priors`` (K,).
-    """
+    """Population mean, covariance and class means of the model, in float64."""
     q, p = model.n_base, model.features - model.n_base
     w = np.zeros((p, q))
     for i, ((a, b), (wa, wb)) in enumerate(zip(model.sources, model.weights, strict=True)):
@@ -188,24 +142,7 @@ def _x_block(
 def numpy_rows(
     seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str
 ) -> np.ndarray:
-    """Make rows ``[start, stop)`` of X or y from the default stream, assembled from whole internal blocks.
-
-    Parameters
-    ----------
-    seed, start, stop : int
-        The seed and the rows.
-    model : SynthModel
-        The generating model.
-    dtype : numpy.dtype
-        Data type of X.
-    what : {"x", "y"}
-        The features or the label.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(stop - start, features)`` of ``dtype``, or ``(stop - start,)`` int32.
-    """
+    """Make rows ``[start, stop)`` of X or y from the default stream, assembled from whole internal blocks."""
     if what == "x":
         out = np.empty((stop - start, model.features), dtype=dtype)
     else:
@@ -225,23 +162,7 @@ def numpy_rows(
 
 
 def truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dict[str, Any]:
-    """Describe the model and its ground truth as JSON-ready ``attrs["synth"]``.
-
-    Parameters
-    ----------
-    model : SynthModel
-        The generating model.
-    seed, rows : int
-        The seed and the dataset's row count.
-    dtype : numpy.dtype
-        Data type of X.
-
-    Returns
-    -------
-    dict
-        Lists and scalars: ``true_mean``, ``true_std``, ``true_cov`` (up to
-        :data:`MAX_COV_FEATURES` features), class priors and means, ...
-    """
+    """Describe the model and its ground truth as JSON-ready ``attrs["synth"]``."""
     truth = ground_truth(model)
     q = model.n_base
     out: dict[str, Any] = {
@@ -266,3 +187,84 @@ def truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dic
     return out
 
 
+#: Philox4x32 multipliers and Weyl key increments (Random123).
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_LOW = 0xFFFFFFFF
+#: The counter's stream word: the features and the label draw from disjoint counters.
+X_STREAM, LABEL_STREAM = 0, 1
+
+
+def philox4x32(xp: Any, counter: tuple[Any, Any, Any, Any], key: tuple[int, int], rounds: int = 10) -> tuple[Any, ...]:
+    """Encrypt counters with Philox4x32 (10 rounds): four uint32 words in, four out, element by element."""
+    c0, c1, c2, c3 = (xp.asarray(c, dtype=xp.uint64) for c in counter)
+    k0, k1 = int(key[0]) & _LOW, int(key[1]) & _LOW
+    low = xp.uint64(_LOW)
+    for r in range(rounds):
+        if r:
+            k0, k1 = (k0 + _W0) & _LOW, (k1 + _W1) & _LOW
+        # A 32 x 32 -> 64-bit product is exact in uint64: its high and low words are the round's mix.
+        p0, p1 = c0 * xp.uint64(_M0), c2 * xp.uint64(_M1)
+        c0, c1, c2, c3 = (p1 >> xp.uint64(32)) ^ c1 ^ xp.uint64(k0), p1 & low, (p0 >> xp.uint64(32)) ^ c3 ^ xp.uint64(k1), p0 & low
+    return c0, c1, c2, c3
+
+
+def _uniform53(xp: Any, hi: Any, lo: Any) -> Any:
+    """A float64 in (0, 1) from two 32-bit words: 53 random bits, offset by half a step from 0."""
+    bits = (hi >> xp.uint64(5)) * xp.uint64(1 << 26) + (lo >> xp.uint64(6))
+    return (xp.astype(bits, xp.float64) + 0.5) * (2.0**-53)
+
+
+def _key(seed: int) -> tuple[int, int]:
+    """The Philox key of ``seed`` (SeedSequence-mixed, so nearby seeds give unrelated streams)."""
+    words = np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(2, np.uint32)
+    return int(words[0]), int(words[1])
+
+
+def _counters(xp: Any, start: int, stop: int, columns: int, stream: int) -> tuple[Any, Any, Any, Any]:
+    """Counter words of rows ``[start, stop)`` and ``columns`` column pairs: (pair, row low, row high, stream)."""
+    rows = xp.arange(start, stop, dtype=xp.uint64)[:, None]
+    pairs = xp.arange(columns, dtype=xp.uint64)[None, :]
+    zeros = xp.zeros((stop - start, columns), dtype=xp.uint64)
+    return pairs + zeros, (rows & xp.uint64(_LOW)) + zeros, (rows >> xp.uint64(32)) + zeros, zeros + xp.uint64(stream)
+
+
+def normals(xp: Any, seed: int, start: int, stop: int, columns: int) -> Any:
+    """Draw the standard normals of rows ``[start, stop)`` (Box–Muller on each column pair)."""
+    pairs = (columns + 1) // 2
+    w0, w1, w2, w3 = philox4x32(xp, _counters(xp, start, stop, pairs, X_STREAM), _key(seed))
+    radius = xp.sqrt(-2.0 * xp.log(_uniform53(xp, w0, w1)))
+    angle = (2.0 * np.pi) * _uniform53(xp, w2, w3)
+    z = xp.stack([radius * xp.cos(angle), radius * xp.sin(angle)], axis=2)
+    return xp.reshape(z, (stop - start, 2 * pairs))[:, :columns]
+
+
+def _uniforms(xp: Any, seed: int, start: int, stop: int) -> Any:
+    """Draw one uniform in (0, 1) per row of ``[start, stop)``, from the label stream."""
+    w0, w1, _, _ = philox4x32(xp, _counters(xp, start, stop, 1, LABEL_STREAM), _key(seed))
+    return _uniform53(xp, w0, w1)[:, 0]
+
+
+def counter_rows(xp: Any, seed: int, start: int, stop: int, model: Any, dtype: Any) -> tuple[Any, Any]:
+    """Make rows ``[start, stop)`` of X and y (None without classes) of ``model``, in namespace ``xp``."""
+    dtype = np.dtype(dtype)
+    x = xp.astype(normals(xp, seed, start, stop, model.features), xp.float32 if dtype == np.float32 else xp.float64)
+    q = model.n_base
+    scale = xp.asarray(np.concatenate([model.scale, model.noise]).astype(dtype))
+    shift = xp.asarray(np.concatenate([model.mu, model.offset]).astype(dtype))
+    x = x * scale + shift
+    y = None
+    if model.classes:
+        cdf = xp.asarray(np.cumsum(model.priors))
+        y = xp.astype(xp.clip(xp.searchsorted(cdf, _uniforms(xp, seed, start, stop), side="right"), 0, len(model.priors) - 1), xp.int32)
+        if len(model.informative):
+            delta = np.zeros((len(model.priors), model.features), dtype=dtype)
+            delta[:, :q] = model.delta
+            x = x + xp.take(xp.asarray(delta), xp.astype(y, xp.int64), axis=0)
+    if model.features > q:
+        mixed = []
+        for i in range(model.features - q):
+            (a, b), (wa, wb) = model.sources[i], model.weights[i]
+            mixed.append(x[:, q + i] + dtype.type(wa) * x[:, a] + dtype.type(wb) * x[:, b])
+        x = xp.concat([x[:, :q], xp.stack(mixed, axis=1)], axis=1)
+    return x, y

@@ -1,28 +1,4 @@
-"""Decode every chunk of every array in a Zarr store and report the missing, corrupt and truncated ones.
-
-``daskbatch inspect`` reads only metadata and the store listing; this is the
-check that reads the data.  Each chunk is decoded on its own (a few at a time
-on a thread pool), so memory stays at a few chunks whatever the store's size.
-A decode that fails is classified from the stored bytes:
-
-* ``missing``: no object under the chunk's key in an array whose writer
-  (daskbatch) stores every chunk, so it was lost;
-* ``absent``: no object under the chunk's key in an array whose writer leaves
-  out chunks that hold only the fill value (zarr, xarray and dask do by
-  default): it is the fill value, as its writer meant, and not a problem;
-* ``truncated``: the object is empty, or shorter than its encoding says it is
-  (an uncompressed chunk's fixed size, or the blocks a zstd frame header
-  announces);
-* ``corrupt``: anything else that does not decode, above all a CRC-32C checksum
-  mismatch.
-
-Inside a shard the unit is the inner chunk: each stored shard's index says
-which inner chunks it holds, and absent ones follow the same rule.
-
-An array without a checksum codec can only fail where the compressor notices:
-a flipped byte that still decompresses goes unseen, and the report says which
-arrays are in that case.
-"""
+"""Decode every chunk of every array in a Zarr store and report the missing, corrupt and truncated ones."""
 
 from __future__ import annotations
 
@@ -69,13 +45,7 @@ class ChunkProblem:
     detail: str
 
     def line(self) -> str:
-        """Format the problem for a report.
-
-        Returns
-        -------
-        str
-            ``kind key (grid position): detail``.
-        """
+        """Format the problem for a report."""
         return f"{self.kind:<9} {self.key} (grid position {self.position}): {self.detail}"
 
 
@@ -96,20 +66,7 @@ class ArrayCheck:
 
 @dataclass
 class VerifyReport:
-    """Result of :func:`verify_store`.
-
-    Attributes
-    ----------
-    path : str
-        The store.
-    arrays : list of ArrayCheck
-        One entry per array, in path order.
-    problems : list of ChunkProblem
-        Missing, corrupt and truncated chunks, by array then grid position.
-    absent : list of ChunkProblem
-        Chunks (inner chunks when sharded) absent from arrays whose writer
-        leaves out chunks of fill values: read as the fill value, not problems.
-    """
+    """Result of :func:`verify_store`."""
 
     path: str
     arrays: list[ArrayCheck] = field(default_factory=list)
@@ -118,34 +75,16 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """Tell whether every chunk of every array is present and decodes.
-
-        Returns
-        -------
-        bool
-            True when nothing is wrong.
-        """
+        """Tell whether every chunk of every array is present and decodes."""
         return not self.problems
 
     def counts(self) -> dict[str, int]:
-        """Count the problems by kind (``missing``, ``corrupt``, ``truncated``), zeros included.
-
-        Returns
-        -------
-        dict of str to int
-            Count per kind.
-        """
+        """Count the problems by kind (``missing``, ``corrupt``, ``truncated``), zeros included."""
         found = Counter(p.kind for p in self.problems)
         return {kind: found.get(kind, 0) for kind in ("missing", "corrupt", "truncated")}
 
     def to_dict(self) -> dict[str, Any]:
-        """Convert the report to a JSON-able form.
-
-        Returns
-        -------
-        dict
-            ``path``, ``ok``, ``counts``, ``arrays``, ``problems`` and ``absent``.
-        """
+        """Convert the report to a JSON-able form."""
         return {
             "path": self.path,
             "ok": self.ok,
@@ -156,18 +95,7 @@ class VerifyReport:
         }
 
     def summary(self, listed: int = LISTED) -> str:
-        """Write the report for a terminal: one line per array, the first ``listed`` problems, then the verdict.
-
-        Parameters
-        ----------
-        listed : int, default LISTED
-            The most problems listed.
-
-        Returns
-        -------
-        str
-            The lines.
-        """
+        """Write the report for a terminal: one line per array, the first ``listed`` problems, then the verdict."""
         lines = [f"verify {self.path}"]
         for a in self.arrays:
             lines.append(
@@ -316,37 +244,7 @@ def verify_store(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> VerifyReport:
-    """Decode every chunk of every array in a Zarr store and report the ones that fail.
-
-    Parameters
-    ----------
-    path_or_url : str, os.PathLike, zarr.Group or zarr.Array
-        The store (local path or fsspec URL), as for :func:`daskbatch.open_dataset`.
-    storage_options : dict, optional
-        Passed to fsspec for URLs.
-    threads : int, optional
-        Chunks decoded at once (default: the CPU count, at most 8); memory is
-        about this many decoded chunks.
-    progress : bool or callable, default False
-        True draws a progress bar per array; a callable is called as
-        ``progress(done, total, "verify <array>")`` after every chunk decoded.
-    cancel : threading.Event, optional
-        Set it (from another thread) to stop after the chunks in flight, with
-        :class:`~daskbatch.Cancelled` (verifying writes nothing, so nothing is lost).
-
-    Returns
-    -------
-    VerifyReport
-        ``report.ok`` is True when every chunk decodes and none was lost: an
-        absent chunk fails only in an array whose writer stores every chunk
-        (daskbatch); elsewhere it is the fill value, listed in ``report.absent``.
-
-    Raises
-    ------
-    DataError
-        No store there, or an array with more chunks than ``daskbatch.max-chunks``
-        (checked for every array, from the metadata, before any chunk is read).
-    """
+    """Decode every chunk of every array in a Zarr store and report the ones that fail."""
     root, where = open_node(path_or_url, storage_options)
     group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
     arrays = _arrays(root)

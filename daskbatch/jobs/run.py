@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from daskbatch.describe import describe, new_spelling, plan_describe
-from daskbatch.engine.checkpoint.lock import check_checkpoint_dir
+from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
 from daskbatch.errors import Cancelled, Interrupted, PlanError
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (

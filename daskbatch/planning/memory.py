@@ -191,31 +191,9 @@ def chunk_task_terms(
     device_bytes: int | None = None,
     weighted: bool = False,
 ) -> dict[str, int]:
-    """Break :func:`projected_task_bytes` into its terms, by name (for ``Plan.explain``).
-
-    Parameters
-    ----------
-    rows, n_features : int
-        Shape of the chunk.
-    itemsize : int
-        Bytes per input element.
-    stats : tuple of str or Footprint
-        Statistics computed together in the task.
-    bins, n_classes, feature_tile : int or None
-        As in :func:`state_bytes`.
-    path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
-        Which kernels run the chunk.
-    device_bytes : int, optional
-        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
-    weighted : bool, default False
-        The rows carry sample weights: their column (:data:`WEIGHT_ROW_BYTES` a row)
-        and the copy of the block's rows of positive weight (made when some weights are 0).
-
-    Returns
-    -------
-    dict of str to int
-        Bytes of each term.
-    """
+    """The terms of :func:`projected_task_bytes`, by name (for ``Plan.explain``)."""
+    # path: the kernels that run the chunk (PATHS); device_bytes: the card's memory on "gpu-compiled";
+    # weighted: the weight column (WEIGHT_ROW_BYTES a row) and the copy of the rows of positive weight.
     if path not in PATHS:
         raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
@@ -265,32 +243,7 @@ def projected_task_bytes(
     device_bytes: int | None = None,
     weighted: bool = False,
 ) -> int:
-    """Project the peak bytes of one fused chunk task over ``rows x n_features`` input.
-
-    Parameters
-    ----------
-    rows, n_features : int
-        Shape of the chunk.
-    itemsize : int
-        Bytes per input element (1 to 8).
-    stats : tuple of str
-        Statistics computed together in the task.
-    bins, n_classes, feature_tile : int or None
-        As in :func:`state_bytes`.
-    path : {"compiled", "array-api", "gpu-compiled"}, default "compiled"
-        Which kernels run the chunk (see :data:`PATHS`); "gpu-compiled" counts device memory.
-    device_bytes : int, optional
-        The card's total memory on path "gpu-compiled" (see :func:`gpu_kernel_bytes`).
-    weighted : bool, default False
-        The rows carry sample weights (see :func:`chunk_task_terms`).
-
-    Returns
-    -------
-    int
-        Bytes: raw block + read buffers + float64 copy + (labels) + (weights and
-        the rows of positive weight) + the largest statistic's temporaries + all
-        states + a fixed overhead.
-    """
+    """Project the peak bytes of one fused chunk task over ``rows x n_features`` input (the module's model)."""
     terms = chunk_task_terms(
         rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,
         feature_tile=feature_tile, path=path, device_bytes=device_bytes, weighted=weighted,
@@ -307,24 +260,7 @@ def merge_terms(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> dict[str, int]:
-    """Break :func:`merge_task_bytes` into its terms, by name (for ``Plan.explain``).
-
-    Parameters
-    ----------
-    stats : tuple of str or Footprint
-        Statistics whose states travel together.
-    n_features : int
-        Features of the input.
-    split_every : int
-        States merged by one task.
-    bins, n_classes, feature_tile : int or None
-        As in :func:`state_bytes`.
-
-    Returns
-    -------
-    dict of str to int
-        Bytes of each term.
-    """
+    """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
     prints = [footprint(s) for s in stats]
     states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
     total = sum(states)
@@ -346,25 +282,7 @@ def merge_task_bytes(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
-    """Project the peak bytes of one merge task folding ``split_every`` fused states.
-
-    Parameters
-    ----------
-    stats : tuple of str
-        Statistics whose states travel together.
-    n_features : int
-        Features of the input.
-    split_every : int
-        States merged by one task.
-    bins, n_classes, feature_tile : int or None
-        As in :func:`state_bytes`.
-
-    Returns
-    -------
-    int
-        Bytes: ``split_every`` inputs + the old and new running results + the
-        largest statistic's merge temporaries (statistics merge one after another).
-    """
+    """Project the peak bytes of one merge task folding ``split_every`` fused states: inputs, old and new results, temporaries."""
     terms = merge_terms(
         stats, n_features, split_every, bins=bins, n_classes=n_classes, feature_tile=feature_tile
     )

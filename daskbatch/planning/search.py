@@ -1,27 +1,20 @@
-"""The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker.
+"""The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker, and the device of a batch.
 
-Pure: integers, tuples and dataclasses in and out; stdlib only at module
-level. A setting left out (None) is read from ``dask.config``, whose defaults
-come from ``daskbatch.yaml`` alone (:func:`daskbatch.config.planner_settings`,
-imported lazily since it loads dask).
-
-Rules (see STYLE.md section 3.6):
-
-* budget per task = ``(device memory or host memory) x memory_fraction /
-  threads_per_worker - reserved_bytes``;
-* chunks span all features; their rows are a whole multiple of the storage
-  chunk rows (no stored chunk is decoded twice) or the full length;
-* a chunk is as large as the budget, ``target_chunk_bytes`` of input and
-  ``2 x`` total threads of parallelism all allow;
-* the merge fan-in is lowered when ``split_every + 1`` states do not fit; when
-  even three states do not fit, co-moments are planned per pair of feature tiles;
-* anything that cannot fit raises :class:`~daskbatch.errors.PlanError` before
-  any compute, naming the number to change.
+Pure: integers, tuples and dataclasses in and out, stdlib only at module level; a setting left out (None) is read
+from ``dask.config`` (defaults: ``daskbatch.yaml``, :func:`daskbatch.config.planner_settings`, imported lazily).
+Rules (STYLE.md section 3.6): budget per task = ``(device or host memory) x memory_fraction / threads_per_worker
+- reserved_bytes``; chunks span all features, their rows a whole multiple of the storage chunk rows (no stored
+chunk decoded twice) or the full length, as large as the budget, ``target_chunk_bytes`` and ``2 x`` total threads
+of parallelism allow; the fan-in is lowered when ``split_every + 1`` states do not fit, and when even three do not,
+co-moments are planned per pair of feature tiles; what cannot fit raises :class:`~daskbatch.errors.PlanError`
+before any compute, naming the number to change.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from daskbatch._arguments import strict_int
@@ -36,12 +29,13 @@ from daskbatch.planning.memory import (
     stat_name,
     state_bytes,
 )
-from daskbatch.planning.plan import Plan, budget_bytes, budget_formula
-from daskbatch.planning.resources import Resources, format_bytes
+from daskbatch.planning.plan import Plan, Resources, budget_bytes, budget_formula, format_bytes
 from daskbatch.stats.footprint import Footprint
+from daskbatch.stats.kernels import INT32_ROWS
+from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 
-# Plan (daskbatch.planning.plan), PlanError and Resources are re-exported: the names users import from here.
-__all__ = ["Plan", "PlanError", "Resources", "plan_chunks", "plan_task_rows", "projected_task_bytes"]
+__all__ = ["CPU_BYTES_PER_S", "GPU_BATCH_OVERHEAD_S", "HOST_TO_DEVICE_BYTES_PER_S", "DeviceChoice", "choose_device",
+           "gpu_min_batch_bytes", "plan_chunks", "plan_dropping_sketch", "plan_task_rows", "recorded_n_classes", "sketch_in_plan"]
 
 MIN_SPLIT_EVERY = 2
 
@@ -63,57 +57,7 @@ def plan_chunks(
     compiled_kernels: bool | None = None,
     weighted: bool = False,
 ) -> Plan:
-    """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure).
-
-    Parameters
-    ----------
-    shape : tuple of int
-        ``(rows, n_features)``.
-    itemsize : int
-        Bytes per input element.
-    storage_chunks : tuple of int
-        The store's chunk shape; planned chunk rows are whole multiples of ``storage_chunks[0]``.
-    resources : Resources
-        One worker's memory and threads, and the number of workers.
-    stats : sequence of {"moments", "cov", "hist", "mi", "class_moments"}
-        Statistics computed together in one pass.
-    bins : int, default 64
-        Bins per feature for ``hist`` and ``mi``.
-    n_classes : int, optional
-        Label classes; required with ``mi``.
-    split_every : int, optional
-        Merge fan-in; lowered, with a note, when that many states do not fit.
-        Default: ``daskbatch.split-every``.
-    memory_fraction : float, optional
-        Share of a worker's memory its tasks may plan to use. Default: ``daskbatch.memory-fraction``.
-    reserved_bytes : int, optional
-        Per-task overhead not available to data. Default: ``daskbatch.reserved-memory``.
-    target_chunk_bytes : int, optional
-        Preferred input bytes per chunk when memory allows more. Default: ``daskbatch.target-chunk-bytes``.
-    dtype : str, optional
-        Input dtype name, only for :meth:`Plan.explain`.
-    compiled_kernels : bool, optional
-        Whether chunks run the compiled kernels (numba on the CPU, numba-cuda
-        on the GPU: path "compiled" or "gpu-compiled"), which make no
-        chunk-sized temporaries; False models the array-API path. Default:
-        ``daskbatch.kernels``.
-    weighted : bool, default False
-        The rows carry sample weights: chunk tasks also hold their column (see
-        :func:`~daskbatch.planning.memory.chunk_task_terms`).
-
-    Returns
-    -------
-    Plan
-        Chunk rows, fan-in, feature tile and the projected task sizes.
-
-    Raises
-    ------
-    PlanError
-        When the budget is empty, one storage chunk does not fit, or the states
-        do not fit even with a fan-in of 2 and feature tiles.
-    ValueError
-        On malformed input (shape, chunks, statistics, bins, classes).
-    """
+    """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure); PlanError when nothing fits."""
     stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
     n_rows, n_features = int(shape[0]), int(shape[1])
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
@@ -343,38 +287,10 @@ def plan_task_rows(
     reserved_bytes: int | None = None,
     target_chunk_bytes: int | None = None,
 ) -> int:
-    """Plan the rows of one task that reads, transforms and writes whole units of ``unit_rows`` rows (pure).
-
-    A row-wise job (:func:`daskbatch.transform`) writes output chunks of the
-    user's size; its tasks are sized here, by the rules of :func:`plan_chunks`
-    (budget, target chunk size, parallelism), so that a tiny output chunk does
-    not make a tiny task.
-
-    Parameters
-    ----------
-    n_rows : int
-        Rows of the whole job.
-    unit_rows : int
-        Rows of one output chunk: the task rows are a whole multiple of it (or ``n_rows``).
-    input_row_bytes : int
-        Input bytes per row (measured against ``target_chunk_bytes``).
-    task_row_bytes : int
-        Bytes a task holds per row: its input, temporaries and output (measured against the budget).
-    resources : Resources
-        One worker's memory and threads, and the number of workers.
-    read_rows : int, optional
-        Rows of one input read; a task is also a multiple of them when such a task fits the budget.
-    max_units : int, optional
-        Most units (output chunks) one task writes, when one read allows: a stop waits for the running
-        tasks, and each unit costs a file write whatever its size.
-    memory_fraction, reserved_bytes, target_chunk_bytes : optional
-        As in :func:`plan_chunks`; default: the ``daskbatch`` settings.
-
-    Returns
-    -------
-    int
-        Rows per task: at least ``unit_rows`` (one output chunk, even beyond the budget: the user chose it).
-    """
+    """Plan the rows of a row-wise task (:func:`daskbatch.transform`) by :func:`plan_chunks`' rules, in whole units."""
+    # Tasks are sized here so that a tiny output chunk does not make a tiny task: at least one unit (one
+    # output chunk, even beyond the budget: the user chose it), a multiple of read_rows when such a task
+    # fits, and at most max_units output chunks when given (a stop waits for running tasks).
     settings = _settings(memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
                          target_chunk_bytes=target_chunk_bytes)
     budget = budget_bytes(resources, float(settings["memory_fraction"]), int(settings["reserved_bytes"]))
@@ -447,3 +363,98 @@ def recorded_n_classes(obj: Any) -> int | None:
         n = synth.get("classes") if isinstance(synth, dict) else None
     return int(n) if n is not None else None
 
+
+def plan_dropping_sketch(
+    make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
+) -> tuple[Plan, tuple[Any, ...]]:
+    """The label classes an object records: ``.n_classes``, or a synthetic store's ``attrs["synth"]["classes"]``."""
+    # The sketch keeps every bucket by default (221 kB a feature); where that does not fit, the first of
+    # WINDOWS that fits (2,048 buckets per sign in int64 down to 512 in int32, the narrower ones with buckets
+    # twice as wide) takes its place, its footprint standing for "sketch" in the statistics returned. int32
+    # counts are planned only below 2**31 rows. Only an optional sketch (it only chooses histogram ranges)
+    # is left out, when no window fits either: ranges then come from each feature's min and max.
+    try:
+        return make(stats), stats
+    except PlanError as err:
+        if "sketch" not in stats:
+            raise
+        first = err
+    # Wide data: the sketch with a window of buckets per sign, the widest that fits.
+    for footprint_ in WINDOWED_FOOTPRINTS:
+        windowed = tuple(footprint_ if s == "sketch" else s for s in stats)
+        try:
+            chosen = make(windowed)
+        except PlanError:
+            continue
+        if window_of(footprint_)[1] == "int32" and chosen.shape[0] > INT32_ROWS:  # type: ignore[index]
+            continue
+        return chosen, windowed
+    if not optional:
+        raise first
+    without = tuple(s for s in stats if s != "sketch")
+    try:
+        return make(without), without
+    except PlanError:
+        raise first from None  # the sketch was not the problem: the first message says what is
+
+
+def sketch_in_plan(planned: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[int, str, float] | None]:
+    """``planned`` with ``"sketch"`` for a windowed sketch's footprint, and that sketch's (window, count dtype, alpha)."""
+    chosen = next((w for w in map(window_of, planned) if w is not None), None)
+    return tuple("sketch" if window_of(s) is not None else s for s in planned), chosen
+
+
+# -- where device="auto" runs a batch of map_batches: the GPU when it passed the preflight and the batch pays
+# for its copy. A coarse cost model: a batch of B bytes costs the CPU B / CPU_BYTES_PER_S on one thread; the GPU
+# a fixed GPU_BATCH_OVERHEAD_S plus the round trip over the host-to-device link, which the threads of one worker
+# share (its own compute taken as negligible). Heavier functions pay earlier: daskbatch.gpu-min-batch-bytes
+# overrides the threshold.
+
+#: What one core streams through a vectorised float64 expression (a few NumPy passes over the batch).
+CPU_BYTES_PER_S = 1.0e9
+#: Pageable host memory to the GPU over PCIe 4 x16, as measured rather than as advertised.
+HOST_TO_DEVICE_BYTES_PER_S = 12.0e9
+#: Per-batch cost of the GPU that does not shrink with the batch: allocation, kernel launches, synchronisation.
+GPU_BATCH_OVERHEAD_S = 2.0e-3
+
+
+def gpu_min_batch_bytes(resources: Resources) -> int | None:
+    """The smallest batch (input bytes) for which the GPU beats one CPU thread; None when it never pays."""
+    # The output is assumed as large as the input: it crosses the link once each way.
+    link_s_per_byte = 2 * resources.threads_per_worker / HOST_TO_DEVICE_BYTES_PER_S
+    saved_s_per_byte = 1 / CPU_BYTES_PER_S - link_s_per_byte
+    if saved_s_per_byte <= 0:
+        return None
+    return int(round(GPU_BATCH_OVERHEAD_S / saved_s_per_byte))
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where ``device="auto"`` runs the batches (``device``), and why in one line (``reason``)."""
+
+    device: str
+    reason: str
+
+
+def choose_device(
+    batch_bytes: int, resources: Resources | None, *, gpu_problem: str | None, min_bytes: int | None = None
+) -> DeviceChoice:
+    """The GPU when it works (``gpu_problem`` None) and a batch of ``batch_bytes`` pays for its transfer, else the CPU."""
+    if gpu_problem is not None:
+        return DeviceChoice("cpu", f"the GPU preflight failed: {gpu_problem}")
+    batch = format_bytes(batch_bytes)
+    if min_bytes is None:
+        if resources is None:
+            raise ValueError("choose_device needs resources (or min_bytes) when the GPU works")
+        min_bytes = gpu_min_batch_bytes(resources)
+        if min_bytes is None:
+            return DeviceChoice("cpu", (
+                f"the GPU never pays for its transfer with {resources.threads_per_worker} threads sharing its link "
+                "(set daskbatch.gpu-min-batch-bytes to choose it)"
+            ))
+        source = "planned"
+    else:
+        source = "daskbatch.gpu-min-batch-bytes"
+    if batch_bytes >= min_bytes:
+        return DeviceChoice("gpu", f"batches of {batch} reach the {source} threshold of {format_bytes(min_bytes)}")
+    return DeviceChoice("cpu", f"batches of {batch} are below the {source} threshold of {format_bytes(min_bytes)}")

@@ -1,11 +1,4 @@
-"""What the workers have: this machine's memory and GPUs, a live client's workers, as :class:`Resources`.
-
-:func:`resources_from_client`, :func:`resources_from_machine` and
-:func:`resources_auto` turn a running cluster, or this machine, into the
-plain value the planner reads; the planner never sees a client. Memory comes
-from ``distributed.system.MEMORY_LIMIT`` (cgroup-aware); GPUs from pynvml or
-CuPy, imported only where needed.
-"""
+"""What the workers have: this machine's memory and GPUs, a live client's workers, as :class:`Resources`."""
 
 from __future__ import annotations
 
@@ -13,7 +6,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from daskbatch.planning.resources import Resources
+from daskbatch.planning.plan import Resources
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -29,34 +22,15 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------- this machine
-
-
 def machine_memory_bytes() -> int:
-    """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit.
-
-    This is Dask's own figure (``distributed.system.MEMORY_LIMIT``), so that a
-    batch job or container with a memory limit plans within it, not within
-    the whole node's memory.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit."""
     from distributed.system import MEMORY_LIMIT  # lazy: distributed
 
     return int(MEMORY_LIMIT)
 
 
 def cuda_device_count() -> int:
-    """Count the CUDA devices visible to this process (0 without a GPU or without pynvml).
-
-    Returns
-    -------
-    int
-        The number of devices.
-    """
+    """Count the CUDA devices visible to this process (0 without a GPU or without pynvml)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([v for v in visible.split(",") if v.strip()])
@@ -87,22 +61,7 @@ def _gpu_memory_bytes(*, free: bool = True) -> int | None:
 
 
 def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
-    """Convert a dask-cuda style memory spec to bytes.
-
-    Parameters
-    ----------
-    value : int, float, str or None
-        ``int``: bytes; ``float`` in (0, 1] (or a string such as ``"0.5"``): a
-        fraction of ``total_bytes``; ``str``: a size such as ``"16GiB"``;
-        ``"auto"`` or None: ``total_bytes``.
-    total_bytes : int
-        What a fraction and ``"auto"`` refer to.
-
-    Returns
-    -------
-    int
-        Bytes, at least 1.
-    """
+    """Convert a dask-cuda style memory spec to bytes."""
     from dask.utils import parse_bytes  # lazy: dask
 
     if isinstance(value, bool):
@@ -140,25 +99,7 @@ def resources_from_machine(
     memory: int | float | str | None = "auto",
     device: str = "cpu",
 ) -> Resources:
-    """Find the resources of ``n_workers`` workers sharing this machine (no cluster needed).
-
-    Parameters
-    ----------
-    n_workers : int, default 1
-        Workers that will share the machine.
-    threads_per_worker : int, optional
-        Default: CPU cores / workers on CPU, 1 on GPU.
-    memory : int, float, str or None, default "auto"
-        Per-worker memory (GPU memory with ``device="gpu"``); fractions and
-        ``"auto"`` split the machine's total (the GPU's free memory) between workers.
-    device : {"cpu", "gpu"}
-        Where the kernels run.
-
-    Returns
-    -------
-    Resources
-        Each worker's share of the machine.
-    """
+    """Find the resources of ``n_workers`` workers sharing this machine (no cluster needed)."""
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     host_total = machine_memory_bytes()
@@ -185,9 +126,6 @@ def resources_from_machine(
     return Resources(mem, threads, n_workers, device="cpu")
 
 
-# ---------------------------------------------------------------- a running cluster
-
-
 def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
     """Device memory for one worker (runs on the worker): dask-cuda's limit, else NVML free."""
     data = dask_worker.data
@@ -207,22 +145,7 @@ def _probe_device_memory(dask_worker: Any, device: str | None) -> int | None:
 
 
 def resources_from_client(client: Client, *, device: str | None = None) -> Resources:
-    """Find the resources of the workers a client sees (the most constrained worker decides).
-
-    Parameters
-    ----------
-    client : distributed.Client
-        A connected client.
-    device : {"cpu", "gpu"} or None
-        None: GPU when the workers are dask-cuda workers.
-
-    Returns
-    -------
-    Resources
-        Smallest ``memory_limit`` (machine memory where a worker has no limit),
-        largest ``nthreads``, number of workers, and device memory from
-        dask-cuda's ``device_memory_limit`` or NVML.
-    """
+    """Find the resources of the workers a client sees (the most constrained worker decides)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     if not workers:
         raise ValueError(
@@ -246,16 +169,7 @@ def resources_from_client(client: Client, *, device: str | None = None) -> Resou
 
 
 def active_client() -> Any:
-    """Find the distributed client ``dask.compute`` would use now.
-
-    This honours ``dask.config.set(scheduler=...)``: with a client alive but the
-    threaded scheduler chosen, work runs (and is planned) on the threads.
-
-    Returns
-    -------
-    distributed.Client or None
-        The client, or None.
-    """
+    """Find the distributed client ``dask.compute`` would use now."""
     from dask.base import get_scheduler  # lazy: dask
 
     owner = getattr(get_scheduler(), "__self__", None)
@@ -267,18 +181,7 @@ def active_client() -> Any:
 
 
 def resources_auto(*, device: str | None = None) -> Resources:
-    """Find the resources of the distributed client dask would compute on, else of this machine.
-
-    Parameters
-    ----------
-    device : {"cpu", "gpu"}, optional
-        Where the kernels run; by default as the workers suggest.
-
-    Returns
-    -------
-    Resources
-        The workers' (or this machine's) resources.
-    """
+    """Find the resources of the distributed client dask would compute on, else of this machine."""
     client = active_client()
     if client is not None:
         return resources_from_client(client, device=device)

@@ -1,15 +1,4 @@
-"""Clusters in, :class:`~daskbatch.planning.resources.Resources` out.
-
-* :func:`cluster` starts (or connects to) a cluster and yields a
-  ``distributed.Client``: a local CPU cluster, one CUDA worker per GPU
-  (dask-cuda), a SLURM/PBS cluster (dask-jobqueue), or an existing scheduler
-  by address or scheduler file (batch jobs, dask-mpi).
-* what the workers have (memory, GPUs, a live client's :class:`Resources`)
-  is read by :mod:`daskbatch.runtime.capacity`.
-
-distributed is imported inside functions and dask-cuda, dask-jobqueue,
-rmm and pynvml only where needed, so importing this module is cheap.
-"""
+"""Clusters in, :class:`~daskbatch.planning.plan.Resources` out."""
 
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ from daskbatch.runtime.progress import in_jupyter
 if TYPE_CHECKING:
     from distributed import Client
 
-    from daskbatch.planning.search import Plan
+    from daskbatch.planning.plan import Plan
 
 __all__ = ["KINDS", "cluster", "cuda_cluster_options", "require_cuda", "resolve_kind"]
 
@@ -39,9 +28,6 @@ _GPU_HINT = (
     "install the GPU extra for your driver's CUDA major version (nvidia-smi shows it): "
     "pip install 'daskbatch[gpu-cu12]' or 'daskbatch[gpu-cu13]' (cupy, dask-cuda, rmm)"
 )
-
-
-# ---------------------------------------------------------------- starting clusters
 
 
 @contextlib.contextmanager
@@ -159,21 +145,8 @@ def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None 
         ) from exc
 
 
-def require_cuda() -> int:
-    """Count the visible CUDA devices, after checking that a ``"cuda"`` cluster can start.
-
-    Returns
-    -------
-    int
-        The number of devices (at least 1).
-
-    Raises
-    ------
-    ImportError
-        dask-cuda is not installed (the message names the extra to install).
-    DeviceUnavailableError
-        No CUDA device is visible to this process.
-    """
+def require_cuda() -> int:  # numpydoc ignore=PR01,RT01
+    """Count the visible CUDA devices, after checking that a ``"cuda"`` cluster can start."""
     if not _has_module("dask_cuda"):
         raise ImportError(f"cluster kind 'cuda' needs dask-cuda: {_GPU_HINT}")
     n = cuda_device_count()
@@ -187,22 +160,8 @@ def require_cuda() -> int:
     return n
 
 
-def resolve_kind(kind: str) -> str:
-    """Resolve the cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``.
-
-    ``"auto"`` is ``"cuda"`` when CUDA devices are visible and dask-cuda is
-    installed, else ``"local"``; other kinds are returned as they are.
-
-    Parameters
-    ----------
-    kind : str
-        The requested kind.
-
-    Returns
-    -------
-    str
-        The kind to start.
-    """
+def resolve_kind(kind: str) -> str:  # numpydoc ignore=PR01,RT01
+    """Resolve the cluster kind ``cluster(kind)`` starts: ``"auto"`` becomes ``"cuda"`` or ``"local"``."""
     if kind not in KINDS:
         raise ValueError(f"unknown cluster kind {kind!r}; expected one of {', '.join(KINDS)}")
     if kind != "auto":
@@ -308,31 +267,8 @@ def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
     raise ValueError(f"cluster kind {kind!r} is started by _start_jobqueue")
 
 
-def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``dask_cuda.LocalCUDACluster``: ``kwargs`` plus an RMM pool.
-
-    With rmm importable, each worker gets an RMM pool (sized from ``plan``
-    unless ``kwargs`` has ``rmm_pool_size``) and CuPy allocates from it. Without
-    rmm, the workers use CuPy's own allocator: no pool, and a one-line note on
-    stderr says so.
-
-    Parameters
-    ----------
-    kwargs : dict
-        The caller's options for ``LocalCUDACluster``; not modified.
-    plan : Plan, optional
-        Sizes the pool (:attr:`Plan.rmm_pool_bytes`).
-
-    Returns
-    -------
-    dict
-        The options to pass.
-
-    Raises
-    ------
-    ImportError
-        ``kwargs`` asks for an RMM option but rmm cannot be imported.
-    """
+def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """Keyword arguments for ``dask_cuda.LocalCUDACluster``: ``kwargs`` plus an RMM pool."""
     opts = dict(kwargs)
     try:
         import rmm  # noqa: F401  (only whether it imports matters here)  # lazy: rmm

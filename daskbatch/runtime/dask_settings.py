@@ -1,16 +1,4 @@
-"""Which dask settings a job file's ``dask:`` mapping may change without ``--allow-dask-config``.
-
-dask's config is not inert data: ``distributed.scheduler.preload`` and
-``distributed.worker.preload`` import or run Python, plugins load code,
-``distributed.logging`` builds objects from dotted names, ``distributed.nanny.environ``
-sets ``LD_PRELOAD``, and dask-jobqueue's ``job-script-prologue`` or ``python``
-end up in a shell script. A job file is often copied from elsewhere, so only
-settings that tune numbers, sizes, times and paths are accepted by default;
-everything else names its key and asks for ``--allow-dask-config``.
-
-:func:`check_dask_settings` is the one check: ``describe --config`` and the
-job files of ``daskbatch run`` both call it.
-"""
+"""Which dask settings a job file's ``dask:`` mapping may change without ``--allow-dask-config``."""
 
 from __future__ import annotations
 
@@ -51,6 +39,7 @@ SAFE_DASK_SETTINGS = frozenset(
         *(f"jobqueue.pbs.{k}" for k in (*_JOBQUEUE_COMMON, "resource-spec")),
     }
 )
+
 
 class UnsafeDaskSetting(ValueError):
     """A job file's ``dask:`` mapping sets something that may run code; the message names the key."""
@@ -115,20 +104,7 @@ _JOBQUEUE_PATHS = frozenset({"local-directory"})
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Walk the leaves of a nested mapping.
-
-    Parameters
-    ----------
-    mapping : mapping
-        Nested settings.
-    prefix : str, default ""
-        Prepended to every key.
-
-    Yields
-    ------
-    tuple of (str, object)
-        ``(dotted key, value)`` for every leaf.
-    """
+    """Walk the leaves of a nested mapping."""
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
@@ -203,32 +179,7 @@ def _quoted(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_dask_settings(settings: Mapping[str, Any], source: str, *, allow: bool = False) -> dict[str, Any]:
-    """Check a file's dask settings, and give them as they are applied.
-
-    Without ``allow``, a setting that may run code, one off the list a file
-    may change, an unknown or invalid ``daskbatch.*`` setting, and a jobqueue
-    value that is not of its kind (a name, a size, a time, a path) are refused;
-    a jobqueue path is quoted for the batch job script's shell.
-
-    Parameters
-    ----------
-    settings : mapping
-        The nested ``dask:`` mapping of a file.
-    source : str
-        The file, for the message.
-    allow : bool, default False
-        ``--allow-dask-config``: accept every setting as it is.
-
-    Returns
-    -------
-    dict
-        The settings to apply (``settings`` itself with ``allow``).
-
-    Raises
-    ------
-    UnsafeDaskSetting
-        One line naming the file and the first refused key.
-    """
+    """Check a file's dask settings, and give them as they are applied."""
     if allow:
         return dict(settings)
     for key, value in flatten(settings):

@@ -1,9 +1,4 @@
-"""SIGTERM as an exception, held back while a checkpoint file is being written.
-
-Batch systems send SIGTERM (or a configurable signal) shortly before a job's
-walltime; turned into :class:`~daskbatch.errors.Interrupted`, it lets a run
-finish the file it is writing and exit with the "interrupted, resumable" code.
-"""
+"""SIGTERM as an exception, held back while a checkpoint file is being written."""
 
 from __future__ import annotations
 
@@ -25,17 +20,7 @@ _signals = threading.local()
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`~daskbatch.errors.Interrupted` raised in the main thread.
-
-    A checkpoint file being written when the signal arrives is finished first
-    (the exception is raised right after it), so what is on disk stays whole.
-    Outside the main thread (where Python cannot install handlers) this does nothing.
-
-    Examples
-    --------
-    >>> with sigterm_as_interrupt():          # doctest: +SKIP
-    ...     describe("data.zarr", checkpoint="ckpt")
-    """
+    """Turn SIGTERM into :class:`~daskbatch.errors.Interrupted` raised in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -77,28 +62,7 @@ def _quiet_teardown() -> None:
 
 
 def exit_now(code: int) -> NoReturn:
-    """End the process with ``code`` at once, after flushing the logs and the standard streams.
-
-    An interrupted run leaves reads in flight on the data store's event loop
-    (zarr's asyncio tasks, its thread pool): the interpreter's teardown would
-    print a "Task was destroyed but it is pending!" and a traceback for each,
-    thousands of lines for a store of many chunks, and take seconds doing so.
-    What must be on disk already is (checkpoint files and done-logs are
-    flushed as they are written, and a cluster is closed by its ``with``
-    block), so the process skips the teardown.  When the standard streams are
-    not the process's own (a test runner captured them), it raises
-    :class:`SystemExit` instead, leaving the interpreter running.
-
-    Parameters
-    ----------
-    code : int
-        The exit status.
-
-    Raises
-    ------
-    SystemExit
-        Only when the streams were replaced.
-    """
+    """End the process with ``code`` at once, after flushing the logs and the standard streams."""
     if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
         raise SystemExit(code)
     logging.shutdown()  # flushes every log handler (a job's log file too)

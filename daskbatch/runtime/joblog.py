@@ -1,14 +1,4 @@
-"""What a batch job's log says about a whole call: one summary line at its end.
-
-:func:`logged_run` wraps an API function (``describe``); the passes it runs
-report their rows and features with :func:`note_pass`, and when the call
-returns one INFO line sums it up::
-
-    describe: 1,000,000 rows x 64 features in 12.3 s (81,300 rows/s), 2 passes, peak 412 MiB
-
-Peak memory is this process's (``getrusage`` max RSS) and, under a
-``distributed`` client, the largest worker's, asked with one ``client.run``.
-"""
+"""What a batch job's log says about a whole call: one summary line at its end."""
 
 from __future__ import annotations
 
@@ -42,13 +32,7 @@ _current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("daskbatc
 
 
 def note_pass(rows: int, features: int) -> None:
-    """Count one finished pass over ``rows`` x ``features`` for the summary line of the call running now.
-
-    Parameters
-    ----------
-    rows, features : int
-        Shape of the data the pass read.
-    """
+    """Count one finished pass over ``rows`` x ``features`` for the summary line of the call running now."""
     run = _current.get()
     if run is not None:
         run.passes += 1
@@ -56,21 +40,7 @@ def note_pass(rows: int, features: int) -> None:
 
 
 def logged_run(name: str) -> Callable[[F], F]:
-    """Decorate an API function: log ``"<name>: R rows x F features in T s (...), N passes, peak M"`` at its end.
-
-    A call inside another logged call (``select`` running ``describe``) adds its
-    passes to the outer one and logs nothing itself.
-
-    Parameters
-    ----------
-    name : str
-        What the line calls the function (``"describe"``).
-
-    Returns
-    -------
-    callable
-        The decorator.
-    """
+    """Decorate an API function: log ``"<name>: R rows x F features in T s (...), N passes, peak M"`` at its end."""
 
     def decorate(func: F) -> F:
         """Wrap ``func`` so that its call is timed and summed up in one log line."""  # numpydoc ignore=PR01,RT01
@@ -97,20 +67,7 @@ def logged_run(name: str) -> Callable[[F], F]:
 
 
 def summary_line(run: _Run, seconds: float) -> str:
-    """Return the one line that sums up a call.
-
-    Parameters
-    ----------
-    run : _Run
-        What the call counted (rows, features, passes).
-    seconds : float
-        Its wall time.
-
-    Returns
-    -------
-    str
-        The line.
-    """
+    """Return the one line that sums up a call."""
     rate = f" ({run.rows / seconds:,.0f} rows/s)" if seconds > 0 and run.rows else ""
     passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
     return (
@@ -120,13 +77,7 @@ def summary_line(run: _Run, seconds: float) -> str:
 
 
 def process_peak_bytes() -> int | None:
-    """Read the largest resident set of this process so far (None where ``resource`` does not exist).
-
-    Returns
-    -------
-    int or None
-        Bytes (``ru_maxrss`` is KiB on Linux, bytes on macOS).
-    """
+    """Read the largest resident set of this process so far (None where ``resource`` does not exist)."""
     try:
         import resource
     except ImportError:  # Windows
@@ -136,21 +87,7 @@ def process_peak_bytes() -> int | None:
 
 
 def peak_memory(client: Any, *, warn: bool = False) -> dict[str, Any]:
-    """Read the peak resident memory of this process and, with a client, of each worker.
-
-    Parameters
-    ----------
-    client : distributed.Client or None
-        The client whose workers to ask.
-    warn : bool, default False
-        Log unreachable workers as a warning (a batch job's report) instead of at DEBUG.
-
-    Returns
-    -------
-    dict
-        ``process_bytes`` (None where ``resource`` does not exist) and, with a
-        client that answered, ``workers_bytes`` by worker address.
-    """
+    """Read the peak resident memory of this process and, with a client, of each worker."""
     out: dict[str, Any] = {"process_bytes": process_peak_bytes()}
     if client is not None:
         try:

@@ -1,47 +1,137 @@
-"""Progress of long computations: one helper for describe's passes, ingest, transform and map_batches.
-
-A :class:`Progress` counts the units (blocks, chunks, tasks) of one labelled
-step and shows them where the user looks:
-
-* in Jupyter (an IPython kernel): an ipywidgets bar, displayed with
-  ``IPython.display.display`` when the step starts (under the threaded
-  scheduler and under ``distributed`` alike);
-* in a terminal (stderr is a TTY): one labelled line on stderr, redrawn in place,
-  e.g. ``pass 1/2: moments+cov+sketch  37/120 blocks  1.2M rows/s  ETA 0:42``;
-* anywhere else (a batch job's log, a pipe, a file): nothing is drawn.
-
-(The bars themselves are :mod:`daskbatch.runtime.progress_display`'s.)
-
-Whatever is shown, the start and the end of every step are logged at INFO
-(time, rows/s and bytes/s), so that a batch log records them as lines; where
-no bar is drawn, a line every :data:`LOG_EVERY_S` seconds says how far it got.
-A ``callback(done, total, phase)`` of the caller's is called on every count,
-and a ``cancel`` event that is set stops the step at that count: raised in the calling thread, at a block
-boundary (every count happens in the thread that waits for the work): a
-:class:`~daskbatch.errors.Cancelled`.
-
-:func:`compute` computes a dask graph on the active scheduler and advances a
-Progress as the graph's tasks of one key prefix (the pass's ``db-chunk`` tasks)
-finish: through a :class:`dask.callbacks.Callback` on the local schedulers, and
-under a ``distributed`` client through futures on those tasks' keys (submitted
-with the graph in one ``Client.get``, each released as soon as it finishes).
-"""
+"""Progress of long computations: one helper for describe's passes, ingest, transform and map_batches."""
 
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
+import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from daskbatch.errors import Cancelled
 from daskbatch.runtime.capacity import active_client
-from daskbatch.runtime.progress_display import Display, display_for, in_jupyter, line_cleared
 
 __all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared", "progress_options"]
+
+
+# Erase the terminal line and return to its start.
+_CLEAR = "\r\x1b[2K"
+
+
+def in_jupyter() -> bool:
+    """Tell whether this runs inside an IPython kernel (Jupyter, VS Code notebooks), not a terminal IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def display_for(title: str, total: int | None) -> Display | None:
+    """Make the bar for where this process shows things."""
+    if in_jupyter():
+        try:
+            return _Widget(title, total)
+        except ImportError:  # no ipywidgets: Jupyter renders a carriage return on stderr as well
+            return _Terminal(plain=True)
+    stream = sys.stderr
+    if stream is not None and stream.isatty():
+        return _Terminal()
+    return None
+
+
+class _Widget:
+    """An ipywidgets bar with the title before it and the counts after it, displayed at once."""
+
+    def __init__(self, title: str, total: int | None) -> None:
+        from IPython.display import display
+        from ipywidgets import HTML, HBox, IntProgress, Layout
+
+        self.label = HTML(f"<b>{html.escape(title)}</b>")
+        self.bar = IntProgress(min=0, max=max(total or 1, 1), value=0, layout=Layout(width="40%"))
+        self.text = HTML("")
+        self.box = HBox([self.label, self.bar, self.text])
+        display(self.box)
+
+    def set_total(self, total: int) -> None:
+        self.bar.max = max(total, 1)
+
+    def draw(self, done: int, status: str) -> None:
+        self.bar.value = min(done, self.bar.max)
+        # The status starts with the title, which the label shows already.
+        self.text.value = html.escape(status.split("  ", 1)[-1])
+
+    def close(self, status: str, *, ok: bool) -> None:
+        if ok:
+            self.bar.value = self.bar.max
+        self.bar.bar_style = "success" if ok else "danger"
+        self.text.value = html.escape(status.split("  ", 1)[-1])
+
+
+_active_line: list[_Terminal] = []  # the terminal bar drawn now, if any (log lines clear it first)
+
+
+class _Terminal:
+    """One line on stderr, redrawn in place (``\\r`` and erase-line), ended with a newline when closed."""
+
+    def __init__(self, *, plain: bool = False) -> None:
+        self.plain = plain  # Jupyter without ipywidgets: \r only, no escape sequences
+        self.text = ""
+        _active_line[:] = [self]
+
+    def set_total(self, total: int) -> None:
+        """A line shows no total to grow to."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr  # looked up each time: tests and click swap it
+
+    def _fit(self, text: str) -> str:
+        width = shutil.get_terminal_size((100, 24)).columns
+        return text if len(text) < width else text[: max(width - 2, 10)] + "…"
+
+    def draw(self, done: int, status: str) -> None:
+        self.text = self._fit(status)
+        self._write(self.text)
+
+    def clear(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self.stream.write("\r" if self.plain else _CLEAR)
+            self.stream.flush()
+
+    def _write(self, text: str, end: str = "") -> None:
+        with contextlib.suppress(ValueError, OSError):  # a closed stream must not fail the computation
+            self.stream.write(("\r" if self.plain else _CLEAR) + text + end)
+            self.stream.flush()
+
+    def close(self, status: str, *, ok: bool) -> None:
+        self._write(self._fit(status), end="\n")
+        if _active_line and _active_line[0] is self:
+            _active_line.clear()
+
+
+@contextlib.contextmanager
+def line_cleared() -> Iterator[None]:
+    """Erase the terminal bar for the duration of the block (a log line is written there), then redraw it."""
+    bars = list(_active_line)
+    for bar in bars:
+        bar.clear()
+    try:
+        yield
+    finally:
+        for bar in bars:
+            if _active_line and _active_line[0] is bar:
+                bar._write(bar.text)
+
+
+#: A bar, drawn with ``draw(done, status)`` and finished with ``close(status, ok=...)``.
+Display = _Terminal | _Widget
+
 
 #: A caller's progress callback: ``callback(done, total, phase)`` (total None until known).
 ProgressCallback = Callable[[int, "int | None", str], Any]
@@ -54,57 +144,16 @@ log = logging.getLogger(__name__)
 #: Seconds between two redraws of a bar (a widget update is a message to the browser).
 REDRAW_S = 0.1
 
+
 def progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
-    """Turn a verb's ``progress`` argument into :class:`Progress`'s ``show`` and ``callback``.
-
-    Parameters
-    ----------
-    progress : bool, "dask" or callable
-        What the user passed: a bar (True), dask's own display ("dask"), or a
-        callable ``progress(done, total, title)``.
-
-    Returns
-    -------
-    dict
-        ``show`` and ``callback``, for ``Progress(..., **progress_options(progress))``.
-    """
+    """Turn a verb's ``progress`` argument into :class:`Progress`'s ``show`` and ``callback``."""
     if callable(progress):
         return {"show": False, "callback": progress}
     return {"show": progress, "callback": None}
 
 
 class Progress:
-    """The progress of one labelled step: a bar where one can be seen, log lines always.
-
-    Parameters
-    ----------
-    title : str
-        What runs, chosen by the caller: ``"pass 1/2: moments+cov+sketch"``, ``"ingest"``.
-    total : int, optional
-        Units of the whole step; None until :func:`compute` counts the graph's tasks.
-    unit : str, default "blocks"
-        Name of a unit in the bar and the log.
-    rows, nbytes : int, optional
-        Rows and (decoded) bytes of the whole step, for rows/s and bytes/s.
-    show : bool or "dask", default False
-        Draw a bar (a widget in Jupyter, a line on a terminal's stderr); log
-        lines are written either way. ``"dask"``: leave the bar to dask's own
-        displays instead, :func:`distributed.progress` on the step's futures
-        under a ``distributed`` client, :class:`dask.diagnostics.ProgressBar`
-        under the local schedulers.
-    callback : callable, optional
-        Called as ``callback(done, total, title)`` after every count, in the calling thread.
-    cancel : threading.Event, optional
-        When set, the next count raises :class:`~daskbatch.errors.Cancelled`.
-
-    Examples
-    --------
-    >>> with Progress("ingest", 12, unit="chunks", show=False) as bar:
-    ...     for _ in range(12):
-    ...         bar.advance()
-    >>> bar.done
-    12
-    """
+    """The progress of one labelled step: a bar where one can be seen, log lines always."""
 
     def __init__(
         self, title: str, total: int | None = None, *, unit: str = "blocks", rows: int | None = None,
@@ -130,8 +179,6 @@ class Progress:
         self._drawn_at = 0.0
         self._closed = False
 
-    # ------------------------------------------------------------------ lifecycle
-
     def __enter__(self) -> Progress:
         self.start()
         return self
@@ -153,13 +200,7 @@ class Progress:
             self._draw(force=True)
 
     def close(self, *, ok: bool = True) -> None:
-        """Finish the bar and log the end: units, time and throughput (or where it stopped).
-
-        Parameters
-        ----------
-        ok : bool, default True
-            False when the work stopped early (the bar turns red, the log says where).
-        """
+        """Finish the bar and log the end: units, time and throughput (or where it stopped)."""
         with self._lock:
             if self._closed:
                 return
@@ -174,16 +215,8 @@ class Progress:
         else:
             log.info("%s: stopped at %s", self.title, self._result_text())
 
-    # ------------------------------------------------------------------ counting
-
     def skip(self, n: int) -> None:
-        """Count ``n`` units that were done before this run (reused), outside the throughput.
-
-        Parameters
-        ----------
-        n : int
-            Units reused.
-        """
+        """Count ``n`` units that were done before this run (reused), outside the throughput."""
         with self._lock:
             self.skipped += n
             self.done += n
@@ -191,26 +224,14 @@ class Progress:
         self._counted()
 
     def advance(self, n: int = 1) -> None:
-        """Count ``n`` more finished units (any thread).
-
-        Parameters
-        ----------
-        n : int, default 1
-            Units just finished.
-        """
+        """Count ``n`` more finished units (any thread)."""
         with self._lock:
             self.done += n
         self._draw()
         self._counted()
 
     def update(self, done: int) -> None:
-        """Set the number of finished units (any thread; never goes backwards).
-
-        Parameters
-        ----------
-        done : int
-            Units finished so far.
-        """
+        """Set the number of finished units (any thread; never goes backwards)."""
         with self._lock:
             self.done = max(self.done, done)
         self._draw()
@@ -233,20 +254,12 @@ class Progress:
             raise Cancelled(f"{self.title}: cancelled after {self.done:,}{of} {self.unit}")
 
     def set_total(self, total: int) -> None:
-        """Set the number of units once it is known (a widget's bar grows to it).
-
-        Parameters
-        ----------
-        total : int
-            Units in all.
-        """
+        """Set the number of units once it is known (a widget's bar grows to it)."""
         with self._lock:
             self.total = total
             if self._display is not None:
                 self._display.set_total(total)
         self._draw(force=True)
-
-    # ------------------------------------------------------------------ figures
 
     @property
     def elapsed(self) -> float:
@@ -254,32 +267,18 @@ class Progress:
         return 0.0 if self._t0 is None else time.perf_counter() - self._t0
 
     def rows_per_s(self) -> float | None:
-        """Return the rows computed by this run per second (reused units left out), once something finished.
-
-        Returns
-        -------
-        float or None
-            None before the first unit finished or without a row count.
-        """
+        """Return the rows computed by this run per second (reused units left out), once something finished."""
         computed, seconds = self.done - self.skipped, self.elapsed
         if not (self.rows and self.total and computed > 0 and seconds > 0):
             return None
         return computed / self.total * self.rows / seconds
 
     def eta(self) -> float | None:
-        """Return the seconds left at the rate so far, once something finished.
-
-        Returns
-        -------
-        float or None
-            None before the first unit finished or without a total.
-        """
+        """Return the seconds left at the rate so far, once something finished."""
         computed = self.done - self.skipped
         if self.total is None or computed <= 0:
             return None
         return (self.total - self.done) * self.elapsed / computed
-
-    # ------------------------------------------------------------------ text
 
     def _status(self, *, final: bool = False) -> str:
         done = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}"
@@ -325,8 +324,6 @@ class Progress:
                 text += f" ({', '.join(figures)})"
         return text
 
-    # ------------------------------------------------------------------ drawing
-
     def _draw(self, *, force: bool = False) -> None:
         with self._lock:
             if self._display is None or self._closed:
@@ -357,31 +354,8 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-# ---------------------------------------------------------------------- computing with progress
-
-
 def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along: Sequence[Any] = ()) -> Any:
-    """``dask.compute(graph)[0]`` on the active scheduler, advancing ``progress`` as tasks finish.
-
-    Parameters
-    ----------
-    graph : dask collection
-        A single collection (a ``Delayed`` from :func:`~daskbatch.engine.reduce.tree_reduce`).
-    progress : Progress
-        Advanced by one for each finished task whose ``key_split`` is ``prefix``;
-        its total is set to their number when it has none.
-    prefix : str, optional
-        Task prefix to count (``"db-chunk"``: a pass's blocks); every task when
-        None or when the graph has no task of that prefix.
-    along : sequence of dask collections, optional
-        Computed in the same run as ``graph`` (tasks they share run once), on
-        a local scheduler only: a pass that also returns the blocks it read.
-
-    Returns
-    -------
-    object
-        The computed value; with ``along``, the pair (value, list of their values).
-    """
+    """``dask.compute(graph)[0]`` on the active scheduler, advancing ``progress`` as tasks finish."""
     import dask  # lazy: dask
     from dask.utils import key_split  # lazy: dask
 

@@ -1,34 +1,4 @@
-"""One run at a time on a checkpoint directory or an ingest output: a lock file with stale detection.
-
-Two runs that share a checkpoint directory (or write one ingest output) would
-delete and merge each other's files. :class:`RunLock` serialises them: the
-first run creates the lock file with ``O_CREAT | O_EXCL`` (atomic, also on
-NFSv3 and later) and writes its holder (pid, host, start time) into it; a
-second run **fails at once** with a one-line :class:`~daskbatch.errors.LockHeldError`
-naming the lock file and the holder. It does not wait: a second run on the
-same directory is almost always a job submitted twice, and a batch job that
-waits would burn its walltime doing nothing.
-
-A lock left behind by a run that died (SIGKILL, node crash) is *stale* and is
-taken over, with a warning:
-
-* when it cannot be read as a holder (empty, not JSON, a pid that no process
-  can have, a start time that is not a time) and its modification time is
-  older than a few seconds (a holder that just created it is still writing);
-
-* on the same host, when its pid is no longer running (or now belongs to a
-  process started after the lock was taken: the pid was reused);
-* on another host (whose pids cannot be checked), when the file's modification
-  time is older than ``daskbatch.lock-stale-after`` (dask config, default 5
-  minutes): the holder refreshes it every quarter of that time.
-
-Caveats: the stale test on another host compares this host's clock with the
-file server's modification time, so hosts whose clocks differ by more than
-the timeout can misjudge it; containers that share a host name but not a pid
-namespace look like one host. ``fcntl.flock`` is not used because on NFS it
-is either emulated with POSIX locks (released only when the server's lease
-expires) or, with ``nolock`` mounts, local to one client.
-"""
+"""One run at a time on a checkpoint directory or an ingest output: a lock file with stale detection."""
 
 from __future__ import annotations
 
@@ -66,40 +36,13 @@ _HELD_GUARD = threading.Lock()
 
 
 def output_lock_path(out: str | os.PathLike[str]) -> Path:
-    """Name the lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete).
-
-    Parameters
-    ----------
-    out : str or os.PathLike
-        The output.
-
-    Returns
-    -------
-    pathlib.Path
-        The lock file.
-    """
+    """Name the lock file of an ingest output: hidden, beside it (it survives ``overwrite``'s delete)."""
     path = Path(os.path.abspath(out))
     return path.with_name(f".{path.name}.daskbatch-lock")
 
 
 def summary_lock(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[Any]:
-    """The run lock of a saved summary, which ``describe --update`` holds from reading it to writing it back.
-
-    Every writer of a summary path takes it, so that a summary being updated is
-    never replaced under the update (the writer fails at once, naming the
-    holder); this thread may take it again while it holds it.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The summary's path.
-
-    Returns
-    -------
-    contextlib.AbstractContextManager
-        A :class:`RunLock` on ``.NAME.daskbatch-lock`` beside the summary; for a
-        URL (no lock file can be made atomically there) a context that does nothing.
-    """
+    """The run lock of a saved summary, which ``describe --update`` holds from reading it to writing it back."""
     where = os.fspath(path)
     if "://" in where:
         return contextlib.nullcontext()
@@ -127,23 +70,7 @@ def _process_started(pid: int) -> float | None:
 
 
 class RunLock:
-    """An exclusive lock file held for the duration of a ``with`` block.
-
-    Parameters
-    ----------
-    path : path
-        The lock file (its folder must exist).
-    what : str
-        What is locked, for messages (``"checkpoint directory ck"``).
-    stale_after : float, optional
-        Seconds without a heartbeat after which a lock held on another host is
-        stale; default ``daskbatch.lock-stale-after``.
-
-    Raises
-    ------
-    LockHeldError
-        On entry, when a live run holds the lock.
-    """
+    """An exclusive lock file held for the duration of a ``with`` block."""
 
     def __init__(self, path: str | os.PathLike[str], what: str, stale_after: float | None = None) -> None:
         self.path = Path(path)
@@ -155,8 +82,6 @@ class RunLock:
         self._key = os.path.realpath(self.path)
         self._nested = False
 
-    # ------------------------------------------------------------------ acquire / release
-
     def __enter__(self) -> RunLock:
         self.acquire()
         return self
@@ -165,10 +90,7 @@ class RunLock:
         self.release()
 
     def acquire(self) -> None:
-        """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it.
-
-        Taking a lock this thread already holds only counts one level deeper.
-        """
+        """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it."""
         with _HELD_GUARD:
             held = _HELD.get(self._key)
             if held is not None and held[0] == threading.get_ident():
@@ -233,8 +155,6 @@ class RunLock:
             log.warning("%s was taken over by pid %s on %s while this run held it",
                         self.path, holder.get("pid"), holder.get("host"))
 
-    # ------------------------------------------------------------------ the holder
-
     def _judge_existing(self) -> None:
         """Return when the existing lock is gone or was stale (and removed); raise when it is held."""
         holder, raw, age = _read(self.path)
@@ -280,8 +200,6 @@ class RunLock:
             with contextlib.suppress(FileExistsError):
                 os.link(aside, self.path)
         aside.unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------ heartbeat
 
     def _start_heartbeat(self) -> None:
         self._stop.clear()

@@ -1,26 +1,4 @@
-"""One BLAS (and numba) thread per dask thread while chunk tasks run side by side.
-
-The co-moments hand each chunk to BLAS (``devᵀ dev``), and OpenBLAS/MKL start
-as many threads as there are cores. Under a scheduler that already runs one
-task per core, every task's BLAS call then spreads over all cores too: cores
-are oversubscribed and the threads mostly wait on each other. Inside a chunk
-task :func:`limited` caps BLAS (threadpoolctl) and numba's parallel regions
-at one thread, but only when the task has company, i.e. when the threaded
-scheduler or a distributed worker runs more than one thread; a synchronous
-scheduler or a one-thread worker leaves the libraries alone.
-
-OpenBLAS and MKL keep one process-wide setting, so the limit is counted: the
-first task to enter sets it, the last to leave restores it, and tasks that
-overlap never see it lifted under them. numba's setting is per thread.
-
-threadpoolctl (3.8 on) lets only the thread that last set OpenBLAS's limit
-set it again, so that Python threads do not fight over one process-wide
-setting, and it releases that thread when a ``with threadpool_limits(...)``
-block ends. Here the first task in and the last task out are on different
-threads and the counting already keeps them from fighting, so the thread
-that set the limit releases it at once; otherwise a later limit or restore
-made from another thread was silently ignored.
-"""
+"""One BLAS (and numba) thread per dask thread while chunk tasks run side by side."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""From a summary to a decision: per-feature scores, :func:`select` and the :class:`Selection` it returns.
-
-- :mod:`~daskbatch.selection.scores` — F, chi², mutual information, variance, f/r-regression scores;
-- :mod:`~daskbatch.selection.choose` — :func:`select`: filters, ``k``, thresholds, mRMR, and why each feature went;
-- :mod:`~daskbatch.selection.record` — the :class:`Selection` record, saved and loaded.
-"""
+"""From a summary to a decision: per-feature scores, :func:`select` and the :class:`Selection` it returns."""
 
 from __future__ import annotations
 

@@ -1,28 +1,4 @@
-"""Feature selection from a :class:`~daskbatch.Summary`: scores, filters and the reason for every drop.
-
-:func:`select` reads nothing but the summary. It works as a scikit-learn
-pipeline of up to three steps, each on the features the previous ones kept:
-
-1. ``min_variance``: ``VarianceThreshold`` (keep ddof=0 variance ``> min_variance``);
-2. ``max_corr``: of every pair with ``|corr| > max_corr`` keep the more
-   relevant feature (greedy, most relevant first: a feature is dropped when it
-   is too correlated with one already kept);
-3. the mode: ``SelectKBest`` (``"k"``), ``SelectPercentile``, ``SelectFpr``,
-   ``SelectFdr`` (Benjamini-Hochberg as sklearn implements it) or ``SelectFwe``
-   on the score; or mRMR's greedy pick.
-
-Scores: ``"f"`` (ANOVA F, ``f_classif``), ``"chi2"``, ``"mi"`` (binned mutual
-information), ``"variance"`` (ddof=0) and ``"mrmr"`` (mutual information as
-relevance, mean ``|corr|`` with the features picked so far as redundancy);
-with a continuous target (``describe(x, target=y)``) ``"f_regression"``,
-``"r_regression"`` (signed, ranked as sklearn ranks it) and ``"mi"`` against
-the target's quantile bins.
-
-Ties follow sklearn: ``SelectKBest`` keeps the last ``k`` of a stable ascending
-sort, so of equal scores the later feature ranks higher; ``SelectPercentile``
-keeps tied features in index order. NaN scores rank lowest, as sklearn's
-``_clean_nans`` makes them; NaN p-values never pass a test.
-"""
+"""Feature selection from a :class:`~daskbatch.Summary`: scores, filters and the reason for every drop."""
 
 from __future__ import annotations
 
@@ -42,9 +18,6 @@ SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr", "f_regression"
 MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
 #: sklearn's defaults: SelectKBest(k=10), SelectPercentile(percentile=10), alpha=0.05.
 DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
-
-
-# ------------------------------------------------------------------ select
 
 
 def select(
@@ -227,9 +200,6 @@ def _mode_mask(mode: str, value: Any, s: np.ndarray, p: np.ndarray | None) -> tu
     mask = p <= cutoff
     return mask, ["" if m else f"p={q:.3g} > Benjamini-Hochberg cutoff {cutoff:.3g} (fdr {value:g})"
                   for m, q in zip(mask, p, strict=True)]
-
-
-# ------------------------------------------------------------ correlations
 
 
 class _Correlations:

@@ -1,8 +1,4 @@
-"""A :class:`Selection`: per feature its score, p-value, rank, whether it was kept and why not.
-
-Made by :func:`daskbatch.select`; saved as CSV (a settings line, then the
-table) or JSON and read back exactly by :func:`load_selection`.
-"""
+"""A :class:`Selection`: per feature its score, p-value, rank, whether it was kept and why not."""
 
 from __future__ import annotations
 
@@ -169,8 +165,19 @@ def load_selection(path: str | os.PathLike[str]) -> Selection:
     Selection
         The selection.
     """
-    with open(os.fspath(path), encoding="utf-8") as f:
-        text = f.read()
+    where = os.fspath(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            return _parsed_selection(f.read())
+    except (IsADirectoryError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError too
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(
+            f"{where!r} is not a saved selection ({type(exc).__name__}: {detail}); give a file Selection.save wrote"
+        ) from None
+
+
+def _parsed_selection(text: str) -> Selection:
+    """The :class:`Selection` in the text of a file :meth:`Selection.save` wrote (JSON or CSV)."""
     if text.lstrip().startswith("{"):
         d = json.loads(text)
         pvalue = None if d["pvalue"] is None else _from_json_floats(d["pvalue"])
@@ -184,7 +191,7 @@ def load_selection(path: str | os.PathLike[str]) -> Selection:
 
     first, _, body = text.partition("\n")
     if not first.startswith(_HEADER):
-        raise ValueError(f"{os.fspath(path)!r} is not a saved selection (no {_HEADER.strip()!r} line)")
+        raise ValueError(f"no {_HEADER.strip()!r} line")
     meta = json.loads(first[len(_HEADER):])
     table = pd.read_csv(io.StringIO(body), dtype={"feature": str, "reason": str}, keep_default_na=False,
                         na_values={"score": [""], "pvalue": [""]})

@@ -1,24 +1,4 @@
-"""Per-feature relevance scores from a :class:`~daskbatch.Summary`, with no further pass over the data.
-
-* ``f_classif``: ANOVA F and its p-value from the per-class moments, equal to
-  ``sklearn.feature_selection.f_classif`` (which forms the same sums of
-  squares as raw power sums; here they come from per-class M2 and means).
-* ``chi2``: chi-squared of the per-class sums of non-negative features against
-  their expectation under independence, equal to ``sklearn.feature_selection.chi2``.
-* ``f_regression`` and ``r_regression``: the F-statistic and p-value, and
-  the Pearson correlation, of every feature with a continuous target
-  (``describe(x, target=y)``), equal to ``sklearn.feature_selection.f_regression``
-  and ``r_regression`` (``center=True``, ``force_finite=True``), from the
-  feature-target co-moments (sklearn forms them as raw power sums).
-* ``mutual_info``: the binned mutual information already in ``summary.mi``
-  (with a target: against the target's quantile bins).
-* ``population_variance``: the ddof=0 variance ``VarianceThreshold`` uses.
-
-Values are left out per feature as in the summary (NaN and ±inf are not
-counted), so for data without them the per-class counts are the class sizes
-sklearn uses. Classes with no value of a feature take no part in its tests,
-as classes absent from ``y`` take no part in sklearn's.
-"""
+"""Per-feature relevance scores from a :class:`~daskbatch.Summary`, with no further pass over the data."""
 
 from __future__ import annotations
 
@@ -43,24 +23,7 @@ def _class_arrays(summary: Any, score: str) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def f_classif(summary: Any) -> tuple[np.ndarray, np.ndarray]:
-    """ANOVA F-value and p-value of every feature against the label.
-
-    Parameters
-    ----------
-    summary : Summary
-        With per-class moments (``stats=[..., "class_moments"]``).
-
-    Returns
-    -------
-    f : ndarray of float64, shape (D,)
-        The F-values.
-    p : ndarray of float64, shape (D,)
-        Their p-values. Both as ``sklearn.feature_selection.f_classif``. A constant feature has
-        ``F = p = NaN`` (0 / 0); one constant within each class but not overall
-        has ``F = inf``, ``p = 0``. sklearn reports the same wherever its sums of
-        squares cancel exactly (say integer-valued features); elsewhere its
-        ``sum(x**2) - sum(x)**2 / n`` leaves rounding noise where this has 0.
-    """
+    """ANOVA F-value and p-value of every feature against the label."""
     n, mean, m2 = _class_arrays(summary, "f")
     present = n > 0
     total = n.sum(axis=1)
@@ -80,29 +43,7 @@ def f_classif(summary: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def chi2(summary: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Chi-squared statistic and p-value of every non-negative feature against the label.
-
-    The observed value of (feature, class) is the sum of the feature over the
-    class (``count * mean``); the expected one is the feature's total times the
-    class's share of the samples.
-
-    Parameters
-    ----------
-    summary : Summary
-        With per-class moments (``stats=[..., "class_moments"]``).
-
-    Returns
-    -------
-    chi2 : ndarray of float64, shape (D,)
-        The statistics.
-    p : ndarray of float64, shape (D,)
-        Their p-values. Both as ``sklearn.feature_selection.chi2`` (NaN for a feature that sums to 0).
-
-    Raises
-    ------
-    ValueError
-        Naming the features with a negative minimum.
-    """
+    """Chi-squared statistic and p-value of every non-negative feature against the label."""
     n, mean, _ = _class_arrays(summary, "chi2")
     negative = np.flatnonzero(np.asarray(summary.min) < 0)
     if negative.size:
@@ -127,19 +68,7 @@ def _target_arrays(summary: Any, score: str) -> tuple[np.ndarray, np.ndarray, np
 
 
 def r_regression(summary: Any) -> np.ndarray:
-    """Pearson correlation of every feature with the target.
-
-    Parameters
-    ----------
-    summary : Summary
-        From ``describe(x, target=y)``.
-
-    Returns
-    -------
-    numpy.ndarray
-        One value per feature, as ``sklearn.feature_selection.r_regression``
-        (``force_finite=True``: 0 where the feature or the target is constant).
-    """
+    """Pearson correlation of every feature with the target."""
     _, x_m2, y_m2, c = _target_arrays(summary, "r_regression")
     with np.errstate(divide="ignore", invalid="ignore"):
         r = c / np.sqrt(x_m2 * y_m2)
@@ -148,22 +77,7 @@ def r_regression(summary: Any) -> np.ndarray:
 
 
 def f_regression(summary: Any) -> tuple[np.ndarray, np.ndarray]:
-    """F-statistic and p-value of the univariate linear regression of the target on every feature.
-
-    Parameters
-    ----------
-    summary : Summary
-        From ``describe(x, target=y)``.
-
-    Returns
-    -------
-    f : ndarray of float64, shape (D,)
-        ``r² / (1 - r²) · (n - 2)`` with ``n`` the rows where the feature is finite.
-    p : ndarray of float64, shape (D,)
-        Their p-values. Both as ``sklearn.feature_selection.f_regression``
-        (``force_finite=True``: F = 0 and p = 1 for a constant feature, F =
-        the largest float64 for an exact linear relation).
-    """
+    """F-statistic and p-value of the univariate linear regression of the target on every feature."""
     n = _target_arrays(summary, "f_regression")[0]
     r2 = r_regression(summary) ** 2
     dof = n - 2.0
@@ -177,42 +91,14 @@ def f_regression(summary: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mutual_info(summary: Any) -> np.ndarray:
-    """Give the binned mutual information of every feature with the label (``summary.mi``).
-
-    Parameters
-    ----------
-    summary : Summary
-        With ``mi`` computed.
-
-    Returns
-    -------
-    numpy.ndarray
-        One value per feature.
-    """
+    """Give the binned mutual information of every feature with the label (``summary.mi``)."""
     if summary.mi is None:
         raise ValueError("score 'mi' needs the joint histograms: describe(x, label, stats=[..., 'mi'])")
     return np.asarray(summary.mi, dtype=np.float64)
 
 
 def population_variance(summary: Any, *, threshold: float | None = None) -> np.ndarray:
-    """Compute the ddof=0 variance of every feature's finite values, as ``numpy.nanvar``.
-
-    ``summary.var`` divides by ``n - ddof`` (``ddof`` from its provenance);
-    this divides by ``n``.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-    threshold : float, optional
-        With ``threshold == 0`` the smaller of the variance and the range
-        (max - min) is returned, as ``VarianceThreshold`` does.
-
-    Returns
-    -------
-    numpy.ndarray
-        One value per feature.
-    """
+    """Compute the ddof=0 variance of every feature's finite values, as ``numpy.nanvar``."""
     ddof = int(summary.provenance.get("ddof", 1))
     n = np.asarray(summary.count, dtype=np.float64) - summary.posinf_count - summary.neginf_count
     var = np.asarray(summary.var, dtype=np.float64)

@@ -102,7 +102,7 @@ class BundleLike(Statistic[tuple[Any, ...], tuple[Any, ...]], Protocol):
     """Several statistics run as one: states and results are tuples, one item per statistic.
 
     A :class:`Bundle`, or a bundle whose chunk step stages host blocks to the
-    GPU (:class:`~daskbatch.engine.staged.Staged`).
+    GPU (:class:`~daskbatch.engine.reduce.Staged`).
     """
 
     @property

@@ -9,7 +9,7 @@ in the store), and every label is mapped to its column with
 :func:`label_codes`: the index of its value among the sorted class values.
 
 Here any integer is a class value, negative ones included (as in
-``sklearn.metrics.mutual_info_score``); :mod:`daskbatch.engine.class_labels` decides
+``sklearn.metrics.mutual_info_score``); :mod:`daskbatch.engine.planner` decides
 which labels ``describe`` accepts. Float labels are refused by dtype before
 anything is read (:func:`daskbatch.engine.inputs.check_label`), so NaN and fractions
 cannot occur.
@@ -170,7 +170,7 @@ def labels_checked() -> Iterator[None]:
     until every kernel queued before it is done; host labels are still
     checked (a scan, no synchronisation). The engine enters this
     context in the chunk tasks of a run whose labels ``describe`` checked on
-    the host (:func:`daskbatch.engine.class_labels.checked_label`) or whose
+    the host (:func:`daskbatch.engine.planner.checked_label`) or whose
     classes a scan of the same labels found; nowhere else.
 
     Yields

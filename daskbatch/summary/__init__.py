@@ -6,7 +6,7 @@
 - :mod:`~daskbatch.summary.dataset`, :mod:`~daskbatch.summary.attrs`, :mod:`~daskbatch.summary.user_results` —
   as an ``xarray.Dataset`` with CF-style labels, and back;
 - :mod:`~daskbatch.summary.store`, :mod:`~daskbatch.summary.load` — onto disk and back;
-- :mod:`~daskbatch.summary.reprs`, :mod:`~daskbatch.summary.report`, :mod:`~daskbatch.summary.plotting` —
+- :mod:`~daskbatch.summary.reprs`, :mod:`~daskbatch.summary.plotting` —
   what it looks like in a notebook, a terminal and a figure;
 - :mod:`~daskbatch.summary.compare` — drift between two summaries.
 

@@ -1,16 +1,4 @@
-"""Drift between two summaries, from their states alone: no pass over either dataset.
-
-:func:`compare` reads two :class:`~daskbatch.Summary` objects of the same
-features and returns one row per feature: how far the mean moved (in the
-reference's standard deviations), the variance ratio, the population stability
-index and the Jensen–Shannon divergence of the histograms, bounds on the
-Kolmogorov–Smirnov statistic, and the change of the out-of-range, NaN and
-mutual-information figures.
-
-The histogram measures need both summaries on the same bin edges: compute the
-new one with ``describe(new_data, like=reference)``, which takes the
-reference's ranges, bin count and class values.
-"""
+"""Drift between two summaries, from their states alone: no pass over either dataset."""
 
 from __future__ import annotations
 

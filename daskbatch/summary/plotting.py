@@ -1,14 +1,4 @@
-"""Figures of a :class:`~daskbatch.Summary` worth showing: ``summary.plot.<kind>(...)``.
-
-Every function draws from the summary alone (no pass over the data) and returns
-a :class:`matplotlib.figure.Figure`, which Jupyter shows inline and
-``fig.savefig`` writes. ``ax=`` (``fig=`` for the grid of histograms) draws
-into your own axes; without it, a script that uses pyplot gets a
-pyplot-managed figure, so ``plt.show()`` shows it. Legends sit outside the
-data, classes get distinct colours from a qualitative map, and percentages
-below 0.1 % read ``<0.1%``. matplotlib (and scipy, for the clustered
-correlation order) are imported on use.
-"""
+"""Figures of a :class:`~daskbatch.Summary` worth showing: ``summary.plot.<kind>(...)``."""
 
 from __future__ import annotations
 
@@ -135,26 +125,7 @@ def _clustered_order(corr: np.ndarray) -> np.ndarray:
 
 
 def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True, ax: Any = None) -> Any:
-    """Heat map of the correlations among the most correlated features, in clustered order.
-
-    Parameters
-    ----------
-    summary : Summary
-        With ``cov`` computed.
-    max_features : int, default 40
-        Show the features with the largest off-diagonal |r| (all when there are
-        fewer). Names label both axes up to 60 features; beyond, every k-th.
-    cluster : bool, default True
-        Order rows and columns by hierarchical clustering of 1 - |r|, so
-        correlated groups form blocks along the diagonal.
-    ax : matplotlib.axes.Axes, optional
-        Draw into these axes (the colour bar goes beside them).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The heat map's figure.
-    """
+    """Heat map of the correlations among the most correlated features, in clustered order."""
     if summary.corr is None:
         raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
     pick = _correlated_subset(summary.corr, max_features)
@@ -184,32 +155,7 @@ def histograms(
     summary: Any, features: Sequence[str | int] | None = None, *, ncols: int = 4, by_class: bool = True,
     fig: Any = None,
 ) -> Any:
-    """A grid of per-feature histograms, per class when the label was given.
-
-    Each panel marks the mean and mean ± std, and notes how many values fell
-    below or above the histogram range (under/overflow).
-
-    Parameters
-    ----------
-    summary : Summary
-        With ``hist`` computed.
-    features : sequence of str or int, optional
-        Names or indices; default: the 8 features with the highest mutual
-        information (when there is a label), else the first 8.
-    ncols : int, default 4
-        Panels per row.
-    by_class : bool, default True
-        Overlay one outline per class from the joint (feature, bin, class) counts,
-        each class in its own colour (up to ``MAX_CLASS_COLOURS``; with more
-        classes the totals are drawn and the title says why).
-    fig : matplotlib.figure.Figure or SubFigure, optional
-        Draw the grid into this (empty) figure.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The grid.
-    """
+    """A grid of per-feature histograms, per class when the label was given."""
     if summary.hist_counts is None:
         raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
     default = (
@@ -277,26 +223,7 @@ def _outside_note(summary: Any, i: int) -> str:
 
 
 def mi(summary: Any, *, k: int = 20, ax: Any = None) -> Any:
-    """Draw bars of the ``k`` features with the largest mutual information, with the bias line.
-
-    The dashed line is the expected MI of an *independent* feature binned the
-    same way, (B - 1)(K - 1) / 2N (Miller–Madow): bars near it carry no
-    evidence of dependence.
-
-    Parameters
-    ----------
-    summary : Summary
-        With ``mi`` computed.
-    k : int, default 20
-        Features shown.
-    ax : matplotlib.axes.Axes, optional
-        Draw into these axes.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The bar chart's figure.
-    """
+    """Draw bars of the ``k`` features with the largest mutual information, with the bias line."""
     ranked = summary.top_mi(k)
     if ranked.empty:
         raise ValueError("this summary has no mutual information: describe(x, label, ...)")
@@ -333,29 +260,7 @@ def _mi_bias(summary: Any) -> float | None:
 def quantiles(
     summary: Any, features: Sequence[str | int] | None = None, *, max_features: int = 30, ax: Any = None
 ) -> Any:
-    """Box view from the quantiles: box q25–q75, median line, whiskers q01–q99, min/max dots.
-
-    Features are standardised (value - median) / IQR so that different scales
-    share one axis; the raw quantiles are in ``summary.quantile``. When a
-    heavy tail reaches beyond ±10 IQRs the axis is symmetric-logarithmic
-    (linear within ±1 IQR), so one such feature does not flatten every box.
-
-    Parameters
-    ----------
-    summary : Summary
-        With quantiles computed.
-    features : sequence of str or int, optional
-        Names or indices; default: the first ``max_features``.
-    max_features : int, default 30
-        The most features shown.
-    ax : matplotlib.axes.Axes, optional
-        Draw into these axes.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The box view's figure.
-    """
+    """Box view from the quantiles: box q25–q75, median line, whiskers q01–q99, min/max dots."""
     index = _feature_index(summary, features, range(min(max_features, summary.n_features)))
     qs = np.asarray(summary.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index]
     lo, q1, med, q3, hi = qs.T
@@ -386,82 +291,25 @@ def quantiles(
 
 
 class SummaryPlot:
-    """``summary.plot``: ``.correlation()``, ``.histograms()``, ``.mi()``, ``.quantiles()``.
-
-    Calling it, ``summary.plot("hist")``, picks one by kind (``"hist"``,
-    ``"corr"``, ``"mi"``, ``"quantiles"``).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to plot.
-    """
+    """``summary.plot``: ``.correlation()``, ``.histograms()``, ``.mi()``, ``.quantiles()``."""
 
     def __init__(self, summary: Any) -> None:
         self._summary = summary
 
     def correlation(self, **kwargs: Any) -> Any:
-        """Draw the correlation heat map; see :func:`daskbatch.summary.plotting.correlation`.
-
-        Parameters
-        ----------
-        **kwargs
-            Passed to :func:`~daskbatch.summary.plotting.correlation`.
-
-        Returns
-        -------
-        matplotlib.figure.Figure
-            The heat map.
-        """
+        """Draw the correlation heat map; see :func:`daskbatch.summary.plotting.correlation`."""
         return correlation(self._summary, **kwargs)
 
     def histograms(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the histograms; see :func:`daskbatch.summary.plotting.histograms`.
-
-        Parameters
-        ----------
-        features : sequence of str or int, optional
-            Names or indices.
-        **kwargs
-            Passed to :func:`~daskbatch.summary.plotting.histograms`.
-
-        Returns
-        -------
-        matplotlib.figure.Figure
-            The grid.
-        """
+        """Draw the histograms; see :func:`daskbatch.summary.plotting.histograms`."""
         return histograms(self._summary, features, **kwargs)
 
     def mi(self, **kwargs: Any) -> Any:
-        """Draw the mutual information bars; see :func:`daskbatch.summary.plotting.mi`.
-
-        Parameters
-        ----------
-        **kwargs
-            Passed to :func:`~daskbatch.summary.plotting.mi`.
-
-        Returns
-        -------
-        matplotlib.figure.Figure
-            The bar chart.
-        """
+        """Draw the mutual information bars; see :func:`daskbatch.summary.plotting.mi`."""
         return mi(self._summary, **kwargs)
 
     def quantiles(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the quantile boxes; see :func:`daskbatch.summary.plotting.quantiles`.
-
-        Parameters
-        ----------
-        features : sequence of str or int, optional
-            Names or indices.
-        **kwargs
-            Passed to :func:`~daskbatch.summary.plotting.quantiles`.
-
-        Returns
-        -------
-        matplotlib.figure.Figure
-            The box view.
-        """
+        """Draw the quantile boxes; see :func:`daskbatch.summary.plotting.quantiles`."""
         return quantiles(self._summary, features, **kwargs)
 
     def __call__(self, kind: str = "hist", **kwargs: Any) -> Any:

@@ -1,19 +1,4 @@
-"""What a :class:`~daskbatch.Summary` looks like in a notebook and a terminal.
-
-The table shows each column with one number format (the same decimals, or
-scientific notation, down the column, so digits line up), counts with
-thousands separators, leaves out count columns that are zero for every
-feature, and flags the features worth a second look:
-
-* **constant**: standard deviation 0 (nothing to learn from them);
-* **outside range**: more than ``OUT_OF_RANGE_LIMIT`` of the values fell outside
-  the histogram range (histograms, MI and histogram quantiles then see only the
-  rest);
-* **NaN-heavy**: more than ``NAN_HEAVY`` of the values are NaN;
-* **suspect value**: the minimum or maximum repeated far more often than its
-  neighbours (a sentinel?), and above the table a complete-rows covariance that
-  left out many rows (:mod:`daskbatch.summary.trust`).
-"""
+"""What a :class:`~daskbatch.Summary` looks like in a notebook and a terminal."""
 
 from __future__ import annotations
 
@@ -26,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from daskbatch import _html
+from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 from daskbatch.summary.trust import covariance_message, suspect_message
 
 __all__ = [
-    "NAN_HEAVY", "FeatureFlags", "correlation_rows", "format_column", "format_percent", "summary_html", "summary_text",
+    "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
+    "summary_text",
 ]
 
 #: Fraction of NaN values above which a feature is flagged.
@@ -48,28 +35,8 @@ ZERO_HIDDEN = ("nan_count", "posinf_count", "neginf_count")
 LISTED = 8
 
 
-# ------------------------------------------------------------------ numbers
 def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
-    """Format one column, every value with the same number of significant digits.
-
-    Parameters
-    ----------
-    values : ndarray, shape (n,)
-        The column; an integer dtype (exact extremes of int64 data) is written with every digit.
-    integer : bool, default False
-        Counts: whole numbers with thousands separators.
-    digits : int, default 4
-        Significant digits of each value, written in positional notation with
-        thousands separators (``12,345``, ``0.3425``, ``-0.00006050``, at most
-        ``MAX_DECIMALS`` decimals; a value that rounds to zero there is ``0``).
-        A column whose largest magnitude is below 1e-4 or from 1e15 is written
-        in scientific notation throughout (``3.425e-05``): one notation per column.
-
-    Returns
-    -------
-    list of str
-        The strings, ``"nan"``, ``"inf"`` and ``"-inf"`` spelled out.
-    """
+    """Format one column, every value with the same number of significant digits."""
     raw = np.asarray(values)
     if raw.dtype.kind in "iu":  # exact integers (the extremes of int64 features): every digit
         return [f"{x:,}" for x in raw.tolist()]
@@ -99,18 +66,7 @@ def _special(x: float) -> str:
 
 
 def format_percent(f: float) -> str:
-    """Write a fraction as a percentage with one decimal; below 0.1 % (but not 0) as ``"<0.1%"``.
-
-    Parameters
-    ----------
-    f : float
-        A fraction in [0, 1].
-
-    Returns
-    -------
-    str
-        Such as ``"12.5%"``, ``"<0.1%"`` or ``"0%"``; never a rounded ``"0.0%"`` for a non-zero fraction.
-    """
+    """Write a fraction as a percentage with one decimal; below 0.1 % (but not 0) as ``"<0.1%"``."""
     if not np.isfinite(f):
         return _special(f)
     if f == 0:
@@ -121,7 +77,6 @@ def format_percent(f: float) -> str:
 _percent = format_percent
 
 
-# ---------------------------------------------------------------- warnings
 @dataclass(frozen=True)
 class FeatureFlags:
     """Indices of the features worth a second look (see the module docstring)."""
@@ -135,18 +90,7 @@ class FeatureFlags:
     trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.trust
 
     def notes(self, i: int) -> list[str]:
-        """Note what is special about feature ``i``.
-
-        Parameters
-        ----------
-        i : int
-            The feature's index.
-
-        Returns
-        -------
-        list of str
-            Short notes (empty when it is fine).
-        """
+        """Note what is special about feature ``i``."""
         notes = []
         if i in self._constant:
             notes.append("constant")
@@ -171,18 +115,7 @@ class FeatureFlags:
         return set(self.nan_heavy.tolist())
 
     def messages(self, names: Sequence[str]) -> list[str]:
-        """Write one plain-text line per kind of warning, naming the features.
-
-        Parameters
-        ----------
-        names : sequence of str
-            The feature names.
-
-        Returns
-        -------
-        list of str
-            The lines.
-        """
+        """Write one plain-text line per kind of warning, naming the features."""
         lines = []
         if self.constant.size:
             lines.append(f"{_count(self.constant.size, 'constant feature')} (std 0): {_listed(names, self.constant)}")
@@ -245,7 +178,6 @@ def _feature_flags(summary: Any) -> FeatureFlags:
     )
 
 
-# ------------------------------------------------------------------- table
 #: (column, summary attribute or quantile, integer?) in the order shown; var is left out (std²).
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("count", "count", True),
@@ -305,18 +237,7 @@ def _build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
 
 
 def correlation_rows(summary: Any) -> str:
-    """Say which rows the correlations of ``summary`` used, for the titles of its top pairs.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    str
-        Such as ``"9,000 complete rows"``; empty without a covariance.
-    """
+    """Say which rows the correlations of ``summary`` used, for the titles of its top pairs."""
     if summary.cov_count is None:
         return ""
     if summary.provenance.get("cov_rows") == "pairwise":
@@ -374,20 +295,7 @@ def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
-    """Render the notebook view of a summary (``Summary._repr_html_``).
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-    rows : int, default HTML_ROWS
-        Features shown.
-
-    Returns
-    -------
-    str
-        HTML.
-    """
+    """Render the notebook view of a summary (``Summary._repr_html_``)."""
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = summary.feature_names
@@ -435,20 +343,7 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
 
 
 def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
-    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-    rows : int, default TEXT_ROWS
-        Features shown.
-
-    Returns
-    -------
-    str
-        Plain text.
-    """
+    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = [str(n) for n in summary.feature_names[: table.shown]]
@@ -474,4 +369,28 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
     absent = _absent_chunks_line(summary.provenance)
     if absent:
         lines.append(absent)
+    return "\n".join(lines)
+
+
+def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
+    """Write the human-readable report printed by ``describe`` and ``demo``."""
+    lines = [summary_text(summary, rows=max_features)]
+    pairs = summary.top_correlated(top)
+    if len(pairs):
+        rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
+        width = max(len(str(a)) for a in pairs["feature_a"])
+        lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
+    ranked = summary.top_mi(top)
+    if len(ranked):
+        units = summary.provenance.get("mi_units", "nats")
+        classes = getattr(summary, "classes", None)
+        grouped = summary.groups is not None
+        if classes is not None:
+            units += f"; {len(classes)} {'groups' if grouped else 'classes'} {format_classes(classes.tolist())}"
+        target = "the group key" if grouped else "the label"
+        lines.append(f"\nTop {len(ranked)} features by mutual information with {target} ({units}):")
+        width = max(len(str(n)) for n in ranked.index)
+        values = format_column(ranked.to_numpy())
+        lines.extend(f"  {name:>{width}}  {value}" for name, value in zip(ranked.index, values, strict=True))
     return "\n".join(lines)

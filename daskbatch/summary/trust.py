@@ -1,17 +1,4 @@
-"""What a summary should say about numbers it holds that may mislead: the table's lines and describe's warnings.
-
-* **Complete-rows covariance.** ``CoMoments`` (``rows="complete"``, the
-  default) uses only the rows finite in every feature. When that leaves out
-  more than ``DROPPED_ROWS_LIMIT`` of the rows, or a feature has no finite
-  value at all (then no row is complete and every entry is NaN), the summary
-  says so and names the pairwise option, which uses each pair's own rows.
-* **Suspect values.** A feature's minimum or maximum piled up at the edge of
-  its values, perhaps a sentinel such as −999, found in the quantile sketch's
-  buckets (:mod:`daskbatch.stats.sentinels`).
-
-The same lines go to the summary's table (:mod:`daskbatch.summary.reprs`) and,
-once, to warnings when :func:`daskbatch.describe` returns.
-"""
+"""What a summary should say about numbers it holds that may mislead: the table's lines and describe's warnings."""
 
 from __future__ import annotations
 
@@ -40,19 +27,7 @@ LISTED = 8
 
 
 def covariance_message(summary: Any) -> str | None:
-    """Say what the complete-rows covariance of ``summary`` left out, when that is much.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    str or None
-        One line, or None when the covariance is pairwise, absent, or left out
-        at most ``DROPPED_ROWS_LIMIT`` of the rows and no feature is all NaN.
-    """
+    """Say what the complete-rows covariance of ``summary`` left out, when that is much."""
     prov = summary.provenance
     if (
         summary.cov_count is None
@@ -85,27 +60,7 @@ def covariance_message(summary: Any) -> str | None:
 
 
 def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
-    """Find the suspect values of ``summary`` from its quantile sketch, minima and maxima.
-
-    The sketch's buckets each hold values within its relative accuracy
-    (0.5 %) of one value, so a pile in the minimum's bucket is a pile of
-    about that value, where a histogram's first bin would also hold the dense
-    end of a skewed feature. An extreme in a bucket that holds more (beyond
-    the sketch's magnitudes, or in the floor bucket of a windowed sketch that
-    collapsed) is not judged.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    tuple of SuspectValue or None
-        The values (see :func:`daskbatch.stats.sentinels.suspect_values`), by
-        feature; None without a quantile sketch (``describe`` with ``range=``
-        given counts none).
-    """
+    """Find the suspect values of ``summary`` from its quantile sketch, minima and maxima."""
     counts, spec = summary.sketch_counts, summary.provenance.get("sketch")
     if counts is None or not isinstance(spec, dict) or np.ndim(counts) != 2:
         return None
@@ -132,18 +87,7 @@ def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
 
 
 def suspect_message(found: tuple[SuspectValue, ...]) -> str | None:
-    """Name the suspect values in one line.
-
-    Parameters
-    ----------
-    found : tuple of SuspectValue
-        What :func:`summary_suspect_values` found.
-
-    Returns
-    -------
-    str or None
-        The line, or None when there are none.
-    """
+    """Name the suspect values in one line."""
     if not found:
         return None
     listed = "; ".join(f"{s.feature} {s.describe()}" for s in found[:LISTED])

@@ -1,28 +1,13 @@
-"""Apply steps (select, standardize, clip, project) to a whole dataset, out of core, into a Zarr store.
-
->>> import daskbatch as db
->>> summary = db.load_summary("stats.zarr")                                   # doctest: +SKIP
->>> report = db.transform("data.zarr", [db.steps.standardize(summary)],      # doctest: +SKIP
-...                       out="z.zarr")
-
-Output chunks have the rows the user asks for (``chunk_rows``); the tasks
-are sized by the planner (:func:`~daskbatch.planning.search.plan_task_rows`):
-one dask task reads a region of whole output chunks, runs the steps (on the
-GPU when the block is there) and writes those chunks.  The done-log in the
-output store (:mod:`daskbatch.io.rowstore`) makes a killed or interrupted run
-resumable: the same call again computes only the missing chunks, and the
-store ends bitwise identical to an uninterrupted run's.
-"""
+"""Apply steps (select, standardize, clip, project) to a whole dataset, out of core, into a Zarr store."""
 
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -31,14 +16,17 @@ from daskbatch._version import __version__
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
 from daskbatch.engine.checkpoint.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
-from daskbatch.errors import DataError
-from daskbatch.io.integrity import max_chunks
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
     RegionWriter,
     RowStore,
+    created_now,
+    input_fingerprint,
     layout,
+    local_path,
+    output_chunk_rows,
+    rechunk_rows,
     row_ranges,
 )
 from daskbatch.runtime.interrupts import no_interrupt
@@ -55,38 +43,6 @@ KIND = "transform"
 CHUNKS_PER_TASK = 1024
 
 
-def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
-    """Identify the input of a job: path, array, shape, dtype and row chunks (JSON-able).
-
-    In-memory inputs have no path; their dask name (a hash of their values for
-    NumPy arrays) stands in for it.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-
-    Returns
-    -------
-    dict
-        The fingerprint.
-    """
-    source = data.source
-    path = getattr(source, "path", None)
-    out: dict[str, Any] = {
-        "path": os.path.abspath(path) if path and "://" not in path else path,
-        "array": getattr(source, "array_name", None),
-        "label": getattr(source, "label_name", None) if data.label is not None else None,
-        "shape": [int(s) for s in data.x.shape],
-        "dtype": str(data.x.dtype),
-        "chunks": [int(c) for c in data.x.chunks[0][:1]],
-        "store_chunks": list(getattr(source, "store_chunks", ()) or ()) or None,
-    }
-    if path is None:
-        out["dask_name"] = data.x.name
-    return out
-
-
 def _steps_items(steps: Sequence[Step]) -> dict[str, str]:
     """Identify steps by what changes their output: their parameters and array values, not their summary's origin."""
     # A summary's provenance (when it was made, from which path) is in the output's provenance but not here:
@@ -96,97 +52,6 @@ def _steps_items(steps: Sequence[Step]) -> dict[str, str]:
         described = {k: v for k, v in step.describe().items() if k != "summary"}
         out[f"step {i + 1}"] = json.dumps(described, sort_keys=True, default=str)
     return out
-
-
-def local_path(data: FeatureMatrix) -> tuple[str, ...]:
-    """Give the input's local store path, which the output must not overlap.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-
-    Returns
-    -------
-    tuple of str
-        The path, or nothing for a URL or in-memory input.
-    """
-    path = getattr(data.source, "path", None)
-    return (path,) if path and "://" not in path else ()
-
-
-def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:
-    """Check ``chunk_rows`` and give the rows of one output chunk (default: the input's largest block).
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-    chunk_rows : int, optional
-        Rows per output chunk.
-
-    Returns
-    -------
-    int
-        Rows per output chunk (at least 1, at most the input's rows unless it has none).
-
-    Raises
-    ------
-    DataError
-        The output would have more chunks than ``daskbatch.max-chunks``.
-    """
-    x = data.x
-    rows = int(x.shape[0])
-    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
-        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
-    per = int(chunk_rows or max(x.chunks[0]))
-    per = max(1, min(per, rows))
-    blocks = -(-rows // per)
-    if blocks > max_chunks():  # checked before a rechunk builds one task per block
-        raise DataError(
-            f"the output would have {blocks:,} row blocks of {per:,} rows > daskbatch.max-chunks {max_chunks():,}; "
-            f"use blocks of at least {-(-rows // max_chunks()):,} rows (chunk_rows, --chunk-rows, batch_rows)"
-        )
-    return per
-
-
-def _rechunk_rows(x: Any, rows: int) -> Any:
-    """Rechunk ``x`` to blocks of ``rows`` rows, the last one shorter (or leave it when it already is)."""
-    if any(c != rows for c in x.chunks[0][:-1]) or x.chunks[0][-1] > rows:
-        return x.rechunk({0: rows})
-    return x
-
-
-def regular_rows(data: FeatureMatrix, chunk_rows: int | None) -> tuple[Any, Any, int]:
-    """Rechunk X and label to blocks of ``chunk_rows`` rows (default: the input's blocks, made regular).
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-    chunk_rows : int, optional
-        Rows per block.
-
-    Returns
-    -------
-    x : dask.array.Array
-        The features.
-    label : dask.array.Array or None
-        The label.
-    rows : int
-        Rows per block.
-    """
-    per = output_chunk_rows(data, chunk_rows)
-    # Output chunk b is exactly input block b: every block but the last has ``per`` rows.
-    x = _rechunk_rows(data.x, per)
-    y = data.label
-    if y is not None and y.chunks[0] != x.chunks[0]:
-        y = y.rechunk({0: per})
-    return x, y, per
-
-
-def _created() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _transform_region(
@@ -302,8 +167,10 @@ def transform(
     """
     t0 = time.perf_counter()
     check_device(device, "transform")
-    data = as_feature_matrix(dataset)
+    if hasattr(steps, "apply") or not isinstance(steps, Iterable):  # one step where a list was meant, or no list
+        raise TypeError(f"steps must be a list of steps, got {type(steps).__name__}: pass [step, ...]")
     steps = list(steps)
+    data = as_feature_matrix(dataset)
     if not steps:
         raise ValueError("transform needs at least one step (see daskbatch.transforms.steps)")
     bound, names = bind_all(steps, data.feature_names)
@@ -331,7 +198,7 @@ def transform(
             "input": fingerprint, "steps": described,
             "summaries": [d["summary"] for d in described if d.get("summary")],
             "chunk_rows": per, "dtype": str(out_dtype),
-            "daskbatch_version": __version__, "created": _created(),
+            "daskbatch_version": __version__, "created": created_now(),
         },
     }
     store = RowStore.open(out, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs, doc=doc,
@@ -351,7 +218,7 @@ def transform(
             # whose graph would take longer to build than the data to write.
             task_rows = _task_rows(data, per, len(names), out_dtype, device)
             per_task = task_rows // per
-            x = _rechunk_rows(data.x, task_rows)
+            x = rechunk_rows(data.x, task_rows)
             y = data.label.rechunk((x.chunks[0],)) if data.label is not None else None
             xb = x.to_delayed().ravel()
             yb = y.to_delayed().ravel() if y is not None else [None] * len(xb)

@@ -1,25 +1,4 @@
-"""Principal components from a summary's covariance, with no further pass over the data.
-
-The principal axes of centred data are the eigenvectors of its covariance, and
-the explained variances its eigenvalues, so :func:`pca` needs only what
-:func:`daskbatch.describe` already computed:
-
-* an in-memory covariance (D x D) is decomposed by ``numpy.linalg.eigh`` in float64;
-* a tiled covariance (a Zarr store too large to hold, see :mod:`daskbatch.engine.tiled`)
-  by ``scipy.sparse.linalg.eigsh`` (implicitly restarted Lanczos) on a
-  ``LinearOperator`` whose product reads the store tile by tile, for
-  ``n_components`` much smaller than D.
-
-Results equal ``sklearn.decomposition.PCA(svd_solver="full")`` on the same
-data: explained variance with ``n - 1`` degrees of freedom whatever the
-summary's ``ddof``, ratio to the total variance (the trace), and component
-signs fixed as sklearn's ``svd_flip(u_based_decision=False)`` does: the entry of
-largest magnitude of each component is positive. ``whiten=True``,
-``inverse_transform`` and a variance fraction as ``n_components`` (``0.95``)
-behave as sklearn's; ``correlation=True`` equals
-``make_pipeline(StandardScaler(), PCA())`` (the features scaled by their
-population standard deviation, as ``StandardScaler`` does).
-"""
+"""Principal components from a summary's covariance, with no further pass over the data."""
 
 from __future__ import annotations
 

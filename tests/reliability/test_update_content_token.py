@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.row_identity import input_token, listed_token
+from daskbatch.engine.pipeline import input_token, listed_token
 
 ROOT = pathlib.Path(__file__).parents[2]
 

@@ -1,19 +1,4 @@
-"""The checkpoint file format: a checksum line, one JSON header line (metadata), then an ``.npz``.
-
-::
-
-    daskbatch-checkpoint-node 3 sha256=<hex>      covers every byte below
-    {"blocks": ..., "index": ..., "level": ..., "nbytes": ..., "pass": ..., "states": [record, ...]}
-    <npz payload: array s<i>.<field> for field of record i>
-
-Each state is a record of the state codec (:mod:`daskbatch.io.state_codec`):
-its class's registry key and each field's dtype and shape. Files are written
-atomically (temporary file, fsync, rename); reading verifies the checksum over
-header *and* payload, then the records against the registry (nothing named
-by a file is imported) and the payload, and rebuilds the states from plain
-arrays (``allow_pickle=False``). Whatever is wrong with a file surfaces as
-:class:`DamagedCheckpoint`, never as another exception.
-"""
+"""The checkpoint file format: a checksum line, one JSON header line (metadata), then an ``.npz``."""
 
 from __future__ import annotations
 
@@ -51,13 +36,7 @@ _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.f
 
 
 def fsync_dir(path: Path) -> None:
-    """Flush a directory's entries to disk (where the filesystem allows), so a rename in it lasts.
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        The directory.
-    """
+    """Flush a directory's entries to disk (where the filesystem allows), so a rename in it lasts."""
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -67,22 +46,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` via a fsynced temporary file and a rename.
-
-    The temporary file is removed when the write fails.
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        The file.
-    payload : bytes
-        Its content.
-
-    Raises
-    ------
-    daskbatch.errors.DiskFullError
-        The disk or quota is full (ENOSPC, EDQUOT); names the file and the bytes it needed.
-    """
+    """Write ``payload`` to ``path`` via a fsynced temporary file and a rename."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
     with no_interrupt():
         try:
@@ -112,16 +76,7 @@ def _disk_full(path: Path, needed: int, exc: OSError) -> str:
 
 
 def remove_stale_temps(directory: Path) -> None:
-    """Delete the temporary files that killed runs left in a checkpoint directory and its pass folders.
-
-    Only files of writers that are no longer running on this host are deleted
-    (the caller holds the directory's lock, so no other run writes there).
-
-    Parameters
-    ----------
-    directory : pathlib.Path
-        The checkpoint directory.
-    """
+    """Delete the temporary files that killed runs left in a checkpoint directory and its pass folders."""
     import psutil  # lazy: psutil
 
     folders = [directory, *(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())]
@@ -136,28 +91,7 @@ def remove_stale_temps(directory: Path) -> None:
 
 
 def encode_state(state: tuple[Any, ...], meta: dict[str, Any]) -> bytes:
-    """Encode a state as a checksum line, a JSON header line and an ``.npz`` of its arrays.
-
-    The sha256 on the first line covers every byte after it (header and
-    payload), so an edited header is detected like a flipped payload bit.
-
-    Parameters
-    ----------
-    state : tuple
-        A bundle state.
-    meta : dict
-        Further header fields, JSON-able.
-
-    Returns
-    -------
-    bytes
-        The file's content.
-
-    Raises
-    ------
-    TypeError
-        A part of the state cannot be saved (:func:`daskbatch.io.state_codec.encode`).
-    """
+    """Encode a state as a checksum line, a JSON header line and an ``.npz`` of its arrays."""
     arrays: dict[str, np.ndarray] = {}
     records = []
     for i, part in enumerate(state):
@@ -177,26 +111,7 @@ class DamagedCheckpoint(Exception):
 
 
 def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off.
-
-    Checks, in order: the first line, the checksum over header and payload, the
-    header's fields, its state records against the registry of state classes,
-    and that the ``.npz`` holds exactly the arrays, dtypes and shapes the
-    records name (from the arrays' headers, without reading their data), so
-    that :func:`decode_state` cannot fail on a file that passed.
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        A node file.
-
-    Returns
-    -------
-    header : dict
-        The header.
-    payload : bytes
-        The verified ``.npz`` bytes.
-    """
+    """Header and verified payload of a node file; :class:`DamagedCheckpoint` if anything is off."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -264,25 +179,7 @@ def _npz_layout(payload: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def decode_state(header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-    """Rebuild the state tuple written by :func:`encode_state` (only registered state classes are built).
-
-    Parameters
-    ----------
-    header : dict
-        From :func:`read_header`, which has checked it.
-    payload : bytes
-        From :func:`read_header`.
-
-    Returns
-    -------
-    tuple
-        The bundle state.
-
-    Raises
-    ------
-    DamagedCheckpoint
-        An array's dtype or shape differs from its record.
-    """
+    """Rebuild the state tuple written by :func:`encode_state` (only registered state classes are built)."""
     parts = []
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
         for i, record in enumerate(header["states"]):

@@ -1,43 +1,19 @@
-"""What a checkpoint was written for: which data, and every setting that changes the bits.
-
-A checkpoint may only be resumed on the very data and settings that wrote it;
-anything else would merge states of other numbers (or of the same numbers
-computed differently) into a result that claims to be bitwise identical to an
-uninterrupted run. :func:`input_items` lists what identifies a pass's input as
-readable ``name -> value`` strings, so that a mismatch can say what differs:
-
-* where the data live: the resolved real path of a local store (relative,
-  absolute and symlinked spellings of one store agree), the normalised URL of
-  an fsspec store, or "in memory";
-* the arrays' metadata (shape, dtype, storage chunks, codecs, fill value) of ``x``
-  and of the label;
-* a content token: for an array daskbatch wrote, a sha256 over its chunks'
-  keys and the CRC-32C checksum each stored chunk ends with (one listing and
-  4 bytes read per chunk: a copy or a ``touch`` keeps it, any changed byte
-  changes it); for another writer's array, a sha256 over the names, sizes and
-  modification times of its files, from one listing (no chunk is read, so it
-  costs the same for a huge store as ``ls -l``; a touch makes a resume refuse,
-  never merge other data); for in-memory data, dask's ``tokenize`` of the
-  arrays;
-* the settings that change bits: merge fan-in and chunk grid, the array backend,
-  whether the numba kernels run (``daskbatch.kernels``) and their version, and
-  daskbatch's version. The statistics' own parameters (bins, ranges, ddof,
-  nan_policy, ...) are in :func:`daskbatch.engine.checkpoint.manifest.spec_items`.
-"""
+"""What a checkpoint was written for: which data, and every setting that changes the bits."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import site
+import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daskbatch._version import __version__
-
-# Re-exported: map_batches fingerprints its function with it.
-from daskbatch.engine.checkpoint.function_token import function_token
 from daskbatch.stats.kernels.path import kernel_path
 
 if TYPE_CHECKING:
@@ -65,22 +41,7 @@ _VERSION_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "generat
 
 
 def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> dict[str, str]:
-    """Identify the input of a pass, as printable strings.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
-    split_every : int
-        Fan-in of the merge tree.
-    format_version : int
-        The checkpoint layout version.
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the input of a pass, as printable strings."""
     x = data.x
     rows = tuple(int(c) for c in x.chunks[0])
     grid = f"{len(rows)} blocks of {rows[0]:,} rows" + (f" (last {rows[-1]:,})" if rows[-1] != rows[0] else "")
@@ -97,18 +58,7 @@ def input_items(data: FeatureMatrix, split_every: int, format_version: int) -> d
 
 
 def data_items(data: FeatureMatrix) -> dict[str, str]:
-    """Identify the data of an input (where, metadata, content token), without any setting.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        ``x``, ``label`` and ``source`` (the :class:`~daskbatch.Dataset`, if any).
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the data of an input (where, metadata, content token), without any setting."""
     x = data.x
     source = getattr(data, "source", None)
     zx = getattr(source, "zarr_x", None)
@@ -129,22 +79,7 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
 
 
 def input_token(dataset: Any) -> str:
-    """Hash what identifies an input's data into one string: equal tokens, same data.
-
-    The content token is the checkpoint's (:func:`content_token`: the chunk
-    checksums of a store daskbatch wrote, else one listing of the store), so
-    a store regenerated in place gets another token; no chunk is read whole.
-
-    Parameters
-    ----------
-    dataset : path, Dataset, FeatureMatrix, dask or NumPy array
-        The input, as any verb takes it.
-
-    Returns
-    -------
-    str
-        ``"sha256 <hex>"``.
-    """
+    """Hash what identifies an input's data into one string: equal tokens, same data."""
     from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix  # lazy: dask
 
     data = dataset if isinstance(dataset, FeatureMatrix) else as_feature_matrix(dataset)
@@ -157,26 +92,7 @@ def _items_digest(items: dict[str, str]) -> str:
 
 
 def output_items(data: FeatureMatrix, work: dict[str, str], options: dict[str, Any]) -> dict[str, str]:
-    """Identify a resumable output: its input's data, the work done on it, and the settings that change bits.
-
-    Every verb that writes a resumable store (transform, map_batches, the batch
-    job's transform) compares these items before writing another block into a
-    store that already has some: equal items, same bits.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The input.
-    work : dict of str to str
-        The steps' or the function's identity (e.g. from :func:`function_token`).
-    options : dict
-        The verb's options that change the output (block rows, dtype, device, ...).
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify a resumable output: its input's data, the work done on it, and the settings that change bits."""
     return {
         **data_items(data),
         **work,
@@ -206,18 +122,7 @@ def _tokenize(a: Any) -> str:
 
 
 def setting_items(x: Any) -> dict[str, str]:
-    """Record the settings outside the statistics that change the bits of the result.
-
-    Parameters
-    ----------
-    x : dask.array.Array
-        The input blocks.
-
-    Returns
-    -------
-    dict of str to str
-        Setting name to value.
-    """
+    """Record the settings outside the statistics that change the bits of the result."""
     from daskbatch import config  # lazy: dask (daskbatch.kernels)
 
     meta = getattr(x, "_meta", None)
@@ -238,23 +143,8 @@ def setting_items(x: Any) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- stores
-
 def array_items(what: str, arr: Any) -> dict[str, str]:
-    """Identify the zarr array ``arr`` by its metadata and content token.
-
-    Parameters
-    ----------
-    what : {"x", "label"}
-        Which input it is (prefixes the item names).
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the zarr array ``arr`` by its metadata and content token."""
     meta = arr.metadata.to_dict()
     codecs = {k: meta[k] for k in ("codecs", "compressor", "compressors", "filters", "order") if k in meta}
     return {
@@ -269,18 +159,7 @@ def array_items(what: str, arr: Any) -> dict[str, str]:
 
 
 def store_location(arr: Any) -> str:
-    """Name the store of ``arr`` as one canonical string: a real local path or a normalised URL.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        The location.
-    """
+    """Name the store of ``arr`` as one canonical string: a real local path or a normalised URL."""
     store = arr.store
     root = getattr(store, "root", None)
     if root is not None:  # LocalStore
@@ -295,26 +174,7 @@ def store_location(arr: Any) -> str:
 
 
 def content_token(arr: Any) -> str:
-    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files.
-
-    An array daskbatch wrote ends every chunk with its CRC-32C
-    (:func:`daskbatch.io.integrity.chunk_checksums`): the token is a hash of the
-    metadata, the chunk keys and those checksums, so it is the content's, not
-    the path's or the times' (a copy has the same token, an edited chunk
-    another).  Any other array: one listing of its prefix, no file opened; a
-    store rewritten in place (another seed, an edited chunk) gets new sizes or
-    modification times.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``"<n> chunks, crc32c sha256 <digest>"`` or ``"<n> files, <bytes>, sha256 <digest>"``.
-    """
+    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files."""
     from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
@@ -324,21 +184,7 @@ def content_token(arr: Any) -> str:
 
 
 def listing_token(arr: Any) -> str:
-    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened).
-
-    The content token of another writer's array, and what every token was
-    before chunk checksums were used (summaries saved then hold it).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``"<n> files, <bytes>, sha256 <digest>"``.
-    """
+    """Hash the names, sizes and modification times of ``arr``'s files (one listing, no file opened)."""
     from dask.utils import format_bytes  # lazy: dask
 
     digest = hashlib.sha256()
@@ -351,20 +197,7 @@ def listing_token(arr: Any) -> str:
 
 
 def checksums_digest(arr: Any, checksums: list[tuple[str, bytes]]) -> str:
-    """Hash ``arr``'s shape, dtype, chunks, codecs and fill value and its chunks' keys and checksums (sha256).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    checksums : list of (str, bytes)
-        From :func:`daskbatch.io.integrity.chunk_checksums`.
-
-    Returns
-    -------
-    str
-        ``"sha256 <digest>"`` (20 hex digits).
-    """
+    """Hash ``arr``'s shape, dtype, chunks, codecs and fill value and its chunks' keys and checksums (sha256)."""
     meta = arr.metadata.to_dict()
     # What decodes the bytes: equal checksums under other codecs or another shape are other numbers.
     described = {k: meta.get(k) for k in ("shape", "data_type", "chunk_grid", "codecs", "fill_value")}
@@ -438,23 +271,8 @@ def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:
     return dict(fs.find(base, detail=True))
 
 
-# --------------------------------------------------------------------------- messages
-
 def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """Describe every item that differs between two fingerprints.
-
-    Parameters
-    ----------
-    old : dict of str to str
-        The checkpoint's items.
-    new : dict of str to str
-        The current items.
-
-    Returns
-    -------
-    list of str
-        ``"<item> (<old> in the checkpoint, <new> now[: hint])"`` each.
-    """
+    """Describe every item that differs between two fingerprints."""
     out = []
     for key in list(new) + [k for k in old if k not in new]:
         if old.get(key) != new.get(key):
@@ -464,3 +282,191 @@ def differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
             out.append(f"{key} ({old.get(key, 'absent')} in the checkpoint, {new.get(key, 'absent')} now"
                        + (f": {hint})" if hint else ")"))
     return out
+
+
+def function_token(func: Any) -> str:
+    """Hash what a function computes: its code, constants, defaults, closure values and the functions it calls."""
+    digest = hashlib.sha256()
+    for part in _function_parts(func, set()):
+        digest.update(part.encode() + b"\0")
+    return "sha256 " + digest.hexdigest()
+
+
+def _function_parts(func: Any, seen: set[int]) -> Iterator[str]:
+    """The strings :func:`function_token` hashes, one function's worth and its callees'."""
+    import types
+
+    if id(func) in seen:
+        yield "(recursion)"
+        return
+    seen.add(id(func))
+    if isinstance(func, functools.partial):
+        yield "partial"
+        yield from _function_parts(func.func, seen)
+        yield _value_token((func.args, func.keywords))
+    elif isinstance(func, types.MethodType):
+        yield "method"
+        yield from _function_parts(func.__func__, seen)
+        yield _value_token(func.__self__)
+        owner = func.__self__ if isinstance(func.__self__, type) else type(func.__self__)
+        yield from _value_parts(owner, owner.__module__, seen)  # the methods it reaches by self
+    elif isinstance(func, types.FunctionType):
+        yield f"{func.__module__}.{func.__qualname__}"
+        yield _value_token((func.__defaults__, func.__kwdefaults__))
+        for cell in func.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell (a name not yet bound)
+                yield "(empty cell)"
+                continue
+            yield from _value_parts(value, func.__module__, seen)
+        yield from _code_parts(func.__code__, func.__globals__, func.__module__, seen)
+    elif not isinstance(func, type) and isinstance(call := _own_call(type(func)), types.FunctionType):
+        yield f"instance of {type(func).__module__}.{type(func).__qualname__}"
+        yield from _function_parts(call, seen)
+        yield _value_token(getattr(func, "__dict__", None))
+        yield from _value_parts(type(func), type(func).__module__, seen)  # the methods __call__ reaches by self
+    else:  # builtins, ufuncs, classes: dask knows how to name them
+        yield _value_token(func)
+
+
+def _own_call(cls: type) -> Any:
+    """The ``__call__`` defined by ``cls`` or a base class (None for ``object``'s)."""
+    return next((vars(c)["__call__"] for c in cls.__mro__ if c is not object and "__call__" in vars(c)), None)
+
+
+def _code_parts(code: Any, globals_: dict[str, Any], module: str, seen: set[int]) -> Iterator[str]:
+    """Bytecode, constants (nested code objects recursively) and the globals it reads."""
+    import types
+
+    yield code.co_qualname
+    yield code.co_code.hex()
+    yield repr((code.co_names, code.co_varnames, code.co_argcount, code.co_kwonlyargcount, code.co_flags))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_parts(const, globals_, module, seen)
+        else:
+            yield _value_token(const)
+    for name in code.co_names:
+        if name in globals_:
+            yield name
+            yield from _value_parts(globals_[name], module, seen)
+
+
+def _value_parts(value: Any, module: str, seen: set[int]) -> Iterator[str]:
+    """A value a function reads: the user's own functions by their code, a library's by name and version, data by value."""
+    import types
+
+    if isinstance(value, types.FunctionType):
+        if value.__module__.split(".")[0] == module.split(".")[0] or _is_user_module(value.__module__):
+            yield from _function_parts(value, seen)
+        else:  # an installed library's function: its name and the library's version
+            yield f"function {value.__module__}.{value.__qualname__} {_library_version(value.__module__)}"
+    elif isinstance(value, functools.partial | types.MethodType):
+        yield from _function_parts(value, seen)
+    elif isinstance(value, types.ModuleType):
+        if _is_user_module(value):
+            yield from _module_parts(value, seen)
+        else:
+            yield f"module {value.__name__} {getattr(value, '__version__', '')}"
+    elif isinstance(value, type):
+        yield f"class {value.__module__}.{value.__qualname__}"
+        if _is_user_module(value.__module__) and id(value) not in seen:
+            seen.add(id(value))
+            yield from _class_parts(value, module, seen)
+    else:
+        yield _value_token(value)
+
+
+def _class_parts(cls: type, module: str, seen: set[int]) -> Iterator[str]:
+    """A user class's attributes, methods by their code, for it and its user base classes."""
+    for klass in cls.__mro__:
+        if klass is object or not _is_user_module(klass.__module__):
+            continue
+        for name, attribute in sorted(vars(klass).items(), key=lambda item: item[0]):
+            if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                continue
+            yield name
+            if isinstance(attribute, staticmethod | classmethod):
+                attribute = attribute.__func__
+            if isinstance(attribute, property):
+                for accessor in (attribute.fget, attribute.fset, attribute.fdel):
+                    if accessor is not None:
+                        yield from _value_parts(accessor, module, seen)
+            else:
+                yield from _value_parts(attribute, module, seen)
+
+
+def _module_parts(module: Any, seen: set[int]) -> Iterator[str]:
+    """A user module's source, then the user modules its namespace reaches (their sources, recursively)."""
+    import types
+
+    if id(module) in seen:
+        return
+    seen.add(id(module))
+    yield f"module {module.__name__}"
+    yield _source_token(module)
+    # Its functions and classes read its globals: the modules (and other modules' functions and
+    # classes) bound there are what its code can reach beyond its own source.
+    for value in list(vars(module).values()):
+        reached: Any
+        if isinstance(value, types.ModuleType):
+            reached = value
+        elif isinstance(value, types.FunctionType | type) and isinstance(getattr(value, "__module__", None), str):
+            reached = sys.modules.get(value.__module__)
+        else:
+            continue
+        if reached is not None and reached is not module and _is_user_module(reached):
+            yield from _module_parts(reached, seen)
+
+
+def _source_token(module: Any) -> str:
+    """sha256 of the file ``module`` was loaded from; its identity in this process when none can be read."""
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path, "rb") as handle:  # type: ignore[arg-type]  # None raises TypeError, caught
+            return "source sha256 " + hashlib.sha256(handle.read()).hexdigest()
+    except (OSError, TypeError):
+        # Nothing tells what this module computes: never equal in another process, so never resumed.
+        return f"module {module.__name__} without readable source, at {id(module):#x} in process {os.getpid()}"
+
+
+def _is_user_module(module_or_name: Any) -> bool:
+    """Whether a module (or the imported one of that name) is the user's own: not stdlib, not installed."""
+    module = sys.modules.get(module_or_name) if isinstance(module_or_name, str) else module_or_name
+    name = str(getattr(module, "__name__", module_or_name))
+    if name.split(".")[0] == "daskbatch":
+        return False  # known by daskbatch's version, which every fingerprint holds
+    if module is None or name in sys.builtin_module_names:
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        # A module made at run time (not a built-in, not a namespace package): nothing
+        # else tells what it holds, so it is the user's, and its missing source says so.
+        return getattr(module, "__path__", None) is None and getattr(module, "__spec__", None) is None
+    real = os.path.realpath(path)
+    return not any(real == root or real.startswith(root + os.sep) for root in _library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of the standard library and of the installed packages, real paths."""
+    paths = sysconfig.get_paths()
+    roots = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    roots += list(getattr(site, "getsitepackages", list)()) + [site.getusersitepackages()]
+    return tuple(sorted({os.path.realpath(r) for r in roots if r}))
+
+
+def _library_version(module_name: str) -> str:
+    """The ``__version__`` of the installed package ``module_name`` belongs to ('' when it has none)."""
+    return str(getattr(sys.modules.get(module_name.split(".")[0]), "__version__", ""))
+
+
+def _value_token(value: Any) -> str:
+    """dask's deterministic token of ``value``, or its identity in this process when there is none."""
+    from dask.base import tokenize  # lazy: dask
+
+    try:
+        return tokenize(value, ensure_deterministic=True)
+    except Exception:  # noqa: BLE001 - anything dask cannot hash: never equal in another process
+        return f"{type(value).__qualname__} at {id(value):#x} in process {os.getpid()}"

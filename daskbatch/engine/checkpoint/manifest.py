@@ -1,30 +1,26 @@
-"""The manifest of a checkpoint directory: what data and statistics it belongs to, and its run logs.
-
-``DIR/daskbatch-checkpoint.json`` holds the fingerprint of the input
-(:mod:`daskbatch.engine.checkpoint.fingerprint`), the parameters of every pass
-and the layout (chunk rows, fan-in) it was written with; ``DIR/pass-<name>/runs.jsonl``
-logs each run. Pass names are plain names, never paths, and removing a pass
-deletes only the files daskbatch writes there.
-"""
+"""The manifest of a checkpoint directory (what data and statistics it belongs to, its run logs) and its run lock."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from daskbatch.engine.checkpoint.files import TMP_PREFIX, write_atomic
+from daskbatch.engine.checkpoint.files import TMP_PREFIX, remove_stale_temps, write_atomic
 from daskbatch.engine.checkpoint.fingerprint import differences
 from daskbatch.engine.checkpoint.fingerprint import input_items as _fingerprint_items
-from daskbatch.errors import CheckpointMismatchError
+from daskbatch.errors import CheckpointMismatchError, DataError, DiskFullError
+from daskbatch.runtime.runlock import LOCK_NAME, RunLock
 
 if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
@@ -53,36 +49,12 @@ def _short(value: Any) -> str:
 
 
 def input_items(data: FeatureMatrix, split_every: int) -> dict[str, str]:
-    """Identify the input of a pass (:func:`daskbatch.engine.checkpoint.fingerprint.input_items`).
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-    split_every : int
-        Fan-in of the merge tree.
-
-    Returns
-    -------
-    dict of str to str
-        Item name to value.
-    """
+    """Identify the input of a pass (:func:`daskbatch.engine.checkpoint.fingerprint.input_items`)."""
     return _fingerprint_items(data, split_every, FORMAT_VERSION)
 
 
 def spec_items(bundle: BundleLike) -> dict[str, str]:
-    """List every parameter of every statistic of ``bundle`` (ranges of a histogram included).
-
-    Parameters
-    ----------
-    bundle : BundleLike
-        The statistics of the pass.
-
-    Returns
-    -------
-    dict of str to str
-        Parameter name to value.
-    """
+    """List every parameter of every statistic of ``bundle`` (ranges of a histogram included)."""
     items: dict[str, str] = {}
     for stat in bundle.stats:
         name: str = stat.name
@@ -106,28 +78,7 @@ def open_pass(
     directory: Path, items: dict[str, str], pass_name: str, spec: dict[str, str], force: bool,
     layout: dict[str, int],
 ) -> Path:
-    """Check (or create) the manifest; return the folder of this pass.
-
-    Parameters
-    ----------
-    directory : pathlib.Path
-        The checkpoint directory.
-    items : dict of str to str
-        What identifies the input.
-    pass_name : str
-        The pass (the bundle's name).
-    spec : dict of str to str
-        The statistics' parameters.
-    force : bool
-        Discard a checkpoint of other inputs instead of refusing.
-    layout : dict of str to int
-        ``chunk_rows`` and ``split_every`` of this run.
-
-    Returns
-    -------
-    pathlib.Path
-        The pass folder.
-    """
+    """Check (or create) the manifest; return the folder of this pass."""
     manifest_path = directory / MANIFEST
     manifest: dict[str, Any] = {"input": items, "passes": {}}
     if manifest_path.exists():
@@ -166,31 +117,9 @@ def open_pass(
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    """Read the manifest, checked: string items, passes under plain names (never paths).
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        The manifest file.
-
-    Returns
-    -------
-    dict
-        The manifest.
-    """
+    """Read the manifest, checked: string items, passes under plain names (never paths)."""
     def bad(why: str) -> CheckpointMismatchError:
-        """Build the error for a malformed manifest.
-
-        Parameters
-        ----------
-        why : str
-            What is wrong.
-
-        Returns
-        -------
-        CheckpointMismatchError
-            The error to raise.
-        """
+        """Build the error for a malformed manifest."""
         return CheckpointMismatchError(
             f"{path} is not a daskbatch checkpoint manifest ({why}); "
             "remove it or choose another --checkpoint directory"
@@ -218,21 +147,7 @@ def _is_items(value: object) -> bool:
 
 
 def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
-    """Read the layout of the run that wrote the checkpoint in ``directory``.
-
-    A resumed run reuses it, so a checkpoint stays valid when the cluster
-    (and with it the automatic plan) differs from the first run's.
-
-    Parameters
-    ----------
-    directory : str or os.PathLike
-        The checkpoint directory.
-
-    Returns
-    -------
-    dict of str to int or None
-        ``chunk_rows`` and ``split_every``; None without a checkpoint.
-    """
+    """Read the layout of the run that wrote the checkpoint in ``directory``."""
     try:
         layout = json.loads((Path(directory) / MANIFEST).read_text()).get("layout")
     except (OSError, ValueError, AttributeError):
@@ -246,35 +161,14 @@ def recorded_layout(directory: str | os.PathLike[str]) -> dict[str, int] | None:
 
 
 def pass_folder(pass_name: str) -> str:
-    """Name the folder of a pass, refusing a name that is not plain.
-
-    Parameters
-    ----------
-    pass_name : str
-        The pass (``[A-Za-z0-9_-]+``).
-
-    Returns
-    -------
-    str
-        ``pass-<name>``.
-    """
+    """Name the folder of a pass, refusing a name that is not plain."""
     if not PASS_NAME.fullmatch(pass_name):
         raise ValueError(f"checkpoint pass name {pass_name!r} is not a plain name ([A-Za-z0-9_-]+)")
     return f"pass-{pass_name}"
 
 
 def remove_pass(directory: Path, pass_name: str) -> None:
-    """Delete only the files this module writes, in ``directory``'s own pass folder (never a user's other files).
-
-    A pass folder that is a symbolic link is left alone: its files are not in ``directory``.
-
-    Parameters
-    ----------
-    directory : pathlib.Path
-        The checkpoint directory.
-    pass_name : str
-        The pass.
-    """
+    """Delete only the files this module writes, in ``directory``'s own pass folder (never a user's other files)."""
     folder = directory / pass_folder(pass_name)
     if folder.is_symlink() or not folder.is_dir():
         if folder.is_symlink():
@@ -289,25 +183,7 @@ def remove_pass(directory: Path, pass_name: str) -> None:
 
 
 def read_runs(directory: str | os.PathLike[str], pass_name: str) -> list[dict[str, Any]]:
-    """Read the run log of one pass.
-
-    Each entry has ``blocks``, ``reused_blocks``, ``computed_blocks``,
-    ``computed_units``, ``damaged`` (file names recomputed) and ``pid``.
-    Lines that are not JSON objects (a torn last line, garbage) are skipped
-    with a warning that says how many.
-
-    Parameters
-    ----------
-    directory : str or os.PathLike
-        The checkpoint directory.
-    pass_name : str
-        The bundle's name, e.g. ``"moments-cov"``.
-
-    Returns
-    -------
-    list of dict
-        The runs, oldest first.
-    """
+    """Read the run log of one pass."""
     path = Path(directory) / pass_folder(pass_name) / "runs.jsonl"
     if not path.exists():
         return []
@@ -329,15 +205,7 @@ def read_runs(directory: str | os.PathLike[str], pass_name: str) -> list[dict[st
 
 
 def append_run(path: Path, run: dict[str, Any]) -> None:
-    """Append one line to the run log, on a line of its own even after a torn last line.
-
-    Parameters
-    ----------
-    path : pathlib.Path
-        The run log.
-    run : dict
-        The run's entry, JSON-able.
-    """
+    """Append one line to the run log, on a line of its own even after a torn last line."""
     with open(path, "ab+") as f:
         f.seek(0, os.SEEK_END)
         torn = False
@@ -345,3 +213,56 @@ def append_run(path: Path, run: dict[str, Any]) -> None:
             f.seek(-1, os.SEEK_END)
             torn = f.read(1) != b"\n"
         f.write((b"\n" if torn else b"") + json.dumps(run).encode() + b"\n")
+
+
+def checkpoint_lock(directory: str | os.PathLike[str]) -> RunLock:
+    """Get the run lock of a checkpoint directory (created if missing); re-entrant in one thread."""
+    check_checkpoint_dir(directory)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return _CheckpointLock(Path(directory) / LOCK_NAME, f"checkpoint directory {os.fspath(directory)}")
+
+
+class _CheckpointLock(RunLock):
+    """The run lock of a checkpoint directory; on a full disk it first deletes what killed runs left there."""
+
+    def acquire(self) -> None:
+        """Take the lock; when its file does not fit, delete dead writers' temporary files and try once more."""
+        try:
+            super().acquire()
+        except DiskFullError:
+            # O_EXCL found no lock file, so no run held the lock: a killed run's partial
+            # checkpoint file may be what fills the disk.
+            remove_stale_temps(self.path.parent)
+            super().acquire()
+
+
+def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:
+    """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint."""
+    path = Path(directory)
+    if "://" in os.fspath(directory) or not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise DataError(f"{what} {os.fspath(directory)} is a file, not a directory; choose another path")
+    if any(path.iterdir()) and not ((path / MANIFEST).exists() or (path / LOCK_NAME).exists()):
+        raise DataError(
+            f"{what} {os.fspath(directory)} holds files and no daskbatch checkpoint; choose a new or empty directory"
+        )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
+    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        """Call ``func`` holding the lock of its checkpoint, if it has one."""
+        directory = kwargs.get("checkpoint")
+        if not isinstance(directory, (str, os.PathLike)):
+            return func(*args, **kwargs)
+        with checkpoint_lock(directory):
+            return func(*args, **kwargs)
+
+    return wrapper

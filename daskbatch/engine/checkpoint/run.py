@@ -1,43 +1,4 @@
-"""Checkpoint / resume of one pass of :func:`daskbatch.describe`.
-
-A pass is a ``split_every``-ary tree reduction (:func:`daskbatch.engine.reduce.tree_reduce`).
-Its level-0 groups (blocks ``[j*s, (j+1)*s)``) are the checkpoint *units*: each
-is computed as a tree reduction of its own, with ``finalize=False``, and its
-merged state is written to disk as soon as it arrives. Whenever all ``s``
-siblings of a group are on disk they are merged, in-process and in the same
-order as ``tree_reduce`` would, into their parent node, which is written
-before the children are deleted. The tree's shape and merge order therefore
-never change, and a resumed run is bitwise identical to an uninterrupted one
-(on the same machine and backend), while the directory holds at most about
-``s - 1`` states per tree level.
-
-Layout of a checkpoint directory::
-
-    DIR/daskbatch-checkpoint.json      fingerprint of the input, spec of every pass
-    DIR/pass-<stats>/L<level>-<index>.ckpt   merged states (checksum line, JSON header line, .npz)
-    DIR/pass-<stats>/runs.jsonl        one line per run: blocks reused / computed
-
-Every node file starts with a sha256 over the rest of it (a JSON header with
-the digest of the pass it belongs to, then the ``.npz`` payload,
-:mod:`daskbatch.engine.checkpoint.files`); it is written to a temporary file, fsynced
-and renamed, so a kill leaves either the whole file or none. A damaged,
-truncated or edited file is detected, logged, deleted and its blocks computed
-again; it is never merged.  So is a file whose checksum holds but whose
-content does not fit the pass (forged and sealed again): every node on disk
-is decoded when a run starts, its arrays' claimed sizes bounded by the bytes
-the file holds, and its states compared with the pass's state of zero rows
-(the same classes, field dtypes and shapes). Payloads hold plain arrays (``allow_pickle=False``)
-of states in the state codec (:mod:`daskbatch.io.state_codec`): only registered
-state classes are rebuilt, and nothing named by a file is imported.
-
-The manifest's fingerprint (:mod:`daskbatch.engine.checkpoint.fingerprint`) identifies
-the data (real path or URL, array metadata, a content token from the store's
-listing) and every setting that changes bits; a run on other data or settings
-is refused with the differing items named. One run at a time holds
-``DIR/daskbatch.lock`` (:mod:`daskbatch.runtime.runlock`) while it works on a pass.
-Pass names in the manifest are plain names (``[A-Za-z0-9_-]+``), never paths,
-and ``force`` deletes only the files this module writes, inside ``DIR``.
-"""
+"""Checkpoint / resume of one pass of :func:`daskbatch.describe`."""
 
 from __future__ import annotations
 
@@ -63,13 +24,14 @@ from daskbatch.engine.checkpoint.files import (
     remove_stale_temps,
     write_atomic,
 )
-from daskbatch.engine.checkpoint.lock import checkpoint_lock, holding_checkpoint_lock
 from daskbatch.engine.checkpoint.manifest import (
     _SUFFIX,
     FORMAT_VERSION,
     MANIFEST,
     _digest,
     append_run,
+    checkpoint_lock,
+    holding_checkpoint_lock,
     input_items,
     open_pass,
     pass_folder,
@@ -99,24 +61,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-
-# --------------------------------------------------------------------------- the tree
-
 def level_sizes(n_blocks: int, split_every: int) -> list[int]:
-    """Count the nodes per level of the merge tree: level 0 = groups of blocks, the last level = 1 (root).
-
-    Parameters
-    ----------
-    n_blocks : int
-        Blocks of the input.
-    split_every : int
-        Fan-in.
-
-    Returns
-    -------
-    list of int
-        Nodes of each level.
-    """
+    """Count the nodes per level of the merge tree: level 0 = groups of blocks, the last level = 1 (root)."""
     sizes = [-(-n_blocks // split_every)]
     while sizes[-1] > 1:
         sizes.append(-(-sizes[-1] // split_every))
@@ -124,24 +70,7 @@ def level_sizes(n_blocks: int, split_every: int) -> list[int]:
 
 
 def node_blocks(level: int, index: int, n_blocks: int, split_every: int) -> tuple[int, int]:
-    """Find the blocks merged into node ``(level, index)``.
-
-    Parameters
-    ----------
-    level, index : int
-        The node.
-    n_blocks : int
-        Blocks of the input.
-    split_every : int
-        Fan-in.
-
-    Returns
-    -------
-    start : int
-        The first block.
-    stop : int
-        One past the last block.
-    """
+    """Find the blocks merged into node ``(level, index)``."""
     span = split_every ** (level + 1)
     return index * span, min((index + 1) * span, n_blocks)
 
@@ -298,10 +227,6 @@ def _unlike(reference: tuple[Any, ...], state: tuple[Any, ...]) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- manifest
-
-# --------------------------------------------------------------------------- running
-
 def run_checkpointed(
     bundle: BundleLike,
     data: FeatureMatrix,
@@ -313,43 +238,7 @@ def run_checkpointed(
     force: bool,
     finalize: bool = True,
 ) -> tuple[Any, ...]:
-    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``.
-
-    Parameters
-    ----------
-    bundle : Bundle
-        The statistics of the pass; their parameters are part of the fingerprint.
-    data : FeatureMatrix
-        ``x`` (rows chunked, one column block), ``label``, ``provenance``.
-    label : dask.array.Array or None
-        Passed to ``chunk`` with each block (histograms by label).
-    split_every : int, optional
-        Fan-in of the merge tree (``daskbatch.split-every`` by default).
-    progress : bool or Progress
-        Advanced by the blocks on disk (reused) and by each unit's blocks as it
-        is written; True or False: a new one, drawn when True.
-    directory : path
-        Checkpoint directory (created if missing).
-    force : bool
-        Discard a checkpoint written for another input or statistics instead of refusing.
-    finalize : bool, default True
-        Return the finalized results; else the merged root state (host NumPy).
-
-    Returns
-    -------
-    tuple
-        Finalized results with host NumPy arrays, bitwise identical to
-        ``dask.compute(tree_reduce(bundle, data.x, label, split_every=split_every))[0]``.
-
-    Raises
-    ------
-    CheckpointMismatchError
-        The directory belongs to other data, settings or statistics (every differing item is named).
-    LockHeldError
-        Another live run works on the same directory (the lock file and its holder are named).
-    Interrupted
-        SIGTERM under :func:`sigterm_as_interrupt`; finished units are on disk.
-    """
+    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``."""
     from daskbatch.engine.reduce import resolve_split_every, to_host  # lazy: dask
 
     s = resolve_split_every(split_every)

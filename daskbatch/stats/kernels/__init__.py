@@ -1,23 +1,4 @@
-"""Compiled kernels for the per-chunk step of the statistics: numba on NumPy chunks, numba-cuda on CuPy chunks.
-
-The statistics in :mod:`daskbatch.stats` are written once against the array
-API; that code stays the reference and the GPU (CuPy) path. On the CPU its
-whole-chunk temporaries (a float64 copy, masks, ``where`` results, a slot index
-array for ``bincount``) cost several times the time of reading the chunk, so
-``chunk()`` hands NumPy chunks to the numba loops here, which cast element by
-element and return the very same state fields.
-
-The kernels are used when numba imports and ``daskbatch.kernels`` is true in
-``dask.config`` (``DASK_DASKBATCH__KERNELS=false`` turns them off, e.g. to
-compare against the reference path). numba is imported on first use only.
-
-The path a chunk takes is chosen by :func:`~daskbatch.stats.kernels.path.kernel_path`
-alone: "numba-cpu" (NumPy chunk: the numba loops of
-:mod:`daskbatch.stats.kernels._numba`), "numba-cuda" (CuPy chunk and a CUDA
-device numba-cuda can use: :mod:`daskbatch.stats.kernels._cuda` driven by
-:mod:`daskbatch.stats.kernels._gpu`) or the array-API reference code.
-:func:`moments`, :func:`comoments` and :func:`histogram` take its answer.
-"""
+"""Compiled kernels for the per-chunk step of the statistics: numba on NumPy chunks, numba-cuda on CuPy chunks."""
 
 from __future__ import annotations
 
@@ -33,7 +14,7 @@ from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_ava
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
-    "kernel_path", "moments", "route", "sketch", "sketch_merge", "supports", "weighted_comoments",
+    "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
 
@@ -42,42 +23,14 @@ INT32_ROWS = 2**31 - 1
 
 
 def route(x: Any) -> str | None:
-    """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer).
-
-    Parameters
-    ----------
-    x : array
-        A chunk.
-
-    Returns
-    -------
-    str or None
-        "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
-    """
+    """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer)."""
     return kernel_path(x).route
-
-
-def supports(x: Any) -> bool:
-    """Tell whether compiled kernels (CPU or GPU, see :func:`kernel_path`) read the chunk ``x``.
-
-    Parameters
-    ----------
-    x : array
-        A chunk.
-
-    Returns
-    -------
-    bool
-        True when a compiled kernel reads it.
-    """
-    return kernel_path(x).compiled
 
 
 @functools.cache
 def _half_table() -> np.ndarray:
     # float64 value of every float16 bit pattern: exact, and numba lacks float16.
     return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
-
 
 
 def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -91,21 +44,7 @@ def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D) with R > 0.
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        In field order: n, shift, mean, m2, m3, m4, fmin, fmax, nan_count,
-        posinf_count, neginf_count (float64 vectors of length D).
-    """
+    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.moments(x)
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
@@ -126,23 +65,7 @@ def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, 
 
 
 def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a chunk.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or cupy.ndarray
-        The chunk, (R, D) with R > 0.
-    w : numpy.ndarray or cupy.ndarray
-        The float64 weight of each row, all positive.
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    tuple of numpy.ndarray or cupy.ndarray
-        ``rows`` (finite values per feature), then the fields of
-        :func:`moments` with ``n`` the weight sum.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a chunk."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.moments(x, weights=w)
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
@@ -165,26 +88,7 @@ def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = Non
 
 
 def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk.
-
-    Blocks of rows (:func:`~daskbatch.stats.kernels._centring.centring_rows`)
-    are read once, centred in cache about their own mean into a float64 buffer
-    and added to the co-moments with one BLAS product ``devᵀ dev`` each; the
-    blocks then merge as states do (see
-    :func:`~daskbatch.stats.kernels._numba_comoments.chunk_comoments`).
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D).
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        The fields ``(n, shift, mean, c)``.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.comoments(x)
     from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
@@ -197,34 +101,7 @@ def class_moments(
     x: np.ndarray, codes: np.ndarray, n_classes: int, weights: np.ndarray | None = None,
     path: KernelPath | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a chunk.
-
-    On the CPU, bitwise the state of the array-API path on two features or more (see
-    :func:`daskbatch.stats.kernels._numba_moments.class_moments_chunk`; on one
-    feature NumPy sums pairwise, and the two agree to rounding), without its
-    class-sorted copy of the chunk and its float64 temporaries. On the GPU
-    (:func:`daskbatch.stats.kernels._gpu_class_moments.class_moments`), equal to it to rounding.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or cupy.ndarray
-        The chunk, (R, D) with R > 0.
-    codes : numpy.ndarray or cupy.ndarray
-        The class column (0..K-1) of every row, already checked.
-    n_classes : int
-        K.
-    weights : numpy.ndarray, optional
-        Positive frequency weight of every row (rows of weight 0 already left out):
-        ``n`` is then the weight sum, and the state equals the array-API path's to rounding
-        (its weighted sums are BLAS products).
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    tuple of numpy.ndarray or cupy.ndarray
-        The fields ``(n, shift, mean, m2)``, each (D, K) float64.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu_class_moments.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
@@ -244,27 +121,7 @@ def class_moments(
 
 
 def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a chunk.
-
-    :func:`comoments` with row weights: the centred blocks hold ``sqrt(w)``
-    times the deviations, so one BLAS product (cuBLAS SYRK on the GPU) per block
-    adds the weighted co-moments.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or cupy.ndarray
-        The chunk, (R, D).
-    w : numpy.ndarray or cupy.ndarray
-        The float64 weight of each row, all positive.
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    tuple of numpy.ndarray or cupy.ndarray
-        The fields ``(n, shift, mean, c, rows)``: ``n`` the weight sum and ``rows`` the number of complete rows
-        (a GPU ``c`` holds its upper triangle and zeros below, as :func:`comoments`).
-    """
+    """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a chunk."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.comoments(x, weights=w)
     from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
@@ -277,30 +134,7 @@ def histogram(
     x: Array, lo: Any, hi: Any, bins: int, labels: Array | None = None, n_classes: int = 1,
     path: KernelPath | None = None,
 ) -> Array:
-    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels.
-
-    The counts are on the device of ``x``.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or cupy.ndarray, shape (R, D)
-        The chunk, any dtype the kernels read.
-    lo, hi : sequence of float, length D
-        Range of each feature, as given to :class:`~daskbatch.stats.histogram.Histogram`.
-    bins : int
-        Equal-width bins per feature.
-    labels : numpy.ndarray or cupy.ndarray of int, shape (R,), optional
-        Class of every row, already checked to lie in ``0 .. n_classes - 1``.
-    n_classes : int, default 1
-        K, the size of the last axis of the counts.
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    numpy.ndarray or cupy.ndarray
-        The int64 counts (D, bins + 3, K).
-    """
+    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
     from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
@@ -325,30 +159,7 @@ def weighted_histogram(
     x: Array, lo: Any, hi: Any, bins: int, labels: Array | None, n_classes: int, w: Array,
     path: KernelPath | None = None,
 ) -> Array:
-    """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them.
-
-    Parameters
-    ----------
-    x : numpy.ndarray or cupy.ndarray, shape (R, D)
-        The chunk, any dtype the kernels read.
-    lo, hi : sequence of float, length D
-        Range of each feature.
-    bins : int
-        Equal-width bins per feature.
-    labels : numpy.ndarray or cupy.ndarray of int, shape (R,), optional
-        Class column of every row.
-    n_classes : int
-        K, the size of the last axis of the counts.
-    w : numpy.ndarray or cupy.ndarray
-        The float64 weight of each row.
-    path : KernelPath, optional
-        The chunk's :func:`~daskbatch.stats.kernels.path.kernel_path` (chosen here when not given).
-
-    Returns
-    -------
-    numpy.ndarray or cupy.ndarray
-        The float64 weighted counts (D, bins + 3, K), on the device of ``x``.
-    """
+    """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes, weights=w)
     from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
@@ -369,38 +180,7 @@ def sketch(
     x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int,
     weights: np.ndarray | None = None, *, count_dtype: str = "int64",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk.
-
-    The parameters after ``x`` are those of :class:`~daskbatch.stats.sketch.Sketch`.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D).
-    ln_gamma : float
-        ``Sketch.ln_gamma``.
-    min_magnitude : float
-        ``Sketch.min_magnitude``.
-    k_min, k_max : int
-        ``Sketch.key_range``.
-    n_buckets : int
-        ``Sketch.n_buckets``.
-    window : int
-        ``Sketch.window``.
-    weights : numpy.ndarray, optional
-        The weight of each row: the counts are then float64 sums of weights.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``: the dtype of unweighted counts.
-
-    Returns
-    -------
-    counts : numpy.ndarray
-        The counts, (D, 2 * window + 4), of ``count_dtype`` (float64 with weights).
-    offset : numpy.ndarray
-        The int64 first keys of the windows, (D, 2).
-    fmin, fmax : numpy.ndarray
-        Finite extrema of each feature.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.sketch.SketchState` for a host chunk."""
     from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
 
     d = x.shape[1]
@@ -430,28 +210,7 @@ def sketch(
 def sketch_merge(
     counts_a: np.ndarray, offset_a: np.ndarray, counts_b: np.ndarray, offset_b: np.ndarray, n_buckets: int, window: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Merge the windows of two host :class:`~daskbatch.stats.sketch.SketchState` in one compiled loop.
-
-    Parameters
-    ----------
-    counts_a : numpy.ndarray
-        The counts of the first state, (D, 2 * window + 4): int64, or float64 (weighted).
-    offset_a : numpy.ndarray
-        Its windows' first keys, (D, 2).
-    counts_b, offset_b : numpy.ndarray
-        The same of the second state.
-    n_buckets : int
-        ``Sketch.n_buckets``.
-    window : int
-        ``Sketch.window``.
-
-    Returns
-    -------
-    counts : numpy.ndarray
-        The merged counts (float64 when either state's are).
-    offset : numpy.ndarray
-        The merged windows' first keys.
-    """
+    """Merge the windows of two host :class:`~daskbatch.stats.sketch.SketchState` in one compiled loop."""
     from daskbatch.stats.kernels._numba_sketch import sketch_merge as merge  # lazy: numba
 
     # Weighted states hold float64 sums of weights; unweighted ones int64 or int32 counts (the caller

@@ -1,7 +1,4 @@
-"""How many rows the compiled CPU co-moments centre at a time (read by the kernel and the planner).
-
-Kept apart from the numba loops so that the memory model can read it without importing numba.
-"""
+"""How many rows the compiled CPU co-moments centre at a time (read by the kernel and the planner)."""
 
 from __future__ import annotations
 
@@ -19,18 +16,6 @@ MAX_CENTRING_ROWS = 4096
 
 
 def centring_rows(n_features: int) -> int:
-    """Count the rows centred into the float64 buffer at a time for a chunk of ``n_features`` features.
-
-    Parameters
-    ----------
-    n_features : int
-        D, the chunk's number of features.
-
-    Returns
-    -------
-    int
-        Rows per block: a :data:`CENTRING_BUFFER_BYTES` buffer, within
-        :data:`MIN_CENTRING_ROWS` and :data:`MAX_CENTRING_ROWS`.
-    """
+    """Count the rows centred into the float64 buffer at a time for a chunk of ``n_features`` features."""
     rows = CENTRING_BUFFER_BYTES // (8 * max(n_features, 1))
     return max(MIN_CENTRING_ROWS, min(MAX_CENTRING_ROWS, rows))

@@ -1,15 +1,4 @@
-"""The GPU loops (numba-cuda) of the per-class moments: partial sums per (class, row group), their fold, the squares.
-
-The moments of :mod:`~daskbatch.stats.kernels._cuda_moments` for every class at once: a
-thread takes feature j of a group of rows and keeps, for each class, its own slot
-``[k, g, j]`` of the (K, G, D) partials in global memory (no two threads share a slot,
-so no atomics, and the fold in group order makes the result reproducible). The
-expressions are those of the CPU loop ``class_moments_chunk``; with ``weighted`` each
-term counts ``w[i]`` times and ``n`` is the weight sum.
-
-The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches and buffers in
-:mod:`daskbatch.stats.kernels._gpu`.
-"""
+"""The GPU loops (numba-cuda) of the per-class moments: partial sums per (class, row group), their fold, the squares."""
 
 from __future__ import annotations
 
@@ -27,27 +16,7 @@ N, SHIFT, MEAN, M2 = range(4)
 
 @cuda.jit(cache=True)
 def class_partials(x, rows_per_group, codes, part, counts, weighted, w):  # noqa: ANN001, ANN201
-    """First pass over group g of rows, feature j: per class, the first finite value, the sum about it, counts.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    codes : device array
-        The int64 class of every row; a code outside ``0 .. K - 1`` leaves its row out
-        (never written out of bounds).
-    part : device array
-        The float64 (3, K, G, D) partials, zeroed by the caller: each class's first finite
-        value, the sum of ``x`` less it (times ``w[i]`` weighted), the weight sum (weighted).
-    counts : device array
-        The int64 (K, G, D) finite counts, zeroed by the caller.
-    weighted : bool
-        The rows carry the weights ``w``.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """First pass over group g of rows, feature j: per class, the first finite value, the sum about it, counts."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -72,22 +41,7 @@ def class_partials(x, rows_per_group, codes, part, counts, weighted, w):  # noqa
 
 @cuda.jit(cache=True)
 def class_finish(part, counts, out, weighted):  # noqa: ANN001, ANN201
-    """Fold the groups of :func:`class_partials` for feature j (x) and the classes k of grid row y: count, shift, mean.
-
-    ``shift`` is the class's first finite value (that of the first group holding one);
-    each group's sum moves to it by ``n_g (ref_g - shift)``, an approximation that the
-    second pass corrects.
-
-    Parameters
-    ----------
-    part, counts : device array
-        The partials of :func:`class_partials`.
-    out : device array
-        The float64 (4, D, K) result: ``N`` (count, or weight sum), ``SHIFT`` and the approximate
-        mean about it in ``MEAN`` written.
-    weighted : bool
-        The partials are weighted.
-    """
+    """Fold the groups of :func:`class_partials` for feature j (x) and the classes k of grid row y: count, shift, mean."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     n_classes, groups, d = counts.shape
     if j >= d:
@@ -119,25 +73,7 @@ def _fold_first_pass(part, counts, out, weighted, groups, j, k):  # noqa: ANN001
 
 @cuda.jit(cache=True)
 def class_squares(x, rows_per_group, codes, out, part, weighted, w):  # noqa: ANN001, ANN201
-    """Second pass: per class, the sums of ``dev`` and ``dev²`` (``dev = (x - shift) - approx_mean``), times ``w[i]`` weighted.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    codes : device array
-        The int64 class of every row (outside ``0 .. K - 1``: left out).
-    out : device array
-        The (4, D, K) output of :func:`class_finish`.
-    part : device array
-        The float64 (3, K, G, D) buffer: rows 0 and 1 are zeroed here and receive the sums.
-    weighted : bool
-        The rows carry the weights ``w``.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """Second pass: per class, the sums of ``dev`` and ``dev²`` (``dev = (x - shift) - approx_mean``), times ``w[i]`` weighted."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -161,15 +97,7 @@ def class_squares(x, rows_per_group, codes, out, part, weighted, w):  # noqa: AN
 
 @cuda.jit(cache=True)
 def class_correct(part, out):  # noqa: ANN001, ANN201
-    """Fold the sums of :func:`class_squares` for feature j (x) and the classes k of grid row y; correct mean, set ``M2``.
-
-    Parameters
-    ----------
-    part : device array
-        The sums of :func:`class_squares` in rows 0 and 1.
-    out : device array
-        The (4, D, K) state fields, completed in place.
-    """
+    """Fold the sums of :func:`class_squares` for feature j (x) and the classes k of grid row y; correct mean, set ``M2``."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     n_classes, groups, d = part.shape[1], part.shape[2], part.shape[3]
     if j >= d:

@@ -1,14 +1,4 @@
-"""The GPU loops (numba-cuda) of the co-moment centring: complete rows, their mean, centred blocks and the correction.
-
-The loops that read rows take ``weighted`` and ``w``: false, they run the unweighted
-expressions (``w`` a dummy); true, the mean is weighted and the centred rows are scaled
-by ``sqrt(w[i])``, so that the SYRK of the block adds the weighted co-moments (the CPU
-loop ``centre_block`` does the same for each block). ``n_out[0]`` is then the
-weight sum, which the correction and the mean read in place of the count.
-
-The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
-:mod:`daskbatch.stats.kernels._gpu`.
-"""
+"""The GPU loops (numba-cuda) of the co-moment centring: complete rows, their mean, centred blocks and the correction."""
 
 from __future__ import annotations
 
@@ -21,17 +11,7 @@ from daskbatch.stats.kernels._cuda import _load, _rows_of_group
 
 @cuda.jit(cache=True)
 def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
-    """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1).
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    bad : device array
-        One flag per row, zeroed by the caller.
-    """
+    """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1)."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -45,15 +25,7 @@ def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
 
 @cuda.jit(cache=True)
 def first_complete(bad, first):  # noqa: ANN001, ANN201
-    """Set ``first[0]`` to the smallest complete row (``first[0]`` starts at R: none).
-
-    Parameters
-    ----------
-    bad : device array
-        The flags of :func:`mark_incomplete`.
-    first : device array
-        One int, lowered atomically.
-    """
+    """Set ``first[0]`` to the smallest complete row (``first[0]`` starts at R: none)."""
     i = cuda.grid(1)
     if i < bad.shape[0] and bad[i] == 0:
         cuda.atomic.min(first, 0, i)
@@ -61,29 +33,7 @@ def first_complete(bad, first):  # noqa: ANN001, ANN201
 
 @cuda.jit(cache=True)
 def complete_sums(x, rows_per_group, bad, first, part, n_rows, weighted, w, w_rows):  # noqa: ANN001, ANN201
-    """Sum ``x - shift`` (times ``w[i]`` weighted) over the complete rows of each group (``shift`` = the first complete row).
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    bad : device array
-        The flags of :func:`mark_incomplete`.
-    first : device array
-        The first complete row (:func:`first_complete`).
-    part : device array
-        The float64 (G, D) buffer, written with the sums.
-    n_rows : device array
-        (G,), written by thread j = 0 with each group's complete rows.
-    weighted : bool
-        The rows carry the weights ``w``.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    w_rows : device array
-        (G,), written by thread j = 0 with each group's weight of complete rows (when ``weighted``).
-    """
+    """Sum ``x - shift`` (times ``w[i]`` weighted) over the complete rows of each group (``shift`` = the first complete row)."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -111,27 +61,7 @@ def complete_sums(x, rows_per_group, bad, first, part, n_rows, weighted, w, w_ro
 
 @cuda.jit(cache=True)
 def complete_mean(x, first, part, n_rows, n_out, centre, weighted, w_rows):  # noqa: ANN001, ANN201
-    """Fold the groups of :func:`complete_sums` into the shift and the approximate mean.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    first : device array
-        The first complete row.
-    part, n_rows : device array
-        The sums and row counts of :func:`complete_sums` (the first ``len(n_rows)`` rows of ``part``).
-    n_out : device array
-        (2,): ``n_out[0]`` written with the number of complete rows (weighted: their
-        weight sum, and ``n_out[1]`` with their number).
-    centre : device array
-        (3, D): ``centre[0] = shift``, ``centre[1]`` = approximate mean less it,
-        ``centre[2]`` = 0 (the residual sums to come).
-    weighted : bool
-        The sums of :func:`complete_sums` are weighted.
-    w_rows : device array
-        The groups' weight sums of :func:`complete_sums` (read when ``weighted``).
-    """
+    """Fold the groups of :func:`complete_sums` into the shift and the approximate mean."""
     j = cuda.grid(1)
     groups = n_rows.shape[0]  # ``part`` may have more rows: it also serves the centring blocks
     d = part.shape[1]
@@ -159,32 +89,7 @@ def complete_mean(x, first, part, n_rows, n_out, centre, weighted, w_rows):  # n
 
 @cuda.jit(cache=True)
 def centre_block(x, start, rows_per_group, bad, centre, dev, part, weighted, w):  # noqa: ANN001, ANN201
-    """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group.
-
-    Weighted, ``dev`` receives ``sqrt(w[i])`` times each deviation and the sums are of ``w[i]`` times it.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    start : int
-        The block's first row.
-    rows_per_group : int
-        Rows of each group of the block.
-    bad : device array
-        The flags of :func:`mark_incomplete`.
-    centre : device array
-        The shift and approximate mean (:func:`complete_mean`).
-    dev : device array
-        The float64 (k, D) buffer, written with the rows less shift less approximate mean
-        (0 for incomplete rows).
-    part : device array
-        (G, D), written with each group's sums.
-    weighted : bool
-        The rows carry the weights ``w``.
-    w : device array
-        The float64 weight of each row of ``x`` (read when ``weighted``).
-    """
+    """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     k, d = dev.shape
@@ -210,17 +115,7 @@ def centre_block(x, start, rows_per_group, bad, centre, dev, part, weighted, w):
 
 @cuda.jit(cache=True)
 def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
-    """Add ``sum of part[:groups, j]`` to ``centre[2, j]`` in group order (the residual sums of the deviations).
-
-    Parameters
-    ----------
-    part : device array
-        The group sums of :func:`centre_block`.
-    groups : int
-        The groups of the block.
-    centre : device array
-        (3, D); row 2 accumulates.
-    """
+    """Add ``sum of part[:groups, j]`` to ``centre[2, j]`` in group order (the residual sums of the deviations)."""
     j = cuda.grid(1)
     d = part.shape[1]
     if j >= d:
@@ -233,22 +128,7 @@ def add_group_sums(part, groups, centre):  # noqa: ANN001, ANN201
 
 @cuda.jit(cache=True)
 def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
-    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ``; the lower one is neither read nor written.
-
-    ``e`` is the residual mean. The co-moments state keeps its matrix in the
-    upper triangle (``CoMoments.finalize`` mirrors it once), so the chunk's
-    SYRK, which fills only that triangle, needs no mirror here: the
-    mirror's writes, one column of ``c`` per warp, would not coalesce.
-
-    Parameters
-    ----------
-    c : device array
-        The (D, D) co-moments, corrected in place.
-    centre : device array
-        (3, D); row 2 holds the residual sums.
-    n_out : device array
-        ``n_out[0]``: the number of complete rows (weighted: their weight sum).
-    """
+    """Correct the upper triangle of ``c`` (i <= j) to ``c - n e eᵀ``; the lower one is neither read nor written."""
     j, i = cuda.grid(2)
     d = c.shape[0]
     if i >= d or j >= d or i > j:
@@ -262,17 +142,7 @@ def correct_upper(c, centre, n_out):  # noqa: ANN001, ANN201
 
 @cuda.jit(cache=True)
 def finish_mean(centre, n_out, mean):  # noqa: ANN001, ANN201
-    """Set ``mean = approx_mean + residual mean``.
-
-    Parameters
-    ----------
-    centre : device array
-        (3, D): approximate mean in row 1, residual sums in row 2.
-    n_out : device array
-        ``n_out[0]``: the number of complete rows (weighted: their weight sum).
-    mean : device array
-        (D,), written.
-    """
+    """Set ``mean = approx_mean + residual mean``."""
     j = cuda.grid(1)
     if j >= mean.shape[0]:
         return

@@ -1,13 +1,4 @@
-"""The GPU loops (numba-cuda) of histogram counting: a tile of counts in shared memory, or atomics on global counts.
-
-Both loops take ``weighted`` and ``w``: false, they count (``w`` a dummy) into int64 counts,
-as before weights came; true, they add ``w[i]`` into float64 counts (float64 counters in
-shared memory). Float64 atomics add in no fixed order: weighted counts equal the CPU's to
-rounding, and exactly where the sums are exact (integer weights, sums below 2**53).
-
-The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
-:mod:`daskbatch.stats.kernels._gpu`.
-"""
+"""The GPU loops (numba-cuda) of histogram counting: a tile of counts in shared memory, or atomics on global counts."""
 
 from __future__ import annotations
 
@@ -43,43 +34,7 @@ def _slot(v, lo, hi, step, scale, bins):  # noqa: ANN001, ANN202
 @cuda.jit(cache=True)
 def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, tile, rows_per_block, counts,  # noqa: ANN001, ANN201
                      weighted, w):
-    """Count a tile of ``tile`` features over a block of rows, privatised in shared memory.
-
-    Dynamic shared memory holds ``tile * (bins + 3) * n_classes`` uint32
-    counters (float64 weighted: both views start at the same address, one is used); ``blockDim.x = tile * lanes``: thread t takes feature
-    ``t % tile`` of the tile and every ``lanes``-th row. At the end the
-    block adds its non-zero counters to ``counts``.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    lo, hi : device array
-        The range of each feature.
-    step, scale : device array
-        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
-    bins : int
-        Bins per feature.
-    labels : device array
-        The int64 class of each row (read with ``by_label``). The caller checks
-        them (or trusts a check made on the host, without a host synchronisation
-        here); a row whose class lies outside ``0 .. K - 1`` anyway is left
-        uncounted, never written out of bounds.
-    by_label : bool
-        Count by class.
-    n_classes : int
-        K.
-    tile : int
-        Features per block.
-    rows_per_block : int
-        Rows of each block.
-    counts : device array
-        The flat int64 counts D·(bins + 3)·K (float64 weighted), added to.
-    weighted : bool
-        Add ``w[i]`` for each value instead of 1.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """Count a tile of ``tile`` features over a block of rows, privatised in shared memory."""
     local = cuda.shared.array(0, dtype=numba.uint32)
     wlocal = cuda.shared.array(0, dtype=numba.float64)  # the same bytes, for weighted counts
     t = cuda.threadIdx.x
@@ -127,33 +82,7 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
 @cuda.jit(cache=True)
 def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts,  # noqa: ANN001, ANN201
                      weighted, w):
-    """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit).
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    lo, hi : device array
-        The range of each feature.
-    step, scale : device array
-        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
-    bins : int
-        Bins per feature.
-    labels : device array
-        The int64 class of each row (read with ``by_label``).
-    by_label : bool
-        Count by class.
-    n_classes : int
-        K.
-    rows_per_group : int
-        Rows of each group.
-    counts : device array
-        The flat int64 counts D·(bins + 3)·K (float64 weighted), added to with atomics.
-    weighted : bool
-        Add ``w[i]`` for each value instead of 1.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit)."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape

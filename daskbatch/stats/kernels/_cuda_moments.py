@@ -1,13 +1,4 @@
-"""The GPU loops (numba-cuda) of the per-chunk moments: partial sums per row group, their fold, the centred powers.
-
-Every loop takes ``weighted`` and ``w``: with ``weighted`` false (``w`` a dummy) it runs
-its unweighted expressions, exactly those of the unweighted kernels before weights came;
-with it true each finite value counts ``w[i]`` times (the expressions of the CPU loop
-``moments_chunk``), and the state gains the weight sums.
-
-The shared helpers are in :mod:`daskbatch.stats.kernels._cuda`; launches, buffers and finishing steps in
-:mod:`daskbatch.stats.kernels._gpu`.
-"""
+"""The GPU loops (numba-cuda) of the per-chunk moments: partial sums per row group, their fold, the centred powers."""
 
 from __future__ import annotations
 
@@ -30,29 +21,7 @@ C_FINITE, C_NAN, C_POSINF = range(3)
 
 @cuda.jit(cache=True)
 def moments_partials(x, rows_per_group, part, counts, weighted, w):  # noqa: ANN001, ANN201
-    """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts.
-
-    ``part`` (4, G, D) float64 receives the group's first finite value (its
-    local reference), the sum of finite values less that reference, and the
-    finite min and max; ``counts`` (3, G, D) int64 the finite, NaN and +inf
-    counts. :func:`moments_finish` folds the groups. Weighted, the sum is of
-    ``w[i] (x - ref)`` and ``part[P_WSUM]`` receives the finite values' weight sum.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    part : device array
-        The float64 (4, G, D) partials ((5, G, D) weighted), written.
-    counts : device array
-        The int64 (3, G, D) partial counts, written.
-    weighted : bool
-        The rows carry the weights ``w``.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -99,27 +68,7 @@ def moments_partials(x, rows_per_group, part, counts, weighted, w):  # noqa: ANN
 
 @cuda.jit(cache=True)
 def moments_finish(part, counts, rows, out, weighted):  # noqa: ANN001, ANN201
-    """Fold the groups of :func:`moments_partials` for feature j into ``out`` (11, D).
-
-    ``shift`` is the first finite value of the chunk (that of the first group
-    holding one), as on the CPU; the approximate mean about it goes to row
-    ``MEAN`` and is corrected by :func:`moments_correct`. Each group's sum about
-    its own reference moves to ``shift`` by ``n_g (ref_g - shift)``: only an
-    approximation is needed here, the second pass removes its rounding.
-    Weighted, group weight sums stand for the counts ``n_g``, ``out[N]`` is the
-    weight sum and ``out[ROWS]`` the count.
-
-    Parameters
-    ----------
-    part, counts : device array
-        The partials of :func:`moments_partials`.
-    rows : int
-        R, the chunk's rows (the -inf count is what the others leave).
-    out : device array
-        The float64 (11, D) result ((12, D) weighted), written in the field order of the moments state.
-    weighted : bool
-        The partials are weighted.
-    """
+    """Fold the groups of :func:`moments_partials` for feature j into ``out`` (11, D)."""
     j = cuda.grid(1)
     groups = counts.shape[1]
     d = counts.shape[2]
@@ -168,23 +117,7 @@ def moments_finish(part, counts, rows, out, weighted):  # noqa: ANN001, ANN201
 
 @cuda.jit(cache=True)
 def moments_powers(x, rows_per_group, out, part, weighted, w):  # noqa: ANN001, ANN201
-    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass), each times ``w[i]`` weighted.
-
-    Parameters
-    ----------
-    x : device array
-        The chunk, (R, D).
-    rows_per_group : int
-        Rows of each group.
-    out : device array
-        The (11, D) output of :func:`moments_finish` (shift and approximate mean).
-    part : device array
-        The float64 (4, G, D) buffer (or more rows), written with the power sums in its first four.
-    weighted : bool
-        Each row's powers count ``w[i]`` times.
-    w : device array
-        The float64 weight of each row (read when ``weighted``).
-    """
+    """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass), each times ``w[i]`` weighted."""
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     g = cuda.blockIdx.y
     rows, d = x.shape
@@ -221,17 +154,7 @@ def moments_powers(x, rows_per_group, out, part, weighted, w):  # noqa: ANN001, 
 
 @cuda.jit(cache=True)
 def moments_correct(part, out):  # noqa: ANN001, ANN201
-    """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``.
-
-    ``out[N]`` is the count, or the weight sum weighted: the same formulas serve both.
-
-    Parameters
-    ----------
-    part : device array
-        The power sums of :func:`moments_powers`, in the first four rows of (4 or 5, G, D).
-    out : device array
-        The (11, D) state fields, completed in place.
-    """
+    """Fold the power sums and apply the corrected two-pass formulas of ``Moments.chunk`` to ``out``."""
     j = cuda.grid(1)
     groups = part.shape[1]
     d = part.shape[2]

@@ -1,21 +1,4 @@
-"""Host side of the GPU kernels: launches, device buffers and the co-moments' SYRK (shapes: :mod:`~daskbatch.stats.kernels._gpu_layout`).
-
-The kernels of :mod:`daskbatch.stats.kernels._cuda` and its siblings take CuPy arrays (the GPU path
-of :func:`daskbatch.stats.kernels.moments` and friends) or numba device arrays (the
-tests, under numba's CUDA simulator). A :class:`_Backend` hides the
-difference: where buffers come from (CuPy's memory pool, or RMM when CuPy is
-set to allocate from it, so buffers are reused from block to block), which
-stream the kernels run on (CuPy's current stream, so they are ordered with
-the CuPy work around them and with :mod:`daskbatch.stats.kernels._staging`'s
-copies) and how results are handed back (CuPy arrays stay on the device).
-
-Nothing here synchronises with the host: a chunk's state is complete when the
-stream reaches it, which is when CuPy next reads it.
-
-Launches go through :func:`launch`, which silences numba's low-occupancy
-``NumbaPerformanceWarning`` (grids under 128 blocks: the folds of narrow
-chunks, every launch on a few dozen features) and nothing else.
-"""
+"""Host side of the GPU kernels: launches, device buffers and the co-moments' SYRK (shapes: :mod:`~daskbatch.stats.kernels._gpu_layout`)."""
 
 from __future__ import annotations
 
@@ -75,17 +58,7 @@ _LAUNCH_LOCK = threading.Lock()
 
 
 def launch(start: Callable[[], None]) -> None:
-    """Call ``start`` (a kernel launch) with numba's low-occupancy warning silenced.
-
-    Small grids are deliberate here (one thread per feature for the folds),
-    so the warning says nothing about this code; every other warning,
-    including other performance warnings, goes through.
-
-    Parameters
-    ----------
-    start : callable
-        Launches one kernel.
-    """
+    """Call ``start`` (a kernel launch) with numba's low-occupancy warning silenced."""
     with _LAUNCH_LOCK, warnings.catch_warnings():
         for category in _occupancy_warnings():
             warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization",
@@ -98,25 +71,7 @@ MAX_BLOCK_THREADS = 1024
 
 
 def check_launch_shape(kernel: Any, grid: Any, block: Any) -> None:
-    """Refuse a launch shape that a CUDA device refuses, naming the kernel, on every backend.
-
-    numba's simulator runs a grid of 0 blocks (as no thread at all) and
-    blocks of any size, where a device raises ``CUDA_ERROR_INVALID_VALUE``;
-    checked here, the simulator tests fail where a GPU would.
-
-    Parameters
-    ----------
-    kernel : object
-        The kernel (for the message).
-    grid, block : int or tuple of int
-        The launch's grid and block dimensions.
-
-    Raises
-    ------
-    ValueError
-        A dimension is below 1, the grid's y or z dimension is above
-        :data:`MAX_GRID_Y`, or a block has more than :data:`MAX_BLOCK_THREADS` threads.
-    """
+    """Refuse a launch shape that a CUDA device refuses, naming the kernel, on every backend."""
     grid_dims = (grid,) if isinstance(grid, int) else tuple(grid)
     block_dims = (block,) if isinstance(block, int) else tuple(block)
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "py_func", None), "__name__", repr(kernel))
@@ -301,27 +256,7 @@ def _weights(be: _Backend, weights: Any) -> tuple[bool, Any]:
 
 
 def moments(x: Any, rows_per_group: int | None = None, weights: Any = None) -> tuple[Any, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a device chunk.
-
-    Two reads of ``x``: the first finds the reference value, the sum about
-    it, extrema and NaN/inf counts; the second sums the centred powers.
-    Buffers: (4 + 3) x G x D float64/int64 partials ((5 + 3) weighted) and one (11, D) result ((12, D)).
-
-    Parameters
-    ----------
-    x : cupy.ndarray
-        The chunk, (R, D) with R > 0.
-    rows_per_group : int, optional
-        Rows per group of the launch (see :func:`row_groups`).
-    weights : cupy.ndarray, optional
-        The positive weight of each row, (R,).
-
-    Returns
-    -------
-    tuple of cupy.ndarray
-        The state's fields, in field order; weighted, those of
-        :func:`daskbatch.stats.kernels.weighted_moments` (``rows`` first, ``n`` the weight sum).
-    """
+    """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a device chunk."""
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_moments as k  # lazy: numba
 
@@ -353,35 +288,7 @@ def moments(x: Any, rows_per_group: int | None = None, weights: Any = None) -> t
 def comoments(
     x: Any, rows_per_group: int | None = None, block_rows: int | None = None, weights: Any = None
 ) -> tuple[Any, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk.
-
-    Three reads of ``x`` (complete rows; their sum about the first one; the
-    centring, which packs the centred rows into the float64 buffer as it reads
-    them), the buffer holding the whole chunk when it fits in the card's
-    share (:func:`centring_rows`), else going block by block, and a SYRK
-    adding each buffer's ``devᵀ dev`` to ``c``. Weighted, the mean is
-    weighted and the buffer holds ``sqrt(w)`` times the centred rows, so the
-    same SYRK adds the weighted co-moments.
-
-    Parameters
-    ----------
-    x : cupy.ndarray
-        The chunk, (R, D).
-    rows_per_group : int, optional
-        Rows per group of the launches (see :func:`row_groups`).
-    block_rows : int, optional
-        Rows centred at a time; by default :func:`centring_rows` of the card's memory.
-    weights : cupy.ndarray, optional
-        The positive weight of each row, (R,).
-
-    Returns
-    -------
-    tuple of cupy.ndarray
-        The fields ``(n, shift, mean, c)``; ``c`` holds the co-moments in its
-        upper triangle and zeros below (the state's layout: finalize mirrors).
-        Weighted, those of :func:`daskbatch.stats.kernels.weighted_comoments`:
-        ``(n, shift, mean, c, rows)`` with ``n`` the weight sum.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk."""
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_comoments as k  # lazy: numba
 
@@ -441,36 +348,7 @@ def histogram(
     shared_bytes: int = SHARED_BYTES,
     weights: Any = None,
 ) -> Any:
-    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a device chunk.
-
-    One read of ``x``: slot and count together, into per-block shared-memory
-    counters when a tile of features fits in ``shared_bytes`` (else straight
-    into the global counts). Weighted, the counts are float64 sums of the rows'
-    weights, added with float64 atomics (in no fixed order: equal to the CPU's to
-    rounding, exactly when the sums are, e.g. integer weights).
-
-    Parameters
-    ----------
-    x : cupy.ndarray
-        The chunk, (R, D).
-    lo, hi : array_like
-        Range of each feature.
-    bins : int
-        Equal-width bins per feature.
-    labels : cupy.ndarray, optional
-        The int64 class of every row, already checked to lie in ``0 .. n_classes - 1``.
-    n_classes : int, default 1
-        K, the size of the last axis of the counts.
-    shared_bytes : int, default SHARED_BYTES
-        Shared memory a block may use.
-    weights : cupy.ndarray, optional
-        The non-negative weight of each row, (R,).
-
-    Returns
-    -------
-    cupy.ndarray
-        The int64 counts (D, bins + 3, K); float64 weighted.
-    """
+    """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a device chunk."""
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_histogram as k  # lazy: numba
 

@@ -1,9 +1,4 @@
-"""Host side of the per-class moments' GPU kernels (:mod:`~daskbatch.stats.kernels._cuda_class_moments`).
-
-Launched as :mod:`daskbatch.stats.kernels._gpu`'s drivers are, on its backend
-(CuPy arrays, or numba device arrays under the simulator), with no host
-synchronisation.
-"""
+"""Host side of the per-class moments' GPU kernels (:mod:`~daskbatch.stats.kernels._cuda_class_moments`)."""
 
 from __future__ import annotations
 
@@ -26,30 +21,7 @@ __all__ = ["class_moments"]
 def class_moments(
     x: Any, codes: Any, n_classes: int, weights: Any = None, rows_per_group: int | None = None
 ) -> tuple[Any, ...]:
-    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a device chunk.
-
-    Two reads of ``x``, as :func:`moments`, with per-class partials (3 x K x G x D
-    float64 and K x G x D int64, the groups chosen for ``D x K`` threads' worth of
-    slots) and one (4, D, K) result.
-
-    Parameters
-    ----------
-    x : cupy.ndarray
-        The chunk, (R, D) with R > 0.
-    codes : cupy.ndarray
-        The int64 class (0..K-1) of every row, already checked.
-    n_classes : int
-        K.
-    weights : cupy.ndarray, optional
-        The positive weight of each row, (R,): ``n`` is then the weight sum.
-    rows_per_group : int, optional
-        Rows per group of the launch (see :func:`row_groups`).
-
-    Returns
-    -------
-    tuple of cupy.ndarray
-        The fields ``(n, shift, mean, m2)``, each (D, K) float64.
-    """
+    """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a device chunk."""
     be = _backend(x)
     from daskbatch.stats.kernels import _cuda_class_moments as k  # lazy: numba
 

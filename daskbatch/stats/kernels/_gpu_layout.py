@@ -1,9 +1,4 @@
-"""Launch shapes and buffer sizes of the GPU kernels: arithmetic on rows, features and card memory.
-
-The drivers in :mod:`daskbatch.stats.kernels._gpu` launch with these shapes;
-the planner's memory model (the statistics' footprints) sizes the same buffers
-with the same functions, so the two cannot drift apart.
-"""
+"""Launch shapes and buffer sizes of the GPU kernels: arithmetic on rows, features and card memory."""
 
 from __future__ import annotations
 
@@ -42,25 +37,7 @@ HIST_MIN_BLOCK_ROWS = 256
 
 
 def group_features_bound(rows: int, n_features: int) -> int:
-    """Bound ``groups x D`` of a first-pass launch (:func:`row_groups`), for the planner.
-
-    ``row_groups`` gives a group at least ``MIN_GROUP_ROWS`` rows and at least
-    ``rows / target`` rows, and makes at most ``MAX_GRID_Y`` groups. The bound,
-    unlike the exact count, never falls as rows or features grow, so the
-    planner's searches over rows stay valid.
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk.
-    n_features : int
-        Features of the chunk.
-
-    Returns
-    -------
-    int
-        The bound.
-    """
+    """Bound ``groups x D`` of a first-pass launch (:func:`row_groups`), for the planner."""
     return min(
         -(-rows // MIN_GROUP_ROWS) * n_features,
         max(n_features, TARGET_THREADS),
@@ -69,88 +46,25 @@ def group_features_bound(rows: int, n_features: int) -> int:
 
 
 def moments_buffer_bytes(rows: int, n_features: int, device_bytes: int | None = None) -> int:
-    """Size the moments kernel's own device buffers: float64 partials (4 x groups x D), int64 counts (3 x).
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk.
-    n_features : int
-        Features of the chunk.
-    device_bytes : int, optional
-        The card's total memory (unused: the partials do not depend on it).
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Size the moments kernel's own device buffers: float64 partials (4 x groups x D), int64 counts (3 x)."""
     return 7 * 8 * group_features_bound(rows, n_features)
 
 
 def centring_rows(rows: int, n_features: int, device_bytes: int | None = None) -> int:
-    """Count the rows the co-moments centre into their float64 buffer at a time (one SYRK each).
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk.
-    n_features : int
-        Features of the chunk (> 0).
-    device_bytes : int, optional
-        The card's total memory; None (unknown) holds the whole chunk.
-
-    Returns
-    -------
-    int
-        All ``rows`` when their float64 copy fits in ``device_bytes / CENTRE_SHARE``,
-        else as many as fit (at least one).
-    """
+    """Count the rows the co-moments centre into their float64 buffer at a time (one SYRK each)."""
     if device_bytes is None:
         return max(1, rows)
     return max(1, min(rows, device_bytes // CENTRE_SHARE // (8 * max(n_features, 1))))
 
 
 def comoments_buffer_bytes(rows: int, n_features: int, device_bytes: int | None = None) -> int:
-    """Size the co-moments kernel's device buffers: partials, row counts, the float64 centring buffer.
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk.
-    n_features : int
-        Features of the chunk.
-    device_bytes : int, optional
-        The card's total memory (see :func:`centring_rows`); None counts a buffer for the whole chunk.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Size the co-moments kernel's device buffers: partials, row counts, the float64 centring buffer."""
     centre = centring_rows(rows, n_features, device_bytes) * n_features * 8
     return 8 * group_features_bound(rows, n_features) + 8 * -(-rows // MIN_GROUP_ROWS) + centre
 
 
 def row_groups(rows: int, n_features: int, rows_per_group: int | None = None) -> tuple[int, int]:
-    """Split the rows of an (R, D) chunk (R > 0) into groups for a first-pass kernel.
-
-    Parameters
-    ----------
-    rows : int
-        R.
-    n_features : int
-        D.
-    rows_per_group : int, optional
-        Rows of a group; by default chosen from R and D.
-
-    Returns
-    -------
-    rows_per_group : int
-        Rows of each group.
-    groups : int
-        Number of groups.
-    """
+    """Split the rows of an (R, D) chunk (R > 0) into groups for a first-pass kernel."""
     if rows_per_group is None:
         target = max(1, TARGET_THREADS // max(n_features, 1))
         rows_per_group = max(MIN_GROUP_ROWS, math.ceil(rows / target))
@@ -165,32 +79,7 @@ def centring_blocks(
     block_rows: int | None = None,
     device_bytes: int | None = None,
 ) -> tuple[int, int]:
-    """Choose the rows the co-moments centre at a time; give the most row groups one block splits into.
-
-    A block has fewer rows than the chunk but may be split into more groups
-    (smaller groups reach the thread target sooner), so the group buffer is
-    sized for the larger of the two counts.
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk (> 0).
-    n_features : int
-        Features of the chunk (> 0).
-    rows_per_group : int, optional
-        As given to :func:`comoments`.
-    block_rows : int, optional
-        As given to :func:`comoments`; by default :func:`centring_rows`.
-    device_bytes : int, optional
-        The card's total memory, for :func:`centring_rows`.
-
-    Returns
-    -------
-    block_rows : int
-        Rows of each block but the last.
-    groups : int
-        The most groups of any block (the full ones and the last).
-    """
+    """Choose the rows the co-moments centre at a time; give the most row groups one block splits into."""
     if block_rows is None:
         block_rows = centring_rows(rows, n_features, device_bytes)
     block_rows = max(1, min(rows, block_rows))
@@ -202,33 +91,7 @@ def centring_blocks(
 def histogram_layout(
     rows: int, n_features: int, bins: int, n_classes: int, shared_bytes: int = SHARED_BYTES, counter_bytes: int = 4
 ) -> tuple[int, int, int] | None:
-    """Lay out the privatised histogram kernel, or None when a tile does not fit.
-
-    A tile of features keeps ``tile * (bins + 3) * n_classes`` counters (uint32
-    counts, or float64 weight sums) in shared memory; tiles narrower than 4 features (or all features) read
-    too little of each row to be worth it, and the counts go to global memory
-    with atomics instead.
-
-    Parameters
-    ----------
-    rows : int
-        Rows of the chunk.
-    n_features : int
-        Features of the chunk.
-    bins : int
-        Bins per feature.
-    n_classes : int
-        Classes per bin.
-    shared_bytes : int, default SHARED_BYTES
-        Shared memory a block may use.
-    counter_bytes : int, default 4
-        Bytes of one counter: 4 (uint32 counts) or 8 (float64 weight sums).
-
-    Returns
-    -------
-    tuple of int or None
-        ``(tile, lanes, rows_per_block)``, or None.
-    """
+    """Lay out the privatised histogram kernel, or None when a tile does not fit."""
     per_feature = (bins + 3) * n_classes * counter_bytes
     tile = min(32, n_features, shared_bytes // per_feature)
     if tile < min(4, n_features):

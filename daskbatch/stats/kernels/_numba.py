@@ -1,28 +1,4 @@
-"""What every compiled CPU loop shares: the jit settings, the element load, the row weight, the finite test.
-
-The loops live beside this module, one job each: moments and class moments
-(:mod:`~daskbatch.stats.kernels._numba_moments`), co-moment centring
-(:mod:`~daskbatch.stats.kernels._numba_comoments`), histogram counting
-(:mod:`~daskbatch.stats.kernels._numba_histogram`) and sketches
-(:mod:`~daskbatch.stats.kernels._numba_sketch`). The helpers here are inlined into
-them when they compile. numba's on-disk cache (``cache=True``) checks the time
-stamp of the file that defines a loop only, so after editing this module clear
-the cache (``find daskbatch -name '*.nbi' -delete``) or stale machine code is loaded.
-
-Arrays that grow with the chunk or the state (the complete-row mask, the
-centring buffer, the histogram counts) are allocated by the callers in
-:mod:`daskbatch.stats.kernels` with NumPy and passed in, so that ``tracemalloc`` and
-the memory model see them; the kernels allocate only length-D vectors.
-
-Every kernel reads the chunk in C order (rows outside, features inside), casts
-each element to float64 as it is loaded (``_load``) and never materialises a
-float64 copy of the chunk. ``nogil=True`` lets dask's threads run chunks in
-parallel; the kernels themselves are serial (dask parallelises over chunks).
-
-Sums run in blocks of :data:`BLOCK` rows whose partial sums are added to the
-totals, which bounds the rounding error by ``(BLOCK + rows / BLOCK) * eps``
-rather than ``rows * eps`` of one running sum.
-"""
+"""What every compiled CPU loop shares: the jit settings, the element load, the row weight, the finite test."""
 
 from __future__ import annotations
 

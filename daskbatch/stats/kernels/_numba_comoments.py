@@ -1,12 +1,4 @@
-"""The compiled co-moment centring: the complete rows, their (weighted) mean and their centred blocks.
-
-Chunks are centred block by block (:func:`chunk_comoments`): each block of
-:func:`~daskbatch.stats.kernels._centring.centring_rows` rows about its own
-mean, read from memory once and a second time from cache, and the blocks'
-co-moments merged as states are; weighted or not (:func:`host_comoments`).
-
-The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
-"""
+"""The compiled co-moment centring: the complete rows, their (weighted) mean and their centred blocks."""
 
 from __future__ import annotations
 
@@ -20,20 +12,7 @@ from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight
 
 @_jit
 def first_complete_row(x, lut):  # noqa: ANN001, ANN201
-    """Give the first row of ``x`` without NaN or ±inf, as float64.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-
-    Returns
-    -------
-    numpy.ndarray
-        The row (zeros if there is none).
-    """
+    """Give the first row of ``x`` without NaN or ±inf, as float64."""
     rows, d = x.shape
     shift = np.zeros(d)
     for i in range(rows):
@@ -49,41 +28,7 @@ def first_complete_row(x, lut):  # noqa: ANN001, ANN201
 
 @_jit
 def centre_block(x, lut, shift, complete, dev, weights):  # noqa: ANN001, ANN201
-    """Centre the complete rows of one block of a chunk about the block's own mean, into ``dev[:n]``.
-
-    The corrected two-pass algorithm on a block small enough to stay in cache:
-    the first pass flags the complete rows and sums them less ``shift``, the
-    second writes their deviations from that approximate mean (``sqrt(w)``
-    times them with weights) and sums the (weighted) deviations, the residual
-    that corrects the mean and the co-moments. Reading the block twice from
-    cache replaces a second read of the whole chunk from memory.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The block, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    shift : numpy.ndarray
-        The chunk's reference row (:func:`first_complete_row`).
-    complete : numpy.ndarray of bool
-        Scratch for one flag per row, at least (R,).
-    dev : numpy.ndarray
-        The float64 centring buffer, at least (R, D).
-    weights : numpy.ndarray or None
-        The float64 weight of each row of the block, all positive, or None.
-
-    Returns
-    -------
-    n : int
-        The number of complete rows (rows of ``dev`` written).
-    wsum : float
-        Their weight sum (``n`` without weights).
-    approx_mean : numpy.ndarray
-        Their approximate (weighted) mean less ``shift``.
-    s1 : numpy.ndarray
-        The (weighted) column sums of their deviations from it.
-    """
+    """Centre the complete rows of one block of a chunk about the block's own mean, into ``dev[:n]``."""
     rows, d = x.shape
     total = np.zeros(d)
     part = np.zeros(d)
@@ -135,39 +80,7 @@ def centre_block(x, lut, shift, complete, dev, weights):  # noqa: ANN001, ANN201
 def chunk_comoments(
     data: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | None, block_rows: int
 ) -> tuple[int, float, np.ndarray, np.ndarray, np.ndarray]:
-    """Compute a host chunk's co-moments block by block: each block centred about its own mean, then merged.
-
-    Each block of ``block_rows`` rows is read from memory once and centred in
-    cache (:func:`centre_block`); its ``devᵀ dev`` is added to the result with
-    one BLAS product (syrk). The blocks' co-moments about their own means then
-    merge as Chan et al.'s pairwise update does, all at once:
-    ``C = Σ_b (devᵀdev_b - w_b e_b e_bᵀ) + Σ_b w_b (m_b - m)(m_b - m)ᵀ``, with
-    ``e_b`` a block's residual mean, ``m_b`` its mean and ``m`` the chunk's.
-
-    Parameters
-    ----------
-    data : numpy.ndarray
-        The chunk, (R, D), C order, as :func:`~daskbatch.stats.kernels._bits` gives it.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``data`` holds float16 bits, else None.
-    weights : numpy.ndarray or None
-        The float64 weight of each row, all positive, or None.
-    block_rows : int
-        Rows centred at a time (the float64 buffer is ``block_rows`` x D).
-
-    Returns
-    -------
-    n : int
-        The number of complete rows.
-    wsum : float
-        Their weight sum (``n`` without weights).
-    shift : numpy.ndarray
-        The first complete row.
-    mean : numpy.ndarray
-        The (weighted) mean of the complete rows less ``shift``.
-    c : numpy.ndarray
-        Their (weighted) co-moment matrix, (D, D), symmetric.
-    """
+    """Compute a host chunk's co-moments block by block: each block centred about its own mean, then merged."""
     rows, d = data.shape
     block_rows = max(1, min(rows, block_rows))
     shift = first_complete_row(data, lut)
@@ -219,23 +132,7 @@ def chunk_comoments(
 def host_comoments(
     x: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[int, float, np.ndarray, np.ndarray, np.ndarray]:
-    """Compute the co-moments of a host chunk, weighted or not, :func:`centring_rows` rows at a time.
-
-    The CPU path of :func:`daskbatch.stats.kernels.comoments` and of weighted
-    :meth:`~daskbatch.stats.comoments.CoMoments.chunk`.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), of a dtype the kernels read.
-    weights : numpy.ndarray, optional
-        The weight of each row, all positive.
-
-    Returns
-    -------
-    tuple
-        As :func:`chunk_comoments`: ``(n, wsum, shift, mean, c)``.
-    """
+    """Compute the co-moments of a host chunk, weighted or not, :func:`centring_rows` rows at a time."""
     from daskbatch.stats.kernels import _bits  # lazy: kernels imports this module (a cycle)
 
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)

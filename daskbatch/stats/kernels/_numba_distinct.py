@@ -1,8 +1,4 @@
-"""The compiled loop of the sketch's distinct values: exact counts of each feature's few finite values.
-
-The rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`; the
-state it fills is described in :mod:`daskbatch.stats.sketch_distinct`.
-"""
+"""The compiled loop of the sketch's distinct values: exact counts of each feature's few finite values."""
 
 from __future__ import annotations
 
@@ -17,34 +13,7 @@ _SPREAD = -7046029254386353131
 
 @_jit
 def distinct_counts(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN201
-    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them.
-
-    The values of each feature go into its open-addressing hash table; a
-    feature that meets a ``k + 1``-th distinct value is marked (``held``
-    ``k + 1``) and skipped from then on, so continuous data stop costing
-    after their first ``k + 1`` values. The loop ends when every feature is marked.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk (R, D), read in C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table (see ``_load``).
-    weights : numpy.ndarray or None
-        The weight of each row (float64), or None to count rows.
-    k : int
-        The most distinct values a feature keeps.
-    first : int
-        The first feature of the block counted: the block is as many features as ``table`` has rows.
-    table : numpy.ndarray
-        Scratch float64 (B, S), all NaN (empty), ``S`` a power of two of at least ``2 k``.
-    table_counts : numpy.ndarray
-        Scratch float64 (B, S).
-    values, counts : numpy.ndarray
-        The float64 (B, k) outputs, zero: each feature's values in increasing order and their counts.
-    held : numpy.ndarray
-        The int64 (B,) output, zero: distinct values per feature, ``k + 1`` where there are more.
-    """
+    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them."""
     rows = x.shape[0]
     d = table.shape[0]
     size = table.shape[1]

@@ -1,7 +1,4 @@
-"""The compiled histogram counting: slot counts (or sums of row weights) per feature and class.
-
-The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
-"""
+"""The compiled histogram counting: slot counts (or sums of row weights) per feature and class."""
 
 from __future__ import annotations
 
@@ -106,44 +103,7 @@ def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, we
 
 @_jit
 def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights):  # noqa: ANN001, ANN201
-    """Add to ``counts`` (D·(bins + 3)·K, flat) the counts of slot ``[under, bins…, over, nan]`` × class.
-
-    Without weights ``counts`` is int64 and every value adds 1 (the loop compiled
-    for ``weights=None`` is the unweighted one); with weights it is float64 and a
-    value adds its row's weight.
-
-    The slot of a value follows :meth:`daskbatch.stats.histogram.Histogram.slots`
-    step by step (scaled index, clipped, then settled against the edges), so
-    counts are bitwise those of the array-API path and of ``numpy.histogram``.
-    Edge ``i`` is formed as ``i * step + lo``, the expression of
-    :meth:`~daskbatch.stats.histogram.Histogram.edges`, instead of being looked
-    up: the settle step then vectorises. The last edge (``hi``) is never needed
-    there, since a value in the last bin cannot move up. Where every feature's
-    step, scale and width are finite and positive (as
-    :class:`~daskbatch.stats.histogram.Histogram` ranges give unless ``hi - lo``
-    overflows or underflows), a loop with fewer guards gives the same slots.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    lo, hi : numpy.ndarray
-        The range of each feature.
-    step, scale : numpy.ndarray
-        ``(hi - lo) / bins`` and ``bins / (hi - lo)`` of each feature.
-    bins : int
-        Bins per feature.
-    labels : numpy.ndarray
-        The int64 class of each row, or an empty array for K = 1.
-    n_classes : int
-        K.
-    counts : numpy.ndarray
-        The flat counts, added to: int64, or float64 with weights.
-    weights : numpy.ndarray or None
-        The float64 weight of each row, or None.
-    """
+    """Add to ``counts`` (D·(bins + 3)·K, flat) the counts of slot ``[under, bins…, over, nan]`` × class."""
     if _ranged(lo, hi, step, scale):
         _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, True)
     else:

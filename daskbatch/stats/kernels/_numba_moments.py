@@ -1,16 +1,4 @@
-"""The compiled per-chunk moments: of every feature and of every (feature, class), with or without row weights.
-
-The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
-
-Both kernels first try each block of :data:`BLOCK` rows without the finite test: the
-sums of ``x - shift`` then stay finite exactly when every value summed was finite (a
-NaN or an infinity makes any sum that contains it non-finite; a finite sum that
-overflows is merely taken for one), and those columns keep the fast block's sums,
-which are the same float64 terms in the same order as the masked loop's. The other
-columns are summed again with the masked loop, so every state is bit for bit that of
-the masked loops alone (the class moments' running sums restart such a column from
-their values before the block). Blocks with no non-finite value skip the test in pass 2 too.
-"""
+"""The compiled per-chunk moments: of every feature and of every (feature, class), with or without row weights."""
 
 from __future__ import annotations
 
@@ -172,34 +160,7 @@ def _moments_pass1(x, lut, weights, shift):  # noqa: ANN001, ANN202
 
 @_jit
 def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
-    """Per-column sums of a chunk for the corrected two-pass moments.
-
-    Pass 1 finds ``count`` (finite values), ``shift`` (first finite value),
-    ``approx_mean`` (mean of ``x - shift``), the finite min/max and the NaN and
-    +inf counts; pass 2 sums the first four powers of the deviations
-    ``(x - shift) - approx_mean`` (``s1`` … ``s4``). With weights the sums and
-    ``approx_mean`` are weighted (``weights=None`` compiles the unweighted loop,
-    whose sums are bitwise those of the former unweighted kernel). The caller applies the
-    corrections of :meth:`daskbatch.stats.moments.Moments.chunk` (kept out of
-    the compiled code: array expressions in numba compile slowly). Every sum runs in
-    blocks of :data:`BLOCK` rows, row order within a block; blocks without NaN or
-    infinity skip the finite test (see the module's docstring): the same bits.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    weights : numpy.ndarray or None
-        The float64 weight of each row, all positive, or None.
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        ``(count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf)``,
-        length-D vectors (``wsum`` is the count as float64 without weights).
-    """
+    """Per-column sums of a chunk for the corrected two-pass moments."""
     rows, d = x.shape
     shift = np.zeros(d)
     for j in range(d):
@@ -249,7 +210,6 @@ def moments_chunk(x, lut, weights):  # noqa: ANN001, ANN201
             s4[j] += p4[j]
 
     return count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf
-
 
 
 @_jit
@@ -336,36 +296,7 @@ def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, 
 
 @_jit
 def class_moments_chunk(x, lut, codes, count, shift, total, s1, s2, weights):  # noqa: ANN001, ANN201
-    """Per-(class, column) sums of a chunk for the corrected two-pass class moments.
-
-    The loops of :func:`daskbatch.stats.class_moments._one_class` run on every
-    class at once, in row order: a short scan keeps the first finite value as
-    ``shift``; pass 1 counts the finite values and sums ``x - shift`` into
-    ``total``; pass 2 sums the deviations ``(x - shift) - total / count`` and
-    their squares into ``s1`` and ``s2``. Each (class, column) is one running sum in row order,
-    the order in which NumPy's axis-0 sums of the class-sorted rows add them,
-    with the same float64 expressions: on two features or more the state is
-    bitwise that of the array-API path (no partial-sum blocks here, unlike
-    :func:`moments_chunk`); on one, NumPy sums the column pairwise. Blocks of
-    :data:`BLOCK` rows without NaN or infinity skip the finite test (see the
-    module's docstring): the same bits.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    codes : numpy.ndarray
-        The int64 class column (0..K-1) of every row.
-    count : numpy.ndarray
-        (K, D) int64, zeros; filled with the finite values' counts (float64: their weight sums, with ``weights``).
-    shift, total, s1, s2 : numpy.ndarray
-        (K, D) float64, zeros; filled with the sums above (each term times its row's weight, with ``weights``).
-    weights : numpy.ndarray or None
-        Positive float64 frequency weight of every row; None compiles the unweighted loops
-        (a weight of integer 1: the same state bit for bit).
-    """
+    """Per-(class, column) sums of a chunk for the corrected two-pass class moments."""
     rows, d = x.shape
     n_classes = count.shape[0]
     # The first finite value of each (class, column): a scan that stops once all are found

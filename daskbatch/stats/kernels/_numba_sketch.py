@@ -1,7 +1,4 @@
-"""The compiled sketch loops: bucket keys (with a fast log), counting windows per feature, and merging windows.
-
-The shared helpers and the rules every loop follows are in :mod:`daskbatch.stats.kernels._numba`.
-"""
+"""The compiled sketch loops: bucket keys (with a fast log), counting windows per feature, and merging windows."""
 
 from __future__ import annotations
 
@@ -68,22 +65,7 @@ _LN2 = math.log(2.0)
 
 @_jit_nocheck
 def fast_log(a):  # noqa: ANN001, ANN201
-    """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises).
-
-    ``a = 2**e * m`` from the bits, ``m`` brought into ``[sqrt(1/2), sqrt 2]``,
-    and ``log m = 2 atanh(t)`` with ``t = (m - 1)/(m + 1)`` summed as a series.
-    Subnormals, zero, infinities and NaN give meaningless numbers.
-
-    Parameters
-    ----------
-    a : float
-        A normal float64 above 0.
-
-    Returns
-    -------
-    float
-        ``log(a)``, within ``FAST_LOG_ERROR``.
-    """
+    """``log a`` within :data:`FAST_LOG_ERROR` for a normal float64 ``a > 0``, without a call (it vectorises)."""
     b = _as_bits(a)
     e = np.float64((b >> 52) - 1023)
     m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
@@ -201,23 +183,7 @@ def _sketch_finish(counts, offset, collapsed, n, w):  # noqa: ANN001, ANN202
 
 @_jit
 def sketch_counts_log(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
-    """:func:`sketch_counts` with a log per value: the reference expression everywhere.
-
-    Taken when ``min_magnitude`` is subnormal (the fast key reads normal
-    floats only); the tests hold :func:`sketch_counts` to it.
-
-    Parameters
-    ----------
-    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights : object
-        As for :func:`sketch_counts`.
-
-    Returns
-    -------
-    fmin : numpy.ndarray
-        The finite minimum of each feature.
-    fmax : numpy.ndarray
-        The finite maximum of each feature.
-    """
+    """:func:`sketch_counts` with a log per value: the reference expression everywhere."""
     rows, d = x.shape
     lo_key = float(k_min)
     hi_key = float(k_max)
@@ -265,29 +231,7 @@ def _sketch_merge_into(c, o, j, side, new, w, out):  # noqa: ANN001, ANN202
 
 @_jit
 def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
-    """Merge two sketch states' counts ``ca``, ``cb`` (D, 2w + 4) and offsets ``oa``, ``ob`` (D, 2) into ``out``, ``offset``.
-
-    ``out`` comes in zeroed. The merged window of a sign starts at the lower
-    offset, or at the largest populated key less ``w - 1`` when that is
-    higher (a collapse: lower keys add into its first bucket), but at most
-    at ``n - w``, as
-    :meth:`daskbatch.stats.sketch.Sketch.merge` does.
-
-    Parameters
-    ----------
-    ca, oa : numpy.ndarray
-        The first state's counts (D, 2w + 4; int64, or float64 weighted) and window offsets (D, 2).
-    cb, ob : numpy.ndarray
-        The second state's.
-    n : int
-        ``Sketch.n_buckets``.
-    w : int
-        The window's width, ``Sketch.buckets_kept``.
-    out : numpy.ndarray
-        The merged counts (D, 2w + 4), zeros of the counts' dtype, filled in.
-    offset : numpy.ndarray
-        The merged offsets (D, 2), filled in.
-    """
+    """Merge two sketch states' counts ``ca``, ``cb`` (D, 2w + 4) and offsets ``oa``, ``ob`` (D, 2) into ``out``, ``offset``."""
     for j in range(ca.shape[0]):
         for side in range(2):
             hi = max(_sketch_top(ca, oa, j, side, w), _sketch_top(cb, ob, j, side, w))
@@ -304,55 +248,7 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
 
 @_jit_nocheck
 def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
-    """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema.
-
-    The key follows :meth:`daskbatch.stats.sketch.Sketch.slots` step by step:
-    ``ceil(log|v| / ln_gamma)`` clamped to ``[k_min, k_max]`` (``k_max`` the
-    overflow key), zero for magnitudes below ``min_magnitude``, ±inf and NaN
-    apart. ``min_magnitude`` must be a normal float (else
-    :func:`sketch_counts_log`). The windows follow
-    :class:`~daskbatch.stats.sketch.SketchState`: while counting, a window
-    sits wherever it holds its keys, and moves when one falls outside
-    (:func:`_sketch_rebase`); at the end it is put at its canonical first key.
-
-    The log comes from :func:`fast_log`, not from a call per value (numba does
-    not vectorise ``np.log``); a value whose fast log lies within
-    :data:`SKETCH_NEAR` of a bucket boundary is keyed again after its row with
-    the reference expression (:func:`_sketch_key`), so that every key is the
-    reference's, bit for bit. ``|v| = 1`` never needs that (``log 1 = 0``
-    exactly either way), and is common (indicators).
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk, (R, D), C order.
-    lut : numpy.ndarray or None
-        The float16 decoding table when ``x`` holds float16 bits, else None.
-    ln_gamma, min_magnitude : float
-        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
-    k_min, k_max : int
-        ``Sketch.key_range``.
-    n : int
-        ``Sketch.n_buckets``.
-    w : int
-        ``Sketch.window``.
-    counts : numpy.ndarray
-        The int64 counts (D, 2w + 4), zeros, filled in (float64 with ``weights``).
-    offset : numpy.ndarray
-        The int64 first keys of the windows (D, 2), filled in.
-    collapsed : numpy.ndarray
-        A uint8 scratch (D, 2): which windows collapsed.
-    weights : numpy.ndarray or None
-        The float64 weight of each row, added instead of 1 (``counts`` then
-        float64); None counts values (the unweighted loop, chosen at compile time).
-
-    Returns
-    -------
-    fmin : numpy.ndarray
-        The finite minimum of each feature.
-    fmax : numpy.ndarray
-        The finite maximum of each feature.
-    """
+    """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema."""
     rows, d = x.shape
     lo_key = float(k_min)
     hi_key = float(k_max)
@@ -403,24 +299,7 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
 
 @_jit_nocheck
 def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights):  # noqa: ANN001, ANN201
-    """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move.
-
-    The slot of a value is then known in the vectorised loop (no window
-    check per value), as before the sketch had windows.
-
-    Parameters
-    ----------
-    x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, offset, weights : object
-        As for :func:`sketch_counts`, with ``w = n``; weights all positive (a window
-        is empty when no value falls in it, not when its weights sum to 0).
-
-    Returns
-    -------
-    fmin : numpy.ndarray
-        The finite minimum of each feature.
-    fmax : numpy.ndarray
-        The finite maximum of each feature.
-    """
+    """:func:`sketch_counts` for a sketch that keeps every bucket (``w = n``): windows start at key 0 and never move."""
     rows, d = x.shape
     lo_key = float(k_min)
     hi_key = float(k_max)

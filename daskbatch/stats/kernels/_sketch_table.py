@@ -1,15 +1,4 @@
-"""Sketch keys of float32 values from their bits: a table built with the reference key, and the loops that read it.
-
-A float32 magnitude's bit pattern is monotone in its value. Its top ``8 + K``
-bits (exponent and ``K`` mantissa bits) pick a sub-interval whose ends differ
-by a factor below ``1 + 2**-K``; with ``K`` chosen so that this is below
-``gamma``, a sub-interval holds at most one bucket boundary, so the key of any
-pattern in it is the key at its low end, plus one from the pattern at which
-the key steps up. Both are found with the reference key itself
-(:func:`~daskbatch.stats.kernels._numba_sketch._sketch_key`, by binary search),
-so the table keys every float32 as the reference does, by construction; the
-loops then key a value with a load and a compare instead of a log.
-"""
+"""Sketch keys of float32 values from their bits: a table built with the reference key, and the loops that read it."""
 
 from __future__ import annotations
 
@@ -51,18 +40,7 @@ def _pattern_keys(p: np.ndarray, ln_gamma: float, lo_key: float, hi_key: float) 
 
 
 def min_pattern(min_magnitude: float) -> int:
-    """Give the lowest float32 bit pattern whose value is at least ``min_magnitude``.
-
-    Parameters
-    ----------
-    min_magnitude : float
-        ``Sketch.min_magnitude``.
-
-    Returns
-    -------
-    int
-        The pattern (+inf's when no finite float32 reaches it).
-    """
+    """Give the lowest float32 bit pattern whose value is at least ``min_magnitude``."""
     with np.errstate(over="ignore"):
         f = np.float32(min_magnitude)
     if float(f) < min_magnitude:
@@ -74,29 +52,7 @@ def min_pattern(min_magnitude: float) -> int:
 def float32_table(
     ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n: int
 ) -> tuple[np.ndarray, int] | None:
-    """The key table of a sketch for float32 magnitudes, or None where it cannot have one step per entry.
-
-    Parameters
-    ----------
-    ln_gamma, min_magnitude : float
-        ``Sketch.ln_gamma`` and ``Sketch.min_magnitude``.
-    k_min, k_max : int
-        ``Sketch.key_range``.
-    n : int
-        ``Sketch.n_buckets``.
-
-    Returns
-    -------
-    table : numpy.ndarray
-        An int64 per sub-interval of each sign, ``512 << K`` of them: the code
-        at its low end (the key less ``k_min``, plus ``n`` when positive),
-        shifted left by 32, or'ed with the bit pattern (sign included) at
-        which the code becomes one more (``0xFFFFFFFF``: never).
-    shift : int
-        ``23 - K``: a float32's bit pattern shifted right by it is its entry.
-        None when ``gamma`` is too close to 1 for :data:`MAX_BITS`, or when
-        float32 subnormals are bucketed (their sub-intervals span any ratio).
-    """
+    """The key table of a sketch for float32 magnitudes, or None where it cannot have one step per entry."""
     gamma = float(np.exp(ln_gamma))
     bits = next((k for k in range(1, MAX_BITS + 1) if 1.0 + 2.0**-k < gamma), None)
     min_bits = min_pattern(min_magnitude)
@@ -136,28 +92,7 @@ def float32_table(
 def folded_table(
     ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n: int
 ) -> tuple[np.ndarray, int] | None:
-    """:func:`float32_table` with the codes of zero, tiny values and NaN in its entries, for :func:`sketch_counts_all_f32`.
-
-    Parameters
-    ----------
-    ln_gamma, min_magnitude, k_min, k_max, n : object
-        As for :func:`float32_table`.
-
-    Returns
-    -------
-    table : numpy.ndarray
-        The entries of :func:`float32_table`, except: those wholly below
-        ``min_magnitude`` hold the code ``2n + 1`` (zero or tiny) and never
-        step; those of NaN patterns only hold ``2n + 2`` and step at their own
-        low end (so read ``2n + 3``); +inf's steps to NaN (``2n + 3``) at the
-        pattern after it. Each entry holds its code shifted left by 32 plus
-        ``2**32 - step`` (0: never), so that a pattern's code is ``(entry +
-        pattern) >> 32`` (:func:`_code_folded`), without the tests of
-        :func:`_code_f32`, except for the rare patterns of :func:`_rare_bounds`
-        and the NaN after -inf in its entry.
-    shift : int
-        As for :func:`float32_table`. None where that gives no table.
-    """
+    """:func:`float32_table` with the codes of zero, tiny values and NaN in its entries, for :func:`sketch_counts_all_f32`."""
     got = float32_table(ln_gamma, min_magnitude, k_min, k_max, n)
     if got is None:
         return None
@@ -198,28 +133,7 @@ def _extrema(x, d):  # noqa: ANN001, ANN202
 
 @_jit_nocheck
 def sketch_counts_all_f32(x, u, table, shift, min_bits, n, counts, offset, weights):  # noqa: ANN001, ANN201
-    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts_all` for a float32 chunk, keyed from its bits.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The float32 chunk, (R, D), C order.
-    u : numpy.ndarray
-        ``x.view(numpy.uint32)``.
-    table, shift : object
-        The table of :func:`folded_table`.
-    min_bits : int
-        :func:`min_pattern` of ``Sketch.min_magnitude``.
-    n, counts, offset, weights : object
-        As for :func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts_all`.
-
-    Returns
-    -------
-    fmin : numpy.ndarray
-        The finite minimum of each feature (float64).
-    fmax : numpy.ndarray
-        The finite maximum of each feature (float64).
-    """
+    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts_all` for a float32 chunk, keyed from its bits."""
     rows, d = x.shape
     width = np.uint64(2 * n + 4)
     flat = counts.reshape(-1)
@@ -286,22 +200,7 @@ def _rare_bounds(min_bits, shift):  # noqa: ANN001, ANN202
 
 @_jit_nocheck
 def sketch_counts_f32(x, u, table, shift, min_bits, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
-    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts` (windowed) for a float32 chunk, keyed from its bits.
-
-    Parameters
-    ----------
-    x, u, table, shift, min_bits : object
-        As for :func:`sketch_counts_all_f32`.
-    n, w, counts, offset, collapsed, weights : object
-        As for :func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts`.
-
-    Returns
-    -------
-    fmin : numpy.ndarray
-        The finite minimum of each feature (float64).
-    fmax : numpy.ndarray
-        The finite maximum of each feature (float64).
-    """
+    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts` (windowed) for a float32 chunk, keyed from its bits."""
     rows, d = x.shape
     code = np.empty(d, dtype=np.int64)
     fmin, fmax = _extrema(x, d)
@@ -323,23 +222,7 @@ def sketch_float32(
     x: np.ndarray, ln_gamma: float, min_magnitude: float, k_min: int, k_max: int, n_buckets: int, window: int,
     counts: np.ndarray, offset: np.ndarray, collapsed: np.ndarray, weights: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Count the float32 chunk ``x`` into ``counts`` and ``offset`` with the table; None where the sketch has none.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The float32 chunk, (R, D), C order.
-    ln_gamma, min_magnitude, k_min, k_max, n_buckets, window : object
-        As for :func:`daskbatch.stats.kernels.sketch`.
-    counts, offset, collapsed, weights : numpy.ndarray or None
-        As for :func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts`.
-
-    Returns
-    -------
-    tuple of numpy.ndarray or None
-        The float64 finite minimum and maximum of each feature; None (nothing
-        counted) where :func:`float32_table` gives no table.
-    """
+    """Count the float32 chunk ``x`` into ``counts`` and ``offset`` with the table; None where the sketch has none."""
     table = float32_table(float(ln_gamma), float(min_magnitude), int(k_min), int(k_max), int(n_buckets))
     if table is None:
         return None

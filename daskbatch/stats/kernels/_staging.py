@@ -1,37 +1,4 @@
-"""Overlapped host-to-GPU copies: pinned staging buffers and two CUDA streams.
-
-``cupy.asarray(block)`` on a pageable NumPy block copies it synchronously: the
-GPU waits for the copy, then the copy waits for the kernels. A
-:class:`Stager` pipelines a sequence of host parts (the sub-blocks of one
-chunk, or the batches of a data loader) instead:
-
-* the host copies part *i + 1* into a pinned (page-locked) buffer and queues
-  its host-to-device copy on a *copy stream* while the kernels of part *i*
-  run on a *compute stream*;
-* ``DEPTH`` slots (pinned buffer + device buffer each) rotate, and CUDA events
-  order the reuse of a slot: its pinned buffer is rewritten only after its
-  last copy is done (host waits), its device buffer only after the kernels
-  that read it are done (the copy stream waits, the host does not);
-* buffers come from CuPy's allocators (its device and pinned memory pools, or
-  RMM when CuPy is set to allocate from it) and are kept by the stager, so
-  they are reused from part to part and, through :func:`stager`, from task to
-  task of the same thread.
-
-The parts are reduced in the order given and folded left to right, so the
-result is the same as reducing them one after another. The host never waits
-for the kernels: the compute stream starts after the work queued before the
-call on the caller's current stream (an ``initial`` state), and the caller's
-stream waits, on the device, for the compute stream before anything queued on
-it after the call runs, so CuPy work there reads the result complete. The host
-waits only for a pinned buffer's previous copy before refilling it.
-
-Both streams are blocking ones (ordered with the legacy default stream): the
-copies of one chunk overlap its own kernels, not CuPy work that other threads
-queue on the default stream meanwhile; that is the price of sharing CuPy's
-memory pool safely with them.
-
-CuPy is imported lazily; nothing here runs without it.
-"""
+"""Overlapped host-to-GPU copies: pinned staging buffers and two CUDA streams."""
 
 from __future__ import annotations
 
@@ -52,30 +19,7 @@ S = TypeVar("S")
 
 
 def split_rows(rows: int, part_rows: int) -> list[tuple[int, int]]:
-    """Split ``0 .. rows`` into ``ceil(rows / part_rows)`` consecutive, near-equal row ranges.
-
-    Near-equal rather than ``part_rows`` each plus a short tail, so no part is
-    a sliver whose fixed cost (launches, a merge) buys nothing. The ranges
-    depend only on the two numbers, so a chunk is split alike on every run
-    and every worker (results stay bitwise reproducible).
-
-    Parameters
-    ----------
-    rows : int
-        Rows to cover.
-    part_rows : int
-        The most rows of a range.
-
-    Returns
-    -------
-    list of tuple of int
-        ``(start, stop)`` of each range.
-
-    Examples
-    --------
-    >>> split_rows(10, 4)
-    [(0, 3), (3, 6), (6, 10)]
-    """
+    """Split ``0 .. rows`` into ``ceil(rows / part_rows)`` consecutive, near-equal row ranges."""
     if part_rows < 1:
         raise ValueError(f"part_rows must be at least 1, got {part_rows}")
     if rows <= 0:
@@ -116,19 +60,7 @@ class _Slot:
 
 
 class Stager:
-    """Copies host parts to the current CUDA device through pinned buffers while earlier parts are reduced.
-
-    Parameters
-    ----------
-    depth : int, default :data:`DEPTH`
-        Slots in rotation (parts copied or being copied ahead of the one reduced, plus one).
-
-    Notes
-    -----
-    One stager serves one thread at a time (use :func:`stager` for the
-    calling thread's own). Its buffers grow to the largest part seen and are
-    kept until :meth:`close`.
-    """
+    """Copies host parts to the current CUDA device through pinned buffers while earlier parts are reduced."""
 
     def __init__(self, depth: int = DEPTH) -> None:
         import cupy  # lazy: cupy
@@ -148,24 +80,12 @@ class Stager:
 
     @property
     def depth(self) -> int:
-        """Count the slots in rotation.
-
-        Returns
-        -------
-        int
-            The number of slots.
-        """
+        """Count the slots in rotation."""
         return len(self._slots)
 
     @property
     def pinned_bytes(self) -> int:
-        """Count the pinned host bytes the stager holds (the device buffers hold as many).
-
-        Returns
-        -------
-        int
-            Bytes.
-        """
+        """Count the pinned host bytes the stager holds (the device buffers hold as many)."""
         return sum(s.nbytes for s in self._slots)
 
     def _stage(self, slot: _Slot, part: Sequence[Any]) -> list[Any]:
@@ -202,29 +122,7 @@ class Stager:
         merge: Callable[[S, S], S],
         initial: S | None = None,
     ) -> S | None:
-        """``merge(...merge(merge(initial, chunk(*p0)), chunk(*p1))...)`` over the device copies of ``parts``.
-
-        Parameters
-        ----------
-        parts : iterable of sequences of numpy.ndarray or None
-            Host arrays of each part (e.g. ``(x, label)``); None stays None,
-            and device arrays are used where they are.
-            Pulled one part ahead of the reduction, so a data loader's next
-            batch is read while the GPU works.
-        chunk : callable
-            Reduces the device arrays of one part to a state (runs on the
-            compute stream, which is CuPy's current stream inside it).
-        merge : callable
-            Folds two states (also on the compute stream).
-        initial : state, optional
-            State the first part's is merged into (None: start from the first part's).
-
-        Returns
-        -------
-        state or None
-            None when there were no parts and no ``initial``; complete once the
-            work queued before return on the caller's current stream is.
-        """
+        """``merge(...merge(merge(initial, chunk(*p0)), chunk(*p1))...)`` over the device copies of ``parts``."""
         cupy = self._cupy
         pending: deque[tuple[_Slot, list[Any]]] = deque()
         free = deque(self._slots)
@@ -278,18 +176,7 @@ _local = threading.local()
 
 
 def stager(depth: int = DEPTH) -> Stager:
-    """Get the calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused).
-
-    Parameters
-    ----------
-    depth : int, default DEPTH
-        Slots in rotation.
-
-    Returns
-    -------
-    Stager
-        The stager.
-    """
+    """Get the calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused)."""
     import cupy  # lazy: cupy
 
     cache: dict[tuple[int, int], Stager] | None = getattr(_local, "stagers", None)

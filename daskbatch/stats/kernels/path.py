@@ -1,13 +1,4 @@
-"""The one choice of which code reads a block: compiled numba (CPU or CUDA) or the array-API reference code.
-
-:func:`kernel_path` answers it from the block's array library, dtype and shape,
-the ``daskbatch.kernels`` setting, whether numba / numba-cuda are usable here,
-and which compiled kernels the statistic has. Every place that must agree on
-the answer asks it: the statistics' ``chunk`` (and the kernel wrappers of
-:mod:`daskbatch.stats.kernels`), the planner's memory model
-(:attr:`KernelPath.memory_path`), the checkpoint fingerprint and the GPU staging
-of host blocks. numba and dask are imported on first use only.
-"""
+"""The one choice of which code reads a block: compiled numba (CPU or CUDA) or the array-API reference code."""
 
 from __future__ import annotations
 
@@ -40,62 +31,30 @@ _ROUTE = {"numba-cpu": "cpu", "numba-cuda": "gpu"}
 
 @dataclass(frozen=True)
 class KernelPath:  # numpydoc ignore=PR02
-    """The code that reads a block, and why.
-
-    Parameters
-    ----------
-    kind : {"numba-cpu", "numba-cuda", "array-api-numpy", "array-api-cupy", "array-api"}
-        The kernels chosen.
-    reason : str
-        Why, in a few words (for messages and explanations).
-    """
+    """The code that reads a block, and why."""
 
     kind: Kind
     reason: str
 
     @property
     def compiled(self) -> bool:
-        """Tell whether compiled kernels (numba or numba-cuda) read the block.
-
-        Returns
-        -------
-        bool
-            True on "numba-cpu" and "numba-cuda".
-        """
+        """Tell whether compiled kernels (numba or numba-cuda) read the block."""
         return self.kind in COMPILED
 
     @property
     def memory_path(self) -> str:
-        """Name the path in the planner's memory model (one of :data:`KERNEL_PATHS`).
-
-        Returns
-        -------
-        str
-            "compiled", "gpu-compiled" or "array-api".
-        """
+        """Name the path in the planner's memory model (one of :data:`KERNEL_PATHS`)."""
         return _MEMORY_PATH.get(self.kind, "array-api")
 
     @property
     def route(self) -> str | None:
-        """Give the older short name: "cpu" (numba), "gpu" (numba-cuda) or None (array-API code).
-
-        Returns
-        -------
-        str or None
-            The route.
-        """
+        """Give the older short name: "cpu" (numba), "gpu" (numba-cuda) or None (array-API code)."""
         return _ROUTE.get(self.kind)
 
 
 @functools.cache
 def available() -> bool:
-    """Tell whether numba can be imported (the kernels compile on first call, then come from its cache).
-
-    Returns
-    -------
-    bool
-        True when numba imports.
-    """
+    """Tell whether numba can be imported (the kernels compile on first call, then come from its cache)."""
     try:
         import numba  # noqa: F401  # lazy: numba
     except ImportError:
@@ -104,13 +63,7 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """Tell whether the kernels are available and not switched off by ``daskbatch.kernels``.
-
-    Returns
-    -------
-    bool
-        True when the compiled kernels are used.
-    """
+    """Tell whether the kernels are available and not switched off by ``daskbatch.kernels``."""
     from daskbatch import config  # lazy: dask (daskbatch.kernels, default in daskbatch.yaml)
 
     return bool(config.get("kernels")) and available()
@@ -118,13 +71,7 @@ def enabled() -> bool:
 
 @functools.cache
 def gpu_available() -> bool:
-    """Tell whether numba-cuda imports and sees a CUDA device (or runs under its simulator).
-
-    Returns
-    -------
-    bool
-        True when the GPU kernels can run.
-    """
+    """Tell whether numba-cuda imports and sees a CUDA device (or runs under its simulator)."""
     try:
         from numba import cuda  # lazy: numba
 
@@ -137,36 +84,7 @@ def kernel_path(
     x: Any, statistic: Any = None, *, dtype: Any = None, ndim: int = 2, weighted: bool = False,
     gpu_kernels: bool | None = None,
 ) -> KernelPath:
-    """Choose the code that reads a block.
-
-    Parameters
-    ----------
-    x : array, dask.array.Array or {"numpy", "cupy"}
-        The block; a dask array stands for its blocks (its ``_meta`` gives the
-        library); a library name stands for a block not yet made (the planner's
-        case: give ``dtype``).
-    statistic : object, optional
-        The statistic that reads it: its ``compiled_kernels`` attribute (a set of
-        "numba-cpu", "numba-cuda") lists the compiled kernels it has; without
-        one, or without a statistic, both.
-    dtype : numpy.dtype, optional
-        The block's dtype when ``x`` is a library name (default float64).
-    ndim : int, default 2
-        The block's dimensions when ``x`` is a library name.
-    weighted : bool, default False
-        The rows carry weights: the statistic's ``weighted_kernels`` (the compiled
-        kernels that take weights; by default all of ``compiled_kernels``) then apply.
-        Every numba and numba-cuda kernel takes weights, so weighted and unweighted
-        blocks take one path, which the planner and the fingerprint (which never
-        ask about weights) count on.
-    gpu_kernels : bool, optional
-        Whether numba-cuda kernels run where the block is reduced; None asks this process.
-
-    Returns
-    -------
-    KernelPath
-        The kernels chosen and why.
-    """
+    """Choose the code that reads a block."""
     import numpy as np
 
     library, dtype, ndim = _describe_block(x, dtype, ndim)

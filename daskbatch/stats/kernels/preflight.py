@@ -1,17 +1,4 @@
-"""Will daskbatch's GPU kernels run here? One check for ``daskbatch info --gpu``, ``describe`` and the tests.
-
-:func:`daskbatch.stats.kernels.route` sends a CuPy chunk to the numba-cuda
-kernels only when numba-cuda imports, sees a device and can compile; anything
-else quietly leaves the chunk on the array-API path, which gives the same
-answers several times slower. :func:`check_gpu` says which of the two a
-CuPy chunk will take and, when it is the slow one, names the first missing
-piece in one line with the extra that brings it.
-
-The check goes as far as the real thing: it compiles and launches the
-moments kernels on a small CuPy chunk and compares the result with NumPy's.
-Under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, the CPU tests) it
-launches them on a numba device array instead, and says so.
-"""
+"""Will daskbatch's GPU kernels run here? One check for ``daskbatch info --gpu``, ``describe`` and the tests."""
 
 from __future__ import annotations
 
@@ -32,19 +19,7 @@ __all__ = ["GPUCheck", "check_gpu", "install_hint", "warn_unless_gpu_kernels"]
 
 @dataclasses.dataclass(frozen=True)
 class GPUCheck:
-    """What :func:`check_gpu` found.
-
-    Attributes
-    ----------
-    ok : bool
-        True when a CuPy chunk goes to daskbatch's GPU kernels.
-    problem : str or None
-        Otherwise, the first thing missing, in one line, with what to install.
-    versions : dict
-        ``numba-cuda``, ``nvvm`` and ``driver`` versions (None: absent or unreadable).
-    simulated : bool
-        The kernels ran under numba's CUDA simulator (tests only: no GPU was used).
-    """
+    """What :func:`check_gpu` found."""
 
     ok: bool
     problem: str | None
@@ -52,13 +27,7 @@ class GPUCheck:
     simulated: bool = False
 
     def verdict(self) -> str:
-        """Say in one line whether daskbatch's GPU kernels will be used, and if not, why.
-
-        Returns
-        -------
-        str
-            The line.
-        """
+        """Say in one line whether daskbatch's GPU kernels will be used, and if not, why."""
         if not self.ok:
             return f"daskbatch's GPU kernels will NOT be used (CuPy chunks take the slower array-API path): {self.problem}"
         if self.simulated:
@@ -75,18 +44,7 @@ def _version(name: str) -> str | None:
 
 
 def install_hint(driver: str | None = None) -> str:
-    """Name the extra that installs the GPU stack, for the CUDA major version of ``driver`` when known.
-
-    Parameters
-    ----------
-    driver : str, optional
-        The driver's CUDA version, ``"major.minor"``.
-
-    Returns
-    -------
-    str
-        E.g. ``"pip install 'daskbatch[gpu-cu12]'"``.
-    """
+    """Name the extra that installs the GPU stack, for the CUDA major version of ``driver`` when known."""
     major = driver.split(".")[0] if driver else None
     if major in ("12", "13"):
         return f"pip install 'daskbatch[gpu-cu{major}]'"
@@ -163,15 +121,7 @@ def _launch(cuda: Any, simulated: bool, versions: dict[str, str | None]) -> str 
 
 @functools.cache
 def check_gpu() -> GPUCheck:
-    """Check that CuPy chunks will go to daskbatch's GPU kernels: import, find the driver and NVVM, compile, launch.
-
-    The answer is kept for the life of the process.
-
-    Returns
-    -------
-    GPUCheck
-        The verdict, the first problem found and the versions read on the way.
-    """
+    """Check that CuPy chunks will go to daskbatch's GPU kernels: import, find the driver and NVVM, compile, launch."""
     versions: dict[str, str | None] = {"numba-cuda": _version("numba-cuda"), "nvvm": None, "driver": None}
     cuda, simulated, problem = _stack(versions)
     if problem is None:
@@ -183,15 +133,7 @@ _warned: set[str] = set()
 
 
 def warn_unless_gpu_kernels(check: GPUCheck, stacklevel: int = 2) -> None:
-    """Warn, once per problem and process, that GPU work will take the array-API path.
-
-    Parameters
-    ----------
-    check : GPUCheck
-        A result of :func:`check_gpu` (here or on a worker).
-    stacklevel : int, default 2
-        As for :func:`warnings.warn`.
-    """
+    """Warn, once per problem and process, that GPU work will take the array-API path."""
     if check.ok or check.problem in _warned:
         return
     _warned.add(str(check.problem))

@@ -27,18 +27,27 @@ The constructors (:func:`select`, :func:`standardize`, :func:`minmax`,
 
 from __future__ import annotations
 
-from daskbatch.transforms.steps._common import Step
-from daskbatch.transforms.steps.columns import Clip, Project, Select, clip, project, select
-from daskbatch.transforms.steps.pipeline import apply_all, bind_all
-from daskbatch.transforms.steps.quantile import QuantileTransform, quantile_transform
+from daskbatch.transforms.steps.columns import (
+    Clip,
+    Project,
+    Select,
+    Step,
+    apply_all,
+    bind_all,
+    clip,
+    project,
+    select,
+)
 from daskbatch.transforms.steps.scaling import (
     Impute,
     Log1p,
+    QuantileTransform,
     Rescale,
     Standardize,
     impute,
     log1p,
     minmax,
+    quantile_transform,
     robust,
     standardize,
 )

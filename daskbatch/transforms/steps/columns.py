@@ -1,26 +1,133 @@
-"""Steps that choose or combine columns: :func:`select`, :func:`clip` and :func:`project` (principal components)."""
+"""The step protocol and its helpers, and the steps that choose or combine columns: select, clip, project."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from daskbatch._typing import Array
 from daskbatch.stats._base import as_float64
-from daskbatch.transforms.steps._common import (
-    ValueWise,
-    block_namespace,
-    digest,
-    names_differ,
-    origin_of,
-)
+from daskbatch.stats.backend import device, namespace
 
-__all__ = ["Clip", "Project", "Select", "clip", "project", "select"]
+__all__ = [
+    "apply_all", "bind_all", "block_namespace", "Clip", "clip", "digest", "names_differ", "origin_of",
+    "PerFeature", "Project", "project", "Select", "select", "short", "Step", "ValueWise",
+]
 
 
-# ------------------------------------------------------------------ select
+class Step(Protocol):
+    """What :func:`daskbatch.transform` needs of a step."""
+
+    def bind(self, names: tuple[str, ...]) -> Step:
+        """Fit the step to input columns ``names``, or raise a one-line error naming the mismatch."""
+        ...
+
+    def apply(self, block: Array) -> Array:
+        """Transform one block of rows."""
+        ...
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the step for the output's provenance."""
+        ...
+
+
+def digest(*arrays: np.ndarray) -> str:
+    """Hash the arrays' float64 bytes: a step's parameters in a few characters of provenance."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def origin_of(summary: Any) -> dict[str, Any]:
+    """Say where a summary came from (its provenance ``source``, ``created``, ``ddof``, ``rows``)."""
+    prov = dict(getattr(summary, "provenance", {}) or {})
+    return {k: prov.get(k) for k in ("source", "created", "ddof", "rows")}
+
+
+def names_differ(expected: tuple[str, ...], got: tuple[str, ...]) -> str:
+    """Name the first difference between two lists of feature names, for a one-line error."""
+    if len(expected) != len(got):
+        return f"{len(expected)} features ({short(expected)}), the input has {len(got)} ({short(got)})"
+    i = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
+    return f"feature {i} named {expected[i]!r}, the input's is {got[i]!r}"
+
+
+def short(names: Sequence[str], n: int = 4) -> str:
+    """Join the first ``n`` names, with ``...`` when there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
+
+
+class ValueWise:
+    """Base of the steps that work value by value: they take any columns and keep their names."""
+
+    def bind(self, names: tuple[str, ...]) -> Any:
+        """Accept any columns."""
+        return self
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input."""
+        return tuple(names)
+
+
+class PerFeature:
+    """Base of the steps holding one value per feature of a summary: they bind to input columns by name."""
+
+    per_feature: ClassVar[tuple[str, ...]] = ()
+    step_name: ClassVar[str] = "step"
+    feature_names: tuple[str, ...]
+
+    def bind(self, names: tuple[str, ...]) -> Any:
+        """Pick the per-feature values of the input's columns, by name."""
+        names = tuple(names)
+        if names == self.feature_names:
+            return self
+        where = {n: i for i, n in enumerate(self.feature_names)}
+        missing = [n for n in names if n not in where]
+        if missing:
+            raise ValueError(
+                f"{self.step_name}: the summary has no statistics for {len(missing)} input feature(s): {short(missing)}"
+            )
+        idx = np.array([where[n] for n in names], dtype=np.int64)
+        picked = {f: getattr(self, f)[idx] for f in self.per_feature}
+        return replace(self, feature_names=names, **picked)  # type: ignore[type-var]
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Name the output columns: those of the input, once the step binds to them."""
+        return tuple(self.bind(names).feature_names)
+
+
+def block_namespace(block: Array) -> tuple[Any, Any]:
+    """Give a block's array namespace and device (NumPy's or CuPy's)."""
+    return namespace(block), device(block)
+
+
+def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], tuple[str, ...]]:
+    """Fit each step to the columns the previous ones produce."""
+    bound: list[Step] = []
+    current = tuple(str(n) for n in names)
+    for k, step in enumerate(steps):
+        if not all(hasattr(step, a) for a in ("bind", "apply", "output_features", "describe")):
+            raise TypeError(f"step {k} ({step!r}) is not a transform step (see daskbatch.transforms.steps)")
+        b = step.bind(current)
+        current = b.output_features(current)
+        bound.append(b)
+    return bound, current
+
+
+def apply_all(steps: Sequence[Step], block: Array) -> Array:
+    """Pass ``block`` through every step, in order."""
+    for step in steps:
+        block = step.apply(block)
+    return block
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,18 +145,7 @@ class Select:
     feature_names: tuple[str, ...] | None = None
 
     def bind(self, names: tuple[str, ...]) -> Select:
-        """Check the selection against the input columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Select
-            This step.
-        """
+        """Check the selection against the input columns."""
         if self.feature_names is not None and tuple(names) != self.feature_names:
             raise ValueError(f"select: the selection was made on {names_differ(self.feature_names, tuple(names))}")
         if max(self.indices) >= len(names):
@@ -57,45 +153,17 @@ class Select:
         return self
 
     def apply(self, block: Array) -> Array:
-        """Keep the selected columns of ``block``.
-
-        Parameters
-        ----------
-        block : array
-            (rows, input features).
-
-        Returns
-        -------
-        array
-            (rows, selected features).
-        """
+        """Keep the selected columns of ``block``."""
         xp, dev = block_namespace(block)
         return xp.take(block, xp.asarray(self.indices, dtype=xp.int64, device=dev), axis=1)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the selected columns.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The selected names.
-        """
+        """Name the selected columns."""
         self.bind(names)
         return tuple(names[i] for i in self.indices)
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            The indices and the input's width.
-        """
+        """Describe the step for the output's provenance."""
         return {
             "step": "select", "indices": list(self.indices),
             "n_in": None if self.feature_names is None else len(self.feature_names),
@@ -133,9 +201,6 @@ def select(selection: Any) -> Select:
     return Select(tuple(int(i) for i in idx), names)
 
 
-# ------------------------------------------------------------------ clip
-
-
 @dataclass(frozen=True)
 class Clip(ValueWise):
     """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN.
@@ -156,31 +221,14 @@ class Clip(ValueWise):
             raise ValueError(f"clip: lo {self.lo} is above hi {self.hi}")
 
     def apply(self, block: Array) -> Array:
-        """Clip one block (integers become float64 first).
-
-        Parameters
-        ----------
-        block : array
-            (rows, features).
-
-        Returns
-        -------
-        array
-            The clipped block.
-        """
+        """Clip one block (integers become float64 first)."""
         xp, _ = block_namespace(block)
         if not xp.isdtype(block.dtype, "real floating"):
             block = as_float64(block)
         return xp.clip(block, min=self.lo, max=self.hi)
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            The bounds.
-        """
+        """Describe the step for the output's provenance."""
         return {"step": "clip", "lo": self.lo, "hi": self.hi}
 
 
@@ -200,9 +248,6 @@ def clip(lo: float | None = None, hi: float | None = None) -> Clip:
     return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
 
 
-# ------------------------------------------------------------------ project
-
-
 @dataclass(frozen=True, eq=False)
 class Project:
     """Centred projection onto principal components: ``(x - pca.mean) @ pca.components.T`` in float64.
@@ -214,18 +259,7 @@ class Project:
     origin: dict[str, Any] = field(default_factory=dict)
 
     def bind(self, names: tuple[str, ...]) -> Project:
-        """Check that the input has the features the PCA was fitted on.
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        Project
-            This step.
-        """
+        """Check that the input has the features the PCA was fitted on."""
         expected = tuple(self.pca.feature_names)
         if tuple(names) != expected:
             raise ValueError(
@@ -235,44 +269,16 @@ class Project:
         return self
 
     def apply(self, block: Array) -> Array:
-        """Project one block onto the components.
-
-        Parameters
-        ----------
-        block : array
-            (rows, features).
-
-        Returns
-        -------
-        array
-            (rows, n_components).
-        """
+        """Project one block onto the components."""
         return self.pca.transform(block)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """Name the components ``pc1``, ``pc2``, ...
-
-        Parameters
-        ----------
-        names : tuple of str
-            The input's feature names.
-
-        Returns
-        -------
-        tuple of str
-            The component names.
-        """
+        """Name the components ``pc1``, ``pc2``, ..."""
         self.bind(names)
         return tuple(f"pc{i + 1}" for i in range(self.pca.n_components))
 
     def describe(self) -> dict[str, Any]:
-        """Describe the step for the output's provenance.
-
-        Returns
-        -------
-        dict
-            Components, features, method, a digest of the PCA and the summary's origin.
-        """
+        """Describe the step for the output's provenance."""
         return {
             "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
             "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale is not None,

@@ -1,0 +1,449 @@
+"""The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results.
+
+:func:`prepared_inputs` opens the inputs and chooses the device; :func:`run_statistics`
+chooses the statistics, lays the blocks out (the checkpoint's layout, the user's or
+the plan's: rechunked, label checked, on their device), runs the passes
+(:meth:`~daskbatch.engine.passes.PassRunner.run`: the second pass's histogram
+ranges are found from the first pass's results, out-of-range features flagged)
+and returns results, mergeable states and provenance, from which ``describe``
+makes the :class:`~daskbatch.Summary`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import logging
+import os
+from typing import Any, Literal
+
+import numpy as np
+
+from daskbatch import config
+from daskbatch._typing import Device
+from daskbatch._version import __version__
+from daskbatch._warnings import warn
+from daskbatch.engine.checkpoint.fingerprint import checksums_digest, listing_token
+from daskbatch.engine.checkpoint.manifest import recorded_layout
+from daskbatch.engine.devices import gpu_failure, resolve_device
+from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.passes import PassRunner, compute
+from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
+from daskbatch.engine.reduce import resolve_split_every
+from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
+from daskbatch.engine.run_options import RunOptions
+from daskbatch.engine.tiled import tiled_covariance
+from daskbatch.errors import GPUFallbackWarning, OverflowWarning, PlanError, RangeWarning
+from daskbatch.io.outputs import check_output
+from daskbatch.planning.plan import Plan, Resources
+from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch_in_plan
+from daskbatch.runtime.capacity import active_client
+from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
+from daskbatch.stats._base import reads_weights
+from daskbatch.stats.comoments import CoMomentsResult
+from daskbatch.stats.content_digest import ContentDigest
+from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
+from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
+from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
+from daskbatch.stats.registry import Kept
+from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
+from daskbatch.stats.spec import (
+    COV,
+    SKETCH,
+    Configured,
+    Requested,
+    counts_by_label,
+    counts_histograms,
+    footprint_of,
+    names_of,
+    requested,
+    user_statistics,
+)
+from daskbatch.stats.target import target_cuts
+from daskbatch.stats.wanted import describe_statistics, grouped_statistics, target_statistics
+
+__all__ = ["Computed", "input_token", "listed_token", "prepared_inputs", "run_statistics"]
+
+log = logging.getLogger("daskbatch.describe")
+
+
+@dataclasses.dataclass(frozen=True)
+class Computed:
+    """What :func:`run_statistics` returns: the data as computed, host results, the states a summary keeps, provenance."""
+
+    data: FeatureMatrix
+    results: dict[str, Any]
+    states: dict[str, Kept] | None  # None with a tiled covariance, which keeps none
+    provenance: dict[str, Any]
+
+
+# -- inputs
+
+
+def prepared_inputs(
+    x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
+) -> tuple[FeatureMatrix, DeviceChoice]:
+    """Open the inputs of a ``describe`` run and choose its device (``"auto"`` resolved)."""
+    if device != "auto":
+        device_module(device)  # a missing CuPy is named before anything is planned for the GPU
+    if target is not None and label is not None:
+        raise ValueError("label= with target= is not supported (the target takes the label's place): describe the "
+                         "classes and the target in two runs, describe(x, label=...) and describe(x, target=...)")
+    if target is not None and weights is not None:
+        raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
+    if groups is not None:
+        refuse_beside_groups(label, target)
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
+    if target is not None:
+        data = with_target(data, target)
+    if groups is not None:
+        data = with_groups(data, groups)
+    data = as_weights(weights, data)
+    where = resolve_device(device, data.x)
+    if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
+        client = active_client()
+        for check in [check_gpu()] if client is None else list(client.run(check_gpu).values()):
+            warn_unless_gpu_kernels(check, stacklevel=3)
+    return data, where
+
+
+def run_statistics(
+    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+) -> Computed:
+    """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails."""
+    # When the GPU was daskbatch's choice and fails the way a GPU fails (engine.devices.gpu_failure), the whole
+    # run is done once more on the CPU with a GPUFallbackWarning, and the provenance says so. With device="gpu",
+    # CuPy blocks (they cannot move back) or a checkpoint (its states were made on the GPU) the error is raised.
+    computed = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)
+    on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"
+    try:
+        return computed(where=where)
+    except Exception as exc:
+        fallback = where.device == "gpu" and run.device == "auto" and on_host and run.checkpoint is None
+        reason = gpu_failure(exc) if fallback else None
+        if reason is None:
+            raise
+    text = f"describe: the run on the GPU failed, {reason}; running it again on the CPU"
+    log.warning(text)
+    warn(text, GPUFallbackWarning)
+    done = computed(where=DeviceChoice("cpu", f"device='auto' fell back from the GPU: {reason}"))
+    done.provenance["device_fallback"] = reason
+    return done
+
+
+def _computed(
+    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+) -> Computed:
+    """Compute ``stats`` of ``data`` on ``where``'s device: statistics, layout, passes, results."""
+    device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
+    # -- the statistics
+    wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
+    if grouped:
+        wanted = grouped_statistics(wanted)
+    custom = user_statistics(stats)
+    for stat in custom if data.weights is not None else ():
+        if not reads_weights(stat):  # before any compute: weights would not reach it
+            raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
+
+    # -- the layout: the user's, else a resumed checkpoint's, else the plan's
+    plan, chunk_rows, split_every, layout = _run_layout(run.plan, run.split_every, run.checkpoint, run.force)
+    if targeted:
+        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, stats.mi.target_bins)
+        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
+    elif any(r.needs_label for r in wanted):
+        given_cuts, title = None, "group-key scan" if grouped else "label scan"  # negative keys: groups only
+        class_values, classes_from = resolve_classes(
+            data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
+            compute=lambda d: compute(d, run.progress, title),
+        )
+    else:
+        given_cuts, class_values, classes_from = None, None, None
+    target_mi = targeted and counts_by_label(wanted)
+    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, never tiled
+    chosen, planned = plan_dropping_sketch(
+        lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
+                               *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
+        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
+    )
+    planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
+    dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
+    wanted = tuple(r for r in wanted if r.name in planned)
+    if dropped and range_ is None:  # no given range: the last resort, said (a given one is kept)
+        range_ = "minmax"
+        warn(RangeWarning(
+            "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
+            f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
+            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1][:2]):,} bytes a feature); give range= (--range) "
+            "to choose them, or raise the worker's memory"
+        ))
+    fan_in = resolve_split_every(split_every if split_every is not None else
+                                 chosen.split_every if chosen is not None else None)
+    rows = chunk_rows if chunk_rows is not None else chosen.chunk_rows if chosen is not None else None
+    if rows is not None and max(data.x.chunks[0]) > rows:  # only larger blocks are split: merging adds a copy
+        data = dataclasses.replace(data, x=data.x.rechunk({0: rows}))
+    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
+        assert data.label is not None
+        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
+    if class_values is not None:  # checked just above, or found by scanning this very label
+        data = dataclasses.replace(data, label_checked=True)
+    data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
+    tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
+    if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
+        check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=_protected_paths(data, run.checkpoint))
+    if pairwise and tiled:  # before any compute: the tiles share one mask of complete rows
+        raise PlanError(f"cov rows='pairwise' of {data.x.shape[1]:,} features needs the covariance tile by tile "
+                        "(its state does not fit a worker), and the tiles count complete rows only; give fewer "
+                        "features or more memory per worker")
+    if pairwise and data.weights is not None:
+        raise ValueError("cov rows='pairwise' with sample weights is not implemented: the pairwise covariance "
+                         "counts each row once")
+
+    # -- the passes: the first fused, the second (histograms) on ranges found from the first's results
+    explicit = range_ is not None and not is_minmax(range_)
+    two_passes = counts_histograms(wanted) and (not explicit or found_cuts)  # target bins need a first pass
+    cached = two_passes and run.checkpoint is None and _cache_blocks(run.cache, data, chosen, device)
+    if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
+        log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
+                 f"{data.x.nbytes / 2**20:,.0f}", run.cache)
+    runner = PassRunner(data, fan_in, run.progress, run.checkpoint, run.force, passes=2 if two_passes else 1,
+                        cancel=run.cancel, keep_blocks=cached)
+    histogram = None
+    if explicit and not found_cuts and counts_histograms(wanted):
+        lo, hi = histogram_ranges(range_, data.x.shape[1])
+        by_label = counts_by_label(wanted)  # the class values are for the joint tables of 'mi' only
+        histogram = (Histogram(bins=bins, lo=lo, hi=hi, by_label=True, target_cuts=given_cuts)
+                     if by_label and given_cuts is not None else
+                     Histogram(bins=bins, lo=lo, hi=hi, by_label=by_label, classes=class_values if by_label else None))
+    first = _first_pass(wanted, ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy, tiled=tiled,
+                        class_values=class_values, histogram=histogram, custom=custom, sketch_window=sketch_window,
+                        cov_rows=stats.cov.rows)
+    # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, known now;
+    # without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
+    token = input_token(data)
+    if token is None:
+        zarr_x = getattr(data.source, "zarr_x", None)
+        first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
+
+    def second_pass(results: dict[str, Any]) -> Bundle | None:
+        """Check the first pass's results; the histograms of the second on the ranges they give (None: one pass)."""
+        m = results[Moments.name]
+        _check_moments(m, moments.nan_policy, data)
+        if not two_passes:
+            return None
+        sketch = results[Sketch.name] if range_ is None else None
+        lo, hi = histogram_ranges(range_, data.x.shape[1], m.finite_min, m.finite_max, sketch=sketch)
+        log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max"
+                  if range_ is not None else "the sketch's 0.1-99.9 % quantiles widened by its error bound, "
+                  "values detached beyond robust fences left out")
+        by_class: dict[str, Any] = (
+            {"target_cuts": given_cuts or target_cuts(results["target_sketch"], int(stats.mi.target_bins))}
+            if target_mi else {"classes": class_values if counts_by_label(wanted) else None}
+        )
+        second: list[Any] = [Histogram(bins=bins, lo=lo, hi=hi, by_label=counts_by_label(wanted), **by_class)]
+        if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
+            q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
+            second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)), hi=tuple(map(float, q_hi))))
+        return Bundle(tuple(second))
+
+    kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
+    if token is None:
+        digest = kept.pop(ContentDigest().name)
+        results.pop(digest.statistic.name)
+        token = input_token(data, read_digest=digest.statistic.finalize(digest.state))
+
+    # -- the results and their provenance
+    provenance = dict(data.provenance)
+    if grouped:
+        provenance["grouped"] = True
+    if target_mi:
+        cuts = list(kept[Histogram.name].statistic.target_cuts)
+        provenance["target"] = {**provenance["target"], "bins": len(cuts) + 1, "cuts": cuts}
+    if tiled:
+        assert chosen is not None and chosen.feature_tile is not None
+        results[CoMoments.name], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, run.cov_out,
+                                                                      stats.cov.ddof, fan_in)
+    provenance.update(
+        stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=moments.ddof,
+        bias=moments.bias, nan_policy=moments.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
+        pass_seconds=list(runner.seconds), chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
+        range_given=explicit, classes_from=classes_from, miller_madow=stats.mi.miller_madow, device=device,
+        device_reason=where.reason, cached=cached, layout=layout, plan=None if chosen is None else {
+            "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
+            "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
+        },
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), daskbatch_version=__version__,
+        input_tokens=[token],  # merge and update refuse to count these rows twice
+    )
+    if counts_histograms(wanted):
+        provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
+    if Histogram.name in results:  # the features with many values outside their range, named once, here
+        h, n = results[Histogram.name], results[Moments.name].count
+        fraction = (h.underflow + h.overflow) / np.where(n > 0, n, 1.0)
+        provenance["out_of_range"] = flag_out_of_range(fraction, data.feature_names)
+    if COV in wanted:
+        provenance["cov_rows"] = stats.cov.rows
+    # A tiled covariance has no mergeable state. The fine quantile histogram's ranges are this run's
+    # own: a merge or an update could not continue it (the sketch's dyadic grid does).
+    states = None if tiled else {
+        name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)
+    }
+    return Computed(data=data, results=results, states=states, provenance=provenance)
+
+
+# -- the steps' helpers
+
+
+def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> tuple[Any, int | None, int | None, str]:
+    """What to plan with, chunk rows and fan-in (None: the plan decides) and where they come from."""
+    # Resuming needs the grid and fan-in the checkpoint was written with (the cluster, and with it the
+    # automatic plan, may have changed since), so without a request of its own a resumed run takes the
+    # recorded layout and says so. A layout the user asked for (split_every, a Plan, Resources, or plan=None
+    # for the input's blocks) is never overridden: the checkpoint's fingerprint refuses one that differs.
+    if split_every is not None:
+        resolve_split_every(split_every)  # validate before anything else
+    recorded = None
+    if checkpoint is not None and not force and isinstance(plan, str) and plan == "auto":
+        recorded = recorded_layout(checkpoint)
+    if recorded is None:
+        return plan, None, split_every, "plan" if plan is not None else "input chunks"
+    fan_in = split_every if split_every is not None else recorded["split_every"]
+    log.info("resuming on the checkpoint's layout: chunk_rows=%s, split_every=%s", f"{recorded['chunk_rows']:,}", fan_in)
+    return None, recorded["chunk_rows"], fan_in, "checkpoint"
+
+
+def _planned(
+    plan: Any, split_every: int | None, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
+    n_classes: tuple[int, ...] | None,
+) -> Any:
+    """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
+    if plan is None:
+        return None
+    if isinstance(plan, Plan):
+        chosen = plan
+    elif (isinstance(plan, str) and plan == "auto") or isinstance(plan, Resources):
+        chosen = plan_statistics(data, names, bins=bins, resources=plan, split_every=split_every,
+                                 n_classes=None if n_classes is None else len(n_classes), device=device)
+    else:
+        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
+    if chosen.shape != tuple(data.x.shape):
+        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
+        log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
+    else:
+        for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
+            log.info("%s", line)
+    return chosen
+
+
+def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Plan | None, device: str) -> bool:
+    """Whether to keep the decoded blocks in memory between the two passes (``cache``; "auto": when they fit)."""
+    if isinstance(cache, bool):
+        return cache
+    # Only blocks read from a store (an in-memory input has no second read to save), on the
+    # host, and only with a plan, whose resources say how much memory the workers have.
+    if data.source is None or device != "cpu" or data.stage_rows is not None or chosen is None:
+        return False
+    fraction = config.get("cache-fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
+        raise ValueError(
+            f"daskbatch.cache-fraction must be a number in [0, 1] (the share of the workers' memory that "
+            f"describe's decoded blocks may take between its passes), got {fraction!r}"
+        )
+    workers = chosen.resources.memory_bytes * chosen.resources.n_workers
+    fits = data.x.nbytes <= fraction * workers
+    log.debug("cache='auto': the decoded blocks take %d bytes, %s %g of the workers' %d bytes: %s", data.x.nbytes,
+              "within" if fits else "more than", fraction, workers, "cached" if fits else "read twice")
+    return bool(fits)
+
+
+def _first_pass(
+    wanted: tuple[Requested, ...], *, ddof: int, bias: bool, nan_policy: Literal["omit", "propagate", "raise"], tiled: bool,
+    class_values: tuple[int, ...] | None, histogram: Histogram | None, custom: tuple[Any, ...] = (),
+    sketch_window: tuple[int, str, float] | None = None, cov_rows: str = "complete",
+) -> Bundle:
+    """The statistics of the first pass, fused: each block is read and cast once for all of them."""
+    built = {r.statistic for r in wanted}
+    first: list[Any] = [Moments(ddof=ddof, bias=bias, nan_policy=nan_policy)]
+    if CoMoments in built and not tiled:
+        first.append(CoMoments(ddof=ddof, rows=cov_rows))
+    if ClassMoments in built:  # by label: the runner passes the label to this bundle
+        first.append(ClassMoments(ddof=ddof, classes=class_values))
+    if Sketch in built:
+        # int32 chunk counts even with every bucket kept: half the state to zero, count into and merge
+        # (a chunk of 2**31 rows or more, and any merge that could pass int32, count in int64).
+        first.append(Sketch(count_dtype="int32") if sketch_window is None else
+                     Sketch(alpha=sketch_window[2], window=sketch_window[0], count_dtype=sketch_window[1]))
+    if histogram is not None:
+        first.append(histogram)
+    return Bundle((*first, *custom))
+
+
+def _check_moments(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
+    """Refuse NaN under ``nan_policy="raise"``; say once which features' variance overflows float64."""
+    if nan_policy == "raise" and np.any(m.nan_count > 0):
+        bad = np.flatnonzero(m.nan_count > 0)
+        listed = ", ".join(f"{data.feature_names[i]} ({int(m.nan_count[i])})" for i in bad[:10])
+        raise ValueError(f"{data.provenance['source']} holds NaN values in {bad.size} feature(s): {listed}")
+    over = np.flatnonzero(np.isposinf(np.asarray(m.var)) & np.isfinite(np.asarray(m.finite_min))
+                          & np.isfinite(np.asarray(m.finite_max)))
+    if not over.size:
+        return
+    listed = ", ".join(f"{data.feature_names[i]} (min {float(m.finite_min[i]):.3g}, max {float(m.finite_max[i]):.3g})"
+                       for i in over[:10])
+    more = f" and {over.size - 10:,} more" if over.size > 10 else ""
+    warn(OverflowWarning(
+        f"the variance of {over.size:,} feature(s) overflows float64, so their var and std are inf and their skew "
+        f"and kurtosis NaN: {listed}{more}; values ~1e154 or more from the mean are often sentinels standing for "
+        "missing values"
+    ))
+
+
+def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
+    """Covariance tile by tile into Zarr (the D x D state does not fit one worker)."""
+    import tempfile
+
+    out = os.fspath(cov_out) if cov_out is not None else os.path.join(tempfile.mkdtemp(prefix="daskbatch-cov-"), "cov.zarr")
+    if data.stage_rows is not None:  # the tiles' tasks take device blocks: move them block by block
+        data = to_device(dataclasses.replace(data, stage_rows=None), "gpu", transfer="block")
+    tc = tiled_covariance(
+        data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
+        feature_names=data.feature_names, protected=_protected_paths(data), weights=data.weights,
+    )
+    # The matrices stay in the store; the summary keeps the row count (and weight sum) and the path.
+    weight_sum = None if tc.weight_sum is None else np.float64(tc.weight_sum)
+    result = CoMomentsResult(n=np.float64(tc.n), mean=tc.mean, cov=None, corr=None, weight_sum=weight_sum)
+    return result, {"path": out, "tile": tile}
+
+
+def _protected_paths(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, Any]:
+    """Paths an output of this run must stay clear of: the input store and the checkpoint."""
+    return {"the input store": data.provenance.get("path"), "the checkpoint directory": checkpoint}
+
+
+# -- what identifies the rows: describe records it, merge and update refuse rows a summary holds already
+
+
+def input_token(data: Any, read_digest: str | None = None) -> str | None:
+    """The rows' content token: a store's chunk checksums, else ``read_digest``, else dask's name (None: not yet)."""
+    # The content's, never the path's or the files' times: a copy of a store has the same token.
+    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+
+    source = getattr(data, "source", None) or data
+    zx = getattr(source, "zarr_x", None)
+    if zx is None:
+        return f"in-memory {getattr(data, 'x', data).name}"
+    checksums = chunk_checksums(zx)
+    if checksums is not None:
+        return f"store x {len(checksums)} chunks, crc32c {checksums_digest(zx, checksums)}"
+    return None if read_digest is None else f"store x read {read_digest}"
+
+
+def listed_token(data: Any) -> str | None:
+    """The token of summaries saved before content tokens: a hash of the store's ``x`` listing (None in memory)."""
+    source = getattr(data, "source", None) or data
+    zx = getattr(source, "zarr_x", None)
+    return None if zx is None else f"store x {listing_token(zx)}"
