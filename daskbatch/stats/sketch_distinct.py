@@ -384,7 +384,8 @@ _EMPTY_STEP = -(2**20)
 def grid_bins(buckets_kept: int) -> int:
     """Bins of the dyadic grid beside ``buckets_kept`` buckets per sign: :data:`GRID_BINS`, an eighth of a narrow window."""
     # The narrow windows are wide data's, sized to fit a worker (4 kB a feature at the narrowest).
-    return GRID_BINS if buckets_kept >= 4 * GRID_BINS else buckets_kept // 8
+    # At least 2: a grid of one bin could never hold values on both sides of a multiple of its step.
+    return GRID_BINS if buckets_kept >= 4 * GRID_BINS else max(2, buckets_kept // 8)
 
 
 def empty_grid(xp: Namespace, n_features: int, bins: int, dtype: Any, dev: object = None) -> tuple[Array, Array, Array]:
