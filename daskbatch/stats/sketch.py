@@ -613,7 +613,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def grid_bins(self) -> int:
-        """Bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`).
+        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`).
 
         Returns
         -------
