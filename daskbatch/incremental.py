@@ -45,7 +45,7 @@ FIXED_OPTIONS = ("stats", "bins", "range")
 
 #: Provenance items that describe the settings (the same for every part), kept by a merge.
 _SETTINGS = (
-    "stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features", "grouped",
+    "stats", "bins", "ddof", "bias", "nan_policy", "range", "range_given", "miller_madow", "features", "grouped", "cov_rows",
 )
 
 #: Parameters that may differ between the parts of a merge: class values are merged as a union.
@@ -218,6 +218,9 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
         stats.append(MutualInformation(base=2 if summary.provenance.get("mi_units") == "bits" else "e",
                                        miller_madow=bool(summary.provenance.get("miller_madow", False)), **cuts))
     # a user's statistics are passed as the objects the summary kept (their parameters included)
+    cov = summary.states.get("cov")
+    if cov is not None and getattr(cov.statistic, "rows", "complete") == "pairwise":  # the new rows' pairs alike
+        stats = [cov.statistic if s == "cov" else s for s in stats]
     settings: dict[str, Any] = {"stats": stats + _user_statistics(summary)}
     if hist is not None:
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
@@ -270,8 +273,6 @@ def _check_has_states(summary: Summary, which: str) -> None:
         return
     if summary.provenance.get("tiled_cov"):
         why = "its covariance was computed tile by tile into a store, which keeps no mergeable state"
-    elif summary.provenance.get("cov_rows") == "pairwise":
-        why = "its pairwise covariance keeps a state a summary cannot hold yet"
     else:
         why = "it was made without them (an Accumulator, or saved by an older daskbatch)"
     raise ValueError(f"{which} holds no mergeable states ({why}); describe all the rows together instead")

@@ -122,6 +122,7 @@ def test_auto_runs_on_the_cpu_when_the_preflight_fails_and_says_so(
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="checks the machines without CUDA")
+@pytest.mark.filterwarnings("ignore::daskbatch.errors.GPUFallbackWarning")  # said once per process: see below
 def test_describe_auto_runs_on_the_cpu_and_records_why(store: str) -> None:
     auto = db.describe(store, stats=("moments",), run=db.RunOptions(device="auto"))
     assert auto.provenance["device"] == "cpu"
@@ -130,6 +131,37 @@ def test_describe_auto_runs_on_the_cpu_and_records_why(store: str) -> None:
     x = zarr.open_group(store)["X"][:]
     np.testing.assert_allclose(auto.mean, x.mean(axis=0), rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(auto.var, x.var(axis=0, ddof=1), rtol=1e-12)
+
+
+_NO_GPU_SCRIPT = """
+import warnings, numpy as np, daskbatch as db
+x = np.arange(20.0).reshape(10, 2)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    db.describe(x, stats="moments")  # device not given: quiet
+    quiet = len(seen)
+    db.describe(x, stats="moments", device="auto")
+    db.describe(x, stats="moments", device="auto")  # once per process
+try:
+    db.describe(x, stats="moments", device="gpu")
+    raised = "nothing"
+except db.GPUUnavailableError:
+    raised = "GPUUnavailableError"
+print(quiet, [type(w.message).__name__ for w in seen], raised)
+print(seen[0].message)
+"""
+
+
+@pytest.mark.skipif(gpu_problem() is None, reason="checks the machines without a working GPU")
+def test_explicit_auto_without_a_gpu_warns_once_per_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NO_GPU_SCRIPT], capture_output=True, text=True, check=True,
+                          cwd=tmp_path)
+    counts, message = done.stdout.splitlines()[:2]
+    assert counts == "0 ['GPUFallbackWarning'] GPUUnavailableError", done.stdout + done.stderr
+    assert message.startswith("device='auto' runs on the CPU: ") and "pip install 'daskbatch[gpu-cu12]'" in message
 
 
 # -- falling back to the CPU

@@ -187,10 +187,12 @@ def test_no_suspect_values_in_clean_data(kind: str) -> None:
 
 
 def test_suspect_values_need_the_sketch() -> None:
-    """With range= given no sketch is counted: suspect values are not judged (None), not said to be absent."""
+    """Without a sketch suspect values are not judged (None); range= given keeps the sketch, so they are named."""
     x = np.random.default_rng(5).normal(size=(1_000, 2))
     x[:100, 0] = -999.0
-    assert db.describe(x, stats="moments,hist", range=(-1000, 10)).suspect_values is None
+    assert db.describe(x, stats="moments").suspect_values is None
+    with pytest.warns(SuspectValueWarning, match="-999"):
+        assert db.describe(x, stats="moments,hist", range=(-1000, 10)).suspect_values is not None
 
 
 def test_cli_cov_pairwise(tmp_path: pathlib.Path) -> None:
@@ -234,12 +236,27 @@ def test_bad_pairwise_requests_are_refused_in_one_line(tmp_path: pathlib.Path) -
     assert not out.exists()
 
 
-def test_a_pairwise_summary_says_why_it_cannot_be_merged() -> None:
-    """Its state is not kept: merge refuses in one line naming the pairwise covariance, not a confusing KeyError."""
-    x = _with_nan(300, 3, 0.1, seed=10)
-    s = db.describe(x, stats=["moments", PAIRWISE])
-    with pytest.raises(ValueError, match="pairwise covariance keeps a state"):
-        db.merge(s, s)
+def test_pairwise_merge_update_and_save_load_equal_pandas(tmp_path: pathlib.Path) -> None:
+    """The pairwise state is kept with the summary: merge, update and a saved summary's update are pandas' to 1e-12."""
+    x = _with_nan(20_000, 8, 0.10, offset=100.0, seed=10)
+    cut = 7_000
+    first = _quiet_describe(da.from_array(x[:cut], chunks=(1_500, 8)), stats=["moments", PAIRWISE])
+    second = _quiet_describe(x[cut:], stats=["moments", PAIRWISE])
+    first.save(tmp_path / "first.zarr")
+    frame = pd.DataFrame(x)
+    expected_cov, expected_corr = frame.cov().to_numpy(), frame.corr().to_numpy()
+    mask = np.isfinite(x).astype(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SuspectValueWarning)
+        summaries = {
+            "merge": db.merge(first, second),
+            "update": db.update(first, x[cut:]),
+            "loaded and updated": db.update(db.load_summary(tmp_path / "first.zarr"), x[cut:]),
+        }
+    for how, s in summaries.items():
+        np.testing.assert_allclose(s.cov, expected_cov, rtol=0, atol=1e-12 * np.abs(expected_cov).max(), err_msg=how)
+        np.testing.assert_allclose(s.corr, expected_corr, rtol=0, atol=1e-12, err_msg=how)
+        assert s.cov_count == int((mask.T @ mask).min()) and s.provenance["cov_rows"] == "pairwise", how
 
 
 def test_the_planner_counts_the_pairwise_state() -> None:

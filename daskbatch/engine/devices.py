@@ -8,10 +8,13 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from daskbatch import config
+from daskbatch._arguments import GPU_INSTALL
 from daskbatch._typing import Device
+from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device
 from daskbatch.runtime.capacity import resources_auto
@@ -21,6 +24,8 @@ __all__ = ["auto_device", "configured_min_batch_bytes", "gpu_failure", "gpu_prob
 
 log = logging.getLogger("daskbatch.devices")
 KEY = "gpu-min-batch-bytes"
+#: Whether this process has said that an explicit ``device="auto"`` found no working GPU (said once).
+_told_no_gpu = False
 
 
 def configured_min_batch_bytes() -> int | None:
@@ -131,7 +136,23 @@ def resolve_device(device: Device, x: Any) -> DeviceChoice:
     block = int(x.chunks[0][0]) * row_bytes if x.chunks[0] else 0
     chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
     on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
-    return auto_device(chunk, on_gpu=on_gpu, what="chunks")
+    choice = auto_device(chunk, on_gpu=on_gpu, what="chunks")
+    problem = None if on_gpu else gpu_problem()  # the preflight's answer, kept for the process
+    if problem is not None:
+        _tell_no_gpu_once(problem)
+    return choice
+
+
+def _tell_no_gpu_once(problem: str) -> None:
+    """Warn, once per process, that an explicit ``device="auto"`` runs on the CPU for want of a GPU."""
+    # describe's device is "cpu" unless given (the CLI resolves its own "auto"), so this is the
+    # user's request: said once, not at every call, and never where no device was asked for.
+    global _told_no_gpu
+    if _told_no_gpu:
+        return
+    _told_no_gpu = True
+    warnings.warn(f"device='auto' runs on the CPU: {problem}; for the GPU, {GPU_INSTALL}", GPUFallbackWarning,
+                  stacklevel=2)
 
 
 def gpu_failure(exc: BaseException) -> str | None:

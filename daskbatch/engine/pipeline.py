@@ -169,8 +169,10 @@ def _computed(
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
     )
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
-    if planned != names_of(wanted):  # wider still: not even the narrowest windowed sketch fits
-        wanted, range_ = tuple(r for r in wanted if r.name in planned), "minmax"
+    dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
+    wanted = tuple(r for r in wanted if r.name in planned)
+    if dropped and range_ is None:  # no given range: the last resort, said (a given one is kept)
+        range_ = "minmax"
         warn(RangeWarning(
             "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
             f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
@@ -283,9 +285,9 @@ def _computed(
         provenance["out_of_range"] = flag_out_of_range(fraction, data.feature_names)
     if COV in wanted:
         provenance["cov_rows"] = stats.cov.rows
-    # A tiled covariance has no mergeable state; a pairwise one a state no saved summary can name yet. The fine
-    # quantile histogram's ranges are this run's own: a merge or an update could not continue it.
-    states = None if tiled or pairwise else {
+    # A tiled covariance has no mergeable state. The fine quantile histogram's ranges are this run's
+    # own: a merge or an update could not continue it (the sketch's dyadic grid does).
+    states = None if tiled else {
         name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)
     }
     return Computed(data=data, results=results, states=states, provenance=provenance)

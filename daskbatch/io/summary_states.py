@@ -60,6 +60,7 @@ from daskbatch.io.chunk_grid import chunk_count, max_chunks, readable_bytes, sto
 from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
 from daskbatch.stats._base import reads_label, state_key
+from daskbatch.stats.pairwise import PairwiseCoMomentsState
 from daskbatch.stats.registry import (
     Kept,
     built_in_states,
@@ -213,6 +214,8 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
+    if getattr(statistic, "rows", None) == "pairwise":  # CoMoments(rows="pairwise") keeps the pairs' state
+        return PairwiseCoMomentsState
     own = declared_state(statistic)
     assert own is not None  # a registered statistic's
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.

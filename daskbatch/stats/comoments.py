@@ -399,7 +399,7 @@ def _cov_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
 
 _PAIR = ("feature", "feature2")
 DECLARATION = Declaration(
-    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState), footprint=FOOTPRINT,
+    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState, PairwiseCoMomentsState), footprint=FOOTPRINT,
     variables={
         "cov": Variable(_PAIR, "covariance over the complete rows",
                         settings=lambda s: {**ddof_setting(s), **_pair_setting(s)}),

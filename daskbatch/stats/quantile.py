@@ -40,10 +40,14 @@ is interpolated linearly inside the cell that holds it and kept inside
 ``[min, max]``. The answer therefore
 lies in the same bin as the exact ``numpy.quantile(..., method="inverted_cdf")``
 and is within one bin width of it. Underflow and overflow mass is spread over
-``[min, lo]`` and ``[hi, max]`` when the extrema are finite. A summary made
-with ``range=`` has no sketch (one pass, no quantile histogram): its
-quantiles come from these histograms, so on a range much wider than the data
-(one bin holding them all) they are only as good as that bin.
+``[min, lo]`` and ``[hi, max]`` when the extrema are finite; only a summary
+without a sketch answers this way.
+
+**Merged, updated, or one pass** (``range=`` given, or the sketch alone): no
+quantile histogram, so the sketch's own dyadic grid
+(:func:`~daskbatch.stats.sketch_distinct.grid_fine`: 2,048 bins of a power of
+two holding ``[min, max]``, re-binned exactly at every merge) plays its part
+in :func:`fine_quantile`: within one grid bin and one bucket.
 """
 
 from __future__ import annotations

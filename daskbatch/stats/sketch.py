@@ -71,6 +71,11 @@ from daskbatch.stats.sketch_distinct import (
     compiled_distinct,
     distinct_quantile,
     empty_distinct,
+    empty_grid,
+    grid_bins,
+    grid_chunk,
+    grid_fine,
+    grid_merge,
     kept_values,
     merge_distinct,
     xp_distinct,
@@ -116,6 +121,9 @@ class SketchState(State):
     ``distinct``/``distinct_counts`` (D, k) float64 and ``distinct_held`` (D,)
     int64 are the feature's distinct finite values while it has at most ``k``
     (:mod:`daskbatch.stats.sketch_distinct`); None in a state saved before they were kept.
+    ``grid`` (D, K) counts of the finite values on the dyadic grid of
+    width ``2**grid_step`` from ``grid_first * 2**grid_step`` (D,) int64
+    (:func:`~daskbatch.stats.sketch_distinct.grid_merge`): merged quantiles are read in it.
     """
 
     counts: Array
@@ -125,6 +133,9 @@ class SketchState(State):
     distinct: Array | None = None
     distinct_counts: Array | None = None
     distinct_held: Array | None = None
+    grid: Array | None = None
+    grid_step: Array | None = None
+    grid_first: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -366,6 +377,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
             **self._distinct_fields(empty_distinct(xp, n_features, self.values_kept, dev)),
+            **self._grid_fields(empty_grid(xp, n_features, self.grid_bins, getattr(xp, self.count_dtype), dev)),
         )
 
     # ------------------------------------------------------- the contract
@@ -396,7 +408,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             empty = self.empty(xp, n_features, dev)
             if weights is None:
                 return empty
-            return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64))
+            return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64),
+                                       grid=xp.astype(empty.grid, xp.float64))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
@@ -404,7 +417,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
                 count_dtype=self._chunk_dtype(rows),
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
-                               **self._distinct_fields(compiled_distinct(x, self.values_kept, weights)))
+                               **self._distinct_fields(compiled_distinct(x, self.values_kept, weights)),
+                               **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
             # at a time keep them bounded, and merged windows are the same whatever the chunking.
@@ -451,6 +465,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return SketchState(
             counts=xp.reshape(counts, (n_features, width)), offset=xp.stack(offsets, axis=1), fmin=fmin, fmax=fmax,
             **self._distinct_fields(xp_distinct(x, self.values_kept, weights)),
+            **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
         )
 
     def merge(self, a: SketchState, b: SketchState, /) -> SketchState:
@@ -470,6 +485,9 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
         distinct = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
+        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
+        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
+            distinct.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, xp.result_type(a.counts, b.counts))))
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax,
                                **distinct)
@@ -519,12 +537,15 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             dtype = xp.float64
         counts, offset = xp.astype(states[0].counts, dtype, copy=True), states[0].offset
         fmin, fmax = states[0].fmin, states[0].fmax
-        distinct = self._distinct_of(states[0])
+        distinct, grid = self._distinct_of(states[0]), self._grid_of(states[0])
         for s in states[1:]:  # in order: float64 sums of weights round as the merges in turn do
             counts += s.counts
             offset, fmin, fmax = xp.minimum(offset, s.offset), xp.minimum(fmin, s.fmin), xp.maximum(fmax, s.fmax)
             distinct = merge_distinct(distinct, self._distinct_of(s), self.values_kept)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct))
+            other = self._grid_of(s)
+            grid = None if grid is None or other is None else grid_merge(grid, other, fmin, fmax, dtype)
+        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct),
+                           **({} if grid is None else self._grid_fields(grid)))
 
     @property
     def values_kept(self) -> int:
@@ -568,6 +589,51 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         exact = distinct_quantile(to_numpy(s.distinct), to_numpy(s.distinct_counts), to_numpy(s.distinct_held),
                                   counts[:, 0], counts[:, 2], q, weighted=counts.dtype.kind == "f")
         return exact[:, 0] if np.ndim(q) == 0 else exact
+
+    def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
+        """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`.
+
+        Parameters
+        ----------
+        s : SketchState
+            The state of all the rows.
+
+        Returns
+        -------
+        counts : numpy.ndarray
+            (D, bins + 2): the count of ``-inf``, the grid's bins, the count of ``+inf``.
+        ranges : numpy.ndarray
+            (D, 2): each feature's grid's lower and upper edge.
+        """
+        w = self.buckets_kept
+        ends = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
+        grid = self._grid_of(s)
+        assert grid is not None
+        counts, step, first = (to_numpy(a) for a in grid)
+        return grid_fine(counts, step, first, ends[:, 0], ends[:, 2])
+
+    @property
+    def grid_bins(self) -> int:
+        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`).
+
+        Returns
+        -------
+        int
+            The grid's bins.
+        """
+        return grid_bins(self.buckets_kept)
+
+    @staticmethod
+    def _grid_of(s: SketchState) -> tuple[Array, Array, Array] | None:
+        """The grid of ``s`` (counts, step, first), None for a state built without one."""
+        if s.grid is None or s.grid_step is None or s.grid_first is None:
+            return None
+        return s.grid, s.grid_step, s.grid_first
+
+    @staticmethod
+    def _grid_fields(grid: tuple[Array, Array, Array]) -> dict[str, Array]:
+        """The keyword arguments of :class:`SketchState` for its grid."""
+        return dict(zip(("grid", "grid_step", "grid_first"), grid, strict=True))
 
     @staticmethod
     def _distinct_fields(distinct: tuple[Array, Array, Array]) -> dict[str, Array]:

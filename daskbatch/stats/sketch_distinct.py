@@ -17,6 +17,17 @@ chunking and merge order, so :func:`distinct_quantile` then answers
 exact rank), after ``describe``, :func:`daskbatch.merge` and
 :func:`daskbatch.update` alike. Counts are float64: exact integers for
 unweighted rows.
+
+**The dyadic grid.** A bucket spans ``2·alpha`` of ``|v|``: far from zero
+(290 ± 1) it is wider than the spread. ``describe`` narrows it with a second
+pass's fine histogram, whose range is its own; a merge or an update has
+none. So a state also counts each feature's finite values on a grid of
+:func:`grid_bins` bins of width ``2**step`` starting at ``first * 2**step``:
+the finest power of two whose grid holds the feature's ``[min, max]``. Grids
+of powers of two nest, so a merge re-bins both onto the finest grid that
+holds the union (a function of the union's extrema alone: any chunking and
+merge order gives the same counts) and the merged quantiles are read inside
+one grid bin and one bucket, as ``describe``'s (:func:`grid_fine`).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
-from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
+from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
 __all__ = [
@@ -35,6 +46,11 @@ __all__ = [
     "distinct_scratch_bytes",
     "distinct_quantile",
     "empty_distinct",
+    "empty_grid",
+    "grid_bins",
+    "grid_chunk",
+    "grid_fine",
+    "grid_merge",
     "kept_values",
     "merge_distinct",
     "xp_distinct",
@@ -357,3 +373,118 @@ def distinct_quantile(
         cell = np.minimum(np.searchsorted(cdf, at, side="left"), n + 1)
         out[d] = np.concatenate([[-np.inf], values[d, :n], [np.inf]])[cell]
     return out
+
+
+#: Bins of the grid with every sketch bucket kept (16 kB a feature, 7 % of its state).
+GRID_BINS = 2048
+#: The step of a feature without finite values: below every other, so a merge's maximum ignores it.
+_EMPTY_STEP = -(2**20)
+
+
+def grid_bins(buckets_kept: int) -> int:
+    """Bins of the dyadic grid beside ``buckets_kept`` buckets per sign: :data:`GRID_BINS`, an eighth of a narrow window."""
+    # The narrow windows are wide data's, sized to fit a worker (4 kB a feature at the narrowest).
+    # At least 2: a grid of one bin could never hold values on both sides of a multiple of its step.
+    return GRID_BINS if buckets_kept >= 4 * GRID_BINS else max(2, buckets_kept // 8)
+
+
+def empty_grid(xp: Namespace, n_features: int, bins: int, dtype: Any, dev: object = None) -> tuple[Array, Array, Array]:
+    """The grid of no values: zero counts (D, bins), the empty step and first bin 0 (D,)."""
+    return (xp.zeros((n_features, bins), dtype=dtype, device=dev),
+            xp.full((n_features,), _EMPTY_STEP, dtype=xp.int64, device=dev),
+            xp.zeros((n_features,), dtype=xp.int64, device=dev))
+
+
+def _grid_steps(fmin: np.ndarray, fmax: np.ndarray, bins: int, at_least: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The finest step (at least ``at_least``) whose grid of ``bins`` holds ``[fmin, fmax]``, and its first bin."""
+    some = fmin <= fmax
+    lo, hi = np.where(some, fmin, 0.0), np.where(some, fmax, 0.0)
+    # Below 2**(exponent - 53) a step would only split one float's ulp: the finest step considered.
+    finest = np.frexp(np.maximum(np.abs(lo), np.abs(hi)))[1].astype(np.int64) - 53
+    # A step of 2**(exponent(span) - bit_length(bins) - 1) leaves over 2 * bins bins: the search starts there.
+    span_exponent = np.frexp(hi * 0.5 - lo * 0.5)[1].astype(np.int64) + 1  # halves: no overflow to inf
+    step = np.maximum(np.where(hi > lo, span_exponent - bins.bit_length() - 1, finest), finest)
+    if at_least is not None:
+        step = np.maximum(step, at_least)
+    while True:  # a few rounds: the start is at most three steps below the answer
+        wide = np.floor(np.ldexp(hi, -step)) - np.floor(np.ldexp(lo, -step)) > bins - 1
+        if not wide.any():
+            break
+        step = np.where(wide, step + 1, step)
+    first = np.floor(np.ldexp(lo, -step)).astype(np.int64)
+    return np.where(some, step, _EMPTY_STEP), np.where(some, first, 0)
+
+
+def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | None, dtype: Any
+               ) -> tuple[Array, Array, Array]:
+    """A chunk's grid counts (D, bins), steps and first bins (D,), from its finite extrema."""
+    xp = namespace(x)
+    step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins)
+    n_features = x.shape[1]
+    if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
+        from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
+        from daskbatch.stats.kernels._numba_sketch import grid_counts  # lazy: numba
+
+        counts = np.zeros((n_features, bins), dtype=dtype)
+        data, lut = _bits(x)
+        w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        grid_counts(data, lut, w, step, first, counts)
+        return counts, step, first
+    dev = device(x)
+    x = xp.astype(x, xp.float64)
+    # Scaled by 2**-step in two exact halves: one factor could overflow for the tiniest steps.
+    scaled = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values bins nothing
+    half = scaled // 2
+    scale_a = xp.asarray(np.ldexp(1.0, -half), device=dev)
+    scale_b = xp.asarray(np.ldexp(1.0, -(scaled - half)), device=dev)
+    finite = xp.isfinite(x)
+    index = xp.astype(xp.floor(xp.where(finite, x, 0.0) * scale_a * scale_b), xp.int64)
+    index = xp.clip(index - xp.asarray(first, device=dev), 0, bins - 1)
+    flat = index + xp.arange(n_features, dtype=xp.int64, device=dev)[None, :] * bins
+    flat = xp.where(finite, flat, xp.full_like(flat, n_features * bins))  # NaN and ±inf: a bin past the last
+    if weights is None:
+        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * bins + 1)
+    else:
+        each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
+        counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * bins + 1)
+    counts = xp.reshape(xp.astype(counts[: n_features * bins], dtype), (n_features, bins))
+    return counts, xp.asarray(step, device=dev), xp.asarray(first, device=dev)
+
+
+def grid_merge(a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], fmin: Array, fmax: Array,
+               dtype: Any = None) -> tuple[Array, Array, Array]:
+    """Two grids (counts, step, first) re-binned onto the finest that holds the union's ``[fmin, fmax]``, added."""
+    xp = namespace(a[0], b[0])
+    counts_a, counts_b = a[0], b[0]
+    dtype = xp.result_type(counts_a, counts_b) if dtype is None else dtype
+    n_features, bins = counts_a.shape
+    steps = [to_numpy(a[1]), to_numpy(b[1])]
+    step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins, at_least=np.maximum(*steps))
+    firsts = [to_numpy(a[2]), to_numpy(b[2])]
+    dev = device(counts_a)
+    if all(np.array_equal(s, step) and np.array_equal(f, first) for s, f in zip(steps, firsts, strict=True)):
+        return (xp.astype(counts_a, dtype) + xp.astype(counts_b, dtype), xp.asarray(step, device=dev),
+                xp.asarray(first, device=dev))
+    out = xp.zeros((n_features * bins,), dtype=xp.float64, device=dev)
+    for counts, part_step, part_first in zip((counts_a, counts_b), steps, firsts, strict=True):
+        # Bin i of a finer grid lies in bin (first_part + i) >> (step - step_part) of the coarser one
+        # (an arithmetic shift floors negative bins too); an empty grid's bins hold nothing.
+        shift = np.clip(step - part_step, 0, 62)
+        index = ((part_first[:, None] + np.arange(bins)[None, :]) >> shift[:, None]) - first[:, None]
+        flat = np.clip(index, 0, bins - 1) + np.arange(n_features)[:, None] * bins
+        out += weighted_bincount(xp, xp.asarray(flat.reshape(-1), device=dev),
+                                 xp.reshape(xp.astype(counts, xp.float64), (-1,)), minlength=n_features * bins)
+    # float64 sums: exact for counts below 2**53
+    return xp.reshape(xp.astype(out, dtype), (n_features, bins)), xp.asarray(step, device=dev), xp.asarray(first, device=dev)
+
+
+def grid_fine(counts: np.ndarray, step: np.ndarray, first: np.ndarray, below: np.ndarray, above: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The grid as :func:`~daskbatch.stats.quantile.fine_quantile`'s fine histogram: -inf and +inf counts outside."""
+    bins = counts.shape[1]
+    cells = np.concatenate([below[:, None], counts, above[:, None]], axis=1)
+    step = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values: [0, bins], all empty
+    ranges = np.stack([np.ldexp(first.astype(np.float64), step), np.ldexp((first + bins).astype(np.float64), step)],
+                      axis=1)
+    return cells, ranges

@@ -131,12 +131,11 @@ class Summary:
             passes), the quantile histogram's value at the exact rank, kept
             inside the sketch bucket that holds the exact quantile: within
             ``min(one fine bin, 2·alpha/(1-alpha)·|v|)`` of it (see
-            :mod:`daskbatch.stats.quantile`); for a merged or updated summary
-            (whose parts' quantile histograms had ranges of their own), the
-            histograms narrow the sketch bucket the same way, within one of
-            their bins; else the sketch when the summary has one, else the
-            histograms (a summary made with ``range=`` has no sketch: within
-            one bin of the given range, kept inside ``[min, max]``). With
+            :mod:`daskbatch.stats.quantile`); for a merged or updated summary,
+            or one pass (``range=`` given), the sketch's dyadic grid narrows
+            the bucket the same way, within one of its bins; else the sketch
+            when the summary has one, else the histograms (within one bin,
+            kept inside ``[min, max]``). With
             ``"auto"`` and ``"sketch"``, a feature whose rows hold few distinct
             finite values (at most 1,024 with every sketch bucket kept; integers,
             pixels, rounded values, small tables) answers its exact quantiles,

@@ -28,8 +28,12 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
         layout = Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
                         None if kept is None else int(kept))
         fine, source = None, "sketch"
+        kept = (summary.states or {}).get("sketch")
         if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
             fine, source = (summary.quantile_counts, summary.quantile_range), "sketch and quantile histogram"
+        elif method == "auto" and kept is not None and kept.state.grid is not None:
+            # Merged, updated or one pass on given ranges: the sketch's own dyadic grid narrows its bucket.
+            fine, source = kept.statistic.fine_grid(kept.state), "sketch and its grid"
         elif method == "auto" and summary.hist_counts is not None and summary.hist_edges is not None:
             # A merged or updated summary: its parts' quantile histograms had ranges of their own and
             # were left out, but the histograms share theirs, so they narrow the sketch's bucket instead
@@ -41,7 +45,6 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
             summary.sketch_counts, int(spec["first_slot"]), layout,
             summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
         )
-        kept = (summary.states or {}).get("sketch")
         # A feature with few distinct values (integers, pixels, rounded data, few rows) has them all in the
         # sketch's state: its quantiles are the data values at their exact ranks, merged or not.
         exact = None if kept is None else kept.statistic.exact_quantile(kept.state, q)

@@ -357,3 +357,18 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
         offset[j, 0] = 0 if n_neg[j] else n
         offset[j, 1] = 0 if n_pos[j] else n
     return fmin, fmax
+
+
+@_jit
+def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
+    """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
+    # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
+    rows, n_features = x.shape
+    top = counts.shape[1] - 1
+    for i in range(rows):
+        w = _weight(weights, i)
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                b = np.int64(math.floor(math.ldexp(v, -step[j]))) - first[j]
+                counts[j, min(max(b, 0), top)] += w
