@@ -25,38 +25,23 @@ def _figure(width: float, height: float) -> Any:
     try:
         from matplotlib.figure import Figure  # lazy: matplotlib
     except ImportError:  # an optional dependency: say which extra brings it
-        raise ImportError(
-            "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
-        ) from None
-    # A script that imported pyplot shows figures with plt.show(): only pyplot's own figures appear
-    # there. In a notebook, pyplot's inline backend would show the figure a second time (it also
-    # displays as the cell's value), and elsewhere a bare Figure needs no GUI backend or global state.
+        raise ImportError("summary.plot needs matplotlib: pip install 'daskbatch[notebook]'") from None
+    # A script that imported pyplot shows figures with plt.show(), and only pyplot's own. In a notebook,
+    # pyplot's inline backend would show a figure twice (it also displays as the cell's value).
     if "matplotlib.pyplot" in sys.modules and not in_jupyter():
         import matplotlib.pyplot as plt  # lazy: matplotlib
 
         return plt.figure(figsize=(width, height), layout="constrained")
-    if in_jupyter():
-        _show_figures_inline(Figure)
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _show_figures_inline(figure_class: type) -> None:
-    """Have a returned Figure shown as a PNG in a Jupyter kernel, as ``%matplotlib inline`` would."""
-    # IPython registers its PNG formatter for figures only once pyplot's inline backend has been loaded; a
-    # Figure made without pyplot would otherwise show as ``<Figure size ...>`` text. A formatter already there
-    # (the user's ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is None or not hasattr(shell, "display_formatter"):
-        return
-    png = shell.display_formatter.formatters["image/png"]
-    try:
-        png.lookup_by_type(figure_class)
-    except KeyError:
+    if in_jupyter():  # IPython shows a bare Figure as a PNG only once pyplot's backend registered that
+        from IPython import get_ipython
         from IPython.core.pylabtools import print_figure
 
-        png.for_type(figure_class, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+        png = get_ipython().display_formatter.formatters["image/png"]
+        try:  # the user's own formatter (%matplotlib inline, InlineBackend.figure_formats) is kept
+            png.lookup_by_type(Figure)
+        except KeyError:
+            png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def figure_axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
@@ -119,58 +104,20 @@ def ranked_bars(
     ax.set_xlabel(xlabel)
 
 
-def _correlated_subset(corr: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` features with the largest off-diagonal |r| (all when there are <= k)."""
-    if corr.shape[0] <= k:
-        return np.arange(corr.shape[0])
+def _correlated_order(corr: np.ndarray, k: int, cluster: bool) -> np.ndarray:
+    """The ``k`` features with the largest off-diagonal |r|, in average-linkage leaf order on 1 - |r| (scipy)."""
     strength = np.abs(np.where(np.isfinite(corr), corr, 0.0))
     np.fill_diagonal(strength, 0.0)
-    return np.sort(np.argsort(-strength.max(axis=1), kind="stable")[:k])
-
-
-def _clustered_order(corr: np.ndarray) -> np.ndarray:
-    """Leaf order of average-linkage clustering on the distance 1 - |r| (scipy)."""
-    if corr.shape[0] < 3:
-        return np.arange(corr.shape[0])
+    pick = np.sort(np.argsort(-strength.max(axis=1), kind="stable")[:k])
+    if not cluster or len(pick) < 3:
+        return pick
     from scipy.cluster.hierarchy import leaves_list, linkage  # lazy: scipy
     from scipy.spatial.distance import squareform  # lazy: scipy
 
-    dist = 1.0 - np.abs(np.where(np.isfinite(corr), corr, 0.0))
+    dist = 1.0 - strength[np.ix_(pick, pick)]
     np.fill_diagonal(dist, 0.0)
     dist = (dist + dist.T) / 2  # exact symmetry for squareform
-    return leaves_list(linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average"))
-
-
-def _class_labels(summary: Any, joint: np.ndarray) -> list[str]:
-    """The class values of the joint histogram's last axis, as legend labels."""
-    values = summary.classes if summary.classes is not None else summary.provenance.get("class_values")
-    if values is None or len(values) != joint.shape[2]:
-        values = range(joint.shape[2])
-    return [str(int(v)) for v in values]
-
-
-def _outside_note(summary: Any, i: int) -> str:
-    """``"outside range: 3 below, 1 above (<0.1%)"`` for feature ``i``, or ``""``."""
-    if summary.underflow is None or summary.overflow is None:
-        return ""
-    under, over = int(np.asarray(summary.underflow)[i]), int(np.asarray(summary.overflow)[i])
-    if not (under or over):
-        return ""
-    total = max(int(np.asarray(summary.count)[i]), 1)
-    return f"outside range: {under:,} below, {over:,} above ({format_percent((under + over) / total)})"
-
-
-def _mi_bias(summary: Any) -> float | None:
-    """The MI of independent data, (B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows."""
-    if summary.joint_counts is None or summary.mi is None:
-        return None
-    count = np.asarray(summary.count)
-    n = float(np.max(count)) if count.size else 0.0
-    if n <= 0:
-        return None
-    bins, classes = summary.joint_counts.shape[1] - 2, summary.joint_counts.shape[2]
-    bias = (bins - 1) * (classes - 1) / (2.0 * n)
-    return bias / math.log(2) if summary.provenance.get("mi_units") == "bits" else bias
+    return pick[leaves_list(linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average"))]
 
 
 class SummaryPlot:
@@ -188,11 +135,8 @@ class SummaryPlot:
         if s.corr is None:
             raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
         corr = np.asarray(s.corr, dtype=np.float64)
-        pick = _correlated_subset(corr, k)
+        pick = _correlated_order(corr, k, cluster)
         sub = corr[np.ix_(pick, pick)]
-        if cluster:
-            order = _clustered_order(sub)
-            pick, sub = pick[order], sub[np.ix_(order, order)]
         names = [s.feature_names[i] for i in pick]
         side = min(12.0, max(4.0, 0.22 * len(names) + 2.0))
         fig, ax = figure_axes(ax, side + 1.2, side)
@@ -225,8 +169,12 @@ class SummaryPlot:
         nrows = math.ceil(len(index) / ncols)
         fig = fig if fig is not None else _figure(3.2 * ncols + 1.2, 2.7 * nrows + 0.6)
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-        joint = s.joint_counts if by_class and s.joint_counts is not None else None
-        classes = _class_labels(s, joint) if joint is not None else []
+        joint: Any = s.joint_counts if by_class else None
+        classes: list[str] = []
+        if joint is not None:
+            values = s.classes if s.classes is not None else s.provenance.get("class_values")
+            ok = values is not None and len(values) == joint.shape[2]
+            classes = [str(int(v)) for v in (values if ok else range(joint.shape[2]))]
         lines = 0 < len(classes) <= len(CLASS_COLOURS)
         mesh = None
         mean, std = np.asarray(s.mean, dtype=np.float64), np.asarray(s.std, dtype=np.float64)
@@ -245,14 +193,14 @@ class SummaryPlot:
                 ink = "w"
             else:
                 ax.stairs(s.hist_counts[i], edges, fill=True, alpha=0.7)
-            if np.isfinite(mean[i]):
-                ax.axvline(mean[i], color=ink, linewidth=1)
-                if np.isfinite(std[i]):
-                    for v in (mean[i] - std[i], mean[i] + std[i]):
-                        ax.axvline(v, color=ink, linewidth=0.8, linestyle="--")
-            outside = _outside_note(s, i)
-            # the note goes under the name, above the axes: never over the data or a legend
-            ax.set_title(s.feature_names[i] + (f"\n{outside}" if outside else ""), fontsize=9)
+            for v, style in ((mean[i], "-"), (mean[i] - std[i], "--"), (mean[i] + std[i], "--")):
+                if np.isfinite(v):
+                    ax.axvline(v, color=ink, linewidth=1 if style == "-" else 0.8, linestyle=style)
+            under, over = (int(np.asarray(c)[i]) if c is not None else 0 for c in (s.underflow, s.overflow))
+            # the out-of-range note goes under the name, above the axes: never over the data or a legend
+            percent = format_percent((under + over) / max(int(np.asarray(s.count)[i]), 1))
+            note = f"\noutside range: {under:,} below, {over:,} above ({percent})"
+            ax.set_title(s.feature_names[i] + (note if under or over else ""), fontsize=9)
             ax.set_xlabel("value")
             ax.set_ylabel("class" if classes and not lines else "count")
         for ax in axes[len(index):]:
@@ -281,9 +229,12 @@ class SummaryPlot:
         if ranked.empty:
             raise ValueError("this summary has no mutual information: describe(x, label, ...)")
         fig, ax = figure_axes(ax, 8.0, 0.28 * len(ranked) + 1.8)
-        bias = _mi_bias(s)
-        marks = [(bias, f"independence bias {bias:.2g}")] if bias is not None else []
         units = s.provenance.get("mi_units", "nats")
+        n, marks = float(np.max(np.asarray(s.count), initial=0.0)), list[tuple[float, str]]()
+        if s.joint_counts is not None and n > 0:  # the MI of independent data: (B - 1)(K - 1) / 2N, B bins, K classes
+            bins, classes = s.joint_counts.shape[1] - 2, s.joint_counts.shape[2]
+            bias = (bins - 1) * (classes - 1) / (2.0 * n) / (math.log(2) if units == "bits" else 1.0)
+            marks = [(bias, f"independence bias {bias:.2g}")]
         ranked_bars(ax, [str(n) for n in ranked.index], ranked.to_numpy(dtype=np.float64), marks,
                     f"mutual information with the label ({units}, log scale)")
         ax.set_title(f"Mutual information: top {shown_of(len(ranked), s.n_features)}")
@@ -292,8 +243,8 @@ class SummaryPlot:
     def quantiles(self, features: Sequence[str | int] | None = None, *, k: int = 30, ax: Any = None) -> Any:
         """Box view of ``features`` (else the ``k`` most informative) from the quantiles, in the data's own units.
 
-        Box q25–q75, median line, whiskers q01–q99, min/max ticks; a symmetric log axis when the rows' ranges differ
-        reach past 50 typical box widths. ``ax``: matplotlib axes to draw into. Returns the Figure.
+        Box q25–q75, median line, whiskers q01–q99, min/max ticks; a symmetric log axis when a row reaches past 50
+        typical box widths. ``ax``: matplotlib axes to draw into. Returns the Figure.
         """
         s = self._summary
         index, ranked = _feature_index(s, features, k)
@@ -321,8 +272,9 @@ class SummaryPlot:
         return fig
 
     def __call__(self, kind: str = "hist", **options: Any) -> Any:
-        """Draw one figure by kind (``"hist"``, ``"corr"``, ``"mi"``, ``"quantiles"``); ``options`` are that method's."""
-        kinds = {"hist": self.histograms, "corr": self.correlation, "mi": self.mi, "quantiles": self.quantiles}
+        """Draw one figure by kind (``"hist"``, ``"corr"``, ``"mi"``, ``"quantiles"``), with that method's options."""
+        kinds: dict[str, Any] = {"hist": self.histograms, "corr": self.correlation, "mi": self.mi,
+                                 "quantiles": self.quantiles}
         if kind not in kinds:
             raise ValueError(f"kind must be one of {sorted(kinds)}, got {kind!r}")
         return kinds[kind](**options)
