@@ -25,7 +25,9 @@ def _figure(width: float, height: float) -> Any:
     try:
         from matplotlib.figure import Figure  # lazy: matplotlib
     except ImportError:  # an optional dependency: say which extra brings it
-        raise ImportError("summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)") from None
+        raise ImportError(
+            "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
+        ) from None
     # A script that imported pyplot shows figures with plt.show(), and only pyplot's own. In a notebook,
     # pyplot's inline backend would show a figure twice (it also displays as the cell's value).
     if "matplotlib.pyplot" in sys.modules and not in_jupyter():
