@@ -231,8 +231,8 @@ def _drift(summary: db.Summary) -> db.Drift:
     y = rng.integers(0, 3, ROWS)
     x = rng.standard_normal((ROWS, D)) + np.linspace(0.0, 0.3, D)
     x[:, 7] += 1.0 * y + 0.5
-    return db.compare(summary, db.describe(x, y, like=summary, feature_names=summary.feature_names,
-                                           run=db.RunOptions(plan=None)))
+    options = db.RunOptions(plan=None, like=summary, feature_names=summary.feature_names)
+    return db.compare(summary, db.describe(x, y, run=options))
 
 
 def test_every_plot_method_names_its_options_and_takes_k(summary: db.Summary) -> None:
