@@ -90,7 +90,7 @@ def ranked_bars(
     # A log axis: small values (the drifts below 0.1, the MI near its bias) keep a visible length.
     positive = [v for v in (*values, *(x for x, _ in marks)) if np.isfinite(v) and v > 0] or [1.0]
     lo = min(positive) / 3
-    hi = max(max(positive) * 4, lo * 300)  # room for the value labels and the marks' names
+    hi = max(max(positive) * 4, lo * 100)  # room for the value labels and the marks' names
     ax.set_xscale("log")
     ax.barh(list(names)[::-1], np.where(values > lo, values - lo, 0.0), left=lo, color="tab:blue", zorder=2)
     for y, v in enumerate(values):
