@@ -321,3 +321,18 @@ def test_quantile_rows_of_different_spread_differ_visibly() -> None:
     centres = [bar.get_window_extent().x0 + bar.get_window_extent().width / 2 for bar in ax.patches]
     assert centres[2] < centres[0] < centres[1]  # medians -2, 0, 3 in place
     assert ax.get_legend() is not None and _layout_problems(fig) == []
+
+
+def test_bad_counts_and_features_are_refused_in_one_line(summary: db.Summary) -> None:
+    drift = _drift(summary)
+    calls = [summary.plot.correlation, summary.plot.histograms, summary.plot.mi, summary.plot.quantiles, drift.plot]
+    for bad in (0, -3, 2.5, True):
+        for call in calls:
+            with pytest.raises(ValueError, match=rf"k is how many features to show: .* at least 1; got {bad!r}$"):
+                call(k=bad)
+    for call in (summary.plot.histograms, summary.plot.quantiles):
+        with pytest.raises(ValueError, match="features is empty: name at least one feature"):
+            call([])
+        with pytest.raises(IndexError, match="no feature at index 50: the summary has 50 features"):
+            call([1, 50])
+    assert summary.plot.quantiles([-1]).axes[0].get_yticklabels()[0].get_text() == "gene_49"

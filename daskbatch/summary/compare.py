@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.io.outputs import check_output, write_json
-from daskbatch.summary.plotting import figure_axes, ranked_bars, shown_of
+from daskbatch.summary.plotting import checked_k, figure_axes, ranked_bars, shown_of
 from daskbatch.summary.record import Summary
 
 __all__ = ["PSI_FLOOR", "Drift", "compare"]
@@ -108,7 +108,7 @@ class Drift:  # numpydoc ignore=PR02
         matplotlib.figure.Figure
             The figure drawn on.
         """
-        top = self.top(k, "psi")
+        top = self.top(checked_k(k), "psi")
         fig, ax = figure_axes(ax, 7.0, 0.28 * len(top) + 1.8)
         ranked_bars(ax, [str(n) for n in top.index], top["psi"].to_numpy(dtype=np.float64),
                     [(0.1, "0.1 moderate"), (0.25, "0.25 large")], "population stability index (log scale)")

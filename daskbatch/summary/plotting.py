@@ -12,7 +12,7 @@ import numpy as np
 from daskbatch.runtime.progress import in_jupyter
 from daskbatch.summary.reprs import format_percent
 
-__all__ = ["CLASS_COLOURS", "SummaryPlot", "figure_axes", "ranked_bars", "shown_of"]
+__all__ = ["CLASS_COLOURS", "SummaryPlot", "checked_k", "figure_axes", "ranked_bars", "shown_of"]
 
 #: Line colours of up to 12 classes: tab10 and two more hues, no light/dark pairs. Past 12 classes the
 #: histograms show one heat-map row a class instead: more lines would tangle past reading.
@@ -54,6 +54,13 @@ def figure_axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
     return fig, fig.add_subplot()
 
 
+def checked_k(k: int) -> int:
+    """``k``, the number of features to show, when it is at least 1; else a ValueError that says so."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k is how many features to show: a whole number of at least 1; got {k!r}")
+    return int(k)
+
+
 def shown_of(k: int, n: int) -> str:
     """``"30 of 200 features"`` when a subset is shown, else ``"200 features"``."""
     return f"{k:,} of {n:,} features" if k < n else f"{n:,} features"
@@ -64,15 +71,19 @@ def _feature_index(summary: Any, features: Sequence[str | int] | None, k: int) -
     names = list(summary.feature_names)
     if features is None:
         if summary.mi is not None:
-            return [names.index(n) for n in summary.top_mi(k).index], "most informative by MI first"
+            return [names.index(n) for n in summary.top_mi(checked_k(k)).index], "most informative by MI first"
         var = np.asarray(summary.var, dtype=np.float64)
         order = np.argsort(-np.where(np.isfinite(var), var, -np.inf), kind="stable")
-        return [int(i) for i in order[:k]], "largest variance first"
+        return [int(i) for i in order[: checked_k(k)]], "largest variance first"
     index = []
     for f in features:
         if isinstance(f, str) and f not in names:
             raise KeyError(f"no feature named {f!r}; the summary has {len(names)} features ({names[:5]}...)")
-        index.append(names.index(f) if isinstance(f, str) else int(f))
+        if not isinstance(f, str) and not -len(names) <= int(f) < len(names):
+            raise IndexError(f"no feature at index {f}: the summary has {len(names)} features")
+        index.append(names.index(f) if isinstance(f, str) else int(f) % len(names))
+    if not index:
+        raise ValueError("features is empty: name at least one feature, or leave it out for the k most informative")
     return index, ""
 
 
@@ -137,7 +148,7 @@ class SummaryPlot:
         if s.corr is None:
             raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
         corr = np.asarray(s.corr, dtype=np.float64)
-        pick = _correlated_order(corr, k, cluster)
+        pick = _correlated_order(corr, checked_k(k), cluster)
         sub = corr[np.ix_(pick, pick)]
         names = [s.feature_names[i] for i in pick]
         side = min(12.0, max(4.0, 0.22 * len(names) + 2.0))
@@ -227,7 +238,7 @@ class SummaryPlot:
         draw into (a new figure when not given). Returns the Figure.
         """
         s = self._summary
-        ranked = s.top_mi(k)
+        ranked = s.top_mi(checked_k(k))
         if ranked.empty:
             raise ValueError("this summary has no mutual information: describe(x, label, ...)")
         fig, ax = figure_axes(ax, 8.0, 0.28 * len(ranked) + 1.8)
