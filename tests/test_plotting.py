@@ -37,7 +37,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def test_correlation_shows_names_of_the_most_correlated_in_clustered_order(summary: db.Summary) -> None:
-    fig = summary.plot.correlation(max_features=10)
+    fig = summary.plot.correlation(k=10)
     assert isinstance(fig, Figure)
     _png(fig)
     ax = fig.axes[0]
@@ -60,9 +60,10 @@ def test_histogram_grid_overlays_classes_marks_mean_and_notes_overflow(summary: 
     # the out-of-range note sits under the name, as a percentage that is never a rounded 0.0%
     assert titles[1] == "gene_5\noutside range: 0 below, 1 above (<0.1%)"
     assert all(a.get_xlabel() == "value" and a.get_ylabel() == "count" for a in visible)
-    # three class outlines per panel, and the figure's legend (outside the panels) names them
+    # three class outlines per panel, and a legend inside the first panel names them
     assert len(visible[0].patches) == 3
-    (legend,) = fig.legends
+    legend = visible[0].get_legend()
+    assert not fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2"] and legend.get_title().get_text() == "class"
     # mean and mean ± std
     assert len(visible[0].lines) == 3
@@ -94,6 +95,12 @@ def test_quantile_view_and_kind_dispatch(summary: db.Summary) -> None:
 # ------------------------------------------------------------------ layout: nothing overlaps
 
 
+def _inside(box, outer, slack: float = 1.0) -> bool:
+    """Whether display box ``box`` lies within ``outer``."""
+    return (box.x0 >= outer.x0 - slack and box.x1 <= outer.x1 + slack
+            and box.y0 >= outer.y0 - slack and box.y1 <= outer.y1 + slack)
+
+
 def _layout_problems(fig: Figure) -> list[str]:
     """Overlaps measured by the renderer: legends over axes, titles over axes, legends or each other, clipped titles."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -104,7 +111,7 @@ def _layout_problems(fig: Figure) -> list[str]:
     renderer = canvas.get_renderer()
     page = fig.bbox
     axes = [a for a in fig.axes if a.get_visible() and a.get_label() != "<colorbar>"]
-    legends = [*fig.legends, *(a.get_legend() for a in axes if a.get_legend() is not None)]
+    legends = list(fig.legends)
     titles = [t for a in axes for t in (a.title, a._left_title, a._right_title) if t.get_text()]
     if fig._suptitle is not None:
         titles.append(fig._suptitle)
@@ -114,8 +121,18 @@ def _layout_problems(fig: Figure) -> list[str]:
         h = min(a.y1, b.y1) - max(a.y0, b.y0)
         return max(w, 0) * max(h, 0)
 
-    problems = []
+    problems: list[str] = []
     boxes = {f"axes {a.get_title()!r}": a.get_window_extent(renderer) for a in axes}
+    for a in axes:  # a legend or a label of an axes lies inside it, and a legend over none of its bars
+        inner = a.get_window_extent(renderer)
+        for item in [a.get_legend(), *a.texts]:
+            if item is not None and item.get_visible() and not _inside(item.get_window_extent(renderer), inner):
+                problems.append(f"{type(item).__name__} outside its axes {a.get_title()!r}")
+        if a.get_legend() is not None:
+            lb = a.get_legend().get_window_extent(renderer)
+            problems += [f"legend over a bar of {a.get_title()!r}" for p in a.patches
+                         if area(lb, p.get_window_extent(renderer)) > 1]
+            problems += [f"legend over other axes {k}" for k, b in boxes.items() if b != inner and area(lb, b) > 1]
     for legend in legends:
         lb = legend.get_window_extent(renderer)
         problems += [f"legend over {k}" for k, b in boxes.items() if area(lb, b) > 1]
@@ -155,12 +172,15 @@ def test_no_figure_overlaps_its_labels_or_legends(n_classes: int, n_features: in
     assert all("(<0.1%)" in a.get_title() for a in hist.axes if a.get_visible())  # 1 of 4,000 values
 
 
-def test_past_twenty_classes_the_histograms_say_why_they_show_totals() -> None:
-    s = _labelled_summary(25, 4)
+def test_past_twelve_classes_each_panel_is_a_heat_map_with_a_row_a_class() -> None:
+    s = _labelled_summary(50, 4)
     fig = s.plot.histograms()
-    assert "25 classes, more than 20 colours tell apart" in fig._suptitle.get_text()
-    assert not fig.legends and len(fig.axes[0].patches) == 1
-    assert _layout_problems(fig) == []
+    assert "50 classes, one row each" in fig._suptitle.get_text()
+    (mesh,) = fig.axes[0].collections
+    assert mesh.get_array().shape == (50, 24)  # every class shown, none folded into a total
+    # each row is that class's share of its rows, so a small class is as visible as a large one
+    assert np.allclose(np.asarray(mesh.get_array()).sum(axis=1), 1.0)
+    assert fig.axes[0].get_ylabel() == "class" and _layout_problems(fig) == []
 
 
 def test_a_small_correlation_plot_keeps_its_title() -> None:
@@ -200,3 +220,119 @@ def test_plots_draw_into_given_axes_and_pyplot_shows_its_figures(summary: db.Sum
     grid = Figure(figsize=(8, 6), layout="constrained")
     assert summary.plot.histograms(["gene_1", "gene_2"], fig=grid) is grid and len(grid.axes) == 2
     assert _layout_problems(outer) == []
+
+
+# ------------------------------------------------------------------ options, titles, scales (issue 34)
+
+
+def _drift(summary: db.Summary) -> db.Drift:
+    """A drift of ``summary``'s features: small shifts on most, one large."""
+    rng = np.random.default_rng(9)
+    y = rng.integers(0, 3, ROWS)
+    x = rng.standard_normal((ROWS, D)) + np.linspace(0.0, 0.3, D)
+    x[:, 7] += 1.0 * y + 0.5
+    options = db.RunOptions(plan=None, like=summary, feature_names=summary.feature_names)
+    return db.compare(summary, db.describe(x, y, run=options))
+
+
+def test_every_plot_method_names_its_options_and_takes_k(summary: db.Summary) -> None:
+    import inspect
+
+    methods = [summary.plot.correlation, summary.plot.histograms, summary.plot.mi, summary.plot.quantiles,
+               db.Drift.plot]
+    for method in methods:
+        parameters = inspect.signature(method).parameters.values()
+        assert not any(p.kind is p.VAR_KEYWORD for p in parameters), method
+        assert "k" in inspect.signature(method).parameters, method
+    assert len(summary.plot.correlation(k=5).axes[0].get_xticklabels()) == 5
+    assert len([a for a in summary.plot.histograms(k=3).axes if a.get_visible()]) == 3
+    assert len(summary.plot.quantiles(k=4).axes[0].get_yticklabels()) == 4
+    assert len(summary.plot.mi(k=6).axes[0].patches) == 6
+    with pytest.raises(TypeError):
+        summary.plot.correlation(max_features=5)
+
+
+def test_titles_say_how_many_of_how_many_features_and_informative_come_first(summary: db.Summary) -> None:
+    assert "7 of 50 features" in summary.plot.quantiles(k=7).axes[0].get_title()
+    assert "5 of 50 features" in summary.plot.mi(k=5).axes[0].get_title()
+    assert "8 of 50 features" in summary.plot.histograms()._suptitle.get_text()
+    assert "3 of 50 features" in _drift(summary).plot(k=3).axes[0].get_title()
+    # with a label, the most informative feature (gene_7, by MI) is the top row, not gene_0
+    rows = [t.get_text() for t in summary.plot.quantiles(k=5).axes[0].get_yticklabels()]
+    assert rows[0] == "gene_7" and "most informative by MI" in summary.plot.quantiles(k=5).axes[0].get_title()
+    # without one, the widest feature comes first
+    x = np.random.default_rng(2).standard_normal((500, 6)) * np.array([1.0, 1.0, 9.0, 1.0, 3.0, 1.0])
+    unlabelled = db.describe(x, run=db.RunOptions(plan=None))
+    rows = [t.get_text() for t in unlabelled.plot.quantiles(k=2).axes[0].get_yticklabels()]
+    assert rows == ["f2", "f4"]
+    assert [a.get_title() for a in unlabelled.plot.histograms(k=2).axes] == ["f2", "f4"]
+
+
+@pytest.mark.parametrize("n_classes", [3, 12])
+def test_class_lines_take_distinct_colours_and_a_legend_inside_the_first_panel(n_classes: int) -> None:
+    s = _labelled_summary(n_classes, 10)
+    fig = s.plot.histograms()
+    first = fig.axes[0]
+    colours = {tuple(p.get_edgecolor()) for p in first.patches}
+    assert len(colours) == n_classes == len(first.patches)
+    legend = first.get_legend()
+    assert legend is not None and not fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [str(c) for c in range(n_classes)]
+    assert _layout_problems(fig) == []  # inside its axes, above every class's bars
+
+
+def test_mi_independence_bias_line_is_visible_and_labelled(summary: db.Summary) -> None:
+    fig = summary.plot.mi()
+    _png(fig)
+    ax = fig.axes[0]
+    bias = (16 - 1) * (3 - 1) / (2 * ROWS)
+    assert ax.get_xscale() == "log"
+    # far enough from the left edge to be seen (on a linear axis it sat at 0.2 % of the width)
+    left, right = (np.log10(v) for v in ax.get_xlim())
+    assert 0.15 < (np.log10(bias) - left) / (right - left) < 0.85
+    (label,) = [t for t in ax.texts if "independence bias" in t.get_text()]
+    assert label.get_position()[0] == pytest.approx(bias) and not ax.get_legend()
+    assert _layout_problems(fig) == []
+
+
+def test_psi_is_on_a_log_axis_with_both_thresholds_apart_and_named(summary: db.Summary) -> None:
+    fig = _drift(summary).plot()
+    _png(fig)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    lines = sorted(line.get_xdata()[0] for line in ax.lines)
+    assert lines == [0.1, 0.25]
+    ax_box = ax.get_window_extent()
+    x01, x025 = (ax.transData.transform((v, 0))[0] for v in (0.1, 0.25))
+    assert x025 - x01 > 0.08 * ax_box.width and x01 - ax_box.x0 > 0.1 * ax_box.width  # not squashed at the left
+    named = {t.get_text().strip() for t in ax.texts}
+    assert {"0.1 moderate", "0.25 large"} <= named
+    assert _layout_problems(fig) == []
+
+
+def test_quantile_rows_of_different_spread_differ_visibly() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5000, 3)) * np.array([1.0, 4.0, 0.5]) + np.array([0.0, 3.0, -2.0])
+    fig = db.describe(x, run=db.RunOptions(plan=None)).plot.quantiles(features=[0, 1, 2])
+    _png(fig)
+    ax = fig.axes[0]
+    widths = [bar.get_window_extent().width for bar in ax.patches]  # q25-q75 boxes, in pixels
+    assert widths[1] > 3 * widths[0] > 6 * widths[2]  # 4 : 1 : 0.5, as the data are
+    centres = [bar.get_window_extent().x0 + bar.get_window_extent().width / 2 for bar in ax.patches]
+    assert centres[2] < centres[0] < centres[1]  # medians -2, 0, 3 in place
+    assert ax.get_legend() is not None and _layout_problems(fig) == []
+
+
+def test_bad_counts_and_features_are_refused_in_one_line(summary: db.Summary) -> None:
+    drift = _drift(summary)
+    calls = [summary.plot.correlation, summary.plot.histograms, summary.plot.mi, summary.plot.quantiles, drift.plot]
+    for bad in (0, -3, 2.5, True):
+        for call in calls:
+            with pytest.raises(ValueError, match=rf"k is how many features to show: .* at least 1; got {bad!r}$"):
+                call(k=bad)
+    for call in (summary.plot.histograms, summary.plot.quantiles):
+        with pytest.raises(ValueError, match="features is empty: name at least one feature"):
+            call([])
+        with pytest.raises(IndexError, match="no feature at index 50: the summary has 50 features"):
+            call([1, 50])
+    assert summary.plot.quantiles([-1]).axes[0].get_yticklabels()[0].get_text() == "gene_49"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.io.outputs import check_output, write_json
+from daskbatch.summary.plotting import checked_k, figure_axes, ranked_bars, shown_of
 from daskbatch.summary.record import Summary
 
 __all__ = ["PSI_FLOOR", "Drift", "compare"]
@@ -92,8 +93,8 @@ class Drift:  # numpydoc ignore=PR02
         target = check_output(path, kind="drift", form="file", what="drift report", overwrite=overwrite)
         return write_json(target, self.to_json())
 
-    def plot(self, k: int = 20, ax: Any = None) -> Any:
-        """Draw the PSI of the ``k`` most drifted features, with the usual 0.1 and 0.25 marks.
+    def plot(self, k: int = 20, *, ax: Any = None) -> Any:
+        """Draw the PSI of the ``k`` most drifted features on a log axis, with the usual 0.1 and 0.25 marks.
 
         Parameters
         ----------
@@ -107,20 +108,11 @@ class Drift:  # numpydoc ignore=PR02
         matplotlib.figure.Figure
             The figure drawn on.
         """
-        top = self.top(k, "psi")
-        if ax is None:
-            from matplotlib.figure import Figure  # lazy: matplotlib
-
-            fig = Figure(figsize=(6.0, 0.3 * len(top) + 1.2), layout="constrained")
-            ax = fig.add_subplot()
-        else:
-            fig = ax.figure
-        names = [str(n) for n in top.index][::-1]
-        ax.barh(names, top["psi"].to_numpy()[::-1], color="tab:blue")
-        for mark, style in ((0.1, ":"), (0.25, "--")):
-            ax.axvline(mark, color="tab:red", linestyle=style, linewidth=1)
-        ax.set_xlabel("population stability index (0.1 moderate, 0.25 large)")
-        ax.set_title(f"Drift: {self.rows[1]:,} rows against {self.rows[0]:,}")
+        top = self.top(checked_k(k), "psi")
+        fig, ax = figure_axes(ax, 7.0, 0.28 * len(top) + 1.8)
+        ranked_bars(ax, [str(n) for n in top.index], top["psi"].to_numpy(dtype=np.float64),
+                    [(0.1, "0.1 moderate"), (0.25, "0.25 large")], "population stability index (log scale)")
+        ax.set_title(f"Drift, {shown_of(len(top), len(self.table))}: {self.rows[1]:,} rows against {self.rows[0]:,}")
         return fig
 
     def _repr_html_(self) -> str:

@@ -1,8 +1,9 @@
-"""Figures of a :class:`~daskbatch.Summary` worth showing: ``summary.plot.<kind>(...)``."""
+"""Figures of a :class:`~daskbatch.Summary` (``summary.plot.<kind>(...)``) and the ranked bars of ``Drift.plot``."""
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,36 +12,41 @@ import numpy as np
 from daskbatch.runtime.progress import in_jupyter
 from daskbatch.summary.reprs import format_percent
 
-__all__ = ["SummaryPlot", "correlation", "histograms", "mi", "quantiles"]
+__all__ = ["CLASS_COLOURS", "SummaryPlot", "checked_k", "figure_axes", "ranked_bars", "shown_of"]
 
-
-#: Most classes told apart by colour (matplotlib's ``tab20``); beyond, the histograms show totals.
-MAX_CLASS_COLOURS = 20
+#: Line colours of up to 12 classes: tab10 and two more hues, no light/dark pairs. Past 12 classes the
+#: histograms show one heat-map row a class instead: more lines would tangle past reading.
+CLASS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf", "#000000", "#e6ab02")
 
 
 def _figure(width: float, height: float) -> Any:
     """A new constrained-layout figure: pyplot's when a script uses pyplot, else a bare Figure."""
-    import sys
-
     try:
         from matplotlib.figure import Figure  # lazy: matplotlib
     except ImportError:  # an optional dependency: say which extra brings it
         raise ImportError(
             "summary.plot needs matplotlib: pip install 'daskbatch[notebook]' (or pip install matplotlib)"
         ) from None
-
-    # A script that imported pyplot shows figures with plt.show(): only pyplot's own figures appear
-    # there. In a notebook, pyplot's inline backend would show the figure a second time (it also
-    # displays as the cell's value), and elsewhere a bare Figure needs no GUI backend or global state.
+    # A script that imported pyplot shows figures with plt.show(), and only pyplot's own. In a notebook,
+    # pyplot's inline backend would show a figure twice (it also displays as the cell's value).
     if "matplotlib.pyplot" in sys.modules and not in_jupyter():
         import matplotlib.pyplot as plt  # lazy: matplotlib
 
         return plt.figure(figsize=(width, height), layout="constrained")
-    _show_figures_inline(Figure)
+    if in_jupyter():  # IPython shows a bare Figure as a PNG only once pyplot's backend registered that
+        from IPython import get_ipython
+        from IPython.core.pylabtools import print_figure
+
+        png = get_ipython().display_formatter.formatters["image/png"]
+        try:  # the user's own formatter (%matplotlib inline, InlineBackend.figure_formats) is kept
+            png.lookup_by_type(Figure)
+        except KeyError:
+            png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
+def figure_axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
     """``(figure, axes)``: the caller's axes and their figure, or a new figure with one axes."""
     if ax is not None:
         return ax.get_figure(), ax
@@ -48,272 +54,240 @@ def _axes(ax: Any, width: float, height: float) -> tuple[Any, Any]:
     return fig, fig.add_subplot()
 
 
-def _legend_outside(fig: Any, ax: Any, **kwargs: Any) -> Any:
-    """A legend beside the axes, never over the data (outside the figure's right edge with constrained layout)."""
-    if fig.get_layout_engine() is not None and ax is None:
-        return fig.legend(loc="outside right upper", **kwargs)
-    target = ax if ax is not None else fig.axes[0]
-    return target.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+def checked_k(k: int) -> int:
+    """``k``, the number of features to show, when it is at least 1; else a ValueError that says so."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k is how many features to show: a whole number of at least 1; got {k!r}")
+    return int(k)
 
 
-def _class_colours(n: int) -> list[Any]:
-    """``n`` distinct colours from a qualitative map (tab10, else tab20)."""
-    from matplotlib import colormaps  # lazy: matplotlib
-
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return [cmap(i) for i in range(n)]
+def shown_of(k: int, n: int) -> str:
+    """``"30 of 200 features"`` when a subset is shown, else ``"200 features"``."""
+    return f"{k:,} of {n:,} features" if k < n else f"{n:,} features"
 
 
-def _show_figures_inline(figure_class: type) -> None:
-    """In a Jupyter kernel, have a returned Figure shown as a PNG, as ``%matplotlib inline`` would."""
-    # IPython registers its PNG formatter for figures only once pyplot's inline backend has been loaded; a
-    # Figure made without pyplot would otherwise show as ``<Figure size ...>`` text. A formatter already there
-    # (the user's ``%matplotlib inline``, ``%config InlineBackend.figure_formats``) is kept.
-
-    if not in_jupyter():  # not in a notebook kernel: nothing to register
-        return
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is None or not hasattr(shell, "display_formatter"):
-        return
-    png = shell.display_formatter.formatters["image/png"]
-    try:
-        png.lookup_by_type(figure_class)
-    except KeyError:
-        from IPython.core.pylabtools import print_figure
-
-        png.for_type(figure_class, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
-
-
-def _feature_index(summary: Any, features: Sequence[str | int] | None, default: Sequence[int]) -> list[int]:
+def _feature_index(summary: Any, features: Sequence[str | int] | None, k: int) -> tuple[list[int], str]:
+    """The features asked for, else the ``k`` most informative (by MI with a label, else by variance), and why."""
     names = list(summary.feature_names)
     if features is None:
-        return list(default)
+        if summary.mi is not None:
+            return [names.index(n) for n in summary.top_mi(checked_k(k)).index], "most informative by MI first"
+        var = np.asarray(summary.var, dtype=np.float64)
+        order = np.argsort(-np.where(np.isfinite(var), var, -np.inf), kind="stable")
+        return [int(i) for i in order[: checked_k(k)]], "largest variance first"
     index = []
     for f in features:
-        if isinstance(f, str):
-            if f not in names:
-                raise KeyError(f"no feature named {f!r}; the summary has {len(names)} features ({names[:5]}...)")
-            index.append(names.index(f))
-        else:
-            index.append(int(f))
-    return index
+        if isinstance(f, str) and f not in names:
+            raise KeyError(f"no feature named {f!r}; the summary has {len(names)} features ({names[:5]}...)")
+        if not isinstance(f, str) and not -len(names) <= int(f) < len(names):
+            raise IndexError(f"no feature at index {f}: the summary has {len(names)} features")
+        index.append(names.index(f) if isinstance(f, str) else int(f) % len(names))
+    if not index:
+        raise ValueError("features is empty: name at least one feature, or leave it out for the k most informative")
+    return index, ""
 
 
-def _correlated_subset(corr: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` features with the largest off-diagonal |r| (all when there are <= k)."""
-    d = corr.shape[0]
-    if d <= k:
-        return np.arange(d)
+def _rows_of_room(ax: Any, rows: int, inches: float) -> float:
+    """How many category rows of ``ax`` (of ``rows``) span ``inches``: room kept free for labels."""
+    height = ax.get_position().height * ax.get_figure().get_figheight() * 0.8  # titles and ticks take the rest
+    return max(1.2, inches * max(rows, 1) / max(height - inches, 0.2))
+
+
+def ranked_bars(
+    ax: Any, names: Sequence[str], values: np.ndarray, marks: Sequence[tuple[float, str]], xlabel: str
+) -> None:
+    """Bars of ``values``, largest at the top, on a log axis that shows each mark ``(x, label)`` as a labelled line."""
+    values = np.asarray(values, dtype=np.float64)[::-1]
+    # A log axis: small values (the drifts below 0.1, the MI near its bias) keep a visible length.
+    positive = [v for v in (*values, *(x for x, _ in marks)) if np.isfinite(v) and v > 0] or [1.0]
+    lo = min(positive) / 3
+    hi = max(max(positive) * 4, lo * 100)  # room for the value labels and the marks' names
+    ax.set_xscale("log")
+    ax.barh(list(names)[::-1], np.where(values > lo, values - lo, 0.0), left=lo, color="tab:blue", zorder=2)
+    for y, v in enumerate(values):
+        ax.text(max(v, lo) if np.isfinite(v) else lo, y, f" {v:.3g}", va="center", fontsize=7)
+    room = _rows_of_room(ax, len(values), 0.25)
+    top = len(values) - 0.5 + room
+    for i, (x, label) in enumerate(marks):  # drawn over the bars, named in the free row above them
+        ax.axvline(x, color="firebrick", linestyle=("--", ":")[i % 2], linewidth=1.6, zorder=3)
+        ax.text(x, top - room / 2, f" {label} ", color="firebrick", fontsize=8, va="center",
+                ha="right" if i == 0 and len(marks) > 1 else "left")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(-0.5, top)
+    ax.set_xlabel(xlabel)
+
+
+def _correlated_order(corr: np.ndarray, k: int, cluster: bool) -> np.ndarray:
+    """The ``k`` features with the largest off-diagonal |r|, in average-linkage leaf order on 1 - |r| (scipy)."""
     strength = np.abs(np.where(np.isfinite(corr), corr, 0.0))
     np.fill_diagonal(strength, 0.0)
-    return np.sort(np.argsort(-strength.max(axis=1), kind="stable")[:k])
-
-
-def _clustered_order(corr: np.ndarray) -> np.ndarray:
-    """Leaf order of average-linkage clustering on the distance 1 - |r| (scipy)."""
-    if corr.shape[0] < 3:
-        return np.arange(corr.shape[0])
+    pick = np.sort(np.argsort(-strength.max(axis=1), kind="stable")[:k])
+    if not cluster or len(pick) < 3:
+        return pick
     from scipy.cluster.hierarchy import leaves_list, linkage  # lazy: scipy
     from scipy.spatial.distance import squareform  # lazy: scipy
 
-    dist = 1.0 - np.abs(np.where(np.isfinite(corr), corr, 0.0))
+    dist = 1.0 - strength[np.ix_(pick, pick)]
     np.fill_diagonal(dist, 0.0)
     dist = (dist + dist.T) / 2  # exact symmetry for squareform
-    return leaves_list(linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average"))
-
-
-def correlation(summary: Any, *, max_features: int = 40, cluster: bool = True, ax: Any = None) -> Any:
-    """Heat map of the correlations among the most correlated features, in clustered order."""
-    if summary.corr is None:
-        raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
-    pick = _correlated_subset(summary.corr, max_features)
-    sub = summary.corr[np.ix_(pick, pick)]
-    if cluster:
-        order = _clustered_order(sub)
-        pick, sub = pick[order], sub[np.ix_(order, order)]
-    names = [summary.feature_names[i] for i in pick]
-    k = len(names)
-    side = min(12.0, max(4.0, 0.22 * k + 2.0))
-    fig, ax = _axes(ax, side + 1.2, side)
-    image = ax.imshow(sub, vmin=-1, vmax=1, cmap="RdBu_r", interpolation="nearest")
-    fig.colorbar(image, ax=ax, label="Pearson r", shrink=0.8)
-    step = max(1, math.ceil(k / 60))
-    ticks = np.arange(0, k, step)
-    size = 9 if k <= 20 else 7 if k <= 40 else 5
-    ax.set_xticks(ticks, [names[i] for i in ticks], rotation=90, fontsize=size)
-    ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=size)
-    shown = f"{k} of {summary.n_features:,} features" if k < summary.n_features else f"{k} features"
-    # Two short lines: one long line is clipped by a small figure.
-    ax.set_title(f"Correlation{', clustered' if cluster else ''}\n{shown}; {summary.cov_count:,} complete rows",
-                 fontsize=10)
-    return fig
-
-
-def histograms(
-    summary: Any, features: Sequence[str | int] | None = None, *, ncols: int = 4, by_class: bool = True,
-    fig: Any = None,
-) -> Any:
-    """A grid of per-feature histograms, per class when the label was given."""
-    if summary.hist_counts is None:
-        raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
-    default = (
-        [summary.feature_names.index(n) for n in summary.top_mi(8).index]
-        if summary.mi is not None else range(min(8, summary.n_features))
-    )
-    index = _feature_index(summary, features, default)
-    ncols = max(1, min(ncols, len(index)))
-    nrows = math.ceil(len(index) / ncols)
-    if fig is None:
-        fig = _figure(3.2 * ncols + 1.2, 2.7 * nrows + 0.4)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    joint = summary.joint_counts if by_class else None
-    classes = _class_labels(summary, joint)
-    too_many = len(classes) > MAX_CLASS_COLOURS
-    if too_many:
-        joint = None  # colours would repeat: the totals say more than 30 look-alike lines
-    colours = _class_colours(len(classes)) if joint is not None else []
-    for ax, i in zip(axes, index, strict=False):
-        edges = summary.hist_edges[i]
-        if joint is not None:
-            for c, label in enumerate(classes):
-                ax.stairs(joint[i, 1:-1, c], edges, label=f"{label}", linewidth=1.2, color=colours[c])
-        else:
-            ax.stairs(summary.hist_counts[i], edges, fill=True, alpha=0.7)
-        mean, std = summary.mean[i], summary.std[i]
-        if np.isfinite(mean):
-            ax.axvline(mean, color="k", linewidth=1)
-            if np.isfinite(std):
-                for v in (mean - std, mean + std):
-                    ax.axvline(v, color="k", linewidth=0.8, linestyle="--")
-        outside = _outside_note(summary, i)
-        # the note goes under the name, above the axes: never over the data or a legend
-        ax.set_title(summary.feature_names[i] + (f"\n{outside}" if outside else ""), fontsize=9)
-        ax.set_xlabel("value")
-        ax.set_ylabel("count")
-    for ax in axes[len(index):]:
-        ax.set_visible(False)
-    if joint is not None and len(index):
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, title="class", fontsize=7, title_fontsize=8, loc="outside right upper",
-                   ncols=1 if len(labels) <= 12 else 2)
-    title = "Histograms (line: mean, dashed: mean ± std)"
-    if too_many:
-        title += f"\n{len(classes)} classes, more than {MAX_CLASS_COLOURS} colours tell apart: totals shown"
-    fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def _class_labels(summary: Any, joint: np.ndarray | None) -> list[Any]:
-    if joint is None:
-        return []
-    values = summary.classes if summary.classes is not None else summary.provenance.get("class_values")
-    return [int(v) for v in values] if values is not None and len(values) == joint.shape[2] else list(range(joint.shape[2]))
-
-
-def _outside_note(summary: Any, i: int) -> str:
-    if summary.underflow is None or summary.overflow is None:
-        return ""
-    under, over = int(summary.underflow[i]), int(summary.overflow[i])
-    if not (under or over):
-        return ""
-    total = max(int(summary.count[i]), 1)
-    return f"outside range: {under:,} below, {over:,} above ({format_percent((under + over) / total)})"
-
-
-def mi(summary: Any, *, k: int = 20, ax: Any = None) -> Any:
-    """Draw bars of the ``k`` features with the largest mutual information, with the bias line."""
-    ranked = summary.top_mi(k)
-    if ranked.empty:
-        raise ValueError("this summary has no mutual information: describe(x, label, ...)")
-    names = [str(n) for n in ranked.index][::-1]
-    values = ranked.to_numpy(dtype=np.float64)[::-1]
-    given = ax
-    fig, ax = _axes(ax, 8.0, 0.28 * len(names) + 1.5)
-    ax.barh(names, values, color="tab:blue")
-    for y, v in enumerate(values):  # small values stay readable
-        ax.text(v, y, f" {v:.3g}", va="center", fontsize=7)
-    units = summary.provenance.get("mi_units", "nats")
-    bias = _mi_bias(summary)
-    if bias is not None:
-        ax.axvline(bias, color="firebrick", linestyle="--", linewidth=1, label=f"independence bias {bias:.2g}")
-        _legend_outside(fig, given if given is not None else None, fontsize=8)
-    ax.set_xlim(0, float(np.nanmax(values)) * 1.15 if np.nanmax(values) > 0 else 1.0)  # room for the value labels
-    ax.set_xlabel(f"mutual information with the label ({units})")
-    ax.set_title(f"Top {len(names)} features by mutual information")
-    return fig
-
-
-def _mi_bias(summary: Any) -> float | None:
-    """Compute the MI bias (B - 1)(K - 1) / 2N in the summary's MI units: B bins, K classes, N rows."""
-    if summary.joint_counts is None or summary.mi is None:
-        return None
-    n = float(np.max(summary.count)) if summary.count.size else 0.0
-    if n <= 0:
-        return None
-    bins, classes = summary.joint_counts.shape[1] - 2, summary.joint_counts.shape[2]
-    bias = (bins - 1) * (classes - 1) / (2.0 * n)
-    return bias / math.log(2) if summary.provenance.get("mi_units") == "bits" else bias
-
-
-def quantiles(
-    summary: Any, features: Sequence[str | int] | None = None, *, max_features: int = 30, ax: Any = None
-) -> Any:
-    """Box view from the quantiles: box q25–q75, median line, whiskers q01–q99, min/max dots."""
-    index = _feature_index(summary, features, range(min(max_features, summary.n_features)))
-    qs = np.asarray(summary.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index]
-    lo, q1, med, q3, hi = qs.T
-    iqr = np.where(q3 - q1 > 0, q3 - q1, 1.0)
-
-    def _scaled(v: np.ndarray) -> np.ndarray:
-        """Standardise values by the median and IQR of their feature."""
-        return (v - med) / iqr
-
-    given = ax
-    fig, ax = _axes(ax, 8.5, 0.3 * len(index) + 1.5)
-    y = np.arange(len(index))[::-1]
-    ax.hlines(y, _scaled(lo), _scaled(hi), color="grey", linewidth=1, label="q01–q99")
-    ax.barh(y, _scaled(q3) - _scaled(q1), left=_scaled(q1), height=0.6, color="tab:blue", alpha=0.6, label="q25–q75")
-    ax.vlines(_scaled(med), y - 0.3, y + 0.3, color="k", linewidth=1.5, label="median")
-    ax.plot(_scaled(summary.min[index]), y, "|", color="firebrick", label="min / max")
-    ax.plot(_scaled(summary.max[index]), y, "|", color="firebrick")
-    ax.set_yticks(y, [summary.feature_names[i] for i in index], fontsize=8)
-    reach = np.abs(np.concatenate([_scaled(summary.min[index]), _scaled(summary.max[index]), _scaled(lo), _scaled(hi)]))
-    reach = reach[np.isfinite(reach)]
-    robust = bool(reach.size and reach.max() > 10.0)
-    if robust:
-        ax.set_xscale("symlog", linthresh=1.0)
-    ax.set_xlabel("(value − median) / IQR" + (", symmetric log beyond ±1" if robust else ""))
-    ax.set_title("Quantiles per feature")
-    _legend_outside(fig, given if given is not None else None, fontsize=7)
-    return fig
+    return pick[leaves_list(linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average"))]
 
 
 class SummaryPlot:
-    """``summary.plot``: ``.correlation()``, ``.histograms()``, ``.mi()``, ``.quantiles()``."""
+    """``summary.plot``: ``.correlation()``, ``.histograms()``, ``.mi()``, ``.quantiles()``; each returns a Figure."""
 
     def __init__(self, summary: Any) -> None:
         self._summary = summary
 
-    def correlation(self, **kwargs: Any) -> Any:
-        """Draw the correlation heat map; see :func:`daskbatch.summary.plotting.correlation`."""
-        return correlation(self._summary, **kwargs)
+    def correlation(self, *, k: int = 40, cluster: bool = True, ax: Any = None) -> Any:
+        """Heat map of the correlations among the ``k`` most correlated features, in clustered order (``cluster``).
 
-    def histograms(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the histograms; see :func:`daskbatch.summary.plotting.histograms`."""
-        return histograms(self._summary, features, **kwargs)
+        ``ax``: matplotlib axes to draw into (a new figure when not given). Returns the Figure.
+        """
+        s = self._summary
+        if s.corr is None:
+            raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
+        corr = np.asarray(s.corr, dtype=np.float64)
+        pick = _correlated_order(corr, checked_k(k), cluster)
+        sub = corr[np.ix_(pick, pick)]
+        names = [s.feature_names[i] for i in pick]
+        side = min(12.0, max(4.0, 0.22 * len(names) + 2.0))
+        fig, ax = figure_axes(ax, side + 1.2, side)
+        image = ax.imshow(sub, vmin=-1, vmax=1, cmap="RdBu_r", interpolation="nearest")
+        fig.colorbar(image, ax=ax, label="Pearson r", shrink=0.8)
+        ticks = np.arange(0, len(names), max(1, math.ceil(len(names) / 60)))
+        size = 9 if len(names) <= 20 else 7 if len(names) <= 40 else 5
+        ax.set_xticks(ticks, [names[i] for i in ticks], rotation=90, fontsize=size)
+        ax.set_yticks(ticks, [names[i] for i in ticks], fontsize=size)
+        # Two short lines: one long line is clipped by a small figure.
+        ax.set_title(f"Correlation{', clustered' if cluster else ''}\n{shown_of(len(names), s.n_features)}; "
+                     f"{s.cov_count:,} complete rows", fontsize=10)
+        return fig
 
-    def mi(self, **kwargs: Any) -> Any:
-        """Draw the mutual information bars; see :func:`daskbatch.summary.plotting.mi`."""
-        return mi(self._summary, **kwargs)
+    def histograms(
+        self, features: Sequence[str | int] | None = None, *, k: int = 8, ncols: int = 4, by_class: bool = True,
+        fig: Any = None,
+    ) -> Any:
+        """A grid of histograms of ``features`` (else the ``k`` most informative), per class when there is a label.
 
-    def quantiles(self, features: Sequence[str | int] | None = None, **kwargs: Any) -> Any:
-        """Draw the quantile boxes; see :func:`daskbatch.summary.plotting.quantiles`."""
-        return quantiles(self._summary, features, **kwargs)
+        Up to 12 classes are outlined in distinct colours (legend in the first panel); past 12, each panel is a
+        heat map with one row a class. ``ncols`` panels a row; ``by_class=False`` draws the totals; ``fig``: a
+        matplotlib Figure to draw into. Returns the Figure.
+        """
+        s = self._summary
+        if s.hist_counts is None:
+            raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
+        index, ranked = _feature_index(s, features, k)
+        ncols = max(1, min(ncols, len(index)))
+        nrows = math.ceil(len(index) / ncols)
+        fig = fig if fig is not None else _figure(3.2 * ncols + 1.2, 2.7 * nrows + 0.6)
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        joint: Any = s.joint_counts if by_class else None
+        classes: list[str] = []
+        if joint is not None:
+            values = s.classes if s.classes is not None else s.provenance.get("class_values")
+            ok = values is not None and len(values) == joint.shape[2]
+            classes = [str(int(v)) for v in (values if ok else range(joint.shape[2]))]
+        lines = 0 < len(classes) <= len(CLASS_COLOURS)
+        mesh = None
+        mean, std = np.asarray(s.mean, dtype=np.float64), np.asarray(s.std, dtype=np.float64)
+        for ax, i in zip(axes, index, strict=False):
+            edges = s.hist_edges[i]
+            ink = "k"
+            if lines:
+                for c, label in enumerate(classes):
+                    ax.stairs(joint[i, 1:-1, c], edges, label=label, linewidth=1.4, color=CLASS_COLOURS[c])
+            elif classes:  # each class's share of its rows per bin: small classes as visible as large ones
+                per_class = joint[i, 1:-1, :].T.astype(np.float64)
+                share = per_class / np.maximum(per_class.sum(axis=1, keepdims=True), 1.0)
+                mesh = ax.pcolormesh(edges, np.arange(len(classes) + 1) - 0.5, share, cmap="viridis", vmin=0)
+                ticks = np.arange(0, len(classes), max(1, math.ceil(len(classes) / 12)))
+                ax.set_yticks(ticks, [classes[t] for t in ticks], fontsize=7)
+                ink = "w"
+            else:
+                ax.stairs(s.hist_counts[i], edges, fill=True, alpha=0.7)
+            for v, style in ((mean[i], "-"), (mean[i] - std[i], "--"), (mean[i] + std[i], "--")):
+                if np.isfinite(v):
+                    ax.axvline(v, color=ink, linewidth=1 if style == "-" else 0.8, linestyle=style)
+            under, over = (int(np.asarray(c)[i]) if c is not None else 0 for c in (s.underflow, s.overflow))
+            # the out-of-range note goes under the name, above the axes: never over the data or a legend
+            percent = format_percent((under + over) / max(int(np.asarray(s.count)[i]), 1))
+            note = f"\noutside range: {under:,} below, {over:,} above ({percent})"
+            ax.set_title(s.feature_names[i] + (note if under or over else ""), fontsize=9)
+            ax.set_xlabel("value")
+            ax.set_ylabel("class" if classes and not lines else "count")
+        for ax in axes[len(index):]:
+            ax.set_visible(False)
+        title = f"Histograms of {shown_of(len(index), s.n_features)}{f', {ranked}' if ranked else ''}"
+        if lines and len(index):
+            ncol = min(len(classes), 6)
+            legend_rows = math.ceil(len(classes) / ncol) + 1  # and the title row
+            axes[0].set_ylim(0, axes[0].get_ylim()[1] / (1.0 - 0.1 * legend_rows - 0.05))  # room above the bars
+            axes[0].legend(title="class", fontsize=8, title_fontsize=8, loc="upper center", ncols=ncol,
+                           handlelength=1.0, columnspacing=0.8, borderaxespad=0.2)
+        elif classes:
+            fig.colorbar(mesh, ax=list(axes[: len(index)]), label="share of the class's rows", shrink=0.8)
+            title += f"\n{len(classes)} classes, one row each (more than {len(CLASS_COLOURS)} lines would tangle)"
+        fig.suptitle(title + "\nline: mean, dashed: mean ± std", fontsize=10)
+        return fig
 
-    def __call__(self, kind: str = "hist", **kwargs: Any) -> Any:
-        kinds = {"hist": self.histograms, "corr": self.correlation, "mi": self.mi, "quantiles": self.quantiles}
+    def mi(self, *, k: int = 20, ax: Any = None) -> Any:
+        """Bars of the ``k`` features with the largest mutual information, and the MI of independent data.
+
+        On a log axis, so that features near the independence bias (noise) stay readable. ``ax``: matplotlib axes to
+        draw into (a new figure when not given). Returns the Figure.
+        """
+        s = self._summary
+        ranked = s.top_mi(checked_k(k))
+        if ranked.empty:
+            raise ValueError("this summary has no mutual information: describe(x, label, ...)")
+        fig, ax = figure_axes(ax, 8.0, 0.28 * len(ranked) + 1.8)
+        units = s.provenance.get("mi_units", "nats")
+        n, marks = float(np.max(np.asarray(s.count), initial=0.0)), list[tuple[float, str]]()
+        if s.joint_counts is not None and n > 0:  # the MI of independent data: (B - 1)(K - 1) / 2N, B bins, K classes
+            bins, classes = s.joint_counts.shape[1] - 2, s.joint_counts.shape[2]
+            bias = (bins - 1) * (classes - 1) / (2.0 * n) / (math.log(2) if units == "bits" else 1.0)
+            marks = [(bias, f"independence bias {bias:.2g}")]
+        ranked_bars(ax, [str(n) for n in ranked.index], ranked.to_numpy(dtype=np.float64), marks,
+                    f"mutual information with the label ({units}, log scale)")
+        ax.set_title(f"Mutual information: top {shown_of(len(ranked), s.n_features)}")
+        return fig
+
+    def quantiles(self, features: Sequence[str | int] | None = None, *, k: int = 30, ax: Any = None) -> Any:
+        """Box view of ``features`` (else the ``k`` most informative) from the quantiles, in the data's own units.
+
+        Box q25–q75, median line, whiskers q01–q99, min/max ticks; a symmetric log axis when a row reaches past 50
+        typical box widths. ``ax``: matplotlib axes to draw into. Returns the Figure.
+        """
+        s = self._summary
+        index, ranked = _feature_index(s, features, k)
+        lo, q1, med, q3, hi = np.asarray(s.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index].T
+        low, high = np.asarray(s.min, dtype=np.float64)[index], np.asarray(s.max, dtype=np.float64)[index]
+        fig, ax = figure_axes(ax, 8.5, 0.3 * len(index) + 1.8)
+        y = np.arange(len(index))[::-1]
+        ax.hlines(y, lo, hi, color="grey", linewidth=1, label="q01–q99")
+        ax.barh(y, q3 - q1, left=q1, height=0.6, color="tab:blue", alpha=0.6, label="q25–q75")
+        ax.vlines(med, y - 0.3, y + 0.3, color="k", linewidth=1.5, label="median")
+        ax.plot(low, y, "|", color="firebrick", markersize=8, label="min / max")
+        ax.plot(high, y, "|", color="firebrick", markersize=8)
+        ax.set_yticks(y, [s.feature_names[i] for i in index], fontsize=8)
+        reach = np.abs(np.concatenate([low, high, lo, hi]))
+        reach = reach[np.isfinite(reach)]
+        spread = (q3 - q1)[np.isfinite(q3 - q1) & (q3 - q1 > 0)]
+        symlog = bool(reach.size and spread.size and reach.max() > 50 * np.median(spread))
+        if symlog:  # the typical box stays in the linear part, the farthest reach in the log part
+            ax.set_xscale("symlog", linthresh=float(np.median(spread)), linscale=2.0)
+        room = _rows_of_room(ax, len(index), 0.3)
+        ax.set_ylim(-0.7, len(index) - 0.5 + room)  # a free row above the boxes for the legend
+        ax.legend(loc="upper center", ncols=4, fontsize=8, borderaxespad=0.2)
+        ax.set_xlabel("value" + (", symmetric log scale" if symlog else ""))
+        ax.set_title(f"Quantiles of {shown_of(len(index), s.n_features)}{f', {ranked}' if ranked else ''}")
+        return fig
+
+    def __call__(self, kind: str = "hist", **options: Any) -> Any:
+        """Draw one figure by kind (``"hist"``, ``"corr"``, ``"mi"``, ``"quantiles"``), with that method's options."""
+        kinds: dict[str, Any] = {"hist": self.histograms, "corr": self.correlation, "mi": self.mi,
+                                 "quantiles": self.quantiles}
         if kind not in kinds:
             raise ValueError(f"kind must be one of {sorted(kinds)}, got {kind!r}")
-        return kinds[kind](**kwargs)
+        return kinds[kind](**options)
