@@ -259,7 +259,7 @@ def _pairwise_cov(stats: list[Any]) -> list[Any]:
 
     if "cov" not in [s.strip() if isinstance(s, str) else None for s in stats]:
         # One line, exit 2 (user_errors), as the other refusals of bad input.
-        raise ValueError(f"--cov pairwise needs cov among --stats (got {','.join(map(str, stats))})")
+        raise ValueError(f"--cov pairwise needs cov among --stats (got {','.join(s for s in stats if isinstance(s, str))})")
     return [CoMoments(rows="pairwise") if isinstance(s, str) and s.strip() == "cov" else s for s in stats]
 
 
