@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._warnings import warn
+from daskbatch._common import warn
 from daskbatch.engine.checkpoint.manifest import checkpoint_lock
 from daskbatch.engine.pipeline import prepared_inputs, run_statistics
 from daskbatch.engine.run_options import RunOptions

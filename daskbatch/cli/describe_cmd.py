@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import click
 
-from daskbatch._typing import Device
+from daskbatch._common import Device
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import (
     EXIT_FAILURE,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
-from daskbatch._typing import DEVICES
+from daskbatch._common import DEVICES
 from daskbatch.cli._group import one_line_distributed_logs
 from daskbatch.runtime.cluster import KINDS
 from daskbatch.runtime.cluster import cluster as start_cluster

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from daskbatch import config
-from daskbatch._typing import Device
+from daskbatch._common import Device
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device
 from daskbatch.runtime.capacity import resources_auto

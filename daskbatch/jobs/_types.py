@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import yaml
 
-from daskbatch._arguments import short_repr
+from daskbatch._common import short_repr
 from daskbatch.jobs.schema import JobConfigError
 
 

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from daskbatch._arguments import short_repr
+from daskbatch._common import short_repr
 
 __all__ = ["SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten"]
 
