@@ -20,7 +20,7 @@ from daskbatch.jobs.spec import (
     is_config_file,
     read_yaml,
 )
-from daskbatch.runtime.dask_settings import UnsafeDaskSetting, check_dask_settings
+from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
 
 #: ctx.meta keys: the file's ``dask:`` mapping, applied once --allow-dask-config is known.
 _PENDING = "daskbatch.config.dask"

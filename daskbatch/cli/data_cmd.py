@@ -11,7 +11,7 @@ from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_erro
 from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import n_classes_options, resolve_n_classes
 from daskbatch.config import packaged
-from daskbatch.runtime.interrupts import exit_now
+from daskbatch.runtime.runlock import exit_now
 
 
 @main.command("synth")

@@ -29,8 +29,7 @@ from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
-from daskbatch.runtime.interrupts import exit_now
-from daskbatch.runtime.runlock import summary_lock
+from daskbatch.runtime.runlock import exit_now, summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS
 from daskbatch.summary import load_summary

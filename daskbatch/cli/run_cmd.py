@@ -13,7 +13,7 @@ from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
 from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
 from daskbatch.jobs.spec import reference
-from daskbatch.runtime.interrupts import exit_now
+from daskbatch.runtime.runlock import exit_now
 
 _EPILOG = (
     "Exit codes: 0 ok, 1 failure, 2 bad input (an unknown key, a wrong type, a missing store), "

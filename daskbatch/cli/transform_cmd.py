@@ -11,7 +11,7 @@ from daskbatch.cli.options import device_option
 from daskbatch.config import packaged
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import check_separate
-from daskbatch.runtime.interrupts import exit_now, sigterm_as_interrupt
+from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
 
 
 def _bounds(text: str) -> tuple[float | None, float | None]:

@@ -27,7 +27,7 @@ from dask.sizeof import sizeof
 from daskbatch import config
 from daskbatch._common import Array, strict_int
 from daskbatch.engine.sizeof import register as register_sizeof
-from daskbatch.runtime.thread_limits import limited
+from daskbatch.runtime.settings import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked

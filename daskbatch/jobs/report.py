@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch._version import __version__
 from daskbatch.jobs.schema import JobSpec
-from daskbatch.runtime.joblog import peak_memory
+from daskbatch.runtime.capacity import peak_memory
 
 __all__ = [
     "MISSING_KEYS", "JobReport", "flatten", "json_safe", "memory_words", "now", "peak_memory", "phase", "versions", "write_json_atomic",
@@ -121,7 +121,7 @@ def _bytes(n: float | None) -> str:
 
 
 def memory_words(peak: Mapping[str, Any]) -> str:
-    """Put :func:`daskbatch.runtime.joblog.peak_memory`'s numbers in words for the log."""
+    """Put :func:`daskbatch.runtime.capacity.peak_memory`'s numbers in words for the log."""
     text = f"peak memory {_bytes(peak.get('process_bytes'))} (this process)"
     workers = peak.get("workers_bytes")
     if workers:

@@ -49,8 +49,8 @@ from daskbatch.jobs.report import (
 )
 from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
 from daskbatch.runtime.capacity import resources_from_client
-from daskbatch.runtime.dask_settings import check_dask_settings
 from daskbatch.runtime.progress import ProgressCallback
+from daskbatch.runtime.settings import check_dask_settings
 from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.transforms import transform
