@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from daskbatch.cli._group import EXIT_BAD_INPUT
-from daskbatch.jobs._types import describe_value, short_text
+from daskbatch.jobs.schema import describe_value, short_text
 from daskbatch.jobs.spec import (
     SECTIONS,
     ConfigFile,
