@@ -161,49 +161,17 @@ def transform_command(
 @main.command("compare")
 @click.argument("reference")
 @click.argument("new")
-@click.option(
-    "--top",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Rows of the table to print.",
-)
-@click.option(
-    "--by",
-    type=click.Choice(["psi", "js_divergence", "ks_upper", "mean_shift", "var_ratio"]),
-    default="psi",
-    show_default=True,
-    help="Rank the features by this column.",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(),
-    default=None,
-    help="Write the report as JSON ('-' for stdout).",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Save the PSI figure (.png, .svg, .pdf).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Let --json replace a file that is not a drift report, and --plot an existing file. "
-    "The summaries compared are never written over.",
-)
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows of the table to print.")
+@click.option("--by", type=click.Choice(["psi", "js_divergence", "ks_upper", "mean_shift", "var_ratio"]),
+              default="psi", show_default=True, help="Rank the features by this column.")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the report as JSON ('-' for stdout).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Save the PSI figure (.png, .svg, .pdf).")
+@click.option("--overwrite", is_flag=True, help="Let --json replace a file that is not a drift report, and --plot an "
+              "existing file. The summaries compared are never written over.")
 @user_errors
 def compare_command(
-    reference: str,
-    new: str,
-    top: int,
-    by: str,
-    json_path: str | None,
-    plot_path: str | None,
-    overwrite: bool,
+    reference: str, new: str, top: int, by: str, json_path: str | None, plot_path: str | None, overwrite: bool,
 ) -> None:
     """Compare the summary in NEW with the one in REFERENCE (both written by ``describe --out``).
 
@@ -216,12 +184,8 @@ def compare_command(
     # Both outputs are checked, against the disk, the inputs and each other, before anything is read or written.
     figure_format = _figure_format(plot_path) if plot_path is not None else None
     targets = check_outputs(
-        {
-            "--json": (None if json_path == "-" else json_path, "drift", "file"),
-            "--plot": (plot_path, "figure", "file"),
-        },
-        overwrite=overwrite,
-        protected={"the REFERENCE summary": reference, "the NEW summary": new},
+        {"--json": (None if json_path == "-" else json_path, "drift", "file"), "--plot": (plot_path, "figure", "file")},
+        overwrite=overwrite, protected={"the REFERENCE summary": reference, "the NEW summary": new},
     )
     drift = db.compare(db.load_summary(reference), db.load_summary(new))
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
@@ -229,18 +193,14 @@ def compare_command(
     if to_stderr:
         click.echo(json.dumps(drift.to_json()))
     else:
-        click.echo(
-            f"drift of {len(drift.table)} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}"
-        )
+        click.echo(f"drift of {len(drift.table)} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
         click.echo(drift.top(top, by).to_string(float_format=lambda v: f"{v:.4g}"))
     if "--json" in targets:
         click.echo(f"report written to {write_json(targets['--json'], drift.to_json())}")
     if "--plot" in targets:
         figure = drift.plot(k=top)
         # The temporary file's name has no image suffix: the format is given.
-        written = write_output(
-            targets["--plot"], lambda tmp: figure.savefig(tmp, format=figure_format)
-        )
+        written = write_output(targets["--plot"], lambda tmp: figure.savefig(tmp, format=figure_format))
         click.echo(f"figure written to {written}", err=to_stderr)
 
 

@@ -33,23 +33,22 @@ from daskbatch.io.outputs import (
 from daskbatch.jobs.report import (
     MISSING_KEYS,
     JobReport,
-    flatten,
     json_safe,
     memory_words,
     now,
-    peak_memory,
     phase,
     write_json_atomic,
 )
 from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
 from daskbatch.runtime.capacity import (
     parse_memory,
+    peak_memory,
     resources_from_client,
     resources_from_machine,
 )
 from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
 from daskbatch.runtime.progress import ProgressCallback
-from daskbatch.runtime.settings import check_dask_settings
+from daskbatch.runtime.settings import check_dask_settings, flatten
 from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.summary import load_summary
@@ -263,7 +262,7 @@ def run_job(
     import dask  # lazy: dask
 
     try:
-        with dask.config.set(flatten(settings)):
+        with dask.config.set(dict(flatten(settings))):
             _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
         if isinstance(exc, PlanError):
