@@ -6,11 +6,12 @@ import json
 import platform
 import re
 import warnings
-from importlib.metadata import PackageNotFoundError, distributions, version
+from importlib.metadata import distributions
 
 import click
 
 from daskbatch.cli._common import main, user_errors
+from daskbatch.jobs.report import versions
 from daskbatch.jobs.spec import effective_config
 from daskbatch.runtime.capacity import cuda_device_count
 from daskbatch.stats.kernels.preflight import check_gpu
@@ -64,14 +65,8 @@ def gpu_stack() -> dict[str, str | None]:
     return {**facts, "cuda_runtime": runtime, "cuda_driver": driver}
 
 
+#: The packages ``daskbatch info`` lists (a job's report records more).
 PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "xarray")
-
-
-def _version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 @main.command("info")
@@ -90,7 +85,7 @@ def info_command(as_json: bool, gpu_check: bool) -> None:
     facts = {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {name: ver for name, ver in versions().items() if name in PACKAGES},
         "gpu": gpu_stack(),
         "cuda_devices": cuda_device_count(),
         "config": config.get(),
