@@ -60,30 +60,20 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
     def decorate(f: F) -> F:
         """Add the four options to ``f``."""
         f = click.option(
-            "--wait-for-workers",
-            type=click.IntRange(min=0),
-            metavar="N",
+            "--wait-for-workers", type=click.IntRange(min=0), metavar="N",
             help="Start computing once N workers are connected, waiting at most "
             "daskbatch.worker-timeout (default 10 minutes). With --cluster slurm/pbs also how many "
             "workers to submit jobs for. Default: 1 (slurm/pbs: one job, all its workers).",
         )(f)
         f = click.option(
-            "--scheduler-file",
-            type=click.Path(dir_okay=False),
-            envvar="DASKBATCH_SCHEDULER_FILE",
+            "--scheduler-file", type=click.Path(dir_okay=False), envvar="DASKBATCH_SCHEDULER_FILE",
             help="Connect to the scheduler that wrote this file (dask scheduler "
             "--scheduler-file, dask-mpi); env DASKBATCH_SCHEDULER_FILE. Overrides --cluster.",
         )(f)
+        f = click.option("--address", metavar="ADDR",
+                         help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
         f = click.option(
-            "--address",
-            metavar="ADDR",
-            help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.",
-        )(f)
-        f = click.option(
-            "--cluster",
-            type=click.Choice(CLUSTER_CHOICES),
-            default=default,
-            show_default=True,
+            "--cluster", type=click.Choice(CLUSTER_CHOICES), default=default, show_default=True,
             help="Cluster to start: auto (one dask-cuda worker per GPU, else local), local, "
             "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
             "threads (no cluster: dask's threaded scheduler).",
@@ -95,10 +85,7 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
 
 @contextlib.contextmanager
 def client_from_options(
-    cluster: str = "auto",
-    address: str | None = None,
-    scheduler_file: str | None = None,
-    **kwargs: Any,
+    cluster: str = "auto", address: str | None = None, scheduler_file: str | None = None, **kwargs: Any,
 ) -> Iterator[Client | None]:
     """Client for the parsed options (None with ``--cluster threads``); closes what it started."""
     if address and scheduler_file:
