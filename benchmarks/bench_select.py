@@ -48,7 +48,7 @@ N_CLASSES = 4
 
 def peak_rss() -> int:
     """This process's peak RSS in bytes."""
-    from daskbatch.runtime.joblog import process_peak_bytes
+    from daskbatch.runtime.capacity import process_peak_bytes
 
     return process_peak_bytes() or 0
 

@@ -108,7 +108,7 @@ def main() -> None:
 
     import dask
 
-    from daskbatch.runtime.thread_limits import limited
+    from daskbatch.runtime.settings import limited
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "data.zarr")

@@ -10,8 +10,7 @@ from typing import Any, Literal
 import numpy as np
 from array_api_compat import is_array_api_obj
 
-from daskbatch._arguments import checked_device, gpu_module
-from daskbatch._typing import Device
+from daskbatch._common import Device, checked_device, gpu_module
 from daskbatch.engine.inputs import check_label, check_numeric, check_weight_range
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host

@@ -12,9 +12,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch._arguments import gpu_module
+from daskbatch._common import DEVICES, gpu_module, warn
 from daskbatch._version import __version__
-from daskbatch._warnings import warn
 from daskbatch.engine._batch_calls import (
     BatchRunner,
     Misuse,
@@ -28,7 +27,7 @@ from daskbatch.engine._batch_calls import (
     run_batch,
     warn_flagged,
 )
-from daskbatch.engine.blockrun import DEVICES, run_blocks
+from daskbatch.engine.blockrun import run_blocks
 from daskbatch.engine.checkpoint.fingerprint import function_token, output_items
 from daskbatch.engine.devices import auto_device
 from daskbatch.engine.inputs import as_feature_matrix

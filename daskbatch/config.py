@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from daskbatch._arguments import short_repr
+from daskbatch._common import short_repr
 
 
 def config_file_error(exc: ValueError) -> None:

@@ -253,7 +253,7 @@ def test_mismatch_names_the_item_and_force_starts_fresh(tmp_path: Path, store: P
 
 
 def test_sigterm_waits_for_a_write_in_progress() -> None:
-    from daskbatch.runtime.interrupts import no_interrupt as _no_interrupt
+    from daskbatch.runtime.runlock import no_interrupt as _no_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_as_interrupt():

@@ -151,7 +151,7 @@ def test_log_options_work_before_and_after_the_command(
     showwarning = warnings.showwarning
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    # -v names the logger of each line: "INFO daskbatch.runtime.joblog: describe: ..."
+    # -v names the logger of each line: "INFO daskbatch.runtime.capacity: describe: ..."
     assert bool(re.search(r" INFO (daskbatch\S*: )?describe: 4,000 rows x 4 features", result.stderr)) is info
     assert (" INFO daskbatch." in result.stderr) is debug
     # In-process, the command gives the caller's logging back as it found it.

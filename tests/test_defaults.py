@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from daskbatch import config
-from daskbatch.cli._config_file import _JOB_OPTIONS
+from daskbatch.cli.options import _JOB_OPTIONS
 
 PACKAGE = Path(__file__).parents[1] / "daskbatch"
 

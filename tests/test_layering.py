@@ -141,8 +141,7 @@ def test_scan_sees_what_it_should() -> None:
 # (the package's own __init__) is matched exactly, so a new module that no entry
 # names is reported instead of falling into the top layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config",
-     "daskbatch._html", "daskbatch._warnings"),
+    ("daskbatch._common", "daskbatch._version", "daskbatch.errors", "daskbatch.config"),
     ("daskbatch.stats",),
     ("daskbatch.planning",),
     ("daskbatch.runtime",),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch._arguments import checked_device
+from daskbatch._common import checked_device
 from daskbatch.stats.registry import selectable
 from daskbatch.stats.spec import HIST, MI, describe_statistics, requested
 

@@ -1,4 +1,4 @@
-"""``daskbatch synth``, ``daskbatch ingest`` and ``daskbatch inspect``: thin shells over the data layer."""
+"""``daskbatch synth``, ``ingest``, ``inspect`` and ``demo``: thin shells over the data layer and the end-to-end tour."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
-from daskbatch.cli._logging import is_quiet
-from daskbatch.cli.options import n_classes_options, resolve_n_classes
+from daskbatch.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, is_quiet, main, user_errors
+from daskbatch.cli.options import device_option, n_classes_options, resolve_n_classes
 from daskbatch.config import packaged
-from daskbatch.runtime.interrupts import exit_now
+from daskbatch.demo import run_demo
+from daskbatch.runtime.runlock import exit_now
 
 
 @main.command("synth")
@@ -19,33 +19,18 @@ from daskbatch.runtime.interrupts import exit_now
 @click.option("--rows", type=click.IntRange(min=0), required=True, help="Number of samples.")
 @click.option("--features", type=click.IntRange(min=1), required=True, help="Number of features.")
 @n_classes_options(2, "Add an int32 label y with K classes (0 to K-1).")
-@click.option(
-    "--informative",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Features with class-dependent means.",
-)
-@click.option(
-    "--correlated",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Features that mix two others.",
-)
+@click.option("--informative", type=click.IntRange(min=0), default=None, help="Features with class-dependent means.")
+@click.option("--correlated", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Features that mix two others.")
 @click.option("--chunk-rows", type=click.IntRange(min=1), default=65536, show_default=True)
-@click.option(
-    "--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True
-)
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--rank", type=click.IntRange(min=0), default=None,
     help="Write only this rank's contiguous share of the rows (with --world-size), bitwise those rows of the whole.",
 )
 @click.option("--world-size", type=click.IntRange(min=1), default=None, help="Number of ranks sharing the rows.")
-@click.option(
-    "--device", type=click.Choice(["auto", "cpu", "gpu"]), default="cpu", show_default=True,
-    help="Where the rows are made: gpu generates each block on the GPU (CuPy), with the counter stream.",
-)
+@device_option("cpu", "Where the rows are made: gpu generates each block on the GPU (CuPy), with the counter stream.")
 @click.option(
     "--generator", type=click.Choice(["default", "counter"]), default="default", show_default=True,
     help="default: numpy's Philox, block by block; counter: the GPU's counter-based stream (same data on a CPU).",
@@ -53,21 +38,9 @@ from daskbatch.runtime.interrupts import exit_now
 @click.option("--overwrite", is_flag=True, help="Replace OUT if daskbatch wrote it (never other data).")
 @user_errors
 def synth_cmd(
-    out: str,
-    rows: int,
-    features: int,
-    n_classes: int | None,
-    class_values: str | None,
-    informative: int | None,
-    correlated: int,
-    chunk_rows: int,
-    dtype: str,
-    seed: int,
-    rank: int | None,
-    world_size: int | None,
-    device: str,
-    generator: str,
-    overwrite: bool,
+    out: str, rows: int, features: int, n_classes: int | None, class_values: str | None, informative: int | None,
+    correlated: int, chunk_rows: int, dtype: str, seed: int, rank: int | None, world_size: int | None, device: str,
+    generator: str, overwrite: bool,
 ) -> None:
     """Write a deterministic synthetic dataset (Zarr v3: X, y) with ground truth in its attrs."""
     import time
@@ -77,20 +50,9 @@ def synth_cmd(
     classes = resolve_n_classes(n_classes, class_values, consecutive=True)
     t0 = time.perf_counter()
     ds = synth(
-        rows,
-        features,
-        classes=classes,
-        informative=informative,
-        correlated=correlated,
-        chunk_rows=chunk_rows,
-        dtype=dtype,
-        seed=seed,
-        path=out,
-        overwrite=overwrite,
-        rank=rank,
-        world_size=world_size,
-        device=device,  # type: ignore[arg-type]  # click.Choice has validated it
-        generator=generator,  # type: ignore[arg-type]
+        rows, features, classes=classes, informative=informative, correlated=correlated, chunk_rows=chunk_rows,
+        dtype=dtype, seed=seed, path=out, overwrite=overwrite, rank=rank, world_size=world_size,
+        device=device, generator=generator,  # type: ignore[arg-type]  # click.Choice has validated both
     )
     share = "" if rank is None else f" (rank {rank} of {world_size}: rows {ds.attrs['synth']['row_range']})"
     click.echo(
@@ -114,9 +76,7 @@ def _named_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @main.command("ingest")
 @click.argument("paths", nargs=-1, required=True, metavar="SOURCES... OUT.zarr")
 @click.option("--x-key", default=None, help="Array key in .npz/HDF5/Zarr sources [default: X].")
-@click.option(
-    "--label-key", default=None, help="Key of a 1-D label array in each source (written as y)."
-)
+@click.option("--label-key", default=None, help="Key of a 1-D label array in each source (written as y).")
 @click.option(
     "--label", "labels", multiple=True, metavar="NAME[=KEY]", callback=_named_keys,
     help="A 1-D label array in each source, written as NAME (from key KEY if given); repeat for more.",
@@ -126,38 +86,15 @@ def _named_keys(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     help="A 1-D boolean or integer mask array in each source, stored as NAME; repeat for more.",
 )
 @click.option("--dtype", default=None, help="Output dtype [default: the sources' dtype].")
-@click.option(
-    "--chunk-rows",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Rows per output chunk [default: ~16 MiB].",
-)
-@click.option(
-    "--compressor", type=click.Choice(["zstd", "lz4", "none"]), default="zstd", show_default=True
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Chunks written in parallel [default: CPUs].",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace OUT if daskbatch wrote it, never other data (otherwise an unfinished ingest resumes).",
-)
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=None, help="Rows per output chunk [default: ~16 MiB].")
+@click.option("--compressor", type=click.Choice(["zstd", "lz4", "none"]), default="zstd", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Chunks written in parallel [default: CPUs].")
+@click.option("--overwrite", is_flag=True,
+              help="Replace OUT if daskbatch wrote it, never other data (otherwise an unfinished ingest resumes).")
 @user_errors
 def ingest_cmd(
-    paths: tuple[str, ...],
-    x_key: str | None,
-    label_key: str | None,
-    labels: dict[str, str],
-    masks: dict[str, str],
-    dtype: str | None,
-    chunk_rows: int | None,
-    compressor: str,
-    workers: int | None,
-    overwrite: bool,
+    paths: tuple[str, ...], x_key: str | None, label_key: str | None, labels: dict[str, str], masks: dict[str, str],
+    dtype: str | None, chunk_rows: int | None, compressor: str, workers: int | None, overwrite: bool,
 ) -> None:
     """Copy batch files (.npy, .npz, .h5, Zarr; globs allowed) into one Zarr store OUT.zarr.
 
@@ -172,23 +109,12 @@ def ingest_cmd(
     *sources, out = paths
     try:
         report = ingest(
-            sources,
-            out,
-            x_key=x_key,
-            label_key=label_key,
-            labels=labels,
-            masks=masks,
-            dtype=dtype,
-            chunk_rows=chunk_rows,
-            compressor=compressor,
-            workers=workers,
-            overwrite=overwrite,
+            sources, out, x_key=x_key, label_key=label_key, labels=labels, masks=masks, dtype=dtype,
+            chunk_rows=chunk_rows, compressor=compressor, workers=workers, overwrite=overwrite,
             progress=not is_quiet(),  # drawn on a terminal only; the log has start and end
         )
     except KeyboardInterrupt:
-        click.echo(
-            f"interrupted: {out} is incomplete; run the same command again to resume", err=True
-        )
+        click.echo(f"interrupted: {out} is incomplete; run the same command again to resume", err=True)
         exit_now(EXIT_INTERRUPTED)
     if not is_quiet():
         click.echo(report.summary())
@@ -256,3 +182,20 @@ def verify_command(store: str, threads: int | None, as_json: bool) -> None:
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
     if not report.ok:
         sys.exit(EXIT_FAILURE)
+
+
+@main.command("demo")
+@click.option("--rows", default=2_000_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--features", default=64, show_default=True, type=click.IntRange(min=1))
+@n_classes_options(2, "Number of label classes.  [default: 3]")
+@click.option("--workers", default=None, type=click.IntRange(min=1), help="Worker processes (default: cores, at most 4).")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="Threads per worker.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Directory for data and results (default: a new temporary one).")
+@click.option("--seed", default=0, show_default=True)
+@user_errors
+def demo_command(rows: int, features: int, n_classes: int | None, class_values: str | None, workers: int | None, threads: int, out_dir: str | None, seed: int) -> None:
+    """Generate a labelled dataset, start a local cluster, and print its full summary."""
+    classes = resolve_n_classes(n_classes, class_values, consecutive=True) or 3
+
+    run_demo(rows=rows, features=features, classes=classes, workers=workers,
+             threads_per_worker=threads, out_dir=out_dir, seed=seed, echo=click.echo)

@@ -10,27 +10,30 @@ from typing import Any, cast
 
 import click
 
-from daskbatch._typing import Device
-from daskbatch.cli._config_file import config_option
-from daskbatch.cli._group import (
+from daskbatch._common import Device
+from daskbatch.cli._common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     describe_lost,
     is_lost_scheduler,
+    is_quiet,
     main,
     user_errors,
 )
-from daskbatch.cli._logging import is_quiet
-from daskbatch.cli.options import client_from_options, cluster_options, device_option, parse_classes
+from daskbatch.cli.options import (
+    client_from_options,
+    cluster_options,
+    config_option,
+    device_option,
+    parse_classes,
+)
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
-from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
-from daskbatch.runtime.interrupts import exit_now
-from daskbatch.runtime.runlock import summary_lock
+from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS
 from daskbatch.summary import load_summary

@@ -1,20 +1,35 @@
-"""Click options shared by commands that run on a cluster."""
+"""Click options shared by commands: the cluster, the device, the classes, and ``--config FILE`` (option defaults and dask settings from a configuration file)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 import click
 
-from daskbatch._typing import DEVICES
-from daskbatch.cli._group import one_line_distributed_logs
+from daskbatch._common import DEVICES
+from daskbatch.cli._common import EXIT_BAD_INPUT, one_line_distributed_logs
+from daskbatch.jobs.schema import describe_value, short_text
+from daskbatch.jobs.spec import (
+    SECTIONS,
+    ConfigFile,
+    JobConfigError,
+    JobSpec,
+    OutputsSpec,
+    check_config_file,
+    is_config_file,
+    read_yaml,
+)
 from daskbatch.runtime.cluster import KINDS
 from daskbatch.runtime.cluster import cluster as start_cluster
+from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
 
 if TYPE_CHECKING:
     from distributed import Client
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,30 +60,20 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
     def decorate(f: F) -> F:
         """Add the four options to ``f``."""
         f = click.option(
-            "--wait-for-workers",
-            type=click.IntRange(min=0),
-            metavar="N",
+            "--wait-for-workers", type=click.IntRange(min=0), metavar="N",
             help="Start computing once N workers are connected, waiting at most "
             "daskbatch.worker-timeout (default 10 minutes). With --cluster slurm/pbs also how many "
             "workers to submit jobs for. Default: 1 (slurm/pbs: one job, all its workers).",
         )(f)
         f = click.option(
-            "--scheduler-file",
-            type=click.Path(dir_okay=False),
-            envvar="DASKBATCH_SCHEDULER_FILE",
+            "--scheduler-file", type=click.Path(dir_okay=False), envvar="DASKBATCH_SCHEDULER_FILE",
             help="Connect to the scheduler that wrote this file (dask scheduler "
             "--scheduler-file, dask-mpi); env DASKBATCH_SCHEDULER_FILE. Overrides --cluster.",
         )(f)
+        f = click.option("--address", metavar="ADDR",
+                         help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
         f = click.option(
-            "--address",
-            metavar="ADDR",
-            help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.",
-        )(f)
-        f = click.option(
-            "--cluster",
-            type=click.Choice(CLUSTER_CHOICES),
-            default=default,
-            show_default=True,
+            "--cluster", type=click.Choice(CLUSTER_CHOICES), default=default, show_default=True,
             help="Cluster to start: auto (one dask-cuda worker per GPU, else local), local, "
             "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
             "threads (no cluster: dask's threaded scheduler).",
@@ -80,10 +85,7 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
 
 @contextlib.contextmanager
 def client_from_options(
-    cluster: str = "auto",
-    address: str | None = None,
-    scheduler_file: str | None = None,
-    **kwargs: Any,
+    cluster: str = "auto", address: str | None = None, scheduler_file: str | None = None, **kwargs: Any,
 ) -> Iterator[Client | None]:
     """Client for the parsed options (None with ``--cluster threads``); closes what it started."""
     if address and scheduler_file:
@@ -147,3 +149,178 @@ def resolve_n_classes(n_classes: int | None, class_values: str | None, *, consec
     if n_classes is not None and n_classes != len(values):
         raise ValueError(f"--classes lists {len(values)} values but --n-classes is {n_classes}")
     return len(values)
+
+
+#: ctx.meta keys: the file's ``dask:`` mapping, applied once --allow-dask-config is known.
+_PENDING = "daskbatch.config.dask"
+_SOURCE = "daskbatch.config.path"
+#: Options a job file may not set for itself.
+_NOT_FROM_FILE = ("config", "allow_dask_config")
+
+
+def _fail(ctx: click.Context, message: str) -> NoReturn:
+    """One line on stderr and exit code 2 (click's BadParameter would print usage lines too)."""
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(EXIT_BAD_INPUT)
+    raise AssertionError("unreachable")  # ctx.exit raises
+
+
+def _expected(param: click.Parameter) -> tuple[str, tuple[type, ...]]:
+    """What a value for ``param`` must be, in words and as Python types (YAML gives these)."""
+    kind = param.type
+    if isinstance(param, click.Option) and param.is_flag:
+        return "true or false", (bool,)
+    if isinstance(kind, click.types.IntParamType):
+        return "an integer", (int,)
+    if isinstance(kind, click.types.FloatParamType):
+        return "a number", (int, float)
+    if isinstance(kind, click.types.BoolParamType):
+        return "true or false", (bool,)
+    if isinstance(kind, click.Choice):
+        return f"one of {', '.join(map(str, kind.choices))}", (str,)
+    if isinstance(kind, click.Path):
+        return "a path (a string)", (str,)
+    return "a string", (str, int, float)  # e.g. --memory 16GiB, which YAML may read as a number
+
+
+def _check_value(ctx: click.Context, source: str, key: str, param: click.Parameter, value: Any) -> Any:
+    """``value`` checked against ``param``'s type; a one-line error naming ``key`` otherwise."""
+    words, types = _expected(param)
+    # bool is an int to Python, never an integer or a string to a user.
+    if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+        _fail(ctx, f"{source}: {short_text(key)} must be {words}, got {describe_value(value)}")
+    try:
+        return param.type_cast_value(ctx, value) if value is not None else None
+    except click.BadParameter as exc:
+        _fail(ctx, f"{source}: {key}: {exc.format_message()}")
+
+
+#: Keys of a job and the option (long name) each sets in describe and plan; a key whose option a
+#: command lacks (selection.*, transform.*, ...) belongs to ``daskbatch run`` and is left alone.
+_JOB_OPTIONS = {
+    ("input", "x"): "x", ("input", "label"): "label", ("input", "weights"): "weights", ("input", "target"): "target",
+    ("input", "groups"): "groups",
+    ("statistics", "stats"): "stats", ("statistics", "bins"): "bins", ("statistics", "range"): "range",
+    ("statistics", "ddof"): "ddof", ("statistics", "nan_policy"): "nan_policy",
+    ("statistics", "classes"): "classes", ("statistics", "missing"): "missing",
+    ("cluster", "kind"): "cluster", ("cluster", "address"): "address", ("cluster", "scheduler_file"): "scheduler_file",
+    ("cluster", "n_workers"): "workers", ("cluster", "threads"): "threads",
+    ("cluster", "wait_for_workers"): "wait_for_workers", ("cluster", "device"): "device",
+    ("memory",): "memory", ("checkpoint",): "checkpoint",
+}
+
+
+def _as_option(key: tuple[str, ...], value: Any) -> Any:
+    """A job value as the option's text takes it (lists become ``a,b`` or ``lo:hi``)."""
+    if isinstance(value, list):
+        return ":".join(map(str, value)) if key == ("statistics", "range") else ",".join(map(str, value))
+    return value
+
+
+def _job_options(found: ConfigFile) -> dict[str, Any]:
+    """Option values (by long name) that the job of a configuration file sets."""
+    options: dict[str, Any] = {}
+    for key, name in _JOB_OPTIONS.items():
+        where: Any = found.job
+        for part in key:
+            where = where.get(part) if isinstance(where, dict) else None
+        if where is None:
+            continue
+        if key == ("cluster", "kind") and where in ("address", "scheduler_file"):
+            continue  # joining a scheduler is said by cluster.address / cluster.scheduler_file themselves
+        options[name] = _as_option(key, where)
+    summary = (found.job.get("outputs") or {}).get("summary")
+    if summary is not None:
+        outputs = JobSpec(outputs=OutputsSpec(**{**dataclasses.asdict(OutputsSpec()), **found.job["outputs"]}))
+        options["out"] = outputs.output_path("summary")
+    return options
+
+
+def _read(ctx: click.Context, value: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Option values and dask settings of a --config file."""
+    flags = {opt[2:].replace("-", "_") for p in ctx.command.params for opt in p.opts if opt.startswith("--")}
+    try:
+        loaded = read_yaml(value)
+        if is_config_file(loaded, flags):
+            found = check_config_file(value, loaded)
+            return _job_options(found), found.dask or None
+    except OSError as exc:
+        _fail(ctx, f"cannot read --config {value}: {exc.strerror}")
+    except JobConfigError as exc:
+        _fail(ctx, str(exc))
+    sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))
+    if sections:
+        _fail(ctx, f"{value} has a job's sections at its top ({', '.join(s + ':' for s in sections)}): put them "
+                   "under 'daskbatch: job:', with dask settings at the top beside 'daskbatch' (docs/jobs.md)")
+    _fail(ctx, f"{value}: option values at the top ({short_text(', '.join(sorted(map(str, loaded))))}) are no --config "
+               "shape: write them as a job's keys under 'daskbatch: job:' (statistics: {bins: 128}), with dask "
+               "settings at the top beside 'daskbatch' (docs/jobs.md)")
+
+
+def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Read a --config file into the command's option defaults (its dask settings wait for --allow-dask-config)."""
+    if value is None:
+        return None
+    options, dask_settings = _read(ctx, value)
+    if dask_settings:
+        # Applied by the command once --allow-dask-config (which may come later) is known.
+        ctx.meta[_PENDING], ctx.meta[_SOURCE] = dask_settings, value
+    by_flag: dict[str, click.Parameter] = {}
+    for p in ctx.command.params:
+        if p.name is None or p.name in _NOT_FROM_FILE or isinstance(p, click.Argument):
+            continue
+        for opt in p.opts:
+            if opt.startswith("--"):
+                by_flag[opt[2:].replace("-", "_")] = p
+    defaults: dict[str, Any] = {}
+    # A job key whose option this command lacks (plan has no --checkpoint) is left alone.
+    for key, val in options.items():
+        target = by_flag.get(key)
+        if target is None:
+            continue
+        _check_value(ctx, value, key, target, val)
+        assert target.name is not None
+        defaults[target.name] = val
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
+    """Merge the job file's ``dask:`` mapping into dask.config, refusing unsafe keys unless ``allow``."""
+    settings = ctx.meta.pop(_PENDING, None)
+    if not settings:
+        return
+    source = ctx.meta.get(_SOURCE, "--config")
+    try:
+        settings = check_dask_settings(settings, source, allow=allow)
+    except UnsafeDaskSetting as exc:
+        _fail(ctx, str(exc))
+    import dask.config  # lazy: dask
+
+    dask.config.update(dask.config.config, settings)
+
+
+def config_option(func: Any) -> Any:
+    """Add ``--config FILE`` and ``--allow-dask-config`` to a command."""
+    @functools.wraps(func)
+    def _command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
+        """Apply the config file's dask settings, then run the command."""
+        _apply_dask_settings(click.get_current_context(), allow_dask_config)
+        return func(*args, **kwargs)
+
+    _command = click.option(
+        "--allow-dask-config",
+        is_flag=True,
+        help="Accept any dask setting in the --config file. Without it only settings that "
+        "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
+    )(_command)
+    return click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_load,
+        help="Configuration file, as 'daskbatch run' reads: its 'daskbatch: job:' keys set the matching "
+        "options (statistics: {bins: 128} sets --bins), its other keys are dask settings (docs/jobs.md). "
+        "Command-line options win.",
+    )(_command)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch._warnings import warn
+from daskbatch._common import warn
 from daskbatch.engine.blockrun import on_device
 from daskbatch.errors import BatchError, FlaggedRowsWarning
 from daskbatch.stats.backend import to_numpy

@@ -12,8 +12,7 @@ import warnings
 from typing import Any
 
 from daskbatch import config
-from daskbatch._arguments import GPU_INSTALL
-from daskbatch._typing import Device
+from daskbatch._common import GPU_INSTALL, Device
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device

@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 
 from daskbatch import config
-from daskbatch._arguments import gpu_module
+from daskbatch._common import gpu_module
 from daskbatch.engine.reduce import TRANSFERS, part_rows_for
 from daskbatch.io.readers import check_series_index, in_memory_as_dask, is_instance, open_reader
 
@@ -190,7 +190,7 @@ def as_float64_if_wider(a: da.Array, what: str) -> da.Array:
     """Convert a float dtype wider than float64 (``longdouble``) to float64, warning of the precision lost."""
     if dtype_kind(a.dtype) != "f" or np.dtype(a.dtype).itemsize <= 8:
         return a
-    from daskbatch._warnings import warn  # lazy: only longdouble input warns
+    from daskbatch._common import warn  # lazy: only longdouble input warns
 
     bits = np.finfo(a.dtype).nmant + 1
     warn(

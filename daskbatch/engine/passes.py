@@ -25,8 +25,7 @@ from daskbatch.engine.reduce import (
     to_host,
     tree_reduce,
 )
-from daskbatch.runtime.capacity import active_client
-from daskbatch.runtime.joblog import note_pass
+from daskbatch.runtime.capacity import active_client, note_pass
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats import Sketch

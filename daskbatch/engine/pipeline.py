@@ -21,9 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch import config
-from daskbatch._typing import Device
+from daskbatch._common import Device, warn
 from daskbatch._version import __version__
-from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.fingerprint import checksums_digest, listing_token
 from daskbatch.engine.checkpoint.manifest import recorded_layout
 from daskbatch.engine.devices import gpu_failure, resolve_device

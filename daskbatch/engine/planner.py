@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch._arguments import checked_device
-from daskbatch._typing import Device
+from daskbatch._common import Device, checked_device
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources

@@ -25,10 +25,9 @@ from dask.delayed import Delayed
 from dask.sizeof import sizeof
 
 from daskbatch import config
-from daskbatch._arguments import strict_int
-from daskbatch._typing import Array
+from daskbatch._common import Array, strict_int
 from daskbatch.engine.sizeof import register as register_sizeof
-from daskbatch.runtime.thread_limits import limited
+from daskbatch.runtime.settings import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked

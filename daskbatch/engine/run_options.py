@@ -8,8 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from daskbatch._arguments import checked_device
-from daskbatch._typing import Device
+from daskbatch._common import Device, checked_device
 
 __all__ = ["RunOptions"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import dask.array as da
 from dask.utils import format_bytes
 
-from daskbatch import _html
+from daskbatch import _common as _html
 from daskbatch.io.chunk_grid import Chunks
 from daskbatch.io.zarr_store import (
     LAYOUT_ATTR,

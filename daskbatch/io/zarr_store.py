@@ -27,7 +27,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from daskbatch._warnings import warn
+from daskbatch._common import warn
 from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
 from daskbatch.io.chunk_grid import (
     WRITES_EVERY_CHUNK,

@@ -17,7 +17,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(run, name)
     if name == "needed_stats":
-        from daskbatch.jobs._stages import needed_stats  # lazy: dask, zarr
+        from daskbatch.jobs.run import needed_stats  # lazy: dask, zarr
 
         return needed_stats
     raise AttributeError(f"module 'daskbatch.jobs' has no attribute {name!r}")

@@ -18,10 +18,9 @@ import numpy as np
 
 from daskbatch._version import __version__
 from daskbatch.jobs.schema import JobSpec
-from daskbatch.runtime.joblog import peak_memory
 
 __all__ = [
-    "MISSING_KEYS", "JobReport", "flatten", "json_safe", "memory_words", "now", "peak_memory", "phase", "versions", "write_json_atomic",
+    "MISSING_KEYS", "JobReport", "json_safe", "memory_words", "now", "phase", "versions", "write_json_atomic",
 ]
 
 #: Packages whose versions the report records (those absent are recorded as null).
@@ -121,7 +120,7 @@ def _bytes(n: float | None) -> str:
 
 
 def memory_words(peak: Mapping[str, Any]) -> str:
-    """Put :func:`daskbatch.runtime.joblog.peak_memory`'s numbers in words for the log."""
+    """Put :func:`daskbatch.runtime.capacity.peak_memory`'s numbers in words for the log."""
     text = f"peak memory {_bytes(peak.get('process_bytes'))} (this process)"
     workers = peak.get("workers_bytes")
     if workers:
@@ -135,18 +134,6 @@ def phase(report: JobReport, name: str) -> Iterator[None]:
     t0 = time.perf_counter()
     yield
     report.timings[name] = round(time.perf_counter() - t0, 3)
-
-
-def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"daskbatch": {"split-every": 16}}`` -> ``{"daskbatch.split-every": 16}``."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 def write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:

@@ -10,16 +10,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch.jobs._types import (
-    MAX_FILE_BYTES,
-    describe_value,
-    expected,
-    load_bounded,
-    matches,
-    short_text,
-)
 from daskbatch.jobs.schema import (
     FILE_ONLY,
+    MAX_FILE_BYTES,
     SECTIONS,
     ClusterSpec,
     InputSpec,
@@ -30,7 +23,12 @@ from daskbatch.jobs.schema import (
     StatisticsSpec,
     TransformSpec,
     defaults,
+    describe_value,
+    expected,
+    load_bounded,
+    matches,
     reference,
+    short_text,
 )
 from daskbatch.stats.spec import check_statistic_names
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch import _html
+from daskbatch import _common as _html
 from daskbatch.planning.memory import (
     StatLike,
     chunk_task_terms,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch._arguments import strict_int
+from daskbatch._common import strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (

@@ -1,4 +1,4 @@
-"""One run at a time on a checkpoint directory or an ingest output: a lock file with stale detection."""
+"""One run at a time (a lock file with stale detection on a checkpoint directory or an ingest output), and SIGTERM as an exception, held back while a checkpoint file is written."""
 
 from __future__ import annotations
 
@@ -8,17 +8,21 @@ import errno
 import json
 import logging
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
-from daskbatch.errors import DiskFullError, LockHeldError
+from daskbatch.errors import DiskFullError, Interrupted, LockHeldError
 
-__all__ = ["LOCK_NAME", "RunLock", "output_lock_path", "summary_lock"]
+__all__ = ['LOCK_NAME', 'RunLock', 'exit_now', 'no_interrupt', 'output_lock_path', 'sigterm_as_interrupt', 'summary_lock']
+
 
 log = logging.getLogger(__name__)
 
@@ -246,3 +250,61 @@ def _who(holder: dict[str, Any] | None) -> str:
         return "a run that is still writing it"
     since = datetime.datetime.fromtimestamp(holder["since"]).isoformat(sep=" ", timespec="seconds")
     return f"pid {holder['pid']} on host {holder['host']} since {since}"
+
+
+_signals = threading.local()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`~daskbatch.errors.Interrupted` raised in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _handler(signum: int, frame: Any) -> None:
+        """Raise :class:`Interrupted`, or defer it while a write is in progress."""
+        if getattr(_signals, "depth", 0) > 0:
+            _signals.pending = True  # raised when the write in progress is done
+            return
+        _quiet_teardown()
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, _handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def no_interrupt() -> Iterator[None]:
+    """Hold back an Interrupted from :func:`sigterm_as_interrupt` until the block is done."""
+    _signals.depth = getattr(_signals, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _signals.depth -= 1
+        if _signals.depth == 0 and getattr(_signals, "pending", False):
+            _signals.pending = False
+            raise Interrupted("interrupted by SIGTERM")
+
+
+def _quiet_teardown() -> None:
+    """Silence the logs of a cluster being torn down because the run was interrupted."""
+    # Closing a cluster whose tasks were cancelled makes distributed and asyncio log an error and a traceback
+    # per cancelled task or closed comm; after an interrupt they say nothing the user can act on.
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` at once, after flushing the logs and the standard streams."""
+    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
+        raise SystemExit(code)
+    logging.shutdown()  # flushes every log handler (a job's log file too)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)

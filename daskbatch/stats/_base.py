@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeVar
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.numerics import positive_rows
 

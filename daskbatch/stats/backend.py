@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_array
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 
 __all__ = ["bincount", "device", "matrix_diagonal", "namespace", "to_numpy"]
 

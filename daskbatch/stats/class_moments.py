@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State

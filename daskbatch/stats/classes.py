@@ -25,7 +25,7 @@ from typing import Any
 
 from array_api_compat import is_cupy_array
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import Declaration

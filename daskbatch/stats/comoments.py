@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State

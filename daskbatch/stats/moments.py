@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State

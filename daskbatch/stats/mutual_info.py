@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.declaration import Declaration, Finished, Variable, count

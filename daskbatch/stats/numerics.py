@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats.backend import namespace
 
 #: Weight sums from here on merge by ratios ``nb / n``: their products and cubes (``na * nb``,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._warnings import warn
+from daskbatch._common import warn
 from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile_at, slot_bounds
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch._arguments import short_repr
+from daskbatch._common import short_repr
 from daskbatch.stats import (
     class_moments,
     classes,

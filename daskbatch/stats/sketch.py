@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount

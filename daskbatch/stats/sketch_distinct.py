@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats.backend import namespace
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._arguments import strict_int
+from daskbatch._common import strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import (
     ClassMoments,

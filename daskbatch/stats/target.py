@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array, Namespace
+from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (

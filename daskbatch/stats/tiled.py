@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch import _html
+from daskbatch import _common as _html
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 from daskbatch.summary.trust import covariance_message, suspect_message

@@ -29,8 +29,8 @@ from daskbatch.io.rowstore import (
     rechunk_rows,
     row_ranges,
 )
-from daskbatch.runtime.interrupts import no_interrupt
 from daskbatch.runtime.progress import ProgressCallback
+from daskbatch.runtime.runlock import no_interrupt
 from daskbatch.stats.backend import to_numpy
 from daskbatch.transforms.steps import Step, apply_all, bind_all
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from daskbatch.jobs.spec import check_config_file, read_yaml
-from daskbatch.runtime.dask_settings import UnsafeDaskSetting, check_dask_settings, flatten
+from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings, flatten
 
 HOSTILE = [
     "x; touch PWNED #",

@@ -28,7 +28,7 @@ from daskbatch.jobs.spec import (
     load_job,
     read_yaml,
 )
-from daskbatch.runtime.dask_settings import UnsafeDaskSetting, check_dask_settings
+from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('RAN').touch()\nclass X:\n    name = 'x'\n"
 KEYS = [

@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch.errors import DiskFullError
 from daskbatch.io import state_codec
-from daskbatch.runtime.interrupts import no_interrupt
+from daskbatch.runtime.runlock import no_interrupt
 
 __all__ = [
     "DamagedCheckpoint", "decode_state", "encode_state", "fsync_dir", "read_header", "remove_stale_temps", "write_atomic",

@@ -41,8 +41,8 @@ from daskbatch.engine.checkpoint.manifest import (
 )
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.capacity import active_client
-from daskbatch.runtime.interrupts import sigterm_as_interrupt
 from daskbatch.runtime.progress import Progress
+from daskbatch.runtime.runlock import sigterm_as_interrupt
 from daskbatch.stats._base import BundleLike, merge_all
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.registry import built_in_states

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.stats.kernels import _gpu, _gpu_class_moments
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 from daskbatch.stats.numerics import central_moment

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.numerics import as_float64
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from daskbatch._typing import Array
+from daskbatch._common import Array
 from daskbatch.stats.numerics import as_float64
 from daskbatch.transforms.steps.columns import (
     PerFeature,

@@ -1,0 +1,220 @@
+"""The commands on saved summaries: ``select`` (features, with the reason for every drop), ``transform`` (a store into a new store, resumably) and ``compare`` (drift between two summaries)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+import daskbatch as db
+from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, user_errors
+from daskbatch.cli.options import device_option
+from daskbatch.config import packaged
+from daskbatch.errors import Interrupted
+from daskbatch.io.outputs import (
+    OutputError,
+    check_output,
+    check_outputs,
+    check_separate,
+    write_json,
+    write_output,
+)
+from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
+
+
+@main.command("select")
+@click.argument("stats_store", metavar="STATS")
+@click.option(
+    "--score", type=click.Choice(["f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"]),
+    default="f", show_default=True,
+    help="f: ANOVA F; chi2; mi: binned mutual information; variance; mrmr: MI minus mean |corr| (greedy); "
+    "f_regression, r_regression: against a continuous target (describe --target).",
+)
+@click.option("--k", "k", default=None, help="Keep the k best features (an integer or 'all') [default mode, k=10].")
+@click.option("--percentile", type=click.FloatRange(0, 100), default=None, help="Keep this percent of the features.")
+@click.option("--fpr", type=click.FloatRange(0, 1), default=None, help="Keep p < FPR.")
+@click.option("--fdr", type=click.FloatRange(0, 1), default=None, help="Benjamini-Hochberg at this false discovery rate.")
+@click.option("--fwe", type=click.FloatRange(0, 1), default=None, help="Keep p < FWE / number of features (Bonferroni).")
+@click.option("--min-variance", type=click.FloatRange(min=0), default=None, help="First drop features whose (ddof=0) variance is not above this.")
+@click.option("--max-corr", type=click.FloatRange(0, 1), default=None, help="Then, of each pair with |corr| above this, keep the more relevant.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the selection (.csv, or .json).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file that is not a saved selection.")
+@user_errors
+def select_command(
+    stats_store: str, score: str, k: str | None, percentile: float | None, fpr: float | None,
+    fdr: float | None, fwe: float | None, min_variance: float | None, max_corr: float | None, out: str | None,
+    overwrite: bool,
+) -> None:
+    """Select features from the summary in STATS (written by ``describe --out``), reading no data.
+
+    One of --k, --percentile, --fpr, --fdr, --fwe picks the mode (default --k 10);
+    f and chi2 need a summary described with --label and --stats ...,class_moments;
+    f_regression and r_regression one described with --target.
+    """
+    given = {name: v for name, v in (("k", k), ("percentile", percentile), ("fpr", fpr), ("fdr", fdr), ("fwe", fwe))
+             if v is not None}
+    if len(given) > 1:
+        raise click.UsageError(f"give one of --k, --percentile, --fpr, --fdr, --fwe; got {', '.join('--' + g for g in given)}")
+    mode, param = next(iter(given.items())) if given else ("k", None)
+    if mode == "k" and param is not None and param != "all":
+        try:
+            param = int(param)
+        except ValueError:
+            raise click.BadParameter(f"expected an integer or 'all', got {param!r}", param_hint="--k") from None
+    if out is not None:  # before reading anything
+        check_output(out, kind="selection", form="file", what="--out", overwrite=overwrite,
+                     protected={"the summary STATS": stats_store})
+    summary = db.load_summary(stats_store)
+    selection = db.select(
+        summary, score=score, mode=mode, param=param, min_variance=min_variance, max_corr=max_corr,  # type: ignore[arg-type]
+    )
+    n = int(selection.selected.sum())
+    click.echo(f"{n} of {len(selection.feature_names)} features selected by {score} ({mode}={selection.param})")
+    table = selection.to_dataframe().sort_values("rank")
+    click.echo(table.head(30).to_string(float_format=lambda v: f"{v:.6g}"))
+    if len(table) > 30:
+        click.echo(f"... {len(table) - 30} more features")
+    if out is not None:
+        selection.save(out, overwrite=overwrite)
+        click.echo(f"selection written to {out}")
+
+
+def _bounds(text: str) -> tuple[float | None, float | None]:
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        raise click.BadParameter(f"expected LO:HI (either may be empty), got {text!r}", param_hint="--clip")
+    try:
+        return (float(lo) if lo.strip() else None), (float(hi) if hi.strip() else None)
+    except ValueError:
+        raise click.BadParameter(f"expected numbers LO:HI, got {text!r}", param_hint="--clip") from None
+
+
+def _pca_spec(text: str) -> tuple[str, int]:
+    path, sep, k = text.rpartition(":")
+    if not sep or not path or not k.strip().isdigit():
+        raise click.BadParameter(f"expected STATS:K (a summary store and a number of components), got {text!r}",
+                                 param_hint="--pca")
+    return path, int(k)
+
+
+@main.command("transform")
+@click.argument("store", metavar="STORE")
+@click.option("--select", "selection", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Keep the features of a selection (written by `daskbatch select --out`).")
+@click.option("--standardize", metavar="STATS", type=click.Path(exists=True), default=None,
+              help="z-scores from the mean and std of this summary (`describe --out`); constant features give 0.")
+@click.option("--clip", "clip_", metavar="LO:HI", default=None, help="Limit values to [LO, HI]; either side may be empty.")
+@click.option("--pca", "pca_", metavar="STATS:K", default=None,
+              help="Project onto the first K principal components of the covariance in STATS.")
+@click.option("--out", required=True, type=click.Path(), help="The output Zarr store.")
+@click.option("--overwrite", is_flag=True, help="Start again over an existing daskbatch output (never other data).")
+@click.option("--label", default=None, help="Name of a label array in STORE to carry through (default: the store's).")
+@click.option("--chunk-rows", type=click.IntRange(min=1), default=None, help="Rows per block and output chunk.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Output dtype [default: float64 after arithmetic].")
+@device_option(packaged("job.cluster.device"), "gpu: copy each block to the GPU once; auto: compute where the blocks are.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bar on stderr, when stderr is a terminal (the log records start and end either way).")
+@user_errors
+def transform_command(
+    store: str, selection: str | None, standardize: str | None, clip_: str | None, pca_: str | None, out: str,
+    overwrite: bool, label: str | None, chunk_rows: int | None, dtype: str | None, device: str,
+    progress: bool,
+) -> None:
+    """Write STORE's rows through the given steps into a new Zarr store (--out).
+
+    Steps run in this order: --select, --standardize, --clip, --pca. An
+    interrupted run (Ctrl-C, SIGTERM, a killed job) resumes when the same
+    command is run again: only the missing row blocks are computed.
+    """
+    # The files the steps read are inputs too: never written over, even with --overwrite.
+    check_separate(out, "--out", {"the --select selection": selection, "the --standardize summary": standardize,
+                                  "the --pca summary": _pca_spec(pca_)[0] if pca_ is not None else None})
+    steps: list[object] = []
+    if selection is not None:
+        steps.append(db.steps.select(db.load_selection(selection)))
+    if standardize is not None:
+        steps.append(db.steps.standardize(db.load_summary(standardize)))
+    if clip_ is not None:
+        steps.append(db.steps.clip(*_bounds(clip_)))
+    if pca_ is not None:
+        path, k = _pca_spec(pca_)
+        steps.append(db.steps.project(db.load_summary(path), k))
+    if not steps:
+        raise click.UsageError("give at least one step: --select, --standardize, --clip or --pca")
+    dataset = db.open_dataset(store, label=label) if label is not None else store
+    try:
+        # SIGTERM before the blocks run (opening the store, building the graph) ends the run too, resumably.
+        with sigterm_as_interrupt():
+            report = db.transform(
+                dataset, steps, out, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, device=device,  # type: ignore[arg-type]
+                progress=progress and not is_quiet(),
+            )
+    except (Interrupted, KeyboardInterrupt) as exc:
+        why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
+        click.echo(f"interrupted: {why}", err=True)
+        exit_now(EXIT_INTERRUPTED)
+    if not is_quiet():
+        click.echo(report.summary())
+
+
+@main.command("compare")
+@click.argument("reference")
+@click.argument("new")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows of the table to print.")
+@click.option("--by", type=click.Choice(["psi", "js_divergence", "ks_upper", "mean_shift", "var_ratio"]),
+              default="psi", show_default=True, help="Rank the features by this column.")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the report as JSON ('-' for stdout).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Save the PSI figure (.png, .svg, .pdf).")
+@click.option("--overwrite", is_flag=True, help="Let --json replace a file that is not a drift report, and --plot an "
+              "existing file. The summaries compared are never written over.")
+@user_errors
+def compare_command(
+    reference: str, new: str, top: int, by: str, json_path: str | None, plot_path: str | None, overwrite: bool,
+) -> None:
+    """Compare the summary in NEW with the one in REFERENCE (both written by ``describe --out``).
+
+    Prints the features that drifted most: mean shift in reference standard
+    deviations, variance ratio, PSI and Jensen-Shannon divergence of the
+    histograms, bounds on the Kolmogorov-Smirnov statistic, and the changes of
+    the out-of-range, NaN and MI figures. The histogram columns need NEW to be
+    described on REFERENCE's bins: ``daskbatch describe DATA --like REFERENCE``.
+    """
+    # Both outputs are checked, against the disk, the inputs and each other, before anything is read or written.
+    figure_format = _figure_format(plot_path) if plot_path is not None else None
+    targets = check_outputs(
+        {"--json": (None if json_path == "-" else json_path, "drift", "file"), "--plot": (plot_path, "figure", "file")},
+        overwrite=overwrite, protected={"the REFERENCE summary": reference, "the NEW summary": new},
+    )
+    drift = db.compare(db.load_summary(reference), db.load_summary(new))
+    # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
+    to_stderr = json_path == "-"
+    if to_stderr:
+        click.echo(json.dumps(drift.to_json()))
+    else:
+        click.echo(f"drift of {len(drift.table)} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
+        click.echo(drift.top(top, by).to_string(float_format=lambda v: f"{v:.4g}"))
+    if "--json" in targets:
+        click.echo(f"report written to {write_json(targets['--json'], drift.to_json())}")
+    if "--plot" in targets:
+        figure = drift.plot(k=top)
+        # The temporary file's name has no image suffix: the format is given.
+        written = write_output(targets["--plot"], lambda tmp: figure.savefig(tmp, format=figure_format))
+        click.echo(f"figure written to {written}", err=to_stderr)
+
+
+def _figure_format(path: str) -> str:
+    """The image format ``path``'s suffix names (matplotlib's default without one); OutputError for an unknown one."""
+    from matplotlib import rcParams  # lazy: matplotlib
+    from matplotlib.backend_bases import FigureCanvasBase  # lazy: matplotlib
+
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    known = FigureCanvasBase.get_supported_filetypes()
+    if not suffix:
+        return str(rcParams["savefig.format"])
+    if suffix not in known:
+        raise OutputError(
+            f"--plot {path}: .{suffix} is not an image format; end the name in one of .{', .'.join(sorted(known))}"
+        )
+    return suffix
