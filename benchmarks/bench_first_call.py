@@ -43,17 +43,27 @@ from daskbatch.engine import pipeline, planner
 
 spent = {"kernels": 0.0, "planning": 0.0}
 local = threading.local()
+lock = threading.Lock()
+active = {"kernels": 0, "planning": 0}
+since = {}
 
 def timed(fn, key):
+    # Wall time while any thread is inside fn (threads waiting on numba's compiler lock count once).
     def wrapper(*args, **kwargs):
         if getattr(local, key, False):  # nested: counted by the outer call
             return fn(*args, **kwargs)
         setattr(local, key, True)
-        t = time.perf_counter()
+        with lock:
+            active[key] += 1
+            if active[key] == 1:
+                since[key] = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            spent[key] += time.perf_counter() - t
+            with lock:
+                active[key] -= 1
+                if active[key] == 0:
+                    spent[key] += time.perf_counter() - since[key]
             setattr(local, key, False)
     return wrapper
 
