@@ -67,7 +67,7 @@ def quantile_table(rows: int, tmp: Path) -> None:
     """Print the quantile accuracy table (markdown)."""
     cols = distributions(np.random.default_rng(0), rows)
     x = np.column_stack(list(cols.values()))
-    s = db.describe(store(tmp / "q.zarr", x), stats=("moments", "hist"), feature_names=list(cols))
+    s = db.describe(store(tmp / "q.zarr", x), stats=("moments", "hist"), run=db.RunOptions(feature_names=list(cols)))
     est = s.quantile(list(QS)).to_numpy()
     print(f"rows: {rows:,}; per cell: rank error % / value error in % of the IQR / in % of |v|")
     print("| distribution | " + " | ".join(f"q={q}" for q in QS) + " |")

@@ -68,7 +68,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", db.RangeWarning)  # the new data reach outside the reference's ranges
         s_ref = db.describe(ref, stats=("moments", "hist"))
-        s_new = db.describe(new, stats=("moments", "hist"), like=s_ref)
+        s_new = db.describe(new, stats=("moments", "hist"), run=db.RunOptions(like=s_ref))
     t_compare = best(lambda: db.compare(s_ref, s_new), args.repeat)
     assert s_ref.hist_edges is not None
     t_peer = best(lambda: peer(ref, new, s_ref.hist_edges), max(1, min(args.repeat, 2)))

@@ -158,7 +158,7 @@ def _read(x: Any, y: Any, ctx: dict[str, Any]) -> Any:
 
 def _describe(stats: tuple[str, ...], **options: Any) -> Any:
     def build(x: Any, y: Any, ctx: dict[str, Any]) -> Any:
-        from daskbatch.describe import describe
+        from daskbatch.describing import describe
 
         return lambda: describe(x, y if "mi" in stats else None, stats=stats, bins=ctx["bins"], **options)
 
@@ -419,7 +419,7 @@ def profile_describe(x: Any, y: Any, ctx: dict[str, Any], args: argparse.Namespa
     from dask.diagnostics import Profiler
     from dask.utils import key_split
 
-    from daskbatch.describe import describe
+    from daskbatch.describing import describe
     from daskbatch.stats import CoMoments, Histogram, Moments
 
     with Profiler() as prof:

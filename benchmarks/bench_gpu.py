@@ -204,9 +204,7 @@ def describe_run(x: Any, y: Any, stats: tuple[str, ...], *, transfer: str = "blo
 
     def run() -> Any:
         with dask.config.set({"daskbatch.gpu-transfer": transfer}):
-            return db.describe(x, y if "mi" in stats else None, stats=stats, bins=64, range=range_,
-                               classes=list(CLASSES) if "mi" in stats else None, device=device,
-                               run=db.RunOptions(plan=None))
+            return db.describe(x, y if "mi" in stats else None, stats=stats, bins=64, range=range_, classes=list(CLASSES) if "mi" in stats else None, run=db.RunOptions(plan=None, device=device))
 
     return run
 
@@ -371,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         import daskbatch as db
 
         def run() -> Any:
-            return db.describe(str(store), label="y", bins=64, range=range_, classes=list(CLASSES),
-                               device=device, run=db.RunOptions(plan=None))
+            return db.describe(str(store), label="y", bins=64, range=range_, classes=list(CLASSES), run=db.RunOptions(plan=None, device=device))
 
         def measure() -> dict[str, Any]:
             with dask.config.set(scheduler="threads", num_workers=threads):

@@ -68,8 +68,7 @@ def run_on(devices: list[str], store: Path, repeat: int) -> tuple[float, list[fl
     import daskbatch as db
 
     def describe() -> Any:
-        return db.describe(str(store), label="y", bins=64, range=RANGE, classes=list(CLASSES),
-                           device="gpu", run=db.RunOptions(plan=None))
+        return db.describe(str(store), label="y", bins=64, range=RANGE, classes=list(CLASSES), run=db.RunOptions(plan=None, device="gpu"))
 
     with LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(devices), n_workers=len(devices), threads_per_worker=1,
                           dashboard_address=None) as cluster, Client(cluster) as client:

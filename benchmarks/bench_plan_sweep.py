@@ -4,7 +4,7 @@ On a ``db.synth`` store (default 2,000,000 x 256 float32, 65,536-row storage
 chunks, 4 classes) with each feature's histogram range given (one pass), under the
 threaded scheduler with ``--threads`` threads (default 2), it times:
 
-* ``planner``: the block rows :func:`daskbatch.describe.plan_describe` picks for this
+* ``planner``: the block rows :func:`daskbatch.engine.planner.plan_describe` picks for this
   machine's memory and ``--threads`` threads (the store opened with those
   rows per block, describe given the plan);
 * ``forced N``: blocks of N rows for every N of ``--sizes`` (default 65,536,
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     import dask
 
     import daskbatch as db
-    from daskbatch.describe import plan_describe
+    from daskbatch.engine.planner import plan_describe
     from daskbatch.runtime.capacity import resources_from_machine
 
     store = Path(args.data_dir) / f"sweep_{args.rows}x{args.features}_c{args.chunk_rows}.zarr"
@@ -107,13 +107,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(rows: int | str, chosen: Any = None) -> Any:
         ds = db.open_dataset(store, chunks=rows)
-        return lambda: db.describe(ds, range=ranges, device=args.device,
-                                     run=db.RunOptions(plan=chosen if chosen is not None else None))
+        return lambda: db.describe(ds, range=ranges, run=db.RunOptions(plan=chosen if chosen is not None else None, device=args.device))
 
     # Warm-up (imports, numba compiles, the page cache of the first chunks) outside the timings.
     warm = db.open_dataset(store, chunks="storage")
     n = min(2 * args.chunk_rows, args.rows)
-    db.describe(warm.x[:n], warm.label[:n], range=ranges, device=args.device, run=db.RunOptions(plan=None))
+    db.describe(warm.x[:n], warm.label[:n], range=ranges, run=db.RunOptions(plan=None, device=args.device))
 
     results: dict[str, dict[str, Any]] = {}
     configs = [("planner", plan.chunk_rows, plan)] + [(f"forced {s:,}", s, None) for s in args.sizes]
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"best {best:.3f} s  {[round(t, 3) for t in runs]}", flush=True)
     print("describe defaults ...", end=" ", flush=True)
     last: list[Any] = []
-    best, runs = best_of(lambda: last.append(db.describe(str(store), range=ranges, device=args.device)), args.repeat)
+    best, runs = best_of(lambda: last.append(db.describe(str(store), range=ranges, run=db.RunOptions(device=args.device))), args.repeat)
     defaults_rows = int(last[-1].provenance["chunk_rows"])  # the blocks describe ran on
     print(f"best {best:.3f} s", flush=True)
 

@@ -14,21 +14,19 @@ is loaded, daskbatch's defaults are in ``dask.config``, so
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from daskbatch import _dask_setup, _moved
+from daskbatch import _dask_setup
 
 # daskbatch's defaults in dask.config and its states in dask's memory accounting (a user's too),
 # whatever builds the graph, from the first `import dask` on: not here, so `import daskbatch.stats` loads no dask.
 _dask_setup.install()
-_moved.install()  # old module paths that moved stay importable, with a DeprecationWarning
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch._version import __version__
     from daskbatch.accumulator import Accumulator
-    from daskbatch.describe import describe
+    from daskbatch.batches import BatchError, map_batches
+    from daskbatch.describing import describe
     from daskbatch.engine.planner import plan
     from daskbatch.engine.run_options import RunOptions
     from daskbatch.errors import (
@@ -45,7 +43,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
     from daskbatch.io.ingest import IngestReport, ingest
     from daskbatch.io.synth import rank_rows, synth
-    from daskbatch.map_batches import BatchError, map_batches
     from daskbatch.planning.plan import Plan, Resources
     from daskbatch.runtime.cluster import cluster
     from daskbatch.selection import Selection, load_selection, select
@@ -71,18 +68,17 @@ _LAZY = {
     "steps": "daskbatch.transforms.steps",
     "Accumulator": "daskbatch.accumulator",
     "Drift": "daskbatch.summary.compare", "compare": "daskbatch.summary.compare",
-    "describe": "daskbatch.describe",
+    "describe": "daskbatch.describing", "merge": "daskbatch.incremental", "update": "daskbatch.incremental",
     "RunOptions": "daskbatch.engine.run_options",
     **dict.fromkeys(
         ("Cancelled", "CheckpointMismatchError", "DataError", "DeviceUnavailableError", "GPUUnavailableError",
          "Interrupted", "PlanError", "RangeWarning"),
         "daskbatch.errors",
     ),
-    "merge": "daskbatch.incremental", "update": "daskbatch.incremental",
     "Dataset": "daskbatch.io.dataset", "open_dataset": "daskbatch.io.dataset", "open_zarr": "daskbatch.io.dataset",
     "IngestReport": "daskbatch.io.ingest", "ingest": "daskbatch.io.ingest",
     "rank_rows": "daskbatch.io.synth", "synth": "daskbatch.io.synth",
-    "BatchError": "daskbatch.map_batches", "map_batches": "daskbatch.map_batches",
+    "BatchError": "daskbatch.batches", "map_batches": "daskbatch.batches",
     "PCA": "daskbatch.transforms.pca", "pca": "daskbatch.transforms.pca",
     "Resources": "daskbatch.planning.plan",
     "Plan": "daskbatch.planning.plan",
@@ -105,30 +101,6 @@ __all__ = [
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
     "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "register_statistic", "select", "steps", "synth", "transform", "update",
 ]
-
-#: Public names that are not modules: importing a submodule of the same name (``daskbatch.describe``,
-#: or a moved path such as ``daskbatch.pca``) must not replace them on the package.
-_SHADOWED = frozenset(_LAZY) - {"steps"}
-
-
-class _Package(types.ModuleType):
-    """The package module: importing ``daskbatch.describe`` must not replace ``db.describe``, the function.
-
-    Python's import system sets every imported submodule as an attribute of its
-    package; for the functions named after their module that would turn
-    ``db.describe`` into a module the first time anything imports
-    ``daskbatch.describe``. The eager imports this replaces hid that by
-    importing the function afterwards.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Nor may a moved module's old path (``import daskbatch.scores``) add a second name for it.
-        if isinstance(value, types.ModuleType) and (name in _SHADOWED or f"daskbatch.{name}" in _moved.MOVED):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

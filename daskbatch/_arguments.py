@@ -16,63 +16,14 @@ GPU_INSTALL = "pip install 'daskbatch[gpu-cu12]' (CUDA 12 driver) or 'daskbatch[
 
 
 def checked_device(device: Any) -> Device:
-    """Validate a ``device`` argument against the one vocabulary, :data:`~daskbatch._typing.Device`.
-
-    Parameters
-    ----------
-    device : object
-        What the user passed.
-
-    Returns
-    -------
-    {"auto", "cpu", "gpu"}
-        The device.
-
-    Raises
-    ------
-    ValueError
-        One line naming the three choices.
-    """
+    """Validate a ``device`` argument against the one vocabulary, :data:`~daskbatch._typing.Device`."""
     if not isinstance(device, str) or device not in DEVICES:
         raise ValueError(f"device must be one of 'auto', 'cpu', 'gpu'; got {device!r}")
     return cast(Device, device)
 
 
 def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
-    """``value`` as an int, refusing bools, non-integral floats and non-numbers.
-
-    Integral floats (``8.0``, as YAML or arithmetic may produce) are accepted.
-
-    Parameters
-    ----------
-    value : object
-        What the user passed.
-    name : str
-        The argument's name, for the message.
-    minimum : int, optional
-        Smallest allowed value.
-
-    Returns
-    -------
-    int
-        The value.
-
-    Raises
-    ------
-    TypeError
-        ``value`` is a bool or not a number.
-    ValueError
-        ``value`` is a non-integral number or below ``minimum``.
-
-    Examples
-    --------
-    >>> strict_int(8.0, "bins")
-    8
-    >>> strict_int(True, "bins")
-    Traceback (most recent call last):
-    ...
-    TypeError: bins must be an integer, got True (a bool)
-    """
+    """``value`` as an int, refusing bools, non-integral floats and non-numbers."""
     # bool is an int subclass: True would silently mean 1.
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         kind = "a bool" if isinstance(value, bool) else f"a {type(value).__name__}"
@@ -89,23 +40,7 @@ def strict_int(value: Any, name: str, *, minimum: int | None = None) -> int:
 
 
 def gpu_module(what: str) -> Any:
-    """CuPy, for ``device="gpu"``: the one check that every function taking ``device=`` makes.
-
-    Parameters
-    ----------
-    what : str
-        The call that asked for the GPU, for the message (``"describe"``, ``"transform"``).
-
-    Returns
-    -------
-    module
-        ``cupy``, imported and seeing at least one CUDA device.
-
-    Raises
-    ------
-    GPUUnavailableError
-        One line: CuPy missing or broken, or no device, and the install line.
-    """
+    """CuPy, for ``device="gpu"``: the one check that every function taking ``device=`` makes."""
     try:
         import cupy  # lazy: cupy
     except ImportError as exc:
@@ -120,23 +55,7 @@ def gpu_module(what: str) -> Any:
 
 
 def short_repr(value: Any, limit: int = 40) -> str:
-    """Show a value in a message: its repr cut at ``limit`` characters, never built whole.
-
-    A value from a file may be megabytes long, or a list that YAML aliases
-    repeat 10**9 times: the repr stops after a few items, levels and characters.
-
-    Parameters
-    ----------
-    value : object
-        The value.
-    limit : int, default 40
-        Characters kept.
-
-    Returns
-    -------
-    str
-        The repr, with ``...`` where it was cut.
-    """
+    """Show a value in a message: its repr cut at ``limit`` characters, never built whole."""
     text = _SHORT_REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

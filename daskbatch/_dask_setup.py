@@ -15,8 +15,9 @@ def _set_up_dask() -> None:
     """Load daskbatch's defaults into dask.config and register the states with dask.sizeof."""
     from dask.sizeof import sizeof  # lazy: dask
 
-    from daskbatch import config  # noqa: F401  # lazy: dask (importing config loads daskbatch.yaml into dask.config)
+    from daskbatch import config  # lazy: the setup runs once dask is in
 
+    config.load_into_dask()
     register(sizeof)
 
 
@@ -38,7 +39,13 @@ class _ThenSetUp:
         module.__loader__ = self._loader
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)
+        except ValueError as exc:  # dask reads its YAML files at import; a malformed one raises here
+            from daskbatch.config import config_file_error  # lazy: only on a malformed file
+
+            config_file_error(exc)
+            raise
         _remove_finder()
         _set_up_dask()
 

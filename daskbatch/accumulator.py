@@ -12,11 +12,9 @@ from array_api_compat import is_array_api_obj
 
 from daskbatch._arguments import checked_device, gpu_module
 from daskbatch._typing import Device
-from daskbatch._warnings import warn
-from daskbatch.engine.inputs import check_label, check_numeric
+from daskbatch.engine.inputs import check_label, check_numeric, check_weight_range
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.engine.row_inputs import check_weight_range
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
@@ -72,8 +70,7 @@ class Accumulator:
         ``daskbatch.max-classes``.
     device : {"auto", "cpu", "gpu"}, default "auto"
         ``"auto"`` reduces each batch where it lives (NumPy on the CPU, CuPy on
-        the GPU; None, the old spelling, warns and means the same). ``"cpu"``
-        copies GPU batches to the host. ``"gpu"`` copies host batches to the GPU: one by one in
+        the GPU). ``"cpu"`` copies GPU batches to the host. ``"gpu"`` copies host batches to the GPU: one by one in
         :meth:`update`, and with the copy of the next batch in flight while
         the current one is reduced in :meth:`update_many` (pinned buffers,
         two CUDA streams; states identical to :meth:`update` one by one).
@@ -112,9 +109,6 @@ class Accumulator:
         groups: bool = False,
         target: bool = False,
     ) -> None:
-        if device is None:  # the old spelling of "auto"
-            warn(DeprecationWarning("Accumulator(device=None) is deprecated: use device='auto' (the default)"))
-            device = "auto"
         self.device = checked_device(device)
         if self.device == "gpu":
             gpu_module("Accumulator")  # here, not at the first batch: one error type for a missing GPU

@@ -1,12 +1,19 @@
-"""Defaults of daskbatch, loaded into ``dask.config`` under the ``daskbatch`` key.
+"""Defaults of daskbatch, from ``daskbatch.yaml``: the one file that holds every default.
 
-Override with ``dask.config.set({"daskbatch.split-every": 16})`` or, in a batch
-script, ``DASK_DASKBATCH__SPLIT_EVERY=16``. Nothing is written to home directories.
+Its ``daskbatch`` mapping goes into ``dask.config`` when dask is first
+imported (:mod:`daskbatch._dask_setup`); override with
+``dask.config.set({"daskbatch.split-every": 16})`` or, in a batch script,
+``DASK_DASKBATCH__SPLIT_EVERY=16``. Its ``statistics`` mapping
+(:data:`STATISTIC_DEFAULTS`) holds the defaults of the statistics' parameters, which
+the statistic classes, the job schema and the CLI options read. Importing this
+module loads no dask. Nothing is written to home directories.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import os
 import pathlib
 import sys
@@ -18,7 +25,7 @@ import yaml
 from daskbatch._arguments import short_repr
 
 
-def _config_file_error(exc: ValueError) -> None:
+def config_file_error(exc: ValueError) -> None:
     """End a command run with one line (or raise one, for a library import) when a dask YAML file is malformed."""
     first, _, rest = str(exc).partition(", original error message:")
     lines = [line.strip().rstrip(":") for line in rest.splitlines() if line.strip()]
@@ -34,42 +41,44 @@ def _config_file_error(exc: ValueError) -> None:
     raise ValueError(message) from None
 
 
-try:
-    import dask.config
-    import dask.utils
-except ValueError as _exc:  # dask reads its YAML files at import; a malformed one raises here
-    _config_file_error(_exc)
-
 _DEFAULTS_FILE = pathlib.Path(__file__).with_name("daskbatch.yaml")
 
 
-def _packaged_defaults() -> dict[str, Any]:
-    """Read ``daskbatch.yaml`` (the ``{"daskbatch": {...}}`` mapping)."""
+@functools.cache
+def _packaged() -> dict[str, Any]:
+    """Read ``daskbatch.yaml`` once."""
     with _DEFAULTS_FILE.open() as f:
-        return yaml.safe_load(f)
+        return yaml.safe_load(f)  # type: ignore[no-any-return]
 
 
-def _load_defaults() -> None:
+#: The default of every parameter of the built-in statistics (``bins``, ``ddof``, ...).
+STATISTIC_DEFAULTS: dict[str, Any] = _packaged()["statistics"]
+
+
+def packaged(key: str) -> Any:
+    """The default of ``daskbatch.<key>`` (dotted) as ``daskbatch.yaml`` writes it, read without dask."""
+    value = _packaged()["daskbatch"]
+    for part in key.split("."):
+        value = value[part]
+    return copy.deepcopy(value)
+
+
+def _packaged_defaults() -> dict[str, Any]:
+    """The ``{"daskbatch": {...}}`` mapping of ``daskbatch.yaml``, a copy of its own."""
+    return {"daskbatch": copy.deepcopy(_packaged()["daskbatch"])}
+
+
+def load_into_dask() -> None:
+    """Put the ``daskbatch`` defaults into ``dask.config`` (once dask is imported)."""
+    import dask.config  # lazy: dask
+
     dask.config.update_defaults(_packaged_defaults())
 
 
 def get(key: str | None = None) -> Any:
-    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``).
+    """Read the effective value of ``daskbatch.<key>`` (e.g. ``get("split-every")``)."""
+    import dask.config  # lazy: dask
 
-    Every setting of daskbatch is read here, so its default is the one in
-    ``daskbatch.yaml`` and nowhere else.
-
-    Parameters
-    ----------
-    key : str, optional
-        The key below ``daskbatch.`` (dotted for nested keys: ``"job.cluster.kind"``);
-        None: the whole ``daskbatch`` mapping.
-
-    Returns
-    -------
-    object
-        The value.
-    """
     name = "daskbatch" if key is None else f"daskbatch.{key}"
     try:
         return dask.config.get(name)
@@ -80,22 +89,9 @@ def get(key: str | None = None) -> Any:
 
 
 def planner_settings() -> dict[str, Any]:
-    """Read the planner's settings as the keyword arguments of :func:`~daskbatch.planning.search.plan_chunks`.
+    """Read the planner's settings as the keyword arguments of :func:`~daskbatch.planning.search.plan_chunks`."""
+    import dask.utils  # lazy: dask
 
-    ``daskbatch.split-every``, ``memory-fraction``, ``reserved-memory``,
-    ``target-chunk-bytes`` and ``kernels``, with byte sizes such as ``"64MiB"`` parsed.
-
-    Returns
-    -------
-    dict
-        ``split_every`` (int), ``memory_fraction`` (float), ``reserved_bytes`` (int)
-        ``target_chunk_bytes`` (int) and ``compiled_kernels`` (bool).
-
-    Raises
-    ------
-    ValueError
-        One line naming a setting that is not a number or a byte size.
-    """
     settings: dict[str, Any] = {}
     for name, key, parse in (
         ("split_every", "split-every", int),
@@ -125,6 +121,8 @@ def _is_count(minimum: int) -> Any:
 
 def _is_byte_size(value: Any) -> bool:
     """Whether ``value`` is a byte count or a size such as ``"64MiB"``, not negative."""
+    import dask.utils  # lazy: dask
+
     if isinstance(value, str):
         try:
             return dask.utils.parse_bytes(value) >= 0
@@ -133,8 +131,17 @@ def _is_byte_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _parsed_bytes(value: Any) -> int:
+    """A byte size such as ``"64MiB"`` as a number."""
+    import dask.utils  # lazy: dask
+
+    return int(dask.utils.parse_bytes(value))
+
+
 def _is_duration(value: Any) -> bool:
     """Whether ``value`` is seconds or a duration such as ``"10 minutes"``, not negative."""
+    import dask.utils  # lazy: dask
+
     if isinstance(value, str):
         try:
             return dask.utils.parse_timedelta(value) >= 0
@@ -150,7 +157,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "memory-fraction": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
     "reserved-memory": (_is_byte_size, "a byte size such as 256MiB"),
     "cache-fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "target-chunk-bytes": (lambda v: _is_byte_size(v) and dask.utils.parse_bytes(v) > 0,
+    "target-chunk-bytes": (lambda v: _is_byte_size(v) and _parsed_bytes(v) > 0,
                            "a byte size above 0 such as 64MiB"),
     "kernels": (lambda v: isinstance(v, bool), "true or false"),
     "gpu-transfer": (lambda v: v in ("block", "staged"), "block or staged"),
@@ -166,21 +173,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
 
 
 def check_setting(key: str, value: Any) -> str | None:
-    """Say what is wrong with the setting ``daskbatch.<key>: value``, if anything.
-
-    Parameters
-    ----------
-    key : str
-        The key below ``daskbatch.`` (``-`` or ``_``), dotted when nested.
-    value : object
-        Its value, as a file gives it.
-
-    Returns
-    -------
-    str or None
-        Why it is refused (an unknown key, with the closest known one; a value
-        that is not what the setting takes), or None when it is fine.
-    """
+    """Say what is wrong with the setting ``daskbatch.<key>: value``, if anything."""
     name = key.replace("_", "-")
     if name not in SETTINGS:
         close = difflib.get_close_matches(name, SETTINGS, n=1)
@@ -193,13 +186,9 @@ def check_setting(key: str, value: Any) -> str | None:
 
 
 def check() -> None:
-    """Check the settings a run depends on before it starts: the memory fraction and the temporary directory.
+    """Check the settings a run depends on before it starts: the memory fraction and the temporary directory."""
+    import dask.config  # lazy: dask
 
-    Raises
-    ------
-    ValueError
-        One line naming the setting, its value and what it must be.
-    """
     fraction = get("memory-fraction")
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
         raise ValueError(
@@ -216,6 +205,3 @@ def check() -> None:
             f"the temporary directory {where!r} is not usable ({exc.strerror or exc}); set dask's "
             "temporary-directory (or TMPDIR) to a writable directory"
         ) from None
-
-
-_load_defaults()

@@ -25,7 +25,8 @@ def run_demo(
     """Run the demo end to end and return the directory that holds its data and results."""
     from distributed import Client, LocalCluster  # lazy: distributed
 
-    from daskbatch.describe import describe  # lazy: dask
+    from daskbatch.describing import describe  # lazy: dask
+    from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.synth import synth  # lazy: dask, zarr
 
     out_dir = out_dir or tempfile.mkdtemp(prefix="daskbatch-demo-")
@@ -57,7 +58,7 @@ def run_demo(
         t1 = time.perf_counter()
         echo(f"  written in {t1 - t0:.1f} s")
         echo("Computing the summary (moments, covariance, histograms, mutual information) ...")
-        summary = describe(dataset, progress=True)
+        summary = describe(dataset, run=RunOptions(progress=True))
         t2 = time.perf_counter()
     echo(f"\n  summary computed in {t2 - t1:.1f} s ({rows / max(t2 - t1, 1e-9):,.0f} rows/s)\n")
     echo(format_report(summary, top=10))

@@ -42,7 +42,7 @@ class Cancelled(Exception):
     """A run stopped because its ``cancel`` event was set; what finished is kept.
 
     An ``Exception``, so ``except Exception`` in a caller's loop handles it.
-    Blocks already checkpointed (``describe(..., checkpoint=...)``) or written
+    Blocks already checkpointed (``describe(..., run=RunOptions(checkpoint=...))``) or written
     (``transform``, ``map_batches(out=...)``, ``ingest``) stay, and the same
     call resumes from them. A signal (SIGTERM at a walltime, Ctrl-C) raises
     :class:`Interrupted` instead.
@@ -107,3 +107,11 @@ class BatchError(RuntimeError):
 
 class FlaggedRowsWarning(UserWarning):
     """``map_batches(on_error="flag")`` flagged rows that failed; their output is NaN."""
+
+
+class MissingChunksWarning(UserWarning):
+    """Chunks are absent from the store and ``open_dataset(missing=...)`` skipped their rows or filled them."""
+
+
+class IncompleteStoreWarning(UserWarning):
+    """The store was written by an ingest that has not finished."""

@@ -1,39 +1,17 @@
 """Incremental summaries: merge two summaries, or add new rows to one, as if all rows were described at once.
 
-Every summary made by :func:`daskbatch.describe` keeps the merged states of its
-statistics (``Summary.states``). Merging two summaries merges those states with
-the statistics' own ``merge`` (Chan et al. and Pébay updates for moments and
-co-moments, sums for counts) and finalizes them as ``describe`` does, so
-
-* counts, histograms, joint (feature-bin × class) tables, mutual information
-  and the quantile sketch equal those of ``describe`` on the concatenated rows
-  bit for bit, and
-* moments, co-moments and per-class moments agree to rounding (a different
-  merge order than describe's tree: within about 1e-15 relative).
-
-Summaries described with sample weights (``describe(..., weights=w)``) keep
-their weighted states and merge the same way: the result is ``describe`` of the
-concatenated rows with their weights. A summary without weights is one of
-weight 1 per row, which is exact, so weighted and unweighted summaries merge
-too (``count`` stays the number of values, ``weight_sum`` the sum of the
-weights, 1 for each row of an unweighted part); :func:`update` passes
-``weights=`` on to ``describe`` for the new rows.
-
-Histograms merge only when they count the same bins on the same ranges: a
-summary whose ranges were found from its data passes them on, and
-:func:`update` describes the new rows with exactly those ranges (values of the
-new rows outside them are counted as underflow and overflow, and flagged as
-``describe`` flags them). Summaries whose labels have different class values
-are merged on the union of the values (each table column moves to its value's
-place, which is exact).
-
-Every summary records the content tokens of the inputs it holds
-(``provenance["input_tokens"]``, :func:`input_token`: for a store daskbatch
-wrote a hash of its chunks' checksums, for another writer's store a hash of
-its blocks as describe read them; never its path or its files' times), and a
-merge that would count an input twice is refused, naming both sources:
-updating a summary with the same store again, or with a copy of it, is an
-error, not a second copy of its rows.
+Every summary keeps the merged states of its statistics (``Summary.states``).
+:func:`merge` merges those states with the statistics' own ``merge`` (Chan et
+al. and Pébay updates for moments and co-moments, sums for counts) and
+finalizes them as ``describe`` does, so counts, histograms, joint tables,
+mutual information and the quantile sketch equal those of ``describe`` on the
+concatenated rows bit for bit, and moments and co-moments agree to rounding
+(within about 1e-15 relative). Weighted and unweighted summaries merge too (an
+unweighted one weighs 1 per row). Histograms merge only on the same bins:
+:func:`update` describes the new rows on the summary's own ranges. Class
+values are merged as a union. Each summary records the content tokens of its
+inputs (``provenance["input_tokens"]``), and a merge that would count an input
+twice is refused, naming both sources.
 """
 
 from __future__ import annotations
@@ -47,21 +25,23 @@ from typing import Any
 import numpy as np
 
 from daskbatch._version import __version__
-from daskbatch.describe import describe, new_spelling
+from daskbatch.describing import describe
 from daskbatch.engine.pipeline import input_token, listed_token
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
-from daskbatch.stats import ClassMoments, Histogram
+from daskbatch.engine.run_options import RunOptions
+from daskbatch.stats import ClassMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import flag_out_of_range
 from daskbatch.stats.registry import Kept, declared_state, fused, statistic_params
+from daskbatch.stats.spec import normalize_stats
 from daskbatch.summary import Summary
 
 __all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
 
-#: describe options that would change the statistics: update takes them from the summary.
-FIXED_OPTIONS = ("stats", "bins", "range", "ddof", "bias", "nan_policy", "mi_base", "miller_madow", "feature_names")
+#: describe arguments that would change the statistics: update takes them from the summary.
+FIXED_OPTIONS = ("stats", "bins", "range")
 
 #: Provenance items that describe the settings (the same for every part), kept by a merge.
 _SETTINGS = (
@@ -132,20 +112,19 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
         The new rows' labels, when the summary has mutual information or per-class moments
         (or ``groups=`` / ``target=`` in ``options``, as the summary was described).
     **options
-        Passed to :func:`daskbatch.describe` (``weights``, ``progress``, ``device``,
-        ``checkpoint``, ``classes``, ``plan``, ``missing`` ...): ``weights=``
-        weighs the new rows (without it each weighs 1, whether or not the
-        summary was weighted). Options that
-        change the statistics (``stats``, ``bins``, ``range``, ``ddof``,
-        ``bias``, ``nan_policy``, ``mi_base``, ``miller_madow``) come from the
-        summary and cannot be given.
+        Passed to :func:`daskbatch.describe` (``weights``, ``classes``,
+        ``target``, ``groups``, ``run``): ``weights=`` weighs the new rows
+        (without it each weighs 1, whether or not the summary was weighted).
+        What changes the statistics (``stats``, ``bins``, ``range``, the
+        feature names) comes from the summary and cannot be given.
 
     Returns
     -------
     Summary
         A new summary of all the rows.
     """
-    fixed = sorted(set(options) & set(FIXED_OPTIONS))
+    run = options.pop("run", None) or RunOptions()
+    fixed = sorted(set(options) & set(FIXED_OPTIONS)) + (["feature_names"] if run.feature_names is not None else [])
     if fixed:
         raise TypeError(f"update takes {', '.join(fixed)} from the summary; leave them out")
     _check_has_states(summary, "the summary")
@@ -154,10 +133,11 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     if labelled and label is None and not keyed and getattr(new_rows, "label", None) is None:
         raise ValueError(f"the summary holds {' and '.join(labelled)}: give the new rows' label")
     settings = describe_settings(summary)
-    if _carries_names(new_rows):
-        del settings["feature_names"]  # the store's own names, checked against the summary's by merge
-    settings.update(options)
-    return merge(summary, describe(new_rows, label, **new_spelling(settings)))  # the settings' old spelling, re-spelt
+    kept: RunOptions = settings.pop("run")
+    # A store's own names are checked against the summary's by merge; a split_every given wins.
+    names = None if _carries_names(new_rows) else kept.feature_names
+    run = dataclasses.replace(run, feature_names=names, split_every=run.split_every or kept.split_every)
+    return merge(summary, describe(new_rows, label, **settings, **options, run=run))
 
 
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
@@ -222,27 +202,28 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     Returns
     -------
     dict
-        Keyword arguments of :func:`daskbatch.describe`.
+        Keyword arguments of :func:`daskbatch.describe`: ``stats`` (names and
+        statistic objects with their parameters), ``bins`` and ``range`` with
+        histograms, and ``run`` (the feature names and the merge tree's fan-in).
     """
     _check_has_states(summary, "the summary")
     assert summary.states is not None
     moments = summary.states["moments"].statistic
     builtin = [name for name, k in summary.states.items() if fused(k.statistic)]
-    settings: dict[str, Any] = {
-        # a user's statistics are passed as the objects the summary kept (their parameters included)
-        "stats": list(summary.provenance.get("stats") or builtin) + _user_statistics(summary),
-        "ddof": moments.ddof, "bias": moments.bias, "nan_policy": moments.nan_policy,
-        "mi_base": 2 if summary.provenance.get("mi_units") == "bits" else "e",
-        "miller_madow": bool(summary.provenance.get("miller_madow", False)),
-        "feature_names": list(summary.feature_names),
-    }
-    if "hist" in summary.states:
-        hist = summary.states["hist"].statistic
+    names = list(summary.provenance.get("stats") or builtin)
+    stats: list[Any] = [*names, Moments(ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy)]
+    hist = summary.states["hist"].statistic if "hist" in summary.states else None
+    if MutualInformation.name in normalize_stats(names):
+        cuts: dict[str, Any] = {} if hist is None or hist.target_cuts is None else {"target_bins": list(hist.target_cuts)}
+        stats.append(MutualInformation(base=2 if summary.provenance.get("mi_units") == "bits" else "e",
+                                       miller_madow=bool(summary.provenance.get("miller_madow", False)), **cuts))
+    # a user's statistics are passed as the objects the summary kept (their parameters included)
+    settings: dict[str, Any] = {"stats": stats + _user_statistics(summary)}
+    if hist is not None:
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
-        if hist.target_cuts is not None:  # the new rows' target in the same bins
-            settings["target_bins"] = list(hist.target_cuts)
-    if summary.provenance.get("split_every") is not None:
-        settings["split_every"] = int(summary.provenance["split_every"])
+    split_every = summary.provenance.get("split_every")
+    settings["run"] = RunOptions(feature_names=list(summary.feature_names),
+                                 split_every=None if split_every is None else int(split_every))
     return settings
 
 
@@ -351,8 +332,8 @@ def _range_difference(names: tuple[str, ...], a: Histogram, b: Histogram) -> str
     more = f" and {differ.size - 1} more feature(s)" if differ.size > 1 else ""
     return (
         f"the summaries' histogram ranges differ: {names[d]!r} [{float(lo_a[d])!r}, {float(hi_a[d])!r}] vs "
-        f"[{float(lo_b[d])!r}, {float(hi_b[d])!r}]{more}; describe the second part with like= the first "
-        "summary, or every part with the same range= (db.update does the former)"
+        f"[{float(lo_b[d])!r}, {float(hi_b[d])!r}]{more}; describe the second part with run=db.RunOptions(like=first), "
+        "or every part with the same range= (db.update does the former)"
     )
 
 

@@ -132,8 +132,8 @@ def test_describe_follows_the_plan_and_refuses_one_that_cannot_fit(store: str) -
 def test_checkpoint_resumes_on_its_own_grid_whatever_the_plan(tmp_path, store: str) -> None:
     ckpt = tmp_path / "ckpt"
     small = db.plan(db.open_dataset(store), stats=("moments",), resources=db.Resources(memory_bytes=2**30))
-    first = db.describe(store, stats=("moments",), run=db.RunOptions(plan=small), checkpoint=ckpt)
-    again = db.describe(store, stats=("moments",), checkpoint=ckpt)  # "auto" might choose another grid
+    first = db.describe(store, stats=("moments",), run=db.RunOptions(plan=small, checkpoint=ckpt))
+    again = db.describe(store, stats=("moments",), run=db.RunOptions(checkpoint=ckpt))  # "auto" might choose another grid
     assert again.provenance["chunk_rows"] == first.provenance["chunk_rows"]
     np.testing.assert_array_equal(again.var, first.var)
 
@@ -199,8 +199,7 @@ def test_cache_auto_reads_once_when_it_fits_and_changes_no_bit(tmp_path, store: 
 
     with dask.config.set({"daskbatch.cache-fraction": 1e-9}):
         assert not db.describe(store, label="y", stats=("moments", "hist")).provenance["cached"]
-    assert not db.describe(store, label="y", stats=("moments", "hist"),
-                           checkpoint=str(tmp_path / "ck")).provenance["cached"]
+    assert not db.describe(store, label="y", stats=("moments", "hist"), run=db.RunOptions(checkpoint=str(tmp_path / "ck"))).provenance["cached"]
     with dask.config.set({"daskbatch.cache-fraction": 2}), pytest.raises(ValueError, match="cache-fraction must be"):
         db.describe(store, label="y", stats=("moments", "hist"))
     with pytest.raises(ValueError, match="cache must be True, False or 'auto'"):

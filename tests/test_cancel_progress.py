@@ -29,13 +29,12 @@ def test_cancel_is_an_exception_and_a_checkpointed_describe_resumes(tmp_path: Pa
 
     ck = tmp_path / "ck"
     with pytest.raises(Exception, match="cancelled after") as stopped:  # noqa: PT011 - any Exception handler sees it
-        db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=ck, progress=stop_after_five,
-                    run=db.RunOptions(cancel=cancel, plan=None))
+        db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), run=db.RunOptions(cancel=cancel, plan=None, checkpoint=ck, progress=stop_after_five))
     assert isinstance(stopped.value, db.Cancelled) and "checkpointed in" in str(stopped.value)
     assert seen and all(total == 16 and phase.startswith("pass 1/1") for _, total, phase in seen)
     assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
-    resumed = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=ck, run=db.RunOptions(plan=None))
-    whole = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), checkpoint=tmp_path / "fresh", run=db.RunOptions(plan=None))
+    resumed = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), run=db.RunOptions(plan=None, checkpoint=ck))
+    whole = db.describe(x, stats=("moments", "cov"), range=(0.0, 20.0), run=db.RunOptions(plan=None, checkpoint=tmp_path / "fresh"))
     np.testing.assert_array_equal(resumed.mean, whole.mean)
     np.testing.assert_array_equal(resumed.cov, whole.cov)
     np.testing.assert_array_equal(resumed.hist_counts, whole.hist_counts)
@@ -44,7 +43,7 @@ def test_cancel_is_an_exception_and_a_checkpointed_describe_resumes(tmp_path: Pa
 def test_cancel_without_checkpoint_and_progress_of_both_passes() -> None:
     x = da.from_array(_data(), chunks=(500, -1))
     phases: list[str] = []
-    db.describe(x, stats=("moments", "hist"), progress=lambda done, total, phase: phases.append(phase), run=db.RunOptions(plan=None))
+    db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=None, progress=lambda done, total, phase: phases.append(phase)))
     assert {p.split(":")[0] for p in phases} == {"pass 1/2", "pass 2/2"}
     cancel = threading.Event()
     cancel.set()

@@ -27,7 +27,8 @@ from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[1]
 # Keep the input's chunks (no planning): the tests are about given block grids.
-describe = functools.partial(db.describe, run=db.RunOptions(plan=None))
+RUN = db.RunOptions(plan=None)
+describe = functools.partial(db.describe, run=RUN)
 ROWS_PER_BLOCK = 500
 N_BLOCKS = 24
 
@@ -96,8 +97,8 @@ def test_checkpointed_and_reloaded_are_bitwise_plain(tmp_path: Path, rows: int, 
     y = rng.integers(0, 3, rows)
     dx, dy = da.from_array(x, chunks=(chunk, 5)), da.from_array(y, chunks=chunk)
     plain = describe(dx, dy, run=db.RunOptions(plan=None, split_every=split_every))
-    first = describe(dx, dy, run=db.RunOptions(plan=None, split_every=split_every), checkpoint=tmp_path)
-    again = describe(dx, dy, run=db.RunOptions(plan=None, split_every=split_every), checkpoint=tmp_path)
+    first = describe(dx, dy, run=db.RunOptions(plan=None, split_every=split_every, checkpoint=tmp_path))
+    again = describe(dx, dy, run=db.RunOptions(plan=None, split_every=split_every, checkpoint=tmp_path))
     assert_bitwise_equal(plain, first)
     assert_bitwise_equal(plain, again)
     runs = read_runs(tmp_path, "moments-cov-class_moments-sketch")
@@ -113,11 +114,11 @@ def test_failure_midway_resumes_only_missing_blocks(tmp_path: Path, store: Path)
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     plain = describe(ds, run=db.RunOptions(plan=None, split_every=2))
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        describe(counted(ds, CountingBlocks(fail_at=17)), run=db.RunOptions(split_every=2), checkpoint=tmp_path)
+        describe(counted(ds, CountingBlocks(fail_at=17)), run=db.RunOptions(split_every=2, checkpoint=tmp_path))
     done = covered_blocks(tmp_path / "pass-moments-cov-class_moments-sketch", 2, N_BLOCKS)
     assert 0 < len(done) < N_BLOCKS and 17 not in done
     counter = CountingBlocks()
-    resumed = describe(counted(ds, counter), run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path)
+    resumed = describe(counted(ds, counter), run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path))
     assert counter.n == (N_BLOCKS - len(done)) + N_BLOCKS  # pass 1 missing blocks + the whole pass 2
     assert read_runs(tmp_path, "moments-cov-class_moments-sketch")[-1]["computed_blocks"] == N_BLOCKS - len(done)
     assert_bitwise_equal(plain, resumed)
@@ -142,7 +143,7 @@ SCRIPT = textwrap.dedent(
     ds = dataclasses.replace(ds, x=ds.x.map_blocks(slow, dtype=ds.x.dtype))
     with dask.config.set(num_workers=2), sigterm_as_interrupt():
         try:
-            db.describe(ds, stats=("moments", "cov"), run=db.RunOptions(split_every=2, plan=None), checkpoint=ckpt)
+            db.describe(ds, stats=("moments", "cov"), run=db.RunOptions(split_every=2, plan=None, checkpoint=ckpt))
         except Interrupted as exc:
             print(exc, file=sys.stderr)
             sys.exit(75)
@@ -193,7 +194,7 @@ def test_killed_subprocess_resumes_only_missing_blocks(tmp_path: Path, store: Pa
 
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     counter = CountingBlocks()
-    resumed = describe(counted(ds, counter), stats=("moments", "cov"), run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path / "ckpt")
+    resumed = describe(counted(ds, counter), stats=("moments", "cov"), run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path / "ckpt"))
     assert counter.n == N_BLOCKS - len(done)
     run = read_runs(tmp_path / "ckpt", "moments-cov")[-1]
     assert (run["reused_blocks"], run["computed_blocks"]) == (len(done), N_BLOCKS - len(done))
@@ -205,8 +206,7 @@ def test_damaged_file_is_recomputed_never_merged(tmp_path: Path, store: Path, da
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     plain = describe(ds, stats="moments", run=db.RunOptions(plan=None, split_every=2))
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError):
-        describe(counted(ds, CountingBlocks(fail_at=N_BLOCKS - 1)), stats="moments", run=db.RunOptions(split_every=2),
-                    checkpoint=tmp_path)
+        describe(counted(ds, CountingBlocks(fail_at=N_BLOCKS - 1)), stats="moments", run=db.RunOptions(split_every=2, checkpoint=tmp_path))
     folder = tmp_path / "pass-moments"
     files = sorted(folder.glob("L*.ckpt"))
     victim = files[0]
@@ -221,7 +221,7 @@ def test_damaged_file_is_recomputed_never_merged(tmp_path: Path, store: Path, da
     done = covered_blocks(folder, 2, N_BLOCKS)
     lost = range(*_blocks_of(victim.name, 2, N_BLOCKS))  # nodes never overlap
     counter = CountingBlocks()
-    resumed = describe(counted(ds, counter), stats="moments", run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path)
+    resumed = describe(counted(ds, counter), stats="moments", run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path))
     assert counter.n == N_BLOCKS - len(done) + len(lost)
     assert read_runs(tmp_path, "moments")[-1]["damaged"] == [victim.name]
     assert_bitwise_equal(plain, resumed)
@@ -235,19 +235,19 @@ def _blocks_of(name: str, split_every: int, n_blocks: int) -> tuple[int, int]:
 
 def test_mismatch_names_the_item_and_force_starts_fresh(tmp_path: Path, store: Path) -> None:
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
-    describe(ds, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path)
+    describe(ds, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path))
     with pytest.raises(CheckpointMismatchError, match=r"split_every \(2 in the checkpoint, 3 now\).*--force"):
-        describe(ds, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=3), checkpoint=tmp_path)
+        describe(ds, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=3, checkpoint=tmp_path))
     with pytest.raises(CheckpointMismatchError, match=r"hist\.bins \(16 in the checkpoint, 8 now\)"):
-        describe(ds, stats=("moments", "hist"), bins=8, run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path)
+        describe(ds, stats=("moments", "hist"), bins=8, run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)
     # plan=None asks for the input's own blocks: another grid than the checkpoint's is refused, named
     with pytest.raises(CheckpointMismatchError, match="chunk grid"):
-        describe(other, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=2), checkpoint=tmp_path)
+        describe(other, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None, split_every=2, checkpoint=tmp_path))
     # the automatic plan resumes on the checkpoint's layout, and says so in the provenance
-    resumed = db.describe(other, stats=("moments", "hist"), bins=16, run=db.RunOptions(split_every=2, plan="auto"), checkpoint=tmp_path)
+    resumed = db.describe(other, stats=("moments", "hist"), bins=16, run=db.RunOptions(split_every=2, plan="auto", checkpoint=tmp_path))
     assert resumed.provenance["layout"] == "checkpoint" and resumed.provenance["chunk_rows"] == ROWS_PER_BLOCK
-    forced = describe(other, stats=("moments", "hist"), bins=8, run=db.RunOptions(plan=None, split_every=3, force=True), checkpoint=tmp_path)
+    forced = describe(other, stats=("moments", "hist"), bins=8, run=db.RunOptions(plan=None, split_every=3, force=True, checkpoint=tmp_path))
     assert_bitwise_equal(describe(other, stats=("moments", "hist"), bins=8, run=db.RunOptions(plan=None, split_every=3)), forced)
     assert "3" == __import__("json").loads((tmp_path / MANIFEST).read_text())["input"]["split_every"]
 
@@ -281,11 +281,11 @@ def test_with_a_distributed_client_units_are_checkpointed_as_they_finish(tmp_pat
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     plain = describe(ds, run=db.RunOptions(plan=None, split_every=3))
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        describe(counted(ds, CountingBlocks(fail_at=20)), run=db.RunOptions(split_every=3), checkpoint=tmp_path)
+        describe(counted(ds, CountingBlocks(fail_at=20)), run=db.RunOptions(split_every=3, checkpoint=tmp_path))
     done = covered_blocks(tmp_path / "pass-moments-cov-class_moments-sketch", 3, N_BLOCKS)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as c, \
             distributed.Client(c):
-        resumed = describe(ds, run=db.RunOptions(plan=None, split_every=3), checkpoint=tmp_path)
+        resumed = describe(ds, run=db.RunOptions(plan=None, split_every=3, checkpoint=tmp_path))
     assert_bitwise_equal(plain, resumed)
     run = read_runs(tmp_path, "moments-cov-class_moments-sketch")[-1]
     assert (run["reused_blocks"], run["computed_blocks"]) == (len(done), N_BLOCKS - len(done))

@@ -203,7 +203,7 @@ def test_histogram_by_value_on_every_backend(xp) -> None:
 def test_gpu_describe_maps_class_values() -> None:
     x, y = make_data()
     cpu = db.describe(x, y, bins=BINS, stats=("moments", "mi"))
-    gpu = db.describe(x, y, bins=BINS, stats=("moments", "mi"), device="gpu")
+    gpu = db.describe(x, y, bins=BINS, stats=("moments", "mi"), run=db.RunOptions(device="gpu"))
     np.testing.assert_array_equal(gpu.classes, VALUES)
     np.testing.assert_array_equal(gpu.joint_counts, cpu.joint_counts)
     np.testing.assert_allclose(gpu.mi, cpu.mi, rtol=1e-12)
@@ -257,8 +257,7 @@ def test_describe_runs_its_chunk_tasks_with_the_labels_checked(classes: tuple[in
     np.testing.assert_allclose(s.mi[0], expected, rtol=1e-10)
     if classes is not None:  # a checkpointed pass builds its own graph: it passes the trust on too
         with dask.config.set(scheduler="threads"):
-            saved = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0),
-                                bins=BINS, run=db.RunOptions(plan=None), checkpoint=str(tmp_path / "ckpt"))
+            saved = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0), bins=BINS, run=db.RunOptions(plan=None, checkpoint=str(tmp_path / "ckpt")))
         np.testing.assert_array_equal(saved.extra["sees_check"], [blocks, blocks])
     with dask.config.set(scheduler="threads"):  # no class values to check the label against: no trust
         alone = db.describe(dx, dy, stats=[_SeesTheCheck()], run=db.RunOptions(plan=None))

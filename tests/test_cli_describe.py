@@ -243,7 +243,7 @@ def test_describe_device_auto_is_cpu_on_cpu_workers(tmp_path: pathlib.Path, stor
 
 
 def test_plan_describe_is_the_plan_describe_runs(store: tuple[str, np.ndarray]) -> None:
-    from daskbatch.describe import plan_describe
+    from daskbatch.engine.planner import plan_describe
 
     ds = db.open_dataset(store[0], label="y")
     resources = db.Resources(memory_bytes=4 * 2**30, threads_per_worker=2, n_workers=1)

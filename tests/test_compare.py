@@ -44,8 +44,8 @@ def _cells(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("rows", [569, 64, 100])
 def test_compare_matches_numpy_and_scipy(halves, rows: int) -> None:
     x_ref, y_ref, x_new, y_new = halves
-    ref = db.describe(da.from_array(x_ref, chunks=(rows, -1)), y_ref, feature_names=NAMES)
-    new = db.describe(da.from_array(x_new, chunks=(rows, -1)), y_new, like=ref, feature_names=NAMES)
+    ref = db.describe(da.from_array(x_ref, chunks=(rows, -1)), y_ref, run=db.RunOptions(feature_names=NAMES))
+    new = db.describe(da.from_array(x_new, chunks=(rows, -1)), y_new, run=db.RunOptions(like=ref, feature_names=NAMES))
     np.testing.assert_array_equal(ref.hist_edges, new.hist_edges)
     drift = db.compare(ref, new)
     t = drift.table
@@ -68,8 +68,8 @@ def test_compare_chunking_invariant(halves) -> None:
     x_ref, y_ref, x_new, y_new = halves
     tables = []
     for rows in (569, 37):
-        ref = db.describe(da.from_array(x_ref, chunks=(rows, -1)), y_ref, feature_names=NAMES)
-        new = db.describe(da.from_array(x_new, chunks=(rows, 7)), y_new, like=ref, feature_names=NAMES)
+        ref = db.describe(da.from_array(x_ref, chunks=(rows, -1)), y_ref, run=db.RunOptions(feature_names=NAMES))
+        new = db.describe(da.from_array(x_new, chunks=(rows, 7)), y_new, run=db.RunOptions(like=ref, feature_names=NAMES))
         tables.append(db.compare(ref, new).table)
     cols = ["psi", "js_divergence", "ks_lower", "ks_upper", "out_of_range_change", "nan_fraction_change"]
     np.testing.assert_array_equal(tables[0][cols].to_numpy(), tables[1][cols].to_numpy())
@@ -77,8 +77,8 @@ def test_compare_chunking_invariant(halves) -> None:
 
 def test_identical_data_has_no_drift(halves) -> None:
     x_ref, y_ref, _, _ = halves
-    ref = db.describe(x_ref, y_ref, feature_names=NAMES)
-    again = db.describe(da.from_array(x_ref, chunks=(50, -1)), y_ref, like=ref, feature_names=NAMES)
+    ref = db.describe(x_ref, y_ref, run=db.RunOptions(feature_names=NAMES))
+    again = db.describe(da.from_array(x_ref, chunks=(50, -1)), y_ref, run=db.RunOptions(like=ref, feature_names=NAMES))
     t = db.compare(ref, again).table
     assert np.all(t["psi"] == 0) and np.all(t["js_divergence"] == 0) and np.all(t["ks_lower"] == 0)
     np.testing.assert_allclose(t["mean_shift"], 0, atol=1e-12)
@@ -86,12 +86,12 @@ def test_identical_data_has_no_drift(halves) -> None:
 
 def test_compare_refuses_other_bins_naming_the_fix(halves) -> None:
     x_ref, y_ref, x_new, y_new = halves
-    ref, new = db.describe(x_ref, y_ref, feature_names=NAMES), db.describe(x_new, y_new, feature_names=NAMES)
+    ref, new = db.describe(x_ref, y_ref, run=db.RunOptions(feature_names=NAMES)), db.describe(x_new, y_new, run=db.RunOptions(feature_names=NAMES))
     with pytest.raises(ValueError, match=r"different bin edges \(feature 'mean radius' first\).*like=reference"):
         db.compare(ref, new)
-    with pytest.raises(ValueError, match="give range= or like=, not both"):
-        db.describe(x_new, y_new, like=ref, range=(0, 1))
-    other = db.describe(x_new[:, :5], y_new, feature_names=NAMES[:5])
+    with pytest.raises(ValueError, match=r"give range= or RunOptions\(like=...\), not both"):
+        db.describe(x_new, y_new, range=(0, 1), run=db.RunOptions(like=ref))
+    other = db.describe(x_new[:, :5], y_new, run=db.RunOptions(feature_names=NAMES[:5]))
     with pytest.raises(ValueError, match="different features: 25 name"):
         db.compare(ref, other)
 
@@ -106,8 +106,8 @@ def test_moments_only_summaries_compare_without_histogram_columns() -> None:
 
 def test_drift_report_and_plot(halves, tmp_path) -> None:
     x_ref, y_ref, x_new, y_new = halves
-    ref = db.describe(x_ref, y_ref, feature_names=NAMES)
-    drift = db.compare(ref, db.describe(x_new, y_new, like=ref, feature_names=NAMES))
+    ref = db.describe(x_ref, y_ref, run=db.RunOptions(feature_names=NAMES))
+    drift = db.compare(ref, db.describe(x_new, y_new, run=db.RunOptions(like=ref, feature_names=NAMES)))
     path = drift.save(tmp_path / "drift.json")
     report = json.loads(open(path).read())
     assert report["rows"] == [len(x_ref), len(x_new)] and set(report["features"]) == set(ref.feature_names)

@@ -1,15 +1,13 @@
-"""One configuration file for ``daskbatch run`` and ``describe --config``, and the two older shapes.
+"""One configuration file for ``daskbatch run`` and ``describe --config``; other shapes are one-line refusals.
 
 A configuration file is dask config: the job under ``daskbatch: job:``, dask settings beside it.
-Both commands read it. The older shapes (a job's sections at the top for ``run``, option names at
-the top for ``describe --config``) still work for one release with a DeprecationWarning, and each
-given to the other command is one line naming what it is (exit 2).
+Both commands read it. A job's sections at the top, or option names at the top, are refused by
+either command in one line that says where they go (exit 2).
 """
 
 from __future__ import annotations
 
 import pathlib
-import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -44,13 +42,18 @@ def test_one_file_for_both_commands(here: pathlib.Path) -> None:
     assert (here / "results" / "selection.csv").is_file()
 
 
-def test_a_job_file_given_to_describe_config(here: pathlib.Path) -> None:
+def test_sections_at_the_top_are_refused_by_both_commands(here: pathlib.Path) -> None:
     r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--config", "job.yaml"])
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [
-        "error: job.yaml is a job file for 'daskbatch run' (it has cluster:, input:, outputs:, selection:), "
-        "not a --config file of option values: run it with daskbatch run job.yaml"
+        "error: job.yaml has a job's sections at its top (cluster:, input:, outputs:, selection:): put them "
+        "under 'daskbatch: job:', with dask settings at the top beside 'daskbatch' (docs/jobs.md)"
     ]
+    r = CliRunner().invoke(main, ["run", "job.yaml"])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "job.yaml: a job's sections go under 'daskbatch: job:'" in lines[0]
+    assert not (here / "results").exists()
 
 
 def test_an_options_file_given_to_run(here: pathlib.Path) -> None:
@@ -61,19 +64,14 @@ def test_an_options_file_given_to_run(here: pathlib.Path) -> None:
                                                    "(bins, label, nan_policy), as a 'daskbatch describe --config'")
 
 
-def test_the_older_shapes_work_with_a_deprecation_warning(here: pathlib.Path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", DeprecationWarning)  # the command logs it as a WARNING line
-        r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--no-progress",
-                                      "--config", "describe-options.yaml", "--out", "stats.zarr"])
-        assert r.exit_code == 0, r.output
-        assert "DeprecationWarning" in r.output and "option values at the top of a --config file" in r.output
-        s = db.load_summary("stats.zarr")
-        assert s.hist_counts.shape[-1] == 16 and s.class_count is not None
-        r = CliRunner().invoke(main, ["run", "job.yaml"])
-    assert r.exit_code == 0, r.output
-    assert "DeprecationWarning" in r.output and "a job's sections at the top of the file" in r.output
-    assert (here / "results").is_dir()
+def test_option_values_at_the_top_are_refused_in_one_line(here: pathlib.Path) -> None:
+    r = CliRunner().invoke(main, ["describe", "data.zarr", "--cluster", "threads", "--no-progress",
+                                  "--config", "describe-options.yaml", "--out", "stats.zarr"])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: describe-options.yaml: option values at the top (bins, label, nan-policy) are no --config shape")
+    assert not (here / "stats.zarr").exists()
 
 
 def test_input_weights_in_one_file_for_both_commands(here: pathlib.Path) -> None:

@@ -11,13 +11,8 @@ import numpy as np
 import pytest
 import zarr
 
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import (
-    IncompleteStoreWarning,
-    MissingChunksWarning,
-    open_dataset,
-    open_zarr,
-)
+from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
+from daskbatch.io.dataset import open_dataset, open_zarr
 
 ROWS, COLS, CHUNK = 1000, 5, 100
 

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from daskbatch._moved import MOVED
-
 PACKAGE = Path(__file__).parents[1] / "daskbatch"
 ROLE = re.compile(r":(?:py:)?(class|func|meth|mod|attr|data|exc|obj):`~?([^`<>]+?)`")
 
@@ -50,8 +48,6 @@ def _resolve(dotted: str) -> bool:
     """Whether ``dotted`` names a module, or an attribute reached from the longest importable prefix."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
-        if any(".".join(parts[:k]) in MOVED for k in range(1, cut + 1)):
-            continue  # an old path (or under one): served with a warning, and a docstring must not name it
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
@@ -103,7 +99,7 @@ def test_a_moved_name_is_caught() -> None:
     assert _resolves("Sketch", "daskbatch.stats.sketch")
     assert _resolves("update_many", "daskbatch.accumulator", "Accumulator")
     assert not _resolves("update_many", "daskbatch.accumulator")
-    assert not _resolves("daskbatch.steps_old.Standardize", "daskbatch.describe")
-    assert not _resolves("daskbatch.scores.Scores", "daskbatch.describe")  # moved to daskbatch.selection.scores
-    assert _resolves("daskbatch.transform", "daskbatch.describe")  # the function, not the old module path
+    assert not _resolves("daskbatch.steps_old.Standardize", "daskbatch.describing")
+    assert not _resolves("daskbatch.scores.Scores", "daskbatch.describing")  # moved to daskbatch.selection.scores
+    assert _resolves("daskbatch.transform", "daskbatch.describing")  # the function, not a module path
     assert not _resolves("NoSuchThing", "daskbatch.stats.sketch")

@@ -38,7 +38,7 @@ def test_describe_on_gpu_equals_cpu(data: tuple[np.ndarray, np.ndarray]) -> None
     x, y = data
     dx, dy = da.from_array(x, chunks=(25_000, -1)), da.from_array(y, chunks=25_000)
     cpu = db.describe(dx, dy)
-    gpu = db.describe(dx, dy, device="gpu")
+    gpu = db.describe(dx, dy, run=db.RunOptions(device="gpu"))
     assert gpu.provenance["device"] == "gpu"
     _compare(cpu, gpu)
 
@@ -79,7 +79,7 @@ def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(store: str) -> None:
     """The whole GPU route: Zarr store -> dask-cuda workers (RMM pool from the plan) -> CuPy states."""
     pytest.importorskip("cupy")
     pytest.importorskip("dask_cuda")
-    from daskbatch.describe import plan_describe
+    from daskbatch.engine.planner import plan_describe
     from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
     from daskbatch.runtime.cluster import cluster
 
@@ -95,7 +95,7 @@ def test_describe_on_a_cuda_cluster_from_a_store_equals_cpu(store: str) -> None:
             return type(rmm.mr.get_current_device_resource()).__name__
 
         assert all("Pool" in name for name in client.run(pool_in_use).values())
-        gpu = db.describe(ds, device="gpu")
+        gpu = db.describe(ds, run=db.RunOptions(device="gpu"))
     assert gpu.provenance["device"] == "gpu"
     _compare(cpu, gpu)
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from daskbatch.planning import memory
 from daskbatch.planning.memory import (
     chunk_task_terms,
-    gpu_kernel_bytes,
+    footprint,
     projected_task_bytes,
     state_bytes,
 )
@@ -213,3 +213,9 @@ def _measured_and_projected(rows: int, d: int, stats: tuple[str, ...]) -> tuple[
     projected = projected_task_bytes(rows, d, 4, stats, bins=BINS, n_classes=len(CLASS_VALUES), path="gpu-compiled",
                                      device_bytes=card)
     return peak, projected
+
+
+def gpu_kernel_bytes(stat: str, rows: int, n_features: int, device_bytes: int | None = None) -> int:
+    """The device buffers a statistic's GPU kernel declares (``Footprint.device_buffers``), 0 without any."""
+    buffers = footprint(stat).device_buffers
+    return 0 if buffers is None else int(buffers(rows, n_features, device_bytes))

@@ -105,5 +105,5 @@ def test_describe_on_gpu_uses_the_kernels() -> None:
     x = np.random.default_rng(0).normal(size=(10_000, 8)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GPUKernelsWarning)
-        summary = db.describe(da.from_array(x, chunks=(2_500, -1)), device="gpu")
+        summary = db.describe(da.from_array(x, chunks=(2_500, -1)), run=db.RunOptions(device="gpu"))
     np.testing.assert_allclose(summary.mean, x.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-15)

@@ -68,7 +68,7 @@ def test_weighted_describe_on_gpu_equals_cpu(data: tuple[np.ndarray, np.ndarray]
     dx, dy = da.from_array(x, chunks=(25_000, -1)), da.from_array(y, chunks=25_000)
     dw = da.from_array(w, chunks=25_000)
     cpu = db.describe(dx, dy, weights=dw)
-    gpu = db.describe(dx, dy, weights=dw, device="gpu")
+    gpu = db.describe(dx, dy, weights=dw, run=db.RunOptions(device="gpu"))
     assert gpu.provenance["device"] == "gpu"
     assert {"moments", "comoments", "histogram", "class_moments"} <= set(kernel_calls)
     _compare(cpu, gpu, exact_counts=integer)

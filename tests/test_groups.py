@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.describe import plan_describe
+from daskbatch.engine.planner import plan_describe
 
 pytestmark = pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning")
 
@@ -95,7 +95,7 @@ def test_update_with_groups_equals_one_describe(grouped_store) -> None:
     first = _describe(store, 400, stats=("moments",), classes=[-3, 0, 2, 5, 11])  # all the rows
     half = db.describe(x[:1200], groups=g[:1200], stats=("moments",), classes=[-3, 0, 2, 5, 11], run=db.RunOptions(plan=None))
     with dask.config.set(scheduler="threads", num_workers=2):
-        both = db.update(half, x[1200:], groups=g[1200:], plan=None)
+        both = db.update(half, x[1200:], groups=g[1200:], run=db.RunOptions(plan=None))
     np.testing.assert_array_equal(both.groups, first.groups)
     np.testing.assert_array_equal(both.group_count, first.group_count)
     np.testing.assert_allclose(both.group_mean, first.group_mean, rtol=1e-13)
@@ -175,10 +175,8 @@ def test_group_key_scan_is_named_so_in_progress() -> None:
     # The scan that finds the group keys reports itself as such (it said "label scan").
     x = np.arange(40.0).reshape(20, 2)
     titles: set[str] = set()
-    db.describe(x, groups=np.arange(20) % 3, stats=("moments", "hist"),
-                progress=lambda done, total, title: titles.add(title))
+    db.describe(x, groups=np.arange(20) % 3, stats=("moments", "hist"), run=db.RunOptions(progress=lambda done, total, title: titles.add(title)))
     assert "group-key scan" in titles and "label scan" not in titles, titles
     titles.clear()
-    db.describe(x, label=np.arange(20) % 3, stats=("moments", "hist", "mi"),
-                progress=lambda done, total, title: titles.add(title))
+    db.describe(x, label=np.arange(20) % 3, stats=("moments", "hist", "mi"), run=db.RunOptions(progress=lambda done, total, title: titles.add(title)))
     assert "label scan" in titles, titles

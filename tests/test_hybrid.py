@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 import daskbatch as db
+from daskbatch.batches import FlaggedRowsWarning
 from daskbatch.engine.devices import (
     auto_device,
     configured_min_batch_bytes,
@@ -26,7 +27,6 @@ from daskbatch.engine.pipeline import (
     run_statistics,
 )
 from daskbatch.errors import GPUFallbackWarning
-from daskbatch.map_batches import FlaggedRowsWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import (
     CPU_BYTES_PER_S,
@@ -123,7 +123,7 @@ def test_auto_runs_on_the_cpu_when_the_preflight_fails_and_says_so(
 
 @pytest.mark.skipif(HAS_CUPY, reason="checks the machines without CUDA")
 def test_describe_auto_runs_on_the_cpu_and_records_why(store: str) -> None:
-    auto = db.describe(store, stats=("moments",), device="auto")
+    auto = db.describe(store, stats=("moments",), run=db.RunOptions(device="auto"))
     assert auto.provenance["device"] == "cpu"
     assert auto.provenance["device_reason"] == f"the GPU preflight failed: {gpu_problem()}"
     assert db.describe(store, stats=("moments",)).provenance["device"] == "cpu"
@@ -141,7 +141,7 @@ def test_gpu_without_cupy_raises_one_error_everywhere(store: str, tmp_path: Path
     calls = {
         "map_batches": lambda: db.map_batches(scores, store, device="gpu"),
         "map_batches(on_error='fallback')": lambda: db.map_batches(scores, store, device="gpu", on_error="fallback"),
-        "describe": lambda: db.describe(store, stats=("moments",), device="gpu"),
+        "describe": lambda: db.describe(store, stats=("moments",), run=db.RunOptions(device="gpu")),
         "Accumulator": lambda: db.Accumulator(device="gpu"),
         "transform": lambda: db.transform(store, [], tmp_path / "t.zarr", device="gpu"),
         "synth": lambda: db.synth(10, 2, device="gpu"),
@@ -205,16 +205,16 @@ def test_describe_auto_falls_back_when_the_gpu_runs_out_of_memory(store: str) ->
     pool.set_limit(size=1024)  # a real cupy.cuda.memory.OutOfMemoryError at the first block moved
     try:
         with dask.config.set({"daskbatch.gpu-min-batch-bytes": 0}), pytest.warns(GPUFallbackWarning, match="out of memory"):
-            auto = db.describe(store, stats=("moments",), device="auto")
+            auto = db.describe(store, stats=("moments",), run=db.RunOptions(device="auto"))
     finally:
         pool.set_limit(size=0)
     assert auto.provenance["device"] == "cpu" and "OutOfMemoryError" in auto.provenance["device_fallback"]
-    cpu = db.describe(store, stats=("moments",), device="cpu")
+    cpu = db.describe(store, stats=("moments",), run=db.RunOptions(device="cpu"))
     np.testing.assert_array_equal(auto.mean, cpu.mean)
     pool.set_limit(size=1024)
     try:
         with pytest.raises(MemoryError):
-            db.describe(store, stats=("moments",), device="gpu")
+            db.describe(store, stats=("moments",), run=db.RunOptions(device="gpu"))
     finally:
         pool.set_limit(size=0)
 

@@ -80,10 +80,8 @@ def test_every_public_name_resolves(name: str) -> None:
 
 def test_functions_named_like_their_modules_stay_functions() -> None:
     code = (
-        "import daskbatch as db, daskbatch.describe, daskbatch.transforms, daskbatch.selection, daskbatch.transforms.pca\n"
-        "import warnings; warnings.simplefilter('ignore', DeprecationWarning)\n"
-        "import daskbatch.transform, daskbatch.select, daskbatch.pca  # moved paths, served as the new modules\n"
-        "from daskbatch.summary.compare import compare\nfrom daskbatch.map_batches import map_batches\n"
+        "import daskbatch as db, daskbatch.describing, daskbatch.transforms, daskbatch.selection, daskbatch.transforms.pca\n"
+        "from daskbatch.summary.compare import compare\nfrom daskbatch.batches import map_batches\n"
         "names = ('describe', 'transform', 'select', 'pca', 'compare', 'map_batches')\n"
         "assert all(callable(getattr(db, n)) and type(getattr(db, n)).__name__ == 'function' for n in names)\n"
         "import dask.config\nassert dask.config.get('daskbatch.max-classes') == 1000  # defaults loaded on use\n"

@@ -68,7 +68,11 @@ def _describe(x: np.ndarray, y: np.ndarray | None, chunk: int = 37, **kwargs: ob
     label = None if y is None else da.from_array(y, chunks=chunk)
     kwargs.setdefault("stats", ALL if y is not None else ("moments", "cov", "hist", "sketch"))
     kwargs.setdefault("bins", 16)
-    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), label, run=db.RunOptions(plan=None), **kwargs)
+    run = db.RunOptions(plan=None, checkpoint=kwargs.pop("checkpoint", None),
+                        feature_names=kwargs.pop("feature_names", None))
+    if "ddof" in kwargs:
+        kwargs["stats"] = [*kwargs["stats"], db.Moments(ddof=kwargs.pop("ddof"))]
+    return db.describe(da.from_array(x, chunks=(chunk, x.shape[1])), label, run=run, **kwargs)
 
 
 def _ranges(s: db.Summary) -> np.ndarray:
@@ -154,7 +158,7 @@ def test_update_equals_describe_of_concat(split: int, chunk: int) -> None:
     first = _describe(X[:split], Y[:split], chunk=chunk)
     y_new = da.from_array(Y[split:], chunks=chunk)
     with _out_of_range_allowed():
-        updated = db.update(first, da.from_array(X[split:], chunks=(chunk, X.shape[1])), y_new, plan=None)
+        updated = db.update(first, da.from_array(X[split:], chunks=(chunk, X.shape[1])), y_new, run=db.RunOptions(plan=None))
         whole = _describe(X, Y, chunk=chunk, range=_ranges(first))
     assert_same_statistics(updated, whole)
     assert updated.provenance["out_of_range"] == whole.provenance["out_of_range"]
@@ -166,7 +170,7 @@ def test_update_without_label_or_sketch_and_minmax_ranges() -> None:
     x = np.nan_to_num(X)
     first = _describe(x[:100], None, stats=("moments", "hist"), range="minmax")
     with pytest.warns(db.RangeWarning, match="outside the histogram range"):  # beyond the first rows' extrema
-        updated = db.update(first, x[100:], plan=None)
+        updated = db.update(first, x[100:], run=db.RunOptions(plan=None))
     with pytest.warns(db.RangeWarning):
         whole = _describe(x, None, stats=("moments", "hist"), range=_ranges(first))
     assert_same_statistics(updated, whole)
@@ -341,17 +345,25 @@ def test_summaries_without_states_are_refused() -> None:
         db.update(acc.summary(), X)
     with pytest.raises(TypeError, match="update takes bins, range from the summary"):
         db.update(s, X, bins=3, range=(0, 1))
+    with pytest.raises(TypeError, match="update takes feature_names from the summary"):
+        db.update(s, X, run=db.RunOptions(feature_names=["a", "b", "c", "d"]))
+    assert not hasattr(s, "update")  # db.update(summary, rows) is the one spelling
     labelled = _describe(X[:50], Y[:50], range=GIVEN)
     with pytest.raises(ValueError, match="holds mutual information and per-class moments: give the new rows' label"):
         db.update(labelled, X[50:])
 
 
 def test_describe_settings_reproduce_the_summary() -> None:
-    s = _describe(X, Y, ddof=0, stats=[*ALL, db.stats.Moments(bias=False), db.stats.MutualInformation(base=2, miller_madow=True)])
+    s = _describe(X, Y, stats=[*ALL, db.stats.Moments(ddof=0, bias=False), db.stats.MutualInformation(base=2, miller_madow=True)])
     got = describe_settings(s)
-    assert (got["ddof"], got["bias"], got["mi_base"], got["miller_madow"], got["bins"]) == (0, False, 2, True, 16)
+    names, objects = got["stats"][:-2], got["stats"][-2:]
+    assert names == list(s.provenance["stats"]) and got["bins"] == 16
+    assert objects == [db.Moments(ddof=0, bias=False), db.stats.MutualInformation(base=2, miller_madow=True)]
     np.testing.assert_array_equal(got["range"], _ranges(s))
-    assert got["stats"] == list(s.provenance["stats"])
+    assert got["run"].feature_names == list(s.feature_names)
+    again = db.describe(da.from_array(X, chunks=(37, X.shape[1])), da.from_array(Y, chunks=37), **got)
+    np.testing.assert_allclose(again.var, s.var, rtol=1e-12)
+    np.testing.assert_array_equal(again.mi, s.mi)
 
 
 # ------------------------------------------------------------------ the CLI
@@ -426,10 +438,3 @@ def test_cli_update_to_out_and_refusals(tmp_path: pathlib.Path) -> None:
     r = CliRunner().invoke(main, ["describe", new, "--update", old, *args])
     assert r.exit_code != 0 and "is not a daskbatch summary" in r.output
 
-
-def test_summary_update_is_a_deprecated_alias_of_db_update() -> None:
-    x = np.random.default_rng(3).normal(size=(200, 3))
-    first = db.describe(x[:120], stats=("moments",), run=db.RunOptions(plan=None))
-    with pytest.warns(DeprecationWarning, match=r"use daskbatch.update\(summary"):
-        via_method = first.update(x[120:], plan=None)
-    np.testing.assert_array_equal(via_method.mean, db.update(first, x[120:], plan=None).mean)

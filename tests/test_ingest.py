@@ -15,11 +15,10 @@ import zarr
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import IncompleteStoreWarning, open_dataset
+from daskbatch.errors import DataError, IncompleteStoreWarning
+from daskbatch.io.dataset import open_dataset
 from daskbatch.io.ingest import ingest
-from daskbatch.io.ingest.manifest import DONE_FILE, read_done
-from daskbatch.io.ingest.write import pieces
+from daskbatch.io.ingest.store import DONE_FILE, pieces, read_done
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = 5

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.errors import DataError
-from daskbatch.io.ingest.manifest import read_done
+from daskbatch.io.ingest.store import read_done
 from daskbatch.io.verify import verify_store
 
 D = 4

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import MissingChunksWarning
 from daskbatch.jobs.spec import JobConfigError, defaults, load_job, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -142,7 +142,7 @@ def test_scan_sees_what_it_should() -> None:
 # names is reported instead of falling into the top layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch._typing", "daskbatch._version", "daskbatch._arguments", "daskbatch.errors", "daskbatch.config",
-     "daskbatch._html", "daskbatch._warnings", "daskbatch._moved"),
+     "daskbatch._html", "daskbatch._warnings"),
     ("daskbatch.stats",),
     ("daskbatch.planning",),
     ("daskbatch.runtime",),
@@ -150,7 +150,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.engine",),
     ("daskbatch.summary",),
     ("daskbatch.selection", "daskbatch.transforms"),
-    ("daskbatch.describe", "daskbatch.accumulator", "daskbatch.incremental", "daskbatch.map_batches",
+    ("daskbatch.describing", "daskbatch.incremental", "daskbatch.accumulator", "daskbatch.batches",
      "daskbatch.testing"),
     ("daskbatch.jobs", "daskbatch.demo"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),
@@ -158,10 +158,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 EXACT = {"daskbatch"}
 
 #: Upward imports kept on purpose, each with its reason and when it goes.
-ALLOWED_UPWARD = {
-    ("daskbatch.summary.record", "daskbatch.incremental"):
-        "Summary.update, a deprecated alias of daskbatch.update (goes in the next release)",
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 
@@ -278,8 +275,8 @@ def test_no_import_cycle() -> None:
 def test_cycle_check_sees_lazy_imports_and_skips_type_only_ones() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    lazy = {m for _, m in all_imports(PACKAGE / "summary" / "record.py")}
-    assert "daskbatch.incremental" in lazy  # imported inside Summary.update only
+    lazy = {m for _, m in all_imports(PACKAGE / "cli" / "describe_cmd.py")}
+    assert "daskbatch.describing" in lazy  # imported inside the command only
     assert "daskbatch.summary.record" not in {m for _, m in all_imports(PACKAGE / "summary" / "dataset.py")}
 
 
@@ -292,7 +289,7 @@ def test_no_module_outside_the_layers() -> None:
 def test_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
     assert layer_of("daskbatch.planning.search") < layer_of("daskbatch.runtime.cluster")
     assert layer_of("daskbatch.stats.kernels._numba") == layer_of("daskbatch.stats")
-    assert layer_of("daskbatch.cli.describe_cmd") > layer_of("daskbatch.describe")
+    assert layer_of("daskbatch.cli.describe_cmd") > layer_of("daskbatch.describing")
     assert layer_of("daskbatch.io.rowstore") > layer_of("daskbatch.runtime.progress")  # runtime never imports io
 
 

@@ -10,9 +10,9 @@ import pytest
 import zarr
 
 import daskbatch as db
+from daskbatch.batches import FlaggedRowsWarning
 from daskbatch.errors import DataError
 from daskbatch.io.rowstore import DONE_FILE
-from daskbatch.map_batches import FlaggedRowsWarning
 
 
 def data(rows: int = 1000, d: int = 3) -> np.ndarray:

@@ -34,7 +34,7 @@ def _error_in_iqr(summary: db.Summary, x: np.ndarray) -> float:
 
 def test_merge_of_parts_described_like_the_first(data: np.ndarray) -> None:
     first = db.describe(data[:10_000], stats=("moments", "hist"))
-    parts = [first, *(db.describe(data[a : a + 10_000], stats=("moments", "hist"), like=first)
+    parts = [first, *(db.describe(data[a : a + 10_000], stats=("moments", "hist"), run=db.RunOptions(like=first))
                       for a in (10_000, 20_000))]
     assert all("sketch" in p.provenance["stats"] for p in parts)  # like= keeps what merge needs
     merged = parts[0]

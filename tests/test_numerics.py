@@ -60,7 +60,7 @@ CHUNKS = (1, 5, 64, 99, 600)  # one-row chunks, small, ragged and one chunk
 @pytest.mark.parametrize("rows", [7, 64, 600])
 def test_moments_match_numpy_and_scipy(mixed, rows: int, ddof: int) -> None:
     x, _ = mixed
-    s = db.describe(da.from_array(x, chunks=(rows, -1)), stats="moments", ddof=ddof)
+    s = db.describe(da.from_array(x, chunks=(rows, -1)), stats=["moments", db.Moments(ddof=ddof)])
     u = db.describe(da.from_array(x, chunks=(rows, -1)), stats=db.stats.Moments(ddof=ddof, bias=False))
     np.testing.assert_array_equal(s.count, np.full(4, 600.0))
     np.testing.assert_array_equal(s.nan_count, np.zeros(4))
@@ -81,7 +81,7 @@ def test_cov_corr_match_numpy_on_complete_rows(mixed, ddof: int) -> None:
     x = x.copy()
     x[[3, 17, 17, 400], [0, 1, 2, 3]] = [np.nan, np.inf, np.nan, -np.inf]
     complete = np.all(np.isfinite(x), axis=1)
-    s = db.describe(da.from_array(x, chunks=(37, -1)), stats=("moments", "cov"), ddof=ddof)
+    s = db.describe(da.from_array(x, chunks=(37, -1)), stats=["moments", "cov", db.Moments(ddof=ddof)])
     assert s.cov_count == int(complete.sum()) == 597
     np.testing.assert_allclose(s.cov, np.cov(x[complete], rowvar=False, ddof=ddof), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(s.corr, np.corrcoef(x[complete], rowvar=False), rtol=1e-12, atol=1e-13)
@@ -387,7 +387,7 @@ def test_single_row() -> None:
     assert np.all(np.isnan(s.var)) and np.all(np.isnan(s.skew))
     assert s.cov_count == 1 and np.all(np.isnan(s.cov)) and np.all(np.isnan(s.corr))
     np.testing.assert_array_equal(s.hist_counts.sum(axis=1), [1, 1])
-    s0 = db.describe(x, stats=("moments", "cov"), ddof=0)
+    s0 = db.describe(x, stats=["moments", "cov", db.Moments(ddof=0)])
     np.testing.assert_array_equal(s0.var, [0.0, 0.0])
     np.testing.assert_array_equal(s0.cov, np.zeros((2, 2)))
 

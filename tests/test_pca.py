@@ -42,7 +42,7 @@ def assert_matches_sklearn(p: db.PCA, x: np.ndarray, k: int) -> None:
 @pytest.mark.parametrize("method", ["eigh", "eigsh"])
 def test_pca_equals_sklearn(ddof: int, method: str) -> None:
     x = data()
-    s = db.describe(da.from_array(x, chunks=(101, -1)), stats=["moments", "cov"], ddof=ddof, run=db.RunOptions(plan=None))
+    s = db.describe(da.from_array(x, chunks=(101, -1)), stats=["moments", "cov", db.Moments(ddof=ddof)], run=db.RunOptions(plan=None))
     for k in (1, 3, 8):
         p = db.pca(s, k, method=method)
         assert p.method == method and p.n_components == k and p.components.shape == (k, x.shape[1])

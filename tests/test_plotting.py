@@ -25,7 +25,7 @@ def summary() -> db.Summary:
     x[:, 41] = -x[:, 3] + 0.05 * rng.standard_normal(ROWS)
     x[0, 5] = 1e6  # one value above a given range
     names = [f"gene_{i}" for i in range(D)]
-    return db.describe(x, y, bins=16, range=(-6, 6), feature_names=names, run=db.RunOptions(plan=None))
+    return db.describe(x, y, bins=16, range=(-6, 6), run=db.RunOptions(plan=None, feature_names=names))
 
 
 def _png(fig: Figure) -> bytes:

@@ -93,16 +93,16 @@ def test_describe_logs_each_pass_and_a_summary_line(caplog: pytest.LogCaptureFix
 def test_checkpointed_pass_counts_reused_blocks(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="daskbatch")
     x = _data()
-    first = db.describe(x, stats="moments", run=db.RunOptions(plan=None), checkpoint=tmp_path / "ck")
+    first = db.describe(x, stats="moments", run=db.RunOptions(plan=None, checkpoint=tmp_path / "ck"))
     caplog.clear()
-    again = db.describe(x, stats="moments", run=db.RunOptions(plan=None), checkpoint=tmp_path / "ck")
+    again = db.describe(x, stats="moments", run=db.RunOptions(plan=None, checkpoint=tmp_path / "ck"))
     np.testing.assert_array_equal(first.mean, again.mean)
     assert "8 of 8 blocks on disk" in caplog.text
     assert re.search(r"pass 1/1: moments: done, 8/8 blocks \(8 reused, 0 computed\)", caplog.text)
 
 
 def test_nothing_is_drawn_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    db.describe(_data(), run=db.RunOptions(plan=None), progress=True)
+    db.describe(_data(), run=db.RunOptions(plan=None, progress=True))
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err and "pass 1/2" not in err
 
@@ -140,12 +140,12 @@ NOTEBOOK_CELLS = [
     "import dask.array as da\nimport numpy as np\nimport daskbatch as db\n"
     "x = da.from_array(np.random.default_rng(0).normal(size=(6000, 3)), chunks=(500, 3))",
     # the threaded scheduler
-    "s = db.describe(x, run=db.RunOptions(plan=None), progress=True)",
+    "s = db.describe(x, run=db.RunOptions(plan=None, progress=True))",
     # a distributed cluster
     "from distributed import Client, LocalCluster\n"
     "cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)\n"
     "client = Client(cluster)\n"
-    "s = db.describe(x, run=db.RunOptions(plan=None), progress=True)\n"
+    "s = db.describe(x, run=db.RunOptions(plan=None, progress=True))\n"
     "client.close(); cluster.close()",
 ]
 
@@ -186,16 +186,16 @@ def test_progress_dask_uses_dasks_own_displays(capsys) -> None:
 
     x = np.random.default_rng(1).standard_normal((4000, 3))
     dx = da.from_array(x, chunks=(500, -1))
-    s = db.describe(dx, stats="moments", run=db.RunOptions(plan=None), progress="dask")
+    s = db.describe(dx, stats="moments", run=db.RunOptions(plan=None, progress="dask"))
     assert "100% Completed" in capsys.readouterr().out  # dask.diagnostics.ProgressBar
     np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
     with (
         LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
         Client(cluster),
     ):
-        s = db.describe(dx, stats="moments,hist", run=db.RunOptions(plan=None), progress="dask")
+        s = db.describe(dx, stats="moments,hist", run=db.RunOptions(plan=None, progress="dask"))
     out = capsys.readouterr().out
     assert out.count("Completed") >= 2, out  # distributed's text bar, once per pass
     np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
     with pytest.raises(ValueError, match="progress must be True, False or 'dask'"):
-        db.describe(dx, stats="moments", run=db.RunOptions(plan=None), progress="tqdm")
+        db.describe(dx, stats="moments", run=db.RunOptions(plan=None, progress="tqdm"))

@@ -90,7 +90,7 @@ def test_the_guarantee_holds_on_the_issue_distributions_for_any_chunking(tmp_pat
     path = write_store(str(tmp_path / "d.zarr"), x, chunk_rows=chunk_rows)
     # 70 % zeros at the low end of zero-heavy: named as a suspect value (a code for missing?), counted as data.
     with pytest.warns(SuspectValueWarning, match=r"zero-heavy 0 \(the min\)"):
-        s = db.describe(path, stats=("moments", "hist"), feature_names=list(cols), run=db.RunOptions(plan=None))
+        s = db.describe(path, stats=("moments", "hist"), run=db.RunOptions(plan=None, feature_names=list(cols)))
     check_guarantee(x, s)
     # Integer counts: another chunking and merge order gives the same quantiles bit for bit.
     with pytest.warns(SuspectValueWarning, match=r"f5 0 \(the min\)"):  # zero-heavy, without its name
@@ -205,7 +205,7 @@ def test_the_quantile_histogram_survives_save_and_load_and_merge_narrows_the_ske
     # A merged summary keeps the sketch, not the quantile histograms (their ranges differ); the
     # histograms, on common ranges, narrow the sketch's bucket to within one of their bins.
     x2 = 290.0 + rng.normal(size=(10_000, 2))
-    merged = db.merge(s, db.describe(write_store(str(tmp_path / "s2.zarr"), x2), stats=("moments", "hist", "sketch"), like=s))
+    merged = db.merge(s, db.describe(write_store(str(tmp_path / "s2.zarr"), x2), stats=("moments", "hist", "sketch"), run=db.RunOptions(like=s)))
     assert merged.quantile_counts is None
     exact = np.quantile(np.concatenate([x, x2]), 0.5, axis=0, method="inverted_cdf")
     np.testing.assert_allclose(merged.quantile(0.5).to_numpy(), exact, rtol=0.005)

@@ -135,7 +135,7 @@ def test_wide_data_without_room_for_the_sketch_fall_back_to_min_max_ranges(tmp_p
     from click.testing import CliRunner
 
     from daskbatch.cli import main
-    from daskbatch.describe import plan_describe
+    from daskbatch.engine.planner import plan_describe
     from daskbatch.errors import PlanError
 
     x = np.random.default_rng(0).standard_normal((1000, 2000)).astype("float32")
@@ -160,7 +160,7 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     from click.testing import CliRunner
 
     from daskbatch.cli import main
-    from daskbatch.describe import plan_describe
+    from daskbatch.engine.planner import plan_describe
     from daskbatch.planning.search import sketch_in_plan
     from daskbatch.stats import Sketch
     from daskbatch.stats.sketch import WINDOW

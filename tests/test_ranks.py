@@ -62,7 +62,7 @@ def test_merged_rank_summaries_equal_the_whole(tmp_path: Path) -> None:
     ranges = np.stack([mean - 8 * std, mean + 8 * std], axis=1)
     whole = db.describe(db.synth(rows, 5, classes=2, seed=9, chunk_rows=4096), range=ranges)
     parts = [
-        db.describe(db.synth(rows, 5, classes=2, seed=9, chunk_rows=3000, rank=r, world_size=world), like=whole)
+        db.describe(db.synth(rows, 5, classes=2, seed=9, chunk_rows=3000, rank=r, world_size=world), run=db.RunOptions(like=whole))
         for r in range(world)
     ]
     merged = parts[0]
@@ -103,6 +103,6 @@ def test_mpi_ranks_write_their_shares(tmp_path: Path) -> None:
     shares = [db.open_dataset(tmp_path / f"rank{r}.zarr") for r in range(2)]
     np.testing.assert_array_equal(da.concatenate([s.x for s in shares]).compute(), whole.x.compute())
     alone = db.describe(whole, range="minmax")
-    merged = db.merge(db.describe(shares[0], like=alone), db.describe(shares[1], like=alone))
+    merged = db.merge(db.describe(shares[0], run=db.RunOptions(like=alone)), db.describe(shares[1], run=db.RunOptions(like=alone)))
     np.testing.assert_array_equal(merged.hist_counts, alone.hist_counts)
     np.testing.assert_allclose(merged.mean, alone.mean, rtol=1e-13, atol=1e-13)

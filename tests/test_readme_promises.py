@@ -133,7 +133,7 @@ def _store(tmp_path: Path, x: np.ndarray) -> str:
 def test_describe_reports_each_count_once() -> None:
     # The README's snippet: each pass used to report (1, 1) twice.
     calls, report = _recorder()
-    db.describe(np.random.default_rng(0).normal(size=(10_000, 4)), progress=report)
+    db.describe(np.random.default_rng(0).normal(size=(10_000, 4)), run=db.RunOptions(progress=report))
     phases = {c[2] for c in calls}
     assert len(phases) == 2
     for phase in phases:

@@ -13,7 +13,7 @@ import xarray as xr
 import zarr
 
 import daskbatch as db
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import MissingChunksWarning
 from daskbatch.summary.dataset import decode_provenance, encode_provenance
 from daskbatch.summary.reprs import NAN_HEAVY, format_column
 
@@ -98,7 +98,7 @@ def test_html_flags_values_outside_the_histogram_range() -> None:
 
 
 def test_feature_names_are_escaped() -> None:
-    s = db.describe(np.eye(3), stats=("moments",), feature_names=["<b>", "a&b", "c"])
+    s = db.describe(np.eye(3), stats=("moments",), run=db.RunOptions(feature_names=["<b>", "a&b", "c"]))
     html = s._repr_html_()
     assert "<th>&lt;b&gt;</th>" in html and "a&amp;b" in html and "<b>&lt;" not in html
 

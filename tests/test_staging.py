@@ -12,6 +12,7 @@ and ``Accumulator``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import dask
@@ -180,8 +181,8 @@ def test_update_many_adds_nothing_when_a_batch_is_bad() -> None:
 def test_accumulator_device_is_checked() -> None:
     with pytest.raises(ValueError, match="device must be one of 'auto', 'cpu', 'gpu'; got 'tpu'"):
         db.Accumulator(device="tpu")  # type: ignore[arg-type]
-    with pytest.warns(DeprecationWarning, match="device='auto'"):
-        assert db.Accumulator(device=None).device == "auto"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="device must be one of 'auto', 'cpu', 'gpu'; got None"):
+        db.Accumulator(device=None)  # type: ignore[arg-type]
 
 
 # --- on a CUDA device ----------------------------------------------------------------------------
@@ -242,11 +243,11 @@ def test_gpu_describe_staged_equals_block_and_cpu(tmp_path) -> None:  # noqa: AN
     xd, yd = da.from_array(x, chunks=(10_000, -1)), da.from_array(y, chunks=10_000)
     kw = {"range": RANGE, "bins": 16, "run": db.RunOptions(plan=None)}
     cpu = db.describe(xd, yd, **kw)
-    block = db.describe(xd, yd, device="gpu", **kw)
+    block = db.describe(xd, yd, **{**kw, "run": dataclasses.replace(kw["run"], device="gpu")})
     with dask.config.set({"daskbatch.gpu-transfer": "staged", "daskbatch.gpu-staging-bytes": 3_000 * 7 * 4}):
-        staged = db.describe(xd, yd, device="gpu", **kw)
-        again = db.describe(xd, yd, device="gpu", **kw)
-        ckpt = db.describe(xd, yd, device="gpu", checkpoint=tmp_path / "ck", **kw)
+        staged = db.describe(xd, yd, **{**kw, "run": dataclasses.replace(kw["run"], device="gpu")})
+        again = db.describe(xd, yd, **{**kw, "run": dataclasses.replace(kw["run"], device="gpu")})
+        ckpt = db.describe(xd, yd, **{**kw, "run": dataclasses.replace(kw["run"], device="gpu", checkpoint=tmp_path / "ck")})
     assert staged.provenance["gpu_transfer"] == "staged"
     for s in (block, staged):
         np.testing.assert_array_equal(s.hist_counts, cpu.hist_counts)

@@ -228,11 +228,11 @@ def test_states_of_an_older_summary_are_refused_saying_what_to_do(tmp_path: Path
 
 def test_a_checkpoint_of_an_older_format_is_refused_saying_what_to_do(tmp_path: Path) -> None:
     x = da.from_array(np.random.default_rng(8).standard_normal((400, 3)), chunks=(100, -1))
-    db.describe(x, stats=("moments",), checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
+    db.describe(x, stats=("moments",), run=db.RunOptions(split_every=2, plan=None, checkpoint=tmp_path))
     manifest = tmp_path / "daskbatch-checkpoint.json"
     doc = json.loads(manifest.read_text())
     doc["input"]["format"] = "3"
     manifest.write_text(json.dumps(doc))
     with pytest.raises(CheckpointMismatchError, match=r"format \(3 in the checkpoint, 4 now\).*--force") as info:
-        db.describe(x, stats=("moments",), checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
+        db.describe(x, stats=("moments",), run=db.RunOptions(split_every=2, plan=None, checkpoint=tmp_path))
     assert "\n" not in str(info.value)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.describe import plan_describe
 from daskbatch.engine.checkpoint.manifest import spec_items
+from daskbatch.engine.planner import plan_describe
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats.registry import statistic_from_params, statistic_params
 from daskbatch.stats.spec import configured
@@ -45,7 +45,7 @@ def assert_same_summary(a: db.Summary, b: db.Summary) -> None:
         assert a.provenance.get(key) == b.provenance.get(key), key
 
 
-# keyword arguments of describe, and the same parameters carried by statistic objects
+# describe's shortcuts (bins, range, classes) or configured's, and the same parameters carried by statistic objects
 CASES: list[tuple[dict[str, Any], list[Any]]] = [
     ({"ddof": 0}, [Moments(ddof=0), CoMoments(ddof=0), "hist", "mi", ClassMoments(ddof=0)]),
     ({"ddof": 3}, [Moments(ddof=3), "cov", "hist", "mi", "class_moments"]),
@@ -67,20 +67,22 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the keywords that moved onto the statistics
 @pytest.mark.parametrize(("keywords", "objects"), CASES, ids=lambda v: repr(v)[:40])
 def test_objects_give_what_the_keywords_give(data: Any, keywords: dict[str, Any], objects: list[Any]) -> None:
     x, label, _ = data
     names = [s if isinstance(s, str) else s.name for s in objects]
-    assert_same_summary(db.describe(x, label, stats=objects), db.describe(x, label, stats=names, **keywords))
+    if set(keywords) <= {"bins", "range", "classes"}:  # describe's own shortcuts
+        assert_same_summary(db.describe(x, label, stats=objects), db.describe(x, label, stats=names, **keywords))
+    else:  # the other parameters are the objects' own: the one builder configures the same statistics
+        shortcuts = {("base" if k == "mi_base" else k): v for k, v in keywords.items()}
+        assert configured(objects).wanted == configured(names, **shortcuts).wanted
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("target_bins", [4, (-1.0, 0.0, 1.5)])
 def test_target_bins_on_the_mutual_information(data: Any, target_bins: Any) -> None:
     x, _, target = data
     by_object = db.describe(x, target=target, stats=["moments", "hist", MutualInformation(target_bins=target_bins)])
-    by_keyword = db.describe(x, target=target, stats=["moments", "hist", "mi"], target_bins=target_bins)
+    by_keyword = db.describe(x, target=target, stats=["moments", "hist", "mi", db.stats.MutualInformation(target_bins=target_bins)])
     assert_same_summary(by_object, by_keyword)
     assert by_object.provenance["target"] == by_keyword.provenance["target"]
 

@@ -247,7 +247,7 @@ def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_stor
     xs, ys = _open(store, 500)
     s = _describe(xs[:2000], ys[:2000], bins=16, stats=("moments", "hist", "mi"))
     with dask.config.set(scheduler="threads", num_workers=2):
-        updated = db.update(s, xs[2000:], target=ys[2000:], plan=None)
+        updated = db.update(s, xs[2000:], target=ys[2000:], run=db.RunOptions(plan=None))
     cuts = s.provenance["target"]["cuts"]
     ranges = np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
     # the same bins given: one pass over all the rows

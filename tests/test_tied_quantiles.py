@@ -60,7 +60,7 @@ def described_three_ways(x: np.ndarray, n_chunks: int) -> dict[str, db.Summary]:
         # The rest of a sorted table (iris by class) may fall outside the first part's histogram ranges.
         warnings.simplefilter("ignore", db.RangeWarning)
         first = db.describe(chunked(x[:cut], n_chunks), stats=("moments", "hist"))
-        second = db.describe(chunked(x[cut:], n_chunks), stats=("moments", "hist"), like=first)
+        second = db.describe(chunked(x[cut:], n_chunks), stats=("moments", "hist"), run=db.RunOptions(like=first))
         return {
             "describe": db.describe(chunked(x, n_chunks), stats=("moments", "hist")),
             "merge": db.merge(first, second),

@@ -59,8 +59,8 @@ def test_checkpoint_resumes_a_users_state_bitwise(tmp_path, data: np.ndarray) ->
     import dask.array as da
 
     x = da.from_array(data, chunks=(250, -1))
-    first = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
-    again = db.describe(x, stats=[L1Norm()], checkpoint=tmp_path, run=db.RunOptions(split_every=2, plan=None))
+    first = db.describe(x, stats=[L1Norm()], run=db.RunOptions(split_every=2, plan=None, checkpoint=tmp_path))
+    again = db.describe(x, stats=[L1Norm()], run=db.RunOptions(split_every=2, plan=None, checkpoint=tmp_path))
     assert read_runs(tmp_path, "moments-l1")[-1]["computed_blocks"] == 0
     np.testing.assert_array_equal(first.extra["l1"], again.extra["l1"])
 

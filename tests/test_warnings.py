@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.errors import RangeWarning
-from daskbatch.io.dataset import MissingChunksWarning
-from daskbatch.map_batches import FlaggedRowsWarning
+from daskbatch.batches import FlaggedRowsWarning
+from daskbatch.errors import MissingChunksWarning, RangeWarning
 
 
 def _only(record: pytest.WarningsRecorder, category: type[Warning]) -> warnings.WarningMessage:
@@ -35,7 +34,7 @@ def test_missing_chunks_warning_names_the_callers_line(tmp_path):
     x_chunks = [p for p in (path / "X").rglob("*") if p.is_file() and p.name != "zarr.json"]
     os.remove(sorted(x_chunks)[0])
     with pytest.warns(MissingChunksWarning) as record:
-        s = db.describe(str(path), label="y", missing="skip", stats=["moments"])
+        s = db.describe(str(path), label="y", stats=["moments"], run=db.RunOptions(missing="skip"))
     assert _only(record, MissingChunksWarning).filename == __file__
     assert s.count[0] == 1500
 

@@ -10,6 +10,8 @@ The data are read from real Zarr stores with the threaded scheduler.
 
 from __future__ import annotations
 
+import dataclasses
+
 import dask
 import dask.array as da
 import numpy as np
@@ -264,7 +266,6 @@ def test_accumulator_with_weights_equals_describe(dataset) -> None:
 
 def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
     """A weighted run that fails midway resumes from its checkpoint, computing only the missing blocks, bit for bit."""
-    import dataclasses
 
     from daskbatch.engine.checkpoint.run import read_runs
     from daskbatch.errors import CheckpointMismatchError
@@ -282,14 +283,14 @@ def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
     failing = dataclasses.replace(ds, x=ds.x.map_blocks(fail_at_the_last_block, dtype=ds.x.dtype,
                                                           meta=np.empty((0, 0), ds.x.dtype)))
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        db.describe(failing, checkpoint=tmp_path, **kw)
-    resumed = db.describe(ds, checkpoint=tmp_path, **kw)
+        db.describe(failing, **{**kw, "run": dataclasses.replace(kw["run"], checkpoint=tmp_path)})
+    resumed = db.describe(ds, **{**kw, "run": dataclasses.replace(kw["run"], checkpoint=tmp_path)})
     computed = read_runs(tmp_path, "moments-cov-hist")[-1]["computed_blocks"]
     assert 0 < computed < ds.x.numblocks[0]  # the blocks before the failure came from the checkpoint
     for name in ("mean", "var", "skew", "kurtosis", "weight_sum", "cov", "hist_counts", "joint_counts", "mi"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(plain, name), err_msg=name)
     with pytest.raises(CheckpointMismatchError, match="weights content"):  # other weights: another run
-        db.describe(ds, checkpoint=tmp_path, **{**kw, "weights": w * 2.0})
+        db.describe(ds, **{**kw, "weights": w * 2.0, "run": dataclasses.replace(kw["run"], checkpoint=tmp_path)})
 
 
 # ------------------------------------------------------------------ merge and update
@@ -307,7 +308,7 @@ def test_weighted_update_and_merge_match_numpy(dataset, split, chunk_rows) -> No
     kw = {"stats": ALL, "range": (0.0, 4000.0), "run": db.RunOptions(plan=None)}
     first = db.describe(da.from_array(x[:split], chunks=(chunk_rows, -1)), y[:split], weights=w[:split], **kw)
     new = da.from_array(x[split:], chunks=(chunk_rows, -1)), y[split:]
-    updated = db.update(first, *new, weights=w[split:], plan=None)
+    updated = db.update(first, *new, weights=w[split:], run=db.RunOptions(plan=None))
     merged = db.merge(first, db.describe(*new, weights=w[split:], **kw))
     whole = db.describe(da.from_array(x, chunks=(chunk_rows, -1)), y, weights=w, **kw)
     for s in (updated, merged, whole):

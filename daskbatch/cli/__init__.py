@@ -8,7 +8,6 @@ from __future__ import annotations
 
 # Command modules register themselves on ``main`` when imported.
 from daskbatch.cli import compare_cmd as _compare_cmd  # noqa: E402,F401
-from daskbatch.cli import config_cmd as _config_cmd  # noqa: E402,F401
 from daskbatch.cli import data_cmd as _data_cmd  # noqa: E402,F401
 from daskbatch.cli import demo_cmd as _demo_cmd  # noqa: E402,F401
 from daskbatch.cli import describe_cmd as _describe_cmd  # noqa: E402,F401
@@ -17,7 +16,6 @@ from daskbatch.cli import plan_cmd as _plan_cmd  # noqa: E402,F401
 from daskbatch.cli import run_cmd as _run_cmd  # noqa: E402,F401
 from daskbatch.cli import select_cmd as _select_cmd  # noqa: E402,F401
 from daskbatch.cli import transform_cmd as _transform_cmd  # noqa: E402,F401
-from daskbatch.cli import verify_cmd as _verify_cmd  # noqa: E402,F401
 from daskbatch.cli._group import main
 
 __all__ = ["main"]

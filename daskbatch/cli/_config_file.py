@@ -1,22 +1,9 @@
-"""``--config FILE``: option defaults (and dask settings) from a configuration file, for batch jobs.
-
-The file is the one ``daskbatch run`` reads (:mod:`daskbatch.jobs.spec`, which
-checks it): its ``daskbatch: job:`` keys set the options they match
-(``statistics.bins`` sets ``--bins``, ``cluster.kind`` ``--cluster``,
-``outputs.summary`` ``--out``; the table is :data:`_JOB_OPTIONS`), and its other
-top-level keys are dask settings, limited to those in
-:mod:`daskbatch.runtime.dask_settings` unless ``--allow-dask-config`` is given.
-Options the job has no key for (``--json``, ``--top``, ...) come from the
-command line. A file of the older shape (option names at the top, and a
-``dask:`` mapping) still works for one release, with a DeprecationWarning.
-Every error is one line naming the file and the key.
-"""
+"""``--config FILE``: option defaults (and dask settings) from a configuration file, for batch jobs."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from typing import Any, NoReturn
 
 import click
@@ -120,8 +107,8 @@ def _job_options(found: ConfigFile) -> dict[str, Any]:
     return options
 
 
-def _read(ctx: click.Context, value: str, also: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Option values and dask settings of a --config file, of either shape."""
+def _read(ctx: click.Context, value: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Option values and dask settings of a --config file."""
     flags = {opt[2:].replace("-", "_") for p in ctx.command.params for opt in p.opts if opt.startswith("--")}
     try:
         loaded = read_yaml(value)
@@ -132,33 +119,23 @@ def _read(ctx: click.Context, value: str, also: str | None) -> tuple[dict[str, A
         _fail(ctx, f"cannot read --config {value}: {exc.strerror}")
     except JobConfigError as exc:
         _fail(ctx, str(exc))
-    # The older shape: option names at the top, and a `dask:` mapping.
     sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))
     if sections:
-        _fail(ctx, f"{value} is a job file for 'daskbatch run' (it has {', '.join(s + ':' for s in sections)}), "
-                   f"not a --config file of option values: run it with daskbatch run {value}")
-    if loaded:
-        warnings.warn(
-            f"{value}: option values at the top of a --config file are deprecated and stop working in the next "
-            "release: write the file as a job, under 'daskbatch: job:' (docs/jobs.md), with dask settings at the "
-            "top beside 'daskbatch'",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    dask_settings = loaded.pop("dask", None)
-    if dask_settings is not None and not isinstance(dask_settings, dict):
-        _fail(ctx, f"{value}: dask must be a mapping of dask settings, got {type(dask_settings).__name__}")
-    return loaded, dask_settings
+        _fail(ctx, f"{value} has a job's sections at its top ({', '.join(s + ':' for s in sections)}): put them "
+                   "under 'daskbatch: job:', with dask settings at the top beside 'daskbatch' (docs/jobs.md)")
+    _fail(ctx, f"{value}: option values at the top ({short_text(', '.join(sorted(map(str, loaded))))}) are no --config "
+               "shape: write them as a job's keys under 'daskbatch: job:' (statistics: {bins: 128}), with dask "
+               "settings at the top beside 'daskbatch' (docs/jobs.md)")
 
 
-def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: str | None = None) -> str | None:
+def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Read a --config file into the command's option defaults (its dask settings wait for --allow-dask-config)."""
     if value is None:
         return None
-    loaded, dask_settings = _read(ctx, value, also)
+    options, dask_settings = _read(ctx, value)
     if dask_settings:
         # Applied by the command once --allow-dask-config (which may come later) is known.
         ctx.meta[_PENDING], ctx.meta[_SOURCE] = dask_settings, value
-    # Keys are the options' long names ("nan-policy", "json", "x"), mapped to click's parameters.
     by_flag: dict[str, click.Parameter] = {}
     for p in ctx.command.params:
         if p.name is None or p.name in _NOT_FROM_FILE or isinstance(p, click.Argument):
@@ -167,23 +144,14 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None, also: s
             if opt.startswith("--"):
                 by_flag[opt[2:].replace("-", "_")] = p
     defaults: dict[str, Any] = {}
-    unknown = []
-    # Keys of the command ``also`` names (a describe job file read by plan) are accepted and left alone.
-    other = ctx.find_root().command
-    other_cmd = other.commands.get(also) if also is not None and isinstance(other, click.Group) else None
-    other_keys = {o[2:].replace("-", "_") for p in (other_cmd.params if other_cmd else ()) for o in p.opts}
-    job_keys = set(_JOB_OPTIONS.values()) | {"out"}
-    for key, val in loaded.items():
-        target = by_flag.get(str(key).replace("-", "_"))
+    # A job key whose option this command lacks (plan has no --checkpoint) is left alone.
+    for key, val in options.items():
+        target = by_flag.get(key)
         if target is None:
-            if str(key).replace("-", "_") not in other_keys | job_keys:
-                unknown.append(str(key))
             continue
-        _check_value(ctx, value, str(key), target, val)
+        _check_value(ctx, value, key, target, val)
         assert target.name is not None
         defaults[target.name] = val
-    if unknown:
-        _fail(ctx, f"{value}: unknown option(s) {short_text(sorted(unknown))}; known: {sorted(by_flag)}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
@@ -203,27 +171,8 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
     dask.config.update(dask.config.config, settings)
 
 
-def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
-    """Add ``--config FILE`` and ``--allow-dask-config`` to a command.
-
-    The file is a configuration file (``daskbatch: job: ...`` and dask settings), as ``daskbatch run`` reads.
-
-    Parameters
-    ----------
-    func : callable, optional
-        The command's callback; use bare (``@config_option``) or called (``@config_option(also="describe")``).
-    also : str, optional
-        Another command of the same group whose option keys the file may hold too;
-        they are left alone (``daskbatch plan --config`` reads a describe job's file).
-
-    Returns
-    -------
-    callable
-        The callback with both options; it applies the file's dask settings first.
-    """
-    if func is None:
-        return functools.partial(config_option, also=also)
-
+def config_option(func: Any) -> Any:
+    """Add ``--config FILE`` and ``--allow-dask-config`` to a command."""
     @functools.wraps(func)
     def _command(*args: Any, allow_dask_config: bool = False, **kwargs: Any) -> Any:
         """Apply the config file's dask settings, then run the command."""
@@ -241,7 +190,7 @@ def config_option(func: Any = None, /, *, also: str | None = None) -> Any:
         type=click.Path(dir_okay=False),
         is_eager=True,
         expose_value=False,
-        callback=functools.partial(_load, also=also),
+        callback=_load,
         help="Configuration file, as 'daskbatch run' reads: its 'daskbatch: job:' keys set the matching "
         "options (statistics: {bins: 128} sets --bins), its other keys are dask settings (docs/jobs.md). "
         "Command-line options win.",

@@ -1,10 +1,4 @@
-"""What ``daskbatch info`` reports about the GPU stack: CuPy, RMM, dask-cuda and CUDA versions.
-
-CuPy and RMM come as one distribution per CUDA major version (``cupy-cuda12x``,
-``cupy-cuda13x``, ``rmm-cu13``, ...), so they are found by name pattern among the
-installed distributions rather than by one fixed name; two CuPy distributions
-side by side (a common cause of import errors) show up as two entries.
-"""
+"""What ``daskbatch info`` reports about the GPU stack: CuPy, RMM, dask-cuda and CUDA versions."""
 
 from __future__ import annotations
 
@@ -28,20 +22,7 @@ def _normalise(name: str) -> str:
 
 
 def matching_distributions(pattern: re.Pattern[str], installed: dict[str, str]) -> str | None:
-    """``"name version"`` of each installed distribution whose whole name matches; None if none.
-
-    Parameters
-    ----------
-    pattern : re.Pattern
-        Matched against the normalised names.
-    installed : dict
-        Normalised distribution name -> version.
-
-    Returns
-    -------
-    str or None
-        Several matches are joined with ``", "`` in name order.
-    """
+    """``"name version"`` of each installed distribution whose whole name matches; None if none."""
     found = [f"{name} {ver}" for name, ver in sorted(installed.items()) if pattern.fullmatch(name)]
     return ", ".join(found) or None
 
@@ -69,14 +50,7 @@ def _cuda_versions() -> tuple[str | None, str | None]:
 
 
 def gpu_stack() -> dict[str, str | None]:
-    """The installed GPU distributions and the CUDA runtime and driver versions (None: absent).
-
-    Returns
-    -------
-    dict
-        ``cupy``, ``rmm``, ``dask-cuda``: ``"name version"`` of the installed
-        distributions of that family; ``cuda_runtime``, ``cuda_driver``: ``"major.minor"``.
-    """
+    """The installed GPU distributions and the CUDA runtime and driver versions (None: absent)."""
     installed = {_normalise(d.metadata["Name"] or ""): d.version for d in distributions()}
     facts = {key: matching_distributions(pattern, installed) for key, pattern in GPU_FAMILIES.items()}
     runtime, driver = _cuda_versions()  # also when CuPy imports without metadata (a source tree)

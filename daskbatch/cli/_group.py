@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import functools
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any, TypeVar
 
 import click
 
 from daskbatch.cli._logging import LoggingGroup, logging_params, setup_from_context
-from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
 from daskbatch.errors import DeviceUnavailableError, DiskFullError, PlanError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,18 +56,7 @@ def main() -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn expected errors into a one-line message and a non-zero exit code.
-
-    Parameters
-    ----------
-    func : callable
-        A command's callback.
-
-    Returns
-    -------
-    callable
-        The callback, reporting expected errors on stderr.
-    """
+    """Turn expected errors into a one-line message and a non-zero exit code."""
 
     @functools.wraps(func)
     def _wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,3 +99,61 @@ def _disk_full_message(exc: OSError) -> str:
     if exc.filename:
         return f"{exc.strerror} writing {exc.filename}; free space there and run the same command again"
     return f"{exc.strerror or 'disk or quota full'}; free space and run the same command again"
+
+
+def _raised_in_distributed_comm(tb: TracebackType | None) -> bool:
+    """True when the innermost frame of ``tb`` is in distributed's comm layer or RPC core."""
+    module = ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    return module.startswith(("distributed.comm", "distributed.core"))
+
+
+def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
+    """Tell the errors a client raises when its scheduler goes away during a compute."""
+    if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
+        return True
+    try:
+        from distributed.comm.core import CommClosedError  # lazy: distributed
+    except ImportError:  # distributed is optional for --cluster threads
+        return False
+    if isinstance(exc, CommClosedError):
+        return True
+    return connecting and isinstance(exc, OSError) and _raised_in_distributed_comm(exc.__traceback__)
+
+
+def describe_lost(exc: BaseException) -> str:
+    """Give a short, one-line account of ``exc`` (distributed's messages span lines)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _OneLine(logging.Filter):
+    """Drop tracebacks from distributed's log records (and the records that are only a traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            if not record.getMessage().strip():
+                # ``log_errors`` logs the bare exception of every coroutine the shutdown cancels.
+                return False
+            record.msg = f"{record.getMessage()} ({describe_lost(exc)})"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
+@contextlib.contextmanager
+def one_line_distributed_logs() -> Iterator[None]:
+    """Within the block, distributed's log handlers print one line per record, without tracebacks."""
+    names = [n for n in logging.Logger.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]
+    handlers = {h for n in names for h in logging.getLogger(n).handlers}
+    quiet = _OneLine()
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)

@@ -1,24 +1,4 @@
-"""Logging of the ``daskbatch`` command line: timestamped lines on stderr, warnings among them.
-
-Every command logs through the ``daskbatch`` logger (``daskbatch.jobs``,
-``daskbatch.runtime.progress``, ...): the plan, the start and end of each pass
-with its throughput, the blocks a checkpoint reused, and one summary line per
-run. A batch job's log therefore tells what ran, how fast, and what was reused::
-
-    2025-06-01 12:00:03 INFO pass 1/2: moments+cov+sketch: done, 120/120 blocks in 9.8 s (102,040 rows/s, 25.0 MiB/s)
-
-Options, accepted by the main group and by every command (``daskbatch -v
-describe ...`` and ``daskbatch describe ... -v`` alike):
-
-* ``-v/--verbose``: DEBUG lines too (with the logger's name); ``-vv`` also dask's and distributed's.
-* ``-q/--quiet``: errors only; no progress bar and no report table (``--json -`` still prints the JSON).
-* ``--log-level LEVEL``: the level itself; it wins over ``-v`` and ``-q`` for the log
-  (``-q`` still hides the bar and the table).
-
-Warnings (``RangeWarning``, ``MissingChunksWarning``, ...) reach the log through
-:func:`logging.captureWarnings` (the ``py.warnings`` logger) and become one WARNING
-line each, naming their category.
-"""
+"""Logging of the ``daskbatch`` command line: timestamped lines on stderr, warnings among them."""
 
 from __future__ import annotations
 
@@ -50,13 +30,7 @@ class LogSettings:
 
     @property
     def level(self) -> int:
-        """The logging level these settings ask for (``--log-level``, else from -v/-q).
-
-        Returns
-        -------
-        int
-            A :mod:`logging` level.
-        """
+        """The logging level these settings ask for (``--log-level``, else from -v/-q)."""
         if self.log_level is not None:
             return int(getattr(logging, self.log_level.upper()))
         if self.quiet:
@@ -84,10 +58,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class _WarningFormatter(logging.Formatter):
-    """``WARNING RangeWarning: text`` from a captured warning's ``file:line: Category: text`` (one line).
-
-    The location is left out: run from the command line, the caller's line is inside click.
-    """
+    """``WARNING RangeWarning: text`` from a captured warning's ``file:line: Category: text`` (one line)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         text = record.message.strip().splitlines()[0] if record.message.strip() else ""
@@ -160,13 +131,7 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def logging_params() -> list[click.Option]:
-    """Build ``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command).
-
-    Returns
-    -------
-    list of click.Option
-        The three options.
-    """
+    """Build ``-v/--verbose``, ``-q/--quiet`` and ``--log-level`` (new objects for each command)."""
     return [
         click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_remember,
                      help="More log lines: DEBUG (-vv: dask's and distributed's too)."),
@@ -189,29 +154,13 @@ class LoggingGroup(click.Group):
 
 
 def is_quiet() -> bool:
-    """Tell whether ``-q/--quiet`` was given to the running command (False outside click).
-
-    Returns
-    -------
-    bool
-        True under ``--quiet``.
-    """
+    """Tell whether ``-q/--quiet`` was given to the running command (False outside click)."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and _settings(ctx).quiet
 
 
 def setup_from_context(ctx: click.Context) -> None:
-    """Configure logging from the options parsed so far (the main group's callback calls this).
-
-    What was there before comes back when the command ends, so that running
-    the commands in-process (click's test runner, ``dask batch`` from Python)
-    leaves the logging of the caller as it was.
-
-    Parameters
-    ----------
-    ctx : click.Context
-        The running command's context.
-    """
+    """Configure logging from the options parsed so far (the main group's callback calls this)."""
     root = ctx.find_root()
     if "daskbatch.logging.saved" not in root.meta:
         root.meta["daskbatch.logging.saved"] = True

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
-from daskbatch.cli._classes import n_classes_options, resolve_n_classes
-from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
 from daskbatch.cli._logging import is_quiet
+from daskbatch.cli.options import n_classes_options, resolve_n_classes
+from daskbatch.config import packaged
 from daskbatch.runtime.interrupts import exit_now
 
 
@@ -195,7 +197,7 @@ def ingest_cmd(
 @main.command("inspect")
 @click.argument("store")
 @click.option(
-    "-x", "--x", "x_name", default="X", show_default=True, help="Samples x features array."
+    "-x", "--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array."
 )
 @click.option("--label", default=None, help="Label array [default: as recorded by daskbatch].")
 @click.option("--json", "as_json", is_flag=True, help="Print provenance as JSON.")
@@ -226,3 +228,31 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
         click.echo(f"  {not_decoded}")
     for w in caught:
         click.echo(f"warning: {w.message}", err=True)
+
+
+@main.command("verify")
+@click.argument("store")
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=None,
+    help="Chunks decoded at once [default: CPU count, at most 8]; memory is about this many chunks.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@user_errors
+def verify_command(store: str, threads: int | None, as_json: bool) -> None:
+    """Decode and check every chunk of every array in STORE (a Zarr path or fsspec URL).
+
+    Reports chunks that are missing (absent from an array daskbatch wrote: it
+    stores every chunk, so they were lost), corrupt (checksum mismatch or
+    undecodable) or truncated, by key and grid position; inner chunks of
+    shards included. Chunks absent from an array of another writer are listed
+    as "absent (fill value)": zarr, xarray and dask leave out chunks that hold
+    only the fill value. Exit code 0 when every stored chunk decodes and none
+    was lost, 1 otherwise, 2 when STORE cannot be opened or has more chunks
+    than daskbatch.max-chunks.
+    """
+    from daskbatch.io.verify import verify_store  # lazy: dask, zarr
+
+    report = verify_store(store, threads=threads)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
+    if not report.ok:
+        sys.exit(EXIT_FAILURE)

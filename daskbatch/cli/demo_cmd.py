@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._group import main, user_errors
+from daskbatch.cli.options import n_classes_options, resolve_n_classes
 from daskbatch.demo import run_demo
 
 

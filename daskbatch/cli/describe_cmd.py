@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -10,13 +11,18 @@ from typing import Any, cast
 import click
 
 from daskbatch._typing import Device
-from daskbatch.cli._classes import parse_classes
 from daskbatch.cli._config_file import config_option
-from daskbatch.cli._group import EXIT_FAILURE, EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._group import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    describe_lost,
+    is_lost_scheduler,
+    main,
+    user_errors,
+)
 from daskbatch.cli._logging import is_quiet
-from daskbatch.cli._lost_scheduler import describe_lost, is_lost_scheduler
-from daskbatch.cli._update import check_label, update_settings
-from daskbatch.cli.options import client_from_options, cluster_options, device_option
+from daskbatch.cli.options import client_from_options, cluster_options, device_option, parse_classes
+from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
 from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
@@ -26,23 +32,13 @@ from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.interrupts import exit_now
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.moments import NanPolicy
+from daskbatch.stats.spec import DEFAULT_STATS
 from daskbatch.summary import load_summary
 from daskbatch.summary.reprs import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
-    """Parse ``--range``: ``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through.
-
-    Parameters
-    ----------
-    text : str or None
-        The option's value.
-
-    Returns
-    -------
-    tuple of float, str or None
-        The range.
-    """
+    """Parse ``--range``: ``"LO:HI"`` -> (lo, hi); ``"minmax"`` passes through."""
     if text is None or text == "minmax":
         return text
     try:
@@ -54,7 +50,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 
 @main.command("describe")
 @click.argument("store")
-@click.option("--x", "x_name", default="X", show_default=True, help="Name of the (samples, features) array.")
+@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
 @click.option("--weights", "weights_name", default=None, metavar="NAME",
               help="Name of a 1-D array of non-negative sample weights in STORE (frequency weights, one per row).")
@@ -74,31 +70,33 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     "Default: recorded by the store, else found by scanning the label array.",
 )
 @click.option(
-    "--stats", default="moments,cov,hist,mi,class_moments", show_default=True,
+    "--stats", default=",".join(DEFAULT_STATS), show_default=True,
     help="Comma-separated statistics (mi and class_moments only with a label).",
 )
-@click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
+@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option(
     "--like", "like_path", type=click.Path(), default=None, metavar="STATS",
     help="Count the histograms on the bins of the saved summary STATS (its ranges, bins and classes), "
     "for 'daskbatch compare STATS NEW'.",
 )
-@click.option("--ddof", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--ddof", default=STATISTIC_DEFAULTS["ddof"], show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--cov", "cov_rows", type=click.Choice(["complete", "pairwise"]), default="complete", show_default=True,
     help="Rows of the covariance and correlation. complete: the rows finite in every feature; pairwise: "
     "for each pair, the rows where both are finite (as pandas' DataFrame.cov and corr).",
 )
 @click.option(
-    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default="auto", show_default=True,
+    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default=packaged("job.statistics.missing"),
+    show_default=True,
     help="Chunks absent from STORE. auto: as the writer meant (zarr, xarray and dask leave out chunks of "
     "fill values, so they read as the fill value; in a store daskbatch wrote they were lost: refuse); "
     "raise: refuse any (naming them); skip: compute on the rows whose chunks are present; fill: read "
     "zarr's fill values. Recorded in the summary's provenance.",
 )
 @click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise.")
-@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default="omit", show_default=True)
+@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default=STATISTIC_DEFAULTS["nan_policy"],
+              show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
 @click.option(
@@ -117,7 +115,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--cache/--no-cache", default=None, help="Keep decoded chunks in memory between the two passes, or read them twice. Default: keep them when they take at most daskbatch.cache-fraction of the workers' memory.")
 @device_option(
-    "auto", "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
+    packaged("job.cluster.device"), "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
     "when the workers are dask-cuda workers.",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -143,23 +141,28 @@ def describe_command(
     one with --address / --scheduler-file. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
-    from daskbatch.describe import describe, new_spelling, plan_describe  # lazy: dask
+    from daskbatch.describing import describe  # lazy: dask
+    from daskbatch.engine.planner import plan_describe  # lazy: dask
+    from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
-    from daskbatch.io.missing import MissingPolicy  # lazy: dask, zarr
+    from daskbatch.io.zarr_store import MissingPolicy  # lazy: dask, zarr
+    from daskbatch.stats import Moments  # lazy: numpy
 
     quiet = is_quiet()
+    # click.Choice has validated --nan-policy.
     settings: dict[str, Any] = {
-        "stats": stats.split(","), "bins": bins, "range": parse_range(range_), "ddof": ddof,
-        # click.Choice has validated it.
-        "nan_policy": cast(NanPolicy, nan_policy), "split_every": split_every,
+        "stats": [*stats.split(","), Moments(ddof=ddof, nan_policy=cast(NanPolicy, nan_policy))],
+        "bins": bins, "range": parse_range(range_),
     }
+    like = None
     if like_path is not None:
         if range_ is not None:
             raise click.UsageError("give --range or --like, not both: --like takes the saved summary's ranges")
-        settings["like"] = load_summary(like_path)
+        like = load_summary(like_path)
     previous = None
     if update_path is not None:
         previous, settings = update_settings(click.get_current_context(), update_path, store)
+        split_every = settings.pop("run").split_every
         out = update_path if out is None else out
     if cov_rows == "pairwise":
         settings["stats"] = _pairwise_cov(settings["stats"])
@@ -185,7 +188,7 @@ def describe_command(
     classes = parse_classes(classes_)
     _check_roles(label, target_name, groups_name)
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
-    settings.update(target=target_name, groups=groups_name)
+    settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
     if not (address or scheduler_file) and cluster != "threads":
         cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
     cluster_kwargs = {}
@@ -194,8 +197,8 @@ def describe_command(
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
         cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=settings["stats"], bins=settings["bins"], range=settings["range"],
-            split_every=settings["split_every"], resources=gpus, classes=classes, target=target_name,
+            dataset, stats=settings["stats"], bins=settings.get("bins"), range=settings.get("range"),
+            split_every=split_every, resources=gpus, classes=classes, target=target_name,
             groups=groups_name, weights=weights_name,
         )
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
@@ -207,12 +210,11 @@ def describe_command(
             connected = True
             if device == "auto":
                 device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
-            summary = describe(dataset, **new_spelling(dict(
-                settings, weights=weights_name, progress=progress and not quiet,
-                checkpoint=checkpoint, force=force, cov_out=cov_out, cache="auto" if cache is None else cache,
-                # "auto" was resolved to cpu or gpu above.
-                device=cast(Device, device), classes=classes,
-            )))
+            summary = describe(dataset, **settings, run=RunOptions(
+                progress=progress and not quiet, checkpoint=checkpoint, force=force, cov_out=cov_out,
+                cache="auto" if cache is None else cache, split_every=split_every, like=like,
+                device=cast(Device, device),  # "auto" was resolved to cpu or gpu above
+            ))
             if previous is not None:
                 from daskbatch.incremental import merge  # lazy: dask
 
@@ -301,3 +303,48 @@ def _check_outputs(
             f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
         check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets
+
+
+#: Options whose values come from STATS under --update (parameter name -> option).
+FROM_SUMMARY = {
+    "stats": "--stats", "bins": "--bins", "range_": "--range", "ddof": "--ddof", "nan_policy": "--nan-policy",
+}
+
+_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT,
+          click.core.ParameterSource.DEFAULT_MAP)
+
+
+def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[Any, dict[str, Any]]:
+    """Open the summary at ``stats_path`` and find the describe arguments that continue it."""
+    from daskbatch.incremental import describe_settings  # lazy: dask
+
+    given = [option for name, option in FROM_SUMMARY.items() if ctx.get_parameter_source(name) in _GIVEN]
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)} cannot be combined with --update: the new rows are described with "
+            f"the settings of {stats_path}"
+        )
+    check_separate(stats_path, "--update", {"the input store": store})
+    if os.path.exists(os.path.dirname(os.path.abspath(stats_path))):
+        # Held from this read to the write of the merged summary (released when the command ends).
+        ctx.with_resource(summary_lock(stats_path))
+    previous = load_summary(stats_path)
+    settings = describe_settings(previous)  # a summary without states is refused here, before any compute
+    # The label is found as describe finds it (--label, else the one the store records): see needs_label.
+    # The store's own names are checked against the summary's by the merge; the fan-in changes no setting.
+    split_every = ctx.params["split_every"] if ctx.get_parameter_source("split_every") in _GIVEN else None
+    settings["run"] = dataclasses.replace(settings["run"], feature_names=None,
+                                          split_every=split_every or settings["run"].split_every)
+    return previous, settings
+
+
+def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
+    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics."""
+    from daskbatch.incremental import labelled_statistics  # lazy: dask
+
+    labelled = labelled_statistics(previous)
+    if labelled and dataset.label is None:
+        raise click.UsageError(
+            f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label "
+            "(the store records none)"
+        )

@@ -9,7 +9,8 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from daskbatch.cli._gpu_stack import gpu_stack
-from daskbatch.cli._group import main
+from daskbatch.cli._group import main, user_errors
+from daskbatch.jobs.spec import effective_config
 from daskbatch.runtime.capacity import cuda_device_count
 from daskbatch.stats.kernels.preflight import check_gpu
 
@@ -94,3 +95,27 @@ def _auto_choice() -> dict[str, str | None]:
     except ValueError as error:  # a malformed daskbatch.gpu-min-batch-bytes: shown, not fatal to the report
         return {"device": None, "chunk": format_bytes(size), "reason": str(error)}
     return {"device": choice.device, "chunk": format_bytes(size), "reason": choice.reason}
+
+
+@main.command("config")
+@click.option("--show", is_flag=True, help="Print the effective configuration (the default action).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@user_errors
+def config_command(show: bool, as_json: bool) -> None:
+    """The effective daskbatch configuration: dask.config's 'daskbatch' keys and the job defaults.
+
+    'daskbatch.job' is what a `daskbatch run` job file starts from: the schema's
+    defaults overlaid with daskbatch.job.* from dask config (YAML files, or
+    DASK_DASKBATCH__JOB__... environment variables).
+    """
+    import yaml
+
+    from daskbatch import config  # lazy: dask
+
+    settings = dict(config.get())
+    settings["job"] = effective_config()
+    payload = {"daskbatch": settings}
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        click.echo(yaml.safe_dump(payload, sort_keys=False, default_flow_style=False).rstrip())

@@ -1,15 +1,4 @@
-"""Click options shared by commands that run on a cluster.
-
-They are ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers``.
-
-Use :func:`cluster_options` on a command and :func:`client_from_options` in its body::
-
-    @main.command()
-    @cluster_options
-    def describe(..., cluster, address, scheduler_file, wait_for_workers):
-        with client_from_options(cluster, address, scheduler_file, wait_for_workers=wait_for_workers):
-            ...
-"""
+"""Click options shared by commands that run on a cluster."""
 
 from __future__ import annotations
 
@@ -20,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import click
 
 from daskbatch._typing import DEVICES
-from daskbatch.cli._lost_scheduler import one_line_distributed_logs
+from daskbatch.cli._group import one_line_distributed_logs
 from daskbatch.runtime.cluster import KINDS
 from daskbatch.runtime.cluster import cluster as start_cluster
 
@@ -34,20 +23,7 @@ CLUSTER_CHOICES = (*KINDS, "threads")
 
 
 def device_option(default: str, help_: str) -> Callable[[F], F]:
-    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command.
-
-    Parameters
-    ----------
-    default : {"auto", "cpu", "gpu"}
-        The command's default.
-    help_ : str
-        What the option does on this command.
-
-    Returns
-    -------
-    callable
-        A decorator adding the option.
-    """
+    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command."""
     return click.option(  # type: ignore[no-any-return]
         "--device", type=click.Choice(DEVICES), default=default, show_default=True, help=help_,
     )
@@ -62,37 +38,12 @@ def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...  # numpyd
 
 
 def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
-    """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command.
-
-    Parameters
-    ----------
-    func : callable, optional
-        The command; use bare (``@cluster_options``) or called (``@cluster_options(default="threads")``).
-    default : str, default "auto"
-        Default of ``--cluster``.
-
-    Returns
-    -------
-    callable
-        The decorated command, receiving ``cluster``, ``address``, ``scheduler_file``
-        and ``wait_for_workers``.
-    """
+    """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command."""
     if default not in CLUSTER_CHOICES:
         raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
 
     def decorate(f: F) -> F:
-        """Add the four options to ``f``.
-
-        Parameters
-        ----------
-        f : callable
-            The command.
-
-        Returns
-        -------
-        callable
-            The command with the options.
-        """
+        """Add the four options to ``f``."""
         f = click.option(
             "--wait-for-workers",
             type=click.IntRange(min=0),
@@ -134,20 +85,7 @@ def client_from_options(
     scheduler_file: str | None = None,
     **kwargs: Any,
 ) -> Iterator[Client | None]:
-    """Client for the parsed options (None with ``--cluster threads``); closes what it started.
-
-    Parameters
-    ----------
-    cluster, address, scheduler_file : str or None
-        The values of the options added by :func:`cluster_options`.
-    **kwargs
-        Passed to :func:`daskbatch.runtime.cluster.cluster` (``plan=``, ``n_workers=`` ...).
-
-    Yields
-    ------
-    distributed.Client or None
-        The client, or None for the threaded scheduler.
-    """
+    """Client for the parsed options (None with ``--cluster threads``); closes what it started."""
     if address and scheduler_file:
         raise click.UsageError("give --address or --scheduler-file, not both")
     if cluster == "threads" and not (address or scheduler_file):
@@ -161,3 +99,51 @@ def client_from_options(
         cluster, address=address, scheduler_file=scheduler_file, **kwargs
     ) as client:
         yield client
+
+
+def parse_classes(text: str | None) -> list[int] | None:
+    """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7]."""
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers (e.g. 0,1,7), got {text!r}") from None
+
+
+def n_classes_options(minimum: int, help_: str) -> Callable[[F], F]:
+    """Add ``--n-classes K`` (parameter ``n_classes``) and ``--classes V1,V2,...`` (``class_values``)."""
+
+    def decorate(func: F) -> F:
+        """Add the two options to ``func``."""  # numpydoc ignore=PR01,RT01
+        func = click.option(
+            "--classes", "class_values", default=None, metavar="V1,V2,...",
+            help="Class values (e.g. 0,1,2), as on every command: their number is used. "
+            "To give the number itself, use --n-classes.",
+        )(func)
+        return click.option("--n-classes", "n_classes", type=click.IntRange(min=minimum), default=None,
+                            help=help_)(func)  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def resolve_n_classes(n_classes: int | None, class_values: str | None, *, consecutive: bool) -> int | None:
+    """The number of classes from ``--n-classes`` and ``--classes``; ValueError (one line) when unclear."""
+    values = parse_classes(class_values)
+    if values is None:
+        return n_classes
+    if len(values) == 1:
+        raise ValueError(
+            f"--classes takes class values (e.g. 0,1,2), and {class_values!r} is a single value; "
+            f"for a number of classes use --n-classes {values[0]}"
+        )
+    if len(set(values)) != len(values):
+        raise ValueError(f"--classes lists a value twice: {class_values!r}")
+    if consecutive and sorted(values) != list(range(len(values))):
+        raise ValueError(
+            f"this command labels its classes 0 to K-1, so --classes must list 0,1,...,K-1, got {class_values!r}; "
+            "use --n-classes K"
+        )
+    if n_classes is not None and n_classes != len(values):
+        raise ValueError(f"--classes lists {len(values)} values but --n-classes is {n_classes}")
+    return len(values)

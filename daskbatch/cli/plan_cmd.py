@@ -7,9 +7,10 @@ import json
 import click
 from click.core import ParameterSource
 
-from daskbatch.cli._classes import n_classes_options, resolve_n_classes
 from daskbatch.cli._config_file import config_option
 from daskbatch.cli._group import main, user_errors
+from daskbatch.cli.options import n_classes_options, resolve_n_classes
+from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.planner import plan
 from daskbatch.planning.search import plan_dropping_sketch, recorded_n_classes, sketch_in_plan
 from daskbatch.runtime.capacity import resources_from_machine
@@ -29,17 +30,17 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 
 @main.command("plan")
 @click.argument("store")
-@click.option("--x", "x_name", default="X", show_default=True, help="Samples x features array in the store.")
+@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array in the store.")
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
     # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
     "--stats", default=",".join((*DEFAULT_STATS, "sketch")), show_default=True,
     help="Comma-separated statistics.",
 )
-@click.option("--bins", default=64, show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
+@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
 @n_classes_options(1, "Number of label classes, for 'mi' and 'class_moments' (default: from the store's attributes).")
 @click.option(
-    "--memory", default="auto", show_default=True,
+    "--memory", default=packaged("job.memory"), show_default=True,
     help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
     "this machine's (0.5), or auto (this machine's, shared by --workers).",
 )
@@ -51,7 +52,7 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Merge fan-in.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of text.")
-@config_option(also="describe")
+@config_option
 @user_errors
 def plan_command(
     store: str,

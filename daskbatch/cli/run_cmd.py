@@ -37,11 +37,7 @@ class _JobCommand(click.Command):
 
 @contextlib.contextmanager
 def fallback_logging() -> Iterator[None]:
-    """INFO records of ``daskbatch.*`` on stderr, with timestamps, unless logging is configured already.
-
-    The command line's own logging setup (or an application embedding the
-    command) takes precedence: this only fills the gap, and undoes itself.
-    """
+    """INFO records of ``daskbatch.*`` on stderr, with timestamps, unless logging is configured already."""
     logger = logging.getLogger("daskbatch")
     if logger.hasHandlers():
         yield

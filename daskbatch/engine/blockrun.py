@@ -27,7 +27,7 @@ import dask
 from dask.callbacks import Callback
 
 from daskbatch._arguments import checked_device, gpu_module
-from daskbatch._typing import DEVICES  # noqa: F401 - map_batches and map_items import it from here
+from daskbatch._typing import DEVICES  # noqa: F401 - batches imports it from here
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats.backend import to_numpy

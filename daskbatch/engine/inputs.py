@@ -1,11 +1,14 @@
-"""Turn what users pass (paths, Datasets, NumPy or Dask arrays) into validated Dask arrays."""
+"""Turn what users pass (paths, Datasets, NumPy or Dask arrays) into validated Dask arrays.
+
+The data are opened by their reader (:mod:`daskbatch.io.readers`); the per-row inputs beside
+them (a continuous target, group keys, sample weights) are checked against its rows here.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +18,7 @@ import numpy as np
 from daskbatch import config
 from daskbatch._arguments import gpu_module
 from daskbatch.engine.reduce import TRANSFERS, part_rows_for
+from daskbatch.io.readers import check_series_index, in_memory_as_dask, is_instance, open_reader
 
 if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
@@ -26,11 +30,7 @@ LABEL_KINDS = frozenset("biu")
 
 @dataclass(frozen=True)
 class FeatureMatrix:
-    """A validated (samples × features) Dask array, its optional label and where they came from.
-
-    Immutable: each step of a pipeline (rechunk, move to the GPU) makes a new
-    one with :func:`dataclasses.replace`.
-    """
+    """A validated (samples × features) Dask array, its optional label and where they came from."""
 
     x: da.Array
     label: da.Array | None
@@ -53,21 +53,7 @@ class FeatureMatrix:
 
 
 def dtype_kind(dtype: Any) -> str:
-    """Find NumPy's kind letter of ``dtype``.
-
-    For another array-API library's dtype (``array_api_strict.float64``), that
-    of its NumPy namesake.
-
-    Parameters
-    ----------
-    dtype : dtype
-        A NumPy or array-API dtype.
-
-    Returns
-    -------
-    str
-        The kind letter (``"b"``, ``"i"``, ``"u"``, ``"f"``, ...).
-    """
+    """Find NumPy's kind letter of ``dtype``."""
     try:
         return np.dtype(dtype).kind
     except TypeError:
@@ -78,15 +64,7 @@ def dtype_kind(dtype: Any) -> str:
 
 
 def check_numeric(dtype: Any, what: str) -> None:
-    """Raise TypeError unless ``dtype`` is bool, integer or real floating point.
-
-    Parameters
-    ----------
-    dtype : dtype
-        The dtype to check.
-    what : str
-        How to call the array in the message.
-    """
+    """Raise TypeError unless ``dtype`` is bool, integer or real floating point."""
     if dtype_kind(dtype) not in NUMERIC_KINDS:
         try:
             dtype = np.dtype(dtype)  # NumPy's name for it ("complex128", not "<class 'complex'>")
@@ -99,17 +77,7 @@ def check_numeric(dtype: Any, what: str) -> None:
 
 
 def check_label(label: Any, rows: int, what: str = "x") -> None:
-    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row.
-
-    Parameters
-    ----------
-    label : array
-        The label.
-    rows : int
-        Rows of the data.
-    what : str, default "x"
-        How to call the data in the message.
-    """
+    """Raise unless ``label`` is a 1-D integer (or bool) label with one value per row."""
     if label.ndim != 1:
         raise ValueError(f"label has shape {tuple(label.shape)}; expected 1-D with one class per sample")
     if dtype_kind(label.dtype) not in LABEL_KINDS:
@@ -130,72 +98,16 @@ def _check_known_chunks(a: Any, what: str) -> None:
         )
 
 
-def _in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
-    """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
-    if isinstance(a, da.Array):
-        return a
-    arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
-    if arr.ndim == 2:
-        return da.from_array(arr, chunks=(rows_per_chunk or "auto", -1))
-    return da.from_array(arr, chunks="auto")
-
-
 def as_feature_matrix(
-    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "auto"
+    x: Any, label: Any = None, *, feature_names: Any = None, what: str | None = None, missing: str = "auto",
+    target: Any = None, groups: Any = None, weights: Any = None,
 ) -> FeatureMatrix:
-    """Coerce and validate the inputs of :func:`daskbatch.describe`.
-
-    Parameters
-    ----------
-    x : path, URL, Dataset, xarray.DataArray, pandas or dask DataFrame, dask or NumPy array
-        The (samples × features) data; a DataArray's second dimension
-        coordinate or a DataFrame's columns give the feature names.
-    label : array, pandas or dask Series, name of an array in the same store or of a column, or None
-        One integer class per sample. With a DataFrame, a column name takes
-        that column as the label (and leaves it out of the features).
-    feature_names : sequence of str, optional
-        Overrides names found in the store.
-    what : str, optional
-        How to call ``x`` in messages (defaults to its path or "x").
-    missing : {"auto", "raise", "skip", "fill"}, default "auto"
-        Absent chunks of a store given by path (see :func:`daskbatch.open_dataset`).
-
-    Returns
-    -------
-    FeatureMatrix
-        The data as a dask array, its label, feature names and source.
-    """
-    provenance: dict[str, Any] = {}
-    names: tuple[str, ...] | None = None
-    source = None
-    row_index = getattr(x, "index", None) if _is_instance(x, "pandas", "DataFrame") else None
-    # An opened zarr group or array is read as its path is: CF decoding, absent chunks, names.
-    zarr_node = _is_instance(x, "zarr", "Group") or _is_instance(x, "zarr", "Array")
-    if isinstance(x, (str, os.PathLike)) or zarr_node:
-        from daskbatch.io.dataset import open_dataset  # lazy: zarr
-
-        label_name = label if isinstance(label, str) else None
-        x = open_dataset(x if zarr_node else os.fspath(x), label=label_name, missing=missing)  # type: ignore[arg-type]
-        if label_name is not None:
-            label = None
-    if hasattr(x, "x") and hasattr(x, "feature_names"):  # a daskbatch Dataset
-        dataset = source = x
-        x = dataset.x
-        if label is None:
-            label = dataset.label
-        names = tuple(str(n) for n in dataset.feature_names)
-        provenance.update(dataset.provenance())
-        what = what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
-    frame = _from_dataframe(x, label, what)
-    if frame is not None:  # pandas or dask DataFrame: its columns are the features
-        x, label, names, what = frame
-    label = _from_series(label)
-    if hasattr(x, "dims") and hasattr(x, "coords") and hasattr(x, "variable"):  # an xarray.DataArray
-        if names is None and x.ndim == 2 and x.dims[1] in x.coords:
-            names = tuple(str(n) for n in x.coords[x.dims[1]].values)
-        if what is None and x.name is not None:
-            what = f"DataArray {x.name!r}"
-        x = x.data
+    """Open ``x`` through its reader and check it, its label and the per-row target, group keys and weights."""
+    if groups is not None:
+        refuse_beside_groups(label, target)
+    reader = open_reader(x, label, what=what, missing=missing)
+    x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
+    label = reader.label
     what = what or "x"
     x = unmasked(x, what)
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
@@ -208,7 +120,7 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or n_features == 0:
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = as_float64_if_wider(_in_memory_as_dask(x), what)
+    x = as_float64_if_wider(in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
@@ -219,7 +131,7 @@ def as_feature_matrix(
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        label = _in_memory_as_dask(unmasked(label, "label", fill=None))
+        label = in_memory_as_dask(unmasked(label, "label", fill=None))
         _check_known_chunks(label, "label")
         check_label(label, rows, what)
 
@@ -231,31 +143,18 @@ def as_feature_matrix(
         raise ValueError(f"{len(names)} feature names for {n_features} features")
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
-    return FeatureMatrix(
-        x=x, label=label, feature_names=names, provenance=provenance, source=source, row_index=row_index
+    data = FeatureMatrix(
+        x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index
     )
+    if target is not None:
+        data = with_target(data, target)
+    if groups is not None:
+        data = with_groups(data, groups)
+    return as_weights(weights, data)
 
 
 def unmasked(a: Any, what: str, fill: float | None = np.nan) -> Any:
-    """Give a NumPy or dask masked array as a plain one: masked values become ``fill`` (missing), as in numpy.ma.
-
-    Other inputs come back as they are.
-
-    Parameters
-    ----------
-    a : array
-        The input.
-    what : str
-        How to call it in messages.
-    fill : float or None, default NaN
-        The value of a masked element (NaN: a missing value; 0: a weight of a row as if absent);
-        None refuses masked elements (a label or group key every row needs).
-
-    Returns
-    -------
-    array
-        ``a`` without a mask: an integer or bool array with masked values as float64.
-    """
+    """Give a NumPy or dask masked array as a plain one: masked values become ``fill`` (missing), as in numpy.ma."""
     if isinstance(a, da.Array):
         if not isinstance(a._meta, np.ma.MaskedArray):
             return a
@@ -288,23 +187,7 @@ def unmasked(a: Any, what: str, fill: float | None = np.nan) -> Any:
 
 
 def as_float64_if_wider(a: da.Array, what: str) -> da.Array:
-    """Convert a float dtype wider than float64 (``longdouble``) to float64, warning of the precision lost.
-
-    The statistics run in float64; a value beyond its range stops the read of
-    its block with a one-line error.
-
-    Parameters
-    ----------
-    a : dask.array.Array
-        The input.
-    what : str
-        How to call it in messages.
-
-    Returns
-    -------
-    dask.array.Array
-        ``a`` itself unless its dtype is a float wider than 8 bytes.
-    """
+    """Convert a float dtype wider than float64 (``longdouble``) to float64, warning of the precision lost."""
     if dtype_kind(a.dtype) != "f" or np.dtype(a.dtype).itemsize <= 8:
         return a
     from daskbatch._warnings import warn  # lazy: only longdouble input warns
@@ -333,88 +216,8 @@ def _float64_block(block: np.ndarray, *, what: str, block_info: dict[Any, Any] |
     return out
 
 
-def _is_instance(obj: Any, module: str, name: str) -> bool:
-    """``isinstance(obj, module.name)`` without importing ``module`` (not imported: obj cannot be one)."""
-    mod = sys.modules.get(module)
-    cls = getattr(mod, name, None) if mod is not None else None
-    return cls is not None and isinstance(obj, cls)
-
-
-def _from_dataframe(x: Any, label: Any, what: str | None) -> tuple[Any, Any, tuple[str, ...], str] | None:
-    """Array, label, column names and name in messages of a pandas or dask DataFrame (None for anything else)."""
-    is_pandas = _is_instance(x, "pandas", "DataFrame")
-    if not (is_pandas or _is_instance(x, "dask.dataframe", "DataFrame")):
-        return None
-    what = what or "DataFrame"
-    if isinstance(label, str):
-        if label not in x.columns:
-            raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
-        label, x = x[label], x.drop(columns=[label])
-    import pandas as pd  # lazy: pandas
-
-    bad = [str(c) for c, t in x.dtypes.items() if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
-    if bad:
-        raise TypeError(
-            f"{what} has non-numeric column(s) {', '.join(bad[:10])}; daskbatch computes statistics of real "
-            "numbers: drop them or encode them first"
-        )
-    names = tuple(str(c) for c in x.columns)
-    if is_pandas:
-        if isinstance(label, pd.Series):
-            check_series_index(label, x.index, "label", what)
-        plain = all(isinstance(t, np.dtype) for t in x.dtypes)
-        # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
-        array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)
-    else:
-        array = x.to_dask_array(lengths=True)
-    return array, label, names, what
-
-
-def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
-    """Refuse a pandas Series whose index is not the DataFrame's row index: it would be used by position.
-
-    Parameters
-    ----------
-    series : pandas.Series
-        A label, target, group keys or weights given beside a DataFrame.
-    index : pandas.Index or None
-        The DataFrame's row index (None: the data have none, the Series is used by position).
-    role : str
-        What the Series is ("label", "weights", ...).
-    what : str, default "DataFrame"
-        How to call the DataFrame.
-    """
-    if index is None or series.index.equals(index):
-        return
-    raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
-
-
-def _from_series(label: Any) -> Any:
-    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
-    if _is_instance(label, "pandas", "Series"):
-        if label.isna().any():
-            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
-        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
-    if _is_instance(label, "dask.dataframe", "Series"):
-        return label.to_dask_array(lengths=True)
-    return label
-
-
 def device_module(device: str) -> Any:
-    """Import the array module of ``device``: a one-line error for anything else or a missing CuPy.
-
-    Checked first by :func:`daskbatch.describe`, before planning for the device.
-
-    Parameters
-    ----------
-    device : {"cpu", "gpu"}
-        Where the statistics run.
-
-    Returns
-    -------
-    module or None
-        CuPy for ``"gpu"``, None for ``"cpu"``.
-    """
+    """Import the array module of ``device``: a one-line error for anything else or a missing CuPy."""
     if device == "cpu":
         return None
     if device != "gpu":
@@ -423,29 +226,7 @@ def device_module(device: str) -> Any:
 
 
 def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> FeatureMatrix:
-    """Move the blocks to the GPU when ``device="gpu"``, as ``transfer`` says.
-
-    ``transfer="block"`` adds one ``cupy.asarray`` task per block; ``"staged"``
-    leaves the blocks on the host and sets :attr:`FeatureMatrix.stage_rows`, so
-    that each chunk task copies its block in parts through pinned buffers while
-    it reduces the previous part (:class:`daskbatch.engine.reduce.Staged`). The default
-    is ``daskbatch.gpu-transfer`` (parts of ``daskbatch.gpu-staging-bytes``).
-    Statistics then run and merge on the device; only final results come back.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-    device : {"cpu", "gpu"}
-        Where the statistics run; ``"cpu"`` leaves ``data`` as it is.
-    transfer : {"block", "staged"}, optional
-        How blocks reach the GPU.
-
-    Returns
-    -------
-    FeatureMatrix
-        The inputs, moved or marked for staging.
-    """
+    """Move the blocks to the GPU when ``device="gpu"``, as ``transfer`` says."""
     if device == "cpu":
         return data
     transfer = str(config.get("gpu-transfer")) if transfer is None else transfer
@@ -460,21 +241,171 @@ def to_device(data: FeatureMatrix, device: str, transfer: str | None = None) -> 
         return dataclasses.replace(data, provenance=provenance, stage_rows=rows)
 
     def move(a: da.Array) -> da.Array:
-        """Copy each block of ``a`` to the GPU.
-
-        Parameters
-        ----------
-        a : dask.array.Array
-            Host blocks.
-
-        Returns
-        -------
-        dask.array.Array
-            CuPy blocks.
-        """
+        """Copy each block of ``a`` to the GPU."""
         # The function, not the method: typeshed's functools.wraps does not bind self.
         return da.map_blocks(cupy.asarray, a, meta=cupy.empty((0,) * a.ndim, dtype=a.dtype))
 
     label = None if data.label is None else move(data.label)
     weights = None if data.weights is None else move(data.weights)
     return dataclasses.replace(data, x=move(data.x), label=label, weights=weights, provenance=provenance)
+
+
+def with_target(data: FeatureMatrix, target: Any) -> FeatureMatrix:
+    """Put a continuous target where the label goes: the statistics of a target read it from there."""
+    target, _ = _row_array(target, data, "target", "value", check_numeric)
+    provenance = {**data.provenance, "target": {"dtype": str(target.dtype)}}
+    return dataclasses.replace(data, label=target.astype(np.float64), provenance=provenance)
+
+
+def refuse_beside_groups(label: Any, target: Any) -> None:
+    """Refuse a label or a target given with groups: the group keys take the label's place."""
+    given = "label=" if label is not None else "target=" if target is not None else None
+    if given is not None:
+        raise ValueError(
+            f"{given} with groups= is not supported (the group keys take the label's place): describe the "
+            f"{'classes' if label is not None else 'target'} and the groups in two runs, "
+            f"describe(x, {given[:-1]}=...) and describe(x, groups=...)"
+        )
+
+
+def with_groups(data: FeatureMatrix, groups: Any) -> FeatureMatrix:
+    """Put group keys where the label goes: the class machinery keys the grouped statistics."""
+    groups, what = _row_array(groups, data, "groups", "group key", _check_group_keys)
+    if groups.dtype == np.uint64:  # checked here, so that a key int64 cannot hold is named as a group key
+        groups = da.map_blocks(_check_uint64_keys, groups, what=what, dtype=groups.dtype, meta=groups._meta)
+    return dataclasses.replace(data, label=groups, provenance={**data.provenance, "groups": what})
+
+
+def as_weights(weights: Any, data: FeatureMatrix) -> FeatureMatrix:
+    """Attach sample ``weights`` to ``data``: a 1-D real array with one weight per row, or an array name in its store."""
+    if weights is None:
+        return data
+    weights, what = _row_array(weights, data, "weights", "weight", check_numeric)
+    weights = weights.rechunk((data.x.chunks[0],))
+    checked = da.map_blocks(_check_weights_block, weights, what=what, dtype=weights.dtype, meta=weights._meta)
+    return dataclasses.replace(data, weights=checked, provenance={**data.provenance, "weights": what})
+
+
+def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
+               check_dtype: Callable[[Any, str], None]) -> tuple[da.Array, str]:
+    """``value`` (array, pandas or dask Series, or a stored array's name) as a dask array of one ``noun`` per row of x, and its name."""
+    what = role
+    if isinstance(value, str):
+        value, what = _stored_array(value, data, role)
+    if is_instance(value, "pandas", "Series"):
+        check_series_index(value, data.row_index, role)
+        value = _pandas_values(value, what, noun, missing_as_nan=role == "target")
+    elif is_instance(value, "dask.dataframe", "Series"):
+        value = value.to_dask_array(lengths=True)
+    # A masked target value is missing (NaN), a masked weight makes its row as if absent (0), as in
+    # numpy.ma; a group key every row needs.
+    value = unmasked(value, what, fill={"target": np.nan, "weights": 0.0}.get(role))
+    if not hasattr(value, "dtype") or not hasattr(value, "shape"):
+        value = np.asarray(value)
+    check_dtype(value.dtype, what)
+    value = as_float64_if_wider(in_memory_as_dask(value), what)
+    _check_known_chunks(value, what)
+    rows = int(data.x.shape[0])
+    if value.ndim != 1 or value.shape[0] != rows:
+        raise ValueError(f"{what} has shape {tuple(value.shape)}; expected ({rows:,},): one {noun} per row of x")
+    return value, what
+
+
+def _pandas_values(series: Any, what: str, noun: str, *, missing_as_nan: bool) -> np.ndarray:
+    """A pandas Series as NumPy: missing values as NaN (a target), else refused in one line."""
+    if missing_as_nan:
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    if series.isna().any():
+        raise ValueError(f"{what} has {int(series.isna().sum()):,} missing values; every row needs a {noun}")
+    numpy_dtype = getattr(series.dtype, "numpy_dtype", None)  # nullable integers: their NumPy dtype
+    return series.to_numpy(dtype=numpy_dtype) if numpy_dtype is not None else series.to_numpy()
+
+
+def _check_group_keys(dtype: Any, what: str) -> None:
+    """Refuse group keys that are not integers (or bool), in one line."""
+    if dtype_kind(dtype) not in LABEL_KINDS:
+        raise TypeError(f"{what} has dtype {dtype}; group keys must be integers (codes of the group values)")
+
+
+def _check_uint64_keys(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
+    """Refuse a uint64 group key beyond int64 (the class machinery keys int64), naming the row."""
+    too_big = block > np.uint64(np.iinfo(np.int64).max)
+    if too_big.any():
+        at = int(too_big.argmax())
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        raise ValueError(
+            f"{what}: group key {int(block[at])} at row {start + at:,} does not fit in int64; "
+            "group keys must be integers from -2**63 to 2**63-1 (codes of the group values)"
+        )
+    return block
+
+
+def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, str]:
+    """The array ``name`` of the store ``data`` came from (its ``role``: weights, target), as a dask array, and how to call it."""
+    source = data.source
+    path = getattr(source, "path", None)
+    if source is None or path is None:
+        raise TypeError(
+            f"{role} {name!r} is a name, and a {role} name needs x to be a store path or a Dataset; "
+            f"with arrays pass the {role} array itself"
+        )
+    if getattr(source, "skipped_rows", None):
+        raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
+    from daskbatch.io.chunk_grid import array_label, storage_chunks  # lazy: zarr
+    from daskbatch.io.zarr_store import BlockReader, ZarrStore  # lazy: zarr
+
+    store = ZarrStore(path)
+    arr = store.array(name, role)
+    # Read as x is: CF-decoded, a failing chunk named.
+    return BlockReader(arr).as_dask(storage_chunks(arr)[0], store.where), f"{role} {array_label(arr)}"
+
+
+#: Weights beyond 2**±960 (1e±289) are refused: a float64 sum of weights that large can overflow
+#: (1,000 rows of 1e306 sum to inf), and sums of weights that small times powers of the values sink
+#: into subnormals and lose their digits (a weighted mean 10% off, a sketch out of bounds).
+WEIGHT_EXPONENT_LIMIT = 960
+
+#: Where a suggested power of two puts the largest weight: far from both limits, and on the same
+#: side of 1 as the weight sum, so that ``W - ddof`` and every statistic but the weight sums are
+#: as they would be (a power of two scales sums exactly).
+_SUGGESTED_EXPONENT = 512
+
+
+def _check_weights_block(block: Any, *, what: str, block_info: dict[Any, Any] | None = None) -> Any:
+    """Refuse a block with a negative, NaN, infinite or out-of-range weight, naming the block and the row."""
+    values = np.asarray(block) if type(block) is np.ndarray else block
+    start = block_info[0]["array-location"][0][0] if block_info else 0
+    index = block_info[0]["chunk-location"][0] if block_info else 0
+    where = f"{what}: chunk {index} (rows {start:,}..{start + block.shape[0] - 1:,})"
+    bad = ~(values >= 0) | (values == np.inf)  # NaN compares False
+    if bad.any():
+        at = int(bad.argmax())
+        raise ValueError(
+            f"{where} has weight {float(values[at])} at row {start + at:,}; weights must be finite and >= 0"
+        )
+    if values.shape[0] and dtype_kind(values.dtype) == "f":  # integer weights are never out of range
+        check_weight_range(values, where, start)
+    return block
+
+
+def check_weight_range(values: Any, where: str, start: int = 0) -> None:
+    """Refuse float weights of ``2**WEIGHT_EXPONENT_LIMIT`` or more, or all positive ones below its inverse."""
+    at = int(values.argmax())
+    largest = float(values[at])
+    exponent = int(np.frexp(largest)[1]) - 1  # largest = m * 2**exponent, 1 <= m < 2
+    if largest == 0 or abs(exponent) < WEIGHT_EXPONENT_LIMIT:
+        return
+    # A block of tiny weights beside large ones would not hurt, but a block cannot see the others.
+    huge = exponent > 0
+    shift = (_SUGGESTED_EXPONENT if huge else -_SUGGESTED_EXPONENT) - exponent
+    problem = (
+        f"has weight {largest:.3g} at row {start + at:,}, of 2**{WEIGHT_EXPONENT_LIMIT} or more, where float64 sums of "
+        "weights overflow"
+        if huge
+        else f"has no weight above {largest:.3g} (row {start + at:,}) but zeros, below 2**-{WEIGHT_EXPONENT_LIMIT}, "
+        "where float64 sums of weights lose their digits"
+    )
+    raise ValueError(
+        f"{where} {problem}: multiply every weight by 2**{shift} (the statistics stay as they are; "
+        "weight sums and weighted counts scale by it)"
+    )

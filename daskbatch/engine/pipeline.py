@@ -27,11 +27,15 @@ from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.fingerprint import checksums_digest, listing_token
 from daskbatch.engine.checkpoint.manifest import recorded_layout
 from daskbatch.engine.devices import gpu_failure, resolve_device
-from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix, device_module, to_device
+from daskbatch.engine.inputs import (
+    FeatureMatrix,
+    as_feature_matrix,
+    device_module,
+    to_device,
+)
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
 from daskbatch.engine.reduce import resolve_split_every
-from daskbatch.engine.row_inputs import as_weights, refuse_beside_groups, with_groups, with_target
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.tiled import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning, PlanError, RangeWarning
@@ -94,14 +98,8 @@ def prepared_inputs(
                          "classes and the target in two runs, describe(x, label=...) and describe(x, target=...)")
     if target is not None and weights is not None:
         raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
-    if groups is not None:
-        refuse_beside_groups(label, target)
-    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing)
-    if target is not None:
-        data = with_target(data, target)
-    if groups is not None:
-        data = with_groups(data, groups)
-    data = as_weights(weights, data)
+    data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing, target=target, groups=groups,
+                             weights=weights)
     where = resolve_device(device, data.x)
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
@@ -429,7 +427,7 @@ def _protected_paths(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, A
 def input_token(data: Any, read_digest: str | None = None) -> str | None:
     """The rows' content token: a store's chunk checksums, else ``read_digest``, else dask's name (None: not yet)."""
     # The content's, never the path's or the files' times: a copy of a store has the same token.
-    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+    from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     source = getattr(data, "source", None) or data
     zx = getattr(source, "zarr_x", None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch._arguments import checked_device
 from daskbatch._typing import Device
-from daskbatch._warnings import warn
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
@@ -61,11 +61,11 @@ def plan(
     x_or_dataset: Any,
     *,
     stats: Sequence[str | Footprint] = DEFAULT_STATISTICS,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     resources: Resources | str | None = "auto",
     split_every: int | None = None,
-    device: Device | None = "auto",
+    device: Device = "auto",
     weighted: bool = False,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a computation over ``x_or_dataset``.
@@ -117,9 +117,6 @@ def plan(
 
     from daskbatch import config  # lazy: dask
 
-    if device is None:  # the old spelling of "auto"
-        warn(DeprecationWarning("plan(device=None) is deprecated: use device='auto' (the default)"))
-        device = "auto"
     device = checked_device(device)
 
     if isinstance(x_or_dataset, (str, os.PathLike)):
@@ -265,23 +262,10 @@ def plan_describe(
         The plan of the largest pass.
     """
     from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
-    from daskbatch.engine.row_inputs import (  # lazy: dask
-        as_weights,
-        refuse_beside_groups,
-        with_groups,
-        with_target,
-    )
 
     asked = configured(stats, bins=bins, range=range, classes=classes, target_bins=target_bins)
     bins, range, classes = asked.histogram.bins, asked.histogram.range, asked.mi.classes  # noqa: A001
-    if groups is not None:
-        refuse_beside_groups(label, target)
-    data = as_feature_matrix(x, label)
-    if target is not None:
-        data = with_target(data, target)
-    if groups is not None:
-        data = with_groups(data, groups)
-    data = as_weights(weights, data)
+    data = as_feature_matrix(x, label, target=target, groups=groups, weights=weights)
     wanted = describe_statistics(asked, labelled=data.label is not None, range_=range)
     if groups is not None:
         wanted = grouped_statistics(wanted)

@@ -30,6 +30,7 @@ import dask
 import dask.array as da
 import numpy as np
 
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import MARKER, check_output, write_output
@@ -155,7 +156,7 @@ def tiled_covariance(
     *,
     tile: int,
     out: str | os.PathLike[str],
-    ddof: int = 1,
+    ddof: int = STATISTIC_DEFAULTS["ddof"],
     split_every: int | None = None,
     feature_names: Any = None,
     overwrite: bool = False,

@@ -1,1 +1,1 @@
-"""Data: opening Zarr stores, chunk integrity, synthetic data, ingest and the files written."""
+"""Data: input readers, the Zarr open path and its chunk integrity, synthetic data, ingest and the files written."""

@@ -1,176 +1,122 @@
-"""Where the chunks of a Zarr array are: their grid, their store keys, which ones the store holds.
+"""Where the chunks of a Zarr array are, how many its metadata may claim, and what marks them.
 
-The bottom of :mod:`daskbatch.io`: arithmetic on an array's metadata, one listing
-of the keys under its prefix, and the index of each stored shard.  Inside a
-shard the unit is the inner chunk (what zarr fills when it is absent), so
-:func:`absent_positions` and :func:`absent_name` work in the grid of
-``arr.chunks``.  What an absent chunk means (lost, or the fill value) is
-:mod:`daskbatch.io.integrity`'s call.
+Arithmetic on an array's metadata, one listing of the keys under its prefix, the
+index of each stored shard (inside a shard the unit is the inner chunk, what zarr
+fills when it is absent), the CRC-32C checksum daskbatch ends every chunk with,
+and the bounds (``daskbatch.max-chunks``, ``daskbatch.max-features``) checked
+before anything is listed, so that a store whose metadata claims 10**15 rows
+fails at once instead of exhausting memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import zarr
+from dask.utils import parse_bytes
 
-__all__ = [
-    "absent_name",
-    "absent_positions",
-    "array_label",
-    "chunk_count",
-    "chunk_grid",
-    "chunk_key",
-    "shard_maps",
-    "storage_chunks",
-    "stored_keys",
-]
+from daskbatch import config
+from daskbatch.errors import DataError
+
+#: Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or a number.
+Chunks = Literal["auto", "storage"] | int
+#: Array attribute set by every daskbatch writer: each chunk is stored, so an absent one was lost.
+WRITES_EVERY_CHUNK = "daskbatch:writes_every_chunk"
+#: Group attributes of daskbatch stores written before :data:`WRITES_EVERY_CHUNK` (synth's and
+#: ingest's layout; not ``daskbatch_output``: a saved summary leaves out chunks of fill values).
+_OWN_GROUP_ATTRS = ("daskbatch", "daskbatch_ingest")
 
 
 def storage_chunks(arr: zarr.Array) -> tuple[int, ...]:
-    """Give the shape of one stored object of ``arr``: the shard if sharded, else the chunk.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    tuple of int
-        The shape.
-    """
+    """The shape of one stored object of ``arr``: the shard if sharded, else the chunk."""
     return tuple(arr.shards or arr.chunks)
 
 
-def chunk_grid(arr: zarr.Array) -> tuple[int, ...]:
-    """Count the stored objects (chunks, or shards when sharded) of ``arr`` along each axis.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    tuple of int
-        The grid's shape.
-    """
-    return tuple(
-        math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, storage_chunks(arr), strict=True)
-    )
+def chunk_grid(arr: zarr.Array, inner: bool = False) -> tuple[int, ...]:
+    """Stored objects (or, with ``inner``, chunks inside shards) of ``arr`` along each axis."""
+    per = arr.chunks if inner else storage_chunks(arr)
+    return tuple(math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, per, strict=True))
 
 
 def chunk_count(arr: zarr.Array) -> int:
-    """Count the stored objects (chunks, or shards when sharded) ``arr``'s metadata describes.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    int
-        The number of stored objects.
-    """
+    """Stored objects (chunks, or shards when sharded) ``arr``'s metadata describes."""
     return math.prod(chunk_grid(arr))
 
 
 def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """Give the store key of the chunk at grid position ``coords``, relative to the store root.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    coords : tuple of int
-        The chunk's position in the chunk grid.
-
-    Returns
-    -------
-    str
-        The key.
-    """
+    """The store key of the chunk at grid position ``coords``, relative to the store root."""
     key = arr.metadata.encode_chunk_key(tuple(int(c) for c in coords))
     prefix = arr.path.strip("/")
     return f"{prefix}/{key}" if prefix else key
 
 
-def _store_label(arr: zarr.Array) -> str:
-    """A short readable name for the store holding ``arr`` (path or URL)."""
-    store = arr.store
-    root = getattr(store, "root", None) or getattr(store, "path", None)
-    return str(root) if root is not None else repr(store)
+def store_location(store: Any) -> str:
+    """Where a zarr store is: a local path (``LocalStore``, or fsspec's local file system), else its URL."""
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)
+    if getattr(store, "root", None) is not None:
+        return str(store.root)
+    if fs is not None and path is not None:
+        protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+        return str(path) if {"file", "local"} & set(protocols) else str(fs.unstrip_protocol(path))
+    return str(path) if path is not None else repr(store)
 
 
 def array_label(arr: zarr.Array) -> str:
-    """Name ``arr`` for messages.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    str
-        ``array '<path>' in '<store>'``.
-    """
-    return f"array {arr.path or '/'!r} in {_store_label(arr)!r}"
+    """``array '<path>' in '<store>'``, for messages."""
+    return f"array {arr.path or '/'!r} in {store_location(arr.store)!r}"
 
 
 def stored_keys(arr: zarr.Array) -> set[str]:
-    """List the keys stored under ``arr``'s prefix (one store listing).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-
-    Returns
-    -------
-    set of str
-        The keys, relative to the array.
-    """
-    # zarr 3 stores only list asynchronously; zarr's own ``sync`` runs the coroutine
-    # on zarr's event loop, which async fsspec file systems are bound to.
+    """The keys stored under ``arr``'s prefix, relative to it (one store listing, on zarr's event loop)."""
     from zarr.core.sync import sync  # lazy: zarr
 
     prefix = arr.store_path.path.strip("/")
 
     async def _collect() -> set[str]:
-        keys = set()
-        async for key in arr.store_path.store.list_prefix(prefix + "/" if prefix else ""):
-            keys.add(key[len(prefix) + 1 :] if prefix else key)
-        return keys
+        """Every key under the prefix."""
+        return {key[len(prefix) + 1 :] if prefix else key
+                async for key in arr.store_path.store.list_prefix(prefix + "/" if prefix else "")}
 
     return sync(_collect())
 
 
+def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
+    """Inner chunks along each axis of one shard."""
+    return tuple(s // c for s, c in zip(storage_chunks(arr), arr.chunks, strict=True))
+
+
+def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """For each stored shard, which inner chunks its index holds (boolean, chunks-per-shard shaped)."""
+    from zarr.codecs import ShardingCodec  # lazy: zarr
+    from zarr.core.sync import sync  # lazy: zarr
+
+    codec = next(c for c in arr.metadata.codecs if isinstance(c, ShardingCodec))  # type: ignore[union-attr]
+    per = _chunks_per_shard(arr)
+
+    async def _one(shard: tuple[int, ...]) -> np.ndarray:
+        """One shard's map."""
+        # zarr has no public reader of a shard's index; its own partial reads use this one.
+        index = await codec._load_shard_index_maybe(arr.store_path / arr.metadata.encode_chunk_key(shard), per)
+        return np.zeros(per, dtype=bool) if index is None else np.asarray(index.get_full_chunk_map(), dtype=bool)
+
+    async def _all() -> list[np.ndarray]:
+        """Every shard's map, read concurrently."""
+        return list(await asyncio.gather(*(_one(s) for s in shards)))
+
+    return sync(_all()) if shards else []
+
+
 def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]]:
-    """Grid positions of the chunks of ``arr`` absent from ``present`` (a listing).
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array, its chunk count already checked.
-    present : set of str
-        The keys stored under the array, relative to it.
-
-    Returns
-    -------
-    list of tuple of int
-        Sorted positions in the grid of ``arr.chunks``: for a sharded array,
-        inner chunks absent from a stored shard's index and every inner chunk
-        of an absent shard.
-    """
-    grid = chunk_grid(arr)
+    """Sorted positions, in the grid of ``arr.chunks``, of the chunks absent from ``present`` (a listing)."""
     absent: list[tuple[int, ...]] = []
     stored: list[tuple[int, ...]] = []
-    for coords in itertools.product(*(range(g) for g in grid)):
+    for coords in itertools.product(*(range(g) for g in chunk_grid(arr))):
         pos = tuple(int(c) for c in coords)
         (stored if arr.metadata.encode_chunk_key(pos) in present else absent).append(pos)
     if not arr.shards:
@@ -179,82 +125,219 @@ def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]
     inner = [tuple(s * p + i for s, p, i in zip(shard, per, local, strict=True))
              for shard in absent for local in itertools.product(*(range(p) for p in per))]
     for shard, full in zip(stored, shard_maps(arr, stored), strict=True):
-        inner.extend(
-            tuple(int(s * p + i) for s, p, i in zip(shard, per, local, strict=True))
-            for local in zip(*np.nonzero(~full), strict=True)
-        )
-    bounds = _inner_grid(arr)
+        inner.extend(tuple(int(s * p + i) for s, p, i in zip(shard, per, local, strict=True))
+                     for local in zip(*np.nonzero(~full), strict=True))
+    bounds = chunk_grid(arr, inner=True)
     return sorted(c for c in inner if all(i < b for i, b in zip(c, bounds, strict=True)))
 
 
-def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
-    """Inner chunks along each axis of one shard."""
-    return tuple(s // c for s, c in zip(storage_chunks(arr), arr.chunks, strict=True))
-
-
-def _inner_grid(arr: zarr.Array) -> tuple[int, ...]:
-    """The grid of ``arr.chunks`` (inner chunks when sharded)."""
-    return tuple(math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, arr.chunks, strict=True))
-
-
-def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarray]:
-    """Read the index of each stored shard: which inner chunks it holds.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        A sharded array.
-    shards : list of tuple of int
-        Positions of shards present in the store.
-
-    Returns
-    -------
-    list of numpy.ndarray
-        One boolean array of shape chunks-per-shard each: True where the
-        index gives the inner chunk an offset (absent chunks have 2**64-1).
-    """
-    import asyncio
-
-    from zarr.codecs import ShardingCodec  # lazy: zarr
-    from zarr.core.sync import sync  # lazy: zarr
-
-    codec = next(c for c in arr.metadata.codecs if isinstance(c, ShardingCodec))  # type: ignore[union-attr]
-    per = _chunks_per_shard(arr)
-
-    async def _one(shard: tuple[int, ...]) -> np.ndarray:
-        # zarr exposes no public reader of a shard's index; this is the one its
-        # own partial reads use (it decodes the index with the index codecs).
-        index = await codec._load_shard_index_maybe(
-            arr.store_path / arr.metadata.encode_chunk_key(shard), per
-        )
-        if index is None:  # vanished since the listing: nothing in it is stored
-            return np.zeros(per, dtype=bool)
-        return np.asarray(index.get_full_chunk_map(), dtype=bool)
-
-    async def _all() -> list[np.ndarray]:
-        return list(await asyncio.gather(*(_one(s) for s in shards)))
-
-    return sync(_all()) if shards else []
-
-
 def absent_name(arr: zarr.Array, coords: tuple[int, ...]) -> str:
-    """Name an absent chunk at ``coords`` of the grid of ``arr.chunks``: its key, or its shard's key and place.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array.
-    coords : tuple of int
-        A position as :func:`absent_positions` gives it.
-
-    Returns
-    -------
-    str
-        ``X/c/3/0``, or ``inner chunk (1, 0) of shard X/c/1/0`` when sharded.
-    """
+    """An absent chunk's key, or ``inner chunk (1, 0) of shard X/c/1/0`` when sharded."""
     if not arr.shards:
         return chunk_key(arr, coords)
     per = _chunks_per_shard(arr)
     shard = tuple(c // p for c, p in zip(coords, per, strict=True))
-    local = tuple(c % p for c, p in zip(coords, per, strict=True))
-    return f"inner chunk {local} of shard {chunk_key(arr, shard)}"
+    return f"inner chunk {tuple(c % p for c, p in zip(coords, per, strict=True))} of shard {chunk_key(arr, shard)}"
+
+
+def _positive_setting(key: str) -> int:
+    """Read ``daskbatch.<key>`` as a whole number of at least 1."""
+    value = config.get(key)
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"daskbatch.{key} must be a whole number, got {value!r}") from None
+    if limit < 1:
+        raise ValueError(f"daskbatch.{key} must be at least 1, got {limit}")
+    return limit
+
+
+def max_chunks() -> int:
+    """The configured ``daskbatch.max-chunks``: the most chunks one array may have."""
+    return _positive_setting("max-chunks")
+
+
+def check_chunk_count(arr: zarr.Array, blocks: int | None = None) -> int:
+    """Refuse ``arr`` when its chunk grid (or ``blocks`` dask blocks) exceeds ``daskbatch.max-chunks``; its count."""
+    limit = max_chunks()
+    n = chunk_count(arr)
+    if n > limit:
+        shape = " x ".join(f"{s:,}" for s in arr.shape)
+        raise DataError(
+            f"{array_label(arr)} has {n:,} chunks (shape {shape}, chunks {storage_chunks(arr)}) > "
+            f"daskbatch.max-chunks {limit:,}; rechunk the store (or raise daskbatch.max-chunks)"
+        )
+    if blocks is not None and blocks > limit:
+        raise DataError(
+            f"reading {array_label(arr)} in {blocks:,} dask blocks > daskbatch.max-chunks {limit:,}; "
+            "ask for more rows per block (chunks=...)"
+        )
+    return n
+
+
+def check_feature_count(arr: zarr.Array) -> None:
+    """Refuse ``arr`` when its metadata claims more features than ``daskbatch.max-features``."""
+    limit = _positive_setting("max-features")
+    n = int(arr.shape[1]) if arr.ndim == 2 else 0
+    if n > limit:
+        raise DataError(
+            f"{array_label(arr)} claims {n:,} features > daskbatch.max-features {limit:,}; "
+            "if the store really has that many, raise daskbatch.max-features"
+        )
+
+
+def writes_every_chunk(arr: zarr.Array, group_attrs: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``arr``'s writer (daskbatch) stored every chunk, so that an absent chunk is a loss."""
+    return arr.attrs.get(WRITES_EVERY_CHUNK) is True or any(k in (group_attrs or {}) for k in _OWN_GROUP_ATTRS)
+
+
+def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
+    """Sorted grid positions (of inner chunks when sharded) of the chunks of ``arr`` absent from its store."""
+    if check_chunk_count(arr) == 0:
+        return []
+    return absent_positions(arr, stored_keys(arr))
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Absent chunks of the samples array and of its label, their keys and the rows they cover."""
+
+    x_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    x_keys: list[str] = field(default_factory=list)
+    label_chunks: list[tuple[int, ...]] = field(default_factory=list)
+    label_keys: list[str] = field(default_factory=list)
+    row_ranges: list[tuple[int, int]] = field(default_factory=list)
+    #: Absent chunks of both arrays, and of them those lost (of arrays whose writer stored every chunk).
+    count: int = 0
+    lost: int = 0
+
+    def message(self, x: zarr.Array, label: zarr.Array | None) -> str:
+        """The first few absent keys of each array and their count, in one line."""
+        parts = []
+        if self.x_keys:
+            parts.append(f"{len(self.x_keys):,} chunk(s) of {array_label(x)} are missing: {_first(self.x_keys)}")
+        if self.label_keys and label is not None:
+            parts.append(f"{len(self.label_keys):,} chunk(s) of label {label.path!r} are missing: "
+                         f"{_first(self.label_keys)}")
+        return "; ".join(parts) + f" ({sum(b - a for a, b in self.row_ranges):,} rows)"
+
+
+def _first(keys: list[str], n: int = 5) -> str:
+    """The first ``n`` keys, and how many in all."""
+    return ", ".join(keys[:n]) + (f", ... ({len(keys):,} in all)" if len(keys) > n else "")
+
+
+def find_missing(x: zarr.Array, label: zarr.Array | None = None,
+                 group_attrs: Mapping[str, Any] | None = None) -> Missing:
+    """The absent chunks of ``x`` and ``label`` and the merged row ranges they cover."""
+    found = {}
+    ranges = []
+    for role, arr in (("x", x), ("label", label)):
+        chunks = missing_chunks(arr) if arr is not None else []
+        found[role] = chunks
+        per = int(arr.chunks[0]) if arr is not None else 0
+        ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return Missing(
+        x_chunks=found["x"], x_keys=[absent_name(x, c) for c in found["x"]],
+        label_chunks=found["label"],
+        label_keys=[absent_name(label, c) for c in found["label"]] if label is not None else [],
+        row_ranges=merged, count=len(found["x"]) + len(found["label"]),
+        lost=len(found["x"]) * writes_every_chunk(x, group_attrs)
+        + (len(found["label"]) * writes_every_chunk(label, group_attrs) if label is not None else 0),
+    )
+
+
+def row_blocks(n_rows: int, rows_per_block: int,
+               skipped: list[tuple[int, int]]) -> tuple[tuple[int, ...], list[int]]:
+    """Dask block sizes cut at every skipped row range (whole storage chunks each), and the blocks to keep."""
+    cuts = set(range(0, n_rows, rows_per_block)) | {n_rows}
+    for a, b in skipped:
+        cuts.update((a, b))
+    edges = sorted(c for c in cuts if 0 <= c <= n_rows)
+    keep = [i for i, a in enumerate(edges[:-1]) if not any(s <= a < t for s, t in skipped)]
+    if not keep:
+        raise DataError("every row has a missing chunk: nothing is left to compute on")
+    return tuple(b - a for a, b in zip(edges[:-1], edges[1:], strict=True)), keep
+
+
+def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
+    """Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or as given."""
+    rows, store_rows = int(arr.shape[0]), storage_chunks(arr)[0]
+    if isinstance(chunks, bool) or not isinstance(chunks, int | str):
+        raise TypeError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    if isinstance(chunks, int):
+        if chunks <= 0:
+            raise ValueError(f"chunks must be a positive number of rows, got {chunks}")
+        per = chunks
+    elif chunks == "storage":
+        per = store_rows
+    elif chunks == "auto":
+        row_bytes = max(1, math.prod(arr.shape[1:]) * np.dtype(arr.dtype).itemsize)
+        per = store_rows * max(1, parse_bytes(config.get("target-chunk-bytes")) // (store_rows * row_bytes))
+    else:
+        raise ValueError(f"chunks must be 'auto', 'storage' or an int, got {chunks!r}")
+    return max(1, min(per, rows)) if rows else 1
+
+
+def open_facts(x: zarr.Array, label: zarr.Array | None, chunks: Any,
+               group_attrs: Mapping[str, Any]) -> tuple[int, tuple[int, ...], Missing]:
+    """Rows per dask block, ``x``'s storage chunk shape and the absent chunks of ``x`` and ``label``, bounds first."""
+    row_chunks = rows_per_block(x, chunks)
+    # Before any listing or graph: a shape the metadata claims may have nothing behind it.
+    check_chunk_count(x, blocks=math.ceil(int(x.shape[0]) / row_chunks))
+    check_feature_count(x)
+    if label is not None:
+        check_chunk_count(label)
+    return row_chunks, storage_chunks(x), find_missing(x, label, group_attrs)
+
+
+def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
+    """The CRC-32C ending each stored chunk of ``arr`` by key (one listing, 4 bytes a chunk); None without one."""
+    from zarr.codecs import Crc32cCodec  # lazy: zarr
+    from zarr.core.sync import sync  # lazy: zarr
+
+    codecs = getattr(arr.metadata, "codecs", ())
+    if arr.shards is not None or not codecs or not isinstance(codecs[-1], Crc32cCodec):
+        return None  # another writer's codecs, or shards, which end with their index's
+    check_chunk_count(arr)
+    keys = sorted(stored_keys(arr) - {"zarr.json"})
+    prefix = arr.store_path.path.strip("/")
+    paths = [f"{prefix}/{key}" if prefix else key for key in keys]
+    return list(zip(keys, sync(_last_bytes(arr.store_path.store, paths, 4)), strict=True))
+
+
+async def _last_bytes(store: Any, keys: list[str], n: int) -> list[bytes]:
+    """The last ``n`` bytes of each key of ``store`` (b"" for a key gone since the listing), 64 reads at a time."""
+    from zarr.abc.store import SuffixByteRequest  # lazy: zarr
+    from zarr.core.buffer import default_buffer_prototype  # lazy: zarr
+
+    at_once = asyncio.Semaphore(64)  # a store of 10**5 chunks: not 10**5 open files or requests at once
+
+    async def tail(key: str) -> bytes:
+        """One key's last bytes."""
+        async with at_once:
+            found = await store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(n))
+        return b"" if found is None else found.to_bytes()
+
+    return list(await asyncio.gather(*(tail(k) for k in keys)))
+
+
+def readable_bytes() -> int:
+    """The most bytes one read of metadata-described arrays may claim: half this process's memory (or RLIMIT_AS)."""
+    from daskbatch.runtime.capacity import machine_memory_bytes  # lazy: distributed
+
+    memory = machine_memory_bytes()
+    try:
+        import resource
+    except ImportError:  # Windows
+        return memory // 2
+    address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if address_space != resource.RLIM_INFINITY:
+        memory = min(memory, address_space)
+    return memory // 2

@@ -10,52 +10,24 @@ needs to say where its numbers came from (:meth:`Dataset.provenance`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import dask.array as da
-import numpy as np
-import zarr
 from dask.utils import format_bytes
 
 from daskbatch import _html
-from daskbatch._warnings import warn
-from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import array_label, storage_chunks
-from daskbatch.io.integrity import check_chunk_count, check_feature_count
-from daskbatch.io.missing import MISSING_POLICIES, Missing, MissingPolicy, find_missing, row_blocks
-from daskbatch.io.zarr_nodes import (
-    INGEST_ATTR,
+from daskbatch.io.chunk_grid import Chunks
+from daskbatch.io.zarr_store import (
     LAYOUT_ATTR,
-    Chunks,
-    block_reader,
-    clean_attrs,
-    feature_names_of,
-    get_array,
+    MISSING_POLICIES,
+    MissingPolicy,
+    ZarrStore,
     json_object,
-    open_node,
-    rows_per_block,
-    zarr_as_dask,
 )
 
-__all__ = [
-    "Dataset",
-    "IncompleteStoreWarning",
-    "MissingChunksWarning",
-    "open_dataset",
-    "open_zarr",
-]
-
-
-
-class MissingChunksWarning(UserWarning):
-    """Chunks are absent from the store and ``open_dataset(missing=...)`` skipped their rows or filled them."""
-
-
-class IncompleteStoreWarning(UserWarning):
-    """The store was written by an ingest that has not finished."""
+__all__ = ["Dataset", "open_dataset", "open_zarr"]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -171,6 +143,7 @@ class Dataset:
         }
 
     def _summary_rows(self) -> list[tuple[str, str]]:
+        """The rows of the repr: store, arrays, chunks, label, features, missing chunks."""
         rows, cols = self.shape
         where = self.path or "(in memory, not written)"
         if self.zarr_format:
@@ -303,131 +276,8 @@ def open_dataset(
         raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
     if strict and missing not in ("raise", "auto"):
         raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
-    if strict:
-        missing = "raise"
-    root, where = open_node(path_or_url, storage_options)
-    group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
-    layout = json_object(group_attrs.get(LAYOUT_ATTR))
-    arr = get_array(root, x, where, "x")
-    if arr.ndim != 2:
-        raise DataError(
-            f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array"
-        )
-    row_chunks = rows_per_block(arr, chunks)
-    # Before any listing or graph: a shape the metadata claims may have nothing behind it.
-    check_chunk_count(arr, blocks=math.ceil(int(arr.shape[0]) / row_chunks))
-    check_feature_count(arr)
-
-    label_name = label if label is not None else layout.get("label")
-    if label_name is not None and not isinstance(label_name, str):
-        raise DataError(
-            f"{where!r} records label {label_name!r} in its {LAYOUT_ATTR!r} attribute; "
-            "expected an array name"
-        )
-    label_arr = None
-    if label_name is not None:
-        label_arr = get_array(root, label_name, where, "label")
-        if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
-            raise DataError(
-                f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
-                f"({arr.shape[0]},) to match the rows of {arr.path!r}"
-            )
-        check_chunk_count(label_arr)
-
-    ingest = group_attrs.get(INGEST_ATTR)
-    complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
-    if not complete:
-        warn(
-            f"{where!r} was written by an ingest that did not finish; its data is incomplete. "
-            "Re-run the same ingest command to finish it.",
-            IncompleteStoreWarning,
-        )
-
-    absent = find_missing(arr, label_arr, group_attrs)
-    policy = missing
-    if missing == "auto":
-        # The Zarr contract: an absent chunk is the fill value, unless its writer
-        # recorded that it stores every chunk (daskbatch), where absent means lost.
-        policy = "raise" if absent.lost else "fill"
-    if absent and policy == "raise":
-        raise DataError(_refusal(absent, arr, label_arr, where, complete))
-    xd, yd = _readers(arr, label_arr, row_chunks, where, absent if policy == "skip" else Missing())
-    if absent and (policy == "skip" or missing == "fill" and absent.lost):
-        what = "left out" if policy == "skip" else "read as fill values"
-        warn(f"{absent.message(arr, label_arr)}: {what}", MissingChunksWarning)
-
-    attrs = {**group_attrs, **clean_attrs(arr.attrs)}
-    return Dataset(
-        x=xd,
-        label=yd,
-        feature_names=feature_names_of(root, arr, int(arr.shape[1])),
-        store_chunks=storage_chunks(arr),
-        path=where,
-        array_name=arr.path,
-        attrs=attrs,
-        missing_chunks=absent.x_chunks,
-        label_name=label_arr.path if label_arr is not None else None,
-        zarr_format=int(arr.metadata.zarr_format),
-        missing_chunk_keys=absent.x_keys,
-        complete=complete,
-        label_missing_chunks=absent.label_chunks,
-        label_missing_chunk_keys=absent.label_keys,
-        missing_policy=missing,
-        skipped_rows=absent.row_ranges if policy == "skip" else [],
-        absent_lost=absent.lost,
-        absent_read_as="" if policy == "skip" else _absent_read_as(arr, label_arr, absent),
-        zarr_x=arr,
-        zarr_label=label_arr,
-    )
-
-
-def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) -> str:
-    """What each array's first absent chunk reads as, decoded (``"X: 0.0; y: 0"``): one element of it, read."""
-    parts = []
-    for node, positions in ((arr, absent.x_chunks), (label, absent.label_chunks)):
-        if node is None or not positions:
-            continue
-        # zarr fills an absent chunk with its fill value; reading one element says which, decoded.
-        corner = tuple(slice(p * c, p * c + 1) for p, c in zip(positions[0], node.chunks, strict=True))
-        value = np.asarray(block_reader(node)[corner]).reshape(-1)[0].item()
-        parts.append(f"{node.path or 'x'}: {value!r}")
-    return "; ".join(parts)
-
-
-def _refusal(absent: Missing, arr: zarr.Array, label: zarr.Array | None, where: str, complete: bool) -> str:
-    """The one-line refusal for absent chunks: why they matter and what restores them."""
-    if not complete:
-        remedy = "the ingest that wrote them did not finish: re-run the same ingest command"
-    elif absent.lost:
-        # Never "skip": it would compute on a store that lost rows as if it were whole.
-        remedy = (
-            "daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
-            f"or write the store again (daskbatch verify {where} lists every damaged chunk)"
-        )
-    else:
-        remedy = (
-            "their writer leaves out chunks that hold only the fill value, so they are that value: "
-            "the default missing='auto' (--missing auto) reads them so"
-        )
-    return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
-
-
-def _readers(
-    arr: zarr.Array, label: zarr.Array | None, row_chunks: int, where: str, skip: Missing
-) -> tuple[da.Array, da.Array | None]:
-    """Dask arrays over ``arr`` and ``label`` without the rows of ``skip``'s chunks."""
-    if not skip.row_ranges:
-        yd = zarr_as_dask(label, row_chunks, where) if label is not None else None
-        return zarr_as_dask(arr, row_chunks, where), yd
-    # Blocks break where a skipped range starts or stops; keep the others, in order.
-    sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip.row_ranges)
-    xd = zarr_as_dask(arr, sizes, where)
-    x = da.concatenate([xd.blocks[i] for i in keep], axis=0)
-    y = None
-    if label is not None:
-        yd = zarr_as_dask(label, sizes, where)
-        y = da.concatenate([yd.blocks[i] for i in keep], axis=0)
-    return x, y
+    store = ZarrStore(path_or_url, storage_options)
+    return Dataset(**store.read(x, label, chunks=chunks, missing="raise" if strict else missing))
 
 
 def open_zarr(

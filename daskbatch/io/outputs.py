@@ -1,25 +1,16 @@
-"""Where daskbatch writes its results, checked before any compute and replaced only when complete.
+"""Paths daskbatch reads and writes: local ``::`` paths, and outputs checked before any compute, replaced only when complete.
 
-Every writer (``Summary.save``, the ``describe`` CLI's ``--out``/``--json``, the
-tiled covariance store) goes through this module, which
+A path may take an output when its directory exists and is writable, it is not
+the input store, inside it or a directory holding it, and it is either new, an
+earlier daskbatch output of the same kind (its :data:`MARKER`), or ``overwrite``
+was asked for. An output is written into a hidden sibling
+(``.NAME.tmp-<pid>-<hex>``) and renamed into place; replacing a directory takes
+two renames (old aside to ``.NAME.old-<pid>-<hex>``, new into place), and
+:func:`recover` puts an old output back when a run died between them. Remote
+URLs cannot be renamed: an output of ours there is replaced in place.
 
-* checks a path before anything is computed: its directory exists and is
-  writable, it is not the input store, inside it or a directory holding it, and
-  it is either new, an earlier daskbatch output of the same kind (recognised by
-  the :data:`MARKER` attribute that every output carries), or ``overwrite`` was
-  asked for;
-* writes into a hidden temporary sibling (``.NAME.tmp-<pid>-<hex>``) and renames
-  it into place, so that an interrupted or failed write never leaves half an
-  output, and an old output is removed only once the new one is complete.
-  Replacing a directory takes two renames (old aside to ``.NAME.old-<pid>-<hex>``,
-  new into place): a run killed between them leaves the old output aside, and
-  :func:`recover` (called by every check and by ``load_summary``) puts it back;
-
-:func:`check_outputs` checks all the outputs of one run together, so that no
-two of them overlap and a refused run writes nothing.
-
-Remote URLs (``s3://...``) cannot be renamed atomically: they are checked the
-same way, and an output of ours there is replaced in place.
+fsspec reads ``a::b`` as "``a`` over ``b``"; :func:`zarr_target` keeps an
+existing local path with ``::`` in its name a local path.
 """
 
 from __future__ import annotations
@@ -27,41 +18,286 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
+import re
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from daskbatch.errors import DiskFullError
-from daskbatch.io.output_paths import (
-    MARKER,
-    SELECTION_HEADER,
-    OutputError,
-    OutputExistsError,
-    OutputTarget,
-    check_output,
-    check_outputs,
-    check_separate,
-    output_kind,
-    recover,
-    remove_path,
-)
-from daskbatch.io.output_paths import Form as Form  # re-exported: callers annotate with it
+from daskbatch.errors import DataError, DiskFullError
 
-__all__ = [
-    "MARKER",
-    "OutputError",
-    "OutputExistsError",
-    "OutputTarget",
-    "SELECTION_HEADER",
-    "check_output",
-    "check_outputs",
-    "check_separate",
-    "output_kind",
-    "recover",
-    "write_json",
-    "write_output",
-]
+log = logging.getLogger("daskbatch.io.outputs")
+
+#: Root attribute (Zarr) or first key (JSON) naming what kind of daskbatch output a path holds.
+MARKER = "daskbatch_output"
+#: First line of a selection saved as CSV: what marks the file as daskbatch's.
+SELECTION_HEADER = "# daskbatch-selection "
+#: What each kind is called in messages.
+_NOUNS = {
+    "summary": "daskbatch summary", "tiled_cov": "daskbatch tiled covariance", "selection": "daskbatch selection",
+    "job_report": "daskbatch job report", "transform": "daskbatch transform output", "drift": "daskbatch drift report",
+}
+#: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
+_UNMARKED = {"figure"}
+#: Written by tiled_covariance before the marker existed; still recognised as ours.
+_LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
+#: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth and ingest's state.
+_DATASET_ATTRS = ("synth", "daskbatch_ingest")
+
+Form = Literal["zarr", "file"]
+
+
+class OutputError(DataError):
+    """An output path is unusable or would destroy something; the message names the path and the way out."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The path holds something that is not a daskbatch output of the kind being written."""
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """A checked output path: its kind (marker), form, name in messages, overwrite and the paths it must avoid."""
+
+    path: str
+    kind: str
+    form: Form
+    what: str
+    overwrite: bool
+    protected: Mapping[str, str]
+
+    @property
+    def is_url(self) -> bool:
+        """Whether the output goes to a URL rather than a local path."""
+        return _is_url(self.path)
+
+
+def is_chained_url(path: str) -> bool:
+    """Whether ``path`` is an fsspec chained URL: no local path of that name, and before ``::`` a protocol or URL."""
+    if "::" not in path or os.path.lexists(path):
+        return False
+    import fsspec  # lazy: fsspec
+
+    first = path.split("::", 1)[0]
+    return "://" in first or first in fsspec.available_protocols()
+
+
+def zarr_target(path: str, *, read_only: bool = False) -> Any:
+    """What to hand zarr for ``path``: a local store for a local path with ``::``, else the path itself."""
+    if "::" not in path or "://" in path or is_chained_url(path):
+        return path
+    import zarr  # lazy: zarr
+
+    return zarr.storage.LocalStore(path, read_only=read_only)
+
+
+def checksummed(compressor: Any | None) -> tuple[Any, ...]:
+    """The ``compressors`` of an array daskbatch writes: ``compressor`` then a CRC-32C that every read checks."""
+    from zarr.codecs import Crc32cCodec  # lazy: zarr
+
+    return (Crc32cCodec(),) if compressor is None else (compressor, Crc32cCodec())
+
+
+def _is_url(path: str) -> bool:
+    """Whether ``path`` is a URL."""
+    return "://" in path
+
+
+def _real(path: str) -> str:
+    """Comparable form of a path: symlinks resolved for local paths, trailing slashes dropped for URLs."""
+    return path.rstrip("/") if _is_url(path) else os.path.realpath(os.path.abspath(path))
+
+
+def _contains(outer: str, inner: str) -> bool:
+    """Whether ``inner`` is ``outer`` or lies below it (both already :func:`_real`)."""
+    if _is_url(outer) != _is_url(inner):
+        return False
+    if _is_url(outer):
+        return inner == outer or inner.startswith(outer + "/")
+    return os.path.commonpath([outer, inner]) == outer
+
+
+def check_separate(path: str, what: str, protected: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse (OutputError) ``path`` when it is, lies inside, or holds any of the ``protected`` paths."""
+    mine = _real(path)
+    for description, other in protected.items():
+        if other is None:
+            continue
+        theirs = _real(os.fspath(other))
+        if mine == theirs:
+            relation = "is"
+        elif _contains(theirs, mine):
+            relation = "is inside"
+        elif _contains(mine, theirs):
+            relation = "holds"
+        else:
+            continue
+        raise OutputError(f"{what} {path} {relation} {description}; choose another path")
+
+
+def output_kind(path: str | os.PathLike[str]) -> str | None:
+    """The kind of daskbatch output at ``path`` (its :data:`MARKER`), or None for anything else."""
+    where = os.fspath(path)
+    if not _is_url(where) and os.path.isfile(where):
+        return _json_kind(where)
+    import zarr  # lazy: zarr
+
+    try:
+        attrs = dict(zarr.open_group(zarr_target(where, read_only=True), mode="r").attrs)
+    except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
+        return None
+    kind = attrs.get(MARKER)
+    if isinstance(kind, str):
+        return kind
+    return next((k for k, attr in _LEGACY_ATTRS.items() if isinstance(attrs.get(attr), dict)), None)
+
+
+def _json_kind(path: str) -> str | None:
+    """The marker of a JSON file written by :func:`write_json` (its first key), from its first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    if head.startswith(SELECTION_HEADER):
+        return "selection"
+    found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head)
+    return found.group(1) if found else None
+
+
+def _exists(path: str) -> bool:
+    """Whether something is at ``path`` (local or URL)."""
+    if not _is_url(path):
+        return os.path.lexists(path)
+    import fsspec  # lazy: fsspec
+
+    fs, where = fsspec.core.url_to_fs(path)
+    return bool(fs.exists(where))
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to delete ``path`` unless daskbatch wrote it (a symlink, an empty directory, or a marked group)."""
+    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    try:
+        with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
+            attrs = json.load(f).get("attributes", {})
+    except (OSError, ValueError, AttributeError):  # no Zarr v3 group: nothing daskbatch wrote
+        attrs = {}
+    if isinstance(attrs, dict) and any(key in attrs for key in (MARKER, *_DATASET_ATTRS)):
+        return
+    raise OutputExistsError(
+        f"{path} already exists and is not a store daskbatch wrote; daskbatch does not replace other data, "
+        "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+    )
+
+
+def check_output(
+    path: str | os.PathLike[str],
+    *,
+    kind: str,
+    form: Form = "zarr",
+    what: str = "path",
+    overwrite: bool = False,
+    protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    make_parents: bool = False,
+) -> OutputTarget:
+    """Check, before any compute, that ``path`` can take a new output of ``kind`` (one-line OutputError if not)."""
+    where = os.fspath(path)
+    if not where:
+        raise OutputError(f"{what} is an empty path; give a path to write to")
+    guarded = {k: os.fspath(v) for k, v in (protected or {}).items() if v is not None}
+    check_separate(where, what, guarded)
+    target = OutputTarget(path=where, kind=kind, form=form, what=what, overwrite=overwrite, protected=guarded)
+    if not target.is_url:
+        recover(where)
+        parent = os.path.dirname(os.path.abspath(where))
+        while make_parents and not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise OutputError(f"{what} {where}: directory {parent} does not exist; create it or choose another path")
+        if not _can_create_in(parent):
+            raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path")
+        if form == "file" and os.path.isdir(where):
+            raise OutputError(f"{what} {where} is a directory; give a file name")
+    if _exists(where) and not overwrite:
+        if kind in _UNMARKED:
+            raise OutputExistsError(
+                f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
+            )
+        if output_kind(where) != kind:
+            noun = _NOUNS.get(kind, f"daskbatch {kind} output")
+            raise OutputExistsError(
+                f"{what} {where} already exists and is not a {noun}; choose another path "
+                f"(or pass --overwrite / overwrite=True to replace it)"
+            )
+    return target
+
+
+def _can_create_in(directory: str) -> bool:
+    """Whether a file can be created in ``directory``, by trying (os.access says yes to root on read-only mounts)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".daskbatch-probe-"):
+            return True
+    except OSError:
+        return False
+
+
+def check_outputs(
+    outputs: Mapping[str, tuple[str | None, str, Form]],
+    *,
+    overwrite: bool | Mapping[str, bool] = False,
+    protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
+    make_parents: bool = False,
+) -> dict[str, OutputTarget]:
+    """Check all the outputs of one run (name -> (path, kind, form)) before any is written, none overlapping."""
+    guarded: dict[str, str | os.PathLike[str] | None] = dict(protected or {})
+    targets: dict[str, OutputTarget] = {}
+    for name, (path, kind, form) in outputs.items():
+        if path is None:
+            continue
+        replace = overwrite.get(name, False) if isinstance(overwrite, Mapping) else overwrite
+        targets[name] = check_output(path, kind=kind, form=form, what=name, overwrite=replace, protected=guarded,
+                                     make_parents=make_parents)
+        guarded[name] = path
+    return targets
+
+
+def recover(path: str | os.PathLike[str]) -> None:
+    """Finish a replacement killed between its two renames: put the old output back, or delete leftovers."""
+    where = os.fspath(path)
+    if _is_url(where):
+        return
+    parent, name = os.path.split(os.path.abspath(where))
+    try:
+        mine = re.compile(re.escape(f".{name}.old-") + r"\d+-[0-9a-f]{8}")  # what staged() names an old output
+        aside = [os.path.join(parent, f) for f in os.listdir(parent) if mine.fullmatch(f)]
+    except OSError:
+        return
+    aside.sort(key=lambda p: os.lstat(p).st_ctime, reverse=True)  # a rename updates ctime: newest first
+    if aside and not os.path.lexists(where):
+        try:
+            os.rename(aside[0], where)
+            log.warning("%s: put back the output that an interrupted replacement had moved aside", where)
+            aside = aside[1:]
+        except OSError:  # another run finished its replacement meanwhile
+            pass
+    if os.path.lexists(where):
+        for old in aside:
+            with contextlib.suppress(OSError):
+                remove_path(old)
+
+
+def remove_path(path: str) -> None:
+    """Delete a file, a symlink (not what it points to) or a directory tree."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
 
 
 def _sibling(path: str, tag: str) -> str:
@@ -71,26 +307,7 @@ def _sibling(path: str, tag: str) -> str:
 
 
 def write_output(target: OutputTarget, write: Callable[[str], Any]) -> str:
-    """Write an output through a temporary sibling and rename it into place.
-
-    Parameters
-    ----------
-    target : OutputTarget
-        From :func:`check_output` (checked again here: the disk may have changed during compute).
-    write : callable
-        Called with the path to write to (a fresh, not yet existing path);
-        must create the complete output there.
-
-    Returns
-    -------
-    str
-        ``target.path``.
-
-    Raises
-    ------
-    daskbatch.errors.DiskFullError
-        The disk or quota filled up (ENOSPC, EDQUOT); nothing was written at the path.
-    """
+    """Check ``target`` again, call ``write(tmp)`` on a fresh sibling and rename it into place; the path."""
     target = check_output(
         target.path, kind=target.kind, form=target.form, what=target.what,
         overwrite=target.overwrite, protected=target.protected,
@@ -114,23 +331,7 @@ def write_output(target: OutputTarget, write: Callable[[str], Any]) -> str:
 
 @contextlib.contextmanager
 def staged(path: str) -> Iterator[str]:
-    """Yield a temporary sibling of ``path`` to fill; on success it replaces ``path``, on failure it is removed.
-
-    An existing ``path`` is moved aside first and deleted only after the new
-    output is in place (put back if the rename fails, and by :func:`recover`
-    if the process dies between the renames). Callers must have checked
-    ``path`` with :func:`check_output`.
-
-    Parameters
-    ----------
-    path : str
-        The output's path.
-
-    Yields
-    ------
-    str
-        The temporary path to fill.
-    """
+    """Yield a temporary sibling of ``path`` to fill; on success it replaces ``path`` (old one removed last)."""
     tmp = _sibling(path, "tmp")
     try:
         yield tmp
@@ -169,20 +370,7 @@ def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
 
 
 def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
-    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically.
-
-    Parameters
-    ----------
-    target : OutputTarget
-        The checked output.
-    payload : mapping
-        JSON-able content.
-
-    Returns
-    -------
-    str
-        The path written.
-    """
+    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically; the path."""
     text = json.dumps({MARKER: target.kind, **payload}, default=str)
 
     def _write(tmp: str) -> None:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.dataset import LAYOUT_ATTR, open_dataset
-from daskbatch.io.ingest.manifest import DoneLog, read_done, read_manifest, write_manifest
-from daskbatch.io.integrity import WRITES_EVERY_CHUNK, max_chunks
+from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK, max_chunks
+from daskbatch.io.dataset import open_dataset
+from daskbatch.io.ingest.store import DoneLog, read_done, read_manifest, write_manifest
+from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:

@@ -56,9 +56,8 @@ import zarr
 
 from daskbatch.errors import DataError
 from daskbatch.io import state_codec
-from daskbatch.io.chunk_grid import chunk_count, storage_chunks
-from daskbatch.io.integrity import checksummed, max_chunks, readable_bytes
-from daskbatch.io.locations import zarr_target
+from daskbatch.io.chunk_grid import chunk_count, max_chunks, readable_bytes, storage_chunks
+from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
 from daskbatch.stats._base import reads_label, state_key
 from daskbatch.stats.registry import (

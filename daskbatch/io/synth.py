@@ -15,10 +15,15 @@ from dask.utils import format_bytes
 from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
-from daskbatch.io.chunk_grid import absent_positions, chunk_grid, stored_keys
-from daskbatch.io.dataset import LAYOUT_ATTR, Dataset, open_dataset
-from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed, max_chunks
-from daskbatch.io.output_paths import check_replaceable, remove_path
+from daskbatch.io.chunk_grid import (
+    WRITES_EVERY_CHUNK,
+    absent_positions,
+    chunk_grid,
+    max_chunks,
+    stored_keys,
+)
+from daskbatch.io.dataset import Dataset, open_dataset
+from daskbatch.io.outputs import check_replaceable, checksummed, remove_path
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -29,6 +34,7 @@ from daskbatch.io.synth_model import (
     numpy_rows,
     truth_attrs,
 )
+from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.progress import Progress, ProgressCallback, compute, progress_options
 
 __all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]

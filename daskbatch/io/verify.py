@@ -16,13 +16,14 @@ import zarr
 from daskbatch.io.chunk_grid import (
     absent_name,
     absent_positions,
+    check_chunk_count,
     chunk_grid,
     chunk_key,
     storage_chunks,
     stored_keys,
+    writes_every_chunk,
 )
-from daskbatch.io.integrity import check_chunk_count, writes_every_chunk
-from daskbatch.io.zarr_nodes import group_arrays, open_node
+from daskbatch.io.zarr_store import ZarrStore, group_arrays
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
@@ -245,8 +246,8 @@ def verify_store(
     cancel: threading.Event | None = None,
 ) -> VerifyReport:
     """Decode every chunk of every array in a Zarr store and report the ones that fail."""
-    root, where = open_node(path_or_url, storage_options)
-    group_attrs = dict(root.attrs) if isinstance(root, zarr.Group) else {}
+    store = ZarrStore(path_or_url, storage_options)
+    root, where, group_attrs = store.root, store.where, store.attrs
     arrays = _arrays(root)
     for arr in arrays:
         check_chunk_count(arr)

@@ -1,12 +1,4 @@
-"""Batch jobs (``daskbatch run``): the job file's schema, the run, and its report.
-
-- :mod:`daskbatch.jobs.spec`: the job file, every key with a default and a doc, read and checked.
-- :mod:`daskbatch.jobs.run`: :func:`run_job` describes, selects, transforms and reports.
-- :mod:`daskbatch.jobs.report`: the report's numbers, its JSON file and its log words.
-
-``from daskbatch.jobs import run_job`` loads the run (dask, zarr) on first use only,
-so the CLI's ``--help`` and the schema stay light.
-"""
+"""Batch jobs (``daskbatch run``): the job file's schema, the run, and its report."""
 
 from __future__ import annotations
 

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from daskbatch.engine.planner import plan_describe
 from daskbatch.jobs.schema import JobSpec
+from daskbatch.runtime.capacity import (
+    parse_memory,
+    resources_from_client,
+    resources_from_machine,
+)
+from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
 from daskbatch.summary import load_summary
 from daskbatch.transforms import steps
 from daskbatch.transforms import steps as st
@@ -19,18 +28,7 @@ log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
 
 
 def needed_stats(job: JobSpec) -> list[str]:
-    """List the statistics of the job: as given, else what its selection and transform need.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    list of str
-        Statistic names.
-    """
+    """List the statistics of the job: as given, else what its selection and transform need."""
     given = job.statistics.stats
     if given is not None:
         return [s.strip() for s in given.split(",") if s.strip()] if isinstance(given, str) else list(given)
@@ -49,34 +47,12 @@ def needed_stats(job: JobSpec) -> list[str]:
 
 
 def transform_needed(job: JobSpec) -> bool:
-    """Tell whether the job writes a transform store (steps given and an output named).
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    bool
-        True when it does.
-    """
+    """Tell whether the job writes a transform store (steps given and an output named)."""
     return bool(job.transform.steps) and job.outputs.transform is not None
 
 
 def selection_needed(job: JobSpec) -> bool:
-    """Tell whether the job selects features: for its own output or for a select step.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    bool
-        True when it does.
-    """
+    """Tell whether the job selects features: for its own output or for a select step."""
     return job.outputs.selection is not None or (transform_needed(job) and "select" in job.transform.steps)
 
 
@@ -92,22 +68,7 @@ class Moments:
 
 
 def pca_input(summary: Any, selection: Any, before: Sequence[str]) -> Any:
-    """Give the summary's moments after the steps ``before`` (select: a subset; standardize: the correlations).
-
-    Parameters
-    ----------
-    summary : Summary
-        The job's summary.
-    selection : Selection
-        The job's selection.
-    before : sequence of str
-        The steps before project.
-
-    Returns
-    -------
-    Summary or Moments
-        What :func:`daskbatch.pca` reads.
-    """
+    """Give the summary's moments after the steps ``before`` (select: a subset; standardize: the correlations)."""
     d = len(summary.feature_names)
     idx = selection.indices if "select" in before else np.arange(d)
     standardized = "standardize" in before
@@ -137,25 +98,7 @@ _SAME_PROVENANCE = ("path", "array", "label", "shape", "dtype", "stats", "bins",
 
 
 def saved_twin(path: str, summary: Any) -> Any:
-    """Give the summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None.
-
-    The steps of a transform record the summary they come from (its creation
-    time included), and a transform store refuses to resume under other steps:
-    reusing the saved twin keeps a re-run of the same job on the same data
-    resumable, while any change in the numbers writes the new summary.
-
-    Parameters
-    ----------
-    path : str
-        Where the job writes its summary.
-    summary : Summary
-        The summary just computed.
-
-    Returns
-    -------
-    Summary or None
-        The saved summary, or None.
-    """
+    """Give the summary saved at ``path`` when its statistics equal ``summary``'s bit for bit, else None."""
     if "://" in path or not os.path.exists(path):
         return None
     try:
@@ -178,22 +121,7 @@ def saved_twin(path: str, summary: Any) -> Any:
 
 
 def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
-    """Build the transform steps of the job from the summary and the selection.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    summary : Summary
-        The job's summary.
-    selection : Selection
-        The job's selection.
-
-    Returns
-    -------
-    list
-        The steps, in order.
-    """
+    """Build the transform steps of the job from the summary and the selection."""
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
         if name == "select":
@@ -210,17 +138,73 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
 
 
 def histogram_range(job: JobSpec) -> Any:
-    """Give the job's histogram range as describe takes it.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-
-    Returns
-    -------
-    tuple of float or str or None
-        (lo, hi), 'minmax' or None.
-    """
+    """Give the job's histogram range as describe takes it."""
     r = job.statistics.range
     return (float(r[0]), float(r[1])) if isinstance(r, list) else r
+
+
+def memory_limit(job: JobSpec, kind: str) -> Any:
+    """Give the host memory limit of each worker the job starts."""
+    if job.cluster.memory is not None:
+        return job.cluster.memory
+    return None if job.memory == "auto" or kind == "cuda" else job.memory
+
+
+@contextlib.contextmanager
+def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
+    """Start or join the job's cluster; its client is closed on exit if the job started it."""
+    import dask  # lazy: dask
+
+    spec = job.cluster
+    if spec.kind == "threads":
+        settings: dict[str, Any] = {"scheduler": "threads"}
+        if spec.threads:
+            settings["num_workers"] = spec.threads
+        with dask.config.set(settings):
+            yield None
+        return
+    kwargs: dict[str, Any] = {}
+    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    limit = memory_limit(job, kind)
+    if spec.kind in ("address", "scheduler_file"):
+        with cluster(address=spec.address if spec.kind == "address" else None,
+                     scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
+                     wait_for_workers=spec.wait_for_workers) as client:
+            yield client
+        return
+    if spec.kind in ("slurm", "pbs"):
+        for key, value in (("jobs", spec.n_workers), ("cores", spec.threads), ("memory", limit)):
+            if value is not None:
+                kwargs[key] = value
+    else:
+        for key, value in (("n_workers", spec.n_workers), ("threads_per_worker", spec.threads),
+                           ("memory_limit", limit)):
+            if value is not None:
+                kwargs[key] = value
+    with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
+        yield client
+
+
+def job_resources(job: JobSpec, client: Any) -> Any:
+    """Give the workers the plan must fit: the cluster's (or this machine's), with the job's memory budget."""
+    if client is None:
+        return resources_from_machine(n_workers=1, threads_per_worker=job.cluster.threads, memory=job.memory)
+    device = None if job.cluster.device == "auto" else job.cluster.device
+    found = resources_from_client(client, device=device)
+    if job.memory == "auto":
+        return found
+    if found.device == "gpu":
+        total = found.device_memory_bytes or 1
+        return dataclasses.replace(found, device_memory_bytes=parse_memory(job.memory, total_bytes=total))
+    return dataclasses.replace(found, memory_bytes=parse_memory(job.memory, total_bytes=found.memory_bytes))
+
+
+def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
+    """Plan for this machine's GPUs before a cuda cluster starts (the plan sizes its RMM pool)."""
+    kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
+    if kind != "cuda":
+        return None
+    gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
+    return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), resources=gpus,
+                         classes=job.statistics.classes, target=job.input.target, groups=job.input.groups,
+                         weights=job.input.weights)

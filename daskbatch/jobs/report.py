@@ -1,9 +1,4 @@
-"""The report of a batch job (:func:`daskbatch.jobs.run_job`): its numbers, JSON file and log words.
-
-Versions, the effective job, the plan, counts, missing or skipped chunks,
-per-phase timings, peak memory and the outputs, written atomically; the same
-numbers give the job's final log line.
-"""
+"""The report of a batch job (:func:`daskbatch.jobs.run_job`): its numbers, JSON file and log words."""
 
 from __future__ import annotations
 
@@ -39,37 +34,7 @@ MISSING_KEYS = ("missing_policy", "complete", "missing_chunks", "missing_chunk_k
 
 @dataclass
 class JobReport:
-    """What a job did: the numbers of its JSON report, and its final log line.
-
-    Attributes
-    ----------
-    job : JobSpec
-        The effective job (defaults, config and file merged).
-    source : str
-        The job file (or "job" for a mapping).
-    status : {"ok", "failed", "plan_error", "interrupted", "bad_input"}
-    error : str or None
-        The one-line error of a job that did not finish.
-    plan : Plan or None
-    rows, features : int
-        Shape of the input (rows in the store, features of ``x``).
-    selected : int or None
-        Features the selection kept (None without a selection).
-    output_features : int or None
-        Columns of the transform store.
-    timings : dict of str to float
-        Seconds per phase (open, cluster, plan, describe, write summary, select,
-        transform, total); ``describe_passes`` lists each pass of describe.
-    peak_memory : dict
-        ``process_bytes`` (this process's ru_maxrss) and, on a cluster,
-        ``workers_bytes`` (each worker's ru_maxrss by address).
-    missing : dict
-        The input's missing or skipped chunks (from the summary's provenance).
-    outputs : dict of str to str
-        Path of every output written (summary, selection, transform, report).
-    started, finished : str
-        ISO times (UTC).
-    """
+    """What a job did: the numbers of its JSON report, and its final log line."""
 
     job: JobSpec
     source: str
@@ -89,23 +54,11 @@ class JobReport:
 
     @property
     def seconds(self) -> float:
-        """Measure the wall time of the whole job.
-
-        Returns
-        -------
-        float
-            Seconds.
-        """
+        """Measure the wall time of the whole job."""
         return float(self.timings.get("total", 0.0))
 
     def summary_line(self) -> str:
-        """Summarise the job in one line.
-
-        Returns
-        -------
-        str
-            Such as ``daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote z.zarr``.
-        """
+        """Summarise the job in one line."""
         parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {self.seconds:.1f} s"]
         if self.rows is not None and self.features is not None:
             parts.append(f"{self.rows:,} rows x {self.features:,} features")
@@ -121,13 +74,7 @@ class JobReport:
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """Give the JSON report's content.
-
-        Returns
-        -------
-        dict
-            JSON-able.
-        """
+        """Give the JSON report's content."""
         return {
             "status": self.status,
             "error": self.error,
@@ -148,13 +95,7 @@ class JobReport:
 
 
 def versions() -> dict[str, str | None]:
-    """List the installed versions of daskbatch and its dependencies.
-
-    Returns
-    -------
-    dict of str to str or None
-        Version by package (None when not installed).
-    """
+    """List the installed versions of daskbatch and its dependencies."""
     out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -169,13 +110,7 @@ def versions() -> dict[str, str | None]:
 
 
 def now() -> str:
-    """Return the time now, UTC, in ISO 8601 to the second.
-
-    Returns
-    -------
-    str
-        E.g. ``"2026-11-26T05:40:52+00:00"``.
-    """
+    """Return the time now, UTC, in ISO 8601 to the second."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
@@ -186,18 +121,7 @@ def _bytes(n: float | None) -> str:
 
 
 def memory_words(peak: Mapping[str, Any]) -> str:
-    """Put :func:`daskbatch.runtime.joblog.peak_memory`'s numbers in words for the log.
-
-    Parameters
-    ----------
-    peak : mapping
-        What :func:`peak_memory` returned.
-
-    Returns
-    -------
-    str
-        E.g. ``"peak memory 412.00 MiB (this process), 1.20 GiB (largest of 4 worker(s))"``.
-    """
+    """Put :func:`daskbatch.runtime.joblog.peak_memory`'s numbers in words for the log."""
     text = f"peak memory {_bytes(peak.get('process_bytes'))} (this process)"
     workers = peak.get("workers_bytes")
     if workers:
@@ -207,43 +131,14 @@ def memory_words(peak: Mapping[str, Any]) -> str:
 
 @contextlib.contextmanager
 def phase(report: JobReport, name: str) -> Iterator[None]:
-    """Time the block inside into ``report.timings[name]`` (seconds).
-
-    Parameters
-    ----------
-    report : JobReport
-        The job's report.
-    name : str
-        The phase's name.
-
-    Yields
-    ------
-    None
-        While the phase runs.
-    """
+    """Time the block inside into ``report.timings[name]`` (seconds)."""
     t0 = time.perf_counter()
     yield
     report.timings[name] = round(time.perf_counter() - t0, 3)
 
 
 def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"daskbatch": {"split-every": 16}}`` -> ``{"daskbatch.split-every": 16}``.
-
-    ``dask.config.set`` replaces the whole value at a key, so a nested mapping
-    would wipe the other settings of its section.
-
-    Parameters
-    ----------
-    settings : mapping
-        Nested settings.
-    prefix : str, default ""
-        Prepended to every key (the path so far).
-
-    Returns
-    -------
-    dict
-        Dotted keys to values.
-    """
+    """``{"daskbatch": {"split-every": 16}}`` -> ``{"daskbatch.split-every": 16}``."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
         path = f"{prefix}{key}"
@@ -255,15 +150,7 @@ def flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path``, then ``os.replace``: readers never see half a report.
-
-    Parameters
-    ----------
-    path : str
-        The report's path.
-    payload : mapping
-        What to write (NumPy values are converted).
-    """
+    """Write JSON to a temporary file beside ``path``, then ``os.replace``: readers never see half a report."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json.tmp", dir=folder)
@@ -291,18 +178,7 @@ def _json_default(value: Any) -> Any:
 
 
 def json_safe(value: Any) -> Any:
-    """Turn NaN and inf into strings, anywhere in ``value`` (strict JSON has neither).
-
-    Parameters
-    ----------
-    value : object
-        A number, or a dict or list of them.
-
-    Returns
-    -------
-    object
-        The same structure, JSON-safe.
-    """
+    """Turn NaN and inf into strings, anywhere in ``value`` (strict JSON has neither)."""
     if isinstance(value, float) and not np.isfinite(value):
         return str(value)
     if isinstance(value, dict):

@@ -1,35 +1,4 @@
-"""``run_job``: a whole batch job from one file: describe, select, transform, and a report.
-
->>> import daskbatch as db
->>> from daskbatch.jobs.run import run_job
->>> report = run_job("job.yaml")                       # doctest: +SKIP
->>> print(report.summary_line())                       # doctest: +SKIP
-daskbatch run: done in 12.3 s; 1,000,000 rows x 64 features; selected 10; wrote results/transformed.zarr
-
-The job file's schema (every key, its default and its meaning) is in
-:mod:`daskbatch.jobs.spec`. The run:
-
-1. opens the store (metadata only) and starts (or joins) the cluster;
-2. plans within the job's memory budget and logs ``plan.explain()``; a plan
-   that cannot fit raises :class:`~daskbatch.PlanError` before any compute;
-3. describes the data (one or two passes, checkpointed when asked), selects
-   features from the summary, and writes the rows through the steps into the
-   transform store (resumable);
-4. writes the JSON report atomically: versions, the job, the plan, counts,
-   missing chunks, per-phase timings, peak memory and the outputs. A job that
-   fails still writes its report, with ``status`` and ``error``.
-
-Before any of that, the job file's ``dask:`` mapping passes the same allowlist
-as ``describe --config`` (:func:`daskbatch.runtime.dask_settings.check_dask_settings`),
-and every output (summary, selection, transform, report, checkpoint) is checked
-together by :func:`daskbatch.io.outputs.check_outputs`: none may be, lie
-inside or hold the input or another output, and none may replace a path that
-is not an earlier daskbatch output of its kind unless ``overwrite``. A job
-refused there writes nothing, not even its report.
-
-Progress goes to the ``daskbatch.jobs`` logger at INFO: the plan, one line per
-phase with its time and the peak memory so far, and one final summary line.
-"""
+"""``run_job``: a whole batch job from one file: describe, select, transform, and a report."""
 
 from __future__ import annotations
 
@@ -40,8 +9,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from daskbatch.describe import describe, new_spelling, plan_describe
+from daskbatch.describing import describe
 from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
+from daskbatch.engine.planner import plan_describe
+from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import Cancelled, Interrupted, PlanError
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
@@ -54,11 +25,13 @@ from daskbatch.io.outputs import (
     output_kind,
     write_output,
 )
-from daskbatch.jobs._cluster import job_client, job_resources, plan_for_cuda
 from daskbatch.jobs._stages import (
     build_steps,
     histogram_range,
+    job_client,
+    job_resources,
     needed_stats,
+    plan_for_cuda,
     saved_twin,
     selection_needed,
     transform_needed,
@@ -79,6 +52,7 @@ from daskbatch.runtime.capacity import resources_from_client
 from daskbatch.runtime.dask_settings import check_dask_settings
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.selection import select
+from daskbatch.stats import Moments
 from daskbatch.transforms import transform
 
 __all__ = ["JobReport", "run_job"]
@@ -92,52 +66,7 @@ def run_job(
     source: str | os.PathLike[str] | Mapping[str, Any], *, allow_dask_config: bool = False, overwrite: bool = False,
     progress: bool | ProgressCallback = False, cancel: threading.Event | None = None,
 ) -> JobReport:
-    """Run the batch job of a YAML file (or mapping): describe, select, transform, report.
-
-    Parameters
-    ----------
-    source : path or mapping
-        The job file (schema: :mod:`daskbatch.jobs.spec`, ``daskbatch run --help``),
-        or its content. Keys it leaves out come from ``daskbatch.job.*`` in
-        dask.config, then from the schema's defaults.
-    allow_dask_config : bool, default False
-        Accept any setting in the job's ``dask:`` mapping; without it only
-        settings that tune sizes, memory thresholds and timeouts are accepted
-        (no preload, plugins or logging), as for ``describe --config``.
-    overwrite : bool, default False
-        Let outputs replace paths that are not earlier daskbatch outputs of
-        their kind (never the input, and never a path that is or holds another output).
-    progress : bool or callable, default False
-        True draws a progress bar for each pass of describe and for the
-        transform; a callable is called as ``progress(done, total, step)``
-        after every block of each (``step`` names the pass or ``"transform"``).
-    cancel : threading.Event, optional
-        Set it (from another thread) to stop at the next block with
-        :class:`~daskbatch.Cancelled`; the checkpoint (``checkpoint:``) and the
-        transform store keep what finished, and running the job again resumes.
-
-    Returns
-    -------
-    JobReport
-        Also written as JSON to ``outputs.report`` (default ``report.json`` in
-        ``outputs.dir``).
-
-    Raises
-    ------
-    JobConfigError
-        The job file names an unknown key or a value of the wrong type.
-    daskbatch.runtime.dask_settings.UnsafeDaskSetting
-        The ``dask:`` mapping sets something that may run code (without ``allow_dask_config``).
-    daskbatch.io.outputs.OutputError
-        An output overlaps the input or another output, or would replace
-        something daskbatch did not write; nothing is written.
-    PlanError
-        The work cannot fit the memory budget (before any compute).
-    Interrupted
-        SIGTERM while describing (when the caller turned it into
-        :class:`~daskbatch.Interrupted`); re-running the job resumes from the
-        checkpoint and the transform store's done-log.
-    """
+    """Run the batch job of a YAML file (or mapping): describe, select, transform, report."""
     t0 = time.perf_counter()
     job, where = load_job(source)
     settings = check_dask_settings(job.dask or {}, where, allow=allow_dask_config)
@@ -165,25 +94,7 @@ def run_job(
 
 
 def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, OutputTarget]:
-    """Check every path the job would write, together, before anything is written.
-
-    Parameters
-    ----------
-    job : JobSpec
-        The job.
-    overwrite : bool, default False
-        Let outputs replace paths that are not earlier daskbatch outputs of their kind.
-
-    Returns
-    -------
-    dict of str to OutputTarget
-        By job key (``"outputs.summary"``, ``"outputs.report"``, ...), the outputs the job writes.
-
-    Raises
-    ------
-    daskbatch.io.outputs.OutputError
-        One line naming the job key and the path.
-    """
+    """Check every path the job would write, together, before anything is written."""
     folder = job.outputs.dir
     named: dict[str, tuple[str | None, str, Form]] = {
         "outputs.summary": (job.output_path("summary"), "summary", "zarr"),
@@ -277,13 +188,13 @@ def _run(
             device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
 
         with phase(report, "describe"):
-            summary = describe(dataset, **new_spelling(dict(
-                stats=stats, bins=job.statistics.bins, range=histogram_range(job), ddof=job.statistics.ddof,
-                nan_policy=job.statistics.nan_policy, plan=plan, checkpoint=job.checkpoint,
-                device=device, classes=job.statistics.classes,
-                weights=job.input.weights, target=job.input.target, groups=job.input.groups,
-                progress=progress, cancel=cancel,
-            )))
+            moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
+            summary = describe(
+                dataset, stats=[*stats, moments], bins=job.statistics.bins,
+                range=histogram_range(job), classes=job.statistics.classes, weights=job.input.weights,
+                target=job.input.target, groups=job.input.groups,
+                run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
+            )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]
         report.timings["describe_passes"] = passes
         prov = summary.provenance

@@ -1,15 +1,4 @@
-"""The schema of a job: a dataclass per section, every key with its type and its documentation.
-
-The defaults are not here: each key's default is ``daskbatch.job.<section>.<key>``
-of dask config, which daskbatch.yaml sets (their only source; a user's dask
-config may change them), read when a spec is made.
-
-The sections are ``input``, ``statistics``, ``selection``, ``transform``,
-``cluster`` and ``outputs``, plus ``memory`` and ``checkpoint``; a job file
-holds them under ``daskbatch: job:`` (:mod:`daskbatch.jobs.spec` reads and
-checks it). :func:`reference` renders the schema as an annotated YAML file:
-it is ``daskbatch run --help``'s epilog and ``docs/jobs.md``.
-"""
+"""The schema of a job: a dataclass per section, every key with its type and its documentation."""
 
 from __future__ import annotations
 
@@ -45,25 +34,7 @@ def _key(doc: str) -> Any:
 
 
 def configured_default(section: str | None, name: str) -> Any:
-    """Read the default of a job key from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml).
-
-    Parameters
-    ----------
-    section : str or None
-        The key's section (``"input"``, ...), None for a key at the top of the job.
-    name : str
-        The key.
-
-    Returns
-    -------
-    object
-        A copy of the value (a list default is never shared).
-
-    Raises
-    ------
-    JobConfigError
-        The key is missing from dask config.
-    """
+    """Read the default of a job key from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml)."""
     from daskbatch import config  # lazy: dask, which `daskbatch --help` does not load
 
     key = f"job.{section}.{name}" if section else f"job.{name}"
@@ -227,28 +198,11 @@ class JobSpec(_FromConfig):
     )
 
     def to_dict(self) -> dict[str, Any]:
-        """Convert the job to a plain nested dict (YAML/JSON-ready).
-
-        Returns
-        -------
-        dict
-            The job.
-        """
+        """Convert the job to a plain nested dict (YAML/JSON-ready)."""
         return dataclasses.asdict(self)
 
     def output_path(self, name: str) -> str | None:
-        """Give the path of output ``name``.
-
-        Parameters
-        ----------
-        name : {"summary", "selection", "transform", "report"}
-            The output.
-
-        Returns
-        -------
-        str or None
-            Its path, or None when skipped.
-        """
+        """Give the path of output ``name``."""
         value = getattr(self.outputs, name)
         if value is None:
             return None
@@ -265,16 +219,7 @@ FILE_ONLY = ("dask",)
 
 
 def defaults() -> dict[str, Any]:
-    """Read the job defaults: ``daskbatch.job`` of dask config, whose defaults are daskbatch.yaml's.
-
-    Every key of the schema is read from there (a key missing from
-    daskbatch.yaml is a KeyError), so the file is their only source.
-
-    Returns
-    -------
-    dict
-        The defaults, nested.
-    """
+    """Read the job defaults: ``daskbatch.job`` of dask config, whose defaults are daskbatch.yaml's."""
     out = JobSpec().to_dict()
     for key in FILE_ONLY:
         out.pop(key)
@@ -291,14 +236,7 @@ def _yaml_value(value: Any) -> str:
 
 
 def reference() -> str:
-    """Render the schema as an annotated configuration file: every key of the job, its default and its documentation.
-
-    Returns
-    -------
-    str
-        ``daskbatch:``, ``  job:``, then lines such as ``      bins: 64  # Histogram bins per feature.``;
-        sections are introduced by a comment with their docstring.
-    """
+    """Render the schema as an annotated configuration file: every key of the job, its default and its documentation."""
     lines = ["daskbatch:", "  job:"]
     job = JobSpec()
     for f in dataclasses.fields(JobSpec):

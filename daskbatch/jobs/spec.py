@@ -1,33 +1,4 @@
-"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read.
-
-A configuration file is a dask config file: its ``daskbatch: job:`` mapping is
-the job (the schema of :mod:`daskbatch.jobs.schema`), and every other key is a
-dask setting applied for the run (``daskbatch: {split-every: 16}``,
-``distributed: ...``)::
-
-    daskbatch:
-      job:
-        input:      {store: data.zarr, x: X, label: y}
-        statistics: {bins: 64, nan_policy: omit, ...}
-        selection:  {score: f, mode: k, param: 10, ...}
-        transform:  {steps: [select, standardize], k: 10, ...}
-        cluster:    {kind: local, n_workers: 2, ...}
-        memory: 4GiB
-        checkpoint: ckpt/
-        outputs:    {dir: results, summary: summary.zarr, ...}
-      split-every: 16
-
-:func:`check_config_file` is the one place a file is validated; ``daskbatch
-run`` (:func:`load_job`) and ``describe --config`` (:mod:`daskbatch.cli._config_file`)
-both call it. :func:`load_job` merges, from lowest to highest precedence:
-``dask.config`` under ``daskbatch.job.*`` (whose defaults, in
-``daskbatch/daskbatch.yaml``, are the schema's only ones; overridden by any dask
-config, ``DASK_DASKBATCH__JOB__CLUSTER__KIND=threads`` ...), and the file. Keys may be spelled with ``_`` or ``-``. An unknown key is
-a one-line :class:`JobConfigError` naming it and the closest valid key; a value
-of the wrong type one naming the key and the type expected. A file of the older
-shape (the job's sections and a ``dask:`` mapping at the top) still works for
-one release, with a DeprecationWarning.
-"""
+"""The configuration file: one dask-config-shaped YAML that ``daskbatch run`` and ``describe --config`` read."""
 
 from __future__ import annotations
 
@@ -35,13 +6,18 @@ import dataclasses
 import difflib
 import os
 import typing
-import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch.jobs._types import describe_value, expected, matches, short_text
-from daskbatch.jobs._yaml import MAX_FILE_BYTES, load_bounded
+from daskbatch.jobs._types import (
+    MAX_FILE_BYTES,
+    describe_value,
+    expected,
+    load_bounded,
+    matches,
+    short_text,
+)
 from daskbatch.jobs.schema import (
     FILE_ONLY,
     SECTIONS,
@@ -147,13 +123,7 @@ def _from_config() -> dict[str, Any]:
 
 
 def effective_config() -> dict[str, Any]:
-    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from).
-
-    Returns
-    -------
-    dict
-        The effective job settings, nested.
-    """
+    """Overlay the job defaults with ``daskbatch.job.*`` from dask.config (what a job file starts from)."""
     return _merge(defaults(), _from_config())
 
 
@@ -165,27 +135,7 @@ def _build(values: Mapping[str, Any]) -> JobSpec:
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (an empty file is an empty mapping).
-
-    Parameters
-    ----------
-    path : str or path
-        The file.
-
-    Returns
-    -------
-    dict
-        Its content.
-
-    Raises
-    ------
-    JobConfigError
-        One line naming the file: not valid YAML (with the line), or not a mapping;
-        too large, too deep, too many values with its aliases expanded, or a key
-        given twice (:mod:`daskbatch.jobs._yaml`).
-    FileNotFoundError
-        The file does not exist.
-    """
+    """Read a YAML file that must hold a mapping (an empty file is an empty mapping)."""
     where = os.fspath(path)
     with open(where, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)  # no more than the bound, whatever the file holds
@@ -199,19 +149,7 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ConfigFile:  # numpydoc ignore=PR02
-    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting.
-
-    Parameters
-    ----------
-    path : str
-        The file.
-    job : dict
-        The keys of ``daskbatch.job`` the file sets, names normalised (``nan_policy``)
-        and values checked against the schema; no defaults filled in.
-    dask : dict
-        Every other setting, nested as ``dask.config.update`` takes it
-        (``daskbatch: {split-every: 16}``, ``distributed: ...``).
-    """
+    """A configuration file as read: its job (``daskbatch.job``) and every other dask setting."""
 
     path: str
     job: dict[str, Any]
@@ -219,22 +157,7 @@ class ConfigFile:  # numpydoc ignore=PR02
 
 
 def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) -> bool:
-    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones.
-
-    Parameters
-    ----------
-    loaded : mapping
-        The file's content.
-    older_keys : collection of str, optional
-        More keys (``_`` spelling) that only an older file holds at its top, such
-        as a command's option names.
-
-    Returns
-    -------
-    bool
-        True for ``daskbatch: {job: ...}`` and for dask settings alone; False when
-        a key at the top is a job's section or key, ``dask``, or one of ``older_keys``.
-    """
+    """Tell whether a YAML mapping is in the configuration file's shape, not one of the older ones."""
     if "daskbatch" in loaded:
         return True
     older = {f.name for f in dataclasses.fields(JobSpec)} | _DESCRIBE_OPTIONS | set(older_keys)
@@ -242,26 +165,7 @@ def is_config_file(loaded: Mapping[str, Any], older_keys: Collection[str] = ()) 
 
 
 def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
-    """Check a configuration file: the one place its shape and its job are validated.
-
-    Parameters
-    ----------
-    where : str
-        The file, for messages.
-    loaded : mapping
-        Its content (:func:`read_yaml`), in the shape :func:`is_config_file` accepts.
-
-    Returns
-    -------
-    ConfigFile
-        The job and the other settings, apart.
-
-    Raises
-    ------
-    JobConfigError
-        One line naming the file and the key: ``daskbatch`` or ``daskbatch.job``
-        not a mapping, an unknown key of the job, a value of the wrong type.
-    """
+    """Check a configuration file: the one place its shape and its job are validated."""
     settings = loaded.get("daskbatch")
     if settings is None:
         settings = {}
@@ -284,43 +188,8 @@ def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
     return ConfigFile(where, checked, dask)
 
 
-def _legacy_job(where: str, loaded: Mapping[str, Any]) -> dict[str, Any]:
-    """A job file of the older shape (sections and ``dask:`` at the top), with a DeprecationWarning."""
-    _refuse_option_file(where, loaded)
-    if loaded:
-        warnings.warn(
-            f"{where}: a job's sections at the top of the file (input:, selection:, ..., dask:) are deprecated "
-            "and stop working in the next release: put them under 'daskbatch: job:', and the 'dask:' "
-            "settings at the top beside 'daskbatch' (docs/jobs.md)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    return _check_section(where, None, JobSpec, loaded)
-
-
 def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpec, str]:
-    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked.
-
-    Parameters
-    ----------
-    source : path or mapping
-        A YAML configuration file (``daskbatch: {job: ...}`` plus any dask
-        settings), or its content as a mapping; a mapping of the job's own
-        sections (``JobSpec.to_dict()``'s shape) is taken as the job.
-
-    Returns
-    -------
-    (JobSpec, str)
-        The job, and the name its errors use (the file's path, or "job").
-
-    Raises
-    ------
-    JobConfigError
-        An unknown key (naming the closest valid one), a value of the wrong
-        type, a missing ``input.store``, or a file that is not a YAML mapping.
-    FileNotFoundError
-        The file does not exist.
-    """
+    """Read the job of a configuration file (or a mapping), over dask config and the defaults, checked."""
     if isinstance(source, Mapping):
         where, loaded = "job", dict(source)
     else:
@@ -332,7 +201,11 @@ def load_job(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[JobSpe
     elif isinstance(source, Mapping):
         given = _check_section(where, None, JobSpec, loaded)
     else:
-        given = _legacy_job(where, loaded)
+        _refuse_option_file(where, loaded)
+        raise JobConfigError(
+            f"{where}: a job's sections go under 'daskbatch: job:', and dask settings at the top of the file "
+            "beside 'daskbatch' (docs/jobs.md)"
+        )
     job = _build(_merge(effective_config(), given))
     _check_consistency(where, job)
     return job, where

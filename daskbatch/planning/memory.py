@@ -19,7 +19,7 @@ Model (in the spirit of cubed's projected memory):
 * on the GPU (path ``"gpu-compiled"``: the numba-cuda kernels of
   :mod:`daskbatch.stats.kernels._gpu`) one chunk task holds, in device memory,
   the block (decoded on the host, so no read buffers), its labels, the buffers
-  of the hungriest kernel (:func:`gpu_kernel_bytes`: the moments' per-group
+  of the hungriest kernel (``Footprint.device_buffers``: the moments' per-group
   partials, the co-moments' partials and float64 centring buffer, which holds
   the whole chunk unless that exceeds a share of the card's memory) and
   the states; the statistics without a GPU kernel (sketch, class moments)
@@ -31,6 +31,7 @@ Model (in the spirit of cubed's projected memory):
 
 from __future__ import annotations
 
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
 from daskbatch.stats.registry import STATISTICS as DECLARED
 
@@ -44,7 +45,6 @@ __all__ = [
     "StatLike",
     "chunk_task_terms",
     "footprint",
-    "gpu_kernel_bytes",
     "merge_task_bytes",
     "projected_task_bytes",
     "stat_name",
@@ -124,7 +124,7 @@ def state_bytes(
     stat: StatLike,
     n_features: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
@@ -152,39 +152,13 @@ def state_bytes(
     return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 
-def gpu_kernel_bytes(stat: StatLike, rows: int, n_features: int, device_bytes: int | None = None) -> int:
-    """Size the device buffers of ``stat``'s GPU kernel on a ``rows x n_features`` chunk (states apart).
-
-    From the statistic's ``Footprint.device_buffers`` (the moments' per-group
-    partials; the co-moments' partials and float64 centring buffer, sized from
-    the card's memory); 0 for statistics whose GPU kernels keep nothing but
-    their state.
-
-    Parameters
-    ----------
-    stat : str or Footprint
-        A statistic name or a footprint.
-    rows, n_features : int
-        Shape of the chunk.
-    device_bytes : int, optional
-        The card's total memory (None: unknown, the largest buffers are counted).
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
-    f = footprint(stat)
-    return 0 if f.device_buffers is None else int(f.device_buffers(rows, n_features, device_bytes))
-
-
 def chunk_task_terms(
     rows: int,
     n_features: int,
     itemsize: int,
     stats: tuple[StatLike, ...],
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
@@ -236,7 +210,7 @@ def projected_task_bytes(
     itemsize: int,
     stats: tuple[StatLike, ...],
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
     path: str = "compiled",
@@ -256,7 +230,7 @@ def merge_terms(
     n_features: int,
     split_every: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> dict[str, int]:
@@ -278,7 +252,7 @@ def merge_task_bytes(
     n_features: int,
     split_every: int,
     *,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskbatch._arguments import strict_int
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
 from daskbatch.planning.memory import (
     DEFAULT_STATISTICS,
@@ -47,7 +48,7 @@ def plan_chunks(
     resources: Resources,
     *,
     stats: tuple[StatLike, ...] | list[StatLike] = DEFAULT_STATISTICS,
-    bins: int = 64,
+    bins: int = STATISTIC_DEFAULTS["bins"],
     n_classes: int | None = None,
     split_every: int | None = None,
     memory_fraction: float | None = None,

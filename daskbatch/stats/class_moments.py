@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import bincount, device, namespace, to_numpy
@@ -149,7 +150,7 @@ class ClassMoments:  # numpydoc ignore=PR02
         is not one of them is an error naming it. Sets K to ``len(classes)``.
     """
 
-    ddof: int = 1
+    ddof: int = STATISTIC_DEFAULTS["ddof"]
     n_classes: int | None = None
     classes: tuple[int, ...] | None = None
     name = "class_moments"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
@@ -200,8 +201,8 @@ class CoMoments:  # numpydoc ignore=PR02
     centring; CuPy blocks the array-API path (cuBLAS), not the CUDA kernels.
     """
 
-    ddof: int = 1
-    rows: str = "complete"
+    ddof: int = STATISTIC_DEFAULTS["ddof"]
+    rows: str = STATISTIC_DEFAULTS["rows"]
     name = "cov"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})

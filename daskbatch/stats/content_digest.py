@@ -1,7 +1,7 @@
 """A hash of the blocks a pass reads, taken as it reads them: the content token of another writer's store.
 
 A store daskbatch wrote is identified by the CRC-32C its chunks end with
-(:func:`daskbatch.io.integrity.chunk_checksums`), before anything is read.
+(:func:`daskbatch.io.chunk_grid.chunk_checksums`), before anything is read.
 Another writer's store carries no such checksums, and hashing its chunks up
 front would read it all once more.  :class:`ContentDigest` rides along in the
 first pass of ``describe`` instead: each block it is handed (already read for

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
@@ -103,7 +104,7 @@ class Histogram:  # numpydoc ignore=PR02
         range raises a :class:`~daskbatch.RangeWarning`.
     """
 
-    bins: int = 64
+    bins: int = STATISTIC_DEFAULTS["bins"]
     lo: tuple[float, ...] = ()
     hi: tuple[float, ...] = ()
     by_label: bool = False

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from daskbatch._typing import Array, Namespace
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
@@ -244,9 +245,9 @@ class Moments:  # numpydoc ignore=PR02
     finite value has NaN moments.
     """
 
-    ddof: int = 1
-    bias: bool = True
-    nan_policy: NanPolicy = "omit"
+    ddof: int = STATISTIC_DEFAULTS["ddof"]
+    bias: bool = STATISTIC_DEFAULTS["bias"]
+    nan_policy: NanPolicy = STATISTIC_DEFAULTS["nan_policy"]
     name = "moments"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})

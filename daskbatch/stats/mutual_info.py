@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._typing import Array
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.declaration import Declaration, Finished, Variable, count
 from daskbatch.stats.histogram import MI_FOOTPRINT, Histogram
@@ -54,12 +55,12 @@ class MutualInformation:  # numpydoc ignore=PR02
         themselves (strictly increasing), the classes of the tables.
     """
 
-    bins: int = 64
+    bins: int = STATISTIC_DEFAULTS["bins"]
     range: Any = field(default=None, compare=False)  # noqa: A003 - numpy.histogram's name
-    base: Literal["e", 2] = "e"
-    miller_madow: bool = False
+    base: Literal["e", 2] = STATISTIC_DEFAULTS["base"]
+    miller_madow: bool = STATISTIC_DEFAULTS["miller_madow"]
     classes: tuple[int, ...] | None = None
-    target_bins: Any = 16
+    target_bins: Any = STATISTIC_DEFAULTS["target_bins"]
     name = "mi"
 
     def __post_init__(self) -> None:
@@ -125,7 +126,7 @@ class MutualInformation:  # numpydoc ignore=PR02
 
 
 def mutual_information(
-    joint: Array, *, base: Literal["e", 2] = "e", miller_madow: bool = False
+    joint: Array, *, base: Literal["e", 2] = STATISTIC_DEFAULTS["base"], miller_madow: bool = STATISTIC_DEFAULTS["miller_madow"]
 ) -> Array:
     """Plug-in mutual information of each feature's (bin × class) contingency table.
 

@@ -2,7 +2,7 @@
 
 Also the merges of moments whose weight sums are so large that their products
 overflow float64: sample weights up to ``2**960`` (the limit
-:mod:`daskbatch.engine.row_inputs` checks) sum to far more than ``2**341``,
+:mod:`daskbatch.engine.inputs` checks) sum to far more than ``2**341``,
 whose cube the merge formulas of :class:`~daskbatch.stats.moments.Moments`
 form; past :data:`RATIO_FORM_FROM` the merges take the same terms with the
 weight sums as shares of their total.

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._arguments import strict_int
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import (
     ClassMoments,
     CoMoments,
@@ -51,18 +52,14 @@ def _built_in() -> dict[str, Declaration]:
     return {n: d for n, d in STATISTICS.items() if d.selectable and d.fused}
 
 
-#: Default of every parameter a keyword shortcut of describe fills, and the statistics that carry it.
+#: Default of every parameter a keyword shortcut fills (from daskbatch.yaml), and the statistics that carry it.
 SHORTCUTS: dict[str, tuple[Any, tuple[type, ...]]] = {
-    "ddof": (1, (Moments, CoMoments, ClassMoments)),
-    "rows": ("complete", (CoMoments,)),
-    "bias": (True, (Moments,)),
-    "nan_policy": ("omit", (Moments,)),
-    "bins": (64, (Histogram, MutualInformation)),
-    "range": (None, (Histogram, MutualInformation)),
-    "classes": (None, (ClassMoments, MutualInformation)),
-    "base": ("e", (MutualInformation,)),
-    "miller_madow": (False, (MutualInformation,)),
-    "target_bins": (16, (MutualInformation,)),
+    key: (STATISTIC_DEFAULTS.get(key), carriers) for key, carriers in {
+        "ddof": (Moments, CoMoments, ClassMoments), "rows": (CoMoments,), "bias": (Moments,),
+        "nan_policy": (Moments,), "bins": (Histogram, MutualInformation), "range": (Histogram, MutualInformation),
+        "classes": (ClassMoments, MutualInformation), "base": (MutualInformation,),
+        "miller_madow": (MutualInformation,), "target_bins": (MutualInformation,),
+    }.items()
 }
 
 

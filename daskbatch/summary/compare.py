@@ -142,7 +142,7 @@ def compare(reference: Summary, new: Summary) -> Drift:
     new : Summary
         The summary of the new data, of the same features (by name, in the
         same order). For the histogram columns it must share the reference's
-        bin edges: ``describe(new_data, like=reference)``.
+        bin edges: ``describe(new_data, run=RunOptions(like=reference))``.
 
     Returns
     -------
@@ -200,7 +200,7 @@ def _histogram_drift(reference: Summary, new: Summary) -> dict[str, np.ndarray]:
         name = reference.feature_names[int(differ[0])]
         raise ValueError(
             f"the summaries' histograms have different bin edges (feature {name!r} first): "
-            "describe the new data with describe(..., like=reference)"
+            "describe the new data with describe(..., run=db.RunOptions(like=reference))"
         )
     p_ref, p_new = _cell_probabilities(reference), _cell_probabilities(new)
     floor_ref, floor_new = np.maximum(p_ref, PSI_FLOOR), np.maximum(p_new, PSI_FLOOR)

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daskbatch.errors import DataError
-from daskbatch.io.locations import zarr_target
-from daskbatch.io.outputs import MARKER, recover
+from daskbatch.io.outputs import MARKER, recover, zarr_target
 from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.record import Summary
 

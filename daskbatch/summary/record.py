@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.declaration import Finished
 from daskbatch.stats.mutual_info import MutualInformation
 from daskbatch.stats.registry import STATISTICS, summary_variables
@@ -349,8 +349,8 @@ class Summary:
         results: dict[str, Any],
         provenance: dict[str, Any],
         *,
-        mi_base: Any = "e",
-        miller_madow: bool = False,
+        mi_base: Any = STATISTIC_DEFAULTS["base"],
+        miller_madow: bool = STATISTIC_DEFAULTS["miller_madow"],
         states: dict[str, Any] | None = None,
     ) -> Summary:
         """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
@@ -424,33 +424,6 @@ class Summary:
             Before anything is written, with a message naming the path.
         """
         return save_summary(self, path, overwrite=overwrite)
-
-    def update(self, new_rows: Any, label: Any = None, **options: Any) -> Summary:
-        """Add ``new_rows`` to this summary (deprecated: use :func:`daskbatch.update`).
-
-        Parameters
-        ----------
-        new_rows : array, Dataset or path
-            The rows to add, anything :func:`daskbatch.describe` takes.
-        label : array or str, optional
-            Their label.
-        **options
-            Passed to :func:`daskbatch.describe`.
-
-        Returns
-        -------
-        Summary
-            ``daskbatch.update(self, new_rows, label, **options)``.
-        """
-        warnings.warn(
-            "Summary.update is deprecated and goes in the next release: use daskbatch.update(summary, new_rows, ...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        # The one upward import left: a deprecated alias (tests/test_layering.py lists it).
-        from daskbatch.incremental import update  # lazy: deprecated alias
-
-        return update(self, new_rows, label, **options)
 
     def to_json(self, *, states: bool = False) -> dict[str, Any]:
         """Convert the results for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``.

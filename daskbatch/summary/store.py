@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from daskbatch.io.locations import zarr_target
-from daskbatch.io.outputs import MARKER, check_output, write_output
+from daskbatch.io.outputs import MARKER, check_output, checksummed, write_output, zarr_target
 from daskbatch.runtime.runlock import summary_lock
 
 if TYPE_CHECKING:
@@ -54,7 +53,5 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
 def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
     """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
     from zarr.codecs import ZstdCodec  # lazy: zarr
-
-    from daskbatch.io.integrity import checksummed  # lazy: dask, zarr
 
     return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}

@@ -20,8 +20,7 @@ from sklearn.datasets import load_wine
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import DataError, MissingChunksWarning
 from tests.foreign.conftest import Foreign
 
 # Stores other tools wrote hold NaN holes and fill values read at the edges: the trust warnings
@@ -69,7 +68,7 @@ def test_wine_with_zarr_defaults_keeps_every_row(tmp_path: pathlib.Path) -> None
     np.testing.assert_allclose(s.std, x.std(axis=0, ddof=1), rtol=1e-10)
     # skip stays available when asked for, and does what it says: the rows of y/c/0 are left out.
     with pytest.warns(MissingChunksWarning, match="left out"):
-        skipped = db.describe(path, label="y", stats=("moments",), run=db.RunOptions(plan=None), missing="skip")
+        skipped = db.describe(path, label="y", stats=("moments",), run=db.RunOptions(plan=None, missing="skip"))
     assert skipped.provenance["rows"] == 128 and skipped.provenance["complete"] is False
 
 
@@ -202,14 +201,14 @@ def test_the_summary_tells_lost_chunks_read_as_fill_values_and_skipped_rows(tmp_
     assert "absent" not in repr(whole) and "absent from the store" not in whole._repr_html_()
     (path / "X" / "c" / "2" / "0").unlink()
     with pytest.warns(MissingChunksWarning):
-        filled = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None), missing="fill")
+        filled = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None, missing="fill"))
     lines = [x for x in repr(filled).splitlines() if "absent" in x]
     assert lines == [
         "1 chunk absent from the store, 1 of them lost (daskbatch wrote every chunk), read as their fill value "
         "(X: 0.0) as zarr reads them; missing='raise' (--missing raise) refuses them"
     ]
     with pytest.warns(MissingChunksWarning):
-        skipped = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None), missing="skip")
+        skipped = db.describe(path, stats=("moments",), run=db.RunOptions(plan=None, missing="skip"))
     assert [x for x in repr(skipped).splitlines() if "absent" in x] == [
         "1 chunk absent from the store, 1 of them lost (daskbatch wrote every chunk): their 100 rows left out "
         "(missing='skip', --missing skip)"

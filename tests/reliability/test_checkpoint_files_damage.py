@@ -142,7 +142,7 @@ def test_damaged_file_is_detected_logged_and_recomputed(
 ) -> None:
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        describe(counted(ds, Counting(fail_at=N_BLOCKS - 1)), checkpoint=tmp_path)
+        describe(counted(ds, Counting(fail_at=N_BLOCKS - 1)), run=dataclasses.replace(RUN, checkpoint=tmp_path))
     folder = tmp_path / "pass-moments"
     victim = sorted(folder.glob("L*.ckpt"))[0]
     done = covered(folder)
@@ -150,7 +150,7 @@ def test_damaged_file_is_detected_logged_and_recomputed(
 
     counter = Counting()
     with caplog.at_level(logging.WARNING, logger="daskbatch.checkpoint"):
-        resumed = describe(counted(ds, counter), checkpoint=tmp_path)
+        resumed = describe(counted(ds, counter), run=dataclasses.replace(RUN, checkpoint=tmp_path))
     assert counter.n == N_BLOCKS - len(done) + len(blocks_of(victim.name))
     assert read_runs(tmp_path, "moments")[-1]["damaged"] == [victim.name]
     assert any(victim.name in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
@@ -161,11 +161,11 @@ def test_damaged_file_is_detected_logged_and_recomputed(
 def test_file_of_another_node_is_not_merged(tmp_path: Path, store: Path, plain: db.Summary) -> None:
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        describe(counted(ds, Counting(fail_at=N_BLOCKS - 1)), checkpoint=tmp_path)
+        describe(counted(ds, Counting(fail_at=N_BLOCKS - 1)), run=dataclasses.replace(RUN, checkpoint=tmp_path))
     folder = tmp_path / "pass-moments"
     a, b = sorted(folder.glob("L*.ckpt"))[:2]
     shutil.copyfile(a, b)  # b now holds a's blocks under b's name
-    resumed = describe(ds, checkpoint=tmp_path)
+    resumed = describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path))
     assert read_runs(tmp_path, "moments")[-1]["damaged"] == [b.name]
     assert np.asarray(resumed.mean).tobytes() == np.asarray(plain.mean).tobytes()
 
@@ -183,7 +183,7 @@ def _victim(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def _first_run(tmp_path: Path, store: Path) -> Path:
     ck = tmp_path / "ck"
-    describe(open_dataset(store, chunks=ROWS_PER_BLOCK), checkpoint=ck)
+    describe(open_dataset(store, chunks=ROWS_PER_BLOCK), run=dataclasses.replace(RUN, checkpoint=ck))
     return ck
 
 
@@ -196,7 +196,7 @@ def test_force_never_deletes_outside_the_checkpoint_via_a_pass_name(tmp_path: Pa
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)  # other input: force discards the old passes
     with pytest.raises(CheckpointMismatchError, match=r"pass name '\.\./\.\./\.\./victim' is not a plain name"):
-        describe(other, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
+        describe(other, run=dataclasses.replace(RUN, checkpoint=ck, force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
 
 
@@ -208,7 +208,7 @@ def test_force_does_not_follow_a_symlinked_pass_folder(tmp_path: Path, store: Pa
     manifest["passes"]["hist"] = {}
     (ck / MANIFEST).write_text(json.dumps(manifest))
     other = open_dataset(store, chunks=2 * ROWS_PER_BLOCK)
-    forced = describe(other, checkpoint=ck, run=dataclasses.replace(RUN, force=True))
+    forced = describe(other, run=dataclasses.replace(RUN, checkpoint=ck, force=True))
     assert sorted(p.name for p in victim.iterdir()) == sorted(names)
     assert np.asarray(forced.mean).tobytes() == np.asarray(describe(other).mean).tobytes()
 
@@ -218,7 +218,7 @@ def test_malformed_manifest_is_one_clear_error(tmp_path: Path, store: Path, bad:
     ck = _first_run(tmp_path, store)
     (ck / MANIFEST).write_text(bad)
     with pytest.raises(CheckpointMismatchError, match="is not a daskbatch checkpoint manifest"):
-        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), checkpoint=ck)
+        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), run=dataclasses.replace(RUN, checkpoint=ck))
 
 
 # --------------------------------------------------------------------------- the run log
@@ -230,7 +230,7 @@ def test_read_runs_skips_garbage_and_says_how_many(
     log = ck / "pass-moments" / "runs.jsonl"
     with open(log, "ab") as f:
         f.write(b"\x00\xffgarbage\n[1, 2]\n{\"pid\": 1, \"bl")  # two bad lines and a torn last one
-    describe(open_dataset(store, chunks=ROWS_PER_BLOCK), checkpoint=ck)  # appends after the torn line
+    describe(open_dataset(store, chunks=ROWS_PER_BLOCK), run=dataclasses.replace(RUN, checkpoint=ck))  # appends after the torn line
     with caplog.at_level(logging.WARNING, logger="daskbatch.checkpoint"):
         runs = read_runs(ck, "moments")
     assert [r["computed_blocks"] for r in runs] == [N_BLOCKS, 0]

@@ -8,6 +8,7 @@ exited with a misleading "cannot create" error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -27,12 +28,13 @@ import pytest
 import daskbatch as db
 from daskbatch.engine.checkpoint.run import read_runs
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.manifest import DONE_FILE
+from daskbatch.io.ingest.store import DONE_FILE
 from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS_PER_BLOCK, N_BLOCKS = 200, 16
-describe = functools.partial(db.describe, stats="moments", run=db.RunOptions(split_every=2, plan=None))
+RUN = db.RunOptions(split_every=2, plan=None)
+describe = functools.partial(db.describe, stats="moments", run=RUN)
 # This source tree first; the rest of the caller's path is kept.
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 LOCK_ERROR = re.compile(r"^error: .* is in use by another run: lock file (\S+) is held by pid (\d+) on host (\S+) since ")
@@ -56,7 +58,7 @@ DESCRIBE_SCRIPT = textwrap.dedent(
     ds = open_dataset(store, chunks=int(sys.argv[5]))
     ds = dataclasses.replace(ds, x=ds.x.map_blocks(wait_at_gate, dtype=ds.x.dtype))
     with dask.config.set(num_workers=2):
-        s = db.describe(ds, stats="moments", run=db.RunOptions(split_every=2, plan=None), checkpoint=ckpt)
+        s = db.describe(ds, stats="moments", run=db.RunOptions(split_every=2, plan=None, checkpoint=ckpt))
     print("finished", repr(float(s.mean[0])))
     """
 )
@@ -143,7 +145,7 @@ def test_lock_of_a_killed_run_is_taken_over_and_its_blocks_reused(
     assert (ck / "daskbatch.lock").exists()  # left behind by the kill
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with caplog.at_level(logging.WARNING, logger="daskbatch.runtime.runlock"):
-        resumed = describe(ds, checkpoint=ck)
+        resumed = describe(ds, run=dataclasses.replace(RUN, checkpoint=ck))
     assert any(f"pid {first.pid} on {socket.gethostname()} is not running" in r.getMessage() for r in caplog.records)
     run = read_runs(ck, "moments")[-1]
     assert run["reused_blocks"] == N_BLOCKS // 2 and run["computed_blocks"] == N_BLOCKS // 2
@@ -166,14 +168,14 @@ def test_live_holder_on_this_host_is_refused(tmp_path: Path, store: Path) -> Non
     write_lock(tmp_path, pid=os.getppid(), host=socket.gethostname(), since=time.time())
     with pytest.raises(OSError, match=rf"lock file {re.escape(str(tmp_path))}/daskbatch\.lock is held by "
                        rf"pid {os.getppid()} on host {re.escape(socket.gethostname())} since"):
-        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), checkpoint=tmp_path)
+        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), run=dataclasses.replace(RUN, checkpoint=tmp_path))
 
 
 def test_reused_pid_on_this_host_is_stale(tmp_path: Path, store: Path, caplog: pytest.LogCaptureFixture) -> None:
     # Our own pid, but the lock predates this process: the pid was reused since.
     write_lock(tmp_path, pid=os.getpid(), host=socket.gethostname(), since=time.time() - 10 * 86400)
     with caplog.at_level(logging.WARNING, logger="daskbatch.runtime.runlock"):
-        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), checkpoint=tmp_path)
+        describe(open_dataset(store, chunks=ROWS_PER_BLOCK), run=dataclasses.replace(RUN, checkpoint=tmp_path))
     assert any("was reused" in r.getMessage() for r in caplog.records)
 
 
@@ -183,10 +185,10 @@ def test_other_host_fresh_heartbeat_is_refused_old_one_is_stale(
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     write_lock(tmp_path, pid=1, host="elsewhere.invalid", since=time.time() - 3600, age=5)
     with pytest.raises(OSError, match="held by pid 1 on host elsewhere.invalid"):
-        describe(ds, checkpoint=tmp_path)
+        describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path))
     write_lock(tmp_path, pid=1, host="elsewhere.invalid", since=time.time() - 3600, age=3600)
     with caplog.at_level(logging.WARNING, logger="daskbatch.runtime.runlock"):
-        describe(ds, checkpoint=tmp_path)
+        describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path))
     assert any("no heartbeat for 3600 s" in r.getMessage() for r in caplog.records)
 
 
@@ -207,17 +209,17 @@ INGEST_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from daskbatch.io.ingest import ingest
-    from daskbatch.io.ingest import write
+    from daskbatch.io.ingest import store
 
     src, out, gate = sys.argv[1], sys.argv[2], sys.argv[3]
-    original = write.ChunkWriter.write
+    original = store.ChunkWriter.write
 
     def gated(self, c):
         while not os.path.exists(gate):
             time.sleep(0.02)
         return original(self, c)
 
-    write.ChunkWriter.write = gated
+    store.ChunkWriter.write = gated
     report = ingest(src, out, label_key="y", chunk_rows=64, workers=2)
     print("done", report.chunks_written)
     """
@@ -273,8 +275,7 @@ def test_describe_holds_the_lock_between_its_passes(
         return result
 
     monkeypatch.setattr(checkpoint, "run_checkpointed", spy)
-    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), run=db.RunOptions(split_every=2, plan=None),
-                checkpoint=tmp_path)
+    db.describe(open_dataset(store, chunks=ROWS_PER_BLOCK), stats=("moments", "hist"), run=db.RunOptions(split_every=2, plan=None, checkpoint=tmp_path))
     assert holders == [os.getpid(), os.getpid()]  # still held after each pass returned
     assert not (tmp_path / "daskbatch.lock").exists()
 
@@ -286,7 +287,7 @@ def test_another_thread_of_this_process_is_refused(tmp_path: Path, store: Path) 
 
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with checkpoint_lock(tmp_path):
-        describe(ds, checkpoint=tmp_path)  # the holding thread may run
+        describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path))  # the holding thread may run
         with ThreadPoolExecutor(1) as pool, pytest.raises(OSError, match=f"held by pid {os.getpid()}"):
-            pool.submit(describe, ds, checkpoint=tmp_path).result()
+            pool.submit(describe, ds, run=dataclasses.replace(RUN, checkpoint=tmp_path)).result()
     assert not (tmp_path / "daskbatch.lock").exists()

@@ -48,7 +48,7 @@ def fail_last_block(block: np.ndarray, block_info: dict | None = None) -> np.nda
 def interrupted(ds: db.Dataset, checkpoint: Path) -> None:
     x = ds.x.map_blocks(fail_last_block, dtype=ds.x.dtype, meta=np.empty((0, 0), ds.x.dtype))
     with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="injected"):
-        describe(dataclasses.replace(ds, x=x), checkpoint=checkpoint)
+        describe(dataclasses.replace(ds, x=x), run=dataclasses.replace(RUN, checkpoint=checkpoint))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_a_forged_node_is_recomputed_as_damaged(tmp_path: Path, store: Path, for
     read_header(victim)  # its checksum holds: only its content gives it away
 
     with caplog.at_level(logging.WARNING, logger="daskbatch.checkpoint"):
-        resumed = describe(ds, checkpoint=tmp_path)
+        resumed = describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path))
     assert read_runs(tmp_path, "moments")[-1]["damaged"] == [victim.name]
     assert any(victim.name in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
     for name in ("mean", "std", "count", "skew", "kurtosis"):
@@ -143,7 +143,7 @@ def test_sound_nodes_of_a_growing_state_are_kept(tmp_path: Path) -> None:
     ds = open_dataset(path, chunks=ROWS_PER_BLOCK)
     plain = describe(ds)
     interrupted(ds, tmp_path / "ck")
-    resumed = describe(ds, checkpoint=tmp_path / "ck")
+    resumed = describe(ds, run=dataclasses.replace(RUN, checkpoint=tmp_path / "ck"))
     (runs,) = [r for r in (tmp_path / "ck").iterdir() if r.name.startswith("pass-")]
     last = read_runs(tmp_path / "ck", runs.name.removeprefix("pass-"))[-1]
     assert last["damaged"] == [] and last["reused_blocks"] > 0, last

@@ -29,7 +29,7 @@ def _run(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
 def summaries(tmp_path: pathlib.Path, data: np.ndarray) -> pathlib.Path:
     """``ref.zarr`` and ``new.zarr``: saved summaries of two halves of ``data``, on the same bins."""
     ref = db.describe(data[:300], stats=["moments", "hist"], range=(-5.0, 5.0))
-    new = db.describe(data[300:], like=ref)
+    new = db.describe(data[300:], run=db.RunOptions(like=ref))
     ref.save(tmp_path / "ref.zarr")
     new.save(tmp_path / "new.zarr")
     return tmp_path

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import pathlib
-import warnings
 from collections.abc import Iterator
 
 import dask.config
@@ -33,14 +32,11 @@ def restore_dask_config() -> Iterator[None]:
 
 
 def run(store: pathlib.Path, job: pathlib.Path, *args: str) -> object:
-    with warnings.catch_warnings():
-        # Files of the older shape (option names and `dask:` at the top) are deprecated, and as safe.
-        warnings.filterwarnings("ignore", ".*option values at the top of a --config file", DeprecationWarning)
-        return CliRunner().invoke(main, ["describe", str(store), *FAST, "--config", str(job), *args])
+    return CliRunner().invoke(main, ["describe", str(store), *FAST, "--config", str(job), *args])
 
 
 def as_config_file(dask_mapping: str) -> str:
-    """The settings under an older file's ``dask:`` (indented by two) at the top of a configuration file."""
+    """Settings indented by two, at the top of a configuration file."""
     return "".join(line.removeprefix("  ") + "\n" for line in dask_mapping.splitlines())
 
 
@@ -68,18 +64,16 @@ UNSAFE = [
 ]
 
 
-@pytest.mark.parametrize("shape", ["config", "older"])
 @pytest.mark.parametrize(("mapping", "key"), UNSAFE, ids=[k for _, k in UNSAFE])
 def test_unsafe_dask_settings_are_refused_by_name(
-    tmp_path: pathlib.Path, store: pathlib.Path, mapping: str, key: str, shape: str
+    tmp_path: pathlib.Path, store: pathlib.Path, mapping: str, key: str
 ) -> None:
     flag = tmp_path / "ran"
     job = tmp_path / "job.yaml"
     # A safe setting beside the unsafe one: nothing of a refused file is applied.
     # (under a key of its own: a key given twice is refused before anything else)
     settings = "dask:\n  array:\n    chunk-size: 31MiB\n  " + mapping.format(flag=flag) + "\n"
-    job.write_text(settings if shape == "older" else "daskbatch: {job: {statistics: {bins: 8}}}\n"
-                   + as_config_file(settings.removeprefix("dask:\n")))
+    job.write_text("daskbatch: {job: {statistics: {bins: 8}}}\n" + as_config_file(settings.removeprefix("dask:\n")))
     result = run(store, job)
     # a value that is not of its kind (a queue with a line break) is no matter of trust: no flag is advised
     trust = () if key == "jobqueue.slurm.queue" else ("--allow-dask-config",)
@@ -88,22 +82,19 @@ def test_unsafe_dask_settings_are_refused_by_name(
     assert not flag.exists()
 
 
-@pytest.mark.parametrize("shape", ["config", "older"])
-def test_safe_settings_apply_and_the_flag_accepts_the_rest(
-    tmp_path: pathlib.Path, store: pathlib.Path, shape: str
-) -> None:
+def test_safe_settings_apply_and_the_flag_accepts_the_rest(tmp_path: pathlib.Path, store: pathlib.Path) -> None:
     job = tmp_path / "job.yaml"
     settings = ("  daskbatch:\n    split-every: 3\n  array:\n    chunk-size: 32MiB\n"
                 "  distributed:\n    worker:\n      memory:\n        target: 0.31\n    comm:\n      timeouts:\n"
                 "        connect: 45s\n")
-    job.write_text("dask:\n" + settings if shape == "older" else as_config_file(settings))
+    job.write_text(as_config_file(settings))
     assert run(store, job).exit_code == 0
     assert dask.config.get("distributed.worker.memory.target") == 0.31
     assert dask.config.get("distributed.comm.timeouts.connect") == "45s"
     assert dask.config.get("daskbatch.split-every") == 3
 
     admin = "  distributed:\n    admin:\n      tick:\n        limit: 7s\n"
-    job.write_text("dask:\n" + admin if shape == "older" else as_config_file(admin))
+    job.write_text(as_config_file(admin))
     assert_one_line(run(store, job), "distributed.admin.tick.limit")
     trusted = run(store, job, "--allow-dask-config")
     assert trusted.exit_code == 0, trusted.output
@@ -119,17 +110,14 @@ def test_the_job_file_cannot_allow_itself(tmp_path: pathlib.Path, store: pathlib
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("bins: [1, 2]", ["bins must be an integer", "[1, 2]"]),
-        ("bins: true", ["bins must be an integer", "True"]),
-        ("bins: 2.5", ["bins must be an integer"]),
-        ("bins: 0", ["bins", "x>=1"]),
-        ("out: 7", ["out must be a path"]),
-        ("json: [a]", ["json must be a path"]),
-        ("strict: 1", ["strict must be true or false"]),
-        ("nan-policy: never", ["nan-policy", "omit"]),
-        ("nan-policy: 3", ["nan-policy must be one of"]),
-        ("stats: {a: 1}", ["stats must be a string"]),
-        ("dask: [1]", ["dask must be a mapping"]),
+        ("statistics: {bins: [1, 2]}", ["'statistics.bins' expects an integer", "[1, 2]"]),
+        ("statistics: {bins: true}", ["'statistics.bins' expects an integer", "True"]),
+        ("statistics: {bins: 2.5}", ["'statistics.bins' expects an integer"]),
+        ("statistics: {bins: 0}", ["bins", "x>=1"]),
+        ("statistics: {nan_policy: never}", ["nan_policy", "omit"]),
+        ("statistics: {nan_policy: 3}", ["'statistics.nan_policy' expects one of"]),
+        ("statistics: {stats: {a: 1}}", ["'statistics.stats' expects a string"]),
+        ("outputs: {summary: [a]}", ["'outputs.summary' expects"]),
         ("- bins", ["must hold a mapping"]),
         ("bins: [", ["not valid YAML"]),
     ],
@@ -138,5 +126,12 @@ def test_option_values_are_type_checked_in_one_line(
     tmp_path: pathlib.Path, store: pathlib.Path, text: str, words: list[str]
 ) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text(text + "\n")
+    job.write_text(("daskbatch:\n  job: {" + text + "}\n") if text.endswith("}") else text + "\n")
     assert_one_line(run(store, job), *words)
+
+
+@pytest.mark.parametrize("text", ["bins: 16", "dask: {array: {chunk-size: 31MiB}}", "input: {label: y}"])
+def test_other_shapes_are_refused_in_one_line(tmp_path: pathlib.Path, store: pathlib.Path, text: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(text + "\n")
+    assert_one_line(run(store, job), "under 'daskbatch: job:'", str(job))

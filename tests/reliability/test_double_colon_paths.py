@@ -16,7 +16,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.io.locations import is_chained_url
+from daskbatch.io.outputs import is_chained_url
 
 
 def _describe(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -98,12 +98,3 @@ def test_verify_cli_exit_codes(tmp_path: pathlib.Path, pristine: tuple[pathlib.P
     assert result.exit_code == 1, result.output
     assert "corrupt" in result.output and "X/c/1/0 (grid position (1, 0))" in result.output
     assert "FAILED: 1 corrupt of 8 chunks" in result.output
-
-
-def test_verify_store_at_its_old_path_warns_and_is_the_same_function() -> None:
-    import daskbatch.io.integrity as integrity
-
-    with pytest.warns(DeprecationWarning, match="moved to daskbatch.io.verify.verify_store"):
-        assert integrity.verify_store is verify_store
-    with pytest.raises(AttributeError):
-        integrity.no_such_name  # noqa: B018 - the attribute access is the test

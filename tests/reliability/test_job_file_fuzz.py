@@ -13,7 +13,6 @@ import copy
 import os
 import pathlib
 import sys
-import warnings
 from collections.abc import Iterator
 
 import dask.config
@@ -133,11 +132,7 @@ def check(folder: pathlib.Path, data: bytes) -> None:
     path = folder / "job.yaml"
     path.write_bytes(data)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", DeprecationWarning
-            )  # a file of the older shape: read as before
-            load_job(path)
+        load_job(path)
         loaded = read_yaml(path)
         if is_config_file(loaded):
             check_dask_settings(check_config_file(str(path), loaded).dask, str(path))

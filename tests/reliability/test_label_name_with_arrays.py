@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.describe import plan_describe
+from daskbatch.engine.planner import plan_describe
 
 
 @pytest.mark.parametrize("wrap", [np.asarray, lambda a: da.from_array(a, chunks=(100, 3))], ids=["numpy", "dask"])

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.map_batches import BatchError
+from daskbatch.batches import BatchError
 
 
 def later_fractions(b: np.ndarray) -> np.ndarray:

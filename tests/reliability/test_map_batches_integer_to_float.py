@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.map_batches import BatchError
+from daskbatch.batches import BatchError
 
 
 def rows(n: int = 400) -> np.ndarray:

@@ -23,7 +23,7 @@ def claims_1e8_features(tmp_path) -> str:
 
 def test_describe_and_open_refuse_in_bounded_memory(claims_1e8_features: str) -> None:
     tracemalloc.start()
-    for call in (lambda: db.open_dataset(claims_1e8_features), lambda: db.describe(claims_1e8_features, missing="fill")):
+    for call in (lambda: db.open_dataset(claims_1e8_features), lambda: db.describe(claims_1e8_features, run=db.RunOptions(missing="fill"))):
         with pytest.raises(db.DataError, match=r"claims 100,000,000 features > daskbatch.max-features 2,000,000"):
             call()
     peak = tracemalloc.get_traced_memory()[1]

@@ -23,8 +23,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.errors import DataError
-from daskbatch.io.dataset import MissingChunksWarning
+from daskbatch.errors import DataError, MissingChunksWarning
 
 ROWS, FEATURES, CHUNK = 1200, 3, 200
 
@@ -47,7 +46,7 @@ def _copy(tmp_path: pathlib.Path, source: tuple[pathlib.Path, np.ndarray, np.nda
 
 def _describe(path: pathlib.Path, missing: str) -> db.Summary:
     with pytest.warns(MissingChunksWarning):
-        return db.describe(path, stats=("moments", "cov", "mi"), range=(-60, 60), bins=16, run=db.RunOptions(plan=None), missing=missing)
+        return db.describe(path, stats=("moments", "cov", "mi"), range=(-60, 60), bins=16, run=db.RunOptions(plan=None, missing=missing))
 
 
 def test_deleted_label_chunk_refuses_and_inspect_lists_it(tmp_path, source) -> None:

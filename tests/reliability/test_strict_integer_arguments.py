@@ -27,13 +27,13 @@ def x() -> np.ndarray:
         ({"bins": 2.5}, ValueError, "bins must be an integer, got 2.5"),
         ({"bins": np.float64(7.5)}, ValueError, "bins must be an integer"),
         ({"bins": 0}, ValueError, "bins must be at least 1"),
-        ({"ddof": True}, TypeError, "ddof must be an integer, got True"),
-        ({"ddof": 0.5}, ValueError, "ddof must be an integer"),
+        ({"stats": ("moments", "hist", db.Moments(ddof="1"))}, TypeError, "ddof must be an integer, got '1'"),
+        ({"stats": ("moments", "hist", db.Moments(ddof=0.5))}, ValueError, "ddof must be an integer"),
     ],
 )
 def test_non_integers_are_named(x: np.ndarray, kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message) as err:
-        db.describe(x, stats=("moments", "hist"), **{"run": db.RunOptions(plan=None), **kwargs})
+        db.describe(x, **{"stats": ("moments", "hist"), "run": db.RunOptions(plan=None), **kwargs})
     assert "\n" not in str(err.value)
 
 
@@ -43,7 +43,7 @@ def test_configured_split_every_is_checked_too(x: np.ndarray) -> None:
 
 
 def test_integral_values_of_any_type_are_accepted(x: np.ndarray) -> None:
-    s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=None, split_every=4.0), bins=np.int64(8), ddof=np.int32(0))
+    s = db.describe(x, stats=["moments", "hist", db.Moments(ddof=np.int32(0))], run=db.RunOptions(plan=None, split_every=4.0), bins=np.int64(8))
     assert s.hist_counts.shape == (2, 8) and s.provenance["split_every"] == 4
     np.testing.assert_allclose(s.var, x.var(axis=0), rtol=1e-12)
     with pytest.raises(TypeError, match="bins must be an integer"):

@@ -77,9 +77,9 @@ def test_the_suggested_power_of_two_changes_no_statistic(x: np.ndarray, ddof: in
     # sum when W stays far from 1 (here W is 2**600 * 1000 and 2**96 * 1000, or 2**-700 * 1000 and
     # 2**-188 * 1000: ddof=1 gives NaN variances in both, as frequency weights summing below 1 must).
     for exponent, shift in ((600, -504), (-700, 512)):
-        got = db.describe(x, weights=np.full(ROWS, 2.0**exponent), stats=STATS, ddof=ddof)
+        got = db.describe(x, weights=np.full(ROWS, 2.0**exponent), stats=[*STATS, db.Moments(ddof=ddof)])
         scaled = db.describe(
-            x, weights=np.full(ROWS, 2.0 ** (exponent + shift)), stats=STATS, ddof=ddof
+            x, weights=np.full(ROWS, 2.0 ** (exponent + shift)), stats=[*STATS, db.Moments(ddof=ddof)]
         )
         same(got, scaled)
         np.testing.assert_array_equal(got.weight_sum, scaled.weight_sum * 2.0**-shift)
@@ -88,8 +88,8 @@ def test_the_suggested_power_of_two_changes_no_statistic(x: np.ndarray, ddof: in
 
 @pytest.mark.parametrize("exponent", [-959, -600, 512, 959])
 def test_weights_within_range_give_what_unit_weights_give(x: np.ndarray, exponent: int) -> None:
-    reference = db.describe(x, weights=np.ones(ROWS), stats=STATS, ddof=0)
-    got = db.describe(x, weights=np.full(ROWS, 2.0**exponent), stats=STATS, ddof=0)
+    reference = db.describe(x, weights=np.ones(ROWS), stats=[*STATS, db.Moments(ddof=0)])
+    got = db.describe(x, weights=np.full(ROWS, 2.0**exponent), stats=[*STATS, db.Moments(ddof=0)])
     same(got, reference)
     np.testing.assert_array_equal(got.weight_sum, np.full(3, ROWS * 2.0**exponent))
 
@@ -100,8 +100,8 @@ def test_merging_states_of_far_apart_weight_scales(x: np.ndarray) -> None:
 
     chunked = da.from_array(x, chunks=(100, 3))
     weights = np.where(np.arange(ROWS) < ROWS // 2, 2.0**900, 2.0**-900)
-    got = db.describe(chunked, weights=weights, stats=STATS, ddof=0)
-    heavy = db.describe(x[: ROWS // 2], stats=STATS, ddof=0)
+    got = db.describe(chunked, weights=weights, stats=[*STATS, db.Moments(ddof=0)])
+    heavy = db.describe(x[: ROWS // 2], stats=[*STATS, db.Moments(ddof=0)])
     np.testing.assert_allclose(got.mean, heavy.mean, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(got.std, heavy.std, rtol=1e-13)
     # The heavy half alone has few enough distinct values to answer exactly; with the light half the
@@ -109,8 +109,8 @@ def test_merging_states_of_far_apart_weight_scales(x: np.ndarray) -> None:
     np.testing.assert_allclose(got.quantile(0.5), heavy.quantile(0.5), rtol=0.006)  # 0.5 %, one value of rank off
     np.testing.assert_allclose(np.asarray(got.cov), np.asarray(heavy.cov), rtol=1e-13, atol=1e-15)
     groups = np.arange(ROWS) % 2
-    by_group = db.describe(chunked, groups=groups, weights=weights, stats=("moments",), ddof=0)
-    heavy = db.describe(x[: ROWS // 2], groups=groups[: ROWS // 2], stats=("moments",), ddof=0)
+    by_group = db.describe(chunked, groups=groups, weights=weights, stats=["moments", db.Moments(ddof=0)])
+    heavy = db.describe(x[: ROWS // 2], groups=groups[: ROWS // 2], stats=["moments", db.Moments(ddof=0)])
     np.testing.assert_allclose(by_group.group_mean, heavy.group_mean, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(by_group.group_var, heavy.group_var, rtol=1e-13)
     # One heavy row among light ones in the same chunk is (all but) everything.

@@ -175,7 +175,7 @@ def store_location(arr: Any) -> str:
 
 def content_token(arr: Any) -> str:
     """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files."""
-    from daskbatch.io.integrity import chunk_checksums  # lazy: zarr
+    from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
     if checksums is not None:

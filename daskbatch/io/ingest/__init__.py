@@ -6,14 +6,11 @@
 >>> print(report.summary())  # doctest: +SKIP
 
 Pass 1 (:mod:`~daskbatch.io.ingest.scan`) reads headers only and reports every bad
-file before anything is written.  Pass 2 (:mod:`~daskbatch.io.ingest.write`) runs
-one task per output chunk on a small thread pool, with at most ``workers``
-chunks in flight, so memory does not grow with the number of files.  Progress
-is recorded in a manifest (:mod:`~daskbatch.io.ingest.manifest`): re-running the
-same call after an interruption writes only the missing chunks; a run with
-different inputs is refused with the difference named.  One run at a time
-writes an output: a second fails at once naming the first
-(:mod:`daskbatch.runtime.runlock`, lock file ``.<name>.daskbatch-lock`` beside the output).
+file before anything is written. Pass 2 (:mod:`~daskbatch.io.ingest.store`) writes
+one output chunk per task, at most ``workers`` in flight, so memory does not grow
+with the number of files, and logs each: the same call resumes an interrupted run,
+a run of other inputs is refused naming the difference, and a second run at once
+fails naming the first (lock file ``.<name>.daskbatch-lock`` beside the output).
 """
 
 from __future__ import annotations
@@ -31,27 +28,32 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.dataset import INGEST_ATTR, LAYOUT_ATTR, json_object
-from daskbatch.io.ingest.columns import ColumnsArg, columns_of
-from daskbatch.io.ingest.manifest import (
+from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
+from daskbatch.io.ingest.scan import (
+    ColumnsArg,
+    Scan,
+    as_json,
+    columns_of,
+    expand_sources,
+    scan_sources,
+)
+from daskbatch.io.ingest.store import (
+    ChunkWriter,
     DoneLog,
     describe_difference,
     read_done,
     read_manifest,
     write_manifest,
 )
-from daskbatch.io.ingest.scan import Scan, as_json, expand_sources, scan_sources
-from daskbatch.io.ingest.write import ChunkWriter
-from daskbatch.io.integrity import WRITES_EVERY_CHUNK, checksummed
-from daskbatch.io.output_paths import check_replaceable, remove_path
-from daskbatch.io.outputs import check_separate
+from daskbatch.io.outputs import check_replaceable, check_separate, checksummed, remove_path
+from daskbatch.io.zarr_store import INGEST_ATTR, LAYOUT_ATTR, json_object
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
 if TYPE_CHECKING:
     import zarr
 
-__all__ = ["IngestReport", "expand_sources", "ingest", "scan_sources"]
+__all__ = ["IngestReport", "ingest"]
 
 #: Output chunks default to about this many bytes (rounded down to a power-of-two row count).
 DEFAULT_CHUNK_BYTES = 16 * 2**20

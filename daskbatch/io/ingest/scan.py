@@ -1,9 +1,11 @@
-"""Pass 1 of ingest: find the batch files and read their shapes, dtypes and keys, not their data.
+"""Pass 1 of ingest: find the batch files and read their headers (shapes, dtypes, keys), not their data.
 
-Headers only, each file read by :mod:`daskbatch.io.ingest.headers`; here the
-files are found and checked together (features, dtypes, labels and masks).
-Every problem is collected, so one run reports every bad file by name before
-anything is written.
+Each file is read by its :class:`~daskbatch.io.readers.FileReader`; here the
+files are found and checked together (features, dtypes, labels and masks), and
+every problem is collected, so one run reports every bad file by name before
+anything is written. The 1-D arrays ingested beside ``X`` (``label_key``'s
+``y``, ``labels=``, ``masks=``) are :class:`Column` s: a key in every source,
+written under its own name or renamed by a mapping.
 """
 
 from __future__ import annotations
@@ -16,17 +18,136 @@ import re
 import struct
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.ingest.columns import DTYPE_KINDS, Column
-from daskbatch.io.ingest.headers import KINDS, Part, Source, read_source  # noqa: F401  (KINDS re-exported)
+from daskbatch.io.readers import Part, file_reader
 
-__all__ = ["Scan", "Source", "expand_sources", "scan_sources"]
+Role = Literal["label", "mask"]
+#: What ``labels=`` and ``masks=`` take: one key, keys, or output name -> key.
+ColumnsArg = str | Iterable[str] | Mapping[str, str] | None
+#: Array names a user may give: the store's own files (``zarr.json``, the
+#: ingest manifest and log, all ``daskbatch-*``) are never overwritten by one.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+#: Dtype kinds each role accepts (numpy ``dtype.kind``).
+DTYPE_KINDS: dict[str, str] = {"label": "biuf", "mask": "biu"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A 1-D array with one value per row of ``X``: its output name, key in each source and role."""
+
+    name: str
+    key: str
+    role: Role
+
+
+def _pairs(arg: ColumnsArg, what: str) -> list[tuple[str, str]]:
+    """(output name, source key) pairs of one ``labels=``/``masks=`` argument."""
+    if arg is None:
+        return []
+    if isinstance(arg, str):
+        return [(arg, arg)]
+    if isinstance(arg, Mapping):
+        items = list(arg.items())
+    else:
+        items = [(k, k) for k in arg]
+    for name, key in items:
+        if not isinstance(name, str) or not isinstance(key, str):
+            raise TypeError(f"{what} takes array names (str), got {name!r}: {key!r}")
+    return items
+
+
+def columns_of(label_key: str | None, labels: ColumnsArg, masks: ColumnsArg) -> tuple[Column, ...]:
+    """The 1-D arrays asked for, ``y`` (of ``label_key``) first, then labels, then masks; ValueError for bad names."""
+    given: list[tuple[Column, str]] = []
+    if label_key is not None:
+        given.append((Column("y", label_key, "label"), f"label_key={label_key!r}"))
+    given += [(Column(n, k, "label"), f"labels[{n!r}]") for n, k in _pairs(labels, "labels")]
+    given += [(Column(n, k, "mask"), f"masks[{n!r}]") for n, k in _pairs(masks, "masks")]
+    seen = {"X": "the samples x features array"}
+    for c, origin in given:
+        if not _NAME.fullmatch(c.name) or c.name.startswith(("daskbatch-", "__")) or c.name == "zarr.json":
+            raise ValueError(
+                f"{c.role} name {c.name!r} is not a plain array name: use letters, digits, '_', '-' "
+                "and '.', not starting with '.', '__' or 'daskbatch-' (a mapping renames it: "
+                f"{{'new_name': {c.key!r}}})"
+            )
+        if not c.key:
+            raise ValueError(f"{c.role} {c.name!r} has an empty source key")
+        if c.name in seen:
+            raise ValueError(f"output array {c.name!r} is named twice: by {seen[c.name]} and by {origin}")
+        seen[c.name] = origin
+    return tuple(c for c, _ in given)
+
+@dataclass(frozen=True)
+class Source:
+    """One batch file as scanned: its identity (size, mtime) and its arrays' metadata."""
+
+    path: str
+    kind: str
+    size: int
+    mtime_ns: int
+    x: Part
+    label: Part | None = None
+    #: One part per column of the scan (``labels=``, ``masks=``), in its order.
+    extra: tuple[Part, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        """The source's rows."""
+        return int(self.x.shape[0])
+
+    @property
+    def features(self) -> int:
+        """The source's features."""
+        return int(self.x.shape[1])
+
+    def identity(self) -> dict[str, Any]:
+        """The JSON-able facts a resumed run must find unchanged: path, size, mtime, shapes and dtypes."""
+        out = {
+            "path": self.path,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "x": [list(self.x.shape), self.x.dtype],
+            "label": [list(self.label.shape), self.label.dtype] if self.label else None,
+        }
+        if self.extra:  # absent without labels=/masks=: manifests of earlier versions still match
+            out["arrays"] = [[list(p.shape), p.dtype] for p in self.extra]
+        return out
+
+
+def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]], has_label: bool) -> Source:
+    """One batch file's identity and the headers of x and the ``wanted`` (key, role) arrays; ValueError if bad."""
+    found = file_reader(path)
+    if found is None:
+        raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5 or a Zarr store)")
+    kind, reader = found
+    st = os.stat(path)
+    if kind != "zarr" and st.st_size == 0:
+        raise ValueError("empty file (0 bytes)")
+    if reader.single and wanted:
+        raise ValueError(
+            ".npy files hold one array; labels and masks (--label-key, --label, --mask) "
+            "need .npz, HDF5 or Zarr sources"
+        )
+    x = reader.part(path, x_key or "X", "x")
+    parts = [reader.part(path, key, role) for key, role in wanted]
+    if len(x.shape) != 2:
+        raise ValueError(f"x has shape {x.shape}; expected 2-D (rows, features)")
+    for (key, role), p in zip(wanted, parts, strict=True):
+        if p.shape != (x.shape[0],):
+            raise ValueError(
+                f"{role} {key!r} has shape {p.shape} but x has {x.shape[0]} rows; expected ({x.shape[0]},)"
+            )
+    label = parts[0] if has_label else None
+    extra = tuple(parts[1:] if has_label else parts)
+    return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
+
 
 #: Shown per kind of problem before "... and N more" (the count is always exact).
 MAX_LISTED = 20
@@ -48,56 +169,26 @@ class Scan:
 
     @property
     def rows(self) -> int:
-        """Count the rows of all the sources.
-
-        Returns
-        -------
-        int
-            Rows.
-        """
+        """Count the rows of all the sources."""
         return sum(s.rows for s in self.sources)
 
     @property
     def features(self) -> int:
-        """Count the features (the same in every source).
-
-        Returns
-        -------
-        int
-            Features.
-        """
+        """Count the features (the same in every source)."""
         return self.sources[0].features
 
     @property
     def offsets(self) -> np.ndarray:
-        """Give the start row of each source in the output.
-
-        Returns
-        -------
-        numpy.ndarray
-            Start rows, plus the total at the end.
-        """
+        """Give the start row of each source in the output."""
         return np.concatenate([[0], np.cumsum([s.rows for s in self.sources])]).astype(np.int64)
 
     def outputs(self) -> list[tuple[str, str, str]]:
-        """List every 1-D output array: the label of ``label_key`` (``y``) first, then the columns.
-
-        Returns
-        -------
-        list of (str, str, str)
-            Output name, key in the sources and output dtype of each.
-        """
+        """List every 1-D output array: the label of ``label_key`` (``y``) first, then the columns."""
         out = [("y", self.label_key, str(self.label_dtype))] if self.label_key else []
         return out + [(c.name, c.key, d) for c, d in zip(self.columns, self.column_dtypes, strict=True)]
 
     def checksum(self) -> str:
-        """Hash every source's identity and the keys and dtypes (SHA-256).
-
-        Returns
-        -------
-        str
-            The hex digest.
-        """
+        """Hash every source's identity and the keys and dtypes (SHA-256)."""
         doc = {
             "sources": [s.identity() for s in self.sources],
             "x_key": self.x_key,
@@ -124,23 +215,7 @@ def _natural_key(path: str) -> list[Any]:
 
 
 def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
-    """Expand globs (natural sort order within each pattern) and keep the given order across them.
-
-    Parameters
-    ----------
-    sources : str, path or iterable of them
-        File paths or glob patterns (``**`` recurses).
-
-    Returns
-    -------
-    list of str
-        Absolute paths, duplicates removed.
-
-    Raises
-    ------
-    DataError
-        A pattern matches nothing or a named file does not exist.
-    """
+    """Expand globs (natural sort order within each pattern) and keep the given order across them."""
     items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
     out: list[str] = []
     problems = []
@@ -185,34 +260,7 @@ def scan_sources(
     dtype: str | np.dtype | None = None,
     columns: Sequence[Column] = (),
 ) -> Scan:
-    """Read every source's metadata and validate them together.
-
-    Parameters
-    ----------
-    paths : sequence of str
-        Files (already expanded, see :func:`expand_sources`).
-    x_key : str, optional
-        Array name inside .npz/HDF5/Zarr sources (default ``"X"``; a bare Zarr array needs none).
-    label_key : str, optional
-        Name of a 1-D label array in each source.
-    dtype : str or numpy.dtype, optional
-        Output dtype; inputs must cast to it safely within their kind.  Default:
-        the inputs' common dtype, which must be unique.
-    columns : sequence of Column, optional
-        More 1-D arrays (labels, masks) with one value per row, in each source.
-
-    Returns
-    -------
-    Scan
-        The sources and the common output layout.
-
-    Raises
-    ------
-    DataError
-        Lists every bad file with its reason: unreadable, truncated, empty, missing
-        keys, wrong feature count, dtypes that do not cast, labels or masks of the wrong
-        length or dtype.
-    """
+    """Read every source's metadata and validate them together."""
     problems: list[str] = []
     sources: list[Source] = []
     wanted = ([(label_key, "label")] if label_key else []) + [(c.key, c.role) for c in columns]
@@ -280,18 +328,7 @@ def _column_dtype(parts: list[tuple[str, Part | None]], what: str, role: str, pr
 
 
 def as_json(scan: Scan) -> dict[str, Any]:
-    """Convert the scan to JSON (written into the output's manifest).
-
-    Parameters
-    ----------
-    scan : Scan
-        The scan.
-
-    Returns
-    -------
-    dict
-        JSON-able.
-    """
+    """Convert the scan to JSON (written into the output's manifest)."""
     out = {
         "x_key": scan.x_key,
         "label_key": scan.label_key,

@@ -49,7 +49,7 @@ from daskbatch.runtime.progress import ProgressCallback
 
 __all__ = ["BatchError", "FlaggedRowsWarning", "map_batches"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("daskbatch.map_batches")  # the name users filter on, whatever the module
 
 KIND = "map_batches"
 

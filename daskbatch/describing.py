@@ -7,25 +7,22 @@ The verb over the engine: it checks the arguments, runs the passes
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from daskbatch._typing import Device
 from daskbatch._warnings import warn
 from daskbatch.engine.checkpoint.manifest import checkpoint_lock
 from daskbatch.engine.pipeline import prepared_inputs, run_statistics
-from daskbatch.engine.planner import plan_describe
-from daskbatch.engine.run_options import RunOptions, moved_keywords, new_spelling
+from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
 from daskbatch.summary.trust import covariance_message, suspect_message
 
-__all__ = ["RunOptions", "describe", "new_spelling", "plan_describe"]
+__all__ = ["describe"]
 
 
 @logged_run("describe")
@@ -36,19 +33,11 @@ def describe(
     stats: str | Sequence[Any] = DEFAULT_STATS,
     bins: int | None = None,
     range: Any = None,  # noqa: A002 - numpy.histogram's name
-    ddof: int | None = None,
     classes: Sequence[int] | None = None,
     weights: Any = None,
     target: Any = None,
     groups: Any = None,
-    feature_names: Sequence[str] | None = None,
-    missing: Literal["auto", "raise", "skip", "fill"] = "auto",
-    like: Summary | None = None,
     run: RunOptions | None = None,
-    device: Device | None = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    progress: bool | Literal["dask"] | Callable[[int, int | None, str], Any] | None = None,
-    **moved: Any,
 ) -> Summary:
     """Per-feature statistics of a (samples × features) array, reading each chunk once per pass.
 
@@ -63,8 +52,11 @@ def describe(
         or objects that carry their parameters (:class:`~daskbatch.stats.Moments`,
         :class:`~daskbatch.stats.Histogram`, :class:`~daskbatch.stats.MutualInformation`, ...);
         the label's are skipped without one. A user's statistic lands in ``summary.extra[name]``.
-    bins, range, ddof, classes : optional
-        Shortcuts for the statistics' parameters of those names (default 64, None, 1, None).
+    bins, range, classes : optional
+        Shortcuts for the statistics' parameters of those names (a
+        :class:`~daskbatch.Histogram`'s bins and range, the class values);
+        ``ddof`` and the others are the statistic objects' own
+        (``stats=["cov", db.Moments(ddof=0)]``).
     weights : array of float, or name of an array in the same store, optional
         A non-negative frequency weight per sample (README, "Sample weights").
     target : array of real numbers or str, optional
@@ -72,35 +64,31 @@ def describe(
         quantile-binned mutual information; README, "Continuous targets").
     groups : array of int, optional
         Group keys in place of ``label``: every statistic by group (README, "Groups").
-    feature_names : sequence of str, optional
-        Names of the features (else the store's, else ``f0, f1, ...``).
-    missing : {"auto", "raise", "skip", "fill"}, default "auto"
-        Chunks absent from a store (see :func:`daskbatch.open_dataset`).
-    like : Summary, optional
-        Count histograms on this summary's bin edges, for :func:`daskbatch.compare`.
     run : RunOptions, optional
-        How to run (plan, checkpoint, device, progress, cache, split_every, cov_out, cancel).
-    device, checkpoint, progress : optional
-        Shortcuts for the fields of ``run`` (see :class:`~daskbatch.RunOptions`).
-    **moved
-        Keywords that moved onto ``run`` or the statistics: they warn and still work for one release.
+        How to run and read: plan, checkpoint, device, progress, cache,
+        split_every, cov_out, cancel, and ``like``, ``feature_names`` and
+        ``missing`` (see :class:`~daskbatch.RunOptions`).
 
     Returns
     -------
     Summary
         The statistics, their settings and the data's provenance.
     """
-    shortcuts, run_keywords = moved_keywords(moved)
-    run = RunOptions.from_keywords(run, device=device, checkpoint=checkpoint, progress=progress, **run_keywords)
-    if like is not None:
+    if run is None:
+        run = RunOptions()
+    elif not isinstance(run, RunOptions):
+        raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
+    shortcuts: dict[str, Any] = {}
+    if run.like is not None:
+        like = run.like
         range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
         if target is not None and "cuts" in like.provenance.get("target", {}):
             shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
-    wanted = configured(stats, bins=bins, range=range, ddof=ddof, classes=classes, **shortcuts)
+    wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
     # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
     with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
         data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
-                                      feature_names=feature_names, missing=missing, device=run.device)
+                                      feature_names=run.feature_names, missing=run.missing, device=run.device)
         done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
     summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
                                    miller_madow=wanted.mi.miller_madow, states=done.states)
@@ -123,11 +111,11 @@ def _histograms_like(
 ) -> tuple[np.ndarray, int, Sequence[int] | None, Any]:
     """The reference summary's ranges, bin count and class values, and ``stats`` with its sketch (merge needs it)."""
     if not isinstance(like, Summary):
-        raise TypeError(f"like must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
+        raise TypeError(f"RunOptions(like=...) must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
     if like.hist_edges is None:
-        raise ValueError("like= needs a summary with histograms (stats with 'hist' or 'mi')")
+        raise ValueError("RunOptions(like=...) needs a summary with histograms (stats with 'hist' or 'mi')")
     if range_ is not None:
-        raise ValueError("give range= or like=, not both: like= takes the reference summary's ranges")
+        raise ValueError("give range= or RunOptions(like=...), not both: like takes the reference summary's ranges")
     ranges = np.stack([like.hist_edges[:, 0], like.hist_edges[:, -1]], axis=1)
     if classes is None and like.classes is not None:
         classes = [int(c) for c in like.classes]

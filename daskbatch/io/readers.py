@@ -1,0 +1,450 @@
+"""Input readers behind one small protocol, as xarray's backends (``BackendEntrypoint``) are.
+
+A :class:`Reader` opens one kind of input and gives what ``describe`` needs of
+it: the (samples x features) array with its shape, dtype and row chunks, a block
+of rows as NumPy (:meth:`Reader.read`), a dask view (:meth:`Reader.to_dask`),
+the label it carries, feature names, provenance and its integrity facts
+(absent chunks, the value they read as, a content digest). :func:`open_reader`
+asks each class of :data:`READERS` in turn whether it can open the input.
+
+Ingest's batch files (``.npy``, ``.npz``, HDF5, Zarr) are read by the
+:class:`FileReader` classes of :data:`FILE_READERS`, by suffix: the header of
+one array (:meth:`FileReader.part`) and rows ``start:stop`` of it
+(:meth:`FileReader.rows`). A new format is one class plus one registry line.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+import zipfile
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import dask.array as da
+import numpy as np
+from numpy.lib import format as npformat
+
+# --------------------------------------------------------------------------- helpers
+
+
+def is_instance(obj: Any, module: str, name: str) -> bool:
+    """``isinstance(obj, module.name)`` without importing ``module`` (not imported: obj cannot be one)."""
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return cls is not None and isinstance(obj, cls)
+
+
+def in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+    """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
+    if isinstance(a, da.Array):
+        return a
+    arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
+    if arr.ndim == 2:
+        return da.from_array(arr, chunks=(rows_per_chunk or "auto", -1))
+    return da.from_array(arr, chunks="auto")
+
+
+def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
+    """Refuse a pandas Series whose index is not the DataFrame's row index (it would be used by position)."""
+    if index is None or series.index.equals(index):
+        return
+    raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
+
+
+def _zarr_array_of(a: Any) -> Any:
+    """The zarr array a dask array made by ``da.from_zarr`` reads whole (None for any other array)."""
+    if not isinstance(a, da.Array) or not a.name.startswith("from-zarr-") or "zarr" not in sys.modules:
+        return None
+    layer = a.dask.layers.get("original-" + a.name)
+    found = list(dict(layer).values()) if layer is not None else []
+    return found[0] if len(found) == 1 and is_instance(found[0], "zarr", "Array") else None
+
+
+# --------------------------------------------------------------------------- readers of describe's inputs
+
+
+class Reader:
+    """One kind of input ``x`` (and the label given with it), opened: its array, label, names and facts.
+
+    Parameters
+    ----------
+    x : object
+        The input, of a kind :meth:`can_open` accepts.
+    label : object, optional
+        The label given with it: an array, a Series, or a name the reader resolves.
+    what : str, optional
+        How to call ``x`` in messages.
+    missing : {"auto", "raise", "skip", "fill"}, default "auto"
+        Absent chunks of a store (see :func:`daskbatch.open_dataset`).
+    """
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        self.array, self.label, self.what = x, label, what
+        self.names: tuple[str, ...] | None = None
+        self.provenance: dict[str, Any] = {}
+        self.source: Any = None  # the Dataset the arrays came from
+        self.row_index: Any = None  # a pandas DataFrame's row index
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether this reader reads ``x``."""
+        return True
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> Any:
+        """The array's dtype."""
+        return self.array.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Rows of each block of :meth:`to_dask`."""
+        return tuple(int(c) for c in self.to_dask().chunks[0])
+
+    def to_dask(self) -> da.Array:
+        """The array as a lazy dask array."""
+        return in_memory_as_dask(self.array)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` as NumPy."""
+        return np.asarray(self.to_dask()[start:stop].compute())
+
+    def facts(self) -> dict[str, Any]:
+        """Integrity facts: absent chunks, the value they read as, a content digest (none for in-memory data)."""
+        return {}
+
+
+class DatasetReader(Reader):
+    """A :class:`~daskbatch.io.dataset.Dataset`: its arrays, label, names and provenance."""
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is a Dataset."""
+        return hasattr(x, "x") and hasattr(x, "feature_names")
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        super().__init__(x.x, x.label if label is None else label, what=what, missing=missing)
+        self.source = x
+        self.names = tuple(str(n) for n in x.feature_names)
+        self.provenance.update(x.provenance())
+        self.what = what or f"array {getattr(x, 'array_name', 'X')!r} of {getattr(x, 'path', '?')}"
+
+    def facts(self) -> dict[str, Any]:
+        """Absent chunks, what they read as, and the stored chunks' CRC-32C digest (None without one)."""
+        from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
+
+        facts = {k: self.provenance.get(k) for k in ("absent_chunks", "absent_lost_chunks", "absent_read_as")}
+        zarr_x = getattr(self.source, "zarr_x", None)
+        return {**facts, "checksums": chunk_checksums(zarr_x) if zarr_x is not None else None}
+
+
+class ZarrReader(DatasetReader):
+    """A Zarr store (path, URL, ``::`` path, zip file, zarr group or array, or ``da.from_zarr`` of one)."""
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is a path, a zarr node, or a dask array that reads a whole zarr array."""
+        node = is_instance(x, "zarr", "Group") or is_instance(x, "zarr", "Array")
+        return isinstance(x, str | os.PathLike) or node or _zarr_array_of(x) is not None
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        from daskbatch.io.dataset import open_dataset  # lazy: the Dataset sits above the readers
+
+        chunks: Any = "auto"
+        node = _zarr_array_of(x)
+        if node is not None:  # read through the store, as its path is, in the user's row blocks
+            x, chunks = node, int(x.chunks[0][0]) if x.chunks[0] else "auto"
+        elif isinstance(x, os.PathLike):
+            x = os.fspath(x)
+        name = label if isinstance(label, str) else None
+        dataset = open_dataset(x, label=name, missing=missing, chunks=chunks)  # type: ignore[arg-type]
+        super().__init__(dataset, None if name is not None else label, what=what, missing=missing)
+
+
+class DataFrameReader(Reader):
+    """A pandas or dask DataFrame: its columns are the features; a column name may be the label."""
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is a pandas or dask DataFrame."""
+        return is_instance(x, "pandas", "DataFrame") or is_instance(x, "dask.dataframe", "DataFrame")
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        import pandas as pd  # lazy: pandas
+
+        is_pandas = is_instance(x, "pandas", "DataFrame")
+        what = what or "DataFrame"
+        if isinstance(label, str):
+            if label not in x.columns:
+                raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
+            label, x = x[label], x.drop(columns=[label])
+        types = pd.api.types
+        bad = [str(c) for c, t in x.dtypes.items() if not (types.is_numeric_dtype(t) or types.is_bool_dtype(t))]
+        if bad:
+            raise TypeError(
+                f"{what} has non-numeric column(s) {', '.join(bad[:10])}; daskbatch computes statistics of real "
+                "numbers: drop them or encode them first"
+            )
+        if is_pandas:
+            if isinstance(label, pd.Series):
+                check_series_index(label, x.index, "label", what)
+            plain = all(isinstance(t, np.dtype) for t in x.dtypes)
+            # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
+            array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            array = x.to_dask_array(lengths=True)
+        super().__init__(array, label, what=what, missing=missing)
+        self.names = tuple(str(c) for c in x.columns)
+        self.row_index = x.index if is_pandas else None
+
+
+class DataArrayReader(Reader):
+    """An xarray DataArray: the coordinate of its second dimension names the features."""
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is an xarray DataArray."""
+        return hasattr(x, "dims") and hasattr(x, "coords") and hasattr(x, "variable")
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        if what is None and x.name is not None:
+            what = f"DataArray {x.name!r}"
+        super().__init__(x.data, label, what=what, missing=missing)
+        if x.ndim == 2 and x.dims[1] in x.coords:
+            self.names = tuple(str(n) for n in x.coords[x.dims[1]].values)
+
+
+#: Readers of ``describe``'s ``x``, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
+READERS: tuple[type[Reader], ...] = (ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
+
+
+def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> Reader:
+    """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it."""
+    cls = next(c for c in READERS if c.can_open(x))
+    reader = cls(x, label, what=what, missing=missing)
+    reader.label = _label_values(reader.label)
+    return reader
+
+
+def _label_values(label: Any) -> Any:
+    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
+    if is_instance(label, "pandas", "Series"):
+        if label.isna().any():
+            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
+        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
+    if is_instance(label, "dask.dataframe", "Series"):
+        return label.to_dask_array(lengths=True)
+    return label
+
+
+# --------------------------------------------------------------------------- readers of ingest's batch files
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one array (x, a label or a mask) lives inside a batch file: shape, dtype, order, raw byte offset."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    fortran: bool = False
+    offset: int | None = None  # byte offset of raw data, for memory mapping (npy, stored npz)
+
+
+def _npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, header length) from an open .npy stream at its start."""
+    version = npformat.read_magic(fp)
+    if version == (1, 0):
+        shape, fortran, dtype = npformat.read_array_header_1_0(fp)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = npformat.read_array_header_2_0(fp)
+    else:  # pragma: no cover - read_magic rejects others
+        raise ValueError(f"unsupported .npy version {version}")
+    return tuple(int(s) for s in shape), bool(fortran), np.dtype(dtype), fp.tell()
+
+
+def _check_payload(where: str, shape: tuple[int, ...], dtype: np.dtype, have: int) -> None:
+    """Refuse object arrays and payloads shorter than the header says."""
+    if dtype.hasobject:
+        raise ValueError(f"{where} holds Python objects (dtype {dtype}); only numeric arrays can be ingested")
+    need = int(np.prod(shape)) * dtype.itemsize
+    if have < need:
+        raise ValueError(f"{where} is truncated: header says {shape} {dtype} = {need} bytes, found {have}")
+
+
+def _mapped(path: str, part: Part, start: int, stop: int) -> np.ndarray:
+    """Rows of an uncompressed array at ``part.offset`` of ``path``, memory-mapped."""
+    order: Literal["F", "C"] = "F" if part.fortran else "C"
+    mm = np.memmap(path, dtype=np.dtype(part.dtype), mode="r", offset=part.offset or 0, shape=part.shape, order=order)
+    return mm[start:stop]
+
+
+class FileReader:
+    """One format of ingest's batch files: the header of an array in a file, and rows of it."""
+
+    #: Whether one file holds one array only (no labels or masks beside it).
+    single: ClassVar[bool] = False
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """Shape, dtype and place of array ``key`` (``what`` it is) in ``path``; ValueError names what is wrong."""
+        raise NotImplementedError
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of array ``key`` of ``path``."""
+        raise NotImplementedError
+
+
+class NpyReader(FileReader):
+    """A ``.npy`` file: one array, memory-mapped."""
+
+    single = True
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """The file's header (``key`` is not used)."""
+        with open(path, "rb") as fp:
+            shape, fortran, dtype, header = _npy_header(fp)
+        _check_payload("file", shape, dtype, os.stat(path).st_size - header)
+        return Part(shape, dtype.str, fortran, header)
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows of the mapped file."""
+        return _mapped(path, part, start, stop)
+
+
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, 30 bytes
+
+
+class _Inflated(threading.local):
+    """Per-thread cache of the inflated members of the last ``.npz`` file (consecutive chunks share files)."""
+
+    path: str | None = None
+    arrays: dict[str, np.ndarray] | None = None
+
+
+class NpzReader(FileReader):
+    """A ``.npz`` file: arrays by key; an uncompressed member is memory-mapped, a compressed one inflated once."""
+
+    _cache = _Inflated()
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """The member's header, and its byte offset when stored uncompressed."""
+        with zipfile.ZipFile(path) as zf:
+            try:
+                info = zf.getinfo(f"{key}.npy")
+            except KeyError:
+                keys = sorted(n[:-4] for n in zf.namelist() if n.endswith(".npy"))
+                raise ValueError(f"missing {what} key {key!r} (keys in file: {', '.join(keys) or 'none'})") from None
+            with zf.open(info) as member:
+                shape, fortran, dtype, header = _npy_header(member)
+        _check_payload(f"member {key!r}", shape, dtype, info.file_size - header)
+        offset = None
+        if info.compress_type == zipfile.ZIP_STORED:  # find its bytes in the zip, to map them
+            with open(path, "rb") as raw:
+                raw.seek(info.header_offset)
+                fields = _LOCAL_HEADER.unpack(raw.read(_LOCAL_HEADER.size))
+            offset = info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1] + header
+        return Part(shape, dtype.str, fortran, offset)
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows of the mapped member, or of the inflated one (kept for the next chunk of this thread)."""
+        if part.offset is not None:
+            return _mapped(path, part, start, stop)
+        cache = cls._cache
+        if cache.path != path or cache.arrays is None:
+            cache.arrays = None  # drop the previous batch before inflating the next
+            cache.arrays, cache.path = {}, path
+        if key not in cache.arrays:
+            with np.load(path, allow_pickle=False) as z:
+                cache.arrays[key] = z[key]
+        return cache.arrays[key][start:stop]
+
+
+class H5Reader(FileReader):
+    """An HDF5 file (needs h5py): datasets by key."""
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """The dataset's shape and dtype."""
+        try:
+            import h5py
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ValueError("reading HDF5 needs h5py: pip install 'daskbatch[hdf5]'") from exc
+        with h5py.File(path, "r") as f:
+            node = f.get(key)
+            if not isinstance(node, h5py.Dataset):
+                keys: list[str] = []
+                f.visititems(lambda n, o: keys.append(n) if isinstance(o, h5py.Dataset) else None)
+                raise ValueError(f"missing {what} key {key!r} (datasets in file: {', '.join(keys) or 'none'})")
+            return Part(tuple(int(s) for s in node.shape), np.dtype(node.dtype).str)
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows of the dataset."""
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return f[key][start:stop]
+
+
+class ZarrFileReader(FileReader):
+    """A Zarr store, opened as :class:`~daskbatch.io.zarr_store.ZarrStore` opens any: arrays by key, or a bare array."""
+
+    @classmethod
+    def _array(cls, path: str, key: str, what: str) -> Any:
+        """Array ``key`` of the store (a bare array is x)."""
+        import zarr  # lazy: zarr
+
+        from daskbatch.io.zarr_store import ZarrStore  # lazy: dask, zarr
+
+        store = ZarrStore(path)
+        if isinstance(store.root, zarr.Array):
+            if what != "x":
+                raise ValueError(f"is a single array; it has no {what} key {key!r}")
+            return store.root
+        if key not in store.root:
+            have = store.array_names()
+            raise ValueError(f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})")
+        node = store.root[key]
+        if not isinstance(node, zarr.Array):
+            raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
+        return node
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """The array's shape and dtype."""
+        arr = cls._array(path, key, what)
+        return Part(tuple(int(s) for s in arr.shape), np.dtype(arr.dtype).str)
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows of the array."""
+        return np.asarray(cls._array(path, key, "x")[start:stop])
+
+
+#: Ingest's batch-file readers by suffix (a directory holding Zarr metadata is a Zarr store).
+FILE_READERS: dict[str, type[FileReader]] = {
+    ".npy": NpyReader, ".npz": NpzReader, ".h5": H5Reader, ".hdf5": H5Reader, ".zarr": ZarrFileReader,
+}
+
+
+def file_reader(path: str) -> tuple[str, type[FileReader]] | None:
+    """The kind (suffix without its dot) and reader of batch file ``path``, or None for an unknown type."""
+    ext = os.path.splitext(path.rstrip("/"))[1].lower()
+    if ext not in FILE_READERS and os.path.isdir(path) and any(
+        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup")
+    ):
+        ext = ".zarr"
+    reader = FILE_READERS.get(ext)
+    return None if reader is None else ({".hdf5": "h5"}.get(ext, ext[1:]), reader)

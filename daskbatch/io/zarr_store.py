@@ -1,0 +1,307 @@
+"""A Zarr store opened for reading: its arrays, their chunk grid and integrity, and dask views of them.
+
+:class:`ZarrStore` is the whole open path of :func:`daskbatch.open_dataset`:
+the node, the arrays, the chunk-count bounds checked from the metadata before
+anything is listed, the absent chunks (one listing, plus each stored shard's
+index), what an absent chunk means, CF decoding as xarray does it, and blocks
+read through :class:`BlockReader`, whose errors name the chunk that fails.
+
+Zarr, xarray and dask leave out every chunk that holds only the fill value, so
+there an absent chunk *is* the fill value. daskbatch writes every chunk and
+records it in :data:`WRITES_EVERY_CHUNK`, so in its own stores an absent chunk
+was lost.
+"""
+
+from __future__ import annotations
+
+import binascii
+import itertools
+import math
+import os
+import struct
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+from daskbatch._warnings import warn
+from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
+from daskbatch.io.chunk_grid import (
+    WRITES_EVERY_CHUNK,
+    Chunks,
+    Missing,
+    array_label,
+    chunk_key,
+    open_facts,
+    row_blocks,
+    storage_chunks,
+    store_location,
+)
+from daskbatch.io.outputs import zarr_target
+
+#: Group attribute written by daskbatch (synth, ingest) naming the arrays.
+LAYOUT_ATTR = "daskbatch"
+#: Group attribute holding the ingest manifest summary (``complete`` flag).
+INGEST_ATTR = "daskbatch_ingest"
+#: CF attributes of packed values, as xarray writes and decodes them.
+CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
+#: What zarr warns about each object in a group that is no Zarr node (ingest's manifest and done log).
+_FOREIGN_OBJECT = r"Object at .* is not recognized as a component of a Zarr hierarchy"
+
+MissingPolicy = Literal["auto", "raise", "skip", "fill"]
+#: ``auto``: ``fill`` where the writer leaves out chunks of fill values, ``raise`` where it
+#: records storing every chunk; ``skip``: the rows whose chunks are present; ``fill``: zarr's reading.
+MISSING_POLICIES: tuple[str, ...] = ("auto", "raise", "skip", "fill")
+
+
+# --------------------------------------------------------------------------- reading blocks
+
+
+def cf_attributes(arr: zarr.Array) -> dict[str, Any]:
+    """The CF attributes xarray decodes ``arr`` with, ``_FillValue`` as a number (empty: read as stored)."""
+    cf = {k: arr.attrs[k] for k in CF_ATTRS if k in arr.attrs}
+    if arr.metadata.zarr_format == 2:
+        # xarray's v2 reader takes the metadata fill value as _FillValue, for arrays it wrote
+        # (zarr's own default fill value of other writers' stores must not turn zeros into NaN).
+        if (cf or "_ARRAY_DIMENSIONS" in arr.attrs) and arr.fill_value is not None:
+            cf["_FillValue"] = arr.fill_value.item() if hasattr(arr.fill_value, "item") else arr.fill_value
+    elif cf.get("_FillValue", 0) is None:
+        del cf["_FillValue"]  # null: no fill value (xarray would refuse the store)
+    elif "_FillValue" in cf:
+        cf["_FillValue"] = _decoded_fill_value(arr, cf["_FillValue"])
+    return cf
+
+
+def _decoded_fill_value(arr: zarr.Array, value: Any) -> Any:
+    """A v3 ``_FillValue`` attribute as xarray decodes it (floats are base64 of a little-endian float64)."""
+    from xarray.backends.zarr import FillValueCoder  # lazy: xarray
+
+    dtype = np.dtype(arr.dtype)
+    if dtype.kind in "fc" and isinstance(value, int | float) and not isinstance(value, bool):
+        return value  # a plain number (other writers) means itself; xarray would refuse it
+    try:
+        return FillValueCoder.decode(value, dtype)
+    except (TypeError, ValueError, binascii.Error, struct.error) as exc:
+        raise DataError(
+            f"{array_label(arr)} has _FillValue attribute {value!r}, which is no {dtype} value "
+            f"({exc}); xarray cannot read it either"
+        ) from exc
+
+
+class BlockReader:
+    """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
+
+    def __init__(self, arr: zarr.Array) -> None:
+        import xarray as xr  # lazy: xarray
+
+        self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
+        self.cf = cf_attributes(arr)
+        self.decode = None
+        self.dtype = np.dtype(arr.dtype)
+        if self.cf:
+            dims = tuple(f"dim_{i}" for i in range(arr.ndim))
+
+            def _decode(block: np.ndarray) -> np.ndarray:
+                """One block, decoded by xarray."""
+                variable = xr.Variable(dims, block, attrs=dict(self.cf))
+                return np.asarray(xr.conventions.decode_cf_variable(arr.path or "x", variable).values)
+
+            try:
+                self.dtype = _decode(np.empty((0,) * arr.ndim, dtype=arr.dtype)).dtype
+            except (TypeError, ValueError) as exc:  # attributes of the wrong type: a scale_factor string
+                raise DataError(f"{array_label(arr)} has CF attributes {self.cf} that xarray cannot decode: {exc}") from exc
+            self.decode = _decode
+
+    def __repr__(self) -> str:
+        return f"BlockReader({array_label(self.arr)})"
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        try:
+            block = np.asarray(self.arr[selection])
+        except DataError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any codec/store error: name the chunk
+            raise self._chunk_error(selection, exc)  # noqa: B904 - chained to the chunk's own error
+        return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
+
+    def _chunk_error(self, selection: Any, exc: Exception) -> DataError:
+        """The DataError for the first chunk inside ``selection`` that fails, chained to its error."""
+        chunks = storage_chunks(self.arr)
+        sel = (selection if isinstance(selection, tuple) else (selection,)) + (slice(None),) * self.ndim
+        ranges = []
+        for s, n, c in zip(sel[: self.ndim], self.shape, chunks, strict=True):
+            start, stop, _ = s.indices(n) if isinstance(s, slice) else (int(s), int(s) + 1, 1)
+            ranges.append(range(start // c, max(start // c + 1, math.ceil(stop / c))))
+        for coords in itertools.product(*ranges):
+            try:
+                self.arr[tuple(slice(i * c, min((i + 1) * c, n))
+                               for i, c, n in zip(coords, chunks, self.shape, strict=True))]
+            except Exception as inner:  # noqa: BLE001 - the chunk we are looking for
+                error = DataError(f"cannot read chunk {chunk_key(self.arr, coords)!r} (grid position "
+                                  f"{coords}) of {array_label(self.arr)}: {type(inner).__name__}: {inner}")
+                error.__cause__ = inner
+                return error
+        # The failure did not reproduce chunk by chunk: report the selection.
+        error = DataError(f"cannot read rows {sel[0]} of {array_label(self.arr)}: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    def as_dask(self, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
+        """A lazy dask array of these blocks, chunked along rows only."""
+        chunks = (row_chunks,) + tuple(self.shape[1:])
+        # The decoding is part of what the blocks hold: a store rewritten with another fill value is other data.
+        token = dask.base.tokenize(where, self.arr.path, self.shape, str(self.arr.dtype), chunks,
+                                   self.cf and repr(sorted(self.cf.items())))
+        return da.from_array(self, chunks=chunks, name=f"daskbatch-read-{token}", asarray=False, fancy=False,
+                             inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def group_arrays(group: zarr.Group, *, max_depth: int | None = None) -> list[tuple[str, zarr.Array]]:
+    """The arrays under ``group`` with their paths, passing over files that are no Zarr node."""
+    import warnings
+
+    with warnings.catch_warnings():  # files beside the nodes (ingest's manifest) are the writer's own
+        warnings.filterwarnings("ignore", message=_FOREIGN_OBJECT)
+        members = list(group.members(max_depth=max_depth))
+    return [(name, node) for name, node in members if isinstance(node, zarr.Array)]
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """An attribute value as a dict when it is a JSON object, else an empty dict."""
+    return value if isinstance(value, dict) else {}
+
+
+def clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes without xarray's and daskbatch's bookkeeping (values are read decoded)."""
+    drop = {WRITES_EVERY_CHUNK, *CF_ATTRS}
+    return {k: v for k, v in dict(attrs).items() if not k.startswith("_") and k not in drop}
+
+
+class ZarrStore:
+    """A Zarr store (path, URL, ``::`` path, zip file, or an open group or array) opened read-only."""
+
+    def __init__(self, path_or_url: Any, storage_options: Mapping[str, Any] | None = None) -> None:
+        if isinstance(path_or_url, zarr.Group | zarr.Array):
+            self.root, self.where = path_or_url, store_location(path_or_url.store)
+        else:
+            where = os.fspath(path_or_url) if isinstance(path_or_url, os.PathLike) else path_or_url
+            if not isinstance(where, str):
+                raise TypeError(f"expected a path, URL or zarr group/array, got {type(where).__name__}")
+            options: dict[str, Any] = {"storage_options": dict(storage_options)} if storage_options else {}
+            target: Any = zarr_target(where, read_only=True)
+            if where.endswith(".zip") and os.path.isfile(where):  # zarr.open takes a path for directories only
+                target = zarr.storage.ZipStore(where, mode="r")
+            try:
+                self.root, self.where = zarr.open(target, mode="r", **options), where
+            except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+                raise DataError(f"no Zarr store at {where!r}") from exc
+        self.attrs = dict(self.root.attrs) if isinstance(self.root, zarr.Group) else {}
+        self.layout = json_object(self.attrs.get(LAYOUT_ATTR))
+
+    def array_names(self) -> list[str]:
+        """The arrays of the root group, sorted."""
+        return sorted(name for name, _ in group_arrays(self.root, max_depth=0))  # type: ignore[arg-type]
+
+    def array(self, name: str | None, what: str) -> zarr.Array:
+        """The array ``name`` (``what`` it is, for messages); a bare array is the x array."""
+        if isinstance(self.root, zarr.Array):
+            if what != "x":
+                raise DataError(f"{self.where!r} is a single array, not a group with a {what} array {name!r}")
+            return self.root
+        if name is None:
+            raise DataError(f"{self.where!r} is a group; name the {what} array (have: {self.array_names()})")
+        try:
+            node = self.root[name]
+        except KeyError as exc:
+            raise DataError(f"{what} array {name!r} not found in {self.where!r}; arrays there: "
+                            f"{self.array_names()}") from exc
+        if not isinstance(node, zarr.Array):
+            raise DataError(f"{name!r} in {self.where!r} is a group, not a {what} array")
+        return node
+
+    def feature_names(self, arr: zarr.Array) -> list[str]:
+        """Names from the attributes, else an xarray dimension coordinate, else f0, f1, ..."""
+        n = int(arr.shape[1])
+        for attrs in (arr.attrs, self.attrs):
+            names = attrs.get("feature_names")  # untyped JSON: n values; a string is one name
+            if isinstance(names, Collection) and not isinstance(names, str) and len(names) == n:
+                return [str(v) for v in names]
+        dims = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+        if isinstance(dims, list | tuple) and len(dims) == 2 and isinstance(dims[1], str):
+            coord = self.root.get(dims[1]) if isinstance(self.root, zarr.Group) else None
+            if isinstance(coord, zarr.Array) and coord.ndim == 1 and coord.shape[0] == n:
+                return [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(coord[:]).tolist()]
+        return [f"f{i}" for i in range(n)]
+
+    def read(self, x: str = "X", label: str | None = None, *, chunks: Chunks = "auto",
+             missing: MissingPolicy = "auto") -> dict[str, Any]:
+        """Open ``x`` and its label, checked, as dask arrays: the fields of a :class:`~daskbatch.io.dataset.Dataset`."""
+        arr = self.array(x, "x")
+        if arr.ndim != 2:
+            raise DataError(f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array")
+        label_name = label if label is not None else self.layout.get("label")
+        if label_name is not None and not isinstance(label_name, str):
+            raise DataError(f"{self.where!r} records label {label_name!r} in its {LAYOUT_ATTR!r} attribute; "
+                            "expected an array name")
+        label_arr = None
+        if label_name is not None:
+            label_arr = self.array(label_name, "label")
+            if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
+                raise DataError(f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
+                                f"({arr.shape[0]},) to match the rows of {arr.path!r}")
+        row_chunks, store_chunks, absent = open_facts(arr, label_arr, chunks, self.attrs)
+        ingest = self.attrs.get(INGEST_ATTR)
+        complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
+        if not complete:
+            warn(f"{self.where!r} was written by an ingest that did not finish; its data is incomplete. "
+                 "Re-run the same ingest command to finish it.", IncompleteStoreWarning)
+        # The Zarr contract: an absent chunk is the fill value, unless its writer stores every chunk.
+        policy = ("raise" if absent.lost else "fill") if missing == "auto" else missing
+        if absent.count and policy == "raise":
+            raise DataError(self._refusal(absent, arr, label_arr, complete))
+        skip = absent.row_ranges if policy == "skip" else []
+        sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
+        views = [None if a is None else BlockReader(a).as_dask(sizes, self.where) for a in (arr, label_arr)]
+        if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
+            views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
+        if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
+            warn(f"{absent.message(arr, label_arr)}: {'left out' if skip else 'read as fill values'}",
+                 MissingChunksWarning)
+        return dict(
+            x=views[0], label=views[1], feature_names=self.feature_names(arr), store_chunks=store_chunks,
+            path=self.where, array_name=arr.path, attrs={**self.attrs, **clean_attrs(arr.attrs)},
+            missing_chunks=absent.x_chunks, label_name=label_arr.path if label_arr is not None else None,
+            zarr_format=int(arr.metadata.zarr_format), missing_chunk_keys=absent.x_keys, complete=complete,
+            label_missing_chunks=absent.label_chunks, label_missing_chunk_keys=absent.label_keys,
+            missing_policy=missing, skipped_rows=skip, absent_lost=absent.lost,
+            absent_read_as="" if skip else _absent_read_as(arr, label_arr, absent),
+            zarr_x=arr, zarr_label=label_arr,
+        )
+
+    def _refusal(self, absent: Missing, arr: zarr.Array, label: zarr.Array | None, complete: bool) -> str:
+        """The one-line refusal for absent chunks: why they matter and what restores them."""
+        if not complete:
+            remedy = "the ingest that wrote them did not finish: re-run the same ingest command"
+        elif absent.lost:  # never "skip": it would compute on a store that lost rows as if it were whole
+            remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
+                      f"or write the store again (daskbatch verify {self.where} lists every damaged chunk)")
+        else:
+            remedy = ("their writer leaves out chunks that hold only the fill value, so they are that value: "
+                      "the default missing='auto' (--missing auto) reads them so")
+        return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
+
+
+def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) -> str:
+    """What each array's first absent chunk reads as, decoded (``"X: 0.0; y: 0"``): one element, read."""
+    parts = []
+    for node, positions in ((arr, absent.x_chunks), (label, absent.label_chunks)):
+        if node is not None and positions:
+            corner = tuple(slice(p * c, p * c + 1) for p, c in zip(positions[0], node.chunks, strict=True))
+            parts.append(f"{node.path or 'x'}: {BlockReader(node)[corner].reshape(-1)[0].item()!r}")
+    return "; ".join(parts)
