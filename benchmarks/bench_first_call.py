@@ -36,7 +36,7 @@ CHILD = r"""
 import json, sys, threading, time
 t_start = time.perf_counter()
 import daskbatch as db
-import daskbatch.describe
+import daskbatch.describing
 t_import = time.perf_counter()
 from numba.core.dispatcher import Dispatcher
 from daskbatch.engine import pipeline, planner

@@ -76,7 +76,7 @@ def _prepare_kernels(features: int, classes: int, seed: int) -> None:
     """Compile (or load from numba's cache) the kernels the demo's summary uses, on a few in-memory rows."""
     import numpy as np
 
-    from daskbatch.describe import describe  # lazy: dask
+    from daskbatch.describing import describe  # lazy: dask
 
     rng = np.random.default_rng(seed)
     # The demo's dtypes (float32 features, integer classes), so that the workers find these specialisations cached.

@@ -38,7 +38,7 @@ from daskbatch.demo import _prepare_kernels
 _prepare_kernels(6, 3, 0)
 warm_up = dict(compiled)
 compiled.clear()
-db.describe(db.synth(4000, 6, classes=3, path=sys.argv[1], chunk_rows=1000), progress=False)
+db.describe(db.synth(4000, 6, classes=3, path=sys.argv[1], chunk_rows=1000))
 print(json.dumps({"warm_up": warm_up, "describe": dict(compiled)}))
 """
 
