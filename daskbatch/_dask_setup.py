@@ -8,14 +8,13 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from daskbatch.engine.sizeof import register
-
 
 def _set_up_dask() -> None:
     """Load daskbatch's defaults into dask.config and register the states with dask.sizeof."""
     from dask.sizeof import sizeof  # lazy: dask
 
     from daskbatch import config  # lazy: the setup runs once dask is in
+    from daskbatch.engine.sizeof import register  # lazy: imports every statistic and numpy
 
     config.load_into_dask()
     register(sizeof)

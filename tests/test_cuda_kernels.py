@@ -436,7 +436,7 @@ def test_sim_chunks_without_rows_launch_nothing(weighted: bool) -> None:
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu, _gpu_class_moments
+    from daskbatch.stats.kernels import _gpu
 
     empty = np.zeros((0, 5), dtype=np.float32)
     w = np.zeros(0) if weighted else None
@@ -450,7 +450,7 @@ def test_sim_chunks_without_rows_launch_nothing(weighted: bool) -> None:
     else:
         assert_moments(got, reference(Moments(), empty))
     assert_comoments(_gpu.comoments(dev(empty), weights=dev(w)), reference(CoMoments(), empty, weights=w))
-    got = _gpu_class_moments.class_moments(dev(empty), cuda.to_device(np.zeros(0, dtype=np.int64)), 3, dev(w))
+    got = _gpu.class_moments(dev(empty), cuda.to_device(np.zeros(0, dtype=np.int64)), 3, dev(w))
     assert_class_moments(got, reference(ClassMoments(n_classes=3), empty, np.zeros(0, dtype=np.int64), weights=w), weighted)
 
 
@@ -461,7 +461,7 @@ def test_sim_overflowing_variance_stays_infinite(weighted: bool) -> None:
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu, _gpu_class_moments
+    from daskbatch.stats.kernels import _gpu
 
     x = np.random.default_rng(3).normal(size=(70, 3))
     x[9, 0] = 1e300
@@ -473,7 +473,7 @@ def test_sim_overflowing_variance_stays_infinite(weighted: bool) -> None:
         ref = reference(Moments(), x, weights=w)
         got = _gpu.moments(cuda.to_device(x), rows_per_group=8, weights=None if w is None else cuda.to_device(w))
         ref_class = reference(ClassMoments(n_classes=2), x, y, weights=w)
-        got_class = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y), 2,
+        got_class = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y), 2,
                                                      None if w is None else cuda.to_device(w), rows_per_group=8)
         c = host(_gpu.comoments(cuda.to_device(x), rows_per_group=8, weights=None if w is None else cuda.to_device(w))[3])
         c_ref = np.asarray(reference(CoMoments(), x, weights=w).c)
@@ -660,14 +660,14 @@ def test_sim_class_moments(dtype: str, rows_per_group: int | None, weighted: boo
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu_class_moments
+    from daskbatch.stats.kernels import _gpu
 
     x = chunk(dtype)
     y = np.random.default_rng(2).integers(0, 3, size=x.shape[0])  # class 3 of 4 never occurs
     if dtype.startswith("float"):
         x[y == 1, 0] = np.nan
     w = weights_for(x.shape[0], seed=12) if weighted else None
-    got = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 4,
                                            None if w is None else cuda.to_device(w), rows_per_group=rows_per_group)
     assert_class_moments(got, reference(ClassMoments(n_classes=4), x, y, weights=w), weighted)
 
@@ -678,16 +678,16 @@ def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.Monke
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu_class_moments
+    from daskbatch.stats.kernels import _gpu
 
-    monkeypatch.setattr(_gpu_class_moments, "MAX_GRID_Y", 2)
+    monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
     x = chunk("float64", rows=40)
     y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
     w = weights_for(x.shape[0], seed=13, integer=True)
-    got = _gpu_class_moments.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
+    got = _gpu.class_moments(cuda.to_device(x), cuda.to_device(y.astype(np.int64)), 5, cuda.to_device(w))
     assert_class_moments(got, reference(ClassMoments(n_classes=5), x, y, weights=w), weighted=True)
     rep = np.repeat(np.arange(x.shape[0]), w.astype(np.int64))  # integer weights: the rows repeated
-    plain = _gpu_class_moments.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])),
+    plain = _gpu.class_moments(cuda.to_device(np.ascontiguousarray(x[rep])),
                                              cuda.to_device(y[rep].astype(np.int64)), 5)
     np.testing.assert_array_equal(got[0], plain[0])
     for g, p in zip(got[1:], plain[1:], strict=True):

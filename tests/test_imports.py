@@ -34,6 +34,12 @@ def test_import_daskbatch_loads_nothing_heavy() -> None:
     assert _loaded_after("import daskbatch") == []
 
 
+def test_import_daskbatch_loads_neither_numpy_nor_the_statistics() -> None:
+    # The dask setup's sizeof registration once imported every statistic (0.8 s) at `import daskbatch`.
+    code = "import daskbatch, sys\nprint([m for m in ('numpy', 'daskbatch.stats') if m in sys.modules])"
+    assert _run(code) == "[]"
+
+
 def test_statistics_load_no_dask() -> None:
     assert _loaded_after("import daskbatch.stats") == []
     assert _loaded_after("import daskbatch.stats, daskbatch.planning.search") == []

@@ -99,7 +99,7 @@ def _drive(dtype: str) -> None:
     import numpy as np  # lazy: only the recording step needs it
     from numba import cuda  # lazy: the simulator is chosen by the environment of this subprocess
 
-    from daskbatch.stats.kernels import _gpu, _gpu_class_moments  # lazy: imports numba.cuda
+    from daskbatch.stats.kernels import _gpu  # lazy: imports numba.cuda
 
     for x, w in _chunks(dtype):
         dx = cuda.to_device(x)
@@ -112,7 +112,7 @@ def _drive(dtype: str) -> None:
             _gpu.moments(dx, rows_per_group=8, weights=weights)
             _gpu.comoments(dx, rows_per_group=8, block_rows=16, weights=weights)
             for classes in (codes, strided):
-                _gpu_class_moments.class_moments(dx, classes, 3, weights=weights, rows_per_group=8)
+                _gpu.class_moments(dx, classes, 3, weights=weights, rows_per_group=8)
             for labels, n_classes in ((None, 1), (codes, 3), (strided, 3)):
                 for shared_bytes in (_gpu.SHARED_BYTES, 0):  # the shared-memory layout, then the global one
                     _gpu.histogram(dx, lo, hi, 6, labels, n_classes, shared_bytes=shared_bytes, weights=weights)

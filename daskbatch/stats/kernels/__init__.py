@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array
-from daskbatch.stats.kernels import _gpu, _gpu_class_moments
+from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
 from daskbatch.stats.numerics import central_moment
 
@@ -103,7 +103,7 @@ def class_moments(
 ) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
-        return _gpu_class_moments.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
+        return _gpu.class_moments(x, codes.astype(np.int64, copy=False), int(n_classes), weights=weights)
     from daskbatch.stats.kernels._numba_moments import class_moments_chunk  # lazy: numba
 
     d = x.shape[1]

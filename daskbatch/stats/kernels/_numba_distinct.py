@@ -12,8 +12,8 @@ _SPREAD = -7046029254386353131
 
 
 @_jit
-def distinct_counts(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN201
-    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them."""
+def _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN202
+    """The compiled loop of :func:`distinct_counts`: the values in hash-table order."""
     rows = x.shape[0]
     d = table.shape[0]
     size = table.shape[1]
@@ -48,7 +48,7 @@ def distinct_counts(x, lut, weights, k, first, table, table_counts, values, coun
                 table[j, h] = v
                 table_counts[j, h] = wi
                 held[j] += 1
-    for j in range(d):  # each feature's values in increasing order
+    for j in range(d):  # each feature's held values, in the table's order
         if held[j] > k:
             continue
         m = 0
@@ -57,6 +57,17 @@ def distinct_counts(x, lut, weights, k, first, table, table_counts, values, coun
                 values[j, m] = table[j, h]
                 counts[j, m] = table_counts[j, h]
                 m += 1
-        order = np.argsort(values[j, :m])
-        values[j, :m] = values[j, :m][order]
-        counts[j, :m] = counts[j, :m][order]
+
+
+def distinct_counts(
+    x: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | None, k: int, first: int, table: np.ndarray,
+    table_counts: np.ndarray, values: np.ndarray, counts: np.ndarray, held: np.ndarray,
+) -> None:
+    """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them."""
+    _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held)
+    # Sorted by NumPy, not in the compiled loop: numba's argsort took a second of the first call's compile.
+    # The values are distinct, so any sort gives the one order.
+    for j in np.flatnonzero(held <= k):
+        order = np.argsort(values[j, : held[j]])
+        values[j, : held[j]] = values[j, : held[j]][order]
+        counts[j, : held[j]] = counts[j, : held[j]][order]

@@ -149,7 +149,7 @@ def _moments_pass1(x, lut, weights, shift):  # noqa: ANN001, ANN202
                         x, lut, weights, shift, i0, i1, j, j + 1, part, wpart, count, nan, posinf, fmin, fmax
                     )
         else:
-            _moments_block_masked(x, lut, weights, shift, i0, i1, 0, d, part, wpart, count, nan, posinf, fmin, fmax)
+            _moments_block_masked(x, lut, weights, shift, i0, i1, np.int64(0), d, part, wpart, count, nan, posinf, fmin, fmax)
             wait -= 1
         clean[b] = bad == 0
         for j in range(d):
@@ -244,6 +244,18 @@ def _class_block_fast(x, lut, weights, codes, i0, i1, count, shift, total, rows_
 
 
 @_jit
+def _copy_sums(total, count, to_total, to_count, with_count):  # noqa: ANN001, ANN202
+    """Copy ``total`` (and ``count`` when ``with_count``) into ``to_*`` element by element."""
+    # Loops, not `to_total[:] = total`: numba's array assignment compiles a shape-mismatch
+    # error message (string formatting) that took 3-4 s of the first call's compile.
+    for k in range(total.shape[0]):
+        for j in range(total.shape[1]):
+            to_total[k, j] = total[k, j]
+            if with_count:
+                to_count[k, j] = count[k, j]
+
+
+@_jit
 def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, ANN202
     """Pass 1 of :func:`class_moments_chunk` in blocks of rows; which blocks were clean."""
     rows, d = x.shape
@@ -261,9 +273,7 @@ def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, 
         i1 = min(i0 + BLOCK, rows)
         bad = d
         if wait == 0:
-            saved_total[:] = total
-            if weights is not None:
-                saved_count[:] = count
+            _copy_sums(total, count, saved_total, saved_count, weights is not None)
             _class_block_fast(x, lut, weights, codes, i0, i1, count, shift, total, rows_of)
             bad = 0
             for j in range(d):
@@ -273,9 +283,7 @@ def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, 
                 bad += bad_column[j]
             if 4 * bad > d:
                 wait = _RETRY
-                total[:] = saved_total
-                if weights is not None:
-                    count[:] = saved_count
+                _copy_sums(saved_total, saved_count, total, count, weights is not None)
         if 4 * bad <= d:
             for j in range(d):
                 if bad_column[j]:  # a few columns: again with the finite test
@@ -288,7 +296,7 @@ def _class_pass1(x, lut, weights, codes, count, shift, total):  # noqa: ANN001, 
                     for k in range(n_classes):
                         count[k, j] += rows_of[k]
         else:
-            _class_block_masked(x, lut, weights, codes, i0, i1, 0, d, count, shift, total)
+            _class_block_masked(x, lut, weights, codes, i0, i1, np.int64(0), d, count, shift, total)
             wait -= 1
         clean[b] = bad == 0
     return clean

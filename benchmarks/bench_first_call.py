@@ -1,0 +1,162 @@
+"""What a user waits for before the first result: whole fresh processes, split into phases.
+
+Each row is a fresh ``python`` subprocess timed from its start to its result
+(best of ``--repeat``) on a ``--rows`` × 64 float32 store with a 3-class label
+and ``describe``'s defaults:
+
+- cold: numba's cache is an empty temporary directory (a new install);
+- warm: the cache that the cold runs filled (every later process);
+- second call: the same ``describe`` again in the warm process;
+- CLI: ``python -m daskbatch describe STORE --label y`` with the warm cache.
+
+Inside the process the time is split into start-up and imports (``import
+daskbatch`` and what ``describe`` imports), kernels (numba compiling or loading
+from its cache: every top-level ``Dispatcher.compile``), planning
+(``plan_statistics``) and the rest of ``describe`` (reading and computing).
+Polars and DuckDB are not dependencies: their side-by-side rows are skipped.
+
+Usage::
+
+    python benchmarks/bench_first_call.py [--rows 200000] [--repeat 3] [--tree /tmp/before]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# The child: prints one JSON line of phase times (seconds since its own start where noted).
+CHILD = r"""
+import json, sys, threading, time
+t_start = time.perf_counter()
+import daskbatch as db
+import daskbatch.describing
+t_import = time.perf_counter()
+from numba.core.dispatcher import Dispatcher
+from daskbatch.engine import pipeline, planner
+
+spent = {"kernels": 0.0, "planning": 0.0}
+local = threading.local()
+lock = threading.Lock()
+active = {"kernels": 0, "planning": 0}
+since = {}
+
+def timed(fn, key):
+    # Wall time while any thread is inside fn (threads waiting on numba's compiler lock count once).
+    def wrapper(*args, **kwargs):
+        if getattr(local, key, False):  # nested: counted by the outer call
+            return fn(*args, **kwargs)
+        setattr(local, key, True)
+        with lock:
+            active[key] += 1
+            if active[key] == 1:
+                since[key] = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with lock:
+                active[key] -= 1
+                if active[key] == 0:
+                    spent[key] += time.perf_counter() - since[key]
+            setattr(local, key, False)
+    return wrapper
+
+Dispatcher.compile = timed(Dispatcher.compile, "kernels")
+planning = timed(planner.plan_statistics, "planning")
+for module in (planner, pipeline):  # pipeline holds its own name for it
+    if hasattr(module, "plan_statistics"):
+        module.plan_statistics = planning
+calls = []
+for _ in range(2):
+    before = dict(spent)
+    t = time.perf_counter()
+    db.describe(sys.argv[1], label="y")
+    calls.append({"describe": time.perf_counter() - t, **{k: spent[k] - before[k] for k in spent}})
+print(json.dumps({"import": t_import - t_start, "calls": calls}))
+"""
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Wall seconds of one fresh ``python *args`` and its stdout."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True).stdout
+    return time.perf_counter() - start, out
+
+
+def api_row(store: str, env: dict[str, str]) -> dict[str, float]:
+    """One fresh process: its total, start-up + imports, and the first and second describe's phases."""
+    wall, out = run(["-c", CHILD, store], env)
+    child = json.loads(out.strip().splitlines()[-1])
+    first, second = child["calls"]
+    # The process's start-up and interpreter exit count with the imports; the second call is not part of it.
+    total = wall - second["describe"]
+    return {"total": total, "imports": total - first["describe"], **_split(first), "second": second}
+
+
+def _split(call: dict[str, float]) -> dict[str, float]:
+    """A describe call's time as kernels, planning and the rest (reading and computing)."""
+    rest = call["describe"] - call["kernels"] - call["planning"]
+    return {"kernels": call["kernels"], "planning": call["planning"], "read+compute": rest}
+
+
+def best(rows: list[dict]) -> dict:
+    """The row of the fastest run (its phases stay consistent with its total)."""
+    return min(rows, key=lambda r: r["total"])
+
+
+def main() -> None:
+    """Time the four rows and print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tree", help="a directory holding another daskbatch package to time instead")
+    opts = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="bench-first-call-")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if opts.tree:
+        env["PYTHONPATH"] = opts.tree
+    os.chdir(work)  # not the checkout: the installed (or --tree) package is timed
+    store = os.path.join(work, "data.zarr")
+    run(["-c", f"import daskbatch as db; db.synth({opts.rows}, 64, classes=3, path={store!r})"], env)
+
+    caches = []
+    cold = []
+    for _ in range(opts.repeat):
+        caches.append(tempfile.mkdtemp(dir=work))
+        cold.append(api_row(store, dict(env, NUMBA_CACHE_DIR=caches[-1])))
+    warm_env = dict(env, NUMBA_CACHE_DIR=caches[-1])
+    warm = [api_row(store, warm_env) for _ in range(opts.repeat)]
+    cli = min(run(["-m", "daskbatch", "describe", store, "--label", "y"], warm_env)[0] for _ in range(opts.repeat))
+
+    cold_row, warm_row = best(cold), best(warm)
+    second = min((r["second"] for r in warm), key=lambda c: c["describe"])
+    print(f"{opts.rows:,} x 64 float32, 3-class label, describe defaults; best of {opts.repeat}; "
+          f"{os.cpu_count()} CPUs\n")
+    print("| whole process | total s | start + imports s | kernels s | planning s | read + compute s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("cold numba cache", cold_row), ("warm numba cache", warm_row)):
+        print(f"| {name} | {r['total']:.2f} | {r['imports']:.2f} | {r['kernels']:.2f} | {r['planning']:.2f} "
+              f"| {r['read+compute']:.2f} |")
+    s = _split(second)
+    print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
+          f"| {s['read+compute']:.2f} |")
+    print(f"| CLI `daskbatch describe` (local cluster), warm | {cli:.2f} | | | | |")
+    print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    for tool in ("polars", "duckdb"):
+        if shutil.which(tool) is None and subprocess.run([sys.executable, "-c", f"import {tool}"], env=env,
+                                                          capture_output=True).returncode:
+            print(f"{tool}: not installed, its row skipped")
+    print(f"\nReproduce: python benchmarks/bench_first_call.py --rows {opts.rows} --repeat {opts.repeat}"
+          + (f" --tree {opts.tree}" if opts.tree else ""))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

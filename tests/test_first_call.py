@@ -1,0 +1,61 @@
+"""The first call's compile: what a fresh numba cache compiles, and that the demo's workers find it all cached.
+
+Run in a subprocess with an empty ``NUMBA_CACHE_DIR`` (a new install), recording
+numba's compile events: each kernel compiles one specialisation for the demo's
+dtypes, none compiles numba's array-shape error message or its sort, and a
+``describe`` of a store after the demo's warm-up compiles nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import collections, json, sys
+from numba.core import event
+
+compiled = collections.Counter()
+
+class Record(event.Listener):
+    def on_start(self, ev):
+        compiled[ev.data["dispatcher"].py_func.__qualname__] += 1
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Record())
+import daskbatch as db
+from daskbatch.demo import _prepare_kernels
+
+_prepare_kernels(6, 3, 0)
+warm_up = dict(compiled)
+compiled.clear()
+db.describe(db.synth(4000, 6, classes=3, path=sys.argv[1], chunk_rows=1000))
+print(json.dumps({"warm_up": warm_up, "describe": dict(compiled)}))
+"""
+
+
+@pytest.mark.slow
+def test_a_new_install_compiles_each_kernel_once_and_the_demo_workers_nothing(tmp_path: pathlib.Path) -> None:
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "data.zarr")], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    warm_up = found["warm_up"]
+    # One specialisation each: a literal 0 once made a second (Literal[int](0)) of the masked loops.
+    for kernel in ("moments_chunk", "class_moments_chunk", "_moments_block_masked", "_class_block_masked"):
+        assert warm_up.get(kernel) == 1, (kernel, warm_up)
+    # Whole-array copies compiled numba's shape-mismatch message (3-4 s); np.argsort its quicksort (1 s).
+    assert not [name for name in warm_up if "raise_with_shape" in name or "quicksort" in name], warm_up
+    # The demo's warm-up left nothing for its workers to compile.
+    assert found["describe"] == {}, found["describe"]
