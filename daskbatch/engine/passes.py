@@ -107,31 +107,32 @@ class PassRunner:
         t0 = time.perf_counter()
         title = f"pass {index}/{self.passes}: {'+'.join(shown_names(bundle.stats))}"
         span_name = f"pass-{index}-{'-'.join(shown_names(bundle.stats))}"
-        # The graph is built before the bar starts, in one go (the reduce module, once per pass).
-        stat: BundleLike = bundle
-        if data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
-            stat = Staged(bundle, data.stage_rows)
-        tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
-        prefix = task_prefixes(tag)["chunk"]
-        graph = None if self.checkpoint is not None else tree_reduce(
-            stat, x, label, weights=data.weights, split_every=self.split_every, finalize=finalize, tag=tag,
-            labels_checked=label is not None and data.label_checked,
-        )
-        with _span(span_name), Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                                        cancel=self.cancel, **progress_options(self.progress)) as bar:
-            if self.checkpoint is not None:
-                # Looked up on the module at call time (tests wrap it to watch the lock).
-                result = checkpointed.run_checkpointed(
-                    stat, data, label, split_every=self.split_every, progress=bar,
-                    directory=self.checkpoint, force=self.force, finalize=finalize,
-                )
-            elif keep and local:
-                rows = _row_aligned(data)
-                result, blocks = tracked_compute(graph, bar, prefix=prefix,
-                                                 along=[a.to_delayed().ravel().tolist() for a in rows])
-                self._kept.append(_with_blocks(data, rows, blocks))
-            else:
-                result = tracked_compute(graph, bar, prefix=prefix)
+        with _span(span_name):
+            # The graph is built inside the pass's span (its tasks carry it), before the bar starts, in one go.
+            stat: BundleLike = bundle
+            if data.stage_rows is not None:  # host blocks, staged to the GPU inside each chunk task
+                stat = Staged(bundle, data.stage_rows)
+            tag = statistics_tag(bundle.stats)  # the dashboard names each pass's tasks apart
+            prefix = task_prefixes(tag)["chunk"]
+            graph = None if self.checkpoint is not None else tree_reduce(
+                stat, x, label, weights=data.weights, split_every=self.split_every, finalize=finalize, tag=tag,
+                labels_checked=label is not None and data.label_checked,
+            )
+            with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
+                          cancel=self.cancel, **progress_options(self.progress)) as bar:
+                if self.checkpoint is not None:
+                    # Looked up on the module at call time (tests wrap it to watch the lock).
+                    result = checkpointed.run_checkpointed(
+                        stat, data, label, split_every=self.split_every, progress=bar,
+                        directory=self.checkpoint, force=self.force, finalize=finalize,
+                    )
+                elif keep and local:
+                    rows = _row_aligned(data)
+                    result, blocks = tracked_compute(graph, bar, prefix=prefix,
+                                                     along=[a.to_delayed().ravel().tolist() for a in rows])
+                    self._kept.append(_with_blocks(data, rows, blocks))
+                else:
+                    result = tracked_compute(graph, bar, prefix=prefix)
         note_pass(int(x.shape[0]), int(x.shape[1]))
         if log.isEnabledFor(logging.DEBUG):  # -v: how the pass was laid out, and where its time went
             log.debug(

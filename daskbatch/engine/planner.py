@@ -131,10 +131,12 @@ def plan(
         resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
+    from daskbatch.engine.reduce import resolve_split_every  # lazy: dask (the CLI's --help loads this module)
+
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
         n_classes=n_classes,
-        split_every=split_every if split_every is not None else int(config.get("split-every")),
+        split_every=resolve_split_every(split_every),
         memory_fraction=float(config.get("memory-fraction")),
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
