@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._warnings import warn
-from daskbatch.engine.checkpoint.manifest import checkpoint_lock
+from daskbatch.engine.checkpoint_files import checkpoint_lock
 from daskbatch.engine.pipeline import prepared_inputs, run_statistics
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning

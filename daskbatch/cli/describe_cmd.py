@@ -23,8 +23,8 @@ from daskbatch.cli._group import (
 from daskbatch.cli._logging import is_quiet
 from daskbatch.cli.options import client_from_options, cluster_options, device_option, parse_classes
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
-from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
-from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+from daskbatch.engine.checkpoint import sigterm_as_interrupt
+from daskbatch.engine.checkpoint_files import check_checkpoint_dir
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine

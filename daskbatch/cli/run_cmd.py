@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import click
 
 from daskbatch.cli._group import EXIT_INTERRUPTED, main, user_errors
-from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+from daskbatch.engine.checkpoint import sigterm_as_interrupt
 from daskbatch.errors import Interrupted
 from daskbatch.jobs.spec import reference
 from daskbatch.runtime.interrupts import exit_now

@@ -16,7 +16,7 @@ is the checksum over a record (with what the container adds to it, such as the
 statistic's parameters) and its arrays' bytes.
 
 The containers around records: a checkpoint file holds several records and
-one ``.npz`` of their arrays (:mod:`daskbatch.engine.checkpoint.files`), a saved
+one ``.npz`` of their arrays (:mod:`daskbatch.engine.checkpoint_files`), a saved
 summary one Zarr group per record (:mod:`daskbatch.io.summary_states`).
 """
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from daskbatch._version import __version__
 from daskbatch.engine.blockrun import check_device, on_device, run_blocks
-from daskbatch.engine.checkpoint.fingerprint import output_items
+from daskbatch.engine.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.io.rowstore import (
     ArraySpec,

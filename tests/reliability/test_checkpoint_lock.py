@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import read_runs
+from daskbatch.engine.checkpoint import read_runs
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.ingest.store import DONE_FILE
 from daskbatch.io.synth import synth
@@ -264,7 +264,7 @@ def test_describe_holds_the_lock_between_its_passes(
     tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Between pass 1 and pass 2 no other run may take the directory (it would fail this run halfway)."""
-    import daskbatch.engine.checkpoint.run as checkpoint
+    import daskbatch.engine.checkpoint as checkpoint
 
     original, holders = checkpoint.run_checkpointed, []
 
@@ -283,7 +283,7 @@ def test_describe_holds_the_lock_between_its_passes(
 def test_another_thread_of_this_process_is_refused(tmp_path: Path, store: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from daskbatch.engine.checkpoint.run import checkpoint_lock
+    from daskbatch.engine.checkpoint import checkpoint_lock
 
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with checkpoint_lock(tmp_path):
