@@ -50,7 +50,7 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
     except DataError:
         raise
     except Exception as exc:  # damaged metadata or chunks: zarr, xarray and json raise many kinds (RecursionError too)
-        from daskbatch.io.summary_states import describe_error  # lazy: dask, zarr
+        from daskbatch.io.state_codec import describe_error  # lazy: dask, zarr
 
         raise DataError(
             f"summary {where} cannot be read ({describe_error(exc)}): it was damaged; describe the data again"
@@ -66,7 +66,7 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
     """Read the summary at ``where`` and its states, its arrays' claims bounded before anything is allocated."""
     import xarray as xr  # lazy: xarray
 
-    from daskbatch.io.summary_states import (  # lazy: dask, zarr
+    from daskbatch.io.state_codec import (  # lazy: dask, zarr
         check_bounds,
         read_states,
         results_digest,

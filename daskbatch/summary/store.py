@@ -16,7 +16,7 @@ __all__ = ["save_summary"]
 
 def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
     """Write the summary to a Zarr store at ``path`` (read back with :func:`daskbatch.load_summary`)."""
-    from daskbatch.io.summary_states import (  # lazy: dask, zarr
+    from daskbatch.io.state_codec import (  # lazy: dask, zarr
         check_savable,
         results_digest,
         write_states,
