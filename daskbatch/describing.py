@@ -20,7 +20,7 @@ from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.runtime.joblog import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
-from daskbatch.summary.trust import covariance_message, suspect_message
+from daskbatch.summary.tables import covariance_message, suspect_message
 
 __all__ = ["describe"]
 

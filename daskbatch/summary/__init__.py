@@ -3,7 +3,7 @@
 - :mod:`~daskbatch.summary.record` — :class:`Summary`, per-feature arrays and their derived values;
 - :mod:`~daskbatch.summary.dataset` —
   as an ``xarray.Dataset`` with CF-style labels, and back;
-- :mod:`~daskbatch.summary.store`, :mod:`~daskbatch.summary.load` — onto disk and back;
+- :mod:`~daskbatch.summary.store` — onto disk and back;
 - :mod:`~daskbatch.summary.reprs`, :mod:`~daskbatch.summary.plotting` —
   what it looks like in a notebook, a terminal and a figure;
 - :mod:`~daskbatch.summary.compare` — drift between two summaries.
@@ -15,7 +15,7 @@ record can offer them as methods without an import cycle.
 from __future__ import annotations
 
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
-from daskbatch.summary.load import load_summary
 from daskbatch.summary.record import Summary
+from daskbatch.summary.store import load_summary
 
 __all__ = ["DEFAULT_QUANTILES", "Summary", "load_summary", "quantile_label"]

@@ -26,10 +26,10 @@ from daskbatch.summary.tables import (
     dataframe,
     json_dict,
     quantiles,
+    summary_suspect_values,
     top_correlated,
     top_mi,
 )
-from daskbatch.summary.trust import summary_suspect_values
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,7 +13,7 @@ import numpy as np
 from daskbatch import _html
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
-from daskbatch.summary.trust import covariance_message, suspect_message
+from daskbatch.summary.tables import covariance_message, suspect_message
 
 __all__ = [
     "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
@@ -87,7 +87,7 @@ class FeatureFlags:
     out_fraction: np.ndarray | None
     nan_fraction: np.ndarray
     suspect: dict[int, str] = field(default_factory=dict)  # feature index -> its suspect values, for its note
-    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.trust
+    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.tables
 
     def notes(self, i: int) -> list[str]:
         """Note what is special about feature ``i``."""
