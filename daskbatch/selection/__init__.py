@@ -13,7 +13,6 @@ from daskbatch.selection.record import Selection, load_selection
 
 __all__ = ["Selection", "load_selection", "select"]
 
-
 Score = Literal["f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"]
 Mode = Literal["k", "percentile", "fpr", "fdr", "fwe"]
 
