@@ -28,7 +28,7 @@ import pytest
 import daskbatch as db
 from daskbatch.engine.checkpoint import read_runs
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.store import DONE_FILE
+from daskbatch.io.ingest.passes import DONE_FILE
 from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,17 +209,17 @@ INGEST_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from daskbatch.io.ingest import ingest
-    from daskbatch.io.ingest import store
+    from daskbatch.io.ingest import passes
 
     src, out, gate = sys.argv[1], sys.argv[2], sys.argv[3]
-    original = store.ChunkWriter.write
+    original = passes.ChunkWriter.write
 
     def gated(self, c):
         while not os.path.exists(gate):
             time.sleep(0.02)
         return original(self, c)
 
-    store.ChunkWriter.write = gated
+    passes.ChunkWriter.write = gated
     report = ingest(src, out, label_key="y", chunk_rows=64, workers=2)
     print("done", report.chunks_written)
     """
