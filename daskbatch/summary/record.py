@@ -21,7 +21,6 @@ from daskbatch.summary.dataset import (
 )
 from daskbatch.summary.plotting import SummaryPlot
 from daskbatch.summary.reprs import summary_html, summary_text
-from daskbatch.summary.store import save_summary
 from daskbatch.summary.tables import (
     dataframe,
     json_dict,
@@ -423,6 +422,8 @@ class Summary:
         daskbatch.io.outputs.OutputError
             Before anything is written, with a message naming the path.
         """
+        from daskbatch.summary import save_summary  # lazy: the package imports this module
+
         return save_summary(self, path, overwrite=overwrite)
 
     def to_json(self, *, states: bool = False) -> dict[str, Any]:
