@@ -73,10 +73,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import zarr
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import chunk_count, max_chunks, readable_bytes, storage_chunks
 from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
 from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
@@ -213,6 +211,7 @@ def _binding(results: str, digests: Mapping[str, str]) -> str:
 
 def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
     """Write ``states`` into the ``states/`` group of the Zarr group at ``store`` (which must exist)."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
     from zarr.codecs import ZstdCodec  # lazy: zarr
 
     root = zarr.open_group(zarr_target(store), mode="r+")
@@ -262,6 +261,8 @@ def read_states(
     store: str, results: str, statistics: Sequence[Any] = (), n_features: int = 0
 ) -> dict[str, Kept] | None:
     """Read the states saved in the summary at ``store``, checking that they belong to its results."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     try:
         group = root[GROUP]
@@ -357,6 +358,15 @@ def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.n
 
 def check_bounds(store: str) -> None:
     """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+
+    from daskbatch.io.chunk_grid import (  # lazy: dask, zarr
+        chunk_count,
+        max_chunks,
+        readable_bytes,
+        storage_chunks,
+    )
+
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     total = 0
     largest: tuple[int, str, tuple[int, ...]] = (0, "", ())

@@ -150,9 +150,6 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
         read_states,
         results_digest,
     )
-    from daskbatch.summary.record import (
-        Summary,  # lazy: the record imports this module (Summary.save)
-    )
 
     _check_is_summary(where)
     check_bounds(where)
