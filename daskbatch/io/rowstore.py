@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK, max_chunks
+from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
@@ -185,20 +185,10 @@ def create_store(
     )
     for spec in arrays:
         dtype = np.dtype(spec.dtype)
-        two_d = spec.columns is not None
-        shape: tuple[int, ...] = (rows,) if spec.columns is None else (rows, spec.columns)
-        group.create_array(
-            spec.name,
-            shape=shape,
-            chunks=(max(1, chunk_rows), max(1, spec.columns or 1)) if two_d else (max(1, chunk_rows),),
-            dtype=dtype,
-            # Unwritten float rows read as NaN, not as plausible zeros.
-            fill_value=np.nan if dtype.kind == "f" else 0,
-            compressors=(ZstdCodec(level=1), Crc32cCodec()),
-            dimension_names=spec.dims if two_d else spec.dims[:1],
-            config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-            attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-        )
+        # Unwritten float rows read as NaN, not as plausible zeros.
+        create_row_array(group, spec.name, rows, chunk_rows, dtype, (ZstdCodec(level=1), Crc32cCodec()),
+                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
+                         fill_value=np.nan if dtype.kind == "f" else 0)
     write_manifest(out, doc, name=MANIFEST_FILE)
     os.unlink(os.path.join(out, CREATING_FILE))
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
+from daskbatch.io.chunk_grid import create_row_array
 from daskbatch.io.ingest.passes import (
     DONE_FILE,
     MANIFEST_FILE,
@@ -215,27 +215,9 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
     )
     # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
     codec = checksummed(_codec(compressor))
-    group.create_array(
-        "X",
-        shape=(scan.rows, scan.features),
-        chunks=(chunk_rows, scan.features),
-        dtype=np.dtype(scan.dtype),
-        compressors=codec,
-        dimension_names=("sample", "feature"),
-        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-    )
+    create_row_array(group, "X", scan.rows, chunk_rows, scan.dtype, codec, columns=scan.features)
     for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
-        group.create_array(
-            name,
-            shape=(scan.rows,),
-            chunks=(chunk_rows,),
-            dtype=np.dtype(dtype),
-            compressors=codec,
-            dimension_names=("sample",),
-            config={"write_empty_chunks": True},
-            attributes={WRITES_EVERY_CHUNK: True},
-        )
+        create_row_array(group, name, scan.rows, chunk_rows, dtype, codec)
     write_manifest(out, doc, name=MANIFEST_FILE)
 
 
