@@ -1,5 +1,7 @@
-"""From a summary to a decision: per-feature scores (no further pass over the data), :func:`select`
-and the reason for every drop; the :class:`Selection` it returns is in :mod:`daskbatch.selection.record`.
+"""From a summary to a decision: per-feature scores, :func:`select` and the reason for every drop.
+
+The scores need no further pass over the data; the :class:`Selection` that :func:`select` returns
+is in :mod:`daskbatch.selection.record`.
 """
 
 from __future__ import annotations

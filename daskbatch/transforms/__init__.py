@@ -1,5 +1,6 @@
-"""From a decision to new data: :func:`transform` applies steps (:mod:`daskbatch.transforms.steps`)
-to a whole dataset, out of core, into a Zarr store; PCA is :mod:`daskbatch.transforms.pca`.
+"""From a decision to new data: :func:`transform` writes steps applied to a dataset into a Zarr store.
+
+It runs out of core; the steps are :mod:`daskbatch.transforms.steps`, PCA is :mod:`daskbatch.transforms.pca`.
 """
 
 from __future__ import annotations
