@@ -349,14 +349,17 @@ def create_row_array(
     **options: Any,
 ) -> zarr.Array:
     """Create an array of ``rows`` (by ``columns``) in chunks of whole rows, every one of which its writer writes."""
-    two_d = columns is not None
+    shape: tuple[int, ...] = (rows,)
+    chunks: tuple[int, ...] = (max(1, chunk_rows),)
+    if columns is not None:
+        shape, chunks = (rows, columns), (chunks[0], columns if column_chunk is None else column_chunk)
     return group.create_array(
         name,
-        shape=(rows, columns) if two_d else (rows,),
-        chunks=(max(1, chunk_rows), columns if column_chunk is None else column_chunk) if two_d else (max(1, chunk_rows),),
+        shape=shape,
+        chunks=chunks,
         dtype=np.dtype(dtype),
         compressors=compressors,
-        dimension_names=dims if two_d else dims[:1],
+        dimension_names=dims[: len(shape)],
         config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
         attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
         **options,
