@@ -4,7 +4,7 @@ One run, one process, the same data for both:
 
 * ``daskbatch f_regression``: ``describe(x, target=y, stats="moments")`` from
   the store (one pass: moments and the feature-target co-moments), then
-  ``scores.f_regression``.
+  ``selection._f_regression``.
 * ``sklearn f_regression``: the whole store loaded into memory (timed), then
   ``sklearn.feature_selection.f_regression``.
 * ``daskbatch mi``: ``describe(x, target=y, stats=("moments", "hist", "mi"))``
@@ -69,7 +69,7 @@ def main() -> None:
     from sklearn.feature_selection import f_regression, mutual_info_regression
 
     import daskbatch as db
-    from daskbatch.selection import scores
+    from daskbatch import selection
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "targets.zarr"
@@ -79,7 +79,7 @@ def main() -> None:
             db.describe(x[:5000], target=y[:5000], stats=("moments", "hist", "mi"), run=db.RunOptions(plan=None))  # warm-up
             t0 = time.perf_counter()
             s = db.describe(x, target=y, stats="moments", run=db.RunOptions(plan=None))
-            f_db = scores.f_regression(s)[0]
+            f_db = selection._f_regression(s)[0]
             t_f_db = time.perf_counter() - t0
             t0 = time.perf_counter()
             s_mi = db.describe(x, target=y, stats=("moments", "hist", "mi"), bins=16, run=db.RunOptions(plan=None))

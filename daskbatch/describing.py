@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import warn
-from daskbatch.engine.checkpoint.manifest import checkpoint_lock
+from daskbatch.engine.checkpoint_files import checkpoint_lock
 from daskbatch.engine.pipeline import prepared_inputs, run_statistics
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.runtime.capacity import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
-from daskbatch.summary.trust import covariance_message, suspect_message
+from daskbatch.summary.tables import covariance_message, suspect_message
 
 __all__ = ["describe"]
 

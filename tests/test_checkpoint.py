@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import MANIFEST, read_runs, sigterm_as_interrupt
+from daskbatch.engine.checkpoint import MANIFEST, read_runs, sigterm_as_interrupt
 from daskbatch.errors import CheckpointMismatchError, Interrupted
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.synth import synth
@@ -129,7 +129,7 @@ SCRIPT = textwrap.dedent(
     import dataclasses, sys, time
     import dask
     import daskbatch as db
-    from daskbatch.engine.checkpoint.run import sigterm_as_interrupt
+    from daskbatch.engine.checkpoint import sigterm_as_interrupt
     from daskbatch.io.dataset import open_dataset
     from daskbatch.errors import Interrupted
 

@@ -950,7 +950,7 @@ def test_sim_comoment_states_merge_with_cpu_states_and_save_mirrored(tmp_path: P
     import zarr
     from numba import cuda
 
-    from daskbatch.io.summary_states import read_states, write_states
+    from daskbatch.io.state_codec import read_states, write_states
     from daskbatch.stats.kernels import _gpu
     from daskbatch.stats.registry import Kept
 

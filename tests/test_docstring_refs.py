@@ -100,6 +100,6 @@ def test_a_moved_name_is_caught() -> None:
     assert _resolves("update_many", "daskbatch.accumulator", "Accumulator")
     assert not _resolves("update_many", "daskbatch.accumulator")
     assert not _resolves("daskbatch.steps_old.Standardize", "daskbatch.describing")
-    assert not _resolves("daskbatch.scores.Scores", "daskbatch.describing")  # moved to daskbatch.selection.scores
+    assert not _resolves("daskbatch.scores.Scores", "daskbatch.describing")  # moved to daskbatch.selection
     assert _resolves("daskbatch.transform", "daskbatch.describing")  # the function, not a module path
     assert not _resolves("NoSuchThing", "daskbatch.stats.sketch")

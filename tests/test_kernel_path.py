@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine import planner, reduce
-from daskbatch.engine.checkpoint import fingerprint
-from daskbatch.engine.checkpoint.fingerprint import setting_items
+from daskbatch.engine import fingerprint, planner, reduce
+from daskbatch.engine.fingerprint import setting_items
 from daskbatch.engine.reduce import Staged
 from daskbatch.stats import ClassMoments, CoMoments, Histogram, Moments, Sketch, kernels
 from daskbatch.stats.kernels import path

@@ -18,7 +18,8 @@ import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
-from daskbatch.selection.scores import chi2, f_classif
+from daskbatch.selection import _chi2 as chi2
+from daskbatch.selection import _f_classif as f_classif
 
 STATS = ["moments", "cov", "mi", "class_moments"]
 

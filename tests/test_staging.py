@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import spec_items
+from daskbatch.engine.checkpoint import spec_items
 from daskbatch.engine.inputs import as_feature_matrix, to_device
 from daskbatch.engine.reduce import Staged, part_rows_for
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments

@@ -19,7 +19,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.files import (
+from daskbatch.engine.checkpoint_files import (
     DamagedCheckpoint,
     decode_state,
     encode_state,

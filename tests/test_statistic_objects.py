@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.manifest import spec_items
+from daskbatch.engine.checkpoint_files import spec_items
 from daskbatch.engine.planner import plan_describe
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats.registry import statistic_from_params, statistic_params

@@ -18,8 +18,8 @@ from sklearn.datasets import load_diabetes, make_regression
 from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
+from daskbatch import selection
 from daskbatch.cli import main
-from daskbatch.selection import scores
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::daskbatch.RangeWarning"),
@@ -66,9 +66,9 @@ def _describe(x: da.Array, y: da.Array, **kw: object) -> db.Summary:
 def test_f_and_r_regression_equal_sklearn_on_diabetes(diabetes_store, rows: int) -> None:
     store, x, y = diabetes_store
     s = _describe(*_open(store, rows), stats=("moments",))
-    f, p = scores.f_regression(s)
+    f, p = selection._f_regression(s)
     f_ref, p_ref = fs.f_regression(x, y)
-    np.testing.assert_allclose(scores.r_regression(s), fs.r_regression(x, y), rtol=1e-10, atol=0)
+    np.testing.assert_allclose(selection._r_regression(s), fs.r_regression(x, y), rtol=1e-10, atol=0)
     np.testing.assert_allclose(f, f_ref, rtol=1e-10, atol=0)
     np.testing.assert_allclose(p, p_ref, rtol=1e-9, atol=1e-300)
     np.testing.assert_array_equal(s.target_count, np.full(x.shape[1], len(y), dtype=np.float64))
@@ -81,9 +81,9 @@ def test_f_regression_on_offset_data_equals_a_centred_reference(regression_store
     s = _describe(*_open(store, rows), stats=("moments",))
     dx, dy = x - x.mean(axis=0), y - y.mean()
     r_ref = (dx * dy[:, None]).sum(axis=0) / np.sqrt((dx**2).sum(axis=0) * (dy**2).sum())
-    np.testing.assert_allclose(scores.r_regression(s), r_ref, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(selection._r_regression(s), r_ref, rtol=1e-10, atol=0)
     f_ref = r_ref**2 / (1 - r_ref**2) * (len(y) - 2)
-    f, p = scores.f_regression(s)
+    f, p = selection._f_regression(s)
     np.testing.assert_allclose(f, f_ref, rtol=1e-9, atol=0)
     np.testing.assert_allclose(p, sps.f.sf(f_ref, 1, len(y) - 2), rtol=1e-6, atol=1e-300)
     # and sklearn agrees where its sums of squares still hold enough digits
@@ -98,8 +98,8 @@ def test_nan_in_a_feature_leaves_that_feature_s_rows_out(diabetes_store) -> None
     keep = ~np.isnan(x[:, 2])
     assert s.target_count[2] == keep.sum()
     f_ref = fs.f_regression(x[keep][:, [2]], y[keep])[0][0]
-    np.testing.assert_allclose(scores.f_regression(s)[0][2], f_ref, rtol=1e-10)
-    np.testing.assert_allclose(scores.f_regression(s)[0][[0, 1]], fs.f_regression(x[:, :2], y)[0], rtol=1e-10)
+    np.testing.assert_allclose(selection._f_regression(s)[0][2], f_ref, rtol=1e-10)
+    np.testing.assert_allclose(selection._f_regression(s)[0][[0, 1]], fs.f_regression(x[:, :2], y)[0], rtol=1e-10)
 
 
 def _reference_mi(x: np.ndarray, y: np.ndarray, edges: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -265,7 +265,7 @@ def test_target_by_name_in_the_store(diabetes_store) -> None:
     store, x, y = diabetes_store
     with dask.config.set(scheduler="threads", num_workers=2):
         by_name = db.describe(store, target="y", stats=("moments",), run=db.RunOptions(plan=None))
-    np.testing.assert_allclose(scores.f_regression(by_name)[0], fs.f_regression(x, y)[0], rtol=1e-10, atol=0)
+    np.testing.assert_allclose(selection._f_regression(by_name)[0], fs.f_regression(x, y)[0], rtol=1e-10, atol=0)
     assert by_name.provenance["target"]["dtype"] == "float64"
     with pytest.raises(TypeError, match="target 'y' is a name, and a target name needs x to be a store path"):
         db.describe(x, target="y", stats=("moments",))

@@ -9,7 +9,7 @@ import pytest
 from dask.sizeof import sizeof
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import read_runs
+from daskbatch.engine.checkpoint import read_runs
 
 
 # The README's example, as a user writes it: a mergeable L1 norm per feature.

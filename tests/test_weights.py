@@ -267,7 +267,7 @@ def test_accumulator_with_weights_equals_describe(dataset) -> None:
 def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
     """A weighted run that fails midway resumes from its checkpoint, computing only the missing blocks, bit for bit."""
 
-    from daskbatch.engine.checkpoint.run import read_runs
+    from daskbatch.engine.checkpoint import read_runs
     from daskbatch.errors import CheckpointMismatchError
 
     path, x, y, w, _ = dataset

@@ -28,7 +28,7 @@ from daskbatch.cli.options import (
     parse_classes,
 )
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
-from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
+from daskbatch.engine.checkpoint_files import check_checkpoint_dir
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch.engine.checkpoint import run as checkpointed
+from daskbatch.engine import checkpoint as checkpointed
 from daskbatch.engine.inputs import FeatureMatrix
 from daskbatch.engine.reduce import (
     TASK_PREFIXES,

@@ -23,9 +23,9 @@ import numpy as np
 from daskbatch import config
 from daskbatch._common import Device, warn
 from daskbatch._version import __version__
-from daskbatch.engine.checkpoint.fingerprint import checksums_digest, listing_token
-from daskbatch.engine.checkpoint.manifest import recorded_layout
+from daskbatch.engine.checkpoint_files import recorded_layout
 from daskbatch.engine.devices import gpu_failure, resolve_device
+from daskbatch.engine.fingerprint import checksums_digest, listing_token
 from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,

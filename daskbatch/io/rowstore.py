@@ -8,14 +8,13 @@ import os
 import shutil
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK, max_chunks
+from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.store import DoneLog, read_done, read_manifest, write_manifest
 from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
@@ -26,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "created_now", "input_fingerprint", "layout",
-    "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges",
+    "DoneLog", "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges", "read_done", "read_manifest",
+    "write_manifest",
 ]
 
 #: Group attribute naming the job that wrote a store ("transform", "map_batches").
@@ -35,6 +35,57 @@ MANIFEST_FILE = "daskbatch-output.json"
 DONE_FILE = "daskbatch-output-done.log"
 #: Present from the first write of a new store until it is created completely.
 CREATING_FILE = "daskbatch-output-creating"
+#: Version of the manifests :func:`write_manifest` writes (ingest's and row stores').
+MANIFEST_VERSION = 1
+
+
+def write_manifest(out: str, doc: dict[str, Any], *, name: str) -> None:
+    """Write the manifest ``name`` of the output ``out`` atomically (temp file + rename)."""
+    path = os.path.join(out, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"version": MANIFEST_VERSION, **doc}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(out: str, *, name: str) -> dict[str, Any] | None:
+    """Read the manifest ``name`` of the output ``out`` (None when absent or torn)."""
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError:
+        return None
+
+
+def read_done(out: str, *, name: str) -> set[int]:
+    """Read the indices of output chunks recorded as complete."""
+    try:
+        with open(os.path.join(out, name)) as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        return set()
+    # Only newline-terminated lines count: the last element is '' or a torn write.
+    return {int(line) for line in lines[:-1] if line.strip().isdigit()}
+
+
+class DoneLog:
+    """Append-only record of finished chunks (used by the driver thread only)."""
+
+    def __init__(self, out: str, *, name: str) -> None:
+        self._f: IO[str] = open(os.path.join(out, name), "a")  # noqa: SIM115 - closed in close()
+
+    def add(self, index: int) -> None:
+        """Record chunk ``index`` as finished (flushed at once)."""
+        self._f.write(f"{index}\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        """Close the log file."""
+        self._f.close()
 
 
 @dataclass(frozen=True)
@@ -134,20 +185,10 @@ def create_store(
     )
     for spec in arrays:
         dtype = np.dtype(spec.dtype)
-        two_d = spec.columns is not None
-        shape: tuple[int, ...] = (rows,) if spec.columns is None else (rows, spec.columns)
-        group.create_array(
-            spec.name,
-            shape=shape,
-            chunks=(max(1, chunk_rows), max(1, spec.columns or 1)) if two_d else (max(1, chunk_rows),),
-            dtype=dtype,
-            # Unwritten float rows read as NaN, not as plausible zeros.
-            fill_value=np.nan if dtype.kind == "f" else 0,
-            compressors=(ZstdCodec(level=1), Crc32cCodec()),
-            dimension_names=spec.dims if two_d else spec.dims[:1],
-            config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-            attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-        )
+        # Unwritten float rows read as NaN, not as plausible zeros.
+        create_row_array(group, spec.name, rows, chunk_rows, dtype, (ZstdCodec(level=1), Crc32cCodec()),
+                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
+                         fill_value=np.nan if dtype.kind == "f" else 0)
     write_manifest(out, doc, name=MANIFEST_FILE)
     os.unlink(os.path.join(out, CREATING_FILE))
 

@@ -16,8 +16,51 @@ is the checksum over a record (with what the container adds to it, such as the
 statistic's parameters) and its arrays' bytes.
 
 The containers around records: a checkpoint file holds several records and
-one ``.npz`` of their arrays (:mod:`daskbatch.engine.checkpoint.files`), a saved
-summary one Zarr group per record (:mod:`daskbatch.io.summary_states`).
+one ``.npz`` of their arrays (:mod:`daskbatch.engine.checkpoint_files`), a saved
+summary one Zarr group per record (below).
+
+**A saved summary's states**: the ``states/`` group of its Zarr store.
+
+Layout (format version :data:`FORMAT_VERSION`)::
+
+    SUMMARY.zarr/states/                      attrs {"format_version": 3, "summary_sha256"}
+    SUMMARY.zarr/states/<name>/               attrs {"format_version", "statistic", "params", "user", "sha256",
+                                                     "codec", "state", "fields"}
+    SUMMARY.zarr/states/<name>/<field>        one Zarr array per field of the state
+
+``<name>`` is the statistic's name (``"moments"``, ``"hist"``, ...),
+``statistic`` its class name and ``params`` its parameters as JSON (a
+histogram's bins, ranges and class values, ...). A user's statistic is
+marked ``"user": true``, with ``module:qualname`` of its class and its
+``repr`` as parameters: both are only compared, never imported. ``codec``,
+``state`` and ``fields`` are the state's record in the state codec
+(above, shared with checkpoints): its class's key in
+the registry of state classes and every field's dtype, shape and scalar flag.
+``sha256`` (:func:`record_sha256`) covers all of it:
+the record, the statistic, its parameters and every field's bytes, so a
+changed array or attribute is detected on load. Arrays carry zstd and a
+CRC-32C per chunk like the summary's other arrays; chunks of zeros are not
+written (the mostly empty quantile sketch) and read back as zeros, which the
+digest confirms.
+
+The states are bound to the summary they belong to: the states group's
+``summary_sha256`` is one sha256 over the summary's results (every variable of
+its dataset, :func:`results_digest`) and every state's ``sha256``. A ``states/``
+group copied in from another summary (whose means would show right while merges
+used the other summary's data) fails it and is refused.
+
+A summary described with sample weights keeps weighted states in the same
+layout: float64 sums of weights for counts, and for moments and co-moments the
+weighted subclass of the statistic's state class (which also counts the rows),
+named by its key; reading accepts a statistic's own state class or its
+weighted subclass among the built-in states, nothing else.
+
+Loading rebuilds only the statistics of :mod:`daskbatch.stats.registry` and
+registered state classes, from plain arrays and JSON: no pickle, no import of
+a name read from the file. A user's state is read only when the caller passes
+the statistic itself (its state class is that of its ``chunk`` of no rows);
+otherwise it is left out. Whatever is wrong is one
+:class:`~daskbatch.errors.DataError` line naming the summary and the state.
 """
 
 from __future__ import annotations
@@ -25,13 +68,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from daskbatch.errors import DataError
+from daskbatch.io.outputs import checksummed, zarr_target
+from daskbatch.planning.plan import format_bytes
 from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
-from daskbatch.stats._base import registered_state, state_key
+from daskbatch.stats._base import reads_label, registered_state, state_key
+from daskbatch.stats.pairwise import PairwiseCoMomentsState
+from daskbatch.stats.registry import (
+    Kept,
+    built_in_states,
+    declared_state,
+    statistic_from_params,
+    statistic_params,
+)
 
 __all__ = ["CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
            "record_sha256"]
@@ -122,3 +177,256 @@ def decode(header: Any, arrays: Mapping[str, np.ndarray], expected: type | None 
             raise UnreadableState(f"field {name!r} is {got}, the record says {dtype} {shape}")
         values[name] = a[()] if scalar else a
     return cls(**values)
+
+
+__all__ = ["FORMAT_VERSION", "GROUP", "check_bounds", "check_savable", "describe_error", "read_states",
+           "results_digest", "write_states"]
+
+#: Version of the layout above; a summary written with another one is refused, never guessed at.
+#: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
+#: 3: each state is a record of the state codec (its class by registry key, dtypes, shapes).
+FORMAT_VERSION = 3
+#: The subgroup of a summary store that holds the states.
+GROUP = "states"
+
+
+def results_digest(ds: Any) -> str:
+    """Hash a summary's results: every variable of its xarray dataset, by name, dims, dtype, shape and values."""
+    h = hashlib.sha256()
+    for name in sorted(map(str, ds.variables)):
+        var = ds.variables[name]
+        a = np.asarray(var.values)
+        h.update(json.dumps([name, list(map(str, var.dims))]).encode())
+        if a.dtype.kind in "OUSTV":
+            h.update(json.dumps(a.tolist(), default=str).encode())
+        else:
+            h.update(f"{a.dtype.str} {a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _binding(results: str, digests: Mapping[str, str]) -> str:
+    """One sha256 over the results' digest and every state's, by name: what ties the states to their summary."""
+    return hashlib.sha256(json.dumps([results, sorted(digests.items())]).encode()).hexdigest()
+
+
+def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
+    """Write ``states`` into the ``states/`` group of the Zarr group at ``store`` (which must exist)."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+    from zarr.codecs import ZstdCodec  # lazy: zarr
+
+    root = zarr.open_group(zarr_target(store), mode="r+")
+    group = root.create_group(GROUP, attributes={"format_version": FORMAT_VERSION})
+    digests = {}
+    for name, kept in states.items():
+        user = declared_state(kept.statistic) is None
+        statistic, params = _identity(kept.statistic)
+        # A state whose in-memory layout differs from the saved one gives the saved one (co-moments: mirrored).
+        state = kept.state.canonical() if callable(getattr(kept.state, "canonical", None)) else kept.state
+        record, fields = encode(state, registered=not user)
+        digests[name] = record_sha256(record, fields, [FORMAT_VERSION, statistic, params])
+        sub = group.create_group(name, attributes={
+            "format_version": FORMAT_VERSION, "statistic": statistic, "params": params,
+            "sha256": digests[name], "user": user, **record,
+        })
+        for field, a in fields.items():
+            sub.create_array(
+                field, data=a, compressors=checksummed(ZstdCodec()), config={"write_empty_chunks": False}
+            )
+    group.update_attributes({"summary_sha256": _binding(results, digests)})
+
+
+def check_savable(states: Mapping[str, Kept]) -> None:
+    """Refuse, before anything is written, a user's state that is not a dataclass of arrays."""
+    for name, kept in states.items():
+        if not (dataclasses.is_dataclass(kept.state) and not isinstance(kept.state, type)):
+            raise ValueError(
+                f"statistic {name!r}: its state is a {type(kept.state).__name__}, not a dataclass of arrays, "
+                "so the summary cannot save it; make the state a frozen dataclass (subclass daskbatch.State)"
+            )
+
+
+def _identity(statistic: Any) -> tuple[str, Any]:
+    """What the file records of a statistic: registered class name and JSON parameters, or a user's class path and repr."""
+    if declared_state(statistic) is not None:
+        return type(statistic).__name__, statistic_params(statistic)
+    cls = type(statistic)
+    if cls.__repr__ is object.__repr__:  # the default repr holds the object's address: its attributes instead
+        params = repr(sorted(vars(statistic).items())) if hasattr(statistic, "__dict__") else ""
+    else:
+        params = repr(statistic)
+    return f"{cls.__module__}:{cls.__qualname__}", params
+
+
+def read_states(
+    store: str, results: str, statistics: Sequence[Any] = (), n_features: int = 0
+) -> dict[str, Kept] | None:
+    """Read the states saved in the summary at ``store``, checking that they belong to its results."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+
+    root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
+    try:
+        group = root[GROUP]
+    except KeyError:
+        if statistics:
+            raise DataError(f"summary {store} holds no states (saved without them)") from None
+        return None
+    if not isinstance(group, zarr.Group):
+        raise DataError(f"summary {store}: {GROUP!r} is not a group of states")
+    _check_version(store, "the states group", group.attrs.get("format_version"))
+    given = {s.name: s for s in statistics}
+    out: dict[str, Kept] = {}
+    digests: dict[str, str] = {}
+    for name, sub in sorted(group.groups()):
+        # Every state's recorded digest, read or not: the binding covers the whole group.
+        digests[name] = str(sub.attrs.get("sha256"))
+        if sub.attrs.get("user"):
+            if name in given:
+                out[name] = _read_user(store, name, sub, given[name], n_features)
+            continue
+        out[name] = _read_one(store, name, sub)
+    if group.attrs.get("summary_sha256") != _binding(results, digests):
+        raise DataError(
+            f"summary {store}: its {GROUP}/ group does not belong to its results (the checksum over results and "
+            "states differs): it was copied from another summary or changed; describe the data again"
+        )
+    unknown = sorted(set(given) - set(out))
+    if unknown:
+        raise DataError(f"summary {store} holds no state of statistic(s) {', '.join(map(repr, unknown))}")
+    return out
+
+
+def _read_user(store: str, name: str, group: Any, statistic: Any, n_features: int) -> Kept:
+    """A user's state, verified against the statistic the caller passed (nothing named by the file is imported)."""
+    where = f"summary {store}: state {name!r}"
+    attrs = dict(group.attrs)
+    _check_version(store, f"state {name!r}", attrs.get("format_version"))
+    recorded, params = _identity(statistic)
+    if (attrs.get("statistic"), attrs.get("params")) != (recorded, params):
+        raise DataError(
+            f"{where} was saved by {attrs.get('statistic')} {attrs.get('params')}, not by {recorded} {params}"
+        )
+    empty = statistic.chunk(np.empty((0, n_features)), np.empty(0, np.int64) if reads_label(statistic) else None)
+    return Kept(statistic, _decode(where, group, attrs, type(empty)))
+
+
+def _read_one(store: str, name: str, group: Any) -> Kept:
+    """One state, verified: version, registered statistic, its state's record, sha256."""
+    where = f"summary {store}: state {name!r}"
+    attrs = dict(group.attrs)
+    _check_version(store, f"state {name!r}", attrs.get("format_version"))
+    statistic_name, params = attrs.get("statistic"), attrs.get("params")
+    try:
+        statistic = statistic_from_params(str(statistic_name), params)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where}: {exc}") from None
+    if statistic.name != name:
+        raise DataError(f"{where} holds a {statistic_name} (named {statistic.name!r})")
+    return Kept(statistic, _decode(where, group, attrs, _state_class(statistic, attrs.get("state"))))
+
+
+def _state_class(statistic: Any, key: Any) -> type:
+    """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
+    if getattr(statistic, "rows", None) == "pairwise":  # CoMoments(rows="pairwise") keeps the pairs' state
+        return PairwiseCoMomentsState
+    own = declared_state(statistic)
+    assert own is not None  # a registered statistic's
+    # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
+    subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)
+    return next((cls for cls in subclasses if state_key(cls) == key), own)
+
+
+def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> Any:
+    """The state of one saved statistic, through the state codec: record checked, arrays read, sha256 verified."""
+    record: dict[str, Any] = {key: attrs.get(key) for key in ("codec", "state", "fields")}
+    try:
+        check_record(record, expected)
+        _check_stored(where, group, record["fields"])  # what the read allocates is what the record says
+        arrays = _read_arrays(where, group, [field[0] for field in record["fields"]])
+        context = [FORMAT_VERSION, attrs.get("statistic"), attrs.get("params")]
+        if record_sha256(record, arrays, context) != attrs.get("sha256"):
+            raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
+        return decode(record, arrays, expected)
+    except UnreadableState as exc:
+        raise DataError(f"{where}: {exc}") from None
+
+
+def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of ``group``; whatever goes wrong is one DataError line."""
+    try:
+        return {f: np.asarray(group[f][...]) for f in names}
+    except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
+        raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
+
+
+def check_bounds(store: str) -> None:
+    """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+
+    from daskbatch.io.chunk_grid import (  # lazy: dask, zarr
+        chunk_count,
+        max_chunks,
+        readable_bytes,
+        storage_chunks,
+    )
+
+    root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
+    total = 0
+    largest: tuple[int, str, tuple[int, ...]] = (0, "", ())
+    most_chunks = max_chunks()
+    for path, node in root.members(max_depth=None):
+        if not isinstance(node, zarr.Array):
+            continue
+        chunks = chunk_count(node)
+        if chunks > most_chunks:  # a summary's arrays have a few chunks each: this one's metadata was changed
+            raise DataError(
+                f"summary {store}: array {path!r} claims {chunks:,} chunks (shape {list(node.shape)}, chunks "
+                f"{list(storage_chunks(node))}) > daskbatch.max-chunks {most_chunks:,}: it was damaged; "
+                "describe the data again"
+            )
+        dtype = np.dtype(node.dtype) if not isinstance(node.dtype, np.dtype) else node.dtype
+        # Strings are read as Python objects: count a pointer and a short string per element.
+        itemsize = 64 if dtype.kind in "OTU" else dtype.itemsize
+        claimed = math.prod(int(n) for n in node.shape) * itemsize
+        total += claimed
+        largest = max(largest, (claimed, path, tuple(node.shape)))
+    limit = readable_bytes()
+    if total > limit:
+        claimed, path, shape = largest
+        raise DataError(
+            f"summary {store}: its arrays claim {format_bytes(total)} > {format_bytes(limit)}, half the memory this "
+            f"process may use (the largest, {path!r}, has shape {list(shape)}): it was damaged; describe the data again"
+        )
+
+
+def _check_stored(where: str, group: Any, fields: Sequence[Any]) -> None:
+    """Refuse a state array whose metadata differs from its record's dtype and shape, before reading it."""
+    for name, dtype, shape, _ in fields:
+        try:
+            array = group[name]
+            stored = (np.dtype(array.dtype).str, [int(n) for n in array.shape])
+        except Exception as exc:  # a missing or unreadable array: zarr raises many kinds
+            raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
+        if stored != (dtype, shape):
+            raise DataError(
+                f"{where}: field {name!r} is stored as {stored[0]} {stored[1]}, its record says {dtype} {shape}: "
+                "it changed after it was written; describe the data again"
+            )
+
+
+def describe_error(exc: BaseException) -> str:
+    """Say what a reader raised in a few words: its type and the start of its first line."""
+    text = str(exc).strip()
+    first_line = text.splitlines()[0] if text else ""
+    if len(first_line) > 160:
+        first_line = first_line[:160] + "..."
+    return f"{type(exc).__name__}: {first_line}"
+
+
+def _check_version(store: str, what: str, version: Any) -> None:
+    """Refuse a states group or state of another format version, in one line that says what to do."""
+    if version != FORMAT_VERSION:
+        raise DataError(
+            f"summary {store}: {what} has format version {version!r}, this daskbatch reads "
+            f"{FORMAT_VERSION}; describe the data again (or use the daskbatch that wrote it)"
+        )

@@ -16,9 +16,9 @@ from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
 from daskbatch.io.chunk_grid import (
-    WRITES_EVERY_CHUNK,
     absent_positions,
     chunk_grid,
+    create_row_array,
     max_chunks,
     stored_keys,
 )
@@ -434,27 +434,9 @@ def _create(
     # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
     # chunk makes a changed byte fail the read instead of changing the numbers.
     codec = checksummed(ZstdCodec(level=1))
-    group.create_array(
-        "X",
-        shape=(rows, features),
-        chunks=(max(1, min(chunk_rows, rows)), features),
-        dtype=x.dtype,
-        compressors=codec,
-        dimension_names=("sample", "feature"),
-        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-    )
+    create_row_array(group, "X", rows, min(chunk_rows, rows), x.dtype, codec, columns=features)
     if y is not None:
-        group.create_array(
-            "y",
-            shape=(rows,),
-            chunks=(max(1, min(chunk_rows, rows)),),
-            dtype=np.int32,
-            compressors=codec,
-            dimension_names=("sample",),
-            config={"write_empty_chunks": True},
-            attributes={WRITES_EVERY_CHUNK: True},
-        )
+        create_row_array(group, "y", rows, min(chunk_rows, rows), np.int32, codec)
     return group
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.describing import describe
-from daskbatch.engine.checkpoint.manifest import check_checkpoint_dir
+from daskbatch.engine.checkpoint_files import check_checkpoint_dir
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import Cancelled, Interrupted, PlanError

@@ -7,7 +7,7 @@ statistics are fused into the first pass with the moments:
 * :class:`TargetMoments`: per feature, over the rows where the feature is
   finite, the count, the means of the feature and of ``y``, their sums of
   squared deviations and the co-moment ``Σ(x - x̄)(y - ȳ)``: the input of
-  ``f_regression`` and ``r_regression`` (:mod:`daskbatch.selection.scores`). Each chunk
+  ``f_regression`` and ``r_regression`` (:mod:`daskbatch.selection`). Each chunk
   is reduced by the corrected two-pass algorithm about a per-chunk reference
   value; states merge with the pairwise updates of Chan, Golub & LeVeque
   (``C = C_a + C_b + n_a n_b / n · δx δy``), all in float64.

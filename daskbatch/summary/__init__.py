@@ -3,7 +3,7 @@
 - :mod:`~daskbatch.summary.record` — :class:`Summary`, per-feature arrays and their derived values;
 - :mod:`~daskbatch.summary.dataset` —
   as an ``xarray.Dataset`` with CF-style labels, and back;
-- :mod:`~daskbatch.summary.store`, :mod:`~daskbatch.summary.load` — onto disk and back;
+- here, :func:`save_summary` and :func:`load_summary` — onto disk and back;
 - :mod:`~daskbatch.summary.reprs`, :mod:`~daskbatch.summary.plotting` —
   what it looks like in a notebook, a terminal and a figure;
 - :mod:`~daskbatch.summary.compare` — drift between two summaries.
@@ -14,8 +14,171 @@ record can offer them as methods without an import cycle.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from daskbatch.errors import DataError
+from daskbatch.io.outputs import (
+    MARKER,
+    check_output,
+    checksummed,
+    recover,
+    write_output,
+    zarr_target,
+)
+from daskbatch.runtime.runlock import summary_lock
+from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
-from daskbatch.summary.load import load_summary
 from daskbatch.summary.record import Summary
 
-__all__ = ["DEFAULT_QUANTILES", "Summary", "load_summary", "quantile_label"]
+__all__ = ["DEFAULT_QUANTILES", "load_summary", "quantile_label", "save_summary", "Summary"]
+
+
+def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+    """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary to write, with its merged states when it holds them.
+    path : str or os.PathLike
+        The store to write: a new path, or one of daskbatch's own outputs with ``overwrite``.
+    overwrite : bool, default False
+        Replace a summary (or another daskbatch output) already at ``path``.
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    from daskbatch.io.state_codec import (  # lazy: dask, zarr
+        check_savable,
+        results_digest,
+        write_states,
+    )
+
+    tiled = summary.provenance.get("tiled_cov") or {}
+    protected = {
+        "the summary's input store": summary.provenance.get("path"),
+        "the summary's tiled covariance store": tiled.get("path") if isinstance(tiled, dict) else None,
+    }
+    for i, source in enumerate(summary.provenance.get("sources") or ()):  # a merged summary's inputs
+        if isinstance(source, dict):
+            protected[f"input store {i} of the merged summary"] = source.get("path")
+    if summary.states is not None:
+        check_savable(summary.states)  # before anything is written
+    target = check_output(path, kind="summary", what="path", overwrite=overwrite, protected=protected)
+    # The sketch's buckets are saved (quantiles at any probability after loading), the default table of quantiles not.
+    ds = summary.to_xarray(states=True, quantiles=())
+    results = results_digest(ds)
+    ds.attrs[MARKER] = "summary"  # how check_output recognises a summary it may replace
+
+    def _write(tmp: str) -> None:
+        """Write the dataset (and the states) to the temporary path ``tmp``."""
+        # A local "a::b.zarr" is written as that path, not read as a chained URL.
+        ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+        if summary.states is not None:
+            write_states(tmp, summary.states, results)
+
+    # The lock ``describe --update`` holds: a summary being updated is not replaced under it.
+    with summary_lock(path):
+        return write_output(target, _write)
+
+
+def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
+    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
+    from zarr.codecs import ZstdCodec  # lazy: zarr
+
+    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
+
+
+def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:
+    """Read a :class:`Summary` written by :meth:`Summary.save`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The summary store.
+    statistics : sequence of statistics, optional
+        A user's statistics whose saved states to read; their results in
+        ``extra`` are then finalized from those states (the statistic's own
+        result type). Nothing named in the file is imported.
+
+    Returns
+    -------
+    Summary
+        The summary.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    DataError
+        ``path`` is not a summary (a data store, another Zarr group, not Zarr at all),
+        or a damaged one: one line naming it, before its metadata's claims are allocated.
+    """
+    where = os.fspath(path)
+    recover(where)  # a replacement killed between its renames left the summary aside: put it back
+    if "://" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no summary at {where}: the path does not exist")
+    given = user_statistics(list(statistics))
+    try:
+        summary, states = _read(where, given)
+    except DataError:
+        raise
+    except Exception as exc:  # damaged metadata or chunks: zarr, xarray and json raise many kinds (RecursionError too)
+        from daskbatch.io.state_codec import describe_error  # lazy: dask, zarr
+
+        raise DataError(
+            f"summary {where} cannot be read ({describe_error(exc)}): it was damaged; describe the data again"
+        ) from None
+    extra = dict(summary.extra)
+    for stat in given:
+        assert states is not None  # read_states raised when a given statistic has no state
+        extra[stat.name] = states[stat.name].finalize()
+    return dataclasses.replace(summary, states=states, extra=extra)
+
+
+def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
+    """Read the summary at ``where`` and its states, its arrays' claims bounded before anything is allocated."""
+    import xarray as xr  # lazy: xarray
+
+    from daskbatch.io.state_codec import (  # lazy: dask, zarr
+        check_bounds,
+        read_states,
+        results_digest,
+    )
+
+    _check_is_summary(where)
+    check_bounds(where)
+    # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims.
+    with xr.open_zarr(zarr_target(where, read_only=True), consolidated=False, chunks=None) as ds:
+        loaded = ds.load()
+    summary = Summary.from_xarray(loaded)
+    return summary, read_states(where, results_digest(loaded), given, summary.n_features)
+
+
+def _check_is_summary(where: str) -> None:
+    """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
+    import zarr  # lazy: zarr
+
+    try:
+        group = zarr.open_group(zarr_target(where, read_only=True), mode="r")
+    except (OSError, ValueError):  # zarr's "not a group" errors are ValueErrors (and FileNotFoundErrors)
+        raise DataError(
+            f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
+        ) from None
+    marker = group.attrs.get(MARKER)
+    arrays = sorted(name for name, _ in group.arrays())
+    # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
+    described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
+    legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
+    if marker != "summary" and not legacy:
+        held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
+        kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
+        raise DataError(
+            f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
+            "or give a path written by Summary.save / describe --out"
+        )

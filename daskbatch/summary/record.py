@@ -21,15 +21,14 @@ from daskbatch.summary.dataset import (
 )
 from daskbatch.summary.plotting import SummaryPlot
 from daskbatch.summary.reprs import summary_html, summary_text
-from daskbatch.summary.store import save_summary
 from daskbatch.summary.tables import (
     dataframe,
     json_dict,
     quantiles,
+    summary_suspect_values,
     top_correlated,
     top_mi,
 )
-from daskbatch.summary.trust import summary_suspect_values
 
 
 @dataclass(frozen=True, eq=False)
@@ -422,6 +421,8 @@ class Summary:
         daskbatch.io.outputs.OutputError
             Before anything is written, with a message naming the path.
         """
+        from daskbatch.summary import save_summary  # lazy: the package imports this module
+
         return save_summary(self, path, overwrite=overwrite)
 
     def to_json(self, *, states: bool = False) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import numpy as np
 from daskbatch import _common as _html
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
-from daskbatch.summary.trust import covariance_message, suspect_message
+from daskbatch.summary.tables import covariance_message, suspect_message
 
 __all__ = [
     "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
@@ -87,7 +87,7 @@ class FeatureFlags:
     out_fraction: np.ndarray | None
     nan_fraction: np.ndarray
     suspect: dict[int, str] = field(default_factory=dict)  # feature index -> its suspect values, for its note
-    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.trust
+    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.tables
 
     def notes(self, i: int) -> list[str]:
         """Note what is special about feature ``i``."""
@@ -309,14 +309,7 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
         body_rows.append((names[r], cells, classes, "db-warn" if notes else ""))
     parts = [_html.warning_list(_html.escape(m) for m in flags.messages(names))]
     parts.append(_html.table("feature", [*table.columns, "notes"], body_rows))
-    foot = []
-    if table.shown < summary.n_features:
-        foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
-    if table.hidden:
-        foot.append("zero for every feature, not shown: " + ", ".join(table.hidden))
-    absent = _absent_chunks_line(summary.provenance)
-    if absent:
-        foot.append(absent)
+    foot = _footer(summary, table)
     if foot:
         parts.append("<div class='db-muted'>" + "; ".join(_html.escape(f) for f in foot) + "</div>")
     if summary.corr is not None:  # a tiled covariance would need a pass over its store: not in a repr
@@ -362,14 +355,19 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
         lines.append(
             "  ".join(f"{cells[r]:{a}{w}}" for (_, cells, a), w in zip(columns, widths, strict=True)).rstrip()
         )
-    if table.shown < summary.n_features:
-        lines.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
-    if table.hidden:
-        lines.append("zero for every feature, not shown: " + ", ".join(table.hidden))
-    absent = _absent_chunks_line(summary.provenance)
-    if absent:
-        lines.append(absent)
+    lines.extend(_footer(summary, table))
     return "\n".join(lines)
+
+
+def _footer(summary: Any, table: Any) -> list[str]:
+    """The lines under the table of both views: features not shown, and chunks absent from the input."""
+    foot = []
+    if table.shown < summary.n_features:
+        foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
+    if table.hidden:
+        foot.append("zero for every feature, not shown: " + ", ".join(table.hidden))
+    absent = _absent_chunks_line(summary.provenance)
+    return [*foot, absent] if absent else foot
 
 
 def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:

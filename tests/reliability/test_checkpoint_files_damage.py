@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import MANIFEST, read_runs
+from daskbatch.engine.checkpoint import MANIFEST, read_runs
 from daskbatch.errors import CheckpointMismatchError
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.synth import synth

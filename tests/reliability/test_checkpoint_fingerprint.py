@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import read_runs
+from daskbatch.engine.checkpoint import read_runs
 from daskbatch.errors import CheckpointMismatchError
 from daskbatch.io.synth import synth
 

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.run import read_runs
+from daskbatch.engine.checkpoint import read_runs
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.store import DONE_FILE
+from daskbatch.io.ingest.passes import DONE_FILE
 from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,17 +209,17 @@ INGEST_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from daskbatch.io.ingest import ingest
-    from daskbatch.io.ingest import store
+    from daskbatch.io.ingest import passes
 
     src, out, gate = sys.argv[1], sys.argv[2], sys.argv[3]
-    original = store.ChunkWriter.write
+    original = passes.ChunkWriter.write
 
     def gated(self, c):
         while not os.path.exists(gate):
             time.sleep(0.02)
         return original(self, c)
 
-    store.ChunkWriter.write = gated
+    passes.ChunkWriter.write = gated
     report = ingest(src, out, label_key="y", chunk_rows=64, workers=2)
     print("done", report.chunks_written)
     """
@@ -264,7 +264,7 @@ def test_describe_holds_the_lock_between_its_passes(
     tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Between pass 1 and pass 2 no other run may take the directory (it would fail this run halfway)."""
-    import daskbatch.engine.checkpoint.run as checkpoint
+    import daskbatch.engine.checkpoint as checkpoint
 
     original, holders = checkpoint.run_checkpointed, []
 
@@ -283,7 +283,7 @@ def test_describe_holds_the_lock_between_its_passes(
 def test_another_thread_of_this_process_is_refused(tmp_path: Path, store: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from daskbatch.engine.checkpoint.run import checkpoint_lock
+    from daskbatch.engine.checkpoint import checkpoint_lock
 
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
     with checkpoint_lock(tmp_path):

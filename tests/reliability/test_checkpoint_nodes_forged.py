@@ -27,8 +27,8 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.checkpoint.files import MAGIC, decode_state, encode_state, read_header
-from daskbatch.engine.checkpoint.run import read_runs
+from daskbatch.engine.checkpoint import read_runs
+from daskbatch.engine.checkpoint_files import MAGIC, decode_state, encode_state, read_header
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.synth import synth
 from daskbatch.stats.histogram import HistogramState

@@ -111,7 +111,7 @@ def test_modules_reached_through_a_helper_count(tmp_path: pathlib.Path) -> None:
     (tmp_path / "helper.py").write_text("import deeper\n\n\ndef scale(b):\n    return b * deeper.factor()\n")
     (tmp_path / "mainwork.py").write_text("import helper\n\n\ndef work(b):\n    return helper.scale(b)\n")
     token = ("import sys; sys.path.insert(0, sys.argv[1]); import mainwork;"
-             "from daskbatch.engine.checkpoint.fingerprint import function_token;"
+             "from daskbatch.engine.fingerprint import function_token;"
              "print(function_token(mainwork.work))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -129,7 +129,7 @@ def test_modules_reached_through_a_helper_count(tmp_path: pathlib.Path) -> None:
 
 MADE_AT_RUN_TIME = """
 import types
-from daskbatch.engine.checkpoint.fingerprint import function_token
+from daskbatch.engine.fingerprint import function_token
 
 made = types.ModuleType("made_at_run_time")
 exec("def scale(b):\\n    return b * 2", vars(made))
@@ -177,7 +177,7 @@ def test_every_way_of_reaching_a_helper_counts(tmp_path: pathlib.Path, case: str
     (tmp_path / f"{helper}.py").write_text(source)
     (tmp_path / "usermain.py").write_text(user)
     token = ("import sys; sys.path.insert(0, sys.argv[1]); import usermain;"
-             "from daskbatch.engine.checkpoint.fingerprint import function_token;"
+             "from daskbatch.engine.fingerprint import function_token;"
              f"print(function_token(usermain.{name}))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 

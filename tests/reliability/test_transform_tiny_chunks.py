@@ -143,7 +143,7 @@ def test_sigterm_while_the_graph_is_built_exits_75_and_resumes(
 def test_task_rows_are_whole_output_chunks(unit: int, read: int | None, memory: int, expected: int) -> None:
     from daskbatch.planning.plan import Resources
     from daskbatch.planning.search import plan_task_rows
-    from daskbatch.transforms.apply import CHUNKS_PER_TASK
+    from daskbatch.transforms import CHUNKS_PER_TASK
 
     rows = plan_task_rows(
         1_000_000, unit, 32, 200, Resources(memory, threads_per_worker=2), read_rows=read,

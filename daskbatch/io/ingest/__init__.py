@@ -5,8 +5,8 @@
 ...                 masks={"mask0": "m0", "mask1": "m1"})  # doctest: +SKIP
 >>> print(report.summary())  # doctest: +SKIP
 
-Pass 1 (:mod:`~daskbatch.io.ingest.scan`) reads headers only and reports every bad
-file before anything is written. Pass 2 (:mod:`~daskbatch.io.ingest.store`) writes
+Pass 1 (:mod:`~daskbatch.io.ingest.passes`) reads headers only and reports every bad
+file before anything is written. Pass 2 (its ``ChunkWriter``) writes
 one output chunk per task, at most ``workers`` in flight, so memory does not grow
 with the number of files, and logs each: the same call resumes an interrupted run,
 a run of other inputs is refused naming the difference, and a second run at once
@@ -28,24 +28,21 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
-from daskbatch.io.ingest.scan import (
+from daskbatch.io.chunk_grid import create_row_array
+from daskbatch.io.ingest.passes import (
+    DONE_FILE,
+    MANIFEST_FILE,
+    ChunkWriter,
     ColumnsArg,
     Scan,
     as_json,
     columns_of,
+    describe_difference,
     expand_sources,
     scan_sources,
 )
-from daskbatch.io.ingest.store import (
-    ChunkWriter,
-    DoneLog,
-    describe_difference,
-    read_done,
-    read_manifest,
-    write_manifest,
-)
 from daskbatch.io.outputs import check_replaceable, check_separate, checksummed, remove_path
+from daskbatch.io.rowstore import DoneLog, read_done, read_manifest, write_manifest
 from daskbatch.io.zarr_store import INGEST_ATTR, LAYOUT_ATTR, json_object
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.runtime.runlock import RunLock, output_lock_path
@@ -166,7 +163,7 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
     # Returns (create, done): ``create`` says the store must be (re)created.
     if not os.path.exists(out):
         return True, set()
-    old = read_manifest(out) if os.path.isdir(out) else None
+    old = read_manifest(out, name=MANIFEST_FILE) if os.path.isdir(out) else None
     if overwrite:
         if old is None:
             check_replaceable(out)  # never another's data, nor a symlink's target
@@ -189,7 +186,7 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
             + "; ".join(diffs)
             + ". Re-run with the original inputs to resume, or pass --overwrite to start again"
         )
-    return False, read_done(out)
+    return False, read_done(out, name=DONE_FILE)
 
 
 def _unfinished_creation(out: str) -> bool:
@@ -218,28 +215,10 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
     )
     # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
     codec = checksummed(_codec(compressor))
-    group.create_array(
-        "X",
-        shape=(scan.rows, scan.features),
-        chunks=(chunk_rows, scan.features),
-        dtype=np.dtype(scan.dtype),
-        compressors=codec,
-        dimension_names=("sample", "feature"),
-        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-    )
+    create_row_array(group, "X", scan.rows, chunk_rows, scan.dtype, codec, columns=scan.features)
     for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
-        group.create_array(
-            name,
-            shape=(scan.rows,),
-            chunks=(chunk_rows,),
-            dtype=np.dtype(dtype),
-            compressors=codec,
-            dimension_names=("sample",),
-            config={"write_empty_chunks": True},
-            attributes={WRITES_EVERY_CHUNK: True},
-        )
-    write_manifest(out, doc)
+        create_row_array(group, name, scan.rows, chunk_rows, dtype, codec)
+    write_manifest(out, doc, name=MANIFEST_FILE)
 
 
 def _layout(scan: Scan) -> dict[str, Any]:
@@ -412,7 +391,7 @@ def ingest(
             bar.skip(n_chunks - len(todo))
             _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
         # Only now, with every chunk in the log, is the store complete.
-        missing = set(range(n_chunks)) - read_done(out)
+        missing = set(range(n_chunks)) - read_done(out, name=DONE_FILE)
         if missing:  # pragma: no cover - _run raises before this can happen
             raise DataError(f"{len(missing)} chunks of {out!r} were not written")
         group.update_attributes(
@@ -451,7 +430,7 @@ def _run(
     writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Progress
 ) -> None:
     """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
-    log = DoneLog(out)
+    log = DoneLog(out, name=DONE_FILE)
     pending = iter(todo)
     running: dict[Future[int], int] = {}
     error: BaseException | None = None

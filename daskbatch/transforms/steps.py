@@ -1,4 +1,30 @@
-"""Steps that rescale or fill each feature from a summary: standardize, min-max, robust, quantile, log1p, impute."""
+"""Steps of :func:`daskbatch.transform`: small frozen dataclasses that turn a block of rows into another.
+
+>>> import daskbatch as db
+>>> steps = [db.steps.select(selection), db.steps.standardize(summary),      # doctest: +SKIP
+...          db.steps.clip(-5, 5)]
+>>> db.transform("data.zarr", steps, out="z.zarr")                         # doctest: +SKIP
+
+Each step has
+
+``apply(block)``
+    the (rows, features) block transformed, written against the array API
+    standard, so NumPy and CuPy blocks both work (and stay where they are);
+``output_features(names)``
+    the names of the output columns for input columns ``names``;
+``bind(names)``
+    the step fitted to input columns ``names`` (``standardize`` picks the
+    mean and std of the columns a ``select`` kept); it raises ``ValueError``
+    naming the mismatch when the step cannot apply to those columns;
+``describe()``
+    a JSON-able description, stored as provenance (and compared on resume).
+
+The scaling steps (standardize, min-max, robust, quantile, log1p, impute) are defined here,
+the protocol and the column steps in :mod:`daskbatch.transforms.columns`. The constructors
+(:func:`select`, :func:`standardize`, :func:`minmax`, :func:`robust`, :func:`quantile_transform`, :func:`log1p`, :func:`impute`,
+:func:`clip`, :func:`project`) live in this module, ``db.steps``, and not at the top level:
+``db.select`` already names feature *selection* from a summary.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +35,25 @@ import numpy as np
 
 from daskbatch._common import Array
 from daskbatch.stats.numerics import as_float64
-from daskbatch.transforms.steps.columns import (
+from daskbatch.transforms.columns import (
+    Clip,
     PerFeature,
+    Project,
+    Select,
+    Step,
     ValueWise,
+    apply_all,
+    bind_all,
     block_namespace,
+    clip,
     digest,
     origin_of,
+    project,
+    select,
     short,
 )
 
-__all__ = [
-    "Impute", "Log1p", "QuantileTransform", "Rescale", "Standardize", "impute", "log1p", "minmax",
-    "quantile_transform", "robust", "standardize",
-]
-
+__all__ = ["apply_all", "bind_all", "Clip", "clip", "Impute", "impute", "Log1p", "log1p", "minmax", "Project", "project", "quantile_transform", "QuantileTransform", "Rescale", "robust", "Select", "select", "Standardize", "standardize", "Step"]
 
 @dataclass(frozen=True, eq=False)
 class Standardize(PerFeature):

@@ -15,29 +15,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch.engine.checkpoint.files import (
-    TMP_PREFIX,
-    DamagedCheckpoint,
-    decode_state,
-    encode_state,
-    read_header,
-    remove_stale_temps,
-    write_atomic,
-)
-from daskbatch.engine.checkpoint.manifest import (
+from daskbatch.engine.checkpoint_files import (
     _SUFFIX,
     FORMAT_VERSION,
     MANIFEST,
+    TMP_PREFIX,
+    DamagedCheckpoint,
     _digest,
     append_run,
     checkpoint_lock,
+    decode_state,
+    encode_state,
     holding_checkpoint_lock,
     input_items,
     open_pass,
     pass_folder,
+    read_header,
     read_runs,
     recorded_layout,
+    remove_stale_temps,
     spec_items,
+    write_atomic,
 )
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.capacity import active_client

@@ -1,1 +1,0 @@
-"""Checkpoint / resume of the passes of :func:`daskbatch.describe`."""
