@@ -131,9 +131,7 @@ def plan(
         resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
-    from daskbatch.engine.reduce import (
-        resolve_split_every,  # lazy: dask (the CLI's --help loads this module)
-    )
+    from daskbatch.engine.reduce import resolve_split_every  # lazy: dask (--help loads this)
 
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
