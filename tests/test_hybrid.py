@@ -140,10 +140,10 @@ with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     db.describe(x, stats="moments")  # device not given: quiet
     quiet = len(seen)
-    db.describe(x, stats="moments", device="auto")
-    db.describe(x, stats="moments", device="auto")  # once per process
+    db.describe(x, stats="moments", run=db.RunOptions(device="auto"))
+    db.describe(x, stats="moments", run=db.RunOptions(device="auto"))  # once per process
 try:
-    db.describe(x, stats="moments", device="gpu")
+    db.describe(x, stats="moments", run=db.RunOptions(device="gpu"))
     raised = "nothing"
 except db.GPUUnavailableError:
     raised = "GPUUnavailableError"

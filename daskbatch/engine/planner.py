@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch._common import Device, checked_device
+from daskbatch._common import Device, checked_device, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources
@@ -131,12 +131,11 @@ def plan(
         resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
-    from daskbatch.engine.reduce import resolve_split_every  # lazy: dask (--help loads this)
-
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
         n_classes=n_classes,
-        split_every=resolve_split_every(split_every),
+        split_every=split_every if split_every is not None else strict_int(
+            config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2),
         memory_fraction=float(config.get("memory-fraction")),
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
