@@ -678,9 +678,11 @@ def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.Monke
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu
+    from daskbatch.stats.kernels import _gpu, _gpu_layout
 
+    # the fold, the row groups and the launch-shape check read the same (scaled-down) limit
     monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
+    monkeypatch.setattr(_gpu_layout, "MAX_GRID_Y", 2)
     x = chunk("float64", rows=40)
     y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
     w = weights_for(x.shape[0], seed=13, integer=True)
