@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -81,7 +82,13 @@ def _prepare_kernels(features: int, classes: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     # The demo's dtypes (float32 features, integer classes), so that the workers find these specialisations cached.
     x = rng.standard_normal((512, features)).astype(np.float32)
-    describe(x, rng.integers(0, max(classes, 1), 512))
+    quiet = logging.getLogger("daskbatch")  # the warm-up's plan and passes are not the demo's
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        describe(x, rng.integers(0, max(classes, 1), 512))
+    finally:
+        quiet.setLevel(level)
 
 
 def _check_demo_dir(out_dir: str, store: str) -> OutputTarget:
