@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from daskbatch._common import short_repr
+from daskbatch._common import short_repr, strict_int
 
 
 def config_file_error(exc: ValueError) -> None:
@@ -86,6 +86,13 @@ def get(key: str | None = None) -> Any:
         # dask.config.set({"daskbatch.job.cluster": {"kind": "slurm"}}) replaces the whole mapping, so
         # the keys it leaves out are gone from dask.config: they keep their packaged default.
         return dask.config.get(name, config=_packaged_defaults())
+
+
+def resolve_split_every(split_every: int | None) -> int:
+    """``split_every``, or the configured ``daskbatch.split-every`` when None, validated (>= 2)."""
+    if split_every is None:
+        return strict_int(get("split-every"), "daskbatch.split-every (dask config)", minimum=2)
+    return strict_int(split_every, "split_every", minimum=2)
 
 
 def planner_settings() -> dict[str, Any]:

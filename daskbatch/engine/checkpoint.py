@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskbatch.config import resolve_split_every
 from daskbatch.engine.checkpoint_files import (
     _SUFFIX,
     FORMAT_VERSION,
@@ -237,7 +238,7 @@ def run_checkpointed(
     finalize: bool = True,
 ) -> tuple[Any, ...]:
     """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``."""
-    from daskbatch.engine.reduce import resolve_split_every, to_host  # lazy: dask
+    from daskbatch.engine.reduce import to_host  # lazy: dask
 
     s = resolve_split_every(split_every)
     x = data.x

@@ -23,6 +23,7 @@ import numpy as np
 from daskbatch import config
 from daskbatch._common import Device, warn
 from daskbatch._version import __version__
+from daskbatch.config import resolve_split_every
 from daskbatch.engine.checkpoint_files import recorded_layout
 from daskbatch.engine.devices import gpu_failure, resolve_device
 from daskbatch.engine.fingerprint import checksums_digest, listing_token
@@ -34,7 +35,6 @@ from daskbatch.engine.inputs import (
 )
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
-from daskbatch.engine.reduce import resolve_split_every
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.tiled import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning, PlanError, RangeWarning

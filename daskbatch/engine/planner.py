@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch._common import Device, checked_device, strict_int
-from daskbatch.config import STATISTIC_DEFAULTS
+from daskbatch._common import Device, checked_device
+from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
 from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
@@ -134,8 +134,7 @@ def plan(
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
         n_classes=n_classes,
-        split_every=split_every if split_every is not None else strict_int(
-            config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2),
+        split_every=split_every if split_every is not None else resolve_split_every(None),
         memory_fraction=float(config.get("memory-fraction")),
         reserved_bytes=parse_bytes(config.get("reserved-memory")),
         target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),

@@ -24,8 +24,8 @@ from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.sizeof import sizeof
 
-from daskbatch import config
-from daskbatch._common import Array, strict_int
+from daskbatch._common import Array
+from daskbatch.config import resolve_split_every
 from daskbatch.engine.sizeof import register as register_sizeof
 from daskbatch.runtime.settings import limited
 from daskbatch.stats._base import Statistic, merge_all
@@ -56,13 +56,6 @@ def statistics_tag(stats: Any) -> str:
     """Name a pass's tasks after its statistics: their names' letters, joined by dashes (``moments-cov-sketch``)."""
     words = (re.sub(r"[^A-Za-z]", "", s.name) for s in stats)
     return "-".join(w for w in words if w)
-
-
-def resolve_split_every(split_every: int | None) -> int:
-    """``split_every``, or the configured ``daskbatch.split-every`` when None, validated (>= 2)."""
-    if split_every is None:
-        return strict_int(config.get("split-every"), "daskbatch.split-every (dask config)", minimum=2)
-    return strict_int(split_every, "split_every", minimum=2)
 
 
 def tree_reduce(
