@@ -157,13 +157,13 @@ def compiled_distinct(
     held : numpy.ndarray
         Int64 (D,): distinct values per feature, ``k + 1`` where there are more.
     """
-    from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
     from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
+    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
     n_features = x.shape[1]
     size = _table_size(k)
     values, counts, held = empty_distinct(np, n_features, k)
-    data, lut = _bits(x)
+    data, lut = numba_view(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
     # (512 kB at k = 1024) however wide the chunk.
@@ -423,11 +423,11 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
     step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins)
     n_features = x.shape[1]
     if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
-        from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
         from daskbatch.stats.kernels._numba_sketch import grid_counts  # lazy: numba
+        from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
-        data, lut = _bits(x)
+        data, lut = numba_view(x)
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         grid_counts(data, lut, w, step, first, counts)
         return counts, step, first
