@@ -50,6 +50,7 @@ __all__ = [
     "grid_bins",
     "grid_chunk",
     "grid_fine",
+    "grid_index",
     "grid_merge",
     "kept_values",
     "merge_distinct",
@@ -433,15 +434,8 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
         return counts, step, first
     dev = device(x)
     x = xp.astype(x, xp.float64)
-    # Scaled by 2**-step in two exact halves: one factor could overflow for the tiniest steps.
-    scaled = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values bins nothing
-    half = scaled // 2
-    scale_a = xp.asarray(np.ldexp(1.0, -half), device=dev)
-    scale_b = xp.asarray(np.ldexp(1.0, -(scaled - half)), device=dev)
     finite = xp.isfinite(x)
-    index = xp.astype(xp.floor(xp.where(finite, x, 0.0) * scale_a * scale_b), xp.int64)
-    index = xp.clip(index - xp.asarray(first, device=dev), 0, bins - 1)
-    flat = index + xp.arange(n_features, dtype=xp.int64, device=dev)[None, :] * bins
+    flat = grid_index(x, step, first, bins) + xp.arange(n_features, dtype=xp.int64, device=dev)[None, :] * bins
     flat = xp.where(finite, flat, xp.full_like(flat, n_features * bins))  # NaN and ±inf: a bin past the last
     if weights is None:
         counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * bins + 1)
@@ -450,6 +444,18 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
         counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * bins + 1)
     counts = xp.reshape(xp.astype(counts[: n_features * bins], dtype), (n_features, bins))
     return counts, xp.asarray(step, device=dev), xp.asarray(first, device=dev)
+
+
+def grid_index(x: Array, step: np.ndarray, first: np.ndarray, bins: int) -> Array:
+    """The grid bin (0 .. bins - 1) of every value of the float64 block ``x`` (non-finite values: bin 0)."""
+    xp, dev = namespace(x), device(x)
+    # Scaled by 2**-step in two exact halves: one factor could overflow for the tiniest steps.
+    scaled = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values bins nothing
+    half = scaled // 2
+    scale_a = xp.asarray(np.ldexp(1.0, -half), device=dev)
+    scale_b = xp.asarray(np.ldexp(1.0, -(scaled - half)), device=dev)
+    index = xp.astype(xp.floor(xp.where(xp.isfinite(x), x, 0.0) * scale_a * scale_b), xp.int64)
+    return xp.clip(index - xp.asarray(first, device=dev), 0, bins - 1)
 
 
 def grid_merge(a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], fmin: Array, fmax: Array,
