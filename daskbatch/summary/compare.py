@@ -29,17 +29,27 @@ class Drift:  # numpydoc ignore=PR02
 
     Parameters
     ----------
-    table : pandas.DataFrame
-        One row per feature (index ``feature``); columns ``mean_shift``,
-        ``var_ratio``, ``psi``, ``js_divergence``, ``ks_lower``, ``ks_upper``,
-        ``out_of_range_change``, ``nan_fraction_change`` and ``mi_change``
-        (NaN where a summary lacks what a column needs).
+    _frame : pandas.DataFrame
+        One row per feature: what :meth:`to_dataframe` gives (a copy of).
     rows : tuple of int
         The number of rows of the reference and of the new summary.
     """
 
-    table: Any
+    _frame: Any
     rows: tuple[int, int]
+
+    def to_dataframe(self) -> Any:
+        """Give the drift of every feature as a table.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per feature (index ``feature``); columns ``mean_shift``,
+            ``var_ratio``, ``psi``, ``js_divergence``, ``ks_lower``, ``ks_upper``,
+            ``out_of_range_change``, ``nan_fraction_change`` and ``mi_change``
+            (NaN where a summary lacks what a column needs). A copy: changing it changes no Drift.
+        """
+        return self._frame.copy()
 
     def top(self, k: int = 10, by: str = "psi") -> Any:
         """Give the ``k`` features that drifted most by one column.
@@ -49,17 +59,17 @@ class Drift:  # numpydoc ignore=PR02
         k : int, default 10
             How many features.
         by : str, default "psi"
-            A column of :attr:`table`; ``mean_shift`` ranks by its absolute value.
+            A column of :meth:`to_dataframe`; ``mean_shift`` ranks by its absolute value.
 
         Returns
         -------
         pandas.DataFrame
-            The rows of :attr:`table`, largest first.
+            The rows of :meth:`to_dataframe`, largest first.
         """
-        if by not in self.table.columns:
-            raise ValueError(f"by must be one of {', '.join(self.table.columns)}; got {by!r}")
-        key = self.table[by].abs() if by == "mean_shift" else self.table[by]
-        return self.table.loc[key.sort_values(ascending=False, na_position="last").index[:k]]
+        if by not in self._frame.columns:
+            raise ValueError(f"by must be one of {', '.join(self._frame.columns)}; got {by!r}")
+        key = self._frame[by].abs() if by == "mean_shift" else self._frame[by]
+        return self._frame.loc[key.sort_values(ascending=False, na_position="last").index[:k]]
 
     def to_json(self) -> dict[str, Any]:
         """Convert to strict JSON: NaN becomes ``null``.
@@ -71,7 +81,7 @@ class Drift:  # numpydoc ignore=PR02
         """
         features = {
             str(name): {c: (None if not np.isfinite(v) else float(v)) for c, v in row.items()}
-            for name, row in self.table.iterrows()
+            for name, row in self._frame.iterrows()
         }
         return {"rows": list(self.rows), "features": features}
 
@@ -112,15 +122,15 @@ class Drift:  # numpydoc ignore=PR02
         fig, ax = figure_axes(ax, 7.0, 0.28 * len(top) + 1.8)
         ranked_bars(ax, [str(n) for n in top.index], top["psi"].to_numpy(dtype=np.float64),
                     [(0.1, "0.1 moderate"), (0.25, "0.25 large")], "population stability index (log scale)")
-        ax.set_title(f"Drift, {shown_of(len(top), len(self.table))}: {self.rows[1]:,} rows against {self.rows[0]:,}")
+        ax.set_title(f"Drift, {shown_of(len(top), len(self._frame))}: {self.rows[1]:,} rows against {self.rows[0]:,}")
         return fig
 
     def _repr_html_(self) -> str:
-        return str(self.top(len(self.table)).to_html(float_format=lambda v: f"{v:.4g}"))
+        return str(self.top(len(self._frame)).to_html(float_format=lambda v: f"{v:.4g}"))
 
     def __repr__(self) -> str:
-        return f"Drift of {len(self.table)} features ({self.rows[1]:,} rows against {self.rows[0]:,})\n" + str(
-            self.top(min(10, len(self.table))).to_string(float_format=lambda v: f"{v:.4g}")
+        return f"Drift of {len(self._frame)} features ({self.rows[1]:,} rows against {self.rows[0]:,})\n" + str(
+            self.top(min(10, len(self._frame))).to_string(float_format=lambda v: f"{v:.4g}")
         )
 
 
@@ -175,7 +185,7 @@ def compare(reference: Summary, new: Summary) -> Drift:
     columns["mi_change"] = _difference(reference.mi, new.mi, n)
     index = pd.Index(list(reference.feature_names), name="feature")
     table = pd.DataFrame({c: columns[c] for c in _COLUMNS}, index=index)
-    return Drift(table=table, rows=(_rows(reference), _rows(new)))
+    return Drift(_frame=table, rows=(_rows(reference), _rows(new)))
 
 
 def _histogram_drift(reference: Summary, new: Summary) -> dict[str, np.ndarray]:
