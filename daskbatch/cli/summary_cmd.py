@@ -193,7 +193,7 @@ def compare_command(
     if to_stderr:
         click.echo(json.dumps(drift.to_json()))
     else:
-        click.echo(f"drift of {len(drift.table)} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
+        click.echo(f"drift of {len(drift.to_dataframe())} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
         click.echo(drift.top(top, by).to_string(float_format=lambda v: f"{v:.4g}"))
     if "--json" in targets:
         click.echo(f"report written to {write_json(targets['--json'], drift.to_json())}")
