@@ -27,15 +27,7 @@ import dask.array as da
 import numpy as np
 from numpy.lib import format as npformat
 
-from daskbatch.io.tables import (
-    TABLE_SUFFIXES,
-    TEXT_SUFFIXES,
-    Table,
-    is_table_path,
-    open_table,
-    table_part,
-    table_rows,
-)
+from daskbatch.io import tables
 
 # --------------------------------------------------------------------------- helpers
 
@@ -182,15 +174,12 @@ class ZarrReader(DatasetReader):
 
 def refuse_unreadable_path(where: Any) -> None:
     """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line."""
-    if not isinstance(where, str) or "://" in where or "::" in where:
-        return
-    if not os.path.exists(where):
+    if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no such file or directory: {where!r}")
-    if where.lower().endswith(TEXT_SUFFIXES) and os.path.isfile(where):
+    if isinstance(where, str) and where.lower().endswith(tables.TEXT_SUFFIXES) and os.path.isfile(where):
         raise ValueError(
             f"{where!r} is a text table, which daskbatch does not read (no types, no row groups): convert it to "
-            f"Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), "
-            f"and describe that ({', '.join(TABLE_SUFFIXES)} and Zarr are read)"
+            "Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), and describe that"
         )
 
 
@@ -200,15 +189,15 @@ class TableReader(DatasetReader):
     @classmethod
     def can_open(cls, x: Any) -> bool:
         """Whether ``x`` is a Table or the path or URL of table files."""
-        return isinstance(x, Table) or is_table_path(x)
+        return isinstance(x, tables.Table) or tables.is_table_path(x)
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
         name = label if isinstance(label, str) else None
-        if not isinstance(x, Table):
-            x = open_table(x, label=name)
+        if not isinstance(x, tables.Table):
+            x = tables.open_table(x, label=name)
         elif name is not None and name != x.label_name:  # the label is one of its columns
             columns = [c for c in x.feature_names if c != name]
-            x = open_table(x.path, columns, label=name, storage_options=x.storage_options)
+            x = tables.open_table(x.path, columns, label=name, storage_options=x.storage_options)
         super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
@@ -483,19 +472,19 @@ class TableFileReader(FileReader):
     @classmethod
     def part(cls, path: str, key: str, what: str) -> Part:
         """Shape and dtype of x or of one column."""
-        shape, dtype = table_part(path, key, what)
+        shape, dtype = tables.table_part(path, key, what)
         return Part(shape, dtype)
 
     @classmethod
     def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
         """Rows of x or of one column."""
-        return table_rows(path, key, start, stop, x=len(part.shape) == 2)
+        return tables.table_rows(path, key, start, stop, x=len(part.shape) == 2)
 
 
 #: Ingest's batch-file readers by suffix (a directory holding Zarr metadata is a Zarr store).
 FILE_READERS: dict[str, type[FileReader]] = {
     ".npy": NpyReader, ".npz": NpzReader, ".h5": H5Reader, ".hdf5": H5Reader, ".zarr": ZarrFileReader,
-    **dict.fromkeys(TABLE_SUFFIXES, TableFileReader),
+    **dict.fromkeys(tables.TABLE_SUFFIXES, TableFileReader),
 }
 
 

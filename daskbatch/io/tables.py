@@ -43,34 +43,22 @@ TEXT_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
 
 
 def is_table_path(x: Any) -> bool:
-    """Whether ``x`` is a path or URL of a table file, or a local directory of table files that is not a Zarr store."""
-    if not isinstance(x, str | os.PathLike):
-        return False
-    where = os.fspath(x)
-    if not isinstance(where, str):
-        return False
-    if where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
-        return True
-    if "://" in where or not os.path.isdir(where):
-        return "://" in where and where.endswith("/") and _url_holds_tables(where)
-    names = os.listdir(where)
-    return not {"zarr.json", ".zarray", ".zgroup"} & set(names) and any(
-        _is_table_name(n) for n in names
-    )
+    """Whether ``x`` is the path or URL of a table file, or of a directory of them that is not a Zarr store."""
+    where = os.fspath(x) if isinstance(x, str | os.PathLike) else None
+    if not isinstance(where, str) or where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
+        return isinstance(where, str)
+    try:  # one listing; a URL only when it ends with "/" (a Zarr store's URL mostly does not)
+        if "://" in where and where.endswith("/"):
+            import fsspec  # lazy: fsspec
 
-
-def _url_holds_tables(url: str) -> bool:
-    """Whether the directory URL ``url`` lists table files and no Zarr metadata (one listing)."""
-    import fsspec  # lazy: fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(url)
-        names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+            fs, root = fsspec.core.url_to_fs(where)
+            names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+        else:
+            names = os.listdir(where) if "://" not in where and os.path.isdir(where) else []
     except (OSError, ValueError, ImportError):
         return False  # not ours to judge: the Zarr reader names what is wrong
-    return not {"zarr.json", ".zarray", ".zgroup"} & set(names) and any(
-        _is_table_name(n) for n in names
-    )
+    zarr = {"zarr.json", ".zarray", ".zgroup"} & set(names)
+    return not zarr and any(_is_table_name(n) for n in names)
 
 
 def _is_table_name(name: str) -> bool:
@@ -115,26 +103,20 @@ def _find_files(where: str, storage_options: Mapping[str, Any] | None) -> _Files
         fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
         if not fs.exists(root):
             raise FileNotFoundError(f"no such file or directory: {where!r}")
-        found = (
-            [p for p in fs.find(root) if _is_table_name(os.path.basename(p))]
-            if fs.isdir(root)
-            else [root]
-        )
+        found = [root]
+        if fs.isdir(root):
+            found = [p for p in fs.find(root) if _is_table_name(os.path.basename(p))]
     else:
         if not os.path.exists(where):
             raise FileNotFoundError(f"no such file or directory: {where!r}")
         fs, found = None, [where]
         if os.path.isdir(where):
-            found = [
-                os.path.join(d, n)
-                for d, subdirs, names in os.walk(where)
-                for n in names
-                if _is_table_name(n)
-                and not any(
-                    part.startswith(("_", "."))
-                    for part in os.path.relpath(d, where).split(os.sep)[1:]
-                )
-            ]
+            found = []
+            for d, subdirs, names in os.walk(where):
+                subdirs[:] = [
+                    s for s in subdirs if not s.startswith(("_", "."))
+                ]  # _temporary, .hidden
+                found += [os.path.join(d, n) for n in names if _is_table_name(n)]
     if not found:
         raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
     return _Files(fs, tuple(sorted(found, key=_natural_key)))
@@ -290,26 +272,14 @@ class Table:
 
     Attributes
     ----------
-    x : dask.array.Array
-        Samples x features; one block per row group (or slice of one), all features.
-    label : dask.array.Array or None
-        The label column's values.
+    x, label : dask.array.Array
+        Samples x features (a block per row group, or slice of one) and the label column (or None).
     feature_names : list of str
-        The feature columns, in the files' order.
-    store_chunks : tuple of int
-        Rows of the largest row group, and the features.
-    path : str
-        The path or URL given.
-    label_name : str or None
-        The label column.
-    files : int
-        How many files the rows come from.
-    row_groups : int
-        How many row groups (or record batches) they hold.
-    content : str
-        sha256 of the files' content facts, in row order.
-    skipped_columns : tuple of str
-        Non-numeric columns left out.
+        The feature columns, in the files' order (``skipped_columns``: the non-numeric ones left out).
+    path, label_name : str
+        The path or URL given, and the label column (or None).
+    files, row_groups, store_chunks, content
+        How many files and row groups, the largest row group's shape, sha256 of the files' content facts.
     """
 
     x: da.Array
@@ -350,19 +320,14 @@ class Table:
             ``dask_chunk_rows``, ``content`` (sha256 of the files' content facts),
             ``skipped_columns`` and ``complete``.
         """
+        # fmt: off
         return {
-            "path": self.path,
-            "format": "table",
-            "files": self.files,
-            "row_groups": self.row_groups,
-            "label": self.label_name,
-            "shape": list(self.shape),
-            "dtype": str(self.x.dtype),
-            "dask_chunk_rows": int(max(self.x.chunks[0])),
-            "content": self.content,
-            "skipped_columns": list(self.skipped_columns),
-            "complete": True,
+            "path": self.path, "format": "table", "files": self.files, "row_groups": self.row_groups,
+            "label": self.label_name, "shape": list(self.shape), "dtype": str(self.x.dtype),
+            "dask_chunk_rows": int(max(self.x.chunks[0])), "content": self.content,
+            "skipped_columns": list(self.skipped_columns), "complete": True,
         }
+        # fmt: on
 
     def __repr__(self) -> str:
         rows, cols = self.shape
@@ -416,16 +381,8 @@ def open_table(
     return _open_table(os.fspath(path), columns, label, storage_options)
 
 
-def _open_table(
-    where: str,
-    columns: Any,
-    label: str | None,
-    storage_options: Mapping[str, Any] | None,
-    *,
-    quiet: bool = False,
-    fingerprint: bool = True,
-    excluded: Sequence[str] = (),
-) -> Table:
+def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
+                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:  # fmt: skip
     """:func:`open_table`; ``quiet``: no warning of skipped columns; ``fingerprint``: hash Arrow IPC bytes."""
     try:
         import pyarrow  # noqa: F401  # lazy: pyarrow
@@ -480,19 +437,15 @@ def _open_table(
             f"table-label-{content[:32]}", _Read(files, (label,), label_dtype.str), pieces, 1
         )
         label_array = label_array[:, 0]
+    # fmt: off
     return Table(
-        x=x,
-        label=label_array,
-        feature_names=chosen,
+        x=x, label=label_array, feature_names=chosen, path=where, label_name=label,
         store_chunks=(max(max(f.groups, default=0) for f in footers), len(chosen)),
-        path=where,
-        label_name=label,
-        files=len(files.paths),
-        row_groups=sum(len(f.groups) for f in footers),
-        content=f"sha256 {content}",
+        files=len(files.paths), row_groups=sum(len(f.groups) for f in footers), content=f"sha256 {content}",
         storage_options=dict(storage_options or {}),
         skipped_columns=tuple(n for n in names if types[n] is None and n != label),
     )
+    # fmt: on
 
 
 def _pieces(groups: list[list[int]], row_bytes: int) -> list[tuple[int, int, int, int]]:
@@ -528,28 +481,20 @@ def _as_dask(
 
 
 def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:
-    """Shape and dtype of ``key`` in table file ``path``: x (``key`` as :func:`table_rows` reads it) or a column."""
-    if what == "x":
-        table = _ingest_table(path, key, quiet=False)
-        return table.shape, table.x.dtype.str
-    table = _ingest_table(path, key, quiet=True, column=True)
-    assert table.label is not None
-    return (table.shape[0],), table.label.dtype.str
+    """Shape and dtype of x (``key`` as :func:`table_rows` reads it) or of column ``key`` in table file ``path``."""
+    array = _ingest_array(path, key, x=what == "x", quiet=what != "x")
+    return tuple(int(n) for n in array.shape), array.dtype.str
 
 
 def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:
     """Rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
-    table = _ingest_table(path, key, quiet=True, column=not x)
-    array = table.x if x else table.label
-    assert array is not None
-    return np.asarray(array[start:stop].compute(scheduler="sync"))
+    return np.asarray(_ingest_array(path, key, x=x)[start:stop].compute(scheduler="sync"))
 
 
-def _ingest_table(path: str, key: str, *, quiet: bool, column: bool = False) -> Table:
-    """One ingest source: x is ``key``'s columns (``X``: every numeric one; ``!name`` leaves one out), or ``key`` the label."""
-    if column:
-        return _open_table(path, None, key, None, quiet=True, fingerprint=False)
+def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:
+    """x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
+    if not x:
+        return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
     selection, *excluded = key.split("!")
     names = None if selection == "X" else selection.split(",")
-    table = _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded)
-    return table
+    return _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded).x
