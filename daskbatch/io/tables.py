@@ -8,9 +8,8 @@ with the row count. Numeric and boolean columns are the features (nulls read as
 NaN); the label is a column by name. The arrays are named by a digest of the
 files' content facts (sizes, row groups, their column statistics for Parquet; the
 bytes themselves for Arrow IPC, which records no statistics), never their paths or
-times, so a checkpoint resumes on the same files and refuses rewritten ones.
-
-pyarrow (the ``[parquet]`` extra) is imported only when a table is opened.
+times, so a checkpoint resumes on the same files and refuses rewritten ones. pyarrow
+(the ``[parquet]`` extra) is imported only when a table is opened.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ _IPC_SUFFIXES = (".arrow", ".feather", ".ipc")
 TEXT_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
 
 
-def is_table_path(x: Any) -> bool:
+def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
     """Whether ``x`` is the path or URL of a table file, or of a directory of them that is not a Zarr store."""
     where = os.fspath(x) if isinstance(x, str | os.PathLike) else None
     if not isinstance(where, str) or where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
@@ -480,14 +479,14 @@ def _as_dask(
 # --------------------------------------------------------------------------- ingest's view of one table file
 
 
-def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:
+def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:  # numpydoc ignore=PR01,RT01
     """Shape and dtype of x (``key`` as :func:`table_rows` reads it) or of column ``key`` in table file ``path``."""
     array = _ingest_array(path, key, x=what == "x", quiet=what != "x")
     return tuple(int(n) for n in array.shape), array.dtype.str
 
 
-def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:
-    """Rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
+def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:  # numpydoc ignore=PR01,RT01
+    """Read rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
     return np.asarray(_ingest_array(path, key, x=x)[start:stop].compute(scheduler="sync"))
 
 
