@@ -236,3 +236,17 @@ def test_pyarrow_is_not_imported_by_daskbatch() -> None:
     done = subprocess.run([sys.executable, "-c", "import sys, daskbatch; print('pyarrow' in sys.modules)"],
                           capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_an_fsspec_url_of_a_dataset_is_described() -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for k in range(2):
+        with fs.open(f"/tables35/ds/part-{k}.parquet", "wb") as f:
+            pq.write_table(pa.table({"a": np.arange(100.0) + k, "y": np.arange(100) % 2}), f, row_group_size=30)
+    summary = db.describe("memory://tables35/ds/", label="y", stats=("moments",))
+    np.testing.assert_array_equal(summary.count, [200])
+    assert summary.mean[0] == 50.0
+    assert db.open_table("memory://tables35/ds", storage_options={}).row_groups == 8
+    fs.rm("/tables35", recursive=True)
