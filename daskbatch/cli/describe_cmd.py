@@ -148,6 +148,8 @@ def describe_command(
     from daskbatch.engine.planner import plan_describe  # lazy: dask
     from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
+    from daskbatch.io.readers import refuse_unreadable_path  # lazy: dask
+    from daskbatch.io.tables import is_table_path, open_table  # lazy: dask
     from daskbatch.io.zarr_store import MissingPolicy  # lazy: dask, zarr
     from daskbatch.stats import Moments  # lazy: numpy
 
@@ -179,7 +181,11 @@ def describe_command(
         # being updated is not replaced under the update (nor updated while this run writes it).
         click.get_current_context().with_resource(summary_lock(out))
     # click.Choice has validated --missing.
-    dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    refuse_unreadable_path(store)  # a missing path or a CSV file, named in one line
+    dataset: Any = (
+        open_table(store, label=label) if is_table_path(store)  # Parquet / Arrow IPC files: columns by name
+        else open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    )
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:
