@@ -103,6 +103,29 @@ def client_from_options(
         yield client
 
 
+#: What the footer of a shortened table names at the command line (``.to_dataframe()`` in Python).
+SHOW_ALL_OPTIONS = "--all, or --table-rows N"
+
+
+def table_options(func: F) -> F:
+    """Add ``--all`` and ``--table-rows N``: how many features the printed table shows."""  # numpydoc ignore=PR01,RT01
+    from daskbatch.summary.reprs import TEXT_ROWS
+
+    func = click.option(
+        "--table-rows", type=click.IntRange(min=1), default=TEXT_ROWS, show_default=True, metavar="N",
+        help="Features shown in the printed table (the first N).",
+    )(func)
+    return click.option("--all", "show_all", is_flag=True, help="Show every feature in the printed table.")(func)
+
+
+def table_report(summary: Any, *, top: int, table_rows: int, show_all: bool) -> str:
+    """The report of ``describe`` and ``demo``: the table as long as ``--all``/``--table-rows`` ask."""
+    from daskbatch.summary.reprs import format_report
+
+    shown = summary.n_features if show_all else table_rows
+    return format_report(summary, top=top, max_features=shown, show_all=SHOW_ALL_OPTIONS)
+
+
 def parse_classes(text: str | None) -> list[int] | None:
     """Parse ``--classes``: ``"0,1,7"`` -> [0, 1, 7]."""
     if text is None:
