@@ -158,3 +158,12 @@ def test_the_demo_says_where_its_data_are_and_removes_them(tmp_path: pathlib.Pat
     assert kept.exit_code == 0 and kept.stdout == "", kept.output
     (left,) = tmp_path.glob("daskbatch-demo-*")
     assert db.load_summary(str(left / "summary.zarr")).n_features == 4 and (left / "summary.csv").exists()
+
+
+def test_the_cluster_kind_can_come_from_the_environment(made: pathlib.Path) -> None:
+    bogus = CliRunner(env={"DASKBATCH_CLUSTER": "bogus"}).invoke(main, ["describe", str(made / "data.zarr")])
+    assert bogus.exit_code == 2 and "Invalid value for '--cluster'" in bogus.stderr, bogus.output
+    threads = CliRunner(env={"DASKBATCH_CLUSTER": "threads"}).invoke(
+        main, ["describe", str(made / "data.zarr"), "--stats", "moments", "--no-progress"]
+    )
+    assert threads.exit_code == 0 and "dashboard" not in threads.output, threads.output
