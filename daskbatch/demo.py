@@ -63,7 +63,7 @@ def run_demo(
         echo(f"  ready in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         with _local_client(n_workers, threads_per_worker) as client:
-            echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {client.dashboard_link}")
+            echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {_dashboard(client)}")
             echo(f"Writing a synthetic dataset ({rows:,} x {features} float32, {classes} classes) to {store} ...")
             correlated = min(4, features // 4)
             dataset = synth(
@@ -116,6 +116,15 @@ def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
             cluster.close(timeout=SHUTDOWN_SECONDS)
         finally:
             nanny.setLevel(level)
+
+
+def _dashboard(client: Any) -> str:
+    """The dashboard's link, or what it needs first: the base install leaves out bokeh, which draws it."""
+    from importlib.util import find_spec
+
+    if find_spec("bokeh") is None:
+        return f"needs bokeh (pip install bokeh, or the [notebook] extra), then at {client.dashboard_link}"
+    return str(client.dashboard_link)
 
 
 def _disk_bytes(path: str) -> int:
