@@ -435,7 +435,8 @@ class Summary:
         Parameters
         ----------
         states : bool, default False
-            Also the quantile sketch's buckets (``sketch_counts``, ``sketch_extrema``).
+            Also the quantile sketch's buckets (``sketch_counts``, ``sketch_extrema``)
+            and the fine histogram behind the quantiles (``quantile_counts``, ``quantile_range``).
 
         Returns
         -------
