@@ -22,6 +22,7 @@ from daskbatch.io.outputs import OutputExistsError, OutputTarget, check_output, 
 from daskbatch.summary.compare import compare
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
 from daskbatch.summary.reprs import (
+    FeatureFlags,
     _absent_chunks_line,
     _build_table,
     _feature_flags,
@@ -118,13 +119,17 @@ def report_html(summary: Any, *, reference: Any = None, title: str | None = None
     """Render the report of ``summary`` (with the drift from ``reference`` when given) as one HTML page."""
     drift = _drift(reference, summary) if reference is not None else None
     heading = title or f"daskbatch report: {summary.provenance.get('source') or 'summary'}"
-    payload = _payload(summary, reference, drift)
-    sections = [("overview", "Overview", _overview(summary))]
+    flags = _feature_flags(summary)  # once: finding suspect values reads every sketch
+    corr = _correlations(summary)
+    pairs = summary.top_correlated(max(TOP_ROWS, HEATMAP_FEATURES)) if corr is not None else None
+    payload = _payload(summary, flags, reference, drift)
+    if corr is not None and pairs is not None:
+        payload.update(_correlation_payload(summary, corr, pairs))
+    sections = [("overview", "Overview", _overview(summary, flags))]
     if summary.n_features:
         sections.append(("features", "Features", _features_html(summary.n_features)))
-    corr = _correlation_html(summary)
-    if corr:
-        sections.append(("correlations", "Correlations", corr))
+    if pairs is not None:
+        sections.append(("correlations", "Correlations", _correlation_html(summary, pairs)))
     if _raw(summary, "mi") is not None:
         sections.append(("mi", "Mutual information", _mi_html(summary)))
     if drift is not None:
@@ -176,9 +181,8 @@ def _counts(values: np.ndarray) -> list[Any]:
     return _numbers(values)
 
 
-def _payload(summary: Any, reference: Any, drift: Any) -> dict[str, Any]:
+def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> dict[str, Any]:
     """The numbers the page's script draws from, per feature, as JSON-able lists."""
-    flags = _feature_flags(summary)
     table = _build_table(summary, summary.n_features, flags)
     out: dict[str, Any] = {
         "names": [str(n) for n in summary.feature_names],
@@ -227,11 +231,6 @@ def _payload(summary: Any, reference: Any, drift: Any) -> dict[str, Any]:
             "rank": rank.tolist(),
             "units": summary.provenance.get("mi_units", "nats"),
         }
-    corr = _raw(summary, "corr")
-    if corr is not None and summary.n_features > 1:
-        out["partners"] = _partners(corr)
-        index = _heatmap_features(summary)
-        out["heatmap"] = {"index": index, "r": _numbers(corr[np.ix_(index, index)], 2)}
     if drift is not None:
         out["drift"] = {
             "columns": list(drift.table.columns),
@@ -240,36 +239,54 @@ def _payload(summary: Any, reference: Any, drift: Any) -> dict[str, Any]:
     return out
 
 
-def _partners(corr: np.ndarray) -> dict[str, list[Any]]:
+def _correlations(summary: Any) -> Any:
+    """The correlation matrix: in memory, or the tiled store's (dask, read by rows); None without one."""
+    if summary.n_features < 2:
+        return None
+    corr = _raw(summary, "corr")
+    if corr is None and summary.provenance.get("tiled_cov"):
+        return summary.tiled_cov().corr  # too wide for memory: read a block of rows at a time
+    return corr
+
+
+def _correlation_payload(summary: Any, corr: Any, pairs: Any) -> dict[str, Any]:
+    """Each feature's most correlated partners, and the heat map's features and matrix."""
+    index = _heatmap_features(summary, pairs)
+    heat = np.asarray(corr[index][:, index], dtype=np.float64)
+    return {"partners": _partners(corr), "heatmap": {"index": index, "r": _numbers(heat, 2)}}
+
+
+def _partners(corr: Any) -> dict[str, list[Any]]:
     """Each feature's :data:`PARTNERS` most correlated others (by |r|), a block of rows at a time."""
     n, k = corr.shape[0], min(PARTNERS, corr.shape[0] - 1)
+    # A tiled store is read a row of tiles at a time; in memory, blocks keep the copies small.
+    step = max(int(corr.chunks[0][0]), 1) if hasattr(corr, "chunks") else 512
     index: list[Any] = []
     values: list[Any] = []
-    for start in range(0, n, 512):  # a block of rows: no second (D, D) array on wide data
-        block = np.abs(np.nan_to_num(corr[start : start + 512], nan=0.0))
+    for start in range(0, n, step):
+        rows = np.asarray(corr[start : start + step], dtype=np.float64)
+        block = np.abs(np.nan_to_num(rows, nan=0.0))
         block[np.arange(len(block)), np.arange(start, start + len(block))] = -1.0  # not itself
         top = np.argpartition(-block, k - 1, axis=1)[:, :k]
-        top = np.take_along_axis(
-            top, np.argsort(-np.take_along_axis(block, top, axis=1), axis=1, kind="stable"), 1
-        )
-        for row, picks in enumerate(top):
-            kept = [int(j) for j in picks if np.isfinite(corr[start + row, j])]
+        order = np.argsort(-np.take_along_axis(block, top, axis=1), axis=1, kind="stable")
+        for row, picks in enumerate(np.take_along_axis(top, order, 1)):
+            kept = [int(j) for j in picks if np.isfinite(rows[row, j])]
             index.append(kept)
-            values.append(_numbers(corr[start + row, kept], 3))
+            values.append(_numbers(rows[row, kept], 3))
     return {"index": index, "r": values}
 
 
-def _heatmap_features(summary: Any) -> list[int]:
+def _heatmap_features(summary: Any, pairs: Any) -> list[int]:
     """The features of the heat map: every one up to :data:`HEATMAP_FEATURES`, else those of the strongest pairs."""
     if summary.n_features <= HEATMAP_FEATURES:
         return list(range(summary.n_features))
     position = {name: i for i, name in enumerate(summary.feature_names)}
     chosen: dict[int, None] = {}
-    for a, b, _ in summary.top_correlated(HEATMAP_FEATURES).itertuples(index=False):
+    for a, b, _ in pairs.itertuples(index=False):
         for name in (a, b):
             if len(chosen) < HEATMAP_FEATURES:
                 chosen[position[name]] = None
-    return list(chosen) or list(range(HEATMAP_FEATURES))
+    return sorted(chosen) or list(range(HEATMAP_FEATURES))
 
 
 def _drift(reference: Any, summary: Any) -> Any:
@@ -288,7 +305,7 @@ def _drift(reference: Any, summary: Any) -> Any:
     )
 
 
-def _overview(summary: Any) -> str:
+def _overview(summary: Any, flags: FeatureFlags) -> str:
     """The overview: size, where from, the warnings the summary knows."""
     prov = summary.provenance
     rows = int(prov.get("rows", 0))
@@ -300,7 +317,6 @@ def _overview(summary: Any) -> str:
     facts += [(key, str(prov[key])) for key in ("source", "created") if prov.get(key)]
     if prov.get("stats"):
         facts.append(("statistics", ", ".join(map(str, prov["stats"]))))
-    flags = _feature_flags(summary)
     warnings = flags.messages(summary.feature_names)
     absent = _absent_chunks_line(prov)
     if absent:
@@ -332,18 +348,16 @@ def _features_html(n: int) -> str:
     )
 
 
-def _correlation_html(summary: Any) -> str:
-    """The heat map's holder (drawn by the script) and the top pairs; empty without correlations."""
-    if _raw(summary, "corr") is None or summary.n_features < 2:
-        return ""
+def _correlation_html(summary: Any, pairs: Any) -> str:
+    """The heat map's holder (drawn by the script) and the top pairs."""
     shown = min(summary.n_features, HEATMAP_FEATURES)
     which = (
         "every feature"
         if shown == summary.n_features
         else f"the {shown} features of the strongest pairs"
     )
-    pairs = summary.top_correlated(TOP_ROWS)
-    rows = [(f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in pairs.itertuples(index=False)]
+    top = pairs.head(TOP_ROWS)
+    rows = [(f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)]
     note = correlation_rows(summary)
     return (
         f"<div class='db-sub'>Pearson r of {which} (red positive, blue negative){'; ' + note if note else ''}</div>"
