@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 import daskbatch as db
 from daskbatch.io.outputs import OutputExistsError
@@ -303,3 +304,45 @@ def test_cli_refusals_are_one_line_and_touch_nothing(
     assert (tmp_path / "mine.html").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.html"]
     assert sorted(str(p) for p in stores["dir"].rglob("*")) == before
+
+
+@needs_chromium
+def test_overview_lists_what_the_summary_warns_about(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 5))
+    x[:, 0] = 0.0  # constant (and the fill value of the absent chunk)
+    x[:600, 1] = np.nan  # NaN-heavy
+    x[:400, 2] = -999.0  # a sentinel for "missing"
+    x[:5, 3], x[5:9, 3] = np.inf, -np.inf
+    x[:, 4] *= 10  # mostly outside the range given
+    group = zarr.open_group(str(tmp_path / "awkward.zarr"), mode="w")
+    group.create_array("X", shape=x.shape, chunks=(500, 5), dtype="f8")[:] = x
+    os.remove(tmp_path / "awkward.zarr" / "X" / "c" / "1" / "0")  # absent: read as the fill value
+    with pytest.warns(UserWarning):  # the covariance's dropped rows, the sentinel
+        summary = db.describe(str(tmp_path / "awkward.zarr"), range=(-3.0, 3.0))
+    page = tmp_path / "awkward.html"
+    summary.to_html(page)
+    warnings = (
+        re.search(r"<ul class='db-warnings'>(.*?)</ul>", page.read_text())
+        .group(1)
+        .split("<li>")[1:]
+    )
+    expected = [
+        "constant feature",
+        "outside the histogram range: f2 (20.2%), f4",
+        "more than 5% NaN: f1",
+        "use only the",
+        "1 chunk absent from the store, read as their fill value",
+    ]
+    assert len(warnings) == len(expected) and all(
+        e in w for e, w in zip(expected, warnings, strict=True)
+    ), warnings
+    with pytest.warns(
+        UserWarning
+    ):  # on the data's own ranges (the sketch's buckets judged): the sentinel
+        db.describe(str(tmp_path / "awkward.zarr")).to_html(tmp_path / "own-ranges.html")
+    assert (
+        "f2 -999 (the min): 400 values in its bucket" in (tmp_path / "own-ranges.html").read_text()
+    )
+    dom = open_page(page, tmp_path)  # NaN and infinite values drawn without a script error
+    assert len(sections_drawn(dom)) == 5 and "-inf" in dom
