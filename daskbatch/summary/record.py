@@ -461,7 +461,7 @@ class Summary:
         str
             ``path``.
         """
-        from daskbatch.summary.report import write_report  # lazy: the report's template and json
+        from daskbatch.summary import write_report  # lazy: the package imports this module
 
         return write_report(self, path, reference=reference, title=title)
 
