@@ -30,9 +30,9 @@ from daskbatch.summary.report import report_target, write_report
 @click.option("--title", default=None, help="The page's title [default: names the source].")
 @user_errors
 def report_command(source: str, out: str, reference: str | None, title: str | None) -> None:
-    """Write the profile report of SOURCE to --out: one HTML file that opens offline.
+    """Write the profile report of STORE|SUMMARY to --out: one HTML file that opens offline.
 
-    SOURCE is a summary written by ``describe --out`` (read without touching
+    STORE|SUMMARY is a summary written by ``describe --out`` (read without touching
     the data again) or a Zarr store, described first with the defaults of
     ``daskbatch describe``. The page holds an overview with the warnings, a
     searchable section per feature (histogram, quantiles, extremes, class
@@ -41,6 +41,8 @@ def report_command(source: str, out: str, reference: str | None, title: str | No
     """
     protected = {"the STORE|SUMMARY": source, "the --reference summary": reference}
     report_target(out, protected)  # before anything is read or described
+    # A bad --reference fails before a store is described.
+    drift_from = load_summary(reference) if reference is not None else None
     if output_kind(source) == "summary":
         summary = load_summary(source)
     elif "://" not in source and not os.path.exists(source):
@@ -49,7 +51,6 @@ def report_command(source: str, out: str, reference: str | None, title: str | No
         from daskbatch.describing import describe  # lazy: dask
 
         summary = describe(source)
-    drift_from = load_summary(reference) if reference is not None else None
     written = write_report(summary, out, reference=drift_from, title=title, protected=protected)
     if not is_quiet():
         click.echo(f"report written to {written}")
