@@ -201,7 +201,7 @@ def main() -> None:
         f"own process after a warm-up; peak = largest resident set; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}, daskbatch {db.__version__}.",
         "",
-        "| contender | rows | seconds (runs) | of which writing the HTML | peak MiB | HTML kB | time vs daskbatch |",
+        "| contender | rows | seconds (runs) | of which the report step | peak MiB | HTML kB | time vs daskbatch |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, n, r in rows:
@@ -213,6 +213,9 @@ def main() -> None:
             f"{r['peak_mib']:,.0f} | {r['bytes'] / 1000:,.0f} | {r['median'] / base['median']:.1f}x |"
         )
     lines += [
+        "",
+        "The report step: `Summary.to_html` for daskbatch (after `describe`); `ProfileReport(...).to_file` for "
+        "ydata-profiling (its whole profile, after loading the arrays into pandas).",
         "",
         f"`python benchmarks/bench_report.py --rows {args.rows} --features {args.features} "
         f"--repeat {args.repeat} --ydata-python PYTHON_WITH_YDATA`",
