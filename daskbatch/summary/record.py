@@ -445,6 +445,27 @@ class Summary:
         """
         return json_dict(self, states=states)
 
+    def to_html(self, path: str | os.PathLike[str], *, reference: Summary | None = None, title: str | None = None) -> str:
+        """Write a self-contained HTML report: overview, a section per feature, correlations, MI, drift.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write: a new path, or a report daskbatch wrote (nothing else is replaced).
+        reference : Summary, optional
+            A summary of reference data: adds the drift section (:func:`daskbatch.compare`).
+        title : str, optional
+            The page's title; by default it names the summary's source.
+
+        Returns
+        -------
+        str
+            ``path``.
+        """
+        from daskbatch.summary import write_report  # lazy: the package imports this module
+
+        return write_report(self, path, reference=reference, title=title)
+
     @property
     def plot(self) -> Any:
         """Give the figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
