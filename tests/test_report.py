@@ -205,7 +205,7 @@ def test_report_of_less_complete_summaries(tmp_path, case: str) -> None:
     x = np.random.default_rng(5).normal(size=(800, 4))
     if case == "moments only":  # no histograms, correlations, label: the sections that exist, drawn
         summary, reference = db.describe(x, stats=("moments",)), None
-    else:  # described without like=: the drift is ranked by mean shift, and the page says why
+    else:  # described without like=: compare rebins one side onto the other's edges, and the page says so
         summary, reference = db.describe(x), db.describe(x[:400] + 0.5)
     page = tmp_path / "less.html"
     summary.to_html(page, reference=reference)
@@ -215,7 +215,7 @@ def test_report_of_less_complete_summaries(tmp_path, case: str) -> None:
         assert 'id="correlations"' not in dom and 'class="db-hist"' not in dom
         assert "<th>mean</th>" in dom
     else:
-        assert "ranked by mean_shift" in dom and "different histogram bins" in dom
+        assert "ranked by psi" in dom and "different histogram bins" in dom and "approximate" in dom
 
 
 def test_report_marks_itself_and_replaces_only_its_own(stores, tmp_path) -> None:

@@ -8,16 +8,17 @@ is fetched: no server, no network. It is made from the summary alone, never the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
+import warnings
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from daskbatch import _common as _html
+from daskbatch.errors import RebinnedWarning
 from daskbatch.io.outputs import OutputExistsError, OutputTarget, check_output, write_output
 from daskbatch.summary.compare import compare
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
@@ -233,8 +234,8 @@ def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> d
         }
     if drift is not None:
         out["drift"] = {
-            "columns": list(drift.table.columns),
-            "values": _numbers(drift.table.to_numpy()),
+            "columns": list(drift.to_dataframe().columns),
+            "values": _numbers(drift.to_dataframe().to_numpy()),
         }
     return out
 
@@ -290,19 +291,10 @@ def _heatmap_features(summary: Any, pairs: Any) -> list[int]:
 
 
 def _drift(reference: Any, summary: Any) -> Any:
-    """The drift of ``summary`` against ``reference`` (db.compare); on unshared bins, without the histogram columns."""
-    try:
+    """The drift of ``summary`` against ``reference`` (db.compare); on other bins rebinned, as the section says."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RebinnedWarning)  # the drift section says it, with its error bound
         return compare(reference, summary)
-    except ValueError as exc:
-        if "bin edges" not in str(exc):
-            raise
-    # Different bins: the moments' columns still compare; the histogram columns stay NaN.
-    strip = {name: values for name, values in summary.results.items() if name != "hist"}
-    strip_ref = {name: values for name, values in reference.results.items() if name != "hist"}
-    return compare(
-        dataclasses.replace(reference, results=strip_ref),
-        dataclasses.replace(summary, results=strip),
-    )
 
 
 def _overview(summary: Any, flags: FeatureFlags) -> str:
@@ -379,9 +371,8 @@ def _mi_html(summary: Any) -> str:
 
 def _drift_html(drift: Any) -> str:
     """The features that drifted most (by PSI when there is one, else by mean shift)."""
-    by = (
-        "psi" if "psi" in drift.table.columns and drift.table["psi"].notna().any() else "mean_shift"
-    )
+    table = drift.to_dataframe()
+    by = "psi" if "psi" in table.columns and table["psi"].notna().any() else "mean_shift"
     top = drift.top(TOP_ROWS, by)
     columns = list(top.columns)
     cells = [format_column(top[c].to_numpy()) for c in columns]
@@ -390,13 +381,10 @@ def _drift_html(drift: Any) -> str:
         for r, name in enumerate(top.index)
     ]
     head = f"{drift.rows[1]:,} rows against a reference of {drift.rows[0]:,}, ranked by {by}"
-    missing = (
-        ""
-        if by == "psi"
-        else (
-            "; the summaries have different histogram bins: describe the new data with "
-            "describe(..., run=db.RunOptions(like=reference)) for PSI, JS and KS"
-        )
+    missing = "" if drift.rebin_error is None else (
+        "; the summaries have different histogram bins: one side's counts were read on the other's edges "
+        f"(each cumulative share within {float(np.nanmax(drift.rebin_error)):.2g}, so PSI, JS and chi2 approximate); "
+        "describe the new data with describe(..., run=db.RunOptions(like=reference)) to make them exact"
     )
     return f"<div class='db-sub'>{_html.escape(head + missing)}</div>" + _html.table(
         "feature", columns, rows
