@@ -201,6 +201,10 @@ class ZarrStore:
                 self.root, self.where = zarr.open(target, mode="r", **options), where
             except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
                 raise DataError(f"no Zarr store at {where!r}") from exc
+            except Exception as exc:  # noqa: BLE001 - an object store's client errors share no base class
+                if "://" not in where:
+                    raise
+                raise DataError(f"cannot open {where!r}: {type(exc).__name__}: {exc}") from exc
         self.attrs = dict(self.root.attrs) if isinstance(self.root, zarr.Group) else {}
         self.layout = json_object(self.attrs.get(LAYOUT_ATTR))
 
