@@ -98,9 +98,13 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     return proc
 
 
+POOL: dict[str, object] = {}
+
+
 def storage_options(port: int) -> dict[str, object]:
     """s3fs options for the endpoint on ``port``."""
     return {
+        **POOL,
         "endpoint_url": f"http://127.0.0.1:{port}",
         "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
         "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
@@ -145,7 +149,10 @@ def main() -> None:
         metavar=("PORT", "TARGET", "DELAY_MS"),
         help=argparse.SUPPRESS,
     )
+    parser.add_argument("--pool", type=int, default=None)
     args = parser.parse_args()
+    if args.pool:
+        POOL["config_kwargs"] = {"max_pool_connections": args.pool}
     if args.serve_proxy:
         port, target, delay = args.serve_proxy
         serve_proxy(int(port), int(target), delay)

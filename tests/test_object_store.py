@@ -8,9 +8,11 @@ environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), as botocore read
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -444,3 +446,57 @@ def test_unreachable_endpoint_is_one_line_naming_the_store(bucket: Bucket, tmp_p
     assert done.stderr.startswith(
         f"error: cannot open '{bucket.url('any.zarr')}': EndpointConnectionError"
     ), done.stderr
+
+
+class _Requests(logging.Handler):
+    """The requests the loopback server logs (werkzeug's access log), as "METHOD path" strings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the request line of each access-log record."""
+        found = re.search(r'"([A-Z]+) (\S+) HTTP', record.getMessage())
+        if found:
+            self.seen.append(f"{found.group(1)} {found.group(2)}")
+
+
+@contextlib.contextmanager
+def _server_requests() -> Iterator[list[str]]:
+    """The requests the server answers inside the block ("GET /bucket/key"), in order."""
+    requests, werkzeug = _Requests(), logging.getLogger("werkzeug")
+    werkzeug.addHandler(requests)
+    werkzeug.setLevel(logging.INFO)
+    try:
+        yield requests.seen
+    finally:
+        werkzeug.removeHandler(requests)
+        werkzeug.setLevel(logging.WARNING)
+
+
+def test_a_pass_reads_every_chunk_object_with_one_request(bucket: Bucket, values) -> None:
+    """Each round trip to an object store costs its latency: a chunk is one GET, never a HEAD before it."""
+    url = bucket.url("one.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    ds = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        db.describe(ds, stats="moments")
+    chunks = [r for r in seen if re.search(r"/one\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == [f"GET /{bucket.name}/one.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_opening_a_group_does_not_first_look_for_an_array(
+    bucket: Bucket, values, zarr_format: int
+) -> None:
+    """zarr.open tries an array before a group: on an object store about 3 of the 8 round trips of an open."""
+    url = bucket.url("g.zarr")
+    _write_zarr(url, values, zarr_format, storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        ds = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+    assert ds.shape == (ROWS, FEATURES)
+    root = f"/{bucket.name}/g.zarr/"
+    assert not [r for r in seen if "g.zarr/.zarray" in r], seen  # the key, or a listing of it
+    metadata = root + ("zarr.json" if zarr_format == 3 else ".zgroup")
+    assert seen.count(f"GET {metadata}") == 1, seen
