@@ -500,3 +500,59 @@ def test_opening_a_group_does_not_first_look_for_an_array(
     assert not [r for r in seen if "g.zarr/.zarray" in r], seen  # the key, or a listing of it
     metadata = root + ("zarr.json" if zarr_format == 3 else ".zgroup")
     assert seen.count(f"GET {metadata}") == 1, seen
+
+
+def _write_parquet(fs_open, where: str, values: tuple[np.ndarray, np.ndarray]) -> None:  # noqa: ANN001 - open()
+    """Three Parquet files of row groups of 150 rows, X's columns f0.. and the label y, under ``where``."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    for k, rows in enumerate(np.array_split(np.arange(ROWS), 3)):
+        columns = {f"f{j}": values[0][rows, j] for j in range(FEATURES)}
+        with fs_open(f"{where}/part-{k}.parquet", "wb") as f:
+            pq.write_table(pa.table({**columns, "y": values[1][rows]}), f, row_group_size=150)
+
+
+def test_parquet_dataset_in_a_bucket_equals_local(bucket: Bucket, values, tmp_path: Path) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**bucket.storage_options)
+    _write_parquet(fs.open, f"{bucket.name}/ds", values)
+    (tmp_path / "ds").mkdir()
+    _write_parquet(open, str(tmp_path / "ds"), values)
+    table = db.open_table(bucket.url("ds/"), label="y", storage_options=bucket.storage_options)
+    remote = db.describe(table, stats=STATS, bins=16, range=(-10, 16))
+    local = db.describe(
+        db.open_table(tmp_path / "ds", label="y"), stats=STATS, bins=16, range=(-10, 16)
+    )
+    assert_same_statistics(remote, local)
+    # A URL string alone: the endpoint and the credentials come from the environment.
+    assert_same_statistics(
+        db.describe(bucket.url("ds/"), label="y", stats=STATS, bins=16, range=(-10, 16)), local
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="io/tables.py lets pyarrow's ArrowInvalid through, without the file's name, locally and on S3",
+)
+def test_corrupt_parquet_object_is_refused_by_name_as_locally(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**bucket.storage_options)
+    _write_parquet(fs.open, f"{bucket.name}/bad", values)
+    (tmp_path / "bad").mkdir()
+    _write_parquet(open, str(tmp_path / "bad"), values)
+    garbage = b"PAR1" + b"\x00not a parquet file\xff" * 9 + b"PAR1"
+    bucket.client().put_object(Bucket=bucket.name, Key="bad/part-1.parquet", Body=garbage)
+    (tmp_path / "bad" / "part-1.parquet").write_bytes(garbage)
+    with pytest.raises(Exception) as remote:
+        db.describe(bucket.url("bad/"), label="y")
+    with pytest.raises(Exception) as local:
+        db.describe(tmp_path / "bad", label="y")
+    assert type(remote.value) is type(local.value) and isinstance(remote.value, ValueError)
+    message = str(remote.value)
+    assert "part-1.parquet" in message and "\n" not in message
+    assert message.replace(bucket.url("bad"), "S").replace(f"{bucket.name}/bad", "S") == str(
+        local.value
+    ).replace(str(tmp_path / "bad"), "S")
