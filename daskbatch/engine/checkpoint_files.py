@@ -410,7 +410,11 @@ class _CheckpointLock(RunLock):
 def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpoint") -> None:
     """Refuse a checkpoint path that holds something else: a file, or a folder with files but no checkpoint."""
     path = Path(directory)
-    if "://" in os.fspath(directory) or not os.path.lexists(path):
+    if "://" in os.fspath(directory):
+        # pathlib would make a local folder named "s3:" of it: checkpoints need renames and a lock file.
+        raise DataError(f"{what} {os.fspath(directory)} is a URL; checkpoints are written to a directory of a "
+                        "local or shared file system: give its path")
+    if not os.path.lexists(path):
         return
     if not path.is_dir():
         raise DataError(f"{what} {os.fspath(directory)} is a file, not a directory; choose another path")

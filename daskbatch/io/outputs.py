@@ -144,6 +144,12 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     where = os.fspath(path)
     if not _is_url(where) and os.path.isfile(where):
         return _json_kind(where)
+    if _is_url(where):
+        import fsspec  # lazy: fsspec
+
+        fs, inside = fsspec.core.url_to_fs(where)
+        if fs.isfile(inside):  # a JSON output (--json, a report) is one object
+            return _json_kind(where, opener=fsspec.open)
     import zarr  # lazy: zarr
 
     try:
@@ -156,10 +162,10 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     return next((k for k, attr in _LEGACY_ATTRS.items() if isinstance(attrs.get(attr), dict)), None)
 
 
-def _json_kind(path: str) -> str | None:
+def _json_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
     """The marker of a JSON file written by :func:`write_json` (its first key), from its first bytes."""
     try:
-        with open(path, "rb") as f:
+        with opener(path, "rb") as f:
             head = f.read(256).decode("utf-8", errors="replace")
     except OSError:
         return None
@@ -224,6 +230,8 @@ def check_output(
             raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path")
         if form == "file" and os.path.isdir(where):
             raise OutputError(f"{what} {where} is a directory; give a file name")
+    else:
+        _check_bucket(where, what)
     if _exists(where) and not overwrite:
         if kind in _UNMARKED:
             raise OutputExistsError(
@@ -236,6 +244,17 @@ def check_output(
                 f"(or pass --overwrite / overwrite=True to replace it)"
             )
     return target
+
+
+def _check_bucket(url: str, what: str) -> None:
+    """Refuse (OutputError) a URL whose bucket (its first path component on an object store) does not exist."""
+    import fsspec  # lazy: fsspec
+
+    fs, inside = fsspec.core.url_to_fs(url)
+    bucket = inside.split("/", 1)[0]
+    if bucket and not fs.exists(bucket):  # local-like URLs (file://, memory://) start with "/": no bucket
+        raise OutputError(f"{what} {url}: bucket {bucket} does not exist (or these credentials cannot see it); "
+                          "create it or choose another path")
 
 
 def _can_create_in(directory: str) -> bool:
@@ -366,6 +385,10 @@ def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
     fs, where = fsspec.core.url_to_fs(target.path)
     if fs.exists(where):
         fs.rm(where, recursive=True)
+        # zarr writes through its own (asynchronous) instance of the file system, whose listings
+        # cached before the removal would still show the old objects: "already contains data".
+        for instance in list(getattr(type(fs), "_cache", {}).values()):
+            instance.invalidate_cache(where)
     write(target.path)
 
 

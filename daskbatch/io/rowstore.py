@@ -303,7 +303,9 @@ class RowStore:
         """Create the store, or resume the same job's unfinished one."""
         out = os.fspath(path)
         if "://" in out:
-            raise ValueError(f"outputs are written to local paths only, got {out!r}")
+            raise ValueError(f"{kind} outputs are written to local paths only (a run resumes from a log appended "
+                             f"beside the store, which an object store cannot append to); got {out!r}: write to a "
+                             "local or shared directory and copy the store to the bucket")
         real = os.path.realpath(out)
         for p in protect:
             rp = os.path.realpath(p)

@@ -1,0 +1,558 @@
+"""Zarr stores and daskbatch outputs in an S3 bucket, over real HTTP to moto's S3 server on loopback.
+
+Nothing of the client library is mocked: s3fs (through fsspec and zarr) talks to a
+``moto.server.ThreadedMotoServer`` on 127.0.0.1. The Python API gets the endpoint and the
+credentials as fsspec's ``storage_options``; the CLI and subprocesses through the
+environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), as botocore reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import daskbatch as db
+from daskbatch.engine.checkpoint_files import read_runs
+from daskbatch.errors import DataError
+from daskbatch.io.outputs import OutputError
+
+moto_server = pytest.importorskip(
+    "moto.server", reason="the object-store tests need moto[server] (the [test] extra)"
+)
+pytest.importorskip("s3fs", reason="the object-store tests need s3fs (the [test] or [s3] extra)")
+import boto3  # noqa: E402 - only once moto is known to be installed (it brings boto3)
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS, FEATURES, CHUNK = 1200, 4, 200
+N_BLOCKS = ROWS // CHUNK
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The URL of moto's S3 server, started on loopback for this session."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a log line per request otherwise
+    server = moto_server.ThreadedMotoServer(
+        ip_address="127.0.0.1", port=_free_port(), verbose=False
+    )
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A fresh bucket on the loopback server: its name, fsspec's storage_options and the environment for the CLI."""
+
+    name: str
+    endpoint: str
+
+    @property
+    def storage_options(self) -> dict[str, object]:
+        """The s3fs options: endpoint, key, secret and region."""
+        return {
+            "endpoint_url": self.endpoint,
+            "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "client_kwargs": {"region_name": CREDENTIALS["AWS_DEFAULT_REGION"]},
+        }
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables botocore reads the same endpoint and credentials from."""
+        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def url(self, key: str) -> str:
+        """The s3:// URL of ``key`` in this bucket."""
+        return f"s3://{self.name}/{key}"
+
+    def client(self):  # noqa: ANN201 - boto3's client class is generated
+        """A boto3 client of the server (to delete or damage objects behind daskbatch's back)."""
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+        )
+
+    def keys(self, prefix: str) -> list[str]:
+        """The object keys under ``prefix``, read from the server."""
+        listing = self.client().list_objects_v2(Bucket=self.name, Prefix=prefix)
+        return sorted(item["Key"] for item in listing.get("Contents", []))
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Bucket:
+    """A new bucket; the environment holds its endpoint and credentials (what the CLI reads)."""
+    made = Bucket(f"daskbatch-{uuid.uuid4().hex[:12]}", s3_endpoint)
+    made.client().create_bucket(Bucket=made.name)
+    for name, value in made.env.items():
+        monkeypatch.setenv(name, value)
+    return made
+
+
+@pytest.fixture(scope="module")
+def values() -> tuple[np.ndarray, np.ndarray]:
+    """The samples and labels every store here holds."""
+    rng = np.random.default_rng(35)
+    return rng.normal(3.0, 2.0, size=(ROWS, FEATURES)), rng.integers(0, 3, size=ROWS)
+
+
+def _write_zarr(
+    where: str, values: tuple[np.ndarray, np.ndarray], zarr_format: int, **options: object
+) -> None:
+    """Write X and y with zarr's defaults (as another writer would) to a path or URL."""
+    group = zarr.open_group(where, mode="w", zarr_format=zarr_format, **options)
+    group.create_array("X", data=values[0], chunks=(CHUNK, FEATURES))
+    group.create_array("y", data=values[1], chunks=(CHUNK,))
+
+
+def assert_same_statistics(a: db.Summary, b: db.Summary) -> None:
+    """Every per-feature statistic of the two summaries bitwise equal."""
+    left, right = a.to_xarray(), b.to_xarray()
+    assert sorted(left.data_vars) == sorted(right.data_vars)
+    for name in left.data_vars:
+        np.testing.assert_array_equal(left[name].values, right[name].values, err_msg=name)
+
+
+STATS = ("moments", "cov", "mi")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_describe_of_a_zarr_store_in_a_bucket_equals_local(
+    bucket: Bucket, values, tmp_path: Path, zarr_format: int
+) -> None:
+    url = bucket.url(f"v{zarr_format}.zarr")
+    _write_zarr(url, values, zarr_format, storage_options=bucket.storage_options)
+    _write_zarr(str(tmp_path / "local.zarr"), values, zarr_format)
+    ds = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+    assert (ds.path, ds.zarr_format, ds.shape) == (url, zarr_format, (ROWS, FEATURES))
+    remote = db.describe(ds, stats=STATS, bins=16, range=(-10, 16))
+    local = db.describe(
+        db.open_dataset(tmp_path / "local.zarr", label="y"), stats=STATS, bins=16, range=(-10, 16)
+    )
+    assert_same_statistics(remote, local)
+    assert remote.provenance["path"] == url
+
+
+def test_synth_writes_a_bucket_and_describe_reads_it_by_url(bucket: Bucket, tmp_path: Path) -> None:
+    url = bucket.url("synth.zarr")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=url)
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=tmp_path / "local.zarr")
+    assert f"synth.zarr/X/c/{N_BLOCKS - 1}/0" in bucket.keys("synth.zarr/X/")
+    # A URL string alone: the endpoint and the credentials come from the environment.
+    assert_same_statistics(
+        db.describe(url, stats=STATS), db.describe(tmp_path / "local.zarr", stats=STATS)
+    )
+
+
+def _damage(bucket: Bucket, local: Path, key: str, how: str) -> None:
+    """Delete or overwrite the object ``key`` in the bucket and the same file of the local copy."""
+    if how == "delete":
+        bucket.client().delete_object(Bucket=bucket.name, Key=key)
+        (local / key.split("/", 1)[1]).unlink()
+    else:
+        garbage = b"\x00not a chunk\xff" * 7
+        bucket.client().put_object(Bucket=bucket.name, Key=key, Body=garbage)
+        (local / key.split("/", 1)[1]).write_bytes(garbage)
+
+
+def _refusal(store: object, **options: object) -> str:
+    """The one-line message describe refuses ``store`` with."""
+    with pytest.raises(DataError) as refused:
+        db.describe(db.open_dataset(store, **options), stats=STATS, bins=16, range=(-10, 16))
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("how", ["delete", "corrupt"])
+def test_damaged_chunk_object_of_a_daskbatch_store_is_refused_by_name(
+    bucket: Bucket, tmp_path: Path, how: str
+) -> None:
+    url, local = bucket.url("lost.zarr"), tmp_path / "lost.zarr"
+    for where in (url, local):
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=where)
+    _damage(bucket, local, "lost.zarr/X/c/2/0", how)
+    remote = _refusal(url, storage_options=bucket.storage_options)
+    assert "X/c/2/0" in remote
+    assert remote.replace(url, "STORE") == _refusal(local).replace(str(local), "STORE")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_deleted_chunk_object_of_zarrs_writer_reads_as_the_fill_value_as_locally(
+    bucket: Bucket, values, tmp_path: Path, zarr_format: int
+) -> None:
+    url, local = bucket.url("fill.zarr"), tmp_path / "fill.zarr"
+    _write_zarr(url, values, zarr_format, storage_options=bucket.storage_options)
+    _write_zarr(str(local), values, zarr_format)
+    _damage(bucket, local, "fill.zarr/X/" + ("3.0" if zarr_format == 2 else "c/3/0"), "delete")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        remote = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+        here = db.open_dataset(local, label="y")
+    assert [str(w.message).replace(url, "S") for w in seen[: len(seen) // 2]] == [
+        str(w.message).replace(str(local), "S") for w in seen[len(seen) // 2 :]
+    ]
+    assert (
+        remote.missing_chunk_keys
+        == here.missing_chunk_keys
+        == ["X/" + ("3.0" if zarr_format == 2 else "c/3/0")]
+    )
+    assert_same_statistics(
+        db.describe(remote, stats=STATS, bins=16, range=(-10, 16)),
+        db.describe(here, stats=STATS, bins=16, range=(-10, 16)),
+    )
+
+
+@pytest.mark.parametrize("how", ["delete", "corrupt"])
+def test_damaged_chunk_object_of_zarrs_writer_is_refused_as_locally(
+    bucket: Bucket, values, tmp_path: Path, how: str
+) -> None:
+    """zarr's defaults write no checksum: garbage fails to decompress, a deletion is the fill value unless asked to raise."""
+    url, local = bucket.url("z.zarr"), tmp_path / "z.zarr"
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    _write_zarr(str(local), values, 3)
+    _damage(bucket, local, "z.zarr/y/c/4", how)
+    options = {"missing": "raise"} if how == "delete" else {}
+    remote = _refusal(url, label="y", storage_options=bucket.storage_options, **options)
+    assert "y/c/4" in remote
+    assert remote.replace(url, "STORE") == _refusal(local, label="y", **options).replace(
+        str(local), "STORE"
+    )
+
+
+KILLED = textwrap.dedent(
+    """
+    import dataclasses, sys, time
+    import dask
+    import daskbatch as db
+
+    url, ckpt = sys.argv[1], sys.argv[2]
+    ds = db.open_dataset(url, chunks=int(sys.argv[3]))  # endpoint and credentials from the environment
+
+    def slow(block):
+        time.sleep(0.25)
+        return block
+
+    ds = dataclasses.replace(ds, x=ds.x.map_blocks(slow, dtype=ds.x.dtype))
+    with dask.config.set(num_workers=2):
+        db.describe(ds, stats=("moments", "cov"), run=db.RunOptions(split_every=2, plan=None, checkpoint=ckpt))
+    print("finished")
+    """
+)
+
+
+def _checkpointed_blocks(folder: Path, split_every: int) -> int:
+    """How many blocks the node files of one pass folder cover (from their names ``L<level>-<index>.ckpt``)."""
+    covered: set[int] = set()
+    for node in folder.glob("L*.ckpt"):
+        level, index = (int(part) for part in node.stem[1:].split("-"))
+        span = split_every ** (level + 1)
+        covered.update(range(index * span, (index + 1) * span))
+    return len(covered)
+
+
+@pytest.mark.slow  # a subprocess, killed
+def test_checkpointed_run_on_a_bucket_killed_and_resumed(bucket: Bucket, tmp_path: Path) -> None:
+    url, rows_per_block = bucket.url("resume.zarr"), CHUNK // 4
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=rows_per_block, seed=5, path=url)
+    script, ckpt = tmp_path / "run.py", tmp_path / "ckpt"
+    script.write_text(KILLED)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), url, str(ckpt), str(rows_per_block)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while _checkpointed_blocks(ckpt / "pass-moments-cov", 2) < 4:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL and "finished" not in out
+    ds = db.open_dataset(url, chunks=rows_per_block, storage_options=bucket.storage_options)
+    run = db.RunOptions(split_every=2, plan=None, checkpoint=ckpt)
+    resumed = db.describe(ds, stats=("moments", "cov"), run=run)
+    runs = read_runs(ckpt, "moments-cov")
+    assert (
+        runs[-1]["reused_blocks"] >= 4
+        and runs[-1]["computed_blocks"] == ROWS // rows_per_block - runs[-1]["reused_blocks"]
+    )
+    plain = db.describe(ds, stats=("moments", "cov"), run=db.RunOptions(split_every=2, plan=None))
+    assert_same_statistics(resumed, plain)
+
+
+def test_summary_saved_to_a_bucket_and_loaded_back(bucket: Bucket, values, tmp_path: Path) -> None:
+    _write_zarr(str(tmp_path / "in.zarr"), values, 3)
+    summary = db.describe(
+        db.open_dataset(tmp_path / "in.zarr", label="y"), stats=STATS, bins=16, range=(-10, 16)
+    )
+    url = bucket.url("out/summary.zarr")
+    assert summary.save(url) == url
+    assert_same_statistics(db.load_summary(url), summary)
+    assert summary.save(url, overwrite=True) == url  # our own output, replaced in place
+
+
+def test_transform_to_a_bucket_is_refused_in_one_line_before_any_block(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    """A transform resumes from a done-log appended beside its store: it writes local paths only, and says so."""
+    from daskbatch.transforms import steps, transform
+
+    _write_zarr(str(tmp_path / "in.zarr"), values, 3)
+    ds = db.open_dataset(tmp_path / "in.zarr", label="y")
+    url = bucket.url("out/standardized.zarr")
+    with pytest.raises(
+        ValueError, match=r"transform outputs are written to local paths only .* got 's3://"
+    ) as refused:
+        transform(ds, [steps.standardize(db.describe(ds))], url)
+    assert "\n" not in str(refused.value) and "copy the store to the bucket" in str(refused.value)
+    assert bucket.keys("") == []
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m daskbatch ARGS`` in a subprocess with ``env`` added to the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "daskbatch", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.slow  # a CLI subprocess
+def test_cli_reads_and_writes_a_bucket_from_environment_variables(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    store, out = bucket.url("cli.zarr"), bucket.url("cli-summary.zarr")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=6, path=store)
+    done = _cli("describe", store, "--out", out, env=bucket.env)
+    assert done.returncode == 0, done.stderr
+    assert_same_statistics(db.load_summary(out), db.describe(store))
+
+
+@pytest.mark.slow  # CLI subprocesses
+def test_output_guard_refuses_a_foreign_object_in_the_bucket(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    _write_zarr(str(tmp_path / "in.zarr"), values, 3)
+    summary = db.describe(db.open_dataset(tmp_path / "in.zarr"))
+    client = bucket.client()
+    client.put_object(Bucket=bucket.name, Key="theirs/results.csv", Body=b"a,b\n1,2\n")
+    _write_zarr(bucket.url("their.zarr"), values, 3, storage_options=bucket.storage_options)
+    before = bucket.keys("")
+    for url in (bucket.url("theirs"), bucket.url("theirs/results.csv"), bucket.url("their.zarr")):
+        with pytest.raises(
+            FileExistsError, match=f"{url} already exists and is not a daskbatch summary"
+        ):
+            summary.save(url)
+        done = _cli("describe", str(tmp_path / "in.zarr"), "--out", url, env=bucket.env)
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and url in done.stderr
+    assert bucket.keys("") == before
+    assert (
+        client.get_object(Bucket=bucket.name, Key="theirs/results.csv")["Body"].read()
+        == b"a,b\n1,2\n"
+    )
+
+
+@pytest.mark.slow  # CLI subprocesses
+def test_json_summary_in_a_bucket_is_replaced_by_the_same_command(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    store, out = bucket.url("j.zarr"), bucket.url("j.json")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=6, path=store)
+    for _ in range(2):  # the second run finds its own earlier summary there, as on a local disk
+        done = _cli("describe", store, "--json", out, env=bucket.env)
+        assert done.returncode == 0, done.stderr
+    assert (
+        json.loads(bucket.client().get_object(Bucket=bucket.name, Key="j.json")["Body"].read())[
+            "daskbatch_output"
+        ]
+        == "summary"
+    )
+
+
+def test_summary_saved_to_a_missing_bucket_is_refused_by_name(bucket: Bucket) -> None:
+    summary = db.describe(np.random.default_rng(0).normal(size=(100, 2)))
+    with pytest.raises(
+        OutputError,
+        match=r"^path s3://no-such-bucket-35/s\.zarr: bucket no-such-bucket-35 does not exist",
+    ):
+        summary.save("s3://no-such-bucket-35/s.zarr")
+
+
+def test_checkpoint_url_is_refused_not_made_a_local_folder(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = bucket.url("c.zarr")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=6, path=store)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        DataError,
+        match=r"checkpoint s3://[^ ]+/ckpt is a URL; checkpoints are written to a directory",
+    ):
+        db.describe(store, run=db.RunOptions(checkpoint=bucket.url("ckpt")))
+    done = _cli("describe", store, "--checkpoint", bucket.url("ckpt"), env=bucket.env)
+    assert done.returncode == 2 and done.stderr.startswith("error: --checkpoint s3://"), done.stderr
+    assert list(tmp_path.iterdir()) == [] and bucket.keys("ckpt") == []
+
+
+def test_unreachable_endpoint_is_one_line_naming_the_store(bucket: Bucket, tmp_path: Path) -> None:
+    done = _cli(
+        "describe",
+        bucket.url("any.zarr"),
+        env={**bucket.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}"},
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"error: cannot open '{bucket.url('any.zarr')}': EndpointConnectionError"
+    ), done.stderr
+
+
+class _Requests(logging.Handler):
+    """The requests the loopback server logs (werkzeug's access log), as "METHOD path" strings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the request line of each access-log record."""
+        found = re.search(r'"([A-Z]+) (\S+) HTTP', record.getMessage())
+        if found:
+            self.seen.append(f"{found.group(1)} {found.group(2)}")
+
+
+@contextlib.contextmanager
+def _server_requests() -> Iterator[list[str]]:
+    """The requests the server answers inside the block ("GET /bucket/key"), in order."""
+    requests, werkzeug = _Requests(), logging.getLogger("werkzeug")
+    werkzeug.addHandler(requests)
+    werkzeug.setLevel(logging.INFO)
+    try:
+        yield requests.seen
+    finally:
+        werkzeug.removeHandler(requests)
+        werkzeug.setLevel(logging.WARNING)
+
+
+def test_a_pass_reads_every_chunk_object_with_one_request(bucket: Bucket, values) -> None:
+    """Each round trip to an object store costs its latency: a chunk is one GET, never a HEAD before it."""
+    url = bucket.url("one.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    ds = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        db.describe(ds, stats="moments")
+    chunks = [r for r in seen if re.search(r"/one\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == [f"GET /{bucket.name}/one.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_opening_a_group_does_not_first_look_for_an_array(
+    bucket: Bucket, values, zarr_format: int
+) -> None:
+    """zarr.open tries an array before a group: on an object store about 3 of the 8 round trips of an open."""
+    url = bucket.url("g.zarr")
+    _write_zarr(url, values, zarr_format, storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        ds = db.open_dataset(url, label="y", storage_options=bucket.storage_options)
+    assert ds.shape == (ROWS, FEATURES)
+    root = f"/{bucket.name}/g.zarr/"
+    assert not [r for r in seen if "g.zarr/.zarray" in r], seen  # the key, or a listing of it
+    metadata = root + ("zarr.json" if zarr_format == 3 else ".zgroup")
+    assert seen.count(f"GET {metadata}") == 1, seen
+
+
+def _write_parquet(fs_open, where: str, values: tuple[np.ndarray, np.ndarray]) -> None:  # noqa: ANN001 - open()
+    """Three Parquet files of row groups of 150 rows, X's columns f0.. and the label y, under ``where``."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    for k, rows in enumerate(np.array_split(np.arange(ROWS), 3)):
+        columns = {f"f{j}": values[0][rows, j] for j in range(FEATURES)}
+        with fs_open(f"{where}/part-{k}.parquet", "wb") as f:
+            pq.write_table(pa.table({**columns, "y": values[1][rows]}), f, row_group_size=150)
+
+
+def test_parquet_dataset_in_a_bucket_equals_local(bucket: Bucket, values, tmp_path: Path) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**bucket.storage_options)
+    _write_parquet(fs.open, f"{bucket.name}/ds", values)
+    (tmp_path / "ds").mkdir()
+    _write_parquet(open, str(tmp_path / "ds"), values)
+    table = db.open_table(bucket.url("ds/"), label="y", storage_options=bucket.storage_options)
+    remote = db.describe(table, stats=STATS, bins=16, range=(-10, 16))
+    local = db.describe(
+        db.open_table(tmp_path / "ds", label="y"), stats=STATS, bins=16, range=(-10, 16)
+    )
+    assert_same_statistics(remote, local)
+    # A URL string alone: the endpoint and the credentials come from the environment.
+    assert_same_statistics(
+        db.describe(bucket.url("ds/"), label="y", stats=STATS, bins=16, range=(-10, 16)), local
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="io/tables.py lets pyarrow's ArrowInvalid through, without the file's name, locally and on S3",
+)
+def test_corrupt_parquet_object_is_refused_by_name_as_locally(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**bucket.storage_options)
+    _write_parquet(fs.open, f"{bucket.name}/bad", values)
+    (tmp_path / "bad").mkdir()
+    _write_parquet(open, str(tmp_path / "bad"), values)
+    garbage = b"PAR1" + b"\x00not a parquet file\xff" * 9 + b"PAR1"
+    bucket.client().put_object(Bucket=bucket.name, Key="bad/part-1.parquet", Body=garbage)
+    (tmp_path / "bad" / "part-1.parquet").write_bytes(garbage)
+    with pytest.raises(Exception) as remote:
+        db.describe(bucket.url("bad/"), label="y")
+    with pytest.raises(Exception) as local:
+        db.describe(tmp_path / "bad", label="y")
+    assert type(remote.value) is type(local.value) and isinstance(remote.value, ValueError)
+    message = str(remote.value)
+    assert "part-1.parquet" in message and "\n" not in message
+    assert message.replace(bucket.url("bad"), "S").replace(f"{bucket.name}/bad", "S") == str(
+        local.value
+    ).replace(str(tmp_path / "bad"), "S")
