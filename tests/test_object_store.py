@@ -530,10 +530,6 @@ def test_parquet_dataset_in_a_bucket_equals_local(bucket: Bucket, values, tmp_pa
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="io/tables.py lets pyarrow's ArrowInvalid through, without the file's name, locally and on S3",
-)
 def test_corrupt_parquet_object_is_refused_by_name_as_locally(
     bucket: Bucket, values, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from dask.utils import parse_bytes
 
 from daskbatch import config
 from daskbatch._common import warn
+from daskbatch.errors import DataError
 
 __all__ = ["TABLE_SUFFIXES", "Table", "is_table_path", "open_table", "table_part", "table_rows"]
 
@@ -139,6 +140,17 @@ class _Footer:
     groups: list[int]
     digest: str
     nullable: set[str] = field(default_factory=set)
+
+
+def _footer(files: _Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True) -> _Footer:
+    """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
+    import pyarrow as pa  # lazy: pyarrow
+
+    try:
+        return _read_footer(files, i, wanted, fingerprint)
+    except pa.ArrowException as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
 
 
 def _read_footer(
@@ -390,7 +402,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
             "reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'"
         ) from exc
     files = _find_files(where, storage_options)
-    first = _read_footer(files, 0, None, fingerprint=False)
+    first = _footer(files, 0, None, fingerprint=False)
     names = list(first.schema.names)
     types = {n: _numeric_dtype(first.schema.field(n).type) for n in names}
     if label is not None and label not in names:
@@ -403,7 +415,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
             f"{where}: every numeric column is read as a label or mask; none is left for x"
         )
     wanted = [*chosen, *([label] if label else [])]
-    footers = [_read_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
+    footers = [_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
     for i, footer in enumerate(footers):
         for name in wanted:
             if (
