@@ -1,0 +1,62 @@
+"""Refusals that point the way (issue 34): the statistic meant, the feature counts, parameters of the right type."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daskbatch as db
+from daskbatch.stats.registry import STATISTICS
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m daskbatch ARGS`` in ``cwd``, as a user types it."""
+    return subprocess.run(
+        [sys.executable, "-m", "daskbatch", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=240,
+    )
+
+
+@pytest.mark.parametrize(
+    ("stats", "hint"),
+    [
+        ("covv", "did you mean 'cov'?"),
+        (("Moments",), "did you mean 'moments'?"),
+        ("moments,hst", "did you mean 'hist'?"),
+        ("mean,std", "'mean' is a result of the statistic 'moments'"),
+        (["skew"], "'skew' is a result of the statistic 'moments'"),
+        ("corr", "'corr' is a result of the statistic 'cov'"),
+    ],
+)
+def test_a_statistic_name_points_to_the_one_meant(stats: object, hint: str) -> None:
+    with pytest.raises(ValueError, match="unknown statistic") as info:
+        db.describe(np.ones((4, 2)), stats=stats)  # type: ignore[arg-type]
+    assert hint in str(info.value) and "\n" not in str(info.value), info.value
+
+
+def test_result_names_are_read_from_the_declarations() -> None:
+    """Every result a selectable statistic declares points to it (a new statistic's too, with no list to edit)."""
+    for name, declared in STATISTICS.items():
+        for variable in declared.variables if declared.selectable else ():
+            if variable in STATISTICS:
+                continue  # 'cov' is a statistic and its result
+            with pytest.raises(ValueError) as info:
+                db.describe(np.ones((4, 2)), stats=["moments", variable])
+            assert f"{variable!r} is a result of the statistic" in str(info.value) and repr(
+                name
+            ) in str(info.value)
+
+
+def test_the_cli_says_did_you_mean_before_starting_anything(tmp_path: Path) -> None:
+    db.synth(tmp_path / "x.zarr", rows=100, features=3)
+    done = _cli(tmp_path, "describe", "x.zarr", "--cluster", "threads", "--stats", "covv")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith(
+        "error: unknown statistic 'covv'; did you mean 'cov'?"
+    ), done.stderr
