@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
+from daskbatch import stats
 from daskbatch.stats.registry import STATISTICS
 
 
@@ -60,3 +62,42 @@ def test_the_cli_says_did_you_mean_before_starting_anything(tmp_path: Path) -> N
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith(
         "error: unknown statistic 'covv'; did you mean 'cov'?"
     ), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: stats.Moments(ddof=True), "ddof must be an integer, got True (a bool)"),
+        (lambda: stats.CoMoments(ddof=False), "ddof must be an integer, got False (a bool)"),
+        (lambda: stats.ClassMoments(ddof=True), "ddof must be an integer, got True"),
+        (
+            lambda: stats.ClassMoments(n_classes=True),
+            "n_classes must be a positive integer, got True",
+        ),
+        (lambda: stats.Histogram(bins=True), "bins must be an integer, got True"),
+        (lambda: stats.Histogram(max_classes=True), "max_classes must be an integer, got True"),
+        (lambda: stats.MutualInformation(bins=True), "bins must be an integer, got True"),
+        (
+            lambda: stats.MutualInformation(target_bins=True),
+            "target_bins must be an integer, got True",
+        ),
+        (
+            lambda: stats.Sketch(min_magnitude=True),
+            "min_magnitude must be a number, got True (a bool)",
+        ),
+    ],
+)
+def test_a_bool_is_not_taken_for_a_number(make: object, message: str) -> None:
+    """``Moments(ddof=True)`` was a ddof of 1; every statistic's numeric parameter refuses a bool as it is made."""
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)) as info:
+        make()  # type: ignore[operator]
+    assert "\n" not in str(info.value)
+
+
+def test_integral_parameters_of_any_integer_type_are_kept() -> None:
+    assert db.Moments(ddof=np.int64(0)).ddof == 0 and type(db.Moments(ddof=np.int64(0)).ddof) is int
+    assert (
+        stats.Histogram(bins=np.int32(8)).bins == 8 and stats.MutualInformation(bins=4.0).bins == 4
+    )
+    s = db.describe(np.arange(12.0).reshape(6, 2), stats=["moments", db.Moments(ddof=0)])
+    np.testing.assert_allclose(s.var, np.arange(12.0).reshape(6, 2).var(axis=0))
