@@ -86,6 +86,23 @@ def is_chained_url(path: str) -> bool:
     return "://" in first or first in fsspec.available_protocols()
 
 
+def check_url(path: str, what: str = "path") -> None:
+    """Refuse a URL whose protocol fsspec does not know, or whose package is missing, in one line naming it."""
+    if "://" not in path:
+        return
+    import fsspec  # lazy: fsspec
+
+    for url in path.split("::"):  # each link of a chained URL
+        protocol = url.split("://", 1)[0] if "://" in url else url
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ValueError:  # fsspec's "Protocol not known: zz" names neither the path nor what is known
+            known = ", ".join(p for p in ("file", "s3", "gs", "az", "http", "memory") if p in fsspec.available_protocols())
+            raise OutputError(f"{what} {path}: unknown URL protocol {protocol!r} (known ones include {known})") from None
+        except ImportError as exc:  # its message names the package to install
+            raise OutputError(f"{what} {path}: {exc}") from None
+
+
 def zarr_target(path: str, *, read_only: bool = False) -> Any:
     """What to hand zarr for ``path``: a local store for a local path with ``::``, else the path itself."""
     if "::" not in path or "://" in path or is_chained_url(path):
@@ -210,6 +227,7 @@ def check_output(
     where = os.fspath(path)
     if not where:
         raise OutputError(f"{what} is an empty path; give a path to write to")
+    check_url(where, what)
     guarded = {k: os.fspath(v) for k, v in (protected or {}).items() if v is not None}
     check_separate(where, what, guarded)
     target = OutputTarget(path=where, kind=kind, form=form, what=what, overwrite=overwrite, protected=guarded)

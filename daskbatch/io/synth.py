@@ -23,7 +23,7 @@ from daskbatch.io.chunk_grid import (
     stored_keys,
 )
 from daskbatch.io.dataset import Dataset, open_dataset
-from daskbatch.io.outputs import check_replaceable, checksummed, remove_path
+from daskbatch.io.outputs import check_replaceable, check_url, checksummed, remove_path
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -349,6 +349,7 @@ def _write(
 ) -> None:
     """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
+    check_url(where, "output")
     request = _request_token(attrs, x, chunk_rows)
     group = None if overwrite else _unfinished(where, request)
     if group is None:

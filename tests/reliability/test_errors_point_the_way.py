@@ -101,3 +101,14 @@ def test_integral_parameters_of_any_integer_type_are_kept() -> None:
     )
     s = db.describe(np.arange(12.0).reshape(6, 2), stats=["moments", db.Moments(ddof=0)])
     np.testing.assert_allclose(s.var, np.arange(12.0).reshape(6, 2).var(axis=0))
+
+
+@pytest.mark.parametrize("url", ["zz://x.zarr", "zz::file:///tmp/x.zarr"])
+def test_an_unknown_url_protocol_is_named_with_its_path(url: str, tmp_path: Path) -> None:
+    """fsspec's own "Protocol not known: zz" named no path."""
+    with pytest.raises(ValueError, match=re.escape(f"output {url}: unknown URL protocol 'zz'")):
+        db.synth(url, rows=10, features=2)
+    s = db.describe(np.ones((4, 2)), stats="moments")
+    with pytest.raises(ValueError, match=re.escape(f"path {url}: unknown URL protocol 'zz'")):
+        s.save(url)
+    assert list(tmp_path.iterdir()) == []
