@@ -183,8 +183,8 @@ def fallback_logging() -> Iterator[None]:
 @click.option(
     "--overwrite",
     is_flag=True,
-    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, "
-    "and no two outputs may overlap).",
+    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, nor a "
+    "file at outputs.selection that daskbatch did not write, and no two outputs may overlap).",
 )
 @user_errors
 def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None:

@@ -43,6 +43,8 @@ _NOUNS = {
 }
 #: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
 _UNMARKED = {"figure"}
+#: Kinds that replace only daskbatch's own outputs, even with ``overwrite``: a file it did not write is refused.
+_OURS_ONLY = {"selection", "drift"}
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
 #: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth and ingest's state.
@@ -242,6 +244,11 @@ def check_output(
             raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path")
         if form == "file" and os.path.isdir(where):
             raise OutputError(f"{what} {where} is a directory; give a file name")
+    if _exists(where) and kind in _OURS_ONLY and output_kind(where) is None and not os.path.islink(where):
+        raise OutputExistsError(
+            f"{what} {where} already exists and daskbatch did not write it; daskbatch does not replace other files, "
+            "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+        )
     if _exists(where) and not overwrite:
         if kind in _UNMARKED:
             raise OutputExistsError(

@@ -112,3 +112,29 @@ def test_an_unknown_url_protocol_is_named_with_its_path(url: str, tmp_path: Path
     with pytest.raises(ValueError, match=re.escape(f"path {url}: unknown URL protocol 'zz'")):
         s.save(url)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", ["csv", "json"])
+def test_saves_never_replace_a_file_daskbatch_did_not_write(tmp_path: Path, suffix: str) -> None:
+    """``Selection.save``/``Drift.save(overwrite=True)`` replaced a user's file; daskbatch's own outputs still are."""
+    x = np.random.default_rng(0).normal(size=(200, 4))
+    s = db.describe(x, np.arange(200) % 2, stats=["moments", "hist", "mi", "class_moments"])
+    selection, drift = db.select(s), db.compare(s, s)
+    for save, name in ((selection.save, f"sel.{suffix}"), (drift.save, f"drift.{suffix}")):
+        theirs = tmp_path / name
+        theirs.write_text("a user's notes\n")
+        with pytest.raises(FileExistsError, match="daskbatch did not write it") as info:
+            save(theirs, overwrite=True)
+        assert theirs.read_text() == "a user's notes\n" and "\n" not in str(info.value)
+        theirs.unlink()
+        save(theirs)
+        save(theirs)  # its own output, replaced without overwrite
+        ours = tmp_path / f"other.{suffix}"
+        selection.save(ours) if save == drift.save else drift.save(
+            ours
+        )  # another kind of daskbatch output
+        with pytest.raises(FileExistsError, match="overwrite=True to replace it"):
+            save(ours)
+        save(ours, overwrite=True)
+        ours.unlink()
+    assert db.load_selection(tmp_path / f"sel.{suffix}").selected_names == selection.selected_names
