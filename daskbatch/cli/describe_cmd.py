@@ -28,7 +28,7 @@ from daskbatch.cli.options import (
     parse_classes,
 )
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
-from daskbatch.engine.checkpoint_files import check_checkpoint_dir
+from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
@@ -223,8 +223,7 @@ def describe_command(
 
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
-        kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
-        click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
+        click.echo(interrupted_message(exc, checkpoint or None, "--checkpoint"), err=True)
         exit_now(EXIT_INTERRUPTED)
     except Exception as exc:
         if not (connected and is_lost_scheduler(exc)):
