@@ -5,6 +5,7 @@ Real subprocesses and real signals: ``python -m daskbatch`` as a user types it.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -100,8 +101,49 @@ def test_an_interrupt_says_kept_only_what_the_checkpoint_holds(
         line = _interrupted(store, sig, checkpoint, after_a_block=after_a_block)
         assert sig.name in line and str(checkpoint) in line, line
         kept = _finished_blocks(checkpoint)
-        if "are checkpointed in" in line:  # the block runner's own count, per pass: true by construction
+        if (
+            "are checkpointed in" in line
+        ):  # the block runner's own count, per pass: true by construction
             continue
         says_kept = "kept in" in line
         assert says_kept == bool(kept), (line, kept)
         assert after_a_block is False or says_kept, line
+
+
+def test_a_missing_scheduler_file_is_waited_for_briefly_and_named(tmp_path: Path) -> None:
+    """It waited silently up to worker-timeout (10 minutes); now one line says what and how long, then one error."""
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    from daskbatch import config
+
+    assert parse_timedelta(config.get("scheduler-file-timeout")) <= 60  # the default is short
+    db.synth(tmp_path / "x.zarr", rows=100, features=3)
+    env = {**os.environ, "DASK_DASKBATCH__SCHEDULER_FILE_TIMEOUT": "2s"}
+    start = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "daskbatch",
+            "describe",
+            "x.zarr",
+            "--scheduler-file",
+            "nosuch.json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 60, done.stderr
+    assert "waiting up to 2s for the scheduler file nosuch.json" in done.stderr, done.stderr
+    _one_error_line(done, "no scheduler file at nosuch.json after 2s")
+    with (
+        dask.config.set({"daskbatch.scheduler-file-timeout": "0.5s"}),
+        pytest.raises(TimeoutError) as info,
+    ):
+        with db.cluster(scheduler_file=tmp_path / "nosuch.json"):
+            pass
+    assert str(tmp_path / "nosuch.json") in str(info.value) and "\n" not in str(info.value)
