@@ -29,7 +29,7 @@ from daskbatch.cli.options import (
 )
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
-from daskbatch.errors import Interrupted
+from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
@@ -180,6 +180,10 @@ def describe_command(
         click.get_current_context().with_resource(summary_lock(out))
     # click.Choice has validated --missing.
     dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    for summary, option, path in ((previous, "--update", update_path), (like, "--like", like_path)):
+        if summary is not None and len(summary.feature_names) != dataset.x.shape[1]:  # before any data is read
+            raise DataError(f"{option} {path} has {len(summary.feature_names):,} features and {store} "
+                                   f"{dataset.x.shape[1]:,}: give a store of the same features")
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:

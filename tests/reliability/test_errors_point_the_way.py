@@ -138,3 +138,64 @@ def test_saves_never_replace_a_file_daskbatch_did_not_write(tmp_path: Path, suff
         save(ours, overwrite=True)
         ours.unlink()
     assert db.load_selection(tmp_path / f"sel.{suffix}").selected_names == selection.selected_names
+
+
+@pytest.fixture()
+def corrupt_narrow_store(tmp_path: Path) -> Path:
+    """A store of 8 features whose every X chunk fails its checksum: any read of its data is refused."""
+    path = tmp_path / "feb.zarr"
+    db.synth(path, rows=400, features=8, classes=2, chunk_rows=100)
+    chunks = [p for p in (path / "X").rglob("*") if p.is_file() and p.name != "zarr.json"]
+    assert chunks
+    for chunk in chunks:
+        chunk.write_bytes(b"\0" * chunk.stat().st_size)
+    return path
+
+
+def test_a_feature_count_mismatch_is_named_before_any_data_is_read(
+    tmp_path: Path, corrupt_narrow_store: Path
+) -> None:
+    """It said "range must be (lo, hi) ... shape (8, 2); got shape (32, 2)"; the chunks prove nothing was read."""
+    db.synth(tmp_path / "jan.zarr", rows=400, features=32, classes=2, chunk_rows=100)
+    wide = db.describe(str(tmp_path / "jan.zarr"), "y")
+    counts = "the summary has 32 features and the new rows 8"
+    for new_rows in (str(corrupt_narrow_store), db.open_dataset(corrupt_narrow_store, label="y")):
+        with pytest.raises(db.DataError, match=counts):
+            db.update(wide, new_rows, label="y" if isinstance(new_rows, str) else None)
+    with pytest.raises(db.DataError, match=counts):
+        db.update(wide, np.ones((10, 8)), label=np.zeros(10, dtype=int))
+    with pytest.raises(
+        db.DataError, match="the reference summary \\(like\\) has 32 features and the data 8"
+    ):
+        db.describe(corrupt_narrow_store, "y", run=db.RunOptions(like=wide))
+    with pytest.raises(
+        db.DataError, match="range gives \\(lo, hi\\) for 32 features and the data has 8"
+    ):
+        db.describe(corrupt_narrow_store, stats="hist", range=np.tile([-5.0, 5.0], (32, 1)))
+    with pytest.raises(ValueError, match="the summaries have 32 and 8 features"):
+        db.merge(wide, db.describe(np.ones((10, 8)), stats="moments"))
+
+
+def test_the_cli_names_the_feature_counts_of_update_and_like(
+    tmp_path: Path, corrupt_narrow_store: Path
+) -> None:
+    db.synth(tmp_path / "jan.zarr", rows=400, features=32, classes=2, chunk_rows=100)
+    db.describe(str(tmp_path / "jan.zarr"), "y").save(tmp_path / "stats.zarr")
+    before = sorted(p.stat().st_mtime_ns for p in (tmp_path / "stats.zarr").rglob("*"))
+    for option in ("--update", "--like"):
+        done = _cli(
+            tmp_path,
+            "describe",
+            "feb.zarr",
+            "--label",
+            "y",
+            option,
+            "stats.zarr",
+            "--cluster",
+            "threads",
+        )
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2 and lines == [
+            f"error: {option} stats.zarr has 32 features and feb.zarr 8: give a store of the same features"
+        ], done.stderr
+    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "stats.zarr").rglob("*")) == before
