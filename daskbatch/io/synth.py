@@ -429,8 +429,8 @@ def _create(
         group = zarr.open_group(
             where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=marked
         )
-    except zarr.errors.ContainsGroupError as exc:
-        raise FileExistsError(_exists_message(where)) from exc
+    except zarr.errors.ContainsGroupError:  # zarr's message says less than ours
+        raise FileExistsError(_exists_message(where)) from None
     rows, features = x.shape
     # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
     # chunk makes a changed byte fail the read instead of changing the numbers.

@@ -167,13 +167,13 @@ def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None 
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise
-    except TimeoutError as exc:
+    except TimeoutError:  # our own short waits' timeout: this message says all
         have = len(client.scheduler_info(n_workers=-1)["workers"])
         raise TimeoutError(
             f"{have} of {n_workers} worker(s) joined the scheduler at {client.scheduler.address} "
             f"within {timeout}; start the workers (e.g. dask worker --scheduler-file ...) or raise "
             "the daskbatch.worker-timeout setting"
-        ) from exc
+        ) from None
 
 
 def require_cuda() -> int:  # numpydoc ignore=PR01,RT01

@@ -199,3 +199,33 @@ def test_the_cli_names_the_feature_counts_of_update_and_like(
             f"error: {option} stats.zarr has 32 features and feb.zarr 8: give a store of the same features"
         ], done.stderr
     assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "stats.zarr").rglob("*")) == before
+
+
+def _chain(exc: BaseException) -> list[str]:
+    """The exceptions a traceback would show below ``exc`` (its cause, or its context unless suppressed)."""
+    found = []
+    while exc.__cause__ is not None or (
+        exc.__context__ is not None and not exc.__suppress_context__
+    ):
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        found.append(type(exc).__name__)
+    return found
+
+
+def test_refusals_of_ours_are_not_chained(tmp_path: Path) -> None:
+    """A missing array was DataError <- KeyError <- FileNotFoundError: three tracebacks for one line of news."""
+    from daskbatch.runtime.capacity import parse_memory
+
+    db.synth(tmp_path / "s.zarr", rows=100, features=3, classes=2)
+    refusals = [
+        lambda: db.open_dataset(tmp_path / "s.zarr", x="Z"),
+        lambda: db.describe(str(tmp_path / "s.zarr"), "nolabel"),
+        lambda: parse_memory("lots", total_bytes=2**30),
+        lambda: db.describe(np.ones((4, 2)), stats="covv"),
+    ]
+    for refuse in refusals:
+        with pytest.raises(ValueError) as info:
+            refuse()
+        assert _chain(info.value) == [], (info.value, _chain(info.value))
+    with pytest.raises(db.DataError, match="arrays there: \\['X', 'y'\\]"):
+        db.open_dataset(tmp_path / "s.zarr", x="Z")
