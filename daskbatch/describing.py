@@ -25,8 +25,18 @@ from daskbatch.summary.tables import covariance_message, suspect_message
 __all__ = ["describe"]
 
 
-class FeatureCountError(DataError):
-    """Settings made for another number of features than the data has (a reference summary's, per-feature ranges)."""
+class FeatureCountError(DataError):  # numpydoc ignore=PR02
+    """Settings made for another number of features than the data has (a reference summary's, per-feature ranges).
+
+    Parameters
+    ----------
+    given : int
+        The features the settings were made for.
+    data : int
+        The features of the data.
+    message : str
+        The one-line message.
+    """
 
     def __init__(self, given: int, data: int, message: str) -> None:
         super().__init__(message)
@@ -121,7 +131,7 @@ def _check_feature_count(n_features: int, range_: Any, like: Summary | None) -> 
         given = len(like.feature_names)
         raise FeatureCountError(given, n_features, f"the reference summary (like) has {given:,} features and the "
                                 f"data {n_features:,}: compare data with the same features")
-    shape = np.shape(range_) if range_ is not None and not isinstance(range_, str) else ()
+    shape: tuple[int, ...] = np.shape(range_) if range_ is not None and not isinstance(range_, str) else ()
     if len(shape) == 2 and shape[1] == 2 and shape[0] != n_features:
         raise FeatureCountError(shape[0], n_features, f"range gives (lo, hi) for {shape[0]:,} features and the data "
                                 f"has {n_features:,}: give one (lo, hi) per feature, or one for all")

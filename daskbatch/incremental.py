@@ -138,7 +138,8 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     names = None if _carries_names(new_rows) else kept.feature_names
     run = dataclasses.replace(run, feature_names=names, split_every=run.split_every or kept.split_every)
     x = new_rows.x if hasattr(new_rows, "x") and hasattr(new_rows, "feature_names") else new_rows  # a Dataset's
-    if len(shape := getattr(x, "shape", ())) == 2 and shape[1] != len(summary.feature_names):  # an array's width
+    shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+    if len(shape) == 2 and shape[1] != len(summary.feature_names):  # an array's width, known without reading it
         raise _other_features(len(summary.feature_names), int(shape[1]))
     try:
         described = describe(new_rows, label, **settings, **options, run=run)
