@@ -35,7 +35,7 @@ from daskbatch.runtime.capacity import resources_from_client, resources_from_mac
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
-from daskbatch.stats.spec import DEFAULT_STATS
+from daskbatch.stats.spec import DEFAULT_STATS, check_statistic_names
 from daskbatch.summary import load_summary
 from daskbatch.summary.reprs import format_report
 
@@ -152,6 +152,7 @@ def describe_command(
     from daskbatch.stats import Moments  # lazy: numpy
 
     quiet = is_quiet()
+    check_statistic_names(stats)  # a misspelt name is refused before a cluster starts
     # click.Choice has validated --nan-policy.
     settings: dict[str, Any] = {
         "stats": [*stats.split(","), Moments(ddof=ddof, nan_policy=cast(NanPolicy, nan_policy))],
