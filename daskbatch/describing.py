@@ -133,8 +133,8 @@ def _check_feature_count(n_features: int, range_: Any, like: Summary | None) -> 
                                 f"data {n_features:,}: compare data with the same features")
     shape: tuple[int, ...] = np.shape(range_) if range_ is not None and not isinstance(range_, str) else ()
     if len(shape) == 2 and shape[1] == 2 and shape[0] != n_features:
-        raise FeatureCountError(shape[0], n_features, f"range gives (lo, hi) for {shape[0]:,} features and the data "
-                                f"has {n_features:,}: give one (lo, hi) per feature, or one for all")
+        raise FeatureCountError(shape[0], n_features, f"range must be one (lo, hi) per feature, or one for all: "
+                                f"it gives {shape[0]:,} and the data has {n_features:,} features")
 
 
 def _histograms_like(
