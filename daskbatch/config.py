@@ -173,6 +173,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "assumed-classes": (_is_count(1), "an integer of at least 1"),
     "max-classes": (_is_count(1), "an integer of at least 1"),
     "worker-timeout": (_is_duration, "a duration such as '10 minutes' or seconds"),
+    "scheduler-file-timeout": (_is_duration, "a duration such as '60s' or seconds"),
     "max-chunks": (_is_count(1), "an integer of at least 1"),
     "max-features": (_is_count(1), "an integer of at least 1"),
     "lock-stale-after": (_is_duration, "a duration such as '5 minutes' or seconds"),

@@ -16,13 +16,31 @@ from daskbatch._common import warn
 from daskbatch.engine.checkpoint_files import checkpoint_lock
 from daskbatch.engine.pipeline import prepared_inputs, run_statistics
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
+from daskbatch.errors import CompleteRowsWarning, DataError, SuspectValueWarning
 from daskbatch.runtime.capacity import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
 from daskbatch.summary.tables import covariance_message, suspect_message
 
 __all__ = ["describe"]
+
+
+class FeatureCountError(DataError):  # numpydoc ignore=PR02
+    """Settings made for another number of features than the data has (a reference summary's, per-feature ranges).
+
+    Parameters
+    ----------
+    given : int
+        The features the settings were made for.
+    data : int
+        The features of the data.
+    message : str
+        The one-line message.
+    """
+
+    def __init__(self, given: int, data: int, message: str) -> None:
+        super().__init__(message)
+        self.given, self.data = given, data
 
 
 @logged_run("describe")
@@ -89,6 +107,7 @@ def describe(
     with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
         data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
                                       feature_names=run.feature_names, missing=run.missing, device=run.device)
+        _check_feature_count(int(data.x.shape[1]), range, run.like)  # before any data is read
         done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
     summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
                                    miller_madow=wanted.mi.miller_madow, states=done.states)
@@ -104,6 +123,18 @@ def _warn_untrustworthy(summary: Summary) -> None:
     suspect = suspect_message(summary.suspect_values or ())
     if suspect is not None:
         warn(SuspectValueWarning(suspect))
+
+
+def _check_feature_count(n_features: int, range_: Any, like: Summary | None) -> None:
+    """Refuse a reference summary, or one (lo, hi) per feature, made for another number of features."""
+    if like is not None and len(like.feature_names) != n_features:
+        given = len(like.feature_names)
+        raise FeatureCountError(given, n_features, f"the reference summary (like) has {given:,} features and the "
+                                f"data {n_features:,}: compare data with the same features")
+    shape: tuple[int, ...] = np.shape(range_) if range_ is not None and not isinstance(range_, str) else ()
+    if len(shape) == 2 and shape[1] == 2 and shape[0] != n_features:
+        raise FeatureCountError(shape[0], n_features, f"range must be one (lo, hi) per feature, or one for all: "
+                                f"it gives {shape[0]:,} and the data has {n_features:,} features")
 
 
 def _histograms_like(

@@ -37,6 +37,9 @@ class Interrupted(BaseException):
     quietly), which must not swallow it.
     """
 
+    #: Raised where the signal landed, outside the block runner: its message cannot say what was kept.
+    unaccounted = False
+
 
 class Cancelled(Exception):
     """A run stopped because its ``cancel`` event was set; what finished is kept.

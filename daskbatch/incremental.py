@@ -26,7 +26,7 @@ import numpy as np
 
 from daskbatch._common import warn
 from daskbatch._version import __version__
-from daskbatch.describing import describe
+from daskbatch.describing import FeatureCountError, describe
 from daskbatch.engine.pipeline import input_token, listed_token
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
@@ -142,7 +142,21 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     # A store's own names are checked against the summary's by merge; a split_every given wins.
     names = None if _carries_names(new_rows) else kept.feature_names
     run = dataclasses.replace(run, feature_names=names, split_every=run.split_every or kept.split_every)
-    return merge(summary, describe(new_rows, label, **settings, **options, run=run))
+    x = new_rows.x if hasattr(new_rows, "x") and hasattr(new_rows, "feature_names") else new_rows  # a Dataset's
+    shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+    if len(shape) == 2 and shape[1] != len(summary.feature_names):  # an array's width, known without reading it
+        raise _other_features(len(summary.feature_names), int(shape[1]))
+    try:
+        described = describe(new_rows, label, **settings, **options, run=run)
+    except FeatureCountError as exc:  # a store's: the summary's ranges are checked before any data is read
+        raise _other_features(exc.given, exc.data) from None
+    return merge(summary, described)
+
+
+def _other_features(given: int, data: int) -> FeatureCountError:
+    """The error of new rows with another number of features than the summary's."""
+    return FeatureCountError(given, data, f"the summary has {given:,} features and the new rows {data:,}: "
+                             "update adds rows of the same features")
 
 
 def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:

@@ -225,6 +225,6 @@ def test_register_refuses_a_taken_or_odd_name(name: str, message: str) -> None:
 @pytest.mark.parametrize("name", ["qhist", "digest", "target_moments"])
 def test_engine_only_statistics_cannot_be_asked_for(name: str) -> None:
     with pytest.raises(
-        ValueError, match=rf"unknown statistic '{name}'; choose from \['class_moments', 'cov'"
+        ValueError, match=rf"unknown statistic '{name}'; .*hoose from \['class_moments', 'cov'"
     ):
         db.describe(np.zeros((4, 2)), stats=f"moments,{name}")

@@ -30,14 +30,14 @@ from daskbatch.cli.options import (
     table_report,
 )
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
-from daskbatch.engine.checkpoint_files import check_checkpoint_dir
-from daskbatch.errors import Interrupted
+from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
+from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import require_cuda, resolve_kind
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
-from daskbatch.stats.spec import DEFAULT_STATS
+from daskbatch.stats.spec import DEFAULT_STATS, check_statistic_names
 from daskbatch.summary import load_summary
 
 
@@ -162,6 +162,7 @@ def describe_command(
     quiet = is_quiet()
     if json_states and json_path is None:
         raise click.UsageError("--json-states adds to --json: give --json PATH (or --json -) too")
+    check_statistic_names(stats)  # a misspelt name is refused before a cluster starts
     # click.Choice has validated --nan-policy.
     settings: dict[str, Any] = {
         "stats": [*stats.split(","), Moments(ddof=ddof, nan_policy=cast(NanPolicy, nan_policy))],
@@ -194,6 +195,10 @@ def describe_command(
         open_table(store, label=label) if is_table_path(store)  # Parquet / Arrow IPC files: columns by name
         else open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
     )
+    for summary, option, path in ((previous, "--update", update_path), (like, "--like", like_path)):
+        if summary is not None and len(summary.feature_names) != dataset.x.shape[1]:  # before any data is read
+            raise DataError(f"{option} {path} has {len(summary.feature_names):,} features and {store} "
+                            f"{dataset.x.shape[1]:,}: give a store of the same features")
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:
@@ -237,8 +242,7 @@ def describe_command(
 
                 summary = merge(previous, summary)
     except (Interrupted, KeyboardInterrupt) as exc:
-        kept = f"; finished blocks are kept in {checkpoint}, run the same command to resume" if checkpoint else ""
-        click.echo(f"interrupted: {exc or 'keyboard interrupt'}{kept}", err=True)
+        click.echo(interrupted_message(exc, checkpoint or None, "--checkpoint"), err=True)
         exit_now(EXIT_INTERRUPTED)
     except Exception as exc:
         if not (connected and is_lost_scheduler(exc)):

@@ -266,7 +266,7 @@ def _read(ctx: click.Context, value: str) -> tuple[dict[str, Any], dict[str, Any
             found = check_config_file(value, loaded)
             return _job_options(found), found.dask or None
     except OSError as exc:
-        _fail(ctx, f"cannot read --config {value}: {exc.strerror}")
+        _fail(ctx, f"--config {exc}")  # read_yaml's one line names the file and why
     except JobConfigError as exc:
         _fail(ctx, str(exc))
     sections = sorted(k for k in loaded if k in SECTIONS and isinstance(loaded[k], dict))

@@ -14,9 +14,10 @@ from click.core import ParameterSource
 from daskbatch.cli._common import EXIT_INTERRUPTED, main, report, user_errors
 from daskbatch.cli.options import config_option, n_classes_options, resolve_n_classes
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
+from daskbatch.engine.checkpoint_files import interrupted_message
 from daskbatch.engine.planner import plan
 from daskbatch.errors import Interrupted
-from daskbatch.jobs.spec import reference
+from daskbatch.jobs.spec import load_job, reference
 from daskbatch.planning.search import plan_dropping_sketch, recorded_n_classes, sketch_in_plan
 from daskbatch.runtime.capacity import resources_from_machine
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
@@ -183,8 +184,8 @@ def fallback_logging() -> Iterator[None]:
 @click.option(
     "--overwrite",
     is_flag=True,
-    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, "
-    "and no two outputs may overlap).",
+    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, nor a "
+    "file at outputs.selection that daskbatch did not write, and no two outputs may overlap).",
 )
 @user_errors
 def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None:
@@ -206,6 +207,7 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
             with sigterm_as_interrupt():
                 run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
         except (Interrupted, KeyboardInterrupt) as exc:
-            click.echo(f"interrupted: {exc or 'keyboard interrupt'}; run the same command again to resume "
-                       "(the checkpoint and the transform store keep what finished)", err=True)
+            checkpoint = load_job(job_file)[0].checkpoint  # read once already: what the run had
+            click.echo(f"{interrupted_message(exc, checkpoint, 'checkpoint in the job file')} (a transform under "
+                       "way resumes from its finished blocks too)", err=True)
             exit_now(EXIT_INTERRUPTED)

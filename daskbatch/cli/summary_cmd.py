@@ -39,7 +39,8 @@ from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
 @click.option("--min-variance", type=click.FloatRange(min=0), default=None, help="First drop features whose (ddof=0) variance is not above this.")
 @click.option("--max-corr", type=click.FloatRange(0, 1), default=None, help="Then, of each pair with |corr| above this, keep the more relevant.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the selection (.csv, or .json).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out file that is not a saved selection.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file that daskbatch wrote but is not a saved selection "
+              "(never a file daskbatch did not write).")
 @user_errors
 def select_command(
     stats_store: str, score: str, k: str | None, percentile: float | None, fpr: float | None,
@@ -166,8 +167,8 @@ def transform_command(
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the report as JSON ('-' for stdout).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Save the PSI figure (.png, .svg, .pdf).")
-@click.option("--overwrite", is_flag=True, help="Let --json replace a file that is not a drift report, and --plot an "
-              "existing file. The summaries compared are never written over.")
+@click.option("--overwrite", is_flag=True, help="Let --json replace another daskbatch output (never a file daskbatch did not "
+              "write), and --plot an existing file. The summaries compared are never written over.")
 @user_errors
 def compare_command(
     reference: str, new: str, top: int, by: str, json_path: str | None, plot_path: str | None, overwrite: bool,

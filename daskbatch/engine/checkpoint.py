@@ -292,11 +292,11 @@ def _run_pass(
 
     try:
         _compute_units(todo, make, on_unit)
-    except (Interrupted, Cancelled) as exc:
+    except (Interrupted, Cancelled) as exc:  # the block runner's, its text kept: no chain to show
         raise type(exc)(
             f"{exc}: {store.covered_blocks()} of {n_blocks} blocks of pass '{bundle.name}' are "
             f"checkpointed in {directory}; run the same command again to resume"
-        ) from exc
+        ) from None
     return store.root()
 
 

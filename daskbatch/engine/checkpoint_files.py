@@ -22,7 +22,7 @@ import numpy as np
 
 from daskbatch.engine.fingerprint import differences
 from daskbatch.engine.fingerprint import input_items as _fingerprint_items
-from daskbatch.errors import CheckpointMismatchError, DataError, DiskFullError
+from daskbatch.errors import CheckpointMismatchError, DataError, DiskFullError, Interrupted
 from daskbatch.io import state_codec
 from daskbatch.runtime.runlock import LOCK_NAME, RunLock, no_interrupt
 
@@ -209,6 +209,7 @@ _SUFFIX = ".ckpt"
 #: A pass name, and so the folder ``pass-<name>``: a plain name, never a path.
 PASS_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _NODE_FILE = re.compile(r"L\d+-\d{6,}\.ckpt")
+_PASS_PREFIX = "pass-"
 
 
 def _short(value: Any) -> str:
@@ -335,7 +336,26 @@ def pass_folder(pass_name: str) -> str:
     """Name the folder of a pass, refusing a name that is not plain."""
     if not PASS_NAME.fullmatch(pass_name):
         raise ValueError(f"checkpoint pass name {pass_name!r} is not a plain name ([A-Za-z0-9_-]+)")
-    return f"pass-{pass_name}"
+    return f"{_PASS_PREFIX}{pass_name}"
+
+
+def holds_finished_blocks(directory: str | os.PathLike[str]) -> bool:
+    """Tell whether ``directory`` holds a finished block of some pass (what an interrupted run can resume from)."""
+    root = Path(directory)
+    passes = root.glob(f"{_PASS_PREFIX}*") if root.is_dir() else ()
+    return any(_NODE_FILE.fullmatch(p.name) for folder in passes if folder.is_dir() for p in folder.iterdir())
+
+
+def interrupted_message(exc: BaseException, checkpoint: str | os.PathLike[str] | None, option: str) -> str:
+    """The one true line after a signal: which signal, and whether ``checkpoint`` kept finished blocks."""
+    if isinstance(exc, Interrupted) and not exc.unaccounted:
+        return str(exc)  # the block runner's: what finished, and where it is kept
+    why = str(exc) if str(exc) else "interrupted by SIGINT (Ctrl-C)"  # a KeyboardInterrupt carries no text
+    if checkpoint is None:
+        return f"{why}; nothing was kept (no {option}): run the same command to start again"
+    if holds_finished_blocks(checkpoint):
+        return f"{why}; finished blocks are kept in {os.fspath(checkpoint)}, run the same command to resume"
+    return f"{why} before any block finished: {os.fspath(checkpoint)} holds none, run the same command to start again"
 
 
 def remove_pass(directory: Path, pass_name: str) -> None:

@@ -43,6 +43,8 @@ _NOUNS = {
 }
 #: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
 _UNMARKED = {"figure"}
+#: Kinds that replace only daskbatch's own outputs, even with ``overwrite``: a file it did not write is refused.
+_OURS_ONLY = {"selection", "drift"}
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
 #: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth and ingest's state.
@@ -84,6 +86,23 @@ def is_chained_url(path: str) -> bool:
 
     first = path.split("::", 1)[0]
     return "://" in first or first in fsspec.available_protocols()
+
+
+def check_url(path: str, what: str = "path") -> None:
+    """Refuse a URL whose protocol fsspec does not know, or whose package is missing, in one line naming it."""
+    if "://" not in path:
+        return
+    import fsspec  # lazy: fsspec
+
+    for url in path.split("::"):  # each link of a chained URL
+        protocol = url.split("://", 1)[0] if "://" in url else url
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ValueError:  # fsspec's "Protocol not known: zz" names neither the path nor what is known
+            known = ", ".join(p for p in ("file", "s3", "gs", "az", "http", "memory") if p in fsspec.available_protocols())
+            raise OutputError(f"{what} {path}: unknown URL protocol {protocol!r} (known ones include {known})") from None
+        except ImportError as exc:  # its message names the package to install
+            raise OutputError(f"{what} {path}: {exc}") from None
 
 
 def zarr_target(path: str, *, read_only: bool = False) -> Any:
@@ -216,6 +235,7 @@ def check_output(
     where = os.fspath(path)
     if not where:
         raise OutputError(f"{what} is an empty path; give a path to write to")
+    check_url(where, what)
     guarded = {k: os.fspath(v) for k, v in (protected or {}).items() if v is not None}
     check_separate(where, what, guarded)
     target = OutputTarget(path=where, kind=kind, form=form, what=what, overwrite=overwrite, protected=guarded)
@@ -232,6 +252,11 @@ def check_output(
             raise OutputError(f"{what} {where} is a directory; give a file name")
     else:
         _check_bucket(where, what)
+    if _exists(where) and kind in _OURS_ONLY and output_kind(where) is None and not os.path.islink(where):
+        raise OutputExistsError(
+            f"{what} {where} already exists and daskbatch did not write it; daskbatch does not replace other files, "
+            "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+        )
     if _exists(where) and not overwrite:
         if kind in _UNMARKED:
             raise OutputExistsError(

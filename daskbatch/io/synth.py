@@ -23,7 +23,7 @@ from daskbatch.io.chunk_grid import (
     stored_keys,
 )
 from daskbatch.io.dataset import Dataset, open_dataset
-from daskbatch.io.outputs import check_replaceable, checksummed, remove_path
+from daskbatch.io.outputs import check_replaceable, check_url, checksummed, remove_path
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -349,6 +349,7 @@ def _write(
 ) -> None:
     """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
     where = os.fspath(path)
+    check_url(where, "output")
     request = _request_token(attrs, x, chunk_rows)
     group = None if overwrite else _unfinished(where, request)
     if group is None:
@@ -428,8 +429,8 @@ def _create(
         group = zarr.open_group(
             where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=marked
         )
-    except zarr.errors.ContainsGroupError as exc:
-        raise FileExistsError(_exists_message(where)) from exc
+    except zarr.errors.ContainsGroupError:  # zarr's message says less than ours
+        raise FileExistsError(_exists_message(where)) from None
     rows, features = x.shape
     # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
     # chunk makes a changed byte fail the read instead of changing the numbers.

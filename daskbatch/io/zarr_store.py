@@ -232,9 +232,9 @@ class ZarrStore:
             raise DataError(f"{self.where!r} is a group; name the {what} array (have: {self.array_names()})")
         try:
             node = self.root[name]
-        except KeyError as exc:
+        except KeyError:  # zarr's lookup errors (KeyError from FileNotFoundError) add nothing to the list
             raise DataError(f"{what} array {name!r} not found in {self.where!r}; arrays there: "
-                            f"{self.array_names()}") from exc
+                            f"{self.array_names()}") from None
         if not isinstance(node, zarr.Array):
             raise DataError(f"{name!r} in {self.where!r} is a group, not a {what} array")
         return node

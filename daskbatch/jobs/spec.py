@@ -135,8 +135,12 @@ def _build(values: Mapping[str, Any]) -> JobSpec:
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML file that must hold a mapping (an empty file is an empty mapping)."""
     where = os.fspath(path)
-    with open(where, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)  # no more than the bound, whatever the file holds
+    try:
+        with open(where, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # no more than the bound, whatever the file holds
+    except OSError as exc:  # one line naming the file (a raw "[Errno 2]" named nothing); the same type for callers
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
+        raise type(exc)(f"{where}: {reason}; give the path of a YAML job or configuration file") from None
     loaded = load_bounded(data, where)
     if loaded is None:
         return {}

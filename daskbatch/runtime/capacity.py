@@ -78,10 +78,10 @@ def parse_memory(value: int | float | str | None, *, total_bytes: int) -> int:
             except ValueError:
                 try:
                     value = int(parse_bytes(text))
-                except ValueError as exc:
+                except ValueError:  # dask's parse error: the same text, less said
                     raise ValueError(
                         f"cannot read memory {text!r}: give bytes ('16GiB'), a fraction (0.5) or 'auto'"
-                    ) from exc
+                    ) from None
     if isinstance(value, float):
         if not 0 < value <= 1:
             raise ValueError(f"a memory fraction must be in (0, 1], got {value}")

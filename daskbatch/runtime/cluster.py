@@ -83,7 +83,7 @@ def cluster(
     if address is not None and scheduler_file is not None:
         raise ValueError("give either address or scheduler_file, not both")
     if address is not None or scheduler_file is not None:
-        sf = os.fspath(scheduler_file) if scheduler_file is not None else None
+        sf = None if scheduler_file is None else _await_scheduler_file(os.fspath(scheduler_file))
         with Client(address, scheduler_file=sf, **kwargs) as client:
             _print_dashboard(client, "connected to")
             _wait_for_workers(client, 1 if wait_for_workers is None else wait_for_workers)
@@ -113,6 +113,37 @@ def cluster(
             started.close()
 
 
+def _await_scheduler_file(path: str) -> str:
+    """Wait for a scheduler file to appear, saying so, for at most ``daskbatch.scheduler-file-timeout``; the path."""
+    # distributed's Client waits for a missing file without end and without a word.
+    import json
+    import time
+
+    from dask.utils import parse_timedelta  # lazy: dask
+
+    from daskbatch import config  # lazy: dask
+
+    timeout = config.get("scheduler-file-timeout")
+    deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
+    said = False
+    while True:
+        try:
+            with open(path, encoding="utf-8") as f:
+                if "address" in json.load(f):  # a scheduler writes the file whole, but a copy may be half there
+                    return path
+        except (OSError, ValueError, TypeError):
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"no scheduler file at {path} after {timeout} (a scheduler started with --scheduler-file {path} "
+                "writes it); check the path, start the scheduler, or raise daskbatch.scheduler-file-timeout"
+            )
+        if not said:
+            _say(f"waiting up to {timeout} for the scheduler file {path}")
+            said = True
+        time.sleep(0.1)
+
+
 def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None = None) -> None:
     """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``."""
     # ``refused`` collects the batch system's refusals to submit a job: the wait stops at the first.
@@ -136,13 +167,13 @@ def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None 
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise
-    except TimeoutError as exc:
+    except TimeoutError:  # our own short waits' timeout: this message says all
         have = len(client.scheduler_info(n_workers=-1)["workers"])
         raise TimeoutError(
             f"{have} of {n_workers} worker(s) joined the scheduler at {client.scheduler.address} "
             f"within {timeout}; start the workers (e.g. dask worker --scheduler-file ...) or raise "
             "the daskbatch.worker-timeout setting"
-        ) from exc
+        ) from None
 
 
 def require_cuda() -> int:  # numpydoc ignore=PR01,RT01
@@ -300,16 +331,19 @@ def _print_dashboard(client: Client, verb: str) -> None:
     """One line: the scheduler and its dashboard link (a batch log keeps it too)."""
     # A log line where daskbatch's logging is set up (the CLI: timestamped, and gone with ``--quiet``), else
     # printed: on stdout in a notebook (where stderr reads as an error), on stderr in a script.
-    import logging
-    import sys
-
     try:
         link = client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
         link = "(no dashboard)"
-    log = logging.getLogger(__name__)
+    _say(f"{verb} {client.scheduler.address}; dashboard: {link}")
+
+
+def _say(text: str) -> None:
+    """Log ``text`` where daskbatch's logging is set up, else print it (stdout in a notebook, else stderr)."""
+    import logging
+    import sys
+
     if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
-        log.info("%s %s; dashboard: %s", verb, client.scheduler.address, link)
+        logging.getLogger(__name__).info("%s", text)
     else:
-        stream = sys.stdout if in_jupyter() else sys.stderr
-        print(f"daskbatch: {verb} {client.scheduler.address}; dashboard: {link}", file=stream, flush=True)
+        print(f"daskbatch: {text}", file=sys.stdout if in_jupyter() else sys.stderr, flush=True)

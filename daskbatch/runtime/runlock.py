@@ -268,7 +268,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
             _signals.pending = True  # raised when the write in progress is done
             return
         _quiet_teardown()
-        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+        raise _interrupt(signal.Signals(signum).name)
 
     previous = signal.signal(signal.SIGTERM, _handler)
     try:
@@ -287,7 +287,14 @@ def no_interrupt() -> Iterator[None]:
         _signals.depth -= 1
         if _signals.depth == 0 and getattr(_signals, "pending", False):
             _signals.pending = False
-            raise Interrupted("interrupted by SIGTERM")
+            raise _interrupt("SIGTERM")
+
+
+def _interrupt(signal_name: str) -> Interrupted:
+    """An :class:`Interrupted` raised outside the block runner, marked as not saying what was kept."""
+    exc = Interrupted(f"interrupted by {signal_name}")
+    exc.unaccounted = True
+    return exc
 
 
 def _quiet_teardown() -> None:

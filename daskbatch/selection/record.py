@@ -106,7 +106,7 @@ class Selection:
 
         Read back with :func:`load_selection`. The file is written beside
         ``path`` and renamed into place; an earlier selection there is replaced,
-        anything else only with ``overwrite``.
+        another daskbatch output only with ``overwrite``, a file daskbatch did not write never.
 
         Parameters
         ----------
@@ -115,7 +115,7 @@ class Selection:
         format : {"csv", "json"}, optional
             Default: from the file's suffix (``.json``, else CSV).
         overwrite : bool, default False
-            Also replace a file that is not a saved selection.
+            Also replace another daskbatch output (never a file daskbatch did not write).
 
         Returns
         -------

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._common import Array, Namespace
+from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
@@ -162,7 +162,10 @@ class ClassMoments:  # numpydoc ignore=PR02
     takes_weights = True
 
     def __post_init__(self) -> None:
-        if self.n_classes is not None and (int(self.n_classes) != self.n_classes or self.n_classes < 1):
+        object.__setattr__(self, "ddof", strict_int(self.ddof, "ddof"))  # True is not a ddof of 1
+        if self.n_classes is not None and (
+            isinstance(self.n_classes, bool) or int(self.n_classes) != self.n_classes or self.n_classes < 1
+        ):
             raise ValueError(f"n_classes must be a positive integer, got {self.n_classes!r}")
         if self.classes is not None:
             object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))

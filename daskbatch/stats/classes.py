@@ -25,7 +25,7 @@ from typing import Any
 
 from array_api_compat import is_cupy_array
 
-from daskbatch._common import Array, Namespace
+from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import Declaration
@@ -172,8 +172,7 @@ class ClassValues:  # numpydoc ignore=PR02
     name = "classes"
 
     def __post_init__(self) -> None:
-        if int(self.max_classes) != self.max_classes or self.max_classes < 1:
-            raise ValueError(f"max_classes must be a positive integer, got {self.max_classes!r}")
+        object.__setattr__(self, "max_classes", strict_int(self.max_classes, "max_classes", minimum=1))
 
     def empty(self, xp: Namespace, dev: object = None) -> ClassValuesState:
         """Build the identity of :meth:`merge`: no class values.

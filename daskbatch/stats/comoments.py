@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from daskbatch._common import Array, Namespace
+from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
@@ -212,7 +212,8 @@ class CoMoments:  # numpydoc ignore=PR02
     takes_weights = True
 
     def __post_init__(self) -> None:
-        """Refuse a ``rows`` that is neither way of choosing rows, in one line."""
+        """Refuse a ``rows`` that is neither way of choosing rows, or a ddof that is no integer (``True``), in one line."""
+        object.__setattr__(self, "ddof", strict_int(self.ddof, "ddof"))
         if self.rows not in ROWS:
             raise ValueError(f"CoMoments(rows={self.rows!r}): rows must be one of {ROWS}")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from daskbatch._common import Array, Namespace
+from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
@@ -120,8 +120,8 @@ class Histogram:  # numpydoc ignore=PR02
     takes_weights = True
 
     def __post_init__(self) -> None:
-        if int(self.bins) != self.bins or self.bins < 1:
-            raise ValueError(f"bins must be a positive integer, got {self.bins!r}")
+        object.__setattr__(self, "bins", strict_int(self.bins, "bins", minimum=1))  # True is not one bin
+        object.__setattr__(self, "max_classes", strict_int(self.max_classes, "max_classes", minimum=1))
         if len(self.lo) != len(self.hi):
             raise ValueError(f"lo and hi differ in length: {len(self.lo)} != {len(self.hi)}")
         for d, (lo, hi) in enumerate(zip(self.lo, self.hi, strict=True)):

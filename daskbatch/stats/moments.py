@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from daskbatch._common import Array, Namespace
+from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
@@ -253,6 +253,9 @@ class Moments:  # numpydoc ignore=PR02
     compiled_kernels = frozenset({"numba-cpu", "numba-cuda"})
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ddof", strict_int(self.ddof, "ddof"))  # True is not a ddof of 1
 
     @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> MomentsState:

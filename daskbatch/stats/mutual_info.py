@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch._common import Array
+from daskbatch._common import Array, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.backend import namespace
 from daskbatch.stats.declaration import Declaration, Finished, Variable, count
@@ -70,7 +70,10 @@ class MutualInformation:  # numpydoc ignore=PR02
             raise TypeError(f"miller_madow must be True or False, got {self.miller_madow!r}")
         if self.classes is not None:  # hashable, as the other statistics' parameters
             object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
-        if not isinstance(self.target_bins, numbers.Integral):
+        object.__setattr__(self, "bins", strict_int(self.bins, "bins", minimum=1))  # True is not one bin
+        if isinstance(self.target_bins, numbers.Integral):  # a bool too: refused
+            object.__setattr__(self, "target_bins", strict_int(self.target_bins, "target_bins"))
+        else:
             object.__setattr__(self, "target_bins", tuple(float(c) for c in self.target_bins))
 
     def joint(self, lo: tuple[float, ...], hi: tuple[float, ...], **by_class: Any) -> Histogram:

@@ -16,6 +16,7 @@ program registers it (:func:`register_statistic`) or an installed package does
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata
 import re
 from collections.abc import Callable
@@ -213,11 +214,21 @@ def registered(name: str) -> Callable[[], Any]:  # numpydoc ignore=PR01,RT01
         # An import path in data would run the code of any module on sys.path (the working directory too).
         path = " (an import path, which is never imported)" if ":" in name else ""
         raise ValueError(
-            f"unknown statistic {short_repr(name, 60)}{path}; choose from {sorted(selectable())}, a name given to "
+            f"unknown statistic {short_repr(name, 60)}{path}; {_hint(name)}{sorted(selectable())}, a name given to "
             f"db.register_statistic or registered in the {ENTRY_POINT_GROUP!r} entry-point group, or pass your "
             "statistic object in Python (stats=[MyStat()])"
         )
     return next(iter(found)).load
+
+
+def _hint(name: str) -> str:
+    """Start the list of choices: "did you mean ...?", or the statistic a result name (``mean``) comes from."""
+    # Read from what each statistic declares, so that a new statistic's results are found too.
+    givers = " or ".join(repr(n) for n, d in STATISTICS.items() if d.selectable and name in d.variables)
+    if givers:
+        return f"{name!r} is a result of the statistic {givers}: ask for that; or choose from "
+    close = difflib.get_close_matches(name.lower(), [*selectable(), *_PYTHON_REGISTRY], n=1)
+    return f"did you mean {close[0]!r}? Or choose from " if close else "choose from "
 
 
 #: Statistics that the user's own code registered by name (:func:`register_statistic`).

@@ -65,6 +65,9 @@ class SketchLayout:  # numpydoc ignore=PR02
         return min(self.window, self.n_buckets) if self.window is not None else self.n_buckets
 
     def __post_init__(self) -> None:
+        flags = [name for name in ("alpha", "min_magnitude", "max_magnitude") if isinstance(getattr(self, name), bool)]
+        if flags:  # True would be taken as 1.0
+            raise TypeError(f"{flags[0]} must be a number, got {getattr(self, flags[0])!r} (a bool)")
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
         if not 0.0 < self.min_magnitude < self.max_magnitude < math.inf:

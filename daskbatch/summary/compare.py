@@ -136,7 +136,7 @@ class Drift:  # numpydoc ignore=PR02
         path : str or path-like
             Where to write (a local path or fsspec URL).
         overwrite : bool, default False
-            Replace something at ``path`` that is not an earlier drift report.
+            Also replace another daskbatch output (never a file daskbatch did not write).
 
         Returns
         -------

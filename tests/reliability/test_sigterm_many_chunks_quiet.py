@@ -52,7 +52,7 @@ def test_sigterm_mid_describe_is_one_line(many: pathlib.Path) -> None:
     seconds = time.monotonic() - t0
     assert code == 75, after[-3000:]
     lines = after.strip().splitlines()
-    assert lines[-1] == "interrupted: interrupted by SIGTERM", after[-3000:]
+    assert lines[-1] == "interrupted by SIGTERM; nothing was kept (no --checkpoint): run the same command to start again", after[-3000:]
     assert len(lines) <= 3, f"{len(lines)} lines: {after[:3000]}"
     assert "Traceback" not in after and "Task was destroyed" not in after
     assert seconds < 10, seconds
