@@ -43,8 +43,6 @@ _NOUNS = {
 }
 #: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
 _UNMARKED = {"figure"}
-#: Kinds that replace only daskbatch's own outputs, even with ``overwrite``: a file it did not write is refused.
-_OURS_ONLY = {"selection", "drift"}
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
 #: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth and ingest's state.
@@ -252,23 +250,31 @@ def check_output(
             raise OutputError(f"{what} {where} is a directory; give a file name")
     else:
         _check_bucket(where, what)
-    if _exists(where) and kind in _OURS_ONLY and output_kind(where) is None and not os.path.islink(where):
+    # One rule: daskbatch replaces only what it wrote (a figure carries no mark: --overwrite replaces one).
+    foreign = _exists(where) and kind not in _UNMARKED and not _empty_directory(where) and not os.path.islink(where)
+    if foreign and output_kind(where) is None:
+        noun = _NOUNS.get(kind, f"daskbatch {kind} output")
         raise OutputExistsError(
-            f"{what} {where} already exists and daskbatch did not write it; daskbatch does not replace other files, "
-            "even with --overwrite (overwrite=True): choose another path or remove it yourself"
+            f"{what} {where} already exists and is not a {noun} (daskbatch did not write it); daskbatch replaces only "
+            "its own outputs, even with --overwrite: choose another path or remove it yourself"
         )
     if _exists(where) and not overwrite:
         if kind in _UNMARKED:
             raise OutputExistsError(
                 f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
             )
-        if output_kind(where) != kind:
+        if foreign and output_kind(where) != kind:
             noun = _NOUNS.get(kind, f"daskbatch {kind} output")
             raise OutputExistsError(
-                f"{what} {where} already exists and is not a {noun}; choose another path "
-                f"(or pass --overwrite / overwrite=True to replace it)"
+                f"{what} {where} already exists and is daskbatch's {output_kind(where)} output, not a {noun}; "
+                "choose another path (or pass --overwrite / overwrite=True to replace it)"
             )
     return target
+
+
+def _empty_directory(where: str) -> bool:
+    """Whether ``where`` is a local directory with nothing in it (a user's ``mkdir out``: nothing to lose)."""
+    return not _is_url(where) and os.path.isdir(where) and not os.listdir(where)
 
 
 def _check_bucket(url: str, what: str) -> None:

@@ -88,11 +88,16 @@ def test_refused_outputs_leave_everything_as_it_was(
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
 
-def test_overwrite_replaces_only_what_it_names(tmp_path: pathlib.Path, store: pathlib.Path, other_files: pathlib.Path) -> None:
-    result = describe(store, "--out", str(other_files), "--overwrite")
-    assert result.exit_code == 0, result.output
-    assert output_kind(other_files) == "summary" and not (other_files / "notes.txt").exists()
-    np.testing.assert_allclose(db.load_summary(other_files).mean, zarr.open_array(str(store / "X"))[:].mean(axis=0))
+def test_overwrite_never_replaces_what_daskbatch_did_not_write(
+    tmp_path: pathlib.Path, store: pathlib.Path, other_files: pathlib.Path, snapshot: Snapshot
+) -> None:
+    kept = snapshot(other_files)
+    one_line_error(describe(store, "--out", str(other_files), "--overwrite"), "daskbatch did not write it")
+    assert snapshot(other_files) == kept
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty directory holds nothing to lose: it takes the summary
+    assert describe(store, "--out", str(empty)).exit_code == 0
+    np.testing.assert_allclose(db.load_summary(empty).mean, zarr.open_array(str(store / "X"))[:].mean(axis=0))
 
 
 def test_rerun_replaces_its_own_outputs_without_overwrite(tmp_path: pathlib.Path, store: pathlib.Path, snapshot: Snapshot) -> None:

@@ -111,7 +111,7 @@ def test_a_checkpoint_never_goes_into_a_folder_of_other_files(
     assert snapshot(tmp_path) == before
 
 
-def test_own_outputs_are_replaced_and_overwrite_replaces_the_rest(
+def test_own_outputs_are_replaced_and_a_foreign_one_never(
     tmp_path: pathlib.Path, store: pathlib.Path
 ) -> None:
     job = job_file(tmp_path, store, {})
@@ -124,6 +124,6 @@ def test_own_outputs_are_replaced_and_overwrite_replaces_the_rest(
     report.write_text("not ours\n")
     refused(job, "outputs.report")
     assert report.read_text() == "not ours\n"
-    forced = CliRunner().invoke(main, ["run", str(job), "--overwrite"])
-    assert forced.exit_code == 0, forced.output
-    assert json.loads(report.read_text())["status"] == "ok"
+    forced = CliRunner().invoke(main, ["run", str(job), "--overwrite"])  # not even with --overwrite
+    assert forced.exit_code == 2 and "daskbatch did not write it" in forced.output, forced.output
+    assert report.read_text() == "not ours\n"
