@@ -327,9 +327,8 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
-    if getattr(statistic, "rows", None) == "pairwise":  # CoMoments(rows="pairwise") keeps the pairs' state
-        return PairwiseCoMomentsState
-    own = declared_state(statistic)
+    pairwise = getattr(statistic, "rows", None) == "pairwise"  # CoMoments(rows="pairwise") keeps the pairs' state
+    own = PairwiseCoMomentsState if pairwise else declared_state(statistic)
     assert own is not None  # a registered statistic's
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
     subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)
