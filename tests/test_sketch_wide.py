@@ -134,7 +134,7 @@ def test_5000_features_keep_the_sketch_on_a_16_gb_gpu() -> None:
     """The seed's 100,000 x 5,000 float32 batch on a 16 GB card keeps a sketch of 2,048 int64 buckets a sign.
 
     The sketch of every bucket planned 5.6 MB under this budget; with the smallest and largest
-    values kept (4 kB a feature, exact tail quantiles after merge and update) it does not fit, and
+    values kept (2 kB a feature, exact tail quantiles after merge and update) it does not fit, and
     the 2,048-bucket window, which spans 10**8.9 in magnitude per sign, is planned instead.
     """
     from daskbatch.runtime.capacity import cuda_device_count

@@ -4,7 +4,7 @@ A merged sketch reads its quantiles in a dyadic grid over ``[min, max]``: in a
 heavy tail (lognormal, at 60,000 rows) each bin holds one value or none and is
 several % of the IQR wide, so the 0.999 quantile after ``merge`` or ``update``
 was 1-2 % of the IQR off. The values themselves are cheap to keep: ``k`` per
-end and feature (4 kB a feature at ``k = 128``), merged exactly (the ``k``
+end and feature (2 kB a feature at ``k = 128``), merged exactly (the ``k``
 smallest of the union are among the ``k`` smallest of each part). A quantile
 whose rank lies among them (``q <= k / n`` or ``q >= 1 - k / n``) is then the
 data value at that rank, as ``numpy.quantile(..., method="inverted_cdf")``,
