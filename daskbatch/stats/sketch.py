@@ -132,7 +132,7 @@ class SketchState(State):
     width ``2**grid_step`` from ``grid_first * 2**grid_step`` (D,) int64
     (:func:`~daskbatch.stats.sketch_distinct.grid_merge`): merged quantiles are read in it.
     ``tail_low``/``tail_high`` (D, k) float64 are the ``k`` smallest and largest finite values
-    (:mod:`daskbatch.stats.sketch_tails`); None when weighted or saved before they were kept.
+    (:mod:`daskbatch.stats.sketch_tails`); (D, 0) when weighted, None in a state saved before they were kept.
     """
 
     counts: Array
@@ -421,7 +421,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             if weights is None:
                 return empty
             return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64),
-                                       grid=xp.astype(empty.grid, xp.float64), tail_low=None, tail_high=None)
+                                       grid=xp.astype(empty.grid, xp.float64),
+                                       **_tail_fields(empty_tails(xp, n_features, 0, dev)))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
@@ -650,8 +651,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return grid_bins(self.buckets_kept)
 
     def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
-        """The fields of a block's kept tails: none when weighted (a narrow window keeps (D, 0) of them)."""
-        return {} if weights is not None else _tail_fields(tails_chunk(x, self.tail_values))
+        """The fields of a block's kept tails: (D, 0) of them when weighted, as in a narrow window."""
+        return _tail_fields(tails_chunk(x, 0 if weights is not None else self.tail_values))
 
     @property
     def tail_values(self) -> int:
