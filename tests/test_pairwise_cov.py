@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.errors import CompleteRowsWarning, PlanError, SuspectValueWarning
+from daskbatch.errors import CompleteRowsWarning, SuspectValueWarning
 from daskbatch.stats import CoMoments
 
 PAIRWISE = CoMoments(rows="pairwise")
@@ -212,27 +212,10 @@ def test_cli_cov_pairwise(tmp_path: pathlib.Path) -> None:
     assert refused.output.strip() == "error: --cov pairwise needs cov among --stats (got moments)"
 
 
-def test_bad_pairwise_requests_are_refused_in_one_line(tmp_path: pathlib.Path) -> None:
-    """An unknown rows value, sample weights, and a covariance so wide that it is tiled: one line each, before computing."""
+def test_bad_pairwise_requests_are_refused_in_one_line() -> None:
+    """An unknown rows value: one line (weights and tiles: tests/test_pairwise_tiled.py)."""
     with pytest.raises(ValueError, match=r"^CoMoments\(rows='pair'\): rows must be one of"):
         CoMoments(rows="pair")
-    x = _with_nan(400, 3, 0.1, seed=8)
-    with pytest.raises(ValueError, match=r"^cov rows='pairwise' with sample weights is not implemented"):
-        db.describe(x, stats=["moments", PAIRWISE], weights=np.ones(400))
-    d = 300
-    dx = da.from_array(np.random.default_rng(2).normal(size=(600, d)), chunks=(50, d))
-    budget = 64 * 2**10
-    while True:  # the smallest budget that plans at all: by tiling the covariance
-        try:
-            plan = db.plan(dx, stats=("moments", "cov"), resources=db.Resources(memory_bytes=2 * (256 * 2**20 + budget)))
-            break
-        except PlanError:
-            budget = int(budget * 1.1)
-    assert plan.feature_tile is not None
-    out = tmp_path / "cov.zarr"
-    with pytest.raises(PlanError, match=r"^cov rows='pairwise' of 300 features needs the covariance tile by tile"):
-        db.describe(dx, stats=["moments", PAIRWISE], run=db.RunOptions(plan=plan, cov_out=out))
-    assert not out.exists()
 
 
 def test_pairwise_merge_update_and_save_load_equal_pandas(tmp_path: pathlib.Path) -> None:
@@ -256,16 +239,6 @@ def test_pairwise_merge_update_and_save_load_equal_pandas(tmp_path: pathlib.Path
         np.testing.assert_allclose(s.cov, expected_cov, rtol=0, atol=1e-12 * np.abs(expected_cov).max(), err_msg=how)
         np.testing.assert_allclose(s.corr, expected_corr, rtol=0, atol=1e-12, err_msg=how)
         assert s.cov_count == int((mask.T @ mask).min()) and s.provenance["cov_rows"] == "pairwise", how
-
-
-def test_the_planner_counts_the_pairwise_state() -> None:
-    """Four (D, D) matrices, not the complete rows' one: a worker that holds the latter may not hold the former."""
-    d = 2_000
-    dx = da.from_array(np.random.default_rng(2).normal(size=(400, d)), chunks=(100, d))
-    budget = db.Resources(memory_bytes=1000 * 2**20)
-    assert db.plan(dx, stats=("moments", "cov"), resources=budget).feature_tile is None  # the complete rows fit
-    with pytest.raises(PlanError, match=r"'cov' 122\.09 MiB for 2,000 features.*select fewer features"):
-        db.describe(dx, stats=["moments", PAIRWISE], run=db.RunOptions(plan=budget))
 
 
 def test_the_accumulator_keeps_the_pairwise_request() -> None:

@@ -37,7 +37,7 @@ from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.tiled import tiled_covariance
-from daskbatch.errors import GPUFallbackWarning, OverflowWarning, PlanError, RangeWarning
+from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch_in_plan
@@ -166,7 +166,7 @@ def _computed(
     ranked = ranks_by_sketch(wanted)
     if ranked and data.weights is not None:
         raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
-    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, never tiled
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
     chosen, planned = plan_dropping_sketch(
         lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
                                *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
@@ -197,13 +197,6 @@ def _computed(
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=_protected_paths(data, run.checkpoint))
-    if pairwise and tiled:  # before any compute: the tiles share one mask of complete rows
-        raise PlanError(f"cov rows='pairwise' of {data.x.shape[1]:,} features needs the covariance tile by tile "
-                        "(its state does not fit a worker), and the tiles count complete rows only; give fewer "
-                        "features or more memory per worker")
-    if pairwise and data.weights is not None:
-        raise ValueError("cov rows='pairwise' with sample weights is not implemented: the pairwise covariance "
-                         "counts each row once")
 
     # -- the passes: the first fused, the second (histograms) on ranges found from the first's results
     explicit = range_ is not None and not is_minmax(range_)
@@ -272,7 +265,7 @@ def _computed(
     if tiled:
         assert chosen is not None and chosen.feature_tile is not None
         results[CoMoments.name], provenance["tiled_cov"] = _tiled_cov(data, chosen.feature_tile, run.cov_out,
-                                                                      stats.cov.ddof, fan_in)
+                                                                      stats.cov.ddof, fan_in, stats.cov.rows)
     provenance.update(
         stats=list(names_of(wanted)), bins=bins if counts_histograms(wanted) else None, ddof=moments.ddof,
         bias=moments.bias, nan_policy=moments.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
@@ -409,7 +402,9 @@ def _check_moments(m: Any, nan_policy: str, data: FeatureMatrix) -> None:
     ))
 
 
-def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int) -> tuple[Any, dict[str, Any]]:
+def _tiled_cov(
+    data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_every: int, rows: str,
+) -> tuple[Any, dict[str, Any]]:
     """Covariance tile by tile into Zarr (the D x D state does not fit one worker)."""
     import tempfile
 
@@ -418,7 +413,7 @@ def _tiled_cov(data: FeatureMatrix, tile: int, cov_out: Any, ddof: int, split_ev
         data = to_device(dataclasses.replace(data, stage_rows=None), "gpu", transfer="block")
     tc = tiled_covariance(
         data.x, tile=tile, out=out, ddof=ddof, split_every=split_every,
-        feature_names=data.feature_names, protected=_protected_paths(data), weights=data.weights,
+        feature_names=data.feature_names, protected=_protected_paths(data), weights=data.weights, rows=rows,
     )
     # The matrices stay in the store; the summary keeps the row count (and weight sum) and the path.
     weight_sum = None if tc.weight_sum is None else np.float64(tc.weight_sum)

@@ -16,6 +16,12 @@ Rows count only when every one of the D features is finite, as in the untiled
 per row block and shared by all tiles. With sample weights every tile reads
 the same weight blocks, and the covariance is the untiled weighted one
 (frequency weights: the weighted co-moment over ``W - ddof``).
+
+Pairwise (``rows="pairwise"``, as ``CoMoments(rows="pairwise")``) every
+covariance uses the rows where both of its features are finite: no row mask
+is shared, each tile keeps the counts, sums and cross products of its pairs
+(matrix products of the masked data and the masks, the same one pass over
+the same tiles), and ``pair_counts`` (D, D) holds each pair's rows.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.engine.reduce import tree_reduce
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import MARKER, check_output, write_output
-from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, complete_rows, finalize_tile
+from daskbatch.stats.comoments import ROWS
+from daskbatch.stats.pairwise import PairwiseCoMomentsState, pairwise_means
+from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile, tile_rows
 
 if TYPE_CHECKING:
     import zarr
@@ -52,7 +60,7 @@ class TiledCov:
     path : str
         The Zarr group holding ``cov``, ``corr`` (D, D) and ``mean`` (D,).
     n : int
-        Complete rows used (finite in every feature).
+        Complete rows used (finite in every feature); pairwise, the fewest rows of any pair.
     tile : int
         Features per tile (the chunk width of ``cov`` and ``corr``).
     n_features : int
@@ -62,7 +70,9 @@ class TiledCov:
     feature_names : tuple of str
         Names used by :meth:`top_correlated`.
     weight_sum : float or None
-        With sample weights, the weight sum of the complete rows (else None).
+        With sample weights, the weight sum of the complete rows (else None; pairwise None).
+    rows : {"complete", "pairwise"}
+        The rows of each covariance: the complete rows, or each pair's own.
     """
 
     path: str
@@ -72,6 +82,18 @@ class TiledCov:
     ddof: int
     feature_names: tuple[str, ...]
     weight_sum: float | None = None
+    rows: str = "complete"
+
+    @property
+    def pair_counts(self) -> da.Array | None:
+        """Read the rows of each pair lazily from Zarr (pairwise only).
+
+        Returns
+        -------
+        dask.array.Array or None
+            The rows where both features are finite, (D, D); None for the complete rows' covariance.
+        """
+        return da.from_zarr(self.path, component="pair_counts") if self.rows == "pairwise" else None
 
     @property
     def cov(self) -> da.Array:
@@ -97,7 +119,7 @@ class TiledCov:
 
     @property
     def mean(self) -> np.ndarray:
-        """Read the means over the complete rows.
+        """Read the means over the complete rows (pairwise: over each feature's finite values).
 
         Returns
         -------
@@ -162,6 +184,7 @@ def tiled_covariance(
     overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
     weights: da.Array | None = None,
+    rows: str = "complete",
 ) -> TiledCov:
     """Covariance and correlation of the columns of ``x``, tile by tile, into a Zarr group.
 
@@ -190,6 +213,10 @@ def tiled_covariance(
         ``describe(weights=)`` checks them): the covariance divides the
         weighted co-moments by ``W - ddof``, ``W`` the weight sum of the
         complete rows, which is ``numpy.cov(x, aweights=w, ddof=0) * W / (W - ddof)``.
+    rows : {"complete", "pairwise"}, default "complete"
+        The rows of each covariance: those finite in every feature, or, as
+        ``pandas.DataFrame.cov()``, those where both features of the pair are
+        (with weights: each pair's weighted covariance over its own rows).
 
     Returns
     -------
@@ -199,6 +226,8 @@ def tiled_covariance(
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
     n_features = int(x.shape[1])
+    if rows not in ROWS:
+        raise ValueError(f"rows={rows!r}: rows must be one of {ROWS}")
     if int(tile) != tile or tile < 1:
         raise ValueError(f"tile must be a positive number of features, got {tile!r}")
     tile = min(int(tile), n_features)
@@ -222,36 +251,39 @@ def tiled_covariance(
         into : str
             The temporary path.
         """
-        found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names, weights=weights))
+        found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names, weights=weights,
+                                 rows=rows))
 
     write_output(target, fill)
     n, weight_sum = found[0]
     return TiledCov(path=where, n=n, tile=tile, n_features=n_features, ddof=ddof, feature_names=names,
-                    weight_sum=weight_sum)
+                    weight_sum=weight_sum, rows=rows)
 
 
 def _fill_tiles(
     x: da.Array, where: str, *, tile: int, ddof: int, split_every: int | None, names: tuple[str, ...],
-    weights: da.Array | None,
+    weights: da.Array | None, rows: str,
 ) -> tuple[int, float | None]:
-    """Create the group at ``where``, compute and write every tile; return the complete rows and their weight sum."""
+    """Create the group at ``where``, compute and write every tile; return the (fewest) rows and their weight sum."""
     import zarr  # lazy: zarr
 
     n_features = int(x.shape[1])
+    pairwise = rows == "pairwise"
     attrs: dict[str, Any] = {MARKER: "tiled_cov", "daskbatch_tiled_cov": {"tile": tile, "ddof": ddof}}
     group = zarr.open_group(where, mode="w-", attributes=attrs)
-    for name in ("cov", "corr"):
+    for name in ("cov", "corr", *(("pair_counts",) if pairwise else ())):
         group.create_array(name, shape=(n_features, n_features), chunks=(tile, tile), dtype="f8", fill_value=np.nan)
     group.create_array("mean", shape=(n_features,), chunks=(tile,), dtype="f8", fill_value=np.nan)
 
-    complete = da.isfinite(x).all(axis=1)  # one pass over whole rows, shared by every tile
+    # Complete rows: one pass over whole rows, shared by every tile; pairwise: each pair's own, in its tile.
+    complete = None if pairwise else da.isfinite(x).all(axis=1)
     starts = list(range(0, n_features, tile))
     side = {i: x[:, a : a + tile] for i, a in enumerate(starts)}
     states: dict[tuple[int, int], Delayed] = {}
     for i in side:
         for j in range(i, len(starts)):
             block = side[i] if i == j else da.concatenate([side[i], side[j]], axis=1)
-            stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]))
+            stat = CrossCoMoments(split=None if i == j else int(side[i].shape[1]), rows=rows)
             states[i, j] = tree_reduce(
                 stat, block.rechunk({1: -1}), complete=complete, weights=weights, split_every=split_every,
                 finalize=False,
@@ -261,17 +293,19 @@ def _fill_tiles(
         dask.delayed(_write_tile)(states[i, j], diag[i], diag[j], where, starts[i], starts[j], ddof, i == j)
         for i, j in states
     ]
-    # Every tile sees the same complete rows, and sums the same weights in the same order.
     counts = set(dask.compute(*writes))
-    if len(counts) != 1:
-        raise AssertionError(f"tiles disagree on the complete rows (count, weight sum): {sorted(counts)}")
-    rows, weight_sum = counts.pop()
-    n = int(rows)
-    meta: dict[str, Any] = {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names)}
-    if weights is not None:
+    if pairwise:  # each tile's fewest rows of a pair; the matrix's fewest
+        n, weight_sum = int(min(c for c, _ in counts)), None
+    else:  # every tile sees the same complete rows, and sums the same weights in the same order
+        if len(counts) != 1:
+            raise AssertionError(f"tiles disagree on the complete rows (count, weight sum): {sorted(counts)}")
+        used, weight_sum = counts.pop()
+        n = int(used)
+    meta: dict[str, Any] = {"tile": tile, "ddof": ddof, "n": n, "feature_names": list(names), "rows": rows}
+    if weights is not None and not pairwise:
         meta["weight_sum"] = weight_sum
     group.attrs.update({MARKER: "tiled_cov", "daskbatch_tiled_cov": meta})
-    return n, weight_sum if weights is not None else None
+    return n, weight_sum if weights is not None and not pairwise else None
 
 
 def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
@@ -297,6 +331,7 @@ def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
         n_features=int(_array(group, "cov", where).shape[0]),
         ddof=int(meta["ddof"]), feature_names=tuple(meta["feature_names"]),
         weight_sum=None if meta.get("weight_sum") is None else float(meta["weight_sum"]),
+        rows=str(meta.get("rows", "complete")),  # groups written before pairwise tiles: complete rows
     )
 
 
@@ -321,7 +356,8 @@ def _array(group: zarr.Group, name: str, where: str) -> zarr.Array:
     return node
 
 
-def _co_diagonal(s: CrossCoMomentsState) -> np.ndarray:
+def _co_diagonal(s: CrossCoMomentsState | PairwiseCoMomentsState) -> np.ndarray:
+    """The co-moments of a diagonal tile's features with themselves (pairwise tiles do not read them)."""
     return np.diagonal(s.c).copy()
 
 
@@ -329,18 +365,23 @@ def _write_tile(
     s: CrossCoMomentsState, var_a: np.ndarray, var_b: np.ndarray, path: str,
     a: int, b: int, ddof: int, diagonal: bool,
 ) -> tuple[float, float]:
-    """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return its rows and weight sum."""
+    """Finalize one tile and write it (and its mirror) into ``cov`` / ``corr``; return its (fewest) rows and weight sum."""
     import zarr  # lazy: zarr
 
     cov, corr = finalize_tile(s, var_a, var_b, ddof, diagonal)
     wa, wb = cov.shape
+    rows = tile_rows(s)
+    pairwise = np.ndim(rows) == 2
+    written = (("cov", cov), ("corr", corr), *((("pair_counts", rows),) if pairwise else ()))
     # Each (tile, tile) chunk has exactly one writer: tile (I, J) owns chunks (I, J) and (J, I).
-    for name, values in (("cov", cov), ("corr", corr)):
+    for name, values in written:
         arr = zarr.open_array(path, path=name, mode="r+")
         arr[a : a + wa, b : b + wb] = values
         if not diagonal:
             arr[b : b + wb, a : a + wa] = values.T
     if diagonal:
-        mean = np.where(s.n > 0, s.shift_a + s.mean_a, np.nan)
+        mean = pairwise_means(s) if isinstance(s, PairwiseCoMomentsState) else np.where(s.n > 0, s.shift_a + s.mean_a, np.nan)
         zarr.open_array(path, path="mean", mode="r+")[a : a + wa] = mean
-    return float(complete_rows(s)), float(s.n)  # without weights the weight sum is the row count
+    if pairwise:
+        return float(np.min(rows)) if rows.size else 0.0, 0.0
+    return float(rows), float(s.n)  # without weights the weight sum is the row count

@@ -153,7 +153,10 @@ def check_record(header: Any, expected: type | None = None) -> type:
         raise UnreadableState(f"state class {key!r} is not registered (register_state); nothing was imported")
     names = [f.name for f in dataclasses.fields(cls)]
     fields = header.get("fields")
-    if not (isinstance(fields, list) and [_name_of(f) for f in fields] == names):
+    # A record may end before fields added since it was written whose default is None (the sketch's tails).
+    later = [f.default for f in dataclasses.fields(cls)][len(fields) if isinstance(fields, list) else 0 :]
+    if not (isinstance(fields, list) and [_name_of(f) for f in fields] == names[: len(fields)]
+            and fields and all(default is None for default in later)):
         raise UnreadableState(f"fields {fields!r} are not those of {cls.__name__} {names}")
     for f in fields:
         if not (isinstance(f[1], str) and isinstance(f[2], list) and isinstance(f[3], bool)):
@@ -327,9 +330,8 @@ def _read_one(store: str, name: str, group: Any) -> Kept:
 
 def _state_class(statistic: Any, key: Any) -> type:
     """The state class a registered statistic's record must name: its own, or its weighted subclass if it names that."""
-    if getattr(statistic, "rows", None) == "pairwise":  # CoMoments(rows="pairwise") keeps the pairs' state
-        return PairwiseCoMomentsState
-    own = declared_state(statistic)
+    pairwise = getattr(statistic, "rows", None) == "pairwise"  # CoMoments(rows="pairwise") keeps the pairs' state
+    own = PairwiseCoMomentsState if pairwise else declared_state(statistic)
     assert own is not None  # a registered statistic's
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
     subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)

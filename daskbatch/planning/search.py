@@ -97,7 +97,7 @@ def plan_chunks(
     se = _largest_fan_in(stats_t, n_features, se_top, budget, kw)
     if se is None:
         se = MIN_SPLIT_EVERY
-        if "cov" not in stats_t or n_features < 2:
+        if "cov" not in map(stat_name, stats_t) or n_features < 2:  # the pairwise covariance plans as a footprint
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
         tile = _largest_tile(
             stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes,
@@ -139,7 +139,7 @@ def plan_chunks(
     n_chunks = max(1, math.ceil(n_rows / chunk_rows)) if chunk_rows else 1
     n_tiles = math.ceil(n_features / tile) if tile else 0
     n_tile_pairs = n_tiles * (n_tiles + 1) // 2
-    trees = n_tile_pairs + (1 if set(stats_t) - {"cov"} else 0) if tile else 1
+    trees = n_tile_pairs + (1 if set(map(stat_name, stats_t)) - {"cov"} else 0) if tile else 1
     return Plan(
         shape=(n_rows, n_features), itemsize=itemsize, dtype=dtype,
         storage_chunks=(int(storage_chunks[0]), int(storage_chunks[1])), stats=stats_t,

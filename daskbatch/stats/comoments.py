@@ -40,10 +40,11 @@ from daskbatch.stats.numerics import (
 )
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
+    WeightedPairwiseCoMomentsState,
     merge_pairwise,
+    pair_rows,
     pairwise_chunk,
     pairwise_means,
-    pairwise_scales,
 )
 
 
@@ -97,7 +98,8 @@ class CoMomentsResult:
 
     With sample weights ``weight_sum`` is the weight sum of those rows (else None). Pairwise
     (``CoMoments(rows="pairwise")``) ``pair_counts`` (D, D) holds the rows of each pair, ``n``
-    the fewest of them, and ``mean`` each feature's mean over all its finite values.
+    the fewest of them, ``mean`` each feature's mean over all its finite values, and with
+    weights ``weight_sum`` (D, D) each pair's weight sum.
     """
 
     n: Array
@@ -147,16 +149,21 @@ def centred(
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows."""  # numpydoc ignore=PR01,RT01
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
+
+    ``n``, ``m2_a`` and ``m2_b`` are one count and a sum of squares per feature, or, pairwise, a matrix of each
+    (one per pair, as ``c``).
+    """  # numpydoc ignore=PR01,RT01
     xp = namespace(c)
     dof = n - ddof
     nan = xp.full_like(c, xp.nan)
     cov = xp.where(dof > 0, c / safe_divisor(xp, dof), nan)
-
-    corr = xp.clip(c * _outer(xp, _inverse_sqrt(xp, m2_a), _inverse_sqrt(xp, m2_b)), -1.0, 1.0)
-    if diagonal:
+    per_pair = m2_a.ndim == 2
+    scale_a, scale_b = _inverse_sqrt(xp, m2_a), _inverse_sqrt(xp, m2_b)
+    corr = xp.clip(c * (scale_a * scale_b if per_pair else _outer(xp, scale_a, scale_b)), -1.0, 1.0)
+    if diagonal:  # exactly 1 for a varying feature with itself
         eye = xp.eye(m2_a.shape[0], dtype=xp.bool, device=device(c))
-        corr = xp.where(eye & (m2_a > 0)[:, None], xp.ones_like(corr), corr)
+        corr = xp.where(eye & (m2_a > 0 if per_pair else (m2_a > 0)[:, None]), xp.ones_like(corr), corr)
     return cov, xp.where(n > 1, corr, nan)
 
 
@@ -185,9 +192,10 @@ class CoMoments:  # numpydoc ignore=PR02
         matrix; one all-NaN feature leaves no rows). ``"pairwise"``: for each
         pair, the rows where both are finite, as ``pandas.DataFrame.cov()``
         and ``corr()`` (:mod:`daskbatch.stats.pairwise`); a count per pair
-        (``CoMomentsResult.pair_counts``), no sample weights, four matrix
-        products a chunk instead of one, and no compiled kernels (the array
-        API: NumPy or CuPy).
+        (``CoMomentsResult.pair_counts``), four matrix products a chunk
+        instead of one, and no compiled kernels (the array API: NumPy or
+        CuPy). With sample weights, each pair's weighted covariance over its
+        own rows, weighted as below.
 
     Notes
     -----
@@ -237,10 +245,7 @@ class CoMoments:  # numpydoc ignore=PR02
         """
         xp = namespace(x)
         if self.rows == "pairwise":
-            if weights is not None:
-                raise ValueError("CoMoments(rows='pairwise') with sample weights is not implemented: the "
-                                 "pairwise covariance counts each row once")
-            return pairwise_chunk(x)  # type: ignore[return-value]  # its own state, merged and finalized below
+            return pairwise_chunk(x, weights)  # type: ignore[return-value]  # its own state, merged and finalized below
         if weights is not None:
             return _weighted_chunk(*positive_rows(xp, x, None, weights)[::2])
         rows, n_features = x.shape
@@ -312,16 +317,13 @@ class CoMoments:  # numpydoc ignore=PR02
 def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
     """Covariance and correlation of every pair over its own rows; ``n`` is the fewest rows any pair had."""
     xp = namespace(s.c)
-    m2_i, m2_j = pairwise_scales(s)
-    dof = s.n - ddof
-    nan = xp.full_like(s.c, xp.nan)
-    cov = xp.where(dof > 0, s.c / safe_divisor(xp, dof), nan)
-    corr = xp.clip(s.c * _inverse_sqrt(xp, m2_i) * _inverse_sqrt(xp, m2_j), -1.0, 1.0)
-    eye = xp.eye(s.c.shape[0], dtype=xp.bool, device=device(s.c))
-    corr = xp.where(eye & (m2_i > 0), xp.ones_like(corr), corr)  # exactly 1 for a varying feature with itself
-    corr = xp.where(s.n > 1, corr, nan)
-    fewest = xp.min(s.n) if s.n.shape[0] else xp.zeros((), dtype=xp.float64, device=device(s.c))
-    return CoMomentsResult(n=fewest, mean=pairwise_means(s), cov=cov, corr=corr, pair_counts=s.n)
+    # Feature i's sums of squares on each pair are row i of m2, feature j's its transpose.
+    cov, corr = covariance_and_correlation(s.c, s.n, s.m2, xp.matrix_transpose(s.m2), ddof, diagonal=True)
+    rows = pair_rows(s)
+    fewest = xp.min(rows) if rows.shape[0] else xp.zeros((), dtype=xp.float64, device=device(s.c))
+    weight_sum = s.n if isinstance(s, WeightedPairwiseCoMomentsState) else None  # each pair's
+    return CoMomentsResult(n=fewest, mean=pairwise_means(s), cov=cov, corr=corr, weight_sum=weight_sum,
+                           pair_counts=rows)
 
 
 def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
@@ -393,14 +395,14 @@ def _cov_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
     if "cov" not in done.results:
         return {}
     c = done.results["cov"]
-    if getattr(c, "weight_sum", None) is not None:
+    if getattr(c, "weight_sum", None) is not None and c.pair_counts is None:  # pairwise: one per pair
         done.provenance["cov_weight_sum"] = float(c.weight_sum)
     return {"cov": c.cov, "corr": c.corr, "cov_count": int(c.n)}
 
 
 _PAIR = ("feature", "feature2")
 DECLARATION = Declaration(
-    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState, PairwiseCoMomentsState), footprint=FOOTPRINT,
+    "cov", CoMoments, states=(CoMomentsState, WeightedCoMomentsState, PairwiseCoMomentsState, WeightedPairwiseCoMomentsState), footprint=FOOTPRINT,
     variables={
         "cov": Variable(_PAIR, "covariance over the complete rows",
                         settings=lambda s: {**ddof_setting(s), **_pair_setting(s)}),

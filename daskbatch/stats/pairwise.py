@@ -19,6 +19,19 @@ States merge with Chan's formulas, elementwise over the pairs:
 ``c = c_a + c_b + n_a n_b / n · δ_i δ_j`` with ``δ`` the difference of the
 pair's means, as :class:`~daskbatch.stats.comoments.CoMoments` does for the
 complete rows.
+
+With sample weights ``w`` (frequency weights, as the complete rows' weighted
+co-moments) the products weigh each row: ``n = (w m)ᵀm`` is each pair's
+weight sum, ``s = (w y)ᵀm``, ``p = (w y)ᵀy``, ``q = (w y²)ᵀm``, and the
+weighted states also count each pair's rows (``mᵀm``); a row of weight 0 is
+as if absent.
+
+One tile (I, J) of a covariance too wide for one worker
+(:mod:`daskbatch.engine.tiled`) keeps the same per pair for the features of
+``I`` (side ``a``) against those of ``J`` (side ``b``): a
+:class:`CrossPairwiseState`, six products a chunk (the sums and squares of
+each side over the other's mask). Side ``b``'s means and sums of squares are
+held transposed, (Db, Da), so that both sides merge alike, feature by row.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
-from daskbatch.stats.numerics import as_float64, safe_divisor
+from daskbatch.stats.numerics import RATIO_FORM_FROM, as_float64, positive_rows, safe_divisor
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +58,54 @@ class PairwiseCoMomentsState(State):
     mean: Array
     m2: Array
     c: Array
+
+
+@dataclass(frozen=True, eq=False)
+class WeightedPairwiseCoMomentsState(PairwiseCoMomentsState):
+    """A :class:`PairwiseCoMomentsState` of weighted rows: ``n`` is each pair's weight sum, ``rows`` its rows (D, D)."""
+
+    rows: Array
+
+
+@dataclass(frozen=True, eq=False)
+class CrossPairwiseState(State):
+    """One tile's pairs (i of side a, j of side b): weight sums ``n`` and rows ``rows`` (Da, Db), each side's means and m2, ``c``.
+
+    Side a's ``mean_a`` and ``m2_a`` are (Da, Db), side b's ``mean_b`` and
+    ``m2_b`` (Db, Da): feature by row on both sides. Without weights ``rows``
+    is ``n``.
+    """
+
+    n: Array
+    rows: Array
+    shift_a: Array
+    mean_a: Array
+    m2_a: Array
+    shift_b: Array
+    mean_b: Array
+    m2_b: Array
+    c: Array
+
+
+def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
+    """Give the rows of every pair of a state, weighted or not.
+
+    Parameters
+    ----------
+    s : PairwiseCoMomentsState or CrossPairwiseState
+        The state.
+
+    Returns
+    -------
+    array
+        The rows where both features are finite (and of positive weight).
+    """
+    return (
+        s.n
+        if isinstance(s, PairwiseCoMomentsState)
+        and not isinstance(s, WeightedPairwiseCoMomentsState)
+        else s.rows
+    )
 
 
 def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> PairwiseCoMomentsState:
@@ -78,23 +139,10 @@ def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> Pairwi
     )
 
 
-def pairwise_chunk(x: Array) -> PairwiseCoMomentsState:
-    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes).
-
-    Parameters
-    ----------
-    x : array
-        The block, (rows, features).
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The block's state.
-    """
+def _shifted(x: Array) -> tuple[Array, Array, Array]:
+    """The float64 mask of finite values, the values about each feature's chunk mean (0 where not finite), the means."""
     xp = namespace(x)
-    rows, n_features = x.shape
-    if rows == 0:
-        return empty_pairwise(xp, n_features, device(x))
+    n_features = x.shape[1]
     x = as_float64(x)
     finite = xp.isfinite(x)
     mask = xp.astype(finite, xp.float64)
@@ -107,30 +155,175 @@ def pairwise_chunk(x: Array) -> PairwiseCoMomentsState:
     flat = first_row * n_features + xp.arange(n_features, device=device(x))
     first = xp.where(count > 0, xp.take(xp.reshape(x, (-1,)), flat), xp.zeros_like(count))
     shift = first + xp.sum(xp.where(finite, (x - first) / safe_divisor(xp, count), zero), axis=0)
-    shifted = xp.where(finite, x - shift, zero)
-    del zero
-    masked_t = xp.matrix_transpose(mask)
-    shifted_t = xp.matrix_transpose(shifted)
-    n = xp.matmul(masked_t, mask)
-    sums = xp.matmul(
-        shifted_t, mask
-    )  # sums[i, j]: feature i over the rows where i and j are finite
-    products = xp.matmul(shifted_t, shifted)
-    squares = xp.matmul(xp.matrix_transpose(shifted * shifted), mask)
-    n_safe = safe_divisor(xp, n)
-    mean = sums / n_safe
-    c = products - sums * xp.matrix_transpose(sums) / n_safe
+    return mask, xp.where(finite, x - shift, zero), shift
+
+
+def _prepared(x: Array, weights: Array | None) -> tuple[Array, Array, Array, Array, Array]:
+    """The kept rows' mask, shifted values and shift, and both weighted by the rows' weights (the rows of weight 0 dropped)."""
+    xp = namespace(x)
+    w = None
+    if weights is not None:
+        x, _, w = positive_rows(xp, x, None, weights)
+    if x.shape[0] == 0:  # every row of weight 0: the shift of no rows
+        zeros = xp.zeros(x.shape, dtype=xp.float64, device=device(x))
+        return (
+            zeros,
+            zeros,
+            xp.zeros((x.shape[1],), dtype=xp.float64, device=device(x)),
+            zeros,
+            zeros,
+        )
+    mask, shifted, shift = _shifted(x)
+    if w is None:
+        return mask, shifted, shift, shifted, mask
+    return mask, shifted, shift, shifted * w[:, None], mask * w[:, None]
+
+
+def _side(
+    weighted: Array, shifted: Array, other_mask: Array, n: Array
+) -> tuple[Array, Array, Array]:
+    """One side's sums ``(w y)ᵀm`` over the other side's mask, its means and sums of squared deviations about them."""
+    xp = namespace(shifted)
+    sums = xp.matmul(xp.matrix_transpose(weighted), other_mask)
+    squares = xp.matmul(xp.matrix_transpose(weighted * shifted), other_mask)
+    mean = sums / safe_divisor(xp, n)
     # Rounding can leave a sum of squares of a constant pair a hair below zero: it is zero.
     m2 = xp.maximum(squares - sums * mean, xp.zeros_like(squares))
-    overflowed = squares == xp.inf
+    # inf - inf: keep +inf, the variance CoMoments and Moments report there
+    return sums, mean, xp.where(squares == xp.inf, xp.full_like(m2, xp.inf), m2)
+
+
+def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsState:
+    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes).
+
+    Parameters
+    ----------
+    x : array
+        The block, (rows, features).
+    weights : array, optional
+        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
+
+    Returns
+    -------
+    PairwiseCoMomentsState
+        The block's state (a :class:`WeightedPairwiseCoMomentsState` with weights).
+    """
+    xp = namespace(x)
+    n_features = x.shape[1]
+    mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
+    if mask.shape[0] == 0:
+        empty = empty_pairwise(xp, n_features, device(x))
+        return empty if weights is None else _with_rows(empty, empty.n)
+    n = xp.matmul(xp.matrix_transpose(weighted_mask), mask)
+    sums, mean, m2 = _side(weighted, shifted, mask, n)
+    c = xp.matmul(xp.matrix_transpose(weighted), shifted) - sums * xp.matrix_transpose(
+        sums
+    ) / safe_divisor(xp, n)
+    overflowed = m2 == xp.inf
     if bool(
         xp.any(overflowed)
-    ):  # inf - inf: keep +inf, the variance CoMoments and Moments report there
-        inf = xp.full_like(m2, xp.inf)
-        m2 = xp.where(overflowed, inf, m2)
+    ):  # a variance that overflowed is +inf, as CoMoments and Moments report it
         eye = xp.eye(n_features, dtype=xp.bool, device=device(x))
-        c = xp.where(eye & overflowed, inf, c)
-    return PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
+        c = xp.where(eye & overflowed, xp.full_like(c, xp.inf), c)
+    state = PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
+    return (
+        state if weights is None else _with_rows(state, xp.matmul(xp.matrix_transpose(mask), mask))
+    )
+
+
+def _with_rows(s: PairwiseCoMomentsState, rows: Array) -> WeightedPairwiseCoMomentsState:
+    """``s`` as the weighted state of ``rows`` rows per pair."""
+    return WeightedPairwiseCoMomentsState(
+        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, c=s.c, rows=rows
+    )
+
+
+def cross_pairwise_chunk(x: Array, split: int, weights: Array | None = None) -> CrossPairwiseState:
+    """Reduce one block ``[x_a | x_b]`` to the pairwise co-moments of its first ``split`` columns with the others.
+
+    Parameters
+    ----------
+    x : array
+        The block, (rows, Da + Db).
+    split : int
+        Da, the width of side a.
+    weights : array, optional
+        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
+
+    Returns
+    -------
+    CrossPairwiseState
+        The block's state (six matrix products).
+    """
+    xp = namespace(x)
+    width = x.shape[1]
+    mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
+    sa, sb = slice(0, split), slice(split, width)
+    if mask.shape[0] == 0:
+        zeros = xp.zeros((split, width - split), dtype=xp.float64, device=device(x))
+        zeros_t = xp.matrix_transpose(zeros)
+        return CrossPairwiseState(
+            n=zeros,
+            rows=zeros,
+            shift_a=shift[sa],
+            mean_a=zeros,
+            m2_a=zeros,
+            shift_b=shift[sb],
+            mean_b=zeros_t,
+            m2_b=zeros_t,
+            c=zeros,
+        )
+    n = xp.matmul(xp.matrix_transpose(weighted_mask[:, sa]), mask[:, sb])
+    sums_a, mean_a, m2_a = _side(weighted[:, sa], shifted[:, sa], mask[:, sb], n)
+    sums_b, mean_b, m2_b = _side(
+        weighted[:, sb], shifted[:, sb], mask[:, sa], xp.matrix_transpose(n)
+    )
+    products = xp.matmul(xp.matrix_transpose(weighted[:, sa]), shifted[:, sb])
+    c = products - sums_a * xp.matrix_transpose(sums_b) / safe_divisor(xp, n)
+    rows = n if weights is None else xp.matmul(xp.matrix_transpose(mask[:, sa]), mask[:, sb])
+    return CrossPairwiseState(
+        n=n,
+        rows=rows,
+        shift_a=shift[sa],
+        mean_a=mean_a,
+        m2_a=m2_a,
+        shift_b=shift[sb],
+        mean_b=mean_b,
+        m2_b=m2_b,
+        c=c,
+    )
+
+
+def _pair_weight(xp: Namespace, n_a: Array, n_b: Array, n: Array) -> Array:
+    """Chan's ``n_a n_b / n`` of every pair; weight sums whose product overflows as a share of n (RATIO_FORM_FROM)."""
+    n_safe = safe_divisor(xp, n)
+    return xp.where(n < RATIO_FORM_FROM, n_a * n_b / n_safe, n_a * (n_b / n_safe))
+
+
+def _merge_side(
+    xp: Namespace,
+    n_a: Array,
+    n_b: Array,
+    pair: Array,
+    a: tuple[Array, Array, Array],
+    b: tuple[Array, Array, Array],
+) -> tuple[Array, Array, Array, Array]:
+    """Merge one side's (shift, mean, m2), feature by row: the shift, means, m2 of the union and the means' difference."""
+    a_shift, a_mean, a_m2 = a
+    b_shift, b_mean, b_m2 = b
+    # A feature keeps a's shift where a saw it in any pair, else b's.
+    shift = xp.where(xp.any(n_a > 0, axis=1), a_shift, b_shift)
+    mean_a = (a_shift - shift)[:, None] + a_mean
+    mean_b = (b_shift - shift)[:, None] + b_mean
+    zeros = xp.zeros_like(a_mean)
+    # zero against an empty side: no foreign shift leaks in
+    delta = xp.where((n_a > 0) & (n_b > 0), mean_b - mean_a, zeros)
+    mean = xp.where(
+        n_a > 0,
+        mean_a + delta * (n_b / safe_divisor(xp, n_a + n_b)),
+        xp.where(n_b > 0, mean_b, zeros),
+    )
+    return shift, mean, a_m2 + b_m2 + pair * delta * delta, delta
 
 
 def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> PairwiseCoMomentsState:
@@ -139,30 +332,63 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
     Parameters
     ----------
     a, b : PairwiseCoMomentsState
-        The states to combine.
+        The states to combine (weighted or not).
 
     Returns
     -------
     PairwiseCoMomentsState
+        The state of the union (weighted if either is).
+    """
+    xp = namespace(a.c, b.c)
+    n = a.n + b.n
+    pair = _pair_weight(xp, a.n, b.n, n)
+    shift, mean, m2, delta = _merge_side(
+        xp, a.n, b.n, pair, (a.shift, a.mean, a.m2), (b.shift, b.mean, b.m2)
+    )
+    merged = PairwiseCoMomentsState(
+        n=n, shift=shift, mean=mean, m2=m2, c=a.c + b.c + pair * delta * xp.matrix_transpose(delta)
+    )
+    if isinstance(a, WeightedPairwiseCoMomentsState) or isinstance(
+        b, WeightedPairwiseCoMomentsState
+    ):
+        return _with_rows(merged, pair_rows(a) + pair_rows(b))
+    return merged
+
+
+def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossPairwiseState:
+    """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides).
+
+    Parameters
+    ----------
+    a, b : CrossPairwiseState
+        The states to combine.
+
+    Returns
+    -------
+    CrossPairwiseState
         The state of the union.
     """
     xp = namespace(a.c, b.c)
-    # A feature keeps a's shift where a saw it at all (its diagonal count), else b's.
-    shift = xp.where(matrix_diagonal(xp, a.n) > 0, a.shift, b.shift)
-    mean_a = (a.shift - shift)[:, None] + a.mean
-    mean_b = (b.shift - shift)[:, None] + b.mean
     n = a.n + b.n
-    both = (a.n > 0) & (b.n > 0)
-    zeros = xp.zeros_like(a.c)
-    delta = xp.where(
-        both, mean_b - mean_a, zeros
-    )  # zero against an empty side: no foreign shift leaks in
-    n_safe = safe_divisor(xp, n)
-    mean = xp.where(a.n > 0, mean_a + delta * (b.n / n_safe), xp.where(b.n > 0, mean_b, zeros))
-    weight = a.n * b.n / n_safe
-    m2 = a.m2 + b.m2 + weight * delta * delta
-    c = a.c + b.c + weight * delta * xp.matrix_transpose(delta)
-    return PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
+    pair = _pair_weight(xp, a.n, b.n, n)
+    shift_a, mean_a, m2_a, delta_a = _merge_side(
+        xp, a.n, b.n, pair, (a.shift_a, a.mean_a, a.m2_a), (b.shift_a, b.mean_a, b.m2_a)
+    )
+    t = xp.matrix_transpose
+    shift_b, mean_b, m2_b, delta_b = _merge_side(
+        xp, t(a.n), t(b.n), t(pair), (a.shift_b, a.mean_b, a.m2_b), (b.shift_b, b.mean_b, b.m2_b)
+    )
+    return CrossPairwiseState(
+        n=n,
+        rows=a.rows + b.rows,
+        shift_a=shift_a,
+        mean_a=mean_a,
+        m2_a=m2_a,
+        shift_b=shift_b,
+        mean_b=mean_b,
+        m2_b=m2_b,
+        c=a.c + b.c + pair * delta_a * t(delta_b),
+    )
 
 
 def pairwise_means(s: PairwiseCoMomentsState) -> Array:
@@ -185,34 +411,17 @@ def pairwise_means(s: PairwiseCoMomentsState) -> Array:
     )
 
 
-def pairwise_scales(s: PairwiseCoMomentsState) -> tuple[Array, Array]:
-    """Give the sums of squared deviations of both features of every pair, over that pair's rows.
-
-    Parameters
-    ----------
-    s : PairwiseCoMomentsState
-        A merged state.
-
-    Returns
-    -------
-    m2_i : array
-        Feature i's, (D, D).
-    m2_j : array
-        Feature j's, (D, D).
-    """
-    xp = namespace(s.c)
-    return s.m2, xp.matrix_transpose(s.m2)
-
-
 #: Memory of the pairwise co-moments for the planner (``CoMoments(rows="pairwise")``), on every
 #: kernel path alike since it always takes the array API: a float64 copy of the chunk, its mask,
 #: zeros, shifted values and their squares (float64) and the finite flags (bool); a state of four
 #: (D, D) matrices, beside it the four products and the cancelled co-moments of the chunk, and
-#: about eight (D, D) temporaries in a merge. Planned without feature tiles: the tiles count
-#: complete rows only, so a pairwise covariance that does not fit a worker is refused.
+#: about eight (D, D) temporaries in a merge. In feature tiles (too wide for one worker) a tile
+#: pair's state holds seven (tile, tile) matrices (:class:`CrossPairwiseState`), its chunk six products.
 PAIRWISE_FOOTPRINT = Footprint(
     name="cov",
-    state=lambda d, bins, k, tile: 4 * d * d * 8 + d * 8,
+    state=lambda d, bins, k, tile: (
+        4 * d * d * 8 + d * 8 if tile is None or tile >= d else 7 * tile * tile * 8 + 2 * tile * 8
+    ),
     float64_copies=dict.fromkeys(KERNEL_PATHS, 1),
     temporaries={path: {"float64": 4, "bool": 1} for path in KERNEL_PATHS},
     state_copies=dict.fromkeys(KERNEL_PATHS, 6),

@@ -91,6 +91,13 @@ from daskbatch.stats.sketch_layout import (
     sketch_values,
     slot_bounds,
 )
+from daskbatch.stats.sketch_tails import (
+    empty_tails,
+    merge_tails,
+    tail_values,
+    tails_chunk,
+    tails_quantile,
+)
 
 __all__ = [
     "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run", "sketch_quantile",
@@ -124,6 +131,8 @@ class SketchState(State):
     ``grid`` (D, K) counts of the finite values on the dyadic grid of
     width ``2**grid_step`` from ``grid_first * 2**grid_step`` (D,) int64
     (:func:`~daskbatch.stats.sketch_distinct.grid_merge`): merged quantiles are read in it.
+    ``tail_low``/``tail_high`` (D, k) float64 are the ``k`` smallest and largest finite values
+    (:mod:`daskbatch.stats.sketch_tails`); (D, 0) when weighted, None in a state saved before they were kept.
     """
 
     counts: Array
@@ -136,6 +145,8 @@ class SketchState(State):
     grid: Array | None = None
     grid_step: Array | None = None
     grid_first: Array | None = None
+    tail_low: Array | None = None
+    tail_high: Array | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -378,6 +389,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
             **self._distinct_fields(empty_distinct(xp, n_features, self.values_kept, dev)),
             **self._grid_fields(empty_grid(xp, n_features, self.grid_bins, getattr(xp, self.count_dtype), dev)),
+            **_tail_fields(empty_tails(xp, n_features, self.tail_values, dev)),
         )
 
     # ------------------------------------------------------- the contract
@@ -409,7 +421,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             if weights is None:
                 return empty
             return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64),
-                                       grid=xp.astype(empty.grid, xp.float64))
+                                       grid=xp.astype(empty.grid, xp.float64),
+                                       **_tail_fields(empty_tails(xp, n_features, 0, dev)))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
@@ -418,7 +431,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
                                **self._distinct_fields(compiled_distinct(x, self.values_kept, weights)),
-                               **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)))
+                               **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
+                               **self._tails_for(x, weights))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
             # at a time keep them bounded, and merged windows are the same whatever the chunking.
@@ -466,6 +480,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             counts=xp.reshape(counts, (n_features, width)), offset=xp.stack(offsets, axis=1), fmin=fmin, fmax=fmax,
             **self._distinct_fields(xp_distinct(x, self.values_kept, weights)),
             **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
+            **self._tails_for(x, weights),
         )
 
     def merge(self, a: SketchState, b: SketchState, /) -> SketchState:
@@ -488,6 +503,9 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         grid_a, grid_b = self._grid_of(a), self._grid_of(b)
         if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
             distinct.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, xp.result_type(a.counts, b.counts))))
+        tails_a, tails_b = _tails_of(a), _tails_of(b)
+        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
+            distinct.update(_tail_fields(merge_tails(tails_a, tails_b)))
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax,
                                **distinct)
@@ -537,15 +555,18 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             dtype = xp.float64
         counts, offset = xp.astype(states[0].counts, dtype, copy=True), states[0].offset
         fmin, fmax = states[0].fmin, states[0].fmax
-        distinct, grid = self._distinct_of(states[0]), self._grid_of(states[0])
+        distinct, grid, tails = self._distinct_of(states[0]), self._grid_of(states[0]), _tails_of(states[0])
         for s in states[1:]:  # in order: float64 sums of weights round as the merges in turn do
             counts += s.counts
             offset, fmin, fmax = xp.minimum(offset, s.offset), xp.minimum(fmin, s.fmin), xp.maximum(fmax, s.fmax)
             distinct = merge_distinct(distinct, self._distinct_of(s), self.values_kept)
             other = self._grid_of(s)
             grid = None if grid is None or other is None else grid_merge(grid, other, fmin, fmax, dtype)
+            more = _tails_of(s)
+            tails = None if tails is None or more is None else merge_tails(tails, more)
         return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct),
-                           **({} if grid is None else self._grid_fields(grid)))
+                           **({} if grid is None else self._grid_fields(grid)),
+                           **({} if tails is None else _tail_fields(tails)))
 
     @property
     def values_kept(self) -> int:
@@ -579,8 +600,10 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         Returns
         -------
         numpy.ndarray or None
-            (D,) for a scalar ``q``, else (D, len(q)); NaN for the other features. None
-            for a state without distinct values (saved before they were kept).
+            (D,) for a scalar ``q``, else (D, len(q)); NaN for the other features and, where
+            they are not, for the ranks beyond the kept smallest and largest values
+            (:mod:`daskbatch.stats.sketch_tails`). None for a state without distinct values
+            (saved before they were kept).
         """
         if s.distinct is None or s.distinct_counts is None or s.distinct_held is None:
             return None
@@ -588,6 +611,10 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         counts = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
         exact = distinct_quantile(to_numpy(s.distinct), to_numpy(s.distinct_counts), to_numpy(s.distinct_held),
                                   counts[:, 0], counts[:, 2], q, weighted=counts.dtype.kind == "f")
+        tails = _tails_of(s)
+        if tails is not None and counts.dtype.kind != "f":  # the ranks among the kept tails: their values
+            finite = to_numpy(s.counts[:, : 2 * w]).sum(axis=1, dtype=np.int64) + counts[:, 1]
+            exact = np.where(np.isnan(exact), tails_quantile(*tails, finite, counts[:, 0], counts[:, 2], q), exact)
         return exact[:, 0] if np.ndim(q) == 0 else exact
 
     def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
@@ -622,6 +649,21 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             The grid's bins.
         """
         return grid_bins(self.buckets_kept)
+
+    def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
+        """The fields of a block's kept tails: (D, 0) of them when weighted, as in a narrow window."""
+        return _tail_fields(tails_chunk(x, 0 if weights is not None else self.tail_values))
+
+    @property
+    def tail_values(self) -> int:
+        """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`).
+
+        Returns
+        -------
+        int
+            The values kept at each end.
+        """
+        return tail_values(self.buckets_kept)
 
     @staticmethod
     def _grid_of(s: SketchState) -> tuple[Array, Array, Array] | None:
@@ -707,6 +749,16 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             window=int(self.buckets_kept),
             **self._distinct_fields(self._distinct_of(s)),
         )
+
+
+def _tails_of(s: SketchState) -> tuple[Array, Array] | None:
+    """The kept tails of ``s`` (low, high), None for a weighted state or one saved before they were kept."""
+    return None if s.tail_low is None or s.tail_high is None else (s.tail_low, s.tail_high)
+
+
+def _tail_fields(tails: tuple[Array, Array]) -> dict[str, Array]:
+    """The keyword arguments of :class:`SketchState` for its kept tails."""
+    return {"tail_low": tails[0], "tail_high": tails[1]}
 
 
 def _rows_counted(xp: Namespace, s: SketchState) -> int:

@@ -30,12 +30,13 @@ _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
 
 
 def state_bytes_per_feature(window: int | None, count_dtype: str = "int64") -> int:
-    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema, distinct values and grid."""
+    """Give the bytes a :class:`Sketch` state takes per feature: counts, offsets, finite extrema, distinct values, grid, tails."""
     sketch = Sketch(window=window)
     # float64 values and counts, and how many are held (daskbatch.stats.sketch_distinct)
     distinct = sketch.values_kept * 2 * 8 + 8
+    tails = 2 * sketch.tail_values * 8  # the smallest and largest values, float64 (daskbatch.stats.sketch_tails)
     # counts and dyadic grid in count_dtype, two offsets, two extrema, the grid's step and first bin
-    return (sketch.width + sketch.grid_bins) * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8 + 2 * 8 + distinct
+    return (sketch.width + sketch.grid_bins) * (4 if count_dtype == "int32" else 8) + 2 * 8 + 2 * 8 + 2 * 8 + distinct + tails
 
 
 def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> int:

@@ -16,6 +16,13 @@ With sample weights (``chunk(..., weights=w)``, frequency weights as in
 ``CoMoments``) ``n`` is the weight sum of the complete rows of positive weight,
 the sums are weighted (:func:`~daskbatch.stats.comoments.centred` with weights)
 and the state, a :class:`WeightedCrossCoMomentsState`, also counts those rows.
+
+``CrossCoMoments(rows="pairwise")`` keeps instead, per pair, the rows where
+both features are finite (:mod:`daskbatch.stats.pairwise`): a diagonal tile
+the :class:`~daskbatch.stats.pairwise.PairwiseCoMomentsState` of its
+columns, another the :class:`~daskbatch.stats.pairwise.CrossPairwiseState`
+of its two sides. No mask of complete rows is shared then; every tile's
+correlation needs only its own state.
 """
 
 from __future__ import annotations
@@ -34,6 +41,15 @@ from daskbatch.stats.numerics import (
     handles_overflow,
     merge_shifted_means,
     safe_divisor,
+)
+from daskbatch.stats.pairwise import (
+    CrossPairwiseState,
+    PairwiseCoMomentsState,
+    cross_pairwise_chunk,
+    merge_cross_pairwise,
+    merge_pairwise,
+    pair_rows,
+    pairwise_chunk,
 )
 
 
@@ -80,9 +96,13 @@ class CrossCoMoments:  # numpydoc ignore=PR02
     ----------
     split : int or None
         Width of side ``a``; None for a diagonal tile (both sides are all columns).
+    rows : {"complete", "pairwise"}, default "complete"
+        The rows of each co-moment: those of the shared mask ``complete``, or
+        each pair's own (where both features are finite).
     """
 
     split: int | None = None
+    rows: str = "complete"
     name = "xcov"
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
@@ -117,6 +137,10 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         CrossCoMomentsState
             The chunk's state (a :class:`WeightedCrossCoMomentsState` with weights).
         """
+        if self.rows == "pairwise":  # each pair's own rows: no shared mask
+            if self.split is None:
+                return pairwise_chunk(x, weights)  # type: ignore[return-value]  # merged and finalized below
+            return cross_pairwise_chunk(x, self.split, weights)  # type: ignore[return-value]
         xp = namespace(x)
         rows, width = x.shape
         sa, sb = self._sides(width)
@@ -157,6 +181,10 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         CrossCoMomentsState
             The state of the union.
         """
+        if isinstance(a, PairwiseCoMomentsState):
+            return merge_pairwise(a, b)  # type: ignore[arg-type,return-value]  # a diagonal pairwise tile
+        if isinstance(a, CrossPairwiseState):
+            return merge_cross_pairwise(a, b)  # type: ignore[arg-type,return-value]
         xp = namespace(a.c, b.c)
         n = a.n + b.n
         n_safe = safe_divisor(xp, n)
@@ -177,7 +205,8 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
         A tile's covariance and correlation need the variances of both sides,
         which live in the diagonal tiles: the engine merges states and calls
-        :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`).
+        :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`), as it does
+        for pairwise tiles, whose states it finalizes whole.
 
         Parameters
         ----------
@@ -208,13 +237,24 @@ def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsStat
 
 @handles_overflow
 def finalize_tile(
-    s: CrossCoMomentsState, var_a: Array, var_b: Array, ddof: int, diagonal: bool
+    s: CrossCoMomentsState | PairwiseCoMomentsState | CrossPairwiseState, var_a: Array, var_b: Array, ddof: int,
+    diagonal: bool,
 ) -> tuple[Array, Array]:
-    """Compute the covariance and correlation of one tile, as ``CoMoments.finalize`` does."""
+    """Compute the covariance and correlation of one tile, as ``CoMoments.finalize`` does (pairwise: from its own sums)."""
+    xp = namespace(s.c)
+    if isinstance(s, PairwiseCoMomentsState):
+        return covariance_and_correlation(s.c, s.n, s.m2, xp.matrix_transpose(s.m2), ddof, diagonal=True)
+    if isinstance(s, CrossPairwiseState):
+        return covariance_and_correlation(s.c, s.n, s.m2_a, xp.matrix_transpose(s.m2_b), ddof, diagonal=False)
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
+
+
+def tile_rows(s: CrossCoMomentsState | PairwiseCoMomentsState | CrossPairwiseState) -> Array:
+    """The rows of a tile's state: its complete rows (0-d), or pairwise the rows of each pair."""
+    return pair_rows(s) if isinstance(s, (PairwiseCoMomentsState, CrossPairwiseState)) else complete_rows(s)
 
 
 #: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
 DECLARATION = Declaration(
-    "tiled_cov", None, states=(CrossCoMomentsState, WeightedCrossCoMomentsState), selectable=False,
+    "tiled_cov", None, states=(CrossCoMomentsState, WeightedCrossCoMomentsState, CrossPairwiseState), selectable=False,
 )

@@ -191,10 +191,7 @@ def covariance_message(summary: Any) -> str | None:
     names = [summary.feature_names[i] for i in empty[:LISTED]]
     more = f" and {empty.size - LISTED:,} more" if empty.size > LISTED else ""
     why = f"; no finite value in {', '.join(names)}{more}" if empty.size else ""
-    # A tiled covariance (too wide for one worker) refuses the pairwise one: naming it would mislead.
-    if prov.get("tiled_cov"):
-        remedy = "a tiled covariance counts complete rows only"
-    elif empty.size == finite.size:  # no pair has a row either: no option would help
+    if empty.size == finite.size:  # no pair has a row either: no option would help
         remedy = "no feature has a finite value to correlate"
     else:
         remedy = f"{PAIRWISE_OPTION} uses each pair's own rows"

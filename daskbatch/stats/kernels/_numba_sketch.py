@@ -372,3 +372,36 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
             if _finite(v):
                 b = np.int64(math.floor(math.ldexp(v, -step[j]))) - first[j]
                 counts[j, min(max(b, 0), top)] += w
+
+
+@_jit
+def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
+    """Put ``v`` in place of the largest value of the max-heap ``h[j]`` and sift it down."""
+    k = h.shape[1]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= k:
+            break
+        if c + 1 < k and h[j, c + 1] > h[j, c]:
+            c += 1
+        if h[j, c] <= v:
+            break
+        h[j, i] = h[j, c]
+        i = c
+    h[j, i] = v
+
+
+@_jit
+def tail_heaps(x, lut, low, neg_high):  # noqa: ANN001, ANN201
+    """Keep in the max-heaps ``low[j]`` the k smallest finite values of column j of ``x`` (R, D), in ``neg_high[j]`` the k largest, negated."""
+    # One compare per value and side; a value enters a heap in O(log k) (sorted columns too).
+    rows, n_features = x.shape
+    for i in range(rows):
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                if v < low[j, 0]:
+                    _heap_replace(low, j, v)
+                if -v < neg_high[j, 0]:
+                    _heap_replace(neg_high, j, -v)
