@@ -52,11 +52,11 @@ def tails_chunk(x: Array, k: int) -> tuple[Array, Array]:
     if k == 0:  # a narrow window keeps none
         return empty_tails(xp, n_features, 0, device(x))
     if isinstance(x, np.ndarray):  # the compiled scan: two max-heaps of k values per feature
-        from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
         from daskbatch.stats.kernels._numba_sketch import tail_heaps  # lazy: numba
+        from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         low, neg_high = np.full((n_features, k), np.inf), np.full((n_features, k), np.inf)
-        data, lut = _bits(x)
+        data, lut = numba_view(x)
         tail_heaps(data, lut, low, neg_high)
         low.sort(axis=1)
         neg_high.sort(axis=1)
