@@ -92,7 +92,7 @@ def test_truncated_chunk_is_reported_as_truncated(tmp_path: pathlib.Path, pristi
 def test_verify_cli_exit_codes(tmp_path: pathlib.Path, pristine: tuple[pathlib.Path, bytes]) -> None:
     clean = CliRunner().invoke(main, ["verify", str(pristine[0])])
     assert clean.exit_code == 0, clean.output
-    assert "OK: all 8 chunks of 2 array(s)" in clean.output
+    assert "OK: 8 chunks of 2 arrays, all present and decoded" in clean.output
     bad = _flipped(tmp_path, pristine, len(pristine[1]) // 2, 0x01)
     result = CliRunner().invoke(main, ["verify", str(bad)])
     assert result.exit_code == 1, result.output
