@@ -62,7 +62,7 @@ def run_demo(
         summary = describe(dataset, run=RunOptions(progress=True))
         t2 = time.perf_counter()
     echo(f"\n  summary computed in {t2 - t1:.1f} s ({rows / max(t2 - t1, 1e-9):,.0f} rows/s)\n")
-    echo(format_report(summary, top=10))
+    echo(format_report(summary, k=10))
     results = os.path.join(out_dir, "summary.zarr")
     summary.save(summary_target.path)  # checked before the compute; an earlier demo's is replaced
     table = os.path.join(out_dir, "summary.csv")

@@ -410,8 +410,9 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
         miller_madow=bool(first.provenance.get("miller_madow", False)),
         states=merged,
     )
-    if summary.out_of_range_fraction is not None:
-        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, first.feature_names)
+    fraction = summary.arrays.out_of_range_fraction
+    if fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(fraction, first.feature_names)
     return summary
 
 

@@ -87,12 +87,12 @@ def test_pairwise_overflowing_variance_is_inf_as_complete_rows() -> None:
     x = np.array([[1e200, 1.0], [-1e200, 2.0], [1e200, 4.0], [np.nan, 3.0]])
     pairwise, complete = PAIRWISE.finalize(PAIRWISE.chunk(x)), CoMoments().finalize(CoMoments().chunk(x))
     assert pairwise.cov[0, 0] == complete.cov[0, 0] == np.inf
-    assert np.isnan(pairwise.corr[0, 1]) and pairwise.corr[1, 1] == 1.0
+    assert np.isnan(pairwise.arrays.corr[0, 1]) and pairwise.arrays.corr[1, 1] == 1.0
     near_max = np.column_stack([np.full(40, 1e307), np.arange(40.0)])  # its sum overflows, its mean does not
     near_max[3, 1] = np.nan
     result = PAIRWISE.finalize(PAIRWISE.chunk(near_max))
     np.testing.assert_allclose(result.mean, [1e307, np.nanmean(near_max[:, 1])], rtol=1e-15)
-    assert result.cov[0, 0] == 0.0 and result.cov[0, 1] == 0.0
+    assert result.arrays.cov[0, 0] == 0.0 and result.arrays.cov[0, 1] == 0.0
 
 
 def test_pairwise_far_from_zero_is_exact_to_rounding() -> None:
@@ -128,12 +128,12 @@ def test_one_all_nan_column() -> None:
     x[:, 1] = np.nan
     with pytest.warns(CompleteRowsWarning, match=r"only the 0 of 10,000 rows .*no finite value in f1.*rows='pairwise'"):
         complete = db.describe(x, stats="moments,cov")
-    assert complete.cov_count == 0 and np.isnan(complete.corr).all()
+    assert complete.cov_count == 0 and np.isnan(complete.arrays.corr).all()
     assert "no finite value in f1" in repr(complete) and "--cov pairwise" in repr(complete)
     pairwise = db.describe(x, stats=["moments", PAIRWISE])
     expected = pd.DataFrame(x).corr().to_numpy()
-    np.testing.assert_allclose(pairwise.corr[[0, 0, 2], [0, 2, 2]], expected[[0, 0, 2], [0, 2, 2]], atol=1e-12)
-    assert np.isnan(pairwise.corr[1]).all() and np.isnan(pairwise.corr[:, 1]).all()
+    np.testing.assert_allclose(pairwise.arrays.corr[[0, 0, 2], [0, 2, 2]], expected[[0, 0, 2], [0, 2, 2]], atol=1e-12)
+    assert np.isnan(pairwise.arrays.corr[1]).all() and np.isnan(pairwise.arrays.corr[:, 1]).all()
 
 
 def test_complete_rows_dropping_many_rows_warn_and_few_do_not() -> None:
@@ -160,7 +160,7 @@ def test_sentinel_inside_the_range_is_named() -> None:
         s = db.describe(x, stats="moments,hist")
     found = {(v.feature, v.value, v.side) for v in s.suspect_values}
     assert found == {("f0", -999.0, "min"), ("f2", 0.0, "min")}
-    assert "-999 repeated?" in repr(s) and s.min[0] == -999.0  # reported, not removed
+    assert "-999 repeated?" in repr(s) and s.arrays.min[0] == -999.0  # reported, not removed
 
 
 @pytest.mark.parametrize("kind", ["normal", "exponential", "uniform", "poisson", "binary", "skewed", "far"])

@@ -243,7 +243,7 @@ def describe_command(
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     report_to_stderr = json_path == "-"
     if not quiet:
-        click.echo(format_report(summary, top=top), err=report_to_stderr)
+        click.echo(format_report(summary, k=top), err=report_to_stderr)
     if "out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
         if not quiet:

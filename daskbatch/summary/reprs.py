@@ -370,16 +370,17 @@ def _footer(summary: Any, table: Any) -> list[str]:
     return [*foot, absent] if absent else foot
 
 
-def format_report(summary: Any, *, top: int = 10, max_features: int = 20) -> str:
-    """Write the human-readable report printed by ``describe`` and ``demo``."""
-    lines = [summary_text(summary, rows=max_features)]
-    pairs = summary.top_correlated(top)
+def format_report(summary: Any, *, k: int = 10, rows: int = 20) -> str:
+    """Write the report printed by ``describe`` and ``demo``: ``rows`` rows of the table, the ``k`` strongest pairs and features."""
+    summary = summary.arrays  # the table and the lists read the statistics by position
+    lines = [summary_text(summary, rows=rows)]
+    pairs = summary.top_correlated(k)
     if len(pairs):
         rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
         lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
         width = max(len(str(a)) for a in pairs["feature_a"])
         lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
-    ranked = summary.top_mi(top)
+    ranked = summary.top_mi(k)
     if len(ranked):
         units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)

@@ -59,7 +59,7 @@ DESCRIBE_SCRIPT = textwrap.dedent(
     ds = dataclasses.replace(ds, x=ds.x.map_blocks(wait_at_gate, dtype=ds.x.dtype))
     with dask.config.set(num_workers=2):
         s = db.describe(ds, stats="moments", run=db.RunOptions(split_every=2, plan=None, checkpoint=ckpt))
-    print("finished", repr(float(s.mean[0])))
+    print("finished", repr(float(s.arrays.mean[0])))
     """
 )
 

@@ -75,7 +75,7 @@ def test_a_stray_label_is_one_more_class_and_memory_stays_small(tmp_path) -> Non
     assert s.provenance["plan"]["n_classes"] == 4  # the plan knew the classes before counting
     np.testing.assert_array_equal(s.classes, [0, 1, 2, 200_000])
     assert s.joint_counts.shape == (FEATURES, BINS + 2, 4)
-    assert int(s.joint_counts[:, :, 3].sum()) == FEATURES  # one row, every feature
+    assert int(s.arrays.joint_counts[:, :, 3].sum()) == FEATURES  # one row, every feature
     np.testing.assert_array_equal(base.classes, [0, 1, 2])
 
 
