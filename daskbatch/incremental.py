@@ -79,7 +79,7 @@ def merge(first: Summary, second: Summary) -> Summary:
     >>> x = np.arange(20.0).reshape(10, 2)
     >>> a = db.describe(x[:4], stats="moments")
     >>> b = db.describe(x[4:], stats="moments")
-    >>> db.merge(a, b).mean
+    >>> db.merge(a, b).mean.to_numpy()
     array([ 9., 10.])
     """
     for summary, which in ((first, "first"), (second, "second")):

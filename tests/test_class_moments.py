@@ -82,11 +82,11 @@ def test_each_class_equals_moments_of_its_rows(data: st.DataObject) -> None:
     for k in range(int(y.max()) + 1):
         rows = x[y == k]
         if not rows.shape[0]:
-            np.testing.assert_array_equal(result.arrays.count[:, k], 0.0)
+            np.testing.assert_array_equal(result.count[:, k], 0.0)
             continue
         m = Moments().finalize(Moments().chunk(rows))
         assert_results_close(
-            {"count": result.arrays.count[:, k], "mean": result.arrays.mean[:, k], "var": result.arrays.var[:, k]},
+            {"count": result.count[:, k], "mean": result.mean[:, k], "var": result.var[:, k]},
             {"count": m.count, "mean": m.mean, "var": m.var}, rtol=1e-10, atol=1e-9,
         )
 

@@ -66,7 +66,7 @@ def test_noncontiguous_labels_are_three_classes_with_their_values(tmp_path, rang
     for k, v in enumerate(VALUES):
         assert int(s.arrays.joint_counts[0, :, k].sum()) == int((y == v).sum())
     # Counted in float32 (the store's dtype) as describe reads it.
-    want = sklearn_mi(x.astype(np.float32).astype(np.float64), y, s.hist_edges)
+    want = sklearn_mi(x.astype(np.float32).astype(np.float64), y, s.arrays.hist_edges)
     np.testing.assert_allclose(s.mi, want, rtol=1e-12, atol=1e-15)
     assert s.arrays.mi[0] > 0.1  # the informative feature
     assert s.provenance["classes_from"] == "label scan" and s.provenance["n_classes"] == 3
@@ -86,7 +86,7 @@ def test_declared_classes_keep_an_absent_class_as_a_zero_column() -> None:
     s = db.describe(x, y, bins=BINS, range=(-4.0, 12.0), classes=[7, 3, 1, 0])
     np.testing.assert_array_equal(s.classes, [0, 1, 3, 7])
     assert s.joint_counts.shape[2] == 4 and not s.arrays.joint_counts[:, :, 2].any()
-    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.hist_edges), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.arrays.hist_edges), rtol=1e-12, atol=1e-15)
     assert s.provenance["classes_from"] == "given"
 
 
@@ -94,7 +94,7 @@ def test_contiguous_labels_keep_their_numbers_as_coordinate() -> None:
     x, y = make_data(values=(0, 1, 2, 3))
     s = db.describe(x, y, bins=BINS)
     np.testing.assert_array_equal(s.classes, [0, 1, 2, 3])
-    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.hist_edges), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.arrays.hist_edges), rtol=1e-12, atol=1e-15)
 
 
 def test_accumulator_maps_declared_classes() -> None:

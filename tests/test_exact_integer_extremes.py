@@ -105,7 +105,7 @@ def test_integers_merged_with_real_numbers_are_float64() -> None:
     ints = m.chunk(np.array([[BIG]], dtype=np.int64))
     floats = m.chunk(np.array([[0.5]]))
     result = m.finalize(m.merge(ints, floats))
-    assert result.max.dtype == np.float64 and result.arrays.max[0] == float(BIG) and result.arrays.min[0] == 0.5
+    assert result.max.dtype == np.float64 and result.max[0] == float(BIG) and result.min[0] == 0.5
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8", "bool"])

@@ -274,7 +274,7 @@ def test_accepted_dtypes_give_float64_results(dtype: str) -> None:
     s = db.describe(da.from_array(x, chunks=(6, 3)), stats=("moments", "cov", "hist"), bins=4)
     ref = db.describe(da.from_array(x.astype(np.float64), chunks=(6, 3)), stats=("moments", "cov", "hist"), bins=4)
     for name in ("count", "mean", "var", "std", "skew", "kurtosis", "min", "max", "cov", "corr", "hist_edges"):
-        got = getattr(s, name)
+        got = getattr(s.arrays, name)
         # int64/uint64 extremes stay in their dtype: float64 rounds them beyond 2**53.
         exact = name in ("min", "max") and dtype in ("int64", "uint64")
         assert got.dtype == (np.dtype(dtype) if exact else np.float64), name
@@ -331,7 +331,7 @@ def test_all_nan_feature() -> None:
         s = db.describe(da.from_array(x, chunks=(2, 2)), stats=("moments", "cov", "hist"), bins=3)
     assert s.arrays.count[0] == 0 and s.arrays.nan_count[0] == 5
     for name in ("mean", "var", "std", "skew", "kurtosis", "min", "max"):
-        assert np.isnan(getattr(s, name)[0]), name
+        assert np.isnan(getattr(s.arrays, name)[0]), name
     assert s.arrays.mean[1] == 2.0
     assert s.cov_count == 0 and np.all(np.isnan(s.cov))
     assert s.arrays.hist_counts[0].sum() == 0 and s.arrays.hist_counts[1].sum() == 5

@@ -87,12 +87,12 @@ def test_pairwise_overflowing_variance_is_inf_as_complete_rows() -> None:
     x = np.array([[1e200, 1.0], [-1e200, 2.0], [1e200, 4.0], [np.nan, 3.0]])
     pairwise, complete = PAIRWISE.finalize(PAIRWISE.chunk(x)), CoMoments().finalize(CoMoments().chunk(x))
     assert pairwise.cov[0, 0] == complete.cov[0, 0] == np.inf
-    assert np.isnan(pairwise.arrays.corr[0, 1]) and pairwise.arrays.corr[1, 1] == 1.0
+    assert np.isnan(pairwise.corr[0, 1]) and pairwise.corr[1, 1] == 1.0
     near_max = np.column_stack([np.full(40, 1e307), np.arange(40.0)])  # its sum overflows, its mean does not
     near_max[3, 1] = np.nan
     result = PAIRWISE.finalize(PAIRWISE.chunk(near_max))
     np.testing.assert_allclose(result.mean, [1e307, np.nanmean(near_max[:, 1])], rtol=1e-15)
-    assert result.arrays.cov[0, 0] == 0.0 and result.arrays.cov[0, 1] == 0.0
+    assert result.cov[0, 0] == 0.0 and result.cov[0, 1] == 0.0
 
 
 def test_pairwise_far_from_zero_is_exact_to_rounding() -> None:

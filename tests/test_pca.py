@@ -8,6 +8,7 @@ from pathlib import Path
 import array_api_strict
 import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.decomposition import PCA as SkPCA
 
@@ -86,3 +87,17 @@ def test_bad_requests_are_named() -> None:
         db.pca(s, 10)
     with pytest.raises(ValueError, match=r"\[1, 8\] for method 'eigsh'"):
         db.pca(s, 9, method="eigsh")
+
+
+def test_fitted_attributes_end_in_an_underscore_and_tabulate() -> None:
+    # scikit-learn's convention (issue 34): components_, explained_variance_, ...; the old names are gone.
+    rng = np.random.default_rng(5)
+    x = pd.DataFrame(rng.normal(size=(400, 3)) @ rng.normal(size=(3, 3)), columns=["a", "b", "c"])
+    p = db.pca(db.describe(x, stats=("moments", "cov")), 2)
+    for old in ("components", "explained_variance", "explained_variance_ratio", "singular_values", "mean",
+                "n_samples", "scale", "n_components"):
+        assert not hasattr(p, old) and hasattr(p, old + "_"), old
+    table = p.to_dataframe()
+    assert list(table.index) == ["pc1", "pc2"] and table.index.name == "component"
+    np.testing.assert_array_equal(table["explained_variance_ratio"], p.explained_variance_ratio_)
+    np.testing.assert_array_equal(table.loc["pc2", ["a", "b", "c"]].to_numpy(dtype=float), p.components_[1])

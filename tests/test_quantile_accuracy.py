@@ -138,7 +138,7 @@ def labelled_feature(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.n
 def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x, y = labelled_feature(np.random.default_rng(4), ROWS)
     path = write_store(str(tmp_path_factory.mktemp("mi") / "clean.zarr"), x, y)
-    return x, y, db.describe(path, label="y", stats=("mi",)).mi
+    return x, y, db.describe(path, label="y", stats=("mi",)).arrays.mi
 
 
 @pytest.mark.parametrize("value", [1e12, -1e12, np.inf, -999.0, 1e30])
@@ -182,7 +182,7 @@ def test_one_1e12_in_breast_cancer_leaves_the_mi_of_its_feature(tmp_path) -> Non
     from sklearn.datasets import load_breast_cancer
 
     x, y = load_breast_cancer(return_X_y=True)
-    clean = db.describe(write_store(str(tmp_path / "c.zarr"), x, y, chunk_rows=100), label="y", stats=("mi",)).mi
+    clean = db.describe(write_store(str(tmp_path / "c.zarr"), x, y, chunk_rows=100), label="y", stats=("mi",)).arrays.mi
     change = []
     for d in range(x.shape[1]):
         hit = x.copy()

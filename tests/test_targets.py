@@ -122,7 +122,7 @@ def test_mi_with_a_target_equals_a_numpy_reference_on_the_same_bins(diabetes_sto
     # the bins are the target's quantile bins: about equally populated
     sizes = np.bincount(np.searchsorted(cuts, y, side="right"))
     assert sizes.min() >= 0.5 * len(y) / len(sizes)
-    np.testing.assert_allclose(s.mi, _reference_mi(x, y, s.hist_edges, cuts), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(s.mi, _reference_mi(x, y, s.arrays.hist_edges, cuts), rtol=1e-12, atol=1e-15)
 
 
 def _top(values: np.ndarray, k: int) -> set[int]:

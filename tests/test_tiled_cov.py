@@ -90,7 +90,7 @@ def test_top_correlated_and_reopen(tmp_path: Path) -> None:
     assert len(top) == 25 and all(a != b for a, b, _ in top)
     r = {(a, b): v for a, b, v in top}
     i, j = int(top[0][0][1:]), int(top[0][1][1:])
-    assert r[top[0][0], top[0][1]] == pytest.approx(ref.arrays.corr[i, j], abs=1e-13)
+    assert r[top[0][0], top[0][1]] == pytest.approx(ref.corr[i, j], abs=1e-13)
     again = open_tiled_cov(tmp_path / "c.zarr")
     assert (again.n, again.tile, again.feature_names) == (result.n, 16, tuple(names))
     assert again.top_correlated(3) == top[:3]

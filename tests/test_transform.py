@@ -102,7 +102,7 @@ def test_clip_and_constant_features(tmp_path: Path) -> None:
     got = db.open_dataset(report.path).x.compute()
     assert got.dtype == np.float32
     std0 = x.std(axis=0)  # standardize divides by the population std
-    z = np.where(std0 == 0, 0.0, (x - s.mean) / np.where(std0 == 0, 1.0, std0))
+    z = np.where(std0 == 0, 0.0, (x - s.arrays.mean) / np.where(std0 == 0, 1.0, std0))
     np.testing.assert_allclose(got, np.maximum(z, -1.5).astype(np.float32), rtol=1e-6)
     assert np.all(got[:, 5] == 0)  # the constant feature
     with pytest.raises(ValueError, match=r"1 constant feature\(s\) \(std 0\): f5"):
