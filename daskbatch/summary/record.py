@@ -101,7 +101,7 @@ class Summary:
         raise AttributeError(f"'Summary' object has no attribute {name!r}")
 
     @property
-    def arrays(self) -> SummaryArrays:
+    def arrays(self) -> Any:  # a SummaryArrays, typed as the Summary the views take
         """Give the same attributes unlabelled: ``s.arrays.mean`` is the (D,) NumPy array of ``s.mean``.
 
         Returns

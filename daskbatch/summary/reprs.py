@@ -376,8 +376,8 @@ def format_report(summary: Any, *, k: int = 10, rows: int = 20) -> str:
     lines = [summary_text(summary, rows=rows)]
     pairs = summary.top_correlated(k)
     if len(pairs):
-        rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
-        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
+        rows_note = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows_note}):")
         width = max(len(str(a)) for a in pairs["feature_a"])
         lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
     ranked = summary.top_mi(k)

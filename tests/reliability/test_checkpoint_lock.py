@@ -130,7 +130,7 @@ def test_second_run_on_a_held_checkpoint_fails_at_once_naming_the_holder(tmp_pat
     runs = read_runs(ck, "moments")
     assert [r["pid"] for r in runs] == [first.pid] and runs[0]["computed_blocks"] == N_BLOCKS
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
-    assert float(out.split()[-1]) == float(describe(ds).mean[0])
+    assert float(out.split()[-1]) == float(describe(ds).arrays.mean[0])
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ def traced_peak(func) -> tuple[object, int]:
 
 def sklearn_mi(summary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = []
-    for d, e in enumerate(summary.hist_edges):
+    for d, e in enumerate(summary.arrays.hist_edges):
         col = x[:, d]
         inside = (col >= e[0]) & (col <= e[-1])  # MI scores the in-range bins; the rest is reported apart
         slot = np.clip(np.searchsorted(e, col[inside], side="right") - 1, 0, len(e) - 2)

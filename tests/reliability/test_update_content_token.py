@@ -135,7 +135,7 @@ def test_a_summary_saved_with_listing_tokens_still_refuses_the_same_store(tmp_pa
     summary = tmp_path / "s.zarr"
     old.save(summary)
     refused(update(path, summary), path, path)
-    assert int(db.load_summary(summary).count[0]) == 2000
+    assert int(db.load_summary(summary).arrays.count[0]) == 2000
 
 
 def test_weights_do_not_change_the_rows_token(tmp_path: pathlib.Path) -> None:
