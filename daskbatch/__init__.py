@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from daskbatch.io.dataset import Dataset, open_dataset, open_zarr
     from daskbatch.io.ingest import IngestReport, ingest
     from daskbatch.io.synth import rank_rows, synth
+    from daskbatch.io.tables import Table, open_table
     from daskbatch.planning.plan import Plan, Resources
     from daskbatch.runtime.cluster import cluster
     from daskbatch.selection import Selection, load_selection, select
@@ -77,6 +78,7 @@ _LAZY = {
     ),
     "Dataset": "daskbatch.io.dataset", "open_dataset": "daskbatch.io.dataset", "open_zarr": "daskbatch.io.dataset",
     "IngestReport": "daskbatch.io.ingest", "ingest": "daskbatch.io.ingest",
+    "Table": "daskbatch.io.tables", "open_table": "daskbatch.io.tables",
     "rank_rows": "daskbatch.io.synth", "synth": "daskbatch.io.synth",
     "BatchError": "daskbatch.batches", "map_batches": "daskbatch.batches",
     "PCA": "daskbatch.transforms.pca", "pca": "daskbatch.transforms.pca",
@@ -97,9 +99,9 @@ _LAZY = {
 __all__ = [
     "PCA", "Accumulator", "BatchError", "Bundle", "Cancelled", "CheckpointMismatchError", "CoMoments", "DataError", "Dataset",
     "DeviceUnavailableError", "Drift", "Footprint", "GPUUnavailableError", "Histogram", "IngestReport", "Interrupted", "Moments", "Plan",
-    "PlanError", "RangeWarning", "Resources", "RunOptions", "Selection", "State", "Summary", "__version__", "cluster", "compare",
+    "PlanError", "RangeWarning", "Resources", "RunOptions", "Selection", "State", "Summary", "Table", "__version__", "cluster", "compare",
     "describe", "ingest", "load_selection", "load_summary", "map_batches", "merge", "mutual_information",
-    "open_dataset", "open_zarr", "pca", "plan", "rank_rows", "register_state", "register_statistic", "select", "steps", "synth", "transform", "update",
+    "open_dataset", "open_table", "open_zarr", "pca", "plan", "rank_rows", "register_state", "register_statistic", "select", "steps", "synth", "transform", "update",
 ]
 
 

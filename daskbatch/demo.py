@@ -2,75 +2,139 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
 from daskbatch.summary.reprs import format_report
 
+#: The demo's default size: seconds on a laptop (``--rows 2000000`` for the full-size run).
+DEMO_ROWS = 200_000
+#: Seconds the cluster's shutdown gives each worker process to exit.
+SHUTDOWN_SECONDS = 30
+
 
 def run_demo(
     *,
-    rows: int = 2_000_000,
+    rows: int = DEMO_ROWS,
     features: int = 64,
     classes: int = 3,
     workers: int | None = None,
     threads_per_worker: int = 1,
     out_dir: str | None = None,
+    keep: bool = False,
     seed: int = 0,
+    progress: bool = True,
     echo: Any = print,
+    report: Callable[[Any], str] = format_report,
 ) -> str:
-    """Run the demo end to end and return the directory that holds its data and results."""
-    from distributed import Client, LocalCluster  # lazy: distributed
+    """Run the demo end to end and return the directory that held its data and results.
+
+    Without ``out_dir`` the data go to a new temporary directory, removed at the end unless
+    ``keep``; a given ``out_dir`` is kept.
+    """
+    from dask.utils import format_bytes  # lazy: dask
 
     from daskbatch.describing import describe  # lazy: dask
     from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.synth import synth  # lazy: dask, zarr
 
+    keep = keep or out_dir is not None  # a directory the user named is theirs to remove
     out_dir = out_dir or tempfile.mkdtemp(prefix="daskbatch-demo-")
     os.makedirs(out_dir, exist_ok=True)
     store = os.path.join(out_dir, "data.zarr")
-    summary_target = _check_demo_dir(out_dir, store)
+    summary_target = _check_demo_dir(out_dir, store) if keep else None
     # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
     from dask.system import CPU_COUNT  # lazy: dask
 
     n_workers = workers or max(1, min(4, CPU_COUNT))
-
-    t0 = time.perf_counter()
-    # Here, before the workers start: each worker would otherwise compile the same kernels at once,
-    # and the summary's rows/s would report the compile instead of the computation.
-    echo("Preparing the CPU kernels (compiled once per machine, about a minute; later runs load them) ...")
-    _prepare_kernels(features, classes, seed)
-    echo(f"  ready in {time.perf_counter() - t0:.1f} s")
-    t0 = time.perf_counter()
-    with LocalCluster(
-        n_workers=n_workers, threads_per_worker=threads_per_worker, dashboard_address=":0"
-    ) as cluster, Client(cluster) as client:
-        echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {client.dashboard_link}")
-        echo(f"Writing a synthetic dataset ({rows:,} x {features} float32, {classes} classes) to {store} ...")
-        correlated = min(4, features // 4)
-        dataset = synth(
-            rows, features, classes=classes, informative=min(8, features - correlated),
-            correlated=correlated, seed=seed, path=store, overwrite=True,
-        )
-        t1 = time.perf_counter()
-        echo(f"  written in {t1 - t0:.1f} s")
-        echo("Computing the summary (moments, covariance, histograms, mutual information) ...")
-        summary = describe(dataset, run=RunOptions(progress=True))
-        t2 = time.perf_counter()
-    echo(f"\n  summary computed in {t2 - t1:.1f} s ({rows / max(t2 - t1, 1e-9):,.0f} rows/s)\n")
-    echo(format_report(summary, k=10))
-    results = os.path.join(out_dir, "summary.zarr")
-    summary.save(summary_target.path)  # checked before the compute; an earlier demo's is replaced
-    table = os.path.join(out_dir, "summary.csv")
-    with staged(table) as tmp:
-        summary.to_dataframe().to_csv(tmp)
-    echo(f"\nResults saved: {results} (load with daskbatch.load_summary) and {table}")
-    echo(f"Total time {time.perf_counter() - t0:.1f} s")
+    try:
+        t0 = time.perf_counter()
+        # Here, before the workers start: each worker would otherwise compile the same kernels at once,
+        # and the summary's rows/s would report the compile instead of the computation.
+        echo("Preparing the CPU kernels (compiled once per machine, about a minute; later runs load them) ...")
+        _prepare_kernels(features, classes, seed)
+        echo(f"  ready in {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        with _local_client(n_workers, threads_per_worker) as client:
+            echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {_dashboard(client)}")
+            echo(f"Writing a synthetic dataset ({rows:,} x {features} float32, {classes} classes) to {store} ...")
+            correlated = min(4, features // 4)
+            dataset = synth(
+                rows, features, classes=classes, informative=min(8, features - correlated),
+                correlated=correlated, seed=seed, path=store, overwrite=True,
+            )
+            t1 = time.perf_counter()
+            echo(f"  written in {t1 - t0:.1f} s: {format_bytes(_disk_bytes(store))} on disk")
+            echo("Computing the summary (moments, covariance, histograms, mutual information) ...")
+            summary = describe(dataset, run=RunOptions(progress=progress))
+            t2 = time.perf_counter()
+        echo(f"\n  summary computed in {t2 - t1:.1f} s ({rows / max(t2 - t1, 1e-9):,.0f} rows/s)\n")
+        echo(report(summary))
+        if summary_target is not None:
+            summary.save(summary_target.path)  # checked before the compute; an earlier demo's is replaced
+            table = os.path.join(out_dir, "summary.csv")
+            with staged(table) as tmp:
+                summary.to_dataframe().to_csv(tmp)
+            echo(f"\nResults saved: {summary_target.path} (load with daskbatch.load_summary) and {table}")
+            echo(f"Kept {out_dir} ({format_bytes(_disk_bytes(out_dir))}): remove it when done")
+        echo(f"Total time {time.perf_counter() - t0:.1f} s")
+    finally:
+        if not keep:
+            size = format_bytes(_disk_bytes(out_dir))
+            shutil.rmtree(out_dir, ignore_errors=True)  # a directory this call made
+            echo(f"Removed the demo's data ({size} in {out_dir}); --keep keeps them and saves the results")
     return out_dir
+
+
+@contextlib.contextmanager
+def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
+    """A local cluster's client; on exit the workers stop first, then the client, then the cluster, quietly."""
+    from distributed import Client, LocalCluster  # lazy: distributed
+
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, dashboard_address=":0")
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        # The nanny kills a worker that has not exited 4 s after it was asked to (warning about it):
+        # the workers are retired first, each with time to exit, and a late one killed without a word,
+        # as nothing of the demo's is left on it.
+        nanny = logging.getLogger("distributed.nanny")
+        level = nanny.level
+        nanny.setLevel(logging.ERROR)
+        try:
+            with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
+                client.retire_workers(close_workers=True)
+            client.close(timeout=SHUTDOWN_SECONDS)
+            cluster.close(timeout=SHUTDOWN_SECONDS)
+        finally:
+            nanny.setLevel(level)
+
+
+def _dashboard(client: Any) -> str:
+    """The dashboard's link, or what it needs first: the base install leaves out bokeh, which draws it."""
+    from importlib.util import find_spec
+
+    if find_spec("bokeh") is None:
+        return f"needs bokeh (pip install bokeh, or the [notebook] extra), then at {client.dashboard_link}"
+    return str(client.dashboard_link)
+
+
+def _disk_bytes(path: str) -> int:
+    """Bytes of the files under ``path``."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file removed while counting
+                total += os.path.getsize(os.path.join(root, name))
+    return total
 
 
 def _prepare_kernels(features: int, classes: int, seed: int) -> None:

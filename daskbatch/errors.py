@@ -58,6 +58,13 @@ class RangeWarning(UserWarning):
     """
 
 
+class RebinnedWarning(UserWarning):
+    """``compare`` read one summary's cells on the other's bin edges from its quantile sketch: PSI, JS and χ² are approximate.
+
+    ``Drift.rebin_error`` bounds the error of every cumulative probability read that way.
+    """
+
+
 class OverflowWarning(UserWarning):
     """Some features' sums of squared deviations overflow float64: their variance is inf, as NumPy's.
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._common import warn
 from daskbatch._version import __version__
 from daskbatch.describing import describe
 from daskbatch.engine.pipeline import input_token, listed_token
@@ -34,7 +35,7 @@ from daskbatch.stats import ClassMoments, Histogram, Moments, MutualInformation
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import flag_out_of_range
-from daskbatch.stats.registry import Kept, declared_state, fused, statistic_params
+from daskbatch.stats.registry import STATISTICS, Kept, declared_state, fused, statistic_params
 from daskbatch.stats.spec import normalize_stats
 from daskbatch.summary import Summary
 
@@ -94,6 +95,10 @@ def merge(first: Summary, second: Summary) -> Summary:
             f"{_source_of(first, again[0])} (same content, {again[0]}): merging them again would count its rows "
             "twice; nothing was changed"
         )
+    ranked = _ranked(first)
+    if ranked:
+        warn(UserWarning(f"{', '.join(map(repr, ranked))} is left out of the merged summary: its ranks are each "
+                         "run's own, so it does not merge; describe all the rows together for it"))
     a, b = _on_common_classes(first.states, second.states)
     merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
     return _summary(first, second, merged)
@@ -210,7 +215,7 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     assert summary.states is not None
     moments = summary.states["moments"].statistic
     builtin = [name for name, k in summary.states.items() if fused(k.statistic)]
-    names = list(summary.provenance.get("stats") or builtin)
+    names = [n for n in summary.provenance.get("stats") or builtin if n not in _ranked(summary)]
     stats: list[Any] = [*names, Moments(ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy)]
     hist = summary.states["hist"].statistic if "hist" in summary.states else None
     if MutualInformation.name in normalize_stats(names):
@@ -394,6 +399,8 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
     """The merged summary: finalized as describe does, with the merge in its provenance."""
     results = {name: to_host(k.finalize()) for name, k in merged.items()}
     provenance = {k: v for k, v in first.provenance.items() if k in _SETTINGS}
+    if "stats" in provenance:
+        provenance["stats"] = [n for n in provenance["stats"] if n not in _ranked(first)]
     sources = _sources(first.provenance) + _sources(second.provenance)
     provenance.update(
         source=f"merge of {len(sources)} summaries",
@@ -414,6 +421,11 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
     if fraction is not None:
         summary.provenance["out_of_range"] = flag_out_of_range(fraction, first.feature_names)
     return summary
+
+
+def _ranked(summary: Summary) -> list[str]:
+    """The statistics of ``summary`` built from its own run's ranks, which merges leave out (``spearman``)."""
+    return [n for n in summary.provenance.get("stats") or () if n in STATISTICS and STATISTICS[n].needs_sketch]
 
 
 def _sources(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -198,6 +198,7 @@ def test_the_table_is_consistent() -> None:
     assert [n for n, d in STATISTICS.items() if d.selectable] == [
         "moments",
         "cov",
+        "spearman",
         "hist",
         "mi",
         "class_moments",

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not in
 if kernels.available():
     import numba
 
-    from daskbatch.stats.kernels import _bits
     from daskbatch.stats.kernels import _numba_moments as fast
     from daskbatch.stats.kernels._numba import BLOCK, _finite, _fourth_power, _load, _weight
+    from daskbatch.stats.kernels.path import numba_view
 
     @numba.njit(cache=True)  # compiled once per dtype and layout, as the kernels are
     def frozen_moments(x, lut, weights):  # noqa: ANN001, ANN201
@@ -186,7 +186,7 @@ def test_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: bool) 
     x0 = _chunk(case, dtype)
     w = np.random.default_rng(1).uniform(0.25, 4.0, x0.shape[0]) if weighted else None
     for x in _layouts(x0, weighted):
-        _equal(fast.moments_chunk(*_bits(x), w), frozen_moments(*_bits(x), w))
+        _equal(fast.moments_chunk(*numba_view(x), w), frozen_moments(*numba_view(x), w))
 
 
 @pytest.mark.parametrize(("case", "dtype", "weighted"), COMBOS)
@@ -201,7 +201,7 @@ def test_class_moments_bitwise_the_frozen_loop(case: str, dtype: str, weighted: 
         for loop in (fast.class_moments_chunk, frozen_class_moments):
             fields = [np.zeros((k, d), dtype=np.float64 if weighted else np.int64)]
             fields += [np.zeros((k, d)) for _ in range(4)]
-            loop(*_bits(x), codes, *fields, w)
+            loop(*numba_view(x), codes, *fields, w)
             states.append(tuple(fields))
         _equal(*states)
 

@@ -1,13 +1,16 @@
-"""The README is executed: every Python and shell block runs, as written, on small data.
+"""The README is executed: every Python and shell block runs, as written and in order, on small data.
 
-Each fenced block is one test, run in a fresh directory that holds the files the README names
-(``data.zarr``, ``jan.zarr``, ``feb.zarr``, ``stats.zarr``, ``a.zarr``, ``b.zarr``, ``batches/*.npz``,
-and the README's own YAML blocks under the names their first line gives). Python blocks run in a
-fresh namespace (only the placeholders the README calls "yours", ``loader`` and ``my_model_scores``,
-are given); shell blocks run with ``bash -e`` and this venv's ``daskbatch`` first on ``PATH``.
+The blocks run one after the other in one directory, as a user pasting the README would: the
+README's own first runnable block makes the small dataset (``daskbatch synth data.zarr ...``) that
+the others read, and the summaries they save are read by the ones after them. Only what the README
+calls the user's own is made here beforehand: the stores ``jan.zarr``, ``feb.zarr``, ``a.zarr``,
+``b.zarr``, the batch files ``batches/*.npz``, the data ``loader`` and ``my_model_scores``, and the
+README's YAML blocks under the names their first line gives. Python blocks run in a fresh namespace;
+shell blocks with ``bash -e``, this venv's ``daskbatch`` first on ``PATH`` and ``DASKBATCH_CLUSTER=threads``
+(no local cluster started per command).
 
-Blocks that install or run the whole suite are not run here; :data:`NOT_RUN` says which test
-covers each instead.
+A block that cannot run here (an install, a GPU, a running scheduler) says so in the README, in an
+HTML comment on the line before it: ``<!-- skip-test: why (the test that covers it) -->``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,8 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
-import time
 import tomllib
 
 import numpy as np
@@ -29,33 +30,21 @@ import daskbatch as db
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+#: (line, language, code, why it is not run or None), in the README's order.
 BLOCKS = [
-    (README.count("\n", 0, m.start()) + 2, m.group(1), m.group(2))
-    for m in re.finditer(r"^```(\w+)\n(.*?)^```", README, flags=re.S | re.M)
+    (README.count("\n", 0, m.start("fence")) + 2, m.group("lang"), m.group("code"), m.group("skip"))
+    for m in re.finditer(
+        r"(?:^<!-- skip-test: (?P<skip>[^\n]*?) -->\n)?(?P<fence>^```(?P<lang>\w+)\n(?P<code>.*?)^```)",
+        README, flags=re.S | re.M,
+    )
 ]
-
-#: Blocks not run here (by their first line), and the tests that cover them.
-NOT_RUN = {
-    # installs: a fresh venv of the wheel on the base dependencies (test_install), the GPU extras
-    # resolved against the index (test_packaging, slow), the extras named exist (below)
-    "git clone": "tests/test_install.py::test_wheel_runs_on_base_dependencies_only",
-    "python3 -m pip install '.[gpu-cu12]'": "tests/test_packaging.py::test_gpu_extra_resolves, "
-                                            "tests/test_readme.py::test_install_extras_exist",
-    "conda env create": "tests/test_readme.py::test_environment_yml_has_the_gpu_path",
-    # the opening lines: the demo (test_cli_describe checks the line and runs the demo small);
-    # the test command is what .ci/run runs
-    "python3 -m venv .venv": "tests/test_cli_describe.py::test_demo_small and .ci/run",
-}
-
-
-def _not_run(code: str) -> str | None:
-    return next((why for start, why in NOT_RUN.items() if code.startswith(start)), None)
+RUN = [(line, lang, code) for line, lang, code, skip in BLOCKS if lang in ("python", "bash") and skip is None]
 
 
 def _yaml_files() -> dict[str, str]:
     """The README's YAML blocks by the file name their first line (a comment) gives."""
     files = {}
-    for _, lang, code in BLOCKS:
+    for _, lang, code, _ in BLOCKS:
         if lang == "yaml":
             name = re.match(r"# (\S+\.yaml)", code)
             assert name is not None, f"a README YAML block names no file on its first line: {code[:60]!r}"
@@ -64,11 +53,9 @@ def _yaml_files() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """The files the README's blocks read, made once."""
-    here = tmp_path_factory.mktemp("readme-files")
-    db.synth(str(here / "data.zarr"), rows=20_000, features=32, classes=3, informative=8, chunk_rows=5_000)
-    db.describe(str(here / "data.zarr"), label="y").save(str(here / "stats.zarr"))
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """One directory for every block, holding what the README calls the user's own files."""
+    here = tmp_path_factory.mktemp("readme")
     # January and February: two months of the same process (feb's values fall in jan's ranges).
     rng = np.random.default_rng(3)
     shift = rng.normal(0.0, 1.0, (3, 32))
@@ -92,31 +79,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return here
 
 
-@pytest.fixture()
-def workdir(template: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
-    here = tmp_path / "run"
-    shutil.copytree(template, here)
-    monkeypatch.chdir(here)
-    return here
-
-
-def _scheduler(workdir: pathlib.Path, n_workers: int) -> list[subprocess.Popen[bytes]]:
-    """A scheduler and ``n_workers`` worker processes writing and reading ``scheduler.json``."""
-    # This interpreter's modules (the `dask` script of a shared install may run another Python).
-    started = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "scheduler.json",
-                                 "--no-dashboard", "--host", "127.0.0.1"], cwd=workdir,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    deadline = time.monotonic() + 120
-    while not (workdir / "scheduler.json").exists():
-        assert time.monotonic() < deadline, "the scheduler did not start"
-        time.sleep(0.2)
-    started.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", "scheduler.json",
-                                     "--nworkers", str(n_workers), "--nthreads", "1", "--no-dashboard",
-                                     "--memory-limit", "2GiB"], cwd=workdir,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    return started
-
-
 class _Loader:
     """The README's ``loader``: (x, y) batches of a user's data loader."""
 
@@ -131,21 +93,25 @@ def my_model_scores(block: np.ndarray) -> np.ndarray:
     return np.asarray(block, dtype=np.float64).sum(axis=1)
 
 
-RUN = [(line, lang, code) for line, lang, code in BLOCKS if lang in ("python", "bash") and _not_run(code) is None]
-
-
 def test_blocks_are_all_accounted_for() -> None:
-    # A new block is run, or says here which test covers it.
-    langs = {lang for _, lang, _ in BLOCKS}
+    # Every block runs, or says in the README why not; the README makes its dataset before anything reads it.
+    langs = {lang for _, lang, _, _ in BLOCKS}
     assert langs <= {"python", "bash", "yaml"}, langs
-    skipped = [code.splitlines()[0] for _, lang, code in BLOCKS if lang != "yaml" and _not_run(code)]
-    assert len(skipped) == len(NOT_RUN), skipped
-    assert len(RUN) >= 8 and set(_yaml_files()) == {"job.yaml", "describe-options.yaml"}
+    markers = re.findall(r"<!-- skip-test:", README)
+    skipped = [(line, skip) for line, lang, _, skip in BLOCKS if skip is not None]
+    assert len(markers) == len(skipped), "a skip-test marker that is not on the line before a block"
+    assert all(why.strip() for _, why in skipped), skipped
+    assert len(RUN) >= 20 and set(_yaml_files()) == {"job.yaml", "describe-options.yaml"}
+    line, lang, first = RUN[0]
+    assert lang == "bash" and first.startswith("daskbatch synth data.zarr"), first
+    assert not any("data.zarr" in code for at, _, code, _ in BLOCKS if at < line), "a block reads data.zarr before it is made"
+    assert not any("--scheduler-file" in code for _, _, code in RUN)  # a running scheduler: marked
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("line", "lang", "code"), RUN, ids=[f"README.md:{line}-{lang}" for line, lang, _ in RUN])
-def test_readme_block_runs(line: int, lang: str, code: str, workdir: pathlib.Path) -> None:
+def test_readme_block_runs(line: int, lang: str, code: str, workdir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workdir)
     if lang == "python":
         namespace = {"__name__": "__readme__"}
         if "loader" in code:
@@ -154,15 +120,12 @@ def test_readme_block_runs(line: int, lang: str, code: str, workdir: pathlib.Pat
             namespace["my_model_scores"] = my_model_scores
         exec(compile(code, f"README.md:{line}", "exec"), namespace)  # noqa: S102 - running the docs is the test
         return
-    started = _scheduler(workdir, 2) if "scheduler.json" in code else []
-    try:
-        env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        proc = subprocess.run(["bash", "-e", "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
-                              timeout=560, stdin=subprocess.DEVNULL)
-    finally:
-        for p in reversed(started):
-            p.terminate()
-            p.wait(timeout=60)
+    # The commands as written, on dask's threaded scheduler: a local cluster per command would
+    # take most of the test's time (tests/test_cli_describe.py starts them).
+    env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               DASKBATCH_CLUSTER="threads")
+    proc = subprocess.run(["bash", "-e", "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=560, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, f"README.md:{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 

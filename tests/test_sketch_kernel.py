@@ -22,8 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from daskbatch.stats import Sketch, kernels
+from daskbatch.stats import Sketch
 from daskbatch.stats.kernels import _numba_sketch, _sketch_table
+from daskbatch.stats.kernels.path import numba_view
 from daskbatch.testing import assert_states_equal
 
 TINY = float(np.finfo(np.float64).smallest_normal)
@@ -48,7 +49,7 @@ def compiled_and_reference(sk: Sketch, x: np.ndarray) -> None:
     counts = np.zeros_like(np.asarray(fast.counts))
     offset = np.empty_like(np.asarray(fast.offset))
     collapsed = np.empty(offset.shape, dtype=np.uint8)
-    data, lut = kernels._bits(x)  # as the wrapper hands chunks to the kernels
+    data, lut = numba_view(x)  # as the wrapper hands chunks to the kernels
     fmin, fmax = _numba_sketch.sketch_counts_log(
         data, lut, sk.ln_gamma, sk.min_magnitude, k_min, k_max, sk.n_buckets, sk.buckets_kept, counts, offset, collapsed,
         None,

@@ -149,6 +149,26 @@ def logging_params() -> list[click.Option]:
     ]
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as daskbatch's own refusals are: one line on stderr, exit 2."""
+
+    def show(self, file: Any = None) -> None:
+        """Write ``error: <what>`` and where the options are explained, on one line."""  # numpydoc ignore=PR01
+        where = f" (options: {self.ctx.command_path} --help)" if self.ctx is not None else ""
+        click.echo(f"error: {' '.join(self.format_message().split())}{where}", err=True, file=file)
+
+
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """Within the block, click's usage errors (bad option values, missing arguments) become one line."""
+    try:
+        yield
+    except (click.exceptions.NoArgsIsHelpError, OneLineUsageError):
+        raise  # `daskbatch` alone shows the help; one line already
+    except click.UsageError as exc:
+        raise OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+
 class LoggingGroup(click.Group):
     """A click group whose commands all take the logging options (before or after their name)."""
 
@@ -158,11 +178,27 @@ class LoggingGroup(click.Group):
         cmd.params.extend(p for p in logging_params() if not taken.intersection(p.opts))
         super().add_command(cmd, name)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        """Parse the group's options; a usage error is one line."""  # numpydoc ignore=PR01,RT01
+        with _usage_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Parse and run the command; its usage errors (and those it raises) are one line."""  # numpydoc ignore=PR01,RT01
+        with _usage_in_one_line():
+            return super().invoke(ctx)
+
 
 def is_quiet() -> bool:
     """Tell whether ``-q/--quiet`` was given to the running command (False outside click)."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and _settings(ctx).quiet
+
+
+def report(text: str, *, err: bool = False) -> None:
+    """Print a line of a command's human-readable report, unless ``-q`` asked for errors only."""  # numpydoc ignore=PR01
+    if not is_quiet():
+        click.echo(text, err=err)
 
 
 def setup_from_context(ctx: click.Context) -> None:

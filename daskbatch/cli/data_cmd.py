@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
 import click
 
-from daskbatch.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, is_quiet, main, user_errors
-from daskbatch.cli.options import device_option, n_classes_options, resolve_n_classes
+from daskbatch.cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    is_quiet,
+    main,
+    report,
+    user_errors,
+)
+from daskbatch.cli.options import (
+    device_option,
+    n_classes_options,
+    resolve_n_classes,
+    table_options,
+    table_report,
+)
 from daskbatch.config import packaged
-from daskbatch.demo import run_demo
+from daskbatch.demo import DEMO_ROWS, run_demo
 from daskbatch.runtime.runlock import exit_now
 
 
@@ -55,7 +69,7 @@ def synth_cmd(
         device=device, generator=generator,  # type: ignore[arg-type]  # click.Choice has validated both
     )
     share = "" if rank is None else f" (rank {rank} of {world_size}: rows {ds.attrs['synth']['row_range']})"
-    click.echo(
+    report(
         f"wrote {ds.x.shape[0]:,} rows x {features:,} features{share} ({ds.x.dtype}"
         f"{f', {classes} classes' if classes else ''}) to {out} in {time.perf_counter() - t0:.1f} s"
     )
@@ -108,7 +122,7 @@ def ingest_cmd(
         raise click.UsageError("give at least one source and the output store")
     *sources, out = paths
     try:
-        report = ingest(
+        ingested = ingest(
             sources, out, x_key=x_key, label_key=label_key, labels=labels, masks=masks, dtype=dtype,
             chunk_rows=chunk_rows, compressor=compressor, workers=workers, overwrite=overwrite,
             progress=not is_quiet(),  # drawn on a terminal only; the log has start and end
@@ -116,8 +130,7 @@ def ingest_cmd(
     except KeyboardInterrupt:
         click.echo(f"interrupted: {out} is incomplete; run the same command again to resume", err=True)
         exit_now(EXIT_INTERRUPTED)
-    if not is_quiet():
-        click.echo(report.summary())
+    report(ingested.summary())
 
 
 @main.command("inspect")
@@ -150,8 +163,8 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({**ds.provenance(), "chunks_decoded": False, "note": not_decoded}, indent=2))
     else:
-        click.echo(repr(ds))
-        click.echo(f"  {not_decoded}")
+        report(repr(ds))
+        report(f"  {not_decoded}")
     for w in caught:
         click.echo(f"warning: {w.message}", err=True)
 
@@ -178,24 +191,35 @@ def verify_command(store: str, threads: int | None, as_json: bool) -> None:
     """
     from daskbatch.io.verify import verify_store  # lazy: dask, zarr
 
-    report = verify_store(store, threads=threads)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.summary())
-    if not report.ok:
+    checked = verify_store(store, threads=threads)
+    if as_json:
+        click.echo(json.dumps(checked.to_dict(), indent=2))
+    else:  # -q: the exit status says it
+        report(checked.summary())
+    if not checked.ok:
         sys.exit(EXIT_FAILURE)
 
 
 @main.command("demo")
-@click.option("--rows", default=2_000_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--rows", default=DEMO_ROWS, show_default=True, type=click.IntRange(min=1),
+              help="Rows of the synthetic dataset (--rows 2000000: the full-size demo, about 0.5 GB).")
 @click.option("--features", default=64, show_default=True, type=click.IntRange(min=1))
 @n_classes_options(2, "Number of label classes.  [default: 3]")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Worker processes (default: cores, at most 4).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="Threads per worker.")
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Directory for data and results (default: a new temporary one).")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Directory for data and results, kept (default: a new temporary one, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary directory's data and save the results there.")
 @click.option("--seed", default=0, show_default=True)
+@table_options
 @user_errors
-def demo_command(rows: int, features: int, n_classes: int | None, class_values: str | None, workers: int | None, threads: int, out_dir: str | None, seed: int) -> None:
+def demo_command(
+    rows: int, features: int, n_classes: int | None, class_values: str | None, workers: int | None, threads: int,
+    out_dir: str | None, keep: bool, seed: int, table_rows: int, show_all: bool,
+) -> None:
     """Generate a labelled dataset, start a local cluster, and print its full summary."""
     classes = resolve_n_classes(n_classes, class_values, consecutive=True) or 3
 
-    run_demo(rows=rows, features=features, classes=classes, workers=workers,
-             threads_per_worker=threads, out_dir=out_dir, seed=seed, echo=click.echo)
+    run_demo(rows=rows, features=features, classes=classes, workers=workers, threads_per_worker=threads,
+             out_dir=out_dir, keep=keep, seed=seed, progress=not is_quiet(), echo=report,
+             report=functools.partial(table_report, top=10, table_rows=table_rows, show_all=show_all))

@@ -26,6 +26,8 @@ from daskbatch.cli.options import (
     config_option,
     device_option,
     parse_classes,
+    table_options,
+    table_report,
 )
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir
@@ -37,7 +39,6 @@ from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lo
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS
 from daskbatch.summary import load_summary
-from daskbatch.summary.reprs import format_report
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
@@ -107,7 +108,11 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     help="Add STORE's rows to the saved summary STATS: describe them with STATS's settings and histogram "
     "ranges, merge, and write the result to --out (default: replace STATS once complete).",
 )
-@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the summary as JSON ('-' for stdout).")
+@click.option("--json", "json_path", type=click.Path(), default=None,
+              help="Write the results as JSON ('-' for stdout): statistics, quantiles, provenance.")
+@click.option("--json-states", is_flag=True,
+              help="With --json, also the quantile sketch's buckets and the fine histogram behind the quantiles "
+              "(large: up to 237 kB a feature; Summary.to_json(states=True)).")
 @click.option(
     "--overwrite", is_flag=True,
     help="Let --out and --json replace a path that is not a daskbatch summary (an earlier summary is "
@@ -124,6 +129,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="A progress bar per pass on stderr, when stderr is a terminal (the log records the passes either way).")
 @click.option("--top", default=10, show_default=True, help="Rows of the correlated-pairs and MI tables.")
+@table_options
 @cluster_options
 @config_option
 @user_errors
@@ -134,7 +140,7 @@ def describe_command(
     like_path: str | None, ddof: int, cov_rows: str,
     missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool | None, device: str, progress: bool,
-    top: int,
+    top: int, table_rows: int, show_all: bool, json_states: bool,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
 ) -> None:
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
@@ -148,10 +154,14 @@ def describe_command(
     from daskbatch.engine.planner import plan_describe  # lazy: dask
     from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
+    from daskbatch.io.readers import refuse_unreadable_path  # lazy: dask
+    from daskbatch.io.tables import is_table_path, open_table  # lazy: dask
     from daskbatch.io.zarr_store import MissingPolicy  # lazy: dask, zarr
     from daskbatch.stats import Moments  # lazy: numpy
 
     quiet = is_quiet()
+    if json_states and json_path is None:
+        raise click.UsageError("--json-states adds to --json: give --json PATH (or --json -) too")
     # click.Choice has validated --nan-policy.
     settings: dict[str, Any] = {
         "stats": [*stats.split(","), Moments(ddof=ddof, nan_policy=cast(NanPolicy, nan_policy))],
@@ -179,7 +189,11 @@ def describe_command(
         # being updated is not replaced under the update (nor updated while this run writes it).
         click.get_current_context().with_resource(summary_lock(out))
     # click.Choice has validated --missing.
-    dataset = open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    refuse_unreadable_path(store)  # a missing path or a CSV file, named in one line
+    dataset: Any = (
+        open_table(store, label=label) if is_table_path(store)  # Parquet / Arrow IPC files: columns by name
+        else open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+    )
     if previous is not None and update_path is not None:
         check_label(previous, update_path, dataset)
     if previous is not None:
@@ -243,17 +257,17 @@ def describe_command(
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     report_to_stderr = json_path == "-"
     if not quiet:
-        click.echo(format_report(summary, k=top), err=report_to_stderr)
+        click.echo(table_report(summary, top=top, table_rows=table_rows, show_all=show_all), err=report_to_stderr)
     if "out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
         if not quiet:
             click.echo(f"{'updated summary' if previous is not None else 'summary'} written to {out}", err=report_to_stderr)
     if "json" in targets:
-        write_json(targets["json"], summary.to_json())
+        write_json(targets["json"], summary.to_json(states=json_states))
         if not quiet:
             click.echo(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
-        click.echo(json.dumps(summary.to_json(), default=str))
+        click.echo(json.dumps(summary.to_json(states=json_states), default=str))
 
 
 def _pairwise_cov(stats: list[Any]) -> list[Any]:

@@ -10,7 +10,7 @@ from importlib.metadata import distributions
 
 import click
 
-from daskbatch.cli._common import main, user_errors
+from daskbatch.cli._common import main, report, user_errors
 from daskbatch.jobs.report import versions
 from daskbatch.jobs.spec import effective_config
 from daskbatch.runtime.capacity import cuda_device_count
@@ -93,16 +93,16 @@ def info_command(as_json: bool, gpu_check: bool) -> None:
     if as_json:
         click.echo(json.dumps(facts, indent=2, default=str))
         return
-    click.echo(f"python {facts['python']} on {facts['platform']}")
+    report(f"python {facts['python']} on {facts['platform']}")
     for name, ver in facts["packages"].items():
-        click.echo(f"  {name:<14} {ver or '-'}")
-    click.echo("GPU stack:")
+        report(f"  {name:<14} {ver or '-'}")
+    report("GPU stack:")
     for name, ver in facts["gpu"].items():
-        click.echo(f"  {name:<14} {ver or '-'}")
-    click.echo(f"CUDA devices: {facts['cuda_devices']}")
-    click.echo("daskbatch config (dask.config 'daskbatch', DASK_DASKBATCH__* to override):")
+        report(f"  {name:<14} {ver or '-'}")
+    report(f"CUDA devices: {facts['cuda_devices']}")
+    report("daskbatch config (dask.config 'daskbatch', DASK_DASKBATCH__* to override):")
     for key, value in facts["config"].items():
-        click.echo(f"  {key}: {value}")
+        report(f"  {key}: {value}")
 
 
 def _gpu_check(as_json: bool) -> None:
@@ -119,10 +119,10 @@ def _gpu_check(as_json: bool) -> None:
                                "verdict": check.verdict(), "versions": versions, "auto": auto}, indent=2))
     else:
         for name, ver in versions.items():
-            click.echo(f"  {name:<14} {ver or '-'}")
+            report(f"  {name:<14} {ver or '-'}")
         why = "the GPU check below failed" if not check.ok else auto["reason"]
-        click.echo(f"device='auto': {auto['device'] or '?'} for {auto['chunk']} chunks ({why})")
-        click.echo(check.verdict())
+        report(f"device='auto': {auto['device'] or '?'} for {auto['chunk']} chunks ({why})")
+        report(check.verdict())
     if not check.ok:
         raise SystemExit(1)
 
@@ -163,4 +163,4 @@ def config_command(show: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
-        click.echo(yaml.safe_dump(payload, sort_keys=False, default_flow_style=False).rstrip())
+        report(yaml.safe_dump(payload, sort_keys=False, default_flow_style=False).rstrip())

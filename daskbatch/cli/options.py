@@ -26,6 +26,7 @@ from daskbatch.jobs.spec import (
 from daskbatch.runtime.cluster import KINDS
 from daskbatch.runtime.cluster import cluster as start_cluster
 from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
+from daskbatch.summary.reprs import TEXT_ROWS, format_report
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -74,9 +75,10 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
                          help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
         f = click.option(
             "--cluster", type=click.Choice(CLUSTER_CHOICES), default=default, show_default=True,
+            envvar="DASKBATCH_CLUSTER",
             help="Cluster to start: auto (one dask-cuda worker per GPU, else local), local, "
             "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
-            "threads (no cluster: dask's threaded scheduler).",
+            "threads (no cluster: dask's threaded scheduler); env DASKBATCH_CLUSTER.",
         )(f)
         return f
 
@@ -101,6 +103,25 @@ def client_from_options(
         cluster, address=address, scheduler_file=scheduler_file, **kwargs
     ) as client:
         yield client
+
+
+#: What the footer of a shortened table names at the command line (``.to_dataframe()`` in Python).
+SHOW_ALL_OPTIONS = "--all, or --table-rows N"
+
+
+def table_options(func: F) -> F:
+    """Add ``--all`` and ``--table-rows N``: how many features the printed table shows."""  # numpydoc ignore=PR01,RT01
+    func = click.option(
+        "--table-rows", type=click.IntRange(min=1), default=TEXT_ROWS, show_default=True, metavar="N",
+        help="Features shown in the printed table (the first N).",
+    )(func)
+    return click.option("--all", "show_all", is_flag=True, help="Show every feature in the printed table.")(func)
+
+
+def table_report(summary: Any, *, top: int, table_rows: int, show_all: bool) -> str:
+    """The report of ``describe`` and ``demo``: the table as long as ``--all``/``--table-rows`` ask."""
+    shown = summary.n_features if show_all else table_rows
+    return format_report(summary, k=top, rows=shown, show_all=SHOW_ALL_OPTIONS)
 
 
 def parse_classes(text: str | None) -> list[int] | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import click
 from click.core import ParameterSource
 
-from daskbatch.cli._common import EXIT_INTERRUPTED, main, user_errors
+from daskbatch.cli._common import EXIT_INTERRUPTED, main, report, user_errors
 from daskbatch.cli.options import config_option, n_classes_options, resolve_n_classes
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.planner import plan
@@ -127,9 +127,9 @@ def plan_command(
         out["skipped"] = skipped
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(result.explain())
+        report(result.explain())
         if skipped:
-            click.echo(f"  note: {skipped}")
+            report(f"  note: {skipped}")
 
 
 _EPILOG = (

@@ -8,7 +8,7 @@ import os
 import click
 
 import daskbatch as db
-from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, user_errors
+from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, report, user_errors
 from daskbatch.cli.options import device_option
 from daskbatch.config import packaged
 from daskbatch.errors import Interrupted
@@ -70,14 +70,14 @@ def select_command(
         summary, score=score, mode=mode, param=param, min_variance=min_variance, max_corr=max_corr,  # type: ignore[arg-type]
     )
     n = int(selection.selected.sum())
-    click.echo(f"{n} of {len(selection.feature_names)} features selected by {score} ({mode}={selection.param})")
+    report(f"{n} of {len(selection.feature_names)} features selected by {score} ({mode}={selection.param})")
     table = selection.to_dataframe().sort_values("rank")
-    click.echo(table.head(30).to_string(float_format=lambda v: f"{v:.6g}"))
+    report(table.head(30).to_string(float_format=lambda v: f"{v:.6g}"))
     if len(table) > 30:
-        click.echo(f"... {len(table) - 30} more features")
+        report(f"... {len(table) - 30} more features")
     if out is not None:
         selection.save(out, overwrite=overwrite)
-        click.echo(f"selection written to {out}")
+        report(f"selection written to {out}")
 
 
 def _bounds(text: str) -> tuple[float | None, float | None]:
@@ -146,7 +146,7 @@ def transform_command(
     try:
         # SIGTERM before the blocks run (opening the store, building the graph) ends the run too, resumably.
         with sigterm_as_interrupt():
-            report = db.transform(
+            written = db.transform(
                 dataset, steps, out, overwrite=overwrite, chunk_rows=chunk_rows, dtype=dtype, device=device,  # type: ignore[arg-type]
                 progress=progress and not is_quiet(),
             )
@@ -154,8 +154,7 @@ def transform_command(
         why = str(exc) if isinstance(exc, Interrupted) else "run the same command again to resume"
         click.echo(f"interrupted: {why}", err=True)
         exit_now(EXIT_INTERRUPTED)
-    if not is_quiet():
-        click.echo(report.summary())
+    report(written.summary())
 
 
 @main.command("compare")
@@ -193,15 +192,15 @@ def compare_command(
     if to_stderr:
         click.echo(json.dumps(drift.to_json()))
     else:
-        click.echo(f"drift of {len(drift.table)} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
-        click.echo(drift.top(top, by).to_string(float_format=lambda v: f"{v:.4g}"))
+        report(f"drift of {len(drift.to_dataframe())} features: {drift.rows[1]:,} rows against {drift.rows[0]:,}")
+        report(drift.top(top, by).to_string(float_format=lambda v: f"{v:.4g}"))
     if "--json" in targets:
-        click.echo(f"report written to {write_json(targets['--json'], drift.to_json())}")
+        report(f"report written to {write_json(targets['--json'], drift.to_json())}")
     if "--plot" in targets:
         figure = drift.plot(k=top)
         # The temporary file's name has no image suffix: the format is given.
         written = write_output(targets["--plot"], lambda tmp: figure.savefig(tmp, format=figure_format))
-        click.echo(f"figure written to {written}", err=to_stderr)
+        report(f"figure written to {written}", err=to_stderr)
 
 
 def _figure_format(path: str) -> str:

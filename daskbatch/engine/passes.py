@@ -74,13 +74,13 @@ class PassRunner:
         return self._kept[-1] if self._kept else self.data
 
     def run(
-        self, first: Bundle, second: Callable[[dict[str, Any]], Bundle | None]
+        self, first: Bundle, second: Callable[[dict[str, Any], dict[str, Kept]], Bundle | None]
     ) -> tuple[dict[str, Kept], dict[str, Any], FeatureMatrix]:
         """Run ``first``, then the bundle ``second`` makes of its results: merged states and host results by name."""
         with _span("daskbatch-describe"):  # one span per describe call: the dashboard groups its tasks
             kept = _kept_by_name(first, self(first, finalize=False))
             results = to_host({name: k.finalize() for name, k in kept.items()})
-            then = second(results)
+            then = second(results, kept)
             if then is not None:
                 more = _kept_by_name(then, self(then, 2, finalize=False))
                 kept.update(more)

@@ -53,6 +53,7 @@ from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept, footprint_of
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
+from daskbatch.stats.spearman import RankMap, Spearman
 from daskbatch.stats.spec import (
     COV,
     SKETCH,
@@ -62,6 +63,7 @@ from daskbatch.stats.spec import (
     describe_statistics,
     grouped_statistics,
     names_of,
+    ranks_by_sketch,
     requested,
     target_statistics,
     user_statistics,
@@ -161,11 +163,14 @@ def _computed(
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
     pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    ranked = ranks_by_sketch(wanted)
+    if ranked and data.weights is not None:
+        raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
     planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, never tiled
     chosen, planned = plan_dropping_sketch(
         lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
                                *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
-        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats),
+        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
     )
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
     dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
@@ -202,7 +207,8 @@ def _computed(
 
     # -- the passes: the first fused, the second (histograms) on ranges found from the first's results
     explicit = range_ is not None and not is_minmax(range_)
-    two_passes = counts_histograms(wanted) and (not explicit or found_cuts)  # target bins need a first pass
+    binned_later = counts_histograms(wanted) and (not explicit or found_cuts)  # target bins need a first pass
+    two_passes = binned_later or ranked
     cached = two_passes and run.checkpoint is None and _cache_blocks(run.cache, data, chosen, device)
     if cached:  # both passes read the decoded blocks (and the label's, 1/D of them) from memory
         log.info("keeping the %s MiB of decoded blocks in memory for both passes (cache=%r)",
@@ -226,12 +232,15 @@ def _computed(
         zarr_x = getattr(data.source, "zarr_x", None)
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
 
-    def second_pass(results: dict[str, Any]) -> Bundle | None:
-        """Check the first pass's results; the histograms of the second on the ranges they give (None: one pass)."""
+    def second_pass(results: dict[str, Any], kept: dict[str, Kept]) -> Bundle | None:
+        """Check the first pass's results; the second pass's statistics on what they give (None: one pass)."""
         m = results[Moments.name]
         _check_moments(m, moments.nan_policy, data)
         if not two_passes:
             return None
+        ranks = (Spearman(RankMap.from_sketch(kept[Sketch.name].statistic, kept[Sketch.name].state)),) if ranked else ()
+        if not binned_later:
+            return Bundle(ranks)
         sketch = results[Sketch.name] if range_ is None else None
         lo, hi = histogram_ranges(range_, data.x.shape[1], m.finite_min, m.finite_max, sketch=sketch)
         log.debug("histogram ranges of %d features from %s", len(lo), "each feature's min and max"
@@ -245,7 +254,7 @@ def _computed(
         if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
             q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
             second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)), hi=tuple(map(float, q_hi))))
-        return Bundle(tuple(second))
+        return Bundle((*second, *ranks))
 
     kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
     if token is None:
@@ -287,7 +296,7 @@ def _computed(
     # A tiled covariance has no mergeable state. The fine quantile histogram's ranges are this run's
     # own: a merge or an update could not continue it (the sketch's dyadic grid does).
     states = None if tiled else {
-        name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram)
+        name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram | Spearman)
     }
     return Computed(data=data, results=results, states=states, provenance=provenance)
 

@@ -112,8 +112,6 @@ def plan(
     >>> p.chunk_rows
     1000
     """
-    from dask.utils import parse_bytes  # lazy: dask
-
     from daskbatch import config  # lazy: dask
 
     device = checked_device(device)
@@ -131,13 +129,12 @@ def plan(
         resources = resources_auto(device=None if device == "auto" else device)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, 'auto' or None, got {resources!r}")
+    settings = config.planner_settings()
     return plan_chunks(
         tuple(x.shape), x.dtype.itemsize, storage, resources, stats=tuple(stats), bins=bins,
         n_classes=n_classes,
         split_every=split_every if split_every is not None else resolve_split_every(None),
-        memory_fraction=float(config.get("memory-fraction")),
-        reserved_bytes=parse_bytes(config.get("reserved-memory")),
-        target_chunk_bytes=parse_bytes(config.get("target-chunk-bytes")),
+        **{k: settings[k] for k in ("memory_fraction", "reserved_bytes", "target_chunk_bytes")},
         dtype=str(x.dtype),
         compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
                                      gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,

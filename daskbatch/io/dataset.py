@@ -18,6 +18,7 @@ import dask.array as da
 from dask.utils import format_bytes
 
 from daskbatch import _common as _html
+from daskbatch._common import plural
 from daskbatch.io.chunk_grid import Chunks
 from daskbatch.io.zarr_store import (
     LAYOUT_ATTR,
@@ -172,7 +173,7 @@ class Dataset:
             ),
             (
                 "chunks",
-                f"storage {self.store_chunks}, dask {self.x.numblocks[0]} blocks of "
+                f"storage {self.store_chunks}, dask {plural(self.x.numblocks[0], 'block')} of "
                 f"{self.x.chunks[0][0] if self.x.chunks[0] else 0:,} rows",
             ),
             ("label", label),

@@ -27,6 +27,8 @@ import dask.array as da
 import numpy as np
 from numpy.lib import format as npformat
 
+from daskbatch.io import tables
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -157,6 +159,8 @@ class ZarrReader(DatasetReader):
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
         from daskbatch.io.dataset import open_dataset  # lazy: the Dataset sits above the readers
 
+        if isinstance(x, str | os.PathLike):
+            refuse_unreadable_path(os.fspath(x))
         chunks: Any = "auto"
         node = _zarr_array_of(x)
         if node is not None:  # read through the store, as its path is, in the user's row blocks
@@ -166,6 +170,35 @@ class ZarrReader(DatasetReader):
         name = label if isinstance(label, str) else None
         dataset = open_dataset(x, label=name, missing=missing, chunks=chunks)  # type: ignore[arg-type]
         super().__init__(dataset, None if name is not None else label, what=what, missing=missing)
+
+
+def refuse_unreadable_path(where: Any) -> None:
+    """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line."""
+    if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no such file or directory: {where!r}")
+    if isinstance(where, str) and where.lower().endswith(tables.TEXT_SUFFIXES) and os.path.isfile(where):
+        raise ValueError(
+            f"{where!r} is a text table, which daskbatch does not read (no types, no row groups): convert it to "
+            "Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), and describe that"
+        )
+
+
+class TableReader(DatasetReader):
+    """Parquet or Arrow IPC files (a file, a directory, a URL), or a :class:`~daskbatch.io.tables.Table`."""
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is a Table or the path or URL of table files."""
+        return isinstance(x, tables.Table) or tables.is_table_path(x)
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+        name = label if isinstance(label, str) else None
+        if not isinstance(x, tables.Table):
+            x = tables.open_table(x, label=name)
+        elif name is not None and name != x.label_name:  # the label is one of its columns
+            columns = [c for c in x.feature_names if c != name]
+            x = tables.open_table(x.path, columns, label=name, storage_options=x.storage_options)
+        super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
 class DataFrameReader(Reader):
@@ -222,7 +255,7 @@ class DataArrayReader(Reader):
 
 
 #: Readers of ``describe``'s ``x``, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
-READERS: tuple[type[Reader], ...] = (ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
+READERS: tuple[type[Reader], ...] = (TableReader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
 
 
 def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> Reader:
@@ -433,9 +466,25 @@ class ZarrFileReader(FileReader):
         return np.asarray(cls._array(path, key, "x")[start:stop])
 
 
+class TableFileReader(FileReader):
+    """A Parquet or Arrow IPC file: x is its numeric columns (key ``X``, less ``!name`` s), labels and masks by name."""
+
+    @classmethod
+    def part(cls, path: str, key: str, what: str) -> Part:
+        """Shape and dtype of x or of one column."""
+        shape, dtype = tables.table_part(path, key, what)
+        return Part(shape, dtype)
+
+    @classmethod
+    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows of x or of one column."""
+        return tables.table_rows(path, key, start, stop, x=len(part.shape) == 2)
+
+
 #: Ingest's batch-file readers by suffix (a directory holding Zarr metadata is a Zarr store).
 FILE_READERS: dict[str, type[FileReader]] = {
     ".npy": NpyReader, ".npz": NpzReader, ".h5": H5Reader, ".hdf5": H5Reader, ".zarr": ZarrFileReader,
+    **dict.fromkeys(tables.TABLE_SUFFIXES, TableFileReader),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import zarr
 
+from daskbatch._common import plural
 from daskbatch.io.chunk_grid import (
     absent_name,
     absent_positions,
@@ -117,14 +118,14 @@ class VerifyReport:
         total = sum(a.n_chunks for a in self.arrays)
         if self.ok and self.absent:
             lines.append(
-                f"OK: {total:,} chunks of {len(self.arrays)} array(s) decoded or absent (fill value): "
+                f"OK: {plural(total, 'chunk')} of {plural(len(self.arrays), 'array')} decoded or absent (fill value): "
                 f"{len(self.absent):,} absent, as their writer leaves out chunks that hold only the fill value"
             )
         elif self.ok:
-            lines.append(f"OK: all {total:,} chunks of {len(self.arrays)} array(s) present and decoded")
+            lines.append(f"OK: {plural(total, 'chunk')} of {plural(len(self.arrays), 'array')}, all present and decoded")
         else:
             counts = ", ".join(f"{n:,} {kind}" for kind, n in self.counts().items() if n)
-            lines.append(f"FAILED: {counts} of {total:,} chunks")
+            lines.append(f"FAILED: {counts} of {plural(total, 'chunk')}")
         return "\n".join(lines)
 
 

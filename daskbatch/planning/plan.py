@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskbatch import _common as _html
+from daskbatch._common import plural as _plural
 from daskbatch.planning.memory import (
     StatLike,
     chunk_task_terms,
@@ -236,7 +237,7 @@ class Plan:
         n_rows, d = self.shape
         head = (
             f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {self.n_chunks:,} chunk"
-            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {self.n_tasks:,} tasks"
+            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {_plural(self.n_tasks, 'task')}"
         )
         return _html.repr_block(
             _html.escape(head), _html.key_value_table(styled), subtitle=_html.escape(title)
@@ -341,7 +342,7 @@ def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
         "",
         f"{_plural(p.n_chunks, 'chunk')} for {_plural(threads, 'thread')} "
         f"(aim: >= {2 * threads} when the data allow), split_every {p.split_every} -> "
-        f"{p.n_tasks:,} tasks",
+        f"{_plural(p.n_tasks, 'task')}",
     ))
     if p.feature_tile:
         n_tiles = math.ceil(d / p.feature_tile)
@@ -360,7 +361,3 @@ def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
     return title, lines
 
 
-def _plural(n: float, word: str, plural: str | None = None) -> str:
-    """``1 chunk``, ``2 chunks``, ``1,000 chunks``, ``2.5 storage chunks``."""
-    text = f"{n:,}" if isinstance(n, int) else f"{n:,.4g}"
-    return f"{text} {word if n == 1 else (plural or word + 's')}"

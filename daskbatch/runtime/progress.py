@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
+from daskbatch._common import plural
 from daskbatch.errors import Cancelled
 from daskbatch.runtime.capacity import active_client
 
@@ -296,7 +297,9 @@ class Progress:
     def _size_text(self) -> str:
         from dask.utils import format_bytes  # lazy: dask
 
-        parts = [f"{self.total:,} {self.unit}"] if self.total is not None else []
+        # "1 block", "2 blocks": units are named in the plural (blocks, chunks, tasks, batches)
+        one = self.unit[:-2] if self.unit.endswith("ches") else self.unit.removesuffix("s")
+        parts = [plural(self.total, one, self.unit)] if self.total is not None else []
         if self.rows is not None:
             parts.append(f"{self.rows:,} rows")
         if self.nbytes is not None:

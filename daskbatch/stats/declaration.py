@@ -193,6 +193,8 @@ class Declaration:  # numpydoc ignore=PR02
         Computed only with a label or a continuous target; only with a class label.
     needs_ranges, by_label : bool, default False
         Counts into bins whose ranges are given or found by a first pass; per class of the label.
+    needs_sketch : bool, default False
+        Built for the second pass from the first pass's merged sketch (``spearman``'s ranks).
     selectable : bool, default True
         Users may name it (``--stats``); else the engine adds it (``qhist``).
     fused : bool, default True
@@ -211,6 +213,7 @@ class Declaration:  # numpydoc ignore=PR02
     needs_class_label: bool = False
     needs_ranges: bool = False
     by_label: bool = False
+    needs_sketch: bool = False
     selectable: bool = True
     fused: bool = True
     kernels: tuple[str, ...] = ()

@@ -32,6 +32,7 @@ from daskbatch.stats import (
     moments,
     mutual_info,
     sketch_windows,
+    spearman,
     target,
     tiled,
 )
@@ -47,6 +48,7 @@ __all__ = [
 STATISTICS: dict[str, Declaration] = {d.name: d for d in (
     moments.DECLARATION,
     comoments.DECLARATION,
+    spearman.DECLARATION,
     histogram.DECLARATION,
     mutual_info.DECLARATION,
     class_moments.DECLARATION,

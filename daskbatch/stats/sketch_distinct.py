@@ -50,6 +50,7 @@ __all__ = [
     "grid_bins",
     "grid_chunk",
     "grid_fine",
+    "grid_index",
     "grid_merge",
     "kept_values",
     "merge_distinct",
@@ -157,13 +158,13 @@ def compiled_distinct(
     held : numpy.ndarray
         Int64 (D,): distinct values per feature, ``k + 1`` where there are more.
     """
-    from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
     from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
+    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
     n_features = x.shape[1]
     size = _table_size(k)
     values, counts, held = empty_distinct(np, n_features, k)
-    data, lut = _bits(x)
+    data, lut = numba_view(x)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     # The hash tables of a block of features at a time: their scratch stays 16 x 2 k float64 pairs
     # (512 kB at k = 1024) however wide the chunk.
@@ -423,25 +424,18 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
     step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins)
     n_features = x.shape[1]
     if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
-        from daskbatch.stats.kernels import _bits  # lazy: the kernels' numba setup
         from daskbatch.stats.kernels._numba_sketch import grid_counts  # lazy: numba
+        from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
-        data, lut = _bits(x)
+        data, lut = numba_view(x)
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         grid_counts(data, lut, w, step, first, counts)
         return counts, step, first
     dev = device(x)
     x = xp.astype(x, xp.float64)
-    # Scaled by 2**-step in two exact halves: one factor could overflow for the tiniest steps.
-    scaled = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values bins nothing
-    half = scaled // 2
-    scale_a = xp.asarray(np.ldexp(1.0, -half), device=dev)
-    scale_b = xp.asarray(np.ldexp(1.0, -(scaled - half)), device=dev)
     finite = xp.isfinite(x)
-    index = xp.astype(xp.floor(xp.where(finite, x, 0.0) * scale_a * scale_b), xp.int64)
-    index = xp.clip(index - xp.asarray(first, device=dev), 0, bins - 1)
-    flat = index + xp.arange(n_features, dtype=xp.int64, device=dev)[None, :] * bins
+    flat = grid_index(x, step, first, bins) + xp.arange(n_features, dtype=xp.int64, device=dev)[None, :] * bins
     flat = xp.where(finite, flat, xp.full_like(flat, n_features * bins))  # NaN and ±inf: a bin past the last
     if weights is None:
         counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * bins + 1)
@@ -450,6 +444,18 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
         counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * bins + 1)
     counts = xp.reshape(xp.astype(counts[: n_features * bins], dtype), (n_features, bins))
     return counts, xp.asarray(step, device=dev), xp.asarray(first, device=dev)
+
+
+def grid_index(x: Array, step: np.ndarray, first: np.ndarray, bins: int) -> Array:
+    """The grid bin (0 .. bins - 1) of every value of the float64 block ``x`` (non-finite values: bin 0)."""
+    xp, dev = namespace(x), device(x)
+    # Scaled by 2**-step in two exact halves: one factor could overflow for the tiniest steps.
+    scaled = np.where(step == _EMPTY_STEP, 0, step)  # a feature without finite values bins nothing
+    half = scaled // 2
+    scale_a = xp.asarray(np.ldexp(1.0, -half), device=dev)
+    scale_b = xp.asarray(np.ldexp(1.0, -(scaled - half)), device=dev)
+    index = xp.astype(xp.floor(xp.where(xp.isfinite(x), x, 0.0) * scale_a * scale_b), xp.int64)
+    return xp.clip(index - xp.asarray(first, device=dev), 0, bins - 1)
 
 
 def grid_merge(a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], fmin: Array, fmax: Array,

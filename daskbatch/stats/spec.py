@@ -155,6 +155,11 @@ def counts_histograms(wanted: Sequence[Declaration]) -> bool:
     return any(r.needs_ranges for r in wanted)
 
 
+def ranks_by_sketch(wanted: Sequence[Declaration]) -> bool:
+    """Tell whether any of ``wanted`` is built from the first pass's sketch (``spearman``)."""
+    return any(r.needs_sketch for r in wanted)
+
+
 def counts_by_label(wanted: Sequence[Declaration]) -> bool:
     """Tell whether the histograms of ``wanted`` are counted per class of the label."""
     return any(r.by_label for r in wanted)
@@ -241,7 +246,8 @@ def describe_statistics(stats: Any, *, labelled: bool, range_: Any = None) -> tu
         if refused and not _the_default(wanted):
             raise ValueError(f"statistic {refused[0]!r} needs a label (describe(x, label, ...))")
         wanted = tuple(r for r in wanted if not r.needs_label)
-    if range_ is None and counts_histograms(wanted) and SKETCH not in wanted:  # it finds the histograms' ranges
+    # The sketch finds the histograms' ranges, and the ranks of the statistics that need them.
+    if (range_ is None and counts_histograms(wanted) or ranks_by_sketch(wanted)) and SKETCH not in wanted:
         wanted += (SKETCH,)
     return wanted
 

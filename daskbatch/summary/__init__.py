@@ -32,6 +32,9 @@ from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
 from daskbatch.summary.record import Summary
+from daskbatch.summary.report import (
+    write_report as write_report,  # Summary.to_html's way in: no cycle
+)
 
 __all__ = ["DEFAULT_QUANTILES", "load_summary", "quantile_label", "save_summary", "Summary"]
 

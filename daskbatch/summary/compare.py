@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from daskbatch.errors import RebinnedWarning
 from daskbatch.io.outputs import check_output, write_json
 from daskbatch.summary.plotting import checked_k, figure_axes, ranked_bars, shown_of
 from daskbatch.summary.record import Summary
+from daskbatch.summary.two_sample import (
+    cdf_bounds,
+    chi2_test,
+    false_discovery,
+    ks_and_wasserstein,
+    rebinned_cells,
+)
 
 __all__ = ["PSI_FLOOR", "Drift", "compare"]
 
@@ -18,9 +27,11 @@ __all__ = ["PSI_FLOOR", "Drift", "compare"]
 PSI_FLOOR = 1e-4
 
 _COLUMNS = (
-    "mean_shift", "var_ratio", "psi", "js_divergence", "ks_lower", "ks_upper",
-    "out_of_range_change", "nan_fraction_change", "mi_change",
+    "mean_shift", "var_ratio", "psi", "js_divergence", "ks", "ks_error", "ks_pvalue", "ks_lower", "ks_upper",
+    "chi2", "chi2_dof", "chi2_pvalue", "wasserstein", "out_of_range_change", "nan_fraction_change", "mi_change",
 )
+#: The tests :meth:`Drift.drifted` applies, by the column of their p-values.
+_TESTS = {"ks": "ks_pvalue", "chi2": "chi2_pvalue"}
 
 
 @dataclass(frozen=True)
@@ -29,17 +40,59 @@ class Drift:  # numpydoc ignore=PR02
 
     Parameters
     ----------
-    table : pandas.DataFrame
-        One row per feature (index ``feature``); columns ``mean_shift``,
-        ``var_ratio``, ``psi``, ``js_divergence``, ``ks_lower``, ``ks_upper``,
-        ``out_of_range_change``, ``nan_fraction_change`` and ``mi_change``
-        (NaN where a summary lacks what a column needs).
+    _frame : pandas.DataFrame
+        One row per feature: what :meth:`to_dataframe` gives (a copy of).
     rows : tuple of int
         The number of rows of the reference and of the new summary.
+    rebin_error : pandas.Series or None
+        Where one summary's cells were read on the other's bin edges (they were not
+        described ``like=`` each other): per feature, a bound on the error of every
+        cumulative probability so read (each cell's probability within twice it).
+        None where both summaries share their edges (PSI, JS and χ² are then exact).
     """
 
-    table: Any
+    _frame: Any
     rows: tuple[int, int]
+    rebin_error: Any = None
+
+    def to_dataframe(self) -> Any:
+        """Give the drift of every feature as a table.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per feature (index ``feature``); the columns of :func:`compare`'s
+            notes (NaN where a summary lacks what a column needs). A copy: changing it
+            changes no Drift.
+        """
+        return self._frame.copy()
+
+    def drifted(self, alpha: float = 0.05, test: str = "ks") -> Any:
+        """Say which features drifted at level ``alpha``, with the Benjamini–Hochberg correction.
+
+        Parameters
+        ----------
+        alpha : float, default 0.05
+            The false discovery rate, in (0, 1).
+        test : {"ks", "chi2"}, default "ks"
+            Whose p-values: the two-sample Kolmogorov–Smirnov test or χ² on the binned counts.
+
+        Returns
+        -------
+        pandas.Series
+            Bool per feature (False where the p-value is NaN): ``.mean()`` is the share of
+            drifted features, ``.sum()`` their number. ``attrs["adjusted"]`` holds the
+            adjusted p-values (``scipy.stats.false_discovery_control``).
+        """
+        if test not in _TESTS:
+            raise ValueError(f"test must be one of {', '.join(map(repr, _TESTS))}; got {test!r}")
+        if not 0.0 < float(alpha) < 1.0:
+            raise ValueError(f"alpha must lie in (0, 1); got {alpha!r}")
+        adjusted = false_discovery(self._frame[_TESTS[test]].to_numpy(dtype=np.float64))
+        out = self._frame[_TESTS[test]].rename("drifted").astype(bool)
+        out[:] = np.isfinite(adjusted) & (adjusted <= alpha)
+        out.attrs["adjusted"] = adjusted
+        return out
 
     def top(self, k: int = 10, by: str = "psi") -> Any:
         """Give the ``k`` features that drifted most by one column.
@@ -49,17 +102,17 @@ class Drift:  # numpydoc ignore=PR02
         k : int, default 10
             How many features.
         by : str, default "psi"
-            A column of :attr:`table`; ``mean_shift`` ranks by its absolute value.
+            A column of :meth:`to_dataframe`; ``mean_shift`` ranks by its absolute value.
 
         Returns
         -------
         pandas.DataFrame
-            The rows of :attr:`table`, largest first.
+            The rows of :meth:`to_dataframe`, largest first.
         """
-        if by not in self.table.columns:
-            raise ValueError(f"by must be one of {', '.join(self.table.columns)}; got {by!r}")
-        key = self.table[by].abs() if by == "mean_shift" else self.table[by]
-        return self.table.loc[key.sort_values(ascending=False, na_position="last").index[:k]]
+        if by not in self._frame.columns:
+            raise ValueError(f"by must be one of {', '.join(self._frame.columns)}; got {by!r}")
+        key = self._frame[by].abs() if by == "mean_shift" else self._frame[by]
+        return self._frame.loc[key.sort_values(ascending=False, na_position="last").index[:k]]
 
     def to_json(self) -> dict[str, Any]:
         """Convert to strict JSON: NaN becomes ``null``.
@@ -71,7 +124,7 @@ class Drift:  # numpydoc ignore=PR02
         """
         features = {
             str(name): {c: (None if not np.isfinite(v) else float(v)) for c, v in row.items()}
-            for name, row in self.table.iterrows()
+            for name, row in self._frame.iterrows()
         }
         return {"rows": list(self.rows), "features": features}
 
@@ -112,15 +165,18 @@ class Drift:  # numpydoc ignore=PR02
         fig, ax = figure_axes(ax, 7.0, 0.28 * len(top) + 1.8)
         ranked_bars(ax, [str(n) for n in top.index], top["psi"].to_numpy(dtype=np.float64),
                     [(0.1, "0.1 moderate"), (0.25, "0.25 large")], "population stability index (log scale)")
-        ax.set_title(f"Drift, {shown_of(len(top), len(self.table))}: {self.rows[1]:,} rows against {self.rows[0]:,}")
+        ax.set_title(f"Drift, {shown_of(len(top), len(self._frame))}: {self.rows[1]:,} rows against {self.rows[0]:,}")
         return fig
 
     def _repr_html_(self) -> str:
-        return str(self.top(len(self.table)).to_html(float_format=lambda v: f"{v:.4g}"))
+        return str(self.top(len(self._frame)).to_html(float_format=lambda v: f"{v:.4g}"))
 
     def __repr__(self) -> str:
-        return f"Drift of {len(self.table)} features ({self.rows[1]:,} rows against {self.rows[0]:,})\n" + str(
-            self.top(min(10, len(self.table))).to_string(float_format=lambda v: f"{v:.4g}")
+        tested = [f"{test.upper() if test == 'ks' else test} {int(self.drifted(0.05, test).sum()):,}"
+                  for test, column in _TESTS.items() if self._frame[column].notna().any()]
+        share = f"drifted at 5 % (Benjamini-Hochberg): {', '.join(tested)} of {len(self._frame):,}\n" if tested else ""
+        return f"Drift of {len(self._frame)} features ({self.rows[1]:,} rows against {self.rows[0]:,})\n" + share + str(
+            self.top(min(10, len(self._frame))).to_string(float_format=lambda v: f"{v:.4g}")
         )
 
 
@@ -133,8 +189,11 @@ def compare(reference: Summary, new: Summary) -> Drift:
         The summary of the reference data.
     new : Summary
         The summary of the new data, of the same features (by name, in the
-        same order). For the histogram columns it must share the reference's
-        bin edges: ``describe(new_data, run=RunOptions(like=reference))``.
+        same order). Described on the reference's bin edges
+        (``describe(new_data, run=RunOptions(like=reference))``), PSI, JS and χ²
+        are exact; otherwise its cells are read on the reference's edges from its
+        sketch and counts, with a :class:`~daskbatch.errors.RebinnedWarning` and
+        the error bound in :attr:`Drift.rebin_error`.
 
     Returns
     -------
@@ -148,10 +207,25 @@ def compare(reference: Summary, new: Summary) -> Drift:
     - ``psi``: ``sum((p_new - p_ref) * ln(p_new / p_ref))`` over the bins and the
       below/above-range cells, each probability floored at :data:`PSI_FLOOR`.
     - ``js_divergence``: Jensen–Shannon divergence in bits (0 to 1), on the same cells.
-    - ``ks_lower``/``ks_upper``: the Kolmogorov–Smirnov statistic
-      ``sup |F_new - F_ref|`` lies between them. The CDFs are exact at every
-      edge (the lower bound); inside a cell both rise monotonically, so the
-      gap there is at most the larger cross-difference of its end points.
+    - ``ks``, ``ks_error``: the two-sample Kolmogorov–Smirnov statistic
+      ``sup |F_new - F_ref|`` (of the non-NaN values) is within ``ks_error`` of
+      ``ks``, and between ``ks_lower = ks - ks_error`` and ``ks_upper = ks + ks_error``.
+      Every count a summary keeps (its sketch's buckets, within ``alpha`` relative
+      of their values, its grid, quantile histogram, histograms, extrema) encloses
+      its CDF between two step functions (:mod:`daskbatch.summary.two_sample`);
+      the bounds are those of the KS statistic over every pair of CDFs inside
+      both enclosures. ``ks_error`` is 0 where each feature's distinct values are
+      all kept (about a thousand at most), and otherwise at most half the larger
+      mass of one enclosing cell at the KS statistic's point.
+    - ``ks_pvalue``: asymptotic Kolmogorov distribution
+      (``scipy.stats.kstwobign``) of ``ks * sqrt(n_ref n_new / (n_ref + n_new))``.
+    - ``chi2``, ``chi2_dof``, ``chi2_pvalue``: the two-sample χ² test of
+      homogeneity on the same cells as the PSI (cells empty in both left out,
+      degrees of freedom one less than the cells left).
+    - ``wasserstein``: the Wasserstein-1 distance ``∫ |Q_new(p) - Q_ref(p)| dp``,
+      computed as the equal ``∫ |F_new(x) - F_ref(x)| dx`` with each CDF the middle
+      of its enclosure: exact on kept distinct values, elsewhere stepping at every
+      sketch bucket out to the extrema and every quantile-histogram bin.
     - ``out_of_range_change``, ``nan_fraction_change`` (NaN over all values)
       and ``mi_change``: new minus reference.
     """
@@ -169,54 +243,82 @@ def compare(reference: Summary, new: Summary) -> Drift:
             "mean_shift": (new.mean - reference.mean) / reference.std,
             "var_ratio": new.var / reference.var,
         }
-    columns.update(_histogram_drift(reference, new))
+    drift, rebin_error = _histogram_drift(reference, new)
+    columns.update(drift)
     n = reference.n_features
     columns["out_of_range_change"] = _difference(reference.out_of_range_fraction, new.out_of_range_fraction, n)
     columns["nan_fraction_change"] = _nan_fraction(new) - _nan_fraction(reference)
     columns["mi_change"] = _difference(reference.mi, new.mi, n)
     index = pd.Index(list(reference.feature_names), name="feature")
     table = pd.DataFrame({c: columns[c] for c in _COLUMNS}, index=index)
-    return Drift(table=table, rows=(_rows(reference), _rows(new)))
+    return Drift(_frame=table, rows=(_rows(reference), _rows(new)), rebin_error=rebin_error)
 
 
-def _histogram_drift(reference: Summary, new: Summary) -> dict[str, np.ndarray]:
-    """PSI, JS divergence and the KS bounds; NaN columns when either summary has no histograms."""
-    nan = np.full(reference.n_features, np.nan)
-    have = all(s.hist_counts is not None and s.hist_edges is not None for s in (reference, new))
-    if not have:
-        return {"psi": nan, "js_divergence": nan, "ks_lower": nan, "ks_upper": nan}
-    assert reference.hist_edges is not None and new.hist_edges is not None
-    if reference.hist_edges.shape != new.hist_edges.shape or not np.array_equal(reference.hist_edges, new.hist_edges):
-        differ = np.flatnonzero(
-            ~np.all(reference.hist_edges == new.hist_edges, axis=1)
-        ) if reference.hist_edges.shape == new.hist_edges.shape else [0]
-        name = reference.feature_names[int(differ[0])]
-        raise ValueError(
-            f"the summaries' histograms have different bin edges (feature {name!r} first): "
-            "describe the new data with describe(..., run=db.RunOptions(like=reference))"
-        )
-    p_ref, p_new = _cell_probabilities(reference), _cell_probabilities(new)
+def _histogram_drift(reference: Summary, new: Summary) -> tuple[dict[str, np.ndarray], Any]:
+    """PSI, JS, χ² on the cells, KS from every count kept; the rebinned side's error bound (None: not rebinned)."""
+    n = reference.n_features
+    bounds_ref, bounds_new = cdf_bounds(reference), cdf_bounds(new)
+    columns = ks_and_wasserstein(bounds_ref, bounds_new)
+    cells_ref, cells_new, rebin_error = _shared_cells(reference, new, bounds_ref, bounds_new)
+    if cells_ref is None or cells_new is None:
+        nan = np.full(n, np.nan)
+        columns.update({name: nan for name in ("psi", "js_divergence", "chi2", "chi2_dof", "chi2_pvalue")})
+        return columns, rebin_error
+    p_ref, p_new = _probabilities(cells_ref), _probabilities(cells_new)
     floor_ref, floor_new = np.maximum(p_ref, PSI_FLOOR), np.maximum(p_new, PSI_FLOOR)
-    psi = np.sum((floor_new - floor_ref) * np.log(floor_new / floor_ref), axis=1)
+    columns["psi"] = np.sum((floor_new - floor_ref) * np.log(floor_new / floor_ref), axis=1)
     mid = 0.5 * (p_ref + p_new)
-    js = 0.5 * (_kl_bits(p_ref, mid) + _kl_bits(p_new, mid))
-    # CDFs at the cell boundaries (0 before the underflow cell, 1 after the overflow cell).
-    f_ref = np.concatenate([np.zeros((len(p_ref), 1)), np.cumsum(p_ref, axis=1)], axis=1)
-    f_new = np.concatenate([np.zeros((len(p_new), 1)), np.cumsum(p_new, axis=1)], axis=1)
-    lower = np.max(np.abs(f_new - f_ref), axis=1)
-    cross = np.maximum(np.abs(f_new[:, 1:] - f_ref[:, :-1]), np.abs(f_ref[:, 1:] - f_new[:, :-1]))
-    upper = np.maximum(lower, np.max(cross, axis=1))
+    columns["js_divergence"] = 0.5 * (_kl_bits(p_ref, mid) + _kl_bits(p_new, mid))
     empty = ~(np.isfinite(p_ref).all(axis=1) & np.isfinite(p_new).all(axis=1))
-    return {name: np.where(empty, np.nan, value)
-            for name, value in (("psi", psi), ("js_divergence", js), ("ks_lower", lower), ("ks_upper", upper))}
+    columns.update(chi2_test(np.where(empty[:, None], 0.0, cells_ref), np.where(empty[:, None], 0.0, cells_new)))
+    for name in ("psi", "js_divergence"):
+        columns[name] = np.where(empty, np.nan, columns[name])
+    return columns, rebin_error
 
 
-def _cell_probabilities(s: Summary) -> np.ndarray:
-    """Probabilities of [below range, bins..., above range] per feature (NaN rows without values)."""
+def _shared_cells(
+    reference: Summary, new: Summary, bounds_ref: list[Any], bounds_new: list[Any]
+) -> tuple[np.ndarray | None, np.ndarray | None, Any]:
+    """Both summaries' counts on one set of cells: their own when they share edges, else one side's rebinned."""
+    import pandas as pd  # lazy: pandas
+
+    if reference.hist_counts is None or reference.hist_edges is None:
+        if new.hist_counts is None or new.hist_edges is None:
+            return None, None, None
+        cells_new, cells_ref, error = _cells(new), *rebinned_cells(bounds_ref, new.hist_edges)
+        rebinned, edges_of = "reference", "new"
+    elif new.hist_counts is not None and new.hist_edges is not None and (
+        reference.hist_edges.shape == new.hist_edges.shape and np.array_equal(reference.hist_edges, new.hist_edges)
+    ):
+        return _cells(reference), _cells(new), None
+    else:
+        cells_ref, cells_new, error = _cells(reference), *rebinned_cells(bounds_new, reference.hist_edges)
+        rebinned, edges_of = "new", "reference"
+    if np.any(error > 0):
+        worst = int(np.nanargmax(error))
+        warnings.warn(
+            f"compare: the {rebinned} summary's cells were read on the {edges_of} summary's bin edges from its "
+            f"quantile sketch and counts (other edges than those it was described on): PSI, JS and chi2 are "
+            f"approximate, each cumulative probability within {error[worst]:.2g} (feature "
+            f"{reference.feature_names[worst]!r} worst; Drift.rebin_error); describing the new data with "
+            "RunOptions(like=reference) makes them exact",
+            RebinnedWarning,
+            stacklevel=3,
+        )
+    index = pd.Index(list(reference.feature_names), name="feature")
+    return cells_ref, cells_new, pd.Series(error, index=index, name="rebin_error")
+
+
+def _cells(s: Summary) -> np.ndarray:
+    """Counts of [below range, bins..., above range] per feature, float64."""
     assert s.hist_counts is not None
     under = s.underflow if s.underflow is not None else np.zeros(s.n_features)
     over = s.overflow if s.overflow is not None else np.zeros(s.n_features)
-    cells = np.concatenate([under[:, None], s.hist_counts, over[:, None]], axis=1).astype(np.float64)
+    return np.concatenate([under[:, None], s.hist_counts, over[:, None]], axis=1).astype(np.float64)
+
+
+def _probabilities(cells: np.ndarray) -> np.ndarray:
+    """Each row of ``cells`` over its total (NaN rows without values)."""
     total = cells.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cells / np.where(total > 0, total, np.nan)

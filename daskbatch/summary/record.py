@@ -37,21 +37,13 @@ from daskbatch.summary.tables import (
 class Summary:
     """Per-feature statistics of a (samples × features) array, labelled by feature name.
 
-    ``results`` holds each statistic's variables by statistic name, as host
-    NumPy arrays; the attributes (``s.mean``, ``s.corr``, ``s.hist_counts``,
-    ``s.mi``, ...) are the variables the statistics declare
-    (:data:`daskbatch.stats.STATISTICS`), labelled by feature, None for one
-    that was not computed: a per-feature result is a ``pandas.Series``
-    indexed by feature name (``mean``, ``std``, ``mi``, ``count``, ...); a
-    feature × feature one a ``pandas.DataFrame`` with the names as index and
-    columns (``cov``, ``corr``); a feature × bin, edge or class one a
-    DataFrame indexed by feature (``hist_counts`` (D, bins), ``hist_edges``
-    (D, bins + 1), ``class_mean`` (D, K)); ``joint_counts`` (D, bins + 2, K)
-    an ``xarray.DataArray`` with the coordinates of :meth:`to_xarray`.
-    ``np.asarray(s.mean)`` or ``s.mean.to_numpy()`` gives the array, and
-    ``s.arrays.mean`` all of them unlabelled. ``classes`` (K,) holds the
-    label value of each class column (the ``class`` coordinate of
-    :meth:`to_xarray`) and ``cov_count`` the rows of the covariance.
+    ``results`` holds each statistic's variables (host NumPy arrays) by statistic name; the attributes
+    (``s.mean``, ``s.corr``, ...) are the variables the statistics declare (:data:`daskbatch.stats.STATISTICS`),
+    None when not computed, labelled by feature: per feature a ``pandas.Series`` (``mean``, ``mi``, ``count``);
+    feature × feature a ``pandas.DataFrame`` with the names as index and columns (``cov``, ``corr``); feature ×
+    bin, edge or class a DataFrame indexed by feature (``hist_counts``, ``hist_edges``, ``class_mean``); past two
+    dimensions an ``xarray.DataArray`` (``joint_counts``). ``np.asarray(s.mean)`` gives the array, ``s.arrays``
+    all of them unlabelled. ``classes`` (K,) holds the label value of each class column, ``cov_count`` the rows.
     ``sketch_counts`` (D, W) is the window of quantile-sketch slots that holds
     every count (its layout and first slot in ``provenance["sketch"]``) and
     ``sketch_extrema`` (D, 2) the finite minimum and maximum it answers for its
@@ -60,7 +52,6 @@ class Summary:
     ``quantile_range`` (D, 2); with the sketch it makes :meth:`quantile` exact
     to one of its bins. ``min`` and ``max`` are float64, but exact int64 or
     uint64 for data of those dtypes (float64 rounds integers beyond 2**53).
-    Statistics that were not asked for are None.
     ``provenance`` records what was computed from what.
 
     Examples
@@ -451,7 +442,8 @@ class Summary:
         Parameters
         ----------
         states : bool, default False
-            Also the quantile sketch's buckets (``sketch_counts``, ``sketch_extrema``).
+            Also the quantile sketch's buckets (``sketch_counts``, ``sketch_extrema``)
+            and the fine histogram behind the quantiles (``quantile_counts``, ``quantile_range``).
 
         Returns
         -------
@@ -459,6 +451,27 @@ class Summary:
             JSON-able.
         """
         return json_dict(self.arrays, states=states)
+
+    def to_html(self, path: str | os.PathLike[str], *, reference: Summary | None = None, title: str | None = None) -> str:
+        """Write a self-contained HTML report: overview, a section per feature, correlations, MI, drift.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write: a new path, or a report daskbatch wrote (nothing else is replaced).
+        reference : Summary, optional
+            A summary of reference data: adds the drift section (:func:`daskbatch.compare`).
+        title : str, optional
+            The page's title; by default it names the summary's source.
+
+        Returns
+        -------
+        str
+            ``path``.
+        """
+        from daskbatch.summary import write_report  # lazy: the package imports this module
+
+        return write_report(self, path, reference=reference, title=title)
 
     @property
     def plot(self) -> Any:
@@ -476,10 +489,10 @@ class Summary:
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
-        return summary_text(self.arrays)
+        return summary_text(self)
 
     def _repr_html_(self) -> str:
-        return summary_html(self.arrays)
+        return summary_html(self)
 
 
 #: The dimensions of the ``group_*`` tables.

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch import _common as _html
+from daskbatch._common import plural as _count
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
 from daskbatch.summary.tables import covariance_message, suspect_message
@@ -25,6 +26,8 @@ NAN_HEAVY = 0.05
 #: Features shown by the HTML and the text repr.
 HTML_ROWS = 50
 TEXT_ROWS = 20
+#: How a Python user shows every feature (the command line names its own option instead).
+SHOW_ALL = ".to_dataframe()"
 #: Significant digits of each value of a float column.
 DIGITS = 4
 #: Most decimals written in positional notation.
@@ -136,10 +139,6 @@ class FeatureFlags:
         return lines
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
 def _listed(names: Sequence[str], index: np.ndarray, extra: Sequence[str] | None = None) -> str:
     shown = [names[i] + (f" ({extra[i]})" if extra is not None else "") for i in index[:LISTED]]
     more = f" and {index.size - LISTED:,} more" if index.size > LISTED else ""
@@ -179,6 +178,7 @@ def _feature_flags(summary: Any) -> FeatureFlags:
 
 
 #: (column, summary attribute or quantile, integer?) in the order shown; var is left out (std²).
+#: Quantiles are titled as pandas' ``describe`` titles them.
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("count", "count", True),
     ("nan_count", "nan_count", True),
@@ -187,9 +187,9 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("mean", "mean", False),
     ("std", "std", False),
     ("min", "min", False),
-    ("q25", "q25", False),
-    ("median", "median", False),
-    ("q75", "q75", False),
+    ("25%", "q25", False),
+    ("50%", "median", False),
+    ("75%", "q75", False),
     ("max", "max", False),
     ("skew", "skew", False),
     ("kurtosis", "kurtosis", False),
@@ -296,19 +296,21 @@ def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
 
 def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     """Render the notebook view of a summary (``Summary._repr_html_``)."""
+    summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = summary.feature_names
+    notes = [flags.notes(r) for r in range(table.shown)]
+    noted = any(notes)  # the notes column only when a shown row has a note: an empty column says nothing
     body_rows = []
     for r in range(table.shown):
-        notes = flags.notes(r)
-        cells = [col[r] for col in table.cells] + ["; ".join(notes)]
+        cells = [col[r] for col in table.cells] + (["; ".join(notes[r])] if noted else [])
         classes = [
             "num" + (" db-warn" if c in table.warn and table.warn[c][r] else "") for c in table.columns
-        ] + ["txt"]
-        body_rows.append((names[r], cells, classes, "db-warn" if notes else ""))
+        ] + (["txt"] if noted else [])
+        body_rows.append((names[r], cells, classes, "db-warn" if notes[r] else ""))
     parts = [_html.warning_list(_html.escape(m) for m in flags.messages(names))]
-    parts.append(_html.table("feature", [*table.columns, "notes"], body_rows))
+    parts.append(_html.table("feature", [*table.columns, *(["notes"] if noted else [])], body_rows))
     foot = _footer(summary, table)
     if foot:
         parts.append("<div class='db-muted'>" + "; ".join(_html.escape(f) for f in foot) + "</div>")
@@ -335,8 +337,24 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     return _html.repr_block(f"daskbatch.Summary: {_html.escape(_header(summary))}", *parts, subtitle=subtitle)
 
 
-def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
-    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
+def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
+    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone.
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    rows : int, default 20
+        Features shown (the first ones).
+    show_all : str, default ".to_dataframe()"
+        How the reader shows every feature, named under a shortened table.
+
+    Returns
+    -------
+    str
+        The header, its details and warnings, the table, and the lines under it.
+    """
+    summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = [str(n) for n in summary.feature_names[: table.shown]]
@@ -355,31 +373,49 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS) -> str:
         lines.append(
             "  ".join(f"{cells[r]:{a}{w}}" for (_, cells, a), w in zip(columns, widths, strict=True)).rstrip()
         )
-    lines.extend(_footer(summary, table))
+    lines.extend(_footer(summary, table, show_all))
     return "\n".join(lines)
 
 
-def _footer(summary: Any, table: Any) -> list[str]:
+def _footer(summary: Any, table: Any, show_all: str = SHOW_ALL) -> list[str]:
     """The lines under the table of both views: features not shown, and chunks absent from the input."""
     foot = []
     if table.shown < summary.n_features:
-        foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: .to_dataframe())")
+        foot.append(f"showing {table.shown} of {summary.n_features:,} features (all of them: {show_all})")
     if table.hidden:
         foot.append("zero for every feature, not shown: " + ", ".join(table.hidden))
     absent = _absent_chunks_line(summary.provenance)
     return [*foot, absent] if absent else foot
 
 
-def format_report(summary: Any, *, k: int = 10, rows: int = 20) -> str:
-    """Write the report printed by ``describe`` and ``demo``: ``rows`` rows of the table, the ``k`` strongest pairs and features."""
+def format_report(summary: Any, *, k: int = 10, rows: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
+    """Write the human-readable report printed by ``describe`` and ``demo``.
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary.
+    k : int, default 10
+        How many correlated pairs and features by MI to list (as ``top_correlated(k)``, ``top_mi(k)``).
+    rows : int, default 20
+        Features in the table.
+    show_all : str, default ".to_dataframe()"
+        How the reader shows every feature (the command line passes its option).
+
+    Returns
+    -------
+    str
+        The table, then the most correlated pairs and the features with the most MI.
+    """
     summary = summary.arrays  # the table and the lists read the statistics by position
-    lines = [summary_text(summary, rows=rows)]
+    lines = [summary_text(summary, rows=rows, show_all=show_all)]
     pairs = summary.top_correlated(k)
     if len(pairs):
         rows_note = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
         lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows_note}):")
-        width = max(len(str(a)) for a in pairs["feature_a"])
-        lines.extend(f"  {a:>{width}} ~ {b}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
+        width_a = max(len(str(a)) for a in pairs["feature_a"])
+        width_b = max(len(str(b)) for b in pairs["feature_b"])
+        lines.extend(f"  {a:>{width_a}} ~ {b:<{width_b}}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
     ranked = summary.top_mi(k)
     if len(ranked):
         units = summary.provenance.get("mi_units", "nats")

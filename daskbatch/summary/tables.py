@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
 
-__all__ = ["covariance_message", "dataframe", "DROPPED_ROWS_LIMIT", "json_dict", "PAIRWISE_OPTION", "quantiles", "summary_suspect_values", "suspect_message", "top_correlated", "top_mi"]
+__all__ = ["covariance_message", "dataframe", "DROPPED_ROWS_LIMIT", "json_dict", "PAIRWISE_OPTION", "QUANTILE_BUCKETS", "quantiles", "summary_suspect_values", "suspect_message", "top_correlated", "top_mi"]
 
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
     """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
@@ -132,12 +132,17 @@ def dataframe(summary: Summary) -> Any:
     return pd.DataFrame(columns, index=pd.Index(summary.feature_names, name="feature"))
 
 
+#: The fine histogram behind the quantiles: buckets, not results (``quantiles`` holds what they give).
+QUANTILE_BUCKETS = ("quantile_counts", "quantile_range")
+
+
 def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
-    """Convert the results for strict JSON (:meth:`Summary.to_json`)."""
+    """Convert the results for strict JSON (:meth:`Summary.to_json`); buckets and states only with ``states``."""
     out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
     declared = summary_variables()
     for name, value in summary.variables.items():
-        if isinstance(value, np.ndarray) and (states or not declared[name].state):
+        bucket = declared[name].state or name in QUANTILE_BUCKETS
+        if isinstance(value, np.ndarray) and (states or not bucket):
             out[name] = _json_values(value)
     if summary.cov_count is not None:
         out["cov_count"] = int(summary.cov_count)

@@ -277,7 +277,9 @@ def ingest(
     ----------
     sources : str, path or iterable of them
         Files or glob patterns: ``.npy``, ``.npz`` (arrays by key), ``.h5``/``.hdf5``
-        (needs h5py) or Zarr stores.  Globs are sorted naturally (``b2`` before ``b10``).
+        (needs h5py), Zarr stores, or Parquet / Arrow IPC files (needs pyarrow:
+        x is their numeric columns less those read as labels or masks, which are
+        columns by name).  Globs are sorted naturally (``b2`` before ``b10``).
     out : str or path
         Local path of the output store.
     x_key : str, optional

@@ -43,6 +43,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.readers import FILE_READERS, Part, file_reader
+from daskbatch.io.tables import TABLE_SUFFIXES
 
 Role = Literal["label", "mask"]
 #: What ``labels=`` and ``masks=`` take: one key, keys, or output name -> key.
@@ -142,7 +143,7 @@ def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]],
     """One batch file's identity and the headers of x and the ``wanted`` (key, role) arrays; ValueError if bad."""
     found = file_reader(path)
     if found is None:
-        raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5 or a Zarr store)")
+        raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5, .parquet, .arrow/.feather or a Zarr store)")
     kind, reader = found
     st = os.stat(path)
     if kind != "zarr" and st.st_size == 0:
@@ -152,7 +153,7 @@ def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]],
             ".npy files hold one array; labels and masks (--label-key, --label, --mask) "
             "need .npz, HDF5 or Zarr sources"
         )
-    x = reader.part(path, x_key or "X", "x")
+    x = reader.part(path, x_read_key(x_key, kind, [key for key, _ in wanted]), "x")
     parts = [reader.part(path, key, role) for key, role in wanted]
     if len(x.shape) != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (rows, features)")
@@ -164,6 +165,12 @@ def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]],
     label = parts[0] if has_label else None
     extra = tuple(parts[1:] if has_label else parts)
     return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
+
+
+def x_read_key(x_key: str | None, kind: str, others: Sequence[str]) -> str:
+    """The key x is read by: in a table, its numeric columns less those read as labels or masks (``X!y!m``)."""
+    key = x_key or "X"
+    return "!".join([key, *others]) if f".{kind}" in TABLE_SUFFIXES else key
 
 
 #: Shown per kind of problem before "... and N more" (the count is always exact).
@@ -470,7 +477,8 @@ class ChunkWriter:
             try:
                 # Assignment casts into the buffer; no temporary for mapped sources.
                 reader = FILE_READERS[f".{src.kind}"]
-                xbuf[dest] = reader.rows(src.path, src.x, self.scan.x_key or "X", p.start, p.stop)
+                x_key = x_read_key(self.scan.x_key, src.kind, [key for _, key, _ in outputs])
+                xbuf[dest] = reader.rows(src.path, src.x, x_key, p.start, p.stop)
                 for buf, (_, key, _), part in zip(bufs, outputs, parts, strict=True):
                     buf[dest] = reader.rows(src.path, part, key, p.start, p.stop)
             except (OSError, ValueError, KeyError, EOFError) as exc:

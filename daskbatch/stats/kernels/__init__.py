@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
 from daskbatch._common import Array
 from daskbatch.stats.kernels import _gpu
-from daskbatch.stats.kernels.path import KernelPath, available, enabled, gpu_available, kernel_path
+from daskbatch.stats.kernels.path import (
+    KernelPath,
+    available,
+    enabled,
+    gpu_available,
+    kernel_path,
+    numba_view,
+)
 from daskbatch.stats.numerics import central_moment
 
 __all__ = [
@@ -27,29 +33,13 @@ def route(x: Any) -> str | None:
     return kernel_path(x).route
 
 
-@functools.cache
-def _half_table() -> np.ndarray:
-    # float64 value of every float16 bit pattern: exact, and numba lacks float16.
-    return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
-
-
-def _bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """``x`` as numba can read it: float16 becomes its uint16 bits plus the decoding table."""
-    # bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.
-    if x.dtype == np.float16:
-        return x.view(np.uint16), _half_table()
-    if x.dtype == np.bool_:
-        return x.view(np.uint8), None
-    return x, None
-
-
 def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.moments(x)
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
-    count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*_bits(x), None)
+    count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*numba_view(x), None)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983).
@@ -71,7 +61,7 @@ def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = Non
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
     count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
-        *_bits(x), np.ascontiguousarray(w, dtype=np.float64)
+        *numba_view(x), np.ascontiguousarray(w, dtype=np.float64)
     )
     w_safe = np.where(wsum > 0, wsum, 1.0)
     # The corrected two-pass formulas of Moments.chunk, with weight sums for counts.
@@ -110,7 +100,7 @@ def class_moments(
     count = np.zeros((n_classes, d), dtype=np.int64 if weights is None else np.float64)
     shift, total, s1, s2 = (np.zeros((n_classes, d)) for _ in range(4))
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    class_moments_chunk(*_bits(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2, w)
+    class_moments_chunk(*numba_view(x), np.asarray(codes, dtype=np.int64), count, shift, total, s1, s2, w)
     n = count.astype(np.float64)
     n_safe = np.where(n > 0, n, 1.0)
     # The closing expressions of class_moments._one_class, on (K, D) at once.
@@ -146,7 +136,7 @@ def histogram(
     step = (hi - lo) / bins
     scale = bins / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
-    data, lut = _bits(x)
+    data, lut = numba_view(x)
     # Counted in int32 where no count can pass it (fewer rows than 2**31): half the table the
     # scattered increments touch, so more of it stays in cache; returned as the int64 of the state.
     small = x.shape[0] <= INT32_ROWS
@@ -169,7 +159,7 @@ def weighted_histogram(
     step = (hi - lo) / bins  # the expressions of histogram()
     scale = bins / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
-    data, lut = _bits(x)
+    data, lut = numba_view(x)
     counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
     histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1),
                      np.ascontiguousarray(w, dtype=np.float64))
@@ -184,7 +174,7 @@ def sketch(
     from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
 
     d = x.shape[1]
-    data, lut = _bits(x)
+    data, lut = numba_view(x)
     counts = np.zeros((d, 2 * window + 4), dtype=count_dtype if weights is None else np.float64)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     offset, collapsed = np.empty((d, 2), dtype=np.int64), np.empty((d, 2), dtype=np.uint8)

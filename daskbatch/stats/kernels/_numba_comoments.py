@@ -8,6 +8,7 @@ import numpy as np
 
 from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight
+from daskbatch.stats.kernels.path import numba_view
 
 
 @_jit
@@ -133,7 +134,5 @@ def host_comoments(
     x: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[int, float, np.ndarray, np.ndarray, np.ndarray]:
     """Compute the co-moments of a host chunk, weighted or not, :func:`centring_rows` rows at a time."""
-    from daskbatch.stats.kernels import _bits  # lazy: kernels imports this module (a cycle)
-
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    return chunk_comoments(*_bits(x), w, centring_rows(x.shape[1]))
+    return chunk_comoments(*numba_view(x), w, centring_rows(x.shape[1]))

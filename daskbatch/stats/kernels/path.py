@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 __all__ = [
     "COMPILED", "KERNEL_PATHS", "KernelPath", "Kind", "available", "enabled", "gpu_available", "kernel_path",
+    "numba_view",
 ]
 
 #: The code that reads a block: the numba loops on a NumPy block, the numba-cuda
@@ -134,3 +135,21 @@ def _library(x: Any) -> str:
     if is_cupy_array(x):
         return "cupy"
     return type(x).__module__.split(".")[0]
+
+
+@functools.cache
+def _half_table() -> Any:
+    """The float64 value of every float16 bit pattern (exact; numba lacks float16)."""
+    import numpy as np  # lazy: importing daskbatch loads no numpy
+
+    return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+def numba_view(x: Any) -> tuple[Any, Any]:
+    """``x`` as the numba kernels read it: float16 as its uint16 bits plus the decoding table."""
+    # bool is read as its uint8 bytes (0 or 1), which saves compiling one more specialisation.
+    if x.dtype.kind == "f" and x.dtype.itemsize == 2:
+        return x.view("uint16"), _half_table()
+    if x.dtype.kind == "b":
+        return x.view("uint8"), None
+    return x, None

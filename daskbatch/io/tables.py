@@ -1,0 +1,499 @@
+"""Parquet and Arrow IPC (Feather v2) tables as a (samples x features) input, read a row group at a time.
+
+:func:`open_table` opens a file, a directory of files (a dataset) or an fsspec URL
+(``s3://bucket/prefix/``) from its footers alone and gives a :class:`Table`: a dask
+array whose blocks are row groups (Parquet) or record batches (Arrow IPC), a slice
+of one where it exceeds ``daskbatch.target-chunk-bytes``, so memory does not grow
+with the row count. Numeric and boolean columns are the features (nulls read as
+NaN); the label is a column by name. The arrays are named by a digest of the
+files' content facts (sizes, row groups, their column statistics for Parquet; the
+bytes themselves for Arrow IPC, which records no statistics), never their paths or
+times, so a checkpoint resumes on the same files and refuses rewritten ones. pyarrow
+(the ``[parquet]`` extra) is imported only when a table is opened.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.highlevelgraph import HighLevelGraph
+from dask.utils import parse_bytes
+
+from daskbatch import config
+from daskbatch._common import warn
+
+__all__ = ["TABLE_SUFFIXES", "Table", "is_table_path", "open_table", "table_part", "table_rows"]
+
+#: File suffixes read as tables; the last three are Arrow IPC (Feather v2) files.
+TABLE_SUFFIXES = (".parquet", ".pq", ".parq", ".arrow", ".feather", ".ipc")
+_IPC_SUFFIXES = (".arrow", ".feather", ".ipc")
+#: Text tables, named in the refusal of one (they carry no types and no row groups).
+TEXT_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
+
+
+def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether ``x`` is the path or URL of a table file, or of a directory of them that is not a Zarr store."""
+    where = os.fspath(x) if isinstance(x, str | os.PathLike) else None
+    if not isinstance(where, str) or where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
+        return isinstance(where, str)
+    try:  # one listing; a URL only when it ends with "/" (a Zarr store's URL mostly does not)
+        if "://" in where and where.endswith("/"):
+            import fsspec  # lazy: fsspec
+
+            fs, root = fsspec.core.url_to_fs(where)
+            names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+        else:
+            names = os.listdir(where) if "://" not in where and os.path.isdir(where) else []
+    except (OSError, ValueError, ImportError):
+        return False  # not ours to judge: the Zarr reader names what is wrong
+    zarr = {"zarr.json", ".zarray", ".zgroup"} & set(names)
+    return not zarr and any(_is_table_name(n) for n in names)
+
+
+def _is_table_name(name: str) -> bool:
+    """A table file's name: its suffix, and not a hidden or bookkeeping file (``_SUCCESS``, ``_metadata``)."""
+    return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
+
+
+def _natural_key(path: str) -> list[Any]:
+    """Sort key with numbers compared as numbers (part-2 before part-10)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+@dataclass(frozen=True)
+class _Files:
+    """Where the files are: their filesystem (None: local) and paths, in row order."""
+
+    fs: Any
+    paths: tuple[str, ...]
+
+    @contextmanager
+    def open(self, i: int) -> Any:
+        """File ``i`` as pyarrow reads it: a memory map locally, an fsspec file elsewhere."""
+        import pyarrow as pa  # lazy: pyarrow
+
+        if self.fs is None:
+            with pa.memory_map(self.paths[i], "r") as source:
+                yield source
+        else:
+            with self.fs.open(self.paths[i], "rb") as source:
+                yield source
+
+    def is_ipc(self, i: int) -> bool:
+        """Whether file ``i`` is Arrow IPC (else Parquet)."""
+        return self.paths[i].lower().endswith(_IPC_SUFFIXES)
+
+
+def _find_files(where: str, storage_options: Mapping[str, Any] | None) -> _Files:
+    """The table files at ``where`` (a file, a directory searched recursively, or a URL of either)."""
+    if "://" in where or "::" in where:
+        import fsspec  # lazy: fsspec
+
+        fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
+        if not fs.exists(root):
+            raise FileNotFoundError(f"no such file or directory: {where!r}")
+        found = [root]
+        if fs.isdir(root):
+            found = [p for p in fs.find(root) if _is_table_name(os.path.basename(p))]
+    else:
+        if not os.path.exists(where):
+            raise FileNotFoundError(f"no such file or directory: {where!r}")
+        fs, found = None, [where]
+        if os.path.isdir(where):
+            found = []
+            for d, subdirs, names in os.walk(where):
+                subdirs[:] = [
+                    s for s in subdirs if not s.startswith(("_", "."))
+                ]  # _temporary, .hidden
+                found += [os.path.join(d, n) for n in names if _is_table_name(n)]
+    if not found:
+        raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
+    return _Files(fs, tuple(sorted(found, key=_natural_key)))
+
+
+def _numeric_dtype(arrow_type: Any) -> np.dtype | None:
+    """The NumPy dtype of a bool, integer or float Arrow type; None for any other type."""
+    import pyarrow as pa  # lazy: pyarrow
+
+    t = pa.types
+    if t.is_boolean(arrow_type) or t.is_integer(arrow_type) or t.is_floating(arrow_type):
+        return np.dtype(arrow_type.to_pandas_dtype())
+    return None
+
+
+@dataclass
+class _Footer:
+    """One file's schema, rows per row group (or record batch), content digest and whether it may hold nulls."""
+
+    schema: Any
+    groups: list[int]
+    digest: str
+    nullable: set[str] = field(default_factory=set)
+
+
+def _read_footer(
+    files: _Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True
+) -> _Footer:
+    """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
+    import pyarrow as pa  # lazy: pyarrow
+    import pyarrow.parquet as pq  # lazy: pyarrow
+
+    digest = hashlib.sha256()
+    with files.open(i) as source:
+        if files.is_ipc(i):
+            reader = pa.ipc.open_file(source)
+            schema = reader.schema
+            groups = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
+            nullable = {f.name for f in schema if f.nullable}
+            source.seek(0)  # no statistics in an IPC file: its bytes are its content
+            for block in iter(lambda: source.read(1 << 23), b"") if fingerprint else ():
+                digest.update(block)
+        else:
+            meta = pq.ParquetFile(source).metadata
+            schema = meta.schema.to_arrow_schema()
+            groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            nullable = set()
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                digest.update(f"group {g} {group.num_rows} {group.total_byte_size}\n".encode())
+                for c in range(group.num_columns):
+                    chunk = group.column(c)
+                    name = chunk.path_in_schema
+                    if wanted is not None and name not in wanted:
+                        continue  # another column rewritten leaves these numbers as they are
+                    stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
+                    if stats is None or stats.get("null_count") != 0:
+                        nullable.add(name)
+                    facts = [
+                        name,
+                        chunk.total_compressed_size,
+                        chunk.total_uncompressed_size,
+                        chunk.compression,
+                        chunk.encodings,
+                        stats,
+                    ]
+                    digest.update(json.dumps(facts, default=str).encode())
+    digest.update(str(schema).encode())
+    return _Footer(schema, groups, digest.hexdigest(), nullable)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What each block task reads: the files, the columns and the dtype they fill."""
+
+    files: _Files
+    columns: tuple[str, ...]
+    dtype: str
+
+
+def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of row group (or record batch) ``group`` of file ``i``, the columns as one array."""
+    import pyarrow as pa  # lazy: pyarrow
+    import pyarrow.compute as pc  # lazy: pyarrow
+    import pyarrow.parquet as pq  # lazy: pyarrow
+
+    with spec.files.open(i) as source:
+        if spec.files.is_ipc(i):
+            batch = pa.ipc.open_file(source).get_batch(group)
+            columns = [batch.column(batch.schema.get_field_index(c)) for c in spec.columns]
+        else:
+            columns = list(
+                pq.ParquetFile(source).read_row_group(group, columns=list(spec.columns)).columns
+            )
+    dtype = np.dtype(spec.dtype)
+    out = np.empty((stop - start, len(columns)), dtype=dtype)
+    for j, column in enumerate(columns):
+        part = column.slice(start, stop - start)
+        if part.null_count:
+            if dtype.kind != "f":
+                raise ValueError(
+                    f"{spec.files.paths[i]}: column {spec.columns[j]!r} has {part.null_count:,} nulls in row group "
+                    f"{group}, and a label needs a class for every row"
+                )
+            part = pc.fill_null(part.cast(pa.from_numpy_dtype(dtype)), float("nan"))
+        out[:, j] = part.to_numpy()
+    return out
+
+
+def _select(
+    names: list[str],
+    types: dict[str, np.dtype | None],
+    columns: Any,
+    label: str | None,
+    where: str,
+    quiet: bool,
+) -> list[str]:
+    """The numeric feature columns: all, or those ``columns`` names or matches (glob patterns), less the label."""
+    if columns is None:
+        chosen = names
+    else:
+        patterns = [columns] if isinstance(columns, str) else [str(c) for c in columns]
+        chosen = []
+        for pattern in patterns:
+            matched = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
+            if not matched:
+                raise KeyError(
+                    f"{where}: no column matches {pattern!r} (columns: {', '.join(names[:20])})"
+                )
+            if pattern in names and types[pattern] is None:
+                raise TypeError(
+                    f"{where}: column {pattern!r} is not numeric; only numeric columns can be described"
+                )
+            chosen += [n for n in matched if n not in chosen]
+    chosen = [n for n in chosen if n != label]
+    skipped = [n for n in chosen if types[n] is None]
+    numeric = [n for n in chosen if types[n] is not None]
+    if not numeric:
+        found = ", ".join(f"{n} ({types[n] or 'not numeric'})" for n in names[:20])
+        raise TypeError(f"{where} has no numeric columns to describe (found: {found or 'none'})")
+    if skipped and not quiet:
+        warn(
+            f"{where}: skipping {len(skipped)} non-numeric column(s): {', '.join(skipped[:10])}"
+            f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numeric and boolean columns)",
+            UserWarning,
+        )
+    return numeric
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Table:
+    """Parquet or Arrow IPC files opened as a (samples x features) dask array, with a label column and names.
+
+    Attributes
+    ----------
+    x, label : dask.array.Array
+        Samples x features (a block per row group, or slice of one) and the label column (or None).
+    feature_names : list of str
+        The feature columns, in the files' order (``skipped_columns``: the non-numeric ones left out).
+    path, label_name : str
+        The path or URL given, and the label column (or None).
+    files, row_groups, store_chunks, content
+        How many files and row groups, the largest row group's shape, sha256 of the files' content facts.
+    """
+
+    x: da.Array
+    label: da.Array | None
+    feature_names: list[str]
+    store_chunks: tuple[int, ...]
+    path: str
+    label_name: str | None = None
+    files: int = 1
+    row_groups: int = 0
+    content: str = ""
+    skipped_columns: tuple[str, ...] = ()
+    #: The fsspec options the files were opened with (a reopening for another label needs them).
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    zarr_x: Any = None
+    zarr_label: Any = None
+    skipped_rows: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Give the shape of the samples x features array.
+
+        Returns
+        -------
+        tuple of int
+            ``(samples, features)``.
+        """
+        return (int(self.x.shape[0]), int(self.x.shape[1]))
+
+    def provenance(self) -> dict[str, Any]:
+        """JSON-able facts about where the data came from.
+
+        Returns
+        -------
+        dict
+            ``path``, ``format``, ``files``, ``row_groups``, ``label``, ``shape``, ``dtype``,
+            ``dask_chunk_rows``, ``content`` (sha256 of the files' content facts),
+            ``skipped_columns`` and ``complete``.
+        """
+        # fmt: off
+        return {
+            "path": self.path, "format": "table", "files": self.files, "row_groups": self.row_groups,
+            "label": self.label_name, "shape": list(self.shape), "dtype": str(self.x.dtype),
+            "dask_chunk_rows": int(max(self.x.chunks[0])), "content": self.content,
+            "skipped_columns": list(self.skipped_columns), "complete": True,
+        }
+        # fmt: on
+
+    def __repr__(self) -> str:
+        rows, cols = self.shape
+        return (
+            f"<daskbatch.Table {self.path}: {rows:,} x {cols:,} {self.x.dtype} from {self.files} file(s), "
+            f"{self.row_groups} row groups, label {self.label_name or 'none'}>"
+        )
+
+
+def open_table(
+    path: str | os.PathLike[str],
+    columns: str | Sequence[str] | None = None,
+    label: str | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Table:
+    """Open Parquet or Arrow IPC (Feather v2) files as a :class:`Table`, reading only their footers.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.parquet``/``.pq``/``.arrow``/``.feather``/``.ipc`` file, a directory of
+        them (searched recursively, in natural order; names starting with ``_`` or
+        ``.`` skipped), or an fsspec URL of either (``s3://bucket/prefix/``).
+    columns : str or sequence of str, optional
+        Feature columns by name or glob pattern (``"f*"``); default every numeric
+        and boolean column. Non-numeric columns matched by a pattern (or all of
+        them, by default) are skipped with one warning naming them.
+    label : str, optional
+        The label column (left out of the features).
+    storage_options : mapping, optional
+        Passed to fsspec for URLs (credentials, endpoint), as in
+        ``pandas.read_parquet``.
+
+    Returns
+    -------
+    Table
+        The lazily read features, label and the files' facts.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such path, or no table file in the directory.
+    KeyError
+        A column or the label is not in the files.
+    TypeError
+        No numeric column, or a column named explicitly is not numeric.
+    ValueError
+        The files' schemas disagree on a selected column.
+    """
+    return _open_table(os.fspath(path), columns, label, storage_options)
+
+
+def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
+                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:  # fmt: skip
+    """:func:`open_table`; ``quiet``: no warning of skipped columns; ``fingerprint``: hash Arrow IPC bytes."""
+    try:
+        import pyarrow  # noqa: F401  # lazy: pyarrow
+    except ImportError as exc:  # pragma: no cover - the [parquet] extra
+        raise ImportError(
+            "reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'"
+        ) from exc
+    files = _find_files(where, storage_options)
+    first = _read_footer(files, 0, None, fingerprint=False)
+    names = list(first.schema.names)
+    types = {n: _numeric_dtype(first.schema.field(n).type) for n in names}
+    if label is not None and label not in names:
+        raise KeyError(
+            f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})"
+        )
+    chosen = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
+    if not chosen:
+        raise ValueError(
+            f"{where}: every numeric column is read as a label or mask; none is left for x"
+        )
+    wanted = [*chosen, *([label] if label else [])]
+    footers = [_read_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
+    for i, footer in enumerate(footers):
+        for name in wanted:
+            if (
+                name not in footer.schema.names
+                or _numeric_dtype(footer.schema.field(name).type) is None
+            ):
+                found = (
+                    footer.schema.field(name).type
+                    if name in footer.schema.names
+                    else "no such column"
+                )
+                raise ValueError(
+                    f"{files.paths[i]}: column {name!r} is {found}, unlike in {files.paths[0]}"
+                )
+    dtypes = [_numeric_dtype(f.schema.field(n).type) for f in footers for n in chosen]
+    dtype = np.result_type(*dtypes)
+    if dtype.kind != "f" and any(n in f.nullable for f in footers for n in chosen):
+        dtype = np.dtype(np.float64)  # nulls read as NaN
+    pieces = _pieces([f.groups for f in footers], len(chosen) * dtype.itemsize)
+    if not pieces:
+        raise ValueError(f"{where} holds no rows")
+    content = hashlib.sha256("".join(f.digest for f in footers).encode()).hexdigest()
+    x = _as_dask(
+        f"table-x-{content[:32]}", _Read(files, tuple(chosen), dtype.str), pieces, len(chosen)
+    )
+    label_array = None
+    if label is not None:
+        label_dtype = np.result_type(*(_numeric_dtype(f.schema.field(label).type) for f in footers))
+        label_array = _as_dask(
+            f"table-label-{content[:32]}", _Read(files, (label,), label_dtype.str), pieces, 1
+        )
+        label_array = label_array[:, 0]
+    # fmt: off
+    return Table(
+        x=x, label=label_array, feature_names=chosen, path=where, label_name=label,
+        store_chunks=(max(max(f.groups, default=0) for f in footers), len(chosen)),
+        files=len(files.paths), row_groups=sum(len(f.groups) for f in footers), content=f"sha256 {content}",
+        storage_options=dict(storage_options or {}),
+        skipped_columns=tuple(n for n in names if types[n] is None and n != label),
+    )
+    # fmt: on
+
+
+def _pieces(groups: list[list[int]], row_bytes: int) -> list[tuple[int, int, int, int]]:
+    """(file, row group, start, stop) of each block: row groups, split in equal slices above the target size."""
+    target = parse_bytes(config.get("target-chunk-bytes"))
+    out = []
+    for i, sizes in enumerate(groups):
+        for g, rows in enumerate(sizes):
+            parts = max(1, -(-rows * row_bytes // target))
+            step = -(-rows // parts)
+            out += [(i, g, a, min(a + step, rows)) for a in range(0, rows, step)]
+    return out
+
+
+def _as_dask(
+    name: str, spec: _Read, pieces: list[tuple[int, int, int, int]], width: int
+) -> da.Array:
+    """A dask array of one block per piece, each read by :func:`_read_block`."""
+    graph: dict[Any, Any] = {
+        (name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)
+    }
+    chunks = (tuple(b - a for _, _, a, b in pieces), (width,))
+    dtype = np.dtype(spec.dtype)
+    return da.Array(
+        HighLevelGraph.from_collections(name, graph, dependencies=()),
+        name,
+        chunks,
+        meta=np.empty((0, 0), dtype=dtype),
+    )
+
+
+# --------------------------------------------------------------------------- ingest's view of one table file
+
+
+def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:  # numpydoc ignore=PR01,RT01
+    """Shape and dtype of x (``key`` as :func:`table_rows` reads it) or of column ``key`` in table file ``path``."""
+    array = _ingest_array(path, key, x=what == "x", quiet=what != "x")
+    return tuple(int(n) for n in array.shape), array.dtype.str
+
+
+def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:  # numpydoc ignore=PR01,RT01
+    """Read rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
+    return np.asarray(_ingest_array(path, key, x=x)[start:stop].compute(scheduler="sync"))
+
+
+def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:
+    """x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
+    if not x:
+        return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
+    selection, *excluded = key.split("!")
+    names = None if selection == "X" else selection.split(",")
+    return _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded).x
