@@ -108,7 +108,7 @@ def test_the_views_and_steps_still_work_on_named_features(labelled) -> None:
     assert "alpha" in repr(s) and "alpha" in s._repr_html_()
     assert s.to_dataframe().loc["gamma", "mean"] == s.mean["gamma"]
     assert db.select(s, score="mi", mode="k", param=2).selected_names == tuple(s.top_mi(2).index)
-    assert len(db.compare(s, s).table) == 3
+    assert len(db.compare(s, s).to_dataframe()) == 3
     assert db.pca(s, 2).mean_ == pytest.approx(np.asarray(s.mean))
     ds = s.to_xarray()
     assert db.Summary.from_xarray(ds).cov.equals(s.cov)
