@@ -141,9 +141,9 @@ def overhead(rows: int, features: int, repeat: int, tmp: Path) -> None:
         t0 = time.perf_counter()
         s = db.describe(path, stats=("moments", "cov", "hist"))
         best = min(best, time.perf_counter() - t0)
-    lo, hi = s.quantile_range[:, 0], s.quantile_range[:, 1]
+    lo, hi = s.arrays.quantile_range[:, 0], s.arrays.quantile_range[:, 1]
     fine = QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(lo), hi=tuple(hi))
-    coarse = Histogram(bins=64, lo=tuple(s.hist_edges[:, 0]), hi=tuple(s.hist_edges[:, -1]))
+    coarse = Histogram(bins=64, lo=tuple(s.arrays.hist_edges[:, 0]), hi=tuple(s.arrays.hist_edges[:, -1]))
     block = x[:125_000]
     times = {}
     for name, stat in (("64-bin histogram", coarse), ("quantile histogram", fine)):

@@ -89,7 +89,7 @@ class Accumulator:
     >>> acc = db.Accumulator(stats=("moments",))
     >>> for batch in np.array_split(np.arange(10.0).reshape(5, 2), 3):
     ...     _ = acc.update(batch)
-    >>> acc.summary().mean
+    >>> acc.summary().mean.to_numpy()
     array([4., 5.])
     """
 

@@ -143,6 +143,7 @@ def _histograms_like(
     """The reference summary's ranges, bin count and class values, and ``stats`` with its sketch (merge needs it)."""
     if not isinstance(like, Summary):
         raise TypeError(f"RunOptions(like=...) must be a Summary (db.describe or db.load_summary), got {type(like).__name__}")
+    like = like.arrays  # positional: the edges' first and last columns
     if like.hist_edges is None:
         raise ValueError("RunOptions(like=...) needs a summary with histograms (stats with 'hist' or 'mi')")
     if range_ is not None:

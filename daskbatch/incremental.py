@@ -80,7 +80,7 @@ def merge(first: Summary, second: Summary) -> Summary:
     >>> x = np.arange(20.0).reshape(10, 2)
     >>> a = db.describe(x[:4], stats="moments")
     >>> b = db.describe(x[4:], stats="moments")
-    >>> db.merge(a, b).mean
+    >>> db.merge(a, b).mean.to_numpy()
     array([ 9., 10.])
     """
     for summary, which in ((first, "first"), (second, "second")):
@@ -431,8 +431,9 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
         miller_madow=bool(first.provenance.get("miller_madow", False)),
         states=merged,
     )
-    if summary.out_of_range_fraction is not None:
-        summary.provenance["out_of_range"] = flag_out_of_range(summary.out_of_range_fraction, first.feature_names)
+    fraction = summary.arrays.out_of_range_fraction
+    if fraction is not None:
+        summary.provenance["out_of_range"] = flag_out_of_range(fraction, first.feature_names)
     return summary
 
 

@@ -40,8 +40,8 @@ def test_describe_store_path_matches_numpy(store: str, data: tuple[np.ndarray, n
     np.testing.assert_allclose(s.cov, np.cov(ref.T), rtol=1e-11, atol=1e-12)
     assert s.cov_count == 3000
     for d in range(5):
-        counts, _ = np.histogram(ref[:, d], bins=s.hist_edges[d])
-        np.testing.assert_array_equal(s.hist_counts[d], counts)
+        counts, _ = np.histogram(ref[:, d], bins=s.arrays.hist_edges[d])
+        np.testing.assert_array_equal(s.arrays.hist_counts[d], counts)
     assert s.top_mi(1).index[0] == "f4"
     assert s.provenance["passes"] == 2 and s.provenance["rows"] == 3000
 

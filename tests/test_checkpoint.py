@@ -38,7 +38,7 @@ def assert_bitwise_equal(a: db.Summary, b: db.Summary) -> None:
     checked = 0
     assert a.variables.keys() == b.variables.keys()
     for name in a.variables:
-        va, vb = getattr(a, name), getattr(b, name)
+        va, vb = getattr(a.arrays, name), getattr(b.arrays, name)
         if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
             assert va is not None and vb is not None, name
             assert va.dtype == vb.dtype and va.shape == vb.shape, name

@@ -64,11 +64,11 @@ def test_noncontiguous_labels_are_three_classes_with_their_values(tmp_path, rang
     assert ds["joint_counts"].dims == ("feature", "slot", "class")
     # Each class column holds the rows of that label value.
     for k, v in enumerate(VALUES):
-        assert int(s.joint_counts[0, :, k].sum()) == int((y == v).sum())
+        assert int(s.arrays.joint_counts[0, :, k].sum()) == int((y == v).sum())
     # Counted in float32 (the store's dtype) as describe reads it.
-    want = sklearn_mi(x.astype(np.float32).astype(np.float64), y, s.hist_edges)
+    want = sklearn_mi(x.astype(np.float32).astype(np.float64), y, s.arrays.hist_edges)
     np.testing.assert_allclose(s.mi, want, rtol=1e-12, atol=1e-15)
-    assert s.mi[0] > 0.1  # the informative feature
+    assert s.arrays.mi[0] > 0.1  # the informative feature
     assert s.provenance["classes_from"] == "label scan" and s.provenance["n_classes"] == 3
 
 
@@ -85,8 +85,8 @@ def test_declared_classes_keep_an_absent_class_as_a_zero_column() -> None:
     x, y = make_data()
     s = db.describe(x, y, bins=BINS, range=(-4.0, 12.0), classes=[7, 3, 1, 0])
     np.testing.assert_array_equal(s.classes, [0, 1, 3, 7])
-    assert s.joint_counts.shape[2] == 4 and not s.joint_counts[:, :, 2].any()
-    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.hist_edges), rtol=1e-12, atol=1e-15)
+    assert s.joint_counts.shape[2] == 4 and not s.arrays.joint_counts[:, :, 2].any()
+    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.arrays.hist_edges), rtol=1e-12, atol=1e-15)
     assert s.provenance["classes_from"] == "given"
 
 
@@ -94,7 +94,7 @@ def test_contiguous_labels_keep_their_numbers_as_coordinate() -> None:
     x, y = make_data(values=(0, 1, 2, 3))
     s = db.describe(x, y, bins=BINS)
     np.testing.assert_array_equal(s.classes, [0, 1, 2, 3])
-    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.hist_edges), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(s.mi, sklearn_mi(x, y, s.arrays.hist_edges), rtol=1e-12, atol=1e-15)
 
 
 def test_accumulator_maps_declared_classes() -> None:
@@ -254,7 +254,7 @@ def test_describe_runs_its_chunk_tasks_with_the_labels_checked(classes: tuple[in
     np.testing.assert_array_equal(s.extra["sees_check"], [blocks, blocks])
     edges = np.linspace(-5.0, 7.0, BINS + 1)
     expected = mutual_info_score(np.digitize(x[:, 0], edges[1:-1]), y)
-    np.testing.assert_allclose(s.mi[0], expected, rtol=1e-10)
+    np.testing.assert_allclose(s.arrays.mi[0], expected, rtol=1e-10)
     if classes is not None:  # a checkpointed pass builds its own graph: it passes the trust on too
         with dask.config.set(scheduler="threads"):
             saved = db.describe(dx, dy, stats=["mi", _SeesTheCheck()], classes=classes, range=(-5.0, 7.0), bins=BINS, run=db.RunOptions(plan=None, checkpoint=str(tmp_path / "ckpt")))

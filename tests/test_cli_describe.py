@@ -296,11 +296,11 @@ def test_describe_groups_equal_numpy_per_group(tmp_path: pathlib.Path, grouped) 
     assert s.provenance["groups"].startswith("groups array 'g' in ")
     for j, v in enumerate(values):
         xs = x[g == v]
-        np.testing.assert_array_equal(s.group_count[:, j], len(xs))
-        np.testing.assert_allclose(s.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
-        np.testing.assert_allclose(s.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
+        np.testing.assert_array_equal(s.arrays.group_count[:, j], len(xs))
+        np.testing.assert_allclose(s.arrays.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(s.arrays.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
         for d in range(x.shape[1]):
-            np.testing.assert_array_equal(s.group_hist[d, :, j], np.histogram(xs[:, d], bins=s.hist_edges[d])[0])
+            np.testing.assert_array_equal(s.arrays.group_hist[d, :, j], np.histogram(xs[:, d], bins=s.arrays.hist_edges[d])[0])
 
 
 def test_describe_groups_report_names_the_groups(grouped) -> None:
@@ -336,6 +336,6 @@ def test_describe_config_file_input_groups(tmp_path: pathlib.Path, grouped, monk
     result = CliRunner().invoke(main, ["run", "grouped.yaml"])
     assert result.exit_code == 0, result.output
     by_describe, by_run = db.load_summary("s.zarr"), db.load_summary(tmp_path / "results" / "summary.zarr")
-    np.testing.assert_allclose(by_describe.group_mean[:, 1], x[g == 0].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(by_describe.arrays.group_mean[:, 1], x[g == 0].mean(axis=0), rtol=1e-12)
     for name in ("groups", "group_count", "group_mean", "group_var"):
         np.testing.assert_array_equal(getattr(by_describe, name), getattr(by_run, name), err_msg=name)

@@ -53,7 +53,7 @@ def test_compare_matches_numpy_and_scipy(halves, rows: int) -> None:
     np.testing.assert_allclose(t["mean_shift"], (x_new.mean(0) - x_ref.mean(0)) / x_ref.std(0, ddof=1), rtol=1e-12)
     np.testing.assert_allclose(t["var_ratio"], x_new.var(0, ddof=1) / x_ref.var(0, ddof=1), rtol=1e-12)
     for j in range(x_ref.shape[1]):
-        p, q = _cells(x_ref[:, j], ref.hist_edges[j]), _cells(x_new[:, j], ref.hist_edges[j])
+        p, q = _cells(x_ref[:, j], ref.arrays.hist_edges[j]), _cells(x_new[:, j], ref.arrays.hist_edges[j])
         pf, qf = np.maximum(p, PSI_FLOOR), np.maximum(q, PSI_FLOOR)
         assert t["psi"].iloc[j] == pytest.approx(float(np.sum((qf - pf) * np.log(qf / pf))), rel=1e-12, abs=1e-15)
         js = scipy.spatial.distance.jensenshannon(p, q, base=2) ** 2

@@ -94,7 +94,7 @@ def test_chi2_matches_scipy_on_the_shared_bins(samples) -> None:
     t = drift.to_dataframe()
     assert drift.rebin_error is None
     for j, name in enumerate(DISTRIBUTIONS):
-        edges = ref.hist_edges[j]
+        edges = ref.arrays.hist_edges[j]
         table = np.array(
             [
                 [

@@ -28,16 +28,16 @@ def _data() -> np.ndarray:
 
 def test_the_issue_repro() -> None:
     s = db.describe((BIG + np.arange(999)).astype("i8")[:, None])
-    assert s.max.dtype == np.int64 and int(s.max[0]) - BIG == 998 and int(s.min[0]) == BIG
+    assert s.max.dtype == np.int64 and int(s.arrays.max[0]) - BIG == 998 and int(s.arrays.min[0]) == BIG
 
 
 def test_uint64_near_its_top_and_int64_near_its_bottom() -> None:
     top = (np.uint64(2**64 - 1) - np.arange(999, dtype=np.uint64))[:, None]
     s = db.describe(top, stats=("moments",))
-    assert s.max.dtype == np.uint64 and int(s.max[0]) == 2**64 - 1 and int(s.min[0]) == 2**64 - 999
+    assert s.max.dtype == np.uint64 and int(s.arrays.max[0]) == 2**64 - 1 and int(s.arrays.min[0]) == 2**64 - 999
     bottom = (np.iinfo(np.int64).min + np.arange(999))[:, None].astype(np.int64)
     s = db.describe(bottom, stats=("moments",))
-    assert int(s.min[0]) == -(2**63) and int(s.max[0]) == -(2**63) + 998
+    assert int(s.arrays.min[0]) == -(2**63) and int(s.arrays.max[0]) == -(2**63) + 998
 
 
 def test_exact_across_blocks_and_in_the_state() -> None:
@@ -71,7 +71,7 @@ def test_the_table_html_xarray_json_and_a_saved_summary_keep_every_digit(
     assert s.to_json()["max"][0] == BIG + 998
     s.save(tmp_path / "s.zarr")
     loaded = db.load_summary(tmp_path / "s.zarr")
-    assert loaded.max.dtype == np.int64 and int(loaded.max[0]) == BIG + 998
+    assert loaded.max.dtype == np.int64 and int(loaded.arrays.max[0]) == BIG + 998
     assert s.to_dataframe()["min"].iloc[0] == BIG
 
 
@@ -97,7 +97,7 @@ def test_weights_leave_out_rows_of_weight_zero_exactly() -> None:
     s = db.describe(
         da.from_array(x, chunks=(100, 1)), weights=da.from_array(w, chunks=100), stats=("moments",)
     )
-    assert int(s.max[0]) == BIG + 294 and int(s.min[0]) == BIG + 100 and s.max.dtype == np.int64
+    assert int(s.arrays.max[0]) == BIG + 294 and int(s.arrays.min[0]) == BIG + 100 and s.max.dtype == np.int64
 
 
 def test_integers_merged_with_real_numbers_are_float64() -> None:
@@ -121,4 +121,4 @@ def test_nan_policy_propagate_keeps_them_exact() -> None:
         (BIG + np.arange(10)).astype(np.int64)[:, None],
         stats=[db.stats.Moments(nan_policy="propagate")],
     )
-    assert s.max.dtype == np.int64 and int(s.max[0]) == BIG + 9
+    assert s.max.dtype == np.int64 and int(s.arrays.max[0]) == BIG + 9

@@ -46,12 +46,12 @@ def test_grouped_moments_and_histograms_equal_numpy_per_group(grouped_store, row
     np.testing.assert_array_equal(s.groups, values)
     for j, v in enumerate(values):
         xs = x[g == v]
-        np.testing.assert_array_equal(s.group_count[:, j], np.sum(np.isfinite(xs), axis=0))
-        np.testing.assert_allclose(s.group_mean[:, j], np.nanmean(xs, axis=0), rtol=1e-13)
-        np.testing.assert_allclose(s.group_var[:, j], np.nanvar(xs, axis=0, ddof=1), rtol=1e-10)
+        np.testing.assert_array_equal(s.arrays.group_count[:, j], np.sum(np.isfinite(xs), axis=0))
+        np.testing.assert_allclose(s.arrays.group_mean[:, j], np.nanmean(xs, axis=0), rtol=1e-13)
+        np.testing.assert_allclose(s.arrays.group_var[:, j], np.nanvar(xs, axis=0, ddof=1), rtol=1e-10)
         for d in range(x.shape[1]):
-            ref, _ = np.histogram(xs[:, d][np.isfinite(xs[:, d])], bins=s.hist_edges[d])
-            np.testing.assert_array_equal(s.group_hist[d, :, j], ref, err_msg=f"feature {d}, group {v}")
+            ref, _ = np.histogram(xs[:, d][np.isfinite(xs[:, d])], bins=s.arrays.hist_edges[d])
+            np.testing.assert_array_equal(s.arrays.group_hist[d, :, j], ref, err_msg=f"feature {d}, group {v}")
     np.testing.assert_array_equal(s.group_hist.sum(axis=2), s.hist_counts)  # the groups partition the rows
     ds = s.by_group()
     assert ds["mean"].dims == ("feature", "group") and ds["hist_counts"].dims == ("feature", "bin", "group")
@@ -63,9 +63,9 @@ def test_groups_with_moments_only_and_declared_values(tmp_path: Path, grouped_st
     store, x, g = grouped_store
     s = _describe(store, 500, stats=("moments",), classes=[-3, 0, 2, 5, 11, 99])
     assert s.group_hist is None and s.hist_counts is None
-    np.testing.assert_array_equal(s.group_count[:, -1], 0)  # a declared group with no row
-    assert np.isnan(s.group_mean[:, -1]).all()
-    np.testing.assert_allclose(s.group_mean[:, 1], np.nanmean(x[g == 0], axis=0), rtol=1e-13)
+    np.testing.assert_array_equal(s.arrays.group_count[:, -1], 0)  # a declared group with no row
+    assert np.isnan(s.arrays.group_mean[:, -1]).all()
+    np.testing.assert_allclose(s.arrays.group_mean[:, 1], np.nanmean(x[g == 0], axis=0), rtol=1e-13)
     loaded = db.load_summary(s.save(tmp_path / "g.zarr"))
     np.testing.assert_array_equal(loaded.groups, s.groups)
     np.testing.assert_array_equal(loaded.group_mean, s.group_mean)
@@ -128,7 +128,7 @@ def test_groups_by_name_in_the_store_equal_the_array(grouped_store) -> None:
     assert by_name.provenance["groups"].startswith("groups ") and by_name.provenance["grouped"]
     for name in ("groups", "group_count", "group_mean", "group_var", "group_hist"):
         np.testing.assert_array_equal(getattr(by_name, name), getattr(by_array, name), err_msg=name)
-    np.testing.assert_allclose(by_name.group_mean[:, 0], np.nanmean(x[g == -3], axis=0), rtol=1e-13)
+    np.testing.assert_allclose(by_name.arrays.group_mean[:, 0], np.nanmean(x[g == -3], axis=0), rtol=1e-13)
     assert "class_moments" in plan_describe(store, groups="g", stats=("moments",)).stats  # planned by group
     with pytest.raises(TypeError, match="^groups 'g' is a name, and a groups name needs x to be a store path"):
         db.describe(x, groups="g", run=db.RunOptions(plan=None))
@@ -142,14 +142,14 @@ def test_weighted_groups_equal_numpy_weighted_per_group(grouped_store, rows: int
     s = _describe(store, rows, weights=da.from_array(w, chunks=rows), bins=8, range="minmax")
     for j, v in enumerate(np.unique(g)):
         xs, ws = x[g == v][:, :4], w[g == v]  # feature 4 holds NaN; its weights are those of its finite rows
-        np.testing.assert_allclose(s.group_count[:4, j], ws.sum(), rtol=1e-13)
+        np.testing.assert_allclose(s.arrays.group_count[:4, j], ws.sum(), rtol=1e-13)
         mean = np.average(xs, weights=ws, axis=0)
-        np.testing.assert_allclose(s.group_mean[:4, j], mean, rtol=1e-13)
+        np.testing.assert_allclose(s.arrays.group_mean[:4, j], mean, rtol=1e-13)
         m2 = (ws[:, None] * (xs - mean) ** 2).sum(axis=0)
-        np.testing.assert_allclose(s.group_var[:4, j], m2 / (ws.sum() - 1), rtol=1e-10)
+        np.testing.assert_allclose(s.arrays.group_var[:4, j], m2 / (ws.sum() - 1), rtol=1e-10)
         for d in range(4):
-            ref = np.histogram(xs[:, d], bins=s.hist_edges[d], weights=ws)[0]
-            np.testing.assert_allclose(s.group_hist[d, :, j], ref, rtol=1e-12, err_msg=f"feature {d}, group {v}")
+            ref = np.histogram(xs[:, d], bins=s.arrays.hist_edges[d], weights=ws)[0]
+            np.testing.assert_allclose(s.arrays.group_hist[d, :, j], ref, rtol=1e-12, err_msg=f"feature {d}, group {v}")
 
 
 def test_row_inputs_from_pandas_name_their_missing_values() -> None:

@@ -77,7 +77,7 @@ def _describe(x: np.ndarray, y: np.ndarray | None, chunk: int = 37, **kwargs: ob
 
 def _ranges(s: db.Summary) -> np.ndarray:
     assert s.hist_edges is not None
-    return np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
+    return np.column_stack([s.arrays.hist_edges[:, 0], s.arrays.hist_edges[:, -1]])
 
 
 def assert_same_statistics(got: db.Summary, want: db.Summary) -> None:

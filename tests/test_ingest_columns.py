@@ -97,8 +97,8 @@ def test_every_label_and_mask_is_aligned_chunked_and_checksummed(batches, whole)
     assert s.class_count.shape == (D, len(classes)) and list(classes) == list(range(5))
     for j, k in enumerate(classes):
         rows = x[y == k]
-        np.testing.assert_array_equal(s.class_count[:, j], len(rows))
-        np.testing.assert_allclose(s.class_mean[:, j], rows.mean(axis=0), rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(s.arrays.class_count[:, j], len(rows))
+        np.testing.assert_allclose(s.arrays.class_mean[:, j], rows.mean(axis=0), rtol=1e-12, atol=1e-14)
 
 
 def test_cancel_bad_file_then_resume_is_bitwise_the_uninterrupted_ingest(batches, tmp_path) -> None:

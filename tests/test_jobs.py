@@ -353,11 +353,11 @@ def test_job_input_groups_equal_numpy_per_group(tmp_path: pathlib.Path, store: s
     np.testing.assert_array_equal(got.groups, np.arange(-1, 4))
     for j, v in enumerate(got.groups):
         xs = x[g == v]
-        np.testing.assert_array_equal(got.group_count[:, j], len(xs))
-        np.testing.assert_allclose(got.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
-        np.testing.assert_allclose(got.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
+        np.testing.assert_array_equal(got.arrays.group_count[:, j], len(xs))
+        np.testing.assert_allclose(got.arrays.group_mean[:, j], xs.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(got.arrays.group_var[:, j], xs.var(axis=0, ddof=1), rtol=1e-10)
         for d in range(FEATURES):
-            np.testing.assert_array_equal(got.group_hist[d, :, j], np.histogram(xs[:, d], bins=got.hist_edges[d])[0])
+            np.testing.assert_array_equal(got.arrays.group_hist[d, :, j], np.histogram(xs[:, d], bins=got.arrays.hist_edges[d])[0])
 
 
 @pytest.mark.parametrize(("sections", "message"), [

@@ -96,13 +96,13 @@ def test_histogram_counts_equal_numpy_exactly(mixed, rows: int) -> None:
     s = db.describe(da.from_array(x, chunks=(rows, -1)), stats="hist", bins=17)
     gamma = (1 + s.provenance["sketch"]["alpha"]) / (1 - s.provenance["sketch"]["alpha"])
     for d in range(4):
-        lo, hi = s.hist_edges[d, 0], s.hist_edges[d, -1]
+        lo, hi = s.arrays.hist_edges[d, 0], s.arrays.hist_edges[d, -1]
         # The range holds the data and ends at most one sketch bucket (a factor gamma) beyond it.
         vmin, vmax = x[:, d].min(), x[:, d].max()
         assert min(vmin * gamma, vmin / gamma) <= lo <= vmin and vmax <= hi <= max(vmax * gamma, vmax / gamma), d
         counts, edges = np.histogram(x[:, d], bins=17, range=(lo, hi))  # numpy's binning of that range
-        np.testing.assert_array_equal(s.hist_edges[d], edges)
-        np.testing.assert_array_equal(s.hist_counts[d], counts)
+        np.testing.assert_array_equal(s.arrays.hist_edges[d], edges)
+        np.testing.assert_array_equal(s.arrays.hist_counts[d], counts)
     np.testing.assert_array_equal(s.underflow, np.zeros(4))
     np.testing.assert_array_equal(s.overflow, np.zeros(4))
 
@@ -129,12 +129,12 @@ def test_histogram_with_range_counts_outside_and_nan_apart(lo: float, hi: float,
         col = x[:, d]
         valid = ~np.isnan(col)
         counts, e = np.histogram(col[valid], bins=bins, range=(lo, hi))
-        np.testing.assert_array_equal(s.hist_edges[d], e)
-        np.testing.assert_array_equal(s.hist_counts[d], counts)
-        assert s.underflow[d] == np.sum(col < lo)
-        assert s.overflow[d] == np.sum(col > hi)
-        assert s.nan_count[d] == np.sum(~valid)
-        assert s.hist_counts[d].sum() + s.underflow[d] + s.overflow[d] + s.nan_count[d] == col.size
+        np.testing.assert_array_equal(s.arrays.hist_edges[d], e)
+        np.testing.assert_array_equal(s.arrays.hist_counts[d], counts)
+        assert s.arrays.underflow[d] == np.sum(col < lo)
+        assert s.arrays.overflow[d] == np.sum(col > hi)
+        assert s.arrays.nan_count[d] == np.sum(~valid)
+        assert s.arrays.hist_counts[d].sum() + s.arrays.underflow[d] + s.arrays.overflow[d] + s.arrays.nan_count[d] == col.size
 
 
 def test_histogram_per_feature_ranges() -> None:
@@ -146,8 +146,8 @@ def test_histogram_per_feature_ranges() -> None:
     np.testing.assert_array_equal(s.out_of_range_fraction, [0.52, 0.5])
     for d in range(2):
         counts, edges = np.histogram(x[:, d], bins=4, range=tuple(ranges[d]))
-        np.testing.assert_array_equal(s.hist_counts[d], counts)
-        np.testing.assert_array_equal(s.hist_edges[d], edges)
+        np.testing.assert_array_equal(s.arrays.hist_counts[d], counts)
+        np.testing.assert_array_equal(s.arrays.hist_edges[d], edges)
     with pytest.raises(ValueError, match="range"):
         db.describe(x, stats="hist", range=np.zeros((3, 2)))
     with pytest.raises(ValueError, match="lo < hi"):
@@ -165,7 +165,7 @@ def test_mutual_information_equals_sklearn(mixed, rows: int, miller_madow: bool)
     assert nats.provenance["mi_units"] == "nats" and bits.provenance["mi_units"] == "bits"
     for d in range(4):
         # MI counts the in-range bins only: out-of-range values are reported, not scored
-        e = nats.hist_edges[d]
+        e = nats.arrays.hist_edges[d]
         valid = ~np.isnan(x[:, d]) & (x[:, d] >= e[0]) & (x[:, d] <= e[-1])
         binned = bin_index(x[valid, d], e)
         want = mutual_info_score(binned, y[valid])
@@ -174,8 +174,8 @@ def test_mutual_information_equals_sklearn(mixed, rows: int, miller_madow: bool)
             m_x, m_y = np.unique(binned).size, np.unique(y[valid]).size
             m_xy = np.unique(np.stack([binned, y[valid]]), axis=1).shape[1]
             want += (m_x + m_y - m_xy - 1) / (2 * n)
-        assert abs(nats.mi[d] - want) <= 1e-12, d
-        assert bits.mi[d] == pytest.approx(nats.mi[d] / math.log(2), rel=1e-14)
+        assert abs(nats.arrays.mi[d] - want) <= 1e-12, d
+        assert bits.arrays.mi[d] == pytest.approx(nats.arrays.mi[d] / math.log(2), rel=1e-14)
     # the joint table is the exact contingency of bin x class
     np.testing.assert_array_equal(nats.joint_counts.sum(axis=(1, 2)), [600, 600, 588, 600])
     assert nats.joint_counts.shape == (4, 9 + 2, 3)
@@ -185,8 +185,8 @@ def test_mutual_information_of_independent_and_identical_labels() -> None:
     y = np.tile(np.arange(4), 40)
     x = np.column_stack([np.repeat(np.arange(8.0), 20), y.astype(np.float64)])  # independent; identical
     s = db.describe(x, y, stats="mi", bins=8)
-    assert s.mi[0] == pytest.approx(0.0, abs=1e-15)
-    assert s.mi[1] == pytest.approx(math.log(4), rel=1e-14)
+    assert s.arrays.mi[0] == pytest.approx(0.0, abs=1e-15)
+    assert s.arrays.mi[1] == pytest.approx(math.log(4), rel=1e-14)
 
 
 @pytest.mark.parametrize("q", [0.0, 0.01, 0.25, 0.5, 0.9, 0.999, 1.0])
@@ -195,7 +195,7 @@ def test_quantiles_within_one_bin_of_inverted_cdf(mixed, q: float) -> None:
     s = db.describe(da.from_array(x, chunks=(50, -1)), stats="hist", bins=32)
     got = s.quantile(q)
     want = np.quantile(x, q, axis=0, method="inverted_cdf")
-    width = s.hist_edges[:, 1] - s.hist_edges[:, 0]
+    width = s.arrays.hist_edges[:, 1] - s.arrays.hist_edges[:, 0]
     assert np.all(np.abs(got - want) <= width * (1 + 1e-12)), (got, want, width)
     many = s.quantile([q, 0.5])
     assert many.shape == (4, 2)
@@ -220,10 +220,10 @@ def _check_shifted(n: int) -> None:
     s = db.describe(da.from_array(x, chunks=(65_536, 4)), stats=("moments", "cov"))
     for d in range(4):
         mean, var = fsum_mean_var(x[:, d])
-        assert abs(s.mean[d] - mean) / mean <= 1e-15, d
-        assert abs(s.var[d] - var) / var <= 1e-13, d
-        assert abs(s.cov[d, d] - var) / var <= 1e-13, d
-        assert abs(s.std[d] - math.sqrt(var)) / math.sqrt(var) <= 1e-13, d
+        assert abs(s.arrays.mean[d] - mean) / mean <= 1e-15, d
+        assert abs(s.arrays.var[d] - var) / var <= 1e-13, d
+        assert abs(s.arrays.cov[d, d] - var) / var <= 1e-13, d
+        assert abs(s.arrays.std[d] - math.sqrt(var)) / math.sqrt(var) <= 1e-13, d
 
 
 def test_shifted_by_1e8_mean_and_variance() -> None:
@@ -244,13 +244,13 @@ def test_float32_near_1e9(noise: float) -> None:
     assert s.mean.dtype == np.float64
     for d in range(2):
         mean, var = fsum_mean_var(x[:, d].astype(np.float64))
-        assert abs(s.mean[d] - mean) / mean <= 1e-15, d
+        assert abs(s.arrays.mean[d] - mean) / mean <= 1e-15, d
         if var == 0.0:
-            assert s.var[d] == 0.0 and s.cov[d, d] == 0.0
-            assert np.isnan(s.skew[d]) and np.isnan(s.kurtosis[d])
+            assert s.arrays.var[d] == 0.0 and s.arrays.cov[d, d] == 0.0
+            assert np.isnan(s.arrays.skew[d]) and np.isnan(s.arrays.kurtosis[d])
         else:
-            assert abs(s.var[d] - var) / var <= 1e-13, d
-            assert abs(s.cov[d, d] - var) / var <= 1e-13, d
+            assert abs(s.arrays.var[d] - var) / var <= 1e-13, d
+            assert abs(s.arrays.cov[d, d] - var) / var <= 1e-13, d
 
 
 def test_float32_cancellation_example_from_sklearn_12333() -> None:
@@ -258,8 +258,8 @@ def test_float32_cancellation_example_from_sklearn_12333() -> None:
     x = np.full((1_000_000, 1), 100_000.0, dtype=np.float32)
     x[::2] = 100_001.0
     s = db.describe(da.from_array(x, chunks=(100_000, 1)), stats="moments")
-    assert s.mean[0] == 100_000.5
-    assert s.var[0] == pytest.approx(0.25 * 1_000_000 / 999_999, rel=1e-15)
+    assert s.arrays.mean[0] == 100_000.5
+    assert s.arrays.var[0] == pytest.approx(0.25 * 1_000_000 / 999_999, rel=1e-15)
 
 # ---------------------------------------------------------------- dtypes
 
@@ -274,7 +274,7 @@ def test_accepted_dtypes_give_float64_results(dtype: str) -> None:
     s = db.describe(da.from_array(x, chunks=(6, 3)), stats=("moments", "cov", "hist"), bins=4)
     ref = db.describe(da.from_array(x.astype(np.float64), chunks=(6, 3)), stats=("moments", "cov", "hist"), bins=4)
     for name in ("count", "mean", "var", "std", "skew", "kurtosis", "min", "max", "cov", "corr", "hist_edges"):
-        got = getattr(s, name)
+        got = getattr(s.arrays, name)
         # int64/uint64 extremes stay in their dtype: float64 rounds them beyond 2**53.
         exact = name in ("min", "max") and dtype in ("int64", "uint64")
         assert got.dtype == (np.dtype(dtype) if exact else np.float64), name
@@ -329,12 +329,12 @@ def test_all_nan_feature() -> None:
     x = np.column_stack([np.full(5, np.nan), np.arange(5.0)])
     with pytest.warns(CompleteRowsWarning, match="no finite value in f0"):  # and says so
         s = db.describe(da.from_array(x, chunks=(2, 2)), stats=("moments", "cov", "hist"), bins=3)
-    assert s.count[0] == 0 and s.nan_count[0] == 5
+    assert s.arrays.count[0] == 0 and s.arrays.nan_count[0] == 5
     for name in ("mean", "var", "std", "skew", "kurtosis", "min", "max"):
-        assert np.isnan(getattr(s, name)[0]), name
-    assert s.mean[1] == 2.0
+        assert np.isnan(getattr(s.arrays, name)[0]), name
+    assert s.arrays.mean[1] == 2.0
     assert s.cov_count == 0 and np.all(np.isnan(s.cov))
-    assert s.hist_counts[0].sum() == 0 and s.hist_counts[1].sum() == 5
+    assert s.arrays.hist_counts[0].sum() == 0 and s.arrays.hist_counts[1].sum() == 5
 
 
 def test_infinities() -> None:
@@ -358,25 +358,25 @@ def test_histogram_range_of_feature_with_infinity_uses_finite_values() -> None:
     finite = np.delete(x[:, 0], 5)
     # The range ends within one sketch bucket (a factor gamma) of the finite extrema, never at inf.
     gamma = (1 + s.provenance["sketch"]["alpha"]) / (1 - s.provenance["sketch"]["alpha"])
-    lo, hi = s.hist_edges[0, 0], s.hist_edges[0, -1]
+    lo, hi = s.arrays.hist_edges[0, 0], s.arrays.hist_edges[0, -1]
     assert lo == 0.0 and finite.max() <= hi <= finite.max() * gamma
     counts, edges = np.histogram(finite, bins=10, range=(lo, hi))
-    np.testing.assert_array_equal(s.hist_edges[0], edges)
-    np.testing.assert_array_equal(s.hist_counts[0], counts)
-    assert s.overflow[0] == 1
+    np.testing.assert_array_equal(s.arrays.hist_edges[0], edges)
+    np.testing.assert_array_equal(s.arrays.hist_counts[0], counts)
+    assert s.arrays.overflow[0] == 1
     assert abs(s.quantile(0.5).iloc[0] - np.quantile(x[:, 0], 0.5, method="inverted_cdf")) <= edges[1] - edges[0]
 
 
 def test_constant_feature() -> None:
     x = np.column_stack([np.full(10, 3.25), np.arange(10.0)])
     s = db.describe(da.from_array(x, chunks=(3, 2)), stats=("moments", "cov", "hist"), bins=4)
-    assert s.mean[0] == 3.25 and s.var[0] == 0.0 and s.std[0] == 0.0
-    assert np.isnan(s.skew[0]) and np.isnan(s.kurtosis[0])
-    assert s.cov[0, 0] == 0.0 and s.cov[0, 1] == 0.0
-    assert np.isnan(s.corr[0, 0]) and np.isnan(s.corr[0, 1]) and s.corr[1, 1] == 1.0
+    assert s.arrays.mean[0] == 3.25 and s.arrays.var[0] == 0.0 and s.arrays.std[0] == 0.0
+    assert np.isnan(s.arrays.skew[0]) and np.isnan(s.arrays.kurtosis[0])
+    assert s.arrays.cov[0, 0] == 0.0 and s.arrays.cov[0, 1] == 0.0
+    assert np.isnan(s.arrays.corr[0, 0]) and np.isnan(s.arrays.corr[0, 1]) and s.arrays.corr[1, 1] == 1.0
     counts, edges = np.histogram(x[:, 0], bins=4)  # numpy's (v - 0.5, v + 0.5)
-    np.testing.assert_array_equal(s.hist_edges[0], edges)
-    np.testing.assert_array_equal(s.hist_counts[0], counts)
+    np.testing.assert_array_equal(s.arrays.hist_edges[0], edges)
+    np.testing.assert_array_equal(s.arrays.hist_counts[0], counts)
 
 
 def test_single_row() -> None:
@@ -395,8 +395,8 @@ def test_single_row() -> None:
 def test_bias_corrections_undefined_for_tiny_samples() -> None:
     x = np.array([[1.0], [2.0], [4.0]])
     s = db.describe(x, stats=db.stats.Moments(bias=False))
-    assert s.skew[0] == pytest.approx(scipy.stats.skew(x[:, 0], bias=False), rel=1e-14)
-    assert np.isnan(s.kurtosis[0])  # needs n > 3 (scipy silently returns the biased value)
+    assert s.arrays.skew[0] == pytest.approx(scipy.stats.skew(x[:, 0], bias=False), rel=1e-14)
+    assert np.isnan(s.arrays.kurtosis[0])  # needs n > 3 (scipy silently returns the biased value)
 
 
 @pytest.mark.parametrize(
@@ -429,8 +429,8 @@ def test_label_errors() -> None:
 def test_nan_policies() -> None:
     x = np.array([[1.0, 1.0], [np.nan, 2.0], [3.0, 4.0]])
     p = db.describe(x, stats=db.stats.Moments(nan_policy="propagate"))
-    assert np.isnan(p.mean[0]) and np.isnan(p.var[0]) and np.isnan(p.min[0])
-    assert p.mean[1] == pytest.approx(7 / 3) and p.nan_count[0] == 1
+    assert np.isnan(p.arrays.mean[0]) and np.isnan(p.arrays.var[0]) and np.isnan(p.arrays.min[0])
+    assert p.arrays.mean[1] == pytest.approx(7 / 3) and p.arrays.nan_count[0] == 1
     with pytest.raises(ValueError, match=r"holds NaN values in 1 feature\(s\): f0 \(1\)"):
         db.describe(x, stats=db.stats.Moments(nan_policy="raise"))
     db.describe(x[[0, 2]], stats=db.stats.Moments(nan_policy="raise"))  # no NaN: fine

@@ -128,12 +128,12 @@ def test_one_all_nan_column() -> None:
     x[:, 1] = np.nan
     with pytest.warns(CompleteRowsWarning, match=r"only the 0 of 10,000 rows .*no finite value in f1.*rows='pairwise'"):
         complete = db.describe(x, stats="moments,cov")
-    assert complete.cov_count == 0 and np.isnan(complete.corr).all()
+    assert complete.cov_count == 0 and np.isnan(complete.arrays.corr).all()
     assert "no finite value in f1" in repr(complete) and "--cov pairwise" in repr(complete)
     pairwise = db.describe(x, stats=["moments", PAIRWISE])
     expected = pd.DataFrame(x).corr().to_numpy()
-    np.testing.assert_allclose(pairwise.corr[[0, 0, 2], [0, 2, 2]], expected[[0, 0, 2], [0, 2, 2]], atol=1e-12)
-    assert np.isnan(pairwise.corr[1]).all() and np.isnan(pairwise.corr[:, 1]).all()
+    np.testing.assert_allclose(pairwise.arrays.corr[[0, 0, 2], [0, 2, 2]], expected[[0, 0, 2], [0, 2, 2]], atol=1e-12)
+    assert np.isnan(pairwise.arrays.corr[1]).all() and np.isnan(pairwise.arrays.corr[:, 1]).all()
 
 
 def test_complete_rows_dropping_many_rows_warn_and_few_do_not() -> None:
@@ -160,7 +160,7 @@ def test_sentinel_inside_the_range_is_named() -> None:
         s = db.describe(x, stats="moments,hist")
     found = {(v.feature, v.value, v.side) for v in s.suspect_values}
     assert found == {("f0", -999.0, "min"), ("f2", 0.0, "min")}
-    assert "-999 repeated?" in repr(s) and s.min[0] == -999.0  # reported, not removed
+    assert "-999 repeated?" in repr(s) and s.arrays.min[0] == -999.0  # reported, not removed
 
 
 @pytest.mark.parametrize("kind", ["normal", "exponential", "uniform", "poisson", "binary", "skewed", "far"])

@@ -138,7 +138,7 @@ def labelled_feature(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.n
 def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x, y = labelled_feature(np.random.default_rng(4), ROWS)
     path = write_store(str(tmp_path_factory.mktemp("mi") / "clean.zarr"), x, y)
-    return x, y, db.describe(path, label="y", stats=("mi",)).mi
+    return x, y, db.describe(path, label="y", stats=("mi",)).arrays.mi
 
 
 @pytest.mark.parametrize("value", [1e12, -1e12, np.inf, -999.0, 1e30])
@@ -182,14 +182,14 @@ def test_one_1e12_in_breast_cancer_leaves_the_mi_of_its_feature(tmp_path) -> Non
     from sklearn.datasets import load_breast_cancer
 
     x, y = load_breast_cancer(return_X_y=True)
-    clean = db.describe(write_store(str(tmp_path / "c.zarr"), x, y, chunk_rows=100), label="y", stats=("mi",)).mi
+    clean = db.describe(write_store(str(tmp_path / "c.zarr"), x, y, chunk_rows=100), label="y", stats=("mi",)).arrays.mi
     change = []
     for d in range(x.shape[1]):
         hit = x.copy()
         hit[7, d] = 1e12
         s = db.describe(write_store(str(tmp_path / f"h{d}.zarr"), hit, y, chunk_rows=100), label="y", stats=("mi",))
-        change.append(abs(s.mi[d] / clean[d] - 1.0))
-        assert s.overflow[d] >= 1 and s.max[d] == 1e12  # kept, and counted outside the range
+        change.append(abs(s.arrays.mi[d] / clean[d] - 1.0))
+        assert s.arrays.overflow[d] >= 1 and s.arrays.max[d] == 1e12  # kept, and counted outside the range
     assert max(change) <= 0.02 and float(np.median(change)) <= 0.01, np.round(change, 3)
 
 
@@ -209,7 +209,7 @@ def test_the_quantile_histogram_survives_save_and_load_and_merge_narrows_the_ske
     assert merged.quantile_counts is None
     exact = np.quantile(np.concatenate([x, x2]), 0.5, axis=0, method="inverted_cdf")
     np.testing.assert_allclose(merged.quantile(0.5).to_numpy(), exact, rtol=0.005)
-    one_bin = np.diff(merged.hist_edges[:, :2], axis=1)[:, 0]
+    one_bin = np.diff(merged.arrays.hist_edges[:, :2], axis=1)[:, 0]
     assert np.all(np.abs(merged.quantile(0.5).to_numpy() - exact) <= one_bin)
 
 

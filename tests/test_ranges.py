@@ -36,19 +36,19 @@ def test_a_single_extreme_value_changes_no_mi_and_no_median(labelled: tuple[np.n
     stray = x.copy()
     stray[12_345, 0] = 1e9
     hit = db.describe(da.from_array(stray, chunks=(7_000, -1)), y)
-    assert clean.mi[0] > 0.1
+    assert clean.arrays.mi[0] > 0.1
     np.testing.assert_allclose(hit.mi, clean.mi, rtol=0.02)
     alpha = hit.provenance["sketch"]["alpha"]
     exact = np.quantile(x, 0.5, axis=0, method="inverted_cdf")
     np.testing.assert_allclose(hit.quantile(0.5), exact, rtol=alpha)
     np.testing.assert_allclose(clean.quantile(0.5), exact, rtol=alpha)
     # The stray value is kept, in the overflow count, and the maximum is still exact.
-    assert hit.overflow[0] >= 1 and hit.max[0] == 1e9
-    assert hit.hist_counts[0].sum() + hit.underflow[0] + hit.overflow[0] == ROWS
+    assert hit.arrays.overflow[0] >= 1 and hit.arrays.max[0] == 1e9
+    assert hit.arrays.hist_counts[0].sum() + hit.arrays.underflow[0] + hit.arrays.overflow[0] == ROWS
     # Nearly every bin is used, where min/max ranges put all but one value into one bin.
-    assert np.count_nonzero(hit.hist_counts[0]) >= 60
+    assert np.count_nonzero(hit.arrays.hist_counts[0]) >= 60
     old = db.describe(stray, y, range="minmax")
-    assert np.count_nonzero(old.hist_counts[0]) == 2 and old.mi[0] < 0.01
+    assert np.count_nonzero(old.arrays.hist_counts[0]) == 2 and old.arrays.mi[0] < 0.01
 
 
 def test_found_ranges_span_the_tail_quantiles_widened(labelled: tuple[np.ndarray, np.ndarray]) -> None:
@@ -62,11 +62,11 @@ def test_found_ranges_span_the_tail_quantiles_widened(labelled: tuple[np.ndarray
     # Each tail quantile is within alpha of the exact one, and is widened by that bound
     # (alpha / (1 - alpha) of it) before the WIDEN of the span: 4 alpha covers both.
     tol = 4 * alpha * np.abs(q).max(axis=0)
-    assert np.all(np.abs(s.hist_edges[:, 0] - lo) <= tol) and np.all(np.abs(s.hist_edges[:, -1] - hi) <= tol)
+    assert np.all(np.abs(s.arrays.hist_edges[:, 0] - lo) <= tol) and np.all(np.abs(s.arrays.hist_edges[:, -1] - hi) <= tol)
     # Uniform: clipped to the bulk, whose outer sketch buckets end within a factor gamma of the extrema.
     gamma = (1 + alpha) / (1 - alpha)
     x3 = x[:, 3]
-    assert x3.min() * gamma <= s.hist_edges[3, 0] <= x3.min() and x3.max() <= s.hist_edges[3, -1] <= x3.max() * gamma
+    assert x3.min() * gamma <= s.arrays.hist_edges[3, 0] <= x3.min() and x3.max() <= s.arrays.hist_edges[3, -1] <= x3.max() * gamma
     assert np.all(s.out_of_range_fraction < 2 * TAIL + 0.001)
     assert s.provenance["range"] == "quantiles" and s.provenance["out_of_range"] == []
 
@@ -78,10 +78,10 @@ def test_minmax_keeps_the_extrema_and_nearly_constant_features_fall_back_to_them
     x[:, 2] = 7.5  # constant: numpy's (v - 0.5, v + 0.5)
     for range_ in (None, "minmax"):
         s = db.describe(x, stats="hist", bins=8, range=range_)
-        np.testing.assert_array_equal(s.hist_edges[0], np.linspace(-2.0, 4.0, 9))
-        np.testing.assert_array_equal(s.hist_edges[2], np.linspace(7.0, 8.0, 9))
+        np.testing.assert_array_equal(s.arrays.hist_edges[0], np.linspace(-2.0, 4.0, 9))
+        np.testing.assert_array_equal(s.arrays.hist_edges[2], np.linspace(7.0, 8.0, 9))
     s = db.describe(x, stats="hist", bins=8, range="minmax")
-    np.testing.assert_array_equal(s.hist_edges[1], np.linspace(0.0, 4_999.0, 9))
+    np.testing.assert_array_equal(s.arrays.hist_edges[1], np.linspace(0.0, 4_999.0, 9))
     assert s.provenance["range"] == "minmax" and "sketch" not in s.provenance["stats"]
     with pytest.raises(ValueError, match="'minmax' or None; got 'quantiles'"):
         db.describe(x, stats="hist", range="quantiles")
@@ -93,7 +93,7 @@ def test_a_range_that_misses_unscaled_data_warns_and_is_flagged() -> None:
     with pytest.warns(db.RangeWarning, match=r"3 of 4 feature\(s\) have more than 1% .*f1 .*f2 .*f3"):
         s = db.describe(x, stats="hist", range=(-5.0, 5.0))
     assert s.provenance["out_of_range"] == ["f1", "f2", "f3"]
-    assert s.out_of_range_fraction[0] < 0.01 and s.out_of_range_fraction[2] == 1.0
+    assert s.arrays.out_of_range_fraction[0] < 0.01 and s.arrays.out_of_range_fraction[2] == 1.0
     expected = (np.sum(x < -5.0, axis=0) + np.sum(x > 5.0, axis=0)) / 4_000
     np.testing.assert_array_equal(s.out_of_range_fraction, expected)
     with warnings.catch_warnings():
@@ -180,7 +180,7 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
         warnings.simplefilter("error", db.RangeWarning)
         s = db.describe(x, stats=("moments", "hist"), run=db.RunOptions(plan=db.Resources(768 * 2**20, threads_per_worker=1)))
     assert s.provenance["range"] != "minmax" and s.provenance["sketch"]["window"] == WINDOW
-    assert s.overflow[3] == 1 and np.count_nonzero(s.hist_counts[3]) >= 30
+    assert s.arrays.overflow[3] == 1 and np.count_nonzero(s.arrays.hist_counts[3]) >= 30
     exact = np.quantile(x[:, 5], [0.25, 0.5, 0.75], method="inverted_cdf")
     np.testing.assert_allclose([s.quantile(q).iloc[5] for q in (0.25, 0.5, 0.75)], exact, rtol=0.01)
     db.synth(tmp_path / "wide.zarr", rows=1000, features=2000)

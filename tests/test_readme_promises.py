@@ -162,3 +162,17 @@ def test_run_job_progress_and_cancel(tmp_path: Path) -> None:
     steps_seen = {c[2] for c in calls}
     assert "transform" in steps_seen and any(s.startswith("pass 1/") for s in steps_seen), steps_seen
     _counts_up_to(calls, None, "transform")
+
+
+def test_describe_reports_each_block_of_a_pass_once_with_the_real_count(tmp_path: Path) -> None:
+    # Issue 34 saw (1, 1) per pass: that was the README's one-block array. On a store of several blocks
+    # each pass counts 1, 2, ..., n once, n the plan's block count.
+    calls, report = _recorder()
+    x = np.random.default_rng(0).normal(size=(2_000, 3))
+    s = db.describe(_store(tmp_path, x), run=db.RunOptions(progress=report))
+    blocks = int(s.provenance["n_chunks"])
+    assert blocks > 1
+    phases = list(dict.fromkeys(c[2] for c in calls))
+    assert len(phases) == 2
+    for phase in phases:
+        assert [c[:2] for c in calls if c[2] == phase] == [(i, blocks) for i in range(1, blocks + 1)], calls

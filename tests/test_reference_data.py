@@ -89,9 +89,9 @@ def test_nist_mean_and_sd_reach_the_float64_ceiling(reference_dir: Path, name: s
     assert ceiling == pytest.approx(README_SD_CEILING[name], abs=0.1)  # the README's own figure
     rows = max(chunk_rows, x.size // 128)  # at most ~128 chunks keeps PiDigits quick
     s = db.describe(da.from_array(x[:, None], chunks=(rows, 1)), stats="moments")
-    assert s.count[0] == x.size
-    assert lre(s.mean[0], certified["mean"]) >= 14.0
-    assert lre(s.std[0], certified["std"]) >= ceiling - 1.0
+    assert s.arrays.count[0] == x.size
+    assert lre(s.arrays.mean[0], certified["mean"]) >= 14.0
+    assert lre(s.arrays.std[0], certified["std"]) >= ceiling - 1.0
 
 
 @pytest.mark.parametrize("name", NIST)
@@ -103,8 +103,8 @@ def test_nist_higher_moments(reference_dir: Path, name: str) -> None:
     chunks = (64, 1)
     biased = db.describe(da.from_array(x[:, None], chunks=chunks), stats="moments")
     corrected = db.describe(da.from_array(x[:, None], chunks=chunks), stats=db.stats.Moments(bias=False))
-    for key, got in (("g1", biased.skew[0]), ("g2", biased.kurtosis[0]),
-                     ("G1", corrected.skew[0]), ("G2", corrected.kurtosis[0])):
+    for key, got in (("g1", biased.arrays.skew[0]), ("g2", biased.arrays.kurtosis[0]),
+                     ("G1", corrected.arrays.skew[0]), ("G2", corrected.arrays.kurtosis[0])):
         if expected[key] is None:  # G2 is undefined for n = 3
             assert np.isnan(got), key
             continue
@@ -125,10 +125,10 @@ def test_longley_covariance_and_correlation(reference_dir: Path) -> None:
     s = db.describe(da.from_array(x, chunks=(5, -1)), stats=("moments", "cov"), run=db.RunOptions(split_every=2))
     assert s.cov_count == 16
     for i in range(7):
-        assert lre(s.mean[i], ref["mean"][i]) >= 14.0
+        assert lre(s.arrays.mean[i], ref["mean"][i]) >= 14.0
         for j in range(7):
-            assert lre(s.cov[i, j], ref["covariance_ddof1"][i][j]) >= 12.0, (i, j)
-            assert lre(s.corr[i, j], ref["correlation"][i][j]) >= 12.0, (i, j)
+            assert lre(s.arrays.cov[i, j], ref["covariance_ddof1"][i][j]) >= 12.0, (i, j)
+            assert lre(s.arrays.corr[i, j], ref["correlation"][i][j]) >= 12.0, (i, j)
     np.testing.assert_allclose(s.var, np.diag(s.cov), rtol=1e-13)
 
 
@@ -142,7 +142,7 @@ def _describe_mi(x: list[int], y: list[int], base: Literal["e", 2] = "e") -> flo
     lo, hi = xs.min() - 0.5, xs.max() + 0.5
     s = db.describe(da.from_array(xs, chunks=(4, 1)), np.asarray(y), stats=db.stats.MutualInformation(base=base),
                     bins=int(hi - lo), range=(lo, hi))
-    return float(s.mi[0])
+    return float(s.arrays.mi[0])
 
 
 def test_mutual_information_from_labels(reference_dir: Path) -> None:
@@ -205,14 +205,14 @@ def test_variance_merge_exact_cases(reference_dir: Path) -> None:
     case = cases["simple_statistics_combine_variances"]
     want = float(Fraction(case["expected"]["var_ddof0_binary64"]))
     assert _chunked_moments(case["chunks"], ddof=0).var[0] == pytest.approx(want, rel=1e-15)
-    assert db.describe(_as_dask(case["chunks"]), stats=["moments", db.Moments(ddof=0)]).var[0] == pytest.approx(want, rel=1e-15)
+    assert db.describe(_as_dask(case["chunks"]), stats=["moments", db.Moments(ddof=0)]).arrays.var[0] == pytest.approx(want, rel=1e-15)
 
 
 def test_variance_merge_two_huge_values(reference_dir: Path) -> None:
     case = _merge_cases(reference_dir)["arrow_var_merge_stability_two_chunks"]
     got = _chunked_moments(case["chunks"]).var[0]
     assert got == pytest.approx(3872.0, rel=0.01)  # the exact variance of the float64 data
-    assert db.describe(_as_dask(case["chunks"]), stats="moments").var[0] == pytest.approx(3872.0, rel=0.01)
+    assert db.describe(_as_dask(case["chunks"]), stats="moments").arrays.var[0] == pytest.approx(3872.0, rel=0.01)
 
 
 def test_variance_merge_central_moments(reference_dir: Path) -> None:
@@ -234,7 +234,7 @@ def test_variance_merge_numacc4_uneven_chunks(reference_dir: Path) -> None:
     exact = Fraction(case["expected"]["var_ddof1_binary64"])
     for var in (
         _chunked_moments(case["chunks"]).var[0],
-        db.describe(_as_dask(case["chunks"]), stats="moments", run=db.RunOptions(split_every=2)).var[0],
+        db.describe(_as_dask(case["chunks"]), stats="moments", run=db.RunOptions(split_every=2)).arrays.var[0],
     ):
         assert lre(var, case["expected"]["var_ddof1"]) >= 7.0
         assert lre(var, exact) >= 13.0  # the float64 data's own variance, nearly to the last bit

@@ -117,7 +117,7 @@ def test_text_repr(summary: db.Summary) -> None:
     # report.py still uses the first line as its header
     from daskbatch.summary.reprs import format_report
 
-    report = format_report(summary, top=3)
+    report = format_report(summary, k=3)
     assert report.splitlines()[0] == lines[0] and "Top 3 features by mutual information" in report
 
 
@@ -150,7 +150,7 @@ def test_to_xarray_labels(summary: db.Summary) -> None:
     assert list(ds["feature"].values) == list(summary.feature_names)
     np.testing.assert_array_equal(ds["bin"].values, np.arange(16))
     np.testing.assert_array_equal(ds["edge"].values, np.arange(17))
-    edges = summary.hist_edges
+    edges = summary.arrays.hist_edges
     np.testing.assert_allclose(ds["bin_centre"].values, (edges[:, :-1] + edges[:, 1:]) / 2, rtol=1e-15)
     assert ds["bin_centre"].dims == ("feature", "bin")
     np.testing.assert_array_equal(ds["slot"].values, np.arange(-1, 17))
@@ -177,8 +177,8 @@ def test_save_load_round_trip(tmp_path, summary: db.Summary) -> None:
     back = db.load_summary(summary.save(tmp_path / "s.zarr"))
     assert back.provenance == json.loads(json.dumps(summary.provenance, default=str))
     for name in ("count", "nan_count", "class_count"):
-        assert getattr(back, name).dtype == np.float64  # held as float64, like describe's
-        np.testing.assert_array_equal(getattr(back, name), getattr(summary, name))
+        assert getattr(back.arrays, name).dtype == np.float64  # held as float64, like describe's
+        np.testing.assert_array_equal(getattr(back.arrays, name), getattr(summary.arrays, name))
     for name in ("hist_counts", "joint_counts", "sketch_counts", "mean", "cov", "mi", "classes"):
         np.testing.assert_array_equal(getattr(back, name), getattr(summary, name), err_msg=name)
     pd.testing.assert_frame_equal(back.quantile([0.1, 0.9]), summary.quantile([0.1, 0.9]))
@@ -235,12 +235,12 @@ def test_top_mi_and_top_correlated_are_labelled(summary: db.Summary) -> None:
     assert isinstance(top, pd.Series) and top.name == "mi" and len(top) == 5
     assert top.is_monotonic_decreasing and top.index[0] == "f3"
     names = list(summary.feature_names)
-    np.testing.assert_array_equal(top.to_numpy(), summary.mi[[names.index(n) for n in top.index]])
+    np.testing.assert_array_equal(top.to_numpy(), summary.arrays.mi[[names.index(n) for n in top.index]])
     pairs = summary.top_correlated(4)
     assert list(pairs.columns) == ["feature_a", "feature_b", "r"] and len(pairs) == 4
     assert pairs["r"].abs().is_monotonic_decreasing
     for a, b, r in pairs.itertuples(index=False):
-        assert r == summary.corr[names.index(a), names.index(b)]
+        assert r == summary.arrays.corr[names.index(a), names.index(b)]
     # the strongest pair is the strongest of the matrix
     c = np.where(np.isfinite(summary.corr), np.abs(summary.corr), 0.0)
     np.fill_diagonal(c, 0.0)
@@ -286,7 +286,7 @@ def test_pandas_nullable_columns_count_missing_as_nan() -> None:
     df = pd.DataFrame({"a": pd.array([1.0, None, 3.0, 4.0], dtype="Float64"), "b": [1, 2, 3, 4]})
     s = db.describe(df, pd.Series([0, 1, 0, 1], dtype="Int64"), stats=("moments", "class_moments"))
     np.testing.assert_array_equal(s.nan_count, [1, 0])
-    assert s.mean[0] == pytest.approx(8.0 / 3.0, rel=1e-15)
+    assert s.arrays.mean[0] == pytest.approx(8.0 / 3.0, rel=1e-15)
 
 
 def test_dask_dataframe_keeps_column_names() -> None:

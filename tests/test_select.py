@@ -279,9 +279,9 @@ def test_mrmr_avoids_redundant_copies() -> None:
     got = db.select(s, score="mrmr", param=2)
     assert 2 in got.indices and len(set(got.indices) & {0, 1, 4}) == 1
     first = int(np.argmax(s.mi))
-    assert got.rank[first] == 1 and got.score[first] == pytest.approx(s.mi[first])
+    assert got.rank[first] == 1 and got.score[first] == pytest.approx(s.arrays.mi[first])
     second = int(np.flatnonzero(got.rank == 2)[0])
-    assert got.score[second] == pytest.approx(s.mi[second] - abs(s.corr[second, first]))
+    assert got.score[second] == pytest.approx(s.arrays.mi[second] - abs(s.arrays.corr[second, first]))
     assert sorted(got.rank.tolist()) == [1, 2, 3, 4, 5]
     assert got.reason[3] == "not among the 2 picked by mRMR"
 

@@ -199,4 +199,4 @@ def test_a_2_gib_two_thread_local_cluster_keeps_the_sketch_at_5000_features() ->
         # alpha relative; below the window's first bucket (a collapse) absolutely, by that bucket's upper edge
         floor = np.max(np.abs(x[:, d])) * math.exp(-(sk.window - 2) * sk.ln_gamma)
         assert np.all(np.abs(got - exact) <= sk.alpha * np.abs(exact) * (1 + 1e-9) + floor), (d, got, exact)
-    assert s.overflow[3] == 1 and np.count_nonzero(s.hist_counts[3]) >= 30  # the stray value is detached
+    assert s.arrays.overflow[3] == 1 and np.count_nonzero(s.arrays.hist_counts[3]) >= 30  # the stray value is detached

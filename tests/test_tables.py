@@ -59,7 +59,7 @@ def assert_same_summary(a: db.Summary, b: db.Summary) -> None:
     assert a.variables.keys() == b.variables.keys()
     checked = 0
     for name in a.variables:
-        va, vb = getattr(a, name), getattr(b, name)
+        va, vb = getattr(a.arrays, name), getattr(b.arrays, name)
         if not isinstance(va, np.ndarray):
             continue
         if va.dtype.kind in "biu" or "count" in name:
@@ -84,7 +84,7 @@ def test_parquet_dataset_equals_zarr(tables: dict[str, Path]) -> None:
         from_table = db.describe(str(tables["parquet"]), label="y", stats=STATS)
     from_zarr = db.describe(str(tables["zarr"]), label="y", stats=STATS)
     assert list(from_table.feature_names) == [f"f{j}" for j in range(D)]
-    assert from_table.count[2] < FILES * ROWS == from_table.count[0]  # nulls are missing values
+    assert from_table.arrays.count[2] < FILES * ROWS == from_table.arrays.count[0]  # nulls are missing values
     assert_same_summary(from_table, from_zarr)
     assert from_table.provenance["files"] == FILES and from_table.provenance["row_groups"] == FILES * ROWS // GROUP
 
@@ -247,6 +247,6 @@ def test_an_fsspec_url_of_a_dataset_is_described() -> None:
             pq.write_table(pa.table({"a": np.arange(100.0) + k, "y": np.arange(100) % 2}), f, row_group_size=30)
     summary = db.describe("memory://tables35/ds/", label="y", stats=("moments",))
     np.testing.assert_array_equal(summary.count, [200])
-    assert summary.mean[0] == 50.0
+    assert summary.arrays.mean[0] == 50.0
     assert db.open_table("memory://tables35/ds", storage_options={}).row_groups == 8
     fs.rm("/tables35", recursive=True)

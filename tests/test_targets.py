@@ -96,7 +96,7 @@ def test_nan_in_a_feature_leaves_that_feature_s_rows_out(diabetes_store) -> None
     x[::7, 2] = np.nan
     s = _describe(da.from_array(x, chunks=(50, -1)), da.from_array(y, chunks=50), stats=("moments",))
     keep = ~np.isnan(x[:, 2])
-    assert s.target_count[2] == keep.sum()
+    assert s.arrays.target_count[2] == keep.sum()
     f_ref = fs.f_regression(x[keep][:, [2]], y[keep])[0][0]
     np.testing.assert_allclose(selection._f_regression(s)[0][2], f_ref, rtol=1e-10)
     np.testing.assert_allclose(selection._f_regression(s)[0][[0, 1]], fs.f_regression(x[:, :2], y)[0], rtol=1e-10)
@@ -122,7 +122,7 @@ def test_mi_with_a_target_equals_a_numpy_reference_on_the_same_bins(diabetes_sto
     # the bins are the target's quantile bins: about equally populated
     sizes = np.bincount(np.searchsorted(cuts, y, side="right"))
     assert sizes.min() >= 0.5 * len(y) / len(sizes)
-    np.testing.assert_allclose(s.mi, _reference_mi(x, y, s.hist_edges, cuts), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(s.mi, _reference_mi(x, y, s.arrays.hist_edges, cuts), rtol=1e-12, atol=1e-15)
 
 
 def _top(values: np.ndarray, k: int) -> set[int]:
@@ -141,7 +141,7 @@ def test_mi_with_a_target_ranks_features_as_mutual_info_regression(diabetes_stor
     strong = np.flatnonzero(np.abs(coef) > 0)
     # the informative features, and their order, as sklearn's k-NN estimate finds them
     assert _top(s.mi, len(strong)) == _top(ref, len(strong)) == {int(i) for i in strong}
-    assert sps.spearmanr(s.mi[strong], ref[strong])[0] >= 0.8
+    assert sps.spearmanr(s.arrays.mi[strong], ref[strong])[0] >= 0.8
 
 
 def test_the_readmes_mi_guidance_on_diabetes_holds(diabetes_store) -> None:
@@ -249,7 +249,7 @@ def test_update_counts_the_new_rows_in_the_summary_s_target_bins(regression_stor
     with dask.config.set(scheduler="threads", num_workers=2):
         updated = db.update(s, xs[2000:], target=ys[2000:], run=db.RunOptions(plan=None))
     cuts = s.provenance["target"]["cuts"]
-    ranges = np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
+    ranges = np.column_stack([s.arrays.hist_edges[:, 0], s.arrays.hist_edges[:, -1]])
     # the same bins given: one pass over all the rows
     whole = _describe(xs, ys, bins=16, stats=("moments", "hist", db.stats.MutualInformation(target_bins=cuts)), range=ranges)
     assert whole.provenance["passes"] == 1 and whole.provenance["target"]["cuts"] == cuts

@@ -65,7 +65,7 @@ def test_select_then_standardize_equals_numpy(tmp_path: Path) -> None:
     assert report.blocks == 8 and report.written == tuple(range(8)) and report.features == 4
 
     out = db.open_dataset(report.path)
-    expected = (x[:, idx] - s.mean[idx]) / x[:, idx].std(axis=0)  # the population std, as StandardScaler
+    expected = (x[:, idx] - s.arrays.mean[idx]) / x[:, idx].std(axis=0)  # the population std, as StandardScaler
     np.testing.assert_allclose(out.x.compute(), expected, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(out.label.compute(), y)  # the label is carried through unchanged
     assert out.feature_names == [s.feature_names[i] for i in idx]
@@ -102,7 +102,7 @@ def test_clip_and_constant_features(tmp_path: Path) -> None:
     got = db.open_dataset(report.path).x.compute()
     assert got.dtype == np.float32
     std0 = x.std(axis=0)  # standardize divides by the population std
-    z = np.where(std0 == 0, 0.0, (x - s.mean) / np.where(std0 == 0, 1.0, std0))
+    z = np.where(std0 == 0, 0.0, (x - s.arrays.mean) / np.where(std0 == 0, 1.0, std0))
     np.testing.assert_allclose(got, np.maximum(z, -1.5).astype(np.float32), rtol=1e-6)
     assert np.all(got[:, 5] == 0)  # the constant feature
     with pytest.raises(ValueError, match=r"1 constant feature\(s\) \(std 0\): f5"):
@@ -120,7 +120,7 @@ def test_steps_take_any_array_api_block() -> None:
     assert names == ("f0", "f2", "f3")
     got = db.steps.apply_all(bound, array_api_strict.asarray(x))
     assert type(got) is type(array_api_strict.asarray(x))
-    ref = np.clip((x[:, [0, 2, 3]] - s.mean[[0, 2, 3]]) / x[:, [0, 2, 3]].std(axis=0), -1, 1)
+    ref = np.clip((x[:, [0, 2, 3]] - s.arrays.mean[[0, 2, 3]]) / x[:, [0, 2, 3]].std(axis=0), -1, 1)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-13)
     with pytest.raises(ValueError, match="project: the PCA was fitted on 7 features"):
         db.steps.bind_all([db.steps.select([0, 1]), db.steps.project(s, 2)], s.feature_names)

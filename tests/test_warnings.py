@@ -36,7 +36,7 @@ def test_missing_chunks_warning_names_the_callers_line(tmp_path):
     with pytest.warns(MissingChunksWarning) as record:
         s = db.describe(str(path), label="y", stats=["moments"], run=db.RunOptions(missing="skip"))
     assert _only(record, MissingChunksWarning).filename == __file__
-    assert s.count[0] == 1500
+    assert s.arrays.count[0] == 1500
 
 
 def test_flagged_rows_warning_names_the_callers_line():

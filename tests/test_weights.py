@@ -72,13 +72,13 @@ def _assert_matches_numpy(s: db.Summary, x: np.ndarray, y: np.ndarray, w: np.nda
     assert s.cov_count == (w > 0).sum() and s.provenance["cov_weight_sum"] == pytest.approx(total, rel=1e-14)
     for j in range(x.shape[1]):
         counts, edges = np.histogram(x[:, j], bins=64, range=(0.0, 4000.0), weights=w)
-        np.testing.assert_allclose(s.hist_counts[j], counts, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(s.arrays.hist_counts[j], counts, rtol=1e-12, atol=1e-12)
         for c, k in enumerate(s.classes):
             in_class = np.histogram(x[:, j], bins=64, range=(0.0, 4000.0), weights=w * (y == k))[0]
-            np.testing.assert_allclose(s.joint_counts[j, 1:-1, c], in_class, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(s.arrays.joint_counts[j, 1:-1, c], in_class, rtol=1e-12, atol=1e-12)
     for c, k in enumerate(s.classes):
-        np.testing.assert_allclose(s.class_mean[:, c], np.average(x[y == k], weights=w[y == k], axis=0), rtol=1e-12)
-        np.testing.assert_allclose(s.class_count[:, c], w[y == k].sum(), rtol=1e-13)
+        np.testing.assert_allclose(s.arrays.class_mean[:, c], np.average(x[y == k], weights=w[y == k], axis=0), rtol=1e-12)
+        np.testing.assert_allclose(s.arrays.class_count[:, c], w[y == k].sum(), rtol=1e-13)
 
 
 @pytest.mark.parametrize("chunk_rows", [17, 64, 10_000])
@@ -100,7 +100,7 @@ def test_mi_from_weighted_joint_counts(dataset) -> None:
         p = joint / joint.sum()
         outer = p.sum(axis=1, keepdims=True) * p.sum(axis=0, keepdims=True)
         nz = p > 0
-        assert s.mi[j] == pytest.approx(float(np.sum(p[nz] * np.log(p[nz] / outer[nz]))), rel=1e-10, abs=1e-13)
+        assert s.arrays.mi[j] == pytest.approx(float(np.sum(p[nz] * np.log(p[nz] / outer[nz]))), rel=1e-10, abs=1e-13)
 
 
 def test_integer_weights_equal_repeated_rows(dataset) -> None:
@@ -298,7 +298,7 @@ def test_weights_with_a_checkpoint_resume_bitwise(dataset, tmp_path) -> None:
 
 def _ranges(s: db.Summary) -> np.ndarray:
     """The histogram ranges of ``s``, as ``range=`` takes them."""
-    return np.column_stack([s.hist_edges[:, 0], s.hist_edges[:, -1]])
+    return np.column_stack([s.arrays.hist_edges[:, 0], s.arrays.hist_edges[:, -1]])
 
 
 @pytest.mark.parametrize(("split", "chunk_rows"), [(1, 40), (40, 40), (97, 17)])

@@ -121,7 +121,7 @@ def table_options(func: F) -> F:
 def table_report(summary: Any, *, top: int, table_rows: int, show_all: bool) -> str:
     """The report of ``describe`` and ``demo``: the table as long as ``--all``/``--table-rows`` ask."""
     shown = summary.n_features if show_all else table_rows
-    return format_report(summary, top=top, max_features=shown, show_all=SHOW_ALL_OPTIONS)
+    return format_report(summary, k=top, rows=shown, show_all=SHOW_ALL_OPTIONS)
 
 
 def parse_classes(text: str | None) -> list[int] | None:

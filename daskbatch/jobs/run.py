@@ -146,7 +146,7 @@ def saved_twin(path: str, summary: Any) -> Any:
     if any(a.get(k) != b.get(k) for k in _SAME_PROVENANCE) or saved.cov_count != summary.cov_count:
         return None
     for name in {**summary.variables, **saved.variables}:
-        new, old = getattr(summary, name), getattr(saved, name)
+        new, old = summary.variables.get(name), saved.variables.get(name)
         if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
             if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape
                     and new.dtype == old.dtype and np.array_equal(new, old, equal_nan=new.dtype.kind in "fc")):

@@ -74,6 +74,7 @@ def select(
     if max_corr is not None and not (0 <= max_corr <= 1):
         raise ValueError(f"max_corr must be in [0, 1], got {max_corr}")
 
+    summary = summary.arrays  # the scores index the statistics by position
     names = tuple(summary.feature_names)
     pvalue = None
     if score == "f":

@@ -237,6 +237,7 @@ def compare(reference: Summary, new: Summary) -> Drift:
         missing = sorted(set(reference.feature_names) ^ set(new.feature_names))
         detail = f"{len(missing)} name(s) differ, e.g. {missing[:3]}" if missing else "their order differs"
         raise ValueError(f"the summaries describe different features: {detail}")
+    reference, new = reference.arrays, new.arrays  # the drifts are arithmetic on the arrays, by position
     with np.errstate(divide="ignore", invalid="ignore"):
         columns: dict[str, np.ndarray] = {
             "mean_shift": (new.mean - reference.mean) / reference.std,

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
 __all__ = [
-    "DEFAULT_QUANTILES", "FORMAT", "USER_ATTR", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
-    "fields_from_xarray", "group_dataset", "quantile_label", "results_from_variables", "summary_to_xarray",
-    "user_variables", "variable_attrs",
+    "DEFAULT_QUANTILES", "FORMAT", "USER_ATTR", "SummaryArrays", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
+    "feature_index", "fields_from_xarray", "group_dataset", "labelled", "quantile_label", "results_from_variables",
+    "summary_to_xarray", "user_variables", "variable_attrs",
 ]
 
 #: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
@@ -32,7 +32,124 @@ def quantile_label(q: float) -> str:
     return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
 
 
+def feature_index(summary: Any) -> Any:
+    """The features' names as the ``pandas.Index`` (named ``feature``) that every labelled result shares."""
+    import pandas as pd  # lazy: pandas
 
+    return pd.Index(list(summary.feature_names), name="feature", dtype=object)
+
+
+def _coordinate(summary: Any, dim: str, size: int) -> Any:
+    """The labels of dimension ``dim`` (``size`` long): those :func:`summary_to_xarray` gives it, else 0..size-1."""
+    if dim in ("feature", "feature2"):
+        return np.array(summary.feature_names, dtype=object)
+    if dim == "slot":  # -1: below the range, then the bins, then above
+        return np.arange(-1, size - 1, dtype=np.int64)
+    if dim in ("class", "group") and summary.classes is not None and len(summary.classes) == size:
+        return np.asarray(summary.classes, dtype=np.int64)
+    if dim == "sketch_slot":
+        first = int((summary.provenance.get("sketch") or {}).get("first_slot", 0))
+        return np.arange(first, first + size, dtype=np.int64)
+    if dim == "extreme" and size == 2:
+        return np.array(["min", "max"], dtype=object)
+    return np.arange(size, dtype=np.int64)
+
+
+def labelled(summary: Any, name: str, values: Any, dims: tuple[str, ...] | None = None) -> Any:
+    """``values`` of the variable ``name`` labelled by feature: a Series, a DataFrame, or a DataArray past two dims.
+
+    ``dims`` defaults to what the statistic declares; a value without a feature dimension (``classes``,
+    ``cov_count``) or None is returned as it is. The data are the summary's own arrays, not copies.
+    """
+    if dims is None:
+        declared = summary_variables().get(name)
+        dims = None if declared is None else declared.dims
+    if values is None or not dims or dims[0] != "feature" or np.ndim(values) != len(dims):
+        return values
+    import pandas as pd  # lazy: pandas
+
+    if len(dims) == 1:
+        return pd.Series(values, index=feature_index(summary), name=name, copy=False)
+    if len(dims) == 2:
+        columns = pd.Index(_coordinate(summary, dims[1], np.shape(values)[1]), name=dims[1])
+        return pd.DataFrame(values, index=feature_index(summary), columns=columns, copy=False)
+    import xarray as xr  # lazy: xarray
+
+    coords = {d: _coordinate(summary, d, n) for d, n in zip(dims, np.shape(values), strict=True)}
+    return xr.DataArray(values, dims=dims, coords=coords, name=name)
+
+
+class SummaryArrays:
+    """A summary's variables unlabelled, as the NumPy arrays the statistics made (``s.arrays.mean``).
+
+    What positional code reads (``arrays.corr[i, j]``, ``arrays.hist_edges[:, 0]``); every attribute
+    that is not a variable is the summary's own (``feature_names``, ``quantile``, ``provenance``).
+
+    Parameters
+    ----------
+    summary : Summary
+        The summary whose arrays these are.
+    """
+
+    def __init__(self, summary: Summary) -> None:
+        self.summary = summary
+
+    def __getattr__(self, name: str) -> Any:
+        """Serve a variable's array (None when not computed), a derived array, or the summary's attribute."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for values in self.summary.results.values():
+            if name in values:
+                return values[name]
+        if name in summary_variables():
+            return None
+        derived = _DERIVED.get(name)
+        return derived(self) if derived is not None else getattr(self.summary, name)
+
+    def __dir__(self) -> list[str]:
+        """List the variables, the derived arrays and the summary's attributes."""
+        return sorted({*dir(self.summary), *_DERIVED})
+
+
+def _group_count(a: SummaryArrays) -> np.ndarray | None:
+    """The (D, G) counts of ``describe(x, groups=g)``."""
+    return a.class_count if a.groups is not None else None
+
+
+def _group_mean(a: SummaryArrays) -> np.ndarray | None:
+    """The (D, G) means of ``describe(x, groups=g)``."""
+    return a.class_mean if a.groups is not None else None
+
+
+def _group_var(a: SummaryArrays) -> np.ndarray | None:
+    """The (D, G) variances of ``describe(x, groups=g)``, with the summary's ddof."""
+    if a.groups is None or a.class_m2 is None or a.class_count is None:
+        return None
+    dof = np.asarray(a.class_count, dtype=np.float64) - int(a.provenance.get("ddof", 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(dof > 0, a.class_m2 / dof, np.nan)
+
+
+def _group_hist(a: SummaryArrays) -> np.ndarray | None:
+    """The (D, bins, G) histogram counts of ``describe(x, groups=g)``."""
+    if a.groups is None or a.joint_counts is None:
+        return None
+    return a.joint_counts[:, 1:-1, :]
+
+
+def _out_of_range_fraction(a: SummaryArrays) -> np.ndarray | None:
+    """The (D,) fraction of every feature's values outside its histogram range."""
+    if a.underflow is None or a.overflow is None:
+        return None
+    n = a.count
+    return (a.underflow + a.overflow) / np.where(n > 0, n, 1.0)
+
+
+#: The arrays the summary derives from its variables, by attribute name.
+_DERIVED = {
+    "group_count": _group_count, "group_mean": _group_mean, "group_var": _group_var, "group_hist": _group_hist,
+    "out_of_range_fraction": _out_of_range_fraction,
+}
 
 
 def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> Any:

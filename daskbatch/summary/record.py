@@ -15,8 +15,10 @@ from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.sentinels import SuspectValue
 from daskbatch.summary.dataset import (
     DEFAULT_QUANTILES,
+    SummaryArrays,
     fields_from_xarray,
     group_dataset,
+    labelled,
     summary_to_xarray,
 )
 from daskbatch.summary.plotting import SummaryPlot
@@ -33,15 +35,15 @@ from daskbatch.summary.tables import (
 
 @dataclass(frozen=True, eq=False)
 class Summary:
-    """Per-feature statistics of a (samples × features) array, as host NumPy arrays.
+    """Per-feature statistics of a (samples × features) array, labelled by feature name.
 
-    ``results`` holds each statistic's variables by statistic name; the
-    attributes (``s.mean``, ``s.corr``, ``s.hist_counts``, ``s.mi``, ...) are
-    the variables the statistics declare (:data:`daskbatch.stats.STATISTICS`),
-    None for one that was not computed. Vectors have shape (D,), ``cov``/``corr`` (D, D), ``hist_counts`` (D, bins)
-    and ``hist_edges`` (D, bins + 1). With a label, ``joint_counts`` is
-    (D, bins + 2, K) and ``classes`` (K,) holds the label value of each of its
-    class columns (the ``class`` coordinate of :meth:`to_xarray`).
+    ``results`` holds each statistic's variables (host NumPy arrays) by statistic name; the attributes
+    (``s.mean``, ``s.corr``, ...) are the variables the statistics declare (:data:`daskbatch.stats.STATISTICS`),
+    None when not computed, labelled by feature: per feature a ``pandas.Series`` (``mean``, ``mi``, ``count``);
+    feature × feature a ``pandas.DataFrame`` with the names as index and columns (``cov``, ``corr``); feature ×
+    bin, edge or class a DataFrame indexed by feature (``hist_counts``, ``hist_edges``, ``class_mean``); past two
+    dimensions an ``xarray.DataArray`` (``joint_counts``). ``np.asarray(s.mean)`` gives the array, ``s.arrays``
+    all of them unlabelled. ``classes`` (K,) holds the label value of each class column, ``cov_count`` the rows.
     ``sketch_counts`` (D, W) is the window of quantile-sketch slots that holds
     every count (its layout and first slot in ``provenance["sketch"]``) and
     ``sketch_extrema`` (D, 2) the finite minimum and maximum it answers for its
@@ -50,7 +52,6 @@ class Summary:
     ``quantile_range`` (D, 2); with the sketch it makes :meth:`quantile` exact
     to one of its bins. ``min`` and ``max`` are float64, but exact int64 or
     uint64 for data of those dtypes (float64 rounds integers beyond 2**53).
-    Statistics that were not asked for are None.
     ``provenance`` records what was computed from what.
 
     Examples
@@ -58,7 +59,10 @@ class Summary:
     >>> import numpy as np, daskbatch as db
     >>> s = db.describe(np.arange(12.0).reshape(6, 2), stats=("moments",))
     >>> s.mean
-    array([5., 6.])
+    feature
+    f0    5.0
+    f1    6.0
+    Name: mean, dtype: float64
     """
 
     feature_names: tuple[str, ...]
@@ -77,24 +81,36 @@ class Summary:
     states: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
-        """Serve the variables the statistics declare: ``s.mean``, ``s.corr``; None when not computed."""
+        """Serve the variables the statistics declare, labelled: ``s.mean``, ``s.corr``; None when not computed."""
         if name.startswith("_") or name == "results":
             raise AttributeError(name)
         for values in self.results.values():
             if name in values:
-                return values[name]
+                return labelled(self, name, values[name])
         if name in summary_variables():
             return None
         raise AttributeError(f"'Summary' object has no attribute {name!r}")
 
     @property
+    def arrays(self) -> Any:  # a SummaryArrays, typed as the Summary the views take
+        """Give the same attributes unlabelled: ``s.arrays.mean`` is the (D,) NumPy array of ``s.mean``.
+
+        Returns
+        -------
+        SummaryArrays
+            The variables (and ``group_*``, ``out_of_range_fraction``) as the
+            NumPy arrays the statistics made; every other attribute is the summary's.
+        """
+        return SummaryArrays(self)
+
+    @property
     def variables(self) -> dict[str, Any]:
-        """Give every statistic's variables in one mapping, in the registry's order.
+        """Give every statistic's variables in one mapping of unlabelled arrays, in the registry's order.
 
         Returns
         -------
         dict
-            Variable name to value (``variables["mean"]`` is ``s.mean``).
+            Variable name to NumPy array (``variables["mean"]`` is ``s.arrays.mean``).
         """
         return {name: value for values in self.results.values() for name, value in values.items()}
 
@@ -150,7 +166,7 @@ class Summary:
             where the values come from, ``attrs["exact"]`` names the features
             answered exactly from their distinct values.
         """
-        return quantiles(self, q, method)
+        return quantiles(self.arrays, q, method)
 
     @property
     def groups(self) -> np.ndarray | None:
@@ -164,54 +180,48 @@ class Summary:
         return self.classes if self.provenance.get("grouped") else None
 
     @property
-    def group_count(self) -> np.ndarray | None:
+    def group_count(self) -> Any:
         """Give the number of finite values of every feature in every group.
 
         Returns
         -------
-        numpy.ndarray or None
-            (D, G), None without groups.
+        pandas.DataFrame or None
+            (D, G): indexed by feature, a column per group value; None without groups.
         """
-        return self.class_count if self.groups is not None else None
+        return labelled(self, "group_count", self.arrays.group_count, _BY_GROUP)
 
     @property
-    def group_mean(self) -> np.ndarray | None:
+    def group_mean(self) -> Any:
         """Give the mean of every feature's finite values in every group.
 
         Returns
         -------
-        numpy.ndarray or None
+        pandas.DataFrame or None
             (D, G), NaN where a group has no finite value; None without groups.
         """
-        return self.class_mean if self.groups is not None else None
+        return labelled(self, "group_mean", self.arrays.group_mean, _BY_GROUP)
 
     @property
-    def group_var(self) -> np.ndarray | None:
+    def group_var(self) -> Any:
         """Give the variance (with the summary's ddof) of every feature in every group.
 
         Returns
         -------
-        numpy.ndarray or None
+        pandas.DataFrame or None
             (D, G), NaN where a group has no more than ddof values; None without groups.
         """
-        if self.groups is None or self.class_m2 is None or self.class_count is None:
-            return None
-        dof = np.asarray(self.class_count, dtype=np.float64) - int(self.provenance.get("ddof", 1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(dof > 0, self.class_m2 / dof, np.nan)
+        return labelled(self, "group_var", self.arrays.group_var, _BY_GROUP)
 
     @property
-    def group_hist(self) -> np.ndarray | None:
+    def group_hist(self) -> Any:
         """Give the histogram counts of every feature in every group, on ``hist_edges``.
 
         Returns
         -------
-        numpy.ndarray or None
-            (D, bins, G), None without groups or histograms.
+        xarray.DataArray or None
+            (D, bins, G), dimensions ``feature``, ``bin``, ``group``; None without groups or histograms.
         """
-        if self.groups is None or self.joint_counts is None:
-            return None
-        return self.joint_counts[:, 1:-1, :]
+        return labelled(self, "group_hist", self.arrays.group_hist, ("feature", "bin", "group"))
 
     def by_group(self) -> Any:
         """Give the grouped statistics as an ``xarray.Dataset`` with a ``group`` dimension.
@@ -222,21 +232,18 @@ class Summary:
             ``count``, ``mean``, ``var`` (feature, group) and, with histograms,
             ``hist_counts`` (feature, bin, group) and ``hist_edges``.
         """
-        return group_dataset(self)
+        return group_dataset(self.arrays)
 
     @property
-    def out_of_range_fraction(self) -> np.ndarray | None:
+    def out_of_range_fraction(self) -> Any:
         """Give, per feature, the fraction of its values (NaN left out) outside its histogram range.
 
         Returns
         -------
-        numpy.ndarray or None
-            The fractions, None without histograms.
+        pandas.Series or None
+            The fractions indexed by feature, None without histograms.
         """
-        if self.underflow is None or self.overflow is None:
-            return None
-        n = self.count
-        return (self.underflow + self.overflow) / np.where(n > 0, n, 1.0)
+        return labelled(self, "out_of_range_fraction", self.arrays.out_of_range_fraction, ("feature",))
 
     @property
     def suspect_values(self) -> tuple[SuspectValue, ...] | None:
@@ -247,7 +254,7 @@ class Summary:
         tuple of SuspectValue or None
             The values, counted as data (see :mod:`daskbatch.stats.sentinels`); None without histograms.
         """
-        return summary_suspect_values(self)
+        return summary_suspect_values(self.arrays)
 
     def top_correlated(self, k: int = 10) -> Any:
         """Find the ``k`` feature pairs with the largest absolute correlation.
@@ -263,7 +270,7 @@ class Summary:
             Columns ``feature_a``, ``feature_b`` and ``r`` (Pearson), strongest
             first; empty without a covariance.
         """
-        return top_correlated(self, k)
+        return top_correlated(self.arrays, k)
 
     def tiled_cov(self) -> Any:
         """Open the tiled covariance store when the plan tiled it.
@@ -294,7 +301,7 @@ class Summary:
             MI (in ``provenance["mi_units"]``) indexed by feature name, largest
             first; empty without a label.
         """
-        return top_mi(self, k)
+        return top_mi(self.arrays, k)
 
     def to_dataframe(self) -> Any:
         """Tabulate the per-feature statistics.
@@ -308,7 +315,7 @@ class Summary:
         pandas.DataFrame
             One row per feature, indexed by feature name.
         """
-        return dataframe(self)
+        return dataframe(self.arrays)
 
     def to_xarray(self, *, states: bool = False, quantiles: Any = DEFAULT_QUANTILES) -> Any:
         """Convert the results to an ``xarray.Dataset`` with CF-style labels.
@@ -338,7 +345,7 @@ class Summary:
         xarray.Dataset
             The statistics.
         """
-        return summary_to_xarray(self, states=states, quantiles=quantiles)
+        return summary_to_xarray(self.arrays, states=states, quantiles=quantiles)
 
     @classmethod
     def from_results(
@@ -443,7 +450,7 @@ class Summary:
         dict
             JSON-able.
         """
-        return json_dict(self, states=states)
+        return json_dict(self.arrays, states=states)
 
     def to_html(self, path: str | os.PathLike[str], *, reference: Summary | None = None, title: str | None = None) -> str:
         """Write a self-contained HTML report: overview, a section per feature, correlations, MI, drift.
@@ -478,7 +485,7 @@ class Summary:
         SummaryPlot
             The plots of this summary.
         """
-        return SummaryPlot(self)
+        return SummaryPlot(self.arrays)
 
     # ---------------------------------------------------------------- reprs
     def __repr__(self) -> str:
@@ -486,3 +493,7 @@ class Summary:
 
     def _repr_html_(self) -> str:
         return summary_html(self)
+
+
+#: The dimensions of the ``group_*`` tables.
+_BY_GROUP = ("feature", "group")

@@ -296,6 +296,7 @@ def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
 
 def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     """Render the notebook view of a summary (``Summary._repr_html_``)."""
+    summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = summary.feature_names
@@ -353,6 +354,7 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_AL
     str
         The header, its details and warnings, the table, and the lines under it.
     """
+    summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
     names = [str(n) for n in summary.feature_names[: table.shown]]
@@ -386,16 +388,16 @@ def _footer(summary: Any, table: Any, show_all: str = SHOW_ALL) -> list[str]:
     return [*foot, absent] if absent else foot
 
 
-def format_report(summary: Any, *, top: int = 10, max_features: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
+def format_report(summary: Any, *, k: int = 10, rows: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
     """Write the human-readable report printed by ``describe`` and ``demo``.
 
     Parameters
     ----------
     summary : Summary
         The summary.
-    top : int, default 10
-        Rows of the correlated-pairs and MI lists.
-    max_features : int, default 20
+    k : int, default 10
+        How many correlated pairs and features by MI to list (as ``top_correlated(k)``, ``top_mi(k)``).
+    rows : int, default 20
         Features in the table.
     show_all : str, default ".to_dataframe()"
         How the reader shows every feature (the command line passes its option).
@@ -405,15 +407,16 @@ def format_report(summary: Any, *, top: int = 10, max_features: int = TEXT_ROWS,
     str
         The table, then the most correlated pairs and the features with the most MI.
     """
-    lines = [summary_text(summary, rows=max_features, show_all=show_all)]
-    pairs = summary.top_correlated(top)
+    summary = summary.arrays  # the table and the lists read the statistics by position
+    lines = [summary_text(summary, rows=rows, show_all=show_all)]
+    pairs = summary.top_correlated(k)
     if len(pairs):
-        rows = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
-        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows}):")
+        rows_note = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
+        lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows_note}):")
         width_a = max(len(str(a)) for a in pairs["feature_a"])
         width_b = max(len(str(b)) for b in pairs["feature_b"])
         lines.extend(f"  {a:>{width_a}} ~ {b:<{width_b}}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
-    ranked = summary.top_mi(top)
+    ranked = summary.top_mi(k)
     if len(ranked):
         units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)

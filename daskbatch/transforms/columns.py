@@ -250,7 +250,7 @@ def clip(lo: float | None = None, hi: float | None = None) -> Clip:
 
 @dataclass(frozen=True, eq=False)
 class Project:
-    """Centred projection onto principal components: ``(x - pca.mean) @ pca.components.T`` in float64.
+    """Centred projection onto principal components: ``(x - pca.mean_) @ pca.components_.T`` in float64.
 
     Output columns are named ``pc1``, ``pc2``, ...
     """
@@ -275,15 +275,15 @@ class Project:
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """Name the components ``pc1``, ``pc2``, ..."""
         self.bind(names)
-        return tuple(f"pc{i + 1}" for i in range(self.pca.n_components))
+        return tuple(f"pc{i + 1}" for i in range(self.pca.n_components_))
 
     def describe(self) -> dict[str, Any]:
         """Describe the step for the output's provenance."""
         return {
-            "step": "project", "n_components": self.pca.n_components, "features": len(self.pca.feature_names),
-            "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale is not None,
-            "sha256": digest(self.pca.mean, self.pca.components, self.pca.explained_variance, np.array([self.pca.whiten]),
-                              *(() if self.pca.scale is None else (self.pca.scale,))),
+            "step": "project", "n_components": self.pca.n_components_, "features": len(self.pca.feature_names),
+            "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale_ is not None,
+            "sha256": digest(self.pca.mean_, self.pca.components_, self.pca.explained_variance_, np.array([self.pca.whiten]),
+                              *(() if self.pca.scale_ is None else (self.pca.scale_,))),
             "summary": self.origin,
         }
 
@@ -304,9 +304,9 @@ def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
     Project
         The step.
     """
-    if hasattr(pca_or_summary, "components"):
-        if n_components is not None and n_components != pca_or_summary.n_components:
-            raise ValueError(f"the PCA has {pca_or_summary.n_components} components, not {n_components}")
+    if hasattr(pca_or_summary, "components_"):
+        if n_components is not None and n_components != pca_or_summary.n_components_:
+            raise ValueError(f"the PCA has {pca_or_summary.n_components_} components, not {n_components}")
         return Project(pca_or_summary)
     if n_components is None:
         raise TypeError("project(summary, n_components): give the number of components")

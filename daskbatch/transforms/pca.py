@@ -18,24 +18,26 @@ __all__ = ["PCA", "pca"]
 class PCA:
     """A fitted principal component analysis (host NumPy arrays, float64).
 
+    Fitted attributes end in ``_``, as scikit-learn's ``PCA``'s do.
+
     Attributes
     ----------
-    components : ndarray, shape (n_components, D)
-        Principal axes, by decreasing explained variance (sklearn's ``components_``).
-    explained_variance : ndarray, shape (n_components,)
+    components_ : ndarray, shape (n_components, D)
+        Principal axes, by decreasing explained variance.
+    explained_variance_ : ndarray, shape (n_components,)
         Eigenvalues of the covariance with ``n - 1`` degrees of freedom.
-    explained_variance_ratio : ndarray, shape (n_components,)
+    explained_variance_ratio_ : ndarray, shape (n_components,)
         Share of the total variance (trace of the covariance).
-    singular_values : ndarray, shape (n_components,)
-        ``sqrt(explained_variance * (n - 1))``, those of the centred data.
-    mean : ndarray, shape (D,)
+    singular_values_ : ndarray, shape (n_components,)
+        ``sqrt(explained_variance_ * (n - 1))``, those of the centred data.
+    mean_ : ndarray, shape (D,)
         Per-feature mean subtracted by :meth:`transform`.
-    n_samples : int
+    n_samples_ : int
         Rows the covariance was computed from (complete rows).
     feature_names : tuple of str
     method : {"eigh", "eigsh"}
         The eigensolver used.
-    scale : ndarray, shape (D,) or None
+    scale_ : ndarray, shape (D,) or None
         With ``correlation=True``, the population standard deviation each
         feature is divided by before the projection (None otherwise).
     whiten : bool
@@ -43,19 +45,19 @@ class PCA:
         its explained variance (unit-variance outputs).
     """
 
-    components: np.ndarray
-    explained_variance: np.ndarray
-    explained_variance_ratio: np.ndarray
-    singular_values: np.ndarray
-    mean: np.ndarray
-    n_samples: int
+    components_: np.ndarray
+    explained_variance_: np.ndarray
+    explained_variance_ratio_: np.ndarray
+    singular_values_: np.ndarray
+    mean_: np.ndarray
+    n_samples_: int
     feature_names: tuple[str, ...]
     method: str
-    scale: np.ndarray | None = None
+    scale_: np.ndarray | None = None
     whiten: bool = False
 
     @property
-    def n_components(self) -> int:
+    def n_components_(self) -> int:
         """Count the components.
 
         Returns
@@ -63,7 +65,29 @@ class PCA:
         int
             The number of components.
         """
-        return int(self.components.shape[0])
+        return int(self.components_.shape[0])
+
+    def to_dataframe(self) -> Any:
+        """Tabulate the components: their variances, and their loadings on every feature.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per component (``pc1``, ``pc2``, ...; index ``component``):
+            ``explained_variance``, ``explained_variance_ratio``,
+            ``singular_value``, then one column per feature with its loading
+            (the rows of ``components_``, columns named by feature).
+        """
+        import pandas as pd  # lazy: pandas
+
+        index = pd.Index([f"pc{i + 1}" for i in range(self.n_components_)], name="component")
+        table = pd.DataFrame({
+            "explained_variance": self.explained_variance_,
+            "explained_variance_ratio": self.explained_variance_ratio_,
+            "singular_value": self.singular_values_,
+        }, index=index)
+        loadings = pd.DataFrame(self.components_, index=index, columns=pd.Index(self.feature_names, name="feature"))
+        return pd.concat([table, loadings], axis=1)
 
     def transform(self, x: Array) -> Array:
         """Project a (rows, D) block (NumPy, CuPy or any array-API array) onto the components.
@@ -76,17 +100,17 @@ class PCA:
         Returns
         -------
         array
-            ``(x - mean) / scale @ components.T`` in float64 (without ``scale``
-            unless ``correlation=True``; divided by ``sqrt(explained_variance)``
+            ``(x - mean_) / scale_ @ components_.T`` in float64 (without ``scale_``
+            unless ``correlation=True``; divided by ``sqrt(explained_variance_)``
             when ``whiten``), in ``x``'s namespace and device.
         """
         xp = namespace(x)
-        if x.ndim != 2 or x.shape[1] != self.mean.shape[0]:
-            raise ValueError(f"x has shape {tuple(x.shape)}; expected (rows, {self.mean.shape[0]})")
+        if x.ndim != 2 or x.shape[1] != self.mean_.shape[0]:
+            raise ValueError(f"x has shape {tuple(x.shape)}; expected (rows, {self.mean_.shape[0]})")
         dev = device(x)
-        centred = as_float64(x) - xp.asarray(self.mean, dtype=xp.float64, device=dev)
-        if self.scale is not None:
-            centred = centred / xp.asarray(self.scale, dtype=xp.float64, device=dev)
+        centred = as_float64(x) - xp.asarray(self.mean_, dtype=xp.float64, device=dev)
+        if self.scale_ is not None:
+            centred = centred / xp.asarray(self.scale_, dtype=xp.float64, device=dev)
         return xp.matmul(centred, xp.matrix_transpose(xp.asarray(self._projection(), dtype=xp.float64, device=dev)))
 
     def inverse_transform(self, z: Array) -> Array:
@@ -104,23 +128,23 @@ class PCA:
             span, in the original units.
         """
         xp = namespace(z)
-        if z.ndim != 2 or z.shape[1] != self.n_components:
-            raise ValueError(f"z has shape {tuple(z.shape)}; expected (rows, {self.n_components})")
+        if z.ndim != 2 or z.shape[1] != self.n_components_:
+            raise ValueError(f"z has shape {tuple(z.shape)}; expected (rows, {self.n_components_})")
         dev = device(z)
-        back = self.components
+        back = self.components_
         if self.whiten:
-            back = back * np.sqrt(self.explained_variance)[:, None]
+            back = back * np.sqrt(self.explained_variance_)[:, None]
         x = xp.matmul(as_float64(z), xp.asarray(back, dtype=xp.float64, device=dev))
-        if self.scale is not None:
-            x = x * xp.asarray(self.scale, dtype=xp.float64, device=dev)
-        return x + xp.asarray(self.mean, dtype=xp.float64, device=dev)
+        if self.scale_ is not None:
+            x = x * xp.asarray(self.scale_, dtype=xp.float64, device=dev)
+        return x + xp.asarray(self.mean_, dtype=xp.float64, device=dev)
 
     def _projection(self) -> np.ndarray:
         """The (n_components, D) matrix that :meth:`transform` multiplies by (whitened when asked)."""
         if not self.whiten:
-            return self.components
-        root = np.sqrt(self.explained_variance)
-        return self.components / np.where(root > 0, root, 1.0)[:, None]
+            return self.components_
+        root = np.sqrt(self.explained_variance_)
+        return self.components_ / np.where(root > 0, root, 1.0)[:, None]
 
 
 def pca(
@@ -159,7 +183,7 @@ def pca(
 
     Notes
     -----
-    The covariance counts complete rows only; ``mean`` is the summary's
+    The covariance counts complete rows only; ``mean_`` is the summary's
     per-feature mean (over each feature's finite values), which is the
     complete-row mean whenever no row holds a NaN or infinity. A tiled
     covariance brings its own complete-row mean.
@@ -233,15 +257,15 @@ def pca(
         k = int(np.searchsorted(np.cumsum(values / total), fraction, side="right")) + 1
         values, components = values[:k], components[:k]
     return PCA(
-        components=components,
-        explained_variance=values,
-        explained_variance_ratio=values / total if total > 0 else np.full(k, np.nan),
-        singular_values=np.sqrt(values * (n - 1.0)),
-        mean=np.array(mean, dtype=np.float64),
-        n_samples=n,
+        components_=components,
+        explained_variance_=values,
+        explained_variance_ratio_=values / total if total > 0 else np.full(k, np.nan),
+        singular_values_=np.sqrt(values * (n - 1.0)),
+        mean_=np.array(mean, dtype=np.float64),
+        n_samples_=n,
         feature_names=names,
         method=method,
-        scale=feature_scale,
+        scale_=feature_scale,
         whiten=bool(whiten),
     )
 

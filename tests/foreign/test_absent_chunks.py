@@ -42,9 +42,9 @@ def test_the_issue_repro_label_chunks_all_class_zero(tmp_path: pathlib.Path) -> 
     assert sorted(p.name for p in (path / "y" / "c").iterdir()) == ["2", "3"]
     s = db.describe(path, label="y", stats=("moments", "class_moments"), run=db.RunOptions(plan=None))
     np.testing.assert_allclose(s.mean, X.mean(axis=0), rtol=1e-12)
-    np.testing.assert_array_equal(s.class_count[0], [20000, 20000])
-    np.testing.assert_allclose(s.class_mean[:, 0], X[:20000].mean(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(s.class_mean[:, 1], X[20000:].mean(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(s.arrays.class_count[0], [20000, 20000])
+    np.testing.assert_allclose(s.arrays.class_mean[:, 0], X[:20000].mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s.arrays.class_mean[:, 1], X[20000:].mean(axis=0), rtol=1e-12)
     assert s.provenance["label_missing_chunk_keys"] == ["y/c/0", "y/c/1"]
     assert s.provenance["absent_fill_chunks"] == 2 and s.provenance["complete"] is True
     result = CliRunner().invoke(main, ["verify", str(path)])
@@ -61,9 +61,9 @@ def test_wine_with_zarr_defaults_keeps_every_row(tmp_path: pathlib.Path) -> None
     assert not (path / "y" / "c" / "0").exists()
     s = db.describe(path, label="y", stats=("moments", "class_moments"), run=db.RunOptions(plan=None))
     assert s.provenance["rows"] == 178
-    np.testing.assert_array_equal(s.class_count[0], np.bincount(y))  # 59, 71, 48
+    np.testing.assert_array_equal(s.arrays.class_count[0], np.bincount(y))  # 59, 71, 48
     for k in range(3):
-        np.testing.assert_allclose(s.class_mean[:, k], x[y == k].mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(s.arrays.class_mean[:, k], x[y == k].mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(s.mean, x.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(s.std, x.std(axis=0, ddof=1), rtol=1e-10)
     # skip stays available when asked for, and does what it says: the rows of y/c/0 are left out.

@@ -48,8 +48,8 @@ def test_describe_equals_numpy_on_the_decoded_values(foreign: Foreign) -> None:
         assert s.class_count.shape == (x.shape[1], 3)  # labels 0, 1, 2: class k is label k
         for k in range(3):
             rows = x[foreign.y == k]
-            np.testing.assert_array_equal(s.class_count[:, k], np.sum(np.isfinite(rows), axis=0))
-            np.testing.assert_allclose(s.class_mean[:, k], np.nanmean(rows, axis=0), rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal(s.arrays.class_count[:, k], np.sum(np.isfinite(rows), axis=0))
+            np.testing.assert_allclose(s.arrays.class_mean[:, k], np.nanmean(rows, axis=0), rtol=1e-12, atol=1e-12)
     p = s.provenance
     assert p["absent_chunks"] == p["absent_fill_chunks"] == foreign.absent
     assert p["absent_lost_chunks"] == 0 and p["complete"] is True and p["rows_skipped"] == 0

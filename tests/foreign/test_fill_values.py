@@ -97,7 +97,7 @@ def test_describe_reads_what_xarray_decodes(
     # The correlation of the rows where both features are there.
     rows = np.all(np.isfinite(decoded), axis=1)
     np.testing.assert_allclose(
-        s.corr[0, 1], np.corrcoef(decoded[rows, 0], decoded[rows, 1])[0, 1], rtol=1e-9
+        s.arrays.corr[0, 1], np.corrcoef(decoded[rows, 0], decoded[rows, 1])[0, 1], rtol=1e-9
     )
 
 

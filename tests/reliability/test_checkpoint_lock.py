@@ -59,7 +59,7 @@ DESCRIBE_SCRIPT = textwrap.dedent(
     ds = dataclasses.replace(ds, x=ds.x.map_blocks(wait_at_gate, dtype=ds.x.dtype))
     with dask.config.set(num_workers=2):
         s = db.describe(ds, stats="moments", run=db.RunOptions(split_every=2, plan=None, checkpoint=ckpt))
-    print("finished", repr(float(s.mean[0])))
+    print("finished", repr(float(s.arrays.mean[0])))
     """
 )
 
@@ -130,7 +130,7 @@ def test_second_run_on_a_held_checkpoint_fails_at_once_naming_the_holder(tmp_pat
     runs = read_runs(ck, "moments")
     assert [r["pid"] for r in runs] == [first.pid] and runs[0]["computed_blocks"] == N_BLOCKS
     ds = open_dataset(store, chunks=ROWS_PER_BLOCK)
-    assert float(out.split()[-1]) == float(describe(ds).mean[0])
+    assert float(out.split()[-1]) == float(describe(ds).arrays.mean[0])
 
 
 @pytest.mark.slow

@@ -26,10 +26,10 @@ def test_constant_feature_is_counted_in_one_bin(value: float, dtype: type) -> No
     x = np.column_stack([np.full(500, v, dtype=dtype), rng.normal(size=500).astype(dtype)])
     s = db.describe(x, stats=("moments", "hist"), bins=16, run=db.RunOptions(plan=None))
     v64 = float(v)
-    assert s.min[0] == s.max[0] == v64
-    assert s.mean[0] == v64 and s.std[0] == 0.0
-    counts, edges = s.hist_counts[0], s.hist_edges[0]
-    assert counts.sum() == 500 and s.underflow[0] == 0 and s.overflow[0] == 0
+    assert s.arrays.min[0] == s.arrays.max[0] == v64
+    assert s.arrays.mean[0] == v64 and s.arrays.std[0] == 0.0
+    counts, edges = s.arrays.hist_counts[0], s.arrays.hist_edges[0]
+    assert counts.sum() == 500 and s.arrays.underflow[0] == 0 and s.arrays.overflow[0] == 0
     assert np.count_nonzero(counts) == 1  # every row in the same bin ...
     b = int(np.flatnonzero(counts)[0])
     assert edges[b] <= v64 <= edges[b + 1]  # ... the one holding the value
@@ -40,5 +40,5 @@ def test_constant_feature_is_counted_in_one_bin(value: float, dtype: type) -> No
 def test_small_constants_keep_numpys_range_beside_a_huge_one() -> None:
     x = np.column_stack([np.full(10, 3.0), np.full(10, 9e15)])
     s = db.describe(x, stats=("moments", "hist"), bins=4, run=db.RunOptions(plan=None))
-    np.testing.assert_array_equal(s.hist_edges[0], np.histogram_bin_edges([3.0], bins=4))
-    assert s.hist_counts[1].sum() == 10 and s.hist_edges[1][0] < 9e15 < s.hist_edges[1][-1]
+    np.testing.assert_array_equal(s.arrays.hist_edges[0], np.histogram_bin_edges([3.0], bins=4))
+    assert s.arrays.hist_counts[1].sum() == 10 and s.arrays.hist_edges[1][0] < 9e15 < s.arrays.hist_edges[1][-1]

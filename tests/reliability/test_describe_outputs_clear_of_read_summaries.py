@@ -91,4 +91,4 @@ def test_update_in_place_under_another_spelling(
     db.describe(data, stats="moments").save(tmp_path / "s.zarr")
     done = _describe(tmp_path, "more.zarr", "--update", "s.zarr", "--out", "./s.zarr")
     assert done.returncode == 0, done.stderr
-    assert int(db.load_summary(tmp_path / "s.zarr").count[0]) == 800
+    assert int(db.load_summary(tmp_path / "s.zarr").arrays.count[0]) == 800

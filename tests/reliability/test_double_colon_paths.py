@@ -90,4 +90,4 @@ def test_load_summary_reads_a_path_with_double_colons(tmp_path: pathlib.Path, da
     db.describe(data, stats=("moments",)).save(path)
     loaded = db.load_summary(path)
     np.testing.assert_allclose(loaded.mean, data.mean(axis=0), rtol=1e-13)
-    assert db.merge(loaded, db.describe(data + 1.0, stats=("moments",))).count[0] == 2 * len(data)
+    assert db.merge(loaded, db.describe(data + 1.0, stats=("moments",))).arrays.count[0] == 2 * len(data)

@@ -42,6 +42,6 @@ def test_moments_near_int64_limits_are_exact(tmp_path: pathlib.Path, kernels: bo
         s = db.describe(str(path), stats=["moments"])
     for j in range(3):
         mean, std = exact(x[:, j])
-        assert float(s.std[j]) == pytest.approx(std, rel=1e-12), j
-        assert float(s.mean[j]) == pytest.approx(mean, rel=1e-15, abs=1e-12 * std), j
-        assert float(s.min[j]) == float(x[:, j].min()) and float(s.max[j]) == float(x[:, j].max())
+        assert float(s.arrays.std[j]) == pytest.approx(std, rel=1e-12), j
+        assert float(s.arrays.mean[j]) == pytest.approx(mean, rel=1e-15, abs=1e-12 * std), j
+        assert float(s.arrays.min[j]) == float(x[:, j].min()) and float(s.arrays.max[j]) == float(x[:, j].max())

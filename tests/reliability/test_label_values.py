@@ -53,7 +53,7 @@ def traced_peak(func) -> tuple[object, int]:
 
 def sklearn_mi(summary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = []
-    for d, e in enumerate(summary.hist_edges):
+    for d, e in enumerate(summary.arrays.hist_edges):
         col = x[:, d]
         inside = (col >= e[0]) & (col <= e[-1])  # MI scores the in-range bins; the rest is reported apart
         slot = np.clip(np.searchsorted(e, col[inside], side="right") - 1, 0, len(e) - 2)
@@ -75,7 +75,7 @@ def test_a_stray_label_is_one_more_class_and_memory_stays_small(tmp_path) -> Non
     assert s.provenance["plan"]["n_classes"] == 4  # the plan knew the classes before counting
     np.testing.assert_array_equal(s.classes, [0, 1, 2, 200_000])
     assert s.joint_counts.shape == (FEATURES, BINS + 2, 4)
-    assert int(s.joint_counts[:, :, 3].sum()) == FEATURES  # one row, every feature
+    assert int(s.arrays.joint_counts[:, :, 3].sum()) == FEATURES  # one row, every feature
     np.testing.assert_array_equal(base.classes, [0, 1, 2])
 
 

@@ -53,4 +53,4 @@ def test_describe_out_with_a_dangling_lock_link(
     assert (
         "\n" not in err and "dangling symbolic link" in err and str(output_lock_path(out)) in err
     ), err
-    assert int(db.load_summary(out).count[0]) == 100
+    assert int(db.load_summary(out).arrays.count[0]) == 100

@@ -54,7 +54,7 @@ def held(saved: pathlib.Path) -> Iterator[subprocess.Popen[str]]:
 
 def _rows(path: pathlib.Path) -> int:
     """The number of rows the saved summary counts."""
-    return int(db.load_summary(path).count[0])
+    return int(db.load_summary(path).arrays.count[0])
 
 
 def test_describe_out_refuses_a_summary_being_updated(

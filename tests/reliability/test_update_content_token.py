@@ -53,7 +53,7 @@ def refused(run: subprocess.CompletedProcess[str], new: pathlib.Path, held: path
 
 def sources_and_rows(summary: pathlib.Path) -> tuple[list[str], int]:
     s = db.load_summary(summary)
-    return [str(p.get("path")) for p in s.provenance["sources"]], int(s.count[0])
+    return [str(p.get("path")) for p in s.provenance["sources"]], int(s.arrays.count[0])
 
 
 def test_daskbatch_store_copy_and_touch_are_refused(tmp_path: pathlib.Path) -> None:
@@ -108,7 +108,7 @@ def test_the_api_refuses_a_copy_naming_both(tmp_path: pathlib.Path) -> None:
     # One chunk rewritten: other rows, accepted.
     zarr.open_array(str(two / "X"), mode="r+")[100:200] = x[100:200] + 1.0
     both = db.update(held, str(two))
-    assert int(both.count[0]) == 800
+    assert int(both.arrays.count[0]) == 800
 
 
 def test_a_daskbatch_token_is_known_before_any_read_and_follows_every_byte(tmp_path: pathlib.Path) -> None:
@@ -135,7 +135,7 @@ def test_a_summary_saved_with_listing_tokens_still_refuses_the_same_store(tmp_pa
     summary = tmp_path / "s.zarr"
     old.save(summary)
     refused(update(path, summary), path, path)
-    assert int(db.load_summary(summary).count[0]) == 2000
+    assert int(db.load_summary(summary).arrays.count[0]) == 2000
 
 
 def test_weights_do_not_change_the_rows_token(tmp_path: pathlib.Path) -> None:
