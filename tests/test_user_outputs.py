@@ -53,7 +53,7 @@ def test_to_dataframe_has_the_quantile_columns() -> None:
     x = np.random.default_rng(2).standard_normal((5000, 3))
     s = db.describe(x, run=db.RunOptions(plan=None))
     table = s.to_dataframe()
-    for column, q in zip(("q01", "q05", "q25", "median", "q75", "q95", "q99"), DEFAULT_QUANTILES, strict=True):
+    for column, q in zip(("1%", "5%", "25%", "50%", "75%", "95%", "99%"), DEFAULT_QUANTILES, strict=True):
         np.testing.assert_array_equal(table[column].to_numpy(), s.quantile(q).to_numpy())
         # the sketch's quantiles are within its relative accuracy of the exact ones
         np.testing.assert_allclose(table[column].to_numpy(), np.quantile(x, q, axis=0, method="inverted_cdf"),

@@ -160,13 +160,13 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     """The kind of daskbatch output at ``path`` (its :data:`MARKER`), or None for anything else."""
     where = os.fspath(path)
     if not _is_url(where) and os.path.isfile(where):
-        return _json_kind(where)
+        return _file_kind(where)
     if _is_url(where):
         import fsspec  # lazy: fsspec
 
         fs, inside = fsspec.core.url_to_fs(where)
         if fs.isfile(inside):  # a JSON output (--json, a report) is one object
-            return _json_kind(where, opener=fsspec.open)
+            return _file_kind(where, opener=fsspec.open)
     import zarr  # lazy: zarr
 
     try:
@@ -179,8 +179,8 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     return next((k for k, attr in _LEGACY_ATTRS.items() if isinstance(attrs.get(attr), dict)), None)
 
 
-def _json_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
-    """The marker of a JSON file written by :func:`write_json` (its first key), from its first bytes."""
+def _file_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
+    """The marker of a file daskbatch wrote, from its first bytes: a JSON file's first key, an HTML page's comment."""
     try:
         with opener(path, "rb") as f:
             head = f.read(256).decode("utf-8", errors="replace")
@@ -188,7 +188,8 @@ def _json_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
         return None
     if head.startswith(SELECTION_HEADER):
         return "selection"
-    found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head)
+    found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head) or re.match(
+        r"<!DOCTYPE html>\s*<!-- " + MARKER + r": (\w+) -->", head)
     return found.group(1) if found else None
 
 

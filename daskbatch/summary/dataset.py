@@ -25,11 +25,8 @@ DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
 
 def quantile_label(q: float) -> str:
-    """Name a quantile's column: ``median`` for 0.5, else ``q`` and the percent (``q01``, ``q25``, ``q99.9``)."""
-    if q == 0.5:
-        return "median"
-    pct = round(100 * q, 6)
-    return f"q{int(pct):02d}" if pct == int(pct) else f"q{pct:g}"
+    """Name a quantile's column as pandas' ``describe`` does: the percent (``1%``, ``25%``, ``50%``, ``99.9%``)."""
+    return f"{round(100 * q, 6):g}%"
 
 
 def feature_index(summary: Any) -> Any:

@@ -306,9 +306,10 @@ class Summary:
     def to_dataframe(self) -> Any:
         """Tabulate the per-feature statistics.
 
-        Columns: the moments and counts, ``mi``, the quantiles ``q01``,
-        ``q05``, ``q25``, ``median``, ``q75``, ``q95``, ``q99`` (with a sketch
-        or histograms) and every per-feature result of a user's statistic.
+        Columns: the moments and counts, ``mi``, the quantiles titled as
+        pandas' ``describe`` titles them (``1%``, ``5%``, ``25%``, ``50%``,
+        ``75%``, ``95%``, ``99%``; with a sketch or histograms) and every
+        per-feature result of a user's statistic.
 
         Returns
         -------

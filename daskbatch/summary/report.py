@@ -19,7 +19,13 @@ import numpy as np
 
 from daskbatch import _common as _html
 from daskbatch.errors import RebinnedWarning
-from daskbatch.io.outputs import OutputExistsError, OutputTarget, check_output, write_output
+from daskbatch.io.outputs import (
+    OutputExistsError,
+    OutputTarget,
+    check_output,
+    output_kind,
+    write_output,
+)
 from daskbatch.summary.compare import compare
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
 from daskbatch.summary.reprs import (
@@ -46,7 +52,7 @@ TOP_ROWS = 50
 #: Most correlated partners listed in each feature's section.
 PARTNERS = 5
 #: Quantiles marked on each histogram.
-MARKED = ("q25", "median", "q75")
+MARKED = ("25%", "50%", "75%")
 #: Significant digits of the numbers the page draws with.
 DIGITS = 4
 
@@ -54,20 +60,9 @@ DIGITS = 4
 def is_report(path: str) -> bool:
     """Whether ``path`` is a file holding a report daskbatch wrote (its mark in the first bytes)."""
     try:
-        if "://" in path:
-            import fsspec  # lazy: fsspec
-
-            with fsspec.open(path, "rb") as f:
-                head = f.read(256)
-        else:
-            with open(path, "rb") as f:
-                head = f.read(256)
+        return output_kind(path) == "report"
     except (OSError, ValueError):
         return False
-    return (
-        re.match(r"<!DOCTYPE html>\s*" + re.escape(REPORT_MARK), head.decode("utf-8", "replace"))
-        is not None
-    )
 
 
 def report_target(path: str | os.PathLike[str], protected: dict[str, Any]) -> OutputTarget:
