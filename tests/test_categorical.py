@@ -1,0 +1,233 @@
+"""Non-numeric columns profiled: the merge laws of their states, and describe of DataFrames and Parquet tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskbatch as db
+from daskbatch.stats.categorical import CategoricalProfile, hyperloglog_estimate
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+TINY = CategoricalProfile(top_k=3, counters=4)  # prunes from the fifth distinct value on
+VALUES = st.lists(st.one_of(st.none(), st.sampled_from("abcdefghij")), max_size=60)
+
+
+def state_of(profile: CategoricalProfile, values: list[str | None]) -> dict:
+    """The state of one block holding ``values`` in a column "c"."""
+    return profile.chunk(pd.DataFrame({"c": pd.Series(values, dtype=object)}))
+
+
+def check_guarantees(record: dict, values: list[str | None], counters: int) -> None:
+    """Counts exact; each listed count within n/(k'+1) below its true count (and at most top_error below)."""
+    truth = pd.Series(values, dtype=object).value_counts()
+    n = int(truth.sum())
+    assert record["count"] == n and record["null_count"] == sum(v is None for v in values)
+    for value, count in record["top_k"]:
+        assert truth[value] - min(record["top_error"], n / (counters + 1)) <= count <= truth[value]
+    listed = {v for v, _ in record["top_k"]}
+    for (
+        value,
+        count,
+    ) in truth.items():  # a value above n/(k'+1) is never dropped while the list has room
+        if count > n / (counters + 1) and len(record["top_k"]) < TINY.top_k:
+            assert value in listed
+    if truth.size <= counters:  # nothing pruned: every count exact, the distinct count too
+        assert (
+            record["top_error"] == 0
+            and record["distinct"] == truth.size
+            and record["distinct_error"] == 0
+        )
+
+
+@settings(max_examples=60, deadline=None)
+@given(VALUES, VALUES, VALUES)
+def test_merge_is_associative_and_commutative_within_the_guarantees(
+    a: list, b: list, c: list
+) -> None:
+    p = TINY
+    sa, sb, sc = state_of(p, a), state_of(p, b), state_of(p, c)
+    groupings = [
+        p.merge(p.merge(sa, sb), sc),
+        p.merge(sa, p.merge(sb, sc)),
+        p.merge(sc, p.merge(sb, sa)),
+        state_of(p, a + b + c),
+    ]
+    records = [p.finalize(s)["c"] for s in groupings]
+    for r in records:
+        check_guarantees(r, a + b + c, p.counters)
+    registers = [
+        s["c"].registers for s in groupings
+    ]  # registers merge by maximum: equal in any order
+    assert all(np.array_equal(registers[0], r) for r in registers)
+    exact = {k: records[0][k] for k in ("count", "null_count")}
+    assert all({k: r[k] for k in exact} == exact for r in records)
+
+
+@pytest.mark.parametrize("distinct", [10, 1_000, 100_000])
+def test_hyperloglog_within_its_stated_error(distinct: int) -> None:
+    rng = np.random.default_rng(distinct)
+    values = pd.Series(rng.permutation(distinct).astype(str)).sample(
+        frac=1.5, replace=True, random_state=1
+    )
+    values = pd.concat([values, pd.Series(np.arange(distinct).astype(str))])  # every value present
+    p = CategoricalProfile(top_k=1, counters=1)  # prunes: the estimate comes from the registers
+    halves = np.array_split(values.to_numpy(dtype=object), 3)
+    state = p.merge(
+        p.chunk(pd.DataFrame({"c": halves[0]})),
+        p.merge(*(p.chunk(pd.DataFrame({"c": h})) for h in halves[1:])),
+    )
+    record = p.finalize(state)["c"]
+    assert record["distinct_error"] == pytest.approx(1.04 / math.sqrt(2**14))
+    assert abs(record["distinct"] / values.nunique() - 1) <= 3 * record["distinct_error"]
+
+
+def test_hyperloglog_estimate_of_empty_registers_is_zero() -> None:
+    assert hyperloglog_estimate(np.zeros(2**14, dtype=np.uint8)) == 0.0
+
+
+def test_hashes_are_the_same_in_another_process() -> None:
+    code = (
+        "import pandas as pd, hashlib; from daskbatch.stats.categorical import CategoricalProfile as P;"
+        "s = P().chunk(pd.DataFrame({'c': [str(i) for i in range(5000)]}))['c'];"
+        "print(hashlib.sha256(s.registers.tobytes()).hexdigest())"
+    )
+    import hashlib
+
+    here = CategoricalProfile().chunk(pd.DataFrame({"c": [str(i) for i in range(5000)]}))["c"]
+    there = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert there == hashlib.sha256(here.registers.tobytes()).hexdigest()
+
+
+def mixed_frame(n: int = 6000, seed: int = 0) -> pd.DataFrame:
+    """Numbers, text with nulls, categories, tz-aware datetimes with NaT, timedeltas and a label."""
+    rng = np.random.default_rng(seed)
+    text = pd.Series(rng.choice([f"w{i}" for i in range(40)], n), dtype=object)
+    text[rng.random(n) < 0.1] = None
+    times = pd.Series(pd.to_datetime(rng.integers(0, 10**15, n), unit="us", utc=True))
+    times[rng.random(n) < 0.05] = pd.NaT
+    return pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "text": text,
+            "city": pd.Categorical(rng.choice(["Oslo", "Rome", "Lima"], n)),
+            "k": rng.integers(0, 5, n),
+            "when": times,
+            "wait": pd.to_timedelta(rng.integers(0, 100, n), unit="s"),
+            "ids": pd.Series([f"id{i}" for i in range(n)], dtype="str"),
+            "y": rng.integers(0, 2, n),
+        }
+    )
+
+
+def test_describe_of_a_dataframe_profiles_non_numeric_columns_and_keeps_the_numbers_bitwise() -> (
+    None
+):
+    df = mixed_frame()
+    s = db.describe(df, label="y")
+    numeric = db.describe(df[["x", "k", "y"]], label="y")
+    for name, value in numeric.variables.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(s.variables[name], value, err_msg=name)
+    assert s.feature_names == ("x", "k") and numeric.categorical is None
+    cat = s.categorical
+    assert list(cat.index) == ["text", "city", "when", "wait", "ids"]
+    for name in cat.index:
+        assert cat.loc[name, "null_count"] == df[name].isna().sum()
+        assert cat.loc[name, "count"] == df[name].notna().sum()
+    for name in ("text", "city", "wait"):  # at most 256 distinct values: counts exact
+        counts = df[name].value_counts()
+        assert (
+            cat.loc[name, "distinct"] == df[name].nunique() and cat.loc[name, "distinct_error"] == 0
+        )
+        top = cat.loc[name, "top_k"]
+        assert len(top) == min(10, counts.size)
+        for value, count in top:  # the top k by count (ties in any order)
+            assert count == counts[value if name != "wait" else pd.Timedelta(value)]
+        assert [c for _, c in top] == counts.head(len(top)).tolist()
+    when = df["when"].dropna()
+    assert (
+        cat.loc["when", "min"] == when.min().isoformat()
+        and cat.loc["when", "max"] == when.max().isoformat()
+    )
+    assert cat.loc["when", "dtype"] == str(df["when"].dtype)
+    ids = cat.loc["ids"]
+    assert (
+        ids["distinct_error"] > 0
+        and abs(ids["distinct"] / len(df) - 1) <= 3 * ids["distinct_error"]
+    )
+    assert "text" in repr(s) and "text" in s._repr_html_()
+
+
+def test_the_profile_survives_save_and_load(tmp_path: Path) -> None:
+    s = db.describe(mixed_frame(800), label="y", stats=("moments",))
+    s.save(tmp_path / "s.zarr")
+    pd.testing.assert_frame_equal(db.load_summary(tmp_path / "s.zarr").categorical, s.categorical)
+    json.dumps(s.provenance["categorical"])  # plain JSON
+
+
+def write_table(folder: Path, files: int = 3, rows: int = 900, group: int = 200) -> pd.DataFrame:
+    """Parquet files with string (nulls), dictionary, boolean and timestamp columns; their values as pandas."""
+    folder.mkdir()
+    rng = np.random.default_rng(7)
+    parts = []
+    for k in range(files):
+        words = [None if rng.random() < 0.08 else f"t{int(v)}" for v in rng.integers(0, 30, rows)]
+        table = pa.table(
+            {
+                "f": pa.array(rng.normal(size=rows)),
+                "word": pa.array(words, pa.string()),
+                "kind": pa.array(rng.choice(["a", "b", "c", "d"], rows)).dictionary_encode(),
+                "flag": pa.array(rng.random(rows) < 0.3),
+                "at": pa.array(rng.integers(0, 10**12, rows), pa.timestamp("ms")),
+                "y": pa.array(rng.integers(0, 3, rows)),
+            }
+        )
+        pq.write_table(table, folder / f"part-{k}.parquet", row_group_size=group)
+        parts.append(table.to_pandas())
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_a_parquet_dataset_with_text_dictionary_boolean_and_timestamp_columns_is_described(
+    tmp_path: Path,
+) -> None:
+    values = write_table(tmp_path / "ds")
+    s = db.describe(str(tmp_path / "ds"), label="y")
+    assert s.feature_names == ("f", "flag")  # a boolean is a number: its mean is its rate
+    np.testing.assert_allclose(s.mean[1], values["flag"].mean(), rtol=1e-12)
+    cat = s.categorical
+    assert list(cat.index) == ["word", "kind", "at"]
+    for name in ("word", "kind"):
+        counts = values[name].value_counts()
+        assert cat.loc[name, "null_count"] == values[name].isna().sum()
+        assert cat.loc[name, "distinct"] == values[name].nunique()
+        top = cat.loc[name, "top_k"]
+        assert [c for _, c in top] == counts.head(
+            10
+        ).tolist()  # value_counts().head(k), ties in any order
+        assert all(counts[value] == c for value, c in top)
+    assert cat.loc["at", "min"] == values["at"].min().isoformat()
+    assert cat.loc["at", "max"] == values["at"].max().isoformat()
+
+
+def test_a_dask_dataframe_is_profiled_by_partition() -> None:
+    dd = pytest.importorskip("dask.dataframe")
+    df = mixed_frame(1500)[["x", "text", "city"]]
+    s = db.describe(dd.from_pandas(df, npartitions=3), stats=("moments",))
+    assert s.categorical.loc["text", "null_count"] == df["text"].isna().sum()
+    assert s.categorical.loc["city", "top_k"] == [
+        [v, int(c)] for v, c in df["city"].value_counts().items()
+    ]
