@@ -231,3 +231,34 @@ def test_a_dask_dataframe_is_profiled_by_partition() -> None:
     assert s.categorical.loc["city", "top_k"] == [
         [v, int(c)] for v, c in df["city"].value_counts().items()
     ]
+
+
+def test_odd_values_are_profiled_and_what_cannot_be_is_named(tmp_path: Path) -> None:
+    n = 40
+    odd = pd.DataFrame(
+        {
+            "x": np.arange(n, dtype=float),
+            "lists": [[1, 2], [3]] * 20,
+            "mixed": [1, "a", b"z", None] * 10,
+        }
+    )
+    cat = db.describe(odd, stats=("moments",)).categorical
+    assert cat.loc["lists", "top_k"] == [
+        ["[1, 2]", 20],
+        ["[3]", 20],
+    ]  # unhashable: counted by their text
+    assert (cat.loc["mixed", "distinct"], cat.loc["mixed", "null_count"]) == (3, 10)
+    with pytest.raises(
+        TypeError, match=r"DataFrame has no numeric columns to describe \(found: s\)"
+    ):
+        db.describe(pd.DataFrame({"s": ["a", "b"]}))
+    folder = tmp_path / "drift"
+    folder.mkdir()
+    x = pa.array(np.arange(n, dtype=float))
+    pq.write_table(pa.table({"x": x, "s": pa.array(["q"] * n)}), folder / "a.parquet")
+    pq.write_table(pa.table({"x": x}), folder / "b.parquet")
+    with pytest.raises(ValueError, match=r"b.parquet: column 's' is absent, unlike in .*a.parquet"):
+        db.describe(str(folder), stats=("moments",))
+    pq.write_table(pa.table({"x": x, "l": pa.array([[1]] * n)}), tmp_path / "lists.parquet")
+    with pytest.warns(UserWarning, match=r"skipping 1 column\(s\) of other types: l"):
+        assert db.describe(str(tmp_path / "lists.parquet"), stats=("moments",)).categorical is None

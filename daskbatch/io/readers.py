@@ -222,6 +222,8 @@ class DataFrameReader(Reader):
             label, x = x[label], x.drop(columns=[label])
         profiled = [c for c, t in x.dtypes.items() if is_profiled(t)]  # text, categories, times: profiled
         frame, x = x[profiled], x.drop(columns=profiled)
+        if profiled and not len(x.columns):  # the numbers are what the statistics run over
+            raise TypeError(f"{what} has no numeric columns to describe (found: {', '.join(map(str, profiled[:20]))})")
         if is_pandas:
             if isinstance(label, pd.Series):
                 check_series_index(label, x.index, "label", what)

@@ -424,9 +424,9 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     wanted = [*chosen, *([label] if label else [])]
     footers = [_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
     for i, footer in enumerate(footers):
-        for name in wanted:
+        for name in [*wanted, *profiled]:  # profiled: text, categories or times in every file
             found = footer.schema.field(name).type if name in footer.schema.names else "absent"
-            if isinstance(found, str) or _numeric_dtype(found) is None:
+            if isinstance(found, str) or (_numeric_dtype if name in wanted else _column_dtype)(found) is None:
                 bad = f"column {name!r} is {found}"
                 raise ValueError(f"{files.paths[i]}: {bad}, unlike in {files.paths[0]}")
     dtypes = [_numeric_dtype(f.schema.field(n).type) for f in footers for n in chosen]

@@ -146,7 +146,10 @@ class CategoricalProfile:
             counts = np.bincount(values.cat.codes.to_numpy(), minlength=len(series.cat.categories))
             uniques = np.asarray(series.cat.categories, dtype=object)
         else:
-            codes, found = pd.factorize(values)
+            try:
+                codes, found = pd.factorize(values)
+            except TypeError:  # unhashable values (lists, dicts): counted by their text
+                codes, found = pd.factorize(values.map(repr))
             counts, uniques = (
                 np.bincount(codes, minlength=len(found)),
                 np.asarray(found, dtype=object),
