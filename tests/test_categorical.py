@@ -262,3 +262,88 @@ def test_odd_values_are_profiled_and_what_cannot_be_is_named(tmp_path: Path) -> 
     pq.write_table(pa.table({"x": x, "l": pa.array([[1]] * n)}), tmp_path / "lists.parquet")
     with pytest.warns(UserWarning, match=r"skipping 1 column\(s\) of other types: l"):
         assert db.describe(str(tmp_path / "lists.parquet"), stats=("moments",)).categorical is None
+
+
+def test_mi_and_chi2_with_the_label_from_exact_joint_counts(tmp_path: Path) -> None:
+    from scipy.stats import chi2_contingency
+    from sklearn.metrics import mutual_info_score
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    y = rng.integers(0, 3, n)
+    city = np.where(
+        rng.random(n) < 0.6,
+        np.array(["Oslo", "Rome", "Lima"])[y],
+        rng.choice(["Oslo", "Rome", "Lima", "Kyiv"], n),
+    )
+    df = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "city": pd.Categorical(city),
+            "noise": rng.choice(list("abcde"), n),
+            "y": y,
+        }
+    )
+    df.loc[df.index[::11], "noise"] = None
+    df["ids"] = [f"i{i}" for i in range(n)]  # pruned: no exact joint counts, no mi
+    s = db.describe(df, label="y", stats=("moments", "mi"))
+    cat = s.categorical
+    for name in ("city", "noise"):
+        rows = df[name].notna()
+        table = pd.crosstab(df.loc[rows, name], df.loc[rows, "y"])
+        chi2, p, dof, _ = chi2_contingency(table, correction=False)
+        assert cat.loc[name, "mi"] == pytest.approx(
+            mutual_info_score(df.loc[rows, name], df.loc[rows, "y"]), rel=1e-12
+        )
+        assert (
+            cat.loc[name, "chi2"] == pytest.approx(chi2, rel=1e-12)
+            and cat.loc[name, "chi2_dof"] == dof
+        )
+        assert cat.loc[name, "chi2_pvalue"] == pytest.approx(p, rel=1e-9, abs=1e-300)
+    assert cat.loc["city", "mi"] > 10 * cat.loc["noise", "mi"]
+    assert cat.loc["ids", "mi"] is None or pd.isna(cat.loc["ids", "mi"])
+    assert db.describe(df, stats=("moments",)).categorical["mi"].isna().all()  # no label: none
+    # A Parquet dataset's row groups give the same counts as the DataFrame's blocks.
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    for k, part in enumerate(
+        df.drop(columns="ids").iloc[k : k + 1000] for k in range(0, 3000, 1000)
+    ):
+        pq.write_table(
+            pa.Table.from_pandas(part, preserve_index=False),
+            folder / f"p{k}.parquet",
+            row_group_size=300,
+        )
+    from_table = db.describe(str(folder), label="y", stats=("moments", "mi")).categorical
+    for column in ("mi", "chi2", "chi2_dof", "count", "null_count", "distinct"):
+        np.testing.assert_allclose(
+            from_table[column].astype(float),
+            cat.loc[["city", "noise"], column].astype(float),
+            rtol=1e-12,
+        )
+
+
+ROWS = st.lists(
+    st.tuples(st.one_of(st.none(), st.sampled_from("abcdef")), st.integers(0, 2)), max_size=40
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ROWS, ROWS, ROWS)
+def test_joint_counts_merge_exactly_in_any_order(a: list, b: list, c: list) -> None:
+    p = CategoricalProfile(top_k=6, counters=6)  # never pruned: six values at most
+
+    def state(rows: list) -> dict:
+        values, labels = [v for v, _ in rows], np.array([k for _, k in rows], dtype=np.int64)
+        return p.chunk(pd.DataFrame({"c": pd.Series(values, dtype=object)}), labels)
+
+    sa, sb, sc = state(a), state(b), state(c)
+    records = [
+        p.finalize(s)["c"]
+        for s in (p.merge(p.merge(sa, sb), sc), p.merge(sc, p.merge(sb, sa)), state(a + b + c))
+    ]
+    for key in ("mi", "chi2", "chi2_dof", "chi2_pvalue"):
+        first = records[0][key]
+        expected = first if first is None else pytest.approx(first, rel=1e-12, abs=1e-15)
+        assert all(r[key] == expected for r in records), key
+    assert records[0]["mi"] is not None

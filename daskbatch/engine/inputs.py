@@ -50,7 +50,7 @@ class FeatureMatrix:
     weights: da.Array | None = None
     #: The row index of a pandas DataFrame ``x`` (a Series given beside it must match it), else None.
     row_index: Any = None
-    #: The non-numeric columns (text, categories, times): a dask Delayed pandas DataFrame per block of rows.
+    #: The non-numeric columns (text, categories, times): (rows, dask Delayed pandas DataFrame) per block.
     frames: tuple[Any, ...] = ()
 
 

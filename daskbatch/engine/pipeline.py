@@ -260,7 +260,9 @@ def _computed(
     # -- the results and their provenance
     provenance = dict(data.provenance)
     if data.frames:  # the non-numeric columns: one tree reduction of their own over the input's row blocks
-        provenance["categorical"] = compute(profile_blocks(data.frames, fan_in, chunk_prefix=TASK_PREFIXES["chunk"]), run.progress, "non-numeric columns")
+        by_class = data.label if class_values is not None and not grouped and not targeted else None  # mi, chi2
+        graph = profile_blocks(data.frames, fan_in, chunk_prefix=TASK_PREFIXES["chunk"], label=by_class)
+        provenance["categorical"] = compute(graph, run.progress, "non-numeric columns")
     if grouped:
         provenance["grouped"] = True
     if target_mi:

@@ -90,7 +90,7 @@ class Reader:
         self.provenance: dict[str, Any] = {}
         self.source: Any = None  # the Dataset the arrays came from
         self.row_index: Any = None  # a pandas DataFrame's row index
-        self.frames: list[Any] = []  # the non-numeric columns: a Delayed pandas DataFrame per block of rows
+        self.frames: list[Any] = []  # the non-numeric columns: (rows, Delayed pandas DataFrame) a block
 
     @classmethod
     def can_open(cls, x: Any) -> bool:

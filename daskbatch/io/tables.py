@@ -309,7 +309,7 @@ class Table:
     row_groups: int = 0
     content: str = ""
     skipped_columns: tuple[str, ...] = ()
-    frames: tuple[Any, ...] = ()  # the profiled (non-numeric) columns: a Delayed pandas DataFrame per block
+    frames: tuple[Any, ...] = ()  # the profiled (non-numeric) columns: (rows, Delayed pandas DataFrame) a block
     #: The fsspec options the files were opened with (a reopening for another label needs them).
     storage_options: dict[str, Any] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -449,7 +449,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         files=len(files.paths), row_groups=sum(len(f.groups) for f in footers), content=f"sha256 {content}",
         storage_options=dict(storage_options or {}),
         skipped_columns=tuple(n for n in names if types[n] is None and n != label),
-        frames=tuple(dask.delayed(_read_frame, pure=True)(files, profiled, *p) for p in pieces) if profiled else (),
+        frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
     )
     # fmt: on
 

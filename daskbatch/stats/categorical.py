@@ -43,6 +43,10 @@ COLUMNS = (
     "top_error",
     "min",
     "max",
+    "mi",
+    "chi2",
+    "chi2_dof",
+    "chi2_pvalue",
     "top_k",
 )
 
@@ -72,6 +76,8 @@ class ColumnState:
     tz: str | None = None
     #: Whether pruning ever dropped a value (else the counters are every value, counted exactly).
     pruned: bool = field(default=False)
+    #: Counts by class of each value (value -> class -> count): kept only while nothing is pruned (exact).
+    joint: dict[Any, dict[Any, int]] | None = None
 
 
 class CategoricalProfile:
@@ -108,9 +114,11 @@ class CategoricalProfile:
         """The distinct count's relative standard error, ``1.04 / sqrt(2**precision)``."""
         return 1.04 / math.sqrt(2**self.precision)
 
-    def chunk(self, frame: Any) -> dict[str, ColumnState]:
-        """Make the states of every column of one block (a pandas DataFrame)."""
-        return {str(name): self._column(frame[name]) for name in frame.columns}
+    def chunk(self, frame: Any, label: Any = None) -> dict[str, ColumnState]:
+        """Make the states of every column of one block (a pandas DataFrame), with its rows' classes if given."""
+        if label is not None:
+            label = np.asarray(label.get() if hasattr(label, "get") else label)  # CuPy: to the host
+        return {str(name): self._column(frame[name], label) for name in frame.columns}
 
     def merge(self, a: dict[str, ColumnState], b: dict[str, ColumnState]) -> dict[str, ColumnState]:
         """Combine the states of two blocks (either may lack a column the other has)."""
@@ -125,8 +133,8 @@ class CategoricalProfile:
 
     # -- one column
 
-    def _column(self, series: Any) -> ColumnState:
-        """The state of one column of a block."""
+    def _column(self, series: Any, label: np.ndarray | None = None) -> ColumnState:
+        """The state of one column of a block (with its joint counts by class when ``label`` is given)."""
         import pandas as pd  # lazy: pandas
 
         nulls = series.isna().to_numpy()
@@ -137,23 +145,28 @@ class CategoricalProfile:
         ):
             kind = "timedelta" if pd.api.types.is_timedelta64_dtype(series.dtype) else "datetime"
             tz = str(series.dt.tz) if kind == "datetime" and series.dt.tz is not None else None
-            uniques, counts = np.unique(
-                values.dt.as_unit("ns").array.asi8, return_counts=True
-            )  # exact int64 ns
+            keys = values.dt.as_unit("ns").array.asi8  # exact int64 nanoseconds
+            uniques, codes = np.unique(keys, return_inverse=True)
         elif isinstance(
             series.dtype, pd.CategoricalDtype
         ):  # the categories are the values; codes count them
-            counts = np.bincount(values.cat.codes.to_numpy(), minlength=len(series.cat.categories))
+            codes = values.cat.codes.to_numpy()
             uniques = np.asarray(series.cat.categories, dtype=object)
         else:
             try:
                 codes, found = pd.factorize(values)
             except TypeError:  # unhashable values (lists, dicts): counted by their text
                 codes, found = pd.factorize(values.map(repr))
-            counts, uniques = (
-                np.bincount(codes, minlength=len(found)),
-                np.asarray(found, dtype=object),
+            uniques = np.asarray(found, dtype=object)
+        codes = np.asarray(codes, dtype=np.intp)
+        counts = np.bincount(codes, minlength=len(uniques))
+        joint = None
+        if label is not None:  # (value x class) counts of this block's rows with a value
+            classes, by_row = np.unique(label[~nulls], return_inverse=True)
+            cells = np.bincount(
+                codes * classes.size + by_row, minlength=len(uniques) * classes.size
             )
+            joint = (classes, cells.reshape(len(uniques), classes.size))
         seen = counts > 0
         uniques, counts = uniques[seen], counts[seen]
         # Registers keep a maximum, so hashing each distinct value once gives the registers of all rows.
@@ -174,6 +187,12 @@ class CategoricalProfile:
             uniques, counts = uniques[keep], counts[keep] - cut
             state.undercount, state.pruned = cut, True
         state.counters = dict(zip(uniques.tolist(), counts.tolist(), strict=True))
+        if joint is not None and not state.pruned:
+            classes, cells = joint[0].tolist(), joint[1][seen]
+            state.joint = {
+                v: dict(zip(classes, row.tolist(), strict=True))
+                for v, row in zip(state.counters, cells, strict=True)
+            }
         return state
 
     def _registers(self, hashes: np.ndarray) -> np.ndarray:
@@ -202,7 +221,10 @@ class CategoricalProfile:
         cut = int(-np.partition(-counts, self.counters)[self.counters])  # the (k'+1)-th largest
         s.counters = {v: c - cut for v, c in s.counters.items() if c > cut}
         s.undercount += cut
-        s.pruned = True
+        s.pruned, s.joint = (
+            True,
+            None,
+        )  # a pruned value's rows by class are lost: no exact joint counts
         return s
 
     def _merged(self, a: ColumnState, b: ColumnState) -> ColumnState:
@@ -210,6 +232,13 @@ class CategoricalProfile:
         counters = dict(a.counters)
         for value, c in b.counters.items():
             counters[value] = counters.get(value, 0) + c
+        joint = None
+        if a.joint is not None and b.joint is not None:  # both exact: the counts by class add up
+            joint = {v: dict(row) for v, row in a.joint.items()}
+            for v, row in b.joint.items():
+                into = joint.setdefault(v, {})
+                for k, c in row.items():
+                    into[k] = into.get(k, 0) + c
         lows = [v for v in (a.low, b.low) if v is not None]
         highs = [v for v in (a.high, b.high) if v is not None]
         merged = ColumnState(
@@ -224,6 +253,7 @@ class CategoricalProfile:
             max(highs, default=None),
             a.tz,
             a.pruned or b.pruned,
+            joint,
         )
         return self._pruned(merged)
 
@@ -242,6 +272,7 @@ class CategoricalProfile:
             "top_error": int(s.undercount),
             "min": None if s.low is None else self._plain(s, s.low),
             "max": None if s.high is None else self._plain(s, s.high),
+            **association(s.joint),
         }
 
     @staticmethod
@@ -260,6 +291,31 @@ class CategoricalProfile:
         ):
             return value
         return str(value)
+
+
+def association(joint: dict[Any, dict[Any, int]] | None) -> dict[str, Any]:
+    """Mutual information (nats, plug-in) and Pearson's chi-squared of exact (value x class) counts; None without."""
+    if joint is None:
+        return {"mi": None, "chi2": None, "chi2_dof": None, "chi2_pvalue": None}
+    classes = sorted({k for row in joint.values() for k in row}, key=str)
+    table = np.array([[row.get(k, 0) for k in classes] for row in joint.values()], dtype=np.float64)
+    table = table[table.sum(axis=1) > 0] if table.size else table.reshape(0, len(classes))
+    if table.shape[0] < 2 or table.shape[1] < 2:  # one value or one class: nothing to associate
+        return {"mi": 0.0, "chi2": 0.0, "chi2_dof": 0, "chi2_pvalue": None}
+    from scipy.special import chdtrc  # lazy: scipy
+
+    n = table.sum()
+    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0, keepdims=True) / n
+    filled = table > 0
+    mi = float(np.sum(table[filled] / n * np.log(table[filled] / expected[filled])))
+    chi2 = float(np.sum((table - expected) ** 2 / expected))
+    dof = (table.shape[0] - 1) * (table.shape[1] - 1)
+    return {
+        "mi": max(mi, 0.0),
+        "chi2": chi2,
+        "chi2_dof": int(dof),
+        "chi2_pvalue": float(chdtrc(dof, chi2)),
+    }
 
 
 def hyperloglog_estimate(registers: np.ndarray) -> float:
@@ -318,37 +374,44 @@ def categorical_frame(records: dict[str, dict[str, Any]] | None) -> Any:
 
 
 def frame_blocks(frame: Any, chunk_rows: Sequence[int]) -> list[Any]:
-    """A pandas DataFrame as Delayed blocks of ``chunk_rows`` rows each; a dask DataFrame as its partitions."""
+    """A pandas DataFrame as (rows, Delayed block) of ``chunk_rows`` rows each; a dask DataFrame: its partitions."""
     import dask  # lazy: dask
 
-    if hasattr(frame, "to_delayed"):
-        return list(frame.to_delayed())
     bounds = np.cumsum([0, *chunk_rows]).tolist()
-    return [
-        dask.delayed(frame.iloc[a:b], pure=False)
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
+    parts = (
+        frame.to_delayed()
+        if hasattr(frame, "to_delayed")
+        else [
+            dask.delayed(frame.iloc[a:b], pure=False)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    )
+    return [(int(rows), part) for rows, part in zip(chunk_rows, parts, strict=True)]
 
 
 def profile_blocks(
-    blocks: Sequence[Any],
+    blocks: Sequence[tuple[int, Any]],
     split_every: int,
     profile: CategoricalProfile | None = None,
     chunk_prefix: str = "chunk",
+    label: Any = None,
 ) -> Any:
-    """A dask Delayed of the records of ``blocks`` (Delayed pandas DataFrames), merged in a tree of fan-in ``split_every``.
+    """A dask Delayed of the records of ``blocks`` ((rows, Delayed pandas DataFrame), in row order).
 
-    The chunk tasks are named ``(chunk_prefix-<token>, i)``: a progress bar counts them as blocks.
+    The states are merged in a tree of fan-in ``split_every``; with ``label`` (a dask array, one class
+    per row) each block's rows of it give the (value x class) counts. The chunk tasks are named
+    ``(chunk_prefix-<token>, i)``: a progress bar counts them as blocks.
     """
     import dask  # lazy: dask
     from dask.base import tokenize  # lazy: dask
 
     profile = profile or CategoricalProfile()
-    fan_in, name = max(2, int(split_every)), f"{chunk_prefix}-{tokenize(*blocks)}"
-    level = [
-        dask.delayed(profile.chunk, pure=True)(b, dask_key_name=(name, i))
-        for i, b in enumerate(blocks)
-    ]
+    fan_in, name = max(2, int(split_every)), f"{chunk_prefix}-{tokenize(*blocks, label)}"
+    level, start = [], 0
+    for i, (rows, frame) in enumerate(blocks):
+        part = None if label is None else label[start : start + rows]
+        level.append(dask.delayed(profile.chunk, pure=True)(frame, part, dask_key_name=(name, i)))
+        start += rows
     while len(level) > 1:
         level = [
             dask.delayed(_merge_all, pure=True)(profile.merge, *level[i : i + fan_in])
