@@ -347,3 +347,35 @@ def test_joint_counts_merge_exactly_in_any_order(a: list, b: list, c: list) -> N
         expected = first if first is None else pytest.approx(first, rel=1e-12, abs=1e-15)
         assert all(r[key] == expected for r in records), key
     assert records[0]["mi"] is not None
+
+
+def test_the_cli_shows_and_writes_the_profile(tmp_path: Path) -> None:
+    write_table(tmp_path / "ds")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "daskbatch",
+            "describe",
+            str(tmp_path / "ds"),
+            "--label",
+            "y",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(done.stdout)["provenance"]["categorical"]
+    assert sorted(written) == ["at", "kind", "word"] and written["kind"]["distinct"] == 4
+    shown = subprocess.run(
+        [sys.executable, "-m", "daskbatch", "describe", str(tmp_path / "ds"), "--label", "y"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (
+        "non-numeric columns" in shown.stdout and "  kind: category · 2,700 · 0 · 4" in shown.stdout
+    )

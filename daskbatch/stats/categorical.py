@@ -368,7 +368,11 @@ def categorical_frame(records: dict[str, dict[str, Any]] | None) -> Any:
     for name, r in (records or {}).items():
         first = r["top_k"][0] if r["top_k"] else [None, 0]
         rows[name] = {**{k: r.get(k) for k in COLUMNS}, "top": first[0], "top_count": first[1]}
-    frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS))
+    # Built as objects, so that a value (top, min, max) stays as it was and an absent one None; then the numbers.
+    frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS), dtype=object)
+    counts = dict.fromkeys(("count", "null_count", "distinct", "top_count", "top_error"), "int64")
+    reals = dict.fromkeys(("distinct_error", "mi", "chi2", "chi2_pvalue"), "float64")
+    frame = frame.astype({**counts, **reals, "chi2_dof": "Int64"})
     frame.index.name = "column"
     return frame
 

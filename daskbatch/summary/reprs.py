@@ -293,8 +293,9 @@ def _categorical_rows(summary: Any) -> tuple[list[str], list[tuple[str, list[str
     rows = []
     for name, r in ([] if frame is None else frame.iterrows()):
         distinct = f"{'~' if r['distinct_error'] else ''}{r['distinct']:,}"
-        top = "" if r["top"] is None or r["top_count"] == 0 else f"{str(r['top'])[:24]} ({r['top_count']:,})"
-        ends = ["" if r[k] is None else str(r[k]) for k in ("min", "max")]
+        stands_out = r["top_count"] > r["top_error"]  # else pruning may have taken as much as it counts
+        top = f"{str(r['top'])[:24]} ({r['top_count']:,})" if stands_out else ""
+        ends = ["" if r[k] is None else str(r[k]) for k in ("min", "max")]  # None: not a datetime
         rows.append((str(name), [str(r["dtype"]), f"{r['count']:,}", f"{r['null_count']:,}", distinct, top, *ends]))
     return titles, rows
 
