@@ -80,8 +80,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_parquet_dataset_equals_zarr(tables: dict[str, Path]) -> None:
-    with pytest.warns(UserWarning, match=r"skipping 1 non-numeric column\(s\): name"):
-        from_table = db.describe(str(tables["parquet"]), label="y", stats=STATS)
+    from_table = db.describe(str(tables["parquet"]), label="y", stats=STATS)  # "name" profiled, not skipped
     from_zarr = db.describe(str(tables["zarr"]), label="y", stats=STATS)
     assert list(from_table.feature_names) == [f"f{j}" for j in range(D)]
     assert from_table.arrays.count[2] < FILES * ROWS == from_table.arrays.count[0]  # nulls are missing values
@@ -157,11 +156,10 @@ def test_an_interrupted_checkpointed_run_resumes(tables: dict[str, Path], tmp_pa
 
     path, ck = str(tables["parquet"]), tmp_path / "ck"
     run = {"stats": ("moments", "cov"), "range": (-50.0, 50.0)}
-    with pytest.warns(UserWarning, match="non-numeric"), pytest.raises(db.Cancelled):
+    with pytest.raises(db.Cancelled):
         db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck, cancel=cancel, progress=stop_after_three))
-    with pytest.warns(UserWarning, match="non-numeric"):
-        resumed = db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck))
-        whole = db.describe(path, **run, run=db.RunOptions(plan=None))
+    resumed = db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck))
+    whole = db.describe(path, **run, run=db.RunOptions(plan=None))
     (log,) = [r for r in (ck.glob("pass-*")) if r.is_dir()]
     last = read_runs(ck, log.name.removeprefix("pass-"))[-1]
     assert 0 < last["reused_blocks"] and last["computed_blocks"] < last["blocks"] == FILES * ROWS // GROUP
@@ -208,8 +206,8 @@ def test_bad_inputs_are_named(tables: dict[str, Path], tmp_path: Path) -> None:
     pq.write_table(pa.table({"s": ["a", "b"], "t": pa.array([1, 2], pa.timestamp("s"))}), tmp_path / "text.parquet")
     with pytest.raises(TypeError, match=r"no numeric columns to describe \(found: s \(not numeric\), t \(not numeric\)"):
         db.describe(str(tmp_path / "text.parquet"))
-    with pytest.raises(TypeError, match="column 'name' is not numeric"):
-        db.open_table(tables["parquet"], columns=["f0", "name"])
+    named = db.open_table(tables["parquet"], columns=["f0", "name"])  # a text column named: profiled
+    assert named.feature_names == ["f0"] and len(named.frames) == FILES * ROWS // GROUP
     with pytest.raises(KeyError, match="label 'z' is not a column"):
         db.open_table(tables["parquet"], label="z")
     with pytest.raises(KeyError, match="no column matches 'g\\*'"):

@@ -50,6 +50,8 @@ class FeatureMatrix:
     weights: da.Array | None = None
     #: The row index of a pandas DataFrame ``x`` (a Series given beside it must match it), else None.
     row_index: Any = None
+    #: The non-numeric columns (text, categories, times): (rows, dask Delayed pandas DataFrame) per block.
+    frames: tuple[Any, ...] = ()
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -144,7 +146,8 @@ def as_feature_matrix(
     provenance.setdefault("source", what)
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     data = FeatureMatrix(
-        x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index
+        x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index,
+        frames=tuple(reader.frames),
     )
     if target is not None:
         data = with_target(data, target)

@@ -35,6 +35,7 @@ from daskbatch.engine.inputs import (
 )
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
+from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.engine.tiled import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
@@ -44,6 +45,7 @@ from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch
 from daskbatch.runtime.capacity import active_client
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
+from daskbatch.stats.categorical import profile_blocks
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.declaration import Declaration
@@ -257,6 +259,10 @@ def _computed(
 
     # -- the results and their provenance
     provenance = dict(data.provenance)
+    if data.frames:  # the non-numeric columns: one tree reduction of their own over the input's row blocks
+        by_class = data.label if class_values is not None and not grouped and not targeted else None  # mi, chi2
+        graph = profile_blocks(data.frames, fan_in, chunk_prefix=TASK_PREFIXES["chunk"], label=by_class)
+        provenance["categorical"] = compute(graph, run.progress, "non-numeric columns")
     if grouped:
         provenance["grouped"] = True
     if target_mi:

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from daskbatch.io import tables
+from daskbatch.stats.categorical import frame_blocks, is_profiled
 
 # --------------------------------------------------------------------------- helpers
 
@@ -89,6 +90,7 @@ class Reader:
         self.provenance: dict[str, Any] = {}
         self.source: Any = None  # the Dataset the arrays came from
         self.row_index: Any = None  # a pandas DataFrame's row index
+        self.frames: list[Any] = []  # the non-numeric columns: (rows, Delayed pandas DataFrame) a block
 
     @classmethod
     def can_open(cls, x: Any) -> bool:
@@ -133,7 +135,7 @@ class DatasetReader(Reader):
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
         super().__init__(x.x, x.label if label is None else label, what=what, missing=missing)
-        self.source = x
+        self.source, self.frames = x, list(getattr(x, "frames", ()))
         self.names = tuple(str(n) for n in x.feature_names)
         self.provenance.update(x.provenance())
         self.what = what or f"array {getattr(x, 'array_name', 'X')!r} of {getattr(x, 'path', '?')}"
@@ -218,13 +220,10 @@ class DataFrameReader(Reader):
             if label not in x.columns:
                 raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
             label, x = x[label], x.drop(columns=[label])
-        types = pd.api.types
-        bad = [str(c) for c, t in x.dtypes.items() if not (types.is_numeric_dtype(t) or types.is_bool_dtype(t))]
-        if bad:
-            raise TypeError(
-                f"{what} has non-numeric column(s) {', '.join(bad[:10])}; daskbatch computes statistics of real "
-                "numbers: drop them or encode them first"
-            )
+        profiled = [c for c, t in x.dtypes.items() if is_profiled(t)]  # text, categories, times: profiled
+        frame, x = x[profiled], x.drop(columns=profiled)
+        if profiled and not len(x.columns):  # the numbers are what the statistics run over
+            raise TypeError(f"{what} has no numeric columns to describe (found: {', '.join(map(str, profiled[:20]))})")
         if is_pandas:
             if isinstance(label, pd.Series):
                 check_series_index(label, x.index, "label", what)
@@ -236,6 +235,7 @@ class DataFrameReader(Reader):
         super().__init__(array, label, what=what, missing=missing)
         self.names = tuple(str(c) for c in x.columns)
         self.row_index = x.index if is_pandas else None
+        self.frames = frame_blocks(frame, self.chunks) if profiled else []
 
 
 class DataArrayReader(Reader):

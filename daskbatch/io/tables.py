@@ -1,15 +1,13 @@
 """Parquet and Arrow IPC (Feather v2) tables as a (samples x features) input, read a row group at a time.
 
-:func:`open_table` opens a file, a directory of files (a dataset) or an fsspec URL
-(``s3://bucket/prefix/``) from its footers alone and gives a :class:`Table`: a dask
-array whose blocks are row groups (Parquet) or record batches (Arrow IPC), a slice
-of one where it exceeds ``daskbatch.target-chunk-bytes``, so memory does not grow
-with the row count. Numeric and boolean columns are the features (nulls read as
-NaN); the label is a column by name. The arrays are named by a digest of the
-files' content facts (sizes, row groups, their column statistics for Parquet; the
-bytes themselves for Arrow IPC, which records no statistics), never their paths or
-times, so a checkpoint resumes on the same files and refuses rewritten ones. pyarrow
-(the ``[parquet]`` extra) is imported only when a table is opened.
+:func:`open_table` opens a file, a directory of files (a dataset) or an fsspec URL (``s3://bucket/prefix/``)
+from its footers alone and gives a :class:`Table`: a dask array whose blocks are row groups (Parquet) or
+record batches (Arrow IPC), a slice of one where it exceeds ``daskbatch.target-chunk-bytes``, so memory does
+not grow with the row count. Numeric and boolean columns are the features (nulls read as NaN); text,
+categories and times are read per block as pandas (``Table.frames``, profiled); the label is a column by name.
+The arrays are named by a digest of the files' content facts (sizes, row groups, their column statistics for
+Parquet; the bytes for Arrow IPC, which records no statistics), never their paths or times, so a checkpoint
+resumes on the same files and refuses rewritten ones. pyarrow (the ``[parquet]`` extra) is imported on use.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
@@ -132,6 +131,32 @@ def _numeric_dtype(arrow_type: Any) -> np.dtype | None:
     return None
 
 
+def _column_dtype(arrow_type: Any) -> np.dtype | None:
+    """A column's dtype: numeric as :func:`_numeric_dtype`, object for text, categories, times; else None."""
+    import pyarrow.types as t  # lazy: pyarrow
+
+    if _numeric_dtype(arrow_type) is not None:
+        return _numeric_dtype(arrow_type)
+    kinds = (t.is_string, t.is_large_string, t.is_dictionary, t.is_temporal, t.is_binary)
+    return np.dtype(object) if any(f(arrow_type) for f in kinds) else None
+
+
+def _read_group(files: _Files, columns: tuple[str, ...], i: int, group: int) -> Any:
+    """The ``columns`` of row group (or record batch) ``group`` of file ``i``, as an Arrow table."""
+    import pyarrow as pa  # lazy: pyarrow
+    import pyarrow.parquet as pq  # lazy: pyarrow
+
+    with files.open(i) as source:
+        if files.is_ipc(i):
+            return pa.Table.from_batches([pa.ipc.open_file(source).get_batch(group)]).select(list(columns))
+        return pq.ParquetFile(source).read_row_group(group, columns=list(columns))
+
+
+def _read_frame(files: _Files, columns: tuple[str, ...], *piece: int) -> Any:
+    """The profiled (non-numeric) ``columns`` of one piece (file, row group, start, stop) as pandas."""
+    return _read_group(files, columns, *piece[:2]).slice(piece[2], piece[3] - piece[2]).to_pandas(date_as_object=False)
+
+
 @dataclass
 class _Footer:
     """One file's schema, rows per row group (or record batch), content digest and whether it may hold nulls."""
@@ -186,14 +211,8 @@ def _read_footer(
                     stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
                     if stats is None or stats.get("null_count") != 0:
                         nullable.add(name)
-                    facts = [
-                        name,
-                        chunk.total_compressed_size,
-                        chunk.total_uncompressed_size,
-                        chunk.compression,
-                        chunk.encodings,
-                        stats,
-                    ]
+                    sizes = [chunk.total_compressed_size, chunk.total_uncompressed_size]
+                    facts = [name, *sizes, chunk.compression, chunk.encodings, stats]
                     digest.update(json.dumps(facts, default=str).encode())
     digest.update(str(schema).encode())
     return _Footer(schema, groups, digest.hexdigest(), nullable)
@@ -212,16 +231,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
     """Rows ``start:stop`` of row group (or record batch) ``group`` of file ``i``, the columns as one array."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.compute as pc  # lazy: pyarrow
-    import pyarrow.parquet as pq  # lazy: pyarrow
 
-    with spec.files.open(i) as source:
-        if spec.files.is_ipc(i):
-            batch = pa.ipc.open_file(source).get_batch(group)
-            columns = [batch.column(batch.schema.get_field_index(c)) for c in spec.columns]
-        else:
-            columns = list(
-                pq.ParquetFile(source).read_row_group(group, columns=list(spec.columns)).columns
-            )
+    columns = _read_group(spec.files, spec.columns, i, group).columns
     dtype = np.dtype(spec.dtype)
     out = np.empty((stop - start, len(columns)), dtype=dtype)
     for j, column in enumerate(columns):
@@ -237,14 +248,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
     return out
 
 
-def _select(
-    names: list[str],
-    types: dict[str, np.dtype | None],
-    columns: Any,
-    label: str | None,
-    where: str,
-    quiet: bool,
-) -> list[str]:
+def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, label: str | None,  # fmt: skip
+            where: str, quiet: bool) -> list[str]:  # fmt: skip
     """The numeric feature columns: all, or those ``columns`` names or matches (glob patterns), less the label."""
     if columns is None:
         chosen = names
@@ -259,22 +264,23 @@ def _select(
                 )
             if pattern in names and types[pattern] is None:
                 raise TypeError(
-                    f"{where}: column {pattern!r} is not numeric; only numeric columns can be described"
+                    f"{where}: column {pattern!r} is neither numeric nor text, categories or times"
                 )
             chosen += [n for n in matched if n not in chosen]
     chosen = [n for n in chosen if n != label]
     skipped = [n for n in chosen if types[n] is None]
-    numeric = [n for n in chosen if types[n] is not None]
+    kind = {n: "O" if t is None else t.kind for n, t in types.items()}  # "O": not a feature (profiled or skipped)
+    numeric = [n for n in chosen if kind[n] != "O"]
     if not numeric:
-        found = ", ".join(f"{n} ({types[n] or 'not numeric'})" for n in names[:20])
+        found = ", ".join(f"{n} ({types[n] if kind[n] != 'O' else 'not numeric'})" for n in names[:20])
         raise TypeError(f"{where} has no numeric columns to describe (found: {found or 'none'})")
     if skipped and not quiet:
         warn(
-            f"{where}: skipping {len(skipped)} non-numeric column(s): {', '.join(skipped[:10])}"
-            f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numeric and boolean columns)",
+            f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
+            f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numbers, booleans, text, categories, times)",
             UserWarning,
         )
-    return numeric
+    return [n for n in chosen if types[n] is not None]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -303,6 +309,7 @@ class Table:
     row_groups: int = 0
     content: str = ""
     skipped_columns: tuple[str, ...] = ()
+    frames: tuple[Any, ...] = ()  # the profiled (non-numeric) columns: (rows, Delayed pandas DataFrame) a block
     #: The fsspec options the files were opened with (a reopening for another label needs them).
     storage_options: dict[str, Any] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -404,32 +411,24 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     files = _find_files(where, storage_options)
     first = _footer(files, 0, None, fingerprint=False)
     names = list(first.schema.names)
-    types = {n: _numeric_dtype(first.schema.field(n).type) for n in names}
+    types = {n: _column_dtype(first.schema.field(n).type) for n in names}
     if label is not None and label not in names:
         raise KeyError(
             f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})"
         )
-    chosen = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
+    selected = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
+    profiled = tuple(n for n in selected if types[n] == np.dtype("O"))
+    chosen = [n for n in selected if types[n] != np.dtype("O")]
     if not chosen:
-        raise ValueError(
-            f"{where}: every numeric column is read as a label or mask; none is left for x"
-        )
+        raise ValueError(f"{where}: no numeric column is left for x (label, masks, non-numeric)")
     wanted = [*chosen, *([label] if label else [])]
     footers = [_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
     for i, footer in enumerate(footers):
-        for name in wanted:
-            if (
-                name not in footer.schema.names
-                or _numeric_dtype(footer.schema.field(name).type) is None
-            ):
-                found = (
-                    footer.schema.field(name).type
-                    if name in footer.schema.names
-                    else "no such column"
-                )
-                raise ValueError(
-                    f"{files.paths[i]}: column {name!r} is {found}, unlike in {files.paths[0]}"
-                )
+        for name in [*wanted, *profiled]:  # profiled: text, categories or times in every file
+            found = footer.schema.field(name).type if name in footer.schema.names else "absent"
+            if isinstance(found, str) or (_numeric_dtype if name in wanted else _column_dtype)(found) is None:
+                bad = f"column {name!r} is {found}"
+                raise ValueError(f"{files.paths[i]}: {bad}, unlike in {files.paths[0]}")
     dtypes = [_numeric_dtype(f.schema.field(n).type) for f in footers for n in chosen]
     dtype = np.result_type(*dtypes)
     if dtype.kind != "f" and any(n in f.nullable for f in footers for n in chosen):
@@ -438,23 +437,19 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     if not pieces:
         raise ValueError(f"{where} holds no rows")
     content = hashlib.sha256("".join(f.digest for f in footers).encode()).hexdigest()
-    x = _as_dask(
-        f"table-x-{content[:32]}", _Read(files, tuple(chosen), dtype.str), pieces, len(chosen)
-    )
+    # fmt: off
+    x = _as_dask(f"table-x-{content[:32]}", _Read(files, tuple(chosen), dtype.str), pieces, len(chosen))
     label_array = None
     if label is not None:
         label_dtype = np.result_type(*(_numeric_dtype(f.schema.field(label).type) for f in footers))
-        label_array = _as_dask(
-            f"table-label-{content[:32]}", _Read(files, (label,), label_dtype.str), pieces, 1
-        )
-        label_array = label_array[:, 0]
-    # fmt: off
+        label_array = _as_dask(f"table-label-{content[:32]}", _Read(files, (label,), label_dtype.str), pieces, 1)[:, 0]
     return Table(
         x=x, label=label_array, feature_names=chosen, path=where, label_name=label,
         store_chunks=(max(max(f.groups, default=0) for f in footers), len(chosen)),
         files=len(files.paths), row_groups=sum(len(f.groups) for f in footers), content=f"sha256 {content}",
         storage_options=dict(storage_options or {}),
         skipped_columns=tuple(n for n in names if types[n] is None and n != label),
+        frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
     )
     # fmt: on
 
@@ -508,4 +503,7 @@ def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Arr
         return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
     selection, *excluded = key.split("!")
     names = None if selection == "X" else selection.split(",")
-    return _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded).x
+    table = _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded)
+    if table.frames and not quiet:  # describe profiles them; ingest writes numbers only
+        warn(f"{path}: skipping its non-numeric columns (text, categories, times): ingest writes numbers", UserWarning)
+    return table.x

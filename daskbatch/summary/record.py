@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch.config import STATISTIC_DEFAULTS
+from daskbatch.stats.categorical import categorical_frame
 from daskbatch.stats.declaration import Finished
 from daskbatch.stats.mutual_info import MutualInformation
 from daskbatch.stats.registry import STATISTICS, summary_variables
@@ -244,6 +245,21 @@ class Summary:
             The fractions indexed by feature, None without histograms.
         """
         return labelled(self, "out_of_range_fraction", self.arrays.out_of_range_fraction, ("feature",))
+
+    @property
+    def categorical(self) -> Any:
+        """Give the profile of the non-numeric columns (text, categories, times), one row per column.
+
+        Returns
+        -------
+        pandas.DataFrame or None
+            Indexed by column name: ``dtype``, ``count``, ``null_count``, ``distinct`` (exact where
+            ``distinct_error`` is 0, else HyperLogLog with that relative standard error), ``top``,
+            ``top_count``, ``top_error`` (how far below its true count any listed count may be), ``min``
+            and ``max`` (datetimes) and ``top_k`` ([value, count] pairs); None without such columns.
+        """
+        records = self.provenance.get("categorical")
+        return None if records is None else categorical_frame(records)
 
     @property
     def suspect_values(self) -> tuple[SuspectValue, ...] | None:

@@ -286,9 +286,25 @@ def _absent_chunks_line(provenance: dict[str, Any]) -> str | None:
     )
 
 
+def _categorical_rows(summary: Any) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Titles and (column, cells) rows of the non-numeric columns' section (no rows without them)."""
+    frame = summary.categorical
+    titles = ["dtype", "count", "nulls", "distinct", "top (count)", "min", "max"]
+    rows = []
+    for name, r in ([] if frame is None else frame.iterrows()):
+        distinct = f"{'~' if r['distinct_error'] else ''}{r['distinct']:,}"
+        stands_out = r["top_count"] > r["top_error"]  # else pruning may have taken as much as it counts
+        top = f"{str(r['top'])[:24]} ({r['top_count']:,})" if stands_out else ""
+        ends = ["" if r[k] is None else str(r[k]) for k in ("min", "max")]  # None: not a datetime
+        rows.append((str(name), [str(r["dtype"]), f"{r['count']:,}", f"{r['null_count']:,}", distinct, top, *ends]))
+    return titles, rows
+
+
 def _provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     for key, value in provenance.items():
+        if key == "categorical":  # its own section
+            continue
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         rows.append((str(key), text if len(text) <= 200 else text[:197] + "..."))
     return rows
@@ -332,6 +348,10 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
             f"Top features by mutual information with the label ({units})",
             _html.table("feature", ["mi"], mi_rows), open=True,
         ))
+    titles, categorical = _categorical_rows(summary)
+    if categorical:  # "~": a HyperLogLog estimate (summary.categorical has its error and the top values)
+        table_rows = [(n, cells, ["txt", *["num"] * 3, "txt", "txt", "txt"], "") for n, cells in categorical]
+        parts.append(_html.details("Non-numeric columns", _html.table("column", titles, table_rows), open=True))
     parts.append(_html.details("provenance", _html.key_value_table(_provenance_rows(summary.provenance))))
     subtitle = _html.escape(" · ".join(_details(summary)))
     return _html.repr_block(f"daskbatch.Summary: {_html.escape(_header(summary))}", *parts, subtitle=subtitle)
@@ -374,6 +394,12 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_AL
             "  ".join(f"{cells[r]:{a}{w}}" for (_, cells, a), w in zip(columns, widths, strict=True)).rstrip()
         )
     lines.extend(_footer(summary, table, show_all))
+    titles, categorical = _categorical_rows(summary)
+    if categorical:  # a short section: one line a column ("~": an estimate; .categorical has the rest)
+        lines.append("non-numeric columns: " + ", ".join(titles[:5]) + ", min to max")
+        for name, cells in categorical[:rows]:
+            span = [f"{cells[5]} to {cells[6]}"] if cells[5] else []
+            lines.append(f"  {name}: " + " · ".join(c for c in [*cells[:5], *span] if c))
     return "\n".join(lines)
 
 
