@@ -99,6 +99,9 @@ def merge(first: Summary, second: Summary) -> Summary:
     if ranked:
         warn(UserWarning(f"{', '.join(map(repr, ranked))} is left out of the merged summary: its ranks are each "
                          "run's own, so it does not merge; describe all the rows together for it"))
+    if first.provenance.get("categorical") or second.provenance.get("categorical"):
+        warn(UserWarning("the profile of the non-numeric columns (summary.categorical) is left out of the merged "
+                         "summary: it keeps no mergeable state yet; describe all the rows together for it"))
     a, b = _on_common_classes(first.states, second.states)
     merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
     return _summary(first, second, merged)

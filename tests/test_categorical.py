@@ -379,3 +379,13 @@ def test_the_cli_shows_and_writes_the_profile(tmp_path: Path) -> None:
     assert (
         "non-numeric columns" in shown.stdout and "  kind: category · 2,700 · 0 · 4" in shown.stdout
     )
+
+
+def test_merge_leaves_the_profile_out_and_says_so() -> None:
+    frame = pd.DataFrame({"x": np.arange(20.0), "word": list("ab") * 10})
+    a = db.describe(frame.iloc[:10], stats=("moments",))
+    b = db.describe(frame.iloc[10:], stats=("moments",))
+    assert a.categorical is not None
+    with pytest.warns(UserWarning, match=r"non-numeric columns \(summary.categorical\) is left out"):
+        merged = db.merge(a, b)
+    assert merged.categorical is None and merged.count.iloc[0] == 20
