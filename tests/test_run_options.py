@@ -61,7 +61,7 @@ def test_hist_and_mi_are_two_declarations() -> None:
     assert HIST.statistic is db.stats.Histogram and MI.statistic is db.stats.MutualInformation
     assert HIST != MI and HIST.needs_ranges and MI.needs_ranges and MI.by_label and not HIST.by_label
     assert MI.needs_label and not HIST.needs_label
-    assert set(selectable()) == {"moments", "cov", "hist", "mi", "class_moments", "sketch"}
+    assert set(selectable()) == {"moments", "cov", "spearman", "hist", "mi", "class_moments", "sketch"}
     assert [r.name for r in requested("cov,hist")] == ["moments", "cov", "hist"]
     # without a label: what needs one is left out, and histograms found from the data add the sketch
     assert [r.name for r in describe_statistics(("hist", "mi"), labelled=False)] == ["moments", "hist", "sketch"]

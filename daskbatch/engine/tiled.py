@@ -82,7 +82,7 @@ class TiledCov:
     ddof: int
     feature_names: tuple[str, ...]
     weight_sum: float | None = None
-    rows: str = "complete"
+    rows: str = STATISTIC_DEFAULTS["rows"]
 
     @property
     def pair_counts(self) -> da.Array | None:
@@ -184,7 +184,7 @@ def tiled_covariance(
     overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
     weights: da.Array | None = None,
-    rows: str = "complete",
+    rows: str = STATISTIC_DEFAULTS["rows"],
 ) -> TiledCov:
     """Covariance and correlation of the columns of ``x``, tile by tile, into a Zarr group.
 

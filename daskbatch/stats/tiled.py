@@ -31,6 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._common import Array
+from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats._base import State
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
@@ -102,7 +103,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
     """
 
     split: int | None = None
-    rows: str = "complete"
+    rows: str = STATISTIC_DEFAULTS["rows"]
     name = "xcov"
     #: ``chunk`` takes sample weights (``weights=``).
     takes_weights = True
