@@ -171,3 +171,15 @@ def test_compare_without_like_rebins_and_says_so() -> None:
     with pytest.warns(RebinnedWarning, match="the reference summary's cells"):
         back = db.compare(db.describe(reference, stats=("moments", "sketch")), db.describe(new))
     assert np.isfinite(back.to_dataframe()["psi"]).all()
+
+
+def test_top_ranks_pvalues_smallest_first() -> None:
+    rng = np.random.default_rng(6)
+    reference, new = rng.normal(size=(4_000, 12)), rng.normal(size=(4_000, 12))
+    new[:, [2, 7, 9]] += 0.4  # three features drift
+    ref = db.describe(reference)
+    drift = db.compare(ref, db.describe(new, run=db.RunOptions(like=ref)))
+    for by in ("ks_pvalue", "chi2_pvalue"):
+        assert set(drift.top(3, by=by).index) == {"f2", "f7", "f9"}, by
+    assert set(drift.top(3, by="ks").index) == {"f2", "f7", "f9"}
+
