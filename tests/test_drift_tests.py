@@ -86,6 +86,20 @@ def test_ks_within_its_bound_and_wasserstein_within_1pct(samples, like: bool) ->
         assert t.loc[name, "ks_error"] == 0
 
 
+def test_compiled_sweep_equals_numpy(samples) -> None:
+    # KS and Wasserstein come from a numba sweep; with the kernels switched off, from NumPy: the same.
+    import dask
+
+    reference, new, ref = samples
+    later = db.describe(new, run=db.RunOptions(feature_names=DISTRIBUTIONS))
+    columns = ["ks", "ks_lower", "ks_upper", "ks_pvalue", "wasserstein", "psi", "chi2"]
+    with pytest.warns(RebinnedWarning):
+        compiled = db.compare(ref, later).to_dataframe()[columns]
+    with dask.config.set({"daskbatch.kernels": False}), pytest.warns(RebinnedWarning):
+        plain = db.compare(ref, later).to_dataframe()[columns]
+    np.testing.assert_allclose(compiled.to_numpy(), plain.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
 def test_chi2_matches_scipy_on_the_shared_bins(samples) -> None:
     reference, new, ref = samples
     drift = db.compare(
@@ -182,4 +196,3 @@ def test_top_ranks_pvalues_smallest_first() -> None:
     for by in ("ks_pvalue", "chi2_pvalue"):
         assert set(drift.top(3, by=by).index) == {"f2", "f7", "f9"}, by
     assert set(drift.top(3, by="ks").index) == {"f2", "f7", "f9"}
-

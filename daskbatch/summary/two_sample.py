@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskbatch.stats.kernels import enabled
 from daskbatch.stats.sketch import Sketch, slot_bounds
 
 if TYPE_CHECKING:
@@ -138,15 +139,22 @@ def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, 
     last = len(lower) - 1
     first, width = int(spec["first_slot"]), summary.sketch_counts.shape[1]
     lower, upper = lower[first : first + width], upper[first : first + width]
-    counts = np.asarray(summary.sketch_counts, dtype=np.float64)
-    below = counts[:, 0] if first == 0 and width else np.zeros(len(counts))  # -inf has slot 0
-    above = (
-        counts[:, -1] if first + width - 1 == last and width else np.zeros(len(counts))
-    )  # +inf the last
-    totals = counts.sum(axis=1)
+    counts = np.asarray(
+        summary.sketch_counts
+    )  # wide (every slot of the window): read, never converted
+    below = (
+        counts[:, 0].astype(np.float64) if first == 0 and width else np.zeros(len(counts))
+    )  # -inf: slot 0
+    above = (  # +inf the last
+        counts[:, -1].astype(np.float64)
+        if first + width - 1 == last and width
+        else np.zeros(len(counts))
+    )
+    totals = counts.sum(axis=1, dtype=np.float64)
     exact, parts = _distinct_parts(summary, below)
     # The values of a slot lie within its (widened) bounds: each feature's held slots, packed to the left.
-    held = (counts > 0) & ~exact[:, None]
+    held = counts > 0
+    held[exact] = False
     per_row = np.count_nonzero(held, axis=1)
     rows, slots = np.nonzero(held)
     place = np.arange(len(slots)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
@@ -155,7 +163,7 @@ def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, 
         for fill in (np.nan, 0.0, np.nan, np.inf)
     ]
     held_counts = np.zeros(buckets[0].shape)
-    held_counts[rows, place] = counts[rows, slots]
+    held_counts[rows, place] = counts[rows, slots]  # float64
     cum = np.cumsum(held_counts, axis=1)
     inside = np.isfinite(buckets[3])
     inside[rows, place] = True
@@ -242,11 +250,9 @@ def _sweep(
     x, weight = _gather(points, order), _gather(weights, order)
     run_ends = np.ones(x.shape, dtype=bool)
     run_ends[:, :-1] = x[:, 1:] != x[:, :-1]
-    # Which span and half each sorted point came from: 2s + 1 for span s's lower bounds, 2s + 2 its upper.
-    kinds = np.zeros(points.shape[1], dtype=np.int8)
-    for s, (start, middle, end) in enumerate(spans):
-        kinds[start:middle], kinds[middle:end] = 2 * s + 1, 2 * s + 2
-    kind = kinds.take(order)
+    kind = _kinds(spans, points.shape[1]).take(
+        order
+    )  # which span and half each sorted point came from
     low, high = np.empty((2, len(spans), *x.shape))
     for s in range(len(spans)):
         np.maximum.accumulate(np.where(kind == 2 * s + 1, weight, 0.0), axis=1, out=low[s])
@@ -257,6 +263,31 @@ def _sweep(
     total = n[:, :, None]
     high = np.maximum(np.minimum(high, total), low)
     return order, x, run_ends, low / total, high / total
+
+
+def _two_cdf_sweep(
+    points: np.ndarray, weights: np.ndarray, spans: list[tuple[int, int, int]], totals: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """KS lower and upper bound and Wasserstein-1 of two enclosures per row, in NumPy (the kernels switched off)."""
+    _, x, run_ends, low, high = _sweep(points, weights, spans, totals)
+    differ = np.where(run_ends, np.maximum(low[0] - high[1], low[1] - high[0]), -np.inf)
+    lower = np.maximum(0.0, np.max(differ, axis=1))
+    differ = np.where(run_ends, np.maximum(high[0] - low[1], high[1] - low[0]), -np.inf)
+    upper = np.max(differ, axis=1)
+    # Both CDFs are flat from the end of one run to the next point: the integral of their gap is exact.
+    finite = np.isfinite(x)
+    gap = 0.5 * np.abs((low[0] + high[0]) - (low[1] + high[1]))[:, :-1]
+    steps = np.diff(np.where(finite, x, 0.0), axis=1)
+    counted = run_ends[:, :-1] & finite[:, 1:] & finite[:, :-1]
+    return lower, upper, np.sum(np.where(counted, gap * steps, 0.0), axis=1)
+
+
+def _kinds(spans: list[tuple[int, int, int]], width: int) -> np.ndarray:
+    """What each column carries: ``2s + 1`` span ``s``'s lower bounds, ``2s + 2`` its upper ones, 0 nothing."""
+    kinds = np.zeros(width, dtype=np.int8)
+    for s, (start, middle, end) in enumerate(spans):
+        kinds[start:middle], kinds[middle:end] = 2 * s + 1, 2 * s + 2
+    return kinds
 
 
 def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.ndarray]:
@@ -289,19 +320,19 @@ def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.nda
             [np.zeros_like(start), a.at_least, a.at_most, b.at_least, b.at_most], axis=1
         )
         spans[1] = spans[1][:2] + (points.shape[1],)
-        _, x, run_ends, low, high = _sweep(points, weights, spans, np.stack([a.n, b.n]))
-        differ = np.where(run_ends, np.maximum(low[0] - high[1], low[1] - high[0]), -np.inf)
-        lower = np.maximum(0.0, np.max(differ, axis=1))
-        differ = np.where(run_ends, np.maximum(high[0] - low[1], high[1] - low[0]), -np.inf)
-        upper = np.max(differ, axis=1)
+        totals = np.stack([a.n, b.n])
+        if enabled():
+            from daskbatch.stats.kernels._numba_histogram import two_cdf_sweep  # lazy: numba
+
+            order = np.argsort(points, axis=1, kind="stable")  # the rows are runs already sorted
+            found = np.empty((len(rows), 3))
+            two_cdf_sweep(points, weights, order, _kinds(spans, points.shape[1]), totals, found)
+            lower, upper, area = found.T
+        else:
+            lower, upper, area = _two_cdf_sweep(points, weights, spans, totals)
         out["ks_lower"][rows], out["ks_upper"][rows] = lower, upper
         out["ks"][rows], out["ks_error"][rows] = 0.5 * (lower + upper), 0.5 * (upper - lower)
-        # Both CDFs are flat from the end of one run to the next point: the integral of their gap is exact.
-        finite = np.isfinite(x)
-        gap = 0.5 * np.abs((low[0] + high[0]) - (low[1] + high[1]))[:, :-1]
-        steps = np.diff(np.where(finite, x, 0.0), axis=1)
-        counted = run_ends[:, :-1] & finite[:, 1:] & finite[:, :-1]
-        out["wasserstein"][rows] = np.sum(np.where(counted, gap * steps, 0.0), axis=1)
+        out["wasserstein"][rows] = area
     with np.errstate(invalid="ignore"):
         effective = reference.n * new.n / (reference.n + new.n)
         out["ks_pvalue"] = kstwobign.sf(out["ks"] * np.sqrt(effective))
