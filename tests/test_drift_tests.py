@@ -196,3 +196,17 @@ def test_top_ranks_pvalues_smallest_first() -> None:
     for by in ("ks_pvalue", "chi2_pvalue"):
         assert set(drift.top(3, by=by).index) == {"f2", "f7", "f9"}, by
     assert set(drift.top(3, by="ks").index) == {"f2", "f7", "f9"}
+
+
+@pytest.mark.filterwarnings("ignore::daskbatch.errors.CompleteRowsWarning")
+def test_a_feature_without_values_gives_nan_and_no_runtime_warning() -> None:
+    x = np.random.default_rng(4).normal(size=(300, 2))
+    x[:, 1] = np.nan  # no value at all in the second feature, on both sides
+    ref = db.describe(x)
+    t = db.compare(ref, db.describe(x + 0.5, run=db.RunOptions(like=ref))).to_dataframe()
+    assert np.isnan(
+        t.loc["f1", ["ks", "ks_pvalue", "chi2", "chi2_pvalue", "wasserstein", "psi"]]
+    ).all()
+    assert np.isfinite(
+        t.loc["f0", ["ks", "ks_pvalue", "chi2", "chi2_pvalue", "wasserstein", "psi"]]
+    ).all()

@@ -382,8 +382,9 @@ def chi2_test(reference: np.ndarray, new: np.ndarray) -> dict[str, np.ndarray]:
     a, b = np.asarray(reference, dtype=np.float64), np.asarray(new, dtype=np.float64)
     n_a, n_b = a.sum(axis=1, keepdims=True), b.sum(axis=1, keepdims=True)
     column = a + b
-    share_a = n_a / (n_a + n_b)
+    # A feature without values on both sides divides 0 by 0 here: NaN, made so below.
     with np.errstate(divide="ignore", invalid="ignore"):
+        share_a = n_a / (n_a + n_b)
         expect_a, expect_b = column * share_a, column * (1.0 - share_a)
         terms = np.where(
             column > 0, (a - expect_a) ** 2 / expect_a + (b - expect_b) ** 2 / expect_b, 0.0
