@@ -149,3 +149,12 @@ def test_cli_compare(halves, tmp_path) -> None:
     assert json.loads((tmp_path / "drift.json").read_text())["daskbatch_output"] == "drift"
     _, stderr = refused.communicate(timeout=300)
     assert refused.returncode == 2 and "--range or --like" in stderr
+    # Without --like: compared all the same (284 rows keep every distinct value: rebinned exactly, no warning).
+    done = run("describe", "new.zarr", *common, "--out", "own-stats.zarr")
+    assert done.returncode == 0, done.stderr
+    for by in ("ks_pvalue", "chi2_pvalue", "ks", "wasserstein"):
+        out = run("compare", "ref-stats.zarr", "own-stats.zarr", "--top", "2", "--by", by)
+        assert out.returncode == 0, out.stderr
+        top = {line.split("  ")[0] for line in out.stdout.splitlines()[3:5]}
+        # Wasserstein is in the feature's units: the areas (hundreds) lead it with or without drift.
+        assert top == ({"mean area", "worst area"} if by == "wasserstein" else {"mean radius", "mean area"}), by

@@ -86,6 +86,20 @@ def test_ks_within_its_bound_and_wasserstein_within_1pct(samples, like: bool) ->
         assert t.loc[name, "ks_error"] == 0
 
 
+def test_compiled_sweep_equals_numpy(samples) -> None:
+    # KS and Wasserstein come from a numba sweep; with the kernels switched off, from NumPy: the same.
+    import dask
+
+    reference, new, ref = samples
+    later = db.describe(new, run=db.RunOptions(feature_names=DISTRIBUTIONS))
+    columns = ["ks", "ks_lower", "ks_upper", "ks_pvalue", "wasserstein", "psi", "chi2"]
+    with pytest.warns(RebinnedWarning):
+        compiled = db.compare(ref, later).to_dataframe()[columns]
+    with dask.config.set({"daskbatch.kernels": False}), pytest.warns(RebinnedWarning):
+        plain = db.compare(ref, later).to_dataframe()[columns]
+    np.testing.assert_allclose(compiled.to_numpy(), plain.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
 def test_chi2_matches_scipy_on_the_shared_bins(samples) -> None:
     reference, new, ref = samples
     drift = db.compare(
@@ -171,3 +185,28 @@ def test_compare_without_like_rebins_and_says_so() -> None:
     with pytest.warns(RebinnedWarning, match="the reference summary's cells"):
         back = db.compare(db.describe(reference, stats=("moments", "sketch")), db.describe(new))
     assert np.isfinite(back.to_dataframe()["psi"]).all()
+
+
+def test_top_ranks_pvalues_smallest_first() -> None:
+    rng = np.random.default_rng(6)
+    reference, new = rng.normal(size=(4_000, 12)), rng.normal(size=(4_000, 12))
+    new[:, [2, 7, 9]] += 0.4  # three features drift
+    ref = db.describe(reference)
+    drift = db.compare(ref, db.describe(new, run=db.RunOptions(like=ref)))
+    for by in ("ks_pvalue", "chi2_pvalue"):
+        assert set(drift.top(3, by=by).index) == {"f2", "f7", "f9"}, by
+    assert set(drift.top(3, by="ks").index) == {"f2", "f7", "f9"}
+
+
+@pytest.mark.filterwarnings("ignore::daskbatch.errors.CompleteRowsWarning")
+def test_a_feature_without_values_gives_nan_and_no_runtime_warning() -> None:
+    x = np.random.default_rng(4).normal(size=(300, 2))
+    x[:, 1] = np.nan  # no value at all in the second feature, on both sides
+    ref = db.describe(x)
+    t = db.compare(ref, db.describe(x + 0.5, run=db.RunOptions(like=ref))).to_dataframe()
+    assert np.isnan(
+        t.loc["f1", ["ks", "ks_pvalue", "chi2", "chi2_pvalue", "wasserstein", "psi"]]
+    ).all()
+    assert np.isfinite(
+        t.loc["f0", ["ks", "ks_pvalue", "chi2", "chi2_pvalue", "wasserstein", "psi"]]
+    ).all()

@@ -162,8 +162,9 @@ def transform_command(
 @click.argument("reference")
 @click.argument("new")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows of the table to print.")
-@click.option("--by", type=click.Choice(["psi", "js_divergence", "ks_upper", "mean_shift", "var_ratio"]),
-              default="psi", show_default=True, help="Rank the features by this column.")
+@click.option("--by", type=click.Choice(["psi", "js_divergence", "ks", "ks_pvalue", "ks_upper", "chi2_pvalue",
+                                         "wasserstein", "mean_shift", "var_ratio"]),
+              default="psi", show_default=True, help="Rank the features by this column (p-values smallest first).")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the report as JSON ('-' for stdout).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Save the PSI figure (.png, .svg, .pdf).")
@@ -177,9 +178,12 @@ def compare_command(
 
     Prints the features that drifted most: mean shift in reference standard
     deviations, variance ratio, PSI and Jensen-Shannon divergence of the
-    histograms, bounds on the Kolmogorov-Smirnov statistic, and the changes of
-    the out-of-range, NaN and MI figures. The histogram columns need NEW to be
-    described on REFERENCE's bins: ``daskbatch describe DATA --like REFERENCE``.
+    histograms, the Kolmogorov-Smirnov statistic with its error bound and
+    p-value, chi2 on the histogram cells, Wasserstein-1, and the changes of the
+    out-of-range, NaN and MI figures. NEW described on REFERENCE's bins
+    (``daskbatch describe DATA --like REFERENCE``) makes PSI, JS and chi2
+    exact; otherwise NEW's counts are read on REFERENCE's bins, with a
+    RebinnedWarning that gives the error bound where that is not exact.
     """
     # Both outputs are checked, against the disk, the inputs and each other, before anything is read or written.
     figure_format = _figure_format(plot_path) if plot_path is not None else None

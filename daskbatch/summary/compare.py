@@ -14,6 +14,7 @@ from daskbatch.io.outputs import check_output, write_json
 from daskbatch.summary.plotting import checked_k, figure_axes, ranked_bars, shown_of
 from daskbatch.summary.record import Summary
 from daskbatch.summary.two_sample import (
+    CdfBounds,
     cdf_bounds,
     chi2_test,
     false_discovery,
@@ -102,17 +103,19 @@ class Drift:  # numpydoc ignore=PR02
         k : int, default 10
             How many features.
         by : str, default "psi"
-            A column of :meth:`to_dataframe`; ``mean_shift`` ranks by its absolute value.
+            A column of :meth:`to_dataframe`; ``mean_shift`` ranks by its absolute
+            value, the p-values (``ks_pvalue``, ``chi2_pvalue``) smallest first.
 
         Returns
         -------
         pandas.DataFrame
-            The rows of :meth:`to_dataframe`, largest first.
+            The rows of :meth:`to_dataframe`, most drifted first.
         """
         if by not in self._frame.columns:
             raise ValueError(f"by must be one of {', '.join(self._frame.columns)}; got {by!r}")
         key = self._frame[by].abs() if by == "mean_shift" else self._frame[by]
-        return self._frame.loc[key.sort_values(ascending=False, na_position="last").index[:k]]
+        smallest_first = by in _TESTS.values()  # a small p-value is strong evidence of drift
+        return self._frame.loc[key.sort_values(ascending=smallest_first, na_position="last").index[:k]]
 
     def to_json(self) -> dict[str, Any]:
         """Convert to strict JSON: NaN becomes ``null``.
@@ -277,7 +280,7 @@ def _histogram_drift(reference: Summary, new: Summary) -> tuple[dict[str, np.nda
 
 
 def _shared_cells(
-    reference: Summary, new: Summary, bounds_ref: list[Any], bounds_new: list[Any]
+    reference: Summary, new: Summary, bounds_ref: CdfBounds, bounds_new: CdfBounds
 ) -> tuple[np.ndarray | None, np.ndarray | None, Any]:
     """Both summaries' counts on one set of cells: their own when they share edges, else one side's rebinned."""
     import pandas as pd  # lazy: pandas

@@ -14,11 +14,13 @@ kept (at most about a thousand), its CDF is exact, and so is the KS statistic of
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daskbatch.stats.kernels import enabled
 from daskbatch.stats.sketch import Sketch, slot_bounds
 
 if TYPE_CHECKING:
@@ -35,48 +37,40 @@ __all__ = [
 
 #: Relative widening of a cell boundary: a value on it may have been counted on either side.
 _EDGE_SLACK = 1e-9
+#: Entries of one array of a sweep over a block of features (bounds memory: ~8 bytes each, a few arrays).
+_BLOCK_ENTRIES = 1 << 21
 
 
 @dataclass(frozen=True)
 class CdfBounds:
-    """An enclosure of one feature's empirical CDF (counts, not probabilities).
+    """Enclosures of every feature's empirical CDF (counts, not probabilities), one row per feature.
 
-    ``F(x) >= at_least[i]`` for ``x >= at_least_from[i]`` and ``F(x) <= at_most[j]`` for
-    ``x < at_most_below[j]``; ``n`` is the number of non-NaN values (``F(+inf)``).
+    ``F_d(x) >= at_least[d, i]`` for ``x >= at_least_from[d, i]`` and ``F_d(x) <= at_most[d, j]`` for
+    ``x < at_most_below[d, j]``; ``n[d]`` is the number of non-NaN values (``F_d(+inf)``), NaN where
+    the summary keeps no counts. Places a row does not use hold a NaN boundary with ``at_least`` 0
+    and ``at_most`` +inf: they bound nothing.
     """
 
     at_least_from: np.ndarray
     at_least: np.ndarray
     at_most_below: np.ndarray
     at_most: np.ndarray
-    n: float
+    n: np.ndarray
 
-    def between(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper bound of the CDF (a probability) at every point of ``x``."""
-        if self.n <= 0:
-            return np.full(x.shape, np.nan), np.full(x.shape, np.nan)
-        order = np.argsort(self.at_least_from, kind="stable")
-        starts, rising = self.at_least_from[order], np.maximum.accumulate(self.at_least[order])
-        i = np.searchsorted(starts, x, side="right") - 1
-        low = np.where(i >= 0, rising[np.maximum(i, 0)], 0.0)
-        order = np.argsort(self.at_most_below, kind="stable")
-        ends = self.at_most_below[order]
-        falling = np.minimum.accumulate(self.at_most[order][::-1])[::-1]
-        j = np.searchsorted(ends, x, side="right")  # the first boundary above x
-        high = np.where(j < len(ends), falling[np.minimum(j, len(ends) - 1)], self.n)
-        high = np.minimum(high, self.n)
-        return low / self.n, np.maximum(high, low) / self.n
-
-    @property
-    def breaks(self) -> np.ndarray:
-        """Every point where a bound may step."""
-        return np.concatenate([self.at_least_from, self.at_most_below])
+    def rows(self, index: np.ndarray) -> CdfBounds:
+        """The enclosures of the features ``index``."""
+        return CdfBounds(
+            self.at_least_from[index],
+            self.at_least[index],
+            self.at_most_below[index],
+            self.at_most[index],
+            self.n[index],
+        )
 
 
-def cdf_bounds(summary: Summary) -> list[CdfBounds | None]:
-    """Enclose each feature's empirical CDF with everything ``summary`` keeps (None: it keeps no counts)."""
-    parts: list[list[tuple[np.ndarray, ...]]] = [[] for _ in range(summary.n_features)]
-    totals = _sketch_parts(summary, parts)
+def cdf_bounds(summary: Summary) -> CdfBounds:
+    """Enclose each feature's empirical CDF with everything ``summary`` keeps (``n`` NaN: it keeps no counts)."""
+    totals, parts = _sketch_parts(summary)
     cells = []  # (counts with the below- and above-range cells, lower edge, upper edge) of every histogram kept
     if summary.hist_counts is not None and summary.hist_edges is not None:
         under = summary.underflow if summary.underflow is not None else np.zeros(summary.n_features)
@@ -101,37 +95,39 @@ def cdf_bounds(summary: Summary) -> list[CdfBounds | None]:
         cells.append((counts, _uniform_edges(ranges, counts)))
     for counts, edges in cells:
         counts = np.asarray(counts, dtype=np.float64)
-        for d in range(summary.n_features):
-            total = float(counts[d].sum())
-            expected = totals[d]
-            if expected is None:
-                totals[d] = expected = total
-            # Only counts of the same values enclose the same CDF (a merged summary's histograms may lack some).
-            if total > 0 and np.isclose(total, expected, rtol=1e-12, atol=0):
-                parts[d].append(_cell_part(counts[d], np.asarray(edges[d], dtype=np.float64)))
-    bounds: list[CdfBounds | None] = []
-    for d in range(summary.n_features):
-        n = totals[d]
-        if not parts[d] or n is None:
-            bounds.append(None)
-            continue
-        a_from, a, b_below, b = (np.concatenate([p[i] for p in parts[d]]) for i in range(4))
-        bounds.append(CdfBounds(a_from, a, b_below, b, n))
-    return bounds
+        total = counts.sum(axis=1)
+        totals = np.where(np.isnan(totals), total, totals)
+        # Only counts of the same values enclose the same CDF (a merged summary's histograms may lack some).
+        same = (total > 0) & np.isclose(total, totals, rtol=1e-12, atol=0)
+        parts.append(_cell_part(counts, np.asarray(edges, dtype=np.float64), same))
+    if not parts:
+        empty = np.empty((summary.n_features, 0))
+        return CdfBounds(empty, empty, empty, empty, totals)
+    joined = [np.concatenate([p[i] for p in parts], axis=1) for i in range(4)]
+    return CdfBounds(joined[0], joined[1], joined[2], joined[3], totals)
 
 
-def _sketch_parts(
-    summary: Summary, parts: list[list[tuple[np.ndarray, ...]]]
-) -> list[float | None]:
-    """Add the sketch's buckets, extrema and distinct values to ``parts``; give each feature's non-NaN count."""
-    totals: list[float | None] = [None] * summary.n_features
+def _part(
+    where: np.ndarray, at_least_from: Any, at_least: Any, at_most_below: Any, at_most: Any
+) -> tuple[np.ndarray, ...]:
+    """A part of :class:`CdfBounds`: the bounds given where ``where`` holds, bounding nothing elsewhere."""
+    return (
+        np.where(where, at_least_from, np.nan),
+        np.where(where, at_least, 0.0),
+        np.where(where, at_most_below, np.nan),
+        np.where(where, at_most, np.inf),
+    )
+
+
+def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+    """Each feature's non-NaN count (NaN: no sketch) and the parts of its sketch's buckets, extrema and distinct values."""
     spec = summary.provenance.get("sketch")
     if (
         summary.sketch_counts is None
         or summary.sketch_extrema is None
         or not isinstance(spec, dict)
     ):
-        return totals
+        return np.full(summary.n_features, np.nan), []
     window = spec.get("window")
     layout = Sketch(
         float(spec["alpha"]),
@@ -140,40 +136,53 @@ def _sketch_parts(
         None if window is None else int(window),
     )
     lower, upper = slot_bounds(layout)
+    last = len(lower) - 1
     first, width = int(spec["first_slot"]), summary.sketch_counts.shape[1]
     lower, upper = lower[first : first + width], upper[first : first + width]
-    counts = np.asarray(summary.sketch_counts, dtype=np.float64)
-    below = counts[:, 0] if first == 0 and width else np.zeros(len(counts))  # -inf has slot 0
-    last = len(slot_bounds(layout)[0]) - 1
-    above = (
-        counts[:, -1] if first + width - 1 == last and width else np.zeros(len(counts))
-    )  # +inf the last
-    exact = _distinct_parts(summary, below)
-    for d in range(summary.n_features):
-        held = np.flatnonzero(counts[d] > 0)
-        totals[d] = float(counts[d].sum())
-        exact_cdf = exact[d]
-        if exact_cdf is not None:
-            parts[d].append(exact_cdf)
-            continue
-        cum = np.cumsum(counts[d, held])
-        # The values of a slot lie within its (widened) bounds.
-        parts[d].append((upper[held], cum, lower[held], cum - counts[d, held]))
-        fmin, fmax = summary.sketch_extrema[d]
-        if np.isfinite(fmin):
-            parts[d].append(
-                (
-                    np.array([fmax]),
-                    np.array([totals[d] - above[d]]),
-                    np.array([fmin]),
-                    np.array([below[d]]),
-                )
-            )
-    return totals
+    counts = np.asarray(
+        summary.sketch_counts
+    )  # wide (every slot of the window): read, never converted
+    below = (
+        counts[:, 0].astype(np.float64) if first == 0 and width else np.zeros(len(counts))
+    )  # -inf: slot 0
+    above = (  # +inf the last
+        counts[:, -1].astype(np.float64)
+        if first + width - 1 == last and width
+        else np.zeros(len(counts))
+    )
+    totals = counts.sum(axis=1, dtype=np.float64)
+    exact, parts = _distinct_parts(summary, below)
+    # The values of a slot lie within its (widened) bounds: each feature's held slots, packed to the left.
+    held = counts > 0
+    held[exact] = False
+    per_row = np.count_nonzero(held, axis=1)
+    rows, slots = np.nonzero(held)
+    place = np.arange(len(slots)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    buckets = [
+        np.full((len(counts), int(per_row.max(initial=0))), fill)
+        for fill in (np.nan, 0.0, np.nan, np.inf)
+    ]
+    held_counts = np.zeros(buckets[0].shape)
+    held_counts[rows, place] = counts[rows, slots]  # float64
+    cum = np.cumsum(held_counts, axis=1)
+    inside = np.isfinite(buckets[3])
+    inside[rows, place] = True
+    buckets[0][rows, place], buckets[2][rows, place] = upper[slots], lower[slots]
+    buckets[1] = np.where(inside, cum, 0.0)
+    buckets[3] = np.where(inside, cum - held_counts, np.inf)
+    parts.append(tuple(buckets))
+    fmin, fmax = (
+        np.asarray(summary.sketch_extrema[:, i], dtype=np.float64)[:, None] for i in (0, 1)
+    )
+    extrema = np.isfinite(fmin) & ~exact[:, None]
+    parts.append(_part(extrema, fmax, (totals - above)[:, None], fmin, below[:, None]))
+    return totals, parts
 
 
-def _distinct_parts(summary: Summary, below: np.ndarray) -> list[tuple[np.ndarray, ...] | None]:
-    """The exact CDF of every feature whose distinct values the sketch's state keeps all of, else None."""
+def _distinct_parts(
+    summary: Summary, below: np.ndarray
+) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+    """Which features' distinct values the sketch's state keeps all of, and their exact CDFs."""
     kept = (summary.states or {}).get("sketch")
     state = None if kept is None else kept.state
     if (
@@ -182,20 +191,16 @@ def _distinct_parts(summary: Summary, below: np.ndarray) -> list[tuple[np.ndarra
         or state.distinct_counts is None
         or state.distinct_held is None
     ):
-        return [None] * summary.n_features
-    values, counts = np.asarray(state.distinct), np.asarray(state.distinct_counts, dtype=np.float64)
+        return np.zeros(summary.n_features, dtype=bool), []
     held = np.asarray(state.distinct_held)
-    out: list[tuple[np.ndarray, ...] | None] = []
-    for d in range(summary.n_features):
-        n = int(held[d])
-        if n > values.shape[1] or n == 0:
-            out.append(None)
-            continue
-        cum = below[d] + np.cumsum(counts[d, :n])
-        v = values[d, :n]
-        # F is exact: the count at or below v from v on, the count below v up to it.
-        out.append((v, cum, v, cum - counts[d, :n]))
-    return out
+    exact = (held <= state.distinct.shape[1]) & (held > 0)
+    width = int(held[exact].max(initial=0))  # the places beyond are no feature's
+    values = np.asarray(state.distinct[:, :width], dtype=np.float64)
+    counts = np.asarray(state.distinct_counts[:, :width], dtype=np.float64)
+    inside = exact[:, None] & (np.arange(values.shape[1])[None, :] < held[:, None])
+    cum = below[:, None] + np.cumsum(np.where(inside, counts, 0.0), axis=1)
+    # F is exact: the count at or below v from v on, the count below v up to it.
+    return exact, [_part(inside, values, cum, values, cum - counts)]
 
 
 def _uniform_edges(ranges: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -205,51 +210,136 @@ def _uniform_edges(ranges: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return ranges[:, :1] + (ranges[:, 1:] - ranges[:, :1]) * steps[None, :]
 
 
-def _cell_part(counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The bounds of a histogram with its below- and above-range cells: the count through cell ``j`` at ``edges[j]``."""
-    cum = np.cumsum(counts)[:-1]
+def _cell_part(counts: np.ndarray, edges: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The bounds of histograms with their below- and above-range cells (rows ``kept``): the count through cell ``j`` at ``edges[:, j]``."""
+    cum = np.cumsum(counts, axis=1)[:, :-1]
     with np.errstate(invalid="ignore", over="ignore"):
-        slack = _EDGE_SLACK * (np.abs(edges) + np.abs(edges[-1] - edges[0]))
-    slack = np.where(np.isfinite(slack), slack, 0.0)  # an infinite edge has no neighbour to confuse
-    return edges + slack, cum, edges - slack, cum
+        slack = _EDGE_SLACK * (np.abs(edges) + np.abs(edges[:, -1:] - edges[:, :1]))
+        slack = np.where(
+            np.isfinite(slack), slack, 0.0
+        )  # an infinite edge has no neighbour to confuse
+        return _part(kept[:, None], edges + slack, cum, edges - slack, cum)
 
 
-def ks_and_wasserstein(
-    reference: list[CdfBounds | None], new: list[CdfBounds | None]
-) -> dict[str, np.ndarray]:
+def _row_blocks(rows: np.ndarray, width: int) -> Iterator[np.ndarray]:
+    """``rows`` in groups small enough that a sweep's arrays stay near :data:`_BLOCK_ENTRIES` entries each."""
+    step = max(1, _BLOCK_ENTRIES // max(width, 1))
+    for start in range(0, len(rows), step):
+        yield rows[start : start + step]
+
+
+def _gather(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``values`` (D, M) taken row by row at ``order`` (D, K): ``take_along_axis`` through one flat index."""
+    flat = order + (np.arange(len(order)) * values.shape[1])[:, None]
+    return values.ravel().take(flat)
+
+
+def _sweep(
+    points: np.ndarray, weights: np.ndarray, spans: list[tuple[int, int, int]], n: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sort each row of ``points`` (D, M); give the order, the sorted points, where runs of equal ones end, and the bounds.
+
+    Each span ``(start, middle, end)`` of columns is one enclosure of total ``n[s]``: its
+    columns ``start:middle`` say ``F(x) >= weight`` from their point on, ``middle:end``
+    ``F(x) <= weight`` below their point. The lower and upper bound (S, D, M; probabilities)
+    at a point take every bound from a point at or below it and every bound from a point
+    above it: they hold at the last point of each run of equal ones (``run_ends``), where
+    every point equal to it is counted. NaN points sort last, each a run, and see every bound.
+    """
+    order = np.argsort(points, axis=1, kind="stable")  # the rows are runs already sorted: merges
+    x, weight = _gather(points, order), _gather(weights, order)
+    run_ends = np.ones(x.shape, dtype=bool)
+    run_ends[:, :-1] = x[:, 1:] != x[:, :-1]
+    kind = _kinds(spans, points.shape[1]).take(
+        order
+    )  # which span and half each sorted point came from
+    low, high = np.empty((2, len(spans), *x.shape))
+    for s in range(len(spans)):
+        np.maximum.accumulate(np.where(kind == 2 * s + 1, weight, 0.0), axis=1, out=low[s])
+        falling = np.where(kind == 2 * s + 2, weight, np.inf)[:, ::-1]
+        # The bounds from points strictly above: the minimum from the next place on.
+        high[s, :, -1] = np.inf
+        np.minimum.accumulate(falling[:, :-1], axis=1, out=high[s, :, -2::-1])
+    total = n[:, :, None]
+    high = np.maximum(np.minimum(high, total), low)
+    return order, x, run_ends, low / total, high / total
+
+
+def _two_cdf_sweep(
+    points: np.ndarray, weights: np.ndarray, spans: list[tuple[int, int, int]], totals: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """KS lower and upper bound and Wasserstein-1 of two enclosures per row, in NumPy (the kernels switched off)."""
+    _, x, run_ends, low, high = _sweep(points, weights, spans, totals)
+    differ = np.where(run_ends, np.maximum(low[0] - high[1], low[1] - high[0]), -np.inf)
+    lower = np.maximum(0.0, np.max(differ, axis=1))
+    differ = np.where(run_ends, np.maximum(high[0] - low[1], high[1] - low[0]), -np.inf)
+    upper = np.max(differ, axis=1)
+    # Both CDFs are flat from the end of one run to the next point: the integral of their gap is exact.
+    finite = np.isfinite(x)
+    gap = 0.5 * np.abs((low[0] + high[0]) - (low[1] + high[1]))[:, :-1]
+    steps = np.diff(np.where(finite, x, 0.0), axis=1)
+    counted = run_ends[:, :-1] & finite[:, 1:] & finite[:, :-1]
+    return lower, upper, np.sum(np.where(counted, gap * steps, 0.0), axis=1)
+
+
+def _kinds(spans: list[tuple[int, int, int]], width: int) -> np.ndarray:
+    """What each column carries: ``2s + 1`` span ``s``'s lower bounds, ``2s + 2`` its upper ones, 0 nothing."""
+    kinds = np.zeros(width, dtype=np.int8)
+    for s, (start, middle, end) in enumerate(spans):
+        kinds[start:middle], kinds[middle:end] = 2 * s + 1, 2 * s + 2
+    return kinds
+
+
+def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.ndarray]:
     """KS statistic (middle of its bounds), error bound, bounds, asymptotic p-value, and Wasserstein-1, per feature.
 
     The Wasserstein-1 distance ``∫ |F_ref(x) - F_new(x)| dx`` (equal to ``∫ |Q_ref(p) - Q_new(p)| dp``)
     takes each CDF as the middle of its enclosure: a step function exact where the distinct values
     are kept and, elsewhere, stepping at every sketch bucket (``alpha`` relative width, out to the
     extrema, so heavy tails are read bucket by bucket) and every quantile-histogram bin; the
-    integral of the difference of two step functions is then exact.
+    integral of the difference of two step functions is then exact. Both enclosures are read
+    at every point where either may step (and at -inf), all features at once.
     """
     from scipy.stats import kstwobign  # lazy: scipy
 
-    names = ("ks", "ks_error", "ks_lower", "ks_upper", "ks_pvalue", "wasserstein")
-    out = {k: np.full(len(reference), np.nan) for k in names}
-    for d, (a, b) in enumerate(zip(reference, new, strict=True)):
-        if a is None or b is None or a.n <= 0 or b.n <= 0:
-            continue
-        x = np.unique(np.concatenate([[-np.inf], a.breaks, b.breaks]))
-        low_a, high_a = a.between(x)
-        low_b, high_b = b.between(x)
-        lower = max(0.0, float(np.max(np.maximum(low_a - high_b, low_b - high_a))))
-        upper = float(np.max(np.maximum(high_a - low_b, high_b - low_a)))
-        out["ks_lower"][d], out["ks_upper"][d] = lower, upper
-        out["ks"][d], out["ks_error"][d] = 0.5 * (lower + upper), 0.5 * (upper - lower)
-        effective = a.n * b.n / (a.n + b.n)
-        out["ks_pvalue"][d] = kstwobign.sf(out["ks"][d] * np.sqrt(effective))
-        finite = np.isfinite(x)
-        gap = 0.5 * np.abs((low_a + high_a) - (low_b + high_b))[finite]
-        out["wasserstein"][d] = float(np.sum(gap[:-1] * np.diff(x[finite])))
+    names = ("ks", "ks_error", "ks_lower", "ks_upper", "wasserstein")
+    out = {k: np.full(len(reference.n), np.nan) for k in names}
+    valid = np.flatnonzero((reference.n > 0) & (new.n > 0))
+    places_a, places_b = reference.at_least.shape[1], new.at_least.shape[1]
+    spans = [
+        (1, 1 + places_a, 1 + 2 * places_a),
+        (1 + 2 * places_a, 1 + 2 * places_a + places_b, None),
+    ]
+    for rows in _row_blocks(valid, 1 + 2 * (places_a + places_b)):
+        a, b = reference.rows(rows), new.rows(rows)
+        start = np.full((len(rows), 1), -np.inf)
+        points = np.concatenate(
+            [start, a.at_least_from, a.at_most_below, b.at_least_from, b.at_most_below], axis=1
+        )
+        weights = np.concatenate(
+            [np.zeros_like(start), a.at_least, a.at_most, b.at_least, b.at_most], axis=1
+        )
+        spans[1] = spans[1][:2] + (points.shape[1],)
+        totals = np.stack([a.n, b.n])
+        if enabled():
+            from daskbatch.stats.kernels._numba_histogram import two_cdf_sweep  # lazy: numba
+
+            order = np.argsort(points, axis=1, kind="stable")  # the rows are runs already sorted
+            found = np.empty((len(rows), 3))
+            two_cdf_sweep(points, weights, order, _kinds(spans, points.shape[1]), totals, found)
+            lower, upper, area = found.T
+        else:
+            lower, upper, area = _two_cdf_sweep(points, weights, spans, totals)
+        out["ks_lower"][rows], out["ks_upper"][rows] = lower, upper
+        out["ks"][rows], out["ks_error"][rows] = 0.5 * (lower + upper), 0.5 * (upper - lower)
+        out["wasserstein"][rows] = area
+    with np.errstate(invalid="ignore"):
+        effective = reference.n * new.n / (reference.n + new.n)
+        out["ks_pvalue"] = kstwobign.sf(out["ks"] * np.sqrt(effective))
     return out
 
 
-def rebinned_cells(
-    bounds: list[CdfBounds | None], edges: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def rebinned_cells(bounds: CdfBounds, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Counts of [below range, bins..., above range] on ``edges`` read from CDF bounds, and each feature's error bound.
 
     The histograms' cells are ``[e_k, e_k+1)``, the last closed, with ``< e_0`` and ``> e_last``
@@ -259,14 +349,29 @@ def rebinned_cells(
     """
     n_features, n_edges = edges.shape
     cells, error = np.full((n_features, n_edges + 1), np.nan), np.full(n_features, np.nan)
-    for d, b in enumerate(bounds):
-        if b is None or b.n <= 0:
-            continue
-        at = np.concatenate([np.nextafter(edges[d, :-1], -np.inf), edges[d, -1:]])
-        low, high = b.between(at)
-        middle = np.maximum.accumulate(0.5 * (low + high))
-        cells[d] = np.diff(np.concatenate([[0.0], middle, [1.0]])) * b.n
-        error[d] = float(np.max(0.5 * (high - low)))
+    valid = np.flatnonzero(bounds.n > 0)
+    places = bounds.at_least.shape[1]
+    spans = [(0, places, 2 * places)]
+    for rows in _row_blocks(valid, 2 * places + n_edges):
+        b = bounds.rows(rows)
+        at = np.concatenate([np.nextafter(edges[rows, :-1], -np.inf), edges[rows, -1:]], axis=1)
+        points = np.concatenate([b.at_least_from, b.at_most_below, at], axis=1)
+        weights = np.concatenate([b.at_least, b.at_most, np.zeros_like(at)], axis=1)
+        order, _, run_ends, low, high = _sweep(points, weights, spans, b.n[None])
+        # Each edge's bounds: those at the end of the run its point sorted into.
+        width = order.shape[1]
+        last = np.where(run_ends, np.arange(width), width)[:, ::-1]
+        last = np.minimum.accumulate(last, axis=1)[:, ::-1]
+        place = np.empty_like(order)
+        np.put_along_axis(place, order, np.arange(width)[None, :], axis=1)
+        place = _gather(last, place[:, 2 * places :])
+        low, high = _gather(low[0], place), _gather(high[0], place)
+        middle = np.maximum.accumulate(0.5 * (low + high), axis=1)
+        ones = np.ones((len(rows), 1))
+        cells[rows] = (
+            np.diff(np.concatenate([ones * 0.0, middle, ones], axis=1), axis=1) * b.n[:, None]
+        )
+        error[rows] = np.max(0.5 * (high - low), axis=1)
     return cells, error
 
 
@@ -277,8 +382,9 @@ def chi2_test(reference: np.ndarray, new: np.ndarray) -> dict[str, np.ndarray]:
     a, b = np.asarray(reference, dtype=np.float64), np.asarray(new, dtype=np.float64)
     n_a, n_b = a.sum(axis=1, keepdims=True), b.sum(axis=1, keepdims=True)
     column = a + b
-    share_a = n_a / (n_a + n_b)
+    # A feature without values on both sides divides 0 by 0 here: NaN, made so below.
     with np.errstate(divide="ignore", invalid="ignore"):
+        share_a = n_a / (n_a + n_b)
         expect_a, expect_b = column * share_a, column * (1.0 - share_a)
         terms = np.where(
             column > 0, (a - expect_a) ** 2 / expect_a + (b - expect_b) ** 2 / expect_b, 0.0

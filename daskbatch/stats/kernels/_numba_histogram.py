@@ -108,3 +108,46 @@ def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, count
         _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, True)
     else:
         _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, None)
+
+
+@_jit
+def two_cdf_sweep(points, weights, order, kinds, totals, out):  # noqa: ANN001, ANN201
+    """KS bounds and Wasserstein-1 of two CDF enclosures per row, from each row's points in ``order``.
+
+    ``kinds[c]`` says what column ``c`` carries: 1 (2) a lower (upper) bound of the first
+    enclosure, 3 (4) of the second, 0 nothing; ``totals`` (2, D) their counts. Writes
+    ``out[r] = (KS lower bound, KS upper bound, Wasserstein-1)``: the bounds are read at the
+    last point of each run of equal ones, as ``two_sample._sweep`` reads them.
+    """
+    n_rows, width = points.shape
+    above = np.empty((2, width))
+    for r in range(n_rows):
+        # Backward: each enclosure's least upper bound from the points strictly above.
+        high_a, high_b = np.inf, np.inf
+        for p in range(width - 1, -1, -1):
+            above[0, p], above[1, p] = high_a, high_b
+            c = order[r, p]
+            if kinds[c] == 2:
+                high_a = min(high_a, weights[r, c])
+            elif kinds[c] == 4:
+                high_b = min(high_b, weights[r, c])
+        n_a, n_b = totals[0, r], totals[1, r]
+        low_a, low_b, lower, upper, area = 0.0, 0.0, 0.0, -np.inf, 0.0
+        for p in range(width):
+            c = order[r, p]
+            x = points[r, c]
+            if kinds[c] == 1:
+                low_a = max(low_a, weights[r, c])
+            elif kinds[c] == 3:
+                low_b = max(low_b, weights[r, c])
+            x_next = points[r, order[r, p + 1]] if p + 1 < width else np.nan
+            if x_next == x:  # not the end of its run (a NaN ends its own)
+                continue
+            la, lb = low_a / n_a, low_b / n_b
+            ha = max(min(above[0, p], n_a), low_a) / n_a
+            hb = max(min(above[1, p], n_b), low_b) / n_b
+            lower = max(lower, la - hb, lb - ha)
+            upper = max(upper, ha - lb, hb - la)
+            if np.isfinite(x) and np.isfinite(x_next):
+                area += 0.5 * abs((la + ha) - (lb + hb)) * (x_next - x)
+        out[r, 0], out[r, 1], out[r, 2] = lower, upper, area
