@@ -694,6 +694,8 @@ def targets(ok: dict[str, Any], scaling: dict[str, Any]) -> list[str]:
 def write_section(path: Path, text: str, title: str = "## describe") -> None:
     """Replace (or append) the ``title`` section of ``path``; other sections are left alone."""
     old = path.read_text() if path.exists() else "# Benchmark results\n\n"
+    if not text.startswith(title + "\n"):  # the section keeps its title, whoever wrote the text
+        text = f"{title}\n\n{text}"
     lines = old.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if ln.strip() == title), None)
     if start is None:
