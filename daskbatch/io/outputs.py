@@ -251,25 +251,29 @@ def check_output(
             raise OutputError(f"{what} {where} is a directory; give a file name")
     else:
         _check_bucket(where, what)
-    # One rule: daskbatch replaces only what it wrote (a figure carries no mark: --overwrite replaces one).
-    foreign = _exists(where) and kind not in _UNMARKED and not _empty_directory(where) and not os.path.islink(where)
-    if foreign and output_kind(where) is None:
-        noun = _NOUNS.get(kind, f"daskbatch {kind} output")
+    if not _exists(where):
+        return target
+    if kind in _UNMARKED:  # a figure carries no mark: --overwrite replaces one
+        if not overwrite:
+            raise OutputExistsError(
+                f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
+            )
+        return target
+    if _empty_directory(where) and not os.path.islink(where):  # nothing to lose
+        return target
+    # One rule: daskbatch replaces only what it wrote; a link is replaced itself, never its target.
+    there, noun = output_kind(where), _NOUNS.get(kind, f"daskbatch {kind} output")
+    if there is None and not os.path.islink(where):
         raise OutputExistsError(
             f"{what} {where} already exists and is not a {noun} (daskbatch did not write it); daskbatch replaces only "
             "its own outputs, even with --overwrite: choose another path or remove it yourself"
         )
-    if _exists(where) and not overwrite:
-        if kind in _UNMARKED:
-            raise OutputExistsError(
-                f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
-            )
-        if foreign and output_kind(where) != kind:
-            noun = _NOUNS.get(kind, f"daskbatch {kind} output")
-            raise OutputExistsError(
-                f"{what} {where} already exists and is daskbatch's {output_kind(where)} output, not a {noun}; "
-                "choose another path (or pass --overwrite / overwrite=True to replace it)"
-            )
+    if there != kind and not overwrite:
+        what_it_is = f"is not a {noun}" if there is None else f"is daskbatch's {there} output, not a {noun}"
+        raise OutputExistsError(
+            f"{what} {where} already exists and {what_it_is}; choose another path "
+            "(or pass --overwrite / overwrite=True to replace it)"
+        )
     return target
 
 

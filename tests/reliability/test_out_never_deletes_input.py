@@ -88,6 +88,18 @@ def test_refused_outputs_leave_everything_as_it_was(
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
 
+def test_a_users_link_is_kept_without_overwrite(tmp_path: pathlib.Path, store: pathlib.Path,
+                                               other_files: pathlib.Path) -> None:
+    for target in (other_files / "notes.txt", tmp_path / "empty"):  # a file, and an empty folder
+        if target.name == "empty":
+            target.mkdir()
+        link = tmp_path / f"link-{target.name}"
+        link.symlink_to(target)
+        one_line_error(describe(store, "--out", str(link)), "already exists", "--overwrite")
+        assert link.is_symlink() and link.resolve() == target.resolve()
+    assert (other_files / "notes.txt").read_text() == "keep me"
+
+
 def test_overwrite_never_replaces_what_daskbatch_did_not_write(
     tmp_path: pathlib.Path, store: pathlib.Path, other_files: pathlib.Path, snapshot: Snapshot
 ) -> None:
