@@ -88,9 +88,7 @@ class RankMap:  # numpydoc ignore=PR02
         """
         if state.grid is None or state.distinct is None:
             raise ValueError("spearman needs a sketch with its dyadic grid and distinct values (this one has none)")
-        w = sketch.buckets_kept
-        ends = to_numpy(state.counts)[:, 2 * w : 2 * w + 3].astype(np.float64)  # -inf, zero, +inf
-        cells = np.concatenate([ends[:, :1], to_numpy(state.grid).astype(np.float64), ends[:, 2:]], axis=1)
+        cells = sketch.fine_grid(state)[0].astype(np.float64)  # -inf, the grid's bins, +inf
         n = cells.sum(axis=1, keepdims=True)
         total = np.where(n > 0, n, 1.0)
         grid_upto = _upto(cells) / total
@@ -109,12 +107,12 @@ class RankMap:  # numpydoc ignore=PR02
         for d in np.flatnonzero(exact):
             m = int(held[d])
             values[d, :m] = distinct[d, :m]
-            value_ranks[d, :m] = (ends[d, 0] + np.cumsum(distinct_counts[d, :m]) - distinct_counts[d, :m] * 0.5)
+            value_ranks[d, :m] = (cells[d, 0] + np.cumsum(distinct_counts[d, :m]) - distinct_counts[d, :m] * 0.5)
             value_ranks[d, :m] /= total[d, 0]
         return cls(
             grid_step=to_numpy(state.grid_step).astype(np.int64), grid_first=to_numpy(state.grid_first).astype(np.int64),
-            grid_upto=grid_upto, values=values, value_ranks=value_ranks, exact=exact, layout=sketch.layout
-            if hasattr(sketch, "layout") else sketch, bucket_slots=slots, bucket_upto=bucket_upto,
+            grid_upto=grid_upto, values=values, value_ranks=value_ranks, exact=exact, layout=sketch,
+            bucket_slots=slots, bucket_upto=bucket_upto,
         )
 
     def ranks(self, x: Array) -> tuple[Array, Array]:

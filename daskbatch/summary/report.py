@@ -228,9 +228,10 @@ def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> d
             "units": summary.provenance.get("mi_units", "nats"),
         }
     if drift is not None:
+        drifts = drift.to_dataframe()
         out["drift"] = {
-            "columns": list(drift.to_dataframe().columns),
-            "values": _numbers(drift.to_dataframe().to_numpy()),
+            "columns": list(drifts.columns),
+            "values": _numbers(drifts.to_numpy()),
         }
     return out
 
