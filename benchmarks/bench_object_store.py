@@ -2,15 +2,21 @@
 
 moto's S3 server (``python -m moto.server``) runs on loopback in its own process; a
 small proxy, also its own process, forwards every HTTP request to it after sleeping
-``--latency`` milliseconds, as a far object store would answer. The store is
-written once to the bucket and once to a local directory, with the same chunks;
-each case runs ``describe(stats="moments")`` (one pass) and reports MB/s of the
-array's bytes and the ratio to local disk (best of ``--repeat``).
+``--latency`` milliseconds, as a far object store would answer (it never caches or
+answers for the server; responses pass through ``os.splice``). The store (X and an
+integer label y) is written once to the bucket and once to a local directory, with the
+same chunks (16 MiB by default, as ``ingest`` writes). Each case runs
+``describe(stats="moments")`` and describe's default statistics with the label, and
+reports MB/s of X's bytes and the ratio to local disk (best of ``--repeat``), the
+requests of a pass, and the CPU seconds of the describing process, the server and the
+proxy (from /proc/PID/stat), per request and per MB.
 
 Usage::
 
     python benchmarks/bench_object_store.py                          # 0, 20 and 50 ms
-    python benchmarks/bench_object_store.py --latency 20 --rows 400000 --chunk-rows 4096
+    python benchmarks/bench_object_store.py --chunk-rows 4096        # 2.1 MB chunks
+    python benchmarks/bench_object_store.py --chunk-rows 0           # zarr's automatic chunks
+    python benchmarks/bench_object_store.py --chunk-rows 4096 --shard-rows 32768 --concurrency 32
 """
 
 from __future__ import annotations
