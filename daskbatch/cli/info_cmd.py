@@ -11,7 +11,7 @@ from importlib.metadata import distributions
 import click
 
 from daskbatch.cli._common import main, report, user_errors
-from daskbatch.jobs.report import versions
+from daskbatch.jobs import versions
 from daskbatch.jobs.spec import effective_config
 from daskbatch.runtime.capacity import cuda_device_count
 from daskbatch.stats.kernels.preflight import check_gpu

@@ -1,4 +1,4 @@
-"""The commands on saved summaries: ``select`` (features, with the reason for every drop), ``transform`` (a store into a new store, resumably) and ``compare`` (drift between two summaries)."""
+"""The commands on saved summaries: ``select`` (features, with the reason for every drop), ``transform`` (a store into a new store, resumably), ``compare`` (drift between two summaries) and ``report`` (one self-contained HTML file)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from daskbatch.io.outputs import (
     check_output,
     check_outputs,
     check_separate,
+    output_kind,
     write_json,
     write_output,
 )
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
+from daskbatch.summary.report import report_target, write_report
 
 
 @main.command("select")
@@ -222,3 +224,47 @@ def _figure_format(path: str) -> str:
             f"--plot {path}: .{suffix} is not an image format; end the name in one of .{', .'.join(sorted(known))}"
         )
     return suffix
+
+
+@main.command("report")
+@click.argument("source", metavar="STORE|SUMMARY")
+@click.option(
+    "-o",
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write: a new path, or a report daskbatch wrote (nothing else is replaced).",
+)
+@click.option(
+    "--reference",
+    type=click.Path(exists=True),
+    default=None,
+    help="A saved summary of reference data (describe --out): adds the drift section.",
+)
+@click.option("--title", default=None, help="The page's title [default: names the source].")
+@user_errors
+def report_command(source: str, out: str, reference: str | None, title: str | None) -> None:
+    """Write the profile report of STORE|SUMMARY to --out: one HTML file that opens offline.
+
+    STORE|SUMMARY is a summary written by ``describe --out`` (read without touching
+    the data again) or a Zarr store, described first with the defaults of
+    ``daskbatch describe``. The page holds an overview with the warnings, a
+    searchable section per feature (histogram, quantiles, extremes, class
+    histograms, MI rank, most correlated features), the correlation heat map
+    and top pairs, the MI ranking, and with --reference the drift.
+    """
+    protected = {"the STORE|SUMMARY": source, "the --reference summary": reference}
+    report_target(out, protected)  # before anything is read or described
+    # A bad --reference fails before a store is described.
+    drift_from = db.load_summary(reference) if reference is not None else None
+    if output_kind(source) == "summary":
+        summary = db.load_summary(source)
+    elif "://" not in source and not os.path.exists(source):
+        raise FileNotFoundError(f"no store or summary at {source}: the path does not exist")
+    else:
+        from daskbatch.describing import describe  # lazy: dask
+
+        summary = describe(source)
+    written = write_report(summary, out, reference=drift_from, title=title, protected=protected)
+    if not is_quiet():
+        click.echo(f"report written to {written}")

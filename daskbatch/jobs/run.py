@@ -30,7 +30,7 @@ from daskbatch.io.outputs import (
     output_kind,
     write_output,
 )
-from daskbatch.jobs.report import (
+from daskbatch.jobs import (
     MISSING_KEYS,
     JobReport,
     json_safe,
