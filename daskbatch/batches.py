@@ -28,9 +28,9 @@ from daskbatch.engine._batch_calls import (
     warn_flagged,
 )
 from daskbatch.engine.blockrun import run_blocks
-from daskbatch.engine.devices import auto_device
 from daskbatch.engine.fingerprint import function_token, output_items
 from daskbatch.engine.inputs import as_feature_matrix
+from daskbatch.engine.run_options import auto_device
 from daskbatch.errors import BatchError, FlaggedRowsWarning, GPUFallbackWarning
 from daskbatch.io.rowstore import (
     ArraySpec,

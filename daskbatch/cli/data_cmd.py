@@ -349,7 +349,7 @@ def _auto_choice() -> dict[str, str | None]:
     from dask.utils import format_bytes, parse_bytes  # lazy: dask
 
     from daskbatch import config  # lazy: dask
-    from daskbatch.engine.devices import auto_device  # lazy: dask
+    from daskbatch.engine.run_options import auto_device  # lazy: dask
 
     size = parse_bytes(config.get("target-chunk-bytes"))
     try:
