@@ -16,14 +16,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from daskbatch import config
-from daskbatch._common import GPU_INSTALL, Device, checked_device
+from daskbatch._common import GPU_INSTALL, Device, checked_device, gpu_module
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device
 from daskbatch.runtime.capacity import resources_auto
+from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.kernels.preflight import check_gpu
 
-__all__ = ["RunOptions", "auto_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "resolve_device"]
+__all__ = ["RunOptions", "auto_device", "check_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "on_device", "resolve_device"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,3 +282,41 @@ def gpu_failure(exc: BaseException) -> str | None:
     if module.split(".")[0] in ("cupy", "cupy_backends", "rmm") or module.startswith("numba.cuda"):
         return f"the GPU failed ({what})"
     return None
+
+
+def check_device(device: str, what: str) -> None:
+    """Raise for an unknown device, or ``"gpu"`` without a working CuPy.
+
+    Parameters
+    ----------
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"gpu"``.
+    what : str
+        The call, for the message.
+    """
+    if checked_device(device) == "gpu":
+        gpu_module(what)
+
+
+def on_device(block: Any, device: str) -> Any:
+    """Move ``block`` where it is computed.
+
+    Parameters
+    ----------
+    block : array
+        A block of rows (NumPy or CuPy).
+    device : str
+        ``"auto"`` (as it is), ``"cpu"`` (on the host) or ``"gpu"`` (one ``cupy.asarray`` copy).
+
+    Returns
+    -------
+    array
+        The block on that device.
+    """
+    if device == "auto":
+        return block
+    if device == "gpu":
+        import cupy  # lazy: cupy
+
+        return cupy.asarray(block)
+    return to_numpy(block)
