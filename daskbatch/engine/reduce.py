@@ -25,7 +25,7 @@ from dask.delayed import Delayed
 
 from daskbatch._common import Array
 from daskbatch.config import resolve_split_every
-from daskbatch.runtime.settings import limited
+from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked
