@@ -108,7 +108,7 @@ def main() -> None:
 
     import dask
 
-    from daskbatch.runtime.settings import limited
+    from daskbatch.runtime.capacity import limited
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "data.zarr")

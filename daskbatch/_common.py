@@ -70,22 +70,7 @@ def gpu_module(what: str) -> Any:
 
 
 def plural(n: float, word: str, plural: str | None = None) -> str:
-    """Write a count with its noun: ``1 chunk``, ``2 chunks``, ``1,000 chunks``, ``2.5 storage chunks``.
-
-    Parameters
-    ----------
-    n : float
-        The count (an int is written with thousands separators, a float with 4 digits).
-    word : str
-        The noun for one.
-    plural : str, optional
-        The noun for any other count; default ``word + "s"``.
-
-    Returns
-    -------
-    str
-        The count and the noun that agrees with it.
-    """
+    """Write a count with its noun: ``1 chunk``, ``2 chunks``, ``1,000 chunks``, ``2.5 storage chunks`` (``plural`` default: ``word + "s"``)."""
     text = f"{n:,}" if isinstance(n, int) else f"{n:,.4g}"
     return f"{text} {word if n == 1 else (plural or word + 's')}"
 

@@ -1,4 +1,11 @@
-"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``."""
+"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``.
+
+The setup loads daskbatch's defaults into ``dask.config`` and registers the states
+with ``dask.sizeof``, so dask's memory accounting measures every statistic's state
+(built in or a user's) by its arrays' bytes. Not through a ``dask.sizeof`` entry
+point: dask loads those while ``dask.sizeof`` itself is being imported, which would
+make that import circular.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +21,15 @@ def _set_up_dask() -> None:
     from dask.sizeof import sizeof  # lazy: dask
 
     from daskbatch import config  # lazy: the setup runs once dask is in
-    from daskbatch.engine.sizeof import register  # lazy: imports every statistic and numpy
+    from daskbatch.stats._base import State  # lazy: imports numpy
 
     config.load_into_dask()
-    register(sizeof)
+    sizeof.register(State)(_state_bytes)
+
+
+def _state_bytes(state: Any) -> int:
+    """A state's size for dask's memory accounting: its arrays' bytes (``State.nbytes``)."""
+    return int(state.nbytes)
 
 
 # Plain classes, not importlib.abc's: that module loads importlib.resources, tempfile and shutil,

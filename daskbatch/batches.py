@@ -14,7 +14,7 @@ import numpy as np
 
 from daskbatch._common import DEVICES, gpu_module, warn
 from daskbatch._version import __version__
-from daskbatch.engine._batch_calls import (
+from daskbatch.engine.blockrun import (
     BatchRunner,
     Misuse,
     Ranges,
@@ -25,12 +25,12 @@ from daskbatch.engine._batch_calls import (
     probe_output,
     rows_text,
     run_batch,
+    run_blocks,
     warn_flagged,
 )
-from daskbatch.engine.blockrun import run_blocks
-from daskbatch.engine.devices import auto_device
 from daskbatch.engine.fingerprint import function_token, output_items
 from daskbatch.engine.inputs import as_feature_matrix
+from daskbatch.engine.run_options import auto_device
 from daskbatch.errors import BatchError, FlaggedRowsWarning, GPUFallbackWarning
 from daskbatch.io.rowstore import (
     ArraySpec,

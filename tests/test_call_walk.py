@@ -27,9 +27,9 @@ import daskbatch as db
 PACKAGE = str(Path(db.__file__).parent) + "/"
 ASIDE = ("stats/kernels/",)  # compiled kernels and their dispatch: arithmetic, not the walk
 TASKS = "dask/local.py"  # the synchronous scheduler running a task
-#: engine and planning files the walk visits today (run options, the pipeline, inputs, devices, reduce, the
-#: planner, planning search, memory and plan, the rows' fingerprint, passes).
-ENGINE_FILES = 11
+#: engine and planning files the walk visits today (run options with the device choice, the pipeline, inputs,
+#: reduce, the planner, planning search, memory and plan, the rows' fingerprint, passes).
+ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns): most are the pure planner's
 #: search calling the memory model (planning/memory.py, the statistics' footprints) and the passes calling reduce.
 ENGINE_RETURNS = 38

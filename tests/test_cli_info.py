@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from daskbatch.cli import main
-from daskbatch.cli.info_cmd import GPU_FAMILIES, matching_distributions
+from daskbatch.cli.data_cmd import GPU_FAMILIES, matching_distributions
 
 GPU_KEYS = ["cupy", "rmm", "dask-cuda", "cuda_runtime", "cuda_driver"]
 
@@ -95,6 +95,6 @@ def test_family_patterns(family, names, expected):
 
 
 def test_version_text():
-    from daskbatch.cli.info_cmd import _version_text
+    from daskbatch.cli.data_cmd import _version_text
 
     assert _version_text(12080) == "12.8" and _version_text(13000) == "13.0" and _version_text(12010) == "12.1"

@@ -15,16 +15,16 @@ import zarr
 
 import daskbatch as db
 from daskbatch.batches import FlaggedRowsWarning
-from daskbatch.engine.devices import (
-    auto_device,
-    configured_min_batch_bytes,
-    gpu_failure,
-    gpu_problem,
-)
 from daskbatch.engine.pipeline import (
     Computed,
     prepared_inputs,
     run_statistics,
+)
+from daskbatch.engine.run_options import (
+    auto_device,
+    configured_min_batch_bytes,
+    gpu_failure,
+    gpu_problem,
 )
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources

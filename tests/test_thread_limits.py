@@ -1,7 +1,7 @@
 """Chunk tasks run with one BLAS thread when the scheduler runs several threads, and untouched otherwise.
 
 Each case runs in a fresh Python process: BLAS thread counts are process-wide
-state (see daskbatch/runtime/settings.py), which earlier tests would leave behind.
+state (see daskbatch/runtime/capacity.py), which earlier tests would leave behind.
 """
 
 from __future__ import annotations

@@ -9,9 +9,6 @@ from __future__ import annotations
 # Command modules register themselves on ``main`` when imported.
 from daskbatch.cli import data_cmd as _data_cmd  # noqa: F401
 from daskbatch.cli import describe_cmd as _describe_cmd  # noqa: F401
-from daskbatch.cli import info_cmd as _info_cmd  # noqa: F401
-from daskbatch.cli import report_cmd as _report_cmd  # noqa: F401
-from daskbatch.cli import run_cmd as _run_cmd  # noqa: F401
 from daskbatch.cli import summary_cmd as _summary_cmd  # noqa: F401
 from daskbatch.cli._common import main
 

@@ -1,12 +1,17 @@
-"""``daskbatch synth``, ``ingest``, ``inspect`` and ``demo``: thin shells over the data layer and the end-to-end tour."""
+"""``daskbatch synth``, ``ingest``, ``inspect``, ``verify``, ``plan``, ``demo``, ``info`` and ``config``: thin shells over the data layer (``plan``: the chunking and memory arithmetic, without a cluster or compute), the end-to-end tour, and the versions, GPU stack and effective configuration."""
 
 from __future__ import annotations
 
 import functools
 import json
+import platform
+import re
 import sys
+import warnings
+from importlib.metadata import distributions
 
 import click
+from click.core import ParameterSource
 
 from daskbatch.cli._common import (
     EXIT_FAILURE,
@@ -17,15 +22,24 @@ from daskbatch.cli._common import (
     user_errors,
 )
 from daskbatch.cli.options import (
+    config_option,
     device_option,
     n_classes_options,
     resolve_n_classes,
     table_options,
     table_report,
 )
-from daskbatch.config import packaged
+from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.demo import DEMO_ROWS, run_demo
+from daskbatch.engine.planner import plan
+from daskbatch.jobs import versions
+from daskbatch.jobs.spec import effective_config
+from daskbatch.planning.search import plan_dropping_sketch, recorded_n_classes, sketch_in_plan
+from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
 from daskbatch.runtime.runlock import exit_now
+from daskbatch.stats.kernels.preflight import check_gpu
+from daskbatch.stats.sketch_windows import state_bytes_per_feature
+from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
 
 
 @main.command("synth")
@@ -223,3 +237,261 @@ def demo_command(
     run_demo(rows=rows, features=features, classes=classes, workers=workers, threads_per_worker=threads,
              out_dir=out_dir, keep=keep, seed=seed, progress=not is_quiet(), echo=report,
              report=functools.partial(table_report, top=10, table_rows=table_rows, show_all=show_all))
+
+
+#: Report key -> pattern of the normalised distribution names that provide it.
+GPU_FAMILIES: dict[str, re.Pattern[str]] = {
+    "cupy": re.compile(r"cupy(-cuda\d+x?|-rocm-[\w-]+)?"),
+    "rmm": re.compile(r"rmm(-cu\d+)?"),
+    "dask-cuda": re.compile(r"dask-cuda"),
+}
+
+
+def _normalise(name: str) -> str:
+    """PEP 503 normalised name: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def matching_distributions(pattern: re.Pattern[str], installed: dict[str, str]) -> str | None:
+    """``"name version"`` of each installed distribution whose whole name matches; None if none."""
+    found = [f"{name} {ver}" for name, ver in sorted(installed.items()) if pattern.fullmatch(name)]
+    return ", ".join(found) or None
+
+
+def _version_text(value: int) -> str:
+    """CUDA's integer version (1000 * major + 10 * minor) as ``"major.minor"``."""
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+def _cuda_versions() -> tuple[str | None, str | None]:
+    """Read the CUDA runtime and driver versions as CuPy sees them."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. CuPy's warning that it found no CUDA path
+            import cupy  # lazy: cupy
+    except Exception:  # not installed, or installed but broken (wrong CUDA, missing libraries)
+        return None, None
+    versions: list[str | None] = []
+    for query in (cupy.cuda.runtime.runtimeGetVersion, cupy.cuda.runtime.driverGetVersion):
+        try:
+            versions.append(_version_text(int(query())))
+        except Exception:  # no driver, or no CUDA runtime library to load
+            versions.append(None)
+    return versions[0], versions[1]
+
+
+def gpu_stack() -> dict[str, str | None]:
+    """The installed GPU distributions and the CUDA runtime and driver versions (None: absent)."""
+    installed = {_normalise(d.metadata["Name"] or ""): d.version for d in distributions()}
+    facts = {key: matching_distributions(pattern, installed) for key, pattern in GPU_FAMILIES.items()}
+    runtime, driver = _cuda_versions()  # also when CuPy imports without metadata (a source tree)
+    return {**facts, "cuda_runtime": runtime, "cuda_driver": driver}
+
+
+#: The packages ``daskbatch info`` lists (a job's report records more).
+PACKAGES = ("daskbatch", "dask", "distributed", "zarr", "numcodecs", "numpy", "numba", "xarray")
+
+
+@main.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--gpu", "gpu_check", is_flag=True,
+              help="Check the GPU stack instead: compile and launch daskbatch's GPU kernels once and say whether "
+                   "CuPy chunks will use them (exit status 1 when not).")
+def info_command(as_json: bool, gpu_check: bool) -> None:
+    """Versions, visible GPUs and the effective daskbatch settings (for bug reports and job logs)."""
+    from daskbatch import config  # lazy: dask
+
+    if gpu_check:
+        _gpu_check(as_json)
+        return
+
+    facts = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: ver for name, ver in versions().items() if name in PACKAGES},
+        "gpu": gpu_stack(),
+        "cuda_devices": cuda_device_count(),
+        "config": config.get(),
+    }
+    if as_json:
+        click.echo(json.dumps(facts, indent=2, default=str))
+        return
+    report(f"python {facts['python']} on {facts['platform']}")
+    for name, ver in facts["packages"].items():
+        report(f"  {name:<14} {ver or '-'}")
+    report("GPU stack:")
+    for name, ver in facts["gpu"].items():
+        report(f"  {name:<14} {ver or '-'}")
+    report(f"CUDA devices: {facts['cuda_devices']}")
+    report("daskbatch config (dask.config 'daskbatch', DASK_DASKBATCH__* to override):")
+    for key, value in facts["config"].items():
+        report(f"  {key}: {value}")
+
+
+def _gpu_check(as_json: bool) -> None:
+    """``daskbatch info --gpu``: the versions the GPU kernels depend on, then the verdict."""
+    check = check_gpu()
+    stack = gpu_stack()
+    versions = {**check.versions, "cupy": stack["cupy"], "rmm": stack["rmm"], "dask-cuda": stack["dask-cuda"],
+                "cuda_runtime": stack["cuda_runtime"]}
+    if versions["driver"] is None:
+        versions["driver"] = stack["cuda_driver"]
+    auto = _auto_choice()
+    if as_json:
+        click.echo(json.dumps({"ok": check.ok, "simulated": check.simulated, "problem": check.problem,
+                               "verdict": check.verdict(), "versions": versions, "auto": auto}, indent=2))
+    else:
+        for name, ver in versions.items():
+            report(f"  {name:<14} {ver or '-'}")
+        why = "the GPU check below failed" if not check.ok else auto["reason"]
+        report(f"device='auto': {auto['device'] or '?'} for {auto['chunk']} chunks ({why})")
+        report(check.verdict())
+    if not check.ok:
+        raise SystemExit(1)
+
+
+def _auto_choice() -> dict[str, str | None]:
+    """Where ``device="auto"`` would run chunks of ``daskbatch.target-chunk-bytes`` here, and why."""
+    from dask.utils import format_bytes, parse_bytes  # lazy: dask
+
+    from daskbatch import config  # lazy: dask
+    from daskbatch.engine.run_options import auto_device  # lazy: dask
+
+    size = parse_bytes(config.get("target-chunk-bytes"))
+    try:
+        choice = auto_device(size, quiet=True)
+    except ValueError as error:  # a malformed daskbatch.gpu-min-batch-bytes: shown, not fatal to the report
+        return {"device": None, "chunk": format_bytes(size), "reason": str(error)}
+    return {"device": choice.device, "chunk": format_bytes(size), "reason": choice.reason}
+
+
+@main.command("config")
+@click.option("--show", is_flag=True, help="Print the effective configuration (the default action).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@user_errors
+def config_command(show: bool, as_json: bool) -> None:
+    """The effective daskbatch configuration: dask.config's 'daskbatch' keys and the job defaults.
+
+    'daskbatch.job' is what a `daskbatch run` job file starts from: the schema's
+    defaults overlaid with daskbatch.job.* from dask config (YAML files, or
+    DASK_DASKBATCH__JOB__... environment variables).
+    """
+    import yaml
+
+    from daskbatch import config  # lazy: dask
+
+    settings = dict(config.get())
+    settings["job"] = effective_config()
+    payload = {"daskbatch": settings}
+    if as_json:
+        click.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        report(yaml.safe_dump(payload, sort_keys=False, default_flow_style=False).rstrip())
+
+
+def _parse_stats(text: str) -> tuple[str, ...]:
+    """``--stats`` through the one spec describe uses (moments always first)."""
+    try:
+        return normalize_stats(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--stats") from None
+
+
+@main.command("plan")
+@click.argument("store")
+@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array in the store.")
+@click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
+@click.option(
+    # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
+    "--stats", default=",".join((*DEFAULT_STATS, "sketch")), show_default=True,
+    help="Comma-separated statistics.",
+)
+@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
+@n_classes_options(1, "Number of label classes, for 'mi' and 'class_moments' (default: from the store's attributes).")
+@click.option(
+    "--memory", default=packaged("job.memory"), show_default=True,
+    help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
+    "this machine's (0.5), or auto (this machine's, shared by --workers).",
+)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1), help="Workers.")
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=None,
+    help="Threads per worker [default: cores / workers on CPU, 1 on GPU].",
+)
+@click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--split-every", type=click.IntRange(min=2), default=None, help="Merge fan-in.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON instead of text.")
+@config_option
+@user_errors
+def plan_command(
+    store: str,
+    x_name: str,
+    label: str | None,
+    stats: str,
+    bins: int,
+    n_classes: int | None,
+    class_values: str | None,
+    memory: str,
+    workers: int,
+    threads: int | None,
+    device: str,
+    split_every: int | None,
+    as_json: bool,
+) -> None:
+    """Plan chunk rows, merge fan-in and feature tiles for STORE and explain the arithmetic.
+
+    Reads only the store's metadata; starts no cluster. Exit code 3 when the
+    plan cannot fit the memory given. --config reads a describe job's file:
+    its statistics, bins, label, split-every and dask settings (memory-fraction,
+    reserved-memory) plan as describe will; its other keys are left alone.
+    """
+    from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
+
+    names = _parse_stats(stats)
+    n_classes = resolve_n_classes(n_classes, class_values, consecutive=False)
+    ds = open_dataset(store, x=x_name, label=label)
+    skipped = None
+    default_stats = click.get_current_context().get_parameter_source("stats") == ParameterSource.DEFAULT
+    wanted = requested(names)
+    refused = [r.name for r in wanted if r.needs_class_label]
+    if refused and ds.label is None and not default_stats:
+        raise click.UsageError(f"statistic {refused[0]!r} needs a label (--label)")
+    if any(r.needs_label for r in wanted):
+        if ds.label is None:
+            # as describe: the default's mi and class_moments are computed only with a label
+            dropped = [r.name for r in wanted if r.needs_label]
+            names = tuple(r.name for r in wanted if not r.needs_label)
+            skipped = f"{' and '.join(dropped)} skipped: the store has no label"
+        elif n_classes is None and recorded_n_classes(ds) is None:
+            # Counting finds the classes; the plan assumes what describe assumes (no label read here).
+            from daskbatch import config  # lazy: dask
+
+            n_classes = int(config.get("assumed-classes"))
+            skipped = f"the store does not record its classes: planned for {n_classes} (pass --n-classes K)"
+    resources = resources_from_machine(
+        n_workers=workers, threads_per_worker=threads, memory=memory, device=device
+    )
+    result, planned = plan_dropping_sketch(
+        lambda stats_: plan(
+            ds, stats=stats_, bins=bins, n_classes=n_classes, resources=resources, split_every=split_every
+        ),
+        names, optional=default_stats,  # as describe, which adds the sketch itself
+    )
+    by_name, window = sketch_in_plan(planned)
+    if window is not None:
+        note = (f"the quantile sketch keeps a window of {window[0]:,} buckets per sign in {window[1]} "
+                f"({state_bytes_per_feature(*window[:2]) / 1e3:,.1f} kB a feature, quantiles within "
+                f"{window[2]:.2%}) to fit")
+        skipped = f"{skipped}; {note}" if skipped else note
+    elif by_name != names:
+        note = "the quantile sketch does not fit: describe takes histogram ranges from min and max, the last resort (or --range)"
+        skipped = f"{skipped}; {note}" if skipped else note
+    if as_json:
+        out = result.to_dict()
+        out["store"] = str(store)
+        out["skipped"] = skipped
+        click.echo(json.dumps(out, indent=2))
+    else:
+        report(result.explain())
+        if skipped:
+            report(f"  note: {skipped}")

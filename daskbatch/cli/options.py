@@ -19,13 +19,14 @@ from daskbatch.jobs.spec import (
     JobConfigError,
     JobSpec,
     OutputsSpec,
+    UnsafeDaskSetting,
     check_config_file,
+    check_dask_settings,
     is_config_file,
     read_yaml,
 )
 from daskbatch.runtime.cluster import KINDS
 from daskbatch.runtime.cluster import cluster as start_cluster
-from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
 from daskbatch.summary.reprs import TEXT_ROWS, format_report
 
 if TYPE_CHECKING:

@@ -1,9 +1,13 @@
-"""The commands on saved summaries: ``select`` (features, with the reason for every drop), ``transform`` (a store into a new store, resumably) and ``compare`` (drift between two summaries)."""
+"""The commands on saved summaries: ``select`` (features, with the reason for every drop), ``transform`` (a store into a new store, resumably), ``compare`` (drift between two summaries) and ``report`` (one self-contained HTML file); and ``run``, the whole batch job (describe, select, transform) from one YAML file."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import sys
+from collections.abc import Iterator
 
 import click
 
@@ -11,16 +15,20 @@ import daskbatch as db
 from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, report, user_errors
 from daskbatch.cli.options import device_option
 from daskbatch.config import packaged
+from daskbatch.engine.checkpoint_files import interrupted_message
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import (
     OutputError,
     check_output,
     check_outputs,
     check_separate,
+    output_kind,
     write_json,
     write_output,
 )
+from daskbatch.jobs.spec import load_job, reference
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
+from daskbatch.summary.report import report_target, write_report
 
 
 @main.command("select")
@@ -222,3 +230,127 @@ def _figure_format(path: str) -> str:
             f"--plot {path}: .{suffix} is not an image format; end the name in one of .{', .'.join(sorted(known))}"
         )
     return suffix
+
+
+@main.command("report")
+@click.argument("source", metavar="STORE|SUMMARY")
+@click.option(
+    "-o",
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write: a new path, or a report daskbatch wrote (nothing else is replaced).",
+)
+@click.option(
+    "--reference",
+    type=click.Path(exists=True),
+    default=None,
+    help="A saved summary of reference data (describe --out): adds the drift section.",
+)
+@click.option("--title", default=None, help="The page's title [default: names the source].")
+@user_errors
+def report_command(source: str, out: str, reference: str | None, title: str | None) -> None:
+    """Write the profile report of STORE|SUMMARY to --out: one HTML file that opens offline.
+
+    STORE|SUMMARY is a summary written by ``describe --out`` (read without touching
+    the data again) or a Zarr store, described first with the defaults of
+    ``daskbatch describe``. The page holds an overview with the warnings, a
+    searchable section per feature (histogram, quantiles, extremes, class
+    histograms, MI rank, most correlated features), the correlation heat map
+    and top pairs, the MI ranking, and with --reference the drift.
+    """
+    protected = {"the STORE|SUMMARY": source, "the --reference summary": reference}
+    report_target(out, protected)  # before anything is read or described
+    # A bad --reference fails before a store is described.
+    drift_from = db.load_summary(reference) if reference is not None else None
+    if output_kind(source) == "summary":
+        summary = db.load_summary(source)
+    elif "://" not in source and not os.path.exists(source):
+        raise FileNotFoundError(f"no store or summary at {source}: the path does not exist")
+    else:
+        from daskbatch.describing import describe  # lazy: dask
+
+        summary = describe(source)
+    written = write_report(summary, out, reference=drift_from, title=title, protected=protected)
+    if not is_quiet():
+        click.echo(f"report written to {written}")
+
+
+_EPILOG = (
+    "Exit codes: 0 ok, 1 failure, 2 bad input (an unknown key, a wrong type, a missing store), "
+    "3 the plan does not fit the memory budget, 75 interrupted (run the same command again to resume).\n\n"
+    "Every key of the job, with its default. The file is dask config: the job under daskbatch: job:, "
+    "dask settings beside it; the same keys can be set in any dask config as daskbatch.job.<section>.<key>, "
+    "e.g. DASK_DASKBATCH__JOB__CLUSTER__KIND=threads; the file wins:\n\n"
+    "\b\n"
+)
+
+
+class _JobCommand(click.Command):
+    """A command whose epilog ends with every key of the job and its default, read when the help is shown."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The defaults live in dask config (daskbatch.yaml): reading them imports dask, which
+        # `daskbatch --help` does not load; only this command's help renders them.
+        self.epilog = _EPILOG + reference()
+        super().format_epilog(ctx, formatter)
+
+
+@contextlib.contextmanager
+def fallback_logging() -> Iterator[None]:
+    """INFO records of ``daskbatch.*`` on stderr, with timestamps, unless logging is configured already."""
+    logger = logging.getLogger("daskbatch")
+    if logger.hasHandlers():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@main.command("run", cls=_JobCommand, epilog=_EPILOG)
+@click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
+@click.option(
+    "--allow-dask-config",
+    is_flag=True,
+    help="Accept any dask setting in the job file. Without it only settings that "
+    "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Let the job's outputs replace existing paths that daskbatch did not write (never the input, nor a "
+    "file at outputs.selection that daskbatch did not write, and no two outputs may overlap).",
+)
+@user_errors
+def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None:
+    """Run the batch job described by the YAML file JOB.
+
+    Describes the input store within the memory budget, selects features from
+    the summary, writes the rows through the transform steps into a new store,
+    and writes a JSON report (versions, plan, counts, missing chunks, timings,
+    peak memory, outputs). The log (stderr) shows the plan, each phase's time
+    and the peak memory, and ends with one summary line. Every output is
+    checked before any compute: a job whose outputs overlap the input or each
+    other, or would replace a path daskbatch did not write, writes nothing.
+    """
+    from daskbatch.jobs.run import run_job  # lazy: dask, zarr
+
+    with fallback_logging():
+        try:
+            # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
+            with sigterm_as_interrupt():
+                run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            checkpoint = load_job(job_file)[0].checkpoint  # read once already: what the run had
+            click.echo(f"{interrupted_message(exc, checkpoint, 'checkpoint in the job file')} (a transform under "
+                       "way resumes from its finished blocks too)", err=True)
+            exit_now(EXIT_INTERRUPTED)

@@ -25,7 +25,6 @@ from daskbatch._common import Device, warn
 from daskbatch._version import __version__
 from daskbatch.config import resolve_split_every
 from daskbatch.engine.checkpoint_files import recorded_layout
-from daskbatch.engine.devices import gpu_failure, resolve_device
 from daskbatch.engine.fingerprint import checksums_digest, listing_token
 from daskbatch.engine.inputs import (
     FeatureMatrix,
@@ -36,7 +35,7 @@ from daskbatch.engine.inputs import (
 from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
 from daskbatch.engine.reduce import TASK_PREFIXES
-from daskbatch.engine.run_options import RunOptions
+from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
 from daskbatch.engine.tiled import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
 from daskbatch.io.outputs import check_output
@@ -115,7 +114,7 @@ def run_statistics(
     data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails."""
-    # When the GPU was daskbatch's choice and fails the way a GPU fails (engine.devices.gpu_failure), the whole
+    # When the GPU was daskbatch's choice and fails the way a GPU fails (engine.run_options.gpu_failure), the whole
     # run is done once more on the CPU with a GPUFallbackWarning, and the provenance says so. With device="gpu",
     # CuPy blocks (they cannot move back) or a checkpoint (its states were made on the GPU) the error is raised.
     computed = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)

@@ -22,12 +22,10 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed
-from dask.sizeof import sizeof
 
 from daskbatch._common import Array
 from daskbatch.config import resolve_split_every
-from daskbatch.engine.sizeof import register as register_sizeof
-from daskbatch.runtime.settings import limited
+from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked
@@ -37,8 +35,6 @@ from daskbatch.stats.kernels.path import KernelPath, kernel_path
 S = TypeVar("S")
 R = TypeVar("R")
 T = TypeVar("T")
-
-register_sizeof(sizeof)  # every graph with states in its tasks is built here
 
 
 #: Task-name prefixes of a pass, as the dashboard shows them (``key_split`` of the keys).

@@ -1,16 +1,30 @@
-"""How a run goes, apart from what it computes: one value that :func:`daskbatch.describe` takes as ``run=``."""
+"""How a run goes, apart from what it computes: :class:`RunOptions`, and where it runs when ``device="auto"``.
+
+:func:`auto_device` (the GPU preflight, the planner's threshold or the configured one,
+one log line) is what :func:`daskbatch.map_batches` and :func:`daskbatch.describe` call;
+the decision itself is the pure :func:`daskbatch.planning.search.choose_device`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from daskbatch._common import Device, checked_device
+from daskbatch import config
+from daskbatch._common import GPU_INSTALL, Device, checked_device, gpu_module
+from daskbatch.errors import GPUFallbackWarning
+from daskbatch.planning.plan import Resources
+from daskbatch.planning.search import DeviceChoice, choose_device
+from daskbatch.runtime.capacity import resources_auto
+from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.kernels.preflight import check_gpu
 
-__all__ = ["RunOptions"]
+__all__ = ["RunOptions", "auto_device", "check_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "on_device", "resolve_device"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +122,201 @@ class RunOptions:  # numpydoc ignore=PR02
         checked_device(self.device)
         if not isinstance(self.cache, bool) and self.cache != "auto":
             raise ValueError(f"cache must be True, False or 'auto', got {self.cache!r}")
+
+
+log = logging.getLogger("daskbatch.devices")
+KEY = "gpu-min-batch-bytes"
+#: Whether this process has said that an explicit ``device="auto"`` found no working GPU (said once).
+_told_no_gpu = False
+
+
+def configured_min_batch_bytes() -> int | None:
+    """Read ``daskbatch.gpu-min-batch-bytes``.
+
+    Returns
+    -------
+    int or None
+        Bytes, or None for ``auto`` (the planner's threshold).
+
+    Raises
+    ------
+    ValueError
+        The setting is neither ``auto`` nor a size in bytes.
+    """
+    from dask.utils import parse_bytes  # lazy: dask
+
+    value = config.get(KEY)
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        size = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        size = -1
+    if size < 0 or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"daskbatch.{KEY} must be 'auto' or a size in bytes such as 8MiB, got {value!r}")
+    return size
+
+
+def gpu_problem() -> str | None:
+    """Say why a batch cannot run on a GPU here: the preflight's first problem.
+
+    Returns
+    -------
+    str or None
+        The problem in one line, or None when the GPU works.
+    """
+    check = check_gpu()
+    if not check.ok:
+        return check.problem
+    if check.simulated:  # the kernels ran on the CPU, pretending: there is no GPU to send batches to
+        return "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): no GPU"
+    return None
+
+
+def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches", quiet: bool = False) -> DeviceChoice:
+    """Choose where ``device="auto"`` runs ``what`` of ``batch_bytes`` each, and log the choice.
+
+    Parameters
+    ----------
+    batch_bytes : int
+        Input bytes of one batch (or chunk).
+    on_gpu : bool, default False
+        The blocks are CuPy arrays already: they stay on the GPU (no transfer to pay for).
+    what : str, default "batches"
+        What is being placed, for the log line.
+    quiet : bool, default False
+        Log nothing (``daskbatch info --gpu`` prints the choice itself).
+
+    Returns
+    -------
+    DeviceChoice
+        The device and the reason, for the provenance.
+    """
+    min_bytes = configured_min_batch_bytes()  # a malformed setting is named even where there is no GPU
+    if on_gpu:
+        choice = DeviceChoice("gpu", "the blocks are already on the GPU")
+    else:
+        problem = gpu_problem()
+        resources = None
+        if problem is None and min_bytes is None:
+            try:
+                resources = resources_auto(device="gpu")
+            except ValueError:  # the GPU's memory is unreadable (no pynvml): the threshold needs only the threads
+                resources = Resources(memory_bytes=1, threads_per_worker=1, device="gpu")
+        choice = choose_device(batch_bytes, resources, gpu_problem=problem, min_bytes=min_bytes)
+    if not quiet:
+        log.info("device='auto' runs %s on the %s: %s", what, choice.device.upper(), choice.reason)
+    return choice
+
+
+def resolve_device(device: Device, x: Any) -> DeviceChoice:
+    """Resolve :func:`daskbatch.describe`'s ``device`` for the (samples x features) dask array ``x``.
+
+    For ``"auto"``, a chunk is taken to be as large as the planner aims for
+    (``daskbatch.target-chunk-bytes``, or the input's first block when larger),
+    never more than the whole input.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "gpu"}
+        As given.
+    x : dask.array.Array
+        The input.
+
+    Returns
+    -------
+    DeviceChoice
+        Where the chunks run and why.
+    """
+    from dask.utils import parse_bytes  # lazy: dask
+
+    if device != "auto":
+        return DeviceChoice(device, f"device={device!r}")
+    row_bytes = int(x.shape[1]) * x.dtype.itemsize
+    block = int(x.chunks[0][0]) * row_bytes if x.chunks[0] else 0
+    chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
+    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    choice = auto_device(chunk, on_gpu=on_gpu, what="chunks")
+    problem = None if on_gpu else gpu_problem()  # the preflight's answer, kept for the process
+    if problem is not None:
+        _tell_no_gpu_once(problem)
+    return choice
+
+
+def _tell_no_gpu_once(problem: str) -> None:
+    """Warn, once per process, that an explicit ``device="auto"`` runs on the CPU for want of a GPU."""
+    # describe's device is "cpu" unless given (the CLI resolves its own "auto"), so this is the
+    # user's request: said once, not at every call, and never where no device was asked for.
+    global _told_no_gpu
+    if _told_no_gpu:
+        return
+    _told_no_gpu = True
+    warnings.warn(f"device='auto' runs on the CPU: {problem}; for the GPU, {GPU_INSTALL}", GPUFallbackWarning,
+                  stacklevel=2)
+
+
+def gpu_failure(exc: BaseException) -> str | None:
+    """Say whether ``exc`` is the GPU failing (CuPy missing, out of memory, a CUDA error), in one line.
+
+    These are the errors after which ``device="auto"`` runs the work again on
+    the CPU; any other error is the data's or the code's, and is raised.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What a run on the GPU raised.
+
+    Returns
+    -------
+    str or None
+        The failure in one line, or None when ``exc`` is not the GPU's.
+    """
+    what = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ImportError) and "cupy" in str(exc).lower():
+        return f"CuPy does not import ({what})"
+    if isinstance(exc, MemoryError) or "OUT OF MEMORY" in str(exc).upper():  # CuPy's OutOfMemoryError is a MemoryError
+        return f"out of memory ({what})"
+    module = type(exc).__module__
+    if module.split(".")[0] in ("cupy", "cupy_backends", "rmm") or module.startswith("numba.cuda"):
+        return f"the GPU failed ({what})"
+    return None
+
+
+def check_device(device: str, what: str) -> None:
+    """Raise for an unknown device, or ``"gpu"`` without a working CuPy.
+
+    Parameters
+    ----------
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"gpu"``.
+    what : str
+        The call, for the message.
+    """
+    if checked_device(device) == "gpu":
+        gpu_module(what)
+
+
+def on_device(block: Any, device: str) -> Any:
+    """Move ``block`` where it is computed.
+
+    Parameters
+    ----------
+    block : array
+        A block of rows (NumPy or CuPy).
+    device : str
+        ``"auto"`` (as it is), ``"cpu"`` (on the host) or ``"gpu"`` (one ``cupy.asarray`` copy).
+
+    Returns
+    -------
+    array
+        The block on that device.
+    """
+    if device == "auto":
+        return block
+    if device == "gpu":
+        import cupy  # lazy: cupy
+
+        return cupy.asarray(block)
+    return to_numpy(block)

@@ -244,13 +244,7 @@ def tiled_covariance(
     found: list[tuple[int, float | None]] = []
 
     def fill(into: str) -> None:
-        """Write every tile into the temporary group ``into``.
-
-        Parameters
-        ----------
-        into : str
-            The temporary path.
-        """
+        """Write every tile into the temporary group ``into``."""
         found.append(_fill_tiles(x, into, tile=tile, ddof=ddof, split_every=split_every, names=names, weights=weights,
                                  rows=rows))
 
@@ -309,18 +303,7 @@ def _fill_tiles(
 
 
 def open_tiled_cov(path: str | os.PathLike[str]) -> TiledCov:
-    """Reopen the result of :func:`tiled_covariance` from its Zarr group.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The group.
-
-    Returns
-    -------
-    TiledCov
-        The tiled covariance.
-    """
+    """Reopen the result of :func:`tiled_covariance` from its Zarr group."""
     import zarr  # lazy: zarr
 
     where = os.fspath(path)

@@ -30,7 +30,7 @@ from daskbatch.io.outputs import (
     output_kind,
     write_output,
 )
-from daskbatch.jobs.report import (
+from daskbatch.jobs import (
     MISSING_KEYS,
     JobReport,
     json_safe,
@@ -39,7 +39,7 @@ from daskbatch.jobs.report import (
     phase,
     write_json_atomic,
 )
-from daskbatch.jobs.spec import JobConfigError, JobSpec, load_job
+from daskbatch.jobs.spec import JobConfigError, JobSpec, check_dask_settings, flatten, load_job
 from daskbatch.runtime.capacity import (
     parse_memory,
     peak_memory,
@@ -48,7 +48,6 @@ from daskbatch.runtime.capacity import (
 )
 from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
 from daskbatch.runtime.progress import ProgressCallback
-from daskbatch.runtime.settings import check_dask_settings, flatten
 from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.summary import load_summary

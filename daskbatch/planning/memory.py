@@ -84,18 +84,7 @@ StatLike = str | Footprint
 
 
 def footprint(stat: StatLike) -> Footprint:
-    """Get the footprint of ``stat``: a built-in statistic's, as its declaration says, or ``stat`` itself.
-
-    Parameters
-    ----------
-    stat : str or Footprint
-        A statistic name or a footprint.
-
-    Returns
-    -------
-    Footprint
-        The footprint.
-    """
+    """Get the footprint of ``stat``: a built-in statistic's, as its declaration says, or ``stat`` itself."""
     if isinstance(stat, Footprint):
         return stat
     declared = DECLARED.get(stat)
@@ -105,18 +94,7 @@ def footprint(stat: StatLike) -> Footprint:
 
 
 def stat_name(stat: StatLike) -> str:
-    """Name ``stat`` (for messages and ``Plan.explain``).
-
-    Parameters
-    ----------
-    stat : str or Footprint
-        A statistic name or a footprint.
-
-    Returns
-    -------
-    str
-        The statistic's name.
-    """
+    """Name ``stat`` (for messages and ``Plan.explain``)."""
     return stat.name if isinstance(stat, Footprint) else stat
 
 
@@ -128,27 +106,7 @@ def state_bytes(
     n_classes: int | None = None,
     feature_tile: int | None = None,
 ) -> int:
-    """Size one state of ``stat`` over ``n_features`` features.
-
-    Parameters
-    ----------
-    stat : str or Footprint
-        Statistic name (one of :data:`STATISTICS`) or a statistic's footprint.
-    n_features : int
-        Features (columns) of the input.
-    bins : int, default 64
-        Regular bins per feature (``hist`` and ``mi`` add under/overflow and NaN bins).
-    n_classes : int or None
-        Classes of the label (statistics that need them: ``mi``, ``class_moments``).
-    feature_tile : int or None
-        Tile width when co-moments are computed per pair of feature tiles; the
-        state is then that of one tile pair.
-
-    Returns
-    -------
-    int
-        Bytes.
-    """
+    """Size one state of ``stat`` over ``n_features`` features (with ``feature_tile``: the state of one tile pair)."""
     return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
 
 

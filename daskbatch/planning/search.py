@@ -346,18 +346,7 @@ def _states_error(
 
 
 def recorded_n_classes(obj: Any) -> int | None:
-    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``.
-
-    Parameters
-    ----------
-    obj : object
-        A dataset, array or store.
-
-    Returns
-    -------
-    int or None
-        The number of classes, None when not recorded.
-    """
+    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
     n = getattr(obj, "n_classes", None)
     if n is None:
         synth = (getattr(obj, "attrs", None) or {}).get("synth")

@@ -113,7 +113,7 @@ class State:
     """Base of every statistic's state: a frozen dataclass holding arrays (and scalars).
 
     ``nbytes`` is what dask's memory accounting sees (registered for every
-    subclass by :mod:`daskbatch.engine.sizeof`): without it a state of many
+    subclass by :mod:`daskbatch._dask_setup`): without it a state of many
     megabytes would count as the ~56 bytes of ``sys.getsizeof``. Every
     subclass is registered (:mod:`daskbatch.stats.declaration`) when it is
     defined, so checkpoints and saved summaries can rebuild it.

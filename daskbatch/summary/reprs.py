@@ -358,22 +358,7 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
 
 
 def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
-    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone.
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    rows : int, default 20
-        Features shown (the first ones).
-    show_all : str, default ".to_dataframe()"
-        How the reader shows every feature, named under a shortened table.
-
-    Returns
-    -------
-    str
-        The header, its details and warnings, the table, and the lines under it.
-    """
+    """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
     summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
     table = _build_table(summary, rows, flags)
@@ -415,24 +400,7 @@ def _footer(summary: Any, table: Any, show_all: str = SHOW_ALL) -> list[str]:
 
 
 def format_report(summary: Any, *, k: int = 10, rows: int = TEXT_ROWS, show_all: str = SHOW_ALL) -> str:
-    """Write the human-readable report printed by ``describe`` and ``demo``.
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary.
-    k : int, default 10
-        How many correlated pairs and features by MI to list (as ``top_correlated(k)``, ``top_mi(k)``).
-    rows : int, default 20
-        Features in the table.
-    show_all : str, default ".to_dataframe()"
-        How the reader shows every feature (the command line passes its option).
-
-    Returns
-    -------
-    str
-        The table, then the most correlated pairs and the features with the most MI.
-    """
+    """Write the report printed by ``describe`` and ``demo``: the table, then the top ``k`` correlated pairs and features by MI."""
     summary = summary.arrays  # the table and the lists read the statistics by position
     lines = [summary_text(summary, rows=rows, show_all=show_all)]
     pairs = summary.top_correlated(k)

@@ -16,9 +16,10 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._version import __version__
-from daskbatch.engine.blockrun import check_device, on_device, run_blocks
+from daskbatch.engine.blockrun import run_blocks
 from daskbatch.engine.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
+from daskbatch.engine.run_options import check_device, on_device
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,

@@ -20,8 +20,13 @@ import dask.config
 import pytest
 import yaml
 
-from daskbatch.jobs.spec import check_config_file, read_yaml
-from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings, flatten
+from daskbatch.jobs.spec import (
+    UnsafeDaskSetting,
+    check_config_file,
+    check_dask_settings,
+    flatten,
+    read_yaml,
+)
 
 HOSTILE = [
     "x; touch PWNED #",

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from daskbatch.cli import main
 from daskbatch.jobs.run import run_job
-from daskbatch.runtime.settings import UnsafeDaskSetting
+from daskbatch.jobs.spec import UnsafeDaskSetting
 
 
 @pytest.fixture(autouse=True)

@@ -23,12 +23,13 @@ from hypothesis import strategies as st
 
 from daskbatch.jobs.spec import (
     JobConfigError,
+    UnsafeDaskSetting,
     check_config_file,
+    check_dask_settings,
     is_config_file,
     load_job,
     read_yaml,
 )
-from daskbatch.runtime.settings import UnsafeDaskSetting, check_dask_settings
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('RAN').touch()\nclass X:\n    name = 'x'\n"
 KEYS = [
