@@ -158,3 +158,15 @@ def test_cli_compare(halves, tmp_path) -> None:
         top = {line.split("  ")[0] for line in out.stdout.splitlines()[3:5]}
         # Wasserstein is in the feature's units: the areas (hundreds) lead it with or without drift.
         assert top == ({"mean area", "worst area"} if by == "wasserstein" else {"mean radius", "mean area"}), by
+
+
+def test_cli_compare_advises_like_in_its_own_words(tmp_path) -> None:
+    """The rebinning warning at the command line names --like, not the API's RunOptions(like=...)."""
+    rng = np.random.default_rng(3)
+    db.describe(rng.normal(size=(20_000, 2))).save(str(tmp_path / "ref-stats.zarr"))
+    db.describe(rng.normal(0.2, 1.5, size=(20_000, 2))).save(str(tmp_path / "new-stats.zarr"))
+    out = subprocess.run([sys.executable, "-m", "daskbatch", "compare", "ref-stats.zarr", "new-stats.zarr"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "RebinnedWarning" in out.stderr and "--like REFERENCE makes them exact" in out.stderr, out.stderr
+    assert "RunOptions" not in out.stderr

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 
 import click
@@ -28,6 +29,7 @@ from daskbatch.io.outputs import (
 )
 from daskbatch.jobs.spec import load_job, reference
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt
+from daskbatch.summary.compare import EXACT_ADVICE
 from daskbatch.summary.report import report_target, write_report
 
 
@@ -166,6 +168,10 @@ def transform_command(
     report(written.summary())
 
 
+#: compare's advice for exact rebinned figures, in this command line's words.
+CLI_EXACT_ADVICE = "describing the new data with --like REFERENCE makes them exact"
+
+
 @main.command("compare")
 @click.argument("reference")
 @click.argument("new")
@@ -199,7 +205,12 @@ def compare_command(
         {"--json": (None if json_path == "-" else json_path, "drift", "file"), "--plot": (plot_path, "figure", "file")},
         overwrite=overwrite, protected={"the REFERENCE summary": reference, "the NEW summary": new},
     )
-    drift = db.compare(db.load_summary(reference), db.load_summary(new))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drift = db.compare(db.load_summary(reference), db.load_summary(new))
+    for caught_warning in caught:  # the API's advice, said as this command line says it
+        message = str(caught_warning.message).replace(EXACT_ADVICE, CLI_EXACT_ADVICE)
+        warnings.warn(message, caught_warning.category, stacklevel=1)
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     to_stderr = json_path == "-"
     if to_stderr:

@@ -303,13 +303,16 @@ def _shared_cells(
             f"compare: the {rebinned} summary's cells were read on the {edges_of} summary's bin edges from its "
             f"quantile sketch and counts (other edges than those it was described on): PSI, JS and chi2 are "
             f"approximate, each cumulative probability within {error[worst]:.2g} (feature "
-            f"{reference.feature_names[worst]!r} worst; Drift.rebin_error); describing the new data with "
-            "RunOptions(like=reference) makes them exact",
+            f"{reference.feature_names[worst]!r} worst; Drift.rebin_error); {EXACT_ADVICE}",
             RebinnedWarning,
             stacklevel=3,
         )
     index = pd.Index(list(reference.feature_names), name="feature")
     return cells_ref, cells_new, pd.Series(error, index=index, name="rebin_error")
+
+
+#: How to make the rebinned figures exact, in the API's words (the CLI says it in its own).
+EXACT_ADVICE = "describing the new data with RunOptions(like=reference) makes them exact"
 
 
 def _cells(s: Summary) -> np.ndarray:
