@@ -338,3 +338,22 @@ def test_grid_counts_bin_as_ldexp_does_at_every_scale() -> None:
     want = np.clip(np.floor(np.ldexp(x, -step[None, :])).astype(np.int64) - first[None, :], 0, bins - 1)
     for j in range(x.shape[1]):
         np.testing.assert_array_equal(counts[j], np.bincount(want[:, j], minlength=bins), err_msg=f"column {j}")
+
+
+@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+def test_tail_heaps_keep_the_k_extreme_finite_values(order: str) -> None:
+    """The heaps' kernel passes over rows inside both heaps' tops: what it keeps is still each end's k values."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(1000.0, np.logspace(-2, 2, 6), (3000, 6))
+    x[rng.random(x.shape) < 0.02] = np.nan
+    x[rng.random(x.shape) < 0.01] = np.inf
+    x[rng.random(x.shape) < 0.01] = -np.inf
+    if order != "random":
+        x = np.sort(x, axis=0)[:: 1 if order == "ascending" else -1]
+    k = 128
+    low, neg_high = np.full((6, k), np.inf), np.full((6, k), np.inf)
+    _numba_sketch.tail_heaps(*numba_view(np.ascontiguousarray(x.astype(np.float32))), low, neg_high)
+    for j in range(6):
+        finite = np.sort(x[:, j][np.isfinite(x[:, j])].astype(np.float32).astype(np.float64))
+        np.testing.assert_array_equal(np.sort(low[j]), finite[:k])
+        np.testing.assert_array_equal(np.sort(-neg_high[j]), finite[-k:])
