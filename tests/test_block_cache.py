@@ -26,8 +26,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     y = rng.integers(0, 3, size=4000).astype(np.int16)
     path = str(tmp_path_factory.mktemp("cache") / "data.zarr")
     root = zarr.open_group(path, mode="w")
-    root.create_array("X", data=x, chunks=(500, 6))
-    root.create_array("y", data=y, chunks=(500,))
+    root.create_array("X", data=x, chunks=(500, 6), dimension_names=("row", "feature"))  # xarray opens it too
+    root.create_array("y", data=y, chunks=(500,), dimension_names=("row",))
     return path
 
 
@@ -74,3 +74,63 @@ def test_distributed_cache_changes_no_bit(store: str) -> None:
     assert cached.provenance["cached"]
     for name, value in _arrays(plain).items():
         np.testing.assert_array_equal(_arrays(cached)[name], value, err_msg=name)
+
+
+class _CountingStore(zarr.storage.LocalStore):
+    """A local store that counts each key it is asked for (zarr reads every chunk through ``get``)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root, read_only=True)
+        self.gets: Counter[str] = Counter()
+
+    async def get(self, key, prototype, byte_range=None):  # noqa: ANN001, ANN201 - zarr's signature
+        self.gets[key] += 1
+        return await super().get(key, prototype, byte_range)
+
+
+def _chunk_reads(store: _CountingStore) -> Counter[str]:
+    """The reads of ``X``'s and ``y``'s chunk files (metadata left out)."""
+    return Counter({k: n for k, n in store.gets.items() if "/c/" in k})
+
+
+def test_a_dask_array_over_zarr_is_read_once_like_the_store_path(store: str) -> None:
+    import dask.array as da
+    import xarray as xr
+
+    counting = _CountingStore(store)
+    root = zarr.open_group(counting, mode="r")
+    counting.gets.clear()
+    # The store path on the counting store, in the storage chunks that the dask arrays keep as their blocks.
+    want = _arrays(db.describe(db.open_dataset(root, chunks="storage"), label=da.from_zarr(root["y"])))
+    store_reads = _chunk_reads(counting)
+    assert [store_reads[f"X/c/{i}/0"] for i in range(8)] == [1] * 8, store_reads  # both passes, one read each
+    arrays = {
+        "da.from_zarr": da.from_zarr(root["X"]),
+        "da.from_zarr, inline_array": da.from_zarr(root["X"], inline_array=True),
+        "da.from_array": da.from_array(root["X"], chunks=(500, 3)),  # the features in two blocks
+        "xarray's open_zarr": xr.open_zarr(counting, consolidated=False)["X"].data,
+    }
+    for what, x in arrays.items():
+        counting.gets.clear()
+        got = db.describe(x, label=da.from_zarr(root["y"]))  # the defaults: cache="auto", the plan's chunks
+        assert got.provenance["passes"] == 2 and got.provenance["cached"], what
+        assert _chunk_reads(counting) == store_reads, (what, _chunk_reads(counting))
+        assert _arrays(got).keys() == want.keys()
+        for name, value in want.items():  # bitwise the store path's
+            np.testing.assert_array_equal(_arrays(got)[name], value, err_msg=f"{what}: {name}")
+
+
+def test_dask_arrays_that_change_zarr_values_keep_their_own_path(store: str, tmp_path) -> None:  # noqa: ANN001
+    import dask.array as da
+    import xarray as xr
+
+    packed = zarr.open_group(tmp_path / "packed.zarr", mode="w").create_array(
+        "X", data=np.arange(12, dtype=np.int16).reshape(6, 2), chunks=(3, 2), dimension_names=("row", "feature"))
+    packed.attrs.update(scale_factor=0.5, _FillValue=3)  # xarray decodes: 3 is missing, the others halved
+    x = da.from_zarr(store, component="X")
+    decoded = xr.open_zarr(tmp_path / "packed.zarr", consolidated=False)["X"].data
+    raw = xr.open_zarr(tmp_path / "packed.zarr", consolidated=False, mask_and_scale=False)["X"].data  # undecoded
+    for changed in (x + 1, x[:, :3], x.astype(np.float64) * 2, decoded, raw):
+        s = db.describe(changed, stats=("moments",))
+        want = da.nanmean(changed, axis=0, dtype=np.float64).compute()  # the values the array holds
+        np.testing.assert_allclose(s.variables["mean"], want, rtol=1e-12)

@@ -310,3 +310,50 @@ def test_float32_table_kernels_weighted_equal_reference(window: int | None) -> N
     assert_states_equal(fast, reference)
     repeated = sk.chunk(np.repeat(x, w.astype(np.int64), axis=0))
     np.testing.assert_array_equal(np.asarray(fast.counts), np.asarray(repeated.counts).astype(np.float64))
+
+
+def test_grid_counts_bin_as_ldexp_does_at_every_scale() -> None:
+    """The dyadic grid's kernel multiplies by 2**-step where that is a normal float, else calls ldexp: same bins."""
+    from daskbatch.stats.sketch_distinct import _grid_steps
+
+    rng = np.random.default_rng(5)
+    bins = 2048
+    columns = [
+        rng.normal(1000.0, 0.01, 500),  # issue 33's narrow spreads: fine steps (2**-20)
+        rng.normal(0.0, 1e300, 500),  # steps near 2**1000
+        rng.uniform(0.0, 5e-310, 500),  # subnormals: 2**-step is no normal float, ldexp itself
+        rng.uniform(-4e-308, 4e-308, 500),  # around the smallest normal
+    ]
+    x = np.stack(columns, axis=1)
+    step, first = _grid_steps(np.nanmin(x, 0), np.nanmax(x, 0), bins)
+    # Every bin boundary in reach and its two neighbours: the values a wrong product would bin apart.
+    edges = np.ldexp((first[None, :] + rng.integers(0, bins, (300, x.shape[1]))).astype(np.float64), step[None, :])
+    x = np.concatenate([x, edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    x = np.clip(x, np.nanmin(columns, 1), np.nanmax(columns, 1))  # inside each column's range
+    step, first = _grid_steps(x.min(0), x.max(0), bins)
+    assert (np.abs(step) > 1022).any() and (np.abs(step) < 1022).any()
+    counts = np.zeros((x.shape[1], bins), dtype=np.int64)
+    data, lut = numba_view(x)
+    _numba_sketch.grid_counts(data, lut, None, step, first, counts)
+    want = np.clip(np.floor(np.ldexp(x, -step[None, :])).astype(np.int64) - first[None, :], 0, bins - 1)
+    for j in range(x.shape[1]):
+        np.testing.assert_array_equal(counts[j], np.bincount(want[:, j], minlength=bins), err_msg=f"column {j}")
+
+
+@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+def test_tail_heaps_keep_the_k_extreme_finite_values(order: str) -> None:
+    """The heaps' kernel passes over rows inside both heaps' tops: what it keeps is still each end's k values."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(1000.0, np.logspace(-2, 2, 6), (3000, 6))
+    x[rng.random(x.shape) < 0.02] = np.nan
+    x[rng.random(x.shape) < 0.01] = np.inf
+    x[rng.random(x.shape) < 0.01] = -np.inf
+    if order != "random":
+        x = np.sort(x, axis=0)[:: 1 if order == "ascending" else -1]
+    k = 128
+    low, neg_high = np.full((6, k), np.inf), np.full((6, k), np.inf)
+    _numba_sketch.tail_heaps(*numba_view(np.ascontiguousarray(x.astype(np.float32))), low, neg_high)
+    for j in range(6):
+        finite = np.sort(x[:, j][np.isfinite(x[:, j])].astype(np.float32).astype(np.float64))
+        np.testing.assert_array_equal(np.sort(low[j]), finite[:k])
+        np.testing.assert_array_equal(np.sort(-neg_high[j]), finite[-k:])

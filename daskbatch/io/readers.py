@@ -58,12 +58,12 @@ def check_series_index(series: Any, index: Any, role: str, what: str = "DataFram
 
 
 def _zarr_array_of(a: Any) -> Any:
-    """The zarr array a dask array made by ``da.from_zarr`` reads whole (None for any other array)."""
-    if not isinstance(a, da.Array) or not a.name.startswith("from-zarr-") or "zarr" not in sys.modules:
+    """The zarr array a dask array reads whole and unchanged, and the chunks to open it with (None for others)."""
+    if not isinstance(a, da.Array) or "zarr" not in sys.modules:  # no zarr array without zarr imported
         return None
-    layer = a.dask.layers.get("original-" + a.name)
-    found = list(dict(layer).values()) if layer is not None else []
-    return found[0] if len(found) == 1 and is_instance(found[0], "zarr", "Array") else None
+    from daskbatch.io.zarr_store import zarr_array_read_by  # lazy: zarr
+
+    return zarr_array_read_by(a)
 
 
 # --------------------------------------------------------------------------- readers of describe's inputs
@@ -164,9 +164,9 @@ class ZarrReader(DatasetReader):
         if isinstance(x, str | os.PathLike):
             refuse_unreadable_path(os.fspath(x))
         chunks: Any = "auto"
-        node = _zarr_array_of(x)
-        if node is not None:  # read through the store, as its path is, in the user's row blocks
-            x, chunks = node, int(x.chunks[0][0]) if x.chunks[0] else "auto"
+        found = _zarr_array_of(x)
+        if found is not None:  # read through the store, as its path is: read once with the block cache
+            x, chunks = found
         elif isinstance(x, os.PathLike):
             x = os.fspath(x)
         name = label if isinstance(label, str) else None

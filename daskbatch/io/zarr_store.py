@@ -95,13 +95,13 @@ class BlockReader:
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
     def __init__(self, arr: zarr.Array) -> None:
-        import xarray as xr  # lazy: xarray
-
         self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
         self.cf = cf_attributes(arr)
         self.decode = None
         self.dtype = np.dtype(arr.dtype)
         if self.cf:
+            import xarray as xr  # lazy: xarray
+
             dims = tuple(f"dim_{i}" for i in range(arr.ndim))
 
             def _decode(block: np.ndarray) -> np.ndarray:
@@ -157,6 +157,69 @@ class BlockReader:
                                    self.cf and repr(sorted(self.cf.items())))
         return da.from_array(self, chunks=chunks, name=f"daskbatch-read-{token}", asarray=False, fancy=False,
                              inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
+
+
+def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int] | None:
+    """The zarr array whose values ``a`` holds as a store path reads them, and the ``chunks`` to open it with; else None.
+
+    Recognises the graph of ``da.from_zarr`` and ``da.from_array`` over a ``zarr.Array`` (inlined
+    or not; read CF-decoded, as its path is) and xarray's ``open_zarr(...)[name].data`` where
+    neither xarray nor the path decodes anything: one getter task per block, each reading that
+    block's slices of the whole array. ``chunks``: the rows of ``a``'s first block (the user's blocks).
+    """
+    from dask._task_spec import DataNode, Task, TaskRef  # lazy: dask's task specification
+    from dask.array.core import getter, getter_inline, getter_nofancy  # lazy: dask arrays only
+
+    graph = a.__dask_graph__()
+    if not set(getattr(graph, "layers", {a.name: None})) <= {a.name, f"original-{a.name}"} or any(
+            math.isnan(c) for c in a.chunks[0]):
+        return None
+    first, arr, offsets = None, None, [np.cumsum((0, *c)) for c in a.chunks]
+    for key, task in graph.items():
+        if not isinstance(key, tuple) or key[0] != a.name:
+            continue
+        if not (isinstance(task, Task) and task.func in (getter, getter_inline, getter_nofancy)
+                and len(task.args) == 2 and isinstance(task.args[1], DataNode)):
+            return None
+        holder = task.args[0]
+        holder = graph.get(holder.key) if isinstance(holder, TaskRef) else holder
+        holder = holder.value if isinstance(holder, DataNode) else holder
+        if first is None:  # the first block says which array; any other array (NumPy's) ends the search
+            first, arr = holder, _stored_array(holder)
+            if arr is None or holder is not arr and not _reads_as_stored(arr):  # xarray's view: never decoded twice
+                return None
+        block: Any = key[1:]  # the block's position in the grid
+        wanted = tuple(slice(int(o[i]), int(o[i + 1])) for o, i in zip(offsets, block, strict=True))
+        if holder is not first or task.args[1].value != wanted:
+            return None
+    if arr is None or tuple(arr.shape) != tuple(a.shape) or np.dtype(arr.dtype) != a.dtype \
+            or type(a._meta) is not np.ndarray or not a.chunks[0]:
+        return None
+    return arr, int(a.chunks[0][0])
+
+
+def _reads_as_stored(arr: zarr.Array) -> bool:
+    """Whether :class:`BlockReader` reads ``arr``'s values as stored: no CF attributes, or a NaN fill of floats."""
+    cf = cf_attributes(arr)
+    fills = [cf.pop(name) for name in ("_FillValue", "missing_value") if name in cf]
+    nan = all(isinstance(v, float) and math.isnan(v) for v in fills)  # NaN read as NaN: nothing changes
+    return not cf and (not fills or nan and np.dtype(arr.dtype).kind == "f")
+
+
+def _stored_array(holder: Any) -> zarr.Array | None:
+    """The zarr.Array that ``holder`` (a getter's array) reads unchanged, else None."""
+    # xarray's wrappers that only pass a whole-array key through; any decoding wrapper is not one.
+    while not isinstance(holder, zarr.Array):
+        kind = type(holder).__name__ if type(holder).__module__.startswith("xarray.") else None
+        if kind in ("ImplicitToExplicitIndexingAdapter", "CopyOnWriteArray"):
+            holder = holder.array
+        elif kind == "LazilyIndexedArray" and all(k == slice(None) for k in holder.key.tuple):
+            holder = holder.array
+        elif kind == "ZarrArrayWrapper":
+            holder = holder.get_array()
+        else:
+            return None
+    return holder
 
 
 # --------------------------------------------------------------------------- the store
