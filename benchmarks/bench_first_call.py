@@ -9,15 +9,21 @@ and ``describe``'s defaults:
 - second call: the same ``describe`` again in the warm process;
 - CLI: ``python -m daskbatch describe STORE --label y`` with the warm cache.
 
+Then the whole processes side by side, warm, interleaved (best of ``--repeat``):
+the API (``describe(STORE, label="y")``), the CLI (in-process by default, and
+``--cluster local``), and, with ``--peers-venv DIR``, Polars' streaming
+``describe`` and DuckDB's ``SUMMARIZE`` on the same data written as Parquet,
+each run by the Python of DIR (a venv created there with polars, duckdb and
+pyarrow if absent: they are not daskbatch's dependencies).
+
 Inside the process the time is split into start-up and imports (``import
 daskbatch`` and what ``describe`` imports), kernels (numba compiling or loading
 from its cache: every top-level ``Dispatcher.compile``), planning
 (``plan_statistics``) and the rest of ``describe`` (reading and computing).
-Polars and DuckDB are not dependencies: their side-by-side rows are skipped.
 
 Usage::
 
-    python benchmarks/bench_first_call.py [--rows 200000] [--repeat 3] [--tree /tmp/before]
+    python benchmarks/bench_first_call.py [--rows 200000] [--repeat 3] [--tree /tmp/before] [--peers-venv DIR]
 """
 
 from __future__ import annotations
@@ -105,6 +111,58 @@ def _split(call: dict[str, float]) -> dict[str, float]:
     return {"kernels": call["kernels"], "planning": call["planning"], "read+compute": rest}
 
 
+#: Whole fresh processes on the same data, warm: the command line of each (``{python}`` the peers' Python).
+WHOLE_PROCESS = {
+    "daskbatch API `describe`": ["{daskbatch}", "-c", "import daskbatch as db; db.describe({store!r}, label='y')"],
+    "daskbatch CLI `describe` (in-process)": ["{daskbatch}", "-m", "daskbatch", "describe", "{store}", "--label", "y"],
+    "daskbatch CLI `describe --cluster local`": [
+        "{daskbatch}", "-m", "daskbatch", "describe", "{store}", "--label", "y", "--cluster", "local"],
+    "Polars streaming `describe` (Parquet)": [
+        "{python}", "-c", "import polars as pl; print(pl.scan_parquet({parquet!r}).describe())"],
+    "DuckDB `SUMMARIZE` (Parquet)": [
+        "{python}", "-c", "import duckdb; print(duckdb.sql(\"SUMMARIZE SELECT * FROM read_parquet('{parquet}')\").fetchall())"],
+}
+
+
+def peers_python(venv: str) -> str:
+    """The Python of ``venv``, with polars, duckdb and pyarrow installed there first if they are not."""
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    if subprocess.run([python, "-c", "import polars, duckdb, pyarrow"], capture_output=True).returncode:
+        subprocess.run([python, "-m", "pip", "install", "-q", "polars", "duckdb", "pyarrow"], check=True)
+    return python
+
+
+def write_parquet(store: str, path: str, python: str, env: dict[str, str]) -> None:
+    """The store's X (columns f0..) and y as one Parquet file, 65,536-row zstd row groups (written by ``python``)."""
+    npz = path + ".npz"
+    run(["-c", f"import daskbatch as db, numpy as np; d = db.open_dataset({store!r}); "
+               f"np.savez({npz!r}, x=d.x.compute(), y=d.label.compute())"], env)
+    subprocess.run([python, "-c", (
+        "import numpy as np, pyarrow as pa, pyarrow.parquet as pq\n"
+        f"d = np.load({npz!r}); x = d['x']\n"
+        "cols = {f'f{i}': x[:, i] for i in range(x.shape[1])}; cols['y'] = d['y']\n"
+        f"pq.write_table(pa.table(cols), {path!r}, row_group_size=65536, compression='zstd')"
+    )], check=True)
+    os.remove(npz)
+
+
+def whole_process_rows(store: str, parquet: str | None, python: str | None, env: dict[str, str],
+                       repeat: int) -> dict[str, float]:
+    """Best wall seconds of each whole process in :data:`WHOLE_PROCESS`, run in turn ``repeat`` times."""
+    times: dict[str, list[float]] = {}
+    names = [n for n, argv in WHOLE_PROCESS.items() if parquet is not None or "{python}" not in argv]
+    for _ in range(repeat):
+        for name in names:
+            argv = [a.format(daskbatch=sys.executable, python=python, store=store, parquet=parquet)
+                    for a in WHOLE_PROCESS[name]]
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, capture_output=True, check=True)
+            times.setdefault(name, []).append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
+
+
 def best(rows: list[dict]) -> dict:
     """The row of the fastest run (its phases stay consistent with its total)."""
     return min(rows, key=lambda r: r["total"])
@@ -116,6 +174,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tree", help="a directory holding another daskbatch package to time instead")
+    parser.add_argument("--peers-venv", help="a venv for Polars and DuckDB (created with them if absent)")
     opts = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-first-call-")
     env = dict(os.environ)
@@ -149,12 +208,23 @@ def main() -> None:
           f"| {s['read+compute']:.2f} |")
     print(f"| CLI `daskbatch describe` (local cluster), warm | {cli:.2f} | | | | |")
     print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
-    for tool in ("polars", "duckdb"):
-        if shutil.which(tool) is None and subprocess.run([sys.executable, "-c", f"import {tool}"], env=env,
-                                                          capture_output=True).returncode:
-            print(f"{tool}: not installed, its row skipped")
+    python = peers_python(opts.peers_venv) if opts.peers_venv else None
+    parquet = None
+    if python is not None:
+        parquet = os.path.join(work, "data.parquet")
+        write_parquet(store, parquet, python, env)
+    whole = whole_process_rows(store, parquet, python, warm_env, opts.repeat)
+    print(f"\n| whole process, warm, {opts.rows:,} x 64 (best of {opts.repeat}, interleaved) | s |\n|---|---:|")
+    for name, seconds in whole.items():
+        print(f"| {name} | {seconds:.2f} |")
+    api = whole["daskbatch API `describe`"]
+    print(f"\nCLI / API: {whole['daskbatch CLI `describe` (in-process)'] / api:.2f}x")
+    if python is None:
+        print("Polars and DuckDB: skipped (give --peers-venv DIR)")
+    else:
+        print(f"API / Polars: {api / whole['Polars streaming `describe` (Parquet)']:.2f}x")
     print(f"\nReproduce: python benchmarks/bench_first_call.py --rows {opts.rows} --repeat {opts.repeat}"
-          + (f" --tree {opts.tree}" if opts.tree else ""))
+          + (f" --tree {opts.tree}" if opts.tree else "") + (f" --peers-venv {opts.peers_venv}" if python else ""))
     shutil.rmtree(work, ignore_errors=True)
 
 

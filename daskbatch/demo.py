@@ -61,8 +61,9 @@ def run_demo(
     n_workers = workers or max(1, min(4, CPU_COUNT))
     try:
         t0 = time.perf_counter()
-        # Here, before the workers start: each worker would otherwise compile the same kernels at once.
-        prepare_kernels("float32", SYNTH_LABEL_DTYPE, echo=echo)
+        # Once, by a child process, while the cluster starts and the data are written (no kernels there):
+        # each worker would otherwise compile the same kernels at once.
+        compiled = _compile_in_background("float32", SYNTH_LABEL_DTYPE, echo)
         t_write = time.perf_counter()
         with _local_client(n_workers, threads_per_worker) as client:
             echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {_dashboard(client)}")
@@ -73,6 +74,7 @@ def run_demo(
                 correlated=correlated, seed=seed, path=store, overwrite=True,
             )
             echo(f"  written in {time.perf_counter() - t_write:.1f} s: {format_bytes(_disk_bytes(store))} on disk")
+            compiled()
             # Each worker process loads the kernels from numba's cache now, so that the summary's rows/s
             # is the computation's alone.
             _load_on_workers(client, dataset.x.dtype, None if dataset.label is None else dataset.label.dtype)
@@ -105,25 +107,27 @@ def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
 
     cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, dashboard_address=":0")
     client = Client(cluster)
+    # distributed.core's "Connection to ... has been closed" (INFO) is not the demo's news: not shown.
+    core = logging.getLogger("distributed.core")
+    core_level = core.level
+    core.setLevel(logging.WARNING)
     try:
         yield client
     finally:
         # The nanny kills a worker that has not exited 4 s after it was asked to (warning about it):
         # the workers are retired first, each with time to exit, and a late one killed without a word,
         # as nothing of the demo's is left on it.
-        # distributed.core's "Connection to ... has been closed" (INFO) is the shutdown itself: not shown.
-        quieted = [logging.getLogger(name) for name in ("distributed.nanny", "distributed.core")]
-        levels = [logger.level for logger in quieted]
-        for logger in quieted:
-            logger.setLevel(logging.ERROR)
+        nanny = logging.getLogger("distributed.nanny")
+        level = nanny.level
+        nanny.setLevel(logging.ERROR)
         try:
             with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
                 client.retire_workers(close_workers=True)
             client.close(timeout=SHUTDOWN_SECONDS)
             cluster.close(timeout=SHUTDOWN_SECONDS)
         finally:
-            for logger, level in zip(quieted, levels, strict=True):
-                logger.setLevel(level)
+            nanny.setLevel(level)
+            core.setLevel(core_level)
 
 
 def _dashboard(client: Any) -> str:
@@ -175,7 +179,7 @@ def prepare_kernels(
     named after the kernels' sources and these dtypes, tells a cold cache from a warm one.
     """
     start = time.perf_counter()
-    marker = os.path.join(kernel_cache_dir(), f"daskbatch-kernels-{_kernels_key(x_dtype, label_dtype, stats, range_)}.ready")
+    marker = _marker(x_dtype, label_dtype, stats, range_)
     # A warm cache is loaded without the lock: processes load at once, only compiling is one at a time.
     with contextlib.nullcontext() if os.path.exists(marker) else kernel_compile_lock():
         cold = not os.path.exists(marker)  # another process may have compiled while this one waited
@@ -189,6 +193,40 @@ def prepare_kernels(
     if cold:
         echo(f"  compiled in {spent:.1f} s")
     return spent
+
+
+def _compile_in_background(x_dtype: str, label_dtype: str, echo: Callable[[str], Any]) -> Callable[[], None]:
+    """On a cold cache, start :func:`prepare_kernels` in a child process; the function that waits for it."""
+    import subprocess
+    import sys
+
+    import daskbatch
+
+    if os.path.exists(_marker(x_dtype, label_dtype, None, None)):
+        return lambda: None  # warm: each worker loads what it needs
+    echo(f"Compiling the CPU kernels once, about {COLD_COMPILE_SECONDS} s (later runs load them from numba's cache) ...")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(daskbatch.__file__)))  # this daskbatch, not another
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    code = ("import sys; from daskbatch.demo import prepare_kernels; "
+            "print(prepare_kernels(sys.argv[1], sys.argv[2], echo=lambda text: None))")
+    child = subprocess.Popen([sys.executable, "-c", code, x_dtype, label_dtype], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait() -> None:
+        """Wait for the child; compile here, raising its error, if it failed."""
+        out, _ = child.communicate()
+        try:
+            spent = float(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):  # it failed: here the error is raised, or the compile done
+            spent = prepare_kernels(x_dtype, label_dtype, echo=lambda text: None)
+        echo(f"  kernels compiled in {spent:.1f} s")
+
+    return wait
+
+
+def _marker(*settings: Any) -> str:
+    """The marker file that says numba's cache holds the kernels for ``settings`` (dtypes, stats, range)."""
+    return os.path.join(kernel_cache_dir(), f"daskbatch-kernels-{_kernels_key(*settings)}.ready")
 
 
 def _describe_a_few_rows(x_dtype: Any, label_dtype: Any, stats: Any, range_: Any) -> None:
