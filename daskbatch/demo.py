@@ -283,6 +283,8 @@ def _load_kernels(x_dtype: str, label_dtype: str | None) -> None:
     """On a worker: prepare the kernels in this process, on dask's synchronous scheduler, saying nothing."""
     import dask  # lazy: dask
 
+    # The worker's own "Connection to ... has been closed" INFO lines, at the end, are not the demo's news.
+    logging.getLogger("distributed.core").setLevel(logging.WARNING)
     with dask.config.set(scheduler="synchronous"):
         prepare_kernels(x_dtype, label_dtype, echo=lambda text: None)
 
