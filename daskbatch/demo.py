@@ -200,12 +200,10 @@ def _compile_in_background(x_dtype: str, label_dtype: str, echo: Callable[[str],
     import subprocess
     import sys
 
-    import daskbatch
-
     if os.path.exists(_marker(x_dtype, label_dtype, None, None)):
         return lambda: None  # warm: each worker loads what it needs
     echo(f"Compiling the CPU kernels once, about {COLD_COMPILE_SECONDS} s (later runs load them from numba's cache) ...")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(daskbatch.__file__)))  # this daskbatch, not another
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this daskbatch, not another
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
     code = ("import sys; from daskbatch.demo import prepare_kernels; "
             "print(prepare_kernels(sys.argv[1], sys.argv[2], echo=lambda text: None))")
@@ -255,7 +253,7 @@ def _kernels_key(*settings: Any) -> str:
     import hashlib
     import sys
 
-    import numba
+    import numba  # lazy: numba
 
     from daskbatch.stats import kernels  # lazy: numba
 
