@@ -118,7 +118,8 @@ WHOLE_PROCESS = {
     "daskbatch CLI `describe --cluster local`": [
         "{daskbatch}", "-m", "daskbatch", "describe", "{store}", "--label", "y", "--cluster", "local"],
     "Polars streaming `describe` (Parquet)": [
-        "{python}", "-c", "import polars as pl; print(pl.scan_parquet({parquet!r}).describe())"],
+        "{python}", "-c", "import polars as pl; pl.Config.set_engine_affinity('streaming'); "
+                   "print(pl.scan_parquet({parquet!r}).describe())"],
     "DuckDB `SUMMARIZE` (Parquet)": [
         "{python}", "-c", "import duckdb; print(duckdb.sql(\"SUMMARIZE SELECT * FROM read_parquet('{parquet}')\").fetchall())"],
 }
@@ -168,12 +169,40 @@ def best(rows: list[dict]) -> dict:
     return min(rows, key=lambda r: r["total"])
 
 
+def split_rows(store: str, env: dict[str, str], work: str, repeat: int, rows: int) -> dict[str, str]:
+    """Time and print the cold, warm and second-call rows split into phases; the warm processes' environment."""
+    caches = []
+    cold = []
+    for _ in range(repeat):
+        caches.append(tempfile.mkdtemp(dir=work))
+        cold.append(api_row(store, dict(env, NUMBA_CACHE_DIR=caches[-1])))
+    warm_env = dict(env, NUMBA_CACHE_DIR=caches[-1])
+    warm = [api_row(store, warm_env) for _ in range(repeat)]
+
+    cold_row, warm_row = best(cold), best(warm)
+    second = min((r["second"] for r in warm), key=lambda c: c["describe"])
+    print(f"{rows:,} x 64 float32, 3-class label, describe defaults; best of {repeat}; "
+          f"{os.cpu_count()} CPUs\n")
+    print("| whole process | total s | start + imports s | kernels s | planning s | read + compute s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("cold numba cache", cold_row), ("warm numba cache", warm_row)):
+        print(f"| {name} | {r['total']:.2f} | {r['imports']:.2f} | {r['kernels']:.2f} | {r['planning']:.2f} "
+              f"| {r['read+compute']:.2f} |")
+    s = _split(second)
+    print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
+          f"| {s['read+compute']:.2f} |")
+    print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    return warm_env
+
+
 def main() -> None:
     """Time the four rows and print a Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tree", help="a directory holding another daskbatch package to time instead")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the warm whole-process rows (API, CLI, peers), not the cold/warm phase split")
     parser.add_argument("--peers-venv", help="a venv for Polars and DuckDB (created with them if absent)")
     opts = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-first-call-")
@@ -185,29 +214,11 @@ def main() -> None:
     store = os.path.join(work, "data.zarr")
     run(["-c", f"import daskbatch as db; db.synth({opts.rows}, 64, classes=3, path={store!r})"], env)
 
-    caches = []
-    cold = []
-    for _ in range(opts.repeat):
-        caches.append(tempfile.mkdtemp(dir=work))
-        cold.append(api_row(store, dict(env, NUMBA_CACHE_DIR=caches[-1])))
-    warm_env = dict(env, NUMBA_CACHE_DIR=caches[-1])
-    warm = [api_row(store, warm_env) for _ in range(opts.repeat)]
-    cli = min(run(["-m", "daskbatch", "describe", store, "--label", "y"], warm_env)[0] for _ in range(opts.repeat))
-
-    cold_row, warm_row = best(cold), best(warm)
-    second = min((r["second"] for r in warm), key=lambda c: c["describe"])
-    print(f"{opts.rows:,} x 64 float32, 3-class label, describe defaults; best of {opts.repeat}; "
-          f"{os.cpu_count()} CPUs\n")
-    print("| whole process | total s | start + imports s | kernels s | planning s | read + compute s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, r in (("cold numba cache", cold_row), ("warm numba cache", warm_row)):
-        print(f"| {name} | {r['total']:.2f} | {r['imports']:.2f} | {r['kernels']:.2f} | {r['planning']:.2f} "
-              f"| {r['read+compute']:.2f} |")
-    s = _split(second)
-    print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
-          f"| {s['read+compute']:.2f} |")
-    print(f"| CLI `daskbatch describe` (local cluster), warm | {cli:.2f} | | | | |")
-    print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    if opts.whole_only:  # one untimed process fills the cache the whole-process rows load from
+        warm_env = dict(env, NUMBA_CACHE_DIR=tempfile.mkdtemp(dir=work))
+        run(["-c", f"import daskbatch as db; db.describe({store!r}, label='y')"], warm_env)
+    else:
+        warm_env = split_rows(store, env, work, opts.repeat, opts.rows)
     python = peers_python(opts.peers_venv) if opts.peers_venv else None
     parquet = None
     if python is not None:
@@ -224,7 +235,7 @@ def main() -> None:
     else:
         print(f"API / Polars: {api / whole['Polars streaming `describe` (Parquet)']:.2f}x")
     print(f"\nReproduce: python benchmarks/bench_first_call.py --rows {opts.rows} --repeat {opts.repeat}"
-          + (f" --tree {opts.tree}" if opts.tree else "") + (f" --peers-venv {opts.peers_venv}" if python else ""))
+          + (f" --tree {opts.tree}" if opts.tree else "") + (f" --peers-venv {opts.peers_venv}" if python else "") + (" --whole-only" if opts.whole_only else ""))
     shutil.rmtree(work, ignore_errors=True)
 
 
