@@ -135,18 +135,14 @@ def peers_python(venv: str) -> str:
     return python
 
 
-def write_parquet(store: str, path: str, python: str, env: dict[str, str]) -> None:
-    """The store's X (columns f0..) and y as one Parquet file, 65,536-row zstd row groups (written by ``python``)."""
-    npz = path + ".npz"
-    run(["-c", f"import daskbatch as db, numpy as np; d = db.open_dataset({store!r}); "
-               f"np.savez({npz!r}, x=d.x.compute(), y=d.label.compute())"], env)
-    subprocess.run([python, "-c", (
-        "import numpy as np, pyarrow as pa, pyarrow.parquet as pq\n"
-        f"d = np.load({npz!r}); x = d['x']\n"
-        "cols = {f'f{i}': x[:, i] for i in range(x.shape[1])}; cols['y'] = d['y']\n"
+def write_parquet(store: str, path: str, env: dict[str, str]) -> None:
+    """The store's X (columns f0..) and y as one Parquet file of 65,536-row zstd row groups (pyarrow, an extra)."""
+    run(["-c", (
+        "import daskbatch as db, pyarrow as pa, pyarrow.parquet as pq\n"
+        f"d = db.open_dataset({store!r}); x = d.x.compute()\n"
+        "cols = {f'f{i}': x[:, i] for i in range(x.shape[1])}; cols['y'] = d.label.compute()\n"
         f"pq.write_table(pa.table(cols), {path!r}, row_group_size=65536, compression='zstd')"
-    )], check=True)
-    os.remove(npz)
+    )], env)
 
 
 def whole_process_rows(store: str, parquet: str | None, python: str | None, env: dict[str, str],
@@ -223,7 +219,7 @@ def main() -> None:
     parquet = None
     if python is not None:
         parquet = os.path.join(work, "data.parquet")
-        write_parquet(store, parquet, python, env)
+        write_parquet(store, parquet, env)
     whole = whole_process_rows(store, parquet, python, warm_env, opts.repeat)
     print(f"\n| whole process, warm, {opts.rows:,} x 64 (best of {opts.repeat}, interleaved) | s |\n|---|---:|")
     for name, seconds in whole.items():
