@@ -9,15 +9,21 @@ and ``describe``'s defaults:
 - second call: the same ``describe`` again in the warm process;
 - CLI: ``python -m daskbatch describe STORE --label y`` with the warm cache.
 
+Then the whole processes side by side, warm, interleaved (best of ``--repeat``):
+the API (``describe(STORE, label="y")``), the CLI (in-process by default, and
+``--cluster local``), and, with ``--peers-venv DIR``, Polars' streaming
+``describe`` and DuckDB's ``SUMMARIZE`` on the same data written as Parquet,
+each run by the Python of DIR (a venv created there with polars, duckdb and
+pyarrow if absent: they are not daskbatch's dependencies).
+
 Inside the process the time is split into start-up and imports (``import
 daskbatch`` and what ``describe`` imports), kernels (numba compiling or loading
 from its cache: every top-level ``Dispatcher.compile``), planning
 (``plan_statistics``) and the rest of ``describe`` (reading and computing).
-Polars and DuckDB are not dependencies: their side-by-side rows are skipped.
 
 Usage::
 
-    python benchmarks/bench_first_call.py [--rows 200000] [--repeat 3] [--tree /tmp/before]
+    python benchmarks/bench_first_call.py [--rows 200000] [--repeat 3] [--tree /tmp/before] [--peers-venv DIR]
 """
 
 from __future__ import annotations
@@ -105,9 +111,84 @@ def _split(call: dict[str, float]) -> dict[str, float]:
     return {"kernels": call["kernels"], "planning": call["planning"], "read+compute": rest}
 
 
+#: Whole fresh processes on the same data, warm: the command line of each (``{python}`` the peers' Python).
+WHOLE_PROCESS = {
+    "daskbatch API `describe`": ["{daskbatch}", "-c", "import daskbatch as db; db.describe({store!r}, label='y')"],
+    "daskbatch CLI `describe` (in-process)": ["{daskbatch}", "-m", "daskbatch", "describe", "{store}", "--label", "y"],
+    "daskbatch CLI `describe --cluster local`": [
+        "{daskbatch}", "-m", "daskbatch", "describe", "{store}", "--label", "y", "--cluster", "local"],
+    "Polars streaming `describe` (Parquet)": [
+        "{python}", "-c", "import polars as pl; pl.Config.set_engine_affinity('streaming'); "
+                   "print(pl.scan_parquet({parquet!r}).describe())"],
+    "DuckDB `SUMMARIZE` (Parquet)": [
+        "{python}", "-c", "import duckdb; print(duckdb.sql(\"SUMMARIZE SELECT * FROM read_parquet('{parquet}')\").fetchall())"],
+}
+
+
+def peers_python(venv: str) -> str:
+    """The Python of ``venv``, with polars, duckdb and pyarrow installed there first if they are not."""
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    if subprocess.run([python, "-c", "import polars, duckdb, pyarrow"], capture_output=True).returncode:
+        subprocess.run([python, "-m", "pip", "install", "-q", "polars", "duckdb", "pyarrow"], check=True)
+    return python
+
+
+def write_parquet(store: str, path: str, env: dict[str, str]) -> None:
+    """The store's X (columns f0..) and y as one Parquet file of 65,536-row zstd row groups (pyarrow, an extra)."""
+    run(["-c", (
+        "import daskbatch as db, pyarrow as pa, pyarrow.parquet as pq\n"
+        f"d = db.open_dataset({store!r}); x = d.x.compute()\n"
+        "cols = {f'f{i}': x[:, i] for i in range(x.shape[1])}; cols['y'] = d.label.compute()\n"
+        f"pq.write_table(pa.table(cols), {path!r}, row_group_size=65536, compression='zstd')"
+    )], env)
+
+
+def whole_process_rows(store: str, parquet: str | None, python: str | None, env: dict[str, str],
+                       repeat: int) -> dict[str, float]:
+    """Best wall seconds of each whole process in :data:`WHOLE_PROCESS`, run in turn ``repeat`` times."""
+    times: dict[str, list[float]] = {}
+    names = [n for n, argv in WHOLE_PROCESS.items() if parquet is not None or "{python}" not in argv]
+    for _ in range(repeat):
+        for name in names:
+            argv = [a.format(daskbatch=sys.executable, python=python, store=store, parquet=parquet)
+                    for a in WHOLE_PROCESS[name]]
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, capture_output=True, check=True)
+            times.setdefault(name, []).append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
+
+
 def best(rows: list[dict]) -> dict:
     """The row of the fastest run (its phases stay consistent with its total)."""
     return min(rows, key=lambda r: r["total"])
+
+
+def split_rows(store: str, env: dict[str, str], work: str, repeat: int, rows: int) -> dict[str, str]:
+    """Time and print the cold, warm and second-call rows split into phases; the warm processes' environment."""
+    caches = []
+    cold = []
+    for _ in range(repeat):
+        caches.append(tempfile.mkdtemp(dir=work))
+        cold.append(api_row(store, dict(env, NUMBA_CACHE_DIR=caches[-1])))
+    warm_env = dict(env, NUMBA_CACHE_DIR=caches[-1])
+    warm = [api_row(store, warm_env) for _ in range(repeat)]
+
+    cold_row, warm_row = best(cold), best(warm)
+    second = min((r["second"] for r in warm), key=lambda c: c["describe"])
+    print(f"{rows:,} x 64 float32, 3-class label, describe defaults; best of {repeat}; "
+          f"{os.cpu_count()} CPUs\n")
+    print("| whole process | total s | start + imports s | kernels s | planning s | read + compute s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("cold numba cache", cold_row), ("warm numba cache", warm_row)):
+        print(f"| {name} | {r['total']:.2f} | {r['imports']:.2f} | {r['kernels']:.2f} | {r['planning']:.2f} "
+              f"| {r['read+compute']:.2f} |")
+    s = _split(second)
+    print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
+          f"| {s['read+compute']:.2f} |")
+    print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    return warm_env
 
 
 def main() -> None:
@@ -116,6 +197,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tree", help="a directory holding another daskbatch package to time instead")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the warm whole-process rows (API, CLI, peers), not the cold/warm phase split")
+    parser.add_argument("--peers-venv", help="a venv for Polars and DuckDB (created with them if absent)")
     opts = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-first-call-")
     env = dict(os.environ)
@@ -126,35 +210,28 @@ def main() -> None:
     store = os.path.join(work, "data.zarr")
     run(["-c", f"import daskbatch as db; db.synth({opts.rows}, 64, classes=3, path={store!r})"], env)
 
-    caches = []
-    cold = []
-    for _ in range(opts.repeat):
-        caches.append(tempfile.mkdtemp(dir=work))
-        cold.append(api_row(store, dict(env, NUMBA_CACHE_DIR=caches[-1])))
-    warm_env = dict(env, NUMBA_CACHE_DIR=caches[-1])
-    warm = [api_row(store, warm_env) for _ in range(opts.repeat)]
-    cli = min(run(["-m", "daskbatch", "describe", store, "--label", "y"], warm_env)[0] for _ in range(opts.repeat))
-
-    cold_row, warm_row = best(cold), best(warm)
-    second = min((r["second"] for r in warm), key=lambda c: c["describe"])
-    print(f"{opts.rows:,} x 64 float32, 3-class label, describe defaults; best of {opts.repeat}; "
-          f"{os.cpu_count()} CPUs\n")
-    print("| whole process | total s | start + imports s | kernels s | planning s | read + compute s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, r in (("cold numba cache", cold_row), ("warm numba cache", warm_row)):
-        print(f"| {name} | {r['total']:.2f} | {r['imports']:.2f} | {r['kernels']:.2f} | {r['planning']:.2f} "
-              f"| {r['read+compute']:.2f} |")
-    s = _split(second)
-    print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
-          f"| {s['read+compute']:.2f} |")
-    print(f"| CLI `daskbatch describe` (local cluster), warm | {cli:.2f} | | | | |")
-    print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
-    for tool in ("polars", "duckdb"):
-        if shutil.which(tool) is None and subprocess.run([sys.executable, "-c", f"import {tool}"], env=env,
-                                                          capture_output=True).returncode:
-            print(f"{tool}: not installed, its row skipped")
+    if opts.whole_only:  # one untimed process fills the cache the whole-process rows load from
+        warm_env = dict(env, NUMBA_CACHE_DIR=tempfile.mkdtemp(dir=work))
+        run(["-c", f"import daskbatch as db; db.describe({store!r}, label='y')"], warm_env)
+    else:
+        warm_env = split_rows(store, env, work, opts.repeat, opts.rows)
+    python = peers_python(opts.peers_venv) if opts.peers_venv else None
+    parquet = None
+    if python is not None:
+        parquet = os.path.join(work, "data.parquet")
+        write_parquet(store, parquet, env)
+    whole = whole_process_rows(store, parquet, python, warm_env, opts.repeat)
+    print(f"\n| whole process, warm, {opts.rows:,} x 64 (best of {opts.repeat}, interleaved) | s |\n|---|---:|")
+    for name, seconds in whole.items():
+        print(f"| {name} | {seconds:.2f} |")
+    api = whole["daskbatch API `describe`"]
+    print(f"\nCLI / API: {whole['daskbatch CLI `describe` (in-process)'] / api:.2f}x")
+    if python is None:
+        print("Polars and DuckDB: skipped (give --peers-venv DIR)")
+    else:
+        print(f"API / Polars: {api / whole['Polars streaming `describe` (Parquet)']:.2f}x")
     print(f"\nReproduce: python benchmarks/bench_first_call.py --rows {opts.rows} --repeat {opts.repeat}"
-          + (f" --tree {opts.tree}" if opts.tree else ""))
+          + (f" --tree {opts.tree}" if opts.tree else "") + (f" --peers-venv {opts.peers_venv}" if python else "") + (" --whole-only" if opts.whole_only else ""))
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -33,9 +33,9 @@ class Record(event.Listener):
 
 event.register("numba:compile", Record())
 import daskbatch as db
-from daskbatch.demo import _prepare_kernels
+from daskbatch.demo import prepare_kernels
 
-_prepare_kernels(6, 3, 0)
+prepare_kernels("float32", "int32", echo=print)
 warm_up = dict(compiled)
 compiled.clear()
 db.describe(db.synth(4000, 6, classes=3, path=sys.argv[1], chunk_rows=1000))

@@ -34,7 +34,7 @@ from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_
 from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
-from daskbatch.runtime.cluster import require_cuda, resolve_kind
+from daskbatch.runtime.cluster import cli_kind, require_cuda
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS, check_statistic_names
@@ -146,8 +146,9 @@ def describe_command(
     """Per-feature statistics of the array X in STORE (a Zarr path or fsspec URL).
 
     Prints a table and writes the summary to --out (Zarr) and/or --json.
-    Starts a local cluster by default (--cluster threads for none), or joins
-    one with --address / --scheduler-file. Exit code 75 means interrupted but
+    Runs in this process on dask's threaded scheduler by default (with GPUs:
+    one dask-cuda worker per GPU); --cluster local starts a local cluster, and
+    --address / --scheduler-file join one. Exit code 75 means interrupted but
     resumable: run the same command again.
     """
     from daskbatch.describing import describe  # lazy: dask
@@ -212,7 +213,14 @@ def describe_command(
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
     settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
     if not (address or scheduler_file) and cluster != "threads":
-        cluster = resolve_kind(cluster)  # "auto" decided once, here: cuda or local
+        cluster = cli_kind(cluster)  # "auto" decided once, here: cuda or threads
+    if cluster == "local" and not (address or scheduler_file):
+        # The kernels compiled (or loaded) once, here, before the worker processes start: each would
+        # otherwise compile the same ones at once on a cold cache.
+        from daskbatch.demo import prepare_kernels  # lazy: dask
+
+        prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
+                        settings["stats"], settings["range"])
     cluster_kwargs = {}
     if cluster == "cuda" and not (address or scheduler_file):
         # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool

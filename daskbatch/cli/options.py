@@ -77,7 +77,8 @@ def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
         f = click.option(
             "--cluster", type=click.Choice(CLUSTER_CHOICES), default=default, show_default=True,
             envvar="DASKBATCH_CLUSTER",
-            help="Cluster to start: auto (one dask-cuda worker per GPU, else local), local, "
+            help="Cluster to start: auto (one dask-cuda worker per GPU, else none: dask's threaded scheduler "
+            "in this process, as the Python API), local (a LocalCluster of worker processes), "
             "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
             "threads (no cluster: dask's threaded scheduler); env DASKBATCH_CLUSTER.",
         )(f)
