@@ -14,7 +14,7 @@ from daskbatch import _common as _html
 from daskbatch._common import plural as _count
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
-from daskbatch.summary.tables import covariance_message, suspect_message
+from daskbatch.summary.tables import LISTED, covariance_message, suspect_message
 
 __all__ = [
     "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
@@ -34,8 +34,6 @@ DIGITS = 4
 MAX_DECIMALS = 8
 #: Count columns that are left out when they are zero for every feature.
 ZERO_HIDDEN = ("nan_count", "posinf_count", "neginf_count")
-#: Names listed in one warning before "and N more".
-LISTED = 8
 
 
 def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
