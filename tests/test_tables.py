@@ -160,7 +160,7 @@ def test_an_interrupted_checkpointed_run_resumes(tables: dict[str, Path], tmp_pa
         db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck, cancel=cancel, progress=stop_after_three))
     resumed = db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck))
     whole = db.describe(path, **run, run=db.RunOptions(plan=None))
-    (log,) = [r for r in (ck.glob("pass-*")) if r.is_dir()]
+    (log,) = [r for r in (ck.glob("pass-*")) if r.is_dir() and r.name != "pass-categorical"]  # "name": its own
     last = read_runs(ck, log.name.removeprefix("pass-"))[-1]
     assert 0 < last["reused_blocks"] and last["computed_blocks"] < last["blocks"] == FILES * ROWS // GROUP
     np.testing.assert_array_equal(resumed.mean, whole.mean)
@@ -248,3 +248,71 @@ def test_an_fsspec_url_of_a_dataset_is_described() -> None:
     assert summary.arrays.mean[0] == 50.0
     assert db.open_table("memory://tables35/ds", storage_options={}).row_groups == 8
     fs.rm("/tables35", recursive=True)
+
+
+PROFILE_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import dask
+    import daskbatch as db
+    from daskbatch.io import tables
+
+    read = tables._read_group
+
+    def slow(files, columns, *piece):  # the text columns read slowly: the kill lands inside their pass
+        time.sleep(float(sys.argv[3]) if "word" in columns else 0.0)
+        return read(files, columns, *piece)
+
+    tables._read_group = slow  # what the blocks call when they run (their names, made of their reads, stay)
+    with dask.config.set(num_workers=2):
+        db.describe(sys.argv[1], label="y", stats=("moments", "mi"),
+                    run=db.RunOptions(plan=None, split_every=2, checkpoint=sys.argv[2]))
+    print("finished")
+    """
+)
+
+
+def test_a_killed_run_resumes_the_profile_of_the_text_columns(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    rng = np.random.default_rng(5)
+    folder, blocks = tmp_path / "ds", 0
+    folder.mkdir()
+    for k in range(4):  # 4 files of 4 row groups: 16 blocks, units of 2
+        n = 800
+        words = [None if rng.random() < 0.1 else f"w{int(v)}" for v in rng.integers(0, 40, n)]
+        pq.write_table(pa.table({
+            "f": rng.normal(size=n), "word": pa.array(words, pa.string()),
+            "ids": pa.array([f"id{k}-{i}" for i in range(n)]),  # pruned: the counters' merge tree matters
+            "at": pa.array(rng.integers(0, 10**12, n), pa.timestamp("ms")), "y": rng.integers(0, 3, n),
+        }), folder / f"part-{k}.parquet", row_group_size=200)
+        blocks += 4
+    script, ck = tmp_path / "run.py", tmp_path / "ck"
+    script.write_text(PROFILE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, str(script), str(folder), str(ck), "0.3"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while len(list((ck / "pass-categorical").glob("L*.ckpt"))) < 2:  # two units (four blocks) kept
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint of the profile appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert "finished" not in proc.communicate()[0]
+    options = {"label": "y", "stats": ("moments", "mi")}
+    resumed = db.describe(str(folder), **options, run=db.RunOptions(plan=None, split_every=2, checkpoint=ck))
+    whole = db.describe(str(folder), **options, run=db.RunOptions(plan=None, split_every=2))
+    last = read_runs(ck, "categorical")[-1]
+    assert 0 < last["reused_blocks"] < last["blocks"] == blocks and last["computed_blocks"] < blocks
+    a, b = resumed.categorical_state.state, whole.categorical_state.state
+    for name in ("word", "ids", "at"):  # counts, nulls, extremes, registers and counters: the same state
+        assert (a[name].count, a[name].null_count, a[name].low, a[name].high, a[name].counters, a[name].joint) == (
+            b[name].count, b[name].null_count, b[name].low, b[name].high, b[name].counters, b[name].joint)
+        np.testing.assert_array_equal(a[name].registers, b[name].registers)
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(resumed.categorical, whole.categorical)
+    assert b["ids"].pruned and b["word"].joint is not None  # both kinds of column were checked

@@ -422,7 +422,8 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     if not chosen:
         raise ValueError(f"{where}: no numeric column is left for x (label, masks, non-numeric)")
     wanted = [*chosen, *([label] if label else [])]
-    footers = [_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
+    # The profiled columns are in the digest too: a rewritten text column is other content for a checkpoint.
+    footers = [_footer(files, i, [*wanted, *profiled], fingerprint) for i in range(len(files.paths))]
     for i, footer in enumerate(footers):
         for name in [*wanted, *profiled]:  # profiled: text, categories or times in every file
             found = footer.schema.field(name).type if name in footer.schema.names else "absent"
