@@ -203,9 +203,12 @@ def test_bad_inputs_are_named(tables: dict[str, Path], tmp_path: Path) -> None:
     csv.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"is a text table.*convert it to Parquet"):
         db.describe(str(csv))
-    pq.write_table(pa.table({"s": ["a", "b"], "t": pa.array([1, 2], pa.timestamp("s"))}), tmp_path / "text.parquet")
-    with pytest.raises(TypeError, match=r"no numeric columns to describe \(found: s \(not numeric\), t \(not numeric\)"):
-        db.describe(str(tmp_path / "text.parquet"))
+    pq.write_table(pa.table({"l": pa.array([[1], [2]]), "m": pa.array([{"a": 1}, {"a": 2}])}), tmp_path / "odd.parquet")
+    with pytest.raises(TypeError, match=r"no column to describe: numbers, .* \(found: l \(other type\), m \(other"):
+        db.describe(str(tmp_path / "odd.parquet"))
+    pq.write_table(pa.table({"s": ["a", "b"]}), tmp_path / "text.parquet")
+    with pytest.raises(db.DataError, match=r"text.parquet has no numeric columns to ingest"):
+        db.ingest(str(tmp_path / "text.parquet"), tmp_path / "text.zarr")
     named = db.open_table(tables["parquet"], columns=["f0", "name"])  # a text column named: profiled
     assert named.feature_names == ["f0"] and len(named.frames) == FILES * ROWS // GROUP
     with pytest.raises(KeyError, match="label 'z' is not a column"):
@@ -316,3 +319,45 @@ def test_a_killed_run_resumes_the_profile_of_the_text_columns(tmp_path: Path) ->
 
     pd.testing.assert_frame_equal(resumed.categorical, whole.categorical)
     assert b["ids"].pruned and b["word"].joint is not None  # both kinds of column were checked
+
+
+def test_a_table_of_text_categories_and_times_only_is_described(tmp_path: Path) -> None:
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for k in range(2):
+        n = 600
+        pq.write_table(pa.table({
+            "word": pa.array([None if rng.random() < 0.1 else f"w{int(v)}" for v in rng.integers(0, 9, n)]),
+            "kind": pa.array(rng.choice(["a", "b", "c"], n)).dictionary_encode(),
+            "at": pa.array(rng.integers(0, 10**12, n), pa.timestamp("ms")), "y": rng.integers(0, 2, n),
+        }), folder / f"part-{k}.parquet", row_group_size=250)
+    values = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
+    s = db.describe(str(folder), label="y")
+    assert s.feature_names == () and s.n_features == 0 and list(s.categorical.index) == ["word", "kind", "at"]
+    for name in ("word", "kind"):
+        counts = values[name].value_counts()
+        assert s.categorical.loc[name, "null_count"] == values[name].isna().sum()
+        assert dict(s.categorical.loc[name, "top_k"]) == counts.to_dict()
+    assert s.categorical.loc["at", "min"] == values["at"].min().isoformat()
+    rows = values["word"].notna()
+    mi = s.categorical.loc["word", "mi"]  # by the label's classes, as with numbers beside
+    from sklearn.metrics import mutual_info_score
+
+    assert mi == pytest.approx(mutual_info_score(values.loc[rows, "word"], values.loc[rows, "y"]), rel=1e-12)
+    assert "word" in str(s) and "word" in s._repr_html_()
+    s.to_html(tmp_path / "report.html")
+    s.save(tmp_path / "s.zarr")
+    pd.testing.assert_frame_equal(db.load_summary(tmp_path / "s.zarr").categorical, s.categorical)
+    halves = [db.describe(str(p), label="y") for p in sorted(folder.glob("*.parquet"))]
+    merged = db.merge(*halves).categorical  # "at" has 1,200 distinct values: its pruned counters are the tree's own
+    pd.testing.assert_frame_equal(merged.loc[["word", "kind"]], s.categorical.loc[["word", "kind"]])
+    picked = ["count", "null_count", "distinct", "min", "max"]
+    assert merged.loc["at", picked].tolist() == s.categorical.loc["at", picked].tolist()
+    done = subprocess.run([sys.executable, "-m", "daskbatch", "describe", str(folder), "--label", "y", "--json", "-"],
+                          capture_output=True, text=True, timeout=250)
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert written["feature_names"] == [] and written["provenance"]["categorical"]["kind"]["distinct"] == 3

@@ -120,7 +120,7 @@ def as_feature_matrix(
         raise ValueError(f"{what} has shape {tuple(x.shape)}; expected 2-D (samples, features){hint}")
     _check_known_chunks(x, what)
     rows, n_features = x.shape
-    if rows == 0 or n_features == 0:
+    if rows == 0 or (n_features == 0 and not reader.frames):
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
     x = as_float64_if_wider(in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:

@@ -43,7 +43,7 @@ from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch_in_plan
-from daskbatch.runtime.capacity import active_client
+from daskbatch.runtime.capacity import active_client, note_pass
 from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
@@ -142,6 +142,8 @@ def _computed(
     data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` on ``where``'s device: statistics, layout, passes, results."""
+    if data.x.shape[1] == 0:  # a table of text, categories or times only: their profile is the summary
+        return _profile_only(data, run, data.label if not grouped and not targeted else None)
     device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
     # -- the statistics
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
@@ -305,6 +307,19 @@ def _computed(
 
 
 # -- the steps' helpers
+
+
+def _profile_only(data: FeatureMatrix, run: RunOptions, label: Any) -> Computed:
+    """The summary's parts for data of no numeric feature: the non-numeric columns' profile (by ``label``)."""
+    fan_in = resolve_split_every(run.split_every)
+    profiled = Kept(CategoricalProfile(), _profile_state(data, label, fan_in, run))
+    note_pass(int(data.x.shape[0]), 0)  # the run's log line counts its one pass over the rows
+    provenance = {
+        **data.provenance, "categorical": profiled.finalize(), "stats": [], "split_every": fan_in,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "daskbatch_version": __version__, "input_tokens": [input_token(data)],
+    }
+    return Computed(data=data, results={}, states={}, provenance=provenance, categorical=profiled)
 
 
 def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions) -> Any:

@@ -270,10 +270,10 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
     chosen = [n for n in chosen if n != label]
     skipped = [n for n in chosen if types[n] is None]
     kind = {n: "O" if t is None else t.kind for n, t in types.items()}  # "O": not a feature (profiled or skipped)
-    numeric = [n for n in chosen if kind[n] != "O"]
-    if not numeric:
-        found = ", ".join(f"{n} ({types[n] if kind[n] != 'O' else 'not numeric'})" for n in names[:20])
-        raise TypeError(f"{where} has no numeric columns to describe (found: {found or 'none'})")
+    if not [n for n in chosen if types[n] is not None]:  # nothing numeric and nothing profiled
+        found = ", ".join(f"{n} ({'other type' if types[n] is None else kind[n]})" for n in names[:20])
+        raise TypeError(f"{where} has no column to describe: numbers, booleans, text, categories or times "
+                        f"(found: {found or 'none'})")
     if skipped and not quiet:
         warn(
             f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
@@ -419,7 +419,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     selected = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
     profiled = tuple(n for n in selected if types[n] == np.dtype("O"))
     chosen = [n for n in selected if types[n] != np.dtype("O")]
-    if not chosen:
+    if not chosen and not profiled:
         raise ValueError(f"{where}: no numeric column is left for x (label, masks, non-numeric)")
     wanted = [*chosen, *([label] if label else [])]
     # The profiled columns are in the digest too: a rewritten text column is other content for a checkpoint.
@@ -431,7 +431,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
                 bad = f"column {name!r} is {found}"
                 raise ValueError(f"{files.paths[i]}: {bad}, unlike in {files.paths[0]}")
     dtypes = [_numeric_dtype(f.schema.field(n).type) for f in footers for n in chosen]
-    dtype = np.result_type(*dtypes)
+    dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)  # none: only profiled columns
     if dtype.kind != "f" and any(n in f.nullable for f in footers for n in chosen):
         dtype = np.dtype(np.float64)  # nulls read as NaN
     pieces = _pieces([f.groups for f in footers], len(chosen) * dtype.itemsize)
@@ -505,6 +505,8 @@ def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Arr
     selection, *excluded = key.split("!")
     names = None if selection == "X" else selection.split(",")
     table = _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded)
+    if not table.feature_names:
+        raise TypeError(f"{path} has no numeric columns to ingest (only text, categories or times)")
     if table.frames and not quiet:  # describe profiles them; ingest writes numbers only
         warn(f"{path}: skipping its non-numeric columns (text, categories, times): ingest writes numbers", UserWarning)
     return table.x
