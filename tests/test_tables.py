@@ -361,3 +361,47 @@ def test_a_table_of_text_categories_and_times_only_is_described(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     written = json.loads(done.stdout)
     assert written["feature_names"] == [] and written["provenance"]["categorical"]["kind"]["distinct"] == 3
+
+
+@pytest.mark.parametrize("role", ["weights", "target", "groups"])
+def test_weights_target_and_groups_by_column_name_equal_the_arrays(tmp_path: Path, role: str) -> None:
+    rng = np.random.default_rng(11)
+    n, path = 1500, tmp_path / "t.parquet"
+    columns = {
+        "a": rng.normal(size=n), "b": rng.exponential(size=n), "y": rng.integers(0, 3, n),
+        "w": rng.random(n), "t": rng.normal(size=n), "g": rng.integers(0, 4, n), "s": rng.choice(["p", "q"], n),
+    }
+    pq.write_table(pa.table(columns), path, row_group_size=400)
+    column = {"weights": "w", "target": "t", "groups": "g"}[role]
+    label = {"label": "y"} if role == "weights" else {}
+    stats = ("moments", "hist", "mi") if role != "groups" else ("moments", "hist")
+    by_name = db.describe(str(path), **label, **{role: column}, stats=stats, range=(-5.0, 5.0))
+    features = [c for c in ("a", "b", "y", "w", "t", "g") if c not in (column, *label.values())]
+    table = db.open_table(path, [*features, "s"], **label)
+    by_array = db.describe(table, **{role: columns[column]}, stats=stats, range=(-5.0, 5.0))
+    assert by_name.feature_names == by_array.feature_names == tuple(features)
+    assert by_name.variables.keys() == by_array.variables.keys()
+    for name, value in by_array.variables.items():
+        np.testing.assert_array_equal(by_name.variables[name], value, err_msg=name)
+    if role != "target":  # a target's provenance is its dtype and bins
+        assert by_name.provenance[role] == f"{role} column {column!r} of {path}"
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(by_name.categorical, by_array.categorical)
+    with pytest.raises(TypeError, match=r"column 's' of .* is string: a label, weights, target or group keys"):
+        db.describe(str(path), **{role: "s"}, stats=("moments",))
+
+
+def test_an_s3_url_without_s3fs_names_the_extra_to_install(tmp_path: Path) -> None:
+    # s3fs made unimportable in a fresh interpreter: what a base install without daskbatch[s3] sees.
+    lines = ["import sys", "sys.modules['s3fs'] = None", "import daskbatch as db"]
+    for url in ("s3://bucket/data.zarr", "s3://bucket/prefix/", "s3://bucket/t.parquet"):
+        code = "\n".join([*lines, f"db.describe({url!r})"])
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and f"ImportError: reading {url!r} needs the s3:// filesystem" in done.stderr
+        assert "pip install 'daskbatch[s3]'" in done.stderr and "Install s3fs" not in done.stderr, done.stderr
+    cli = "\n".join([*lines[:2], "from daskbatch.cli import main", "main(prog_name='daskbatch')"])
+    done = subprocess.run([sys.executable, "-c", cli, "describe", "s3://bucket/data.zarr"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "pip install 'daskbatch[s3]'" in done.stderr

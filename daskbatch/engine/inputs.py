@@ -107,7 +107,8 @@ def as_feature_matrix(
     """Open ``x`` through its reader and check it, its label and the per-row target, group keys and weights."""
     if groups is not None:
         refuse_beside_groups(label, target)
-    reader = open_reader(x, label, what=what, missing=missing)
+    by_name = [v for v in (weights, target, groups) if isinstance(v, str)]  # a table's: not features
+    reader = open_reader(x, label, what=what, missing=missing, exclude=by_name)
     x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
     label = reader.label
     what = what or "x"
@@ -352,6 +353,8 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
             f"{role} {name!r} is a name, and a {role} name needs x to be a store path or a Dataset; "
             f"with arrays pass the {role} array itself"
         )
+    if callable(getattr(source, "column", None)):  # a table: its column of that name, a block per row group
+        return source.column(name), f"{role} column {name!r} of {path}"
     if getattr(source, "skipped_rows", None):
         raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
     from daskbatch.io.chunk_grid import array_label, storage_chunks  # lazy: zarr

@@ -20,6 +20,7 @@ import struct
 import sys
 import threading
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -175,7 +176,11 @@ class ZarrReader(DatasetReader):
 
 
 def refuse_unreadable_path(where: Any) -> None:
-    """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line."""
+    """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line.
+
+    A URL whose protocol's package is missing (s3:// without s3fs) is refused naming the install (ImportError).
+    """
+    tables.check_protocol(where)
     if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no such file or directory: {where!r}")
     if isinstance(where, str) and where.lower().endswith(tables.TEXT_SUFFIXES) and os.path.isfile(where):
@@ -193,13 +198,15 @@ class TableReader(DatasetReader):
         """Whether ``x`` is a Table or the path or URL of table files."""
         return isinstance(x, tables.Table) or tables.is_table_path(x)
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
+                 exclude: Sequence[str] = ()) -> None:
         name = label if isinstance(label, str) else None
         if not isinstance(x, tables.Table):
-            x = tables.open_table(x, label=name)
-        elif name is not None and name != x.label_name:  # the label is one of its columns
-            columns = [c for c in x.feature_names if c != name]
-            x = tables.open_table(x.path, columns, label=name, storage_options=x.storage_options)
+            x = tables.open_table(x, label=name, exclude=exclude)
+        elif (name is not None and name != x.label_name) or set(exclude) & set(x.feature_names):
+            # the label, weights, target or group keys are some of its columns
+            columns = [c for c in x.feature_names if c != name and c not in exclude]
+            x = tables.open_table(x.path, columns, label=name or x.label_name, storage_options=x.storage_options)
         super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
@@ -258,10 +265,15 @@ class DataArrayReader(Reader):
 READERS: tuple[type[Reader], ...] = (TableReader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
 
 
-def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> Reader:
-    """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it."""
+def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
+                exclude: Sequence[str] = ()) -> Reader:
+    """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it.
+
+    ``exclude``: a table's columns that are not features (weights, target or group keys by name).
+    """
     cls = next(c for c in READERS if c.can_open(x))
-    reader = cls(x, label, what=what, missing=missing)
+    more = {"exclude": tuple(exclude)} if exclude and cls is TableReader else {}
+    reader = cls(x, label, what=what, missing=missing, **more)
     reader.label = _label_values(reader.label)
     return reader
 

@@ -60,6 +60,27 @@ def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
     return not zarr and any(_is_table_name(n) for n in names)
 
 
+#: The extra that installs the filesystem of a URL protocol, named when that package is missing.
+_PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3"}
+
+
+def check_protocol(where: Any) -> None:  # numpydoc ignore=PR01
+    """Refuse a URL whose protocol's fsspec filesystem is not installed, naming the pip install (one ImportError line)."""
+    if not isinstance(where, str) or "://" not in where:
+        return
+    protocol = where.split("://", 1)[0].rsplit("::", 1)[-1].lower()
+    import fsspec  # lazy: fsspec
+
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        extra = _PROTOCOL_EXTRAS.get(protocol)
+        hint = f"pip install 'daskbatch[{extra}]'" if extra else str(exc).strip().splitlines()[0]
+        raise ImportError(f"reading {where!r} needs the {protocol}:// filesystem for fsspec: {hint}") from None
+    except ValueError:  # not a protocol fsspec knows: whoever opens it names that
+        return
+
+
 def _is_table_name(name: str) -> bool:
     """A table file's name: its suffix, and not a hidden or bookkeeping file (``_SUCCESS``, ``_metadata``)."""
     return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
@@ -99,6 +120,7 @@ def _find_files(where: str, storage_options: Mapping[str, Any] | None) -> _Files
     if "://" in where or "::" in where:
         import fsspec  # lazy: fsspec
 
+        check_protocol(where)
         fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
         if not fs.exists(root):
             raise FileNotFoundError(f"no such file or directory: {where!r}")
@@ -328,6 +350,23 @@ class Table:
         """
         return (int(self.x.shape[0]), int(self.x.shape[1]))
 
+    def column(self, name: str) -> da.Array:
+        """Read one numeric column of the files lazily, a block per row group (``weights="w"`` reads it so).
+
+        Parameters
+        ----------
+        name : str
+            The column (numbers or booleans; nulls read as NaN where its type allows).
+
+        Returns
+        -------
+        dask.array.Array
+            One value per row, named by the files' content.
+        """
+        table = _open_table(self.path, None, name, self.storage_options, quiet=True)
+        assert table.label is not None
+        return table.label
+
     def provenance(self) -> dict[str, Any]:
         """JSON-able facts about where the data came from.
 
@@ -361,6 +400,7 @@ def open_table(
     label: str | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    exclude: Sequence[str] = (),
 ) -> Table:
     """Open Parquet or Arrow IPC (Feather v2) files as a :class:`Table`, reading only their footers.
 
@@ -379,6 +419,9 @@ def open_table(
     storage_options : mapping, optional
         Passed to fsspec for URLs (credentials, endpoint), as in
         ``pandas.read_parquet``.
+    exclude : sequence of str, optional
+        Columns left out of the features: those ``describe`` reads as
+        ``weights=``, ``target=`` or ``groups=`` by name (:meth:`Table.column`).
 
     Returns
     -------
@@ -396,7 +439,7 @@ def open_table(
     ValueError
         The files' schemas disagree on a selected column.
     """
-    return _open_table(os.fspath(path), columns, label, storage_options)
+    return _open_table(os.fspath(path), columns, label, storage_options, excluded=exclude)
 
 
 def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
@@ -416,6 +459,9 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         raise KeyError(
             f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})"
         )
+    if label is not None and _numeric_dtype(first.schema.field(label).type) is None:
+        raise TypeError(f"column {label!r} of {where} is {first.schema.field(label).type}: a label, weights, "
+                        "target or group keys column holds numbers")
     selected = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
     profiled = tuple(n for n in selected if types[n] == np.dtype("O"))
     chosen = [n for n in selected if types[n] != np.dtype("O")]
