@@ -11,7 +11,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -346,11 +346,12 @@ def run_checkpointed_profile(
     s, frames = resolve_split_every(split_every), list(data.frames)
     rows = [int(r) for r, _ in frames]
     starts = np.cumsum([0, *rows]).tolist()
-    spec_of = _ProfilePass(profile, {
+    # Merged and named as a bundle is (never chunked here: make() below builds each unit's states).
+    spec_of = cast("BundleLike", _ProfilePass(profile, {
         "categorical.blocks": f"{len(rows)} blocks, sha256 {_digest({'rows': str(rows)})[:16]}",
         "categorical.frames": tokenize(*(f.key for _, f in frames)),  # the columns and where they are read
         "categorical.by_class": str(label is not None),
-    })
+    }))
     items = input_items(data, s)
     with checkpoint_lock(directory):
         remove_stale_temps(Path(directory))

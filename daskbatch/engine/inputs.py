@@ -353,8 +353,9 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
             f"{role} {name!r} is a name, and a {role} name needs x to be a store path or a Dataset; "
             f"with arrays pass the {role} array itself"
         )
-    if callable(getattr(source, "column", None)):  # a table: its column of that name, a block per row group
-        return source.column(name), f"{role} column {name!r} of {path}"
+    column = getattr(source, "column", None)
+    if callable(column):  # a table: its column of that name, a block per row group
+        return column(name), f"{role} column {name!r} of {path}"
     if getattr(source, "skipped_rows", None):
         raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
     from daskbatch.io.chunk_grid import array_label, storage_chunks  # lazy: zarr

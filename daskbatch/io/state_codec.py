@@ -281,8 +281,11 @@ def read_profile(store: str, results: str) -> Kept | None:
     if attrs.get("summary_sha256") != _binding(results, {PROFILE_GROUP: str(attrs.get("sha256"))}):
         raise DataError(f"{where} does not belong to its results (the checksum over both differs): it was copied "
                         "from another summary or changed; describe the data again")
+    params = attrs.get("params")
     try:
-        profile = CategoricalProfile(**dict(attrs.get("params") or {}))
+        if not isinstance(params, dict):
+            raise TypeError(f"its parameters are {params!r}, not a mapping")
+        profile = CategoricalProfile(**{str(k): int(v) for k, v in params.items()})  # type: ignore[arg-type]
         return Kept(profile, decode_profile(_decode(where, group, attrs, CategoricalState)))
     except (TypeError, ValueError, KeyError) as exc:
         raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None

@@ -461,14 +461,14 @@ def encode_profile(state: dict[str, ColumnState]) -> CategoricalState:
     """A profile's state as a :class:`CategoricalState` of plain arrays (JSON text and registers)."""
     columns = []
     for name, s in state.items():
-        classes = None if s.joint is None else sorted({k for row in s.joint.values() for k in row}, key=repr)
+        joint = s.joint
+        classes = [] if joint is None else sorted({k for row in joint.values() for k in row}, key=repr)
         columns.append({
             "name": name, "dtype": s.dtype, "kind": s.kind, "tz": s.tz, "count": s.count,
             "null_count": s.null_count, "undercount": s.undercount, "low": s.low, "high": s.high,
             "pruned": s.pruned, "values": list(s.counters), "counts": list(s.counters.values()),
             "classes": classes,
-            "joint": None if s.joint is None else [[s.joint.get(v, {}).get(k, 0) for k in classes]
-                                                   for v in s.counters],
+            "joint": None if joint is None else [[joint.get(v, {}).get(k, 0) for k in classes] for v in s.counters],
         })
     text = json.dumps(columns, separators=(",", ":")).encode()
     registers = [s.registers for s in state.values()]
