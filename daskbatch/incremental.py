@@ -229,6 +229,9 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     """
     _check_has_states(summary, "the summary")
     assert summary.states is not None
+    split_every = summary.provenance.get("split_every")
+    if "moments" not in summary.states:  # a table of text, categories or times only: its profile alone
+        return {"stats": ["moments"], "run": RunOptions(feature_names=[], split_every=split_every)}
     moments = summary.states["moments"].statistic
     builtin = [name for name, k in summary.states.items() if fused(k.statistic)]
     names = [n for n in summary.provenance.get("stats") or builtin if n not in _ranked(summary)]
@@ -245,7 +248,6 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     settings: dict[str, Any] = {"stats": stats + _user_statistics(summary)}
     if hist is not None:
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
-    split_every = summary.provenance.get("split_every")
     settings["run"] = RunOptions(feature_names=list(summary.feature_names),
                                  split_every=None if split_every is None else int(split_every))
     return settings

@@ -240,9 +240,11 @@ def test_odd_values_are_profiled_and_what_cannot_be_is_named(tmp_path: Path) -> 
             "x": np.arange(n, dtype=float),
             "lists": [[1, 2], [3]] * 20,
             "mixed": [1, "a", b"z", None] * 10,
+            "tupled": [(1, 2), "a", 3, None] * 10,  # a tuple among other values: counted by its text
         }
     )
     cat = db.describe(odd, stats=("moments",)).categorical
+    assert cat.loc["tupled", "top_k"] == [["(1, 2)", 10], [3, 10], ["a", 10]]  # ties by their text
     assert cat.loc["lists", "top_k"] == [
         ["[1, 2]", 20],
         ["[3]", 20],
@@ -431,5 +433,5 @@ def test_a_profile_without_its_state_is_left_out_of_a_merge_and_a_changed_one_re
     assert both.categorical.loc["word", "count"] == 10 and both.categorical.loc["other", "count"] == 10
     a.save(tmp_path / "a.zarr")
     zarr.open_group(tmp_path / "a.zarr", mode="r+")["categorical/columns"][0] ^= 1
-    with pytest.raises(db.DataError, match=r"profile of its non-numeric columns fails its sha256"):
+    with pytest.raises(db.DataError, match=r"^summary [^(]*: the profile of its non-numeric columns fails its sha256"):
         db.load_summary(tmp_path / "a.zarr")

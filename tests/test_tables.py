@@ -356,6 +356,9 @@ def test_a_table_of_text_categories_and_times_only_is_described(tmp_path: Path) 
     pd.testing.assert_frame_equal(merged.loc[["word", "kind"]], s.categorical.loc[["word", "kind"]])
     picked = ["count", "null_count", "distinct", "min", "max"]
     assert merged.loc["at", picked].tolist() == s.categorical.loc["at", picked].tolist()
+    second = sorted(folder.glob("*.parquet"))[1]
+    updated = db.update(halves[0], str(second), label="y").categorical  # the same settings: the profile alone
+    pd.testing.assert_frame_equal(updated, merged)
     done = subprocess.run([sys.executable, "-m", "daskbatch", "describe", str(folder), "--label", "y", "--json", "-"],
                           capture_output=True, text=True, timeout=250)
     assert done.returncode == 0, done.stderr
@@ -388,6 +391,10 @@ def test_weights_target_and_groups_by_column_name_equal_the_arrays(tmp_path: Pat
     import pandas as pd
 
     pd.testing.assert_frame_equal(by_name.categorical, by_array.categorical)
+    # A Table opened before (its label and that column among its features) is opened again without them.
+    reopened = db.describe(db.open_table(path), **label, **{role: column}, stats=stats, range=(-5.0, 5.0))
+    assert reopened.feature_names == by_name.feature_names
+    pd.testing.assert_frame_equal(reopened.categorical, by_name.categorical)
     with pytest.raises(TypeError, match=r"column 's' of .* is string: a label, weights, target or group keys"):
         db.describe(str(path), **{role: "s"}, stats=("moments",))
 

@@ -107,7 +107,7 @@ def as_feature_matrix(
     """Open ``x`` through its reader and check it, its label and the per-row target, group keys and weights."""
     if groups is not None:
         refuse_beside_groups(label, target)
-    by_name = [v for v in (weights, target, groups) if isinstance(v, str)]  # a table's: not features
+    by_name = tuple(v for v in (weights, target, groups) if isinstance(v, str))  # a table's: not features
     reader = open_reader(x, label, what=what, missing=missing, exclude=by_name)
     x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
     label = reader.label

@@ -20,7 +20,6 @@ import struct
 import sys
 import threading
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -176,10 +175,7 @@ class ZarrReader(DatasetReader):
 
 
 def refuse_unreadable_path(where: Any) -> None:
-    """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line.
-
-    A URL whose protocol's package is missing (s3:// without s3fs) is refused naming the install (ImportError).
-    """
+    """Refuse a missing local path, a text table, or a URL whose protocol's package is missing, in one line."""
     tables.check_protocol(where)
     if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no such file or directory: {where!r}")
@@ -199,14 +195,10 @@ class TableReader(DatasetReader):
         return isinstance(x, tables.Table) or tables.is_table_path(x)
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
-                 exclude: Sequence[str] = ()) -> None:
+                 exclude: tuple[str, ...] = ()) -> None:  # exclude: weights, target or group keys by name
         name = label if isinstance(label, str) else None
-        if not isinstance(x, tables.Table):
-            x = tables.open_table(x, label=name, exclude=exclude)
-        elif (name is not None and name != x.label_name) or set(exclude) & set(x.feature_names):
-            # the label, weights, target or group keys are some of its columns
-            columns = [c for c in x.feature_names if c != name and c not in exclude]
-            x = tables.open_table(x.path, columns, label=name or x.label_name, storage_options=x.storage_options)
+        x = tables.reopened(x, name, exclude) if isinstance(x, tables.Table) else tables.open_table(
+            x, label=name, exclude=exclude)
         super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
@@ -266,14 +258,10 @@ READERS: tuple[type[Reader], ...] = (TableReader, ZarrReader, DatasetReader, Dat
 
 
 def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
-                exclude: Sequence[str] = ()) -> Reader:
-    """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it.
-
-    ``exclude``: a table's columns that are not features (weights, target or group keys by name).
-    """
+                exclude: tuple[str, ...] = ()) -> Reader:
+    """Open ``x`` (and its label; ``exclude``: a table's non-feature columns) with the first reader that can."""
     cls = next(c for c in READERS if c.can_open(x))
-    more = {"exclude": tuple(exclude)} if exclude and cls is TableReader else {}
-    reader = cls(x, label, what=what, missing=missing, **more)
+    reader = cls(x, label, what=what, missing=missing, **({"exclude": exclude} if cls is TableReader else {}))
     reader.label = _label_values(reader.label)
     return reader
 

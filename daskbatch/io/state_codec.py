@@ -287,6 +287,8 @@ def read_profile(store: str, results: str) -> Kept | None:
             raise TypeError(f"its parameters are {params!r}, not a mapping")
         profile = CategoricalProfile(**{str(k): int(v) for k, v in params.items()})  # type: ignore[arg-type]
         return Kept(profile, decode_profile(_decode(where, group, attrs, CategoricalState)))
+    except DataError:  # _decode's own line
+        raise
     except (TypeError, ValueError, KeyError) as exc:
         raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
 

@@ -261,10 +261,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
         part = column.slice(start, stop - start)
         if part.null_count:
             if dtype.kind != "f":
-                raise ValueError(
-                    f"{spec.files.paths[i]}: column {spec.columns[j]!r} has {part.null_count:,} nulls in row group "
-                    f"{group}, and a label needs a class for every row"
-                )
+                raise ValueError(f"{spec.files.paths[i]}: column {spec.columns[j]!r} has {part.null_count:,} nulls in "
+                                 f"row group {group}, and a label, weights or group keys need a value for every row")
             part = pc.fill_null(part.cast(pa.from_numpy_dtype(dtype)), float("nan"))
         out[:, j] = part.to_numpy()
     return out
@@ -281,13 +279,9 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
         for pattern in patterns:
             matched = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
             if not matched:
-                raise KeyError(
-                    f"{where}: no column matches {pattern!r} (columns: {', '.join(names[:20])})"
-                )
+                raise KeyError(f"{where}: no column matches {pattern!r} (columns: {', '.join(names[:20])})")
             if pattern in names and types[pattern] is None:
-                raise TypeError(
-                    f"{where}: column {pattern!r} is neither numeric nor text, categories or times"
-                )
+                raise TypeError(f"{where}: column {pattern!r} is neither numeric nor text, categories or times")
             chosen += [n for n in matched if n not in chosen]
     chosen = [n for n in chosen if n != label]
     skipped = [n for n in chosen if types[n] is None]
@@ -297,11 +291,9 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
         raise TypeError(f"{where} has no column to describe: numbers, booleans, text, categories or times "
                         f"(found: {found or 'none'})")
     if skipped and not quiet:
-        warn(
-            f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
-            f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numbers, booleans, text, categories, times)",
-            UserWarning,
-        )
+        warn(f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
+             f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numbers, booleans, text, categories, times)",
+             UserWarning)
     return [n for n in chosen if types[n] is not None]
 
 
@@ -331,6 +323,7 @@ class Table:
     row_groups: int = 0
     content: str = ""
     skipped_columns: tuple[str, ...] = ()
+    profiled_columns: tuple[str, ...] = ()  # the text, category and time columns ``frames`` read
     frames: tuple[Any, ...] = ()  # the profiled (non-numeric) columns: (rows, Delayed pandas DataFrame) a block
     #: The fsspec options the files were opened with (a reopening for another label needs them).
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -388,10 +381,8 @@ class Table:
 
     def __repr__(self) -> str:
         rows, cols = self.shape
-        return (
-            f"<daskbatch.Table {self.path}: {rows:,} x {cols:,} {self.x.dtype} from {self.files} file(s), "
-            f"{self.row_groups} row groups, label {self.label_name or 'none'}>"
-        )
+        return (f"<daskbatch.Table {self.path}: {rows:,} x {cols:,} {self.x.dtype} from {self.files} file(s), "
+                f"{self.row_groups} row groups, label {self.label_name or 'none'}>")
 
 
 def open_table(
@@ -448,17 +439,13 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     try:
         import pyarrow  # noqa: F401  # lazy: pyarrow
     except ImportError as exc:  # pragma: no cover - the [parquet] extra
-        raise ImportError(
-            "reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'"
-        ) from exc
+        raise ImportError("reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'") from exc
     files = _find_files(where, storage_options)
     first = _footer(files, 0, None, fingerprint=False)
     names = list(first.schema.names)
     types = {n: _column_dtype(first.schema.field(n).type) for n in names}
     if label is not None and label not in names:
-        raise KeyError(
-            f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})"
-        )
+        raise KeyError(f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})")
     if label is not None and _numeric_dtype(first.schema.field(label).type) is None:
         raise TypeError(f"column {label!r} of {where} is {first.schema.field(label).type}: a label, weights, "
                         "target or group keys column holds numbers")
@@ -497,6 +484,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         storage_options=dict(storage_options or {}),
         skipped_columns=tuple(n for n in names if types[n] is None and n != label),
         frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
+        profiled_columns=profiled,
     )
     # fmt: on
 
@@ -517,17 +505,19 @@ def _as_dask(
     name: str, spec: _Read, pieces: list[tuple[int, int, int, int]], width: int
 ) -> da.Array:
     """A dask array of one block per piece, each read by :func:`_read_block`."""
-    graph: dict[Any, Any] = {
-        (name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)
-    }
+    graph: dict[Any, Any] = {(name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)}
     chunks = (tuple(b - a for _, _, a, b in pieces), (width,))
     dtype = np.dtype(spec.dtype)
-    return da.Array(
-        HighLevelGraph.from_collections(name, graph, dependencies=()),
-        name,
-        chunks,
-        meta=np.empty((0, 0), dtype=dtype),
-    )
+    layer = HighLevelGraph.from_collections(name, graph, dependencies=())
+    return da.Array(layer, name, chunks, meta=np.empty((0, 0), dtype=dtype))
+
+
+def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table:  # numpydoc ignore=PR01,RT01
+    """``table`` with ``label`` (or its own) and without the ``exclude`` columns (weights, target, groups by name)."""
+    if (label is None or label == table.label_name) and not set(exclude) & set(table.feature_names):
+        return table
+    kept = [c for c in (*table.feature_names, *table.profiled_columns) if c != label and c not in exclude]
+    return open_table(table.path, kept, label=label or table.label_name, storage_options=table.storage_options)
 
 
 # --------------------------------------------------------------------------- ingest's view of one table file

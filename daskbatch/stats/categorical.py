@@ -172,11 +172,11 @@ class CategoricalProfile:
             joint = (classes, cells.reshape(len(uniques), classes.size))
         seen = counts > 0
         uniques, counts = uniques[seen], counts[seen]
-        hashes = pd.util.hash_array(uniques)  # of the values themselves, before their keys are made plain
         if joint is not None:
             joint = (joint[0], joint[1][seen])
         if kind == "value":  # counter keys as JSON holds them, so that a saved or checkpointed state is the same
             uniques, counts, joint = _plain_keys(uniques, counts, joint)
+        hashes = pd.util.hash_array(uniques)  # of the keys: a tuple among other values is hashed as its text
         # Registers keep a maximum, so hashing each distinct value once gives the registers of all rows.
         state = ColumnState(dtype, kind, int(values.size), int(nulls.sum()), self._registers(hashes), {}, tz=tz)
         if kind != "value" and uniques.size:
@@ -375,7 +375,7 @@ def _content_token(frame: Any) -> str:
 
     try:
         hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    except TypeError:  # lists, dicts: as profiled, by their text
+    except (TypeError, ValueError):  # lists, dicts, tuples among other values: by their text, as profiled
         hashed = pd.util.hash_pandas_object(frame.map(repr), index=False).to_numpy()
     digest = hashlib.sha256(repr([list(map(str, frame.columns)), list(map(str, frame.dtypes))]).encode())
     digest.update(hashed.tobytes())
