@@ -110,7 +110,8 @@ def describe(
         _check_feature_count(int(data.x.shape[1]), range, run.like)  # before any data is read
         done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
     summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
-                                   miller_madow=wanted.mi.miller_madow, states=done.states)
+                                   miller_madow=wanted.mi.miller_madow, states=done.states,
+                                   categorical_state=done.categorical)
     _warn_untrustworthy(summary)
     return summary
 

@@ -99,12 +99,10 @@ def merge(first: Summary, second: Summary) -> Summary:
     if ranked:
         warn(UserWarning(f"{', '.join(map(repr, ranked))} is left out of the merged summary: its ranks are each "
                          "run's own, so it does not merge; describe all the rows together for it"))
-    if first.provenance.get("categorical") or second.provenance.get("categorical"):
-        warn(UserWarning("the profile of the non-numeric columns (summary.categorical) is left out of the merged "
-                         "summary: it keeps no mergeable state yet; describe all the rows together for it"))
+    profile = _merged_profile(first, second)
     a, b = _on_common_classes(first.states, second.states)
     merged = {name: Kept(k.statistic, k.statistic.merge(k.state, b[name].state)) for name, k in a.items()}
-    return _summary(first, second, merged)
+    return _summary(first, second, merged, profile)
 
 
 def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -> Summary:
@@ -147,7 +145,8 @@ def update(summary: Summary, new_rows: Any, label: Any = None, **options: Any) -
     run = dataclasses.replace(run, feature_names=names, split_every=run.split_every or kept.split_every)
     x = new_rows.x if hasattr(new_rows, "x") and hasattr(new_rows, "feature_names") else new_rows  # a Dataset's
     shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
-    if len(shape) == 2 and shape[1] != len(summary.feature_names):  # an array's width, known without reading it
+    # An array's width, known without reading it (a DataFrame's columns hold its label and text too).
+    if len(shape) == 2 and not hasattr(x, "columns") and shape[1] != len(summary.feature_names):
         raise _other_features(len(summary.feature_names), int(shape[1]))
     try:
         described = describe(new_rows, label, **settings, **options, run=run)
@@ -230,6 +229,9 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     """
     _check_has_states(summary, "the summary")
     assert summary.states is not None
+    split_every = summary.provenance.get("split_every")
+    if "moments" not in summary.states:  # a table of text, categories or times only: its profile alone
+        return {"stats": ["moments"], "run": RunOptions(feature_names=[], split_every=split_every)}
     moments = summary.states["moments"].statistic
     builtin = [name for name, k in summary.states.items() if fused(k.statistic)]
     names = [n for n in summary.provenance.get("stats") or builtin if n not in _ranked(summary)]
@@ -246,7 +248,6 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     settings: dict[str, Any] = {"stats": stats + _user_statistics(summary)}
     if hist is not None:
         settings.update(bins=hist.bins, range=np.column_stack([hist.lo, hist.hi]))
-    split_every = summary.provenance.get("split_every")
     settings["run"] = RunOptions(feature_names=list(summary.feature_names),
                                  split_every=None if split_every is None else int(split_every))
     return settings
@@ -412,7 +413,27 @@ def _with_classes(kept: Kept, values: tuple[int, ...], union: tuple[int, ...]) -
 # ------------------------------------------------------------------ the result
 
 
-def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summary:
+def _merged_profile(first: Summary, second: Summary) -> Kept | None:
+    """The non-numeric columns' profile of both (None when neither has one), merged column by column."""
+    a, b = first.categorical_state, second.categorical_state
+    if (a is None and first.provenance.get("categorical")) or (b is None and second.provenance.get("categorical")):
+        warn(UserWarning("the profile of the non-numeric columns (summary.categorical) is left out of the merged "
+                         "summary: one summary keeps no state of it (saved by an older daskbatch); describe all "
+                         "the rows together for it"))
+        return None
+    if a is None or b is None:
+        return a or b
+    if a.statistic.params != b.statistic.params:
+        raise ValueError(f"the summaries' non-numeric columns were profiled with {a.statistic!r} and "
+                         f"{b.statistic!r}; merge needs the same parameters")
+    alone = sorted(set(a.state) ^ set(b.state))
+    if alone:
+        warn(UserWarning(f"non-numeric column(s) {', '.join(map(repr, alone[:10]))} are in one summary only: "
+                         "their counts in summary.categorical cover that summary's rows only"))
+    return Kept(a.statistic, a.statistic.merge(a.state, b.state))
+
+
+def _summary(first: Summary, second: Summary, merged: dict[str, Kept], profile: Kept | None = None) -> Summary:
     """The merged summary: finalized as describe does, with the merge in its provenance."""
     results = {name: to_host(k.finalize()) for name, k in merged.items()}
     provenance = {k: v for k, v in first.provenance.items() if k in _SETTINGS}
@@ -428,11 +449,13 @@ def _summary(first: Summary, second: Summary, merged: dict[str, Kept]) -> Summar
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         daskbatch_version=__version__,
     )
+    if profile is not None:
+        provenance["categorical"] = profile.finalize()
     summary = Summary.from_results(
         first.feature_names, results, provenance,
         mi_base=2 if first.provenance.get("mi_units") == "bits" else "e",
         miller_madow=bool(first.provenance.get("miller_madow", False)),
-        states=merged,
+        states=merged, categorical_state=profile,
     )
     fraction = summary.arrays.out_of_range_fraction
     if fraction is not None:

@@ -240,9 +240,11 @@ def test_odd_values_are_profiled_and_what_cannot_be_is_named(tmp_path: Path) -> 
             "x": np.arange(n, dtype=float),
             "lists": [[1, 2], [3]] * 20,
             "mixed": [1, "a", b"z", None] * 10,
+            "tupled": [(1, 2), "a", 3, None] * 10,  # a tuple among other values: counted by its text
         }
     )
     cat = db.describe(odd, stats=("moments",)).categorical
+    assert cat.loc["tupled", "top_k"] == [["(1, 2)", 10], [3, 10], ["a", 10]]  # ties by their text
     assert cat.loc["lists", "top_k"] == [
         ["[1, 2]", 20],
         ["[3]", 20],
@@ -381,11 +383,55 @@ def test_the_cli_shows_and_writes_the_profile(tmp_path: Path) -> None:
     )
 
 
-def test_merge_leaves_the_profile_out_and_says_so() -> None:
+def assert_same_profile(a: db.Summary, b: db.Summary, exact: tuple[str, ...]) -> None:
+    """Counts, nulls, extremes and HyperLogLog registers equal; every result of the ``exact`` columns equal."""
+    sa, sb = a.categorical_state.state, b.categorical_state.state
+    assert list(sa) == list(sb)
+    for name in sa:
+        for key in ("count", "null_count", "low", "high", "dtype", "kind", "tz"):
+            assert getattr(sa[name], key) == getattr(sb[name], key), (name, key)
+        np.testing.assert_array_equal(sa[name].registers, sb[name].registers, err_msg=name)
+    pd.testing.assert_frame_equal(a.categorical.loc[list(exact)], b.categorical.loc[list(exact)])
+
+
+def test_merge_update_save_and_load_continue_the_profile(tmp_path: Path) -> None:
+    df = mixed_frame(3000)
+    exact = ("text", "city", "wait")  # "ids" and "when" have ~3,000 distinct values: pruned, distinct estimated
+    parts = [df.iloc[:1200], df.iloc[1200:2100], df.iloc[2100:]]
+    run = {"label": "y", "stats": ("moments", "mi"), "range": (-10.0, 10.0)}  # the same bins for every part
+    described = [db.describe(part, **run) for part in parts]
+    whole = db.describe(df, **run)
+    merged = db.merge(db.merge(described[0], described[1]), described[2])
+    assert_same_profile(merged, whole, exact)
+    assert merged.categorical.loc["text", "mi"] == pytest.approx(whole.categorical.loc["text", "mi"], rel=1e-12)
+    for name in ("ids", "when"):  # the same registers: the same estimate; the same extremes
+        picked = ["distinct", "min", "max"]
+        assert merged.categorical.loc[name, picked].tolist() == whole.categorical.loc[name, picked].tolist()
+    # Saved and loaded, the state goes on: an update with the last rows gives the same profile.
+    first_two = db.merge(described[0], described[1])
+    first_two.save(tmp_path / "s.zarr")
+    loaded = db.load_summary(tmp_path / "s.zarr")
+    assert_same_profile(loaded, first_two, (*exact, "ids", "when"))
+    assert_same_profile(db.update(loaded, parts[2], label="y"), whole, exact)
+
+
+def test_a_profile_without_its_state_is_left_out_of_a_merge_and_a_changed_one_refused(tmp_path: Path) -> None:
+    import dataclasses
+
+    import zarr
+
     frame = pd.DataFrame({"x": np.arange(20.0), "word": list("ab") * 10})
     a = db.describe(frame.iloc[:10], stats=("moments",))
     b = db.describe(frame.iloc[10:], stats=("moments",))
-    assert a.categorical is not None
-    with pytest.warns(UserWarning, match=r"non-numeric columns \(summary.categorical\) is left out"):
-        merged = db.merge(a, b)
+    older = dataclasses.replace(a, categorical_state=None)  # as a summary saved before states were kept
+    with pytest.warns(UserWarning, match=r"non-numeric columns \(summary.categorical\) is left out.*older"):
+        merged = db.merge(older, b)
     assert merged.categorical is None and merged.count.iloc[0] == 20
+    only = db.describe(pd.DataFrame({"x": np.arange(10.0) + 100, "other": list("xy") * 5}), stats=("moments",))
+    with pytest.warns(UserWarning, match=r"'other', 'word' are in one summary only"):
+        both = db.merge(a, only)
+    assert both.categorical.loc["word", "count"] == 10 and both.categorical.loc["other", "count"] == 10
+    a.save(tmp_path / "a.zarr")
+    zarr.open_group(tmp_path / "a.zarr", mode="r+")["categorical/columns"][0] ^= 1
+    with pytest.raises(db.DataError, match=r"^summary [^(]*: the profile of its non-numeric columns fails its sha256"):
+        db.load_summary(tmp_path / "a.zarr")

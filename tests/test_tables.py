@@ -160,7 +160,7 @@ def test_an_interrupted_checkpointed_run_resumes(tables: dict[str, Path], tmp_pa
         db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck, cancel=cancel, progress=stop_after_three))
     resumed = db.describe(path, **run, run=db.RunOptions(plan=None, checkpoint=ck))
     whole = db.describe(path, **run, run=db.RunOptions(plan=None))
-    (log,) = [r for r in (ck.glob("pass-*")) if r.is_dir()]
+    (log,) = [r for r in (ck.glob("pass-*")) if r.is_dir() and r.name != "pass-categorical"]  # "name": its own
     last = read_runs(ck, log.name.removeprefix("pass-"))[-1]
     assert 0 < last["reused_blocks"] and last["computed_blocks"] < last["blocks"] == FILES * ROWS // GROUP
     np.testing.assert_array_equal(resumed.mean, whole.mean)
@@ -203,9 +203,12 @@ def test_bad_inputs_are_named(tables: dict[str, Path], tmp_path: Path) -> None:
     csv.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"is a text table.*convert it to Parquet"):
         db.describe(str(csv))
-    pq.write_table(pa.table({"s": ["a", "b"], "t": pa.array([1, 2], pa.timestamp("s"))}), tmp_path / "text.parquet")
-    with pytest.raises(TypeError, match=r"no numeric columns to describe \(found: s \(not numeric\), t \(not numeric\)"):
-        db.describe(str(tmp_path / "text.parquet"))
+    pq.write_table(pa.table({"l": pa.array([[1], [2]]), "m": pa.array([{"a": 1}, {"a": 2}])}), tmp_path / "odd.parquet")
+    with pytest.raises(TypeError, match=r"no column to describe: numbers, .* \(found: l \(other type\), m \(other"):
+        db.describe(str(tmp_path / "odd.parquet"))
+    pq.write_table(pa.table({"s": ["a", "b"]}), tmp_path / "text.parquet")
+    with pytest.raises(db.DataError, match=r"text.parquet has no numeric columns to ingest"):
+        db.ingest(str(tmp_path / "text.parquet"), tmp_path / "text.zarr")
     named = db.open_table(tables["parquet"], columns=["f0", "name"])  # a text column named: profiled
     assert named.feature_names == ["f0"] and len(named.frames) == FILES * ROWS // GROUP
     with pytest.raises(KeyError, match="label 'z' is not a column"):
@@ -248,3 +251,164 @@ def test_an_fsspec_url_of_a_dataset_is_described() -> None:
     assert summary.arrays.mean[0] == 50.0
     assert db.open_table("memory://tables35/ds", storage_options={}).row_groups == 8
     fs.rm("/tables35", recursive=True)
+
+
+PROFILE_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import dask
+    import daskbatch as db
+    from daskbatch.io import tables
+
+    read = tables._read_group
+
+    def slow(files, columns, *piece):  # the text columns read slowly: the kill lands inside their pass
+        time.sleep(float(sys.argv[3]) if "word" in columns else 0.0)
+        return read(files, columns, *piece)
+
+    tables._read_group = slow  # what the blocks call when they run (their names, made of their reads, stay)
+    with dask.config.set(num_workers=2):
+        db.describe(sys.argv[1], label="y", stats=("moments", "mi"),
+                    run=db.RunOptions(plan=None, split_every=2, checkpoint=sys.argv[2]))
+    print("finished")
+    """
+)
+
+
+def test_a_killed_run_resumes_the_profile_of_the_text_columns(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    rng = np.random.default_rng(5)
+    folder, blocks = tmp_path / "ds", 0
+    folder.mkdir()
+    for k in range(4):  # 4 files of 4 row groups: 16 blocks, units of 2
+        n = 800
+        words = [None if rng.random() < 0.1 else f"w{int(v)}" for v in rng.integers(0, 40, n)]
+        pq.write_table(pa.table({
+            "f": rng.normal(size=n), "word": pa.array(words, pa.string()),
+            "ids": pa.array([f"id{k}-{i}" for i in range(n)]),  # pruned: the counters' merge tree matters
+            "at": pa.array(rng.integers(0, 10**12, n), pa.timestamp("ms")), "y": rng.integers(0, 3, n),
+        }), folder / f"part-{k}.parquet", row_group_size=200)
+        blocks += 4
+    script, ck = tmp_path / "run.py", tmp_path / "ck"
+    script.write_text(PROFILE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, str(script), str(folder), str(ck), "0.3"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while len(list((ck / "pass-categorical").glob("L*.ckpt"))) < 2:  # two units (four blocks) kept
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint of the profile appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert "finished" not in proc.communicate()[0]
+    options = {"label": "y", "stats": ("moments", "mi")}
+    resumed = db.describe(str(folder), **options, run=db.RunOptions(plan=None, split_every=2, checkpoint=ck))
+    whole = db.describe(str(folder), **options, run=db.RunOptions(plan=None, split_every=2))
+    last = read_runs(ck, "categorical")[-1]
+    assert 0 < last["reused_blocks"] < last["blocks"] == blocks and last["computed_blocks"] < blocks
+    a, b = resumed.categorical_state.state, whole.categorical_state.state
+    for name in ("word", "ids", "at"):  # counts, nulls, extremes, registers and counters: the same state
+        assert (a[name].count, a[name].null_count, a[name].low, a[name].high, a[name].counters, a[name].joint) == (
+            b[name].count, b[name].null_count, b[name].low, b[name].high, b[name].counters, b[name].joint)
+        np.testing.assert_array_equal(a[name].registers, b[name].registers)
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(resumed.categorical, whole.categorical)
+    assert b["ids"].pruned and b["word"].joint is not None  # both kinds of column were checked
+
+
+def test_a_table_of_text_categories_and_times_only_is_described(tmp_path: Path) -> None:
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    folder = tmp_path / "text"
+    folder.mkdir()
+    for k in range(2):
+        n = 600
+        pq.write_table(pa.table({
+            "word": pa.array([None if rng.random() < 0.1 else f"w{int(v)}" for v in rng.integers(0, 9, n)]),
+            "kind": pa.array(rng.choice(["a", "b", "c"], n)).dictionary_encode(),
+            "at": pa.array(rng.integers(0, 10**12, n), pa.timestamp("ms")), "y": rng.integers(0, 2, n),
+        }), folder / f"part-{k}.parquet", row_group_size=250)
+    values = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
+    s = db.describe(str(folder), label="y")
+    assert s.feature_names == () and s.n_features == 0 and list(s.categorical.index) == ["word", "kind", "at"]
+    for name in ("word", "kind"):
+        counts = values[name].value_counts()
+        assert s.categorical.loc[name, "null_count"] == values[name].isna().sum()
+        assert dict(s.categorical.loc[name, "top_k"]) == counts.to_dict()
+    assert s.categorical.loc["at", "min"] == values["at"].min().isoformat()
+    rows = values["word"].notna()
+    mi = s.categorical.loc["word", "mi"]  # by the label's classes, as with numbers beside
+    from sklearn.metrics import mutual_info_score
+
+    assert mi == pytest.approx(mutual_info_score(values.loc[rows, "word"], values.loc[rows, "y"]), rel=1e-12)
+    assert "word" in str(s) and "word" in s._repr_html_()
+    s.to_html(tmp_path / "report.html")
+    s.save(tmp_path / "s.zarr")
+    pd.testing.assert_frame_equal(db.load_summary(tmp_path / "s.zarr").categorical, s.categorical)
+    halves = [db.describe(str(p), label="y") for p in sorted(folder.glob("*.parquet"))]
+    merged = db.merge(*halves).categorical  # "at" has 1,200 distinct values: its pruned counters are the tree's own
+    pd.testing.assert_frame_equal(merged.loc[["word", "kind"]], s.categorical.loc[["word", "kind"]])
+    picked = ["count", "null_count", "distinct", "min", "max"]
+    assert merged.loc["at", picked].tolist() == s.categorical.loc["at", picked].tolist()
+    second = sorted(folder.glob("*.parquet"))[1]
+    updated = db.update(halves[0], str(second), label="y").categorical  # the same settings: the profile alone
+    pd.testing.assert_frame_equal(updated, merged)
+    done = subprocess.run([sys.executable, "-m", "daskbatch", "describe", str(folder), "--label", "y", "--json", "-"],
+                          capture_output=True, text=True, timeout=250)
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert written["feature_names"] == [] and written["provenance"]["categorical"]["kind"]["distinct"] == 3
+
+
+@pytest.mark.parametrize("role", ["weights", "target", "groups"])
+def test_weights_target_and_groups_by_column_name_equal_the_arrays(tmp_path: Path, role: str) -> None:
+    rng = np.random.default_rng(11)
+    n, path = 1500, tmp_path / "t.parquet"
+    columns = {
+        "a": rng.normal(size=n), "b": rng.exponential(size=n), "y": rng.integers(0, 3, n),
+        "w": rng.random(n), "t": rng.normal(size=n), "g": rng.integers(0, 4, n), "s": rng.choice(["p", "q"], n),
+    }
+    pq.write_table(pa.table(columns), path, row_group_size=400)
+    column = {"weights": "w", "target": "t", "groups": "g"}[role]
+    label = {"label": "y"} if role == "weights" else {}
+    stats = ("moments", "hist", "mi") if role != "groups" else ("moments", "hist")
+    by_name = db.describe(str(path), **label, **{role: column}, stats=stats, range=(-5.0, 5.0))
+    features = [c for c in ("a", "b", "y", "w", "t", "g") if c not in (column, *label.values())]
+    table = db.open_table(path, [*features, "s"], **label)
+    by_array = db.describe(table, **{role: columns[column]}, stats=stats, range=(-5.0, 5.0))
+    assert by_name.feature_names == by_array.feature_names == tuple(features)
+    assert by_name.variables.keys() == by_array.variables.keys()
+    for name, value in by_array.variables.items():
+        np.testing.assert_array_equal(by_name.variables[name], value, err_msg=name)
+    if role != "target":  # a target's provenance is its dtype and bins
+        assert by_name.provenance[role] == f"{role} column {column!r} of {path}"
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(by_name.categorical, by_array.categorical)
+    # A Table opened before (its label and that column among its features) is opened again without them.
+    reopened = db.describe(db.open_table(path), **label, **{role: column}, stats=stats, range=(-5.0, 5.0))
+    assert reopened.feature_names == by_name.feature_names
+    pd.testing.assert_frame_equal(reopened.categorical, by_name.categorical)
+    with pytest.raises(TypeError, match=r"column 's' of .* is string: a label, weights, target or group keys"):
+        db.describe(str(path), **{role: "s"}, stats=("moments",))
+
+
+def test_an_s3_url_without_s3fs_names_the_extra_to_install(tmp_path: Path) -> None:
+    # s3fs made unimportable in a fresh interpreter: what a base install without daskbatch[s3] sees.
+    lines = ["import sys", "sys.modules['s3fs'] = None", "import daskbatch as db"]
+    for url in ("s3://bucket/data.zarr", "s3://bucket/prefix/", "s3://bucket/t.parquet"):
+        code = "\n".join([*lines, f"db.describe({url!r})"])
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and f"ImportError: reading {url!r} needs the s3:// filesystem" in done.stderr
+        assert "pip install 'daskbatch[s3]'" in done.stderr and "Install s3fs" not in done.stderr, done.stderr
+    cli = "\n".join([*lines[:2], "from daskbatch.cli import main", "main(prog_name='daskbatch')"])
+    done = subprocess.run([sys.executable, "-c", cli, "describe", "s3://bucket/data.zarr"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "pip install 'daskbatch[s3]'" in done.stderr

@@ -11,7 +11,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -44,6 +44,13 @@ from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.runlock import sigterm_as_interrupt
 from daskbatch.stats._base import BundleLike, merge_all
 from daskbatch.stats.backend import namespace
+from daskbatch.stats.categorical import (
+    CategoricalProfile,
+    CategoricalState,
+    block_states,
+    decode_profile,
+    encode_profile,
+)
 from daskbatch.stats.registry import built_in_states
 
 if TYPE_CHECKING:
@@ -266,8 +273,19 @@ def _run_pass(
     directory: str | os.PathLike[str], label_checked: bool, weights: da.Array | None = None,
 ) -> tuple[Any, ...]:
     """Compute what ``store`` lacks (the caller holds the lock); the root state."""
-    s, n_blocks = store.s, store.n_blocks
     store.reference = _reference_state(bundle, x, label, weights)
+    if label is not None:
+        label = label.rechunk((x.chunks[0],))
+    if weights is not None:
+        weights = weights.rechunk((x.chunks[0],))
+    make = _unit_graph(bundle, x, label, store.s, store.n_blocks, label_checked and label is not None, weights)
+    return _fill(store, make, progress, directory)
+
+
+def _fill(store: _PassStore, make: Callable[[int], Delayed], progress: Progress,
+          directory: str | os.PathLike[str]) -> tuple[Any, ...]:
+    """Compute the units ``store`` lacks with ``make`` (the caller holds the lock); the root state."""
+    s, n_blocks = store.s, store.n_blocks
     store.scan()
     reused = store.covered_blocks()
     todo = [j for j in range(store.sizes[0]) if not store.covered(j)]
@@ -279,12 +297,6 @@ def _run_pass(
     append_run(store.folder / "runs.jsonl", run)
     progress.skip(reused)
 
-    if label is not None:
-        label = label.rechunk((x.chunks[0],))
-    if weights is not None:
-        weights = weights.rechunk((x.chunks[0],))
-    make = _unit_graph(bundle, x, label, s, n_blocks, label_checked and label is not None, weights)
-
     def on_unit(unit: int, state: tuple[Any, ...]) -> None:
         store.put(0, unit, state)
         start, stop = node_blocks(0, unit, n_blocks, s)
@@ -294,10 +306,73 @@ def _run_pass(
         _compute_units(todo, make, on_unit)
     except (Interrupted, Cancelled) as exc:  # the block runner's, its text kept: no chain to show
         raise type(exc)(
-            f"{exc}: {store.covered_blocks()} of {n_blocks} blocks of pass '{bundle.name}' are "
+            f"{exc}: {store.covered_blocks()} of {n_blocks} blocks of pass '{store.bundle.name}' are "
             f"checkpointed in {directory}; run the same command again to resume"
         ) from None
     return store.root()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ProfilePass:
+    """The non-numeric columns' profile as a pass of its own: a node's state is one CategoricalState."""
+
+    profile: CategoricalProfile
+    settings: dict[str, str]
+    name: str = "categorical"
+
+    @property
+    def stats(self) -> tuple[CategoricalProfile]:
+        """The one statistic of the pass (its parameters go into the checkpoint's fingerprint)."""
+        return (self.profile,)
+
+    def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Two nodes' states merged, as the uncheckpointed profile merges them."""
+        return (encode_profile(self.profile.merge(decode_profile(a[0]), decode_profile(b[0]))),)
+
+
+def run_checkpointed_profile(
+    profile: CategoricalProfile, data: FeatureMatrix, label: da.Array | None, *, split_every: int,
+    progress: Progress, directory: str | os.PathLike[str], force: bool,
+) -> dict[str, Any]:
+    """The merged state of the profile of ``data.frames`` (by ``label``'s classes if given), through ``directory``.
+
+    A pass named ``categorical`` beside the numeric ones, on the frames' own blocks; its merge tree
+    is the one :func:`~daskbatch.stats.categorical.profile_blocks` builds, so a resumed run gives
+    the state an uninterrupted one gives (the top values' counters too, pruned or not).
+    """
+    import dask  # lazy: dask
+    from dask.base import tokenize  # lazy: dask
+
+    s, frames = resolve_split_every(split_every), list(data.frames)
+    rows = [int(r) for r, _ in frames]
+    starts = np.cumsum([0, *rows]).tolist()
+    # Merged and named as a bundle is (never chunked here: make() below builds each unit's states).
+    spec_of = cast("BundleLike", _ProfilePass(profile, {
+        "categorical.blocks": f"{len(rows)} blocks, sha256 {_digest({'rows': str(rows)})[:16]}",
+        "categorical.frames": tokenize(*(f.key for _, f in frames)),  # the columns and where they are read
+        "categorical.by_class": str(label is not None),
+    }))
+    items = input_items(data, s)
+    with checkpoint_lock(directory):
+        remove_stale_temps(Path(directory))
+        folder = open_pass(Path(directory), items, spec_of.name, spec_items(spec_of), force,
+                           {"chunk_rows": int(data.x.chunks[0][0]), "split_every": s})
+        store = _PassStore(folder, spec_of, _digest({**items, **spec_items(spec_of)}), len(frames), s)
+        store.reference = (encode_profile({}),)
+
+        def make(unit: int) -> Delayed:
+            """The encoded state of one unit of blocks, merged left to right."""
+            a, b = node_blocks(0, unit, len(frames), s)
+            part = None if label is None else label[starts[a] : starts[b]]
+            states = block_states(frames[a:b], profile, part)
+            return dask.delayed(_unit_state, pure=True)(profile, *states)
+
+        return decode_profile(_fill(store, make, progress, directory)[0])
+
+
+def _unit_state(profile: CategoricalProfile, *states: Any) -> tuple[CategoricalState]:
+    """One unit's block states merged left to right, encoded as a node holds it."""
+    return (encode_profile(merge_all(profile, states)),)
 
 
 def _unit_graph(

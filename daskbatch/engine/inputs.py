@@ -107,7 +107,8 @@ def as_feature_matrix(
     """Open ``x`` through its reader and check it, its label and the per-row target, group keys and weights."""
     if groups is not None:
         refuse_beside_groups(label, target)
-    reader = open_reader(x, label, what=what, missing=missing)
+    by_name = tuple(v for v in (weights, target, groups) if isinstance(v, str))  # a table's: not features
+    reader = open_reader(x, label, what=what, missing=missing, exclude=by_name)
     x, names, what, provenance = reader.array, reader.names, reader.what, reader.provenance
     label = reader.label
     what = what or "x"
@@ -120,7 +121,7 @@ def as_feature_matrix(
         raise ValueError(f"{what} has shape {tuple(x.shape)}; expected 2-D (samples, features){hint}")
     _check_known_chunks(x, what)
     rows, n_features = x.shape
-    if rows == 0 or n_features == 0:
+    if rows == 0 or (n_features == 0 and not reader.frames):
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
     x = as_float64_if_wider(in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
@@ -352,6 +353,9 @@ def _stored_array(name: str, data: FeatureMatrix, role: str) -> tuple[da.Array, 
             f"{role} {name!r} is a name, and a {role} name needs x to be a store path or a Dataset; "
             f"with arrays pass the {role} array itself"
         )
+    column = getattr(source, "column", None)
+    if callable(column):  # a table: its column of that name, a block per row group
+        return column(name), f"{role} column {name!r} of {path}"
     if getattr(source, "skipped_rows", None):
         raise ValueError(f"{role} {name!r}: the store's rows were skipped (missing='skip'), so a stored {role} cannot align")
     from daskbatch.io.chunk_grid import array_label, storage_chunks  # lazy: zarr

@@ -24,6 +24,7 @@ from daskbatch import config
 from daskbatch._common import Device, warn
 from daskbatch._version import __version__
 from daskbatch.config import resolve_split_every
+from daskbatch.engine.checkpoint import run_checkpointed_profile
 from daskbatch.engine.checkpoint_files import recorded_layout
 from daskbatch.engine.fingerprint import checksums_digest, listing_token
 from daskbatch.engine.inputs import (
@@ -41,10 +42,11 @@ from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch_in_plan
-from daskbatch.runtime.capacity import active_client
+from daskbatch.runtime.capacity import active_client, note_pass
+from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
-from daskbatch.stats.categorical import profile_blocks
+from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.declaration import Declaration
@@ -84,6 +86,7 @@ class Computed:
     results: dict[str, Any]
     states: dict[str, Kept] | None  # None with a tiled covariance, which keeps none
     provenance: dict[str, Any]
+    categorical: Kept | None = None  # the non-numeric columns' profile and its merged state
 
 
 # -- inputs
@@ -138,6 +141,8 @@ def _computed(
     data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
 ) -> Computed:
     """Compute ``stats`` of ``data`` on ``where``'s device: statistics, layout, passes, results."""
+    if data.x.shape[1] == 0:  # a table of text, categories or times only: their profile is the summary
+        return _profile_only(data, run, data.label if not grouped and not targeted else None)
     device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
     # -- the statistics
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
@@ -258,10 +263,11 @@ def _computed(
 
     # -- the results and their provenance
     provenance = dict(data.provenance)
+    profiled = None
     if data.frames:  # the non-numeric columns: one tree reduction of their own over the input's row blocks
         by_class = data.label if class_values is not None and not grouped and not targeted else None  # mi, chi2
-        graph = profile_blocks(data.frames, fan_in, chunk_prefix=TASK_PREFIXES["chunk"], label=by_class)
-        provenance["categorical"] = compute(graph, run.progress, "non-numeric columns")
+        profiled = Kept(CategoricalProfile(), _profile_state(data, by_class, fan_in, run))
+        provenance["categorical"] = profiled.finalize()
     if grouped:
         provenance["grouped"] = True
     if target_mi:
@@ -296,10 +302,36 @@ def _computed(
     states = None if tiled else {
         name: k for name, k in kept.items() if not isinstance(k.statistic, QuantileHistogram | Spearman)
     }
-    return Computed(data=data, results=results, states=states, provenance=provenance)
+    return Computed(data=data, results=results, states=states, provenance=provenance, categorical=profiled)
 
 
 # -- the steps' helpers
+
+
+def _profile_only(data: FeatureMatrix, run: RunOptions, label: Any) -> Computed:
+    """The summary's parts for data of no numeric feature: the non-numeric columns' profile (by ``label``)."""
+    fan_in = resolve_split_every(run.split_every)
+    profiled = Kept(CategoricalProfile(), _profile_state(data, label, fan_in, run))
+    note_pass(int(data.x.shape[0]), 0)  # the run's log line counts its one pass over the rows
+    provenance = {
+        **data.provenance, "categorical": profiled.finalize(), "stats": [], "split_every": fan_in,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "daskbatch_version": __version__, "input_tokens": [input_token(data)],
+    }
+    return Computed(data=data, results={}, states={}, provenance=provenance, categorical=profiled)
+
+
+def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions) -> Any:
+    """The merged state of the non-numeric columns' profile: computed, or through the run's checkpoint."""
+    profile = CategoricalProfile()
+    if run.checkpoint is None:
+        graph = profile_blocks(data.frames, fan_in, profile, TASK_PREFIXES["chunk"], label=label, finalize=False)
+        return compute(graph, run.progress, "non-numeric columns")
+    rows = sum(int(r) for r, _ in data.frames)
+    with Progress("non-numeric columns", len(data.frames), rows=rows, cancel=run.cancel,
+                  **progress_options(run.progress)) as bar:
+        return run_checkpointed_profile(profile, data, label, split_every=fan_in, progress=bar,
+                                        directory=run.checkpoint, force=run.force)
 
 
 def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> tuple[Any, int | None, int | None, str]:

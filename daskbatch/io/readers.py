@@ -175,7 +175,8 @@ class ZarrReader(DatasetReader):
 
 
 def refuse_unreadable_path(where: Any) -> None:
-    """Refuse a local path that does not exist (FileNotFoundError) or names a text table, in one line."""
+    """Refuse a missing local path, a text table, or a URL whose protocol's package is missing, in one line."""
+    tables.check_protocol(where)
     if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no such file or directory: {where!r}")
     if isinstance(where, str) and where.lower().endswith(tables.TEXT_SUFFIXES) and os.path.isfile(where):
@@ -193,13 +194,11 @@ class TableReader(DatasetReader):
         """Whether ``x`` is a Table or the path or URL of table files."""
         return isinstance(x, tables.Table) or tables.is_table_path(x)
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
+                 exclude: tuple[str, ...] = ()) -> None:  # exclude: weights, target or group keys by name
         name = label if isinstance(label, str) else None
-        if not isinstance(x, tables.Table):
-            x = tables.open_table(x, label=name)
-        elif name is not None and name != x.label_name:  # the label is one of its columns
-            columns = [c for c in x.feature_names if c != name]
-            x = tables.open_table(x.path, columns, label=name, storage_options=x.storage_options)
+        x = tables.reopened(x, name, exclude) if isinstance(x, tables.Table) else tables.open_table(
+            x, label=name, exclude=exclude)
         super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
@@ -258,10 +257,11 @@ class DataArrayReader(Reader):
 READERS: tuple[type[Reader], ...] = (TableReader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
 
 
-def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> Reader:
-    """Open ``x`` (and its label) with the first reader of :data:`READERS` that can open it."""
+def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
+                exclude: tuple[str, ...] = ()) -> Reader:
+    """Open ``x`` (and its label; ``exclude``: a table's non-feature columns) with the first reader that can."""
     cls = next(c for c in READERS if c.can_open(x))
-    reader = cls(x, label, what=what, missing=missing)
+    reader = cls(x, label, what=what, missing=missing, **({"exclude": exclude} if cls is TableReader else {}))
     reader.label = _label_values(reader.label)
     return reader
 

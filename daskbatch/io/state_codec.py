@@ -79,6 +79,12 @@ from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
 from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
 from daskbatch.stats._base import reads_label, registered_state, state_key
+from daskbatch.stats.categorical import (
+    CategoricalProfile,
+    CategoricalState,
+    decode_profile,
+    encode_profile,
+)
 from daskbatch.stats.pairwise import PairwiseCoMomentsState
 from daskbatch.stats.registry import (
     Kept,
@@ -182,8 +188,8 @@ def decode(header: Any, arrays: Mapping[str, np.ndarray], expected: type | None 
     return cls(**values)
 
 
-__all__ = ["FORMAT_VERSION", "GROUP", "check_bounds", "check_savable", "describe_error", "read_states",
-           "results_digest", "write_states"]
+__all__ = ["FORMAT_VERSION", "GROUP", "PROFILE_GROUP", "check_bounds", "check_savable", "describe_error",
+           "read_profile", "read_states", "results_digest", "write_profile", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 #: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
@@ -200,7 +206,8 @@ def results_digest(ds: Any) -> str:
         var = ds.variables[name]
         a = np.asarray(var.values)
         h.update(json.dumps([name, list(map(str, var.dims))]).encode())
-        if a.dtype.kind in "OUSTV":
+        # An empty coordinate (the features of a table of text only) is read back as float64: hashed as text.
+        if a.dtype.kind in "OUSTV" or (a.size == 0 and name in ds.coords):
             h.update(json.dumps(a.tolist(), default=str).encode())
         else:
             h.update(f"{a.dtype.str} {a.shape}".encode())
@@ -237,6 +244,53 @@ def write_states(store: str, states: Mapping[str, Kept], results: str) -> None:
                 field, data=a, compressors=checksummed(ZstdCodec()), config={"write_empty_chunks": False}
             )
     group.update_attributes({"summary_sha256": _binding(results, digests)})
+
+
+#: The group of a summary store that holds the non-numeric columns' profile (beside ``states/``, bound alike).
+PROFILE_GROUP = "categorical"
+_PROFILE = "CategoricalProfile"
+
+
+def write_profile(store: str, kept: Kept, results: str) -> None:
+    """Write the profile of the non-numeric columns (``kept``) into the group ``categorical/`` of ``store``."""
+    import zarr  # lazy: zarr (checkpoints use the codec above without it)
+    from zarr.codecs import ZstdCodec  # lazy: zarr
+
+    record, fields = encode(encode_profile(kept.state))
+    params = kept.statistic.params
+    digest = record_sha256(record, fields, [FORMAT_VERSION, _PROFILE, params])
+    group = zarr.open_group(zarr_target(store), mode="r+").create_group(PROFILE_GROUP, attributes={
+        "format_version": FORMAT_VERSION, "statistic": _PROFILE, "params": params, "sha256": digest,
+        "summary_sha256": _binding(results, {PROFILE_GROUP: digest}), **record,
+    })
+    for field, a in fields.items():
+        group.create_array(field, data=a, compressors=checksummed(ZstdCodec()))
+
+
+def read_profile(store: str, results: str) -> Kept | None:
+    """The profile :func:`write_profile` wrote (None when the summary has none), verified like the states."""
+    import zarr  # lazy: zarr
+
+    try:
+        group = zarr.open_group(zarr_target(store, read_only=True), mode="r")[PROFILE_GROUP]
+    except KeyError:
+        return None
+    where = f"summary {store}: the profile of its non-numeric columns"
+    attrs = dict(group.attrs)
+    _check_version(store, "the profile of its non-numeric columns", attrs.get("format_version"))
+    if attrs.get("summary_sha256") != _binding(results, {PROFILE_GROUP: str(attrs.get("sha256"))}):
+        raise DataError(f"{where} does not belong to its results (the checksum over both differs): it was copied "
+                        "from another summary or changed; describe the data again")
+    params = attrs.get("params")
+    try:
+        if not isinstance(params, dict):
+            raise TypeError(f"its parameters are {params!r}, not a mapping")
+        profile = CategoricalProfile(**{str(k): int(v) for k, v in params.items()})  # type: ignore[arg-type]
+        return Kept(profile, decode_profile(_decode(where, group, attrs, CategoricalState)))
+    except DataError:  # _decode's own line
+        raise
+    except (TypeError, ValueError, KeyError) as exc:
+        raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
 
 
 def check_savable(states: Mapping[str, Kept]) -> None:

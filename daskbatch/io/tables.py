@@ -16,9 +16,7 @@ import fnmatch
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,95 +29,19 @@ from dask.utils import parse_bytes
 from daskbatch import config
 from daskbatch._common import warn
 from daskbatch.errors import DataError
+from daskbatch.io.table_files import (
+    TABLE_SUFFIXES,
+    TEXT_SUFFIXES,
+    Files,
+    check_protocol,
+    find_files,
+    is_table_path,
+)
 
-__all__ = ["TABLE_SUFFIXES", "Table", "is_table_path", "open_table", "table_part", "table_rows"]
-
-#: File suffixes read as tables; the last three are Arrow IPC (Feather v2) files.
-TABLE_SUFFIXES = (".parquet", ".pq", ".parq", ".arrow", ".feather", ".ipc")
-_IPC_SUFFIXES = (".arrow", ".feather", ".ipc")
-#: Text tables, named in the refusal of one (they carry no types and no row groups).
-TEXT_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
-
-
-def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
-    """Whether ``x`` is the path or URL of a table file, or of a directory of them that is not a Zarr store."""
-    where = os.fspath(x) if isinstance(x, str | os.PathLike) else None
-    if not isinstance(where, str) or where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
-        return isinstance(where, str)
-    try:  # one listing; a URL only when it ends with "/" (a Zarr store's URL mostly does not)
-        if "://" in where and where.endswith("/"):
-            import fsspec  # lazy: fsspec
-
-            fs, root = fsspec.core.url_to_fs(where)
-            names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
-        else:
-            names = os.listdir(where) if "://" not in where and os.path.isdir(where) else []
-    except (OSError, ValueError, ImportError):
-        return False  # not ours to judge: the Zarr reader names what is wrong
-    zarr = {"zarr.json", ".zarray", ".zgroup"} & set(names)
-    return not zarr and any(_is_table_name(n) for n in names)
-
-
-def _is_table_name(name: str) -> bool:
-    """A table file's name: its suffix, and not a hidden or bookkeeping file (``_SUCCESS``, ``_metadata``)."""
-    return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
-
-
-def _natural_key(path: str) -> list[Any]:
-    """Sort key with numbers compared as numbers (part-2 before part-10)."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
-
-
-@dataclass(frozen=True)
-class _Files:
-    """Where the files are: their filesystem (None: local) and paths, in row order."""
-
-    fs: Any
-    paths: tuple[str, ...]
-
-    @contextmanager
-    def open(self, i: int) -> Any:
-        """File ``i`` as pyarrow reads it: a memory map locally, an fsspec file elsewhere."""
-        import pyarrow as pa  # lazy: pyarrow
-
-        if self.fs is None:
-            with pa.memory_map(self.paths[i], "r") as source:
-                yield source
-        else:
-            with self.fs.open(self.paths[i], "rb") as source:
-                yield source
-
-    def is_ipc(self, i: int) -> bool:
-        """Whether file ``i`` is Arrow IPC (else Parquet)."""
-        return self.paths[i].lower().endswith(_IPC_SUFFIXES)
-
-
-def _find_files(where: str, storage_options: Mapping[str, Any] | None) -> _Files:
-    """The table files at ``where`` (a file, a directory searched recursively, or a URL of either)."""
-    if "://" in where or "::" in where:
-        import fsspec  # lazy: fsspec
-
-        fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
-        if not fs.exists(root):
-            raise FileNotFoundError(f"no such file or directory: {where!r}")
-        found = [root]
-        if fs.isdir(root):
-            found = [p for p in fs.find(root) if _is_table_name(os.path.basename(p))]
-    else:
-        if not os.path.exists(where):
-            raise FileNotFoundError(f"no such file or directory: {where!r}")
-        fs, found = None, [where]
-        if os.path.isdir(where):
-            found = []
-            for d, subdirs, names in os.walk(where):
-                subdirs[:] = [
-                    s for s in subdirs if not s.startswith(("_", "."))
-                ]  # _temporary, .hidden
-                found += [os.path.join(d, n) for n in names if _is_table_name(n)]
-    if not found:
-        raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
-    return _Files(fs, tuple(sorted(found, key=_natural_key)))
-
+__all__ = [
+    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened", "table_part",
+    "table_rows",
+]
 
 def _numeric_dtype(arrow_type: Any) -> np.dtype | None:
     """The NumPy dtype of a bool, integer or float Arrow type; None for any other type."""
@@ -141,7 +63,7 @@ def _column_dtype(arrow_type: Any) -> np.dtype | None:
     return np.dtype(object) if any(f(arrow_type) for f in kinds) else None
 
 
-def _read_group(files: _Files, columns: tuple[str, ...], i: int, group: int) -> Any:
+def _read_group(files: Files, columns: tuple[str, ...], i: int, group: int) -> Any:
     """The ``columns`` of row group (or record batch) ``group`` of file ``i``, as an Arrow table."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.parquet as pq  # lazy: pyarrow
@@ -152,7 +74,7 @@ def _read_group(files: _Files, columns: tuple[str, ...], i: int, group: int) -> 
         return pq.ParquetFile(source).read_row_group(group, columns=list(columns))
 
 
-def _read_frame(files: _Files, columns: tuple[str, ...], *piece: int) -> Any:
+def _read_frame(files: Files, columns: tuple[str, ...], *piece: int) -> Any:
     """The profiled (non-numeric) ``columns`` of one piece (file, row group, start, stop) as pandas."""
     return _read_group(files, columns, *piece[:2]).slice(piece[2], piece[3] - piece[2]).to_pandas(date_as_object=False)
 
@@ -167,7 +89,7 @@ class _Footer:
     nullable: set[str] = field(default_factory=set)
 
 
-def _footer(files: _Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True) -> _Footer:
+def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True) -> _Footer:
     """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
     import pyarrow as pa  # lazy: pyarrow
 
@@ -179,7 +101,7 @@ def _footer(files: _Files, i: int, wanted: Sequence[str] | None, fingerprint: bo
 
 
 def _read_footer(
-    files: _Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True
+    files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True
 ) -> _Footer:
     """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
     import pyarrow as pa  # lazy: pyarrow
@@ -222,7 +144,7 @@ def _read_footer(
 class _Read:
     """What each block task reads: the files, the columns and the dtype they fill."""
 
-    files: _Files
+    files: Files
     columns: tuple[str, ...]
     dtype: str
 
@@ -239,10 +161,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
         part = column.slice(start, stop - start)
         if part.null_count:
             if dtype.kind != "f":
-                raise ValueError(
-                    f"{spec.files.paths[i]}: column {spec.columns[j]!r} has {part.null_count:,} nulls in row group "
-                    f"{group}, and a label needs a class for every row"
-                )
+                raise ValueError(f"{spec.files.paths[i]}: column {spec.columns[j]!r} has {part.null_count:,} nulls in "
+                                 f"row group {group}, and a label, weights or group keys need a value for every row")
             part = pc.fill_null(part.cast(pa.from_numpy_dtype(dtype)), float("nan"))
         out[:, j] = part.to_numpy()
     return out
@@ -259,27 +179,21 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
         for pattern in patterns:
             matched = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
             if not matched:
-                raise KeyError(
-                    f"{where}: no column matches {pattern!r} (columns: {', '.join(names[:20])})"
-                )
+                raise KeyError(f"{where}: no column matches {pattern!r} (columns: {', '.join(names[:20])})")
             if pattern in names and types[pattern] is None:
-                raise TypeError(
-                    f"{where}: column {pattern!r} is neither numeric nor text, categories or times"
-                )
+                raise TypeError(f"{where}: column {pattern!r} is neither numeric nor text, categories or times")
             chosen += [n for n in matched if n not in chosen]
     chosen = [n for n in chosen if n != label]
     skipped = [n for n in chosen if types[n] is None]
     kind = {n: "O" if t is None else t.kind for n, t in types.items()}  # "O": not a feature (profiled or skipped)
-    numeric = [n for n in chosen if kind[n] != "O"]
-    if not numeric:
-        found = ", ".join(f"{n} ({types[n] if kind[n] != 'O' else 'not numeric'})" for n in names[:20])
-        raise TypeError(f"{where} has no numeric columns to describe (found: {found or 'none'})")
+    if not [n for n in chosen if types[n] is not None]:  # nothing numeric and nothing profiled
+        found = ", ".join(f"{n} ({'other type' if types[n] is None else kind[n]})" for n in names[:20])
+        raise TypeError(f"{where} has no column to describe: numbers, booleans, text, categories or times "
+                        f"(found: {found or 'none'})")
     if skipped and not quiet:
-        warn(
-            f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
-            f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numbers, booleans, text, categories, times)",
-            UserWarning,
-        )
+        warn(f"{where}: skipping {len(skipped)} column(s) of other types: {', '.join(skipped[:10])}"
+             f"{', ...' if len(skipped) > 10 else ''} (daskbatch describes numbers, booleans, text, categories, times)",
+             UserWarning)
     return [n for n in chosen if types[n] is not None]
 
 
@@ -309,6 +223,7 @@ class Table:
     row_groups: int = 0
     content: str = ""
     skipped_columns: tuple[str, ...] = ()
+    profiled_columns: tuple[str, ...] = ()  # the text, category and time columns ``frames`` read
     frames: tuple[Any, ...] = ()  # the profiled (non-numeric) columns: (rows, Delayed pandas DataFrame) a block
     #: The fsspec options the files were opened with (a reopening for another label needs them).
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -327,6 +242,23 @@ class Table:
             ``(samples, features)``.
         """
         return (int(self.x.shape[0]), int(self.x.shape[1]))
+
+    def column(self, name: str) -> da.Array:
+        """Read one numeric column of the files lazily, a block per row group (``weights="w"`` reads it so).
+
+        Parameters
+        ----------
+        name : str
+            The column (numbers or booleans; nulls read as NaN where its type allows).
+
+        Returns
+        -------
+        dask.array.Array
+            One value per row, named by the files' content.
+        """
+        table = _open_table(self.path, None, name, self.storage_options, quiet=True)
+        assert table.label is not None
+        return table.label
 
     def provenance(self) -> dict[str, Any]:
         """JSON-able facts about where the data came from.
@@ -349,10 +281,8 @@ class Table:
 
     def __repr__(self) -> str:
         rows, cols = self.shape
-        return (
-            f"<daskbatch.Table {self.path}: {rows:,} x {cols:,} {self.x.dtype} from {self.files} file(s), "
-            f"{self.row_groups} row groups, label {self.label_name or 'none'}>"
-        )
+        return (f"<daskbatch.Table {self.path}: {rows:,} x {cols:,} {self.x.dtype} from {self.files} file(s), "
+                f"{self.row_groups} row groups, label {self.label_name or 'none'}>")
 
 
 def open_table(
@@ -361,6 +291,7 @@ def open_table(
     label: str | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    exclude: Sequence[str] = (),
 ) -> Table:
     """Open Parquet or Arrow IPC (Feather v2) files as a :class:`Table`, reading only their footers.
 
@@ -379,6 +310,9 @@ def open_table(
     storage_options : mapping, optional
         Passed to fsspec for URLs (credentials, endpoint), as in
         ``pandas.read_parquet``.
+    exclude : sequence of str, optional
+        Columns left out of the features: those ``describe`` reads as
+        ``weights=``, ``target=`` or ``groups=`` by name (:meth:`Table.column`).
 
     Returns
     -------
@@ -396,7 +330,7 @@ def open_table(
     ValueError
         The files' schemas disagree on a selected column.
     """
-    return _open_table(os.fspath(path), columns, label, storage_options)
+    return _open_table(os.fspath(path), columns, label, storage_options, excluded=exclude)
 
 
 def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
@@ -405,24 +339,24 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     try:
         import pyarrow  # noqa: F401  # lazy: pyarrow
     except ImportError as exc:  # pragma: no cover - the [parquet] extra
-        raise ImportError(
-            "reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'"
-        ) from exc
-    files = _find_files(where, storage_options)
+        raise ImportError("reading Parquet or Arrow files needs pyarrow: pip install 'daskbatch[parquet]'") from exc
+    files = find_files(where, storage_options)
     first = _footer(files, 0, None, fingerprint=False)
     names = list(first.schema.names)
     types = {n: _column_dtype(first.schema.field(n).type) for n in names}
     if label is not None and label not in names:
-        raise KeyError(
-            f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})"
-        )
+        raise KeyError(f"label {label!r} is not a column of {where} (columns: {', '.join(names[:20])})")
+    if label is not None and _numeric_dtype(first.schema.field(label).type) is None:
+        raise TypeError(f"column {label!r} of {where} is {first.schema.field(label).type}: a label, weights, "
+                        "target or group keys column holds numbers")
     selected = [n for n in _select(names, types, columns, label, where, quiet) if n not in excluded]
     profiled = tuple(n for n in selected if types[n] == np.dtype("O"))
     chosen = [n for n in selected if types[n] != np.dtype("O")]
-    if not chosen:
+    if not chosen and not profiled:
         raise ValueError(f"{where}: no numeric column is left for x (label, masks, non-numeric)")
     wanted = [*chosen, *([label] if label else [])]
-    footers = [_footer(files, i, wanted, fingerprint) for i in range(len(files.paths))]
+    # The profiled columns are in the digest too: a rewritten text column is other content for a checkpoint.
+    footers = [_footer(files, i, [*wanted, *profiled], fingerprint) for i in range(len(files.paths))]
     for i, footer in enumerate(footers):
         for name in [*wanted, *profiled]:  # profiled: text, categories or times in every file
             found = footer.schema.field(name).type if name in footer.schema.names else "absent"
@@ -430,7 +364,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
                 bad = f"column {name!r} is {found}"
                 raise ValueError(f"{files.paths[i]}: {bad}, unlike in {files.paths[0]}")
     dtypes = [_numeric_dtype(f.schema.field(n).type) for f in footers for n in chosen]
-    dtype = np.result_type(*dtypes)
+    dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)  # none: only profiled columns
     if dtype.kind != "f" and any(n in f.nullable for f in footers for n in chosen):
         dtype = np.dtype(np.float64)  # nulls read as NaN
     pieces = _pieces([f.groups for f in footers], len(chosen) * dtype.itemsize)
@@ -450,6 +384,7 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         storage_options=dict(storage_options or {}),
         skipped_columns=tuple(n for n in names if types[n] is None and n != label),
         frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
+        profiled_columns=profiled,
     )
     # fmt: on
 
@@ -470,17 +405,19 @@ def _as_dask(
     name: str, spec: _Read, pieces: list[tuple[int, int, int, int]], width: int
 ) -> da.Array:
     """A dask array of one block per piece, each read by :func:`_read_block`."""
-    graph: dict[Any, Any] = {
-        (name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)
-    }
+    graph: dict[Any, Any] = {(name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)}
     chunks = (tuple(b - a for _, _, a, b in pieces), (width,))
     dtype = np.dtype(spec.dtype)
-    return da.Array(
-        HighLevelGraph.from_collections(name, graph, dependencies=()),
-        name,
-        chunks,
-        meta=np.empty((0, 0), dtype=dtype),
-    )
+    layer = HighLevelGraph.from_collections(name, graph, dependencies=())
+    return da.Array(layer, name, chunks, meta=np.empty((0, 0), dtype=dtype))
+
+
+def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table:  # numpydoc ignore=PR01,RT01
+    """``table`` with ``label`` (or its own) and without the ``exclude`` columns (weights, target, groups by name)."""
+    if (label is None or label == table.label_name) and not set(exclude) & set(table.feature_names):
+        return table
+    kept = [c for c in (*table.feature_names, *table.profiled_columns) if c != label and c not in exclude]
+    return open_table(table.path, kept, label=label or table.label_name, storage_options=table.storage_options)
 
 
 # --------------------------------------------------------------------------- ingest's view of one table file
@@ -504,6 +441,8 @@ def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Arr
     selection, *excluded = key.split("!")
     names = None if selection == "X" else selection.split(",")
     table = _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded)
+    if not table.feature_names:
+        raise TypeError(f"{path} has no numeric columns to ingest (only text, categories or times)")
     if table.frames and not quiet:  # describe profiles them; ingest writes numbers only
         warn(f"{path}: skipping its non-numeric columns (text, categories, times): ingest writes numbers", UserWarning)
     return table.x

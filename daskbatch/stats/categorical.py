@@ -15,39 +15,27 @@ the same in every process, so states made by different workers merge.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from daskbatch.stats._base import State
+
 __all__ = [
-    "CategoricalProfile",
-    "ColumnState",
-    "categorical_frame",
-    "frame_blocks",
-    "is_profiled",
-    "profile_blocks",
+    "CategoricalProfile", "CategoricalState", "ColumnState", "block_states", "categorical_frame", "decode_profile",
+    "encode_profile", "frame_blocks", "is_profiled", "profile_blocks",
 ]
 
 #: Columns of the DataFrame :func:`categorical_frame` makes, in order.
 COLUMNS = (
-    "dtype",
-    "count",
-    "null_count",
-    "distinct",
-    "distinct_error",
-    "top",
-    "top_count",
-    "top_error",
-    "min",
-    "max",
-    "mi",
-    "chi2",
-    "chi2_dof",
-    "chi2_pvalue",
-    "top_k",
+    "dtype", "count", "null_count", "distinct", "distinct_error", "top", "top_count", "top_error", "min", "max",
+    "mi", "chi2", "chi2_dof", "chi2_pvalue", "top_k",
 )
 
 
@@ -80,6 +68,19 @@ class ColumnState:
     joint: dict[Any, dict[Any, int]] | None = None
 
 
+@dataclass(frozen=True)
+class CategoricalState(State):
+    """Every column's state as plain arrays: what checkpoints and saved summaries write (no pickle).
+
+    ``columns`` is UTF-8 JSON of each column's counts, Misra-Gries counters (values and
+    counts, in order), joint counts by class and datetime extremes; ``registers`` holds
+    each column's HyperLogLog registers, one row a column in the same order.
+    """
+
+    columns: np.ndarray
+    registers: np.ndarray
+
+
 class CategoricalProfile:
     """Count, nulls, approximate distinct count, top values and datetime extremes of non-numeric columns.
 
@@ -108,6 +109,14 @@ class CategoricalProfile:
         if not 4 <= precision <= 18:
             raise ValueError(f"precision must be between 4 and 18, got {precision}")
         self.top_k, self.counters, self.precision = int(top_k), int(counters), int(precision)
+
+    def __repr__(self) -> str:
+        return f"CategoricalProfile(top_k={self.top_k}, counters={self.counters}, precision={self.precision})"
+
+    @property
+    def params(self) -> dict[str, int]:
+        """The parameters, as :class:`CategoricalProfile` takes them (saved with a summary's state)."""
+        return {"top_k": self.top_k, "counters": self.counters, "precision": self.precision}
 
     @property
     def relative_error(self) -> float:
@@ -140,16 +149,12 @@ class CategoricalProfile:
         nulls = series.isna().to_numpy()
         values = series[~nulls]
         dtype, kind, tz = str(series.dtype), "value", None
-        if pd.api.types.is_datetime64_any_dtype(series.dtype) or pd.api.types.is_timedelta64_dtype(
-            series.dtype
-        ):
+        if pd.api.types.is_datetime64_any_dtype(series.dtype) or pd.api.types.is_timedelta64_dtype(series.dtype):
             kind = "timedelta" if pd.api.types.is_timedelta64_dtype(series.dtype) else "datetime"
             tz = str(series.dt.tz) if kind == "datetime" and series.dt.tz is not None else None
             keys = values.dt.as_unit("ns").array.asi8  # exact int64 nanoseconds
             uniques, codes = np.unique(keys, return_inverse=True)
-        elif isinstance(
-            series.dtype, pd.CategoricalDtype
-        ):  # the categories are the values; codes count them
+        elif isinstance(series.dtype, pd.CategoricalDtype):  # the categories are the values; codes count them
             codes = values.cat.codes.to_numpy()
             uniques = np.asarray(series.cat.categories, dtype=object)
         else:
@@ -163,22 +168,17 @@ class CategoricalProfile:
         joint = None
         if label is not None:  # (value x class) counts of this block's rows with a value
             classes, by_row = np.unique(label[~nulls], return_inverse=True)
-            cells = np.bincount(
-                codes * classes.size + by_row, minlength=len(uniques) * classes.size
-            )
+            cells = np.bincount(codes * classes.size + by_row, minlength=len(uniques) * classes.size)
             joint = (classes, cells.reshape(len(uniques), classes.size))
         seen = counts > 0
         uniques, counts = uniques[seen], counts[seen]
+        if joint is not None:
+            joint = (joint[0], joint[1][seen])
+        if kind == "value":  # counter keys as JSON holds them, so that a saved or checkpointed state is the same
+            uniques, counts, joint = _plain_keys(uniques, counts, joint)
+        hashes = pd.util.hash_array(uniques)  # of the keys: a tuple among other values is hashed as its text
         # Registers keep a maximum, so hashing each distinct value once gives the registers of all rows.
-        state = ColumnState(
-            dtype,
-            kind,
-            int(values.size),
-            int(nulls.sum()),
-            self._registers(pd.util.hash_array(uniques)),
-            {},
-            tz=tz,
-        )
+        state = ColumnState(dtype, kind, int(values.size), int(nulls.sum()), self._registers(hashes), {}, tz=tz)
         if kind != "value" and uniques.size:
             state.low, state.high = int(uniques.min()), int(uniques.max())
         if uniques.size > self.counters:  # pruned here, before a dict of every value is made
@@ -188,7 +188,7 @@ class CategoricalProfile:
             state.undercount, state.pruned = cut, True
         state.counters = dict(zip(uniques.tolist(), counts.tolist(), strict=True))
         if joint is not None and not state.pruned:
-            classes, cells = joint[0].tolist(), joint[1][seen]
+            classes, cells = joint[0].tolist(), joint[1]
             state.joint = {
                 v: dict(zip(classes, row.tolist(), strict=True))
                 for v, row in zip(state.counters, cells, strict=True)
@@ -202,9 +202,7 @@ class CategoricalProfile:
         h = np.asarray(hashes, dtype=np.uint64)
         index = (h >> np.uint64(rest)).astype(np.intp)
         tail = h & np.uint64((1 << rest) - 1)
-        bits = np.zeros(
-            h.size, dtype=np.int64
-        )  # bit length of the tail, by halving (no float rounding)
+        bits = np.zeros(h.size, dtype=np.int64)  # bit length of the tail, by halving (no float rounding)
         for shift in (32, 16, 8, 4, 2, 1):
             high = tail >= np.uint64(1 << shift)
             bits[high] += shift
@@ -221,10 +219,7 @@ class CategoricalProfile:
         cut = int(-np.partition(-counts, self.counters)[self.counters])  # the (k'+1)-th largest
         s.counters = {v: c - cut for v, c in s.counters.items() if c > cut}
         s.undercount += cut
-        s.pruned, s.joint = (
-            True,
-            None,
-        )  # a pruned value's rows by class are lost: no exact joint counts
+        s.pruned, s.joint = True, None  # a pruned value's rows by class are lost: no exact joint counts
         return s
 
     def _merged(self, a: ColumnState, b: ColumnState) -> ColumnState:
@@ -242,18 +237,9 @@ class CategoricalProfile:
         lows = [v for v in (a.low, b.low) if v is not None]
         highs = [v for v in (a.high, b.high) if v is not None]
         merged = ColumnState(
-            a.dtype,
-            a.kind,
-            a.count + b.count,
-            a.null_count + b.null_count,
-            np.maximum(a.registers, b.registers),
-            counters,
-            a.undercount + b.undercount,
-            min(lows, default=None),
-            max(highs, default=None),
-            a.tz,
-            a.pruned or b.pruned,
-            joint,
+            a.dtype, a.kind, a.count + b.count, a.null_count + b.null_count, np.maximum(a.registers, b.registers),
+            counters, a.undercount + b.undercount, min(lows, default=None), max(highs, default=None), a.tz,
+            a.pruned or b.pruned, joint,
         )
         return self._pruned(merged)
 
@@ -286,9 +272,7 @@ class CategoricalProfile:
             return str(pd.Timedelta(value, unit="ns"))
         if isinstance(value, np.generic):
             value = value.item()
-        if isinstance(value, bool | int | str) or (
-            isinstance(value, float) and math.isfinite(value)
-        ):
+        if isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
             return value
         return str(value)
 
@@ -310,12 +294,7 @@ def association(joint: dict[Any, dict[Any, int]] | None) -> dict[str, Any]:
     mi = float(np.sum(table[filled] / n * np.log(table[filled] / expected[filled])))
     chi2 = float(np.sum((table - expected) ** 2 / expected))
     dof = (table.shape[0] - 1) * (table.shape[1] - 1)
-    return {
-        "mi": max(mi, 0.0),
-        "chi2": chi2,
-        "chi2_dof": int(dof),
-        "chi2_pvalue": float(chdtrc(dof, chi2)),
-    }
+    return {"mi": max(mi, 0.0), "chi2": chi2, "chi2_dof": int(dof), "chi2_pvalue": float(chdtrc(dof, chi2))}
 
 
 def hyperloglog_estimate(registers: np.ndarray) -> float:
@@ -382,15 +361,25 @@ def frame_blocks(frame: Any, chunk_rows: Sequence[int]) -> list[Any]:
     import dask  # lazy: dask
 
     bounds = np.cumsum([0, *chunk_rows]).tolist()
-    parts = (
-        frame.to_delayed()
-        if hasattr(frame, "to_delayed")
-        else [
-            dask.delayed(frame.iloc[a:b], pure=False)
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-        ]
-    )
+    if hasattr(frame, "to_delayed"):
+        parts = frame.to_delayed()
+    else:  # named by content, as a store's blocks are: a checkpoint resumes on the same values only
+        token = _content_token(frame)
+        parts = [dask.delayed(frame.iloc[a:b], name=f"frame-{token}-{a}") for a, b in pairwise(bounds)]
     return [(int(rows), part) for rows, part in zip(chunk_rows, parts, strict=True)]
+
+
+def _content_token(frame: Any) -> str:
+    """sha256 of a pandas DataFrame's columns, dtypes and values (unhashable values by their text)."""
+    import pandas as pd  # lazy: pandas
+
+    try:
+        hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    except (TypeError, ValueError):  # lists, dicts, tuples among other values: by their text, as profiled
+        hashed = pd.util.hash_pandas_object(frame.map(repr), index=False).to_numpy()
+    digest = hashlib.sha256(repr([list(map(str, frame.columns)), list(map(str, frame.dtypes))]).encode())
+    digest.update(hashed.tobytes())
+    return digest.hexdigest()
 
 
 def profile_blocks(
@@ -399,29 +388,42 @@ def profile_blocks(
     profile: CategoricalProfile | None = None,
     chunk_prefix: str = "chunk",
     label: Any = None,
+    finalize: bool = True,
 ) -> Any:
     """A dask Delayed of the records of ``blocks`` ((rows, Delayed pandas DataFrame), in row order).
 
     The states are merged in a tree of fan-in ``split_every``; with ``label`` (a dask array, one class
     per row) each block's rows of it give the (value x class) counts. The chunk tasks are named
-    ``(chunk_prefix-<token>, i)``: a progress bar counts them as blocks.
+    ``(chunk_prefix-<token>, i)``: a progress bar counts them as blocks. ``finalize=False``: the
+    merged state instead of the records.
     """
     import dask  # lazy: dask
     from dask.base import tokenize  # lazy: dask
 
     profile = profile or CategoricalProfile()
     fan_in, name = max(2, int(split_every)), f"{chunk_prefix}-{tokenize(*blocks, label)}"
-    level, start = [], 0
-    for i, (rows, frame) in enumerate(blocks):
-        part = None if label is None else label[start : start + rows]
-        level.append(dask.delayed(profile.chunk, pure=True)(frame, part, dask_key_name=(name, i)))
-        start += rows
+    level = block_states(blocks, profile, label, name)
     while len(level) > 1:
         level = [
             dask.delayed(_merge_all, pure=True)(profile.merge, *level[i : i + fan_in])
             for i in range(0, len(level), fan_in)
         ]
-    return dask.delayed(profile.finalize, pure=True)(level[0])
+    return dask.delayed(profile.finalize, pure=True)(level[0]) if finalize else level[0]
+
+
+def block_states(
+    blocks: Sequence[tuple[int, Any]], profile: CategoricalProfile, label: Any = None, name: str | None = None
+) -> list[Any]:
+    """One Delayed state per block of ``blocks`` (with its rows of ``label``), in row order; keys ``(name, i)``."""
+    import dask  # lazy: dask
+
+    out, start = [], 0
+    for i, (rows, frame) in enumerate(blocks):
+        part = None if label is None else label[start : start + rows]
+        named = {} if name is None else {"dask_key_name": (name, i)}
+        out.append(dask.delayed(profile.chunk, pure=True)(frame, part, **named))
+        start += rows
+    return out
 
 
 def _merge_all(merge: Callable[[Any, Any], Any], *states: Any) -> Any:
@@ -429,4 +431,67 @@ def _merge_all(merge: Callable[[Any, Any], Any], *states: Any) -> Any:
     out = states[0]
     for s in states[1:]:
         out = merge(out, s)
+    return out
+
+
+#: Counter keys kept as they are; any other value is keyed by its text (what a result shows of it anyway).
+_PLAIN_TYPES = (str, int, float, bool)
+
+
+def _plain_keys(uniques: np.ndarray, counts: np.ndarray, joint: tuple[Any, Any] | None) -> tuple[Any, Any, Any]:
+    """Values that are not text, numbers or booleans as their text, their counts (and joint rows) added up."""
+    import pandas as pd  # lazy: pandas
+
+    plain = [v.item() if isinstance(v, np.generic) else v for v in uniques.tolist()]
+    if all(type(v) in _PLAIN_TYPES for v in plain):
+        return np.asarray(plain, dtype=object), counts, joint
+    keys = np.empty(len(plain), dtype=object)
+    keys[:] = [v if type(v) in _PLAIN_TYPES else str(v) for v in plain]
+    codes, found = pd.factorize(keys)  # two values of one text (b"a" and "b'a'") are one key
+    summed = np.zeros(len(found), dtype=np.int64)
+    np.add.at(summed, codes, counts)
+    if joint is not None:
+        cells = np.zeros((len(found), joint[1].shape[1]), dtype=joint[1].dtype)
+        np.add.at(cells, codes, joint[1])
+        joint = (joint[0], cells)
+    return np.asarray(found, dtype=object), summed, joint
+
+
+def encode_profile(state: dict[str, ColumnState]) -> CategoricalState:
+    """A profile's state as a :class:`CategoricalState` of plain arrays (JSON text and registers)."""
+    columns = []
+    for name, s in state.items():
+        joint = s.joint
+        classes = [] if joint is None else sorted({k for row in joint.values() for k in row}, key=repr)
+        columns.append({
+            "name": name, "dtype": s.dtype, "kind": s.kind, "tz": s.tz, "count": s.count,
+            "null_count": s.null_count, "undercount": s.undercount, "low": s.low, "high": s.high,
+            "pruned": s.pruned, "values": list(s.counters), "counts": list(s.counters.values()),
+            "classes": classes,
+            "joint": None if joint is None else [[joint.get(v, {}).get(k, 0) for k in classes] for v in s.counters],
+        })
+    text = json.dumps(columns, separators=(",", ":")).encode()
+    registers = [s.registers for s in state.values()]
+    return CategoricalState(
+        np.frombuffer(text, dtype=np.uint8).copy(),
+        np.stack(registers) if registers else np.zeros((0, 0), dtype=np.uint8),
+    )
+
+
+def decode_profile(encoded: CategoricalState) -> dict[str, ColumnState]:
+    """The profile's state that :func:`encode_profile` wrote (ValueError when it does not fit together)."""
+    columns = json.loads(np.asarray(encoded.columns, dtype=np.uint8).tobytes().decode())
+    registers = np.asarray(encoded.registers)
+    if not isinstance(columns, list) or registers.ndim != 2 or len(columns) != registers.shape[0]:
+        raise ValueError(f"{len(columns)} columns and registers of shape {registers.shape} do not fit together")
+    out = {}
+    for c, row in zip(columns, registers, strict=True):
+        joint = None
+        if c["joint"] is not None:
+            joint = {v: dict(zip(c["classes"], cells, strict=True)) for v, cells in zip(c["values"], c["joint"], strict=True)}
+        out[c["name"]] = ColumnState(
+            c["dtype"], c["kind"], c["count"], c["null_count"], row.copy(),
+            dict(zip(c["values"], c["counts"], strict=True)), c["undercount"], c["low"], c["high"], c["tz"],
+            c["pruned"], joint,
+        )
     return out

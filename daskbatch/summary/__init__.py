@@ -59,6 +59,7 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     from daskbatch.io.state_codec import (  # lazy: dask, zarr
         check_savable,
         results_digest,
+        write_profile,
         write_states,
     )
 
@@ -84,6 +85,8 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
         ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
         if summary.states is not None:
             write_states(tmp, summary.states, results)
+        if summary.categorical_state is not None:  # the non-numeric columns' profile, for merge and update
+            write_profile(tmp, summary.categorical_state, results)
 
     # The lock ``describe --update`` holds: a summary being updated is not replaced under it.
     with summary_lock(path):
@@ -128,7 +131,7 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
         raise FileNotFoundError(f"no summary at {where}: the path does not exist")
     given = user_statistics(list(statistics))
     try:
-        summary, states = _read(where, given)
+        summary, states, profile = _read(where, given)
     except DataError:
         raise
     except Exception as exc:  # damaged metadata or chunks: zarr, xarray and json raise many kinds (RecursionError too)
@@ -141,15 +144,16 @@ def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summa
     for stat in given:
         assert states is not None  # read_states raised when a given statistic has no state
         extra[stat.name] = states[stat.name].finalize()
-    return dataclasses.replace(summary, states=states, extra=extra)
+    return dataclasses.replace(summary, states=states, extra=extra, categorical_state=profile)
 
 
-def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
+def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any, Any]:
     """Read the summary at ``where`` and its states, its arrays' claims bounded before anything is allocated."""
     import xarray as xr  # lazy: xarray
 
     from daskbatch.io.state_codec import (  # lazy: dask, zarr
         check_bounds,
+        read_profile,
         read_states,
         results_digest,
     )
@@ -159,8 +163,8 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any]:
     # chunks=None: NumPy arrays read as they are loaded, no dask graph over chunks the metadata claims.
     with xr.open_zarr(zarr_target(where, read_only=True), consolidated=False, chunks=None) as ds:
         loaded = ds.load()
-    summary = Summary.from_xarray(loaded)
-    return summary, read_states(where, results_digest(loaded), given, summary.n_features)
+    summary, results = Summary.from_xarray(loaded), results_digest(loaded)
+    return summary, read_states(where, results, given, summary.n_features), read_profile(where, results)
 
 
 def _check_is_summary(where: str) -> None:

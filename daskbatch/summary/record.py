@@ -80,6 +80,10 @@ class Summary:
     #: :func:`daskbatch.update` and :func:`daskbatch.merge` continue from. None for a summary without
     #: them (a tiled covariance, one saved by an older daskbatch).
     states: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: The profile of the non-numeric columns with its merged state (a ``Kept`` of a
+    #: :class:`~daskbatch.stats.categorical.CategoricalProfile`): what :func:`daskbatch.merge`
+    #: and :func:`daskbatch.update` continue ``categorical`` from; None without such columns.
+    categorical_state: Any = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
         """Serve the variables the statistics declare, labelled: ``s.mean``, ``s.corr``; None when not computed."""
@@ -374,6 +378,7 @@ class Summary:
         mi_base: Any = STATISTIC_DEFAULTS["base"],
         miller_madow: bool = STATISTIC_DEFAULTS["miller_madow"],
         states: dict[str, Any] | None = None,
+        categorical_state: Any = None,
     ) -> Summary:
         """Assemble a summary from finalized results keyed by statistic name (``"moments"``, ``"cov"``, ``"hist"``).
 
@@ -391,6 +396,9 @@ class Summary:
             Apply the Miller–Madow bias correction to the mutual information.
         states : dict, optional
             The merged states the results were finalized from (kept for :meth:`update`).
+        categorical_state : Kept, optional
+            The non-numeric columns' profile and its merged state (``provenance["categorical"]``
+            holds its results).
 
         Returns
         -------
@@ -404,7 +412,7 @@ class Summary:
         if extra:
             provenance["user_statistics"] = sorted(extra)
         return cls(feature_names=tuple(feature_names), results=by_statistic, provenance=provenance, extra=extra,
-                   states=states)
+                   states=states, categorical_state=categorical_state)
 
     @classmethod
     def from_xarray(cls, ds: Any) -> Summary:

@@ -1,0 +1,126 @@
+"""Where a table's files are: table suffixes, a directory or URL searched for them, each opened for pyarrow.
+
+:func:`find_files` lists the Parquet and Arrow IPC files of a path or fsspec URL in natural order
+(hidden and bookkeeping files left out); :func:`is_table_path` tells a table from a Zarr store;
+:func:`check_protocol` names the package a URL's protocol needs (``daskbatch[s3]``) before fsspec's own words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["IPC_SUFFIXES", "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Files", "check_protocol", "find_files", "is_table_path"]
+
+#: File suffixes read as tables; the last three are Arrow IPC (Feather v2) files.
+TABLE_SUFFIXES = (".parquet", ".pq", ".parq", ".arrow", ".feather", ".ipc")
+#: The Arrow IPC (Feather v2) suffixes among them.
+IPC_SUFFIXES = (".arrow", ".feather", ".ipc")
+#: Text tables, named in the refusal of one (they carry no types and no row groups).
+TEXT_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
+
+
+def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
+    """Whether ``x`` is the path or URL of a table file, or of a directory of them that is not a Zarr store."""
+    where = os.fspath(x) if isinstance(x, str | os.PathLike) else None
+    if not isinstance(where, str) or where.rstrip("/").lower().endswith(TABLE_SUFFIXES):
+        return isinstance(where, str)
+    try:  # one listing; a URL only when it ends with "/" (a Zarr store's URL mostly does not)
+        if "://" in where and where.endswith("/"):
+            import fsspec  # lazy: fsspec
+
+            fs, root = fsspec.core.url_to_fs(where)
+            names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+        else:
+            names = os.listdir(where) if "://" not in where and os.path.isdir(where) else []
+    except (OSError, ValueError, ImportError):
+        return False  # not ours to judge: the Zarr reader names what is wrong
+    zarr = {"zarr.json", ".zarray", ".zgroup"} & set(names)
+    return not zarr and any(_is_table_name(n) for n in names)
+
+
+#: The extra that installs the filesystem of a URL protocol, named when that package is missing.
+_PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3"}
+
+
+def check_protocol(where: Any) -> None:  # numpydoc ignore=PR01
+    """Refuse a URL whose protocol's fsspec filesystem is not installed, naming the pip install (one ImportError line)."""
+    if not isinstance(where, str) or "://" not in where:
+        return
+    protocol = where.split("://", 1)[0].rsplit("::", 1)[-1].lower()
+    import fsspec  # lazy: fsspec
+
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        extra = _PROTOCOL_EXTRAS.get(protocol)
+        hint = f"pip install 'daskbatch[{extra}]'" if extra else str(exc).strip().splitlines()[0]
+        raise ImportError(f"reading {where!r} needs the {protocol}:// filesystem for fsspec: {hint}") from None
+    except ValueError:  # not a protocol fsspec knows: whoever opens it names that
+        return
+
+
+def _is_table_name(name: str) -> bool:
+    """A table file's name: its suffix, and not a hidden or bookkeeping file (``_SUCCESS``, ``_metadata``)."""
+    return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
+
+
+def _natural_key(path: str) -> list[Any]:
+    """Sort key with numbers compared as numbers (part-2 before part-10)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+@dataclass(frozen=True)
+class Files:
+    """Where the files are: their filesystem (None: local) and paths, in row order."""
+
+    fs: Any
+    paths: tuple[str, ...]
+
+    @contextmanager
+    def open(self, i: int) -> Any:
+        """File ``i`` as pyarrow reads it: a memory map locally, an fsspec file elsewhere."""
+        import pyarrow as pa  # lazy: pyarrow
+
+        if self.fs is None:
+            with pa.memory_map(self.paths[i], "r") as source:
+                yield source
+        else:
+            with self.fs.open(self.paths[i], "rb") as source:
+                yield source
+
+    def is_ipc(self, i: int) -> bool:
+        """Whether file ``i`` is Arrow IPC (else Parquet)."""
+        return self.paths[i].lower().endswith(IPC_SUFFIXES)
+
+
+def find_files(where: str, storage_options: Mapping[str, Any] | None) -> Files:
+    """The table files at ``where`` (a file, a directory searched recursively, or a URL of either)."""
+    if "://" in where or "::" in where:
+        import fsspec  # lazy: fsspec
+
+        check_protocol(where)
+        fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
+        if not fs.exists(root):
+            raise FileNotFoundError(f"no such file or directory: {where!r}")
+        found = [root]
+        if fs.isdir(root):
+            found = [p for p in fs.find(root) if _is_table_name(os.path.basename(p))]
+    else:
+        if not os.path.exists(where):
+            raise FileNotFoundError(f"no such file or directory: {where!r}")
+        fs, found = None, [where]
+        if os.path.isdir(where):
+            found = []
+            for d, subdirs, names in os.walk(where):
+                subdirs[:] = [
+                    s for s in subdirs if not s.startswith(("_", "."))
+                ]  # _temporary, .hidden
+                found += [os.path.join(d, n) for n in names if _is_table_name(n)]
+    if not found:
+        raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
+    return Files(fs, tuple(sorted(found, key=_natural_key)))
