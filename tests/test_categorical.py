@@ -250,10 +250,7 @@ def test_odd_values_are_profiled_and_what_cannot_be_is_named(tmp_path: Path) -> 
         ["[3]", 20],
     ]  # unhashable: counted by their text
     assert (cat.loc["mixed", "distinct"], cat.loc["mixed", "null_count"]) == (3, 10)
-    with pytest.raises(
-        TypeError, match=r"DataFrame has no numeric columns to describe \(found: s\)"
-    ):
-        db.describe(pd.DataFrame({"s": ["a", "b"]}))
+    assert db.describe(pd.DataFrame({"s": ["a", "b"]})).categorical.loc["s", "distinct"] == 2  # text only
     folder = tmp_path / "drift"
     folder.mkdir()
     x = pa.array(np.arange(n, dtype=float))
@@ -435,3 +432,26 @@ def test_a_profile_without_its_state_is_left_out_of_a_merge_and_a_changed_one_re
     zarr.open_group(tmp_path / "a.zarr", mode="r+")["categorical/columns"][0] ^= 1
     with pytest.raises(db.DataError, match=r"^summary [^(]*: the profile of its non-numeric columns fails its sha256"):
         db.load_summary(tmp_path / "a.zarr")
+
+
+def test_a_dataframe_of_text_and_times_only_is_described_and_merged_as_different_rows() -> None:
+    rng = np.random.default_rng(15)
+    n = 70_000  # two blocks of rows
+    frame = pd.DataFrame({
+        "word": pd.Series(rng.choice(["a", "b", "c", None], n), dtype=object),
+        "at": pd.to_datetime(rng.integers(0, 10**12, n), unit="ms"),
+        "y": rng.integers(0, 3, n),
+    })
+    s = db.describe(frame, label="y")
+    assert s.n_features == 0 and list(s.categorical.index) == ["word", "at"]
+    assert s.categorical.loc["word", "null_count"] == frame["word"].isna().sum()
+    assert dict(s.categorical.loc["word", "top_k"]) == frame["word"].value_counts().to_dict()
+    assert s.categorical.loc["at", "max"] == frame["at"].max().isoformat()
+    text = str(s)
+    assert "word" in text and "\nfeature" not in text and "float64" not in text, text
+    # Another frame of the same length is other rows (its token is its content's), so merge takes both.
+    other = frame.assign(word=frame["word"].str.upper())
+    merged = db.merge(s, db.describe(other, label="y")).categorical
+    assert merged.loc["word", "count"] == 2 * s.categorical.loc["word", "count"]
+    with pytest.raises(ValueError, match="twice"):
+        db.merge(s, db.describe(frame, label="y"))

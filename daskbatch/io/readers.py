@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import dask.array as da
+import dask.base
 import numpy as np
 from numpy.lib import format as npformat
 
@@ -202,6 +203,10 @@ class TableReader(DatasetReader):
         super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
 
 
+#: Rows per block of a pandas DataFrame of text, category or time columns only (the numbers' blocks set it otherwise).
+TEXT_ONLY_BLOCK_ROWS = 65_536
+
+
 class DataFrameReader(Reader):
     """A pandas or dask DataFrame: its columns are the features; a column name may be the label."""
 
@@ -221,11 +226,15 @@ class DataFrameReader(Reader):
             label, x = x[label], x.drop(columns=[label])
         profiled = [c for c, t in x.dtypes.items() if is_profiled(t)]  # text, categories, times: profiled
         frame, x = x[profiled], x.drop(columns=profiled)
-        if profiled and not len(x.columns):  # the numbers are what the statistics run over
-            raise TypeError(f"{what} has no numeric columns to describe (found: {', '.join(map(str, profiled[:20]))})")
-        if is_pandas:
-            if isinstance(label, pd.Series):
-                check_series_index(label, x.index, "label", what)
+        if is_pandas and isinstance(label, pd.Series):
+            check_series_index(label, x.index, "label", what)
+        if is_pandas and profiled and not len(x.columns):
+            # Text, categories or times only: zero numeric features in blocks of rows, named by the text's content
+            # (the name is the input's token: two different frames must not look like the same rows).
+            rows = len(x.index)
+            array = da.from_array(np.empty((rows, 0)), chunks=(min(rows, TEXT_ONLY_BLOCK_ROWS) or 1, 0),
+                                  name=f"text-columns-{dask.base.tokenize(frame)}")
+        elif is_pandas:
             plain = all(isinstance(t, np.dtype) for t in x.dtypes)
             # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
             array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)

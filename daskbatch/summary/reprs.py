@@ -253,7 +253,7 @@ def _header(summary: Any) -> str:
 def _details(summary: Any) -> list[str]:
     prov = summary.provenance
     parts = []
-    if prov.get("dtype"):
+    if prov.get("dtype") and summary.n_features:  # no numeric feature: no numeric dtype to name
         parts.append(str(prov["dtype"]))
     if prov.get("source"):
         parts.append(f"source: {prov['source']}")
@@ -371,7 +371,8 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_AL
     if extra:
         lines.append("  " + " · ".join(extra))
     lines.extend(f"! {m}" for m in flags.messages(summary.feature_names))
-    lines.append("  ".join(f"{t:{a}{w}}" for (t, _, a), w in zip(columns, widths, strict=True)).rstrip())
+    if summary.n_features:  # a table of text columns only has no numeric table to head
+        lines.append("  ".join(f"{t:{a}{w}}" for (t, _, a), w in zip(columns, widths, strict=True)).rstrip())
     for r in range(table.shown):
         lines.append(
             "  ".join(f"{cells[r]:{a}{w}}" for (_, cells, a), w in zip(columns, widths, strict=True)).rstrip()
