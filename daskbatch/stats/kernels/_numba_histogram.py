@@ -72,20 +72,11 @@ def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray)
 
 
 @_jit
-def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged):  # noqa: ANN001, ANN202
+def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
     """The row loop of :func:`histogram_counts`, compiled once per kind of ``ranged`` (None or True)."""
     rows, d = x.shape
-    n_slots = bins + 3
     by_label = labels.shape[0] > 0
     kf = float(n_classes)
-    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
-    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
-    # beyond any counts array), instead of two 64-bit integer multiplies per value.
-    base = np.empty(d, dtype=np.float64)
-    for j in range(d):
-        base[j] = float((j * n_slots + 1) * n_classes)
-    # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
     for i in range(rows):
         # Slots of one row, branch-free so that the loop vectorises ...
         for j in range(d):
@@ -106,7 +97,14 @@ def histogram_counts(
     # The choice is made here, not in compiled code: the general loop (a degenerate or
     # overflowing range) compiles only when a chunk needs it, not on every first call.
     ranged = True if _ranged(lo, hi, step, scale) else None
-    _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged)
+    d = x.shape[1]
+    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
+    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
+    # beyond any counts array), instead of two 64-bit integer multiplies per value.
+    base = ((np.arange(d, dtype=np.int64) * (bins + 3) + 1) * n_classes).astype(np.float64)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot)
 
 
 @_jit
