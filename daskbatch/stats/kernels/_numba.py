@@ -11,6 +11,7 @@ from numba.extending import overload
 BLOCK = 128
 
 _jit = numba.njit(nogil=True, cache=True)
+_jit_inline = numba.njit(nogil=True, cache=True, inline="always")
 # NumPy's error model drops numba's division-by-zero checks, whose branch keeps
 # a loop from vectorising; for kernels whose divisors cannot be zero.
 _jit_nocheck = numba.njit(nogil=True, cache=True, error_model="numpy")
