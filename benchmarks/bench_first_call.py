@@ -20,6 +20,8 @@ Inside the process the time is split into start-up and imports (``import
 daskbatch`` and what ``describe`` imports), kernels (numba compiling or loading
 from its cache: every top-level ``Dispatcher.compile``), planning
 (``plan_statistics``) and the rest of ``describe`` (reading and computing).
+The kernels phase is also given by numba function (a top-level compile with its
+callees; a thread that waits on another's compile of it counts its wait).
 
 Usage::
 
@@ -73,7 +75,23 @@ def timed(fn, key):
             setattr(local, key, False)
     return wrapper
 
-Dispatcher.compile = timed(Dispatcher.compile, "kernels")
+per_kernel = {}  # top-level compiles or cache loads: seconds by numba function (its callees included)
+
+def by_kernel(compile):
+    def wrapper(self, sig):
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        t = time.perf_counter()
+        try:
+            return compile(self, sig)
+        finally:
+            local.depth = depth
+            if depth == 0:  # callees count with their caller
+                name = self.py_func.__module__.rsplit(".", 1)[-1] + "." + self.py_func.__qualname__
+                per_kernel[name] = per_kernel.get(name, 0.0) + time.perf_counter() - t
+    return wrapper
+
+Dispatcher.compile = timed(by_kernel(Dispatcher.compile), "kernels")
 planning = timed(planner.plan_statistics, "planning")
 for module in (planner, pipeline):  # pipeline holds its own name for it
     if hasattr(module, "plan_statistics"):
@@ -84,7 +102,7 @@ for _ in range(2):
     t = time.perf_counter()
     db.describe(sys.argv[1], label="y")
     calls.append({"describe": time.perf_counter() - t, **{k: spent[k] - before[k] for k in spent}})
-print(json.dumps({"import": t_import - t_start, "calls": calls}))
+print(json.dumps({"import": t_import - t_start, "calls": calls, "per_kernel": per_kernel}))
 """
 
 
@@ -102,7 +120,8 @@ def api_row(store: str, env: dict[str, str]) -> dict[str, float]:
     first, second = child["calls"]
     # The process's start-up and interpreter exit count with the imports; the second call is not part of it.
     total = wall - second["describe"]
-    return {"total": total, "imports": total - first["describe"], **_split(first), "second": second}
+    return {"total": total, "imports": total - first["describe"], **_split(first), "second": second,
+            "per_kernel": child["per_kernel"]}
 
 
 def _split(call: dict[str, float]) -> dict[str, float]:
@@ -188,6 +207,10 @@ def split_rows(store: str, env: dict[str, str], work: str, repeat: int, rows: in
     print(f"| second call, same process | {second['describe']:.2f} | - | {s['kernels']:.2f} | {s['planning']:.2f} "
           f"| {s['read+compute']:.2f} |")
     print(f"\ncold / warm: {cold_row['total'] / warm_row['total']:.1f}x")
+    for name, r in (("cold", cold_row), ("warm", warm_row)):  # where the kernels phase went, by numba function
+        kernels = sorted(r["per_kernel"].items(), key=lambda kv: -kv[1])
+        print(f"{name} kernels ({len(kernels)} top-level compiles or loads): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in kernels))
     return warm_env
 
 

@@ -2,7 +2,8 @@
 
 Run in a subprocess with an empty ``NUMBA_CACHE_DIR`` (a new install), recording
 numba's compile events: each kernel compiles one specialisation for the demo's
-dtypes, none compiles numba's array-shape error message or its sort, and a
+dtypes, finite data compiles none of the loops for NaN and infinity, none compiles
+numba's array-shape error message or its sort, and a
 ``describe`` of a store after the demo's warm-up compiles nothing more.
 """
 
@@ -53,8 +54,13 @@ def test_a_new_install_compiles_each_kernel_once_and_the_demo_workers_nothing(tm
     found = json.loads(done.stdout.strip().splitlines()[-1])
     warm_up = found["warm_up"]
     # One specialisation each: a literal 0 once made a second (Literal[int](0)) of the masked loops.
-    for kernel in ("moments_chunk", "class_moments_chunk", "_moments_block_masked", "_class_block_masked"):
+    for kernel in ("_moments_pass1_clean", "_moments_pass2_clean", "_class_pass1_clean", "_class_pass2_clean",
+                   "_count_rows"):
         assert warm_up.get(kernel) == 1, (kernel, warm_up)
+    # Finite data compiles no loop with the finite test, nor the histogram's loop for degenerate ranges.
+    masked = ("_moments_pass1", "_moments_pass2", "_moments_block_masked", "_class_pass1", "_class_pass2",
+              "_class_block_masked")
+    assert not [name for name in masked if name in warm_up], warm_up
     # Whole-array copies compiled numba's shape-mismatch message (3-4 s); np.argsort its quicksort (1 s).
     assert not [name for name in warm_up if "raise_with_shape" in name or "quicksort" in name], warm_up
     # The demo's warm-up left nothing for its workers to compile.

@@ -232,11 +232,11 @@ def test_blocks_take_the_fast_path_again_after_masked_ones() -> None:
     x = np.random.default_rng(3).gamma(2.0, 3.0, size=((3 * r + 8) * BLOCK, 9)).astype(np.float32)
     x[: (2 * r + 4) * BLOCK : 17] = np.nan
     expected = np.arange(3 * r + 8) >= 3 * r
-    clean = fast._moments_pass1(x, None, None, np.zeros(x.shape[1]))[-1]
+    clean = fast._pass1(x, None, None, np.zeros(x.shape[1]))[-1]
     np.testing.assert_array_equal(clean, expected)
     k, d = 3, x.shape[1]
     codes = np.random.default_rng(2).integers(0, k, x.shape[0]).astype(np.int64)
     count, total, shift = np.zeros((k, d), dtype=np.int64), np.zeros((k, d)), np.zeros((k, d))
-    np.testing.assert_array_equal(fast._class_pass1(x, None, None, codes, count, shift, total), expected)
-    few = fast._moments_pass1(_chunk("few_bad", "float32"), None, None, np.zeros(9))[-1]
+    np.testing.assert_array_equal(fast._class_pass1_blocks(x, None, None, codes, count, shift, total), expected)
+    few = fast._pass1(_chunk("few_bad", "float32"), None, None, np.zeros(9))[-1]
     np.testing.assert_array_equal(np.flatnonzero(~few), [0, 2, 6, 7])  # rows 5; 300, 301; 777; 999

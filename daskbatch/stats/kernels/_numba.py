@@ -11,6 +11,7 @@ from numba.extending import overload
 BLOCK = 128
 
 _jit = numba.njit(nogil=True, cache=True)
+_jit_inline = numba.njit(nogil=True, cache=True, inline="always")
 # NumPy's error model drops numba's division-by-zero checks, whose branch keeps
 # a loop from vectorising; for kernels whose divisors cannot be zero.
 _jit_nocheck = numba.njit(nogil=True, cache=True, error_model="numpy")
@@ -21,7 +22,7 @@ def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub
     raise NotImplementedError("only callable from compiled code")
 
 
-@overload(_load, inline="always")
+@overload(_load)
 def _load_impl(v, lut):  # noqa: ANN001, ANN202
     # Chosen at compile time from the type of `lut`: numba has no float16 arrays,
     # so float16 chunks arrive as their uint16 bits plus a 65536-entry table.
@@ -35,7 +36,7 @@ def _weight(w, i):  # noqa: ANN001, ANN202 - numba overload stub
     raise NotImplementedError("only callable from compiled code")
 
 
-@overload(_weight, inline="always")
+@overload(_weight)
 def _weight_impl(w, i):  # noqa: ANN001, ANN202
     # Chosen at compile time from the type of `w`: without weights the loop is the unweighted one.
     if isinstance(w, types.NoneType):
@@ -48,7 +49,7 @@ def _fourth_power(w, wdev, dev):  # noqa: ANN001, ANN202 - numba overload stub
     raise NotImplementedError("only callable from compiled code")
 
 
-@overload(_fourth_power, inline="always")
+@overload(_fourth_power)
 def _fourth_power_impl(w, wdev, dev):  # noqa: ANN001, ANN202
     # Two roundings of one power: unweighted (dev*dev)*(dev*dev), weighted ((w*dev)*dev*dev)*dev;
     # chosen at compile time so that neither kernel's bits change.

@@ -12,10 +12,9 @@ from daskbatch.stats.kernels.path import numba_view
 
 
 @_jit
-def first_complete_row(x, lut):  # noqa: ANN001, ANN201
-    """Give the first row of ``x`` without NaN or ±inf, as float64."""
+def _first_complete_row(x, lut, shift):  # noqa: ANN001, ANN202
+    """Write the first row of ``x`` without NaN or ±inf into ``shift`` as float64 (left as it is without one)."""
     rows, d = x.shape
-    shift = np.zeros(d)
     for i in range(rows):
         ok = True
         for j in range(d):
@@ -24,15 +23,23 @@ def first_complete_row(x, lut):  # noqa: ANN001, ANN201
             for j in range(d):
                 shift[j] = _load(x[i, j], lut)
             break
+
+
+def first_complete_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray:
+    """Give the first row of ``x`` without NaN or ±inf, as float64 (zeros without one)."""
+    shift = np.zeros(x.shape[1])  # made here, not by numba's constructors (each costs the first call a compile)
+    _first_complete_row(x, lut, shift)
     return shift
 
 
 @_jit
-def centre_block(x, lut, shift, complete, dev, weights):  # noqa: ANN001, ANN201
-    """Centre the complete rows of one block of a chunk about the block's own mean, into ``dev[:n]``."""
+def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean, s1):  # noqa: ANN001, ANN201
+    """Centre the complete rows of one block of a chunk about the block's own mean, into ``dev[:n]``.
+
+    ``total``, ``part``, ``approx_mean`` and ``s1`` are (D,) work arrays; the last two come back filled.
+    """
     rows, d = x.shape
-    total = np.zeros(d)
-    part = np.zeros(d)
+    total[:] = 0.0
     n = 0
     wsum = 0.0
     for i0 in range(0, rows, BLOCK):
@@ -52,11 +59,10 @@ def centre_block(x, lut, shift, complete, dev, weights):  # noqa: ANN001, ANN201
         wsum += wpart
         for j in range(d):
             total[j] += part[j]
-    approx_mean = np.empty(d)
     for j in range(d):
         approx_mean[j] = total[j] / wsum if wsum > 0 else 0.0
 
-    s1 = np.zeros(d)
+    s1[:] = 0.0
     k = 0
     for i0 in range(0, rows, BLOCK):
         part[:] = 0.0
@@ -75,7 +81,7 @@ def centre_block(x, lut, shift, complete, dev, weights):  # noqa: ANN001, ANN201
                 k += 1
         for j in range(d):
             s1[j] += part[j]
-    return n, wsum, approx_mean, s1
+    return n, wsum
 
 
 def chunk_comoments(
@@ -93,11 +99,14 @@ def chunk_comoments(
     wsums = np.zeros(n_blocks)
     means = np.zeros((n_blocks, d))
     residuals = np.zeros((n_blocks, d))
+    block_total, block_part, block_mean, block_s1 = np.empty((4, d))  # centre_block's work arrays, reused
     n = 0
     for b in range(n_blocks):
         start, stop = b * block_rows, (b + 1) * block_rows
         w = None if weights is None else weights[start:stop]
-        k, wsum, approx_mean, s1 = centre_block(data[start:stop], lut, shift, complete, buffer, w)
+        k, wsum = centre_block(
+            data[start:stop], lut, shift, complete, buffer, w, block_total, block_part, block_mean, block_s1
+        )
         if k == 0:
             continue  # weighs nothing in the merge below
         dev = buffer[:k]
@@ -106,8 +115,8 @@ def chunk_comoments(
         # scheduler threads' calls one at a time (two threads took twice one's time), numpy's did not.
         np.matmul(dev.T, dev, out=product)
         c += product
-        residuals[b] = s1 / wsum
-        means[b] = approx_mean + residuals[b]
+        residuals[b] = block_s1 / wsum
+        means[b] = block_mean + residuals[b]
         wsums[b] = wsum
         n += k
     total = float(wsums.sum())

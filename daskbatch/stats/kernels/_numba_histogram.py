@@ -17,7 +17,7 @@ def _slot(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202 - numba
     raise NotImplementedError("only callable from compiled code")
 
 
-@overload(_slot, inline="always")
+@overload(_slot)
 def _slot_impl(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
     # Chosen at compile time from the type of `ranged`: None for any range, True
     # where _ranged() holds for the feature. Both give the slot of the former loop
@@ -61,34 +61,22 @@ def _slot_impl(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
     return fast
 
 
-@_jit
-def _ranged(lo, hi, step, scale):  # noqa: ANN001, ANN202
+def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray) -> bool:
     """Whether every feature's range lets :func:`_slot` drop the guards of the former loop (see there)."""
-    for j in range(lo.shape[0]):
-        width = hi[j] - lo[j]
-        # `not (a < b)` so that NaN fails every test.
-        if not (0.0 < step[j] < np.inf) or not (0.0 < scale[j] < np.inf) or not (abs(width) < np.inf):
-            return False
-        if not (width * scale[j] < _INT_LIMIT):
-            return False
-    return True
+    # In NumPy, not compiled: D values, and one compile fewer on the first call. The comparisons
+    # are written so that NaN fails every test.
+    with np.errstate(all="ignore"):  # inf - inf, inf * 0: NaN, which fails below
+        width = hi - lo
+        ok = (0.0 < step) & (step < np.inf) & (0.0 < scale) & (scale < np.inf) & (np.abs(width) < np.inf)
+        return bool(np.all(ok & (width * scale < _INT_LIMIT)))
 
 
 @_jit
-def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged):  # noqa: ANN001, ANN202
+def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
     """The row loop of :func:`histogram_counts`, compiled once per kind of ``ranged`` (None or True)."""
     rows, d = x.shape
-    n_slots = bins + 3
     by_label = labels.shape[0] > 0
     kf = float(n_classes)
-    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
-    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
-    # beyond any counts array), instead of two 64-bit integer multiplies per value.
-    base = np.empty(d, dtype=np.float64)
-    for j in range(d):
-        base[j] = float((j * n_slots + 1) * n_classes)
-    # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
     for i in range(rows):
         # Slots of one row, branch-free so that the loop vectorises ...
         for j in range(d):
@@ -101,13 +89,22 @@ def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, we
             counts[slot[j] + k] += wi
 
 
-@_jit
-def histogram_counts(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights):  # noqa: ANN001, ANN201
+def histogram_counts(
+    x: np.ndarray, lut: np.ndarray | None, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
+    bins: int, labels: np.ndarray, n_classes: int, counts: np.ndarray, weights: np.ndarray | None,
+) -> None:
     """Add to ``counts`` (D·(bins + 3)·K, flat) the counts of slot ``[under, bins…, over, nan]`` × class."""
-    if _ranged(lo, hi, step, scale):
-        _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, True)
-    else:
-        _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, None)
+    # The choice is made here, not in compiled code: the general loop (a degenerate or
+    # overflowing range) compiles only when a chunk needs it, not on every first call.
+    ranged = True if _ranged(lo, hi, step, scale) else None
+    d = x.shape[1]
+    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
+    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
+    # beyond any counts array), instead of two 64-bit integer multiplies per value.
+    base = ((np.arange(d, dtype=np.int64) * (bins + 3) + 1) * n_classes).astype(np.float64)
+    # Unsigned, so that indexing with it needs no wraparound of negative indices.
+    slot = np.empty(d, dtype=np.uint64)
+    _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot)
 
 
 @_jit

@@ -26,17 +26,17 @@ _NEG_INF32 = np.uint32(0xFF800000)
 
 
 @_jit
-def _keys(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
-    """Reference keys (less ``lo_key``) of the float64 magnitudes ``a``."""
-    out = np.empty(a.size, dtype=np.int64)
+def _keys(a, ln_gamma, lo_key, hi_key, out):  # noqa: ANN001, ANN202
+    """Reference keys (less ``lo_key``) of the float64 magnitudes ``a`` into ``out``."""
     for i in range(a.size):
         out[i] = np.int64(_sketch_key(a[i], ln_gamma, lo_key, hi_key))
-    return out
 
 
 def _pattern_keys(p: np.ndarray, ln_gamma: float, lo_key: float, hi_key: float) -> np.ndarray:
     """Reference keys of the float32 magnitudes with bit patterns ``p`` (uint32)."""
-    return _keys(p.view(np.float32).astype(np.float64), ln_gamma, lo_key, hi_key)
+    out = np.empty(p.size, dtype=np.int64)  # made here, not by numba's constructors (each costs a compile)
+    _keys(p.view(np.float32).astype(np.float64), ln_gamma, lo_key, hi_key, out)
+    return out
 
 
 def min_pattern(min_magnitude: float) -> int:
@@ -132,21 +132,11 @@ def _extrema(x, d):  # noqa: ANN001, ANN202
 
 
 @_jit_nocheck
-def sketch_counts_all_f32(x, u, table, shift, min_bits, n, counts, offset, weights):  # noqa: ANN001, ANN201
-    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts_all` for a float32 chunk, keyed from its bits."""
+def _counts_all_f32(x, u, table, shift, min_bits, n, flat, weights, fmin, fmax, has_neg, has_pos, rare_lo, rare_hi):  # noqa: ANN001, ANN202, E501
+    """The loop of :func:`sketch_counts_all_f32`: ``flat`` (its counts), the extrema and the sign flags updated."""
     rows, d = x.shape
     width = np.uint64(2 * n + 4)
-    flat = counts.reshape(-1)
-    # float32 extrema: the float64 ones are their casts, and the compares run twice as wide.
-    fmin, fmax = _extrema(x, d)
-    # Whether a feature has a bucketed value of each sign: uint32 flags, or'ed, so that the loop
-    # below runs in uint32 lanes (int64 counts of them ran four to a vector and twice as slow).
     lo_bits = np.uint32(min_bits)
-    has_neg = np.zeros(d, dtype=np.uint32)
-    has_pos = np.zeros(d, dtype=np.uint32)
-    # The patterns whose folded entry is not their code (folded_table): a row holding one keys
-    # every value with _code_f32's tests, which give every pattern its code from this table too.
-    rare_lo, rare_hi = _rare_bounds(min_bits, shift)
     nan_hi = np.uint32(0xFF800000 + (1 << shift))
     for i in range(rows):
         wi = _weight(weights, i)
@@ -179,9 +169,28 @@ def sketch_counts_all_f32(x, u, table, shift, min_bits, n, counts, offset, weigh
         else:
             for j in range(d):
                 flat[np.uint64(j) * width + np.uint64(_code_folded(u[i, j], table, shift))] += wi
-    for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
-        offset[j, 0] = 0 if has_neg[j] else n
-        offset[j, 1] = 0 if has_pos[j] else n
+
+
+def sketch_counts_all_f32(
+    x: np.ndarray, u: np.ndarray, table: np.ndarray, shift: int, min_bits: int, n: int, counts: np.ndarray,
+    offset: np.ndarray, weights: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts_all` for a float32 chunk, keyed from its bits."""
+    # Arrays made here, not by numba's constructors (each costs the first call a compile).
+    d = x.shape[1]
+    # float32 extrema: the float64 ones are their casts, and the compares run twice as wide.
+    fmin, fmax = np.full(d, np.inf, dtype=x.dtype), np.full(d, -np.inf, dtype=x.dtype)
+    # Whether a feature has a bucketed value of each sign: uint32 flags, or'ed, so that the loop
+    # runs in uint32 lanes (int64 counts of them ran four to a vector and twice as slow).
+    has_neg, has_pos = np.zeros((2, d), dtype=np.uint32)
+    # The patterns whose folded entry is not their code (folded_table): a row holding one keys
+    # every value with _code_f32's tests, which give every pattern its code from this table too.
+    rare_lo, rare_hi = np.uint32(min_bits & ~((1 << shift) - 1)), np.uint32(min_bits)
+    _counts_all_f32(x, u, table, shift, min_bits, n, counts.reshape(-1), weights, fmin, fmax, has_neg, has_pos,
+                    rare_lo, rare_hi)
+    # A window holding a value starts at key 0; an empty one is marked.
+    offset[:, 0] = np.where(has_neg != 0, 0, n)
+    offset[:, 1] = np.where(has_pos != 0, 0, n)
     return fmin.astype(np.float64), fmax.astype(np.float64)
 
 
@@ -190,12 +199,6 @@ def _code_folded(b, table, shift):  # noqa: ANN001, ANN202
     """The code of the float32 with bits ``b`` from :func:`folded_table` (not for its rare patterns)."""
     # Unsigned, so that indexing with it needs no wraparound of negative indices.
     return (table[np.uint64(b) >> np.uint64(shift)] + np.int64(b)) >> 32
-
-
-@_jit_nocheck
-def _rare_bounds(min_bits, shift):  # noqa: ANN001, ANN202
-    """Magnitudes ``lo <= mag < hi`` below ``min_bits`` in the entry that holds it (uint32; empty when it starts one)."""
-    return np.uint32(min_bits & ~((1 << shift) - 1)), np.uint32(min_bits)
 
 
 @_jit_nocheck
