@@ -6,6 +6,7 @@ cluster itself is started by ``tests/test_cluster.py::test_cuda_cluster`` on GPU
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 
@@ -64,3 +65,18 @@ def test_machine_memory_is_dasks_cgroup_aware_limit():
 
     assert machine_memory_bytes() == MEMORY_LIMIT
     assert 0 < machine_memory_bytes() <= psutil.virtual_memory().total
+
+
+def test_an_in_process_describe_does_not_import_distributed(tmp_path) -> None:
+    """Without a client nothing needs distributed (importing it is ~0.3 s of every fresh process); the memory is its."""
+    code = (
+        "import sys, numpy as np, daskbatch as db\n"
+        "from daskbatch.runtime.capacity import machine_memory_bytes\n"
+        "s = db.describe(np.arange(4000.0).reshape(1000, 4), label=np.arange(1000) % 3)\n"
+        "assert 'distributed' not in sys.modules, 'distributed imported'\n"
+        "memory = machine_memory_bytes()\n"
+        "from distributed.system import MEMORY_LIMIT\n"
+        "assert memory == MEMORY_LIMIT, (memory, MEMORY_LIMIT)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=250)
+    assert done.returncode == 0, done.stderr[-2000:]

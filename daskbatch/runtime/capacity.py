@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import importlib.util
 import logging
 import math
 import os
@@ -23,8 +24,19 @@ if TYPE_CHECKING:
 __all__ = ['active_client', 'cuda_device_count', 'logged_run', 'limited', 'machine_memory_bytes', 'note_pass', 'parse_memory', 'peak_memory', 'process_peak_bytes', 'resources_auto', 'resources_from_client', 'resources_from_machine']
 
 
+@functools.cache
 def machine_memory_bytes() -> int:
     """Memory this process may use, in bytes: the machine's, or less under a cgroup or rlimit."""
+    # distributed.system's own reading (psutil, cgroups v1/v2, RLIMIT_RSS), loaded by itself: importing it
+    # as distributed.system runs the distributed package's __init__ first, ~0.3 s of every in-process run.
+    if "distributed" not in sys.modules:
+        with contextlib.suppress(Exception):  # a distributed laid out otherwise: the plain import below
+            found = importlib.util.find_spec("distributed")
+            path = os.path.join(os.path.dirname(found.origin or ""), "system.py")  # type: ignore[union-attr]
+            spec = importlib.util.spec_from_file_location("daskbatch._distributed_system", path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            return int(module.MEMORY_LIMIT)
     from distributed.system import MEMORY_LIMIT  # lazy: distributed
 
     return int(MEMORY_LIMIT)
@@ -173,12 +185,27 @@ def active_client() -> Any:
     """Find the distributed client ``dask.compute`` would use now."""
     from dask.base import get_scheduler  # lazy: dask
 
+    if local_scheduler() is not None:
+        return None
     owner = getattr(get_scheduler(), "__self__", None)
     try:
         from distributed import Client  # lazy: distributed
     except ImportError:  # pragma: no cover - distributed is a dependency
         return None
     return owner if isinstance(owner, Client) else None
+
+
+def local_scheduler() -> Any:
+    """dask's threaded scheduler when nothing else is configured and no client can exist, else None."""
+    # Without distributed imported there is no client; dask's own get_scheduler would import it to look
+    # (about 0.3 s of every fresh process) before it falls back to the threaded scheduler.
+    import dask  # lazy: dask
+
+    if "distributed" in sys.modules or dask.config.get("scheduler", None) is not None:
+        return None
+    import dask.threaded  # lazy: dask
+
+    return dask.threaded.get
 
 
 def resources_auto(*, device: str | None = None) -> Resources:
@@ -296,12 +323,11 @@ _controller: Any = None  # (len(sys.modules) when scanned, threadpoolctl.Threadp
 
 def _scheduler_threads() -> int:
     """Count the tasks the scheduler running this one may run at once in this process (1 if unknown)."""
-    try:
+    if "distributed" in sys.modules:  # a distributed worker has imported it (importing it here costs ~0.3 s)
         from distributed import get_worker  # lazy: distributed
 
-        return int(getattr(get_worker(), "nthreads", 1))
-    except (ImportError, ValueError):  # not inside a distributed worker
-        pass
+        with contextlib.suppress(ValueError):  # not inside a distributed worker
+            return int(getattr(get_worker(), "nthreads", 1))
     import dask.threaded  # lazy: dask
 
     # The threaded scheduler runs tasks on threads of its executors; the

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from daskbatch._common import plural
 from daskbatch.errors import Cancelled
-from daskbatch.runtime.capacity import active_client
+from daskbatch.runtime.capacity import active_client, local_scheduler
 
 __all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared", "progress_options"]
 
@@ -390,7 +390,7 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along:
 
         started: list[bool] = []
         with Callback(start=start, posttask=posttask), _dask_bar(progress.dask_display):
-            result, *alongside = dask.compute(graph, *along)
+            result, *alongside = dask.compute(graph, *along, scheduler=local_scheduler())
         progress.update(progress.total or 0)
         return (result, alongside) if along else result
     if along:
