@@ -159,13 +159,15 @@ class BlockReader:
                              inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
 
 
-def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int] | None:
+def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:
     """The zarr array whose values ``a`` holds as a store path reads them, and the ``chunks`` to open it with; else None.
 
     Recognises the graph of ``da.from_zarr`` and ``da.from_array`` over a ``zarr.Array`` (inlined
     or not; read CF-decoded, as its path is) and xarray's ``open_zarr(...)[name].data`` where
     neither xarray nor the path decodes anything: one getter task per block, each reading that
-    block's slices of the whole array. ``chunks``: the rows of ``a``'s first block (the user's blocks).
+    block's slices of the whole array. ``chunks``: the rows of ``a``'s first block (blocks the user chose),
+    or ``"auto"`` where they are the storage chunks (``da.from_zarr``'s and xarray's default): then the
+    store path's blocks, so that the same array gives the same answer bit for bit however it is passed.
     """
     from dask._task_spec import DataNode, Task, TaskRef  # lazy: dask's task specification
     from dask.array.core import getter, getter_inline, getter_nofancy  # lazy: dask arrays only
@@ -195,7 +197,9 @@ def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int] | None:
     if arr is None or tuple(arr.shape) != tuple(a.shape) or np.dtype(arr.dtype) != a.dtype \
             or type(a._meta) is not np.ndarray or not a.chunks[0]:
         return None
-    return arr, int(a.chunks[0][0])
+    rows = int(a.chunks[0][0])
+    stored = {int(arr.chunks[0]), int((getattr(arr, "shards", None) or arr.chunks)[0])}
+    return arr, "auto" if rows in stored else rows
 
 
 def _reads_as_stored(arr: zarr.Array) -> bool:
