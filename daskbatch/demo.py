@@ -20,7 +20,7 @@ DEMO_ROWS = 200_000
 #: The label's dtype that ``synth`` writes (the demo's kernels are compiled for it).
 SYNTH_LABEL_DTYPE = "int32"
 #: Seconds a cold cache takes to compile the demo's kernels, measured on a 2-core VM (benchmarks/RESULTS.md).
-COLD_COMPILE_SECONDS = 25
+COLD_COMPILE_SECONDS = 10
 #: Seconds the cluster's shutdown gives each worker process to exit.
 SHUTDOWN_SECONDS = 30
 
