@@ -155,9 +155,15 @@ def wait_for(port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
+#: CPUs for the server and proxy processes (None: all); set by --server-cpus.
+SERVER_CPUS: set[int] | None = None
+
+
 def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
-    """Start a server process and wait for its port."""
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Start a server process (on :data:`SERVER_CPUS`) and wait for its port."""
+    cpus = SERVER_CPUS
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
     wait_for(port)
     return proc
 
@@ -257,6 +263,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds of all cases (best is shown)")
     parser.add_argument("--concurrency", type=int, default=None, help="zarr async.concurrency")
     parser.add_argument(
+        "--server-cpus", type=int, nargs="+", default=None,
+        help="CPUs of moto and the proxies (e.g. 1), with the benchmark itself started on others "
+        "(taskset -c 0 python ...): a server that is not on the client's cores, as a real S3 is",
+    )
+    parser.add_argument(
         "--serve-proxy",
         nargs=4,
         metavar=("PORT", "TARGET", "DELAY_MS", "LOG"),
@@ -269,6 +280,8 @@ def main() -> None:
         return
     if args.concurrency:
         zarr.config.set({"async.concurrency": args.concurrency})
+    global SERVER_CPUS
+    SERVER_CPUS = set(args.server_cpus) if args.server_cpus else None
 
     os.environ.update(CREDENTIALS)
     rng = np.random.default_rng(0)
