@@ -455,3 +455,16 @@ def test_a_dataframe_of_text_and_times_only_is_described_and_merged_as_different
     assert merged.loc["word", "count"] == 2 * s.categorical.loc["word", "count"]
     with pytest.raises(ValueError, match="twice"):
         db.merge(s, db.describe(frame, label="y"))
+
+
+def test_frames_of_the_same_numbers_and_other_text_merge_as_other_rows() -> None:
+    numbers = np.arange(3000.0).reshape(1000, 3)
+    first = pd.DataFrame(numbers, columns=["a", "b", "c"]).assign(word=["x", "y"] * 500)
+    second = first.assign(word=["z", "w"] * 500)
+    s1, s2 = db.describe(first), db.describe(second)
+    np.testing.assert_array_equal(s1.arrays.mean, db.describe(numbers).arrays.mean)  # the numbers as before
+    merged = db.merge(s1, s2)
+    assert merged.arrays.count.tolist() == [2000] * 3
+    assert dict(merged.categorical.loc["word", "top_k"]) == {"x": 500, "y": 500, "z": 500, "w": 500}
+    with pytest.raises(ValueError, match="twice"):
+        db.merge(s1, db.describe(first.copy()))

@@ -238,6 +238,8 @@ class DataFrameReader(Reader):
             plain = all(isinstance(t, np.dtype) for t in x.dtypes)
             # Nullable extension columns (Int64, boolean, Float64) become float64 with NaN for <NA>.
             array = x.to_numpy() if plain else x.to_numpy(dtype=np.float64, na_value=np.nan)
+            if profiled:  # named by the text too: frames of the same numbers and other text are other rows
+                array = da.from_array(array, chunks=("auto", -1), name=f"frame-{dask.base.tokenize(array, frame)}")
         else:
             array = x.to_dask_array(lengths=True)
         super().__init__(array, label, what=what, missing=missing)
