@@ -552,3 +552,27 @@ def test_corrupt_parquet_object_is_refused_by_name_as_locally(
     assert message.replace(bucket.url("bad"), "S").replace(f"{bucket.name}/bad", "S") == str(
         local.value
     ).replace(str(tmp_path / "bad"), "S")
+
+
+def test_the_next_block_is_fetched_while_this_one_is_computed(bucket: Bucket, values) -> None:
+    """A block read from a bucket starts the next block's read (one request each, never twice)."""
+    from daskbatch.io.zarr_store import BlockReader
+
+    url = bucket.url("ahead.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    x = zarr.open_group(url, mode="r", storage_options=bucket.storage_options)["X"]
+    reader = BlockReader(x)
+    assert reader.read_ahead and not BlockReader(zarr.create_array(zarr.storage.MemoryStore(), shape=(2,), dtype="f8")).read_ahead
+    with _server_requests() as seen:
+        blocks = [reader[slice(i * CHUNK, (i + 1) * CHUNK), slice(0, FEATURES)] for i in range(N_BLOCKS)]
+        first = reader[slice(0, CHUNK), slice(0, FEATURES)]  # a second pass: read again, and ahead again
+        time.sleep(0.5)  # the read-ahead of the second pass's block 1 lands
+    for i, block in enumerate(blocks):
+        np.testing.assert_array_equal(block, values[0][i * CHUNK:(i + 1) * CHUNK])
+    np.testing.assert_array_equal(first, values[0][:CHUNK])
+    chunks = [r for r in seen if r.startswith("GET") and re.search(r"/ahead\.zarr/X/c/\d+/0$", r)]
+    # (zarr opened here, not by daskbatch's open path, asks a HEAD first too.) Every chunk once in the first pass (block i + 1 came from the read-ahead started by block i), then
+    # chunk 0 read again and chunk 1 fetched ahead of the second pass.
+    expected = [f"GET /{bucket.name}/ahead.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
+    assert sorted(chunks) == sorted([*expected, expected[0], expected[1]]), chunks
+    assert set(reader._ahead) == {(CHUNK, 2 * CHUNK)}  # fetched, waiting for its task

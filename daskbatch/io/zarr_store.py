@@ -15,10 +15,14 @@ was lost.
 from __future__ import annotations
 
 import binascii
+import concurrent.futures
+import functools
 import itertools
 import math
 import os
 import struct
+import sys
+import threading
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -91,6 +95,52 @@ def _decoded_fill_value(arr: zarr.Array, value: Any) -> Any:
         ) from exc
 
 
+#: Blocks an object store's reader fetches ahead of the tasks at most (each the size of a task's block).
+READ_AHEAD_BLOCKS = 2
+
+
+def _read_ahead_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that fetch blocks ahead (they wait on the network, not on the CPU), this process's own."""
+    return _pool_of_process(os.getpid())  # a forked child does not inherit the parent's threads
+
+
+@functools.cache
+def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A pool of read-ahead threads for the process ``pid``."""
+    return concurrent.futures.ThreadPoolExecutor(READ_AHEAD_BLOCKS, thread_name_prefix="daskbatch-read-ahead")
+
+
+def _is_remote(store: Any) -> bool:
+    """Whether ``store`` is an fsspec store on another machine (each read a round trip), not a local one."""
+    fs = getattr(store, "fs", None)
+    protocol = getattr(fs, "protocol", "file")
+    return fs is not None and not {"file", "local"} & set(protocol if isinstance(protocol, tuple) else (protocol,))
+
+
+def _row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The (start, stop) rows of ``selection`` when it takes them whole (every column: a task's block), else None."""
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    if len(sel) > len(shape) or not all(isinstance(s, slice) for s in sel):
+        return None
+    ranges = [s.indices(n) for s, n in zip(sel, shape, strict=False)]
+    if ranges[0][2] != 1 or any(r != (0, n, 1) for r, n in zip(ranges[1:], shape[1:], strict=False)):
+        return None
+    return ranges[0][0], ranges[0][1]
+
+
+def _in_distributed_worker() -> bool:
+    """Whether this thread runs a task of a distributed worker."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker  # lazy: distributed
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
 class BlockReader:
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
@@ -115,10 +165,45 @@ class BlockReader:
                 raise DataError(f"{array_label(arr)} has CF attributes {self.cf} that xarray cannot decode: {exc}") from exc
             self.decode = _decode
 
+        # An object store answers a request after a round trip: while a thread computes one block, the next
+        # block no task has read yet is fetched (at most READ_AHEAD_BLOCKS waiting), so the round trips overlap.
+        self.read_ahead = _is_remote(arr.store)
+        self._ahead: dict[tuple[int, int], concurrent.futures.Future[np.ndarray]] = {}
+        self._busy: set[tuple[int, int]] = set()  # row ranges a task or a read-ahead is reading
+        self._done: set[tuple[int, int]] = set()  # row ranges read in this pass (one read again starts the next)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return f"BlockReader({array_label(self.arr)})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process starts with nothing fetched ahead (and a lock of its own).
+        return {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
+
     def __getitem__(self, selection: Any) -> np.ndarray:
+        rows = _row_range(selection, self.shape) if self.read_ahead else None
+        if rows is None:
+            return self._read(selection)
+        with self._lock:
+            if rows in self._done:  # a second pass over the rows
+                self._done.clear()
+            fetched = self._ahead.pop(rows, None)
+            self._busy.add(rows)
+        try:
+            block = fetched.result() if fetched is not None else self._read(selection)
+        finally:
+            with self._lock:
+                self._busy.discard(rows)
+                self._done.add(rows)
+        if not _in_distributed_worker():  # a worker's task holds its own copy of the reader: nothing to share
+            self._fetch_next(rows)
+        return block
+
+    def _read(self, selection: Any) -> np.ndarray:
+        """The block at ``selection``, decoded; a failing chunk named."""
         try:
             block = np.asarray(self.arr[selection])
         except DataError:
@@ -126,6 +211,23 @@ class BlockReader:
         except Exception as exc:  # noqa: BLE001 - any codec/store error: name the chunk
             raise self._chunk_error(selection, exc)  # noqa: B904 - chained to the chunk's own error
         return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
+
+    def _fetch_next(self, rows: tuple[int, int]) -> None:
+        """Start reading the first block of ``rows``' size after it that no task has read or is reading."""
+        start, stop = rows
+        size, total = stop - start, self.shape[0]
+        with self._lock:
+            if len(self._ahead) >= READ_AHEAD_BLOCKS:
+                return
+            while stop < total and ((stop, min(stop + size, total)) in self._busy
+                                    or (stop, min(stop + size, total)) in self._done):
+                stop += size
+            if stop >= total:
+                return
+            following = (stop, min(stop + size, total))
+            self._busy.add(following)
+            self._ahead[following] = _read_ahead_pool().submit(
+                self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
 
     def _chunk_error(self, selection: Any, exc: Exception) -> DataError:
         """The DataError for the first chunk inside ``selection`` that fails, chained to its error."""
