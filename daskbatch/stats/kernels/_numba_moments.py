@@ -265,8 +265,11 @@ def moments_chunk(x: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | N
     # Arrays made here, not in compiled code: each array constructor numba compiles costs the first call
     # ~0.05 s. The loops for NaN and infinity compile only when a chunk has them.
     d = x.shape[1]
-    shift = np.zeros(d)
-    _moments_shift(x, lut, shift)
+    if lut is None and x.shape[0] and np.isfinite(x[0]).all():  # each column's first finite value: row 0's
+        shift = x[0].astype(np.float64)
+    else:
+        shift = np.zeros(d)
+        _moments_shift(x, lut, shift)
     count, wsum, total, nan, posinf, fmin, fmax, clean = _pass1(x, lut, weights, shift)
     # As the compiled loop had it: 0.0 where nothing counted (NaN weights included).
     approx_mean = np.where(wsum > 0, total / np.where(wsum > 0, wsum, 1.0), 0.0)
