@@ -21,7 +21,6 @@ import itertools
 import math
 import os
 import struct
-import sys
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
@@ -45,6 +44,7 @@ from daskbatch.io.chunk_grid import (
     store_location,
 )
 from daskbatch.io.outputs import zarr_target
+from daskbatch.runtime.capacity import distributed_worker
 
 #: Group attribute written by daskbatch (synth, ingest) naming the arrays.
 LAYOUT_ATTR = "daskbatch"
@@ -128,19 +128,6 @@ def _row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None
     return ranges[0][0], ranges[0][1]
 
 
-def _in_distributed_worker() -> bool:
-    """Whether this thread runs a task of a distributed worker."""
-    if "distributed" not in sys.modules:
-        return False
-    from distributed import get_worker  # lazy: distributed
-
-    try:
-        get_worker()
-    except ValueError:
-        return False
-    return True
-
-
 class BlockReader:
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
@@ -198,7 +185,7 @@ class BlockReader:
             with self._lock:
                 self._busy.discard(rows)
                 self._done.add(rows)
-        if not _in_distributed_worker():  # a worker's task holds its own copy of the reader: nothing to share
+        if distributed_worker() is None:  # a worker's task holds its own copy of the reader: nothing to share
             self._fetch_next(rows)
         return block
 
@@ -219,12 +206,11 @@ class BlockReader:
         with self._lock:
             if len(self._ahead) >= READ_AHEAD_BLOCKS:
                 return
-            while stop < total and ((stop, min(stop + size, total)) in self._busy
-                                    or (stop, min(stop + size, total)) in self._done):
-                stop += size
-            if stop >= total:
-                return
             following = (stop, min(stop + size, total))
+            while following[0] < total and (following in self._busy or following in self._done):
+                following = (following[1], min(following[1] + size, total))
+            if following[0] >= total:
+                return
             self._busy.add(following)
             self._ahead[following] = _read_ahead_pool().submit(
                 self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))

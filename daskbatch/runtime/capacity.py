@@ -321,13 +321,23 @@ _restore: Any = None  # threadpoolctl's limiter of the first task in, until the 
 _controller: Any = None  # (len(sys.modules) when scanned, threadpoolctl.ThreadpoolController)
 
 
+def distributed_worker() -> Any:
+    """The distributed worker running this thread's task, else None."""
+    if "distributed" not in sys.modules:  # a worker has imported it (importing it here costs ~0.3 s)
+        return None
+    from distributed import get_worker  # lazy: distributed
+
+    try:
+        return get_worker()
+    except ValueError:  # not inside a distributed worker
+        return None
+
+
 def _scheduler_threads() -> int:
     """Count the tasks the scheduler running this one may run at once in this process (1 if unknown)."""
-    if "distributed" in sys.modules:  # a distributed worker has imported it (importing it here costs ~0.3 s)
-        from distributed import get_worker  # lazy: distributed
-
-        with contextlib.suppress(ValueError):  # not inside a distributed worker
-            return int(getattr(get_worker(), "nthreads", 1))
+    worker = distributed_worker()
+    if worker is not None:
+        return int(getattr(worker, "nthreads", 1))
     import dask.threaded  # lazy: dask
 
     # The threaded scheduler runs tasks on threads of its executors; the
