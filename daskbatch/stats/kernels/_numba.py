@@ -62,3 +62,11 @@ def _fourth_power_impl(w, wdev, dev):  # noqa: ANN001, ANN202
 def _finite(v: float) -> bool:
     # One compare that is False for NaN and ±inf, and vectorises.
     return abs(v) < np.inf
+
+
+def finite_first_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray | None:
+    """Row 0 of ``x`` as float64 when every value in it is finite (and no float16 table reads it), else None."""
+    # Usually so: then it is each column's first finite value and the first complete row, with no scan to compile.
+    if lut is None and x.shape[0] and np.isfinite(x[0]).all():
+        return x[0].astype(np.float64)
+    return None

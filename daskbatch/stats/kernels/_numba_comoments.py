@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from daskbatch.stats.kernels._centring import centring_rows
-from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight
+from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight, finite_first_row
 from daskbatch.stats.kernels.path import numba_view
 
 
@@ -27,8 +27,9 @@ def _first_complete_row(x, lut, shift):  # noqa: ANN001, ANN202
 
 def first_complete_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray:
     """Give the first row of ``x`` without NaN or ±inf, as float64 (zeros without one)."""
-    if lut is None and x.shape[0] and np.isfinite(x[0]).all():  # usually the first row: no loop to compile
-        return x[0].astype(np.float64)
+    first = finite_first_row(x, lut)
+    if first is not None:
+        return first
     shift = np.zeros(x.shape[1])  # made here, not by numba's constructors (each costs the first call a compile)
     _first_complete_row(x, lut, shift)
     return shift

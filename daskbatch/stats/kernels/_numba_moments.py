@@ -12,6 +12,7 @@ from daskbatch.stats.kernels._numba import (
     _jit_inline,
     _load,
     _weight,
+    finite_first_row,
 )
 
 #: After a block whose fast try found more than a quarter of its columns non-finite,
@@ -265,9 +266,8 @@ def moments_chunk(x: np.ndarray, lut: np.ndarray | None, weights: np.ndarray | N
     # Arrays made here, not in compiled code: each array constructor numba compiles costs the first call
     # ~0.05 s. The loops for NaN and infinity compile only when a chunk has them.
     d = x.shape[1]
-    if lut is None and x.shape[0] and np.isfinite(x[0]).all():  # each column's first finite value: row 0's
-        shift = x[0].astype(np.float64)
-    else:
+    shift = finite_first_row(x, lut)
+    if shift is None:
         shift = np.zeros(d)
         _moments_shift(x, lut, shift)
     count, wsum, total, nan, posinf, fmin, fmax, clean = _pass1(x, lut, weights, shift)
