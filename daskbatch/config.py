@@ -1,13 +1,4 @@
-"""Defaults of daskbatch, from ``daskbatch.yaml``: the one file that holds every default.
-
-Its ``daskbatch`` mapping goes into ``dask.config`` when dask is first
-imported (:mod:`daskbatch._dask_setup`); override with
-``dask.config.set({"daskbatch.split-every": 16})`` or, in a batch script,
-``DASK_DASKBATCH__SPLIT_EVERY=16``. Its ``statistics`` mapping
-(:data:`STATISTIC_DEFAULTS`) holds the defaults of the statistics' parameters, which
-the statistic classes, the job schema and the CLI options read. Importing this
-module loads no dask. Nothing is written to home directories.
-"""
+"""Defaults of daskbatch, from ``daskbatch.yaml``: the one file that holds every default."""
 
 from __future__ import annotations
 

@@ -39,11 +39,7 @@ def run_demo(
     echo: Any = print,
     report: Callable[[Any], str] = format_report,
 ) -> str:
-    """Run the demo end to end and return the directory that held its data and results.
-
-    Without ``out_dir`` the data go to a new temporary directory, removed at the end unless
-    ``keep``; a given ``out_dir`` is kept.
-    """
+    """Run the demo end to end and return the directory that held its data and results."""
     from dask.utils import format_bytes  # lazy: dask
 
     from daskbatch.describing import describe  # lazy: dask
@@ -152,32 +148,7 @@ def _disk_bytes(path: str) -> int:
 def prepare_kernels(
     x_dtype: Any, label_dtype: Any = None, stats: Any = None, range_: Any = None, *, echo: Callable[[str], Any] = say,
 ) -> float:
-    """Compile (or load from numba's cache) the CPU kernels a summary of such data uses, once per machine.
-
-    Parameters
-    ----------
-    x_dtype : numpy dtype or str
-        The features' dtype (numba compiles one specialisation per dtype).
-    label_dtype : numpy dtype or str, optional
-        The label's dtype, when the summary has a label.
-    stats : str or sequence, optional
-        ``describe``'s ``stats`` (default: its defaults).
-    range_ : optional
-        ``describe``'s ``range`` (a fixed range takes one pass and no sketch).
-    echo : callable, default :func:`daskbatch.runtime.cluster.say`
-        Says, on a cold cache, that the kernels are being compiled, and in how long.
-
-    Returns
-    -------
-    float
-        Seconds spent.
-
-    Notes
-    -----
-    Runs under a lock on numba's cache directory, so that processes starting together (a local
-    cluster's workers, two demos) compile once and the others load. A marker file there,
-    named after the kernels' sources and these dtypes, tells a cold cache from a warm one.
-    """
+    """Compile (or load from numba's cache) the CPU kernels a summary of such data uses, once per machine."""
     start = time.perf_counter()
     marker = _marker(x_dtype, label_dtype, stats, range_)
     # A warm cache is loaded without the lock: processes load at once, only compiling is one at a time.

@@ -1,18 +1,4 @@
-"""Incremental summaries: merge two summaries, or add new rows to one, as if all rows were described at once.
-
-Every summary keeps the merged states of its statistics (``Summary.states``).
-:func:`merge` merges those states with the statistics' own ``merge`` (Chan et
-al. and Pébay updates for moments and co-moments, sums for counts) and
-finalizes them as ``describe`` does, so counts, histograms, joint tables,
-mutual information and the quantile sketch equal those of ``describe`` on the
-concatenated rows bit for bit, and moments and co-moments agree to rounding
-(within about 1e-15 relative). Weighted and unweighted summaries merge too (an
-unweighted one weighs 1 per row). Histograms merge only on the same bins:
-:func:`update` describes the new rows on the summary's own ranges. Class
-values are merged as a union. Each summary records the content tokens of its
-inputs (``provenance["input_tokens"]``), and a merge that would count an input
-twice is refused, naming both sources.
-"""
+"""Incremental summaries: merge two summaries, or add new rows to one, as if all rows were described at once."""
 
 from __future__ import annotations
 

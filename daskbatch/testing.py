@@ -1,23 +1,4 @@
-"""Conformance laws for mergeable statistics, and the hypothesis strategies they draw from.
-
-Subclass :class:`StatisticLaws` in a test module, implement ``make`` and
-``reference``, and every law below runs for that statistic on every backend
-of the ``xp`` fixture (the pattern of zarr's ``StoreTests``)::
-
-    class TestMoments(StatisticLaws):
-        def make(self, n_features):
-            return Moments()
-
-        def reference(self, x, label=None):
-            return {"mean": ..., "var": ...}
-
-Needs ``hypothesis`` (a test dependency) and an ``xp`` fixture that returns an
-array-API namespace. For your own statistic, :func:`check_statistic` runs the
-same laws from one call in a test::
-
-    def test_my_statistic_obeys_the_laws():
-        daskbatch.testing.check_statistic(L1Norm(), lambda x, label=None: np.nansum(np.abs(x), axis=0))
-"""
+"""Conformance laws for mergeable statistics, and the hypothesis strategies they draw from."""
 
 from __future__ import annotations
 
@@ -169,20 +150,7 @@ def assert_states_equal(a: Any, b: Any) -> None:
 
 
 class StatisticLaws:
-    """Laws every mergeable statistic obeys; subclass and implement :meth:`make` and :meth:`reference`.
-
-    Class attributes declare what the statistic does, and the laws that do not
-    apply skip with that reason: ``uses_label`` passes a class label to
-    ``chunk``; ``exact`` demands bitwise equality across chunkings and merge
-    orders (integer counts); ``nonfinite`` mixes NaN/±inf into the data;
-    ``rtol``/``atol`` bound rounding; ``ill_conditioned_offset`` (None to
-    skip) is added to data in the ill-conditioning law; ``options_only``
-    marks a variant whose options change ``finalize`` only: the oracle laws
-    run, while the merge and input-dtype laws are left to the sibling class
-    with default options (they skip, saying so). ``row_count_fields`` names
-    the result fields that count rows, not weights (skipped by the weighted
-    law, which runs for statistics with ``takes_weights``).
-    """
+    """Laws every mergeable statistic obeys; subclass and implement :meth:`make` and :meth:`reference`."""
 
     uses_label: bool = False
     exact: bool = False

@@ -1,12 +1,4 @@
-"""Where the chunks of a Zarr array are, how many its metadata may claim, and what marks them.
-
-Arithmetic on an array's metadata, one listing of the keys under its prefix, the
-index of each stored shard (inside a shard the unit is the inner chunk, what zarr
-fills when it is absent), the CRC-32C checksum daskbatch ends every chunk with,
-and the bounds (``daskbatch.max-chunks``, ``daskbatch.max-features``) checked
-before anything is listed, so that a store whose metadata claims 10**15 rows
-fails at once instead of exhausting memory.
-"""
+"""Where the chunks of a Zarr array are, how many its metadata may claim, and what marks them."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Paths daskbatch reads and writes: local ``::`` paths, and outputs checked before any compute, replaced only when complete.
-
-A path may take an output when its directory exists and is writable, it is not
-the input store, inside it or a directory holding it, and it is either new, an
-earlier daskbatch output of the same kind (its :data:`MARKER`), or ``overwrite``
-was asked for. An output is written into a hidden sibling
-(``.NAME.tmp-<pid>-<hex>``) and renamed into place; replacing a directory takes
-two renames (old aside to ``.NAME.old-<pid>-<hex>``, new into place), and
-:func:`recover` puts an old output back when a run died between them. Remote
-URLs cannot be renamed: an output of ours there is replaced in place.
-
-fsspec reads ``a::b`` as "``a`` over ``b``"; :func:`zarr_target` keeps an
-existing local path with ``::`` in its name a local path.
-"""
+"""Paths daskbatch reads and writes: local ``::`` paths, and outputs checked before any compute, replaced only when complete."""
 
 from __future__ import annotations
 

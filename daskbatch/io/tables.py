@@ -1,14 +1,4 @@
-"""Parquet and Arrow IPC (Feather v2) tables as a (samples x features) input, read a row group at a time.
-
-:func:`open_table` opens a file, a directory of files (a dataset) or an fsspec URL (``s3://bucket/prefix/``)
-from its footers alone and gives a :class:`Table`: a dask array whose blocks are row groups (Parquet) or
-record batches (Arrow IPC), a slice of one where it exceeds ``daskbatch.target-chunk-bytes``, so memory does
-not grow with the row count. Numeric and boolean columns are the features (nulls read as NaN); text,
-categories and times are read per block as pandas (``Table.frames``, profiled); the label is a column by name.
-The arrays are named by a digest of the files' content facts (sizes, row groups, their column statistics for
-Parquet; the bytes for Arrow IPC, which records no statistics), never their paths or times, so a checkpoint
-resumes on the same files and refuses rewritten ones. pyarrow (the ``[parquet]`` extra) is imported on use.
-"""
+"""Parquet and Arrow IPC (Feather v2) tables as a (samples x features) input, read a row group at a time."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""What the planner reads and what it returns: :class:`Resources` and :class:`Plan`.
-
-:class:`Resources` is one worker's memory and threads, a plain value that
-:mod:`daskbatch.runtime.cluster` builds from a client and ``daskbatch plan``
-from numbers; :class:`Plan` is the record
-:func:`~daskbatch.planning.search.plan_chunks` returns, with its explanation in
-words and numbers.
-"""
+"""What the planner reads and what it returns: :class:`Resources` and :class:`Plan`."""
 
 from __future__ import annotations
 

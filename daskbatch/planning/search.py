@@ -1,14 +1,4 @@
-"""The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker, and the device of a batch.
-
-Pure: integers, tuples and dataclasses in and out, stdlib only at module level; a setting left out (None) is read
-from ``dask.config`` (defaults: ``daskbatch.yaml``, :func:`daskbatch.config.planner_settings`, imported lazily).
-Rules (STYLE.md section 3.6): budget per task = ``(device or host memory) x memory_fraction / threads_per_worker
-- reserved_bytes``; chunks span all features, their rows a whole multiple of the storage chunk rows (no stored
-chunk decoded twice) or the full length, as large as the budget, ``target_chunk_bytes`` and ``2 x`` total threads
-of parallelism allow; the fan-in is lowered when ``split_every + 1`` states do not fit, and when even three do not,
-co-moments are planned per pair of feature tiles; what cannot fit raises :class:`~daskbatch.errors.PlanError`
-before any compute, naming the number to change.
-"""
+"""The memory-aware planner: chunk rows, merge fan-in and feature tiles that fit a worker, and the device of a batch."""
 
 from __future__ import annotations
 

@@ -53,11 +53,7 @@ def _coordinate(summary: Any, dim: str, size: int) -> Any:
 
 
 def labelled(summary: Any, name: str, values: Any, dims: tuple[str, ...] | None = None) -> Any:
-    """``values`` of the variable ``name`` labelled by feature: a Series, a DataFrame, or a DataArray past two dims.
-
-    ``dims`` defaults to what the statistic declares; a value without a feature dimension (``classes``,
-    ``cov_count``) or None is returned as it is. The data are the summary's own arrays, not copies.
-    """
+    """``values`` of the variable ``name`` labelled by feature: a Series, a DataFrame, or a DataArray past two dims."""
     if dims is None:
         declared = summary_variables().get(name)
         dims = None if declared is None else declared.dims
@@ -77,16 +73,7 @@ def labelled(summary: Any, name: str, values: Any, dims: tuple[str, ...] | None 
 
 
 class SummaryArrays:
-    """A summary's variables unlabelled, as the NumPy arrays the statistics made (``s.arrays.mean``).
-
-    What positional code reads (``arrays.corr[i, j]``, ``arrays.hist_edges[:, 0]``); every attribute
-    that is not a variable is the summary's own (``feature_names``, ``quantile``, ``provenance``).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary whose arrays these are.
-    """
+    """A summary's variables unlabelled, as the NumPy arrays the statistics made (``s.arrays.mean``)."""
 
     def __init__(self, summary: Summary) -> None:
         self.summary = summary

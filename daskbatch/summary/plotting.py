@@ -140,10 +140,7 @@ class SummaryPlot:
         self._summary = summary
 
     def correlation(self, *, k: int = 40, cluster: bool = True, ax: Any = None) -> Any:
-        """Heat map of the correlations among the ``k`` most correlated features, in clustered order (``cluster``).
-
-        ``ax``: matplotlib axes to draw into (a new figure when not given). Returns the Figure.
-        """
+        """Heat map of the correlations among the ``k`` most correlated features, in clustered order (``cluster``)."""
         s = self._summary
         if s.corr is None:
             raise ValueError("this summary has no correlation matrix: describe(..., stats=(..., 'cov'))")
@@ -168,12 +165,7 @@ class SummaryPlot:
         self, features: Sequence[str | int] | None = None, *, k: int = 8, ncols: int = 4, by_class: bool = True,
         fig: Any = None,
     ) -> Any:
-        """A grid of histograms of ``features`` (else the ``k`` most informative), per class when there is a label.
-
-        Up to 12 classes are outlined in distinct colours (legend in the first panel); past 12, each panel is a
-        heat map with one row a class. ``ncols`` panels a row; ``by_class=False`` draws the totals; ``fig``: a
-        matplotlib Figure to draw into. Returns the Figure.
-        """
+        """A grid of histograms of ``features`` (else the ``k`` most informative), per class when there is a label."""
         s = self._summary
         if s.hist_counts is None:
             raise ValueError("this summary has no histograms: describe(..., stats=(..., 'hist'))")
@@ -232,11 +224,7 @@ class SummaryPlot:
         return fig
 
     def mi(self, *, k: int = 20, ax: Any = None) -> Any:
-        """Bars of the ``k`` features with the largest mutual information, and the MI of independent data.
-
-        On a log axis, so that features near the independence bias (noise) stay readable. ``ax``: matplotlib axes to
-        draw into (a new figure when not given). Returns the Figure.
-        """
+        """Bars of the ``k`` features with the largest mutual information, and the MI of independent data."""
         s = self._summary
         ranked = s.top_mi(checked_k(k))
         if ranked.empty:
@@ -254,11 +242,7 @@ class SummaryPlot:
         return fig
 
     def quantiles(self, features: Sequence[str | int] | None = None, *, k: int = 30, ax: Any = None) -> Any:
-        """Box view of ``features`` (else the ``k`` most informative) from the quantiles, in the data's own units.
-
-        Box q25–q75, median line, whiskers q01–q99, min/max ticks; a symmetric log axis when a row reaches past 50
-        typical box widths. ``ax``: matplotlib axes to draw into. Returns the Figure.
-        """
+        """Box view of ``features`` (else the ``k`` most informative) from the quantiles, in the data's own units."""
         s = self._summary
         index, ranked = _feature_index(s, features, k)
         lo, q1, med, q3, hi = np.asarray(s.quantile([0.01, 0.25, 0.5, 0.75, 0.99]), dtype=np.float64)[index].T

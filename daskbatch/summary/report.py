@@ -1,10 +1,4 @@
-"""A summary as one self-contained HTML report: overview, a section per feature, correlations, MI and drift.
-
-The page carries the numbers as compact JSON and a small inline script (the template
-``report.html`` beside this module) draws the searchable index and each feature's section
-when it is asked for, so thousands of features stay a few kB each and open quickly. Nothing
-is fetched: no server, no network. It is made from the summary alone, never the data.
-"""
+"""A summary as one self-contained HTML report: overview, a section per feature, correlations, MI and drift."""
 
 from __future__ import annotations
 

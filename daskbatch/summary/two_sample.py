@@ -1,16 +1,4 @@
-"""Two-sample tests from two summaries: KS with its error bound, χ² on binned counts, Wasserstein-1, rebinning.
-
-Every count a summary keeps (the quantile sketch's buckets, its distinct values, its dyadic grid,
-the quantile histogram, the histograms, the finite extrema) says where the feature's empirical
-CDF ``F`` may lie: a count ``c`` of the values at or below a cell boundary ``t`` gives ``F(x) >= c``
-for ``x`` at or above ``t`` and ``F(x) <= c`` below it. The pointwise largest of the first kind
-and smallest of the second are step functions that enclose ``F`` everywhere
-(:class:`CdfBounds`); every boundary is widened by a relative 1e-9, since a value on it may be
-counted on either side (rounding of the logarithm or of the bin arithmetic). Two such enclosures
-bound ``sup |F_ref - F_new|`` from below and above: the KS statistic is reported as the middle of
-the two, with half their distance as its error bound. Where a feature's distinct values are all
-kept (at most about a thousand), its CDF is exact, and so is the KS statistic of two such.
-"""
+"""Two-sample tests from two summaries: KS with its error bound, χ² on binned counts, Wasserstein-1, rebinning."""
 
 from __future__ import annotations
 
@@ -43,13 +31,7 @@ _BLOCK_ENTRIES = 1 << 21
 
 @dataclass(frozen=True)
 class CdfBounds:
-    """Enclosures of every feature's empirical CDF (counts, not probabilities), one row per feature.
-
-    ``F_d(x) >= at_least[d, i]`` for ``x >= at_least_from[d, i]`` and ``F_d(x) <= at_most[d, j]`` for
-    ``x < at_most_below[d, j]``; ``n[d]`` is the number of non-NaN values (``F_d(+inf)``), NaN where
-    the summary keeps no counts. Places a row does not use hold a NaN boundary with ``at_least`` 0
-    and ``at_most`` +inf: they bound nothing.
-    """
+    """Enclosures of every feature's empirical CDF (counts, not probabilities), one row per feature."""
 
     at_least_from: np.ndarray
     at_least: np.ndarray
@@ -237,15 +219,7 @@ def _gather(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 def _sweep(
     points: np.ndarray, weights: np.ndarray, spans: list[tuple[int, int, int]], n: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Sort each row of ``points`` (D, M); give the order, the sorted points, where runs of equal ones end, and the bounds.
-
-    Each span ``(start, middle, end)`` of columns is one enclosure of total ``n[s]``: its
-    columns ``start:middle`` say ``F(x) >= weight`` from their point on, ``middle:end``
-    ``F(x) <= weight`` below their point. The lower and upper bound (S, D, M; probabilities)
-    at a point take every bound from a point at or below it and every bound from a point
-    above it: they hold at the last point of each run of equal ones (``run_ends``), where
-    every point equal to it is counted. NaN points sort last, each a run, and see every bound.
-    """
+    """Sort each row of ``points`` (D, M); give the order, the sorted points, where runs of equal ones end, and the bounds."""
     order = np.argsort(points, axis=1, kind="stable")  # the rows are runs already sorted: merges
     x, weight = _gather(points, order), _gather(weights, order)
     run_ends = np.ones(x.shape, dtype=bool)
@@ -291,15 +265,7 @@ def _kinds(spans: list[tuple[int, int, int]], width: int) -> np.ndarray:
 
 
 def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.ndarray]:
-    """KS statistic (middle of its bounds), error bound, bounds, asymptotic p-value, and Wasserstein-1, per feature.
-
-    The Wasserstein-1 distance ``∫ |F_ref(x) - F_new(x)| dx`` (equal to ``∫ |Q_ref(p) - Q_new(p)| dp``)
-    takes each CDF as the middle of its enclosure: a step function exact where the distinct values
-    are kept and, elsewhere, stepping at every sketch bucket (``alpha`` relative width, out to the
-    extrema, so heavy tails are read bucket by bucket) and every quantile-histogram bin; the
-    integral of the difference of two step functions is then exact. Both enclosures are read
-    at every point where either may step (and at -inf), all features at once.
-    """
+    """KS statistic (middle of its bounds), error bound, bounds, asymptotic p-value, and Wasserstein-1, per feature."""
     from scipy.stats import kstwobign  # lazy: scipy
 
     names = ("ks", "ks_error", "ks_lower", "ks_upper", "wasserstein")
@@ -340,13 +306,7 @@ def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.nda
 
 
 def rebinned_cells(bounds: CdfBounds, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of [below range, bins..., above range] on ``edges`` read from CDF bounds, and each feature's error bound.
-
-    The histograms' cells are ``[e_k, e_k+1)``, the last closed, with ``< e_0`` and ``> e_last``
-    beside them (``numpy.histogram``'s): so the CDF is read just below every edge but the last
-    and at the last, as the middle of its bounds; the error bound is the largest half-width, a
-    bound on every cumulative probability so read (on every cell's, twice that).
-    """
+    """Counts of [below range, bins..., above range] on ``edges`` read from CDF bounds, and each feature's error bound."""
     n_features, n_edges = edges.shape
     cells, error = np.full((n_features, n_edges + 1), np.nan), np.full(n_features, np.nan)
     valid = np.flatnonzero(bounds.n > 0)

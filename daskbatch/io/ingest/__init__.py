@@ -1,17 +1,4 @@
-"""Ingest many batch files into one chunked Zarr store, in constant memory, resumably.
-
->>> report = ingest("batches/*.npz", "data.zarr", x_key="X", label_key="y")  # doctest: +SKIP
->>> report = ingest("batches/*.npz", "data.zarr", labels=("head0", "head1"),
-...                 masks={"mask0": "m0", "mask1": "m1"})  # doctest: +SKIP
->>> print(report.summary())  # doctest: +SKIP
-
-Pass 1 (:mod:`~daskbatch.io.ingest.passes`) reads headers only and reports every bad
-file before anything is written. Pass 2 (its ``ChunkWriter``) writes
-one output chunk per task, at most ``workers`` in flight, so memory does not grow
-with the number of files, and logs each: the same call resumes an interrupted run,
-a run of other inputs is refused naming the difference, and a second run at once
-fails naming the first (lock file ``.<name>.daskbatch-lock`` beside the output).
-"""
+"""Ingest many batch files into one chunked Zarr store, in constant memory, resumably."""
 
 from __future__ import annotations
 

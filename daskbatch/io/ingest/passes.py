@@ -1,29 +1,4 @@
-"""The two passes of ingest over the batch files.
-
-**Pass 1** finds the batch files and read their headers (shapes, dtypes, keys), not their data.
-
-Each file is read by its :class:`~daskbatch.io.readers.FileReader`; here the
-files are found and checked together (features, dtypes, labels and masks), and
-every problem is collected, so one run reports every bad file by name before
-anything is written. The 1-D arrays ingested beside ``X`` (``label_key``'s
-``y``, ``labels=``, ``masks=``) are :class:`Column` s: a key in every source,
-written under its own name or renamed by a mapping.
-
-**The output store** of an ingest: its manifest, the log of finished chunks, and the writer of each
-chunk (**pass 2**).
-
-Two files live inside the output store, next to ``zarr.json`` (zarr ignores them):
-``daskbatch-ingest.json``, written once before any chunk (the scan, the options
-and the scan checksum), and ``daskbatch-ingest-done.log``, one output chunk index
-per line, appended by the single driver thread after that chunk was written
-completely (a torn last line is ignored). The group attribute
-``daskbatch_ingest`` carries ``complete``, set only after every chunk is logged.
-
-Pass 2 runs one :class:`ChunkWriter` task per output chunk, and each task writes
-its whole chunk once, so no two writers touch one Zarr chunk however batch
-boundaries fall; the source rows are read by each file's reader
-(:data:`~daskbatch.io.readers.FILE_READERS`).
-"""
+"""The two passes of ingest over the batch files."""
 
 from __future__ import annotations
 
