@@ -147,27 +147,8 @@ def _other_features(given: int, data: int) -> FeatureCountError:
                              "update adds rows of the same features")
 
 
-def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:
-    """Refuse, before any compute, new rows that ``summary`` already holds.
-
-    Known before any compute for a store daskbatch wrote (its chunk checksums)
-    and for in-memory data; another writer's store is known once describe
-    has read it, and :func:`merge` refuses it then, before anything is written.
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to update.
-    data : Dataset or FeatureMatrix
-        The new rows.
-    where : str, default "the new rows"
-        How the message calls them (the store's path).
-
-    Raises
-    ------
-    ValueError
-        One line: updating again would count the rows twice.
-    """
+def check_not_merged(summary: Summary, data: Any, where: str = "the new rows") -> None:  # numpydoc ignore=PR01
+    """Refuse, before any compute, new rows that ``summary`` already holds."""
     held = _tokens(summary)
     token = input_token(data)  # None for a store without chunk checksums: merge checks it once read
     if token is None or token not in held:
@@ -195,24 +176,8 @@ def _tokens(summary: Summary) -> list[str]:
     return [str(t) for t in summary.provenance.get("input_tokens") or ()]
 
 
-def describe_settings(summary: Summary) -> dict[str, Any]:
-    """Find the :func:`daskbatch.describe` arguments that reproduce ``summary``'s statistics on other rows.
-
-    Histogram ranges are the summary's own (its edges' first and last values),
-    so new rows are counted in the same bins.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    dict
-        Keyword arguments of :func:`daskbatch.describe`: ``stats`` (names and
-        statistic objects with their parameters), ``bins`` and ``range`` with
-        histograms, and ``run`` (the feature names and the merge tree's fan-in).
-    """
+def describe_settings(summary: Summary) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
+    """Find the :func:`daskbatch.describe` arguments that reproduce ``summary``'s statistics on other rows."""
     _check_has_states(summary, "the summary")
     assert summary.states is not None
     split_every = summary.provenance.get("split_every")
@@ -239,19 +204,8 @@ def describe_settings(summary: Summary) -> dict[str, Any]:
     return settings
 
 
-def labelled_statistics(summary: Summary) -> list[str]:
-    """List what in ``summary`` needs the label of new rows.
-
-    Parameters
-    ----------
-    summary : Summary
-        A summary.
-
-    Returns
-    -------
-    list of str
-        Such as ``"mutual information"``, ``"per-class moments"``.
-    """
+def labelled_statistics(summary: Summary) -> list[str]:  # numpydoc ignore=PR01,RT01
+    """List what in ``summary`` needs the label of new rows."""
     states = summary.states or {}
     found = []
     if "hist" in states and states["hist"].statistic.by_label:

@@ -232,7 +232,6 @@ def _snapshot() -> Any:
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit codes shared by every command (documented in ``daskbatch --help``).
-EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_PLAN = 3

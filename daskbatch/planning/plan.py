@@ -96,19 +96,8 @@ class Resources:  # numpydoc ignore=PR02
         return f"{text} ({self.device})"
 
 
-def format_bytes(n: int | float) -> str:
-    """Format bytes with ``dask.utils.format_bytes``, imported on use so this layer stays free of dask.
-
-    Parameters
-    ----------
-    n : int or float
-        Bytes.
-
-    Returns
-    -------
-    str
-        Such as ``3.10 GiB``.
-    """
+def format_bytes(n: int | float) -> str:  # numpydoc ignore=PR01,RT01
+    """Format bytes with ``dask.utils.format_bytes``, imported on use so this layer stays free of dask."""
     from dask.utils import format_bytes as dask_format_bytes  # lazy: dask
 
     return dask_format_bytes(int(n))
@@ -237,23 +226,8 @@ class Plan:
         )
 
 
-def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:
-    """Write out how the per-task budget is computed.
-
-    Parameters
-    ----------
-    resources : Resources
-        The worker's memory and threads.
-    memory_fraction : float
-        Share of a worker's memory its tasks may use.
-    reserved_bytes : int
-        Per-task overhead.
-
-    Returns
-    -------
-    str
-        Such as ``16.00 GiB x 0.5 / 4 threads - 256.00 MiB``.
-    """
+def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes: int) -> str:  # numpydoc ignore=PR01,RT01
+    """Write out how the per-task budget is computed."""
     mem = format_bytes(resources.planning_memory_bytes)
     which = "GPU " if resources.device_memory_bytes else ""
     threads = resources.threads_per_worker
@@ -263,23 +237,8 @@ def budget_formula(resources: Resources, memory_fraction: float, reserved_bytes:
     )
 
 
-def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:
-    """Compute the bytes one task may use: memory x fraction / threads per worker - reserved.
-
-    Parameters
-    ----------
-    resources : Resources
-        The worker's memory and threads.
-    memory_fraction : float
-        Share of a worker's memory its tasks may use.
-    reserved_bytes : int
-        Per-task overhead.
-
-    Returns
-    -------
-    int
-        The budget (may be zero or negative).
-    """
+def budget_bytes(resources: Resources, memory_fraction: float, reserved_bytes: int) -> int:  # numpydoc ignore=PR01,RT01
+    """Compute the bytes one task may use: memory x fraction / threads per worker - reserved."""
     share = resources.planning_memory_bytes * memory_fraction / resources.threads_per_worker
     return int(share) - reserved_bytes
 

@@ -227,20 +227,8 @@ def kernel_cache_dir() -> str:  # numpydoc ignore=RT01
 
 
 @contextlib.contextmanager
-def kernel_compile_lock() -> Iterator[str]:
-    """Hold an exclusive lock on numba's cache directory while this process compiles; yields the directory.
-
-    Yields
-    ------
-    str
-        numba's cache directory for daskbatch's kernels.
-
-    Notes
-    -----
-    Processes that start at once on a cold cache (a local cluster's workers, two demos) would
-    each compile the same kernels; under this lock the first compiles and the others then load.
-    Where no lock can be taken (a read-only directory, no ``fcntl``) the block runs unlocked.
-    """
+def kernel_compile_lock() -> Iterator[str]:  # numpydoc ignore=YD01
+    """Hold an exclusive lock on numba's cache directory while this process compiles; yields the directory."""
     where = kernel_cache_dir()
     try:
         import fcntl

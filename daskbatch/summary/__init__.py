@@ -27,23 +27,8 @@ from daskbatch.summary.report import (
 __all__ = ["DEFAULT_QUANTILES", "load_summary", "quantile_label", "save_summary", "Summary"]
 
 
-def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-    """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`).
-
-    Parameters
-    ----------
-    summary : Summary
-        The summary to write, with its merged states when it holds them.
-    path : str or os.PathLike
-        The store to write: a new path, or one of daskbatch's own outputs with ``overwrite``.
-    overwrite : bool, default False
-        Replace a summary (or another daskbatch output) already at ``path``.
-
-    Returns
-    -------
-    str
-        The path written.
-    """
+def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:  # numpydoc ignore=PR01,RT01
+    """Write the summary to a Zarr store at ``path`` (read back with :func:`load_summary`)."""
     from daskbatch.io.state_codec import (  # lazy: dask, zarr
         check_savable,
         results_digest,

@@ -45,14 +45,7 @@ class Summary:
     bin, edge or class a DataFrame indexed by feature (``hist_counts``, ``hist_edges``, ``class_mean``); past two
     dimensions an ``xarray.DataArray`` (``joint_counts``). ``np.asarray(s.mean)`` gives the array, ``s.arrays``
     all of them unlabelled. ``classes`` (K,) holds the label value of each class column, ``cov_count`` the rows.
-    ``sketch_counts`` (D, W) is the window of quantile-sketch slots that holds
-    every count (its layout and first slot in ``provenance["sketch"]``) and
-    ``sketch_extrema`` (D, 2) the finite minimum and maximum it answers for its
-    overflow buckets. ``quantile_counts`` (D, QUANTILE_BINS + 2) is the second
-    pass's fine quantile histogram (underflow, the bins, overflow) on the ranges
-    ``quantile_range`` (D, 2); with the sketch it makes :meth:`quantile` exact
-    to one of its bins. ``min`` and ``max`` are float64, but exact int64 or
-    uint64 for data of those dtypes (float64 rounds integers beyond 2**53).
+    ``min`` and ``max`` are exact int64 or uint64 for data of those dtypes, else float64.
     ``provenance`` records what was computed from what.
 
     Examples
@@ -67,22 +60,14 @@ class Summary:
     """
 
     feature_names: tuple[str, ...]
-    #: Each built-in statistic's summary variables, by statistic then variable, as its declaration
-    #: serves them: ``results["moments"]["mean"]`` is ``s.mean``.
+    #: Each built-in statistic's variables by statistic: ``results["moments"]["mean"]`` is ``s.mean``.
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Finalized results of a user's statistics (``describe(stats=[..., MyStat()])``), by name.
-    #: Saved with the summary; loaded back as arrays, or as the statistic's own result when the
-    #: statistic is passed to :func:`load_summary`.
     extra: dict[str, Any] = field(default_factory=dict)
-    #: The merged, un-finalized state of every statistic, by name (``"moments"``, ``"hist"``, ...),
-    #: with the statistic that made it (:class:`daskbatch.stats.registry.Kept`): what
-    #: :func:`daskbatch.update` and :func:`daskbatch.merge` continue from. None for a summary without
-    #: them (a tiled covariance, one saved by an older daskbatch).
+    #: The merged states (``Kept``) by statistic name that :func:`daskbatch.merge` continues from; None without.
     states: dict[str, Any] | None = field(default=None, repr=False, compare=False)
-    #: The profile of the non-numeric columns with its merged state (a ``Kept`` of a
-    #: :class:`~daskbatch.stats.categorical.CategoricalProfile`): what :func:`daskbatch.merge`
-    #: and :func:`daskbatch.update` continue ``categorical`` from; None without such columns.
+    #: The non-numeric columns' profile with its merged state (a ``Kept``); None without such columns.
     categorical_state: Any = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
@@ -143,33 +128,17 @@ class Summary:
         q : float or array_like of float
             Probabilities in [0, 1].
         method : {"auto", "sketch", "histogram"}, default "auto"
-            ``"sketch"``: within the sketch's relative accuracy (0.5 % by
-            default) of ``numpy.quantile(..., method="inverted_cdf")``, for
-            magnitudes in its range; ``"histogram"``: interpolated within the
-            bin that holds the exact quantile (one bin width);
-            ``"auto"``: when ``describe`` found its ranges from the data (two
-            passes), the quantile histogram's value at the exact rank, kept
-            inside the sketch bucket that holds the exact quantile: within
-            ``min(one fine bin, 2·alpha/(1-alpha)·|v|)`` of it (see
-            :mod:`daskbatch.stats.quantile`); for a merged or updated summary,
-            or one pass (``range=`` given), the sketch's dyadic grid narrows
-            the bucket the same way, within one of its bins; else the sketch
-            when the summary has one, else the histograms (within one bin,
-            kept inside ``[min, max]``). With
-            ``"auto"`` and ``"sketch"``, a feature whose rows hold few distinct
-            finite values (at most 1,024 with every sketch bucket kept; integers,
-            pixels, rounded values, small tables) answers its exact quantiles,
-            data values at their exact ranks, merged or updated alike
-            (:mod:`daskbatch.stats.sketch_distinct`).
+            ``"sketch"``: within the sketch's relative accuracy (0.5 % by default) of
+            ``numpy.quantile(..., method="inverted_cdf")``; ``"histogram"``: within one bin;
+            ``"auto"``: the sketch narrowed by the quantile histogram or its dyadic grid (see
+            :mod:`daskbatch.stats.quantile`), else the histograms. A feature with at most
+            1,024 distinct finite values answers its exact quantiles (sketch and auto).
 
         Returns
         -------
         pandas.Series or pandas.DataFrame
-            Indexed by feature name: a Series named ``q`` for a scalar ``q``,
-            else a DataFrame with one column per probability (``.to_numpy()``
-            gives the (D,) or (D, len(q)) array). ``attrs["source"]`` says
-            where the values come from, ``attrs["exact"]`` names the features
-            answered exactly from their distinct values.
+            Indexed by feature: a Series for a scalar ``q``, else one column per probability;
+            ``attrs["source"]`` says where the values come from, ``attrs["exact"]`` which are exact.
         """
         return quantiles(self.arrays, q, method)
 
@@ -324,12 +293,7 @@ class Summary:
         return top_mi(self.arrays, k)
 
     def to_dataframe(self) -> Any:
-        """Tabulate the per-feature statistics.
-
-        Columns: the moments and counts, ``mi``, the quantiles titled as
-        pandas' ``describe`` titles them (``1%``, ``5%``, ``25%``, ``50%``,
-        ``75%``, ``95%``, ``99%``; with a sketch or histograms) and every
-        per-feature result of a user's statistic.
+        """Tabulate the per-feature statistics, with quantiles titled as pandas' ``describe`` titles them.
 
         Returns
         -------
@@ -339,25 +303,12 @@ class Summary:
         return dataframe(self.arrays)
 
     def to_xarray(self, *, states: bool = False, quantiles: Any = DEFAULT_QUANTILES) -> Any:
-        """Convert the results to an ``xarray.Dataset`` with CF-style labels.
-
-        Dimensions ``feature``, ``feature2`` (of ``cov``/``corr``), ``bin``,
-        ``edge``, ``slot`` (-1: below the range, then the bins, then above),
-        ``class`` (the label values) and ``quantile``, each with a coordinate;
-        ``bin_centre`` (feature, bin) holds the centre of every bin and
-        ``quantiles`` (feature, quantile) the quantiles. A user's statistics'
-        results are variables named after them. Variables carry
-        ``long_name``, ``units`` where the statistic has its own (``"1"`` for
-        counts, ``"nat"``/``"bit"`` for ``mi``) and the settings they depend on
-        (``ddof``, ``bias``); counts are int64. The provenance becomes one
-        dataset attribute per key (see :mod:`daskbatch.summary.dataset`).
+        """Convert the results to an ``xarray.Dataset`` with CF-style labels (see :mod:`daskbatch.summary.dataset`).
 
         Parameters
         ----------
         states : bool, default False
-            Also the quantile sketch's buckets (``sketch_counts``,
-            ``sketch_extrema``), from which :meth:`from_xarray` can answer any
-            other quantile; large on wide data (up to 221 kB a feature).
+            Also the quantile sketch's buckets, from which :meth:`from_xarray` answers any quantile.
         quantiles : sequence of float, default (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
             Probabilities of the ``quantiles`` variable.
 
@@ -436,12 +387,9 @@ class Summary:
         Parameters
         ----------
         path : str or path
-            The store to create. An existing summary there is replaced once the
-            new one is completely written; anything else is refused.
+            The store to create; an existing summary there is replaced once the new one is written.
         overwrite : bool, default False
-            Also replace a path that is not a daskbatch summary. The summary's
-            own input store (``provenance["path"]``) and tiled covariance are
-            never written over, into, or replaced as part of a parent directory.
+            Also replace a path that is not a daskbatch summary (never the summary's own inputs).
 
         Returns
         -------
@@ -459,10 +407,6 @@ class Summary:
 
     def to_json(self, *, states: bool = False) -> dict[str, Any]:
         """Convert the results for strict JSON: NaN becomes ``null``, ±inf ``"inf"``/``"-inf"``.
-
-        Holds every statistic's arrays, ``quantiles`` (``{"probabilities": [...],
-        "values": [[...] per feature]}``) with a sketch or histograms, and each
-        user's statistic's arrays under ``user_statistics``.
 
         Parameters
         ----------
@@ -501,9 +445,6 @@ class Summary:
     @property
     def plot(self) -> Any:
         """Give the figures: ``.plot.correlation()``, ``.plot.histograms()``, ``.plot.mi()``, ``.plot.quantiles()``.
-
-        Each returns a matplotlib Figure (see :mod:`daskbatch.summary.plotting`);
-        ``summary.plot("corr")`` picks one by kind.
 
         Returns
         -------
