@@ -132,7 +132,14 @@ def apply_all(steps: Sequence[Step], block: Array) -> Array:
 
 @dataclass(frozen=True, eq=False)
 class Select:
-    """Keep columns ``indices`` (in that order)."""
+    """Keep columns ``indices`` (in that order).
+
+    Attributes
+    ----------
+    indices : tuple of int
+    feature_names : tuple of str or None
+        The features the selection was made on; the input must have exactly these.
+    """
 
     indices: tuple[int, ...]
     feature_names: tuple[str, ...] | None = None
@@ -164,7 +171,19 @@ class Select:
 
 
 def select(selection: Any) -> Select:
-    """Make a step keeping the selected features."""
+    """Make a step keeping the selected features.
+
+    Parameters
+    ----------
+    selection : Selection, sequence of int or bool mask
+        A :class:`~daskbatch.Selection` (its selected features, checked against
+        the input's names), column indices, or one bool per input column.
+
+    Returns
+    -------
+    Select
+        The step.
+    """
     names = None
     if hasattr(selection, "indices") and hasattr(selection, "feature_names"):
         names = tuple(str(n) for n in selection.feature_names)
@@ -184,7 +203,10 @@ def select(selection: Any) -> Select:
 
 @dataclass(frozen=True)
 class Clip(ValueWise):
-    """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN."""
+    """Values limited to ``[lo, hi]`` (either may be None); NaN stays NaN.
+
+    Floating blocks keep their dtype; others are clipped in float64.
+    """
 
     lo: float | None = None
     hi: float | None = None
@@ -211,13 +233,27 @@ class Clip(ValueWise):
 
 
 def clip(lo: float | None = None, hi: float | None = None) -> Clip:
-    """Make a step limiting values to ``[lo, hi]``."""
+    """Make a step limiting values to ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : float, optional
+        The bounds; None leaves that side open.
+
+    Returns
+    -------
+    Clip
+        The step.
+    """
     return Clip(None if lo is None else float(lo), None if hi is None else float(hi))
 
 
 @dataclass(frozen=True, eq=False)
 class Project:
-    """Centred projection onto principal components: ``(x - pca.mean_) @ pca.components_.T`` in float64."""
+    """Centred projection onto principal components: ``(x - pca.mean_) @ pca.components_.T`` in float64.
+
+    Output columns are named ``pc1``, ``pc2``, ...
+    """
 
     pca: Any
     origin: dict[str, Any] = field(default_factory=dict)
@@ -253,7 +289,21 @@ class Project:
 
 
 def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
-    """Make a step projecting onto principal components."""
+    """Make a step projecting onto principal components.
+
+    Parameters
+    ----------
+    pca_or_summary : PCA or Summary
+        A fitted :class:`~daskbatch.PCA`, or a summary with a covariance (then
+        ``n_components`` is required and :func:`daskbatch.transforms.pca` fits it).
+    n_components : int, optional
+        Components to keep; required with a summary.
+
+    Returns
+    -------
+    Project
+        The step.
+    """
     if hasattr(pca_or_summary, "components_"):
         if n_components is not None and n_components != pca_or_summary.n_components_:
             raise ValueError(f"the PCA has {pca_or_summary.n_components_} components, not {n_components}")

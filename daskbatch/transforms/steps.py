@@ -31,7 +31,18 @@ __all__ = ["apply_all", "bind_all", "Clip", "clip", "Impute", "impute", "Log1p",
 
 @dataclass(frozen=True, eq=False)
 class Standardize(PerFeature):
-    """A step making z-scores ``(x - mean) / std`` in float64."""
+    """A step making z-scores ``(x - mean) / std`` in float64.
+
+    Attributes
+    ----------
+    mean, std : ndarray of float64, shape (D,)
+    feature_names : tuple of str
+        The features ``mean`` and ``std`` belong to; :meth:`bind` picks those of the input.
+    constant : {"zero", "error"}
+        Features with ``std == 0``: output 0 (NaN stays NaN), or refuse.
+    origin : dict
+        The summary's provenance (source, created, ddof, rows).
+    """
 
     mean: np.ndarray
     std: np.ndarray
@@ -82,7 +93,27 @@ class Standardize(PerFeature):
 def standardize(
     summary: Any, *, constant: Literal["zero", "error"] = "zero", ddof: int | None = 0
 ) -> Standardize:
-    """Make a step making z-scores from a summary's mean and standard deviation."""
+    """Make a step making z-scores from a summary's mean and standard deviation.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe`.
+    constant : {"zero", "error"}, default "zero"
+        Constant features (std 0): their z-score is 0 (like scikit-learn's
+        ``StandardScaler``, whose scale 1 gives 0 on the data it was fitted
+        on), or a ``ValueError`` naming them.
+    ddof : int or None, default 0
+        The standard deviation divides by ``n - ddof``: 0, the population
+        std, is what scikit-learn's ``StandardScaler`` uses, whatever ddof the
+        summary was described with; None takes the summary's own ``std``
+        (``summary.provenance["ddof"]``).
+
+    Returns
+    -------
+    Standardize
+        The step.
+    """
     std = np.asarray(summary.std, dtype=np.float64)
     if ddof is not None:
         ddof = int(ddof)
@@ -100,7 +131,19 @@ def standardize(
 
 @dataclass(frozen=True, eq=False)
 class Rescale(PerFeature):
-    """Per-feature affine scaling ``(x - center) / scale`` in float64 (min-max and robust scaling)."""
+    """Per-feature affine scaling ``(x - center) / scale`` in float64 (min-max and robust scaling).
+
+    Attributes
+    ----------
+    center, scale : ndarray of float64, shape (D,)
+        A zero scale is taken as 1, as scikit-learn's scalers do.
+    feature_names : tuple of str
+        The features ``center`` and ``scale`` belong to; :meth:`bind` picks those of the input.
+    kind : str
+        ``"minmax"`` or ``"robust"``, for the provenance.
+    origin : dict
+        The summary's provenance (source, created, ddof, rows).
+    """
 
     center: np.ndarray
     scale: np.ndarray
@@ -138,7 +181,24 @@ class Rescale(PerFeature):
 
 
 def minmax(summary: Any, feature_range: tuple[float, float] = (0.0, 1.0)) -> Rescale:
-    """Make a step scaling each feature's ``[min, max]`` onto ``feature_range``."""
+    """Make a step scaling each feature's ``[min, max]`` onto ``feature_range``.
+
+    Equal to scikit-learn's ``MinMaxScaler(feature_range)`` fitted on the
+    summarised data (min and max are exact); a constant feature maps to the
+    range's lower end.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe`.
+    feature_range : (float, float), default (0, 1)
+        The output range.
+
+    Returns
+    -------
+    Rescale
+        The step.
+    """
     a, b = (float(v) for v in feature_range)
     if not a < b:
         raise ValueError(f"minmax: feature_range must be (low, high) with low < high, got {feature_range!r}")
@@ -150,7 +210,24 @@ def minmax(summary: Any, feature_range: tuple[float, float] = (0.0, 1.0)) -> Res
 
 
 def robust(summary: Any, quantile_range: tuple[float, float] = (25.0, 75.0)) -> Rescale:
-    """Make a step centring on the median and dividing by the interquartile range."""
+    """Make a step centring on the median and dividing by the interquartile range.
+
+    scikit-learn's ``RobustScaler(quantile_range)``, with the median and the
+    quartiles read from the summary's quantiles (:meth:`Summary.quantile`,
+    within its stated accuracy, not exact); a zero range is taken as 1.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe`, with quantiles (the default statistics).
+    quantile_range : (float, float), default (25, 75)
+        Percentiles whose difference is the scale.
+
+    Returns
+    -------
+    Rescale
+        The step.
+    """
     q_lo, q_hi = (float(v) for v in quantile_range)
     if not 0 <= q_lo < q_hi <= 100:
         raise ValueError(f"robust: quantile_range must be percentiles 0 <= low < high <= 100, got {quantile_range!r}")
@@ -174,13 +251,28 @@ class Log1p(ValueWise):
 
 
 def log1p() -> Log1p:
-    """Make a step taking ``log(1 + x)`` of every value (scikit-learn's ``FunctionTransformer(np.log1p)``)."""
+    """Make a step taking ``log(1 + x)`` of every value (scikit-learn's ``FunctionTransformer(np.log1p)``).
+
+    Returns
+    -------
+    Log1p
+        The step.
+    """
     return Log1p()
 
 
 @dataclass(frozen=True, eq=False)
 class Impute(PerFeature):
-    """NaN replaced by a per-feature value (scikit-learn's ``SimpleImputer``)."""
+    """NaN replaced by a per-feature value (scikit-learn's ``SimpleImputer``).
+
+    Attributes
+    ----------
+    values : ndarray of float64, shape (D,)
+    feature_names : tuple of str
+    strategy : {"mean", "median"}
+    origin : dict
+        The summary's provenance (source, created, ddof, rows).
+    """
 
     values: np.ndarray
     feature_names: tuple[str, ...]
@@ -202,7 +294,21 @@ class Impute(PerFeature):
 
 
 def impute(summary: Any, strategy: Literal["mean", "median"] = "mean") -> Impute:
-    """Make a step replacing NaN by each feature's mean or median."""
+    """Make a step replacing NaN by each feature's mean or median.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe` (NaN are left out of its statistics).
+    strategy : {"mean", "median"}, default "mean"
+        The mean is exact; the median comes from :meth:`Summary.quantile`
+        (within its stated accuracy).
+
+    Returns
+    -------
+    Impute
+        The step.
+    """
     if strategy not in ("mean", "median"):
         raise ValueError(f"impute: strategy must be 'mean' or 'median', got {strategy!r}")
     values = summary.mean if strategy == "mean" else summary.quantile(0.5)
@@ -216,7 +322,19 @@ def impute(summary: Any, strategy: Literal["mean", "median"] = "mean") -> Impute
 
 @dataclass(frozen=True, eq=False)
 class QuantileTransform(PerFeature):
-    """Each feature mapped through its own CDF onto a uniform or a normal distribution."""
+    """Each feature mapped through its own CDF onto a uniform or a normal distribution.
+
+    Attributes
+    ----------
+    quantiles : ndarray of float64, shape (D, Q)
+        Each feature's values at the probabilities ``references``.
+    references : ndarray of float64, shape (Q,)
+        Evenly spaced probabilities from 0 to 1.
+    feature_names : tuple of str
+    output : {"uniform", "normal"}
+    origin : dict
+        The summary's provenance (source, created, ddof, rows).
+    """
 
     quantiles: np.ndarray
     references: np.ndarray
@@ -289,7 +407,26 @@ def _normal_scores(xp: Any, u: Array) -> Array:
 def quantile_transform(
     summary: Any, *, output: Literal["uniform", "normal"] = "uniform", n_quantiles: int = 1000
 ) -> QuantileTransform:
-    """Make a step mapping each feature onto a uniform or normal distribution through its quantiles."""
+    """Make a step mapping each feature onto a uniform or normal distribution through its quantiles.
+
+    scikit-learn's ``QuantileTransformer(n_quantiles, output_distribution)``,
+    with the quantiles read from the summary (:meth:`Summary.quantile`, within
+    its stated rank accuracy) instead of from a subsample of the data.
+
+    Parameters
+    ----------
+    summary : Summary
+        From :func:`daskbatch.describe`, with quantiles (the default statistics).
+    output : {"uniform", "normal"}, default "uniform"
+        The distribution of the outputs.
+    n_quantiles : int, default 1000
+        Points of each feature's CDF kept in the step.
+
+    Returns
+    -------
+    QuantileTransform
+        The step.
+    """
     if output not in ("uniform", "normal"):
         raise ValueError(f"quantile_transform: output must be 'uniform' or 'normal', got {output!r}")
     if isinstance(n_quantiles, bool) or int(n_quantiles) != n_quantiles or n_quantiles < 2:
