@@ -20,7 +20,7 @@ from daskbatch.errors import CompleteRowsWarning, DataError, SuspectValueWarning
 from daskbatch.runtime.capacity import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
-from daskbatch.summary.tables import covariance_message, suspect_message
+from daskbatch.summary.reprs import covariance_message, suspect_message
 
 __all__ = ["describe"]
 

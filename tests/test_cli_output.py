@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.demo import DEMO_ROWS
-from daskbatch.summary.tables import QUANTILE_BUCKETS
+from daskbatch.summary.views import QUANTILE_BUCKETS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

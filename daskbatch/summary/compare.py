@@ -11,7 +11,6 @@ import numpy as np
 
 from daskbatch.errors import RebinnedWarning
 from daskbatch.io.outputs import check_output, write_json
-from daskbatch.summary.plotting import checked_k, figure_axes, ranked_bars, shown_of
 from daskbatch.summary.record import Summary
 from daskbatch.summary.two_sample import (
     CdfBounds,
@@ -21,6 +20,7 @@ from daskbatch.summary.two_sample import (
     ks_and_wasserstein,
     rebinned_cells,
 )
+from daskbatch.summary.views import checked_k, figure_axes, ranked_bars, shown_of
 
 __all__ = ["PSI_FLOOR", "Drift", "compare"]
 

@@ -22,13 +22,12 @@ from daskbatch.summary.dataset import (
     labelled,
     summary_to_xarray,
 )
-from daskbatch.summary.plotting import SummaryPlot
-from daskbatch.summary.reprs import summary_html, summary_text
-from daskbatch.summary.tables import (
+from daskbatch.summary.reprs import summary_html, summary_suspect_values, summary_text
+from daskbatch.summary.views import (
+    SummaryPlot,
     dataframe,
     json_dict,
     quantiles,
-    summary_suspect_values,
     top_correlated,
     top_mi,
 )

@@ -1,4 +1,4 @@
-"""What a :class:`~daskbatch.Summary` looks like in a notebook and a terminal."""
+"""What a :class:`~daskbatch.Summary` looks like in a notebook and a terminal, and what it says about numbers that may mislead."""
 
 from __future__ import annotations
 
@@ -14,12 +14,83 @@ from daskbatch import _common as _html
 from daskbatch._common import plural as _count
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
-from daskbatch.summary.tables import LISTED, covariance_message, suspect_message
+from daskbatch.stats.sentinels import SuspectValue, suspect_values
+from daskbatch.stats.sketch_layout import collapse_floor, slot_bounds
+from daskbatch.summary.views import format_percent, nonfinite_text, sketch_layout
 
 __all__ = [
-    "correlation_rows", "FeatureFlags", "format_column", "format_report", "format_percent", "NAN_HEAVY", "summary_html",
-    "summary_text",
+    "correlation_rows", "covariance_message", "DROPPED_ROWS_LIMIT", "FeatureFlags", "format_column", "format_report",
+    "LISTED", "NAN_HEAVY", "PAIRWISE_OPTION", "summary_html", "summary_suspect_values", "summary_text", "suspect_message",
 ]
+
+#: Fraction of the rows the complete-rows covariance may leave out before the summary says so.
+DROPPED_ROWS_LIMIT = 0.10
+#: How to ask for the pairwise covariance, in Python and on the command line.
+PAIRWISE_OPTION = "stats=[..., db.stats.CoMoments(rows='pairwise')] (--cov pairwise)"
+#: Names listed in one line before "and N more".
+LISTED = 8
+
+
+def covariance_message(summary: Any) -> str | None:
+    """Say what the complete-rows covariance of ``summary`` left out, when that is much."""
+    prov = summary.provenance
+    if summary.cov_count is None or prov.get("cov_rows", "complete") != "complete" or not summary.n_features:
+        return None
+    # The rows the statistics saw: ``count`` (±inf included) and ``nan_count`` hold each of a feature's
+    # values once (a row of weight 0 is not seen at all: the weighted complete rows are not short of it).
+    count = np.asarray(summary.count, dtype=np.float64)
+    rows, used = int(np.max(count + np.asarray(summary.nan_count))), int(summary.cov_count)
+    finite = count - np.asarray(summary.posinf_count) - np.asarray(summary.neginf_count)
+    empty = np.flatnonzero(finite == 0)
+    if rows == 0 or (not empty.size and rows - used <= DROPPED_ROWS_LIMIT * rows):
+        return None
+    names = [summary.feature_names[i] for i in empty[:LISTED]]
+    more = f" and {empty.size - LISTED:,} more" if empty.size > LISTED else ""
+    why = f"; no finite value in {', '.join(names)}{more}" if empty.size else ""
+    if empty.size == finite.size:  # no pair has a row either: no option would help
+        remedy = "no feature has a finite value to correlate"
+    else:
+        remedy = f"{PAIRWISE_OPTION} uses each pair's own rows"
+    return (
+        f"covariance and correlation use only the {used:,} of {rows:,} rows finite in every feature "
+        f"({(rows - used) / rows:.1%} left out{why}): {remedy}"
+    )
+
+
+def summary_suspect_values(summary: Any) -> tuple[SuspectValue, ...] | None:
+    """Find the suspect values of ``summary`` from its quantile sketch, minima and maxima."""
+    counts, spec = summary.sketch_counts, summary.provenance.get("sketch")
+    if counts is None or not isinstance(spec, dict) or np.ndim(counts) != 2:
+        return None
+    layout = sketch_layout(spec)
+    first, width = int(spec["first_slot"]), counts.shape[1]
+    if width == 0:  # no finite value in any feature (an all-NaN store): no pile to judge
+        return ()
+    lower, upper = slot_bounds(layout)
+    edges = np.concatenate([lower[first : first + width], upper[first + width - 1 : first + width]])
+    slots = np.arange(first, first + width, dtype=np.int64)[None, :]
+    # Only which buckets hold anything decides a collapse: weighted counts (floats, up to 2**1000) need no cast.
+    floor = collapse_floor((np.asarray(counts) > 0).astype(np.int64), slots, layout)  # (D, 2): 0 where not collapsed
+    extremes = np.stack([np.asarray(summary.min), np.asarray(summary.max)], axis=1)
+    magnitude = np.abs(extremes)
+    beyond_floor = magnitude > np.where(extremes < 0, floor[:, :1], floor[:, 1:])
+    judged = (magnitude < layout.max_magnitude) & ((extremes == 0) | beyond_floor)
+    return suspect_values(summary.feature_names, counts, edges, summary.min, summary.max, judged)
+
+
+def suspect_message(found: tuple[SuspectValue, ...]) -> str | None:
+    """Name the suspect values in one line."""
+    if not found:
+        return None
+    listed = "; ".join(f"{s.feature} {s.describe()}" for s in found[:LISTED])
+    more = f"; and {len(found) - LISTED:,} more" if len(found) > LISTED else ""
+    return (
+        f"{len(found):,} value{'' if len(found) == 1 else 's'} repeated far more often than "
+        f"{'its' if len(found) == 1 else 'their'} neighbours at the edge of a feature (a code for "
+        f"missing values, or a floor or ceiling of the measurement?), counted as data: {listed}{more} "
+        "(summary.suspect_values)"
+    )
+
 
 #: Fraction of NaN values above which a feature is flagged.
 NAN_HEAVY = 0.05
@@ -43,15 +114,15 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
         return [f"{x:,}" for x in raw.tolist()]
     v = np.asarray(raw, dtype=np.float64)
     if integer:
-        return [f"{int(round(x)):,}" if np.isfinite(x) else _special(x) for x in v]
+        return [f"{int(round(x)):,}" if np.isfinite(x) else nonfinite_text(x) for x in v]
     finite = np.abs(v[np.isfinite(v)])
     big = float(finite.max()) if finite.size else 0.0
     if big != 0.0 and (big < 1e-4 or big >= 1e15):
-        return [f"{x:.{digits - 1}e}" if np.isfinite(x) else _special(x) for x in v]
+        return [f"{x:.{digits - 1}e}" if np.isfinite(x) else nonfinite_text(x) for x in v]
     out = []
     for x in v:
         if not np.isfinite(x):
-            out.append(_special(x))
+            out.append(nonfinite_text(x))
             continue
         decimals = 0 if x == 0 else min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), MAX_DECIMALS)
         text = f"{x:,.{decimals}f}"
@@ -60,22 +131,6 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
             text = f"{x:,.{decimals - 1}f}"
         out.append("0" if float(text.replace(",", "")) == 0.0 else text)
     return out
-
-
-def _special(x: float) -> str:
-    return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def format_percent(f: float) -> str:
-    """Write a fraction as a percentage with one decimal; below 0.1 % (but not 0) as ``"<0.1%"``."""
-    if not np.isfinite(f):
-        return _special(f)
-    if f == 0:
-        return "0%"
-    return f"{f:.1%}" if f >= 0.001 else "<0.1%"
-
-
-_percent = format_percent
 
 
 @dataclass(frozen=True)
@@ -88,7 +143,7 @@ class FeatureFlags:
     out_fraction: np.ndarray | None
     nan_fraction: np.ndarray
     suspect: dict[int, str] = field(default_factory=dict)  # feature index -> its suspect values, for its note
-    trust: tuple[str, ...] = ()  # the summary's lines from daskbatch.summary.tables
+    trust: tuple[str, ...] = ()  # the summary's lines from covariance_message, suspect_message
 
     def notes(self, i: int) -> list[str]:
         """Note what is special about feature ``i``."""
@@ -96,9 +151,9 @@ class FeatureFlags:
         if i in self._constant:
             notes.append("constant")
         if i in self._out and self.out_fraction is not None:
-            notes.append(f"{_percent(float(self.out_fraction[i]))} outside range")
+            notes.append(f"{format_percent(float(self.out_fraction[i]))} outside range")
         if i in self._nan:
-            notes.append(f"{_percent(float(self.nan_fraction[i]))} NaN")
+            notes.append(f"{format_percent(float(self.nan_fraction[i]))} NaN")
         if i in self.suspect:
             notes.append(self.suspect[i])
         return notes
@@ -125,13 +180,13 @@ class FeatureFlags:
             lines.append(
                 f"{_count(self.out_of_range.size, 'feature')} with more than {OUT_OF_RANGE_LIMIT:.0%} of the "
                 "values outside the histogram range: "
-                + _listed(names, self.out_of_range, None if frac is None else [_percent(float(f)) for f in frac])
+                + _listed(names, self.out_of_range, None if frac is None else [format_percent(float(f)) for f in frac])
                 + " (describe(..., range='minmax') covers every value)"
             )
         if self.nan_heavy.size:
             lines.append(
                 f"{_count(self.nan_heavy.size, 'feature')} with more than {NAN_HEAVY:.0%} NaN: "
-                + _listed(names, self.nan_heavy, [_percent(float(f)) for f in self.nan_fraction])
+                + _listed(names, self.nan_heavy, [format_percent(float(f)) for f in self.nan_fraction])
             )
         lines.extend(self.trust)
         return lines

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.stats.kernels import enabled
-from daskbatch.stats.sketch import Sketch, slot_bounds
+from daskbatch.stats.sketch import slot_bounds
+from daskbatch.summary.views import sketch_layout
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
@@ -110,13 +111,7 @@ def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, 
         or not isinstance(spec, dict)
     ):
         return np.full(summary.n_features, np.nan), []
-    window = spec.get("window")
-    layout = Sketch(
-        float(spec["alpha"]),
-        float(spec["min_magnitude"]),
-        float(spec["max_magnitude"]),
-        None if window is None else int(window),
-    )
+    layout = sketch_layout(spec)
     lower, upper = slot_bounds(layout)
     last = len(lower) - 1
     first, width = int(spec["first_slot"]), summary.sketch_counts.shape[1]

@@ -1,21 +1,193 @@
-"""Figures of a :class:`~daskbatch.Summary` (``summary.plot.<kind>(...)``) and the ranked bars of ``Drift.plot``."""
+"""A summary's views: tables and strict JSON (per-feature rows, the strongest pairs and features) and figures
+(``summary.plot.<kind>(...)``, ``Drift.plot``'s ranked bars)."""
 
 from __future__ import annotations
 
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daskbatch.runtime.progress import in_jupyter
-from daskbatch.summary.reprs import format_percent
+from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.registry import STATISTICS, summary_variables
+from daskbatch.stats.sketch import Sketch
+from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label, user_variables
 
-__all__ = ["CLASS_COLOURS", "SummaryPlot", "checked_k", "figure_axes", "ranked_bars", "shown_of"]
+if TYPE_CHECKING:
+    from daskbatch.summary.record import Summary
 
-#: Line colours of up to 12 classes: tab10 and two more hues, no light/dark pairs. Past 12 classes the
-#: histograms show one heat-map row a class instead: more lines would tangle past reading.
+__all__ = [
+    "CLASS_COLOURS", "QUANTILE_BUCKETS", "SummaryPlot", "checked_k", "dataframe", "figure_axes", "format_percent",
+    "json_dict", "nonfinite_text", "quantiles", "ranked_bars", "shown_of", "sketch_layout", "top_correlated", "top_mi",
+]
+
+
+def quantiles(summary: Summary, q: Any, method: str) -> Any:
+    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
+    if method not in ("auto", "sketch", "histogram"):
+        raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
+    if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
+        if summary.sketch_counts is None or summary.sketch_extrema is None:
+            raise ValueError("this summary has no quantile sketch: describe(..., stats=(..., 'sketch'))")
+        spec = summary.provenance["sketch"]
+        layout, fine, source = sketch_layout(spec), None, "sketch"
+        kept = (summary.states or {}).get("sketch")
+        if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
+            fine, source = (summary.quantile_counts, summary.quantile_range), "sketch and quantile histogram"
+        elif method == "auto" and kept is not None and kept.state.grid is not None:
+            # Merged, updated or one pass on given ranges: the sketch's own dyadic grid narrows its bucket.
+            fine, source = kept.statistic.fine_grid(kept.state), "sketch and its grid"
+        elif method == "auto" and summary.hist_counts is not None and summary.hist_edges is not None:
+            # A merged or updated summary: its parts' quantile histograms had ranges of their own and
+            # were left out, but the histograms share theirs, so they narrow the sketch's bucket instead
+            # (within one of their bins): far from zero a bucket alone is wider than the spread.
+            assert summary.underflow is not None and summary.overflow is not None
+            counts = np.concatenate([summary.underflow[:, None], summary.hist_counts, summary.overflow[:, None]], axis=1)
+            fine, source = (counts, summary.hist_edges[:, [0, -1]]), "sketch and histograms"
+        values = fine_quantile(
+            summary.sketch_counts, int(spec["first_slot"]), layout,
+            summary.sketch_extrema[:, 0], summary.sketch_extrema[:, 1], q, fine=fine,
+        )
+        # A feature with few distinct values (integers, pixels, rounded data, few rows) has them all in the
+        # sketch's state: its quantiles are the data values at their exact ranks, merged or not.
+        exact = None if kept is None else kept.statistic.exact_quantile(kept.state, q)
+        exact_features = np.zeros(summary.n_features, dtype=bool)
+        if exact is not None:
+            values = np.where(np.isnan(exact), values, exact)
+            exact_features = ~np.isnan(exact) if exact.ndim == 1 else ~np.isnan(exact).any(axis=1)
+        return _labelled(summary, values, q, source, exact_features)
+    if summary.hist_counts is None:
+        raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
+    assert summary.hist_edges is not None and summary.underflow is not None and summary.overflow is not None
+    values = histogram_quantile(
+        summary.hist_counts, summary.hist_edges, summary.underflow, summary.overflow, summary.min, summary.max, q
+    )
+    bins = summary.hist_counts.shape[1]
+    return _labelled(summary, values, q, f"histograms ({bins} bins on each feature's range: within one bin)",
+                     np.zeros(summary.n_features, dtype=bool))
+
+
+def sketch_layout(spec: dict[str, Any]) -> Sketch:
+    """The quantile sketch's layout that ``provenance["sketch"]`` records (no window: an older summary's every bucket)."""
+    window = spec.get("window")
+    return Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
+                  None if window is None else int(window))
+
+
+def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: np.ndarray) -> Any:
+    """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature, saying where they come from."""
+    import pandas as pd  # lazy: pandas
+
+    index = pd.Index(list(summary.feature_names), name="feature")
+    if np.ndim(q) == 0:
+        out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+    else:
+        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+        out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+    # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
+    out.attrs["source"] = source
+    out.attrs["exact"] = tuple(name for name, e in zip(summary.feature_names, exact, strict=True) if e)
+    return out
+
+
+def top_correlated(summary: Summary, k: int) -> Any:
+    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`)."""
+    import pandas as pd  # lazy: pandas
+
+    if summary.corr is None:
+        tiled = summary.provenance.get("tiled_cov")
+        # too wide to hold: ranked tile by tile from the store
+        pairs = summary.tiled_cov().top_correlated(k) if tiled else []
+    else:
+        upper = np.triu_indices(summary.n_features, k=1)
+        r = summary.corr[upper]
+        finite = np.isfinite(r)
+        order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
+        names = summary.feature_names
+        pairs = [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+    table = pd.DataFrame(pairs, columns=["feature_a", "feature_b", "r"])
+    return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
+
+
+def top_mi(summary: Summary, k: int) -> Any:
+    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`)."""
+    import pandas as pd  # lazy: pandas
+
+    if summary.mi is None:
+        return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
+    order = np.argsort(-np.nan_to_num(summary.mi, nan=-1.0), kind="stable")[: max(k, 0)]
+    index = pd.Index([summary.feature_names[i] for i in order], name="feature", dtype=object)
+    return pd.Series(summary.mi[order].astype(np.float64), index=index, name="mi")
+
+
+def dataframe(summary: Summary) -> Any:
+    """Tabulate the per-feature statistics (:meth:`Summary.to_dataframe`)."""
+    import pandas as pd  # lazy: pandas
+
+    columns = {name: getattr(summary, name) for name in STATISTICS["moments"].variables if name != "weight_sum"}
+    for name in ("count", "nan_count", "posinf_count", "neginf_count"):
+        columns[name] = columns[name].astype(np.int64)  # exact counts, shown as integers
+    if summary.mi is not None:
+        columns["mi"] = summary.mi
+    if summary.hist_counts is not None or summary.sketch_counts is not None:
+        table = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+        for i, q in enumerate(DEFAULT_QUANTILES):
+            columns[quantile_label(q)] = table[:, i]
+    for v in user_variables(summary.extra, summary.n_features, set(columns)):
+        if v.dims == ("feature",):  # one number per feature: a column
+            columns[v.name] = v.values
+    return pd.DataFrame(columns, index=pd.Index(summary.feature_names, name="feature"))
+
+
+#: The fine histogram behind the quantiles: buckets, not results (``quantiles`` holds what they give).
+QUANTILE_BUCKETS = ("quantile_counts", "quantile_range")
+
+
+def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
+    """Convert the results for strict JSON (:meth:`Summary.to_json`); buckets and states only with ``states``."""
+    out: dict[str, Any] = {"feature_names": list(summary.feature_names), "provenance": summary.provenance}
+    declared = summary_variables()
+    for name, value in summary.variables.items():
+        bucket = declared[name].state or name in QUANTILE_BUCKETS
+        if isinstance(value, np.ndarray) and (states or not bucket):
+            out[name] = _json_values(value)
+    if summary.cov_count is not None:
+        out["cov_count"] = int(summary.cov_count)
+    if summary.hist_counts is not None or summary.sketch_counts is not None:
+        table = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
+        out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": _json_values(table)}
+    user = user_variables(summary.extra, summary.n_features, set())
+    if user:
+        out["user_statistics"] = {v.name: _json_values(v.values) for v in user}
+    return out
+
+
+def _json_values(a: np.ndarray) -> Any:
+    """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
+    if a.dtype.kind != "f":
+        return a.tolist()
+    flat = [None if np.isnan(v) else ("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in a.ravel()]
+    return np.array(flat, dtype=object).reshape(a.shape).tolist()
+
+
+def nonfinite_text(x: float) -> str:
+    """``nan``, ``inf`` or ``-inf``."""
+    return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def format_percent(f: float) -> str:
+    """Write a fraction as a percentage with one decimal; below 0.1 % (but not 0) as ``"<0.1%"``."""
+    if not np.isfinite(f):
+        return nonfinite_text(f)
+    if f == 0:
+        return "0%"
+    return f"{f:.1%}" if f >= 0.001 else "<0.1%"
+
+
+#: Line colours of up to 12 classes (tab10 and two more hues); past 12 the histograms show a heat-map row a class.
 CLASS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                  "#bcbd22", "#17becf", "#000000", "#e6ab02")
 
