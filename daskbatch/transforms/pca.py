@@ -1,8 +1,8 @@
-"""Principal components from a summary's covariance, with no further pass over the data."""
+"""Principal components from a summary's covariance, with no further pass over the data, and the step projecting onto them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -10,8 +10,9 @@ import numpy as np
 from daskbatch._common import Array
 from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.numerics import as_float64
+from daskbatch.transforms import digest, names_differ, origin_of
 
-__all__ = ["PCA", "pca"]
+__all__ = ["PCA", "Project", "pca", "project"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -317,3 +318,68 @@ def _lanczos(op: Any, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     values, vectors = eigsh(op, k=k, which="LA", v0=v0)
     order = np.argsort(values)[::-1]
     return values[order], vectors[:, order]
+
+
+@dataclass(frozen=True, eq=False)
+class Project:
+    """Centred projection onto principal components: ``(x - pca.mean_) @ pca.components_.T`` in float64.
+
+    Output columns are named ``pc1``, ``pc2``, ...
+    """
+
+    pca: Any
+    origin: dict[str, Any] = field(default_factory=dict)
+
+    def bind(self, names: tuple[str, ...]) -> Project:  # numpydoc ignore=PR01,RT01
+        """Check that the input has the features the PCA was fitted on."""
+        expected = tuple(self.pca.feature_names)
+        if tuple(names) != expected:
+            raise ValueError(
+                f"project: the PCA was fitted on {names_differ(expected, tuple(names))}; "
+                "project the features it was fitted on (a select step first, or a PCA of the selected features)"
+            )
+        return self
+
+    def apply(self, block: Array) -> Array:  # numpydoc ignore=PR01,RT01
+        """Project one block onto the components."""
+        return self.pca.transform(block)
+
+    def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:  # numpydoc ignore=PR01,RT01
+        """Name the components ``pc1``, ``pc2``, ..."""
+        self.bind(names)
+        return tuple(f"pc{i + 1}" for i in range(self.pca.n_components_))
+
+    def describe(self) -> dict[str, Any]:  # numpydoc ignore=RT01
+        """Describe the step for the output's provenance."""
+        return {
+            "step": "project", "n_components": self.pca.n_components_, "features": len(self.pca.feature_names),
+            "method": self.pca.method, "whiten": self.pca.whiten, "correlation": self.pca.scale_ is not None,
+            "sha256": digest(self.pca.mean_, self.pca.components_, self.pca.explained_variance_, np.array([self.pca.whiten]),
+                              *(() if self.pca.scale_ is None else (self.pca.scale_,))),
+            "summary": self.origin,
+        }
+
+
+def project(pca_or_summary: Any, n_components: int | None = None) -> Project:
+    """Make a step projecting onto principal components.
+
+    Parameters
+    ----------
+    pca_or_summary : PCA or Summary
+        A fitted :class:`~daskbatch.PCA`, or a summary with a covariance (then
+        ``n_components`` is required and :func:`daskbatch.transforms.pca` fits it).
+    n_components : int, optional
+        Components to keep; required with a summary.
+
+    Returns
+    -------
+    Project
+        The step.
+    """
+    if hasattr(pca_or_summary, "components_"):
+        if n_components is not None and n_components != pca_or_summary.n_components_:
+            raise ValueError(f"the PCA has {pca_or_summary.n_components_} components, not {n_components}")
+        return Project(pca_or_summary)
+    if n_components is None:
+        raise TypeError("project(summary, n_components): give the number of components")
+    return Project(pca(pca_or_summary, n_components), origin=origin_of(pca_or_summary))

@@ -9,10 +9,9 @@ import numpy as np
 
 from daskbatch._common import Array
 from daskbatch.stats.numerics import as_float64
-from daskbatch.transforms.columns import (
+from daskbatch.transforms import (
     Clip,
     PerFeature,
-    Project,
     Select,
     Step,
     ValueWise,
@@ -22,10 +21,10 @@ from daskbatch.transforms.columns import (
     clip,
     digest,
     origin_of,
-    project,
     select,
     short,
 )
+from daskbatch.transforms.pca import Project, project
 
 __all__ = ["apply_all", "bind_all", "Clip", "clip", "Impute", "impute", "Log1p", "log1p", "minmax", "Project", "project", "quantile_transform", "QuantileTransform", "Rescale", "robust", "Select", "select", "Standardize", "standardize", "Step"]
 
