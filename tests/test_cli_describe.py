@@ -82,7 +82,7 @@ def test_the_cli_table_says_what_the_notebook_says(tmp_path: pathlib.Path) -> No
 
 
 def test_percent_never_rounds_a_fraction_to_zero() -> None:
-    from daskbatch.summary.reprs import format_percent
+    from daskbatch.summary.views import format_percent
 
     assert format_percent(0.0004) == "<0.1%" and format_percent(0.0) == "0%" and format_percent(0.125) == "12.5%"
 
