@@ -70,32 +70,11 @@ class ContentDigest:  # numpydoc ignore=PR02
 
     @property
     def name(self) -> str:
-        """Name the statistic in task keys and checkpoints.
-
-        Returns
-        -------
-        str
-            ``"content_digest"``.
-        """
+        """Name the statistic in task keys and checkpoints."""
         return "content_digest"
 
     def chunk(self, x: Any, label: Any = None, /, *, weights: Any = None) -> DigestState:
-        """Hash one block (a GPU block is hashed from a host copy).
-
-        Parameters
-        ----------
-        x : array
-            The block, (rows, features).
-        label : array or None
-            Ignored.
-        weights : array or None
-            Ignored: the token is the rows', whatever their weights.
-
-        Returns
-        -------
-        DigestState
-            The digest of each piece of the block; none for an empty block, the merge identity.
-        """
+        """Hash one block (a GPU block is hashed from a host copy)."""
         block = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
         rows = int(block.shape[0])
         step = self.piece_rows if self.piece_rows > 0 else max(rows, 1)
@@ -108,33 +87,11 @@ class ContentDigest:  # numpydoc ignore=PR02
         return DigestState(digests)
 
     def merge(self, a: DigestState, b: DigestState, /) -> DigestState:
-        """Put ``b``'s digests after ``a``'s.
-
-        Parameters
-        ----------
-        a, b : DigestState
-            The states of consecutive rows, ``a``'s first.
-
-        Returns
-        -------
-        DigestState
-            The digests of both, in row order.
-        """
+        """Put ``b``'s digests after ``a``'s."""
         return DigestState(np.concatenate([np.asarray(a.digests), np.asarray(b.digests)]))
 
     def finalize(self, state: DigestState, /) -> str:
-        """Hash the blocks' digests into one token.
-
-        Parameters
-        ----------
-        state : DigestState
-            The state of all the rows.
-
-        Returns
-        -------
-        str
-            ``"<n> pieces, blake2b <hex>"``.
-        """
+        """Hash the blocks' digests into one token."""
         digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
         whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
         return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"

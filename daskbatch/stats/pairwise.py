@@ -88,18 +88,7 @@ class CrossPairwiseState(State):
 
 
 def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """Give the rows of every pair of a state, weighted or not.
-
-    Parameters
-    ----------
-    s : PairwiseCoMomentsState or CrossPairwiseState
-        The state.
-
-    Returns
-    -------
-    array
-        The rows where both features are finite (and of positive weight).
-    """
+    """Give the rows of every pair of a state, weighted or not."""
     return (
         s.n
         if isinstance(s, PairwiseCoMomentsState)
@@ -109,22 +98,7 @@ def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
 
 
 def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> PairwiseCoMomentsState:
-    """Build the identity of :func:`merge_pairwise`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The empty state.
-    """
+    """Build the identity of :func:`merge_pairwise`: the state of a chunk with no rows."""
 
     def _zeros() -> Array:
         """A fresh (D, D) float64 zero matrix."""
@@ -194,20 +168,7 @@ def _side(
 
 
 def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsState:
-    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes).
-
-    Parameters
-    ----------
-    x : array
-        The block, (rows, features).
-    weights : array, optional
-        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The block's state (a :class:`WeightedPairwiseCoMomentsState` with weights).
-    """
+    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes)."""
     xp = namespace(x)
     n_features = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
@@ -239,22 +200,7 @@ def _with_rows(s: PairwiseCoMomentsState, rows: Array) -> WeightedPairwiseCoMome
 
 
 def cross_pairwise_chunk(x: Array, split: int, weights: Array | None = None) -> CrossPairwiseState:
-    """Reduce one block ``[x_a | x_b]`` to the pairwise co-moments of its first ``split`` columns with the others.
-
-    Parameters
-    ----------
-    x : array
-        The block, (rows, Da + Db).
-    split : int
-        Da, the width of side a.
-    weights : array, optional
-        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-    Returns
-    -------
-    CrossPairwiseState
-        The block's state (six matrix products).
-    """
+    """Reduce one block ``[x_a | x_b]`` to the pairwise co-moments of its first ``split`` columns with the others."""
     xp = namespace(x)
     width = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
@@ -327,18 +273,7 @@ def _merge_side(
 
 
 def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> PairwiseCoMomentsState:
-    """Combine the states of two disjoint sets of rows, pair by pair (Chan's formulas).
-
-    Parameters
-    ----------
-    a, b : PairwiseCoMomentsState
-        The states to combine (weighted or not).
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The state of the union (weighted if either is).
-    """
+    """Combine the states of two disjoint sets of rows, pair by pair (Chan's formulas)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
     pair = _pair_weight(xp, a.n, b.n, n)
@@ -356,18 +291,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
 
 
 def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossPairwiseState:
-    """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides).
-
-    Parameters
-    ----------
-    a, b : CrossPairwiseState
-        The states to combine.
-
-    Returns
-    -------
-    CrossPairwiseState
-        The state of the union.
-    """
+    """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
     pair = _pair_weight(xp, a.n, b.n, n)
@@ -392,18 +316,7 @@ def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossP
 
 
 def pairwise_means(s: PairwiseCoMomentsState) -> Array:
-    """Give each feature's mean over all its finite values (the diagonal pair), NaN without any.
-
-    Parameters
-    ----------
-    s : PairwiseCoMomentsState
-        A merged state.
-
-    Returns
-    -------
-    array
-        The means, (D,).
-    """
+    """Give each feature's mean over all its finite values (the diagonal pair), NaN without any."""
     xp = namespace(s.c)
     counts = matrix_diagonal(xp, s.n)
     return xp.where(

@@ -207,24 +207,7 @@ def _spread(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray]:
 def robust_ranges(
     sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature (lo, hi): the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened, clipped to the bulk and ``[vmin, vmax]``.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The first pass's quantile sketch.
-    vmin, vmax : ndarray, shape (D,)
-        Finite extrema of each feature (NaN when it has none).
-
-    Returns
-    -------
-    lo : ndarray, shape (D,)
-        The lower end of each feature's range.
-    hi : ndarray, shape (D,)
-        The upper end. Where the quantiles span nothing (a feature that is
-        almost constant, or whose tails are infinite), ``lo`` and ``hi`` are
-        the extrema themselves, as ``range="minmax"`` gives.
-    """
+    """Per-feature (lo, hi): the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened, clipped to the bulk and ``[vmin, vmax]``."""
     tails, bulk_lo, bulk_hi = _bulk_tails(sketch)
     err = _resolution(sketch, tails)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -250,26 +233,7 @@ def robust_ranges(
 def fine_ranges(
     sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray, bins: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature (lo, hi) of the quantile histogram: it holds the exact ``TAIL`` and ``1 - TAIL`` quantiles of the bulk.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The first pass's quantile sketch.
-    vmin, vmax : ndarray, shape (D,)
-        Finite extrema of each feature (NaN when it has none).
-    bins : int
-        Bins of the quantile histogram.
-
-    Returns
-    -------
-    lo : ndarray, shape (D,)
-        Lower ends: a whole number of bin widths, the width a power of two
-        (``(hi - lo) / bins``), where float64 can hold them exactly.
-    hi : ndarray, shape (D,)
-        Upper ends; ``lo < hi`` always (0 and 1 for a feature without values,
-        :func:`around_constant` for a constant one).
-    """
+    """Per-feature (lo, hi) of the quantile histogram: it holds the exact ``TAIL`` and ``1 - TAIL`` quantiles of the bulk."""
     _, bulk_lo, bulk_hi = _bulk_tails(sketch)
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
     err = _resolution(sketch, tails)

@@ -190,27 +190,7 @@ class SketchLayout:  # numpydoc ignore=PR02
 
 
 def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) -> np.ndarray:
-    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout.
-
-    A window collapsed only if its populated slots span all its ``window``
-    buckets; then its smallest-magnitude bucket may hold any smaller magnitude.
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The int64 counts (D, C), in value order.
-    slots : numpy.ndarray
-        The int64 (D, C) or (1, C): the slot of the full layout of each column.
-    sketch : SketchLayout
-        The layout (its ``window`` tells a full window).
-
-    Returns
-    -------
-    numpy.ndarray
-        The float64 (D, 2): for the negative and positive side, the upper
-        magnitude of the smallest-magnitude populated bucket where the window
-        is full, else 0.
-    """
+    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout."""
     n = sketch.n_buckets
     k_min, _ = sketch.key_range
     slots = np.broadcast_to(slots, counts.shape)
@@ -246,12 +226,7 @@ def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice | np.ndarra
 
 
 def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Give the non-empty columns of each feature in order, (D, L), and which are real.
-
-    ``L`` is the most any feature holds; a row with fewer is padded on the
-    right with its last non-empty column (column 0 where it has none),
-    marked ``False`` in the second array.
-    """
+    """Give the non-empty columns of each feature in order, (D, L), and which are real."""
     # In row-major order: each row's columns in order (a flat search is ~6x faster than np.nonzero on 2-D).
     rows, columns = np.divmod(np.flatnonzero(counts.ravel() != 0), counts.shape[1])
     held = np.bincount(rows, minlength=counts.shape[0])
@@ -266,24 +241,7 @@ def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.sketch.SketchResult.dense`).
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The feature's counts, a row of :attr:`~daskbatch.stats.sketch.SketchResult.counts`.
-    slots : numpy.ndarray
-        Their slots, the row of :meth:`~daskbatch.stats.sketch.SketchResult.slots`.
-    include : tuple of int, default ()
-        Slots the run must reach as well (empty columns are added).
-
-    Returns
-    -------
-    first : int
-        The slot of the run's first column.
-    counts : numpy.ndarray
-        The counts from the first to the last populated (or included) slot.
-    """
+    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.sketch.SketchResult.dense`)."""
     held = counts > 0
     ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
     if ends.size == 0:
@@ -300,25 +258,7 @@ _QUANTILE_BLOCK = 2**22
 
 
 def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
-    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
-
-    Integer counts: ``max(ceil(q * n), 1)``; float (weighted) counts: ``q * W``,
-    at least the smallest positive weight, so that ``q = 0`` finds the first non-empty slot.
-
-    Parameters
-    ----------
-    qs : ndarray
-        Probabilities.
-    total : number or ndarray
-        The total count (or weight); an array broadcasts against ``qs``.
-    dtype : dtype
-        The dtype of the counts.
-
-    Returns
-    -------
-    ndarray
-        The ranks, float64.
-    """
+    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count."""
     total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
     rank: np.ndarray = (np.maximum(np.ceil(qs * total), 1.0) if np.dtype(dtype).kind in "iu"
                         else np.maximum(qs * total, np.finfo(np.float64).tiny))
@@ -327,21 +267,7 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)  # 27,600 values a layout, read once per quantile call
 def sketch_values(sketch: SketchLayout) -> np.ndarray:
-    """Give the value every slot of the full layout answers, in slot order.
-
-    The two overflow slots (1 and ``n_slots - 2``) hold NaN: they answer the
-    feature's finite extremes, which :func:`sketch_quantile` fills in.
-
-    Parameters
-    ----------
-    sketch : SketchLayout
-        The sketch's layout.
-
-    Returns
-    -------
-    ndarray
-        The values, float64 of length ``n_slots``.
-    """
+    """Give the value every slot of the full layout answers, in slot order."""
     k_min, k_top = sketch.key_range
     keys = np.arange(k_min, k_top, dtype=np.float64)
     # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
@@ -352,24 +278,7 @@ def sketch_values(sketch: SketchLayout) -> np.ndarray:
 
 
 def slot_bounds(sketch: SketchLayout) -> tuple[np.ndarray, np.ndarray]:
-    """Give the smallest and largest value every slot may hold, in slot order.
-
-    The bounds are inclusive and nudged outwards by 1e-9 (relative), since a
-    value on a bucket's edge may be counted in its neighbour (rounding of the
-    log). The overflow slots reach to ``∓inf``, the ``±inf`` slots are ``±inf``.
-
-    Parameters
-    ----------
-    sketch : SketchLayout
-        The sketch's layout.
-
-    Returns
-    -------
-    lower : ndarray
-        Smallest value of each slot, float64 of length ``n_slots``.
-    upper : ndarray
-        Largest value of each slot.
-    """
+    """Give the smallest and largest value every slot may hold, in slot order."""
     k_min, k_top = sketch.key_range
     top = np.exp(np.arange(k_min, k_top, dtype=np.float64) * sketch.ln_gamma)  # bucket k: (gamma**(k-1), gamma**k]
     bottom = np.concatenate([[sketch.min_magnitude], top[:-1]]) * (1.0 - 1e-9)
@@ -389,29 +298,7 @@ def sketch_quantile(
     vmax: np.ndarray,
     q: float | Any,
 ) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from a run of consecutive slots' counts (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, W)
-        Slots ``first_slot .. first_slot + W - 1`` of the full layout (a run
-        that holds every non-zero count, as :meth:`SketchResult.dense` or a
-        saved summary gives).
-    first_slot : int
-        Slot of the first column of ``counts``.
-    sketch : SketchLayout
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        As :func:`sketch_quantile_at`.
-    """
+    """Estimate quantiles ``q`` of every feature from a run of consecutive slots' counts (host NumPy)."""
     width = counts.shape[1]
     if first_slot + width > sketch.n_slots:
         raise ValueError(f"{width} sketch slots from slot {first_slot} exceed the layout's {sketch.n_slots}")
@@ -427,30 +314,7 @@ def sketch_quantile_at(
     vmax: np.ndarray,
     q: float | Any,
 ) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, C)
-        Counts, in increasing order of value along each row.
-    slots : ndarray of int, shape (D, C) or (1, C)
-        The slot of the full layout each column counts (the same for every
-        feature when one row).
-    sketch : SketchLayout
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        Shape (D,) for a scalar ``q``, else (D, len(q)). The value of the slot
-        holding rank ``max(ceil(q * n), 1)``, as ``numpy.quantile(...,
-        method="inverted_cdf")``; NaN where a feature has no values.
-    """
+    """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy)."""
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
         raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")

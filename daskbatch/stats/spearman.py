@@ -72,20 +72,7 @@ class RankMap:  # numpydoc ignore=PR02
 
     @classmethod
     def from_sketch(cls, sketch: Any, state: Any) -> RankMap:
-        """Read the midranks of every feature from a merged sketch state (``Sketch``, ``SketchState``).
-
-        Parameters
-        ----------
-        sketch : Sketch
-            The sketch that counted the state.
-        state : SketchState
-            Its state over all the rows, with its dyadic grid and distinct values.
-
-        Returns
-        -------
-        RankMap
-            The midranks.
-        """
+        """Read the midranks of every feature from a merged sketch state (``Sketch``, ``SketchState``)."""
         if state.grid is None or state.distinct is None:
             raise ValueError("spearman needs a sketch with its dyadic grid and distinct values (this one has none)")
         cells = sketch.fine_grid(state)[0].astype(np.float64)  # -inf, the grid's bins, +inf
@@ -116,18 +103,7 @@ class RankMap:  # numpydoc ignore=PR02
         )
 
     def ranks(self, x: Array) -> tuple[Array, Array]:
-        """Give every value of the block ``x`` (rows, D) its feature's midrank, and how far it may be from it.
-
-        Parameters
-        ----------
-        x : array
-            A block of rows, any real dtype, on any array-API device.
-
-        Returns
-        -------
-        ranks, errors : array
-            Float64 (rows, D): the midranks (NaN for NaN) and their largest error.
-        """
+        """Give every value of the block ``x`` (rows, D) its feature's midrank, and how far it may be from it."""
         xp, dev = namespace(x), device(x)
         x = xp.astype(x, xp.float64)
         # The value's bin of the grid, then its bucket of the sketch: each brackets [F(v-), F(v)];
@@ -223,20 +199,7 @@ class Spearman:  # numpydoc ignore=PR02
     name = "spearman"
 
     def chunk(self, x: Array, label: Array | None = None, /) -> SpearmanState:
-        """Reduce one block to the co-moments of its midranks.
-
-        Parameters
-        ----------
-        x : array
-            A block of rows (rows, D).
-        label : array, optional
-            Ignored.
-
-        Returns
-        -------
-        SpearmanState
-            The co-moments of the block's ranks over its complete rows, and their largest error.
-        """
+        """Reduce one block to the co-moments of its midranks."""
         if self.ranks is None:
             raise ValueError("Spearman needs the first pass's ranks: describe(x, stats=('spearman',)) builds them")
         ranks, errors = self.ranks.ranks(x)
@@ -246,33 +209,11 @@ class Spearman:  # numpydoc ignore=PR02
         return SpearmanState(CoMoments(ddof=0).chunk(ranks), squares)
 
     def merge(self, a: SpearmanState, b: SpearmanState, /) -> SpearmanState:
-        """Combine the states of two disjoint sets of rows ranked by the same map.
-
-        Parameters
-        ----------
-        a, b : SpearmanState
-            The states.
-
-        Returns
-        -------
-        SpearmanState
-            Their merge.
-        """
+        """Combine the states of two disjoint sets of rows ranked by the same map."""
         return SpearmanState(CoMoments(ddof=0).merge(a.comoments, b.comoments), a.error_squares + b.error_squares)
 
     def finalize(self, s: SpearmanState, /) -> SpearmanResult:
-        """Compute the correlation of the ranks and its bound.
-
-        Parameters
-        ----------
-        s : SpearmanState
-            The merged state.
-
-        Returns
-        -------
-        SpearmanResult
-            The correlation, its bound and the rows counted.
-        """
+        """Compute the correlation of the ranks and its bound."""
         result = CoMoments(ddof=0).finalize(s.comoments)
         xp = namespace(result.cov)
         cov, corr = to_numpy(result.cov), to_numpy(result.corr)

@@ -115,20 +115,7 @@ class TargetMoments:
 
     @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /) -> TargetMomentsState:
-        """Reduce one block to co-moments with the target.
-
-        Parameters
-        ----------
-        x : array
-            The block, (rows, features).
-        label : array
-            The target of each row (finite; required).
-
-        Returns
-        -------
-        TargetMomentsState
-            The block's state.
-        """
+        """Reduce one block to co-moments with the target."""
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
@@ -164,18 +151,7 @@ class TargetMoments:
 
     @handles_overflow
     def merge(self, a: TargetMomentsState, b: TargetMomentsState, /) -> TargetMomentsState:
-        """Combine the states of two disjoint sets of rows.
-
-        Parameters
-        ----------
-        a, b : TargetMomentsState
-            The states to combine.
-
-        Returns
-        -------
-        TargetMomentsState
-            The state of the union.
-        """
+        """Combine the states of two disjoint sets of rows."""
         xp = namespace(a.n, b.n)
         na, nb = a.n, b.n
         n = na + nb
@@ -189,18 +165,7 @@ class TargetMoments:
 
     @handles_overflow
     def finalize(self, s: TargetMomentsState, /) -> TargetMomentsResult:
-        """Compute the means, sums of squared deviations and co-moment of every feature with the target.
-
-        Parameters
-        ----------
-        s : TargetMomentsState
-            The state of all the rows.
-
-        Returns
-        -------
-        TargetMomentsResult
-            The co-moments (means NaN for a feature with no finite value).
-        """
+        """Compute the means, sums of squared deviations and co-moment of every feature with the target."""
         xp = namespace(s.n)
         nan = xp.full_like(s.n, xp.nan)
         has = s.n > 0

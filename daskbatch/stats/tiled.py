@@ -117,27 +117,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
     def chunk(
         self, x: Array, label: Array | None = None, /, *, complete: Array | None = None, weights: Array | None = None
     ) -> CrossCoMomentsState:
-        """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite).
-
-        Tiles of one matrix share the one mask ``complete`` so that every tile
-        sees the same rows.
-
-        Parameters
-        ----------
-        x : array
-            The chunk, (rows, columns of both sides).
-        label : array or None
-            Unused: co-moments do not depend on the class.
-        complete : array of bool, optional
-            The rows to use, (rows,).
-        weights : array, optional
-            Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-        Returns
-        -------
-        CrossCoMomentsState
-            The chunk's state (a :class:`WeightedCrossCoMomentsState` with weights).
-        """
+        """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite)."""
         if self.rows == "pairwise":  # each pair's own rows: no shared mask
             if self.split is None:
                 return pairwise_chunk(x, weights)  # type: ignore[return-value]  # merged and finalized below
@@ -170,18 +150,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
     @handles_overflow
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
-        """Combine the states of two disjoint sets of rows.
-
-        Parameters
-        ----------
-        a, b : CrossCoMomentsState
-            The states to combine.
-
-        Returns
-        -------
-        CrossCoMomentsState
-            The state of the union.
-        """
+        """Combine the states of two disjoint sets of rows."""
         if isinstance(a, PairwiseCoMomentsState):
             return merge_pairwise(a, b)  # type: ignore[arg-type,return-value]  # a diagonal pairwise tile
         if isinstance(a, CrossPairwiseState):
@@ -202,23 +171,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
     @handles_overflow
     def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
-        """Give the row count, means (NaN without rows) and co-moment of the tile.
-
-        A tile's covariance and correlation need the variances of both sides,
-        which live in the diagonal tiles: the engine merges states and calls
-        :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`), as it does
-        for pairwise tiles, whose states it finalizes whole.
-
-        Parameters
-        ----------
-        s : CrossCoMomentsState
-            The tile's state over all the rows.
-
-        Returns
-        -------
-        CrossCoMomentsResult
-            The tile's count, means and co-moments.
-        """
+        """Give the row count, means (NaN without rows) and co-moment of the tile."""
         xp = namespace(s.c)
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)
