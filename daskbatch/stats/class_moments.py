@@ -31,7 +31,6 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.declaration import (
     KERNEL_PATHS,
@@ -45,11 +44,15 @@ from daskbatch.stats.moments import first_finite
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
+    bincount,
     central_moment,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     positive_rows,
     safe_divisor,
+    to_numpy,
 )
 
 

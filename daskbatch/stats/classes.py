@@ -27,8 +27,8 @@ from array_api_compat import is_cupy_array
 
 from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import Declaration
+from daskbatch.stats.numerics import device, namespace
 
 #: Most distinct class values accepted by default (``daskbatch.max-classes`` in daskbatch.yaml).
 DEFAULT_MAX_CLASSES = 1000

@@ -22,7 +22,6 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     Declaration,
     Footprint,
@@ -36,12 +35,14 @@ from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
     central_moment,
+    device,
     exact_extremes,
     handles_overflow,
     is_exact,
     merge_extreme,
     merge_shifted_means,
     merged_by_ratios,
+    namespace,
     positive_rows,
     safe_divisor,
 )

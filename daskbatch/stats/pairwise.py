@@ -40,9 +40,16 @@ from dataclasses import dataclass
 
 from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
-from daskbatch.stats.numerics import RATIO_FORM_FROM, as_float64, positive_rows, safe_divisor
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
+    as_float64,
+    device,
+    matrix_diagonal,
+    namespace,
+    positive_rows,
+    safe_divisor,
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,4 +1,4 @@
-"""Histogram ranges, given or found so that stray values cannot wreck them, and the check that flags ranges missing the data.
+"""Histogram ranges, given or found so that stray values cannot wreck them; the checks that flag ranges missing the data and values that look like sentinels.
 
 Ranges found from the data come from the first pass's quantile sketch
 (:class:`~daskbatch.stats.sketch.Sketch`, relative accuracy ``alpha``):
@@ -35,6 +35,12 @@ Ranges found from the data come from the first pass's quantile sketch
    bound (so that the exact quantiles lie inside), clipped to the bulk and to
    ``[min, max]``, then rounded outwards to bins whose width is a power of two
    (so that integer data fall on bin edges).
+4. **Suspect values** (:func:`suspect_values`): a feature's minimum or maximum whose sketch
+   bucket holds at least ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature,
+   and ``SPIKE_RATIO`` times the busiest of the next ``NEIGHBOUR_BINS`` non-empty buckets inward:
+   a code for "missing" written as a number (-999, or 0 in a positive feature) inside the range,
+   where it moves the mean, the variance and the MI unflagged. A feature with fewer non-empty
+   buckets (binary, constant) is not judged; the values are named, never removed.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,8 +58,9 @@ from daskbatch.errors import RangeWarning
 from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile_at, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range",
-    "histogram_ranges", "is_minmax", "robust_ranges",
+    "FENCE", "GAP", "MAX_DETACHED", "MIN_SPIKE_COUNT", "MIN_SPIKE_FRACTION", "NEIGHBOUR_BINS", "OUT_OF_RANGE_LIMIT",
+    "SEPARATION", "SNAP", "SPIKE_RATIO", "TAIL", "WIDEN", "SuspectValue", "dyadic_range", "fine_ranges",
+    "flag_out_of_range", "histogram_ranges", "is_minmax", "robust_ranges", "suspect_values",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -329,3 +337,71 @@ def histogram_ranges(
         d = int(np.argmax(bad))
         raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
     return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+#: How many times the values of the most crowded neighbouring bin the extreme's bin must hold.
+SPIKE_RATIO = 20.0
+#: The fewest values in the extreme's bin, and the smallest fraction of the feature's counted values.
+MIN_SPIKE_COUNT = 10
+MIN_SPIKE_FRACTION = 0.001
+#: Non-empty bins inward of the extreme's bin that it is compared with.
+NEIGHBOUR_BINS = 3
+
+
+@dataclass(frozen=True)
+class SuspectValue:  # numpydoc ignore=PR02
+    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel."""
+
+    feature: str
+    value: float
+    side: str
+    bin_count: int
+    neighbour_count: int
+
+    def describe(self) -> str:
+        """Say what was found in a few words, for warnings and tables."""
+        return (
+            f"{self.value:g} (the {self.side}): {self.bin_count:,} values in its bucket, at most "
+            f"{self.neighbour_count:,} in the next ones"
+        )
+
+
+def suspect_values(
+    names: Sequence[str],
+    counts: np.ndarray,
+    edges: np.ndarray,
+    minimum: np.ndarray,
+    maximum: np.ndarray,
+    judged: np.ndarray | None = None,
+) -> tuple[SuspectValue, ...]:
+    """Find the features whose minimum or maximum piles up at the edge of their values (the module's notes, 4.)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    edges = np.broadcast_to(
+        np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)
+    )
+    found = []
+    for i, name in enumerate(names):
+        for j, (side, value) in enumerate((("min", float(minimum[i])), ("max", float(maximum[i])))):
+            if judged is not None and not judged[i, j]:
+                continue
+            spike = _spike(counts[i], edges[i], value, inward=1 if side == "min" else -1)
+            if spike is not None:
+                found.append(SuspectValue(str(name), value, side, *spike))
+    return tuple(found)
+
+
+def _spike(
+    counts: np.ndarray, edges: np.ndarray, value: float, inward: int
+) -> tuple[int, int] | None:
+    """The counts of ``value``'s bin and of its busiest inward neighbour, if that bin is a spike, else None."""
+    if not (np.isfinite(value) and edges[0] <= value <= edges[-1]):
+        return None
+    k = int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, counts.size - 1))
+    inner = counts[k + 1 :] if inward > 0 else counts[:k][::-1]
+    neighbours = inner[inner > 0][:NEIGHBOUR_BINS]
+    if neighbours.size < NEIGHBOUR_BINS:
+        return None  # too few distinct places to call one of them crowded
+    spike, busiest = counts[k], float(neighbours.max())
+    total = float(counts.sum())
+    if spike < max(MIN_SPIKE_COUNT, MIN_SPIKE_FRACTION * total) or spike < SPIKE_RATIO * busiest:
+        return None
+    return int(spike), int(busiest)

@@ -65,8 +65,15 @@ import numpy as np
 from daskbatch._common import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
-from daskbatch.stats.numerics import as_float64, positive_rows
+from daskbatch.stats.numerics import (
+    as_float64,
+    bincount,
+    device,
+    namespace,
+    positive_rows,
+    to_numpy,
+    weighted_bincount,
+)
 from daskbatch.stats.sketch_distinct import (
     compiled_distinct,
     distinct_quantile,

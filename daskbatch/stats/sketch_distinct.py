@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
+from daskbatch.stats.numerics import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
 __all__ = [

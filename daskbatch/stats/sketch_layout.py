@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import namespace
+from daskbatch.stats.numerics import namespace
 
 __all__ = [
     "SketchLayout", "collapse_floor", "dense_run", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",

@@ -30,9 +30,9 @@ import numpy as np
 
 from daskbatch._common import Array
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace, to_numpy
 from daskbatch.stats.comoments import _PAIR, CoMoments, CoMomentsState, _comoment_state_bytes
 from daskbatch.stats.declaration import KERNEL_PATHS, Declaration, Footprint, Variable
+from daskbatch.stats.numerics import device, namespace, to_numpy
 from daskbatch.stats.sketch_distinct import grid_index
 
 __all__ = ["DECLARATION", "RankMap", "Spearman", "SpearmanResult", "SpearmanState"]

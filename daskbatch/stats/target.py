@@ -29,7 +29,6 @@ import numpy as np
 
 from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     KERNEL_PATHS,
     Declaration,
@@ -42,8 +41,10 @@ from daskbatch.stats.moments import first_finite
 from daskbatch.stats.numerics import (
     as_float64,
     central_moment,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     safe_divisor,
 )
 from daskbatch.stats.sketch import Sketch, SketchResult, SketchState

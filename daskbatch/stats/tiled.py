@@ -33,14 +33,15 @@ from dataclasses import dataclass
 from daskbatch._common import Array
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     safe_divisor,
 )
 from daskbatch.stats.pairwise import (

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.stats.quantile import fine_quantile, histogram_quantile
+from daskbatch.stats.ranges import SuspectValue, suspect_values
 from daskbatch.stats.registry import STATISTICS, summary_variables
-from daskbatch.stats.sentinels import SuspectValue, suspect_values
 from daskbatch.stats.sketch import Sketch
 from daskbatch.stats.sketch_layout import collapse_floor, slot_bounds
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label, user_variables

@@ -35,7 +35,7 @@ from daskbatch.io.rowstore import (
 )
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.runtime.runlock import no_interrupt
-from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.numerics import to_numpy
 from daskbatch.transforms.steps import Step, apply_all, bind_all
 
 __all__ = ["transform"]

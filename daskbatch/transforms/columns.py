@@ -10,8 +10,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from daskbatch._common import Array
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, device, namespace
 
 __all__ = [
     "apply_all", "bind_all", "block_namespace", "Clip", "clip", "digest", "names_differ", "origin_of",

@@ -8,8 +8,7 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._common import Array
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, device, namespace
 
 __all__ = ["PCA", "pca"]
 
