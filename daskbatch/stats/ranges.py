@@ -55,7 +55,8 @@ import numpy as np
 
 from daskbatch._common import warn
 from daskbatch.errors import RangeWarning
-from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile_at, slot_bounds
+from daskbatch.stats.quantile import SketchResult
+from daskbatch.stats.sketch_layout import SketchLayout, sketch_quantile_at, slot_bounds
 
 __all__ = [
     "FENCE", "GAP", "MAX_DETACHED", "MIN_SPIKE_COUNT", "MIN_SPIKE_FRACTION", "NEIGHBOUR_BINS", "OUT_OF_RANGE_LIMIT",
@@ -83,7 +84,7 @@ MAX_DETACHED = 0.1
 SNAP = 0.05
 
 
-def _layout(sketch: SketchResult) -> Sketch:
+def _layout(sketch: SketchResult) -> SketchLayout:
     """The layout a finalized sketch was made with."""
     return sketch.layout
 

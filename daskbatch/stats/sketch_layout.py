@@ -26,7 +26,10 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.numerics import namespace
+from daskbatch.stats.numerics import bincount, device, namespace, weighted_bincount
+
+#: Features merged at a time by the array-API merge (its temporaries stay this many rows).
+MERGE_ROWS = 256
 
 __all__ = [
     "SketchLayout", "collapse_floor", "dense_run", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
@@ -188,6 +191,82 @@ class SketchLayout:  # numpydoc ignore=PR02
         first = xp.minimum(xp.maximum(lo, hi - (w - 1)), xp.full_like(lo, self.n_buckets - w))
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
 
+    def _xp_counts(self, x: Array, weights: Array | None, count_dtype: str) -> tuple[Array, Array, Array, Array]:
+        """Counts (D, width), offsets and finite extrema of a float64 block, with array-API calls (CuPy)."""
+        xp = namespace(x)
+        n_features = x.shape[1]
+        dev = device(x)
+        n, w = self.n_buckets, self.buckets_kept
+        key, bucketed = self._keys(x)
+        pos = bucketed & (x > 0)
+        neg = bucketed & (x < 0)
+        offsets = []
+        column = xp.full_like(key, 2 * w + 1)  # zero and tiny magnitudes
+        for side, mask in enumerate((neg, pos)):
+            lo = xp.min(xp.where(mask, key, xp.full_like(key, n)), axis=0)
+            first = self._window(xp, lo, xp.max(xp.where(mask, key, xp.full_like(key, -1)), axis=0))
+            offsets.append(first)
+            # Keys below the window's first are collapsed into it.
+            local = xp.clip(key - first[None, :], 0, w - 1) + side * w
+            column = xp.where(mask, local, column)
+            del local
+        del key, pos, neg
+        column = xp.where(x == -xp.inf, xp.full_like(column, 2 * w), column)
+        column = xp.where(x == xp.inf, xp.full_like(column, 2 * w + 2), column)
+        column = xp.where(xp.isnan(x), xp.full_like(column, 2 * w + 3), column)
+        width = self.width
+        flat = column + xp.arange(n_features, dtype=xp.int64, device=dev) * width
+        del column
+        if weights is None:
+            counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+            counts = xp.astype(counts, getattr(xp, count_dtype), copy=False)
+        else:
+            each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
+        del flat
+        finite = xp.isfinite(x)
+        inf = xp.full_like(x, xp.inf)
+        fmin, fmax = xp.min(xp.where(finite, x, inf), axis=0), xp.max(xp.where(finite, x, -inf), axis=0)
+        del finite, inf
+        return xp.reshape(counts, (n_features, width)), xp.stack(offsets, axis=1), fmin, fmax
+
+    def _xp_merge(self, counts_a: Array, offset_a: Array, counts_b: Array, offset_b: Array) -> tuple[Array, Array]:
+        """Merged window counts and offsets of two states, with array-API calls, :data:`MERGE_ROWS` features at a time."""
+        # Written into the result: no temporary grows with the whole state.
+        xp = namespace(counts_a, counts_b)
+        w = self.buckets_kept
+        n_features, width = counts_a.shape
+        # int64 counts, float64 sums of weights where either state is weighted
+        counts = xp.zeros((n_features, width), dtype=xp.result_type(counts_a, counts_b), device=device(counts_a))
+        offsets = []
+        for start in range(0, n_features, MERGE_ROWS):
+            rows = slice(start, min(start + MERGE_ROWS, n_features))
+            a, b = counts_a[rows, :], counts_b[rows, :]
+            off_a, off_b = offset_a[rows, :], offset_b[rows, :]
+            offset = self._window(xp, xp.minimum(off_a, off_b), xp.maximum(self._top(xp, a, off_a), self._top(xp, b, off_b)))
+            if bool(xp.all(offset == off_a)) and bool(xp.all(offset == off_b)):
+                counts[rows, :] = a + b
+            else:
+                parts = [
+                    _shift(xp, a[:, side * w : (side + 1) * w], offset[:, side] - off_a[:, side])
+                    + _shift(xp, b[:, side * w : (side + 1) * w], offset[:, side] - off_b[:, side])
+                    for side in (0, 1)
+                ]
+                counts[rows, :] = xp.concat([*parts, a[:, 2 * w :] + b[:, 2 * w :]], axis=1)
+            offsets.append(offset)
+        return counts, xp.concat(offsets, axis=0) if offsets else xp.asarray(offset_a, copy=True)
+
+    def _top(self, xp: Namespace, counts: Array, offset: Array) -> Array:
+        """Largest populated key of each feature and sign (D, 2), -1 where a window is empty."""
+        w = self.buckets_kept
+        i = xp.arange(w, dtype=xp.int64, device=device(counts))
+        tops = []
+        for side in (0, 1):
+            held = counts[:, side * w : (side + 1) * w] > 0
+            last = xp.max(xp.where(held, i[None, :], xp.full_like(i, -1)[None, :]), axis=1)
+            tops.append(xp.where(last >= 0, offset[:, side] + last, last))
+        return xp.stack(tops, axis=1)
+
 
 def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) -> np.ndarray:
     """Find the windows that may have collapsed, from counts in value order and their slots of the full layout."""
@@ -241,7 +320,7 @@ def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.sketch.SketchResult.dense`)."""
+    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.quantile.SketchResult.dense`)."""
     held = counts > 0
     ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
     if ends.size == 0:
@@ -345,3 +424,23 @@ def sketch_quantile_at(
             v = np.where(np.isfinite(v), np.clip(v, lo[rows], hi[rows]), v)
         out[rows] = np.where((total > 0)[:, None], v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out
+
+
+def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
+    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0."""
+    # Column ``j`` of the result is the sum of source columns ``j + by`` (all
+    # of those ``<= by`` for ``j = 0``), read as differences of the prefix
+    # sums: a gather, since the array API has no scatter-add.
+    d, w = counts.shape
+    dev = device(counts)
+    zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
+    # In the counts' dtype: an int32 prefix sum stays below the rows counted, which a merge keeps below 2**31.
+    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1, dtype=counts.dtype)], axis=1), (-1,))
+    j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
+    row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
+    upper = xp.clip(j + by[:, None] + 1, 0, w) + row
+    lower = xp.where(j == 0, row, xp.clip(j + by[:, None], 0, w) + row)
+    shape = (d, w)
+    return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
+        xp.take(prefix, xp.reshape(lower, (-1,))), shape
+    )

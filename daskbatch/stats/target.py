@@ -47,7 +47,8 @@ from daskbatch.stats.numerics import (
     namespace,
     safe_divisor,
 )
-from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
+from daskbatch.stats.quantile import SketchResult
+from daskbatch.stats.sketch import Sketch, SketchState
 from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
 
 __all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "checked_cuts",

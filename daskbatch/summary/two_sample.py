@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.stats.kernels import enabled
-from daskbatch.stats.sketch import Sketch, slot_bounds
+from daskbatch.stats.sketch import Sketch
+from daskbatch.stats.sketch_layout import slot_bounds
 
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
