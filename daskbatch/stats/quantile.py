@@ -66,7 +66,6 @@ from daskbatch.stats.sketch_layout import (
     _held_runs,
     _window_slots,
     collapse_floor,
-    dense_run,
     inverted_cdf_rank,
     sketch_quantile,
     sketch_quantile_at,
@@ -182,27 +181,6 @@ class SketchResult:
             ``alpha``), 0 elsewhere.
         """
         return collapse_floor(*self.runs(), self.layout)  # empty columns change no floor
-
-    def dense(self, d: int, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-        """Give feature ``d``'s counts over a contiguous run of slots of the full layout.
-
-        Parameters
-        ----------
-        d : int
-            The feature.
-        include : tuple of int, default ()
-            Slots the run must reach as well (empty columns are added).
-
-        Returns
-        -------
-        first : int
-            The slot of the run's first column.
-        counts : numpy.ndarray
-            The int64 counts from the first to the last populated (or included) slot.
-        """
-        counts = to_numpy(self.counts[d : d + 1, :])[0]
-        slots = _window_slots(to_numpy(self.offset[d : d + 1, :]), self.layout.n_buckets, self.window)[0]
-        return dense_run(counts, slots, include)
 
     def quantile(self, q: float | Any) -> np.ndarray:
         """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.

@@ -32,7 +32,7 @@ from daskbatch.stats.numerics import bincount, device, namespace, weighted_binco
 MERGE_ROWS = 256
 
 __all__ = [
-    "SketchLayout", "collapse_floor", "dense_run", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
+    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
     "sketch_values", "slot_bounds",
 ]
 
@@ -317,19 +317,6 @@ def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     some = np.flatnonzero(held)
     last[some, 0] = out[some, held[some] - 1]
     return np.where(inside, out, last), inside
-
-
-def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.quantile.SketchResult.dense`)."""
-    held = counts > 0
-    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
-    if ends.size == 0:
-        return 0, np.zeros(0, dtype=counts.dtype)
-    first = int(ends.min())
-    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
-    out[slots[held] - first] = counts[held]  # held slots are distinct
-    return first, out
-
 
 
 #: Cumulative counts times probabilities :func:`sketch_quantile_at` compares at a time (its temporaries).
