@@ -1,22 +1,11 @@
 """A hash of the blocks a pass reads, taken as it reads them: the content token of another writer's store.
 
-A store daskbatch wrote is identified by the CRC-32C its chunks end with
-(:func:`daskbatch.io.chunk_grid.chunk_checksums`), before anything is read.
-Another writer's store carries no such checksums, and hashing its chunks up
-front would read it all once more.  :class:`ContentDigest` rides along in the
-first pass of ``describe`` instead: each block it is handed (already read for
-the other statistics) is hashed, one digest per ``piece_rows``
-rows (the store's chunk rows, so that the token does not depend on how many
-chunks a run reads per block), the merged state keeps the digests in row
-order, and :meth:`ContentDigest.finalize` hashes them into one token.  Its
-state is 32 bytes a piece, so checkpoints keep it with the others and a
-resumed pass has the digest of every piece.
-
-The bytes go through zlib's CRC-32 (several GB/s, the GIL released), not a
-cryptographic hash: BLAKE2b cost a third of a fast first pass. The token
-guards against counting the same rows twice by mistake, not against forgery;
-two different pieces agree by chance with odds of 2**-32, and two stores only
-if every piece does.
+A store daskbatch wrote carries CRC-32C checksums (:func:`daskbatch.io.chunk_grid.chunk_checksums`);
+another writer's does not, and hashing it up front would read it once more. :class:`ContentDigest`
+rides along in the first pass instead: one digest per ``piece_rows`` rows (the store's chunk rows,
+so the token does not depend on the blocking), kept in row order and hashed into one token (32
+bytes a piece, so checkpoints keep it). zlib's CRC-32 (fast, the GIL released), not a
+cryptographic hash: it guards against counting rows twice by mistake, not against forgery.
 """
 
 from __future__ import annotations

@@ -1,37 +1,14 @@
 """Pairwise-complete co-moments: each covariance over the rows where both of its features are finite.
 
-``CoMoments(rows="pairwise")`` keeps, for every pair of features (i, j),
-the state of the rows where both are finite: their number ``n[i, j]``, the
-mean of feature i over them ``shift[i] + mean[i, j]`` (feature j's is
-``mean[j, i]``: the same rows), the sum of squared deviations of feature i
-over them ``m2[i, j]``, and the co-moment ``c[i, j]``. These are what
-``pandas.DataFrame.cov()`` and ``corr()`` compute pair by pair.
-
-A chunk forms them out of core in one pass, as four matrix products (BLAS on
-the CPU, cuBLAS through CuPy) of the chunk, centred about a per-chunk shift
-(each feature's mean over its finite values in the chunk), and of its mask of
-finite values: with ``y`` the shifted values (0 where not finite) and ``m``
-the mask, ``n = mᵀm``, the sums ``s = yᵀm``, ``p = yᵀy`` and ``q = (y²)ᵀm``.
-The shift makes the pair's mean about it small (a fraction of a standard
-deviation for data missing at random), so the co-moment ``p - s sᵀ / n`` and
-``q - s² / n`` lose little to cancellation even for data far from zero.
-States merge with Chan's formulas, elementwise over the pairs:
-``c = c_a + c_b + n_a n_b / n · δ_i δ_j`` with ``δ`` the difference of the
-pair's means, as :class:`~daskbatch.stats.comoments.CoMoments` does for the
-complete rows.
-
-With sample weights ``w`` (frequency weights, as the complete rows' weighted
-co-moments) the products weigh each row: ``n = (w m)ᵀm`` is each pair's
-weight sum, ``s = (w y)ᵀm``, ``p = (w y)ᵀy``, ``q = (w y²)ᵀm``, and the
-weighted states also count each pair's rows (``mᵀm``); a row of weight 0 is
-as if absent.
-
-One tile (I, J) of a covariance too wide for one worker
-(:mod:`daskbatch.engine.tiled`) keeps the same per pair for the features of
-``I`` (side ``a``) against those of ``J`` (side ``b``): a
-:class:`CrossPairwiseState`, six products a chunk (the sums and squares of
-each side over the other's mask). Side ``b``'s means and sums of squares are
-held transposed, (Db, Da), so that both sides merge alike, feature by row.
+``CoMoments(rows="pairwise")`` keeps per pair (i, j), over the rows where both are finite, the
+count ``n[i, j]``, the mean ``shift[i] + mean[i, j]``, the sum of squared deviations ``m2[i, j]``
+and the co-moment ``c[i, j]`` (what ``pandas.DataFrame.cov()`` computes pair by pair). A chunk
+forms them as four matrix products of the values ``y`` centred about a per-chunk shift (0 where
+not finite) and their mask ``m``: ``n = mᵀm``, ``s = yᵀm``, ``p = yᵀy``, ``q = (y²)ᵀm``; the shift
+keeps ``p - s sᵀ / n`` clear of cancellation far from zero. States merge with Chan's formulas
+pair by pair, ``c = c_a + c_b + n_a n_b / n · δ_i δ_j``. Sample weights weigh each row in the
+products (a row of weight 0 is absent). One tile (I, J) of a covariance too wide for a worker
+(:mod:`daskbatch.engine.tiled`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
 """
 
 from __future__ import annotations

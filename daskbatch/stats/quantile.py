@@ -1,53 +1,19 @@
-"""Approximate quantiles from per-feature histograms, alone or with the quantile sketch.
+"""Quantiles read from counts: a finished sketch (:class:`SketchResult`), histograms, or both.
 
-**What** :meth:`daskbatch.Summary.quantile` **guarantees** (:func:`fine_quantile`).
-When ``describe`` finds its histogram ranges from the data it runs two
-passes; the second also counts a fine *quantile histogram*
-(:class:`~daskbatch.stats.histogram.QuantileHistogram`, 2048 bins of a
-power-of-two width ``w``) on a range that holds the exact 0.1 % and 99.9 %
-quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A quantile is then
-read at its exact rank in both the fine histogram and the sketch: the exact
-``numpy.quantile(..., method="inverted_cdf")`` value lies in the fine bin and
-in the sketch bucket that hold that rank, so the answer (interpolated in the
-bin, kept inside the bucket and inside ``[min, max]``) is within
+**Guarantee** (:func:`fine_quantile`). Where ``describe`` found ranges from the data, its second
+pass also counts a fine quantile histogram (2,048 bins of a power-of-two width ``w``) on a range
+that holds the exact 0.1 % and 99.9 % quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A
+quantile is read at its exact rank in both it and the sketch, so the answer is within
+``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` for every
+rank inside the fine range; outside it the sketch answers alone, within ``alpha·|v|``. Integers
+on a bin's edge are answered as such; a feature with few distinct values is answered exactly
+(:meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`), and the first and last ranks by the
+exact extrema. Counts are integers added in any order: the same answer for any chunking. The
+measured errors are in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
 
-    ``min(w, 2·alpha/(1 - alpha)·|v|)``  (``alpha`` = 0.005: 1.005 % of ``|v|``)
-
-of it for every rank inside the fine range, which includes all of
-``q in [0.001, 0.999]`` on data without detached values (see
-:mod:`daskbatch.stats.ranges`). ``w`` is at most ``2 / 2047`` of the span of
-the 0.1 %–99.9 % quantiles widened by the sketch's error, so it does not
-depend on the data's offset from zero: on 290 ± 1 it is 0.0078 (1 % of the
-interquartile range is 0.0135). Heavy tails keep the sketch's relative bound
-where that is the tighter one. Outside the fine range (ranks among detached
-values, or the outermost 0.1 %) the sketch answers alone, within
-``alpha·|v|``. Integer data fall on bin edges (a power-of-two width starting
-at a multiple of it): where the bin and the sketch bucket holding the rank
-hold the same count, an integer on the bin's left edge is answered as such,
-so integer quantiles land on their exact rank.
-A feature whose rows hold few distinct finite values (the sketch keeps up to
-1,024 with their counts, :mod:`daskbatch.stats.sketch_distinct`) is answered
-exactly instead, by :meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`,
-also after merges and updates; and the ranks of the first and last finite
-value answer the exact extrema.
-The counts are int64 added in any order: the answer is the same for any
-chunking and merge order, bit for bit. The rank error is not bounded by the
-construction (a bin may hold much mass); it is measured, with the value
-error, in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
-
-**Histograms alone** (:func:`histogram_quantile`). The rank ``q·N`` is located exactly in the cumulative counts, then the value
-is interpolated linearly inside the cell that holds it and kept inside
-``[min, max]``. The answer therefore
-lies in the same bin as the exact ``numpy.quantile(..., method="inverted_cdf")``
-and is within one bin width of it. Underflow and overflow mass is spread over
-``[min, lo]`` and ``[hi, max]`` when the extrema are finite; only a summary
-without a sketch answers this way.
-
-**Merged, updated, or one pass** (``range=`` given, or the sketch alone): no
-quantile histogram, so the sketch's own dyadic grid
-(:func:`~daskbatch.stats.sketch_distinct.grid_fine`: 2,048 bins of a power of
-two holding ``[min, max]``, re-binned exactly at every merge) plays its part
-in :func:`fine_quantile`: within one grid bin and one bucket.
+Merged, updated or one-pass summaries read the sketch's dyadic grid in place of the fine
+histogram (:func:`~daskbatch.stats.sketch_distinct.grid_fine`). :func:`histogram_quantile`
+(histograms alone) interpolates inside the bin that holds the rank: within one bin width.
 """
 
 from __future__ import annotations
@@ -111,7 +77,7 @@ class SketchResult:
         return SketchLayout(self.alpha, self.min_magnitude, self.max_magnitude, self.window)
 
     def slots(self, columns: slice = slice(None)) -> np.ndarray:
-        """Give the slot of the full layout (:func:`sketch_values`, :func:`slot_bounds`) of every column of ``counts``.
+        """Give the slot of the full layout (:func:`~daskbatch.stats.sketch_layout.sketch_values`, :func:`slot_bounds`) of every column of ``counts``.
 
         Columns of a window beyond the layout's ends hold no counts; they
         are mapped onto the nearest end slot of their sign.

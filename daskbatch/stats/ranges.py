@@ -1,46 +1,20 @@
-"""Histogram ranges, given or found so that stray values cannot wreck them; the checks that flag ranges missing the data and values that look like sentinels.
+"""Histogram ranges, given or found so that stray values cannot wreck them, and the checks on them.
 
-Ranges found from the data come from the first pass's quantile sketch
-(:class:`~daskbatch.stats.sketch.Sketch`, relative accuracy ``alpha``):
+Found ranges come from the first pass's sketch (relative accuracy ``alpha``):
 
-1. **The bulk.** Robust fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` are taken
-   from the sketch's quartiles, each widened by the sketch's own error bound
-   (``alpha·|v| / (1 - alpha)``), so that they contain the exact fences. Values
-   beyond a fence that are cut off from the rest by a run of empty sketch
-   buckets spanning more than a factor ``GAP`` in magnitude and more than
-   ``SEPARATION`` times the fences' width in value (sentinels such as
-   -999, 1e12 or 1e30; ±inf) are *detached*, unless that would detach more
-   than ``MAX_DETACHED`` of the feature's values (then they are the data, or
-   too few values to tell); everything else is the bulk. A
-   heavy tail (Pareto, Cauchy) fills its buckets without such gaps and stays in
-   the bulk.
-2. **Histogram ranges** span the ``[TAIL, 1 - TAIL]`` quantiles *of the bulk*,
-   widened by the sketch's error bound and then by ``WIDEN`` of that span on
-   each side, and clipped to the bulk's extent: the outer edge of its outermost
-   sketch bucket where that bucket is narrow (at most ``SNAP`` of the bulk's
-   extent), else the feature's ``[min, max]``. A range thus ends at most one
-   bucket (a factor ``gamma``) beyond the data, and the same with or without
-   stray values beyond the bulk.
-   Up to a few per cent of detached values therefore leave the range where the
-   clean data would have put it (mutual information does not move), and they
-   are counted in the underflow and overflow counts, never dropped: more than
-   ``OUT_OF_RANGE_LIMIT`` of a feature outside its range earns a
-   :class:`~daskbatch.RangeWarning`. On data far from zero (290 ± 1 K), where
-   the sketch's resolution ``alpha·|v|`` exceeds the spread, the widening by
-   that resolution makes the range the feature's ``[min, max]`` instead of a
-   range cut inside the data.
-3. **Fine quantile ranges** (:func:`fine_ranges`) for the quantile histogram
-   of :class:`~daskbatch.stats.histogram.QuantileHistogram`: the
-   ``[TAIL, 1 - TAIL]`` quantiles of *all* values widened by the sketch's error
-   bound (so that the exact quantiles lie inside), clipped to the bulk and to
-   ``[min, max]``, then rounded outwards to bins whose width is a power of two
-   (so that integer data fall on bin edges).
-4. **Suspect values** (:func:`suspect_values`): a feature's minimum or maximum whose sketch
-   bucket holds at least ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature,
-   and ``SPIKE_RATIO`` times the busiest of the next ``NEIGHBOUR_BINS`` non-empty buckets inward:
-   a code for "missing" written as a number (-999, or 0 in a positive feature) inside the range,
-   where it moves the mean, the variance and the MI unflagged. A feature with fewer non-empty
-   buckets (binary, constant) is not judged; the values are named, never removed.
+1. **The bulk**: values beyond the fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` (widened by the
+   sketch's error) that a run of empty buckets spanning more than a factor ``GAP`` and
+   ``SEPARATION`` fence widths cuts off (sentinels such as -999, 1e30, ±inf) are *detached*,
+   unless that detaches more than ``MAX_DETACHED``; heavy tails have no such gaps and stay.
+2. **Histogram ranges** span the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened by the sketch's
+   error and by ``WIDEN``, clipped to the bulk's extent (``SNAP``); detached values land in the
+   under/overflow counts, and more than ``OUT_OF_RANGE_LIMIT`` outside earns a
+   :class:`~daskbatch.RangeWarning`.
+3. **Fine ranges** (:func:`fine_ranges`) for :class:`~daskbatch.stats.histogram.QuantileHistogram`:
+   all values' ``[TAIL, 1 - TAIL]`` quantiles, widened, rounded out to power-of-two bins.
+4. **Suspect values** (:func:`suspect_values`): a minimum or maximum whose bucket holds at least
+   ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature, ``SPIKE_RATIO`` times the
+   busiest of the next ``NEIGHBOUR_BINS`` non-empty buckets inward: perhaps a "missing" code.
 """
 
 from __future__ import annotations

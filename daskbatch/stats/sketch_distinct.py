@@ -1,33 +1,16 @@
-"""The sketch's distinct values: exact counts of each feature's finite values while it has few.
+"""The sketch's exact side-cars: each feature's distinct values while few, and a dyadic grid.
 
-A bucket of the sketch spans ``2·alpha`` of ``|v|``: on tied data (integers,
-pixels, rounded values, a few rows) many values share it, and a value read
-inside a bucket or a histogram bin misses the rank of the atom it stands for
-(290.0037 for a median of 290.0 that holds 2 % of the rows). So every
-:class:`~daskbatch.stats.sketch.SketchState` also keeps, per feature, its
-distinct finite values and their counts (sums of weights when weighted) while
-there are at most ``k`` of them (:func:`kept_values`: 1,024 with every bucket
-kept, 128 down to 32 for the narrow windows of wide data), and marks the feature once there are more.
+A bucket spans ``2·alpha`` of ``|v|``, so on tied data (integers, pixels, rounded values) a value
+read inside it misses the atom its rank stands on. A state therefore keeps each feature's
+distinct finite values and their counts while there are at most ``k`` (:func:`kept_values`) and
+marks the feature once there are more; merges take the union, so a feature has its values
+exactly when all its rows have at most ``k``, for any chunking, and :func:`distinct_quantile`
+answers ``numpy.quantile(..., method="inverted_cdf")`` itself.
 
-Merges take the union and add the counts, and mark a feature whose union
-passes ``k`` (or that either side marked): a feature has its values exactly
-when all its rows together have at most ``k`` distinct finite values, for any
-chunking and merge order, so :func:`distinct_quantile` then answers
-``numpy.quantile(..., method="inverted_cdf")`` itself (a data value at its
-exact rank), after ``describe``, :func:`daskbatch.merge` and
-:func:`daskbatch.update` alike. Counts are float64: exact integers for
-unweighted rows.
-
-**The dyadic grid.** A bucket spans ``2·alpha`` of ``|v|``: far from zero
-(290 ± 1) it is wider than the spread. ``describe`` narrows it with a second
-pass's fine histogram, whose range is its own; a merge or an update has
-none. So a state also counts each feature's finite values on a grid of
-:func:`grid_bins` bins of width ``2**step`` starting at ``first * 2**step``:
-the finest power of two whose grid holds the feature's ``[min, max]``. Grids
-of powers of two nest, so a merge re-bins both onto the finest grid that
-holds the union (a function of the union's extrema alone: any chunking and
-merge order gives the same counts) and the merged quantiles are read inside
-one grid bin and one bucket, as ``describe``'s (:func:`grid_fine`).
+The dyadic grid counts the finite values in :func:`grid_bins` bins of width ``2**step``, the
+finest power of two that holds ``[min, max]``. Such grids nest, so a merge re-bins both onto the
+grid of the union's extrema (the same for any merge order), and merged quantiles are read inside
+one grid bin and one bucket (:func:`grid_fine`), as ``describe``'s second pass does.
 """
 
 from __future__ import annotations

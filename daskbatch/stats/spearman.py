@@ -1,24 +1,11 @@
 """Spearman rank correlation out of core: ranks from the first pass's sketch, their co-moments in the second.
 
-Every value is given its feature's *normalized midrank*, ``(F(v-) + F(v)) / 2`` with
-``F`` the empirical CDF of the feature's values, read from the first pass's sketch:
-
-- exactly, where the sketch kept all of a feature's distinct values (integer, coded or
-  rounded data: the ranks, and so the correlation, are those of ``scipy.stats.spearmanr``);
-- otherwise from its dyadic grid (``Sketch``'s 2,048 bins over the feature's range): a
-  value gets the midrank of its bin, which is at most ``count(bin) / (2 n)`` from its own.
-
-The second pass accumulates the co-moments of these ranks (:class:`CoMoments`, complete rows),
-so the correlation is Pearson's of the ranks. With ``eps_i`` the root mean square of
-feature ``i``'s rank errors (each value's own bound, summed in the second pass; the error's
-spread is at most that) and ``s_i`` the spread of its ranks, the covariance of the true ranks is within
-``eps_i (s_j + eps_j) + eps_j (s_i + eps_i) + eps_i eps_j`` of the one computed, and each
-spread within ``eps``; :attr:`SpearmanResult.spearman_bound` is the widest change of the
-correlation those intervals allow (0 where both features are exact).
-
-A feature's ranks are among all of its values; rows with a missing value are left out of the
-co-moments (as ``cov``'s complete rows). The ranks are those of one run, so the statistic is
-not merged or updated: ``merge``/``update`` leave it out and say so.
+Every value gets its feature's normalized midrank ``(F(v-) + F(v)) / 2``, read from the sketch:
+exactly where it kept all distinct values (then the result is ``scipy.stats.spearmanr``'s), else
+from its dyadic grid, within ``count(bin) / (2 n)``. The second pass accumulates the co-moments
+of the ranks over complete rows, so the correlation is Pearson's of the ranks;
+:attr:`SpearmanResult.spearman_bound` is the widest change the rank errors allow (0 where both
+features are exact). The ranks belong to one run: ``merge``/``update`` leave it out and say so.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Statistics of a continuous target: feature-target co-moments and the target's quantile sketch.
 
-A continuous target ``y`` (``describe(x, target=y)``) travels where a class
-label does (the runner passes it to statistics that read labels), so these
-statistics are fused into the first pass with the moments:
-
-* :class:`TargetMoments`: per feature, over the rows where the feature is
-  finite, the count, the means of the feature and of ``y``, their sums of
-  squared deviations and the co-moment ``Σ(x - x̄)(y - ȳ)``: the input of
-  ``f_regression`` and ``r_regression`` (:mod:`daskbatch.selection`). Each chunk
-  is reduced by the corrected two-pass algorithm about a per-chunk reference
-  value; states merge with the pairwise updates of Chan, Golub & LeVeque
-  (``C = C_a + C_b + n_a n_b / n · δx δy``), all in float64.
-* :class:`TargetSketch`: the quantile sketch of ``y`` itself, from which
-  ``describe`` cuts ``y`` into quantile bins for the mutual information of
-  the second pass (:class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``).
-
-The target must be finite: a NaN or ±inf stops the chunk naming its row,
-as a label outside the classes does.
+A target ``y`` (``describe(x, target=y)``) travels where a class label does, so these are fused
+into the first pass with the moments. :class:`TargetMoments` keeps per feature, over its finite
+rows, the count, the means of the feature and of ``y``, their sums of squared deviations and the
+co-moment (the input of ``f_regression``/``r_regression``), by the corrected two-pass and Chan's
+merges in float64. :class:`TargetSketch` is ``y``'s quantile sketch, from which ``describe`` cuts
+``y`` into bins for the mutual information of the second pass. A non-finite ``y`` stops the chunk.
 """
 
 from __future__ import annotations

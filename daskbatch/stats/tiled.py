@@ -1,28 +1,12 @@
 """Cross co-moments of two groups of features: one (I, J) tile of a wide covariance matrix.
 
-When the D x D co-moment state of :class:`~daskbatch.stats.comoments.CoMoments`
-does not fit a worker, the matrix is computed per pair of feature tiles. A
-chunk of a tile is the block ``[x_I | x_J]`` (side ``a`` = the first
-``split`` columns, side ``b`` = the rest), or just ``x_I`` for a diagonal
-tile (``split=None``: both sides are the same columns). The centring is the
-corrected two-pass of ``CoMoments`` about the first complete row, so diagonal
-tiles agree with the untiled matrix up to the rounding of the GEMM, and
-states merge with ``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``.
-
-Complete cases are decided for the whole row, across *all* features, as the
-untiled statistic does: the caller passes that row mask as ``complete``.
-
-With sample weights (``chunk(..., weights=w)``, frequency weights as in
-``CoMoments``) ``n`` is the weight sum of the complete rows of positive weight,
-the sums are weighted (:func:`~daskbatch.stats.comoments.centred` with weights)
-and the state, a :class:`WeightedCrossCoMomentsState`, also counts those rows.
-
-``CrossCoMoments(rows="pairwise")`` keeps instead, per pair, the rows where
-both features are finite (:mod:`daskbatch.stats.pairwise`): a diagonal tile
-the :class:`~daskbatch.stats.pairwise.PairwiseCoMomentsState` of its
-columns, another the :class:`~daskbatch.stats.pairwise.CrossPairwiseState`
-of its two sides. No mask of complete rows is shared then; every tile's
-correlation needs only its own state.
+When the D x D state of :class:`~daskbatch.stats.comoments.CoMoments` does not fit a worker,
+the matrix is computed per pair of feature tiles. A chunk of a tile is ``[x_I | x_J]`` (side
+``a``: the first ``split`` columns), or just ``x_I`` for a diagonal tile (``split=None``),
+centred as ``CoMoments`` does about the first complete row; states merge with
+``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``. Complete rows are decided across *all* features (the
+caller passes that mask as ``complete``); with weights the state also counts those rows.
+``rows="pairwise"`` keeps each pair's own rows instead (:mod:`daskbatch.stats.pairwise`).
 """
 
 from __future__ import annotations
