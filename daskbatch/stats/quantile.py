@@ -33,6 +33,7 @@ from daskbatch.stats.sketch_layout import (
     _window_slots,
     collapse_floor,
     inverted_cdf_rank,
+    probabilities,
     sketch_quantile,
     sketch_quantile_at,
     slot_bounds,
@@ -225,9 +226,7 @@ def histogram_quantile(
     ndarray
         Shape (D,) or (D, len(q)); NaN for a feature without values.
     """
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
-        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    qs = probabilities(q)
     n_features, n_bins = counts.shape
     lo, hi = edges[:, 0], edges[:, -1]
     left_end = np.where(np.isfinite(vmin) & (vmin < lo), vmin, lo)

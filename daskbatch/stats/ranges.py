@@ -30,7 +30,7 @@ import numpy as np
 from daskbatch._common import warn
 from daskbatch.errors import RangeWarning
 from daskbatch.stats.quantile import SketchResult
-from daskbatch.stats.sketch_layout import SketchLayout, sketch_quantile_at, slot_bounds
+from daskbatch.stats.sketch_layout import sketch_quantile_at, slot_bounds
 
 __all__ = [
     "FENCE", "GAP", "MAX_DETACHED", "MIN_SPIKE_COUNT", "MIN_SPIKE_FRACTION", "NEIGHBOUR_BINS", "OUT_OF_RANGE_LIMIT",
@@ -56,11 +56,6 @@ SEPARATION = 3.0
 MAX_DETACHED = 0.1
 #: A range ends on the bulk's outer sketch bucket's edge where that bucket is at most this fraction of the bulk's extent.
 SNAP = 0.05
-
-
-def _layout(sketch: SketchResult) -> SketchLayout:
-    """The layout a finalized sketch was made with."""
-    return sketch.layout
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
@@ -125,7 +120,7 @@ _BULK_FOUND: weakref.WeakKeyDictionary[SketchResult, tuple[np.ndarray, np.ndarra
 
 def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
-    layout = _layout(sketch)
+    layout = sketch.layout
     vmin, vmax = np.asarray(sketch.finite_min), np.asarray(sketch.finite_max)
     q1, q3 = _spread(sketch)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -251,13 +251,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         xp = namespace(a.counts, b.counts)
         a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
-        distinct = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
-        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
-        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
-            distinct.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, xp.result_type(a.counts, b.counts))))
-        tails_a, tails_b = _tails_of(a), _tails_of(b)
-        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
-            distinct.update(_tail_fields(merge_tails(tails_a, tails_b)))
+        distinct = self._merged_extras(a, b, fmin, fmax, xp.result_type(a.counts, b.counts))
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax,
                                **distinct)
@@ -293,20 +287,26 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             dtype = xp.int32 if small else xp.int64
         else:
             dtype = xp.float64
-        counts, offset = xp.astype(states[0].counts, dtype, copy=True), states[0].offset
-        fmin, fmax = states[0].fmin, states[0].fmax
-        distinct, grid, tails = self._distinct_of(states[0]), self._grid_of(states[0]), _tails_of(states[0])
+        counts = xp.astype(states[0].counts, dtype, copy=True)
+        merged = dataclasses.replace(states[0], counts=counts)
         for s in states[1:]:  # in order: float64 sums of weights round as the merges in turn do
             counts += s.counts
-            offset, fmin, fmax = xp.minimum(offset, s.offset), xp.minimum(fmin, s.fmin), xp.maximum(fmax, s.fmax)
-            distinct = merge_distinct(distinct, self._distinct_of(s), self.values_kept)
-            other = self._grid_of(s)
-            grid = None if grid is None or other is None else grid_merge(grid, other, fmin, fmax, dtype)
-            more = _tails_of(s)
-            tails = None if tails is None or more is None else merge_tails(tails, more)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct),
-                           **({} if grid is None else self._grid_fields(grid)),
-                           **({} if tails is None else _tail_fields(tails)))
+            offset = xp.minimum(merged.offset, s.offset)
+            fmin, fmax = xp.minimum(merged.fmin, s.fmin), xp.maximum(merged.fmax, s.fmax)
+            merged = SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
+                                 **self._merged_extras(merged, s, fmin, fmax, dtype))
+        return merged
+
+    def _merged_extras(self, a: SketchState, b: SketchState, fmin: Array, fmax: Array, dtype: Any) -> dict[str, Array]:
+        """The merged distinct values, grid and tails of two states, as keyword arguments of :class:`SketchState`."""
+        fields = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
+        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
+        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
+            fields.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, dtype)))
+        tails_a, tails_b = _tails_of(a), _tails_of(b)
+        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
+            fields.update(_tail_fields(merge_tails(tails_a, tails_b)))
+        return fields
 
     @property
     def values_kept(self) -> int:

@@ -32,7 +32,7 @@ from daskbatch.stats.numerics import bincount, device, namespace, weighted_binco
 MERGE_ROWS = 256
 
 __all__ = [
-    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
+    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "probabilities", "sketch_quantile", "sketch_quantile_at",
     "sketch_values", "slot_bounds",
 ]
 
@@ -323,6 +323,14 @@ def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _QUANTILE_BLOCK = 2**22
 
 
+def probabilities(q: float | Any) -> np.ndarray:
+    """The probabilities ``q`` (a number or 1-D) as float64 (P,), checked to lie in [0, 1]."""
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
+        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    return qs
+
+
 def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
     """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count."""
     total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
@@ -381,9 +389,7 @@ def sketch_quantile_at(
     q: float | Any,
 ) -> np.ndarray:
     """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy)."""
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
-        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    qs = probabilities(q)
     n_features, width = counts.shape
     values = sketch_values(sketch)
     lo = np.where(np.isfinite(vmin), vmin, -np.inf)[:, None]
