@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from daskbatch.stats._base import merge_all, reads_label, reads_weights
-from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.numerics import as_float64, is_exact
+from daskbatch.stats.numerics import as_float64, is_exact, to_numpy
 from daskbatch.stats.registry import is_statistic
 
 __all__ = [

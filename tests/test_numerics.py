@@ -16,7 +16,7 @@ from sklearn.metrics import mutual_info_score
 
 import daskbatch as db
 from daskbatch.errors import CompleteRowsWarning
-from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.numerics import to_numpy
 from daskbatch.testing import assert_results_close, assert_states_equal, labels_for, sample_arrays
 
 # --------------------------------------------------------------------- helpers

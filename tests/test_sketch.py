@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from daskbatch.stats import STATISTICS, Sketch
 from daskbatch.stats._base import merge_all
-from daskbatch.stats.backend import to_numpy
-from daskbatch.stats.sketch import WINDOW, sketch_quantile_at
+from daskbatch.stats.numerics import to_numpy
+from daskbatch.stats.sketch import WINDOW
+from daskbatch.stats.sketch_layout import sketch_quantile_at
 from daskbatch.stats.sketch_windows import SKETCH_SLOTS
 from daskbatch.testing import StatisticLaws, assert_states_equal, merge_tree, split_points
 

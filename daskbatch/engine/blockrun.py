@@ -24,7 +24,7 @@ from daskbatch._common import warn
 from daskbatch.engine.run_options import on_device
 from daskbatch.errors import BatchError, Cancelled, FlaggedRowsWarning, Interrupted
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
-from daskbatch.stats.backend import to_numpy
+from daskbatch.stats.numerics import to_numpy
 
 if TYPE_CHECKING:
     from daskbatch.io.rowstore import RegionWriter

@@ -43,7 +43,6 @@ from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.progress import Progress
 from daskbatch.runtime.runlock import sigterm_as_interrupt
 from daskbatch.stats._base import BundleLike, merge_all
-from daskbatch.stats.backend import namespace
 from daskbatch.stats.categorical import (
     CategoricalProfile,
     CategoricalState,
@@ -51,6 +50,7 @@ from daskbatch.stats.categorical import (
     decode_profile,
     encode_profile,
 )
+from daskbatch.stats.numerics import namespace
 from daskbatch.stats.registry import built_in_states
 
 if TYPE_CHECKING:

@@ -22,7 +22,6 @@ from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
 from daskbatch.planning.plan import Plan, Resources
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
-from daskbatch.stats.backend import namespace
 from daskbatch.stats.classes import (
     ClassValues,
     UnknownClassError,
@@ -33,6 +32,7 @@ from daskbatch.stats.classes import (
 from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
+from daskbatch.stats.numerics import namespace
 from daskbatch.stats.registry import footprint_of
 from daskbatch.stats.spec import (
     DEFAULT_STATS,

@@ -27,10 +27,10 @@ from daskbatch._common import Array
 from daskbatch.config import resolve_split_every
 from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
-from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.classes import labels_checked
 from daskbatch.stats.kernels._staging import split_rows, stager
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
+from daskbatch.stats.numerics import to_numpy
 
 S = TypeVar("S")
 R = TypeVar("R")

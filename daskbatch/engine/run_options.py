@@ -21,8 +21,8 @@ from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device
 from daskbatch.runtime.capacity import resources_auto
-from daskbatch.stats.backend import to_numpy
 from daskbatch.stats.kernels.preflight import check_gpu
+from daskbatch.stats.numerics import to_numpy
 
 __all__ = ["RunOptions", "auto_device", "check_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "on_device", "resolve_device"]
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Protocol, TypeVar
 
 from daskbatch._common import Array
-from daskbatch.stats.backend import namespace
-from daskbatch.stats.numerics import positive_rows
+from daskbatch.stats.numerics import namespace, positive_rows
 
 S = TypeVar("S")
 R = TypeVar("R", covariant=True)

@@ -390,13 +390,7 @@ def profile_blocks(
     label: Any = None,
     finalize: bool = True,
 ) -> Any:
-    """A dask Delayed of the records of ``blocks`` ((rows, Delayed pandas DataFrame), in row order).
-
-    The states are merged in a tree of fan-in ``split_every``; with ``label`` (a dask array, one class
-    per row) each block's rows of it give the (value x class) counts. The chunk tasks are named
-    ``(chunk_prefix-<token>, i)``: a progress bar counts them as blocks. ``finalize=False``: the
-    merged state instead of the records.
-    """
+    """A dask Delayed of the records of ``blocks`` ((rows, Delayed pandas DataFrame), in row order)."""
     import dask  # lazy: dask
     from dask.base import tokenize  # lazy: dask
 

@@ -1,23 +1,10 @@
-"""Per-class moments: count, mean and M2 of every feature within every class of a label.
+"""Per-class moments: count, mean and M2 of every feature within every class of a label, (D, K).
 
-The inputs of ANOVA F (``sklearn.feature_selection.f_classif``) and of chi2
-(the per-class sums ``count * mean``), computed in the same pass as the
-per-feature moments. Layout is (D, K): feature by class.
-
-Each chunk orders its rows by class (one stable argsort of the labels) and
-reduces every class's contiguous slice with the corrected two-pass algorithm of
-:mod:`daskbatch.stats.moments`, about a reference value per (feature, class):
-the first finite value of that feature in that class. A feature that is
-constant within a class therefore has an M2 of exactly zero, which ANOVA needs
-to tell constant features apart. States merge with the pairwise update of
-Chan, Golub & LeVeque (1979) in float64, never as a sum of squares minus
-``n * mean**2``.
-
-As in :mod:`daskbatch.stats.histogram`, labels are class numbers 0..K-1 and
-the number of classes is found per chunk (largest label + 1) unless given;
-states with fewer classes are padded with empty classes when merged, so a
-class may be absent from any number of chunks. Only finite values count:
-NaN and ±inf are left out per feature (the summary's own counts say where).
+The inputs of ANOVA F (``sklearn.feature_selection.f_classif``) and chi2, in the pass of the
+moments. A chunk orders its rows by class (one stable argsort) and reduces each class's slice by
+the corrected two-pass of :mod:`daskbatch.stats.moments` about the first finite value of that
+feature in that class (a constant feature has an M2 of exactly zero); states merge with Chan's
+update in float64, padding absent classes. Only finite values count.
 """
 
 from __future__ import annotations
@@ -31,7 +18,6 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy
 from daskbatch.stats.classes import label_codes
 from daskbatch.stats.declaration import (
     KERNEL_PATHS,
@@ -45,11 +31,15 @@ from daskbatch.stats.moments import first_finite
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
+    bincount,
     central_moment,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     positive_rows,
     safe_divisor,
+    to_numpy,
 )
 
 

@@ -27,8 +27,8 @@ from array_api_compat import is_cupy_array
 
 from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import Declaration
+from daskbatch.stats.numerics import device, namespace
 
 #: Most distinct class values accepted by default (``daskbatch.max-classes`` in daskbatch.yaml).
 DEFAULT_MAX_CLASSES = 1000
@@ -175,37 +175,11 @@ class ClassValues:  # numpydoc ignore=PR02
         object.__setattr__(self, "max_classes", strict_int(self.max_classes, "max_classes", minimum=1))
 
     def empty(self, xp: Namespace, dev: object = None) -> ClassValuesState:
-        """Build the identity of :meth:`merge`: no class values.
-
-        Parameters
-        ----------
-        xp : namespace
-            The array namespace to allocate in.
-        dev : device, optional
-            The device to allocate on.
-
-        Returns
-        -------
-        ClassValuesState
-            The empty state.
-        """
+        """Build the identity of :meth:`merge`: no class values."""
         return ClassValuesState(values=xp.zeros((0,), dtype=xp.int64, device=dev))
 
     def chunk(self, x: Array, label: Array | None = None, /) -> ClassValuesState:
-        """Find the distinct label values of one block.
-
-        Parameters
-        ----------
-        x : array
-            The block; its single column is the label when ``label`` is None.
-        label : array or None
-            The labels of the block's rows.
-
-        Returns
-        -------
-        ClassValuesState
-            The sorted distinct values.
-        """
+        """Find the distinct label values of one block."""
         labels = label if label is not None else x
         xp = namespace(labels)
         labels = xp.reshape(labels, (-1,))
@@ -214,18 +188,7 @@ class ClassValues:  # numpydoc ignore=PR02
         return self._checked(ClassValuesState(values=_distinct(xp, as_int64_labels(xp, labels))))
 
     def merge(self, a: ClassValuesState, b: ClassValuesState, /) -> ClassValuesState:
-        """Unite the values of two states.
-
-        Parameters
-        ----------
-        a, b : ClassValuesState
-            The states to unite.
-
-        Returns
-        -------
-        ClassValuesState
-            The sorted union (at most ``max_classes`` values).
-        """
+        """Unite the values of two states."""
         xp = namespace(a.values, b.values)
         if b.values.shape[0] == 0:
             return a
@@ -235,18 +198,7 @@ class ClassValues:  # numpydoc ignore=PR02
         return self._checked(ClassValuesState(values=values))
 
     def finalize(self, s: ClassValuesState, /) -> Array:
-        """Return the sorted class values.
-
-        Parameters
-        ----------
-        s : ClassValuesState
-            The state of all the labels.
-
-        Returns
-        -------
-        array
-            The class values, int64.
-        """
+        """Return the sorted class values."""
         return s.values
 
     def _checked(self, s: ClassValuesState) -> ClassValuesState:

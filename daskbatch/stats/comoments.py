@@ -26,15 +26,17 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
 from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
+    device,
     handles_overflow,
+    matrix_diagonal,
     merge_shifted_means,
+    namespace,
     positive_rows,
     safe_divisor,
 )

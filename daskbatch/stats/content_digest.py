@@ -1,22 +1,11 @@
 """A hash of the blocks a pass reads, taken as it reads them: the content token of another writer's store.
 
-A store daskbatch wrote is identified by the CRC-32C its chunks end with
-(:func:`daskbatch.io.chunk_grid.chunk_checksums`), before anything is read.
-Another writer's store carries no such checksums, and hashing its chunks up
-front would read it all once more.  :class:`ContentDigest` rides along in the
-first pass of ``describe`` instead: each block it is handed (already read for
-the other statistics) is hashed, one digest per ``piece_rows``
-rows (the store's chunk rows, so that the token does not depend on how many
-chunks a run reads per block), the merged state keeps the digests in row
-order, and :meth:`ContentDigest.finalize` hashes them into one token.  Its
-state is 32 bytes a piece, so checkpoints keep it with the others and a
-resumed pass has the digest of every piece.
-
-The bytes go through zlib's CRC-32 (several GB/s, the GIL released), not a
-cryptographic hash: BLAKE2b cost a third of a fast first pass. The token
-guards against counting the same rows twice by mistake, not against forgery;
-two different pieces agree by chance with odds of 2**-32, and two stores only
-if every piece does.
+A store daskbatch wrote carries CRC-32C checksums (:func:`daskbatch.io.chunk_grid.chunk_checksums`);
+another writer's does not, and hashing it up front would read it once more. :class:`ContentDigest`
+rides along in the first pass instead: one digest per ``piece_rows`` rows (the store's chunk rows,
+so the token does not depend on the blocking), kept in row order and hashed into one token (32
+bytes a piece, so checkpoints keep it). zlib's CRC-32 (fast, the GIL released), not a
+cryptographic hash: it guards against counting rows twice by mistake, not against forgery.
 """
 
 from __future__ import annotations
@@ -70,32 +59,11 @@ class ContentDigest:  # numpydoc ignore=PR02
 
     @property
     def name(self) -> str:
-        """Name the statistic in task keys and checkpoints.
-
-        Returns
-        -------
-        str
-            ``"content_digest"``.
-        """
+        """Name the statistic in task keys and checkpoints."""
         return "content_digest"
 
     def chunk(self, x: Any, label: Any = None, /, *, weights: Any = None) -> DigestState:
-        """Hash one block (a GPU block is hashed from a host copy).
-
-        Parameters
-        ----------
-        x : array
-            The block, (rows, features).
-        label : array or None
-            Ignored.
-        weights : array or None
-            Ignored: the token is the rows', whatever their weights.
-
-        Returns
-        -------
-        DigestState
-            The digest of each piece of the block; none for an empty block, the merge identity.
-        """
+        """Hash one block (a GPU block is hashed from a host copy)."""
         block = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
         rows = int(block.shape[0])
         step = self.piece_rows if self.piece_rows > 0 else max(rows, 1)
@@ -108,33 +76,11 @@ class ContentDigest:  # numpydoc ignore=PR02
         return DigestState(digests)
 
     def merge(self, a: DigestState, b: DigestState, /) -> DigestState:
-        """Put ``b``'s digests after ``a``'s.
-
-        Parameters
-        ----------
-        a, b : DigestState
-            The states of consecutive rows, ``a``'s first.
-
-        Returns
-        -------
-        DigestState
-            The digests of both, in row order.
-        """
+        """Put ``b``'s digests after ``a``'s."""
         return DigestState(np.concatenate([np.asarray(a.digests), np.asarray(b.digests)]))
 
     def finalize(self, state: DigestState, /) -> str:
-        """Hash the blocks' digests into one token.
-
-        Parameters
-        ----------
-        state : DigestState
-            The state of all the rows.
-
-        Returns
-        -------
-        str
-            ``"<n> pieces, blake2b <hex>"``.
-        """
+        """Hash the blocks' digests into one token."""
         digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
         whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
         return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"

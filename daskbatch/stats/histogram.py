@@ -30,10 +30,16 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import bincount, device, namespace, weighted_bincount
 from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
 from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
-from daskbatch.stats.numerics import as_float64, positive_rows
+from daskbatch.stats.numerics import (
+    as_float64,
+    bincount,
+    device,
+    namespace,
+    positive_rows,
+    weighted_bincount,
+)
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
 UNDERFLOW = 0

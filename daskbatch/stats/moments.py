@@ -1,16 +1,10 @@
 """Per-feature moments: counts, mean, variance, skewness, kurtosis, min and max.
 
-Each chunk is reduced in float64 with a corrected two-pass algorithm about a
-per-chunk reference value (the first finite value of each feature), and chunks
-are merged with the pairwise updates of Chan, Golub & LeVeque (1979) for the
-mean and M2 and of Pébay (2008) for M3 and M4.
-
-Why the reference value: a state stores its mean as ``shift + mean``, where
-``shift`` is an exact data value and ``mean`` is small. Differences of means
-between states, the delicate term of every merge, are then formed from an
-exact difference of data values plus a difference of small numbers, which is
-almost extended precision: for ``1e8 + N(0, 1)`` the variance keeps ~15 digits
-where a plain Chan merge of chunk means keeps ~11.
+Each chunk is reduced in float64 by a corrected two-pass algorithm about a per-chunk reference
+value, the first finite value of each feature, and chunks merge with the pairwise updates of Chan,
+Golub & LeVeque (1979) for the mean and M2 and Pébay (2008) for M3 and M4. A state stores its mean
+as ``shift + mean`` with ``shift`` an exact data value, so the difference of means every merge
+forms is nearly extended precision: on ``1e8 + N(0, 1)`` the variance keeps ~15 digits, not ~11.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     Declaration,
     Footprint,
@@ -36,12 +29,14 @@ from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
     central_moment,
+    device,
     exact_extremes,
     handles_overflow,
     is_exact,
     merge_extreme,
     merge_shifted_means,
     merged_by_ratios,
+    namespace,
     positive_rows,
     safe_divisor,
 )
@@ -136,9 +131,8 @@ _EXACT_INT = 2**53
 
 def _exact_reference(xp: Namespace, x: Array) -> Array | None:
     """A per-feature int64 reference that float64 holds exactly, for int64 blocks beyond 2**53; else None."""
-    # ``x - ref`` is then exact in int64 and small, so converting it to float64
-    # keeps every digit the spread of the data needs (values near 2**63 are
-    # 2048 apart in float64: their std came out 512 instead of 288).
+    # ``x - ref`` is exact in int64 and small: float64 keeps every digit of the spread
+    # (values near 2**63 are 2048 apart in float64: their std came out 512 instead of 288).
     if x.dtype != xp.int64:
         return None
     lo, hi = xp.min(x, axis=0), xp.max(x, axis=0)
@@ -472,9 +466,8 @@ class Moments:  # numpydoc ignore=PR02
         )
 
 
-#: Memory of :class:`Moments` for the planner (array API, measured with tracemalloc on NumPy:
-#: ~3-4 float64 + 2 bool per element at the peak: shifted values, deviations, powers, casts;
-#: masks. The compiled loops work element by element). The state holds ~11 vectors.
+#: Memory of :class:`Moments` for the planner: the array API peaks at ~3-4 float64 + 2 bool an element
+#: (tracemalloc on NumPy); the compiled loops work element by element; the state holds ~11 vectors.
 FOOTPRINT = Footprint(
     name="moments",
     state=lambda d, bins, k, tile: 11 * d * 8,

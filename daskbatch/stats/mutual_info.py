@@ -17,9 +17,9 @@ import numpy as np
 
 from daskbatch._common import Array, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
-from daskbatch.stats.backend import namespace
 from daskbatch.stats.declaration import Declaration, Finished, Variable, count
 from daskbatch.stats.histogram import MI_FOOTPRINT, Histogram
+from daskbatch.stats.numerics import namespace
 
 __all__ = ["DECLARATION", "MI_BASES", "MutualInformation", "mutual_information"]
 

@@ -1,16 +1,12 @@
-"""Numerical helpers the statistics share: finite rows, float64 copies, stable merges of shifted moments.
+"""Array-library plumbing and the numerical helpers the statistics share.
 
-Also the merges of moments whose weight sums are so large that their products
-overflow float64: sample weights up to ``2**960`` (the limit
-:mod:`daskbatch.engine.inputs` checks) sum to far more than ``2**341``,
-whose cube the merge formulas of :class:`~daskbatch.stats.moments.Moments`
-form; past :data:`RATIO_FORM_FROM` the merges take the same terms with the
-weight sums as shares of their total.
-
-And the exact extremes of 64-bit integer features: float64 holds every integer
-up to 2**53 only (an int64 maximum of ``2**62 + 998`` came out ``2**62 + 1024``),
-so the moments keep ``fmin``/``fmax`` of int64 and uint64 blocks in that dtype,
-merge them exactly and report them as ``min``/``max`` in that dtype.
+Every statistic is written against the array API standard and finds its namespace with
+:func:`namespace`, so the same code runs on NumPy, CuPy and ``array_api_strict`` blocks; the
+one call the standard lacks is :func:`bincount`. The helpers: finite rows, float64 copies,
+stable merges of shifted moments, merges by ratios where weight sums (up to ``2**960``,
+:mod:`daskbatch.engine.inputs`) would overflow float64 in the product forms (past
+:data:`RATIO_FORM_FROM`), and exact extremes of 64-bit integer features (float64 holds
+integers up to 2**53 only: the moments keep int64/uint64 ``fmin``/``fmax`` in that dtype).
 """
 
 from __future__ import annotations
@@ -20,9 +16,65 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
+from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_array
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import namespace
+
+__all__ = [
+    "RATIO_FORM_FROM", "as_float64", "bincount", "central_moment", "device", "exact_extremes",
+    "handles_overflow", "is_exact", "matrix_diagonal", "merge_extreme", "merge_shifted_means",
+    "merged_by_ratios", "namespace", "positive_rows", "safe_divisor", "to_numpy",
+    "weighted_bincount",
+]
+
+
+def namespace(*arrays: Array) -> Namespace:
+    """Find the array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...)."""
+    return array_namespace(*arrays)
+
+
+def matrix_diagonal(xp: Namespace, c: Array) -> Array:
+    """Give the main diagonal of a square matrix in any namespace (``linalg.diagonal`` where it has one)."""
+    return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
+
+
+def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
+    """Count the occurrences of each non-negative integer in the 1-D ``idx``."""
+    native = getattr(xp, "bincount", None)
+    if native is not None:
+        return xp.astype(native(idx, minlength=minlength), xp.int64)
+    ordered = xp.sort(idx)
+    bounds = xp.arange(minlength + 1, dtype=idx.dtype, device=device(idx))
+    positions = xp.searchsorted(ordered, bounds)
+    return xp.astype(positions[1:] - positions[:-1], xp.int64)
+
+
+def weighted_bincount(xp: Namespace, idx: Array, weights: Array, /, *, minlength: int) -> Array:
+    """Sum ``weights`` by the non-negative integers of the 1-D ``idx``, as float64."""
+    weights = xp.astype(weights, xp.float64)
+    native = getattr(xp, "bincount", None)
+    if native is not None:
+        return xp.astype(native(idx, weights=weights, minlength=minlength), xp.float64)
+    order = xp.argsort(idx)
+    ordered = xp.take(idx, order)
+    starts = xp.searchsorted(ordered, xp.arange(minlength + 1, dtype=idx.dtype, device=device(idx)))
+    # Differences of a running sum: exact for whole-number weights, within eps * total otherwise
+    # (only namespaces without bincount come here).
+    running = xp.cumulative_sum(xp.take(weights, order), include_initial=True)
+    return xp.take(running, starts[1:]) - xp.take(running, starts[:-1])
+
+
+def to_numpy(a: Any) -> np.ndarray:
+    """Copy an array from any supported backend to a host NumPy array (no copy for NumPy input)."""
+    if is_numpy_array(a):
+        return a
+    if is_cupy_array(a):
+        host: np.ndarray = a.get()
+        return host
+    if isinstance(a, (int, float, bool, np.generic)):
+        return np.asarray(a)
+    return np.from_dlpack(a)
+
 
 #: Weight sums from here on merge by ratios ``nb / n``: their products and cubes (``na * nb``,
 #: ``n ** 3``) would overflow float64 by 2**341. Below it the product forms stay, bitwise as ever

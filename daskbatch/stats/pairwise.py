@@ -1,37 +1,14 @@
 """Pairwise-complete co-moments: each covariance over the rows where both of its features are finite.
 
-``CoMoments(rows="pairwise")`` keeps, for every pair of features (i, j),
-the state of the rows where both are finite: their number ``n[i, j]``, the
-mean of feature i over them ``shift[i] + mean[i, j]`` (feature j's is
-``mean[j, i]``: the same rows), the sum of squared deviations of feature i
-over them ``m2[i, j]``, and the co-moment ``c[i, j]``. These are what
-``pandas.DataFrame.cov()`` and ``corr()`` compute pair by pair.
-
-A chunk forms them out of core in one pass, as four matrix products (BLAS on
-the CPU, cuBLAS through CuPy) of the chunk, centred about a per-chunk shift
-(each feature's mean over its finite values in the chunk), and of its mask of
-finite values: with ``y`` the shifted values (0 where not finite) and ``m``
-the mask, ``n = mᵀm``, the sums ``s = yᵀm``, ``p = yᵀy`` and ``q = (y²)ᵀm``.
-The shift makes the pair's mean about it small (a fraction of a standard
-deviation for data missing at random), so the co-moment ``p - s sᵀ / n`` and
-``q - s² / n`` lose little to cancellation even for data far from zero.
-States merge with Chan's formulas, elementwise over the pairs:
-``c = c_a + c_b + n_a n_b / n · δ_i δ_j`` with ``δ`` the difference of the
-pair's means, as :class:`~daskbatch.stats.comoments.CoMoments` does for the
-complete rows.
-
-With sample weights ``w`` (frequency weights, as the complete rows' weighted
-co-moments) the products weigh each row: ``n = (w m)ᵀm`` is each pair's
-weight sum, ``s = (w y)ᵀm``, ``p = (w y)ᵀy``, ``q = (w y²)ᵀm``, and the
-weighted states also count each pair's rows (``mᵀm``); a row of weight 0 is
-as if absent.
-
-One tile (I, J) of a covariance too wide for one worker
-(:mod:`daskbatch.engine.tiled`) keeps the same per pair for the features of
-``I`` (side ``a``) against those of ``J`` (side ``b``): a
-:class:`CrossPairwiseState`, six products a chunk (the sums and squares of
-each side over the other's mask). Side ``b``'s means and sums of squares are
-held transposed, (Db, Da), so that both sides merge alike, feature by row.
+``CoMoments(rows="pairwise")`` keeps per pair (i, j), over the rows where both are finite, the
+count ``n[i, j]``, the mean ``shift[i] + mean[i, j]``, the sum of squared deviations ``m2[i, j]``
+and the co-moment ``c[i, j]`` (what ``pandas.DataFrame.cov()`` computes pair by pair). A chunk
+forms them as four matrix products of the values ``y`` centred about a per-chunk shift (0 where
+not finite) and their mask ``m``: ``n = mᵀm``, ``s = yᵀm``, ``p = yᵀy``, ``q = (y²)ᵀm``; the shift
+keeps ``p - s sᵀ / n`` clear of cancellation far from zero. States merge with Chan's formulas
+pair by pair, ``c = c_a + c_b + n_a n_b / n · δ_i δ_j``. Sample weights weigh each row in the
+products (a row of weight 0 is absent). One tile (I, J) of a covariance too wide for a worker
+(:mod:`daskbatch.engine.tiled`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
 """
 
 from __future__ import annotations
@@ -40,9 +17,16 @@ from dataclasses import dataclass
 
 from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, matrix_diagonal, namespace
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
-from daskbatch.stats.numerics import RATIO_FORM_FROM, as_float64, positive_rows, safe_divisor
+from daskbatch.stats.numerics import (
+    RATIO_FORM_FROM,
+    as_float64,
+    device,
+    matrix_diagonal,
+    namespace,
+    positive_rows,
+    safe_divisor,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,18 +72,7 @@ class CrossPairwiseState(State):
 
 
 def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """Give the rows of every pair of a state, weighted or not.
-
-    Parameters
-    ----------
-    s : PairwiseCoMomentsState or CrossPairwiseState
-        The state.
-
-    Returns
-    -------
-    array
-        The rows where both features are finite (and of positive weight).
-    """
+    """Give the rows of every pair of a state, weighted or not."""
     return (
         s.n
         if isinstance(s, PairwiseCoMomentsState)
@@ -109,22 +82,7 @@ def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
 
 
 def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> PairwiseCoMomentsState:
-    """Build the identity of :func:`merge_pairwise`: the state of a chunk with no rows.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The empty state.
-    """
+    """Build the identity of :func:`merge_pairwise`: the state of a chunk with no rows."""
 
     def _zeros() -> Array:
         """A fresh (D, D) float64 zero matrix."""
@@ -194,20 +152,7 @@ def _side(
 
 
 def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsState:
-    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes).
-
-    Parameters
-    ----------
-    x : array
-        The block, (rows, features).
-    weights : array, optional
-        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The block's state (a :class:`WeightedPairwiseCoMomentsState` with weights).
-    """
+    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes)."""
     xp = namespace(x)
     n_features = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
@@ -239,22 +184,7 @@ def _with_rows(s: PairwiseCoMomentsState, rows: Array) -> WeightedPairwiseCoMome
 
 
 def cross_pairwise_chunk(x: Array, split: int, weights: Array | None = None) -> CrossPairwiseState:
-    """Reduce one block ``[x_a | x_b]`` to the pairwise co-moments of its first ``split`` columns with the others.
-
-    Parameters
-    ----------
-    x : array
-        The block, (rows, Da + Db).
-    split : int
-        Da, the width of side a.
-    weights : array, optional
-        Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-    Returns
-    -------
-    CrossPairwiseState
-        The block's state (six matrix products).
-    """
+    """Reduce one block ``[x_a | x_b]`` to the pairwise co-moments of its first ``split`` columns with the others."""
     xp = namespace(x)
     width = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
@@ -327,18 +257,7 @@ def _merge_side(
 
 
 def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> PairwiseCoMomentsState:
-    """Combine the states of two disjoint sets of rows, pair by pair (Chan's formulas).
-
-    Parameters
-    ----------
-    a, b : PairwiseCoMomentsState
-        The states to combine (weighted or not).
-
-    Returns
-    -------
-    PairwiseCoMomentsState
-        The state of the union (weighted if either is).
-    """
+    """Combine the states of two disjoint sets of rows, pair by pair (Chan's formulas)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
     pair = _pair_weight(xp, a.n, b.n, n)
@@ -356,18 +275,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
 
 
 def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossPairwiseState:
-    """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides).
-
-    Parameters
-    ----------
-    a, b : CrossPairwiseState
-        The states to combine.
-
-    Returns
-    -------
-    CrossPairwiseState
-        The state of the union.
-    """
+    """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
     pair = _pair_weight(xp, a.n, b.n, n)
@@ -392,18 +300,7 @@ def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossP
 
 
 def pairwise_means(s: PairwiseCoMomentsState) -> Array:
-    """Give each feature's mean over all its finite values (the diagonal pair), NaN without any.
-
-    Parameters
-    ----------
-    s : PairwiseCoMomentsState
-        A merged state.
-
-    Returns
-    -------
-    array
-        The means, (D,).
-    """
+    """Give each feature's mean over all its finite values (the diagonal pair), NaN without any."""
     xp = namespace(s.c)
     counts = matrix_diagonal(xp, s.n)
     return xp.where(

@@ -1,68 +1,200 @@
-"""Approximate quantiles from per-feature histograms, alone or with the quantile sketch.
+"""Quantiles read from counts: a finished sketch (:class:`SketchResult`), histograms, or both.
 
-**What** :meth:`daskbatch.Summary.quantile` **guarantees** (:func:`fine_quantile`).
-When ``describe`` finds its histogram ranges from the data it runs two
-passes; the second also counts a fine *quantile histogram*
-(:class:`~daskbatch.stats.histogram.QuantileHistogram`, 2048 bins of a
-power-of-two width ``w``) on a range that holds the exact 0.1 % and 99.9 %
-quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A quantile is then
-read at its exact rank in both the fine histogram and the sketch: the exact
-``numpy.quantile(..., method="inverted_cdf")`` value lies in the fine bin and
-in the sketch bucket that hold that rank, so the answer (interpolated in the
-bin, kept inside the bucket and inside ``[min, max]``) is within
+**Guarantee** (:func:`fine_quantile`). Where ``describe`` found ranges from the data, its second
+pass also counts a fine quantile histogram (2,048 bins of a power-of-two width ``w``) on a range
+that holds the exact 0.1 % and 99.9 % quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A
+quantile is read at its exact rank in both it and the sketch, so the answer is within
+``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` for every
+rank inside the fine range; outside it the sketch answers alone, within ``alpha·|v|``. Integers
+on a bin's edge are answered as such; a feature with few distinct values is answered exactly
+(:meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`), and the first and last ranks by the
+exact extrema. Counts are integers added in any order: the same answer for any chunking. The
+measured errors are in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
 
-    ``min(w, 2·alpha/(1 - alpha)·|v|)``  (``alpha`` = 0.005: 1.005 % of ``|v|``)
-
-of it for every rank inside the fine range, which includes all of
-``q in [0.001, 0.999]`` on data without detached values (see
-:mod:`daskbatch.stats.ranges`). ``w`` is at most ``2 / 2047`` of the span of
-the 0.1 %–99.9 % quantiles widened by the sketch's error, so it does not
-depend on the data's offset from zero: on 290 ± 1 it is 0.0078 (1 % of the
-interquartile range is 0.0135). Heavy tails keep the sketch's relative bound
-where that is the tighter one. Outside the fine range (ranks among detached
-values, or the outermost 0.1 %) the sketch answers alone, within
-``alpha·|v|``. Integer data fall on bin edges (a power-of-two width starting
-at a multiple of it): where the bin and the sketch bucket holding the rank
-hold the same count, an integer on the bin's left edge is answered as such,
-so integer quantiles land on their exact rank.
-A feature whose rows hold few distinct finite values (the sketch keeps up to
-1,024 with their counts, :mod:`daskbatch.stats.sketch_distinct`) is answered
-exactly instead, by :meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`,
-also after merges and updates; and the ranks of the first and last finite
-value answer the exact extrema.
-The counts are int64 added in any order: the answer is the same for any
-chunking and merge order, bit for bit. The rank error is not bounded by the
-construction (a bin may hold much mass); it is measured, with the value
-error, in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
-
-**Histograms alone** (:func:`histogram_quantile`). The rank ``q·N`` is located exactly in the cumulative counts, then the value
-is interpolated linearly inside the cell that holds it and kept inside
-``[min, max]``. The answer therefore
-lies in the same bin as the exact ``numpy.quantile(..., method="inverted_cdf")``
-and is within one bin width of it. Underflow and overflow mass is spread over
-``[min, lo]`` and ``[hi, max]`` when the extrema are finite; only a summary
-without a sketch answers this way.
-
-**Merged, updated, or one pass** (``range=`` given, or the sketch alone): no
-quantile histogram, so the sketch's own dyadic grid
-(:func:`~daskbatch.stats.sketch_distinct.grid_fine`: 2,048 bins of a power of
-two holding ``[min, max]``, re-binned exactly at every merge) plays its part
-in :func:`fine_quantile`: within one grid bin and one bucket.
+Merged, updated or one-pass summaries read the sketch's dyadic grid in place of the fine
+histogram (:func:`~daskbatch.stats.sketch_distinct.grid_fine`). :func:`histogram_quantile`
+(histograms alone) interpolates inside the bin that holds the rank: within one bin width.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from daskbatch.stats.sketch import Sketch
+from daskbatch._common import Array
+from daskbatch.stats.numerics import to_numpy
+from daskbatch.stats.sketch_distinct import distinct_quantile
 from daskbatch.stats.sketch_layout import (
+    SketchLayout,
+    _held_runs,
+    _window_slots,
     collapse_floor,
     inverted_cdf_rank,
+    probabilities,
     sketch_quantile,
+    sketch_quantile_at,
     slot_bounds,
 )
+
+
+@dataclass(frozen=True, eq=False)
+class SketchResult:
+    """A finalized sketch: per feature, its ``2 W + 3`` window slots in value order, NaN counts and finite extrema.
+
+    ``counts`` (D, 2 W + 3) int64 (float64 when weighted) holds ``-inf``, the negative window (largest
+    magnitude first), zero, the positive window and ``+inf``; ``offset`` (D, 2)
+    the windows' first keys, as in :class:`~daskbatch.stats.sketch.SketchState`; :meth:`slots` maps
+    every column to its slot of the full layout. ``finite_min``/``finite_max``
+    are NaN for a feature without finite values. The parameters of the
+    :class:`~daskbatch.stats.sketch.Sketch` that made it ride along so that :meth:`quantile` can read it.
+    """
+
+    counts: Array
+    offset: Array
+    nan_count: Array
+    finite_min: Array
+    finite_max: Array
+    alpha: float
+    min_magnitude: float
+    max_magnitude: float
+    window: int
+    #: The distinct values (and their counts and number, ``k + 1`` when too many), as :class:`~daskbatch.stats.sketch.SketchState`'s.
+    distinct: Array | None = None
+    distinct_counts: Array | None = None
+    distinct_held: Array | None = None
+
+    @property
+    def layout(self) -> SketchLayout:
+        """Give the layout the counts were made with: the sketch's parameters.
+
+        Returns
+        -------
+        SketchLayout
+            ``alpha``, the magnitudes and ``window``.
+        """
+        return SketchLayout(self.alpha, self.min_magnitude, self.max_magnitude, self.window)
+
+    def slots(self, columns: slice = slice(None)) -> np.ndarray:
+        """Give the slot of the full layout (:func:`~daskbatch.stats.sketch_layout.sketch_values`, :func:`slot_bounds`) of every column of ``counts``.
+
+        Columns of a window beyond the layout's ends hold no counts; they
+        are mapped onto the nearest end slot of their sign.
+
+        Parameters
+        ----------
+        columns : slice, optional
+            Only these columns; all by default (:meth:`runs` gives each feature's non-empty ones).
+
+        Returns
+        -------
+        numpy.ndarray
+            The int64 slots (D, 2 W + 3), increasing along each row where counts are held
+            (read-only: found once per result, shared by its quantiles and ranges).
+        """
+        if columns == slice(None):
+            return self._slots
+        return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Give each feature's non-empty columns in value order: their counts and slots.
+
+        Quantiles, collapse floors, ranges and the summary's window read only
+        these (a cumulative count steps only at them): a sketch that keeps
+        every bucket has ~27,600 columns, of which a feature's data fill a few
+        hundred, spread over thousands where it crosses zero.
+
+        Returns
+        -------
+        counts : numpy.ndarray
+            (D, L), in value order, L the most any feature holds; a shorter
+            row is padded on the right with zero counts.
+        slots : numpy.ndarray
+            (D, L) int64, the slot of the full layout of every column (a padded
+            column repeats the slot of the row's last one).
+            Both read-only, found once per result.
+        """
+        return self._runs
+
+    @functools.cached_property
+    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`runs`, found once."""
+        counts = to_numpy(self.counts)
+        columns, inside = _held_runs(counts)
+        run = np.where(inside, np.take_along_axis(counts, columns, axis=1), np.zeros((), dtype=counts.dtype))
+        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
+        for a in (run, slots):
+            a.flags.writeable = False
+        return run, slots
+
+    @functools.cached_property
+    def _slots(self) -> np.ndarray:
+        """:meth:`slots`, found once (a frozen result's slots never change)."""
+        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
+        slots.flags.writeable = False
+        return slots
+
+    def collapse_floor(self) -> np.ndarray:
+        """Give, per feature and sign, the magnitude at or below which answers may come from a collapsed bucket.
+
+        Returns
+        -------
+        numpy.ndarray
+            The float64 (D, 2), negative and positive side: the upper magnitude
+            of the window's first bucket where the window is full (it may
+            have collapsed: answers at or below it are bounded by it, not by
+            ``alpha``), 0 elsewhere.
+        """
+        return collapse_floor(*self.runs(), self.layout)  # empty columns change no floor
+
+    def quantile(self, q: float | Any) -> np.ndarray:
+        """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
+
+        Ranks in buckets collapsed into a window's first bucket (see the
+        module notes) are within ``gamma**offset`` in absolute terms only.
+
+        Parameters
+        ----------
+        q : float or array_like
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
+        """
+        values = sketch_quantile_at(  # no rank lands on an empty column
+            *self.runs(), self.layout,
+            to_numpy(self.finite_min), to_numpy(self.finite_max), q,
+        )
+        exact = self.exact_quantile(q)
+        return values if exact is None else np.where(np.isnan(exact), values, exact)
+
+    def exact_quantile(self, q: float | Any) -> np.ndarray | None:
+        """Give the exact ``inverted_cdf`` quantiles of the features whose distinct values are all kept.
+
+        Parameters
+        ----------
+        q : float or array_like
+            Probabilities in [0, 1].
+
+        Returns
+        -------
+        numpy.ndarray or None
+            Shaped as :meth:`quantile`'s, NaN for the other features; None for a
+            result without distinct values (a state saved before they were kept).
+        """
+        if self.distinct is None or self.distinct_counts is None or self.distinct_held is None:
+            return None
+        counts = to_numpy(self.counts)
+        exact = distinct_quantile(
+            to_numpy(self.distinct), to_numpy(self.distinct_counts), to_numpy(self.distinct_held),
+            counts[:, 0], counts[:, -1], q, weighted=counts.dtype.kind == "f",
+        )
+        return exact[:, 0] if np.ndim(q) == 0 else exact
+
 
 
 def histogram_quantile(
@@ -94,9 +226,7 @@ def histogram_quantile(
     ndarray
         Shape (D,) or (D, len(q)); NaN for a feature without values.
     """
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any((qs < 0) | (qs > 1)) or np.any(np.isnan(qs)):
-        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    qs = probabilities(q)
     n_features, n_bins = counts.shape
     lo, hi = edges[:, 0], edges[:, -1]
     left_end = np.where(np.isfinite(vmin) & (vmin < lo), vmin, lo)
@@ -126,7 +256,7 @@ def histogram_quantile(
 def fine_quantile(
     sketch_counts: np.ndarray,
     first_slot: int,
-    sketch: Sketch,
+    sketch: SketchLayout,
     vmin: np.ndarray,
     vmax: np.ndarray,
     q: float | Any,
@@ -189,7 +319,7 @@ def fine_quantile(
     return values[:, 0] if np.ndim(q) == 0 else values
 
 
-def _extremes_at_their_ranks(values: np.ndarray, sketch_counts: np.ndarray, first_slot: int, sketch: Sketch,
+def _extremes_at_their_ranks(values: np.ndarray, sketch_counts: np.ndarray, first_slot: int, sketch: SketchLayout,
                              vmin: np.ndarray, vmax: np.ndarray, q: Any) -> np.ndarray:
     """``values`` with the ranks of the first and last finite value answered by the exact extrema (unweighted counts)."""
     if sketch_counts.dtype.kind == "f" or sketch_counts.shape[1] == 0:

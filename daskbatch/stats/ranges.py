@@ -1,40 +1,20 @@
-"""Histogram ranges, given or found so that stray values cannot wreck them, and the check that flags ranges missing the data.
+"""Histogram ranges, given or found so that stray values cannot wreck them, and the checks on them.
 
-Ranges found from the data come from the first pass's quantile sketch
-(:class:`~daskbatch.stats.sketch.Sketch`, relative accuracy ``alpha``):
+Found ranges come from the first pass's sketch (relative accuracy ``alpha``):
 
-1. **The bulk.** Robust fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` are taken
-   from the sketch's quartiles, each widened by the sketch's own error bound
-   (``alpha·|v| / (1 - alpha)``), so that they contain the exact fences. Values
-   beyond a fence that are cut off from the rest by a run of empty sketch
-   buckets spanning more than a factor ``GAP`` in magnitude and more than
-   ``SEPARATION`` times the fences' width in value (sentinels such as
-   -999, 1e12 or 1e30; ±inf) are *detached*, unless that would detach more
-   than ``MAX_DETACHED`` of the feature's values (then they are the data, or
-   too few values to tell); everything else is the bulk. A
-   heavy tail (Pareto, Cauchy) fills its buckets without such gaps and stays in
-   the bulk.
-2. **Histogram ranges** span the ``[TAIL, 1 - TAIL]`` quantiles *of the bulk*,
-   widened by the sketch's error bound and then by ``WIDEN`` of that span on
-   each side, and clipped to the bulk's extent: the outer edge of its outermost
-   sketch bucket where that bucket is narrow (at most ``SNAP`` of the bulk's
-   extent), else the feature's ``[min, max]``. A range thus ends at most one
-   bucket (a factor ``gamma``) beyond the data, and the same with or without
-   stray values beyond the bulk.
-   Up to a few per cent of detached values therefore leave the range where the
-   clean data would have put it (mutual information does not move), and they
-   are counted in the underflow and overflow counts, never dropped: more than
-   ``OUT_OF_RANGE_LIMIT`` of a feature outside its range earns a
-   :class:`~daskbatch.RangeWarning`. On data far from zero (290 ± 1 K), where
-   the sketch's resolution ``alpha·|v|`` exceeds the spread, the widening by
-   that resolution makes the range the feature's ``[min, max]`` instead of a
-   range cut inside the data.
-3. **Fine quantile ranges** (:func:`fine_ranges`) for the quantile histogram
-   of :class:`~daskbatch.stats.histogram.QuantileHistogram`: the
-   ``[TAIL, 1 - TAIL]`` quantiles of *all* values widened by the sketch's error
-   bound (so that the exact quantiles lie inside), clipped to the bulk and to
-   ``[min, max]``, then rounded outwards to bins whose width is a power of two
-   (so that integer data fall on bin edges).
+1. **The bulk**: values beyond the fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` (widened by the
+   sketch's error) that a run of empty buckets spanning more than a factor ``GAP`` and
+   ``SEPARATION`` fence widths cuts off (sentinels such as -999, 1e30, ±inf) are *detached*,
+   unless that detaches more than ``MAX_DETACHED``; heavy tails have no such gaps and stay.
+2. **Histogram ranges** span the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened by the sketch's
+   error and by ``WIDEN``, clipped to the bulk's extent (``SNAP``); detached values land in the
+   under/overflow counts, and more than ``OUT_OF_RANGE_LIMIT`` outside earns a
+   :class:`~daskbatch.RangeWarning`.
+3. **Fine ranges** (:func:`fine_ranges`) for :class:`~daskbatch.stats.histogram.QuantileHistogram`:
+   all values' ``[TAIL, 1 - TAIL]`` quantiles, widened, rounded out to power-of-two bins.
+4. **Suspect values** (:func:`suspect_values`): a minimum or maximum whose bucket holds at least
+   ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature, ``SPIKE_RATIO`` times the
+   busiest of the next ``NEIGHBOUR_BINS`` non-empty buckets inward: perhaps a "missing" code.
 """
 
 from __future__ import annotations
@@ -42,17 +22,20 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from daskbatch._common import warn
 from daskbatch.errors import RangeWarning
-from daskbatch.stats.sketch import Sketch, SketchResult, sketch_quantile_at, slot_bounds
+from daskbatch.stats.quantile import SketchResult
+from daskbatch.stats.sketch_layout import sketch_quantile_at, slot_bounds
 
 __all__ = [
-    "FENCE", "GAP", "MAX_DETACHED", "OUT_OF_RANGE_LIMIT", "SEPARATION", "SNAP", "TAIL", "WIDEN", "dyadic_range", "fine_ranges", "flag_out_of_range",
-    "histogram_ranges", "is_minmax", "robust_ranges",
+    "FENCE", "GAP", "MAX_DETACHED", "MIN_SPIKE_COUNT", "MIN_SPIKE_FRACTION", "NEIGHBOUR_BINS", "OUT_OF_RANGE_LIMIT",
+    "SEPARATION", "SNAP", "SPIKE_RATIO", "TAIL", "WIDEN", "SuspectValue", "dyadic_range", "fine_ranges",
+    "flag_out_of_range", "histogram_ranges", "is_minmax", "robust_ranges", "suspect_values",
 ]
 
 #: Probability left out in each tail when a range is found from the sketch.
@@ -73,11 +56,6 @@ SEPARATION = 3.0
 MAX_DETACHED = 0.1
 #: A range ends on the bulk's outer sketch bucket's edge where that bucket is at most this fraction of the bulk's extent.
 SNAP = 0.05
-
-
-def _layout(sketch: SketchResult) -> Sketch:
-    """The layout a finalized sketch was made with."""
-    return sketch.layout
 
 
 def _resolution(sketch: SketchResult, v: np.ndarray) -> np.ndarray:
@@ -142,7 +120,7 @@ _BULK_FOUND: weakref.WeakKeyDictionary[SketchResult, tuple[np.ndarray, np.ndarra
 
 def _find_bulk_tails(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``TAIL`` and ``1 - TAIL`` quantiles of each feature's bulk (D, 2), and the smallest and largest value it may hold."""
-    layout = _layout(sketch)
+    layout = sketch.layout
     vmin, vmax = np.asarray(sketch.finite_min), np.asarray(sketch.finite_max)
     q1, q3 = _spread(sketch)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -207,24 +185,7 @@ def _spread(sketch: SketchResult) -> tuple[np.ndarray, np.ndarray]:
 def robust_ranges(
     sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature (lo, hi): the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened, clipped to the bulk and ``[vmin, vmax]``.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The first pass's quantile sketch.
-    vmin, vmax : ndarray, shape (D,)
-        Finite extrema of each feature (NaN when it has none).
-
-    Returns
-    -------
-    lo : ndarray, shape (D,)
-        The lower end of each feature's range.
-    hi : ndarray, shape (D,)
-        The upper end. Where the quantiles span nothing (a feature that is
-        almost constant, or whose tails are infinite), ``lo`` and ``hi`` are
-        the extrema themselves, as ``range="minmax"`` gives.
-    """
+    """Per-feature (lo, hi): the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened, clipped to the bulk and ``[vmin, vmax]``."""
     tails, bulk_lo, bulk_hi = _bulk_tails(sketch)
     err = _resolution(sketch, tails)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -250,26 +211,7 @@ def robust_ranges(
 def fine_ranges(
     sketch: SketchResult, vmin: np.ndarray, vmax: np.ndarray, bins: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature (lo, hi) of the quantile histogram: it holds the exact ``TAIL`` and ``1 - TAIL`` quantiles of the bulk.
-
-    Parameters
-    ----------
-    sketch : SketchResult
-        The first pass's quantile sketch.
-    vmin, vmax : ndarray, shape (D,)
-        Finite extrema of each feature (NaN when it has none).
-    bins : int
-        Bins of the quantile histogram.
-
-    Returns
-    -------
-    lo : ndarray, shape (D,)
-        Lower ends: a whole number of bin widths, the width a power of two
-        (``(hi - lo) / bins``), where float64 can hold them exactly.
-    hi : ndarray, shape (D,)
-        Upper ends; ``lo < hi`` always (0 and 1 for a feature without values,
-        :func:`around_constant` for a constant one).
-    """
+    """Per-feature (lo, hi) of the quantile histogram: it holds the exact ``TAIL`` and ``1 - TAIL`` quantiles of the bulk."""
     _, bulk_lo, bulk_hi = _bulk_tails(sketch)
     tails = sketch.quantile([TAIL, 1.0 - TAIL])
     err = _resolution(sketch, tails)
@@ -365,3 +307,71 @@ def histogram_ranges(
         d = int(np.argmax(bad))
         raise ValueError(f"histogram range of feature {d} must be finite with lo < hi; got ({lo[d]}, {hi[d]})")
     return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+#: How many times the values of the most crowded neighbouring bin the extreme's bin must hold.
+SPIKE_RATIO = 20.0
+#: The fewest values in the extreme's bin, and the smallest fraction of the feature's counted values.
+MIN_SPIKE_COUNT = 10
+MIN_SPIKE_FRACTION = 0.001
+#: Non-empty bins inward of the extreme's bin that it is compared with.
+NEIGHBOUR_BINS = 3
+
+
+@dataclass(frozen=True)
+class SuspectValue:  # numpydoc ignore=PR02
+    """A feature's minimum or maximum that piles up in its histogram bin: perhaps a sentinel."""
+
+    feature: str
+    value: float
+    side: str
+    bin_count: int
+    neighbour_count: int
+
+    def describe(self) -> str:
+        """Say what was found in a few words, for warnings and tables."""
+        return (
+            f"{self.value:g} (the {self.side}): {self.bin_count:,} values in its bucket, at most "
+            f"{self.neighbour_count:,} in the next ones"
+        )
+
+
+def suspect_values(
+    names: Sequence[str],
+    counts: np.ndarray,
+    edges: np.ndarray,
+    minimum: np.ndarray,
+    maximum: np.ndarray,
+    judged: np.ndarray | None = None,
+) -> tuple[SuspectValue, ...]:
+    """Find the features whose minimum or maximum piles up at the edge of their values (the module's notes, 4.)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    edges = np.broadcast_to(
+        np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)
+    )
+    found = []
+    for i, name in enumerate(names):
+        for j, (side, value) in enumerate((("min", float(minimum[i])), ("max", float(maximum[i])))):
+            if judged is not None and not judged[i, j]:
+                continue
+            spike = _spike(counts[i], edges[i], value, inward=1 if side == "min" else -1)
+            if spike is not None:
+                found.append(SuspectValue(str(name), value, side, *spike))
+    return tuple(found)
+
+
+def _spike(
+    counts: np.ndarray, edges: np.ndarray, value: float, inward: int
+) -> tuple[int, int] | None:
+    """The counts of ``value``'s bin and of its busiest inward neighbour, if that bin is a spike, else None."""
+    if not (np.isfinite(value) and edges[0] <= value <= edges[-1]):
+        return None
+    k = int(np.clip(np.searchsorted(edges, value, side="right") - 1, 0, counts.size - 1))
+    inner = counts[k + 1 :] if inward > 0 else counts[:k][::-1]
+    neighbours = inner[inner > 0][:NEIGHBOUR_BINS]
+    if neighbours.size < NEIGHBOUR_BINS:
+        return None  # too few distinct places to call one of them crowded
+    spike, busiest = counts[k], float(neighbours.max())
+    total = float(counts.sum())
+    if spike < max(MIN_SPIKE_COUNT, MIN_SPIKE_FRACTION * total) or spike < SPIKE_RATIO * busiest:
+        return None
+    return int(spike), int(busiest)

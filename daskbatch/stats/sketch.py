@@ -1,56 +1,28 @@
 """Per-feature quantile sketches with a relative-error bound (logarithmic buckets, as DDSketch).
 
-A value ``v`` with ``min_magnitude <= |v| <= max_magnitude`` falls into the
-bucket ``k = ceil(log_gamma |v|)`` of its sign, ``gamma = (1 + alpha) / (1 - alpha)``;
-bucket ``k`` holds ``(gamma**(k-1), gamma**k]`` and answers ``gamma**k * (1 - alpha)``,
-which is within ``alpha`` (relative) of every value in it (Masson, Rim & Lee,
-"DDSketch", VLDB 2019). A quantile is read at the exact rank, so it is within
-``alpha`` of ``numpy.quantile(..., method="inverted_cdf")``.
+A value ``v`` with ``min_magnitude <= |v| <= max_magnitude`` falls into the bucket
+``k = ceil(log_gamma |v|)`` of its sign, ``gamma = (1 + alpha) / (1 - alpha)``; bucket ``k``
+holds ``(gamma**(k-1), gamma**k]`` and answers ``gamma**k * (1 - alpha)``, within ``alpha``
+(relative) of every value in it (Masson, Rim & Lee, "DDSketch", VLDB 2019). A quantile is read
+at the exact rank, so it is within ``alpha`` of ``numpy.quantile(..., method="inverted_cdf")``.
 
-The bucket keys are fixed by the parameters alone (``2 * n_buckets + 3``
-value slots, about 27,600 with the defaults), but a state stores only a
-*window* of ``window`` consecutive buckets per feature and sign (a "collapsing
-lowest dense store", as DDSketch's): its ``offset`` is the key of the window's
-first bucket, the lowest populated key (but never above ``n_buckets - window``,
-so that the default window of every bucket always starts at 0 and merges by
-addition). With the default 2,048 buckets and
-alpha, a window spans a factor ``gamma**2048`` (about 10**8.9) in magnitude, so
-data within any 10**6 dynamic range per sign never collapse, and a state
-takes 33 kB per feature instead of 221 kB (164 MB at 5,000 features).
+A state stores a *window* of ``window`` consecutive buckets per feature and sign (DDSketch's
+"collapsing lowest dense store"); ``offset`` is the key of its first bucket, the lowest
+populated key (never above ``n_buckets - window``, so that a window of every bucket starts at 0
+and merges by addition). When a sign's populated keys span more than ``window`` buckets, the
+lowest magnitudes are added into the first bucket: their ranks are bounded by ``gamma**offset``
+in absolute terms only; the large magnitudes, where robust ranges and outliers live, never
+collapse. Where a sketch of every bucket does not fit a worker, ``describe`` plans narrower or
+int32 windows (:data:`~daskbatch.stats.sketch_windows.WINDOWS`).
 
-**Wide data.** ``count_dtype="int32"`` halves a state (a merge whose rows could
-pass ``2**31 - 1`` promotes both states to int64 first). Where even 2,048 int32
-buckets per sign do not fit a worker, ``describe`` plans 1,024 or 512 buckets
-of :data:`~daskbatch.stats.sketch_windows.PAIRED_ALPHA` (the default buckets merged in pairs, as UDDSketch's
-uniform collapse: ``gamma`` squared, quantiles within 1 %), so a window of
-1,024 still spans 10**8.9 (:data:`~daskbatch.stats.sketch_windows.WINDOWS`; the planner chooses, the summary
-records ``alpha`` and ``window``).
-
-**Collapse.** When a sign's populated keys span more than ``window``
-buckets, the *lowest-magnitude* buckets are added into the window's first
-bucket: the window keeps the ``window`` buckets below the largest populated
-key. Every rank whose value lies in a kept bucket keeps the ``alpha`` bound;
-a rank whose value lies in a collapsed bucket (a magnitude below
-``gamma**offset``, about ``max|v| * 10**-8.9`` by default) is answered by the
-first bucket, so its error is bounded only in absolute terms, by
-``gamma**offset`` (not by ``alpha |v|``). The large magnitudes, the tails that
-robust ranges and outliers live in, are never collapsed.
-
-**Merges** align the two windows' offsets and add int64 counts (float64 sums
-of weights for a weighted sketch, ``chunk(..., weights=w)``) and take the
-minimum and maximum of the extrema. A merged window is a function of the
-multiset of keys alone (the lowest key, or the largest less ``window - 1``
-after a collapse), so any chunking and merge order gives bitwise identical
-states, collapsed or not.
-
-**Distinct values.** A state also keeps each feature's distinct finite values
-and their counts while it has at most :attr:`Sketch.values_kept` of them (1,024
-with every bucket kept): the quantiles of tied data are then exact
-(:mod:`daskbatch.stats.sketch_distinct`, :meth:`Sketch.exact_quantile`).
-
-What happens outside the magnitude range, the bucket layout and the reading
-of quantiles from counts are in :mod:`daskbatch.stats.sketch_layout`.
+Merges align the windows and add the counts (float64 sums of weights when weighted); a merged
+window is a function of the multiset of keys alone, so any chunking and merge order gives
+bitwise identical states. A state also keeps each feature's distinct values while few, a dyadic
+grid (:mod:`daskbatch.stats.sketch_distinct`) and its extreme values
+(:mod:`daskbatch.stats.sketch_tails`). The layout and the reading of quantiles from counts are
+:mod:`daskbatch.stats.sketch_layout`; the result is :class:`~daskbatch.stats.quantile.SketchResult`.
 """
+
 
 from __future__ import annotations
 
@@ -65,8 +37,14 @@ import numpy as np
 from daskbatch._common import Array, Namespace
 from daskbatch.stats import kernels
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
-from daskbatch.stats.numerics import as_float64, positive_rows
+from daskbatch.stats.numerics import (
+    as_float64,
+    device,
+    namespace,
+    positive_rows,
+    to_numpy,
+)
+from daskbatch.stats.quantile import SketchResult
 from daskbatch.stats.sketch_distinct import (
     compiled_distinct,
     distinct_quantile,
@@ -80,17 +58,7 @@ from daskbatch.stats.sketch_distinct import (
     merge_distinct,
     xp_distinct,
 )
-from daskbatch.stats.sketch_layout import (
-    SketchLayout,
-    _held_runs,
-    _window_slots,
-    collapse_floor,
-    dense_run,
-    sketch_quantile,
-    sketch_quantile_at,
-    sketch_values,
-    slot_bounds,
-)
+from daskbatch.stats.sketch_layout import SketchLayout
 from daskbatch.stats.sketch_tails import (
     empty_tails,
     merge_tails,
@@ -99,15 +67,10 @@ from daskbatch.stats.sketch_tails import (
     tails_quantile,
 )
 
-__all__ = [
-    "WINDOW", "Sketch", "SketchResult", "SketchState", "collapse_floor", "dense_run", "sketch_quantile",
-    "sketch_quantile_at", "sketch_values", "slot_bounds",
-]
+__all__ = ["WINDOW", "Sketch", "SketchState"]
 
 #: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
 WINDOW = 2048
-#: Features merged at a time by the array-API merge (its temporaries stay this many rows).
-MERGE_ROWS = 256
 #: Values the array-API chunk keys at a time (its temporaries, ~60 bytes a value, stay near 1 GiB).
 BLOCK_VALUES = 2**24
 _COUNT_DTYPES = ("int64", "int32")
@@ -149,182 +112,6 @@ class SketchState(State):
     tail_high: Array | None = None
 
 
-@dataclass(frozen=True, eq=False)
-class SketchResult:
-    """A finalized sketch: per feature, its ``2 W + 3`` window slots in value order, NaN counts and finite extrema.
-
-    ``counts`` (D, 2 W + 3) int64 (float64 when weighted) holds ``-inf``, the negative window (largest
-    magnitude first), zero, the positive window and ``+inf``; ``offset`` (D, 2)
-    the windows' first keys, as in :class:`SketchState`; :meth:`slots` maps
-    every column to its slot of the full layout. ``finite_min``/``finite_max``
-    are NaN for a feature without finite values. The parameters of the
-    :class:`Sketch` that made it ride along so that :meth:`quantile` can read it.
-    """
-
-    counts: Array
-    offset: Array
-    nan_count: Array
-    finite_min: Array
-    finite_max: Array
-    alpha: float
-    min_magnitude: float
-    max_magnitude: float
-    window: int
-    #: The distinct values (and their counts and number, ``k + 1`` when too many), as :class:`SketchState`'s.
-    distinct: Array | None = None
-    distinct_counts: Array | None = None
-    distinct_held: Array | None = None
-
-    @property
-    def layout(self) -> Sketch:
-        """Give the :class:`Sketch` that made this result.
-
-        Returns
-        -------
-        Sketch
-            Its parameters.
-        """
-        return Sketch(self.alpha, self.min_magnitude, self.max_magnitude, self.window)
-
-    def slots(self, columns: slice = slice(None)) -> np.ndarray:
-        """Give the slot of the full layout (:func:`sketch_values`, :func:`slot_bounds`) of every column of ``counts``.
-
-        Columns of a window beyond the layout's ends hold no counts; they
-        are mapped onto the nearest end slot of their sign.
-
-        Parameters
-        ----------
-        columns : slice, optional
-            Only these columns; all by default (:meth:`runs` gives each feature's non-empty ones).
-
-        Returns
-        -------
-        numpy.ndarray
-            The int64 slots (D, 2 W + 3), increasing along each row where counts are held
-            (read-only: found once per result, shared by its quantiles and ranges).
-        """
-        if columns == slice(None):
-            return self._slots
-        return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
-
-    def runs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Give each feature's non-empty columns in value order: their counts and slots.
-
-        Quantiles, collapse floors, ranges and the summary's window read only
-        these (a cumulative count steps only at them): a sketch that keeps
-        every bucket has ~27,600 columns, of which a feature's data fill a few
-        hundred, spread over thousands where it crosses zero.
-
-        Returns
-        -------
-        counts : numpy.ndarray
-            (D, L), in value order, L the most any feature holds; a shorter
-            row is padded on the right with zero counts.
-        slots : numpy.ndarray
-            (D, L) int64, the slot of the full layout of every column (a padded
-            column repeats the slot of the row's last one).
-            Both read-only, found once per result.
-        """
-        return self._runs
-
-    @functools.cached_property
-    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`runs`, found once."""
-        counts = to_numpy(self.counts)
-        columns, inside = _held_runs(counts)
-        run = np.where(inside, np.take_along_axis(counts, columns, axis=1), np.zeros((), dtype=counts.dtype))
-        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
-        for a in (run, slots):
-            a.flags.writeable = False
-        return run, slots
-
-    @functools.cached_property
-    def _slots(self) -> np.ndarray:
-        """:meth:`slots`, found once (a frozen result's slots never change)."""
-        slots = _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window)
-        slots.flags.writeable = False
-        return slots
-
-    def collapse_floor(self) -> np.ndarray:
-        """Give, per feature and sign, the magnitude at or below which answers may come from a collapsed bucket.
-
-        Returns
-        -------
-        numpy.ndarray
-            The float64 (D, 2), negative and positive side: the upper magnitude
-            of the window's first bucket where the window is full (it may
-            have collapsed: answers at or below it are bounded by it, not by
-            ``alpha``), 0 elsewhere.
-        """
-        return collapse_floor(*self.runs(), self.layout)  # empty columns change no floor
-
-    def dense(self, d: int, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-        """Give feature ``d``'s counts over a contiguous run of slots of the full layout.
-
-        Parameters
-        ----------
-        d : int
-            The feature.
-        include : tuple of int, default ()
-            Slots the run must reach as well (empty columns are added).
-
-        Returns
-        -------
-        first : int
-            The slot of the run's first column.
-        counts : numpy.ndarray
-            The int64 counts from the first to the last populated (or included) slot.
-        """
-        counts = to_numpy(self.counts[d : d + 1, :])[0]
-        slots = _window_slots(to_numpy(self.offset[d : d + 1, :]), self.layout.n_buckets, self.window)[0]
-        return dense_run(counts, slots, include)
-
-    def quantile(self, q: float | Any) -> np.ndarray:
-        """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
-
-        Ranks in buckets collapsed into a window's first bucket (see the
-        module notes) are within ``gamma**offset`` in absolute terms only.
-
-        Parameters
-        ----------
-        q : float or array_like
-            Probabilities in [0, 1].
-
-        Returns
-        -------
-        numpy.ndarray
-            Shape (D,) for a scalar ``q``, else (D, len(q)); NaN for a feature without values.
-        """
-        values = sketch_quantile_at(  # no rank lands on an empty column
-            *self.runs(), self.layout,
-            to_numpy(self.finite_min), to_numpy(self.finite_max), q,
-        )
-        exact = self.exact_quantile(q)
-        return values if exact is None else np.where(np.isnan(exact), values, exact)
-
-    def exact_quantile(self, q: float | Any) -> np.ndarray | None:
-        """Give the exact ``inverted_cdf`` quantiles of the features whose distinct values are all kept.
-
-        Parameters
-        ----------
-        q : float or array_like
-            Probabilities in [0, 1].
-
-        Returns
-        -------
-        numpy.ndarray or None
-            Shaped as :meth:`quantile`'s, NaN for the other features; None for a
-            result without distinct values (a state saved before they were kept).
-        """
-        if self.distinct is None or self.distinct_counts is None or self.distinct_held is None:
-            return None
-        counts = to_numpy(self.counts)
-        exact = distinct_quantile(
-            to_numpy(self.distinct), to_numpy(self.distinct_counts), to_numpy(self.distinct_held),
-            counts[:, 0], counts[:, -1], q, weighted=counts.dtype.kind == "f",
-        )
-        return exact[:, 0] if np.ndim(q) == 0 else exact
-
 @dataclass(frozen=True)
 class Sketch(SketchLayout):  # numpydoc ignore=PR02
     """Relative-error quantile sketch of every feature, mergeable by aligning windows and adding counts.
@@ -349,10 +136,6 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         promotes both states to int64 first, so no count ever wraps.
     """
 
-    alpha: float = 0.005
-    min_magnitude: float = 1e-30
-    max_magnitude: float = 1e30
-    window: int | None = None
     count_dtype: str = "int64"
     name = "sketch"
     #: The compiled kernels it has (read by :func:`~daskbatch.stats.kernels.path.kernel_path`).
@@ -444,40 +227,9 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             assert state is not None
             return state
         x = as_float64(x)
-        n, w = self.n_buckets, self.buckets_kept
-        key, bucketed = self._keys(x)
-        pos = bucketed & (x > 0)
-        neg = bucketed & (x < 0)
-        offsets = []
-        column = xp.full_like(key, 2 * w + 1)  # zero and tiny magnitudes
-        for side, mask in enumerate((neg, pos)):
-            lo = xp.min(xp.where(mask, key, xp.full_like(key, n)), axis=0)
-            first = self._window(xp, lo, xp.max(xp.where(mask, key, xp.full_like(key, -1)), axis=0))
-            offsets.append(first)
-            # Keys below the window's first are collapsed into it.
-            local = xp.clip(key - first[None, :], 0, w - 1) + side * w
-            column = xp.where(mask, local, column)
-            del local
-        del key, pos, neg
-        column = xp.where(x == -xp.inf, xp.full_like(column, 2 * w), column)
-        column = xp.where(x == xp.inf, xp.full_like(column, 2 * w + 2), column)
-        column = xp.where(xp.isnan(x), xp.full_like(column, 2 * w + 3), column)
-        width = self.width
-        flat = column + xp.arange(n_features, dtype=xp.int64, device=dev) * width
-        del column
-        if weights is None:
-            counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
-            counts = xp.astype(counts, getattr(xp, self._chunk_dtype(rows)), copy=False)
-        else:
-            each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
-            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
-        del flat
-        finite = xp.isfinite(x)
-        inf = xp.full_like(x, xp.inf)
-        fmin, fmax = xp.min(xp.where(finite, x, inf), axis=0), xp.max(xp.where(finite, x, -inf), axis=0)
-        del finite, inf
+        counts, offset, fmin, fmax = self._xp_counts(x, weights, self._chunk_dtype(rows))
         return SketchState(
-            counts=xp.reshape(counts, (n_features, width)), offset=xp.stack(offsets, axis=1), fmin=fmin, fmax=fmax,
+            counts=counts, offset=offset, fmin=fmin, fmax=fmax,
             **self._distinct_fields(xp_distinct(x, self.values_kept, weights)),
             **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
             **self._tails_for(x, weights),
@@ -499,32 +251,14 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         xp = namespace(a.counts, b.counts)
         a, b = _promoted(xp, a, b)
         fmin, fmax = xp.minimum(a.fmin, b.fmin), xp.maximum(a.fmax, b.fmax)
-        distinct = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
-        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
-        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
-            distinct.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, xp.result_type(a.counts, b.counts))))
-        tails_a, tails_b = _tails_of(a), _tails_of(b)
-        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
-            distinct.update(_tail_fields(merge_tails(tails_a, tails_b)))
+        distinct = self._merged_extras(a, b, fmin, fmax, xp.result_type(a.counts, b.counts))
         if self.buckets_kept == self.n_buckets:  # every bucket kept: every window starts at 0 (or is empty)
             return SketchState(counts=a.counts + b.counts, offset=xp.minimum(a.offset, b.offset), fmin=fmin, fmax=fmax,
                                **distinct)
         if kernels.kernel_path(a.counts, self).compiled and kernels.kernel_path(b.counts, self).compiled:
             counts, offset = kernels.sketch_merge(a.counts, a.offset, b.counts, b.offset, self.n_buckets, self.buckets_kept)
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **distinct)
-        # Blocks of features, written into the result: no temporary grows with the whole state.
-        n_features, width = a.counts.shape
-        # int64 counts, float64 sums of weights where either state is weighted
-        counts = xp.zeros((n_features, width), dtype=xp.result_type(a.counts, b.counts), device=device(a.counts))
-        offsets = []
-        for start in range(0, n_features, MERGE_ROWS):
-            rows = slice(start, min(start + MERGE_ROWS, n_features))
-            part_a = SketchState(counts=a.counts[rows, :], offset=a.offset[rows, :], fmin=a.fmin, fmax=a.fmax)
-            part_b = SketchState(counts=b.counts[rows, :], offset=b.offset[rows, :], fmin=b.fmin, fmax=b.fmax)
-            block, offset = self._merge_rows(xp, part_a, part_b)
-            counts[rows, :] = block
-            offsets.append(offset)
-        offset = xp.concat(offsets, axis=0) if offsets else xp.asarray(a.offset, copy=True)
+        counts, offset = self._xp_merge(a.counts, a.offset, b.counts, b.offset)
         return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **distinct)
 
     def merge_many(self, states: Sequence[SketchState], /) -> SketchState:
@@ -553,20 +287,26 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             dtype = xp.int32 if small else xp.int64
         else:
             dtype = xp.float64
-        counts, offset = xp.astype(states[0].counts, dtype, copy=True), states[0].offset
-        fmin, fmax = states[0].fmin, states[0].fmax
-        distinct, grid, tails = self._distinct_of(states[0]), self._grid_of(states[0]), _tails_of(states[0])
+        counts = xp.astype(states[0].counts, dtype, copy=True)
+        merged = dataclasses.replace(states[0], counts=counts)
         for s in states[1:]:  # in order: float64 sums of weights round as the merges in turn do
             counts += s.counts
-            offset, fmin, fmax = xp.minimum(offset, s.offset), xp.minimum(fmin, s.fmin), xp.maximum(fmax, s.fmax)
-            distinct = merge_distinct(distinct, self._distinct_of(s), self.values_kept)
-            other = self._grid_of(s)
-            grid = None if grid is None or other is None else grid_merge(grid, other, fmin, fmax, dtype)
-            more = _tails_of(s)
-            tails = None if tails is None or more is None else merge_tails(tails, more)
-        return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax, **self._distinct_fields(distinct),
-                           **({} if grid is None else self._grid_fields(grid)),
-                           **({} if tails is None else _tail_fields(tails)))
+            offset = xp.minimum(merged.offset, s.offset)
+            fmin, fmax = xp.minimum(merged.fmin, s.fmin), xp.maximum(merged.fmax, s.fmax)
+            merged = SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
+                                 **self._merged_extras(merged, s, fmin, fmax, dtype))
+        return merged
+
+    def _merged_extras(self, a: SketchState, b: SketchState, fmin: Array, fmax: Array, dtype: Any) -> dict[str, Array]:
+        """The merged distinct values, grid and tails of two states, as keyword arguments of :class:`SketchState`."""
+        fields = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
+        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
+        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
+            fields.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, dtype)))
+        tails_a, tails_b = _tails_of(a), _tails_of(b)
+        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
+            fields.update(_tail_fields(merge_tails(tails_a, tails_b)))
+        return fields
 
     @property
     def values_kept(self) -> int:
@@ -690,30 +430,6 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         """Rows the array-API chunk keys at a time: :data:`BLOCK_VALUES` values, at least one row."""
         return max(1, BLOCK_VALUES // max(1, n_features))
 
-    def _merge_rows(self, xp: Namespace, a: SketchState, b: SketchState) -> tuple[Array, Array]:
-        """Merged counts and offsets of a block of features (the array-API merge)."""
-        w = self.buckets_kept
-        offset = self._window(xp, xp.minimum(a.offset, b.offset), xp.maximum(self._top(xp, a), self._top(xp, b)))
-        if bool(xp.all(offset == a.offset)) and bool(xp.all(offset == b.offset)):
-            return a.counts + b.counts, offset
-        parts = [
-            _shift(xp, a.counts[:, side * w : (side + 1) * w], offset[:, side] - a.offset[:, side])
-            + _shift(xp, b.counts[:, side * w : (side + 1) * w], offset[:, side] - b.offset[:, side])
-            for side in (0, 1)
-        ]
-        return xp.concat([*parts, a.counts[:, 2 * w :] + b.counts[:, 2 * w :]], axis=1), offset
-
-    def _top(self, xp: Namespace, s: SketchState) -> Array:
-        """Largest populated key of each feature and sign (D, 2), -1 where a window is empty."""
-        w = self.buckets_kept
-        i = xp.arange(w, dtype=xp.int64, device=device(s.counts))
-        tops = []
-        for side in (0, 1):
-            held = s.counts[:, side * w : (side + 1) * w] > 0
-            last = xp.max(xp.where(held, i[None, :], xp.full_like(i, -1)[None, :]), axis=1)
-            tops.append(xp.where(last >= 0, s.offset[:, side] + last, last))
-        return xp.stack(tops, axis=1)
-
     def finalize(self, s: SketchState, /) -> SketchResult:
         """Put a state's slots in value order and split off the NaN counts and the finite extrema.
 
@@ -776,24 +492,4 @@ def _promoted(xp: Namespace, a: SketchState, b: SketchState) -> tuple[SketchStat
     return tuple(  # type: ignore[return-value]
         dataclasses.replace(s, counts=xp.astype(s.counts, xp.int64)) if int32 else s
         for s, int32 in zip((a, b), small, strict=True)
-    )
-
-
-def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
-    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0."""
-    # Column ``j`` of the result is the sum of source columns ``j + by`` (all
-    # of those ``<= by`` for ``j = 0``), read as differences of the prefix
-    # sums: a gather, since the array API has no scatter-add.
-    d, w = counts.shape
-    dev = device(counts)
-    zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
-    # In the counts' dtype: an int32 prefix sum stays below the rows counted, which a merge keeps below 2**31.
-    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1, dtype=counts.dtype)], axis=1), (-1,))
-    j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
-    row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
-    upper = xp.clip(j + by[:, None] + 1, 0, w) + row
-    lower = xp.where(j == 0, row, xp.clip(j + by[:, None], 0, w) + row)
-    shape = (d, w)
-    return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
-        xp.take(prefix, xp.reshape(lower, (-1,))), shape
     )

@@ -1,33 +1,16 @@
-"""The sketch's distinct values: exact counts of each feature's finite values while it has few.
+"""The sketch's exact side-cars: each feature's distinct values while few, and a dyadic grid.
 
-A bucket of the sketch spans ``2·alpha`` of ``|v|``: on tied data (integers,
-pixels, rounded values, a few rows) many values share it, and a value read
-inside a bucket or a histogram bin misses the rank of the atom it stands for
-(290.0037 for a median of 290.0 that holds 2 % of the rows). So every
-:class:`~daskbatch.stats.sketch.SketchState` also keeps, per feature, its
-distinct finite values and their counts (sums of weights when weighted) while
-there are at most ``k`` of them (:func:`kept_values`: 1,024 with every bucket
-kept, 128 down to 32 for the narrow windows of wide data), and marks the feature once there are more.
+A bucket spans ``2·alpha`` of ``|v|``, so on tied data (integers, pixels, rounded values) a value
+read inside it misses the atom its rank stands on. A state therefore keeps each feature's
+distinct finite values and their counts while there are at most ``k`` (:func:`kept_values`) and
+marks the feature once there are more; merges take the union, so a feature has its values
+exactly when all its rows have at most ``k``, for any chunking, and :func:`distinct_quantile`
+answers ``numpy.quantile(..., method="inverted_cdf")`` itself.
 
-Merges take the union and add the counts, and mark a feature whose union
-passes ``k`` (or that either side marked): a feature has its values exactly
-when all its rows together have at most ``k`` distinct finite values, for any
-chunking and merge order, so :func:`distinct_quantile` then answers
-``numpy.quantile(..., method="inverted_cdf")`` itself (a data value at its
-exact rank), after ``describe``, :func:`daskbatch.merge` and
-:func:`daskbatch.update` alike. Counts are float64: exact integers for
-unweighted rows.
-
-**The dyadic grid.** A bucket spans ``2·alpha`` of ``|v|``: far from zero
-(290 ± 1) it is wider than the spread. ``describe`` narrows it with a second
-pass's fine histogram, whose range is its own; a merge or an update has
-none. So a state also counts each feature's finite values on a grid of
-:func:`grid_bins` bins of width ``2**step`` starting at ``first * 2**step``:
-the finest power of two whose grid holds the feature's ``[min, max]``. Grids
-of powers of two nest, so a merge re-bins both onto the finest grid that
-holds the union (a function of the union's extrema alone: any chunking and
-merge order gives the same counts) and the merged quantiles are read inside
-one grid bin and one bucket, as ``describe``'s (:func:`grid_fine`).
+The dyadic grid counts the finite values in :func:`grid_bins` bins of width ``2**step``, the
+finest power of two that holds ``[min, max]``. Such grids nest, so a merge re-bins both onto the
+grid of the union's extrema (the same for any merge order), and merged quantiles are read inside
+one grid bin and one bucket (:func:`grid_fine`), as ``describe``'s second pass does.
 """
 
 from __future__ import annotations
@@ -37,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import bincount, device, namespace, to_numpy, weighted_bincount
+from daskbatch.stats.numerics import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
 __all__ = [
@@ -66,47 +49,14 @@ _BLOCK_FEATURES = 16
 
 
 def kept_values(buckets_kept: int) -> int:
-    """Give the most distinct values a feature keeps beside ``buckets_kept`` buckets per sign.
-
-    :data:`DISTINCT_VALUES`, or a sixteenth of a narrow window (128 at 2,048
-    buckets, 32 at 512), so that the values add at most an eighth to a state.
-
-    Parameters
-    ----------
-    buckets_kept : int
-        The sketch's window (``Sketch.buckets_kept``).
-
-    Returns
-    -------
-    int
-        The most distinct values kept per feature (at least 1).
-    """
+    """Give the most distinct values a feature keeps beside ``buckets_kept`` buckets per sign."""
     return max(1, min(DISTINCT_VALUES, buckets_kept // 16))
 
 
 def empty_distinct(
     xp: Namespace, n_features: int, k: int, dev: object = None
 ) -> tuple[Array, Array, Array]:
-    """Give the distinct values of no rows: zero values, zero counts, none held.
-
-    Parameters
-    ----------
-    xp : namespace
-        The array namespace to allocate in.
-    n_features : int
-        Number of features.
-    k : int
-        The most values kept per feature.
-    dev : device, optional
-        The device to allocate on.
-
-    Returns
-    -------
-    values, counts : array
-        Float64 (D, k).
-    held : array
-        Int64 (D,).
-    """
+    """Give the distinct values of no rows: zero values, zero counts, none held."""
     return (
         xp.zeros((n_features, k), dtype=xp.float64, device=dev),
         xp.zeros((n_features, k), dtype=xp.float64, device=dev),
@@ -120,44 +70,14 @@ def _table_size(k: int) -> int:
 
 
 def distinct_scratch_bytes(n_features: int, k: int) -> int:
-    """Give the bytes of the hash tables :func:`compiled_distinct` works in, for ``n_features`` and ``k`` values kept.
-
-    Parameters
-    ----------
-    n_features : int
-        Features of the chunk.
-    k : int
-        The most values kept per feature.
-
-    Returns
-    -------
-    int
-        Two float64 tables of a block of at most 16 features (512 kB at k = 1,024).
-    """
+    """Give the bytes of the hash tables :func:`compiled_distinct` works in, for ``n_features`` and ``k`` values kept."""
     return 2 * 8 * min(_BLOCK_FEATURES, max(n_features, 1)) * _table_size(k)
 
 
 def compiled_distinct(
     x: np.ndarray, k: int, weights: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Count a host chunk's distinct values per feature with the compiled loop.
-
-    Parameters
-    ----------
-    x : numpy.ndarray
-        The chunk (R, D), any real dtype.
-    k : int
-        The most values kept per feature.
-    weights : numpy.ndarray or None
-        The weight of each row (positive), or None.
-
-    Returns
-    -------
-    values, counts : numpy.ndarray
-        Float64 (D, k): the values in increasing order and their counts, zero past ``held``.
-    held : numpy.ndarray
-        Int64 (D,): distinct values per feature, ``k + 1`` where there are more.
-    """
+    """Count a host chunk's distinct values per feature with the compiled loop."""
     from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
@@ -190,27 +110,7 @@ def compiled_distinct(
 
 
 def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, Array]:
-    """Count a float64 chunk's distinct values per feature with array-API calls (CuPy; the compiled loop's state).
-
-    Its temporaries stay within the sketch's own (three float64 and three
-    int64 arrays and three masks the size of the chunk): each is freed once used.
-
-    Parameters
-    ----------
-    x : array
-        The float64 chunk (R, D).
-    k : int
-        The most values kept per feature.
-    weights : array or None
-        The weight of each row (positive), or None.
-
-    Returns
-    -------
-    values, counts : array
-        Float64 (D, k), as :func:`compiled_distinct`'s.
-    held : array
-        Int64 (D,), as :func:`compiled_distinct`'s.
-    """
+    """Count a float64 chunk's distinct values per feature with array-API calls (CuPy; the compiled loop's state)."""
     xp = namespace(x)
     rows = x.shape[0]
     dev = device(x)
@@ -237,22 +137,7 @@ def xp_distinct(x: Array, k: int, weights: Array | None) -> tuple[Array, Array, 
 def merge_distinct(
     a: tuple[Array, Array, Array], b: tuple[Array, Array, Array], k: int
 ) -> tuple[Array, Array, Array]:
-    """Merge two states' distinct values: the union with counts added, marked where it passes ``k`` or either side is.
-
-    Parameters
-    ----------
-    a, b : (values, counts, held)
-        The two states' distinct values, as :func:`compiled_distinct` gives them.
-    k : int
-        The most values kept per feature.
-
-    Returns
-    -------
-    values, counts : array
-        The union's values and counts, float64 (D, k).
-    held : array
-        The union's number of values, int64 (D,): ``k + 1`` where it has more.
-    """
+    """Merge two states' distinct values: the union with counts added, marked where it passes ``k`` or either side is."""
     xp = namespace(a[0], b[0])
     column = xp.arange(k, dtype=xp.int64, device=device(a[0]))[None, :]
     live = [
@@ -340,26 +225,7 @@ def distinct_quantile(
     *,
     weighted: bool,
 ) -> np.ndarray:
-    """Give ``numpy.quantile(..., method="inverted_cdf")`` of every feature whose distinct values are all kept.
-
-    Parameters
-    ----------
-    values, counts : numpy.ndarray
-        Float64 (D, k): the kept values in increasing order and their counts.
-    held : numpy.ndarray
-        Int64 (D,): values kept, more than ``k`` where the feature has too many.
-    below, above : numpy.ndarray
-        (D,): the counts of ``-inf`` and ``+inf`` (the sketch's own slots).
-    q : float or array_like
-        Probabilities in [0, 1].
-    weighted : bool
-        Whether the counts are sums of weights (the rank is then ``q·W``, not ``ceil(q·n)``).
-
-    Returns
-    -------
-    numpy.ndarray
-        (D, len(q)): the exact quantile where every value is kept and the feature has any; NaN elsewhere.
-    """
+    """Give ``numpy.quantile(..., method="inverted_cdf")`` of every feature whose distinct values are all kept."""
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     n_features, k = values.shape
     out = np.full((n_features, qs.size), np.nan)

@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import namespace
+from daskbatch.stats.numerics import bincount, device, namespace, weighted_bincount
+
+#: Features merged at a time by the array-API merge (its temporaries stay this many rows).
+MERGE_ROWS = 256
 
 __all__ = [
-    "SketchLayout", "collapse_floor", "dense_run", "inverted_cdf_rank", "sketch_quantile", "sketch_quantile_at",
+    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "probabilities", "sketch_quantile", "sketch_quantile_at",
     "sketch_values", "slot_bounds",
 ]
 
@@ -188,29 +191,85 @@ class SketchLayout:  # numpydoc ignore=PR02
         first = xp.minimum(xp.maximum(lo, hi - (w - 1)), xp.full_like(lo, self.n_buckets - w))
         return xp.where(hi >= 0, first, xp.full_like(first, self.n_buckets))
 
+    def _xp_counts(self, x: Array, weights: Array | None, count_dtype: str) -> tuple[Array, Array, Array, Array]:
+        """Counts (D, width), offsets and finite extrema of a float64 block, with array-API calls (CuPy)."""
+        xp = namespace(x)
+        n_features = x.shape[1]
+        dev = device(x)
+        n, w = self.n_buckets, self.buckets_kept
+        key, bucketed = self._keys(x)
+        pos = bucketed & (x > 0)
+        neg = bucketed & (x < 0)
+        offsets = []
+        column = xp.full_like(key, 2 * w + 1)  # zero and tiny magnitudes
+        for side, mask in enumerate((neg, pos)):
+            lo = xp.min(xp.where(mask, key, xp.full_like(key, n)), axis=0)
+            first = self._window(xp, lo, xp.max(xp.where(mask, key, xp.full_like(key, -1)), axis=0))
+            offsets.append(first)
+            # Keys below the window's first are collapsed into it.
+            local = xp.clip(key - first[None, :], 0, w - 1) + side * w
+            column = xp.where(mask, local, column)
+            del local
+        del key, pos, neg
+        column = xp.where(x == -xp.inf, xp.full_like(column, 2 * w), column)
+        column = xp.where(x == xp.inf, xp.full_like(column, 2 * w + 2), column)
+        column = xp.where(xp.isnan(x), xp.full_like(column, 2 * w + 3), column)
+        width = self.width
+        flat = column + xp.arange(n_features, dtype=xp.int64, device=dev) * width
+        del column
+        if weights is None:
+            counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=n_features * width)
+            counts = xp.astype(counts, getattr(xp, count_dtype), copy=False)
+        else:
+            each = xp.reshape(xp.broadcast_to(weights[:, None], flat.shape), (-1,))
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), each, minlength=n_features * width)
+        del flat
+        finite = xp.isfinite(x)
+        inf = xp.full_like(x, xp.inf)
+        fmin, fmax = xp.min(xp.where(finite, x, inf), axis=0), xp.max(xp.where(finite, x, -inf), axis=0)
+        del finite, inf
+        return xp.reshape(counts, (n_features, width)), xp.stack(offsets, axis=1), fmin, fmax
+
+    def _xp_merge(self, counts_a: Array, offset_a: Array, counts_b: Array, offset_b: Array) -> tuple[Array, Array]:
+        """Merged window counts and offsets of two states, with array-API calls, :data:`MERGE_ROWS` features at a time."""
+        # Written into the result: no temporary grows with the whole state.
+        xp = namespace(counts_a, counts_b)
+        w = self.buckets_kept
+        n_features, width = counts_a.shape
+        # int64 counts, float64 sums of weights where either state is weighted
+        counts = xp.zeros((n_features, width), dtype=xp.result_type(counts_a, counts_b), device=device(counts_a))
+        offsets = []
+        for start in range(0, n_features, MERGE_ROWS):
+            rows = slice(start, min(start + MERGE_ROWS, n_features))
+            a, b = counts_a[rows, :], counts_b[rows, :]
+            off_a, off_b = offset_a[rows, :], offset_b[rows, :]
+            offset = self._window(xp, xp.minimum(off_a, off_b), xp.maximum(self._top(xp, a, off_a), self._top(xp, b, off_b)))
+            if bool(xp.all(offset == off_a)) and bool(xp.all(offset == off_b)):
+                counts[rows, :] = a + b
+            else:
+                parts = [
+                    _shift(xp, a[:, side * w : (side + 1) * w], offset[:, side] - off_a[:, side])
+                    + _shift(xp, b[:, side * w : (side + 1) * w], offset[:, side] - off_b[:, side])
+                    for side in (0, 1)
+                ]
+                counts[rows, :] = xp.concat([*parts, a[:, 2 * w :] + b[:, 2 * w :]], axis=1)
+            offsets.append(offset)
+        return counts, xp.concat(offsets, axis=0) if offsets else xp.asarray(offset_a, copy=True)
+
+    def _top(self, xp: Namespace, counts: Array, offset: Array) -> Array:
+        """Largest populated key of each feature and sign (D, 2), -1 where a window is empty."""
+        w = self.buckets_kept
+        i = xp.arange(w, dtype=xp.int64, device=device(counts))
+        tops = []
+        for side in (0, 1):
+            held = counts[:, side * w : (side + 1) * w] > 0
+            last = xp.max(xp.where(held, i[None, :], xp.full_like(i, -1)[None, :]), axis=1)
+            tops.append(xp.where(last >= 0, offset[:, side] + last, last))
+        return xp.stack(tops, axis=1)
+
 
 def collapse_floor(counts: np.ndarray, slots: np.ndarray, sketch: SketchLayout) -> np.ndarray:
-    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout.
-
-    A window collapsed only if its populated slots span all its ``window``
-    buckets; then its smallest-magnitude bucket may hold any smaller magnitude.
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The int64 counts (D, C), in value order.
-    slots : numpy.ndarray
-        The int64 (D, C) or (1, C): the slot of the full layout of each column.
-    sketch : SketchLayout
-        The layout (its ``window`` tells a full window).
-
-    Returns
-    -------
-    numpy.ndarray
-        The float64 (D, 2): for the negative and positive side, the upper
-        magnitude of the smallest-magnitude populated bucket where the window
-        is full, else 0.
-    """
+    """Find the windows that may have collapsed, from counts in value order and their slots of the full layout."""
     n = sketch.n_buckets
     k_min, _ = sketch.key_range
     slots = np.broadcast_to(slots, counts.shape)
@@ -246,12 +305,7 @@ def _window_slots(offset: np.ndarray, n: int, w: int, columns: slice | np.ndarra
 
 
 def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Give the non-empty columns of each feature in order, (D, L), and which are real.
-
-    ``L`` is the most any feature holds; a row with fewer is padded on the
-    right with its last non-empty column (column 0 where it has none),
-    marked ``False`` in the second array.
-    """
+    """Give the non-empty columns of each feature in order, (D, L), and which are real."""
     # In row-major order: each row's columns in order (a flat search is ~6x faster than np.nonzero on 2-D).
     rows, columns = np.divmod(np.flatnonzero(counts.ravel() != 0), counts.shape[1])
     held = np.bincount(rows, minlength=counts.shape[0])
@@ -265,60 +319,20 @@ def _held_runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(inside, out, last), inside
 
 
-def dense_run(counts: np.ndarray, slots: np.ndarray, include: tuple[int, ...] = ()) -> tuple[int, np.ndarray]:
-    """Give one feature's counts over a contiguous run of slots of the full layout (:meth:`~daskbatch.stats.sketch.SketchResult.dense`).
-
-    Parameters
-    ----------
-    counts : numpy.ndarray
-        The feature's counts, a row of :attr:`~daskbatch.stats.sketch.SketchResult.counts`.
-    slots : numpy.ndarray
-        Their slots, the row of :meth:`~daskbatch.stats.sketch.SketchResult.slots`.
-    include : tuple of int, default ()
-        Slots the run must reach as well (empty columns are added).
-
-    Returns
-    -------
-    first : int
-        The slot of the run's first column.
-    counts : numpy.ndarray
-        The counts from the first to the last populated (or included) slot.
-    """
-    held = counts > 0
-    ends = np.concatenate([slots[held], np.asarray(include, dtype=np.int64)])
-    if ends.size == 0:
-        return 0, np.zeros(0, dtype=counts.dtype)
-    first = int(ends.min())
-    out = np.zeros(int(ends.max()) - first + 1, dtype=counts.dtype)
-    out[slots[held] - first] = counts[held]  # held slots are distinct
-    return first, out
-
-
-
 #: Cumulative counts times probabilities :func:`sketch_quantile_at` compares at a time (its temporaries).
 _QUANTILE_BLOCK = 2**22
 
 
+def probabilities(q: float | Any) -> np.ndarray:
+    """The probabilities ``q`` (a number or 1-D) as float64 (P,), checked to lie in [0, 1]."""
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
+        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    return qs
+
+
 def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
-    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count.
-
-    Integer counts: ``max(ceil(q * n), 1)``; float (weighted) counts: ``q * W``,
-    at least the smallest positive weight, so that ``q = 0`` finds the first non-empty slot.
-
-    Parameters
-    ----------
-    qs : ndarray
-        Probabilities.
-    total : number or ndarray
-        The total count (or weight); an array broadcasts against ``qs``.
-    dtype : dtype
-        The dtype of the counts.
-
-    Returns
-    -------
-    ndarray
-        The ranks, float64.
-    """
+    """Give the rank that ``numpy.quantile(..., method="inverted_cdf")`` looks up in a cumulative count."""
     total = np.asarray(total, dtype=np.float64)  # a number, or an array that broadcasts against qs
     rank: np.ndarray = (np.maximum(np.ceil(qs * total), 1.0) if np.dtype(dtype).kind in "iu"
                         else np.maximum(qs * total, np.finfo(np.float64).tiny))
@@ -327,21 +341,7 @@ def inverted_cdf_rank(qs: np.ndarray, total: Any, dtype: Any) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)  # 27,600 values a layout, read once per quantile call
 def sketch_values(sketch: SketchLayout) -> np.ndarray:
-    """Give the value every slot of the full layout answers, in slot order.
-
-    The two overflow slots (1 and ``n_slots - 2``) hold NaN: they answer the
-    feature's finite extremes, which :func:`sketch_quantile` fills in.
-
-    Parameters
-    ----------
-    sketch : SketchLayout
-        The sketch's layout.
-
-    Returns
-    -------
-    ndarray
-        The values, float64 of length ``n_slots``.
-    """
+    """Give the value every slot of the full layout answers, in slot order."""
     k_min, k_top = sketch.key_range
     keys = np.arange(k_min, k_top, dtype=np.float64)
     # gamma**k * (1 - alpha) = 2 gamma**k / (gamma + 1): within alpha of all of (gamma**(k-1), gamma**k].
@@ -352,24 +352,7 @@ def sketch_values(sketch: SketchLayout) -> np.ndarray:
 
 
 def slot_bounds(sketch: SketchLayout) -> tuple[np.ndarray, np.ndarray]:
-    """Give the smallest and largest value every slot may hold, in slot order.
-
-    The bounds are inclusive and nudged outwards by 1e-9 (relative), since a
-    value on a bucket's edge may be counted in its neighbour (rounding of the
-    log). The overflow slots reach to ``∓inf``, the ``±inf`` slots are ``±inf``.
-
-    Parameters
-    ----------
-    sketch : SketchLayout
-        The sketch's layout.
-
-    Returns
-    -------
-    lower : ndarray
-        Smallest value of each slot, float64 of length ``n_slots``.
-    upper : ndarray
-        Largest value of each slot.
-    """
+    """Give the smallest and largest value every slot may hold, in slot order."""
     k_min, k_top = sketch.key_range
     top = np.exp(np.arange(k_min, k_top, dtype=np.float64) * sketch.ln_gamma)  # bucket k: (gamma**(k-1), gamma**k]
     bottom = np.concatenate([[sketch.min_magnitude], top[:-1]]) * (1.0 - 1e-9)
@@ -389,29 +372,7 @@ def sketch_quantile(
     vmax: np.ndarray,
     q: float | Any,
 ) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from a run of consecutive slots' counts (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, W)
-        Slots ``first_slot .. first_slot + W - 1`` of the full layout (a run
-        that holds every non-zero count, as :meth:`SketchResult.dense` or a
-        saved summary gives).
-    first_slot : int
-        Slot of the first column of ``counts``.
-    sketch : SketchLayout
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        As :func:`sketch_quantile_at`.
-    """
+    """Estimate quantiles ``q`` of every feature from a run of consecutive slots' counts (host NumPy)."""
     width = counts.shape[1]
     if first_slot + width > sketch.n_slots:
         raise ValueError(f"{width} sketch slots from slot {first_slot} exceed the layout's {sketch.n_slots}")
@@ -427,33 +388,8 @@ def sketch_quantile_at(
     vmax: np.ndarray,
     q: float | Any,
 ) -> np.ndarray:
-    """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy).
-
-    Parameters
-    ----------
-    counts : ndarray, shape (D, C)
-        Counts, in increasing order of value along each row.
-    slots : ndarray of int, shape (D, C) or (1, C)
-        The slot of the full layout each column counts (the same for every
-        feature when one row).
-    sketch : SketchLayout
-        The layout the counts were made with.
-    vmin, vmax : ndarray, shape (D,)
-        Extrema of each feature: the overflow slots answer them, and finite
-        estimates are clipped into them (NaN or infinite extrema clip nothing).
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    ndarray
-        Shape (D,) for a scalar ``q``, else (D, len(q)). The value of the slot
-        holding rank ``max(ceil(q * n), 1)``, as ``numpy.quantile(...,
-        method="inverted_cdf")``; NaN where a feature has no values.
-    """
-    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
-    if qs.ndim != 1 or np.any(np.isnan(qs)) or np.any((qs < 0) | (qs > 1)):
-        raise ValueError(f"quantile probabilities must lie in [0, 1], got {q!r}")
+    """Estimate quantiles ``q`` of every feature from counts in value order and the slot of every column (host NumPy)."""
+    qs = probabilities(q)
     n_features, width = counts.shape
     values = sketch_values(sketch)
     lo = np.where(np.isfinite(vmin), vmin, -np.inf)[:, None]
@@ -481,3 +417,23 @@ def sketch_quantile_at(
             v = np.where(np.isfinite(v), np.clip(v, lo[rows], hi[rows]), v)
         out[rows] = np.where((total > 0)[:, None], v, np.nan)
     return out[:, 0] if np.ndim(q) == 0 else out
+
+
+def _shift(xp: Namespace, counts: Array, by: Array) -> Array:
+    """Move each row of the window ``counts`` (D, W) down by ``by`` (D,) columns: those pushed below 0 add into 0."""
+    # Column ``j`` of the result is the sum of source columns ``j + by`` (all
+    # of those ``<= by`` for ``j = 0``), read as differences of the prefix
+    # sums: a gather, since the array API has no scatter-add.
+    d, w = counts.shape
+    dev = device(counts)
+    zero = xp.zeros((d, 1), dtype=counts.dtype, device=dev)
+    # In the counts' dtype: an int32 prefix sum stays below the rows counted, which a merge keeps below 2**31.
+    prefix = xp.reshape(xp.concat([zero, xp.cumulative_sum(counts, axis=1, dtype=counts.dtype)], axis=1), (-1,))
+    j = xp.arange(w, dtype=xp.int64, device=dev)[None, :]
+    row = xp.arange(d, dtype=xp.int64, device=dev)[:, None] * (w + 1)
+    upper = xp.clip(j + by[:, None] + 1, 0, w) + row
+    lower = xp.where(j == 0, row, xp.clip(j + by[:, None], 0, w) + row)
+    shape = (d, w)
+    return xp.reshape(xp.take(prefix, xp.reshape(upper, (-1,))), shape) - xp.reshape(
+        xp.take(prefix, xp.reshape(lower, (-1,))), shape
+    )

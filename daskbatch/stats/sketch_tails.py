@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from daskbatch._common import Array, Namespace
-from daskbatch.stats.backend import device, namespace, to_numpy
+from daskbatch.stats.numerics import device, namespace, to_numpy
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
 #: Finite values kept at each end of every feature with every sketch bucket kept.

@@ -45,31 +45,7 @@ def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> in
 
 
 def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
-    """Give the planner's footprint of a :class:`~daskbatch.stats.sketch.Sketch` with ``window`` buckets per sign (None: all).
-
-    The array API makes a float64 copy and magnitudes, logs, keys, columns and
-    masks; the bincount output (int64) sits next to the state. On the GPU
-    (no GPU kernel: CuPy runs the array-API code) a chunk is keyed
-    :data:`~daskbatch.stats.sketch.BLOCK_VALUES` values at a time, so those temporaries stop growing
-    with the chunk; the running state, a block's state and their merge are
-    alive together. A merge of NumPy states is one compiled loop into the
-    result; the array-API merge builds prefix sums and gather indices for
-    :data:`~daskbatch.stats.sketch.MERGE_ROWS` features at a time. The second pass's quantile
-    histogram (QUANTILE_BINS int64 a feature, 16 kB) replaces the sketch's
-    state there, so the sketch's first-pass footprint is the larger one.
-
-    Parameters
-    ----------
-    window : int or None
-        ``Sketch.window``.
-    count_dtype : {"int64", "int32"}, default "int64"
-        ``Sketch.count_dtype``.
-
-    Returns
-    -------
-    Footprint
-        Its memory, for :mod:`daskbatch.planning`, named ``"sketch"``.
-    """
+    """Give the planner's footprint of a :class:`~daskbatch.stats.sketch.Sketch` with ``window`` buckets per sign (None: all)."""
     per_feature = state_bytes_per_feature(window, count_dtype)
     int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
     return Footprint(

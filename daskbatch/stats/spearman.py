@@ -1,24 +1,11 @@
 """Spearman rank correlation out of core: ranks from the first pass's sketch, their co-moments in the second.
 
-Every value is given its feature's *normalized midrank*, ``(F(v-) + F(v)) / 2`` with
-``F`` the empirical CDF of the feature's values, read from the first pass's sketch:
-
-- exactly, where the sketch kept all of a feature's distinct values (integer, coded or
-  rounded data: the ranks, and so the correlation, are those of ``scipy.stats.spearmanr``);
-- otherwise from its dyadic grid (``Sketch``'s 2,048 bins over the feature's range): a
-  value gets the midrank of its bin, which is at most ``count(bin) / (2 n)`` from its own.
-
-The second pass accumulates the co-moments of these ranks (:class:`CoMoments`, complete rows),
-so the correlation is Pearson's of the ranks. With ``eps_i`` the root mean square of
-feature ``i``'s rank errors (each value's own bound, summed in the second pass; the error's
-spread is at most that) and ``s_i`` the spread of its ranks, the covariance of the true ranks is within
-``eps_i (s_j + eps_j) + eps_j (s_i + eps_i) + eps_i eps_j`` of the one computed, and each
-spread within ``eps``; :attr:`SpearmanResult.spearman_bound` is the widest change of the
-correlation those intervals allow (0 where both features are exact).
-
-A feature's ranks are among all of its values; rows with a missing value are left out of the
-co-moments (as ``cov``'s complete rows). The ranks are those of one run, so the statistic is
-not merged or updated: ``merge``/``update`` leave it out and say so.
+Every value gets its feature's normalized midrank ``(F(v-) + F(v)) / 2``, read from the sketch:
+exactly where it kept all distinct values (then the result is ``scipy.stats.spearmanr``'s), else
+from its dyadic grid, within ``count(bin) / (2 n)``. The second pass accumulates the co-moments
+of the ranks over complete rows, so the correlation is Pearson's of the ranks;
+:attr:`SpearmanResult.spearman_bound` is the widest change the rank errors allow (0 where both
+features are exact). The ranks belong to one run: ``merge``/``update`` leave it out and say so.
 """
 
 from __future__ import annotations
@@ -30,9 +17,9 @@ import numpy as np
 
 from daskbatch._common import Array
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace, to_numpy
 from daskbatch.stats.comoments import _PAIR, CoMoments, CoMomentsState, _comoment_state_bytes
 from daskbatch.stats.declaration import KERNEL_PATHS, Declaration, Footprint, Variable
+from daskbatch.stats.numerics import device, namespace, to_numpy
 from daskbatch.stats.sketch_distinct import grid_index
 
 __all__ = ["DECLARATION", "RankMap", "Spearman", "SpearmanResult", "SpearmanState"]
@@ -72,20 +59,7 @@ class RankMap:  # numpydoc ignore=PR02
 
     @classmethod
     def from_sketch(cls, sketch: Any, state: Any) -> RankMap:
-        """Read the midranks of every feature from a merged sketch state (``Sketch``, ``SketchState``).
-
-        Parameters
-        ----------
-        sketch : Sketch
-            The sketch that counted the state.
-        state : SketchState
-            Its state over all the rows, with its dyadic grid and distinct values.
-
-        Returns
-        -------
-        RankMap
-            The midranks.
-        """
+        """Read the midranks of every feature from a merged sketch state (``Sketch``, ``SketchState``)."""
         if state.grid is None or state.distinct is None:
             raise ValueError("spearman needs a sketch with its dyadic grid and distinct values (this one has none)")
         cells = sketch.fine_grid(state)[0].astype(np.float64)  # -inf, the grid's bins, +inf
@@ -116,18 +90,7 @@ class RankMap:  # numpydoc ignore=PR02
         )
 
     def ranks(self, x: Array) -> tuple[Array, Array]:
-        """Give every value of the block ``x`` (rows, D) its feature's midrank, and how far it may be from it.
-
-        Parameters
-        ----------
-        x : array
-            A block of rows, any real dtype, on any array-API device.
-
-        Returns
-        -------
-        ranks, errors : array
-            Float64 (rows, D): the midranks (NaN for NaN) and their largest error.
-        """
+        """Give every value of the block ``x`` (rows, D) its feature's midrank, and how far it may be from it."""
         xp, dev = namespace(x), device(x)
         x = xp.astype(x, xp.float64)
         # The value's bin of the grid, then its bucket of the sketch: each brackets [F(v-), F(v)];
@@ -223,20 +186,7 @@ class Spearman:  # numpydoc ignore=PR02
     name = "spearman"
 
     def chunk(self, x: Array, label: Array | None = None, /) -> SpearmanState:
-        """Reduce one block to the co-moments of its midranks.
-
-        Parameters
-        ----------
-        x : array
-            A block of rows (rows, D).
-        label : array, optional
-            Ignored.
-
-        Returns
-        -------
-        SpearmanState
-            The co-moments of the block's ranks over its complete rows, and their largest error.
-        """
+        """Reduce one block to the co-moments of its midranks."""
         if self.ranks is None:
             raise ValueError("Spearman needs the first pass's ranks: describe(x, stats=('spearman',)) builds them")
         ranks, errors = self.ranks.ranks(x)
@@ -246,33 +196,11 @@ class Spearman:  # numpydoc ignore=PR02
         return SpearmanState(CoMoments(ddof=0).chunk(ranks), squares)
 
     def merge(self, a: SpearmanState, b: SpearmanState, /) -> SpearmanState:
-        """Combine the states of two disjoint sets of rows ranked by the same map.
-
-        Parameters
-        ----------
-        a, b : SpearmanState
-            The states.
-
-        Returns
-        -------
-        SpearmanState
-            Their merge.
-        """
+        """Combine the states of two disjoint sets of rows ranked by the same map."""
         return SpearmanState(CoMoments(ddof=0).merge(a.comoments, b.comoments), a.error_squares + b.error_squares)
 
     def finalize(self, s: SpearmanState, /) -> SpearmanResult:
-        """Compute the correlation of the ranks and its bound.
-
-        Parameters
-        ----------
-        s : SpearmanState
-            The merged state.
-
-        Returns
-        -------
-        SpearmanResult
-            The correlation, its bound and the rows counted.
-        """
+        """Compute the correlation of the ranks and its bound."""
         result = CoMoments(ddof=0).finalize(s.comoments)
         xp = namespace(result.cov)
         cov, corr = to_numpy(result.cov), to_numpy(result.corr)

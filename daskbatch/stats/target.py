@@ -1,22 +1,11 @@
 """Statistics of a continuous target: feature-target co-moments and the target's quantile sketch.
 
-A continuous target ``y`` (``describe(x, target=y)``) travels where a class
-label does (the runner passes it to statistics that read labels), so these
-statistics are fused into the first pass with the moments:
-
-* :class:`TargetMoments`: per feature, over the rows where the feature is
-  finite, the count, the means of the feature and of ``y``, their sums of
-  squared deviations and the co-moment ``Σ(x - x̄)(y - ȳ)``: the input of
-  ``f_regression`` and ``r_regression`` (:mod:`daskbatch.selection`). Each chunk
-  is reduced by the corrected two-pass algorithm about a per-chunk reference
-  value; states merge with the pairwise updates of Chan, Golub & LeVeque
-  (``C = C_a + C_b + n_a n_b / n · δx δy``), all in float64.
-* :class:`TargetSketch`: the quantile sketch of ``y`` itself, from which
-  ``describe`` cuts ``y`` into quantile bins for the mutual information of
-  the second pass (:class:`~daskbatch.stats.histogram.Histogram`'s ``target_cuts``).
-
-The target must be finite: a NaN or ±inf stops the chunk naming its row,
-as a label outside the classes does.
+A target ``y`` (``describe(x, target=y)``) travels where a class label does, so these are fused
+into the first pass with the moments. :class:`TargetMoments` keeps per feature, over its finite
+rows, the count, the means of the feature and of ``y``, their sums of squared deviations and the
+co-moment (the input of ``f_regression``/``r_regression``), by the corrected two-pass and Chan's
+merges in float64. :class:`TargetSketch` is ``y``'s quantile sketch, from which ``describe`` cuts
+``y`` into bins for the mutual information of the second pass. A non-finite ``y`` stops the chunk.
 """
 
 from __future__ import annotations
@@ -29,7 +18,6 @@ import numpy as np
 
 from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.declaration import (
     KERNEL_PATHS,
     Declaration,
@@ -42,11 +30,14 @@ from daskbatch.stats.moments import first_finite
 from daskbatch.stats.numerics import (
     as_float64,
     central_moment,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     safe_divisor,
 )
-from daskbatch.stats.sketch import Sketch, SketchResult, SketchState
+from daskbatch.stats.quantile import SketchResult
+from daskbatch.stats.sketch import Sketch, SketchState
 from daskbatch.stats.sketch_windows import FOOTPRINT as SKETCH_FOOTPRINT
 
 __all__ = ["TargetMoments", "TargetMomentsResult", "TargetMomentsState", "TargetSketch", "check_target_block", "checked_cuts",
@@ -115,20 +106,7 @@ class TargetMoments:
 
     @handles_overflow
     def chunk(self, x: Array, label: Array | None = None, /) -> TargetMomentsState:
-        """Reduce one block to co-moments with the target.
-
-        Parameters
-        ----------
-        x : array
-            The block, (rows, features).
-        label : array
-            The target of each row (finite; required).
-
-        Returns
-        -------
-        TargetMomentsState
-            The block's state.
-        """
+        """Reduce one block to co-moments with the target."""
         xp = namespace(x)
         rows, n_features = x.shape
         if rows == 0:
@@ -164,18 +142,7 @@ class TargetMoments:
 
     @handles_overflow
     def merge(self, a: TargetMomentsState, b: TargetMomentsState, /) -> TargetMomentsState:
-        """Combine the states of two disjoint sets of rows.
-
-        Parameters
-        ----------
-        a, b : TargetMomentsState
-            The states to combine.
-
-        Returns
-        -------
-        TargetMomentsState
-            The state of the union.
-        """
+        """Combine the states of two disjoint sets of rows."""
         xp = namespace(a.n, b.n)
         na, nb = a.n, b.n
         n = na + nb
@@ -189,18 +156,7 @@ class TargetMoments:
 
     @handles_overflow
     def finalize(self, s: TargetMomentsState, /) -> TargetMomentsResult:
-        """Compute the means, sums of squared deviations and co-moment of every feature with the target.
-
-        Parameters
-        ----------
-        s : TargetMomentsState
-            The state of all the rows.
-
-        Returns
-        -------
-        TargetMomentsResult
-            The co-moments (means NaN for a feature with no finite value).
-        """
+        """Compute the means, sums of squared deviations and co-moment of every feature with the target."""
         xp = namespace(s.n)
         nan = xp.full_like(s.n, xp.nan)
         has = s.n > 0

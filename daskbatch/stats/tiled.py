@@ -1,28 +1,12 @@
 """Cross co-moments of two groups of features: one (I, J) tile of a wide covariance matrix.
 
-When the D x D co-moment state of :class:`~daskbatch.stats.comoments.CoMoments`
-does not fit a worker, the matrix is computed per pair of feature tiles. A
-chunk of a tile is the block ``[x_I | x_J]`` (side ``a`` = the first
-``split`` columns, side ``b`` = the rest), or just ``x_I`` for a diagonal
-tile (``split=None``: both sides are the same columns). The centring is the
-corrected two-pass of ``CoMoments`` about the first complete row, so diagonal
-tiles agree with the untiled matrix up to the rounding of the GEMM, and
-states merge with ``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``.
-
-Complete cases are decided for the whole row, across *all* features, as the
-untiled statistic does: the caller passes that row mask as ``complete``.
-
-With sample weights (``chunk(..., weights=w)``, frequency weights as in
-``CoMoments``) ``n`` is the weight sum of the complete rows of positive weight,
-the sums are weighted (:func:`~daskbatch.stats.comoments.centred` with weights)
-and the state, a :class:`WeightedCrossCoMomentsState`, also counts those rows.
-
-``CrossCoMoments(rows="pairwise")`` keeps instead, per pair, the rows where
-both features are finite (:mod:`daskbatch.stats.pairwise`): a diagonal tile
-the :class:`~daskbatch.stats.pairwise.PairwiseCoMomentsState` of its
-columns, another the :class:`~daskbatch.stats.pairwise.CrossPairwiseState`
-of its two sides. No mask of complete rows is shared then; every tile's
-correlation needs only its own state.
+When the D x D state of :class:`~daskbatch.stats.comoments.CoMoments` does not fit a worker,
+the matrix is computed per pair of feature tiles. A chunk of a tile is ``[x_I | x_J]`` (side
+``a``: the first ``split`` columns), or just ``x_I`` for a diagonal tile (``split=None``),
+centred as ``CoMoments`` does about the first complete row; states merge with
+``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``. Complete rows are decided across *all* features (the
+caller passes that mask as ``complete``); with weights the state also counts those rows.
+``rows="pairwise"`` keeps each pair's own rows instead (:mod:`daskbatch.stats.pairwise`).
 """
 
 from __future__ import annotations
@@ -33,14 +17,15 @@ from dataclasses import dataclass
 from daskbatch._common import Array
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats._base import State
-from daskbatch.stats.backend import device, namespace
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
+    device,
     handles_overflow,
     merge_shifted_means,
+    namespace,
     safe_divisor,
 )
 from daskbatch.stats.pairwise import (
@@ -117,27 +102,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
     def chunk(
         self, x: Array, label: Array | None = None, /, *, complete: Array | None = None, weights: Array | None = None
     ) -> CrossCoMomentsState:
-        """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite).
-
-        Tiles of one matrix share the one mask ``complete`` so that every tile
-        sees the same rows.
-
-        Parameters
-        ----------
-        x : array
-            The chunk, (rows, columns of both sides).
-        label : array or None
-            Unused: co-moments do not depend on the class.
-        complete : array of bool, optional
-            The rows to use, (rows,).
-        weights : array, optional
-            Non-negative finite frequency weight of each row (a row of weight 0 is not used).
-
-        Returns
-        -------
-        CrossCoMomentsState
-            The chunk's state (a :class:`WeightedCrossCoMomentsState` with weights).
-        """
+        """Reduce one chunk over its ``complete`` rows (default: the rows with every value finite)."""
         if self.rows == "pairwise":  # each pair's own rows: no shared mask
             if self.split is None:
                 return pairwise_chunk(x, weights)  # type: ignore[return-value]  # merged and finalized below
@@ -170,18 +135,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
     @handles_overflow
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
-        """Combine the states of two disjoint sets of rows.
-
-        Parameters
-        ----------
-        a, b : CrossCoMomentsState
-            The states to combine.
-
-        Returns
-        -------
-        CrossCoMomentsState
-            The state of the union.
-        """
+        """Combine the states of two disjoint sets of rows."""
         if isinstance(a, PairwiseCoMomentsState):
             return merge_pairwise(a, b)  # type: ignore[arg-type,return-value]  # a diagonal pairwise tile
         if isinstance(a, CrossPairwiseState):
@@ -202,23 +156,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
 
     @handles_overflow
     def finalize(self, s: CrossCoMomentsState, /) -> CrossCoMomentsResult:
-        """Give the row count, means (NaN without rows) and co-moment of the tile.
-
-        A tile's covariance and correlation need the variances of both sides,
-        which live in the diagonal tiles: the engine merges states and calls
-        :func:`finalize_tile` (see :mod:`daskbatch.engine.tiled`), as it does
-        for pairwise tiles, whose states it finalizes whole.
-
-        Parameters
-        ----------
-        s : CrossCoMomentsState
-            The tile's state over all the rows.
-
-        Returns
-        -------
-        CrossCoMomentsResult
-            The tile's count, means and co-moments.
-        """
+        """Give the row count, means (NaN without rows) and co-moment of the tile."""
         xp = namespace(s.c)
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)

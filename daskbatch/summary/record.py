@@ -12,8 +12,8 @@ from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.categorical import categorical_frame
 from daskbatch.stats.declaration import Finished
 from daskbatch.stats.mutual_info import MutualInformation
+from daskbatch.stats.ranges import SuspectValue
 from daskbatch.stats.registry import STATISTICS, summary_variables
-from daskbatch.stats.sentinels import SuspectValue
 from daskbatch.summary.dataset import (
     DEFAULT_QUANTILES,
     SummaryArrays,
@@ -240,7 +240,7 @@ class Summary:
         Returns
         -------
         tuple of SuspectValue or None
-            The values, counted as data (see :mod:`daskbatch.stats.sentinels`); None without histograms.
+            The values, counted as data (see :func:`daskbatch.stats.ranges.suspect_values`); None without histograms.
         """
         return summary_suspect_values(self.arrays)
 

@@ -13,8 +13,7 @@ import numpy as np
 from daskbatch import _common as _html
 from daskbatch._common import plural as _count
 from daskbatch.stats.classes import format_classes
-from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT
-from daskbatch.stats.sentinels import SuspectValue, suspect_values
+from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT, SuspectValue, suspect_values
 from daskbatch.stats.sketch_layout import collapse_floor, slot_bounds
 from daskbatch.summary.views import format_percent, nonfinite_text, sketch_layout
 

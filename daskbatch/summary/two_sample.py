@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.stats.kernels import enabled
-from daskbatch.stats.sketch import slot_bounds
+from daskbatch.stats.sketch_layout import slot_bounds
 from daskbatch.summary.views import sketch_layout
 
 if TYPE_CHECKING:

@@ -39,8 +39,7 @@ from daskbatch.io.rowstore import (
 )
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.runtime.runlock import no_interrupt
-from daskbatch.stats.backend import device, namespace, to_numpy
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, device, namespace, to_numpy
 
 __all__ = ["transform"]
 

@@ -8,8 +8,7 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch._common import Array
-from daskbatch.stats.backend import device, namespace
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, device, namespace
 from daskbatch.transforms import digest, names_differ, origin_of
 
 __all__ = ["PCA", "Project", "pca", "project"]
