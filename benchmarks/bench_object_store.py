@@ -35,9 +35,11 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from zarr.codecs import ZstdCodec
 
 import daskbatch as db
 from daskbatch.io.ingest import DEFAULT_CHUNK_BYTES
+from daskbatch.io.outputs import checksummed
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -163,7 +165,9 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     """Start a server process (on :data:`SERVER_CPUS`) and wait for its port."""
     cpus = SERVER_CPUS
     pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
     wait_for(port)
     return proc
 
@@ -184,15 +188,21 @@ def write(
     y: np.ndarray,
     chunk_rows: int,
     shard_rows: int | None,
+    codecs: str = "ingest",
     **options: object,
 ) -> None:
-    """Write X (chunked by rows, optionally in shards of ``shard_rows``) and the label y, with zarr's defaults otherwise."""
+    """Write X (chunked by rows, optionally in shards of ``shard_rows``) and the label y.
+
+    ``codecs``: ``"ingest"`` compresses X as ``ingest`` does (zstd level 1, then the CRC-32C
+    that every read checks), ``"zarr"`` with zarr's defaults (zstd, no checksum).
+    """
     group = zarr.open_group(where, mode="w", zarr_format=3, **options)
+    compressors = checksummed(ZstdCodec(level=1)) if codecs == "ingest" else "auto"
     shards = None if shard_rows is None else (shard_rows, x.shape[1])
     chunks = (
         (chunk_rows, x.shape[1]) if chunk_rows else "auto"
     )  # zarr's own: splits the features too
-    group.create_array("X", data=x, chunks=chunks, shards=shards)
+    group.create_array("X", data=x, chunks=chunks, shards=shards, compressors=compressors)
     group.create_array("y", data=y)  # zarr's own chunks (50,000 rows for 200,000)
 
 
@@ -263,7 +273,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds of all cases (best is shown)")
     parser.add_argument("--concurrency", type=int, default=None, help="zarr async.concurrency")
     parser.add_argument(
-        "--server-cpus", type=int, nargs="+", default=None,
+        "--server-cpus",
+        type=int,
+        nargs="+",
+        default=None,
         help="CPUs of moto and the proxies (e.g. 1), with the benchmark itself started on others "
         "(taskset -c 0 python ...): a server that is not on the client's cores, as a real S3 is",
     )
