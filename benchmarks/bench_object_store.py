@@ -5,7 +5,8 @@ small proxy, also its own process, forwards every HTTP request to it after sleep
 ``--latency`` milliseconds, as a far object store would answer (it never caches or
 answers for the server; responses pass through ``os.splice``). The store (X and an
 integer label y) is written once to the bucket and once to a local directory, with the
-same chunks (16 MiB by default, as ``ingest`` writes). Each case runs
+same chunks (16 MiB by default) and codecs (zstd and a CRC-32C by default) as ``ingest``
+writes; with obstore installed such a store's chunks are read through it. Each case runs
 ``describe(stats="moments")`` and describe's default statistics with the label, and
 reports MB/s of X's bytes and the ratio to local disk (best of ``--repeat``), the
 requests of a pass, and the CPU seconds of the describing process, the server and the
@@ -16,6 +17,7 @@ Usage::
     python benchmarks/bench_object_store.py                          # 0, 20 and 50 ms
     python benchmarks/bench_object_store.py --chunk-rows 4096        # 2.1 MB chunks
     python benchmarks/bench_object_store.py --chunk-rows 0           # zarr's automatic chunks
+    python benchmarks/bench_object_store.py --codecs zarr            # no CRC-32C: read by s3fs
     python benchmarks/bench_object_store.py --chunk-rows 4096 --shard-rows 32768 --concurrency 32
 """
 
@@ -258,6 +260,13 @@ def main() -> None:
         "writes; 0: zarr's automatic chunks)",
     )
     parser.add_argument(
+        "--codecs",
+        choices=("ingest", "zarr"),
+        default="ingest",
+        help="X's codecs: ingest's (zstd + CRC-32C; read through obstore when installed) or zarr's "
+        "defaults (zstd; read through s3fs, whose botocore checks S3's response checksums)",
+    )
+    parser.add_argument(
         "--shard-rows", type=int, default=None, help="rows per zarr v3 shard (default: no shards)"
     )
     parser.add_argument(
@@ -318,7 +327,7 @@ def main() -> None:
         )
         with tempfile.TemporaryDirectory() as tmp:
             local = str(Path(tmp) / "x.zarr")
-            write(local, x, y, args.chunk_rows, args.shard_rows)
+            write(local, x, y, args.chunk_rows, args.shard_rows, args.codecs)
             grid = zarr.open_array(f"{local}/X", mode="r")  # its metadata, for the heading
             write(
                 f"s3://{BUCKET}/x.zarr",
@@ -326,6 +335,7 @@ def main() -> None:
                 y,
                 args.chunk_rows,
                 args.shard_rows,
+                args.codecs,
                 storage_options=storage_options(moto_port),
             )
             # name -> (store, open options, proxy process, proxy's request log)
