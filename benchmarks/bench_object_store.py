@@ -5,7 +5,8 @@ small proxy, also its own process, forwards every HTTP request to it after sleep
 ``--latency`` milliseconds, as a far object store would answer (it never caches or
 answers for the server; responses pass through ``os.splice``). The store (X and an
 integer label y) is written once to the bucket and once to a local directory, with the
-same chunks (16 MiB by default, as ``ingest`` writes). Each case runs
+same chunks (16 MiB by default) and codecs (zstd and a CRC-32C by default) as ``ingest``
+writes; with obstore installed such a store's chunks are read through it. Each case runs
 ``describe(stats="moments")`` and describe's default statistics with the label, and
 reports MB/s of X's bytes and the ratio to local disk (best of ``--repeat``), the
 requests of a pass, and the CPU seconds of the describing process, the server and the
@@ -16,6 +17,7 @@ Usage::
     python benchmarks/bench_object_store.py                          # 0, 20 and 50 ms
     python benchmarks/bench_object_store.py --chunk-rows 4096        # 2.1 MB chunks
     python benchmarks/bench_object_store.py --chunk-rows 0           # zarr's automatic chunks
+    python benchmarks/bench_object_store.py --codecs zarr            # no CRC-32C: read by s3fs
     python benchmarks/bench_object_store.py --chunk-rows 4096 --shard-rows 32768 --concurrency 32
 """
 
@@ -35,9 +37,11 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from zarr.codecs import ZstdCodec
 
 import daskbatch as db
 from daskbatch.io.ingest import DEFAULT_CHUNK_BYTES
+from daskbatch.io.outputs import checksummed
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -163,7 +167,9 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     """Start a server process (on :data:`SERVER_CPUS`) and wait for its port."""
     cpus = SERVER_CPUS
     pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
     wait_for(port)
     return proc
 
@@ -184,15 +190,21 @@ def write(
     y: np.ndarray,
     chunk_rows: int,
     shard_rows: int | None,
+    codecs: str = "ingest",
     **options: object,
 ) -> None:
-    """Write X (chunked by rows, optionally in shards of ``shard_rows``) and the label y, with zarr's defaults otherwise."""
+    """Write X (chunked by rows, optionally in shards of ``shard_rows``) and the label y.
+
+    ``codecs``: ``"ingest"`` compresses X as ``ingest`` does (zstd level 1, then the CRC-32C
+    that every read checks), ``"zarr"`` with zarr's defaults (zstd, no checksum).
+    """
     group = zarr.open_group(where, mode="w", zarr_format=3, **options)
+    compressors = checksummed(ZstdCodec(level=1)) if codecs == "ingest" else "auto"
     shards = None if shard_rows is None else (shard_rows, x.shape[1])
     chunks = (
         (chunk_rows, x.shape[1]) if chunk_rows else "auto"
     )  # zarr's own: splits the features too
-    group.create_array("X", data=x, chunks=chunks, shards=shards)
+    group.create_array("X", data=x, chunks=chunks, shards=shards, compressors=compressors)
     group.create_array("y", data=y)  # zarr's own chunks (50,000 rows for 200,000)
 
 
@@ -248,6 +260,13 @@ def main() -> None:
         "writes; 0: zarr's automatic chunks)",
     )
     parser.add_argument(
+        "--codecs",
+        choices=("ingest", "zarr"),
+        default="ingest",
+        help="X's codecs: ingest's (zstd + CRC-32C; read through obstore when installed) or zarr's "
+        "defaults (zstd; read through s3fs, whose botocore checks S3's response checksums)",
+    )
+    parser.add_argument(
         "--shard-rows", type=int, default=None, help="rows per zarr v3 shard (default: no shards)"
     )
     parser.add_argument(
@@ -263,7 +282,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds of all cases (best is shown)")
     parser.add_argument("--concurrency", type=int, default=None, help="zarr async.concurrency")
     parser.add_argument(
-        "--server-cpus", type=int, nargs="+", default=None,
+        "--server-cpus",
+        type=int,
+        nargs="+",
+        default=None,
         help="CPUs of moto and the proxies (e.g. 1), with the benchmark itself started on others "
         "(taskset -c 0 python ...): a server that is not on the client's cores, as a real S3 is",
     )
@@ -305,7 +327,7 @@ def main() -> None:
         )
         with tempfile.TemporaryDirectory() as tmp:
             local = str(Path(tmp) / "x.zarr")
-            write(local, x, y, args.chunk_rows, args.shard_rows)
+            write(local, x, y, args.chunk_rows, args.shard_rows, args.codecs)
             grid = zarr.open_array(f"{local}/X", mode="r")  # its metadata, for the heading
             write(
                 f"s3://{BUCKET}/x.zarr",
@@ -313,6 +335,7 @@ def main() -> None:
                 y,
                 args.chunk_rows,
                 args.shard_rows,
+                args.codecs,
                 storage_options=storage_options(moto_port),
             )
             # name -> (store, open options, proxy process, proxy's request log)

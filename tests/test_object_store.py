@@ -562,13 +562,22 @@ def test_the_next_block_is_fetched_while_this_one_is_computed(bucket: Bucket, va
     _write_zarr(url, values, 3, storage_options=bucket.storage_options)
     x = zarr.open_group(url, mode="r", storage_options=bucket.storage_options)["X"]
     reader = BlockReader(x)
-    assert reader.read_ahead and not BlockReader(zarr.create_array(zarr.storage.MemoryStore(), shape=(2,), dtype="f8")).read_ahead
+    assert (
+        reader.read_ahead
+        and not BlockReader(
+            zarr.create_array(zarr.storage.MemoryStore(), shape=(2,), dtype="f8")
+        ).read_ahead
+    )
     with _server_requests() as seen:
-        blocks = [reader[slice(i * CHUNK, (i + 1) * CHUNK), slice(0, FEATURES)] for i in range(N_BLOCKS)]
-        first = reader[slice(0, CHUNK), slice(0, FEATURES)]  # a second pass: read again, and ahead again
+        blocks = [
+            reader[slice(i * CHUNK, (i + 1) * CHUNK), slice(0, FEATURES)] for i in range(N_BLOCKS)
+        ]
+        first = reader[
+            slice(0, CHUNK), slice(0, FEATURES)
+        ]  # a second pass: read again, and ahead again
         time.sleep(0.5)  # the read-ahead of the second pass's block 1 lands
     for i, block in enumerate(blocks):
-        np.testing.assert_array_equal(block, values[0][i * CHUNK:(i + 1) * CHUNK])
+        np.testing.assert_array_equal(block, values[0][i * CHUNK : (i + 1) * CHUNK])
     np.testing.assert_array_equal(first, values[0][:CHUNK])
     chunks = [r for r in seen if r.startswith("GET") and re.search(r"/ahead\.zarr/X/c/\d+/0$", r)]
     # (zarr opened here, not by daskbatch's open path, asks a HEAD first too.) Every chunk once in the first pass (block i + 1 came from the read-ahead started by block i), then
@@ -576,3 +585,67 @@ def test_the_next_block_is_fetched_while_this_one_is_computed(bucket: Bucket, va
     expected = [f"GET /{bucket.name}/ahead.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
     assert sorted(chunks) == sorted([*expected, expected[0], expected[1]]), chunks
     assert set(reader._ahead) == {(CHUNK, 2 * CHUNK)}  # fetched, waiting for its task
+
+
+def _obstore_reader(bucket: Bucket, where: str, **options: object):  # noqa: ANN202 - a BlockReader
+    """The BlockReader of X at ``where`` in the bucket, opened with the bucket's options and ``options``."""
+    from daskbatch.io.zarr_store import BlockReader
+
+    group = zarr.open_group(
+        bucket.url(where), mode="r", storage_options={**bucket.storage_options, **options}
+    )
+    return BlockReader(group["X"])
+
+
+def test_a_checksummed_store_is_read_through_obstore_and_equals_local(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """obstore's client costs a third less CPU per byte than s3fs; zarr's CRC-32C checks every chunk it reads."""
+    pytest.importorskip("obstore", reason="obstore is the [s3] extra's reader")
+    import pickle
+
+    url, local = bucket.url("crc.zarr"), tmp_path / "crc.zarr"
+    for where in (url, local):
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=where)
+    reader = _obstore_reader(bucket, "crc.zarr")
+    assert isinstance(reader.twin.store, zarr.storage.ObjectStore)
+    ds = db.open_dataset(url, storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        remote = db.describe(ds, stats=STATS)
+    chunks = [r for r in seen if re.search(r"/crc\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == [f"GET /{bucket.name}/crc.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
+    assert_same_statistics(remote, db.describe(local, stats=STATS))
+    # A copy in another process (a distributed worker) opens its own client and reads the same values.
+    copy = pickle.loads(pickle.dumps(reader))
+    assert isinstance(copy.twin.store, zarr.storage.ObjectStore)
+    np.testing.assert_array_equal(copy[slice(0, CHUNK), slice(0, FEATURES)], reader.arr[:CHUNK])
+
+
+@pytest.mark.parametrize(
+    "case", ["no checksum codec", "an option obstore does not take", "credentials of a profile"]
+)
+def test_reads_stay_on_s3fs_where_obstore_would_change_something(
+    bucket: Bucket, values, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """No chunk CRC (botocore checks S3's response checksum, obstore not), or options only s3fs understands."""
+    pytest.importorskip("obstore", reason="obstore is the [s3] extra's reader")
+    options: dict[str, object] = {}
+    if case == "no checksum codec":
+        _write_zarr(bucket.url("s.zarr"), values, 3, storage_options=bucket.storage_options)
+    else:
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=bucket.url("s.zarr"))
+    if case == "an option obstore does not take":
+        options = {"config_kwargs": {"max_pool_connections": 4}}
+    if case == "credentials of a profile":  # botocore reads them from ~/.aws; obstore does not
+        credentials = tmp_path / "credentials"
+        credentials.write_text(
+            "[someone]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+        )
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+        monkeypatch.setenv("AWS_PROFILE", "someone")
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+        options = {"key": None, "secret": None}
+    reader = _obstore_reader(bucket, "s.zarr", **options)
+    assert reader.twin is None
+    np.testing.assert_array_equal(reader[slice(0, CHUNK), slice(0, FEATURES)], reader.arr[:CHUNK])

@@ -24,6 +24,7 @@ from daskbatch.io.chunk_grid import (
     stored_keys,
     writes_every_chunk,
 )
+from daskbatch.io.object_store import verifies_chunks
 from daskbatch.io.zarr_store import ZarrStore, group_arrays
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 
@@ -133,20 +134,6 @@ def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
     if isinstance(root, zarr.Array):
         return [root]
     return sorted((node for _, node in group_arrays(root)), key=lambda a: a.path)
-
-
-def _has_checksum(arr: zarr.Array) -> bool:
-    from zarr.codecs import Crc32cCodec, ShardingCodec  # lazy: zarr
-
-    codecs = getattr(arr.metadata, "codecs", None)
-    if codecs is None:  # zarr v2 metadata: numcodecs compressor and filters
-        return False
-    for codec in codecs:
-        if isinstance(codec, Crc32cCodec):
-            return True
-        if isinstance(codec, ShardingCodec):
-            return any(isinstance(c, Crc32cCodec) for c in codec.codecs)
-    return False
 
 
 def _zstd_needs(buf: bytes) -> int | None:
@@ -297,7 +284,7 @@ def verify_store(
                     chunks=storage_chunks(arr),
                     n_chunks=math.prod(grid),
                     decoded=len(to_decode) - len(found),
-                    checksum=_has_checksum(arr),
+                    checksum=verifies_chunks(arr),
                     absent=len(absent),
                     writes_every_chunk=own,
                     inner_chunks=tuple(int(c) for c in arr.chunks) if arr.shards else None,
