@@ -1,5 +1,7 @@
 """The compiled tails read only the blocks that can hold an end's value, and keep bit for bit what the heaps kept.
 
+(And the sketch's dyadic grid, whose row's bins are now found in one branch-free loop, counts as before.)
+
 :func:`~daskbatch.stats.sketch_tails.tails_chunk` of a NumPy block bounds each column's
 k least values by the k-th least of its coarse blocks' minima, then reads only the blocks
 whose minimum lies below it (:mod:`daskbatch.stats.kernels._numba_sketch`'s ``tail_*``).
@@ -10,6 +12,7 @@ trending columns, ties, zeros of both signs, NaN and infinities, in every input 
 
 from __future__ import annotations
 
+import math
 import time
 
 import numba
@@ -17,7 +20,7 @@ import numpy as np
 import pytest
 
 from daskbatch.stats.kernels import _numba_sketch
-from daskbatch.stats.kernels._numba import _finite, _load
+from daskbatch.stats.kernels._numba import _finite, _load, _weight
 from daskbatch.stats.kernels.path import numba_view
 from daskbatch.stats.sketch_tails import tails_chunk
 
@@ -205,3 +208,43 @@ def test_sorted_columns_cost_about_what_random_ones_do() -> None:
 
     # The heaps took 15x random's time on a sorted block; the bounds take about 4x.
     assert best(ordered) < 8.0 * best(random)
+
+
+@numba.njit(cache=False)
+def _frozen_grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN202
+    """The grid's loop before its row's bins were found in one branch-free loop, as it was."""
+    rows, n_features = x.shape
+    top = counts.shape[1] - 1
+    scale = np.empty(n_features)
+    for j in range(n_features):
+        scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
+    for i in range(rows):
+        w = _weight(weights, i)
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
+                b = np.int64(math.floor(scaled)) - first[j]
+                counts[j, min(max(b, 0), top)] += w
+
+
+@pytest.mark.parametrize("scales", ["normal", "mixed"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: str) -> None:
+    """The grid's counts, with NaN, ±inf and values past the grid's ends, as the loop it replaced counted them."""
+    rng = np.random.default_rng(8)
+    x = _block(3000, dtype)
+    n_features = x.shape[1]
+    step = rng.integers(-30, 30, n_features)
+    if scales == "mixed":  # 2**-step no normal float for some features: ldexp per value there
+        step[::3] = np.array([1030, -1040, 1100])[: step[::3].size]
+    first = rng.integers(-50, 50, n_features)
+    w = rng.random(3000) if weighted else None
+    for count_dtype in (np.int32, np.int64, np.float64):
+        got = np.zeros((n_features, 300), dtype=count_dtype)
+        want = np.zeros_like(got)
+        data, lut = numba_view(x)
+        _numba_sketch.grid_counts(data, lut, w, step, first, got)
+        _frozen_grid_counts(data, lut, w, step, first, want)
+        np.testing.assert_array_equal(got, want, strict=True)

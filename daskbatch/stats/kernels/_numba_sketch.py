@@ -359,25 +359,41 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     return fmin, fmax
 
 
-@_jit
+@_jit_nocheck
 def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
     """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
     # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
     # Times a normal 2**-step it is one correctly rounded product, the same number 3x faster than
     # libm's ldexp call (a third of the sketch's chunk); ldexp itself where 2**-step is no normal float.
     rows, n_features = x.shape
-    top = counts.shape[1] - 1
+    width = counts.shape[1]
     scale = np.empty(n_features)
+    # Every 2**-step a normal float (as a grid of finite data has): a row's bins in one branch-free
+    # loop that vectorises, then its counts.
+    exact = True
     for j in range(n_features):
         scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
+        exact &= scale[j] != 0.0
+    flat = counts.reshape(-1)
+    slot = np.empty(n_features, dtype=np.int64)  # index in ``flat``; -1: NaN or ±inf
     for i in range(rows):
         w = _weight(weights, i)
-        for j in range(n_features):
-            v = _load(x[i, j], lut)
-            if _finite(v):
+        if exact:
+            for j in range(n_features):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                b = np.int64(math.floor(v * scale[j] if fin else 0.0)) - first[j]
+                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+        else:
+            for j in range(n_features):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
                 scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
-                b = np.int64(math.floor(scaled)) - first[j]
-                counts[j, min(max(b, 0), top)] += w
+                b = np.int64(math.floor(scaled if fin else 0.0)) - first[j]
+                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+        for j in range(n_features):
+            if slot[j] >= 0:
+                flat[slot[j]] += w
 
 
 @_jit
