@@ -144,7 +144,8 @@ def _assert_bitwise(
         )
 
 
-# Around every boundary: one block, 2k coarse blocks of one block (k = 128), two blocks per coarse block.
+# Around every boundary: one block, 2k coarse blocks of one block (k = 128), two blocks per coarse
+# block, longer blocks.
 ROWS = [
     1,
     BLOCK - 1,
@@ -159,6 +160,7 @@ ROWS = [
     256 * BLOCK + 1,
     512 * BLOCK - 1,
     512 * BLOCK + BLOCK + 1,
+    _numba_sketch.TAIL_BLOCKS * BLOCK + 1,  # longer blocks: of BLOCK + 1 rows
 ]
 
 

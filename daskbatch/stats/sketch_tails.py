@@ -77,7 +77,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     rows, n_features = x.shape
     data, lut = numba_view(x)
-    block = kernels.TAIL_BLOCK_ROWS
+    block = max(kernels.TAIL_BLOCK_ROWS, -(-rows // kernels.TAIL_BLOCKS))
     n_blocks = -(-rows // block)
     per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
     columns = 2 * n_features
@@ -85,7 +85,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         np.empty((n_blocks, 2 * columns)),
         np.full((-(-n_blocks // per_coarse), columns), np.inf),
     )
-    kernels.tail_blocks(data, lut, per_coarse, fine, coarse)
+    kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
     # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
     # values below it, filled up with it, hold the k least. Fewer than k blocks: no bound.
     bound = (
@@ -95,15 +95,14 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     )
     room = k * block  # the values below a bound that fewer than k blocks hold
     cand, n_cand = np.empty((columns, room)), np.zeros(columns, dtype=np.int64)
-    kernels.tail_candidates(data, lut, fine, bound, cand, n_cand)
+    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
     trend = np.flatnonzero(n_cand > room)
-    if (
-        trend.size
-    ):  # more than k blocks below a bound (a trend): the k-th least of all blocks' minima
+    # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
+    if trend.size:
         bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
         scan = np.full(columns, -np.inf)
         scan[trend], n_cand[trend] = bound[trend], 0
-        kernels.tail_candidates(data, lut, fine, scan, cand, n_cand)
+        kernels.tail_candidates(data, lut, block, fine, scan, cand, n_cand)
     width = max(int(n_cand.max(initial=0)), k)
     ends = np.where(np.arange(width) < n_cand[:, None], cand[:, :width], np.inf)
     if width > k:
@@ -112,7 +111,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     # Equal values have equal bits but for 0.0 and -0.0: which of them stays in a column whose kept
     # values hold a zero is the row order's, as the heaps always filled.
     for c in np.flatnonzero((ends == 0.0).any(axis=1)):
-        kernels.tail_replay(data, lut, ends, c, fine)
+        kernels.tail_replay(data, lut, block, ends, c, fine)
     ends.sort(axis=1)
     return ends[:n_features], -ends[n_features:]
 

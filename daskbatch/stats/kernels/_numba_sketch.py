@@ -414,20 +414,21 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
     h[j, i] = v
 
 
-#: Rows of the blocks whose per-feature least values :func:`tail_blocks` keeps.
+#: Rows of the blocks whose per-feature least values :func:`tail_blocks` keeps: at least these, and
+#: at most :data:`TAIL_BLOCKS` blocks a chunk (a larger chunk has longer blocks, and the same work arrays).
 TAIL_BLOCK_ROWS = 32
+TAIL_BLOCKS = 2048
 
 
 @_jit
-def tail_blocks(x, lut, g, fine, coarse):  # noqa: ANN001, ANN201
-    """Per block of :data:`TAIL_BLOCK_ROWS` rows of ``x`` (R, D), the least finite values of its 2D columns (``x``, then ``-x``).
+def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
+    """Per block of ``b`` rows of ``x`` (R, D), the least finite values of its 2D columns (``x``, then ``-x``).
 
     ``fine`` (blocks, 4D) gets each block's least value of every column, then its second least;
     ``coarse`` (blocks / g, 2D), filled with ``+inf``, the least over each ``g`` blocks. ``+inf``
     where there are none.
     """
     rows, d = x.shape
-    b = TAIL_BLOCK_ROWS
     low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
     for f in range(fine.shape[0]):
         for j in range(d):
@@ -450,14 +451,14 @@ def tail_blocks(x, lut, g, fine, coarse):  # noqa: ANN001, ANN201
 
 
 @_jit
-def tail_candidates(x, lut, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
+def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
     """Append to ``cand[c]`` the finite values of column c (see :func:`tail_blocks`) below ``scan[c]``; count them in ``n_cand[c]``.
 
     A block's least value is appended as such when its second is not below the bound, else the
     block is read again; past ``cand``'s end they are only counted.
     """
     rows, d = x.shape
-    b, w, room = TAIL_BLOCK_ROWS, scan.size, cand.shape[1]
+    w, room = scan.size, cand.shape[1]
     # Block by block, so that its rows stay in cache for every column.
     for f in range(fine.shape[0]):
         for c in range(w):
@@ -480,7 +481,7 @@ def tail_candidates(x, lut, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
 
 
 @_jit
-def tail_replay(x, lut, h, c, fine):  # noqa: ANN001, ANN201
+def tail_replay(x, lut, b, h, c, fine):  # noqa: ANN001, ANN201
     """Fill the max-heap ``h[c]`` with the k least finite values of column c (see :func:`tail_blocks`), offered in row order."""
     # As the heaps always were filled (which of 0.0 and -0.0 stays depends on it); a block whose
     # least value is not below the heap's top holds none that enters it.
@@ -490,7 +491,7 @@ def tail_replay(x, lut, h, c, fine):  # noqa: ANN001, ANN201
         h[c, q] = np.inf
     for f in range(fine.shape[0]):
         if fine[f, c] < h[c, 0]:
-            for i in range(f * TAIL_BLOCK_ROWS, min((f + 1) * TAIL_BLOCK_ROWS, x.shape[0])):
+            for i in range(f * b, min(f * b + b, x.shape[0])):
                 u = sign * _load(x[i, c % d], lut)
                 if _finite(u) & (u < h[c, 0]):
                     _heap_replace(h, c, u)
