@@ -51,16 +51,8 @@ def tails_chunk(x: Array, k: int) -> tuple[Array, Array]:
     rows, n_features = x.shape
     if k == 0:  # a narrow window keeps none
         return empty_tails(xp, n_features, 0, device(x))
-    if isinstance(x, np.ndarray):  # the compiled scan: two max-heaps of k values per feature
-        from daskbatch.stats.kernels._numba_sketch import tail_heaps  # lazy: numba
-        from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
-
-        low, neg_high = np.full((n_features, k), np.inf), np.full((n_features, k), np.inf)
-        data, lut = numba_view(x)
-        tail_heaps(data, lut, low, neg_high)
-        low.sort(axis=1)
-        neg_high.sort(axis=1)
-        return low, -neg_high
+    if isinstance(x, np.ndarray):
+        return _tails_compiled(x, k)
     # The array API has no partial sort: a sort of the block (CuPy), of its rows or k, the fewer.
     finite = xp.isfinite(x)
     kept = min(k, rows)  # the array API refuses a slice past the end
@@ -76,6 +68,52 @@ def tails_chunk(x: Array, k: int) -> tuple[Array, Array]:
     # fewer rows than k: +inf and -inf after them
     pad_low, pad_high = empty_tails(xp, n_features, missing, device(low))
     return xp.concat([low, pad_low], axis=1), xp.concat([high, pad_high], axis=1)
+
+
+def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`tails_chunk` of a NumPy block: the k least of its columns ``x`` and ``-x``, read where they can lie."""
+    from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
+    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+
+    rows, n_features = x.shape
+    data, lut = numba_view(x)
+    block = max(kernels.TAIL_BLOCK_ROWS, -(-rows // kernels.TAIL_BLOCKS))
+    n_blocks = -(-rows // block)
+    per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
+    columns = 2 * n_features
+    fine, coarse = (
+        np.empty((n_blocks, 2 * columns)),
+        np.full((-(-n_blocks // per_coarse), columns), np.inf),
+    )
+    kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
+    # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
+    # values below it, filled up with it, hold the k least. Fewer than k blocks: no bound.
+    bound = (
+        np.partition(coarse, k - 1, axis=0)[k - 1]
+        if coarse.shape[0] >= k
+        else np.full(columns, np.inf)
+    )
+    room = k * block  # the values below a bound that fewer than k blocks hold
+    cand, n_cand = np.empty((columns, room)), np.zeros(columns, dtype=np.int64)
+    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
+    trend = np.flatnonzero(n_cand > room)
+    # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
+    if trend.size:
+        bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
+        scan = np.full(columns, -np.inf)
+        scan[trend], n_cand[trend] = bound[trend], 0
+        kernels.tail_candidates(data, lut, block, fine, scan, cand, n_cand)
+    width = max(int(n_cand.max(initial=0)), k)
+    ends = np.where(np.arange(width) < n_cand[:, None], cand[:, :width], np.inf)
+    if width > k:
+        ends = np.partition(ends, k - 1, axis=1)[:, :k]
+    ends = np.where(ends == np.inf, bound[:, None], ends)
+    # Equal values have equal bits but for 0.0 and -0.0: which of them stays in a column whose kept
+    # values hold a zero is the row order's, as the heaps always filled.
+    for c in np.flatnonzero((ends == 0.0).any(axis=1)):
+        kernels.tail_replay(data, lut, block, ends, c, fine)
+    ends.sort(axis=1)
+    return ends[:n_features], -ends[n_features:]
 
 
 def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:

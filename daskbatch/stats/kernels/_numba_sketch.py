@@ -359,25 +359,41 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     return fmin, fmax
 
 
-@_jit
+@_jit_nocheck
 def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
     """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
     # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
     # Times a normal 2**-step it is one correctly rounded product, the same number 3x faster than
     # libm's ldexp call (a third of the sketch's chunk); ldexp itself where 2**-step is no normal float.
     rows, n_features = x.shape
-    top = counts.shape[1] - 1
+    width = counts.shape[1]
     scale = np.empty(n_features)
+    # Every 2**-step a normal float (as a grid of finite data has): a row's bins in one branch-free
+    # loop that vectorises, then its counts.
+    exact = True
     for j in range(n_features):
         scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
+        exact &= scale[j] != 0.0
+    flat = counts.reshape(-1)
+    slot = np.empty(n_features, dtype=np.int64)  # index in ``flat``; -1: NaN or ±inf
     for i in range(rows):
         w = _weight(weights, i)
-        for j in range(n_features):
-            v = _load(x[i, j], lut)
-            if _finite(v):
+        if exact:
+            for j in range(n_features):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                b = np.int64(math.floor(v * scale[j] if fin else 0.0)) - first[j]
+                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+        else:
+            for j in range(n_features):
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
                 scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
-                b = np.int64(math.floor(scaled)) - first[j]
-                counts[j, min(max(b, 0), top)] += w
+                b = np.int64(math.floor(scaled if fin else 0.0)) - first[j]
+                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+        for j in range(n_features):
+            if slot[j] >= 0:
+                flat[slot[j]] += w
 
 
 @_jit
@@ -398,29 +414,84 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
     h[j, i] = v
 
 
+#: Rows of the blocks whose per-feature least values :func:`tail_blocks` keeps: at least these, and
+#: at most :data:`TAIL_BLOCKS` blocks a chunk (a larger chunk has longer blocks, and the same work arrays).
+TAIL_BLOCK_ROWS = 32
+TAIL_BLOCKS = 2048
+
+
 @_jit
-def tail_heaps(x, lut, low, neg_high):  # noqa: ANN001, ANN201
-    """Keep in the max-heaps ``low[j]`` the k smallest finite values of column j of ``x`` (R, D), in ``neg_high[j]`` the k largest, negated."""
-    # One compare per value and side; a value enters a heap in O(log k) (sorted columns too). A row
-    # whose values all lie between the heaps' tops changes neither heap (most rows, once they fill):
-    # one branch-free test against contiguous copies of the tops passes it over (30 % of the loop).
-    rows, n_features = x.shape
-    below, above = np.empty(n_features), np.empty(n_features)
-    for j in range(n_features):
-        below[j], above[j] = low[j, 0], -neg_high[j, 0]
-    for i in range(rows):
-        outside = False
-        for j in range(n_features):
-            v = _load(x[i, j], lut)
-            outside |= (v < below[j]) | (v > above[j])
-        if not outside:
-            continue
-        for j in range(n_features):
-            v = _load(x[i, j], lut)
-            if _finite(v):
-                if v < low[j, 0]:
-                    _heap_replace(low, j, v)
-                    below[j] = low[j, 0]
-                if -v < neg_high[j, 0]:
-                    _heap_replace(neg_high, j, -v)
-                    above[j] = -neg_high[j, 0]
+def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
+    """Per block of ``b`` rows of ``x`` (R, D), the least finite values of its 2D columns (``x``, then ``-x``).
+
+    ``fine`` (blocks, 4D) gets each block's least value of every column, then its second least;
+    ``coarse`` (blocks / g, 2D), filled with ``+inf``, the least over each ``g`` blocks. ``+inf``
+    where there are none.
+    """
+    rows, d = x.shape
+    low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    for f in range(fine.shape[0]):
+        for j in range(d):
+            low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
+        for i in range(f * b, min(f * b + b, rows)):
+            for j in range(d):  # branch-free, so that it vectorises
+                v = _load(x[i, j], lut)
+                fin = _finite(v)
+                u = v if fin else np.inf
+                low2[j] = min(low2[j], max(low[j], u))
+                low[j] = min(low[j], u)
+                u = -v if fin else np.inf
+                neg2[j] = min(neg2[j], max(neg[j], u))
+                neg[j] = min(neg[j], u)
+        for j in range(d):
+            fine[f, j], fine[f, d + j] = low[j], neg[j]
+            fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
+            coarse[f // g, j] = min(coarse[f // g, j], low[j])
+            coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
+
+
+@_jit
+def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
+    """Append to ``cand[c]`` the finite values of column c (see :func:`tail_blocks`) below ``scan[c]``; count them in ``n_cand[c]``.
+
+    A block's least value is appended as such when its second is not below the bound, else the
+    block is read again; past ``cand``'s end they are only counted.
+    """
+    rows, d = x.shape
+    w, room = scan.size, cand.shape[1]
+    # Block by block, so that its rows stay in cache for every column.
+    for f in range(fine.shape[0]):
+        for c in range(w):
+            t = scan[c]
+            if fine[f, c] < t:
+                n = n_cand[c]
+                if fine[f, w + c] < t:
+                    sign = 1.0 if c < d else -1.0
+                    for i in range(f * b, min(f * b + b, rows)):
+                        u = sign * _load(x[i, c % d], lut)
+                        if _finite(u) & (u < t):
+                            if n < room:
+                                cand[c, n] = u
+                            n += 1
+                else:
+                    if n < room:
+                        cand[c, n] = fine[f, c]
+                    n += 1
+                n_cand[c] = n
+
+
+@_jit
+def tail_replay(x, lut, b, h, c, fine):  # noqa: ANN001, ANN201
+    """Fill the max-heap ``h[c]`` with the k least finite values of column c (see :func:`tail_blocks`), offered in row order."""
+    # As the heaps always were filled (which of 0.0 and -0.0 stays depends on it); a block whose
+    # least value is not below the heap's top holds none that enters it.
+    d = x.shape[1]
+    sign = 1.0 if c < d else -1.0
+    for q in range(h.shape[1]):
+        h[c, q] = np.inf
+    for f in range(fine.shape[0]):
+        if fine[f, c] < h[c, 0]:
+            for i in range(f * b, min(f * b + b, x.shape[0])):
+                u = sign * _load(x[i, c % d], lut)
+                if _finite(u) & (u < h[c, 0]):
+                    _heap_replace(h, c, u)

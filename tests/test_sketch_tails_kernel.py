@@ -1,0 +1,254 @@
+"""The compiled tails read only the blocks that can hold an end's value, and keep bit for bit what the heaps kept.
+
+(And the sketch's dyadic grid, whose row's bins are now found in one branch-free loop, counts as before.)
+
+:func:`~daskbatch.stats.sketch_tails.tails_chunk` of a NumPy block bounds each column's
+k least values by the k-th least of its coarse blocks' minima, then reads only the blocks
+whose minimum lies below it (:mod:`daskbatch.stats.kernels._numba_sketch`'s ``tail_*``).
+These tests hold it to a frozen copy of the kernel it replaced (every value offered to two
+max-heaps in row order), on shapes that end on and beside every block boundary, sorted and
+trending columns, ties, zeros of both signs, NaN and infinities, in every input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numba
+import numpy as np
+import pytest
+
+from daskbatch.stats.kernels import _numba_sketch
+from daskbatch.stats.kernels._numba import _finite, _load, _weight
+from daskbatch.stats.kernels.path import numba_view
+from daskbatch.stats.sketch_tails import tails_chunk
+
+BLOCK = _numba_sketch.TAIL_BLOCK_ROWS
+
+
+@numba.njit(cache=False)
+def _frozen_heap_replace(h: np.ndarray, j: int, v: float) -> None:
+    """The replaced kernel's sift-down, as it was."""
+    k = h.shape[1]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= k:
+            break
+        if c + 1 < k and h[j, c + 1] > h[j, c]:
+            c += 1
+        if h[j, c] <= v:
+            break
+        h[j, i] = h[j, c]
+        i = c
+    h[j, i] = v
+
+
+@numba.njit(cache=False)
+def _frozen_tail_heaps(
+    x: np.ndarray, lut: np.ndarray | None, low: np.ndarray, neg_high: np.ndarray
+) -> None:
+    """The replaced kernel (``tail_heaps``), as it was: every finite value offered to both heaps in row order."""
+    rows, n_features = x.shape
+    below, above = np.empty(n_features), np.empty(n_features)
+    for j in range(n_features):
+        below[j], above[j] = low[j, 0], -neg_high[j, 0]
+    for i in range(rows):
+        outside = False
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            outside |= (v < below[j]) | (v > above[j])
+        if not outside:
+            continue
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                if v < low[j, 0]:
+                    _frozen_heap_replace(low, j, v)
+                    below[j] = low[j, 0]
+                if -v < neg_high[j, 0]:
+                    _frozen_heap_replace(neg_high, j, -v)
+                    above[j] = -neg_high[j, 0]
+
+
+def _frozen_tails(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``tails_chunk`` of a NumPy block before the change."""
+    low, neg_high = np.full((x.shape[1], k), np.inf), np.full((x.shape[1], k), np.inf)
+    _frozen_tail_heaps(*numba_view(x), low, neg_high)
+    low.sort(axis=1)
+    neg_high.sort(axis=1)
+    return low, -neg_high
+
+
+def _column(kind: str, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """One column of ``rows`` values of the given kind (float64)."""
+    if kind == "random":
+        return rng.normal(1000.0, 10.0, rows)
+    if kind == "ascending":
+        return np.sort(rng.normal(0.0, 1.0, rows))
+    if kind == "descending":
+        return np.sort(rng.normal(0.0, 1.0, rows))[::-1]
+    if kind == "trend":  # rising with noise: no block's values all below the next one's
+        return np.arange(rows) * 0.01 + rng.normal(0.0, 1.0, rows)
+    if kind == "equal":
+        return np.full(rows, 7.25)
+    if kind == "ties":  # few distinct values: many equal to a bound
+        return rng.integers(-3, 4, rows).astype(np.float64)
+    if kind == "signed zeros":  # 0.0 and -0.0 among the kept values (round(-0.3) is -0.0)
+        return np.round(rng.normal(0.0, 0.6, rows))
+    if kind == "zero inflated":
+        return np.where(rng.random(rows) < 0.7, 0.0, rng.lognormal(0.0, 2.0, rows))
+    # "special": NaN, ±inf and large spreads between finite values
+    col = rng.lognormal(0.0, 3.0, rows) * rng.choice([-1.0, 1.0], rows)
+    col[rng.random(rows) < 0.2] = np.nan
+    col[rng.random(rows) < 0.05] = np.inf
+    col[rng.random(rows) < 0.05] = -np.inf
+    return col
+
+
+KINDS = [
+    "random",
+    "ascending",
+    "descending",
+    "trend",
+    "equal",
+    "ties",
+    "signed zeros",
+    "zero inflated",
+    "special",
+]
+
+
+def _block(rows: int, dtype: str, seed: int = 3) -> np.ndarray:
+    """A (rows, len(KINDS)) block, one column of each kind, in ``dtype``."""
+    rng = np.random.default_rng(seed)
+    x = np.stack([_column(kind, rows, rng) for kind in KINDS], axis=1)
+    if dtype == "int64":
+        return np.nan_to_num(x, nan=0.0, posinf=2**62, neginf=-(2**62)).astype(np.int64)
+    with np.errstate(over="ignore"):  # float16: the large values become inf, which the tails skip
+        return np.ascontiguousarray(x.astype(dtype))
+
+
+def _assert_bitwise(
+    got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray], what: str
+) -> None:
+    """Equal bit patterns (so 0.0 is not -0.0), shapes and dtypes."""
+    for side, g, w in zip(("low", "high"), got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (
+            f"{what} {side}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+        )
+        bad = np.flatnonzero((g.view(np.int64) != w.view(np.int64)).any(axis=1))
+        assert bad.size == 0, (
+            f"{what} {side}: columns {[KINDS[j % len(KINDS)] for j in bad]} differ"
+        )
+
+
+# Around every boundary: one block, 2k coarse blocks of one block (k = 128), two blocks per coarse
+# block, longer blocks.
+ROWS = [
+    1,
+    BLOCK - 1,
+    BLOCK,
+    BLOCK + 1,
+    63,
+    64,
+    65,
+    128 * BLOCK - 1,
+    128 * BLOCK + 1,
+    256 * BLOCK,
+    256 * BLOCK + 1,
+    512 * BLOCK - 1,
+    512 * BLOCK + BLOCK + 1,
+    _numba_sketch.TAIL_BLOCKS * BLOCK + 1,  # longer blocks: of BLOCK + 1 rows
+]
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tails_are_the_heaps_bit_for_bit(rows: int, dtype: str) -> None:
+    """Each end's 128 values, for every kind of column, as the heaps kept them."""
+    x = _block(rows, dtype)
+    _assert_bitwise(tails_chunk(x, 128), _frozen_tails(x, 128), f"{rows} rows {dtype}")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float16", "int8"])
+@pytest.mark.parametrize("k", [1, 3, 128])
+def test_tails_of_other_dtypes_and_k(dtype: str, k: int) -> None:
+    """Integers and float16 (read through its table), and other counts per end, as the heaps kept them."""
+    for rows in (5, 8 * k * BLOCK + 3):
+        x = (
+            _block(rows, dtype)
+            if dtype != "int8"
+            else _block(rows, "int64").clip(-128, 127).astype(np.int8)
+        )
+        _assert_bitwise(tails_chunk(x, k), _frozen_tails(x, k), f"{rows} rows {dtype} k={k}")
+
+
+def test_tails_of_a_block_without_rows_or_features() -> None:
+    """No rows: every kept value is the empty mark; no features: no tails."""
+    low, high = tails_chunk(np.empty((0, 3), dtype=np.float32), 128)
+    assert (low == np.inf).all() and (high == -np.inf).all() and low.shape == (3, 128)
+    low, high = tails_chunk(np.empty((10, 0)), 128)
+    assert low.shape == high.shape == (0, 128)
+
+
+def test_a_sorted_chunk_costs_a_few_passes_over_it() -> None:
+    """A sorted column no longer offers every value to a heap: its tails cost a few of NumPy's column minima."""
+    rng = np.random.default_rng(5)
+    ordered = np.sort(rng.normal(0.0, 1.0, (65_536, 64)).astype(np.float32), axis=0)
+    ordered = np.ascontiguousarray(ordered[::-1])
+    tails_chunk(ordered[:100], 128)  # compiled (or loaded) first
+
+    def best(f: Callable[[], object]) -> float:
+        times = []
+        for _ in range(5):
+            start = time.process_time()
+            f()
+            times.append(time.process_time() - start)
+        return min(times)
+
+    one_pass = best(lambda: np.minimum.reduce(ordered, axis=0))
+    # The heaps took 8-9 such passes here (every value entered one); the bounds take under 2.
+    assert best(lambda: tails_chunk(ordered, 128)) < 4.0 * one_pass
+
+
+@numba.njit(cache=False)
+def _frozen_grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN202
+    """The grid's loop before its row's bins were found in one branch-free loop, as it was."""
+    rows, n_features = x.shape
+    top = counts.shape[1] - 1
+    scale = np.empty(n_features)
+    for j in range(n_features):
+        scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
+    for i in range(rows):
+        w = _weight(weights, i)
+        for j in range(n_features):
+            v = _load(x[i, j], lut)
+            if _finite(v):
+                scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
+                b = np.int64(math.floor(scaled)) - first[j]
+                counts[j, min(max(b, 0), top)] += w
+
+
+@pytest.mark.parametrize("scales", ["normal", "mixed"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: str) -> None:
+    """The grid's counts, with NaN, ±inf and values past the grid's ends, as the loop it replaced counted them."""
+    rng = np.random.default_rng(8)
+    x = _block(3000, dtype)
+    n_features = x.shape[1]
+    step = rng.integers(-30, 30, n_features)
+    if scales == "mixed":  # 2**-step no normal float for some features: ldexp per value there
+        step[::3] = np.array([1030, -1040, 1100])[: step[::3].size]
+    first = rng.integers(-50, 50, n_features)
+    w = rng.random(3000) if weighted else None
+    for count_dtype in (np.int32, np.int64, np.float64):
+        got = np.zeros((n_features, 300), dtype=count_dtype)
+        want = np.zeros_like(got)
+        data, lut = numba_view(x)
+        _numba_sketch.grid_counts(data, lut, w, step, first, got)
+        _frozen_grid_counts(data, lut, w, step, first, want)
+        np.testing.assert_array_equal(got, want, strict=True)
