@@ -119,8 +119,12 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
         return None if a is None else np.array(a[rows], order="K")
 
     handle, path = tempfile.mkstemp(prefix="daskbatch-compile-ahead-", suffix=".pkl")
-    with os.fdopen(handle, "wb") as out:
-        pickle.dump((stat, head(x), head(label), {k: head(v) for k, v in masks.items()}), out)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump((stat, head(x), head(label), {k: head(v) for k, v in masks.items()}), out)
+    except BaseException:  # nothing of ours left behind in the temporary directory
+        os.remove(path)
+        raise
     return path
 
 
