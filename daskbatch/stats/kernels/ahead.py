@@ -7,8 +7,10 @@ same chunk with the same statistics in the reverse order, so it compiles the ker
 last, while the parent compiles from the front. Each top-level compile runs under a lock file named after
 the kernel in numba's cache directory: whoever comes second waits, then loads the other's work from the
 cache (numba writes each entry atomically), so no kernel is compiled twice and every result is the one
-compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, or with
-``DASKBATCH_COMPILE_AHEAD=0``; the child is ended when the parent exits.
+compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, when no
+core was idle over the last minute (load average; the helper's import would only take the parent's
+time), or with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: on whatever the load); the child is ended when the
+parent exits.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as np
 
 __all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "start"]
 
-#: The environment variable that switches the helper off ("0"); the child runs with it set to "child".
+#: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
+#: when a core is idle. The child runs with it set to "child".
 ENV = "DASKBATCH_COMPILE_AHEAD"
 
 #: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size.
@@ -83,12 +86,15 @@ def _wanted(x: Any) -> bool:
     """Whether this process should start the helper for a chunk ``x``."""
     from daskbatch.stats.kernels.path import available, kernel_path  # lazy: numba, dask config
 
-    if os.environ.get(ENV, "1") in ("0", "child") or type(x) is not np.ndarray:
+    setting = os.environ.get(ENV, "")
+    if setting in ("0", "child") or type(x) is not np.ndarray:
         return False
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity else os.cpu_count() or 1
     if cores < 2:  # one core: the helper would only take the parent's time
         return False
+    if setting != "1" and hasattr(os, "getloadavg") and os.getloadavg()[0] > cores - 1:
+        return False  # no idle core: on a busy machine the helper's start-up is a cost, not a gain
     if not available() or kernel_path(x).kind != "numba-cpu":
         return False
     return _cache_empty()
