@@ -29,6 +29,7 @@ from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.classes import labels_checked
 from daskbatch.stats.kernels._staging import split_rows, stager
+from daskbatch.stats.kernels.ahead import start as compile_ahead
 from daskbatch.stats.kernels.path import KernelPath, kernel_path
 from daskbatch.stats.numerics import to_numpy
 
@@ -120,6 +121,7 @@ def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delay
 
 def _chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:
     """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
+    compile_ahead(stat, x, label, masks)  # a new install's first call: a helper compiles the later kernels
     with limited(), labels_checked() if checked else contextlib.nullcontext():
         return stat.chunk(x, label, **masks)
 

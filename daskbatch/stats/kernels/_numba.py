@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import numba
 import numpy as np
 from numba import types
@@ -10,11 +18,92 @@ from numba.extending import overload
 #: Rows per block of partial sums.
 BLOCK = 128
 
-_jit = numba.njit(nogil=True, cache=True)
-_jit_inline = numba.njit(nogil=True, cache=True, inline="always")
+#: Set while a helper process compiles into the same numba cache (ahead.start, and in the helper itself):
+#: then each top-level compile takes its kernel's lock file, so that no kernel is compiled twice.
+sharing = threading.Event()
+
+#: Longest wait for another process's compile before compiling here anyway (a stuck helper costs time, not a hang).
+LOCK_WAIT_SECONDS = 120.0
+
+# This thread's nesting of compiles: callees compile inside their caller's lock.
+_depth = threading.local()
+
+
+def shared(dispatcher: Any) -> Any:
+    """Make ``dispatcher``'s top-level compiles take the kernel's lock file while a helper shares the cache."""
+    compile_here = dispatcher.compile
+
+    @functools.wraps(compile_here)
+    def compile_shared(sig: Any) -> Any:
+        """numba's compile of ``sig``, under the kernel's lock file when the cache is shared with a helper."""
+        depth = getattr(_depth, "n", 0)
+        if not sharing.is_set() or depth:  # callees compile inside their caller's lock
+            _depth.n = depth + 1
+            try:
+                return compile_here(sig)
+            finally:
+                _depth.n = depth
+        _depth.n = 1
+        try:
+            with _kernel_lock(dispatcher):
+                return compile_here(sig)  # after another's compile: loaded from the cache
+        finally:
+            _depth.n = 0
+
+    # The instance's attribute: numba calls self.compile for each signature not yet in this process.
+    dispatcher.compile = compile_shared
+    return dispatcher
+
+
+@contextlib.contextmanager
+def _kernel_lock(dispatcher: Any) -> Iterator[None]:
+    """Hold the lock file of ``dispatcher`` in numba's cache directory (unlocked where none can be had)."""
+    where = getattr(getattr(dispatcher, "_cache", None), "_cache_path", None)
+    if not where:  # not a cached kernel
+        yield
+        return
+    try:
+        import fcntl
+
+        os.makedirs(where, exist_ok=True)
+        name = f"daskbatch-compile-{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}.lock"
+        handle = open(os.path.join(where, name), "a")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):  # no lock here: compiling twice is slower, not wrong
+        yield
+        return
+    with handle:
+        locked = _wait_for(lambda: fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB))
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _wait_for(try_lock: Callable[[], None]) -> bool:
+    """Call ``try_lock`` until it does not raise BlockingIOError, at most :data:`LOCK_WAIT_SECONDS`; whether it took."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            try_lock()
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
+
+def _compiler(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """numba's ``njit`` with ``options``, its compiles shared with a helper process on a cold cache (see ahead)."""
+    compile_with = numba.njit(nogil=True, cache=True, **options)
+    return lambda function: shared(compile_with(function))
+
+
+_jit = _compiler()
+_jit_inline = _compiler(inline="always")
 # NumPy's error model drops numba's division-by-zero checks, whose branch keeps
 # a loop from vectorising; for kernels whose divisors cannot be zero.
-_jit_nocheck = numba.njit(nogil=True, cache=True, error_model="numpy")
+_jit_nocheck = _compiler(error_model="numpy")
 
 
 def _load(v, lut):  # noqa: ANN001, ANN202 - numba overload stub

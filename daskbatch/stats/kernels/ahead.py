@@ -1,0 +1,164 @@
+"""On an empty numba cache, a helper process compiles the kernels a chunk task will need later, on another core.
+
+numba compiles one function at a time in a process (its compiler lock, and typing is Python under the
+GIL), so a new install's first call compiled its ~12 kernels on one core while the others waited. The
+first chunk task of such a process starts :func:`start`: a child process reduces the first rows of the
+same chunk with the same statistics in the reverse order, so it compiles the kernels the parent reaches
+last, while the parent compiles from the front. Each top-level compile runs under a lock file named after
+the kernel in numba's cache directory: whoever comes second waits, then loads the other's work from the
+cache (numba writes each entry atomically), so no kernel is compiled twice and every result is the one
+compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, when no
+core was idle over the last minute (load average; the helper's import would only take the parent's
+time), or with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: on whatever the load); the child is ended when the
+parent exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "start"]
+
+#: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
+#: when a core is idle. The child runs with it set to "child".
+ENV = "DASKBATCH_COMPILE_AHEAD"
+
+#: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size.
+SAMPLE_ROWS = 256
+
+_state_lock = threading.Lock()
+_decided = False
+_child: subprocess.Popen[bytes] | None = None
+
+
+def child_pid() -> int | None:
+    """The process id of the helper this process started, or None."""
+    return None if _child is None else _child.pid
+
+
+def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
+    """On an empty cache, start the helper that compiles ``stat``'s kernels for chunks like ``x`` (once)."""
+    global _decided, _child
+    if _decided:  # the warm path: one global read per chunk task (and a helper, once done, reaped)
+        if _child is not None and _child.returncode is None:
+            _child.poll()
+        return
+    with _state_lock:
+        if _decided:
+            return
+        _decided = True
+        if not _wanted(x):
+            return
+        try:
+            sample = _sample(stat, x, label, masks)
+        except Exception:  # noqa: BLE001 - a statistic that does not pickle: compiled here alone, as before
+            return
+        from daskbatch.stats.kernels import _numba  # lazy: numba
+
+        # From now on each top-level compile here takes its kernel's lock file.
+        _numba.sharing.set()
+        # This daskbatch, not another installed one.
+        here = str(pathlib.Path(__file__).resolve().parents[3])
+        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        _child = subprocess.Popen(
+            [sys.executable, "-m", "daskbatch.stats.kernels.ahead", sample],
+            env=dict(os.environ, PYTHONPATH=path, **{ENV: "child"}),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        atexit.register(_end_child)
+
+
+def _wanted(x: Any) -> bool:
+    """Whether this process should start the helper for a chunk ``x``."""
+    from daskbatch.stats.kernels.path import available, kernel_path  # lazy: numba, dask config
+
+    setting = os.environ.get(ENV, "")
+    if setting in ("0", "child") or type(x) is not np.ndarray:
+        return False
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    if cores < 2:  # one core: the helper would only take the parent's time
+        return False
+    if setting != "1" and hasattr(os, "getloadavg") and os.getloadavg()[0] > cores - 1:
+        return False  # no idle core: on a busy machine the helper's start-up is a cost, not a gain
+    if not available() or kernel_path(x).kind != "numba-cpu":
+        return False
+    return _cache_empty()
+
+
+def _cache_empty() -> bool:
+    """Whether numba's cache directory for the kernels holds no compiled daskbatch kernel yet (a new install)."""
+    from daskbatch.stats.kernels import _numba  # lazy: numba
+
+    where = getattr(getattr(_numba._finite, "_cache", None), "_cache_path", None)
+    if not where:
+        return False
+    try:
+        return not any(name.endswith(".nbi") for name in os.listdir(where))
+    except OSError:  # not made yet: nothing compiled
+        return True
+
+
+def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
+    """Pickle ``stat`` with its statistics reversed and the first rows of the chunk; the file's path."""
+    if hasattr(stat, "__dataclass_fields__") and isinstance(getattr(stat, "stats", None), tuple):
+        # A bundle's statistics from the back: the parent compiles from the front.
+        stat = dataclasses.replace(stat, stats=stat.stats[::-1])
+    rows = slice(0, SAMPLE_ROWS)
+
+    def head(a: Any) -> Any:
+        """The first rows of a per-row array, in its own memory order (numba compiles per layout)."""
+        return None if a is None else np.array(a[rows], order="K")
+
+    handle, path = tempfile.mkstemp(prefix="daskbatch-compile-ahead-", suffix=".pkl")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump((stat, head(x), head(label), {k: head(v) for k, v in masks.items()}), out)
+    except BaseException:  # nothing of ours left behind in the temporary directory
+        os.remove(path)
+        raise
+    return path
+
+
+def _end_child() -> None:
+    """End the helper if it still runs (at exit: nothing outlives the parent) and reap it."""
+    child = _child
+    if child is not None and child.poll() is None:
+        child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
+    if child is not None:
+        child.wait()
+
+
+def _run_child(path: str) -> None:
+    """The helper: reduce the pickled sample with the pickled statistics, compiling under the lock files."""
+    from daskbatch.stats.kernels import _numba  # lazy: numba
+
+    global _decided
+    _decided = True
+    _numba.sharing.set()
+    try:
+        with open(path, "rb") as f:
+            stat, x, label, masks = pickle.load(f)  # noqa: S301 - written by the parent, read once
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    with np.errstate(all="ignore"):
+        stat.chunk(x, label, **masks)
+
+
+if __name__ == "__main__":
+    _run_child(sys.argv[1])

@@ -1,0 +1,104 @@
+"""A new install's first call compiles in two processes: the parent from the front, a helper from the back.
+
+Each run is a fresh ``python`` with its own ``NUMBA_CACHE_DIR``, describing a real Zarr store
+with a label (``daskbatch.stats.kernels.ahead``): on an empty cache the first chunk task
+starts a helper process that compiles the kernels the parent reaches last; the parent
+loads those from the cache (numba's cache hits) and compiles the others (misses). The
+answers are bitwise those of a parent that compiles alone, the helper is gone when the
+parent exits, and a warm cache starts no helper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import gc, hashlib, json, sys
+import numpy as np
+import daskbatch as db
+from numba.core.dispatcher import Dispatcher
+from daskbatch.stats.kernels import ahead
+
+summary = db.describe(sys.argv[1], label="y")
+digest = hashlib.sha256()
+for name in sorted(summary.variables):
+    value = getattr(summary.arrays, name)
+    if isinstance(value, np.ndarray):
+        digest.update(name.encode() + np.ascontiguousarray(value).view(np.uint8).tobytes())
+loaded, compiled = [], []  # the kernels loaded from numba's cache, or compiled here
+for kernel in gc.get_objects():
+    if isinstance(kernel, Dispatcher) and kernel.py_func.__module__.startswith("daskbatch.stats.kernels"):
+        if sum(kernel.stats.cache_misses.values()):
+            compiled.append(kernel.py_func.__qualname__)
+        elif sum(kernel.stats.cache_hits.values()):
+            loaded.append(kernel.py_func.__qualname__)
+print(json.dumps({"digest": digest.hexdigest(), "helper": ahead.child_pid(), "loaded": sorted(loaded),
+                  "compiled": sorted(compiled)}))
+"""
+
+
+def describe_in_a_fresh_process(store: pathlib.Path, cache: pathlib.Path, **env: str) -> dict:
+    """Run :data:`CHILD` on ``store`` with numba's cache in ``cache``; what it printed."""
+    environ = dict(
+        os.environ,
+        NUMBA_CACHE_DIR=str(cache),
+        **env,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(store)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists (the helper was ended and reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper runs only with two or more cores"
+)
+def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pathlib.Path) -> None:
+    import daskbatch as db
+
+    store = tmp_path / "data.zarr"
+    db.synth(6000, 8, classes=3, path=str(store), chunk_rows=2000)
+
+    # On whatever the machine's load (by default a busy machine, no core idle, starts no helper).
+    shared = describe_in_a_fresh_process(store, tmp_path / "shared", DASKBATCH_COMPILE_AHEAD="1")
+    assert shared["helper"] is not None
+    assert gone(shared["helper"])  # nothing outlives the parent
+    # The parent compiled some kernels and loaded the helper's others from the cache, none twice.
+    assert shared["compiled"] and shared["loaded"], shared
+    assert not set(shared["compiled"]) & set(shared["loaded"])
+
+    alone = describe_in_a_fresh_process(store, tmp_path / "alone", DASKBATCH_COMPILE_AHEAD="0")
+    assert alone["helper"] is None and not alone["loaded"]
+    # The same kernels, split between the processes (callees compile with their callers: the loaded ones' are absent).
+    assert set(shared["compiled"] + shared["loaded"]) <= set(alone["compiled"])
+    assert shared["digest"] == alone["digest"]  # every result array, bit for bit
+
+    warm = describe_in_a_fresh_process(store, tmp_path / "shared", DASKBATCH_COMPILE_AHEAD="1")
+    assert (
+        warm["helper"] is None and not warm["compiled"]
+    )  # a warm cache: no helper, everything loaded
+    assert warm["digest"] == alone["digest"]
