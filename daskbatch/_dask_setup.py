@@ -5,11 +5,18 @@ with ``dask.sizeof``, so dask's memory accounting measures every statistic's sta
 (built in or a user's) by its arrays' bytes. Not through a ``dask.sizeof`` entry
 point: dask loads those while ``dask.sizeof`` itself is being imported, which would
 make that import circular.
+
+It also spares ``import dask.array`` its import of xarray (and with it pandas and
+pyarrow, ~0.5 s of every fresh process): ``dask.array.core`` binds xarray only to ask
+whether ``from_array`` was given a chunked ``DataArray``, and no object is one before
+xarray is imported (:class:`_XarrayWhenUsed`).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -25,6 +32,41 @@ def _set_up_dask() -> None:
 
     config.load_into_dask()
     sizeof.register(State)(_state_bytes)
+    _defer_xarray()
+
+
+class _NoObjectIsOne:
+    """A class with no instances: what ``xarray.DataArray`` is to ``isinstance`` before xarray is imported."""
+
+
+class _XarrayWhenUsed(ModuleType):
+    """Stands for xarray in ``dask.array.core``: imports it on first use, except to ask ``isinstance(x, DataArray)``."""
+
+    def __getattr__(self, name: str) -> Any:
+        # An xarray DataArray exists only once xarray is imported: until then the answer is no,
+        # without importing it; any other use imports the real xarray (and its error, if broken).
+        if name == "DataArray" and "xarray" not in sys.modules:
+            return _NoObjectIsOne
+        return getattr(importlib.import_module("xarray"), name)
+
+
+def _defer_xarray() -> None:
+    """Make ``dask.array.core``'s optional import of xarray give :class:`_XarrayWhenUsed` (once, before it runs)."""
+    compatibility = sys.modules.get("dask._compatibility")
+    original = getattr(compatibility, "import_optional_dependency", None)
+    if original is None or "dask.array.core" in sys.modules or getattr(original, "__wrapped__", None) is not None:
+        return  # another dask, or dask.array (and xarray) loaded already, or done
+
+    def import_optional_dependency(name: str, *args: Any, **kwargs: Any) -> Any:
+        """dask's own, except that ``dask.array.core`` gets xarray's stand-in while xarray is not imported."""
+        caller = sys._getframe(1).f_globals.get("__name__")
+        if name != "xarray" or caller != "dask.array.core" or "xarray" in sys.modules:
+            return original(name, *args, **kwargs)
+        # As dask's own with errors="ignore": None where xarray is not installed.
+        return _XarrayWhenUsed("xarray") if importlib.util.find_spec("xarray") is not None else None
+
+    import_optional_dependency.__wrapped__ = original  # type: ignore[attr-defined]
+    compatibility.import_optional_dependency = import_optional_dependency  # type: ignore[union-attr]
 
 
 def _state_bytes(state: Any) -> int:

@@ -118,7 +118,8 @@ def describe(
 
 def _warn_untrustworthy(summary: Summary) -> None:
     """Warn once about a complete-rows covariance that left out many rows, and about suspect values."""
-    dropped = covariance_message(summary)
+    # The unlabelled arrays: a pandas Series of each count would import pandas (0.3 s) for a warning's test.
+    dropped = covariance_message(summary.arrays)
     if dropped is not None:
         warn(CompleteRowsWarning(dropped))
     suspect = suspect_message(summary.suspect_values or ())

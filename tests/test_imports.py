@@ -114,3 +114,44 @@ def test_dir_lists_the_public_names_only() -> None:
     listed = set(dir(daskbatch))
     assert set(daskbatch.__all__) <= listed
     assert not listed & {"sys", "importlib", "types", "annotations", "TYPE_CHECKING", "Any"}
+
+
+def test_describing_a_store_path_loads_no_xarray_pandas_or_pyarrow(tmp_path) -> None:  # noqa: ANN001
+    # dask.array imported xarray (and with it pandas and pyarrow, ~0.5 s of every fresh process) only to
+    # ask whether from_array was given a DataArray; the summary's warnings read labelled (pandas) counts.
+    import dask.array as da
+    import numpy as np
+    import zarr
+
+    import daskbatch as db
+
+    rng = np.random.default_rng(3)
+    root = zarr.open_group(tmp_path / "data.zarr", mode="w")
+    root.create_array("X", data=(rng.normal(size=(3000, 5)) * 10 + 100).astype(np.float32), chunks=(700, 5))
+    root.create_array("y", data=rng.integers(0, 3, size=3000).astype(np.int8), chunks=(700,))
+    out = tmp_path / "arrays.npz"
+    code = (
+        f"import daskbatch as db, numpy as np, sys\ns = db.describe({str(tmp_path / 'data.zarr')!r}, label='y')\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'pyarrow'})\n"
+        f"np.savez({str(out)!r}, **{{k: v for k, v in s.variables.items() if isinstance(v, np.ndarray)}})\n"
+        "print(loaded)"
+    )
+    assert _run(code) == "[]"
+    want = db.describe(da.from_zarr(root["X"]), label=da.from_zarr(root["y"]))
+    with np.load(out, allow_pickle=False) as got:
+        arrays = {k: v for k, v in want.variables.items() if isinstance(v, np.ndarray)}
+        assert set(got.files) == set(arrays) and {"cov", "joint_counts", "quantile_counts"} <= set(arrays)
+        for name, value in arrays.items():  # bitwise the dask array's
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+def test_dask_array_still_takes_a_chunked_xarray_dataarray_as_its_dask_array() -> None:
+    # The stand-in for xarray in dask.array.core answers isinstance without importing xarray, and is the
+    # real xarray once it is imported (here after dask.array): from_array gives a DataArray's dask data back.
+    code = (
+        "import daskbatch, sys, numpy as np, dask.array as da\nfrom dask.array import core\n"
+        "da.from_array(np.ones((4, 3)))\nbefore = 'xarray' in sys.modules\n"
+        "import xarray as xr\na = xr.DataArray(np.ones((4, 3))).chunk(2)\n"
+        "print(before, da.from_array(a) is a.data, core.xr.DataArray is xr.DataArray)"
+    )
+    assert _run(code) == "False True True"
