@@ -155,3 +155,22 @@ def test_dask_array_still_takes_a_chunked_xarray_dataarray_as_its_dask_array() -
         "print(before, da.from_array(a) is a.data, core.xr.DataArray is xr.DataArray)"
     )
     assert _run(code) == "False True True"
+
+
+def test_the_cli_describe_table_loads_no_pandas(tmp_path) -> None:  # noqa: ANN001
+    # The printed table, its top pairs and MI ranking read the arrays; pandas (0.3-0.5 s) is for the
+    # labelled results a Python user asks for, which the CLI never shows.
+    import numpy as np
+    import zarr
+
+    rng = np.random.default_rng(5)
+    root = zarr.open_group(tmp_path / "data.zarr", mode="w")
+    root.create_array("X", data=rng.normal(size=(2000, 4)).astype(np.float32), chunks=(500, 4))
+    root.create_array("y", data=rng.integers(0, 2, size=2000).astype(np.int8), chunks=(500,))
+    code = (
+        "import sys\nfrom daskbatch.cli import main\n"
+        f"try:\n    main(['describe', {str(tmp_path / 'data.zarr')!r}, '--label', 'y'])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'pyarrow'}))"
+    )
+    assert _run(code) == "[]"

@@ -15,7 +15,14 @@ from daskbatch._common import plural as _count
 from daskbatch.stats.classes import format_classes
 from daskbatch.stats.ranges import OUT_OF_RANGE_LIMIT, SuspectValue, suspect_values
 from daskbatch.stats.sketch_layout import collapse_floor, slot_bounds
-from daskbatch.summary.views import format_percent, nonfinite_text, sketch_layout
+from daskbatch.summary.views import (
+    correlated_pairs,
+    format_percent,
+    mi_ranking,
+    nonfinite_text,
+    quantile_values,
+    sketch_layout,
+)
 
 __all__ = [
     "correlation_rows", "covariance_message", "DROPPED_ROWS_LIMIT", "FeatureFlags", "format_column", "format_report",
@@ -266,7 +273,7 @@ def _build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
     values: dict[str, np.ndarray] = {}
     quantiles = None
     if summary.hist_counts is not None or summary.sketch_counts is not None:
-        quantiles = np.asarray(summary.quantile([0.25, 0.5, 0.75]), dtype=np.float64)
+        quantiles = quantile_values(summary.arrays, [0.25, 0.5, 0.75], "auto")[0]  # no pandas for a table
     for column, source, _ in COLUMNS:
         if source in ("q25", "median", "q75"):
             if quantiles is not None:
@@ -456,15 +463,15 @@ def format_report(summary: Any, *, k: int = 10, rows: int = TEXT_ROWS, show_all:
     """Write the report printed by ``describe`` and ``demo``: the table, then the top ``k`` correlated pairs and features by MI."""
     summary = summary.arrays  # the table and the lists read the statistics by position
     lines = [summary_text(summary, rows=rows, show_all=show_all)]
-    pairs = summary.top_correlated(k)
-    if len(pairs):
+    pairs = correlated_pairs(summary, k)  # lists, not pandas: the CLI prints this and need not import it
+    if pairs:
         rows_note = f", {correlation_rows(summary)}" if summary.cov_count is not None else ""
         lines.append(f"\nTop {len(pairs)} correlated pairs (Pearson r{rows_note}):")
-        width_a = max(len(str(a)) for a in pairs["feature_a"])
-        width_b = max(len(str(b)) for b in pairs["feature_b"])
-        lines.extend(f"  {a:>{width_a}} ~ {b:<{width_b}}  r = {r:+.4f}" for a, b, r in pairs.itertuples(index=False))
-    ranked = summary.top_mi(k)
-    if len(ranked):
+        width_a = max(len(str(a)) for a, _, _ in pairs)
+        width_b = max(len(str(b)) for _, b, _ in pairs)
+        lines.extend(f"  {a:>{width_a}} ~ {b:<{width_b}}  r = {r:+.4f}" for a, b, r in pairs)
+    ranked = mi_ranking(summary, k)
+    if ranked:
         units = summary.provenance.get("mi_units", "nats")
         classes = getattr(summary, "classes", None)
         grouped = summary.groups is not None
@@ -472,7 +479,7 @@ def format_report(summary: Any, *, k: int = 10, rows: int = TEXT_ROWS, show_all:
             units += f"; {len(classes)} {'groups' if grouped else 'classes'} {format_classes(classes.tolist())}"
         target = "the group key" if grouped else "the label"
         lines.append(f"\nTop {len(ranked)} features by mutual information with {target} ({units}):")
-        width = max(len(str(n)) for n in ranked.index)
-        values = format_column(ranked.to_numpy())
-        lines.extend(f"  {name:>{width}}  {value}" for name, value in zip(ranked.index, values, strict=True))
+        width = max(len(str(name)) for name, _ in ranked)
+        values = format_column(np.array([mi for _, mi in ranked], dtype=np.float64))
+        lines.extend(f"  {name:>{width}}  {value}" for (name, _), value in zip(ranked, values, strict=True))
     return "\n".join(lines)

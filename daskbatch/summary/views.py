@@ -27,6 +27,12 @@ __all__ = [
 
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
     """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
+    values, source, exact = quantile_values(summary, q, method)
+    return _labelled(summary, values, q, source, exact)
+
+
+def quantile_values(summary: Summary, q: Any, method: str) -> tuple[np.ndarray, str, np.ndarray]:
+    """:func:`quantiles` as an array, where they come from, and which features are exact (no pandas)."""
     if method not in ("auto", "sketch", "histogram"):
         raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
     if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
@@ -58,7 +64,7 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
         if exact is not None:
             values = np.where(np.isnan(exact), values, exact)
             exact_features = ~np.isnan(exact) if exact.ndim == 1 else ~np.isnan(exact).any(axis=1)
-        return _labelled(summary, values, q, source, exact_features)
+        return values, source, exact_features
     if summary.hist_counts is None:
         raise ValueError("quantiles come from histograms: describe(..., stats=(..., 'hist'))")
     assert summary.hist_edges is not None and summary.underflow is not None and summary.overflow is not None
@@ -66,8 +72,8 @@ def quantiles(summary: Summary, q: Any, method: str) -> Any:
         summary.hist_counts, summary.hist_edges, summary.underflow, summary.overflow, summary.min, summary.max, q
     )
     bins = summary.hist_counts.shape[1]
-    return _labelled(summary, values, q, f"histograms ({bins} bins on each feature's range: within one bin)",
-                     np.zeros(summary.n_features, dtype=bool))
+    return (values, f"histograms ({bins} bins on each feature's range: within one bin)",
+            np.zeros(summary.n_features, dtype=bool))
 
 
 def sketch_layout(spec: dict[str, Any]) -> Sketch:
@@ -93,34 +99,43 @@ def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: 
     return out
 
 
+def correlated_pairs(summary: Summary, k: int) -> list[tuple[str, str, float]]:
+    """The ``k`` feature pairs with the largest absolute correlation, strongest first (no pandas)."""
+    if summary.corr is None:
+        tiled = summary.provenance.get("tiled_cov")
+        # too wide to hold: ranked tile by tile from the store
+        return summary.tiled_cov().top_correlated(k) if tiled else []
+    upper = np.triu_indices(summary.n_features, k=1)
+    r = summary.corr[upper]
+    finite = np.isfinite(r)
+    order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
+    names = summary.feature_names
+    return [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
+
+
 def top_correlated(summary: Summary, k: int) -> Any:
     """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`)."""
     import pandas as pd  # lazy: pandas
 
-    if summary.corr is None:
-        tiled = summary.provenance.get("tiled_cov")
-        # too wide to hold: ranked tile by tile from the store
-        pairs = summary.tiled_cov().top_correlated(k) if tiled else []
-    else:
-        upper = np.triu_indices(summary.n_features, k=1)
-        r = summary.corr[upper]
-        finite = np.isfinite(r)
-        order = np.argsort(-np.abs(np.where(finite, r, 0.0)), kind="stable")[: max(k, 0)]
-        names = summary.feature_names
-        pairs = [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
-    table = pd.DataFrame(pairs, columns=["feature_a", "feature_b", "r"])
+    table = pd.DataFrame(correlated_pairs(summary, k), columns=["feature_a", "feature_b", "r"])
     return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
+
+
+def mi_ranking(summary: Summary, k: int) -> list[tuple[str, float]]:
+    """The ``k`` features with the largest MI with the label and their MI, largest first (no pandas)."""
+    if summary.mi is None:
+        return []
+    order = np.argsort(-np.nan_to_num(summary.mi, nan=-1.0), kind="stable")[: max(k, 0)]
+    return [(summary.feature_names[i], float(summary.mi[i])) for i in order]
 
 
 def top_mi(summary: Summary, k: int) -> Any:
     """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`)."""
     import pandas as pd  # lazy: pandas
 
-    if summary.mi is None:
-        return pd.Series([], index=pd.Index([], name="feature", dtype=object), name="mi", dtype=np.float64)
-    order = np.argsort(-np.nan_to_num(summary.mi, nan=-1.0), kind="stable")[: max(k, 0)]
-    index = pd.Index([summary.feature_names[i] for i in order], name="feature", dtype=object)
-    return pd.Series(summary.mi[order].astype(np.float64), index=index, name="mi")
+    ranked = mi_ranking(summary, k)
+    index = pd.Index([name for name, _ in ranked], name="feature", dtype=object)
+    return pd.Series(np.array([mi for _, mi in ranked], dtype=np.float64), index=index, name="mi")
 
 
 def dataframe(summary: Summary) -> Any:
