@@ -28,9 +28,8 @@ from daskbatch.config import resolve_split_every
 from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.classes import labels_checked
-from daskbatch.stats.kernels.path import split_rows, stager
 from daskbatch.stats.kernels.ahead import start as compile_ahead
-from daskbatch.stats.kernels.path import KernelPath, kernel_path
+from daskbatch.stats.kernels.path import KernelPath, kernel_path, split_rows, stager
 from daskbatch.stats.numerics import to_numpy
 
 S = TypeVar("S")
