@@ -147,6 +147,9 @@ def test_an_unknown_built_in_state_name_is_refused_in_one_line(tmp_path: Path) -
     with pytest.raises(UnreadableState, match=f"state class '{unknown}' is not one of daskbatch's built-in") as info:
         state_codec.decode(dict(header, state=unknown), arrays)
     assert "\n" not in str(info.value)
+    with pytest.raises(UnreadableState, match="is not one of daskbatch's built-in states") as info:
+        state_codec.decode(dict(header, state="daskbatch.stats.moments:" + "A" * 10_000), arrays)
+    assert len(str(info.value)) < 250  # a key as long as a file allows is cut in the message
     path = tmp_path / "L0-000000.ckpt"
     path.write_bytes(encode_state((_instance(MomentsState),), _META))
     _rewrite_checkpoint(path, lambda key: unknown)

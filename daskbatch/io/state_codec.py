@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._common import short_repr
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
@@ -87,13 +88,13 @@ def check_record(header: Any, expected: type | None = None) -> type:
     key = header.get("state")
     if expected is not None:
         if key != state_key(expected) and _state_named(key) is not expected:
-            raise UnreadableState(f"state class {key!r} is not the expected {state_key(expected)!r}")
+            raise UnreadableState(f"state class {short_repr(key, 120)} is not the expected {state_key(expected)!r}")
         cls: type | None = expected
     else:
         cls = _state_named(key)
     if cls is None or not dataclasses.is_dataclass(cls):
         # Never imported: a user's class is registered by the program that defines it.
-        raise UnreadableState(f"state class {key!r} is not registered (register_state); nothing was imported")
+        raise UnreadableState(f"state class {short_repr(key, 120)} is not registered (register_state); nothing was imported")
     names = [f.name for f in dataclasses.fields(cls)]
     fields = header.get("fields")
     # A record may end before fields added since it was written whose default is None (the sketch's tails).
@@ -116,7 +117,9 @@ def _state_named(key: Any) -> type | None:
     own = [cls for cls in registered_states() if cls.__module__.partition(".")[0] == "daskbatch"]
     found = next((cls for cls in own if cls.__qualname__ == qualname), None)
     if found is None:
-        raise UnreadableState(f"state class {key!r} is not one of daskbatch's built-in states; nothing was imported")
+        raise UnreadableState(
+            f"state class {short_repr(key, 120)} is not one of daskbatch's built-in states; nothing was imported"
+        )
     return found
 
 
