@@ -18,7 +18,7 @@ from daskbatch.runtime.progress import Progress, ProgressCallback, progress_opti
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
-from daskbatch.stats.kernels._staging import stager
+from daskbatch.stats.kernels.path import stager
 from daskbatch.stats.ranges import histogram_ranges
 from daskbatch.stats.spec import (
     CLASS_MOMENTS,

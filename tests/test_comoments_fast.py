@@ -59,7 +59,7 @@ def far_from_zero(rows: int, d: int, seed: int = 0, dtype: str = "float64") -> n
 @pytest.mark.parametrize(("rows", "d"), [(9000, 3), (2500, 64), (5000, 1)])
 def test_far_from_zero_matches_exact_sums(rows: int, d: int) -> None:
     x = far_from_zero(rows, d)
-    assert rows > kernels._centring.centring_rows(d)  # several blocks, the last a partial one
+    assert rows > kernels.path.centring_rows(d)  # several blocks, the last a partial one
     assert_matches(CoMoments().chunk(x), *reference(x))
 
 
@@ -150,7 +150,7 @@ def test_blocks_merge_as_states_do() -> None:
 
 
 def test_centring_rows_keep_the_buffer_cache_sized() -> None:
-    from daskbatch.stats.kernels._centring import (
+    from daskbatch.stats.kernels.path import (
         MAX_CENTRING_ROWS,
         MIN_CENTRING_ROWS,
         centring_rows,

@@ -63,7 +63,7 @@ def test_every_kernel_compiles_for_every_launch_signature() -> None:
 @pytest.mark.usefixtures("nvvm")
 def test_a_kernel_that_does_not_type_is_reported() -> None:
     # first_complete indexes its second argument: as a scalar it cannot be typed.
-    recorded = {"launches": {"daskbatch.stats.kernels._cuda_comoments:first_complete": [
+    recorded = {"launches": {"daskbatch.stats.kernels._cuda_moments:first_complete": [
         '[["array", "uint8", 1, "C"], ["scalar", "int64"]]']}, "device": []}
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import compile_cuda_kernels as t; "
             "t.use_numba_cuda(); lines = []; "

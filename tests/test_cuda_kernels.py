@@ -178,11 +178,11 @@ def _crossing_shapes(d: int, block_rows: int, rows_range: range) -> list[int]:
 
 def _scale_card_down(monkeypatch: pytest.MonkeyPatch, d: int) -> int:
     """Scale the buffer constants down for ``d`` features: a card whose share holds 16 rows, 2 rows a group, 8 groups aimed at."""
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
     card = 16 * 8 * d * _gpu.CENTRE_SHARE
-    monkeypatch.setattr(_gpu_layout, "MIN_GROUP_ROWS", 2)
-    monkeypatch.setattr(_gpu_layout, "TARGET_THREADS", 8 * d)
+    monkeypatch.setattr(_gpu, "MIN_GROUP_ROWS", 2)
+    monkeypatch.setattr(_gpu, "TARGET_THREADS", 8 * d)
     monkeypatch.setattr(_gpu._SimBackend, "device_bytes", lambda self: card)
     return card
 
@@ -620,10 +620,10 @@ def test_sim_histogram_across_tiles_and_row_blocks(monkeypatch: pytest.MonkeyPat
     """10 features in tiles of 4 (the last one short), 61 rows in blocks of 8 (the last one short), by label."""
     from numba import cuda
 
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
-    monkeypatch.setattr(_gpu_layout, "HIST_MIN_BLOCK_ROWS", 8)
-    monkeypatch.setattr(_gpu_layout, "HIST_THREADS", 12)
+    monkeypatch.setattr(_gpu, "HIST_MIN_BLOCK_ROWS", 8)
+    monkeypatch.setattr(_gpu, "HIST_THREADS", 12)
     x = chunk("float32", rows=61, cols=10, seed=9)
     y = np.random.default_rng(9).integers(0, 2, size=x.shape[0])
     h = hist_for(x, bins=5, by_label=True)
@@ -678,11 +678,11 @@ def test_sim_class_moments_more_classes_than_grid_rows(monkeypatch: pytest.Monke
     from numba import cuda
 
     from daskbatch.stats import ClassMoments
-    from daskbatch.stats.kernels import _gpu, _gpu_layout
+    from daskbatch.stats.kernels import _gpu
 
     # the fold, the row groups and the launch-shape check read the same (scaled-down) limit
     monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
-    monkeypatch.setattr(_gpu_layout, "MAX_GRID_Y", 2)
+    monkeypatch.setattr(_gpu, "MAX_GRID_Y", 2)
     x = chunk("float64", rows=40)
     y = np.random.default_rng(3).integers(0, 5, size=x.shape[0])
     w = weights_for(x.shape[0], seed=13, integer=True)

@@ -12,10 +12,12 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import dask.array as da
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 import daskbatch as db
@@ -28,7 +30,7 @@ from daskbatch.engine.checkpoint_files import (
 from daskbatch.errors import CheckpointMismatchError, DataError
 from daskbatch.io import state_codec
 from daskbatch.io.state_codec import UnreadableState
-from daskbatch.stats._base import registered_state, state_key
+from daskbatch.stats._base import registered_state, registered_states, state_key
 from daskbatch.stats.moments import MomentsState
 from daskbatch.stats.registry import STATISTICS, built_in_states
 
@@ -70,6 +72,95 @@ ALL_STATES = (*built_in_states(), UserState)
 def test_every_built_in_state_class_is_registered_and_listed() -> None:
     for cls in ALL_STATES:
         assert registered_state(state_key(cls)) is cls
+    own = [cls.__qualname__ for cls in registered_states() if cls.__module__.startswith("daskbatch.")]
+    assert len(own) == len(set(own)) >= len(built_in_states())  # a record names daskbatch's own by qualname
+
+
+#: Another daskbatch module: where a record says a built-in state class lived when it was written.
+_ELSEWHERE = "daskbatch.stats.registry"
+
+
+def _moved(key: str) -> str:
+    """``key`` with its module part rewritten, as a class that has moved since the record was written."""
+    assert key.startswith("daskbatch.") and not key.startswith(_ELSEWHERE + ":")
+    return f"{_ELSEWHERE}:{key.partition(':')[2]}"
+
+
+def _rewrite_checkpoint(path: Path, rename: Any) -> None:
+    """Rewrite the state classes a checkpoint file names with ``rename``, its checksum forged to match."""
+    first, _, body = path.read_bytes().partition(b"\n")
+    line, _, payload = body.partition(b"\n")
+    doc = json.loads(line)
+    for record in doc["states"]:
+        record["state"] = rename(record["state"])
+    body = json.dumps(doc, sort_keys=True).encode() + b"\n" + payload
+    path.write_bytes(first.split(b"sha256=")[0] + b"sha256=" + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+
+
+def _rewrite_summary(path: str, rename: Any) -> None:
+    """Rewrite the state classes a saved summary names with ``rename``, its checksums recomputed to match."""
+    group = zarr.open_group(Path(path) / "states", mode="r+")
+    digests = {}
+    for name, sub in sorted(group.groups()):
+        attrs = dict(sub.attrs, state=rename(sub.attrs["state"]))
+        record = {key: attrs[key] for key in ("codec", "state", "fields")}
+        arrays = {f[0]: np.asarray(sub[f[0]][...]) for f in attrs["fields"]}
+        context = [state_codec.FORMAT_VERSION, attrs["statistic"], attrs["params"]]
+        attrs["sha256"] = digests[name] = state_codec.record_sha256(record, arrays, context)
+        sub.attrs.put(attrs)
+    with xr.open_zarr(path, consolidated=False, chunks=None) as ds:
+        results = state_codec.results_digest(ds.load())
+    group.attrs.put(dict(group.attrs, summary_sha256=state_codec._binding(results, digests)))
+
+
+def test_a_checkpoint_naming_built_in_states_in_another_module_still_loads(tmp_path: Path) -> None:
+    """Built-in state classes are read by qualified name: one may move between modules without losing checkpoints."""
+    states = tuple(_instance(cls, i) for i, cls in enumerate(built_in_states()))
+    path = tmp_path / "L0-000000.ckpt"
+    path.write_bytes(encode_state(states, _META))
+    _rewrite_checkpoint(path, _moved)
+    assert all(r["state"].startswith(_ELSEWHERE + ":") for r in read_header(path)[0]["states"])
+    for back, state in zip(decode_state(*read_header(path)), states, strict=True):
+        _assert_same(back, state)
+
+
+def test_a_summary_naming_built_in_states_in_another_module_still_loads(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    x, y, w = rng.standard_normal((200, 3)), rng.integers(0, 2, 200), rng.uniform(0.5, 2.0, 200)
+    for i, s in enumerate((
+        db.describe(x, y, stats=("moments", "cov", "hist", "class_moments", "sketch"), run=db.RunOptions(plan=None)),
+        db.describe(x, weights=w, stats=("moments", "cov"), run=db.RunOptions(plan=None)),
+    )):
+        path = s.save(tmp_path / f"s{i}.zarr")
+        _rewrite_summary(path, _moved)
+        assert zarr.open_group(Path(path) / "states" / "moments").attrs["state"].startswith(_ELSEWHERE + ":")
+        back = db.load_summary(path)
+        assert back.states is not None and s.states is not None and set(back.states) == set(s.states)
+        for name, kept in s.states.items():
+            want = kept.state.canonical() if hasattr(kept.state, "canonical") else kept.state
+            _assert_same(back.states[name].state, want)
+
+
+def test_an_unknown_built_in_state_name_is_refused_in_one_line(tmp_path: Path) -> None:
+    unknown = "daskbatch.stats.moments:NoSuchState"
+    header, arrays = state_codec.encode(_instance(MomentsState))
+    with pytest.raises(UnreadableState, match=f"state class '{unknown}' is not one of daskbatch's built-in") as info:
+        state_codec.decode(dict(header, state=unknown), arrays)
+    assert "\n" not in str(info.value)
+    with pytest.raises(UnreadableState, match="is not one of daskbatch's built-in states") as info:
+        state_codec.decode(dict(header, state="daskbatch.stats.moments:" + "A" * 10_000), arrays)
+    assert len(str(info.value)) < 250  # a key as long as a file allows is cut in the message
+    path = tmp_path / "L0-000000.ckpt"
+    path.write_bytes(encode_state((_instance(MomentsState),), _META))
+    _rewrite_checkpoint(path, lambda key: unknown)
+    with pytest.raises(DamagedCheckpoint, match=f"'{unknown}' is not one of daskbatch's built-in states") as err:
+        read_header(path)
+    assert "\n" not in str(err.value)
+    saved = db.describe(np.ones((10, 2)), stats=("moments",), run=db.RunOptions(plan=None)).save(tmp_path / "s.zarr")
+    _rewrite_summary(saved, lambda key: unknown)
+    with pytest.raises(DataError, match=f"state 'moments': state class '{unknown}' is not one of daskbatch's") as e:
+        db.load_summary(saved)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("cls", ALL_STATES, ids=lambda c: c.__name__)

@@ -55,12 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DTYPES = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float32", "float64")
 
 #: The modules that hold the kernels.
-MODULES = (
-    "daskbatch.stats.kernels._cuda_moments",
-    "daskbatch.stats.kernels._cuda_class_moments",
-    "daskbatch.stats.kernels._cuda_comoments",
-    "daskbatch.stats.kernels._cuda_histogram",
-)
+MODULES = ("daskbatch.stats.kernels._cuda", "daskbatch.stats.kernels._cuda_moments")
 
 
 # --- step 1: record, under the simulator ----------------------------------------------------------

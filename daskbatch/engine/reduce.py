@@ -28,9 +28,8 @@ from daskbatch.config import resolve_split_every
 from daskbatch.runtime.capacity import limited
 from daskbatch.stats._base import Statistic, merge_all
 from daskbatch.stats.classes import labels_checked
-from daskbatch.stats.kernels._staging import split_rows, stager
 from daskbatch.stats.kernels.ahead import start as compile_ahead
-from daskbatch.stats.kernels.path import KernelPath, kernel_path
+from daskbatch.stats.kernels.path import KernelPath, kernel_path, split_rows, stager
 from daskbatch.stats.numerics import to_numpy
 
 S = TypeVar("S")
@@ -157,7 +156,7 @@ def to_host(value: Any) -> Any:
 # -- staged chunk tasks (daskbatch.gpu-transfer: staged): host blocks reduced on the GPU with overlapped copies.
 # With device="gpu" each block is normally moved by a task of its own (cupy.asarray, a synchronous copy from
 # pageable memory). Staged, the chunk task splits its host block into parts of part_rows rows, copies them
-# through the calling thread's pinned double buffer (stats.kernels._staging) and reduces part i while part
+# through the calling thread's pinned double buffer (stats.kernels.path.Stager) and reduces part i while part
 # i + 1 is in flight, folding the parts' states left to right. The split depends only on the block's rows and
 # part_rows, so results are bitwise reproducible; they differ from the block transfer's in the last bits (one
 # more level of merges), which is why a checkpoint records the transfer (Staged.settings).

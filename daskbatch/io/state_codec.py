@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._common import short_repr
 from daskbatch.errors import DataError
 from daskbatch.io.outputs import checksummed, zarr_target
 from daskbatch.planning.plan import format_bytes
 from daskbatch.stats import registry  # noqa: F401  (importing the table registers every built-in state)
-from daskbatch.stats._base import reads_label, registered_state, state_key
+from daskbatch.stats._base import reads_label, registered_state, registered_states, state_key
 from daskbatch.stats.categorical import (
     CategoricalProfile,
     CategoricalState,
@@ -86,14 +87,14 @@ def check_record(header: Any, expected: type | None = None) -> type:
         )
     key = header.get("state")
     if expected is not None:
-        if key != state_key(expected):
-            raise UnreadableState(f"state class {key!r} is not the expected {state_key(expected)!r}")
+        if key != state_key(expected) and _state_named(key) is not expected:
+            raise UnreadableState(f"state class {short_repr(key, 120)} is not the expected {state_key(expected)!r}")
         cls: type | None = expected
     else:
-        cls = registered_state(key) if isinstance(key, str) else None
+        cls = _state_named(key)
     if cls is None or not dataclasses.is_dataclass(cls):
         # Never imported: a user's class is registered by the program that defines it.
-        raise UnreadableState(f"state class {key!r} is not registered (register_state); nothing was imported")
+        raise UnreadableState(f"state class {short_repr(key, 120)} is not registered (register_state); nothing was imported")
     names = [f.name for f in dataclasses.fields(cls)]
     fields = header.get("fields")
     # A record may end before fields added since it was written whose default is None (the sketch's tails).
@@ -105,6 +106,21 @@ def check_record(header: Any, expected: type | None = None) -> type:
         if not (isinstance(f[1], str) and isinstance(f[2], list) and isinstance(f[3], bool)):
             raise UnreadableState(f"field {f[0]!r}: {f[1:]!r} is not a dtype, a shape and a scalar flag")
     return cls
+
+
+def _state_named(key: Any) -> type | None:
+    """The registered state class a record's ``"module:qualname"`` names; None when there is none."""
+    module, _, qualname = key.partition(":") if isinstance(key, str) else ("", "", "")
+    if module.partition(".")[0] != "daskbatch":
+        return registered_state(key) if isinstance(key, str) else None  # a user's: by its full key
+    # daskbatch's own by qualified name alone, so that a built-in state class can move between modules.
+    own = [cls for cls in registered_states() if cls.__module__.partition(".")[0] == "daskbatch"]
+    found = next((cls for cls in own if cls.__qualname__ == qualname), None)
+    if found is None:
+        raise UnreadableState(
+            f"state class {short_repr(key, 120)} is not one of daskbatch's built-in states; nothing was imported"
+        )
+    return found
 
 
 def _name_of(field: Any) -> Any:
@@ -326,7 +342,11 @@ def _state_class(statistic: Any, key: Any) -> type:
     assert own is not None  # a registered statistic's
     # Weighted moments and co-moments keep a subclass (weight sums and row counts); other weighted states, float64 counts.
     subclasses = (cls for cls in built_in_states() if issubclass(cls, own) and cls is not own)
-    return next((cls for cls in subclasses if state_key(cls) == key), own)
+    try:
+        named = _state_named(key)
+    except UnreadableState:
+        named = None  # _decode refuses the record, naming its class
+    return next((cls for cls in subclasses if cls is named), own)
 
 
 def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> Any:

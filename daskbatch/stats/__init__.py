@@ -10,10 +10,10 @@ from daskbatch.stats.comoments import CoMoments, CoMomentsResult, CoMomentsState
 from daskbatch.stats.declaration import Declaration, Footprint
 from daskbatch.stats.histogram import Histogram, HistogramResult, HistogramState
 from daskbatch.stats.moments import Moments, MomentsResult, MomentsState
-from daskbatch.stats.mutual_info import MutualInformation, mutual_information
 from daskbatch.stats.quantile import SketchResult, histogram_quantile
 from daskbatch.stats.registry import STATISTICS
 from daskbatch.stats.sketch import Sketch, SketchState
+from daskbatch.stats.target import MutualInformation, mutual_information
 
 __all__ = [
     "STATISTICS", "Declaration", "Footprint", "State", "Bundle", "ClassMoments", "ClassMomentsResult", "ClassMomentsState", "CoMoments",

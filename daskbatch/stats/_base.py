@@ -338,3 +338,8 @@ def _register(cls: type) -> None:
 def registered_state(key: str) -> type | None:
     """Look up the state class registered under ``key``; nothing is imported."""  # numpydoc ignore=PR01,RT01
     return _REGISTRY.get(key)
+
+
+def registered_states() -> tuple[type, ...]:
+    """Every registered state class, in the order registered."""  # numpydoc ignore=RT01
+    return tuple(_REGISTRY.values())

@@ -28,7 +28,7 @@ from daskbatch.stats import kernels
 from daskbatch.stats._base import State
 from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, ddof_setting
 from daskbatch.stats.kernels import _gpu
-from daskbatch.stats.kernels._centring import centring_rows
+from daskbatch.stats.kernels.path import centring_rows
 from daskbatch.stats.numerics import (
     RATIO_FORM_FROM,
     as_float64,
@@ -369,7 +369,7 @@ def _comoment_state_bytes(d: int, bins: int, k: int | None, tile: int | None) ->
 
 #: Memory of :class:`CoMoments` for the planner: the array API makes 4 chunk-sized float64
 #: temporaries (zeros, shifted and centred blocks, one expression temporary) and a
-#: float64 copy; the compiled kernel centres :func:`~daskbatch.stats.kernels._centring.centring_rows`
+#: float64 copy; the compiled kernel centres :func:`~daskbatch.stats.kernels.path.centring_rows`
 #: rows at a time instead, flagging the complete rows of one block only (on the GPU, of the
 #: chunk). The array-API path keeps the complete-row mask and its casts; both keep the GEMM
 #: result and outer-product correction next to the state.

@@ -78,7 +78,7 @@ def compiled_distinct(
     x: np.ndarray, k: int, weights: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count a host chunk's distinct values per feature with the compiled loop."""
-    from daskbatch.stats.kernels._numba_distinct import distinct_counts  # lazy: numba
+    from daskbatch.stats.kernels._sketch_table import distinct_counts  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
     n_features = x.shape[1]

@@ -11,9 +11,9 @@ import numpy as np
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.categorical import categorical_frame
 from daskbatch.stats.declaration import Finished
-from daskbatch.stats.mutual_info import MutualInformation
 from daskbatch.stats.ranges import SuspectValue
 from daskbatch.stats.registry import STATISTICS, summary_variables
+from daskbatch.stats.target import MutualInformation
 from daskbatch.summary.dataset import (
     DEFAULT_QUANTILES,
     SummaryArrays,

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 
-from daskbatch.stats.kernels._centring import centring_rows
 from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight, finite_first_row
-from daskbatch.stats.kernels.path import numba_view
+from daskbatch.stats.kernels.path import centring_rows, numba_view
 
 
 @_jit

@@ -1,14 +1,20 @@
-"""The one choice of which code reads a block: compiled numba (CPU or CUDA) or the array-API reference code."""
+"""How a block reaches the kernels: the one choice of the code that reads it (compiled numba, CPU or CUDA, or the array-API reference code), its numba view, the CPU co-moments' centring block, and the overlapped host-to-GPU copies."""
 
 from __future__ import annotations
 
 import functools
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+import numpy as np
 
 __all__ = [
-    "COMPILED", "KERNEL_PATHS", "KernelPath", "Kind", "available", "enabled", "gpu_available", "kernel_path",
-    "numba_view",
+    "COMPILED", "DEPTH", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available", "centring_rows", "enabled",
+    "gpu_available", "kernel_path", "numba_view", "release", "split_rows", "stager",
 ]
 
 #: The code that reads a block: the numba loops on a NumPy block, the numba-cuda
@@ -26,7 +32,6 @@ KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _DTYPE_KINDS = frozenset("biuf")
 
-_MEMORY_PATH = {"numba-cpu": "compiled", "numba-cuda": "gpu-compiled"}
 _ROUTE = {"numba-cpu": "cpu", "numba-cuda": "gpu"}
 
 
@@ -41,11 +46,6 @@ class KernelPath:  # numpydoc ignore=PR02
     def compiled(self) -> bool:
         """Tell whether compiled kernels (numba or numba-cuda) read the block."""
         return self.kind in COMPILED
-
-    @property
-    def memory_path(self) -> str:
-        """Name the path in the planner's memory model (one of :data:`KERNEL_PATHS`)."""
-        return _MEMORY_PATH.get(self.kind, "array-api")
 
     @property
     def route(self) -> str | None:
@@ -86,8 +86,6 @@ def kernel_path(
     gpu_kernels: bool | None = None,
 ) -> KernelPath:
     """Choose the code that reads a block."""
-    import numpy as np
-
     library, dtype, ndim = _describe_block(x, dtype, ndim)
     fallback: Kind = "array-api-numpy" if library == "numpy" else "array-api-cupy" if library == "cupy" else "array-api"
     if library not in ("numpy", "cupy"):
@@ -112,8 +110,6 @@ def kernel_path(
 
 def _describe_block(x: Any, dtype: Any, ndim: int) -> tuple[str, Any, int]:
     """The array library, dtype and dimensions of the block ``x`` stands for."""
-    import numpy as np
-
     if isinstance(x, str):
         return x, np.dtype(np.float64 if dtype is None else dtype), ndim
     if type(x) is np.ndarray:  # subclasses (memmap, masked arrays) take the array-API code
@@ -127,7 +123,6 @@ def _describe_block(x: Any, dtype: Any, ndim: int) -> tuple[str, Any, int]:
 
 def _library(x: Any) -> str:
     """The array library of a block other than a plain NumPy array."""
-    import numpy as np
     from array_api_compat import is_cupy_array
 
     if isinstance(x, np.ndarray):  # a subclass: named by its class, so it takes the array-API code
@@ -140,8 +135,6 @@ def _library(x: Any) -> str:
 @functools.cache
 def _half_table() -> Any:
     """The float64 value of every float16 bit pattern (exact; numba lacks float16)."""
-    import numpy as np  # lazy: importing daskbatch loads no numpy
-
     return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
 
 
@@ -153,3 +146,196 @@ def numba_view(x: Any) -> tuple[Any, Any]:
     if x.dtype.kind == "b":
         return x.view("uint8"), None
     return x, None
+
+
+#: Bytes of the float64 centring buffer aimed at: with the float32 block it is read from,
+#: it stays in one core's L2 cache (1-2 MiB on current x86 server cores), so the block is
+#: read from memory once and centred, then multiplied, from cache.
+CENTRING_BUFFER_BYTES = 512 * 2**10
+
+#: Fewest rows per block: each block costs a BLAS call and a few small NumPy operations,
+#: and OpenBLAS's syrk slows down on short blocks of many features.
+MIN_CENTRING_ROWS = 1024
+
+#: Most rows per block: on few features more rows only add memory.
+MAX_CENTRING_ROWS = 4096
+
+
+def centring_rows(n_features: int) -> int:
+    """Count the rows centred into the float64 buffer at a time for a chunk of ``n_features`` features."""
+    rows = CENTRING_BUFFER_BYTES // (8 * max(n_features, 1))
+    return max(MIN_CENTRING_ROWS, min(MAX_CENTRING_ROWS, rows))
+
+
+#: Slots in rotation: 2 is a double buffer (one part copying while one is reduced).
+DEPTH = 2
+
+S = TypeVar("S")
+
+
+def split_rows(rows: int, part_rows: int) -> list[tuple[int, int]]:
+    """Split ``0 .. rows`` into ``ceil(rows / part_rows)`` consecutive, near-equal row ranges."""
+    if part_rows < 1:
+        raise ValueError(f"part_rows must be at least 1, got {part_rows}")
+    if rows <= 0:
+        return []
+    n = math.ceil(rows / part_rows)
+    bounds = [rows * i // n for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+class _Slot:
+    """One pinned host buffer and one device buffer per array of a part, and the events guarding them."""
+
+    def __init__(self, cupy: Any) -> None:
+        self._cupy = cupy
+        self.host: list[np.ndarray] = []  # pinned uint8
+        self.device: list[Any] = []  # cupy uint8
+        self.copied = cupy.cuda.Event(disable_timing=True)  # the copies of this slot's part are done
+        self.consumed = cupy.cuda.Event(disable_timing=True)  # the kernels reading this slot's part are done
+
+    def buffers(self, i: int, nbytes: int) -> tuple[np.ndarray, Any]:
+        """The ``i``-th pinned and device buffers, grown to at least ``nbytes``."""
+        import cupyx
+
+        while len(self.host) <= i:
+            self.host.append(np.empty(0, dtype=np.uint8))
+            self.device.append(self._cupy.empty(0, dtype=np.uint8))
+        if self.host[i].nbytes < nbytes:
+            # Kernels may still read the old device buffer: freed memory goes back to the
+            # pool at once, so wait for them before letting go of it (a rare, growing step).
+            self.consumed.synchronize()
+            self.host[i] = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+            self.device[i] = self._cupy.empty(nbytes, dtype=np.uint8)
+        return self.host[i], self.device[i]
+
+
+class Stager:
+    """Copies host parts to the current CUDA device through pinned buffers while earlier parts are reduced."""
+
+    def __init__(self, depth: int = DEPTH) -> None:
+        import cupy  # lazy: cupy
+
+        if depth < 2:
+            raise ValueError(f"depth must be at least 2 (a double buffer), got {depth}")
+        self._cupy = cupy
+        self.device_id = int(cupy.cuda.Device().id)
+        # Blocking streams (the default): they stay ordered with the legacy default stream,
+        # on which other threads' CuPy work (merges) runs. CuPy's pool hands memory freed
+        # there back to the stream that allocated it, so a state freed by a merge whose
+        # kernels are still queued must not be rewritten by this compute stream before they
+        # ran. The two streams still overlap each other; the events order what must be.
+        self.copy_stream = cupy.cuda.Stream()
+        self.compute_stream = cupy.cuda.Stream()
+        self._slots = [_Slot(cupy) for _ in range(depth)]
+
+    @property
+    def depth(self) -> int:
+        """Count the slots in rotation."""
+        return len(self._slots)
+
+    def _stage(self, slot: _Slot, part: Sequence[Any]) -> list[Any]:
+        """Queue the copies of ``part`` (host arrays or None) into ``slot``; their device views."""
+        cupy = self._cupy
+        slot.copied.synchronize()  # the pinned buffers are free once their last copy is done
+        self.copy_stream.wait_event(slot.consumed)  # the device buffers once their kernels are
+        out: list[Any] = []
+        for i, a in enumerate(part):
+            if a is None:
+                out.append(None)
+                continue
+            if not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__"):
+                out.append(cupy.asarray(a))  # already on a device: nothing to stage
+                continue
+            a = np.asarray(a)
+            dtype = a.dtype.newbyteorder("=")  # the device reads native byte order
+            if a.size == 0:
+                out.append(cupy.empty(a.shape, dtype=dtype))
+                continue
+            host, device = slot.buffers(i, a.nbytes)
+            pinned = host[: a.nbytes].view(dtype).reshape(a.shape)
+            np.copyto(pinned, a)  # pageable -> pinned, here, while the GPU reduces the previous part
+            view = device[: a.nbytes].view(dtype).reshape(a.shape)
+            view.set(pinned, stream=self.copy_stream)  # pinned -> device, asynchronous
+            out.append(view)
+        slot.copied.record(self.copy_stream)
+        return out
+
+    def reduce(
+        self,
+        parts: Iterable[Sequence[Any]],
+        chunk: Callable[..., S],
+        merge: Callable[[S, S], S],
+        initial: S | None = None,
+    ) -> S | None:
+        """``merge(...merge(merge(initial, chunk(*p0)), chunk(*p1))...)`` over the device copies of ``parts``."""
+        cupy = self._cupy
+        pending: deque[tuple[_Slot, list[Any]]] = deque()
+        free = deque(self._slots)
+        source = iter(parts)
+        exhausted = False
+        state = initial
+
+        def refill() -> None:
+            """Start copies into every free slot while parts remain."""
+            nonlocal exhausted
+            while free and not exhausted:
+                part = next(source, None)
+                if part is None:
+                    exhausted = True
+                    return
+                slot = free.popleft()
+                pending.append((slot, self._stage(slot, part)))
+
+        with cupy.cuda.Device(self.device_id):
+            caller = cupy.cuda.get_current_stream()
+            self.compute_stream.wait_event(caller.record())  # e.g. the kernels that made ``initial``
+            try:
+                refill()
+                while pending:
+                    slot, arrays = pending.popleft()
+                    with self.compute_stream:
+                        self.compute_stream.wait_event(slot.copied)
+                        result = chunk(*arrays)
+                        state = result if state is None else merge(state, result)
+                        slot.consumed.record(self.compute_stream)
+                    del arrays, result
+                    free.append(slot)
+                    refill()  # the next copy goes in while the GPU works on this part
+                # A device-side wait, not a host one: the chunk task returns while the GPU works.
+                caller.wait_event(self.compute_stream.record())
+            except BaseException:
+                # Leave nothing in flight that reads or writes buffers a later call reuses.
+                self.copy_stream.synchronize()
+                self.compute_stream.synchronize()
+                raise
+        return state
+
+    def close(self) -> None:
+        """Wait for the streams and let go of the buffers (they return to CuPy's pools)."""
+        self.copy_stream.synchronize()
+        self.compute_stream.synchronize()
+        self._slots = [_Slot(self._cupy) for _ in self._slots]
+
+
+_local = threading.local()
+
+
+def stager(depth: int = DEPTH) -> Stager:
+    """Get the calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused)."""
+    import cupy  # lazy: cupy
+
+    cache: dict[tuple[int, int], Stager] | None = getattr(_local, "stagers", None)
+    if cache is None:
+        cache = _local.stagers = {}
+    key = (int(cupy.cuda.Device().id), int(depth))
+    if key not in cache:
+        cache[key] = Stager(depth)
+    return cache[key]
+
+
+def release() -> None:
+    """Close the calling thread's stagers (their pinned and device buffers go back to CuPy's pools)."""
+    for s in getattr(_local, "stagers", {}).values():
+        s.close()
+    _local.stagers = {}
