@@ -18,8 +18,7 @@ import numpy as np
 
 from daskbatch._common import Device, checked_device
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
-from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
-from daskbatch.planning.plan import Plan, Resources
+from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
 from daskbatch.stats.classes import (
