@@ -31,7 +31,7 @@ TASKS = "dask/local.py"  # the synchronous scheduler running a task
 #: reduce, the planner, planning search, memory and plan, the rows' fingerprint, passes).
 ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns): most are the pure planner's
-#: search calling the memory model (planning/memory.py, the statistics' footprints) and the passes calling reduce.
+#: search calling the memory model (planning/plan.py, the statistics' footprints) and the passes calling reduce.
 ENGINE_RETURNS = 38
 
 

@@ -18,14 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daskbatch.planning import memory
-from daskbatch.planning.memory import (
+from daskbatch.planning import plan as memory
+from daskbatch.planning.plan import (
+    Resources,
     chunk_task_terms,
     footprint,
     projected_task_bytes,
     state_bytes,
 )
-from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.stats.kernels import _gpu

@@ -7,7 +7,7 @@ compared with :func:`projected_task_bytes` / :func:`merge_task_bytes`; the
 chunk task reads its block from a real compressed Zarr store, as a worker does. Sizes are
 chosen so that data, not interpreter objects, dominate (the model's fixed
 ``TASK_OVERHEAD_BYTES`` covers the rest). When a kernel changes, tune the tables
-in ``daskbatch/planning/memory.py`` until this passes.
+in ``daskbatch/planning/plan.py`` until this passes.
 
 Both kernel paths are checked, both bounds on each. The compiled CPU kernels
 take their chunk- and state-sized arrays (the complete-row mask, the centring
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import zarr
 
-from daskbatch.planning.memory import merge_task_bytes, projected_task_bytes
+from daskbatch.planning.plan import merge_task_bytes, projected_task_bytes
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch, merge_all
 
 BINS, CLASSES, SPLIT_EVERY = 16, 4, 8

@@ -151,7 +151,7 @@ def test_5000_features_keep_the_sketch_on_a_16_gb_gpu() -> None:
     assert "sketch" in names and window == WINDOWS[0] and p.kernel_path == "gpu-compiled"
     assert p.task_bytes <= p.budget_bytes
     # The sketch's keying temporaries are those of one block of 2**24 values, not of the 25,000-row chunk.
-    from daskbatch.planning.memory import footprint
+    from daskbatch.planning.plan import footprint
 
     def gpu_kernel_bytes(stat: str, rows: int, d: int) -> int:
         buffers = footprint(stat).device_buffers

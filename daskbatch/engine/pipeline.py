@@ -33,11 +33,10 @@ from daskbatch.engine.inputs import (
     device_module,
     to_device,
 )
-from daskbatch.engine.passes import PassRunner, compute
+from daskbatch.engine.passes import PassRunner, compute, tiled_covariance
 from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
 from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
-from daskbatch.engine.tiled import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan, Resources

@@ -18,8 +18,7 @@ import numpy as np
 
 from daskbatch._common import Device, checked_device
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
-from daskbatch.planning.memory import DEFAULT_STATISTICS, footprint
-from daskbatch.planning.plan import Plan, Resources
+from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
 from daskbatch.runtime.capacity import cuda_device_count, resources_auto
 from daskbatch.stats.classes import (
@@ -151,7 +150,7 @@ def _gpu_kernels_expected() -> bool:
     return path.gpu_available() or cuda_device_count() == 0
 
 
-def plan_statistics(
+def plan_statistics(  # numpydoc ignore=PR01,RT01
     data: Any,
     names: Sequence[str | Footprint],
     *,
@@ -161,35 +160,8 @@ def plan_statistics(
     n_classes: int | None = None,
     device: str | None = None,
 ) -> Plan:
-    """Plan the statistics ``names`` over a :class:`~daskbatch.engine.inputs.FeatureMatrix`.
-
-    From its store when it has one (storage chunks, recorded classes), with its
-    weights when it has them. Without
-    ``n_classes`` for ``mi``/``class_moments``, plans with what the store records,
-    else with ``daskbatch.assumed-classes``.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        The inputs.
-    names : sequence of str or Footprint
-        The statistics of the pass.
-    bins : int
-        Histogram bins per feature.
-    resources : Resources, "auto" or None, default "auto"
-        The workers to plan for.
-    split_every : int, optional
-        Merge fan-in.
-    n_classes : int, optional
-        Label classes.
-    device : {"cpu", "gpu"}, optional
-        Where the kernels run.
-
-    Returns
-    -------
-    Plan
-        The plan.
-    """
+    """Plan the statistics ``names`` over ``data`` (a FeatureMatrix): its store's chunks, classes and weights."""
+    # Without n_classes for mi/class_moments: what the store records, else daskbatch.assumed-classes.
     from daskbatch import config  # lazy: dask
 
     source = data.source if data.source is not None else data.x

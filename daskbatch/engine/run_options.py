@@ -130,19 +130,8 @@ KEY = "gpu-min-batch-bytes"
 _told_no_gpu = False
 
 
-def configured_min_batch_bytes() -> int | None:
-    """Read ``daskbatch.gpu-min-batch-bytes``.
-
-    Returns
-    -------
-    int or None
-        Bytes, or None for ``auto`` (the planner's threshold).
-
-    Raises
-    ------
-    ValueError
-        The setting is neither ``auto`` nor a size in bytes.
-    """
+def configured_min_batch_bytes() -> int | None:  # numpydoc ignore=PR01,RT01
+    """Read ``daskbatch.gpu-min-batch-bytes``: bytes, or None for ``auto`` (ValueError when neither)."""
     from dask.utils import parse_bytes  # lazy: dask
 
     value = config.get(KEY)
@@ -159,14 +148,8 @@ def configured_min_batch_bytes() -> int | None:
     return size
 
 
-def gpu_problem() -> str | None:
-    """Say why a batch cannot run on a GPU here: the preflight's first problem.
-
-    Returns
-    -------
-    str or None
-        The problem in one line, or None when the GPU works.
-    """
+def gpu_problem() -> str | None:  # numpydoc ignore=PR01,RT01
+    """Say why a batch cannot run on a GPU here: the preflight's first problem."""
     check = check_gpu()
     if not check.ok:
         return check.problem
@@ -175,25 +158,8 @@ def gpu_problem() -> str | None:
     return None
 
 
-def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches", quiet: bool = False) -> DeviceChoice:
-    """Choose where ``device="auto"`` runs ``what`` of ``batch_bytes`` each, and log the choice.
-
-    Parameters
-    ----------
-    batch_bytes : int
-        Input bytes of one batch (or chunk).
-    on_gpu : bool, default False
-        The blocks are CuPy arrays already: they stay on the GPU (no transfer to pay for).
-    what : str, default "batches"
-        What is being placed, for the log line.
-    quiet : bool, default False
-        Log nothing (``daskbatch info --gpu`` prints the choice itself).
-
-    Returns
-    -------
-    DeviceChoice
-        The device and the reason, for the provenance.
-    """
+def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches", quiet: bool = False) -> DeviceChoice:  # numpydoc ignore=PR01,RT01
+    """Choose where ``device="auto"`` runs ``what`` of ``batch_bytes`` each (``on_gpu``: no transfer), and log it."""
     min_bytes = configured_min_batch_bytes()  # a malformed setting is named even where there is no GPU
     if on_gpu:
         choice = DeviceChoice("gpu", "the blocks are already on the GPU")
@@ -211,25 +177,8 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
     return choice
 
 
-def resolve_device(device: Device, x: Any) -> DeviceChoice:
-    """Resolve :func:`daskbatch.describe`'s ``device`` for the (samples x features) dask array ``x``.
-
-    For ``"auto"``, a chunk is taken to be as large as the planner aims for
-    (``daskbatch.target-chunk-bytes``, or the input's first block when larger),
-    never more than the whole input.
-
-    Parameters
-    ----------
-    device : {"auto", "cpu", "gpu"}
-        As given.
-    x : dask.array.Array
-        The input.
-
-    Returns
-    -------
-    DeviceChoice
-        Where the chunks run and why.
-    """
+def resolve_device(device: Device, x: Any) -> DeviceChoice:  # numpydoc ignore=PR01,RT01
+    """Resolve describe's ``device`` for ``x``; for ``"auto"`` a chunk is as large as the planner aims for."""
     from dask.utils import parse_bytes  # lazy: dask
 
     if device != "auto":
@@ -257,22 +206,8 @@ def _tell_no_gpu_once(problem: str) -> None:
                   stacklevel=2)
 
 
-def gpu_failure(exc: BaseException) -> str | None:
-    """Say whether ``exc`` is the GPU failing (CuPy missing, out of memory, a CUDA error), in one line.
-
-    These are the errors after which ``device="auto"`` runs the work again on
-    the CPU; any other error is the data's or the code's, and is raised.
-
-    Parameters
-    ----------
-    exc : BaseException
-        What a run on the GPU raised.
-
-    Returns
-    -------
-    str or None
-        The failure in one line, or None when ``exc`` is not the GPU's.
-    """
+def gpu_failure(exc: BaseException) -> str | None:  # numpydoc ignore=PR01,RT01
+    """Say whether ``exc`` is the GPU failing (CuPy missing, out of memory, a CUDA error), in one line."""
     what = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ImportError) and "cupy" in str(exc).lower():
         return f"CuPy does not import ({what})"
@@ -284,35 +219,14 @@ def gpu_failure(exc: BaseException) -> str | None:
     return None
 
 
-def check_device(device: str, what: str) -> None:
-    """Raise for an unknown device, or ``"gpu"`` without a working CuPy.
-
-    Parameters
-    ----------
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"gpu"``.
-    what : str
-        The call, for the message.
-    """
+def check_device(device: str, what: str) -> None:  # numpydoc ignore=PR01,RT01
+    """Raise for an unknown device, or ``"gpu"`` without a working CuPy."""
     if checked_device(device) == "gpu":
         gpu_module(what)
 
 
-def on_device(block: Any, device: str) -> Any:
-    """Move ``block`` where it is computed.
-
-    Parameters
-    ----------
-    block : array
-        A block of rows (NumPy or CuPy).
-    device : str
-        ``"auto"`` (as it is), ``"cpu"`` (on the host) or ``"gpu"`` (one ``cupy.asarray`` copy).
-
-    Returns
-    -------
-    array
-        The block on that device.
-    """
+def on_device(block: Any, device: str) -> Any:  # numpydoc ignore=PR01,RT01
+    """Move ``block`` where it is computed."""
     if device == "auto":
         return block
     if device == "gpu":

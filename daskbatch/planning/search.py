@@ -10,17 +10,21 @@ from typing import Any
 from daskbatch._common import strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
-from daskbatch.planning.memory import (
+from daskbatch.planning.plan import (
     DEFAULT_STATISTICS,
     STATISTICS,
+    Plan,
+    Resources,
     StatLike,
+    budget_bytes,
+    budget_formula,
     footprint,
+    format_bytes,
     merge_task_bytes,
     projected_task_bytes,
     stat_name,
     state_bytes,
 )
-from daskbatch.planning.plan import Plan, Resources, budget_bytes, budget_formula, format_bytes
 from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import INT32_ROWS
 from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of

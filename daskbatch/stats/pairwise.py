@@ -8,7 +8,7 @@ not finite) and their mask ``m``: ``n = mᵀm``, ``s = yᵀm``, ``p = yᵀy``, `
 keeps ``p - s sᵀ / n`` clear of cancellation far from zero. States merge with Chan's formulas
 pair by pair, ``c = c_a + c_b + n_a n_b / n · δ_i δ_j``. Sample weights weigh each row in the
 products (a row of weight 0 is absent). One tile (I, J) of a covariance too wide for a worker
-(:mod:`daskbatch.engine.tiled`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
+(:mod:`daskbatch.engine.passes`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
 """
 
 from __future__ import annotations
