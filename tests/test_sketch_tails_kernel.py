@@ -20,12 +20,13 @@ import numba
 import numpy as np
 import pytest
 
+from daskbatch.stats import sketch_tails
 from daskbatch.stats.kernels import _numba_sketch
 from daskbatch.stats.kernels._numba import _finite, _load, _weight
 from daskbatch.stats.kernels.path import numba_view
 from daskbatch.stats.sketch_tails import tails_chunk
 
-BLOCK = _numba_sketch.TAIL_BLOCK_ROWS
+BLOCK = sketch_tails.TAIL_BLOCK_ROWS
 
 
 @numba.njit(cache=False)
@@ -161,7 +162,7 @@ ROWS = [
     256 * BLOCK + 1,
     512 * BLOCK - 1,
     512 * BLOCK + BLOCK + 1,
-    _numba_sketch.TAIL_BLOCKS * BLOCK + 1,  # longer blocks: of BLOCK + 1 rows
+    sketch_tails.TAIL_BLOCKS * BLOCK + 1,  # longer blocks: of BLOCK + 1 rows
 ]
 
 

@@ -28,6 +28,19 @@ from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
 #: Finite values kept at each end of every feature with every sketch bucket kept.
 TAIL_VALUES = 128
+#: Rows of the blocks whose per-feature least values the compiled tails keep: at least these, and
+#: at most :data:`TAIL_BLOCKS` blocks a chunk (a larger chunk has longer blocks, and the same work arrays).
+TAIL_BLOCK_ROWS = 32
+TAIL_BLOCKS = 2048
+
+
+def tails_scratch_bytes(n_features: int, k: int) -> int:
+    """The most bytes the compiled tails of one block take besides it: block minima, candidates, the ends."""
+    if k == 0:
+        return 0
+    # Per end and feature: two minima a block (float64), and the candidates and ends (typically about 2k
+    # values, a few copies while they are cut to k).
+    return 2 * n_features * (2 * 8 * TAIL_BLOCKS + 4 * 8 * 2 * k)
 
 
 def tail_values(buckets_kept: int) -> int:
@@ -77,7 +90,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     rows, n_features = x.shape
     data, lut = numba_view(x)
-    block = max(kernels.TAIL_BLOCK_ROWS, -(-rows // kernels.TAIL_BLOCKS))
+    block = max(TAIL_BLOCK_ROWS, -(-rows // TAIL_BLOCKS))
     n_blocks = -(-rows // block)
     per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
     columns = 2 * n_features
@@ -94,16 +107,20 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         else np.full(columns, np.inf)
     )
     room = k * block  # the values below a bound that fewer than k blocks hold
-    cand, n_cand = np.empty((columns, room)), np.zeros(columns, dtype=np.int64)
-    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
+    # Counted first, then stored: the candidates take their count's width, not room's (4 MB at 64 features).
+    n_cand, counted = np.zeros(columns, dtype=np.int64), np.empty((columns, 0))
+    kernels.tail_candidates(data, lut, block, fine, bound, counted, n_cand)
     trend = np.flatnonzero(n_cand > room)
     # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
     if trend.size:
         bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
         scan = np.full(columns, -np.inf)
         scan[trend], n_cand[trend] = bound[trend], 0
-        kernels.tail_candidates(data, lut, block, fine, scan, cand, n_cand)
+        kernels.tail_candidates(data, lut, block, fine, scan, counted, n_cand)
     width = max(int(n_cand.max(initial=0)), k)
+    cand = np.empty((columns, width))
+    n_cand[:] = 0
+    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
     ends = np.where(np.arange(width) < n_cand[:, None], cand[:, :width], np.inf)
     if width > k:
         ends = np.partition(ends, k - 1, axis=1)[:, :k]

@@ -15,6 +15,7 @@ import numpy as np
 from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
 from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch, SketchState
 from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
+from daskbatch.stats.sketch_tails import tails_scratch_bytes
 
 __all__ = [
     "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
@@ -47,6 +48,7 @@ def _gpu_block_bytes(rows: int, n_features: int, device_bytes: int | None) -> in
 def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
     """Give the planner's footprint of a :class:`~daskbatch.stats.sketch.Sketch` with ``window`` buckets per sign (None: all)."""
     per_feature = state_bytes_per_feature(window, count_dtype)
+    layout = Sketch(window=window)
     int64_counts = 1 if count_dtype == "int64" else 2  # the bincount output, in state units
     return Footprint(
         name="sketch",
@@ -60,7 +62,9 @@ def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
         state_copies={"compiled": 0, "array-api": int64_counts, "gpu-compiled": int64_counts + 2},
         merge_temporaries=0,  # a merge writes into its result, MERGE_ROWS features at a time
         device_buffers=_gpu_block_bytes,
-        compiled_scratch=lambda d: distinct_scratch_bytes(d, Sketch(window=window).values_kept),
+        compiled_scratch=lambda d: (
+            distinct_scratch_bytes(d, layout.values_kept) + tails_scratch_bytes(d, layout.tail_values)
+        ),
     )
 
 

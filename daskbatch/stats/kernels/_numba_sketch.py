@@ -414,11 +414,6 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
     h[j, i] = v
 
 
-#: Rows of the blocks whose per-feature least values :func:`tail_blocks` keeps: at least these, and
-#: at most :data:`TAIL_BLOCKS` blocks a chunk (a larger chunk has longer blocks, and the same work arrays).
-TAIL_BLOCK_ROWS = 32
-TAIL_BLOCKS = 2048
-
 
 @_jit
 def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
