@@ -160,7 +160,8 @@ class ZarrReader(DatasetReader):
         return isinstance(x, str | os.PathLike) or node or _zarr_array_of(x) is not None
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
-        from daskbatch.io.dataset import open_dataset  # lazy: the Dataset sits above the readers
+        from daskbatch.io.dataset import Dataset  # lazy: zarr
+        from daskbatch.io.zarr_store import ZarrStore  # lazy: zarr
 
         if isinstance(x, str | os.PathLike):
             refuse_unreadable_path(os.fspath(x))
@@ -171,7 +172,9 @@ class ZarrReader(DatasetReader):
         elif isinstance(x, os.PathLike):
             x = os.fspath(x)
         name = label if isinstance(label, str) else None
-        dataset = open_dataset(x, label=name, missing=missing, chunks=chunks)  # type: ignore[arg-type]
+        # The store's whole open path in one call below; the Dataset is built here and asked for its provenance
+        # last (open_dataset and then provenance() would enter io/dataset twice around the store).
+        dataset = Dataset(**ZarrStore.read_store(x, label=name, missing=missing, chunks=chunks))
         super().__init__(dataset, None if name is not None else label, what=what, missing=missing)
 
 
