@@ -33,6 +33,12 @@ ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns): most are the pure planner's
 #: search calling the memory model (planning/plan.py, the statistics' footprints) and the passes calling reduce.
 ENGINE_RETURNS = 38
+#: io files the walk visits: the readers, the table-path check, the store (its open path, with outputs' zarr
+#: target and the chunk grid behind it), the Dataset, and the object store's twin for the rows' checksums.
+IO_FILES = 7
+#: Returns into io: the engine wrapping the reader's array (io/readers.py) and the pipeline asking the chunk grid
+#: for the rows' checksums (io/chunk_grid.py). Opening the store returns to none (main before it was one call: 4).
+IO_RETURNS = 2
 
 
 def _package_file(frame: FrameType | None) -> str | None:
@@ -43,21 +49,25 @@ def _package_file(frame: FrameType | None) -> str | None:
     return name[len(PACKAGE):]
 
 
-def walk(call: Any) -> list[tuple[str, bool]]:
-    """Run ``call()`` traced: each stop's file, and whether a frame of that file was on the stack already."""
+def walk(call: Any, within: str | None = None) -> list[tuple[str, bool]]:
+    """Run ``call()`` traced: each stop's file, and whether a frame of that file was on the stack already.
+
+    ``within``: only the stops under a call of the package function of that name (``open_reader``: opening the data).
+    """
     stops: list[tuple[str, bool]] = []
 
     def on_event(frame: FrameType, event: str, arg: Any) -> None:
         here = _package_file(frame) if event == "call" else None
         if here is None or _package_file(frame.f_back) == here:
             return  # outside the walk, or a call within one file
-        on_stack, caller = False, frame.f_back
+        on_stack, inside, caller = False, within in (None, frame.f_code.co_name), frame.f_back
         while caller is not None:
             if caller.f_code.co_filename.endswith(TASKS):
                 return
             on_stack = on_stack or _package_file(caller) == here
+            inside = inside or (caller.f_code.co_name == within and _package_file(caller) is not None)
             caller = caller.f_back
-        if not stops or stops[-1][0] != here:
+        if inside and (not stops or stops[-1][0] != here):
             stops.append((here, on_stack))
 
     with dask.config.set(scheduler="sync"):
@@ -104,3 +114,20 @@ def test_one_describe_walks_the_pipeline_once(tmp_path: Path) -> None:
     assert len(engine_back) <= ENGINE_RETURNS, engine_back
     assert "engine/passes.py" not in engine_back  # the passes run as one call: run(first, second)
     assert engine_back.count("engine/reduce.py") <= 5  # each pass builds its graph in one go
+    io = [f for f in files if f.startswith("io/")]
+    io_back = [f for f in back if f in io]
+    print("returns into io:", {f: io_back.count(f) for f in dict.fromkeys(io_back)})
+    assert len(io) <= IO_FILES, io
+    assert len(io_back) <= IO_RETURNS, io_back
+
+
+def test_opening_a_store_enters_each_file_once(tmp_path: Path) -> None:
+    # The reader's open of a store: the store's open path is one call (integrity, absent chunks and the chunk
+    # grid behind it), and no file is entered twice, neither returned to nor climbed back into.
+    store = tmp_path / "small.zarr"
+    db.synth(store, rows=400, features=5, classes=3, chunk_rows=100, seed=1)
+    db.describe(str(store), label="y")
+    opening = walk(lambda: db.describe(str(store), label="y"), within="open_reader")
+    print("\nopening the store:", " -> ".join(f for f, _ in opening))
+    assert [f for f, _ in opening].count("io/zarr_store.py") == 1, opening
+    assert returns(opening) == ([], []), opening

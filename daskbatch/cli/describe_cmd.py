@@ -155,7 +155,7 @@ def describe_command(
     from daskbatch.engine.planner import plan_describe  # lazy: dask
     from daskbatch.engine.run_options import RunOptions  # lazy: dask
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
-    from daskbatch.io.readers import refuse_unreadable_path  # lazy: dask
+    from daskbatch.io.table_files import refuse_unreadable_path  # lazy: fsspec for URLs
     from daskbatch.io.tables import is_table_path, open_table  # lazy: dask
     from daskbatch.io.zarr_store import MissingPolicy  # lazy: dask, zarr
     from daskbatch.stats import Moments  # lazy: numpy

@@ -20,13 +20,7 @@ from dask.utils import format_bytes
 from daskbatch import _common as _html
 from daskbatch._common import plural
 from daskbatch.io.chunk_grid import Chunks
-from daskbatch.io.zarr_store import (
-    LAYOUT_ATTR,
-    MISSING_POLICIES,
-    MissingPolicy,
-    ZarrStore,
-    json_object,
-)
+from daskbatch.io.zarr_store import LAYOUT_ATTR, MissingPolicy, ZarrStore, json_object
 
 __all__ = ["Dataset", "open_dataset", "open_zarr"]
 
@@ -273,12 +267,11 @@ def open_dataset(
         chunks that ``missing`` refuses, or more chunks (or dask blocks) than
         ``daskbatch.max-chunks`` (checked from the metadata before anything else).
     """
-    if missing not in MISSING_POLICIES:
-        raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
-    if strict and missing not in ("raise", "auto"):
+    if strict and missing in ("skip", "fill"):
         raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
-    store = ZarrStore(path_or_url, storage_options)
-    return Dataset(**store.read(x, label, chunks=chunks, missing="raise" if strict else missing))
+    strict_missing = "raise" if strict and missing == "auto" else missing  # another value: refused by read_store
+    return Dataset(**ZarrStore.read_store(path_or_url, x, label, chunks=chunks, storage_options=storage_options,
+                                          missing=strict_missing))
 
 
 def open_zarr(

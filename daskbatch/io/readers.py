@@ -29,6 +29,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from daskbatch.io import tables
+from daskbatch.io.table_files import refuse_unreadable_path
 from daskbatch.stats.categorical import frame_blocks, is_profiled
 
 # --------------------------------------------------------------------------- helpers
@@ -160,31 +161,19 @@ class ZarrReader(DatasetReader):
         return isinstance(x, str | os.PathLike) or node or _zarr_array_of(x) is not None
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
-        from daskbatch.io.dataset import open_dataset  # lazy: the Dataset sits above the readers
+        from daskbatch.io.dataset import Dataset  # lazy: zarr
+        from daskbatch.io.zarr_store import ZarrStore  # lazy: zarr
 
-        if isinstance(x, str | os.PathLike):
-            refuse_unreadable_path(os.fspath(x))
         chunks: Any = "auto"
-        found = _zarr_array_of(x)
-        if found is not None:  # read through the store, as its path is: read once with the block cache
-            x, chunks = found
-        elif isinstance(x, os.PathLike):
+        if isinstance(x, str | os.PathLike):
             x = os.fspath(x)
+            refuse_unreadable_path(x)
+        elif (found := _zarr_array_of(x)) is not None:  # read through the store, as its path is: block cache once
+            x, chunks = found
         name = label if isinstance(label, str) else None
-        dataset = open_dataset(x, label=name, missing=missing, chunks=chunks)  # type: ignore[arg-type]
+        # The store's open path in one call; then the Dataset's provenance (open_dataset would enter io/dataset twice).
+        dataset = Dataset(**ZarrStore.read_store(x, label=name, missing=missing, chunks=chunks))
         super().__init__(dataset, None if name is not None else label, what=what, missing=missing)
-
-
-def refuse_unreadable_path(where: Any) -> None:
-    """Refuse a missing local path, a text table, or a URL whose protocol's package is missing, in one line."""
-    tables.check_protocol(where)
-    if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
-        raise FileNotFoundError(f"no such file or directory: {where!r}")
-    if isinstance(where, str) and where.lower().endswith(tables.TEXT_SUFFIXES) and os.path.isfile(where):
-        raise ValueError(
-            f"{where!r} is a text table, which daskbatch does not read (no types, no row groups): convert it to "
-            "Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), and describe that"
-        )
 
 
 class TableReader(DatasetReader):

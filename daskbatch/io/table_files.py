@@ -2,7 +2,8 @@
 
 :func:`find_files` lists the Parquet and Arrow IPC files of a path or fsspec URL in natural order
 (hidden and bookkeeping files left out); :func:`is_table_path` tells a table from a Zarr store;
-:func:`check_protocol` names the package a URL's protocol needs (``daskbatch[s3]``) before fsspec's own words.
+:func:`check_protocol` names the package a URL's protocol needs (``daskbatch[s3]``) before fsspec's own words;
+:func:`refuse_unreadable_path` refuses a missing path or a text table in one line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IPC_SUFFIXES", "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Files", "check_protocol", "find_files", "is_table_path"]
+__all__ = ["IPC_SUFFIXES", "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Files", "check_protocol", "find_files", "is_table_path",
+           "refuse_unreadable_path"]
 
 #: File suffixes read as tables; the last three are Arrow IPC (Feather v2) files.
 TABLE_SUFFIXES = (".parquet", ".pq", ".parq", ".arrow", ".feather", ".ipc")
@@ -62,6 +64,18 @@ def check_protocol(where: Any) -> None:  # numpydoc ignore=PR01
         raise ImportError(f"reading {where!r} needs the {protocol}:// filesystem for fsspec: {hint}") from None
     except ValueError:  # not a protocol fsspec knows: whoever opens it names that
         return
+
+
+def refuse_unreadable_path(where: Any) -> None:  # numpydoc ignore=PR01
+    """Refuse a missing local path, a text table, or a URL whose protocol's package is missing, in one line."""
+    check_protocol(where)
+    if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
+        raise FileNotFoundError(f"no such file or directory: {where!r}")
+    if isinstance(where, str) and where.lower().endswith(TEXT_SUFFIXES) and os.path.isfile(where):
+        raise ValueError(
+            f"{where!r} is a text table, which daskbatch does not read (no types, no row groups): convert it to "
+            "Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), and describe that"
+        )
 
 
 def _is_table_name(name: str) -> bool:

@@ -376,6 +376,15 @@ class ZarrStore:
         self.attrs = dict(self.root.attrs) if isinstance(self.root, zarr.Group) else {}
         self.layout = json_object(self.attrs.get(LAYOUT_ATTR))
 
+    @classmethod
+    def read_store(cls, path_or_url: Any, x: str = "X", label: str | None = None, *, chunks: Chunks = "auto",
+                   storage_options: Mapping[str, Any] | None = None, missing: str = "auto") -> dict[str, Any]:
+        """The whole open path in one call: the store opened, ``x`` and its label read (the fields of :meth:`read`)."""
+        # One entry, so that opening a store enters this module once and calls only down (outputs, chunk_grid).
+        if missing not in MISSING_POLICIES:
+            raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
+        return cls(path_or_url, storage_options).read(x, label, chunks=chunks, missing=missing)  # type: ignore[arg-type]
+
     def array_names(self) -> list[str]:
         """The arrays of the root group, sorted."""
         return sorted(name for name, _ in group_arrays(self.root, max_depth=0))  # type: ignore[arg-type]
