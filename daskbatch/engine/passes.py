@@ -317,18 +317,14 @@ def tiled_covariance(
     ddof: int = STATISTIC_DEFAULTS["ddof"],
     split_every: int | None = None,
     feature_names: Any = None,
-    overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
     weights: da.Array | None = None,
     rows: str = STATISTIC_DEFAULTS["rows"],
 ) -> TiledCov:
-    """Write the covariance and correlation of the columns of ``x`` into the Zarr group ``out``, tile by tile.
-
-    ``tile``: features per tile (``Plan.feature_tile``); ``overwrite`` replaces something at ``out`` that is not a
-    tiled covariance (an earlier one is replaced either way, once the new one is complete); ``protected``: paths
-    ``out`` must not be, lie inside or hold; ``weights``: frequency weights (the covariance divides the weighted
-    co-moments by ``W - ddof``); ``rows``: "complete" (finite in every feature) or "pairwise" (as pandas).
-    """
+    """Write the covariance and correlation of the columns of ``x`` into the Zarr group ``out``, tile by tile."""
+    # tile: features per tile (Plan.feature_tile); an earlier tiled covariance at out is replaced once the new one
+    # is complete, anything else refused. protected: paths out must not be, lie inside or hold. weights: frequency
+    # weights (the covariance divides the weighted co-moments by W - ddof). rows: "complete" or "pairwise".
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
     n_features = int(x.shape[1])
@@ -345,7 +341,7 @@ def tiled_covariance(
     if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
         raise ValueError(f"weights has shape {weights.shape}; expected ({x.shape[0]},), one weight per row of x")
     # Checked before any compute; the tiles go to a temporary sibling renamed into place when all are written.
-    target = check_output(out, kind="tiled_cov", what="cov_out", overwrite=overwrite, protected=protected)
+    target = check_output(out, kind="tiled_cov", what="cov_out", protected=protected)
     where = target.path
     found: list[tuple[int, float | None]] = []
 
