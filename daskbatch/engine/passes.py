@@ -1,14 +1,10 @@
 """The passes over the data: :class:`PassRunner` and the tiled covariance.
 
-Each pass of a describe is a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of statistics
-over the row blocks, computed on the active scheduler or through a checkpoint directory (the same bits).
-
-For D features a co-moment state holds D x D float64 values (D = 50,000: 20 GB), more than one worker can merge
-``split_every`` of: :func:`tiled_covariance` runs one tree reduction per pair of feature tiles ``I <= J`` of the cross
-co-moments (:class:`~daskbatch.stats.tiled.CrossCoMoments`), each finished tile written by its own task into Zarr
-arrays ``cov`` and ``corr`` (D, D), chunked (tile, tile), mirrored below the diagonal: nothing of size D x D reaches
-one process. Complete rows share one row mask per row block (and its weights); pairwise (``rows="pairwise"``) each
-tile keeps its pairs' counts, sums and cross products, and ``pair_counts`` (D, D) holds each pair's rows.
+Each pass is a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of statistics over the row
+blocks, on the active scheduler or through a checkpoint directory (the same bits). A D x D co-moment state too large
+for one merge task (D = 50,000: 20 GB) is reduced by :func:`tiled_covariance`: one tree per pair of feature tiles
+``I <= J``, each finished tile written by its own task into Zarr arrays ``cov`` and ``corr`` (D, D) chunked
+(tile, tile), so nothing of size D x D reaches one process.
 """
 
 from __future__ import annotations
