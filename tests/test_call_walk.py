@@ -30,9 +30,10 @@ TASKS = "dask/local.py"  # the synchronous scheduler running a task
 #: engine and planning files the walk visits today (run options with the device choice, the pipeline, inputs,
 #: reduce, the planner, planning search, memory and plan, the rows' fingerprint, passes).
 ENGINE_FILES = 10
-#: Returns into those files today (main before the pipeline: 16 files, 70 returns): most are the pure planner's
-#: search calling the memory model (planning/plan.py, the statistics' footprints) and the passes calling reduce.
-ENGINE_RETURNS = 38
+#: Returns into those files today (main before the pipeline: 16 files, 70 returns; 38 before the memory model asked
+#: each statistic's footprint once per plan): most are the pure planner's search calling the memory model
+#: (planning/plan.py) and the passes calling reduce.
+ENGINE_RETURNS = 18
 #: io files the walk visits: the readers, the table-path check, the store (its open path, with outputs' zarr
 #: target and the chunk grid behind it), the Dataset, and the object store's twin for the rows' checksums.
 IO_FILES = 7

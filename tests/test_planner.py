@@ -24,6 +24,7 @@ from daskbatch.planning.plan import (
     state_bytes,
 )
 from daskbatch.planning.search import plan_chunks
+from daskbatch.stats.declaration import Footprint
 
 GiB, MiB = 2**30, 2**20
 
@@ -116,6 +117,21 @@ def test_storage_chunk_too_large_names_numbers():
 def test_empty_budget():
     with pytest.raises(PlanError, match=r"no per-task budget is left: 512.00 MiB x 0.5 / 2 threads = 128.00 MiB"):
         plan_chunks((10, 2), 8, (10, 2), Resources(512 * MiB, 2), stats=("moments",))
+
+
+def test_search_asks_each_footprint_once_per_tile():
+    # The search sizes many candidate chunks and fan-ins; a statistic's state size depends on none of them, so its
+    # footprint is asked once per plan (per feature tile when tiling), not once per candidate.
+    asked: list[tuple[int, int | None]] = []
+
+    def state(n_features: int, bins: int, n_classes: int | None, feature_tile: int | None) -> int:
+        asked.append((n_features, feature_tile))
+        return 8 * n_features
+
+    counted = Footprint(name="counted", state=state)
+    p = plan_chunks((1_000_000, 1024), 8, (1000, 1024), Resources(GiB), stats=("moments", counted), split_every=64)
+    assert p.chunk_rows > 0 and p.explain()
+    assert asked == [(1024, None)]
 
 
 def test_split_every_lowered_before_tiling():

@@ -81,11 +81,8 @@ def _client() -> Any:
 
 @contextlib.contextmanager
 def _signals_set(stop: threading.Event, started: threading.Event) -> Iterator[list[str]]:
-    """SIGINT and SIGTERM set ``stop`` (main thread only); yields the names of signals received.
-
-    Until ``started`` is set (the graph is being built, no block runs) a signal raises
-    :class:`~daskbatch.errors.Interrupted` at once: building a large graph checks no stop request.
-    """
+    """SIGINT and SIGTERM set ``stop`` (main thread only), or raise Interrupted before ``started``; yields their names."""
+    # Before started is set the graph is being built, which checks no stop request: the signal raises at once.
     got: list[str] = []
     if threading.current_thread() is not threading.main_thread():
         yield got

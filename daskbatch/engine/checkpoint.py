@@ -28,7 +28,6 @@ from daskbatch.engine.checkpoint_files import (
     decode_state,
     encode_state,
     holding_checkpoint_lock,
-    input_items,
     open_pass,
     pass_folder,
     read_header,
@@ -38,6 +37,7 @@ from daskbatch.engine.checkpoint_files import (
     spec_items,
     write_atomic,
 )
+from daskbatch.engine.fingerprint import input_items
 from daskbatch.errors import Cancelled, Interrupted
 from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.progress import Progress
@@ -250,7 +250,7 @@ def run_checkpointed(
     s = resolve_split_every(split_every)
     x = data.x
     n_blocks = int(x.numblocks[0])
-    items = input_items(data, s)
+    items = input_items(data, s, FORMAT_VERSION)
     spec = spec_items(bundle)
     pass_folder(bundle.name)  # a plain name, before anything is written
     folder_root = Path(directory)
@@ -334,12 +334,9 @@ def run_checkpointed_profile(
     profile: CategoricalProfile, data: FeatureMatrix, label: da.Array | None, *, split_every: int,
     progress: Progress, directory: str | os.PathLike[str], force: bool,
 ) -> dict[str, Any]:
-    """The merged state of the profile of ``data.frames`` (by ``label``'s classes if given), through ``directory``.
-
-    A pass named ``categorical`` beside the numeric ones, on the frames' own blocks; its merge tree
-    is the one :func:`~daskbatch.stats.categorical.profile_blocks` builds, so a resumed run gives
-    the state an uninterrupted one gives (the top values' counters too, pruned or not).
-    """
+    """The merged state of the profile of ``data.frames`` (by ``label``'s classes if given), through ``directory``."""
+    # A pass named "categorical" on the frames' own blocks, merged in profile_blocks' tree: a resumed run gives
+    # the state an uninterrupted one gives (the top values' counters too, pruned or not).
     import dask  # lazy: dask
     from dask.base import tokenize  # lazy: dask
 
@@ -352,7 +349,7 @@ def run_checkpointed_profile(
         "categorical.frames": tokenize(*(f.key for _, f in frames)),  # the columns and where they are read
         "categorical.by_class": str(label is not None),
     }))
-    items = input_items(data, s)
+    items = input_items(data, s, FORMAT_VERSION)
     with checkpoint_lock(directory):
         remove_stale_temps(Path(directory))
         folder = open_pass(Path(directory), items, spec_of.name, spec_items(spec_of), force,

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 
 from daskbatch.engine.fingerprint import differences
-from daskbatch.engine.fingerprint import input_items as _fingerprint_items
 from daskbatch.errors import CheckpointMismatchError, DataError, DiskFullError, Interrupted
 from daskbatch.io import state_codec
 from daskbatch.runtime.runlock import LOCK_NAME, RunLock, no_interrupt
 
 if TYPE_CHECKING:
-    from daskbatch.engine.inputs import FeatureMatrix
     from daskbatch.stats._base import BundleLike
 
 #: Prefix of files being written (left behind only by a kill; removed by the next run).
@@ -218,11 +216,6 @@ def _short(value: Any) -> str:
         digest = hashlib.sha256(repr(tuple(np.asarray(value).tolist())).encode()).hexdigest()
         return f"{len(value)} values, sha256 {digest[:16]}"
     return repr(value)
-
-
-def input_items(data: FeatureMatrix, split_every: int) -> dict[str, str]:
-    """Identify the input of a pass (:func:`daskbatch.engine.fingerprint.input_items`)."""
-    return _fingerprint_items(data, split_every, FORMAT_VERSION)
 
 
 def spec_items(bundle: BundleLike) -> dict[str, str]:

@@ -1,14 +1,10 @@
 """The passes over the data: :class:`PassRunner` and the tiled covariance.
 
-Each pass of a describe is a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of statistics
-over the row blocks, computed on the active scheduler or through a checkpoint directory (the same bits).
-
-For D features a co-moment state holds D x D float64 values (D = 50,000: 20 GB), more than one worker can merge
-``split_every`` of: :func:`tiled_covariance` runs one tree reduction per pair of feature tiles ``I <= J`` of the cross
-co-moments (:class:`~daskbatch.stats.tiled.CrossCoMoments`), each finished tile written by its own task into Zarr
-arrays ``cov`` and ``corr`` (D, D), chunked (tile, tile), mirrored below the diagonal: nothing of size D x D reaches
-one process. Complete rows share one row mask per row block (and its weights); pairwise (``rows="pairwise"``) each
-tile keeps its pairs' counts, sums and cross products, and ``pair_counts`` (D, D) holds each pair's rows.
+Each pass is a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of statistics over the row
+blocks, on the active scheduler or through a checkpoint directory (the same bits). A D x D co-moment state too large
+for one merge task (D = 50,000: 20 GB) is reduced by :func:`tiled_covariance`: one tree per pair of feature tiles
+``I <= J``, each finished tile written by its own task into Zarr arrays ``cov`` and ``corr`` (D, D) chunked
+(tile, tile), so nothing of size D x D reaches one process.
 """
 
 from __future__ import annotations
@@ -317,18 +313,14 @@ def tiled_covariance(
     ddof: int = STATISTIC_DEFAULTS["ddof"],
     split_every: int | None = None,
     feature_names: Any = None,
-    overwrite: bool = False,
     protected: Mapping[str, str | os.PathLike[str] | None] | None = None,
     weights: da.Array | None = None,
     rows: str = STATISTIC_DEFAULTS["rows"],
 ) -> TiledCov:
-    """Write the covariance and correlation of the columns of ``x`` into the Zarr group ``out``, tile by tile.
-
-    ``tile``: features per tile (``Plan.feature_tile``); ``overwrite`` replaces something at ``out`` that is not a
-    tiled covariance (an earlier one is replaced either way, once the new one is complete); ``protected``: paths
-    ``out`` must not be, lie inside or hold; ``weights``: frequency weights (the covariance divides the weighted
-    co-moments by ``W - ddof``); ``rows``: "complete" (finite in every feature) or "pairwise" (as pandas).
-    """
+    """Write the covariance and correlation of the columns of ``x`` into the Zarr group ``out``, tile by tile."""
+    # tile: features per tile (Plan.feature_tile); an earlier tiled covariance at out is replaced once the new one
+    # is complete, anything else refused. protected: paths out must not be, lie inside or hold. weights: frequency
+    # weights (the covariance divides the weighted co-moments by W - ddof). rows: "complete" or "pairwise".
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (samples, features)")
     n_features = int(x.shape[1])
@@ -345,7 +337,7 @@ def tiled_covariance(
     if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
         raise ValueError(f"weights has shape {weights.shape}; expected ({x.shape[0]},), one weight per row of x")
     # Checked before any compute; the tiles go to a temporary sibling renamed into place when all are written.
-    target = check_output(out, kind="tiled_cov", what="cov_out", overwrite=overwrite, protected=protected)
+    target = check_output(out, kind="tiled_cov", what="cov_out", protected=protected)
     where = target.path
     found: list[tuple[int, float | None]] = []
 

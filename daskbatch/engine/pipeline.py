@@ -1,12 +1,8 @@
 """The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results.
 
-:func:`prepared_inputs` opens the inputs and chooses the device; :func:`run_statistics`
-chooses the statistics, lays the blocks out (the checkpoint's layout, the user's or
-the plan's: rechunked, label checked, on their device), runs the passes
-(:meth:`~daskbatch.engine.passes.PassRunner.run`: the second pass's histogram
-ranges are found from the first pass's results, out-of-range features flagged)
-and returns results, mergeable states and provenance, from which ``describe``
-makes the :class:`~daskbatch.Summary`.
+:func:`prepared_inputs` opens the inputs and chooses the device; :func:`run_statistics` chooses the statistics,
+lays the blocks out (a checkpoint's layout, the user's or the plan's), runs the passes (the second on ranges
+found by the first) and returns what ``describe`` makes the :class:`~daskbatch.Summary` of.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def plan_statistics(  # numpydoc ignore=PR01,RT01
     )
 
 
-def plan_describe(
+def plan_describe(  # numpydoc ignore=PR01,RT01
     x: Any,
     label: Any = None,
     *,
@@ -190,45 +190,7 @@ def plan_describe(
     target_bins: Any = None,
     weights: Any = None,
 ) -> Plan:
-    """Make the plan :func:`daskbatch.describe` makes for the same arguments, without computing anything.
-
-    Useful before a cluster exists: to size a GPU worker's RMM pool, or to
-    stop a batch job early (:class:`~daskbatch.PlanError`) when nothing fits.
-
-    Parameters
-    ----------
-    x : array, Dataset or path
-        As in :func:`daskbatch.describe`.
-    label : array or str, optional
-        As in :func:`daskbatch.describe` (``mi`` is dropped without a label).
-    stats : str or sequence
-        As in :func:`daskbatch.describe` (names and statistic objects).
-    bins : int, optional
-        As in :func:`daskbatch.describe` (default 64, or what the statistic objects say).
-    range : (lo, hi), array of shape (D, 2), "minmax" or None
-        As in :func:`daskbatch.describe` (without it the quantile sketch is planned for).
-    split_every : int, optional
-        As in :func:`daskbatch.describe`.
-    resources : Resources or "auto", default "auto"
-        The workers to plan for; ``"auto"``: those of the active client, else this machine.
-    classes : sequence of int, optional
-        The label's class values (their number sizes the ``mi`` tables); else
-        what the store records, else ``daskbatch.assumed-classes``.
-    target : array or str, optional
-        As in :func:`daskbatch.describe`: the target's statistics (its
-        co-moments, and with ``mi`` its sketch and quantile bins) are planned for.
-    groups : array, optional
-        As in :func:`daskbatch.describe`: the statistics by group are planned for.
-    target_bins : int or sequence of float, optional
-        As :class:`~daskbatch.stats.MutualInformation`'s (default 16).
-    weights : array or str, optional
-        As in :func:`daskbatch.describe`: each chunk task's weight column is planned for.
-
-    Returns
-    -------
-    Plan
-        The plan of the largest pass.
-    """
+    """Make the plan :func:`daskbatch.describe` makes for the same arguments (its largest pass), computing nothing."""
     from daskbatch.engine.inputs import as_feature_matrix  # lazy: dask
 
     asked = configured(stats, bins=bins, range=range, classes=classes, target_bins=target_bins)
@@ -262,14 +224,8 @@ def plan_describe(
 # (-1 in scikit-learn's semi-supervised estimators); declared classes may be any integers.
 
 
-def max_classes() -> int:
-    """Read the most class values a label may have (``daskbatch.max-classes``).
-
-    Returns
-    -------
-    int
-        The limit.
-    """
+def max_classes() -> int:  # numpydoc ignore=RT01
+    """Read the most class values a label may have (``daskbatch.max-classes``)."""
     from daskbatch import config  # lazy: dask
 
     value = int(config.get("max-classes"))
@@ -288,7 +244,7 @@ def _recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
     return tuple(range(n)) if n else None
 
 
-def resolve_classes(
+def resolve_classes(  # numpydoc ignore=PR01,RT01
     data: FeatureMatrix,
     classes: Any,
     *,
@@ -296,27 +252,8 @@ def resolve_classes(
     compute: Callable[[Delayed], Any],
     negative: bool = False,
 ) -> tuple[tuple[int, ...], str]:
-    """The sorted class values of ``data.label`` and where they came from.
-
-    Parameters
-    ----------
-    data : FeatureMatrix
-        Holds the label (a dask array).
-    classes : sequence of int or None
-        Declared class values.
-    split_every : int
-        Fan-in of the scan's merge tree.
-    compute : callable
-        Computes a delayed object (the caller's scheduler and progress bar).
-    negative : bool, default False
-        Accept negative values found by the scan (group keys: no value marks
-        an unlabeled row).
-
-    Returns
-    -------
-    (tuple of int, str)
-        The values, and ``"given"``, ``"store"`` or ``"label scan"``.
-    """
+    """Get the sorted class values of ``data.label`` and where they came from (``"given"``, ``"store"``, ``"label scan"``)."""
+    # compute: the caller's scheduler and progress bar; negative: group keys, where no value marks an unlabeled row.
     limit = max_classes()
     if classes is not None:
         return validate_classes(classes, limit), "given"
@@ -337,27 +274,10 @@ def resolve_classes(
     return tuple(int(v) for v in np.asarray(found)), "label scan"
 
 
-def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None) -> da.Array:
-    """Rechunk ``label`` to blocks of ``rows``, each block checked against ``classes`` when it is read.
-
-    A value outside them raises :class:`~daskbatch.stats.classes.UnknownClassError`
-    naming the value, its row and the block's rows; with ``classes=None`` a
-    negative value raises a ValueError naming the same.
-
-    Parameters
-    ----------
-    label : dask.array.Array
-        The 1-D label.
-    rows : tuple of int
-        Rows of each block (those of ``x``).
-    classes : tuple of int or None
-        The declared classes.
-
-    Returns
-    -------
-    dask.array.Array
-        The checked label.
-    """
+def checked_label(  # numpydoc ignore=PR01,RT01
+    label: da.Array, rows: tuple[int, ...], classes: tuple[int, ...] | None
+) -> da.Array:
+    """Rechunk ``label`` to blocks of ``rows``, each checked against ``classes`` (else for negatives) when read."""
     import dask.array as da  # lazy: dask
 
     label = label.rechunk((rows,))
@@ -366,6 +286,7 @@ def checked_label(label: da.Array, rows: tuple[int, ...], classes: tuple[int, ..
 
 
 def _check_block(block: Any, *, classes: tuple[int, ...] | None, block_info: dict[Any, Any] | None = None) -> Any:
+    """Raise on a label value outside ``classes`` (or a negative one), naming its row and the block's rows."""
     xp = namespace(block)
     start, stop = block_info[0]["array-location"][0] if block_info else (0, block.shape[0])
     if classes is None:

@@ -227,9 +227,8 @@ class Staged(Generic[S, R]):
         return cast(S, state)  # not None: x has rows, so there is at least one part
 
     def _chunk_parts(self, keys: tuple[str, ...], x: Array, label: Array | None, *masks: Array) -> S:
-        if keys:
-            return self.inner.chunk(x, label, **dict(zip(keys, masks, strict=True)))
-        return self.inner.chunk(x, label)
+        """The inner chunk of one part, its per-row masks given back their names."""
+        return self.inner.chunk(x, label, **dict(zip(keys, masks, strict=True)))
 
     def merge(self, a: S, b: S) -> S:
         """Merge as the inner statistic does."""

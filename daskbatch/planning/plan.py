@@ -15,6 +15,7 @@ its state and the model adds them up, so a user's statistic with a footprint is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +89,13 @@ def state_bytes(  # numpydoc ignore=PR01,RT01
     feature_tile: int | None = None,
 ) -> int:
     """Size one state of ``stat`` over ``n_features`` features (with ``feature_tile``: the state of one tile pair)."""
-    return int(footprint(stat).state(n_features, bins, n_classes, feature_tile))
+    return int(_state_size(stat, n_features, bins, n_classes, feature_tile))
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _state_size(stat: StatLike, n_features: int, bins: int, n_classes: int | None, feature_tile: int | None) -> Any:
+    """One state's bytes as ``stat``'s footprint says, asked once: the search sizes many chunks with the same states."""
+    return footprint(stat).state(n_features, bins, n_classes, feature_tile)
 
 
 def chunk_task_terms(  # numpydoc ignore=PR01,RT01
@@ -111,7 +118,7 @@ def chunk_task_terms(  # numpydoc ignore=PR01,RT01
         raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
     prints = [footprint(s) for s in stats]
-    states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
+    states = [_state_size(s, n_features, bins, n_classes, feature_tile) for s in stats]
     transient = []
     for f, state in zip(prints, states, strict=True):
         temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
@@ -175,7 +182,7 @@ def merge_terms(  # numpydoc ignore=PR01,RT01
 ) -> dict[str, int]:
     """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
     prints = [footprint(s) for s in stats]
-    states = [f.state(n_features, bins, n_classes, feature_tile) for f in prints]
+    states = [_state_size(s, n_features, bins, n_classes, feature_tile) for s in stats]
     total = sum(states)
     return {
         "input states": split_every * total,

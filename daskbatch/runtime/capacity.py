@@ -56,8 +56,8 @@ def cuda_device_count() -> int:
         return 0
 
 
-def _gpu_memory_bytes(*, free: bool = True) -> int | None:
-    """Read the free (or total) memory of this process's first visible GPU, via NVML."""
+def _gpu_memory_bytes() -> int | None:
+    """Read the free memory of this process's first visible GPU, via NVML."""
     try:
         import pynvml
 
@@ -68,7 +68,7 @@ def _gpu_memory_bytes(*, free: bool = True) -> int | None:
         else:  # GPU-/MIG- UUIDs are allowed in CUDA_VISIBLE_DEVICES
             handle = pynvml.nvmlDeviceGetHandleByUUID(first)
         info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.free if free else info.total)
+        return int(info.free)
     except Exception:
         return None
 
