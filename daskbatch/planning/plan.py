@@ -89,13 +89,16 @@ def state_bytes(  # numpydoc ignore=PR01,RT01
     feature_tile: int | None = None,
 ) -> int:
     """Size one state of ``stat`` over ``n_features`` features (with ``feature_tile``: the state of one tile pair)."""
-    return int(_state_size(stat, n_features, bins, n_classes, feature_tile))
+    return int(_state_size(footprint(stat), n_features, bins, n_classes, feature_tile))
 
 
 @functools.lru_cache(maxsize=256, typed=True)
-def _state_size(stat: StatLike, n_features: int, bins: int, n_classes: int | None, feature_tile: int | None) -> Any:
-    """One state's bytes as ``stat``'s footprint says, asked once: the search sizes many chunks with the same states."""
-    return footprint(stat).state(n_features, bins, n_classes, feature_tile)
+def _state_size(
+    print_: Footprint, n_features: int, bins: int, n_classes: int | None, feature_tile: int | None
+) -> Any:
+    """One state's bytes as a footprint says, asked once: the search sizes many chunks with the same states."""
+    # Keyed by the footprint (hashed by identity), not the statistic: a statistic may hold arrays.
+    return print_.state(n_features, bins, n_classes, feature_tile)
 
 
 def chunk_task_terms(  # numpydoc ignore=PR01,RT01
@@ -118,7 +121,7 @@ def chunk_task_terms(  # numpydoc ignore=PR01,RT01
         raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
     elems = rows * n_features
     prints = [footprint(s) for s in stats]
-    states = [_state_size(s, n_features, bins, n_classes, feature_tile) for s in stats]
+    states = [_state_size(f, n_features, bins, n_classes, feature_tile) for f in prints]
     transient = []
     for f, state in zip(prints, states, strict=True):
         temps = elems * sum(_ITEMSIZE[k] * n for k, n in f.temporaries[path].items())
@@ -182,7 +185,7 @@ def merge_terms(  # numpydoc ignore=PR01,RT01
 ) -> dict[str, int]:
     """The terms of :func:`merge_task_bytes`, by name (for ``Plan.explain``)."""
     prints = [footprint(s) for s in stats]
-    states = [_state_size(s, n_features, bins, n_classes, feature_tile) for s in stats]
+    states = [_state_size(f, n_features, bins, n_classes, feature_tile) for f in prints]
     total = sum(states)
     return {
         "input states": split_every * total,
