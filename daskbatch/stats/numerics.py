@@ -23,7 +23,7 @@ from daskbatch._common import Array, Namespace
 __all__ = [
     "RATIO_FORM_FROM", "as_float64", "bincount", "central_moment", "device", "exact_extremes",
     "handles_overflow", "is_exact", "matrix_diagonal", "merge_extreme", "merge_shifted_means",
-    "merged_by_ratios", "namespace", "positive_rows", "safe_divisor", "to_numpy",
+    "merged_by_ratios", "namespace", "pair_weight", "positive_rows", "safe_divisor", "to_numpy",
     "weighted_bincount",
 ]
 
@@ -80,6 +80,12 @@ def to_numpy(a: Any) -> np.ndarray:
 #: ``n ** 3``) would overflow float64 by 2**341. Below it the product forms stay, bitwise as ever
 #: (counts without weights never get here).
 RATIO_FORM_FROM = 2.0**300
+
+
+def pair_weight(xp: Namespace, n_a: Array, n_b: Array, n: Array) -> Array:
+    """Chan's ``n_a n_b / n``; weight sums whose product overflows as a share of ``n`` (RATIO_FORM_FROM)."""
+    n_safe = safe_divisor(xp, n)
+    return xp.where(n < RATIO_FORM_FROM, n_a * n_b / n_safe, n_a * (n_b / n_safe))
 
 
 def merged_by_ratios(a: Any, b: Any, n: Array, delta: Array) -> tuple[Array, Array, Array]:
