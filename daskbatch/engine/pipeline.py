@@ -46,8 +46,8 @@ from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
+from daskbatch.stats.classes import ContentDigest
 from daskbatch.stats.comoments import CoMomentsResult
-from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels

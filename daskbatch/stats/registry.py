@@ -28,7 +28,6 @@ from daskbatch.stats import (
     class_moments,
     classes,
     comoments,
-    content_digest,
     histogram,
     moments,
     sketch_windows,
@@ -58,7 +57,7 @@ STATISTICS: dict[str, Declaration] = {d.name: d for d in (
     histogram.QUANTILE_DECLARATION,
     tiled.DECLARATION,
     classes.DECLARATION,
-    content_digest.DECLARATION,
+    classes.DIGEST_DECLARATION,
 )}
 
 
