@@ -39,6 +39,7 @@ from daskbatch.stats.numerics import (
     namespace,
     positive_rows,
     weighted_bincount,
+    with_classes,
 )
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
@@ -325,13 +326,8 @@ class Histogram:  # numpydoc ignore=PR02
             The state of the union.
         """
         xp = namespace(a.counts, b.counts)
-        ka, kb = a.counts.shape[2], b.counts.shape[2]
-        ca, cb = a.counts, b.counts
-        if ka < kb:
-            ca = _pad_classes(xp, ca, kb)
-        elif kb < ka:
-            cb = _pad_classes(xp, cb, ka)
-        return HistogramState(counts=ca + cb)
+        k = max(a.counts.shape[2], b.counts.shape[2])
+        return HistogramState(counts=with_classes(xp, a.counts, k) + with_classes(xp, b.counts, k))
 
     def finalize(self, s: HistogramState, /) -> HistogramResult:
         """Split a state into bin counts, out-of-range and NaN counts (and joint tables).
@@ -365,12 +361,6 @@ class Histogram:  # numpydoc ignore=PR02
             joint=joint,
             classes=classes,
         )
-
-
-def _pad_classes(xp: Namespace, counts: Array, n_classes: int) -> Array:
-    d, slots, k = counts.shape
-    pad = xp.zeros((d, slots, n_classes - k), dtype=counts.dtype, device=device(counts))
-    return xp.concat([counts, pad], axis=2)
 
 
 #: Memory of :class:`Histogram` for the planner: the array API makes a float64 copy, scaled

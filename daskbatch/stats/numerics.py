@@ -24,7 +24,7 @@ __all__ = [
     "RATIO_FORM_FROM", "as_float64", "bincount", "central_moment", "device", "exact_extremes",
     "handles_overflow", "is_exact", "matrix_diagonal", "merge_extreme", "merge_shifted_means",
     "merged_by_ratios", "namespace", "pair_weight", "positive_rows", "safe_divisor", "to_numpy",
-    "weighted_bincount",
+    "weighted_bincount", "with_classes",
 ]
 
 
@@ -172,6 +172,15 @@ def merge_shifted_means(
     weight_b = nb / safe_divisor(xp, na + nb)
     mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
     return shift, mean, delta
+
+
+def with_classes(xp: Namespace, a: Array, n_classes: int) -> Array:
+    """``a`` with empty classes (zeros) appended along its last axis up to ``n_classes``; ``a`` when it has them."""
+    k = a.shape[-1]
+    if k >= n_classes:
+        return a
+    pad = xp.zeros((*a.shape[:-1], n_classes - k), dtype=a.dtype, device=device(a))
+    return xp.concat([a, pad], axis=-1)
 
 
 def is_exact(values: Array) -> bool:
