@@ -324,7 +324,7 @@ def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions
     """The merged state of the non-numeric columns' profile: computed, or through the run's checkpoint."""
     profile = CategoricalProfile()
     if run.checkpoint is None:
-        graph = profile_blocks(data.frames, fan_in, profile, TASK_PREFIXES["chunk"], label=label, finalize=False)
+        graph = profile_blocks(data.frames, fan_in, profile, TASK_PREFIXES["chunk"], label)
         return compute(graph, run.progress, "non-numeric columns")
     rows = sum(int(r) for r, _ in data.frames)
     with Progress("non-numeric columns", len(data.frames), rows=rows, cancel=run.cancel,
