@@ -402,25 +402,12 @@ QUANTILE_BINS = 2048
 
 
 @dataclass(frozen=True)
-class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
+class QuantileHistogram(Histogram):
     """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`.
 
     Its ranges (:func:`daskbatch.stats.ranges.fine_ranges`) hold the exact
     ``0.1 %`` and ``99.9 %`` quantiles, so a quantile read at its exact rank
     lies within one of its bins of the exact one.
-
-    Parameters
-    ----------
-    bins : int
-        Number of equal-width bins per feature (:data:`QUANTILE_BINS` in ``describe``).
-    lo, hi : tuple of float
-        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
-    by_label : bool, default False
-        Always False: the quantiles do not depend on the label.
-    classes : None
-        Unused.
-    max_classes : int, default 1000
-        Unused.
     """
 
     name = "qhist"
@@ -429,7 +416,6 @@ class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
         if self.by_label:
             raise ValueError("the quantile histogram is not split by label")
         super().__post_init__()
-
 
 
 def _hist_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
