@@ -42,8 +42,8 @@ from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
+from daskbatch.stats.classes import ContentDigest
 from daskbatch.stats.comoments import CoMomentsResult
-from daskbatch.stats.content_digest import ContentDigest
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
@@ -320,7 +320,7 @@ def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions
     """The merged state of the non-numeric columns' profile: computed, or through the run's checkpoint."""
     profile = CategoricalProfile()
     if run.checkpoint is None:
-        graph = profile_blocks(data.frames, fan_in, profile, TASK_PREFIXES["chunk"], label=label, finalize=False)
+        graph = profile_blocks(data.frames, fan_in, profile, TASK_PREFIXES["chunk"], label)
         return compute(graph, run.progress, "non-numeric columns")
     rows = sum(int(r) for r, _ in data.frames)
     with Progress("non-numeric columns", len(data.frames), rows=rows, cancel=run.cancel,

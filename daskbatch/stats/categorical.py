@@ -383,18 +383,12 @@ def _content_token(frame: Any) -> str:
 
 
 def profile_blocks(
-    blocks: Sequence[tuple[int, Any]],
-    split_every: int,
-    profile: CategoricalProfile | None = None,
-    chunk_prefix: str = "chunk",
-    label: Any = None,
-    finalize: bool = True,
+    blocks: Sequence[tuple[int, Any]], split_every: int, profile: CategoricalProfile, chunk_prefix: str, label: Any
 ) -> Any:
-    """A dask Delayed of the records of ``blocks`` ((rows, Delayed pandas DataFrame), in row order)."""
+    """A dask Delayed of the merged state of ``blocks`` ((rows, Delayed pandas DataFrame), in row order)."""
     import dask  # lazy: dask
     from dask.base import tokenize  # lazy: dask
 
-    profile = profile or CategoricalProfile()
     fan_in, name = max(2, int(split_every)), f"{chunk_prefix}-{tokenize(*blocks, label)}"
     level = block_states(blocks, profile, label, name)
     while len(level) > 1:
@@ -402,7 +396,7 @@ def profile_blocks(
             dask.delayed(_merge_all, pure=True)(profile.merge, *level[i : i + fan_in])
             for i in range(0, len(level), fan_in)
         ]
-    return dask.delayed(profile.finalize, pure=True)(level[0]) if finalize else level[0]
+    return level[0]
 
 
 def block_states(

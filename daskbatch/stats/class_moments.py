@@ -40,6 +40,7 @@ from daskbatch.stats.numerics import (
     positive_rows,
     safe_divisor,
     to_numpy,
+    with_classes,
 )
 
 
@@ -243,11 +244,10 @@ class ClassMoments:  # numpydoc ignore=PR02
             The state of the union.
         """
         xp = namespace(a.n, b.n)
-        ka, kb = a.n.shape[1], b.n.shape[1]
-        if ka < kb:
-            a = _pad_classes(xp, a, kb)
-        elif kb < ka:
-            b = _pad_classes(xp, b, ka)
+        k = max(a.n.shape[1], b.n.shape[1])
+        a, b = (
+            ClassMomentsState(*(with_classes(xp, v, k) for v in (s.n, s.shift, s.mean, s.m2))) for s in (a, b)
+        )
         na, nb = a.n, b.n
         n = na + nb
         shift, mean, delta = merge_shifted_means(xp, na, nb, a.shift, a.mean, b.shift, b.mean)
@@ -279,13 +279,6 @@ class ClassMoments:  # numpydoc ignore=PR02
         var = xp.where(dof > 0, s.m2 / safe_divisor(xp, dof), nan)
         total = xp.where(has, s.n * (s.shift + s.mean), xp.zeros_like(s.mean))
         return ClassMomentsResult(count=s.n, mean=mean, m2=s.m2, var=var, sum=total)
-
-
-def _pad_classes(xp: Namespace, s: ClassMomentsState, n_classes: int) -> ClassMomentsState:
-    """``s`` with empty classes appended up to ``n_classes``."""
-    d, k = s.n.shape
-    pad = xp.zeros((d, n_classes - k), dtype=xp.float64, device=device(s.n))
-    return ClassMomentsState(*(xp.concat([v, pad], axis=1) for v in (s.n, s.shift, s.mean, s.m2)))
 
 
 def _class_state_bytes(d: int, bins: int, k: int | None, tile: int | None) -> int:

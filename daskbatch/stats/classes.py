@@ -1,28 +1,26 @@
-"""Class values of an integer label: the mergeable set of distinct values, and the map to table columns.
+"""The statistics that serve a pass rather than the summary: a label's class values, a content digest.
 
-Mutual information needs a (feature-bin × class) table per feature, and that
-table needs one column per *class value*, not per integer up to the largest
-label: labels ``{0, 1, 7}`` are three classes, and one stray label ``2**40``
-must not ask for 2**40 columns. So the class values are known before any table
-is allocated (found by :class:`ClassValues`, declared by the user or recorded
-in the store), and every label is mapped to its column with
-:func:`label_codes`: the index of its value among the sorted class values.
+:class:`ClassValues` finds the distinct values of an integer label (any integer, negatives too, as
+``sklearn.metrics.mutual_info_score``), so that a (feature-bin x class) table has one column per
+class value, not one per integer up to the largest label; :func:`label_codes` maps each label to
+its column. Which labels ``describe`` accepts is :mod:`daskbatch.engine.planner`'s to decide.
 
-Here any integer is a class value, negative ones included (as in
-``sklearn.metrics.mutual_info_score``); :mod:`daskbatch.engine.planner` decides
-which labels ``describe`` accepts. Float labels are refused by dtype before
-anything is read (:func:`daskbatch.engine.inputs.check_label`), so NaN and fractions
-cannot occur.
+:class:`ContentDigest` hashes the blocks of the first pass as it reads them: the content token of a
+store another writer made (daskbatch's own carry CRC-32C checksums) at no pass of its own. zlib's
+CRC-32, not a cryptographic hash: it guards against counting rows twice, not against forgery.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from array_api_compat import is_cupy_array
 
 from daskbatch._common import Array, Namespace, strict_int
@@ -216,3 +214,72 @@ class ClassValues:  # numpydoc ignore=PR02
 DECLARATION = Declaration(
     "class_values", None, states=(ClassValuesState,), selectable=False,
 )
+
+
+
+#: Bytes of one piece's digest (a BLAKE2b of its shape, dtype and CRC-32).
+DIGEST_BYTES = 32
+
+
+@dataclass(frozen=True)
+class DigestState(State):
+    """The digests of the blocks of some consecutive rows, in row order."""
+
+    digests: np.ndarray
+
+
+@dataclass(frozen=True)
+class ContentDigest:  # numpydoc ignore=PR02
+    """Hash the blocks of a pass as they are read: a content token that costs no pass of its own.
+
+    Its state and result stay inside the pass runner: ``describe`` turns the
+    result into the input's token and keeps neither in the summary.
+
+    Parameters
+    ----------
+    piece_rows : int, default 0
+        Rows hashed into one digest (the store's chunk rows, which every block
+        starts on); 0: one digest per block.
+    """
+
+    piece_rows: int = 0
+
+    #: Not a statistic the user asked for: pass names and titles leave it out (:func:`~daskbatch.stats._base.shown_names`).
+    rides_along = True
+    #: Weighted passes take it too; its weights are ignored.
+    takes_weights = True
+    #: A weighted pass hands it every row as read, not only those of positive weight
+    #: (:class:`~daskbatch.stats.Bundle`): the token is the store's, whatever the weights.
+    reads_every_row = True
+
+    @property
+    def name(self) -> str:
+        """Name the statistic in task keys and checkpoints."""
+        return "content_digest"
+
+    def chunk(self, x: Any, label: Any = None, /, *, weights: Any = None) -> DigestState:
+        """Hash one block (a GPU block is hashed from a host copy)."""
+        block = x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+        rows = int(block.shape[0])
+        step = self.piece_rows if self.piece_rows > 0 else max(rows, 1)
+        digests = np.zeros((-(-rows // step), DIGEST_BYTES), dtype=np.uint8)
+        for i, start in enumerate(range(0, rows, step)):
+            piece = np.ascontiguousarray(block[start : start + step])
+            digest = hashlib.blake2b(f"{piece.shape} {piece.dtype.str}".encode(), digest_size=DIGEST_BYTES)
+            digest.update(zlib.crc32(piece.data).to_bytes(4, "little"))  # C-contiguous; zlib releases the GIL
+            digests[i] = np.frombuffer(digest.digest(), dtype=np.uint8)
+        return DigestState(digests)
+
+    def merge(self, a: DigestState, b: DigestState, /) -> DigestState:
+        """Put ``b``'s digests after ``a``'s."""
+        return DigestState(np.concatenate([np.asarray(a.digests), np.asarray(b.digests)]))
+
+    def finalize(self, state: DigestState, /) -> str:
+        """Hash the blocks' digests into one token."""
+        digests = np.ascontiguousarray(np.asarray(state.digests, dtype=np.uint8))
+        whole = hashlib.blake2b(digests.tobytes(), digest_size=DIGEST_BYTES).hexdigest()
+        return f"{digests.shape[0]} pieces, blake2b {whole[:20]}"
+
+
+#: The digest of the rows a checkpoint counted (its state only).
+DIGEST_DECLARATION = Declaration("digest", None, states=(DigestState,), selectable=False)

@@ -30,13 +30,13 @@ from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variab
 from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels.path import centring_rows
 from daskbatch.stats.numerics import (
-    RATIO_FORM_FROM,
     as_float64,
     device,
     handles_overflow,
     matrix_diagonal,
     merge_shifted_means,
     namespace,
+    pair_weight,
     positive_rows,
     safe_divisor,
 )
@@ -280,10 +280,8 @@ class CoMoments:  # numpydoc ignore=PR02
             return merge_pairwise(a, b)  # type: ignore[return-value]
         xp = namespace(a.c, b.c)
         n = a.n + b.n
-        n_safe = safe_divisor(xp, n)
         shift, mean, delta = merge_shifted_means(xp, a.n, b.n, a.shift, a.mean, b.shift, b.mean)
-        # Weight sums whose product overflows: the same factor as a share of n (RATIO_FORM_FROM).
-        pair = xp.where(n < RATIO_FORM_FROM, a.n * b.n / n_safe, a.n * (b.n / n_safe))
+        pair = pair_weight(xp, a.n, b.n, n)
         c = a.c + b.c + pair * _outer(xp, delta, delta)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCoMomentsState) or isinstance(b, WeightedCoMomentsState):

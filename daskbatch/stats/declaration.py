@@ -136,25 +136,13 @@ class Variable:  # numpydoc ignore=PR02
 
 
 @dataclass
-class Finished:  # numpydoc ignore=PR02
-    """What the passes finished, that each declaration turns into summary variables.
-
-    Parameters
-    ----------
-    results : dict
-        Finalized results by statistic name.
-    provenance : dict
-        The summary's provenance (a declaration may add to it).
-    states : dict or None
-        The merged states (:class:`~daskbatch.stats.registry.Kept`) by name.
-    statistics : dict
-        The statistics of the run by name, as configured (``"mi"``: its base).
-    """
+class Finished:
+    """What the passes finished, by statistic name, that each declaration turns into summary variables."""
 
     results: dict[str, Any]
-    provenance: dict[str, Any]
-    states: dict[str, Any] | None = None
-    statistics: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any]  # the summary's: a declaration may add to it
+    states: dict[str, Any] | None = None  # merged states (registry.Kept)
+    statistics: dict[str, Any] = field(default_factory=dict)  # as configured ("mi": its base)
 
 
 def _from_result(declaration: Declaration, done: Finished) -> dict[str, Any]:
@@ -252,22 +240,5 @@ def ddof_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
 
 
 def count(dims: tuple[str, ...], long_name: str, held: str = "int64", **kw: Any) -> Variable:
-    """A count variable: unit ``"1"``, stored as int64 (``held="float64"``: exact counts held as float64).
-
-    Parameters
-    ----------
-    dims : tuple of str
-        Its dimensions.
-    long_name : str
-        Its long name.
-    held : {"int64", "float64"}
-        How the summary holds it.
-    **kw
-        Further Variable fields.
-
-    Returns
-    -------
-    Variable
-        The variable.
-    """
+    """A count variable: unit ``"1"``, stored as int64 (``held="float64"``: exact counts held as float64)."""  # numpydoc ignore=PR01,RT01
     return Variable(dims, long_name, "1", held, **kw)

@@ -39,6 +39,7 @@ from daskbatch.stats.numerics import (
     namespace,
     positive_rows,
     weighted_bincount,
+    with_classes,
 )
 
 #: Slot layout of the counts along axis 1: underflow, the bins, overflow, NaN.
@@ -325,13 +326,8 @@ class Histogram:  # numpydoc ignore=PR02
             The state of the union.
         """
         xp = namespace(a.counts, b.counts)
-        ka, kb = a.counts.shape[2], b.counts.shape[2]
-        ca, cb = a.counts, b.counts
-        if ka < kb:
-            ca = _pad_classes(xp, ca, kb)
-        elif kb < ka:
-            cb = _pad_classes(xp, cb, ka)
-        return HistogramState(counts=ca + cb)
+        k = max(a.counts.shape[2], b.counts.shape[2])
+        return HistogramState(counts=with_classes(xp, a.counts, k) + with_classes(xp, b.counts, k))
 
     def finalize(self, s: HistogramState, /) -> HistogramResult:
         """Split a state into bin counts, out-of-range and NaN counts (and joint tables).
@@ -365,12 +361,6 @@ class Histogram:  # numpydoc ignore=PR02
             joint=joint,
             classes=classes,
         )
-
-
-def _pad_classes(xp: Namespace, counts: Array, n_classes: int) -> Array:
-    d, slots, k = counts.shape
-    pad = xp.zeros((d, slots, n_classes - k), dtype=counts.dtype, device=device(counts))
-    return xp.concat([counts, pad], axis=2)
 
 
 #: Memory of :class:`Histogram` for the planner: the array API makes a float64 copy, scaled
@@ -412,25 +402,12 @@ QUANTILE_BINS = 2048
 
 
 @dataclass(frozen=True)
-class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
+class QuantileHistogram(Histogram):
     """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`.
 
     Its ranges (:func:`daskbatch.stats.ranges.fine_ranges`) hold the exact
     ``0.1 %`` and ``99.9 %`` quantiles, so a quantile read at its exact rank
     lies within one of its bins of the exact one.
-
-    Parameters
-    ----------
-    bins : int
-        Number of equal-width bins per feature (:data:`QUANTILE_BINS` in ``describe``).
-    lo, hi : tuple of float
-        Lower and upper edge of each feature's range (``lo[d] < hi[d]``, finite).
-    by_label : bool, default False
-        Always False: the quantiles do not depend on the label.
-    classes : None
-        Unused.
-    max_classes : int, default 1000
-        Unused.
     """
 
     name = "qhist"
@@ -439,7 +416,6 @@ class QuantileHistogram(Histogram):  # numpydoc ignore=PR02
         if self.by_label:
             raise ValueError("the quantile histogram is not split by label")
         super().__post_init__()
-
 
 
 def _hist_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:

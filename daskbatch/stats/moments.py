@@ -177,20 +177,32 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
     approx_mean = xp.sum(wf * y_shift, axis=0) / w_safe
     dev = xp.where(finite, y_shift - approx_mean, zero)
     del y_shift
-    # The corrected two-pass algorithm of Moments.chunk with weighted sums (counts become weight sums).
+    # Moments.chunk's corrected two-pass with weighted sums (counts become weight sums).
     wdev = wf * dev
     s1 = xp.sum(wdev, axis=0)
     s2 = xp.sum(wdev * dev, axis=0)
     s3 = xp.sum(wdev * dev * dev, axis=0)
     s4 = xp.sum(wdev * dev * dev * dev, axis=0)
     del wdev, dev
-    e = s1 / w_safe
-    m2 = s2 - total * e * e
-    m3 = s3 - 3.0 * e * s2 + 2.0 * total * e**3
-    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * total * e**4
+    state = _state_from_sums(xp, x, finite, total, w_safe, shift, approx_mean, (s1, s2, s3, s4))
+    return _weighted(state, xp.sum(xp.astype(finite, xp.float64), axis=0))
+
+
+def _state_from_sums(
+    xp: Namespace, x: Array, finite: Array, n: Array, n_safe: Array, shift: Array, approx_mean: Array,
+    sums: tuple[Array, Array, Array, Array],
+) -> MomentsState:
+    """The state of a float64 block from the power sums ``s1..s4`` of its deviations from ``approx_mean``."""
+    s1, s2, s3, s4 = sums
+    # Corrected two-pass: the residual mean `e` of the deviations fixes the
+    # rounding of `approx_mean` (Chan, Golub & LeVeque 1983, eq. 1.7).
+    e = s1 / n_safe
+    m2 = s2 - n * e * e
+    m3 = s3 - 3.0 * e * s2 + 2.0 * n * e**3
+    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * e**4
     inf = xp.full_like(x, xp.inf)
-    return WeightedMomentsState(
-        n=total,
+    return MomentsState(
+        n=n,
         shift=shift,
         mean=approx_mean + e,
         m2=central_moment(xp, m2, s2),
@@ -201,7 +213,6 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
         nan_count=xp.sum(xp.astype(xp.isnan(x), xp.float64), axis=0),
         posinf_count=xp.sum(xp.astype(x == xp.inf, xp.float64), axis=0),
         neginf_count=xp.sum(xp.astype(x == -xp.inf, xp.float64), axis=0),
-        rows=xp.sum(xp.astype(finite, xp.float64), axis=0),
     )
 
 
@@ -298,7 +309,6 @@ class Moments:  # numpydoc ignore=PR02
             return MomentsState(*kernels.moments(x, path))
         x = as_float64(x)
         finite = xp.isfinite(x)
-        nan = xp.isnan(x)
         zero = xp.zeros_like(x)
         count = xp.sum(xp.astype(finite, xp.float64), axis=0)
         shift = first_finite(xp, x, finite)
@@ -309,34 +319,13 @@ class Moments:  # numpydoc ignore=PR02
         approx_mean = xp.sum(y_shift, axis=0) / n_safe
         dev = xp.where(finite, y_shift - approx_mean, y_shift)
         del y_shift
-        # Corrected two-pass: the residual mean `e` of the deviations fixes the
-        # rounding of `approx_mean` (Chan, Golub & LeVeque 1983, eq. 1.7).
         s1 = xp.sum(dev, axis=0)
         sq = dev * dev
         s2 = xp.sum(sq, axis=0)
         s3 = xp.sum(sq * dev, axis=0)
         s4 = xp.sum(sq * sq, axis=0)
         del sq, dev
-        e = s1 / n_safe
-        m2 = s2 - count * e * e
-        m3 = s3 - 3.0 * e * s2 + 2.0 * count * e**3
-        m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * count * e**4
-        inf = xp.full_like(x, xp.inf)
-        fmin = xp.min(xp.where(finite, x, inf), axis=0)
-        fmax = xp.max(xp.where(finite, x, -inf), axis=0)
-        return MomentsState(
-            n=count,
-            shift=shift,
-            mean=approx_mean + e,
-            m2=central_moment(xp, m2, s2),
-            m3=m3,
-            m4=central_moment(xp, m4, s4),
-            fmin=fmin,
-            fmax=fmax,
-            nan_count=xp.sum(xp.astype(nan, xp.float64), axis=0),
-            posinf_count=xp.sum(xp.astype(x == xp.inf, xp.float64), axis=0),
-            neginf_count=xp.sum(xp.astype(x == -xp.inf, xp.float64), axis=0),
-        )
+        return _state_from_sums(xp, x, finite, count, n_safe, shift, approx_mean, (s1, s2, s3, s4))
 
     @handles_overflow
     def merge(self, a: MomentsState, b: MomentsState, /) -> MomentsState:

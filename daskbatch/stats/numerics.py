@@ -23,8 +23,8 @@ from daskbatch._common import Array, Namespace
 __all__ = [
     "RATIO_FORM_FROM", "as_float64", "bincount", "central_moment", "device", "exact_extremes",
     "handles_overflow", "is_exact", "matrix_diagonal", "merge_extreme", "merge_shifted_means",
-    "merged_by_ratios", "namespace", "positive_rows", "safe_divisor", "to_numpy",
-    "weighted_bincount",
+    "merged_by_ratios", "namespace", "pair_weight", "positive_rows", "safe_divisor", "to_numpy",
+    "weighted_bincount", "with_classes",
 ]
 
 
@@ -80,6 +80,12 @@ def to_numpy(a: Any) -> np.ndarray:
 #: ``n ** 3``) would overflow float64 by 2**341. Below it the product forms stay, bitwise as ever
 #: (counts without weights never get here).
 RATIO_FORM_FROM = 2.0**300
+
+
+def pair_weight(xp: Namespace, n_a: Array, n_b: Array, n: Array) -> Array:
+    """Chan's ``n_a n_b / n``; weight sums whose product overflows as a share of ``n`` (RATIO_FORM_FROM)."""
+    n_safe = safe_divisor(xp, n)
+    return xp.where(n < RATIO_FORM_FROM, n_a * n_b / n_safe, n_a * (n_b / n_safe))
 
 
 def merged_by_ratios(a: Any, b: Any, n: Array, delta: Array) -> tuple[Array, Array, Array]:
@@ -166,6 +172,15 @@ def merge_shifted_means(
     weight_b = nb / safe_divisor(xp, na + nb)
     mean = xp.where(na > 0, xp.where(nb > 0, ma + delta * weight_b, ma), mb)
     return shift, mean, delta
+
+
+def with_classes(xp: Namespace, a: Array, n_classes: int) -> Array:
+    """``a`` with empty classes (zeros) appended along its last axis up to ``n_classes``; ``a`` when it has them."""
+    k = a.shape[-1]
+    if k >= n_classes:
+        return a
+    pad = xp.zeros((*a.shape[:-1], n_classes - k), dtype=a.dtype, device=device(a))
+    return xp.concat([a, pad], axis=-1)
 
 
 def is_exact(values: Array) -> bool:

@@ -19,11 +19,11 @@ from daskbatch._common import Array, Namespace
 from daskbatch.stats._base import State
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
 from daskbatch.stats.numerics import (
-    RATIO_FORM_FROM,
     as_float64,
     device,
     matrix_diagonal,
     namespace,
+    pair_weight,
     positive_rows,
     safe_divisor,
 )
@@ -190,27 +190,15 @@ def cross_pairwise_chunk(x: Array, split: int, weights: Array | None = None) -> 
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
     sa, sb = slice(0, split), slice(split, width)
     if mask.shape[0] == 0:
-        zeros = xp.zeros((split, width - split), dtype=xp.float64, device=device(x))
-        zeros_t = xp.matrix_transpose(zeros)
-        return CrossPairwiseState(
-            n=zeros,
-            rows=zeros,
-            shift_a=shift[sa],
-            mean_a=zeros,
-            m2_a=zeros,
-            shift_b=shift[sb],
-            mean_b=zeros_t,
-            m2_b=zeros_t,
-            c=zeros,
-        )
-    n = xp.matmul(xp.matrix_transpose(weighted_mask[:, sa]), mask[:, sb])
-    sums_a, mean_a, m2_a = _side(weighted[:, sa], shifted[:, sa], mask[:, sb], n)
-    sums_b, mean_b, m2_b = _side(
-        weighted[:, sb], shifted[:, sb], mask[:, sa], xp.matrix_transpose(n)
-    )
-    products = xp.matmul(xp.matrix_transpose(weighted[:, sa]), shifted[:, sb])
-    c = products - sums_a * xp.matrix_transpose(sums_b) / safe_divisor(xp, n)
-    rows = n if weights is None else xp.matmul(xp.matrix_transpose(mask[:, sa]), mask[:, sb])
+        n = rows = mean_a = m2_a = c = xp.zeros((split, width - split), dtype=xp.float64, device=device(x))
+        mean_b = m2_b = xp.matrix_transpose(n)
+    else:
+        n = xp.matmul(xp.matrix_transpose(weighted_mask[:, sa]), mask[:, sb])
+        sums_a, mean_a, m2_a = _side(weighted[:, sa], shifted[:, sa], mask[:, sb], n)
+        sums_b, mean_b, m2_b = _side(weighted[:, sb], shifted[:, sb], mask[:, sa], xp.matrix_transpose(n))
+        products = xp.matmul(xp.matrix_transpose(weighted[:, sa]), shifted[:, sb])
+        c = products - sums_a * xp.matrix_transpose(sums_b) / safe_divisor(xp, n)
+        rows = n if weights is None else xp.matmul(xp.matrix_transpose(mask[:, sa]), mask[:, sb])
     return CrossPairwiseState(
         n=n,
         rows=rows,
@@ -222,12 +210,6 @@ def cross_pairwise_chunk(x: Array, split: int, weights: Array | None = None) -> 
         m2_b=m2_b,
         c=c,
     )
-
-
-def _pair_weight(xp: Namespace, n_a: Array, n_b: Array, n: Array) -> Array:
-    """Chan's ``n_a n_b / n`` of every pair; weight sums whose product overflows as a share of n (RATIO_FORM_FROM)."""
-    n_safe = safe_divisor(xp, n)
-    return xp.where(n < RATIO_FORM_FROM, n_a * n_b / n_safe, n_a * (n_b / n_safe))
 
 
 def _merge_side(
@@ -260,7 +242,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
     """Combine the states of two disjoint sets of rows, pair by pair (Chan's formulas)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
-    pair = _pair_weight(xp, a.n, b.n, n)
+    pair = pair_weight(xp, a.n, b.n, n)
     shift, mean, m2, delta = _merge_side(
         xp, a.n, b.n, pair, (a.shift, a.mean, a.m2), (b.shift, b.mean, b.m2)
     )
@@ -278,7 +260,7 @@ def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossP
     """Combine the tile states of two disjoint sets of rows, pair by pair (Chan's formulas on both sides)."""
     xp = namespace(a.c, b.c)
     n = a.n + b.n
-    pair = _pair_weight(xp, a.n, b.n, n)
+    pair = pair_weight(xp, a.n, b.n, n)
     shift_a, mean_a, m2_a, delta_a = _merge_side(
         xp, a.n, b.n, pair, (a.shift_a, a.mean_a, a.m2_a), (b.shift_a, b.mean_a, b.m2_a)
     )

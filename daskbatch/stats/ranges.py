@@ -341,9 +341,9 @@ def suspect_values(
     edges: np.ndarray,
     minimum: np.ndarray,
     maximum: np.ndarray,
-    judged: np.ndarray | None = None,
+    judged: np.ndarray,
 ) -> tuple[SuspectValue, ...]:
-    """Find the features whose minimum or maximum piles up at the edge of their values (the module's notes, 4.)."""
+    """Find the features whose judged (D, 2) minimum or maximum piles up at the edge of their values (notes, 4.)."""
     counts = np.asarray(counts, dtype=np.float64)
     edges = np.broadcast_to(
         np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)
@@ -351,7 +351,7 @@ def suspect_values(
     found = []
     for i, name in enumerate(names):
         for j, (side, value) in enumerate((("min", float(minimum[i])), ("max", float(maximum[i])))):
-            if judged is not None and not judged[i, j]:
+            if not judged[i, j]:
                 continue
             spike = _spike(counts[i], edges[i], value, inward=1 if side == "min" else -1)
             if spike is not None:

@@ -28,7 +28,6 @@ from daskbatch.stats import (
     class_moments,
     classes,
     comoments,
-    content_digest,
     histogram,
     moments,
     sketch_windows,
@@ -58,7 +57,7 @@ STATISTICS: dict[str, Declaration] = {d.name: d for d in (
     histogram.QUANTILE_DECLARATION,
     tiled.DECLARATION,
     classes.DECLARATION,
-    content_digest.DECLARATION,
+    classes.DIGEST_DECLARATION,
 )}
 
 
@@ -68,23 +67,7 @@ def selectable() -> list[str]:
 
 
 def register(declaration: Declaration) -> Declaration:
-    """Add a built-in-style statistic to :data:`STATISTICS` (what one line of the table does).
-
-    Parameters
-    ----------
-    declaration : Declaration
-        The statistic's declaration; its name must be plain and new.
-
-    Returns
-    -------
-    Declaration
-        ``declaration`` itself.
-
-    Raises
-    ------
-    ValueError
-        The name is not plain, or taken.
-    """
+    """Add a built-in-style statistic to :data:`STATISTICS` (one line of the table); its name must be plain and new."""  # numpydoc ignore=PR01,RT01
     if not PLAIN_NAME.fullmatch(declaration.name):
         raise ValueError(f"a statistic's name is a letter, then letters, digits or '_'; got {declaration.name!r}")
     if declaration.name in STATISTICS:

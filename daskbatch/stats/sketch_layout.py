@@ -58,13 +58,7 @@ class SketchLayout:  # numpydoc ignore=PR02
 
     @property
     def buckets_kept(self) -> int:
-        """Count the buckets a state keeps per feature and sign: ``window``, or all of them.
-
-        Returns
-        -------
-        int
-            The window's width.
-        """
+        """Count the buckets a state keeps per feature and sign: ``window``, or all of them."""
         return min(self.window, self.n_buckets) if self.window is not None else self.n_buckets
 
     def __post_init__(self) -> None:
@@ -86,29 +80,12 @@ class SketchLayout:  # numpydoc ignore=PR02
     # ------------------------------------------------------------- layout
     @property
     def ln_gamma(self) -> float:
-        """Compute ``log(gamma)``, via log1p for accuracy at small ``alpha``.
-
-        Returns
-        -------
-        float
-            The log of the bucket growth factor.
-        """
+        """Compute ``log(gamma)``, the log of the bucket growth factor (log1p: accurate at small ``alpha``)."""
         return math.log1p(2.0 * self.alpha / (1.0 - self.alpha))
 
     @property
     def key_range(self) -> tuple[int, int]:
-        """Give the smallest and largest bucket key: ``ceil(log_gamma min_magnitude)`` and the overflow key.
-
-        The overflow key, one above ``ceil(log_gamma max_magnitude)``, collects
-        every larger magnitude.
-
-        Returns
-        -------
-        k_min : int
-            The smallest key.
-        k_max : int
-            The overflow key.
-        """
+        """Give the smallest key, ``ceil(log_gamma min_magnitude)``, and the overflow key one above that of ``max_magnitude``."""
         return (
             math.ceil(math.log(self.min_magnitude) / self.ln_gamma),
             math.ceil(math.log(self.max_magnitude) / self.ln_gamma) + 1,
@@ -116,51 +93,22 @@ class SketchLayout:  # numpydoc ignore=PR02
 
     @property
     def n_buckets(self) -> int:
-        """Count the buckets per sign, the overflow bucket included.
-
-        Returns
-        -------
-        int
-            Buckets per sign.
-        """
+        """Count the buckets per sign, the overflow bucket included."""
         k_min, k_max = self.key_range
         return k_max - k_min + 1
 
     @property
     def n_slots(self) -> int:
-        """Count the value slots of the full layout: both signs' buckets, zero and ±inf (NaN not included).
-
-        Returns
-        -------
-        int
-            Slots of the full layout.
-        """
+        """Count the value slots of the full layout: both signs' buckets, zero and ±inf (NaN not included)."""
         return 2 * self.n_buckets + 3
 
     @property
     def width(self) -> int:
-        """Count the int64 counts a state keeps per feature: both windows, ±inf, zero and NaN.
-
-        Returns
-        -------
-        int
-            ``2 * window + 4``.
-        """
+        """Count the int64 counts a state keeps per feature: both windows, ±inf, zero and NaN (``2 * window + 4``)."""
         return 2 * self.buckets_kept + 4
 
     def slots(self, x: Array) -> Array:
-        """Find the slot of the full layout of every value of the float64 ``x``.
-
-        Parameters
-        ----------
-        x : array
-            The block, float64 (R, D).
-
-        Returns
-        -------
-        array
-            The int64 slots (R, D); NaN gets ``n_slots``.
-        """
+        """Find the int64 slot (R, D) of the full layout of every value of the float64 block ``x``; NaN gets ``n_slots``."""
         xp = namespace(x)
         n = self.n_buckets
         key, bucketed = self._keys(x)

@@ -1,11 +1,9 @@
 """The ``k`` smallest and ``k`` largest finite values of each feature, kept exactly beside the sketch.
 
-A merged sketch reads its quantiles in a dyadic grid over ``[min, max]``: in a
-heavy tail (lognormal, at 60,000 rows) each bin holds one value or none and is
-several % of the IQR wide, so the 0.999 quantile after ``merge`` or ``update``
-was 1-2 % of the IQR off. The values themselves are cheap to keep: ``k`` per
-end and feature (2 kB a feature at ``k = 128``), merged exactly (the ``k``
-smallest of the union are among the ``k`` smallest of each part). A quantile
+A merged sketch reads its quantiles in a dyadic grid over ``[min, max]``, whose bins are wide
+in a heavy tail; the extreme values are cheap to keep instead: ``k`` per end and feature (2 kB a
+feature at ``k = 128``), merged exactly (the ``k`` smallest of the union are among the ``k``
+smallest of each part). A quantile
 whose rank lies among them (``q <= k / n`` or ``q >= 1 - k / n``) is then the
 data value at that rank, as ``numpy.quantile(..., method="inverted_cdf")``,
 after any chunking, merge and update. Unweighted states only: a weighted rank
@@ -145,21 +143,9 @@ def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, 
 def tails_quantile(
     low: Any, high: Any, finite: np.ndarray, below: np.ndarray, above: np.ndarray, q: Any
 ) -> np.ndarray:
-    """Give the exact ``inverted_cdf`` quantiles whose rank lies among the kept values; NaN elsewhere.
+    """Give the exact ``inverted_cdf`` quantiles (D, len(q)) whose rank lies among the kept values; NaN elsewhere.
 
-    Parameters
-    ----------
-    low, high : array
-        (D, k): the kept smallest (increasing) and largest (decreasing) finite values.
-    finite, below, above : numpy.ndarray
-        (D,) integer counts: the finite values, ``-inf`` and ``+inf``.
-    q : float or array_like
-        Probabilities in [0, 1].
-
-    Returns
-    -------
-    numpy.ndarray
-        (D, len(q)).
+    ``finite``, ``below`` and ``above`` are each feature's counts of finite values, ``-inf`` and ``+inf``.
     """
     low, high = to_numpy(low), to_numpy(high)
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))

@@ -42,7 +42,6 @@ DEFAULT_STATS = ("moments", "cov", "hist", "mi", "class_moments")
 NAN_POLICIES = ("omit", "propagate", "raise")
 
 
-
 MOMENTS, COV, HIST, MI, CLASS_MOMENTS, SKETCH = (
     STATISTICS[n] for n in ("moments", "cov", "hist", "mi", "class_moments", "sketch"))
 

@@ -20,13 +20,12 @@ from daskbatch.stats._base import State
 from daskbatch.stats.comoments import _corrected, _outer, centred, covariance_and_correlation
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.numerics import (
-    RATIO_FORM_FROM,
     as_float64,
     device,
     handles_overflow,
     merge_shifted_means,
     namespace,
-    safe_divisor,
+    pair_weight,
 )
 from daskbatch.stats.pairwise import (
     CrossPairwiseState,
@@ -142,11 +141,9 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             return merge_cross_pairwise(a, b)  # type: ignore[arg-type,return-value]
         xp = namespace(a.c, b.c)
         n = a.n + b.n
-        n_safe = safe_divisor(xp, n)
         shift_a, mean_a, delta_a = merge_shifted_means(xp, a.n, b.n, a.shift_a, a.mean_a, b.shift_a, b.mean_a)
         shift_b, mean_b, delta_b = merge_shifted_means(xp, a.n, b.n, a.shift_b, a.mean_b, b.shift_b, b.mean_b)
-        # Weight sums whose product overflows: the same factor as a share of n (RATIO_FORM_FROM).
-        pair = xp.where(n < RATIO_FORM_FROM, a.n * b.n / n_safe, a.n * (b.n / n_safe))
+        pair = pair_weight(xp, a.n, b.n, n)
         c = a.c + b.c + pair * _outer(xp, delta_a, delta_b)
         state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
