@@ -33,17 +33,15 @@ TAIL_BLOCKS = 2048
 
 
 def tails_scratch_bytes(n_features: int, k: int) -> int:
-    """The most bytes the compiled tails of one block take besides it: block minima, candidates, the ends."""
-    if k == 0:
-        return 0
-    # Per end and feature: two minima a block (float64), and the candidates and ends (typically about 2k
-    # values, a few copies while they are cut to k).
-    return 2 * n_features * (2 * 8 * TAIL_BLOCKS + 4 * 8 * 2 * k)
+    """The bytes the compiled tails of one block take besides it and its block minima: candidates and ends."""
+    # Per end and feature, up to about 4k candidates (float64: a bound from few blocks lets more in), in
+    # three copies while they are cut to k. The block minima (2 x 2 float64 per 32 rows and feature: one
+    # byte a value at most) scale with the block and are counted among the sketch's temporaries.
+    return 0 if k == 0 else 2 * n_features * 3 * 8 * 4 * k
 
 
 def tail_values(buckets_kept: int) -> int:
     """Values kept per end beside ``buckets_kept`` buckets per sign: :data:`TAIL_VALUES`, none in a narrow window."""
-    # The narrow windows are wide data's, sized to fit a worker (under 5 kB a feature at the narrowest).
     return TAIL_VALUES if buckets_kept >= 16 * TAIL_VALUES else 0
 
 
@@ -97,6 +95,12 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         np.full((-(-n_blocks // per_coarse), columns), np.inf),
     )
     kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
+    if coarse.shape[0] < k:  # fewer blocks than k bound nothing: each column's heap, in row order
+        ends = np.empty((columns, k))
+        for c in range(columns):
+            kernels.tail_replay(data, lut, block, ends, c, fine)
+        ends.sort(axis=1)
+        return ends[:n_features], -ends[n_features:]
     # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
     # values below it, filled up with it, hold the k least. Fewer than k blocks: no bound.
     bound = (

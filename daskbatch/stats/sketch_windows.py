@@ -55,7 +55,7 @@ def footprint_for(window: int | None, count_dtype: str = "int64") -> Footprint:
         state=lambda d, bins, k, tile: d * per_feature,
         float64_copies={"compiled": 0, "array-api": 1, "gpu-compiled": 0},
         temporaries={
-            "compiled": {},
+            "compiled": {"bool": 1},  # one byte a value: the exact tails' block minima (sketch_tails)
             "array-api": {"float64": 3, "int64": 3, "bool": 3},
             "gpu-compiled": {},
         },
