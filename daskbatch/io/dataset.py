@@ -18,7 +18,7 @@ import dask.array as da
 from dask.utils import format_bytes
 
 from daskbatch import _common as _html
-from daskbatch._common import plural
+from daskbatch._common import SamplesByFeatures, plural
 from daskbatch.io.chunk_grid import Chunks
 from daskbatch.io.zarr_store import LAYOUT_ATTR, MissingPolicy, ZarrStore, json_object
 
@@ -26,7 +26,7 @@ __all__ = ["Dataset", "open_dataset", "open_zarr"]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Dataset:
+class Dataset(SamplesByFeatures):
     """A (samples x features) dask array with labels, names and provenance.
 
     Attributes
@@ -83,17 +83,6 @@ class Dataset:
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Give the shape of the samples x features array.
-
-        Returns
-        -------
-        tuple of int
-            ``(samples, features)``.
-        """
-        return (int(self.x.shape[0]), int(self.x.shape[1]))
 
     def provenance(self) -> dict[str, Any]:
         """JSON-able facts about where the data came from.

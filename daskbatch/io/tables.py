@@ -17,7 +17,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
 from daskbatch import config
-from daskbatch._common import warn
+from daskbatch._common import SamplesByFeatures, warn
 from daskbatch.errors import DataError
 from daskbatch.io.table_files import (
     TABLE_SUFFIXES,
@@ -188,7 +188,7 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Table:
+class Table(SamplesByFeatures):
     """Parquet or Arrow IPC files opened as a (samples x features) dask array, with a label column and names.
 
     Attributes
@@ -221,17 +221,6 @@ class Table:
     zarr_x: Any = None
     zarr_label: Any = None
     skipped_rows: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Give the shape of the samples x features array.
-
-        Returns
-        -------
-        tuple of int
-            ``(samples, features)``.
-        """
-        return (int(self.x.shape[0]), int(self.x.shape[1]))
 
     def column(self, name: str) -> da.Array:
         """Read one numeric column of the files lazily, a block per row group (``weights="w"`` reads it so).
