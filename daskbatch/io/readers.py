@@ -42,13 +42,13 @@ def is_instance(obj: Any, module: str, name: str) -> bool:
     return cls is not None and isinstance(obj, cls)
 
 
-def in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+def in_memory_as_dask(a: Any) -> da.Array:
     """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
     if isinstance(a, da.Array):
         return a
     arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
     if arr.ndim == 2:
-        return da.from_array(arr, chunks=(rows_per_chunk or "auto", -1))
+        return da.from_array(arr, chunks=("auto", -1))
     return da.from_array(arr, chunks="auto")
 
 
