@@ -190,16 +190,21 @@ def _exists(path: str) -> bool:
     return bool(fs.exists(where))
 
 
-def check_replaceable(path: str) -> None:
-    """Refuse to delete ``path`` unless daskbatch wrote it (a symlink, an empty directory, or a marked group)."""
-    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
-        return
+def group_attrs(path: str) -> dict[str, Any]:
+    """The attributes in the ``zarr.json`` of a local Zarr v3 group ({} for anything else)."""
     try:
         with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
             attrs = json.load(f).get("attributes", {})
     except (OSError, ValueError, AttributeError):  # no Zarr v3 group: nothing daskbatch wrote
-        attrs = {}
-    if isinstance(attrs, dict) and any(key in attrs for key in (MARKER, *_DATASET_ATTRS)):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to delete ``path`` unless daskbatch wrote it (a symlink, an empty directory, or a marked group)."""
+    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    if any(key in group_attrs(path) for key in (MARKER, *_DATASET_ATTRS)):
         return
     raise OutputExistsError(
         f"{path} already exists and is not a store daskbatch wrote; daskbatch does not replace other data, "
