@@ -29,8 +29,8 @@ from daskbatch.io.table_files import (
 )
 
 __all__ = [
-    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened", "table_part",
-    "table_rows",
+    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened",
+    "ingest_array",
 ]
 
 def _numeric_dtype(arrow_type: Any) -> np.dtype | None:
@@ -402,18 +402,7 @@ def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table: 
 # --------------------------------------------------------------------------- ingest's view of one table file
 
 
-def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:  # numpydoc ignore=PR01,RT01
-    """Shape and dtype of x (``key`` as :func:`table_rows` reads it) or of column ``key`` in table file ``path``."""
-    array = _ingest_array(path, key, x=what == "x", quiet=what != "x")
-    return tuple(int(n) for n in array.shape), array.dtype.str
-
-
-def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:  # numpydoc ignore=PR01,RT01
-    """Read rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
-    return np.asarray(_ingest_array(path, key, x=x)[start:stop].compute(scheduler="sync"))
-
-
-def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:
+def ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:  # numpydoc ignore=PR01,RT01
     """x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
     if not x:
         return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
