@@ -1,11 +1,7 @@
 """Open a (samples x features) Zarr array, with its labels and feature names, as dask arrays.
 
-:func:`open_dataset` is the one entry point for data that already sits in a Zarr
-store (v2 or v3, local path or fsspec URL, a group of named arrays, a bare
-array, or an xarray-written store).  It returns a small :class:`Dataset`:
-dask arrays whose blocks are whole storage chunks along the sample axis (so no
-storage chunk is decoded twice) and span all features, plus the facts a summary
-needs to say where its numbers came from (:meth:`Dataset.provenance`).
+:func:`open_dataset` returns a :class:`Dataset`: dask arrays whose blocks are whole storage chunks along
+the samples and span all features, plus where the numbers came from (:meth:`Dataset.provenance`).
 """
 
 from __future__ import annotations
