@@ -49,14 +49,20 @@ def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
+def is_local_fs(fs: Any) -> bool:
+    """Whether an fsspec file system (or fsspec's async wrapper of one) is this machine's."""
+    inner = getattr(fs, "sync_fs", None)
+    protocol = getattr(inner or fs, "protocol", "")
+    return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+
 def store_location(store: Any) -> str:
     """Where a zarr store is: a local path (``LocalStore``, or fsspec's local file system), else its URL."""
     fs, path = getattr(store, "fs", None), getattr(store, "path", None)
     if getattr(store, "root", None) is not None:
         return str(store.root)
     if fs is not None and path is not None:
-        protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-        return str(path) if {"file", "local"} & set(protocols) else str(fs.unstrip_protocol(path))
+        return str(path) if is_local_fs(fs) else str(fs.unstrip_protocol(path))
     return str(path) if path is not None else repr(store)
 
 

@@ -32,6 +32,7 @@ from daskbatch.io.chunk_grid import (
     Missing,
     array_label,
     chunk_key,
+    is_local_fs,
     open_facts,
     row_blocks,
     storage_chunks,
@@ -108,8 +109,7 @@ def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
 def _is_remote(store: Any) -> bool:
     """Whether ``store`` is an fsspec store on another machine (each read a round trip), not a local one."""
     fs = getattr(store, "fs", None)
-    protocol = getattr(fs, "protocol", "file")
-    return fs is not None and not {"file", "local"} & set(protocol if isinstance(protocol, tuple) else (protocol,))
+    return fs is not None and not is_local_fs(fs)
 
 
 def _row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
