@@ -425,14 +425,10 @@ def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
     text = json.dumps({MARKER: target.kind, **payload}, default=str)
 
     def _write(tmp: str) -> None:
-        """Write the text to ``tmp``, locally or through fsspec."""
-        if target.is_url:
-            import fsspec  # lazy: fsspec
+        """Write the text to ``tmp``, a local path or a URL."""
+        import fsspec  # lazy: fsspec
 
-            with fsspec.open(tmp, "w") as f:
-                f.write(text)
-        else:
-            with open(tmp, "w") as f:
-                f.write(text)
+        with fsspec.open(tmp, "w") as f:
+            f.write(text)
 
     return write_output(target, _write)

@@ -257,7 +257,7 @@ def verify_store(
                 if arr.metadata.encode_chunk_key(pos) in present
             ]
             # Positions of chunks zarr fills (inner chunks when sharded: each shard's index is read).
-            absent = absent_positions(arr, present) if math.prod(grid) else []
+            absent = absent_positions(arr, present)
             for pos in absent:
                 if own:
                     report.problems.append(ChunkProblem(
