@@ -16,8 +16,8 @@ from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
 from daskbatch.io.chunk_grid import (
-    absent_positions,
     chunk_grid,
+    chunk_positions,
     create_row_array,
     max_chunks,
     stored_keys,
@@ -444,7 +444,7 @@ def _create(
 def _chunks_to_write(target: zarr.Array) -> list[int]:
     """Row-chunk indices of ``target`` that are absent or do not decode (a run stopped while writing them)."""
     present = stored_keys(target)
-    absent = {pos[0] for pos in absent_positions(target, present)}
+    absent = {pos[0] for pos in chunk_positions(target, present)[1]}
     todo = []
     for i in range(chunk_grid(target)[0]):
         if i not in absent:
