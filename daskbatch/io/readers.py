@@ -376,8 +376,7 @@ class NpzReader(FileReader):
             return _mapped(path, part, start, stop)
         cache = cls._cache
         if cache.path != path or cache.arrays is None:
-            cache.arrays = None  # drop the previous batch before inflating the next
-            cache.arrays, cache.path = {}, path
+            cache.arrays, cache.path = {}, path  # the previous batch dropped before inflating the next
         if key not in cache.arrays:
             with np.load(path, allow_pickle=False) as z:
                 cache.arrays[key] = z[key]

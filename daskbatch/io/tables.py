@@ -79,7 +79,7 @@ class _Footer:
     nullable: set[str] = field(default_factory=set)
 
 
-def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True) -> _Footer:
+def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
     import pyarrow as pa  # lazy: pyarrow
 
@@ -90,9 +90,7 @@ def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: boo
         raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
 
 
-def _read_footer(
-    files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True
-) -> _Footer:
+def _read_footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.parquet as pq  # lazy: pyarrow
