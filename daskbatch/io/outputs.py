@@ -158,7 +158,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
 
     try:
         attrs = dict(zarr.open_group(zarr_target(where, read_only=True), mode="r").attrs)
-    except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
+    except (OSError, ValueError, TypeError):  # not a Zarr group (TypeError: attributes that are no mapping)
         return None
     kind = attrs.get(MARKER)
     if isinstance(kind, str):

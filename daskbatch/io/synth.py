@@ -402,7 +402,8 @@ def _unfinished(where: str, request: str) -> zarr.Group | None:
         return None
     try:
         group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError):
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError,
+            ValueError, TypeError):  # ValueError, TypeError: metadata zarr cannot read, so no store of ours
         if "://" in where:
             return None
         group = None
