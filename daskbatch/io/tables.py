@@ -401,7 +401,7 @@ def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table: 
 
 
 def ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:  # numpydoc ignore=PR01,RT01
-    """x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
+    """The x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
     if not x:
         return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
     selection, *excluded = key.split("!")
