@@ -26,6 +26,17 @@ Device: TypeAlias = Literal["auto", "cpu", "gpu"]
 DEVICES: tuple[Device, ...] = ("auto", "cpu", "gpu")
 
 
+class SamplesByFeatures:
+    """Base of the opened inputs (:class:`~daskbatch.Dataset`, :class:`~daskbatch.Table`): the shape of ``x``."""
+
+    x: Any
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The shape of the samples x features array: ``(samples, features)``."""
+        return (int(self.x.shape[0]), int(self.x.shape[1]))
+
+
 #: How to get a working GPU stack, for every message that asks for one.
 GPU_INSTALL = "pip install 'daskbatch[gpu-cu12]' (CUDA 12 driver) or 'daskbatch[gpu-cu13]' (CUDA 13)"
 

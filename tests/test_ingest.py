@@ -189,6 +189,17 @@ def test_existing_output_refused_unless_overwrite(tmp_path):
     assert open_dataset(tmp_path / "ours.zarr").shape == (7, D)
 
 
+def test_existing_group_with_odd_attributes_refused_in_one_line(tmp_path):
+    # A Zarr group of someone else's whose attributes are no mapping: refused like any other data, not a traceback.
+    np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
+    out = tmp_path / "out.zarr"
+    out.mkdir()
+    (out / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": ["x"]}))
+    with pytest.raises(FileExistsError, match=r"out\.zarr.*not a store daskbatch wrote"):
+        ingest(str(tmp_path / "a.npy"), out)
+    assert json.loads((out / "zarr.json").read_text())["attributes"] == ["x"]
+
+
 def test_rerun_is_noop_and_different_inputs_refused(tmp_path):
     rng = np.random.default_rng(4)
     xs, ys = _batches(rng, [30, 30, 30])

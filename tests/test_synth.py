@@ -104,7 +104,7 @@ def test_written_store(tmp_path):
     assert again.shape == (100, 5) and again.label is None
 
 
-@pytest.mark.parametrize("what", ["file", "folder", "zarr group"])
+@pytest.mark.parametrize("what", ["file", "folder", "zarr group", "group of odd attributes"])
 def test_foreign_data_at_the_path_is_refused_in_one_line_and_kept(tmp_path, what):
     """A user's file, folder or Zarr group at ``path``: one line naming it, no advice that cannot work, nothing lost."""
     path = tmp_path / "mine"
@@ -113,8 +113,11 @@ def test_foreign_data_at_the_path_is_refused_in_one_line_and_kept(tmp_path, what
     elif what == "folder":
         path.mkdir()
         (path / "notes.txt").write_text("mine")
-    else:
+    elif what == "zarr group":
         zarr.open_group(str(path), mode="w").create_array("a", shape=(2,), dtype="f8")
+    else:  # zarr cannot open it (its attributes are no mapping): still someone's data
+        path.mkdir()
+        (path / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": "mine"}')
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     for overwrite in (False, True):
         with pytest.raises(FileExistsError) as info:

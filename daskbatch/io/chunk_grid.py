@@ -49,14 +49,20 @@ def chunk_key(arr: zarr.Array, coords: tuple[int, ...]) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
+def is_local_fs(fs: Any) -> bool:
+    """Whether an fsspec file system (or fsspec's async wrapper of one) is this machine's."""
+    inner = getattr(fs, "sync_fs", None)
+    protocol = getattr(inner or fs, "protocol", "")
+    return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+
 def store_location(store: Any) -> str:
     """Where a zarr store is: a local path (``LocalStore``, or fsspec's local file system), else its URL."""
     fs, path = getattr(store, "fs", None), getattr(store, "path", None)
     if getattr(store, "root", None) is not None:
         return str(store.root)
     if fs is not None and path is not None:
-        protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-        return str(path) if {"file", "local"} & set(protocols) else str(fs.unstrip_protocol(path))
+        return str(path) if is_local_fs(fs) else str(fs.unstrip_protocol(path))
     return str(path) if path is not None else repr(store)
 
 
@@ -105,15 +111,15 @@ def shard_maps(arr: zarr.Array, shards: list[tuple[int, ...]]) -> list[np.ndarra
     return sync(_all()) if shards else []
 
 
-def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]]:
-    """Sorted positions, in the grid of ``arr.chunks``, of the chunks absent from ``present`` (a listing)."""
+def chunk_positions(arr: zarr.Array, present: set[str]) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The stored objects' grid positions in ``present`` (a listing), and the sorted absent chunks' (inner if sharded)."""
     absent: list[tuple[int, ...]] = []
     stored: list[tuple[int, ...]] = []
     for coords in itertools.product(*(range(g) for g in chunk_grid(arr))):
         pos = tuple(int(c) for c in coords)
         (stored if arr.metadata.encode_chunk_key(pos) in present else absent).append(pos)
     if not arr.shards:
-        return absent
+        return stored, absent
     per = _chunks_per_shard(arr)
     inner = [tuple(s * p + i for s, p, i in zip(shard, per, local, strict=True))
              for shard in absent for local in itertools.product(*(range(p) for p in per))]
@@ -121,7 +127,7 @@ def absent_positions(arr: zarr.Array, present: set[str]) -> list[tuple[int, ...]
         inner.extend(tuple(int(s * p + i) for s, p, i in zip(shard, per, local, strict=True))
                      for local in zip(*np.nonzero(~full), strict=True))
     bounds = chunk_grid(arr, inner=True)
-    return sorted(c for c in inner if all(i < b for i, b in zip(c, bounds, strict=True)))
+    return stored, sorted(c for c in inner if all(i < b for i, b in zip(c, bounds, strict=True)))
 
 
 def absent_name(arr: zarr.Array, coords: tuple[int, ...]) -> str:
@@ -188,7 +194,7 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     """Sorted grid positions (of inner chunks when sharded) of the chunks of ``arr`` absent from its store."""
     if check_chunk_count(arr) == 0:
         return []
-    return absent_positions(arr, stored_keys(arr))
+    return chunk_positions(arr, stored_keys(arr))[1]
 
 
 @dataclass(frozen=True)

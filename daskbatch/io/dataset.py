@@ -1,11 +1,7 @@
 """Open a (samples x features) Zarr array, with its labels and feature names, as dask arrays.
 
-:func:`open_dataset` is the one entry point for data that already sits in a Zarr
-store (v2 or v3, local path or fsspec URL, a group of named arrays, a bare
-array, or an xarray-written store).  It returns a small :class:`Dataset`:
-dask arrays whose blocks are whole storage chunks along the sample axis (so no
-storage chunk is decoded twice) and span all features, plus the facts a summary
-needs to say where its numbers came from (:meth:`Dataset.provenance`).
+:func:`open_dataset` returns a :class:`Dataset`: dask arrays whose blocks are whole storage chunks along
+the samples and span all features, plus where the numbers came from (:meth:`Dataset.provenance`).
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import dask.array as da
 from dask.utils import format_bytes
 
 from daskbatch import _common as _html
-from daskbatch._common import plural
+from daskbatch._common import SamplesByFeatures, plural
 from daskbatch.io.chunk_grid import Chunks
 from daskbatch.io.zarr_store import LAYOUT_ATTR, MissingPolicy, ZarrStore, json_object
 
@@ -26,7 +22,7 @@ __all__ = ["Dataset", "open_dataset", "open_zarr"]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Dataset:
+class Dataset(SamplesByFeatures):
     """A (samples x features) dask array with labels, names and provenance.
 
     Attributes
@@ -83,17 +79,6 @@ class Dataset:
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Give the shape of the samples x features array.
-
-        Returns
-        -------
-        tuple of int
-            ``(samples, features)``.
-        """
-        return (int(self.x.shape[0]), int(self.x.shape[1]))
 
     def provenance(self) -> dict[str, Any]:
         """JSON-able facts about where the data came from.

@@ -158,7 +158,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
 
     try:
         attrs = dict(zarr.open_group(zarr_target(where, read_only=True), mode="r").attrs)
-    except (OSError, ValueError):  # not a Zarr group (zarr's errors are ValueErrors)
+    except (OSError, ValueError, TypeError):  # not a Zarr group (TypeError: attributes that are no mapping)
         return None
     kind = attrs.get(MARKER)
     if isinstance(kind, str):
@@ -190,16 +190,21 @@ def _exists(path: str) -> bool:
     return bool(fs.exists(where))
 
 
-def check_replaceable(path: str) -> None:
-    """Refuse to delete ``path`` unless daskbatch wrote it (a symlink, an empty directory, or a marked group)."""
-    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
-        return
+def group_attrs(path: str) -> dict[str, Any]:
+    """The attributes in the ``zarr.json`` of a local Zarr v3 group ({} for anything else)."""
     try:
         with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
             attrs = json.load(f).get("attributes", {})
     except (OSError, ValueError, AttributeError):  # no Zarr v3 group: nothing daskbatch wrote
-        attrs = {}
-    if isinstance(attrs, dict) and any(key in attrs for key in (MARKER, *_DATASET_ATTRS)):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to delete ``path`` unless daskbatch wrote it (a symlink, an empty directory, or a marked group)."""
+    if os.path.islink(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    if any(key in group_attrs(path) for key in (MARKER, *_DATASET_ATTRS)):
         return
     raise OutputExistsError(
         f"{path} already exists and is not a store daskbatch wrote; daskbatch does not replace other data, "
@@ -420,14 +425,10 @@ def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
     text = json.dumps({MARKER: target.kind, **payload}, default=str)
 
     def _write(tmp: str) -> None:
-        """Write the text to ``tmp``, locally or through fsspec."""
-        if target.is_url:
-            import fsspec  # lazy: fsspec
+        """Write the text to ``tmp``, a local path or a URL."""
+        import fsspec  # lazy: fsspec
 
-            with fsspec.open(tmp, "w") as f:
-                f.write(text)
-        else:
-            with open(tmp, "w") as f:
-                f.write(text)
+        with fsspec.open(tmp, "w") as f:
+            f.write(text)
 
     return write_output(target, _write)

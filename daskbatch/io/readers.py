@@ -1,16 +1,8 @@
 """Input readers behind one small protocol, as xarray's backends (``BackendEntrypoint``) are.
 
-A :class:`Reader` opens one kind of input and gives what ``describe`` needs of
-it: the (samples x features) array with its shape, dtype and row chunks, a block
-of rows as NumPy (:meth:`Reader.read`), a dask view (:meth:`Reader.to_dask`),
-the label it carries, feature names, provenance and its integrity facts
-(absent chunks, the value they read as, a content digest). :func:`open_reader`
-asks each class of :data:`READERS` in turn whether it can open the input.
-
-Ingest's batch files (``.npy``, ``.npz``, HDF5, Zarr) are read by the
-:class:`FileReader` classes of :data:`FILE_READERS`, by suffix: the header of
-one array (:meth:`FileReader.part`) and rows ``start:stop`` of it
-(:meth:`FileReader.rows`). A new format is one class plus one registry line.
+:func:`open_reader` asks each :class:`Reader` of :data:`READERS` in turn whether it opens ``describe``'s input;
+ingest's batch files are read by the :class:`FileReader` of :data:`FILE_READERS` for their suffix.
+A new format is one class plus one registry line.
 """
 
 from __future__ import annotations
@@ -42,13 +34,13 @@ def is_instance(obj: Any, module: str, name: str) -> bool:
     return cls is not None and isinstance(obj, cls)
 
 
-def in_memory_as_dask(a: Any, rows_per_chunk: int | None = None) -> da.Array:
+def in_memory_as_dask(a: Any) -> da.Array:
     """An in-memory (NumPy or array-API) array wrapped as a Dask array; a Dask array as it is."""
     if isinstance(a, da.Array):
         return a
     arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
     if arr.ndim == 2:
-        return da.from_array(arr, chunks=(rows_per_chunk or "auto", -1))
+        return da.from_array(arr, chunks=("auto", -1))
     return da.from_array(arr, chunks="auto")
 
 
@@ -72,19 +64,7 @@ def _zarr_array_of(a: Any) -> Any:
 
 
 class Reader:
-    """One kind of input ``x`` (and the label given with it), opened: its array, label, names and facts.
-
-    Parameters
-    ----------
-    x : object
-        The input, of a kind :meth:`can_open` accepts.
-    label : object, optional
-        The label given with it: an array, a Series, or a name the reader resolves.
-    what : str, optional
-        How to call ``x`` in messages.
-    missing : {"auto", "raise", "skip", "fill"}, default "auto"
-        Absent chunks of a store (see :func:`daskbatch.open_dataset`).
-    """
+    """One kind of input ``x`` and its label (array, Series or name), opened: array, label, names, facts."""
 
     def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
         self.array, self.label, self.what = x, label, what
@@ -396,8 +376,7 @@ class NpzReader(FileReader):
             return _mapped(path, part, start, stop)
         cache = cls._cache
         if cache.path != path or cache.arrays is None:
-            cache.arrays = None  # drop the previous batch before inflating the next
-            cache.arrays, cache.path = {}, path
+            cache.arrays, cache.path = {}, path  # the previous batch dropped before inflating the next
         if key not in cache.arrays:
             with np.load(path, allow_pickle=False) as z:
                 cache.arrays[key] = z[key]
@@ -472,13 +451,14 @@ class TableFileReader(FileReader):
     @classmethod
     def part(cls, path: str, key: str, what: str) -> Part:
         """Shape and dtype of x or of one column."""
-        shape, dtype = tables.table_part(path, key, what)
-        return Part(shape, dtype)
+        array = tables.ingest_array(path, key, x=what == "x", quiet=what != "x")
+        return Part(tuple(int(n) for n in array.shape), array.dtype.str)
 
     @classmethod
     def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
         """Rows of x or of one column."""
-        return tables.table_rows(path, key, start, stop, x=len(part.shape) == 2)
+        array = tables.ingest_array(path, key, x=len(part.shape) == 2)
+        return np.asarray(array[start:stop].compute(scheduler="sync"))
 
 
 #: Ingest's batch-file readers by suffix (a directory holding Zarr metadata is a Zarr store).

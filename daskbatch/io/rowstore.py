@@ -15,6 +15,8 @@ import numpy as np
 from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import open_dataset
+from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
+from daskbatch.io.outputs import group_attrs
 from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
@@ -29,8 +31,6 @@ __all__ = [
     "write_manifest",
 ]
 
-#: Group attribute naming the job that wrote a store ("transform", "map_batches").
-OUTPUT_ATTR = "daskbatch_output"
 MANIFEST_FILE = "daskbatch-output.json"
 DONE_FILE = "daskbatch-output-done.log"
 #: Present from the first write of a new store until it is created completely.
@@ -55,9 +55,7 @@ def read_manifest(out: str, *, name: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(out, name)) as f:
             return json.load(f)
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError:
+    except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
@@ -98,16 +96,6 @@ class ArraySpec:
     dims: tuple[str, ...] = ("sample", "feature")
 
 
-def _is_output(path: str) -> str | None:
-    """The kind of daskbatch output at ``path`` (its ``daskbatch_output`` attribute), or None."""
-    try:
-        with open(os.path.join(path, "zarr.json")) as f:
-            kind = json.load(f).get("attributes", {}).get(OUTPUT_ATTR)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return kind if isinstance(kind, str) else None
-
-
 def _differences(old: Any, new: Any, where: str = "") -> list[str]:
     """Dotted keys at which two JSON documents differ."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -132,8 +120,8 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     if directory and os.path.isfile(os.path.join(out, CREATING_FILE)):
         shutil.rmtree(out)  # our own marker: interrupted while being created, nothing written yet
         return True
-    found = _is_output(out) if directory else None
-    if found is None:
+    found = group_attrs(out).get(OUTPUT_ATTR) if directory else None
+    if not isinstance(found, str):
         raise FileExistsError(
             f"{out!r} already exists and is not a daskbatch output; daskbatch does not replace "
             "other data (even with overwrite): choose another path or remove it yourself"

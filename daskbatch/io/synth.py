@@ -16,8 +16,8 @@ from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
 from daskbatch.io.chunk_grid import (
-    absent_positions,
     chunk_grid,
+    chunk_positions,
     create_row_array,
     max_chunks,
     stored_keys,
@@ -402,7 +402,8 @@ def _unfinished(where: str, request: str) -> zarr.Group | None:
         return None
     try:
         group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError):
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError,
+            ValueError, TypeError):  # ValueError, TypeError: metadata zarr cannot read, so no store of ours
         if "://" in where:
             return None
         group = None
@@ -444,7 +445,7 @@ def _create(
 def _chunks_to_write(target: zarr.Array) -> list[int]:
     """Row-chunk indices of ``target`` that are absent or do not decode (a run stopped while writing them)."""
     present = stored_keys(target)
-    absent = {pos[0] for pos in absent_positions(target, present)}
+    absent = {pos[0] for pos in chunk_positions(target, present)[1]}
     todo = []
     for i in range(chunk_grid(target)[0]):
         if i not in absent:

@@ -195,12 +195,12 @@ _LOW = 0xFFFFFFFF
 X_STREAM, LABEL_STREAM = 0, 1
 
 
-def philox4x32(xp: Any, counter: tuple[Any, Any, Any, Any], key: tuple[int, int], rounds: int = 10) -> tuple[Any, ...]:
+def philox4x32(xp: Any, counter: tuple[Any, Any, Any, Any], key: tuple[int, int]) -> tuple[Any, ...]:
     """Encrypt counters with Philox4x32 (10 rounds): four uint32 words in, four out, element by element."""
     c0, c1, c2, c3 = (xp.asarray(c, dtype=xp.uint64) for c in counter)
     k0, k1 = int(key[0]) & _LOW, int(key[1]) & _LOW
     low = xp.uint64(_LOW)
-    for r in range(rounds):
+    for r in range(10):
         if r:
             k0, k1 = (k0 + _W0) & _LOW, (k1 + _W1) & _LOW
         # A 32 x 32 -> 64-bit product is exact in uint64: its high and low words are the round's mix.

@@ -17,7 +17,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
 from daskbatch import config
-from daskbatch._common import warn
+from daskbatch._common import SamplesByFeatures, warn
 from daskbatch.errors import DataError
 from daskbatch.io.table_files import (
     TABLE_SUFFIXES,
@@ -29,8 +29,8 @@ from daskbatch.io.table_files import (
 )
 
 __all__ = [
-    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened", "table_part",
-    "table_rows",
+    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened",
+    "ingest_array",
 ]
 
 def _numeric_dtype(arrow_type: Any) -> np.dtype | None:
@@ -79,7 +79,7 @@ class _Footer:
     nullable: set[str] = field(default_factory=set)
 
 
-def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True) -> _Footer:
+def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
     import pyarrow as pa  # lazy: pyarrow
 
@@ -90,9 +90,7 @@ def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: boo
         raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
 
 
-def _read_footer(
-    files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool = True
-) -> _Footer:
+def _read_footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.parquet as pq  # lazy: pyarrow
@@ -188,7 +186,7 @@ def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, l
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Table:
+class Table(SamplesByFeatures):
     """Parquet or Arrow IPC files opened as a (samples x features) dask array, with a label column and names.
 
     Attributes
@@ -221,17 +219,6 @@ class Table:
     zarr_x: Any = None
     zarr_label: Any = None
     skipped_rows: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Give the shape of the samples x features array.
-
-        Returns
-        -------
-        tuple of int
-            ``(samples, features)``.
-        """
-        return (int(self.x.shape[0]), int(self.x.shape[1]))
 
     def column(self, name: str) -> da.Array:
         """Read one numeric column of the files lazily, a block per row group (``weights="w"`` reads it so).
@@ -413,19 +400,8 @@ def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table: 
 # --------------------------------------------------------------------------- ingest's view of one table file
 
 
-def table_part(path: str, key: str, what: str) -> tuple[tuple[int, ...], str]:  # numpydoc ignore=PR01,RT01
-    """Shape and dtype of x (``key`` as :func:`table_rows` reads it) or of column ``key`` in table file ``path``."""
-    array = _ingest_array(path, key, x=what == "x", quiet=what != "x")
-    return tuple(int(n) for n in array.shape), array.dtype.str
-
-
-def table_rows(path: str, key: str, start: int, stop: int, *, x: bool) -> np.ndarray:  # numpydoc ignore=PR01,RT01
-    """Read rows ``start:stop`` of x (``x`` true) or of column ``key`` of table file ``path``."""
-    return np.asarray(_ingest_array(path, key, x=x)[start:stop].compute(scheduler="sync"))
-
-
-def _ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:
-    """x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
+def ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:  # numpydoc ignore=PR01,RT01
+    """The x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
     if not x:
         return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
     selection, *excluded = key.split("!")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from collections import Counter, deque
@@ -16,10 +15,10 @@ import zarr
 from daskbatch._common import plural
 from daskbatch.io.chunk_grid import (
     absent_name,
-    absent_positions,
     check_chunk_count,
     chunk_grid,
     chunk_key,
+    chunk_positions,
     storage_chunks,
     stored_keys,
     writes_every_chunk,
@@ -251,13 +250,8 @@ def verify_store(
             grid = chunk_grid(arr)
             present = stored_keys(arr)
             own = writes_every_chunk(arr, group_attrs)
-            to_decode = [
-                pos
-                for pos in (tuple(int(c) for c in coords) for coords in itertools.product(*(range(g) for g in grid)))
-                if arr.metadata.encode_chunk_key(pos) in present
-            ]
-            # Positions of chunks zarr fills (inner chunks when sharded: each shard's index is read).
-            absent = absent_positions(arr, present) if math.prod(grid) else []
+            # Absent: the chunks zarr fills (inner chunks when sharded: each shard's index is read).
+            to_decode, absent = chunk_positions(arr, present)
             for pos in absent:
                 if own:
                     report.problems.append(ChunkProblem(

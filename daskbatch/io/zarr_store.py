@@ -1,15 +1,9 @@
 """A Zarr store opened for reading: its arrays, their chunk grid and integrity, and dask views of them.
 
-:class:`ZarrStore` is the whole open path of :func:`daskbatch.open_dataset`:
-the node, the arrays, the chunk-count bounds checked from the metadata before
-anything is listed, the absent chunks (one listing, plus each stored shard's
-index), what an absent chunk means, CF decoding as xarray does it, and blocks
-read through :class:`BlockReader`, whose errors name the chunk that fails.
-
-Zarr, xarray and dask leave out every chunk that holds only the fill value, so
-there an absent chunk *is* the fill value. daskbatch writes every chunk and
-records it in :data:`WRITES_EVERY_CHUNK`, so in its own stores an absent chunk
-was lost.
+:class:`ZarrStore` is the whole open path of :func:`daskbatch.open_dataset`; blocks are read through
+:class:`BlockReader`, CF-decoded as xarray does, and a failing chunk is named. An absent chunk is the
+fill value where its writer leaves such chunks out (zarr, xarray, dask), and lost in daskbatch's own
+stores, which record that they write every chunk (:data:`WRITES_EVERY_CHUNK`).
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ from daskbatch.io.chunk_grid import (
     Missing,
     array_label,
     chunk_key,
+    is_local_fs,
     open_facts,
     row_blocks,
     storage_chunks,
@@ -114,8 +109,7 @@ def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
 def _is_remote(store: Any) -> bool:
     """Whether ``store`` is an fsspec store on another machine (each read a round trip), not a local one."""
     fs = getattr(store, "fs", None)
-    protocol = getattr(fs, "protocol", "file")
-    return fs is not None and not {"file", "local"} & set(protocol if isinstance(protocol, tuple) else (protocol,))
+    return fs is not None and not is_local_fs(fs)
 
 
 def _row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
@@ -251,15 +245,9 @@ class BlockReader:
 
 
 def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:
-    """The zarr array whose values ``a`` holds as a store path reads them, and the ``chunks`` to open it with; else None.
-
-    Recognises the graph of ``da.from_zarr`` and ``da.from_array`` over a ``zarr.Array`` (inlined
-    or not; read CF-decoded, as its path is) and xarray's ``open_zarr(...)[name].data`` where
-    neither xarray nor the path decodes anything: one getter task per block, each reading that
-    block's slices of the whole array. ``chunks``: the rows of ``a``'s first block (blocks the user chose),
-    or ``"auto"`` where they are the storage chunks (``da.from_zarr``'s and xarray's default): then the
-    store path's blocks, so that the same array gives the same answer bit for bit however it is passed.
-    """
+    """The zarr array ``a`` reads whole and unchanged (``da.from_zarr``, xarray) and the ``chunks`` to open it with."""
+    # "auto" where a's blocks are the storage chunks: then the store path's blocks, so that the same
+    # array gives the same answer bit for bit however it is passed.
     from dask._task_spec import DataNode, Task, TaskRef  # lazy: dask's task specification
     from dask.array.core import getter, getter_inline, getter_nofancy  # lazy: dask arrays only
 

@@ -112,6 +112,17 @@ def test_overwrite_never_replaces_what_daskbatch_did_not_write(
     np.testing.assert_allclose(db.load_summary(empty).mean, zarr.open_array(str(store / "X"))[:].mean(axis=0))
 
 
+def test_a_group_zarr_cannot_open_is_refused_in_one_line(tmp_path: pathlib.Path, store: pathlib.Path,
+                                                         snapshot: Snapshot) -> None:
+    odd = tmp_path / "odd.zarr"  # someone's group whose attributes are no mapping: zarr raises TypeError
+    odd.mkdir()
+    (odd / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": ["mine"]}')
+    kept = snapshot(odd)
+    for extra in ([], ["--overwrite"]):
+        one_line_error(describe(store, "--out", str(odd), *extra), "daskbatch did not write it")
+    assert snapshot(odd) == kept
+
+
 def test_rerun_replaces_its_own_outputs_without_overwrite(tmp_path: pathlib.Path, store: pathlib.Path, snapshot: Snapshot) -> None:
     out, js = tmp_path / "s.zarr", tmp_path / "s.json"
     data_before = snapshot(store)
