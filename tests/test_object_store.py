@@ -649,3 +649,37 @@ def test_reads_stay_on_s3fs_where_obstore_would_change_something(
     reader = _obstore_reader(bucket, "s.zarr", **options)
     assert reader.twin is None
     np.testing.assert_array_equal(reader[slice(0, CHUNK), slice(0, FEATURES)], reader.arr[:CHUNK])
+
+
+def test_the_chunk_checksums_are_read_while_the_pass_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows' token reads a trailer per chunk (from S3 a request each): beside the pass, not all before it."""
+    import threading
+
+    from daskbatch.engine.pipeline import input_token
+    from daskbatch.io import chunk_grid
+    from daskbatch.io.zarr_store import BlockReader
+
+    store = tmp_path / "crc.zarr"
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=store)  # chunks end with a CRC-32C
+    ds = db.open_dataset(store)
+    expected = input_token(ds)
+    reading, read_checksums, during = threading.Event(), chunk_grid.chunk_checksums, []
+
+    def block(self: BlockReader, selection: object) -> np.ndarray:
+        reading.set()  # the pass has started reading blocks
+        return original(self, selection)
+
+    def checksums_once_the_pass_reads(arr: zarr.Array) -> object:
+        during.append(reading.wait(timeout=15))  # before the pass (main): nothing is read, it times out
+        return read_checksums(arr)
+
+    original = BlockReader.__getitem__
+    monkeypatch.setattr(BlockReader, "__getitem__", block)
+    monkeypatch.setattr(chunk_grid, "chunk_checksums", checksums_once_the_pass_reads)
+    summary = db.describe(ds, stats="moments")
+    assert during == [True]
+    assert summary.provenance["input_tokens"] == [expected]  # the same token merge and update compare
+    np.testing.assert_array_equal(summary.mean, db.describe(store, stats="moments").mean)
+
