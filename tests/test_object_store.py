@@ -683,3 +683,24 @@ def test_the_chunk_checksums_are_read_while_the_pass_runs(
     assert summary.provenance["input_tokens"] == [expected]  # the same token merge and update compare
     np.testing.assert_array_equal(summary.mean, db.describe(store, stats="moments").mean)
 
+
+def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """Each worker process holds READ_AHEAD_BLOCKS blocks read ahead from an object store; its tasks share them."""
+    from daskbatch.io.zarr_store import READ_AHEAD_BLOCKS
+    from daskbatch.planning.memory import READ_BUFFERS
+
+    url, local = bucket.url("plan.zarr"), tmp_path / "plan.zarr"
+    for where in (url, local):
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=where)
+    remote = db.open_dataset(url, storage_options=bucket.storage_options)
+    for threads in (1, 2):
+        resources = db.Resources(2**33, threads_per_worker=threads)
+        near = db.plan(db.open_dataset(local), stats=("moments",), resources=resources)
+        far = db.plan(remote, stats=("moments",), resources=resources)
+        assert far.chunk_rows == near.chunk_rows  # 8 GiB are plenty either way
+        block = far.chunk_rows * FEATURES * far.itemsize
+        share = READ_AHEAD_BLOCKS * (1 + READ_BUFFERS) * block / threads
+        assert far.chunk_task_bytes - near.chunk_task_bytes == share
+        assert "read-ahead" in far.explain() and "read-ahead" not in near.explain()

@@ -112,6 +112,7 @@ def plan(
     1000
     """
     from daskbatch import config  # lazy: dask
+    from daskbatch.io.object_store import read_ahead_blocks  # lazy: zarr
 
     device = checked_device(device)
 
@@ -137,7 +138,7 @@ def plan(
         dtype=str(x.dtype),
         compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
                                      gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
-        weighted=weighted,
+        weighted=weighted, read_ahead_blocks=read_ahead_blocks(x_or_dataset),
     )
 
 
