@@ -662,7 +662,8 @@ def test_the_chunk_checksums_are_read_while_the_pass_runs(
     from daskbatch.io.zarr_store import BlockReader
 
     store = tmp_path / "crc.zarr"
-    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=store)  # chunks end with a CRC-32C
+    # synth's chunks end with a CRC-32C
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=store)
     ds = db.open_dataset(store)
     expected = input_token(ds)
     reading, read_checksums, during = threading.Event(), chunk_grid.chunk_checksums, []
@@ -672,7 +673,8 @@ def test_the_chunk_checksums_are_read_while_the_pass_runs(
         return original(self, selection)
 
     def checksums_once_the_pass_reads(arr: zarr.Array) -> object:
-        during.append(reading.wait(timeout=15))  # before the pass (main): nothing is read, it times out
+        # Read before the pass (as main did), nothing is read yet and the wait times out.
+        during.append(reading.wait(timeout=15))
         return read_checksums(arr)
 
     original = BlockReader.__getitem__
@@ -680,7 +682,8 @@ def test_the_chunk_checksums_are_read_while_the_pass_runs(
     monkeypatch.setattr(chunk_grid, "chunk_checksums", checksums_once_the_pass_reads)
     summary = db.describe(ds, stats="moments")
     assert during == [True]
-    assert summary.provenance["input_tokens"] == [expected]  # the same token merge and update compare
+    # The same token that merge and update compare.
+    assert summary.provenance["input_tokens"] == [expected]
     np.testing.assert_array_equal(summary.mean, db.describe(store, stats="moments").mean)
 
 
@@ -689,7 +692,7 @@ def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(
 ) -> None:
     """Each worker process holds READ_AHEAD_BLOCKS blocks read ahead from an object store; its tasks share them."""
     from daskbatch.io.zarr_store import READ_AHEAD_BLOCKS
-    from daskbatch.planning.memory import READ_BUFFERS
+    from daskbatch.planning.plan import READ_BUFFERS
 
     url, local = bucket.url("plan.zarr"), tmp_path / "plan.zarr"
     for where in (url, local):
