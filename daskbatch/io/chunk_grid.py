@@ -294,7 +294,7 @@ def has_chunk_checksums(arr: zarr.Array) -> bool:
     """Whether each stored chunk of ``arr`` ends with the CRC-32C :func:`chunk_checksums` reads (metadata only)."""
     from zarr.codecs import Crc32cCodec  # lazy: zarr
 
-    codecs = getattr(arr.metadata, "codecs", ())
+    codecs: Any = getattr(arr.metadata, "codecs", ())
     # Not another writer's codecs, nor shards, which end with their index's.
     return arr.shards is None and bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
 

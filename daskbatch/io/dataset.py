@@ -83,6 +83,8 @@ class Dataset:
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
+    #: Blocks of ``x`` its reader fetches ahead of the tasks in this process (an object store's; the planner counts them).
+    read_ahead_blocks: int = 0
 
     @property
     def shape(self) -> tuple[int, int]:

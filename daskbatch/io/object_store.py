@@ -21,9 +21,7 @@ from typing import Any
 
 import zarr
 
-from daskbatch.runtime.capacity import active_client
-
-__all__ = ["object_store_twin", "read_ahead_blocks", "verifies_chunks"]
+__all__ = ["object_store_twin", "verifies_chunks"]
 
 #: s3fs options obstore takes as they are (s3fs name -> obstore name); any other keeps s3fs.
 _OBSTORE_OPTIONS = {
@@ -56,29 +54,6 @@ def verifies_chunks(arr: zarr.Array) -> bool:
         if isinstance(codec, ShardingCodec):
             return any(isinstance(c, Crc32cCodec) for c in codec.codecs)
     return False
-
-
-def read_ahead_blocks(x_or_dataset: Any) -> int:
-    """Blocks the reader of a store's ``X`` holds fetched ahead of the tasks in each process (the planner's term).
-
-    Parameters
-    ----------
-    x_or_dataset : Dataset or any input
-        What a pass reads; only a :class:`~daskbatch.io.dataset.Dataset` of a Zarr store has a reader.
-
-    Returns
-    -------
-    int
-        ``READ_AHEAD_BLOCKS`` of :mod:`daskbatch.io.zarr_store` for an object store read by this
-        process's threads; 0 for a local store, data in memory, or tasks on distributed workers
-        (each holds its own copy of the reader, which fetches nothing ahead).
-    """
-    from daskbatch.io import zarr_store  # lazy: it imports this module
-
-    arr = getattr(x_or_dataset, "zarr_x", None)
-    if arr is None or not zarr_store._is_remote(arr.store) or active_client() is not None:
-        return 0
-    return zarr_store.READ_AHEAD_BLOCKS
 
 
 def object_store_twin(arr: zarr.Array) -> zarr.Array | None:

@@ -55,11 +55,11 @@ def plan_chunks(
     read_ahead_blocks: int = 0,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure); PlanError when nothing fits."""
-    # read_ahead_blocks: the blocks each worker process's reader fetches ahead from an object store. They wait
-    # decoded (while read, with their READ_BUFFERS) beside the tasks, which share them: each counts its part.
-    ahead = read_ahead_blocks * (1 + READ_BUFFERS) * itemsize * int(shape[1]) / resources.threads_per_worker
     stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
     n_rows, n_features = int(shape[0]), int(shape[1])
+    # read_ahead_blocks: the blocks each worker process's reader fetches ahead from an object store. They wait
+    # decoded (while read, with their READ_BUFFERS) beside the tasks, which share them: each counts its part.
+    ahead = read_ahead_blocks * (1 + READ_BUFFERS) * itemsize * n_features / resources.threads_per_worker
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
     settings = _settings(
         split_every=split_every, memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
