@@ -649,3 +649,61 @@ def test_reads_stay_on_s3fs_where_obstore_would_change_something(
     reader = _obstore_reader(bucket, "s.zarr", **options)
     assert reader.twin is None
     np.testing.assert_array_equal(reader[slice(0, CHUNK), slice(0, FEATURES)], reader.arr[:CHUNK])
+
+
+def test_the_chunk_checksums_are_read_while_the_pass_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows' token reads a trailer per chunk (from S3 a request each): beside the pass, not all before it."""
+    import threading
+
+    from daskbatch.engine.pipeline import input_token
+    from daskbatch.io import chunk_grid
+    from daskbatch.io.zarr_store import BlockReader
+
+    store = tmp_path / "crc.zarr"
+    # synth's chunks end with a CRC-32C
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=store)
+    ds = db.open_dataset(store)
+    expected = input_token(ds)
+    reading, read_checksums, during = threading.Event(), chunk_grid.chunk_checksums, []
+
+    def block(self: BlockReader, selection: object) -> np.ndarray:
+        reading.set()  # the pass has started reading blocks
+        return original(self, selection)
+
+    def checksums_once_the_pass_reads(arr: zarr.Array) -> object:
+        # Read before the pass (as main did), nothing is read yet and the wait times out.
+        during.append(reading.wait(timeout=15))
+        return read_checksums(arr)
+
+    original = BlockReader.__getitem__
+    monkeypatch.setattr(BlockReader, "__getitem__", block)
+    monkeypatch.setattr(chunk_grid, "chunk_checksums", checksums_once_the_pass_reads)
+    summary = db.describe(ds, stats="moments")
+    assert during == [True]
+    # The same token that merge and update compare.
+    assert summary.provenance["input_tokens"] == [expected]
+    np.testing.assert_array_equal(summary.mean, db.describe(store, stats="moments").mean)
+
+
+def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """Each worker process holds READ_AHEAD_BLOCKS blocks read ahead from an object store; its tasks share them."""
+    from daskbatch.io.zarr_store import READ_AHEAD_BLOCKS
+    from daskbatch.planning.plan import READ_BUFFERS
+
+    url, local = bucket.url("plan.zarr"), tmp_path / "plan.zarr"
+    for where in (url, local):
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=where)
+    remote = db.open_dataset(url, storage_options=bucket.storage_options)
+    for threads in (1, 2):
+        resources = db.Resources(2**33, threads_per_worker=threads)
+        near = db.plan(db.open_dataset(local), stats=("moments",), resources=resources)
+        far = db.plan(remote, stats=("moments",), resources=resources)
+        assert far.chunk_rows == near.chunk_rows  # 8 GiB are plenty either way
+        block = far.chunk_rows * FEATURES * far.itemsize
+        share = READ_AHEAD_BLOCKS * (1 + READ_BUFFERS) * block / threads
+        assert far.chunk_task_bytes - near.chunk_task_bytes == share
+        assert "read-ahead" in far.explain() and "read-ahead" not in near.explain()

@@ -7,6 +7,7 @@ found by the first) and returns what ``describe`` makes the :class:`~daskbatch.S
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import functools
@@ -219,11 +220,17 @@ def _computed(
     first = _first_pass(wanted, ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy, tiled=tiled,
                         class_values=class_values, histogram=histogram, custom=custom, sketch_window=sketch_window,
                         cov_rows=stats.cov.rows)
-    # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, known now;
-    # without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
-    token = input_token(data)
-    if token is None:
-        zarr_x = getattr(data.source, "zarr_x", None)
+    # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
+    # while the pass runs (from an object store a request a chunk, else all before its first read); without
+    # those, a hash of each storage chunk as the first pass reads it (no pass of its own).
+    from daskbatch.io.chunk_grid import has_chunk_checksums  # lazy: zarr
+
+    token, token_read, zarr_x = None, None, getattr(data.source, "zarr_x", None)
+    if zarr_x is not None and has_chunk_checksums(zarr_x):
+        reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
+        token_read = reading.submit(input_token, data)
+        reading.shutdown(wait=False)  # its one thread ends with the read
+    elif (token := input_token(data)) is None:  # in memory it is known now
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
 
     def second_pass(results: dict[str, Any], kept: dict[str, Kept]) -> Bundle | None:
@@ -251,7 +258,9 @@ def _computed(
         return Bundle((*second, *ranks))
 
     kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
-    if token is None:
+    if token_read is not None:
+        token = token_read.result()
+    elif token is None:
         digest = kept.pop(ContentDigest().name)
         results.pop(digest.statistic.name)
         token = input_token(data, read_digest=digest.statistic.finalize(digest.state))

@@ -20,7 +20,7 @@ from daskbatch._common import Device, checked_device
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
 from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
-from daskbatch.runtime.capacity import cuda_device_count, resources_auto
+from daskbatch.runtime.capacity import active_client, cuda_device_count, resources_auto
 from daskbatch.stats.classes import (
     ClassValues,
     UnknownClassError,
@@ -138,6 +138,8 @@ def plan(
         compiled_kernels=kernel_path("cupy" if resources.device == "gpu" else "numpy", dtype=x.dtype,
                                      gpu_kernels=resources.device == "gpu" and _gpu_kernels_expected()).compiled,
         weighted=weighted,
+        # An object store's blocks fetched ahead (none on distributed workers: each task has its own reader).
+        read_ahead_blocks=0 if active_client() else int(getattr(x_or_dataset, "read_ahead_blocks", 0)),
     )
 
 

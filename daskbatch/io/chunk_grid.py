@@ -296,14 +296,21 @@ def open_facts(x: zarr.Array, label: zarr.Array | None, chunks: Any,
     return row_chunks, storage_chunks(x), find_missing(x, label, group_attrs)
 
 
+def has_chunk_checksums(arr: zarr.Array) -> bool:
+    """Whether each stored chunk of ``arr`` ends with the CRC-32C :func:`chunk_checksums` reads (metadata only)."""
+    from zarr.codecs import Crc32cCodec  # lazy: zarr
+
+    codecs: Any = getattr(arr.metadata, "codecs", ())
+    # Not another writer's codecs, nor shards, which end with their index's.
+    return arr.shards is None and bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
+
+
 def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
     """The CRC-32C ending each stored chunk of ``arr`` by key (one listing, 4 bytes a chunk); None without one."""
-    from zarr.codecs import Crc32cCodec  # lazy: zarr
     from zarr.core.sync import sync  # lazy: zarr
 
-    codecs = getattr(arr.metadata, "codecs", ())
-    if arr.shards is not None or not codecs or not isinstance(codecs[-1], Crc32cCodec):
-        return None  # another writer's codecs, or shards, which end with their index's
+    if not has_chunk_checksums(arr):
+        return None
     check_chunk_count(arr)
     keys = sorted(stored_keys(arr) - {"zarr.json"})
     prefix = arr.store_path.path.strip("/")

@@ -79,6 +79,8 @@ class Dataset(SamplesByFeatures):
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
     zarr_label: Any = None
+    #: Blocks of ``x`` its reader fetches ahead of the tasks in this process (an object store's; the planner counts them).
+    read_ahead_blocks: int = 0
 
     def provenance(self) -> dict[str, Any]:
         """JSON-able facts about where the data came from.

@@ -436,7 +436,9 @@ class ZarrStore:
             raise DataError(self._refusal(absent, arr, label_arr, complete))
         skip = absent.row_ranges if policy == "skip" else []
         sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
-        views = [None if a is None else BlockReader(a).as_dask(sizes, self.where) for a in (arr, label_arr)]
+        x_reader = BlockReader(arr)
+        views = [x_reader.as_dask(sizes, self.where),
+                 None if label_arr is None else BlockReader(label_arr).as_dask(sizes, self.where)]
         if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
             views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
         if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
@@ -450,7 +452,7 @@ class ZarrStore:
             label_missing_chunks=absent.label_chunks, label_missing_chunk_keys=absent.label_keys,
             missing_policy=missing, skipped_rows=skip, absent_lost=absent.lost,
             absent_read_as="" if skip else _absent_read_as(arr, label_arr, absent),
-            zarr_x=arr, zarr_label=label_arr,
+            zarr_x=arr, zarr_label=label_arr, read_ahead_blocks=READ_AHEAD_BLOCKS if x_reader.read_ahead else 0,
         )
 
     def _refusal(self, absent: Missing, arr: zarr.Array, label: zarr.Array | None, complete: bool) -> str:

@@ -333,6 +333,7 @@ class Plan:
     kernel_path: str = "compiled"
     #: The rows carry sample weights (their column is in the chunk task).
     weighted: bool = False
+    read_ahead_bytes: int = 0  # a chunk task's share of the blocks fetched ahead from an object store
 
     @property
     def chunks(self) -> tuple[int, int]:
@@ -462,10 +463,10 @@ def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
             "chunk", f"{p.chunk_rows:,} rows ({_plural(per_storage, 'storage chunk')}) x {d:,} features = "
             f"{format_bytes(p.chunk_rows * d * p.itemsize)} of input; limited by {p.limited_by}"
         ))
-    terms = chunk_task_terms(
+    terms = {**chunk_task_terms(
         p.chunk_rows, d, p.itemsize, p.stats, feature_tile=p.feature_tile, path=p.kernel_path,
         device_bytes=p.resources.device_memory_bytes, weighted=p.weighted, **kw
-    )
+    ), "read-ahead": p.read_ahead_bytes}
     lines.append((
         "chunk task",
         " + ".join(f"{format_bytes(v)} {k}" for k, v in terms.items() if v)

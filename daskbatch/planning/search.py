@@ -12,6 +12,7 @@ from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.errors import PlanError
 from daskbatch.planning.plan import (
     DEFAULT_STATISTICS,
+    READ_BUFFERS,
     STATISTICS,
     Plan,
     Resources,
@@ -51,10 +52,14 @@ def plan_chunks(
     dtype: str | None = None,
     compiled_kernels: bool | None = None,
     weighted: bool = False,
+    read_ahead_blocks: int = 0,
 ) -> Plan:
     """Plan chunk rows, merge fan-in and feature tiles for a ``(rows, D)`` input (pure); PlanError when nothing fits."""
     stats_t = _check_inputs(shape, itemsize, storage_chunks, stats, bins, n_classes)
     n_rows, n_features = int(shape[0]), int(shape[1])
+    # read_ahead_blocks: the blocks each worker process's reader fetches ahead from an object store. They wait
+    # decoded (while read, with their READ_BUFFERS) beside the tasks, which share them: each counts its part.
+    ahead = read_ahead_blocks * (1 + READ_BUFFERS) * itemsize * n_features / resources.threads_per_worker
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
     settings = _settings(
         split_every=split_every, memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
@@ -95,7 +100,7 @@ def plan_chunks(
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
         tile = _largest_tile(
             stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes,
-            weighted,
+            weighted, ahead,
         )
         if tile is None:
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
@@ -109,11 +114,11 @@ def plan_chunks(
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
     def _chunk_bytes(rows: int) -> int:
-        """Project a chunk task of ``rows`` rows."""
+        """Project a chunk task of ``rows`` rows (with its share of the blocks read ahead)."""
         return projected_task_bytes(
             rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
             device_bytes=resources.device_memory_bytes, weighted=weighted, **kw
-        )
+        ) + math.ceil(ahead * rows)
 
     if n_rows == 0:
         chunk_rows, limited_by = 0, "data"
@@ -145,7 +150,7 @@ def plan_chunks(
         chunk_task_bytes=_chunk_bytes(chunk_rows),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
-        kernel_path=path, weighted=weighted,
+        kernel_path=path, weighted=weighted, read_ahead_bytes=math.ceil(ahead * chunk_rows),
     )
 
 
@@ -217,8 +222,9 @@ def _largest_tile(
     path: str,
     device_bytes: int | None,
     weighted: bool,
+    ahead: float = 0.0,
 ) -> int | None:
-    """Widest co-moment tile whose merge task and one-storage-chunk task both fit (or None)."""
+    """Widest co-moment tile whose merge task and one-storage-chunk task (``ahead`` bytes a row besides) both fit."""
     rows = min(storage_rows, n_rows)
 
     def fits(t: int) -> bool:
@@ -226,7 +232,7 @@ def _largest_tile(
         chunk = projected_task_bytes(
             rows, n_features, itemsize, stats, feature_tile=t, path=path, device_bytes=device_bytes,
             weighted=weighted, **kw,
-        )
+        ) + math.ceil(ahead * rows)
         return merge <= budget and chunk <= budget
 
     if not fits(1):
