@@ -97,8 +97,8 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
     if coarse.shape[0] < k:  # fewer blocks than k bound nothing: each column's heap, in row order
         ends = np.empty((columns, k))
-        for c in range(columns):
-            kernels.tail_replay(data, lut, block, ends, c, fine)
+        for column in range(columns):
+            kernels.tail_replay(data, lut, block, ends, column, fine)
         ends.sort(axis=1)
         return ends[:n_features], -ends[n_features:]
     # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
