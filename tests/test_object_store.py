@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 import warnings
@@ -585,6 +586,34 @@ def test_the_next_block_is_fetched_while_this_one_is_computed(bucket: Bucket, va
     expected = [f"GET /{bucket.name}/ahead.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
     assert sorted(chunks) == sorted([*expected, expected[0], expected[1]]), chunks
     assert set(reader._ahead) == {(CHUNK, 2 * CHUNK)}  # fetched, waiting for its task
+
+
+def test_the_read_ahead_follows_tasks_that_run_last_block_first(bucket: Bucket, values) -> None:
+    """dask may run a pass's chunk tasks last block first: the read-ahead then fetches the block before."""
+    from daskbatch.io.zarr_store import BlockReader
+
+    url = bucket.url("backward.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    x = zarr.open_group(url, mode="r", storage_options=bucket.storage_options)["X"]
+    reader = BlockReader(x)
+    reader.as_dask(CHUNK, "backward")  # the blocks the tasks read: one storage chunk each
+    ahead, read = [], reader._read
+
+    def counted(selection):  # noqa: ANN001, ANN202 - which blocks the read-ahead's threads read
+        if threading.current_thread().name.startswith("daskbatch-read-ahead"):
+            ahead.append(selection[0].start // CHUNK)
+        return read(selection)
+
+    reader._read = counted
+    with _server_requests() as seen:
+        blocks = {i: reader[slice(i * CHUNK, (i + 1) * CHUNK), slice(0, FEATURES)] for i in reversed(range(N_BLOCKS))}
+    for i, block in blocks.items():
+        np.testing.assert_array_equal(block, values[0][i * CHUNK : (i + 1) * CHUNK])
+    chunks = [r for r in seen if r.startswith("GET") and re.search(r"/backward\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == sorted(f"GET /{bucket.name}/backward.zarr/X/c/{i}/0" for i in range(N_BLOCKS)), chunks
+    # The last block is read by its task; the next one says the tasks go backward, and from then on each
+    # block was fetched by the read-ahead its successor started (on main: none, it looked past the end).
+    assert sorted(ahead) == list(range(N_BLOCKS - 2)) and not reader._ahead
 
 
 def _obstore_reader(bucket: Bucket, where: str, **options: object):  # noqa: ANN202 - a BlockReader

@@ -154,6 +154,8 @@ class BlockReader:
         self._ahead: dict[tuple[int, int], concurrent.futures.Future[np.ndarray]] = {}
         self._busy: set[tuple[int, int]] = set()  # row ranges a task or a read-ahead is reading
         self._done: set[tuple[int, int]] = set()  # row ranges read in this pass (one read again starts the next)
+        self._blocks: list[tuple[int, int]] = []  # the row ranges of the dask array's blocks (as_dask)
+        self._last_start: int | None = None  # the first row of the block read last: the tasks' direction
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -161,7 +163,8 @@ class BlockReader:
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process starts with nothing fetched ahead (and a lock of its own).
-        return {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock", "twin")}
+        kept = {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock", "twin")}
+        return kept | {"_last_start": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
@@ -174,6 +177,7 @@ class BlockReader:
         with self._lock:
             if rows in self._done:  # a second pass over the rows
                 self._done.clear()
+                self._last_start = None
             fetched = self._ahead.pop(rows, None)
             self._busy.add(rows)
         try:
@@ -197,17 +201,29 @@ class BlockReader:
         return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
 
     def _fetch_next(self, rows: tuple[int, int]) -> None:
-        """Start reading the first block of ``rows``' size after it that no task has read or is reading."""
+        """Start reading the next block, in the direction the tasks go, that no task has read or is reading."""
         start, stop = rows
         size, total = stop - start, self.shape[0]
         with self._lock:
+            # dask may run a pass's chunk tasks last block first (a tree reduction's order): follow it.
+            backward, self._last_start = self._last_start is not None and start < self._last_start, start
             if len(self._ahead) >= READ_AHEAD_BLOCKS:
                 return
-            following = (stop, min(stop + size, total))
-            while following[0] < total and (following in self._busy or following in self._done):
-                following = (following[1], min(following[1] + size, total))
-            if following[0] >= total:
-                return
+            if rows in self._blocks:  # the dask array's own blocks, in its order
+                at, step = self._blocks.index(rows), -1 if backward else 1
+                following: tuple[int, int] | None = None
+                while following is None and 0 <= at + step < len(self._blocks):
+                    at += step
+                    candidate = self._blocks[at]
+                    following = None if candidate in self._busy or candidate in self._done else candidate
+                if following is None:
+                    return
+            else:
+                following = (stop, min(stop + size, total))
+                while following[0] < total and (following in self._busy or following in self._done):
+                    following = (following[1], min(following[1] + size, total))
+                if following[0] >= total:
+                    return
             self._busy.add(following)
             self._ahead[following] = _read_ahead_pool().submit(
                 self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
@@ -240,8 +256,11 @@ class BlockReader:
         # The decoding is part of what the blocks hold: a store rewritten with another fill value is other data.
         token = dask.base.tokenize(where, self.arr.path, self.shape, str(self.arr.dtype), chunks,
                                    self.cf and repr(sorted(self.cf.items())))
-        return da.from_array(self, chunks=chunks, name=f"daskbatch-read-{token}", asarray=False, fancy=False,
-                             inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
+        blocks = da.from_array(self, chunks=chunks, name=f"daskbatch-read-{token}", asarray=False, fancy=False,
+                               inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
+        ends = np.cumsum((0,) + blocks.chunks[0]).tolist()
+        self._blocks = list(zip(ends[:-1], ends[1:], strict=True))  # what the read-ahead steps through
+        return blocks
 
 
 def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:
