@@ -7,8 +7,8 @@ same chunk with the same statistics in the reverse order, so it compiles the ker
 last, while the parent compiles from the front. Each top-level compile runs under a lock file named after
 the kernel in numba's cache directory: whoever comes second waits, then loads the other's work from the
 cache (numba writes each entry atomically), so no kernel is compiled twice and every result is the one
-compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, when no
-core was idle over the last minute (load average; the helper's import would only take the parent's
+compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, when every
+core was busy over the last minute (load average; the helper's import would only take the parent's
 time), or with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: on whatever the load); the child is ended when the
 parent exits.
 """
@@ -93,8 +93,10 @@ def _wanted(x: Any) -> bool:
     cores = len(affinity(0)) if affinity else os.cpu_count() or 1
     if cores < 2:  # one core: the helper would only take the parent's time
         return False
-    if setting != "1" and hasattr(os, "getloadavg") and os.getloadavg()[0] > cores - 1:
-        return False  # no idle core: on a busy machine the helper's start-up is a cost, not a gain
+    # Every core busy over the last minute: the helper's start-up would be a cost, not a gain. (Not "one
+    # core idle": on two cores a user's own notebook or script alone keeps the load near 1.)
+    if setting != "1" and hasattr(os, "getloadavg") and os.getloadavg()[0] >= cores:
+        return False
     if not available() or kernel_path(x).kind != "numba-cpu":
         return False
     return _cache_empty()
