@@ -181,7 +181,7 @@ def test_tiled_covariance_refuses_the_input_and_foreign_stores(store: pathlib.Pa
     x = da.from_zarr(str(store), component="X")
     kept = snapshot(store), snapshot(other_files)
     with pytest.raises(OutputError, match="is the input store"):
-        tiled_covariance(x, tile=2, out=store, overwrite=True, protected={"the input store": str(store)})
+        tiled_covariance(x, tile=2, out=store, protected={"the input store": str(store)})
     with pytest.raises(OutputError, match="not a daskbatch tiled covariance"):
         tiled_covariance(x, tile=2, out=other_files)
     assert (snapshot(store), snapshot(other_files)) == kept

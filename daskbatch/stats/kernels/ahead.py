@@ -84,20 +84,20 @@ def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
 
 def _wanted(x: Any) -> bool:
     """Whether this process should start the helper for a chunk ``x``."""
-    from daskbatch.stats.kernels.path import available, kernel_path  # lazy: numba, dask config
+    from daskbatch.stats.kernels.path import kernel_path  # lazy: dask config
 
     setting = os.environ.get(ENV, "")
     if setting in ("0", "child") or type(x) is not np.ndarray:
         return False
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    from dask.system import CPU_COUNT as cores  # lazy: dask (affinity and cgroup quotas)
+
     if cores < 2:  # one core: the helper would only take the parent's time
         return False
     # Every core busy over the last minute: the helper's start-up would be a cost, not a gain. (Not "one
     # core idle": on two cores a user's own notebook or script alone keeps the load near 1.)
     if setting != "1" and hasattr(os, "getloadavg") and os.getloadavg()[0] >= cores:
         return False
-    if not available() or kernel_path(x).kind != "numba-cpu":
+    if kernel_path(x).kind != "numba-cpu":  # reads daskbatch.kernels first: numba stays unimported when off
         return False
     return _cache_empty()
 
