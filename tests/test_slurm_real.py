@@ -138,9 +138,10 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "large": _sbatch(submit["large"], large, config),
         "small": _sbatch(submit["small"], small, config),
     }
-    # One minute, warned 55 s before: describe never gets to checkpoint a block.
-    ids["stall"] = _sbatch(submit["stall"], large, config, "--time=1", "--signal=B:USR1@55",
-                           STOP_BEFORE="55", MAX_STALLED="2")
+    # One minute, warned 57 s before: describe never gets to checkpoint a block (at 55 s it sometimes did,
+    # once its start got faster).
+    ids["stall"] = _sbatch(submit["stall"], large, config, "--time=1", "--signal=B:USR1@57",
+                           STOP_BEFORE="57", MAX_STALLED="2")
     both_running = False
     deadline = time.monotonic() + 600
     while not list(submit["large"].glob("daskbatch-*/checkpoint/pass-*/L*.ckpt")):
