@@ -84,41 +84,16 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
-    rows, n_features = x.shape
+    n_features = x.shape[1]
     data, lut = numba_view(x)
-    block = max(TAIL_BLOCK_ROWS, -(-rows // TAIL_BLOCKS))
-    n_blocks = -(-rows // block)
-    per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
-    columns = 2 * n_features
-    fine, coarse = (
-        np.empty((n_blocks, 2 * columns)),
-        np.full((-(-n_blocks // per_coarse), columns), np.inf),
-    )
-    kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
-    if coarse.shape[0] < k:  # fewer blocks than k bound nothing: each column's heap, in row order
+    block, fine, bound, n_cand = tail_bounds(data, lut, k)
+    columns = fine.shape[1] // 2
+    if bound is None:  # fewer blocks than k bound nothing: each column's heap, in row order
         ends = np.empty((columns, k))
         for column in range(columns):
             kernels.tail_replay(data, lut, block, ends, column, fine)
         ends.sort(axis=1)
         return ends[:n_features], -ends[n_features:]
-    # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
-    # values below it, filled up with it, hold the k least. Fewer than k blocks: no bound.
-    bound = (
-        np.partition(coarse, k - 1, axis=0)[k - 1]
-        if coarse.shape[0] >= k
-        else np.full(columns, np.inf)
-    )
-    room = k * block  # the values below a bound that fewer than k blocks hold
-    # Counted first, then stored: the candidates take their count's width, not room's (4 MB at 64 features).
-    n_cand, counted = np.zeros(columns, dtype=np.int64), np.empty((columns, 0))
-    kernels.tail_candidates(data, lut, block, fine, bound, counted, n_cand)
-    trend = np.flatnonzero(n_cand > room)
-    # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
-    if trend.size:
-        bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
-        scan = np.full(columns, -np.inf)
-        scan[trend], n_cand[trend] = bound[trend], 0
-        kernels.tail_candidates(data, lut, block, fine, scan, counted, n_cand)
     width = max(int(n_cand.max(initial=0)), k)
     cand = np.empty((columns, width))
     n_cand[:] = 0
@@ -133,6 +108,45 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         kernels.tail_replay(data, lut, block, ends, c, fine)
     ends.sort(axis=1)
     return ends[:n_features], -ends[n_features:]
+
+
+def tail_bounds(
+    data: np.ndarray, lut: np.ndarray, k: int
+) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray]:
+    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x``, and how many values lie below it.
+
+    The bound is ``None`` where the chunk has fewer coarse blocks than ``k``: nothing is bounded.
+    """
+    from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
+
+    rows, n_features = data.shape
+    block = max(TAIL_BLOCK_ROWS, -(-rows // TAIL_BLOCKS))
+    n_blocks = -(-rows // block)
+    per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
+    columns = 2 * n_features
+    fine, coarse = (
+        np.empty((n_blocks, 2 * columns)),
+        np.full((-(-n_blocks // per_coarse), columns), np.inf),
+    )
+    kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
+    n_cand = np.zeros(columns, dtype=np.int64)
+    if coarse.shape[0] < k:
+        return block, fine, None, n_cand
+    # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
+    # values below it, filled up with it, hold the k least.
+    bound = np.partition(coarse, k - 1, axis=0)[k - 1]
+    room = k * block  # the values below a bound that fewer than k blocks hold
+    # Counted first, then stored: the candidates take their count's width, not room's (4 MB at 64 features).
+    counted = np.empty((columns, 0))
+    kernels.tail_candidates(data, lut, block, fine, bound, counted, n_cand)
+    trend = np.flatnonzero(n_cand > room)
+    # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
+    if trend.size:
+        bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
+        scan = np.full(columns, -np.inf)
+        scan[trend], n_cand[trend] = bound[trend], 0
+        kernels.tail_candidates(data, lut, block, fine, scan, counted, n_cand)
+    return block, fine, bound, n_cand
 
 
 def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
