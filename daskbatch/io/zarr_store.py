@@ -155,6 +155,7 @@ class BlockReader:
         self._busy: set[tuple[int, int]] = set()  # row ranges a task or a read-ahead is reading
         self._done: set[tuple[int, int]] = set()  # row ranges read in this pass (one read again starts the next)
         self._blocks: list[tuple[int, int]] = []  # the row ranges of the dask array's blocks (as_dask)
+        self._block_at: dict[tuple[int, int], int] = {}  # where each of them is in _blocks
         self._last_start: int | None = None  # the first row of the block read last: the tasks' direction
         self._lock = threading.Lock()
 
@@ -209,8 +210,9 @@ class BlockReader:
             backward, self._last_start = self._last_start is not None and start < self._last_start, start
             if len(self._ahead) >= READ_AHEAD_BLOCKS:
                 return
-            if rows in self._blocks:  # the dask array's own blocks, in its order
-                at, step = self._blocks.index(rows), -1 if backward else 1
+            at = self._block_at.get(rows)
+            if at is not None:  # the dask array's own blocks, in its order
+                step = -1 if backward else 1
                 following: tuple[int, int] | None = None
                 while following is None and 0 <= at + step < len(self._blocks):
                     at += step
@@ -260,6 +262,7 @@ class BlockReader:
                                inline_array=True, meta=np.empty((0,) * self.ndim, dtype=self.dtype))
         ends = np.cumsum((0,) + blocks.chunks[0]).tolist()
         self._blocks = list(zip(ends[:-1], ends[1:], strict=True))  # what the read-ahead steps through
+        self._block_at = {rows: at for at, rows in enumerate(self._blocks)}
         return blocks
 
 
