@@ -119,12 +119,12 @@ def test_cluster_options_and_helper():
     seen = {}
 
     @click.command()
-    @cluster_options(default="threads")
+    @cluster_options
     def cmd(cluster, address, scheduler_file, wait_for_workers):
         with client_from_options(cluster, address, scheduler_file, wait_for_workers=wait_for_workers) as client:
             seen["client"] = client
 
-    r = CliRunner().invoke(cmd, [])
+    r = CliRunner().invoke(cmd, ["--cluster", "threads"])
     assert r.exit_code == 0, r.output
     assert seen["client"] is None
     r = CliRunner().invoke(cmd, ["--address", "tcp://a:1", "--scheduler-file", "s.json"])

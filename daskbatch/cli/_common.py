@@ -47,9 +47,6 @@ class LogSettings:
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to the current ``sys.stderr`` (click's test runner swaps it), clearing a terminal bar first."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     @property  # type: ignore[override]
     def stream(self) -> TextIO:
         return sys.stderr
@@ -77,21 +74,13 @@ class _WarningFormatter(logging.Formatter):
 def _configure(settings: LogSettings) -> None:
     """Send the ``daskbatch`` logger's records (and warnings) to stderr at the asked level; idempotent."""
     level = settings.level
-    handler = next((h for h in _logger().handlers if isinstance(h, _StderrHandler)), None)
-    if handler is None:
-        handler = _StderrHandler()
-        _logger().addHandler(handler)
     verbose = level <= logging.DEBUG
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(asctime)s %(levelname)s %(message)s"
-    handler.setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
+    _stderr_handler(_logger()).setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
     _logger().setLevel(level)
     logging.captureWarnings(True)
     captured = _warnings_logger()
-    warned = next((h for h in captured.handlers if isinstance(h, _StderrHandler)), None)
-    if warned is None:
-        warned = _StderrHandler()
-        captured.addHandler(warned)
-    warned.setFormatter(_WarningFormatter("%(asctime)s %(levelname)s %(message)s", datefmt=DATEFMT))
+    _stderr_handler(captured).setFormatter(_WarningFormatter("%(asctime)s %(levelname)s %(message)s", datefmt=DATEFMT))
     captured.setLevel(level)
     # dask and distributed keep their own handlers: only their level follows ours.
     quiet_others = logging.ERROR if settings.quiet and settings.log_level is None else None
@@ -101,6 +90,15 @@ def _configure(settings: LogSettings) -> None:
             other.setLevel(logging.DEBUG)
         elif quiet_others is not None:
             other.setLevel(quiet_others)
+
+
+def _stderr_handler(logger: logging.Logger) -> _StderrHandler:
+    """The stderr handler of ``logger``, added on the first call."""
+    handler = next((h for h in logger.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
+        handler = _StderrHandler()
+        logger.addHandler(handler)
+    return handler
 
 
 def _logger() -> logging.Logger:
@@ -201,15 +199,6 @@ def report(text: str, *, err: bool = False) -> None:
         click.echo(text, err=err)
 
 
-def setup_from_context(ctx: click.Context) -> None:
-    """Configure logging from the options parsed so far (the main group's callback calls this)."""
-    root = ctx.find_root()
-    if "daskbatch.logging.saved" not in root.meta:
-        root.meta["daskbatch.logging.saved"] = True
-        root.call_on_close(_snapshot())
-    _configure(_settings(ctx))
-
-
 def _snapshot() -> Any:
     """A function that puts back the loggers' levels and handlers and the warning hook as they are now."""
     loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask"), _warnings_logger()]
@@ -261,8 +250,11 @@ def main() -> None:
     # dask reads its YAML files on its first import; through daskbatch.config a malformed one is one line (exit 2).
     from daskbatch import config  # noqa: F401  # lazy: dask
 
-    # Warnings (a missing chunk, an incomplete store, a range) become one log line each.
-    setup_from_context(click.get_current_context())
+    # Warnings (a missing chunk, an incomplete store, a range) become one log line each; the loggers
+    # are put back as they were when the command ends.
+    ctx = click.get_current_context()
+    ctx.call_on_close(_snapshot())
+    _configure(_settings(ctx))
 
 
 def user_errors(func: F) -> F:

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -46,45 +46,30 @@ def device_option(default: str, help_: str) -> Callable[[F], F]:
     )
 
 
-@overload
-def cluster_options(func: F, /) -> F: ...  # numpydoc ignore=GL08
-
-
-@overload
-def cluster_options(*, default: str = "auto") -> Callable[[F], F]: ...  # numpydoc ignore=GL08
-
-
-def cluster_options(func: F | None = None, /, *, default: str = "auto") -> Any:
+def cluster_options(f: F) -> F:
     """Add ``--cluster``, ``--address``, ``--scheduler-file`` and ``--wait-for-workers`` to a click command."""
-    if default not in CLUSTER_CHOICES:
-        raise ValueError(f"default must be one of {CLUSTER_CHOICES}, got {default!r}")
-
-    def decorate(f: F) -> F:
-        """Add the four options to ``f``."""
-        f = click.option(
-            "--wait-for-workers", type=click.IntRange(min=0), metavar="N",
-            help="Start computing once N workers are connected, waiting at most "
-            "daskbatch.worker-timeout (default 10 minutes). With --cluster slurm/pbs also how many "
-            "workers to submit jobs for. Default: 1 (slurm/pbs: one job, all its workers).",
-        )(f)
-        f = click.option(
-            "--scheduler-file", type=click.Path(dir_okay=False), envvar="DASKBATCH_SCHEDULER_FILE",
-            help="Connect to the scheduler that wrote this file (dask scheduler "
-            "--scheduler-file, dask-mpi); env DASKBATCH_SCHEDULER_FILE. Overrides --cluster.",
-        )(f)
-        f = click.option("--address", metavar="ADDR",
-                         help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
-        f = click.option(
-            "--cluster", type=click.Choice(CLUSTER_CHOICES), default=default, show_default=True,
-            envvar="DASKBATCH_CLUSTER",
-            help="Cluster to start: auto (one dask-cuda worker per GPU, else none: dask's threaded scheduler "
-            "in this process, as the Python API), local (a LocalCluster of worker processes), "
-            "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
-            "threads (no cluster: dask's threaded scheduler); env DASKBATCH_CLUSTER.",
-        )(f)
-        return f
-
-    return decorate(func) if func is not None else decorate
+    f = click.option(
+        "--wait-for-workers", type=click.IntRange(min=0), metavar="N",
+        help="Start computing once N workers are connected, waiting at most "
+        "daskbatch.worker-timeout (default 10 minutes). With --cluster slurm/pbs also how many "
+        "workers to submit jobs for. Default: 1 (slurm/pbs: one job, all its workers).",
+    )(f)
+    f = click.option(
+        "--scheduler-file", type=click.Path(dir_okay=False), envvar="DASKBATCH_SCHEDULER_FILE",
+        help="Connect to the scheduler that wrote this file (dask scheduler "
+        "--scheduler-file, dask-mpi); env DASKBATCH_SCHEDULER_FILE. Overrides --cluster.",
+    )(f)
+    f = click.option("--address", metavar="ADDR",
+                     help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
+    f = click.option(
+        "--cluster", type=click.Choice(CLUSTER_CHOICES), default="auto", show_default=True,
+        envvar="DASKBATCH_CLUSTER",
+        help="Cluster to start: auto (one dask-cuda worker per GPU, else none: dask's threaded scheduler "
+        "in this process, as the Python API), local (a LocalCluster of worker processes), "
+        "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
+        "threads (no cluster: dask's threaded scheduler); env DASKBATCH_CLUSTER.",
+    )(f)
+    return f
 
 
 @contextlib.contextmanager

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
-import sys
 import warnings
-from collections.abc import Iterator
 
 import click
 
@@ -307,26 +303,6 @@ class _JobCommand(click.Command):
         super().format_epilog(ctx, formatter)
 
 
-@contextlib.contextmanager
-def fallback_logging() -> Iterator[None]:
-    """INFO records of ``daskbatch.*`` on stderr, with timestamps, unless logging is configured already."""
-    logger = logging.getLogger("daskbatch")
-    if logger.hasHandlers():
-        yield
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    level = logger.level
-    logger.addHandler(handler)
-    if level == logging.NOTSET or level > logging.INFO:
-        logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
 @main.command("run", cls=_JobCommand, epilog=_EPILOG)
 @click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
 @click.option(
@@ -355,13 +331,12 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     """
     from daskbatch.jobs.run import run_job  # lazy: dask, zarr
 
-    with fallback_logging():
-        try:
-            # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
-            with sigterm_as_interrupt():
-                run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            checkpoint = load_job(job_file)[0].checkpoint  # read once already: what the run had
-            click.echo(f"{interrupted_message(exc, checkpoint, 'checkpoint in the job file')} (a transform under "
-                       "way resumes from its finished blocks too)", err=True)
-            exit_now(EXIT_INTERRUPTED)
+    try:
+        # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
+        with sigterm_as_interrupt():
+            run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        checkpoint = load_job(job_file)[0].checkpoint  # read once already: what the run had
+        click.echo(f"{interrupted_message(exc, checkpoint, 'checkpoint in the job file')} (a transform under "
+                   "way resumes from its finished blocks too)", err=True)
+        exit_now(EXIT_INTERRUPTED)
