@@ -1,15 +1,8 @@
-"""Set dask up for daskbatch when dask is first imported, rather than at ``import daskbatch``.
+"""Set dask up for daskbatch when dask is first imported, not at ``import daskbatch``.
 
-The setup loads daskbatch's defaults into ``dask.config`` and registers the states
-with ``dask.sizeof``, so dask's memory accounting measures every statistic's state
-(built in or a user's) by its arrays' bytes. Not through a ``dask.sizeof`` entry
-point: dask loads those while ``dask.sizeof`` itself is being imported, which would
-make that import circular.
-
-It also spares ``import dask.array`` its import of xarray (and with it pandas and
-pyarrow, ~0.5 s of every fresh process): ``dask.array.core`` binds xarray only to ask
-whether ``from_array`` was given a chunked ``DataArray``, and no object is one before
-xarray is imported (:class:`_XarrayWhenUsed`).
+Loads daskbatch's defaults into ``dask.config``, registers the states with ``dask.sizeof``
+(not as an entry point: dask loads those while importing ``dask.sizeof``, a cycle), and spares
+``import dask.array`` its import of xarray (:class:`_XarrayWhenUsed`).
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ def _set_up_dask() -> None:
     from daskbatch.stats._base import State  # lazy: imports numpy
 
     config.load_into_dask()
-    sizeof.register(State)(_state_bytes)
+    sizeof.register(State)(lambda state: int(state.nbytes))  # dask's memory accounting: the arrays' bytes
     _defer_xarray()
 
 
@@ -67,11 +60,6 @@ def _defer_xarray() -> None:
 
     import_optional_dependency.__wrapped__ = original  # type: ignore[attr-defined]
     compatibility.import_optional_dependency = import_optional_dependency  # type: ignore[union-attr]
-
-
-def _state_bytes(state: Any) -> int:
-    """A state's size for dask's memory accounting: its arrays' bytes (``State.nbytes``)."""
-    return int(state.nbytes)
 
 
 # Plain classes, not importlib.abc's: that module loads importlib.resources, tempfile and shutil,

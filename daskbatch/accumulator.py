@@ -204,7 +204,9 @@ class Accumulator:
         state = self._chunk(batch, label, w)
         self._state = state if self._state is None else self._bundle.merge(self._state, state)
         self._weighted = weighted
-        self._count(batch)
+        self._n_features = int(batch.shape[1])
+        self._rows += int(batch.shape[0])
+        self._batches += 1
         return self
 
     def _check_weighted(self, w: Any, index: int) -> bool:
@@ -251,13 +253,7 @@ class Accumulator:
         bar = Progress("update_many", total, unit="batches", cancel=cancel, **progress_options(progress))
 
         def parts() -> Iterator[tuple[Any, ...]]:
-            """Check and yield each batch, its label and (weighted) its weights, counting the rows.
-
-            Yields
-            ------
-            tuple
-                ``(batch, label)`` or, weighted, ``(batch, label, w)``.
-            """
+            """Check and yield ``(batch, label)`` (weighted: ``(batch, label, w)``) of each item, counting the rows."""
             for item in batches:
                 index = self._batches + len(seen)
                 batch, label, w = self._parts(item)
@@ -360,11 +356,6 @@ class Accumulator:
         if self._target_dtype is None:
             self._target_dtype = str(target.dtype)
         return target.astype(np.float64) if target.dtype != np.float64 else target
-
-    def _count(self, batch: Any) -> None:
-        self._n_features = int(batch.shape[1])
-        self._rows += int(batch.shape[0])
-        self._batches += 1
 
     def merge(self, other: Accumulator) -> Accumulator:
         """Fold ``other`` (same settings) into this accumulator, as if its batches came here.

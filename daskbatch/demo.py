@@ -17,10 +17,8 @@ from daskbatch.summary.reprs import format_report
 
 #: The demo's default size: seconds on a laptop (``--rows 2000000`` for the full-size run).
 DEMO_ROWS = 200_000
-#: The label's dtype that ``synth`` writes (the demo's kernels are compiled for it).
-SYNTH_LABEL_DTYPE = "int32"
-#: Seconds a cold cache takes to compile the demo's kernels, measured on a 2-core VM (benchmarks/RESULTS.md).
-COLD_COMPILE_SECONDS = 10
+#: Said before a cold cache compiles the kernels (about 10 s on a 2-core VM: benchmarks/RESULTS.md).
+_COMPILING = "Compiling the CPU kernels once, about 10 s (later runs load them from numba's cache) ..."
 #: Seconds the cluster's shutdown gives each worker process to exit.
 SHUTDOWN_SECONDS = 30
 
@@ -59,7 +57,7 @@ def run_demo(
         t0 = time.perf_counter()
         # Once, by a child process, while the cluster starts and the data are written (no kernels there):
         # each worker would otherwise compile the same kernels at once.
-        compiled = _compile_in_background("float32", SYNTH_LABEL_DTYPE, echo)
+        compiled = _compile_in_background("float32", "int32", echo)  # the dtypes synth writes
         t_write = time.perf_counter()
         with _local_client(n_workers, threads_per_worker) as client:
             echo(f"Local cluster: {n_workers} workers x {threads_per_worker} thread(s); dashboard: {_dashboard(client)}")
@@ -155,7 +153,7 @@ def prepare_kernels(
     with contextlib.nullcontext() if os.path.exists(marker) else kernel_compile_lock():
         cold = not os.path.exists(marker)  # another process may have compiled while this one waited
         if cold:
-            echo(f"Compiling the CPU kernels once, about {COLD_COMPILE_SECONDS} s (later runs load them from numba's cache) ...")
+            echo(_COMPILING)
         _describe_a_few_rows(x_dtype, label_dtype, stats, range_)
         if cold:
             with contextlib.suppress(OSError):  # no marker: the next run says "compiling" again, no more
@@ -173,7 +171,7 @@ def _compile_in_background(x_dtype: str, label_dtype: str, echo: Callable[[str],
 
     if os.path.exists(_marker(x_dtype, label_dtype, None, None)):
         return lambda: None  # warm: each worker loads what it needs
-    echo(f"Compiling the CPU kernels once, about {COLD_COMPILE_SECONDS} s (later runs load them from numba's cache) ...")
+    echo(_COMPILING)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this daskbatch, not another
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
     code = ("import sys; from daskbatch.demo import prepare_kernels; "

@@ -1,8 +1,4 @@
-"""The ``daskbatch`` command line: a thin click shell over the public API.
-
-Each sub-module registers its commands on :data:`main`; importing them here
-makes them part of the group.
-"""
+"""The ``daskbatch`` command line: a thin click shell over the public API."""
 
 from __future__ import annotations
 

@@ -201,10 +201,9 @@ def describe_command(
             raise DataError(f"{option} {path} has {len(summary.feature_names):,} features and {store} "
                             f"{dataset.x.shape[1]:,}: give a store of the same features")
     if previous is not None and update_path is not None:
-        check_label(previous, update_path, dataset)
-    if previous is not None:
         from daskbatch.incremental import check_not_merged  # lazy: dask
 
+        check_label(previous, update_path, dataset)
         check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
