@@ -13,7 +13,6 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
 import click
@@ -24,6 +23,8 @@ from daskbatch.runtime.progress import line_cleared
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATEFMT = "%Y-%m-%d %H:%M:%S"
 _META_KEY = "daskbatch.logging"
+_LOGGER = logging.getLogger("daskbatch")
+_WARNINGS_LOGGER = logging.getLogger("py.warnings")  # where logging.captureWarnings sends them
 
 
 @dataclasses.dataclass
@@ -76,12 +77,11 @@ def _configure(settings: LogSettings) -> None:
     level = settings.level
     verbose = level <= logging.DEBUG
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(asctime)s %(levelname)s %(message)s"
-    _stderr_handler(_logger()).setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
-    _logger().setLevel(level)
+    _stderr_handler(_LOGGER).setFormatter(logging.Formatter(fmt, datefmt=DATEFMT))
+    _LOGGER.setLevel(level)
     logging.captureWarnings(True)
-    captured = _warnings_logger()
-    _stderr_handler(captured).setFormatter(_WarningFormatter("%(asctime)s %(levelname)s %(message)s", datefmt=DATEFMT))
-    captured.setLevel(level)
+    _stderr_handler(_WARNINGS_LOGGER).setFormatter(_WarningFormatter("%(asctime)s %(levelname)s %(message)s", datefmt=DATEFMT))
+    _WARNINGS_LOGGER.setLevel(level)
     # dask and distributed keep their own handlers: only their level follows ours.
     quiet_others = logging.ERROR if settings.quiet and settings.log_level is None else None
     for name in ("distributed", "dask"):
@@ -99,14 +99,6 @@ def _stderr_handler(logger: logging.Logger) -> _StderrHandler:
         handler = _StderrHandler()
         logger.addHandler(handler)
     return handler
-
-
-def _logger() -> logging.Logger:
-    return logging.getLogger("daskbatch")
-
-
-def _warnings_logger() -> logging.Logger:
-    return logging.getLogger("py.warnings")  # where logging.captureWarnings sends them
 
 
 # ---------------------------------------------------------------------- click
@@ -201,7 +193,7 @@ def report(text: str, *, err: bool = False) -> None:
 
 def _snapshot() -> Any:
     """A function that puts back the loggers' levels and handlers and the warning hook as they are now."""
-    loggers = [_logger(), logging.getLogger("distributed"), logging.getLogger("dask"), _warnings_logger()]
+    loggers = [_LOGGER, logging.getLogger("distributed"), logging.getLogger("dask"), _WARNINGS_LOGGER]
     saved = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
     showwarning = warnings.showwarning
     # Whether the caller captures warnings into logging already (then it stays so).
@@ -303,15 +295,6 @@ def _disk_full_message(exc: OSError) -> str:
     return f"{exc.strerror or 'disk or quota full'}; free space and run the same command again"
 
 
-def _raised_in_distributed_comm(tb: TracebackType | None) -> bool:
-    """True when the innermost frame of ``tb`` is in distributed's comm layer or RPC core."""
-    module = ""
-    while tb is not None:
-        module = str(tb.tb_frame.f_globals.get("__name__", ""))
-        tb = tb.tb_next
-    return module.startswith(("distributed.comm", "distributed.core"))
-
-
 def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
     """Tell the errors a client raises when its scheduler goes away during a compute."""
     if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
@@ -322,7 +305,14 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
         return False
     if isinstance(exc, CommClosedError):
         return True
-    return connecting and isinstance(exc, OSError) and _raised_in_distributed_comm(exc.__traceback__)
+    if not (connecting and isinstance(exc, OSError)):
+        return False
+    # An OSError is the scheduler's loss when its innermost frame is in distributed's comm layer or RPC core.
+    tb, module = exc.__traceback__, ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    return module.startswith(("distributed.comm", "distributed.core"))
 
 
 def describe_lost(exc: BaseException) -> str:

@@ -165,8 +165,6 @@ def info_cmd(store: str, x_name: str, label: str | None, as_json: bool) -> None:
     corrupt or truncated chunks are not; `daskbatch verify STORE` decodes and
     checks every chunk.
     """
-    import warnings
-
     from daskbatch.io.dataset import open_dataset  # lazy: dask, zarr
 
     with warnings.catch_warnings(record=True) as caught:

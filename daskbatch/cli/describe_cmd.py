@@ -18,6 +18,7 @@ from daskbatch.cli._common import (
     is_lost_scheduler,
     is_quiet,
     main,
+    report,
     user_errors,
 )
 from daskbatch.cli.options import (
@@ -267,16 +268,13 @@ def describe_command(
         sys.exit(EXIT_FAILURE)
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     report_to_stderr = json_path == "-"
-    if not quiet:
-        click.echo(table_report(summary, top=top, table_rows=table_rows, show_all=show_all), err=report_to_stderr)
+    report(table_report(summary, top=top, table_rows=table_rows, show_all=show_all), err=report_to_stderr)
     if "out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
-        if not quiet:
-            click.echo(f"{'updated summary' if previous is not None else 'summary'} written to {out}", err=report_to_stderr)
+        report(f"{'updated summary' if previous is not None else 'summary'} written to {out}", err=report_to_stderr)
     if "json" in targets:
         write_json(targets["json"], summary.to_json(states=json_states))
-        if not quiet:
-            click.echo(f"summary written to {json_path}", err=report_to_stderr)
+        report(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
         click.echo(json.dumps(summary.to_json(states=json_states), default=str))
 

@@ -279,8 +279,7 @@ def report_command(source: str, out: str, reference: str | None, title: str | No
 
         summary = describe(source)
     written = write_report(summary, out, reference=drift_from, title=title, protected=protected)
-    if not is_quiet():
-        click.echo(f"report written to {written}")
+    report(f"report written to {written}")
 
 
 _EPILOG = (
