@@ -138,11 +138,13 @@ def map_batches(
     _, flag = on_error_modes(on_error)  # validates on_error; fallback is the runner's
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
+        raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
     if _is_items(x):
         return _map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     data = as_feature_matrix(x)
     if batch_rows == "plan":
         per_request = None
@@ -151,8 +153,6 @@ def map_batches(
     else:
         per_request = batch_rows
     xs, ys, per = regular_rows(data, per_request)
-    if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
-        raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
     # Failures are bisected down to single rows; out-of-memory halving on the GPU stops sooner (tiny pieces waste it).
     min_rows, gpu_min_rows = int(min_batch_rows or 1), int(min_batch_rows or max(1, per // 1024))
     choice = _where(device, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,
@@ -353,13 +353,9 @@ def _map_items(
 
     if out is not None:
         raise ValueError("out= writes rows of an array; results of Python items come back as a list (drop out=)")
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "gpu":
         raise ValueError("device='gpu' moves array batches to the GPU; Python items reach func as they are "
                          "(use device='auto' and move them inside func)")
-    if min_batch_rows is not None and (isinstance(min_batch_rows, bool) or min_batch_rows < 1):
-        raise ValueError(f"min_batch_rows must be >= 1, got {min_batch_rows!r}")
     bag: Any = None
     if isinstance(items, dask.bag.Bag):
         if batch_rows != "plan":

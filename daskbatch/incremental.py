@@ -25,7 +25,7 @@ from daskbatch.stats.registry import STATISTICS, Kept, declared_state, fused, st
 from daskbatch.stats.spec import normalize_stats
 from daskbatch.summary import Summary
 
-__all__ = ["check_not_merged", "describe_settings", "input_token", "labelled_statistics", "merge", "update"]
+__all__ = ["check_not_merged", "describe_settings", "labelled_statistics", "merge", "update"]
 
 #: describe arguments that would change the statistics: update takes them from the summary.
 FIXED_OPTIONS = ("stats", "bins", "range")

@@ -33,7 +33,7 @@ from daskbatch.cli.options import (
 from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
 from daskbatch.errors import DataError, Interrupted
-from daskbatch.io.outputs import OutputTarget, check_output, check_separate, write_json
+from daskbatch.io.outputs import OutputTarget, check_outputs, check_separate, write_json
 from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
 from daskbatch.runtime.cluster import cli_kind, require_cuda
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
@@ -269,11 +269,11 @@ def describe_command(
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     report_to_stderr = json_path == "-"
     report(table_report(summary, top=top, table_rows=table_rows, show_all=show_all), err=report_to_stderr)
-    if "out" in targets:
+    if "--out" in targets:
         summary.save(out, overwrite=overwrite)  # type: ignore[arg-type]  # out is set when targeted
         report(f"{'updated summary' if previous is not None else 'summary'} written to {out}", err=report_to_stderr)
-    if "json" in targets:
-        write_json(targets["json"], summary.to_json(states=json_states))
+    if "--json" in targets:
+        write_json(targets["--json"], summary.to_json(states=json_states))
         report(f"summary written to {json_path}", err=report_to_stderr)
     elif json_path == "-":
         click.echo(json.dumps(summary.to_json(states=json_states), default=str))
@@ -311,22 +311,16 @@ def _check_outputs(
     overwrite: bool, summaries: dict[str, str | None],
 ) -> dict[str, OutputTarget]:
     """Check --out, --json and --cov-out against the disk, the inputs and each other (one-line OutputError)."""
-    protected: dict[str, str | None] = {"the input store": store, "the --checkpoint directory": checkpoint, **summaries}
-    targets: dict[str, OutputTarget] = {}
-    if out is not None:
-        targets["out"] = check_output(out, kind="summary", what="--out", overwrite=overwrite, protected=protected)
-        protected["--out"] = out
-    if json_path is not None and json_path != "-":
-        targets["json"] = check_output(
-            json_path, kind="summary", form="file", what="--json", overwrite=overwrite, protected=protected
-        )
-        protected["--json"] = json_path
-    if cov_out is not None:
+    targets = check_outputs(
+        {"--out": (out, "summary", "zarr"), "--json": (None if json_path == "-" else json_path, "summary", "file"),
+         "--cov-out": (cov_out, "tiled_cov", "zarr")},
         # A tiled covariance is big: only an earlier one is replaced, whatever --overwrite says.
-        targets["cov_out"] = check_output(cov_out, kind="tiled_cov", what="--cov-out", protected=protected)
+        overwrite={"--out": overwrite, "--json": overwrite},
+        protected={"the input store": store, "the --checkpoint directory": checkpoint, **summaries},
+    )
     if checkpoint is not None:
-        check_separate(checkpoint, "--checkpoint", {"the input store": store, **summaries, **{
-            f"--{name.replace('_', '-')}": t.path for name, t in targets.items()}})
+        check_separate(checkpoint, "--checkpoint", {"the input store": store, **summaries,
+                                                    **{name: t.path for name, t in targets.items()}})
         check_checkpoint_dir(checkpoint, "--checkpoint")
     return targets
 
