@@ -202,9 +202,12 @@ def describe_command(
             raise DataError(f"{option} {path} has {len(summary.feature_names):,} features and {store} "
                             f"{dataset.x.shape[1]:,}: give a store of the same features")
     if previous is not None and update_path is not None:
-        from daskbatch.incremental import check_not_merged  # lazy: dask
+        from daskbatch.incremental import check_not_merged, labelled_statistics  # lazy: dask
 
-        check_label(previous, update_path, dataset)
+        labelled = labelled_statistics(previous)  # the label is given, or the one the store records
+        if labelled and dataset.label is None:
+            raise click.UsageError(f"{update_path} holds {' and '.join(labelled)}: give the new rows' --label "
+                                   "(the store records none)")
         check_not_merged(previous, dataset, f"the rows of {store}")  # the same store twice would count its rows twice
     if cov_out is None and out is not None:
         cov_out = f"{out.rstrip('/')}.cov.zarr"
@@ -357,14 +360,3 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
                                           split_every=split_every or settings["run"].split_every)
     return previous, settings
 
-
-def check_label(previous: Any, stats_path: str, dataset: Any) -> None:
-    """Refuse new rows without a label (given or recorded by the store) when STATS holds labelled statistics."""
-    from daskbatch.incremental import labelled_statistics  # lazy: dask
-
-    labelled = labelled_statistics(previous)
-    if labelled and dataset.label is None:
-        raise click.UsageError(
-            f"{stats_path} holds {' and '.join(labelled)}: give the new rows' --label "
-            "(the store records none)"
-        )
