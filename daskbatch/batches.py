@@ -216,7 +216,7 @@ def map_batches(
     written: list[int] = []
 
     def done(i: int, r: Any) -> None:
-        """Record block ``i`` as written, and the rows (``r[2]``) its function ran on the CPU."""
+        """Record block ``i`` as written, and the rows (``r[2]``) its function ran on the CPU."""  # numpydoc ignore=PR01
         store.mark_done(i)
         written.append(i)
         cpu_rows.extend(r[2])
