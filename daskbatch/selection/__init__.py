@@ -6,7 +6,7 @@ is in :mod:`daskbatch.selection.record`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from scipy import special
@@ -18,8 +18,8 @@ __all__ = ["Selection", "load_selection", "select"]
 Score = Literal["f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression"]
 Mode = Literal["k", "percentile", "fpr", "fdr", "fwe"]
 
-SCORES: tuple[str, ...] = ("f", "chi2", "mi", "variance", "mrmr", "f_regression", "r_regression")
-MODES: tuple[str, ...] = ("k", "percentile", "fpr", "fdr", "fwe")
+SCORES: tuple[str, ...] = get_args(Score)
+MODES: tuple[str, ...] = get_args(Mode)
 #: sklearn's defaults: SelectKBest(k=10), SelectPercentile(percentile=10), alpha=0.05.
 DEFAULT_PARAM: dict[str, float] = {"k": 10, "percentile": 10, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
 

@@ -13,10 +13,9 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch.io.outputs import MARKER, SELECTION_HEADER, check_output, write_output
+from daskbatch.summary.views import json_values
 
 __all__ = ["Selection", "load_selection"]
-
-_HEADER = SELECTION_HEADER
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,13 +126,13 @@ class Selection:
         if kind == "json":
             # The marker first: check_output recognises the file as a selection it may replace.
             out = dict({MARKER: "selection"}, **self._meta(), feature_names=list(self.feature_names),
-                       score_values=_json_floats(self.score),
-                       pvalue=None if self.pvalue is None else _json_floats(self.pvalue),
+                       score_values=json_values(self.score),
+                       pvalue=None if self.pvalue is None else json_values(self.pvalue),
                        rank=self.rank.tolist(), selected=self.selected.tolist(), reason=list(self.reason))
             text = json.dumps(out, indent=1)
         elif kind == "csv":
             # pandas writes floats with repr: they read back bit for bit.
-            text = _HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
+            text = SELECTION_HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
         else:
             raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
         target = check_output(where, kind="selection", form="file", overwrite=overwrite)
@@ -190,9 +189,9 @@ def _parsed_selection(text: str) -> Selection:
     import pandas as pd  # lazy: pandas
 
     first, _, body = text.partition("\n")
-    if not first.startswith(_HEADER):
-        raise ValueError(f"no {_HEADER.strip()!r} line")
-    meta = json.loads(first[len(_HEADER):])
+    if not first.startswith(SELECTION_HEADER):
+        raise ValueError(f"no {SELECTION_HEADER.strip()!r} line")
+    meta = json.loads(first[len(SELECTION_HEADER):])
     table = pd.read_csv(io.StringIO(body), dtype={"feature": str, "reason": str}, keep_default_na=False,
                         na_values={"score": [""], "pvalue": [""]})
     return Selection(
@@ -202,11 +201,6 @@ def _parsed_selection(text: str) -> Selection:
         reason=tuple(table["reason"]), score_name=meta["score"], mode=meta["mode"], param=meta["param"],
         min_variance=meta["min_variance"], max_corr=meta["max_corr"],
     )
-
-
-def _json_floats(a: np.ndarray) -> list[Any]:
-    return [None if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else v)
-            for v in a.tolist()]
 
 
 def _from_json_floats(values: Sequence[Any]) -> np.ndarray:

@@ -54,8 +54,12 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
 
     def _write(tmp: str) -> None:
         """Write the dataset (and the states) to the temporary path ``tmp``."""
+        from zarr.codecs import ZstdCodec  # lazy: zarr
+
+        # Every variable zstd plus a CRC-32C checksum: a changed byte fails the read.
+        encoding = {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
         # A local "a::b.zarr" is written as that path, not read as a chained URL.
-        ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=_checksummed_encoding(ds), write_empty_chunks=True)
+        ds.to_zarr(zarr_target(tmp), mode="w-", consolidated=False, encoding=encoding, write_empty_chunks=True)
         if summary.states is not None:
             write_states(tmp, summary.states, results)
         if summary.categorical_state is not None:  # the non-numeric columns' profile, for merge and update
@@ -64,13 +68,6 @@ def save_summary(summary: Summary, path: str | os.PathLike[str], *, overwrite: b
     # The lock ``describe --update`` holds: a summary being updated is not replaced under it.
     with summary_lock(path):
         return write_output(target, _write)
-
-
-def _checksummed_encoding(ds: Any) -> dict[str, dict[str, Any]]:
-    """Zarr encoding giving every variable zstd plus a CRC-32C checksum (a changed byte fails the read)."""
-    from zarr.codecs import ZstdCodec  # lazy: zarr
-
-    return {name: {"compressors": checksummed(ZstdCodec())} for name in ds.variables}
 
 
 def load_summary(path: str | os.PathLike[str], *, statistics: Any = ()) -> Summary:

@@ -17,6 +17,7 @@ from daskbatch.summary.two_sample import (
     cdf_bounds,
     chi2_test,
     false_discovery,
+    histogram_cells,
     ks_and_wasserstein,
     rebinned_cells,
 )
@@ -288,14 +289,14 @@ def _shared_cells(
     if reference.hist_counts is None or reference.hist_edges is None:
         if new.hist_counts is None or new.hist_edges is None:
             return None, None, None
-        cells_new, cells_ref, error = _cells(new), *rebinned_cells(bounds_ref, new.hist_edges)
+        cells_new, cells_ref, error = histogram_cells(new), *rebinned_cells(bounds_ref, new.hist_edges)
         rebinned, edges_of = "reference", "new"
     elif new.hist_counts is not None and new.hist_edges is not None and (
         reference.hist_edges.shape == new.hist_edges.shape and np.array_equal(reference.hist_edges, new.hist_edges)
     ):
-        return _cells(reference), _cells(new), None
+        return histogram_cells(reference), histogram_cells(new), None
     else:
-        cells_ref, cells_new, error = _cells(reference), *rebinned_cells(bounds_new, reference.hist_edges)
+        cells_ref, cells_new, error = histogram_cells(reference), *rebinned_cells(bounds_new, reference.hist_edges)
         rebinned, edges_of = "new", "reference"
     if np.any(error > 0):
         worst = int(np.nanargmax(error))
@@ -313,14 +314,6 @@ def _shared_cells(
 
 #: How to make the rebinned figures exact, in the API's words (the CLI says it in its own).
 EXACT_ADVICE = "describing the new data with RunOptions(like=reference) makes them exact"
-
-
-def _cells(s: Summary) -> np.ndarray:
-    """Counts of [below range, bins..., above range] per feature, float64."""
-    assert s.hist_counts is not None
-    under = s.underflow if s.underflow is not None else np.zeros(s.n_features)
-    over = s.overflow if s.overflow is not None else np.zeros(s.n_features)
-    return np.concatenate([under[:, None], s.hist_counts, over[:, None]], axis=1).astype(np.float64)
 
 
 def _probabilities(cells: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
 __all__ = [
-    "DEFAULT_QUANTILES", "FORMAT", "USER_ATTR", "SummaryArrays", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
+    "DEFAULT_QUANTILES", "DERIVED", "FORMAT", "USER_ATTR", "SummaryArrays", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
     "feature_index", "fields_from_xarray", "group_dataset", "labelled", "quantile_label", "results_from_variables",
     "summary_to_xarray", "user_variables", "variable_attrs",
 ]
@@ -87,12 +87,12 @@ class SummaryArrays:
                 return values[name]
         if name in summary_variables():
             return None
-        derived = _DERIVED.get(name)
-        return derived(self) if derived is not None else getattr(self.summary, name)
+        derived = DERIVED.get(name)
+        return derived[0](self) if derived is not None else getattr(self.summary, name)
 
     def __dir__(self) -> list[str]:
         """List the variables, the derived arrays and the summary's attributes."""
-        return sorted({*dir(self.summary), *_DERIVED})
+        return sorted(dir(self.summary))
 
 
 def _group_count(a: SummaryArrays) -> np.ndarray | None:
@@ -129,10 +129,11 @@ def _out_of_range_fraction(a: SummaryArrays) -> np.ndarray | None:
     return (a.underflow + a.overflow) / np.where(n > 0, n, 1.0)
 
 
-#: The arrays the summary derives from its variables, by attribute name.
-_DERIVED = {
-    "group_count": _group_count, "group_mean": _group_mean, "group_var": _group_var, "group_hist": _group_hist,
-    "out_of_range_fraction": _out_of_range_fraction,
+#: The arrays the summary derives from its variables, by attribute name, with the dimensions that label them.
+DERIVED = {
+    "group_count": (_group_count, ("feature", "group")), "group_mean": (_group_mean, ("feature", "group")),
+    "group_var": (_group_var, ("feature", "group")), "group_hist": (_group_hist, ("feature", "bin", "group")),
+    "out_of_range_fraction": (_out_of_range_fraction, ("feature",)),
 }
 
 
@@ -166,8 +167,7 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         centres = 0.5 * (summary.hist_edges[:, :-1] + summary.hist_edges[:, 1:])
         coords["bin_centre"] = (("feature", "bin"), centres, {"long_name": "histogram bin centre"})
     if summary.joint_counts is not None:
-        slots = summary.joint_counts.shape[1]
-        coords["slot"] = ("slot", np.arange(-1, slots - 1, dtype=np.int64), {
+        coords["slot"] = ("slot", _coordinate(summary, "slot", summary.joint_counts.shape[1]), {
             "long_name": "histogram slot", "comment": "-1: below the range, 0..bins-1: the bins, bins: above",
         })
     if summary.classes is not None and any("class" in data[n].dims for n in data):
@@ -183,11 +183,9 @@ def summary_to_xarray(summary: Summary, *, states: bool = False, quantiles: Sequ
         data[v.name] = xr.Variable(v.dims, v.values, attrs=v.attrs)
     if states and summary.sketch_counts is not None:
         data.update({n: _var(n, v) for n, v in summary.variables.items() if declared[n].state and v is not None})
-        first = int(summary.provenance.get("sketch", {}).get("first_slot", 0))
-        width = summary.sketch_counts.shape[1]
-        coords["sketch_slot"] = ("sketch_slot", np.arange(first, first + width, dtype=np.int64),
+        coords["sketch_slot"] = ("sketch_slot", _coordinate(summary, "sketch_slot", summary.sketch_counts.shape[1]),
                                  {"long_name": "quantile sketch slot"})
-        coords["extreme"] = ("extreme", np.array(["min", "max"], dtype=object), {"long_name": "extreme"})
+        coords["extreme"] = ("extreme", _coordinate(summary, "extreme", 2), {"long_name": "extreme"})
     attrs: dict[str, Any] = {"title": "per-feature statistics (daskbatch.Summary)", "daskbatch_summary_format": FORMAT}
     if summary.cov_count is not None:
         attrs["cov_count"] = int(summary.cov_count)

@@ -16,6 +16,7 @@ from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.target import MutualInformation
 from daskbatch.summary.dataset import (
     DEFAULT_QUANTILES,
+    DERIVED,
     SummaryArrays,
     fields_from_xarray,
     group_dataset,
@@ -45,6 +46,10 @@ class Summary:
     dimensions an ``xarray.DataArray`` (``joint_counts``). ``np.asarray(s.mean)`` gives the array, ``s.arrays``
     all of them unlabelled. ``classes`` (K,) holds the label value of each class column, ``cov_count`` the rows.
     ``min`` and ``max`` are exact int64 or uint64 for data of those dtypes, else float64.
+    ``describe(x, groups=g)`` adds ``group_count``, ``group_mean``, ``group_var`` (with the summary's ddof;
+    feature × group DataFrames, NaN where a group has too few values) and ``group_hist`` (feature × bin × group,
+    on ``hist_edges``); they are None without groups. ``out_of_range_fraction`` is each feature's share of its
+    values (NaN left out) outside its histogram range, None without histograms.
     ``provenance`` records what was computed from what.
 
     Examples
@@ -78,6 +83,8 @@ class Summary:
                 return labelled(self, name, values[name])
         if name in summary_variables():
             return None
+        if name in DERIVED:
+            return labelled(self, name, getattr(self.arrays, name), DERIVED[name][1])
         raise AttributeError(f"'Summary' object has no attribute {name!r}")
 
     @property
@@ -105,7 +112,7 @@ class Summary:
 
     def __dir__(self) -> list[str]:
         """List the declared variables with the methods (for completion)."""
-        return sorted({*super().__dir__(), *summary_variables()})
+        return sorted({*super().__dir__(), *summary_variables(), *DERIVED})
 
     @property
     def n_features(self) -> int:
@@ -152,50 +159,6 @@ class Summary:
         """
         return self.classes if self.provenance.get("grouped") else None
 
-    @property
-    def group_count(self) -> Any:
-        """Give the number of finite values of every feature in every group.
-
-        Returns
-        -------
-        pandas.DataFrame or None
-            (D, G): indexed by feature, a column per group value; None without groups.
-        """
-        return labelled(self, "group_count", self.arrays.group_count, _BY_GROUP)
-
-    @property
-    def group_mean(self) -> Any:
-        """Give the mean of every feature's finite values in every group.
-
-        Returns
-        -------
-        pandas.DataFrame or None
-            (D, G), NaN where a group has no finite value; None without groups.
-        """
-        return labelled(self, "group_mean", self.arrays.group_mean, _BY_GROUP)
-
-    @property
-    def group_var(self) -> Any:
-        """Give the variance (with the summary's ddof) of every feature in every group.
-
-        Returns
-        -------
-        pandas.DataFrame or None
-            (D, G), NaN where a group has no more than ddof values; None without groups.
-        """
-        return labelled(self, "group_var", self.arrays.group_var, _BY_GROUP)
-
-    @property
-    def group_hist(self) -> Any:
-        """Give the histogram counts of every feature in every group, on ``hist_edges``.
-
-        Returns
-        -------
-        xarray.DataArray or None
-            (D, bins, G), dimensions ``feature``, ``bin``, ``group``; None without groups or histograms.
-        """
-        return labelled(self, "group_hist", self.arrays.group_hist, ("feature", "bin", "group"))
-
     def by_group(self) -> Any:
         """Give the grouped statistics as an ``xarray.Dataset`` with a ``group`` dimension.
 
@@ -206,17 +169,6 @@ class Summary:
             ``hist_counts`` (feature, bin, group) and ``hist_edges``.
         """
         return group_dataset(self.arrays)
-
-    @property
-    def out_of_range_fraction(self) -> Any:
-        """Give, per feature, the fraction of its values (NaN left out) outside its histogram range.
-
-        Returns
-        -------
-        pandas.Series or None
-            The fractions indexed by feature, None without histograms.
-        """
-        return labelled(self, "out_of_range_fraction", self.arrays.out_of_range_fraction, ("feature",))
 
     @property
     def categorical(self) -> Any:
@@ -458,7 +410,3 @@ class Summary:
 
     def _repr_html_(self) -> str:
         return summary_html(self)
-
-
-#: The dimensions of the ``group_*`` tables.
-_BY_GROUP = ("feature", "group")

@@ -29,6 +29,8 @@ from daskbatch.summary.reprs import (
     _feature_flags,
     correlation_rows,
     format_column,
+    mi_table,
+    pairs_table,
 )
 
 __all__ = ["is_report", "report_html", "write_report"]
@@ -120,8 +122,9 @@ def report_html(summary: Any, *, reference: Any = None, title: str | None = None
         sections.append(("features", "Features", _features_html(summary.n_features)))
     if pairs is not None:
         sections.append(("correlations", "Correlations", _correlation_html(summary, pairs)))
-    if _raw(summary, "mi") is not None:
-        sections.append(("mi", "Mutual information", _mi_html(summary)))
+    if summary.arrays.mi is not None:
+        units = summary.provenance.get("mi_units", "nats")
+        sections.append(("mi", "Mutual information", mi_table(summary.top_mi(TOP_ROWS), f"mi ({units})")))
     if drift is not None:
         sections.append(("drift", "Drift", _drift_html(drift)))
     nav = "".join(f"<a href='#{key}'>{name}</a>" for key, name, _ in sections)
@@ -140,14 +143,6 @@ def report_html(summary: Any, *, reference: Any = None, title: str | None = None
         "__DATA__": data,
     }
     return re.sub("|".join(parts), lambda m: parts[m.group(0)], template)
-
-
-def _raw(summary: Any, name: str) -> np.ndarray | None:
-    """A statistic's variable as a NumPy array, read from ``summary.results`` (None when not computed)."""
-    for values in summary.results.values():
-        if name in values:
-            return None if values[name] is None else np.asarray(values[name])
-    return None
 
 
 def _numbers(values: Any, digits: int = DIGITS) -> list[Any]:
@@ -184,19 +179,19 @@ def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> d
         "drawn_at_open": DRAWN_AT_OPEN,
         "index_limit": INDEX_LIMIT,
     }
-    counts, edges = _raw(summary, "hist_counts"), _raw(summary, "hist_edges")
+    counts, edges = summary.arrays.hist_counts, summary.arrays.hist_edges
     if counts is not None and edges is not None and summary.n_features:
         out["hist"] = {"range": _numbers(edges[:, [0, -1]], 8), "counts": _counts(counts)}
         ref_counts, ref_edges = (
             (None, None)
             if reference is None
-            else (_raw(reference, "hist_counts"), _raw(reference, "hist_edges"))
+            else (reference.arrays.hist_counts, reference.arrays.hist_edges)
         )
         if ref_counts is not None and ref_edges is not None and np.array_equal(ref_edges, edges):
             out["reference_hist"] = _counts(
                 ref_counts
             )  # same bins (described like= it): drawn over
-        joint, classes = _raw(summary, "joint_counts"), _raw(summary, "classes")
+        joint, classes = summary.arrays.joint_counts, summary.arrays.classes
         if joint is not None and classes is not None and joint.shape[1] == counts.shape[1] + 2:
             kind = "group" if summary.provenance.get("grouped") else "class"
             out["class_hist"] = {
@@ -204,14 +199,14 @@ def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> d
                 "kind": kind,
                 "counts": _counts(joint[:, 1:-1, :]),
             }
-    if summary.n_features and (counts is not None or _raw(summary, "sketch_counts") is not None):
+    if summary.n_features and (counts is not None or summary.arrays.sketch_counts is not None):
         values = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
         out["quantiles"] = {
             "labels": [quantile_label(q) for q in DEFAULT_QUANTILES],
             "marked": list(MARKED),
             "values": _numbers(values, 8),
         }
-    mi = _raw(summary, "mi")
+    mi = summary.arrays.mi
     if mi is not None:
         order = np.argsort(-np.nan_to_num(mi.astype(np.float64), nan=-np.inf), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
@@ -234,7 +229,7 @@ def _correlations(summary: Any) -> Any:
     """The correlation matrix: in memory, or the tiled store's (dask, read by rows); None without one."""
     if summary.n_features < 2:
         return None
-    corr = _raw(summary, "corr")
+    corr = summary.arrays.corr
     if corr is None and summary.provenance.get("tiled_cov"):
         return summary.tiled_cov().corr  # too wide for memory: read a block of rows at a time
     return corr
@@ -339,24 +334,12 @@ def _correlation_html(summary: Any, pairs: Any) -> str:
         else f"the {shown} features of the strongest pairs"
     )
     top = pairs.head(TOP_ROWS)
-    rows = [(f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)]
     note = correlation_rows(summary)
     return (
         f"<div class='db-sub'>Pearson r of {which} (red positive, blue negative){'; ' + note if note else ''}</div>"
         "<div id='db-heatmap'></div>"
-        + _html.details(
-            f"Top {len(rows)} correlated pairs", _html.table("pair", ["Pearson r"], rows), open=True
-        )
+        + _html.details(f"Top {len(top)} correlated pairs", pairs_table(top), open=True)
     )
-
-
-def _mi_html(summary: Any) -> str:
-    """The features ranked by mutual information with the label."""
-    top = summary.top_mi(TOP_ROWS)
-    units = summary.provenance.get("mi_units", "nats")
-    cells = format_column(top.to_numpy())
-    rows = [(str(name), [value], ["num"], "") for name, value in zip(top.index, cells, strict=True)]
-    return _html.table("feature", [f"mi ({units})"], rows)
 
 
 def _drift_html(drift: Any) -> str:

@@ -26,7 +26,7 @@ from daskbatch.summary.views import (
 
 __all__ = [
     "correlation_rows", "covariance_message", "DROPPED_ROWS_LIMIT", "FeatureFlags", "format_column", "format_report",
-    "LISTED", "NAN_HEAVY", "PAIRWISE_OPTION", "summary_html", "summary_suspect_values", "summary_text", "suspect_message",
+    "LISTED", "mi_table", "NAN_HEAVY", "PAIRWISE_OPTION", "pairs_table", "summary_html", "summary_suspect_values", "summary_text", "suspect_message",
 ]
 
 #: Fraction of the rows the complete-rows covariance may leave out before the summary says so.
@@ -113,7 +113,7 @@ MAX_DECIMALS = 8
 ZERO_HIDDEN = ("nan_count", "posinf_count", "neginf_count")
 
 
-def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DIGITS) -> list[str]:
+def format_column(values: np.ndarray, *, integer: bool = False) -> list[str]:
     """Format one column, every value with the same number of significant digits."""
     raw = np.asarray(values)
     if raw.dtype.kind in "iu":  # exact integers (the extremes of int64 features): every digit
@@ -124,16 +124,16 @@ def format_column(values: np.ndarray, *, integer: bool = False, digits: int = DI
     finite = np.abs(v[np.isfinite(v)])
     big = float(finite.max()) if finite.size else 0.0
     if big != 0.0 and (big < 1e-4 or big >= 1e15):
-        return [f"{x:.{digits - 1}e}" if np.isfinite(x) else nonfinite_text(x) for x in v]
+        return [f"{x:.{DIGITS - 1}e}" if np.isfinite(x) else nonfinite_text(x) for x in v]
     out = []
     for x in v:
         if not np.isfinite(x):
             out.append(nonfinite_text(x))
             continue
-        decimals = 0 if x == 0 else min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), MAX_DECIMALS)
+        decimals = 0 if x == 0 else min(max(DIGITS - 1 - math.floor(math.log10(abs(x))), 0), MAX_DECIMALS)
         text = f"{x:,.{decimals}f}"
-        if decimals and abs(float(text.replace(",", ""))) >= 10 ** (digits - decimals):
-            # rounding carried into a new power of ten (999.97 -> 1,000.0): one decimal fewer keeps `digits`
+        if decimals and abs(float(text.replace(",", ""))) >= 10 ** (DIGITS - decimals):
+            # rounding carried into a new power of ten (999.97 -> 1,000.0): one decimal fewer keeps DIGITS
             text = f"{x:,.{decimals - 1}f}"
         out.append("0" if float(text.replace(",", "")) == 0.0 else text)
     return out
@@ -154,27 +154,15 @@ class FeatureFlags:
     def notes(self, i: int) -> list[str]:
         """Note what is special about feature ``i``."""
         notes = []
-        if i in self._constant:
+        if i in self.constant:
             notes.append("constant")
-        if i in self._out and self.out_fraction is not None:
+        if i in self.out_of_range and self.out_fraction is not None:
             notes.append(f"{format_percent(float(self.out_fraction[i]))} outside range")
-        if i in self._nan:
+        if i in self.nan_heavy:
             notes.append(f"{format_percent(float(self.nan_fraction[i]))} NaN")
         if i in self.suspect:
             notes.append(self.suspect[i])
         return notes
-
-    @property
-    def _constant(self) -> set[int]:
-        return set(self.constant.tolist())
-
-    @property
-    def _out(self) -> set[int]:
-        return set(self.out_of_range.tolist())
-
-    @property
-    def _nan(self) -> set[int]:
-        return set(self.nan_heavy.tolist())
 
     def messages(self, names: Sequence[str]) -> list[str]:
         """Write one plain-text line per kind of warning, naming the features."""
@@ -305,9 +293,20 @@ def correlation_rows(summary: Any) -> str:
     return f"{summary.cov_count:,} complete rows"
 
 
+def pairs_table(top: Any) -> str:
+    """The HTML table of ``top_correlated``'s pairs."""
+    rows = [(f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)]
+    return _html.table("pair", ["Pearson r"], rows)
+
+
+def mi_table(top: Any, title: str) -> str:
+    """The HTML table of ``top_mi``'s features, their MI in the column ``title``."""
+    rows = [(str(n), [v], ["num"], "") for n, v in zip(top.index, format_column(top.to_numpy()), strict=True)]
+    return _html.table("feature", [title], rows)
+
+
 def _header(summary: Any) -> str:
-    prov = summary.provenance
-    rows = int(prov.get("rows", 0))
+    rows = int(summary.provenance.get("rows", 0))
     return f"{rows:,} rows × {summary.n_features:,} features"
 
 
@@ -392,21 +391,12 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     if summary.corr is not None:  # a tiled covariance would need a pass over its store: not in a repr
         top = summary.top_correlated(5)
         if len(top):
-            pair_rows = [
-                (f"{a} ~ {b}", [f"{r:+.3f}"], ["num"], "") for a, b, r in top.itertuples(index=False)
-            ]
             rows_note = f" ({correlation_rows(summary)})" if summary.cov_count is not None else ""
-            parts.append(_html.details(
-                f"Top correlated pairs{rows_note}", _html.table("pair", ["Pearson r"], pair_rows), open=True
-            ))
+            parts.append(_html.details(f"Top correlated pairs{rows_note}", pairs_table(top), open=True))
     if summary.mi is not None:
-        top_mi = summary.top_mi(5)
         units = summary.provenance.get("mi_units", "nats")
-        mi_rows = [(str(n), [v], ["num"], "") for n, v in zip(top_mi.index, format_column(top_mi.to_numpy()), strict=True)]
-        parts.append(_html.details(
-            f"Top features by mutual information with the label ({units})",
-            _html.table("feature", ["mi"], mi_rows), open=True,
-        ))
+        parts.append(_html.details(f"Top features by mutual information with the label ({units})",
+                                   mi_table(summary.top_mi(5), "mi"), open=True))
     titles, categorical = _categorical_rows(summary)
     if categorical:  # "~": a HyperLogLog estimate (summary.categorical has its error and the top values)
         table_rows = [(n, cells, ["txt", *["num"] * 3, "txt", "txt", "txt"], "") for n, cells in categorical]

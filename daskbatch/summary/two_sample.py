@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,7 @@ __all__ = [
     "cdf_bounds",
     "chi2_test",
     "false_discovery",
+    "histogram_cells",
     "ks_and_wasserstein",
     "rebinned_cells",
 ]
@@ -42,13 +43,7 @@ class CdfBounds:
 
     def rows(self, index: np.ndarray) -> CdfBounds:
         """The enclosures of the features ``index``."""
-        return CdfBounds(
-            self.at_least_from[index],
-            self.at_least[index],
-            self.at_most_below[index],
-            self.at_most[index],
-            self.n[index],
-        )
+        return CdfBounds(*(getattr(self, f.name)[index] for f in fields(self)))
 
 
 def cdf_bounds(summary: Summary) -> CdfBounds:
@@ -56,10 +51,7 @@ def cdf_bounds(summary: Summary) -> CdfBounds:
     totals, parts = _sketch_parts(summary)
     cells = []  # (counts with the below- and above-range cells, lower edge, upper edge) of every histogram kept
     if summary.hist_counts is not None and summary.hist_edges is not None:
-        under = summary.underflow if summary.underflow is not None else np.zeros(summary.n_features)
-        over = summary.overflow if summary.overflow is not None else np.zeros(summary.n_features)
-        counts = np.concatenate([under[:, None], summary.hist_counts, over[:, None]], axis=1)
-        cells.append((counts, summary.hist_edges))
+        cells.append((histogram_cells(summary), summary.hist_edges))
     if summary.quantile_counts is not None and summary.quantile_range is not None:
         cells.append(
             (
@@ -88,6 +80,14 @@ def cdf_bounds(summary: Summary) -> CdfBounds:
         return CdfBounds(empty, empty, empty, empty, totals)
     joined = [np.concatenate([p[i] for p in parts], axis=1) for i in range(4)]
     return CdfBounds(joined[0], joined[1], joined[2], joined[3], totals)
+
+
+def histogram_cells(summary: Summary) -> np.ndarray:
+    """Counts of [below range, bins..., above range] per feature, float64."""
+    assert summary.hist_counts is not None
+    under = summary.underflow if summary.underflow is not None else np.zeros(summary.n_features)
+    over = summary.overflow if summary.overflow is not None else np.zeros(summary.n_features)
+    return np.concatenate([under[:, None], summary.hist_counts, over[:, None]], axis=1).astype(np.float64)
 
 
 def _part(

@@ -21,14 +21,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASS_COLOURS", "QUANTILE_BUCKETS", "SummaryPlot", "checked_k", "dataframe", "figure_axes", "format_percent",
-    "json_dict", "nonfinite_text", "quantiles", "ranked_bars", "shown_of", "sketch_layout", "top_correlated", "top_mi",
+    "json_dict", "json_values", "nonfinite_text", "quantiles", "ranked_bars", "shown_of", "sketch_layout",
+    "top_correlated", "top_mi",
 ]
 
 
 def quantiles(summary: Summary, q: Any, method: str) -> Any:
-    """Approximate quantiles of every feature (:meth:`Summary.quantile`, which says how accurate)."""
+    """Approximate quantiles of every feature (:meth:`Summary.quantile`), labelled, saying where they come from."""
     values, source, exact = quantile_values(summary, q, method)
-    return _labelled(summary, values, q, source, exact)
+    import pandas as pd  # lazy: pandas
+
+    index = pd.Index(list(summary.feature_names), name="feature")
+    if np.ndim(q) == 0:
+        out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+    else:
+        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+        out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+    # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
+    out.attrs["source"] = source
+    out.attrs["exact"] = tuple(name for name, e in zip(summary.feature_names, exact, strict=True) if e)
+    return out
 
 
 def quantile_values(summary: Summary, q: Any, method: str) -> tuple[np.ndarray, str, np.ndarray]:
@@ -81,22 +93,6 @@ def sketch_layout(spec: dict[str, Any]) -> Sketch:
     window = spec.get("window")
     return Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
                   None if window is None else int(window))
-
-
-def _labelled(summary: Summary, values: np.ndarray, q: Any, source: str, exact: np.ndarray) -> Any:
-    """``values`` (D,) or (D, len(q)) as a Series / DataFrame indexed by feature, saying where they come from."""
-    import pandas as pd  # lazy: pandas
-
-    index = pd.Index(list(summary.feature_names), name="feature")
-    if np.ndim(q) == 0:
-        out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
-    else:
-        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
-        out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
-    # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
-    out.attrs["source"] = source
-    out.attrs["exact"] = tuple(name for name, e in zip(summary.feature_names, exact, strict=True) if e)
-    return out
 
 
 def correlated_pairs(summary: Summary, k: int) -> list[tuple[str, str, float]]:
@@ -168,19 +164,19 @@ def json_dict(summary: Summary, *, states: bool) -> dict[str, Any]:
     for name, value in summary.variables.items():
         bucket = declared[name].state or name in QUANTILE_BUCKETS
         if isinstance(value, np.ndarray) and (states or not bucket):
-            out[name] = _json_values(value)
+            out[name] = json_values(value)
     if summary.cov_count is not None:
         out["cov_count"] = int(summary.cov_count)
     if summary.hist_counts is not None or summary.sketch_counts is not None:
         table = summary.quantile(list(DEFAULT_QUANTILES)).to_numpy()
-        out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": _json_values(table)}
+        out["quantiles"] = {"probabilities": list(DEFAULT_QUANTILES), "values": json_values(table)}
     user = user_variables(summary.extra, summary.n_features, set())
     if user:
-        out["user_statistics"] = {v.name: _json_values(v.values) for v in user}
+        out["user_statistics"] = {v.name: json_values(v.values) for v in user}
     return out
 
 
-def _json_values(a: np.ndarray) -> Any:
+def json_values(a: np.ndarray) -> Any:
     """Nested lists of ``a`` with the non-finite floats strict JSON cannot hold spelled out."""
     if a.dtype.kind != "f":
         return a.tolist()

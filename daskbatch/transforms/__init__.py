@@ -136,11 +136,6 @@ class PerFeature:
         return tuple(self.bind(names).feature_names)
 
 
-def block_namespace(block: Array) -> tuple[Any, Any]:  # numpydoc ignore=PR01,RT01
-    """Give a block's array namespace and device (NumPy's or CuPy's)."""
-    return namespace(block), device(block)
-
-
 def bind_all(steps: Sequence[Step], names: Sequence[str]) -> tuple[list[Step], tuple[str, ...]]:  # numpydoc ignore=PR01,RT01
     """Fit each step to the columns the previous ones produce."""
     bound: list[Step] = []
@@ -163,14 +158,7 @@ def apply_all(steps: Sequence[Step], block: Array) -> Array:  # numpydoc ignore=
 
 @dataclass(frozen=True, eq=False)
 class Select:
-    """Keep columns ``indices`` (in that order).
-
-    Attributes
-    ----------
-    indices : tuple of int
-    feature_names : tuple of str or None
-        The features the selection was made on; the input must have exactly these.
-    """
+    """Keep columns ``indices`` (in that order)."""
 
     indices: tuple[int, ...]
     feature_names: tuple[str, ...] | None = None
@@ -185,7 +173,7 @@ class Select:
 
     def apply(self, block: Array) -> Array:  # numpydoc ignore=PR01,RT01
         """Keep the selected columns of ``block``."""
-        xp, dev = block_namespace(block)
+        xp, dev = namespace(block), device(block)
         return xp.take(block, xp.asarray(self.indices, dtype=xp.int64, device=dev), axis=1)
 
     def output_features(self, names: tuple[str, ...]) -> tuple[str, ...]:  # numpydoc ignore=PR01,RT01
@@ -253,7 +241,7 @@ class Clip(ValueWise):
 
     def apply(self, block: Array) -> Array:  # numpydoc ignore=PR01,RT01
         """Clip one block (integers become float64 first)."""
-        xp, _ = block_namespace(block)
+        xp = namespace(block)
         if not xp.isdtype(block.dtype, "real floating"):
             block = as_float64(block)
         return xp.clip(block, min=self.lo, max=self.hi)

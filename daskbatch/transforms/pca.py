@@ -243,7 +243,7 @@ def pca(
             values, vectors = np.linalg.eigh(cov)
             values, vectors = values[::-1][:k], vectors[:, ::-1][:, :k]
         else:
-            values, vectors = _lanczos(_dense_operator(cov), d, k)
+            values, vectors = _lanczos(cov, d, k)
     else:
         import dask.array as da  # lazy: dask
 
@@ -287,12 +287,6 @@ def _flip_signs(components: np.ndarray) -> np.ndarray:
     signs = np.sign(components[np.arange(components.shape[0]), biggest])
     signs[signs == 0] = 1.0
     return components * signs[:, None]
-
-
-def _dense_operator(cov: np.ndarray) -> Any:
-    from scipy.sparse.linalg import aslinearoperator  # lazy: scipy
-
-    return aslinearoperator(cov)
 
 
 def _tiled_operator(lazy: Any) -> Any:

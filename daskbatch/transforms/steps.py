@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from daskbatch._common import Array
-from daskbatch.stats.numerics import as_float64
+from daskbatch.stats.numerics import as_float64, device, namespace
 from daskbatch.transforms import (
     Clip,
     PerFeature,
@@ -17,7 +17,6 @@ from daskbatch.transforms import (
     ValueWise,
     apply_all,
     bind_all,
-    block_namespace,
     clip,
     digest,
     origin_of,
@@ -30,18 +29,7 @@ __all__ = ["apply_all", "bind_all", "Clip", "clip", "Impute", "impute", "Log1p",
 
 @dataclass(frozen=True, eq=False)
 class Standardize(PerFeature):
-    """A step making z-scores ``(x - mean) / std`` in float64.
-
-    Attributes
-    ----------
-    mean, std : ndarray of float64, shape (D,)
-    feature_names : tuple of str
-        The features ``mean`` and ``std`` belong to; :meth:`bind` picks those of the input.
-    constant : {"zero", "error"}
-        Features with ``std == 0``: output 0 (NaN stays NaN), or refuse.
-    origin : dict
-        The summary's provenance (source, created, ddof, rows).
-    """
+    """A step making z-scores ``(x - mean) / std`` in float64."""
 
     mean: np.ndarray
     std: np.ndarray
@@ -68,7 +56,7 @@ class Standardize(PerFeature):
 
     def apply(self, block: Array) -> Array:
         """Standardize one block."""
-        xp, dev = block_namespace(block)
+        xp, dev = namespace(block), device(block)
         if block.shape[1] != self.mean.shape[0]:
             raise ValueError(f"standardize: block has {block.shape[1]} columns, expected {self.mean.shape[0]}")
         mean = xp.asarray(self.mean, dtype=xp.float64, device=dev)
@@ -130,19 +118,7 @@ def standardize(
 
 @dataclass(frozen=True, eq=False)
 class Rescale(PerFeature):
-    """Per-feature affine scaling ``(x - center) / scale`` in float64 (min-max and robust scaling).
-
-    Attributes
-    ----------
-    center, scale : ndarray of float64, shape (D,)
-        A zero scale is taken as 1, as scikit-learn's scalers do.
-    feature_names : tuple of str
-        The features ``center`` and ``scale`` belong to; :meth:`bind` picks those of the input.
-    kind : str
-        ``"minmax"`` or ``"robust"``, for the provenance.
-    origin : dict
-        The summary's provenance (source, created, ddof, rows).
-    """
+    """Per-feature affine scaling ``(x - center) / scale`` in float64 (min-max and robust scaling)."""
 
     center: np.ndarray
     scale: np.ndarray
@@ -164,7 +140,7 @@ class Rescale(PerFeature):
 
     def apply(self, block: Array) -> Array:
         """Scale one block."""
-        xp, dev = block_namespace(block)
+        xp, dev = namespace(block), device(block)
         if block.shape[1] != self.center.shape[0]:
             raise ValueError(f"{self.kind}: block has {block.shape[1]} columns, expected {self.center.shape[0]}")
         scale = np.where(self.scale == 0, 1.0, self.scale)
@@ -241,7 +217,7 @@ class Log1p(ValueWise):
 
     def apply(self, block: Array) -> Array:
         """Take ``log1p`` of one block."""
-        xp, _ = block_namespace(block)
+        xp = namespace(block)
         return xp.log1p(as_float64(block))
 
     def describe(self) -> dict[str, Any]:
@@ -262,16 +238,7 @@ def log1p() -> Log1p:
 
 @dataclass(frozen=True, eq=False)
 class Impute(PerFeature):
-    """NaN replaced by a per-feature value (scikit-learn's ``SimpleImputer``).
-
-    Attributes
-    ----------
-    values : ndarray of float64, shape (D,)
-    feature_names : tuple of str
-    strategy : {"mean", "median"}
-    origin : dict
-        The summary's provenance (source, created, ddof, rows).
-    """
+    """NaN replaced by a per-feature value (scikit-learn's ``SimpleImputer``)."""
 
     values: np.ndarray
     feature_names: tuple[str, ...]
@@ -282,7 +249,7 @@ class Impute(PerFeature):
 
     def apply(self, block: Array) -> Array:
         """Fill the NaN of one block."""
-        xp, dev = block_namespace(block)
+        xp, dev = namespace(block), device(block)
         x = as_float64(block)
         fill = xp.asarray(self.values, dtype=xp.float64, device=dev)
         return xp.where(xp.isnan(x), xp.broadcast_to(fill, x.shape), x)
@@ -321,19 +288,7 @@ def impute(summary: Any, strategy: Literal["mean", "median"] = "mean") -> Impute
 
 @dataclass(frozen=True, eq=False)
 class QuantileTransform(PerFeature):
-    """Each feature mapped through its own CDF onto a uniform or a normal distribution.
-
-    Attributes
-    ----------
-    quantiles : ndarray of float64, shape (D, Q)
-        Each feature's values at the probabilities ``references``.
-    references : ndarray of float64, shape (Q,)
-        Evenly spaced probabilities from 0 to 1.
-    feature_names : tuple of str
-    output : {"uniform", "normal"}
-    origin : dict
-        The summary's provenance (source, created, ddof, rows).
-    """
+    """Each feature mapped through its own CDF onto a uniform or a normal distribution."""
 
     quantiles: np.ndarray
     references: np.ndarray
@@ -348,7 +303,7 @@ class QuantileTransform(PerFeature):
 
     def apply(self, block: Array) -> Array:
         """Map one block through the features' CDFs."""
-        xp, dev = block_namespace(block)
+        xp, dev = namespace(block), device(block)
         x = as_float64(block)
         refs = xp.asarray(self.references, dtype=xp.float64, device=dev)
         columns = []
