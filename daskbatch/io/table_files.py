@@ -1,9 +1,6 @@
-"""Where a table's files are: table suffixes, a directory or URL searched for them, each opened for pyarrow.
+"""Where a table's files are: the Parquet and Arrow IPC files of a path or fsspec URL, in natural order.
 
-:func:`find_files` lists the Parquet and Arrow IPC files of a path or fsspec URL in natural order
-(hidden and bookkeeping files left out); :func:`is_table_path` tells a table from a Zarr store;
-:func:`check_protocol` names the package a URL's protocol needs (``daskbatch[s3]``) before fsspec's own words;
-:func:`refuse_unreadable_path` refuses a missing path or a text table in one line.
+Also tells a table from a Zarr store, and refuses a missing path, a text table or a URL whose package is absent.
 """
 
 from __future__ import annotations
