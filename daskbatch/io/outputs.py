@@ -116,7 +116,7 @@ def _real(path: str) -> str:
     return path.rstrip("/") if _is_url(path) else os.path.realpath(os.path.abspath(path))
 
 
-def _contains(outer: str, inner: str) -> bool:
+def path_contains(outer: str, inner: str) -> bool:
     """Whether ``inner`` is ``outer`` or lies below it (both already :func:`_real`)."""
     if _is_url(outer) != _is_url(inner):
         return False
@@ -134,9 +134,9 @@ def check_separate(path: str, what: str, protected: Mapping[str, str | os.PathLi
         theirs = _real(os.fspath(other))
         if mine == theirs:
             relation = "is"
-        elif _contains(theirs, mine):
+        elif path_contains(theirs, mine):
             relation = "is inside"
-        elif _contains(mine, theirs):
+        elif path_contains(mine, theirs):
             relation = "holds"
         else:
             continue

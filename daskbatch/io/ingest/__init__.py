@@ -134,21 +134,15 @@ class IngestReport:
         )
 
 
-def _default_chunk_rows(features: int, itemsize: int) -> int:
-    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, features * itemsize))
-    return 1 << (rows.bit_length() - 1)
-
-
 def _codec(name: str) -> Any:
+    """The zarr codec of a compressor name (checked by :func:`ingest`)."""
     from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
     if name == "zstd":
         return ZstdCodec(level=1)
     if name == "lz4":
         return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
-    if name == "none":
-        return None
-    raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {name!r}")
+    return None
 
 
 def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
@@ -162,7 +156,8 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
             check_replaceable(out)  # never another's data, nor a symlink's target
         remove_path(out)
         return True, set()
-    if old is None and _unfinished_creation(out):
+    ingested = group_attrs(out).get(INGEST_ATTR)
+    if old is None and isinstance(ingested, dict) and ingested.get("complete") is False:
         # Interrupted while creating the store (before its manifest): nothing to keep.
         shutil.rmtree(out)
         return True, set()
@@ -180,12 +175,6 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
             + ". Re-run with the original inputs to resume, or pass --overwrite to start again"
         )
     return False, read_done(out, name=DONE_FILE)
-
-
-def _unfinished_creation(out: str) -> bool:
-    """True for a store this module began creating but left without a manifest."""
-    attrs = group_attrs(out)
-    return isinstance(attrs.get(INGEST_ATTR), dict) and attrs[INGEST_ATTR].get("complete") is False
 
 
 def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
@@ -343,7 +332,9 @@ def ingest(
     # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
     check_separate(out, "the output", {f"the source {p}": p for p in paths})
     scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
-    chunk_rows = chunk_rows or _default_chunk_rows(scan.features, np.dtype(scan.dtype).itemsize)
+    if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
+        rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
+        chunk_rows = 1 << (rows.bit_length() - 1)
     n_chunks = -(-scan.rows // chunk_rows)
     doc = {
         "scan_sha256": scan.checksum(),
@@ -417,12 +408,11 @@ def _run(
 ) -> None:
     """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
     log = DoneLog(out, name=DONE_FILE)
-    pending = iter(todo)
     running: dict[Future[int], int] = {}
     error: BaseException | None = None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
     try:
-        for c in pending:
+        for c in todo:
             running[pool.submit(writer.write, c)] = c
             if len(running) < workers:
                 continue
