@@ -80,7 +80,7 @@ def _is_table_name(name: str) -> bool:
     return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
 
 
-def _natural_key(path: str) -> list[Any]:
+def natural_key(path: str) -> list[Any]:
     """Sort key with numbers compared as numbers (part-2 before part-10)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
@@ -134,4 +134,4 @@ def find_files(where: str, storage_options: Mapping[str, Any] | None) -> Files:
                 found += [os.path.join(d, n) for n in names if _is_table_name(n)]
     if not found:
         raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
-    return Files(fs, tuple(sorted(found, key=_natural_key)))
+    return Files(fs, tuple(sorted(found, key=natural_key)))
