@@ -80,50 +80,43 @@ class _Footer:
 
 
 def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
-    """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
-    import pyarrow as pa  # lazy: pyarrow
-
-    try:
-        return _read_footer(files, i, wanted, fingerprint)
-    except pa.ArrowException as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
-
-
-def _read_footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.parquet as pq  # lazy: pyarrow
 
     digest = hashlib.sha256()
-    with files.open(i) as source:
-        if files.is_ipc(i):
-            reader = pa.ipc.open_file(source)
-            schema = reader.schema
-            groups = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
-            nullable = {f.name for f in schema if f.nullable}
-            source.seek(0)  # no statistics in an IPC file: its bytes are its content
-            for block in iter(lambda: source.read(1 << 23), b"") if fingerprint else ():
-                digest.update(block)
-        else:
-            meta = pq.ParquetFile(source).metadata
-            schema = meta.schema.to_arrow_schema()
-            groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-            nullable = set()
-            for g in range(meta.num_row_groups):
-                group = meta.row_group(g)
-                digest.update(f"group {g} {group.num_rows} {group.total_byte_size}\n".encode())
-                for c in range(group.num_columns):
-                    chunk = group.column(c)
-                    name = chunk.path_in_schema
-                    if wanted is not None and name not in wanted:
-                        continue  # another column rewritten leaves these numbers as they are
-                    stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
-                    if stats is None or stats.get("null_count") != 0:
-                        nullable.add(name)
-                    sizes = [chunk.total_compressed_size, chunk.total_uncompressed_size]
-                    facts = [name, *sizes, chunk.compression, chunk.encodings, stats]
-                    digest.update(json.dumps(facts, default=str).encode())
+    try:
+        with files.open(i) as source:
+            if files.is_ipc(i):
+                reader = pa.ipc.open_file(source)
+                schema = reader.schema
+                groups = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
+                nullable = {f.name for f in schema if f.nullable}
+                source.seek(0)  # no statistics in an IPC file: its bytes are its content
+                for block in iter(lambda: source.read(1 << 23), b"") if fingerprint else ():
+                    digest.update(block)
+            else:
+                meta = pq.ParquetFile(source).metadata
+                schema = meta.schema.to_arrow_schema()
+                groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+                nullable = set()
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    digest.update(f"group {g} {group.num_rows} {group.total_byte_size}\n".encode())
+                    for c in range(group.num_columns):
+                        chunk = group.column(c)
+                        name = chunk.path_in_schema
+                        if wanted is not None and name not in wanted:
+                            continue  # another column rewritten leaves these numbers as they are
+                        stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
+                        if stats is None or stats.get("null_count") != 0:
+                            nullable.add(name)
+                        sizes = [chunk.total_compressed_size, chunk.total_uncompressed_size]
+                        facts = [name, *sizes, chunk.compression, chunk.encodings, stats]
+                        digest.update(json.dumps(facts, default=str).encode())
+    except pa.ArrowException as exc:  # a file pyarrow cannot read is named in one line
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
     digest.update(str(schema).encode())
     return _Footer(schema, groups, digest.hexdigest(), nullable)
 

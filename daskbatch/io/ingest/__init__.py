@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -208,29 +208,6 @@ def _layout(scan: Scan) -> dict[str, Any]:
     return layout
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _one_run_per_output(func: Callable[P, R]) -> Callable[P, R]:
-    """Hold the output's run lock around ``func(sources, out, ...)``."""
-    # Two ingests into one output would append each chunk twice to the done log and race on creating the
-    # store; the second now stops before touching it.
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        given = args[1] if len(args) > 1 else kwargs.get("out")
-        out = os.fspath(given) if isinstance(given, (str, os.PathLike)) else ""
-        parent = os.path.dirname(os.path.abspath(out)) if out else ""
-        if not out or "://" in out or not os.path.isdir(parent):
-            return func(*args, **kwargs)  # ingest itself names what is wrong with ``out``
-        with RunLock(output_lock_path(out), f"ingest output {out}"):
-            return func(*args, **kwargs)
-
-    return wrapper
-
-
-@_one_run_per_output
 def ingest(
     sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -327,70 +304,75 @@ def ingest(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
 
-    columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
-    paths = expand_sources(sources)
-    # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
-    check_separate(out, "the output", {f"the source {p}": p for p in paths})
-    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
-    if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
-        rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
-        chunk_rows = 1 << (rows.bit_length() - 1)
-    n_chunks = -(-scan.rows // chunk_rows)
-    doc = {
-        "scan_sha256": scan.checksum(),
-        "options": {"chunk_rows": chunk_rows, "compressor": compressor},
-        "scan": as_json(scan),
-    }
-    create, done = _prepare_output(out, doc, overwrite)
     parent = os.path.dirname(os.path.abspath(out))
-    if create and not os.path.exists(parent):
-        raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
-    try:
-        if create:
-            _create(out, scan, chunk_rows, compressor, doc)
-    except OSError as exc:
-        raise OSError(
-            exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
-        ) from exc
-
-    import zarr  # lazy: zarr
-
-    group = zarr.open_group(out, mode="r+")
-    todo = [c for c in range(n_chunks) if c not in done]
-    if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
-        # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
-        zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
-        zcols = {
-            name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
-            for name, _, _ in scan.outputs()
+    # Two ingests into one output would log each chunk twice and race on creating the store: the second stops.
+    held: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if os.path.isdir(parent):  # else no store can be made there, and ingest names why below
+        held = RunLock(output_lock_path(out), f"ingest output {out}")
+    with held:
+        columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
+        paths = expand_sources(sources)
+        # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
+        check_separate(out, "the output", {f"the source {p}": p for p in paths})
+        scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
+        if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
+            rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
+            chunk_rows = 1 << (rows.bit_length() - 1)
+        n_chunks = -(-scan.rows // chunk_rows)
+        doc = {
+            "scan_sha256": scan.checksum(),
+            "options": {"chunk_rows": chunk_rows, "compressor": compressor},
+            "scan": as_json(scan),
         }
-        bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
-                       nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
-                       cancel=cancel, **progress_options(progress))
-        with bar:
-            bar.skip(n_chunks - len(todo))
-            _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
-        # Only now, with every chunk in the log (_run raises otherwise), is the store complete.
-        group.update_attributes(
-            {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
+        create, done = _prepare_output(out, doc, overwrite)
+        if create and not os.path.exists(parent):
+            raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+        try:
+            if create:
+                _create(out, scan, chunk_rows, compressor, doc)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
+            ) from exc
+
+        import zarr  # lazy: zarr
+
+        group = zarr.open_group(out, mode="r+")
+        todo = [c for c in range(n_chunks) if c not in done]
+        if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
+            # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
+            zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
+            zcols = {
+                name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
+                for name, _, _ in scan.outputs()
+            }
+            bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
+                           nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
+                           cancel=cancel, **progress_options(progress))
+            with bar:
+                bar.skip(n_chunks - len(todo))
+                _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
+            # Only now, with every chunk in the log (_run raises otherwise), is the store complete.
+            group.update_attributes(
+                {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
+            )
+        written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
+        nbytes = sum(a.nbytes for a in written)
+        stored = sum(a.nbytes_stored() for a in written)
+        layout = _layout(scan)
+        return IngestReport(
+            path=out,
+            rows=scan.rows,
+            features=scan.features,
+            files=len(scan.sources),
+            chunks=n_chunks,
+            chunks_written=len(todo),
+            nbytes=int(nbytes),
+            bytes_written=int(stored),
+            seconds=time.perf_counter() - t0,
+            labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
+            masks=tuple(layout.get("masks", [])),
         )
-    written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
-    nbytes = sum(a.nbytes for a in written)
-    stored = sum(a.nbytes_stored() for a in written)
-    layout = _layout(scan)
-    return IngestReport(
-        path=out,
-        rows=scan.rows,
-        features=scan.features,
-        files=len(scan.sources),
-        chunks=n_chunks,
-        chunks_written=len(todo),
-        nbytes=int(nbytes),
-        bytes_written=int(stored),
-        seconds=time.perf_counter() - t0,
-        labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
-        masks=tuple(layout.get("masks", [])),
-    )
 
 
 def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
