@@ -134,17 +134,6 @@ class IngestReport:
         )
 
 
-def _codec(name: str) -> Any:
-    """The zarr codec of a compressor name (checked by :func:`ingest`)."""
-    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
-
-    if name == "zstd":
-        return ZstdCodec(level=1)
-    if name == "lz4":
-        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
-    return None
-
-
 def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
     """Decide between fresh start, resume, already-complete or refusal."""
     # Returns (create, done): ``create`` says the store must be (re)created.
@@ -179,6 +168,7 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
 
 def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
     import zarr  # lazy: zarr
+    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
     group = zarr.open_group(
         out,
@@ -190,7 +180,8 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
         },
     )
     # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
-    codec = checksummed(_codec(compressor))
+    codecs = {"zstd": ZstdCodec(level=1), "lz4": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), "none": None}
+    codec = checksummed(codecs[compressor])
     create_row_array(group, "X", scan.rows, chunk_rows, scan.dtype, codec, columns=scan.features)
     for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
         create_row_array(group, name, scan.rows, chunk_rows, dtype, codec)
