@@ -149,8 +149,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
     return out
 
 
-def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, label: str | None,  # fmt: skip
-            where: str, quiet: bool) -> list[str]:  # fmt: skip
+def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, label: str | None,
+            where: str, quiet: bool) -> list[str]:
     """The numeric feature columns: all, or those ``columns`` names or matches (glob patterns), less the label."""
     if columns is None:
         chosen = names
@@ -240,14 +240,12 @@ class Table(SamplesByFeatures):
             ``dask_chunk_rows``, ``content`` (sha256 of the files' content facts),
             ``skipped_columns`` and ``complete``.
         """
-        # fmt: off
         return {
             "path": self.path, "format": "table", "files": self.files, "row_groups": self.row_groups,
             "label": self.label_name, "shape": list(self.shape), "dtype": str(self.x.dtype),
             "dask_chunk_rows": int(max(self.x.chunks[0])), "content": self.content,
             "skipped_columns": list(self.skipped_columns), "complete": True,
         }
-        # fmt: on
 
     def __repr__(self) -> str:
         rows, cols = self.shape
@@ -303,8 +301,8 @@ def open_table(
     return _open_table(os.fspath(path), columns, label, storage_options, excluded=exclude)
 
 
-def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
-                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:  # fmt: skip
+def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,
+                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:
     """:func:`open_table`; ``quiet``: no warning of skipped columns; ``fingerprint``: hash Arrow IPC bytes."""
     try:
         import pyarrow  # noqa: F401  # lazy: pyarrow
@@ -341,7 +339,6 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     if not pieces:
         raise ValueError(f"{where} holds no rows")
     content = hashlib.sha256("".join(f.digest for f in footers).encode()).hexdigest()
-    # fmt: off
     x = _as_dask(f"table-x-{content[:32]}", _Read(files, tuple(chosen), dtype.str), pieces, len(chosen))
     label_array = None
     if label is not None:
@@ -356,7 +353,6 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
         profiled_columns=profiled,
     )
-    # fmt: on
 
 
 def _pieces(groups: list[list[int]], row_bytes: int) -> list[tuple[int, int, int, int]]:
