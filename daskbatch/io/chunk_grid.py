@@ -190,13 +190,6 @@ def writes_every_chunk(arr: zarr.Array, group_attrs: Mapping[str, Any] | None = 
     return arr.attrs.get(WRITES_EVERY_CHUNK) is True or any(k in (group_attrs or {}) for k in _OWN_GROUP_ATTRS)
 
 
-def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
-    """Sorted grid positions (of inner chunks when sharded) of the chunks of ``arr`` absent from its store."""
-    if check_chunk_count(arr) == 0:
-        return []
-    return chunk_positions(arr, stored_keys(arr))[1]
-
-
 @dataclass(frozen=True)
 class Missing:
     """Absent chunks of the samples array and of its label, their keys and the rows they cover."""
@@ -232,7 +225,8 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None,
     found = {}
     ranges = []
     for role, arr in (("x", x), ("label", label)):
-        chunks = missing_chunks(arr) if arr is not None else []
+        # sorted grid positions of the absent chunks (inner ones when sharded); an empty grid lists nothing
+        chunks = chunk_positions(arr, stored_keys(arr))[1] if arr is not None and check_chunk_count(arr) else []
         found[role] = chunks
         per = int(arr.chunks[0]) if arr is not None else 0
         ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]

@@ -1,16 +1,9 @@
 """Which client reads an S3 store's chunks: obstore's where it changes nothing but the CPU, else s3fs.
 
-s3fs (aiobotocore over aiohttp) spends Python per response and copies each body
-in pieces; with 16 MiB chunks and the server on its own core it cost the
-describing process about 0.5 ms of CPU per MB more than obstore's Rust client
-(``benchmarks/bench_object_store.py``). :func:`object_store_twin` gives a
-:class:`~daskbatch.io.zarr_store.BlockReader` the same array over zarr's
-``ObjectStore`` when obstore is installed (the ``[s3]`` extra) and nothing a
-user relies on changes: their ``storage_options`` say nothing obstore cannot
-take, the credentials and region are where both clients look (given, or in the
-environment), and every chunk carries a CRC-32C that zarr checks on each read
-(obstore does not check S3's response checksums, which botocore does). In
-every other case, or when obstore's first read fails, the reads stay on s3fs.
+s3fs costs about 0.5 ms of CPU per MB more than obstore (``benchmarks/bench_object_store.py``). obstore is used
+only when installed (the ``[s3]`` extra), the user's options and credentials mean the same to it, and every chunk
+carries a CRC-32C that zarr checks (obstore does not check S3's checksums); otherwise, or when its first read
+fails, the reads stay on s3fs.
 """
 
 from __future__ import annotations
@@ -34,18 +27,7 @@ _OBSTORE_OPTIONS = {
 
 
 def verifies_chunks(arr: zarr.Array) -> bool:
-    """Whether every chunk of ``arr`` ends with a CRC-32C that zarr checks on each read.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        The array (zarr v2 metadata has no checksum codec: False).
-
-    Returns
-    -------
-    bool
-        True for a ``crc32c`` codec, also inside a sharding codec (daskbatch writes one).
-    """
+    """Whether every chunk of ``arr`` (also inside shards) ends with a CRC-32C that zarr checks on each read."""
     from zarr.codecs import Crc32cCodec, ShardingCodec  # lazy: zarr
 
     for codec in getattr(arr.metadata, "codecs", None) or ():
@@ -57,19 +39,7 @@ def verifies_chunks(arr: zarr.Array) -> bool:
 
 
 def object_store_twin(arr: zarr.Array) -> zarr.Array | None:
-    """``arr`` over obstore's S3 client, where nothing but the CPU per byte changes.
-
-    Parameters
-    ----------
-    arr : zarr.Array
-        An array of an fsspec store.
-
-    Returns
-    -------
-    zarr.Array or None
-        The same metadata on zarr's ``ObjectStore`` at the same keys; None where the reads
-        stay on s3fs (see the module's docstring).
-    """
+    """``arr``'s metadata on zarr's ``ObjectStore`` over obstore at the same keys; None where reads stay on s3fs."""
     fs: Any = getattr(arr.store, "fs", None)
     protocol = getattr(fs, "protocol", "")
     if "s3" not in (protocol if isinstance(protocol, tuple) else (protocol,)):

@@ -116,7 +116,7 @@ def _real(path: str) -> str:
     return path.rstrip("/") if _is_url(path) else os.path.realpath(os.path.abspath(path))
 
 
-def _contains(outer: str, inner: str) -> bool:
+def path_contains(outer: str, inner: str) -> bool:
     """Whether ``inner`` is ``outer`` or lies below it (both already :func:`_real`)."""
     if _is_url(outer) != _is_url(inner):
         return False
@@ -134,9 +134,9 @@ def check_separate(path: str, what: str, protected: Mapping[str, str | os.PathLi
         theirs = _real(os.fspath(other))
         if mine == theirs:
             relation = "is"
-        elif _contains(theirs, mine):
+        elif path_contains(theirs, mine):
             relation = "is inside"
-        elif _contains(mine, theirs):
+        elif path_contains(mine, theirs):
             relation = "holds"
         else:
             continue
@@ -178,16 +178,6 @@ def _file_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
     found = re.match(r'\s*\{\s*"' + MARKER + r'"\s*:\s*"([^"]+)"', head) or re.match(
         r"<!DOCTYPE html>\s*<!-- " + MARKER + r": (\w+) -->", head)
     return found.group(1) if found else None
-
-
-def _exists(path: str) -> bool:
-    """Whether something is at ``path`` (local or URL)."""
-    if not _is_url(path):
-        return os.path.lexists(path)
-    import fsspec  # lazy: fsspec
-
-    fs, where = fsspec.core.url_to_fs(path)
-    return bool(fs.exists(where))
 
 
 def group_attrs(path: str) -> dict[str, Any]:
@@ -237,13 +227,24 @@ def check_output(
             parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
             raise OutputError(f"{what} {where}: directory {parent} does not exist; create it or choose another path")
-        if not _can_create_in(parent):
-            raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path")
+        try:  # by trying: os.access says yes to root on read-only mounts
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=".daskbatch-probe-"):
+                pass
+        except OSError:
+            raise OutputError(f"{what} {where}: directory {parent} is not writable; choose another path") from None
         if form == "file" and os.path.isdir(where):
             raise OutputError(f"{what} {where} is a directory; give a file name")
+        exists = os.path.lexists(where)
     else:
-        _check_bucket(where, what)
-    if not _exists(where):
+        import fsspec  # lazy: fsspec
+
+        fs, inside = fsspec.core.url_to_fs(where)
+        bucket = inside.split("/", 1)[0]
+        if bucket and not fs.exists(bucket):  # local-like URLs (file://, memory://) start with "/": no bucket
+            raise OutputError(f"{what} {where}: bucket {bucket} does not exist (or these credentials cannot see "
+                              "it); create it or choose another path")
+        exists = bool(fs.exists(inside))
+    if not exists:
         return target
     if kind in _UNMARKED:  # a figure carries no mark: --overwrite replaces one
         if not overwrite:
@@ -251,7 +252,8 @@ def check_output(
                 f"{what} {where} already exists; choose another path (or pass --overwrite / overwrite=True to replace it)"
             )
         return target
-    if _empty_directory(where) and not os.path.islink(where):  # nothing to lose
+    if not target.is_url and os.path.isdir(where) and not os.listdir(where) and not os.path.islink(where):
+        # an empty local directory (a user's ``mkdir out``): nothing to lose
         return target
     # One rule: daskbatch replaces only what it wrote; a link is replaced itself, never its target.
     there, noun = output_kind(where), _NOUNS.get(kind, f"daskbatch {kind} output")
@@ -267,31 +269,6 @@ def check_output(
             "(or pass --overwrite / overwrite=True to replace it)"
         )
     return target
-
-
-def _empty_directory(where: str) -> bool:
-    """Whether ``where`` is a local directory with nothing in it (a user's ``mkdir out``: nothing to lose)."""
-    return not _is_url(where) and os.path.isdir(where) and not os.listdir(where)
-
-
-def _check_bucket(url: str, what: str) -> None:
-    """Refuse (OutputError) a URL whose bucket (its first path component on an object store) does not exist."""
-    import fsspec  # lazy: fsspec
-
-    fs, inside = fsspec.core.url_to_fs(url)
-    bucket = inside.split("/", 1)[0]
-    if bucket and not fs.exists(bucket):  # local-like URLs (file://, memory://) start with "/": no bucket
-        raise OutputError(f"{what} {url}: bucket {bucket} does not exist (or these credentials cannot see it); "
-                          "create it or choose another path")
-
-
-def _can_create_in(directory: str) -> bool:
-    """Whether a file can be created in ``directory``, by trying (os.access says yes to root on read-only mounts)."""
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".daskbatch-probe-"):
-            return True
-    except OSError:
-        return False
 
 
 def check_outputs(

@@ -1,8 +1,7 @@
 """Input readers behind one small protocol, as xarray's backends (``BackendEntrypoint``) are.
 
-:func:`open_reader` asks each :class:`Reader` of :data:`READERS` in turn whether it opens ``describe``'s input;
-ingest's batch files are read by the :class:`FileReader` of :data:`FILE_READERS` for their suffix.
-A new format is one class plus one registry line.
+``describe``'s input is opened by the first :data:`READERS` entry that can; ingest's batch files by the
+:data:`FILE_READERS` entry for their suffix. A new format is one class plus one registry line.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
-from daskbatch.io.outputs import group_attrs
+from daskbatch.io.outputs import group_attrs, path_contains
 from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
@@ -242,11 +242,6 @@ class RegionWriter:
             self.arrays[name][lo:hi] = v
 
 
-def _inside(a: str, b: str) -> bool:
-    """True when path ``a`` is ``b`` or lies inside it."""
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
-
-
 class RowStore:
     """An output store being written; use :meth:`open` to create or resume one."""
 
@@ -297,7 +292,7 @@ class RowStore:
         real = os.path.realpath(out)
         for p in protect:
             rp = os.path.realpath(p)
-            if _inside(real, rp) or _inside(rp, real):
+            if path_contains(rp, real) or path_contains(real, rp):
                 raise ValueError(f"refusing to write the output {out!r} over the input {p!r}: choose another path")
         doc = json.loads(json.dumps(doc))  # compare as it reads back: tuples become lists
         parent = os.path.dirname(os.path.abspath(out))

@@ -32,8 +32,9 @@ from daskbatch.stats.registry import (
     statistic_params,
 )
 
-__all__ = ["CODEC_VERSION", "UnreadableState", "check_record", "decode", "encode",
-           "record_sha256"]
+__all__ = ["CODEC_VERSION", "FORMAT_VERSION", "GROUP", "PROFILE_GROUP", "UnreadableState", "check_bounds",
+           "check_record", "check_savable", "decode", "describe_error", "encode", "read_profile", "read_states",
+           "record_sha256", "results_digest", "write_profile", "write_states"]
 
 #: Version of the record layout above; a record of another version is refused, never guessed at.
 CODEC_VERSION = 1
@@ -140,9 +141,6 @@ def decode(header: Any, arrays: Mapping[str, np.ndarray], expected: type | None 
         values[name] = a[()] if scalar else a
     return cls(**values)
 
-
-__all__ = ["FORMAT_VERSION", "GROUP", "PROFILE_GROUP", "check_bounds", "check_savable", "describe_error",
-           "read_profile", "read_states", "results_digest", "write_profile", "write_states"]
 
 #: Version of the layout above; a summary written with another one is refused, never guessed at.
 #: 2: the quantile sketch's state is a window of buckets per sign with its offsets.
@@ -355,21 +353,16 @@ def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> An
     try:
         check_record(record, expected)
         _check_stored(where, group, record["fields"])  # what the read allocates is what the record says
-        arrays = _read_arrays(where, group, [field[0] for field in record["fields"]])
+        try:
+            arrays = {field[0]: np.asarray(group[field[0]][...]) for field in record["fields"]}
+        except Exception as exc:  # a chunk failing its CRC-32C: zarr raises many kinds
+            raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
         context = [FORMAT_VERSION, attrs.get("statistic"), attrs.get("params")]
         if record_sha256(record, arrays, context) != attrs.get("sha256"):
             raise DataError(f"{where} fails its sha256 checksum: it changed after it was written")
         return decode(record, arrays, expected)
     except UnreadableState as exc:
         raise DataError(f"{where}: {exc}") from None
-
-
-def _read_arrays(where: str, group: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The arrays ``names`` of ``group``; whatever goes wrong is one DataError line."""
-    try:
-        return {f: np.asarray(group[f][...]) for f in names}
-    except Exception as exc:  # a missing array or a chunk failing its CRC-32C: zarr raises many kinds
-        raise DataError(f"{where} cannot be read ({describe_error(exc)})") from None
 
 
 def check_bounds(store: str) -> None:

@@ -364,7 +364,7 @@ def _write(
             # Dask blocks equal storage chunks, so each chunk has exactly one writer.
             # Keys unique to this write: a distributed scheduler would otherwise take y's tasks for X's.
             name = f"synth-write-{uuid.uuid4().hex}"
-            writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, _block_region(source, i),
+            writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, sum(source.chunks[0][:i]),
                                                              dask_key_name=(name, i)) for i in todo]
             total = int(source.numblocks[0])
             with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
@@ -458,12 +458,6 @@ def _chunks_to_write(target: zarr.Array) -> list[int]:
     return todo
 
 
-def _store_block(block: np.ndarray, target: zarr.Array, region: tuple[slice, ...]) -> None:
-    """Write one computed block to its region of ``target``."""
-    target[region] = block
-
-
-def _block_region(source: da.Array, i: int) -> tuple[slice, ...]:
-    """Where dask block ``i`` of ``source`` goes in the output array (whole rows)."""
-    lo = sum(source.chunks[0][:i])
-    return (slice(lo, lo + source.chunks[0][i]),) + (slice(None),) * (source.ndim - 1)
+def _store_block(block: np.ndarray, target: zarr.Array, first_row: int) -> None:
+    """Write one computed block to the whole rows of ``target`` from ``first_row`` on."""
+    target[first_row : first_row + block.shape[0]] = block

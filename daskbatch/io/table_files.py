@@ -1,9 +1,6 @@
-"""Where a table's files are: table suffixes, a directory or URL searched for them, each opened for pyarrow.
+"""Where a table's files are: the Parquet and Arrow IPC files of a path or fsspec URL, in natural order.
 
-:func:`find_files` lists the Parquet and Arrow IPC files of a path or fsspec URL in natural order
-(hidden and bookkeeping files left out); :func:`is_table_path` tells a table from a Zarr store;
-:func:`check_protocol` names the package a URL's protocol needs (``daskbatch[s3]``) before fsspec's own words;
-:func:`refuse_unreadable_path` refuses a missing path or a text table in one line.
+Also tells a table from a Zarr store, and refuses a missing path, a text table or a URL whose package is absent.
 """
 
 from __future__ import annotations
@@ -83,7 +80,7 @@ def _is_table_name(name: str) -> bool:
     return name.lower().endswith(TABLE_SUFFIXES) and not name.startswith(("_", "."))
 
 
-def _natural_key(path: str) -> list[Any]:
+def natural_key(path: str) -> list[Any]:
     """Sort key with numbers compared as numbers (part-2 before part-10)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
@@ -137,4 +134,4 @@ def find_files(where: str, storage_options: Mapping[str, Any] | None) -> Files:
                 found += [os.path.join(d, n) for n in names if _is_table_name(n)]
     if not found:
         raise FileNotFoundError(f"{where!r} holds no table files ({', '.join(TABLE_SUFFIXES)})")
-    return Files(fs, tuple(sorted(found, key=_natural_key)))
+    return Files(fs, tuple(sorted(found, key=natural_key)))

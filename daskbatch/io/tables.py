@@ -80,50 +80,43 @@ class _Footer:
 
 
 def _footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
-    """:func:`_read_footer`; a file pyarrow cannot read is named in one line (DataError)."""
-    import pyarrow as pa  # lazy: pyarrow
-
-    try:
-        return _read_footer(files, i, wanted, fingerprint)
-    except pa.ArrowException as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
-
-
-def _read_footer(files: Files, i: int, wanted: Sequence[str] | None, fingerprint: bool) -> _Footer:
     """File ``i``'s footer; its digest covers the ``wanted`` columns (all when None), an IPC file's bytes if ``fingerprint``."""
     import pyarrow as pa  # lazy: pyarrow
     import pyarrow.parquet as pq  # lazy: pyarrow
 
     digest = hashlib.sha256()
-    with files.open(i) as source:
-        if files.is_ipc(i):
-            reader = pa.ipc.open_file(source)
-            schema = reader.schema
-            groups = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
-            nullable = {f.name for f in schema if f.nullable}
-            source.seek(0)  # no statistics in an IPC file: its bytes are its content
-            for block in iter(lambda: source.read(1 << 23), b"") if fingerprint else ():
-                digest.update(block)
-        else:
-            meta = pq.ParquetFile(source).metadata
-            schema = meta.schema.to_arrow_schema()
-            groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-            nullable = set()
-            for g in range(meta.num_row_groups):
-                group = meta.row_group(g)
-                digest.update(f"group {g} {group.num_rows} {group.total_byte_size}\n".encode())
-                for c in range(group.num_columns):
-                    chunk = group.column(c)
-                    name = chunk.path_in_schema
-                    if wanted is not None and name not in wanted:
-                        continue  # another column rewritten leaves these numbers as they are
-                    stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
-                    if stats is None or stats.get("null_count") != 0:
-                        nullable.add(name)
-                    sizes = [chunk.total_compressed_size, chunk.total_uncompressed_size]
-                    facts = [name, *sizes, chunk.compression, chunk.encodings, stats]
-                    digest.update(json.dumps(facts, default=str).encode())
+    try:
+        with files.open(i) as source:
+            if files.is_ipc(i):
+                reader = pa.ipc.open_file(source)
+                schema = reader.schema
+                groups = [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)]
+                nullable = {f.name for f in schema if f.nullable}
+                source.seek(0)  # no statistics in an IPC file: its bytes are its content
+                for block in iter(lambda: source.read(1 << 23), b"") if fingerprint else ():
+                    digest.update(block)
+            else:
+                meta = pq.ParquetFile(source).metadata
+                schema = meta.schema.to_arrow_schema()
+                groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+                nullable = set()
+                for g in range(meta.num_row_groups):
+                    group = meta.row_group(g)
+                    digest.update(f"group {g} {group.num_rows} {group.total_byte_size}\n".encode())
+                    for c in range(group.num_columns):
+                        chunk = group.column(c)
+                        name = chunk.path_in_schema
+                        if wanted is not None and name not in wanted:
+                            continue  # another column rewritten leaves these numbers as they are
+                        stats = chunk.statistics.to_dict() if chunk.statistics is not None else None
+                        if stats is None or stats.get("null_count") != 0:
+                            nullable.add(name)
+                        sizes = [chunk.total_compressed_size, chunk.total_uncompressed_size]
+                        facts = [name, *sizes, chunk.compression, chunk.encodings, stats]
+                        digest.update(json.dumps(facts, default=str).encode())
+    except pa.ArrowException as exc:  # a file pyarrow cannot read is named in one line
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{files.paths[i]}: not a readable Parquet or Arrow IPC file ({first_line})") from None
     digest.update(str(schema).encode())
     return _Footer(schema, groups, digest.hexdigest(), nullable)
 
@@ -156,8 +149,8 @@ def _read_block(spec: _Read, i: int, group: int, start: int, stop: int) -> np.nd
     return out
 
 
-def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, label: str | None,  # fmt: skip
-            where: str, quiet: bool) -> list[str]:  # fmt: skip
+def _select(names: list[str], types: dict[str, np.dtype | None], columns: Any, label: str | None,
+            where: str, quiet: bool) -> list[str]:
     """The numeric feature columns: all, or those ``columns`` names or matches (glob patterns), less the label."""
     if columns is None:
         chosen = names
@@ -247,14 +240,12 @@ class Table(SamplesByFeatures):
             ``dask_chunk_rows``, ``content`` (sha256 of the files' content facts),
             ``skipped_columns`` and ``complete``.
         """
-        # fmt: off
         return {
             "path": self.path, "format": "table", "files": self.files, "row_groups": self.row_groups,
             "label": self.label_name, "shape": list(self.shape), "dtype": str(self.x.dtype),
             "dask_chunk_rows": int(max(self.x.chunks[0])), "content": self.content,
             "skipped_columns": list(self.skipped_columns), "complete": True,
         }
-        # fmt: on
 
     def __repr__(self) -> str:
         rows, cols = self.shape
@@ -310,8 +301,8 @@ def open_table(
     return _open_table(os.fspath(path), columns, label, storage_options, excluded=exclude)
 
 
-def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,  # fmt: skip
-                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:  # fmt: skip
+def _open_table(where: str, columns: Any, label: str | None, storage_options: Mapping[str, Any] | None, *,
+                quiet: bool = False, fingerprint: bool = True, excluded: Sequence[str] = ()) -> Table:
     """:func:`open_table`; ``quiet``: no warning of skipped columns; ``fingerprint``: hash Arrow IPC bytes."""
     try:
         import pyarrow  # noqa: F401  # lazy: pyarrow
@@ -348,7 +339,6 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
     if not pieces:
         raise ValueError(f"{where} holds no rows")
     content = hashlib.sha256("".join(f.digest for f in footers).encode()).hexdigest()
-    # fmt: off
     x = _as_dask(f"table-x-{content[:32]}", _Read(files, tuple(chosen), dtype.str), pieces, len(chosen))
     label_array = None
     if label is not None:
@@ -363,7 +353,6 @@ def _open_table(where: str, columns: Any, label: str | None, storage_options: Ma
         frames=tuple((p[3] - p[2], dask.delayed(_read_frame, pure=True)(files, profiled, *p)) for p in pieces) if profiled else (),
         profiled_columns=profiled,
     )
-    # fmt: on
 
 
 def _pieces(groups: list[list[int]], row_bytes: int) -> list[tuple[int, int, int, int]]:

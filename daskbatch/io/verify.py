@@ -16,7 +16,7 @@ from daskbatch._common import plural
 from daskbatch.io.chunk_grid import (
     absent_name,
     check_chunk_count,
-    chunk_grid,
+    chunk_count,
     chunk_key,
     chunk_positions,
     storage_chunks,
@@ -129,12 +129,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _arrays(root: zarr.Group | zarr.Array) -> list[zarr.Array]:
-    if isinstance(root, zarr.Array):
-        return [root]
-    return sorted((node for _, node in group_arrays(root)), key=lambda a: a.path)
-
-
 def _zstd_needs(buf: bytes) -> int | None:
     """Bytes a zstd frame at the start of ``buf`` says it spans; None if ``buf`` is no zstd frame."""
     # Walks the frame header and block headers (RFC 8878, section 3.1.1). When ``buf`` ends early the result
@@ -235,7 +229,7 @@ def verify_store(
     """Decode every chunk of every array in a Zarr store and report the ones that fail."""
     store = ZarrStore(path_or_url, storage_options)
     root, where, group_attrs = store.root, store.where, store.attrs
-    arrays = _arrays(root)
+    arrays = [root] if isinstance(root, zarr.Array) else sorted((a for _, a in group_arrays(root)), key=lambda a: a.path)
     for arr in arrays:
         check_chunk_count(arr)
     # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
@@ -247,7 +241,6 @@ def verify_store(
     report = VerifyReport(path=str(where))
     with ThreadPoolExecutor(n_threads, thread_name_prefix="daskbatch-verify") as pool:
         for arr in arrays:
-            grid = chunk_grid(arr)
             present = stored_keys(arr)
             own = writes_every_chunk(arr, group_attrs)
             # Absent: the chunks zarr fills (inner chunks when sharded: each shard's index is read).
@@ -276,7 +269,7 @@ def verify_store(
                     name=arr.path,
                     shape=tuple(int(s) for s in arr.shape),
                     chunks=storage_chunks(arr),
-                    n_chunks=math.prod(grid),
+                    n_chunks=chunk_count(arr),
                     decoded=len(to_decode) - len(found),
                     checksum=verifies_chunks(arr),
                     absent=len(absent),

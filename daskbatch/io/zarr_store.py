@@ -1,9 +1,7 @@
 """A Zarr store opened for reading: its arrays, their chunk grid and integrity, and dask views of them.
 
-:class:`ZarrStore` is the whole open path of :func:`daskbatch.open_dataset`; blocks are read through
-:class:`BlockReader`, CF-decoded as xarray does, and a failing chunk is named. An absent chunk is the
-fill value where its writer leaves such chunks out (zarr, xarray, dask), and lost in daskbatch's own
-stores, which record that they write every chunk (:data:`WRITES_EVERY_CHUNK`).
+Blocks are read through :class:`BlockReader`, CF-decoded as xarray does; a failing chunk is named. An absent
+chunk is the fill value, or lost in stores whose writer records that it writes every chunk.
 """
 
 from __future__ import annotations

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -134,23 +134,6 @@ class IngestReport:
         )
 
 
-def _default_chunk_rows(features: int, itemsize: int) -> int:
-    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, features * itemsize))
-    return 1 << (rows.bit_length() - 1)
-
-
-def _codec(name: str) -> Any:
-    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
-
-    if name == "zstd":
-        return ZstdCodec(level=1)
-    if name == "lz4":
-        return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
-    if name == "none":
-        return None
-    raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {name!r}")
-
-
 def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
     """Decide between fresh start, resume, already-complete or refusal."""
     # Returns (create, done): ``create`` says the store must be (re)created.
@@ -162,7 +145,8 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
             check_replaceable(out)  # never another's data, nor a symlink's target
         remove_path(out)
         return True, set()
-    if old is None and _unfinished_creation(out):
+    ingested = group_attrs(out).get(INGEST_ATTR)
+    if old is None and isinstance(ingested, dict) and ingested.get("complete") is False:
         # Interrupted while creating the store (before its manifest): nothing to keep.
         shutil.rmtree(out)
         return True, set()
@@ -182,14 +166,9 @@ def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[boo
     return False, read_done(out, name=DONE_FILE)
 
 
-def _unfinished_creation(out: str) -> bool:
-    """True for a store this module began creating but left without a manifest."""
-    attrs = group_attrs(out)
-    return isinstance(attrs.get(INGEST_ATTR), dict) and attrs[INGEST_ATTR].get("complete") is False
-
-
 def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
     import zarr  # lazy: zarr
+    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
     group = zarr.open_group(
         out,
@@ -201,7 +180,8 @@ def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[st
         },
     )
     # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
-    codec = checksummed(_codec(compressor))
+    codecs = {"zstd": ZstdCodec(level=1), "lz4": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), "none": None}
+    codec = checksummed(codecs[compressor])
     create_row_array(group, "X", scan.rows, chunk_rows, scan.dtype, codec, columns=scan.features)
     for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
         create_row_array(group, name, scan.rows, chunk_rows, dtype, codec)
@@ -219,29 +199,6 @@ def _layout(scan: Scan) -> dict[str, Any]:
     return layout
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _one_run_per_output(func: Callable[P, R]) -> Callable[P, R]:
-    """Hold the output's run lock around ``func(sources, out, ...)``."""
-    # Two ingests into one output would append each chunk twice to the done log and race on creating the
-    # store; the second now stops before touching it.
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        given = args[1] if len(args) > 1 else kwargs.get("out")
-        out = os.fspath(given) if isinstance(given, (str, os.PathLike)) else ""
-        parent = os.path.dirname(os.path.abspath(out)) if out else ""
-        if not out or "://" in out or not os.path.isdir(parent):
-            return func(*args, **kwargs)  # ingest itself names what is wrong with ``out``
-        with RunLock(output_lock_path(out), f"ingest output {out}"):
-            return func(*args, **kwargs)
-
-    return wrapper
-
-
-@_one_run_per_output
 def ingest(
     sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -338,68 +295,75 @@ def ingest(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
 
-    columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
-    paths = expand_sources(sources)
-    # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
-    check_separate(out, "the output", {f"the source {p}": p for p in paths})
-    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
-    chunk_rows = chunk_rows or _default_chunk_rows(scan.features, np.dtype(scan.dtype).itemsize)
-    n_chunks = -(-scan.rows // chunk_rows)
-    doc = {
-        "scan_sha256": scan.checksum(),
-        "options": {"chunk_rows": chunk_rows, "compressor": compressor},
-        "scan": as_json(scan),
-    }
-    create, done = _prepare_output(out, doc, overwrite)
     parent = os.path.dirname(os.path.abspath(out))
-    if create and not os.path.exists(parent):
-        raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
-    try:
-        if create:
-            _create(out, scan, chunk_rows, compressor, doc)
-    except OSError as exc:
-        raise OSError(
-            exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
-        ) from exc
-
-    import zarr  # lazy: zarr
-
-    group = zarr.open_group(out, mode="r+")
-    todo = [c for c in range(n_chunks) if c not in done]
-    if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
-        # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
-        zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
-        zcols = {
-            name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
-            for name, _, _ in scan.outputs()
+    # Two ingests into one output would log each chunk twice and race on creating the store: the second stops.
+    held: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if os.path.isdir(parent):  # else no store can be made there, and ingest names why below
+        held = RunLock(output_lock_path(out), f"ingest output {out}")
+    with held:
+        columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
+        paths = expand_sources(sources)
+        # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
+        check_separate(out, "the output", {f"the source {p}": p for p in paths})
+        scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
+        if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
+            rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
+            chunk_rows = 1 << (rows.bit_length() - 1)
+        n_chunks = -(-scan.rows // chunk_rows)
+        doc = {
+            "scan_sha256": scan.checksum(),
+            "options": {"chunk_rows": chunk_rows, "compressor": compressor},
+            "scan": as_json(scan),
         }
-        bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
-                       nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
-                       cancel=cancel, **progress_options(progress))
-        with bar:
-            bar.skip(n_chunks - len(todo))
-            _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
-        # Only now, with every chunk in the log (_run raises otherwise), is the store complete.
-        group.update_attributes(
-            {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
+        create, done = _prepare_output(out, doc, overwrite)
+        if create and not os.path.exists(parent):
+            raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+        try:
+            if create:
+                _create(out, scan, chunk_rows, compressor, doc)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
+            ) from exc
+
+        import zarr  # lazy: zarr
+
+        group = zarr.open_group(out, mode="r+")
+        todo = [c for c in range(n_chunks) if c not in done]
+        if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
+            # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
+            zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
+            zcols = {
+                name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
+                for name, _, _ in scan.outputs()
+            }
+            bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
+                           nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
+                           cancel=cancel, **progress_options(progress))
+            with bar:
+                bar.skip(n_chunks - len(todo))
+                _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
+            # Only now, with every chunk in the log (_run raises otherwise), is the store complete.
+            group.update_attributes(
+                {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
+            )
+        written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
+        nbytes = sum(a.nbytes for a in written)
+        stored = sum(a.nbytes_stored() for a in written)
+        layout = _layout(scan)
+        return IngestReport(
+            path=out,
+            rows=scan.rows,
+            features=scan.features,
+            files=len(scan.sources),
+            chunks=n_chunks,
+            chunks_written=len(todo),
+            nbytes=int(nbytes),
+            bytes_written=int(stored),
+            seconds=time.perf_counter() - t0,
+            labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
+            masks=tuple(layout.get("masks", [])),
         )
-    written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
-    nbytes = sum(a.nbytes for a in written)
-    stored = sum(a.nbytes_stored() for a in written)
-    layout = _layout(scan)
-    return IngestReport(
-        path=out,
-        rows=scan.rows,
-        features=scan.features,
-        files=len(scan.sources),
-        chunks=n_chunks,
-        chunks_written=len(todo),
-        nbytes=int(nbytes),
-        bytes_written=int(stored),
-        seconds=time.perf_counter() - t0,
-        labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
-        masks=tuple(layout.get("masks", [])),
-    )
 
 
 def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
@@ -417,12 +381,11 @@ def _run(
 ) -> None:
     """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
     log = DoneLog(out, name=DONE_FILE)
-    pending = iter(todo)
     running: dict[Future[int], int] = {}
     error: BaseException | None = None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
     try:
-        for c in pending:
+        for c in todo:
             running[pool.submit(writer.write, c)] = c
             if len(running) < workers:
                 continue

@@ -18,7 +18,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.readers import FILE_READERS, Part, file_reader
-from daskbatch.io.tables import TABLE_SUFFIXES
+from daskbatch.io.table_files import TABLE_SUFFIXES, natural_key
 
 Role = Literal["label", "mask"]
 #: What ``labels=`` and ``masks=`` take: one key, keys, or output name -> key.
@@ -208,11 +208,6 @@ def _columns_json(scan: Scan) -> list[dict[str, str]]:
     ]
 
 
-def _natural_key(path: str) -> list[Any]:
-    # batch_2 before batch_10: numbers compare as numbers.
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
-
-
 def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
     """Expand globs (natural sort order within each pattern) and keep the given order across them."""
     items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
@@ -221,7 +216,7 @@ def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
     for item in items:
         text = os.fspath(item)
         if glob.has_magic(text):
-            matches = sorted(glob.glob(text, recursive=True), key=_natural_key)
+            matches = sorted(glob.glob(text, recursive=True), key=natural_key)
             if not matches:
                 problems.append(f"{text}: no files match this pattern")
             out.extend(matches)
@@ -231,12 +226,7 @@ def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
             problems.append(f"{text}: no such file")
     if problems:
         raise DataError(_listing("source(s) not found", problems))
-    seen: set[str] = set()
-    unique = []
-    for p in (os.path.abspath(p) for p in out):
-        if p not in seen:
-            seen.add(p)
-            unique.append(p)
+    unique = list(dict.fromkeys(os.path.abspath(p) for p in out))  # each file once, in the given order
     if not unique:
         raise DataError("no source files given")
     return unique
