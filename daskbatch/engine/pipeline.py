@@ -1,9 +1,4 @@
-"""The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results.
-
-:func:`prepared_inputs` opens the inputs and chooses the device; :func:`run_statistics` chooses the statistics,
-lays the blocks out (a checkpoint's layout, the user's or the plan's), runs the passes (the second on ranges
-found by the first) and returns what ``describe`` makes the :class:`~daskbatch.Summary` of.
-"""
+"""The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results."""
 
 from __future__ import annotations
 

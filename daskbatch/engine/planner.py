@@ -1,11 +1,7 @@
 """``plan``: where data, configuration and the live cluster meet the pure planner, and the label's class values.
 
-:mod:`daskbatch.planning` computes a :class:`~daskbatch.planning.plan.Plan` from
-integers and a :class:`~daskbatch.planning.plan.Resources`; it reads no
-configuration and never sees a cluster. This module gathers those inputs (a
-store opened from its path, ``dask.config`` settings, the workers of the active
-client or this machine, the class values of the label) and hands them down.
-:func:`daskbatch.describe` and both CLI commands (``plan`` and ``describe``) plan through here.
+:mod:`daskbatch.planning` reads no configuration and never sees a cluster; this module gathers those inputs
+(a store's chunks, ``dask.config``, the workers, the label's classes) for ``describe`` and the CLI.
 """
 
 from __future__ import annotations

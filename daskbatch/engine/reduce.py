@@ -1,10 +1,7 @@
 """The one graph builder: a ``split_every``-ary tree reduction of a statistic over row blocks, and its chunk tasks.
 
-Only public dask API is used (``Array.to_delayed`` and ``dask.delayed``).
-The tree's shape and merge order depend only on the number of blocks and
-``split_every``, so results are bitwise identical from run to run and between
-one worker and many. Task keys read well on the dashboard (``dask.utils.key_split``):
-``db-chunk``, ``db-merge``, ``db-result``.
+The tree's shape and merge order depend only on the number of blocks and ``split_every``, so results are bitwise
+identical from run to run and between one worker and many. Task keys: ``db-chunk``, ``db-merge``, ``db-result``.
 """
 
 from __future__ import annotations
