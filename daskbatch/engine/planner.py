@@ -83,8 +83,7 @@ def plan(
         Merge fan-in; default ``daskbatch.split-every``.
     device : {"auto", "cpu", "gpu"}, default "auto"
         With ``resources="auto"`` and no client: plan for this machine's memory
-        or its GPUs; ``"auto"``: its GPUs when it has any (None, the old
-        spelling, warns and means the same).
+        or its GPUs; ``"auto"``: its GPUs when it has any.
     weighted : bool, default False
         The rows carry sample weights (``describe(weights=)``): each chunk task
         also holds the weight column and a copy of its rows of positive weight.
