@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
 
 __all__ = [
-    "HINTS", "checksums_digest", "content_token", "data_items", "differences", "function_token", "input_items",
+    "HINTS", "checksum_token", "checksums_digest", "data_items", "differences", "function_token", "input_items",
     "listing_token", "output_items",
 ]
 
@@ -141,7 +141,7 @@ def array_items(what: str, arr: Any) -> dict[str, str]:
         f"{what} store chunks": str(tuple(arr.shards or arr.chunks)),
         f"{what} codecs": json.dumps(codecs, sort_keys=True, default=str),
         f"{what} fill value": json.dumps(meta.get("fill_value"), default=str),
-        f"{what} content": content_token(arr),
+        f"{what} content": checksum_token(arr) or listing_token(arr),
     }
 
 
@@ -162,14 +162,12 @@ def store_location(arr: Any) -> str:
     return f"{type(store).__name__} {id(store):#x} (in this process only)"
 
 
-def content_token(arr: Any) -> str:
-    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files."""
+def checksum_token(arr: Any) -> str | None:
+    """Hash the chunk checksums of ``arr`` (daskbatch's arrays record them); None where it has none."""
     from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
-    if checksums is not None:
-        return f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
-    return listing_token(arr)
+    return None if checksums is None else f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
 
 
 def listing_token(arr: Any) -> str:
