@@ -1,10 +1,7 @@
-"""Run one dask task per row block and stop cleanly; call the user's function on one batch.
+"""Run one dask task per row block and stop cleanly (:func:`run_blocks`); call the user's function on a batch.
 
-:func:`run_blocks` is the loop under :func:`daskbatch.transform` and :func:`daskbatch.map_batches`: it hands each
-block's result to ``on_done`` in the calling thread as the block finishes (so a done-log names only blocks written
-completely), and a stop (an event, SIGINT or SIGTERM) starts no further block; on a distributed client it cancels
-those not yet finished. :class:`BatchRunner` calls the user's function on one batch for
-:func:`daskbatch.map_batches` (CPU or GPU, ``on_error``'s modes, bisecting a failing batch).
+Used by :func:`daskbatch.transform` and :func:`daskbatch.map_batches`: each result reaches ``on_done`` in the calling
+thread as its block finishes, and a stop (an event, SIGINT or SIGTERM) starts no further block.
 """
 
 from __future__ import annotations

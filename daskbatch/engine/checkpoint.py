@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import logging
@@ -9,7 +10,7 @@ import math
 import os
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -245,41 +246,44 @@ def run_checkpointed(
     finalize: bool = True,
 ) -> tuple[Any, ...]:
     """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``."""
-    from daskbatch.engine.reduce import to_host  # lazy: dask
+    from daskbatch.engine.reduce import to_host, tree_reduce  # lazy: dask
 
     s = resolve_split_every(split_every)
-    x = data.x
+    x, weights = data.x, data.weights
     n_blocks = int(x.numblocks[0])
-    items = input_items(data, s, FORMAT_VERSION)
-    spec = spec_items(bundle)
-    pass_folder(bundle.name)  # a plain name, before anything is written
-    folder_root = Path(directory)
-    with checkpoint_lock(folder_root):
-        remove_stale_temps(folder_root)  # before any write: a killed run's partial file may hold the space it needs
-        folder = open_pass(folder_root, items, bundle.name, spec, force,
-                            {"chunk_rows": int(x.chunks[0][0]), "split_every": s})
-        store = _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
-        if isinstance(progress, Progress):  # the caller's (describe's "pass i/n")
-            state = _run_pass(store, bundle, x, label, progress, directory, data.label_checked, data.weights)
-        else:
-            with Progress(f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]),
-                          nbytes=int(x.nbytes), show=progress) as bar:
-                state = _run_pass(store, bundle, x, label, bar, directory, data.label_checked, data.weights)
+    with _locked_store(directory, data, bundle, s, n_blocks, force) as store:
+        store.reference = _reference_state(bundle, x, label, weights)
+        label = None if label is None else label.rechunk((x.chunks[0],))
+        weights = None if weights is None else weights.rechunk((x.chunks[0],))
+        checked = data.label_checked and label is not None
+
+        def make(unit: int) -> Delayed:
+            """The merged state of the blocks of level-0 node ``unit``."""
+            a, b = node_blocks(0, unit, n_blocks, s)
+            return tree_reduce(bundle, x.blocks[a:b], None if label is None else label.blocks[a:b],
+                               weights=None if weights is None else weights.blocks[a:b], split_every=s,
+                               finalize=False, labels_checked=checked)
+
+        # The caller's bar (describe's "pass i/n"), else one of its own.
+        bar = contextlib.nullcontext(progress) if isinstance(progress, Progress) else Progress(
+            f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]), nbytes=int(x.nbytes), show=progress)
+        with bar as shown:
+            state = _fill(store, make, shown, directory)
     return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 
-def _run_pass(
-    store: _PassStore, bundle: BundleLike, x: da.Array, label: da.Array | None, progress: Progress,
-    directory: str | os.PathLike[str], label_checked: bool, weights: da.Array | None = None,
-) -> tuple[Any, ...]:
-    """Compute what ``store`` lacks (the caller holds the lock); the root state."""
-    store.reference = _reference_state(bundle, x, label, weights)
-    if label is not None:
-        label = label.rechunk((x.chunks[0],))
-    if weights is not None:
-        weights = weights.rechunk((x.chunks[0],))
-    make = _unit_graph(bundle, x, label, store.s, store.n_blocks, label_checked and label is not None, weights)
-    return _fill(store, make, progress, directory)
+@contextlib.contextmanager
+def _locked_store(
+    directory: str | os.PathLike[str], data: FeatureMatrix, bundle: BundleLike, s: int, n_blocks: int, force: bool,
+) -> Iterator[_PassStore]:
+    """The node files of ``bundle``'s pass over ``data`` in ``directory``, while holding the checkpoint's lock."""
+    items, spec = input_items(data, s, FORMAT_VERSION), spec_items(bundle)
+    pass_folder(bundle.name)  # a plain name, before anything is written
+    with checkpoint_lock(directory):
+        remove_stale_temps(Path(directory))  # before any write: a killed run's partial file may hold the space it needs
+        folder = open_pass(Path(directory), items, bundle.name, spec, force,
+                           {"chunk_rows": int(data.x.chunks[0][0]), "split_every": s})
+        yield _PassStore(folder, bundle, _digest({**items, **spec}), n_blocks, s)
 
 
 def _fill(store: _PassStore, make: Callable[[int], Delayed], progress: Progress,
@@ -349,12 +353,7 @@ def run_checkpointed_profile(
         "categorical.frames": tokenize(*(f.key for _, f in frames)),  # the columns and where they are read
         "categorical.by_class": str(label is not None),
     }))
-    items = input_items(data, s, FORMAT_VERSION)
-    with checkpoint_lock(directory):
-        remove_stale_temps(Path(directory))
-        folder = open_pass(Path(directory), items, spec_of.name, spec_items(spec_of), force,
-                           {"chunk_rows": int(data.x.chunks[0][0]), "split_every": s})
-        store = _PassStore(folder, spec_of, _digest({**items, **spec_items(spec_of)}), len(frames), s)
+    with _locked_store(directory, data, spec_of, s, len(frames), force) as store:
         store.reference = (encode_profile({}),)
 
         def make(unit: int) -> Delayed:
@@ -370,22 +369,6 @@ def run_checkpointed_profile(
 def _unit_state(profile: CategoricalProfile, *states: Any) -> tuple[CategoricalState]:
     """One unit's block states merged left to right, encoded as a node holds it."""
     return (encode_profile(merge_all(profile, states)),)
-
-
-def _unit_graph(
-    bundle: BundleLike, x: da.Array, label: da.Array | None, s: int, n_blocks: int, checked: bool,
-    weights: da.Array | None = None,
-) -> Callable[[int], Delayed]:
-    from daskbatch.engine.reduce import tree_reduce  # lazy: dask
-
-    def make(unit: int) -> Delayed:
-        a, b = node_blocks(0, unit, n_blocks, s)
-        label_blocks = None if label is None else label.blocks[a:b]
-        weight_blocks = None if weights is None else weights.blocks[a:b]
-        return tree_reduce(bundle, x.blocks[a:b], label_blocks, weights=weight_blocks, split_every=s, finalize=False,
-                           labels_checked=checked)
-
-    return make
 
 
 def _compute_units(

@@ -124,14 +124,13 @@ def read_header(path: Path) -> tuple[dict[str, Any], bytes]:
     match = _FIRST_LINE.fullmatch(first)
     if not sep or match is None:
         raise DamagedCheckpoint(f"{path}: not a daskbatch checkpoint file (first line {first[:40]!r})")
+    line, _, payload = body.partition(b"\n")
+    header = _header_or_none(line)
     if hashlib.sha256(body).hexdigest() != match.group(1).decode():
-        line, _, payload = body.partition(b"\n")
-        nbytes = _header_or_none(line).get("nbytes")
+        nbytes = header.get("nbytes")
         if isinstance(nbytes, int) and nbytes != len(payload):
             raise DamagedCheckpoint(f"{path}: truncated ({len(payload)} of {nbytes} payload bytes)")
         raise DamagedCheckpoint(f"{path}: checksum mismatch (header or payload changed)")
-    line, _, payload = body.partition(b"\n")
-    header = _header_or_none(line)
     _check_header(path, header, payload)
     return header, payload
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
 
 __all__ = [
-    "HINTS", "checksums_digest", "content_token", "data_items", "differences", "function_token", "input_items",
-    "input_token", "listing_token", "output_items",
+    "HINTS", "checksum_token", "checksums_digest", "data_items", "differences", "function_token", "input_items",
+    "listing_token", "output_items",
 ]
 
 #: What a difference in an item most likely means, for the mismatch message.
@@ -76,19 +76,6 @@ def data_items(data: FeatureMatrix) -> dict[str, str]:
                       "weights content": f"dask token {_tokenize(weights)}"})
     items.update({"shape": str(tuple(int(n) for n in x.shape)), "dtype": str(x.dtype)})
     return items
-
-
-def input_token(dataset: Any) -> str:
-    """Hash what identifies an input's data into one string: equal tokens, same data."""
-    from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix  # lazy: dask
-
-    data = dataset if isinstance(dataset, FeatureMatrix) else as_feature_matrix(dataset)
-    return "sha256 " + _items_digest(data_items(data))
-
-
-def _items_digest(items: dict[str, str]) -> str:
-    """sha256 of ``items`` in a canonical JSON form."""
-    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
 
 
 def output_items(data: FeatureMatrix, work: dict[str, str], options: dict[str, Any]) -> dict[str, str]:
@@ -154,7 +141,7 @@ def array_items(what: str, arr: Any) -> dict[str, str]:
         f"{what} store chunks": str(tuple(arr.shards or arr.chunks)),
         f"{what} codecs": json.dumps(codecs, sort_keys=True, default=str),
         f"{what} fill value": json.dumps(meta.get("fill_value"), default=str),
-        f"{what} content": content_token(arr),
+        f"{what} content": checksum_token(arr) or listing_token(arr),
     }
 
 
@@ -166,21 +153,21 @@ def store_location(arr: Any) -> str:
         return os.path.realpath(root)
     fs = getattr(store, "fs", None)
     if fs is not None:  # FsspecStore
+        from daskbatch.io.chunk_grid import is_local_fs  # lazy: zarr
+
         path = store.path
-        if _is_local(fs):
+        if is_local_fs(fs):
             return os.path.realpath(path)
         return str(fs.unstrip_protocol(path))
     return f"{type(store).__name__} {id(store):#x} (in this process only)"
 
 
-def content_token(arr: Any) -> str:
-    """Hash the chunk checksums of ``arr`` (daskbatch's arrays), else the names, sizes and mtimes of its files."""
+def checksum_token(arr: Any) -> str | None:
+    """Hash the chunk checksums of ``arr`` (daskbatch's arrays record them); None where it has none."""
     from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
     checksums = chunk_checksums(arr)
-    if checksums is not None:
-        return f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
-    return listing_token(arr)
+    return None if checksums is None else f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
 
 
 def listing_token(arr: Any) -> str:
@@ -217,8 +204,10 @@ def _listing(arr: Any) -> Iterator[tuple[str, int, str]]:
         yield from _walk(Path(root) / prefix if prefix else Path(root))
         return
     if fs is not None:
+        from daskbatch.io.chunk_grid import is_local_fs  # lazy: zarr
+
         base = f"{store.path.rstrip('/')}/{prefix}" if prefix else store.path
-        if _is_local(fs):
+        if is_local_fs(fs):
             yield from _walk(Path(base))
             return
         found = _find(fs, base)
@@ -251,15 +240,6 @@ def _walk(top: Path) -> Iterator[tuple[str, int, str]]:
             else:
                 st = entry.stat(follow_symlinks=True)
                 yield os.path.relpath(entry.path, top), st.st_size, str(st.st_mtime_ns)
-
-
-def _is_local(fs: Any) -> bool:
-    protocol = getattr(fs, "protocol", "")
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    inner = getattr(fs, "sync_fs", None)  # fsspec's AsyncFileSystemWrapper around a sync one
-    if inner is not None:
-        return _is_local(inner)
-    return bool({"file", "local"} & set(protocols))
 
 
 def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:

@@ -1,10 +1,8 @@
 """The passes over the data: :class:`PassRunner` and the tiled covariance.
 
-Each pass is a tree reduction (:func:`~daskbatch.engine.reduce.tree_reduce`) of a bundle of statistics over the row
-blocks, on the active scheduler or through a checkpoint directory (the same bits). A D x D co-moment state too large
-for one merge task (D = 50,000: 20 GB) is reduced by :func:`tiled_covariance`: one tree per pair of feature tiles
-``I <= J``, each finished tile written by its own task into Zarr arrays ``cov`` and ``corr`` (D, D) chunked
-(tile, tile), so nothing of size D x D reaches one process.
+Each pass is a tree reduction of a bundle of statistics over the row blocks, on the active scheduler or through a
+checkpoint (the same bits). A D x D co-moment state too large for one merge task is reduced by
+:func:`tiled_covariance`, one tree per pair of feature tiles, each tile written into Zarr by its own task.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results.
-
-:func:`prepared_inputs` opens the inputs and chooses the device; :func:`run_statistics` chooses the statistics,
-lays the blocks out (a checkpoint's layout, the user's or the plan's), runs the passes (the second on ranges
-found by the first) and returns what ``describe`` makes the :class:`~daskbatch.Summary` of.
-"""
+"""The pipeline of :func:`daskbatch.describe`, read top to bottom: inputs -> layout (plan) -> passes -> results."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from daskbatch._version import __version__
 from daskbatch.config import resolve_split_every
 from daskbatch.engine.checkpoint import run_checkpointed_profile
 from daskbatch.engine.checkpoint_files import recorded_layout
-from daskbatch.engine.fingerprint import checksums_digest, listing_token
+from daskbatch.engine.fingerprint import checksum_token, listing_token
 from daskbatch.engine.inputs import (
     FeatureMatrix,
     as_feature_matrix,
@@ -473,15 +468,12 @@ def _protected_paths(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, A
 def input_token(data: Any, read_digest: str | None = None) -> str | None:
     """The rows' content token: a store's chunk checksums, else ``read_digest``, else dask's name (None: not yet)."""
     # The content's, never the path's or the files' times: a copy of a store has the same token.
-    from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
-
     source = getattr(data, "source", None) or data
     zx = getattr(source, "zarr_x", None)
     if zx is None:
         return f"in-memory {getattr(data, 'x', data).name}"
-    checksums = chunk_checksums(zx)
-    if checksums is not None:
-        return f"store x {len(checksums)} chunks, crc32c {checksums_digest(zx, checksums)}"
+    if (token := checksum_token(zx)) is not None:
+        return f"store x {token}"
     return None if read_digest is None else f"store x read {read_digest}"
 
 

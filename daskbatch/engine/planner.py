@@ -1,11 +1,7 @@
 """``plan``: where data, configuration and the live cluster meet the pure planner, and the label's class values.
 
-:mod:`daskbatch.planning` computes a :class:`~daskbatch.planning.plan.Plan` from
-integers and a :class:`~daskbatch.planning.plan.Resources`; it reads no
-configuration and never sees a cluster. This module gathers those inputs (a
-store opened from its path, ``dask.config`` settings, the workers of the active
-client or this machine, the class values of the label) and hands them down.
-:func:`daskbatch.describe` and both CLI commands (``plan`` and ``describe``) plan through here.
+:mod:`daskbatch.planning` reads no configuration and never sees a cluster; this module gathers those inputs
+(a store's chunks, ``dask.config``, the workers, the label's classes) for ``describe`` and the CLI.
 """
 
 from __future__ import annotations
@@ -87,8 +83,7 @@ def plan(
         Merge fan-in; default ``daskbatch.split-every``.
     device : {"auto", "cpu", "gpu"}, default "auto"
         With ``resources="auto"`` and no client: plan for this machine's memory
-        or its GPUs; ``"auto"``: its GPUs when it has any (None, the old
-        spelling, warns and means the same).
+        or its GPUs; ``"auto"``: its GPUs when it has any.
     weighted : bool, default False
         The rows carry sample weights (``describe(weights=)``): each chunk task
         also holds the weight column and a copy of its rows of positive weight.

@@ -1,10 +1,7 @@
 """The one graph builder: a ``split_every``-ary tree reduction of a statistic over row blocks, and its chunk tasks.
 
-Only public dask API is used (``Array.to_delayed`` and ``dask.delayed``).
-The tree's shape and merge order depend only on the number of blocks and
-``split_every``, so results are bitwise identical from run to run and between
-one worker and many. Task keys read well on the dashboard (``dask.utils.key_split``):
-``db-chunk``, ``db-merge``, ``db-result``.
+The tree's shape and merge order depend only on the number of blocks and ``split_every``, so results are bitwise
+identical from run to run and between one worker and many. Task keys: ``db-chunk``, ``db-merge``, ``db-result``.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ from daskbatch.stats.numerics import to_numpy
 
 S = TypeVar("S")
 R = TypeVar("R")
-T = TypeVar("T")
 
 
 #: Task-name prefixes of a pass, as the dashboard shows them (``key_split`` of the keys).
@@ -84,9 +80,7 @@ def tree_reduce(
     complete_blocks = _row_blocks(complete, x, len(x_blocks))
     weight_blocks = _row_blocks(weights, x, len(x_blocks))
 
-    # Short prefixes that dask.utils.key_split keeps whole (the dashboard groups and
-    # labels tasks by them): "daskbatch-finalize-<token>" used to split to "daskbatch",
-    # and long prefixes were cut off in the task stream.
+    # Short prefixes that dask.utils.key_split keeps whole: the dashboard groups and labels tasks by them.
     prefixes = task_prefixes(tag)
     chunk_name = f"{prefixes['chunk']}-{token}"
     chunk = functools.partial(_chunk_task, stat, labels_checked)
@@ -107,8 +101,8 @@ def tree_reduce(
             for j, i in enumerate(range(0, len(states), fan_in))
         ]
         level += 1
-    last: Callable[[S], R | S] = stat.finalize if finalize else _identity
-    return dask.delayed(_on_host(last))(states[0], dask_key_name=f"{prefixes['result']}-{token}")
+    result = functools.partial(_host_result, stat.finalize if finalize else None)
+    return dask.delayed(result)(states[0], dask_key_name=f"{prefixes['result']}-{token}")
 
 
 def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delayed] | list[None]:
@@ -125,17 +119,9 @@ def _chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array |
         return stat.chunk(x, label, **masks)
 
 
-def _identity(state: T) -> T:
-    return state
-
-
-def _on_host(func: Callable[[S], T]) -> Callable[[S], T]:
-    """Wrap ``func`` so its (dataclass / tuple of dataclass) result holds NumPy arrays."""
-
-    def run(state: S) -> T:
-        return to_host(func(state))
-
-    return run
+def _host_result(finalize: Callable[[Any], Any] | None, state: Any) -> Any:
+    """The finalized state (the merged one without ``finalize``), its arrays in host NumPy."""
+    return to_host(state if finalize is None else finalize(state))
 
 
 def to_host(value: Any) -> Any:

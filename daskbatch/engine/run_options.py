@@ -1,9 +1,4 @@
-"""How a run goes, apart from what it computes: :class:`RunOptions`, and where it runs when ``device="auto"``.
-
-:func:`auto_device` (the GPU preflight, the planner's threshold or the configured one,
-one log line) is what :func:`daskbatch.map_batches` and :func:`daskbatch.describe` call;
-the decision itself is the pure :func:`daskbatch.planning.search.choose_device`.
-"""
+"""How a run goes, apart from what it computes: :class:`RunOptions`, and where it runs when ``device="auto"``."""
 
 from __future__ import annotations
 

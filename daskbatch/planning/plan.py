@@ -1,15 +1,9 @@
 """The planner's memory model, what it reads (:class:`Resources`) and what it returns (:class:`Plan`).
 
-Pure (no dask, zarr or cupy). Every statistic declares its :class:`~daskbatch.stats.declaration.Footprint` next to
-its state and the model adds them up, so a user's statistic with a footprint is planned like a built-in one
-(checked against ``tracemalloc`` in ``tests/test_plan_memory.py``: projected between 1x and 2x of measured).
-
-* A chunk task holds the raw block, the buffers of reading it (``READ_BUFFERS``; none on the GPU, which gets its
-  block decoded), the float64 copy of the hungriest statistic, its labels and weights, the chunk-sized temporaries
-  of the hungriest statistic (they run fused, one after another; on ``"gpu-compiled"`` its
-  ``Footprint.device_buffers``), transient state copies and the states of all statistics.
-* A merge task holds ``split_every`` input states, the old and new running results and the largest statistic's
-  merge temporaries; every task also carries ``TASK_OVERHEAD_BYTES``.
+Pure (no dask, zarr or cupy). Each statistic declares its :class:`~daskbatch.stats.declaration.Footprint` and the
+model adds them up: a chunk task holds the raw block, its read buffers, one float64 copy, labels and weights, the
+hungriest statistic's temporaries and all states; a merge task ``split_every`` input states, the old and new results
+and the largest merge temporaries (checked against ``tracemalloc`` in ``tests/test_plan_memory.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
 from daskbatch.stats.registry import STATISTICS as DECLARED
 
 __all__ = [
-    "DEFAULT_STATISTICS", "PATHS", "READ_BUFFERS", "RMM_POOL_STEP_BYTES", "STATISTICS", "TASK_OVERHEAD_BYTES",
+    "DEFAULT_STATISTICS", "READ_BUFFERS", "STATISTICS", "TASK_OVERHEAD_BYTES",
     "WEIGHT_ROW_BYTES", "Plan", "Resources", "StatLike", "budget_bytes", "budget_formula", "chunk_task_terms",
     "footprint", "format_bytes", "merge_task_bytes", "merge_terms", "projected_task_bytes", "stat_name",
     "state_bytes",
@@ -38,9 +32,6 @@ STATISTICS: tuple[str, ...] = tuple(name for name, d in DECLARED.items() if d.fo
 
 #: What is planned when no statistics are named (``describe``'s default).
 DEFAULT_STATISTICS: tuple[str, ...] = ("moments", "cov", "hist", "mi")
-
-#: The kernel paths (see :data:`daskbatch.stats.declaration.KERNEL_PATHS`).
-PATHS: tuple[str, ...] = KERNEL_PATHS
 
 #: Buffers of reading one block from a compressed Zarr store, beyond the block itself, in
 #: units of the raw block: the compressed bytes and the decoded chunk (tracemalloc: ~3x raw
@@ -115,10 +106,10 @@ def chunk_task_terms(  # numpydoc ignore=PR01,RT01
     weighted: bool = False,
 ) -> dict[str, int]:
     """The terms of :func:`projected_task_bytes`, by name (for ``Plan.explain``)."""
-    # path: the kernels that run the chunk (PATHS); device_bytes: the card's memory on "gpu-compiled";
+    # path: the kernels that run the chunk (KERNEL_PATHS); device_bytes: the card's memory on "gpu-compiled";
     # weighted: the weight column (WEIGHT_ROW_BYTES a row) and the copy of the rows of positive weight.
-    if path not in PATHS:
-        raise ValueError(f"unknown kernel path {path!r}; expected one of {PATHS}")
+    if path not in KERNEL_PATHS:
+        raise ValueError(f"unknown kernel path {path!r}; expected one of {KERNEL_PATHS}")
     elems = rows * n_features
     prints = [footprint(s) for s in stats]
     states = [_state_size(f, n_features, bins, n_classes, feature_tile) for f in prints]
@@ -154,24 +145,10 @@ def chunk_task_terms(  # numpydoc ignore=PR01,RT01
 
 
 def projected_task_bytes(  # numpydoc ignore=PR01,RT01
-    rows: int,
-    n_features: int,
-    itemsize: int,
-    stats: tuple[StatLike, ...],
-    *,
-    bins: int = STATISTIC_DEFAULTS["bins"],
-    n_classes: int | None = None,
-    feature_tile: int | None = None,
-    path: str = "compiled",
-    device_bytes: int | None = None,
-    weighted: bool = False,
+    rows: int, n_features: int, itemsize: int, stats: tuple[StatLike, ...], **options: Any
 ) -> int:
     """Project the peak bytes of one fused chunk task over ``rows x n_features`` input (the module's model)."""
-    terms = chunk_task_terms(
-        rows, n_features, itemsize, stats, bins=bins, n_classes=n_classes,
-        feature_tile=feature_tile, path=path, device_bytes=device_bytes, weighted=weighted,
-    )
-    return sum(terms.values())
+    return sum(chunk_task_terms(rows, n_features, itemsize, stats, **options).values())
 
 
 def merge_terms(  # numpydoc ignore=PR01,RT01
@@ -197,19 +174,10 @@ def merge_terms(  # numpydoc ignore=PR01,RT01
 
 
 def merge_task_bytes(  # numpydoc ignore=PR01,RT01
-    stats: tuple[StatLike, ...],
-    n_features: int,
-    split_every: int,
-    *,
-    bins: int = STATISTIC_DEFAULTS["bins"],
-    n_classes: int | None = None,
-    feature_tile: int | None = None,
+    stats: tuple[StatLike, ...], n_features: int, split_every: int, **options: Any
 ) -> int:
     """Project the peak bytes of one merge task folding ``split_every`` fused states: inputs, old and new results, temporaries."""
-    terms = merge_terms(
-        stats, n_features, split_every, bins=bins, n_classes=n_classes, feature_tile=feature_tile
-    )
-    return sum(terms.values())
+    return sum(merge_terms(stats, n_features, split_every, **options).values())
 
 
 _DEVICES = ("cpu", "gpu")
@@ -295,9 +263,6 @@ def format_bytes(n: int | float) -> str:  # numpydoc ignore=PR01,RT01
 
     return dask_format_bytes(int(n))
 
-#: Granularity of a planned RMM pool (:attr:`Plan.rmm_pool_bytes`).
-RMM_POOL_STEP_BYTES = 256 * 2**20
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -369,7 +334,7 @@ class Plan:
         int
             Bytes.
         """
-        step = RMM_POOL_STEP_BYTES
+        step = 256 * 2**20
         need = (self.task_bytes + self.reserved_bytes) * self.resources.threads_per_worker
         return -(-need // step) * step
 
@@ -412,8 +377,8 @@ class Plan:
             styled.append((key or "tasks", value, cls))
         n_rows, d = self.shape
         head = (
-            f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {self.n_chunks:,} chunk"
-            f"{'' if self.n_chunks == 1 else 's'} of {self.chunk_rows:,} rows, {_plural(self.n_tasks, 'task')}"
+            f"daskbatch.Plan: {n_rows:,} × {d:,} {self.dtype or ''} → {_plural(self.n_chunks, 'chunk')}"
+            f" of {self.chunk_rows:,} rows, {_plural(self.n_tasks, 'task')}"
         )
         return _html.repr_block(
             _html.escape(head), _html.key_value_table(styled), subtitle=_html.escape(title)

@@ -91,19 +91,33 @@ def plan_chunks(
     kw: dict[str, Any] = {"bins": bins, "n_classes": n_classes}
     notes: list[str] = []
 
+    def _chunk_bytes(rows: int, feature_tile: int | None) -> int:
+        """Project a chunk task of ``rows`` rows (with its share of the blocks read ahead)."""
+        return projected_task_bytes(
+            rows, n_features, itemsize, stats_t, feature_tile=feature_tile, path=path,
+            device_bytes=resources.device_memory_bytes, weighted=weighted, **kw
+        ) + math.ceil(ahead * rows)
+
+    def _merge_fits(fan_in: int, feature_tile: int | None = None) -> bool:
+        """Whether a merge task of ``fan_in`` states fits the budget."""
+        return merge_task_bytes(stats_t, n_features, fan_in, feature_tile=feature_tile, **kw) <= budget
+
     # Merge fan-in and feature tiles: states must fit split_every + 1 (+ temporaries) times.
     tile: int | None = None
-    se = _largest_fan_in(stats_t, n_features, se_top, budget, kw)
-    if se is None:
-        se = MIN_SPLIT_EVERY
+    se = MIN_SPLIT_EVERY
+    if _merge_fits(se):
+        se = _last_fitting(se, se_top, _merge_fits)
+    else:
         if "cov" not in map(stat_name, stats_t) or n_features < 2:  # the pairwise covariance plans as a footprint
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
-        tile = _largest_tile(
-            stats_t, n_features, n_rows, storage_rows, itemsize, se, budget, kw, path, resources.device_memory_bytes,
-            weighted, ahead,
-        )
-        if tile is None:
+
+        def tile_fits(t: int) -> bool:
+            """Whether tiles ``t`` wide fit a merge task and a one-storage-chunk task."""
+            return _merge_fits(se, t) and _chunk_bytes(min(storage_rows, n_rows), t) <= budget
+
+        if not tile_fits(1):
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
+        tile = _last_fitting(1, n_features - 1, tile_fits)
         cov_full = state_bytes("cov", n_features)
         notes.append(
             f"the {n_features:,} x {n_features:,} co-moment state ({format_bytes(cov_full)}) "
@@ -113,17 +127,10 @@ def plan_chunks(
     if se != se_top:
         notes.append(f"split_every lowered from {se0} to {se} so that a merge task fits")
 
-    def _chunk_bytes(rows: int) -> int:
-        """Project a chunk task of ``rows`` rows (with its share of the blocks read ahead)."""
-        return projected_task_bytes(
-            rows, n_features, itemsize, stats_t, feature_tile=tile, path=path,
-            device_bytes=resources.device_memory_bytes, weighted=weighted, **kw
-        ) + math.ceil(ahead * rows)
-
     if n_rows == 0:
         chunk_rows, limited_by = 0, "data"
     else:
-        need = _chunk_bytes(storage_rows)
+        need = _chunk_bytes(storage_rows, tile)
         if need > budget:
             one = "one storage chunk" if storage_rows < n_rows else "the whole array"
             raise PlanError(
@@ -132,7 +139,7 @@ def plan_chunks(
                 "use --memory or rechunk the store to fewer rows per chunk"
             )
         chunk_rows, limited_by = _choose_rows(
-            n_rows, storage_rows, n_features * itemsize, _chunk_bytes, budget,
+            n_rows, storage_rows, n_features * itemsize, lambda rows: _chunk_bytes(rows, tile), budget,
             target_chunk_bytes, resources.total_threads,
         )
     n_chunks = max(1, math.ceil(n_rows / chunk_rows)) if chunk_rows else 1
@@ -147,7 +154,7 @@ def plan_chunks(
         budget_bytes=budget, chunk_rows=chunk_rows, n_chunks=n_chunks, split_every=se,
         feature_tile=tile, n_tile_pairs=n_tile_pairs,
         states_bytes=sum(state_bytes(s, n_features, feature_tile=tile, **kw) for s in stats_t),
-        chunk_task_bytes=_chunk_bytes(chunk_rows),
+        chunk_task_bytes=_chunk_bytes(chunk_rows, tile),
         merge_task_bytes=merge_task_bytes(stats_t, n_features, se, feature_tile=tile, **kw),
         n_tasks=trees * _tree_tasks(n_chunks, se), limited_by=limited_by, notes=tuple(notes),
         kernel_path=path, weighted=weighted, read_ahead_bytes=math.ceil(ahead * chunk_rows),
@@ -195,49 +202,8 @@ def _check_inputs(
     return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))
 
 
-def _largest_fan_in(stats: tuple[Any, ...], n_features: int, top: int, budget: int,
-                    kw: dict[str, Any]) -> int | None:
-    """Largest fan-in ``<= top`` whose merge task fits ``budget`` (bisection: bytes grow with the fan-in)."""
-    if merge_task_bytes(stats, n_features, MIN_SPLIT_EVERY, **kw) > budget:
-        return None
-    lo, hi = MIN_SPLIT_EVERY, top
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if merge_task_bytes(stats, n_features, mid, **kw) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _largest_tile(
-    stats: tuple[StatLike, ...],
-    n_features: int,
-    n_rows: int,
-    storage_rows: int,
-    itemsize: int,
-    split_every: int,
-    budget: int,
-    kw: dict[str, Any],
-    path: str,
-    device_bytes: int | None,
-    weighted: bool,
-    ahead: float = 0.0,
-) -> int | None:
-    """Widest co-moment tile whose merge task and one-storage-chunk task (``ahead`` bytes a row besides) both fit."""
-    rows = min(storage_rows, n_rows)
-
-    def fits(t: int) -> bool:
-        merge = merge_task_bytes(stats, n_features, split_every, feature_tile=t, **kw)
-        chunk = projected_task_bytes(
-            rows, n_features, itemsize, stats, feature_tile=t, path=path, device_bytes=device_bytes,
-            weighted=weighted, **kw,
-        ) + math.ceil(ahead * rows)
-        return merge <= budget and chunk <= budget
-
-    if not fits(1):
-        return None
-    lo, hi = 1, n_features - 1  # both bytes grow with t: binary search the last fitting width
+def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """Largest ``k`` in ``[lo, hi]`` with ``fits(k)``, given ``fits(lo)`` and that what fits grows no larger with ``k``."""
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
@@ -259,13 +225,9 @@ def _choose_rows(
     def rows(k: int) -> int:
         return min(k * storage_rows, n_rows)
 
-    lo, hi = 1, k_max  # largest k whose task fits the budget (bytes grow with k)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if chunk_bytes(rows(mid)) <= budget else (lo, mid - 1)
     limits = {  # on a tie the first name is reported, so the most telling comes first
         "data": k_max,
-        "memory budget": lo,
+        "memory budget": _last_fitting(1, k_max, lambda k: chunk_bytes(rows(k)) <= budget),
         # ceil(k_max / k) >= 2 x threads keeps every thread busy with a spare chunk each
         "parallelism": max(1, k_max // (2 * total_threads)),
         "target chunk size": max(1, target_bytes // max(1, storage_rows * row_bytes)),
@@ -357,7 +319,7 @@ def recorded_n_classes(obj: Any) -> int | None:
 def plan_dropping_sketch(
     make: Callable[[tuple[Any, ...]], Plan], stats: tuple[Any, ...], *, optional: bool
 ) -> tuple[Plan, tuple[Any, ...]]:
-    """The label classes an object records: ``.n_classes``, or a synthetic store's ``attrs["synth"]["classes"]``."""
+    """Plan with ``make(stats)``; where that does not fit, with a windowed sketch, or without an ``optional`` one."""
     # The sketch keeps every bucket by default (221 kB a feature); where that does not fit, the first of
     # WINDOWS that fits (2,048 buckets per sign in int64 down to 512 in int32, the narrower ones with buckets
     # twice as wide) takes its place, its footprint standing for "sketch" in the statistics returned. int32
