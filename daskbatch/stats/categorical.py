@@ -1,16 +1,8 @@
-"""Non-numeric columns (strings, categoricals, datetimes, any other values) profiled with mergeable states.
+"""Non-numeric columns (strings, categoricals, datetimes, ...) profiled with mergeable states.
 
-Each column's state holds its count of values and of nulls, a HyperLogLog sketch
-of its distinct values (registers merge by their maximum), a Misra-Gries summary
-of its most frequent values (merged as Agarwal et al., "Mergeable summaries",
-2012) and, for datetimes and timedeltas, the exact minimum and maximum. A block is
-a pandas DataFrame of those columns; :meth:`CategoricalProfile.chunk` makes the
-states of one block, :meth:`CategoricalProfile.merge` combines two in any order
-and grouping, and :meth:`CategoricalProfile.finalize` gives JSON-able records,
-which :func:`categorical_frame` shows as one DataFrame indexed by column name.
-
-Values are hashed with :func:`pandas.util.hash_array` (SipHash with a fixed key),
-the same in every process, so states made by different workers merge.
+Per column: counts of values and nulls, a HyperLogLog of distinct values, a Misra-Gries summary of
+the most frequent (Agarwal et al., "Mergeable summaries", 2012) and datetime extrema. Values are
+hashed with :func:`pandas.util.hash_array` (fixed key), so states from different workers merge.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The statistics that serve a pass rather than the summary: a label's class values, a content digest.
 
-:class:`ClassValues` finds the distinct values of an integer label (any integer, negatives too, as
-``sklearn.metrics.mutual_info_score``), so that a (feature-bin x class) table has one column per
-class value, not one per integer up to the largest label; :func:`label_codes` maps each label to
-its column. Which labels ``describe`` accepts is :mod:`daskbatch.engine.planner`'s to decide.
-
-:class:`ContentDigest` hashes the blocks of the first pass as it reads them: the content token of a
-store another writer made (daskbatch's own carry CRC-32C checksums) at no pass of its own. zlib's
-CRC-32, not a cryptographic hash: it guards against counting rows twice, not against forgery.
+:class:`ClassValues` finds the distinct values of an integer label, so a (bin x class) table has one
+column per class value. :class:`ContentDigest` CRC-32s the first pass's blocks as the content token
+of a store without checksums: a guard against counting rows twice, not against forgery.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Covariance and Pearson correlation matrices from mergeable co-moments.
 
-Rows with any non-finite value are left out (complete cases), and the number
-of rows used is reported; ``CoMoments(rows="pairwise")`` uses, for each pair
-of features, the rows where both are finite instead (its own state and
-merge: :mod:`daskbatch.stats.pairwise`). Each chunk forms its co-moment matrix as one GEMM
-on centred float64 data (BLAS on the CPU, cuBLAS on the GPU), about a
-per-chunk reference row as in :mod:`daskbatch.stats.moments`; states merge
-with the co-moment update ``C = C_a + C_b + n_a n_b / n · δδᵀ``.
-
-Only the upper triangle of a state's matrix is read. The GPU kernels fill
-just that triangle (a SYRK) and leave zeros below; CPU states hold the full
-symmetric matrix. Merges are elementwise, so states of either kind merge
-with each other, and :meth:`CoMoments.finalize` mirrors the upper triangle
-once, at the end, instead of every chunk. A saved state is written mirrored
-(:meth:`CoMomentsState.canonical`): on disk the matrix is always the full one.
+Complete rows only (``rows="pairwise"``: :mod:`daskbatch.stats.pairwise`). A chunk is one GEMM on
+centred float64 data; states merge with ``C = C_a + C_b + n_a n_b / n · δδᵀ``. Only the upper
+triangle is read (GPU kernels fill just that); finalize and saving mirror it once.
 """
 
 from __future__ import annotations

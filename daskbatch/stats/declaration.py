@@ -1,11 +1,7 @@
 """What a built-in statistic declares: its memory footprint, its summary variables, what it needs.
 
-Each statistic module ends with one :class:`Declaration`, and
-:data:`daskbatch.stats.registry.STATISTICS` lists them: the spec builder, the
-state codec, the planner's memory model, the Summary and the CLI read that
-table and nothing else. Pure (stdlib only), so the planning layer can read it
-without dask or NumPy. The footprints of the built-in statistics are checked
-against ``tracemalloc`` in ``tests/test_plan_memory.py``.
+Each statistic module ends with one :class:`Declaration`, listed in
+:data:`daskbatch.stats.registry.STATISTICS`. Stdlib only, so the planner reads it without NumPy.
 """
 
 from __future__ import annotations

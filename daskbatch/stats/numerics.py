@@ -1,12 +1,8 @@
 """Array-library plumbing and the numerical helpers the statistics share.
 
-Every statistic is written against the array API standard and finds its namespace with
-:func:`namespace`, so the same code runs on NumPy, CuPy and ``array_api_strict`` blocks; the
-one call the standard lacks is :func:`bincount`. The helpers: finite rows, float64 copies,
-stable merges of shifted moments, merges by ratios where weight sums (up to ``2**960``,
-:mod:`daskbatch.engine.inputs`) would overflow float64 in the product forms (past
-:data:`RATIO_FORM_FROM`), and exact extremes of 64-bit integer features (float64 holds
-integers up to 2**53 only: the moments keep int64/uint64 ``fmin``/``fmax`` in that dtype).
+The statistics find their array-API namespace with :func:`namespace` (NumPy, CuPy,
+``array_api_strict``); the helpers: finite rows, float64 copies, stable merges, ratio forms where
+weight sums would overflow (:data:`RATIO_FORM_FROM`), exact extremes of 64-bit integer features.
 """
 
 from __future__ import annotations

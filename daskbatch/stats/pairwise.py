@@ -1,14 +1,8 @@
 """Pairwise-complete co-moments: each covariance over the rows where both of its features are finite.
 
-``CoMoments(rows="pairwise")`` keeps per pair (i, j), over the rows where both are finite, the
-count ``n[i, j]``, the mean ``shift[i] + mean[i, j]``, the sum of squared deviations ``m2[i, j]``
-and the co-moment ``c[i, j]`` (what ``pandas.DataFrame.cov()`` computes pair by pair). A chunk
-forms them as four matrix products of the values ``y`` centred about a per-chunk shift (0 where
-not finite) and their mask ``m``: ``n = mᵀm``, ``s = yᵀm``, ``p = yᵀy``, ``q = (y²)ᵀm``; the shift
-keeps ``p - s sᵀ / n`` clear of cancellation far from zero. States merge with Chan's formulas
-pair by pair, ``c = c_a + c_b + n_a n_b / n · δ_i δ_j``. Sample weights weigh each row in the
-products (a row of weight 0 is absent). One tile (I, J) of a covariance too wide for a worker
-(:mod:`daskbatch.engine.passes`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
+Per pair: count, mean, M2 and co-moment (as ``pandas.DataFrame.cov()``), formed per chunk as four
+matrix products of centred values and their mask, merged with Chan's formulas pair by pair.
+:class:`CrossPairwiseState` is one (I, J) tile of a covariance too wide for a worker.
 """
 
 from __future__ import annotations

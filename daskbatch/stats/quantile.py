@@ -1,19 +1,9 @@
 """Quantiles read from counts: a finished sketch (:class:`SketchResult`), histograms, or both.
 
-**Guarantee** (:func:`fine_quantile`). Where ``describe`` found ranges from the data, its second
-pass also counts a fine quantile histogram (2,048 bins of a power-of-two width ``w``) on a range
-that holds the exact 0.1 % and 99.9 % quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A
-quantile is read at its exact rank in both it and the sketch, so the answer is within
-``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` for every
-rank inside the fine range; outside it the sketch answers alone, within ``alpha·|v|``. Integers
-on a bin's edge are answered as such; a feature with few distinct values is answered exactly
-(:meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`), and the first and last ranks by the
-exact extrema. Counts are integers added in any order: the same answer for any chunking. The
-measured errors are in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
-
-Merged, updated or one-pass summaries read the sketch's dyadic grid in place of the fine
-histogram (:func:`~daskbatch.stats.sketch_distinct.grid_fine`). :func:`histogram_quantile`
-(histograms alone) interpolates inside the bin that holds the rank: within one bin width.
+:func:`fine_quantile` reads each rank in the second pass's fine histogram and the sketch: within
+``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` inside the fine
+range, ``alpha·|v|`` outside (measured errors: ``benchmarks/RESULTS.md``). :func:`histogram_quantile`
+interpolates within one bin of a plain histogram.
 """
 
 from __future__ import annotations

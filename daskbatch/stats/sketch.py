@@ -1,26 +1,10 @@
 """Per-feature quantile sketches with a relative-error bound (logarithmic buckets, as DDSketch).
 
-A value ``v`` with ``min_magnitude <= |v| <= max_magnitude`` falls into the bucket
-``k = ceil(log_gamma |v|)`` of its sign, ``gamma = (1 + alpha) / (1 - alpha)``; bucket ``k``
-holds ``(gamma**(k-1), gamma**k]`` and answers ``gamma**k * (1 - alpha)``, within ``alpha``
-(relative) of every value in it (Masson, Rim & Lee, "DDSketch", VLDB 2019). A quantile is read
-at the exact rank, so it is within ``alpha`` of ``numpy.quantile(..., method="inverted_cdf")``.
-
-A state stores a *window* of ``window`` consecutive buckets per feature and sign (DDSketch's
-"collapsing lowest dense store"); ``offset`` is the key of its first bucket, the lowest
-populated key (never above ``n_buckets - window``, so that a window of every bucket starts at 0
-and merges by addition). When a sign's populated keys span more than ``window`` buckets, the
-lowest magnitudes are added into the first bucket: their ranks are bounded by ``gamma**offset``
-in absolute terms only; the large magnitudes, where robust ranges and outliers live, never
-collapse. Where a sketch of every bucket does not fit a worker, ``describe`` plans narrower or
-int32 windows (:data:`~daskbatch.stats.sketch_windows.WINDOWS`).
-
-Merges align the windows and add the counts (float64 sums of weights when weighted); a merged
-window is a function of the multiset of keys alone, so any chunking and merge order gives
-bitwise identical states. A state also keeps each feature's distinct values while few, a dyadic
-grid (:mod:`daskbatch.stats.sketch_distinct`) and its extreme values
-(:mod:`daskbatch.stats.sketch_tails`). The layout and the reading of quantiles from counts are
-:mod:`daskbatch.stats.sketch_layout`; the result is :class:`~daskbatch.stats.quantile.SketchResult`.
+Bucket ``k = ceil(log_gamma |v|)``, ``gamma = (1 + alpha) / (1 - alpha)``, answers within ``alpha``
+of every value in it (Masson et al., VLDB 2019). A state keeps a window of buckets per feature and
+sign, collapsing the lowest magnitudes when wider; merges align windows and add counts, bitwise the
+same for any chunking. Side-cars: :mod:`~daskbatch.stats.sketch_distinct`,
+:mod:`~daskbatch.stats.sketch_tails`; layout: :mod:`~daskbatch.stats.sketch_layout`.
 """
 
 

@@ -1,17 +1,7 @@
 """The ``k`` smallest and ``k`` largest finite values of each feature, kept exactly beside the sketch.
 
-A merged sketch reads its quantiles in a dyadic grid over ``[min, max]``, whose bins are wide
-in a heavy tail; the extreme values are cheap to keep instead: ``k`` per end and feature (2 kB a
-feature at ``k = 128``), merged exactly (the ``k`` smallest of the union are among the ``k``
-smallest of each part). A quantile
-whose rank lies among them (``q <= k / n`` or ``q >= 1 - k / n``) is then the
-data value at that rank, as ``numpy.quantile(..., method="inverted_cdf")``,
-after any chunking, merge and update. Unweighted states only: a weighted rank
-is a share of a weight sum, which the kept values alone cannot place.
-
-``low`` (D, k) holds the smallest finite values in increasing order, ``+inf``
-where a feature has fewer than ``k``; ``high`` (D, k) the largest in
-decreasing order, ``-inf`` past them.
+A quantile whose rank lies among them is the data value itself, after any chunking or merge.
+Unweighted states only. ``low`` (D, k) ascends, ``+inf``-padded; ``high`` (D, k) descends, ``-inf``-padded.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The sketches ``describe`` plans for wide data, and the memory each takes.
 
-The statistic is :class:`~daskbatch.stats.sketch.Sketch`; this module sizes
-its state and temporaries for the planner (:func:`footprint_for`) and lists the
-windowed sketches tried, widest first, where a sketch of every bucket does not
-fit a worker (:data:`WINDOWS`, :data:`WINDOWED_FOOTPRINTS`, :func:`window_of`).
+Sizes :class:`~daskbatch.stats.sketch.Sketch`'s state for the planner (:func:`footprint_for`) and lists
+the windowed sketches tried, widest first (:data:`WINDOWS`, :func:`window_of`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Spearman rank correlation out of core: ranks from the first pass's sketch, their co-moments in the second.
 
-Every value gets its feature's normalized midrank ``(F(v-) + F(v)) / 2``, read from the sketch:
-exactly where it kept all distinct values (then the result is ``scipy.stats.spearmanr``'s), else
-from its dyadic grid, within ``count(bin) / (2 n)``. The second pass accumulates the co-moments
-of the ranks over complete rows, so the correlation is Pearson's of the ranks;
-:attr:`SpearmanResult.spearman_bound` is the widest change the rank errors allow (0 where both
-features are exact). The ranks belong to one run: ``merge``/``update`` leave it out and say so.
+Midranks are exact where the sketch kept all distinct values, else within ``count(bin) / (2 n)``;
+:attr:`SpearmanResult.spearman_bound` bounds the effect. ``merge``/``update`` leave it out.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Statistics of the features against a label or a continuous target: target co-moments, target sketch, mutual information.
 
-A target ``y`` (``describe(x, target=y)``) travels where a class label does, so these are fused
-into the first pass with the moments. :class:`TargetMoments` keeps per feature, over its finite
-rows, the count, the means of the feature and of ``y``, their sums of squared deviations and the
-co-moment (the input of ``f_regression``/``r_regression``), by the corrected two-pass and Chan's
-merges in float64. :class:`TargetSketch` is ``y``'s quantile sketch, from which ``describe`` cuts
-``y`` into bins for the mutual information of the second pass. A non-finite ``y`` stops the chunk.
-:class:`MutualInformation` (``"mi"``) is counted as the joint (bin × class) table of a
-:class:`~daskbatch.stats.Histogram` by label (:meth:`MutualInformation.joint`), and
-:func:`mutual_information` reads it.
+Fused into the first pass: :class:`TargetMoments` (inputs of ``f_regression``), :class:`TargetSketch`
+(``y``'s bins for MI); :class:`MutualInformation` counts a joint (bin × class) histogram.
 """
 
 from __future__ import annotations

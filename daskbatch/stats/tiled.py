@@ -1,12 +1,7 @@
 """Cross co-moments of two groups of features: one (I, J) tile of a wide covariance matrix.
 
-When the D x D state of :class:`~daskbatch.stats.comoments.CoMoments` does not fit a worker,
-the matrix is computed per pair of feature tiles. A chunk of a tile is ``[x_I | x_J]`` (side
-``a``: the first ``split`` columns), or just ``x_I`` for a diagonal tile (``split=None``),
-centred as ``CoMoments`` does about the first complete row; states merge with
-``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``. Complete rows are decided across *all* features (the
-caller passes that mask as ``complete``); with weights the state also counts those rows.
-``rows="pairwise"`` keeps each pair's own rows instead (:mod:`daskbatch.stats.pairwise`).
+Used when a D x D :class:`~daskbatch.stats.comoments.CoMoments` state does not fit a worker; complete
+rows are decided across all features (the caller's ``complete`` mask).
 """
 
 from __future__ import annotations
