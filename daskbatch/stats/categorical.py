@@ -62,12 +62,7 @@ class ColumnState:
 
 @dataclass(frozen=True)
 class CategoricalState(State):
-    """Every column's state as plain arrays: what checkpoints and saved summaries write (no pickle).
-
-    ``columns`` is UTF-8 JSON of each column's counts, Misra-Gries counters (values and
-    counts, in order), joint counts by class and datetime extremes; ``registers`` holds
-    each column's HyperLogLog registers, one row a column in the same order.
-    """
+    """Every column's state as plain arrays (no pickle): ``columns`` as UTF-8 JSON, ``registers`` one HyperLogLog row a column."""
 
     columns: np.ndarray
     registers: np.ndarray

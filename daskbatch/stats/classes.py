@@ -225,17 +225,7 @@ class DigestState(State):
 
 @dataclass(frozen=True)
 class ContentDigest:  # numpydoc ignore=PR02
-    """Hash the blocks of a pass as they are read: a content token that costs no pass of its own.
-
-    Its state and result stay inside the pass runner: ``describe`` turns the
-    result into the input's token and keeps neither in the summary.
-
-    Parameters
-    ----------
-    piece_rows : int, default 0
-        Rows hashed into one digest (the store's chunk rows, which every block
-        starts on); 0: one digest per block.
-    """
+    """Hash the blocks of a pass as they are read, ``piece_rows`` rows a digest (0: one a block): the input's content token."""
 
     piece_rows: int = 0
 

@@ -27,13 +27,13 @@ from daskbatch.stats.numerics import (
     namespace,
     pair_weight,
     positive_rows,
+    rows_of,
     safe_divisor,
 )
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
     WeightedPairwiseCoMomentsState,
     merge_pairwise,
-    pair_rows,
     pairwise_chunk,
     pairwise_means,
 )
@@ -76,11 +76,6 @@ class WeightedCoMomentsState(CoMomentsState):
     """A :class:`CoMomentsState` of weighted rows: ``n`` is the weight sum of the complete rows, ``rows`` their number (0-d)."""
 
     rows: Array
-
-
-def _rows_of(s: CoMomentsState) -> Array:
-    """The number of complete rows of a state, weighted or not."""
-    return s.rows if isinstance(s, WeightedCoMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,11 +135,7 @@ def centred(
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
-
-    ``n``, ``m2_a`` and ``m2_b`` are one count and a sum of squares per feature, or, pairwise, a matrix of each
-    (one per pair, as ``c``).
-    """  # numpydoc ignore=PR01,RT01
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows (per feature, or pairwise per pair)."""  # numpydoc ignore=PR01,RT01
     xp = namespace(c)
     dof = n - ddof
     nan = xp.full_like(c, xp.nan)
@@ -274,7 +265,7 @@ class CoMoments:  # numpydoc ignore=PR02
         c = a.c + b.c + pair * _outer(xp, delta, delta)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCoMomentsState) or isinstance(b, WeightedCoMomentsState):
-            return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=_rows_of(a) + _rows_of(b))
+            return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows_of(a) + rows_of(b))
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
     @handles_overflow
@@ -308,7 +299,7 @@ def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
     xp = namespace(s.c)
     # Feature i's sums of squares on each pair are row i of m2, feature j's its transpose.
     cov, corr = covariance_and_correlation(s.c, s.n, s.m2, xp.matrix_transpose(s.m2), ddof, diagonal=True)
-    rows = pair_rows(s)
+    rows = rows_of(s)
     fewest = xp.min(rows) if rows.shape[0] else xp.zeros((), dtype=xp.float64, device=device(s.c))
     weight_sum = s.n if isinstance(s, WeightedPairwiseCoMomentsState) else None  # each pair's
     return CoMomentsResult(n=fewest, mean=pairwise_means(s), cov=cov, corr=corr, weight_sum=weight_sum,

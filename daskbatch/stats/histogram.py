@@ -391,12 +391,7 @@ QUANTILE_BINS = 2048
 
 @dataclass(frozen=True)
 class QuantileHistogram(Histogram):
-    """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`.
-
-    Its ranges (:func:`daskbatch.stats.ranges.fine_ranges`) hold the exact
-    ``0.1 %`` and ``99.9 %`` quantiles, so a quantile read at its exact rank
-    lies within one of its bins of the exact one.
-    """
+    """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`."""
 
     name = "qhist"
 

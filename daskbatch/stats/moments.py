@@ -36,6 +36,7 @@ from daskbatch.stats.numerics import (
     merged_by_ratios,
     namespace,
     positive_rows,
+    rows_of,
     safe_divisor,
 )
 
@@ -67,20 +68,9 @@ class MomentsState(State):
 
 @dataclass(frozen=True, eq=False)
 class WeightedMomentsState(MomentsState):
-    """A :class:`MomentsState` of weighted rows: ``n`` is the weight sum of the finite values, ``rows`` their number.
-
-    Weights are frequency weights: ``shift + mean`` is the weighted mean and
-    ``m2``, ``m3``, ``m4`` are weighted sums of powers of deviations, so an
-    integer weight ``k`` gives the state of its row repeated ``k`` times.
-    NaN and ±inf counts count rows (of positive weight), not weights.
-    """
+    """A :class:`MomentsState` of frequency-weighted rows: ``n`` is the weight sum of the finite values, ``rows`` their number."""
 
     rows: Array
-
-
-def _rows_of(s: MomentsState) -> Array:
-    """Give a state's per-feature count of finite values: ``rows`` when weighted, else ``n``."""
-    return s.rows if isinstance(s, WeightedMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -381,7 +371,7 @@ class Moments:  # numpydoc ignore=PR02
         )
         # Weight sums merge like counts (above); the number of values is carried beside them.
         if isinstance(a, WeightedMomentsState) or isinstance(b, WeightedMomentsState):
-            return _weighted(merged, _rows_of(a) + _rows_of(b))
+            return _weighted(merged, rows_of(a) + rows_of(b))
         return merged
 
     @handles_overflow
@@ -424,7 +414,7 @@ class Moments:  # numpydoc ignore=PR02
             kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
             kurt = xp.where(n > 3, xp.where(small, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, kurt), nan)
 
-        count = _rows_of(s) + s.posinf_count + s.neginf_count
+        count = rows_of(s) + s.posinf_count + s.neginf_count
         fmin, fmax = as_float64(s.fmin), as_float64(s.fmax)
         vmin = xp.where(has_neg, -inf, xp.where(n > 0, fmin, xp.where(has_pos, inf, nan)))
         vmax = xp.where(has_pos, inf, xp.where(n > 0, fmax, xp.where(has_neg, -inf, nan)))

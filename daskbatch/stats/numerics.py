@@ -151,6 +151,11 @@ def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
     )
 
 
+def rows_of(s: Any) -> Array:
+    """Give a state's rows: its ``rows`` when it counts weights in ``n`` (or is a tile of pairs), else ``n``."""
+    return getattr(s, "rows", s.n)
+
+
 def safe_divisor(xp: Any, n: Array) -> Array:
     """Replace zeros of ``n`` by one, so ``s / safe_divisor(n)`` is 0 where ``n`` is 0."""
     return xp.where(n > 0, n, xp.ones_like(n))

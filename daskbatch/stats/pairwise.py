@@ -19,6 +19,7 @@ from daskbatch.stats.numerics import (
     namespace,
     pair_weight,
     positive_rows,
+    rows_of,
     safe_divisor,
 )
 
@@ -63,16 +64,6 @@ class CrossPairwiseState(State):
     mean_b: Array
     m2_b: Array
     c: Array
-
-
-def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """Give the rows of every pair of a state, weighted or not."""
-    return (
-        s.n
-        if isinstance(s, PairwiseCoMomentsState)
-        and not isinstance(s, WeightedPairwiseCoMomentsState)
-        else s.rows
-    )
 
 
 def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> PairwiseCoMomentsState:
@@ -246,7 +237,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
     if isinstance(a, WeightedPairwiseCoMomentsState) or isinstance(
         b, WeightedPairwiseCoMomentsState
     ):
-        return _with_rows(merged, pair_rows(a) + pair_rows(b))
+        return _with_rows(merged, rows_of(a) + rows_of(b))
     return merged
 
 

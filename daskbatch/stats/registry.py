@@ -109,15 +109,7 @@ def footprint_of(stat: Any) -> Footprint:  # numpydoc ignore=PR01,RT01
 
 @dataclass(frozen=True, eq=False)
 class Kept:  # numpydoc ignore=PR02
-    """A statistic with its merged (un-finalized) state, on the host.
-
-    Parameters
-    ----------
-    statistic : Moments, CoMoments, Histogram, ClassMoments or Sketch
-        The statistic and its parameters (a histogram's bins and ranges, ...).
-    state : State
-        Its merged state over every row seen, with NumPy arrays.
-    """
+    """A statistic with its merged (un-finalized) state over every row seen, in NumPy arrays."""
 
     statistic: Any
     state: Any

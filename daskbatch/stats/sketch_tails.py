@@ -103,10 +103,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def tail_bounds(
     data: np.ndarray, lut: np.ndarray, k: int
 ) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray]:
-    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x``, and how many values lie below it.
-
-    The bound is ``None`` where the chunk has fewer coarse blocks than ``k``: nothing is bounded.
-    """
+    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
 
     rows, n_features = data.shape
@@ -151,10 +148,7 @@ def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, 
 def tails_quantile(
     low: Any, high: Any, finite: np.ndarray, below: np.ndarray, above: np.ndarray, q: Any
 ) -> np.ndarray:
-    """Give the exact ``inverted_cdf`` quantiles (D, len(q)) whose rank lies among the kept values; NaN elsewhere.
-
-    ``finite``, ``below`` and ``above`` are each feature's counts of finite values, ``-inf`` and ``+inf``.
-    """
+    """Give the exact quantiles (D, len(q)) whose rank lies among the kept values (NaN elsewhere) from counts of finite, -inf, +inf."""
     low, high = to_numpy(low), to_numpy(high)
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     k = low.shape[1]

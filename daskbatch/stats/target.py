@@ -91,10 +91,7 @@ def check_target_block(xp: Namespace, y: Array, rows: int) -> Array:
 
 @dataclass(frozen=True)
 class TargetMoments:
-    """Feature-target co-moments, the input of ``f_regression`` and ``r_regression``.
-
-    ``chunk`` takes the target as its label argument (``needs_label``).
-    """
+    """Feature-target co-moments, the input of ``f_regression``; ``chunk`` takes the target as its label."""
 
     name = "target_moments"
     #: ``chunk`` reads the target (describe's runner passes it where a label goes).

@@ -21,6 +21,7 @@ from daskbatch.stats.numerics import (
     merge_shifted_means,
     namespace,
     pair_weight,
+    rows_of,
 )
 from daskbatch.stats.pairwise import (
     CrossPairwiseState,
@@ -28,7 +29,6 @@ from daskbatch.stats.pairwise import (
     cross_pairwise_chunk,
     merge_cross_pairwise,
     merge_pairwise,
-    pair_rows,
     pairwise_chunk,
 )
 
@@ -50,11 +50,6 @@ class WeightedCrossCoMomentsState(CrossCoMomentsState):
     """A :class:`CrossCoMomentsState` of weighted rows: ``n`` is their weight sum, ``rows`` their number (0-d)."""
 
     rows: Array
-
-
-def complete_rows(s: CrossCoMomentsState) -> Array:
-    """Count the complete rows of a state, weighted or not."""
-    return s.rows if isinstance(s, WeightedCrossCoMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,7 +138,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCrossCoMomentsState) or isinstance(b, WeightedCrossCoMomentsState):
-            return _weighted(state, complete_rows(a) + complete_rows(b))
+            return _weighted(state, rows_of(a) + rows_of(b))
         return state
 
     @handles_overflow
@@ -153,7 +148,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)
         return CrossCoMomentsResult(
-            n=complete_rows(s),
+            n=rows_of(s),
             mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
             mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
             c=s.c,
@@ -178,11 +173,6 @@ def finalize_tile(
     if isinstance(s, CrossPairwiseState):
         return covariance_and_correlation(s.c, s.n, s.m2_a, xp.matrix_transpose(s.m2_b), ddof, diagonal=False)
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
-
-
-def tile_rows(s: CrossCoMomentsState | PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """The rows of a tile's state: its complete rows (0-d), or pairwise the rows of each pair."""
-    return pair_rows(s) if isinstance(s, (PairwiseCoMomentsState, CrossPairwiseState)) else complete_rows(s)
 
 
 #: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
