@@ -10,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from daskbatch.stats._base import State
+from daskbatch.stats._base import State, merge_all
 
 __all__ = [
     "CategoricalProfile", "CategoricalState", "ColumnState", "block_states", "categorical_frame", "decode_profile",
@@ -104,11 +104,6 @@ class CategoricalProfile:
     def params(self) -> dict[str, int]:
         """The parameters, as :class:`CategoricalProfile` takes them (saved with a summary's state)."""
         return {"top_k": self.top_k, "counters": self.counters, "precision": self.precision}
-
-    @property
-    def relative_error(self) -> float:
-        """The distinct count's relative standard error, ``1.04 / sqrt(2**precision)``."""
-        return 1.04 / math.sqrt(2**self.precision)
 
     def chunk(self, frame: Any, label: Any = None) -> dict[str, ColumnState]:
         """Make the states of every column of one block (a pandas DataFrame), with its rows' classes if given."""
@@ -240,7 +235,7 @@ class CategoricalProfile:
             "count": s.count,
             "null_count": s.null_count,
             "distinct": len(s.counters) if exact else int(round(hyperloglog_estimate(s.registers))),
-            "distinct_error": 0.0 if exact else self.relative_error,
+            "distinct_error": 0.0 if exact else 1.04 / math.sqrt(2**self.precision),  # HyperLogLog's standard error
             "top_k": top,
             "top_error": int(s.undercount),
             "min": None if s.low is None else self._plain(s, s.low),
@@ -380,7 +375,7 @@ def profile_blocks(
     level = block_states(blocks, profile, label, name)
     while len(level) > 1:
         level = [
-            dask.delayed(_merge_all, pure=True)(profile.merge, *level[i : i + fan_in])
+            dask.delayed(merge_all, pure=True)(profile, level[i : i + fan_in])
             for i in range(0, len(level), fan_in)
         ]
     return level[0]
@@ -398,14 +393,6 @@ def block_states(
         named = {} if name is None else {"dask_key_name": (name, i)}
         out.append(dask.delayed(profile.chunk, pure=True)(frame, part, **named))
         start += rows
-    return out
-
-
-def _merge_all(merge: Callable[[Any, Any], Any], *states: Any) -> Any:
-    """Fold ``states`` with ``merge``, left to right."""
-    out = states[0]
-    for s in states[1:]:
-        out = merge(out, s)
     return out
 
 

@@ -53,14 +53,7 @@ class CoMomentsState(State):
     c: Array
 
     def canonical(self) -> CoMomentsState:
-        """Give the state with its full symmetric matrix, the layout saved on disk.
-
-        Returns
-        -------
-        CoMomentsState
-            The same state (of the same class: a weighted one keeps its row count), ``c`` mirrored from its
-            upper triangle.
-        """
+        """Give the state (same class) with ``c`` mirrored from its upper triangle, the layout saved on disk."""  # numpydoc ignore=RT01
         return dataclasses.replace(self, c=mirrored(self.c))
 
 

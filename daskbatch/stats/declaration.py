@@ -203,18 +203,7 @@ class Declaration:  # numpydoc ignore=PR02
     kernels: tuple[str, ...] = ()
 
     def summary_variables(self, done: Finished) -> dict[str, Any]:
-        """Turn what the passes finished into this statistic's summary variables.
-
-        Parameters
-        ----------
-        done : Finished
-            The results, provenance and states of the run.
-
-        Returns
-        -------
-        dict
-            Variable name to value (empty when the statistic was not computed).
-        """
+        """Turn what the passes finished into this statistic's summary variables (empty when not computed)."""  # numpydoc ignore=PR01,RT01
         return self.summarize(self, done)
 
 

@@ -139,13 +139,7 @@ class Histogram:  # numpydoc ignore=PR02
 
     @property
     def n_slots(self) -> int:
-        """Count the slots of a feature's counts: underflow, the bins, overflow and NaN.
-
-        Returns
-        -------
-        int
-            ``bins + 3``.
-        """
+        """Count the slots of a feature's counts, ``bins + 3``: underflow, the bins, overflow and NaN."""  # numpydoc ignore=RT01
         return self.bins + 3
 
     def edges(self, xp: Namespace, dev: object = None) -> Array:
@@ -192,18 +186,7 @@ class Histogram:  # numpydoc ignore=PR02
         return HistogramState(counts=xp.zeros(shape, dtype=xp.int64, device=dev))
 
     def slots(self, x: Array) -> Array:
-        """Find the slot of every value of ``x``.
-
-        Parameters
-        ----------
-        x : array
-            The block, (R, D).
-
-        Returns
-        -------
-        array
-            Slot indices (R, D): 0 underflow, 1..bins the bins, bins+1 overflow, bins+2 NaN.
-        """
+        """Find the slot (R, D) of every value of ``x``: 0 underflow, 1..bins the bins, bins+1 overflow, bins+2 NaN."""  # numpydoc ignore=PR01,RT01
         xp = namespace(x)
         rows, n_features = x.shape
         dev = device(x)

@@ -294,13 +294,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def values_kept(self) -> int:
-        """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`).
-
-        Returns
-        -------
-        int
-            The most distinct finite values kept per feature.
-        """
+        """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`)."""  # numpydoc ignore=RT01
         return kept_values(self.buckets_kept)
 
     def _distinct_of(self, s: SketchState) -> tuple[Array, Array, Array]:
@@ -312,23 +306,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return values, counts, xp.full_like(held, self.values_kept + 1)
 
     def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray | None:
-        """Give the exact ``inverted_cdf`` quantiles of a state's features whose distinct values are all kept.
-
-        Parameters
-        ----------
-        s : SketchState
-            The state of all the rows.
-        q : float or array_like
-            Probabilities in [0, 1].
-
-        Returns
-        -------
-        numpy.ndarray or None
-            (D,) for a scalar ``q``, else (D, len(q)); NaN for the other features and, where
-            they are not, for the ranks beyond the kept smallest and largest values
-            (:mod:`daskbatch.stats.sketch_tails`). None for a state without distinct values
-            (saved before they were kept).
-        """
+        """Give a state's exact ``inverted_cdf`` quantiles where distinct values or kept tails decide them (NaN elsewhere; None without them)."""  # numpydoc ignore=PR01,RT01
         if s.distinct is None or s.distinct_counts is None or s.distinct_held is None:
             return None
         w = self.buckets_kept
@@ -342,20 +320,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return exact[:, 0] if np.ndim(q) == 0 else exact
 
     def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
-        """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`.
-
-        Parameters
-        ----------
-        s : SketchState
-            The state of all the rows.
-
-        Returns
-        -------
-        counts : numpy.ndarray
-            (D, bins + 2): the count of ``-inf``, the grid's bins, the count of ``+inf``.
-        ranges : numpy.ndarray
-            (D, 2): each feature's grid's lower and upper edge.
-        """
+        """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`: (D, bins + 2) counts, (D, 2) ranges."""  # numpydoc ignore=PR01,RT01
         w = self.buckets_kept
         ends = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
         grid = self._grid_of(s)
@@ -365,13 +330,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def grid_bins(self) -> int:
-        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`).
-
-        Returns
-        -------
-        int
-            The grid's bins.
-        """
+        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`)."""  # numpydoc ignore=RT01
         return grid_bins(self.buckets_kept)
 
     def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
@@ -380,13 +339,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def tail_values(self) -> int:
-        """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`).
-
-        Returns
-        -------
-        int
-            The values kept at each end.
-        """
+        """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`)."""  # numpydoc ignore=RT01
         return tail_values(self.buckets_kept)
 
     @staticmethod
