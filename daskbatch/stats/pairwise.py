@@ -137,7 +137,7 @@ def _side(
 
 
 def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsState:
-    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes)."""
+    """Reduce one block to its pairwise co-moments: ``mᵀm``, ``yᵀm``, ``yᵀy``, ``(y²)ᵀm`` of centred values ``y`` and mask ``m``."""
     xp = namespace(x)
     n_features = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)

@@ -96,8 +96,8 @@ class SketchResult:
     def quantile(self, q: float | Any) -> np.ndarray:
         """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
 
-        Ranks in buckets collapsed into a window's first bucket (see the
-        module notes) are within ``gamma**offset`` in absolute terms only.
+        Ranks in buckets collapsed into a window's first bucket (see
+        :mod:`daskbatch.stats.sketch`) are within ``gamma**offset`` in absolute terms only.
 
         Parameters
         ----------

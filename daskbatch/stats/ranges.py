@@ -332,7 +332,7 @@ def suspect_values(
     maximum: np.ndarray,
     judged: np.ndarray,
 ) -> tuple[SuspectValue, ...]:
-    """Find the features whose judged (D, 2) minimum or maximum piles up at the edge of their values (notes, 4.)."""
+    """Find the features whose judged (D, 2) minimum or maximum piles up at the edge of their values."""
     counts = np.asarray(counts, dtype=np.float64)
     edges = np.broadcast_to(
         np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)

@@ -107,7 +107,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         ``[min_magnitude, max_magnitude]`` is within ``alpha`` of the exact one
         (unless its bucket was collapsed: see the module notes).
     min_magnitude, max_magnitude : float, default 1e-30 and 1e30
-        The magnitudes that get buckets; see the module notes for the rest.
+        The magnitudes that get buckets; :mod:`daskbatch.stats.sketch_layout` says what becomes of the rest.
     window : int, optional
         Buckets kept per feature and sign; the state takes ``2 * window + 6``
         int64 and float64 per feature. A sign whose populated buckets span a
