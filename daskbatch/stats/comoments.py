@@ -29,6 +29,7 @@ from daskbatch.stats.numerics import (
     positive_rows,
     rows_of,
     safe_divisor,
+    with_rows,
 )
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
@@ -318,7 +319,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     n_features = x.shape[1]
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
-        return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
+        return with_rows(WeightedCoMomentsState, empty, empty.n)
     path = kernels.kernel_path(x, CoMoments, weighted=True)
     if path.compiled:  # the unweighted chunks' blocked centring with weighted sums (numba), or compiled centring + cuBLAS SYRK
         n, shift, mean, c, rows = kernels.weighted_comoments(x, w, path)

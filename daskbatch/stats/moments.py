@@ -38,6 +38,7 @@ from daskbatch.stats.numerics import (
     positive_rows,
     rows_of,
     safe_divisor,
+    with_rows,
 )
 
 NanPolicy = Literal["omit", "propagate", "raise"]
@@ -135,20 +136,7 @@ def _exact_reference(xp: Namespace, x: Array) -> Array | None:
 
 def _shifted_by(s: MomentsState, ref: Array) -> MomentsState:
     """The state of ``x`` from that of ``x - ref``: the exact reference becomes the shift."""
-    shifted = MomentsState(
-        n=s.n, shift=ref, mean=s.shift + s.mean, m2=s.m2, m3=s.m3, m4=s.m4,
-        fmin=s.fmin + ref, fmax=s.fmax + ref,
-        nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count,
-    )
-    return _weighted(shifted, s.rows) if isinstance(s, WeightedMomentsState) else shifted
-
-
-def _weighted(s: MomentsState, rows: Array) -> WeightedMomentsState:
-    """``s`` as a weighted state of ``rows`` values."""
-    return WeightedMomentsState(
-        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, m3=s.m3, m4=s.m4, fmin=s.fmin, fmax=s.fmax,
-        nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count, rows=rows,
-    )
+    return replace(s, shift=ref, mean=s.shift + s.mean, fmin=s.fmin + ref, fmax=s.fmax + ref)
 
 
 def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
@@ -173,7 +161,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
     s4 = xp.sum(wdev * dev * dev * dev, axis=0)
     del wdev, dev
     state = _state_from_sums(xp, x, finite, total, w_safe, shift, approx_mean, (s1, s2, s3, s4))
-    return _weighted(state, xp.sum(xp.astype(finite, xp.float64), axis=0))
+    return with_rows(WeightedMomentsState, state, xp.sum(xp.astype(finite, xp.float64), axis=0))
 
 
 def _state_from_sums(
@@ -274,7 +262,7 @@ class Moments:  # numpydoc ignore=PR02
         rows, n_features = x.shape
         if rows == 0:
             empty = empty_moments(xp, n_features, device(x))
-            return empty if weights is None else _weighted(empty, empty.n)
+            return empty if weights is None else with_rows(WeightedMomentsState, empty, empty.n)
         ref = _exact_reference(xp, x)
         state = self._chunk(x, weights) if ref is None else _shifted_by(self._chunk(x - ref, weights), as_float64(ref))
         extremes = exact_extremes(xp, x)
@@ -286,7 +274,7 @@ class Moments:  # numpydoc ignore=PR02
             return self._chunk_unweighted(x)
         if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
             fields = kernels.weighted_moments(x, weights)
-            return _weighted(MomentsState(*fields[1:]), fields[0])
+            return WeightedMomentsState(*fields[1:], rows=fields[0])
         return _weighted_chunk(x, weights)
 
     def _chunk_unweighted(self, x: Array) -> MomentsState:
@@ -371,7 +359,7 @@ class Moments:  # numpydoc ignore=PR02
         )
         # Weight sums merge like counts (above); the number of values is carried beside them.
         if isinstance(a, WeightedMomentsState) or isinstance(b, WeightedMomentsState):
-            return _weighted(merged, rows_of(a) + rows_of(b))
+            return with_rows(WeightedMomentsState, merged, rows_of(a) + rows_of(b))
         return merged
 
     @handles_overflow

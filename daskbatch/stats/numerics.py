@@ -7,6 +7,7 @@ weight sums would overflow (:data:`RATIO_FORM_FROM`), exact extremes of 64-bit i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -130,6 +131,7 @@ def as_float64(x: Array) -> Array:
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_W = TypeVar("_W")
 
 
 def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
@@ -154,6 +156,11 @@ def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
 def rows_of(s: Any) -> Array:
     """Give a state's rows: its ``rows`` when it counts weights in ``n`` (or is a tile of pairs), else ``n``."""
     return getattr(s, "rows", s.n)
+
+
+def with_rows(weighted: type[_W], s: Any, rows: Array) -> _W:
+    """Give ``s`` as its weighted subclass ``weighted``, which counts the ``rows`` beside their weight sum ``n``."""
+    return weighted(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
 def safe_divisor(xp: Any, n: Array) -> Array:

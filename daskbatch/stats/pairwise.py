@@ -21,6 +21,7 @@ from daskbatch.stats.numerics import (
     positive_rows,
     rows_of,
     safe_divisor,
+    with_rows,
 )
 
 
@@ -143,7 +144,7 @@ def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsS
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
     if mask.shape[0] == 0:
         empty = empty_pairwise(xp, n_features, device(x))
-        return empty if weights is None else _with_rows(empty, empty.n)
+        return empty if weights is None else with_rows(WeightedPairwiseCoMomentsState, empty, empty.n)
     n = xp.matmul(xp.matrix_transpose(weighted_mask), mask)
     sums, mean, m2 = _side(weighted, shifted, mask, n)
     c = xp.matmul(xp.matrix_transpose(weighted), shifted) - sums * xp.matrix_transpose(
@@ -157,14 +158,7 @@ def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsS
         c = xp.where(eye & overflowed, xp.full_like(c, xp.inf), c)
     state = PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
     return (
-        state if weights is None else _with_rows(state, xp.matmul(xp.matrix_transpose(mask), mask))
-    )
-
-
-def _with_rows(s: PairwiseCoMomentsState, rows: Array) -> WeightedPairwiseCoMomentsState:
-    """``s`` as the weighted state of ``rows`` rows per pair."""
-    return WeightedPairwiseCoMomentsState(
-        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, c=s.c, rows=rows
+        state if weights is None else with_rows(WeightedPairwiseCoMomentsState, state, xp.matmul(xp.matrix_transpose(mask), mask))
     )
 
 
@@ -237,7 +231,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
     if isinstance(a, WeightedPairwiseCoMomentsState) or isinstance(
         b, WeightedPairwiseCoMomentsState
     ):
-        return _with_rows(merged, rows_of(a) + rows_of(b))
+        return with_rows(WeightedPairwiseCoMomentsState, merged, rows_of(a) + rows_of(b))
     return merged
 
 

@@ -6,7 +6,6 @@ rows are decided across all features (the caller's ``complete`` mask).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._common import Array
@@ -22,6 +21,7 @@ from daskbatch.stats.numerics import (
     namespace,
     pair_weight,
     rows_of,
+    with_rows,
 )
 from daskbatch.stats.pairwise import (
     CrossPairwiseState,
@@ -105,7 +105,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             n0 = xp.zeros((), dtype=xp.float64, device=device(x))
             empty = CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb],
                                         c=c)
-            return empty if weights is None else _weighted(empty, n0)
+            return empty if weights is None else with_rows(WeightedCrossCoMomentsState, empty, n0)
         if complete is None:
             complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
         else:
@@ -120,7 +120,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
         state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
-        return state if weights is None else _weighted(state, xp.sum(xp.astype(complete, xp.float64)))
+        return state if weights is None else with_rows(WeightedCrossCoMomentsState, state, xp.sum(xp.astype(complete, xp.float64)))
 
     @handles_overflow
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
@@ -138,7 +138,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCrossCoMomentsState) or isinstance(b, WeightedCrossCoMomentsState):
-            return _weighted(state, rows_of(a) + rows_of(b))
+            return with_rows(WeightedCrossCoMomentsState, state, rows_of(a) + rows_of(b))
         return state
 
     @handles_overflow
@@ -154,11 +154,6 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             c=s.c,
             weight_sum=s.n if weighted else None,
         )
-
-
-def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsState:
-    """``s`` as the weighted state of ``rows`` complete rows."""
-    return WeightedCrossCoMomentsState(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
 @handles_overflow
