@@ -274,7 +274,7 @@ class Moments:  # numpydoc ignore=PR02
             return self._chunk_unweighted(x)
         if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
             fields = kernels.weighted_moments(x, weights)
-            return WeightedMomentsState(*fields[1:], rows=fields[0])
+            return with_rows(WeightedMomentsState, MomentsState(*fields[1:]), fields[0])
         return _weighted_chunk(x, weights)
 
     def _chunk_unweighted(self, x: Array) -> MomentsState:

@@ -158,7 +158,7 @@ def rows_of(s: Any) -> Array:
     return getattr(s, "rows", s.n)
 
 
-def with_rows(weighted: type[_W], s: Any, rows: Array) -> _W:
+def with_rows(weighted: Callable[..., _W], s: Any, rows: Array) -> _W:
     """Give ``s`` as its weighted subclass ``weighted``, which counts the ``rows`` beside their weight sum ``n``."""
     return weighted(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 

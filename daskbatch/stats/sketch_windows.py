@@ -16,13 +16,10 @@ from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 from daskbatch.stats.sketch_tails import tails_scratch_bytes
 
 __all__ = [
-    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
+    "FOOTPRINT", "PAIRED_ALPHA", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
     "state_bytes_per_feature", "window_of",
 ]
 
-#: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
-#: +inf and NaN, and the two windows' first keys).
-SKETCH_SLOTS = Sketch().width + 2
 #: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
 #: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
 _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3
