@@ -145,21 +145,8 @@ class ClassValuesState(State):
 
 
 @dataclass(frozen=True)
-class ClassValues:  # numpydoc ignore=PR02
-    """The distinct values of an integer label, merged by set union (a mergeable statistic).
-
-    The labels are ``label`` when given (fused with other statistics in a
-    :class:`~daskbatch.stats.Bundle`), else the single column of ``x`` (a scan
-    of the label alone, passed as an (N, 1) array). The state holds at most
-    ``max_classes`` values: a chunk or a merge that finds more raises, naming
-    the count found and the limit, so a continuous or ID-like label cannot grow
-    the state without bound.
-
-    Parameters
-    ----------
-    max_classes : int, default 1000
-        The most distinct values accepted.
-    """
+class ClassValues:
+    """The distinct values of an integer label (``label``, else the one column of ``x``), at most ``max_classes`` of them."""
 
     max_classes: int = DEFAULT_MAX_CLASSES
     name = "classes"
@@ -224,7 +211,7 @@ class DigestState(State):
 
 
 @dataclass(frozen=True)
-class ContentDigest:  # numpydoc ignore=PR02
+class ContentDigest:
     """Hash the blocks of a pass as they are read, ``piece_rows`` rows a digest (0: one a block): the input's content token."""
 
     piece_rows: int = 0

@@ -27,11 +27,7 @@ from daskbatch.stats.numerics import (
 
 @dataclass(frozen=True, eq=False)
 class PairwiseCoMomentsState(State):
-    """Per pair (i, j): rows ``n`` where both are finite, feature i's mean ``shift[i] + mean[i, j]`` and ``m2[i, j]``, co-moment ``c``.
-
-    Every matrix is (D, D); ``shift`` is (D,). ``n`` and ``c`` are symmetric,
-    ``mean`` and ``m2`` are not (row i holds feature i's values on each pair).
-    """
+    """Per pair (i, j), (D, D): rows ``n`` where both are finite, feature i's mean ``shift[i] + mean[i, j]``, ``m2[i, j]``, ``c``."""
 
     n: Array
     shift: Array
@@ -49,12 +45,7 @@ class WeightedPairwiseCoMomentsState(PairwiseCoMomentsState):
 
 @dataclass(frozen=True, eq=False)
 class CrossPairwiseState(State):
-    """One tile's pairs (i of side a, j of side b): weight sums ``n`` and rows ``rows`` (Da, Db), each side's means and m2, ``c``.
-
-    Side a's ``mean_a`` and ``m2_a`` are (Da, Db), side b's ``mean_b`` and
-    ``m2_b`` (Db, Da): feature by row on both sides. Without weights ``rows``
-    is ``n``.
-    """
+    """One tile's pairs (Da, Db): weight sums ``n``, ``rows``, ``c``; each side's means and m2, feature by row (b's transposed)."""
 
     n: Array
     rows: Array

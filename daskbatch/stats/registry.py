@@ -108,7 +108,7 @@ def footprint_of(stat: Any) -> Footprint:  # numpydoc ignore=PR01,RT01
 
 
 @dataclass(frozen=True, eq=False)
-class Kept:  # numpydoc ignore=PR02
+class Kept:
     """A statistic with its merged (un-finalized) state over every row seen, in NumPy arrays."""
 
     statistic: Any

@@ -27,18 +27,8 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class SketchLayout:  # numpydoc ignore=PR02
-    """The parameters of a sketch and the bucket layout they fix (the base of :class:`~daskbatch.stats.sketch.Sketch`).
-
-    Parameters
-    ----------
-    alpha : float, default 0.005
-        Relative accuracy.
-    min_magnitude, max_magnitude : float, default 1e-30 and 1e30
-        The magnitudes that get buckets.
-    window : int, optional
-        Buckets kept per feature and sign (default: all).
-    """
+class SketchLayout:
+    """The parameters of a sketch and the bucket layout they fix (the base of :class:`~daskbatch.stats.sketch.Sketch`)."""
 
     alpha: float = 0.005
     min_magnitude: float = 1e-30

@@ -64,17 +64,8 @@ class CrossCoMomentsResult:
 
 
 @dataclass(frozen=True)
-class CrossCoMoments:  # numpydoc ignore=PR02
-    """Co-moments between the first ``split`` columns of a chunk and the others.
-
-    Parameters
-    ----------
-    split : int or None
-        Width of side ``a``; None for a diagonal tile (both sides are all columns).
-    rows : {"complete", "pairwise"}, default "complete"
-        The rows of each co-moment: those of the shared mask ``complete``, or
-        each pair's own (where both features are finite).
-    """
+class CrossCoMoments:
+    """Co-moments between the first ``split`` columns of a chunk and the others (None: a diagonal tile), on ``rows``."""
 
     split: int | None = None
     rows: str = STATISTIC_DEFAULTS["rows"]
