@@ -139,7 +139,7 @@ class CrossCoMoments:
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)
         return CrossCoMomentsResult(
-            n=rows_of(s),
+            n=s.rows if weighted else s.n,
             mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
             mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
             c=s.c,
