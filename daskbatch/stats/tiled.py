@@ -139,7 +139,7 @@ class CrossCoMoments:
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)
         return CrossCoMomentsResult(
-            n=s.rows if weighted else s.n,
+            n=rows_of(s) if weighted else s.n,  # a pairwise tile (rows of its own) keeps its weight sums
             mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
             mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
             c=s.c,
