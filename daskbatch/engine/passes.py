@@ -42,9 +42,10 @@ from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats import Sketch
 from daskbatch.stats._base import Bundle, BundleLike, reads_label, shown_names
 from daskbatch.stats.comoments import ROWS
+from daskbatch.stats.numerics import rows_of
 from daskbatch.stats.pairwise import PairwiseCoMomentsState, pairwise_means
 from daskbatch.stats.registry import Kept
-from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile, tile_rows
+from daskbatch.stats.tiled import CrossCoMoments, CrossCoMomentsState, finalize_tile
 
 if TYPE_CHECKING:
     import zarr
@@ -449,7 +450,7 @@ def _write_tile(
 
     cov, corr = finalize_tile(s, var_a, var_b, ddof, diagonal)
     wa, wb = cov.shape
-    rows = tile_rows(s)
+    rows = rows_of(s)
     pairwise = np.ndim(rows) == 2
     written = (("cov", cov), ("corr", corr), *((("pair_counts", rows),) if pairwise else ()))
     # Each (tile, tile) chunk has exactly one writer: tile (I, J) owns chunks (I, J) and (J, I).

@@ -96,11 +96,7 @@ class Statistic(Protocol[S, R]):
 
 
 class BundleLike(Statistic[tuple[Any, ...], tuple[Any, ...]], Protocol):
-    """Several statistics run as one: states and results are tuples, one item per statistic.
-
-    A :class:`Bundle`, or a bundle whose chunk step stages host blocks to the
-    GPU (:class:`~daskbatch.engine.reduce.Staged`).
-    """
+    """Several statistics run as one (a :class:`Bundle`, or the engine's ``Staged``): tuples, one item per statistic."""
 
     @property
     def stats(self) -> tuple[Statistic[Any, Any], ...]:

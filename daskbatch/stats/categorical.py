@@ -1,16 +1,8 @@
-"""Non-numeric columns (strings, categoricals, datetimes, any other values) profiled with mergeable states.
+"""Non-numeric columns (strings, categoricals, datetimes, ...) profiled with mergeable states.
 
-Each column's state holds its count of values and of nulls, a HyperLogLog sketch
-of its distinct values (registers merge by their maximum), a Misra-Gries summary
-of its most frequent values (merged as Agarwal et al., "Mergeable summaries",
-2012) and, for datetimes and timedeltas, the exact minimum and maximum. A block is
-a pandas DataFrame of those columns; :meth:`CategoricalProfile.chunk` makes the
-states of one block, :meth:`CategoricalProfile.merge` combines two in any order
-and grouping, and :meth:`CategoricalProfile.finalize` gives JSON-able records,
-which :func:`categorical_frame` shows as one DataFrame indexed by column name.
-
-Values are hashed with :func:`pandas.util.hash_array` (SipHash with a fixed key),
-the same in every process, so states made by different workers merge.
+Per column: counts of values and nulls, a HyperLogLog of distinct values, a Misra-Gries summary of
+the most frequent (Agarwal et al., "Mergeable summaries", 2012) and datetime extrema. Values are
+hashed with :func:`pandas.util.hash_array` (fixed key), so states from different workers merge.
 """
 
 from __future__ import annotations
@@ -18,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from daskbatch.stats._base import State
+from daskbatch.stats._base import State, merge_all
 
 __all__ = [
     "CategoricalProfile", "CategoricalState", "ColumnState", "block_states", "categorical_frame", "decode_profile",
@@ -70,12 +62,7 @@ class ColumnState:
 
 @dataclass(frozen=True)
 class CategoricalState(State):
-    """Every column's state as plain arrays: what checkpoints and saved summaries write (no pickle).
-
-    ``columns`` is UTF-8 JSON of each column's counts, Misra-Gries counters (values and
-    counts, in order), joint counts by class and datetime extremes; ``registers`` holds
-    each column's HyperLogLog registers, one row a column in the same order.
-    """
+    """Every column's state as plain arrays (no pickle): ``columns`` as UTF-8 JSON, ``registers`` one HyperLogLog row a column."""
 
     columns: np.ndarray
     registers: np.ndarray
@@ -117,11 +104,6 @@ class CategoricalProfile:
     def params(self) -> dict[str, int]:
         """The parameters, as :class:`CategoricalProfile` takes them (saved with a summary's state)."""
         return {"top_k": self.top_k, "counters": self.counters, "precision": self.precision}
-
-    @property
-    def relative_error(self) -> float:
-        """The distinct count's relative standard error, ``1.04 / sqrt(2**precision)``."""
-        return 1.04 / math.sqrt(2**self.precision)
 
     def chunk(self, frame: Any, label: Any = None) -> dict[str, ColumnState]:
         """Make the states of every column of one block (a pandas DataFrame), with its rows' classes if given."""
@@ -253,7 +235,7 @@ class CategoricalProfile:
             "count": s.count,
             "null_count": s.null_count,
             "distinct": len(s.counters) if exact else int(round(hyperloglog_estimate(s.registers))),
-            "distinct_error": 0.0 if exact else self.relative_error,
+            "distinct_error": 0.0 if exact else 1.04 / math.sqrt(2**self.precision),  # HyperLogLog's standard error
             "top_k": top,
             "top_error": int(s.undercount),
             "min": None if s.low is None else self._plain(s, s.low),
@@ -393,7 +375,7 @@ def profile_blocks(
     level = block_states(blocks, profile, label, name)
     while len(level) > 1:
         level = [
-            dask.delayed(_merge_all, pure=True)(profile.merge, *level[i : i + fan_in])
+            dask.delayed(merge_all, pure=True)(profile, level[i : i + fan_in])
             for i in range(0, len(level), fan_in)
         ]
     return level[0]
@@ -411,14 +393,6 @@ def block_states(
         named = {} if name is None else {"dask_key_name": (name, i)}
         out.append(dask.delayed(profile.chunk, pure=True)(frame, part, **named))
         start += rows
-    return out
-
-
-def _merge_all(merge: Callable[[Any, Any], Any], *states: Any) -> Any:
-    """Fold ``states`` with ``merge``, left to right."""
-    out = states[0]
-    for s in states[1:]:
-        out = merge(out, s)
     return out
 
 

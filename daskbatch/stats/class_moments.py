@@ -1,10 +1,7 @@
 """Per-class moments: count, mean and M2 of every feature within every class of a label, (D, K).
 
-The inputs of ANOVA F (``sklearn.feature_selection.f_classif``) and chi2, in the pass of the
-moments. A chunk orders its rows by class (one stable argsort) and reduces each class's slice by
-the corrected two-pass of :mod:`daskbatch.stats.moments` about the first finite value of that
-feature in that class (a constant feature has an M2 of exactly zero); states merge with Chan's
-update in float64, padding absent classes. Only finite values count.
+The inputs of ANOVA F and chi2: a chunk sorts its rows by class and reduces each slice by the
+corrected two-pass of :mod:`daskbatch.stats.moments`; states merge with Chan's update in float64.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The statistics that serve a pass rather than the summary: a label's class values, a content digest.
 
-:class:`ClassValues` finds the distinct values of an integer label (any integer, negatives too, as
-``sklearn.metrics.mutual_info_score``), so that a (feature-bin x class) table has one column per
-class value, not one per integer up to the largest label; :func:`label_codes` maps each label to
-its column. Which labels ``describe`` accepts is :mod:`daskbatch.engine.planner`'s to decide.
-
-:class:`ContentDigest` hashes the blocks of the first pass as it reads them: the content token of a
-store another writer made (daskbatch's own carry CRC-32C checksums) at no pass of its own. zlib's
-CRC-32, not a cryptographic hash: it guards against counting rows twice, not against forgery.
+:class:`ClassValues` finds the distinct values of an integer label, so a (bin x class) table has one
+column per class value. :class:`ContentDigest` CRC-32s the first pass's blocks as the content token
+of a store without checksums: a guard against counting rows twice, not against forgery.
 """
 
 from __future__ import annotations
@@ -150,21 +145,8 @@ class ClassValuesState(State):
 
 
 @dataclass(frozen=True)
-class ClassValues:  # numpydoc ignore=PR02
-    """The distinct values of an integer label, merged by set union (a mergeable statistic).
-
-    The labels are ``label`` when given (fused with other statistics in a
-    :class:`~daskbatch.stats.Bundle`), else the single column of ``x`` (a scan
-    of the label alone, passed as an (N, 1) array). The state holds at most
-    ``max_classes`` values: a chunk or a merge that finds more raises, naming
-    the count found and the limit, so a continuous or ID-like label cannot grow
-    the state without bound.
-
-    Parameters
-    ----------
-    max_classes : int, default 1000
-        The most distinct values accepted.
-    """
+class ClassValues:
+    """The distinct values of an integer label (``label``, else the one column of ``x``), at most ``max_classes`` of them."""
 
     max_classes: int = DEFAULT_MAX_CLASSES
     name = "classes"
@@ -229,18 +211,8 @@ class DigestState(State):
 
 
 @dataclass(frozen=True)
-class ContentDigest:  # numpydoc ignore=PR02
-    """Hash the blocks of a pass as they are read: a content token that costs no pass of its own.
-
-    Its state and result stay inside the pass runner: ``describe`` turns the
-    result into the input's token and keeps neither in the summary.
-
-    Parameters
-    ----------
-    piece_rows : int, default 0
-        Rows hashed into one digest (the store's chunk rows, which every block
-        starts on); 0: one digest per block.
-    """
+class ContentDigest:
+    """Hash the blocks of a pass as they are read, ``piece_rows`` rows a digest (0: one a block): the input's content token."""
 
     piece_rows: int = 0
 

@@ -1,19 +1,8 @@
 """Covariance and Pearson correlation matrices from mergeable co-moments.
 
-Rows with any non-finite value are left out (complete cases), and the number
-of rows used is reported; ``CoMoments(rows="pairwise")`` uses, for each pair
-of features, the rows where both are finite instead (its own state and
-merge: :mod:`daskbatch.stats.pairwise`). Each chunk forms its co-moment matrix as one GEMM
-on centred float64 data (BLAS on the CPU, cuBLAS on the GPU), about a
-per-chunk reference row as in :mod:`daskbatch.stats.moments`; states merge
-with the co-moment update ``C = C_a + C_b + n_a n_b / n · δδᵀ``.
-
-Only the upper triangle of a state's matrix is read. The GPU kernels fill
-just that triangle (a SYRK) and leave zeros below; CPU states hold the full
-symmetric matrix. Merges are elementwise, so states of either kind merge
-with each other, and :meth:`CoMoments.finalize` mirrors the upper triangle
-once, at the end, instead of every chunk. A saved state is written mirrored
-(:meth:`CoMomentsState.canonical`): on disk the matrix is always the full one.
+Complete rows only (``rows="pairwise"``: :mod:`daskbatch.stats.pairwise`). A chunk is one GEMM on
+centred float64 data; states merge with ``C = C_a + C_b + n_a n_b / n · δδᵀ``. Only the upper
+triangle is read (GPU kernels fill just that); finalize and saving mirror it once.
 """
 
 from __future__ import annotations
@@ -38,13 +27,14 @@ from daskbatch.stats.numerics import (
     namespace,
     pair_weight,
     positive_rows,
+    rows_of,
     safe_divisor,
+    with_rows,
 )
 from daskbatch.stats.pairwise import (
     PairwiseCoMomentsState,
     WeightedPairwiseCoMomentsState,
     merge_pairwise,
-    pair_rows,
     pairwise_chunk,
     pairwise_means,
 )
@@ -64,14 +54,7 @@ class CoMomentsState(State):
     c: Array
 
     def canonical(self) -> CoMomentsState:
-        """Give the state with its full symmetric matrix, the layout saved on disk.
-
-        Returns
-        -------
-        CoMomentsState
-            The same state (of the same class: a weighted one keeps its row count), ``c`` mirrored from its
-            upper triangle.
-        """
+        """Give the state (same class) with ``c`` mirrored from its upper triangle, the layout saved on disk."""  # numpydoc ignore=RT01
         return dataclasses.replace(self, c=mirrored(self.c))
 
 
@@ -87,11 +70,6 @@ class WeightedCoMomentsState(CoMomentsState):
     """A :class:`CoMomentsState` of weighted rows: ``n`` is the weight sum of the complete rows, ``rows`` their number (0-d)."""
 
     rows: Array
-
-
-def _rows_of(s: CoMomentsState) -> Array:
-    """The number of complete rows of a state, weighted or not."""
-    return s.rows if isinstance(s, WeightedCoMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,11 +129,7 @@ def centred(
 def covariance_and_correlation(
     c: Array, n: Array, m2_a: Array, m2_b: Array, ddof: int, *, diagonal: bool
 ) -> tuple[Array, Array]:
-    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows.
-
-    ``n``, ``m2_a`` and ``m2_b`` are one count and a sum of squares per feature, or, pairwise, a matrix of each
-    (one per pair, as ``c``).
-    """  # numpydoc ignore=PR01,RT01
+    """Covariance and Pearson correlation from co-moments ``c`` of ``n`` rows (per feature, or pairwise per pair)."""  # numpydoc ignore=PR01,RT01
     xp = namespace(c)
     dof = n - ddof
     nan = xp.full_like(c, xp.nan)
@@ -285,7 +259,7 @@ class CoMoments:  # numpydoc ignore=PR02
         c = a.c + b.c + pair * _outer(xp, delta, delta)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCoMomentsState) or isinstance(b, WeightedCoMomentsState):
-            return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=_rows_of(a) + _rows_of(b))
+            return WeightedCoMomentsState(n=n, shift=shift, mean=mean, c=c, rows=rows_of(a) + rows_of(b))
         return CoMomentsState(n=n, shift=shift, mean=mean, c=c)
 
     @handles_overflow
@@ -319,7 +293,7 @@ def _finalize_pairwise(s: PairwiseCoMomentsState, ddof: int) -> CoMomentsResult:
     xp = namespace(s.c)
     # Feature i's sums of squares on each pair are row i of m2, feature j's its transpose.
     cov, corr = covariance_and_correlation(s.c, s.n, s.m2, xp.matrix_transpose(s.m2), ddof, diagonal=True)
-    rows = pair_rows(s)
+    rows = rows_of(s)
     fewest = xp.min(rows) if rows.shape[0] else xp.zeros((), dtype=xp.float64, device=device(s.c))
     weight_sum = s.n if isinstance(s, WeightedPairwiseCoMomentsState) else None  # each pair's
     return CoMomentsResult(n=fewest, mean=pairwise_means(s), cov=cov, corr=corr, weight_sum=weight_sum,
@@ -345,7 +319,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedCoMomentsState:
     n_features = x.shape[1]
     if x.shape[0] == 0:
         empty = empty_comoments(xp, n_features, device(x))
-        return WeightedCoMomentsState(n=empty.n, shift=empty.shift, mean=empty.mean, c=empty.c, rows=empty.n)
+        return with_rows(WeightedCoMomentsState, empty, empty.n)
     path = kernels.kernel_path(x, CoMoments, weighted=True)
     if path.compiled:  # the unweighted chunks' blocked centring with weighted sums (numba), or compiled centring + cuBLAS SYRK
         n, shift, mean, c, rows = kernels.weighted_comoments(x, w, path)

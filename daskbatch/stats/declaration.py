@@ -1,11 +1,7 @@
 """What a built-in statistic declares: its memory footprint, its summary variables, what it needs.
 
-Each statistic module ends with one :class:`Declaration`, and
-:data:`daskbatch.stats.registry.STATISTICS` lists them: the spec builder, the
-state codec, the planner's memory model, the Summary and the CLI read that
-table and nothing else. Pure (stdlib only), so the planning layer can read it
-without dask or NumPy. The footprints of the built-in statistics are checked
-against ``tracemalloc`` in ``tests/test_plan_memory.py``.
+Each statistic module ends with one :class:`Declaration`, listed in
+:data:`daskbatch.stats.registry.STATISTICS`. Stdlib only, so the planner reads it without NumPy.
 """
 
 from __future__ import annotations
@@ -207,18 +203,7 @@ class Declaration:  # numpydoc ignore=PR02
     kernels: tuple[str, ...] = ()
 
     def summary_variables(self, done: Finished) -> dict[str, Any]:
-        """Turn what the passes finished into this statistic's summary variables.
-
-        Parameters
-        ----------
-        done : Finished
-            The results, provenance and states of the run.
-
-        Returns
-        -------
-        dict
-            Variable name to value (empty when the statistic was not computed).
-        """
+        """Turn what the passes finished into this statistic's summary variables (empty when not computed)."""  # numpydoc ignore=PR01,RT01
         return self.summarize(self, done)
 
 

@@ -1,21 +1,9 @@
 """Per-feature fixed-width histograms, optionally split by an integer class label.
 
-Bins follow ``numpy.histogram``: ``bins`` equal-width bins between ``lo`` and
-``hi`` (edges as ``numpy.linspace``), each half-open except the last, which
-includes ``hi``. Values below ``lo``, above ``hi`` and NaN are counted apart
-(underflow, overflow, NaN), never dropped. Counts are exact int64 and merge by
-addition, so any chunking and merge order gives bitwise identical results.
-With sample weights (``chunk(x, weights=w)``) each value adds its row's weight
-instead of one: float64 counts, as ``numpy.histogram(..., weights=w)`` (a numba
-loop on the CPU; on GPUs the array-API code, not the CUDA kernels).
-
-With ``by_label=True`` each chunk also receives the label vector and counts
-(feature-bin × class) joint tables, the input of mutual information. With
-``classes`` (the sorted class values, see :mod:`daskbatch.stats.classes`) the
-table has one column per class value and each label is mapped to its column,
-so ``{0, 1, 7}`` makes three columns and a label of ``2**40`` one. Without it
-the labels must be ``0..K-1``: K is discovered per chunk (largest label + 1,
-at most ``max_classes``) and merged by padding with zeros.
+Bins follow ``numpy.histogram`` (the last bin includes ``hi``); underflow, overflow and NaN are
+counted apart. Counts are exact int64 (float64 sums of weights when weighted), so any chunking
+gives bitwise identical results. ``by_label=True`` counts (bin × class) tables, the input of
+mutual information, with one column per class value of ``classes`` (else labels ``0..K-1``).
 """
 
 from __future__ import annotations
@@ -151,13 +139,7 @@ class Histogram:  # numpydoc ignore=PR02
 
     @property
     def n_slots(self) -> int:
-        """Count the slots of a feature's counts: underflow, the bins, overflow and NaN.
-
-        Returns
-        -------
-        int
-            ``bins + 3``.
-        """
+        """Count the slots of a feature's counts, ``bins + 3``: underflow, the bins, overflow and NaN."""  # numpydoc ignore=RT01
         return self.bins + 3
 
     def edges(self, xp: Namespace, dev: object = None) -> Array:
@@ -204,18 +186,7 @@ class Histogram:  # numpydoc ignore=PR02
         return HistogramState(counts=xp.zeros(shape, dtype=xp.int64, device=dev))
 
     def slots(self, x: Array) -> Array:
-        """Find the slot of every value of ``x``.
-
-        Parameters
-        ----------
-        x : array
-            The block, (R, D).
-
-        Returns
-        -------
-        array
-            Slot indices (R, D): 0 underflow, 1..bins the bins, bins+1 overflow, bins+2 NaN.
-        """
+        """Find the slot (R, D) of every value of ``x``: 0 underflow, 1..bins the bins, bins+1 overflow, bins+2 NaN."""  # numpydoc ignore=PR01,RT01
         xp = namespace(x)
         rows, n_features = x.shape
         dev = device(x)
@@ -403,12 +374,7 @@ QUANTILE_BINS = 2048
 
 @dataclass(frozen=True)
 class QuantileHistogram(Histogram):
-    """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`.
-
-    Its ranges (:func:`daskbatch.stats.ranges.fine_ranges`) hold the exact
-    ``0.1 %`` and ``99.9 %`` quantiles, so a quantile read at its exact rank
-    lies within one of its bins of the exact one.
-    """
+    """A fine histogram without label, counted in the second pass for :meth:`daskbatch.Summary.quantile`."""
 
     name = "qhist"
 

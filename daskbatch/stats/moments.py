@@ -1,10 +1,8 @@
 """Per-feature moments: counts, mean, variance, skewness, kurtosis, min and max.
 
-Each chunk is reduced in float64 by a corrected two-pass algorithm about a per-chunk reference
-value, the first finite value of each feature, and chunks merge with the pairwise updates of Chan,
-Golub & LeVeque (1979) for the mean and M2 and Pébay (2008) for M3 and M4. A state stores its mean
-as ``shift + mean`` with ``shift`` an exact data value, so the difference of means every merge
-forms is nearly extended precision: on ``1e8 + N(0, 1)`` the variance keeps ~15 digits, not ~11.
+Chunks are reduced in float64 by a corrected two-pass about the first finite value of each feature
+and merged with the updates of Chan et al. (1979) and Pébay (2008). The mean is kept as
+``shift + mean`` with ``shift`` a data value, so merges keep ~15 digits on ``1e8 + N(0, 1)``.
 """
 
 from __future__ import annotations
@@ -38,7 +36,9 @@ from daskbatch.stats.numerics import (
     merged_by_ratios,
     namespace,
     positive_rows,
+    rows_of,
     safe_divisor,
+    with_rows,
 )
 
 NanPolicy = Literal["omit", "propagate", "raise"]
@@ -69,20 +69,9 @@ class MomentsState(State):
 
 @dataclass(frozen=True, eq=False)
 class WeightedMomentsState(MomentsState):
-    """A :class:`MomentsState` of weighted rows: ``n`` is the weight sum of the finite values, ``rows`` their number.
-
-    Weights are frequency weights: ``shift + mean`` is the weighted mean and
-    ``m2``, ``m3``, ``m4`` are weighted sums of powers of deviations, so an
-    integer weight ``k`` gives the state of its row repeated ``k`` times.
-    NaN and ±inf counts count rows (of positive weight), not weights.
-    """
+    """A :class:`MomentsState` of frequency-weighted rows: ``n`` is the weight sum of the finite values, ``rows`` their number."""
 
     rows: Array
-
-
-def _rows_of(s: MomentsState) -> Array:
-    """Give a state's per-feature count of finite values: ``rows`` when weighted, else ``n``."""
-    return s.rows if isinstance(s, WeightedMomentsState) else s.n
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,20 +136,7 @@ def _exact_reference(xp: Namespace, x: Array) -> Array | None:
 
 def _shifted_by(s: MomentsState, ref: Array) -> MomentsState:
     """The state of ``x`` from that of ``x - ref``: the exact reference becomes the shift."""
-    shifted = MomentsState(
-        n=s.n, shift=ref, mean=s.shift + s.mean, m2=s.m2, m3=s.m3, m4=s.m4,
-        fmin=s.fmin + ref, fmax=s.fmax + ref,
-        nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count,
-    )
-    return _weighted(shifted, s.rows) if isinstance(s, WeightedMomentsState) else shifted
-
-
-def _weighted(s: MomentsState, rows: Array) -> WeightedMomentsState:
-    """``s`` as a weighted state of ``rows`` values."""
-    return WeightedMomentsState(
-        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, m3=s.m3, m4=s.m4, fmin=s.fmin, fmax=s.fmax,
-        nan_count=s.nan_count, posinf_count=s.posinf_count, neginf_count=s.neginf_count, rows=rows,
-    )
+    return replace(s, shift=ref, mean=s.shift + s.mean, fmin=s.fmin + ref, fmax=s.fmax + ref)
 
 
 def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
@@ -185,7 +161,7 @@ def _weighted_chunk(x: Array, w: Array) -> WeightedMomentsState:
     s4 = xp.sum(wdev * dev * dev * dev, axis=0)
     del wdev, dev
     state = _state_from_sums(xp, x, finite, total, w_safe, shift, approx_mean, (s1, s2, s3, s4))
-    return _weighted(state, xp.sum(xp.astype(finite, xp.float64), axis=0))
+    return with_rows(WeightedMomentsState, state, xp.sum(xp.astype(finite, xp.float64), axis=0))
 
 
 def _state_from_sums(
@@ -286,7 +262,7 @@ class Moments:  # numpydoc ignore=PR02
         rows, n_features = x.shape
         if rows == 0:
             empty = empty_moments(xp, n_features, device(x))
-            return empty if weights is None else _weighted(empty, empty.n)
+            return empty if weights is None else with_rows(WeightedMomentsState, empty, empty.n)
         ref = _exact_reference(xp, x)
         state = self._chunk(x, weights) if ref is None else _shifted_by(self._chunk(x - ref, weights), as_float64(ref))
         extremes = exact_extremes(xp, x)
@@ -298,7 +274,7 @@ class Moments:  # numpydoc ignore=PR02
             return self._chunk_unweighted(x)
         if kernels.kernel_path(x, self, weighted=True).compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
             fields = kernels.weighted_moments(x, weights)
-            return _weighted(MomentsState(*fields[1:]), fields[0])
+            return with_rows(WeightedMomentsState, MomentsState(*fields[1:]), fields[0])
         return _weighted_chunk(x, weights)
 
     def _chunk_unweighted(self, x: Array) -> MomentsState:
@@ -383,7 +359,7 @@ class Moments:  # numpydoc ignore=PR02
         )
         # Weight sums merge like counts (above); the number of values is carried beside them.
         if isinstance(a, WeightedMomentsState) or isinstance(b, WeightedMomentsState):
-            return _weighted(merged, _rows_of(a) + _rows_of(b))
+            return with_rows(WeightedMomentsState, merged, rows_of(a) + rows_of(b))
         return merged
 
     @handles_overflow
@@ -426,7 +402,7 @@ class Moments:  # numpydoc ignore=PR02
             kurt_den = safe_divisor(xp, (n - 2.0) * (n - 3.0))
             kurt = xp.where(n > 3, xp.where(small, ((n + 1.0) * kurt + 6.0) * (n - 1.0) / kurt_den, kurt), nan)
 
-        count = _rows_of(s) + s.posinf_count + s.neginf_count
+        count = rows_of(s) + s.posinf_count + s.neginf_count
         fmin, fmax = as_float64(s.fmin), as_float64(s.fmax)
         vmin = xp.where(has_neg, -inf, xp.where(n > 0, fmin, xp.where(has_pos, inf, nan)))
         vmax = xp.where(has_pos, inf, xp.where(n > 0, fmax, xp.where(has_neg, -inf, nan)))

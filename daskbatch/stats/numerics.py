@@ -1,16 +1,13 @@
 """Array-library plumbing and the numerical helpers the statistics share.
 
-Every statistic is written against the array API standard and finds its namespace with
-:func:`namespace`, so the same code runs on NumPy, CuPy and ``array_api_strict`` blocks; the
-one call the standard lacks is :func:`bincount`. The helpers: finite rows, float64 copies,
-stable merges of shifted moments, merges by ratios where weight sums (up to ``2**960``,
-:mod:`daskbatch.engine.inputs`) would overflow float64 in the product forms (past
-:data:`RATIO_FORM_FROM`), and exact extremes of 64-bit integer features (float64 holds
-integers up to 2**53 only: the moments keep int64/uint64 ``fmin``/``fmax`` in that dtype).
+The statistics find their array-API namespace with :func:`namespace` (NumPy, CuPy,
+``array_api_strict``); the helpers: finite rows, float64 copies, stable merges, ratio forms where
+weight sums would overflow (:data:`RATIO_FORM_FROM`), exact extremes of 64-bit integer features.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -134,6 +131,7 @@ def as_float64(x: Array) -> Array:
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_W = TypeVar("_W")
 
 
 def handles_overflow(method: Callable[_P, _T]) -> Callable[_P, _T]:
@@ -153,6 +151,16 @@ def central_moment(xp: Any, m: Array, power_sum: Array) -> Array:
     return xp.where(
         power_sum == xp.inf, xp.full_like(m, xp.inf), xp.where(m > 0, m, xp.zeros_like(m))
     )
+
+
+def rows_of(s: Any) -> Array:
+    """Give a state's rows: its ``rows`` when it counts weights in ``n`` (or is a tile of pairs), else ``n``."""
+    return getattr(s, "rows", s.n)
+
+
+def with_rows(weighted: Callable[..., _W], s: Any, rows: Array) -> _W:
+    """Give ``s`` as its weighted subclass ``weighted``, which counts the ``rows`` beside their weight sum ``n``."""
+    return weighted(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
 def safe_divisor(xp: Any, n: Array) -> Array:

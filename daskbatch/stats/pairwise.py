@@ -1,14 +1,8 @@
 """Pairwise-complete co-moments: each covariance over the rows where both of its features are finite.
 
-``CoMoments(rows="pairwise")`` keeps per pair (i, j), over the rows where both are finite, the
-count ``n[i, j]``, the mean ``shift[i] + mean[i, j]``, the sum of squared deviations ``m2[i, j]``
-and the co-moment ``c[i, j]`` (what ``pandas.DataFrame.cov()`` computes pair by pair). A chunk
-forms them as four matrix products of the values ``y`` centred about a per-chunk shift (0 where
-not finite) and their mask ``m``: ``n = mᵀm``, ``s = yᵀm``, ``p = yᵀy``, ``q = (y²)ᵀm``; the shift
-keeps ``p - s sᵀ / n`` clear of cancellation far from zero. States merge with Chan's formulas
-pair by pair, ``c = c_a + c_b + n_a n_b / n · δ_i δ_j``. Sample weights weigh each row in the
-products (a row of weight 0 is absent). One tile (I, J) of a covariance too wide for a worker
-(:mod:`daskbatch.engine.passes`) keeps a :class:`CrossPairwiseState`, side ``b`` held transposed.
+Per pair: count, mean, M2 and co-moment (as ``pandas.DataFrame.cov()``), formed per chunk as four
+matrix products of centred values and their mask, merged with Chan's formulas pair by pair.
+:class:`CrossPairwiseState` is one (I, J) tile of a covariance too wide for a worker.
 """
 
 from __future__ import annotations
@@ -25,17 +19,15 @@ from daskbatch.stats.numerics import (
     namespace,
     pair_weight,
     positive_rows,
+    rows_of,
     safe_divisor,
+    with_rows,
 )
 
 
 @dataclass(frozen=True, eq=False)
 class PairwiseCoMomentsState(State):
-    """Per pair (i, j): rows ``n`` where both are finite, feature i's mean ``shift[i] + mean[i, j]`` and ``m2[i, j]``, co-moment ``c``.
-
-    Every matrix is (D, D); ``shift`` is (D,). ``n`` and ``c`` are symmetric,
-    ``mean`` and ``m2`` are not (row i holds feature i's values on each pair).
-    """
+    """Per pair (i, j), (D, D): rows ``n`` where both are finite, feature i's mean ``shift[i] + mean[i, j]``, ``m2[i, j]``, ``c``."""
 
     n: Array
     shift: Array
@@ -53,12 +45,7 @@ class WeightedPairwiseCoMomentsState(PairwiseCoMomentsState):
 
 @dataclass(frozen=True, eq=False)
 class CrossPairwiseState(State):
-    """One tile's pairs (i of side a, j of side b): weight sums ``n`` and rows ``rows`` (Da, Db), each side's means and m2, ``c``.
-
-    Side a's ``mean_a`` and ``m2_a`` are (Da, Db), side b's ``mean_b`` and
-    ``m2_b`` (Db, Da): feature by row on both sides. Without weights ``rows``
-    is ``n``.
-    """
+    """One tile's pairs (Da, Db): weight sums ``n``, ``rows``, ``c``; each side's means and m2, feature by row (b's transposed)."""
 
     n: Array
     rows: Array
@@ -69,16 +56,6 @@ class CrossPairwiseState(State):
     mean_b: Array
     m2_b: Array
     c: Array
-
-
-def pair_rows(s: PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """Give the rows of every pair of a state, weighted or not."""
-    return (
-        s.n
-        if isinstance(s, PairwiseCoMomentsState)
-        and not isinstance(s, WeightedPairwiseCoMomentsState)
-        else s.rows
-    )
 
 
 def empty_pairwise(xp: Namespace, n_features: int, dev: object = None) -> PairwiseCoMomentsState:
@@ -152,13 +129,13 @@ def _side(
 
 
 def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsState:
-    """Reduce one block to its pairwise co-moments (four matrix products, see the module's notes)."""
+    """Reduce one block to its pairwise co-moments: ``mᵀm``, ``yᵀm``, ``yᵀy``, ``(y²)ᵀm`` of centred values ``y`` and mask ``m``."""
     xp = namespace(x)
     n_features = x.shape[1]
     mask, shifted, shift, weighted, weighted_mask = _prepared(x, weights)
     if mask.shape[0] == 0:
         empty = empty_pairwise(xp, n_features, device(x))
-        return empty if weights is None else _with_rows(empty, empty.n)
+        return empty if weights is None else with_rows(WeightedPairwiseCoMomentsState, empty, empty.n)
     n = xp.matmul(xp.matrix_transpose(weighted_mask), mask)
     sums, mean, m2 = _side(weighted, shifted, mask, n)
     c = xp.matmul(xp.matrix_transpose(weighted), shifted) - sums * xp.matrix_transpose(
@@ -172,14 +149,7 @@ def pairwise_chunk(x: Array, weights: Array | None = None) -> PairwiseCoMomentsS
         c = xp.where(eye & overflowed, xp.full_like(c, xp.inf), c)
     state = PairwiseCoMomentsState(n=n, shift=shift, mean=mean, m2=m2, c=c)
     return (
-        state if weights is None else _with_rows(state, xp.matmul(xp.matrix_transpose(mask), mask))
-    )
-
-
-def _with_rows(s: PairwiseCoMomentsState, rows: Array) -> WeightedPairwiseCoMomentsState:
-    """``s`` as the weighted state of ``rows`` rows per pair."""
-    return WeightedPairwiseCoMomentsState(
-        n=s.n, shift=s.shift, mean=s.mean, m2=s.m2, c=s.c, rows=rows
+        state if weights is None else with_rows(WeightedPairwiseCoMomentsState, state, xp.matmul(xp.matrix_transpose(mask), mask))
     )
 
 
@@ -252,7 +222,7 @@ def merge_pairwise(a: PairwiseCoMomentsState, b: PairwiseCoMomentsState) -> Pair
     if isinstance(a, WeightedPairwiseCoMomentsState) or isinstance(
         b, WeightedPairwiseCoMomentsState
     ):
-        return _with_rows(merged, pair_rows(a) + pair_rows(b))
+        return with_rows(WeightedPairwiseCoMomentsState, merged, rows_of(a) + rows_of(b))
     return merged
 
 

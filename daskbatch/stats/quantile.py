@@ -1,19 +1,9 @@
 """Quantiles read from counts: a finished sketch (:class:`SketchResult`), histograms, or both.
 
-**Guarantee** (:func:`fine_quantile`). Where ``describe`` found ranges from the data, its second
-pass also counts a fine quantile histogram (2,048 bins of a power-of-two width ``w``) on a range
-that holds the exact 0.1 % and 99.9 % quantiles (:func:`daskbatch.stats.ranges.fine_ranges`). A
-quantile is read at its exact rank in both it and the sketch, so the answer is within
-``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` for every
-rank inside the fine range; outside it the sketch answers alone, within ``alpha·|v|``. Integers
-on a bin's edge are answered as such; a feature with few distinct values is answered exactly
-(:meth:`~daskbatch.stats.sketch.Sketch.exact_quantile`), and the first and last ranks by the
-exact extrema. Counts are integers added in any order: the same answer for any chunking. The
-measured errors are in ``benchmarks/RESULTS.md`` ("Quantile accuracy").
-
-Merged, updated or one-pass summaries read the sketch's dyadic grid in place of the fine
-histogram (:func:`~daskbatch.stats.sketch_distinct.grid_fine`). :func:`histogram_quantile`
-(histograms alone) interpolates inside the bin that holds the rank: within one bin width.
+:func:`fine_quantile` reads each rank in the second pass's fine histogram and the sketch: within
+``min(w, 2·alpha/(1 - alpha)·|v|)`` of ``numpy.quantile(..., method="inverted_cdf")`` inside the fine
+range, ``alpha·|v|`` outside (measured errors: ``benchmarks/RESULTS.md``). :func:`histogram_quantile`
+interpolates within one bin of a plain histogram.
 """
 
 from __future__ import annotations
@@ -68,54 +58,17 @@ class SketchResult:
 
     @property
     def layout(self) -> SketchLayout:
-        """Give the layout the counts were made with: the sketch's parameters.
-
-        Returns
-        -------
-        SketchLayout
-            ``alpha``, the magnitudes and ``window``.
-        """
+        """Give the layout the counts were made with: the sketch's parameters."""  # numpydoc ignore=RT01
         return SketchLayout(self.alpha, self.min_magnitude, self.max_magnitude, self.window)
 
     def slots(self, columns: slice = slice(None)) -> np.ndarray:
-        """Give the slot of the full layout (:func:`~daskbatch.stats.sketch_layout.sketch_values`, :func:`slot_bounds`) of every column of ``counts``.
-
-        Columns of a window beyond the layout's ends hold no counts; they
-        are mapped onto the nearest end slot of their sign.
-
-        Parameters
-        ----------
-        columns : slice, optional
-            Only these columns; all by default (:meth:`runs` gives each feature's non-empty ones).
-
-        Returns
-        -------
-        numpy.ndarray
-            The int64 slots (D, 2 W + 3), increasing along each row where counts are held
-            (read-only: found once per result, shared by its quantiles and ranges).
-        """
+        """Give the read-only int64 slots (D, 2 W + 3) of the full layout of ``columns`` of ``counts`` (window ends map to the nearest end slot)."""  # numpydoc ignore=PR01,RT01
         if columns == slice(None):
             return self._slots
         return _window_slots(to_numpy(self.offset), self.layout.n_buckets, self.window, columns)
 
     def runs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Give each feature's non-empty columns in value order: their counts and slots.
-
-        Quantiles, collapse floors, ranges and the summary's window read only
-        these (a cumulative count steps only at them): a sketch that keeps
-        every bucket has ~27,600 columns, of which a feature's data fill a few
-        hundred, spread over thousands where it crosses zero.
-
-        Returns
-        -------
-        counts : numpy.ndarray
-            (D, L), in value order, L the most any feature holds; a shorter
-            row is padded on the right with zero counts.
-        slots : numpy.ndarray
-            (D, L) int64, the slot of the full layout of every column (a padded
-            column repeats the slot of the row's last one).
-            Both read-only, found once per result.
-        """
+        """Give each feature's non-empty columns in value order, (D, L) counts and slots, zero-padded on the right; read-only, found once."""  # numpydoc ignore=RT01
         return self._runs
 
     @functools.cached_property
@@ -137,23 +90,14 @@ class SketchResult:
         return slots
 
     def collapse_floor(self) -> np.ndarray:
-        """Give, per feature and sign, the magnitude at or below which answers may come from a collapsed bucket.
-
-        Returns
-        -------
-        numpy.ndarray
-            The float64 (D, 2), negative and positive side: the upper magnitude
-            of the window's first bucket where the window is full (it may
-            have collapsed: answers at or below it are bounded by it, not by
-            ``alpha``), 0 elsewhere.
-        """
+        """Give (D, 2), per sign, the magnitude at or below which a full window's answers are bounded by it, not ``alpha`` (else 0)."""  # numpydoc ignore=RT01
         return collapse_floor(*self.runs(), self.layout)  # empty columns change no floor
 
     def quantile(self, q: float | Any) -> np.ndarray:
         """Estimate quantiles ``q`` of every feature, within ``alpha`` of the exact ``inverted_cdf`` ones.
 
-        Ranks in buckets collapsed into a window's first bucket (see the
-        module notes) are within ``gamma**offset`` in absolute terms only.
+        Ranks in buckets collapsed into a window's first bucket (see
+        :mod:`daskbatch.stats.sketch`) are within ``gamma**offset`` in absolute terms only.
 
         Parameters
         ----------
@@ -173,19 +117,7 @@ class SketchResult:
         return values if exact is None else np.where(np.isnan(exact), values, exact)
 
     def exact_quantile(self, q: float | Any) -> np.ndarray | None:
-        """Give the exact ``inverted_cdf`` quantiles of the features whose distinct values are all kept.
-
-        Parameters
-        ----------
-        q : float or array_like
-            Probabilities in [0, 1].
-
-        Returns
-        -------
-        numpy.ndarray or None
-            Shaped as :meth:`quantile`'s, NaN for the other features; None for a
-            result without distinct values (a state saved before they were kept).
-        """
+        """Give the exact ``inverted_cdf`` quantiles of features whose distinct values are all kept (NaN elsewhere; None without them)."""  # numpydoc ignore=PR01,RT01
         if self.distinct is None or self.distinct_counts is None or self.distinct_held is None:
             return None
         counts = to_numpy(self.counts)

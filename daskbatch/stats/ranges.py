@@ -1,20 +1,9 @@
 """Histogram ranges, given or found so that stray values cannot wreck them, and the checks on them.
 
-Found ranges come from the first pass's sketch (relative accuracy ``alpha``):
-
-1. **The bulk**: values beyond the fences ``[Q1 - FENCE·IQR, Q3 + FENCE·IQR]`` (widened by the
-   sketch's error) that a run of empty buckets spanning more than a factor ``GAP`` and
-   ``SEPARATION`` fence widths cuts off (sentinels such as -999, 1e30, ±inf) are *detached*,
-   unless that detaches more than ``MAX_DETACHED``; heavy tails have no such gaps and stay.
-2. **Histogram ranges** span the bulk's ``[TAIL, 1 - TAIL]`` quantiles, widened by the sketch's
-   error and by ``WIDEN``, clipped to the bulk's extent (``SNAP``); detached values land in the
-   under/overflow counts, and more than ``OUT_OF_RANGE_LIMIT`` outside earns a
-   :class:`~daskbatch.RangeWarning`.
-3. **Fine ranges** (:func:`fine_ranges`) for :class:`~daskbatch.stats.histogram.QuantileHistogram`:
-   all values' ``[TAIL, 1 - TAIL]`` quantiles, widened, rounded out to power-of-two bins.
-4. **Suspect values** (:func:`suspect_values`): a minimum or maximum whose bucket holds at least
-   ``MIN_SPIKE_COUNT`` values and ``MIN_SPIKE_FRACTION`` of the feature, ``SPIKE_RATIO`` times the
-   busiest of the next ``NEIGHBOUR_BINS`` non-empty buckets inward: perhaps a "missing" code.
+From the first pass's sketch: values cut off from the bulk by a wide run of empty buckets
+(sentinels such as -999, 1e30) are detached; histogram ranges span the bulk's ``[TAIL, 1 - TAIL]``
+quantiles, widened; :func:`fine_ranges` rounds to power-of-two bins; :func:`suspect_values` flags
+extremes whose bucket spikes (perhaps a "missing" code).
 """
 
 from __future__ import annotations
@@ -343,7 +332,7 @@ def suspect_values(
     maximum: np.ndarray,
     judged: np.ndarray,
 ) -> tuple[SuspectValue, ...]:
-    """Find the features whose judged (D, 2) minimum or maximum piles up at the edge of their values (notes, 4.)."""
+    """Find the features whose judged (D, 2) minimum or maximum piles up at the edge of their values."""
     counts = np.asarray(counts, dtype=np.float64)
     edges = np.broadcast_to(
         np.asarray(edges, dtype=np.float64), (counts.shape[0], counts.shape[1] + 1)

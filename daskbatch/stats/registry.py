@@ -1,16 +1,8 @@
 """The one table of built-in statistics, and every other way a statistic is known by name.
 
-:data:`STATISTICS` maps each built-in statistic's name to its
-:class:`~daskbatch.stats.declaration.Declaration`, written in the statistic's
-own module; the spec builder, the state codec, the planner's memory model, the
-Summary and the CLI's ``--stats`` read it. Adding a built-in statistic is one
-module and one line below (or :func:`register` at run time, as the tests do).
-
-Saved summaries write a kept statistic as its class name and parameters (plain
-JSON): only the classes declared here are rebuilt, nothing is imported by a
-name read from a file. A user's statistic is known by name when the running
-program registers it (:func:`register_statistic`) or an installed package does
-(the ``daskbatch.statistics`` entry-point group).
+:data:`STATISTICS` maps each built-in name to its :class:`~daskbatch.stats.declaration.Declaration`.
+Saved summaries name a kept statistic by class and parameters; only classes known here are rebuilt.
+A user's statistic is known by :func:`register_statistic` or the ``daskbatch.statistics`` entry points.
 """
 
 from __future__ import annotations
@@ -116,16 +108,8 @@ def footprint_of(stat: Any) -> Footprint:  # numpydoc ignore=PR01,RT01
 
 
 @dataclass(frozen=True, eq=False)
-class Kept:  # numpydoc ignore=PR02
-    """A statistic with its merged (un-finalized) state, on the host.
-
-    Parameters
-    ----------
-    statistic : Moments, CoMoments, Histogram, ClassMoments or Sketch
-        The statistic and its parameters (a histogram's bins and ranges, ...).
-    state : State
-        Its merged state over every row seen, with NumPy arrays.
-    """
+class Kept:
+    """A statistic with its merged (un-finalized) state over every row seen, in NumPy arrays."""
 
     statistic: Any
     state: Any

@@ -1,26 +1,10 @@
 """Per-feature quantile sketches with a relative-error bound (logarithmic buckets, as DDSketch).
 
-A value ``v`` with ``min_magnitude <= |v| <= max_magnitude`` falls into the bucket
-``k = ceil(log_gamma |v|)`` of its sign, ``gamma = (1 + alpha) / (1 - alpha)``; bucket ``k``
-holds ``(gamma**(k-1), gamma**k]`` and answers ``gamma**k * (1 - alpha)``, within ``alpha``
-(relative) of every value in it (Masson, Rim & Lee, "DDSketch", VLDB 2019). A quantile is read
-at the exact rank, so it is within ``alpha`` of ``numpy.quantile(..., method="inverted_cdf")``.
-
-A state stores a *window* of ``window`` consecutive buckets per feature and sign (DDSketch's
-"collapsing lowest dense store"); ``offset`` is the key of its first bucket, the lowest
-populated key (never above ``n_buckets - window``, so that a window of every bucket starts at 0
-and merges by addition). When a sign's populated keys span more than ``window`` buckets, the
-lowest magnitudes are added into the first bucket: their ranks are bounded by ``gamma**offset``
-in absolute terms only; the large magnitudes, where robust ranges and outliers live, never
-collapse. Where a sketch of every bucket does not fit a worker, ``describe`` plans narrower or
-int32 windows (:data:`~daskbatch.stats.sketch_windows.WINDOWS`).
-
-Merges align the windows and add the counts (float64 sums of weights when weighted); a merged
-window is a function of the multiset of keys alone, so any chunking and merge order gives
-bitwise identical states. A state also keeps each feature's distinct values while few, a dyadic
-grid (:mod:`daskbatch.stats.sketch_distinct`) and its extreme values
-(:mod:`daskbatch.stats.sketch_tails`). The layout and the reading of quantiles from counts are
-:mod:`daskbatch.stats.sketch_layout`; the result is :class:`~daskbatch.stats.quantile.SketchResult`.
+Bucket ``k = ceil(log_gamma |v|)``, ``gamma = (1 + alpha) / (1 - alpha)``, answers within ``alpha``
+of every value in it (Masson et al., VLDB 2019). A state keeps a window of buckets per feature and
+sign, collapsing the lowest magnitudes when wider; merges align windows and add counts, bitwise the
+same for any chunking. Side-cars: :mod:`~daskbatch.stats.sketch_distinct`,
+:mod:`~daskbatch.stats.sketch_tails`; layout: :mod:`~daskbatch.stats.sketch_layout`.
 """
 
 
@@ -123,7 +107,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         ``[min_magnitude, max_magnitude]`` is within ``alpha`` of the exact one
         (unless its bucket was collapsed: see the module notes).
     min_magnitude, max_magnitude : float, default 1e-30 and 1e30
-        The magnitudes that get buckets; see the module notes for the rest.
+        The magnitudes that get buckets; :mod:`daskbatch.stats.sketch_layout` says what becomes of the rest.
     window : int, optional
         Buckets kept per feature and sign; the state takes ``2 * window + 6``
         int64 and float64 per feature. A sign whose populated buckets span a
@@ -310,13 +294,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def values_kept(self) -> int:
-        """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`).
-
-        Returns
-        -------
-        int
-            The most distinct finite values kept per feature.
-        """
+        """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`)."""  # numpydoc ignore=RT01
         return kept_values(self.buckets_kept)
 
     def _distinct_of(self, s: SketchState) -> tuple[Array, Array, Array]:
@@ -328,23 +306,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return values, counts, xp.full_like(held, self.values_kept + 1)
 
     def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray | None:
-        """Give the exact ``inverted_cdf`` quantiles of a state's features whose distinct values are all kept.
-
-        Parameters
-        ----------
-        s : SketchState
-            The state of all the rows.
-        q : float or array_like
-            Probabilities in [0, 1].
-
-        Returns
-        -------
-        numpy.ndarray or None
-            (D,) for a scalar ``q``, else (D, len(q)); NaN for the other features and, where
-            they are not, for the ranks beyond the kept smallest and largest values
-            (:mod:`daskbatch.stats.sketch_tails`). None for a state without distinct values
-            (saved before they were kept).
-        """
+        """Give a state's exact ``inverted_cdf`` quantiles where distinct values or kept tails decide them (NaN elsewhere; None without them)."""  # numpydoc ignore=PR01,RT01
         if s.distinct is None or s.distinct_counts is None or s.distinct_held is None:
             return None
         w = self.buckets_kept
@@ -358,20 +320,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         return exact[:, 0] if np.ndim(q) == 0 else exact
 
     def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
-        """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`.
-
-        Parameters
-        ----------
-        s : SketchState
-            The state of all the rows.
-
-        Returns
-        -------
-        counts : numpy.ndarray
-            (D, bins + 2): the count of ``-inf``, the grid's bins, the count of ``+inf``.
-        ranges : numpy.ndarray
-            (D, 2): each feature's grid's lower and upper edge.
-        """
+        """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`: (D, bins + 2) counts, (D, 2) ranges."""  # numpydoc ignore=PR01,RT01
         w = self.buckets_kept
         ends = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
         grid = self._grid_of(s)
@@ -381,13 +330,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def grid_bins(self) -> int:
-        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`).
-
-        Returns
-        -------
-        int
-            The grid's bins.
-        """
+        """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`)."""  # numpydoc ignore=RT01
         return grid_bins(self.buckets_kept)
 
     def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
@@ -396,13 +339,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     @property
     def tail_values(self) -> int:
-        """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`).
-
-        Returns
-        -------
-        int
-            The values kept at each end.
-        """
+        """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`)."""  # numpydoc ignore=RT01
         return tail_values(self.buckets_kept)
 
     @staticmethod

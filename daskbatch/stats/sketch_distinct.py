@@ -1,16 +1,8 @@
 """The sketch's exact side-cars: each feature's distinct values while few, and a dyadic grid.
 
-A bucket spans ``2·alpha`` of ``|v|``, so on tied data (integers, pixels, rounded values) a value
-read inside it misses the atom its rank stands on. A state therefore keeps each feature's
-distinct finite values and their counts while there are at most ``k`` (:func:`kept_values`) and
-marks the feature once there are more; merges take the union, so a feature has its values
-exactly when all its rows have at most ``k``, for any chunking, and :func:`distinct_quantile`
-answers ``numpy.quantile(..., method="inverted_cdf")`` itself.
-
-The dyadic grid counts the finite values in :func:`grid_bins` bins of width ``2**step``, the
-finest power of two that holds ``[min, max]``. Such grids nest, so a merge re-bins both onto the
-grid of the union's extrema (the same for any merge order), and merged quantiles are read inside
-one grid bin and one bucket (:func:`grid_fine`), as ``describe``'s second pass does.
+Distinct values (at most ``k``, :func:`kept_values`) answer quantiles exactly on tied data. The
+grid counts values in power-of-two bins over ``[min, max]``; grids nest, so merges re-bin onto the
+union's grid and merged quantiles are read in one grid bin and one bucket (:func:`grid_fine`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Where a sketch puts every value, and how its counts are read back as quantiles.
 
-:class:`SketchLayout` holds the parameters of a
-:class:`~daskbatch.stats.sketch.Sketch` and what follows from them alone: the
-bucket keys, the slots of the full layout and the windows; the functions below
-read quantiles and bounds from counts laid out that way. The statistic itself
-(chunk, merge, finalize) is :mod:`daskbatch.stats.sketch`.
-
-Outside the magnitude range the bound does not hold:
-
-* ``0 < |v| < min_magnitude`` counts as zero (absolute error below ``min_magnitude``);
-* ``|v|`` beyond the bucket of ``max_magnitude`` goes to an overflow bucket
-  of its sign, which answers the finite extreme of that side (tracked exactly);
-* ``±inf`` have slots of their own at both ends (a quantile that lands on
-  them is ``±inf``, as numpy's); NaN is counted apart and left out, as
-  :class:`~daskbatch.stats.moments.Moments` does with ``nan_policy="omit"``.
+:class:`SketchLayout` holds a :class:`~daskbatch.stats.sketch.Sketch`'s parameters and what follows:
+bucket keys, slots, windows. Outside the magnitude range: ``|v| < min_magnitude`` counts as zero,
+beyond ``max_magnitude`` an overflow bucket answers the exact extreme; ``±inf`` have own slots.
 """
 
 from __future__ import annotations
@@ -38,18 +27,8 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class SketchLayout:  # numpydoc ignore=PR02
-    """The parameters of a sketch and the bucket layout they fix (the base of :class:`~daskbatch.stats.sketch.Sketch`).
-
-    Parameters
-    ----------
-    alpha : float, default 0.005
-        Relative accuracy.
-    min_magnitude, max_magnitude : float, default 1e-30 and 1e30
-        The magnitudes that get buckets.
-    window : int, optional
-        Buckets kept per feature and sign (default: all).
-    """
+class SketchLayout:
+    """The parameters of a sketch and the bucket layout they fix (the base of :class:`~daskbatch.stats.sketch.Sketch`)."""
 
     alpha: float = 0.005
     min_magnitude: float = 1e-30

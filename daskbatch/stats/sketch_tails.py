@@ -1,17 +1,7 @@
 """The ``k`` smallest and ``k`` largest finite values of each feature, kept exactly beside the sketch.
 
-A merged sketch reads its quantiles in a dyadic grid over ``[min, max]``, whose bins are wide
-in a heavy tail; the extreme values are cheap to keep instead: ``k`` per end and feature (2 kB a
-feature at ``k = 128``), merged exactly (the ``k`` smallest of the union are among the ``k``
-smallest of each part). A quantile
-whose rank lies among them (``q <= k / n`` or ``q >= 1 - k / n``) is then the
-data value at that rank, as ``numpy.quantile(..., method="inverted_cdf")``,
-after any chunking, merge and update. Unweighted states only: a weighted rank
-is a share of a weight sum, which the kept values alone cannot place.
-
-``low`` (D, k) holds the smallest finite values in increasing order, ``+inf``
-where a feature has fewer than ``k``; ``high`` (D, k) the largest in
-decreasing order, ``-inf`` past them.
+A quantile whose rank lies among them is the data value itself, after any chunking or merge.
+Unweighted states only. ``low`` (D, k) ascends, ``+inf``-padded; ``high`` (D, k) descends, ``-inf``-padded.
 """
 
 from __future__ import annotations
@@ -113,10 +103,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def tail_bounds(
     data: np.ndarray, lut: np.ndarray, k: int
 ) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray]:
-    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x``, and how many values lie below it.
-
-    The bound is ``None`` where the chunk has fewer coarse blocks than ``k``: nothing is bounded.
-    """
+    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
 
     rows, n_features = data.shape
@@ -161,10 +148,7 @@ def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, 
 def tails_quantile(
     low: Any, high: Any, finite: np.ndarray, below: np.ndarray, above: np.ndarray, q: Any
 ) -> np.ndarray:
-    """Give the exact ``inverted_cdf`` quantiles (D, len(q)) whose rank lies among the kept values; NaN elsewhere.
-
-    ``finite``, ``below`` and ``above`` are each feature's counts of finite values, ``-inf`` and ``+inf``.
-    """
+    """Give the exact quantiles (D, len(q)) whose rank lies among the kept values (NaN elsewhere) from counts of finite, -inf, +inf."""
     low, high = to_numpy(low), to_numpy(high)
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     k = low.shape[1]

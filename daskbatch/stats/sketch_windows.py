@@ -1,9 +1,7 @@
 """The sketches ``describe`` plans for wide data, and the memory each takes.
 
-The statistic is :class:`~daskbatch.stats.sketch.Sketch`; this module sizes
-its state and temporaries for the planner (:func:`footprint_for`) and lists the
-windowed sketches tried, widest first, where a sketch of every bucket does not
-fit a worker (:data:`WINDOWS`, :data:`WINDOWED_FOOTPRINTS`, :func:`window_of`).
+Sizes :class:`~daskbatch.stats.sketch.Sketch`'s state for the planner (:func:`footprint_for`) and lists
+the windowed sketches tried, widest first (:data:`WINDOWS`, :func:`window_of`).
 """
 
 from __future__ import annotations
@@ -18,13 +16,10 @@ from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 from daskbatch.stats.sketch_tails import tails_scratch_bytes
 
 __all__ = [
-    "FOOTPRINT", "PAIRED_ALPHA", "SKETCH_SLOTS", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
+    "FOOTPRINT", "PAIRED_ALPHA", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
     "state_bytes_per_feature", "window_of",
 ]
 
-#: int64 counts and offsets per feature of the default sketch's state (both windows, -inf, zero,
-#: +inf and NaN, and the two windows' first keys).
-SKETCH_SLOTS = Sketch().width + 2
 #: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
 #: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
 _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3

@@ -1,11 +1,7 @@
 """Spearman rank correlation out of core: ranks from the first pass's sketch, their co-moments in the second.
 
-Every value gets its feature's normalized midrank ``(F(v-) + F(v)) / 2``, read from the sketch:
-exactly where it kept all distinct values (then the result is ``scipy.stats.spearmanr``'s), else
-from its dyadic grid, within ``count(bin) / (2 n)``. The second pass accumulates the co-moments
-of the ranks over complete rows, so the correlation is Pearson's of the ranks;
-:attr:`SpearmanResult.spearman_bound` is the widest change the rank errors allow (0 where both
-features are exact). The ranks belong to one run: ``merge``/``update`` leave it out and say so.
+Midranks are exact where the sketch kept all distinct values, else within ``count(bin) / (2 n)``;
+:attr:`SpearmanResult.spearman_bound` bounds the effect. ``merge``/``update`` leave it out.
 """
 
 from __future__ import annotations
@@ -26,26 +22,8 @@ __all__ = ["DECLARATION", "RankMap", "Spearman", "SpearmanResult", "SpearmanStat
 
 
 @dataclass(frozen=True, eq=False)
-class RankMap:  # numpydoc ignore=PR02
-    """Every feature's normalized midranks, as the first pass's sketch gives them.
-
-    Parameters
-    ----------
-    grid_step, grid_first : numpy.ndarray
-        Int64 (D,): the dyadic grid of every feature (:func:`~daskbatch.stats.sketch_distinct.grid_index`).
-    grid_upto : numpy.ndarray
-        Float64 (D, bins + 3): the share of values below ``-inf``, every grid bin and ``+inf``, then 1.
-    values, value_ranks : numpy.ndarray
-        Float64 (D, k): a feature's distinct values in increasing order and their midranks,
-        where ``exact`` (NaN-padded).
-    exact : numpy.ndarray
-        Bool (D,): all of the feature's distinct values are known.
-    layout : Sketch
-        The sketch's layout (:meth:`~daskbatch.stats.sketch_layout.SketchLayout.slots`).
-    bucket_slots, bucket_upto : numpy.ndarray
-        (D, L): each feature's non-empty sketch slots in value order and the share of values
-        below each (then 1), padded with the last slot.
-    """
+class RankMap:
+    """Every feature's normalized midranks from the first pass's sketch: its grid, its exact distinct values, its buckets."""
 
     grid_step: np.ndarray
     grid_first: np.ndarray

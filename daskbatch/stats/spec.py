@@ -1,12 +1,8 @@
 """What to compute: statistic objects from what a user asks for, and which of them a run computes.
 
-The one place that turns ``stats="moments,cov"`` or ``stats=[Moments(ddof=0), "hist"]``
-into what :func:`daskbatch.describe`, :class:`daskbatch.Accumulator`, :func:`daskbatch.plan`
-and the CLI compute (:func:`configured`), reading the built-in statistics from
-:data:`daskbatch.stats.registry.STATISTICS`; histogram ranges are
-:mod:`daskbatch.stats.ranges`. Which of them a run computes
-(what a label, groups or a continuous target add or leave out) is decided here
-too: :func:`describe_statistics`, :func:`grouped_statistics`, :func:`target_statistics`.
+:func:`configured` turns ``stats="moments,cov"`` or objects into statistics, reading the built-ins from
+:data:`daskbatch.stats.registry.STATISTICS`; :func:`describe_statistics`, :func:`grouped_statistics`
+and :func:`target_statistics` decide what a label, groups or a target add.
 """
 
 from __future__ import annotations

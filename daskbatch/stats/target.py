@@ -1,14 +1,7 @@
 """Statistics of the features against a label or a continuous target: target co-moments, target sketch, mutual information.
 
-A target ``y`` (``describe(x, target=y)``) travels where a class label does, so these are fused
-into the first pass with the moments. :class:`TargetMoments` keeps per feature, over its finite
-rows, the count, the means of the feature and of ``y``, their sums of squared deviations and the
-co-moment (the input of ``f_regression``/``r_regression``), by the corrected two-pass and Chan's
-merges in float64. :class:`TargetSketch` is ``y``'s quantile sketch, from which ``describe`` cuts
-``y`` into bins for the mutual information of the second pass. A non-finite ``y`` stops the chunk.
-:class:`MutualInformation` (``"mi"``) is counted as the joint (bin × class) table of a
-:class:`~daskbatch.stats.Histogram` by label (:meth:`MutualInformation.joint`), and
-:func:`mutual_information` reads it.
+Fused into the first pass: :class:`TargetMoments` (inputs of ``f_regression``), :class:`TargetSketch`
+(``y``'s bins for MI); :class:`MutualInformation` counts a joint (bin × class) histogram.
 """
 
 from __future__ import annotations
@@ -98,10 +91,7 @@ def check_target_block(xp: Namespace, y: Array, rows: int) -> Array:
 
 @dataclass(frozen=True)
 class TargetMoments:
-    """Feature-target co-moments, the input of ``f_regression`` and ``r_regression``.
-
-    ``chunk`` takes the target as its label argument (``needs_label``).
-    """
+    """Feature-target co-moments, the input of ``f_regression``; ``chunk`` takes the target as its label."""
 
     name = "target_moments"
     #: ``chunk`` reads the target (describe's runner passes it where a label goes).

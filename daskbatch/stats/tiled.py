@@ -1,17 +1,11 @@
 """Cross co-moments of two groups of features: one (I, J) tile of a wide covariance matrix.
 
-When the D x D state of :class:`~daskbatch.stats.comoments.CoMoments` does not fit a worker,
-the matrix is computed per pair of feature tiles. A chunk of a tile is ``[x_I | x_J]`` (side
-``a``: the first ``split`` columns), or just ``x_I`` for a diagonal tile (``split=None``),
-centred as ``CoMoments`` does about the first complete row; states merge with
-``C = C_a + C_b + n_a n_b / n · δ_I δ_Jᵀ``. Complete rows are decided across *all* features (the
-caller passes that mask as ``complete``); with weights the state also counts those rows.
-``rows="pairwise"`` keeps each pair's own rows instead (:mod:`daskbatch.stats.pairwise`).
+Used when a D x D :class:`~daskbatch.stats.comoments.CoMoments` state does not fit a worker; complete
+rows are decided across all features (the caller's ``complete`` mask).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from daskbatch._common import Array
@@ -26,6 +20,8 @@ from daskbatch.stats.numerics import (
     merge_shifted_means,
     namespace,
     pair_weight,
+    rows_of,
+    with_rows,
 )
 from daskbatch.stats.pairwise import (
     CrossPairwiseState,
@@ -33,7 +29,6 @@ from daskbatch.stats.pairwise import (
     cross_pairwise_chunk,
     merge_cross_pairwise,
     merge_pairwise,
-    pair_rows,
     pairwise_chunk,
 )
 
@@ -57,11 +52,6 @@ class WeightedCrossCoMomentsState(CrossCoMomentsState):
     rows: Array
 
 
-def complete_rows(s: CrossCoMomentsState) -> Array:
-    """Count the complete rows of a state, weighted or not."""
-    return s.rows if isinstance(s, WeightedCrossCoMomentsState) else s.n
-
-
 @dataclass(frozen=True, eq=False)
 class CrossCoMomentsResult:
     """``n`` complete rows, the means of both sides, and their co-moment ``c`` (sum of products of deviations)."""
@@ -74,17 +64,8 @@ class CrossCoMomentsResult:
 
 
 @dataclass(frozen=True)
-class CrossCoMoments:  # numpydoc ignore=PR02
-    """Co-moments between the first ``split`` columns of a chunk and the others.
-
-    Parameters
-    ----------
-    split : int or None
-        Width of side ``a``; None for a diagonal tile (both sides are all columns).
-    rows : {"complete", "pairwise"}, default "complete"
-        The rows of each co-moment: those of the shared mask ``complete``, or
-        each pair's own (where both features are finite).
-    """
+class CrossCoMoments:
+    """Co-moments between the first ``split`` columns of a chunk and the others (None: a diagonal tile), on ``rows``."""
 
     split: int | None = None
     rows: str = STATISTIC_DEFAULTS["rows"]
@@ -115,7 +96,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             n0 = xp.zeros((), dtype=xp.float64, device=device(x))
             empty = CrossCoMomentsState(n=n0, shift_a=zeros[sa], mean_a=zeros[sa], shift_b=zeros[sb], mean_b=zeros[sb],
                                         c=c)
-            return empty if weights is None else _weighted(empty, n0)
+            return empty if weights is None else with_rows(WeightedCrossCoMomentsState, empty, n0)
         if complete is None:
             complete = xp.all(xp.isfinite(as_float64(x)), axis=1)
         else:
@@ -130,7 +111,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
             c = xp.matmul(xp.matrix_transpose(dev[:, sa]), dev[:, sb]) - n * _outer(xp, e[sa], e[sb])
         mean = mean + e
         state = CrossCoMomentsState(n=n, shift_a=shift[sa], mean_a=mean[sa], shift_b=shift[sb], mean_b=mean[sb], c=c)
-        return state if weights is None else _weighted(state, xp.sum(xp.astype(complete, xp.float64)))
+        return state if weights is None else with_rows(WeightedCrossCoMomentsState, state, xp.sum(xp.astype(complete, xp.float64)))
 
     @handles_overflow
     def merge(self, a: CrossCoMomentsState, b: CrossCoMomentsState, /) -> CrossCoMomentsState:
@@ -148,7 +129,7 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         state = CrossCoMomentsState(n=n, shift_a=shift_a, mean_a=mean_a, shift_b=shift_b, mean_b=mean_b, c=c)
         # Weight sums merge like counts; the number of complete rows is carried beside them.
         if isinstance(a, WeightedCrossCoMomentsState) or isinstance(b, WeightedCrossCoMomentsState):
-            return _weighted(state, complete_rows(a) + complete_rows(b))
+            return with_rows(WeightedCrossCoMomentsState, state, rows_of(a) + rows_of(b))
         return state
 
     @handles_overflow
@@ -158,17 +139,12 @@ class CrossCoMoments:  # numpydoc ignore=PR02
         nan = xp.asarray(xp.nan, dtype=xp.float64, device=device(s.c))
         weighted = isinstance(s, WeightedCrossCoMomentsState)
         return CrossCoMomentsResult(
-            n=complete_rows(s),
+            n=rows_of(s) if weighted else s.n,  # a pairwise tile (rows of its own) keeps its weight sums
             mean_a=xp.where(s.n > 0, s.shift_a + s.mean_a, nan),
             mean_b=xp.where(s.n > 0, s.shift_b + s.mean_b, nan),
             c=s.c,
             weight_sum=s.n if weighted else None,
         )
-
-
-def _weighted(s: CrossCoMomentsState, rows: Array) -> WeightedCrossCoMomentsState:
-    """``s`` as the weighted state of ``rows`` complete rows."""
-    return WeightedCrossCoMomentsState(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)}, rows=rows)
 
 
 @handles_overflow
@@ -183,11 +159,6 @@ def finalize_tile(
     if isinstance(s, CrossPairwiseState):
         return covariance_and_correlation(s.c, s.n, s.m2_a, xp.matrix_transpose(s.m2_b), ddof, diagonal=False)
     return covariance_and_correlation(s.c, s.n, var_a, var_b, ddof, diagonal=diagonal)
-
-
-def tile_rows(s: CrossCoMomentsState | PairwiseCoMomentsState | CrossPairwiseState) -> Array:
-    """The rows of a tile's state: its complete rows (0-d), or pairwise the rows of each pair."""
-    return pair_rows(s) if isinstance(s, (PairwiseCoMomentsState, CrossPairwiseState)) else complete_rows(s)
 
 
 #: The covariance's tiles when the plan splits the features (their states only; the Summary opens the store).
