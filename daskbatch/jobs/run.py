@@ -52,12 +52,11 @@ from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.summary import load_summary
 from daskbatch.transforms import steps, transform
-from daskbatch.transforms import steps as st
 
 __all__ = ['JobReport', 'run_job']
 
 
-log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
+log = logging.getLogger("daskbatch.jobs")
 
 
 def needed_stats(job: JobSpec) -> list[str]:
@@ -158,16 +157,15 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
         if name == "select":
-            built.append(st.select(selection))
+            built.append(steps.select(selection))
         elif name == "standardize":
-            built.append(st.standardize(summary))
+            built.append(steps.standardize(summary))
         elif name == "clip":
             lo, hi = job.transform.clip
-            built.append(st.clip(lo, hi))
+            built.append(steps.clip(lo, hi))
         else:
-            built.append(st.project(pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
+            built.append(steps.project(pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
     return built
-
 
 
 def histogram_range(job: JobSpec) -> Any:
@@ -196,24 +194,17 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
         with dask.config.set(settings):
             yield None
         return
-    kwargs: dict[str, Any] = {}
-    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
-    limit = memory_limit(job, kind)
     if spec.kind in ("address", "scheduler_file"):
         with cluster(address=spec.address if spec.kind == "address" else None,
                      scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
                      wait_for_workers=spec.wait_for_workers) as client:
             yield client
         return
-    if spec.kind in ("slurm", "pbs"):
-        for key, value in (("jobs", spec.n_workers), ("cores", spec.threads), ("memory", limit)):
-            if value is not None:
-                kwargs[key] = value
-    else:
-        for key, value in (("n_workers", spec.n_workers), ("threads_per_worker", spec.threads),
-                           ("memory_limit", limit)):
-            if value is not None:
-                kwargs[key] = value
+    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")
+             else ("n_workers", "threads_per_worker", "memory_limit"))
+    given = zip(names, (spec.n_workers, spec.threads, memory_limit(job, kind)), strict=True)
+    kwargs = {key: value for key, value in given if value is not None}
     with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
         yield client
 
@@ -241,11 +232,6 @@ def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
     return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), resources=gpus,
                          classes=job.statistics.classes, target=job.input.target, groups=job.input.groups,
                          weights=job.input.weights)
-
-
-log = logging.getLogger("daskbatch.jobs")
-
-# ------------------------------------------------------------------ the job
 
 
 def run_job(

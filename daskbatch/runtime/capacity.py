@@ -188,10 +188,8 @@ def active_client() -> Any:
     if local_scheduler() is not None:
         return None
     owner = getattr(get_scheduler(), "__self__", None)
-    try:
-        from distributed import Client  # lazy: distributed
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
+    from distributed import Client  # lazy: distributed
+
     return owner if isinstance(owner, Client) else None
 
 
@@ -340,11 +338,9 @@ def _scheduler_threads() -> int:
         return int(getattr(worker, "nthreads", 1))
     import dask.threaded  # lazy: dask
 
-    # The threaded scheduler runs tasks on threads of its executors; the
-    # synchronous one on the caller's thread, which is in none. A thread is
-    # matched to its executor by name ("<prefix>_<k>"): the executor's set of
+    # The threaded scheduler runs tasks on threads of its executors, the synchronous one on the caller's
+    # thread, in none. A thread is matched to its executor by name ("<prefix>_<k>"): an executor's set of
     # threads is filled only after a new thread has started its first task.
-    # (_thread_name_prefix and _max_workers are ThreadPoolExecutor's own fields; dask reads the latter too.)
     prefix = threading.current_thread().name.rpartition("_")[0]
     pools = [dask.threaded.default_pool]
     pools += [p for by_count in list(dask.threaded.pools.values()) for p in list(by_count.values())]
@@ -374,17 +370,14 @@ def _enter_blas() -> None:
     global _inside, _restore, _controller
     with _lock:
         if _inside == 0:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:  # a dependency, but a missing one must not stop the statistics
-                _restore = None
-            else:
-                # Scanning the loaded libraries costs ~4 ms, so the scan is kept until
-                # Python imports something new (which is how a BLAS such as SciPy's gets loaded).
-                if _controller is None or _controller[0] != len(sys.modules):
-                    _controller = (len(sys.modules), ThreadpoolController())
-                _restore = _controller[1].limit(limits=1, user_api="blas")
-                _release_openblas()
+            from threadpoolctl import ThreadpoolController
+
+            # Scanning the loaded libraries costs ~4 ms, so the scan is kept until
+            # Python imports something new (which is how a BLAS such as SciPy's gets loaded).
+            if _controller is None or _controller[0] != len(sys.modules):
+                _controller = (len(sys.modules), ThreadpoolController())
+            _restore = _controller[1].limit(limits=1, user_api="blas")
+            _release_openblas()
         _inside += 1
 
 
@@ -392,7 +385,7 @@ def _leave_blas() -> None:
     global _inside, _restore
     with _lock:
         _inside -= 1
-        if _inside == 0 and _restore is not None:
+        if _inside == 0:
             _restore.restore_original_limits()
             _restore = None
             _release_openblas()
@@ -408,11 +401,9 @@ def _release_openblas() -> None:
 
 
 def _set_numba_threads(n: int, restore: bool = False) -> int | None:
-    """Set numba's threads for this thread; return the old count (None without numba or a threading layer)."""
-    try:
-        import numba  # a dependency; the chunk's kernels load it anyway  # lazy: numba
-    except ImportError:
-        return None
+    """Set numba's threads for this thread; return the old count (None without a threading layer)."""
+    import numba  # the chunk's kernels load it anyway  # lazy: numba
+
     try:
         before = numba.get_num_threads()
         numba.set_num_threads(n if restore else min(n, before))
