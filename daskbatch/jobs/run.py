@@ -168,10 +168,12 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
     return built
 
 
-def histogram_range(job: JobSpec) -> Any:
-    """Give the job's histogram range as describe takes it."""
+def describe_keywords(job: JobSpec) -> dict[str, Any]:
+    """Give the keywords that describe and its plan take from the job."""
     r = job.statistics.range
-    return (float(r[0]), float(r[1])) if isinstance(r, list) else r
+    return {"bins": job.statistics.bins, "range": (float(r[0]), float(r[1])) if isinstance(r, list) else r,
+            "classes": job.statistics.classes, "target": job.input.target, "groups": job.input.groups,
+            "weights": job.input.weights}
 
 
 def memory_limit(job: JobSpec, kind: str) -> Any:
@@ -229,9 +231,7 @@ def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
     if kind != "cuda":
         return None
     gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
-    return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), resources=gpus,
-                         classes=job.statistics.classes, target=job.input.target, groups=job.input.groups,
-                         weights=job.input.weights)
+    return plan_describe(dataset, stats=stats, resources=gpus, **describe_keywords(job))
 
 
 def run_job(
@@ -346,9 +346,7 @@ def _run(
         with phase(report, "plan"):
             resources = job_resources(job, client)
             try:
-                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
-                                     resources=resources, classes=job.statistics.classes, target=job.input.target,
-                                     groups=job.input.groups, weights=job.input.weights)
+                plan = plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
@@ -362,9 +360,7 @@ def _run(
         with phase(report, "describe"):
             moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
             summary = describe(
-                dataset, stats=[*stats, moments], bins=job.statistics.bins,
-                range=histogram_range(job), classes=job.statistics.classes, weights=job.input.weights,
-                target=job.input.target, groups=job.input.groups,
+                dataset, stats=[*stats, moments], **describe_keywords(job),
                 run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
             )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]

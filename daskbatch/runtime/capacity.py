@@ -270,13 +270,16 @@ def logged_run(name: str) -> Callable[[F], F]:
 
 
 def summary_line(run: _Run, seconds: float) -> str:
-    """Return the one line that sums up a call."""
+    """Return the one line that sums up a call; its peak memory adds the largest worker's under a client."""
+    from dask.utils import format_bytes  # lazy: dask
+
     rate = f" ({run.rows / seconds:,.0f} rows/s)" if seconds > 0 and run.rows else ""
     passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
-    return (
-        f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, "
-        f"{passes}, peak {_peak_memory_text()}"
-    )
+    peak = peak_memory(active_client())
+    memory = format_bytes(peak["process_bytes"]) if peak["process_bytes"] is not None else "unknown"
+    if peak.get("workers_bytes"):
+        memory += f"; workers {format_bytes(max(peak['workers_bytes'].values()))} (largest)"
+    return f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, {passes}, peak {memory}"
 
 
 def process_peak_bytes() -> int | None:
@@ -300,17 +303,6 @@ def peak_memory(client: Any, *, warn: bool = False) -> dict[str, Any]:
         else:
             out["workers_bytes"] = {str(k): int(v) for k, v in peaks if v is not None}
     return out
-
-
-def _peak_memory_text() -> str:
-    """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client."""
-    from dask.utils import format_bytes  # lazy: dask
-
-    peak = peak_memory(active_client())
-    own = peak["process_bytes"]
-    text = format_bytes(own) if own is not None else "unknown"
-    workers = peak.get("workers_bytes")
-    return f"{text}; workers {format_bytes(max(workers.values()))} (largest)" if workers else text
 
 
 _lock = threading.Lock()

@@ -95,7 +95,7 @@ def cluster(
         return
     kind = resolve_kind(kind)
     jobqueue = kind in ("slurm", "pbs")
-    with _submit_errors() if jobqueue else contextlib.nullcontext([]) as refused:
+    with _submit_errors() as refused:  # a local cluster submits no jobs: none is refused
         started = _start_jobqueue(kind, kwargs, wait_for_workers) if jobqueue else _start_cluster(kind, plan, kwargs)
         try:
             with Client(started) as client:

@@ -350,7 +350,7 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along:
                 progress.advance()
 
         started: list[bool] = []
-        bar = contextlib.nullcontext()
+        bar: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if progress.dask_display:  # dask's own display around the local computation
             from dask.diagnostics import ProgressBar  # lazy: dask
 

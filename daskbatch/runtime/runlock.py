@@ -53,14 +53,6 @@ def summary_lock(path: str | os.PathLike[str]) -> contextlib.AbstractContextMana
     return RunLock(output_lock_path(where), f"summary {where}")
 
 
-def _stale_after() -> float:
-    from dask.utils import parse_timedelta  # lazy: dask
-
-    from daskbatch import config  # lazy: dask
-
-    return float(parse_timedelta(config.get("lock-stale-after"), default="s"))
-
-
 def _process_started(pid: int) -> float | None:
     """Start time (epoch seconds) of process ``pid``, None if it does not exist."""
     import psutil
@@ -79,7 +71,13 @@ class RunLock:
     def __init__(self, path: str | os.PathLike[str], what: str, stale_after: float | None = None) -> None:
         self.path = Path(path)
         self.what = what
-        self.stale_after = _stale_after() if stale_after is None else float(stale_after)
+        if stale_after is None:
+            from dask.utils import parse_timedelta  # lazy: dask
+
+            from daskbatch import config  # lazy: dask
+
+            stale_after = parse_timedelta(config.get("lock-stale-after"), default="s")
+        self.stale_after = float(stale_after)
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
