@@ -307,10 +307,6 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
     (log.info if report.status == "ok" else log.error)("%s", report.summary_line())
 
 
-#: Selection scores of class labels (a job with input.groups has none).
-_CLASS_SCORES = ("f", "chi2", "mi", "mrmr")
-
-
 def _run(
     job: JobSpec, report: JobReport, overwrite: bool, progress: bool | ProgressCallback,
     cancel: threading.Event | None,
@@ -328,17 +324,18 @@ def _run(
     log.info("input: %s rows x %s features (%s), label %s", f"{report.rows:,}", f"{report.features:,}",
              dataset.x.dtype, dataset.label_name if dataset.label is not None else "none")
     stats = needed_stats(job)
-    if job.input.groups is not None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
-        raise JobConfigError(
-            f"{report.source}: selection score '{job.selection.score}' needs class labels, and input.groups takes "
-            "the label's place: set selection.score: variance, or select nothing (outputs.selection: null and "
-            "no select step)"
-        )
-    if dataset.label is None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
-        raise JobConfigError(
-            f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} has "
-            "none: set input.label, or selection.score: variance"
-        )
+    if selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):  # scores of class labels
+        if job.input.groups is not None:
+            raise JobConfigError(
+                f"{report.source}: selection score '{job.selection.score}' needs class labels, and input.groups "
+                "takes the label's place: set selection.score: variance, or select nothing (outputs.selection: "
+                "null and no select step)"
+            )
+        if dataset.label is None:
+            raise JobConfigError(
+                f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} "
+                "has none: set input.label, or selection.score: variance"
+            )
     cuda_plan = plan_for_cuda(job, dataset, stats)
     t_cluster = time.perf_counter()
     with job_client(job, cuda_plan) as client:

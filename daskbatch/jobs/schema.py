@@ -37,26 +37,23 @@ def _key(doc: str) -> Any:
     return field(default=_UNSET, metadata={"doc": doc})
 
 
-def configured_default(section: str | None, name: str) -> Any:
-    """Read the default of a job key from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml)."""
-    from daskbatch import config  # lazy: dask, which `daskbatch --help` does not load
-
-    key = f"job.{section}.{name}" if section else f"job.{name}"
-    try:
-        return copy.deepcopy(config.get(key))
-    except KeyError:  # config.get falls back to daskbatch.yaml, which sets every key the schema has
-        raise JobConfigError(f"dask config daskbatch.{key} is missing, and daskbatch.yaml has no default for it") from None
-
-
 class _FromConfig:
-    """Fill the fields left at ``_UNSET`` from daskbatch.yaml: a section's keys live there only."""
+    """Fill the fields left at ``_UNSET`` from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml)."""
 
     _section: ClassVar[str | None]
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
-            if getattr(self, f.name) is _UNSET:
-                object.__setattr__(self, f.name, configured_default(self._section, f.name))
+            if getattr(self, f.name) is not _UNSET:
+                continue
+            from daskbatch import config  # lazy: dask, which `daskbatch --help` does not load
+
+            key = f"job.{self._section}.{f.name}" if self._section else f"job.{f.name}"
+            try:  # config.get falls back to daskbatch.yaml, which sets every key the schema has
+                value = copy.deepcopy(config.get(key))
+            except KeyError:
+                raise JobConfigError(f"dask config daskbatch.{key} is missing, and daskbatch.yaml has no default for it") from None
+            object.__setattr__(self, f.name, value)
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,9 @@ from daskbatch.jobs.schema import (
     FILE_ONLY,
     MAX_FILE_BYTES,
     SECTIONS,
-    ClusterSpec,
-    InputSpec,
     JobConfigError,
     JobSpec,
     OutputsSpec,
-    SelectionSpec,
-    StatisticsSpec,
-    TransformSpec,
     defaults,
     describe_value,
     expected,
@@ -36,13 +31,14 @@ from daskbatch.jobs.schema import (
 from daskbatch.stats.spec import check_statistic_names
 
 __all__ = [
-    "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
-    "StatisticsSpec", "TransformSpec", "check_config_file", "defaults", "effective_config", "is_config_file",
-    "SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "load_job", "read_yaml", "reference",
+    "ConfigFile", "JobConfigError", "JobSpec", "OutputsSpec", "check_config_file", "defaults", "effective_config",
+    "is_config_file", "SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "load_job",
+    "read_yaml", "reference",
 ]
 
 
 def _norm(key: Any) -> str:
+    """A key as the schema spells it: ``_`` for ``-``."""
     return str(key).replace("-", "_")
 
 
@@ -219,7 +215,7 @@ _DESCRIBE_OPTIONS = frozenset({
 
 def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
     """A ``describe --config`` file (option names as keys, no sections) given as a job: say so in one line."""
-    keys = {str(k).replace("-", "_") for k in loaded}
+    keys = {_norm(k) for k in loaded}
     options = sorted(keys & _DESCRIBE_OPTIONS)
     if options and not keys & set(SECTIONS):
         raise JobConfigError(

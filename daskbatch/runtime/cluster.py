@@ -342,8 +342,6 @@ def _has_module(name: str) -> bool:
 
 def _print_dashboard(client: Client, verb: str) -> None:
     """One line: the scheduler and its dashboard link (a batch log keeps it too)."""
-    # A log line where daskbatch's logging is set up (the CLI: timestamped, and gone with ``--quiet``), else
-    # printed: on stdout in a notebook (where stderr reads as an error), on stderr in a script.
     try:
         link = client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
@@ -356,4 +354,5 @@ def say(text: str) -> None:  # numpydoc ignore=PR01
     if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
         logging.getLogger(__name__).info("%s", text)
     else:
+        # In a notebook, stderr reads as an error.
         print(f"daskbatch: {text}", file=sys.stdout if in_jupyter() else sys.stderr, flush=True)

@@ -68,10 +68,8 @@ class _Widget:
         self.text.value = html.escape(status.split("  ", 1)[-1])
 
     def close(self, status: str, *, ok: bool) -> None:
-        if ok:
-            self.bar.value = self.bar.max
+        self.draw(self.bar.max if ok else self.bar.value, status)
         self.bar.bar_style = "success" if ok else "danger"
-        self.text.value = html.escape(status.split("  ", 1)[-1])
 
 
 _active_line: list[_Terminal] = []  # the terminal bar drawn now, if any (log lines clear it first)
