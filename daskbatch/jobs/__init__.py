@@ -1,7 +1,6 @@
-"""Batch jobs (``daskbatch run``): the job file's schema (``schema``, ``spec``), the run (``run``), and here its report.
+"""Batch jobs (``daskbatch run``): the job file (``schema``, ``spec``), the run (``run``), and here its report.
 
-The report holds a job's numbers, its JSON file and its log words; :func:`run_job` is
-loaded on first use, as it imports dask and zarr.
+:func:`run_job` is loaded on first use, as it imports dask and zarr.
 """
 
 from __future__ import annotations
@@ -55,14 +54,10 @@ class JobReport:
     started: str = ""
     finished: str = ""
 
-    @property
-    def seconds(self) -> float:
-        """Measure the wall time of the whole job."""
-        return float(self.timings.get("total", 0.0))
-
     def summary_line(self) -> str:
         """Summarise the job in one line."""
-        parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {self.seconds:.1f} s"]
+        seconds = float(self.timings.get("total", 0.0))
+        parts = [f"daskbatch run: {'done' if self.status == 'ok' else self.status} in {seconds:.1f} s"]
         if self.rows is not None and self.features is not None:
             parts.append(f"{self.rows:,} rows x {self.features:,} features")
         if self.selected is not None:
@@ -109,15 +104,13 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-# ------------------------------------------------------------------ helpers
-
-
 def now() -> str:
     """Return the time now, UTC, in ISO 8601 to the second."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _bytes(n: float | None) -> str:
+    """A byte count in words, '-' when unknown."""
     from dask.utils import format_bytes  # lazy: dask
 
     return "-" if n is None else format_bytes(int(n))
@@ -159,6 +152,7 @@ def write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:
 
 
 def _json_default(value: Any) -> Any:
+    """A JSON value for what json cannot write (NumPy scalars and arrays, sets, tuples; else its str)."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

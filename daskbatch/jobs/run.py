@@ -52,12 +52,11 @@ from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.summary import load_summary
 from daskbatch.transforms import steps, transform
-from daskbatch.transforms import steps as st
 
 __all__ = ['JobReport', 'run_job']
 
 
-log = logging.getLogger("daskbatch.jobs")  # the job's one logger, as run.py's
+log = logging.getLogger("daskbatch.jobs")
 
 
 def needed_stats(job: JobSpec) -> list[str]:
@@ -158,22 +157,23 @@ def build_steps(job: JobSpec, summary: Any, selection: Any) -> list[Any]:
     built: list[Any] = []
     for i, name in enumerate(job.transform.steps):
         if name == "select":
-            built.append(st.select(selection))
+            built.append(steps.select(selection))
         elif name == "standardize":
-            built.append(st.standardize(summary))
+            built.append(steps.standardize(summary))
         elif name == "clip":
             lo, hi = job.transform.clip
-            built.append(st.clip(lo, hi))
+            built.append(steps.clip(lo, hi))
         else:
-            built.append(st.project(pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
+            built.append(steps.project(pca_input(summary, selection, job.transform.steps[:i]), job.transform.k))
     return built
 
 
-
-def histogram_range(job: JobSpec) -> Any:
-    """Give the job's histogram range as describe takes it."""
+def describe_keywords(job: JobSpec) -> dict[str, Any]:
+    """Give the keywords that describe and its plan take from the job."""
     r = job.statistics.range
-    return (float(r[0]), float(r[1])) if isinstance(r, list) else r
+    return {"bins": job.statistics.bins, "range": (float(r[0]), float(r[1])) if isinstance(r, list) else r,
+            "classes": job.statistics.classes, "target": job.input.target, "groups": job.input.groups,
+            "weights": job.input.weights}
 
 
 def memory_limit(job: JobSpec, kind: str) -> Any:
@@ -196,24 +196,17 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
         with dask.config.set(settings):
             yield None
         return
-    kwargs: dict[str, Any] = {}
-    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
-    limit = memory_limit(job, kind)
     if spec.kind in ("address", "scheduler_file"):
         with cluster(address=spec.address if spec.kind == "address" else None,
                      scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
                      wait_for_workers=spec.wait_for_workers) as client:
             yield client
         return
-    if spec.kind in ("slurm", "pbs"):
-        for key, value in (("jobs", spec.n_workers), ("cores", spec.threads), ("memory", limit)):
-            if value is not None:
-                kwargs[key] = value
-    else:
-        for key, value in (("n_workers", spec.n_workers), ("threads_per_worker", spec.threads),
-                           ("memory_limit", limit)):
-            if value is not None:
-                kwargs[key] = value
+    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")
+             else ("n_workers", "threads_per_worker", "memory_limit"))
+    given = zip(names, (spec.n_workers, spec.threads, memory_limit(job, kind)), strict=True)
+    kwargs = {key: value for key, value in given if value is not None}
     with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
         yield client
 
@@ -238,14 +231,7 @@ def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
     if kind != "cuda":
         return None
     gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
-    return plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job), resources=gpus,
-                         classes=job.statistics.classes, target=job.input.target, groups=job.input.groups,
-                         weights=job.input.weights)
-
-
-log = logging.getLogger("daskbatch.jobs")
-
-# ------------------------------------------------------------------ the job
+    return plan_describe(dataset, stats=stats, resources=gpus, **describe_keywords(job))
 
 
 def run_job(
@@ -321,10 +307,6 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
     (log.info if report.status == "ok" else log.error)("%s", report.summary_line())
 
 
-#: Selection scores of class labels (a job with input.groups has none).
-_CLASS_SCORES = ("f", "chi2", "mi", "mrmr")
-
-
 def _run(
     job: JobSpec, report: JobReport, overwrite: bool, progress: bool | ProgressCallback,
     cancel: threading.Event | None,
@@ -342,17 +324,18 @@ def _run(
     log.info("input: %s rows x %s features (%s), label %s", f"{report.rows:,}", f"{report.features:,}",
              dataset.x.dtype, dataset.label_name if dataset.label is not None else "none")
     stats = needed_stats(job)
-    if job.input.groups is not None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
-        raise JobConfigError(
-            f"{report.source}: selection score '{job.selection.score}' needs class labels, and input.groups takes "
-            "the label's place: set selection.score: variance, or select nothing (outputs.selection: null and "
-            "no select step)"
-        )
-    if dataset.label is None and selection_needed(job) and job.selection.score in _CLASS_SCORES:
-        raise JobConfigError(
-            f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} has "
-            "none: set input.label, or selection.score: variance"
-        )
+    if selection_needed(job) and job.selection.score in ("f", "chi2", "mi", "mrmr"):  # scores of class labels
+        if job.input.groups is not None:
+            raise JobConfigError(
+                f"{report.source}: selection score '{job.selection.score}' needs class labels, and input.groups "
+                "takes the label's place: set selection.score: variance, or select nothing (outputs.selection: "
+                "null and no select step)"
+            )
+        if dataset.label is None:
+            raise JobConfigError(
+                f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} "
+                "has none: set input.label, or selection.score: variance"
+            )
     cuda_plan = plan_for_cuda(job, dataset, stats)
     t_cluster = time.perf_counter()
     with job_client(job, cuda_plan) as client:
@@ -360,9 +343,7 @@ def _run(
         with phase(report, "plan"):
             resources = job_resources(job, client)
             try:
-                plan = plan_describe(dataset, stats=stats, bins=job.statistics.bins, range=histogram_range(job),
-                                     resources=resources, classes=job.statistics.classes, target=job.input.target,
-                                     groups=job.input.groups, weights=job.input.weights)
+                plan = plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "
@@ -376,9 +357,7 @@ def _run(
         with phase(report, "describe"):
             moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
             summary = describe(
-                dataset, stats=[*stats, moments], bins=job.statistics.bins,
-                range=histogram_range(job), classes=job.statistics.classes, weights=job.input.weights,
-                target=job.input.target, groups=job.input.groups,
+                dataset, stats=[*stats, moments], **describe_keywords(job),
                 run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
             )
         passes = [float(s) for s in summary.provenance.get("pass_seconds", [])]

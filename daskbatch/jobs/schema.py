@@ -37,26 +37,23 @@ def _key(doc: str) -> Any:
     return field(default=_UNSET, metadata={"doc": doc})
 
 
-def configured_default(section: str | None, name: str) -> Any:
-    """Read the default of a job key from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml)."""
-    from daskbatch import config  # lazy: dask, which `daskbatch --help` does not load
-
-    key = f"job.{section}.{name}" if section else f"job.{name}"
-    try:
-        return copy.deepcopy(config.get(key))
-    except KeyError:  # config.get falls back to daskbatch.yaml, which sets every key the schema has
-        raise JobConfigError(f"dask config daskbatch.{key} is missing, and daskbatch.yaml has no default for it") from None
-
-
 class _FromConfig:
-    """Fill the fields left at ``_UNSET`` from daskbatch.yaml: a section's keys live there only."""
+    """Fill the fields left at ``_UNSET`` from dask config (``daskbatch.job.<section>.<name>``, set by daskbatch.yaml)."""
 
     _section: ClassVar[str | None]
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
-            if getattr(self, f.name) is _UNSET:
-                object.__setattr__(self, f.name, configured_default(self._section, f.name))
+            if getattr(self, f.name) is not _UNSET:
+                continue
+            from daskbatch import config  # lazy: dask, which `daskbatch --help` does not load
+
+            key = f"job.{self._section}.{f.name}" if self._section else f"job.{f.name}"
+            try:  # config.get falls back to daskbatch.yaml, which sets every key the schema has
+                value = copy.deepcopy(config.get(key))
+            except KeyError:
+                raise JobConfigError(f"dask config daskbatch.{key} is missing, and daskbatch.yaml has no default for it") from None
+            object.__setattr__(self, f.name, value)
 
 
 @dataclass(frozen=True)
@@ -230,12 +227,8 @@ def defaults() -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------ documentation
-
-
 def _yaml_value(value: Any) -> str:
-    import yaml
-
+    """A value as YAML writes it on one line."""
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
 
 
@@ -266,17 +259,14 @@ def expected(tp: Any) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin is list:
         (item,) = typing.get_args(tp)
-        return f"a list of ({expected(item)})" if typing.get_origin(item) else f"a list of {plural(item)}"
+        if typing.get_origin(item):
+            return f"a list of ({expected(item)})"
+        return "a list of " + {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(item, expected(item))
     if origin is dict or tp is dict:
         return "a mapping"
     return {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, str(tp)
     )
-
-
-def plural(tp: Any) -> str:
-    """Say a type in words, plural: 'integers', 'numbers'."""
-    return {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(tp, expected(tp))
 
 
 def matches(value: Any, tp: Any) -> tuple[bool, Any]:
@@ -294,13 +284,10 @@ def matches(value: Any, tp: Any) -> tuple[bool, Any]:
         if not isinstance(value, (list, tuple)):
             return False, value
         (item,) = typing.get_args(tp)
-        out = []
-        for v in value:
-            ok, conv = matches(v, item)
-            if not ok:
-                return False, value
-            out.append(conv)
-        return True, out
+        checked = [matches(v, item) for v in value]
+        if all(ok for ok, _ in checked):
+            return True, [conv for _, conv in checked]
+        return False, value
     if origin is dict or tp is dict:
         return isinstance(value, Mapping), dict(value) if isinstance(value, Mapping) else value
     if tp is type(None):

@@ -17,14 +17,9 @@ from daskbatch.jobs.schema import (
     FILE_ONLY,
     MAX_FILE_BYTES,
     SECTIONS,
-    ClusterSpec,
-    InputSpec,
     JobConfigError,
     JobSpec,
     OutputsSpec,
-    SelectionSpec,
-    StatisticsSpec,
-    TransformSpec,
     defaults,
     describe_value,
     expected,
@@ -36,19 +31,14 @@ from daskbatch.jobs.schema import (
 from daskbatch.stats.spec import check_statistic_names
 
 __all__ = [
-    "ClusterSpec", "ConfigFile", "InputSpec", "JobConfigError", "JobSpec", "OutputsSpec", "SelectionSpec",
-    "StatisticsSpec", "TransformSpec", "check_config_file", "defaults", "effective_config", "is_config_file",
-    "SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "load_job", "read_yaml", "reference",
+    "ConfigFile", "JobConfigError", "JobSpec", "OutputsSpec", "check_config_file", "defaults", "effective_config",
+    "is_config_file", "SAFE_DASK_SETTINGS", "UnsafeDaskSetting", "check_dask_settings", "flatten", "load_job",
+    "read_yaml", "reference",
 ]
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    """The type of each key of a section (its dataclass fields: no ClassVar)."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
 def _norm(key: Any) -> str:
+    """A key as the schema spells it: ``_`` for ``-``."""
     return str(key).replace("-", "_")
 
 
@@ -74,14 +64,14 @@ def _unknown(where: str, path: str, valid: list[str]) -> JobConfigError:
 
 def _check_section(where: str, section: str | None, cls: type, values: Mapping[Any, Any]) -> dict[str, Any]:
     """``values`` with normalised keys, each checked against ``cls``'s field types."""
-    hints = _hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    all_hints = typing.get_type_hints(cls)
+    hints = {f.name: all_hints[f.name] for f in dataclasses.fields(cls)}  # the keys: its fields, no ClassVar
     out: dict[str, Any] = {}
     for raw, value in values.items():
         key = _norm(raw)
         path = f"{section}.{key}" if section else key
         if key not in hints:
-            raise _unknown(where, short_text(path), names)
+            raise _unknown(where, short_text(path), list(hints))
         if key in out:  # nan-policy and nan_policy: one key, given twice
             raise JobConfigError(f"{where}: '{path}' is given twice (spelled with '-' and with '_')")
         if section is None and key in SECTIONS:
@@ -225,7 +215,7 @@ _DESCRIBE_OPTIONS = frozenset({
 
 def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
     """A ``describe --config`` file (option names as keys, no sections) given as a job: say so in one line."""
-    keys = {str(k).replace("-", "_") for k in loaded}
+    keys = {_norm(k) for k in loaded}
     options = sorted(keys & _DESCRIBE_OPTIONS)
     if options and not keys & set(SECTIONS):
         raise JobConfigError(
@@ -304,9 +294,6 @@ class UnsafeDaskSetting(ValueError):
     """A job file's ``dask:`` mapping sets something that may run code; the message names the key."""
 
 
-#: Key fragments that load or run code wherever they appear.
-_CODE_LOADING = ("preload", "plugin")
-
 #: A name the batch script's shell and the scheduler take as it is (job name: ``#SBATCH -J``).
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 #: Characters a shell takes literally (a queue ``gpu,long``, an interface ``ib0``, a PBS ``select=1:ncpus=4``).
@@ -379,7 +366,7 @@ _TRUST = "; pass --allow-dask-config if you trust this file (or set it in dask's
 def _refused_setting(key: str, value: Any) -> str | None:
     """Why ``key: value`` may not be set from a job file without ``--allow-dask-config`` (None if it may)."""
     canonical = key.replace("_", "-")
-    if any(fragment in canonical.lower() for fragment in _CODE_LOADING):
+    if any(fragment in canonical.lower() for fragment in ("preload", "plugin")):  # load or run code anywhere
         return "loads or runs code" + _TRUST
     if canonical.startswith("daskbatch.job."):
         return None  # the job's own keys: the schema of daskbatch/jobs checks them
@@ -417,23 +404,17 @@ def _refused_script_value(name: str, value: Any) -> str | None:
     return None
 
 
-def _script_value(name: str, value: Any) -> Any:
-    """A checked path as the batch script must hold it: quoted, unless it is literal text and $VARIABLEs."""
-    if name not in _JOBQUEUE_PATHS or not isinstance(value, str):
-        return value
-    if _SHELL_WORD.fullmatch(_VARIABLE.sub("x", value)):
-        return value  # nothing to quote, and $TMPDIR stays the node's own
-    return shlex.quote(value)  # dask-jobqueue writes it unquoted after --local-directory
-
-
 def _quoted(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` with each jobqueue path quoted for the batch script's shell."""
+    """``settings`` with each jobqueue path quoted for the batch script's shell, unless literal text and $VARIABLEs."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
         if isinstance(value, Mapping):
             out[key] = _quoted(value)
+        elif (str(key).replace("_", "-") in _JOBQUEUE_PATHS and isinstance(value, str)
+              and not _SHELL_WORD.fullmatch(_VARIABLE.sub("x", value))):
+            out[key] = shlex.quote(value)  # dask-jobqueue writes it unquoted after --local-directory
         else:
-            out[key] = _script_value(str(key).replace("_", "-"), value)
+            out[key] = value  # nothing to quote, and $TMPDIR stays the node's own
     return out
 
 
@@ -444,6 +425,6 @@ def check_dask_settings(settings: Mapping[str, Any], source: str, *, allow: bool
     for key, value in flatten(settings):
         why = _refused_setting(key, value)
         if why is not None:
-            shown = key if len(key) <= 80 else key[:77] + "..."  # a key from a file may be megabytes long
-            raise UnsafeDaskSetting(f"{source}: dask setting {shown} {why}")
+            # A key from a file may be megabytes long.
+            raise UnsafeDaskSetting(f"{source}: dask setting {short_text(key, 80)} {why}")
     return _quoted(settings)

@@ -188,10 +188,8 @@ def active_client() -> Any:
     if local_scheduler() is not None:
         return None
     owner = getattr(get_scheduler(), "__self__", None)
-    try:
-        from distributed import Client  # lazy: distributed
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
+    from distributed import Client  # lazy: distributed
+
     return owner if isinstance(owner, Client) else None
 
 
@@ -272,13 +270,16 @@ def logged_run(name: str) -> Callable[[F], F]:
 
 
 def summary_line(run: _Run, seconds: float) -> str:
-    """Return the one line that sums up a call."""
+    """Return the one line that sums up a call; its peak memory adds the largest worker's under a client."""
+    from dask.utils import format_bytes  # lazy: dask
+
     rate = f" ({run.rows / seconds:,.0f} rows/s)" if seconds > 0 and run.rows else ""
     passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
-    return (
-        f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, "
-        f"{passes}, peak {_peak_memory_text()}"
-    )
+    peak = peak_memory(active_client())
+    memory = format_bytes(peak["process_bytes"]) if peak["process_bytes"] is not None else "unknown"
+    if peak.get("workers_bytes"):
+        memory += f"; workers {format_bytes(max(peak['workers_bytes'].values()))} (largest)"
+    return f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, {passes}, peak {memory}"
 
 
 def process_peak_bytes() -> int | None:
@@ -302,17 +303,6 @@ def peak_memory(client: Any, *, warn: bool = False) -> dict[str, Any]:
         else:
             out["workers_bytes"] = {str(k): int(v) for k, v in peaks if v is not None}
     return out
-
-
-def _peak_memory_text() -> str:
-    """Return the peak memory as text: ``"412.00 MiB"``, plus ``"; workers 1.20 GiB (largest)"`` under a client."""
-    from dask.utils import format_bytes  # lazy: dask
-
-    peak = peak_memory(active_client())
-    own = peak["process_bytes"]
-    text = format_bytes(own) if own is not None else "unknown"
-    workers = peak.get("workers_bytes")
-    return f"{text}; workers {format_bytes(max(workers.values()))} (largest)" if workers else text
 
 
 _lock = threading.Lock()
@@ -340,11 +330,9 @@ def _scheduler_threads() -> int:
         return int(getattr(worker, "nthreads", 1))
     import dask.threaded  # lazy: dask
 
-    # The threaded scheduler runs tasks on threads of its executors; the
-    # synchronous one on the caller's thread, which is in none. A thread is
-    # matched to its executor by name ("<prefix>_<k>"): the executor's set of
+    # The threaded scheduler runs tasks on threads of its executors, the synchronous one on the caller's
+    # thread, in none. A thread is matched to its executor by name ("<prefix>_<k>"): an executor's set of
     # threads is filled only after a new thread has started its first task.
-    # (_thread_name_prefix and _max_workers are ThreadPoolExecutor's own fields; dask reads the latter too.)
     prefix = threading.current_thread().name.rpartition("_")[0]
     pools = [dask.threaded.default_pool]
     pools += [p for by_count in list(dask.threaded.pools.values()) for p in list(by_count.values())]
@@ -374,17 +362,14 @@ def _enter_blas() -> None:
     global _inside, _restore, _controller
     with _lock:
         if _inside == 0:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:  # a dependency, but a missing one must not stop the statistics
-                _restore = None
-            else:
-                # Scanning the loaded libraries costs ~4 ms, so the scan is kept until
-                # Python imports something new (which is how a BLAS such as SciPy's gets loaded).
-                if _controller is None or _controller[0] != len(sys.modules):
-                    _controller = (len(sys.modules), ThreadpoolController())
-                _restore = _controller[1].limit(limits=1, user_api="blas")
-                _release_openblas()
+            from threadpoolctl import ThreadpoolController
+
+            # Scanning the loaded libraries costs ~4 ms, so the scan is kept until
+            # Python imports something new (which is how a BLAS such as SciPy's gets loaded).
+            if _controller is None or _controller[0] != len(sys.modules):
+                _controller = (len(sys.modules), ThreadpoolController())
+            _restore = _controller[1].limit(limits=1, user_api="blas")
+            _release_openblas()
         _inside += 1
 
 
@@ -392,7 +377,7 @@ def _leave_blas() -> None:
     global _inside, _restore
     with _lock:
         _inside -= 1
-        if _inside == 0 and _restore is not None:
+        if _inside == 0:
             _restore.restore_original_limits()
             _restore = None
             _release_openblas()
@@ -408,11 +393,9 @@ def _release_openblas() -> None:
 
 
 def _set_numba_threads(n: int, restore: bool = False) -> int | None:
-    """Set numba's threads for this thread; return the old count (None without numba or a threading layer)."""
-    try:
-        import numba  # a dependency; the chunk's kernels load it anyway  # lazy: numba
-    except ImportError:
-        return None
+    """Set numba's threads for this thread; return the old count (None without a threading layer)."""
+    import numba  # the chunk's kernels load it anyway  # lazy: numba
+
     try:
         before = numba.get_num_threads()
         numba.set_num_threads(n if restore else min(n, before))

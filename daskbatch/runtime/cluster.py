@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
+import logging
 import os
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from daskbatch.errors import DeviceUnavailableError, SubmitError
-from daskbatch.runtime.capacity import (
-    cuda_device_count,
-)
+from daskbatch.runtime.capacity import cuda_device_count
 from daskbatch.runtime.progress import in_jupyter
 
 if TYPE_CHECKING:
@@ -74,7 +78,7 @@ def cluster(
     Examples
     --------
     >>> import daskbatch as db  # doctest: +SKIP
-    >>> from daskbatch.runtime.cluster import resources_from_client  # doctest: +SKIP
+    >>> from daskbatch.runtime.capacity import resources_from_client  # doctest: +SKIP
     >>> with db.cluster("local", n_workers=2, threads_per_worker=1) as client:  # doctest: +SKIP
     ...     resources = resources_from_client(client)  # what plans see
     """
@@ -90,24 +94,16 @@ def cluster(
             yield client  # an external cluster: only our client is closed
         return
     kind = resolve_kind(kind)
-    if kind not in ("slurm", "pbs"):
-        started = _start_cluster(kind, plan, kwargs)
+    jobqueue = kind in ("slurm", "pbs")
+    with _submit_errors() as refused:  # a local cluster submits no jobs: none is refused
+        started = _start_jobqueue(kind, kwargs, wait_for_workers) if jobqueue else _start_cluster(kind, plan, kwargs)
         try:
             with Client(started) as client:
                 _print_dashboard(client, f"started a {kind} cluster at")
-                _wait_for_workers(client, wait_for_workers or 0)
-                yield client
-        finally:
-            started.close()
-        return
-    with _submit_errors() as refused:
-        started = _start_jobqueue(kind, kwargs, wait_for_workers)
-        try:
-            with Client(started) as client:
-                _print_dashboard(client, f"started a {kind} cluster at")
-                # Every worker of the jobs asked for: a plan made while some are still queued is wrong.
-                _wait_for_workers(client, len(started.plan) if wait_for_workers is None else wait_for_workers,
-                                  refused=refused)
+                if wait_for_workers is None:
+                    # Every worker of the jobs asked for: a plan made while some are still queued is wrong.
+                    wait_for_workers = len(started.plan) if jobqueue else 0
+                _wait_for_workers(client, wait_for_workers, refused=refused)
                 yield client
         finally:
             started.close()
@@ -116,15 +112,7 @@ def cluster(
 def _await_scheduler_file(path: str) -> str:
     """Wait for a scheduler file to appear, saying so, for at most ``daskbatch.scheduler-file-timeout``; the path."""
     # distributed's Client waits for a missing file without end and without a word.
-    import json
-    import time
-
-    from dask.utils import parse_timedelta  # lazy: dask
-
-    from daskbatch import config  # lazy: dask
-
-    timeout = config.get("scheduler-file-timeout")
-    deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
+    timeout, deadline = _deadline("scheduler-file-timeout")
     said = False
     while True:
         try:
@@ -144,22 +132,26 @@ def _await_scheduler_file(path: str) -> str:
         time.sleep(0.1)
 
 
+def _deadline(setting: str) -> tuple[Any, float]:
+    """The timeout of the ``daskbatch.<setting>`` config and the ``time.monotonic()`` at which it runs out."""
+    from dask.utils import parse_timedelta  # lazy: dask
+
+    from daskbatch import config  # lazy: dask
+
+    timeout = config.get(setting)
+    return timeout, time.monotonic() + (parse_timedelta(timeout) or 0)
+
+
 def _wait_for_workers(client: Client, n_workers: int, refused: list[str] | None = None) -> None:
     """Block until ``n_workers`` workers are connected, for at most ``daskbatch.worker-timeout``."""
     # ``refused`` collects the batch system's refusals to submit a job: the wait stops at the first.
     if n_workers < 1:
         return
-    import time
-
-    from dask.utils import parse_timedelta  # lazy: dask
-
-    from daskbatch import config  # lazy: dask
-
-    timeout = config.get("worker-timeout")
-    deadline = time.monotonic() + (parse_timedelta(timeout) or 0)
+    timeout, deadline = _deadline("worker-timeout")
     try:
         while True:
-            _raise_refused(refused)
+            if refused:
+                raise SubmitError(refused[0])
             try:
                 # In short steps, so that a refused job ends the wait at once.
                 client.wait_for_workers(n_workers, timeout=max(0.01, min(1.0, deadline - time.monotonic())))
@@ -202,21 +194,14 @@ def resolve_kind(kind: str) -> str:  # numpydoc ignore=PR01,RT01
 
 def cli_kind(kind: str) -> str:  # numpydoc ignore=PR01,RT01
     """Resolve the CLI's ``--cluster``: as :func:`resolve_kind`, but ``"auto"`` without GPUs is ``"threads"``."""
-    # Without GPUs the command runs where the API runs: dask's threaded scheduler in this process, which
-    # the numba kernels use fully (they release the GIL). A LocalCluster's worker processes would each
-    # import daskbatch and load the kernels again: 13.4 s against 3.8 s at 200,000 x 64 (issue 33).
+    # Without GPUs the command runs in this process on dask's threads, which the numba kernels use fully:
+    # a LocalCluster's worker processes would each import daskbatch and load the kernels again.
     resolved = resolve_kind(kind)
     return "threads" if kind == "auto" and resolved == "local" else resolved
 
 
-#: The lock file in numba's cache directory under which one process compiles the kernels that others load.
-COMPILE_LOCK_NAME = "daskbatch-compile.lock"
-
-
 def kernel_cache_dir() -> str:  # numpydoc ignore=RT01
     """The directory where numba caches daskbatch's CPU kernels (``NUMBA_CACHE_DIR``, else ``__pycache__``)."""
-    import tempfile
-
     from daskbatch.stats.kernels import _numba  # lazy: numba
 
     for value in vars(_numba).values():  # numba's own answer: a cached dispatcher's cache path
@@ -234,24 +219,18 @@ def kernel_compile_lock() -> Iterator[str]:  # numpydoc ignore=YD01
         import fcntl
 
         os.makedirs(where, exist_ok=True)
-        handle = open(os.path.join(where, COMPILE_LOCK_NAME), "a")  # noqa: SIM115 - closed below
+        # The lock file under which one process compiles the kernels that others load.
+        handle = open(os.path.join(where, "daskbatch-compile.lock"), "a")  # noqa: SIM115 - closed below
     except (ImportError, OSError):  # no lock to be had: compiling twice is slower, not wrong
         handle = None
-    if handle is None:
+    with handle or contextlib.nullcontext():  # closing the file releases the lock
+        if handle is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
         yield where
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield where
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _start_jobqueue(kind: str, kwargs: dict[str, Any], wait_for_workers: int | None) -> Any:
     """A dask-jobqueue cluster of ``kind`` ("slurm" or "pbs") scaled to ``jobs`` jobs or ``wait_for_workers`` workers."""
-    # A SLURM job that the partition can never run would pend forever: ``sbatch --test-only`` checks the
-    # worker job's script first.
     try:
         import dask_jobqueue  # lazy: dask_jobqueue
     except ImportError as exc:
@@ -261,7 +240,7 @@ def _start_jobqueue(kind: str, kwargs: dict[str, Any], wait_for_workers: int | N
     cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
     started = cls(**opts)
     try:
-        if kind == "slurm":
+        if kind == "slurm":  # a job the partition can never run would pend forever
             _test_submit(started)
         if jobs is None and wait_for_workers:
             started.scale(n=int(wait_for_workers))  # workers; jobs as many as they need
@@ -277,7 +256,6 @@ def _test_submit(started: Any) -> None:
     """Ask ``sbatch --test-only`` whether the cluster's worker job can ever run; SubmitError if not."""
     import shutil
     import subprocess
-    import tempfile
 
     submit = started.job_cls.submit_command.split()[0]
     if shutil.which(submit) is None:
@@ -298,8 +276,6 @@ def _submit_errors() -> Iterator[list[str]]:
     """Collect the batch system's refusals to submit a job, one line each, instead of logged tracebacks."""
     # dask-jobqueue submits from a callback on the event loop: a failing ``sbatch``/``qsub`` is only logged
     # there (tornado, asyncio), with a traceback.
-    import logging
-
     refused: list[str] = []
 
     def keep(record: logging.LogRecord) -> bool:
@@ -325,25 +301,17 @@ def _submit_errors() -> Iterator[list[str]]:
             lg.removeFilter(keep)
 
 
-def _raise_refused(refused: list[str] | None) -> None:
-    """Raise SubmitError with the first refusal collected by :func:`_submit_errors`, if any."""
-    if refused:
-        raise SubmitError(refused[0])
-
-
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
-    """A started local or cuda cluster (``kind`` one of :data:`KINDS` other than auto, slurm and pbs)."""
+    """A started local or cuda cluster."""
     if kind == "local":
         from distributed import LocalCluster  # lazy: distributed
 
         return LocalCluster(**kwargs)
-    if kind == "cuda":
-        require_cuda()
-        from dask_cuda import LocalCUDACluster  # lazy: dask_cuda
+    require_cuda()
+    from dask_cuda import LocalCUDACluster  # lazy: dask_cuda
 
-        # Spilling to host stays on (dask-cuda's default).
-        return LocalCUDACluster(**cuda_cluster_options(kwargs, plan))
-    raise ValueError(f"cluster kind {kind!r} is started by _start_jobqueue")
+    # Spilling to host stays on (dask-cuda's default).
+    return LocalCUDACluster(**cuda_cluster_options(kwargs, plan))
 
 
 def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
@@ -355,8 +323,6 @@ def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> di
         asked = sorted(k for k in opts if k.startswith("rmm_") and opts[k] not in (None, False))
         if asked:
             raise ImportError(f"{', '.join(asked)} needs rmm, which cannot be imported: {_GPU_HINT}") from None
-        import sys
-
         print(
             "daskbatch: rmm is not installed, so the GPU workers have no RMM pool "
             f"(CuPy's own allocator); {_GPU_HINT}",
@@ -370,15 +336,12 @@ def cuda_cluster_options(kwargs: dict[str, Any], plan: Plan | None = None) -> di
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
-
+    """Whether ``name`` can be imported."""
     return importlib.util.find_spec(name) is not None
 
 
 def _print_dashboard(client: Client, verb: str) -> None:
     """One line: the scheduler and its dashboard link (a batch log keeps it too)."""
-    # A log line where daskbatch's logging is set up (the CLI: timestamped, and gone with ``--quiet``), else
-    # printed: on stdout in a notebook (where stderr reads as an error), on stderr in a script.
     try:
         link = client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled): nothing to show
@@ -388,10 +351,8 @@ def _print_dashboard(client: Client, verb: str) -> None:
 
 def say(text: str) -> None:  # numpydoc ignore=PR01
     """Log ``text`` where daskbatch's logging is set up, else print it (stdout in a notebook, else stderr)."""
-    import logging
-    import sys
-
     if logging.getLogger("daskbatch").handlers:  # not the root's: a handler for daskbatch's lines
         logging.getLogger(__name__).info("%s", text)
     else:
+        # In a notebook, stderr reads as an error.
         print(f"daskbatch: {text}", file=sys.stdout if in_jupyter() else sys.stderr, flush=True)

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 from daskbatch._common import plural
 from daskbatch.errors import Cancelled
@@ -33,7 +33,7 @@ def in_jupyter() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def display_for(title: str, total: int | None) -> Display | None:
+def display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
     """Make the bar for where this process shows things."""
     if in_jupyter():
         try:
@@ -68,10 +68,8 @@ class _Widget:
         self.text.value = html.escape(status.split("  ", 1)[-1])
 
     def close(self, status: str, *, ok: bool) -> None:
-        if ok:
-            self.bar.value = self.bar.max
+        self.draw(self.bar.max if ok else self.bar.value, status)
         self.bar.bar_style = "success" if ok else "danger"
-        self.text.value = html.escape(status.split("  ", 1)[-1])
 
 
 _active_line: list[_Terminal] = []  # the terminal bar drawn now, if any (log lines clear it first)
@@ -88,10 +86,6 @@ class _Terminal:
     def set_total(self, total: int) -> None:
         """A line shows no total to grow to."""
 
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr  # looked up each time: tests and click swap it
-
     def _fit(self, text: str) -> str:
         width = shutil.get_terminal_size((100, 24)).columns
         return text if len(text) < width else text[: max(width - 2, 10)] + "…"
@@ -100,15 +94,11 @@ class _Terminal:
         self.text = self._fit(status)
         self._write(self.text)
 
-    def clear(self) -> None:
-        with contextlib.suppress(ValueError, OSError):
-            self.stream.write("\r" if self.plain else _CLEAR)
-            self.stream.flush()
-
     def _write(self, text: str, end: str = "") -> None:
+        stream = sys.stderr  # looked up each time: tests and click swap it
         with contextlib.suppress(ValueError, OSError):  # a closed stream must not fail the computation
-            self.stream.write(("\r" if self.plain else _CLEAR) + text + end)
-            self.stream.flush()
+            stream.write(("\r" if self.plain else _CLEAR) + text + end)
+            stream.flush()
 
     def close(self, status: str, *, ok: bool) -> None:
         self._write(self._fit(status), end="\n")
@@ -121,17 +111,13 @@ def line_cleared() -> Iterator[None]:
     """Erase the terminal bar for the duration of the block (a log line is written there), then redraw it."""
     bars = list(_active_line)
     for bar in bars:
-        bar.clear()
+        bar._write("")
     try:
         yield
     finally:
         for bar in bars:
             if _active_line and _active_line[0] is bar:
                 bar._write(bar.text)
-
-
-#: A bar, drawn with ``draw(done, status)`` and finished with ``close(status, ok=...)``.
-Display = _Terminal | _Widget
 
 
 #: A caller's progress callback: ``callback(done, total, phase)`` (total None until known).
@@ -141,9 +127,6 @@ ProgressCallback = Callable[[int, "int | None", str], Any]
 LOG_EVERY_S = 10.0
 
 log = logging.getLogger(__name__)
-
-#: Seconds between two redraws of a bar (a widget update is a message to the browser).
-REDRAW_S = 0.1
 
 
 def progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
@@ -174,22 +157,13 @@ class Progress:
         self._show = show is True
         #: Whether dask's own progress display (distributed.progress, dask.diagnostics.ProgressBar) shows this step.
         self.dask_display = show == "dask"
-        self._display: Display | None = None
+        self._display: _Terminal | _Widget | None = None  # drawn with draw(), finished with close()
         self._lock = threading.RLock()
         self._t0: float | None = None
         self._drawn_at = 0.0
         self._closed = False
 
     def __enter__(self) -> Progress:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close(ok=exc_type is None)
-
-    def start(self) -> None:
         """Log the start and show the bar (Jupyter: display the widget now, in the calling cell)."""
         self._t0 = self._logged_at = time.perf_counter()
         log.info("%s: started%s", self.title, self._size_text())
@@ -199,15 +173,16 @@ class Progress:
             except Exception as exc:  # a bar must never fail the computation it shows
                 log.debug("no progress bar for %s: %s", self.title, exc)
             self._draw(force=True)
+        return self
 
-    def close(self, *, ok: bool = True) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         """Finish the bar and log the end: units, time and throughput (or where it stopped)."""
         with self._lock:
-            if self._closed:
-                return
             self._closed = True
             self.seconds = time.perf_counter() - (self._t0 or time.perf_counter())
-            complete = ok and (self.total is None or self.done >= self.total)
+            complete = exc_type is None and (self.total is None or self.done >= self.total)
             if self._display is not None:
                 with contextlib.suppress(Exception):  # as in _draw: the result matters, not the bar
                     self._display.close(self._status(final=True), ok=complete)
@@ -262,34 +237,17 @@ class Progress:
                 self._display.set_total(total)
         self._draw(force=True)
 
-    @property
-    def elapsed(self) -> float:
-        """Time since the bar started, in seconds (0 before it started)."""  # numpydoc ignore=RT01
-        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
-
-    def rows_per_s(self) -> float | None:
-        """Return the rows computed by this run per second (reused units left out), once something finished."""
-        computed, seconds = self.done - self.skipped, self.elapsed
-        if not (self.rows and self.total and computed > 0 and seconds > 0):
-            return None
-        return computed / self.total * self.rows / seconds
-
-    def eta(self) -> float | None:
-        """Return the seconds left at the rate so far, once something finished."""
-        computed = self.done - self.skipped
-        if self.total is None or computed <= 0:
-            return None
-        return (self.total - self.done) * self.elapsed / computed
-
     def _status(self, *, final: bool = False) -> str:
+        """The bar's text: counts, rows per second and the time left (or taken, when final)."""
         done = f"{self.done:,}/{self.total:,}" if self.total is not None else f"{self.done:,}"
         parts = [self.title, f"{done} {self.unit}"]
-        rate = self.rows_per_s()
-        if rate:
-            parts.append(f"{_si(rate)} rows/s")
-        eta = None if final else self.eta()
-        if eta is not None and self.done < (self.total or 0):
-            parts.append(f"ETA {_clock(eta)}")
+        # The rate and the ETA count this run's units only (reused ones left out), once something finished.
+        computed = self.done - self.skipped
+        elapsed = 0.0 if self._t0 is None else time.perf_counter() - self._t0
+        if self.rows and self.total and computed > 0 and elapsed > 0:
+            parts.append(f"{_si(computed / self.total * self.rows / elapsed)} rows/s")
+        if not final and self.total is not None and computed > 0 and self.done < self.total:
+            parts.append(f"ETA {_clock((self.total - self.done) * elapsed / computed)}")
         elif final and self.seconds is not None:
             parts.append(f"in {_clock(self.seconds)}")
         return "  ".join(parts)
@@ -332,7 +290,8 @@ class Progress:
             if self._display is None or self._closed:
                 return
             now = time.perf_counter()
-            if not force and now - self._drawn_at < REDRAW_S and self.done < (self.total or 0):
+            # A widget update is a message to the browser: at most 10 redraws a second.
+            if not force and now - self._drawn_at < 0.1 and self.done < (self.total or 0):
                 return
             self._drawn_at = now
             try:
@@ -389,7 +348,12 @@ def compute(graph: Any, progress: Progress, *, prefix: str | None = None, along:
                 progress.advance()
 
         started: list[bool] = []
-        with Callback(start=start, posttask=posttask), _dask_bar(progress.dask_display):
+        bar: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if progress.dask_display:  # dask's own display around the local computation
+            from dask.diagnostics import ProgressBar  # lazy: dask
+
+            bar = ProgressBar()
+        with Callback(start=start, posttask=posttask), bar:
             result, *alongside = dask.compute(graph, *along, scheduler=local_scheduler())
         progress.update(progress.total or 0)
         return (result, alongside) if along else result
@@ -430,14 +394,3 @@ def _compute_distributed(client: Any, graph: Any, progress: Progress, watched: s
         client.cancel(futures)
         raise
 
-
-@contextlib.contextmanager
-def _dask_bar(wanted: bool) -> Iterator[None]:
-    """``dask.diagnostics.ProgressBar`` around a local computation, when dask's own display is wanted."""
-    if not wanted:
-        yield
-        return
-    from dask.diagnostics import ProgressBar  # lazy: dask
-
-    with ProgressBar():
-        yield

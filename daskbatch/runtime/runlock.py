@@ -33,9 +33,9 @@ _WRITING_GRACE_S = 5.0
 #: Above any pid a kernel hands out (Linux's PID_MAX_LIMIT is 2**22).
 _MAX_PID = 2**22
 
-#: Locks this process holds: real path -> [thread id, depth]. A thread that holds a
-#: lock may take it again (describe holds it for all its passes, each pass takes it).
-_HELD: dict[str, list[int]] = {}
+#: Locks this process holds: real path -> thread id. A thread that holds a lock may
+#: take it again (describe holds it for all its passes, each pass takes it).
+_HELD: dict[str, int] = {}
 _HELD_GUARD = threading.Lock()
 
 
@@ -51,14 +51,6 @@ def summary_lock(path: str | os.PathLike[str]) -> contextlib.AbstractContextMana
     if "://" in where:
         return contextlib.nullcontext()
     return RunLock(output_lock_path(where), f"summary {where}")
-
-
-def _stale_after() -> float:
-    from dask.utils import parse_timedelta  # lazy: dask
-
-    from daskbatch import config  # lazy: dask
-
-    return float(parse_timedelta(config.get("lock-stale-after"), default="s"))
 
 
 def _process_started(pid: int) -> float | None:
@@ -79,7 +71,13 @@ class RunLock:
     def __init__(self, path: str | os.PathLike[str], what: str, stale_after: float | None = None) -> None:
         self.path = Path(path)
         self.what = what
-        self.stale_after = _stale_after() if stale_after is None else float(stale_after)
+        if stale_after is None:
+            from dask.utils import parse_timedelta  # lazy: dask
+
+            from daskbatch import config  # lazy: dask
+
+            stale_after = parse_timedelta(config.get("lock-stale-after"), default="s")
+        self.stale_after = float(stale_after)
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -96,14 +94,12 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock, taking over a stale one; raise :class:`LockHeldError` if a live run holds it."""
         with _HELD_GUARD:
-            held = _HELD.get(self._key)
-            if held is not None and held[0] == threading.get_ident():
-                held[1] += 1
-                self._nested = True
-                return
+            self._nested = _HELD.get(self._key) == threading.get_ident()
+        if self._nested:
+            return
         self._acquire_file()
         with _HELD_GUARD:
-            _HELD[self._key] = [threading.get_ident(), 1]
+            _HELD[self._key] = threading.get_ident()
 
     def _acquire_file(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "token": self.token}
@@ -142,12 +138,9 @@ class RunLock:
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock file if it is still ours (outermost level only)."""
+        if self._nested:
+            return
         with _HELD_GUARD:
-            held = _HELD.get(self._key)
-            if self._nested:
-                if held is not None:
-                    held[1] -= 1
-                return
             _HELD.pop(self._key, None)
         self._stop.set()
         if self._heartbeat is not None:
