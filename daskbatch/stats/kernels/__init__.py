@@ -138,8 +138,7 @@ def _host_histogram(
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
-    # The float64 expressions of Histogram.edges and Histogram.slots, so that
-    # edges and scaled indices round alike.
+    # The float64 expressions of Histogram.edges and Histogram.slots: edges and scaled indices round alike.
     step = (hi - lo) / bins
     scale = bins / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)

@@ -132,11 +132,10 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
 
 def _end_child() -> None:
     """End the helper if it still runs (at exit: nothing outlives the parent) and reap it."""
-    child = _child
-    if child is not None and child.poll() is None:
-        child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
-    if child is not None:
-        child.wait()
+    if _child is not None:
+        if _child.poll() is None:
+            _child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
+        _child.wait()
 
 
 def _run_child(path: str) -> None:
