@@ -710,12 +710,12 @@ def test_kernels_under_the_cuda_simulator() -> None:
     assert " passed" in last and "skipped" not in last and "failed" not in last, result.stdout[-2000:]
 
 
-def test_route_follows_the_array_and_the_setting() -> None:
+def test_kernel_path_follows_the_array_and_the_setting() -> None:
     x = np.zeros((3, 2), dtype=np.float32)
-    assert kernels.route(x) == ("cpu" if kernels.available() else None)
-    assert kernels.route(x[:, 0]) is None
+    assert kernels.kernel_path(x).kind == ("numba-cpu" if kernels.available() else "array-api-numpy")
+    assert kernels.kernel_path(x[:, 0]).kind == "array-api-numpy"
     with dask.config.set({"daskbatch.kernels": False}):
-        assert kernels.route(x) is None
+        assert kernels.kernel_path(x).kind == "array-api-numpy"
 
 
 # --- on a CUDA device with CuPy ---------------------------------------------------------------
@@ -773,7 +773,7 @@ def test_gpu_moments_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -
     cupy = pytest.importorskip("cupy")
     x = big_as(big, dtype)
     d = cupy.asarray(x)
-    assert kernels.route(d) == "gpu"
+    assert kernels.kernel_path(d).kind == "numba-cuda"
     state = Moments().chunk(d)
     assert isinstance(state.mean, cupy.ndarray)
     assert_moments(state, reference(Moments(), x))

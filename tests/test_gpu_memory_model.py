@@ -186,7 +186,7 @@ def _measured_and_projected(rows: int, d: int, stats: tuple[str, ...]) -> tuple[
     y = np.asarray(CLASS_VALUES, dtype=np.int64)[np.arange(rows) % len(CLASS_VALUES)]
     bundle = _bundle(stats, d)
     use_y = "mi" in stats
-    assert kernels.route(cupy.asarray(x[:2])) == "gpu"
+    assert kernels.kernel_path(cupy.asarray(x[:2])).kind == "numba-cuda"
     bundle.chunk(cupy.asarray(x[:1000]), cupy.asarray(y[:1000]) if use_y else None)  # compile outside
     cupy.cuda.Device().synchronize()
 

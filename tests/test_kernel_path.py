@@ -118,4 +118,3 @@ def test_other_arrays_take_the_array_api_code() -> None:
     assert kernel_path(block[:, 0]).kind == "array-api-numpy"
     assert kernel_path(block.astype(np.complex64)).kind == "array-api-numpy"
     assert kernel_path(np.ma.masked_array(block)).kind == "array-api"
-    assert kernels.route(block) == ("cpu" if kernels.enabled() else None)

@@ -206,7 +206,6 @@ def test_gpu_stager_equals_unpipelined_and_cpu(part_rows: int) -> None:
     assert_states(got, cpu)
     again = stager.reduce(((x[i:j], y[i:j]) for i, j in ranges), b.chunk, b.merge)  # buffers reused
     assert_states(again, got, rtol=0)
-    stager.close()
 
 
 @gpu

@@ -11,6 +11,7 @@ from daskbatch.stats.kernels import _gpu
 from daskbatch.stats.kernels.path import (
     KernelPath,
     available,
+    centring_rows,
     enabled,
     gpu_available,
     kernel_path,
@@ -20,7 +21,7 @@ from daskbatch.stats.numerics import central_moment
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
-    "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
+    "kernel_path", "moments", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
 
@@ -28,52 +29,35 @@ __all__ = [
 INT32_ROWS = 2**31 - 1
 
 
-def route(x: Any) -> str | None:
-    """Choose the kernels that read the chunk ``x`` (the short name of :func:`kernel_path`'s answer)."""
-    return kernel_path(x).route
-
-
 def moments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a host chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.moments(x)
-    from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
-
-    count, _, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*numba_view(x), None)
-    n = count.astype(np.float64)
-    n_safe = np.where(n > 0, n, 1.0)
-    # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983).
-    e = s1 / n_safe
-    m2 = s2 - n * e * e
-    m3 = s3 - 3.0 * e * s2 + 2.0 * n * e**3
-    m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * n * e**4
-    neginf = x.shape[0] - count - nan - posinf
-    return (
-        n, shift, approx_mean + e, central_moment(np, m2, s2), m3, central_moment(np, m4, s4), fmin, fmax,
-        nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
-    )
+    return _host_moments(x, None)[1:]  # without weights the weight sum is the count, exactly
 
 
 def weighted_moments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.WeightedMomentsState` for a chunk."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.moments(x, weights=w)
+    return _host_moments(x, np.ascontiguousarray(w, dtype=np.float64))
+
+
+def _host_moments(x: np.ndarray, w: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """The numba moments of a host chunk: the rows counted, then the fields of ``WeightedMomentsState``."""
     from daskbatch.stats.kernels._numba_moments import moments_chunk  # lazy: numba
 
-    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(
-        *numba_view(x), np.ascontiguousarray(w, dtype=np.float64)
-    )
-    w_safe = np.where(wsum > 0, wsum, 1.0)
-    # The corrected two-pass formulas of Moments.chunk, with weight sums for counts.
-    e = s1 / w_safe
+    count, wsum, shift, approx_mean, s1, s2, s3, s4, fmin, fmax, nan, posinf = moments_chunk(*numba_view(x), w)
+    # The corrected two-pass formulas of Moments.chunk (Chan, Golub & LeVeque 1983), weight sums for counts.
+    e = s1 / np.where(wsum > 0, wsum, 1.0)
     m2 = s2 - wsum * e * e
     m3 = s3 - 3.0 * e * s2 + 2.0 * wsum * e**3
     m4 = s4 - 4.0 * e * s3 + 6.0 * e * e * s2 - 3.0 * wsum * e**4
     neginf = x.shape[0] - count - nan - posinf
     return (
         count.astype(np.float64), wsum, shift, approx_mean + e, central_moment(np, m2, s2), m3,
-        central_moment(np, m4, s4),
-        fmin, fmax, nan.astype(np.float64), posinf.astype(np.float64), neginf.astype(np.float64),
+        central_moment(np, m4, s4), fmin, fmax, nan.astype(np.float64), posinf.astype(np.float64),
+        neginf.astype(np.float64),
     )
 
 
@@ -81,9 +65,9 @@ def comoments(x: np.ndarray, path: KernelPath | None = None) -> tuple[np.ndarray
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a host chunk."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.comoments(x)
-    from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
+    from daskbatch.stats.kernels._numba_comoments import chunk_comoments  # lazy: numba
 
-    n, _, shift, mean, c = host_comoments(x)
+    n, _, shift, mean, c = chunk_comoments(*numba_view(x), None, centring_rows(x.shape[1]))
     return np.asarray(float(n)), shift, mean, c
 
 
@@ -114,9 +98,11 @@ def weighted_comoments(x: np.ndarray, w: np.ndarray, path: KernelPath | None = N
     """Compute the fields of :class:`~daskbatch.stats.comoments.WeightedCoMomentsState` for a chunk."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.comoments(x, weights=w)
-    from daskbatch.stats.kernels._numba_comoments import host_comoments  # lazy: numba
+    from daskbatch.stats.kernels._numba_comoments import chunk_comoments  # lazy: numba
 
-    rows, wsum, shift, mean, c = host_comoments(x, w)  # the unweighted chunks' blocked centring
+    # The unweighted chunks' blocked centring, with weight sums.
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    rows, wsum, shift, mean, c = chunk_comoments(*numba_view(x), w, centring_rows(x.shape[1]))
     return np.asarray(wsum), shift, mean, c, np.asarray(float(rows))
 
 
@@ -127,21 +113,10 @@ def histogram(
     """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
-    from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
-
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
-    # The float64 expressions of Histogram.edges and Histogram.slots, so that
-    # edges and scaled indices round alike.
-    step = (hi - lo) / bins
-    scale = bins / (hi - lo)
-    lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
-    data, lut = numba_view(x)
     # Counted in int32 where no count can pass it (fewer rows than 2**31): half the table the
     # scattered increments touch, so more of it stays in cache; returned as the int64 of the state.
     small = x.shape[0] <= INT32_ROWS
-    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.int32 if small else np.int64)
-    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), None)
+    counts = _host_histogram(x, lo, hi, bins, labels, n_classes, None, np.int32 if small else np.int64)
     return counts.astype(np.int64) if small else counts
 
 
@@ -152,17 +127,23 @@ def weighted_histogram(
     """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes, weights=w)
+    return _host_histogram(x, lo, hi, bins, labels, n_classes, np.ascontiguousarray(w, dtype=np.float64), np.float64)
+
+
+def _host_histogram(
+    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None, n_classes: int, w: np.ndarray | None, dtype: Any,
+) -> np.ndarray:
+    """The numba histogram of a host chunk: counts (or weight sums) of ``dtype``, shaped (D, bins + 3, K)."""
     from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
 
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
-    step = (hi - lo) / bins  # the expressions of histogram()
+    # The float64 expressions of Histogram.edges and Histogram.slots: edges and scaled indices round alike.
+    step = (hi - lo) / bins
     scale = bins / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
-    data, lut = numba_view(x)
-    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=np.float64)
-    histogram_counts(data, lut, lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1),
-                     np.ascontiguousarray(w, dtype=np.float64))
+    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=dtype)
+    histogram_counts(*numba_view(x), lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), w)
     return counts
 
 

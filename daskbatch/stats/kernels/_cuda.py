@@ -37,9 +37,11 @@ def _load(x, i, j):  # noqa: ANN001, ANN202
 
 
 @cuda.jit(device=True)
-def _rows_of_group(g, rows_per_group, rows):  # noqa: ANN001, ANN202
+def _cell(rows_per_group, rows):  # noqa: ANN001, ANN202
+    """This thread's feature j, its row group g (the grid's y) and the group's rows ``start:stop``."""
+    g = cuda.blockIdx.y
     start = g * rows_per_group
-    return start, min(start + rows_per_group, rows)
+    return cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, g, start, min(start + rows_per_group, rows)
 
 
 @cuda.jit(device=True)
@@ -115,12 +117,10 @@ def histogram_shared(x, lo, hi, step, scale, bins, labels, by_label, n_classes, 
 def histogram_global(x, lo, hi, step, scale, bins, labels, by_label, n_classes, rows_per_group, counts,  # noqa: ANN001, ANN201
                      weighted, w):
     """Count as :func:`histogram_shared` does, without privatisation (when a tile's counters do not fit)."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, _, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     n_slots = bins + 3
     a, b, s, sc = lo[j], hi[j], step[j], scale[j]
     for i in range(start, stop):
@@ -142,13 +142,11 @@ N, SHIFT, MEAN, M2 = range(4)
 @cuda.jit(cache=True)
 def class_partials(x, rows_per_group, codes, part, counts, weighted, w):  # noqa: ANN001, ANN201
     """First pass over group g of rows, feature j: per class, the first finite value, the sum about it, counts."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, g, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
     n_classes = counts.shape[0]
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     for i in range(start, stop):
         k = codes[i]
         if 0 <= k < n_classes:
@@ -199,16 +197,14 @@ def _fold_first_pass(part, counts, out, weighted, groups, j, k):  # noqa: ANN001
 @cuda.jit(cache=True)
 def class_squares(x, rows_per_group, codes, out, part, weighted, w):  # noqa: ANN001, ANN201
     """Second pass: per class, the sums of ``dev`` and ``dev²`` (``dev = (x - shift) - approx_mean``), times ``w[i]`` weighted."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, g, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
     n_classes = part.shape[1]
     for k in range(n_classes):  # this thread's own slots: no other thread reads or writes them
         part[0, k, g, j] = 0.0
         part[1, k, g, j] = 0.0
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     for i in range(start, stop):
         k = codes[i]
         if 0 <= k < n_classes:

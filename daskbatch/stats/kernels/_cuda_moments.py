@@ -6,7 +6,7 @@ import math
 
 from numba import cuda
 
-from daskbatch.stats.kernels._cuda import _load, _rows_of_group
+from daskbatch.stats.kernels._cuda import _cell, _load
 
 #: Rows of the (R, D) outputs of :func:`moments_finish` / :func:`moments_correct`, in
 #: the field order of :class:`~daskbatch.stats.moments.MomentsState`; weighted, ``N`` holds
@@ -22,12 +22,10 @@ C_FINITE, C_NAN, C_POSINF = range(3)
 @cuda.jit(cache=True)
 def moments_partials(x, rows_per_group, part, counts, weighted, w):  # noqa: ANN001, ANN201
     """First pass over group g of rows, feature j: first finite value, sum about it, extrema, counts."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, g, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     ref = 0.0
     found = False
     n = 0
@@ -118,12 +116,10 @@ def moments_finish(part, counts, rows, out, weighted):  # noqa: ANN001, ANN201
 @cuda.jit(cache=True)
 def moments_powers(x, rows_per_group, out, part, weighted, w):  # noqa: ANN001, ANN201
     """Sum the first four powers of ``(x - shift) - approx_mean`` per group (the second pass), each times ``w[i]`` weighted."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, g, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     shift = out[SHIFT, j]
     approx_mean = out[MEAN, j]
     p1 = 0.0
@@ -185,12 +181,10 @@ def moments_correct(part, out):  # noqa: ANN001, ANN201
 @cuda.jit(cache=True)
 def mark_incomplete(x, rows_per_group, bad):  # noqa: ANN001, ANN201
     """Set ``bad[i] = 1`` for every row i holding a NaN or ±inf (every writer writes the same 1)."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, _, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     for i in range(start, stop):
         if not math.isfinite(_load(x, i, j)):
             bad[i] = 1
@@ -207,12 +201,10 @@ def first_complete(bad, first):  # noqa: ANN001, ANN201
 @cuda.jit(cache=True)
 def complete_sums(x, rows_per_group, bad, first, part, n_rows, weighted, w, w_rows):  # noqa: ANN001, ANN201
     """Sum ``x - shift`` (times ``w[i]`` weighted) over the complete rows of each group (``shift`` = the first complete row)."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     rows, d = x.shape
+    j, g, start, stop = _cell(rows_per_group, rows)
     if j >= d:
         return
-    start, stop = _rows_of_group(g, rows_per_group, rows)
     ref = _load(x, first[0], j) if first[0] < rows else 0.0
     total = 0.0
     n = 0
@@ -263,12 +255,10 @@ def complete_mean(x, first, part, n_rows, n_out, centre, weighted, w_rows):  # n
 @cuda.jit(cache=True)
 def centre_block(x, start, rows_per_group, bad, centre, dev, part, weighted, w):  # noqa: ANN001, ANN201
     """Centre rows ``start .. start + len(dev)`` of ``x`` into ``dev``, summing each group."""
-    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    g = cuda.blockIdx.y
     k, d = dev.shape
+    j, g, lo, hi = _cell(rows_per_group, k)
     if j >= d:
         return
-    lo, hi = _rows_of_group(g, rows_per_group, k)
     shift = centre[0, j]
     approx_mean = centre[1, j]
     total = 0.0

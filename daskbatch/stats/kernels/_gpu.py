@@ -27,14 +27,9 @@ MIN_GROUP_ROWS = 32
 MAX_GRID_Y = 65_535
 #: Threads per block along the features.
 FEATURE_THREADS = 128
-#: The co-moments centre a chunk into a float64 buffer and add its ``devᵀ dev`` to the result
-#: with one SYRK per buffer-full. The buffer holds the whole chunk (one SYRK) when that is at
-#: most 1/CENTRE_SHARE of the card's memory, else as many rows as that share holds
-#: (:func:`centring_rows`). The share is of the card's total memory, which the planner is
-#: given as ``Resources.device_memory_bytes``: model and kernel size the buffer alike, and
-#: the split of a chunk (hence its rounding) does not depend on what else the card holds
-#: at the time. 1 GB on a 16 GB card, 5 GB on an 80 GB H100, 8.8 GB on an H200 (a
-#: 100,000 x 5,000 float32 chunk in one SYRK).
+#: The co-moments' float64 centring buffer (one SYRK per buffer-full) holds the whole chunk when that is at
+#: most 1/CENTRE_SHARE of the card's total memory, else that share (:func:`centring_rows`): of the total, as
+#: the planner's ``Resources.device_memory_bytes``, so that a chunk's split does not depend on the card's load.
 CENTRE_SHARE = 16
 #: Shared memory a histogram block may use for its private counters (the default per-block limit).
 SHARED_BYTES = 48 * 2**10
@@ -301,11 +296,11 @@ def _backend(x: Any) -> _Backend:
     return _Backend() if is_cupy_array(x) else _SimBackend()
 
 
-def _readable(x: Any) -> Any:
-    """``x`` as the kernels read it: bool as its uint8 bytes (0 or 1)."""
-    if x.dtype == np.bool_:
-        return x.view(np.uint8)
-    return x
+def _prepare(x: Any, weights: Any) -> tuple[_Backend, Any, int, int, bool, Any]:
+    """The backend, ``x`` as the kernels read it (C order, bool as its uint8 bytes), its shape and the weights."""
+    be = _backend(x)
+    x = be.contiguous(x.view(np.uint8) if x.dtype == np.bool_ else x)
+    return (be, x, *x.shape, *_weights(be, weights))
 
 
 def _first_pass_shape(d: int, groups: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -329,12 +324,9 @@ def _weights(be: _Backend, weights: Any) -> tuple[bool, Any]:
 
 def moments(x: Any, rows_per_group: int | None = None, weights: Any = None) -> tuple[Any, ...]:
     """Compute the fields of :class:`~daskbatch.stats.moments.MomentsState` for a device chunk."""
-    be = _backend(x)
     from daskbatch.stats.kernels import _cuda_moments as k  # lazy: numba
 
-    x = be.contiguous(_readable(x))
-    rows, d = x.shape
-    weighted, w = _weights(be, weights)
+    be, x, rows, d, weighted, w = _prepare(x, weights)
     fields = 12 if weighted else 11
     if d == 0:  # no feature: no launch (a grid of 0 blocks is an error), as on the CPU
         out = be.result(be.zeros((fields, 0), np.float64))
@@ -361,12 +353,9 @@ def comoments(
     x: Any, rows_per_group: int | None = None, block_rows: int | None = None, weights: Any = None
 ) -> tuple[Any, ...]:
     """Compute the fields of :class:`~daskbatch.stats.comoments.CoMomentsState` for a device chunk."""
-    be = _backend(x)
     from daskbatch.stats.kernels import _cuda_moments as k  # lazy: numba
 
-    x = be.contiguous(_readable(x))
-    rows, d = x.shape
-    weighted, w = _weights(be, weights)
+    be, x, rows, d, weighted, w = _prepare(x, weights)
     if d == 0 or rows == 0:  # no feature (every row complete) or no row: no launch, as on the CPU
         empty = be.result(be.zeros((d,), np.float64))
         count = be.result(be.full((1,), float(rows), np.float64)).reshape(())
@@ -421,12 +410,9 @@ def histogram(
     weights: Any = None,
 ) -> Any:
     """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a device chunk."""
-    be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k  # lazy: numba
 
-    x = be.contiguous(_readable(x))
-    rows, d = x.shape
-    weighted, w = _weights(be, weights)
+    be, x, rows, d, weighted, w = _prepare(x, weights)
     dtype = np.float64 if weighted else np.int64
     if d == 0 or rows == 0:  # nothing to count: no launch
         return be.result(be.zeros((d, bins + 3, n_classes), dtype))
@@ -461,12 +447,9 @@ def class_moments(
     x: Any, codes: Any, n_classes: int, weights: Any = None, rows_per_group: int | None = None
 ) -> tuple[Any, ...]:
     """Compute the fields of :class:`~daskbatch.stats.class_moments.ClassMomentsState` for a device chunk."""
-    be = _backend(x)
     from daskbatch.stats.kernels import _cuda as k  # lazy: numba
 
-    x = be.contiguous(_readable(x))
-    rows, d = x.shape
-    weighted, w = _weights(be, weights)
+    be, x, rows, d, weighted, w = _prepare(x, weights)
     if rows == 0 or d == 0 or n_classes == 0:  # no row, feature or class: zeros as on the CPU, no launch
         out = be.result(be.zeros((4, d, n_classes), np.float64))
     else:

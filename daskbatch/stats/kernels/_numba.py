@@ -37,18 +37,14 @@ def shared(dispatcher: Any) -> Any:
     def compile_shared(sig: Any) -> Any:
         """numba's compile of ``sig``, under the kernel's lock file when the cache is shared with a helper."""
         depth = getattr(_depth, "n", 0)
-        if not sharing.is_set() or depth:  # callees compile inside their caller's lock
-            _depth.n = depth + 1
-            try:
-                return compile_here(sig)
-            finally:
-                _depth.n = depth
-        _depth.n = 1
+        _depth.n = depth + 1
         try:
+            if not sharing.is_set() or depth:  # callees compile inside their caller's lock
+                return compile_here(sig)
             with _kernel_lock(dispatcher):
                 return compile_here(sig)  # after another's compile: loaded from the cache
         finally:
-            _depth.n = 0
+            _depth.n = depth
 
     # The instance's attribute: numba calls self.compile for each signature not yet in this process.
     dispatcher.compile = compile_shared

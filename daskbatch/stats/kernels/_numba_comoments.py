@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from daskbatch.stats.kernels._numba import BLOCK, _finite, _jit, _load, _weight, finite_first_row
-from daskbatch.stats.kernels.path import centring_rows, numba_view
 
 
 @_jit
@@ -36,10 +35,7 @@ def first_complete_row(x: np.ndarray, lut: np.ndarray | None) -> np.ndarray:
 
 @_jit
 def centre_block(x, lut, shift, complete, dev, weights, total, part, approx_mean, s1):  # noqa: ANN001, ANN201
-    """Centre the complete rows of one block of a chunk about the block's own mean, into ``dev[:n]``.
-
-    ``total``, ``part``, ``approx_mean`` and ``s1`` are (D,) work arrays; the last two come back filled.
-    """
+    """Centre the complete rows of a block about its own mean into ``dev[:n]`` (``approx_mean``, ``s1`` filled)."""
     rows, d = x.shape
     total[:] = 0.0
     n = 0
@@ -139,11 +135,3 @@ def chunk_comoments(
     c -= residual.T @ residual
     c[overflowed, overflowed] = np.inf
     return n, total, shift, mean, c
-
-
-def host_comoments(
-    x: np.ndarray, weights: np.ndarray | None = None
-) -> tuple[int, float, np.ndarray, np.ndarray, np.ndarray]:
-    """Compute the co-moments of a host chunk, weighted or not, :func:`centring_rows` rows at a time."""
-    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    return chunk_comoments(*numba_view(x), w, centring_rows(x.shape[1]))

@@ -19,10 +19,8 @@ def _slot(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202 - numba
 
 @overload(_slot)
 def _slot_impl(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
-    # Chosen at compile time from the type of `ranged`: None for any range, True
-    # where _ranged() holds for the feature. Both give the slot of the former loop
-    # bit for bit (tests/test_histogram_fast.py keeps that loop); the second drops
-    # the operations that cannot change it there, and the slot loop is its cost.
+    # Chosen at compile time from the type of `ranged`: None for any range, True where _ranged() holds;
+    # both give the former loop's slot bit for bit (tests/test_histogram_fast.py), the second cheaper.
     if isinstance(ranged, types.NoneType):
 
         def general(v, lo, hi, step, scale, bins, ranged):  # noqa: ANN001, ANN202
@@ -109,13 +107,9 @@ def histogram_counts(
 
 @_jit
 def two_cdf_sweep(points, weights, order, kinds, totals, out):  # noqa: ANN001, ANN201
-    """KS bounds and Wasserstein-1 of two CDF enclosures per row, from each row's points in ``order``.
-
-    ``kinds[c]`` says what column ``c`` carries: 1 (2) a lower (upper) bound of the first
-    enclosure, 3 (4) of the second, 0 nothing; ``totals`` (2, D) their counts. Writes
-    ``out[r] = (KS lower bound, KS upper bound, Wasserstein-1)``: the bounds are read at the
-    last point of each run of equal ones, as ``two_sample._sweep`` reads them.
-    """
+    """``out[r]`` = KS lower and upper bounds and Wasserstein-1 of two CDF enclosures, as ``two_sample._sweep``."""
+    # kinds[c]: column c carries a lower (1) or upper (2) bound of the first enclosure, 3 / 4 of the
+    # second, 0 nothing; totals (2, D) their counts. Bounds are read at the last point of each run.
     n_rows, width = points.shape
     above = np.empty((2, width))
     for r in range(n_rows):

@@ -411,17 +411,22 @@ def _class_pass1(x, lut, weights, codes, first, count, shift, total, saved_total
         clean[b] = bad == 0
 
 
-@_jit
-def _class_pass2_clean(x, lut, weights, codes, shift, mean, s1, s2):  # noqa: ANN001, ANN202
-    """Pass 2 of :func:`class_moments_chunk` on a chunk without NaN or infinity: ``s1``, ``s2`` updated."""
-    rows, d = x.shape
-    for i in range(rows):
+@_jit_inline
+def _class_block_clean(x, lut, weights, codes, shift, mean, i0, i1, s1, s2):  # noqa: ANN001, ANN202
+    """Pass 2 on rows ``i0:i1`` with no NaN or infinity, without the finite test: ``s1``, ``s2`` updated."""
+    for i in range(i0, i1):
         k = codes[i]
         wi = _weight(weights, i)
-        for j in range(d):
+        for j in range(x.shape[1]):
             dev = (_load(x[i, j], lut) - shift[k, j]) - mean[k, j]
             s1[k, j] += dev * wi
             s2[k, j] += dev * dev * wi
+
+
+@_jit
+def _class_pass2_clean(x, lut, weights, codes, shift, mean, s1, s2):  # noqa: ANN001, ANN202
+    """Pass 2 of :func:`class_moments_chunk` on a chunk without NaN or infinity: ``s1``, ``s2`` updated."""
+    _class_block_clean(x, lut, weights, codes, shift, mean, 0, x.shape[0], s1, s2)
 
 
 @_jit
@@ -438,13 +443,7 @@ def _class_pass2(x, lut, weights, codes, shift, count, total, clean, s1, s2):  #
     for b in range(clean.shape[0]):
         i0 = b * BLOCK
         if clean[b]:  # every value finite: the same deviations without the test
-            for i in range(i0, min(i0 + BLOCK, rows)):
-                k = codes[i]
-                wi = _weight(weights, i)
-                for j in range(d):
-                    dev = (_load(x[i, j], lut) - shift[k, j]) - mean[k, j]
-                    s1[k, j] += dev * wi
-                    s2[k, j] += dev * dev * wi
+            _class_block_clean(x, lut, weights, codes, shift, mean, i0, min(i0 + BLOCK, rows), s1, s2)
         else:
             for i in range(i0, min(i0 + BLOCK, rows)):
                 k = codes[i]

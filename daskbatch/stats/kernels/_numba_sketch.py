@@ -13,13 +13,17 @@ from daskbatch.stats.kernels._numba import _finite, _jit, _jit_nocheck, _load, _
 
 
 @_jit
-def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
-    """Bucket key less ``lo_key`` (float64) of the magnitude ``a``, as the reference computes it."""
-    # ``ceil(log(a) / ln_gamma)`` clamped to ``[lo_key, hi_key]``: the
-    # expression of :meth:`daskbatch.stats.sketch.Sketch.slots`.
-    key = np.ceil(np.log(a) / ln_gamma)
+def _clamped_key(q, lo_key, hi_key):  # noqa: ANN001, ANN202
+    """``ceil(q)`` clamped to ``[lo_key, hi_key]``, less ``lo_key`` (float64)."""
+    key = np.ceil(q)
     key = key if key < hi_key else hi_key
     return (key if key > lo_key else lo_key) - lo_key
+
+
+@_jit
+def _sketch_key(a, ln_gamma, lo_key, hi_key):  # noqa: ANN001, ANN202
+    """Bucket key less ``lo_key`` of the magnitude ``a``, the expression of :meth:`daskbatch.stats.sketch.Sketch.slots`."""
+    return _clamped_key(np.log(a) / ln_gamma, lo_key, hi_key)
 
 
 @intrinsic
@@ -51,12 +55,9 @@ def _from_bits(typingctx, b):  # noqa: ANN001, ANN202
 #: ``2 |t|**11 / 11 / (1 - t**2) = 7.1e-10``; rounding adds below 1e-12.
 FAST_LOG_ERROR = 7.2e-10
 
-#: Where :func:`sketch_counts` does not trust its fast key: a ``fast_log|v|``
-#: within this much of a bucket boundary ``k * ln_gamma``. It is 14 times
-#: :data:`FAST_LOG_ERROR` (and ``np.log`` errs by below 1e-13), so outside the
-#: band the fast and the reference log fall on the same side of every
-#: boundary. About ``2 * SKETCH_NEAR / ln_gamma`` of random values (2e-6 by
-#: default) land in it and are recomputed.
+#: Where :func:`sketch_counts` does not trust its fast key: a ``fast_log|v|`` within this much of a bucket
+#: boundary ``k * ln_gamma``; 14 times :data:`FAST_LOG_ERROR` (``np.log`` errs below 1e-13), so outside it
+#: both logs fall on the same side of every boundary. About ``2 * SKETCH_NEAR / ln_gamma`` of values land in it.
 SKETCH_NEAR = 1e-8
 
 _SQRT2 = math.sqrt(2.0)
@@ -247,6 +248,20 @@ def sketch_merge(ca, oa, cb, ob, n, w, out, offset):  # noqa: ANN001, ANN201
 
 
 @_jit_nocheck
+def _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, band, code):  # noqa: ANN001, ANN202
+    """Key again with the reference log the values of row ``i`` within ``band`` keys of a boundary, into ``code``."""
+    # Found again rather than marked in the vectorised loop, which would cost a store per value;
+    # the band is twice that loop's, so that no value marked there can be missed.
+    for j in range(x.shape[1]):
+        v = _load(x[i, j], lut)
+        a = abs(v)
+        q = fast_log(a) * inv_ln_gamma
+        if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < band):
+            key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
+            code[j] = key + n if v > 0.0 else key
+
+
+@_jit_nocheck
 def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, offset, collapsed, weights):  # noqa: ANN001, ANN201
     """Count every value into the sketch windows ``counts`` (D, 2w + 4) and ``offset`` (D, 2); give the finite extrema."""
     rows, d = x.shape
@@ -254,43 +269,26 @@ def sketch_counts(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, w, counts, o
     hi_key = float(k_max)
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
-    zero_code = 2.0 * n + 1.0
     code = np.empty(d, dtype=np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
         n_near = 0
-        # Codes of one row (see _sketch_code), branch-free so that the loop vectorises ...
+        # Codes of one row, branch-free so that the loop vectorises ...
         for j in range(d):
             v = _load(x[i, j], lut)
             a = abs(v)
             q = fast_log(a) * inv_ln_gamma
-            key = np.ceil(q)
-            key = key if key < hi_key else hi_key
-            key = (key if key > lo_key else lo_key) - lo_key
             bucketed = (a >= min_magnitude) & (a < np.inf)
-            c = key + n if v > 0.0 else key
-            c = c if bucketed else zero_code
-            c = 2.0 * n + 2.0 if v == np.inf else c
-            c = 2.0 * n if v == -np.inf else c
-            c = 2.0 * n + 3.0 if v != v else c
-            code[j] = np.int64(c)
+            code[j] = _sketch_code(v, _clamped_key(q, lo_key, hi_key), bucketed, n)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
             fin = _finite(v)
             fmin[j] = v if (fin & (v < fmin[j])) else fmin[j]
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
-        # ... the rare values close to a boundary again, with the reference expression
-        # (found again rather than marked above, which would cost a store per value;
-        # the band is doubled, so that no value marked above can be missed) ...
+        # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                a = abs(v)
-                q = fast_log(a) * inv_ln_gamma
-                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
-                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
-                    code[j] = key + n if v > 0.0 else key
+            _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
         # ... then one increment per value into its window.
         _sketch_add_row(code, counts, offset, collapsed, n, w, _weight(weights, i))
     _sketch_finish(counts, offset, collapsed, n, w)
@@ -305,12 +303,9 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     hi_key = float(k_max)
     inv_ln_gamma = 1.0 / ln_gamma
     near_keys = SKETCH_NEAR * inv_ln_gamma  # the band in units of keys
-    width = 2 * n + 4
-    zero_slot = float(2 * n + 1)
-    first = np.arange(d) * width  # first slot of every feature
+    first = np.arange(d) * (2 * n + 4)  # first slot of every feature
     flat = counts.reshape(-1)
-    # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
+    code = np.empty(d, dtype=np.int64)
     fmin = np.full(d, np.inf)
     fmax = np.full(d, -np.inf)
     # Bucketed values of each sign, counted in the vectorised loop: which windows hold any
@@ -319,21 +314,13 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     n_pos = np.zeros(d, dtype=np.int64)
     for i in range(rows):
         n_near = 0
-        # Slots of one row (see _sketch_code: the code is the column here), branch-free so that it vectorises ...
+        # Codes of one row (the code is the column here), branch-free so that it vectorises ...
         for j in range(d):
             v = _load(x[i, j], lut)
             a = abs(v)
             q = fast_log(a) * inv_ln_gamma
-            key = np.ceil(q)
-            key = key if key < hi_key else hi_key
-            key = (key if key > lo_key else lo_key) - lo_key
             bucketed = (a >= min_magnitude) & (a < np.inf)
-            s = key + n if v > 0.0 else key
-            s = s if bucketed else zero_slot
-            s = 2.0 * n + 2.0 if v == np.inf else s
-            s = 2.0 * n if v == -np.inf else s
-            s = 2.0 * n + 3.0 if v != v else s
-            slot[j] = np.uint64(first[j] + np.int64(s))
+            code[j] = _sketch_code(v, _clamped_key(q, lo_key, hi_key), bucketed, n)
             n_neg[j] += bucketed & (v < 0.0)
             n_pos[j] += bucketed & (v > 0.0)
             n_near += bucketed & (abs(q - np.rint(q)) < near_keys) & (a != 1.0)
@@ -342,17 +329,12 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
             fmax[j] = v if (fin & (v > fmax[j])) else fmax[j]
         # ... the rare values close to a boundary again, with the reference expression ...
         if n_near:
-            for j in range(d):
-                v = _load(x[i, j], lut)
-                a = abs(v)
-                q = fast_log(a) * inv_ln_gamma
-                if (a >= min_magnitude) & (a < np.inf) & (abs(q - np.rint(q)) < 2.0 * near_keys):
-                    key = np.int64(_sketch_key(a, ln_gamma, lo_key, hi_key))
-                    slot[j] = np.uint64(first[j] + (key + n if v > 0.0 else key))
-        # ... then one scattered increment per value (its row's weight with weights).
+            _recode_near(x, lut, i, ln_gamma, inv_ln_gamma, min_magnitude, lo_key, hi_key, n, 2.0 * near_keys, code)
+        # ... then one scattered increment per value (its row's weight with weights), at an
+        # unsigned index, which needs no wraparound of negative indices.
         wi = _weight(weights, i)
         for j in range(d):
-            flat[slot[j]] += wi
+            flat[np.uint64(first[j] + code[j])] += wi
     for j in range(d):  # a window holding a value starts at key 0; an empty one is marked
         offset[j, 0] = 0 if n_neg[j] else n
         offset[j, 1] = 0 if n_pos[j] else n
@@ -417,12 +399,9 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 @_jit
 def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
-    """Per block of ``b`` rows of ``x`` (R, D), the least finite values of its 2D columns (``x``, then ``-x``).
-
-    ``fine`` (blocks, 4D) gets each block's least value of every column, then its second least;
-    ``coarse`` (blocks / g, 2D), filled with ``+inf``, the least over each ``g`` blocks. ``+inf``
-    where there are none.
-    """
+    """Per block of ``b`` rows, the least and second least finite values of the 2D columns ``x``, ``-x``."""
+    # fine (blocks, 4D): each block's least of every column, then its second least; coarse
+    # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
     rows, d = x.shape
     low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
     for f in range(fine.shape[0]):
@@ -447,11 +426,8 @@ def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
 
 @_jit
 def tail_candidates(x, lut, b, fine, scan, cand, n_cand):  # noqa: ANN001, ANN201
-    """Append to ``cand[c]`` the finite values of column c (see :func:`tail_blocks`) below ``scan[c]``; count them in ``n_cand[c]``.
-
-    A block's least value is appended as such when its second is not below the bound, else the
-    block is read again; past ``cand``'s end they are only counted.
-    """
+    """Append to ``cand[c]`` the finite values of column c below ``scan[c]``, counted in ``n_cand[c]`` past its end."""
+    # A block's least value (tail_blocks) is appended as such when its second is not below the bound.
     rows, d = x.shape
     w, room = scan.size, cand.shape[1]
     # Block by block, so that its rows stay in cache for every column.

@@ -127,12 +127,6 @@ def _code_f32(u, table, shift, min_bits, n):  # noqa: ANN001, ANN202
 
 
 @_jit_nocheck
-def _extrema(x, d):  # noqa: ANN001, ANN202
-    """Starting finite extrema of ``d`` features, of the chunk's dtype."""
-    return np.full(d, np.inf, dtype=x.dtype), np.full(d, -np.inf, dtype=x.dtype)
-
-
-@_jit_nocheck
 def _counts_all_f32(x, u, table, shift, min_bits, n, flat, weights, fmin, fmax, has_neg, has_pos, rare_lo, rare_hi):  # noqa: ANN001, ANN202, E501
     """The loop of :func:`sketch_counts_all_f32`: ``flat`` (its counts), the extrema and the sign flags updated."""
     rows, d = x.shape
@@ -207,7 +201,7 @@ def sketch_counts_f32(x, u, table, shift, min_bits, n, w, counts, offset, collap
     """:func:`~daskbatch.stats.kernels._numba_sketch.sketch_counts` (windowed) for a float32 chunk, keyed from its bits."""
     rows, d = x.shape
     code = np.empty(d, dtype=np.int64)
-    fmin, fmax = _extrema(x, d)
+    fmin, fmax = np.full(d, np.inf, dtype=x.dtype), np.full(d, -np.inf, dtype=x.dtype)
     _sketch_start(offset, collapsed, n)
     for i in range(rows):
         for j in range(d):

@@ -1,16 +1,10 @@
 """On an empty numba cache, a helper process compiles the kernels a chunk task will need later, on another core.
 
-numba compiles one function at a time in a process (its compiler lock, and typing is Python under the
-GIL), so a new install's first call compiled its ~12 kernels on one core while the others waited. The
-first chunk task of such a process starts :func:`start`: a child process reduces the first rows of the
-same chunk with the same statistics in the reverse order, so it compiles the kernels the parent reaches
-last, while the parent compiles from the front. Each top-level compile runs under a lock file named after
-the kernel in numba's cache directory: whoever comes second waits, then loads the other's work from the
-cache (numba writes each entry atomically), so no kernel is compiled twice and every result is the one
-compiled code gives. Off when the cache holds any daskbatch kernel, with fewer than two cores, when every
-core was busy over the last minute (load average; the helper's import would only take the parent's
-time), or with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: on whatever the load); the child is ended when the
-parent exits.
+numba compiles one function at a time per process. :func:`start` runs a child that reduces the first rows
+of the chunk with the statistics reversed, while the parent compiles from the front; each top-level compile
+holds a lock file named after the kernel in numba's cache, so the second comer loads the other's work.
+Off when the cache holds a daskbatch kernel, on one core, when every core was busy over the last minute, or
+with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent.
 """
 
 from __future__ import annotations
@@ -138,11 +132,10 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
 
 def _end_child() -> None:
     """End the helper if it still runs (at exit: nothing outlives the parent) and reap it."""
-    child = _child
-    if child is not None and child.poll() is None:
-        child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
-    if child is not None:
-        child.wait()
+    if _child is not None:
+        if _child.poll() is None:
+            _child.kill()  # numba writes a cache entry atomically: an interrupted one is simply absent
+        _child.wait()
 
 
 def _run_child(path: str) -> None:

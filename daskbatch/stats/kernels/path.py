@@ -13,8 +13,8 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 __all__ = [
-    "COMPILED", "DEPTH", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available", "centring_rows", "enabled",
-    "gpu_available", "kernel_path", "numba_view", "release", "split_rows", "stager",
+    "COMPILED", "KERNEL_PATHS", "KernelPath", "Kind", "Stager", "available", "centring_rows", "enabled",
+    "gpu_available", "kernel_path", "numba_view", "split_rows", "stager",
 ]
 
 #: The code that reads a block: the numba loops on a NumPy block, the numba-cuda
@@ -32,8 +32,6 @@ KERNEL_PATHS: tuple[str, ...] = ("compiled", "array-api", "gpu-compiled")
 #: dtype kinds the kernels read: bool, signed and unsigned integers, floats.
 _DTYPE_KINDS = frozenset("biuf")
 
-_ROUTE = {"numba-cpu": "cpu", "numba-cuda": "gpu"}
-
 
 @dataclass(frozen=True)
 class KernelPath:  # numpydoc ignore=PR02
@@ -46,11 +44,6 @@ class KernelPath:  # numpydoc ignore=PR02
     def compiled(self) -> bool:
         """Tell whether compiled kernels (numba or numba-cuda) read the block."""
         return self.kind in COMPILED
-
-    @property
-    def route(self) -> str | None:
-        """Give the older short name: "cpu" (numba), "gpu" (numba-cuda) or None (array-API code)."""
-        return _ROUTE.get(self.kind)
 
 
 @functools.cache
@@ -167,9 +160,6 @@ def centring_rows(n_features: int) -> int:
     return max(MIN_CENTRING_ROWS, min(MAX_CENTRING_ROWS, rows))
 
 
-#: Slots in rotation: 2 is a double buffer (one part copying while one is reduced).
-DEPTH = 2
-
 S = TypeVar("S")
 
 
@@ -213,26 +203,18 @@ class _Slot:
 class Stager:
     """Copies host parts to the current CUDA device through pinned buffers while earlier parts are reduced."""
 
-    def __init__(self, depth: int = DEPTH) -> None:
+    def __init__(self, depth: int = 2) -> None:  # slots in rotation: 2 is a double buffer
         import cupy  # lazy: cupy
 
         if depth < 2:
             raise ValueError(f"depth must be at least 2 (a double buffer), got {depth}")
         self._cupy = cupy
         self.device_id = int(cupy.cuda.Device().id)
-        # Blocking streams (the default): they stay ordered with the legacy default stream,
-        # on which other threads' CuPy work (merges) runs. CuPy's pool hands memory freed
-        # there back to the stream that allocated it, so a state freed by a merge whose
-        # kernels are still queued must not be rewritten by this compute stream before they
-        # ran. The two streams still overlap each other; the events order what must be.
+        # Blocking streams, ordered with the legacy default stream where other threads' merges run: a
+        # state such a merge frees while its kernels are queued is not rewritten here before they ran.
         self.copy_stream = cupy.cuda.Stream()
         self.compute_stream = cupy.cuda.Stream()
         self._slots = [_Slot(cupy) for _ in range(depth)]
-
-    @property
-    def depth(self) -> int:
-        """Count the slots in rotation."""
-        return len(self._slots)
 
     def _stage(self, slot: _Slot, part: Sequence[Any]) -> list[Any]:
         """Queue the copies of ``part`` (host arrays or None) into ``slot``; their device views."""
@@ -311,31 +293,16 @@ class Stager:
                 raise
         return state
 
-    def close(self) -> None:
-        """Wait for the streams and let go of the buffers (they return to CuPy's pools)."""
-        self.copy_stream.synchronize()
-        self.compute_stream.synchronize()
-        self._slots = [_Slot(self._cupy) for _ in self._slots]
-
 
 _local = threading.local()
 
 
-def stager(depth: int = DEPTH) -> Stager:
+def stager() -> Stager:
     """Get the calling thread's :class:`Stager` for the current CUDA device (made on first use, then reused)."""
     import cupy  # lazy: cupy
 
-    cache: dict[tuple[int, int], Stager] | None = getattr(_local, "stagers", None)
-    if cache is None:
-        cache = _local.stagers = {}
-    key = (int(cupy.cuda.Device().id), int(depth))
-    if key not in cache:
-        cache[key] = Stager(depth)
-    return cache[key]
-
-
-def release() -> None:
-    """Close the calling thread's stagers (their pinned and device buffers go back to CuPy's pools)."""
-    for s in getattr(_local, "stagers", {}).values():
-        s.close()
-    _local.stagers = {}
+    cache: dict[int, Stager] = _local.__dict__.setdefault("stagers", {})
+    device = int(cupy.cuda.Device().id)
+    if device not in cache:
+        cache[device] = Stager()
+    return cache[device]

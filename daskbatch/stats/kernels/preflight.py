@@ -35,14 +35,6 @@ class GPUCheck:
         return "daskbatch's GPU kernels will be used for CuPy chunks"
 
 
-def _version(name: str) -> str | None:
-    """Installed version of the distribution ``name``, or None."""
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
 def install_hint(driver: str | None = None) -> str:
     """Name the extra that installs the GPU stack, for the CUDA major version of ``driver`` when known."""
     major = driver.split(".")[0] if driver else None
@@ -108,7 +100,7 @@ def _launch(cuda: Any, simulated: bool, versions: dict[str, str | None]) -> str 
             except Exception as error:  # not installed, or built for another CUDA
                 return f"CuPy does not import ({_first_line(error)}): {install_hint(versions['driver'])}"
             chunk = cupy.asarray(x)
-            if kernels.route(chunk) != "gpu":
+            if kernels.kernel_path(chunk).kind != "numba-cuda":
                 return "the kernels are switched off: daskbatch.kernels is false in dask.config (DASK_DASKBATCH__KERNELS)"
             fields = tuple(cupy.asnumpy(f) for f in kernels.moments(chunk))
     except Exception as error:  # a compile or launch failure of any kind is what this check reports
@@ -122,7 +114,11 @@ def _launch(cuda: Any, simulated: bool, versions: dict[str, str | None]) -> str 
 @functools.cache
 def check_gpu() -> GPUCheck:
     """Check that CuPy chunks will go to daskbatch's GPU kernels: import, find the driver and NVVM, compile, launch."""
-    versions: dict[str, str | None] = {"numba-cuda": _version("numba-cuda"), "nvvm": None, "driver": None}
+    try:
+        numba_cuda: str | None = version("numba-cuda")
+    except PackageNotFoundError:
+        numba_cuda = None
+    versions: dict[str, str | None] = {"numba-cuda": numba_cuda, "nvvm": None, "driver": None}
     cuda, simulated, problem = _stack(versions)
     if problem is None:
         problem = _launch(cuda, simulated, versions)
