@@ -12,6 +12,7 @@ import click
 
 from daskbatch._common import DEVICES
 from daskbatch.cli._common import EXIT_BAD_INPUT, one_line_distributed_logs
+from daskbatch.config import packaged
 from daskbatch.jobs.schema import describe_value, short_text
 from daskbatch.jobs.spec import (
     SECTIONS,
@@ -62,7 +63,7 @@ def cluster_options(f: F) -> F:
     f = click.option("--address", metavar="ADDR",
                      help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
     f = click.option(
-        "--cluster", type=click.Choice(CLUSTER_CHOICES), default="auto", show_default=True,
+        "--cluster", type=click.Choice(CLUSTER_CHOICES), default=packaged("job.cluster.kind"), show_default=True,
         envvar="DASKBATCH_CLUSTER",
         help="Cluster to start: auto (one dask-cuda worker per GPU, else none: dask's threaded scheduler "
         "in this process, as the Python API), local (a LocalCluster of worker processes), "
