@@ -202,13 +202,32 @@ def test_a_sorted_chunk_reads_k_blocks_of_values_not_every_row(descending: bool)
         ordered = np.ascontiguousarray(ordered[::-1])
     k = 128
     data, lut = numba_view(ordered)
-    block, _, bound, n_cand = sketch_tails.tail_bounds(data, lut, k)
+    block, _, bound, n_cand, _ = sketch_tails.tail_bounds(data, lut, k)
     assert bound is not None
     # The heaps read all 65,536 rows of each column; the bounds leave at most k blocks' values (1/16 here).
     assert block == BLOCK and n_cand.max() <= k * BLOCK, (block, n_cand.max())
     assert n_cand.min() >= k - 1  # the k least lie below the bound, but for the ones equal to it
     low, high = tails_chunk(ordered, k)
     column = np.sort(ordered, axis=0).astype(np.float64)
+    np.testing.assert_array_equal(low, column[:k].T)
+    np.testing.assert_array_equal(high, column[::-1][:k].T)
+
+
+def test_the_count_stores_the_candidates_a_second_read_would() -> None:
+    """The usual chunk's candidates are stored while they are counted: those a second read stores, bit for bit."""
+    rng = np.random.default_rng(11)
+    x = (rng.normal(1000.0, 3.0, (65_536, 16)) * rng.uniform(0.01, 100.0, 16)).astype(np.float32)
+    k = 128
+    data, lut = numba_view(x)
+    block, fine, bound, n_cand, stored = sketch_tails.tail_bounds(data, lut, k)
+    assert bound is not None and k <= n_cand.max() <= stored.shape[1]  # fits: no second read
+    again, counts = np.empty((n_cand.size, int(n_cand.max()))), np.zeros_like(n_cand)
+    _numba_sketch.tail_candidates(data, lut, block, fine, bound, again, counts)
+    np.testing.assert_array_equal(counts, n_cand)
+    for c, n in enumerate(n_cand):
+        assert stored[c, :n].tobytes() == again[c, :n].tobytes()
+    low, high = tails_chunk(x, k)
+    column = np.sort(x, axis=0).astype(np.float64)
     np.testing.assert_array_equal(low, column[:k].T)
     np.testing.assert_array_equal(high, column[::-1][:k].T)
 

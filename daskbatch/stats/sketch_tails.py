@@ -20,6 +20,8 @@ TAIL_VALUES = 128
 #: at most :data:`TAIL_BLOCKS` blocks a chunk (a larger chunk has longer blocks, and the same work arrays).
 TAIL_BLOCK_ROWS = 32
 TAIL_BLOCKS = 2048
+#: Candidates per column, in units of k, that a block's count stores as it goes (more: read again to store them).
+STORED_CANDIDATES = 4
 
 
 def tails_scratch_bytes(n_features: int, k: int) -> int:
@@ -76,7 +78,7 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     n_features = x.shape[1]
     data, lut = numba_view(x)
-    block, fine, bound, n_cand = tail_bounds(data, lut, k)
+    block, fine, bound, n_cand, cand = tail_bounds(data, lut, k)
     columns = fine.shape[1] // 2
     if bound is None:  # fewer blocks than k bound nothing: each column's heap, in row order
         ends = np.empty((columns, k))
@@ -85,9 +87,10 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ends.sort(axis=1)
         return ends[:n_features], -ends[n_features:]
     width = max(int(n_cand.max(initial=0)), k)
-    cand = np.empty((columns, width))
-    n_cand[:] = 0
-    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
+    if width > cand.shape[1]:  # a column has more candidates than were stored while counted: all of them, again
+        cand = np.empty((columns, width))
+        n_cand[:] = 0
+        kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
     ends = np.where(np.arange(width) < n_cand[:, None], cand[:, :width], np.inf)
     if width > k:
         ends = np.partition(ends, k - 1, axis=1)[:, :k]
@@ -102,8 +105,8 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def tail_bounds(
     data: np.ndarray, lut: np.ndarray, k: int
-) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray]:
-    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it."""
+) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it, the first of them."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
 
     rows, n_features = data.shape
@@ -118,22 +121,23 @@ def tail_bounds(
     kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
     n_cand = np.zeros(columns, dtype=np.int64)
     if coarse.shape[0] < k:
-        return block, fine, None, n_cand
+        return block, fine, None, n_cand, np.empty((columns, 0))
     # A bound per column with k values at or below it (the k-th least of k blocks' minima): the
     # values below it, filled up with it, hold the k least.
     bound = np.partition(coarse, k - 1, axis=0)[k - 1]
     room = k * block  # the values below a bound that fewer than k blocks hold
-    # Counted first, then stored: the candidates take their count's width, not room's (4 MB at 64 features).
-    counted = np.empty((columns, 0))
-    kernels.tail_candidates(data, lut, block, fine, bound, counted, n_cand)
+    # Stored while counted, up to STORED_CANDIDATES x k a column (the scratch tails_scratch_bytes counts),
+    # not room's 4 MB at 64 features: the usual count (~1.5k) needs no second read to store them.
+    cand = np.empty((columns, STORED_CANDIDATES * k))
+    kernels.tail_candidates(data, lut, block, fine, bound, cand, n_cand)
     trend = np.flatnonzero(n_cand > room)
     # More than k blocks below a bound (a trend): the k-th least of all blocks' minima, read again.
     if trend.size:
         bound[trend] = np.partition(fine[:, trend], k - 1, axis=0)[k - 1]
         scan = np.full(columns, -np.inf)
         scan[trend], n_cand[trend] = bound[trend], 0
-        kernels.tail_candidates(data, lut, block, fine, scan, counted, n_cand)
-    return block, fine, bound, n_cand
+        kernels.tail_candidates(data, lut, block, fine, scan, cand, n_cand)  # stored from their start again
+    return block, fine, bound, n_cand, cand
 
 
 def merge_tails(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
