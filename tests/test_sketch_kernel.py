@@ -357,3 +357,27 @@ def test_tails_keep_the_k_extreme_finite_values(order: str) -> None:
         finite = np.sort(x[:, j][np.isfinite(x[:, j])].astype(np.float32).astype(np.float64))
         np.testing.assert_array_equal(low[j], finite[:k])
         np.testing.assert_array_equal(high[j], finite[::-1][:k])
+
+
+@pytest.mark.parametrize("namespace", ["numpy", "array_api_strict"])
+@pytest.mark.parametrize("dtypes", [("float64", "float64"), ("float32", "float64")])
+def test_a_merge_of_marked_features_is_the_sorting_merges_bit_for_bit(namespace: str, dtypes: tuple[str, str]) -> None:
+    """States marked in every feature merge without a sort, to the values, counts and marks the sort gives."""
+    from daskbatch.stats.sketch_distinct import merge_distinct
+
+    xp = pytest.importorskip(namespace)
+    k, rng = 8, np.random.default_rng(7)
+
+    def state(n_features: int, dtype: str, held: list[int]) -> tuple:
+        values = np.sort(rng.normal(size=(n_features, k)), axis=1).astype(dtype)
+        counts = rng.integers(1, 5, size=(n_features, k)).astype(np.float64)
+        return xp.asarray(values), xp.asarray(counts), xp.asarray(np.array(held, dtype=np.int64))
+
+    # Three features marked on one side or both (held k + 1); a fourth, live on both, takes the sorting merge.
+    a, b = state(4, dtypes[0], [k + 1, 3, k + 1, 2]), state(4, dtypes[1], [2, k + 1, k + 1, 3])
+    sorted_merge = merge_distinct(a, b, k)
+    fast = merge_distinct(tuple(s[:3, ...] for s in a), tuple(s[:3, ...] for s in b), k)
+    for got, want in zip(fast, sorted_merge, strict=True):
+        assert got.dtype == want.dtype
+        assert np.asarray(got).tobytes() == np.asarray(want[:3, ...]).tobytes()
+    assert np.asarray(sorted_merge[2]).tolist() == [k + 1, k + 1, k + 1, 5]  # the live one: 2 + 3 values

@@ -131,6 +131,8 @@ def merge_distinct(
 ) -> tuple[Array, Array, Array]:
     """Merge two states' distinct values: the union with counts added, marked where it passes ``k`` or either side is."""
     xp = namespace(a[0], b[0])
+    if bool(xp.all((a[2] > k) | (b[2] > k))):  # every feature marked (continuous data's): the union keeps nothing
+        return _all_marked(xp, a[0], b[0], k)
     column = xp.arange(k, dtype=xp.int64, device=device(a[0]))[None, :]
     live = [
         column < held[:, None] for _, _, held in (a, b)
@@ -156,6 +158,16 @@ def merge_distinct(
         xp.where(marked[:, None], xp.zeros_like(values), values),
         xp.where(marked[:, None], xp.zeros_like(summed), summed),
         xp.where(marked, xp.full_like(held, k + 1), held),
+    )
+
+
+def _all_marked(xp: Namespace, values_a: Array, values_b: Array, k: int) -> tuple[Array, Array, Array]:
+    """The merge of states marked in every feature, as the sorting merge gives it: no values, no counts, ``k + 1`` held."""
+    shape, dev = (values_a.shape[0], k), device(values_a)
+    return (
+        xp.zeros(shape, dtype=xp.result_type(values_a, values_b), device=dev),
+        xp.zeros(shape, dtype=xp.float64, device=dev),
+        xp.full((shape[0],), k + 1, dtype=xp.int64, device=dev),
     )
 
 
