@@ -736,3 +736,25 @@ def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(
         share = READ_AHEAD_BLOCKS * (1 + READ_BUFFERS) * block / threads
         assert far.chunk_task_bytes - near.chunk_task_bytes == share
         assert "read-ahead" in far.explain() and "read-ahead" not in near.explain()
+
+
+def _listings(seen: list[str], prefix: str) -> list[str]:
+    """The listing requests of ``prefix`` among the server's requests."""
+    return [r for r in seen if "list-type=2" in r and re.search(f"prefix={prefix}(/|%2F)&", r)]
+
+
+def test_the_samples_are_listed_once_per_open_and_describe(bucket: Bucket, tmp_path: Path) -> None:
+    """The rows' token reads the chunks the open listed: X is listed once, not again for the token (a round trip)."""
+    url = bucket.url("once.zarr")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=url)  # chunks end with a CRC-32C
+    with _server_requests() as seen:
+        ds = db.open_dataset(url, storage_options=bucket.storage_options)
+        summary = db.describe(ds, stats="moments")
+    assert len(_listings(seen, "once.zarr/X")) == 1, seen
+    # The same token as a fresh listing gives, and a chunk deleted since the open still changes it.
+    from daskbatch.engine.pipeline import input_token
+
+    fresh = db.open_dataset(url, storage_options=bucket.storage_options)
+    assert summary.provenance["input_tokens"] == [input_token(fresh)]
+    bucket.client().delete_object(Bucket=bucket.name, Key="once.zarr/X/c/1/0")
+    assert input_token(ds) != summary.provenance["input_tokens"][0]
