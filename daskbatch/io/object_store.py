@@ -84,12 +84,9 @@ class ReadAhead:
 
     def _read_with_span(self, rows: tuple[int, int], selection: Any) -> np.ndarray:
         """The block at ``rows``, read together with the unread blocks beside it up to ``span_bytes`` (then held ahead)."""
-        span = self._span(rows)
-        if len(span) == 1:
+        span, waiting = self._span(rows)
+        if not waiting:
             return self._read(selection)
-        waiting = {part: concurrent.futures.Future[np.ndarray]() for part in span if part != rows}
-        with self._lock:
-            self._ahead.update(waiting)  # a task wanting one of them waits for this read, never reads it again
         start = span[0][0]
         try:
             together = self._read((slice(start, span[-1][1]),) + (slice(None),) * (self.ndim - 1))
@@ -101,12 +98,12 @@ class ReadAhead:
             future.set_result(together[a - start : b - start])
         return together[rows[0] - start : rows[1] - start]
 
-    def _span(self, rows: tuple[int, int]) -> list[tuple[int, int]]:
-        """``rows`` and the consecutive blocks no task has read or is reading, tasks' direction first, within span_bytes."""
+    def _span(self, rows: tuple[int, int]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], Any]]:
+        """``rows`` and the unread blocks beside it within span_bytes, sorted, and the others' futures (in _ahead)."""
         at = self._block_at.get(rows)
         row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
         if at is None or self.span_bytes < 2 * (rows[1] - rows[0]) * row_bytes or distributed_worker() is not None:
-            return [rows]  # a worker's task holds its own copy of the reader: nothing to share
+            return [rows], {}  # a worker's task holds its own copy of the reader: nothing to share
         span, left = [rows], self.span_bytes - (rows[1] - rows[0]) * row_bytes
         with self._lock:
             backward = self._last_start is not None and rows[0] < self._last_start
@@ -121,7 +118,10 @@ class ReadAhead:
                     self._busy.add(part)
                     left -= size
                     near += step
-        return sorted(span)
+            # Registered under the lock: a task wanting one of them waits for this read, never reads it again.
+            waiting = {part: concurrent.futures.Future[np.ndarray]() for part in span[1:]}
+            self._ahead.update(waiting)
+        return sorted(span), waiting
 
     def _fetch_next(self, rows: tuple[int, int]) -> None:
         """Start reading the next block, in the direction the tasks go, that no task has read or is reading."""
