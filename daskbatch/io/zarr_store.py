@@ -99,7 +99,7 @@ class BlockReader(ReadAhead):
 
     def __init__(self, arr: zarr.Array, span_bytes: int = 0) -> None:
         self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
-        # A label's blocks are small: from an object store, a task's read takes the blocks after it too, up to
+        # A label's blocks are small: from an object store, a task's read takes the unread blocks beside it, up to
         # span_bytes, in one zarr read (its chunks fetched concurrently), so a label scan costs a round trip or two.
         self.span_bytes = span_bytes
         self.cf = cf_attributes(arr)
