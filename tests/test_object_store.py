@@ -733,6 +733,63 @@ def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(
         far = db.plan(remote, stats=("moments",), resources=resources)
         assert far.chunk_rows == near.chunk_rows  # 8 GiB are plenty either way
         block = far.chunk_rows * FEATURES * far.itemsize
-        share = READ_AHEAD_BLOCKS * (1 + READ_BUFFERS) * block / threads
+        share = (READ_AHEAD_BLOCKS * (1 + READ_BUFFERS) + 1) * block / threads  # + a label's blocks read together
         assert far.chunk_task_bytes - near.chunk_task_bytes == share
         assert "read-ahead" in far.explain() and "read-ahead" not in near.explain()
+
+
+def _listings(seen: list[str], prefix: str) -> list[str]:
+    """The listing requests of ``prefix`` among the server's requests."""
+    return [r for r in seen if "list-type=2" in r and re.search(f"prefix={prefix}(/|%2F)&", r)]
+
+
+def test_the_samples_are_listed_once_per_open_and_describe(bucket: Bucket, tmp_path: Path) -> None:
+    """The rows' token reads the chunks the open listed: X is listed once, not again for the token (a round trip)."""
+    url = bucket.url("once.zarr")
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=url)  # chunks end with a CRC-32C
+    with _server_requests() as seen:
+        ds = db.open_dataset(url, storage_options=bucket.storage_options)
+        summary = db.describe(ds, stats="moments")
+    assert len(_listings(seen, "once.zarr/X")) == 1, seen
+    # The same token as a fresh listing gives, and a chunk deleted since the open still changes it.
+    from daskbatch.engine.pipeline import input_token
+
+    fresh = db.open_dataset(url, storage_options=bucket.storage_options)
+    assert summary.provenance["input_tokens"] == [input_token(fresh)]
+    bucket.client().delete_object(Bucket=bucket.name, Key="once.zarr/X/c/1/0")
+    assert input_token(ds) != summary.provenance["input_tokens"][0]
+
+
+def test_the_label_scan_reads_the_label_blocks_together(
+    bucket: Bucket, values, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a bucket a label's blocks are read together (zarr fetches their chunks concurrently), not a round trip each."""
+    from daskbatch.io.zarr_store import BlockReader
+
+    url, local = bucket.url("scan.zarr"), tmp_path / "scan.zarr"
+    for where, options in ((url, {"storage_options": bucket.storage_options}), (str(local), {})):
+        group = zarr.open_group(where, mode="w", zarr_format=3, **options)
+        group.create_array("X", data=values[0], chunks=(CHUNK, FEATURES))
+        group.create_array("y", data=values[1].astype(np.int16), chunks=(CHUNK,))  # the label: 1/16 of X's bytes
+    label_reads, read = [], BlockReader._read
+
+    def counted(self: BlockReader, selection: object) -> np.ndarray:
+        if self.ndim == 1:
+            label_reads.append(selection[0].indices(ROWS)[:2])
+        return read(self, selection)
+
+    monkeypatch.setattr(BlockReader, "_read", counted)
+    ds = db.open_dataset(url, label="y", chunks=CHUNK, storage_options=bucket.storage_options)
+    with _server_requests() as seen:
+        remote = db.describe(ds, stats=("moments", "mi", "class_moments"), bins=16, range=(-10, 16))
+    # The class scan and each pass read the whole label (one X block's bytes) at once: N_BLOCKS reads each on main.
+    assert label_reads and set(label_reads) == {(0, ROWS)}, label_reads
+    scan_chunks = [r for r in seen if re.search(r"/scan\.zarr/y/c/\d+$", r)]
+    assert len(scan_chunks) == len(label_reads) * N_BLOCKS
+    assert_same_statistics(remote, db.describe(db.open_dataset(local, label="y", chunks=CHUNK),
+                                               stats=("moments", "mi", "class_moments"), bins=16, range=(-10, 16)))
+    # A damaged label chunk read in such a span is still refused by its name, as from local disk.
+    _damage(bucket, local, "scan.zarr/y/c/4", "corrupt")
+    far = _refusal(url, label="y", chunks=CHUNK, storage_options=bucket.storage_options)
+    assert "y/c/4" in far
+    assert far.replace(url, "S") == _refusal(local, label="y", chunks=CHUNK).replace(str(local), "S")

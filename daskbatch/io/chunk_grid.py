@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -83,6 +84,24 @@ def stored_keys(arr: zarr.Array) -> set[str]:
                 async for key in arr.store_path.store.list_prefix(prefix + "/" if prefix else "")}
 
     return sync(_collect())
+
+
+#: Keys of arrays whose open found every chunk stored, by id: the rows' token reads the same objects without
+#: listing them again (from an object store one request per 1,000 keys, a round trip each).
+_LISTED: dict[int, tuple[weakref.ref[zarr.Array], frozenset[str]]] = {}
+
+
+def _remember_listing(arr: zarr.Array, keys: set[str]) -> None:
+    """Keep ``keys`` as ``arr``'s listing for as long as this very array object lives."""
+    at = id(arr)
+    _LISTED[at] = (weakref.ref(arr, lambda _ref: _LISTED.pop(at, None)), frozenset(keys))
+
+
+def listed_keys(arr: zarr.Array) -> set[str]:
+    """``arr``'s stored keys: those its open listed, where it found every chunk there, else a new listing."""
+    kept = _LISTED.get(id(arr))
+    # An array found with absent chunks lists again: a chunk written since then is part of the rows read.
+    return set(kept[1]) if kept is not None and kept[0]() is arr else stored_keys(arr)
 
 
 def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
@@ -226,7 +245,12 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None,
     ranges = []
     for role, arr in (("x", x), ("label", label)):
         # sorted grid positions of the absent chunks (inner ones when sharded); an empty grid lists nothing
-        chunks = chunk_positions(arr, stored_keys(arr))[1] if arr is not None and check_chunk_count(arr) else []
+        chunks: list[tuple[int, ...]] = []
+        if arr is not None and check_chunk_count(arr):
+            keys = stored_keys(arr)
+            chunks = chunk_positions(arr, keys)[1]
+            if not chunks:
+                _remember_listing(arr, keys)
         found[role] = chunks
         per = int(arr.chunks[0]) if arr is not None else 0
         ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]
@@ -306,7 +330,7 @@ def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
     if not has_chunk_checksums(arr):
         return None
     check_chunk_count(arr)
-    keys = sorted(stored_keys(arr) - {"zarr.json"})
+    keys = sorted(listed_keys(arr) - {"zarr.json"})
     prefix = arr.store_path.path.strip("/")
     paths = [f"{prefix}/{key}" if prefix else key for key in keys]
     store = (object_store_twin(arr) or arr).store_path.store  # obstore's client where it changes nothing else

@@ -8,13 +8,19 @@ fails, the reads stay on s3fs.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import math
 import os
+import threading
 from typing import Any
 
+import numpy as np
 import zarr
 
-__all__ = ["object_store_twin", "verifies_chunks"]
+from daskbatch.runtime.capacity import distributed_worker
+
+__all__ = ["READ_AHEAD_BLOCKS", "ReadAhead", "object_store_twin", "read_ahead_pool", "row_range", "verifies_chunks"]
 
 #: s3fs options obstore takes as they are (s3fs name -> obstore name); any other keeps s3fs.
 _OBSTORE_OPTIONS = {
@@ -24,6 +30,127 @@ _OBSTORE_OPTIONS = {
     "anon": "skip_signature",
     "endpoint_url": "endpoint",
 }
+
+
+#: Blocks an object store's reader fetches ahead of the tasks at most (each the size of a task's block).
+READ_AHEAD_BLOCKS = 2
+
+
+def read_ahead_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that fetch blocks ahead (they wait on the network, not on the CPU), this process's own."""
+    return _pool_of_process(os.getpid())  # a forked child does not inherit the parent's threads
+
+
+@functools.cache
+def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A pool of read-ahead threads for the process ``pid``."""
+    return concurrent.futures.ThreadPoolExecutor(READ_AHEAD_BLOCKS, thread_name_prefix="daskbatch-read-ahead")
+
+
+def row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The (start, stop) rows of ``selection`` when it takes them whole (every column: a task's block), else None."""
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    if len(sel) > len(shape) or not all(isinstance(s, slice) for s in sel):
+        return None
+    ranges = [s.indices(n) for s, n in zip(sel, shape, strict=False)]
+    if ranges[0][2] != 1 or any(r != (0, n, 1) for r, n in zip(ranges[1:], shape[1:], strict=False)):
+        return None
+    return ranges[0][0], ranges[0][1]
+
+
+class ReadAhead:
+    """What a block reader does to overlap an object store's round trips (a mixin of ``BlockReader``).
+
+    While a thread computes one block, the next block no task has read yet is fetched (at most
+    :data:`READ_AHEAD_BLOCKS` waiting); a 1-D array's (a label's) small blocks are read several at once.
+    The reader holds ``_read``, ``shape``, ``ndim``, ``dtype``, ``span_bytes`` and the bookkeeping below.
+    """
+
+    _ahead: dict[tuple[int, int], concurrent.futures.Future[np.ndarray]]
+    _busy: set[tuple[int, int]]  # row ranges a task or a read-ahead is reading
+    _done: set[tuple[int, int]]  # row ranges read in this pass (one read again starts the next)
+    _blocks: list[tuple[int, int]]  # the row ranges of the dask array's blocks
+    _block_at: dict[tuple[int, int], int]  # where each of them is in _blocks
+    _last_start: int | None  # the first row of the block read last: the tasks' direction
+    _lock: threading.Lock
+    shape: tuple[int, ...]
+    ndim: int
+    dtype: np.dtype
+    span_bytes: int
+
+    def _read(self, selection: Any) -> np.ndarray:
+        """The block at ``selection``, decoded (the reader's own)."""
+        raise NotImplementedError
+
+    def _read_with_span(self, rows: tuple[int, int], selection: Any) -> np.ndarray:
+        """The block at ``rows``, read together with the unread blocks beside it up to ``span_bytes`` (then held ahead)."""
+        span, waiting = self._span(rows)
+        if not waiting:
+            return self._read(selection)
+        start = span[0][0]
+        try:
+            together = self._read((slice(start, span[-1][1]),) + (slice(None),) * (self.ndim - 1))
+        except BaseException as exc:
+            for future in waiting.values():
+                future.set_exception(exc)
+            raise
+        for (a, b), future in waiting.items():
+            future.set_result(together[a - start : b - start])
+        return together[rows[0] - start : rows[1] - start]
+
+    def _span(self, rows: tuple[int, int]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], Any]]:
+        """``rows`` and the unread blocks beside it within span_bytes, sorted, and the others' futures (in _ahead)."""
+        at = self._block_at.get(rows)
+        row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
+        if at is None or self.span_bytes < 2 * (rows[1] - rows[0]) * row_bytes or distributed_worker() is not None:
+            return [rows], {}  # a worker's task holds its own copy of the reader: nothing to share
+        span, left = [rows], self.span_bytes - (rows[1] - rows[0]) * row_bytes
+        with self._lock:
+            backward = self._last_start is not None and rows[0] < self._last_start
+            for step in (-1, 1) if backward else (1, -1):
+                near = at + step
+                while 0 <= near < len(self._blocks):
+                    part = self._blocks[near]
+                    size = (part[1] - part[0]) * row_bytes
+                    if size > left or part in self._busy or part in self._done or part in self._ahead:
+                        break
+                    span.append(part)
+                    self._busy.add(part)
+                    left -= size
+                    near += step
+            # Registered under the lock: a task wanting one of them waits for this read, never reads it again.
+            waiting = {part: concurrent.futures.Future[np.ndarray]() for part in span[1:]}
+            self._ahead.update(waiting)
+        return sorted(span), waiting
+
+    def _fetch_next(self, rows: tuple[int, int]) -> None:
+        """Start reading the next block, in the direction the tasks go, that no task has read or is reading."""
+        start, stop = rows
+        size, total = stop - start, self.shape[0]
+        with self._lock:
+            # dask may run a pass's chunk tasks last block first (a tree reduction's order): follow it.
+            backward, self._last_start = self._last_start is not None and start < self._last_start, start
+            if len(self._ahead) >= READ_AHEAD_BLOCKS:
+                return
+            at = self._block_at.get(rows)
+            if at is not None:  # the dask array's own blocks, in its order
+                step = -1 if backward else 1
+                following: tuple[int, int] | None = None
+                while following is None and 0 <= at + step < len(self._blocks):
+                    at += step
+                    candidate = self._blocks[at]
+                    following = None if candidate in self._busy or candidate in self._done else candidate
+                if following is None:
+                    return
+            else:
+                following = (stop, min(stop + size, total))
+                while following[0] < total and (following in self._busy or following in self._done):
+                    following = (following[1], min(following[1] + size, total))
+                if following[0] >= total:
+                    return
+            self._busy.add(following)
+            self._ahead[following] = read_ahead_pool().submit(
+                self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
 
 
 def verifies_chunks(arr: zarr.Array) -> bool:

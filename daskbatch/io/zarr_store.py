@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import binascii
 import concurrent.futures
-import functools
 import itertools
 import math
 import os
@@ -36,7 +35,7 @@ from daskbatch.io.chunk_grid import (
     storage_chunks,
     store_location,
 )
-from daskbatch.io.object_store import object_store_twin
+from daskbatch.io.object_store import READ_AHEAD_BLOCKS, ReadAhead, object_store_twin, row_range
 from daskbatch.io.outputs import zarr_target
 from daskbatch.runtime.capacity import distributed_worker
 
@@ -89,43 +88,20 @@ def _decoded_fill_value(arr: zarr.Array, value: Any) -> Any:
         ) from exc
 
 
-#: Blocks an object store's reader fetches ahead of the tasks at most (each the size of a task's block).
-READ_AHEAD_BLOCKS = 2
-
-
-def _read_ahead_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that fetch blocks ahead (they wait on the network, not on the CPU), this process's own."""
-    return _pool_of_process(os.getpid())  # a forked child does not inherit the parent's threads
-
-
-@functools.cache
-def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
-    """A pool of read-ahead threads for the process ``pid``."""
-    return concurrent.futures.ThreadPoolExecutor(READ_AHEAD_BLOCKS, thread_name_prefix="daskbatch-read-ahead")
-
-
 def _is_remote(store: Any) -> bool:
     """Whether ``store`` is an fsspec store on another machine (each read a round trip), not a local one."""
     fs = getattr(store, "fs", None)
     return fs is not None and not is_local_fs(fs)
 
 
-def _row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
-    """The (start, stop) rows of ``selection`` when it takes them whole (every column: a task's block), else None."""
-    sel = selection if isinstance(selection, tuple) else (selection,)
-    if len(sel) > len(shape) or not all(isinstance(s, slice) for s in sel):
-        return None
-    ranges = [s.indices(n) for s, n in zip(sel, shape, strict=False)]
-    if ranges[0][2] != 1 or any(r != (0, n, 1) for r, n in zip(ranges[1:], shape[1:], strict=False)):
-        return None
-    return ranges[0][0], ranges[0][1]
-
-
-class BlockReader:
+class BlockReader(ReadAhead):
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
-    def __init__(self, arr: zarr.Array) -> None:
+    def __init__(self, arr: zarr.Array, span_bytes: int = 0) -> None:
         self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
+        # A label's blocks are small: from an object store, a task's read takes the unread blocks beside it, up to
+        # span_bytes, in one zarr read (its chunks fetched concurrently), so a label scan costs a round trip or two.
+        self.span_bytes = span_bytes
         self.cf = cf_attributes(arr)
         self.decode = None
         self.dtype = np.dtype(arr.dtype)
@@ -170,7 +146,7 @@ class BlockReader:
         self.twin = object_store_twin(self.arr) if self.read_ahead else None  # this process's own client
 
     def __getitem__(self, selection: Any) -> np.ndarray:
-        rows = _row_range(selection, self.shape) if self.read_ahead else None
+        rows = row_range(selection, self.shape) if self.read_ahead else None
         if rows is None:
             return self._read(selection)
         with self._lock:
@@ -180,7 +156,7 @@ class BlockReader:
             fetched = self._ahead.pop(rows, None)
             self._busy.add(rows)
         try:
-            block = fetched.result() if fetched is not None else self._read(selection)
+            block = fetched.result() if fetched is not None else self._read_with_span(rows, selection)
         finally:
             with self._lock:
                 self._busy.discard(rows)
@@ -198,35 +174,6 @@ class BlockReader:
         except Exception as exc:  # noqa: BLE001 - any codec/store error: name the chunk
             raise self._chunk_error(selection, exc)  # noqa: B904 - chained to the chunk's own error
         return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
-
-    def _fetch_next(self, rows: tuple[int, int]) -> None:
-        """Start reading the next block, in the direction the tasks go, that no task has read or is reading."""
-        start, stop = rows
-        size, total = stop - start, self.shape[0]
-        with self._lock:
-            # dask may run a pass's chunk tasks last block first (a tree reduction's order): follow it.
-            backward, self._last_start = self._last_start is not None and start < self._last_start, start
-            if len(self._ahead) >= READ_AHEAD_BLOCKS:
-                return
-            at = self._block_at.get(rows)
-            if at is not None:  # the dask array's own blocks, in its order
-                step = -1 if backward else 1
-                following: tuple[int, int] | None = None
-                while following is None and 0 <= at + step < len(self._blocks):
-                    at += step
-                    candidate = self._blocks[at]
-                    following = None if candidate in self._busy or candidate in self._done else candidate
-                if following is None:
-                    return
-            else:
-                following = (stop, min(stop + size, total))
-                while following[0] < total and (following in self._busy or following in self._done):
-                    following = (following[1], min(following[1] + size, total))
-                if following[0] >= total:
-                    return
-            self._busy.add(following)
-            self._ahead[following] = _read_ahead_pool().submit(
-                self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
 
     def _chunk_error(self, selection: Any, exc: Exception) -> DataError:
         """The DataError for the first chunk inside ``selection`` that fails, chained to its error."""
@@ -458,7 +405,8 @@ class ZarrStore:
         sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
         x_reader = BlockReader(arr)
         views = [x_reader.as_dask(sizes, self.where),
-                 None if label_arr is None else BlockReader(label_arr).as_dask(sizes, self.where)]
+                 None if label_arr is None else BlockReader(label_arr, span_bytes=self._label_span_bytes(x_reader, sizes)
+                                                            ).as_dask(sizes, self.where)]
         if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
             views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
         if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
@@ -474,6 +422,12 @@ class ZarrStore:
             absent_read_as="" if skip else _absent_read_as(arr, label_arr, absent),
             zarr_x=arr, zarr_label=label_arr, read_ahead_blocks=READ_AHEAD_BLOCKS if x_reader.read_ahead else 0,
         )
+
+    @staticmethod
+    def _label_span_bytes(x_reader: BlockReader, sizes: int | tuple[int, ...]) -> int:
+        """The label bytes one read may take together from an object store: one of X's blocks (the planner counts it)."""
+        rows = sizes if isinstance(sizes, int) else max(sizes)
+        return rows * x_reader.dtype.itemsize * math.prod(x_reader.shape[1:]) if x_reader.read_ahead else 0
 
     def _refusal(self, absent: Missing, arr: zarr.Array, label: zarr.Array | None, complete: bool) -> str:
         """The one-line refusal for absent chunks: why they matter and what restores them."""

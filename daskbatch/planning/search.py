@@ -59,7 +59,9 @@ def plan_chunks(
     n_rows, n_features = int(shape[0]), int(shape[1])
     # read_ahead_blocks: the blocks each worker process's reader fetches ahead from an object store. They wait
     # decoded (while read, with their READ_BUFFERS) beside the tasks, which share them: each counts its part.
-    ahead = read_ahead_blocks * (1 + READ_BUFFERS) * itemsize * n_features / resources.threads_per_worker
+    # A label's blocks are read ahead together, up to one block of x's bytes (BlockReader's span_bytes).
+    blocks_ahead = read_ahead_blocks * (1 + READ_BUFFERS) + (1 if read_ahead_blocks else 0)
+    ahead = blocks_ahead * itemsize * n_features / resources.threads_per_worker
     storage_rows = max(1, min(int(storage_chunks[0]), n_rows))
     settings = _settings(
         split_every=split_every, memory_fraction=memory_fraction, reserved_bytes=reserved_bytes,
