@@ -93,8 +93,9 @@ _LISTED: dict[int, tuple[weakref.ref[zarr.Array], frozenset[str]]] = {}
 
 def _remember_listing(arr: zarr.Array, keys: set[str]) -> None:
     """Keep ``keys`` as ``arr``'s listing for as long as this very array object lives."""
-    at = id(arr)
-    _LISTED[at] = (weakref.ref(arr, lambda _ref: _LISTED.pop(at, None)), frozenset(keys))
+    for at in [at for at, (ref, _) in _LISTED.items() if ref() is None]:  # arrays gone since (no callback: no GC-time call)
+        del _LISTED[at]
+    _LISTED[id(arr)] = (weakref.ref(arr), frozenset(keys))
 
 
 def listed_keys(arr: zarr.Array) -> set[str]:
