@@ -21,6 +21,7 @@ import daskbatch as db
 from daskbatch.cli import main
 from daskbatch.errors import MissingChunksWarning
 from daskbatch.jobs.spec import JobConfigError, defaults, load_job, reference
+from daskbatch.runtime.cluster import cli_kind
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROWS, FEATURES = 6000, 10
@@ -371,3 +372,20 @@ def test_job_groups_refusals_are_one_line(tmp_path: pathlib.Path, store: str, se
     result = CliRunner().invoke(main, ["run", str(write_job(tmp_path, store, **sections))])
     lines = [line for line in result.output.splitlines() if line.startswith("error")]
     assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_auto_without_gpus_runs_in_process_unless_the_job_sizes_workers(
+    tmp_path: pathlib.Path, store: str, sized: bool
+) -> None:
+    """``kind: auto`` without CUDA runs on dask's threads as ``daskbatch describe`` does; ``n_workers`` asks for a cluster."""
+    if cli_kind("auto") != "threads":
+        pytest.skip("CUDA devices and dask-cuda here: auto starts a dask-cuda cluster")
+    cluster = {"kind": "auto", "n_workers": 1} if sized else {"kind": "auto"}
+    job = write_job(tmp_path, store, cluster=cluster)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "daskbatch", "run", str(job)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # cluster() says where it started one (the scheduler and its dashboard) on stderr.
+    assert ("started a local cluster at" in proc.stderr) is sized, proc.stderr[-3000:]

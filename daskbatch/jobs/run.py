@@ -46,7 +46,7 @@ from daskbatch.runtime.capacity import (
     resources_from_client,
     resources_from_machine,
 )
-from daskbatch.runtime.cluster import cluster, require_cuda, resolve_kind
+from daskbatch.runtime.cluster import cli_kind, cluster, require_cuda, resolve_kind
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.selection import select
 from daskbatch.stats import Moments
@@ -189,7 +189,10 @@ def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
     import dask  # lazy: dask
 
     spec = job.cluster
-    if spec.kind == "threads":
+    # "auto" without GPUs runs here on dask's threads, as `daskbatch describe` does (worker processes would each
+    # load the kernels again), unless the job sizes workers: then it gets the LocalCluster it describes.
+    sized = spec.n_workers is not None or spec.memory is not None
+    if spec.kind == "threads" or (spec.kind == "auto" and not sized and cli_kind("auto") == "threads"):
         settings: dict[str, Any] = {"scheduler": "threads"}
         if spec.threads:
             settings["num_workers"] = spec.threads

@@ -146,7 +146,8 @@ class ClusterSpec(_FromConfig):
     _section: ClassVar[str | None] = "cluster"
 
     kind: Literal["auto", "local", "cuda", "slurm", "pbs", "threads", "address", "scheduler_file"] = _key(
-        "auto (a GPU cluster when CUDA devices exist, else local), local, cuda, slurm, pbs, threads (dask's "
+        "auto (a GPU cluster when CUDA devices exist, else threads, or local when n_workers or memory is given), "
+        "local, cuda, slurm, pbs, threads (dask's "
         "threaded scheduler, no cluster), address or scheduler_file (join a running scheduler).",
     )
     address: str | None = _key("Scheduler address for kind address, e.g. tcp://node1:8786.")
