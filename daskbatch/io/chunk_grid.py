@@ -93,8 +93,11 @@ _LISTED: dict[int, tuple[weakref.ref[zarr.Array], frozenset[str]]] = {}
 
 def _remember_listing(arr: zarr.Array, keys: set[str]) -> None:
     """Keep ``keys`` as ``arr``'s listing for as long as this very array object lives."""
-    for at in [at for at, (ref, _) in _LISTED.items() if ref() is None]:  # arrays gone since (no callback: no GC-time call)
-        del _LISTED[at]
+    # Arrays gone since are dropped here (a weakref callback would run at garbage collection). A copy of the
+    # items, and pop: another thread may open an array meanwhile.
+    for at, (ref, _) in list(_LISTED.items()):
+        if ref() is None:
+            _LISTED.pop(at, None)
     _LISTED[id(arr)] = (weakref.ref(arr), frozenset(keys))
 
 
