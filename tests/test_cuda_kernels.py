@@ -716,6 +716,13 @@ def test_kernel_path_follows_the_array_and_the_setting() -> None:
     assert kernels.kernel_path(x[:, 0]).kind == "array-api-numpy"
     with dask.config.set({"daskbatch.kernels": False}):
         assert kernels.kernel_path(x).kind == "array-api-numpy"
+        assert kernels.route(x) is None
+
+
+def test_route_names_the_compiled_kernels_or_none() -> None:
+    x = np.zeros((3, 2), dtype=np.float32)
+    assert kernels.route(x) == ("numba-cpu" if kernels.available() else None)
+    assert kernels.route(x[:, 0]) is None  # 1-D: the array-API code
 
 
 # --- on a CUDA device with CuPy ---------------------------------------------------------------
@@ -773,7 +780,7 @@ def test_gpu_moments_equal_cpu(big: tuple[np.ndarray, np.ndarray], dtype: str) -
     cupy = pytest.importorskip("cupy")
     x = big_as(big, dtype)
     d = cupy.asarray(x)
-    assert kernels.kernel_path(d).kind == "numba-cuda"
+    assert kernels.kernel_path(d).kind == "numba-cuda" and kernels.route(d) == "numba-cuda"
     state = Moments().chunk(d)
     assert isinstance(state.mean, cupy.ndarray)
     assert_moments(state, reference(Moments(), x))

@@ -21,9 +21,27 @@ from daskbatch.stats.numerics import central_moment
 
 __all__ = [
     "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
-    "kernel_path", "moments", "sketch", "sketch_merge", "weighted_comoments",
+    "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
+
+def route(block: Any) -> str | None:
+    """Name the compiled kernels that read ``block``, or None where the array-API code does.
+
+    Parameters
+    ----------
+    block : array
+        A chunk: a NumPy or CuPy array.
+
+    Returns
+    -------
+    str or None
+        ``"numba-cpu"`` for NumPy blocks, ``"numba-cuda"`` for CuPy blocks on a GPU the kernels
+        run on, None otherwise (:func:`kernel_path` says why).
+    """
+    path = kernel_path(block)
+    return path.kind if path.compiled else None
+
 
 #: Most rows an int32 count array can count: no count of a chunk or merge of at most this many rows passes it.
 INT32_ROWS = 2**31 - 1
