@@ -133,6 +133,16 @@ def test_describe_bad_input_one_line_and_exit_2(
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_describe_config_range_not_a_pair_names_the_file_and_key(
+    tmp_path: pathlib.Path, store: tuple[str, np.ndarray]
+) -> None:
+    """A ``--config`` range of one number is refused as ``daskbatch run`` refuses it: the file and the key, one line."""
+    (tmp_path / "c.yaml").write_text("daskbatch: {job: {statistics: {range: [1]}}}\n")
+    result = CliRunner().invoke(main, ["describe", store[0], "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: {tmp_path / 'c.yaml'}: 'statistics.range' expects [lo, hi], got [1.0] (list)\n"
     assert "Traceback" not in result.output
 
 

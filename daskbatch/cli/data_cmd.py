@@ -24,12 +24,12 @@ from daskbatch.cli._common import (
 from daskbatch.cli.options import (
     config_option,
     device_option,
+    job_option,
     n_classes_options,
     resolve_n_classes,
     table_options,
     table_report,
 )
-from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.demo import DEMO_ROWS, run_demo
 from daskbatch.engine.planner import plan
 from daskbatch.jobs import versions
@@ -58,7 +58,7 @@ from daskbatch.stats.spec import DEFAULT_STATS, normalize_stats, requested
     help="Write only this rank's contiguous share of the rows (with --world-size), bitwise those rows of the whole.",
 )
 @click.option("--world-size", type=click.IntRange(min=1), default=None, help="Number of ranks sharing the rows.")
-@device_option("cpu", "Where the rows are made: gpu generates each block on the GPU (CuPy), with the counter stream.")
+@device_option("Where the rows are made: gpu generates each block on the GPU (CuPy), with the counter stream.", "cpu")
 @click.option(
     "--generator", type=click.Choice(["default", "counter"]), default="default", show_default=True,
     help="default: numpy's Philox, block by block; counter: the GPU's counter-based stream (same data on a CPU).",
@@ -149,9 +149,7 @@ def ingest_cmd(
 
 @main.command("inspect")
 @click.argument("store")
-@click.option(
-    "-x", "--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array."
-)
+@job_option("input.x", "-x", "--x", "x_name", help="Samples x features array.")
 @click.option("--label", default=None, help="Label array [default: as recorded by daskbatch].")
 @click.option("--json", "as_json", is_flag=True, help="Print provenance as JSON.")
 @user_errors
@@ -397,17 +395,17 @@ def _parse_stats(text: str) -> tuple[str, ...]:
 
 @main.command("plan")
 @click.argument("store")
-@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Samples x features array in the store.")
+@job_option("input.x", "--x", "x_name", help="Samples x features array in the store.")
 @click.option("--label", default=None, help="Label array for 'mi' (default: the one the store records).")
 @click.option(
     # describe adds the quantile sketch whenever it finds histogram ranges itself (no --range)
     "--stats", default=",".join((*DEFAULT_STATS, "sketch")), show_default=True,
     help="Comma-separated statistics.",
 )
-@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins.")
+@job_option("statistics.bins", "--bins", type=click.IntRange(min=1), help="Histogram bins.")
 @n_classes_options(1, "Number of label classes, for 'mi' and 'class_moments' (default: from the store's attributes).")
-@click.option(
-    "--memory", default=packaged("job.memory"), show_default=True,
+@job_option(
+    "memory", "--memory",
     help="Memory per worker (GPU memory with --device gpu): bytes like 16GiB, a fraction of "
     "this machine's (0.5), or auto (this machine's, shared by --workers).",
 )

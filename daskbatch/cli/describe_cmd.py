@@ -26,11 +26,11 @@ from daskbatch.cli.options import (
     cluster_options,
     config_option,
     device_option,
+    job_option,
     parse_classes,
     table_options,
     table_report,
 )
-from daskbatch.config import STATISTIC_DEFAULTS, packaged
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
 from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_outputs, check_separate, write_json
@@ -55,7 +55,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 
 @main.command("describe")
 @click.argument("store")
-@click.option("--x", "x_name", default=packaged("job.input.x"), show_default=True, help="Name of the (samples, features) array.")
+@job_option("input.x", "--x", "x_name", help="Name of the (samples, features) array.")
 @click.option("--label", default=None, help="Name of the integer label array (for mutual information).")
 @click.option("--weights", "weights_name", default=None, metavar="NAME",
               help="Name of a 1-D array of non-negative sample weights in STORE (frequency weights, one per row).")
@@ -78,30 +78,28 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     "--stats", default=",".join(DEFAULT_STATS), show_default=True,
     help="Comma-separated statistics (mi and class_moments only with a label).",
 )
-@click.option("--bins", default=STATISTIC_DEFAULTS["bins"], show_default=True, type=click.IntRange(min=1), help="Histogram bins per feature.")
+@job_option("statistics.bins", "--bins", type=click.IntRange(min=1), help="Histogram bins per feature.")
 @click.option("--range", "range_", default=None, metavar="LO:HI", help="Histogram range for every feature (one pass), or 'minmax'. Default: each feature's 0.1-99.9 % quantiles, widened by 5 %.")
 @click.option(
     "--like", "like_path", type=click.Path(), default=None, metavar="STATS",
     help="Count the histograms on the bins of the saved summary STATS (its ranges, bins and classes), "
     "for 'daskbatch compare STATS NEW'.",
 )
-@click.option("--ddof", default=STATISTIC_DEFAULTS["ddof"], show_default=True, type=click.IntRange(min=0))
+@job_option("statistics.ddof", "--ddof", type=click.IntRange(min=0))
 @click.option(
     "--cov", "cov_rows", type=click.Choice(["complete", "pairwise"]), default="complete", show_default=True,
     help="Rows of the covariance and correlation. complete: the rows finite in every feature; pairwise: "
     "for each pair, the rows where both are finite (as pandas' DataFrame.cov and corr).",
 )
-@click.option(
-    "--missing", type=click.Choice(["auto", "raise", "skip", "fill"]), default=packaged("job.statistics.missing"),
-    show_default=True,
+@job_option(
+    "statistics.missing", "--missing",
     help="Chunks absent from STORE. auto: as the writer meant (zarr, xarray and dask leave out chunks of "
     "fill values, so they read as the fill value; in a store daskbatch wrote they were lost: refuse); "
     "raise: refuse any (naming them); skip: compute on the rows whose chunks are present; fill: read "
     "zarr's fill values. Recorded in the summary's provenance.",
 )
 @click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise.")
-@click.option("--nan-policy", type=click.Choice(["omit", "propagate", "raise"]), default=STATISTIC_DEFAULTS["nan_policy"],
-              show_default=True)
+@job_option("statistics.nan_policy", "--nan-policy")
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
 @click.option(
@@ -124,7 +122,7 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
 @click.option("--cov-out", type=click.Path(), default=None, help="Zarr store for a covariance too wide for one worker (computed tile by tile when the plan says so).")
 @click.option("--cache/--no-cache", default=None, help="Keep decoded chunks in memory between the two passes, or read them twice. Default: keep them when they take at most daskbatch.cache-fraction of the workers' memory.")
 @device_option(
-    packaged("job.cluster.device"), "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
+    "Where the statistics run: gpu moves each block to the GPU once (CuPy); auto picks gpu "
     "when the workers are dask-cuda workers.",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True,

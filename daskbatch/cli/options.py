@@ -5,15 +5,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import typing
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 import click
 
 from daskbatch._common import DEVICES
 from daskbatch.cli._common import EXIT_BAD_INPUT, one_line_distributed_logs
 from daskbatch.config import packaged
-from daskbatch.jobs.schema import describe_value, short_text
+from daskbatch.jobs.schema import short_text
 from daskbatch.jobs.spec import (
     SECTIONS,
     ConfigFile,
@@ -40,11 +41,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 CLUSTER_CHOICES = (*KINDS, "threads")
 
 
-def device_option(default: str, help_: str) -> Callable[[F], F]:
-    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``): the one device vocabulary of every command."""
-    return click.option(  # type: ignore[no-any-return]
-        "--device", type=click.Choice(DEVICES), default=default, show_default=True, help=help_,
-    )
+def job_option(key: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """Add an option for the job key ``key`` (``statistics.bins``): its default from daskbatch.yaml, its choices the schema's."""
+    section, _, name = key.rpartition(".")
+    hint = typing.get_type_hints(SECTIONS[section] if section else JobSpec)[name]
+    if typing.get_origin(hint) is Literal:
+        kwargs.setdefault("type", click.Choice(typing.get_args(hint)))
+    return click.option(*decls, default=packaged(f"job.{key}"), show_default=True, **kwargs)
+
+
+def device_option(help_: str, default: str | None = None) -> Callable[[F], F]:
+    """Add ``--device {auto,cpu,gpu}`` (parameter ``device``), by default the job's (``cluster.device``)."""
+    if default is None:
+        return job_option("cluster.device", "--device", help=help_)
+    return click.option("--device", type=click.Choice(DEVICES), default=default, show_default=True, help=help_)
 
 
 def cluster_options(f: F) -> F:
@@ -62,9 +72,8 @@ def cluster_options(f: F) -> F:
     )(f)
     f = click.option("--address", metavar="ADDR",
                      help="Connect to a running scheduler, e.g. tcp://node1:8786. Overrides --cluster.")(f)
-    f = click.option(
-        "--cluster", type=click.Choice(CLUSTER_CHOICES), default=packaged("job.cluster.kind"), show_default=True,
-        envvar="DASKBATCH_CLUSTER",
+    f = job_option(
+        "cluster.kind", "--cluster", type=click.Choice(CLUSTER_CHOICES), envvar="DASKBATCH_CLUSTER",
         help="Cluster to start: auto (one dask-cuda worker per GPU, else none: dask's threaded scheduler "
         "in this process, as the Python API), local (a LocalCluster of worker processes), "
         "cuda, slurm/pbs (dask-jobqueue, configured in dask's jobqueue config), or "
@@ -174,36 +183,6 @@ def _fail(ctx: click.Context, message: str) -> NoReturn:
     raise AssertionError("unreachable")  # ctx.exit raises
 
 
-def _expected(param: click.Parameter) -> tuple[str, tuple[type, ...]]:
-    """What a value for ``param`` must be, in words and as Python types (YAML gives these)."""
-    kind = param.type
-    if isinstance(param, click.Option) and param.is_flag:
-        return "true or false", (bool,)
-    if isinstance(kind, click.types.IntParamType):
-        return "an integer", (int,)
-    if isinstance(kind, click.types.FloatParamType):
-        return "a number", (int, float)
-    if isinstance(kind, click.types.BoolParamType):
-        return "true or false", (bool,)
-    if isinstance(kind, click.Choice):
-        return f"one of {', '.join(map(str, kind.choices))}", (str,)
-    if isinstance(kind, click.Path):
-        return "a path (a string)", (str,)
-    return "a string", (str, int, float)  # e.g. --memory 16GiB, which YAML may read as a number
-
-
-def _check_value(ctx: click.Context, source: str, key: str, param: click.Parameter, value: Any) -> Any:
-    """``value`` checked against ``param``'s type; a one-line error naming ``key`` otherwise."""
-    words, types = _expected(param)
-    # bool is an int to Python, never an integer or a string to a user.
-    if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-        _fail(ctx, f"{source}: {short_text(key)} must be {words}, got {describe_value(value)}")
-    try:
-        return param.type_cast_value(ctx, value) if value is not None else None
-    except click.BadParameter as exc:
-        _fail(ctx, f"{source}: {key}: {exc.format_message()}")
-
-
 #: Keys of a job and the option (long name) each sets in describe and plan; a key whose option a
 #: command lacks (selection.*, transform.*, ...) belongs to ``daskbatch run`` and is left alone.
 _JOB_OPTIONS = {
@@ -287,7 +266,10 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
         target = by_flag.get(key)
         if target is None:
             continue
-        _check_value(ctx, value, key, target, val)
+        try:  # the schema has checked the value's type; the option's own bounds (bins >= 1) are checked here
+            target.type_cast_value(ctx, val)
+        except click.BadParameter as exc:
+            _fail(ctx, f"{value}: {key}: {exc.format_message()}")
         assert target.name is not None
         defaults[target.name] = val
     ctx.default_map = {**(ctx.default_map or {}), **defaults}

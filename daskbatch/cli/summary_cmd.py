@@ -11,7 +11,6 @@ import click
 import daskbatch as db
 from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, report, user_errors
 from daskbatch.cli.options import device_option
-from daskbatch.config import packaged
 from daskbatch.engine.checkpoint_files import interrupted_message
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import (
@@ -119,7 +118,7 @@ def _pca_spec(text: str) -> tuple[str, int]:
 @click.option("--label", default=None, help="Name of a label array in STORE to carry through (default: the store's).")
 @click.option("--chunk-rows", type=click.IntRange(min=1), default=None, help="Rows per block and output chunk.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None, help="Output dtype [default: float64 after arithmetic].")
-@device_option(packaged("job.cluster.device"), "gpu: copy each block to the GPU once; auto: compute where the blocks are.")
+@device_option("gpu: copy each block to the GPU once; auto: compute where the blocks are.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress bar on stderr, when stderr is a terminal (the log records start and end either way).")
 @user_errors

@@ -172,6 +172,7 @@ def check_config_file(where: str, loaded: Mapping[str, Any]) -> ConfigFile:
     if not isinstance(job, Mapping):
         raise JobConfigError(f"{where}: 'daskbatch.job' must be a mapping of its sections, got {describe_value(job)}")
     checked = _check_section(where, None, JobSpec, job)
+    _check_range_pair(where, checked.get("statistics", {}).get("range"))
     for key in FILE_ONLY:
         if key in checked:
             raise JobConfigError(f"{where}: 'daskbatch.job.{key}' is no job key: put dask settings at the top "
@@ -224,6 +225,12 @@ def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
         )
 
 
+def _check_range_pair(where: str, value: Any) -> None:
+    """Refuse a histogram range given as a list that is not [lo, hi] (``describe --config`` and ``run`` alike)."""
+    if isinstance(value, list) and len(value) != 2:
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {describe_value(value)}")
+
+
 def _check_consistency(where: str, job: JobSpec) -> None:
     """Rules across keys, each a one-line error."""
     if not job.input.store:
@@ -242,8 +249,7 @@ def _check_consistency(where: str, job: JobSpec) -> None:
         raise JobConfigError(f"{where}: cluster kind 'address' needs 'cluster.address'")
     if kind == "scheduler_file" and not job.cluster.scheduler_file:
         raise JobConfigError(f"{where}: cluster kind 'scheduler_file' needs 'cluster.scheduler_file'")
-    if isinstance(job.statistics.range, list) and len(job.statistics.range) != 2:
-        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {describe_value(job.statistics.range)}")
+    _check_range_pair(where, job.statistics.range)
     if isinstance(job.statistics.range, str) and job.statistics.range != "minmax":
         raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {describe_value(job.statistics.range)}")
     if len(job.transform.clip) != 2:
