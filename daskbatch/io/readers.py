@@ -48,7 +48,7 @@ def in_memory_as_dask(a: Any) -> da.Array:
 
 def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
     """Refuse a pandas Series whose index is not the DataFrame's row index (it would be used by position)."""
-    if index is None or series.index.equals(index):
+    if index is None or not is_instance(series, "pandas", "Series") or series.index.equals(index):
         return
     raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
 
@@ -243,8 +243,6 @@ class DataFrameReader(Reader):
         return is_instance(x, "pandas", "DataFrame") or is_instance(x, "dask.dataframe", "DataFrame")
 
     def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
-        import pandas as pd  # lazy: pandas
-
         super().__init__(x, label, **options)
         is_pandas = is_instance(x, "pandas", "DataFrame")
         what = self.what = self.what or "DataFrame"
@@ -254,7 +252,7 @@ class DataFrameReader(Reader):
             label, x = x[label], x.drop(columns=[label])
         profiled = [c for c, t in x.dtypes.items() if is_profiled(t)]  # text, categories, times: profiled
         frame, x = x[profiled], x.drop(columns=profiled)
-        if is_pandas and isinstance(label, pd.Series):
+        if is_pandas:
             check_series_index(label, x.index, "label", what)
         if is_pandas and profiled and not len(x.columns):
             # Text, categories or times only: zero numeric features in blocks of rows, named by the text's content
@@ -495,16 +493,19 @@ def reader_class(x: Any) -> type[Reader]:
 def open_reader(x: Any, label: Any = None, **options: Any) -> Reader:
     """Open ``x`` (and its label) with the first reader that can; ``options``: those of :class:`Reader`."""
     reader = reader_class(x)(x, label, **options)
-    reader.label = _label_values(reader.label)
+    reader.label = series_values(reader.label, "label", "sample needs a class")
     return reader
 
 
-def _label_values(label: Any) -> Any:
-    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
-    if is_instance(label, "pandas", "Series"):
-        if label.isna().any():
-            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
-        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
-    if is_instance(label, "dask.dataframe", "Series"):
-        return label.to_dask_array(lengths=True)
-    return label
+def series_values(series: Any, what: str, need: str, *, missing_as_nan: bool = False) -> Any:
+    """A pandas or dask Series as a NumPy or dask array (others as they are): missing values NaN, or refused."""
+    if is_instance(series, "dask.dataframe", "Series"):
+        return series.to_dask_array(lengths=True)
+    if not is_instance(series, "pandas", "Series"):
+        return series
+    if missing_as_nan:
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    if series.isna().any():
+        raise ValueError(f"{what} has {int(series.isna().sum()):,} missing values; every {need}")
+    numpy_dtype = getattr(series.dtype, "numpy_dtype", None)  # nullable integers: their NumPy dtype
+    return series.to_numpy(dtype=numpy_dtype) if numpy_dtype is not None else series.to_numpy()

@@ -105,11 +105,11 @@ class Source:
             "path": self.path,
             "size": self.size,
             "mtime_ns": self.mtime_ns,
-            "x": [list(self.x.shape), self.x.dtype.str],
-            "label": [list(self.label.shape), self.label.dtype.str] if self.label else None,
+            "x": [list(self.x.shape), np.dtype(self.x.dtype).str],
+            "label": [list(self.label.shape), np.dtype(self.label.dtype).str] if self.label else None,
         }
         if self.extra:  # absent without labels=/masks=: manifests of earlier versions still match
-            out["arrays"] = [[list(p.shape), p.dtype.str] for p in self.extra]
+            out["arrays"] = [[list(p.shape), np.dtype(p.dtype).str] for p in self.extra]
         return out
 
 
