@@ -147,12 +147,6 @@ class DatasetReader(Reader):
         return {**facts, "checksums": chunk_checksums(zarr_x) if zarr_x is not None else None}
 
 
-def is_zarr_store(path: str) -> bool:
-    """Whether local ``path`` names a Zarr store: a ``.zarr`` name, or a directory with Zarr metadata."""
-    return path.rstrip("/").lower().endswith(".zarr") or os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
-
-
 class ZarrReader(DatasetReader):
     """A Zarr store (path, URL, ``::`` path, zip file, zarr group or array, or ``da.from_zarr`` of one).
 
@@ -322,8 +316,10 @@ class FileReader(Reader):
         super().__init__(None, label, **options)
         self.path, self.key = os.fspath(x), self.key or "X"
         refuse_unreadable_path(self.path)
-        self.part = self.header()
-        self.array = self.to_dask()
+        if os.path.getsize(self.path) == 0:
+            raise ValueError("empty file (0 bytes)")
+        self.part = self.header()  # a 0-d array has no rows to read: its shape is refused by the caller
+        self.array = self._blocks() if self.part.shape else np.empty((), np.dtype(self.part.dtype))
         if isinstance(label, str) and not self.single:
             self.label = type(self)(self.path, key=label, what="label").array
 
@@ -331,38 +327,24 @@ class FileReader(Reader):
         """Shape, dtype and place of array :attr:`key` (``what`` it is); ValueError names what is wrong."""
         raise NotImplementedError
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The array's shape, from its header."""
-        return self.part.shape
-
-    @property
-    def dtype(self) -> Any:
-        """The array's dtype, from its header."""
-        return np.dtype(self.part.dtype)
-
-    def to_dask(self) -> da.Array:
+    def _blocks(self) -> da.Array:
         """The array as dask, a block of about ``target-chunk-bytes`` at a time, each block a :meth:`read`."""
-        row_bytes = max(1, int(np.prod(self.shape[1:])) * self.dtype.itemsize)
-        rows, step = self.shape[0], max(1, parse_bytes(config.get("target-chunk-bytes")) // row_bytes)
+        shape, dtype = self.part.shape, np.dtype(self.part.dtype)
+        row_bytes = max(1, int(np.prod(shape[1:])) * dtype.itemsize)
+        rows, step = shape[0], max(1, parse_bytes(config.get("target-chunk-bytes")) // row_bytes)
         stat = os.stat(self.path)
         name = f"{type(self).__name__.lower()}-{dask.base.tokenize(self.path, self.key, stat.st_size, stat.st_mtime_ns)}"
         starts = range(0, rows, step)
-        zeros = (0,) * (len(self.shape) - 1)
-        graph = {(name, k, *zeros): (self.read, a, min(a + step, rows)) for k, a in enumerate(starts)}
-        chunks = (tuple(min(step, rows - a) for a in starts) or (0,), *((n,) for n in self.shape[1:]))
-        return da.Array(graph, name, chunks, meta=np.empty((0,) * len(self.shape), dtype=self.dtype))
+        graph = {(name, k, *(0,) * (len(shape) - 1)): (self.read, a, min(a + step, rows)) for k, a in enumerate(starts)}
+        chunks = (tuple(min(step, rows - a) for a in starts) or (0,), *((n,) for n in shape[1:]))
+        return da.Array(graph, name, chunks, meta=np.empty((0,) * len(shape), dtype=dtype))
 
 
 def _npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """(shape, fortran_order, dtype, header length) from an open .npy stream at its start."""
-    version = npformat.read_magic(fp)
-    if version == (1, 0):
-        shape, fortran, dtype = npformat.read_array_header_1_0(fp)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = npformat.read_array_header_2_0(fp)
-    else:  # pragma: no cover - read_magic rejects others
-        raise ValueError(f"unsupported .npy version {version}")
+    # read_magic refuses versions it does not know; 2.0 and 3.0 share a header layout.
+    one = npformat.read_magic(fp) == (1, 0)
+    shape, fortran, dtype = (npformat.read_array_header_1_0 if one else npformat.read_array_header_2_0)(fp)
     return tuple(int(s) for s in shape), bool(fortran), np.dtype(dtype), fp.tell()
 
 

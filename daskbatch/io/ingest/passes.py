@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.readers import Reader, ZarrReader, is_zarr_store, open_reader, reader_class
+from daskbatch.io.readers import Reader, ZarrReader, open_reader, reader_class
 from daskbatch.io.table_files import natural_key
 
 Role = Literal["label", "mask"]
@@ -116,7 +116,7 @@ class Source:
 def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]], has_label: bool) -> Source:
     """One batch file's identity and the readers of x and the ``wanted`` (key, role) arrays; ValueError if bad."""
     reader = reader_class(path)
-    if reader is ZarrReader and not is_zarr_store(path):  # the readers' last word on a path: not one ingest reads
+    if reader is ZarrReader and not _is_zarr_store(path):  # the readers' last word on a path: not one ingest reads
         raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5, .parquet, .arrow/.feather or a Zarr store)")
     st = os.stat(path)
     if reader is not ZarrReader and st.st_size == 0:
@@ -139,6 +139,12 @@ def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]],
     label = parts[0] if has_label else None
     extra = tuple(parts[1:] if has_label else parts)
     return Source(path, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
+
+
+def _is_zarr_store(path: str) -> bool:
+    """Whether ``path`` names a Zarr store: a ``.zarr`` name, or a directory with Zarr metadata."""
+    return path.rstrip("/").lower().endswith(".zarr") or os.path.isdir(path) and any(
+        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
 
 
 #: Shown per kind of problem before "... and N more" (the count is always exact).
