@@ -134,6 +134,12 @@ def test_describe_reads_the_batch_files_ingest_reads(tmp_path) -> None:
     np.testing.assert_array_equal(from_npz.mi, expected.mi)
     with pytest.raises(FileNotFoundError, match="^no such file or directory: .*absent.npy"):
         db.describe(str(tmp_path / "absent.npy"))
+    (tmp_path / "empty.npy").touch()
+    with pytest.raises(ValueError, match=r"^\S+empty\.npy: empty file \(0 bytes\)$"):
+        db.describe(str(tmp_path / "empty.npy"))
+    np.savez(tmp_path / "a.npz", A=x)
+    with pytest.raises(ValueError, match=r"^\S+a\.npz: missing x key 'X' \(keys in file: A\)$"):
+        db.describe(str(tmp_path / "a.npz"))
 
 
 def test_a_from_zarr_array_names_its_store_by_path_and_finds_stored_weights(tmp_path) -> None:

@@ -314,11 +314,14 @@ class FileReader(Reader):
 
     def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
         super().__init__(None, label, **options)
-        self.path, self.key = os.fspath(x), self.key or "X"
+        self.path, by_key, self.key = os.fspath(x), self.key is not None, self.key or "X"
         refuse_unreadable_path(self.path)
-        if os.path.getsize(self.path) == 0:
-            raise ValueError("empty file (0 bytes)")
-        self.part = self.header()  # a 0-d array has no rows to read: its shape is refused by the caller
+        try:
+            if os.path.getsize(self.path) == 0:
+                raise ValueError("empty file (0 bytes)")
+            self.part = self.header()
+        except ValueError as exc:  # opened by key, by ingest, which names the file before the problem
+            raise exc if by_key else ValueError(f"{self.path}: {exc}") from None  # a 0-d array has no rows to read: its shape is refused by the caller
         self.array = self._blocks() if self.part.shape else np.empty((), np.dtype(self.part.dtype))
         if isinstance(label, str) and not self.single:
             self.label = type(self)(self.path, key=label, what="label").array
