@@ -13,7 +13,7 @@ import daskbatch as db
 from daskbatch.errors import DataError
 from daskbatch.io import readers
 from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK
-from daskbatch.io.readers import FILE_READERS, FileReader, Part, Reader, open_reader
+from daskbatch.io.readers import FileReader, Part, Reader, open_reader
 
 ROWS, COLS, CHUNK = 400, 3, 100
 FILL = -9999.0
@@ -84,8 +84,8 @@ class _RowsReader(Reader):
     def can_open(cls, x: object) -> bool:
         return isinstance(x, dict) and all(isinstance(v, list) for v in x.values())
 
-    def __init__(self, x: dict, label: object = None, *, what: str | None = None, missing: str = "auto") -> None:
-        super().__init__(np.column_stack([np.asarray(v, dtype="f8") for v in x.values()]), label, what=what or "rows")
+    def __init__(self, x: dict, label: object = None, **options: object) -> None:
+        super().__init__(np.column_stack([np.asarray(v, dtype="f8") for v in x.values()]), label, **options)
         self.names = tuple(x)
 
 
@@ -97,29 +97,49 @@ def test_a_new_input_format_is_one_reader_and_one_registry_line(monkeypatch) -> 
 
 
 class _TextReader(FileReader):
-    """A toy batch-file format: whitespace-separated numbers, one row a line."""
+    """A toy file format: whitespace-separated numbers, one row a line."""
 
-    single = True
+    suffixes = (".txt",)
 
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
-        values = np.loadtxt(path, ndmin=2)
+    def header(self) -> Part:
+        values = np.loadtxt(self.path, ndmin=2)
         return Part(values.shape, values.dtype.str)
 
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
-        return np.loadtxt(path, ndmin=2)[start:stop]
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return np.loadtxt(self.path, ndmin=2)[start:stop]
 
 
-def test_a_new_batch_file_format_for_ingest_is_one_reader_and_one_registry_line(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(FILE_READERS, ".txt", _TextReader)
+def test_a_new_file_format_is_one_reader_and_one_registry_line_for_describe_and_ingest(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(readers, "READERS", (_TextReader, *readers.READERS))
     rng = np.random.default_rng(0)
     parts = [rng.standard_normal((n, 3)) for n in (7, 5)]
     for i, part in enumerate(parts):
         np.savetxt(tmp_path / f"b{i}.txt", part, fmt="%.17g")
+    summary = db.describe(str(tmp_path / "b0.txt"), stats=("moments",))
+    np.testing.assert_allclose(summary.mean, parts[0].mean(axis=0), rtol=1e-14)
     report = db.ingest(str(tmp_path / "b*.txt"), str(tmp_path / "out.zarr"), chunk_rows=4)
     assert (report.rows, report.features) == (12, 3)
     np.testing.assert_array_equal(db.open_dataset(tmp_path / "out.zarr").x.compute(), np.concatenate(parts))
+
+
+def test_describe_reads_the_batch_files_ingest_reads(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((50, 4)), rng.integers(0, 3, 50)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "b.npz", X=x, y=y)
+    expected = db.describe(x, y, stats=("moments", "mi"))
+    np.testing.assert_array_equal(db.describe(str(tmp_path / "x.npy"), stats=("moments",)).mean, expected.mean)
+    from_npz = db.describe(tmp_path / "b.npz", label="y", stats=("moments", "mi"))
+    np.testing.assert_array_equal(from_npz.mean, expected.mean)
+    np.testing.assert_array_equal(from_npz.mi, expected.mi)
+    with pytest.raises(FileNotFoundError, match="^no such file or directory: .*absent.npy"):
+        db.describe(str(tmp_path / "absent.npy"))
+    (tmp_path / "empty.npy").touch()
+    with pytest.raises(ValueError, match=r"^\S+empty\.npy: empty file \(0 bytes\)$"):
+        db.describe(str(tmp_path / "empty.npy"))
+    np.savez(tmp_path / "a.npz", A=x)
+    with pytest.raises(ValueError, match=r"^\S+a\.npz: missing x key 'X' \(keys in file: A\)$"):
+        db.describe(str(tmp_path / "a.npz"))
 
 
 def test_a_from_zarr_array_names_its_store_by_path_and_finds_stored_weights(tmp_path) -> None:

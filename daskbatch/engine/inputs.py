@@ -18,7 +18,7 @@ import numpy as np
 from daskbatch import config
 from daskbatch._common import gpu_module
 from daskbatch.engine.reduce import TRANSFERS, part_rows_for
-from daskbatch.io.readers import check_series_index, in_memory_as_dask, is_instance, open_reader
+from daskbatch.io.readers import check_series_index, in_memory_as_dask, open_reader, series_values
 
 if TYPE_CHECKING:
     from daskbatch.io.dataset import Dataset
@@ -296,11 +296,8 @@ def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
     what = role
     if isinstance(value, str):
         value, what = _stored_array(value, data, role)
-    if is_instance(value, "pandas", "Series"):
-        check_series_index(value, data.row_index, role)
-        value = _pandas_values(value, what, noun, missing_as_nan=role == "target")
-    elif is_instance(value, "dask.dataframe", "Series"):
-        value = value.to_dask_array(lengths=True)
+    check_series_index(value, data.row_index, role)
+    value = series_values(value, what, f"row needs a {noun}", missing_as_nan=role == "target")
     # A masked target value is missing (NaN), a masked weight makes its row as if absent (0), as in
     # numpy.ma; a group key every row needs.
     value = unmasked(value, what, fill={"target": np.nan, "weights": 0.0}.get(role))
@@ -313,16 +310,6 @@ def _row_array(value: Any, data: FeatureMatrix, role: str, noun: str,
     if value.ndim != 1 or value.shape[0] != rows:
         raise ValueError(f"{what} has shape {tuple(value.shape)}; expected ({rows:,},): one {noun} per row of x")
     return value, what
-
-
-def _pandas_values(series: Any, what: str, noun: str, *, missing_as_nan: bool) -> np.ndarray:
-    """A pandas Series as NumPy: missing values as NaN (a target), else refused in one line."""
-    if missing_as_nan:
-        return series.to_numpy(dtype=np.float64, na_value=np.nan)
-    if series.isna().any():
-        raise ValueError(f"{what} has {int(series.isna().sum()):,} missing values; every row needs a {noun}")
-    numpy_dtype = getattr(series.dtype, "numpy_dtype", None)  # nullable integers: their NumPy dtype
-    return series.to_numpy(dtype=numpy_dtype) if numpy_dtype is not None else series.to_numpy()
 
 
 def _check_group_keys(dtype: Any, what: str) -> None:

@@ -1,7 +1,8 @@
 """Input readers behind one small protocol, as xarray's backends (``BackendEntrypoint``) are.
 
-``describe``'s input is opened by the first :data:`READERS` entry that can; ingest's batch files by the
-:data:`FILE_READERS` entry for their suffix. A new format is one class plus one registry line.
+``describe``'s input and each of ingest's batch files are opened by the first :data:`READERS` entry that can
+(:func:`open_reader`): shape, dtype, rows read a block at a time, integrity facts. A new format is one class plus
+one registry line.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any, ClassVar, Literal
 import dask.array as da
 import dask.base
 import numpy as np
+from dask.utils import parse_bytes
 from numpy.lib import format as npformat
 
+from daskbatch import config
 from daskbatch.io import tables
 from daskbatch.io.table_files import refuse_unreadable_path
 from daskbatch.stats.categorical import frame_blocks, is_profiled
@@ -45,7 +48,7 @@ def in_memory_as_dask(a: Any) -> da.Array:
 
 def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
     """Refuse a pandas Series whose index is not the DataFrame's row index (it would be used by position)."""
-    if index is None or series.index.equals(index):
+    if index is None or not is_instance(series, "pandas", "Series") or series.index.equals(index):
         return
     raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
 
@@ -59,14 +62,23 @@ def _zarr_array_of(a: Any) -> Any:
     return zarr_array_read_by(a)
 
 
-# --------------------------------------------------------------------------- readers of describe's inputs
+# --------------------------------------------------------------------------- the protocol, and in-memory inputs
 
 
 class Reader:
-    """One kind of input ``x`` and its label (array, Series or name), opened: array, label, names, facts."""
+    """One kind of input, opened: its array, label, feature names and facts; rows read a block at a time.
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+    ``what`` names it in messages; ``key`` picks one array of a source that holds several (ingest's x, label or
+    mask keys); ``exclude``: a table's columns that are not features (weights, target, group keys, labels).
+    """
+
+    #: Whether a source of this format holds one array only (no labels or masks beside it).
+    single: ClassVar[bool] = False
+
+    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
+                 key: str | None = None, exclude: tuple[str, ...] = ()) -> None:
         self.array, self.label, self.what = x, label, what
+        self.missing, self.key, self.exclude = missing, key, exclude
         self.names: tuple[str, ...] | None = None
         self.provenance: dict[str, Any] = {}
         self.source: Any = None  # the Dataset the arrays came from
@@ -99,7 +111,7 @@ class Reader:
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as NumPy."""
-        return np.asarray(self.to_dask()[start:stop].compute())
+        return np.asarray(self.to_dask()[start:stop].compute(scheduler="sync"))
 
     def facts(self) -> dict[str, Any]:
         """Integrity facts: absent chunks, the value they read as, a content digest (none for in-memory data)."""
@@ -114,12 +126,17 @@ class DatasetReader(Reader):
         """Whether ``x`` is a Dataset."""
         return hasattr(x, "x") and hasattr(x, "feature_names")
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
-        super().__init__(x.x, x.label if label is None else label, what=what, missing=missing)
-        self.source, self.frames = x, list(getattr(x, "frames", ()))
-        self.names = tuple(str(n) for n in x.feature_names)
-        self.provenance.update(x.provenance())
-        self.what = what or f"array {getattr(x, 'array_name', 'X')!r} of {getattr(x, 'path', '?')}"
+    def _open(self, dataset: Any, label: Any) -> None:
+        """Take the arrays, label (unless given), names and provenance of ``dataset``."""
+        self.array, self.label = dataset.x, dataset.label if label is None else label
+        self.source, self.frames = dataset, list(getattr(dataset, "frames", ()))
+        self.names = tuple(str(n) for n in dataset.feature_names)
+        self.provenance.update(dataset.provenance())
+        self.what = self.what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
+
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
+        super().__init__(x, label, **options)
+        self._open(x, label)
 
     def facts(self) -> dict[str, Any]:
         """Absent chunks, what they read as, and the stored chunks' CRC-32C digest (None without one)."""
@@ -131,7 +148,10 @@ class DatasetReader(Reader):
 
 
 class ZarrReader(DatasetReader):
-    """A Zarr store (path, URL, ``::`` path, zip file, zarr group or array, or ``da.from_zarr`` of one)."""
+    """A Zarr store (path, URL, ``::`` path, zip file, zarr group or array, or ``da.from_zarr`` of one).
+
+    Opened whole (``describe``: CF-decoded, integrity checked), or one array by ``key`` as stored (ingest).
+    """
 
     @classmethod
     def can_open(cls, x: Any) -> bool:
@@ -139,10 +159,14 @@ class ZarrReader(DatasetReader):
         node = is_instance(x, "zarr", "Group") or is_instance(x, "zarr", "Array")
         return isinstance(x, str | os.PathLike) or node or _zarr_array_of(x) is not None
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
         from daskbatch.io.dataset import Dataset  # lazy: zarr
         from daskbatch.io.zarr_store import ZarrStore  # lazy: zarr
 
+        Reader.__init__(self, x, label, **options)
+        if self.key is not None:  # one array as stored: no decoding, no integrity facts
+            self.array = _zarr_array(ZarrStore(os.fspath(x)), self.key, self.what or "x")
+            return
         chunks: Any = "auto"
         if isinstance(x, str | os.PathLike):
             x = os.fspath(x)
@@ -151,24 +175,53 @@ class ZarrReader(DatasetReader):
             x, chunks = found
         name = label if isinstance(label, str) else None
         # The store's open path in one call; then the Dataset's provenance (open_dataset would enter io/dataset twice).
-        dataset = Dataset(**ZarrStore.read_store(x, label=name, missing=missing, chunks=chunks))
-        super().__init__(dataset, None if name is not None else label, what=what, missing=missing)
+        self._open(Dataset(**ZarrStore.read_store(x, label=name, missing=self.missing, chunks=chunks)),
+                   None if name is not None else label)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` as NumPy (of the array as stored, when opened by key)."""
+        return np.asarray(self.array[start:stop]) if self.key is not None else super().read(start, stop)
+
+
+def _zarr_array(store: Any, key: str, what: str) -> Any:
+    """Array ``key`` of ``store`` (a bare array is x); ValueError names a missing key or a group."""
+    import zarr  # lazy: zarr
+
+    if isinstance(store.root, zarr.Array):
+        if what != "x":
+            raise ValueError(f"is a single array; it has no {what} key {key!r}")
+        return store.root
+    if key not in store.root:
+        have = store.array_names()
+        raise ValueError(f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})")
+    node = store.root[key]
+    if not isinstance(node, zarr.Array):
+        raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
+    return node
 
 
 class TableReader(DatasetReader):
-    """Parquet or Arrow IPC files (a file, a directory, a URL), or a :class:`~daskbatch.io.tables.Table`."""
+    """Parquet or Arrow IPC files (a file, a directory, a URL), or a :class:`~daskbatch.io.tables.Table`.
+
+    By ``key`` (ingest): x is ``X`` (every numeric column) or comma-separated names, less ``exclude``; a label or
+    a mask is the column ``key``.
+    """
 
     @classmethod
     def can_open(cls, x: Any) -> bool:
         """Whether ``x`` is a Table or the path or URL of table files."""
         return isinstance(x, tables.Table) or tables.is_table_path(x)
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
-                 exclude: tuple[str, ...] = ()) -> None:  # exclude: weights, target or group keys by name
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
+        Reader.__init__(self, x, label, **options)
+        if self.key is not None:
+            self.array = tables.ingest_array(os.fspath(x), self.key, self.exclude, x=self.what in (None, "x"))
+            return
         name = label if isinstance(label, str) else None
-        x = tables.reopened(x, name, exclude) if isinstance(x, tables.Table) else tables.open_table(
-            x, label=name, exclude=exclude)
-        super().__init__(x, None if name is not None else label, what=what or f"table {x.path}", missing=missing)
+        x = tables.reopened(x, name, self.exclude) if isinstance(x, tables.Table) else tables.open_table(
+            x, label=name, exclude=self.exclude)
+        self.what = self.what or f"table {x.path}"
+        self._open(x, None if name is not None else label)
 
 
 #: Rows per block of a pandas DataFrame of text, category or time columns only (the numbers' blocks set it otherwise).
@@ -183,18 +236,17 @@ class DataFrameReader(Reader):
         """Whether ``x`` is a pandas or dask DataFrame."""
         return is_instance(x, "pandas", "DataFrame") or is_instance(x, "dask.dataframe", "DataFrame")
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
-        import pandas as pd  # lazy: pandas
-
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
+        super().__init__(x, label, **options)
         is_pandas = is_instance(x, "pandas", "DataFrame")
-        what = what or "DataFrame"
+        what = self.what = self.what or "DataFrame"
         if isinstance(label, str):
             if label not in x.columns:
                 raise KeyError(f"label {label!r} is not a column of the {what} (columns: {list(x.columns)[:10]})")
             label, x = x[label], x.drop(columns=[label])
         profiled = [c for c, t in x.dtypes.items() if is_profiled(t)]  # text, categories, times: profiled
         frame, x = x[profiled], x.drop(columns=profiled)
-        if is_pandas and isinstance(label, pd.Series):
+        if is_pandas:
             check_series_index(label, x.index, "label", what)
         if is_pandas and profiled and not len(x.columns):
             # Text, categories or times only: zero numeric features in blocks of rows, named by the text's content
@@ -210,7 +262,7 @@ class DataFrameReader(Reader):
                 array = da.from_array(array, chunks=("auto", -1), name=f"frame-{dask.base.tokenize(array, frame)}")
         else:
             array = x.to_dask_array(lengths=True)
-        super().__init__(array, label, what=what, missing=missing)
+        self.array, self.label = array, label
         self.names = tuple(str(c) for c in x.columns)
         self.row_index = x.index if is_pandas else None
         self.frames = frame_blocks(frame, self.chunks) if profiled else []
@@ -224,44 +276,20 @@ class DataArrayReader(Reader):
         """Whether ``x`` is an xarray DataArray."""
         return hasattr(x, "dims") and hasattr(x, "coords") and hasattr(x, "variable")
 
-    def __init__(self, x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto") -> None:
-        if what is None and x.name is not None:
-            what = f"DataArray {x.name!r}"
-        super().__init__(x.data, label, what=what, missing=missing)
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
+        super().__init__(x.data, label, **options)
+        if self.what is None and x.name is not None:
+            self.what = f"DataArray {x.name!r}"
         if x.ndim == 2 and x.dims[1] in x.coords:
             self.names = tuple(str(n) for n in x.coords[x.dims[1]].values)
 
 
-#: Readers of ``describe``'s ``x``, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
-READERS: tuple[type[Reader], ...] = (TableReader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader)
-
-
-def open_reader(x: Any, label: Any = None, *, what: str | None = None, missing: str = "auto",
-                exclude: tuple[str, ...] = ()) -> Reader:
-    """Open ``x`` (and its label; ``exclude``: a table's non-feature columns) with the first reader that can."""
-    cls = next(c for c in READERS if c.can_open(x))
-    reader = cls(x, label, what=what, missing=missing, **({"exclude": exclude} if cls is TableReader else {}))
-    reader.label = _label_values(reader.label)
-    return reader
-
-
-def _label_values(label: Any) -> Any:
-    """A pandas or dask Series label as a NumPy or dask array (others as they are)."""
-    if is_instance(label, "pandas", "Series"):
-        if label.isna().any():
-            raise ValueError(f"label has {int(label.isna().sum()):,} missing values; every sample needs a class")
-        return label.to_numpy(dtype=label.dtype.numpy_dtype) if hasattr(label.dtype, "numpy_dtype") else label.to_numpy()
-    if is_instance(label, "dask.dataframe", "Series"):
-        return label.to_dask_array(lengths=True)
-    return label
-
-
-# --------------------------------------------------------------------------- readers of ingest's batch files
+# --------------------------------------------------------------------------- readers of local array files
 
 
 @dataclass(frozen=True)
 class Part:
-    """Where one array (x, a label or a mask) lives inside a batch file: shape, dtype, order, raw byte offset."""
+    """Where an array lives inside a file: shape, dtype, order, byte offset of its raw data (to map it)."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -269,15 +297,57 @@ class Part:
     offset: int | None = None  # byte offset of raw data, for memory mapping (npy, stored npz)
 
 
+class FileReader(Reader):
+    """A local file of arrays by key (``X`` by default), opened by its :meth:`header` and read by :meth:`read`.
+
+    ``describe`` reads its rows a block at a time through :meth:`to_dask`; a label by name is the array of that key.
+    """
+
+    #: The format's file name suffixes.
+    suffixes: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def can_open(cls, x: Any) -> bool:
+        """Whether ``x`` is a local path with one of :attr:`suffixes`."""
+        path = os.fspath(x) if isinstance(x, str | os.PathLike) else ""
+        return "://" not in path and path.lower().endswith(cls.suffixes)
+
+    def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
+        super().__init__(None, label, **options)
+        self.path, by_key, self.key = os.fspath(x), self.key is not None, self.key or "X"
+        refuse_unreadable_path(self.path)
+        try:
+            if os.path.getsize(self.path) == 0:
+                raise ValueError("empty file (0 bytes)")
+            self.part = self.header()
+        except ValueError as exc:  # opened by key, by ingest, which names the file before the problem
+            raise exc if by_key else ValueError(f"{self.path}: {exc}") from None  # a 0-d array has no rows to read: its shape is refused by the caller
+        self.array = self._blocks() if self.part.shape else np.empty((), np.dtype(self.part.dtype))
+        if isinstance(label, str) and not self.single:
+            self.label = type(self)(self.path, key=label, what="label").array
+
+    def header(self) -> Part:
+        """Shape, dtype and place of array :attr:`key` (``what`` it is); ValueError names what is wrong."""
+        raise NotImplementedError
+
+    def _blocks(self) -> da.Array:
+        """The array as dask, a block of about ``target-chunk-bytes`` at a time, each block a :meth:`read`."""
+        shape, dtype = self.part.shape, np.dtype(self.part.dtype)
+        row_bytes = max(1, int(np.prod(shape[1:])) * dtype.itemsize)
+        rows, step = shape[0], max(1, parse_bytes(config.get("target-chunk-bytes")) // row_bytes)
+        stat = os.stat(self.path)
+        name = f"{type(self).__name__.lower()}-{dask.base.tokenize(self.path, self.key, stat.st_size, stat.st_mtime_ns)}"
+        starts = range(0, rows, step)
+        graph = {(name, k, *(0,) * (len(shape) - 1)): (self.read, a, min(a + step, rows)) for k, a in enumerate(starts)}
+        chunks = (tuple(min(step, rows - a) for a in starts) or (0,), *((n,) for n in shape[1:]))
+        return da.Array(graph, name, chunks, meta=np.empty((0,) * len(shape), dtype=dtype))
+
+
 def _npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """(shape, fortran_order, dtype, header length) from an open .npy stream at its start."""
-    version = npformat.read_magic(fp)
-    if version == (1, 0):
-        shape, fortran, dtype = npformat.read_array_header_1_0(fp)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = npformat.read_array_header_2_0(fp)
-    else:  # pragma: no cover - read_magic rejects others
-        raise ValueError(f"unsupported .npy version {version}")
+    # read_magic refuses versions it does not know; 2.0 and 3.0 share a header layout.
+    one = npformat.read_magic(fp) == (1, 0)
+    shape, fortran, dtype = (npformat.read_array_header_1_0 if one else npformat.read_array_header_2_0)(fp)
     return tuple(int(s) for s in shape), bool(fortran), np.dtype(dtype), fp.tell()
 
 
@@ -297,40 +367,21 @@ def _mapped(path: str, part: Part, start: int, stop: int) -> np.ndarray:
     return mm[start:stop]
 
 
-class FileReader:
-    """One format of ingest's batch files: the header of an array in a file, and rows of it."""
-
-    #: Whether one file holds one array only (no labels or masks beside it).
-    single: ClassVar[bool] = False
-
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
-        """Shape, dtype and place of array ``key`` (``what`` it is) in ``path``; ValueError names what is wrong."""
-        raise NotImplementedError
-
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` of array ``key`` of ``path``."""
-        raise NotImplementedError
-
-
 class NpyReader(FileReader):
     """A ``.npy`` file: one array, memory-mapped."""
 
-    single = True
+    suffixes, single = (".npy",), True
 
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
-        """The file's header (``key`` is not used)."""
-        with open(path, "rb") as fp:
+    def header(self) -> Part:
+        """The file's header (the key is not used)."""
+        with open(self.path, "rb") as fp:
             shape, fortran, dtype, header = _npy_header(fp)
-        _check_payload("file", shape, dtype, os.stat(path).st_size - header)
+        _check_payload("file", shape, dtype, os.stat(self.path).st_size - header)
         return Part(shape, dtype.str, fortran, header)
 
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int) -> np.ndarray:
         """Rows of the mapped file."""
-        return _mapped(path, part, start, stop)
+        return _mapped(self.path, self.part, start, stop)
 
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, 30 bytes
@@ -346,17 +397,18 @@ class _Inflated(threading.local):
 class NpzReader(FileReader):
     """A ``.npz`` file: arrays by key; an uncompressed member is memory-mapped, a compressed one inflated once."""
 
+    suffixes = (".npz",)
     _cache = _Inflated()
 
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
+    def header(self) -> Part:
         """The member's header, and its byte offset when stored uncompressed."""
+        key, path = self.key, self.path
         with zipfile.ZipFile(path) as zf:
             try:
                 info = zf.getinfo(f"{key}.npy")
             except KeyError:
                 keys = sorted(n[:-4] for n in zf.namelist() if n.endswith(".npy"))
-                raise ValueError(f"missing {what} key {key!r} (keys in file: {', '.join(keys) or 'none'})") from None
+                raise ValueError(f"missing {self.what or 'x'} key {key!r} (keys in file: {', '.join(keys) or 'none'})") from None
             with zf.open(info) as member:
                 shape, fortran, dtype, header = _npy_header(member)
         _check_payload(f"member {key!r}", shape, dtype, info.file_size - header)
@@ -368,16 +420,16 @@ class NpzReader(FileReader):
             offset = info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1] + header
         return Part(shape, dtype.str, fortran, offset)
 
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int) -> np.ndarray:
         """Rows of the mapped member, or of the inflated one (kept for the next chunk of this thread)."""
-        if part.offset is not None:
-            return _mapped(path, part, start, stop)
-        cache = cls._cache
-        if cache.path != path or cache.arrays is None:
-            cache.arrays, cache.path = {}, path  # the previous batch dropped before inflating the next
+        if self.part.offset is not None:
+            return _mapped(self.path, self.part, start, stop)
+        cache = self._cache
+        if cache.path != self.path or cache.arrays is None:
+            cache.arrays, cache.path = {}, self.path  # the previous batch dropped before inflating the next
+        key = str(self.key)
         if key not in cache.arrays:
-            with np.load(path, allow_pickle=False) as z:
+            with np.load(self.path, allow_pickle=False) as z:
                 cache.arrays[key] = z[key]
         return cache.arrays[key][start:stop]
 
@@ -385,94 +437,60 @@ class NpzReader(FileReader):
 class H5Reader(FileReader):
     """An HDF5 file (needs h5py): datasets by key."""
 
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
+    suffixes = (".h5", ".hdf5")
+
+    def header(self) -> Part:
         """The dataset's shape and dtype."""
         try:
             import h5py
         except ImportError as exc:  # pragma: no cover - optional extra
             raise ValueError("reading HDF5 needs h5py: pip install 'daskbatch[hdf5]'") from exc
-        with h5py.File(path, "r") as f:
-            node = f.get(key)
+        with h5py.File(self.path, "r") as f:
+            node = f.get(self.key)
             if not isinstance(node, h5py.Dataset):
                 keys: list[str] = []
                 f.visititems(lambda n, o: keys.append(n) if isinstance(o, h5py.Dataset) else None)
-                raise ValueError(f"missing {what} key {key!r} (datasets in file: {', '.join(keys) or 'none'})")
+                raise ValueError(f"missing {self.what or 'x'} key {self.key!r} (datasets in file: {', '.join(keys) or 'none'})")
             return Part(tuple(int(s) for s in node.shape), np.dtype(node.dtype).str)
 
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int) -> np.ndarray:
         """Rows of the dataset."""
         import h5py
 
-        with h5py.File(path, "r") as f:
-            return f[key][start:stop]
+        with h5py.File(self.path, "r") as f:
+            return f[self.key][start:stop]
 
 
-class ZarrFileReader(FileReader):
-    """A Zarr store, opened as :class:`~daskbatch.io.zarr_store.ZarrStore` opens any: arrays by key, or a bare array."""
-
-    @classmethod
-    def _array(cls, path: str, key: str, what: str) -> Any:
-        """Array ``key`` of the store (a bare array is x)."""
-        import zarr  # lazy: zarr
-
-        from daskbatch.io.zarr_store import ZarrStore  # lazy: dask, zarr
-
-        store = ZarrStore(path)
-        if isinstance(store.root, zarr.Array):
-            if what != "x":
-                raise ValueError(f"is a single array; it has no {what} key {key!r}")
-            return store.root
-        if key not in store.root:
-            have = store.array_names()
-            raise ValueError(f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})")
-        node = store.root[key]
-        if not isinstance(node, zarr.Array):
-            raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
-        return node
-
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
-        """The array's shape and dtype."""
-        arr = cls._array(path, key, what)
-        return Part(tuple(int(s) for s in arr.shape), np.dtype(arr.dtype).str)
-
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
-        """Rows of the array."""
-        return np.asarray(cls._array(path, key, "x")[start:stop])
+# --------------------------------------------------------------------------- the registry
 
 
-class TableFileReader(FileReader):
-    """A Parquet or Arrow IPC file: x is its numeric columns (key ``X``, less ``!name`` s), labels and masks by name."""
-
-    @classmethod
-    def part(cls, path: str, key: str, what: str) -> Part:
-        """Shape and dtype of x or of one column."""
-        array = tables.ingest_array(path, key, x=what == "x", quiet=what != "x")
-        return Part(tuple(int(n) for n in array.shape), array.dtype.str)
-
-    @classmethod
-    def rows(cls, path: str, part: Part, key: str, start: int, stop: int) -> np.ndarray:
-        """Rows of x or of one column."""
-        array = tables.ingest_array(path, key, x=len(part.shape) == 2)
-        return np.asarray(array[start:stop].compute(scheduler="sync"))
+#: The readers, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
+READERS: tuple[type[Reader], ...] = (
+    TableReader, NpyReader, NpzReader, H5Reader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader,
+)
 
 
-#: Ingest's batch-file readers by suffix (a directory holding Zarr metadata is a Zarr store).
-FILE_READERS: dict[str, type[FileReader]] = {
-    ".npy": NpyReader, ".npz": NpzReader, ".h5": H5Reader, ".hdf5": H5Reader, ".zarr": ZarrFileReader,
-    **dict.fromkeys(tables.TABLE_SUFFIXES, TableFileReader),
-}
+def reader_class(x: Any) -> type[Reader]:
+    """The first of :data:`READERS` that reads ``x``."""
+    return next(c for c in READERS if c.can_open(x))
 
 
-def file_reader(path: str) -> tuple[str, type[FileReader]] | None:
-    """The kind (suffix without its dot) and reader of batch file ``path``, or None for an unknown type."""
-    ext = os.path.splitext(path.rstrip("/"))[1].lower()
-    if ext not in FILE_READERS and os.path.isdir(path) and any(
-        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup")
-    ):
-        ext = ".zarr"
-    reader = FILE_READERS.get(ext)
-    return None if reader is None else ({".hdf5": "h5"}.get(ext, ext[1:]), reader)
+def open_reader(x: Any, label: Any = None, **options: Any) -> Reader:
+    """Open ``x`` (and its label) with the first reader that can; ``options``: those of :class:`Reader`."""
+    reader = reader_class(x)(x, label, **options)
+    reader.label = series_values(reader.label, "label", "sample needs a class")
+    return reader
+
+
+def series_values(series: Any, what: str, need: str, *, missing_as_nan: bool = False) -> Any:
+    """A pandas or dask Series as a NumPy or dask array (others as they are): missing values NaN, or refused."""
+    if is_instance(series, "dask.dataframe", "Series"):
+        return series.to_dask_array(lengths=True)
+    if not is_instance(series, "pandas", "Series"):
+        return series
+    if missing_as_nan:
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    if series.isna().any():
+        raise ValueError(f"{what} has {int(series.isna().sum()):,} missing values; every {need}")
+    numpy_dtype = getattr(series.dtype, "numpy_dtype", None)  # nullable integers: their NumPy dtype
+    return series.to_numpy(dtype=numpy_dtype) if numpy_dtype is not None else series.to_numpy()

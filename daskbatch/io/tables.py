@@ -389,15 +389,14 @@ def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table: 
 # --------------------------------------------------------------------------- ingest's view of one table file
 
 
-def ingest_array(path: str, key: str, *, x: bool, quiet: bool = True) -> da.Array:  # numpydoc ignore=PR01,RT01
-    """The x of one ingest source (``key``: ``X``, every numeric column, or names; ``!name`` leaves one out), or column ``key``."""
+def ingest_array(path: str, key: str, exclude: Sequence[str] = (), *, x: bool) -> da.Array:  # numpydoc ignore=PR01,RT01
+    """The x of one ingest source (``key``: ``X``, every numeric column, or names; less ``exclude``), or column ``key``."""
     if not x:
         return _open_table(path, None, key, None, quiet=True, fingerprint=False).label  # type: ignore[return-value]
-    selection, *excluded = key.split("!")
-    names = None if selection == "X" else selection.split(",")
-    table = _open_table(path, names, None, None, quiet=quiet, fingerprint=False, excluded=excluded)
+    names = None if key == "X" else key.split(",")
+    table = _open_table(path, names, None, None, fingerprint=False, excluded=exclude)
     if not table.feature_names:
         raise TypeError(f"{path} has no numeric columns to ingest (only text, categories or times)")
-    if table.frames and not quiet:  # describe profiles them; ingest writes numbers only
+    if table.frames:  # describe profiles them; ingest writes numbers only
         warn(f"{path}: skipping its non-numeric columns (text, categories, times): ingest writes numbers", UserWarning)
     return table.x

@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -376,51 +376,28 @@ def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
     return node
 
 
-def _run(
-    writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Progress
-) -> None:
-    """Write ``todo`` chunks with at most ``workers`` in flight; log each as it finishes."""
+def _run(writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Progress) -> None:
+    """Write ``todo`` chunks, ``workers`` at a time; log each as it finishes."""
     log = DoneLog(out, name=DONE_FILE)
-    running: dict[Future[int], int] = {}
-    error: BaseException | None = None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
+    running = {pool.submit(writer.write, c): c for c in todo}  # a queued chunk holds no memory until it runs
     try:
-        for c in todo:
-            running[pool.submit(writer.write, c)] = c
-            if len(running) < workers:
-                continue
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            _collect(finished, running, log, bar)
-        while running:
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            _collect(finished, running, log, bar)
-    except BaseException as exc:  # also KeyboardInterrupt: stop cleanly, keep the log
-        error = exc
-        for f in running:
-            f.cancel()
-        raise
-    finally:
+        for f in as_completed(running):
+            c = running.pop(f)
+            try:
+                f.result()
+            except OSError as exc:
+                raise OSError(
+                    exc.errno,
+                    f"writing output chunk {c} failed: {exc.strerror or exc}. The store is left "
+                    "incomplete; fix the cause and re-run the same command to resume",
+                ) from exc
+            log.add(c)
+            bar.advance()
+    finally:  # also KeyboardInterrupt or a cancel: stop cleanly, keep the log
         pool.shutdown(wait=True, cancel_futures=True)
         # Chunks that finished while we were stopping are complete: record them too.
-        if error is not None:
-            for f, c in running.items():
-                if f.done() and not f.cancelled() and f.exception() is None:
-                    log.add(c)
+        for f, c in running.items():
+            if f.done() and not f.cancelled() and f.exception() is None:
+                log.add(c)
         log.close()
-
-
-def _collect(
-    finished: set[Future[int]], running: dict[Future[int], int], log: DoneLog, bar: Progress
-) -> None:
-    for f in finished:
-        c = running.pop(f)
-        try:
-            f.result()
-        except OSError as exc:
-            raise OSError(
-                exc.errno,
-                f"writing output chunk {c} failed: {exc.strerror or exc}. The store is left "
-                "incomplete; fix the cause and re-run the same command to resume",
-            ) from exc
-        log.add(c)
-        bar.advance()

@@ -11,14 +11,14 @@ import struct
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.readers import FILE_READERS, Part, file_reader
-from daskbatch.io.table_files import TABLE_SUFFIXES, natural_key
+from daskbatch.io.readers import Reader, ZarrReader, open_reader, reader_class
+from daskbatch.io.table_files import natural_key
 
 Role = Literal["label", "mask"]
 #: What ``labels=`` and ``masks=`` take: one key, keys, or output name -> key.
@@ -79,16 +79,15 @@ def columns_of(label_key: str | None, labels: ColumnsArg, masks: ColumnsArg) -> 
 
 @dataclass(frozen=True)
 class Source:
-    """One batch file as scanned: its identity (size, mtime) and its arrays' metadata."""
+    """One batch file as scanned: its identity (size, mtime) and the readers of its arrays."""
 
     path: str
-    kind: str
     size: int
     mtime_ns: int
-    x: Part
-    label: Part | None = None
-    #: One part per column of the scan (``labels=``, ``masks=``), in its order.
-    extra: tuple[Part, ...] = ()
+    x: Reader
+    label: Reader | None = None
+    #: One reader per column of the scan (``labels=``, ``masks=``), in its order.
+    extra: tuple[Reader, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -106,30 +105,30 @@ class Source:
             "path": self.path,
             "size": self.size,
             "mtime_ns": self.mtime_ns,
-            "x": [list(self.x.shape), self.x.dtype],
-            "label": [list(self.label.shape), self.label.dtype] if self.label else None,
+            "x": [list(self.x.shape), np.dtype(self.x.dtype).str],
+            "label": [list(self.label.shape), np.dtype(self.label.dtype).str] if self.label else None,
         }
         if self.extra:  # absent without labels=/masks=: manifests of earlier versions still match
-            out["arrays"] = [[list(p.shape), p.dtype] for p in self.extra]
+            out["arrays"] = [[list(p.shape), np.dtype(p.dtype).str] for p in self.extra]
         return out
 
 
 def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]], has_label: bool) -> Source:
-    """One batch file's identity and the headers of x and the ``wanted`` (key, role) arrays; ValueError if bad."""
-    found = file_reader(path)
-    if found is None:
+    """One batch file's identity and the readers of x and the ``wanted`` (key, role) arrays; ValueError if bad."""
+    reader = reader_class(path)
+    if reader is ZarrReader and not _is_zarr_store(path):  # the readers' last word on a path: not one ingest reads
         raise ValueError("unknown file type (expected .npy, .npz, .h5/.hdf5, .parquet, .arrow/.feather or a Zarr store)")
-    kind, reader = found
     st = os.stat(path)
-    if kind != "zarr" and st.st_size == 0:
+    if reader is not ZarrReader and st.st_size == 0:
         raise ValueError("empty file (0 bytes)")
     if reader.single and wanted:
         raise ValueError(
             ".npy files hold one array; labels and masks (--label-key, --label, --mask) "
             "need .npz, HDF5 or Zarr sources"
         )
-    x = reader.part(path, x_read_key(x_key, kind, [key for key, _ in wanted]), "x")
-    parts = [reader.part(path, key, role) for key, role in wanted]
+    # A table's x is its numeric columns less those read as labels or masks.
+    x = open_reader(path, key=x_key or "X", what="x", exclude=tuple(key for key, _ in wanted))
+    parts = [open_reader(path, key=key, what=role) for key, role in wanted]
     if len(x.shape) != 2:
         raise ValueError(f"x has shape {x.shape}; expected 2-D (rows, features)")
     for (key, role), p in zip(wanted, parts, strict=True):
@@ -139,13 +138,13 @@ def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]],
             )
     label = parts[0] if has_label else None
     extra = tuple(parts[1:] if has_label else parts)
-    return Source(path, kind, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
+    return Source(path, int(st.st_size), int(st.st_mtime_ns), x, label, extra)
 
 
-def x_read_key(x_key: str | None, kind: str, others: Sequence[str]) -> str:
-    """The key x is read by: in a table, its numeric columns less those read as labels or masks (``X!y!m``)."""
-    key = x_key or "X"
-    return "!".join([key, *others]) if f".{kind}" in TABLE_SUFFIXES else key
+def _is_zarr_store(path: str) -> bool:
+    """Whether ``path`` names a Zarr store: a ``.zarr`` name, or a directory with Zarr metadata."""
+    return path.rstrip("/").lower().endswith(".zarr") or os.path.isdir(path) and any(
+        os.path.exists(os.path.join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
 
 
 #: Shown per kind of problem before "... and N more" (the count is always exact).
@@ -305,7 +304,7 @@ def scan_sources(
     return scan
 
 
-def _column_dtype(parts: list[tuple[str, Part | None]], what: str, role: str, problems: list[str]) -> str | None:
+def _column_dtype(parts: list[tuple[str, Reader | None]], what: str, role: str, problems: list[str]) -> str | None:
     """The output dtype of one 1-D array over all sources (their common type); bad ones go to ``problems``."""
     present = [(path, np.dtype(p.dtype)) for path, p in parts if p is not None]
     bad = [(path, d) for path, d in present if d.kind not in DTYPE_KINDS[role]]
@@ -325,7 +324,7 @@ def as_json(scan: Scan) -> dict[str, Any]:
         "label_dtype": scan.label_dtype,
         "rows": scan.rows,
         "features": scan.features,
-        "sources": [{**s.identity(), "kind": s.kind, "x_part": asdict(s.x)} for s in scan.sources],
+        "sources": [s.identity() for s in scan.sources],
     }
     if scan.columns:  # absent without labels=/masks=: manifests of earlier versions still match
         out["arrays"] = _columns_json(scan)
@@ -441,11 +440,9 @@ class ChunkWriter:
             dest = slice(p.dest, p.dest + p.stop - p.start)
             try:
                 # Assignment casts into the buffer; no temporary for mapped sources.
-                reader = FILE_READERS[f".{src.kind}"]
-                x_key = x_read_key(self.scan.x_key, src.kind, [key for _, key, _ in outputs])
-                xbuf[dest] = reader.rows(src.path, src.x, x_key, p.start, p.stop)
-                for buf, (_, key, _), part in zip(bufs, outputs, parts, strict=True):
-                    buf[dest] = reader.rows(src.path, part, key, p.start, p.stop)
+                xbuf[dest] = src.x.read(p.start, p.stop)
+                for buf, part in zip(bufs, parts, strict=True):
+                    buf[dest] = part.read(p.start, p.stop)
             except (OSError, ValueError, KeyError, EOFError) as exc:
                 raise DataError(
                     f"cannot read rows {p.start}:{p.stop} of {src.path} (for output chunk {chunk}): "
