@@ -169,6 +169,10 @@ def _computed(
                                *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
         names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
     )
+    plan_record = None if chosen is None else {  # the provenance's, asked of the plan while it is at hand
+        "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
+        "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
+    }
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
     dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
     wanted = tuple(r for r in wanted if r.name in planned)
@@ -281,10 +285,7 @@ def _computed(
         bias=moments.bias, nan_policy=moments.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
         pass_seconds=list(runner.seconds), chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, miller_madow=stats.mi.miller_madow, device=device,
-        device_reason=where.reason, cached=cached, layout=layout, plan=None if chosen is None else {
-            "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
-            "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
-        },
+        device_reason=where.reason, cached=cached, layout=layout, plan=plan_record,
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), daskbatch_version=__version__,
         input_tokens=[token],  # merge and update refuse to count these rows twice
     )

@@ -202,10 +202,6 @@ class Declaration:  # numpydoc ignore=PR02
     fused: bool = True
     kernels: tuple[str, ...] = ()
 
-    def summary_variables(self, done: Finished) -> dict[str, Any]:
-        """Turn what the passes finished into this statistic's summary variables (empty when not computed)."""  # numpydoc ignore=PR01,RT01
-        return self.summarize(self, done)
-
 
 def bias_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01
     """The ``bias`` attribute of skew and kurtosis (an int: netCDF attributes have no bool)."""

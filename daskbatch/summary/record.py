@@ -309,7 +309,8 @@ class Summary:
         """
         done = Finished(dict(results), provenance, states,
                         {"mi": MutualInformation(base=mi_base, miller_madow=miller_madow)})
-        by_statistic = {d.name: values for d in STATISTICS.values() if (values := d.summary_variables(done))}
+        # Each declaration's own function, called from here: the results go to the statistic's module and back once.
+        by_statistic = {d.name: values for d in STATISTICS.values() if (values := d.summarize(d, done))}
         extra = {name: r for name, r in results.items() if name not in STATISTICS}
         if extra:
             provenance["user_statistics"] = sorted(extra)
