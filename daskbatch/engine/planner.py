@@ -15,7 +15,7 @@ import numpy as np
 from daskbatch._common import Device, checked_device
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
 from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
-from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
+from daskbatch.planning.search import plan_chunks, plan_dropping_sketch
 from daskbatch.runtime.capacity import active_client, cuda_device_count, resources_auto
 from daskbatch.stats.classes import (
     ClassValues,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from daskbatch.engine.inputs import FeatureMatrix
 
-__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics",
+__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics", "recorded_n_classes",
            "resolve_classes"]
 
 
@@ -229,6 +229,15 @@ def max_classes() -> int:  # numpydoc ignore=RT01
     if value < 1:
         raise ValueError(f"daskbatch.max-classes must be >= 1, got {value}")
     return value
+
+
+def recorded_n_classes(obj: Any) -> int | None:  # numpydoc ignore=PR01,RT01
+    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
+    n = getattr(obj, "n_classes", None)
+    if n is None:
+        synth = (getattr(obj, "attrs", None) or {}).get("synth")
+        n = synth.get("classes") if isinstance(synth, dict) else None
+    return int(n) if n is not None else None
 
 
 def _recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:
