@@ -42,7 +42,7 @@ TASKS = "dask/local.py"  # the synchronous scheduler running a task
 ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns; 38 before the memory model asked
 #: each statistic's footprint once per plan; 18 before the classes a store records were read in the planner): most are
-#: (planning/plan.py) and the passes calling reduce.
+#: the pure planner's search calling the memory model (planning/plan.py) and the passes calling reduce.
 ENGINE_RETURNS = 17
 #: io files the walk visits: the readers, the table-path check, the store (its open path, with outputs' zarr
 #: target and the chunk grid behind it), the Dataset, and the object store's twin for the rows' checksums.
