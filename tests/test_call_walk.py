@@ -41,9 +41,10 @@ TASKS = "dask/local.py"  # the synchronous scheduler running a task
 #: reduce, the planner, planning search, memory and plan, the rows' fingerprint, passes).
 ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns; 38 before the memory model asked
-#: each statistic's footprint once per plan; 18 before the classes a store records were read in the planner): most are
-#: the pure planner's search calling the memory model (planning/plan.py) and the passes calling reduce.
-ENGINE_RETURNS = 17
+#: each statistic's footprint once per plan; 18 before the planner read the classes a store records, 17 before
+#: describe's layout was one call): most are the pure planner's search calling the memory model (planning/plan.py)
+#: and the passes calling reduce.
+ENGINE_RETURNS = 15
 #: io files the walk visits: the readers, the table-path check, the store (its open path, with outputs' zarr
 #: target and the chunk grid behind it), the Dataset, and the object store's twin for the rows' checksums.
 IO_FILES = 7
@@ -51,15 +52,15 @@ IO_FILES = 7
 #: for the rows' checksums (io/chunk_grid.py). Opening the store returns to none (main before it was one call: 4).
 IO_RETURNS = 2
 #: The array's own walk (:func:`follow`), through its results to the Summary: the issue's target is at most 12 files
-#: and no return; today's numbers are the bar (main before: 37 files, 106 stops, 67 returns, 2 climbs).
-ARRAY_FILES = 36
-ARRAY_STOPS = 97
-ARRAY_RETURNS = 59
+#: and no return; today's numbers are the bar (main before: 35 files, 93 stops, 56 returns, 2 climbs).
+ARRAY_FILES = 34
+ARRAY_STOPS = 83
+ARRAY_RETURNS = 47
 #: Its part up to the passes (the array itself, before it becomes statistics; main before: 16 files, 22 stops, 6
-#: returns): the returns are the readers' two calls, describe's two into the pipeline, the planner's three (classes,
-#: plan, the label's check), to_device, the chunk grid's checksums.
+#: returns): the returns are the readers' two calls, describe's two into the pipeline, to_device and the chunk grid's
+#: checksums (the planner's three, classes, plan and the label's check, are one call now: lay_out).
 INPUT_FILES = 15
-INPUT_RETURNS = 5
+INPUT_RETURNS = 4
 
 
 def _package_file(frame: FrameType | None) -> str | None:
@@ -128,9 +129,11 @@ def _parts(value: Any) -> list[Any]:
 def follow(call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...] = ASIDE) -> list[tuple[str, bool]]:
     """Run ``call()`` traced: the stops of the calls into ``package``'s files that carry ``start`` or what it became.
 
-    A call carries the data when an argument (or an item or attribute of one) is, by identity, ``start`` or a
-    value a carrying call returned; what a carrying call returns joins them unless trivial. Calls from the package
-    into other code (``dataclasses.replace``, a dask array's ``rechunk``) pass what they return on too.
+    A call carries the data when an argument, or an item or attribute of one (two levels down: the runner holding
+    the FeatureMatrix holding the array), is by identity ``start`` or a value a carrying call returned; what a
+    carrying call returns joins them unless trivial (each value of a tuple returned; not the attributes of an object
+    returned, which are not the data for being carried beside it). Calls from the package into other code
+    (``dataclasses.replace``, a dask array's ``rechunk``) pass what they return on too.
     """
     held: dict[int, Any] = {id(start): start}  # by identity; the values are kept alive so that no id is reused
     carrying: set[int] = set()  # the frames of the calls that carry the data, until they return
@@ -154,10 +157,9 @@ def follow(call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...]
         if event == "return":
             if id(frame) in carrying:
                 carrying.discard(id(frame))
-                if not _trivial(arg):
-                    for part in _parts(arg):
-                        if not _trivial(part):
-                            held.setdefault(id(part), part)
+                for value in (arg, *arg) if isinstance(arg, tuple) else (arg,):  # a tuple: several values returned
+                    if not _trivial(value):
+                        held.setdefault(id(value), value)
             return
         if event != "call":
             return
