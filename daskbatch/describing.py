@@ -20,7 +20,7 @@ from daskbatch.errors import CompleteRowsWarning, DataError, SuspectValueWarning
 from daskbatch.runtime.capacity import logged_run
 from daskbatch.stats.spec import DEFAULT_STATS, configured, normalize_stats
 from daskbatch.summary import Summary
-from daskbatch.summary.reprs import covariance_message, suspect_message
+from daskbatch.summary.reprs import covariance_message, summary_suspect_values, suspect_message
 
 __all__ = ["describe"]
 
@@ -118,11 +118,13 @@ def describe(
 
 def _warn_untrustworthy(summary: Summary) -> None:
     """Warn once about a complete-rows covariance that left out many rows, and about suspect values."""
-    # The unlabelled arrays: a pandas Series of each count would import pandas (0.3 s) for a warning's test.
-    dropped = covariance_message(summary.arrays)
+    # The unlabelled arrays, made once for both: a pandas Series of each count would import pandas (0.3 s) for a
+    # warning's test.
+    arrays = summary.arrays
+    dropped = covariance_message(arrays)
     if dropped is not None:
         warn(CompleteRowsWarning(dropped))
-    suspect = suspect_message(summary.suspect_values or ())
+    suspect = suspect_message(summary_suspect_values(arrays) or ())  # what summary.suspect_values gives
     if suspect is not None:
         warn(SuspectValueWarning(suspect))
 

@@ -10,11 +10,21 @@ file is on the stack any more, else a *climb back up* (a callback). The issue's
 target is at most 12 files and no return; the io open path and the statistics are
 being rewritten at the same time, so the engine's part is asserted and the whole
 walk printed.
+
+That walk counts every call between package files: the statistics' set-up and the
+configuration's look-ups as much as the data. The issue's measurement follows the
+array (:func:`follow`): a call *carries* it when one of its arguments is the path
+given to ``describe``, or an object derived from it: anything not trivial that a
+call carrying it returned (the reader, the zarr array, the dask array, the
+FeatureMatrix ...) and the attributes of such an object. Only the calls that carry
+it make the walk's stops.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import types
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,15 +41,26 @@ TASKS = "dask/local.py"  # the synchronous scheduler running a task
 #: reduce, the planner, planning search, memory and plan, the rows' fingerprint, passes).
 ENGINE_FILES = 10
 #: Returns into those files today (main before the pipeline: 16 files, 70 returns; 38 before the memory model asked
-#: each statistic's footprint once per plan): most are the pure planner's search calling the memory model
-#: (planning/plan.py) and the passes calling reduce.
-ENGINE_RETURNS = 18
+#: each statistic's footprint once per plan; 18 before the planner read the classes a store records, 17 before
+#: describe's layout was one call): most are the pure planner's search calling the memory model (planning/plan.py)
+#: and the passes calling reduce.
+ENGINE_RETURNS = 15
 #: io files the walk visits: the readers, the table-path check, the store (its open path, with outputs' zarr
 #: target and the chunk grid behind it), the Dataset, and the object store's twin for the rows' checksums.
 IO_FILES = 7
 #: Returns into io: the engine wrapping the reader's array (io/readers.py) and the pipeline asking the chunk grid
 #: for the rows' checksums (io/chunk_grid.py). Opening the store returns to none (main before it was one call: 4).
 IO_RETURNS = 2
+#: The array's own walk (:func:`follow`), through its results to the Summary: the issue's target is at most 12 files
+#: and no return; today's numbers are the bar (main before: 35 files, 93 stops, 56 returns, 2 climbs).
+ARRAY_FILES = 33
+ARRAY_STOPS = 79
+ARRAY_RETURNS = 44
+#: Its part up to the passes (the array itself, before it becomes statistics; main before: 16 files, 22 stops, 6
+#: returns): the returns are the readers' two calls, describe's two into the pipeline, to_device and the chunk grid's
+#: checksums (the planner's three, classes, plan and the label's check, are one call now: lay_out).
+INPUT_FILES = 15
+INPUT_RETURNS = 4
 
 
 def _package_file(frame: FrameType | None) -> str | None:
@@ -80,6 +101,99 @@ def walk(call: Any, within: str | None = None) -> list[tuple[str, bool]]:
     return stops
 
 
+#: Values that are not the data, however they were made: scalars, text, types, functions, modules, dtypes.
+PLAIN = (type(None), bool, int, float, complex, str, bytes, type, types.FunctionType, types.BuiltinFunctionType,
+         types.MethodType, types.ModuleType, np.dtype, np.generic)
+
+
+def _trivial(value: Any) -> bool:
+    """Whether ``value`` carries no data: a plain value, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(map(_trivial, value))
+    return isinstance(value, PLAIN)
+
+
+def _parts(value: Any) -> list[Any]:
+    """``value`` and what it holds one level down: a container's items, an object's attributes."""
+    if isinstance(value, tuple | list | set | frozenset):
+        inner = list(value)
+    elif isinstance(value, dict):
+        inner = list(value.values())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        inner = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    else:
+        inner = list(getattr(value, "__dict__", {}).values())
+    return [value, *inner]
+
+
+def follow(call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...] = ASIDE) -> list[tuple[str, bool]]:
+    """Run ``call()`` traced: the stops of the calls into ``package``'s files that carry ``start`` or what it became.
+
+    A call carries the data when an argument, or an item or attribute of one (two levels down: the runner holding
+    the FeatureMatrix holding the array), is by identity ``start`` or a value a carrying call returned; what a
+    carrying call returns joins them unless trivial (each value of a tuple returned; not the attributes of an object
+    returned, which are not the data for being carried beside it). Calls from the package into other code
+    (``dataclasses.replace``, a dask array's ``rechunk``) pass what they return on too.
+    """
+    held: dict[int, Any] = {id(start): start}  # by identity; the values are kept alive so that no id is reused
+    carrying: set[int] = set()  # the frames of the calls that carry the data, until they return
+    stops: list[tuple[str, bool]] = []
+
+    def inside(name: str) -> str | None:
+        """The file relative to ``package``, or None outside it (and for the files set aside)."""
+        if not name.startswith(package) or name[len(package):].startswith(aside):
+            return None
+        return name[len(package):]
+
+    def carries(frame: FrameType) -> bool:
+        """Whether one of the frame's arguments is the data or holds it."""
+        code = frame.f_code
+        n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
+        names = code.co_varnames[:n]
+        values = [frame.f_locals.get(a) for a in names]
+        return any(id(part) in held for v in values for inner in _parts(v) for part in _parts(inner))
+
+    def on_event(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "return":
+            if id(frame) in carrying:
+                carrying.discard(id(frame))
+                for value in (arg, *arg) if isinstance(arg, tuple) else (arg,):  # a tuple: several values returned
+                    if not _trivial(value):
+                        held.setdefault(id(value), value)
+            return
+        if event != "call":
+            return
+        here, caller = inside(frame.f_code.co_filename), frame.f_back
+        from_package = caller is not None and inside(caller.f_code.co_filename) is not None
+        if here is None and not from_package:
+            return  # neither a call into the package nor one the package makes
+        up = caller
+        while up is not None:
+            if up.f_code.co_filename.endswith(TASKS) or (here is not None and inside(up.f_code.co_filename) is None
+                                                          and up.f_code.co_filename.startswith(package)):
+                return  # a task the scheduler runs, or a call under the files set aside
+            up = up.f_back
+        if not carries(frame):
+            return
+        carrying.add(id(frame))
+        if here is None or (caller is not None and inside(caller.f_code.co_filename) == here):
+            return  # a call out of the package, or within one file: no stop
+        on_stack, up = False, caller
+        while up is not None:
+            on_stack = on_stack or inside(up.f_code.co_filename) == here
+            up = up.f_back
+        if not stops or stops[-1][0] != here:
+            stops.append((here, on_stack))
+
+    with dask.config.set(scheduler="sync"):
+        sys.setprofile(on_event)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+    return stops
+
+
 def returns(stops: list[tuple[str, bool]]) -> tuple[list[str], list[str]]:
     """The returns to a file already left, and the climbs back up (in a file with a frame on the stack)."""
     seen = [f for f, _ in stops]
@@ -91,6 +205,72 @@ def test_returns_tell_a_file_left_from_a_callback() -> None:
     assert returns([("a", False), ("b", False), ("c", False)]) == ([], [])
     # a calls b, b returns, a calls c, c calls back into a (a climb), then a calls b again (a return)
     assert returns([("a", False), ("b", False), ("c", False), ("a", True), ("b", False)]) == (["b"], ["a"])
+
+
+CHAIN = {
+    "front.py": """
+import dataclasses
+from chain import opener, work
+
+@dataclasses.dataclass
+class Matrix:
+    x: object
+    rows: int
+
+def describe(path):
+    reader = opener.open_it(path)
+    work.settings(3)  # no data: not a stop
+    # made outside the chain from the data: the new Matrix holds none of the values followed, only replace knows
+    data = dataclasses.replace(Matrix(reader.block(), 2), x=None)
+    return work.run(data)
+
+def helper(data):
+    return data.rows
+""",
+    "opener.py": """
+class Reader:
+    def __init__(self, path):
+        self.path = path
+    def block(self):
+        return [1.0, 2.0]
+
+def open_it(path):
+    return Reader(path)
+
+def shape_of(data):
+    return (data.rows,)
+""",
+    "work.py": """
+from chain import front, opener
+
+def settings(n):
+    return {"n": n}
+
+def run(data):
+    opener.shape_of(data)  # back into a file left: a return
+    return front.helper(data)  # into a file on the stack: a climb
+""",
+}
+
+
+def test_follow_tracks_the_data_through_a_chain(tmp_path: Path, monkeypatch: Any) -> None:
+    package = tmp_path / "chain"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in CHAIN.items():
+        (package / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from chain import front  # type: ignore[import-not-found]
+
+    path = str(tmp_path / "data.zarr")
+    stops = follow(lambda: front.describe(path), path, package=str(package) + "/", aside=())
+    # front (from outside), opener (open_it, the Reader and its block: one stop), work (settings carries nothing,
+    # run carries the Matrix holding the block), opener again (a return), front (a climb)
+    assert stops == [("front.py", False), ("opener.py", False), ("work.py", False), ("opener.py", False),
+                     ("front.py", True)], stops
+    assert returns(stops) == (["opener.py"], ["front.py"])
+    # nothing carries another path
+    assert follow(lambda: front.describe(path), str(tmp_path), package=str(package) + "/", aside=()) == []
 
 
 def test_one_describe_walks_the_pipeline_once(tmp_path: Path) -> None:
@@ -120,6 +300,35 @@ def test_one_describe_walks_the_pipeline_once(tmp_path: Path) -> None:
     print("returns into io:", {f: io_back.count(f) for f in dict.fromkeys(io_back)})
     assert len(io) <= IO_FILES, io
     assert len(io_back) <= IO_RETURNS, io_back
+
+
+def _print_walk(stops: list[tuple[str, bool]], what: str) -> tuple[list[str], list[str], list[str]]:
+    """Print the walk's totals and each file's stops, returns and climbs; its files, returns and climbs."""
+    files = list(dict.fromkeys(f for f, _ in stops))
+    back, climbs = returns(stops)
+    print(f"\n{what}: {len(files)} package files, {len(stops)} stops, {len(back)} returns to a file already left, "
+          f"{len(climbs)} climbs back up")
+    print("  " + " -> ".join(f + ("^" if held else "") for f, held in stops))
+    for f in files:
+        print(f"  {f}: {sum(s == f for s, _ in stops)} stops, {back.count(f)} returns, {climbs.count(f)} climbs")
+    return files, back, climbs
+
+
+def test_the_array_walks_few_files_and_returns_to_none(tmp_path: Path) -> None:
+    store = tmp_path / "small.zarr"
+    db.synth(store, rows=400, features=5, classes=3, chunk_rows=100, seed=1)
+    path = str(store)
+    db.describe(path, label="y")  # warm: first imports and compilations are not the walk
+    stops = follow(lambda: db.describe(path, label="y"), path)
+    files, back, climbs = _print_walk(stops, "the array")
+    assert "io/zarr_store.py" in files and "engine/passes.py" in files  # it follows the array into the passes
+    assert len(files) <= ARRAY_FILES, files
+    assert len(stops) <= ARRAY_STOPS
+    assert len(back) <= ARRAY_RETURNS, back
+    into_passes = [f for f, _ in stops].index("engine/passes.py") + 1
+    files, back, _ = _print_walk(stops[:into_passes], "the array up to the passes")
+    assert len(files) <= INPUT_FILES, files
+    assert len(back) <= INPUT_RETURNS, back
 
 
 def test_opening_a_store_enters_each_file_once(tmp_path: Path) -> None:

@@ -31,10 +31,10 @@ from daskbatch.cli.options import (
     table_report,
 )
 from daskbatch.demo import DEMO_ROWS, run_demo
-from daskbatch.engine.planner import plan
+from daskbatch.engine.planner import plan, recorded_n_classes
 from daskbatch.jobs import versions
 from daskbatch.jobs.spec import effective_config
-from daskbatch.planning.search import plan_dropping_sketch, recorded_n_classes, sketch_in_plan
+from daskbatch.planning.search import plan_dropping_sketch, sketch_in_plan
 from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
 from daskbatch.runtime.runlock import exit_now
 from daskbatch.stats.kernels.preflight import check_gpu

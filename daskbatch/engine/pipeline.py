@@ -17,7 +17,6 @@ from daskbatch._common import Device, warn
 from daskbatch._version import __version__
 from daskbatch.config import resolve_split_every
 from daskbatch.engine.checkpoint import run_checkpointed_profile
-from daskbatch.engine.checkpoint_files import recorded_layout
 from daskbatch.engine.fingerprint import checksum_token, listing_token
 from daskbatch.engine.inputs import (
     FeatureMatrix,
@@ -26,13 +25,13 @@ from daskbatch.engine.inputs import (
     to_device,
 )
 from daskbatch.engine.passes import PassRunner, compute, tiled_covariance
-from daskbatch.engine.planner import checked_label, plan_statistics, resolve_classes
+from daskbatch.engine.planner import lay_out
 from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
-from daskbatch.errors import GPUFallbackWarning, OverflowWarning, RangeWarning
+from daskbatch.errors import GPUFallbackWarning, OverflowWarning
 from daskbatch.io.outputs import check_output
-from daskbatch.planning.plan import Plan, Resources
-from daskbatch.planning.search import DeviceChoice, plan_dropping_sketch, sketch_in_plan
+from daskbatch.planning.plan import Plan
+from daskbatch.planning.search import DeviceChoice
 from daskbatch.runtime.capacity import active_client, note_pass
 from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
@@ -43,23 +42,17 @@ from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
-from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
-from daskbatch.stats.registry import Kept, footprint_of
-from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
+from daskbatch.stats.registry import Kept
 from daskbatch.stats.spearman import RankMap, Spearman
 from daskbatch.stats.spec import (
     COV,
-    SKETCH,
     Configured,
     counts_by_label,
     counts_histograms,
     describe_statistics,
     grouped_statistics,
     names_of,
-    ranks_by_sketch,
-    requested,
-    target_statistics,
     user_statistics,
 )
 from daskbatch.stats.target import target_cuts
@@ -144,53 +137,14 @@ def _computed(
         if not reads_weights(stat):  # before any compute: weights would not reach it
             raise ValueError(f"statistic {stat.name!r} does not take sample weights (its chunk has no weights=)")
 
-    # -- the layout: the user's, else a resumed checkpoint's, else the plan's
-    plan, chunk_rows, split_every, layout = _run_layout(run.plan, run.split_every, run.checkpoint, run.force)
-    if targeted:
-        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, stats.mi.target_bins)
-        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
-    elif any(r.needs_label for r in wanted):
-        given_cuts, title = None, "group-key scan" if grouped else "label scan"  # negative keys: groups only
-        class_values, classes_from = resolve_classes(
-            data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
-            compute=lambda d: compute(d, run.progress, title),
-        )
-    else:
-        given_cuts, class_values, classes_from = None, None, None
-    target_mi = targeted and counts_by_label(wanted)
-    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
-    pairwise = COV in wanted and stats.cov.rows == "pairwise"
-    ranked = ranks_by_sketch(wanted)
-    if ranked and data.weights is not None:
-        raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
-    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
-    chosen, planned = plan_dropping_sketch(
-        lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
-                               *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
-        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
-    )
-    planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
-    dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
-    wanted = tuple(r for r in wanted if r.name in planned)
-    if dropped and range_ is None:  # no given range: the last resort, said (a given one is kept)
-        range_ = "minmax"
-        warn(RangeWarning(
-            "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
-            f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
-            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1][:2]):,} bytes a feature); give range= (--range) "
-            "to choose them, or raise the worker's memory"
-        ))
-    fan_in = resolve_split_every(split_every if split_every is not None else
-                                 chosen.split_every if chosen is not None else None)
-    rows = chunk_rows if chunk_rows is not None else chosen.chunk_rows if chosen is not None else None
-    if rows is not None and max(data.x.chunks[0]) > rows:  # only larger blocks are split: merging adds a copy
-        data = dataclasses.replace(data, x=data.x.rechunk({0: rows}))
-    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
-        assert data.label is not None
-        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
-    if class_values is not None:  # checked just above, or found by scanning this very label
-        data = dataclasses.replace(data, label_checked=True)
-    data = to_device(data, device)  # the last hop: blocks move once, already in their final shape
+    # -- the layout: the user's, else a resumed checkpoint's, else the plan's; the classes; the blocks to run
+    laid = lay_out(data, stats, wanted, custom, run, grouped=grouped, targeted=targeted, device=device,
+                   compute=lambda graph, title: compute(graph, run.progress, title))
+    wanted, custom, chosen, plan_record, layout = laid.wanted, laid.custom, laid.chosen, laid.plan_record, laid.layout
+    class_values, classes_from, given_cuts = laid.class_values, laid.classes_from, laid.given_cuts
+    target_mi, found_cuts, ranked, range_, fan_in = laid.target_mi, laid.found_cuts, laid.ranked, laid.range_, laid.fan_in
+    sketch_window = laid.sketch_window
+    data = to_device(laid.data, device)  # the last hop: blocks move once, already in their final shape
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=_protected_paths(data, run.checkpoint))
@@ -281,10 +235,7 @@ def _computed(
         bias=moments.bias, nan_policy=moments.nan_policy, split_every=fan_in, passes=2 if two_passes else 1,
         pass_seconds=list(runner.seconds), chunk_rows=int(max(data.x.chunks[0])), n_chunks=int(data.x.numblocks[0]),
         range_given=explicit, classes_from=classes_from, miller_madow=stats.mi.miller_madow, device=device,
-        device_reason=where.reason, cached=cached, layout=layout, plan=None if chosen is None else {
-            "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
-            "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
-        },
+        device_reason=where.reason, cached=cached, layout=layout, plan=plan_record,
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), daskbatch_version=__version__,
         input_tokens=[token],  # merge and update refuse to count these rows twice
     )
@@ -331,48 +282,6 @@ def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions
                   **progress_options(run.progress)) as bar:
         return run_checkpointed_profile(profile, data, label, split_every=fan_in, progress=bar,
                                         directory=run.checkpoint, force=run.force)
-
-
-def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> tuple[Any, int | None, int | None, str]:
-    """What to plan with, chunk rows and fan-in (None: the plan decides) and where they come from."""
-    # Resuming needs the grid and fan-in the checkpoint was written with (the cluster, and with it the
-    # automatic plan, may have changed since), so without a request of its own a resumed run takes the
-    # recorded layout and says so. A layout the user asked for (split_every, a Plan, Resources, or plan=None
-    # for the input's blocks) is never overridden: the checkpoint's fingerprint refuses one that differs.
-    if split_every is not None:
-        resolve_split_every(split_every)  # validate before anything else
-    recorded = None
-    if checkpoint is not None and not force and isinstance(plan, str) and plan == "auto":
-        recorded = recorded_layout(checkpoint)
-    if recorded is None:
-        return plan, None, split_every, "plan" if plan is not None else "input chunks"
-    fan_in = split_every if split_every is not None else recorded["split_every"]
-    log.info("resuming on the checkpoint's layout: chunk_rows=%s, split_every=%s", f"{recorded['chunk_rows']:,}", fan_in)
-    return None, recorded["chunk_rows"], fan_in, "checkpoint"
-
-
-def _planned(
-    plan: Any, split_every: int | None, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
-    n_classes: tuple[int, ...] | None,
-) -> Any:
-    """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
-    if plan is None:
-        return None
-    if isinstance(plan, Plan):
-        chosen = plan
-    elif (isinstance(plan, str) and plan == "auto") or isinstance(plan, Resources):
-        chosen = plan_statistics(data, names, bins=bins, resources=plan, split_every=split_every,
-                                 n_classes=None if n_classes is None else len(n_classes), device=device)
-    else:
-        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
-    if chosen.shape != tuple(data.x.shape):
-        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
-        log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
-    else:
-        for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
-            log.info("%s", line)
-    return chosen
 
 
 def _cache_blocks(cache: bool | str, data: FeatureMatrix, chosen: Plan | None, device: str) -> bool:

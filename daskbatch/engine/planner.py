@@ -1,21 +1,25 @@
 """``plan``: where data, configuration and the live cluster meet the pure planner, and the label's class values.
 
 :mod:`daskbatch.planning` reads no configuration and never sees a cluster; this module gathers those inputs
-(a store's chunks, ``dask.config``, the workers, the label's classes) for ``describe`` and the CLI.
+(a store's chunks, ``dask.config``, the workers, the label's classes) for ``describe`` and the CLI, and lays out
+``describe``'s passes (:func:`lay_out`: classes, plan and blocks in one step).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from daskbatch._common import Device, checked_device
+from daskbatch._common import Device, checked_device, warn
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
+from daskbatch.errors import RangeWarning
 from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
-from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, recorded_n_classes
+from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, sketch_in_plan
 from daskbatch.runtime.capacity import active_client, cuda_device_count, resources_auto
 from daskbatch.stats.classes import (
     ClassValues,
@@ -28,15 +32,20 @@ from daskbatch.stats.declaration import Footprint
 from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
 from daskbatch.stats.numerics import namespace
+from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
 from daskbatch.stats.registry import footprint_of
+from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
+    COV,
     DEFAULT_STATS,
     SKETCH,
+    Configured,
     configured,
     counts_by_label,
     describe_statistics,
     grouped_statistics,
     names_of,
+    ranks_by_sketch,
     requested,
     target_statistics,
 )
@@ -46,9 +55,12 @@ if TYPE_CHECKING:
     from dask.delayed import Delayed
 
     from daskbatch.engine.inputs import FeatureMatrix
+    from daskbatch.engine.run_options import RunOptions
 
-__all__ = ["checked_label", "max_classes", "plan", "plan_describe", "plan_statistics",
-           "resolve_classes"]
+__all__ = ["Layout", "checked_label", "lay_out", "max_classes", "plan", "plan_describe", "plan_statistics",
+           "recorded_n_classes", "resolve_classes"]
+
+log = logging.getLogger("daskbatch.describe")  # describe's log: the layout is its step
 
 
 def plan(
@@ -213,6 +225,132 @@ def plan_describe(  # numpydoc ignore=PR01,RT01
     return chosen
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """What :func:`lay_out` decided for ``describe``: the data in the blocks to run, the statistics, plan and classes."""
+
+    data: FeatureMatrix  # rechunked to the plan's rows, its label checked; not yet on the device
+    wanted: tuple[Any, ...]  # the built-in statistics that fit the plan
+    custom: tuple[Any, ...]  # the user's statistics, and those a continuous target fuses into the first pass
+    chosen: Plan | None
+    plan_record: dict[str, Any] | None  # the provenance's account of the plan
+    class_values: tuple[int, ...] | None
+    classes_from: str | None
+    given_cuts: Any
+    target_mi: bool
+    found_cuts: bool  # the target's bins are cut at the quantiles the first pass finds
+    ranked: bool
+    sketch_window: tuple[int, str, float] | None
+    range_: Any  # "minmax" where not even the narrowest sketch fits and no range was given
+    fan_in: int
+    layout: str  # where chunk rows and fan-in came from: "plan", "input chunks" or "checkpoint"
+
+
+def lay_out(  # numpydoc ignore=PR01,RT01
+    data: FeatureMatrix, stats: Configured, wanted: tuple[Any, ...], custom: tuple[Any, ...], run: RunOptions, *,
+    grouped: bool, targeted: bool, device: str, compute: Callable[[Delayed, str], Any],
+) -> Layout:
+    """Lay out ``describe``'s passes over ``data``: the class values, the plan (a sketch that does not fit narrowed or left out), the blocks."""
+    # The data come here once and leave in their final blocks: the classes sized the plan, the plan the blocks,
+    # and the label is checked in those blocks (compute: the caller's scheduler and progress, with a title).
+    range_, bins = stats.histogram.range, stats.histogram.bins
+    plan, chunk_rows, split_every, layout = _run_layout(run.plan, run.split_every, run.checkpoint, run.force)
+    if targeted:
+        wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, stats.mi.target_bins)
+        custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
+    elif any(r.needs_label for r in wanted):
+        given_cuts, title = None, "group-key scan" if grouped else "label scan"  # negative keys: groups only
+        class_values, classes_from = resolve_classes(
+            data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
+            compute=lambda graph: compute(graph, title),
+        )
+    else:
+        given_cuts, class_values, classes_from = None, None, None
+    target_mi = targeted and counts_by_label(wanted)
+    found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    ranked = ranks_by_sketch(wanted)
+    if ranked and data.weights is not None:
+        raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
+    chosen, planned = plan_dropping_sketch(
+        lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
+                               *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
+        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
+    )
+    plan_record = None if chosen is None else {  # the provenance's, asked of the plan while it is at hand
+        "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
+        "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
+    }
+    planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
+    dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
+    wanted = tuple(r for r in wanted if r.name in planned)
+    if dropped and range_ is None:  # no given range: the last resort, said (a given one is kept)
+        range_ = "minmax"
+        warn(RangeWarning(
+            "histogram ranges from each feature's min and max, the last resort (one outlier stretches a range): "
+            f"the quantile sketch that chooses robust ranges does not fit a worker even with {WINDOWS[-1][0]:,} "
+            f"buckets per sign ({state_bytes_per_feature(*WINDOWS[-1][:2]):,} bytes a feature); give range= (--range) "
+            "to choose them, or raise the worker's memory"
+        ))
+    fan_in = resolve_split_every(split_every if split_every is not None else
+                                 chosen.split_every if chosen is not None else None)
+    rows = chunk_rows if chunk_rows is not None else chosen.chunk_rows if chosen is not None else None
+    if rows is not None and max(data.x.chunks[0]) > rows:  # only larger blocks are split: merging adds a copy
+        data = dataclasses.replace(data, x=data.x.rechunk({0: rows}))
+    if class_values is not None and classes_from not in ("label scan", "target quantiles"):
+        assert data.label is not None
+        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
+    if class_values is not None:  # checked just above, or found by scanning this very label
+        data = dataclasses.replace(data, label_checked=True)
+    return Layout(data, wanted, custom, chosen, plan_record, class_values, classes_from, given_cuts, target_mi,
+                  found_cuts, ranked, sketch_window, range_, fan_in, layout)
+
+
+def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> tuple[Any, int | None, int | None, str]:
+    """What to plan with, chunk rows and fan-in (None: the plan decides) and where they come from."""
+    # Resuming needs the grid and fan-in the checkpoint was written with (the cluster, and with it the
+    # automatic plan, may have changed since), so without a request of its own a resumed run takes the
+    # recorded layout and says so. A layout the user asked for (split_every, a Plan, Resources, or plan=None
+    # for the input's blocks) is never overridden: the checkpoint's fingerprint refuses one that differs.
+    if split_every is not None:
+        resolve_split_every(split_every)  # validate before anything else
+    recorded = None
+    if checkpoint is not None and not force and isinstance(plan, str) and plan == "auto":
+        from daskbatch.engine.checkpoint_files import recorded_layout  # lazy: zarr
+
+        recorded = recorded_layout(checkpoint)
+    if recorded is None:
+        return plan, None, split_every, "plan" if plan is not None else "input chunks"
+    fan_in = split_every if split_every is not None else recorded["split_every"]
+    log.info("resuming on the checkpoint's layout: chunk_rows=%s, split_every=%s", f"{recorded['chunk_rows']:,}", fan_in)
+    return None, recorded["chunk_rows"], fan_in, "checkpoint"
+
+
+def _planned(
+    plan: Any, split_every: int | None, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
+    n_classes: tuple[int, ...] | None,
+) -> Any:
+    """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
+    if plan is None:
+        return None
+    if isinstance(plan, Plan):
+        chosen = plan
+    elif (isinstance(plan, str) and plan == "auto") or isinstance(plan, Resources):
+        chosen = plan_statistics(data, names, bins=bins, resources=plan, split_every=split_every,
+                                 n_classes=None if n_classes is None else len(n_classes), device=device)
+    else:
+        raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
+    if chosen.shape != tuple(data.x.shape):
+        raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
+        log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
+    else:
+        for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
+            log.info("%s", line)
+    return chosen
+
+
 # -- the class values of a label, decided once per run before the plan is made (their number sizes the
 # (feature, bin, class) tables): declared (classes=[...]), else recorded by the store the label came from
 # (a synthetic store's attrs["synth"]["classes"] = K means 0..K-1), else found by a scan of the label alone.
@@ -229,6 +367,15 @@ def max_classes() -> int:  # numpydoc ignore=RT01
     if value < 1:
         raise ValueError(f"daskbatch.max-classes must be >= 1, got {value}")
     return value
+
+
+def recorded_n_classes(obj: Any) -> int | None:  # numpydoc ignore=PR01,RT01
+    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
+    n = getattr(obj, "n_classes", None)
+    if n is None:
+        synth = (getattr(obj, "attrs", None) or {}).get("synth")
+        n = synth.get("classes") if isinstance(synth, dict) else None
+    return int(n) if n is not None else None
 
 
 def _recorded_classes(data: FeatureMatrix) -> tuple[int, ...] | None:

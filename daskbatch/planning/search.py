@@ -31,7 +31,7 @@ from daskbatch.stats.kernels import INT32_ROWS
 from daskbatch.stats.sketch_windows import WINDOWED_FOOTPRINTS, window_of
 
 __all__ = ["CPU_BYTES_PER_S", "GPU_BATCH_OVERHEAD_S", "HOST_TO_DEVICE_BYTES_PER_S", "DeviceChoice", "choose_device",
-           "gpu_min_batch_bytes", "plan_chunks", "plan_dropping_sketch", "plan_task_rows", "recorded_n_classes", "sketch_in_plan"]
+           "gpu_min_batch_bytes", "plan_chunks", "plan_dropping_sketch", "plan_task_rows", "sketch_in_plan"]
 
 MIN_SPLIT_EVERY = 2
 
@@ -307,15 +307,6 @@ def _states_error(
         f"{format_bytes(merge_task_bytes(stats, n_features, split_every, **kw))} > budget "
         f"{format_bytes(budget)} ({formula}); {hint} or raise --memory"
     )
-
-
-def recorded_n_classes(obj: Any) -> int | None:
-    """Read the label classes an object records: ``.n_classes``, or synthetic-store attrs ``synth.classes``."""
-    n = getattr(obj, "n_classes", None)
-    if n is None:
-        synth = (getattr(obj, "attrs", None) or {}).get("synth")
-        n = synth.get("classes") if isinstance(synth, dict) else None
-    return int(n) if n is not None else None
 
 
 def plan_dropping_sketch(

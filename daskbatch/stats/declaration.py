@@ -141,18 +141,6 @@ class Finished:
     statistics: dict[str, Any] = field(default_factory=dict)  # as configured ("mi": its base)
 
 
-def _from_result(declaration: Declaration, done: Finished) -> dict[str, Any]:
-    """The default conversion: the result's fields named as the variables (one variable: the result itself)."""
-    result = done.results.get(declaration.name)
-    if result is None or not declaration.variables:
-        return {}
-    if len(declaration.variables) == 1 and not any(
-        hasattr(result, n) for n in declaration.variables
-    ):
-        return {next(iter(declaration.variables)): result}
-    return {n: v for n in declaration.variables if (v := getattr(result, n, None)) is not None}
-
-
 @dataclass(frozen=True, eq=False)
 class Declaration:  # numpydoc ignore=PR02
     """Everything about one built-in statistic, in one place (as flox's ``Aggregation``).
@@ -171,8 +159,8 @@ class Declaration:  # numpydoc ignore=PR02
     variables : mapping of str to Variable
         The summary variables it serves (``s.mean``, ``s.corr``).
     summarize : callable, optional
-        ``summarize(declaration, finished) -> {variable: value}``; default: the
-        result's fields of the variables' names (one variable: the result itself).
+        ``summarize(declaration, finished) -> {variable: value}``; None: the Summary
+        takes the result's fields of the variables' names (one variable: the result itself).
     needs_label, needs_class_label : bool, default False
         Computed only with a label or a continuous target; only with a class label.
     needs_ranges, by_label : bool, default False
@@ -192,7 +180,7 @@ class Declaration:  # numpydoc ignore=PR02
     states: tuple[type, ...] = ()
     footprint: Footprint | None = None
     variables: Mapping[str, Variable] = field(default_factory=dict)
-    summarize: Callable[[Declaration, Finished], dict[str, Any]] = _from_result
+    summarize: Callable[[Declaration, Finished], dict[str, Any]] | None = None
     needs_label: bool = False
     needs_class_label: bool = False
     needs_ranges: bool = False
@@ -201,10 +189,6 @@ class Declaration:  # numpydoc ignore=PR02
     selectable: bool = True
     fused: bool = True
     kernels: tuple[str, ...] = ()
-
-    def summary_variables(self, done: Finished) -> dict[str, Any]:
-        """Turn what the passes finished into this statistic's summary variables (empty when not computed)."""  # numpydoc ignore=PR01,RT01
-        return self.summarize(self, done)
 
 
 def bias_setting(summary: Any) -> dict[str, Any]:  # numpydoc ignore=PR01,RT01

@@ -10,7 +10,7 @@ import numpy as np
 
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.categorical import categorical_frame
-from daskbatch.stats.declaration import Finished
+from daskbatch.stats.declaration import Declaration, Finished
 from daskbatch.stats.ranges import SuspectValue
 from daskbatch.stats.registry import STATISTICS, summary_variables
 from daskbatch.stats.target import MutualInformation
@@ -309,7 +309,9 @@ class Summary:
         """
         done = Finished(dict(results), provenance, states,
                         {"mi": MutualInformation(base=mi_base, miller_madow=miller_madow)})
-        by_statistic = {d.name: values for d in STATISTICS.values() if (values := d.summary_variables(done))}
+        # Each declaration's own function, called from here: the results go to the statistic's module and back once.
+        by_statistic = {d.name: values for d in STATISTICS.values()
+                        if (values := (d.summarize or _from_result)(d, done))}
         extra = {name: r for name, r in results.items() if name not in STATISTICS}
         if extra:
             provenance["user_statistics"] = sorted(extra)
@@ -410,3 +412,15 @@ class Summary:
 
     def _repr_html_(self) -> str:
         return summary_html(self)
+
+
+def _from_result(declaration: Declaration, done: Finished) -> dict[str, Any]:
+    """A declaration's variables without a ``summarize``: the result's fields of their names (one: the result itself)."""
+    result = done.results.get(declaration.name)
+    if result is None or not declaration.variables:
+        return {}
+    if len(declaration.variables) == 1 and not any(
+        hasattr(result, n) for n in declaration.variables
+    ):
+        return {next(iter(declaration.variables)): result}
+    return {n: v for n in declaration.variables if (v := getattr(result, n, None)) is not None}
