@@ -155,10 +155,17 @@ def test_tiling_when_comoments_do_not_fit():
     assert f"feature tiles of {p.feature_tile:,}" in p.explain()
 
 
-def test_states_that_cannot_tile_name_the_knob():
-    with pytest.raises(PlanError, match=r"'mi'.*lower --bins or --classes"):
+def test_states_that_cannot_tile_name_the_largest_and_only_a_knob_that_keeps_the_answer():
+    with pytest.raises(PlanError, match=r"largest: 'mi'.*; raise --memory$") as refused:
         plan_chunks((1000, 10_000), 4, (100, 10_000), Resources(GiB), stats=("mi",), bins=256,
                     n_classes=100)
+    assert "--bins" not in str(refused.value) and "--classes" not in str(refused.value)
+
+
+def test_a_storage_chunk_too_big_for_any_tile_is_named_not_the_merges():
+    # co-moments tile (the merges fit in tiles), but one 1,000,000-row storage chunk fits no task
+    with pytest.raises(PlanError, match=r"a 1,000,000-row chunk \(one storage chunk.*rechunk the store"):
+        plan_chunks((10_000_000, 100_000), 4, (1_000_000, 100_000), Resources(64 * GiB), stats=("moments", "cov"))
 
 
 @pytest.mark.parametrize(
@@ -167,7 +174,7 @@ def test_states_that_cannot_tile_name_the_knob():
         ({"shape": (10,)}, "2-D"),
         ({"storage_chunks": (0, 4)}, "storage chunks"),
         ({"stats": ("mean",)}, "unknown"),
-        ({"stats": ("mi",)}, "--n-classes"),
+        ({"stats": ("mi",)}, "n_classes=K; --n-classes K"),
         ({"split_every": 1}, "split_every"),
         ({"bins": 0}, "bins"),
     ],

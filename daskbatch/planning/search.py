@@ -117,8 +117,11 @@ def plan_chunks(
             """Whether tiles ``t`` wide fit a merge task and a one-storage-chunk task."""
             return _merge_fits(se, t) and _chunk_bytes(min(storage_rows, n_rows), t) <= budget
 
-        if not tile_fits(1):
+        if not _merge_fits(se, 1):
             raise _states_error(stats_t, se, n_features, budget, formula, kw)
+        if not tile_fits(1):  # the merges fit in tiles: it is one storage chunk that does not
+            raise _chunk_error(storage_rows, n_rows, n_features, itemsize, _chunk_bytes(storage_rows, 1), budget,
+                               formula)
         tile = _last_fitting(1, n_features - 1, tile_fits)
         cov_full = state_bytes("cov", n_features)
         notes.append(
@@ -134,12 +137,7 @@ def plan_chunks(
     else:
         need = _chunk_bytes(storage_rows, tile)
         if need > budget:
-            one = "one storage chunk" if storage_rows < n_rows else "the whole array"
-            raise PlanError(
-                f"a {storage_rows:,}-row chunk ({one}, {n_features:,} features x {itemsize} B) "
-                f"needs {format_bytes(need)} > budget {format_bytes(budget)} ({formula}); "
-                "use --memory or rechunk the store to fewer rows per chunk"
-            )
+            raise _chunk_error(storage_rows, n_rows, n_features, itemsize, need, budget, formula)
         chunk_rows, limited_by = _choose_rows(
             n_rows, storage_rows, n_features * itemsize, lambda rows: _chunk_bytes(rows, tile), budget,
             target_chunk_bytes, resources.total_threads,
@@ -198,7 +196,8 @@ def _check_inputs(
     for stat in stats:
         if footprint(stat).needs_classes and (n_classes is None or n_classes < 1):
             raise ValueError(
-                f"statistic {stat_name(stat)!r} needs the number of label classes (--n-classes K), got {n_classes}"
+                f"statistic {stat_name(stat)!r} needs the number of label classes (n_classes=K; --n-classes K "
+                f"on the command line), got {n_classes}"
             )
     # Built-in statistics in their canonical order, then a user's in the order given.
     return tuple(s for s in STATISTICS if s in stats) + tuple(s for s in stats if isinstance(s, Footprint))
@@ -283,6 +282,17 @@ def _tree_tasks(n_chunks: int, split_every: int) -> int:
     return total
 
 
+def _chunk_error(storage_rows: int, n_rows: int, n_features: int, itemsize: int, need: int, budget: int,
+                 formula: str) -> PlanError:
+    """The refusal of a storage chunk that no task can hold: memory or smaller chunks keep the answer."""
+    one = "one storage chunk" if storage_rows < n_rows else "the whole array"
+    return PlanError(
+        f"a {storage_rows:,}-row chunk ({one}, {n_features:,} features x {itemsize} B) "
+        f"needs {format_bytes(need)} > budget {format_bytes(budget)} ({formula}); "
+        "use --memory or rechunk the store to fewer rows per chunk"
+    )
+
+
 def _states_error(
     stats: tuple[StatLike, ...],
     split_every: int,
@@ -291,21 +301,15 @@ def _states_error(
     formula: str,
     kw: dict[str, Any],
 ) -> PlanError:
+    """The refusal of states that no merge task can hold; it names the largest, and only memory keeps the answer."""
     sizes = {stat_name(s): state_bytes(s, n_features, **kw) for s in stats}
     states = sum(sizes.values())
     big = max(sizes, key=lambda s: sizes[s])
-    hint = {
-        "moments": "select fewer features",
-        "cov": "select fewer features",
-        "hist": "lower --bins",
-        "mi": "lower --bins or --classes",
-        "sketch": "give histogram ranges (--range) instead of the quantile sketch",
-    }.get(big, f"leave out statistic {big!r}")
     return PlanError(
         f"merging {split_every + 1} states of {format_bytes(states)} "
         f"(largest: '{big}' {format_bytes(sizes[big])} for {n_features:,} features) needs "
         f"{format_bytes(merge_task_bytes(stats, n_features, split_every, **kw))} > budget "
-        f"{format_bytes(budget)} ({formula}); {hint} or raise --memory"
+        f"{format_bytes(budget)} ({formula}); raise --memory"
     )
 
 
