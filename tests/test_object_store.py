@@ -626,6 +626,34 @@ def test_the_read_ahead_follows_tasks_that_run_last_block_first(bucket: Bucket, 
     assert sorted(ahead) == list(range(N_BLOCKS - 2)) and not reader._ahead
 
 
+def test_the_read_ahead_follows_dask_task_order(bucket: Bucket, values, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local scheduler says in which order its tasks read the blocks: each block but the first is fetched ahead."""
+    import dask
+
+    from daskbatch.io.zarr_store import BlockReader
+
+    url = bucket.url("order.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    blocks, read = {}, BlockReader._read  # block -> read by a task (False) or the read-ahead (True)
+
+    def counted(self: BlockReader, selection: object) -> np.ndarray:
+        if self.ndim == 2:
+            blocks.setdefault(selection[0].start // CHUNK, []).append(
+                threading.current_thread().name.startswith("daskbatch-read-ahead"))
+        return read(self, selection)
+
+    monkeypatch.setattr(BlockReader, "_read", counted)
+    ds = db.open_dataset(url, chunks=CHUNK, storage_options=bucket.storage_options)
+    with dask.config.set(scheduler="synchronous"), _server_requests() as seen:  # one task at a time, in dask's order
+        remote = db.describe(ds, stats="moments")
+    np.testing.assert_allclose(remote.mean, values[0].mean(axis=0), rtol=1e-12)
+    # dask runs the tree reduction's tasks out of row order: on main 4 of the 6 blocks were read by their tasks.
+    assert sorted(blocks) == list(range(N_BLOCKS)) and all(len(v) == 1 for v in blocks.values()), blocks
+    assert sum(not v[0] for v in blocks.values()) == 1, blocks  # only the first block read by its task
+    chunks = [r for r in seen if re.search(r"/order\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == [f"GET /{bucket.name}/order.zarr/X/c/{i}/0" for i in range(N_BLOCKS)], chunks
+
+
 def _obstore_reader(bucket: Bucket, where: str, **options: object):  # noqa: ANN202 - a BlockReader
     """The BlockReader of X at ``where`` in the bucket, opened with the bucket's options and ``options``."""
     from daskbatch.io.zarr_store import BlockReader

@@ -36,7 +36,13 @@ from daskbatch.io.chunk_grid import (
     storage_chunks,
     store_location,
 )
-from daskbatch.io.object_store import READ_AHEAD_BLOCKS, ReadAhead, object_store_twin, row_range
+from daskbatch.io.object_store import (
+    READ_AHEAD_BLOCKS,
+    ReadAhead,
+    follow_task_order,
+    object_store_twin,
+    row_range,
+)
 from daskbatch.io.outputs import zarr_target
 from daskbatch.runtime.capacity import distributed_worker
 
@@ -160,6 +166,7 @@ class BlockReader(ReadAhead):
         self._blocks: list[tuple[int, int]] = []  # the row ranges of the dask array's blocks (as_dask)
         self._block_at: dict[tuple[int, int], int] = {}  # where each of them is in _blocks
         self._last_start: int | None = None  # the first row of the block read last: the tasks' direction
+        self._task_order: dict[tuple[int, int], tuple[int, int] | None] = {}  # set by a local scheduler's compute
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -168,7 +175,7 @@ class BlockReader(ReadAhead):
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process starts with nothing fetched ahead (and a lock of its own).
         kept = {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock", "twin")}
-        return kept | {"_last_start": None}
+        return kept | {"_last_start": None, "_task_order": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
@@ -239,6 +246,8 @@ class BlockReader(ReadAhead):
         ends = np.cumsum((0,) + blocks.chunks[0]).tolist()
         self._blocks = list(zip(ends[:-1], ends[1:], strict=True))  # what the read-ahead steps through
         self._block_at = {rows: at for at, rows in enumerate(self._blocks)}
+        if self.read_ahead:  # a local scheduler's compute says in which order its tasks read these blocks
+            follow_task_order(blocks.name, self)
         return blocks
 
 
