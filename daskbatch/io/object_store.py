@@ -100,8 +100,10 @@ def row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
 class ReadAhead:
     """What a block reader does to overlap an object store's round trips (a mixin of ``BlockReader``).
 
-    While a thread computes one block, the next block no task has read yet is fetched (at most
-    :data:`READ_AHEAD_BLOCKS` waiting); a 1-D array's (a label's) small blocks are read several at once.
+    While a thread computes one block, the next blocks no task has read yet are fetched (at most
+    :data:`READ_AHEAD_BLOCKS` waiting): in the order a local dask scheduler reported for its tasks
+    (:func:`follow_task_order`), else the next in the direction the tasks go; a 1-D array's (a label's) small
+    blocks are read several at once.
     The reader holds ``_read``, ``shape``, ``ndim``, ``dtype``, ``span_bytes`` and the bookkeeping below.
     """
 
