@@ -227,7 +227,7 @@ def _computed(
         # a distributed pass reads in its workers, where no event of this process is set.
         first_read = next_block_read(zarr_x, in_process=active_client() is None)
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
-        token_read = reading.submit(lambda: first_read.wait() and input_token(data))  # wait() is True once set
+        token_read = reading.submit(lambda: input_token(data) if first_read.wait() else None)  # True once set
         reading.shutdown(wait=False)  # its one thread ends with the read
     elif (token := input_token(data)) is None:  # in memory it is known now
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
