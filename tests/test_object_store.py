@@ -455,25 +455,35 @@ class _Requests(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[str] = []
+        self.statuses: list[int] = []  # the status code of each of them
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep the request line of each access-log record."""
-        found = re.search(r'"([A-Z]+) (\S+) HTTP', record.getMessage())
+        """Keep the request line of each access-log record (and in ``statuses`` its status code)."""
+        # werkzeug colours the line of every status but 200 (a range read's 206 too): the colour codes go.
+        found = re.search(r'"([A-Z]+) (\S+) HTTP\S*" (\d+)', re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()))
         if found:
             self.seen.append(f"{found.group(1)} {found.group(2)}")
+            self.statuses.append(int(found.group(3)))
+
+
+@contextlib.contextmanager
+def _server_log() -> Iterator[_Requests]:
+    """The requests the server answers inside the block, in order, and their status codes."""
+    requests, werkzeug = _Requests(), logging.getLogger("werkzeug")
+    werkzeug.addHandler(requests)
+    werkzeug.setLevel(logging.INFO)
+    try:
+        yield requests
+    finally:
+        werkzeug.removeHandler(requests)
+        werkzeug.setLevel(logging.WARNING)
 
 
 @contextlib.contextmanager
 def _server_requests() -> Iterator[list[str]]:
     """The requests the server answers inside the block ("GET /bucket/key"), in order."""
-    requests, werkzeug = _Requests(), logging.getLogger("werkzeug")
-    werkzeug.addHandler(requests)
-    werkzeug.setLevel(logging.INFO)
-    try:
+    with _server_log() as requests:
         yield requests.seen
-    finally:
-        werkzeug.removeHandler(requests)
-        werkzeug.setLevel(logging.WARNING)
 
 
 def test_a_pass_reads_every_chunk_object_with_one_request(bucket: Bucket, values) -> None:
@@ -616,6 +626,34 @@ def test_the_read_ahead_follows_tasks_that_run_last_block_first(bucket: Bucket, 
     assert sorted(ahead) == list(range(N_BLOCKS - 2)) and not reader._ahead
 
 
+def test_the_read_ahead_follows_dask_task_order(bucket: Bucket, values, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local scheduler says in which order its tasks read the blocks: each block but the first is fetched ahead."""
+    import dask
+
+    from daskbatch.io.zarr_store import BlockReader
+
+    url = bucket.url("order.zarr")
+    _write_zarr(url, values, 3, storage_options=bucket.storage_options)
+    blocks, read = {}, BlockReader._read  # block -> read by a task (False) or the read-ahead (True)
+
+    def counted(self: BlockReader, selection: object) -> np.ndarray:
+        if self.ndim == 2:
+            blocks.setdefault(selection[0].start // CHUNK, []).append(
+                threading.current_thread().name.startswith("daskbatch-read-ahead"))
+        return read(self, selection)
+
+    monkeypatch.setattr(BlockReader, "_read", counted)
+    ds = db.open_dataset(url, chunks=CHUNK, storage_options=bucket.storage_options)
+    with dask.config.set(scheduler="synchronous"), _server_requests() as seen:  # one task at a time, in dask's order
+        remote = db.describe(ds, stats="moments")
+    np.testing.assert_allclose(remote.mean, values[0].mean(axis=0), rtol=1e-12)
+    # dask runs the tree reduction's tasks out of row order: on main 4 of the 6 blocks were read by their tasks.
+    assert sorted(blocks) == list(range(N_BLOCKS)) and all(len(v) == 1 for v in blocks.values()), blocks
+    assert sum(not v[0] for v in blocks.values()) == 1, blocks  # only the first block read by its task
+    chunks = [r for r in seen if re.search(r"/order\.zarr/X/c/\d+/0$", r)]
+    assert sorted(chunks) == [f"GET /{bucket.name}/order.zarr/X/c/{i}/0" for i in range(N_BLOCKS)], chunks
+
+
 def _obstore_reader(bucket: Bucket, where: str, **options: object):  # noqa: ANN202 - a BlockReader
     """The BlockReader of X at ``where`` in the bucket, opened with the bucket's options and ``options``."""
     from daskbatch.io.zarr_store import BlockReader
@@ -639,10 +677,13 @@ def test_a_checksummed_store_is_read_through_obstore_and_equals_local(
     reader = _obstore_reader(bucket, "crc.zarr")
     assert isinstance(reader.twin.store, zarr.storage.ObjectStore)
     ds = db.open_dataset(url, storage_options=bucket.storage_options)
-    with _server_requests() as seen:
+    with _server_log() as log:
         remote = db.describe(ds, stats=STATS)
-    chunks = [r for r in seen if re.search(r"/crc\.zarr/X/c/\d+/0$", r)]
-    assert sorted(chunks) == [f"GET /{bucket.name}/crc.zarr/X/c/{i}/0" for i in range(N_BLOCKS)]
+    chunks = [(r, status) for r, status in zip(log.seen, log.statuses, strict=True)
+              if re.search(r"/crc\.zarr/X/c/\d+/0$", r)]
+    # Each chunk read whole once, and its CRC-32C trailer once for the rows' token (a range GET: 206).
+    assert sorted(chunks) == [(f"GET /{bucket.name}/crc.zarr/X/c/{i}/0", status)
+                              for i in range(N_BLOCKS) for status in (200, 206)]
     assert_same_statistics(remote, db.describe(local, stats=STATS))
     # A copy in another process (a distributed worker) opens its own client and reads the same values.
     copy = pickle.loads(pickle.dumps(reader))
@@ -714,6 +755,27 @@ def test_the_chunk_checksums_are_read_while_the_pass_runs(
     # The same token that merge and update compare.
     assert summary.provenance["input_tokens"] == [expected]
     np.testing.assert_array_equal(summary.mean, db.describe(store, stats="moments").mean)
+
+
+def test_the_chunk_trailers_are_read_once_the_first_block_is(bucket: Bucket, tmp_path: Path) -> None:
+    """The rows' token reads each chunk's CRC-32C trailer (a range GET, 206) after the pass's first block, not with it.
+
+    Sent together, the trailer requests reach the server with the first block's and are answered first.
+    """
+    url, local = bucket.url("trail.zarr"), tmp_path / "trail.zarr"
+    for where in (url, local):
+        db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=4, path=where)
+    expected = db.describe(db.open_dataset(local, chunks=CHUNK), stats="moments")  # the kernels compiled first
+    ds = db.open_dataset(url, chunks=CHUNK, storage_options=bucket.storage_options)
+    with _server_log() as log:
+        summary = db.describe(ds, stats="moments")
+    chunk_reads = [status for request, status in zip(log.seen, log.statuses, strict=True)
+                   if re.search(r"^GET /[^/]+/trail\.zarr/X/c/\d+/0$", request)]
+    # Every chunk read whole once (200) and its trailer once (206: a colored log line, uncounted before).
+    assert sorted(chunk_reads) == [200] * N_BLOCKS + [206] * N_BLOCKS, chunk_reads
+    assert chunk_reads[0] == 200, chunk_reads  # on main the 6 trailer reads came first
+    assert summary.provenance["input_tokens"] == expected.provenance["input_tokens"]
+    np.testing.assert_array_equal(summary.mean, expected.mean)
 
 
 def test_the_planner_counts_the_blocks_fetched_ahead_from_a_bucket(

@@ -173,11 +173,15 @@ def _computed(
     # while the pass runs (from an object store a request a chunk, else all before its first read); without
     # those, a hash of each storage chunk as the first pass reads it (no pass of its own).
     from daskbatch.io.chunk_grid import has_chunk_checksums  # lazy: zarr
+    from daskbatch.io.zarr_store import next_block_read  # lazy: zarr
 
-    token, token_read, zarr_x = None, None, getattr(data.source, "zarr_x", None)
+    token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), None
     if zarr_x is not None and has_chunk_checksums(zarr_x):
+        # From an object store its requests wait for the pass's first block (before it, they would delay it);
+        # a distributed pass reads in its workers, where no event of this process is set.
+        first_read = next_block_read(zarr_x, in_process=active_client() is None)
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
-        token_read = reading.submit(input_token, data)
+        token_read = reading.submit(lambda: input_token(data) if first_read.wait() else None)  # True once set
         reading.shutdown(wait=False)  # its one thread ends with the read
     elif (token := input_token(data)) is None:  # in memory it is known now
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
@@ -206,7 +210,11 @@ def _computed(
             second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)), hi=tuple(map(float, q_hi))))
         return Bundle((*second, *ranks))
 
-    kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
+    try:
+        kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
+    finally:
+        if first_read is not None:
+            first_read.set()  # no block read (a resumed run's) or a failed pass: the thread never waits on
     if token_read is not None:
         token = token_read.result()
     elif token is None:

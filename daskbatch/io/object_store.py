@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ import zarr
 
 from daskbatch.runtime.capacity import distributed_worker
 
-__all__ = ["READ_AHEAD_BLOCKS", "ReadAhead", "object_store_twin", "read_ahead_pool", "row_range", "verifies_chunks"]
+__all__ = ["READ_AHEAD_BLOCKS", "ReadAhead", "follow_task_order", "object_store_twin", "read_ahead_pool", "row_range",
+           "verifies_chunks"]
 
 #: s3fs options obstore takes as they are (s3fs name -> obstore name); any other keeps s3fs.
 _OBSTORE_OPTIONS = {
@@ -47,6 +49,43 @@ def _pool_of_process(pid: int) -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(READ_AHEAD_BLOCKS, thread_name_prefix="daskbatch-read-ahead")
 
 
+#: The readers whose blocks' task order a local dask scheduler reports, by the name of their dask array.
+_ORDERED: dict[str, weakref.ref[ReadAhead]] = {}
+
+
+def follow_task_order(name: str, reader: ReadAhead) -> None:
+    """Have ``reader`` fetch ahead in the order in which a local dask scheduler's tasks read the array ``name``."""
+    for known, ref in list(_ORDERED.items()):  # a copy, and pop: another thread may open an array meanwhile
+        if ref() is None:
+            _ORDERED.pop(known, None)
+    _ORDERED[name] = weakref.ref(reader)
+    _listen_to_task_order()
+
+
+@functools.cache
+def _listen_to_task_order() -> None:
+    """Register, once, the dask callback that hands each compute's read order to the readers."""
+    from dask.callbacks import Callback  # lazy: dask
+
+    class _TaskOrder(Callback):
+        """At the start of a local scheduler's compute, the blocks of each registered reader in the tasks' order."""
+
+        def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+            """Pass each reader its blocks in the order of the ready tasks (the scheduler pops the list's end)."""
+            if not _ORDERED:
+                return
+            found: dict[str, list[int]] = {}
+            for key in reversed(state["ready"]):  # a pass's read tasks have no inputs: all ready at once
+                if isinstance(key, tuple) and len(key) > 1 and key[0] in _ORDERED:
+                    found.setdefault(key[0], []).append(key[1])
+            for name, blocks in found.items():
+                reader = _ORDERED[name]() if name in _ORDERED else None
+                if reader is not None:
+                    reader.read_in_order(blocks)
+
+    _TaskOrder().register()
+
+
 def row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """The (start, stop) rows of ``selection`` when it takes them whole (every column: a task's block), else None."""
     sel = selection if isinstance(selection, tuple) else (selection,)
@@ -61,8 +100,10 @@ def row_range(selection: Any, shape: tuple[int, ...]) -> tuple[int, int] | None:
 class ReadAhead:
     """What a block reader does to overlap an object store's round trips (a mixin of ``BlockReader``).
 
-    While a thread computes one block, the next block no task has read yet is fetched (at most
-    :data:`READ_AHEAD_BLOCKS` waiting); a 1-D array's (a label's) small blocks are read several at once.
+    While a thread computes one block, the next blocks no task has read yet are fetched (at most
+    :data:`READ_AHEAD_BLOCKS` waiting): in the order a local dask scheduler reported for its tasks
+    (:func:`follow_task_order`), else the next in the direction the tasks go; a 1-D array's (a label's) small
+    blocks are read several at once.
     The reader holds ``_read``, ``shape``, ``ndim``, ``dtype``, ``span_bytes`` and the bookkeeping below.
     """
 
@@ -72,6 +113,7 @@ class ReadAhead:
     _blocks: list[tuple[int, int]]  # the row ranges of the dask array's blocks
     _block_at: dict[tuple[int, int], int]  # where each of them is in _blocks
     _last_start: int | None  # the first row of the block read last: the tasks' direction
+    _task_order: dict[tuple[int, int], tuple[int, int] | None]  # each block's successor in dask's task order
     _lock: threading.Lock
     shape: tuple[int, ...]
     ndim: int
@@ -123,11 +165,32 @@ class ReadAhead:
             self._ahead.update(waiting)
         return sorted(span), waiting
 
+    def read_in_order(self, blocks: list[int]) -> None:
+        """Fetch ahead in the order of ``blocks`` (positions in the dask array's blocks: the tasks' order to come)."""
+        order = [self._blocks[at] for at in blocks if 0 <= at < len(self._blocks)]
+        with self._lock:
+            self._task_order = dict(zip(order, [*order[1:], None], strict=True))
+
+    def _fetch_in_order(self, rows: tuple[int, int]) -> bool:
+        """Start reading the blocks the tasks read after ``rows`` (up to READ_AHEAD_BLOCKS waiting); False: no order."""
+        if rows not in self._task_order:
+            return False
+        following = self._task_order[rows]
+        while following is not None and len(self._ahead) < READ_AHEAD_BLOCKS:
+            if following not in self._busy and following not in self._done and following not in self._ahead:
+                self._busy.add(following)
+                self._ahead[following] = read_ahead_pool().submit(
+                    self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
+            following = self._task_order.get(following)
+        return True
+
     def _fetch_next(self, rows: tuple[int, int]) -> None:
-        """Start reading the next block, in the direction the tasks go, that no task has read or is reading."""
+        """Start reading the next block, in dask's task order or the direction the tasks go, that no task has read."""
         start, stop = rows
         size, total = stop - start, self.shape[0]
         with self._lock:
+            if self._fetch_in_order(rows):
+                return
             # dask may run a pass's chunk tasks last block first (a tree reduction's order): follow it.
             backward, self._last_start = self._last_start is not None and start < self._last_start, start
             if len(self._ahead) >= READ_AHEAD_BLOCKS:

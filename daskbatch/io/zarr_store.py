@@ -13,6 +13,7 @@ import math
 import os
 import struct
 import threading
+import weakref
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -35,7 +36,13 @@ from daskbatch.io.chunk_grid import (
     storage_chunks,
     store_location,
 )
-from daskbatch.io.object_store import READ_AHEAD_BLOCKS, ReadAhead, object_store_twin, row_range
+from daskbatch.io.object_store import (
+    READ_AHEAD_BLOCKS,
+    ReadAhead,
+    follow_task_order,
+    object_store_twin,
+    row_range,
+)
 from daskbatch.io.outputs import zarr_target
 from daskbatch.runtime.capacity import distributed_worker
 
@@ -94,6 +101,34 @@ def _is_remote(store: Any) -> bool:
     return fs is not None and not is_local_fs(fs)
 
 
+#: What waits for a task of this process to read a block of an array from an object store, by the array's id.
+_NEXT_READ: dict[int, tuple[weakref.ref[zarr.Array], threading.Event]] = {}
+
+
+def next_block_read(arr: zarr.Array, in_process: bool = True) -> threading.Event:
+    """An event set once a task of this process has next read a block of ``arr`` from an object store (else set now).
+
+    ``in_process``: whether the tasks run in this process (not a distributed client's workers).
+
+    The rows' token reads a trailer per chunk: sent beside the pass's first block, those requests reach the server
+    with its chunks' and delay them; sent once that block is read, they overlap its computing.
+    """
+    event = threading.Event()
+    if in_process and _is_remote(arr.store):
+        _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
+    else:
+        event.set()
+    return event
+
+
+def _block_read(arr: zarr.Array) -> None:
+    """Set the event that waits for the next read of a block of ``arr``, if any."""
+    waiting = _NEXT_READ.get(id(arr))
+    if waiting is not None and waiting[0]() is arr:
+        _NEXT_READ.pop(id(arr), None)  # pop: another task may have set it meanwhile
+        waiting[1].set()
+
+
 class BlockReader(ReadAhead):
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
@@ -131,6 +166,7 @@ class BlockReader(ReadAhead):
         self._blocks: list[tuple[int, int]] = []  # the row ranges of the dask array's blocks (as_dask)
         self._block_at: dict[tuple[int, int], int] = {}  # where each of them is in _blocks
         self._last_start: int | None = None  # the first row of the block read last: the tasks' direction
+        self._task_order: dict[tuple[int, int], tuple[int, int] | None] = {}  # set by a local scheduler's compute
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -139,7 +175,7 @@ class BlockReader(ReadAhead):
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process starts with nothing fetched ahead (and a lock of its own).
         kept = {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock", "twin")}
-        return kept | {"_last_start": None}
+        return kept | {"_last_start": None, "_task_order": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
@@ -161,6 +197,8 @@ class BlockReader(ReadAhead):
             with self._lock:
                 self._busy.discard(rows)
                 self._done.add(rows)
+            if _NEXT_READ:
+                _block_read(self.arr)
         if distributed_worker() is None:  # a worker's task holds its own copy of the reader: nothing to share
             self._fetch_next(rows)
         return block
@@ -208,6 +246,8 @@ class BlockReader(ReadAhead):
         ends = np.cumsum((0,) + blocks.chunks[0]).tolist()
         self._blocks = list(zip(ends[:-1], ends[1:], strict=True))  # what the read-ahead steps through
         self._block_at = {rows: at for at, rows in enumerate(self._blocks)}
+        if self.read_ahead:  # a local scheduler's compute says in which order its tasks read these blocks
+            follow_task_order(blocks.name, self)
         return blocks
 
 
