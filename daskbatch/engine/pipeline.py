@@ -172,14 +172,14 @@ def _computed(
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
     # while the pass runs (from an object store a request a chunk, else all before its first read); without
     # those, a hash of each storage chunk as the first pass reads it (no pass of its own).
-    from daskbatch.io.chunk_grid import has_chunk_checksums  # lazy: zarr
-    from daskbatch.io.zarr_store import next_block_read  # lazy: zarr
+    from daskbatch.io.chunk_grid import has_chunk_checksums, next_block_read  # lazy: zarr
 
     token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), None
+    in_process = active_client() is None
     if zarr_x is not None and has_chunk_checksums(zarr_x):
         # From an object store its requests wait for the pass's first block (before it, they would delay it);
         # a distributed pass reads in its workers, where no event of this process is set.
-        first_read = next_block_read(zarr_x, in_process=active_client() is None)
+        first_read = next_block_read(zarr_x, in_process=in_process)
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
         token_read = reading.submit(lambda: input_token(data) if first_read.wait() else None)  # True once set
         reading.shutdown(wait=False)  # its one thread ends with the read

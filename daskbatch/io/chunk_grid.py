@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -325,6 +326,35 @@ def has_chunk_checksums(arr: zarr.Array) -> bool:
     codecs: Any = getattr(arr.metadata, "codecs", ())
     # Not another writer's codecs, nor shards, which end with their index's.
     return arr.shards is None and bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
+
+
+#: What waits for a task of this process to read a block of an array from an object store, by the array's id.
+_NEXT_READ: dict[int, tuple[weakref.ref[zarr.Array], threading.Event]] = {}
+
+
+def next_block_read(arr: zarr.Array, in_process: bool = True) -> threading.Event:
+    """An event set once a task of this process has next read a block of ``arr`` from an object store (else set now).
+
+    ``in_process``: whether the tasks run in this process (not a distributed client's workers).
+
+    The rows' token reads a trailer per chunk: sent beside the pass's first block, those requests reach the server
+    with its chunks' and delay them; sent once that block is read, they overlap its computing.
+    """
+    event = threading.Event()
+    fs = getattr(arr.store, "fs", None)  # fsspec stores have one; local and in-memory stores need no waiting
+    if in_process and fs is not None and not is_local_fs(fs):
+        _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
+    else:
+        event.set()
+    return event
+
+
+def block_read(arr: zarr.Array) -> None:
+    """Set the event that waits for the next read of a block of ``arr``, if any."""
+    waiting = _NEXT_READ.get(id(arr))
+    if waiting is not None and waiting[0]() is arr:
+        _NEXT_READ.pop(id(arr), None)  # pop: another task may have set it meanwhile
+        waiting[1].set()
 
 
 def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:

@@ -13,7 +13,6 @@ import math
 import os
 import struct
 import threading
-import weakref
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ from daskbatch.io.chunk_grid import (
     Chunks,
     Missing,
     array_label,
+    block_read,
     chunk_key,
     is_local_fs,
     open_facts,
@@ -101,34 +101,6 @@ def _is_remote(store: Any) -> bool:
     return fs is not None and not is_local_fs(fs)
 
 
-#: What waits for a task of this process to read a block of an array from an object store, by the array's id.
-_NEXT_READ: dict[int, tuple[weakref.ref[zarr.Array], threading.Event]] = {}
-
-
-def next_block_read(arr: zarr.Array, in_process: bool = True) -> threading.Event:
-    """An event set once a task of this process has next read a block of ``arr`` from an object store (else set now).
-
-    ``in_process``: whether the tasks run in this process (not a distributed client's workers).
-
-    The rows' token reads a trailer per chunk: sent beside the pass's first block, those requests reach the server
-    with its chunks' and delay them; sent once that block is read, they overlap its computing.
-    """
-    event = threading.Event()
-    if in_process and _is_remote(arr.store):
-        _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
-    else:
-        event.set()
-    return event
-
-
-def _block_read(arr: zarr.Array) -> None:
-    """Set the event that waits for the next read of a block of ``arr``, if any."""
-    waiting = _NEXT_READ.get(id(arr))
-    if waiting is not None and waiting[0]() is arr:
-        _NEXT_READ.pop(id(arr), None)  # pop: another task may have set it meanwhile
-        waiting[1].set()
-
-
 class BlockReader(ReadAhead):
     """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
 
@@ -197,8 +169,7 @@ class BlockReader(ReadAhead):
             with self._lock:
                 self._busy.discard(rows)
                 self._done.add(rows)
-            if _NEXT_READ:
-                _block_read(self.arr)
+            block_read(self.arr)
         if distributed_worker() is None:  # a worker's task holds its own copy of the reader: nothing to share
             self._fetch_next(rows)
         return block
