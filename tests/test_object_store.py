@@ -903,3 +903,20 @@ def test_job_transform_to_the_bucket_is_refused_before_any_compute(
     assert done.stderr.startswith(f"error: outputs.transform {bucket.url('run/transformed.zarr')}: ")
     assert "describe:" not in done.stderr and bucket.keys("") == []
     assert _local_files(cwd, tmp) == []
+
+
+def test_a_file_output_in_the_bucket_is_replaced_by_one_put_never_deleted_first(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    """A PUT replaces an object whole: deleting it first would leave a moment with no selection at all."""
+    _write_zarr(str(tmp_path / "in.zarr"), values, 3)
+    summary = db.describe(db.open_dataset(tmp_path / "in.zarr", label="y"), stats=["class_moments"])
+    selection = db.select(summary, score="f", param=2)
+    url = bucket.url("out/selection.json")
+    assert selection.save(url) == url
+    with _server_requests() as seen:
+        assert selection.save(url) == url  # its own earlier selection: replaced
+    writes = [r for r in seen if r.split(" ")[0] in ("PUT", "POST", "DELETE")]
+    assert writes == [f"PUT /{bucket.name}/out/selection.json"], seen
+    again = db.load_selection(url)
+    assert list(again.selected_names) == list(selection.selected_names)
