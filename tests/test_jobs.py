@@ -389,3 +389,35 @@ def test_auto_without_gpus_runs_in_process_unless_the_job_sizes_workers(
     assert proc.returncode == 0, proc.stderr[-3000:]
     # cluster() says where it started one (the scheduler and its dashboard) on stderr.
     assert ("started a local cluster at" in proc.stderr) is sized, proc.stderr[-3000:]
+
+
+_RENAMES: list[tuple[str, str]] | None = None  # recording while a test sets it to a list
+
+
+def _record_renames(event: str, args: tuple) -> None:
+    """Audit hook: note every rename (os.rename, os.replace) while :data:`_RENAMES` is a list."""
+    if event == "os.rename" and _RENAMES is not None:
+        _RENAMES.append((os.fspath(args[0]), os.fspath(args[1])))
+
+
+sys.addaudithook(_record_renames)  # audit hooks cannot be removed: it records only while a test asks
+
+
+def test_the_report_is_staged_once_and_renamed_into_place(tmp_path: pathlib.Path, store: str) -> None:
+    """One temporary file beside report.json and one rename: not a temporary of a temporary."""
+    global _RENAMES
+    job = write_job(tmp_path, store, outputs={"selection": None, "transform": None})
+    _RENAMES = []
+    try:
+        result = CliRunner().invoke(main, ["run", str(job)])
+    finally:
+        renames, _RENAMES = _RENAMES, None
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "out" / "report.json"
+    into_report = [(src, dst) for src, dst in renames if "report" in os.path.basename(dst)]
+    assert len(into_report) == 1 and into_report[0][1] == str(report), renames
+    assert os.path.dirname(into_report[0][0]) == str(report.parent)
+    text = report.read_text()
+    assert text.startswith('{\n  "daskbatch_output": "job_report",') and text.endswith("}\n")
+    assert json.loads(text)["status"] == "ok"
+    assert sorted(p.name for p in report.parent.iterdir()) == ["report.json", "summary.zarr"]  # no leftovers

@@ -855,3 +855,130 @@ def test_the_label_scan_reads_the_label_blocks_together(
     far = _refusal(url, label="y", chunks=CHUNK, storage_options=bucket.storage_options)
     assert "y/c/4" in far
     assert far.replace(url, "S") == _refusal(local, label="y", chunks=CHUNK).replace(str(local), "S")
+
+
+def _job_file(folder: Path, store: Path, outputs: dict[str, str | None]) -> Path:
+    """A job file in ``folder`` reading ``store`` on dask's threads, with these ``outputs`` keys."""
+    lines = "".join(
+        f"      {key}: {'null' if value is None else value}\n" for key, value in outputs.items()
+    )
+    job = folder / "job.yaml"
+    job.write_text(
+        "daskbatch:\n  job:\n    input:\n"
+        f"      store: {store}\n"
+        "    cluster:\n      kind: threads\n    outputs:\n" + lines
+    )
+    return job
+
+
+def _run_job(job: Path, cwd: Path, tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m daskbatch run JOB`` in ``cwd``, with ``tmp`` as its temporary directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "daskbatch", "run", str(job)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp), **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def _local_files(*folders: Path) -> list[str]:
+    """Every file and folder below ``folders`` (what a run left on the local disk)."""
+    return sorted(str(p) for folder in folders for p in folder.rglob("*"))
+
+
+@pytest.mark.slow  # CLI subprocesses
+@pytest.mark.parametrize("selection", ["selection.csv", "selection.json", None])
+def test_job_writes_every_output_to_the_bucket_and_nothing_on_the_local_disk(
+    bucket: Bucket, tmp_path: Path, selection: str | None
+) -> None:
+    """outputs.dir a URL: summary, selection and report land in the bucket; cwd and TMPDIR stay empty."""
+    store = tmp_path / "in.zarr"
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=7, path=store)
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    outputs = {"dir": bucket.url("run"), "selection": selection, "transform": None}
+    job = _job_file(tmp_path, store, outputs)
+    for _ in range(2):  # the second run replaces its own outputs, as on a local disk
+        done = _run_job(job, cwd, tmp, bucket.env)
+        assert done.returncode == 0, done.stderr
+        assert _local_files(cwd, tmp) == []
+    assert bucket.keys("run/summary.zarr/zarr.json") == ["run/summary.zarr/zarr.json"]
+    assert_same_statistics(
+        db.load_summary(bucket.url("run/summary.zarr")),
+        db.describe(store, stats=["moments", "class_moments"] if selection else ["moments"]),
+    )
+    report = json.loads(
+        bucket.client().get_object(Bucket=bucket.name, Key="run/report.json")["Body"].read()
+    )
+    assert (report["daskbatch_output"], report["status"]) == ("job_report", "ok")
+    assert report["outputs"]["report"] == bucket.url("run/report.json")
+    if selection is None:  # summary and report only
+        assert sorted({key.split("/")[1] for key in bucket.keys("run/")}) == ["report.json", "summary.zarr"]
+        return
+    assert report["outputs"]["selection"] == bucket.url(f"run/{selection}")
+    picked = db.load_selection(bucket.url(f"run/{selection}"))
+    assert list(picked.feature_names) == [f"f{i}" for i in range(FEATURES)]
+
+
+@pytest.mark.slow  # CLI subprocesses
+def test_job_refuses_an_object_in_the_bucket_it_did_not_write_before_any_compute(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """Each output key on someone's object: exit 2 in one line naming it; nothing replaced or written."""
+    store = tmp_path / "in.zarr"
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=7, path=store)
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    theirs = b'{"not": "daskbatch"}\n'
+    client = bucket.client()
+    for name in ("summary.zarr", "selection.csv", "report.json"):
+        client.put_object(Bucket=bucket.name, Key=f"run/{name}", Body=theirs)
+        job = _job_file(tmp_path, store, {"dir": bucket.url("run"), "transform": None})
+        done = _run_job(job, cwd, tmp, bucket.env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and bucket.url(f"run/{name}") in done.stderr, done.stderr
+        assert "already exists" in done.stderr
+        assert bucket.keys("run/") == [f"run/{name}"]  # nothing written, not even the report
+        assert client.get_object(Bucket=bucket.name, Key=f"run/{name}")["Body"].read() == theirs
+        client.delete_object(Bucket=bucket.name, Key=f"run/{name}")
+    assert _local_files(cwd, tmp) == []
+
+
+@pytest.mark.slow  # a CLI subprocess
+def test_job_transform_to_the_bucket_is_refused_before_any_compute(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    """The transform store resumes from a local log: a URL is refused with the outputs, not after describe."""
+    store = tmp_path / "in.zarr"
+    db.synth(ROWS, FEATURES, classes=3, chunk_rows=CHUNK, seed=7, path=store)
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    job = _job_file(tmp_path, store, {"dir": bucket.url("run")})
+    done = _run_job(job, cwd, tmp, bucket.env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: outputs.transform {bucket.url('run/transformed.zarr')}: ")
+    assert "describe:" not in done.stderr and bucket.keys("") == []
+    assert _local_files(cwd, tmp) == []
+
+
+def test_a_file_output_in_the_bucket_is_replaced_by_one_put_never_deleted_first(
+    bucket: Bucket, values, tmp_path: Path
+) -> None:
+    """A PUT replaces an object whole: deleting it first would leave a moment with no selection at all."""
+    _write_zarr(str(tmp_path / "in.zarr"), values, 3)
+    summary = db.describe(db.open_dataset(tmp_path / "in.zarr", label="y"), stats=["class_moments"])
+    selection = db.select(summary, score="f", param=2)
+    url = bucket.url("out/selection.json")
+    assert selection.save(url) == url
+    with _server_requests() as seen:
+        assert selection.save(url) == url  # its own earlier selection: replaced
+    writes = [r for r in seen if r.split(" ")[0] in ("PUT", "POST", "DELETE")]
+    assert writes == [f"PUT /{bucket.name}/out/selection.json"], seen
+    again = db.load_selection(url)
+    assert list(again.selected_names) == list(selection.selected_names)

@@ -384,11 +384,11 @@ def staged(path: str) -> Iterator[str]:
 
 
 def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
-    """Object stores have no rename: replace an allowed existing output in place."""
+    """Object stores have no rename: replace an allowed existing output in place (a file by one PUT over it)."""
     import fsspec  # lazy: fsspec
 
     fs, where = fsspec.core.url_to_fs(target.path)
-    if fs.exists(where):
+    if fs.exists(where) and not (target.form == "file" and fs.isfile(where)):
         fs.rm(where, recursive=True)
         # zarr writes through its own (asynchronous) instance of the file system, whose listings
         # cached before the removal would still show the old objects: "already contains data".
@@ -397,15 +397,29 @@ def _write_remote(target: OutputTarget, write: Callable[[str], Any]) -> None:
     write(target.path)
 
 
-def write_json(target: OutputTarget, payload: Mapping[str, Any]) -> str:
-    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically; the path."""
-    text = json.dumps({MARKER: target.kind, **payload}, default=str)
+def write_text(target: OutputTarget, text: str) -> str:
+    """Write ``text`` as the file ``target``: locally a fsynced temporary renamed into place, to a URL one PUT."""
 
     def _write(tmp: str) -> None:
         """Write the text to ``tmp``, a local path or a URL."""
-        import fsspec  # lazy: fsspec
+        if target.is_url:
+            import fsspec  # lazy: fsspec
 
-        with fsspec.open(tmp, "w") as f:
+            with fsspec.open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # before the rename: a crash never leaves an empty file under the name
 
     return write_output(target, _write)
+
+
+def write_json(
+    target: OutputTarget, payload: Mapping[str, Any], *, indent: int | None = None,
+    default: Callable[[Any], Any] = str,
+) -> str:
+    """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically; the path."""
+    text = json.dumps({MARKER: target.kind, **payload}, indent=indent, default=default)
+    return write_text(target, text if indent is None else text + "\n")

@@ -37,6 +37,10 @@ DONE_FILE = "daskbatch-output-done.log"
 CREATING_FILE = "daskbatch-output-creating"
 #: Version of the manifests :func:`write_manifest` writes (ingest's and row stores').
 MANIFEST_VERSION = 1
+#: Why a row store (a transform's, ingest's) is never a URL, and the way out: both checks say it so.
+LOCAL_ONLY = ("written to local paths only (a run resumes from a log appended beside the store, which an object "
+              "store cannot append to)")
+LOCAL_ONLY_FIX = "write to a local or shared directory and copy the store to the bucket"
 
 
 def write_manifest(out: str, doc: dict[str, Any], *, name: str) -> None:
@@ -286,9 +290,7 @@ class RowStore:
         """Create the store, or resume the same job's unfinished one."""
         out = os.fspath(path)
         if "://" in out:
-            raise ValueError(f"{kind} outputs are written to local paths only (a run resumes from a log appended "
-                             f"beside the store, which an object store cannot append to); got {out!r}: write to a "
-                             "local or shared directory and copy the store to the bucket")
+            raise ValueError(f"{kind} outputs are {LOCAL_ONLY}; got {out!r}: {LOCAL_ONLY_FIX}")
         real = os.path.realpath(out)
         for p in protect:
             rp = os.path.realpath(p)

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +20,7 @@ from daskbatch._version import __version__
 from daskbatch.jobs.schema import JobSpec
 
 __all__ = [
-    "MISSING_KEYS", "JobReport", "json_safe", "memory_words", "now", "phase", "run_job", "versions", "write_json_atomic",
+    "MISSING_KEYS", "JobReport", "json_default", "json_safe", "memory_words", "now", "phase", "run_job", "versions",
 ]
 
 #: Packages whose versions the report records (those absent are recorded as null).
@@ -133,25 +130,7 @@ def phase(report: JobReport, name: str) -> Iterator[None]:
     report.timings[name] = round(time.perf_counter() - t0, 3)
 
 
-def write_json_atomic(path: str, payload: Mapping[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path``, then ``os.replace``: readers never see half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".json.tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2, default=_json_default, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     """A JSON value for what json cannot write (NumPy scalars and arrays, sets, tuples; else its str)."""
     if isinstance(value, np.generic):
         return value.item()

@@ -21,23 +21,23 @@ from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import Cancelled, Interrupted, PlanError
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
-    MARKER,
     Form,
     OutputError,
     OutputTarget,
     check_outputs,
     check_separate,
     output_kind,
-    write_output,
+    write_json,
 )
+from daskbatch.io.rowstore import LOCAL_ONLY, LOCAL_ONLY_FIX
 from daskbatch.jobs import (
     MISSING_KEYS,
     JobReport,
+    json_default,
     json_safe,
     memory_words,
     now,
     phase,
-    write_json_atomic,
 )
 from daskbatch.jobs.spec import JobConfigError, JobSpec, check_dask_settings, flatten, load_job
 from daskbatch.runtime.capacity import (
@@ -277,6 +277,9 @@ def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, Out
         "outputs.transform": (job.output_path("transform") if transform_needed(job) else None, "transform", "zarr"),
         "outputs.report": (job.output_path("report"), "job_report", "file"),
     }
+    transform_path = named["outputs.transform"][0]
+    if transform_path is not None and "://" in transform_path:  # transform() would refuse it after the describe
+        raise OutputError(f"outputs.transform {transform_path}: transform stores are {LOCAL_ONLY}: {LOCAL_ONLY_FIX}")
     protected = {"the input store (input.store)": job.input.store}
     targets = check_outputs(named, overwrite=overwrite, protected=protected, make_parents=True)
     if job.checkpoint is not None:
@@ -299,10 +302,8 @@ def _finish(report: JobReport, t0: float, target: OutputTarget | None) -> None:
         report.peak_memory = peak_memory(None)
     if target is not None:
         report.outputs["report"] = target.path
-        # The marker first: a re-run recognises the report as one it may replace.
-        payload = {MARKER: "job_report", **json_safe(report.to_dict())}
-        try:
-            write_output(target, lambda tmp: write_json_atomic(tmp, payload))
+        try:  # write_json puts the marker first: a re-run recognises the report as one it may replace
+            write_json(target, json_safe(report.to_dict()), indent=2, default=json_default)
         except OSError as exc:
             if report.status == "ok":
                 raise

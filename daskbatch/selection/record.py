@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from daskbatch.io.outputs import MARKER, SELECTION_HEADER, check_output, write_output
+from daskbatch.io.outputs import MARKER, SELECTION_HEADER, check_output, write_text
 from daskbatch.summary.views import json_values
 
 __all__ = ["Selection", "load_selection"]
@@ -110,7 +110,7 @@ class Selection:
         Parameters
         ----------
         path : str or os.PathLike
-            The file.
+            The file, or its fsspec URL (an object is written by one PUT).
         format : {"csv", "json"}, optional
             Default: from the file's suffix (``.json``, else CSV).
         overwrite : bool, default False
@@ -135,14 +135,7 @@ class Selection:
             text = SELECTION_HEADER + json.dumps(self._meta()) + "\n" + self.to_dataframe().to_csv()
         else:
             raise ValueError(f"format must be 'csv' or 'json', got {format!r}")
-        target = check_output(where, kind="selection", form="file", overwrite=overwrite)
-
-        def _write(tmp: str) -> None:
-            """Write the text to ``tmp``."""
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-
-        return write_output(target, _write)
+        return write_text(check_output(where, kind="selection", form="file", overwrite=overwrite), text)
 
     def __repr__(self) -> str:
         n = int(self.selected.sum())
@@ -157,7 +150,7 @@ def load_selection(path: str | os.PathLike[str]) -> Selection:
     Parameters
     ----------
     path : str or os.PathLike
-        The file.
+        The file, or its fsspec URL.
 
     Returns
     -------
@@ -165,8 +158,12 @@ def load_selection(path: str | os.PathLike[str]) -> Selection:
         The selection.
     """
     where = os.fspath(path)
+    import fsspec  # lazy: fsspec
+
+    # A URL (a selection saved to a bucket) through fsspec; a local path as it is, "::" included.
+    opener = fsspec.open if "://" in where else open
     try:
-        with open(where, encoding="utf-8") as f:
+        with opener(where, "r", encoding="utf-8") as f:
             return _parsed_selection(f.read())
     except (IsADirectoryError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError too
         detail = " ".join(str(exc).split()) or type(exc).__name__
