@@ -138,7 +138,7 @@ def test_refuses_the_input_and_foreign_paths(tmp_path: Path) -> None:
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not a daskbatch output"):
+    with pytest.raises(FileExistsError, match="not a store daskbatch wrote"):
         db.transform(src, steps, foreign, overwrite=True)
     assert (foreign / "keep.txt").read_text() == "mine" and chunk_bytes(src) == before
 
