@@ -221,10 +221,25 @@ def test_rerun_is_noop_and_different_inputs_refused(tmp_path):
         ingest(str(tmp_path / "*.npz"), out, chunk_rows=16)
 
 
+def test_symlinked_output_refused_and_overwrite_replaces_only_the_link(tmp_path):
+    """A link at ``out`` is never written through: refused in one line; overwrite replaces the link, not its target."""
+    np.save(tmp_path / "a.npy", np.arange(10 * D, dtype="f4").reshape(10, D))
+    target = tmp_path / "target.zarr"
+    ingest(str(tmp_path / "a.npy"), target)  # ours, and the same call: a link must still not resume into it
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    link = tmp_path / "link.zarr"
+    link.symlink_to(target)
+    with pytest.raises(DataError, match=r"link\.zarr' is a symbolic link, not a daskbatch ingest output;.*overwrite"):
+        ingest(str(tmp_path / "a.npy"), link)
+    report = ingest(str(tmp_path / "a.npy"), link, overwrite=True)
+    assert not link.is_symlink() and report.chunks_written == report.chunks
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+
+
 def test_unwritable_output(tmp_path):
     np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(OSError, match=r"cannot create .*afile/out\.zarr"):
+    with pytest.raises(OSError, match=r"cannot create .*afile/out\.zarr': .*afile' is not a directory$"):
         ingest(str(tmp_path / "a.npy"), tmp_path / "afile" / "out.zarr")
     with pytest.raises(FileNotFoundError, match=r"directory .*nodir.* does not exist"):
         ingest(str(tmp_path / "a.npy"), tmp_path / "nodir" / "out.zarr")

@@ -54,7 +54,7 @@ class Dataset(SamplesByFeatures):
         (daskbatch) records that it stores every chunk.  The others are the
         fill value, as their writer meant.
     complete : bool
-        False when the store was written by an ingest that did not finish.
+        False when the store was written by an ingest or transform that did not finish.
     """
 
     x: da.Array

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -18,9 +19,9 @@ from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
 from daskbatch.io.outputs import (
     check_replaceable,
+    check_separate,
     checksummed,
     group_attrs,
-    path_contains,
     remove_path,
 )
 from daskbatch.io.zarr_store import LAYOUT_ATTR
@@ -133,7 +134,7 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     if found != kind:
         what = "is a symbolic link" if os.path.islink(out) else f"holds a daskbatch {found or 'dataset'} output"
         raise DataError(
-            f"{out!r} {what}, not a {kind} output; choose another path, or pass "
+            f"{out!r} {what}, not a daskbatch {kind} output; choose another path, or pass "
             "overwrite=True (--overwrite) to replace it"
         )
     old = read_manifest(out, name=MANIFEST_FILE)
@@ -282,7 +283,7 @@ class RowStore:
         attrs: dict[str, Any],
         doc: dict[str, Any],
         overwrite: bool = False,
-        protect: tuple[str, ...] = (),
+        protect: Mapping[str, str] | None = None,
         compressors: tuple[Any, ...] | None = None,
     ) -> RowStore:
         """Create the store (zstd and a CRC-32C unless ``compressors``), or resume the same job's unfinished one."""
@@ -291,11 +292,7 @@ class RowStore:
             raise ValueError(f"{kind} outputs are written to local paths only (a run resumes from a log appended "
                              f"beside the store, which an object store cannot append to); got {out!r}: write to a "
                              "local or shared directory and copy the store to the bucket")
-        real = os.path.realpath(out)
-        for p in protect:
-            rp = os.path.realpath(p)
-            if path_contains(rp, real) or path_contains(real, rp):
-                raise ValueError(f"refusing to write the output {out!r} over the input {p!r}: choose another path")
+        check_separate(out, "the output", protect or {})  # never over, inside or around an input: overwrite deletes
         doc = json.loads(json.dumps(doc))  # compare as it reads back: tuples become lists
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
@@ -385,10 +382,10 @@ def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
     return out
 
 
-def local_path(data: FeatureMatrix) -> tuple[str, ...]:
-    """Give the input's local store path, which the output must not overlap."""
+def local_path(data: FeatureMatrix) -> dict[str, str]:
+    """Give the input's local store path, which the output must not overlap, by its description."""
     path = getattr(data.source, "path", None)
-    return (path,) if path and "://" not in path else ()
+    return {f"the input {path}": path} if path and "://" not in path else {}
 
 
 def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:

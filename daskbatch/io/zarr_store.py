@@ -430,7 +430,8 @@ class ZarrStore:
     def _refusal(self, absent: Missing, arr: zarr.Array, label: zarr.Array | None, complete: bool) -> str:
         """The one-line refusal for absent chunks: why they matter and what restores them."""
         if not complete:
-            remedy = "the ingest that wrote them did not finish: re-run the same ingest command"
+            writer = self.attrs.get(MARKER)
+            remedy = f"the {writer} that wrote them did not finish: re-run the same {writer} command"
         elif absent.lost:  # never "skip": it would compute on a store that lost rows as if it were whole
             remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
                       f"or write the store again (daskbatch verify {self.where} lists every damaged chunk)")

@@ -234,11 +234,10 @@ def ingest(
     # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
     codec = {"zstd": ZstdCodec(level=1), "lz4": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), "none": None}
     layout = _layout(scan)
-    # Never the output over, inside, or as a directory around a source: overwrite deletes it first.
     store = RowStore.open(
         out, kind=KIND, rows=scan.rows, chunk_rows=chunk_rows, arrays=arrays, attrs={LAYOUT_ATTR: layout},
         doc={"kind": KIND, "items": resume_items(scan, {"chunk_rows": chunk_rows, "compressor": compressor})},
-        overwrite=overwrite, protect=tuple(paths), compressors=checksummed(codec[compressor]),
+        overwrite=overwrite, protect={f"the source {p}": p for p in paths}, compressors=checksummed(codec[compressor]),
     )
     try:
         todo = [] if store.complete else store.todo
