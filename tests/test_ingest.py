@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -234,6 +235,20 @@ def test_symlinked_output_refused_and_overwrite_replaces_only_the_link(tmp_path)
     report = ingest(str(tmp_path / "a.npy"), link, overwrite=True)
     assert not link.is_symlink() and report.chunks_written == report.chunks
     assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+
+
+def test_resume_of_a_store_whose_array_was_removed_or_replaced(tmp_path):
+    """Resuming a store whose X was deleted or made a group: one line naming the store and the array."""
+    np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
+    out = tmp_path / "out.zarr"
+    ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
+    zarr.open_group(str(out), mode="r+").attrs["complete"] = False
+    shutil.rmtree(out / "X")
+    with pytest.raises(DataError, match=r"out\.zarr' has no array 'X': it was changed after it was started; .*overwrite"):
+        ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
+    zarr.open_group(str(out / "X"), mode="w")
+    with pytest.raises(DataError, match=r"out\.zarr' has a group, not an array 'X'"):
+        ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
 
 
 def test_unwritable_output(tmp_path):

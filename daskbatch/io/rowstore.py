@@ -244,6 +244,17 @@ class RegionWriter:
             self.arrays[name][lo:hi] = v
 
 
+def _array(group: zarr.Group, name: str, path: str) -> zarr.Array:
+    """Array ``name`` of the store being resumed; one line if it was removed or replaced since."""
+    import zarr  # lazy: zarr
+
+    node = group.get(name)
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{path!r} has {'no' if node is None else 'a group, not an'} array {name!r}: it was changed "
+                        "after it was started; pass overwrite=True (--overwrite) to start again")
+    return node
+
+
 class RowStore:
     """An output store being written; use :meth:`open` to create or resume one."""
 
@@ -255,7 +266,7 @@ class RowStore:
         self.blocks = -(-rows // chunk_rows) if rows else 0
         self.done = read_done(path, name=DONE_FILE)
         # write_empty_chunks is a runtime setting: a block of fill values must still be stored.
-        arrays = {n: group[n].with_config({"write_empty_chunks": True}) for n in names}  # type: ignore[union-attr]
+        arrays = {n: _array(group, n, path).with_config({"write_empty_chunks": True}) for n in names}
         self.writer = RegionWriter(arrays, rows, chunk_rows)
         self._log: DoneLog | None = None
         self._lock = threading.Lock()
