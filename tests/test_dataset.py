@@ -214,7 +214,7 @@ def test_truncated_chunk_under_distributed(tmp_path):
 
 def test_incomplete_ingest_warns(tmp_path):
     path = tmp_path / "g.zarr"
-    _group(path, daskbatch_ingest={"complete": False})
+    _group(path, daskbatch_output="ingest", complete=False)
     with pytest.warns(IncompleteStoreWarning, match="did not finish"):
         ds = open_dataset(path)
     assert ds.provenance()["complete"] is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,8 @@ from daskbatch.cli import main
 from daskbatch.errors import DataError, IncompleteStoreWarning
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.ingest import ingest
-from daskbatch.io.ingest.passes import DONE_FILE, pieces
-from daskbatch.io.rowstore import read_done
+from daskbatch.io.ingest.passes import pieces
+from daskbatch.io.rowstore import CREATING_FILE, DONE_FILE, read_done
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = 5
@@ -66,7 +67,8 @@ def test_npz_roundtrip_misaligned_chunks(tmp_path, compressed):
     np.testing.assert_array_equal(ds.x.compute(), np.concatenate(xs))
     np.testing.assert_array_equal(ds.label.compute(), np.concatenate(ys))
     assert ds.store_chunks == (64, D)
-    assert zarr.open_group(str(out), mode="r").attrs["daskbatch_ingest"]["complete"] is True
+    attrs = zarr.open_group(str(out), mode="r").attrs
+    assert attrs["daskbatch_output"] == "ingest" and attrs["complete"] is True
 
 
 def test_mixed_formats_and_natural_order(tmp_path):
@@ -183,7 +185,7 @@ def test_existing_output_refused_unless_overwrite(tmp_path):
         assert (out / "precious.txt").read_text() == "keep me"
     ingest(str(tmp_path / "a.npy"), tmp_path / "ours.zarr")
     np.save(tmp_path / "b.npy", np.zeros((7, D), "f4"))
-    with pytest.raises(DataError, match=r"different inputs.*--overwrite"):
+    with pytest.raises(DataError, match=r"started by a different ingest \(differs in source \S*a\.npy, source \S*b\.npy\).*--overwrite"):
         ingest(str(tmp_path / "b.npy"), tmp_path / "ours.zarr")
     ingest(str(tmp_path / "b.npy"), tmp_path / "ours.zarr", overwrite=True)
     assert open_dataset(tmp_path / "ours.zarr").shape == (7, D)
@@ -208,22 +210,51 @@ def test_rerun_is_noop_and_different_inputs_refused(tmp_path):
     ingest(str(tmp_path / "*.npz"), out, chunk_rows=16)
     again = ingest(str(tmp_path / "*.npz"), out, chunk_rows=16)
     assert again.chunks_written == 0 and "already done" in again.summary()
-    with pytest.raises(DataError, match=r"option chunk_rows: 16 in the store, 32 now"):
+    with pytest.raises(DataError, match=r"option chunk_rows: 16 then, 32 now"):
         ingest(str(tmp_path / "*.npz"), out, chunk_rows=32)
     np.savez(tmp_path / "batch_3.npz", X=xs[0], y=ys[0])
-    with pytest.raises(DataError, match=r"1 new source file\(s\), e\.g\. .*batch_3\.npz"):
+    with pytest.raises(DataError, match=r"differs in source /\S*batch_3\.npz\)"):
         ingest(str(tmp_path / "*.npz"), out, chunk_rows=16)
     os.remove(tmp_path / "batch_3.npz")
     np.savez(tmp_path / "batch_1.npz", X=xs[1] + 1, y=ys[1])
     os.utime(tmp_path / "batch_1.npz", ns=(1, 1))
-    with pytest.raises(DataError, match=r"batch_1\.npz changed since the first run \(mtime_ns\)"):
+    with pytest.raises(DataError, match=r"differs in source /\S*batch_1\.npz\.mtime_ns: \d+ then, 1 now\)"):
         ingest(str(tmp_path / "*.npz"), out, chunk_rows=16)
+
+
+def test_symlinked_output_refused_and_overwrite_replaces_only_the_link(tmp_path):
+    """A link at ``out`` is never written through: refused in one line; overwrite replaces the link, not its target."""
+    np.save(tmp_path / "a.npy", np.arange(10 * D, dtype="f4").reshape(10, D))
+    target = tmp_path / "target.zarr"
+    ingest(str(tmp_path / "a.npy"), target)  # ours, and the same call: a link must still not resume into it
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    link = tmp_path / "link.zarr"
+    link.symlink_to(target)
+    with pytest.raises(DataError, match=r"link\.zarr' is a symbolic link, not a daskbatch ingest output;.*overwrite"):
+        ingest(str(tmp_path / "a.npy"), link)
+    report = ingest(str(tmp_path / "a.npy"), link, overwrite=True)
+    assert not link.is_symlink() and report.chunks_written == report.chunks
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+
+
+def test_resume_of_a_store_whose_array_was_removed_or_replaced(tmp_path):
+    """Resuming a store whose X was deleted or made a group: one line naming the store and the array."""
+    np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
+    out = tmp_path / "out.zarr"
+    ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
+    zarr.open_group(str(out), mode="r+").attrs["complete"] = False
+    shutil.rmtree(out / "X")
+    with pytest.raises(DataError, match=r"out\.zarr' has no array 'X': it was changed after it was started; .*overwrite"):
+        ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
+    zarr.open_group(str(out / "X"), mode="w")
+    with pytest.raises(DataError, match=r"out\.zarr' has a group, not an array 'X'"):
+        ingest(str(tmp_path / "a.npy"), out, chunk_rows=4)
 
 
 def test_unwritable_output(tmp_path):
     np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(OSError, match=r"cannot create .*afile/out\.zarr"):
+    with pytest.raises(OSError, match=r"cannot create .*afile/out\.zarr': .*afile' is not a directory$"):
         ingest(str(tmp_path / "a.npy"), tmp_path / "afile" / "out.zarr")
     with pytest.raises(FileNotFoundError, match=r"directory .*nodir.* does not exist"):
         ingest(str(tmp_path / "a.npy"), tmp_path / "nodir" / "out.zarr")
@@ -268,7 +299,7 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
     assert (
         "writing output chunk" in proc.stdout and "re-run the same command to resume" in proc.stdout
     )
-    assert zarr.open_group(str(out), mode="r").attrs["daskbatch_ingest"]["complete"] is False
+    assert zarr.open_group(str(out), mode="r").attrs["complete"] is False
     done = read_done(str(out), name=DONE_FILE)
     assert done and len(done) < 8
     with (
@@ -340,7 +371,7 @@ def test_cli_ingest(tmp_path):
     assert "ingested 81 rows x 5 features with 1 label (y) from 2 files" in res.output
     assert "compression ratio" in res.output and "MiB/s" in res.output
     res = runner.invoke(main, ["ingest", str(tmp_path / "*.npz"), out, "--dtype", "float64"])
-    assert res.exit_code == 2 and "started from different inputs" in res.output
+    assert res.exit_code == 2 and "was started by a different ingest (differs in dtype:" in res.output
     res = runner.invoke(main, ["ingest", str(tmp_path / "nothing*.npy"), out])
     assert res.exit_code == 2 and "no files match" in res.output
     res = runner.invoke(main, ["inspect", out, "--json"])
@@ -359,12 +390,15 @@ def test_zip_member_offset_is_exact(tmp_path):
 
 
 def test_interrupted_creation_is_restarted(tmp_path):
-    """A store left without its manifest (killed while being created) is ours to redo."""
+    """A store left with its creating marker (killed while being created) is ours to redo; without it, refused."""
     np.save(tmp_path / "a.npy", np.ones((10, D), "f4"))
     out = tmp_path / "out.zarr"
-    zarr.open_group(str(out), mode="w", attributes={"daskbatch_ingest": {"complete": False}})
+    zarr.open_group(str(out), mode="w", attributes={"daskbatch_output": "ingest", "complete": False})
+    with pytest.raises(DataError, match=r"out\.zarr' is a daskbatch ingest output without its daskbatch-output\.json"):
+        ingest(str(tmp_path / "a.npy"), out)
+    (out / CREATING_FILE).write_text("ingest\n")
     report = ingest(str(tmp_path / "a.npy"), out)
-    assert report.rows == 10 and open_dataset(out).complete
+    assert report.rows == 10 and open_dataset(out).complete and not (out / CREATING_FILE).exists()
 
 
 @pytest.mark.slow
@@ -396,7 +430,7 @@ def test_sigkill_then_same_command_resumes(tmp_path):
     done = read_done(str(out), name=DONE_FILE)
     n_chunks = 40 * 300 // 40
     assert 5 <= len(done) < n_chunks, "the run finished before it could be killed"
-    assert zarr.open_group(str(out), mode="r").attrs["daskbatch_ingest"]["complete"] is False
+    assert zarr.open_group(str(out), mode="r").attrs["complete"] is False
     report = ingest(str(src / "*.npy"), out, chunk_rows=40, workers=1)
     assert report.chunks_written == n_chunks - len(done)
     np.testing.assert_array_equal(open_dataset(out).x.compute(), np.concatenate(xs))

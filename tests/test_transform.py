@@ -133,12 +133,12 @@ def test_refuses_the_input_and_foreign_paths(tmp_path: Path) -> None:
     steps = [db.steps.standardize(s)]
     before = chunk_bytes(src)
     for target in (src, os.path.join(src, "X"), str(tmp_path)):
-        with pytest.raises(ValueError, match="refusing to write the output .* over the input"):
+        with pytest.raises(ValueError, match=r"the output .* (is|is inside|holds) the input .*; choose another path$"):
             db.transform(src, steps, target, overwrite=True)
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not a daskbatch output"):
+    with pytest.raises(FileExistsError, match="not a store daskbatch wrote"):
         db.transform(src, steps, foreign, overwrite=True)
     assert (foreign / "keep.txt").read_text() == "mine" and chunk_bytes(src) == before
 
@@ -214,7 +214,7 @@ def test_cli_names_bad_options(tmp_path: Path) -> None:
     none = runner.invoke(main, ["transform", src, "--out", str(tmp_path / "o.zarr")])
     assert none.exit_code == 2 and "give at least one step" in none.output
     over = runner.invoke(main, ["transform", src, "--clip", "0:1", "--out", src])
-    assert over.exit_code == 2 and "over the input" in over.output
+    assert over.exit_code == 2 and "is the input" in over.output
 
 
 @pytest.mark.parametrize("steps", [db.steps.clip(-1, 1), 3])
@@ -261,3 +261,27 @@ def test_runs_on_a_distributed_client(tmp_path: Path) -> None:
         remote = db.transform(x, [db.steps.standardize(s)], tmp_path / "remote.zarr", chunk_rows=64)
     assert remote.written == local.written == tuple(range(7))
     assert chunk_bytes(remote.path) == chunk_bytes(local.path)
+
+
+def test_interrupted_transform_output_warns_when_opened(tmp_path: Path) -> None:
+    """A cancelled transform leaves its store marked incomplete: opening it says so (as for an unfinished ingest)."""
+    import threading
+
+    from daskbatch.errors import IncompleteStoreWarning
+
+    src = store(tmp_path, data(rows=900), chunk_rows=100)
+    cancel = threading.Event()
+
+    def stop_after_one(done: int, total: int | None, phase: str) -> None:
+        cancel.set()
+
+    out = tmp_path / "t.zarr"
+    with pytest.raises(db.Cancelled):
+        db.transform(src, [db.steps.clip(0, 1)], out, chunk_rows=100, progress=stop_after_one, cancel=cancel)
+    with (
+        pytest.warns(IncompleteStoreWarning, match=r"t\.zarr' was written by a daskbatch transform that did not finish"),
+        pytest.raises(DataError, match=r"the transform that wrote them did not finish: re-run the same transform"),
+    ):
+        db.open_dataset(out)
+    db.transform(src, [db.steps.clip(0, 1)], out, chunk_rows=100)
+    assert db.open_dataset(out).complete

@@ -54,7 +54,7 @@ class Dataset(SamplesByFeatures):
         (daskbatch) records that it stores every chunk.  The others are the
         fill value, as their writer meant.
     complete : bool
-        False when the store was written by an ingest that did not finish.
+        False when the store was written by an ingest or transform that did not finish.
     """
 
     x: da.Array
@@ -97,7 +97,7 @@ class Dataset(SamplesByFeatures):
             leaves out chunks of fill values), ``absent_lost_chunks`` (those of arrays
             whose writer stores every chunk), ``absent_read_as`` (the value each array's
             absent chunks read as, decoded: ``"X: 0.0; y: 0"``), ``ingest_complete`` and ``complete``
-            (False when an ingest did not finish, a chunk was lost, or rows were skipped).
+            (False when its writer (ingest, transform) did not finish, a chunk was lost, or rows were skipped).
         """
         absent = len(self.missing_chunks) + len(self.label_missing_chunks)
         return {
@@ -163,7 +163,7 @@ class Dataset(SamplesByFeatures):
             ("missing chunks", missing),
         ]
         if not self.complete:
-            out.append(("complete", "NO: ingest did not finish; re-run it"))
+            out.append(("complete", "NO: its writer did not finish; re-run it"))
         return out
 
     def _beside_rows(self) -> list[tuple[str, str]]:

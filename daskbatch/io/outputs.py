@@ -32,8 +32,8 @@ _NOUNS = {
 _UNMARKED = {"figure"}
 #: Written by tiled_covariance before the marker existed; still recognised as ours.
 _LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
-#: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth and ingest's state.
-_DATASET_ATTRS = ("synth", "daskbatch_ingest")
+#: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth.
+_DATASET_ATTRS = ("synth",)
 
 Form = Literal["zarr", "file"]
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -16,7 +17,13 @@ from daskbatch.errors import DataError
 from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
-from daskbatch.io.outputs import group_attrs, path_contains
+from daskbatch.io.outputs import (
+    check_replaceable,
+    check_separate,
+    checksummed,
+    group_attrs,
+    remove_path,
+)
 from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.runlock import RunLock, output_lock_path
 
@@ -110,32 +117,28 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
     if old == new:
         return []
     key = where or "(document)"
-    if isinstance(old, str) and isinstance(new, str) and len(old) + len(new) < 200:
+    # Short values are named (a number, a name, an absent one); longer ones and whole documents by their key only.
+    if all(v is None or isinstance(v, str | int | float) for v in (old, new)) and len(repr(old) + repr(new)) < 200:
         return [f"{key}: {old!r} then, {new!r} now"]
     return [key]
 
 
 def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool) -> bool:
     """Decide about an existing store at ``out``: remove it to be created again, or resume it."""
-    if os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out):
-        os.rmdir(out)  # an empty directory holds nothing to protect
-        return True
     directory = os.path.isdir(out) and not os.path.islink(out)
-    if directory and os.path.isfile(os.path.join(out, CREATING_FILE)):
-        shutil.rmtree(out)  # our own marker: interrupted while being created, nothing written yet
-        return True
-    found = group_attrs(out).get(OUTPUT_ATTR) if directory else None
-    if not isinstance(found, str):
-        raise FileExistsError(
-            f"{out!r} already exists and is not a daskbatch output; daskbatch does not replace "
-            "other data (even with overwrite): choose another path or remove it yourself"
-        )
-    if overwrite:
+    # An empty directory holds nothing to protect; our own marker means interrupted while being created.
+    if directory and (not os.listdir(out) or os.path.isfile(os.path.join(out, CREATING_FILE))):
         shutil.rmtree(out)
         return True
+    check_replaceable(out)  # another's data is refused, with or without overwrite
+    if overwrite:
+        remove_path(out)  # a symbolic link itself, never its target
+        return True
+    found = group_attrs(out).get(OUTPUT_ATTR) if directory else None
     if found != kind:
+        what = "is a symbolic link" if os.path.islink(out) else f"holds a daskbatch {found or 'dataset'} output"
         raise DataError(
-            f"{out!r} holds a daskbatch {found} output, not {kind}; choose another path, or pass "
+            f"{out!r} {what}, not a daskbatch {kind} output; choose another path, or pass "
             "overwrite=True (--overwrite) to replace it"
         )
     old = read_manifest(out, name=MANIFEST_FILE)
@@ -158,11 +161,10 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
 
 def create_store(
     out: str, kind: str, rows: int, chunk_rows: int, arrays: list[ArraySpec],
-    attrs: dict[str, Any], doc: dict[str, Any],
+    attrs: dict[str, Any], doc: dict[str, Any], compressors: tuple[Any, ...],
 ) -> None:
     """Create a new store at ``out``: the creating marker first, then the arrays and the manifest, the marker removed last."""
     import zarr  # lazy: zarr
-    from zarr.codecs import Crc32cCodec, ZstdCodec  # lazy: zarr
 
     # First the marker that says "ours, being created", then the data; the marker is removed last.
     os.mkdir(out)
@@ -178,7 +180,7 @@ def create_store(
     for spec in arrays:
         dtype = np.dtype(spec.dtype)
         # Unwritten float rows read as NaN, not as plausible zeros.
-        create_row_array(group, spec.name, rows, chunk_rows, dtype, (ZstdCodec(level=1), Crc32cCodec()),
+        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
                          columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
                          fill_value=np.nan if dtype.kind == "f" else 0)
     write_manifest(out, doc, name=MANIFEST_FILE)
@@ -246,6 +248,17 @@ class RegionWriter:
             self.arrays[name][lo:hi] = v
 
 
+def _array(group: zarr.Group, name: str, path: str) -> zarr.Array:
+    """Array ``name`` of the store being resumed; one line if it was removed or replaced since."""
+    import zarr  # lazy: zarr
+
+    node = group.get(name)
+    if not isinstance(node, zarr.Array):
+        raise DataError(f"{path!r} has {'no' if node is None else 'a group, not an'} array {name!r}: it was changed "
+                        "after it was started; pass overwrite=True (--overwrite) to start again")
+    return node
+
+
 class RowStore:
     """An output store being written; use :meth:`open` to create or resume one."""
 
@@ -257,7 +270,7 @@ class RowStore:
         self.blocks = -(-rows // chunk_rows) if rows else 0
         self.done = read_done(path, name=DONE_FILE)
         # write_empty_chunks is a runtime setting: a block of fill values must still be stored.
-        arrays = {n: group[n].with_config({"write_empty_chunks": True}) for n in names}  # type: ignore[union-attr]
+        arrays = {n: _array(group, n, path).with_config({"write_empty_chunks": True}) for n in names}
         self.writer = RegionWriter(arrays, rows, chunk_rows)
         self._log: DoneLog | None = None
         self._lock = threading.Lock()
@@ -285,28 +298,32 @@ class RowStore:
         attrs: dict[str, Any],
         doc: dict[str, Any],
         overwrite: bool = False,
-        protect: tuple[str, ...] = (),
+        protect: Mapping[str, str] | None = None,
+        compressors: tuple[Any, ...] | None = None,
     ) -> RowStore:
-        """Create the store, or resume the same job's unfinished one."""
+        """Create the store (zstd and a CRC-32C unless ``compressors``), or resume the same job's unfinished one."""
         out = os.fspath(path)
         if "://" in out:
             raise ValueError(f"{kind} outputs are {LOCAL_ONLY}; got {out!r}: {LOCAL_ONLY_FIX}")
-        real = os.path.realpath(out)
-        for p in protect:
-            rp = os.path.realpath(p)
-            if path_contains(rp, real) or path_contains(real, rp):
-                raise ValueError(f"refusing to write the output {out!r} over the input {p!r}: choose another path")
+        check_separate(out, "the output", protect or {})  # never over, inside or around an input: overwrite deletes
         doc = json.loads(json.dumps(doc))  # compare as it reads back: tuples become lists
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
-            raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
+            raise FileNotFoundError(f"cannot create {out!r}: " + (f"{parent!r} is not a directory" if os.path.exists(
+                parent) else f"directory {parent!r} does not exist"))
         # Before looking at the path: a second run of the same call must not take an unfinished store for its own.
         lock = RunLock(output_lock_path(out), f"output {out}")
         lock.acquire()
         try:
             create = replace_or_resume(out, kind, doc, overwrite) if os.path.lexists(out) else True
             if create:
-                create_store(out, kind, rows, chunk_rows, arrays, attrs, doc)
+                from zarr.codecs import ZstdCodec  # lazy: zarr
+
+                try:
+                    create_store(out, kind, rows, chunk_rows, arrays, attrs, doc,
+                                 checksummed(ZstdCodec(level=1)) if compressors is None else compressors)
+                except OSError as exc:  # permissions, a full disk: one line naming the store
+                    raise OSError(exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}") from exc
             import zarr  # lazy: zarr
 
             # An absolute path: the writer travels to workers that may start elsewhere.
@@ -378,10 +395,10 @@ def input_fingerprint(data: FeatureMatrix) -> dict[str, Any]:
     return out
 
 
-def local_path(data: FeatureMatrix) -> tuple[str, ...]:
-    """Give the input's local store path, which the output must not overlap."""
+def local_path(data: FeatureMatrix) -> dict[str, str]:
+    """Give the input's local store path, which the output must not overlap, by its description."""
     path = getattr(data.source, "path", None)
-    return (path,) if path and "://" not in path else ()
+    return {f"the input {path}": path} if path and "://" not in path else {}
 
 
 def output_chunk_rows(data: FeatureMatrix, chunk_rows: int | None) -> int:

@@ -43,13 +43,11 @@ from daskbatch.io.object_store import (
     object_store_twin,
     row_range,
 )
-from daskbatch.io.outputs import zarr_target
+from daskbatch.io.outputs import MARKER, zarr_target
 from daskbatch.runtime.capacity import distributed_worker
 
 #: Group attribute written by daskbatch (synth, ingest) naming the arrays.
 LAYOUT_ATTR = "daskbatch"
-#: Group attribute holding the ingest manifest summary (``complete`` flag).
-INGEST_ATTR = "daskbatch_ingest"
 #: CF attributes of packed values, as xarray writes and decodes them.
 CF_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
 #: What zarr warns about each object in a group that is no Zarr node (ingest's manifest and done log).
@@ -403,11 +401,11 @@ class ZarrStore:
                 raise DataError(f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
                                 f"({arr.shape[0]},) to match the rows of {arr.path!r}")
         row_chunks, store_chunks, absent = open_facts(arr, label_arr, chunks, self.attrs)
-        ingest = self.attrs.get(INGEST_ATTR)
-        complete = not (isinstance(ingest, dict) and not ingest.get("complete", True))
+        writer = self.attrs.get(MARKER)  # ingest, transform, map_batches: resumable row stores
+        complete = not (isinstance(writer, str) and self.attrs.get("complete") is False)
         if not complete:
-            warn(f"{self.where!r} was written by an ingest that did not finish; its data is incomplete. "
-                 "Re-run the same ingest command to finish it.", IncompleteStoreWarning)
+            warn(f"{self.where!r} was written by a daskbatch {writer} that did not finish; its data is incomplete. "
+                 f"Re-run the same {writer} command to finish it.", IncompleteStoreWarning)
         # The Zarr contract: an absent chunk is the fill value, unless its writer stores every chunk.
         policy = ("raise" if absent.lost else "fill") if missing == "auto" else missing
         if absent.count and policy == "raise":
@@ -443,7 +441,8 @@ class ZarrStore:
     def _refusal(self, absent: Missing, arr: zarr.Array, label: zarr.Array | None, complete: bool) -> str:
         """The one-line refusal for absent chunks: why they matter and what restores them."""
         if not complete:
-            remedy = "the ingest that wrote them did not finish: re-run the same ingest command"
+            writer = self.attrs.get(MARKER)
+            remedy = f"the {writer} that wrote them did not finish: re-run the same {writer} command"
         elif absent.lost:  # never "skip": it would compute on a store that lost rows as if it were whole
             remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
                       f"or write the store again (daskbatch verify {self.where} lists every damaged chunk)")

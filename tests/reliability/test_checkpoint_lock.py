@@ -28,7 +28,7 @@ import pytest
 import daskbatch as db
 from daskbatch.engine.checkpoint import read_runs
 from daskbatch.io.dataset import open_dataset
-from daskbatch.io.ingest.passes import DONE_FILE
+from daskbatch.io.rowstore import DONE_FILE, MANIFEST_FILE
 from daskbatch.io.synth import synth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,7 +239,7 @@ def test_second_ingest_into_one_output_fails_at_once(tmp_path: Path) -> None:
                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = tmp_path / ".out.zarr.daskbatch-lock"
     try:
-        wait_for(lambda: (out / "daskbatch-ingest.json").exists(), first, "the first ingest's manifest")
+        wait_for(lambda: (out / MANIFEST_FILE).exists(), first, "the first ingest's manifest")
         second = subprocess.run(
             [sys.executable, "-m", "daskbatch", "ingest", str(src / "b*.npz"), str(out), "--label-key", "y",
              "--chunk-rows", "64", "--workers", "2"],

@@ -2,52 +2,37 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import create_row_array
 from daskbatch.io.ingest.passes import (
-    DONE_FILE,
-    MANIFEST_FILE,
     ChunkWriter,
     ColumnsArg,
     Scan,
-    as_json,
     columns_of,
-    describe_difference,
     expand_sources,
+    resume_items,
     scan_sources,
 )
-from daskbatch.io.outputs import (
-    check_replaceable,
-    check_separate,
-    checksummed,
-    group_attrs,
-    remove_path,
-)
-from daskbatch.io.rowstore import DoneLog, read_done, read_manifest, write_manifest
-from daskbatch.io.zarr_store import INGEST_ATTR, LAYOUT_ATTR, json_object
+from daskbatch.io.outputs import checksummed
+from daskbatch.io.rowstore import ArraySpec, RowStore
+from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
-from daskbatch.runtime.runlock import RunLock, output_lock_path
-
-if TYPE_CHECKING:
-    import zarr
 
 __all__ = ["IngestReport", "ingest"]
 
 #: Output chunks default to about this many bytes (rounded down to a power-of-two row count).
 DEFAULT_CHUNK_BYTES = 16 * 2**20
 COMPRESSORS = ("zstd", "lz4", "none")
+#: The ``kind`` of an ingest's output (its marker, in messages, and what a resume must find).
+KIND = "ingest"
 
 
 @dataclass(frozen=True)
@@ -132,60 +117,6 @@ class IngestReport:
             f"compression ratio {self.ratio:.2f}, {self.throughput_bytes / 2**20:,.1f} MiB/s "
             f"in {self.seconds:.1f} s{resumed}"
         )
-
-
-def _prepare_output(out: str, doc: dict[str, Any], overwrite: bool) -> tuple[bool, set[int]]:
-    """Decide between fresh start, resume, already-complete or refusal."""
-    # Returns (create, done): ``create`` says the store must be (re)created.
-    if not os.path.exists(out):
-        return True, set()
-    old = read_manifest(out, name=MANIFEST_FILE) if os.path.isdir(out) else None
-    if overwrite:
-        if old is None:
-            check_replaceable(out)  # never another's data, nor a symlink's target
-        remove_path(out)
-        return True, set()
-    ingested = group_attrs(out).get(INGEST_ATTR)
-    if old is None and isinstance(ingested, dict) and ingested.get("complete") is False:
-        # Interrupted while creating the store (before its manifest): nothing to keep.
-        shutil.rmtree(out)
-        return True, set()
-    if old is None:
-        check_replaceable(out)  # another's data: --overwrite would not replace it either
-        raise FileExistsError(
-            f"{out!r} already exists and is not a daskbatch ingest output; "
-            "pass --overwrite (overwrite=True) to replace it"
-        )
-    diffs = describe_difference(old, doc)
-    if diffs:
-        raise DataError(
-            f"{out!r} was started from different inputs: "
-            + "; ".join(diffs)
-            + ". Re-run with the original inputs to resume, or pass --overwrite to start again"
-        )
-    return False, read_done(out, name=DONE_FILE)
-
-
-def _create(out: str, scan: Scan, chunk_rows: int, compressor: str, doc: dict[str, Any]) -> None:
-    import zarr  # lazy: zarr
-    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
-
-    group = zarr.open_group(
-        out,
-        mode="w-",
-        zarr_format=3,
-        attributes={
-            LAYOUT_ATTR: _layout(scan),
-            INGEST_ATTR: {"complete": False, "scan_sha256": doc["scan_sha256"]},
-        },
-    )
-    # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
-    codecs = {"zstd": ZstdCodec(level=1), "lz4": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), "none": None}
-    codec = checksummed(codecs[compressor])
-    create_row_array(group, "X", scan.rows, chunk_rows, scan.dtype, codec, columns=scan.features)
-    for name, _, dtype in scan.outputs():  # labels and masks: aligned with X's rows and chunks
-        create_row_array(group, name, scan.rows, chunk_rows, dtype, codec)
-    write_manifest(out, doc, name=MANIFEST_FILE)
 
 
 def _layout(scan: Scan) -> dict[str, Any]:
@@ -281,104 +212,63 @@ def ingest(
         and the same call resumes it.
     """
     t0 = time.perf_counter()
-    out = os.fspath(out)
-    if "://" in out:
-        raise ValueError(f"ingest writes to local paths only, got {out!r}")
     if compressor not in COMPRESSORS:
         raise ValueError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {compressor!r}")
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
     from dask.system import CPU_COUNT  # lazy: dask
+    from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
     workers = workers or CPU_COUNT
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-
-    parent = os.path.dirname(os.path.abspath(out))
-    # Two ingests into one output would log each chunk twice and race on creating the store: the second stops.
-    held: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if os.path.isdir(parent):  # else no store can be made there, and ingest names why below
-        held = RunLock(output_lock_path(out), f"ingest output {out}")
-    with held:
-        columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
-        paths = expand_sources(sources)
-        # Never the output over, inside, or as a directory around a source: --overwrite deletes it first.
-        check_separate(out, "the output", {f"the source {p}": p for p in paths})
-        scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
-        if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
-            rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
-            chunk_rows = 1 << (rows.bit_length() - 1)
-        n_chunks = -(-scan.rows // chunk_rows)
-        doc = {
-            "scan_sha256": scan.checksum(),
-            "options": {"chunk_rows": chunk_rows, "compressor": compressor},
-            "scan": as_json(scan),
-        }
-        create, done = _prepare_output(out, doc, overwrite)
-        if create and not os.path.exists(parent):
-            raise FileNotFoundError(f"cannot create {out!r}: directory {parent!r} does not exist")
-        try:
-            if create:
-                _create(out, scan, chunk_rows, compressor, doc)
-        except OSError as exc:
-            raise OSError(
-                exc.errno, f"cannot create the output store {out!r}: {exc.strerror or exc}"
-            ) from exc
-
-        import zarr  # lazy: zarr
-
-        group = zarr.open_group(out, mode="r+")
-        todo = [c for c in range(n_chunks) if c not in done]
-        if todo or not json_object(group.attrs.get(INGEST_ATTR)).get("complete"):
-            # write_empty_chunks is a runtime setting: all-fill chunks must still be stored.
-            zx = _output_array(group, "X", out).with_config({"write_empty_chunks": True})
-            zcols = {
-                name: _output_array(group, name, out).with_config({"write_empty_chunks": True})
-                for name, _, _ in scan.outputs()
-            }
-            bar = Progress("ingest", n_chunks, unit="chunks", rows=scan.rows,
+    columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
+    paths = expand_sources(sources)
+    scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
+    if chunk_rows is None:  # about DEFAULT_CHUNK_BYTES, rounded down to a power of two rows
+        rows = max(1, DEFAULT_CHUNK_BYTES // max(1, scan.features * np.dtype(scan.dtype).itemsize))
+        chunk_rows = 1 << (rows.bit_length() - 1)
+    arrays = [ArraySpec("X", np.dtype(scan.dtype), scan.features)]
+    arrays += [ArraySpec(name, np.dtype(dt), None, ("sample",)) for name, _, dt in scan.outputs()]
+    # A CRC-32C per chunk: a changed byte fails the read instead of changing the numbers.
+    codec = {"zstd": ZstdCodec(level=1), "lz4": BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), "none": None}
+    layout = _layout(scan)
+    store = RowStore.open(
+        out, kind=KIND, rows=scan.rows, chunk_rows=chunk_rows, arrays=arrays, attrs={LAYOUT_ATTR: layout},
+        doc={"kind": KIND, "items": resume_items(scan, {"chunk_rows": chunk_rows, "compressor": compressor})},
+        overwrite=overwrite, protect={f"the source {p}": p for p in paths}, compressors=checksummed(codec[compressor]),
+    )
+    try:
+        todo = [] if store.complete else store.todo
+        if not store.complete:
+            bar = Progress(KIND, store.blocks, unit="chunks", rows=scan.rows,
                            nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
                            cancel=cancel, **progress_options(progress))
             with bar:
-                bar.skip(n_chunks - len(todo))
-                _run(ChunkWriter(scan, zx, zcols, chunk_rows), out, todo, workers, bar)
-            # Only now, with every chunk in the log (_run raises otherwise), is the store complete.
-            group.update_attributes(
-                {INGEST_ATTR: {"complete": True, "scan_sha256": doc["scan_sha256"]}}
-            )
-        written = [_output_array(group, name, out) for name in ["X", *(n for n, _, _ in scan.outputs())]]
-        nbytes = sum(a.nbytes for a in written)
-        stored = sum(a.nbytes_stored() for a in written)
-        layout = _layout(scan)
-        return IngestReport(
-            path=out,
-            rows=scan.rows,
-            features=scan.features,
-            files=len(scan.sources),
-            chunks=n_chunks,
-            chunks_written=len(todo),
-            nbytes=int(nbytes),
-            bytes_written=int(stored),
-            seconds=time.perf_counter() - t0,
-            labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
-            masks=tuple(layout.get("masks", [])),
-        )
+                bar.skip(store.blocks - len(todo))
+                _run(ChunkWriter(scan, store.writer), store, todo, workers, bar)
+            store.finish()  # only with every chunk in the log (_run raises otherwise) is the store complete
+    finally:
+        store.close()
+    written = store.writer.arrays.values()
+    return IngestReport(
+        path=store.path,
+        rows=scan.rows,
+        features=scan.features,
+        files=len(scan.sources),
+        chunks=store.blocks,
+        chunks_written=len(todo),
+        nbytes=int(sum(a.nbytes for a in written)),
+        bytes_written=int(sum(a.nbytes_stored() for a in written)),
+        seconds=time.perf_counter() - t0,
+        labels=tuple(layout.get("labels", ["y"] if scan.label_key else [])),
+        masks=tuple(layout.get("masks", [])),
+    )
 
 
-def _output_array(group: zarr.Group, name: str, out: str) -> zarr.Array:
-    """Array ``name`` of the output store (a group there means it was tampered with)."""
-    import zarr  # lazy: zarr
-
-    node = group[name]
-    if not isinstance(node, zarr.Array):
-        raise DataError(f"{name!r} in {out!r} is a Zarr group, not an array")
-    return node
-
-
-def _run(writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Progress) -> None:
+def _run(writer: ChunkWriter, store: RowStore, todo: list[int], workers: int, bar: Progress) -> None:
     """Write ``todo`` chunks, ``workers`` at a time; log each as it finishes."""
-    log = DoneLog(out, name=DONE_FILE)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
     running = {pool.submit(writer.write, c): c for c in todo}  # a queued chunk holds no memory until it runs
     try:
@@ -392,12 +282,11 @@ def _run(writer: ChunkWriter, out: str, todo: list[int], workers: int, bar: Prog
                     f"writing output chunk {c} failed: {exc.strerror or exc}. The store is left "
                     "incomplete; fix the cause and re-run the same command to resume",
                 ) from exc
-            log.add(c)
+            store.mark_done(c)
             bar.advance()
     finally:  # also KeyboardInterrupt or a cancel: stop cleanly, keep the log
         pool.shutdown(wait=True, cancel_futures=True)
         # Chunks that finished while we were stopping are complete: record them too.
         for f, c in running.items():
             if f.done() and not f.cancelled() and f.exception() is None:
-                log.add(c)
-        log.close()
+                store.mark_done(c)

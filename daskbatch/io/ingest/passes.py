@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 import re
 import struct
@@ -18,6 +16,7 @@ import numpy as np
 
 from daskbatch.errors import DataError
 from daskbatch.io.readers import Reader, ZarrReader, open_reader, reader_class
+from daskbatch.io.rowstore import RegionWriter
 from daskbatch.io.table_files import natural_key
 
 Role = Literal["label", "mask"]
@@ -100,17 +99,10 @@ class Source:
         return int(self.x.shape[1])
 
     def identity(self) -> dict[str, Any]:
-        """The JSON-able facts a resumed run must find unchanged: path, size, mtime, shapes and dtypes."""
-        out = {
-            "path": self.path,
-            "size": self.size,
-            "mtime_ns": self.mtime_ns,
-            "x": [list(self.x.shape), np.dtype(self.x.dtype).str],
-            "label": [list(self.label.shape), np.dtype(self.label.dtype).str] if self.label else None,
-        }
-        if self.extra:  # absent without labels=/masks=: manifests of earlier versions still match
-            out["arrays"] = [[list(p.shape), np.dtype(p.dtype).str] for p in self.extra]
-        return out
+        """The JSON-able facts a resumed run must find unchanged (a changed label or mask changes size or mtime)."""
+        label = [list(self.label.shape), np.dtype(self.label.dtype).str] if self.label else None
+        return {"size": self.size, "mtime_ns": self.mtime_ns,
+                "x": [list(self.x.shape), np.dtype(self.x.dtype).str], "label": label}
 
 
 def read_source(path: str, x_key: str | None, wanted: Sequence[tuple[str, str]], has_label: bool) -> Source:
@@ -184,27 +176,6 @@ class Scan:
         """List every 1-D output array: the label of ``label_key`` (``y``) first, then the columns."""
         out = [("y", self.label_key, str(self.label_dtype))] if self.label_key else []
         return out + [(c.name, c.key, d) for c, d in zip(self.columns, self.column_dtypes, strict=True)]
-
-    def checksum(self) -> str:
-        """Hash every source's identity and the keys and dtypes (SHA-256)."""
-        doc = {
-            "sources": [s.identity() for s in self.sources],
-            "x_key": self.x_key,
-            "label_key": self.label_key,
-            "dtype": self.dtype,
-            "label_dtype": self.label_dtype,
-        }
-        if self.columns:
-            doc["arrays"] = _columns_json(self)
-        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-
-
-def _columns_json(scan: Scan) -> list[dict[str, str]]:
-    """The columns of ``scan`` as JSON: name, key, role, output dtype."""
-    return [
-        {"name": c.name, "key": c.key, "role": c.role, "dtype": d}
-        for c, d in zip(scan.columns, scan.column_dtypes, strict=True)
-    ]
 
 
 def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -315,79 +286,16 @@ def _column_dtype(parts: list[tuple[str, Reader | None]], what: str, role: str, 
     return np.result_type(*(d for _, d in present)).newbyteorder("=").str
 
 
-def as_json(scan: Scan) -> dict[str, Any]:
-    """Convert the scan to JSON (written into the output's manifest)."""
-    out = {
-        "x_key": scan.x_key,
-        "label_key": scan.label_key,
-        "dtype": scan.dtype,
-        "label_dtype": scan.label_dtype,
-        "rows": scan.rows,
-        "features": scan.features,
-        "sources": [s.identity() for s in scan.sources],
+def resume_items(scan: Scan, options: dict[str, Any]) -> dict[str, Any]:
+    """What a resumed ingest must find unchanged, keyed by what a refusal names: options, keys, arrays, each file."""
+    columns = zip(scan.columns, scan.column_dtypes, strict=True)
+    return {
+        **{f"option {key}": value for key, value in options.items()},
+        "x_key": scan.x_key, "label_key": scan.label_key, "dtype": scan.dtype, "label_dtype": scan.label_dtype,
+        # Positions: the same files or arrays in another order are another output.
+        **{f"{c.role} {c.name}": {"key": c.key, "dtype": d, "position": i} for i, (c, d) in enumerate(columns)},
+        **{f"source {s.path}": {**s.identity(), "position": i} for i, s in enumerate(scan.sources)},
     }
-    if scan.columns:  # absent without labels=/masks=: manifests of earlier versions still match
-        out["arrays"] = _columns_json(scan)
-    return out
-
-
-MANIFEST_FILE = "daskbatch-ingest.json"
-DONE_FILE = "daskbatch-ingest-done.log"
-
-
-def describe_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences between a stored manifest and a new run's."""
-    out = []
-    for key in sorted(set(old.get("options", {})) | set(new.get("options", {}))):
-        a, b = old.get("options", {}).get(key), new.get("options", {}).get(key)
-        if a != b:
-            out.append(f"option {key}: {a!r} in the store, {b!r} now")
-    old_scan, new_scan = old.get("scan", {}), new.get("scan", {})
-    for key in ("x_key", "label_key", "dtype", "label_dtype"):
-        if old_scan.get(key) != new_scan.get(key):
-            out.append(f"{key}: {old_scan.get(key)!r} in the store, {new_scan.get(key)!r} now")
-    out += _array_differences(old_scan.get("arrays", []), new_scan.get("arrays", []))
-    # A source's labels and masks (shapes, dtypes) are compared when the set of them is the same.
-    same_arrays = old_scan.get("arrays", []) == new_scan.get("arrays", [])
-    fields = ("size", "mtime_ns", "x", "label") + (("arrays",) if same_arrays else ())
-    olds = {s["path"]: s for s in old_scan.get("sources", [])}
-    news = {s["path"]: s for s in new_scan.get("sources", [])}
-    added = [p for p in news if p not in olds]
-    removed = [p for p in olds if p not in news]
-    if added:
-        out.append(f"{len(added)} new source file(s), e.g. {added[0]}")
-    if removed:
-        out.append(f"{len(removed)} source file(s) no longer given, e.g. {removed[0]}")
-    for path, s in news.items():
-        o = olds.get(path)
-        if o is None:
-            continue
-        changed = [k for k in fields if o.get(k) != s.get(k)]
-        if changed:
-            out.append(f"{path} changed since the first run ({', '.join(changed)})")
-    if not out and [s["path"] for s in old_scan.get("sources", [])] != list(news):
-        out.append("the same files in a different order")
-    return out
-
-
-def _array_differences(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    """Labels and masks given in one run and not the other, or with another key, role or dtype."""
-    olds, news = {a["name"]: a for a in old}, {a["name"]: a for a in new}
-    out = []
-    for name in sorted(set(olds) | set(news)):
-        a, b = olds.get(name), news.get(name)
-        if a is None or b is None:
-            role = (a or b or {}).get("role", "array")
-            out.append(
-                f"{role} {name!r}: {'absent' if a is None else 'given'} in the store, "
-                f"{'absent' if b is None else 'given'} now"
-            )
-        elif a != b:
-            what = ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-            out.append(f"{a.get('role', 'array')} {name!r} changed ({what})")
-    if not out and list(olds) != list(news):
-        out.append("the same labels and masks in a different order")
-    return out
 
 
 @dataclass(frozen=True)
@@ -419,18 +327,15 @@ def pieces(offsets: np.ndarray, chunk_rows: int, chunk: int) -> list[Piece]:
 class ChunkWriter:
     """Reads source rows and writes whole output chunks."""
 
-    def __init__(self, scan: Scan, x: Any, columns: dict[str, Any], chunk_rows: int) -> None:
+    def __init__(self, scan: Scan, writer: RegionWriter) -> None:
         self.scan = scan
-        self.x = x
-        self.columns = columns
-        self.chunk_rows = chunk_rows
+        self.writer = writer
         self.offsets = scan.offsets
 
     def write(self, chunk: int) -> int:
         """Assemble and write output chunk ``chunk``."""
-        ps = pieces(self.offsets, self.chunk_rows, chunk)
+        ps = pieces(self.offsets, self.writer.chunk_rows, chunk)
         rows = sum(p.stop - p.start for p in ps)
-        lo = chunk * self.chunk_rows
         outputs = self.scan.outputs()
         xbuf = np.empty((rows, self.scan.features), dtype=self.scan.dtype)
         bufs = [np.empty(rows, dtype=dtype) for _, _, dtype in outputs]
@@ -449,7 +354,5 @@ class ChunkWriter:
                     f"{type(exc).__name__}: {exc}; was the file changed after the scan?"
                 ) from exc
         # The chunk is logged as done only after every array's share of it is written.
-        self.x[lo : lo + rows, :] = xbuf
-        for buf, (name, _, _) in zip(bufs, outputs, strict=True):
-            self.columns[name][lo : lo + rows] = buf
+        self.writer.write(chunk, {"X": xbuf, **{name: buf for buf, (name, _, _) in zip(bufs, outputs, strict=True)}})
         return rows
