@@ -90,6 +90,8 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     # The parent compiled some kernels and loaded the helper's others from the cache, none twice.
     assert shared["compiled"] and shared["loaded"], shared
     assert not set(shared["compiled"]) & set(shared["loaded"])
+    # The second pass's histogram loop, which the parent reaches last, was the helper's first compile.
+    assert "_count_rows" in shared["loaded"], shared
 
     alone = describe_in_a_fresh_process(store, tmp_path / "alone", DASKBATCH_COMPILE_AHEAD="0")
     assert alone["helper"] is None and not alone["loaded"]

@@ -1,7 +1,8 @@
 """On an empty numba cache, a helper process compiles the kernels a chunk task will need later, on another core.
 
 numba compiles one function at a time per process. :func:`start` runs a child that reduces the first rows
-of the chunk with the statistics reversed, while the parent compiles from the front; each top-level compile
+of the chunk with the statistics reversed (after the histogram loop of a later pass, when the sketch gives its
+ranges), while the parent compiles from the front; each top-level compile
 holds a lock file named after the kernel in numba's cache, so the second comer loads the other's work.
 Off when the cache holds a daskbatch kernel, on one core, when every core was busy over the last minute, or
 with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent.
@@ -152,7 +153,27 @@ def _run_child(path: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(path)
     with np.errstate(all="ignore"):
+        if _counts_later(stat):  # the parent's last kernel comes first here
+            _later_histogram(x, masks.get("weights"))
         stat.chunk(x, label, **masks)
+
+
+def _counts_later(stat: Any) -> bool:
+    """Whether ``stat`` is a first pass whose sketch gives the ranges of histograms counted in a later pass."""
+    from daskbatch.stats.histogram import Histogram  # lazy: the statistics import the kernels
+    from daskbatch.stats.sketch import Sketch  # lazy: the statistics import the kernels
+
+    stats = getattr(stat, "stats", (stat,))
+    return any(isinstance(s, Sketch) for s in stats) and not any(isinstance(s, Histogram) for s in stats)
+
+
+def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
+    """Count a histogram of the sample: compiles describe's second-pass loop (every range takes the same one)."""
+    from daskbatch.stats.histogram import Histogram  # lazy: the statistics import the kernels
+
+    # Ranges of [0, 1] select the loop of any usual range; the bins and the classes do not change the types.
+    features = x.shape[1]
+    Histogram(bins=2, lo=(0.0,) * features, hi=(1.0,) * features).chunk(x, weights=weights)
 
 
 if __name__ == "__main__":
