@@ -30,8 +30,9 @@ __all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "start"]
 #: when a core is idle. The child runs with it set to "child".
 ENV = "DASKBATCH_COMPILE_AHEAD"
 
-#: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size.
-SAMPLE_ROWS = 256
+#: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size, but the sketch's tails
+#: take their loop over candidates from 4,096 rows (128 coarse blocks of 32 rows) and a shortcut below.
+SAMPLE_ROWS = 4096
 
 _state_lock = threading.Lock()
 _decided = False
@@ -115,11 +116,15 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
     if hasattr(stat, "__dataclass_fields__") and isinstance(getattr(stat, "stats", None), tuple):
         # A bundle's statistics from the back: the parent compiles from the front.
         stat = dataclasses.replace(stat, stats=stat.stats[::-1])
-    rows = slice(0, SAMPLE_ROWS)
 
     def head(a: Any) -> Any:
-        """The first rows of a per-row array, in its own memory order (numba compiles per layout)."""
-        return None if a is None else np.array(a[rows], order="K")
+        """:data:`SAMPLE_ROWS` rows of a per-row array (a short chunk's repeated), in its memory order (numba compiles per layout)."""
+        if a is None:
+            return None
+        if 0 < a.shape[0] < SAMPLE_ROWS:  # the first chunk task may hold a store's short last block
+            order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+            return np.array(np.concatenate([a] * -(-SAMPLE_ROWS // a.shape[0]))[:SAMPLE_ROWS], order=order)
+        return np.array(a[:SAMPLE_ROWS], order="K")
 
     handle, path = tempfile.mkstemp(prefix="daskbatch-compile-ahead-", suffix=".pkl")
     try:
@@ -155,21 +160,50 @@ def _run_child(path: str) -> None:
     with np.errstate(all="ignore"):
         if _counts_later(stat):  # the parent's last kernel comes first here
             _later_histogram(x, masks.get("weights"))
+        for part in getattr(stat, "stats", (stat,)):
+            if _is_sketch(part) and masks.get("weights") is None:
+                _sketch_from_the_back(part, x)
         stat.chunk(x, label, **masks)
+
+
+def _is_sketch(stat: Any) -> bool:
+    """Whether ``stat`` is a quantile sketch."""
+    from daskbatch.stats.sketch import Sketch  # lazy: they import the kernels
+
+    return isinstance(stat, Sketch)
 
 
 def _counts_later(stat: Any) -> bool:
     """Whether ``stat`` is a first pass whose sketch gives the ranges of histograms counted in a later pass."""
-    from daskbatch.stats.histogram import Histogram  # lazy: the statistics import the kernels
-    from daskbatch.stats.sketch import Sketch  # lazy: the statistics import the kernels
+    from daskbatch.stats.histogram import Histogram  # lazy: they import the kernels
 
     stats = getattr(stat, "stats", (stat,))
-    return any(isinstance(s, Sketch) for s in stats) and not any(isinstance(s, Histogram) for s in stats)
+    return any(map(_is_sketch, stats)) and not any(isinstance(s, Histogram) for s in stats)
+
+
+def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
+    """Compile an unweighted sketch's loops against its chunk's order: its tails, then its grid (the chunk: the rest).
+
+    Within a sketch both processes would otherwise take its loops in the same order, the parent waiting on each.
+    """
+    from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
+    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+    from daskbatch.stats.sketch_distinct import grid_chunk  # lazy: they import the kernels
+    from daskbatch.stats.sketch_tails import tail_bounds  # lazy: they import the kernels
+
+    k = sketch.tail_values
+    if k:
+        data, lut = numba_view(x)
+        block, fine, *_ = tail_bounds(data, lut, k)
+        # The row-order heap that a column whose kept values hold a zero replays (data with zeros: most tables).
+        tail_replay(data, lut, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
+    features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop
+    grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype))
 
 
 def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
     """Count a histogram of the sample: compiles describe's second-pass loop (every range takes the same one)."""
-    from daskbatch.stats.histogram import Histogram  # lazy: the statistics import the kernels
+    from daskbatch.stats.histogram import Histogram  # lazy: they import the kernels
 
     # Ranges of [0, 1] select the loop of any usual range; the bins and the classes do not change the types.
     features = x.shape[1]
