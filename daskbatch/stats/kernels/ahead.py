@@ -161,7 +161,7 @@ def _run_child(path: str) -> None:
         if _counts_later(stat):  # the parent's last kernel comes first here
             _later_histogram(x, masks.get("weights"))
         for part in getattr(stat, "stats", (stat,)):
-            if _is_sketch(part) and masks.get("weights") is None:
+            if _is_sketch(part) and masks.get("weights") is None and x.shape[0]:
                 _sketch_from_the_back(part, x)
         stat.chunk(x, label, **masks)
 
