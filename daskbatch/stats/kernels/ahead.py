@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "start"]
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "prepare", "start"]
 
 #: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
 #: when a core is idle. The child runs with it set to "child".
@@ -44,6 +44,23 @@ def child_pid() -> int | None:
     return None if _child is None else _child.pid
 
 
+def prepare(meta: Any) -> None:
+    """On an empty cache, start the helper's process before the first chunk task, so that its imports overlap the run's start.
+
+    Parameters
+    ----------
+    meta : array
+        An empty array of the chunks' type and dtype (a dask array's ``_meta``).
+    """
+    global _child
+    with _state_lock:
+        if _decided or _child is not None or not _wanted(meta):
+            return
+        # It imports numba and the kernels, then waits for the sample that start() writes to its stdin.
+        _child = _spawn("-")
+        atexit.register(_end_child)
+
+
 def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
     """On an empty cache, start the helper that compiles ``stat``'s kernels for chunks like ``x`` (once)."""
     global _decided, _child
@@ -55,27 +72,52 @@ def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
         if _decided:
             return
         _decided = True
-        if not _wanted(x):
-            return
+        waiting = _child  # started by prepare(): it reads the sample's path from its stdin
+        sample = None
         try:
-            sample = _sample(stat, x, label, masks)
+            if _wanted(x):
+                sample = _sample(stat, x, label, masks)
         except Exception:  # noqa: BLE001 - a statistic that does not pickle: compiled here alone, as before
+            sample = None
+        if sample is None:
+            if waiting is not None:
+                _hand_over(waiting, "")  # an empty line: the helper ends
             return
         from daskbatch.stats.kernels import _numba  # lazy: numba
 
         # From now on each top-level compile here takes its kernel's lock file.
         _numba.sharing.set()
-        # This daskbatch, not another installed one.
-        here = str(pathlib.Path(__file__).resolve().parents[3])
-        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-        _child = subprocess.Popen(
-            [sys.executable, "-m", "daskbatch.stats.kernels.ahead", sample],
-            env=dict(os.environ, PYTHONPATH=path, **{ENV: "child"}),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        atexit.register(_end_child)
+        if waiting is not None:
+            _hand_over(waiting, sample)
+        else:
+            _child = _spawn(sample)
+            atexit.register(_end_child)
+
+
+def _spawn(sample: str) -> subprocess.Popen[bytes]:
+    """Start the helper on the pickled ``sample``, or on ``"-"``: the sample's path to come on its stdin."""
+    # This daskbatch, not another installed one.
+    here = str(pathlib.Path(__file__).resolve().parents[3])
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "daskbatch.stats.kernels.ahead", sample],
+        env=dict(os.environ, PYTHONPATH=path, **{ENV: "child"}),
+        stdin=subprocess.PIPE if sample == "-" else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _hand_over(child: subprocess.Popen[bytes], sample: str) -> None:
+    """Write the sample's path (empty: none) to the waiting helper's stdin and close it."""
+    assert child.stdin is not None
+    try:
+        with child.stdin:
+            child.stdin.write(sample.encode() + b"\n")
+    except OSError:  # the helper is gone: the parent compiles alone
+        if sample:
+            with contextlib.suppress(OSError):
+                os.remove(sample)
 
 
 def _wanted(x: Any) -> bool:
@@ -122,8 +164,8 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
         if a is None:
             return None
         if 0 < a.shape[0] < SAMPLE_ROWS:  # the first chunk task may hold a store's short last block
-            order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-            return np.array(np.concatenate([a] * -(-SAMPLE_ROWS // a.shape[0]))[:SAMPLE_ROWS], order=order)
+            fortran = a.flags.f_contiguous and not a.flags.c_contiguous
+            return np.array(np.concatenate([a] * -(-SAMPLE_ROWS // a.shape[0]))[:SAMPLE_ROWS], order="F" if fortran else "C")
         return np.array(a[:SAMPLE_ROWS], order="K")
 
     handle, path = tempfile.mkstemp(prefix="daskbatch-compile-ahead-", suffix=".pkl")
@@ -210,5 +252,19 @@ def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
     Histogram(bins=2, lo=(0.0,) * features, hi=(1.0,) * features).chunk(x, weights=weights)
 
 
+def _wait_for_sample() -> None:
+    """The helper started early: import numba and the kernels, then take the sample's path from stdin."""
+    # Their imports (numba's the most), while the parent plans the run.
+    from daskbatch.stats import _base, kernels  # noqa: F401  # lazy: the statistics
+    from daskbatch.stats.kernels import _numba_moments, _numba_sketch  # noqa: F401  # lazy: numba
+
+    path = sys.stdin.readline().strip()
+    if path:
+        _run_child(path)
+
+
 if __name__ == "__main__":
-    _run_child(sys.argv[1])
+    if sys.argv[1] == "-":
+        _wait_for_sample()
+    else:
+        _run_child(sys.argv[1])
