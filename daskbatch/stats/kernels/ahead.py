@@ -1,12 +1,12 @@
 """On an empty numba cache, a helper process compiles the kernels a chunk task will need later, on another core.
 
-numba compiles one function at a time per process. :func:`start` runs a child that reduces the first rows
-of the chunk with the statistics reversed (after the histogram loop of a later pass, when the sketch gives its
-ranges), while the parent compiles from the front; each top-level compile
-holds a lock file named after the kernel in numba's cache, so the second comer loads the other's work.
+numba compiles one function at a time per process. :func:`prepare` starts the child while ``describe`` plans (its
+imports overlap the run's start); :func:`start`, at the first chunk task, hands it that chunk's first rows and the
+statistics reversed (after the histogram loop of a later pass when the sketch gives its ranges; a sketch's own
+loops from its back), while the parent compiles from the front. Each top-level compile holds a lock file named
+after the kernel in numba's cache, so the second comer loads the other's work and the two meet in the middle.
 Off when the cache holds a daskbatch kernel, on one core, when every core was busy over the last minute, or
-with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent.
-"""
+with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import dataclasses
 import os
 import pathlib
 import pickle
+import select
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,9 @@ ENV = "DASKBATCH_COMPILE_AHEAD"
 #: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size, but the sketch's tails
 #: take their loop over candidates from 4,096 rows (128 coarse blocks of 32 rows) and a shortcut below.
 SAMPLE_ROWS = 4096
+
+#: Longest wait of a helper started early for its sample (the parent's first chunk task).
+SAMPLE_WAIT_SECONDS = 300.0
 
 _state_lock = threading.Lock()
 _decided = False
@@ -258,6 +262,11 @@ def _wait_for_sample() -> None:
     from daskbatch.stats import _base, kernels  # noqa: F401  # lazy: the statistics
     from daskbatch.stats.kernels import _numba_moments, _numba_sketch  # noqa: F401  # lazy: numba
 
+    try:  # a describe that fails before its first chunk task sends nothing: not an idle process for ever
+        if not select.select([sys.stdin], [], [], SAMPLE_WAIT_SECONDS)[0]:
+            return
+    except (OSError, ValueError):  # no select on pipes here: wait for the line (or the parent's end)
+        pass
     path = sys.stdin.readline().strip()
     if path:
         _run_child(path)
