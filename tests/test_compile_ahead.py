@@ -81,7 +81,8 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     import daskbatch as db
 
     store = tmp_path / "data.zarr"
-    db.synth(6000, 8, classes=3, path=str(store), chunk_rows=2000)
+    # Blocks of 8,192 rows take the tails' loop over candidates; the last, short one may be the first chunk task.
+    db.synth(20000, 8, classes=3, path=str(store), chunk_rows=8192)
 
     # On whatever the machine's load (by default a busy machine, no core idle, starts no helper).
     shared = describe_in_a_fresh_process(store, tmp_path / "shared", DASKBATCH_COMPILE_AHEAD="1")
@@ -90,6 +91,9 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     # The parent compiled some kernels and loaded the helper's others from the cache, none twice.
     assert shared["compiled"] and shared["loaded"], shared
     assert not set(shared["compiled"]) & set(shared["loaded"])
+    # The second pass's histogram loop, which the parent reaches last, was the helper's first compile; then the
+    # sketch's loops from its back (the tails' of full blocks, from a short first chunk repeated to their size).
+    assert {"_count_rows", "tail_blocks", "tail_candidates"} <= set(shared["loaded"]), shared
 
     alone = describe_in_a_fresh_process(store, tmp_path / "alone", DASKBATCH_COMPILE_AHEAD="0")
     assert alone["helper"] is None and not alone["loaded"]
@@ -102,3 +106,39 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
         warm["helper"] is None and not warm["compiled"]
     )  # a warm cache: no helper, everything loaded
     assert warm["digest"] == alone["digest"]
+
+
+EARLY = r"""
+import json, sys
+import daskbatch as db
+from daskbatch.engine import reduce
+from daskbatch.stats.kernels import ahead
+
+at_first_chunk = []  # the helper's pid when each chunk task asks for it
+asked = reduce.compile_ahead
+reduce.compile_ahead = lambda *args: (at_first_chunk.append(ahead.child_pid()), asked(*args))
+db.describe(sys.argv[1], label="y")
+print(json.dumps({"at_first_chunk": at_first_chunk[0], "helper": ahead.child_pid()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper runs only with two or more cores"
+)
+def test_the_helper_imports_before_the_first_chunk_task(tmp_path: pathlib.Path) -> None:
+    import daskbatch as db
+
+    store = tmp_path / "data.zarr"
+    db.synth(3000, 4, classes=2, path=str(store), chunk_rows=1000)
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), DASKBATCH_COMPILE_AHEAD="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", EARLY, str(store)], env=environ, capture_output=True, text=True,
+                          timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    # Started while describe planned (its imports overlap the run's start), then given the first chunk's sample.
+    assert seen["at_first_chunk"] is not None and seen["at_first_chunk"] == seen["helper"], seen
+    assert gone(seen["helper"])
+    # It compiled into the cache: the first-pass kernels the parent reaches last are there.
+    assert any(name.endswith(".nbi") for _, _, files in os.walk(tmp_path / "cache") for name in files)

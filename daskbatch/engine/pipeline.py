@@ -41,6 +41,7 @@ from daskbatch.stats.classes import ContentDigest
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.kernels.ahead import prepare as compile_ahead
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
 from daskbatch.stats.registry import Kept
@@ -128,6 +129,8 @@ def _computed(
     if data.x.shape[1] == 0:  # a table of text, categories or times only: their profile is the summary
         return _profile_only(data, run, data.label if not grouped and not targeted else None)
     device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
+    if device == "cpu" and active_client() is None:  # a new install: the compile helper imports while this plans
+        compile_ahead(getattr(data.x, "_meta", None))
     # -- the statistics
     wanted = describe_statistics(stats, labelled=data.label is not None, range_=range_)
     if grouped:

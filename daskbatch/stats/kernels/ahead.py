@@ -1,11 +1,12 @@
 """On an empty numba cache, a helper process compiles the kernels a chunk task will need later, on another core.
 
-numba compiles one function at a time per process. :func:`start` runs a child that reduces the first rows
-of the chunk with the statistics reversed, while the parent compiles from the front; each top-level compile
-holds a lock file named after the kernel in numba's cache, so the second comer loads the other's work.
+numba compiles one function at a time per process. :func:`prepare` starts the child while ``describe`` plans (its
+imports overlap the run's start); :func:`start`, at the first chunk task, hands it that chunk's first rows and the
+statistics reversed (after the histogram loop of a later pass when the sketch gives its ranges; a sketch's own
+loops from its back), while the parent compiles from the front. Each top-level compile holds a lock file named
+after the kernel in numba's cache, so the second comer loads the other's work and the two meet in the middle.
 Off when the cache holds a daskbatch kernel, on one core, when every core was busy over the last minute, or
-with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent.
-"""
+with ``DASKBATCH_COMPILE_AHEAD=0`` (``=1``: whatever the load); the child ends with the parent."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import dataclasses
 import os
 import pathlib
 import pickle
+import select
 import subprocess
 import sys
 import tempfile
@@ -23,14 +25,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "start"]
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "prepare", "start"]
 
 #: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
 #: when a core is idle. The child runs with it set to "child".
 ENV = "DASKBATCH_COMPILE_AHEAD"
 
-#: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size.
-SAMPLE_ROWS = 256
+#: Rows of the chunk the child reduces: numba compiles per dtype and layout, not per size, but the sketch's tails
+#: take their loop over candidates from 4,096 rows (128 coarse blocks of 32 rows) and a shortcut below.
+SAMPLE_ROWS = 4096
+
+#: Longest wait of a helper started early for its sample (the parent's first chunk task).
+SAMPLE_WAIT_SECONDS = 300.0
 
 _state_lock = threading.Lock()
 _decided = False
@@ -40,6 +46,23 @@ _child: subprocess.Popen[bytes] | None = None
 def child_pid() -> int | None:
     """The process id of the helper this process started, or None."""
     return None if _child is None else _child.pid
+
+
+def prepare(meta: Any) -> None:
+    """On an empty cache, start the helper's process before the first chunk task, so that its imports overlap the run's start.
+
+    Parameters
+    ----------
+    meta : array
+        An empty array of the chunks' type and dtype (a dask array's ``_meta``).
+    """
+    global _child
+    with _state_lock:
+        if _decided or _child is not None or not _wanted(meta):
+            return
+        # It imports numba and the kernels, then waits for the sample that start() writes to its stdin.
+        _child = _spawn("-")
+        atexit.register(_end_child)
 
 
 def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
@@ -53,27 +76,52 @@ def start(stat: Any, x: Any, label: Any, masks: dict[str, Any]) -> None:
         if _decided:
             return
         _decided = True
-        if not _wanted(x):
-            return
+        waiting = _child  # started by prepare(): it reads the sample's path from its stdin
+        sample = None
         try:
-            sample = _sample(stat, x, label, masks)
+            if _wanted(x):
+                sample = _sample(stat, x, label, masks)
         except Exception:  # noqa: BLE001 - a statistic that does not pickle: compiled here alone, as before
+            sample = None
+        if sample is None:
+            if waiting is not None:
+                _hand_over(waiting, "")  # an empty line: the helper ends
             return
         from daskbatch.stats.kernels import _numba  # lazy: numba
 
         # From now on each top-level compile here takes its kernel's lock file.
         _numba.sharing.set()
-        # This daskbatch, not another installed one.
-        here = str(pathlib.Path(__file__).resolve().parents[3])
-        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-        _child = subprocess.Popen(
-            [sys.executable, "-m", "daskbatch.stats.kernels.ahead", sample],
-            env=dict(os.environ, PYTHONPATH=path, **{ENV: "child"}),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        atexit.register(_end_child)
+        if waiting is not None:
+            _hand_over(waiting, sample)
+        else:
+            _child = _spawn(sample)
+            atexit.register(_end_child)
+
+
+def _spawn(sample: str) -> subprocess.Popen[bytes]:
+    """Start the helper on the pickled ``sample``, or on ``"-"``: the sample's path to come on its stdin."""
+    # This daskbatch, not another installed one.
+    here = str(pathlib.Path(__file__).resolve().parents[3])
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "daskbatch.stats.kernels.ahead", sample],
+        env=dict(os.environ, PYTHONPATH=path, **{ENV: "child"}),
+        stdin=subprocess.PIPE if sample == "-" else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _hand_over(child: subprocess.Popen[bytes], sample: str) -> None:
+    """Write the sample's path (empty: none) to the waiting helper's stdin and close it."""
+    assert child.stdin is not None
+    try:
+        with child.stdin:
+            child.stdin.write(sample.encode() + b"\n")
+    except OSError:  # the helper is gone: the parent compiles alone
+        if sample:
+            with contextlib.suppress(OSError):
+                os.remove(sample)
 
 
 def _wanted(x: Any) -> bool:
@@ -114,11 +162,15 @@ def _sample(stat: Any, x: np.ndarray, label: Any, masks: dict[str, Any]) -> str:
     if hasattr(stat, "__dataclass_fields__") and isinstance(getattr(stat, "stats", None), tuple):
         # A bundle's statistics from the back: the parent compiles from the front.
         stat = dataclasses.replace(stat, stats=stat.stats[::-1])
-    rows = slice(0, SAMPLE_ROWS)
 
     def head(a: Any) -> Any:
-        """The first rows of a per-row array, in its own memory order (numba compiles per layout)."""
-        return None if a is None else np.array(a[rows], order="K")
+        """:data:`SAMPLE_ROWS` rows of a per-row array (a short chunk's repeated), in its memory order (numba compiles per layout)."""
+        if a is None:
+            return None
+        if 0 < a.shape[0] < SAMPLE_ROWS:  # the first chunk task may hold a store's short last block
+            fortran = a.flags.f_contiguous and not a.flags.c_contiguous
+            return np.array(np.concatenate([a] * -(-SAMPLE_ROWS // a.shape[0]))[:SAMPLE_ROWS], order="F" if fortran else "C")
+        return np.array(a[:SAMPLE_ROWS], order="K")
 
     handle, path = tempfile.mkstemp(prefix="daskbatch-compile-ahead-", suffix=".pkl")
     try:
@@ -152,8 +204,76 @@ def _run_child(path: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(path)
     with np.errstate(all="ignore"):
+        if _counts_later(stat):  # the parent's last kernel comes first here
+            _later_histogram(x, masks.get("weights"))
+        for part in getattr(stat, "stats", (stat,)):
+            if _is_sketch(part) and masks.get("weights") is None and x.shape[0]:
+                _sketch_from_the_back(part, x)
         stat.chunk(x, label, **masks)
 
 
+def _is_sketch(stat: Any) -> bool:
+    """Whether ``stat`` is a quantile sketch."""
+    from daskbatch.stats.sketch import Sketch  # lazy: they import the kernels
+
+    return isinstance(stat, Sketch)
+
+
+def _counts_later(stat: Any) -> bool:
+    """Whether ``stat`` is a first pass whose sketch gives the ranges of histograms counted in a later pass."""
+    from daskbatch.stats.histogram import Histogram  # lazy: they import the kernels
+
+    stats = getattr(stat, "stats", (stat,))
+    return any(map(_is_sketch, stats)) and not any(isinstance(s, Histogram) for s in stats)
+
+
+def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
+    """Compile an unweighted sketch's loops against its chunk's order: its tails, then its grid (the chunk: the rest).
+
+    Within a sketch both processes would otherwise take its loops in the same order, the parent waiting on each.
+    """
+    from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
+    from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
+    from daskbatch.stats.sketch_distinct import grid_chunk  # lazy: they import the kernels
+    from daskbatch.stats.sketch_tails import tail_bounds  # lazy: they import the kernels
+
+    k = sketch.tail_values
+    if k:
+        data, lut = numba_view(x)
+        block, fine, *_ = tail_bounds(data, lut, k)
+        # The row-order heap that a column whose kept values hold a zero replays (data with zeros: most tables).
+        tail_replay(data, lut, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
+    features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop
+    grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype))
+
+
+def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
+    """Count a histogram of the sample: compiles describe's second-pass loop (every range takes the same one)."""
+    from daskbatch.stats.histogram import Histogram  # lazy: they import the kernels
+
+    # Ranges of [0, 1] select the loop of any usual range; the bins and the classes do not change the types.
+    features = x.shape[1]
+    Histogram(bins=2, lo=(0.0,) * features, hi=(1.0,) * features).chunk(x, weights=weights)
+
+
+def _wait_for_sample() -> None:
+    """The helper started early: import numba and the kernels, then take the sample's path from stdin."""
+    # Their imports (numba's the most), while the parent plans the run.
+    from daskbatch.stats import _base, kernels  # noqa: F401  # lazy: the statistics
+    from daskbatch.stats.kernels import _numba_moments, _numba_sketch  # noqa: F401  # lazy: numba
+
+    try:  # a describe that fails before its first chunk task sends nothing: not an idle process for ever
+        if not select.select([sys.stdin], [], [], SAMPLE_WAIT_SECONDS)[0]:
+            return
+    except (OSError, ValueError):  # no select on pipes here: wait for the line (or the parent's end)
+        pass
+    path = sys.stdin.readline().strip()
+    if path:
+        _run_child(path)
+
+
 if __name__ == "__main__":
-    _run_child(sys.argv[1])
+    if sys.argv[1] == "-":
+        _wait_for_sample()
+    else:
+        _run_child(sys.argv[1])
