@@ -271,7 +271,35 @@ def chunk_times(block: Any, label: Any, repeat: int) -> dict[str, float]:
         out["floor: float64 SYRK XᵀX"] = event_ms(lambda: syrk("T", b64, out=c, alpha=1.0, beta=0.0, lower=False),
                                                   repeat)
     out["cast to float64"] = event_ms(lambda: block.astype(cupy.float64), repeat)
+    out.update(sketch_parts(block, repeat))
     return out
+
+
+def sketch_parts(block: Any, repeat: int) -> dict[str, float]:
+    """Milliseconds of each part of the array-API ``Sketch.chunk`` (CuPy blocks have no sketch kernel).
+
+    The chunk keys at most ``BLOCK_VALUES`` values at a time: the parts are timed on one such sub-block
+    (float64, as the chunk casts it), and the merge on two of its states.
+    """
+    from daskbatch.stats import Sketch
+    from daskbatch.stats.numerics import as_float64
+    from daskbatch.stats.sketch_distinct import grid_chunk, xp_distinct
+
+    sketch = Sketch()
+    part = as_float64(block[: sketch._block_rows(block.shape[1])])
+    rows = part.shape[0]
+    counts = sketch._xp_counts(part, None, sketch._chunk_dtype(rows))
+    state = sketch.chunk(part)
+    return {
+        f"  Sketch part: bucket counts ({rows:,} rows)": event_ms(
+            lambda: sketch._xp_counts(part, None, sketch._chunk_dtype(rows)), repeat),
+        f"  Sketch part: distinct values ({rows:,} rows)": event_ms(
+            lambda: xp_distinct(part, sketch.values_kept, None), repeat),
+        f"  Sketch part: dyadic grid ({rows:,} rows)": event_ms(
+            lambda: grid_chunk(part, counts[2], counts[3], sketch.grid_bins, None, counts[0].dtype), repeat),
+        f"  Sketch part: tails ({rows:,} rows)": event_ms(lambda: sketch._tails_for(part, None), repeat),
+        "  Sketch.merge of two such states": event_ms(lambda: sketch.merge(state, state), repeat),
+    }
 
 
 # --- driver ---------------------------------------------------------------------------------------
