@@ -321,13 +321,14 @@ class FileReader(Reader):
                 raise ValueError("empty file (0 bytes)")
             self.part = self.header()
         except ValueError as exc:  # opened by key, by ingest, which names the file before the problem
-            raise exc if by_key else ValueError(f"{self.path}: {exc}") from None  # a 0-d array has no rows to read: its shape is refused by the caller
+            raise exc if by_key else ValueError(f"{self.path}: {exc}") from None
+        # a 0-d array has no rows to read: its shape is refused by the caller
         self.array = self._blocks() if self.part.shape else np.empty((), np.dtype(self.part.dtype))
         if isinstance(label, str) and not self.single:
             self.label = type(self)(self.path, key=label, what="label").array
 
     def header(self) -> Part:
-        """Shape, dtype and place of array :attr:`key` (``what`` it is); ValueError names what is wrong."""
+        """Shape, dtype and place of the array named ``key`` (``what`` it is); ValueError names what is wrong."""
         raise NotImplementedError
 
     def _blocks(self) -> da.Array:
