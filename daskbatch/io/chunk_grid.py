@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import zarr
 from dask.utils import parse_bytes
+from zarr.storage import WrapperStore
 
 from daskbatch import config
 from daskbatch.errors import DataError
@@ -107,6 +108,34 @@ def listed_keys(arr: zarr.Array) -> set[str]:
     kept = _LISTED.get(id(arr))
     # An array found with absent chunks lists again: a chunk written since then is part of the rows read.
     return set(kept[1]) if kept is not None and kept[0]() is arr else stored_keys(arr)
+
+
+class AbsentChunkError(LookupError):
+    """A chunk key a read asked for is not stored (raised by :func:`every_chunk_reader`'s store)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _EveryChunkStore(WrapperStore[Any]):
+    """A store whose writer stored every chunk: its own "not found" answer is the loss (no extra request)."""
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        """The stored value, or AbsentChunkError where zarr would read fill values."""
+        found = await self._store.get(key, prototype, byte_range)
+        if found is None:
+            raise AbsentChunkError(key)
+        return found
+
+
+def every_chunk_reader(arr: zarr.Array) -> zarr.Array:
+    """``arr`` read through its store wrapped so that an absent chunk raises :class:`AbsentChunkError`."""
+    from zarr.core.array import AsyncArray  # lazy: the same metadata on the wrapped store
+    from zarr.storage import StorePath  # lazy: zarr
+
+    path = StorePath(_EveryChunkStore(arr.store_path.store), arr.store_path.path)
+    return zarr.Array(AsyncArray(arr.metadata, path, config=arr._async_array.config))
 
 
 def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
@@ -236,6 +265,19 @@ class Missing:
             parts.append(f"{len(self.label_keys):,} chunk(s) of label {label.path!r} are missing: "
                          f"{_first(self.label_keys)}")
         return "; ".join(parts) + f" ({sum(b - a for a, b in self.row_ranges):,} rows)"
+
+    def refusal(self, x: zarr.Array, label: zarr.Array | None, where: str, *, lost: bool = False,
+                remedy: str = "") -> str:
+        """The one-line refusal of these absent chunks of the store ``where``: why they matter, what restores them."""
+        if remedy:  # the caller's own (an unfinished writer's)
+            return f"{self.message(x, label)}; zarr would read fill values in their place; {remedy}"
+        if lost:  # never "skip": it would compute on a store that lost rows as if it were whole
+            remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
+                      f"or write the store again (daskbatch verify {where} lists every damaged chunk)")
+        else:
+            remedy = ("their writer leaves out chunks that hold only the fill value, so they are that value: "
+                      "the default missing='auto' (--missing auto) reads them so")
+        return f"{self.message(x, label)}; zarr would read fill values in their place; {remedy}"
 
 
 def _first(keys: list[str], n: int = 5) -> str:
