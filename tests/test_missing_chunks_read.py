@@ -90,3 +90,22 @@ def test_the_check_costs_no_request_of_its_own(written: Path, monkeypatch: pytes
     np.testing.assert_array_equal(y, g["y"][:])
     n = ROWS // CHUNK
     assert read == sorted([f"get X/c/{i}/0" for i in range(n)] + [f"get y/c/{i}" for i in range(n)])
+
+
+def test_after_a_failed_run_the_rows_token_of_the_same_store_is_read_again(written: Path, tmp_path: Path) -> None:
+    """A failed pass abandons its token's reading (tests/test_missing_chunks_bucket.py); the next run's is whole."""
+    from daskbatch.engine.pipeline import input_token
+    from daskbatch.io.chunk_grid import chunk_checksums
+
+    path = tmp_path / "s.zarr"
+    shutil.copytree(written, path)
+    ds = db.open_dataset(path)
+    kept = (path / "X/c/1/0").read_bytes()
+    (path / "X/c/1/0").write_bytes(b"garbage\x00\xff")
+    with pytest.raises(DataError, match="X/c/1/0"):
+        db.describe(ds, stats="moments", run=db.RunOptions(plan=None))
+    (path / "X/c/1/0").write_bytes(kept)
+    # What reads the same array's checksums outside a run (a reader's facts) reads them all.
+    assert chunk_checksums(ds.zarr_x) == chunk_checksums(db.open_dataset(written).zarr_x)
+    summary = db.describe(ds, stats="moments", run=db.RunOptions(plan=None))
+    assert summary.provenance["input_tokens"] == [input_token(db.open_dataset(written))]

@@ -379,6 +379,9 @@ class BlockReadEvent(threading.Event):
         """Release what waits on this event with nothing to do: :meth:`wait` says False, :func:`chunk_checksums` stops."""
         self.abandoned = True
         self.set()
+        for at, (_, event) in list(_TOKEN_READ.items()):  # a later read of the array's checksums is another's
+            if event is self:
+                _TOKEN_READ.pop(at, None)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether the event was set, and not abandoned, within ``timeout``."""
