@@ -215,6 +215,10 @@ def _computed(
 
     try:
         kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached
+    except BaseException:
+        if first_read is not None:
+            first_read.abandon()  # a failed pass has no token: its thread stops reading (the exit waits for it)
+        raise
     finally:
         if first_read is not None:
             first_read.set()  # no block read (a resumed run's) or a failed pass: the thread never waits on

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import zarr
 from dask.utils import parse_bytes
+from zarr.storage import WrapperStore
 
 from daskbatch import config
 from daskbatch.errors import DataError
@@ -107,6 +108,34 @@ def listed_keys(arr: zarr.Array) -> set[str]:
     kept = _LISTED.get(id(arr))
     # An array found with absent chunks lists again: a chunk written since then is part of the rows read.
     return set(kept[1]) if kept is not None and kept[0]() is arr else stored_keys(arr)
+
+
+class AbsentChunkError(LookupError):
+    """A chunk key a read asked for is not stored (raised by :func:`every_chunk_reader`'s store)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _EveryChunkStore(WrapperStore[Any]):
+    """A store whose writer stored every chunk: its own "not found" answer is the loss (no extra request)."""
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        """The stored value, or AbsentChunkError where zarr would read fill values."""
+        found = await self._store.get(key, prototype, byte_range)
+        if found is None:
+            raise AbsentChunkError(key)
+        return found
+
+
+def every_chunk_reader(arr: zarr.Array) -> zarr.Array:
+    """``arr`` read through its store wrapped so that an absent chunk raises :class:`AbsentChunkError`."""
+    from zarr.core.array import AsyncArray  # lazy: the same metadata on the wrapped store
+    from zarr.storage import StorePath  # lazy: zarr
+
+    path = StorePath(_EveryChunkStore(arr.store_path.store), arr.store_path.path)
+    return zarr.Array(AsyncArray(arr.metadata, path, config=arr._async_array.config))
 
 
 def _chunks_per_shard(arr: zarr.Array) -> tuple[int, ...]:
@@ -237,6 +266,19 @@ class Missing:
                          f"{_first(self.label_keys)}")
         return "; ".join(parts) + f" ({sum(b - a for a, b in self.row_ranges):,} rows)"
 
+    def refusal(self, x: zarr.Array, label: zarr.Array | None, where: str, *, lost: bool = False,
+                remedy: str = "") -> str:
+        """The one-line refusal of these absent chunks of the store ``where``: why they matter, what restores them."""
+        if remedy:  # the caller's own (an unfinished writer's)
+            return f"{self.message(x, label)}; zarr would read fill values in their place; {remedy}"
+        if lost:  # never "skip": it would compute on a store that lost rows as if it were whole
+            remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
+                      f"or write the store again (daskbatch verify {where} lists every damaged chunk)")
+        else:
+            remedy = ("their writer leaves out chunks that hold only the fill value, so they are that value: "
+                      "the default missing='auto' (--missing auto) reads them so")
+        return f"{self.message(x, label)}; zarr would read fill values in their place; {remedy}"
+
 
 def _first(keys: list[str], n: int = 5) -> str:
     """The first ``n`` keys, and how many in all."""
@@ -328,19 +370,44 @@ def has_chunk_checksums(arr: zarr.Array) -> bool:
     return arr.shards is None and bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
 
 
+class BlockReadEvent(threading.Event):
+    """Set once a task has read a block of an array; abandoned once its pass failed (its rows' token is not wanted)."""
+
+    abandoned = False
+
+    def abandon(self) -> None:
+        """Release what waits on this event with nothing to do: :meth:`wait` says False, :func:`chunk_checksums` stops."""
+        self.abandoned = True
+        self.set()
+        for at, (_, event) in list(_TOKEN_READ.items()):  # a later read of the array's checksums is another's
+            if event is self:
+                _TOKEN_READ.pop(at, None)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the event was set, and not abandoned, within ``timeout``."""
+        return super().wait(timeout) and not self.abandoned
+
+
 #: What waits for a task of this process to read a block of an array from an object store, by the array's id.
 _NEXT_READ: dict[int, tuple[weakref.ref[zarr.Array], threading.Event]] = {}
+#: The latest such event of each array, by its id: an abandoned one stops the reading of its chunk checksums.
+_TOKEN_READ: dict[int, tuple[weakref.ref[zarr.Array], BlockReadEvent]] = {}
 
 
-def next_block_read(arr: zarr.Array, in_process: bool = True) -> threading.Event:
+def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     """An event set once a task of this process has next read a block of ``arr`` from an object store (else set now).
 
     ``in_process``: whether the tasks run in this process (not a distributed client's workers).
 
     The rows' token reads a trailer per chunk: sent beside the pass's first block, those requests reach the server
-    with its chunks' and delay them; sent once that block is read, they overlap its computing.
+    with its chunks' and delay them; sent once that block is read, they overlap its computing. A failed pass
+    abandons the event: the trailers not yet read are not (the process's exit waits for the thread reading them).
     """
-    event = threading.Event()
+    event = BlockReadEvent()
+    for at, (ref, _) in list(_TOKEN_READ.items()):  # arrays gone since; a copy: another thread may add one
+        if ref() is None:
+            _TOKEN_READ.pop(at, None)
+    _TOKEN_READ[id(arr)] = (weakref.ref(arr), event)
     fs = getattr(arr.store, "fs", None)  # fsspec stores have one; local and in-memory stores need no waiting
     if in_process and fs is not None and not is_local_fs(fs):
         _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
@@ -368,11 +435,16 @@ def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
     prefix = arr.store_path.path.strip("/")
     paths = [f"{prefix}/{key}" if prefix else key for key in keys]
     store = (object_store_twin(arr) or arr).store_path.store  # obstore's client where it changes nothing else
-    return list(zip(keys, sync(_last_bytes(store, paths, 4)), strict=True))
+    waited = _TOKEN_READ.get(id(arr))
+    event = waited[1] if waited is not None and waited[0]() is arr else None
+    return list(zip(keys, sync(_last_bytes(store, paths, 4, event)), strict=True))
 
 
-async def _last_bytes(store: Any, keys: list[str], n: int) -> list[bytes]:
-    """The last ``n`` bytes of each key of ``store`` (b"" for a key gone since the listing), 64 reads at a time."""
+async def _last_bytes(store: Any, keys: list[str], n: int, event: BlockReadEvent | None = None) -> list[bytes]:
+    """The last ``n`` bytes of each key of ``store`` (b"" for a key gone since the listing), 64 reads at a time.
+
+    Once ``event`` is abandoned, the reads not yet sent raise instead (the result is not wanted).
+    """
     from zarr.abc.store import SuffixByteRequest  # lazy: zarr
     from zarr.core.buffer import default_buffer_prototype  # lazy: zarr
 
@@ -381,6 +453,8 @@ async def _last_bytes(store: Any, keys: list[str], n: int) -> list[bytes]:
     async def tail(key: str) -> bytes:
         """One key's last bytes."""
         async with at_once:
+            if event is not None and event.abandoned:
+                raise RuntimeError("the pass failed: its rows' token is not read")
             found = await store.get(key, default_buffer_prototype(), byte_range=SuffixByteRequest(n))
         return b"" if found is None else found.to_bytes()
 

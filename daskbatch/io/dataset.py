@@ -237,7 +237,9 @@ def open_dataset(
         those chunks cover (``x`` and the label keep only rows whose chunks are
         all present); ``"fill"`` reads the fill value in their place.  The
         provenance lists and counts them, and says ``complete: False`` where
-        a chunk was lost or rows were skipped.
+        a chunk was lost or rows were skipped.  A chunk present at the open
+        but absent when read (lost since) is refused in the same words where
+        an absent chunk at the open would be (not under ``"fill"``).
     strict : bool, default False
         Kept for callers of earlier versions: ``True`` insists on ``missing="raise"``
         (the default ``"auto"`` counts as ``"raise"`` then).

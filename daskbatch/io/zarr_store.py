@@ -13,7 +13,7 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Literal
 
 import dask
@@ -25,16 +25,19 @@ from daskbatch._common import warn
 from daskbatch.errors import DataError, IncompleteStoreWarning, MissingChunksWarning
 from daskbatch.io.chunk_grid import (
     WRITES_EVERY_CHUNK,
+    AbsentChunkError,
     Chunks,
     Missing,
     array_label,
     block_read,
     chunk_key,
+    every_chunk_reader,
     is_local_fs,
     open_facts,
     row_blocks,
     storage_chunks,
     store_location,
+    writes_every_chunk,
 )
 from daskbatch.io.object_store import (
     READ_AHEAD_BLOCKS,
@@ -100,10 +103,20 @@ def _is_remote(store: Any) -> bool:
 
 
 class BlockReader(ReadAhead):
-    """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it."""
+    """``reader[selection]`` reads ``arr`` CF-decoded as xarray does; a failing chunk raises a DataError naming it.
 
-    def __init__(self, arr: zarr.Array, span_bytes: int = 0) -> None:
+    A chunk a read finds absent (lost since the store's open listed it) is refused as the open refuses it under
+    ``missing`` (:data:`MISSING_POLICIES`; ``skip`` reads no chunk absent at the open, so refuses as ``auto``),
+    its writer known from ``arr``'s and ``group_attrs``; ``where`` names the store and ``role`` the array.
+    """
+
+    def __init__(self, arr: zarr.Array, span_bytes: int = 0, *, missing: MissingPolicy = "auto",
+                 group_attrs: Mapping[str, Any] | None = None, where: str | None = None,
+                 role: Literal["x", "label"] = "x") -> None:
         self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
+        self.lost = writes_every_chunk(arr, group_attrs)
+        self.refuse_absent = missing == "raise" or missing != "fill" and self.lost
+        self.where, self.role = where if where is not None else store_location(arr.store), role
         # A label's blocks are small: from an object store, a task's read takes the unread blocks beside it, up to
         # span_bytes, in one zarr read (its chunks fetched concurrently), so a label scan costs a round trip or two.
         self.span_bytes = span_bytes
@@ -130,6 +143,7 @@ class BlockReader(ReadAhead):
         # block no task has read yet is fetched (at most READ_AHEAD_BLOCKS waiting), so the round trips overlap.
         self.read_ahead = _is_remote(arr.store)
         self.twin = object_store_twin(arr) if self.read_ahead else None  # the same chunks, less CPU per byte
+        self.source = self._source()
         self._ahead: dict[tuple[int, int], concurrent.futures.Future[np.ndarray]] = {}
         self._busy: set[tuple[int, int]] = set()  # row ranges a task or a read-ahead is reading
         self._done: set[tuple[int, int]] = set()  # row ranges read in this pass (one read again starts the next)
@@ -144,12 +158,21 @@ class BlockReader(ReadAhead):
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy in another process starts with nothing fetched ahead (and a lock of its own).
-        kept = {k: v for k, v in self.__dict__.items() if k not in ("_ahead", "_busy", "_done", "_lock", "twin")}
+        kept = {k: v for k, v in self.__dict__.items()
+                if k not in ("_ahead", "_busy", "_done", "_lock", "twin", "source")}
         return kept | {"_last_start": None, "_task_order": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
         self.twin = object_store_twin(self.arr) if self.read_ahead else None  # this process's own client
+        self.source = self._source()
+
+    def _source(self) -> zarr.Array:
+        """The array the blocks are read from: the twin or ``arr``, its store's "not found" refused where asked."""
+        # The chunks present at the open may be deleted before a read; zarr would read fill values in their place.
+        # The store's own answer says so, at no extra request per chunk.
+        source = self.arr if self.twin is None else self.twin
+        return every_chunk_reader(source) if self.refuse_absent else source
 
     def __getitem__(self, selection: Any) -> np.ndarray:
         rows = row_range(selection, self.shape) if self.read_ahead else None
@@ -175,22 +198,28 @@ class BlockReader(ReadAhead):
     def _read(self, selection: Any) -> np.ndarray:
         """The block at ``selection``, decoded; a failing chunk named."""
         try:
-            block = np.asarray((self.arr if self.twin is None else self.twin)[selection])
+            block = np.asarray(self.source[selection])
         except DataError:
             raise
+        except AbsentChunkError as exc:
+            raise DataError(self._absent_refusal(selection, exc.key)) from None
         except Exception as exc:  # noqa: BLE001 - any codec/store error: name the chunk
             raise self._chunk_error(selection, exc)  # noqa: B904 - chained to the chunk's own error
         return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
 
+    def _absent_refusal(self, selection: Any, key: str) -> str:
+        """The refusal of the absent chunk at ``key`` inside ``selection``, as the open words it for a chunk absent there."""
+        rows_per = storage_chunks(self.arr)[0]
+        at = next((c[0] for c in self._chunks_in(selection) if chunk_key(self.arr, c) == key), 0)
+        rows = [(at * rows_per, min((at + 1) * rows_per, self.shape[0]))]
+        keys = [key]
+        absent = Missing(x_keys=keys, row_ranges=rows) if self.role == "x" else Missing(label_keys=keys, row_ranges=rows)
+        return absent.refusal(self.arr, self.arr, self.where, lost=self.lost)
+
     def _chunk_error(self, selection: Any, exc: Exception) -> DataError:
         """The DataError for the first chunk inside ``selection`` that fails, chained to its error."""
         chunks = storage_chunks(self.arr)
-        sel = (selection if isinstance(selection, tuple) else (selection,)) + (slice(None),) * self.ndim
-        ranges = []
-        for s, n, c in zip(sel[: self.ndim], self.shape, chunks, strict=True):
-            start, stop, _ = s.indices(n) if isinstance(s, slice) else (int(s), int(s) + 1, 1)
-            ranges.append(range(start // c, max(start // c + 1, math.ceil(stop / c))))
-        for coords in itertools.product(*ranges):
+        for coords in self._chunks_in(selection):
             try:
                 self.arr[tuple(slice(i * c, min((i + 1) * c, n))
                                for i, c, n in zip(coords, chunks, self.shape, strict=True))]
@@ -200,9 +229,19 @@ class BlockReader(ReadAhead):
                 error.__cause__ = inner
                 return error
         # The failure did not reproduce chunk by chunk: report the selection.
+        sel = selection if isinstance(selection, tuple) else (selection,)
         error = DataError(f"cannot read rows {sel[0]} of {array_label(self.arr)}: {type(exc).__name__}: {exc}")
         error.__cause__ = exc
         return error
+
+    def _chunks_in(self, selection: Any) -> Iterator[tuple[int, ...]]:
+        """The grid positions of the stored chunks (shards) that ``selection`` reads, in order."""
+        sel = (selection if isinstance(selection, tuple) else (selection,)) + (slice(None),) * self.ndim
+        ranges = []
+        for s, n, c in zip(sel[: self.ndim], self.shape, storage_chunks(self.arr), strict=True):
+            start, stop, _ = s.indices(n) if isinstance(s, slice) else (int(s), int(s) + 1, 1)
+            ranges.append(range(start // c, max(start // c + 1, math.ceil(stop / c))))
+        return itertools.product(*ranges)
 
     def as_dask(self, row_chunks: int | tuple[int, ...], where: str) -> da.Array:
         """A lazy dask array of these blocks, chunked along rows only."""
@@ -412,10 +451,12 @@ class ZarrStore:
             raise DataError(self._refusal(absent, arr, label_arr, complete))
         skip = absent.row_ranges if policy == "skip" else []
         sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
-        x_reader = BlockReader(arr)
+        # A chunk lost after this open is refused by the read as here (the listing above found it).
+        checks: dict[str, Any] = {"missing": missing, "group_attrs": self.attrs, "where": self.where}
+        x_reader = BlockReader(arr, **checks)
         views = [x_reader.as_dask(sizes, self.where),
-                 None if label_arr is None else BlockReader(label_arr, span_bytes=self._label_span_bytes(x_reader, sizes)
-                                                            ).as_dask(sizes, self.where)]
+                 None if label_arr is None else BlockReader(label_arr, span_bytes=self._label_span_bytes(x_reader, sizes),
+                                                            role="label", **checks).as_dask(sizes, self.where)]
         if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
             views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
         if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
@@ -443,13 +484,8 @@ class ZarrStore:
         if not complete:
             writer = self.attrs.get(MARKER)
             remedy = f"the {writer} that wrote them did not finish: re-run the same {writer} command"
-        elif absent.lost:  # never "skip": it would compute on a store that lost rows as if it were whole
-            remedy = ("daskbatch wrote every chunk of this store, so they were lost: restore them from a copy "
-                      f"or write the store again (daskbatch verify {self.where} lists every damaged chunk)")
-        else:
-            remedy = ("their writer leaves out chunks that hold only the fill value, so they are that value: "
-                      "the default missing='auto' (--missing auto) reads them so")
-        return f"{absent.message(arr, label)}; zarr would read fill values in their place; {remedy}"
+            return absent.refusal(arr, label, self.where, remedy=remedy)
+        return absent.refusal(arr, label, self.where, lost=bool(absent.lost))
 
 
 def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) -> str:
@@ -458,5 +494,5 @@ def _absent_read_as(arr: zarr.Array, label: zarr.Array | None, absent: Missing) 
     for node, positions in ((arr, absent.x_chunks), (label, absent.label_chunks)):
         if node is not None and positions:
             corner = tuple(slice(p * c, p * c + 1) for p, c in zip(positions[0], node.chunks, strict=True))
-            parts.append(f"{node.path or 'x'}: {BlockReader(node)[corner].reshape(-1)[0].item()!r}")
+            parts.append(f"{node.path or 'x'}: {BlockReader(node, missing='fill')[corner].reshape(-1)[0].item()!r}")
     return "; ".join(parts)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from daskbatch._common import strict_int
 from daskbatch.io.ingest.passes import (
     ChunkWriter,
     ColumnsArg,
@@ -220,9 +221,8 @@ def ingest(
     from dask.system import CPU_COUNT  # lazy: dask
     from zarr.codecs import BloscCodec, ZstdCodec  # lazy: zarr
 
-    workers = workers or CPU_COUNT
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    # None is the CPU count; 0 is no count of writers (``workers or CPU_COUNT`` took it for all of them).
+    workers = CPU_COUNT if workers is None else strict_int(workers, "workers", minimum=1)
     columns = columns_of(label_key, labels, masks)[1 if label_key is not None else 0 :]
     paths = expand_sources(sources)
     scan = scan_sources(paths, x_key=x_key, label_key=label_key, dtype=dtype, columns=columns)
