@@ -174,8 +174,7 @@ def _computed(
                         cov_rows=stats.cov.rows)
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
     # while the pass runs (through obstore from the chunks it fetched, from s3fs a request a chunk, else all before
-    # its first read); without
-    # those, a hash of each storage chunk as the first pass reads it (no pass of its own).
+    # its first read); without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
     from daskbatch.io.chunk_grid import has_chunk_checksums, next_block_read  # lazy: zarr
     from daskbatch.io.object_store import read_stamp  # lazy: zarr
 
