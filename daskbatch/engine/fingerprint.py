@@ -162,11 +162,11 @@ def store_location(arr: Any) -> str:
     return f"{type(store).__name__} {id(store):#x} (in this process only)"
 
 
-def checksum_token(arr: Any) -> str | None:
+def checksum_token(arr: Any, fetched_since: int | None = None) -> str | None:
     """Hash the chunk checksums of ``arr`` (daskbatch's arrays record them); None where it has none."""
     from daskbatch.io.chunk_grid import chunk_checksums  # lazy: zarr
 
-    checksums = chunk_checksums(arr)
+    checksums = chunk_checksums(arr, fetched_since)
     return None if checksums is None else f"{len(checksums)} chunks, crc32c {checksums_digest(arr, checksums)}"
 
 

@@ -173,9 +173,10 @@ def _computed(
                         class_values=class_values, histogram=histogram, custom=custom, sketch_window=sketch_window,
                         cov_rows=stats.cov.rows)
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
-    # while the pass runs (from an object store a request a chunk, else all before its first read); without
-    # those, a hash of each storage chunk as the first pass reads it (no pass of its own).
+    # while the pass runs (through obstore from the chunks it fetched, from s3fs a request a chunk, else all before
+    # its first read); without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
     from daskbatch.io.chunk_grid import has_chunk_checksums, next_block_read  # lazy: zarr
+    from daskbatch.io.object_store import read_stamp  # lazy: zarr
 
     token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), None
     in_process = active_client() is None
@@ -184,7 +185,8 @@ def _computed(
         # a distributed pass reads in its workers, where no event of this process is set.
         first_read = next_block_read(zarr_x, in_process=in_process)
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
-        token_read = reading.submit(lambda: input_token(data) if first_read.wait() else None)  # True once set
+        since = read_stamp()  # the chunks this pass reads whole through obstore give their trailers: no request
+        token_read = reading.submit(lambda: input_token(data, fetched_since=since) if first_read.wait() else None)
         reading.shutdown(wait=False)  # its one thread ends with the read
     elif (token := input_token(data)) is None:  # in memory it is known now
         first = Bundle((*first.stats, ContentDigest(piece_rows=int(zarr_x.chunks[0]) if zarr_x is not None else 0)))
@@ -389,14 +391,17 @@ def _protected_paths(data: FeatureMatrix, checkpoint: Any = None) -> dict[str, A
 # -- what identifies the rows: describe records it, merge and update refuse rows a summary holds already
 
 
-def input_token(data: Any, read_digest: str | None = None) -> str | None:
-    """The rows' content token: a store's chunk checksums, else ``read_digest``, else dask's name (None: not yet)."""
+def input_token(data: Any, read_digest: str | None = None, fetched_since: int | None = None) -> str | None:
+    """The rows' content token: a store's chunk checksums, else ``read_digest``, else dask's name (None: not yet).
+
+    ``fetched_since``: the chunks read whole from an object store since this read stamp give their checksums.
+    """
     # The content's, never the path's or the files' times: a copy of a store has the same token.
     source = getattr(data, "source", None) or data
     zx = getattr(source, "zarr_x", None)
     if zx is None:
         return f"in-memory {getattr(data, 'x', data).name}"
-    if (token := checksum_token(zx)) is not None:
+    if (token := checksum_token(zx, fetched_since)) is not None:
         return f"store x {token}"
     return None if read_digest is None else f"store x read {read_digest}"
 

@@ -18,7 +18,7 @@ from zarr.storage import WrapperStore
 
 from daskbatch import config
 from daskbatch.errors import DataError
-from daskbatch.io.object_store import object_store_twin
+from daskbatch.io.object_store import fetched_trailers, object_store_twin
 
 #: Rows per dask block: whole storage chunks within ``daskbatch.target-chunk-bytes``, one, or a number.
 Chunks = Literal["auto", "storage"] | int
@@ -400,8 +400,10 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     ``in_process``: whether the tasks run in this process (not a distributed client's workers).
 
     The rows' token reads a trailer per chunk: sent beside the pass's first block, those requests reach the server
-    with its chunks' and delay them; sent once that block is read, they overlap its computing. A failed pass
-    abandons the event: the trailers not yet read are not (the process's exit waits for the thread reading them).
+    with its chunks' and delay them; sent once that block is read, they overlap its computing. Where obstore reads
+    the chunks (which keeps their trailers), nothing sets the event: the caller does once the pass has read them all.
+    A failed pass abandons the event: the trailers not yet read are not (the process's exit waits for the thread
+    reading them).
     """
     event = BlockReadEvent()
     for at, (ref, _) in list(_TOKEN_READ.items()):  # arrays gone since; a copy: another thread may add one
@@ -410,7 +412,8 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     _TOKEN_READ[id(arr)] = (weakref.ref(arr), event)
     fs = getattr(arr.store, "fs", None)  # fsspec stores have one; local and in-memory stores need no waiting
     if in_process and fs is not None and not is_local_fs(fs):
-        _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
+        if object_store_twin(arr) is None:
+            _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
     else:
         event.set()
     return event
@@ -424,8 +427,12 @@ def block_read(arr: zarr.Array) -> None:
         waiting[1].set()
 
 
-def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
-    """The CRC-32C ending each stored chunk of ``arr`` by key (one listing, 4 bytes a chunk); None without one."""
+def chunk_checksums(arr: zarr.Array, fetched_since: int | None = None) -> list[tuple[str, bytes]] | None:
+    """The CRC-32C ending each stored chunk of ``arr`` by key (one listing, 4 bytes a chunk); None without one.
+
+    ``fetched_since``: a :func:`~daskbatch.io.object_store.read_stamp`; the chunks obstore has read whole since then
+    give their trailers without a request.
+    """
     from zarr.core.sync import sync  # lazy: zarr
 
     if not has_chunk_checksums(arr):
@@ -437,7 +444,10 @@ def chunk_checksums(arr: zarr.Array) -> list[tuple[str, bytes]] | None:
     store = (object_store_twin(arr) or arr).store_path.store  # obstore's client where it changes nothing else
     waited = _TOKEN_READ.get(id(arr))
     event = waited[1] if waited is not None and waited[0]() is arr else None
-    return list(zip(keys, sync(_last_bytes(store, paths, 4, event)), strict=True))
+    fetched = {} if fetched_since is None else fetched_trailers(store, paths, fetched_since)
+    unread = [path for path in paths if path not in fetched]
+    fetched.update(zip(unread, sync(_last_bytes(store, unread, 4, event)) if unread else (), strict=True))
+    return [(key, fetched[path]) for key, path in zip(keys, paths, strict=True)]
 
 
 async def _last_bytes(store: Any, keys: list[str], n: int, event: BlockReadEvent | None = None) -> list[bytes]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
 import math
 import os
 import threading
@@ -21,8 +22,8 @@ import zarr
 
 from daskbatch.runtime.capacity import distributed_worker
 
-__all__ = ["READ_AHEAD_BLOCKS", "ReadAhead", "follow_task_order", "object_store_twin", "read_ahead_pool", "row_range",
-           "verifies_chunks"]
+__all__ = ["READ_AHEAD_BLOCKS", "ReadAhead", "fetched_trailers", "follow_task_order", "object_store_twin",
+           "read_ahead_pool", "read_stamp", "row_range", "verifies_chunks"]
 
 #: s3fs options obstore takes as they are (s3fs name -> obstore name); any other keeps s3fs.
 _OBSTORE_OPTIONS = {
@@ -228,6 +229,52 @@ def verifies_chunks(arr: zarr.Array) -> bool:
     return False
 
 
+#: Stamps of an obstore twin's whole-object reads, in the order they are made.
+_READS = itertools.count(1)
+
+
+def read_stamp() -> int:
+    """A stamp smaller than that of every whole-object read an obstore twin makes from now on."""
+    return next(_READS)
+
+
+class _TrailerKeepingStore(zarr.storage.ObjectStore):  # type: ignore[type-arg]
+    """zarr's ``ObjectStore`` that keeps the last 4 bytes (a chunk's CRC-32C) of each object it reads whole.
+
+    The rows' token hashes those trailers: taken from the chunks the pass has fetched anyway, they cost no
+    request of their own (from S3 a range GET per chunk, and the server's time for it).
+    """
+
+    def __init__(self, store: Any, *, read_only: bool = False) -> None:
+        super().__init__(store, read_only=read_only)
+        self.trailers: dict[str, tuple[int, bytes]] = {}  # key -> (stamp of the read, its last 4 bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Stamps count this process's reads: a copy in another process starts with none kept.
+        return {**super().__getstate__(), "trailers": {}}
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        """The object ``key`` (or ``byte_range`` of it); a whole one's trailer kept with the read's stamp."""
+        found = await super().get(key, prototype, byte_range)
+        if byte_range is None:
+            if found is None or len(found) < 4:
+                self.trailers.pop(key, None)  # gone: a trailer kept before is no longer the object's
+            else:  # as_numpy_array is a view: no copy of the chunk
+                self.trailers[key] = (next(_READS), found.as_numpy_array()[-4:].tobytes())
+        return found
+
+
+def fetched_trailers(store: Any, keys: list[str], since: int) -> dict[str, bytes]:
+    """The last 4 bytes of those of ``keys`` that ``store`` read whole after :func:`read_stamp` gave ``since``."""
+    kept: dict[str, tuple[int, bytes]] = getattr(store, "trailers", {})
+    found = {}
+    for key in keys:
+        record = kept.get(key)
+        if record is not None and record[0] > since:
+            found[key] = record[1]
+    return found
+
+
 def object_store_twin(arr: zarr.Array) -> zarr.Array | None:
     """``arr``'s metadata on zarr's ``ObjectStore`` over obstore at the same keys; None where reads stay on s3fs."""
     fs: Any = getattr(arr.store, "fs", None)
@@ -284,7 +331,7 @@ def _obstore_of(bucket: str, prefix: str, probe: str, config: tuple[tuple[str, A
         s3 = S3Store(
             bucket, prefix=prefix or None, client_options={"allow_http": allow_http}, **options
         )
-        store = zarr.storage.ObjectStore(s3, read_only=True)
+        store = _TrailerKeepingStore(s3, read_only=True)
         # A key s3fs has just read: where obstore cannot (credentials it looks for elsewhere), s3fs reads.
         if sync(store.get(probe, default_buffer_prototype())) is None:
             return None
