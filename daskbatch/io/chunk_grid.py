@@ -255,6 +255,8 @@ class Missing:
     #: Absent chunks of both arrays, and of them those lost (of arrays whose writer stored every chunk).
     count: int = 0
     lost: int = 0
+    #: Whether the writer of ``x`` and of ``label`` stored every chunk (an absent one, then or later, was lost).
+    every_chunk: tuple[bool, bool] = (False, False)
 
     def message(self, x: zarr.Array, label: zarr.Array | None) -> str:
         """The first few absent keys of each array and their count, in one line."""
@@ -307,13 +309,13 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None,
             merged[-1] = (merged[-1][0], max(merged[-1][1], b))
         else:
             merged.append((a, b))
+    every_chunk = (writes_every_chunk(x, group_attrs), label is not None and writes_every_chunk(label, group_attrs))
     return Missing(
         x_chunks=found["x"], x_keys=[absent_name(x, c) for c in found["x"]],
         label_chunks=found["label"],
         label_keys=[absent_name(label, c) for c in found["label"]] if label is not None else [],
         row_ranges=merged, count=len(found["x"]) + len(found["label"]),
-        lost=len(found["x"]) * writes_every_chunk(x, group_attrs)
-        + (len(found["label"]) * writes_every_chunk(label, group_attrs) if label is not None else 0),
+        lost=len(found["x"]) * every_chunk[0] + len(found["label"]) * every_chunk[1], every_chunk=every_chunk,
     )
 
 
@@ -469,21 +471,6 @@ async def _last_bytes(store: Any, keys: list[str], n: int, event: BlockReadEvent
         return b"" if found is None else found.to_bytes()
 
     return list(await asyncio.gather(*(tail(k) for k in keys)))
-
-
-def readable_bytes() -> int:
-    """The most bytes one read of metadata-described arrays may claim: half this process's memory (or RLIMIT_AS)."""
-    from daskbatch.runtime.capacity import machine_memory_bytes  # lazy: distributed
-
-    memory = machine_memory_bytes()
-    try:
-        import resource
-    except ImportError:  # Windows
-        return memory // 2
-    address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if address_space != resource.RLIM_INFINITY:
-        memory = min(memory, address_space)
-    return memory // 2
 
 
 def create_row_array(

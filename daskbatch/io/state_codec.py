@@ -365,16 +365,26 @@ def _decode(where: str, group: Any, attrs: dict[str, Any], expected: type) -> An
         raise DataError(f"{where}: {exc}") from None
 
 
+def _readable_bytes() -> int:
+    """The most bytes one read of metadata-described arrays may claim: half this process's memory (or RLIMIT_AS)."""
+    from daskbatch.runtime.capacity import machine_memory_bytes  # lazy: distributed
+
+    memory = machine_memory_bytes()
+    try:
+        import resource
+    except ImportError:  # Windows
+        return memory // 2
+    address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if address_space != resource.RLIM_INFINITY:
+        memory = min(memory, address_space)
+    return memory // 2
+
+
 def check_bounds(store: str) -> None:
     """Refuse, from the metadata alone, a summary whose arrays claim more chunks or bytes than a read may take."""
     import zarr  # lazy: zarr (checkpoints use the codec above without it)
 
-    from daskbatch.io.chunk_grid import (  # lazy: dask, zarr
-        chunk_count,
-        max_chunks,
-        readable_bytes,
-        storage_chunks,
-    )
+    from daskbatch.io.chunk_grid import chunk_count, max_chunks, storage_chunks  # lazy: dask, zarr
 
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     total = 0
@@ -396,7 +406,7 @@ def check_bounds(store: str) -> None:
         claimed = math.prod(int(n) for n in node.shape) * itemsize
         total += claimed
         largest = max(largest, (claimed, path, tuple(node.shape)))
-    limit = readable_bytes()
+    limit = _readable_bytes()
     if total > limit:
         claimed, path, shape = largest
         raise DataError(

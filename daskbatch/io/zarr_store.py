@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import binascii
 import concurrent.futures
+import functools
 import itertools
 import math
 import os
@@ -107,14 +108,15 @@ class BlockReader(ReadAhead):
 
     A chunk a read finds absent (lost since the store's open listed it) is refused as the open refuses it under
     ``missing`` (:data:`MISSING_POLICIES`; ``skip`` reads no chunk absent at the open, so refuses as ``auto``),
-    its writer known from ``arr``'s and ``group_attrs``; ``where`` names the store and ``role`` the array.
+    ``lost``: whether its writer stored every chunk (default: from ``arr``'s attributes); ``where`` names the store
+    and ``role`` the array.
     """
 
     def __init__(self, arr: zarr.Array, span_bytes: int = 0, *, missing: MissingPolicy = "auto",
-                 group_attrs: Mapping[str, Any] | None = None, where: str | None = None,
+                 lost: bool | None = None, where: str | None = None,
                  role: Literal["x", "label"] = "x") -> None:
         self.arr, self.shape, self.ndim = arr, tuple(arr.shape), arr.ndim
-        self.lost = writes_every_chunk(arr, group_attrs)
+        self.lost = writes_every_chunk(arr) if lost is None else lost
         self.refuse_absent = missing == "raise" or missing != "fill" and self.lost
         self.where, self.role = where if where is not None else store_location(arr.store), role
         # A label's blocks are small: from an object store, a task's read takes the unread blocks beside it, up to
@@ -143,7 +145,6 @@ class BlockReader(ReadAhead):
         # block no task has read yet is fetched (at most READ_AHEAD_BLOCKS waiting), so the round trips overlap.
         self.read_ahead = _is_remote(arr.store)
         self.twin = object_store_twin(arr) if self.read_ahead else None  # the same chunks, less CPU per byte
-        self.source = self._source()
         self._ahead: dict[tuple[int, int], concurrent.futures.Future[np.ndarray]] = {}
         self._busy: set[tuple[int, int]] = set()  # row ranges a task or a read-ahead is reading
         self._done: set[tuple[int, int]] = set()  # row ranges read in this pass (one read again starts the next)
@@ -165,9 +166,9 @@ class BlockReader(ReadAhead):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _ahead={}, _busy=set(), _done=set(), _lock=threading.Lock())
         self.twin = object_store_twin(self.arr) if self.read_ahead else None  # this process's own client
-        self.source = self._source()
 
-    def _source(self) -> zarr.Array:
+    @functools.cached_property
+    def source(self) -> zarr.Array:
         """The array the blocks are read from: the twin or ``arr``, its store's "not found" refused where asked."""
         # The chunks present at the open may be deleted before a read; zarr would read fill values in their place.
         # The store's own answer says so, at no extra request per chunk.
@@ -452,11 +453,12 @@ class ZarrStore:
         skip = absent.row_ranges if policy == "skip" else []
         sizes, keep = row_blocks(int(arr.shape[0]), row_chunks, skip) if skip else (row_chunks, None)
         # A chunk lost after this open is refused by the read as here (the listing above found it).
-        checks: dict[str, Any] = {"missing": missing, "group_attrs": self.attrs, "where": self.where}
-        x_reader = BlockReader(arr, **checks)
+        checks: dict[str, Any] = {"missing": missing, "where": self.where}
+        x_reader = BlockReader(arr, lost=absent.every_chunk[0], **checks)
         views = [x_reader.as_dask(sizes, self.where),
                  None if label_arr is None else BlockReader(label_arr, span_bytes=self._label_span_bytes(x_reader, sizes),
-                                                            role="label", **checks).as_dask(sizes, self.where)]
+                                                            role="label", lost=absent.every_chunk[1],
+                                                            **checks).as_dask(sizes, self.where)]
         if keep is not None:  # blocks break where a skipped range starts or stops: keep the others
             views = [None if v is None else da.concatenate([v.blocks[i] for i in keep], axis=0) for v in views]
         if absent.count and (policy == "skip" or missing == "fill" and absent.lost):
