@@ -62,6 +62,21 @@ def _zarr_array_of(a: Any) -> Any:
     return zarr_array_read_by(a)
 
 
+def _label_in_store(label: Any, node: Any) -> Any:
+    """The zarr array a dask ``label`` reads whole and unchanged from ``node``'s store, else None."""
+    # Such a label (da.from_zarr, xarray) is read as the store path reads its label: in x's blocks, through the
+    # block reader and cache, its chunks checked at the open; not in its own small blocks, each pass again.
+    # Only one the store path reads as stored (no CF attributes): a label's values are never decoded into others.
+    found = _zarr_array_of(label)
+    if found is None:
+        return None
+    from daskbatch.io.chunk_grid import store_location  # lazy: zarr
+    from daskbatch.io.zarr_store import cf_attributes  # lazy: zarr
+
+    arr = found[0]
+    return arr if not cf_attributes(arr) and store_location(arr.store) == store_location(node.store) else None
+
+
 # --------------------------------------------------------------------------- the protocol, and in-memory inputs
 
 
@@ -174,9 +189,10 @@ class ZarrReader(DatasetReader):
         elif (found := _zarr_array_of(x)) is not None:  # read through the store, as its path is: block cache once
             x, chunks = found
         name = label if isinstance(label, str) else None
+        stored = None if name is not None or isinstance(x, str) else _label_in_store(label, x)
         # The store's open path in one call; then the Dataset's provenance (open_dataset would enter io/dataset twice).
-        self._open(Dataset(**ZarrStore.read_store(x, label=name, missing=self.missing, chunks=chunks)),
-                   None if name is not None else label)
+        self._open(Dataset(**ZarrStore.read_store(x, label=name or stored, missing=self.missing, chunks=chunks)),
+                   None if name is not None or stored is not None else label)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as NumPy (of the array as stored, when opened by key)."""
