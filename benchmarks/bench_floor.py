@@ -19,7 +19,8 @@ that chunk, in turn, after checking that both give the same state bit for bit.
 
 With ``--classes K`` it times issue 33's rows instead: data with means near 1,000,
 spreads from 0.01 to 100 and K classes, ``stats=("moments", "cov", "hist", "mi")``,
-64 bins, given as a store path (``open_dataset``) and as ``da.from_zarr`` arrays.
+64 bins, given as a store path (``open_dataset``) and as ``da.from_zarr`` arrays. Each row also counts the
+dask tasks one call runs (a count the machine's load does not move).
 
 Usage::
 
@@ -102,6 +103,20 @@ def contenders(store: Path, issue33: bool = False) -> dict[str, Any]:
         "describe": lambda: db.describe(str(store), label="y"),
         "describe, cache=False": lambda: db.describe(str(store), label="y", run=db.RunOptions(cache=False)),
     }
+
+
+def _tasks_of(run: Any) -> int:
+    """How many dask tasks one call of ``run`` runs (every compute of it: a label scan's, both passes')."""
+    from dask.callbacks import Callback
+
+    ran = [0]
+
+    def pretask(key: Any, dsk: Any, state: Any) -> None:
+        ran[0] += 1
+
+    with Callback(pretask=pretask):
+        run()
+    return ran[0]
 
 
 def blocks(store: Path, rows: int) -> dict[str, tuple[float, float]]:
@@ -295,19 +310,20 @@ def main(argv: list[str] | None = None) -> int:
             runs[name]()
             times[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
+    tasks = {name: _tasks_of(runs[name]) for name in names}  # what each contender runs, whatever the load
     floor = min(times["read"]) if "read" in times else None
     floor_med = statistics.median(times["read"]) if "read" in times else None
     print(f"{args.rows:,} x {args.features}, chunks of {args.chunk_rows:,} rows, threaded scheduler "
           f"({args.threads} threads), best of {args.repeat}, load average {os.getloadavg()[0]:.1f}")
     cpu_floor = min(cpu["read"]) if "read" in cpu else None
-    print("| contender | best s | median s | x read (best) | x read (medians) | CPU s (least) | x read's CPU |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| contender | best s | median s | x read (best) | x read (medians) | CPU s (least) | x read's CPU | tasks |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, ts in times.items():
         best, med, least = min(ts), statistics.median(ts), min(cpu[name])
         ratio = f"{best / floor:.2f}" if floor else "-"
         ratio_med = f"{med / floor_med:.2f}" if floor_med else "-"
         ratio_cpu = f"{least / cpu_floor:.2f}" if cpu_floor else "-"
-        print(f"| {name} | {best:.3f} | {med:.3f} | {ratio} | {ratio_med} | {least:.3f} | {ratio_cpu} |")
+        print(f"| {name} | {best:.3f} | {med:.3f} | {ratio} | {ratio_med} | {least:.3f} | {ratio_cpu} | {tasks[name]} |")
     if args.blocks:
         steps = blocks(store, args.chunk_rows)
         print("\n| step (one chunk, one thread, best of 5) | wall ms | CPU ms |\n|---|---:|---:|")

@@ -120,6 +120,39 @@ def test_a_dask_array_over_zarr_is_read_once_like_the_store_path(store: str) -> 
             np.testing.assert_array_equal(_arrays(got)[name], value, err_msg=f"{what}: {name}")
 
 
+def test_a_label_from_zarr_is_read_as_the_store_path_reads_its_label(store: str) -> None:
+    import dask.array as da
+
+    counting = _CountingStore(store)
+    root = zarr.open_group(counting, mode="r")
+
+    def described(x: object, label: object = None) -> tuple[db.Summary, Counter[str], Counter[str]]:
+        """The summary, the tasks run by prefix, and the chunk reads."""
+        tasks: Counter[str] = Counter()
+        counting.gets.clear()
+        with Callback(pretask=lambda key, dsk, state: tasks.update([key_split(key)])):
+            s = db.describe(x, label=label, stats=("moments", "hist", "mi"))
+        return s, tasks, _chunk_reads(counting)
+
+    want, store_tasks, store_reads = described(db.open_dataset(root, label="y"))
+    assert want.provenance["classes_from"] == "label scan" and want.provenance["cached"]
+    # The label's blocks are x's, read by the store's block reader: no tasks of its own storage chunks
+    # (8 here, twice: the label scan and the first pass), no rechunk to x's blocks.
+    got, tasks, reads = described(da.from_zarr(root["X"]), da.from_zarr(root["y"]))
+    assert tasks == store_tasks, (tasks, store_tasks)
+    assert reads == store_reads
+    assert got.provenance["label"] == want.provenance["label"] == "y"
+    for name, value in _arrays(want).items():  # bitwise the store path's
+        np.testing.assert_array_equal(_arrays(got)[name], value, err_msg=name)
+    # A label of another store keeps its own reads (the store path's token would name x's store).
+    other = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    other.create_array("y", data=np.asarray(root["y"][:]), chunks=(500,))
+    apart, tasks, _ = described(da.from_zarr(root["X"]), da.from_zarr(other["y"]))
+    assert tasks != store_tasks and apart.provenance["label"] is None
+    for name, value in _arrays(want).items():
+        np.testing.assert_array_equal(_arrays(apart)[name], value, err_msg=name)
+
+
 def test_dask_arrays_that_change_zarr_values_keep_their_own_path(store: str, tmp_path) -> None:  # noqa: ANN001
     import dask.array as da
     import xarray as xr

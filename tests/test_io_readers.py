@@ -57,6 +57,30 @@ def test_a_lost_chunk_is_refused_through_from_zarr_as_through_the_path(tmp_path)
             db.describe(given)
 
 
+def test_a_lost_label_chunk_is_refused_through_from_zarr_as_through_the_path(tmp_path) -> None:
+    path = str(tmp_path / "lost_label.zarr")
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("X", shape=(ROWS, COLS), chunks=(CHUNK, COLS), dtype="f8")[:] = 1.0
+    group.create_array("y", shape=(ROWS,), chunks=(CHUNK,), dtype="i4", attributes={WRITES_EVERY_CHUNK: True})[:] = 1
+    os.remove(os.path.join(path, "y", "c", "1"))  # zarr would read it as zeros: a class of its own
+    by_path = (path, "y")
+    by_arrays = (da.from_zarr(path, component="X"), da.from_zarr(path, component="y"))
+    for x, label in (by_path, by_arrays):
+        with pytest.raises(DataError, match=r"^1 chunk\(s\) of label 'y' are missing: y/c/1 \(100 rows\).*lost"):
+            db.describe(x, label, stats=("moments", "mi"))
+
+
+def test_a_from_zarr_label_with_cf_attributes_keeps_the_values_it_reads(tmp_path) -> None:
+    path = str(tmp_path / "cf_label.zarr")
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("X", shape=(ROWS, COLS), chunks=(CHUNK, COLS), dtype="f8")[:] = np.arange(ROWS * COLS).reshape(ROWS, COLS)
+    labels = np.arange(ROWS, dtype="i2") % 3
+    group.create_array("y", shape=(ROWS,), chunks=(CHUNK,), dtype="i2", attributes={"_FillValue": -1})[:] = labels
+    got = db.describe(da.from_zarr(path, component="X"), da.from_zarr(path, component="y"), stats=("moments", "mi"))
+    want = db.describe(da.from_zarr(path, component="X"), labels, stats=("moments", "mi"))
+    np.testing.assert_array_equal(got.mi, want.mi)  # the int16 labels as read, not decoded to float
+
+
 def test_the_zarr_reader_keeps_the_users_row_blocks_and_gives_its_facts(tmp_path) -> None:
     path = str(tmp_path / "s.zarr")
     group = zarr.open_group(path, mode="w", zarr_format=3)

@@ -41,25 +41,27 @@ def in_memory_as_dask(a: Any) -> da.Array:
     if isinstance(a, da.Array):
         return a
     arr = np.asarray(a) if not hasattr(a, "__array_namespace__") or isinstance(a, np.ndarray) else a
-    if arr.ndim == 2:
-        return da.from_array(arr, chunks=("auto", -1))
-    return da.from_array(arr, chunks="auto")
+    return da.from_array(arr, chunks=("auto", -1) if arr.ndim == 2 else "auto")
 
 
 def check_series_index(series: Any, index: Any, role: str, what: str = "DataFrame") -> None:
     """Refuse a pandas Series whose index is not the DataFrame's row index (it would be used by position)."""
-    if index is None or not is_instance(series, "pandas", "Series") or series.index.equals(index):
-        return
-    raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
+    if index is not None and is_instance(series, "pandas", "Series") and not series.index.equals(index):
+        raise ValueError(f"{role}: the Series' index does not match the rows of the {what}; use {role}.reindex(df.index)")
 
 
-def _zarr_array_of(a: Any) -> Any:
-    """The zarr array a dask array reads whole and unchanged, and the chunks to open it with (None for others)."""
+def _zarr_array_of(a: Any, store: Any = None) -> Any:
+    """The zarr array a dask array reads whole and unchanged, and the chunks to open it with (None for others).
+
+    With ``store``: the array alone, if it is of ``store`` and read as stored (no CF attributes): a label x's store reads.
+    """
     if not isinstance(a, da.Array) or "zarr" not in sys.modules:  # no zarr array without zarr imported
         return None
-    from daskbatch.io.zarr_store import zarr_array_read_by  # lazy: zarr
+    from daskbatch.io import zarr_store  # lazy: zarr
 
-    return zarr_array_read_by(a)
+    found, where = zarr_store.zarr_array_read_by(a), zarr_store.store_location
+    arr = found[0] if found is not None and store is not None and where(found[0].store) == where(store) else None
+    return found if store is None else arr if arr is not None and not zarr_store.cf_attributes(arr) else None
 
 
 # --------------------------------------------------------------------------- the protocol, and in-memory inputs
@@ -173,7 +175,8 @@ class ZarrReader(DatasetReader):
             refuse_unreadable_path(x)
         elif (found := _zarr_array_of(x)) is not None:  # read through the store, as its path is: block cache once
             x, chunks = found
-        name = label if isinstance(label, str) else None
+        # A label by name, or one that reads a whole array of x's store (da.from_zarr): read in x's blocks, cached once.
+        name = label if isinstance(label, str) else None if isinstance(x, str) else _zarr_array_of(label, x.store)
         # The store's open path in one call; then the Dataset's provenance (open_dataset would enter io/dataset twice).
         self._open(Dataset(**ZarrStore.read_store(x, label=name, missing=self.missing, chunks=chunks)),
                    None if name is not None else label)
@@ -466,9 +469,8 @@ class H5Reader(FileReader):
 
 
 #: The readers, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
-READERS: tuple[type[Reader], ...] = (
-    TableReader, NpyReader, NpzReader, H5Reader, ZarrReader, DatasetReader, DataFrameReader, DataArrayReader, Reader,
-)
+READERS: tuple[type[Reader], ...] = (TableReader, NpyReader, NpzReader, H5Reader, ZarrReader, DatasetReader,
+                                      DataFrameReader, DataArrayReader, Reader)
 
 
 def reader_class(x: Any) -> type[Reader]:

@@ -381,7 +381,7 @@ class ZarrStore:
         self.layout = json_object(self.attrs.get(LAYOUT_ATTR))
 
     @classmethod
-    def read_store(cls, path_or_url: Any, x: str = "X", label: str | None = None, *, chunks: Chunks = "auto",
+    def read_store(cls, path_or_url: Any, x: str = "X", label: str | zarr.Array | None = None, *, chunks: Chunks = "auto",
                    storage_options: Mapping[str, Any] | None = None, missing: str = "auto") -> dict[str, Any]:
         """The whole open path in one call: the store opened, ``x`` and its label read (the fields of :meth:`read`)."""
         # One entry, so that opening a store enters this module once and calls only down (outputs, chunk_grid).
@@ -424,19 +424,19 @@ class ZarrStore:
                 return [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(coord[:]).tolist()]
         return [f"f{i}" for i in range(n)]
 
-    def read(self, x: str = "X", label: str | None = None, *, chunks: Chunks = "auto",
+    def read(self, x: str = "X", label: str | zarr.Array | None = None, *, chunks: Chunks = "auto",
              missing: MissingPolicy = "auto") -> dict[str, Any]:
-        """Open ``x`` and its label, checked, as dask arrays: the fields of a :class:`~daskbatch.io.dataset.Dataset`."""
+        """Open ``x`` and its label (a name, or an array of this store), checked, as dask arrays: a Dataset's fields."""
         arr = self.array(x, "x")
         if arr.ndim != 2:
             raise DataError(f"{array_label(arr)} has shape {arr.shape}; daskbatch needs a 2-D (samples x features) array")
         label_name = label if label is not None else self.layout.get("label")
-        if label_name is not None and not isinstance(label_name, str):
+        if label_name is not None and not isinstance(label_name, str | zarr.Array):
             raise DataError(f"{self.where!r} records label {label_name!r} in its {LAYOUT_ATTR!r} attribute; "
                             "expected an array name")
         label_arr = None
         if label_name is not None:
-            label_arr = self.array(label_name, "label")
+            label_arr = label_name if isinstance(label_name, zarr.Array) else self.array(label_name, "label")
             if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
                 raise DataError(f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
                                 f"({arr.shape[0]},) to match the rows of {arr.path!r}")
