@@ -171,7 +171,8 @@ def test_cli_synth(tmp_path):
 
     np.testing.assert_array_equal(open_dataset(out).x.compute(), ref.x.compute())
     res = runner.invoke(main, ["synth", out, "--rows", "10", "--features", "6"])
-    assert res.exit_code == 2 and "already exists" in res.output and "--overwrite" in res.output
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--overwrite" in res.output
+    assert "was started by a different synth (differs in " in res.output and "rows: 5000 then, 10 now" in res.output
     res = runner.invoke(
         main, ["synth", out, "--rows", "10", "--features", "3", "--correlated", "3", "--overwrite"]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -15,15 +16,10 @@ from dask.utils import format_bytes
 from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
-from daskbatch.io.chunk_grid import (
-    chunk_grid,
-    chunk_positions,
-    create_row_array,
-    max_chunks,
-    stored_keys,
-)
+from daskbatch.io.chunk_grid import create_row_array, max_chunks
 from daskbatch.io.dataset import Dataset, open_dataset
-from daskbatch.io.outputs import check_replaceable, check_url, checksummed, remove_path
+from daskbatch.io.outputs import MARKER, check_url, checksummed
+from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -347,117 +343,79 @@ def _write(
     progress: bool | ProgressCallback = False,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
+    """Write X (and y) as a row store (resumable: chunks that decode are kept), or whole to a URL."""
     where = os.fspath(path)
     check_url(where, "output")
-    request = _request_token(attrs, x, chunk_rows)
-    group = None if overwrite else _unfinished(where, request)
-    if group is None:
-        group = _create(where, x, y, attrs, chunk_rows, overwrite, request)
-    # create_array made both as arrays: a Group's item type is Array | Group.
-    targets: list[zarr.Array] = [group["X"]] + ([group["y"]] if y is not None else [])  # type: ignore[assignment]
-    sources = [x] + ([y] if y is not None else [])
-    rows = int(x.shape[0])
-    if rows:
-        for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
-            todo = _chunks_to_write(target)
-            # Dask blocks equal storage chunks, so each chunk has exactly one writer.
-            # Keys unique to this write: a distributed scheduler would otherwise take y's tasks for X's.
-            name = f"synth-write-{uuid.uuid4().hex}"
-            writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, sum(source.chunks[0][:i]),
-                                                             dask_key_name=(name, i)) for i in todo]
-            total = int(source.numblocks[0])
-            with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
-                          nbytes=int(source.nbytes), cancel=cancel, **progress_options(progress)) as bar:
-                bar.skip(total - len(todo))
-                if writes:
-                    compute(dask.delayed(len)(writes), bar, prefix="synth-write")
-    group.update_attributes({"synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: True}})
+    rows, per = int(x.shape[0]), min(chunk_rows, int(x.shape[0]))
+    arrays = [ArraySpec("X", x.dtype, int(x.shape[1]))] + ([ArraySpec("y", np.dtype(np.int32), None)] if y is not None else [])
+    if "://" in where:  # an object store cannot hold the run's log: its store is written whole
+        group = _url_group(where, arrays, attrs, rows, per, overwrite)
+        if group is not None:
+            writer = RegionWriter({a.name: group[a.name] for a in arrays}, rows, per)
+            _write_blocks(writer, range(-(-rows // per) if rows else 0), x, y, progress, cancel)
+            group.update_attributes({"complete": True})
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)  # as zarr did: a new store's folders
+    truth = attrs["synth"]
+    # What decides the bytes: the model's parameters (drawn from the seed), the rows and their chunks.
+    items = {k: truth.get(k) for k in ("seed", "rows", "features", "dtype", "classes", "informative", "correlated",
+                                       "correlated_sources", "generator", "row_range")}
+    store = RowStore.open(where, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs,
+                          doc={"kind": KIND, "items": {**items, "chunk_rows": per}}, overwrite=overwrite,
+                          check_chunks=True)
+    try:
+        if not store.complete:
+            todo = store.todo
+            _write_blocks(store.writer, todo, x, y, progress, cancel, skip=store.blocks - len(todo))
+            for block in todo:  # reached only when every one was written: a cancel or failure raised above
+                store.mark_done(block)
+            store.finish()
+    finally:
+        store.close()
 
 
-#: Key in ``attrs["synth"]``: False while chunks are being written, True once every chunk is.
-SYNTH_COMPLETE = "complete"
-#: Key in ``attrs["synth"]``: what was asked for (shape, chunks, dtype, ground truth), to resume only the same request.
-SYNTH_REQUEST = "request_sha256"
+#: The ``daskbatch_output`` kind of a synth store.
+KIND = "synth"
 
 
-def _request_token(attrs: dict[str, Any], x: da.Array, chunk_rows: int) -> str:
-    """A digest of everything that decides the store's bytes: attributes, shape, chunking and dtype."""
-    import hashlib
-    import json
-
-    text = json.dumps([attrs, list(x.shape), chunk_rows, str(x.dtype)], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _exists_message(where: str) -> str:
-    """The one-line refusal for an existing path that is not an unfinished store of this request."""
-    return (f"{where!r} already exists and is not an unfinished synth store of these parameters; "
-            "pass overwrite=True (--overwrite) to replace it")
-
-
-def _unfinished(where: str, request: str) -> zarr.Group | None:
-    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None."""
-    if "://" not in where and not os.path.lexists(where):
+def _url_group(
+    where: str, arrays: list[ArraySpec], attrs: dict[str, Any], rows: int, per: int, overwrite: bool,
+) -> zarr.Group | None:
+    """A new store at URL ``where`` (this request's unfinished one made again); None when it is finished already."""
+    try:
+        found = dict(zarr.open_group(where, mode="r").attrs)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, TypeError):  # nothing zarr can open
+        found = None
+    ours = found is not None and found.get("synth") == json.loads(json.dumps(attrs["synth"]))
+    if ours and found.get("complete") and not overwrite:  # type: ignore[union-attr]
         return None
-    try:
-        group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError,
-            ValueError, TypeError):  # ValueError, TypeError: metadata zarr cannot read, so no store of ours
-        if "://" in where:
-            return None
-        group = None
-    made = None if group is None else group.attrs.get("synth")
-    if not isinstance(made, dict) or made.get(SYNTH_REQUEST) != request:
-        if "://" not in where:
-            check_replaceable(where)  # a user's data: overwrite=True would not replace it either, so no such advice
-        raise FileExistsError(_exists_message(where))
-    return group
-
-
-def _create(
-    where: str, x: da.Array, y: da.Array | None, attrs: dict[str, Any], chunk_rows: int, overwrite: bool,
-    request: str,
-) -> zarr.Group:
-    """Create the group and its empty arrays, marked unfinished."""
-    marked = {**attrs, "synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: False}}
-    local = "://" not in where
-    if local and os.path.lexists(where) and overwrite:
-        # zarr's mode "w" would empty whatever directory is there (or a symlink's target).
-        check_replaceable(where)
-        remove_path(where)
-    try:
-        group = zarr.open_group(
-            where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=marked
-        )
-    except zarr.errors.ContainsGroupError:  # zarr's message says less than ours
-        raise FileExistsError(_exists_message(where)) from None
-    rows, features = x.shape
-    # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
-    # chunk makes a changed byte fail the read instead of changing the numbers.
+    if found is not None and not (ours or overwrite):
+        raise FileExistsError(f"{where!r} already exists and is not a synth store of these parameters; "
+                              "pass overwrite=True (--overwrite) to replace it")
+    group = zarr.open_group(where, mode="w" if found is not None else "w-", zarr_format=3,
+                            attributes={MARKER: KIND, "complete": False, **attrs})
     codec = checksummed(ZstdCodec(level=1))
-    create_row_array(group, "X", rows, min(chunk_rows, rows), x.dtype, codec, columns=features)
-    if y is not None:
-        create_row_array(group, "y", rows, min(chunk_rows, rows), np.int32, codec)
+    for spec in arrays:
+        create_row_array(group, spec.name, rows, per, spec.dtype, codec, columns=spec.columns)
     return group
 
 
-def _chunks_to_write(target: zarr.Array) -> list[int]:
-    """Row-chunk indices of ``target`` that are absent or do not decode (a run stopped while writing them)."""
-    present = stored_keys(target)
-    absent = {pos[0] for pos in chunk_positions(target, present)[1]}
-    todo = []
-    for i in range(chunk_grid(target)[0]):
-        if i not in absent:
-            try:
-                target.blocks[i]  # the CRC-32C and the codec check a chunk torn by a kill
-                continue
-            except Exception:  # any decode failure means: write it again (the data are deterministic)
-                pass
-        todo.append(i)
-    return todo
+def _write_blocks(
+    writer: RegionWriter, todo: Any, x: da.Array, y: da.Array | None,
+    progress: bool | ProgressCallback, cancel: threading.Event | None, skip: int = 0,
+) -> None:
+    """Compute and write blocks ``todo`` of X (and y), one task each: a dask block is one storage chunk."""
+    # Keys unique to this write: a distributed scheduler would otherwise take one run's tasks for another's.
+    name = f"synth-write-{uuid.uuid4().hex}"
+    writes = [dask.delayed(_write_block, pure=False)(writer, i, x.blocks[i], None if y is None else y.blocks[i],
+                                                     dask_key_name=(name, i)) for i in todo]
+    with Progress("synth", int(x.numblocks[0]) if x.shape[0] else 0, unit="chunks", rows=int(x.shape[0]),
+                  nbytes=int(x.nbytes), cancel=cancel, **progress_options(progress)) as bar:
+        bar.skip(skip)
+        if writes:
+            compute(dask.delayed(len)(writes), bar, prefix="synth-write")
 
 
-def _store_block(block: np.ndarray, target: zarr.Array, first_row: int) -> None:
-    """Write one computed block to the whole rows of ``target`` from ``first_row`` on."""
-    target[first_row : first_row + block.shape[0]] = block
+def _write_block(writer: RegionWriter, block: int, x: np.ndarray, y: np.ndarray | None) -> None:
+    """Write one computed block of X (and y) as chunk ``block``."""
+    writer.write(block, {"X": x} if y is None else {"X": x, "y": y})
