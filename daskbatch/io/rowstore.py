@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
 
 __all__ = [
-    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "created_now", "input_fingerprint", "layout",
+    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "create_arrays", "created_now", "input_fingerprint", "layout",
     "DoneLog", "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges", "read_done", "read_manifest",
     "write_manifest",
 ]
@@ -160,6 +160,18 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     return False
 
 
+def create_arrays(
+    group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...],
+) -> None:
+    """Create the row-chunked ``arrays`` of a row store in ``group``."""
+    for spec in arrays:
+        dtype = np.dtype(spec.dtype)
+        # Unwritten float rows read as NaN, not as plausible zeros.
+        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
+                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
+                         fill_value=np.nan if dtype.kind == "f" else 0)
+
+
 def create_store(
     out: str, kind: str, rows: int, chunk_rows: int, arrays: list[ArraySpec],
     attrs: dict[str, Any], doc: dict[str, Any], compressors: tuple[Any, ...],
@@ -178,12 +190,7 @@ def create_store(
         out, mode="a", zarr_format=3,
         attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
     )
-    for spec in arrays:
-        dtype = np.dtype(spec.dtype)
-        # Unwritten float rows read as NaN, not as plausible zeros.
-        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
-                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
-                         fill_value=np.nan if dtype.kind == "f" else 0)
+    create_arrays(group, rows, chunk_rows, arrays, compressors)
     write_manifest(out, doc, name=MANIFEST_FILE)
     os.unlink(os.path.join(out, CREATING_FILE))
 

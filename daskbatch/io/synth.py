@@ -16,10 +16,10 @@ from dask.utils import format_bytes
 from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
-from daskbatch.io.chunk_grid import create_row_array, max_chunks
+from daskbatch.io.chunk_grid import max_chunks
 from daskbatch.io.dataset import Dataset, open_dataset
 from daskbatch.io.outputs import MARKER, check_url, checksummed
-from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore
+from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore, create_arrays
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -394,9 +394,7 @@ def _url_group(
                               "pass overwrite=True (--overwrite) to replace it")
     group = zarr.open_group(where, mode="w" if found is not None else "w-", zarr_format=3,
                             attributes={MARKER: KIND, "complete": False, **attrs})
-    codec = checksummed(ZstdCodec(level=1))
-    for spec in arrays:
-        create_row_array(group, spec.name, rows, per, spec.dtype, codec, columns=spec.columns)
+    create_arrays(group, rows, per, arrays, checksummed(ZstdCodec(level=1)))  # as RowStore creates them
     return group
 
 
