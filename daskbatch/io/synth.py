@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import threading
@@ -19,7 +20,7 @@ from daskbatch.errors import DataError, GPUUnavailableError
 from daskbatch.io.chunk_grid import max_chunks
 from daskbatch.io.dataset import Dataset, open_dataset
 from daskbatch.io.outputs import MARKER, check_url, checksummed
-from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore, create_arrays
+from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore, create_arrays, layout
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -30,8 +31,8 @@ from daskbatch.io.synth_model import (
     numpy_rows,
     truth_attrs,
 )
-from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.progress import Progress, ProgressCallback, compute, progress_options
+from daskbatch.stats.numerics import to_numpy
 
 __all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
@@ -89,23 +90,9 @@ def _wants_gpu(device: str) -> bool:
     except Exception:  # no CuPy, no driver or no device: all mean "no GPU here"
         present = False
     if device == "gpu" and not present:
-        raise GPUUnavailableError(
-            "synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
-            "(or [gpu-cu13]); generator='counter' makes the same data on the CPU"
-        )
+        raise GPUUnavailableError("synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
+                                  "(or [gpu-cu13]); generator='counter' makes the same data on the CPU")
     return present
-
-
-def _to_host(block: Any) -> np.ndarray:
-    """A CuPy block copied to the host."""
-    return block.get()
-
-
-def _counter_namespace(stream: str) -> Any:
-    """The array namespace the counter stream runs in: CuPy's for the GPU, NumPy's otherwise."""
-    import importlib
-
-    return importlib.import_module("array_api_compat.cupy" if stream == "gpu" else "array_api_compat.numpy")
 
 
 def _lazy(
@@ -115,52 +102,27 @@ def _lazy(
     """Lazy X (and y) of ``rows`` rows from ``first_row`` on, one dask block per ``chunk_rows``."""
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
     starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
-    token = dask.base.tokenize(
-        seed,
-        stream,
-        first_row,
-        rows,
-        chunk_rows,
-        str(dtype),
-        model.features,
-        model.classes,
-        model.informative,
-        model.sources,
-    )
+    token = dask.base.tokenize(seed, stream, first_row, rows, chunk_rows, str(dtype), model.features, model.classes,
+                               model.informative, model.sources)
 
     def part(what: str, block_id: tuple[int, ...] | None = None) -> Any:
         i = block_id[0]  # type: ignore[index]
         start, stop = int(starts[i]), int(starts[i]) + row_chunks[i]
         if stream == "default":
             return numpy_rows(seed, start, stop, model, dtype, what)
-        x_rows, y_rows = counter_rows(_counter_namespace(stream), seed, start, stop, model, dtype)
+        # The array namespace the counter stream runs in: CuPy's for the GPU, NumPy's otherwise.
+        xp = importlib.import_module(f"array_api_compat.{'cupy' if stream == 'gpu' else 'numpy'}")
+        x_rows, y_rows = counter_rows(xp, seed, start, stop, model, dtype)
         return x_rows if what == "x" else y_rows
 
-    meta_x: Any = np.empty((0, 0), dtype=dtype)
-    meta_y: Any = np.empty((0,), dtype=np.int32)
-    if stream == "gpu":
-        import cupy  # lazy: cupy
-
-        meta_x, meta_y = cupy.empty((0, 0), dtype=dtype), cupy.empty((0,), dtype=np.int32)
-    x = da.map_blocks(
-        part,
-        "x",
-        chunks=(row_chunks, (model.features,)),
-        dtype=dtype,
-        meta=meta_x,
-        name=f"daskbatch-synth-x-{token}",
-    )
-    y = None
-    if model.classes:
-        y = da.map_blocks(
-            part,
-            "y",
-            chunks=(row_chunks,),
-            dtype=np.int32,
-            meta=meta_y,
-            name=f"daskbatch-synth-y-{token}",
-        )
-    return x, y
+    xp: Any = importlib.import_module("cupy") if stream == "gpu" else np  # the blocks' array type
+    meta_x, meta_y = xp.empty((0, 0), dtype=dtype), xp.empty((0,), dtype=np.int32)
+    x = da.map_blocks(part, "x", chunks=(row_chunks, (model.features,)), dtype=dtype, meta=meta_x,
+                      name=f"daskbatch-synth-x-{token}")
+    if not model.classes:
+        return x, None
+    return x, da.map_blocks(part, "y", chunks=(row_chunks,), dtype=np.int32, meta=meta_y,
+                            name=f"daskbatch-synth-y-{token}")
 
 
 def synth(
@@ -240,7 +202,7 @@ def synth(
     cancel : threading.Event, optional
         Set from another thread while writing ``path``, it stops after the
         chunks in flight: :class:`~daskbatch.Cancelled`. The same call again
-        resumes: it writes only the chunks that are absent or do not decode.
+        resumes: it writes only the chunks that are absent or do not decode (a URL's store: all of them).
 
     Returns
     -------
@@ -275,12 +237,10 @@ def synth(
     if generator not in ("default", "counter"):
         raise ValueError(f"generator must be 'default' or 'counter', got {generator!r}")
     counter = on_gpu or generator == "counter"
-    first, stop = 0, rows
-    if rank is not None or world_size is not None:
-        if rank is None or world_size is None:
-            raise TypeError("synth() needs rank and world_size together")
-        share = rank_rows(rows, rank, world_size)
-        first, stop = share.start, share.stop
+    if (rank is None) != (world_size is None):
+        raise TypeError("synth() needs rank and world_size together")
+    share = range(rows) if rank is None or world_size is None else rank_rows(rows, rank, world_size)
+    first, stop = share.start, share.stop
     model = make_model(features, classes, informative, correlated, seed)
     x, y = _lazy(stop - first, chunk_rows, model, dtype, seed, first_row=first,
                  stream="gpu" if on_gpu else "counter" if counter else "default")
@@ -290,18 +250,9 @@ def synth(
         truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_model)"
     if (first, stop) != (0, rows):
         truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
-    attrs: dict[str, Any] = {
-        "synth": truth,
-        "feature_names": names,
-        LAYOUT_ATTR: {"x": "X", "label": "y" if y is not None else None},
-    }
+    attrs: dict[str, Any] = {"synth": truth, "feature_names": names, **layout(y is not None)}
     if path is None:
-        return Dataset(
-            x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs
-        )
-    if on_gpu:  # zarr writes host buffers: each block is copied back once, as it is written
-        x = da.map_blocks(_to_host, x, meta=np.empty((0, 0), dtype=dtype))
-        y = None if y is None else da.map_blocks(_to_host, y, meta=np.empty((0,), dtype=np.int32))
+        return Dataset(x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs)
     _write(path, x, y, attrs, chunk_rows, overwrite, progress, cancel)
     return open_dataset(path, chunks="auto")
 
@@ -315,33 +266,22 @@ MAX_FEATURES = 23_170
 def _check_sizes(rows: int, features: int, chunk_rows: int, dtype: np.dtype) -> None:
     """Refuse sizes whose chunks, one chunk or ground truth would not fit, before anything is allocated."""
     if features > MAX_FEATURES:
-        raise DataError(
-            f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth covariance; "
-            f"use at most {MAX_FEATURES:,} features"
-        )
+        raise DataError(f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth "
+                        f"covariance; use at most {MAX_FEATURES:,} features")
     chunks = -(-rows // chunk_rows)
     if chunks > max_chunks():
-        raise DataError(
-            f"synth: {rows:,} rows in chunks of {chunk_rows:,} make {chunks:,} chunks > daskbatch.max-chunks "
-            f"{max_chunks():,}; use chunk_rows >= {-(-rows // max_chunks()):,} or fewer rows"
-        )
+        raise DataError(f"synth: {rows:,} rows in chunks of {chunk_rows:,} make {chunks:,} chunks > daskbatch.max-chunks "
+                        f"{max_chunks():,}; use chunk_rows >= {-(-rows // max_chunks()):,} or fewer rows")
     one = min(chunk_rows, rows) * features * dtype.itemsize
     if one > MAX_CHUNK_BYTES:
-        raise DataError(
-            f"synth: one chunk of {min(chunk_rows, rows):,} rows x {features:,} features is {format_bytes(one)} "
-            f"> {format_bytes(MAX_CHUNK_BYTES)}; use chunk_rows <= {MAX_CHUNK_BYTES // (features * dtype.itemsize):,}"
-        )
+        raise DataError(f"synth: one chunk of {min(chunk_rows, rows):,} rows x {features:,} features is "
+                        f"{format_bytes(one)} > {format_bytes(MAX_CHUNK_BYTES)}; use chunk_rows <= "
+                        f"{MAX_CHUNK_BYTES // (features * dtype.itemsize):,}")
 
 
 def _write(
-    path: str | os.PathLike[str],
-    x: da.Array,
-    y: da.Array | None,
-    attrs: dict[str, Any],
-    chunk_rows: int,
-    overwrite: bool,
-    progress: bool | ProgressCallback = False,
-    cancel: threading.Event | None = None,
+    path: str | os.PathLike[str], x: da.Array, y: da.Array | None, attrs: dict[str, Any], chunk_rows: int,
+    overwrite: bool, progress: bool | ProgressCallback = False, cancel: threading.Event | None = None,
 ) -> None:
     """Write X (and y) as a row store (resumable: chunks that decode are kept), or whole to a URL."""
     where = os.fspath(path)
@@ -415,5 +355,5 @@ def _write_blocks(
 
 
 def _write_block(writer: RegionWriter, block: int, x: np.ndarray, y: np.ndarray | None) -> None:
-    """Write one computed block of X (and y) as chunk ``block``."""
-    writer.write(block, {"X": x} if y is None else {"X": x, "y": y})
+    """Write one computed block of X (and y) as chunk ``block`` (a GPU's copied to the host once, here)."""
+    writer.write(block, {"X": to_numpy(x)} if y is None else {"X": to_numpy(x), "y": to_numpy(y)})
