@@ -287,6 +287,15 @@ def test_an_unfinished_url_store_of_the_same_call_is_completed_and_another_refus
         synth(url, **{**args, "seed": 6})
 
 
+def test_a_zarr_group_at_a_url_that_daskbatch_did_not_write_is_kept_even_with_overwrite() -> None:
+    url = "memory://daskbatch-synth-theirs.zarr"
+    zarr.open_group(url, mode="w").create_array("a", data=np.arange(3.0))
+    with pytest.raises(FileExistsError, match="theirs.zarr already exists and is not a store daskbatch wrote") as info:
+        synth(url, rows=10, features=2, overwrite=True)
+    assert "pass overwrite" not in str(info.value)
+    np.testing.assert_array_equal(zarr.open_group(url, mode="r")["a"][:], np.arange(3.0))
+
+
 def test_a_new_store_in_folders_not_made_yet(tmp_path) -> None:
     ds = synth(tmp_path / "a" / "b" / "s.zarr", rows=10, features=2)
     assert ds.shape == (10, 2)

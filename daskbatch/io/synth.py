@@ -19,7 +19,7 @@ from zarr.codecs import ZstdCodec
 from daskbatch.errors import DataError, GPUUnavailableError
 from daskbatch.io.chunk_grid import max_chunks
 from daskbatch.io.dataset import Dataset, open_dataset
-from daskbatch.io.outputs import MARKER, check_url, checksummed
+from daskbatch.io.outputs import MARKER, OutputExistsError, check_url, checksummed
 from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore, create_arrays, layout
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
@@ -295,7 +295,9 @@ def _write(
             _write_blocks(writer, range(-(-rows // per) if rows else 0), x, y, progress, cancel)
             group.update_attributes({"complete": True})
         return
-    os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)  # as zarr did: a new store's folders
+    parent = os.path.dirname(os.path.abspath(where))
+    if not os.path.lexists(parent):  # as zarr did: a new store's folders (a file there is named by RowStore)
+        os.makedirs(parent)
     truth = attrs["synth"]
     # What decides the bytes: the model's parameters (drawn from the seed), the rows and their chunks.
     items = {k: truth.get(k) for k in ("seed", "rows", "features", "dtype", "classes", "informative", "correlated",
@@ -329,9 +331,12 @@ def _url_group(
     ours = found is not None and found.get("synth") == json.loads(json.dumps(attrs["synth"]))
     if ours and found.get("complete") and not overwrite:  # type: ignore[union-attr]
         return None
-    if found is not None and not (ours or overwrite):
-        raise FileExistsError(f"{where!r} already exists and is not a synth store of these parameters; "
-                              "pass overwrite=True (--overwrite) to replace it")
+    theirs = found is not None and MARKER not in found and "synth" not in found  # as check_replaceable decides
+    if found is not None and not ours and (theirs or not overwrite):
+        raise OutputExistsError(f"{where} already exists and is not " + (
+            "a store daskbatch wrote; daskbatch does not replace other data, even with --overwrite (overwrite=True): "
+            "choose another path or remove it yourself" if theirs else
+            "a synth store of these parameters; pass overwrite=True (--overwrite) to replace it"))
     group = zarr.open_group(where, mode="w" if found is not None else "w-", zarr_format=3,
                             attributes={MARKER: KIND, "complete": False, **attrs})
     create_arrays(group, rows, per, arrays, checksummed(ZstdCodec(level=1)))  # as RowStore creates them
