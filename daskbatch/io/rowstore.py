@@ -100,12 +100,13 @@ class DoneLog:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One output array: ``columns`` None for a 1-D (per-row) array."""
+    """One output array: ``columns`` None for a 1-D (per-row) array; ``fill`` None: NaN for floats, else 0."""
 
     name: str
     dtype: np.dtype
     columns: int | None = None
     dims: tuple[str, ...] = ("sample", "feature")
+    fill: float | None = None
 
 
 def _differences(old: Any, new: Any, where: str = "") -> list[str]:
@@ -169,7 +170,7 @@ def create_arrays(
         # Unwritten float rows read as NaN, not as plausible zeros.
         create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
                          columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
-                         fill_value=np.nan if dtype.kind == "f" else 0)
+                         fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0)
 
 
 def create_store(

@@ -287,7 +287,8 @@ def _write(
     where = os.fspath(path)
     check_url(where, "output")
     rows, per = int(x.shape[0]), min(chunk_rows, int(x.shape[0]))
-    arrays = [ArraySpec("X", x.dtype, int(x.shape[1]))] + ([ArraySpec("y", np.dtype(np.int32), None)] if y is not None else [])
+    # Fill value 0, as synth stores always had: what missing='fill' reads in place of a lost chunk.
+    arrays = [ArraySpec("X", x.dtype, int(x.shape[1]), fill=0)] + ([ArraySpec("y", np.dtype(np.int32))] if y is not None else [])
     if "://" in where:  # an object store cannot hold the run's log: its store is written whole
         group = _url_group(where, arrays, attrs, rows, per, overwrite)
         if group is not None:
