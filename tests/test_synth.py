@@ -299,3 +299,19 @@ def test_a_zarr_group_at_a_url_that_daskbatch_did_not_write_is_kept_even_with_ov
 def test_a_new_store_in_folders_not_made_yet(tmp_path) -> None:
     ds = synth(tmp_path / "a" / "b" / "s.zarr", rows=10, features=2)
     assert ds.shape == (10, 2)
+
+
+@pytest.mark.parametrize("writer", ["synth", "ingest"])
+def test_a_row_store_read_as_a_summary_is_one_line_naming_its_writer(tmp_path, writer: str) -> None:
+    """Its manifest and done-log beside the arrays are the writer's own files, not zarr's warning about foreign objects."""
+    import daskbatch as db
+
+    path = tmp_path / "rows.zarr"
+    if writer == "synth":
+        synth(path, rows=20, features=2)
+    else:
+        np.save(tmp_path / "src.npy", np.ones((20, 2)))
+        db.ingest(str(tmp_path / "src.npy"), path)
+    with pytest.raises(db.DataError, match=rf"holds arrays X, it is a daskbatch {writer} output\)") as info:
+        db.load_summary(path)
+    assert "\n" not in str(info.value)
