@@ -161,9 +161,7 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     return False
 
 
-def create_arrays(
-    group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...],
-) -> None:
+def create_arrays(group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...]) -> None:
     """Create the row-chunked ``arrays`` of a row store in ``group``."""
     for spec in arrays:
         dtype = np.dtype(spec.dtype)

@@ -95,10 +95,8 @@ def _wants_gpu(device: str) -> bool:
     return present
 
 
-def _lazy(
-    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
-    stream: str = "default",
-) -> tuple[da.Array, da.Array | None]:
+def _lazy(rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
+          stream: str = "default") -> tuple[da.Array, da.Array | None]:
     """Lazy X (and y) of ``rows`` rows from ``first_row`` on, one dask block per ``chunk_rows``."""
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
     starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
@@ -321,9 +319,8 @@ def _write(
 KIND = "synth"
 
 
-def _url_group(
-    where: str, arrays: list[ArraySpec], attrs: dict[str, Any], rows: int, per: int, overwrite: bool,
-) -> zarr.Group | None:
+def _url_group(where: str, arrays: list[ArraySpec], attrs: dict[str, Any], rows: int, per: int,
+               overwrite: bool) -> zarr.Group | None:
     """A new store at URL ``where`` (this request's unfinished one made again); None when it is finished already."""
     try:
         found = dict(zarr.open_group(where, mode="r").attrs)
@@ -344,10 +341,8 @@ def _url_group(
     return group
 
 
-def _write_blocks(
-    writer: RegionWriter, todo: Any, x: da.Array, y: da.Array | None,
-    progress: bool | ProgressCallback, cancel: threading.Event | None, skip: int = 0,
-) -> None:
+def _write_blocks(writer: RegionWriter, todo: Any, x: da.Array, y: da.Array | None, progress: bool | ProgressCallback,
+                  cancel: threading.Event | None, skip: int = 0) -> None:
     """Compute and write blocks ``todo`` of X (and y), one task each: a dask block is one storage chunk."""
     # Keys unique to this write: a distributed scheduler would otherwise take one run's tasks for another's.
     name = f"synth-write-{uuid.uuid4().hex}"
