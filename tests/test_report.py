@@ -286,7 +286,7 @@ def test_cli_report_from_a_summary_and_from_a_store(stores, tmp_path) -> None:
         (["missing.zarr", "-o", "r.html"], r"no store or summary at missing.zarr"),
         (
             ["{new}", "-o", "r.html", "--reference", "{store}"],
-            r"is not a daskbatch summary \(it holds arrays X, y\)",
+            r"is not a daskbatch summary \(it holds arrays X, y, it is a daskbatch synth output\)",
         ),
     ],
 )

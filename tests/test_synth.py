@@ -171,7 +171,8 @@ def test_cli_synth(tmp_path):
 
     np.testing.assert_array_equal(open_dataset(out).x.compute(), ref.x.compute())
     res = runner.invoke(main, ["synth", out, "--rows", "10", "--features", "6"])
-    assert res.exit_code == 2 and "already exists" in res.output and "--overwrite" in res.output
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--overwrite" in res.output
+    assert "was started by a different synth (differs in " in res.output and "rows: 5000 then, 10 now" in res.output
     res = runner.invoke(
         main, ["synth", out, "--rows", "10", "--features", "3", "--correlated", "3", "--overwrite"]
     )
@@ -225,3 +226,92 @@ def test_synth_takes_the_path_first_like_the_cli(tmp_path) -> None:
         synth(tmp_path / "q.zarr", rows=10)
     with pytest.raises(TypeError, match="two paths"):
         synth(tmp_path / "q.zarr", rows=10, features=2, path=tmp_path / "r.zarr")
+
+
+def test_a_killed_synth_is_finished_by_the_same_call_and_warns_until_then(tmp_path) -> None:
+    """A real process killed while writing: the store says it is unfinished, and the same call completes it bitwise."""
+    import subprocess
+    import sys
+
+    from daskbatch.errors import DataError, IncompleteStoreWarning
+    from daskbatch.io.dataset import open_dataset
+
+    path = tmp_path / "k.zarr"
+    args = {"rows": 6000, "features": 4, "classes": 3, "chunk_rows": 500, "seed": 8}
+    # os._exit in the progress callback: no cleanup runs, as with SIGKILL (the run lock stays behind).
+    script = (f"import os, daskbatch as db\ndb.synth({str(path)!r}, **{args!r}, "
+              "progress=lambda done, total, phase: done >= 3 and os._exit(9))")
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert killed.returncode == 9, killed.stderr
+    with (pytest.warns(IncompleteStoreWarning, match="synth that did not finish"),
+          pytest.raises(DataError, match="the synth that wrote them did not finish: re-run the same synth")):
+        open_dataset(path)
+    done = synth(path, **args)
+    whole = synth(args.pop("rows"), args.pop("features"), **args)
+    np.testing.assert_array_equal(_bits(done.x.compute()), _bits(whole.x.compute()))
+    np.testing.assert_array_equal(done.label.compute(), whole.label.compute())
+    assert done.attrs["complete"] is True and done.attrs["synth"]["true_mean"] == whole.attrs["synth"]["true_mean"]
+
+
+def test_a_second_synth_of_the_same_path_is_refused_and_deletes_nothing(tmp_path) -> None:
+    """While another process holds the path, synth is refused in one line before it looks at (or deletes) the store."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "busy.zarr"
+    synth(path, rows=100, features=2)
+    before = sorted(p.name for p in path.rglob("*"))
+    script = ("import sys, time\nfrom daskbatch.runtime.runlock import RunLock, output_lock_path\n"
+              f"RunLock(output_lock_path({str(path)!r}), 'output').acquire()\nprint('held', flush=True)\ntime.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(Exception) as refused:
+            synth(path, rows=100, features=2, overwrite=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert str(path) in str(refused.value) and "\n" not in str(refused.value)
+    assert sorted(p.name for p in path.rglob("*")) == before
+
+
+def test_an_unfinished_url_store_of_the_same_call_is_completed_and_another_refused() -> None:
+    url = "memory://daskbatch-synth-resume.zarr"
+    args = {"rows": 3000, "features": 3, "chunk_rows": 1000, "seed": 5}
+    synth(url, **args, overwrite=True)
+    zarr.open_group(url, mode="r+").update_attributes({"complete": False})  # as a killed run leaves it
+    again = synth(url, **args)
+    assert again.attrs["complete"] is True
+    np.testing.assert_array_equal(again.x.compute(), synth(3000, 3, seed=5).x.compute())
+    with pytest.raises(FileExistsError, match="daskbatch-synth-resume.zarr.*not a synth store of these parameters"):
+        synth(url, **{**args, "seed": 6})
+
+
+def test_a_zarr_group_at_a_url_that_daskbatch_did_not_write_is_kept_even_with_overwrite() -> None:
+    url = "memory://daskbatch-synth-theirs.zarr"
+    zarr.open_group(url, mode="w").create_array("a", data=np.arange(3.0))
+    with pytest.raises(FileExistsError, match="theirs.zarr already exists and is not a store daskbatch wrote") as info:
+        synth(url, rows=10, features=2, overwrite=True)
+    assert "pass overwrite" not in str(info.value)
+    np.testing.assert_array_equal(zarr.open_group(url, mode="r")["a"][:], np.arange(3.0))
+
+
+def test_a_new_store_in_folders_not_made_yet(tmp_path) -> None:
+    ds = synth(tmp_path / "a" / "b" / "s.zarr", rows=10, features=2)
+    assert ds.shape == (10, 2)
+
+
+@pytest.mark.parametrize("writer", ["synth", "ingest"])
+def test_a_row_store_read_as_a_summary_is_one_line_naming_its_writer(tmp_path, writer: str) -> None:
+    """Its manifest and done-log beside the arrays are the writer's own files, not zarr's warning about foreign objects."""
+    import daskbatch as db
+
+    path = tmp_path / "rows.zarr"
+    if writer == "synth":
+        synth(path, rows=20, features=2)
+    else:
+        np.save(tmp_path / "src.npy", np.ones((20, 2)))
+        db.ingest(str(tmp_path / "src.npy"), path)
+    with pytest.raises(db.DataError, match=rf"holds arrays X, it is a daskbatch {writer} output\)") as info:
+        db.load_summary(path)
+    assert "\n" not in str(info.value)

@@ -14,10 +14,11 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import create_row_array, max_chunks
+from daskbatch.io.chunk_grid import chunk_positions, create_row_array, max_chunks, stored_keys
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
 from daskbatch.io.outputs import (
+    OutputExistsError,
     check_replaceable,
     check_separate,
     checksummed,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
 
 __all__ = [
-    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "created_now", "input_fingerprint", "layout",
+    "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "create_arrays", "created_now", "input_fingerprint", "layout",
     "DoneLog", "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges", "read_done", "read_manifest",
     "write_manifest",
 ]
@@ -99,12 +100,13 @@ class DoneLog:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One output array: ``columns`` None for a 1-D (per-row) array."""
+    """One output array: ``columns`` None for a 1-D (per-row) array; ``fill`` None: NaN for floats, else 0."""
 
     name: str
     dtype: np.dtype
     columns: int | None = None
     dims: tuple[str, ...] = ("sample", "feature")
+    fill: float | None = None
 
 
 def _differences(old: Any, new: Any, where: str = "") -> list[str]:
@@ -137,7 +139,7 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     found = group_attrs(out).get(OUTPUT_ATTR) if directory else None
     if found != kind:
         what = "is a symbolic link" if os.path.islink(out) else f"holds a daskbatch {found or 'dataset'} output"
-        raise DataError(
+        raise OutputExistsError(
             f"{out!r} {what}, not a daskbatch {kind} output; choose another path, or pass "
             "overwrite=True (--overwrite) to replace it"
         )
@@ -151,12 +153,22 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
     # Name the items themselves (a store from before the items were kept differs as a whole).
     diffs = _differences(old.get("items"), doc["items"]) if "items" in doc else _differences(old, doc)
     if diffs:
-        raise DataError(
+        raise OutputExistsError(
             f"{out!r} was started by a different {kind} (differs in {', '.join(diffs[:6])}"
             f"{', ...' if len(diffs) > 6 else ''}); re-run the original call to resume it, "
             "or pass overwrite=True (--overwrite) to start again"
         )
     return False
+
+
+def create_arrays(group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...]) -> None:
+    """Create the row-chunked ``arrays`` of a row store in ``group``."""
+    for spec in arrays:
+        dtype = np.dtype(spec.dtype)
+        # Unwritten float rows read as NaN, not as plausible zeros.
+        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
+                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
+                         fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0)
 
 
 def create_store(
@@ -177,12 +189,7 @@ def create_store(
         out, mode="a", zarr_format=3,
         attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
     )
-    for spec in arrays:
-        dtype = np.dtype(spec.dtype)
-        # Unwritten float rows read as NaN, not as plausible zeros.
-        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
-                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
-                         fill_value=np.nan if dtype.kind == "f" else 0)
+    create_arrays(group, rows, chunk_rows, arrays, compressors)
     write_manifest(out, doc, name=MANIFEST_FILE)
     os.unlink(os.path.join(out, CREATING_FILE))
 
@@ -300,8 +307,13 @@ class RowStore:
         overwrite: bool = False,
         protect: Mapping[str, str] | None = None,
         compressors: tuple[Any, ...] | None = None,
+        check_chunks: bool = False,
     ) -> RowStore:
-        """Create the store (zstd and a CRC-32C unless ``compressors``), or resume the same job's unfinished one."""
+        """Create the store (zstd and a CRC-32C unless ``compressors``), or resume the same job's unfinished one.
+
+        With ``check_chunks`` (a writer of deterministic data) a resumed block is done when its chunks decode,
+        logged or not: what a cancel left unlogged is kept, a chunk torn by a kill is written again.
+        """
         out = os.fspath(path)
         if "://" in out:
             raise ValueError(f"{kind} outputs are {LOCAL_ONLY}; got {out!r}: {LOCAL_ONLY_FIX}")
@@ -329,11 +341,27 @@ class RowStore:
             # An absolute path: the writer travels to workers that may start elsewhere.
             group = zarr.open_group(os.path.abspath(out), mode="r+")
             store = cls(out, group, rows, chunk_rows, [a.name for a in arrays])
+            if check_chunks and not create and not store.complete:
+                store._keep_decoding()
         except BaseException:
             lock.release()
             raise
         store._run_lock = lock
         return store
+
+    def _keep_decoding(self) -> None:
+        """Take as done exactly the blocks whose chunks are stored and decode (the CRC-32C fails a torn one)."""
+        decoding = set(range(self.blocks))
+        for arr in self.writer.arrays.values():
+            decoding -= {pos[0] for pos in chunk_positions(arr, stored_keys(arr))[1]}  # absent chunks
+            for block in sorted(decoding):
+                try:
+                    arr.blocks[block]
+                except Exception:  # any decode failure: write it again (the data are deterministic)
+                    decoding.discard(block)
+        self.done = set()
+        for block in sorted(decoding):  # logged, so that finish() finds every block in the log
+            self.mark_done(block)
 
     def mark_done(self, block: int) -> None:
         """Record ``block`` as written (append to the done-log and flush)."""

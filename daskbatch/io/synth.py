@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import threading
 import uuid
@@ -15,15 +17,10 @@ from dask.utils import format_bytes
 from zarr.codecs import ZstdCodec
 
 from daskbatch.errors import DataError, GPUUnavailableError
-from daskbatch.io.chunk_grid import (
-    chunk_grid,
-    chunk_positions,
-    create_row_array,
-    max_chunks,
-    stored_keys,
-)
+from daskbatch.io.chunk_grid import max_chunks
 from daskbatch.io.dataset import Dataset, open_dataset
-from daskbatch.io.outputs import check_replaceable, check_url, checksummed, remove_path
+from daskbatch.io.outputs import MARKER, OutputExistsError, check_url, checksummed
+from daskbatch.io.rowstore import ArraySpec, RegionWriter, RowStore, create_arrays, layout
 from daskbatch.io.synth_model import (
     BLOCK_ROWS,
     MAX_COV_FEATURES,
@@ -34,8 +31,8 @@ from daskbatch.io.synth_model import (
     numpy_rows,
     truth_attrs,
 )
-from daskbatch.io.zarr_store import LAYOUT_ATTR
 from daskbatch.runtime.progress import Progress, ProgressCallback, compute, progress_options
+from daskbatch.stats.numerics import to_numpy
 
 __all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]
 
@@ -93,78 +90,37 @@ def _wants_gpu(device: str) -> bool:
     except Exception:  # no CuPy, no driver or no device: all mean "no GPU here"
         present = False
     if device == "gpu" and not present:
-        raise GPUUnavailableError(
-            "synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
-            "(or [gpu-cu13]); generator='counter' makes the same data on the CPU"
-        )
+        raise GPUUnavailableError("synth(device='gpu') needs CuPy and a CUDA device: pip install 'daskbatch[gpu-cu12]' "
+                                  "(or [gpu-cu13]); generator='counter' makes the same data on the CPU")
     return present
 
 
-def _to_host(block: Any) -> np.ndarray:
-    """A CuPy block copied to the host."""
-    return block.get()
-
-
-def _counter_namespace(stream: str) -> Any:
-    """The array namespace the counter stream runs in: CuPy's for the GPU, NumPy's otherwise."""
-    import importlib
-
-    return importlib.import_module("array_api_compat.cupy" if stream == "gpu" else "array_api_compat.numpy")
-
-
-def _lazy(
-    rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
-    stream: str = "default",
-) -> tuple[da.Array, da.Array | None]:
+def _lazy(rows: int, chunk_rows: int, model: SynthModel, dtype: np.dtype, seed: int, first_row: int = 0,
+          stream: str = "default") -> tuple[da.Array, da.Array | None]:
     """Lazy X (and y) of ``rows`` rows from ``first_row`` on, one dask block per ``chunk_rows``."""
     row_chunks = tuple(min(chunk_rows, rows - s) for s in range(0, rows, chunk_rows)) or (0,)
     starts = np.cumsum((0,) + row_chunks[:-1]) + first_row
-    token = dask.base.tokenize(
-        seed,
-        stream,
-        first_row,
-        rows,
-        chunk_rows,
-        str(dtype),
-        model.features,
-        model.classes,
-        model.informative,
-        model.sources,
-    )
+    token = dask.base.tokenize(seed, stream, first_row, rows, chunk_rows, str(dtype), model.features, model.classes,
+                               model.informative, model.sources)
 
     def part(what: str, block_id: tuple[int, ...] | None = None) -> Any:
         i = block_id[0]  # type: ignore[index]
         start, stop = int(starts[i]), int(starts[i]) + row_chunks[i]
         if stream == "default":
             return numpy_rows(seed, start, stop, model, dtype, what)
-        x_rows, y_rows = counter_rows(_counter_namespace(stream), seed, start, stop, model, dtype)
+        # The array namespace the counter stream runs in: CuPy's for the GPU, NumPy's otherwise.
+        xp = importlib.import_module(f"array_api_compat.{'cupy' if stream == 'gpu' else 'numpy'}")
+        x_rows, y_rows = counter_rows(xp, seed, start, stop, model, dtype)
         return x_rows if what == "x" else y_rows
 
-    meta_x: Any = np.empty((0, 0), dtype=dtype)
-    meta_y: Any = np.empty((0,), dtype=np.int32)
-    if stream == "gpu":
-        import cupy  # lazy: cupy
-
-        meta_x, meta_y = cupy.empty((0, 0), dtype=dtype), cupy.empty((0,), dtype=np.int32)
-    x = da.map_blocks(
-        part,
-        "x",
-        chunks=(row_chunks, (model.features,)),
-        dtype=dtype,
-        meta=meta_x,
-        name=f"daskbatch-synth-x-{token}",
-    )
-    y = None
-    if model.classes:
-        y = da.map_blocks(
-            part,
-            "y",
-            chunks=(row_chunks,),
-            dtype=np.int32,
-            meta=meta_y,
-            name=f"daskbatch-synth-y-{token}",
-        )
-    return x, y
+    xp: Any = importlib.import_module("cupy") if stream == "gpu" else np  # the blocks' array type
+    meta_x, meta_y = xp.empty((0, 0), dtype=dtype), xp.empty((0,), dtype=np.int32)
+    x = da.map_blocks(part, "x", chunks=(row_chunks, (model.features,)), dtype=dtype, meta=meta_x,
+                      name=f"daskbatch-synth-x-{token}")
+    if not model.classes:
+        return x, None
+    return x, da.map_blocks(part, "y", chunks=(row_chunks,), dtype=np.int32, meta=meta_y,
+                            name=f"daskbatch-synth-y-{token}")
 
 
 def synth(
@@ -244,7 +200,7 @@ def synth(
     cancel : threading.Event, optional
         Set from another thread while writing ``path``, it stops after the
         chunks in flight: :class:`~daskbatch.Cancelled`. The same call again
-        resumes: it writes only the chunks that are absent or do not decode.
+        resumes: it writes only the chunks that are absent or do not decode (a URL's store: all of them).
 
     Returns
     -------
@@ -279,12 +235,10 @@ def synth(
     if generator not in ("default", "counter"):
         raise ValueError(f"generator must be 'default' or 'counter', got {generator!r}")
     counter = on_gpu or generator == "counter"
-    first, stop = 0, rows
-    if rank is not None or world_size is not None:
-        if rank is None or world_size is None:
-            raise TypeError("synth() needs rank and world_size together")
-        share = rank_rows(rows, rank, world_size)
-        first, stop = share.start, share.stop
+    if (rank is None) != (world_size is None):
+        raise TypeError("synth() needs rank and world_size together")
+    share = range(rows) if rank is None or world_size is None else rank_rows(rows, rank, world_size)
+    first, stop = share.start, share.stop
     model = make_model(features, classes, informative, correlated, seed)
     x, y = _lazy(stop - first, chunk_rows, model, dtype, seed, first_row=first,
                  stream="gpu" if on_gpu else "counter" if counter else "default")
@@ -294,18 +248,9 @@ def synth(
         truth["generator"] = "counter: Philox4x32-10 of (column pair, row, stream), Box-Muller (daskbatch.io.synth_model)"
     if (first, stop) != (0, rows):
         truth.update(row_range=[first, stop], rank=rank, world_size=world_size)
-    attrs: dict[str, Any] = {
-        "synth": truth,
-        "feature_names": names,
-        LAYOUT_ATTR: {"x": "X", "label": "y" if y is not None else None},
-    }
+    attrs: dict[str, Any] = {"synth": truth, "feature_names": names, **layout(y is not None)}
     if path is None:
-        return Dataset(
-            x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs
-        )
-    if on_gpu:  # zarr writes host buffers: each block is copied back once, as it is written
-        x = da.map_blocks(_to_host, x, meta=np.empty((0, 0), dtype=dtype))
-        y = None if y is None else da.map_blocks(_to_host, y, meta=np.empty((0,), dtype=np.int32))
+        return Dataset(x=x, label=y, feature_names=names, store_chunks=(chunk_rows, features), attrs=attrs)
     _write(path, x, y, attrs, chunk_rows, overwrite, progress, cancel)
     return open_dataset(path, chunks="auto")
 
@@ -319,145 +264,97 @@ MAX_FEATURES = 23_170
 def _check_sizes(rows: int, features: int, chunk_rows: int, dtype: np.dtype) -> None:
     """Refuse sizes whose chunks, one chunk or ground truth would not fit, before anything is allocated."""
     if features > MAX_FEATURES:
-        raise DataError(
-            f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth covariance; "
-            f"use at most {MAX_FEATURES:,} features"
-        )
+        raise DataError(f"synth: {features:,} features need a {format_bytes(8 * features * features)} ground-truth "
+                        f"covariance; use at most {MAX_FEATURES:,} features")
     chunks = -(-rows // chunk_rows)
     if chunks > max_chunks():
-        raise DataError(
-            f"synth: {rows:,} rows in chunks of {chunk_rows:,} make {chunks:,} chunks > daskbatch.max-chunks "
-            f"{max_chunks():,}; use chunk_rows >= {-(-rows // max_chunks()):,} or fewer rows"
-        )
+        raise DataError(f"synth: {rows:,} rows in chunks of {chunk_rows:,} make {chunks:,} chunks > daskbatch.max-chunks "
+                        f"{max_chunks():,}; use chunk_rows >= {-(-rows // max_chunks()):,} or fewer rows")
     one = min(chunk_rows, rows) * features * dtype.itemsize
     if one > MAX_CHUNK_BYTES:
-        raise DataError(
-            f"synth: one chunk of {min(chunk_rows, rows):,} rows x {features:,} features is {format_bytes(one)} "
-            f"> {format_bytes(MAX_CHUNK_BYTES)}; use chunk_rows <= {MAX_CHUNK_BYTES // (features * dtype.itemsize):,}"
-        )
+        raise DataError(f"synth: one chunk of {min(chunk_rows, rows):,} rows x {features:,} features is "
+                        f"{format_bytes(one)} > {format_bytes(MAX_CHUNK_BYTES)}; use chunk_rows <= "
+                        f"{MAX_CHUNK_BYTES // (features * dtype.itemsize):,}")
 
 
 def _write(
-    path: str | os.PathLike[str],
-    x: da.Array,
-    y: da.Array | None,
-    attrs: dict[str, Any],
-    chunk_rows: int,
-    overwrite: bool,
-    progress: bool | ProgressCallback = False,
-    cancel: threading.Event | None = None,
+    path: str | os.PathLike[str], x: da.Array, y: da.Array | None, attrs: dict[str, Any], chunk_rows: int,
+    overwrite: bool, progress: bool | ProgressCallback = False, cancel: threading.Event | None = None,
 ) -> None:
-    """Write X (and y) as a Zarr v3 group with a checksum per chunk and every chunk stored."""
+    """Write X (and y) as a row store (resumable: chunks that decode are kept), or whole to a URL."""
     where = os.fspath(path)
     check_url(where, "output")
-    request = _request_token(attrs, x, chunk_rows)
-    group = None if overwrite else _unfinished(where, request)
-    if group is None:
-        group = _create(where, x, y, attrs, chunk_rows, overwrite, request)
-    # create_array made both as arrays: a Group's item type is Array | Group.
-    targets: list[zarr.Array] = [group["X"]] + ([group["y"]] if y is not None else [])  # type: ignore[assignment]
-    sources = [x] + ([y] if y is not None else [])
-    rows = int(x.shape[0])
-    if rows:
-        for source, target in zip(sources, targets, strict=True):  # X, then y: a progress step each
-            todo = _chunks_to_write(target)
-            # Dask blocks equal storage chunks, so each chunk has exactly one writer.
-            # Keys unique to this write: a distributed scheduler would otherwise take y's tasks for X's.
-            name = f"synth-write-{uuid.uuid4().hex}"
-            writes = [dask.delayed(_store_block, pure=False)(source.blocks[i], target, sum(source.chunks[0][:i]),
-                                                             dask_key_name=(name, i)) for i in todo]
-            total = int(source.numblocks[0])
-            with Progress(f"synth {target.basename}", total, unit="chunks", rows=rows,
-                          nbytes=int(source.nbytes), cancel=cancel, **progress_options(progress)) as bar:
-                bar.skip(total - len(todo))
-                if writes:
-                    compute(dask.delayed(len)(writes), bar, prefix="synth-write")
-    group.update_attributes({"synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: True}})
+    rows, per = int(x.shape[0]), min(chunk_rows, int(x.shape[0]))
+    # Fill value 0, as synth stores always had: what missing='fill' reads in place of a lost chunk.
+    arrays = [ArraySpec("X", x.dtype, int(x.shape[1]), fill=0)] + ([ArraySpec("y", np.dtype(np.int32))] if y is not None else [])
+    if "://" in where:  # an object store cannot hold the run's log: its store is written whole
+        group = _url_group(where, arrays, attrs, rows, per, overwrite)
+        if group is not None:
+            writer = RegionWriter({a.name: group[a.name] for a in arrays}, rows, per)
+            _write_blocks(writer, range(-(-rows // per) if rows else 0), x, y, progress, cancel)
+            group.update_attributes({"complete": True})
+        return
+    parent = os.path.dirname(os.path.abspath(where))
+    if not os.path.lexists(parent):  # as zarr did: a new store's folders (a file there is named by RowStore)
+        os.makedirs(parent)
+    truth = attrs["synth"]
+    # What decides the bytes: the model's parameters (drawn from the seed), the rows and their chunks.
+    items = {k: truth.get(k) for k in ("seed", "rows", "features", "dtype", "classes", "informative", "correlated",
+                                       "correlated_sources", "generator", "row_range")}
+    store = RowStore.open(where, kind=KIND, rows=rows, chunk_rows=per, arrays=arrays, attrs=attrs,
+                          doc={"kind": KIND, "items": {**items, "chunk_rows": per}}, overwrite=overwrite,
+                          check_chunks=True)
+    try:
+        if not store.complete:
+            todo = store.todo
+            _write_blocks(store.writer, todo, x, y, progress, cancel, skip=store.blocks - len(todo))
+            for block in todo:  # reached only when every one was written: a cancel or failure raised above
+                store.mark_done(block)
+            store.finish()
+    finally:
+        store.close()
 
 
-#: Key in ``attrs["synth"]``: False while chunks are being written, True once every chunk is.
-SYNTH_COMPLETE = "complete"
-#: Key in ``attrs["synth"]``: what was asked for (shape, chunks, dtype, ground truth), to resume only the same request.
-SYNTH_REQUEST = "request_sha256"
+#: The ``daskbatch_output`` kind of a synth store.
+KIND = "synth"
 
 
-def _request_token(attrs: dict[str, Any], x: da.Array, chunk_rows: int) -> str:
-    """A digest of everything that decides the store's bytes: attributes, shape, chunking and dtype."""
-    import hashlib
-    import json
-
-    text = json.dumps([attrs, list(x.shape), chunk_rows, str(x.dtype)], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _exists_message(where: str) -> str:
-    """The one-line refusal for an existing path that is not an unfinished store of this request."""
-    return (f"{where!r} already exists and is not an unfinished synth store of these parameters; "
-            "pass overwrite=True (--overwrite) to replace it")
-
-
-def _unfinished(where: str, request: str) -> zarr.Group | None:
-    """The existing group at ``where`` when it is an unfinished or finished store of ``request``, else None."""
-    if "://" not in where and not os.path.lexists(where):
+def _url_group(where: str, arrays: list[ArraySpec], attrs: dict[str, Any], rows: int, per: int,
+               overwrite: bool) -> zarr.Group | None:
+    """A new store at URL ``where`` (this request's unfinished one made again); None when it is finished already."""
+    try:
+        found = dict(zarr.open_group(where, mode="r").attrs)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, TypeError):  # nothing zarr can open
+        found = None
+    ours = found is not None and found.get("synth") == json.loads(json.dumps(attrs["synth"]))
+    if ours and found.get("complete") and not overwrite:  # type: ignore[union-attr]
         return None
-    try:
-        group = zarr.open_group(where, mode="r+")
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, zarr.errors.GroupNotFoundError,
-            ValueError, TypeError):  # ValueError, TypeError: metadata zarr cannot read, so no store of ours
-        if "://" in where:
-            return None
-        group = None
-    made = None if group is None else group.attrs.get("synth")
-    if not isinstance(made, dict) or made.get(SYNTH_REQUEST) != request:
-        if "://" not in where:
-            check_replaceable(where)  # a user's data: overwrite=True would not replace it either, so no such advice
-        raise FileExistsError(_exists_message(where))
+    theirs = found is not None and MARKER not in found and "synth" not in found  # as check_replaceable decides
+    if found is not None and not ours and (theirs or not overwrite):
+        raise OutputExistsError(f"{where} already exists and is not " + (
+            "a store daskbatch wrote; daskbatch does not replace other data, even with --overwrite (overwrite=True): "
+            "choose another path or remove it yourself" if theirs else
+            "a synth store of these parameters; pass overwrite=True (--overwrite) to replace it"))
+    group = zarr.open_group(where, mode="w" if found is not None else "w-", zarr_format=3,
+                            attributes={MARKER: KIND, "complete": False, **attrs})
+    create_arrays(group, rows, per, arrays, checksummed(ZstdCodec(level=1)))  # as RowStore creates them
     return group
 
 
-def _create(
-    where: str, x: da.Array, y: da.Array | None, attrs: dict[str, Any], chunk_rows: int, overwrite: bool,
-    request: str,
-) -> zarr.Group:
-    """Create the group and its empty arrays, marked unfinished."""
-    marked = {**attrs, "synth": {**attrs["synth"], SYNTH_REQUEST: request, SYNTH_COMPLETE: False}}
-    local = "://" not in where
-    if local and os.path.lexists(where) and overwrite:
-        # zarr's mode "w" would empty whatever directory is there (or a symlink's target).
-        check_replaceable(where)
-        remove_path(where)
-    try:
-        group = zarr.open_group(
-            where, mode="w" if overwrite and not local else "w-", zarr_format=3, attributes=marked
-        )
-    except zarr.errors.ContainsGroupError:  # zarr's message says less than ours
-        raise FileExistsError(_exists_message(where)) from None
-    rows, features = x.shape
-    # zstd level 1: random normals barely compress, so favour speed. A CRC-32C per
-    # chunk makes a changed byte fail the read instead of changing the numbers.
-    codec = checksummed(ZstdCodec(level=1))
-    create_row_array(group, "X", rows, min(chunk_rows, rows), x.dtype, codec, columns=features)
-    if y is not None:
-        create_row_array(group, "y", rows, min(chunk_rows, rows), np.int32, codec)
-    return group
+def _write_blocks(writer: RegionWriter, todo: Any, x: da.Array, y: da.Array | None, progress: bool | ProgressCallback,
+                  cancel: threading.Event | None, skip: int = 0) -> None:
+    """Compute and write blocks ``todo`` of X (and y), one task each: a dask block is one storage chunk."""
+    # Keys unique to this write: a distributed scheduler would otherwise take one run's tasks for another's.
+    name = f"synth-write-{uuid.uuid4().hex}"
+    writes = [dask.delayed(_write_block, pure=False)(writer, i, x.blocks[i], None if y is None else y.blocks[i],
+                                                     dask_key_name=(name, i)) for i in todo]
+    with Progress("synth", int(x.numblocks[0]) if x.shape[0] else 0, unit="chunks", rows=int(x.shape[0]),
+                  nbytes=int(x.nbytes), cancel=cancel, **progress_options(progress)) as bar:
+        bar.skip(skip)
+        if writes:
+            compute(dask.delayed(len)(writes), bar, prefix="synth-write")
 
 
-def _chunks_to_write(target: zarr.Array) -> list[int]:
-    """Row-chunk indices of ``target`` that are absent or do not decode (a run stopped while writing them)."""
-    present = stored_keys(target)
-    absent = {pos[0] for pos in chunk_positions(target, present)[1]}
-    todo = []
-    for i in range(chunk_grid(target)[0]):
-        if i not in absent:
-            try:
-                target.blocks[i]  # the CRC-32C and the codec check a chunk torn by a kill
-                continue
-            except Exception:  # any decode failure means: write it again (the data are deterministic)
-                pass
-        todo.append(i)
-    return todo
-
-
-def _store_block(block: np.ndarray, target: zarr.Array, first_row: int) -> None:
-    """Write one computed block to the whole rows of ``target`` from ``first_row`` on."""
-    target[first_row : first_row + block.shape[0]] = block
+def _write_block(writer: RegionWriter, block: int, x: np.ndarray, y: np.ndarray | None) -> None:
+    """Write one computed block of X (and y) as chunk ``block`` (a GPU's copied to the host once, here)."""
+    writer.write(block, {"X": to_numpy(x)} if y is None else {"X": to_numpy(x), "y": to_numpy(y)})

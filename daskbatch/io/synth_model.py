@@ -40,16 +40,12 @@ class SynthModel:
         return int(self.mu.shape[0])
 
 
-def make_model(
-    features: int, classes: int | None, informative: int | None, correlated: int, seed: int
-) -> SynthModel:
+def make_model(features: int, classes: int | None, informative: int | None, correlated: int, seed: int) -> SynthModel:
     """Check the sizes and draw the generator's parameters from ``seed``."""
     if features < 1:
         raise ValueError(f"features must be >= 1, got {features}")
     if not 0 <= correlated < features:
-        raise ValueError(
-            f"correlated must be in [0, features - 1] = [0, {features - 1}], got {correlated}"
-        )
+        raise ValueError(f"correlated must be in [0, features - 1] = [0, {features - 1}], got {correlated}")
     if classes is not None and classes < 2:
         raise ValueError(f"classes must be >= 2 (or None for no label), got {classes}")
     q = features - correlated
@@ -58,9 +54,7 @@ def make_model(
     if informative and not classes:
         raise ValueError("informative features need classes=K (class-dependent means)")
     if not 0 <= informative <= q:
-        raise ValueError(
-            f"informative must be in [0, features - correlated] = [0, {q}], got {informative}"
-        )
+        raise ValueError(f"informative must be in [0, features - correlated] = [0, {q}], got {informative}")
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
     # Different means and scales per feature so that summaries look like real data.
     mu = np.round(rng.uniform(-20.0, 20.0, q), 3)
@@ -72,15 +66,12 @@ def make_model(
         delta[:, inf_idx] = rng.uniform(-1.5, 1.5, (k, informative)) * scale[inf_idx]
     priors = np.arange(k, 2 * k, dtype=np.float64)  # mildly imbalanced: k : k+1 : ... : 2k-1
     priors /= priors.sum()
-    sources = np.array(
-        [rng.choice(q, size=2, replace=q < 2) for _ in range(correlated)], dtype=np.int64
-    ).reshape(correlated, 2)
+    sources = np.array([rng.choice(q, size=2, replace=q < 2) for _ in range(correlated)], dtype=np.int64).reshape(
+        correlated, 2)
     weights = np.round(rng.uniform(-1.5, 1.5, (correlated, 2)), 3)
     offset = np.round(rng.uniform(-5.0, 5.0, correlated), 3)
     noise = np.round(rng.uniform(0.1, 1.0, correlated), 3)
-    return SynthModel(
-        features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise
-    )
+    return SynthModel(features, classes, mu, scale, inf_idx, delta, priors, sources, weights, offset, noise)
 
 
 def ground_truth(model: SynthModel) -> dict[str, np.ndarray]:
@@ -111,14 +102,10 @@ def _block_rng(seed: int, block: int) -> np.random.Generator:
 
 def _labels_block(rng: np.random.Generator, model: SynthModel) -> np.ndarray:
     u = rng.random(BLOCK_ROWS)
-    return np.minimum(
-        np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1
-    ).astype(np.int32)
+    return np.minimum(np.searchsorted(np.cumsum(model.priors), u, side="right"), len(model.priors) - 1).astype(np.int32)
 
 
-def _x_block(
-    seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None
-) -> np.ndarray:
+def _x_block(seed: int, block: int, model: SynthModel, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
     """One full internal block of rows (BLOCK_ROWS x features), written into ``out`` if given."""
     rng = _block_rng(seed, block)
     y = _labels_block(rng, model) if model.classes else None
@@ -139,21 +126,14 @@ def _x_block(
     return x
 
 
-def numpy_rows(
-    seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str
-) -> np.ndarray:
+def numpy_rows(seed: int, start: int, stop: int, model: SynthModel, dtype: np.dtype, what: str) -> np.ndarray:
     """Make rows ``[start, stop)`` of X or y from the default stream, assembled from whole internal blocks."""
-    if what == "x":
-        out = np.empty((stop - start, model.features), dtype=dtype)
-    else:
-        out = np.empty((stop - start,), dtype=np.int32)
+    out = np.empty((stop - start, model.features), dtype) if what == "x" else np.empty(stop - start, np.int32)
     for block in range(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS)):
         b0 = block * BLOCK_ROWS
         lo, hi = max(start, b0), min(stop, b0 + BLOCK_ROWS)
         if what == "y":
-            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[
-                lo - b0 : hi - b0
-            ]
+            out[lo - start : hi - start] = _labels_block(_block_rng(seed, block), model)[lo - b0 : hi - b0]
         elif lo == b0 and hi == b0 + BLOCK_ROWS:
             _x_block(seed, block, model, dtype, out=out[lo - start : hi - start])  # no copy
         else:
@@ -166,17 +146,10 @@ def truth_attrs(model: SynthModel, seed: int, rows: int, dtype: np.dtype) -> dic
     truth = ground_truth(model)
     q = model.n_base
     out: dict[str, Any] = {
-        "seed": seed,
-        "rows": rows,
-        "features": model.features,
-        "dtype": str(dtype),
-        "classes": model.classes,
-        "informative": model.informative.tolist(),
-        "correlated": list(range(q, model.features)),
-        "correlated_sources": model.sources.tolist(),
-        "true_mean": truth["mean"].tolist(),
-        "true_std": np.sqrt(np.diag(truth["cov"])).tolist(),
-        "block_rows": BLOCK_ROWS,
+        "seed": seed, "rows": rows, "features": model.features, "dtype": str(dtype), "classes": model.classes,
+        "informative": model.informative.tolist(), "correlated": list(range(q, model.features)),
+        "correlated_sources": model.sources.tolist(), "true_mean": truth["mean"].tolist(),
+        "true_std": np.sqrt(np.diag(truth["cov"])).tolist(), "block_rows": BLOCK_ROWS,
         "generator": "numpy Philox, SeedSequence(seed, spawn_key=(1, block))",
     }
     if model.features <= MAX_COV_FEATURES:

@@ -16,6 +16,7 @@ from daskbatch.io.outputs import (
     write_output,
     zarr_target,
 )
+from daskbatch.io.zarr_store import group_arrays
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
@@ -148,7 +149,7 @@ def _check_is_summary(where: str) -> None:
             f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
         ) from None
     marker = group.attrs.get(MARKER)
-    arrays = sorted(name for name, _ in group.arrays())
+    arrays = sorted(name for name, _ in group_arrays(group, max_depth=0))  # a row store's log is no node
     # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
     described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
     legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
