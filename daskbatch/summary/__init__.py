@@ -16,7 +16,6 @@ from daskbatch.io.outputs import (
     write_output,
     zarr_target,
 )
-from daskbatch.io.zarr_store import group_arrays
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.spec import user_statistics
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
@@ -141,6 +140,8 @@ def _read(where: str, given: Sequence[Any]) -> tuple[Summary, Any, Any]:
 def _check_is_summary(where: str) -> None:
     """Raise a one-line DataError unless ``where`` holds a saved summary (marked, or with its arrays)."""
     import zarr  # lazy: zarr
+
+    from daskbatch.io.zarr_store import group_arrays  # lazy: dask, zarr
 
     try:
         group = zarr.open_group(zarr_target(where, read_only=True), mode="r")
