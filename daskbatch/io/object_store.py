@@ -179,11 +179,14 @@ class ReadAhead:
         following = self._task_order[rows]
         while following is not None and len(self._ahead) < READ_AHEAD_BLOCKS:
             if following not in self._busy and following not in self._done and following not in self._ahead:
-                self._busy.add(following)
-                self._ahead[following] = read_ahead_pool().submit(
-                    self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
+                self._start_read(following)
             following = self._task_order.get(following)
         return True
+
+    def _start_read(self, rows: tuple[int, int]) -> None:
+        """Read the block of ``rows`` on the read-ahead pool, marked busy (under the lock)."""
+        self._busy.add(rows)
+        self._ahead[rows] = read_ahead_pool().submit(self._read, (slice(*rows),) + (slice(None),) * (self.ndim - 1))
 
     def _fetch_next(self, rows: tuple[int, int]) -> None:
         """Start reading the next block, in dask's task order or the direction the tasks go, that no task has read."""
@@ -212,9 +215,7 @@ class ReadAhead:
                     following = (following[1], min(following[1] + size, total))
                 if following[0] >= total:
                     return
-            self._busy.add(following)
-            self._ahead[following] = read_ahead_pool().submit(
-                self._read, (slice(*following),) + (slice(None),) * (self.ndim - 1))
+            self._start_read(following)
 
 
 def verifies_chunks(arr: zarr.Array) -> bool:
