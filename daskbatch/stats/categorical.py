@@ -19,11 +19,6 @@ import numpy as np
 
 from daskbatch.stats._base import State, merge_all
 
-__all__ = [
-    "CategoricalProfile", "CategoricalState", "ColumnState", "block_states", "categorical_frame", "decode_profile",
-    "encode_profile", "frame_blocks", "is_profiled", "profile_blocks",
-]
-
 #: Columns of the DataFrame :func:`categorical_frame` makes, in order.
 COLUMNS = (
     "dtype", "count", "null_count", "distinct", "distinct_error", "top", "top_count", "top_error", "min", "max",

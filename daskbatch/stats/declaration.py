@@ -14,19 +14,6 @@ from typing import Any
 # defined with the one function that chooses a block's path.
 from daskbatch.stats.kernels.path import KERNEL_PATHS
 
-__all__ = [
-    "KERNEL_PATHS",
-    "Declaration",
-    "Finished",
-    "Footprint",
-    "StateSize",
-    "Variable",
-    "bias_setting",
-    "count",
-    "ddof_setting",
-    "generic_footprint",
-]
-
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
 StateSize = Callable[[int, int, "int | None", "int | None"], int]
 

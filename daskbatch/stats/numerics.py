@@ -17,13 +17,6 @@ from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_ar
 
 from daskbatch._common import Array, Namespace
 
-__all__ = [
-    "RATIO_FORM_FROM", "as_float64", "bincount", "central_moment", "device", "exact_extremes",
-    "handles_overflow", "is_exact", "matrix_diagonal", "merge_extreme", "merge_shifted_means",
-    "merged_by_ratios", "namespace", "pair_weight", "positive_rows", "safe_divisor", "to_numpy",
-    "weighted_bincount", "with_classes",
-]
-
 
 def namespace(*arrays: Array) -> Namespace:
     """Find the array-API namespace shared by ``arrays`` (numpy, cupy, array_api_strict, ...)."""

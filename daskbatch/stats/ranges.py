@@ -21,12 +21,6 @@ from daskbatch.errors import RangeWarning
 from daskbatch.stats.quantile import SketchResult
 from daskbatch.stats.sketch_layout import sketch_quantile_at, slot_bounds
 
-__all__ = [
-    "FENCE", "GAP", "MAX_DETACHED", "MIN_SPIKE_COUNT", "MIN_SPIKE_FRACTION", "NEIGHBOUR_BINS", "OUT_OF_RANGE_LIMIT",
-    "SEPARATION", "SNAP", "SPIKE_RATIO", "TAIL", "WIDEN", "SuspectValue", "dyadic_range", "fine_ranges",
-    "flag_out_of_range", "histogram_ranges", "is_minmax", "robust_ranges", "suspect_values",
-]
-
 #: Probability left out in each tail when a range is found from the sketch.
 TAIL = 0.001
 #: Widening of the quantile span on each side (fraction of the span).

@@ -29,12 +29,6 @@ from daskbatch.stats import (
 )
 from daskbatch.stats.declaration import Declaration, Footprint, Variable, generic_footprint
 
-__all__ = [
-    "ENTRY_POINT_GROUP", "PLAIN_NAME", "STATISTICS", "Kept", "built_in_states", "declared_state", "footprint_of", "fused", "is_statistic",
-    "named_statistic", "register", "register_statistic", "registered", "selectable", "statistic_from_params", "statistic_params",
-    "summary_variables",
-]
-
 #: Every built-in statistic by name, in the order summaries list their variables: the one table.
 STATISTICS: dict[str, Declaration] = {d.name: d for d in (
     moments.DECLARATION,

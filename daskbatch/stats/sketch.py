@@ -51,8 +51,6 @@ from daskbatch.stats.sketch_tails import (
     tails_quantile,
 )
 
-__all__ = ["WINDOW", "Sketch", "SketchState"]
-
 #: Buckets per feature and sign that ``describe`` keeps where a sketch of every bucket does not fit.
 WINDOW = 2048
 #: Values the array-API chunk keys at a time (its temporaries, ~60 bytes a value, stay near 1 GiB).

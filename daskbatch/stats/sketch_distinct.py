@@ -15,23 +15,6 @@ from daskbatch._common import Array, Namespace
 from daskbatch.stats.numerics import bincount, device, namespace, to_numpy, weighted_bincount
 from daskbatch.stats.sketch_layout import inverted_cdf_rank
 
-__all__ = [
-    "DISTINCT_VALUES",
-    "compiled_distinct",
-    "distinct_scratch_bytes",
-    "distinct_quantile",
-    "empty_distinct",
-    "empty_grid",
-    "grid_bins",
-    "grid_chunk",
-    "grid_fine",
-    "grid_index",
-    "grid_merge",
-    "kept_values",
-    "merge_distinct",
-    "xp_distinct",
-]
-
 #: The most distinct values a feature keeps with every bucket of the sketch (16 kB a feature, 7 % of its state).
 DISTINCT_VALUES = 1024
 

@@ -20,11 +20,6 @@ from daskbatch.stats.numerics import bincount, device, namespace, weighted_binco
 #: Features merged at a time by the array-API merge (its temporaries stay this many rows).
 MERGE_ROWS = 256
 
-__all__ = [
-    "SketchLayout", "collapse_floor", "inverted_cdf_rank", "probabilities", "sketch_quantile", "sketch_quantile_at",
-    "sketch_values", "slot_bounds",
-]
-
 
 @dataclass(frozen=True)
 class SketchLayout:

@@ -15,11 +15,6 @@ from daskbatch.stats.sketch import BLOCK_VALUES, WINDOW, Sketch, SketchState
 from daskbatch.stats.sketch_distinct import distinct_scratch_bytes
 from daskbatch.stats.sketch_tails import tails_scratch_bytes
 
-__all__ = [
-    "FOOTPRINT", "PAIRED_ALPHA", "WINDOWED_FOOTPRINTS", "WINDOWS", "footprint_for",
-    "state_bytes_per_feature", "window_of",
-]
-
 #: Bytes per value of the array-API chunk's block: its float64 copy, and the magnitudes, logs, keys,
 #: columns and masks (3 float64, 3 int64, 3 bool) alive at its peak.
 _BLOCK_BYTES_PER_VALUE = 8 + 3 * 8 + 3 * 8 + 3

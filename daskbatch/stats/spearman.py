@@ -18,8 +18,6 @@ from daskbatch.stats.declaration import KERNEL_PATHS, Declaration, Footprint, Va
 from daskbatch.stats.numerics import device, namespace, to_numpy
 from daskbatch.stats.sketch_distinct import grid_index
 
-__all__ = ["DECLARATION", "RankMap", "Spearman", "SpearmanResult", "SpearmanState"]
-
 
 @dataclass(frozen=True, eq=False)
 class RankMap:
