@@ -58,6 +58,23 @@ BLOCK_VALUES = 2**24
 _COUNT_DTYPES = ("int64", "int32")
 
 
+#: The side-cars' fields of :class:`SketchState`, a group each: what their modules' functions take and give as a tuple.
+_DISTINCT = ("distinct", "distinct_counts", "distinct_held")
+_GRID = ("grid", "grid_step", "grid_first")
+_TAILS = ("tail_low", "tail_high")
+
+
+def _named(group: tuple[str, ...], parts: tuple[Array, ...]) -> dict[str, Array]:
+    """The keyword arguments of :class:`SketchState` for one group of its fields."""
+    return dict(zip(group, parts, strict=True))
+
+
+def _group(s: SketchState, group: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """One group of the fields of ``s``, None for a state built (or saved) without it."""
+    parts = tuple(getattr(s, name) for name in group)
+    return None if any(part is None for part in parts) else parts
+
+
 @dataclass(frozen=True, eq=False)
 class SketchState(State):
     """Mergeable per-feature sketch: a window of buckets per sign, and the special slots.
@@ -152,9 +169,9 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             offset=xp.full((n_features, 2), self.n_buckets, dtype=xp.int64, device=dev),
             fmin=xp.full((n_features,), xp.inf, dtype=xp.float64, device=dev),
             fmax=xp.full((n_features,), -xp.inf, dtype=xp.float64, device=dev),
-            **self._distinct_fields(empty_distinct(xp, n_features, self.values_kept, dev)),
-            **self._grid_fields(empty_grid(xp, n_features, self.grid_bins, getattr(xp, self.count_dtype), dev)),
-            **_tail_fields(empty_tails(xp, n_features, self.tail_values, dev)),
+            **_named(_DISTINCT, empty_distinct(xp, n_features, self.values_kept, dev)),
+            **_named(_GRID, empty_grid(xp, n_features, self.grid_bins, getattr(xp, self.count_dtype), dev)),
+            **_named(_TAILS, empty_tails(xp, n_features, self.tail_values, dev)),
         )
 
     # ------------------------------------------------------- the contract
@@ -187,7 +204,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
                 return empty
             return dataclasses.replace(empty, counts=xp.astype(empty.counts, xp.float64),
                                        grid=xp.astype(empty.grid, xp.float64),
-                                       **_tail_fields(empty_tails(xp, n_features, 0, dev)))
+                                       **_named(_TAILS, empty_tails(xp, n_features, 0, dev)))
         if kernels.kernel_path(x, self).compiled:  # compiled CPU loop (daskbatch/stats/kernels), same state
             k_min, k_max = self.key_range
             counts, offset, fmin, fmax = kernels.sketch(
@@ -195,8 +212,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
                 count_dtype=self._chunk_dtype(rows),
             )
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
-                               **self._distinct_fields(compiled_distinct(x, self.values_kept, weights)),
-                               **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
+                               **_named(_DISTINCT, compiled_distinct(x, self.values_kept, weights)),
+                               **_named(_GRID, grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
                                **self._tails_for(x, weights))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
@@ -212,8 +229,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         counts, offset, fmin, fmax = self._xp_counts(x, weights, self._chunk_dtype(rows))
         return SketchState(
             counts=counts, offset=offset, fmin=fmin, fmax=fmax,
-            **self._distinct_fields(xp_distinct(x, self.values_kept, weights)),
-            **self._grid_fields(grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
+            **_named(_DISTINCT, xp_distinct(x, self.values_kept, weights)),
+            **_named(_GRID, grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
             **self._tails_for(x, weights),
         )
 
@@ -281,13 +298,13 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     def _merged_extras(self, a: SketchState, b: SketchState, fmin: Array, fmax: Array, dtype: Any) -> dict[str, Array]:
         """The merged distinct values, grid and tails of two states, as keyword arguments of :class:`SketchState`."""
-        fields = self._distinct_fields(merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
-        grid_a, grid_b = self._grid_of(a), self._grid_of(b)
+        fields = _named(_DISTINCT, merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
+        grid_a, grid_b = _group(a, _GRID), _group(b, _GRID)
         if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
-            fields.update(self._grid_fields(grid_merge(grid_a, grid_b, fmin, fmax, dtype)))
-        tails_a, tails_b = _tails_of(a), _tails_of(b)
+            fields.update(_named(_GRID, grid_merge(grid_a, grid_b, fmin, fmax, dtype)))
+        tails_a, tails_b = _group(a, _TAILS), _group(b, _TAILS)
         if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
-            fields.update(_tail_fields(merge_tails(tails_a, tails_b)))
+            fields.update(_named(_TAILS, merge_tails(tails_a, tails_b)))
         return fields
 
     @property
@@ -297,21 +314,22 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     def _distinct_of(self, s: SketchState) -> tuple[Array, Array, Array]:
         """The distinct values of ``s``: a state saved before they were kept has every feature marked (unknown)."""
-        if s.distinct is not None and s.distinct_counts is not None and s.distinct_held is not None:
-            return s.distinct, s.distinct_counts, s.distinct_held
+        held = _group(s, _DISTINCT)
+        if held is not None:
+            return held
         xp = namespace(s.counts)
         values, counts, held = empty_distinct(xp, s.counts.shape[0], self.values_kept, device(s.counts))
         return values, counts, xp.full_like(held, self.values_kept + 1)
 
     def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray | None:
         """Give a state's exact ``inverted_cdf`` quantiles where distinct values or kept tails decide them (NaN elsewhere; None without them)."""  # numpydoc ignore=PR01,RT01
-        if s.distinct is None or s.distinct_counts is None or s.distinct_held is None:
+        if _group(s, _DISTINCT) is None:
             return None
         w = self.buckets_kept
         counts = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
         exact = distinct_quantile(to_numpy(s.distinct), to_numpy(s.distinct_counts), to_numpy(s.distinct_held),
                                   counts[:, 0], counts[:, 2], q, weighted=counts.dtype.kind == "f")
-        tails = _tails_of(s)
+        tails = _group(s, _TAILS)
         if tails is not None and counts.dtype.kind != "f":  # the ranks among the kept tails: their values
             finite = to_numpy(s.counts[:, : 2 * w]).sum(axis=1, dtype=np.int64) + counts[:, 1]
             exact = np.where(np.isnan(exact), tails_quantile(*tails, finite, counts[:, 0], counts[:, 2], q), exact)
@@ -321,7 +339,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`: (D, bins + 2) counts, (D, 2) ranges."""  # numpydoc ignore=PR01,RT01
         w = self.buckets_kept
         ends = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
-        grid = self._grid_of(s)
+        grid = _group(s, _GRID)
         assert grid is not None
         counts, step, first = (to_numpy(a) for a in grid)
         return grid_fine(counts, step, first, ends[:, 0], ends[:, 2])
@@ -333,29 +351,12 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
         """The fields of a block's kept tails: (D, 0) of them when weighted, as in a narrow window."""
-        return _tail_fields(tails_chunk(x, 0 if weights is not None else self.tail_values))
+        return _named(_TAILS, tails_chunk(x, 0 if weights is not None else self.tail_values))
 
     @property
     def tail_values(self) -> int:
         """Count the smallest and largest values a state keeps per feature (:func:`~daskbatch.stats.sketch_tails.tail_values`)."""  # numpydoc ignore=RT01
         return tail_values(self.buckets_kept)
-
-    @staticmethod
-    def _grid_of(s: SketchState) -> tuple[Array, Array, Array] | None:
-        """The grid of ``s`` (counts, step, first), None for a state built without one."""
-        if s.grid is None or s.grid_step is None or s.grid_first is None:
-            return None
-        return s.grid, s.grid_step, s.grid_first
-
-    @staticmethod
-    def _grid_fields(grid: tuple[Array, Array, Array]) -> dict[str, Array]:
-        """The keyword arguments of :class:`SketchState` for its grid."""
-        return dict(zip(("grid", "grid_step", "grid_first"), grid, strict=True))
-
-    @staticmethod
-    def _distinct_fields(distinct: tuple[Array, Array, Array]) -> dict[str, Array]:
-        """The keyword arguments of :class:`SketchState` for its distinct values."""
-        return dict(zip(("distinct", "distinct_counts", "distinct_held"), distinct, strict=True))
 
     def _chunk_dtype(self, rows: int) -> str:
         """Dtype of a chunk's unweighted counts: ``count_dtype``, int64 where ``rows`` alone could overflow int32."""
@@ -398,18 +399,8 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             min_magnitude=float(self.min_magnitude),
             max_magnitude=float(self.max_magnitude),
             window=int(self.buckets_kept),
-            **self._distinct_fields(self._distinct_of(s)),
+            **_named(_DISTINCT, self._distinct_of(s)),
         )
-
-
-def _tails_of(s: SketchState) -> tuple[Array, Array] | None:
-    """The kept tails of ``s`` (low, high), None for a weighted state or one saved before they were kept."""
-    return None if s.tail_low is None or s.tail_high is None else (s.tail_low, s.tail_high)
-
-
-def _tail_fields(tails: tuple[Array, Array]) -> dict[str, Array]:
-    """The keyword arguments of :class:`SketchState` for its kept tails."""
-    return {"tail_low": tails[0], "tail_high": tails[1]}
 
 
 def _rows_counted(xp: Namespace, s: SketchState) -> int:
