@@ -119,7 +119,7 @@ class State:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register every state class when it is defined, so checkpoints and summaries can rebuild it."""
         super().__init_subclass__(**kwargs)
-        _register(cls)
+        _REGISTRY[state_key(cls)] = cls
 
     @property
     def nbytes(self) -> int:
@@ -322,13 +322,8 @@ def register_state(cls: T) -> T:
     """
     if not (isinstance(cls, type) and is_dataclass(cls)):
         raise TypeError(f"register_state takes a dataclass, not {cls!r}")
-    _register(cls)
-    return cls
-
-
-def _register(cls: type) -> None:
-    """Record ``cls`` under its key (State's subclass hook: the class is not yet a dataclass then)."""
     _REGISTRY[state_key(cls)] = cls
+    return cls
 
 
 def registered_state(key: str) -> type | None:

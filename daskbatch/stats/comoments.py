@@ -22,7 +22,6 @@ from daskbatch.stats.numerics import (
     as_float64,
     device,
     handles_overflow,
-    matrix_diagonal,
     merge_shifted_means,
     namespace,
     pair_weight,
@@ -280,7 +279,7 @@ class CoMoments:  # numpydoc ignore=PR02
             return _finalize_pairwise(s, self.ddof)
         xp = namespace(s.c)
         c = mirrored(s.c)  # once here rather than in every chunk (GPU states hold the upper triangle)
-        diag = matrix_diagonal(xp, c)
+        diag = xp.linalg.diagonal(c)
         cov, corr = covariance_and_correlation(c, s.n, diag, diag, self.ddof, diagonal=True)
         mean = xp.where(s.n > 0, s.shift + s.mean, xp.full_like(s.mean, xp.nan))
         if isinstance(s, WeightedCoMomentsState):
@@ -304,7 +303,7 @@ def _corrected(xp: Namespace, products: Array, correction: Array) -> Array:
     """``products - correction``, its diagonal +inf where a feature's sum of squares overflowed, as the moments' ``m2``."""
     # There the correction is inf too (inf - inf: NaN); stats.numerics.central_moment keeps the variance +inf.
     # Looked for on the diagonal first: the common case adds no (D, D) temporary to the two the planner counts.
-    overflowed = matrix_diagonal(xp, products) == xp.inf
+    overflowed = xp.linalg.diagonal(products) == xp.inf
     c = products - correction
     del products, correction  # the caller's temporaries: freed before the rare mask below
     if not bool(xp.any(overflowed)):

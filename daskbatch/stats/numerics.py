@@ -23,11 +23,6 @@ def namespace(*arrays: Array) -> Namespace:
     return array_namespace(*arrays)
 
 
-def matrix_diagonal(xp: Namespace, c: Array) -> Array:
-    """Give the main diagonal of a square matrix in any namespace (``linalg.diagonal`` where it has one)."""
-    return xp.linalg.diagonal(c) if hasattr(xp, "linalg") else xp.diagonal(c)
-
-
 def bincount(xp: Namespace, idx: Array, /, *, minlength: int) -> Array:
     """Count the occurrences of each non-negative integer in the 1-D ``idx``."""
     native = getattr(xp, "bincount", None)

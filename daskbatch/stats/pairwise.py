@@ -15,7 +15,6 @@ from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
 from daskbatch.stats.numerics import (
     as_float64,
     device,
-    matrix_diagonal,
     namespace,
     pair_weight,
     positive_rows,
@@ -254,9 +253,9 @@ def merge_cross_pairwise(a: CrossPairwiseState, b: CrossPairwiseState) -> CrossP
 def pairwise_means(s: PairwiseCoMomentsState) -> Array:
     """Give each feature's mean over all its finite values (the diagonal pair), NaN without any."""
     xp = namespace(s.c)
-    counts = matrix_diagonal(xp, s.n)
+    counts = xp.linalg.diagonal(s.n)
     return xp.where(
-        counts > 0, s.shift + matrix_diagonal(xp, s.mean), xp.full_like(s.shift, xp.nan)
+        counts > 0, s.shift + xp.linalg.diagonal(s.mean), xp.full_like(s.shift, xp.nan)
     )
 
 

@@ -238,11 +238,10 @@ def register_statistic(name: str, statistic: Any) -> Any:
         raise ValueError(f"a statistic's name is a letter, then letters, digits or '_'; got {short_repr(name, 60)}")
     if name in STATISTICS:
         raise ValueError(f"{name!r} is a built-in statistic's name; choose another")
-    probe = statistic
     if isinstance(statistic, type):
         if not all(callable(getattr(statistic, m, None)) for m in ("chunk", "merge", "finalize")):
             raise TypeError(f"{statistic.__qualname__} has no chunk, merge and finalize: not a statistic")
-    elif not is_statistic(probe):
+    elif not is_statistic(statistic):
         raise TypeError(f"{short_repr(statistic, 60)} is not a statistic (it needs name, chunk, merge, finalize)")
     _PYTHON_REGISTRY[name] = statistic
     return statistic

@@ -78,10 +78,7 @@ WINDOWED_FOOTPRINTS: tuple[Footprint, ...] = tuple(footprint_for(w, c) for w, c,
 
 def window_of(stat: object) -> tuple[int, str, float] | None:
     """Give the (window, count dtype, alpha) of one of :data:`WINDOWED_FOOTPRINTS`, None for anything else."""
-    for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True):
-        if stat is footprint:
-            return chosen
-    return None
+    return next((chosen for footprint, chosen in zip(WINDOWED_FOOTPRINTS, WINDOWS, strict=True) if stat is footprint), None)
 
 
 def _sketch_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:
