@@ -12,7 +12,7 @@ from typing import Any
 
 # The memory model's names of the kernel paths ("compiled", "array-api", "gpu-compiled"),
 # defined with the one function that chooses a block's path.
-from daskbatch.stats.kernels.path import KERNEL_PATHS
+from daskbatch.stats.kernels.path import KERNEL_PATHS as KERNEL_PATHS
 
 #: ``state(n_features, bins, n_classes, feature_tile) -> bytes`` of one state.
 StateSize = Callable[[int, int, "int | None", "int | None"], int]

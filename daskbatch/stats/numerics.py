@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
-from array_api_compat import array_namespace, device, is_cupy_array, is_numpy_array
+from array_api_compat import array_namespace, is_cupy_array, is_numpy_array
+from array_api_compat import device as device  # re-exported: the statistics' one import of it
 
 from daskbatch._common import Array, Namespace
 

@@ -332,7 +332,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         tails = _group(s, _TAILS)
         if tails is not None and counts.dtype.kind != "f":  # the ranks among the kept tails: their values
             finite = to_numpy(s.counts[:, : 2 * w]).sum(axis=1, dtype=np.int64) + counts[:, 1]
-            exact = np.where(np.isnan(exact), tails_quantile(*tails, finite, counts[:, 0], counts[:, 2], q), exact)
+            exact = np.where(np.isnan(exact), tails_quantile(tails[0], tails[1], finite, counts[:, 0], counts[:, 2], q), exact)
         return exact[:, 0] if np.ndim(q) == 0 else exact
 
     def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
