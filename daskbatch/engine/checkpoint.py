@@ -28,7 +28,6 @@ from daskbatch.engine.checkpoint_files import (
     checkpoint_lock,
     decode_state,
     encode_state,
-    holding_checkpoint_lock,
     open_pass,
     pass_folder,
     read_header,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "Interrupted", "checkpoint_lock", "holding_checkpoint_lock", "read_runs",
+    "FORMAT_VERSION", "MANIFEST", "Interrupted", "checkpoint_lock", "read_runs",
     "recorded_layout", "run_checkpointed", "sigterm_as_interrupt",
 ]
 
