@@ -378,17 +378,9 @@ def _compute_units(
         return
     client = active_client()
     if client is not None:
-        from distributed import as_completed  # lazy: distributed
+        from daskbatch.engine.blockrun import compute_each  # lazy: dask
 
-        futures = client.compute([make(j) for j in units])
-        which = {f.key: j for f, j in zip(futures, units, strict=True)}
-        try:
-            for future in as_completed(futures):
-                on_unit(which[future.key], future.result())
-                future.release()
-        except BaseException:
-            client.cancel(futures)
-            raise
+        compute_each(client, [make(j) for j in units], units, on_unit)
         return
 
     import dask  # lazy: dask
@@ -397,18 +389,16 @@ def _compute_units(
     # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
     from dask.system import CPU_COUNT  # lazy: dask
 
-    class _OnUnit(Callback):
-        def __init__(self, keys: dict[Any, int]) -> None:
-            super().__init__()
-            self.keys = keys
+    keys: dict[Any, int] = {}
 
-        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
-            if key in self.keys:  # runs in the scheduling (calling) thread
-                on_unit(self.keys[key], result)
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        if key in keys:  # runs in the scheduling (calling) thread
+            on_unit(keys[key], result)
 
     # Waves of a few units: the local schedulers keep every output in memory until the end.
     wave = max(2, int(dask.config.get("num_workers", None) or CPU_COUNT or 2))
     for i in range(0, len(units), wave):
         graphs = [make(j) for j in units[i : i + wave]]
-        with _OnUnit({g.key: j for g, j in zip(graphs, units[i : i + wave], strict=True)}):
+        keys = {g.key: j for g, j in zip(graphs, units[i : i + wave], strict=True)}
+        with Callback(posttask=posttask):
             dask.compute(*graphs)
