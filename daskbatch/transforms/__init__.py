@@ -18,12 +18,12 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
-from daskbatch._common import Array
+from daskbatch._common import Array, checked_device, gpu_module
 from daskbatch._version import __version__
 from daskbatch.engine.blockrun import run_blocks
 from daskbatch.engine.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
-from daskbatch.engine.run_options import check_device, on_device
+from daskbatch.engine.run_options import on_device
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
@@ -390,7 +390,8 @@ def transform(
         Stopped by a signal (SIGINT, SIGTERM); the finished blocks are kept.
     """
     t0 = time.perf_counter()
-    check_device(device, "transform")
+    if checked_device(device) == "gpu":
+        gpu_module("transform")
     if hasattr(steps, "apply") or not isinstance(steps, Iterable):  # one step where a list was meant, or no list
         raise TypeError(f"steps must be a list of steps, got {type(steps).__name__}: pass [step, ...]")
     steps = list(steps)
