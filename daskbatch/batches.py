@@ -146,13 +146,9 @@ def map_batches(
         return _map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
     data = as_feature_matrix(x)
-    if batch_rows == "plan":
-        per_request = None
-    elif isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+    if batch_rows != "plan" and (isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive number of rows or 'plan', got {batch_rows!r}")
-    else:
-        per_request = batch_rows
-    xs, ys, per = regular_rows(data, per_request)
+    xs, ys, per = regular_rows(data, None if batch_rows == "plan" else batch_rows)
     # Failures are bisected down to single rows; out-of-memory halving on the GPU stops sooner (tiny pieces waste it).
     min_rows, gpu_min_rows = int(min_batch_rows or 1), int(min_batch_rows or max(1, per // 1024))
     choice = _where(device, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,

@@ -239,12 +239,12 @@ def run_checkpointed(
     label: da.Array | None,
     *,
     split_every: int | None,
-    progress: bool | Progress,
+    progress: Progress,
     directory: str | os.PathLike[str],
     force: bool,
     finalize: bool = True,
 ) -> tuple[Any, ...]:
-    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``."""
+    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``, advancing the caller's ``progress``."""
     from daskbatch.engine.reduce import to_host, tree_reduce  # lazy: dask
 
     s = resolve_split_every(split_every)
@@ -263,11 +263,7 @@ def run_checkpointed(
                                weights=None if weights is None else weights.blocks[a:b], split_every=s,
                                finalize=False, labels_checked=checked)
 
-        # The caller's bar (describe's "pass i/n"), else one of its own.
-        bar = contextlib.nullcontext(progress) if isinstance(progress, Progress) else Progress(
-            f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]), nbytes=int(x.nbytes), show=progress)
-        with bar as shown:
-            state = _fill(store, make, shown, directory)
+        state = _fill(store, make, progress, directory)
     return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 

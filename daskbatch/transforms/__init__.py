@@ -20,7 +20,7 @@ import numpy as np
 
 from daskbatch._common import Array, checked_device, gpu_module
 from daskbatch._version import __version__
-from daskbatch.engine.blockrun import run_blocks
+from daskbatch.engine.blockrun import merged_ranges, run_blocks
 from daskbatch.engine.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
 from daskbatch.engine.run_options import on_device
@@ -35,7 +35,6 @@ from daskbatch.io.rowstore import (
     local_path,
     output_chunk_rows,
     rechunk_rows,
-    row_ranges,
 )
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.runtime.runlock import no_interrupt
@@ -317,15 +316,10 @@ def _task_rows(data: FeatureMatrix, per: int, out_features: int, out_dtype: np.d
 
 def _regions(todo: list[int], per_task: int) -> dict[int, tuple[tuple[int, int], ...]]:
     """Group unfinished output chunks by the task that writes them, as runs ``[first, stop)`` of chunks."""
-    grouped: dict[int, list[int]] = {}
+    grouped: dict[int, list[tuple[int, int]]] = {}
     for block in todo:
-        grouped.setdefault(block // per_task, []).append(block)
-    out = {}
-    for region, blocks in grouped.items():
-        mask = np.zeros(per_task, dtype=bool)
-        mask[np.asarray(blocks) - region * per_task] = True
-        out[region] = tuple((region * per_task + a, region * per_task + b) for a, b in row_ranges(mask))
-    return out
+        grouped.setdefault(block // per_task, []).append((block, block + 1))
+    return {region: tuple(merged_ranges(chunks)) for region, chunks in grouped.items()}
 
 
 def transform(
