@@ -8,12 +8,13 @@ from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any, Literal
 
 import numpy as np
-from array_api_compat import is_array_api_obj
+from array_api_compat import is_array_api_obj, is_cupy_array
 
 from daskbatch._common import Device, checked_device, gpu_module
 from daskbatch.engine.inputs import check_label, check_numeric, check_weight_range
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
+from daskbatch.engine.run_options import on_device
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
@@ -288,18 +289,15 @@ class Accumulator:
 
     def _on_device(self, batch: Any, label: Any) -> tuple[Any, Any]:
         """``batch`` and ``label`` where ``device`` says: as they are, on the host, or on the GPU."""
-        if self.device == "gpu":
-            import cupy  # lazy: cupy
-
-            return cupy.asarray(batch), None if label is None else cupy.asarray(label)
-        if self.device == "cpu":
-            return to_host(batch), None if label is None else to_host(label)
-        return batch, label
+        return on_device(batch, self.device), None if label is None else on_device(label, self.device)
 
     def _chunk(self, batch: Any, label: Any, w: Any = None) -> tuple[Any, ...]:
         """The states of one batch, weighted when ``w`` is given."""
         assert self._bundle is not None
-        return self._bundle.chunk(batch, label) if w is None else self._bundle.chunk(batch, label, weights=_like(w, batch))
+        if w is None:
+            return self._bundle.chunk(batch, label)
+        # the weights follow the batch to the GPU or the host
+        return self._bundle.chunk(batch, label, weights=on_device(w, "gpu" if is_cupy_array(batch) else "cpu"))
 
     def _merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self._bundle is not None
@@ -426,14 +424,3 @@ def _checked_weights(w: Any, rows: int, index: int) -> Any:
     if host.shape[0] and host.dtype.kind == "f":
         check_weight_range(host, f"batch {index}'s weights:")
     return w
-
-
-def _like(w: Any, batch: Any) -> Any:
-    """``w`` on the device of ``batch`` (the weights follow the batch to the GPU or the host)."""
-    if w is None:
-        return None
-    if type(batch).__module__.split(".")[0] == "cupy":
-        import cupy  # lazy: cupy (optional, GPU only)
-
-        return cupy.asarray(w)
-    return to_host(w)

@@ -146,13 +146,9 @@ def map_batches(
         return _map_items(func, x, out=out, batch_rows=batch_rows, device=device, on_error=on_error,
                          min_batch_rows=min_batch_rows, progress=progress, cancel=cancel)
     data = as_feature_matrix(x)
-    if batch_rows == "plan":
-        per_request = None
-    elif isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+    if batch_rows != "plan" and (isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive number of rows or 'plan', got {batch_rows!r}")
-    else:
-        per_request = batch_rows
-    xs, ys, per = regular_rows(data, per_request)
+    xs, ys, per = regular_rows(data, None if batch_rows == "plan" else batch_rows)
     # Failures are bisected down to single rows; out-of-memory halving on the GPU stops sooner (tiny pieces waste it).
     min_rows, gpu_min_rows = int(min_batch_rows or 1), int(min_batch_rows or max(1, per // 1024))
     choice = _where(device, batch_bytes=per * int(xs.shape[1]) * xs.dtype.itemsize,
@@ -308,31 +304,22 @@ class _ItemRunner:
             raise Misuse(f"returned {len(results)} results for {len(items)} items")
         return results
 
-    def failure(self, i: int, lo: int, hi: int, exc: BaseException) -> BatchError:
-        """The error for items ``lo:hi`` of batch ``i`` (a bag's partitions do not say where they start)."""
-        return BatchError(f"{self.name} failed on {rows_text(lo, hi, 'items')} of batch {i}: {type(exc).__name__}: {exc}")
-
     def run(self, i: int, part: Any) -> tuple[list[Any], Ranges]:
         """One batch: its results and the flagged item ranges, counted from the batch's first item."""
         items = list(part)  # a bag's partition may be a lazy iterator
         flagged: Ranges = []
 
         def leaf(piece: list[Any], at: int, exc: BaseException) -> list[Any]:
-            if not self.flag:
-                raise self.failure(i, at, at + len(piece), exc) from exc
+            if not self.flag:  # items counted from the batch's first (a bag's partitions do not say where they start)
+                raise BatchError(f"{self.name} failed on {rows_text(at, at + len(piece), 'items')} of batch {i}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
             flagged.append((at, at + len(piece)))
             return [None] * len(piece)
 
-        if not (self.fallback or self.flag):
-            try:
-                return self.call(items), flagged
-            except Misuse as exc:  # the function's mistake, not a failed batch
-                raise Misuse(f"{self.name} {exc} (batch {i})") from None
-            except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
-                raise self.failure(i, 0, len(items), exc) from exc
+        smallest = self.min_items if self.fallback or self.flag else len(items)  # else the first failure raises
         try:
-            return bisect(self.call, items, 0, self.min_items, leaf, lambda parts: parts[0] + parts[1]), flagged
-        except Misuse as exc:
+            return bisect(self.call, items, 0, smallest, leaf, lambda parts: parts[0] + parts[1]), flagged
+        except Misuse as exc:  # the function's mistake, not a failed batch
             raise Misuse(f"{self.name} {exc} (batch {i})") from None
 
 

@@ -117,23 +117,16 @@ def _is_count(minimum: int) -> Any:
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-def _is_byte_size(value: Any) -> bool:
-    """Whether ``value`` is a byte count or a size such as ``"64MiB"``, not negative."""
+def _is_byte_size(value: Any, minimum: int = 0) -> bool:
+    """Whether ``value`` is a byte count or a size such as ``"64MiB"`` of at least ``minimum`` bytes."""
     import dask.utils  # lazy: dask
 
     if isinstance(value, str):
         try:
-            return dask.utils.parse_bytes(value) >= 0
+            return dask.utils.parse_bytes(value) >= minimum
         except (TypeError, ValueError):
             return False
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _parsed_bytes(value: Any) -> int:
-    """A byte size such as ``"64MiB"`` as a number."""
-    import dask.utils  # lazy: dask
-
-    return int(dask.utils.parse_bytes(value))
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _is_duration(value: Any) -> bool:
@@ -155,8 +148,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "memory-fraction": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
     "reserved-memory": (_is_byte_size, "a byte size such as 256MiB"),
     "cache-fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "target-chunk-bytes": (lambda v: _is_byte_size(v) and _parsed_bytes(v) > 0,
-                           "a byte size above 0 such as 64MiB"),
+    "target-chunk-bytes": (lambda v: _is_byte_size(v, minimum=1), "a byte size above 0 such as 64MiB"),
     "kernels": (lambda v: isinstance(v, bool), "true or false"),
     "gpu-transfer": (lambda v: v in ("block", "staged"), "block or staged"),
     "gpu-staging-bytes": (_is_byte_size, "a byte size such as 64MiB"),

@@ -102,26 +102,30 @@ def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
     cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, dashboard_address=":0")
     client = Client(cluster)
     # distributed.core's "Connection to ... has been closed" (INFO) is not the demo's news: not shown.
-    core = logging.getLogger("distributed.core")
-    core_level = core.level
-    core.setLevel(logging.WARNING)
-    try:
-        yield client
-    finally:
-        # The nanny kills a worker that has not exited 4 s after it was asked to (warning about it):
-        # the workers are retired first, each with time to exit, and a late one killed without a word,
-        # as nothing of the demo's is left on it.
-        nanny = logging.getLogger("distributed.nanny")
-        level = nanny.level
-        nanny.setLevel(logging.ERROR)
+    with _quieter("distributed.core", logging.WARNING):
         try:
-            with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
-                client.retire_workers(close_workers=True)
-            client.close(timeout=SHUTDOWN_SECONDS)
-            cluster.close(timeout=SHUTDOWN_SECONDS)
+            yield client
         finally:
-            nanny.setLevel(level)
-            core.setLevel(core_level)
+            # The nanny kills a worker that has not exited 4 s after it was asked to (warning about it):
+            # the workers are retired first, each with time to exit, and a late one killed without a word,
+            # as nothing of the demo's is left on it.
+            with _quieter("distributed.nanny", logging.ERROR):
+                with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
+                    client.retire_workers(close_workers=True)
+                client.close(timeout=SHUTDOWN_SECONDS)
+                cluster.close(timeout=SHUTDOWN_SECONDS)
+
+
+@contextlib.contextmanager
+def _quieter(name: str, level: int) -> Iterator[None]:
+    """Logger ``name`` at ``level`` for the block, then at its own level again."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def _dashboard(client: Any) -> str:
@@ -205,16 +209,9 @@ def _describe_a_few_rows(x_dtype: Any, label_dtype: Any, stats: Any, range_: Any
     rng = np.random.default_rng(0)
     x = rng.standard_normal((512, 8)).astype(x_dtype)
     label = None if label_dtype is None else rng.integers(0, 3, 512).astype(label_dtype)
-    settings: dict[str, Any] = {"range": range_}
-    if stats is not None:
-        settings["stats"] = stats
-    quiet = logging.getLogger("daskbatch")  # the warm-up's plan and passes are not the run's
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
-    try:
-        describe(x, label, **settings)
-    finally:
-        quiet.setLevel(level)
+    settings = {} if stats is None else {"stats": stats}
+    with _quieter("daskbatch", logging.WARNING):  # the warm-up's plan and passes are not the run's
+        describe(x, label, range=range_, **settings)
 
 
 def _kernels_key(*settings: Any) -> str:

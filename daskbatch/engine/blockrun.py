@@ -20,13 +20,14 @@ from dask.callbacks import Callback
 from daskbatch._common import warn
 from daskbatch.engine.run_options import on_device
 from daskbatch.errors import BatchError, Cancelled, FlaggedRowsWarning, Interrupted
+from daskbatch.runtime.capacity import active_client
 from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
 from daskbatch.stats.numerics import to_numpy
 
 if TYPE_CHECKING:
     from daskbatch.io.rowstore import RegionWriter
 
-__all__ = ["BatchRunner", "probe_output", "run_batch", "run_blocks"]
+__all__ = ["BatchRunner", "compute_each", "probe_output", "run_batch", "run_blocks"]
 
 ON_ERROR = ("raise", "flag", "fallback")
 #: Rows of the first batch run once to learn the output's width and dtype.
@@ -65,15 +66,6 @@ class _Tracker:
     def wait_idle(self) -> None:
         with self.cond:
             self.cond.wait_for(lambda: self.running == 0)
-
-
-def _client() -> Any:
-    """The distributed Client that dask would compute on, or None."""
-    from dask.base import get_scheduler  # lazy: dask
-
-    get = get_scheduler()
-    owner = getattr(get, "__self__", None)
-    return owner if owner is not None and type(owner).__module__.startswith("distributed") else None
 
 
 @contextlib.contextmanager
@@ -134,11 +126,11 @@ def run_blocks(
     started = threading.Event()
     with bar, _signals_set(stop, started) as got:
         bar.skip(total - len(args))
-        client = _client()
+        client = active_client()
         if client is not None:
             tasks = [delayed(fn, pure=False)(i, *a, dask_key_name=f"{name}-{i}") for i, a in args.items()]
             started.set()  # a graph half sent to the scheduler could not be cancelled: stop at a block boundary
-            _run_distributed(client, tasks, list(args), done, stop)
+            compute_each(client, tasks, list(args), done, stop)
         else:
             _run_local(fn, args, name, done, stop, started)
     if stop.is_set() and len(finished) < len(args):
@@ -197,9 +189,10 @@ def _run_local(
                 done(i, result)
 
 
-def _run_distributed(
-    client: Any, tasks: list[Any], blocks: list[int], done: Callable[[int, Any], None], stop: threading.Event
+def compute_each(
+    client: Any, tasks: list[Any], blocks: list[int], done: Callable[[int, Any], None], stop: threading.Event | None = None,
 ) -> None:
+    """Compute ``tasks`` on ``client``, handing each result to ``done(block, result)`` in this thread as it comes."""
     from distributed import as_completed  # lazy: distributed
 
     futures = client.compute(tasks)
@@ -211,10 +204,11 @@ def _run_distributed(
             if fut.status == "cancelled":
                 continue
             done(index[fut.key], fut.result())
-            if stop.is_set():
+            fut.release()  # its result is handed on: the cluster need not hold it until the last one
+            if stop is not None and stop.is_set():
                 break
     finally:
-        if pending:
+        if pending:  # a stop, or an error: start nothing more
             client.cancel(list(pending))
 
 
@@ -233,11 +227,6 @@ def on_error_modes(on_error: Any) -> tuple[bool, bool]:
 def rows_text(lo: int, hi: int, noun: str = "rows") -> str:
     """Name rows ``lo:hi`` for a message: ``row 5`` or ``rows 0-99`` (``noun``: what is counted, plural)."""
     return f"{noun[:-1]} {lo:,}" if hi - lo == 1 else f"{noun} {lo:,}-{hi - 1:,}"
-
-
-def _batch_failure(name: str, lo: int, hi: int, exc: BaseException) -> BatchError:
-    """The error for rows ``lo:hi``, naming them and the original error."""
-    return BatchError(f"{name} failed on {rows_text(lo, hi)}: {type(exc).__name__}: {exc}")
 
 
 def _is_memory_error(exc: BaseException) -> bool:
@@ -333,18 +322,12 @@ class BatchRunner:
 
         def leaf(piece: Any, at: int, exc: BaseException) -> np.ndarray:
             if not self.flag:
-                raise _batch_failure(self.name, at, at + len(piece), exc) from exc
+                raise BatchError(f"{self.name} failed on {rows_text(at, at + len(piece))}: {type(exc).__name__}: {exc}") from exc
             flagged.append((at, at + len(piece)))
             return self._fill(len(piece))
 
-        if not (self.fallback or self.flag):
-            try:
-                return self._call(block)
-            except Misuse:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the user's function may raise anything
-                raise _batch_failure(self.name, lo, lo + len(block), exc) from exc
-        return bisect(self._call, block, lo, self.min_rows, leaf, np.concatenate)
+        smallest = self.min_rows if self.fallback or self.flag else len(block)  # else the first failure raises
+        return bisect(self._call, block, lo, smallest, leaf, np.concatenate)
 
     def _gpu(self, block: Any, lo: int, cpu_rows: Ranges, flagged: Ranges) -> np.ndarray:
         """On the GPU, halving on memory errors; what still fails runs on the CPU."""

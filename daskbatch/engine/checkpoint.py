@@ -28,7 +28,6 @@ from daskbatch.engine.checkpoint_files import (
     checkpoint_lock,
     decode_state,
     encode_state,
-    holding_checkpoint_lock,
     open_pass,
     pass_folder,
     read_header,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     from daskbatch.engine.inputs import FeatureMatrix
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "Interrupted", "checkpoint_lock", "holding_checkpoint_lock", "read_runs",
+    "FORMAT_VERSION", "MANIFEST", "Interrupted", "checkpoint_lock", "read_runs",
     "recorded_layout", "run_checkpointed", "sigterm_as_interrupt",
 ]
 
@@ -240,12 +239,12 @@ def run_checkpointed(
     label: da.Array | None,
     *,
     split_every: int | None,
-    progress: bool | Progress,
+    progress: Progress,
     directory: str | os.PathLike[str],
     force: bool,
     finalize: bool = True,
 ) -> tuple[Any, ...]:
-    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``."""
+    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``, advancing the caller's ``progress``."""
     from daskbatch.engine.reduce import to_host, tree_reduce  # lazy: dask
 
     s = resolve_split_every(split_every)
@@ -264,11 +263,7 @@ def run_checkpointed(
                                weights=None if weights is None else weights.blocks[a:b], split_every=s,
                                finalize=False, labels_checked=checked)
 
-        # The caller's bar (describe's "pass i/n"), else one of its own.
-        bar = contextlib.nullcontext(progress) if isinstance(progress, Progress) else Progress(
-            f"checkpointed pass {bundle.name}", n_blocks, rows=int(x.shape[0]), nbytes=int(x.nbytes), show=progress)
-        with bar as shown:
-            state = _fill(store, make, shown, directory)
+        state = _fill(store, make, progress, directory)
     return to_host(bundle.finalize(state)) if finalize else to_host(state)
 
 
@@ -379,17 +374,9 @@ def _compute_units(
         return
     client = active_client()
     if client is not None:
-        from distributed import as_completed  # lazy: distributed
+        from daskbatch.engine.blockrun import compute_each  # lazy: dask
 
-        futures = client.compute([make(j) for j in units])
-        which = {f.key: j for f, j in zip(futures, units, strict=True)}
-        try:
-            for future in as_completed(futures):
-                on_unit(which[future.key], future.result())
-                future.release()
-        except BaseException:
-            client.cancel(futures)
-            raise
+        compute_each(client, [make(j) for j in units], units, on_unit)
         return
 
     import dask  # lazy: dask
@@ -398,18 +385,16 @@ def _compute_units(
     # CPU_COUNT: the cores this process may use (affinity, cgroup quota)
     from dask.system import CPU_COUNT  # lazy: dask
 
-    class _OnUnit(Callback):
-        def __init__(self, keys: dict[Any, int]) -> None:
-            super().__init__()
-            self.keys = keys
+    keys: dict[Any, int] = {}
 
-        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
-            if key in self.keys:  # runs in the scheduling (calling) thread
-                on_unit(self.keys[key], result)
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        if key in keys:  # runs in the scheduling (calling) thread
+            on_unit(keys[key], result)
 
     # Waves of a few units: the local schedulers keep every output in memory until the end.
     wave = max(2, int(dask.config.get("num_workers", None) or CPU_COUNT or 2))
     for i in range(0, len(units), wave):
         graphs = [make(j) for j in units[i : i + wave]]
-        with _OnUnit({g.key: j for g, j in zip(graphs, units[i : i + wave], strict=True)}):
+        keys = {g.key: j for g, j in zip(graphs, units[i : i + wave], strict=True)}
+        with Callback(posttask=posttask):
             dask.compute(*graphs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
 import hashlib
 import io
 import json
@@ -14,9 +13,8 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -434,22 +432,3 @@ def check_checkpoint_dir(directory: str | os.PathLike[str], what: str = "checkpo
         raise DataError(
             f"{what} {os.fspath(directory)} holds files and no daskbatch checkpoint; choose a new or empty directory"
         )
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def holding_checkpoint_lock(func: Callable[P, R]) -> Callable[P, R]:
-    """Hold the lock of ``func``'s ``checkpoint=`` directory for the whole call (all its passes)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        """Call ``func`` holding the lock of its checkpoint, if it has one."""
-        directory = kwargs.get("checkpoint")
-        if not isinstance(directory, (str, os.PathLike)):
-            return func(*args, **kwargs)
-        with checkpoint_lock(directory):
-            return func(*args, **kwargs)
-
-    return wrapper

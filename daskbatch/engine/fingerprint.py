@@ -226,20 +226,11 @@ def _listing(arr: Any) -> Iterator[tuple[str, int, str]]:
 
 
 def _walk(top: Path) -> Iterator[tuple[str, int, str]]:
-    """Files under ``top`` with size and mtime_ns, by ``os.scandir`` (stat only, no reads)."""
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=True):
-                stack.append(Path(entry.path))
-            else:
-                st = entry.stat(follow_symlinks=True)
-                yield os.path.relpath(entry.path, top), st.st_size, str(st.st_mtime_ns)
+    """Files under ``top`` with size and mtime_ns (stat only, no reads)."""
+    for folder, _, files in os.walk(top, followlinks=True):
+        for name in files:
+            st = os.stat(os.path.join(folder, name))
+            yield os.path.relpath(os.path.join(folder, name), top), st.st_size, str(st.st_mtime_ns)
 
 
 def _find(fs: Any, base: str) -> dict[str, dict[str, Any]]:

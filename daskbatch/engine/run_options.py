@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from daskbatch import config
-from daskbatch._common import GPU_INSTALL, Device, checked_device, gpu_module
+from daskbatch._common import GPU_INSTALL, Device, checked_device
 from daskbatch.errors import GPUFallbackWarning
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import DeviceChoice, choose_device
@@ -19,7 +19,7 @@ from daskbatch.runtime.capacity import resources_auto
 from daskbatch.stats.kernels.preflight import check_gpu
 from daskbatch.stats.numerics import to_numpy
 
-__all__ = ["RunOptions", "auto_device", "check_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "on_device", "resolve_device"]
+__all__ = ["RunOptions", "auto_device", "configured_min_batch_bytes", "gpu_failure", "gpu_problem", "on_device", "resolve_device"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +121,8 @@ class RunOptions:  # numpydoc ignore=PR02
 
 log = logging.getLogger("daskbatch.devices")
 KEY = "gpu-min-batch-bytes"
-#: Whether this process has said that an explicit ``device="auto"`` found no working GPU (said once).
-_told_no_gpu = False
+#: The problem, once this process has said that an explicit ``device="auto"`` found no working GPU (said once).
+_told_no_gpu: list[str] = []
 
 
 def configured_min_batch_bytes() -> int | None:  # numpydoc ignore=PR01,RT01
@@ -184,21 +184,13 @@ def resolve_device(device: Device, x: Any) -> DeviceChoice:  # numpydoc ignore=P
     on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
     choice = auto_device(chunk, on_gpu=on_gpu, what="chunks")
     problem = None if on_gpu else gpu_problem()  # the preflight's answer, kept for the process
-    if problem is not None:
-        _tell_no_gpu_once(problem)
-    return choice
-
-
-def _tell_no_gpu_once(problem: str) -> None:
-    """Warn, once per process, that an explicit ``device="auto"`` runs on the CPU for want of a GPU."""
     # describe's device is "cpu" unless given (the CLI resolves its own "auto"), so this is the
     # user's request: said once, not at every call, and never where no device was asked for.
-    global _told_no_gpu
-    if _told_no_gpu:
-        return
-    _told_no_gpu = True
-    warnings.warn(f"device='auto' runs on the CPU: {problem}; for the GPU, {GPU_INSTALL}", GPUFallbackWarning,
-                  stacklevel=2)
+    if problem is not None and not _told_no_gpu:
+        _told_no_gpu.append(problem)
+        warnings.warn(f"device='auto' runs on the CPU: {problem}; for the GPU, {GPU_INSTALL}", GPUFallbackWarning,
+                      stacklevel=1)
+    return choice
 
 
 def gpu_failure(exc: BaseException) -> str | None:  # numpydoc ignore=PR01,RT01
@@ -212,12 +204,6 @@ def gpu_failure(exc: BaseException) -> str | None:  # numpydoc ignore=PR01,RT01
     if module.split(".")[0] in ("cupy", "cupy_backends", "rmm") or module.startswith("numba.cuda"):
         return f"the GPU failed ({what})"
     return None
-
-
-def check_device(device: str, what: str) -> None:  # numpydoc ignore=PR01,RT01
-    """Raise for an unknown device, or ``"gpu"`` without a working CuPy."""
-    if checked_device(device) == "gpu":
-        gpu_module(what)
 
 
 def on_device(block: Any, device: str) -> Any:  # numpydoc ignore=PR01,RT01

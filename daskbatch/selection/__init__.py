@@ -76,22 +76,11 @@ def select(
 
     summary = summary.arrays  # the scores index the statistics by position
     names = tuple(summary.feature_names)
-    pvalue = None
-    if score == "f":
-        values, pvalue = _f_classif(summary)
-    elif score == "chi2":
-        values, pvalue = _chi2(summary)
-    elif score == "f_regression":
-        values, pvalue = _f_regression(summary)
-    elif score == "r_regression":
-        values = _r_regression(summary)
-    elif score == "variance":
-        values = _population_variance(summary)
-    else:
-        values = _mutual_info(summary)
+    scored = _SCORERS[score](summary)
+    values, pvalue = scored if isinstance(scored, tuple) else (scored, None)
     if mode in ("fpr", "fdr", "fwe") and pvalue is None:
         raise ValueError(f"mode {mode!r} needs p-values; score {score!r} has none (use 'f', 'chi2' or 'f_regression')")
-    corr = _Correlations(summary) if (max_corr is not None or score == "mrmr") else None
+    corr = _correlations(summary) if (max_corr is not None or score == "mrmr") else None
 
     d = len(names)
     reason = [""] * d
@@ -207,43 +196,27 @@ def _mode_mask(mode: str, value: Any, s: np.ndarray, p: np.ndarray | None) -> tu
                   for m, q in zip(mask, p, strict=True)]
 
 
-class _Correlations:
-    """Pearson correlations of a summary, from memory or tile by tile from its tiled store."""
+def _correlations(summary: Any) -> tuple[Any, int]:
+    """The correlation matrix (in memory, or the tiled store's Zarr array) and the tile it is read by."""
+    if summary.corr is not None:
+        return np.asarray(summary.corr), max(1, len(summary.feature_names))
+    if not summary.provenance.get("tiled_cov"):
+        raise ValueError("max_corr and mrmr need correlations: describe(..., stats=[..., 'cov'])")
+    import zarr  # lazy: zarr
 
-    def __init__(self, summary: Any) -> None:
-        self.corr = summary.corr
-        self.tiled = None
-        if self.corr is None:
-            if not summary.provenance.get("tiled_cov"):
-                raise ValueError("max_corr and mrmr need correlations: describe(..., stats=[..., 'cov'])")
-            self.tiled = summary.tiled_cov()
+    tiled = summary.tiled_cov()
+    return zarr.open_array(tiled.path, path="corr", mode="r"), tiled.tile
 
-    def pairs_above(self, threshold: float) -> list[tuple[int, int, float]]:
-        """Every pair ``i < j`` with ``|corr| > threshold``, as ``(i, j, |r|)`` (NaN never counts)."""
-        if self.corr is not None:
-            return _pairs_in_block(np.asarray(self.corr), 0, 0, threshold)
-        import zarr  # lazy: zarr
 
-        tiled = self.tiled
-        assert tiled is not None
-        store = zarr.open_array(tiled.path, path="corr", mode="r")
-        found: list[tuple[int, int, float]] = []
-        for a in range(0, tiled.n_features, tiled.tile):
-            for b in range(a, tiled.n_features, tiled.tile):
-                block = np.asarray(store[a : a + tiled.tile, b : b + tiled.tile])
-                found.extend(_pairs_in_block(block, a, b, threshold))
-        return found
-
-    def column(self, j: int) -> np.ndarray:
-        """``|corr[:, j]|`` with NaN (constant features) as 0."""
-        if self.corr is not None:
-            col = np.asarray(self.corr[:, j])
-        else:
-            import zarr  # lazy: zarr
-
-            assert self.tiled is not None
-            col = np.asarray(zarr.open_array(self.tiled.path, path="corr", mode="r")[:, j])
-        return np.nan_to_num(np.abs(col), nan=0.0)
+def _pairs_above(corr: tuple[Any, int], threshold: float) -> list[tuple[int, int, float]]:
+    """Every pair ``i < j`` with ``|corr| > threshold``, as ``(i, j, |r|)`` (NaN never counts), tile by tile."""
+    matrix, tile = corr
+    n = int(matrix.shape[0])
+    found: list[tuple[int, int, float]] = []
+    for a in range(0, n, tile):
+        for b in range(a, n, tile):
+            found.extend(_pairs_in_block(np.asarray(matrix[a : a + tile, b : b + tile]), a, b, threshold))
+    return found
 
 
 def _pairs_in_block(block: np.ndarray, a: int, b: int, threshold: float) -> list[tuple[int, int, float]]:
@@ -254,11 +227,11 @@ def _pairs_in_block(block: np.ndarray, a: int, b: int, threshold: float) -> list
 
 
 def _correlation_filter(
-    corr: _Correlations, relevance: np.ndarray, alive: np.ndarray, max_corr: float
+    corr: tuple[Any, int], relevance: np.ndarray, alive: np.ndarray, max_corr: float
 ) -> list[tuple[int, int, float]]:
     """``(dropped, kept partner, |r|)``: most relevant first, drop what is too close to a kept feature."""
     partners: dict[int, list[tuple[int, float]]] = {}
-    for i, j, r in corr.pairs_above(max_corr):
+    for i, j, r in _pairs_above(corr, max_corr):
         if alive[i] and alive[j]:
             partners.setdefault(i, []).append((j, r))
             partners.setdefault(j, []).append((i, r))
@@ -275,7 +248,7 @@ def _correlation_filter(
 
 
 def _mrmr(
-    relevance: np.ndarray, alive: np.ndarray, corr: _Correlations, mode: str, value: Any
+    relevance: np.ndarray, alive: np.ndarray, corr: tuple[Any, int], mode: str, value: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Greedy mRMR (difference form): pick ``argmax relevance - mean |corr| with the picked``."""
     # Returns the criterion of every candidate (when picked, or after the last pick; NaN outside the
@@ -299,7 +272,7 @@ def _mrmr(
         criterion[best] = crit[best]
         picks.append(best)
         open_[best] = False
-        redundancy += corr.column(best)
+        redundancy += np.nan_to_num(np.abs(np.asarray(corr[0][:, best])), nan=0.0)  # NaN: a constant feature
     rest = np.flatnonzero(open_)
     if len(rest):
         crit = rel - (redundancy / len(picks) if picks else 0.0)
@@ -412,3 +385,10 @@ def _population_variance(summary: Any, *, threshold: float | None = None) -> np.
         ptp = np.asarray(summary.max, dtype=np.float64) - summary.min
         pop = np.fmin(pop, ptp)
     return pop
+
+
+#: The score function of each score: its values, or its values and p-values.
+_SCORERS = {
+    "f": _f_classif, "chi2": _chi2, "f_regression": _f_regression, "r_regression": _r_regression,
+    "variance": _population_variance, "mi": _mutual_info, "mrmr": _mutual_info,
+}

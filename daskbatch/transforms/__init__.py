@@ -18,12 +18,12 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
-from daskbatch._common import Array
+from daskbatch._common import Array, checked_device, gpu_module
 from daskbatch._version import __version__
-from daskbatch.engine.blockrun import run_blocks
+from daskbatch.engine.blockrun import merged_ranges, run_blocks
 from daskbatch.engine.fingerprint import output_items
 from daskbatch.engine.inputs import FeatureMatrix, as_feature_matrix
-from daskbatch.engine.run_options import check_device, on_device
+from daskbatch.engine.run_options import on_device
 from daskbatch.io.rowstore import (
     ArraySpec,
     OutputReport,
@@ -35,7 +35,6 @@ from daskbatch.io.rowstore import (
     local_path,
     output_chunk_rows,
     rechunk_rows,
-    row_ranges,
 )
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.runtime.runlock import no_interrupt
@@ -317,15 +316,10 @@ def _task_rows(data: FeatureMatrix, per: int, out_features: int, out_dtype: np.d
 
 def _regions(todo: list[int], per_task: int) -> dict[int, tuple[tuple[int, int], ...]]:
     """Group unfinished output chunks by the task that writes them, as runs ``[first, stop)`` of chunks."""
-    grouped: dict[int, list[int]] = {}
+    grouped: dict[int, list[tuple[int, int]]] = {}
     for block in todo:
-        grouped.setdefault(block // per_task, []).append(block)
-    out = {}
-    for region, blocks in grouped.items():
-        mask = np.zeros(per_task, dtype=bool)
-        mask[np.asarray(blocks) - region * per_task] = True
-        out[region] = tuple((region * per_task + a, region * per_task + b) for a, b in row_ranges(mask))
-    return out
+        grouped.setdefault(block // per_task, []).append((block, block + 1))
+    return {region: tuple(merged_ranges(chunks)) for region, chunks in grouped.items()}
 
 
 def transform(
@@ -390,7 +384,8 @@ def transform(
         Stopped by a signal (SIGINT, SIGTERM); the finished blocks are kept.
     """
     t0 = time.perf_counter()
-    check_device(device, "transform")
+    if checked_device(device) == "gpu":
+        gpu_module("transform")
     if hasattr(steps, "apply") or not isinstance(steps, Iterable):  # one step where a list was meant, or no list
         raise TypeError(f"steps must be a list of steps, got {type(steps).__name__}: pass [step, ...]")
     steps = list(steps)
