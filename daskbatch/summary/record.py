@@ -311,7 +311,7 @@ class Summary:
         miller_madow : bool, default False
             Apply the Miller–Madow bias correction to the mutual information.
         states : dict, optional
-            The merged states the results were finalized from (kept for :meth:`update`).
+            The merged states behind the results (for :func:`daskbatch.merge` and :func:`daskbatch.update`).
         categorical_state : Kept, optional
             The non-numeric columns' profile and its merged state (``provenance["categorical"]``
             holds its results).
