@@ -291,9 +291,7 @@ def _shared_cells(
             return None, None, None
         cells_new, cells_ref, error = histogram_cells(new), *rebinned_cells(bounds_ref, new.hist_edges)
         rebinned, edges_of = "reference", "new"
-    elif new.hist_counts is not None and new.hist_edges is not None and (
-        reference.hist_edges.shape == new.hist_edges.shape and np.array_equal(reference.hist_edges, new.hist_edges)
-    ):
+    elif new.hist_counts is not None and np.array_equal(reference.hist_edges, new.hist_edges):
         return histogram_cells(reference), histogram_cells(new), None
     else:
         cells_ref, cells_new, error = histogram_cells(reference), *rebinned_cells(bounds_new, reference.hist_edges)
@@ -337,15 +335,18 @@ def _difference(reference: np.ndarray | None, new: np.ndarray | None, n: int) ->
     return np.asarray(new, dtype=np.float64) - np.asarray(reference, dtype=np.float64)
 
 
+def _values(s: Summary) -> np.ndarray:
+    """Each feature's values: finite, ±inf and NaN (every feature has the summary's rows)."""
+    return s.count + s.nan_count + s.posinf_count + s.neginf_count
+
+
 def _nan_fraction(s: Summary) -> np.ndarray:
-    """NaN over all values (finite, ±inf and NaN) of each feature."""
-    total = s.count + s.nan_count + s.posinf_count + s.neginf_count
+    """NaN over all values of each feature."""
+    total = _values(s)
     with np.errstate(invalid="ignore", divide="ignore"):
         return s.nan_count / np.where(total > 0, total, np.nan)
 
 
 def _rows(s: Summary) -> int:
-    """The summary's row count (of its first feature: every feature has the same rows)."""
-    if s.n_features == 0:
-        return 0
-    return int(s.count[0] + s.nan_count[0] + s.posinf_count[0] + s.neginf_count[0])
+    """The summary's row count (of its first feature)."""
+    return int(_values(s)[0]) if s.n_features else 0

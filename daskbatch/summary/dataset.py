@@ -14,12 +14,6 @@ from daskbatch.stats.registry import STATISTICS, summary_variables
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = [
-    "DEFAULT_QUANTILES", "DERIVED", "FORMAT", "USER_ATTR", "SummaryArrays", "UserVariable", "count_array", "decode_provenance", "encode_provenance",
-    "feature_index", "fields_from_xarray", "group_dataset", "labelled", "quantile_label", "results_from_variables",
-    "summary_to_xarray", "user_variables", "variable_attrs",
-]
-
 #: Probabilities of the quantiles that tables, ``to_xarray`` and ``--json`` show.
 DEFAULT_QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 
@@ -52,11 +46,10 @@ def _coordinate(summary: Any, dim: str, size: int) -> Any:
     return np.arange(size, dtype=np.int64)
 
 
-def labelled(summary: Any, name: str, values: Any, dims: tuple[str, ...] | None = None) -> Any:
+def labelled(summary: Any, name: str, values: Any) -> Any:
     """``values`` of the variable ``name`` labelled by feature: a Series, a DataFrame, or a DataArray past two dims."""
-    if dims is None:
-        declared = summary_variables().get(name)
-        dims = None if declared is None else declared.dims
+    declared = summary_variables().get(name)
+    dims = declared.dims if declared is not None else DERIVED[name][1] if name in DERIVED else None
     if values is None or not dims or dims[0] != "feature" or np.ndim(values) != len(dims):
         return values
     import pandas as pd  # lazy: pandas
@@ -251,9 +244,7 @@ RESERVED = frozenset({
 })
 def variable_attrs(name: str, summary: Any) -> dict[str, Any]:
     """The CF-style attributes of a summary's variable ``name``, as its statistic declares them."""
-    declared = summary_variables().get(name)
-    if declared is None:
-        return {"long_name": name}
+    declared = summary_variables()[name]
     attrs: dict[str, Any] = {"long_name": declared.long_name or name}
     if declared.units is not None:
         attrs["units"] = declared.units
@@ -262,18 +253,12 @@ def variable_attrs(name: str, summary: Any) -> dict[str, Any]:
     return attrs
 
 
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
 def _fits_an_attribute(value: Any) -> bool:
-    """A scalar or a flat list of scalars of one kind (what attribute formats hold)."""
-    if _is_scalar(value):
-        return True
+    """A scalar or a flat list of numbers or of strings, no None in it (what attribute formats hold)."""
     if isinstance(value, list):
-        kinds = {str if isinstance(v, str) else float for v in value if v is not None}
-        return all(_is_scalar(v) and v is not None for v in value) and len(kinds) <= 1
-    return False
+        scalars = all(isinstance(v, (bool, int, float, str)) for v in value)
+        return scalars and len({isinstance(v, str) for v in value}) <= 1
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +292,8 @@ def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
     """Decode the provenance dict from a summary Dataset's attributes (both layouts)."""
     if isinstance(attrs.get("provenance"), str):  # format 1: one JSON string
         return dict(json.loads(attrs["provenance"]))
-    as_json = set(_as_list(attrs.get("provenance_json_keys", [])))
+    keys = attrs.get("provenance_json_keys", [])
+    as_json = {keys} if isinstance(keys, str) else set(_plain(keys))  # one key comes back as a plain string
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         if key in RESERVED:
@@ -322,12 +308,6 @@ def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[last] = value
     return out
-
-
-def _as_list(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        return [value]
-    return list(np.asarray(value).tolist()) if not isinstance(value, list) else value
 
 
 def _plain(value: Any) -> Any:

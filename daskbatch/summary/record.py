@@ -26,11 +26,11 @@ from daskbatch.summary.dataset import (
 from daskbatch.summary.reprs import summary_html, summary_suspect_values, summary_text
 from daskbatch.summary.views import (
     SummaryPlot,
+    correlated_pairs,
     dataframe,
     json_dict,
-    quantiles,
-    top_correlated,
-    top_mi,
+    mi_ranking,
+    quantile_values,
 )
 
 
@@ -78,14 +78,9 @@ class Summary:
         """Serve the variables the statistics declare, labelled: ``s.mean``, ``s.corr``; None when not computed."""
         if name.startswith("_") or name == "results":
             raise AttributeError(name)
-        for values in self.results.values():
-            if name in values:
-                return labelled(self, name, values[name])
-        if name in summary_variables():
-            return None
-        if name in DERIVED:
-            return labelled(self, name, getattr(self.arrays, name), DERIVED[name][1])
-        raise AttributeError(f"'Summary' object has no attribute {name!r}")
+        if name not in summary_variables() and name not in DERIVED:
+            raise AttributeError(f"'Summary' object has no attribute {name!r}")
+        return labelled(self, name, getattr(self.arrays, name))
 
     @property
     def arrays(self) -> Any:  # a SummaryArrays, typed as the Summary the views take
@@ -146,7 +141,19 @@ class Summary:
             Indexed by feature: a Series for a scalar ``q``, else one column per probability;
             ``attrs["source"]`` says where the values come from, ``attrs["exact"]`` which are exact.
         """
-        return quantiles(self.arrays, q, method)
+        values, source, exact = quantile_values(self.arrays, q, method)
+        import pandas as pd  # lazy: pandas
+
+        index = pd.Index(list(self.feature_names), name="feature")
+        if np.ndim(q) == 0:
+            out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
+        else:
+            probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
+            out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
+        # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
+        out.attrs["source"] = source
+        out.attrs["exact"] = tuple(name for name, e in zip(self.feature_names, exact, strict=True) if e)
+        return out
 
     @property
     def groups(self) -> np.ndarray | None:
@@ -210,7 +217,10 @@ class Summary:
             Columns ``feature_a``, ``feature_b`` and ``r`` (Pearson), strongest
             first; empty without a covariance.
         """
-        return top_correlated(self.arrays, k)
+        import pandas as pd  # lazy: pandas
+
+        table = pd.DataFrame(correlated_pairs(self.arrays, k), columns=["feature_a", "feature_b", "r"])
+        return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
 
     def tiled_cov(self) -> Any:
         """Open the tiled covariance store when the plan tiled it.
@@ -241,7 +251,11 @@ class Summary:
             MI (in ``provenance["mi_units"]``) indexed by feature name, largest
             first; empty without a label.
         """
-        return top_mi(self.arrays, k)
+        import pandas as pd  # lazy: pandas
+
+        ranked = mi_ranking(self.arrays, k)
+        index = pd.Index([name for name, _ in ranked], name="feature", dtype=object)
+        return pd.Series(np.array([mi for _, mi in ranked], dtype=np.float64), index=index, name="mi")
 
     def to_dataframe(self) -> Any:
         """Tabulate the per-feature statistics, with quantiles titled as pandas' ``describe`` titles them.
@@ -297,7 +311,7 @@ class Summary:
         miller_madow : bool, default False
             Apply the Miller–Madow bias correction to the mutual information.
         states : dict, optional
-            The merged states the results were finalized from (kept for :meth:`update`).
+            The merged states behind the results (for :func:`daskbatch.merge` and :func:`daskbatch.update`).
         categorical_state : Kept, optional
             The non-numeric columns' profile and its merged state (``provenance["categorical"]``
             holds its results).

@@ -18,7 +18,7 @@ from daskbatch.io.outputs import (
     OutputTarget,
     check_output,
     output_kind,
-    write_output,
+    write_text,
 )
 from daskbatch.summary.compare import compare
 from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
@@ -32,8 +32,7 @@ from daskbatch.summary.reprs import (
     mi_table,
     pairs_table,
 )
-
-__all__ = ["is_report", "report_html", "write_report"]
+from daskbatch.summary.views import json_values
 
 #: The template's second line: what marks a file as a daskbatch report (replaced without asking).
 REPORT_MARK = "<!-- daskbatch_output: report -->"
@@ -53,29 +52,20 @@ MARKED = ("25%", "50%", "75%")
 DIGITS = 4
 
 
-def is_report(path: str) -> bool:
-    """Whether ``path`` is a file holding a report daskbatch wrote (its mark in the first bytes)."""
-    try:
-        return output_kind(path) == "report"
-    except (OSError, ValueError):
-        return False
-
-
 def report_target(path: str | os.PathLike[str], protected: dict[str, Any]) -> OutputTarget:
     """Check ``path`` for a report before anything is computed: new, or a report of ours (one-line error else)."""
     where = os.fspath(path)
-    ours = is_report(where)
-    exists = (
-        os.path.lexists(where) if "://" not in where else ours
-    )  # a URL is checked by check_output below
+    try:  # a file holding a report daskbatch wrote: its mark in the first bytes
+        ours = output_kind(where) == "report"
+    except (OSError, ValueError):
+        ours = False
+    exists = os.path.lexists(where) if "://" not in where else ours  # a URL: check_output checks it below
     if exists and not ours and not os.path.isdir(where):  # a directory: check_output names it
         raise OutputExistsError(
             f"report {where} already exists and is not a daskbatch report; daskbatch replaces only its own "
             "reports: choose another path or remove it yourself"
         )
-    return check_output(
-        where, kind="report", form="file", what="report", overwrite=ours, protected=protected
-    )
+    return check_output(where, kind="report", form="file", what="report", overwrite=ours, protected=protected)
 
 
 def write_report(
@@ -88,35 +78,26 @@ def write_report(
 ) -> str:
     """Write :func:`report_html` to ``path`` through the output guard (:meth:`Summary.to_html`); the path."""
     guarded = {"the summary's input store": summary.provenance.get("path"), **(protected or {})}
-    target = report_target(
-        path, guarded
-    )  # before the work, and again by write_output before the rename
-    text = report_html(summary, reference=reference, title=title)
-
-    def _write(tmp: str) -> None:
-        """Write the page to ``tmp``, locally or through fsspec."""
-        if target.is_url:
-            import fsspec  # lazy: fsspec
-
-            with fsspec.open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-        else:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-
-    return write_output(target, _write)
+    target = report_target(path, guarded)  # before the work, and again by write_output before the rename
+    return write_text(target, report_html(summary, reference=reference, title=title))
 
 
 def report_html(summary: Any, *, reference: Any = None, title: str | None = None) -> str:
     """Render the report of ``summary`` (with the drift from ``reference`` when given) as one HTML page."""
-    drift = _drift(reference, summary) if reference is not None else None
+    drift = None
+    if reference is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RebinnedWarning)  # the drift section says it, with its error bound
+            drift = compare(reference, summary)
     heading = title or f"daskbatch report: {summary.provenance.get('source') or 'summary'}"
     flags = _feature_flags(summary)  # once: finding suspect values reads every sketch
     corr = _correlations(summary)
     pairs = summary.top_correlated(max(TOP_ROWS, HEATMAP_FEATURES)) if corr is not None else None
     payload = _payload(summary, flags, reference, drift)
     if corr is not None and pairs is not None:
-        payload.update(_correlation_payload(summary, corr, pairs))
+        index = _heatmap_features(summary, pairs)
+        heat = np.asarray(corr[index][:, index], dtype=np.float64)
+        payload.update(partners=_partners(corr), heatmap={"index": index, "r": _numbers(heat, 2)})
     sections = [("overview", "Overview", _overview(summary, flags))]
     if summary.n_features:
         sections.append(("features", "Features", _features_html(summary.n_features)))
@@ -131,9 +112,7 @@ def report_html(summary: Any, *, reference: Any = None, title: str | None = None
     body = "".join(f"<h2 id='{key}'>{name}</h2>{html}" for key, name, html in sections)
     # "</" inside the JSON (a feature named "</script>") would end the script element.
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    template = (
-        resources.files("daskbatch.summary").joinpath("report.html").read_text(encoding="utf-8")
-    )
+    template = resources.files("daskbatch.summary").joinpath("report.html").read_text(encoding="utf-8")
     # One pass of substitutions: a placeholder spelled inside a name or title is left as it is.
     parts = {
         "__TITLE__": _html.escape(heading),
@@ -148,15 +127,7 @@ def report_html(summary: Any, *, reference: Any = None, title: str | None = None
 def _numbers(values: Any, digits: int = DIGITS) -> list[Any]:
     """Values rounded to ``digits`` significant digits for the page; NaN as null, ±inf as strings."""
     flat = np.asarray(values, dtype=np.float64)
-    out = [
-        None
-        if np.isnan(v)
-        else ("inf" if v > 0 else "-inf")
-        if np.isinf(v)
-        else float(f"{v:.{digits}g}")
-        for v in flat.ravel().tolist()
-    ]
-    return np.array(out, dtype=object).reshape(flat.shape).tolist()
+    return json_values(np.array([float(f"{v:.{digits}g}") for v in flat.ravel().tolist()]).reshape(flat.shape))
 
 
 def _counts(values: np.ndarray) -> list[Any]:
@@ -168,29 +139,21 @@ def _counts(values: np.ndarray) -> list[Any]:
 
 def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> dict[str, Any]:
     """The numbers the page's script draws from, per feature, as JSON-able lists."""
-    table = _build_table(summary, summary.n_features, flags)
+    table = _build_table(summary, summary.n_features)
     out: dict[str, Any] = {
         "names": [str(n) for n in summary.feature_names],
         "notes": ["; ".join(flags.notes(i)) for i in range(summary.n_features)],
         "columns": table.columns,
-        "cells": [list(row) for row in zip(*table.cells, strict=True)]
-        if table.cells
-        else [[]] * summary.n_features,
+        "cells": [list(row) for row in zip(*table.cells, strict=True)] if table.cells else [[]] * summary.n_features,
         "drawn_at_open": DRAWN_AT_OPEN,
         "index_limit": INDEX_LIMIT,
     }
     counts, edges = summary.arrays.hist_counts, summary.arrays.hist_edges
     if counts is not None and edges is not None and summary.n_features:
         out["hist"] = {"range": _numbers(edges[:, [0, -1]], 8), "counts": _counts(counts)}
-        ref_counts, ref_edges = (
-            (None, None)
-            if reference is None
-            else (reference.arrays.hist_counts, reference.arrays.hist_edges)
-        )
-        if ref_counts is not None and ref_edges is not None and np.array_equal(ref_edges, edges):
-            out["reference_hist"] = _counts(
-                ref_counts
-            )  # same bins (described like= it): drawn over
+        ref = None if reference is None else reference.arrays
+        if ref is not None and ref.hist_counts is not None and np.array_equal(ref.hist_edges, edges):
+            out["reference_hist"] = _counts(ref.hist_counts)  # same bins (described like= it): drawn over
         joint, classes = summary.arrays.joint_counts, summary.arrays.classes
         if joint is not None and classes is not None and joint.shape[1] == counts.shape[1] + 2:
             kind = "group" if summary.provenance.get("grouped") else "class"
@@ -211,17 +174,10 @@ def _payload(summary: Any, flags: FeatureFlags, reference: Any, drift: Any) -> d
         order = np.argsort(-np.nan_to_num(mi.astype(np.float64), nan=-np.inf), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(1, len(order) + 1)
-        out["mi"] = {
-            "values": _numbers(mi),
-            "rank": rank.tolist(),
-            "units": summary.provenance.get("mi_units", "nats"),
-        }
+        out["mi"] = {"values": _numbers(mi), "rank": rank.tolist(), "units": summary.provenance.get("mi_units", "nats")}
     if drift is not None:
         drifts = drift.to_dataframe()
-        out["drift"] = {
-            "columns": list(drifts.columns),
-            "values": _numbers(drifts.to_numpy()),
-        }
+        out["drift"] = {"columns": list(drifts.columns), "values": _numbers(drifts.to_numpy())}
     return out
 
 
@@ -233,13 +189,6 @@ def _correlations(summary: Any) -> Any:
     if corr is None and summary.provenance.get("tiled_cov"):
         return summary.tiled_cov().corr  # too wide for memory: read a block of rows at a time
     return corr
-
-
-def _correlation_payload(summary: Any, corr: Any, pairs: Any) -> dict[str, Any]:
-    """Each feature's most correlated partners, and the heat map's features and matrix."""
-    index = _heatmap_features(summary, pairs)
-    heat = np.asarray(corr[index][:, index], dtype=np.float64)
-    return {"partners": _partners(corr), "heatmap": {"index": index, "r": _numbers(heat, 2)}}
 
 
 def _partners(corr: Any) -> dict[str, list[Any]]:
@@ -275,13 +224,6 @@ def _heatmap_features(summary: Any, pairs: Any) -> list[int]:
     return sorted(chosen) or list(range(HEATMAP_FEATURES))
 
 
-def _drift(reference: Any, summary: Any) -> Any:
-    """The drift of ``summary`` against ``reference`` (db.compare); on other bins rebinned, as the section says."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RebinnedWarning)  # the drift section says it, with its error bound
-        return compare(reference, summary)
-
-
 def _overview(summary: Any, flags: FeatureFlags) -> str:
     """The overview: size, where from, the warnings the summary knows."""
     prov = summary.provenance
@@ -298,10 +240,7 @@ def _overview(summary: Any, flags: FeatureFlags) -> str:
     absent = _absent_chunks_line(prov)
     if absent:
         warnings.append(absent)
-    listed = (
-        _html.warning_list(_html.escape(m) for m in warnings)
-        or "<p class='db-muted'>no warnings</p>"
-    )
+    listed = _html.warning_list(_html.escape(m) for m in warnings) or "<p class='db-muted'>no warnings</p>"
     return _html.key_value_table(facts) + listed
 
 
@@ -328,11 +267,7 @@ def _features_html(n: int) -> str:
 def _correlation_html(summary: Any, pairs: Any) -> str:
     """The heat map's holder (drawn by the script) and the top pairs."""
     shown = min(summary.n_features, HEATMAP_FEATURES)
-    which = (
-        "every feature"
-        if shown == summary.n_features
-        else f"the {shown} features of the strongest pairs"
-    )
+    which = "every feature" if shown == summary.n_features else f"the {shown} features of the strongest pairs"
     top = pairs.head(TOP_ROWS)
     note = correlation_rows(summary)
     return (
@@ -349,16 +284,11 @@ def _drift_html(drift: Any) -> str:
     top = drift.top(TOP_ROWS, by)
     columns = list(top.columns)
     cells = [format_column(top[c].to_numpy()) for c in columns]
-    rows = [
-        (str(name), [col[r] for col in cells], ["num"] * len(columns), "")
-        for r, name in enumerate(top.index)
-    ]
+    rows = [(str(name), [col[r] for col in cells], ["num"] * len(columns), "") for r, name in enumerate(top.index)]
     head = f"{drift.rows[1]:,} rows against a reference of {drift.rows[0]:,}, ranked by {by}"
     missing = "" if drift.rebin_error is None else (
         "; the summaries have different histogram bins: one side's counts were read on the other's edges "
         f"(each cumulative share within {float(np.nanmax(drift.rebin_error)):.2g}, so PSI, JS and chi2 approximate); "
         "describe the new data with describe(..., run=db.RunOptions(like=reference)) to make them exact"
     )
-    return f"<div class='db-sub'>{_html.escape(head + missing)}</div>" + _html.table(
-        "feature", columns, rows
-    )
+    return f"<div class='db-sub'>{_html.escape(head + missing)}</div>" + _html.table("feature", columns, rows)

@@ -24,11 +24,6 @@ from daskbatch.summary.views import (
     sketch_layout,
 )
 
-__all__ = [
-    "correlation_rows", "covariance_message", "DROPPED_ROWS_LIMIT", "FeatureFlags", "format_column", "format_report",
-    "LISTED", "mi_table", "NAN_HEAVY", "PAIRWISE_OPTION", "pairs_table", "summary_html", "summary_suspect_values", "summary_text", "suspect_message",
-]
-
 #: Fraction of the rows the complete-rows covariance may leave out before the summary says so.
 DROPPED_ROWS_LIMIT = 0.10
 #: How to ask for the pairwise covariance, in Python and on the command line.
@@ -50,9 +45,7 @@ def covariance_message(summary: Any) -> str | None:
     empty = np.flatnonzero(finite == 0)
     if rows == 0 or (not empty.size and rows - used <= DROPPED_ROWS_LIMIT * rows):
         return None
-    names = [summary.feature_names[i] for i in empty[:LISTED]]
-    more = f" and {empty.size - LISTED:,} more" if empty.size > LISTED else ""
-    why = f"; no finite value in {', '.join(names)}{more}" if empty.size else ""
+    why = f"; no finite value in {_listed(summary.feature_names, empty)}" if empty.size else ""
     if empty.size == finite.size:  # no pair has a row either: no option would help
         remedy = "no feature has a finite value to correlate"
     else:
@@ -187,6 +180,7 @@ class FeatureFlags:
 
 
 def _listed(names: Sequence[str], index: np.ndarray, extra: Sequence[str] | None = None) -> str:
+    """Name the features ``index`` (each with its ``extra``): :data:`LISTED` of them, then how many more."""
     shown = [names[i] + (f" ({extra[i]})" if extra is not None else "") for i in index[:LISTED]]
     more = f" and {index.size - LISTED:,} more" if index.size > LISTED else ""
     return ", ".join(shown) + more
@@ -224,24 +218,13 @@ def _feature_flags(summary: Any) -> FeatureFlags:
     )
 
 
-#: (column, summary attribute or quantile, integer?) in the order shown; var is left out (std²).
+#: The columns in the order shown, each the summary's attribute of its name; var is left out (std²).
 #: Quantiles are titled as pandas' ``describe`` titles them.
-COLUMNS: tuple[tuple[str, str, bool], ...] = (
-    ("count", "count", True),
-    ("nan_count", "nan_count", True),
-    ("posinf_count", "posinf_count", True),
-    ("neginf_count", "neginf_count", True),
-    ("mean", "mean", False),
-    ("std", "std", False),
-    ("min", "min", False),
-    ("25%", "q25", False),
-    ("50%", "median", False),
-    ("75%", "q75", False),
-    ("max", "max", False),
-    ("skew", "skew", False),
-    ("kurtosis", "kurtosis", False),
-    ("mi", "mi", False),
-)
+COLUMNS = ("count", "nan_count", "posinf_count", "neginf_count", "mean", "std", "min", "25%", "50%", "75%", "max",
+           "skew", "kurtosis", "mi")
+#: The quantiles among the columns, by probability; the counts, written as integers.
+TABLE_QUANTILES = {"25%": 0.25, "50%": 0.5, "75%": 0.75}
+INTEGER_COLUMNS = ("count", *ZERO_HIDDEN)
 
 
 @dataclass(frozen=True)
@@ -250,37 +233,22 @@ class Table:
 
     columns: list[str]
     cells: list[list[str]]  # one list per column
-    warn: dict[str, np.ndarray]  # column -> bool mask over the shown rows
     hidden: list[str]
     shown: int
 
 
-def _build_table(summary: Any, rows: int, flags: FeatureFlags) -> Table:
+def _build_table(summary: Any, rows: int) -> Table:
     """Format the columns of the first ``rows`` features; all-zero count columns left out."""
     shown = min(rows, summary.n_features)
-    values: dict[str, np.ndarray] = {}
-    quantiles = None
+    values = {c: np.asarray(v) for c in COLUMNS if c not in TABLE_QUANTILES and (v := getattr(summary, c)) is not None}
     if summary.hist_counts is not None or summary.sketch_counts is not None:
-        quantiles = quantile_values(summary.arrays, [0.25, 0.5, 0.75], "auto")[0]  # no pandas for a table
-    for column, source, _ in COLUMNS:
-        if source in ("q25", "median", "q75"):
-            if quantiles is not None:
-                values[column] = quantiles[:, ("q25", "median", "q75").index(source)]
-            continue
-        value = getattr(summary, source)
-        if value is not None:
-            values[column] = np.asarray(value)
+        table = quantile_values(summary.arrays, list(TABLE_QUANTILES.values()), "auto")[0]  # no pandas for a table
+        values.update(zip(TABLE_QUANTILES, table.T, strict=True))
     hidden = [c for c in ZERO_HIDDEN if c in values and not np.any(values[c])]
-    columns = [c for c, _, _ in COLUMNS if c in values and c not in hidden]
-    integer = {c for c, _, is_int in COLUMNS if is_int}
+    columns = [c for c in COLUMNS if c in values and c not in hidden]
     # Formats come from the shown rows: they are what the reader compares.
-    cells = [format_column(values[c][:shown], integer=c in integer) for c in columns]
-    idx = np.arange(shown)
-    warn = {
-        "std": np.isin(idx, flags.constant),
-        "nan_count": np.isin(idx, flags.nan_heavy),
-    }
-    return Table(columns=columns, cells=cells, warn=warn, hidden=hidden, shown=shown)
+    cells = [format_column(values[c][:shown], integer=c in INTEGER_COLUMNS) for c in columns]
+    return Table(columns=columns, cells=cells, hidden=hidden, shown=shown)
 
 
 def correlation_rows(summary: Any) -> str:
@@ -372,16 +340,16 @@ def summary_html(summary: Any, *, rows: int = HTML_ROWS) -> str:
     """Render the notebook view of a summary (``Summary._repr_html_``)."""
     summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
-    table = _build_table(summary, rows, flags)
+    table = _build_table(summary, rows)
     names = summary.feature_names
     notes = [flags.notes(r) for r in range(table.shown)]
     noted = any(notes)  # the notes column only when a shown row has a note: an empty column says nothing
+    warned = {"std": flags.constant, "nan_count": flags.nan_heavy}  # the cells a note is about
     body_rows = []
     for r in range(table.shown):
         cells = [col[r] for col in table.cells] + (["; ".join(notes[r])] if noted else [])
-        classes = [
-            "num" + (" db-warn" if c in table.warn and table.warn[c][r] else "") for c in table.columns
-        ] + (["txt"] if noted else [])
+        classes = ["num" + (" db-warn" if r in warned.get(c, ()) else "") for c in table.columns]
+        classes += ["txt"] if noted else []
         body_rows.append((names[r], cells, classes, "db-warn" if notes[r] else ""))
     parts = [_html.warning_list(_html.escape(m) for m in flags.messages(names))]
     parts.append(_html.table("feature", [*table.columns, *(["notes"] if noted else [])], body_rows))
@@ -410,7 +378,7 @@ def summary_text(summary: Any, *, rows: int = TEXT_ROWS, show_all: str = SHOW_AL
     """Render the terminal view of a summary (``Summary.__repr__``); its first line is the header alone."""
     summary = summary.arrays  # the table reads the statistics by position (a Summary or its arrays)
     flags = _feature_flags(summary)
-    table = _build_table(summary, rows, flags)
+    table = _build_table(summary, rows)
     names = [str(n) for n in summary.feature_names[: table.shown]]
     notes = ["; ".join(flags.notes(r)) for r in range(table.shown)]
     columns = [("feature", names, "<"), *((c, cells, ">") for c, cells in zip(table.columns, table.cells, strict=True))]

@@ -15,16 +15,6 @@ from daskbatch.summary.views import sketch_layout
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = [
-    "CdfBounds",
-    "cdf_bounds",
-    "chi2_test",
-    "false_discovery",
-    "histogram_cells",
-    "ks_and_wasserstein",
-    "rebinned_cells",
-]
-
 #: Relative widening of a cell boundary: a value on it may have been counted on either side.
 _EDGE_SLACK = 1e-9
 #: Entries of one array of a sweep over a block of features (bounds memory: ~8 bytes each, a few arrays).
@@ -53,19 +43,10 @@ def cdf_bounds(summary: Summary) -> CdfBounds:
     if summary.hist_counts is not None and summary.hist_edges is not None:
         cells.append((histogram_cells(summary), summary.hist_edges))
     if summary.quantile_counts is not None and summary.quantile_range is not None:
-        cells.append(
-            (
-                summary.quantile_counts,
-                _uniform_edges(summary.quantile_range, summary.quantile_counts),
-            )
-        )
+        cells.append((summary.quantile_counts, _uniform_edges(summary.quantile_range, summary.quantile_counts)))
     kept = (summary.states or {}).get("sketch")
     # The dyadic grid stands in for the quantile histogram where a summary has none (merged, updated).
-    if (
-        summary.quantile_counts is None
-        and kept is not None
-        and getattr(kept.state, "grid", None) is not None
-    ):
+    if summary.quantile_counts is None and kept is not None and getattr(kept.state, "grid", None) is not None:
         counts, ranges = kept.statistic.fine_grid(kept.state)
         cells.append((counts, _uniform_edges(ranges, counts)))
     for counts, edges in cells:
@@ -75,11 +56,9 @@ def cdf_bounds(summary: Summary) -> CdfBounds:
         # Only counts of the same values enclose the same CDF (a merged summary's histograms may lack some).
         same = (total > 0) & np.isclose(total, totals, rtol=1e-12, atol=0)
         parts.append(_cell_part(counts, np.asarray(edges, dtype=np.float64), same))
-    if not parts:
-        empty = np.empty((summary.n_features, 0))
-        return CdfBounds(empty, empty, empty, empty, totals)
-    joined = [np.concatenate([p[i] for p in parts], axis=1) for i in range(4)]
-    return CdfBounds(joined[0], joined[1], joined[2], joined[3], totals)
+    parts = parts or [(np.empty((summary.n_features, 0)),) * 4]  # no counts kept: bounds of no place
+    at_least_from, at_least, at_most_below, at_most = (np.concatenate([p[i] for p in parts], axis=1) for i in range(4))
+    return CdfBounds(at_least_from, at_least, at_most_below, at_most, totals)
 
 
 def histogram_cells(summary: Summary) -> np.ndarray:
@@ -105,28 +84,15 @@ def _part(
 def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
     """Each feature's non-NaN count (NaN: no sketch) and the parts of its sketch's buckets, extrema and distinct values."""
     spec = summary.provenance.get("sketch")
-    if (
-        summary.sketch_counts is None
-        or summary.sketch_extrema is None
-        or not isinstance(spec, dict)
-    ):
+    if summary.sketch_counts is None or summary.sketch_extrema is None or not isinstance(spec, dict):
         return np.full(summary.n_features, np.nan), []
-    layout = sketch_layout(spec)
-    lower, upper = slot_bounds(layout)
+    lower, upper = slot_bounds(sketch_layout(spec))
     last = len(lower) - 1
     first, width = int(spec["first_slot"]), summary.sketch_counts.shape[1]
     lower, upper = lower[first : first + width], upper[first : first + width]
-    counts = np.asarray(
-        summary.sketch_counts
-    )  # wide (every slot of the window): read, never converted
-    below = (
-        counts[:, 0].astype(np.float64) if first == 0 and width else np.zeros(len(counts))
-    )  # -inf: slot 0
-    above = (  # +inf the last
-        counts[:, -1].astype(np.float64)
-        if first + width - 1 == last and width
-        else np.zeros(len(counts))
-    )
+    counts = np.asarray(summary.sketch_counts)  # wide (every slot of the window): read, never converted
+    below = counts[:, 0].astype(np.float64) if first == 0 and width else np.zeros(len(counts))  # -inf: slot 0
+    above = counts[:, -1].astype(np.float64) if first + width - 1 == last and width else np.zeros(len(counts))
     totals = counts.sum(axis=1, dtype=np.float64)
     exact, parts = _distinct_parts(summary, below)
     # The values of a slot lie within its (widened) bounds: each feature's held slots, packed to the left.
@@ -135,39 +101,25 @@ def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, 
     per_row = np.count_nonzero(held, axis=1)
     rows, slots = np.nonzero(held)
     place = np.arange(len(slots)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
-    buckets = [
-        np.full((len(counts), int(per_row.max(initial=0))), fill)
-        for fill in (np.nan, 0.0, np.nan, np.inf)
-    ]
-    held_counts = np.zeros(buckets[0].shape)
-    held_counts[rows, place] = counts[rows, slots]  # float64
-    cum = np.cumsum(held_counts, axis=1)
-    inside = np.isfinite(buckets[3])
+    shape = (len(counts), int(per_row.max(initial=0)))
+    inside = np.zeros(shape, dtype=bool)
+    held_counts, slot_upper, slot_lower = np.zeros((3, *shape))
     inside[rows, place] = True
-    buckets[0][rows, place], buckets[2][rows, place] = upper[slots], lower[slots]
-    buckets[1] = np.where(inside, cum, 0.0)
-    buckets[3] = np.where(inside, cum - held_counts, np.inf)
-    parts.append(tuple(buckets))
-    fmin, fmax = (
-        np.asarray(summary.sketch_extrema[:, i], dtype=np.float64)[:, None] for i in (0, 1)
-    )
+    held_counts[rows, place] = counts[rows, slots]  # float64
+    slot_upper[rows, place], slot_lower[rows, place] = upper[slots], lower[slots]
+    cum = np.cumsum(held_counts, axis=1)
+    parts.append(_part(inside, slot_upper, cum, slot_lower, cum - held_counts))
+    fmin, fmax = (np.asarray(summary.sketch_extrema[:, i], dtype=np.float64)[:, None] for i in (0, 1))
     extrema = np.isfinite(fmin) & ~exact[:, None]
     parts.append(_part(extrema, fmax, (totals - above)[:, None], fmin, below[:, None]))
     return totals, parts
 
 
-def _distinct_parts(
-    summary: Summary, below: np.ndarray
-) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+def _distinct_parts(summary: Summary, below: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
     """Which features' distinct values the sketch's state keeps all of, and their exact CDFs."""
     kept = (summary.states or {}).get("sketch")
     state = None if kept is None else kept.state
-    if (
-        state is None
-        or state.distinct is None
-        or state.distinct_counts is None
-        or state.distinct_held is None
-    ):
+    if state is None or state.distinct is None or state.distinct_counts is None or state.distinct_held is None:
         return np.zeros(summary.n_features, dtype=bool), []
     held = np.asarray(state.distinct_held)
     exact = (held <= state.distinct.shape[1]) & (held > 0)
@@ -267,27 +219,20 @@ def ks_and_wasserstein(reference: CdfBounds, new: CdfBounds) -> dict[str, np.nda
     out = {k: np.full(len(reference.n), np.nan) for k in names}
     valid = np.flatnonzero((reference.n > 0) & (new.n > 0))
     places_a, places_b = reference.at_least.shape[1], new.at_least.shape[1]
-    spans = [
-        (1, 1 + places_a, 1 + 2 * places_a),
-        (1 + 2 * places_a, 1 + 2 * places_a + places_b, None),
-    ]
-    for rows in _row_blocks(valid, 1 + 2 * (places_a + places_b)):
+    width = 1 + 2 * (places_a + places_b)  # a start at -inf, then each enclosure's two halves
+    spans = [(1, 1 + places_a, 1 + 2 * places_a), (1 + 2 * places_a, 1 + 2 * places_a + places_b, width)]
+    for rows in _row_blocks(valid, width):
         a, b = reference.rows(rows), new.rows(rows)
         start = np.full((len(rows), 1), -np.inf)
-        points = np.concatenate(
-            [start, a.at_least_from, a.at_most_below, b.at_least_from, b.at_most_below], axis=1
-        )
-        weights = np.concatenate(
-            [np.zeros_like(start), a.at_least, a.at_most, b.at_least, b.at_most], axis=1
-        )
-        spans[1] = spans[1][:2] + (points.shape[1],)
+        points = np.concatenate([start, a.at_least_from, a.at_most_below, b.at_least_from, b.at_most_below], axis=1)
+        weights = np.concatenate([np.zeros_like(start), a.at_least, a.at_most, b.at_least, b.at_most], axis=1)
         totals = np.stack([a.n, b.n])
         if enabled():
             from daskbatch.stats.kernels._numba_histogram import two_cdf_sweep  # lazy: numba
 
             order = np.argsort(points, axis=1, kind="stable")  # the rows are runs already sorted
             found = np.empty((len(rows), 3))
-            two_cdf_sweep(points, weights, order, _kinds(spans, points.shape[1]), totals, found)
+            two_cdf_sweep(points, weights, order, _kinds(spans, width), totals, found)
             lower, upper, area = found.T
         else:
             lower, upper, area = _two_cdf_sweep(points, weights, spans, totals)

@@ -19,32 +19,9 @@ from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label, user_va
 if TYPE_CHECKING:
     from daskbatch.summary.record import Summary
 
-__all__ = [
-    "CLASS_COLOURS", "QUANTILE_BUCKETS", "SummaryPlot", "checked_k", "dataframe", "figure_axes", "format_percent",
-    "json_dict", "json_values", "nonfinite_text", "quantiles", "ranked_bars", "shown_of", "sketch_layout",
-    "top_correlated", "top_mi",
-]
-
-
-def quantiles(summary: Summary, q: Any, method: str) -> Any:
-    """Approximate quantiles of every feature (:meth:`Summary.quantile`), labelled, saying where they come from."""
-    values, source, exact = quantile_values(summary, q, method)
-    import pandas as pd  # lazy: pandas
-
-    index = pd.Index(list(summary.feature_names), name="feature")
-    if np.ndim(q) == 0:
-        out = pd.Series(np.asarray(values, dtype=np.float64), index=index, name=float(q))
-    else:
-        probs = pd.Index([float(p) for p in np.ravel(q)], name="quantile")
-        out = pd.DataFrame(np.asarray(values, dtype=np.float64), index=index, columns=probs)
-    # Plain values (a str, a tuple of names): pandas compares attrs when it combines frames.
-    out.attrs["source"] = source
-    out.attrs["exact"] = tuple(name for name, e in zip(summary.feature_names, exact, strict=True) if e)
-    return out
-
 
 def quantile_values(summary: Summary, q: Any, method: str) -> tuple[np.ndarray, str, np.ndarray]:
-    """:func:`quantiles` as an array, where they come from, and which features are exact (no pandas)."""
+    """:meth:`Summary.quantile` as an array, where they come from, and which features are exact (no pandas)."""
     if method not in ("auto", "sketch", "histogram"):
         raise ValueError(f"method must be 'auto', 'sketch' or 'histogram', got {method!r}")
     if method == "sketch" or (method == "auto" and summary.sketch_counts is not None):
@@ -109,29 +86,12 @@ def correlated_pairs(summary: Summary, k: int) -> list[tuple[str, str, float]]:
     return [(names[upper[0][i]], names[upper[1][i]], float(r[i])) for i in order if finite[i]]
 
 
-def top_correlated(summary: Summary, k: int) -> Any:
-    """Find the ``k`` feature pairs with the largest absolute correlation (:meth:`Summary.top_correlated`)."""
-    import pandas as pd  # lazy: pandas
-
-    table = pd.DataFrame(correlated_pairs(summary, k), columns=["feature_a", "feature_b", "r"])
-    return table.astype({"feature_a": object, "feature_b": object, "r": np.float64})
-
-
 def mi_ranking(summary: Summary, k: int) -> list[tuple[str, float]]:
     """The ``k`` features with the largest MI with the label and their MI, largest first (no pandas)."""
     if summary.mi is None:
         return []
     order = np.argsort(-np.nan_to_num(summary.mi, nan=-1.0), kind="stable")[: max(k, 0)]
     return [(summary.feature_names[i], float(summary.mi[i])) for i in order]
-
-
-def top_mi(summary: Summary, k: int) -> Any:
-    """Find the ``k`` features with the largest MI with the label (:meth:`Summary.top_mi`)."""
-    import pandas as pd  # lazy: pandas
-
-    ranked = mi_ranking(summary, k)
-    index = pd.Index([name for name, _ in ranked], name="feature", dtype=object)
-    return pd.Series(np.array([mi for _, mi in ranked], dtype=np.float64), index=index, name="mi")
 
 
 def dataframe(summary: Summary) -> Any:
