@@ -170,3 +170,14 @@ def test_cli_compare_advises_like_in_its_own_words(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     assert "RebinnedWarning" in out.stderr and "--like REFERENCE makes them exact" in out.stderr, out.stderr
     assert "RunOptions" not in out.stderr
+
+
+def test_infinities_are_counted_once_in_rows_and_nan_fraction() -> None:
+    """``count`` already holds ±inf: the rows and the NaN fraction add only the NaNs to it."""
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=(10, 2)), rng.normal(size=(20, 2))
+    a[0, 0], a[1, 0], a[2, 0] = np.inf, -np.inf, np.nan
+    b[:4, 1] = np.nan
+    drift = db.compare(db.describe(a, stats=("moments",)), db.describe(b, stats=("moments",)))
+    assert drift.rows == (10, 20)
+    np.testing.assert_allclose(drift.to_dataframe()["nan_fraction_change"].to_numpy(), [0.0 - 0.1, 0.2 - 0.0])

@@ -336,8 +336,8 @@ def _difference(reference: np.ndarray | None, new: np.ndarray | None, n: int) ->
 
 
 def _values(s: Summary) -> np.ndarray:
-    """Each feature's values: finite, ±inf and NaN (every feature has the summary's rows)."""
-    return s.count + s.nan_count + s.posinf_count + s.neginf_count
+    """Each feature's values: ``count`` (finite and ±inf) plus NaN (every feature has the summary's rows)."""
+    return s.count + s.nan_count
 
 
 def _nan_fraction(s: Summary) -> np.ndarray:
