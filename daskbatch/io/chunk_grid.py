@@ -474,25 +474,3 @@ async def _last_bytes(store: Any, keys: list[str], n: int, event: BlockReadEvent
 
     return list(await asyncio.gather(*(tail(k) for k in keys)))
 
-
-def create_row_array(
-    group: zarr.Group, name: str, rows: int, chunk_rows: int, dtype: Any, compressors: Any,
-    *, columns: int | None = None, column_chunk: int | None = None, dims: tuple[str, ...] = ("sample", "feature"),
-    **options: Any,
-) -> zarr.Array:
-    """Create an array of ``rows`` (by ``columns``) in chunks of whole rows, every one of which its writer writes."""
-    shape: tuple[int, ...] = (rows,)
-    chunks: tuple[int, ...] = (max(1, chunk_rows),)
-    if columns is not None:
-        shape, chunks = (rows, columns), (chunks[0], columns if column_chunk is None else column_chunk)
-    return group.create_array(
-        name,
-        shape=shape,
-        chunks=chunks,
-        dtype=np.dtype(dtype),
-        compressors=compressors,
-        dimension_names=dims[: len(shape)],
-        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-        **options,
-    )

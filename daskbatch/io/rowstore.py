@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import chunk_positions, create_row_array, max_chunks, stored_keys
+from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK, chunk_positions, max_chunks, stored_keys
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
 from daskbatch.io.outputs import (
@@ -146,13 +146,23 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
 
 
 def create_arrays(group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...]) -> None:
-    """Create the row-chunked ``arrays`` of a row store in ``group``."""
+    """Create the ``arrays`` of a row store in ``group``, in chunks of whole rows, every one of which its writer writes."""
     for spec in arrays:
         dtype = np.dtype(spec.dtype)
-        # Unwritten float rows read as NaN, not as plausible zeros.
-        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
-                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
-                         fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0)
+        shape = (rows,) if spec.columns is None else (rows, spec.columns)
+        chunks = (max(1, chunk_rows),) if spec.columns is None else (max(1, chunk_rows), max(1, spec.columns))
+        group.create_array(
+            spec.name,
+            shape=shape,
+            chunks=chunks,
+            dtype=dtype,
+            compressors=compressors,
+            dimension_names=spec.dims[: len(shape)],
+            # Unwritten float rows read as NaN, not as plausible zeros.
+            fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0,
+            config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+            attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
+        )
 
 
 def create_store(
