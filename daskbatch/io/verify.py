@@ -32,6 +32,11 @@ __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 Kind = Literal["missing", "corrupt", "truncated", "absent"]
 #: Problems listed by :meth:`VerifyReport.summary` before "... and N more".
 LISTED = 20
+#: An absent chunk's kind and words, by whether its writer (daskbatch) stored every chunk.
+_ABSENT: dict[bool, tuple[Kind, str]] = {
+    True: ("missing", "absent from the store; daskbatch wrote every chunk of this array, so it was lost"),
+    False: ("absent", "absent (fill value): its writer leaves out chunks that hold only the fill value"),
+}
 #: The 4 bytes every zstd frame starts with (RFC 8878, section 3.1.1).
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -241,9 +246,7 @@ def verify_store(
             own = writes_every_chunk(arr, group_attrs)
             # Absent: the chunks zarr fills (inner chunks when sharded: each shard's index is read).
             to_decode, absent = chunk_positions(arr, present)
-            kind, detail = (("missing", "absent from the store; daskbatch wrote every chunk of this array, so it was lost")
-                            if own else
-                            ("absent", "absent (fill value): its writer leaves out chunks that hold only the fill value"))
+            kind, detail = _ABSENT[own]
             (report.problems if own else report.absent).extend(
                 ChunkProblem(arr.path, absent_name(arr, pos), pos, kind, detail) for pos in absent)
             found = []
