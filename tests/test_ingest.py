@@ -300,7 +300,7 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
         "writing output chunk" in proc.stdout and "re-run the same command to resume" in proc.stdout
     )
     assert zarr.open_group(str(out), mode="r").attrs["complete"] is False
-    done = read_done(str(out), name=DONE_FILE)
+    done = read_done(str(out))
     assert done and len(done) < 8
     with (
         pytest.warns(IncompleteStoreWarning, match="did not finish"),
@@ -315,7 +315,7 @@ def test_disk_full_leaves_store_incomplete_then_resumes(tmp_path):
 
 def test_torn_done_log_line_is_ignored(tmp_path):
     (tmp_path / DONE_FILE).write_text("0\n1\n2\n1")
-    assert read_done(str(tmp_path), name=DONE_FILE) == {0, 1, 2}
+    assert read_done(str(tmp_path)) == {0, 1, 2}
 
 
 def _peak_rss(src: str, out: str) -> int:
@@ -422,12 +422,12 @@ def test_sigkill_then_same_command_resumes(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env)
     try:
         deadline = time.monotonic() + 30
-        while len(read_done(str(out), name=DONE_FILE)) < 5 and time.monotonic() < deadline:
+        while len(read_done(str(out))) < 5 and time.monotonic() < deadline:
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
-    done = read_done(str(out), name=DONE_FILE)
+    done = read_done(str(out))
     n_chunks = 40 * 300 // 40
     assert 5 <= len(done) < n_chunks, "the run finished before it could be killed"
     assert zarr.open_group(str(out), mode="r").attrs["complete"] is False

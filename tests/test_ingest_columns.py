@@ -115,7 +115,7 @@ def test_cancel_bad_file_then_resume_is_bitwise_the_uninterrupted_ingest(batches
     with pytest.raises(db.Cancelled):
         db.ingest(str(folder / "b*.npz"), out, labels=LABELS, masks=MASKS, chunk_rows=16, workers=1,
                   progress=stop_after_two, cancel=cancel)
-    done, kept = read_done(str(out), name=DONE_FILE), _bits(out)
+    done, kept = read_done(str(out)), _bits(out)
     assert 2 <= len(done) < 7
     # A file that lost one mask: refused in one line naming the file and the key, nothing written lost.
     victim = folder / "b3.npz"
@@ -132,7 +132,7 @@ def test_cancel_bad_file_then_resume_is_bitwise_the_uninterrupted_ingest(batches
     np.savez(victim, **arrays)
     with pytest.raises(DataError, match=r"b3\.npz: label 'h2' has shape \(16,\) but x has 17 rows; expected \(17,\)$"):
         _ingest(folder, out)
-    assert read_done(str(out), name=DONE_FILE) == done and _bits(out) == kept
+    assert read_done(str(out)) == done and _bits(out) == kept
     victim.write_bytes(original)
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     # Other labels than the first run's are refused, naming the difference.

@@ -215,6 +215,12 @@ def test_a_user_state_round_trips_through_a_saved_summary(tmp_path: Path) -> Non
     back = db.load_summary(s.save(tmp_path / "s.zarr"), statistics=[Total()])
     _assert_same(back.states["total"].state, s.states["total"].state)
 
+    class Other(Total):
+        """Another class of the same statistic name: its state is not read as the saved one."""
+
+    with pytest.raises(DataError, match=r"state 'total' was saved by \S+\.Total \S+\.Total\(\), not by \S+\.Other \S+\.Other\(\)$"):
+        db.load_summary(tmp_path / "s.zarr", statistics=[Other()])
+
 
 def test_a_plain_dataclass_state_needs_register_state() -> None:
     state = PlainState(np.arange(3.0))

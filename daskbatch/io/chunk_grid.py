@@ -88,26 +88,32 @@ def stored_keys(arr: zarr.Array) -> set[str]:
     return sync(_collect())
 
 
+def _keep_for(registry: dict[int, tuple[weakref.ref[zarr.Array], Any]], arr: zarr.Array, value: Any) -> None:
+    """Keep ``value`` in ``registry`` for as long as this very array object lives (by its id)."""
+    # Arrays gone since are dropped here (a weakref callback would run at garbage collection). A copy of the
+    # items, and pop: another thread may open an array meanwhile.
+    for at, (ref, _) in list(registry.items()):
+        if ref() is None:
+            registry.pop(at, None)
+    registry[id(arr)] = (weakref.ref(arr), value)
+
+
+def _kept_for(registry: dict[int, tuple[weakref.ref[zarr.Array], Any]], arr: zarr.Array) -> Any:
+    """What :func:`_keep_for` keeps for this very array object, else None."""
+    kept = registry.get(id(arr))
+    return kept[1] if kept is not None and kept[0]() is arr else None
+
+
 #: Keys of arrays whose open found every chunk stored, by id: the rows' token reads the same objects without
 #: listing them again (from an object store one request per 1,000 keys, a round trip each).
 _LISTED: dict[int, tuple[weakref.ref[zarr.Array], frozenset[str]]] = {}
 
 
-def _remember_listing(arr: zarr.Array, keys: set[str]) -> None:
-    """Keep ``keys`` as ``arr``'s listing for as long as this very array object lives."""
-    # Arrays gone since are dropped here (a weakref callback would run at garbage collection). A copy of the
-    # items, and pop: another thread may open an array meanwhile.
-    for at, (ref, _) in list(_LISTED.items()):
-        if ref() is None:
-            _LISTED.pop(at, None)
-    _LISTED[id(arr)] = (weakref.ref(arr), frozenset(keys))
-
-
 def listed_keys(arr: zarr.Array) -> set[str]:
     """``arr``'s stored keys: those its open listed, where it found every chunk there, else a new listing."""
-    kept = _LISTED.get(id(arr))
+    kept = _kept_for(_LISTED, arr)
     # An array found with absent chunks lists again: a chunk written since then is part of the rows read.
-    return set(kept[1]) if kept is not None and kept[0]() is arr else stored_keys(arr)
+    return set(kept) if kept is not None else stored_keys(arr)
 
 
 class AbsentChunkError(LookupError):
@@ -299,7 +305,7 @@ def find_missing(x: zarr.Array, label: zarr.Array | None = None,
             keys = stored_keys(arr)
             chunks = chunk_positions(arr, keys)[1]
             if not chunks:
-                _remember_listing(arr, keys)
+                _keep_for(_LISTED, arr, frozenset(keys))
         found[role] = chunks
         per = int(arr.chunks[0]) if arr is not None else 0
         ranges += [(c[0] * per, min((c[0] + 1) * per, int(arr.shape[0]))) for c in chunks]  # type: ignore[union-attr]
@@ -408,10 +414,7 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     reading them).
     """
     event = BlockReadEvent()
-    for at, (ref, _) in list(_TOKEN_READ.items()):  # arrays gone since; a copy: another thread may add one
-        if ref() is None:
-            _TOKEN_READ.pop(at, None)
-    _TOKEN_READ[id(arr)] = (weakref.ref(arr), event)
+    _keep_for(_TOKEN_READ, arr, event)
     fs = getattr(arr.store, "fs", None)  # fsspec stores have one; local and in-memory stores need no waiting
     if in_process and fs is not None and not is_local_fs(fs):
         if object_store_twin(arr) is None:
@@ -423,10 +426,10 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
 
 def block_read(arr: zarr.Array) -> None:
     """Set the event that waits for the next read of a block of ``arr``, if any."""
-    waiting = _NEXT_READ.get(id(arr))
-    if waiting is not None and waiting[0]() is arr:
+    waiting = _kept_for(_NEXT_READ, arr)
+    if waiting is not None:
         _NEXT_READ.pop(id(arr), None)  # pop: another task may have set it meanwhile
-        waiting[1].set()
+        waiting.set()
 
 
 def chunk_checksums(arr: zarr.Array, fetched_since: int | None = None) -> list[tuple[str, bytes]] | None:
@@ -444,8 +447,7 @@ def chunk_checksums(arr: zarr.Array, fetched_since: int | None = None) -> list[t
     prefix = arr.store_path.path.strip("/")
     paths = [f"{prefix}/{key}" if prefix else key for key in keys]
     store = (object_store_twin(arr) or arr).store_path.store  # obstore's client where it changes nothing else
-    waited = _TOKEN_READ.get(id(arr))
-    event = waited[1] if waited is not None and waited[0]() is arr else None
+    event = _kept_for(_TOKEN_READ, arr)
     fetched = {} if fetched_since is None else fetched_trailers(store, paths, fetched_since)
     unread = [path for path in paths if path not in fetched]
     fetched.update(zip(unread, sync(_last_bytes(store, unread, 4, event)) if unread else (), strict=True))
@@ -472,25 +474,3 @@ async def _last_bytes(store: Any, keys: list[str], n: int, event: BlockReadEvent
 
     return list(await asyncio.gather(*(tail(k) for k in keys)))
 
-
-def create_row_array(
-    group: zarr.Group, name: str, rows: int, chunk_rows: int, dtype: Any, compressors: Any,
-    *, columns: int | None = None, column_chunk: int | None = None, dims: tuple[str, ...] = ("sample", "feature"),
-    **options: Any,
-) -> zarr.Array:
-    """Create an array of ``rows`` (by ``columns``) in chunks of whole rows, every one of which its writer writes."""
-    shape: tuple[int, ...] = (rows,)
-    chunks: tuple[int, ...] = (max(1, chunk_rows),)
-    if columns is not None:
-        shape, chunks = (rows, columns), (chunks[0], columns if column_chunk is None else column_chunk)
-    return group.create_array(
-        name,
-        shape=shape,
-        chunks=chunks,
-        dtype=np.dtype(dtype),
-        compressors=compressors,
-        dimension_names=dims[: len(shape)],
-        config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
-        attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
-        **options,
-    )

@@ -268,12 +268,8 @@ class _TrailerKeepingStore(zarr.storage.ObjectStore):  # type: ignore[type-arg]
 def fetched_trailers(store: Any, keys: list[str], since: int) -> dict[str, bytes]:
     """The last 4 bytes of those of ``keys`` that ``store`` read whole after :func:`read_stamp` gave ``since``."""
     kept: dict[str, tuple[int, bytes]] = getattr(store, "trailers", {})
-    found = {}
-    for key in keys:
-        record = kept.get(key)
-        if record is not None and record[0] > since:
-            found[key] = record[1]
-    return found
+    # One look-up a key: zarr's event loop may drop a trailer meanwhile.
+    return {key: record[1] for key in keys if (record := kept.get(key)) is not None and record[0] > since}
 
 
 def object_store_twin(arr: zarr.Array) -> zarr.Array | None:

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from daskbatch.errors import DataError
-from daskbatch.io.chunk_grid import chunk_positions, create_row_array, max_chunks, stored_keys
+from daskbatch.io.chunk_grid import WRITES_EVERY_CHUNK, chunk_positions, max_chunks, stored_keys
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import MARKER as OUTPUT_ATTR
 from daskbatch.io.outputs import (
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OUTPUT_ATTR", "ArraySpec", "OutputReport", "RegionWriter", "RowStore", "create_arrays", "created_now", "input_fingerprint", "layout",
-    "DoneLog", "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges", "read_done", "read_manifest",
+    "local_path", "output_chunk_rows", "rechunk_rows", "regular_rows", "row_ranges", "read_done", "read_manifest",
     "write_manifest",
 ]
 
@@ -51,9 +51,9 @@ LOCAL_ONLY = ("written to local paths only (a run resumes from a log appended be
 LOCAL_ONLY_FIX = "write to a local or shared directory and copy the store to the bucket"
 
 
-def write_manifest(out: str, doc: dict[str, Any], *, name: str) -> None:
-    """Write the manifest ``name`` of the output ``out`` atomically (temp file + rename)."""
-    path = os.path.join(out, name)
+def write_manifest(out: str, doc: dict[str, Any]) -> None:
+    """Write the manifest of the output ``out`` atomically (temp file + rename)."""
+    path = os.path.join(out, MANIFEST_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"version": MANIFEST_VERSION, **doc}, f)
@@ -62,40 +62,24 @@ def write_manifest(out: str, doc: dict[str, Any], *, name: str) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(out: str, *, name: str) -> dict[str, Any] | None:
-    """Read the manifest ``name`` of the output ``out`` (None when absent or torn)."""
+def read_manifest(out: str) -> dict[str, Any] | None:
+    """Read the manifest of the output ``out`` (None when absent or torn)."""
     try:
-        with open(os.path.join(out, name)) as f:
+        with open(os.path.join(out, MANIFEST_FILE)) as f:
             return json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def read_done(out: str, *, name: str) -> set[int]:
+def read_done(out: str) -> set[int]:
     """Read the indices of output chunks recorded as complete."""
     try:
-        with open(os.path.join(out, name)) as f:
+        with open(os.path.join(out, DONE_FILE)) as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
         return set()
     # Only newline-terminated lines count: the last element is '' or a torn write.
     return {int(line) for line in lines[:-1] if line.strip().isdigit()}
-
-
-class DoneLog:
-    """Append-only record of finished chunks (used by the driver thread only)."""
-
-    def __init__(self, out: str, *, name: str) -> None:
-        self._f: IO[str] = open(os.path.join(out, name), "a")  # noqa: SIM115 - closed in close()
-
-    def add(self, index: int) -> None:
-        """Record chunk ``index`` as finished (flushed at once)."""
-        self._f.write(f"{index}\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        """Close the log file."""
-        self._f.close()
 
 
 @dataclass(frozen=True)
@@ -143,7 +127,7 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
             f"{out!r} {what}, not a daskbatch {kind} output; choose another path, or pass "
             "overwrite=True (--overwrite) to replace it"
         )
-    old = read_manifest(out, name=MANIFEST_FILE)
+    old = read_manifest(out)
     if old is None:
         raise DataError(
             f"{out!r} is a daskbatch {kind} output without its {MANIFEST_FILE}; choose another path, "
@@ -162,13 +146,23 @@ def replace_or_resume(out: str, kind: str, doc: dict[str, Any], overwrite: bool)
 
 
 def create_arrays(group: zarr.Group, rows: int, chunk_rows: int, arrays: list[ArraySpec], compressors: tuple[Any, ...]) -> None:
-    """Create the row-chunked ``arrays`` of a row store in ``group``."""
+    """Create the ``arrays`` of a row store in ``group``, in chunks of whole rows, every one of which its writer writes."""
     for spec in arrays:
         dtype = np.dtype(spec.dtype)
-        # Unwritten float rows read as NaN, not as plausible zeros.
-        create_row_array(group, spec.name, rows, chunk_rows, dtype, compressors,
-                         columns=spec.columns, column_chunk=max(1, spec.columns or 1), dims=spec.dims,
-                         fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0)
+        shape = (rows,) if spec.columns is None else (rows, spec.columns)
+        chunks = (max(1, chunk_rows),) if spec.columns is None else (max(1, chunk_rows), max(1, spec.columns))
+        group.create_array(
+            spec.name,
+            shape=shape,
+            chunks=chunks,
+            dtype=dtype,
+            compressors=compressors,
+            dimension_names=spec.dims[: len(shape)],
+            # Unwritten float rows read as NaN, not as plausible zeros.
+            fill_value=spec.fill if spec.fill is not None else np.nan if dtype.kind == "f" else 0,
+            config={"write_empty_chunks": True},  # every chunk on disk: absent means missing
+            attributes={WRITES_EVERY_CHUNK: True},  # ... and readers are told so
+        )
 
 
 def create_store(
@@ -190,7 +184,7 @@ def create_store(
         attributes={OUTPUT_ATTR: kind, "complete": False, **attrs},
     )
     create_arrays(group, rows, chunk_rows, arrays, compressors)
-    write_manifest(out, doc, name=MANIFEST_FILE)
+    write_manifest(out, doc)
     os.unlink(os.path.join(out, CREATING_FILE))
 
 
@@ -228,13 +222,13 @@ def row_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
+@dataclass
 class RegionWriter:
     """Writes block ``i``'s rows of every output array (picklable: it travels to workers)."""
 
-    def __init__(self, arrays: dict[str, Any], rows: int, chunk_rows: int) -> None:
-        self.arrays = arrays
-        self.rows = rows
-        self.chunk_rows = chunk_rows
+    arrays: dict[str, Any]
+    rows: int
+    chunk_rows: int
 
     def _bounds(self, block: int) -> tuple[int, int]:
         """Give the rows of block ``block``."""
@@ -275,11 +269,11 @@ class RowStore:
         self.rows = rows
         self.chunk_rows = chunk_rows
         self.blocks = -(-rows // chunk_rows) if rows else 0
-        self.done = read_done(path, name=DONE_FILE)
+        self.done = read_done(path)
         # write_empty_chunks is a runtime setting: a block of fill values must still be stored.
         arrays = {n: _array(group, n, path).with_config({"write_empty_chunks": True}) for n in names}
         self.writer = RegionWriter(arrays, rows, chunk_rows)
-        self._log: DoneLog | None = None
+        self._log: IO[str] | None = None  # the done-log, opened at the first block written
         self._lock = threading.Lock()
         self._run_lock: RunLock | None = None
 
@@ -366,9 +360,9 @@ class RowStore:
     def mark_done(self, block: int) -> None:
         """Record ``block`` as written (append to the done-log and flush)."""
         with self._lock:
-            if self._log is None:
-                self._log = DoneLog(self.path, name=DONE_FILE)
-            self._log.add(block)
+            if self._log is None:  # line-buffered: each block's line is flushed as it is written
+                self._log = open(os.path.join(self.path, DONE_FILE), "a", buffering=1)  # noqa: SIM115 - closed in close()
+            self._log.write(f"{block}\n")
             self.done.add(block)
 
     def close(self) -> None:
@@ -388,7 +382,7 @@ class RowStore:
     def finish(self, attrs: dict[str, Any] | None = None) -> None:
         """Check that every block is logged, then set ``complete`` (and ``attrs``)."""
         self._close_log()
-        missing = set(range(self.blocks)) - read_done(self.path, name=DONE_FILE)
+        missing = set(range(self.blocks)) - read_done(self.path)
         if missing:
             raise DataError(
                 f"{len(missing)} row blocks of {self.path!r} were not written (first: {min(missing)}); "

@@ -290,7 +290,7 @@ def read_states(
         digests[name] = str(sub.attrs.get("sha256"))
         if sub.attrs.get("user"):
             if name in given:
-                out[name] = _read_user(store, name, sub, given[name], n_features)
+                out[name] = _read_one(store, name, sub, given[name], n_features)
             continue
         out[name] = _read_one(store, name, sub)
     if group.attrs.get("summary_sha256") != _binding(results, digests):
@@ -304,26 +304,18 @@ def read_states(
     return out
 
 
-def _read_user(store: str, name: str, group: Any, statistic: Any, n_features: int) -> Kept:
-    """A user's state, verified against the statistic the caller passed (nothing named by the file is imported)."""
-    where = f"summary {store}: state {name!r}"
-    attrs = dict(group.attrs)
-    _check_version(store, f"state {name!r}", attrs.get("format_version"))
-    recorded, params = _identity(statistic)
-    if (attrs.get("statistic"), attrs.get("params")) != (recorded, params):
-        raise DataError(
-            f"{where} was saved by {attrs.get('statistic')} {attrs.get('params')}, not by {recorded} {params}"
-        )
-    empty = statistic.chunk(np.empty((0, n_features)), np.empty(0, np.int64) if reads_label(statistic) else None)
-    return Kept(statistic, _decode(where, group, attrs, type(empty)))
-
-
-def _read_one(store: str, name: str, group: Any) -> Kept:
-    """One state, verified: version, registered statistic, its state's record, sha256."""
+def _read_one(store: str, name: str, group: Any, user: Any = None, n_features: int = 0) -> Kept:
+    """One state, verified: version, its statistic (registered, or the ``user``'s the caller passed), record, sha256."""
     where = f"summary {store}: state {name!r}"
     attrs = dict(group.attrs)
     _check_version(store, f"state {name!r}", attrs.get("format_version"))
     statistic_name, params = attrs.get("statistic"), attrs.get("params")
+    if user is not None:  # verified against the user's statistic: nothing named by the file is imported
+        recorded, user_params = _identity(user)
+        if (statistic_name, params) != (recorded, user_params):
+            raise DataError(f"{where} was saved by {statistic_name} {params}, not by {recorded} {user_params}")
+        empty = user.chunk(np.empty((0, n_features)), np.empty(0, np.int64) if reads_label(user) else None)
+        return Kept(user, _decode(where, group, attrs, type(empty)))
     try:
         statistic = statistic_from_params(str(statistic_name), params)
     except (TypeError, ValueError) as exc:

@@ -13,7 +13,6 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
 from daskbatch import config
@@ -367,15 +366,11 @@ def _pieces(groups: list[list[int]], row_bytes: int) -> list[tuple[int, int, int
     return out
 
 
-def _as_dask(
-    name: str, spec: _Read, pieces: list[tuple[int, int, int, int]], width: int
-) -> da.Array:
+def _as_dask(name: str, spec: _Read, pieces: list[tuple[int, int, int, int]], width: int) -> da.Array:
     """A dask array of one block per piece, each read by :func:`_read_block`."""
-    graph: dict[Any, Any] = {(name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)}
+    graph = {(name, k, 0): (_read_block, spec, *piece) for k, piece in enumerate(pieces)}
     chunks = (tuple(b - a for _, _, a, b in pieces), (width,))
-    dtype = np.dtype(spec.dtype)
-    layer = HighLevelGraph.from_collections(name, graph, dependencies=())
-    return da.Array(layer, name, chunks, meta=np.empty((0, 0), dtype=dtype))
+    return da.Array(graph, name, chunks, meta=np.empty((0, 0), dtype=np.dtype(spec.dtype)))
 
 
 def reopened(table: Table, label: str | None, exclude: Sequence[str]) -> Table:  # numpydoc ignore=PR01,RT01

@@ -32,6 +32,11 @@ __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 Kind = Literal["missing", "corrupt", "truncated", "absent"]
 #: Problems listed by :meth:`VerifyReport.summary` before "... and N more".
 LISTED = 20
+#: An absent chunk's kind and words, by whether its writer (daskbatch) stored every chunk.
+_ABSENT: dict[bool, tuple[Kind, str]] = {
+    True: ("missing", "absent from the store; daskbatch wrote every chunk of this array, so it was lost"),
+    False: ("absent", "absent (fill value): its writer leaves out chunks that hold only the fill value"),
+}
 #: The 4 bytes every zstd frame starts with (RFC 8878, section 3.1.1).
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -107,14 +112,10 @@ class VerifyReport:
                 + (f", {a.absent:,} absent (fill value)" if a.absent and not a.writes_every_chunk else "")
                 + ("" if a.checksum else "  (no checksum: flipped bytes that still decode go unseen)")
             )
-        for p in self.absent[:listed]:
-            lines.append(f"  {p.line()}")
-        if len(self.absent) > listed:
-            lines.append(f"  ... and {len(self.absent) - listed:,} more absent (fill value)")
-        for p in self.problems[:listed]:
-            lines.append(f"  {p.line()}")
-        if len(self.problems) > listed:
-            lines.append(f"  ... and {len(self.problems) - listed:,} more")
+        for found, more in ((self.absent, " absent (fill value)"), (self.problems, "")):
+            lines += [f"  {p.line()}" for p in found[:listed]]
+            if len(found) > listed:
+                lines.append(f"  ... and {len(found) - listed:,} more{more}")
         total = sum(a.n_chunks for a in self.arrays)
         if self.ok and self.absent:
             lines.append(
@@ -245,17 +246,9 @@ def verify_store(
             own = writes_every_chunk(arr, group_attrs)
             # Absent: the chunks zarr fills (inner chunks when sharded: each shard's index is read).
             to_decode, absent = chunk_positions(arr, present)
-            for pos in absent:
-                if own:
-                    report.problems.append(ChunkProblem(
-                        arr.path, absent_name(arr, pos), pos, "missing",
-                        "absent from the store; daskbatch wrote every chunk of this array, so it was lost",
-                    ))
-                else:
-                    report.absent.append(ChunkProblem(
-                        arr.path, absent_name(arr, pos), pos, "absent",
-                        "absent (fill value): its writer leaves out chunks that hold only the fill value",
-                    ))
+            kind, detail = _ABSENT[own]
+            (report.problems if own else report.absent).extend(
+                ChunkProblem(arr.path, absent_name(arr, pos), pos, kind, detail) for pos in absent)
             found = []
             with Progress(f"verify {arr.path or '/'}", len(to_decode), unit="chunks", cancel=cancel,
                           **progress_options(progress)) as bar:
