@@ -420,14 +420,14 @@ class SweptBundle(Bundle):  # numpydoc ignore=PR02
 
     def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> tuple[Any, ...]:  # numpydoc ignore=PR01,RT01
         """Reduce one block with every statistic, as :meth:`Bundle.chunk` does, the histograms in one sweep."""
-        together = [i for i, s in enumerate(self.stats) if isinstance(s, Histogram)]
-        if len(together) < 2 or kernels.route(x) != "numba-cpu":
+        histograms = [s for s in self.stats if isinstance(s, Histogram)]
+        if len(histograms) < 2 or kernels.route(x) != "numba-cpu":
             return super().chunk(x, label, weights=weights)
-        rest = [i for i in range(len(self.stats)) if i not in together]
-        states = dict(zip(rest, Bundle(tuple(self.stats[i] for i in rest)).chunk(x, label, weights=weights)
-                          if rest else (), strict=True))
-        states.update(zip(together, _one_sweep([self.stats[i] for i in together], x, label, weights), strict=True))
-        return tuple(states[i] for i in range(len(self.stats)))
+        rest = [s for s in self.stats if not isinstance(s, Histogram)]
+        states = dict(zip(map(id, rest), Bundle(tuple(rest)).chunk(x, label, weights=weights) if rest else (),
+                          strict=True))
+        states.update(zip(map(id, histograms), _one_sweep(histograms, x, label, weights), strict=True))
+        return tuple(states[id(s)] for s in self.stats)
 
 
 def _one_sweep(histograms: list[Histogram], x: Array, label: Array | None, weights: Array | None) -> list[Any]:
