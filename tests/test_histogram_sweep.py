@@ -109,6 +109,27 @@ def test_no_sweep_to_share_takes_the_plain_bundle(sweeps: list[int]) -> None:
     assert all(not np.asarray(s.counts).any() and s.counts.dtype == np.float64 for s in zero)
 
 
+def test_one_grid_and_two_take_one_compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numba
+
+    from daskbatch.stats.kernels import _numba_histogram
+
+    # The cold first call compiles the loop once (kernels.ahead compiles it from a lone histogram):
+    # sweeping two grids must call it with the same argument types, not a specialization of its own.
+    loop = _numba_histogram._count_rows
+    types: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(_numba_histogram, "_count_rows",
+                        lambda *args: (types.append(tuple(map(numba.typeof, args))), loop(*args))[1])
+    x, lo, hi = _chunk(4, 9, 300, seed=6, ranges=[(0.0, 1.0), (-1.0, 1.0)])
+    hist, _, fine = _statistics(4, lo, hi, guarded=False)
+    label = np.full(x.shape[0], 11)
+    with np.errstate(all="ignore"):
+        x = x.astype(np.float32)
+        fine.chunk(x)
+        SweptBundle((hist, fine)).chunk(x, label)
+    assert len(types) == 2 and types[0] == types[1], types
+
+
 def test_two_histograms_by_label_do_not_share_a_sweep(sweeps: list[int]) -> None:
     x, lo, hi = _chunk(4, 9, 400, seed=3, ranges=[(0.0, 1.0)])
     label = np.random.default_rng(1).choice(np.array([2, 5, 11]), x.shape[0])
