@@ -40,7 +40,7 @@ from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
 from daskbatch.stats.classes import ContentDigest
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.declaration import Declaration
-from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram
+from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram, SweptBundle
 from daskbatch.stats.kernels.ahead import prepare as compile_ahead
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
 from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
@@ -213,7 +213,7 @@ def _computed(
         if sketch is not None:  # the fine histogram that makes quantiles exact to one of its bins
             q_lo, q_hi = fine_ranges(sketch, m.finite_min, m.finite_max, QUANTILE_BINS)
             second.append(QuantileHistogram(bins=QUANTILE_BINS, lo=tuple(map(float, q_lo)), hi=tuple(map(float, q_hi))))
-        return Bundle((*second, *ranks))
+        return SweptBundle((*second, *ranks))  # both histograms read each value once
 
     try:
         kept, results, data = runner.run(first, second_pass)  # data: the blocks kept in memory when cached

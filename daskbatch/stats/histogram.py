@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from daskbatch._common import Array, Namespace, strict_int
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats import kernels
-from daskbatch.stats._base import State
+from daskbatch.stats._base import Bundle, State
 from daskbatch.stats.classes import DEFAULT_MAX_CLASSES, label_codes, validate_classes
 from daskbatch.stats.declaration import Declaration, Finished, Footprint, Variable, count
 from daskbatch.stats.numerics import (
@@ -57,6 +57,16 @@ class HistogramResult:
     nan_count: Array
     joint: Array | None
     classes: Array | None = None
+
+
+class _Counting(NamedTuple):
+    """What counting a checked block takes: its rows (of positive weight), class codes, K, weights, kernels."""
+
+    x: Array
+    labels: Array | None
+    n_classes: int
+    weights: Array | None
+    path: kernels.KernelPath
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,31 @@ class Histogram:  # numpydoc ignore=PR02
         HistogramState
             The block's counts.
         """
+        counting = self._counting(x, label, weights)
+        if isinstance(counting, HistogramState):
+            return counting
+        x, labels, n_classes, weights, path = counting
+        xp = namespace(x)
+        n_features = x.shape[1]
+        if weights is not None and path.compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
+            return HistogramState(counts=kernels.weighted_histogram(x, self.lo, self.hi, self.bins, labels,
+                                                                    n_classes, weights))
+        if weights is None and path.compiled:  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)
+            counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes, path)
+            return HistogramState(counts=counts)
+        flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
+        if labels is not None:
+            flat = flat * n_classes + labels[:, None]
+        size = n_features * self.n_slots * n_classes
+        if weights is not None:
+            each = xp.broadcast_to(weights[:, None], flat.shape)  # a row's weight for each of its values
+            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), xp.reshape(each, (-1,)), minlength=size)
+            return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
+        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=size)
+        return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
+
+    def _counting(self, x: Array, label: Array | None, weights: Array | None) -> _Counting | HistogramState:
+        """Check a block and its labels: what counting it takes, or the state of a block with no rows."""
         xp = namespace(x)
         if weights is not None:
             x, label, weights = positive_rows(xp, x, label if self.by_label else None, weights)
@@ -266,22 +301,7 @@ class Histogram:  # numpydoc ignore=PR02
                         f"more than max_classes ({self.max_classes:,}); give the class values (classes=[...])"
                     )
         path = kernels.kernel_path(x, self, weighted=weights is not None)
-        if weights is not None and path.compiled:  # compiled CPU or GPU loop (daskbatch/stats/kernels)
-            return HistogramState(counts=kernels.weighted_histogram(x, self.lo, self.hi, self.bins, labels,
-                                                                    n_classes, weights))
-        if weights is None and path.compiled:  # compiled loop, same counts bit for bit (daskbatch/stats/kernels)
-            counts = kernels.histogram(x, self.lo, self.hi, self.bins, labels, n_classes, path)
-            return HistogramState(counts=counts)
-        flat = self.slots(x) + xp.arange(n_features, dtype=xp.int64, device=device(x)) * self.n_slots
-        if labels is not None:
-            flat = flat * n_classes + labels[:, None]
-        size = n_features * self.n_slots * n_classes
-        if weights is not None:
-            each = xp.broadcast_to(weights[:, None], flat.shape)  # a row's weight for each of its values
-            counts = weighted_bincount(xp, xp.reshape(flat, (-1,)), xp.reshape(each, (-1,)), minlength=size)
-            return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
-        counts = bincount(xp, xp.reshape(flat, (-1,)), minlength=size)
-        return HistogramState(counts=xp.reshape(counts, (n_features, self.n_slots, n_classes)))
+        return _Counting(x, labels, n_classes, weights, path)
 
     def merge(self, a: HistogramState, b: HistogramState, /) -> HistogramState:
         """Add the counts of two states (the one with fewer classes is padded).
@@ -382,6 +402,54 @@ class QuantileHistogram(Histogram):
         if self.by_label:
             raise ValueError("the quantile histogram is not split by label")
         super().__post_init__()
+
+
+@dataclass(frozen=True)
+class SweptBundle(Bundle):  # numpydoc ignore=PR02
+    """A :class:`~daskbatch.stats.Bundle` whose histograms count each host block in one sweep of its values.
+
+    The second pass of :func:`daskbatch.describe` holds a histogram by label and the fine
+    :class:`QuantileHistogram`: one compiled loop reads each value once and counts both.
+    States, names and results are the plain bundle's, bit for bit.
+
+    Parameters
+    ----------
+    stats : tuple of Statistic
+        The statistics; their states travel together as a tuple.
+    """
+
+    def chunk(self, x: Array, label: Array | None = None, /, *, weights: Array | None = None) -> tuple[Any, ...]:  # numpydoc ignore=PR01,RT01
+        """Reduce one block with every statistic, as :meth:`Bundle.chunk` does, the histograms in one sweep."""
+        histograms = [s for s in self.stats if isinstance(s, Histogram)]
+        if len(histograms) < 2 or kernels.route(x) != "numba-cpu":
+            return super().chunk(x, label, weights=weights)
+        rest = [s for s in self.stats if not isinstance(s, Histogram)]
+        states = dict(zip(map(id, rest), Bundle(tuple(rest)).chunk(x, label, weights=weights) if rest else (),
+                          strict=True))
+        states.update(zip(map(id, histograms), _one_sweep(histograms, x, label, weights), strict=True))
+        return tuple(states[id(s)] for s in self.stats)
+
+
+def _one_sweep(histograms: list[Histogram], x: Array, label: Array | None, weights: Array | None) -> list[Any]:
+    """Each histogram's state of a host block, those on the compiled CPU loop counted in one sweep."""
+    if weights is not None:  # the rows of zero weight dropped once, for every histogram
+        x, label, weights = positive_rows(namespace(x), x, label, weights)
+    counting = [h._counting(x, label if h.by_label else None, weights) for h in histograms]
+    swept: list[int] = []
+    grids: list[tuple[Any, ...]] = []
+    labels = None
+    for i, (h, c) in enumerate(zip(histograms, counting, strict=True)):
+        # On the CPU's compiled loop, and at most one by label: the sweep reads one class code a row.
+        if isinstance(c, _Counting) and c.path.kind == "numba-cpu" and (c.labels is None or labels is None):
+            swept.append(i)
+            grids.append((h.lo, h.hi, h.bins, c.n_classes, c.labels is not None))
+            labels = c.labels if c.labels is not None else labels
+    states: list[Any] = [c if isinstance(c, HistogramState) else None for c in counting]
+    for i, counts in zip(swept, kernels.histograms(x, grids, labels, weights) if swept else (), strict=True):
+        states[i] = HistogramState(counts=counts)
+    # Any other (no compiled loop for it): its own count.
+    return [h.chunk(x, label if h.by_label else None, weights=weights) if s is None else s
+            for h, s in zip(histograms, states, strict=True)]
 
 
 def _hist_variables(declaration: Declaration, done: Finished) -> dict[str, Any]:

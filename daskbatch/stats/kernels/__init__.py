@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from daskbatch.stats.kernels.path import (
 from daskbatch.stats.numerics import central_moment
 
 __all__ = [
-    "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram",
+    "INT32_ROWS", "KernelPath", "available", "class_moments", "comoments", "enabled", "gpu_available", "histogram", "histograms",
     "kernel_path", "moments", "route", "sketch", "sketch_merge", "weighted_comoments",
     "weighted_histogram", "weighted_moments",
 ]
@@ -131,11 +133,7 @@ def histogram(
     """Count the :class:`~daskbatch.stats.histogram.HistogramState` of a chunk with the kernels."""
     if (path or kernel_path(x)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes)
-    # Counted in int32 where no count can pass it (fewer rows than 2**31): half the table the
-    # scattered increments touch, so more of it stays in cache; returned as the int64 of the state.
-    small = x.shape[0] <= INT32_ROWS
-    counts = _host_histogram(x, lo, hi, bins, labels, n_classes, None, np.int32 if small else np.int64)
-    return counts.astype(np.int64) if small else counts
+    return histograms(x, [(lo, hi, bins, n_classes, labels is not None)], labels)[0]
 
 
 def weighted_histogram(
@@ -145,24 +143,42 @@ def weighted_histogram(
     """Sum the weights of a chunk's values per slot, as :func:`histogram` counts them."""
     if (path or kernel_path(x, weighted=True)).kind == "numba-cuda":
         return _gpu.histogram(x, lo, hi, bins, labels, n_classes, weights=w)
-    return _host_histogram(x, lo, hi, bins, labels, n_classes, np.ascontiguousarray(w, dtype=np.float64), np.float64)
+    return histograms(x, [(lo, hi, bins, n_classes, labels is not None)], labels, w)[0]
 
 
-def _host_histogram(
-    x: Array, lo: Any, hi: Any, bins: int, labels: Array | None, n_classes: int, w: np.ndarray | None, dtype: Any,
-) -> np.ndarray:
-    """The numba histogram of a host chunk: counts (or weight sums) of ``dtype``, shaped (D, bins + 3, K)."""
-    from daskbatch.stats.kernels._numba_histogram import histogram_counts  # lazy: numba
+def histograms(
+    x: np.ndarray, grids: Sequence[tuple[Any, Any, int, int, bool]], labels: Array | None = None,
+    weights: Array | None = None,
+) -> list[np.ndarray]:
+    """Count several histograms of a host chunk in one sweep of its values: a (D, bins + 3, K) table per grid.
 
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
+    Each grid is ``(lo, hi, bins, n_classes, by_label)``; the grids ``by_label`` count in the class column of
+    ``labels``. The counts are int64 (float64 sums of ``weights`` when given), those of :func:`histogram` each.
+    """
+    from daskbatch.stats.kernels._numba_histogram import count_grids  # lazy: numba
+
+    # Counted in int32 where no count can pass it (fewer rows than 2**31): half the table the
+    # scattered increments touch, so more of it stays in cache; returned as the int64 of the state.
+    small = weights is None and x.shape[0] <= INT32_ROWS
+    dtype = np.float64 if weights is not None else np.int32 if small else np.int64
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    lo = np.array([np.asarray(g[0], dtype=np.float64) for g in grids]).reshape(len(grids), x.shape[1])
+    hi = np.array([np.asarray(g[1], dtype=np.float64) for g in grids]).reshape(len(grids), x.shape[1])
+    bins = [int(g[2]) for g in grids]
+    n_classes = [int(g[3]) for g in grids]
     # The float64 expressions of Histogram.edges and Histogram.slots: edges and scaled indices round alike.
-    step = (hi - lo) / bins
-    scale = bins / (hi - lo)
+    per_grid = np.asarray(bins, dtype=np.float64)[:, None]
+    step, scale = (hi - lo) / per_grid, per_grid / (hi - lo)
     lab = np.empty(0, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
-    counts = np.zeros((x.shape[1], bins + 3, n_classes), dtype=dtype)
-    histogram_counts(*numba_view(x), lo, hi, step, scale, int(bins), lab, int(n_classes), counts.reshape(-1), w)
-    return counts
+    shapes = [(x.shape[1], b + 3, k) for b, k in zip(bins, n_classes, strict=True)]
+    counts = np.zeros(sum(math.prod(shape) for shape in shapes), dtype=dtype)
+    count_grids(*numba_view(x), lo, hi, step, scale, bins, n_classes, [bool(g[4]) for g in grids], lab, counts, w)
+    tables, start = [], 0
+    for shape in shapes:
+        table = counts[start:start + math.prod(shape)].reshape(shape)
+        tables.append(table.astype(np.int64) if small else table)
+        start += math.prod(shape)
+    return tables
 
 
 def sketch(

@@ -70,21 +70,29 @@ def _ranged(lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray)
 
 
 @_jit
-def _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
-    """The row loop of :func:`histogram_counts`, compiled once per kind of ``ranged`` (None or True)."""
+def _count_rows(x, lut, lo, hi, step, scale, bins, classes, labelled, labels, counts, weights, ranged, base, slot):  # noqa: ANN001, ANN202
+    """The row loop of :func:`count_grids`, compiled once per kind of ``ranged`` (None or True), whatever the grids."""
     rows, d = x.shape
+    grids = lo.shape[0]
     by_label = labels.shape[0] > 0
-    kf = float(n_classes)
+    row = np.empty(d)
     for i in range(rows):
-        # Slots of one row, branch-free so that the loop vectorises ...
+        # The row read and converted once (a second grid's loop read it again: 15 % more time for two) ...
         for j in range(d):
-            f = _slot(_load(x[i, j], lut), lo[j], hi[j], step[j], scale[j], bins, ranged)
-            slot[j] = np.uint64(f * kf + base[j])
-        # ... then one scattered increment per value.
+            row[j] = _load(x[i, j], lut)
+        # ... its slots on each grid, branch-free so that the loop vectorises ...
+        for g in range(grids):
+            kf, b = classes[g], bins[g]
+            for j in range(d):
+                f = _slot(row[j], lo[g, j], hi[g, j], step[g, j], scale[g, j], b, ranged)
+                slot[g, j] = np.uint64(f * kf + base[g, j])
+        # ... then one scattered increment per value and grid, in the class column of the grids split by label.
         k = np.uint64(labels[i] if by_label else 0)
         wi = _weight(weights, i)
-        for j in range(d):
-            counts[slot[j] + k] += wi
+        for g in range(grids):
+            kg = k * labelled[g]
+            for j in range(d):
+                counts[slot[g, j] + kg] += wi
 
 
 def histogram_counts(
@@ -92,17 +100,38 @@ def histogram_counts(
     bins: int, labels: np.ndarray, n_classes: int, counts: np.ndarray, weights: np.ndarray | None,
 ) -> None:
     """Add to ``counts`` (D·(bins + 3)·K, flat) the counts of slot ``[under, bins…, over, nan]`` × class."""
+    count_grids(x, lut, lo[None], hi[None], step[None], scale[None], [bins], [n_classes], [labels.shape[0] > 0],
+                labels, counts, weights)
+
+
+def count_grids(
+    x: np.ndarray, lut: np.ndarray | None, lo: np.ndarray, hi: np.ndarray, step: np.ndarray, scale: np.ndarray,
+    bins: list[int], n_classes: list[int], labelled: list[bool], labels: np.ndarray, counts: np.ndarray,
+    weights: np.ndarray | None,
+) -> None:
+    """Count G histograms of ``x`` in one sweep: grid g's ranges are row g of ``lo``, ``hi``, ``step``, ``scale`` (G, D).
+
+    ``counts`` is flat: grid g's table (D·(bins[g] + 3)·n_classes[g]) follows those of the grids before it; the
+    grids with ``labelled[g]`` count in the class column ``labels`` gives, the others in their one column.
+    """
     # The choice is made here, not in compiled code: the general loop (a degenerate or
     # overflowing range) compiles only when a chunk needs it, not on every first call.
     ranged = True if _ranged(lo, hi, step, scale) else None
     d = x.shape[1]
-    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there.
-    # The index is then one float multiply-add and one conversion, exact below 2**53 (far
-    # beyond any counts array), instead of two 64-bit integer multiplies per value.
-    base = ((np.arange(d, dtype=np.int64) * (bins + 3) + 1) * n_classes).astype(np.float64)
+    grid_bins = np.asarray(bins, dtype=np.int64)
+    classes = np.asarray(n_classes, dtype=np.int64)
+    sizes = d * (grid_bins + 3) * classes
+    # Flat index of slot 0 (under) of feature j, plus K for the -1 that _slot returns there, after the grids
+    # before. The index is then one float multiply-add and one conversion, exact below 2**53 (far beyond any
+    # counts array), instead of two 64-bit integer multiplies per value.
+    offsets = np.cumsum(sizes) - sizes
+    features = np.arange(d, dtype=np.int64)
+    base = (offsets[:, None] + (features[None, :] * (grid_bins[:, None] + 3) + 1) * classes[:, None]).astype(np.float64)
     # Unsigned, so that indexing with it needs no wraparound of negative indices.
-    slot = np.empty(d, dtype=np.uint64)
-    _count_rows(x, lut, lo, hi, step, scale, bins, labels, n_classes, counts, weights, ranged, base, slot)
+    slot = np.empty((len(grid_bins), d), dtype=np.uint64)
+    _count_rows(x, lut, np.ascontiguousarray(lo), np.ascontiguousarray(hi), np.ascontiguousarray(step),
+                np.ascontiguousarray(scale), grid_bins, classes.astype(np.float64),
+                np.asarray(labelled, dtype=np.uint64), labels, counts, weights, ranged, base, slot)
 
 
 @_jit

@@ -251,7 +251,8 @@ def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
     """Count a histogram of the sample: compiles describe's second-pass loop (every range takes the same one)."""
     from daskbatch.stats.histogram import Histogram  # lazy: they import the kernels
 
-    # Ranges of [0, 1] select the loop of any usual range; the bins and the classes do not change the types.
+    # Ranges of [0, 1] select the loop of any usual range; the bins, the classes and the number of grids (the
+    # second pass counts its two histograms in one sweep, histogram.SweptBundle) do not change the types.
     features = x.shape[1]
     Histogram(bins=2, lo=(0.0,) * features, hi=(1.0,) * features).chunk(x, weights=weights)
 
