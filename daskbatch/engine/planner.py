@@ -245,8 +245,7 @@ class Layout:
     range_: Any  # "minmax" where not even the narrowest sketch fits and no range was given
     fan_in: int
     layout: str  # where chunk rows and fan-in came from: "plan", "input chunks" or "checkpoint"
-    # The label's classes are found in the first pass (class_values None until then): the plan's record for
-    # the number found (the plan's layout is the same for any number up to daskbatch.max-classes).
+    # With the classes found in the first pass (class_values None until then), the plan's record for their number.
     record_for_classes: Callable[[int], dict[str, Any] | None] | None = None
 
 
@@ -268,7 +267,7 @@ def lay_out(  # numpydoc ignore=PR01,RT01
     pairwise = COV in wanted and stats.cov.rows == "pairwise"
     planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
 
-    def planned_for(n_classes: int | None, quiet: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    def planned_for(n_classes: int | None, quiet: bool = False) -> tuple[Any, tuple[Any, ...]]:  # numpydoc ignore=PR01,RT01
         """The plan and the statistics it fits, for ``n_classes`` classes."""
         return plan_dropping_sketch(
             lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
@@ -277,27 +276,21 @@ def lay_out(  # numpydoc ignore=PR01,RT01
             names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
         )
 
-    found: tuple[Any, tuple[Any, ...]] | None = None  # the plan, when the first pass finds the classes
-    if not targeted and any(r.needs_label for r in wanted):
-        if _found_in_first_pass(data, stats, wanted, run, grouped):
-            found = _plan_for_any_classes(planned_for)
-        if found is not None:
-            given_cuts, class_values, classes_from = None, None, "label scan"
-        else:
-            given_cuts, title = None, "group-key scan" if grouped else "label scan"  # negative keys: groups only
-            class_values, classes_from = resolve_classes(
-                data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
-                compute=lambda graph: compute(graph, title),
-            )
+    labelled = not targeted and any(r.needs_label for r in wanted)
+    found = labelled and _found_in_first_pass(data, stats, wanted, run, grouped) and _same_plan_for_any_classes(planned_for)
+    if found:  # nothing before the second pass needs the classes: the first pass finds them, else a scan
+        classes_from = "label scan"
+    elif labelled:
+        title = "group-key scan" if grouped else "label scan"  # negative keys: groups only
+        class_values, classes_from = resolve_classes(
+            data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
+            compute=lambda graph: compute(graph, title),
+        )
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
     if ranked and data.weights is not None:
         raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
-    if found is not None:
-        chosen, planned = found
-        _log_plan(chosen)
-    else:
-        chosen, planned = planned_for(None if class_values is None else len(class_values))
+    chosen, planned = planned_for(max_classes() if found else None if class_values is None else len(class_values))
     plan_record = _plan_record(chosen)
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
     dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
@@ -318,47 +311,37 @@ def lay_out(  # numpydoc ignore=PR01,RT01
     if class_values is not None and classes_from not in ("label scan", "target quantiles"):
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
-    if found is not None:  # the first pass finds the classes: its label blocks refuse negative values as read
+    if found:  # the first pass finds the classes: its label blocks refuse negative values as read
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], None))
-    if class_values is not None or found is not None:  # checked just above, or found by scanning this very label
+    if class_values is not None or found:  # checked just above, or found by scanning this very label
         data = dataclasses.replace(data, label_checked=True)
-    record_for_classes = None if found is None else (lambda n: _plan_record(planned_for(n, quiet=True)[0]))
+    record_for_classes = (lambda n: _plan_record(planned_for(n, True)[0])) if found else None
     return Layout(data, wanted, custom, chosen, plan_record, class_values, classes_from, given_cuts, target_mi,
                   found_cuts, ranked, sketch_window, range_, fan_in, layout, record_for_classes)
 
 
-def _found_in_first_pass(
-    data: FeatureMatrix, stats: Configured, wanted: tuple[Any, ...], run: RunOptions, grouped: bool,
-) -> bool:
+def _found_in_first_pass(data: FeatureMatrix, stats: Configured, wanted: tuple[Any, ...], run: RunOptions,
+                         grouped: bool) -> bool:
     """Whether the label's classes can be found in the first pass rather than by a scan of their own before it."""
-    # Only the second pass's histograms by class (mi) may use them: the class moments and a histogram on a given
-    # range count by class in the first pass. A weighted pass drops rows of weight 0 before its statistics see
-    # them, and a checkpoint fingerprints the first pass's statistics: both keep the scan, as do group keys.
-    explicit = stats.histogram.range is not None and not is_minmax(stats.histogram.range)
-    by_class_first = explicit or any(r.needs_label and not r.by_label for r in wanted)
+    # Only the second pass's histograms by class (mi) may use them, not class moments nor histograms on a given
+    # range (first pass). Weights drop rows of weight 0 before the statistics see them; checkpoints fingerprint
+    # the first pass; group keys may be negative: all three keep the scan.
+    by_class_first = (stats.histogram.range is not None and not is_minmax(stats.histogram.range)
+                      or any(r.needs_label and not r.by_label for r in wanted))
     return (not grouped and data.weights is None and run.checkpoint is None and stats.mi.classes is None
             and data.label is not None and _recorded_classes(data) is None and not by_class_first)
 
 
-def _plan_for_any_classes(
-    planned_for: Callable[[int | None, bool], tuple[Any, tuple[Any, ...]]],
-) -> tuple[Any, tuple[Any, ...]] | None:
-    """The plan for up to ``daskbatch.max-classes`` classes if it lays out the passes as for one class (else None)."""
-    # A few classes rarely move the plan (a (feature, bin, class) table against a budget of gigabytes): when the
-    # fewest and the most classes give the same blocks, fan-in and sketch, any number found between them does too.
+def _same_plan_for_any_classes(planned_for: Callable[[int, bool], tuple[Any, tuple[Any, ...]]]) -> bool:
+    """Whether one class and ``daskbatch.max-classes`` classes give the passes the same blocks, fan-in and sketch."""
+    # (feature, bin, class) tables rarely move a plan (a budget of gigabytes): the classes found then do not either.
     try:
-        fewest, most = planned_for(1, True), planned_for(max_classes(), True)
-    except PlanError:
-        return None
-    if fewest[1] != most[1] or _blocks_of(fewest[0]) != _blocks_of(most[0]):
-        return None
-    return most
-
-
-def _blocks_of(chosen: Plan | None) -> tuple[Any, ...] | None:
-    """What of a plan decides the passes' blocks and merges (None: the input's chunks)."""
-    return None if chosen is None else (chosen.chunk_rows, chosen.split_every, chosen.feature_tile)
+        (fewest, fits), (most, fits_most) = planned_for(1, True), planned_for(max_classes(), True)
+    except PlanError:  # the most classes do not fit: a scan finds how many there are before planning
+        return False
+    return fits == fits_most and all(getattr(fewest, k, None) == getattr(most, k, None)
+                                     for k in ("chunk_rows", "split_every", "feature_tile"))
 
 
 def _plan_record(chosen: Plan | None) -> dict[str, Any] | None:
@@ -405,20 +388,14 @@ def _planned(
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
-    if not quiet:
-        _log_plan(chosen, given=isinstance(plan, Plan))
-    return chosen
-
-
-def _log_plan(chosen: Plan | None, given: bool = False) -> None:
-    """Log what the run was planned for (a plan given: one debug line, whoever made it has logged it)."""
-    if chosen is None:
-        return
-    if given:
+    if quiet:  # a plan asked for a comparison
+        return chosen
+    if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
         log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
     else:
         for line in chosen.explain().splitlines():  # a batch log records what the run was planned for
             log.info("%s", line)
+    return chosen
 
 
 # -- the class values of a label, decided once per run before the plan is made (their number sizes the
