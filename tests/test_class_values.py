@@ -274,3 +274,58 @@ def test_host_labels_are_checked_even_inside_labels_checked() -> None:
     with labels_checked(), pytest.raises(UnknownClassError, match="label value 2 at row 0"):
         label_codes(np, np.asarray([2, 0]), (0, 1))  # contiguous classes: the offset path
     np.testing.assert_array_equal(label_codes(np, np.asarray([7, 0, 1]), VALUES), [2, 0, 1])
+
+
+class _CountingStore(zarr.storage.LocalStore):
+    """A local store that counts the reads of each chunk file."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root, read_only=True)
+        self.gets: dict[str, int] = {}
+
+    async def get(self, key, prototype, byte_range=None):  # noqa: ANN001, ANN201 - zarr's signature
+        if "/c/" in key:
+            self.gets[key] = self.gets.get(key, 0) + 1
+        return await super().get(key, prototype, byte_range)
+
+
+def test_the_first_pass_finds_the_classes_that_only_the_second_pass_needs(tmp_path) -> None:  # noqa: ANN001
+    """mi's classes ride in the first pass: two computes, each label chunk read once, the summary the declared one's."""
+    from dask.callbacks import Callback
+
+    x, y = make_data()
+    counting = _CountingStore(write_store(str(tmp_path / "s.zarr"), x, y))
+    root = zarr.open_group(counting, mode="r")
+
+    def described(**options: object) -> tuple[db.Summary, int]:
+        """The summary of the store path and the number of dask computes it ran."""
+        computes = [0]
+        counting.gets.clear()
+        with Callback(start=lambda dsk: computes.__setitem__(0, computes[0] + 1)):
+            s = db.describe(db.open_dataset(root, label="y"), bins=BINS, **options)
+        return s, computes[0]
+
+    found, computes = described(stats=("moments", "hist", "mi"))
+    assert computes == 2 and found.provenance["passes"] == 2 and found.provenance["cached"]
+    label_chunks = {k: n for k, n in counting.gets.items() if k.startswith("y/")}
+    assert label_chunks == {f"y/c/{i}": 1 for i in range(-(-ROWS // CHUNK_ROWS))}, label_chunks
+    assert found.provenance["classes_from"] == "label scan" and found.provenance["plan"]["n_classes"] == 3
+    np.testing.assert_array_equal(found.classes, VALUES)
+    given, computes = described(stats=("moments", "hist", "mi"), classes=VALUES)
+    assert computes == 2
+    for name, value in given.to_xarray().data_vars.items():  # bitwise the run whose classes were declared
+        np.testing.assert_array_equal(found.to_xarray()[name].values, value.values, err_msg=name)
+    # The class moments count by class in the first pass: their classes are found before it, in a compute of its own.
+    _, computes = described()
+    assert computes == 3
+
+
+@pytest.mark.parametrize("bad", ["negative", "too many"])
+def test_classes_found_in_the_first_pass_refuse_what_the_scan_refused(bad: str, tmp_path) -> None:  # noqa: ANN001
+    x, y = make_data()
+    if bad == "negative":
+        y[2_100] = -1
+    store = write_store(str(tmp_path / "s.zarr"), x, y)
+    want = "label value -1 at row 2,100 is negative" if bad == "negative" else "more than daskbatch.max-classes"
+    with dask.config.set({"daskbatch.max-classes": 2 if bad == "too many" else 1000}), pytest.raises(ValueError, match=want):
+        db.describe(store, label="y", stats=("moments", "hist", "mi"))

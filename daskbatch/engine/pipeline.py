@@ -25,7 +25,7 @@ from daskbatch.engine.inputs import (
     to_device,
 )
 from daskbatch.engine.passes import PassRunner, compute, tiled_covariance
-from daskbatch.engine.planner import lay_out
+from daskbatch.engine.planner import lay_out, max_classes
 from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning
@@ -37,7 +37,7 @@ from daskbatch.runtime.progress import Progress, progress_options
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
-from daskbatch.stats.classes import ContentDigest
+from daskbatch.stats.classes import ClassValues, ContentDigest
 from daskbatch.stats.comoments import CoMomentsResult
 from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram, SweptBundle
@@ -146,7 +146,7 @@ def _computed(
     wanted, custom, chosen, plan_record, layout = laid.wanted, laid.custom, laid.chosen, laid.plan_record, laid.layout
     class_values, classes_from, given_cuts = laid.class_values, laid.classes_from, laid.given_cuts
     target_mi, found_cuts, ranked, range_, fan_in = laid.target_mi, laid.found_cuts, laid.ranked, laid.range_, laid.fan_in
-    sketch_window = laid.sketch_window
+    sketch_window, found_classes = laid.sketch_window, laid.record_for_classes is not None
     data = to_device(laid.data, device)  # the last hop: blocks move once, already in their final shape
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
@@ -172,6 +172,8 @@ def _computed(
     first = _first_pass(wanted, ddof=moments.ddof, bias=moments.bias, nan_policy=moments.nan_policy, tiled=tiled,
                         class_values=class_values, histogram=histogram, custom=custom, sketch_window=sketch_window,
                         cov_rows=stats.cov.rows)
+    if found_classes:  # the label's class values, found as the first pass reads it: no scan of their own before it
+        first = Bundle((*first.stats, ClassValues(max_classes=max_classes())))
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
     # while the pass runs (through obstore from the chunks it fetched, from s3fs a request a chunk, else all before
     # its first read); without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
@@ -193,6 +195,13 @@ def _computed(
 
     def second_pass(results: dict[str, Any], kept: dict[str, Kept]) -> Bundle | None:
         """Check the first pass's results; the second pass's statistics on what they give (None: one pass)."""
+        nonlocal class_values
+        if found_classes:  # the first pass's class values: the second pass's tables have a column each
+            kept.pop(ClassValues.name)
+            class_values = tuple(int(v) for v in np.asarray(results.pop(ClassValues.name)))
+            assert laid.record_for_classes is not None
+            if plan_record is not None:  # what the plan is for the classes found (its layout is the same)
+                plan_record.update(laid.record_for_classes(len(class_values)) or {})
         m = results[Moments.name]
         _check_moments(m, moments.nan_policy, data)
         if not two_passes:

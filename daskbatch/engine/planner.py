@@ -17,7 +17,7 @@ import numpy as np
 
 from daskbatch._common import Device, checked_device, warn
 from daskbatch.config import STATISTIC_DEFAULTS, resolve_split_every
-from daskbatch.errors import RangeWarning
+from daskbatch.errors import PlanError, RangeWarning
 from daskbatch.planning.plan import DEFAULT_STATISTICS, Plan, Resources, footprint
 from daskbatch.planning.search import plan_chunks, plan_dropping_sketch, sketch_in_plan
 from daskbatch.runtime.capacity import active_client, cuda_device_count, resources_auto
@@ -33,6 +33,7 @@ from daskbatch.stats.kernels import path
 from daskbatch.stats.kernels.path import kernel_path
 from daskbatch.stats.numerics import namespace
 from daskbatch.stats.pairwise import PAIRWISE_FOOTPRINT
+from daskbatch.stats.ranges import is_minmax
 from daskbatch.stats.registry import footprint_of
 from daskbatch.stats.sketch_windows import WINDOWS, state_bytes_per_feature
 from daskbatch.stats.spec import (
@@ -244,6 +245,8 @@ class Layout:
     range_: Any  # "minmax" where not even the narrowest sketch fits and no range was given
     fan_in: int
     layout: str  # where chunk rows and fan-in came from: "plan", "input chunks" or "checkpoint"
+    # With the classes found in the first pass (class_values None until then), the plan's record for their number.
+    record_for_classes: Callable[[int], dict[str, Any] | None] | None = None
 
 
 def lay_out(  # numpydoc ignore=PR01,RT01
@@ -258,30 +261,37 @@ def lay_out(  # numpydoc ignore=PR01,RT01
     if targeted:
         wanted, fused, class_values, given_cuts = target_statistics(stats, wanted, stats.mi.target_bins)
         custom, classes_from = (*custom, *fused), "target quantiles" if class_values is not None else None
-    elif any(r.needs_label for r in wanted):
-        given_cuts, title = None, "group-key scan" if grouped else "label scan"  # negative keys: groups only
+    else:
+        given_cuts, class_values, classes_from = None, None, None
+    ranked = ranks_by_sketch(wanted)
+    pairwise = COV in wanted and stats.cov.rows == "pairwise"
+    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
+
+    def planned_for(n_classes: int | None, quiet: bool = False) -> tuple[Any, tuple[Any, ...]]:  # numpydoc ignore=PR01,RT01
+        """The plan and the statistics it fits, for ``n_classes`` classes."""
+        return plan_dropping_sketch(
+            lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
+                                   *map(footprint_of, custom)), bins=bins, device=device, n_classes=n_classes,
+                                   quiet=quiet),
+            names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
+        )
+
+    labelled = not targeted and any(r.needs_label for r in wanted)
+    found = labelled and _found_in_first_pass(data, stats, wanted, run, grouped) and _same_plan_for_any_classes(planned_for)
+    if found:  # nothing before the second pass needs the classes: the first pass finds them, else a scan
+        classes_from = "label scan"
+    elif labelled:
+        title = "group-key scan" if grouped else "label scan"  # negative keys: groups only
         class_values, classes_from = resolve_classes(
             data, stats.mi.classes, split_every=resolve_split_every(split_every), negative=grouped,
             compute=lambda graph: compute(graph, title),
         )
-    else:
-        given_cuts, class_values, classes_from = None, None, None
     target_mi = targeted and counts_by_label(wanted)
     found_cuts = target_mi and given_cuts is None  # cut at the quantiles the first pass finds
-    pairwise = COV in wanted and stats.cov.rows == "pairwise"
-    ranked = ranks_by_sketch(wanted)
     if ranked and data.weights is not None:
         raise ValueError("spearman with sample weights is not implemented: its ranks count each row once")
-    planned_as = {COV.name: PAIRWISE_FOOTPRINT} if pairwise else {}  # four (D, D) matrices, or seven a tile pair
-    chosen, planned = plan_dropping_sketch(
-        lambda names: _planned(plan, split_every, data, (*(planned_as.get(s, s) for s in names),
-                               *map(footprint_of, custom)), bins=bins, device=device, n_classes=class_values),
-        names_of(wanted), optional=SKETCH in wanted and SKETCH not in requested(stats) and not ranked,
-    )
-    plan_record = None if chosen is None else {  # the provenance's, asked of the plan while it is at hand
-        "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
-        "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
-    }
+    chosen, planned = planned_for(max_classes() if found else None if class_values is None else len(class_values))
+    plan_record = _plan_record(chosen)
     planned, sketch_window = sketch_in_plan(planned)  # wide data: a window of buckets per sign, the widest that fits
     dropped = planned != names_of(wanted)  # wider still: not even the narrowest windowed sketch fits
     wanted = tuple(r for r in wanted if r.name in planned)
@@ -301,10 +311,45 @@ def lay_out(  # numpydoc ignore=PR01,RT01
     if class_values is not None and classes_from not in ("label scan", "target quantiles"):
         assert data.label is not None
         data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], class_values))
-    if class_values is not None:  # checked just above, or found by scanning this very label
+    if found:  # the first pass finds the classes: its label blocks refuse negative values as read
+        assert data.label is not None
+        data = dataclasses.replace(data, label=checked_label(data.label, data.x.chunks[0], None))
+    if class_values is not None or found:  # checked just above, or found by scanning this very label
         data = dataclasses.replace(data, label_checked=True)
+    record_for_classes = (lambda n: _plan_record(planned_for(n, True)[0])) if found else None
     return Layout(data, wanted, custom, chosen, plan_record, class_values, classes_from, given_cuts, target_mi,
-                  found_cuts, ranked, sketch_window, range_, fan_in, layout)
+                  found_cuts, ranked, sketch_window, range_, fan_in, layout, record_for_classes)
+
+
+def _found_in_first_pass(data: FeatureMatrix, stats: Configured, wanted: tuple[Any, ...], run: RunOptions,
+                         grouped: bool) -> bool:
+    """Whether the label's classes can be found in the first pass rather than by a scan of their own before it."""
+    # Only the second pass's histograms by class (mi) may use them, not class moments nor histograms on a given
+    # range (first pass). Weights drop rows of weight 0 before the statistics see them; checkpoints fingerprint
+    # the first pass; group keys may be negative: all three keep the scan.
+    by_class_first = (stats.histogram.range is not None and not is_minmax(stats.histogram.range)
+                      or any(r.needs_label and not r.by_label for r in wanted))
+    return (not grouped and data.weights is None and run.checkpoint is None and stats.mi.classes is None
+            and data.label is not None and _recorded_classes(data) is None and not by_class_first)
+
+
+def _same_plan_for_any_classes(planned_for: Callable[[int, bool], tuple[Any, tuple[Any, ...]]]) -> bool:
+    """Whether one class and ``daskbatch.max-classes`` classes give the passes the same blocks, fan-in and sketch."""
+    # (feature, bin, class) tables rarely move a plan (a budget of gigabytes): the classes found then do not either.
+    try:
+        (fewest, fits), (most, fits_most) = planned_for(1, True), planned_for(max_classes(), True)
+    except PlanError:  # the most classes do not fit: a scan finds how many there are before planning
+        return False
+    return fits == fits_most and all(getattr(fewest, k, None) == getattr(most, k, None)
+                                     for k in ("chunk_rows", "split_every", "feature_tile"))
+
+
+def _plan_record(chosen: Plan | None) -> dict[str, Any] | None:
+    """The provenance's account of a plan (None without one)."""
+    return None if chosen is None else {
+        "budget_bytes": chosen.budget_bytes, "task_bytes": chosen.task_bytes, "limited_by": chosen.limited_by,
+        "resources": chosen.resources.describe(), "n_classes": chosen.n_classes,
+    }
 
 
 def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool) -> tuple[Any, int | None, int | None, str]:
@@ -329,7 +374,7 @@ def _run_layout(plan: Any, split_every: int | None, checkpoint: Any, force: bool
 
 def _planned(
     plan: Any, split_every: int | None, data: FeatureMatrix, names: tuple[Any, ...], *, bins: int, device: str,
-    n_classes: tuple[int, ...] | None,
+    n_classes: int | None, quiet: bool = False,
 ) -> Any:
     """The plan to run with (raising PlanError before any compute), or None to keep the input's chunks."""
     if plan is None:
@@ -338,11 +383,13 @@ def _planned(
         chosen = plan
     elif (isinstance(plan, str) and plan == "auto") or isinstance(plan, Resources):
         chosen = plan_statistics(data, names, bins=bins, resources=plan, split_every=split_every,
-                                 n_classes=None if n_classes is None else len(n_classes), device=device)
+                                 n_classes=n_classes, device=device)
     else:
         raise TypeError(f"plan must be 'auto', a Plan, a Resources or None; got {plan!r}")
     if chosen.shape != tuple(data.x.shape):
         raise ValueError(f"the plan is for shape {chosen.shape} but the data have shape {tuple(data.x.shape)}")
+    if quiet:  # a plan asked for a comparison
+        return chosen
     if isinstance(plan, Plan):  # whoever made it has logged it (daskbatch run does): once is enough
         log.debug("using the plan given: %s rows a chunk, split_every %d", f"{chosen.chunk_rows:,}", chosen.split_every)
     else:

@@ -150,6 +150,10 @@ class ClassValues:
 
     max_classes: int = DEFAULT_MAX_CLASSES
     name = "classes"
+    #: In a pass's bundle it takes the label (alone, it takes the label as ``x``).
+    needs_label = True
+    #: Not a statistic the user asked for: pass names and titles leave it out.
+    rides_along = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_classes", strict_int(self.max_classes, "max_classes", minimum=1))
