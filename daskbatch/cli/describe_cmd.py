@@ -213,6 +213,7 @@ def describe_command(
     _check_roles(label, target_name, groups_name)
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
     settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
+    cluster_kwargs = {}
     if not (address or scheduler_file) and cluster != "threads":
         cluster = cli_kind(cluster)  # "auto" decided once, here: cuda or threads
     if cluster == "local" and not (address or scheduler_file):
@@ -222,8 +223,7 @@ def describe_command(
 
         prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
                         settings["stats"], settings["range"])
-    cluster_kwargs = {}
-    if cluster == "cuda" and not (address or scheduler_file):
+    elif cluster == "cuda" and not (address or scheduler_file):
         # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
