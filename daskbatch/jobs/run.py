@@ -206,7 +206,7 @@ def job_client(job: JobSpec, kind: str, cuda_plan: Any) -> Iterator[Any]:
                      wait_for_workers=spec.wait_for_workers) as client:
             yield client
         return
-    memory = spec.memory
+    memory: Any = spec.memory
     if memory is None and job.memory != "auto" and kind != "cuda":  # the job's budget (on cuda: GPU memory)
         memory = job.memory
     names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")

@@ -212,7 +212,10 @@ class JobSpec(_FromConfig):
 
 
 #: The sections of a job and their schemas.
-SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(JobSpec) if isinstance(f.default_factory, type)}
+SECTIONS: dict[str, type] = {
+    "input": InputSpec, "statistics": StatisticsSpec, "selection": SelectionSpec,
+    "transform": TransformSpec, "cluster": ClusterSpec, "outputs": OutputsSpec,
+}
 #: Keys of the job only a file sets (not ``daskbatch.job`` config).
 FILE_ONLY = ("dask",)
 
