@@ -349,3 +349,22 @@ def test_describe_config_file_input_groups(tmp_path: pathlib.Path, grouped, monk
     np.testing.assert_allclose(by_describe.arrays.group_mean[:, 1], x[g == 0].mean(axis=0), rtol=1e-12)
     for name in ("groups", "group_count", "group_mean", "group_var"):
         np.testing.assert_array_equal(getattr(by_describe, name), getattr(by_run, name), err_msg=name)
+
+
+def test_describe_update_takes_a_split_every_of_its_own(tmp_path: pathlib.Path, store: tuple[str, np.ndarray]) -> None:
+    """``--update --split-every N``: the fan-in is the run's own (no setting), and the rows merge as without it."""
+    path, x = store
+    more = zarr.open_group(str(tmp_path / "more.zarr"), mode="w")
+    more.create_array("X", data=x[::-1] * 2, chunks=(256, 4))
+    base, updated = str(tmp_path / "base.zarr"), str(tmp_path / "updated.zarr")
+    common = ["--no-progress", "--cluster", "threads"]
+    first = CliRunner().invoke(main, ["describe", path, "--out", base, "--stats", "moments", *common])
+    assert first.exit_code == 0, first.output
+    result = CliRunner().invoke(
+        main, ["describe", str(tmp_path / "more.zarr"), "--update", base, "--out", updated, "--split-every", "2", *common]
+    )
+    assert result.exit_code == 0, result.output
+    merged = db.load_summary(updated)
+    both = np.concatenate([x, x[::-1] * 2]).astype(np.float64)
+    assert (np.asarray(merged.count) == 4000).all()
+    np.testing.assert_allclose(merged.mean, both.mean(axis=0), rtol=1e-12)

@@ -105,10 +105,7 @@ def _stderr_handler(logger: logging.Logger) -> _StderrHandler:
 
 
 def _settings(ctx: click.Context) -> LogSettings:
-    meta = ctx.find_root().meta
-    if _META_KEY not in meta:
-        meta[_META_KEY] = LogSettings()
-    return meta[_META_KEY]  # type: ignore[no-any-return]
+    return ctx.find_root().meta.setdefault(_META_KEY, LogSettings())  # type: ignore[no-any-return]
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -474,14 +474,15 @@ def plan_command(
         names, optional=default_stats,  # as describe, which adds the sketch itself
     )
     by_name, window = sketch_in_plan(planned)
+    notes = [skipped] if skipped else []
     if window is not None:
-        note = (f"the quantile sketch keeps a window of {window[0]:,} buckets per sign in {window[1]} "
-                f"({state_bytes_per_feature(*window[:2]) / 1e3:,.1f} kB a feature, quantiles within "
-                f"{window[2]:.2%}) to fit")
-        skipped = f"{skipped}; {note}" if skipped else note
+        notes.append(f"the quantile sketch keeps a window of {window[0]:,} buckets per sign in {window[1]} "
+                     f"({state_bytes_per_feature(*window[:2]) / 1e3:,.1f} kB a feature, quantiles within "
+                     f"{window[2]:.2%}) to fit")
     elif by_name != names:
-        note = "the quantile sketch does not fit: describe takes histogram ranges from min and max, the last resort (or --range)"
-        skipped = f"{skipped}; {note}" if skipped else note
+        notes.append("the quantile sketch does not fit: describe takes histogram ranges from min and max, the last "
+                     "resort (or --range)")
+    skipped = "; ".join(notes) or None
     if as_json:
         out = result.to_dict()
         out["store"] = str(store)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -176,7 +175,8 @@ def describe_command(
     previous = None
     if update_path is not None:
         previous, settings = update_settings(click.get_current_context(), update_path, store)
-        split_every = settings.pop("run").split_every
+        recorded = settings.pop("run").split_every
+        split_every = split_every or recorded  # a fan-in changes no setting
         out = update_path if out is None else out
     if cov_rows == "pairwise":
         settings["stats"] = _pairwise_cov(settings["stats"])
@@ -213,6 +213,7 @@ def describe_command(
     _check_roles(label, target_name, groups_name)
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
     settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
+    cluster_kwargs = {}
     if not (address or scheduler_file) and cluster != "threads":
         cluster = cli_kind(cluster)  # "auto" decided once, here: cuda or threads
     if cluster == "local" and not (address or scheduler_file):
@@ -222,8 +223,7 @@ def describe_command(
 
         prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
                         settings["stats"], settings["range"])
-    cluster_kwargs = {}
-    if cluster == "cuda" and not (address or scheduler_file):
+    elif cluster == "cuda" and not (address or scheduler_file):
         # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
         # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
         gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
@@ -352,9 +352,6 @@ def update_settings(ctx: click.Context, stats_path: str, store: str) -> tuple[An
     previous = load_summary(stats_path)
     settings = describe_settings(previous)  # a summary without states is refused here, before any compute
     # The label is found as describe finds it (--label, else the one the store records): see needs_label.
-    # The store's own names are checked against the summary's by the merge; the fan-in changes no setting.
-    split_every = ctx.params["split_every"] if ctx.get_parameter_source("split_every") in _GIVEN else None
-    settings["run"] = dataclasses.replace(settings["run"], feature_names=None,
-                                          split_every=split_every or settings["run"].split_every)
+    # The store's own names are checked against the summary's by the merge.
     return previous, settings
 

@@ -224,12 +224,16 @@ def _job_options(found: ConfigFile) -> dict[str, Any]:
     return options
 
 
+def _long_options(ctx: click.Context) -> dict[str, click.Parameter]:
+    """The command's parameters by long option name, ``_`` for ``-``."""
+    return {opt[2:].replace("-", "_"): p for p in ctx.command.params for opt in p.opts if opt.startswith("--")}
+
+
 def _read(ctx: click.Context, value: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Option values and dask settings of a --config file."""
-    flags = {opt[2:].replace("-", "_") for p in ctx.command.params for opt in p.opts if opt.startswith("--")}
     try:
         loaded = read_yaml(value)
-        if is_config_file(loaded, flags):
+        if is_config_file(loaded, _long_options(ctx)):
             found = check_config_file(value, loaded)
             return _job_options(found), found.dask or None
     except OSError as exc:
@@ -253,18 +257,12 @@ def _load(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
     if dask_settings:
         # Applied by the command once --allow-dask-config (which may come later) is known.
         ctx.meta[_PENDING], ctx.meta[_SOURCE] = dask_settings, value
-    by_flag: dict[str, click.Parameter] = {}
-    for p in ctx.command.params:
-        if p.name is None or p.name in _NOT_FROM_FILE or isinstance(p, click.Argument):
-            continue
-        for opt in p.opts:
-            if opt.startswith("--"):
-                by_flag[opt[2:].replace("-", "_")] = p
+    by_flag = _long_options(ctx)
     defaults: dict[str, Any] = {}
     # A job key whose option this command lacks (plan has no --checkpoint) is left alone.
     for key, val in options.items():
         target = by_flag.get(key)
-        if target is None:
+        if target is None or target.name is None or target.name in _NOT_FROM_FILE:
             continue
         try:  # the schema has checked the value's type; the option's own bounds (bins >= 1) are checked here
             target.type_cast_value(ctx, val)
@@ -291,6 +289,13 @@ def _apply_dask_settings(ctx: click.Context, allow: bool) -> None:
     dask.config.update(dask.config.config, settings)
 
 
+def allow_dask_config_option(where: str) -> Callable[[F], F]:
+    """Add ``--allow-dask-config``: any dask setting in ``where`` (a file) is accepted."""
+    return click.option("--allow-dask-config", is_flag=True, help=f"Accept any dask setting in {where}. Without it "
+                        "only settings that tune sizes, memory thresholds and timeouts are accepted (no preload, "
+                        "plugins or logging).")
+
+
 def config_option(func: Any) -> Any:
     """Add ``--config FILE`` and ``--allow-dask-config`` to a command."""
     @functools.wraps(func)
@@ -299,12 +304,7 @@ def config_option(func: Any) -> Any:
         _apply_dask_settings(click.get_current_context(), allow_dask_config)
         return func(*args, **kwargs)
 
-    _command = click.option(
-        "--allow-dask-config",
-        is_flag=True,
-        help="Accept any dask setting in the --config file. Without it only settings that "
-        "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
-    )(_command)
+    _command = allow_dask_config_option("the --config file")(_command)
     return click.option(
         "--config",
         type=click.Path(dir_okay=False),

@@ -10,7 +10,7 @@ import click
 
 import daskbatch as db
 from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, report, user_errors
-from daskbatch.cli.options import device_option
+from daskbatch.cli.options import allow_dask_config_option, device_option
 from daskbatch.engine.checkpoint_files import interrupted_message
 from daskbatch.errors import Interrupted
 from daskbatch.io.outputs import (
@@ -303,12 +303,7 @@ class _JobCommand(click.Command):
 
 @main.command("run", cls=_JobCommand, epilog=_EPILOG)
 @click.argument("job_file", metavar="JOB", type=click.Path(dir_okay=False))
-@click.option(
-    "--allow-dask-config",
-    is_flag=True,
-    help="Accept any dask setting in the job file. Without it only settings that "
-    "tune sizes, memory thresholds and timeouts are accepted (no preload, plugins or logging).",
-)
+@allow_dask_config_option("the job file")
 @click.option(
     "--overwrite",
     is_flag=True,

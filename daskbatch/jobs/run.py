@@ -176,39 +176,42 @@ def describe_keywords(job: JobSpec) -> dict[str, Any]:
             "weights": job.input.weights}
 
 
-def memory_limit(job: JobSpec, kind: str) -> Any:
-    """Give the host memory limit of each worker the job starts."""
-    if job.cluster.memory is not None:
-        return job.cluster.memory
-    return None if job.memory == "auto" or kind == "cuda" else job.memory
-
-
-@contextlib.contextmanager
-def job_client(job: JobSpec, cuda_plan: Any) -> Iterator[Any]:
-    """Start or join the job's cluster; its client is closed on exit if the job started it."""
-    import dask  # lazy: dask
-
+def job_kind(job: JobSpec) -> str:
+    """Give the kind of cluster the job runs on, ``"auto"`` resolved."""
     spec = job.cluster
+    if spec.kind != "auto":
+        return spec.kind
     # "auto" without GPUs runs here on dask's threads, as `daskbatch describe` does (worker processes would each
     # load the kernels again), unless the job sizes workers: then it gets the LocalCluster it describes.
     sized = spec.n_workers is not None or spec.memory is not None
-    if spec.kind == "threads" or (spec.kind == "auto" and not sized and cli_kind("auto") == "threads"):
+    return resolve_kind("auto") if sized else cli_kind("auto")
+
+
+@contextlib.contextmanager
+def job_client(job: JobSpec, kind: str, cuda_plan: Any) -> Iterator[Any]:
+    """Start or join the job's cluster of ``kind``; its client is closed on exit if the job started it."""
+    import dask  # lazy: dask
+
+    spec = job.cluster
+    if kind == "threads":
         settings: dict[str, Any] = {"scheduler": "threads"}
         if spec.threads:
             settings["num_workers"] = spec.threads
         with dask.config.set(settings):
             yield None
         return
-    if spec.kind in ("address", "scheduler_file"):
-        with cluster(address=spec.address if spec.kind == "address" else None,
-                     scheduler_file=spec.scheduler_file if spec.kind == "scheduler_file" else None,
+    if kind in ("address", "scheduler_file"):
+        with cluster(address=spec.address if kind == "address" else None,
+                     scheduler_file=spec.scheduler_file if kind == "scheduler_file" else None,
                      wait_for_workers=spec.wait_for_workers) as client:
             yield client
         return
-    kind = resolve_kind(spec.kind) if spec.kind == "auto" else spec.kind
+    memory: Any = spec.memory
+    if memory is None and job.memory != "auto" and kind != "cuda":  # the job's budget (on cuda: GPU memory)
+        memory = job.memory
     names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")
              else ("n_workers", "threads_per_worker", "memory_limit"))
-    given = zip(names, (spec.n_workers, spec.threads, memory_limit(job, kind)), strict=True)
+    given = zip(names, (spec.n_workers, spec.threads, memory), strict=True)
     kwargs = {key: value for key, value in given if value is not None}
     with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
         yield client
@@ -228,13 +231,9 @@ def job_resources(job: JobSpec, client: Any) -> Any:
     return dataclasses.replace(found, memory_bytes=parse_memory(job.memory, total_bytes=found.memory_bytes))
 
 
-def plan_for_cuda(job: JobSpec, dataset: Any, stats: list[str]) -> Any:
-    """Plan for this machine's GPUs before a cuda cluster starts (the plan sizes its RMM pool)."""
-    kind = resolve_kind(job.cluster.kind) if job.cluster.kind == "auto" else job.cluster.kind
-    if kind != "cuda":
-        return None
-    gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
-    return plan_describe(dataset, stats=stats, resources=gpus, **describe_keywords(job))
+#: A failed job's status in its report, by the exception that ended it (else "failed").
+_STATUS = ((PlanError, "plan_error"), ((Interrupted, Cancelled, KeyboardInterrupt), "interrupted"),
+           ((ValueError, TypeError, KeyError, OSError), "bad_input"))
 
 
 def run_job(
@@ -253,19 +252,13 @@ def run_job(
         with dask.config.set(dict(flatten(settings))):
             _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
-        if isinstance(exc, PlanError):
-            report.status = "plan_error"
-        elif isinstance(exc, (Interrupted, Cancelled, KeyboardInterrupt)):
-            report.status = "interrupted"
-        elif isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
-            report.status = "bad_input"
-        else:
-            report.status = "failed"
+        report.status = next((status for types, status in _STATUS if isinstance(exc, types)), "failed")
         report.error = f"{type(exc).__name__}: {exc}"
-        _finish(report, t0, targets.get("outputs.report"))
         raise
-    _finish(report, t0, targets.get("outputs.report"))
+    finally:
+        _finish(report, t0, targets.get("outputs.report"))
     return report
+
 
 
 def check_job_outputs(job: JobSpec, *, overwrite: bool = False) -> dict[str, OutputTarget]:
@@ -340,9 +333,12 @@ def _run(
                 f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} "
                 "has none: set input.label, or selection.score: variance"
             )
-    cuda_plan = plan_for_cuda(job, dataset, stats)
+    kind, cuda_plan = job_kind(job), None
+    if kind == "cuda":  # planned for this machine's GPUs before the cluster starts: the plan sizes its RMM pool
+        gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
+        cuda_plan = plan_describe(dataset, stats=stats, resources=gpus, **describe_keywords(job))
     t_cluster = time.perf_counter()
-    with job_client(job, cuda_plan) as client:
+    with job_client(job, kind, cuda_plan) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
         with phase(report, "plan"):
             resources = job_resources(job, client)
@@ -354,9 +350,7 @@ def _run(
                                 "dask config daskbatch.memory-fraction, daskbatch.reserved-memory)") from None
         report.plan = plan
         log.info("plan:\n%s", plan.explain())
-        device = job.cluster.device
-        if device == "auto":
-            device = "gpu" if client is not None and resources_from_client(client).device == "gpu" else "cpu"
+        device = resources.device if job.cluster.device == "auto" else job.cluster.device
 
         with phase(report, "describe"):
             moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)

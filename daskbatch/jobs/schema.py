@@ -7,7 +7,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -251,6 +251,16 @@ def reference() -> str:
     return "\n".join(lines)
 
 
+#: The scalar types of the schema: a test of a value, the type in words, and a list of them in words.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], str, str]] = {
+    type(None): (lambda v: v is None, "null", "null"),
+    bool: (lambda v: isinstance(v, bool), "true or false", "booleans"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", "integers"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number", "numbers"),
+    str: (lambda v: isinstance(v, str), "a string", "strings"),
+}
+
+
 def expected(tp: Any) -> str:
     """Say a type in words: 'an integer', "one of 'omit', 'raise'", 'a list of numbers or null'."""
     origin = typing.get_origin(tp)
@@ -262,12 +272,10 @@ def expected(tp: Any) -> str:
         (item,) = typing.get_args(tp)
         if typing.get_origin(item):
             return f"a list of ({expected(item)})"
-        return "a list of " + {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(item, expected(item))
+        return "a list of " + (_SCALARS[item][2] if item in _SCALARS else expected(item))
     if origin is dict or tp is dict:
         return "a mapping"
-    return {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, str(tp)
-    )
+    return _SCALARS[tp][1] if tp in _SCALARS else str(tp)
 
 
 def matches(value: Any, tp: Any) -> tuple[bool, Any]:
@@ -291,17 +299,9 @@ def matches(value: Any, tp: Any) -> tuple[bool, Any]:
         return False, value
     if origin is dict or tp is dict:
         return isinstance(value, Mapping), dict(value) if isinstance(value, Mapping) else value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return ok, float(value) if ok else value
-    if tp is str:
-        return isinstance(value, str), value
+    if tp in _SCALARS:
+        ok = _SCALARS[tp][0](value)
+        return ok, float(value) if ok and tp is float else value
     return isinstance(value, tp), value
 
 

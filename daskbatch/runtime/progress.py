@@ -33,11 +33,11 @@ def in_jupyter() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
+def display_for(title: str) -> _Terminal | _Widget | None:
     """Make the bar for where this process shows things."""
     if in_jupyter():
         try:
-            return _Widget(title, total)
+            return _Widget(title)
         except ImportError:  # no ipywidgets: Jupyter renders a carriage return on stderr as well
             return _Terminal(plain=True)
     stream = sys.stderr
@@ -49,26 +49,24 @@ def display_for(title: str, total: int | None) -> _Terminal | _Widget | None:
 class _Widget:
     """An ipywidgets bar with the title before it and the counts after it, displayed at once."""
 
-    def __init__(self, title: str, total: int | None) -> None:
+    def __init__(self, title: str) -> None:
         from IPython.display import display
         from ipywidgets import HTML, HBox, IntProgress, Layout
 
         self.label = HTML(f"<b>{html.escape(title)}</b>")
-        self.bar = IntProgress(min=0, max=max(total or 1, 1), value=0, layout=Layout(width="40%"))
+        self.bar = IntProgress(min=0, max=1, value=0, layout=Layout(width="40%"))
         self.text = HTML("")
         self.box = HBox([self.label, self.bar, self.text])
         display(self.box)
 
-    def set_total(self, total: int) -> None:
-        self.bar.max = max(total, 1)
-
-    def draw(self, done: int, status: str) -> None:
+    def draw(self, done: int, total: int | None, status: str) -> None:
+        self.bar.max = max(total or 1, 1)
         self.bar.value = min(done, self.bar.max)
         # The status starts with the title, which the label shows already.
         self.text.value = html.escape(status.split("  ", 1)[-1])
 
     def close(self, status: str, *, ok: bool) -> None:
-        self.draw(self.bar.max if ok else self.bar.value, status)
+        self.draw(self.bar.max if ok else self.bar.value, self.bar.max, status)
         self.bar.bar_style = "success" if ok else "danger"
 
 
@@ -83,14 +81,11 @@ class _Terminal:
         self.text = ""
         _active_line[:] = [self]
 
-    def set_total(self, total: int) -> None:
-        """A line shows no total to grow to."""
-
     def _fit(self, text: str) -> str:
         width = shutil.get_terminal_size((100, 24)).columns
         return text if len(text) < width else text[: max(width - 2, 10)] + "…"
 
-    def draw(self, done: int, status: str) -> None:
+    def draw(self, done: int, total: int | None, status: str) -> None:
         self.text = self._fit(status)
         self._write(self.text)
 
@@ -169,7 +164,7 @@ class Progress:
         log.info("%s: started%s", self.title, self._size_text())
         if self._show:
             try:
-                self._display = display_for(self.title, self.total)
+                self._display = display_for(self.title)
             except Exception as exc:  # a bar must never fail the computation it shows
                 log.debug("no progress bar for %s: %s", self.title, exc)
             self._draw(force=True)
@@ -196,25 +191,23 @@ class Progress:
         with self._lock:
             self.skipped += n
             self.done += n
-        self._draw(force=True)
-        self._counted()
+        self._counted(force=True)
 
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more finished units (any thread)."""
         with self._lock:
             self.done += n
-        self._draw()
         self._counted()
 
     def update(self, done: int) -> None:
         """Set the number of finished units (any thread; never goes backwards)."""
         with self._lock:
             self.done = max(self.done, done)
-        self._draw()
         self._counted()
 
-    def _counted(self) -> None:
-        """After a count: the caller's callback (once per count), a periodic log line, and the cancel check."""
+    def _counted(self, *, force: bool = False) -> None:
+        """After a count: the bar, the caller's callback (once per count), a periodic log line, the cancel check."""
+        self._draw(force=force)
         if self._callback is not None:
             with self._lock:
                 done, fresh = self.done, self.done != self._reported
@@ -231,10 +224,7 @@ class Progress:
 
     def set_total(self, total: int) -> None:
         """Set the number of units once it is known (a widget's bar grows to it)."""
-        with self._lock:
-            self.total = total
-            if self._display is not None:
-                self._display.set_total(total)
+        self.total = total
         self._draw(force=True)
 
     def _status(self, *, final: bool = False) -> str:
@@ -295,7 +285,7 @@ class Progress:
                 return
             self._drawn_at = now
             try:
-                self._display.draw(self.done, self._status())
+                self._display.draw(self.done, self.total, self._status())
             except Exception as exc:  # e.g. a widget whose kernel comm went away: stop drawing, carry on
                 log.debug("progress bar of %s stopped: %s", self.title, exc)
                 self._display = None
