@@ -154,8 +154,6 @@ def test_missing_chunk_raises_or_warns(tmp_path, zarr_format):
     key = "X/c/3/0" if zarr_format == 3 else "X/3.0"
     with pytest.raises(DataError, match=f"{key}"):
         open_dataset(path, missing="raise")
-    with pytest.raises(DataError, match=f"{key}"):
-        open_dataset(path, strict=True)
     for missing in ("auto", "fill"):
         ds = open_dataset(path, missing=missing)
         assert ds.missing_chunks == [(3, 0)]
@@ -239,7 +237,7 @@ def test_sharded_store_aligns_to_shards(tmp_path):
     np.testing.assert_array_equal(ds.x.compute(), _data())
     os.remove(path / "X" / "c" / "2" / "0")
     with pytest.raises(DataError, match=r"X/c/2/0"):
-        open_dataset(path, strict=True)
+        open_dataset(path, missing="raise")
 
 
 def test_columns_chunked_in_store_still_one_block_wide(tmp_path):

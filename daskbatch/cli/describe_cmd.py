@@ -97,7 +97,6 @@ def parse_range(text: str | None) -> tuple[float, float] | str | None:
     "raise: refuse any (naming them); skip: compute on the rows whose chunks are present; fill: read "
     "zarr's fill values. Recorded in the summary's provenance.",
 )
-@click.option("--strict", is_flag=True, hidden=True, help="Same as --missing raise.")
 @job_option("statistics.nan_policy", "--nan-policy")
 @click.option("--split-every", type=click.IntRange(min=2), default=None, help="Fan-in of the merge tree.")
 @click.option("--out", type=click.Path(), default=None, help="Write the summary to this Zarr store.")
@@ -136,7 +135,7 @@ def describe_command(
     groups_name: str | None, classes_: str | None, stats: str,
     bins: int, range_: str | None,
     like_path: str | None, ddof: int, cov_rows: str,
-    missing: str, strict: bool, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
+    missing: str, nan_policy: str, split_every: int | None, out: str | None, update_path: str | None,
     json_path: str | None, overwrite: bool, checkpoint: str | None, force: bool, cov_out: str | None, cache: bool | None, device: str, progress: bool,
     top: int, table_rows: int, show_all: bool, json_states: bool,
     cluster: str, address: str | None, scheduler_file: str | None, wait_for_workers: int | None,
@@ -193,7 +192,7 @@ def describe_command(
     refuse_unreadable_path(store)  # a missing path or a CSV file, named in one line
     dataset: Any = (
         open_table(store, label=label) if is_table_path(store)  # Parquet / Arrow IPC files: columns by name
-        else open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing), strict=strict)
+        else open_dataset(store, x=x_name, label=label, missing=cast(MissingPolicy, missing))
     )
     for summary, option, path in ((previous, "--update", update_path), (like, "--like", like_path)):
         if summary is not None and len(summary.feature_names) != dataset.x.shape[1]:  # before any data is read

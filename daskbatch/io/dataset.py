@@ -204,7 +204,6 @@ def open_dataset(
     chunks: Chunks = "auto",
     storage_options: Mapping[str, Any] | None = None,
     missing: MissingPolicy = "auto",
-    strict: bool = False,
 ) -> Dataset:
     """Open a (samples x features) array in a Zarr store as a :class:`Dataset`.
 
@@ -240,9 +239,6 @@ def open_dataset(
         a chunk was lost or rows were skipped.  A chunk present at the open
         but absent when read (lost since) is refused in the same words where
         an absent chunk at the open would be (not under ``"fill"``).
-    strict : bool, default False
-        Kept for callers of earlier versions: ``True`` insists on ``missing="raise"``
-        (the default ``"auto"`` counts as ``"raise"`` then).
 
     Returns
     -------
@@ -256,11 +252,8 @@ def open_dataset(
         chunks that ``missing`` refuses, or more chunks (or dask blocks) than
         ``daskbatch.max-chunks`` (checked from the metadata before anything else).
     """
-    if strict and missing in ("skip", "fill"):
-        raise ValueError(f"strict=True refuses missing chunks; it contradicts missing={missing!r}")
-    strict_missing = "raise" if strict and missing == "auto" else missing  # another value: refused by read_store
     return Dataset(**ZarrStore.read_store(path_or_url, x, label, chunks=chunks, storage_options=storage_options,
-                                          missing=strict_missing))
+                                          missing=missing))
 
 
 def open_zarr(

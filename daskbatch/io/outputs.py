@@ -30,8 +30,6 @@ _NOUNS = {
 }
 #: Kinds that carry no marker (an image cannot hold one): an existing file is replaced only with ``overwrite``.
 _UNMARKED = {"figure"}
-#: Written by tiled_covariance before the marker existed; still recognised as ours.
-_LEGACY_ATTRS = {"tiled_cov": "daskbatch_tiled_cov"}
 #: Root attributes of the datasets daskbatch writes besides :data:`MARKER`: synth's ground truth.
 _DATASET_ATTRS = ("synth",)
 
@@ -161,9 +159,7 @@ def output_kind(path: str | os.PathLike[str]) -> str | None:
     except (OSError, ValueError, TypeError):  # not a Zarr group (TypeError: attributes that are no mapping)
         return None
     kind = attrs.get(MARKER)
-    if isinstance(kind, str):
-        return kind
-    return next((k for k, attr in _LEGACY_ATTRS.items() if isinstance(attrs.get(attr), dict)), None)
+    return kind if isinstance(kind, str) else None
 
 
 def _file_kind(path: str, opener: Callable[..., Any] = open) -> str | None:
