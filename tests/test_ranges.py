@@ -187,3 +187,17 @@ def test_wide_data_keep_robust_ranges_with_a_windowed_sketch(tmp_path) -> None:
     out = CliRunner().invoke(main, ["plan", str(tmp_path / "wide.zarr"), "--memory", "768MiB", "--threads", "1"])
     assert out.exit_code == 0, out.output
     assert "a window of 1,024 buckets per sign in int32 (9.8 kB a feature, quantiles within 1.00%)" in out.output  # with its grid
+
+
+@pytest.mark.parametrize("weight", [None, 2.0])
+def test_out_of_range_share_weighs_as_the_histogram(weight) -> None:
+    """With sample weights the share outside the range is of the values' weight, as the histogram counts it."""
+    x = np.random.default_rng(3).normal(size=(200, 2))
+    x[:20, 0] = np.inf  # 10 %: outside every range
+    x[:3, 1] = 50.0  # 1.5 % outside the range given
+    x[3:5, 1] = np.nan  # left out of the share
+    w = None if weight is None else np.full(200, weight)
+    with pytest.warns(db.errors.RangeWarning, match=r"^2 of 2 feature\(s\) .* range: f0 \(10.0%\), f1 \(1.5%\);"):
+        s = db.describe(x, weights=w, range=(-10, 10), stats=("moments", "hist"))
+    np.testing.assert_allclose(s.arrays.out_of_range_fraction, [20 / 200, 3 / 198], rtol=1e-12)
+    assert s.provenance["out_of_range"] == ["f0", "f1"]

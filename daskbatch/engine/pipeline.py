@@ -43,7 +43,13 @@ from daskbatch.stats.declaration import Declaration
 from daskbatch.stats.histogram import QUANTILE_BINS, QuantileHistogram, SweptBundle
 from daskbatch.stats.kernels.ahead import prepare as compile_ahead
 from daskbatch.stats.kernels.preflight import check_gpu, warn_unless_gpu_kernels
-from daskbatch.stats.ranges import fine_ranges, flag_out_of_range, histogram_ranges, is_minmax
+from daskbatch.stats.ranges import (
+    fine_ranges,
+    flag_out_of_range,
+    histogram_ranges,
+    is_minmax,
+    outside_fraction,
+)
 from daskbatch.stats.registry import Kept
 from daskbatch.stats.spearman import RankMap, Spearman
 from daskbatch.stats.spec import (
@@ -268,8 +274,8 @@ def _computed(
     if counts_histograms(wanted):
         provenance["range"] = "given" if explicit else "minmax" if range_ is not None else "quantiles"
     if Histogram.name in results:  # the features with many values outside their range, named once, here
-        h, n = results[Histogram.name], results[Moments.name].count
-        fraction = (h.underflow + h.overflow) / np.where(n > 0, n, 1.0)
+        h = results[Histogram.name]
+        fraction = outside_fraction(h.underflow, h.overflow, h.counts)
         provenance["out_of_range"] = flag_out_of_range(fraction, data.feature_names)
     if COV in wanted:
         provenance["cov_rows"] = stats.cov.rows

@@ -358,3 +358,11 @@ def _spike(
     if spike < max(MIN_SPIKE_COUNT, MIN_SPIKE_FRACTION * total) or spike < SPIKE_RATIO * busiest:
         return None
     return int(spike), int(busiest)
+
+
+def outside_fraction(underflow: np.ndarray, overflow: np.ndarray, hist_counts: np.ndarray) -> np.ndarray:
+    """Each feature's share of its values (NaN left out; of their weight, with weights) outside its histogram range."""
+    # The denominator from the histogram itself: with sample weights its counts are weight, the moments' count is not.
+    outside = np.asarray(underflow, dtype=np.float64) + np.asarray(overflow, dtype=np.float64)
+    total = np.sum(np.asarray(hist_counts, dtype=np.float64), axis=1) + outside
+    return outside / np.where(total > 0, total, 1.0)

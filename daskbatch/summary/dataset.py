@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from daskbatch.stats.ranges import outside_fraction
 from daskbatch.stats.registry import STATISTICS, summary_variables
 
 if TYPE_CHECKING:
@@ -115,11 +116,10 @@ def _group_hist(a: SummaryArrays) -> np.ndarray | None:
 
 
 def _out_of_range_fraction(a: SummaryArrays) -> np.ndarray | None:
-    """The (D,) fraction of every feature's values outside its histogram range."""
-    if a.underflow is None or a.overflow is None:
+    """The (D,) fraction of every feature's values (or their weight) outside its histogram range."""
+    if a.hist_counts is None or a.underflow is None or a.overflow is None:
         return None
-    n = a.count
-    return (a.underflow + a.overflow) / np.where(n > 0, n, 1.0)
+    return outside_fraction(a.underflow, a.overflow, a.hist_counts)
 
 
 #: The arrays the summary derives from its variables, by attribute name, with the dimensions that label them.

@@ -49,7 +49,7 @@ class Summary:
     ``describe(x, groups=g)`` adds ``group_count``, ``group_mean``, ``group_var`` (with the summary's ddof;
     feature × group DataFrames, NaN where a group has too few values) and ``group_hist`` (feature × bin × group,
     on ``hist_edges``); they are None without groups. ``out_of_range_fraction`` is each feature's share of its
-    values (NaN left out) outside its histogram range, None without histograms.
+    values (NaN left out; of their weight, with sample weights) outside its histogram range, None without histograms.
     ``provenance`` records what was computed from what.
 
     Examples
