@@ -130,6 +130,8 @@ def test_key_spellings_and_types(store: str) -> None:
         load_job({"input": {"store": store}, "transform": {"overwrite": 1}})
     with pytest.raises(JobConfigError, match="clips before project"):
         load_job({"input": {"store": store}, "transform": {"steps": ["clip", "project"]}})
+    with pytest.raises(JobConfigError, match=r"'statistics.bins' must be at least 1, got 0$"):
+        load_job({"input": {"store": store}, "statistics": {"bins": 0}})  # before the store is opened
 
 
 def test_dask_config_sets_job_keys_and_the_file_wins(tmp_path: pathlib.Path, store: str) -> None:

@@ -254,8 +254,9 @@ def _check_consistency(where: str, job: JobSpec) -> None:
         raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {describe_value(job.statistics.range)}")
     if len(job.transform.clip) != 2:
         raise JobConfigError(f"{where}: 'transform.clip' expects [lo, hi], got {describe_value(job.transform.clip)}")
-    if job.transform.k < 1:
-        raise JobConfigError(f"{where}: 'transform.k' must be at least 1, got {job.transform.k}")
+    for key, value in (("statistics.bins", job.statistics.bins), ("transform.k", job.transform.k)):
+        if value < 1:
+            raise JobConfigError(f"{where}: '{key}' must be at least 1, got {value}")
     steps = job.transform.steps
     if len(set(steps)) != len(steps):
         raise JobConfigError(f"{where}: 'transform.steps' names a step twice: {steps}")
