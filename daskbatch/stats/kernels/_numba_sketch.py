@@ -342,6 +342,23 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
 
 
 @_jit_nocheck
+def _grid_scales(step, scale):  # noqa: ANN001, ANN202
+    """Fill ``scale`` with each feature's normal ``2**-step`` (0.0 where it is none); whether all are."""
+    exact = True
+    for j in range(step.size):
+        scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
+        exact &= scale[j] != 0.0
+    return exact
+
+
+@_jit_nocheck
+def _grid_slot(scaled, fin, first, start, width):  # noqa: ANN001, ANN202
+    """Index in the flat grid counts (the feature's from ``start``) of a value scaled by ``2**-step``; -1 when not ``fin``."""
+    b = np.int64(math.floor(scaled if fin else 0.0)) - first
+    return start + min(max(b, 0), width - 1) if fin else -1
+
+
+@_jit_nocheck
 def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
     """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
     # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
@@ -352,10 +369,7 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
     scale = np.empty(n_features)
     # Every 2**-step a normal float (as a grid of finite data has): a row's bins in one branch-free
     # loop that vectorises, then its counts.
-    exact = True
-    for j in range(n_features):
-        scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
-        exact &= scale[j] != 0.0
+    exact = _grid_scales(step, scale)
     flat = counts.reshape(-1)
     slot = np.empty(n_features, dtype=np.int64)  # index in ``flat``; -1: NaN or ±inf
     for i in range(rows):
@@ -363,16 +377,12 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
         if exact:
             for j in range(n_features):
                 v = _load(x[i, j], lut)
-                fin = _finite(v)
-                b = np.int64(math.floor(v * scale[j] if fin else 0.0)) - first[j]
-                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+                slot[j] = _grid_slot(v * scale[j], _finite(v), first[j], j * width, width)
         else:
             for j in range(n_features):
                 v = _load(x[i, j], lut)
-                fin = _finite(v)
                 scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
-                b = np.int64(math.floor(scaled if fin else 0.0)) - first[j]
-                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
+                slot[j] = _grid_slot(scaled, _finite(v), first[j], j * width, width)
         for j in range(n_features):
             if slot[j] >= 0:
                 flat[slot[j]] += w
@@ -398,30 +408,81 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 
 @_jit
+def _tail_row(x, lut, i, low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Take row ``i`` into the least and second least finite values of the columns ``x`` and ``-x`` so far."""
+    for j in range(x.shape[1]):  # branch-free, so that it vectorises
+        v = _load(x[i, j], lut)
+        _tail_take(v, _finite(v), j, low, neg, low2, neg2)
+
+
+@_jit
+def _tail_take(v, fin, j, low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Take the value ``v`` of column ``j`` (``fin``: it is finite) into the least values of ``x`` and ``-x``."""
+    u = v if fin else np.inf
+    low2[j] = min(low2[j], max(low[j], u))
+    low[j] = min(low[j], u)
+    u = -v if fin else np.inf
+    neg2[j] = min(neg2[j], max(neg[j], u))
+    neg[j] = min(neg[j], u)
+
+
+@_jit
+def _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse):  # noqa: ANN001, ANN202
+    """Store block ``f``'s least values in ``fine`` and ``coarse``, and start the next block's."""
+    d = low.size
+    for j in range(d):
+        fine[f, j], fine[f, d + j] = low[j], neg[j]
+        fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
+        coarse[f // g, j] = min(coarse[f // g, j], low[j])
+        coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
+    _tail_start(low, neg, low2, neg2)
+
+
+@_jit
+def _tail_start(low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Start a block: no least values yet (+inf)."""
+    for j in range(low.size):
+        low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
+
+
+@_jit
 def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
     """Per block of ``b`` rows, the least and second least finite values of the 2D columns ``x``, ``-x``."""
     # fine (blocks, 4D): each block's least of every column, then its second least; coarse
     # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
     rows, d = x.shape
     low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    _tail_start(low, neg, low2, neg2)
     for f in range(fine.shape[0]):
-        for j in range(d):
-            low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
         for i in range(f * b, min(f * b + b, rows)):
-            for j in range(d):  # branch-free, so that it vectorises
+            _tail_row(x, lut, i, low, neg, low2, neg2)
+        _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse)
+
+
+@_jit_nocheck
+def grid_tail_blocks(x, lut, step, first, counts, b, g, fine, coarse):  # noqa: ANN001, ANN201
+    """:func:`grid_counts` (unweighted, every ``2**-step`` normal) and :func:`tail_blocks` in one read of ``x``."""
+    # Each row is read once for both while it is in cache: the chunk (64 MB at 262,144 x 64 float32)
+    # is not, and a second sweep of it cost the tails most of their time.
+    rows, d = x.shape
+    width = counts.shape[1]
+    scale = np.empty(d)
+    _grid_scales(step, scale)
+    flat = counts.reshape(-1)
+    slot = np.empty(d, dtype=np.int64)
+    low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    _tail_start(low, neg, low2, neg2)
+    for f in range(fine.shape[0]):
+        for i in range(f * b, min(f * b + b, rows)):
+            for j in range(d):  # one branch-free loop for both, so that it vectorises
                 v = _load(x[i, j], lut)
                 fin = _finite(v)
-                u = v if fin else np.inf
-                low2[j] = min(low2[j], max(low[j], u))
-                low[j] = min(low[j], u)
-                u = -v if fin else np.inf
-                neg2[j] = min(neg2[j], max(neg[j], u))
-                neg[j] = min(neg[j], u)
-        for j in range(d):
-            fine[f, j], fine[f, d + j] = low[j], neg[j]
-            fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
-            coarse[f // g, j] = min(coarse[f // g, j], low[j])
-            coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
+                slot[j] = _grid_slot(v * scale[j], fin, first[j], j * width, width)
+                _tail_take(v, fin, j, low, neg, low2, neg2)
+            for j in range(d):
+                if slot[j] >= 0:
+                    flat[slot[j]] += 1
+        _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse)
 
 
 @_jit
