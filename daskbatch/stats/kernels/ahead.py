@@ -238,7 +238,7 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     from daskbatch.stats.sketch_tails import tail_bounds, tail_layout  # lazy: the kernels
 
     k = sketch.tail_values
-    blocks = tail_layout(*x.shape, k) if k else None
+    blocks = tail_layout(x.shape[0], x.shape[1], k) if k else None
     if blocks is not None:
         data, lut = numba_view(x)
         blocks[2][:] = np.inf  # compiled against, not read: no block holds a value (the grid's sweep fills them)
