@@ -281,7 +281,7 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
     step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins)
     n_features = x.shape[1]
     if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
-        from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
+        from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
         from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
@@ -289,11 +289,11 @@ def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | N
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         # Every 2**-step a normal float (finite data's): the grid and the tails' block minima in one sweep.
         if tail_blocks is not None and w is None and bool(np.all((-1022 <= -step) & (-step <= 1023))):
-            kernels.grid_tail_blocks(data, lut, step, first, counts, *tail_blocks)
+            _sketch_table.grid_tail_blocks(data, lut, step, first, counts, *tail_blocks)
             return counts, step, first
-        kernels.grid_counts(data, lut, w, step, first, counts)
+        _sketch_table.grid_counts(data, lut, w, step, first, counts)
         if tail_blocks is not None:
-            kernels.tail_blocks(data, lut, *tail_blocks)
+            _numba_sketch.tail_blocks(data, lut, *tail_blocks)
         return counts, step, first
     dev = device(x)
     x = xp.astype(x, xp.float64)
