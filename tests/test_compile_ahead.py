@@ -92,8 +92,9 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     assert shared["compiled"] and shared["loaded"], shared
     assert not set(shared["compiled"]) & set(shared["loaded"])
     # The second pass's histogram loop, which the parent reaches last, was the helper's first compile; then the
-    # sketch's loops from its back (the tails' of full blocks, from a short first chunk repeated to their size).
-    assert {"_count_rows", "tail_blocks", "tail_candidates"} <= set(shared["loaded"]), shared
+    # sketch's loops from its back (the tails' of full blocks, from a short first chunk repeated to their size,
+    # and the grid's sweep that fills their block minima).
+    assert {"_count_rows", "grid_tail_blocks", "tail_candidates"} <= set(shared["loaded"]), shared
 
     alone = describe_in_a_fresh_process(store, tmp_path / "alone", DASKBATCH_COMPILE_AHEAD="0")
     assert alone["helper"] is None and not alone["loaded"]

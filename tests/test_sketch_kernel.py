@@ -335,7 +335,7 @@ def test_grid_counts_bin_as_ldexp_does_at_every_scale() -> None:
     assert (np.abs(step) > 1022).any() and (np.abs(step) < 1022).any()
     counts = np.zeros((x.shape[1], bins), dtype=np.int64)
     data, lut = numba_view(x)
-    _numba_sketch.grid_counts(data, lut, None, step, first, counts)
+    _sketch_table.grid_counts(data, lut, None, step, first, counts)
     want = np.clip(np.floor(np.ldexp(x, -step[None, :])).astype(np.int64) - first[None, :], 0, bins - 1)
     for j in range(x.shape[1]):
         np.testing.assert_array_equal(counts[j], np.bincount(want[:, j], minlength=bins), err_msg=f"column {j}")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from daskbatch.stats import sketch_tails
-from daskbatch.stats.kernels import _numba_sketch
+from daskbatch.stats.kernels import _numba_sketch, _sketch_table
 from daskbatch.stats.kernels._numba import _finite, _load, _weight
 from daskbatch.stats.kernels.path import numba_view
 from daskbatch.stats.sketch_tails import tails_chunk
@@ -267,6 +267,49 @@ def test_grid_counts_are_the_frozen_loops(scales: str, weighted: bool, dtype: st
         got = np.zeros((n_features, 300), dtype=count_dtype)
         want = np.zeros_like(got)
         data, lut = numba_view(x)
-        _numba_sketch.grid_counts(data, lut, w, step, first, got)
+        _sketch_table.grid_counts(data, lut, w, step, first, got)
         _frozen_grid_counts(data, lut, w, step, first, want)
         np.testing.assert_array_equal(got, want, strict=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_grid_tail_blocks_are_grid_counts_and_tail_blocks(dtype: str) -> None:
+    """The fused sweep gives the grid and the tails' block minima of the two loops, bit for bit (NaN, ±inf, ±0 too)."""
+    from daskbatch.stats.kernels.path import numba_view
+    from daskbatch.stats.sketch_distinct import _grid_steps
+    from daskbatch.stats.sketch_tails import tail_layout
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5_000, 6)) * np.logspace(-2, 2, 6) + 3).astype(dtype)
+    x[rng.random(x.shape) < 0.02] = np.nan
+    x[rng.random(x.shape) < 0.01] = np.inf
+    x[rng.random(x.shape) < 0.01] = -np.inf
+    x[rng.random(x.shape) < 0.02] = -0.0
+    finite = np.where(np.isfinite(x), x, np.nan).astype(np.float64)
+    step, first = _grid_steps(np.nanmin(finite, 0), np.nanmax(finite, 0), 64)
+    data, lut = numba_view(x)
+    want, got = np.zeros((6, 64), np.int32), np.zeros((6, 64), np.int32)
+    blocks_want, blocks_got = tail_layout(5_000, 6, 8), tail_layout(5_000, 6, 8)
+    _sketch_table.grid_counts(data, lut, None, step, first, want)
+    _numba_sketch.tail_blocks(data, lut, *blocks_want)
+    _sketch_table.grid_tail_blocks(data, lut, step, first, got, *blocks_got)
+    assert np.array_equal(want, got)
+    for a, b in zip(blocks_want[2:], blocks_got[2:], strict=True):
+        assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))
+
+
+def test_sketch_chunk_reads_grid_and_tails_in_one_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unweighted float32 chunk's grid and tails' block minima come from one sweep of it, not two."""
+    from daskbatch.stats.sketch import Sketch
+
+    calls: list[str] = []
+    for module, name in ((_sketch_table, "grid_counts"), (_numba_sketch, "tail_blocks"), (_sketch_table, "grid_tail_blocks")):
+        loop = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _loop=loop, _name=name: (calls.append(_name), _loop(*a))[1])
+    x = np.random.default_rng(3).standard_normal((20_000, 4)).astype(np.float32)
+    state = Sketch().chunk(x)
+    assert calls == ["grid_tail_blocks"]
+    assert np.array_equal(state.tail_low[:, 0], x.min(axis=0).astype(np.float64))
+    calls.clear()
+    Sketch().chunk(x, weights=np.ones(x.shape[0]))  # weighted: no tails, the grid's own loop
+    assert calls == ["grid_counts"]

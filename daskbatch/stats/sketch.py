@@ -46,6 +46,7 @@ from daskbatch.stats.sketch_layout import SketchLayout
 from daskbatch.stats.sketch_tails import (
     empty_tails,
     merge_tails,
+    tail_layout,
     tail_values,
     tails_chunk,
     tails_quantile,
@@ -211,10 +212,12 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
                 x, self.ln_gamma, self.min_magnitude, k_min, k_max, self.n_buckets, self.buckets_kept, weights,
                 count_dtype=self._chunk_dtype(rows),
             )
+            k = 0 if weights is not None else self.tail_values
+            blocks = tail_layout(rows, n_features, k) if k else None  # filled in the grid's read of the chunk
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
                                **_named(_DISTINCT, compiled_distinct(x, self.values_kept, weights)),
-                               **_named(_GRID, grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype)),
-                               **self._tails_for(x, weights))
+                               **_named(_GRID, grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype, blocks)),
+                               **_named(_TAILS, tails_chunk(x, k, blocks)))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
             # at a time keep them bounded, and merged windows are the same whatever the chunking.

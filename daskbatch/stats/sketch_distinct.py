@@ -270,20 +270,30 @@ def _grid_steps(fmin: np.ndarray, fmax: np.ndarray, bins: int, at_least: np.ndar
     return np.where(some, step, _EMPTY_STEP), np.where(some, first, 0)
 
 
-def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | None, dtype: Any
-               ) -> tuple[Array, Array, Array]:
-    """A chunk's grid counts (D, bins), steps and first bins (D,), from its finite extrema."""
+def grid_chunk(x: Array, fmin: Array, fmax: Array, bins: int, weights: Array | None, dtype: Any,
+               tail_blocks: tuple[int, int, np.ndarray, np.ndarray] | None = None) -> tuple[Array, Array, Array]:
+    """A chunk's grid counts (D, bins), steps and first bins (D,), from its finite extrema.
+
+    ``tail_blocks`` (a NumPy chunk's unweighted :func:`~daskbatch.stats.sketch_tails.tail_layout`) are filled too,
+    in the same read of the chunk where its scales allow.
+    """
     xp = namespace(x)
     step, first = _grid_steps(to_numpy(fmin), to_numpy(fmax), bins)
     n_features = x.shape[1]
     if isinstance(x, np.ndarray):  # the compiled loop: no temporaries the size of the chunk
-        from daskbatch.stats.kernels._numba_sketch import grid_counts  # lazy: numba
+        from daskbatch.stats.kernels import _numba_sketch, _sketch_table  # lazy: numba
         from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
         counts = np.zeros((n_features, bins), dtype=dtype)
         data, lut = numba_view(x)
         w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        grid_counts(data, lut, w, step, first, counts)
+        # Every 2**-step a normal float (finite data's): the grid and the tails' block minima in one sweep.
+        if tail_blocks is not None and w is None and bool(np.all((-1022 <= -step) & (-step <= 1023))):
+            _sketch_table.grid_tail_blocks(data, lut, step, first, counts, *tail_blocks)
+            return counts, step, first
+        _sketch_table.grid_counts(data, lut, w, step, first, counts)
+        if tail_blocks is not None:
+            _numba_sketch.tail_blocks(data, lut, *tail_blocks)
         return counts, step, first
     dev = device(x)
     x = xp.astype(x, xp.float64)

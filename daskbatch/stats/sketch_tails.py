@@ -46,14 +46,14 @@ def empty_tails(xp: Namespace, n_features: int, k: int, dev: object = None) -> t
     )
 
 
-def tails_chunk(x: Array, k: int) -> tuple[Array, Array]:
-    """A block's ``k`` smallest and largest finite values per feature (rows x D)."""
+def tails_chunk(x: Array, k: int, blocks: TailBlocks | None = None) -> tuple[Array, Array]:
+    """A block's ``k`` smallest and largest finite values per feature (rows x D); ``blocks``: its filled :func:`tail_layout`."""
     xp = namespace(x)
     rows, n_features = x.shape
     if k == 0:  # a narrow window keeps none
         return empty_tails(xp, n_features, 0, device(x))
     if isinstance(x, np.ndarray):
-        return _tails_compiled(x, k)
+        return _tails_compiled(x, k, blocks)
     # The array API has no partial sort: a sort of the block (CuPy), of its rows or k, the fewer.
     finite = xp.isfinite(x)
     kept = min(k, rows)  # the array API refuses a slice past the end
@@ -71,14 +71,14 @@ def tails_chunk(x: Array, k: int) -> tuple[Array, Array]:
     return xp.concat([low, pad_low], axis=1), xp.concat([high, pad_high], axis=1)
 
 
-def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _tails_compiled(x: np.ndarray, k: int, blocks: TailBlocks | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tails_chunk` of a NumPy block: the k least of its columns ``x`` and ``-x``, read where they can lie."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
 
     n_features = x.shape[1]
     data, lut = numba_view(x)
-    block, fine, bound, n_cand, cand = tail_bounds(data, lut, k)
+    block, fine, bound, n_cand, cand = tail_bounds(data, lut, k, blocks)
     columns = fine.shape[1] // 2
     if bound is None:  # fewer blocks than k bound nothing: each column's heap, in row order
         ends = np.empty((columns, k))
@@ -103,22 +103,31 @@ def _tails_compiled(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ends[:n_features], -ends[n_features:]
 
 
+#: Rows a block, blocks a coarse block, and the block minima ``fine`` and ``coarse`` of :func:`tail_layout`.
+TailBlocks = tuple[int, int, np.ndarray, np.ndarray]
+
+
+def tail_layout(rows: int, n_features: int, k: int) -> TailBlocks:
+    """The blocks of a chunk's compiled tails, their minima still to fill (``tail_blocks`` or, with the grid, ``grid_tail_blocks``)."""
+    block = max(TAIL_BLOCK_ROWS, -(-rows // TAIL_BLOCKS))
+    n_blocks = -(-rows // block)
+    per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
+    columns = 2 * n_features
+    return block, per_coarse, np.empty((n_blocks, 2 * columns)), np.full((-(-n_blocks // per_coarse), columns), np.inf)
+
+
 def tail_bounds(
-    data: np.ndarray, lut: np.ndarray, k: int
+    data: np.ndarray, lut: np.ndarray, k: int, blocks: TailBlocks | None = None
 ) -> tuple[int, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """Rows a block, the blocks' least values, a bound per column ``x`` then ``-x`` (None: fewer blocks than ``k``), values below it, the first of them."""
     from daskbatch.stats.kernels import _numba_sketch as kernels  # lazy: numba
 
     rows, n_features = data.shape
-    block = max(TAIL_BLOCK_ROWS, -(-rows // TAIL_BLOCKS))
-    n_blocks = -(-rows // block)
-    per_coarse = max(1, rows // (2 * k * block))  # 2k coarse blocks or more
+    if blocks is None:  # else filled in the grid's sweep of the chunk
+        blocks = tail_layout(rows, n_features, k)
+        kernels.tail_blocks(data, lut, *blocks)
+    block, _, fine, coarse = blocks
     columns = 2 * n_features
-    fine, coarse = (
-        np.empty((n_blocks, 2 * columns)),
-        np.full((-(-n_blocks // per_coarse), columns), np.inf),
-    )
-    kernels.tail_blocks(data, lut, block, per_coarse, fine, coarse)
     n_cand = np.zeros(columns, dtype=np.int64)
     if coarse.shape[0] < k:
         return block, fine, None, n_cand, np.empty((columns, 0))

@@ -1,4 +1,4 @@
-"""The compiled sketch loops: bucket keys (with a fast log), counting windows per feature, and merging windows."""
+"""The compiled sketch loops: bucket keys (with a fast log), counting windows per feature, merging windows, and the kept tails."""
 
 from __future__ import annotations
 
@@ -341,43 +341,6 @@ def sketch_counts_all(x, lut, ln_gamma, min_magnitude, k_min, k_max, n, counts, 
     return fmin, fmax
 
 
-@_jit_nocheck
-def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
-    """Add every finite value of the chunk ``x`` (R, D) into its feature's dyadic grid ``counts`` (D, K)."""
-    # Bin ``floor(v / 2**step) - first``: ldexp is exact, so every chunk and merge bins a value alike.
-    # Times a normal 2**-step it is one correctly rounded product, the same number 3x faster than
-    # libm's ldexp call (a third of the sketch's chunk); ldexp itself where 2**-step is no normal float.
-    rows, n_features = x.shape
-    width = counts.shape[1]
-    scale = np.empty(n_features)
-    # Every 2**-step a normal float (as a grid of finite data has): a row's bins in one branch-free
-    # loop that vectorises, then its counts.
-    exact = True
-    for j in range(n_features):
-        scale[j] = math.ldexp(1.0, -step[j]) if -1022 <= -step[j] <= 1023 else 0.0
-        exact &= scale[j] != 0.0
-    flat = counts.reshape(-1)
-    slot = np.empty(n_features, dtype=np.int64)  # index in ``flat``; -1: NaN or ±inf
-    for i in range(rows):
-        w = _weight(weights, i)
-        if exact:
-            for j in range(n_features):
-                v = _load(x[i, j], lut)
-                fin = _finite(v)
-                b = np.int64(math.floor(v * scale[j] if fin else 0.0)) - first[j]
-                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
-        else:
-            for j in range(n_features):
-                v = _load(x[i, j], lut)
-                fin = _finite(v)
-                scaled = v * scale[j] if scale[j] != 0.0 else math.ldexp(v, -step[j])
-                b = np.int64(math.floor(scaled if fin else 0.0)) - first[j]
-                slot[j] = j * width + min(max(b, 0), width - 1) if fin else -1
-        for j in range(n_features):
-            if slot[j] >= 0:
-                flat[slot[j]] += w
-
-
 @_jit
 def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
     """Put ``v`` in place of the largest value of the max-heap ``h[j]`` and sift it down."""
@@ -398,30 +361,55 @@ def _heap_replace(h, j, v):  # noqa: ANN001, ANN202
 
 
 @_jit
+def _tail_row(x, lut, i, low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Take row ``i`` into the least and second least finite values of the columns ``x`` and ``-x`` so far."""
+    for j in range(x.shape[1]):  # branch-free, so that it vectorises
+        v = _load(x[i, j], lut)
+        _tail_take(v, _finite(v), j, low, neg, low2, neg2)
+
+
+@_jit
+def _tail_take(v, fin, j, low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Take the value ``v`` of column ``j`` (``fin``: it is finite) into the least values of ``x`` and ``-x``."""
+    u = v if fin else np.inf
+    low2[j] = min(low2[j], max(low[j], u))
+    low[j] = min(low[j], u)
+    u = -v if fin else np.inf
+    neg2[j] = min(neg2[j], max(neg[j], u))
+    neg[j] = min(neg[j], u)
+
+
+@_jit
+def _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse):  # noqa: ANN001, ANN202
+    """Store block ``f``'s least values in ``fine`` and ``coarse``, and start the next block's."""
+    d = low.size
+    for j in range(d):
+        fine[f, j], fine[f, d + j] = low[j], neg[j]
+        fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
+        coarse[f // g, j] = min(coarse[f // g, j], low[j])
+        coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
+    _tail_start(low, neg, low2, neg2)
+
+
+@_jit
+def _tail_start(low, neg, low2, neg2):  # noqa: ANN001, ANN202
+    """Start a block: no least values yet (+inf)."""
+    for j in range(low.size):
+        low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
+
+
+@_jit
 def tail_blocks(x, lut, b, g, fine, coarse):  # noqa: ANN001, ANN201
     """Per block of ``b`` rows, the least and second least finite values of the 2D columns ``x``, ``-x``."""
     # fine (blocks, 4D): each block's least of every column, then its second least; coarse
     # (blocks / g, 2D), filled with +inf, the least over each g blocks. +inf where there are none.
     rows, d = x.shape
     low, neg, low2, neg2 = np.empty(d), np.empty(d), np.empty(d), np.empty(d)
+    _tail_start(low, neg, low2, neg2)
     for f in range(fine.shape[0]):
-        for j in range(d):
-            low[j], neg[j], low2[j], neg2[j] = np.inf, np.inf, np.inf, np.inf
         for i in range(f * b, min(f * b + b, rows)):
-            for j in range(d):  # branch-free, so that it vectorises
-                v = _load(x[i, j], lut)
-                fin = _finite(v)
-                u = v if fin else np.inf
-                low2[j] = min(low2[j], max(low[j], u))
-                low[j] = min(low[j], u)
-                u = -v if fin else np.inf
-                neg2[j] = min(neg2[j], max(neg[j], u))
-                neg[j] = min(neg[j], u)
-        for j in range(d):
-            fine[f, j], fine[f, d + j] = low[j], neg[j]
-            fine[f, 2 * d + j], fine[f, 3 * d + j] = low2[j], neg2[j]
-            coarse[f // g, j] = min(coarse[f // g, j], low[j])
-            coarse[f // g, d + j] = min(coarse[f // g, d + j], neg[j])
+            _tail_row(x, lut, i, low, neg, low2, neg2)
+        _tail_block_end(f, g, low, neg, low2, neg2, fine, coarse)
 
 
 @_jit

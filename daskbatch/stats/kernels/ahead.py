@@ -235,16 +235,18 @@ def _sketch_from_the_back(sketch: Any, x: np.ndarray) -> None:
     from daskbatch.stats.kernels._numba_sketch import tail_replay  # lazy: numba
     from daskbatch.stats.kernels.path import numba_view  # lazy: the kernels' package
     from daskbatch.stats.sketch_distinct import grid_chunk  # lazy: they import the kernels
-    from daskbatch.stats.sketch_tails import tail_bounds  # lazy: they import the kernels
+    from daskbatch.stats.sketch_tails import tail_bounds, tail_layout  # lazy: the kernels
 
     k = sketch.tail_values
-    if k:
+    blocks = tail_layout(x.shape[0], x.shape[1], k) if k else None
+    if blocks is not None:
         data, lut = numba_view(x)
-        block, fine, *_ = tail_bounds(data, lut, k)
+        blocks[2][:] = np.inf  # compiled against, not read: no block holds a value (the grid's sweep fills them)
+        block, fine, *_ = tail_bounds(data, lut, k, blocks)
         # The row-order heap that a column whose kept values hold a zero replays (data with zeros: most tables).
         tail_replay(data, lut, block, np.empty((fine.shape[1] // 2, k)), 0, fine)
-    features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop
-    grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype))
+    features = x.shape[1]  # extrema of [0, 1]: any finite ones take the same loop (with the tails' block minima)
+    grid_chunk(x, np.zeros(features), np.ones(features), sketch.grid_bins, None, np.dtype(sketch.count_dtype), blocks)
 
 
 def _later_histogram(x: np.ndarray, weights: np.ndarray | None) -> None:
