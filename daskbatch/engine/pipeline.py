@@ -90,7 +90,10 @@ def prepared_inputs(
         raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing, target=target, groups=groups,
                              weights=weights)
-    where = resolve_device(device, data.x)
+    x = data.x  # the device is chosen from the array's shape and chunks, not the array (nothing of it is read)
+    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    where = resolve_device(device, tuple(map(int, x.shape)), x.dtype.itemsize, int(x.chunks[0][0]) if x.chunks[0] else 0,
+                           on_gpu=on_gpu)
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
         for check in [check_gpu()] if client is None else list(client.run(check_gpu).values()):
