@@ -8,6 +8,7 @@ import datetime
 import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -58,7 +59,7 @@ from daskbatch.stats.spec import (
 )
 from daskbatch.stats.target import target_cuts
 
-__all__ = ["Computed", "input_token", "listed_token", "prepared_inputs", "run_statistics"]
+__all__ = ["Computed", "input_token", "listed_token", "run_statistics"]
 
 log = logging.getLogger("daskbatch.describe")
 
@@ -77,7 +78,7 @@ class Computed:
 # -- inputs
 
 
-def prepared_inputs(
+def _prepared_inputs(
     x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
 ) -> tuple[FeatureMatrix, DeviceChoice]:
     """Open the inputs of a ``describe`` run and choose its device (``"auto"`` resolved)."""
@@ -97,17 +98,29 @@ def prepared_inputs(
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
         for check in [check_gpu()] if client is None else list(client.run(check_gpu).values()):
-            warn_unless_gpu_kernels(check, stacklevel=3)
+            warn_unless_gpu_kernels(check, stacklevel=4)
     return data, where
 
 
 def run_statistics(
-    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+    x: Any, label: Any, stats: Configured, run: RunOptions, *, weights: Any = None, target: Any = None,
+    groups: Any = None, check_features: Callable[[int], None] | None = None, where: DeviceChoice | None = None,
 ) -> Computed:
-    """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails."""
+    """Open ``x`` (its label, weights, target or groups) and compute ``stats`` of it in one or two passes.
+
+    ``check_features`` is given the number of features before any data is read; ``where``: the device chosen
+    already (else ``run.device``, ``"auto"`` resolved). When ``"auto"``'s GPU fails, the run is done again on the
+    CPU.
+    """
+    opened = functools.partial(_prepared_inputs, x, label, weights=weights, target=target, groups=groups,
+                               feature_names=run.feature_names, missing=run.missing)
+    data, where = (opened(device=run.device) if where is None else (opened(device="cpu")[0], where))
+    if check_features is not None:
+        check_features(int(data.x.shape[1]))
     # When the GPU was daskbatch's choice and fails the way a GPU fails (engine.run_options.gpu_failure), the whole
     # run is done once more on the CPU with a GPUFallbackWarning, and the provenance says so. With device="gpu",
     # CuPy blocks (they cannot move back) or a checkpoint (its states were made on the GPU) the error is raised.
+    grouped, targeted = groups is not None, target is not None
     computed = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)
     on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"
     try:
