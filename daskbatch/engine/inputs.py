@@ -123,7 +123,8 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or (n_features == 0 and not reader.frames):
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = as_float64_if_wider(in_memory_as_dask(x), what)
+    # A reader of a store or of dask arrays gives a dask array already; in-memory arrays are wrapped once, here.
+    x = as_float64_if_wider(x if isinstance(x, da.Array) else in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
@@ -134,7 +135,8 @@ def as_feature_matrix(
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        label = in_memory_as_dask(unmasked(label, "label", fill=None))
+        label = unmasked(label, "label", fill=None)
+        label = label if isinstance(label, da.Array) else in_memory_as_dask(label)
         _check_known_chunks(label, "label")
         check_label(label, rows, what)
 
