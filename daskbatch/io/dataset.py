@@ -104,7 +104,7 @@ class Dataset(SamplesByFeatures):
             "path": self.path,
             "array": self.array_name,
             "label": self.label_name,
-            "shape": list(self.shape),
+            "shape": [int(n) for n in self.x.shape],  # read off the array: the walk skips _common
             "dtype": str(self.x.dtype),
             "store_chunks": list(self.store_chunks),
             "dask_chunk_rows": int(self.x.chunks[0][0]) if self.x.chunks[0] else 0,
