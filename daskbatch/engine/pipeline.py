@@ -163,7 +163,8 @@ def _computed(
     class_values, classes_from, given_cuts = laid.class_values, laid.classes_from, laid.given_cuts
     target_mi, found_cuts, ranked, range_, fan_in = laid.target_mi, laid.found_cuts, laid.ranked, laid.range_, laid.fan_in
     sketch_window, found_classes = laid.sketch_window, laid.record_for_classes is not None
-    data = to_device(laid.data, device)  # the last hop: blocks move once, already in their final shape
+    # The last hop: blocks move once, already in their final shape (on the CPU they stay where they are).
+    data = laid.data if device == "cpu" else to_device(laid.data, device)
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=_protected_paths(data, run.checkpoint))
