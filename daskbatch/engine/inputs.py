@@ -52,6 +52,8 @@ class FeatureMatrix:
     row_index: Any = None
     #: The non-numeric columns (text, categories, times): (rows, dask Delayed pandas DataFrame) per block.
     frames: tuple[Any, ...] = ()
+    #: Set once a task reads a block of the store, as its reader opened it (chunks with checksums), else None.
+    block_read: Any = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -150,7 +152,7 @@ def as_feature_matrix(
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     data = FeatureMatrix(
         x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index,
-        frames=tuple(reader.frames),
+        frames=tuple(reader.frames), block_read=reader.block_read,
     )
     if target is not None:
         data = with_target(data, target)

@@ -133,6 +133,10 @@ def run_statistics(
     text = f"describe: the run on the GPU failed, {reason}; running it again on the CPU"
     log.warning(text)
     warn(text, GPUFallbackWarning)
+    if data.block_read is not None:  # the failed pass abandoned its event: the rerun's token waits on a new one
+        from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
+
+        computed = functools.partial(computed, block_read=armed_block_read(data.source.zarr_x))
     done = computed(where=DeviceChoice("cpu", f"device='auto' fell back from the GPU: {reason}"))
     done.provenance["device_fallback"] = reason
     return done
@@ -140,8 +144,11 @@ def run_statistics(
 
 def _computed(
     data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+    block_read: Any = None,
 ) -> Computed:
-    """Compute ``stats`` of ``data`` on ``where``'s device: statistics, layout, passes, results."""
+    """Compute ``stats`` of ``data`` on ``where``'s device (``block_read``: the store's event armed anew)."""
+    if block_read is not None:
+        data = dataclasses.replace(data, block_read=block_read)
     if data.x.shape[1] == 0:  # a table of text, categories or times only: their profile is the summary
         return _profile_only(data, run, data.label if not grouped and not targeted else None)
     device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
@@ -194,15 +201,11 @@ def _computed(
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
     # while the pass runs (through obstore from the chunks it fetched, from s3fs a request a chunk, else all before
     # its first read); without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
-    from daskbatch.io.chunk_grid import has_chunk_checksums, next_block_read  # lazy: zarr
     from daskbatch.io.object_store import read_stamp  # lazy: zarr
 
-    token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), None
-    in_process = active_client() is None
-    if zarr_x is not None and has_chunk_checksums(zarr_x):
-        # From an object store its requests wait for the pass's first block (before it, they would delay it);
-        # a distributed pass reads in its workers, where no event of this process is set.
-        first_read = next_block_read(zarr_x, in_process=in_process)
+    token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), data.block_read
+    if first_read is not None:  # armed as the store opened (io.chunk_grid.armed_block_read)
+        # From an object store its requests wait for the pass's first block (before it, they would delay it).
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
         since = read_stamp()  # the chunks this pass reads whole through obstore give their trailers: no request
         token_read = reading.submit(lambda: input_token(data, fetched_since=since) if first_read.wait() else None)
