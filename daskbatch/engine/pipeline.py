@@ -25,10 +25,11 @@ from daskbatch.engine.inputs import (
     device_module,
     to_device,
 )
-from daskbatch.engine.passes import PassRunner, compute, tiled_covariance
+from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import lay_out, max_classes
 from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
+from daskbatch.engine.tiled_cov import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan
@@ -93,7 +94,8 @@ def _prepared_inputs(
                              weights=weights)
     x = data.x  # the device is chosen from the array's shape and chunks, not the array (nothing of it is read)
     on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
-    where = resolve_device(device, tuple(map(int, x.shape)), x.dtype.itemsize, int(x.chunks[0][0]) if x.chunks[0] else 0,
+    rows, features = (int(n) for n in x.shape)
+    where = resolve_device(device, (rows, features), x.dtype.itemsize, int(x.chunks[0][0]) if x.chunks[0] else 0,
                            on_gpu=on_gpu)
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
@@ -133,7 +135,7 @@ def run_statistics(
     text = f"describe: the run on the GPU failed, {reason}; running it again on the CPU"
     log.warning(text)
     warn(text, GPUFallbackWarning)
-    if data.block_read is not None:  # the failed pass abandoned its event: the rerun's token waits on a new one
+    if data.block_read is not None and data.source is not None:  # the failed pass abandoned its event: arm anew
         from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
 
         computed = functools.partial(computed, block_read=armed_block_read(data.source.zarr_x))
