@@ -43,7 +43,6 @@ class FeatureCountError(DataError):  # numpydoc ignore=PR02
         self.given, self.data = given, data
 
 
-@logged_run("describe")
 def describe(
     x: Any,
     label: Any = None,
@@ -92,26 +91,28 @@ def describe(
     Summary
         The statistics, their settings and the data's provenance.
     """
-    if run is None:
-        run = RunOptions()
-    elif not isinstance(run, RunOptions):
-        raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
-    shortcuts: dict[str, Any] = {}
-    if run.like is not None:
-        like = run.like
-        range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
-        if target is not None and "cuts" in like.provenance.get("target", {}):
-            shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
-    wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
-    # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
-    with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
-        done = run_statistics(x, label, wanted, run, weights=weights, target=target, groups=groups,
-                              check_features=lambda n: _check_feature_count(n, range, run.like))  # before a read
-    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
-                                   miller_madow=wanted.mi.miller_madow, states=done.states,
-                                   categorical_state=done.categorical)
-    _warn_untrustworthy(summary)
-    return summary
+    # The one log line of the call (rows, features, time, passes, peak memory), written as it ends.
+    with logged_run("describe"):
+        if run is None:
+            run = RunOptions()
+        elif not isinstance(run, RunOptions):
+            raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
+        shortcuts: dict[str, Any] = {}
+        if run.like is not None:
+            like = run.like
+            range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
+            if target is not None and "cuts" in like.provenance.get("target", {}):
+                shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
+        wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
+        # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
+        with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
+            done = run_statistics(x, label, wanted, run, weights=weights, target=target, groups=groups,
+                                  check_features=lambda n: _check_feature_count(n, range, run.like))  # before a read
+        summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
+                                       miller_madow=wanted.mi.miller_madow, states=done.states,
+                                       categorical_state=done.categorical)
+        _warn_untrustworthy(summary)
+        return summary
 
 
 def _warn_untrustworthy(summary: Summary) -> None:
