@@ -95,12 +95,12 @@ class PassRunner:
         """Run ``first``, then the bundle ``second`` makes of its results: merged states and host results by name."""
         with _span("daskbatch-describe"):  # one span per describe call: the dashboard groups its tasks
             kept = _kept_by_name(first, self(first, finalize=False))
-            results = to_host({name: k.finalize() for name, k in kept.items()})
+            results = to_host({name: k.statistic.finalize(k.state) for name, k in kept.items()})
             then = second(results, kept)
             if then is not None:
                 more = _kept_by_name(then, self(then, 2, finalize=False))
                 kept.update(more)
-                results.update(to_host({name: k.finalize() for name, k in more.items()}))
+                results.update(to_host({name: k.statistic.finalize(k.state) for name, k in more.items()}))
         return kept, results, self.blocks
 
     def __call__(self, bundle: Bundle, index: int = 1, *, finalize: bool = True) -> tuple[Any, ...]:
