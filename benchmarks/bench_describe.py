@@ -283,7 +283,7 @@ def _ranges(x: Any, ctx: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _daskbatch_hist(x: Any, y: Any, ctx: dict[str, Any]) -> Any:
-    from daskbatch.engine.reduce import tree_reduce
+    from daskbatch.engine.passes import tree_reduce
     from daskbatch.stats import Histogram
 
     lo, hi = _ranges(x, ctx)

@@ -35,7 +35,7 @@ def tiled(rows: int, features: int, tile: int, repeat: int) -> str:
     import dask
     import dask.array as da
 
-    from daskbatch.engine.passes import tiled_covariance
+    from daskbatch.engine.tiled_cov import tiled_covariance
 
     rng = np.random.default_rng(0)
     mixing = rng.normal(size=(features, features)).astype(np.float32) / np.sqrt(features)

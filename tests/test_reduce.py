@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import daskbatch as db
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.passes import tree_reduce
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
 from daskbatch.testing import assert_results_close, assert_states_equal, chunk_sizes, sample_arrays
 

@@ -20,7 +20,7 @@ SCRIPT = """
 import json, sys
 import dask, dask.array as da, numpy as np, numba
 from threadpoolctl import threadpool_info
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.passes import tree_reduce
 from daskbatch.stats import Moments
 
 def blas():

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import zarr
 
-from daskbatch.engine.passes import open_tiled_cov, tiled_covariance
-from daskbatch.engine.reduce import tree_reduce
+from daskbatch.engine.passes import tree_reduce
+from daskbatch.engine.tiled_cov import open_tiled_cov, tiled_covariance
 from daskbatch.errors import PlanError
 from daskbatch.planning.plan import Resources
 from daskbatch.planning.search import plan_chunks

@@ -242,10 +242,14 @@ def run_checkpointed(
     progress: Progress,
     directory: str | os.PathLike[str],
     force: bool,
+    tree: Callable[..., Delayed],
     finalize: bool = True,
 ) -> tuple[Any, ...]:
-    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``, advancing the caller's ``progress``."""
-    from daskbatch.engine.reduce import to_host, tree_reduce  # lazy: dask
+    """One pass of ``bundle`` over ``data.x`` through the checkpoint ``directory``, advancing the caller's ``progress``.
+
+    ``tree``: the pass's graph builder (:func:`daskbatch.engine.passes.tree_reduce`), for each node's blocks.
+    """
+    from daskbatch.engine.reduce import to_host  # lazy: dask
 
     s = resolve_split_every(split_every)
     x, weights = data.x, data.weights
@@ -259,7 +263,7 @@ def run_checkpointed(
         def make(unit: int) -> Delayed:
             """The merged state of the blocks of level-0 node ``unit``."""
             a, b = node_blocks(0, unit, n_blocks, s)
-            return tree_reduce(bundle, x.blocks[a:b], None if label is None else label.blocks[a:b],
+            return tree(bundle, x.blocks[a:b], None if label is None else label.blocks[a:b],
                                weights=None if weights is None else weights.blocks[a:b], split_every=s,
                                finalize=False, labels_checked=checked)
 

@@ -52,6 +52,8 @@ class FeatureMatrix:
     row_index: Any = None
     #: The non-numeric columns (text, categories, times): (rows, dask Delayed pandas DataFrame) per block.
     frames: tuple[Any, ...] = ()
+    #: Set once a task reads a block of the store, as its reader opened it (chunks with checksums), else None.
+    block_read: Any = None
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -123,7 +125,8 @@ def as_feature_matrix(
     rows, n_features = x.shape
     if rows == 0 or (n_features == 0 and not reader.frames):
         raise ValueError(f"{what} has shape {tuple(x.shape)}: no values to describe")
-    x = as_float64_if_wider(in_memory_as_dask(x), what)
+    # A reader of a store or of dask arrays gives a dask array already; in-memory arrays are wrapped once, here.
+    x = as_float64_if_wider(x if isinstance(x, da.Array) else in_memory_as_dask(x), what)
     if x.numblocks[1] != 1:
         # Every statistic sees whole rows; co-moments need all features together.
         x = x.rechunk({1: -1})
@@ -134,7 +137,8 @@ def as_feature_matrix(
             f"(open_dataset(path, label={label!r})); with arrays pass the label array itself"
         )
     if label is not None:
-        label = in_memory_as_dask(unmasked(label, "label", fill=None))
+        label = unmasked(label, "label", fill=None)
+        label = label if isinstance(label, da.Array) else in_memory_as_dask(label)
         _check_known_chunks(label, "label")
         check_label(label, rows, what)
 
@@ -148,7 +152,7 @@ def as_feature_matrix(
     provenance.update(rows=int(rows), features=int(n_features), dtype=str(x.dtype))
     data = FeatureMatrix(
         x=x, label=label, feature_names=names, provenance=provenance, source=reader.source, row_index=reader.row_index,
-        frames=tuple(reader.frames),
+        frames=tuple(reader.frames), block_read=reader.block_read,
     )
     if target is not None:
         data = with_target(data, target)

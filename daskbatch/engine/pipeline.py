@@ -8,6 +8,7 @@ import datetime
 import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -24,10 +25,11 @@ from daskbatch.engine.inputs import (
     device_module,
     to_device,
 )
-from daskbatch.engine.passes import PassRunner, compute, tiled_covariance
+from daskbatch.engine.passes import PassRunner, compute
 from daskbatch.engine.planner import lay_out, max_classes
 from daskbatch.engine.reduce import TASK_PREFIXES
 from daskbatch.engine.run_options import RunOptions, gpu_failure, resolve_device
+from daskbatch.engine.tiled_cov import tiled_covariance
 from daskbatch.errors import GPUFallbackWarning, OverflowWarning
 from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan
@@ -64,7 +66,7 @@ from daskbatch.stats.spec import (
 )
 from daskbatch.stats.target import target_cuts
 
-__all__ = ["Computed", "input_token", "listed_token", "prepared_inputs", "run_statistics"]
+__all__ = ["Computed", "input_token", "listed_token", "run_statistics"]
 
 log = logging.getLogger("daskbatch.describe")
 
@@ -83,7 +85,7 @@ class Computed:
 # -- inputs
 
 
-def prepared_inputs(
+def _prepared_inputs(
     x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
 ) -> tuple[FeatureMatrix, DeviceChoice]:
     """Open the inputs of a ``describe`` run and choose its device (``"auto"`` resolved)."""
@@ -96,21 +98,37 @@ def prepared_inputs(
         raise ValueError("weights= with target= is not supported yet: the target's co-moments and sketch are unweighted")
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing, target=target, groups=groups,
                              weights=weights)
-    where = resolve_device(device, data.x)
+    x = data.x  # the device is chosen from the array's shape and chunks, not the array (nothing of it is read)
+    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    rows, features = (int(n) for n in x.shape)
+    where = resolve_device(device, (rows, features), x.dtype.itemsize, int(x.chunks[0][0]) if x.chunks[0] else 0,
+                           on_gpu=on_gpu)
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
         for check in [check_gpu()] if client is None else list(client.run(check_gpu).values()):
-            warn_unless_gpu_kernels(check, stacklevel=3)
+            warn_unless_gpu_kernels(check, stacklevel=4)
     return data, where
 
 
 def run_statistics(
-    data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+    x: Any, label: Any, stats: Configured, run: RunOptions, *, weights: Any = None, target: Any = None,
+    groups: Any = None, check_features: Callable[[int], None] | None = None, where: DeviceChoice | None = None,
 ) -> Computed:
-    """Compute ``stats`` of ``data`` in one or two passes, again on the CPU if ``device="auto"``'s GPU fails."""
+    """Open ``x`` (its label, weights, target or groups) and compute ``stats`` of it in one or two passes.
+
+    ``check_features`` is given the number of features before any data is read; ``where``: the device chosen
+    already (else ``run.device``, ``"auto"`` resolved). When ``"auto"``'s GPU fails, the run is done again on the
+    CPU.
+    """
+    opened = functools.partial(_prepared_inputs, x, label, weights=weights, target=target, groups=groups,
+                               feature_names=run.feature_names, missing=run.missing)
+    data, where = (opened(device=run.device) if where is None else (opened(device="cpu")[0], where))
+    if check_features is not None:
+        check_features(int(data.x.shape[1]))
     # When the GPU was daskbatch's choice and fails the way a GPU fails (engine.run_options.gpu_failure), the whole
     # run is done once more on the CPU with a GPUFallbackWarning, and the provenance says so. With device="gpu",
     # CuPy blocks (they cannot move back) or a checkpoint (its states were made on the GPU) the error is raised.
+    grouped, targeted = groups is not None, target is not None
     computed = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)
     on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"
     try:
@@ -123,6 +141,10 @@ def run_statistics(
     text = f"describe: the run on the GPU failed, {reason}; running it again on the CPU"
     log.warning(text)
     warn(text, GPUFallbackWarning)
+    if data.block_read is not None and data.source is not None:  # the failed pass abandoned its event: arm anew
+        from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
+
+        computed = functools.partial(computed, block_read=armed_block_read(data.source.zarr_x))
     done = computed(where=DeviceChoice("cpu", f"device='auto' fell back from the GPU: {reason}"))
     done.provenance["device_fallback"] = reason
     return done
@@ -130,8 +152,11 @@ def run_statistics(
 
 def _computed(
     data: FeatureMatrix, stats: Configured, run: RunOptions, *, where: DeviceChoice, grouped: bool, targeted: bool,
+    block_read: Any = None,
 ) -> Computed:
-    """Compute ``stats`` of ``data`` on ``where``'s device: statistics, layout, passes, results."""
+    """Compute ``stats`` of ``data`` on ``where``'s device (``block_read``: the store's event armed anew)."""
+    if block_read is not None:
+        data = dataclasses.replace(data, block_read=block_read)
     if data.x.shape[1] == 0:  # a table of text, categories or times only: their profile is the summary
         return _profile_only(data, run, data.label if not grouped and not targeted else None)
     device, range_, bins, moments = where.device, stats.histogram.range, stats.histogram.bins, stats.moments
@@ -153,7 +178,8 @@ def _computed(
     class_values, classes_from, given_cuts = laid.class_values, laid.classes_from, laid.given_cuts
     target_mi, found_cuts, ranked, range_, fan_in = laid.target_mi, laid.found_cuts, laid.ranked, laid.range_, laid.fan_in
     sketch_window, found_classes = laid.sketch_window, laid.record_for_classes is not None
-    data = to_device(laid.data, device)  # the last hop: blocks move once, already in their final shape
+    # The last hop: blocks move once, already in their final shape (on the CPU they stay where they are).
+    data = laid.data if device == "cpu" else to_device(laid.data, device)
     tiled = COV in wanted and chosen is not None and chosen.feature_tile is not None
     if run.cov_out is not None and tiled:  # refuse an unusable cov_out before computing anything
         check_output(run.cov_out, kind="tiled_cov", what="cov_out", protected=_protected_paths(data, run.checkpoint))
@@ -183,15 +209,11 @@ def _computed(
     # The rows' token (merge and update refuse to count them twice): a store's chunk checksums, read on a thread
     # while the pass runs (through obstore from the chunks it fetched, from s3fs a request a chunk, else all before
     # its first read); without those, a hash of each storage chunk as the first pass reads it (no pass of its own).
-    from daskbatch.io.chunk_grid import has_chunk_checksums, next_block_read  # lazy: zarr
     from daskbatch.io.object_store import read_stamp  # lazy: zarr
 
-    token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), None
-    in_process = active_client() is None
-    if zarr_x is not None and has_chunk_checksums(zarr_x):
-        # From an object store its requests wait for the pass's first block (before it, they would delay it);
-        # a distributed pass reads in its workers, where no event of this process is set.
-        first_read = next_block_read(zarr_x, in_process=in_process)
+    token, token_read, zarr_x, first_read = None, None, getattr(data.source, "zarr_x", None), data.block_read
+    if first_read is not None:  # armed as the store opened (io.chunk_grid.armed_block_read)
+        # From an object store its requests wait for the pass's first block (before it, they would delay it).
         reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskbatch-token")
         since = read_stamp()  # the chunks this pass reads whole through obstore give their trailers: no request
         token_read = reading.submit(lambda: input_token(data, fetched_since=since) if first_read.wait() else None)

@@ -459,7 +459,7 @@ def resolve_classes(  # numpydoc ignore=PR01,RT01
         raise ValueError("the class values of the label were asked for, but the data has no label")
     # negative values stop the scan of a label
     label = data.label if negative else checked_label(data.label, data.label.chunks[0], None)
-    from daskbatch.engine.reduce import tree_reduce  # lazy: dask
+    from daskbatch.engine.passes import tree_reduce  # lazy: dask
 
     found = compute(tree_reduce(ClassValues(max_classes=limit), label[:, None], split_every=split_every))
     return tuple(int(v) for v in np.asarray(found)), "label scan"

@@ -1,29 +1,23 @@
-"""The one graph builder: a ``split_every``-ary tree reduction of a statistic over row blocks, and its chunk tasks.
+"""What runs in a pass's tasks: a block's chunk task, the result task, copies to the host, staged GPU chunks.
 
-The tree's shape and merge order depend only on the number of blocks and ``split_every``, so results are bitwise
-identical from run to run and between one worker and many. Task keys: ``db-chunk``, ``db-merge``, ``db-result``.
+The graph that calls them is built by :func:`daskbatch.engine.passes.tree_reduce`; the task-name prefixes the
+dashboard shows are named here (``db-chunk``, ``db-merge``, ``db-result``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-import dask
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
-from dask.delayed import Delayed
 
 from daskbatch._common import Array
-from daskbatch.config import resolve_split_every
 from daskbatch.runtime.capacity import limited
-from daskbatch.stats._base import Statistic, merge_all
+from daskbatch.stats._base import Statistic
 from daskbatch.stats.classes import labels_checked
 from daskbatch.stats.kernels.ahead import start as compile_ahead
 from daskbatch.stats.kernels.path import KernelPath, kernel_path, split_rows, stager
@@ -50,76 +44,14 @@ def statistics_tag(stats: Any) -> str:
     return "-".join(w for w in words if w)
 
 
-def tree_reduce(
-    stat: Statistic[S, R],
-    x: da.Array,
-    label: da.Array | None = None,
-    *,
-    complete: da.Array | None = None,
-    weights: da.Array | None = None,
-    split_every: int | None = None,
-    finalize: bool = True,
-    tag: str = "",
-    labels_checked: bool = False,
-) -> Delayed:
-    """Fold ``stat`` over the row blocks of ``x`` (and the matching blocks of the per-row arrays): a delayed host result."""
-    # The label goes to chunk by position, complete= (one mask of complete rows shared by the tiles of a
-    # tiled covariance) and weights= by keyword; finalize=False keeps the merged state (checkpoints,
-    # accumulators); labels_checked: every label is one of the statistics' classes, the chunks skip that check.
-    if x.ndim != 2 or x.numblocks[1] != 1:
-        raise ValueError(
-            f"tree_reduce needs a 2-D array chunked along axis 0 only; got numblocks={x.numblocks}"
-        )
-    fan_in = resolve_split_every(split_every)
-    token = tokenize(
-        x.name, None if label is None else label.name, None if complete is None else complete.name,
-        stat, fan_in, finalize, *(() if weights is None else (weights.name,)),
-    )
-    x_blocks = x.to_delayed().ravel()
-    label_blocks = _row_blocks(label, x, len(x_blocks))
-    complete_blocks = _row_blocks(complete, x, len(x_blocks))
-    weight_blocks = _row_blocks(weights, x, len(x_blocks))
-
-    # Short prefixes that dask.utils.key_split keeps whole: the dashboard groups and labels tasks by them.
-    prefixes = task_prefixes(tag)
-    chunk_name = f"{prefixes['chunk']}-{token}"
-    chunk = functools.partial(_chunk_task, stat, labels_checked)
-    states = [
-        dask.delayed(chunk)(
-            xb, lb, dask_key_name=(chunk_name, i),
-            **({} if cb is None else {"complete": cb}), **({} if wb is None else {"weights": wb}),
-        )
-        for i, (xb, lb, cb, wb) in enumerate(
-            zip(x_blocks, label_blocks, complete_blocks, weight_blocks, strict=True)
-        )
-    ]
-    merge = functools.partial(merge_all, stat)
-    level = 0
-    while len(states) > 1:
-        states = [
-            dask.delayed(merge)(states[i : i + fan_in], dask_key_name=(f"{prefixes['merge']}-{token}", level, j))
-            for j, i in enumerate(range(0, len(states), fan_in))
-        ]
-        level += 1
-    result = functools.partial(_host_result, stat.finalize if finalize else None)
-    return dask.delayed(result)(states[0], dask_key_name=f"{prefixes['result']}-{token}")
-
-
-def _row_blocks(rows: da.Array | None, x: da.Array, n_blocks: int) -> list[Delayed] | list[None]:
-    """The delayed blocks of a per-row array aligned to the row blocks of ``x`` (Nones if absent)."""
-    if rows is None:
-        return [None] * n_blocks
-    return list(rows.rechunk((x.chunks[0],)).to_delayed().ravel())
-
-
-def _chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:
+def chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:  # numpydoc ignore=PR01,RT01
     """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
     compile_ahead(stat, x, label, masks)  # a new install's first call: a helper compiles the later kernels
     with limited(), labels_checked() if checked else contextlib.nullcontext():
         return stat.chunk(x, label, **masks)
 
 
-def _host_result(finalize: Callable[[Any], Any] | None, state: Any) -> Any:
+def host_result(finalize: Callable[[Any], Any] | None, state: Any) -> Any:  # numpydoc ignore=PR01,RT01
     """The finalized state (the merged one without ``finalize``), its arrays in host NumPy."""
     return to_host(state if finalize is None else finalize(state))
 

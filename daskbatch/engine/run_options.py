@@ -172,16 +172,16 @@ def auto_device(batch_bytes: int, *, on_gpu: bool = False, what: str = "batches"
     return choice
 
 
-def resolve_device(device: Device, x: Any) -> DeviceChoice:  # numpydoc ignore=PR01,RT01
-    """Resolve describe's ``device`` for ``x``; for ``"auto"`` a chunk is as large as the planner aims for."""
+def resolve_device(  # numpydoc ignore=PR01,RT01
+    device: Device, shape: tuple[int, int], itemsize: int, chunk_rows: int, *, on_gpu: bool = False,
+) -> DeviceChoice:
+    """Resolve describe's ``device`` for an array of ``shape``; for ``"auto"`` a chunk is as large as the planner aims for."""
     from dask.utils import parse_bytes  # lazy: dask
 
     if device != "auto":
         return DeviceChoice(device, f"device={device!r}")
-    row_bytes = int(x.shape[1]) * x.dtype.itemsize
-    block = int(x.chunks[0][0]) * row_bytes if x.chunks[0] else 0
-    chunk = min(int(x.shape[0]) * row_bytes, max(block, parse_bytes(config.get("target-chunk-bytes"))))
-    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
+    row_bytes = int(shape[1]) * int(itemsize)
+    chunk = min(int(shape[0]) * row_bytes, max(int(chunk_rows) * row_bytes, parse_bytes(config.get("target-chunk-bytes"))))
     choice = auto_device(chunk, on_gpu=on_gpu, what="chunks")
     problem = None if on_gpu else gpu_problem()  # the preflight's answer, kept for the process
     # describe's device is "cpu" unless given (the CLI resolves its own "auto"), so this is the

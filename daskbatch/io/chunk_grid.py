@@ -358,15 +358,16 @@ def rows_per_block(arr: zarr.Array, chunks: Chunks) -> int:
 
 
 def open_facts(x: zarr.Array, label: zarr.Array | None, chunks: Any,
-               group_attrs: Mapping[str, Any]) -> tuple[int, tuple[int, ...], Missing]:
-    """Rows per dask block, ``x``'s storage chunk shape and the absent chunks of ``x`` and ``label``, bounds first."""
+               group_attrs: Mapping[str, Any]) -> tuple[int, tuple[int, ...], Missing, BlockReadEvent | None]:
+    """Rows per dask block, ``x``'s storage chunk shape, the absent chunks of ``x`` and ``label``, bounds first, and
+    the event of the next block read (:func:`armed_block_read`)."""
     row_chunks = rows_per_block(x, chunks)
     # Before any listing or graph: a shape the metadata claims may have nothing behind it.
     check_chunk_count(x, blocks=math.ceil(int(x.shape[0]) / row_chunks))
     check_feature_count(x)
     if label is not None:
         check_chunk_count(label)
-    return row_chunks, storage_chunks(x), find_missing(x, label, group_attrs)
+    return row_chunks, storage_chunks(x), find_missing(x, label, group_attrs), armed_block_read(x)
 
 
 def has_chunk_checksums(arr: zarr.Array) -> bool:
@@ -422,6 +423,15 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     else:
         event.set()
     return event
+
+
+def armed_block_read(arr: zarr.Array) -> BlockReadEvent | None:
+    """:func:`next_block_read` of ``arr`` when its chunks carry checksums (the rows' token reads them), else None."""
+    from daskbatch.runtime.capacity import active_client  # lazy: distributed
+
+    # Armed as the store opens, so that describe's pass only waits on it and sets it (a distributed pass reads in
+    # its workers, where no event of this process is set).
+    return next_block_read(arr, in_process=active_client() is None) if has_chunk_checksums(arr) else None
 
 
 def block_read(arr: zarr.Array) -> None:

@@ -78,6 +78,8 @@ class Dataset(SamplesByFeatures):
     absent_read_as: str = ""
     #: The zarr arrays read (checkpoints fingerprint their metadata and listing).
     zarr_x: Any = None
+    #: Set once a block of ``zarr_x`` is read, as opened (its chunks carry checksums: the rows' token reads them).
+    block_read: Any = field(default=None, compare=False, repr=False)
     zarr_label: Any = None
     #: Blocks of ``x`` its reader fetches ahead of the tasks in this process (an object store's; the planner counts them).
     read_ahead_blocks: int = 0
@@ -104,7 +106,7 @@ class Dataset(SamplesByFeatures):
             "path": self.path,
             "array": self.array_name,
             "label": self.label_name,
-            "shape": list(self.shape),
+            "shape": [int(n) for n in self.x.shape],  # read off the array: the walk skips _common
             "dtype": str(self.x.dtype),
             "store_chunks": list(self.store_chunks),
             "dask_chunk_rows": int(self.x.chunks[0][0]) if self.x.chunks[0] else 0,

@@ -51,10 +51,7 @@ def check_series_index(series: Any, index: Any, role: str, what: str = "DataFram
 
 
 def _zarr_array_of(a: Any, store: Any = None) -> Any:
-    """The zarr array a dask array reads whole and unchanged, and the chunks to open it with (None for others).
-
-    With ``store``: the array alone, if it is of ``store`` and read as stored (no CF attributes): a label x's store reads.
-    """
+    """The zarr array a dask array reads whole and its chunks (None for others); with ``store``: the array alone, if of ``store`` and read as stored."""
     if not isinstance(a, da.Array) or "zarr" not in sys.modules:  # no zarr array without zarr imported
         return None
     from daskbatch.io import zarr_store  # lazy: zarr
@@ -86,6 +83,7 @@ class Reader:
         self.source: Any = None  # the Dataset the arrays came from
         self.row_index: Any = None  # a pandas DataFrame's row index
         self.frames: list[Any] = []  # the non-numeric columns: (rows, Delayed pandas DataFrame) a block
+        self.block_read: Any = None  # set once a block of the store is read (chunk_grid.armed_block_read)
 
     @classmethod
     def can_open(cls, x: Any) -> bool:
@@ -132,6 +130,7 @@ class DatasetReader(Reader):
         """Take the arrays, label (unless given), names and provenance of ``dataset``."""
         self.array, self.label = dataset.x, dataset.label if label is None else label
         self.source, self.frames = dataset, list(getattr(dataset, "frames", ()))
+        self.block_read = getattr(dataset, "block_read", None)
         self.names = tuple(str(n) for n in dataset.feature_names)
         self.provenance.update(dataset.provenance())
         self.what = self.what or f"array {getattr(dataset, 'array_name', 'X')!r} of {getattr(dataset, 'path', '?')}"
@@ -139,6 +138,9 @@ class DatasetReader(Reader):
     def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
         super().__init__(x, label, **options)
         self._open(x, label)
+        if getattr(x, "zarr_x", None) is not None:  # a Dataset opened before (and maybe read since): armed anew
+            from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
+            self.block_read = armed_block_read(x.zarr_x)
 
     def facts(self) -> dict[str, Any]:
         """Absent chunks, what they read as, and the stored chunks' CRC-32C digest (None without one)."""
@@ -466,7 +468,6 @@ class H5Reader(FileReader):
 
 
 # --------------------------------------------------------------------------- the registry
-
 
 #: The readers, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
 READERS: tuple[type[Reader], ...] = (TableReader, NpyReader, NpzReader, H5Reader, ZarrReader, DatasetReader,

@@ -440,7 +440,7 @@ class ZarrStore:
             if label_arr.ndim != 1 or label_arr.shape[0] != arr.shape[0]:
                 raise DataError(f"label {array_label(label_arr)} has shape {label_arr.shape}; expected "
                                 f"({arr.shape[0]},) to match the rows of {arr.path!r}")
-        row_chunks, store_chunks, absent = open_facts(arr, label_arr, chunks, self.attrs)
+        row_chunks, store_chunks, absent, next_read = open_facts(arr, label_arr, chunks, self.attrs)
         writer = self.attrs.get(MARKER)  # ingest, transform, map_batches: resumable row stores
         complete = not (isinstance(writer, str) and self.attrs.get("complete") is False)
         if not complete:
@@ -472,7 +472,7 @@ class ZarrStore:
             label_missing_chunks=absent.label_chunks, label_missing_chunk_keys=absent.label_keys,
             missing_policy=missing, skipped_rows=skip, absent_lost=absent.lost,
             absent_read_as="" if skip else _absent_read_as(arr, label_arr, absent),
-            zarr_x=arr, zarr_label=label_arr, read_ahead_blocks=READ_AHEAD_BLOCKS if x_reader.read_ahead else 0,
+            zarr_x=arr, zarr_label=label_arr, block_read=next_read, read_ahead_blocks=READ_AHEAD_BLOCKS if x_reader.read_ahead else 0,
         )
 
     @staticmethod

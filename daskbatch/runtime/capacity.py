@@ -13,8 +13,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from daskbatch.planning.plan import Resources
 
@@ -220,8 +220,6 @@ def resources_auto(*, device: str | None = None) -> Resources:
 
 log = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 @dataclasses.dataclass
 class _Run:
@@ -242,31 +240,21 @@ def note_pass(rows: int, features: int) -> None:
         run.rows, run.features = max(run.rows, int(rows)), max(run.features, int(features))
 
 
-def logged_run(name: str) -> Callable[[F], F]:
-    """Decorate an API function: log ``"<name>: R rows x F features in T s (...), N passes, peak M"`` at its end."""
-
-    def decorate(func: F) -> F:
-        """Wrap ``func`` so that its call is timed and summed up in one log line."""  # numpydoc ignore=PR01,RT01
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            """Run ``func``, then log its summary line."""  # numpydoc ignore=PR01,RT01
-            if _current.get() is not None:
-                return func(*args, **kwargs)
-            run = _Run(name)
-            token = _current.set(run)
-            t0 = time.perf_counter()
-            try:
-                result = func(*args, **kwargs)
-            finally:
-                _current.reset(token)
-            if log.isEnabledFor(logging.INFO):  # peak memory may ask the workers: only when it is shown
-                log.info("%s", summary_line(run, time.perf_counter() - t0))
-            return result
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
+@contextlib.contextmanager
+def logged_run(name: str) -> Iterator[None]:
+    """Log ``"<name>: R rows x F features in T s (...), N passes, peak M"`` once the API call within ends."""
+    if _current.get() is not None:  # a call within another: the outer one logs
+        yield
+        return
+    run = _Run(name)
+    token = _current.set(run)
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        _current.reset(token)
+    if log.isEnabledFor(logging.INFO):  # peak memory may ask the workers: only when it is shown
+        log.info("%s", summary_line(run, time.perf_counter() - t0))
 
 
 def summary_line(run: _Run, seconds: float) -> str:

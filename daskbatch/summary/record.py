@@ -230,7 +230,7 @@ class Summary:
         TiledCov
             ``.cov``/``.corr`` as dask arrays.
         """
-        from daskbatch.engine.passes import open_tiled_cov  # lazy: dask
+        from daskbatch.engine.tiled_cov import open_tiled_cov  # lazy: dask
 
         tiled = self.provenance.get("tiled_cov")
         if not tiled:

@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 import daskbatch as db
-from daskbatch.engine.passes import tiled_covariance
+from daskbatch.engine.tiled_cov import tiled_covariance
 from daskbatch.errors import DataError
 
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 import daskbatch as db
 from daskbatch.cli import main
-from daskbatch.engine.passes import tiled_covariance
+from daskbatch.engine.tiled_cov import tiled_covariance
 from daskbatch.io.outputs import OutputError, check_output, output_kind, write_output
 
 FAST = ["--cluster", "threads", "--no-progress", "--stats", "moments"]
