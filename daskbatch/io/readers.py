@@ -54,9 +54,9 @@ def _zarr_array_of(a: Any, store: Any = None) -> Any:
     """The zarr array a dask array reads whole and its chunks (None for others); with ``store``: the array alone, if of ``store`` and read as stored."""
     if not isinstance(a, da.Array) or "zarr" not in sys.modules:  # no zarr array without zarr imported
         return None
-    from daskbatch.io import zarr_store  # lazy: zarr
+    from daskbatch.io import dataset, zarr_store  # lazy: zarr
 
-    found, where = zarr_store.zarr_array_read_by(a), zarr_store.store_location
+    found, where = dataset.zarr_array_read_by(a), zarr_store.store_location
     arr = found[0] if found is not None and store is not None and where(found[0].store) == where(store) else None
     return found if store is None else arr if arr is not None and not zarr_store.cf_attributes(arr) else None
 

@@ -125,6 +125,10 @@ class BlockReader(ReadAhead):
         self.cf = cf_attributes(arr)
         self.decode = None
         self.dtype = np.dtype(arr.dtype)
+        # A label needs a class on every row: an integer one is read as stored (xarray would make floats with NaN),
+        # and a row holding its fill value (xarray's missing value) is refused as it is read.
+        fills = role == "label" and self.dtype.kind in "iu" and set(self.cf) <= {"_FillValue", "missing_value"}
+        self.no_class, self.cf = (tuple(self.cf.values()), {}) if fills else ((), self.cf)
         if self.cf:
             import xarray as xr  # lazy: xarray
 
@@ -206,6 +210,11 @@ class BlockReader(ReadAhead):
             raise DataError(self._absent_refusal(selection, exc.key)) from None
         except Exception as exc:  # noqa: BLE001 - any codec/store error: name the chunk
             raise self._chunk_error(selection, exc)  # noqa: B904 - chained to the chunk's own error
+        if self.no_class and (hit := np.isin(block, self.no_class)).any():
+            first = (selection[0] if isinstance(selection, tuple) else selection).start or 0
+            raise DataError(f"{array_label(self.arr)} holds its fill value {self.no_class[0]} (xarray's missing value) "
+                            f"in {int(hit.sum()):,} rows from row {first + int(np.argmax(hit)):,}: a label needs a "
+                            "class on every row")
         return block if self.decode is None else np.asarray(self.decode(block), dtype=self.dtype)
 
     def _absent_refusal(self, selection: Any, key: str) -> str:
@@ -258,67 +267,6 @@ class BlockReader(ReadAhead):
         if self.read_ahead:  # a local scheduler's compute says in which order its tasks read these blocks
             follow_task_order(blocks.name, self)
         return blocks
-
-
-def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:
-    """The zarr array ``a`` reads whole and unchanged (``da.from_zarr``, xarray) and the ``chunks`` to open it with."""
-    # "auto" where a's blocks are the storage chunks: then the store path's blocks, so that the same
-    # array gives the same answer bit for bit however it is passed.
-    from dask._task_spec import DataNode, Task, TaskRef  # lazy: dask's task specification
-    from dask.array.core import getter, getter_inline, getter_nofancy  # lazy: dask arrays only
-
-    graph = a.__dask_graph__()
-    if not set(getattr(graph, "layers", {a.name: None})) <= {a.name, f"original-{a.name}"} or any(
-            math.isnan(c) for c in a.chunks[0]):
-        return None
-    first, arr, offsets = None, None, [np.cumsum((0, *c)) for c in a.chunks]
-    for key, task in graph.items():
-        if not isinstance(key, tuple) or key[0] != a.name:
-            continue
-        if not (isinstance(task, Task) and task.func in (getter, getter_inline, getter_nofancy)
-                and len(task.args) == 2 and isinstance(task.args[1], DataNode)):
-            return None
-        holder = task.args[0]
-        holder = graph.get(holder.key) if isinstance(holder, TaskRef) else holder
-        holder = holder.value if isinstance(holder, DataNode) else holder
-        if first is None:  # the first block says which array; any other array (NumPy's) ends the search
-            first, arr = holder, _stored_array(holder)
-            if arr is None or holder is not arr and not _reads_as_stored(arr):  # xarray's view: never decoded twice
-                return None
-        block: Any = key[1:]  # the block's position in the grid
-        wanted = tuple(slice(int(o[i]), int(o[i + 1])) for o, i in zip(offsets, block, strict=True))
-        if holder is not first or task.args[1].value != wanted:
-            return None
-    if arr is None or tuple(arr.shape) != tuple(a.shape) or np.dtype(arr.dtype) != a.dtype \
-            or type(a._meta) is not np.ndarray or not a.chunks[0]:
-        return None
-    rows = int(a.chunks[0][0])
-    stored = {int(arr.chunks[0]), int((getattr(arr, "shards", None) or arr.chunks)[0])}
-    return arr, "auto" if rows in stored else rows
-
-
-def _reads_as_stored(arr: zarr.Array) -> bool:
-    """Whether :class:`BlockReader` reads ``arr``'s values as stored: no CF attributes, or a NaN fill of floats."""
-    cf = cf_attributes(arr)
-    fills = [cf.pop(name) for name in ("_FillValue", "missing_value") if name in cf]
-    nan = all(isinstance(v, float) and math.isnan(v) for v in fills)  # NaN read as NaN: nothing changes
-    return not cf and (not fills or nan and np.dtype(arr.dtype).kind == "f")
-
-
-def _stored_array(holder: Any) -> zarr.Array | None:
-    """The zarr.Array that ``holder`` (a getter's array) reads unchanged, else None."""
-    # xarray's wrappers that only pass a whole-array key through; any decoding wrapper is not one.
-    while not isinstance(holder, zarr.Array):
-        kind = type(holder).__name__ if type(holder).__module__.startswith("xarray.") else None
-        if kind in ("ImplicitToExplicitIndexingAdapter", "CopyOnWriteArray"):
-            holder = holder.array
-        elif kind == "LazilyIndexedArray" and all(k == slice(None) for k in holder.key.tuple):
-            holder = holder.array
-        elif kind == "ZarrArrayWrapper":
-            holder = holder.get_array()
-        else:
-            return None
-    return holder
 
 
 # --------------------------------------------------------------------------- the store

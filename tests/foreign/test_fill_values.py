@@ -163,3 +163,26 @@ def test_a_null_fill_value_attribute_is_none(tmp_path: pathlib.Path) -> None:
     s = db.describe(tmp_path / "n.zarr", stats=("moments",))
     np.testing.assert_array_equal(s.nan_count, [0, 0])
     np.testing.assert_array_equal(s.mean, [3.0, 4.0])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_integer_label_with_an_explicit_fill_value_keeps_its_classes(tmp_path: pathlib.Path, zarr_format: int) -> None:
+    """xarray's ``_FillValue`` on an int label: every class read as stored (xarray makes floats); a missing one refused."""
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(600, 3)), rng.integers(0, 3, 600)
+    path = str(tmp_path / "label.zarr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
+        xr.Dataset({"X": (("sample", "feature"), x), "y": (("sample",), y)}).to_zarr(
+            path, zarr_format=zarr_format, encoding={"y": {"_FillValue": -1, "chunks": (200,)}})
+    assert xr.open_zarr(path)["y"].dtype == np.float64  # what xarray makes of it
+    s = db.describe(path, label="y", stats=("moments", "hist", "mi"), range=(-5, 5))
+    np.testing.assert_array_equal(s.mi, db.describe(x, label=y, stats=("moments", "hist", "mi"), range=(-5, 5)).mi)
+    y[250:253] = -1  # three rows without a class, as xarray writes NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", zarr.errors.ZarrUserWarning)
+        xr.Dataset({"X": (("sample", "feature"), x), "y": (("sample",), np.where(y < 0, np.nan, y))}).to_zarr(
+            path, mode="w", zarr_format=zarr_format, encoding={"y": {"_FillValue": -1, "dtype": "int64", "chunks": (200,)}})
+    with pytest.raises(DataError, match=r"^array 'y' in .* holds its fill value -1 \(xarray's missing value\) in 3 rows "
+                                        r"from row 250: a label needs a class on every row$"):
+        db.describe(path, label="y", stats=("moments", "hist", "mi"), range=(-5, 5))
