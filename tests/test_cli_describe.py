@@ -144,6 +144,11 @@ def test_describe_config_range_not_a_pair_names_the_file_and_key(
     assert result.exit_code == 2, result.output
     assert result.output == f"error: {tmp_path / 'c.yaml'}: 'statistics.range' expects [lo, hi], got [1.0] (list)\n"
     assert "Traceback" not in result.output
+    (tmp_path / "c.yaml").write_text("daskbatch: {job: {statistics: {range: '-5:5'}}}\n")  # the option's text, not a key's
+    result = CliRunner().invoke(main, ["describe", store[0], "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 2, result.output
+    assert result.output == (f"error: {tmp_path / 'c.yaml'}: 'statistics.range' expects [lo, hi] or 'minmax', "
+                             "got '-5:5' (str)\n")
 
 
 def test_every_command_has_help() -> None:

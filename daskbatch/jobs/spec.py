@@ -226,9 +226,11 @@ def _refuse_option_file(where: str, loaded: Mapping[str, Any]) -> None:
 
 
 def _check_range_pair(where: str, value: Any) -> None:
-    """Refuse a histogram range given as a list that is not [lo, hi] (``describe --config`` and ``run`` alike)."""
+    """Refuse a histogram range that is not [lo, hi] or 'minmax' (``describe --config`` and ``run`` alike)."""
     if isinstance(value, list) and len(value) != 2:
         raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi], got {describe_value(value)}")
+    if isinstance(value, str) and value != "minmax":
+        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {describe_value(value)}")
 
 
 def _check_consistency(where: str, job: JobSpec) -> None:
@@ -250,8 +252,6 @@ def _check_consistency(where: str, job: JobSpec) -> None:
     if kind == "scheduler_file" and not job.cluster.scheduler_file:
         raise JobConfigError(f"{where}: cluster kind 'scheduler_file' needs 'cluster.scheduler_file'")
     _check_range_pair(where, job.statistics.range)
-    if isinstance(job.statistics.range, str) and job.statistics.range != "minmax":
-        raise JobConfigError(f"{where}: 'statistics.range' expects [lo, hi] or 'minmax', got {describe_value(job.statistics.range)}")
     if len(job.transform.clip) != 2:
         raise JobConfigError(f"{where}: 'transform.clip' expects [lo, hi], got {describe_value(job.transform.clip)}")
     for key, value in (("statistics.bins", job.statistics.bins), ("transform.k", job.transform.k)):
