@@ -94,9 +94,9 @@ def test_the_threshold_setting_is_read_and_checked() -> None:
         assert configured_min_batch_bytes() == 8 * 2**20
     with dask.config.set({"daskbatch.gpu-min-batch-bytes": 4096}):
         assert configured_min_batch_bytes() == 4096
-    for bad in ("lots", -1, True, 1.5):
+    for bad in ("lots", -1, True, 1.5, "AUTO", None):  # what `daskbatch config` refuses, refused alike
         with dask.config.set({"daskbatch.gpu-min-batch-bytes": bad}), pytest.raises(
-            ValueError, match=r"^daskbatch.gpu-min-batch-bytes must be 'auto' or a size in bytes such as 8MiB, got"
+            ValueError, match=r"^daskbatch.gpu-min-batch-bytes must be auto or a byte size such as 16MiB, got"
         ):
             auto_device(10**9)
 

@@ -130,17 +130,10 @@ def configured_min_batch_bytes() -> int | None:  # numpydoc ignore=PR01,RT01
     from dask.utils import parse_bytes  # lazy: dask
 
     value = config.get(KEY)
-    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
-        return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        size = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        size = -1
-    if size < 0 or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(f"daskbatch.{KEY} must be 'auto' or a size in bytes such as 8MiB, got {value!r}")
-    return size
+    problem = config.check_setting(KEY, value)  # the one test of the setting, as `daskbatch config` applies it
+    if problem is not None:
+        raise ValueError(f"daskbatch.{KEY} {problem}")
+    return None if value == "auto" else parse_bytes(value) if isinstance(value, str) else int(value)
 
 
 def gpu_problem() -> str | None:  # numpydoc ignore=PR01,RT01
