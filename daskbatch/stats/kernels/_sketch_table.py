@@ -351,7 +351,7 @@ def grid_counts(x, lut, weights, step, first, counts):  # noqa: ANN001, ANN201
 
 @_jit_nocheck
 def grid_tail_blocks(x, lut, step, first, counts, b, g, fine, coarse):  # noqa: ANN001, ANN201
-    """:func:`grid_counts` (unweighted, every ``2**-step`` normal) and :func:`tail_blocks` in one read of ``x``."""
+    """:func:`grid_counts` (unweighted, every ``2**-step`` normal) and :func:`~daskbatch.stats.kernels._numba_sketch.tail_blocks` in one read of ``x``."""
     # Each row is read once for both while it is in cache: the chunk (64 MB at 262,144 x 64 float32)
     # is not, and a second sweep of it cost the tails most of their time.
     rows, d = x.shape
