@@ -333,7 +333,7 @@ def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:  # n
 
 
 def _reads_as_stored(arr: zarr.Array) -> bool:
-    """Whether :class:`BlockReader` reads ``arr``'s values as stored: no CF attributes, or a NaN fill of floats."""
+    """Whether :class:`~daskbatch.io.zarr_store.BlockReader` reads ``arr``'s values as stored: no CF attributes, or a NaN fill of floats."""
     cf = cf_attributes(arr)
     fills = [cf.pop(name) for name in ("_FillValue", "missing_value") if name in cf]
     nan = all(isinstance(v, float) and math.isnan(v) for v in fills)  # NaN read as NaN: nothing changes
