@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 import dask
@@ -329,3 +330,15 @@ def test_classes_found_in_the_first_pass_refuse_what_the_scan_refused(bad: str, 
     want = "label value -1 at row 2,100 is negative" if bad == "negative" else "more than daskbatch.max-classes"
     with dask.config.set({"daskbatch.max-classes": 2 if bad == "too many" else 1000}), pytest.raises(ValueError, match=want):
         db.describe(store, label="y", stats=("moments", "hist", "mi"))
+
+
+def test_the_plan_line_says_the_classes_found_in_the_first_pass_are_up_to_the_most(tmp_path, caplog) -> None:  # noqa: ANN001
+    """Planned before the classes are known, the logged plan names the most it was planned for, not a count."""
+    x, y = make_data()
+    store = write_store(str(tmp_path / "s.zarr"), x, y)
+    with caplog.at_level(logging.INFO, logger="daskbatch"):
+        db.describe(store, label="y", stats=("moments", "hist", "mi"))
+        db.describe(store, label="y", stats=("moments", "hist", "mi"), classes=VALUES)
+    titles = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Plan for")]
+    most = dask.config.get("daskbatch.max-classes")
+    assert titles[0].endswith(f" bins, up to {most} classes)") and titles[1].endswith(f" bins, {len(VALUES)} classes)")

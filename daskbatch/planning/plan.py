@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daskbatch import _common as _html
+from daskbatch import config
 from daskbatch._common import plural as _plural
 from daskbatch.config import STATISTIC_DEFAULTS
 from daskbatch.stats.declaration import KERNEL_PATHS, Footprint
@@ -410,7 +411,9 @@ def _plan_rows(p: Plan) -> tuple[str, list[tuple[str, str]]]:
     dtype = p.dtype or f"{p.itemsize}-byte-element"
     stat_text = ", ".join(stat_name(s) for s in p.stats)
     if {"hist", "mi"} & set(p.stats):
-        stat_text += f" ({p.bins} bins" + (f", {p.n_classes} classes)" if "mi" in p.stats else ")")
+        # Planned for daskbatch.max-classes: the classes are found as the first pass reads the label (or as many given).
+        most = p.n_classes is not None and p.n_classes == config.get("max-classes")
+        stat_text += f" ({p.bins} bins" + (f", {'up to ' * most}{p.n_classes} classes)" if "mi" in p.stats else ")")
     fits = "<=" if p.task_bytes <= p.budget_bytes else ">"
     title = (
         f"Plan for a {n_rows:,} x {d:,} {dtype} array (storage chunks "
