@@ -18,7 +18,7 @@ from dask.utils import format_bytes
 
 from daskbatch import _common as _html
 from daskbatch._common import SamplesByFeatures, plural
-from daskbatch.io.chunk_grid import Chunks
+from daskbatch.io.chunk_grid import Chunks, store_location
 from daskbatch.io.zarr_store import (
     LAYOUT_ATTR,
     MissingPolicy,
@@ -293,6 +293,18 @@ def open_zarr(
         Blocks of whole storage chunks along axis 0, one block along axis 1.
     """
     return open_dataset(path, x=component or "X", chunks=chunks, storage_options=storage_options).x
+
+
+def zarr_array_of(a: da.Array, store: Any = None) -> Any:  # numpydoc ignore=PR01,RT01
+    """The zarr array a dask array reads whole and unchanged, and the chunks to open it with (None for others).
+
+    With ``store``: the array alone, if it is of ``store`` and read as stored (no CF attributes): a label x's store reads.
+    """
+    found = zarr_array_read_by(a)
+    if store is None:
+        return found
+    arr = found[0] if found is not None and store_location(found[0].store) == store_location(store) else None
+    return arr if arr is not None and not cf_attributes(arr) else None
 
 
 def zarr_array_read_by(a: da.Array) -> tuple[zarr.Array, int | str] | None:  # numpydoc ignore=PR01,RT01

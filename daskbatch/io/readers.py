@@ -51,14 +51,12 @@ def check_series_index(series: Any, index: Any, role: str, what: str = "DataFram
 
 
 def _zarr_array_of(a: Any, store: Any = None) -> Any:
-    """The zarr array a dask array reads whole and its chunks (None for others); with ``store``: the array alone, if of ``store`` and read as stored."""
+    """:func:`~daskbatch.io.dataset.zarr_array_of`, without importing zarr where no zarr array can be."""
     if not isinstance(a, da.Array) or "zarr" not in sys.modules:  # no zarr array without zarr imported
         return None
-    from daskbatch.io import dataset, zarr_store  # lazy: zarr
+    from daskbatch.io.dataset import zarr_array_of  # lazy: zarr
 
-    found, where = dataset.zarr_array_read_by(a), zarr_store.store_location
-    arr = found[0] if found is not None and store is not None and where(found[0].store) == where(store) else None
-    return found if store is None else arr if arr is not None and not zarr_store.cf_attributes(arr) else None
+    return zarr_array_of(a, store)
 
 
 # --------------------------------------------------------------------------- the protocol, and in-memory inputs
@@ -468,6 +466,7 @@ class H5Reader(FileReader):
 
 
 # --------------------------------------------------------------------------- the registry
+
 
 #: The readers, asked in this order; the last (NumPy, dask, array-API arrays) takes the rest.
 READERS: tuple[type[Reader], ...] = (TableReader, NpyReader, NpzReader, H5Reader, ZarrReader, DatasetReader,
