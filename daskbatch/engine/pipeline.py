@@ -85,6 +85,11 @@ class Computed:
 # -- inputs
 
 
+def _blocks_on_gpu(a: Any) -> bool:
+    """Whether a dask array's blocks are CuPy arrays (its meta says so; nothing is read)."""
+    return type(getattr(a, "_meta", None)).__module__.split(".")[0] == "cupy"
+
+
 def _prepared_inputs(
     x: Any, label: Any, *, weights: Any, target: Any, groups: Any, feature_names: Any, missing: Any, device: Device,
 ) -> tuple[FeatureMatrix, DeviceChoice]:
@@ -99,10 +104,9 @@ def _prepared_inputs(
     data = as_feature_matrix(x, label, feature_names=feature_names, missing=missing, target=target, groups=groups,
                              weights=weights)
     x = data.x  # the device is chosen from the array's shape and chunks, not the array (nothing of it is read)
-    on_gpu = type(getattr(x, "_meta", None)).__module__.split(".")[0] == "cupy"
     rows, features = (int(n) for n in x.shape)
     where = resolve_device(device, (rows, features), x.dtype.itemsize, int(x.chunks[0][0]) if x.chunks[0] else 0,
-                           on_gpu=on_gpu)
+                           on_gpu=_blocks_on_gpu(x))
     if where.device == "gpu":  # warn once when CuPy chunks take the array-API path, checked where they run
         client = active_client()
         for check in [check_gpu()] if client is None else list(client.run(check_gpu).values()):
@@ -130,7 +134,7 @@ def run_statistics(
     # CuPy blocks (they cannot move back) or a checkpoint (its states were made on the GPU) the error is raised.
     grouped, targeted = groups is not None, target is not None
     computed = functools.partial(_computed, data, stats, run, grouped=grouped, targeted=targeted)
-    on_host = type(getattr(data.x, "_meta", None)).__module__.split(".")[0] != "cupy"
+    on_host = not _blocks_on_gpu(data.x)
     try:
         return computed(where=where)
     except Exception as exc:
