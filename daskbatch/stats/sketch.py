@@ -217,7 +217,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             return SketchState(counts=counts, offset=offset, fmin=fmin, fmax=fmax,
                                **_named(_DISTINCT, compiled_distinct(x, self.values_kept, weights)),
                                **_named(_GRID, grid_chunk(x, fmin, fmax, self.grid_bins, weights, counts.dtype, blocks)),
-                               **_named(_TAILS, tails_chunk(x, k, blocks)))
+                               **self._tails_for(x, weights, blocks))
         if rows > self._block_rows(n_features):
             # The array-API path (CuPy chunks) makes ~60 bytes of temporaries per value: rows a block
             # at a time keep them bounded, and merged windows are the same whatever the chunking.
@@ -352,9 +352,9 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
         """Count the bins of the dyadic grid a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.grid_bins`)."""  # numpydoc ignore=RT01
         return grid_bins(self.buckets_kept)
 
-    def _tails_for(self, x: Array, weights: Array | None) -> dict[str, Array]:
-        """The fields of a block's kept tails: (D, 0) of them when weighted, as in a narrow window."""
-        return _named(_TAILS, tails_chunk(x, 0 if weights is not None else self.tail_values))
+    def _tails_for(self, x: Array, weights: Array | None, blocks: Any = None) -> dict[str, Array]:
+        """The fields of a block's kept tails (``blocks``: their minima, counted already): (D, 0) when weighted."""
+        return _named(_TAILS, tails_chunk(x, 0 if weights is not None else self.tail_values, blocks))
 
     @property
     def tail_values(self) -> int:
