@@ -22,8 +22,10 @@ GiB = 2**30
 
 @pytest.fixture(scope="module")
 def local():
+    # TCP, not inproc://: a second client joined by address once waited in wait_for_workers until the test's
+    # timeout on an inproc address (tests/test_cluster.py::test_connect_by_address_does_not_close_external, CI).
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, memory_limit="1GiB", processes=False,
+        n_workers=2, threads_per_worker=1, memory_limit="1GiB", processes=False, protocol="tcp",
         dashboard_address=":0",
     ) as lc:
         yield lc
