@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import daskbatch as db
 from daskbatch.engine.passes import tree_reduce
 from daskbatch.stats import Bundle, CoMoments, Histogram, Moments
+from daskbatch.stats._base import merge_all
 from daskbatch.testing import assert_results_close, assert_states_equal, chunk_sizes, sample_arrays
 
 ROWS, FEATURES, CHUNK = 1000, 3, 77  # 13 row blocks, the last one ragged
@@ -84,8 +85,23 @@ def test_graph_keys_and_tree_shape(data, split_every: int) -> None:
     while level > 1:
         level = math.ceil(level / split_every)
         merges += level
-    assert names == {"db-chunk": blocks, "db-merge": merges, "db-result": 1}
+    # Each block's co-moments and its other statistics are two tasks; the chunk task joins their states.
+    assert names == {"db-part": 2 * blocks, "db-chunk": blocks, "db-merge": merges, "db-result": 1}
     assert g.key.startswith("db-result-")
+
+
+def test_block_parts_give_the_bundles_state_bit_for_bit(data) -> None:
+    """Two tasks a block (co-moments apart, in this process): the state of one bundle chunk a block, merged in order."""
+    x, y = data
+    stat = Bundle((Moments(), Histogram(bins=10, lo=(1e4 - 6,) * FEATURES, hi=(1e4 + 6,) * FEATURES), CoMoments()))
+    xd, yd = da.from_array(x, chunks=(CHUNK, -1)), da.from_array(y, chunks=(CHUNK,))
+    g = tree_reduce(stat, xd, yd, split_every=4, finalize=False)
+    assert Counter(key_split(k) for k in dict(g.__dask_graph__()))["db-part"] == 2 * xd.numblocks[0]
+    got = g.compute(scheduler="threads")
+    merged = [stat.chunk(x[i : i + CHUNK], y[i : i + CHUNK]) for i in range(0, ROWS, CHUNK)]  # one task a block
+    while len(merged) > 1:  # the tree's levels, four states a merge
+        merged = [merge_all(stat, merged[i : i + 4]) for i in range(0, len(merged), 4)]
+    assert_bundles_equal(got, merged[0])
 
 
 def test_graph_building_does_not_compute(data) -> None:

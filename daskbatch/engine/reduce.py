@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 
 #: Task-name prefixes of a pass, as the dashboard shows them (``key_split`` of the keys).
-TASK_PREFIXES = {"chunk": "db-chunk", "merge": "db-merge", "result": "db-result"}
+TASK_PREFIXES = {"chunk": "db-chunk", "part": "db-part", "merge": "db-merge", "result": "db-result"}
 
 
 def task_prefixes(tag: str = "") -> dict[str, str]:
@@ -44,11 +44,24 @@ def statistics_tag(stats: Any) -> str:
     return "-".join(w for w in words if w)
 
 
-def chunk_task(stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, **masks: Array) -> S:  # numpydoc ignore=PR01,RT01
-    """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it."""
-    compile_ahead(stat, x, label, masks)  # a new install's first call: a helper compiles the later kernels
+def chunk_task(  # numpydoc ignore=PR01,RT01
+    stat: Statistic[S, Any], checked: bool, x: Array, label: Array | None, *, whole: Any = None, **masks: Array
+) -> S:
+    """``stat.chunk(x, label, **masks)`` with one BLAS/numba thread when other dask threads run beside it.
+
+    ``whole``: the bundle that ``stat`` is a part of (:func:`joined`), whose kernels a first call compiles ahead.
+    """
+    # A new install's first call: a helper compiles the later kernels.
+    compile_ahead(stat if whole is None else whole, x, label, masks)
     with limited(), labels_checked() if checked else contextlib.nullcontext():
         return stat.chunk(x, label, **masks)
+
+
+def joined(parts: Sequence[Sequence[int]], *states: tuple[Any, ...]) -> tuple[Any, ...]:  # numpydoc ignore=PR01,RT01
+    """A bundle's state from the states of its ``parts`` (each the positions of its statistics in the bundle)."""
+    by_position = {k: state for part, part_states in zip(parts, states, strict=True)
+                   for k, state in zip(part, part_states, strict=True)}
+    return tuple(by_position[k] for k in range(len(by_position)))
 
 
 def host_result(finalize: Callable[[Any], Any] | None, state: Any) -> Any:  # numpydoc ignore=PR01,RT01
