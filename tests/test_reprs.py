@@ -187,8 +187,8 @@ def test_save_load_round_trip(tmp_path, summary: db.Summary) -> None:
     assert reopened.attrs["plan.limited_by"] == summary.provenance["plan"]["limited_by"]
 
 
-def test_loads_a_summary_saved_before_the_labels(tmp_path, summary: db.Summary) -> None:
-    """The former layout: one JSON provenance attribute, float64 counts, no bin/edge/slot coordinates."""
+def test_a_summary_saved_in_the_former_layout_is_refused_and_one_written_by_xarray_loads(tmp_path, summary: db.Summary) -> None:
+    """The former layout (one JSON provenance attribute, no version) is refused in one line; to_xarray().to_zarr() loads."""
     new = summary.to_xarray()
     old = xr.Dataset(
         {name: (v.dims, v.values.astype(np.float64) if name in ("count", "nan_count") else v.values)
@@ -197,11 +197,17 @@ def test_loads_a_summary_saved_before_the_labels(tmp_path, summary: db.Summary) 
         attrs={"provenance": json.dumps(summary.provenance, default=str), "cov_count": summary.cov_count},
     )
     old.to_zarr(tmp_path / "old.zarr", mode="w", consolidated=False)
-    back = db.load_summary(tmp_path / "old.zarr")
-    assert back.provenance == json.loads(json.dumps(summary.provenance, default=str))
-    np.testing.assert_array_equal(back.classes, [0, 1, 2])  # no class coordinate: 0..K-1
+    with pytest.raises(db.DataError, match=r"^summary \S*old.zarr: it has format version None, this daskbatch reads 2; "
+                       r"describe the data again \(or use the daskbatch that wrote it\)$"):
+        db.load_summary(tmp_path / "old.zarr")
+    new.attrs["daskbatch_summary_format"] = 3
+    new.to_zarr(tmp_path / "later.zarr", mode="w", consolidated=False)
+    with pytest.raises(db.DataError, match=r"it has format version 3, this daskbatch reads 2"):
+        db.load_summary(tmp_path / "later.zarr")
+    summary.to_xarray().to_zarr(tmp_path / "xr.zarr", mode="w", consolidated=False)
+    back = db.load_summary(tmp_path / "xr.zarr")
     np.testing.assert_array_equal(back.count, summary.count)
-    assert back.cov_count == summary.cov_count
+    np.testing.assert_array_equal(back.classes, summary.classes)
 
 
 def test_provenance_attributes_round_trip_awkward_values() -> None:

@@ -301,9 +301,8 @@ def test_describe_counts_the_sketch_in_int32_and_keeps_int64_counts() -> None:
 def test_merge_many_of_int32_counts_past_int32_is_int64_as_in_turn(dtypes) -> None:
     # Counts whose sum passes 2**31 - 1 (as rows counted by many chunks would) merge into int64 in
     # one array as the merges in turn do, with no count wrapped.
+    import dataclasses
     import functools
-
-    from daskbatch.stats.sketch import SketchState
 
     sketch = Sketch(count_dtype="int32")
     base = sketch.chunk(np.array([[1.0, -2.0], [3.0, np.nan]]))
@@ -311,7 +310,7 @@ def test_merge_many_of_int32_counts_past_int32_is_int64_as_in_turn(dtypes) -> No
     for k, dtype in enumerate(dtypes):
         counts = np.zeros_like(base.counts, dtype=dtype)
         counts[:, 5 + k] = 2**30 - k  # every feature counts the same rows
-        states.append(SketchState(counts=counts, offset=base.offset, fmin=base.fmin, fmax=base.fmax))
+        states.append(dataclasses.replace(base, counts=counts))
     one, turn = merge_all(sketch, states), functools.reduce(sketch.merge, states)
     assert one.counts.dtype == turn.counts.dtype == np.int64
     np.testing.assert_array_equal(one.counts, turn.counts)

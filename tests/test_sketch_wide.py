@@ -9,6 +9,7 @@ feature, quantiles within 1 %, 10**8.9 per sign before a collapse), so
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dask
@@ -65,8 +66,7 @@ def test_a_merge_that_could_overflow_int32_promotes_to_int64(kernels: bool, wind
     scale = 2**29  # 3 rows x 2**29 = 1.6e9 <= 2**31 - 1 in each state, 3.2e9 in their merge
 
     def scaled(s: SketchState, dtype: type) -> SketchState:
-        return SketchState(counts=(s.counts.astype(np.int64) * scale).astype(dtype), offset=s.offset, fmin=s.fmin,
-                           fmax=s.fmax)
+        return dataclasses.replace(s, counts=(s.counts.astype(np.int64) * scale).astype(dtype))
 
     with dask.config.set({"daskbatch.kernels": kernels}):
         a, b = sk.chunk(x), sk.chunk(x[::-1])

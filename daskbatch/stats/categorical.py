@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
@@ -63,6 +63,7 @@ class CategoricalState(State):
     registers: np.ndarray
 
 
+@dataclass(frozen=True)
 class CategoricalProfile:
     """Count, nulls, approximate distinct count, top values and datetime extremes of non-numeric columns.
 
@@ -83,22 +84,21 @@ class CategoricalProfile:
         the distinct count is exact (the counters hold every value).
     """
 
+    top_k: int = 10
+    counters: int = 256
+    precision: int = 14
     name = "categorical"
 
-    def __init__(self, top_k: int = 10, counters: int = 256, precision: int = 14) -> None:
-        if not 1 <= top_k <= counters:
-            raise ValueError(f"top_k must be between 1 and counters ({counters}), got {top_k}")
-        if not 4 <= precision <= 18:
-            raise ValueError(f"precision must be between 4 and 18, got {precision}")
-        self.top_k, self.counters, self.precision = int(top_k), int(counters), int(precision)
-
-    def __repr__(self) -> str:
-        return f"CategoricalProfile(top_k={self.top_k}, counters={self.counters}, precision={self.precision})"
+    def __post_init__(self) -> None:
+        if not 1 <= self.top_k <= self.counters:
+            raise ValueError(f"top_k must be between 1 and counters ({self.counters}), got {self.top_k}")
+        if not 4 <= self.precision <= 18:
+            raise ValueError(f"precision must be between 4 and 18, got {self.precision}")
 
     @property
     def params(self) -> dict[str, int]:
         """The parameters, as :class:`CategoricalProfile` takes them (saved with a summary's state)."""
-        return {"top_k": self.top_k, "counters": self.counters, "precision": self.precision}
+        return asdict(self)
 
     def chunk(self, frame: Any, label: Any = None) -> dict[str, ColumnState]:
         """Make the states of every column of one block (a pandas DataFrame), with its rows' classes if given."""

@@ -70,10 +70,9 @@ def _named(group: tuple[str, ...], parts: tuple[Array, ...]) -> dict[str, Array]
     return dict(zip(group, parts, strict=True))
 
 
-def _group(s: SketchState, group: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """One group of the fields of ``s``, None for a state built (or saved) without it."""
-    parts = tuple(getattr(s, name) for name in group)
-    return None if any(part is None for part in parts) else parts
+def _group(s: SketchState, group: tuple[str, ...]) -> tuple[Any, ...]:
+    """One group of the fields of ``s``, as its side-car module's functions take it."""
+    return tuple(getattr(s, name) for name in group)
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,26 +89,26 @@ class SketchState(State):
     finite extrema (``+inf``/``-inf`` when a feature has none).
     ``distinct``/``distinct_counts`` (D, k) float64 and ``distinct_held`` (D,)
     int64 are the feature's distinct finite values while it has at most ``k``
-    (:mod:`daskbatch.stats.sketch_distinct`); None in a state saved before they were kept.
+    (:mod:`daskbatch.stats.sketch_distinct`).
     ``grid`` (D, K) counts of the finite values on the dyadic grid of
     width ``2**grid_step`` from ``grid_first * 2**grid_step`` (D,) int64
     (:func:`~daskbatch.stats.sketch_distinct.grid_merge`): merged quantiles are read in it.
     ``tail_low``/``tail_high`` (D, k) float64 are the ``k`` smallest and largest finite values
-    (:mod:`daskbatch.stats.sketch_tails`); (D, 0) when weighted, None in a state saved before they were kept.
+    (:mod:`daskbatch.stats.sketch_tails`); (D, 0) when weighted.
     """
 
     counts: Array
     offset: Array
     fmin: Array
     fmax: Array
-    distinct: Array | None = None
-    distinct_counts: Array | None = None
-    distinct_held: Array | None = None
-    grid: Array | None = None
-    grid_step: Array | None = None
-    grid_first: Array | None = None
-    tail_low: Array | None = None
-    tail_high: Array | None = None
+    distinct: Array
+    distinct_counts: Array
+    distinct_held: Array
+    grid: Array
+    grid_step: Array
+    grid_first: Array
+    tail_low: Array
+    tail_high: Array
 
 
 @dataclass(frozen=True)
@@ -301,50 +300,32 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
 
     def _merged_extras(self, a: SketchState, b: SketchState, fmin: Array, fmax: Array, dtype: Any) -> dict[str, Array]:
         """The merged distinct values, grid and tails of two states, as keyword arguments of :class:`SketchState`."""
-        fields = _named(_DISTINCT, merge_distinct(self._distinct_of(a), self._distinct_of(b), self.values_kept))
-        grid_a, grid_b = _group(a, _GRID), _group(b, _GRID)
-        if grid_a is not None and grid_b is not None:  # a state built without its grid merges into none
-            fields.update(_named(_GRID, grid_merge(grid_a, grid_b, fmin, fmax, dtype)))
-        tails_a, tails_b = _group(a, _TAILS), _group(b, _TAILS)
-        if tails_a is not None and tails_b is not None:  # weighted, or saved before they were kept: none
-            fields.update(_named(_TAILS, merge_tails(tails_a, tails_b)))
-        return fields
+        return {**_named(_DISTINCT, merge_distinct(_group(a, _DISTINCT), _group(b, _DISTINCT), self.values_kept)),
+                **_named(_GRID, grid_merge(_group(a, _GRID), _group(b, _GRID), fmin, fmax, dtype)),
+                **_named(_TAILS, merge_tails(_group(a, _TAILS), _group(b, _TAILS)))}
 
     @property
     def values_kept(self) -> int:
         """Count the distinct values a state keeps per feature (:func:`~daskbatch.stats.sketch_distinct.kept_values`)."""  # numpydoc ignore=RT01
         return kept_values(self.buckets_kept)
 
-    def _distinct_of(self, s: SketchState) -> tuple[Array, Array, Array]:
-        """The distinct values of ``s``: a state saved before they were kept has every feature marked (unknown)."""
-        held = _group(s, _DISTINCT)
-        if held is not None:
-            return held
-        xp = namespace(s.counts)
-        values, counts, held = empty_distinct(xp, s.counts.shape[0], self.values_kept, device(s.counts))
-        return values, counts, xp.full_like(held, self.values_kept + 1)
-
-    def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray | None:
-        """Give a state's exact ``inverted_cdf`` quantiles where distinct values or kept tails decide them (NaN elsewhere; None without them)."""  # numpydoc ignore=PR01,RT01
-        if _group(s, _DISTINCT) is None:
-            return None
+    def exact_quantile(self, s: SketchState, q: float | Any) -> np.ndarray:
+        """Give a state's exact ``inverted_cdf`` quantiles where distinct values or kept tails decide them (NaN elsewhere)."""  # numpydoc ignore=PR01,RT01
         w = self.buckets_kept
         counts = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
         exact = distinct_quantile(to_numpy(s.distinct), to_numpy(s.distinct_counts), to_numpy(s.distinct_held),
                                   counts[:, 0], counts[:, 2], q, weighted=counts.dtype.kind == "f")
-        tails = _group(s, _TAILS)
-        if tails is not None and counts.dtype.kind != "f":  # the ranks among the kept tails: their values
+        if counts.dtype.kind != "f":  # the ranks among the kept tails: their values
             finite = to_numpy(s.counts[:, : 2 * w]).sum(axis=1, dtype=np.int64) + counts[:, 1]
-            exact = np.where(np.isnan(exact), tails_quantile(tails[0], tails[1], finite, counts[:, 0], counts[:, 2], q), exact)
+            exact = np.where(np.isnan(exact), tails_quantile(s.tail_low, s.tail_high, finite, counts[:, 0], counts[:, 2], q),
+                             exact)
         return exact[:, 0] if np.ndim(q) == 0 else exact
 
     def fine_grid(self, s: SketchState) -> tuple[np.ndarray, np.ndarray]:
         """Give a state's dyadic grid as the fine histogram of :func:`~daskbatch.stats.quantile.fine_quantile`: (D, bins + 2) counts, (D, 2) ranges."""  # numpydoc ignore=PR01,RT01
         w = self.buckets_kept
         ends = to_numpy(s.counts[:, 2 * w : 2 * w + 3])  # -inf, zero, +inf
-        grid = _group(s, _GRID)
-        assert grid is not None
-        counts, step, first = (to_numpy(a) for a in grid)
+        counts, step, first = (to_numpy(a) for a in _group(s, _GRID))
         return grid_fine(counts, step, first, ends[:, 0], ends[:, 2])
 
     @property
@@ -402,7 +383,7 @@ class Sketch(SketchLayout):  # numpydoc ignore=PR02
             min_magnitude=float(self.min_magnitude),
             max_magnitude=float(self.max_magnitude),
             window=int(self.buckets_kept),
-            **_named(_DISTINCT, self._distinct_of(s)),
+            **_named(_DISTINCT, _group(s, _DISTINCT)),
         )
 
 

@@ -36,8 +36,6 @@ class RankMap:
     @classmethod
     def from_sketch(cls, sketch: Any, state: Any) -> RankMap:
         """Read the midranks of every feature from a merged sketch state (``Sketch``, ``SketchState``)."""
-        if state.grid is None or state.distinct is None:
-            raise ValueError("spearman needs a sketch with its dyadic grid and distinct values (this one has none)")
         cells = sketch.fine_grid(state)[0].astype(np.float64)  # -inf, the grid's bins, +inf
         n = cells.sum(axis=1, keepdims=True)
         total = np.where(n > 0, n, 1.0)

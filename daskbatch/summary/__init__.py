@@ -18,7 +18,7 @@ from daskbatch.io.outputs import (
 )
 from daskbatch.runtime.runlock import summary_lock
 from daskbatch.stats.spec import user_statistics
-from daskbatch.summary.dataset import DEFAULT_QUANTILES, quantile_label
+from daskbatch.summary.dataset import DEFAULT_QUANTILES, FORMAT, quantile_label
 from daskbatch.summary.record import Summary
 from daskbatch.summary.report import (
     write_report as write_report,  # Summary.to_html's way in: no cycle
@@ -149,15 +149,20 @@ def _check_is_summary(where: str) -> None:
         raise DataError(
             f"{where} is not a daskbatch summary (not a Zarr group); give a path written by Summary.save"
         ) from None
-    marker = group.attrs.get(MARKER)
+    marker, version = group.attrs.get(MARKER), group.attrs.get("daskbatch_summary_format")
     arrays = sorted(name for name, _ in group_arrays(group, max_depth=0))  # a row store's log is no node
-    # Summaries saved before the marker existed still hold their per-feature arrays and provenance.
-    described = "provenance" in group.attrs or "daskbatch_summary_format" in group.attrs
-    legacy = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
-    if marker != "summary" and not legacy:
+    # A Summary.to_xarray() written with xarray has no marker, but its version and per-feature arrays.
+    described = "provenance" in group.attrs or version is not None
+    unmarked = marker is None and described and {"feature", "mean", "count"} <= set(arrays)
+    if marker != "summary" and not unmarked:
         held = f"it holds arrays {', '.join(arrays)}" if arrays else "it holds no arrays"
         kind = f", it is a daskbatch {marker} output" if isinstance(marker, str) else ""
         raise DataError(
             f"{where} is not a daskbatch summary ({held}{kind}); describe it with daskbatch.describe, "
             "or give a path written by Summary.save / describe --out"
+        )
+    if version != FORMAT:  # an older layout is refused, never read by special code
+        raise DataError(
+            f"summary {where}: it has format version {version!r}, this daskbatch reads {FORMAT}; "
+            "describe the data again (or use the daskbatch that wrote it)"
         )

@@ -199,8 +199,6 @@ def fields_from_xarray(ds: Any) -> dict[str, Any]:
         variables["cov_count"] = int(cov_count)
     if "class" in ds.coords:
         variables["classes"] = np.asarray(ds["class"].values, dtype=np.int64)
-    elif "joint_counts" in variables:  # written before the coordinate existed: 0..K-1
-        variables["classes"] = np.arange(variables["joint_counts"].shape[2], dtype=np.int64)
     results: dict[str, dict[str, Any]] = {}
     for d in STATISTICS.values():  # each variable to the first statistic that declares it
         if held := {n: variables.pop(n) for n in d.variables if n in variables}:
@@ -236,7 +234,7 @@ def group_dataset(summary: Summary) -> Any:
     return xr.Dataset(data, coords=coords)
 
 
-#: Version of the on-disk layout: 1 held the provenance as one JSON string attribute.
+#: Version of the on-disk layout (``load_summary`` refuses another).
 FORMAT = 2
 #: Attributes of the saved Dataset that are not provenance ("daskbatch_output": the marker outputs check).
 RESERVED = frozenset({
@@ -289,9 +287,7 @@ def encode_provenance(provenance: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_provenance(attrs: dict[str, Any]) -> dict[str, Any]:
-    """Decode the provenance dict from a summary Dataset's attributes (both layouts)."""
-    if isinstance(attrs.get("provenance"), str):  # format 1: one JSON string
-        return dict(json.loads(attrs["provenance"]))
+    """Decode the provenance dict from a summary Dataset's attributes."""
     keys = attrs.get("provenance_json_keys", [])
     as_json = {keys} if isinstance(keys, str) else set(_plain(keys))  # one key comes back as a plain string
     out: dict[str, Any] = {}

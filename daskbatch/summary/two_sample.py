@@ -46,7 +46,7 @@ def cdf_bounds(summary: Summary) -> CdfBounds:
         cells.append((summary.quantile_counts, _uniform_edges(summary.quantile_range, summary.quantile_counts)))
     kept = (summary.states or {}).get("sketch")
     # The dyadic grid stands in for the quantile histogram where a summary has none (merged, updated).
-    if summary.quantile_counts is None and kept is not None and getattr(kept.state, "grid", None) is not None:
+    if summary.quantile_counts is None and kept is not None:
         counts, ranges = kept.statistic.fine_grid(kept.state)
         cells.append((counts, _uniform_edges(ranges, counts)))
     for counts, edges in cells:
@@ -118,9 +118,9 @@ def _sketch_parts(summary: Summary) -> tuple[np.ndarray, list[tuple[np.ndarray, 
 def _distinct_parts(summary: Summary, below: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
     """Which features' distinct values the sketch's state keeps all of, and their exact CDFs."""
     kept = (summary.states or {}).get("sketch")
-    state = None if kept is None else kept.state
-    if state is None or state.distinct is None or state.distinct_counts is None or state.distinct_held is None:
+    if kept is None:
         return np.zeros(summary.n_features, dtype=bool), []
+    state = kept.state
     held = np.asarray(state.distinct_held)
     exact = (held <= state.distinct.shape[1]) & (held > 0)
     width = int(held[exact].max(initial=0))  # the places beyond are no feature's

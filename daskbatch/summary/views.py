@@ -32,7 +32,7 @@ def quantile_values(summary: Summary, q: Any, method: str) -> tuple[np.ndarray, 
         kept = (summary.states or {}).get("sketch")
         if method == "auto" and summary.quantile_counts is not None and summary.quantile_range is not None:
             fine, source = (summary.quantile_counts, summary.quantile_range), "sketch and quantile histogram"
-        elif method == "auto" and kept is not None and kept.state.grid is not None:
+        elif method == "auto" and kept is not None:
             # Merged, updated or one pass on given ranges: the sketch's own dyadic grid narrows its bucket.
             fine, source = kept.statistic.fine_grid(kept.state), "sketch and its grid"
         elif method == "auto" and summary.hist_counts is not None and summary.hist_edges is not None:
@@ -66,10 +66,8 @@ def quantile_values(summary: Summary, q: Any, method: str) -> tuple[np.ndarray, 
 
 
 def sketch_layout(spec: dict[str, Any]) -> Sketch:
-    """The quantile sketch's layout that ``provenance["sketch"]`` records (no window: an older summary's every bucket)."""
-    window = spec.get("window")
-    return Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]),
-                  None if window is None else int(window))
+    """The quantile sketch's layout that ``provenance["sketch"]`` records."""
+    return Sketch(float(spec["alpha"]), float(spec["min_magnitude"]), float(spec["max_magnitude"]), int(spec["window"]))
 
 
 def correlated_pairs(summary: Summary, k: int) -> list[tuple[str, str, float]]:
@@ -320,9 +318,8 @@ class SummaryPlot:
         joint: Any = s.joint_counts if by_class else None
         classes: list[str] = []
         if joint is not None:
-            values = s.classes if s.classes is not None else s.provenance.get("class_values")
-            ok = values is not None and len(values) == joint.shape[2]
-            classes = [str(int(v)) for v in (values if ok else range(joint.shape[2]))]
+            ok = s.classes is not None and len(s.classes) == joint.shape[2]
+            classes = [str(int(v)) for v in (s.classes if ok else range(joint.shape[2]))]
         lines = 0 < len(classes) <= len(CLASS_COLOURS)
         mesh = None
         mean, std = np.asarray(s.mean, dtype=np.float64), np.asarray(s.std, dtype=np.float64)
