@@ -136,9 +136,10 @@ class DatasetReader(Reader):
     def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
         super().__init__(x, label, **options)
         self._open(x, label)
-        if getattr(x, "zarr_x", None) is not None:  # a Dataset opened before (and maybe read since): armed anew
+        if getattr(x, "zarr_x", None) is not None:  # a Dataset opened before: its event, unless taken
             from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
-            self.block_read = armed_block_read(x.zarr_x)
+
+            self.block_read = armed_block_read(x.zarr_x, self.block_read)
 
     def facts(self) -> dict[str, Any]:
         """Absent chunks, what they read as, and the stored chunks' CRC-32C digest (None without one)."""
