@@ -164,6 +164,10 @@ def test_zarr_source_whose_key_is_a_group_is_named(tmp_path):
         ingest([tmp_path / "src.zarr"], tmp_path / "out.zarr", x_key="X", label_key="y")
     assert "src.zarr: label key 'y' is a Zarr group, not an array" in str(err.value)
     assert not (tmp_path / "out.zarr").exists()
+    # A missing key is named as describe names a missing array: with the arrays there (one lookup serves both).
+    with pytest.raises(DataError) as err:
+        ingest([tmp_path / "src.zarr"], tmp_path / "out.zarr", x_key="X", label_key="z")
+    assert "src.zarr: label key 'z' not found in " in str(err.value) and "arrays there: ['X']" in str(err.value)
 
 
 def test_missing_sources(tmp_path):

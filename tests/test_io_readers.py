@@ -176,3 +176,18 @@ def test_a_from_zarr_array_names_its_store_by_path_and_finds_stored_weights(tmp_
         db.describe(x, "y")
     weighted = db.describe(x, weights="w", stats=("moments",))
     np.testing.assert_array_equal(weighted.mean, db.describe(path, stats=("moments",)).mean)
+
+
+def test_a_dataset_opened_then_described_arms_its_read_event_once(tmp_path) -> None:
+    """Main armed the rows' read event as the store opened and again as the reader took the Dataset."""
+    from daskbatch.io import chunk_grid
+
+    db.synth(tmp_path / "crc.zarr", rows=40, features=3, chunk_rows=10, seed=1)  # its chunks end with a CRC-32C
+    ds = db.open_dataset(tmp_path / "crc.zarr")
+    armed = chunk_grid._kept_for(chunk_grid._TOKEN_READ, ds.zarr_x)
+    assert armed is not None and open_reader(ds).block_read is armed  # the open's event: not a second one
+    again = open_reader(ds).block_read  # a later reader (a second describe) has its own
+    assert again is not None and again is not armed and chunk_grid._kept_for(chunk_grid._TOKEN_READ, ds.zarr_x) is again
+    summary = db.describe(ds, stats="moments")
+    np.testing.assert_array_equal(summary.mean, db.describe(str(tmp_path / "crc.zarr"), stats="moments").mean)
+    assert summary.provenance["input_tokens"] == db.describe(ds, stats="moments").provenance["input_tokens"]

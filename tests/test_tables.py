@@ -402,7 +402,8 @@ def test_weights_target_and_groups_by_column_name_equal_the_arrays(tmp_path: Pat
 def test_an_s3_url_without_s3fs_names_the_extra_to_install(tmp_path: Path) -> None:
     # s3fs made unimportable in a fresh interpreter: what a base install without daskbatch[s3] sees.
     lines = ["import sys", "sys.modules['s3fs'] = None", "import daskbatch as db"]
-    for url in ("s3://bucket/data.zarr", "s3://bucket/prefix/", "s3://bucket/t.parquet"):
+    # The last: a chain's inner link (main checked the first only, and fsspec's "Install s3fs" came through).
+    for url in ("s3://bucket/data.zarr", "s3://bucket/prefix/", "s3://bucket/t.parquet", "zip://d.zarr::s3://b/a.zip"):
         code = "\n".join([*lines, f"db.describe({url!r})"])
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1 and f"ImportError: reading {url!r} needs the s3:// filesystem" in done.stderr

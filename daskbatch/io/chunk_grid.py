@@ -383,6 +383,10 @@ class BlockReadEvent(threading.Event):
     """Set once a task has read a block of an array; abandoned once its pass failed (its rows' token is not wanted)."""
 
     abandoned = False
+    #: Whether a reader of the Dataset it was armed for has taken it (:func:`armed_block_read`).
+    taken = False
+    #: Whether :func:`block_read` sets it: a task of this process reads the array from an object store.
+    waits_for_read = False
 
     def abandon(self) -> None:
         """Release what waits on this event with nothing to do: :meth:`wait` says False, :func:`chunk_checksums` stops."""
@@ -397,9 +401,8 @@ class BlockReadEvent(threading.Event):
         return super().wait(timeout) and not self.abandoned
 
 
-#: What waits for a task of this process to read a block of an array from an object store, by the array's id.
-_NEXT_READ: dict[int, tuple[weakref.ref[zarr.Array], threading.Event]] = {}
-#: The latest such event of each array, by its id: an abandoned one stops the reading of its chunk checksums.
+#: The latest such event of each array, by its id: what a block read sets, and, abandoned, what stops the reading
+#: of its chunk checksums.
 _TOKEN_READ: dict[int, tuple[weakref.ref[zarr.Array], BlockReadEvent]] = {}
 
 
@@ -418,17 +421,23 @@ def next_block_read(arr: zarr.Array, in_process: bool = True) -> BlockReadEvent:
     _keep_for(_TOKEN_READ, arr, event)
     fs = getattr(arr.store, "fs", None)  # fsspec stores have one; local and in-memory stores need no waiting
     if in_process and fs is not None and not is_local_fs(fs):
-        if object_store_twin(arr) is None:
-            _NEXT_READ[id(arr)] = (weakref.ref(arr), event)
+        event.waits_for_read = object_store_twin(arr) is None
     else:
         event.set()
     return event
 
 
-def armed_block_read(arr: zarr.Array) -> BlockReadEvent | None:
-    """:func:`next_block_read` of ``arr`` when its chunks carry checksums (the rows' token reads them), else None."""
+def armed_block_read(arr: zarr.Array, armed: BlockReadEvent | None = None) -> BlockReadEvent | None:
+    """:func:`next_block_read` of ``arr`` when its chunks carry checksums (the rows' token reads them), else None.
+
+    ``armed``: the event armed as ``arr`` opened, taken by the first reader of its Dataset unless another was armed
+    since; a later reader arms its own.
+    """
     from daskbatch.runtime.capacity import active_client  # lazy: distributed
 
+    if armed is not None and not armed.taken and _kept_for(_TOKEN_READ, arr) is armed:
+        armed.taken = True
+        return armed
     # Armed as the store opens, so that describe's pass only waits on it and sets it (a distributed pass reads in
     # its workers, where no event of this process is set).
     return next_block_read(arr, in_process=active_client() is None) if has_chunk_checksums(arr) else None
@@ -436,9 +445,8 @@ def armed_block_read(arr: zarr.Array) -> BlockReadEvent | None:
 
 def block_read(arr: zarr.Array) -> None:
     """Set the event that waits for the next read of a block of ``arr``, if any."""
-    waiting = _kept_for(_NEXT_READ, arr)
-    if waiting is not None:
-        _NEXT_READ.pop(id(arr), None)  # pop: another task may have set it meanwhile
+    waiting = _kept_for(_TOKEN_READ, arr)
+    if waiting is not None and waiting.waits_for_read:
         waiting.set()
 
 

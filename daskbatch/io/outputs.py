@@ -71,9 +71,17 @@ def is_chained_url(path: str) -> bool:
     return "://" in first or first in fsspec.available_protocols()
 
 
-def check_url(path: str, what: str = "path") -> None:
-    """Refuse a URL whose protocol fsspec does not know, or whose package is missing, in one line naming it."""
-    if "://" not in path:
+#: The extra that installs the filesystem of a URL protocol, named when that package is missing.
+_PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3"}
+
+
+def check_url(path: Any, what: str | None = None) -> None:
+    """Refuse a URL whose protocol fsspec does not know, or whose package is missing, in one line naming it.
+
+    ``what``: the output's name in messages (an OutputError); None for a path to read, where a missing package
+    is an ImportError naming the pip install and an unknown protocol is left to whoever opens it.
+    """
+    if not isinstance(path, str) or "://" not in path:
         return
     import fsspec  # lazy: fsspec
 
@@ -82,10 +90,16 @@ def check_url(path: str, what: str = "path") -> None:
         try:
             fsspec.get_filesystem_class(protocol)
         except ValueError:  # fsspec's "Protocol not known: zz" names neither the path nor what is known
+            if what is None:
+                continue
             known = ", ".join(p for p in ("file", "s3", "gs", "az", "http", "memory") if p in fsspec.available_protocols())
             raise OutputError(f"{what} {path}: unknown URL protocol {protocol!r} (known ones include {known})") from None
         except ImportError as exc:  # its message names the package to install
-            raise OutputError(f"{what} {path}: {exc}") from None
+            if what is not None:
+                raise OutputError(f"{what} {path}: {exc}") from None
+            extra = _PROTOCOL_EXTRAS.get(protocol)
+            hint = f"pip install 'daskbatch[{extra}]'" if extra else str(exc).strip().splitlines()[0]
+            raise ImportError(f"reading {path!r} needs the {protocol}:// filesystem for fsspec: {hint}") from None
 
 
 def zarr_target(path: str, *, read_only: bool = False) -> Any:

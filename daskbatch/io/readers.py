@@ -136,9 +136,10 @@ class DatasetReader(Reader):
     def __init__(self, x: Any, label: Any = None, **options: Any) -> None:
         super().__init__(x, label, **options)
         self._open(x, label)
-        if getattr(x, "zarr_x", None) is not None:  # a Dataset opened before (and maybe read since): armed anew
+        if getattr(x, "zarr_x", None) is not None:  # a Dataset opened before: its event, unless taken
             from daskbatch.io.chunk_grid import armed_block_read  # lazy: zarr
-            self.block_read = armed_block_read(x.zarr_x)
+
+            self.block_read = armed_block_read(x.zarr_x, self.block_read)
 
     def facts(self) -> dict[str, Any]:
         """Absent chunks, what they read as, and the stored chunks' CRC-32C digest (None without one)."""
@@ -167,7 +168,7 @@ class ZarrReader(DatasetReader):
 
         Reader.__init__(self, x, label, **options)
         if self.key is not None:  # one array as stored: no decoding, no integrity facts
-            self.array = _zarr_array(ZarrStore(os.fspath(x)), self.key, self.what or "x")
+            self.array = ZarrStore(os.fspath(x)).array(self.key, self.what or "x", "key")
             return
         chunks: Any = "auto"
         if isinstance(x, str | os.PathLike):
@@ -184,23 +185,6 @@ class ZarrReader(DatasetReader):
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as NumPy (of the array as stored, when opened by key)."""
         return np.asarray(self.array[start:stop]) if self.key is not None else super().read(start, stop)
-
-
-def _zarr_array(store: Any, key: str, what: str) -> Any:
-    """Array ``key`` of ``store`` (a bare array is x); ValueError names a missing key or a group."""
-    import zarr  # lazy: zarr
-
-    if isinstance(store.root, zarr.Array):
-        if what != "x":
-            raise ValueError(f"is a single array; it has no {what} key {key!r}")
-        return store.root
-    if key not in store.root:
-        have = store.array_names()
-        raise ValueError(f"missing {what} key {key!r} (arrays in store: {', '.join(have) or 'none'})")
-    node = store.root[key]
-    if not isinstance(node, zarr.Array):
-        raise ValueError(f"{what} key {key!r} is a Zarr group, not an array")
-    return node
 
 
 class TableReader(DatasetReader):

@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IPC_SUFFIXES", "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Files", "check_protocol", "find_files", "is_table_path",
+from daskbatch.io.outputs import check_url
+
+__all__ = ["IPC_SUFFIXES", "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Files", "find_files", "is_table_path",
            "refuse_unreadable_path"]
 
 #: File suffixes read as tables; the last three are Arrow IPC (Feather v2) files.
@@ -42,33 +44,15 @@ def is_table_path(x: Any) -> bool:  # numpydoc ignore=PR01,RT01
     return not zarr and any(_is_table_name(n) for n in names)
 
 
-#: The extra that installs the filesystem of a URL protocol, named when that package is missing.
-_PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3"}
-
-
-def check_protocol(where: Any) -> None:  # numpydoc ignore=PR01
-    """Refuse a URL whose protocol's fsspec filesystem is not installed, naming the pip install (one ImportError line)."""
-    if not isinstance(where, str) or "://" not in where:
-        return
-    protocol = where.split("://", 1)[0].rsplit("::", 1)[-1].lower()
-    import fsspec  # lazy: fsspec
-
-    try:
-        fsspec.get_filesystem_class(protocol)
-    except ImportError as exc:
-        extra = _PROTOCOL_EXTRAS.get(protocol)
-        hint = f"pip install 'daskbatch[{extra}]'" if extra else str(exc).strip().splitlines()[0]
-        raise ImportError(f"reading {where!r} needs the {protocol}:// filesystem for fsspec: {hint}") from None
-    except ValueError:  # not a protocol fsspec knows: whoever opens it names that
-        return
-
-
 def refuse_unreadable_path(where: Any) -> None:  # numpydoc ignore=PR01
     """Refuse a missing local path, a text table, or a URL whose protocol's package is missing, in one line."""
-    check_protocol(where)
-    if isinstance(where, str) and "://" not in where and "::" not in where and not os.path.exists(where):
+    if not isinstance(where, str):
+        return
+    if "://" in where:
+        check_url(where)
+    elif "::" not in where and not os.path.exists(where):
         raise FileNotFoundError(f"no such file or directory: {where!r}")
-    if isinstance(where, str) and where.lower().endswith(TEXT_SUFFIXES) and os.path.isfile(where):
+    if where.lower().endswith(TEXT_SUFFIXES) and os.path.isfile(where):
         raise ValueError(
             f"{where!r} is a text table, which daskbatch does not read (no types, no row groups): convert it to "
             "Parquet once, e.g. pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'data.parquet'), and describe that"
@@ -114,7 +98,7 @@ def find_files(where: str, storage_options: Mapping[str, Any] | None) -> Files:
     if "://" in where or "::" in where:
         import fsspec  # lazy: fsspec
 
-        check_protocol(where)
+        check_url(where)
         fs, root = fsspec.core.url_to_fs(where, **dict(storage_options or {}))
         if not fs.exists(root):
             raise FileNotFoundError(f"no such file or directory: {where!r}")

@@ -22,13 +22,12 @@ from daskbatch.io.table_files import (
     TABLE_SUFFIXES,
     TEXT_SUFFIXES,
     Files,
-    check_protocol,
     find_files,
     is_table_path,
 )
 
 __all__ = [
-    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "check_protocol", "is_table_path", "open_table", "reopened",
+    "TABLE_SUFFIXES", "TEXT_SUFFIXES", "Table", "is_table_path", "open_table", "reopened",
     "ingest_array",
 ]
 

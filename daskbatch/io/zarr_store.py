@@ -341,21 +341,21 @@ class ZarrStore:
         """The arrays of the root group, sorted."""
         return sorted(name for name, _ in group_arrays(self.root, max_depth=0))  # type: ignore[arg-type]
 
-    def array(self, name: str | None, what: str) -> zarr.Array:
-        """The array ``name`` (``what`` it is, for messages); a bare array is the x array."""
+    def array(self, name: str | None, what: str, noun: str = "array") -> zarr.Array:
+        """The array ``name`` (``what`` it is and the ``noun`` for its name, for messages); a bare array is x."""
         if isinstance(self.root, zarr.Array):
             if what != "x":
-                raise DataError(f"{self.where!r} is a single array, not a group with a {what} array {name!r}")
+                raise DataError(f"{self.where!r} is a single array, not a group with a {what} {noun} {name!r}")
             return self.root
         if name is None:
             raise DataError(f"{self.where!r} is a group; name the {what} array (have: {self.array_names()})")
         try:
             node = self.root[name]
         except KeyError:  # zarr's lookup errors (KeyError from FileNotFoundError) add nothing to the list
-            raise DataError(f"{what} array {name!r} not found in {self.where!r}; arrays there: "
+            raise DataError(f"{what} {noun} {name!r} not found in {self.where!r}; arrays there: "
                             f"{self.array_names()}") from None
         if not isinstance(node, zarr.Array):
-            raise DataError(f"{name!r} in {self.where!r} is a group, not a {what} array")
+            raise DataError(f"{what} {noun} {name!r} is a Zarr group, not an array (in {self.where!r})")
         return node
 
     def feature_names(self, arr: zarr.Array) -> list[str]:

@@ -208,18 +208,18 @@ def test_heartbeat_keeps_a_long_run_fresh(tmp_path: Path) -> None:
 INGEST_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
+    from daskbatch.io import ingest as ingest_module
     from daskbatch.io.ingest import ingest
-    from daskbatch.io.ingest import passes
 
     src, out, gate = sys.argv[1], sys.argv[2], sys.argv[3]
-    original = passes.ChunkWriter.write
+    original = ingest_module.write_chunk
 
-    def gated(self, c):
+    def gated(scan, writer, c):
         while not os.path.exists(gate):
             time.sleep(0.02)
-        return original(self, c)
+        return original(scan, writer, c)
 
-    passes.ChunkWriter.write = gated
+    ingest_module.write_chunk = gated
     report = ingest(src, out, label_key="y", chunk_rows=64, workers=2)
     print("done", report.chunks_written)
     """

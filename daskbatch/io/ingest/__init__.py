@@ -14,13 +14,13 @@ import numpy as np
 
 from daskbatch._common import strict_int
 from daskbatch.io.ingest.passes import (
-    ChunkWriter,
     ColumnsArg,
     Scan,
     columns_of,
     expand_sources,
     resume_items,
     scan_sources,
+    write_chunk,
 )
 from daskbatch.io.outputs import checksummed
 from daskbatch.io.rowstore import ArraySpec, RowStore
@@ -247,7 +247,7 @@ def ingest(
                            cancel=cancel, **progress_options(progress))
             with bar:
                 bar.skip(store.blocks - len(todo))
-                _run(ChunkWriter(scan, store.writer), store, todo, workers, bar)
+                _run(scan, store, todo, workers, bar)
             store.finish()  # only with every chunk in the log (_run raises otherwise) is the store complete
     finally:
         store.close()
@@ -267,10 +267,10 @@ def ingest(
     )
 
 
-def _run(writer: ChunkWriter, store: RowStore, todo: list[int], workers: int, bar: Progress) -> None:
-    """Write ``todo`` chunks, ``workers`` at a time; log each as it finishes."""
+def _run(scan: Scan, store: RowStore, todo: list[int], workers: int, bar: Progress) -> None:
+    """Write ``todo`` chunks of ``scan``'s rows, ``workers`` at a time; log each as it finishes."""
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daskbatch-ingest")
-    running = {pool.submit(writer.write, c): c for c in todo}  # a queued chunk holds no memory until it runs
+    running = {pool.submit(write_chunk, scan, store.writer, c): c for c in todo}  # a queued chunk holds no memory until it runs
     try:
         for f in as_completed(running):
             c = running.pop(f)

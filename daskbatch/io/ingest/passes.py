@@ -324,35 +324,27 @@ def pieces(offsets: np.ndarray, chunk_rows: int, chunk: int) -> list[Piece]:
     return out
 
 
-class ChunkWriter:
-    """Reads source rows and writes whole output chunks."""
-
-    def __init__(self, scan: Scan, writer: RegionWriter) -> None:
-        self.scan = scan
-        self.writer = writer
-        self.offsets = scan.offsets
-
-    def write(self, chunk: int) -> int:
-        """Assemble and write output chunk ``chunk``."""
-        ps = pieces(self.offsets, self.writer.chunk_rows, chunk)
-        rows = sum(p.stop - p.start for p in ps)
-        outputs = self.scan.outputs()
-        xbuf = np.empty((rows, self.scan.features), dtype=self.scan.dtype)
-        bufs = [np.empty(rows, dtype=dtype) for _, _, dtype in outputs]
-        for p in ps:
-            src = self.scan.sources[p.index]
-            parts = ((src.label,) if src.label is not None else ()) + src.extra
-            dest = slice(p.dest, p.dest + p.stop - p.start)
-            try:
-                # Assignment casts into the buffer; no temporary for mapped sources.
-                xbuf[dest] = src.x.read(p.start, p.stop)
-                for buf, part in zip(bufs, parts, strict=True):
-                    buf[dest] = part.read(p.start, p.stop)
-            except (OSError, ValueError, KeyError, EOFError) as exc:
-                raise DataError(
-                    f"cannot read rows {p.start}:{p.stop} of {src.path} (for output chunk {chunk}): "
-                    f"{type(exc).__name__}: {exc}; was the file changed after the scan?"
-                ) from exc
-        # The chunk is logged as done only after every array's share of it is written.
-        self.writer.write(chunk, {"X": xbuf, **{name: buf for buf, (name, _, _) in zip(bufs, outputs, strict=True)}})
-        return rows
+def write_chunk(scan: Scan, writer: RegionWriter, chunk: int) -> int:
+    """Read the source rows of output chunk ``chunk`` and write it whole; the rows written."""
+    ps = pieces(scan.offsets, writer.chunk_rows, chunk)
+    rows = sum(p.stop - p.start for p in ps)
+    outputs = scan.outputs()
+    xbuf = np.empty((rows, scan.features), dtype=scan.dtype)
+    bufs = [np.empty(rows, dtype=dtype) for _, _, dtype in outputs]
+    for p in ps:
+        src = scan.sources[p.index]
+        parts = ((src.label,) if src.label is not None else ()) + src.extra
+        dest = slice(p.dest, p.dest + p.stop - p.start)
+        try:
+            # Assignment casts into the buffer; no temporary for mapped sources.
+            xbuf[dest] = src.x.read(p.start, p.stop)
+            for buf, part in zip(bufs, parts, strict=True):
+                buf[dest] = part.read(p.start, p.stop)
+        except (OSError, ValueError, KeyError, EOFError) as exc:
+            raise DataError(
+                f"cannot read rows {p.start}:{p.stop} of {src.path} (for output chunk {chunk}): "
+                f"{type(exc).__name__}: {exc}; was the file changed after the scan?"
+            ) from exc
+    # The chunk is logged as done only after every array's share of it is written.
+    writer.write(chunk, {"X": xbuf, **{name: buf for buf, (name, _, _) in zip(bufs, outputs, strict=True)}})
+    return rows
