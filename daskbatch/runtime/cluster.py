@@ -110,16 +110,12 @@ def cluster(
 
 
 @contextlib.contextmanager
-def planned_client(
-    kind: str, plan_for: Callable[[Resources], Plan] | None, *, gpu_memory: int | float | str | None = "auto",
-    address: str | None = None, scheduler_file: str | None = None, **kwargs: Any,
-) -> Iterator[Client]:  # numpydoc ignore=PR01,YD01
-    """:func:`cluster`'s client, a ``"cuda"`` one started for the plan ``plan_for`` makes for this machine's GPUs."""
-    # The one way `daskbatch describe` and `daskbatch run` start or join their workers. A cuda cluster's RMM pool
-    # holds the plan's largest tasks, so it is planned before the cluster starts (a plan that cannot fit stops here).
-    if kind == "cuda" and plan_for is not None and not (address or scheduler_file):
+def planned_client(kind: str, plan_for: Callable[[Resources], Plan] | None, *, gpu_memory: Any = "auto",
+                   **kwargs: Any) -> Iterator[Client]:  # numpydoc ignore=PR01,YD01
+    """Start or join :func:`cluster`; a ``"cuda"`` one's RMM pool holds ``plan_for``'s plan for this machine's GPUs."""
+    if kind == "cuda" and plan_for is not None and not (kwargs.get("address") or kwargs.get("scheduler_file")):
         kwargs["plan"] = plan_for(resources_from_machine(n_workers=require_cuda(), device="gpu", memory=gpu_memory))
-    with cluster(kind, address=address, scheduler_file=scheduler_file, **kwargs) as client:
+    with cluster(kind, **kwargs) as client:
         yield client
 
 
