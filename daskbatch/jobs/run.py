@@ -196,11 +196,8 @@ def job_client(job: JobSpec, kind: str, plan_for: Callable[[Resources], Plan]) -
     import dask  # lazy: dask
 
     spec = job.cluster
-    if kind == "threads":
-        settings: dict[str, Any] = {"scheduler": "threads"}
-        if spec.threads:
-            settings["num_workers"] = spec.threads
-        with dask.config.set(settings):
+    if kind == "threads":  # dask's threaded scheduler here, on the job's threads when it gives them
+        with dask.config.set(scheduler="threads", num_workers=spec.threads or dask.config.get("num_workers", None)):
             yield None
         return
     sizes: dict[str, Any] = {}
