@@ -15,7 +15,7 @@ from daskbatch.engine.inputs import check_label, check_numeric, check_weight_ran
 from daskbatch.engine.planner import max_classes
 from daskbatch.engine.reduce import to_host
 from daskbatch.engine.run_options import on_device
-from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments
 from daskbatch.stats._base import reads_label
 from daskbatch.stats.classes import validate_classes
@@ -251,7 +251,7 @@ class Accumulator:
         seen: list[int] = []  # rows of the batches taken, committed at the end
         bundle_before, features_before, weighted_before = self._bundle, self._n_features, self._weighted
         total = len(batches) if isinstance(batches, Sized) else None
-        bar = Progress("update_many", total, unit="batches", cancel=cancel, **progress_options(progress))
+        bar = Progress("update_many", total, unit="batches", cancel=cancel, progress=progress)
 
         def parts() -> Iterator[tuple[Any, ...]]:
             """Check and yield ``(batch, label)`` (weighted: ``(batch, label, w)``) of each item, counting the rows."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -33,12 +33,15 @@ from daskbatch.cli.options import (
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir, interrupted_message
 from daskbatch.errors import DataError, Interrupted
 from daskbatch.io.outputs import OutputTarget, check_outputs, check_separate, write_json
-from daskbatch.runtime.capacity import resources_from_client, resources_from_machine
-from daskbatch.runtime.cluster import cli_kind, require_cuda
+from daskbatch.runtime.capacity import resources_from_client
+from daskbatch.runtime.cluster import cli_kind
 from daskbatch.runtime.runlock import exit_now, sigterm_as_interrupt, summary_lock
 from daskbatch.stats.moments import NanPolicy
 from daskbatch.stats.spec import DEFAULT_STATS, check_statistic_names
 from daskbatch.summary import load_summary
+
+if TYPE_CHECKING:
+    from daskbatch.planning.plan import Plan, Resources
 
 
 def parse_range(text: str | None) -> tuple[float, float] | str | None:
@@ -212,7 +215,6 @@ def describe_command(
     _check_roles(label, target_name, groups_name)
     # Names of arrays in STORE: describe reads them aligned with its rows (or refuses, naming the problem).
     settings.update(target=target_name, groups=groups_name, weights=weights_name, classes=classes)
-    cluster_kwargs = {}
     if not (address or scheduler_file) and cluster != "threads":
         cluster = cli_kind(cluster)  # "auto" decided once, here: cuda or threads
     if cluster == "local" and not (address or scheduler_file):
@@ -222,20 +224,18 @@ def describe_command(
 
         prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
                         settings["stats"], settings["range"])
-    elif cluster == "cuda" and not (address or scheduler_file):
-        # No cluster yet: plan for this machine's GPUs, so that each worker's RMM pool
-        # holds its largest tasks (and a plan that cannot fit stops here, exit 3).
-        gpus = resources_from_machine(n_workers=require_cuda(), device="gpu")
-        cluster_kwargs["plan"] = plan_describe(
-            dataset, stats=settings["stats"], bins=settings.get("bins"), range=settings.get("range"),
-            split_every=split_every, resources=gpus, classes=classes, target=target_name,
-            groups=groups_name, weights=weights_name,
-        )
+
+    def plan_for(gpus: Resources) -> Plan:
+        """The plan for this machine's GPUs, which sizes a cuda cluster's RMM pool (exit 3 if it cannot fit)."""
+        return plan_describe(dataset, stats=settings["stats"], bins=settings.get("bins"), range=settings.get("range"),
+                             split_every=split_every, resources=gpus, classes=classes, target=target_name,
+                             groups=groups_name, weights=weights_name)
+
     connected = False  # a comm error before that is a wrong address (bad input), after it a lost scheduler
     try:
         # SIGTERM (a batch system's walltime warning) finishes the checkpoint write in flight.
         with sigterm_as_interrupt(), client_from_options(
-            cluster, address, scheduler_file, wait_for_workers=wait_for_workers, **cluster_kwargs
+            cluster, address, scheduler_file, plan_for, wait_for_workers=wait_for_workers
         ) as client:
             connected = True
             if device == "auto":

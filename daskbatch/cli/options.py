@@ -27,12 +27,13 @@ from daskbatch.jobs.spec import (
     is_config_file,
     read_yaml,
 )
-from daskbatch.runtime.cluster import KINDS
-from daskbatch.runtime.cluster import cluster as start_cluster
+from daskbatch.runtime.cluster import KINDS, planned_client
 from daskbatch.summary.reprs import TEXT_ROWS, format_report
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from daskbatch.planning.plan import Plan, Resources
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,7 +85,8 @@ def cluster_options(f: F) -> F:
 
 @contextlib.contextmanager
 def client_from_options(
-    cluster: str = "auto", address: str | None = None, scheduler_file: str | None = None, **kwargs: Any,
+    cluster: str = "auto", address: str | None = None, scheduler_file: str | None = None,
+    plan_for: Callable[[Resources], Plan] | None = None, **kwargs: Any,
 ) -> Iterator[Client | None]:
     """Client for the parsed options (None with ``--cluster threads``); closes what it started."""
     if address and scheduler_file:
@@ -96,8 +98,8 @@ def client_from_options(
 
     # cluster() prints the scheduler and its dashboard link on stderr. Losing the scheduler
     # makes distributed log tracebacks while the client closes: kept to one line each.
-    with one_line_distributed_logs(), start_cluster(
-        cluster, address=address, scheduler_file=scheduler_file, **kwargs
+    with one_line_distributed_logs(), planned_client(
+        cluster, plan_for, address=address, scheduler_file=scheduler_file, **kwargs
     ) as client:
         yield client
 

@@ -21,7 +21,7 @@ from daskbatch._common import warn
 from daskbatch.engine.run_options import on_device
 from daskbatch.errors import BatchError, Cancelled, FlaggedRowsWarning, Interrupted
 from daskbatch.runtime.capacity import active_client
-from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.stats.numerics import to_numpy
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def run_blocks(
     stop = cancel if cancel is not None else threading.Event()
     total = len(args) if total is None else total
     finished: set[int] = set()
-    bar = Progress(label or name, total, rows=rows, **progress_options(progress))
+    bar = Progress(label or name, total, rows=rows, progress=progress)
 
     def done(i: int, result: Any) -> None:
         """Hand block ``i``'s result on and advance the progress bar."""

@@ -41,7 +41,7 @@ from daskbatch.engine.reduce import (
     to_host,
 )
 from daskbatch.runtime.capacity import active_client, note_pass
-from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats import CoMoments, Sketch
 from daskbatch.stats._base import Bundle, BundleLike, Statistic, merge_all, reads_label, shown_names
@@ -59,7 +59,7 @@ def compute(graph: Any, progress: bool | str | ProgressCallback | Progress, titl
     """Compute ``graph`` on the active scheduler with progress: a Progress advanced by its chunk tasks, or a new one."""
     if isinstance(progress, Progress):
         return tracked_compute(graph, progress, prefix=TASK_PREFIXES["chunk"])
-    with Progress(title, **progress_options(progress)) as bar:
+    with Progress(title, progress=progress) as bar:
         return tracked_compute(graph, bar, prefix=TASK_PREFIXES["chunk"])
 
 
@@ -137,7 +137,7 @@ class PassRunner:
                 labels_checked=label is not None and data.label_checked,
             )
             with Progress(title, int(x.numblocks[0]), rows=int(x.shape[0]), nbytes=int(x.nbytes),
-                          cancel=self.cancel, **progress_options(self.progress)) as bar:
+                          cancel=self.cancel, progress=self.progress) as bar:
                 if self.checkpoint is not None:
                     # Looked up on the module at call time (tests wrap it to watch the lock).
                     result = checkpointed.run_checkpointed(

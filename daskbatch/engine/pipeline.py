@@ -35,7 +35,7 @@ from daskbatch.io.outputs import check_output
 from daskbatch.planning.plan import Plan
 from daskbatch.planning.search import DeviceChoice
 from daskbatch.runtime.capacity import active_client, note_pass
-from daskbatch.runtime.progress import Progress, progress_options
+from daskbatch.runtime.progress import Progress
 from daskbatch.stats import Bundle, ClassMoments, CoMoments, Histogram, Moments, Sketch
 from daskbatch.stats._base import reads_weights
 from daskbatch.stats.categorical import CategoricalProfile, profile_blocks
@@ -337,7 +337,7 @@ def _profile_state(data: FeatureMatrix, label: Any, fan_in: int, run: RunOptions
         return compute(graph, run.progress, "non-numeric columns")
     rows = sum(int(r) for r, _ in data.frames)
     with Progress("non-numeric columns", len(data.frames), rows=rows, cancel=run.cancel,
-                  **progress_options(run.progress)) as bar:
+                  progress=run.progress) as bar:
         return run_checkpointed_profile(profile, data, label, split_every=fan_in, progress=bar,
                                         directory=run.checkpoint, force=run.force)
 

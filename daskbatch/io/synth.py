@@ -31,7 +31,7 @@ from daskbatch.io.synth_model import (
     numpy_rows,
     truth_attrs,
 )
-from daskbatch.runtime.progress import Progress, ProgressCallback, compute, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback, compute
 from daskbatch.stats.numerics import to_numpy
 
 __all__ = ["BLOCK_ROWS", "MAX_COV_FEATURES", "SynthModel", "ground_truth", "rank_rows", "synth"]
@@ -349,7 +349,7 @@ def _write_blocks(writer: RegionWriter, todo: Any, x: da.Array, y: da.Array | No
     writes = [dask.delayed(_write_block, pure=False)(writer, i, x.blocks[i], None if y is None else y.blocks[i],
                                                      dask_key_name=(name, i)) for i in todo]
     with Progress("synth", int(x.numblocks[0]) if x.shape[0] else 0, unit="chunks", rows=int(x.shape[0]),
-                  nbytes=int(x.nbytes), cancel=cancel, **progress_options(progress)) as bar:
+                  nbytes=int(x.nbytes), cancel=cancel, progress=progress) as bar:
         bar.skip(skip)
         if writes:
             compute(dask.delayed(len)(writes), bar, prefix="synth-write")

@@ -25,7 +25,7 @@ from daskbatch.io.chunk_grid import (
 )
 from daskbatch.io.object_store import verifies_chunks
 from daskbatch.io.zarr_store import ZarrStore, group_arrays
-from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback
 
 __all__ = ["ArrayCheck", "ChunkProblem", "VerifyReport", "verify_store"]
 
@@ -251,7 +251,7 @@ def verify_store(
                 ChunkProblem(arr.path, absent_name(arr, pos), pos, kind, detail) for pos in absent)
             found = []
             with Progress(f"verify {arr.path or '/'}", len(to_decode), unit="chunks", cancel=cancel,
-                          **progress_options(progress)) as bar:
+                          progress=progress) as bar:
                 for p in _bounded_map(pool, lambda c, a=arr: _check_chunk(a, c), iter(to_decode), 2 * n_threads):
                     bar.advance()
                     if p is not None:

@@ -8,9 +8,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,12 +46,15 @@ from daskbatch.runtime.capacity import (
     resources_from_client,
     resources_from_machine,
 )
-from daskbatch.runtime.cluster import cli_kind, cluster, require_cuda, resolve_kind
+from daskbatch.runtime.cluster import cli_kind, planned_client, resolve_kind
 from daskbatch.runtime.progress import ProgressCallback
 from daskbatch.selection import select
 from daskbatch.stats import Moments
 from daskbatch.summary import load_summary
 from daskbatch.transforms import steps, transform
+
+if TYPE_CHECKING:
+    from daskbatch.planning.plan import Plan, Resources
 
 __all__ = ['JobReport', 'run_job']
 
@@ -188,32 +191,27 @@ def job_kind(job: JobSpec) -> str:
 
 
 @contextlib.contextmanager
-def job_client(job: JobSpec, kind: str, cuda_plan: Any) -> Iterator[Any]:
+def job_client(job: JobSpec, kind: str, plan_for: Callable[[Resources], Plan]) -> Iterator[Any]:
     """Start or join the job's cluster of ``kind``; its client is closed on exit if the job started it."""
     import dask  # lazy: dask
 
     spec = job.cluster
-    if kind == "threads":
-        settings: dict[str, Any] = {"scheduler": "threads"}
-        if spec.threads:
-            settings["num_workers"] = spec.threads
-        with dask.config.set(settings):
+    if kind == "threads":  # dask's threaded scheduler here, on the job's threads when it gives them
+        with dask.config.set(scheduler="threads", num_workers=spec.threads or dask.config.get("num_workers", None)):
             yield None
         return
-    if kind in ("address", "scheduler_file"):
-        with cluster(address=spec.address if kind == "address" else None,
-                     scheduler_file=spec.scheduler_file if kind == "scheduler_file" else None,
-                     wait_for_workers=spec.wait_for_workers) as client:
-            yield client
-        return
-    memory: Any = spec.memory
-    if memory is None and job.memory != "auto" and kind != "cuda":  # the job's budget (on cuda: GPU memory)
-        memory = job.memory
-    names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")
-             else ("n_workers", "threads_per_worker", "memory_limit"))
-    given = zip(names, (spec.n_workers, spec.threads, memory), strict=True)
-    kwargs = {key: value for key, value in given if value is not None}
-    with cluster(kind, plan=cuda_plan, wait_for_workers=spec.wait_for_workers, **kwargs) as client:
+    sizes: dict[str, Any] = {}
+    if kind not in ("address", "scheduler_file"):  # a cluster the job starts: sized by the job
+        memory: Any = spec.memory
+        if memory is None and job.memory != "auto" and kind != "cuda":  # the job's budget (on cuda: GPU memory)
+            memory = job.memory
+        names = (("jobs", "cores", "memory") if kind in ("slurm", "pbs")
+                 else ("n_workers", "threads_per_worker", "memory_limit"))
+        given = zip(names, (spec.n_workers, spec.threads, memory), strict=True)
+        sizes = {key: value for key, value in given if value is not None}
+    with planned_client(kind, plan_for, gpu_memory=job.memory, address=spec.address if kind == "address" else None,
+                        scheduler_file=spec.scheduler_file if kind == "scheduler_file" else None,
+                        wait_for_workers=spec.wait_for_workers, **sizes) as client:
         yield client
 
 
@@ -333,17 +331,18 @@ def _run(
                 f"{report.source}: selection score '{job.selection.score}' needs a label, and {job.input.store} "
                 "has none: set input.label, or selection.score: variance"
             )
-    kind, cuda_plan = job_kind(job), None
-    if kind == "cuda":  # planned for this machine's GPUs before the cluster starts: the plan sizes its RMM pool
-        gpus = resources_from_machine(n_workers=require_cuda(), device="gpu", memory=job.memory)
-        cuda_plan = plan_describe(dataset, stats=stats, resources=gpus, **describe_keywords(job))
+
+    def plan_for(resources: Resources) -> Plan:
+        """The job's plan for ``resources`` (a cuda cluster's RMM pool is sized by it before it starts)."""
+        return plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
+
     t_cluster = time.perf_counter()
-    with job_client(job, kind, cuda_plan) as client:
+    with job_client(job, job_kind(job), plan_for) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
         with phase(report, "plan"):
             resources = job_resources(job, client)
             try:
-                plan = plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
+                plan = plan_for(resources)
             except PlanError as exc:
                 # The planner speaks of command-line options; say which job keys they are.
                 raise PlanError(f"{exc} (job keys: memory, cluster.threads, cluster.n_workers; "

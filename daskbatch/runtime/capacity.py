@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from daskbatch._common import plural
 from daskbatch.planning.plan import Resources
 
 if TYPE_CHECKING:
@@ -262,12 +263,11 @@ def summary_line(run: _Run, seconds: float) -> str:
     from dask.utils import format_bytes  # lazy: dask
 
     rate = f" ({run.rows / seconds:,.0f} rows/s)" if seconds > 0 and run.rows else ""
-    passes = f"{run.passes} pass{'es' if run.passes != 1 else ''}"
     peak = peak_memory(active_client())
     memory = format_bytes(peak["process_bytes"]) if peak["process_bytes"] is not None else "unknown"
     if peak.get("workers_bytes"):
         memory += f"; workers {format_bytes(max(peak['workers_bytes'].values()))} (largest)"
-    return f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, {passes}, peak {memory}"
+    return f"{run.name}: {run.rows:,} rows x {run.features:,} features in {seconds:.1f} s{rate}, {plural(run.passes, 'pass', 'passes')}, peak {memory}"
 
 
 def process_peak_bytes() -> int | None:

@@ -10,19 +10,19 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from daskbatch.errors import DeviceUnavailableError, SubmitError
-from daskbatch.runtime.capacity import cuda_device_count
+from daskbatch.runtime.capacity import cuda_device_count, resources_from_machine
 from daskbatch.runtime.progress import in_jupyter
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from daskbatch.planning.plan import Plan
+    from daskbatch.planning.plan import Plan, Resources
 
-__all__ = ["KINDS", "cli_kind", "cluster", "cuda_cluster_options", "kernel_cache_dir", "kernel_compile_lock", "require_cuda", "resolve_kind", "say"]
+__all__ = ["KINDS", "cli_kind", "cluster", "cuda_cluster_options", "kernel_cache_dir", "planned_client", "kernel_compile_lock", "require_cuda", "resolve_kind", "say"]
 
 #: Values of ``cluster(kind=...)`` and of the CLI's ``--cluster``.
 KINDS = ("auto", "local", "cuda", "slurm", "pbs")
@@ -107,6 +107,16 @@ def cluster(
                 yield client
         finally:
             started.close()
+
+
+@contextlib.contextmanager
+def planned_client(kind: str, plan_for: Callable[[Resources], Plan] | None, *, gpu_memory: Any = "auto",
+                   **kwargs: Any) -> Iterator[Client]:  # numpydoc ignore=PR01,YD01
+    """Start or join :func:`cluster`; a ``"cuda"`` one's RMM pool holds ``plan_for``'s plan for this machine's GPUs."""
+    if kind == "cuda" and plan_for is not None and not (kwargs.get("address") or kwargs.get("scheduler_file")):
+        kwargs["plan"] = plan_for(resources_from_machine(n_workers=require_cuda(), device="gpu", memory=gpu_memory))
+    with cluster(kind, **kwargs) as client:
+        yield client
 
 
 def _await_scheduler_file(path: str) -> str:

@@ -17,7 +17,7 @@ from daskbatch._common import plural
 from daskbatch.errors import Cancelled
 from daskbatch.runtime.capacity import active_client, local_scheduler
 
-__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared", "progress_options"]
+__all__ = ["LOG_EVERY_S", "Progress", "ProgressCallback", "compute", "in_jupyter", "line_cleared"]
 
 
 # Erase the terminal line and return to its start.
@@ -124,34 +124,29 @@ LOG_EVERY_S = 10.0
 log = logging.getLogger(__name__)
 
 
-def progress_options(progress: bool | str | ProgressCallback) -> dict[str, Any]:
-    """Turn a verb's ``progress`` argument into :class:`Progress`'s ``show`` and ``callback``."""
-    if callable(progress):
-        return {"show": False, "callback": progress}
-    return {"show": progress, "callback": None}
-
-
 class Progress:
     """The progress of one labelled step: a bar where one can be seen, log lines always."""
 
     def __init__(
         self, title: str, total: int | None = None, *, unit: str = "blocks", rows: int | None = None,
-        nbytes: int | None = None, show: bool | str = False, callback: ProgressCallback | None = None,
+        nbytes: int | None = None, progress: bool | str | ProgressCallback = False,
         cancel: threading.Event | None = None,
     ) -> None:
-        if show not in (True, False, "dask"):
-            raise ValueError(f"progress must be True, False or 'dask', got {show!r}")
+        # A verb's ``progress`` as its caller gave it: a bar (True), dask's own display ("dask") or a callback.
+        if not callable(progress) and progress not in (True, False, "dask"):
+            raise ValueError(f"progress must be True, False or 'dask', got {progress!r}")
         self.title, self.total, self.unit = title, total, unit
-        self._callback, self._cancel = callback, cancel
+        self._callback = progress if callable(progress) else None
+        self._cancel = cancel
         self._logged_at = 0.0
         self.rows, self.nbytes = rows, nbytes
         self.done = 0
         self._reported = -1  # the count the callback last saw: each count reaches it once
         self.skipped = 0  # done before this run (a checkpoint's or an output's finished blocks)
         self.seconds: float | None = None  # set when closed
-        self._show = show is True
+        self._show = progress is True
         #: Whether dask's own progress display (distributed.progress, dask.diagnostics.ProgressBar) shows this step.
-        self.dask_display = show == "dask"
+        self.dask_display = progress == "dask"
         self._display: _Terminal | _Widget | None = None  # drawn with draw(), finished with close()
         self._lock = threading.RLock()
         self._t0: float | None = None

@@ -25,7 +25,7 @@ from daskbatch.io.ingest.passes import (
 from daskbatch.io.outputs import checksummed
 from daskbatch.io.rowstore import ArraySpec, RowStore
 from daskbatch.io.zarr_store import LAYOUT_ATTR
-from daskbatch.runtime.progress import Progress, ProgressCallback, progress_options
+from daskbatch.runtime.progress import Progress, ProgressCallback
 
 __all__ = ["IngestReport", "ingest"]
 
@@ -244,7 +244,7 @@ def ingest(
         if not store.complete:
             bar = Progress(KIND, store.blocks, unit="chunks", rows=scan.rows,
                            nbytes=scan.rows * scan.features * np.dtype(scan.dtype).itemsize,
-                           cancel=cancel, **progress_options(progress))
+                           cancel=cancel, progress=progress)
             with bar:
                 bar.skip(store.blocks - len(todo))
                 _run(scan, store, todo, workers, bar)
