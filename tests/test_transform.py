@@ -206,6 +206,43 @@ def test_cli_resumes_after_sigkill_bitwise(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "0 of 60 row blocks" in again.output and "(60 already done)" in again.output
 
 
+#: A transform killed (SIGKILL) at the instant zarr renames its temporary copy of label chunk ``y/c/3`` into place:
+#: an audit hook on ``os.rename``, so the real LocalStore writes and the real kill land where the flaky run's did.
+KILL_AT_LABEL_CHUNK = (
+    "import os, signal, sys\n"
+    "def hook(event, args):\n"
+    "    if event == 'os.rename' and str(args[1]).endswith(os.path.join('', 'y', 'c', '3')):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "sys.addaudithook(hook)\n"
+    "import daskbatch as db\n"
+    "db.transform(sys.argv[1], [db.steps.clip(-1, 1)], sys.argv[2], chunk_rows=50)\n"
+)
+
+
+def test_resume_after_a_kill_mid_chunk_write_leaves_the_store_bitwise_clean(tmp_path: Path) -> None:
+    """The flaky sigkill test's cause: a kill inside zarr's atomic chunk write leaves ``<chunk>.<uuid>.partial``."""
+    x = data(rows=200, d=6, seed=1)
+    y = (np.arange(len(x)) % 4).astype(np.int32)
+    src = store(tmp_path, x, y, chunk_rows=50)
+    clean = tmp_path / "clean.zarr"
+    db.transform(src, [db.steps.clip(-1, 1)], clean, chunk_rows=50)
+
+    killed = tmp_path / "killed.zarr"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_LABEL_CHUNK, src, str(killed)], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    # What the kill left: label chunk 3 written whole but not renamed, and no block logged as done.
+    assert [f for f in os.listdir(killed / "y" / "c") if f.startswith("3.") and f.endswith(".partial")]
+    assert not (killed / DONE_FILE).exists() or 3 not in {int(v) for v in (killed / DONE_FILE).read_text().split()}
+
+    report = db.transform(src, [db.steps.clip(-1, 1)], killed, chunk_rows=50)
+    assert 3 in report.written
+    assert chunk_bytes(str(killed)) == chunk_bytes(str(clean))  # no stray temporary beside the chunks
+    assert not [f for _, _, files in os.walk(killed) for f in files if f.endswith(".partial")]
+    np.testing.assert_array_equal(db.open_dataset(str(killed)).label.compute(), y)
+
+
 def test_cli_names_bad_options(tmp_path: Path) -> None:
     src = store(tmp_path, data(rows=100))
     runner = CliRunner()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -49,6 +50,9 @@ MANIFEST_VERSION = 1
 LOCAL_ONLY = ("written to local paths only (a run resumes from a log appended beside the store, which an object "
               "store cannot append to)")
 LOCAL_ONLY_FIX = "write to a local or shared directory and copy the store to the bucket"
+#: The temporary copy zarr's LocalStore writes a chunk (or zarr.json) to, then renames into place: a kill
+#: between the two leaves it beside the chunk, where a resume's rewrite of that chunk does not remove it.
+KILLED_WRITE = re.compile(r".\.[0-9a-f]{32}\.partial$")
 
 
 def write_manifest(out: str, doc: dict[str, Any]) -> None:
@@ -80,6 +84,14 @@ def read_done(out: str) -> set[int]:
         return set()
     # Only newline-terminated lines count: the last element is '' or a torn write.
     return {int(line) for line in lines[:-1] if line.strip().isdigit()}
+
+
+def _remove_killed_writes(out: str) -> None:
+    """Delete the temporaries of zarr writes a kill cut short in ``out`` (ours, and held under its run lock)."""
+    for root, _, files in os.walk(out):  # symbolic links to directories are not followed
+        for name in files:
+            if KILLED_WRITE.search(name):
+                os.unlink(os.path.join(root, name))
 
 
 @dataclass(frozen=True)
@@ -334,6 +346,8 @@ class RowStore:
 
             # An absolute path: the writer travels to workers that may start elsewhere.
             group = zarr.open_group(os.path.abspath(out), mode="r+")
+            if not create:
+                _remove_killed_writes(out)
             store = cls(out, group, rows, chunk_rows, [a.name for a in arrays])
             if check_chunks and not create and not store.complete:
                 store._keep_decoding()
