@@ -27,7 +27,12 @@ import daskbatch as db
 from numba.core.dispatcher import Dispatcher
 from daskbatch.stats.kernels import ahead
 
-summary = db.describe(sys.argv[1], label="y")
+from dask.callbacks import Callback
+from dask.utils import key_split
+
+parts = []  # the keys of a block's separate tasks (a pass's statistics in two tasks a block)
+with Callback(posttask=lambda key, *_: parts.append(key) if key_split(key).startswith("db-part") else None):
+    summary = db.describe(sys.argv[1], label="y")
 digest = hashlib.sha256()
 for name in sorted(summary.variables):
     value = getattr(summary.arrays, name)
@@ -41,7 +46,7 @@ for kernel in gc.get_objects():
         elif sum(kernel.stats.cache_hits.values()):
             loaded.append(kernel.py_func.__qualname__)
 print(json.dumps({"digest": digest.hexdigest(), "helper": ahead.child_pid(), "loaded": sorted(loaded),
-                  "compiled": sorted(compiled)}))
+                  "compiled": sorted(compiled), "parts": len(parts)}))
 """
 
 
@@ -95,6 +100,8 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     # sketch's loops from its back (the tails' of full blocks, from a short first chunk repeated to their size,
     # and the grid's sweep that fills their block minima).
     assert {"_count_rows", "grid_tail_blocks", "tail_candidates"} <= set(shared["loaded"]), shared
+    # While the helper compiles, a block's statistics stay in one task, in the order the two processes share out.
+    assert shared["parts"] == 0
 
     alone = describe_in_a_fresh_process(store, tmp_path / "alone", DASKBATCH_COMPILE_AHEAD="0")
     assert alone["helper"] is None and not alone["loaded"]
@@ -106,6 +113,7 @@ def test_a_cold_cache_compiles_in_two_processes_with_the_same_bits(tmp_path: pat
     assert (
         warm["helper"] is None and not warm["compiled"]
     )  # a warm cache: no helper, everything loaded
+    assert warm["parts"] > 0  # and the co-moments of each block in a task of their own
     assert warm["digest"] == alone["digest"]
 
 

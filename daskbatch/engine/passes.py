@@ -45,6 +45,7 @@ from daskbatch.runtime.progress import Progress, ProgressCallback
 from daskbatch.runtime.progress import compute as tracked_compute
 from daskbatch.stats import CoMoments, Sketch
 from daskbatch.stats._base import Bundle, BundleLike, Statistic, merge_all, reads_label, shown_names
+from daskbatch.stats.kernels.ahead import helping as compile_helping
 from daskbatch.stats.registry import Kept
 
 S = TypeVar("S")
@@ -291,7 +292,10 @@ def _block_parts(stat: Any, x: da.Array) -> list[list[int]] | None:
     # 1,000,000 x 64 in 4 blocks on 2 threads) would otherwise idle while the last block's one task runs.
     # Each statistic reads the block on its own anyway, and the states are the same bit for bit. In this
     # process only: a distributed worker would fetch a block that another worker read.
-    if type(stat) is not Bundle or active_client() is not None or is_cupy_array(getattr(x, "_meta", None)):
+    # Not while a cold cache's helper compiles: it compiles the later statistics' kernels while this process
+    # compiles the first ones, one statistic after another (a block's two tasks would compile them in another order).
+    if (type(stat) is not Bundle or active_client() is not None or is_cupy_array(getattr(x, "_meta", None))
+            or compile_helping()):
         return None
     product = [k for k, s in enumerate(stat.stats) if isinstance(s, CoMoments)]
     rest = [k for k in range(len(stat.stats)) if k not in product]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "prepare", "start"]
+__all__ = ["ENV", "SAMPLE_ROWS", "child_pid", "helping", "prepare", "start"]
 
 #: The environment variable that switches the helper off ("0") or on whatever the load ("1"); unset: on
 #: when a core is idle. The child runs with it set to "child".
@@ -46,6 +46,17 @@ _child: subprocess.Popen[bytes] | None = None
 def child_pid() -> int | None:
     """The process id of the helper this process started, or None."""
     return None if _child is None else _child.pid
+
+
+def helping() -> bool:
+    """Tell whether the helper this process started is still compiling.
+
+    Returns
+    -------
+    bool
+        True from :func:`prepare` until the helper ends.
+    """
+    return _child is not None and _child.poll() is None
 
 
 def prepare(meta: Any) -> None:
