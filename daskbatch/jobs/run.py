@@ -339,7 +339,15 @@ def _run(
         """The job's plan for ``resources`` (a cuda cluster's RMM pool is sized by it before it starts)."""
         return plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
 
+    moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
     kind = job_kind(job)
+    if kind == "local":
+        # As `describe --cluster local`: the kernels compiled (or loaded) once, here, before the worker
+        # processes start; each would otherwise compile the same ones at once on a cold cache.
+        from daskbatch.demo import prepare_kernels  # lazy: dask
+
+        prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
+                        [*stats, moments], describe_keywords(job)["range"])
     t_cluster = time.perf_counter()
     with job_client(job, kind, plan_for) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
@@ -356,7 +364,6 @@ def _run(
         device = resources.device if job.cluster.device == "auto" else job.cluster.device
 
         with phase(report, "describe"):
-            moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
             summary = describe(
                 dataset, stats=[*stats, moments], **describe_keywords(job),
                 run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
