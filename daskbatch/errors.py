@@ -128,7 +128,7 @@ class IncompleteStoreWarning(UserWarning):
 
 
 def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
-    """Tell the errors a client raises when its scheduler goes away during a compute.
+    """Tell the errors a client raises when its scheduler (or every worker) goes away during a compute.
 
     Parameters
     ----------
@@ -141,7 +141,7 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
     Returns
     -------
     bool
-        True when ``exc`` says the scheduler (or the connection to it) was lost.
+        True when ``exc`` says the scheduler (or the connection to it, or every worker) was lost.
     """
     # Imported here: ``import daskbatch`` loads this module and need not load asyncio.
     import asyncio
@@ -151,9 +151,10 @@ def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
         return True
     try:
         from distributed.comm.core import CommClosedError  # lazy: distributed
+        from distributed.scheduler import NoWorkerError  # lazy: distributed
     except ImportError:  # distributed is optional for --cluster threads
         return False
-    if isinstance(exc, CommClosedError):
+    if isinstance(exc, (CommClosedError, NoWorkerError)):  # NoWorkerError: every worker gone past no-workers-timeout
         return True
     if not (connecting and isinstance(exc, OSError)):
         return False
@@ -180,3 +181,19 @@ def describe_lost(exc: BaseException) -> str:
     """
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def what_was_lost(exc: BaseException) -> str:
+    """Name what :func:`is_lost_scheduler` found gone: every worker, or the scheduler.
+
+    Parameters
+    ----------
+    exc : BaseException
+        An error :func:`is_lost_scheduler` accepts.
+
+    Returns
+    -------
+    str
+        ``"the workers"`` for distributed's ``NoWorkerError``, else ``"the scheduler"``.
+    """
+    return "the workers" if type(exc).__name__ == "NoWorkerError" else "the scheduler"

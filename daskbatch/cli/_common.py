@@ -22,6 +22,7 @@ from daskbatch.errors import (
     PlanError,
     describe_lost,
     is_lost_scheduler,
+    what_was_lost,
 )
 from daskbatch.runtime.progress import line_cleared
 from daskbatch.runtime.runlock import exit_now
@@ -288,12 +289,12 @@ def user_errors(func: F) -> F:
 def exit_lost_scheduler(
     exc: BaseException, checkpoint: str | None, option: str, *, unkept: str = "nothing was written",
 ) -> NoReturn:
-    """End a command whose scheduler was lost mid-run: one line, exit 75 when ``checkpoint`` lets the re-run resume, else 1.
+    """End a command whose scheduler (or every worker) was lost mid-run: one line, exit 75 when ``checkpoint`` lets the re-run resume, else 1.
 
     Parameters
     ----------
     exc : BaseException
-        What the client raised (:func:`daskbatch.errors.is_lost_scheduler` said it is the scheduler's loss).
+        What the client raised (:func:`daskbatch.errors.is_lost_scheduler` accepted it).
     checkpoint : str or None
         The run's checkpoint directory, if it had one.
     option : str
@@ -301,16 +302,13 @@ def exit_lost_scheduler(
     unkept : str
         What stands without a checkpoint (said before "run the command again").
     """
+    lost, why = what_was_lost(exc), describe_lost(exc)
     if checkpoint:
-        click.echo(
-            f"interrupted, resumable: lost the scheduler ({describe_lost(exc)}); finished blocks are "
-            f"kept in {checkpoint}, run the same command to resume", err=True,
-        )
+        click.echo(f"interrupted, resumable: lost {lost} ({why}); finished blocks are kept in {checkpoint}, "
+                   "run the same command to resume", err=True)
         exit_now(EXIT_INTERRUPTED)
-    click.echo(
-        f"error: lost the scheduler during the computation ({describe_lost(exc)}); {unkept}: "
-        f"run the command again (with {option} to keep finished blocks)", err=True,
-    )
+    click.echo(f"error: lost {lost} during the computation ({why}); {unkept}: run the command again "
+               f"(with {option} to keep finished blocks)", err=True)
     sys.exit(EXIT_FAILURE)
 
 

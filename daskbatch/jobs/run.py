@@ -18,7 +18,14 @@ from daskbatch.describing import describe
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import Cancelled, Interrupted, PlanError, describe_lost, is_lost_scheduler
+from daskbatch.errors import (
+    Cancelled,
+    Interrupted,
+    PlanError,
+    describe_lost,
+    is_lost_scheduler,
+    what_was_lost,
+)
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
     Form,
@@ -251,7 +258,7 @@ def run_job(
             _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
         if is_lost_scheduler(exc, connecting=False):  # as `daskbatch run` tells it: a checkpoint lets it resume
-            report.status, report.error = "interrupted", f"lost the scheduler ({describe_lost(exc)})"
+            report.status, report.error = "interrupted", f"lost {what_was_lost(exc)} ({describe_lost(exc)})"
         else:
             report.status = next((status for types, status in _STATUS if isinstance(exc, types)), "failed")
             report.error = f"{type(exc).__name__}: {exc}"

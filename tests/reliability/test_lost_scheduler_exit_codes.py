@@ -13,6 +13,7 @@ of 10 rows (``daskbatch.target-chunk-bytes``) make the compute last seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -52,16 +53,25 @@ def env() -> dict[str, str]:
 @pytest.fixture()
 def scheduler_file(tmp_path: pathlib.Path, env: dict[str, str]) -> Iterator[tuple[pathlib.Path, subprocess.Popen[bytes]]]:
     """A scheduler and one single-threaded worker, as separate processes."""
-    sf = tmp_path / "scheduler.json"
+    with cluster_processes(tmp_path / "scheduler.json", env) as (scheduler, _):
+        yield tmp_path / "scheduler.json", scheduler
+
+
+@contextlib.contextmanager
+def cluster_processes(
+    sf: pathlib.Path, env: dict[str, str], *worker_args: str
+) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    """Start ``dask scheduler`` and ``dask worker`` (one thread, ``worker_args``) on ``sf``; kill them on exit."""
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "dask", "scheduler", "--scheduler-file", str(sf), "--no-dashboard", "--port", "0"], **quiet
     )
     worker = subprocess.Popen(
-        [sys.executable, "-m", "dask", "worker", "--scheduler-file", str(sf), "--nthreads", "1", "--no-dashboard"], **quiet
+        [sys.executable, "-m", "dask", "worker", "--scheduler-file", str(sf), "--nthreads", "1", "--no-dashboard",
+         *worker_args], **quiet,
     )
     try:
-        yield sf, scheduler
+        yield scheduler, worker
     finally:
         for proc in (worker, scheduler):
             if proc.poll() is None:
@@ -88,7 +98,7 @@ def kill_scheduler_mid_run(
 def kill_scheduler_during(
     sf: pathlib.Path, scheduler: subprocess.Popen[bytes], env: dict[str, str], command: list[str]
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``daskbatch COMMAND`` on the scheduler of ``sf`` and kill the scheduler once its tasks are there."""
+    """Run ``daskbatch COMMAND`` on the scheduler of ``sf`` and kill ``scheduler`` (or a worker) once its tasks are there."""
     deadline = time.monotonic() + 60
     while not sf.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -167,3 +177,33 @@ def test_run_job_lost_scheduler_ends_as_describe(
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["status"] == "interrupted" and "lost the scheduler" in report["error"], report
     assert not (tmp_path / "out" / "summary.zarr").exists()
+
+
+@pytest.mark.slow  # as above; the scheduler gives up 5 s after its only worker is gone
+@pytest.mark.parametrize("verb", ["describe", "run"])
+def test_lost_workers_end_as_a_lost_scheduler(
+    tmp_path: pathlib.Path, slow_store: pathlib.Path, env: dict[str, str], verb: str,
+) -> None:
+    """Every worker lost past ``no-workers-timeout``: one line and exit 75 or 1, not a ``NoWorkerError`` traceback."""
+    env = {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "5s"}
+    sf, checkpoint = tmp_path / "scheduler.json", tmp_path / "ckpt"
+    with cluster_processes(sf, env, "--no-nanny") as (_, worker):  # no nanny to start the worker again
+        if verb == "describe":
+            command = ["describe", str(slow_store), "--scheduler-file", str(sf), "--no-progress", "--stats", "moments",
+                       "--checkpoint", str(checkpoint)]
+        else:
+            job = {"input": {"store": str(slow_store)}, "statistics": {"stats": "moments"},
+                   "cluster": {"kind": "scheduler_file", "scheduler_file": str(sf)},
+                   "outputs": {"dir": str(tmp_path / "out"), "selection": None, "transform": None}}
+            (tmp_path / "job.yaml").write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
+            command = ["run", str(tmp_path / "job.yaml")]
+        done = kill_scheduler_during(sf, worker, env, command)
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    if verb == "describe":
+        assert done.returncode == 75, done.stderr
+        assert last.startswith("interrupted, resumable: lost the workers (NoWorkerError") and str(checkpoint) in last
+    else:
+        assert done.returncode == 1, done.stderr
+        assert last.startswith("error: lost the workers during the computation (NoWorkerError"), last
+        assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "interrupted"
