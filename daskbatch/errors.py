@@ -1,4 +1,4 @@
-"""Exceptions that daskbatch raises on purpose."""
+"""Exceptions that daskbatch raises on purpose, and how to tell a scheduler lost mid-run from the rest."""
 
 from __future__ import annotations
 
@@ -125,3 +125,75 @@ class MissingChunksWarning(UserWarning):
 
 class IncompleteStoreWarning(UserWarning):
     """The store was written by an ingest that has not finished."""
+
+
+def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
+    """Tell the errors a client raises when its scheduler (or every worker) goes away during a compute.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What the computation raised.
+    connecting : bool
+        Whether the client had connected: then an ``OSError`` raised in distributed's comm layer or RPC
+        core is the scheduler's loss too (before that, it is a wrong address).
+
+    Returns
+    -------
+    bool
+        True when ``exc`` says the scheduler (or the connection to it, or every worker) was lost.
+    """
+    # Imported here: ``import daskbatch`` loads this module and need not load asyncio.
+    import asyncio
+    import concurrent.futures
+
+    if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
+        return True
+    try:
+        from distributed.comm.core import CommClosedError  # lazy: distributed
+        from distributed.scheduler import NoWorkerError  # lazy: distributed
+    except ImportError:  # distributed is optional for --cluster threads
+        return False
+    if isinstance(exc, (CommClosedError, NoWorkerError)):  # NoWorkerError: every worker gone past no-workers-timeout
+        return True
+    if not (connecting and isinstance(exc, OSError)):
+        return False
+    # An OSError is the scheduler's loss when its innermost frame is in distributed's comm layer or RPC core.
+    tb, module = exc.__traceback__, ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    return module.startswith(("distributed.comm", "distributed.core"))
+
+
+def describe_lost(exc: BaseException) -> str:
+    """Give a short, one-line account of ``exc`` (distributed's messages span lines).
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error to account for.
+
+    Returns
+    -------
+    str
+        ``"TypeName: message"`` on one line (the type name alone when the message is empty).
+    """
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def what_was_lost(exc: BaseException) -> str:
+    """Name what :func:`is_lost_scheduler` found gone: every worker, or the scheduler.
+
+    Parameters
+    ----------
+    exc : BaseException
+        An error :func:`is_lost_scheduler` accepts.
+
+    Returns
+    -------
+    str
+        ``"the workers"`` for distributed's ``NoWorkerError``, else ``"the scheduler"``.
+    """
+    return "the workers" if type(exc).__name__ == "NoWorkerError" else "the scheduler"

@@ -393,6 +393,24 @@ def test_auto_without_gpus_runs_in_process_unless_the_job_sizes_workers(
     assert ("started a local cluster at" in proc.stderr) is sized, proc.stderr[-3000:]
 
 
+
+@pytest.mark.slow  # compiles the kernels into an empty numba cache (a new install): 10 s to a minute
+def test_local_cluster_job_compiles_the_kernels_before_its_workers_start(tmp_path: pathlib.Path, store: str) -> None:
+    """``cluster: local`` compiles the kernels once, here, as ``describe --cluster local`` does.
+
+    Each worker process compiled them itself, at once, and the log said nothing of it.
+    """
+    job = write_job(tmp_path, store, cluster={"kind": "local", "n_workers": 1, "threads": 1},
+                    statistics={"stats": "moments"}, outputs={"selection": None, "transform": None})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    proc = subprocess.run([sys.executable, "-m", "daskbatch", "run", str(job)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stderr
+    assert log.count("Compiling the CPU kernels once") == 1, log[-3000:]
+    assert log.index("Compiling the CPU kernels once") < log.index("started a local cluster at"), log[-3000:]
+    assert re.search(r"compiled in \d+\.\d s", log), log[-3000:]
+
 _RENAMES: list[tuple[str, str]] | None = None  # recording while a test sets it to a list
 
 

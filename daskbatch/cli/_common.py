@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -13,12 +12,20 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 
-from daskbatch.errors import DeviceUnavailableError, DiskFullError, PlanError
+from daskbatch.errors import (
+    DeviceUnavailableError,
+    DiskFullError,
+    PlanError,
+    describe_lost,
+    is_lost_scheduler,
+    what_was_lost,
+)
 from daskbatch.runtime.progress import line_cleared
+from daskbatch.runtime.runlock import exit_now
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -279,6 +286,32 @@ def user_errors(func: F) -> F:
     return _wrapper  # type: ignore[return-value]
 
 
+def exit_lost_scheduler(
+    exc: BaseException, checkpoint: str | None, option: str, *, unkept: str = "nothing was written",
+) -> NoReturn:
+    """End a command whose scheduler (or every worker) was lost mid-run: one line, exit 75 when ``checkpoint`` lets the re-run resume, else 1.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What the client raised (:func:`daskbatch.errors.is_lost_scheduler` accepted it).
+    checkpoint : str or None
+        The run's checkpoint directory, if it had one.
+    option : str
+        How a user gives a checkpoint to this command (``--checkpoint``, or the job file's key).
+    unkept : str
+        What stands without a checkpoint (said before "run the command again").
+    """
+    lost, why = what_was_lost(exc), describe_lost(exc)
+    if checkpoint:
+        click.echo(f"interrupted, resumable: lost {lost} ({why}); finished blocks are kept in {checkpoint}, "
+                   "run the same command to resume", err=True)
+        exit_now(EXIT_INTERRUPTED)
+    click.echo(f"error: lost {lost} during the computation ({why}); {unkept}: run the command again "
+               f"(with {option} to keep finished blocks)", err=True)
+    sys.exit(EXIT_FAILURE)
+
+
 #: The errnos of a full disk or quota.
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -290,32 +323,6 @@ def _disk_full_message(exc: OSError) -> str:
     if exc.filename:
         return f"{exc.strerror} writing {exc.filename}; free space there and run the same command again"
     return f"{exc.strerror or 'disk or quota full'}; free space and run the same command again"
-
-
-def is_lost_scheduler(exc: BaseException, *, connecting: bool = True) -> bool:
-    """Tell the errors a client raises when its scheduler goes away during a compute."""
-    if isinstance(exc, (concurrent.futures.CancelledError, asyncio.CancelledError)):
-        return True
-    try:
-        from distributed.comm.core import CommClosedError  # lazy: distributed
-    except ImportError:  # distributed is optional for --cluster threads
-        return False
-    if isinstance(exc, CommClosedError):
-        return True
-    if not (connecting and isinstance(exc, OSError)):
-        return False
-    # An OSError is the scheduler's loss when its innermost frame is in distributed's comm layer or RPC core.
-    tb, module = exc.__traceback__, ""
-    while tb is not None:
-        module = str(tb.tb_frame.f_globals.get("__name__", ""))
-        tb = tb.tb_next
-    return module.startswith(("distributed.comm", "distributed.core"))
-
-
-def describe_lost(exc: BaseException) -> str:
-    """Give a short, one-line account of ``exc`` (distributed's messages span lines)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class _OneLine(logging.Filter):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from daskbatch._common import Device
 from daskbatch.cli._common import (
-    EXIT_FAILURE,
     EXIT_INTERRUPTED,
-    describe_lost,
+    exit_lost_scheduler,
     is_lost_scheduler,
     is_quiet,
     main,
@@ -255,17 +253,7 @@ def describe_command(
     except Exception as exc:
         if not (connected and is_lost_scheduler(exc)):
             raise
-        if checkpoint:
-            click.echo(
-                f"interrupted, resumable: lost the scheduler ({describe_lost(exc)}); finished blocks are "
-                f"kept in {checkpoint}, run the same command to resume", err=True,
-            )
-            exit_now(EXIT_INTERRUPTED)
-        click.echo(
-            f"error: lost the scheduler during the computation ({describe_lost(exc)}); nothing was "
-            "written: run the command again (with --checkpoint to keep finished blocks)", err=True,
-        )
-        sys.exit(EXIT_FAILURE)
+        exit_lost_scheduler(exc, checkpoint, "--checkpoint")
     # With --json - stdout carries the JSON alone (json.load reads it): the rest goes to stderr.
     report_to_stderr = json_path == "-"
     report(table_report(summary, top=top, table_rows=table_rows, show_all=show_all), err=report_to_stderr)

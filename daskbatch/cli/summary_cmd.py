@@ -9,7 +9,16 @@ import warnings
 import click
 
 import daskbatch as db
-from daskbatch.cli._common import EXIT_INTERRUPTED, is_quiet, main, report, user_errors
+from daskbatch.cli._common import (
+    EXIT_INTERRUPTED,
+    exit_lost_scheduler,
+    is_lost_scheduler,
+    is_quiet,
+    main,
+    one_line_distributed_logs,
+    report,
+    user_errors,
+)
 from daskbatch.cli.options import allow_dask_config_option, device_option
 from daskbatch.engine.checkpoint_files import interrupted_message
 from daskbatch.errors import Interrupted
@@ -322,14 +331,22 @@ def run_command(job_file: str, allow_dask_config: bool, overwrite: bool) -> None
     checked before any compute: a job whose outputs overlap the input or each
     other, or would replace a path daskbatch did not write, writes nothing.
     """
-    from daskbatch.jobs.run import run_job  # lazy: dask, zarr
+    from daskbatch.jobs.run import job_kind, run_job  # lazy: dask, zarr
 
+    job = load_job(job_file)[0]  # run_job reads it again: refusals of a bad file are its own
+    if job_kind(job) != "threads":
+        import distributed  # noqa: F401 - sets up the log handlers one_line_distributed_logs quiets  # lazy: distributed
     try:
-        # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary.
-        with sigterm_as_interrupt():
+        # SIGTERM (a batch system's walltime warning) stops at a checkpoint or block boundary. Losing the
+        # scheduler makes distributed log tracebacks while the client closes: kept to one line each.
+        with sigterm_as_interrupt(), one_line_distributed_logs():
             run_job(job_file, allow_dask_config=allow_dask_config, overwrite=overwrite)
     except (Interrupted, KeyboardInterrupt) as exc:
-        checkpoint = load_job(job_file)[0].checkpoint  # read once already: what the run had
-        click.echo(f"{interrupted_message(exc, checkpoint, 'checkpoint in the job file')} (a transform under "
+        click.echo(f"{interrupted_message(exc, job.checkpoint, 'checkpoint in the job file')} (a transform under "
                    "way resumes from its finished blocks too)", err=True)
         exit_now(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if not is_lost_scheduler(exc, connecting=False):  # as user_errors and the job's report tell it
+            raise
+        exit_lost_scheduler(exc, job.checkpoint, "checkpoint in the job file",
+                            unkept="the describe's finished blocks were not kept (a transform under way keeps its own)")

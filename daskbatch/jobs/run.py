@@ -18,7 +18,14 @@ from daskbatch.describing import describe
 from daskbatch.engine.checkpoint_files import check_checkpoint_dir
 from daskbatch.engine.planner import plan_describe
 from daskbatch.engine.run_options import RunOptions
-from daskbatch.errors import Cancelled, Interrupted, PlanError
+from daskbatch.errors import (
+    Cancelled,
+    Interrupted,
+    PlanError,
+    describe_lost,
+    is_lost_scheduler,
+    what_was_lost,
+)
 from daskbatch.io.dataset import open_dataset
 from daskbatch.io.outputs import (
     Form,
@@ -250,8 +257,11 @@ def run_job(
         with dask.config.set(dict(flatten(settings))):
             _run(job, report, overwrite, progress, cancel)
     except BaseException as exc:
-        report.status = next((status for types, status in _STATUS if isinstance(exc, types)), "failed")
-        report.error = f"{type(exc).__name__}: {exc}"
+        if is_lost_scheduler(exc, connecting=False):  # as `daskbatch run` tells it: a checkpoint lets it resume
+            report.status, report.error = "interrupted", f"lost {what_was_lost(exc)} ({describe_lost(exc)})"
+        else:
+            report.status = next((status for types, status in _STATUS if isinstance(exc, types)), "failed")
+            report.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         _finish(report, t0, targets.get("outputs.report"))
@@ -336,8 +346,17 @@ def _run(
         """The job's plan for ``resources`` (a cuda cluster's RMM pool is sized by it before it starts)."""
         return plan_describe(dataset, stats=stats, resources=resources, **describe_keywords(job))
 
+    moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
+    kind = job_kind(job)
+    if kind == "local":
+        # As `describe --cluster local`: the kernels compiled (or loaded) once, here, before the worker
+        # processes start; each would otherwise compile the same ones at once on a cold cache.
+        from daskbatch.demo import prepare_kernels  # lazy: dask
+
+        prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
+                        [*stats, moments], describe_keywords(job)["range"])
     t_cluster = time.perf_counter()
-    with job_client(job, job_kind(job), plan_for) as client:
+    with job_client(job, kind, plan_for) as client:
         report.timings["cluster"] = round(time.perf_counter() - t_cluster, 3)
         with phase(report, "plan"):
             resources = job_resources(job, client)
@@ -352,7 +371,6 @@ def _run(
         device = resources.device if job.cluster.device == "auto" else job.cluster.device
 
         with phase(report, "describe"):
-            moments = Moments(ddof=job.statistics.ddof, nan_policy=job.statistics.nan_policy)
             summary = describe(
                 dataset, stats=[*stats, moments], **describe_keywords(job),
                 run=RunOptions(plan=plan, checkpoint=job.checkpoint, device=device, progress=progress, cancel=cancel),
