@@ -201,9 +201,9 @@ def compute_each(
     try:
         for fut in as_completed(futures):
             pending.discard(fut)
-            if stop is not None and fut.status == "cancelled":  # the blocks' runner checks what is left undone
+            if stop is not None and stop.is_set() and fut.status == "cancelled":  # the runner says what is undone
                 continue
-            done(index[fut.key], fut.result())  # a checkpoint's unit cancelled (a lost scheduler) raises here
+            done(index[fut.key], fut.result())  # a unit cancelled without a stop (a lost scheduler) raises here
             fut.release()  # its result is handed on: the cluster need not hold it until the last one
             if stop is not None and stop.is_set():
                 break

@@ -207,3 +207,41 @@ def test_lost_workers_end_as_a_lost_scheduler(
         assert done.returncode == 1, done.stderr
         assert last.startswith("error: lost the workers during the computation (NoWorkerError"), last
         assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow  # as above; the scheduler is killed once the job's transform has written blocks
+def test_run_job_lost_scheduler_in_the_transform_is_resumable(
+    tmp_path: pathlib.Path, slow_store: pathlib.Path, scheduler_file: tuple[pathlib.Path, subprocess.Popen[bytes]],
+    env: dict[str, str],
+) -> None:
+    """The transform's blocks runner used to skip the futures a lost scheduler cancelled: "blocks were not written", exit 2."""
+    sf, scheduler = scheduler_file
+    deadline = time.monotonic() + 60
+    while not sf.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out, checkpoint = tmp_path / "out", tmp_path / "ckpt"
+    job = {
+        "input": {"store": str(slow_store)}, "statistics": {"stats": "moments"},
+        "cluster": {"kind": "scheduler_file", "scheduler_file": str(sf)}, "checkpoint": str(checkpoint),
+        "outputs": {"dir": str(out), "selection": None, "transform": "t.zarr"},
+        "transform": {"steps": ["clip"], "clip": [-1.0, 1.0], "chunk_rows": 10},  # 2,000 blocks: seconds of work
+    }
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({"daskbatch": {"job": job}}))
+    run = subprocess.Popen([sys.executable, "-m", "daskbatch", "run", str(job_file)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done_log = out / "t.zarr" / "daskbatch-output-done.log"
+    deadline = time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline:
+        if done_log.exists() and done_log.read_text().count("\n") >= 20:
+            break
+        time.sleep(0.02)
+    assert run.poll() is None, run.communicate()
+    scheduler.send_signal(signal.SIGKILL)
+    _, err = run.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert run.returncode == 75, err
+    assert last.startswith("interrupted, resumable: lost the scheduler"), last
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "interrupted" and "lost the scheduler" in report["error"], report
