@@ -254,10 +254,16 @@ def test_daskbatch_run_on_a_slurm_cluster_of_two_jobs(jobs, tmp_path):
 def _restart_slurm(nodes: int) -> None:
     """Stop the SLURM start-slurm.sh started and start it again with ``nodes`` emulated nodes."""
     stop = START.with_name("stop-slurm.sh")
-    subprocess.run(["bash", str(stop)], capture_output=True, text=True, timeout=120)
     env = {**os.environ, "NODES": str(nodes), "SKIP_INSTALL": "1",
            "REQUEUE_DELAY": os.environ.get("REQUEUE_DELAY", "30"), "SCHED_INTERVAL": os.environ.get("SCHED_INTERVAL", "10")}
-    done = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=300)
+    # Up to three tries: a slurmd of the stopped SLURM may still be shutting down when the new one starts (CI once
+    # logged "slurmd did not start" while the two emulated nodes' slurmds were "shutdown completing").
+    for attempt in range(3):
+        subprocess.run(["bash", str(stop)], capture_output=True, text=True, timeout=120)
+        time.sleep(2 * attempt)
+        done = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode == 0:
+            return
     assert done.returncode == 0, done.stdout + done.stderr
 
 
