@@ -106,7 +106,8 @@ def cluster(
                 _wait_for_workers(client, wait_for_workers, refused=refused)
                 yield client
         finally:
-            started.close()
+            with _quiet_heartbeat_failures():
+                started.close()
 
 
 @contextlib.contextmanager
@@ -309,6 +310,22 @@ def _submit_errors() -> Iterator[list[str]]:
     finally:
         for lg in loggers:
             lg.removeFilter(keep)
+
+
+@contextlib.contextmanager
+def _quiet_heartbeat_failures() -> Iterator[None]:
+    """Drop in-process workers' "failed to communicate with scheduler during heartbeat" records while we close."""
+    # distributed's Worker.close closes its connections under a heartbeat still in flight, which then logs an
+    # ERROR with a traceback: noise from the close we asked for, seen in notebooks as stderr.
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+
+    worker_log = logging.getLogger("distributed.worker")
+    worker_log.addFilter(keep)
+    try:
+        yield
+    finally:
+        worker_log.removeFilter(keep)
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
