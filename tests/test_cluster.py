@@ -142,6 +142,19 @@ def test_closing_a_cluster_of_in_process_workers_logs_no_heartbeat_failure(caplo
     assert not [r.getMessage() for r in caplog.records if "during heartbeat" in r.getMessage()]
 
 
+def test_closing_a_cluster_of_worker_processes_logs_no_heartbeat_failure(capfd, monkeypatch):
+    # As above, with each worker in a process of its own, which writes its log to the inherited stderr.
+    import distributed.scheduler
+
+    monkeypatch.setattr(distributed.scheduler, "heartbeat_interval", lambda n: 0.001)
+    for _ in range(2):
+        with cluster("local", n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                     heartbeat_interval="1ms") as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+            time.sleep(0.2)
+    assert "during heartbeat" not in capfd.readouterr().err
+
+
 def test_bad_kind_and_both_targets():
     with pytest.raises(ValueError, match="unknown cluster kind 'k8s'"):
         with cluster("k8s"):

@@ -105,9 +105,15 @@ def cluster(
                     wait_for_workers = len(started.plan) if jobqueue else 0
                 _wait_for_workers(client, wait_for_workers, refused=refused)
                 yield client
+                if getattr(started, "processes", True):  # worker processes (a jobqueue's too) log on their own
+                    client.run(_drop_heartbeat_failures)
         finally:
-            with _quiet_heartbeat_failures():
+            worker_log = logging.getLogger("distributed.worker")
+            worker_log.addFilter(_HEARTBEAT_FAILURES)  # workers in this process
+            try:
                 started.close()
+            finally:
+                worker_log.removeFilter(_HEARTBEAT_FAILURES)
 
 
 @contextlib.contextmanager
@@ -312,20 +318,21 @@ def _submit_errors() -> Iterator[list[str]]:
             lg.removeFilter(keep)
 
 
-@contextlib.contextmanager
-def _quiet_heartbeat_failures() -> Iterator[None]:
-    """Drop in-process workers' "failed to communicate with scheduler during heartbeat" records while we close."""
-    # distributed's Worker.close closes its connections under a heartbeat still in flight, which then logs an
-    # ERROR with a traceback: noise from the close we asked for, seen in notebooks as stderr.
-    def keep(record: logging.LogRecord) -> bool:
+class _HeartbeatFailures(logging.Filter):
+    """Drops distributed's "failed to communicate with scheduler during heartbeat" records."""
+
+    # Worker.close closes its connections under a heartbeat still in flight, which then logs an ERROR with a
+    # traceback: noise from the close we asked for (stderr in a notebook, a terminal, a job's log).
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
         return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
 
-    worker_log = logging.getLogger("distributed.worker")
-    worker_log.addFilter(keep)
-    try:
-        yield
-    finally:
-        worker_log.removeFilter(keep)
+
+_HEARTBEAT_FAILURES = _HeartbeatFailures()
+
+
+def _drop_heartbeat_failures() -> None:
+    """Run in each worker process before the cluster closes it: its close logs no heartbeat failure."""
+    logging.getLogger("distributed.worker").addFilter(_HEARTBEAT_FAILURES)
 
 
 def _start_cluster(kind: str, plan: Plan | None, kwargs: dict[str, Any]) -> Any:
