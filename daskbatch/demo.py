@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
-from daskbatch.runtime.cluster import kernel_cache_dir, kernel_compile_lock, say
+from daskbatch.runtime.cluster import drop_heartbeat_failures, kernel_cache_dir, kernel_compile_lock, say
 from daskbatch.summary.reprs import format_report
 
 #: The demo's default size: seconds on a laptop (``--rows 2000000`` for the full-size run).
@@ -111,6 +111,7 @@ def _local_client(n_workers: int, threads_per_worker: int) -> Iterator[Any]:
             # as nothing of the demo's is left on it.
             with _quieter("distributed.nanny", logging.ERROR):
                 with contextlib.suppress(Exception):  # a worker that is gone already: nothing to retire
+                    client.run(drop_heartbeat_failures)
                     client.retire_workers(close_workers=True)
                 client.close(timeout=SHUTDOWN_SECONDS)
                 cluster.close(timeout=SHUTDOWN_SECONDS)

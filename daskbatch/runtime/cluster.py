@@ -106,7 +106,7 @@ def cluster(
                 _wait_for_workers(client, wait_for_workers, refused=refused)
                 yield client
                 if getattr(started, "processes", True):  # worker processes (a jobqueue's too) log on their own
-                    client.run(_drop_heartbeat_failures)
+                    client.run(drop_heartbeat_failures)
         finally:
             worker_log = logging.getLogger("distributed.worker")
             worker_log.addFilter(_HEARTBEAT_FAILURES)  # workers in this process
@@ -330,7 +330,7 @@ class _HeartbeatFailures(logging.Filter):
 _HEARTBEAT_FAILURES = _HeartbeatFailures()
 
 
-def _drop_heartbeat_failures() -> None:
+def drop_heartbeat_failures() -> None:
     """Run in each worker process before the cluster closes it: its close logs no heartbeat failure."""
     logging.getLogger("distributed.worker").addFilter(_HEARTBEAT_FAILURES)
 
