@@ -12,7 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from daskbatch.io.outputs import OutputError, OutputTarget, check_output, staged
-from daskbatch.runtime.cluster import drop_heartbeat_failures, kernel_cache_dir, kernel_compile_lock, say
+from daskbatch.runtime.cluster import (
+    drop_heartbeat_failures,
+    kernel_cache_dir,
+    kernel_compile_lock,
+    say,
+)
 from daskbatch.summary.reprs import format_report
 
 #: The demo's default size: seconds on a laptop (``--rows 2000000`` for the full-size run).
