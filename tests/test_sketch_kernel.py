@@ -381,3 +381,29 @@ def test_a_merge_of_marked_features_is_the_sorting_merges_bit_for_bit(namespace:
         assert got.dtype == want.dtype
         assert np.asarray(got).tobytes() == np.asarray(want[:3, ...]).tobytes()
     assert np.asarray(sorted_merge[2]).tolist() == [k + 1, k + 1, k + 1, 5]  # the live one: 2 + 3 values
+
+
+def test_distinct_values_of_features_that_stop_at_different_rows() -> None:
+    """Each feature's distinct values and counts are np.unique's while it has at most k, whichever others stop counting first."""
+    from daskbatch.stats.sketch_distinct import compiled_distinct
+
+    k, rows = 8, 3000
+    rng = np.random.default_rng(12)
+    # 20 features, so two blocks of the compiled loop: features with 3..12 values, which pass k at
+    # different rows (or never), continuous ones that pass it at once, NaN, ±inf and both zeros.
+    x = np.stack([rng.integers(0, 3 + j % 10, rows).astype(np.float64) if j % 3 else rng.standard_normal(rows)
+                  for j in range(20)], axis=1)
+    x[::5, 1], x[::7, 2], x[::11, 4] = np.nan, np.inf, -0.0
+    weights = rng.random(rows)
+    for w in (None, weights):
+        values, counts, held = compiled_distinct(x, k, w)
+        for j in range(x.shape[1]):
+            finite = np.isfinite(x[:, j])
+            kept, where = np.unique(x[finite, j] + 0.0, return_inverse=True)
+            if kept.size > k:
+                assert held[j] == k + 1, j
+                continue
+            expected = np.bincount(where, weights=None if w is None else w[finite], minlength=kept.size)
+            assert held[j] == kept.size, j
+            np.testing.assert_array_equal(values[j, : kept.size], kept)
+            np.testing.assert_allclose(counts[j, : kept.size], expected, rtol=1e-12)

@@ -241,8 +241,8 @@ _SPREAD = -7046029254386353131
 
 
 @_jit
-def _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held):  # noqa: ANN001, ANN202
-    """The compiled loop of :func:`distinct_counts`: the values in hash-table order."""
+def _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held, live):  # noqa: ANN001, ANN202
+    """The compiled loop of :func:`distinct_counts`: the values in hash-table order (``live``: scratch, one per feature)."""
     rows = x.shape[0]
     d = table.shape[0]
     size = table.shape[1]
@@ -251,14 +251,21 @@ def _count_distinct(x, lut, weights, k, first, table, table_counts, values, coun
     while (1 << bits) < size:
         bits += 1
     shift = 64 - bits  # the hash's top bits index the table
-    live = d
+    # The features still counting, so that a row costs only theirs: a feature with few values
+    # is read to the chunk's end, past the others' k-th.
+    n_live = 0
+    for j in range(d):
+        if held[j] <= k:
+            live[n_live] = j
+            n_live += 1
     for i in range(rows):
-        if live == 0:
+        if n_live == 0:
             break
         wi = _weight(weights, i)
-        for j in range(d):
-            if held[j] > k:
-                continue
+        q = 0
+        while q < n_live:
+            j = live[q]
+            q += 1
             v = _load(x[i, first + j], lut)
             if not _finite(v):
                 continue  # ±inf have slots of the sketch's own; NaN is left out
@@ -272,7 +279,9 @@ def _count_distinct(x, lut, weights, k, first, table, table_counts, values, coun
                 table_counts[j, h] += wi
             elif held[j] == k:
                 held[j] = k + 1  # too many: from here the sketch's buckets answer
-                live -= 1
+                q -= 1  # the last live feature takes its place (features are counted apart: any order)
+                n_live -= 1
+                live[q] = live[n_live]
             else:
                 table[j, h] = v
                 table_counts[j, h] = wi
@@ -293,7 +302,8 @@ def distinct_counts(
     table_counts: np.ndarray, values: np.ndarray, counts: np.ndarray, held: np.ndarray,
 ) -> None:
     """Count the distinct finite values of the features ``first ..`` while each has at most ``k`` of them."""
-    _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held)
+    live = np.empty(held.size, dtype=np.int64)  # made here, not by numba's constructors (each costs a compile)
+    _count_distinct(x, lut, weights, k, first, table, table_counts, values, counts, held, live)
     # Sorted by NumPy, not in the compiled loop: numba's argsort took a second of the first call's compile.
     # The values are distinct, so any sort gives the one order.
     for j in np.flatnonzero(held <= k):
