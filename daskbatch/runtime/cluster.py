@@ -106,7 +106,8 @@ def cluster(
                 _wait_for_workers(client, wait_for_workers, refused=refused)
                 yield client
                 if getattr(started, "processes", True):  # worker processes (a jobqueue's too) log on their own
-                    client.run(drop_heartbeat_failures)
+                    with contextlib.suppress(Exception):  # a worker gone already: the work is done, close anyway
+                        client.run(drop_heartbeat_failures)
         finally:
             worker_log = logging.getLogger("distributed.worker")
             worker_log.addFilter(_HEARTBEAT_FAILURES)  # workers in this process
