@@ -77,21 +77,31 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def loader(template: pathlib.Path) -> Iterator[subprocess.Popen[str]]:
+def loader(template: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
     """The child that loads summaries, one path per line, under its memory caps."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(PLANNED_BYTES), str(ADDRESS_SPACE_BYTES), str(template)],
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    # Its stderr goes to a file, not a pipe nobody reads: zarr's event loop logs the tracebacks of some damaged
+    # documents there, and a full pipe once blocked the child mid-load (and the test run with it).
+    log = tmp_path_factory.mktemp("loader") / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(PLANNED_BYTES), str(ADDRESS_SPACE_BYTES), str(template)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+        )
+    _LOGS[proc.pid] = log
     assert proc.stdout is not None
     first = proc.stdout.readline()
     if first.strip() != "ready":
         proc.kill()
-        pytest.fail(f"the loader did not start: {first}{proc.communicate()[1][-3000:]}")
+        proc.wait()
+        pytest.fail(f"the loader did not start: {first}{log.read_text()[-3000:]}")
     yield proc
     proc.kill()
     proc.wait()
+
+
+#: Each loader's stderr file, by its process id.
+_LOGS: dict[int, pathlib.Path] = {}
 
 
 def _load(loader: subprocess.Popen[str], path: pathlib.Path) -> dict[str, Any]:
@@ -100,7 +110,7 @@ def _load(loader: subprocess.Popen[str], path: pathlib.Path) -> dict[str, Any]:
     loader.stdin.flush()
     line = loader.stdout.readline()
     if not line:
-        pytest.fail(f"the loader died (exit {loader.wait()}): {loader.stderr.read()[-3000:] if loader.stderr else ''}")
+        pytest.fail(f"the loader died (exit {loader.wait()}): {_LOGS[loader.pid].read_text()[-3000:]}")
     return json.loads(line)
 
 
