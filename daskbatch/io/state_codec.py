@@ -377,14 +377,13 @@ def check_bounds(store: str) -> None:
     import zarr  # lazy: zarr (checkpoints use the codec above without it)
 
     from daskbatch.io.chunk_grid import chunk_count, max_chunks, storage_chunks  # lazy: dask, zarr
+    from daskbatch.io.zarr_store import group_arrays  # lazy: dask, zarr
 
     root = zarr.open_group(zarr_target(store, read_only=True), mode="r")
     total = 0
     largest: tuple[int, str, tuple[int, ...]] = (0, "", ())
     most_chunks = max_chunks()
-    for path, node in root.members(max_depth=None):
-        if not isinstance(node, zarr.Array):
-            continue
+    for path, node in group_arrays(root):
         chunks = chunk_count(node)
         if chunks > most_chunks:  # a summary's arrays have a few chunks each: this one's metadata was changed
             raise DataError(

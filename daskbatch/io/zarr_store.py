@@ -276,10 +276,42 @@ def group_arrays(group: zarr.Group, *, max_depth: int | None = None) -> list[tup
     """The arrays under ``group`` with their paths, passing over files that are no Zarr node."""
     import warnings
 
+    _drop_abandoned_member_reads()
     with warnings.catch_warnings():  # files beside the nodes (ingest's manifest) are the writer's own
         warnings.filterwarnings("ignore", message=_FOREIGN_OBJECT)
         members = list(group.members(max_depth=max_depth))
     return [(name, node) for name, node in members if isinstance(node, zarr.Array)]
+
+
+@functools.cache
+def _drop_abandoned_member_reads() -> None:
+    """On zarr's event loop, drop the "Task exception was never retrieved" tracebacks of a group's abandoned member reads."""
+    # Listing a group's members, zarr reads every member at once and raises the first failure (a damaged
+    # zarr.json): the other failing reads are left unawaited, and asyncio logs each with a traceback when it
+    # is collected, after the one-line error daskbatch gave. Only those records are dropped.
+    import asyncio
+
+    from zarr.core.sync import sync  # lazy: zarr
+
+    async def install() -> None:
+        """Set the handler on the running loop (zarr's)."""
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            """Pass on every context but an abandoned member read's."""
+            future = context.get("future")
+            coro = future.get_coro() if isinstance(future, asyncio.Task) else None
+            if getattr(coro, "__qualname__", "") == "_getitem_semaphore" and "exception" in context:
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
+
+    sync(install())
 
 
 def json_object(value: object) -> dict[str, Any]:

@@ -115,3 +115,15 @@ def test_a_state_of_another_dtype_than_its_record_is_refused(summary: pathlib.Pa
     code, err, _ = _select(summary, tmp_path)
     assert code == 2, err[-3000:]
     assert "field 'm2' is stored as <f4 [3], its record says <f8 [3]" in err, err
+
+
+def test_two_damaged_zarr_json_are_one_line_without_zarrs_tracebacks(summary: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    # zarr reads a group's members at once and raises the first failure; the other failed reads, left
+    # unawaited, were logged by asyncio as "Task exception was never retrieved" with their tracebacks.
+    moments = summary / "states" / "moments"
+    (moments / "mean" / "zarr.json").write_text('{"zarr_format": 3, [[[')
+    (moments / "n" / "zarr.json").write_text("garbage")
+    code, err, _ = _select(summary, tmp_path)
+    assert code == 2, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: summary {summary}") and "damaged" in lines[0], err[-3000:]
