@@ -34,7 +34,7 @@ class Record(event.Listener):
 
 event.register("numba:compile", Record())
 import daskbatch as db
-from daskbatch.demo import prepare_kernels
+from daskbatch.precompile import prepare_kernels
 
 prepare_kernels("float32", "int32", echo=print)
 warm_up = dict(compiled)

@@ -150,7 +150,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("daskbatch.summary",),
     ("daskbatch.selection", "daskbatch.transforms"),
     ("daskbatch.describing", "daskbatch.incremental", "daskbatch.accumulator", "daskbatch.batches",
-     "daskbatch.testing"),
+     "daskbatch.testing", "daskbatch.precompile"),
     ("daskbatch.jobs", "daskbatch.demo"),
     ("daskbatch", "daskbatch.__main__", "daskbatch.cli", "daskbatch._dask_setup"),
 )

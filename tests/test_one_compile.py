@@ -38,7 +38,7 @@ class Record(event.Listener):
         pass
 
 event.register("numba:compile", Record())
-from daskbatch.demo import prepare_kernels
+from daskbatch.precompile import prepare_kernels
 
 prepare_kernels("float64", None, "moments", echo=print)
 print(json.dumps({"compiled": len(compiled)}))

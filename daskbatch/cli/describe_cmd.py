@@ -218,7 +218,7 @@ def describe_command(
     if cluster == "local" and not (address or scheduler_file):
         # The kernels compiled (or loaded) once, here, before the worker processes start: each would
         # otherwise compile the same ones at once on a cold cache.
-        from daskbatch.demo import prepare_kernels  # lazy: dask
+        from daskbatch.precompile import prepare_kernels  # lazy: dask
 
         prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
                         settings["stats"], settings["range"])

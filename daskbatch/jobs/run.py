@@ -351,7 +351,7 @@ def _run(
     if kind == "local":
         # As `describe --cluster local`: the kernels compiled (or loaded) once, here, before the worker
         # processes start; each would otherwise compile the same ones at once on a cold cache.
-        from daskbatch.demo import prepare_kernels  # lazy: dask
+        from daskbatch.precompile import prepare_kernels  # lazy: dask
 
         prepare_kernels(dataset.x.dtype, None if dataset.label is None else dataset.label.dtype,
                         [*stats, moments], describe_keywords(job)["range"])
