@@ -322,3 +322,34 @@ def test_interrupted_transform_output_warns_when_opened(tmp_path: Path) -> None:
         db.open_dataset(out)
     db.transform(src, [db.steps.clip(0, 1)], out, chunk_rows=100)
     assert db.open_dataset(out).complete
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names a flushed file from /proc/self/fd")
+def test_each_block_reaches_the_disk_before_the_done_log_names_it(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A resume trusts the done-log, so after a power loss or a node's crash a logged block must have its chunk.
+
+    Each block's chunk file, and the folders that name it, are flushed (fsync) before its line is appended.
+    """
+    x = data()
+    src = store(tmp_path, x)
+    summary = db.describe(src, stats=["moments"])
+    out = tmp_path / "z.zarr"
+    log = out / DONE_FILE
+    flushed: dict[str, set[int]] = {}  # path -> the blocks the done-log named when it was flushed
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        logged = {int(line) for line in log.read_text().split()} if log.exists() else set()
+        flushed.setdefault(os.readlink(f"/proc/self/fd/{fd}"), set()).update(logged)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    report = db.transform(src, [db.steps.standardize(summary)], out, chunk_rows=128)
+    assert report.blocks == 8
+    root = os.path.realpath(out)
+    for block in range(8):
+        chunk = os.path.join(root, "X", "c", str(block), "0")
+        assert chunk in flushed, f"block {block}'s chunk was never flushed"
+        assert block not in flushed[chunk], f"block {block} was logged before its chunk was flushed"
+        assert os.path.join(root, "X", "c", str(block)) in flushed  # the folder that names the chunk file
+    assert os.path.join(root, "X", "c") in flushed

@@ -433,3 +433,35 @@ def write_json(
     """Write ``payload`` as a JSON file whose first key is the :data:`MARKER`, atomically; the path."""
     text = json.dumps({MARKER: target.kind, **payload}, indent=indent, default=default)
     return write_text(target, text if indent is None else text + "\n")
+
+
+def flush_row_blocks(arr: Any, first: int, stop: int) -> None:  # numpydoc ignore=PR01
+    """Flush the chunk files of blocks ``first .. stop - 1`` of ``arr``, and the folders naming them, to the disk."""
+    # Before the done-log names the blocks: a killed process leaves its writes in the page cache, but a power loss
+    # or a node's crash loses what was not flushed, and a resume trusts the log (it does not read the chunks).
+    from daskbatch.io.chunk_grid import chunk_key  # lazy: zarr
+
+    root = getattr(arr.store, "root", None)
+    if root is None:  # not a LocalStore: nothing of ours to flush
+        return
+    root, folders = str(root), set()
+    for block in range(first, stop):
+        path = os.path.join(root, chunk_key(arr, (block,) + (0,) * (arr.ndim - 1)))
+        _fsync(path)
+        folder = os.path.dirname(path)
+        while folder not in folders and len(folder) > len(root):  # the new ones too: c/, c/<block>/
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not every file system lets a folder be opened
+            _fsync(folder)
+
+
+def _fsync(path: str) -> None:
+    """Flush the file or folder ``path`` to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+

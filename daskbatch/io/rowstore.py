@@ -23,6 +23,7 @@ from daskbatch.io.outputs import (
     check_replaceable,
     check_separate,
     checksummed,
+    flush_row_blocks,
     group_attrs,
     remove_path,
 )
@@ -259,6 +260,7 @@ class RegionWriter:
             if v.shape[0] != hi - lo:
                 raise ValueError(f"{what} of {name!r} has {v.shape[0]} rows, expected {hi - lo}")
             self.arrays[name][lo:hi] = v
+            flush_row_blocks(self.arrays[name], first, stop)
 
 
 def _array(group: zarr.Group, name: str, path: str) -> zarr.Array:
